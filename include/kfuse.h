@@ -1,0 +1,328 @@
+/*
+ * kfuse.h -- the one public header of libkfuse.
+ *
+ * kfuse is a JIT kernel compiler and fusion engine. A caller builds a graph of
+ * tensor operations through the builder calls below (or parses the .kfg text
+ * format), and kfuse fuses, compiles and runs it. This header holds only
+ * opaque handle types, enums, option structs and functions.
+ *
+ * Conventions (every call keeps them):
+ *   - Every fallible call returns kf_status; KF_OK is 0. kf_status_str() names
+ *     every status.
+ *   - Handles are opaque. Destructors accept NULL.
+ *   - Builder calls (kf_add, kf_matmul, ...) infer shape and dtype at once. A bad
+ *     call returns NULL and records a sticky error on the graph, whose message
+ *     names the op, the operand and the shapes; later calls that receive NULL
+ *     return NULL without overwriting the first error. kf_graph_status() and
+ *     kf_graph_error() read it. No call aborts or prints on its own.
+ *   - A kf_ctx may be used from several threads at once; a kf_graph belongs to
+ *     one thread while it is built.
+ *   - Axes may be negative (counted from the end) wherever an axis is taken.
+ */
+#ifndef KFUSE_H
+#define KFUSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KF_BUILDING_SHARED) && defined(__GNUC__)
+#define KF_API __attribute__((visibility("default")))
+#else
+#define KF_API
+#endif
+
+#define KF_VERSION_MAJOR 0
+#define KF_VERSION_MINOR 1
+#define KF_VERSION_PATCH 0
+
+/* The largest rank a tensor may have. */
+#define KF_MAX_RANK 8
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum kf_status {
+    KF_OK = 0,
+    KF_ERR_INVALID_ARGUMENT, /* NULL handle, bad flag, bad name, ... */
+    KF_ERR_SHAPE,            /* shapes that do not agree */
+    KF_ERR_DTYPE,            /* a dtype the op cannot take */
+    KF_ERR_AXIS,             /* an axis or permutation out of range */
+    KF_ERR_OUT_OF_MEMORY,    /* the context's allocator returned NULL */
+    KF_ERR_PARSE,            /* .kfg text that does not parse */
+    KF_ERR_VERIFY,           /* a graph that breaks an IR invariant */
+    KF_ERR_NOT_FOUND,        /* a name (input, output) that does not exist */
+    KF_ERR_UNSUPPORTED,      /* valid, but not supported by this build/target */
+    KF_ERR_IO,               /* a file or stream error */
+    KF_ERR_INTERNAL,         /* a kfuse bug: please report it */
+    KF_STATUS_COUNT
+} kf_status;
+
+/* A short, stable description of a status ("out of memory"). Never NULL. */
+KF_API const char *kf_status_str(kf_status status);
+
+/* The library's version as "MAJOR.MINOR.PATCH". */
+KF_API const char *kf_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Dtypes                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum kf_dtype {
+    KF_DTYPE_F32 = 0,
+    KF_DTYPE_F16,
+    KF_DTYPE_BF16,
+    KF_DTYPE_F64,
+    KF_DTYPE_I32,
+    KF_DTYPE_BOOL, /* stored as one byte, 0 or 1 */
+    KF_DTYPE_COUNT
+} kf_dtype;
+
+/* "f32", "f16", "bf16", "f64", "i32", "bool"; "?" for an out-of-range value. */
+KF_API const char *kf_dtype_name(kf_dtype dtype);
+/* Bytes per element; 0 for an out-of-range value. */
+KF_API size_t kf_dtype_size(kf_dtype dtype);
+
+/* Round-to-nearest-even conversions between float and the 16-bit formats, as
+ * the reference evaluator and the backends store them. */
+KF_API uint16_t kf_f32_to_f16(float value);
+KF_API float kf_f16_to_f32(uint16_t bits);
+KF_API uint16_t kf_f32_to_bf16(float value);
+KF_API float kf_bf16_to_f32(uint16_t bits);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kf_ctx kf_ctx;
+typedef struct kf_graph kf_graph;
+typedef struct kf_tensor kf_tensor;
+
+/* Allocator hooks. All three NULL means the C library's malloc/realloc/free.
+ * Either all three are set or none is. `realloc` gets the old size as well, so
+ * pool allocators need no header. A hook that fails returns NULL; kfuse then
+ * returns KF_ERR_OUT_OF_MEMORY and leaks nothing. */
+typedef struct kf_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void *(*realloc)(void *user, void *ptr, size_t old_size, size_t new_size);
+    void (*free)(void *user, void *ptr, size_t size);
+    void *user;
+} kf_allocator;
+
+typedef enum kf_target {
+    KF_TARGET_AUTO = 0, /* CUDA when a device is present, else the CPU */
+    KF_TARGET_CUDA,
+    KF_TARGET_CPU,
+    KF_TARGET_COUNT
+} kf_target;
+
+/* Context flags (bitwise or). */
+enum {
+    KF_FLAG_NO_CACHE = 1u << 0,           /* never read or write the disk cache */
+    KF_FLAG_CACHE_READ_ONLY = 1u << 1,    /* read the cache, never write it */
+    KF_FLAG_CACHE_FAIL_ON_MISS = 1u << 2, /* a cache miss is an error, not a compile */
+    KF_FLAG_NO_CUBLASLT = 1u << 3,        /* never route GEMMs to cuBLASLt */
+    KF_FLAG_CHECK_NUMERICS = 1u << 4,     /* compare results with the reference evaluator */
+    KF_FLAG_ALL_ = (1u << 5) - 1
+};
+
+typedef struct kf_options {
+    kf_target target;      /* default KF_TARGET_AUTO */
+    int device;            /* CUDA device ordinal, default 0 */
+    const char *arch;      /* override, e.g. "sm_90a"; NULL = from the device */
+    const char *cache_dir; /* NULL = $KF_CACHE_DIR, else ~/.cache/kfuse */
+    unsigned flags;        /* KF_FLAG_* */
+    kf_allocator allocator;
+} kf_options;
+
+/* Fills *options with the defaults above. */
+KF_API void kf_options_init(kf_options *options);
+
+/* Creates a context. `options` may be NULL for the defaults; the strings it
+ * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
+ * (NULL out, unknown flag or target, half-set allocator), KF_ERR_OUT_OF_MEMORY. */
+KF_API kf_status kf_ctx_create(const kf_options *options, kf_ctx **out);
+/* Destroys a context. Every graph created in it must be destroyed first. */
+KF_API void kf_ctx_destroy(kf_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Graphs                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Creates an empty graph in `ctx`. The graph owns every tensor built in it. */
+KF_API kf_status kf_graph_create(kf_ctx *ctx, kf_graph **out);
+KF_API void kf_graph_destroy(kf_graph *graph);
+
+/* kf_graph_status(): the first builder error recorded on the graph (sticky:
+ * KF_OK if none). kf_graph_error(): its message, or, while the graph has no
+ * builder error, the message of the last failed kf_graph_verify / kf_graph_eval
+ * ("" if none). Messages name the op, the operand and the shapes, and say what
+ * to change. A NULL graph reads as KF_ERR_INVALID_ARGUMENT. */
+KF_API kf_status kf_graph_status(const kf_graph *graph);
+KF_API const char *kf_graph_error(const kf_graph *graph);
+
+/* Checks every IR invariant (shapes, dtypes, operands, names, outputs) and
+ * returns the first violation (its message through kf_graph_error(); not sticky).
+ * A graph with no outputs fails. */
+KF_API kf_status kf_graph_verify(kf_graph *graph);
+
+/* Writes the canonical .kfg text of the graph. Parsing that text and printing
+ * it again gives the same bytes. */
+KF_API kf_status kf_graph_print(const kf_graph *graph, FILE *out);
+
+/* Parses .kfg text (`len` bytes; the text need not be NUL-terminated) into a new
+ * graph. On a parse error *out still holds a graph whose kf_graph_error() reads
+ * "LINE:COL: expected ..."; destroy it either way. *out is NULL only when the
+ * graph itself could not be allocated. */
+KF_API kf_status kf_graph_parse(kf_ctx *ctx, const char *text, size_t len, kf_graph **out);
+
+/* Number of inputs / outputs, and the i-th of each in creation order. */
+KF_API size_t kf_graph_input_count(const kf_graph *graph);
+KF_API kf_tensor *kf_graph_input(const kf_graph *graph, size_t i);
+KF_API size_t kf_graph_output_count(const kf_graph *graph);
+KF_API kf_tensor *kf_graph_output(const kf_graph *graph, size_t i);
+/* The name of the i-th output (NULL when out of range). */
+KF_API const char *kf_graph_output_name(const kf_graph *graph, size_t i);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+KF_API kf_dtype kf_tensor_dtype(const kf_tensor *t);
+KF_API int kf_tensor_rank(const kf_tensor *t);
+/* The size of dimension `axis` (negative counts from the end); -1 if out of range. */
+KF_API int64_t kf_tensor_dim(const kf_tensor *t, int axis);
+KF_API int64_t kf_tensor_numel(const kf_tensor *t);
+/* The tensor's name: an input's name, a name given by kf_tensor_set_name() or
+ * the parser, or NULL. */
+KF_API const char *kf_tensor_name(const kf_tensor *t);
+/* Names a tensor (used by the printer). Names are identifiers, unique per graph. */
+KF_API kf_status kf_tensor_set_name(kf_tensor *t, const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Builder: sources                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A graph input. `name` is an identifier ([A-Za-z_][A-Za-z0-9_]*), unique. */
+KF_API kf_tensor *kf_input(kf_graph *g, const char *name, kf_dtype dtype, int rank,
+                           const int64_t *dims);
+/* A constant. `data` holds numel elements in the dtype's storage format
+ * (f16/bf16 as uint16_t bits, bool as one byte); it is copied. */
+KF_API kf_tensor *kf_constant(kf_graph *g, kf_dtype dtype, int rank, const int64_t *dims,
+                              const void *data);
+/* A rank-0 constant holding `value` converted to `dtype`. */
+KF_API kf_tensor *kf_scalar(kf_graph *g, kf_dtype dtype, double value);
+/* A tensor of the given shape whose elements hold their index along `axis`
+ * (i32 or a float dtype). */
+KF_API kf_tensor *kf_iota(kf_graph *g, kf_dtype dtype, int rank, const int64_t *dims, int axis);
+
+/* ------------------------------------------------------------------------ */
+/* Builder: elementwise                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Unary ops. neg and abs take f32/f16/bf16/f64/i32, the rest float dtypes only.
+ * gelu is the erf form; gelu_tanh the tanh approximation; silu is x*sigmoid(x). */
+KF_API kf_tensor *kf_neg(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_abs(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_exp(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_log(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_sqrt(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_rsqrt(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_tanh(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_sigmoid(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_relu(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_gelu(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_gelu_tanh(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_silu(kf_graph *g, kf_tensor *x);
+/* Converts to `dtype`: floats round to nearest even, float -> i32 truncates
+ * toward zero and saturates (NaN -> 0), anything -> bool is (x != 0). */
+KF_API kf_tensor *kf_cast(kf_graph *g, kf_tensor *x, kf_dtype dtype);
+
+/* Binary ops with numpy broadcasting. Both operands have the same dtype (insert
+ * a kf_cast otherwise). add/sub/mul/max/min take float dtypes and i32; div and
+ * pow float dtypes. max/min propagate NaN. */
+KF_API kf_tensor *kf_add(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_sub(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_mul(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_div(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_max(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_min(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_pow(kf_graph *g, kf_tensor *a, kf_tensor *b);
+/* Comparisons, with broadcasting; the result is bool. eq/ne also take bool. */
+KF_API kf_tensor *kf_eq(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_ne(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_lt(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_le(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_gt(kf_graph *g, kf_tensor *a, kf_tensor *b);
+KF_API kf_tensor *kf_ge(kf_graph *g, kf_tensor *a, kf_tensor *b);
+/* cond ? a : b elementwise, all three broadcast; cond is bool, a and b agree. */
+KF_API kf_tensor *kf_where(kf_graph *g, kf_tensor *cond, kf_tensor *a, kf_tensor *b);
+
+/* ------------------------------------------------------------------------ */
+/* Builder: reductions, normalizations, GEMM, layout                          */
+/* ------------------------------------------------------------------------ */
+
+/* Reductions over one axis; keepdim != 0 keeps it as size 1. sum and max take
+ * float dtypes and i32, mean float dtypes. */
+KF_API kf_tensor *kf_reduce_sum(kf_graph *g, kf_tensor *x, int axis, int keepdim);
+KF_API kf_tensor *kf_reduce_max(kf_graph *g, kf_tensor *x, int axis, int keepdim);
+KF_API kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim);
+
+/* Softmax along `axis` (float dtypes). */
+KF_API kf_tensor *kf_softmax(kf_graph *g, kf_tensor *x, int axis);
+/* (x - mean) / sqrt(var + eps) * weight + bias along `axis` (biased variance).
+ * weight and bias are rank 1, of length x's size along `axis`, x's dtype. */
+KF_API kf_tensor *kf_layer_norm(kf_graph *g, kf_tensor *x, kf_tensor *weight, kf_tensor *bias,
+                                int axis, double eps);
+/* x / sqrt(mean(x^2) + eps) * weight along `axis`; weight as for layer_norm. */
+KF_API kf_tensor *kf_rms_norm(kf_graph *g, kf_tensor *x, kf_tensor *weight, int axis,
+                              double eps);
+
+/* Batched matrix product of a [..., M, K] and b [..., K, N] (after the optional
+ * transposes of their last two dims); batch dims broadcast; both rank >= 2,
+ * same float dtype; the result has that dtype. */
+KF_API kf_tensor *kf_matmul(kf_graph *g, kf_tensor *a, kf_tensor *b, int transpose_a,
+                            int transpose_b);
+
+/* Reshape to `dims` (one entry may be -1: inferred). The element count must match. */
+KF_API kf_tensor *kf_reshape(kf_graph *g, kf_tensor *x, int rank, const int64_t *dims);
+/* Reorders the dims: result dim i is x's dim perm[i]. */
+KF_API kf_tensor *kf_permute(kf_graph *g, kf_tensor *x, const int *perm);
+/* Swaps two axes (a permute). */
+KF_API kf_tensor *kf_transpose(kf_graph *g, kf_tensor *x, int axis0, int axis1);
+
+/* Marks `t` as a graph output under `name` (an identifier, unique among outputs). */
+KF_API kf_status kf_output(kf_graph *g, const char *name, kf_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* Reference evaluation                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* A named host buffer: `size` bytes at `data`, in the dtype's storage format,
+ * row-major and contiguous. */
+typedef struct kf_binding {
+    const char *name;
+    void *data;
+    size_t size;
+} kf_binding;
+
+/* Evaluates the graph with the reference evaluator: every op in double, each
+ * result rounded to its dtype (round to nearest even) as it is stored. Every
+ * graph input must be bound exactly once, by name, with the exact size; each
+ * binding in `outputs` names a graph output and receives it. Errors:
+ * KF_ERR_NOT_FOUND (unknown or missing name), KF_ERR_INVALID_ARGUMENT (wrong
+ * size, NULL data), KF_ERR_OUT_OF_MEMORY, or the graph's own error. The message
+ * is readable through kf_graph_error(); it does not make the graph's error sticky. */
+KF_API kf_status kf_graph_eval(kf_graph *graph, const kf_binding *inputs, size_t n_inputs,
+                               const kf_binding *outputs, size_t n_outputs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KFUSE_H */

@@ -1,0 +1,273 @@
+/*
+ * ir.h -- kfuse's intermediate representation: the graph, its tensors (values),
+ * the op table, shape and dtype inference, the verifier, the printer and the
+ * reference evaluator. ir/ includes nothing else of kfuse; every later stage
+ * (fusion, codegen, runtime, frontend) reads the graph through this header.
+ *
+ * A graph is an arena of tensors in creation order. Because a builder call can
+ * only name tensors that already exist, creation order is a topological order:
+ * every pass walks graph->nodes front to back and never needs a sort.
+ */
+#ifndef KF_IR_H
+#define KF_IR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kfuse.h"
+
+/* ------------------------------------------------------------------------ */
+/* Internal invariants                                                        */
+/* ------------------------------------------------------------------------ */
+
+#ifndef NDEBUG
+#include <assert.h>
+#define KF_ASSERT(x) assert(x)
+#else
+#define KF_ASSERT(x) ((void)0)
+#endif
+
+/* Marks a defensive branch that should never run (coverage shows it). */
+#define KF_NEVER(x) (x)
+
+#define KF_MSG_MAX 512
+
+/* ------------------------------------------------------------------------ */
+/* The op table                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* How an op's operands and attributes are written; fixes the operand count. */
+typedef enum kf_form {
+    KF_FORM_INPUT,      /* input(TYPE) */
+    KF_FORM_CONST,      /* const(TYPE, VALUE | [VALUES]) */
+    KF_FORM_IOTA,       /* iota(TYPE, axis=A) */
+    KF_FORM_UNARY,      /* op(x) */
+    KF_FORM_CAST,       /* cast(x, DTYPE) */
+    KF_FORM_BINARY,     /* op(a, b) */
+    KF_FORM_WHERE,      /* where(cond, a, b) */
+    KF_FORM_REDUCE,     /* op(x, axis=A[, keepdim=true]) */
+    KF_FORM_SOFTMAX,    /* softmax(x, axis=A) */
+    KF_FORM_LAYER_NORM, /* layer_norm(x, weight, bias, axis=A, eps=E) */
+    KF_FORM_RMS_NORM,   /* rms_norm(x, weight, axis=A, eps=E) */
+    KF_FORM_MATMUL,     /* matmul(a, b[, transpose_a=true][, transpose_b=true]) */
+    KF_FORM_RESHAPE,    /* reshape(x, [DIMS]) */
+    KF_FORM_PERMUTE,    /* permute(x, [PERM]) */
+    KF_FORM_COUNT
+} kf_form;
+
+/* Op traits: what passes may ask. */
+enum {
+    KF_TRAIT_SOURCE = 1u << 0,         /* no tensor operands */
+    KF_TRAIT_ELEMENTWISE = 1u << 1,    /* out[i] depends on operands at i (broadcast) only */
+    KF_TRAIT_UNARY = 1u << 2,          /* one tensor operand */
+    KF_TRAIT_BINARY = 1u << 3,         /* two tensor operands, broadcast */
+    KF_TRAIT_COMPARE = 1u << 4,        /* result is bool */
+    KF_TRAIT_SELECT = 1u << 5,         /* where */
+    KF_TRAIT_REDUCTION = 1u << 6,      /* reduces one axis */
+    KF_TRAIT_ROWWISE = 1u << 7,        /* needs a whole row along its axis */
+    KF_TRAIT_SOFTMAX = 1u << 8,        /* softmax (attention-relevant) */
+    KF_TRAIT_NORM = 1u << 9,           /* layer/rms normalization */
+    KF_TRAIT_GEMM = 1u << 10,          /* a GEMM anchor (also attention-relevant) */
+    KF_TRAIT_LAYOUT = 1u << 11,        /* reshape/permute: moves data, no math */
+    KF_TRAIT_ACTIVATION = 1u << 12,    /* an activation function */
+    KF_TRAIT_TRANSCENDENTAL = 1u << 13, /* costs more than a multiply-add */
+    KF_TRAIT_COMMUTATIVE = 1u << 14
+};
+
+/* Dtype masks for the op table. */
+#define KF_DTMASK(d) (1u << (d))
+#define KF_DTMASK_FLOAT                                                                        \
+    (KF_DTMASK(KF_DTYPE_F32) | KF_DTMASK(KF_DTYPE_F16) | KF_DTMASK(KF_DTYPE_BF16) |           \
+     KF_DTMASK(KF_DTYPE_F64))
+#define KF_DTMASK_NUM (KF_DTMASK_FLOAT | KF_DTMASK(KF_DTYPE_I32))
+#define KF_DTMASK_ANY (KF_DTMASK_NUM | KF_DTMASK(KF_DTYPE_BOOL))
+
+typedef enum kf_op {
+#define KF_OP(NAME, TEXT, FORM, TRAITS, DTYPES) KF_OP_##NAME,
+#include "ops.def"
+#undef KF_OP
+    KF_OP_COUNT
+} kf_op;
+
+typedef struct kf_op_info {
+    const char *name; /* the .kfg text */
+    kf_form form;
+    unsigned traits;
+    unsigned dtypes; /* KF_DTMASK_* */
+} kf_op_info;
+
+extern const kf_op_info kf_op_table[KF_OP_COUNT];
+
+static inline const kf_op_info *kf_op_get(kf_op op) { return &kf_op_table[op]; }
+static inline bool kf_op_has(kf_op op, unsigned trait) { return (kf_op_table[op].traits & trait) != 0; }
+/* The number of tensor operands an op's form takes. */
+int kf_form_arity(kf_form form);
+/* The op whose .kfg text is `name` (`len` bytes), or KF_OP_COUNT. */
+kf_op kf_op_from_name(const char *name, size_t len);
+/* The dtype whose name is `name` (`len` bytes), or KF_DTYPE_COUNT. */
+kf_dtype kf_dtype_from_name(const char *name, size_t len);
+static inline bool kf_dtype_is_float(kf_dtype d) {
+    return d == KF_DTYPE_F32 || d == KF_DTYPE_F16 || d == KF_DTYPE_BF16 || d == KF_DTYPE_F64;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory: the context's allocator hooks, and an arena                        */
+/* ------------------------------------------------------------------------ */
+
+/* A resolved allocator: never has NULL hooks (kf_mem_resolve fills libc's). */
+typedef kf_allocator kf_mem;
+
+/* Fills any NULL hooks of `a` with libc's (all three must be NULL or set). */
+void kf_mem_resolve(kf_mem *out, const kf_allocator *a);
+void *kf_mem_alloc(const kf_mem *m, size_t size);
+void *kf_mem_calloc(const kf_mem *m, size_t count, size_t size); /* zeroed; checks overflow */
+void *kf_mem_realloc(const kf_mem *m, void *ptr, size_t old_size, size_t new_size);
+void kf_mem_free(const kf_mem *m, void *ptr, size_t size);
+/* Grows *items (each `elem` bytes, *cap of them) to hold at least `need`. */
+bool kf_mem_grow(const kf_mem *m, void **items, uint32_t *cap, uint32_t need, size_t elem);
+
+typedef struct kf_arena_block kf_arena_block;
+typedef struct kf_arena {
+    const kf_mem *mem;
+    kf_arena_block *head;
+} kf_arena;
+
+void kf_arena_init(kf_arena *a, const kf_mem *mem);
+/* 16-byte aligned, zeroed memory that lives until kf_arena_release; NULL on OOM. */
+void *kf_arena_alloc(kf_arena *a, size_t size);
+char *kf_arena_strndup(kf_arena *a, const char *s, size_t len);
+void kf_arena_release(kf_arena *a);
+
+/* ------------------------------------------------------------------------ */
+/* Graph and tensors                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kf_attrs {
+    int axis;        /* iota, reductions, softmax, norms: normalized, >= 0 */
+    bool keepdim;    /* reductions */
+    bool transpose_a, transpose_b; /* matmul */
+    double eps;      /* norms */
+    kf_dtype to;     /* cast: the target dtype (== the tensor's dtype) */
+    int perm[KF_MAX_RANK]; /* permute */
+} kf_attrs;
+
+struct kf_tensor {
+    kf_graph *graph;
+    uint32_t id; /* index in graph->nodes: creation order, a topological order */
+    kf_op op;
+    kf_dtype dtype;
+    int rank;
+    int64_t dims[KF_MAX_RANK];
+    int nsrc;
+    kf_tensor *src[3];
+    kf_attrs attr;
+    const char *name; /* arena-owned; inputs always have one */
+    void *data;       /* constants: numel elements in storage format, arena-owned */
+    uint32_t n_uses;  /* operand slots of later tensors that name this one */
+};
+
+typedef struct kf_graph_output_slot {
+    const char *name; /* arena-owned */
+    kf_tensor *tensor;
+} kf_graph_output_slot;
+
+struct kf_graph {
+    kf_ctx *ctx; /* may be NULL for graphs built by ir tests */
+    kf_mem mem;
+    kf_arena arena;
+    kf_tensor **nodes;
+    uint32_t n_nodes, cap_nodes;
+    kf_tensor **inputs;
+    uint32_t n_inputs, cap_inputs;
+    kf_graph_output_slot *outputs;
+    uint32_t n_outputs, cap_outputs;
+    kf_status status;       /* the first builder error: sticky */
+    char error[KF_MSG_MAX]; /* its message */
+    char last[KF_MSG_MAX];  /* the last non-sticky failure's message (verify, eval) */
+};
+
+/* Creates an empty graph using `mem` (copied). NULL on OOM. */
+kf_graph *kf_ir_graph_create(const kf_allocator *alloc, kf_ctx *ctx);
+void kf_ir_graph_destroy(kf_graph *g);
+
+/* Records the first (sticky) builder error; returns `status`. */
+kf_status kf_ir_fail(kf_graph *g, kf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Records a non-sticky failure message (verify, eval); returns `status`. */
+kf_status kf_ir_note(kf_graph *g, kf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* "f32[8, 64]" into buf (always terminated); returns buf. */
+char *kf_ir_type_str(const kf_tensor *t, char *buf, size_t size);
+int64_t kf_ir_numel(const kf_tensor *t);
+/* Row-major element strides of `t`, and of `t` broadcast into a shape of rank
+ * `rank` (right-aligned; stride 0 along broadcast dims). */
+void kf_ir_strides(const kf_tensor *t, int64_t *strides);
+void kf_ir_broadcast_strides(const kf_tensor *t, int rank, int64_t *strides);
+/* True when `name` is an identifier ([A-Za-z_][A-Za-z0-9_]*), at most 64 chars. */
+bool kf_ir_is_identifier(const char *name, size_t len);
+/* The tensor named `name`, or NULL. */
+kf_tensor *kf_ir_find_name(const kf_graph *g, const char *name, size_t len);
+
+/* Everything a builder call says; ir_build reads the fields its op's form uses. */
+typedef struct kf_node_args {
+    kf_tensor *src[3];
+    kf_dtype dtype;                /* input/const/iota: the dtype; cast: the target */
+    int rank;                      /* input/const/iota/reshape */
+    int64_t dims[KF_MAX_RANK];     /* input/const/iota/reshape (reshape: one -1 allowed) */
+    int axis;                      /* may be negative */
+    bool keepdim;
+    bool transpose_a, transpose_b;
+    double eps;
+    int perm[KF_MAX_RANK];
+    const char *name; /* input */
+    const void *data; /* const: numel elements in storage format; NULL for zeros */
+} kf_node_args;
+
+/* Infers shape and dtype for `op` from `args`, checks them, and appends the
+ * tensor. A NULL operand or a graph that already failed returns NULL silently;
+ * a bad call records a sticky error naming the op, the operand and the shapes. */
+kf_tensor *kf_ir_build(kf_graph *g, kf_op op, const kf_node_args *args);
+/* Adds a named output (sticky error on a bad name or duplicate). */
+kf_status kf_ir_add_output(kf_graph *g, const char *name, kf_tensor *t);
+/* Names a tensor (checks identifier and uniqueness; sticky error otherwise). */
+kf_status kf_ir_set_name(kf_graph *g, kf_tensor *t, const char *name, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Verifier, printer, evaluator                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Re-derives every tensor's shape and dtype and checks every invariant. */
+kf_status kf_ir_verify(kf_graph *g);
+
+/* Canonical .kfg text. Tensors without a name print as %ID. */
+kf_status kf_ir_print(const kf_graph *g, FILE *out);
+/* Writes the shortest decimal that reads back as `v` (for dtype d's precision). */
+int kf_ir_format_number(char *buf, size_t size, double v, kf_dtype d);
+
+/* Storage conversions: element i of a buffer in dtype d, as a double, and back
+ * (with round to nearest even, i32 saturation, bool as != 0). */
+double kf_ir_load(const void *data, kf_dtype d, int64_t i);
+void kf_ir_store(void *data, kf_dtype d, int64_t i, double v);
+/* Rounds v to what dtype d can hold (as kf_ir_store then kf_ir_load would). */
+double kf_ir_round(kf_dtype d, double v);
+
+/* Values of every tensor, in double, each already rounded to its dtype. */
+typedef struct kf_eval_state {
+    kf_graph *graph;
+    double **values; /* graph->n_nodes entries; NULL for tensors not computed */
+} kf_eval_state;
+
+/* Evaluates every tensor the outputs need, given host buffers for every input
+ * (`input_data[i]` for graph->inputs[i], storage format). On success the caller
+ * reads st->values and calls kf_ir_eval_release. */
+kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st);
+/* Computes one tensor from its operands' values (which must be present in `st`).
+ * Used by kf_ir_eval and by the planner's checker. */
+kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t);
+void kf_ir_eval_release(kf_eval_state *st);
+
+#endif /* KF_IR_H */
