@@ -227,6 +227,20 @@ typedef struct kf_node_args {
     const void *data; /* const: numel elements in storage format; NULL for zeros */
 } kf_node_args;
 
+/* The result of inference, before a tensor exists. */
+typedef struct kf_inferred {
+    kf_dtype dtype;
+    int rank;
+    int64_t dims[KF_MAX_RANK];
+    kf_attrs attr;
+} kf_inferred;
+
+/* The shape and dtype rules: infers `op` applied to `args` (whose operands
+ * must be non-NULL) into *out, or returns an error status with a message in
+ * `err` (KF_MSG_MAX bytes) naming the op, the operand and the shapes. Records
+ * nothing; kf_ir_build and kf_ir_verify both call it. */
+kf_status kf_ir_infer(kf_op op, const kf_node_args *args, kf_inferred *out, char *err);
+
 /* Infers shape and dtype for `op` from `args`, checks them, and appends the
  * tensor. A NULL operand or a graph that already failed returns NULL silently;
  * a bad call records a sticky error naming the op, the operand and the shapes. */

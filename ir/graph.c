@@ -1,0 +1,170 @@
+/*
+ * graph.c -- the graph as a container: creation and destruction, the sticky
+ * error and the non-sticky note, names, and the shape helpers every pass uses.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+kf_graph *kf_ir_graph_create(const kf_allocator *alloc, kf_ctx *ctx) {
+    kf_mem mem;
+    kf_mem_resolve(&mem, alloc);
+    kf_graph *g = kf_mem_alloc(&mem, sizeof *g);
+    if (!g)
+        return NULL;
+    memset(g, 0, sizeof *g);
+    g->ctx = ctx;
+    g->mem = mem;
+    kf_arena_init(&g->arena, &g->mem);
+    return g;
+}
+
+void kf_ir_graph_destroy(kf_graph *g) {
+    if (!g)
+        return;
+    kf_mem mem = g->mem;
+    kf_arena_release(&g->arena);
+    kf_mem_free(&mem, g->nodes, (size_t)g->cap_nodes * sizeof *g->nodes);
+    kf_mem_free(&mem, g->inputs, (size_t)g->cap_inputs * sizeof *g->inputs);
+    kf_mem_free(&mem, g->outputs, (size_t)g->cap_outputs * sizeof *g->outputs);
+    kf_mem_free(&mem, g, sizeof *g);
+}
+
+kf_status kf_ir_fail(kf_graph *g, kf_status status, const char *fmt, ...) {
+    if (g->status != KF_OK)
+        return status; /* the first error wins */
+    g->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof g->error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+kf_status kf_ir_note(kf_graph *g, kf_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->last, sizeof g->last, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+char *kf_ir_type_str(const kf_tensor *t, char *buf, size_t size) {
+    size_t n = 0;
+    int w = snprintf(buf, size, "%s[", kf_dtype_name(t->dtype));
+    n = w > 0 ? (size_t)w : 0;
+    for (int i = 0; i < t->rank && n < size; i++) {
+        w = snprintf(buf + n, size - n, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+        n += w > 0 ? (size_t)w : 0;
+    }
+    if (n < size)
+        snprintf(buf + n, size - n, "]");
+    return buf;
+}
+
+int64_t kf_ir_numel(const kf_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->dims[i];
+    return n;
+}
+
+void kf_ir_strides(const kf_tensor *t, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = t->rank - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= t->dims[i];
+    }
+}
+
+void kf_ir_broadcast_strides(const kf_tensor *t, int rank, int64_t *strides) {
+    int64_t own[KF_MAX_RANK];
+    kf_ir_strides(t, own);
+    int off = rank - t->rank;
+    KF_ASSERT(off >= 0);
+    for (int i = 0; i < rank; i++) {
+        int j = i - off;
+        strides[i] = (j < 0 || t->dims[j] == 1) ? 0 : own[j];
+    }
+}
+
+bool kf_ir_is_identifier(const char *name, size_t len) {
+    if (!name || len == 0 || len > 64)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+        bool digit = c >= '0' && c <= '9';
+        if (!(alpha || (i > 0 && digit)))
+            return false;
+    }
+    return true;
+}
+
+kf_tensor *kf_ir_find_name(const kf_graph *g, const char *name, size_t len) {
+    /* Names are few and graphs small; a linear scan keeps the graph a plain
+     * array. The parser is the heavy user and looks each name up once. */
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const char *n = g->nodes[i]->name;
+        if (n && strlen(n) == len && memcmp(n, name, len) == 0)
+            return g->nodes[i];
+    }
+    return NULL;
+}
+
+kf_status kf_ir_set_name(kf_graph *g, kf_tensor *t, const char *name, size_t len) {
+    if (!kf_ir_is_identifier(name, len))
+        return kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT,
+                          "name: '%.*s' is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 64 "
+                          "characters)",
+                          (int)(len > 64 ? 64 : len), name ? name : "");
+    kf_tensor *other = kf_ir_find_name(g, name, len);
+    if (other == t)
+        return KF_OK;
+    if (other)
+        return kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT,
+                          "name: '%.*s' already names tensor %%%u (%s); pick another name",
+                          (int)len, name, other->id, kf_op_get(other->op)->name);
+    if (t->op == KF_OP_INPUT)
+        return kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT,
+                          "name: input '%s' keeps the name it was created with", t->name);
+    char *copy = kf_arena_strndup(&g->arena, name, len);
+    if (!copy)
+        return kf_ir_fail(g, KF_ERR_OUT_OF_MEMORY, "name: out of memory");
+    t->name = copy;
+    return KF_OK;
+}
+
+kf_status kf_ir_add_output(kf_graph *g, const char *name, kf_tensor *t) {
+    if (g->status != KF_OK)
+        return g->status;
+    if (!t)
+        return kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT, "output: tensor for output '%s' is NULL",
+                          name ? name : "(null)");
+    if (t->graph != g)
+        return kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT,
+                          "output: tensor for output '%s' belongs to another graph",
+                          name ? name : "(null)");
+    size_t len = name ? strlen(name) : 0;
+    if (!kf_ir_is_identifier(name, len))
+        return kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT,
+                          "output: '%s' is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 64 "
+                          "characters)",
+                          name ? name : "(null)");
+    for (uint32_t i = 0; i < g->n_outputs; i++)
+        if (strcmp(g->outputs[i].name, name) == 0)
+            return kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT,
+                              "output: '%s' is already an output; output names are unique", name);
+    if (!kf_mem_grow(&g->mem, (void **)&g->outputs, &g->cap_outputs, g->n_outputs + 1,
+                     sizeof *g->outputs))
+        return kf_ir_fail(g, KF_ERR_OUT_OF_MEMORY, "output: out of memory");
+    char *copy = kf_arena_strndup(&g->arena, name, len);
+    if (!copy)
+        return kf_ir_fail(g, KF_ERR_OUT_OF_MEMORY, "output: out of memory");
+    g->outputs[g->n_outputs].name = copy;
+    g->outputs[g->n_outputs].tensor = t;
+    g->n_outputs++;
+    return KF_OK;
+}
