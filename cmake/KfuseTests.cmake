@@ -1,0 +1,135 @@
+# KfuseTests.cmake -- the test suites, included from the top-level CMakeLists.txt
+# when KF_BUILD_TESTS is on.
+#
+#   tests/test_*.c       one cmocka binary per module, ctest name = file stem
+#   tests/*.c (others)   helpers linked into every suite (kf_testutil)
+#   tests/cli/           the CLI's behaviour: round-trips, eval, errors
+#   tests/consumer/      install, then build and run an out-of-tree consumer
+#
+# Every test runs from the repository root with KF_SOURCE_DIR set to it, so a
+# suite can open examples/*.kfg by a relative or an absolute path.
+
+# ---------------------------------------------------------------------------
+# cmocka: CMOCKA_ROOT (or the git-ignored .cmocka/ that a GPU machine carries),
+# else pkg-config, else the usual paths.
+# ---------------------------------------------------------------------------
+
+if(NOT CMOCKA_ROOT AND EXISTS "${PROJECT_SOURCE_DIR}/.cmocka/include/cmocka.h")
+    set(CMOCKA_ROOT "${PROJECT_SOURCE_DIR}/.cmocka")
+endif()
+
+if(NOT TARGET kf_cmocka)
+    if(CMOCKA_ROOT)
+        find_path(KF_CMOCKA_INCLUDE_DIR cmocka.h
+                  PATHS "${CMOCKA_ROOT}/include" NO_DEFAULT_PATH)
+        find_library(KF_CMOCKA_LIBRARY cmocka
+                     PATHS "${CMOCKA_ROOT}/lib" "${CMOCKA_ROOT}/lib64" NO_DEFAULT_PATH)
+        if(NOT KF_CMOCKA_INCLUDE_DIR OR NOT KF_CMOCKA_LIBRARY)
+            message(FATAL_ERROR "CMOCKA_ROOT=${CMOCKA_ROOT} holds no include/cmocka.h and lib/libcmocka.so*")
+        endif()
+        set(KF_CMOCKA_SUMMARY "${KF_CMOCKA_LIBRARY} (CMOCKA_ROOT)")
+    else()
+        find_package(PkgConfig QUIET)
+        if(PKG_CONFIG_FOUND)
+            pkg_check_modules(KF_PC_CMOCKA QUIET IMPORTED_TARGET cmocka)
+        endif()
+        if(KF_PC_CMOCKA_FOUND)
+            set(KF_CMOCKA_SUMMARY "${KF_PC_CMOCKA_VERSION} (pkg-config)")
+        else()
+            find_path(KF_CMOCKA_INCLUDE_DIR cmocka.h)
+            find_library(KF_CMOCKA_LIBRARY cmocka)
+            if(NOT KF_CMOCKA_INCLUDE_DIR OR NOT KF_CMOCKA_LIBRARY)
+                message(FATAL_ERROR
+                    "cmocka not found. Install it (scripts/install-deps.sh, or apt-get install "
+                    "libcmocka-dev), point -DCMOCKA_ROOT=<dir> at a copy, or configure with "
+                    "-DKF_BUILD_TESTS=OFF.")
+            endif()
+            set(KF_CMOCKA_SUMMARY "${KF_CMOCKA_LIBRARY}")
+        endif()
+    endif()
+
+    add_library(kf_cmocka INTERFACE)
+    if(KF_PC_CMOCKA_FOUND AND NOT CMOCKA_ROOT)
+        target_link_libraries(kf_cmocka INTERFACE PkgConfig::KF_PC_CMOCKA)
+    else()
+        target_include_directories(kf_cmocka INTERFACE "${KF_CMOCKA_INCLUDE_DIR}")
+        target_link_libraries(kf_cmocka INTERFACE "${KF_CMOCKA_LIBRARY}")
+    endif()
+endif()
+
+# ---------------------------------------------------------------------------
+# The cmocka suites
+# ---------------------------------------------------------------------------
+
+set(KF_TEST_ENV "KF_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+if(KF_SANITIZE)
+    list(APPEND KF_TEST_ENV
+        "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1"
+        "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+endif()
+
+file(GLOB KF_TEST_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/tests/*.c")
+set(KF_SUITE_SOURCES "")
+set(KF_TESTUTIL_SOURCES "")
+foreach(_src IN LISTS KF_TEST_SOURCES)
+    get_filename_component(_name "${_src}" NAME)
+    if(_name MATCHES "^test_.*\\.c$")
+        list(APPEND KF_SUITE_SOURCES "${_src}")
+    else()
+        list(APPEND KF_TESTUTIL_SOURCES "${_src}")
+    endif()
+endforeach()
+
+add_library(kf_testutil INTERFACE)
+target_include_directories(kf_testutil INTERFACE "${PROJECT_SOURCE_DIR}/tests")
+target_link_libraries(kf_testutil INTERFACE kfuse_internal kf_cmocka)
+if(KF_TESTUTIL_SOURCES)
+    add_library(kf_testutil_objs STATIC ${KF_TESTUTIL_SOURCES})
+    target_link_libraries(kf_testutil_objs PUBLIC kfuse_internal kf_cmocka)
+    target_include_directories(kf_testutil_objs PUBLIC "${PROJECT_SOURCE_DIR}/tests")
+    target_link_libraries(kf_testutil INTERFACE kf_testutil_objs)
+endif()
+
+foreach(_src IN LISTS KF_SUITE_SOURCES)
+    get_filename_component(_stem "${_src}" NAME_WE)
+    add_executable(${_stem} "${_src}")
+    target_link_libraries(${_stem} PRIVATE kf_testutil)
+    set_target_properties(${_stem} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/tests")
+    add_test(NAME ${_stem} COMMAND ${_stem} WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
+    set_tests_properties(${_stem} PROPERTIES ENVIRONMENT "${KF_TEST_ENV}" TIMEOUT 300)
+endforeach()
+
+# ---------------------------------------------------------------------------
+# The CLI: every example round-trips through `kfuse print` and evaluates; the
+# error paths exit with the documented codes and messages.
+# ---------------------------------------------------------------------------
+
+find_program(KF_BASH bash)
+if(KF_BASH)
+    file(GLOB KF_EXAMPLES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/examples/*.kfg")
+    foreach(_example IN LISTS KF_EXAMPLES)
+        get_filename_component(_stem "${_example}" NAME_WE)
+        add_test(NAME cli_example_${_stem}
+                 COMMAND "${KF_BASH}" "${PROJECT_SOURCE_DIR}/tests/cli/cli_test.sh" example
+                         "$<TARGET_FILE:kfuse_cli>" "${_example}"
+                 WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
+        set_tests_properties(cli_example_${_stem} PROPERTIES ENVIRONMENT "${KF_TEST_ENV}" TIMEOUT 120)
+    endforeach()
+    add_test(NAME cli_errors
+             COMMAND "${KF_BASH}" "${PROJECT_SOURCE_DIR}/tests/cli/cli_test.sh" errors
+                     "$<TARGET_FILE:kfuse_cli>" "${PROJECT_SOURCE_DIR}/examples/mlp.kfg"
+             WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
+    set_tests_properties(cli_errors PROPERTIES ENVIRONMENT "${KF_TEST_ENV}" TIMEOUT 120)
+
+    # Install into a scratch prefix and build tests/consumer against it, once
+    # through find_package(kfuse) and once through pkg-config.
+    string(REPLACE ";" " " _kf_sanitize_flags "${KF_SANITIZE_FLAGS}")
+    add_test(NAME install_consumer
+             COMMAND "${KF_BASH}" "${PROJECT_SOURCE_DIR}/tests/consumer/run.sh"
+                     "${PROJECT_BINARY_DIR}" "${CMAKE_C_COMPILER}" "${_kf_sanitize_flags}"
+                     "$<CONFIG>"
+             WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
+    set_tests_properties(install_consumer PROPERTIES ENVIRONMENT "${KF_TEST_ENV}" TIMEOUT 300)
+else()
+    message(WARNING "bash not found: the CLI and install tests are not registered")
+endif()
