@@ -210,7 +210,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
                                                      operand_name(info->form, 0),
                                                      kf_ir_type_str(s[0], t1, sizeof t1)),
                                             t2)
-                                         : kf_ir_type_str(&acc, t1, sizeof t1));
+                                         : strchr(kf_ir_type_str(&acc, t1, sizeof t1), '['));
             }
         }
         if (info->form == KF_FORM_WHERE)

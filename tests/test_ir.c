@@ -1,0 +1,591 @@
+/*
+ * test_ir.c -- the graph builder and its shape/dtype inference, the sticky
+ * error contract, the verifier, contexts and status strings.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ir/ir.h"
+#include "kfuse.h"
+
+typedef struct fixture {
+    kf_ctx *ctx;
+    kf_graph *g;
+} fixture;
+
+static int setup(void **state) {
+    static fixture f;
+    memset(&f, 0, sizeof f);
+    if (kf_ctx_create(NULL, &f.ctx) != KF_OK || kf_graph_create(f.ctx, &f.g) != KF_OK)
+        return -1;
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    kf_graph_destroy(f->g);
+    kf_ctx_destroy(f->ctx);
+    return 0;
+}
+
+#define G (((fixture *)*state)->g)
+
+static kf_tensor *in(kf_graph *g, const char *name, kf_dtype d, int rank, ...) {
+    int64_t dims[KF_MAX_RANK];
+    va_list ap;
+    va_start(ap, rank);
+    for (int i = 0; i < rank; i++)
+        dims[i] = va_arg(ap, int);
+    va_end(ap);
+    return kf_input(g, name, d, rank, dims);
+}
+
+/* Asserts t has dtype d and the given dims. */
+static void assert_type(const kf_tensor *t, kf_dtype d, int rank, ...) {
+    assert_non_null(t);
+    assert_int_equal(kf_tensor_dtype(t), d);
+    assert_int_equal(kf_tensor_rank(t), rank);
+    va_list ap;
+    va_start(ap, rank);
+    for (int i = 0; i < rank; i++)
+        assert_int_equal(kf_tensor_dim(t, i), va_arg(ap, int));
+    va_end(ap);
+}
+
+/* Asserts the graph failed with `status` and a message containing each fragment. */
+static void assert_error(const kf_graph *g, kf_status status, const char *frag1, const char *frag2) {
+    assert_int_equal(kf_graph_status(g), status);
+    const char *msg = kf_graph_error(g);
+    if (frag1 && !strstr(msg, frag1))
+        fail_msg("message '%s' lacks '%s'", msg, frag1);
+    if (frag2 && !strstr(msg, frag2))
+        fail_msg("message '%s' lacks '%s'", msg, frag2);
+}
+
+/* ---------------------------------------------------------------- inference */
+
+static void test_unary_ops_keep_shape_and_dtype(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_BF16, 2, 3, 5);
+    kf_tensor *(*fns[])(kf_graph *, kf_tensor *) = {kf_neg,  kf_abs,     kf_exp,  kf_log,
+                                                     kf_sqrt, kf_rsqrt,   kf_tanh, kf_sigmoid,
+                                                     kf_relu, kf_gelu,    kf_gelu_tanh, kf_silu};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        assert_type(fns[i](G, x), KF_DTYPE_BF16, 2, 3, 5);
+    assert_int_equal(kf_graph_status(G), KF_OK);
+}
+
+static void test_binary_ops_broadcast_numpy_style(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_F32, 3, 2, 1, 4);
+    kf_tensor *b = in(G, "b", KF_DTYPE_F32, 2, 3, 1);
+    kf_tensor *s = kf_scalar(G, KF_DTYPE_F32, 2.0);
+    kf_tensor *(*fns[])(kf_graph *, kf_tensor *, kf_tensor *) = {kf_add, kf_sub, kf_mul, kf_div,
+                                                                  kf_max, kf_min, kf_pow};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        assert_type(fns[i](G, a, b), KF_DTYPE_F32, 3, 2, 3, 4);
+        assert_type(fns[i](G, s, a), KF_DTYPE_F32, 3, 2, 1, 4);
+    }
+    assert_type(kf_add(G, s, s), KF_DTYPE_F32, 0);
+}
+
+static void test_comparisons_return_bool(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_I32, 2, 4, 1);
+    kf_tensor *b = in(G, "b", KF_DTYPE_I32, 1, 6);
+    kf_tensor *(*fns[])(kf_graph *, kf_tensor *, kf_tensor *) = {kf_eq, kf_ne, kf_lt,
+                                                                  kf_le, kf_gt, kf_ge};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        assert_type(fns[i](G, a, b), KF_DTYPE_BOOL, 2, 4, 6);
+    kf_tensor *c = kf_eq(G, a, b);
+    assert_type(kf_eq(G, c, c), KF_DTYPE_BOOL, 2, 4, 6);
+}
+
+static void test_where_broadcasts_all_three_operands(void **state) {
+    kf_tensor *q = kf_iota(G, KF_DTYPE_I32, 2, (int64_t[]){8, 8}, 0);
+    kf_tensor *k = kf_iota(G, KF_DTYPE_I32, 2, (int64_t[]){8, 8}, -1);
+    kf_tensor *mask = kf_ge(G, q, k);
+    kf_tensor *s = in(G, "s", KF_DTYPE_F16, 3, 2, 8, 8);
+    kf_tensor *ninf = kf_scalar(G, KF_DTYPE_F16, -1.0 / 0.0);
+    assert_type(kf_where(G, mask, s, ninf), KF_DTYPE_F16, 3, 2, 8, 8);
+    assert_int_equal(k->attr.axis, 1);
+}
+
+static void test_cast_changes_only_dtype(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 7);
+    for (int d = 0; d < KF_DTYPE_COUNT; d++)
+        assert_type(kf_cast(G, x, (kf_dtype)d), (kf_dtype)d, 1, 7);
+}
+
+static void test_reductions_drop_or_keep_the_axis(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 3, 2, 3, 4);
+    assert_type(kf_reduce_sum(G, x, 0, 0), KF_DTYPE_F32, 2, 3, 4);
+    assert_type(kf_reduce_max(G, x, 1, 1), KF_DTYPE_F32, 3, 2, 1, 4);
+    assert_type(kf_reduce_mean(G, x, -1, 0), KF_DTYPE_F32, 2, 2, 3);
+    kf_tensor *v = in(G, "v", KF_DTYPE_I32, 1, 5);
+    assert_type(kf_reduce_sum(G, v, 0, 0), KF_DTYPE_I32, 0);
+}
+
+static void test_softmax_and_norms_keep_shape_and_normalize_axis(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 3, 2, 3, 4);
+    kf_tensor *w = in(G, "w", KF_DTYPE_F32, 1, 4);
+    kf_tensor *b = in(G, "b", KF_DTYPE_F32, 1, 4);
+    kf_tensor *w3 = in(G, "w3", KF_DTYPE_F32, 1, 3);
+    kf_tensor *sm = kf_softmax(G, x, -1);
+    assert_type(sm, KF_DTYPE_F32, 3, 2, 3, 4);
+    assert_int_equal(sm->attr.axis, 2);
+    kf_tensor *ln = kf_layer_norm(G, x, w, b, -1, 1e-5);
+    assert_type(ln, KF_DTYPE_F32, 3, 2, 3, 4);
+    assert_int_equal(ln->attr.axis, 2);
+    assert_true(ln->attr.eps == 1e-5);
+    assert_type(kf_rms_norm(G, x, w3, 1, 1e-6), KF_DTYPE_F32, 3, 2, 3, 4);
+}
+
+static void test_matmul_transposes_and_broadcasts_batch(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_BF16, 4, 2, 1, 8, 16);
+    kf_tensor *b = in(G, "b", KF_DTYPE_BF16, 3, 3, 16, 32);
+    assert_type(kf_matmul(G, a, b, 0, 0), KF_DTYPE_BF16, 4, 2, 3, 8, 32);
+    kf_tensor *at = in(G, "at", KF_DTYPE_BF16, 2, 16, 8);
+    kf_tensor *bt = in(G, "bt", KF_DTYPE_BF16, 2, 32, 16);
+    assert_type(kf_matmul(G, at, bt, 1, 1), KF_DTYPE_BF16, 2, 8, 32);
+    kf_tensor *m = kf_matmul(G, at, b, 1, 0);
+    assert_type(m, KF_DTYPE_BF16, 3, 3, 8, 32);
+    assert_true(m->attr.transpose_a);
+    assert_false(m->attr.transpose_b);
+}
+
+static void test_reshape_infers_one_dim_and_permute_reorders(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 6, 8);
+    assert_type(kf_reshape(G, x, 3, (int64_t[]){2, -1, 4}), KF_DTYPE_F32, 3, 2, 6, 4);
+    assert_type(kf_reshape(G, x, 1, (int64_t[]){48}), KF_DTYPE_F32, 1, 48);
+    kf_tensor *s = kf_scalar(G, KF_DTYPE_F32, 1);
+    assert_type(kf_reshape(G, s, 2, (int64_t[]){1, 1}), KF_DTYPE_F32, 2, 1, 1);
+    kf_tensor *y = in(G, "y", KF_DTYPE_F32, 3, 2, 3, 4);
+    kf_tensor *p = kf_permute(G, y, (int[]){2, 0, 1});
+    assert_type(p, KF_DTYPE_F32, 3, 4, 2, 3);
+    assert_type(kf_transpose(G, y, -1, -2), KF_DTYPE_F32, 3, 2, 4, 3);
+}
+
+static void test_sources_carry_shape_dtype_and_data(void **state) {
+    float data[6] = {1, 2, 3, 4, 5, 6};
+    kf_tensor *c = kf_constant(G, KF_DTYPE_F32, 2, (int64_t[]){2, 3}, data);
+    assert_type(c, KF_DTYPE_F32, 2, 2, 3);
+    data[0] = 99; /* copied, not referenced */
+    assert_true(((float *)c->data)[0] == 1.0f);
+    kf_tensor *s = kf_scalar(G, KF_DTYPE_BF16, 0.125);
+    assert_type(s, KF_DTYPE_BF16, 0);
+    assert_int_equal(*(uint16_t *)s->data, kf_f32_to_bf16(0.125f));
+    kf_tensor *i = kf_iota(G, KF_DTYPE_F32, 3, (int64_t[]){2, 3, 4}, 1);
+    assert_type(i, KF_DTYPE_F32, 3, 2, 3, 4);
+    kf_tensor *x = in(G, "x", KF_DTYPE_BOOL, 0);
+    assert_type(x, KF_DTYPE_BOOL, 0);
+    assert_string_equal(kf_tensor_name(x), "x");
+    assert_int_equal(kf_graph_input_count(G), 1);
+    assert_ptr_equal(kf_graph_input(G, 0), x);
+    assert_null(kf_graph_input(G, 1));
+    assert_int_equal(kf_tensor_numel(i), 24);
+    assert_int_equal(kf_tensor_dim(i, -1), 4);
+    assert_int_equal(kf_tensor_dim(i, 3), -1);
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static void test_binary_rejects_shapes_that_do_not_broadcast(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_F32, 2, 8, 256);
+    kf_tensor *b = in(G, "b", KF_DTYPE_F32, 1, 3);
+    assert_null(kf_add(G, a, b));
+    assert_error(G, KF_ERR_SHAPE, "add: operand b f32[3] does not broadcast",
+                 "operand a f32[8, 256]");
+}
+
+static void test_binary_rejects_mixed_dtypes_and_says_to_cast(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_F32, 1, 4);
+    kf_tensor *b = in(G, "b", KF_DTYPE_F16, 1, 4);
+    assert_null(kf_mul(G, a, b));
+    assert_error(G, KF_ERR_DTYPE, "mul: operand a f32[4] and operand b f16[4]", "insert a cast");
+}
+
+static void test_float_ops_reject_integer_operands(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_I32, 1, 4);
+    assert_null(kf_gelu(G, x));
+    assert_error(G, KF_ERR_DTYPE, "gelu: operand x i32[4] has dtype i32", "f32, f16, bf16, f64");
+}
+
+static void test_where_rejects_a_non_bool_condition(void **state) {
+    kf_tensor *c = in(G, "c", KF_DTYPE_F32, 1, 4);
+    assert_null(kf_where(G, c, c, c));
+    assert_error(G, KF_ERR_DTYPE, "where: operand cond f32[4] has dtype f32", "bool");
+}
+
+static void test_where_rejects_a_third_operand_that_does_not_broadcast(void **state) {
+    kf_tensor *c = in(G, "c", KF_DTYPE_BOOL, 2, 4, 4);
+    kf_tensor *a = in(G, "a", KF_DTYPE_F32, 1, 4);
+    kf_tensor *b = in(G, "b", KF_DTYPE_F32, 1, 3);
+    assert_null(kf_where(G, c, a, b));
+    assert_error(G, KF_ERR_SHAPE, "where: operand b f32[3]", "the broadcast shape [4, 4]");
+}
+
+static void test_reduction_rejects_axis_out_of_range(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 2, 3);
+    assert_null(kf_reduce_sum(G, x, 2, 0));
+    assert_error(G, KF_ERR_AXIS, "reduce_sum: axis 2 is out of range", "f32[2, 3]");
+}
+
+static void test_softmax_rejects_axis_of_a_scalar(void **state) {
+    kf_tensor *s = kf_scalar(G, KF_DTYPE_F32, 1);
+    assert_null(kf_softmax(G, s, -1));
+    assert_error(G, KF_ERR_AXIS, "softmax: axis -1 is out of range", "f32[]");
+}
+
+static void test_norm_rejects_weight_of_wrong_length(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 4, 64);
+    kf_tensor *w = in(G, "w", KF_DTYPE_F32, 1, 32);
+    assert_null(kf_rms_norm(G, x, w, -1, 1e-6));
+    assert_error(G, KF_ERR_SHAPE, "rms_norm: operand weight f32[32] must be rank 1 of length 64",
+                 "f32[4, 64]");
+}
+
+static void test_norm_rejects_negative_or_nan_eps(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 4, 8);
+    kf_tensor *w = in(G, "w", KF_DTYPE_F32, 1, 8);
+    assert_null(kf_layer_norm(G, x, w, w, -1, -1.0));
+    assert_error(G, KF_ERR_INVALID_ARGUMENT, "layer_norm: eps", "finite and >= 0");
+}
+
+static void test_norm_rejects_weight_of_another_dtype(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_BF16, 2, 4, 8);
+    kf_tensor *w = in(G, "w", KF_DTYPE_F32, 1, 8);
+    assert_null(kf_rms_norm(G, x, w, -1, 1e-6));
+    assert_error(G, KF_ERR_DTYPE, "rms_norm: operand x bf16[4, 8] and operand weight f32[8]",
+                 NULL);
+}
+
+static void test_matmul_rejects_mismatched_inner_dims(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_F32, 2, 8, 64);
+    kf_tensor *b = in(G, "b", KF_DTYPE_F32, 2, 32, 256);
+    assert_null(kf_matmul(G, a, b, 0, 0));
+    assert_error(G, KF_ERR_SHAPE, "matmul: inner dims differ: operand a f32[8, 64] gives K=64",
+                 "operand b f32[32, 256] gives K=32");
+}
+
+static void test_matmul_rejects_vectors_and_integer_dtypes(void **state) {
+    kf_tensor *v = in(G, "v", KF_DTYPE_F32, 1, 8);
+    assert_null(kf_matmul(G, v, v, 0, 0));
+    assert_error(G, KF_ERR_SHAPE, "matmul: operands need rank >= 2", "reshape a vector");
+}
+
+static void test_matmul_rejects_integer_dtype(void **state) {
+    kf_tensor *m = in(G, "m", KF_DTYPE_I32, 2, 8, 8);
+    assert_null(kf_matmul(G, m, m, 0, 0));
+    assert_error(G, KF_ERR_DTYPE, "matmul: operand a i32[8, 8] has dtype i32", "insert a cast");
+}
+
+static void test_matmul_rejects_batch_dims_that_do_not_broadcast(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_F32, 3, 2, 4, 4);
+    kf_tensor *b = in(G, "b", KF_DTYPE_F32, 3, 3, 4, 4);
+    assert_null(kf_matmul(G, a, b, 0, 0));
+    assert_error(G, KF_ERR_SHAPE, "matmul: batch dims", "do not broadcast");
+}
+
+static void test_reshape_rejects_a_wrong_element_count(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 6, 8);
+    assert_null(kf_reshape(G, x, 2, (int64_t[]){5, 10}));
+    assert_error(G, KF_ERR_SHAPE, "reshape: operand x f32[6, 8] has 48 elements",
+                 "target f32[5, 10] has more than 48");
+}
+
+static void test_reshape_rejects_two_inferred_dims(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 6, 8);
+    assert_null(kf_reshape(G, x, 2, (int64_t[]){-1, -1}));
+    assert_error(G, KF_ERR_SHAPE, "reshape: dim 1 is -1", "at most one -1");
+}
+
+static void test_reshape_rejects_an_indivisible_inferred_dim(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 6, 8);
+    assert_null(kf_reshape(G, x, 2, (int64_t[]){5, -1}));
+    assert_error(G, KF_ERR_SHAPE, "has 48 elements", "do not divide");
+}
+
+static void test_permute_rejects_a_repeated_axis(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 3, 2, 3, 4);
+    assert_null(kf_permute(G, x, (int[]){0, 1, 1}));
+    assert_error(G, KF_ERR_AXIS, "permute: perm[2] = 1 is repeated", "each of 0..2 once");
+}
+
+static void test_transpose_rejects_axis_out_of_range(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 2, 3);
+    assert_null(kf_transpose(G, x, 0, 2));
+    assert_error(G, KF_ERR_AXIS, "transpose: axes 0 and 2", "f32[2, 3]");
+}
+
+static void test_sources_reject_bad_shapes_dtypes_and_names(void **state) {
+    (void)state;
+    struct {
+        kf_status status;
+        const char *frag;
+    } cases[] = {
+        {KF_ERR_SHAPE, "input: dim 1 is 0; every dim must be positive"},
+        {KF_ERR_SHAPE, "input: rank 9 is out of range"},
+        {KF_ERR_INVALID_ARGUMENT, "input: dims is NULL for rank 2"},
+        {KF_ERR_INVALID_ARGUMENT, "input: name '9x' is not an identifier"},
+        {KF_ERR_INVALID_ARGUMENT, "input: name 'x' is already used"},
+        {KF_ERR_DTYPE, "input: dtype 17 is not a kf_dtype"},
+        {KF_ERR_DTYPE, "iota: dtype bool is not allowed; iota takes f32, f16, bf16, f64, i32"},
+        {KF_ERR_AXIS, "iota: axis 2 is out of range for i32[4, 4]"},
+        {KF_ERR_INVALID_ARGUMENT, "const: data is NULL"},
+        {KF_ERR_SHAPE, "input: the shape has more than 2^48 elements"},
+        {KF_ERR_SHAPE, "const: 4294967296 elements of f32 exceed the 1 GiB limit"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kf_ctx *ctx;
+        kf_graph *g;
+        assert_int_equal(kf_ctx_create(NULL, &ctx), KF_OK);
+        assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+        kf_tensor *t = NULL;
+        int64_t d2[] = {4, 0}, d9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, d44[] = {4, 4};
+        int64_t huge[] = {INT64_C(1) << 30, INT64_C(1) << 30};
+        int64_t big[] = {INT64_C(1) << 16, INT64_C(1) << 16};
+        static float one = 1;
+        switch (i) {
+        case 0: t = kf_input(g, "x", KF_DTYPE_F32, 2, d2); break;
+        case 1: t = kf_input(g, "x", KF_DTYPE_F32, 9, d9); break;
+        case 2: t = kf_input(g, "x", KF_DTYPE_F32, 2, NULL); break;
+        case 3: t = kf_input(g, "9x", KF_DTYPE_F32, 0, NULL); break;
+        case 4:
+            kf_input(g, "x", KF_DTYPE_F32, 0, NULL);
+            t = kf_input(g, "x", KF_DTYPE_F32, 0, NULL);
+            break;
+        case 5: t = kf_input(g, "x", (kf_dtype)17, 0, NULL); break;
+        case 6: t = kf_iota(g, KF_DTYPE_BOOL, 2, d44, 0); break;
+        case 7: t = kf_iota(g, KF_DTYPE_I32, 2, d44, 2); break;
+        case 8: t = kf_constant(g, KF_DTYPE_F32, 2, d44, NULL); break;
+        case 9: t = kf_input(g, "x", KF_DTYPE_F32, 2, huge); break;
+        case 10: t = kf_constant(g, KF_DTYPE_F32, 2, big, &one); break;
+        }
+        assert_null(t);
+        assert_error(g, cases[i].status, cases[i].frag, NULL);
+        kf_graph_destroy(g);
+        kf_ctx_destroy(ctx);
+    }
+}
+
+static void test_null_operand_is_an_error_naming_the_operand(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_F32, 1, 4);
+    assert_null(kf_add(G, a, NULL));
+    assert_error(G, KF_ERR_INVALID_ARGUMENT, "add: operand b is NULL", NULL);
+}
+
+static void test_first_error_is_sticky_and_later_calls_return_null(void **state) {
+    kf_tensor *a = in(G, "a", KF_DTYPE_F32, 1, 4);
+    kf_tensor *b = in(G, "b", KF_DTYPE_F32, 1, 5);
+    kf_tensor *bad = kf_add(G, a, b);
+    assert_null(bad);
+    /* a chain that consumes the failure, and an unrelated bad call */
+    assert_null(kf_relu(G, bad));
+    assert_null(kf_softmax(G, a, 7));
+    assert_null(kf_input(G, "c", KF_DTYPE_F32, 0, NULL));
+    assert_int_not_equal(kf_output(G, "y", a), KF_OK);
+    assert_error(G, KF_ERR_SHAPE, "add: operand b f32[5]", NULL);
+}
+
+static void test_operand_from_another_graph_is_rejected(void **state) {
+    kf_ctx *ctx = ((fixture *)*state)->ctx;
+    kf_graph *other;
+    assert_int_equal(kf_graph_create(ctx, &other), KF_OK);
+    kf_tensor *x = in(other, "x", KF_DTYPE_F32, 1, 4);
+    assert_null(kf_neg(G, x));
+    assert_error(G, KF_ERR_INVALID_ARGUMENT, "neg: operand x belongs to another graph", NULL);
+    kf_graph_destroy(other);
+}
+
+static void test_null_graph_and_null_handles_are_safe(void **state) {
+    (void)state;
+    assert_null(kf_input(NULL, "x", KF_DTYPE_F32, 0, NULL));
+    assert_null(kf_add(NULL, NULL, NULL));
+    assert_null(kf_scalar(NULL, KF_DTYPE_F32, 1));
+    assert_null(kf_permute(NULL, NULL, NULL));
+    assert_int_equal(kf_graph_status(NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(kf_graph_error(NULL));
+    assert_int_equal(kf_output(NULL, "y", NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_graph_verify(NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_tensor_rank(NULL), -1);
+    assert_null(kf_tensor_name(NULL));
+    assert_int_equal(kf_graph_create(NULL, NULL), KF_ERR_INVALID_ARGUMENT);
+    kf_graph *g = (kf_graph *)1;
+    assert_int_equal(kf_graph_create(NULL, &g), KF_ERR_INVALID_ARGUMENT);
+    assert_null(g);
+    kf_graph_destroy(NULL);
+    kf_ctx_destroy(NULL);
+}
+
+/* ---------------------------------------------------------------- outputs, names */
+
+static void test_outputs_are_named_and_unique(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 4);
+    kf_tensor *y = kf_exp(G, x);
+    assert_int_equal(kf_output(G, "y", y), KF_OK);
+    assert_int_equal(kf_output(G, "x_again", x), KF_OK);
+    assert_int_equal(kf_graph_output_count(G), 2);
+    assert_string_equal(kf_graph_output_name(G, 0), "y");
+    assert_ptr_equal(kf_graph_output(G, 1), x);
+    assert_null(kf_graph_output_name(G, 2));
+    assert_int_equal(kf_output(G, "y", x), KF_ERR_INVALID_ARGUMENT);
+    assert_error(G, KF_ERR_INVALID_ARGUMENT, "output: 'y' is already an output", NULL);
+}
+
+static void test_output_rejects_a_bad_name(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 4);
+    assert_int_equal(kf_output(G, "not a name", x), KF_ERR_INVALID_ARGUMENT);
+    assert_error(G, KF_ERR_INVALID_ARGUMENT, "output: 'not a name' is not an identifier", NULL);
+}
+
+static void test_set_name_rejects_a_taken_name(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 4);
+    kf_tensor *y = kf_exp(G, x);
+    assert_int_equal(kf_tensor_set_name(y, "h"), KF_OK);
+    assert_string_equal(kf_tensor_name(y), "h");
+    kf_tensor *z = kf_exp(G, y);
+    assert_int_equal(kf_tensor_set_name(z, "x"), KF_ERR_INVALID_ARGUMENT);
+    assert_error(G, KF_ERR_INVALID_ARGUMENT, "name: 'x' already names tensor %0 (input)", NULL);
+}
+
+/* ---------------------------------------------------------------- verifier */
+
+static void test_verify_requires_an_output_and_is_not_sticky(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 2, 3);
+    kf_tensor *y = kf_softmax(G, kf_relu(G, x), -1);
+    assert_int_equal(kf_graph_verify(G), KF_ERR_VERIFY);
+    assert_non_null(strstr(kf_graph_error(G), "no outputs"));
+    assert_int_equal(kf_graph_status(G), KF_OK);
+    assert_int_equal(kf_output(G, "y", y), KF_OK);
+    assert_int_equal(kf_graph_verify(G), KF_OK);
+}
+
+static void test_verify_catches_a_tensor_whose_shape_disagrees_with_its_operands(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 2, 3);
+    kf_tensor *y = kf_exp(G, x);
+    assert_int_equal(kf_output(G, "y", y), KF_OK);
+    y->dims[1] = 4; /* what a buggy pass might do */
+    assert_int_equal(kf_graph_verify(G), KF_ERR_VERIFY);
+    assert_non_null(strstr(kf_graph_error(G), "tensor %1 (exp) is f32[2, 4] but its operands give f32[2, 3]"));
+    y->dims[1] = 3;
+    y->n_uses = 5;
+    assert_int_equal(kf_graph_verify(G), KF_ERR_VERIFY);
+    assert_non_null(strstr(kf_graph_error(G), "uses"));
+}
+
+static void test_n_uses_counts_operand_slots(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 4);
+    kf_tensor *y = kf_mul(G, x, x);
+    kf_exp(G, y);
+    assert_int_equal(x->n_uses, 2);
+    assert_int_equal(y->n_uses, 1);
+}
+
+/* ---------------------------------------------------------------- context, status */
+
+static void test_ctx_rejects_half_set_allocator_and_bad_options(void **state) {
+    (void)state;
+    kf_options o;
+    kf_options_init(&o);
+    kf_ctx *ctx = (kf_ctx *)1;
+    o.allocator.alloc = (void *(*)(void *, size_t))1;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
+    assert_null(ctx);
+    kf_options_init(&o);
+    o.flags = 1u << 30;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
+    kf_options_init(&o);
+    o.target = KF_TARGET_COUNT;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_ctx_create(&o, NULL), KF_ERR_INVALID_ARGUMENT);
+    kf_options_init(&o);
+    o.arch = "sm_90a";
+    o.cache_dir = "/tmp/kf";
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    kf_ctx_destroy(ctx);
+}
+
+static void test_every_status_has_a_distinct_string(void **state) {
+    (void)state;
+    for (int i = 0; i < KF_STATUS_COUNT; i++) {
+        assert_non_null(kf_status_str((kf_status)i));
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(kf_status_str((kf_status)i), kf_status_str((kf_status)j));
+    }
+    assert_string_equal(kf_status_str(KF_STATUS_COUNT), "unknown status");
+    assert_string_equal(kf_version(), "0.1.0");
+}
+
+static void test_op_table_names_round_trip_and_traits_are_consistent(void **state) {
+    (void)state;
+    for (int op = 0; op < KF_OP_COUNT; op++) {
+        const kf_op_info *info = kf_op_get((kf_op)op);
+        assert_int_equal(kf_op_from_name(info->name, strlen(info->name)), op);
+        bool src = kf_op_has((kf_op)op, KF_TRAIT_SOURCE);
+        assert_int_equal(src, kf_form_arity(info->form) == 0);
+        if (kf_op_has((kf_op)op, KF_TRAIT_BINARY))
+            assert_int_equal(kf_form_arity(info->form), 2);
+        if (kf_op_has((kf_op)op, KF_TRAIT_NORM))
+            assert_true(kf_op_has((kf_op)op, KF_TRAIT_ROWWISE));
+    }
+    assert_int_equal(kf_op_from_name("nope", 4), KF_OP_COUNT);
+    for (int d = 0; d < KF_DTYPE_COUNT; d++) {
+        const char *n = kf_dtype_name((kf_dtype)d);
+        assert_int_equal(kf_dtype_from_name(n, strlen(n)), d);
+    }
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        T(test_unary_ops_keep_shape_and_dtype),
+        T(test_binary_ops_broadcast_numpy_style),
+        T(test_comparisons_return_bool),
+        T(test_where_broadcasts_all_three_operands),
+        T(test_cast_changes_only_dtype),
+        T(test_reductions_drop_or_keep_the_axis),
+        T(test_softmax_and_norms_keep_shape_and_normalize_axis),
+        T(test_matmul_transposes_and_broadcasts_batch),
+        T(test_reshape_infers_one_dim_and_permute_reorders),
+        T(test_sources_carry_shape_dtype_and_data),
+        T(test_binary_rejects_shapes_that_do_not_broadcast),
+        T(test_binary_rejects_mixed_dtypes_and_says_to_cast),
+        T(test_float_ops_reject_integer_operands),
+        T(test_where_rejects_a_non_bool_condition),
+        T(test_where_rejects_a_third_operand_that_does_not_broadcast),
+        T(test_reduction_rejects_axis_out_of_range),
+        T(test_softmax_rejects_axis_of_a_scalar),
+        T(test_norm_rejects_weight_of_wrong_length),
+        T(test_norm_rejects_negative_or_nan_eps),
+        T(test_norm_rejects_weight_of_another_dtype),
+        T(test_matmul_rejects_mismatched_inner_dims),
+        T(test_matmul_rejects_vectors_and_integer_dtypes),
+        T(test_matmul_rejects_integer_dtype),
+        T(test_matmul_rejects_batch_dims_that_do_not_broadcast),
+        T(test_reshape_rejects_a_wrong_element_count),
+        T(test_reshape_rejects_two_inferred_dims),
+        T(test_reshape_rejects_an_indivisible_inferred_dim),
+        T(test_permute_rejects_a_repeated_axis),
+        T(test_transpose_rejects_axis_out_of_range),
+        cmocka_unit_test(test_sources_reject_bad_shapes_dtypes_and_names),
+        T(test_null_operand_is_an_error_naming_the_operand),
+        T(test_first_error_is_sticky_and_later_calls_return_null),
+        T(test_operand_from_another_graph_is_rejected),
+        cmocka_unit_test(test_null_graph_and_null_handles_are_safe),
+        T(test_outputs_are_named_and_unique),
+        T(test_output_rejects_a_bad_name),
+        T(test_set_name_rejects_a_taken_name),
+        T(test_verify_requires_an_output_and_is_not_sticky),
+        T(test_verify_catches_a_tensor_whose_shape_disagrees_with_its_operands),
+        T(test_n_uses_counts_operand_slots),
+        cmocka_unit_test(test_ctx_rejects_half_set_allocator_and_bad_options),
+        cmocka_unit_test(test_every_status_has_a_distinct_string),
+        cmocka_unit_test(test_op_table_names_round_trip_and_traits_are_consistent),
+    };
+    return cmocka_run_group_tests_name("ir", tests, NULL, NULL);
+}
