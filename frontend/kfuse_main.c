@@ -1,0 +1,611 @@
+/*
+ * kfuse_main.c -- the `kfuse` command-line tool.
+ *
+ * This file owns the CLI: argument handling, reading .kfg text from a file or
+ * standard input, and the commands. Each command is one row of `commands[]`
+ * (name, one-line summary, help text, handler), so a later command (report,
+ * run, aot, cache) is one function and one row. The handlers go through the
+ * public API in kfuse.h; only the evaluator's size guard reads the IR.
+ *
+ * Exit status, for every command:
+ *   0  success
+ *   1  a runtime failure (evaluation failed, output could not be written, out of memory)
+ *   2  a usage error, or input that cannot be read or does not parse
+ * Messages go to stderr as `kfuse: ...`; parse errors as `FILE:LINE:COL: ...`.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ir/ir.h"
+#include "kfuse.h"
+
+enum { KF_EXIT_OK = 0, KF_EXIT_RUNTIME = 1, KF_EXIT_USAGE = 2 };
+
+/* The largest .kfg text the CLI reads: far above any real graph, and it keeps
+ * `kfuse print /dev/zero` from reading forever. */
+#define KF_CLI_MAX_INPUT ((size_t)64 << 20)
+
+/* What `kfuse eval` lets the reference evaluator take on: every value is held
+ * in double, and matmul is a plain triple loop, so a graph past these would
+ * run out of memory or take minutes. The evaluator is an oracle for small
+ * shapes; large graphs are the backends' job. */
+#define KF_CLI_EVAL_MAX_ELEMENTS (1.0 * (1 << 27))      /* 1 GiB of doubles */
+#define KF_CLI_EVAL_MAX_MACS (1.0 * 4096 * 1024 * 1024) /* multiply-adds in matmuls */
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;
+    const char *help; /* the full text for `kfuse help NAME`; starts with the usage line */
+    int (*run)(const struct cli_command *cmd, int argc, char **argv);
+} cli_command;
+
+static const cli_command *find_command(const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Help                                                                       */
+/* ------------------------------------------------------------------------ */
+
+static int cmd_print(const cli_command *cmd, int argc, char **argv);
+static int cmd_eval(const cli_command *cmd, int argc, char **argv);
+static int cmd_help(const cli_command *cmd, int argc, char **argv);
+
+static const cli_command commands[] = {
+    {"print", "parse a .kfg graph and print its canonical form",
+     "usage: kfuse print FILE\n"
+     "\n"
+     "Parses FILE (a .kfg graph; `-` reads standard input) and writes its canonical\n"
+     "text to standard output. Printing that output again gives the same bytes.\n"
+     "\n"
+     "options:\n"
+     "  -h, --help   show this help\n",
+     cmd_print},
+    {"eval", "evaluate a .kfg graph on random inputs and summarize each output",
+     "usage: kfuse eval FILE [--seed N]\n"
+     "\n"
+     "Parses FILE (`-` reads standard input), fills every input with random values,\n"
+     "evaluates the graph with the reference evaluator (every op in double, each\n"
+     "result rounded to its dtype) and prints one line per output:\n"
+     "\n"
+     "  NAME  TYPE  min=.. max=.. mean=.. l2=.. nan=N inf=N\n"
+     "\n"
+     "min, max, mean and the L2 norm are over the finite elements; nan and inf\n"
+     "count the others. Inputs: floats uniform in [-1, 1) (then rounded to the\n"
+     "dtype), i32 integers in [-8, 8], bool 0 or 1, all drawn from one splitmix64\n"
+     "stream in input order, so a seed always gives the same inputs.\n"
+     "\n"
+     "options:\n"
+     "  --seed N     seed of the input generator (an unsigned integer; default 0)\n"
+     "  -h, --help   show this help\n",
+     cmd_eval},
+    {"help", "show help for a command",
+     "usage: kfuse help [COMMAND]\n"
+     "\n"
+     "Shows the help of COMMAND, or the list of commands.\n",
+     cmd_help},
+};
+
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void print_main_help(FILE *out) {
+    fprintf(out, "usage: kfuse COMMAND [OPTIONS] FILE\n"
+                 "       kfuse --help | --version\n"
+                 "\n"
+                 "kfuse is a JIT kernel compiler and fusion engine. This build parses, prints\n"
+                 "and evaluates .kfg graphs with the reference evaluator.\n"
+                 "\n"
+                 "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n"
+                 "options:\n"
+                 "  -h, --help      show this help\n"
+                 "  -V, --version   show the version\n"
+                 "\n"
+                 "FILE may be `-` for standard input. Run `kfuse help COMMAND` or\n"
+                 "`kfuse COMMAND --help` for a command's options.\n"
+                 "\n"
+                 "exit status: 0 success, 1 runtime failure, 2 usage error or bad input.\n");
+}
+
+/* Prints `kfuse CMD: MESSAGE` and the command's usage line to stderr; returns 2. */
+static int usage_error(const cli_command *cmd, const char *fmt, const char *arg) {
+    fprintf(stderr, "kfuse%s%s: ", cmd ? " " : "", cmd ? cmd->name : "");
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    if (cmd) {
+        const char *nl = strchr(cmd->help, '\n');
+        fprintf(stderr, "%.*s\n", (int)(nl ? nl - cmd->help : (ptrdiff_t)strlen(cmd->help)),
+                cmd->help);
+        fprintf(stderr, "Run 'kfuse help %s' for details.\n", cmd->name);
+    } else {
+        fprintf(stderr, "Run 'kfuse --help' for the list of commands.\n");
+    }
+    return KF_EXIT_USAGE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Arguments                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct cli_args {
+    const char *file;
+    uint64_t seed;
+} cli_args;
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    if (*s < '0' || *s > '9')
+        return false; /* strtoull would take "-1" and " 1" */
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+/* Reads `FILE` and the options `cmd` takes. Returns -1 to go on, else the exit
+ * status (0 after --help). */
+static int parse_args(const cli_command *cmd, int argc, char **argv, bool takes_seed, cli_args *a) {
+    bool options_done = false;
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!options_done && arg[0] == '-' && arg[1] != '\0') {
+            if (strcmp(arg, "--") == 0) {
+                options_done = true;
+            } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+                fputs(cmd->help, stdout);
+                return KF_EXIT_OK;
+            } else if (takes_seed && strcmp(arg, "--seed") == 0) {
+                if (i + 1 >= argc)
+                    return usage_error(cmd, "option '%s' needs a value", arg);
+                if (!parse_u64(argv[++i], &a->seed))
+                    return usage_error(cmd, "--seed takes an unsigned integer, not '%s'", argv[i]);
+            } else if (takes_seed && strncmp(arg, "--seed=", 7) == 0) {
+                if (!parse_u64(arg + 7, &a->seed))
+                    return usage_error(cmd, "--seed takes an unsigned integer, not '%s'", arg + 7);
+            } else {
+                return usage_error(cmd, "unknown option '%s'", arg);
+            }
+        } else if (a->file) {
+            return usage_error(cmd, "unexpected argument '%s' (one FILE only)", arg);
+        } else {
+            a->file = arg;
+        }
+    }
+    if (!a->file)
+        return usage_error(cmd, "%s", "missing FILE (use `-` for standard input)");
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Input                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* The name a file goes by in messages. */
+static const char *display_name(const char *path) {
+    return strcmp(path, "-") == 0 ? "<stdin>" : path;
+}
+
+/* Reads all of `path` (or stdin for "-") into a malloc'd buffer. On failure
+ * prints `kfuse: cannot read FILE: REASON` and returns false. */
+static bool read_all(const char *path, char **text, size_t *len) {
+    bool is_stdin = strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    const char *why = NULL;
+    int err = 0;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+
+    if (!f) {
+        err = errno;
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        err = EISDIR;
+        goto fail;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= KF_CLI_MAX_INPUT) {
+                why = "larger than 64 MiB";
+                goto fail;
+            }
+            size_t ncap = cap ? cap * 2 : 64 * 1024;
+            char *nbuf = realloc(buf, ncap);
+            if (!nbuf) {
+                err = ENOMEM;
+                goto fail;
+            }
+            buf = nbuf;
+            cap = ncap;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) {
+                err = errno ? errno : EIO;
+                goto fail;
+            }
+            break;
+        }
+    }
+    if (!is_stdin)
+        fclose(f);
+    *text = buf;
+    *len = n;
+    return true;
+
+fail:
+    fprintf(stderr, "kfuse: cannot read %s: %s\n", display_name(path), why ? why : strerror(err));
+    if (f && !is_stdin)
+        fclose(f);
+    free(buf);
+    return false;
+}
+
+/* Reads and parses `path`. Returns -1 with *out set, or the exit status after
+ * printing why not (parse errors as FILE:LINE:COL: message). */
+static int load_graph(kf_ctx *ctx, const char *path, kf_graph **out) {
+    char *text = NULL;
+    size_t len = 0;
+    *out = NULL;
+    if (!read_all(path, &text, &len))
+        return KF_EXIT_USAGE;
+
+    kf_graph *g = NULL;
+    kf_status st = kf_graph_parse(ctx, text, len, &g);
+    free(text);
+    if (st == KF_OK) {
+        *out = g;
+        return -1;
+    }
+    if (!g) {
+        fprintf(stderr, "kfuse: %s: %s\n", display_name(path), kf_status_str(st));
+        return KF_EXIT_RUNTIME;
+    }
+    const char *msg = kf_graph_error(g);
+    fprintf(stderr, "%s:%s\n", display_name(path), msg && *msg ? msg : kf_status_str(st));
+    kf_graph_destroy(g);
+    return st == KF_ERR_OUT_OF_MEMORY ? KF_EXIT_RUNTIME : KF_EXIT_USAGE;
+}
+
+/* Creates the context every command runs in. */
+static bool open_ctx(kf_ctx **ctx) {
+    kf_status st = kf_ctx_create(NULL, ctx);
+    if (st != KF_OK) {
+        fprintf(stderr, "kfuse: cannot create a context: %s\n", kf_status_str(st));
+        return false;
+    }
+    return true;
+}
+
+/* Flushes stdout; a failed write (disk full, closed pipe) is a runtime error. */
+static int finish_stdout(int status) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "kfuse: cannot write to standard output: %s\n", strerror(errno));
+        return status == KF_EXIT_OK ? KF_EXIT_RUNTIME : status;
+    }
+    return status;
+}
+
+/* ------------------------------------------------------------------------ */
+/* kfuse print                                                                */
+/* ------------------------------------------------------------------------ */
+
+static int cmd_print(const cli_command *cmd, int argc, char **argv) {
+    cli_args a;
+    int rc = parse_args(cmd, argc, argv, false, &a);
+    if (rc >= 0)
+        return rc;
+
+    kf_ctx *ctx = NULL;
+    if (!open_ctx(&ctx))
+        return KF_EXIT_RUNTIME;
+    kf_graph *g = NULL;
+    rc = load_graph(ctx, a.file, &g);
+    if (rc < 0) {
+        kf_status st = kf_graph_print(g, stdout);
+        rc = KF_EXIT_OK;
+        if (st != KF_OK) {
+            const char *msg = kf_graph_error(g);
+            fprintf(stderr, "kfuse: cannot print %s: %s\n", display_name(a.file),
+                    msg && *msg ? msg : kf_status_str(st));
+            rc = KF_EXIT_RUNTIME;
+        }
+        rc = finish_stdout(rc);
+    }
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* kfuse eval                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* splitmix64 (Steele, Lea, Flood 2014): a tiny generator whose stream depends
+ * only on the seed, the same on every platform and C library. */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1): 24 random bits make every value exact in f32. */
+static float uniform_f32(uint64_t *state) {
+    return (float)(splitmix64(state) >> 40) * 0x1.0p-23f - 1.0f;
+}
+
+static double uniform_f64(uint64_t *state) {
+    return (double)(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0;
+}
+
+/* Fills `numel` elements of dtype `d` at `data` from the generator. */
+static void fill_random(void *data, kf_dtype d, int64_t numel, uint64_t *state) {
+    for (int64_t i = 0; i < numel; i++) {
+        switch (d) {
+        case KF_DTYPE_F32:
+            ((float *)data)[i] = uniform_f32(state);
+            break;
+        case KF_DTYPE_F16:
+            ((uint16_t *)data)[i] = kf_f32_to_f16(uniform_f32(state));
+            break;
+        case KF_DTYPE_BF16:
+            ((uint16_t *)data)[i] = kf_f32_to_bf16(uniform_f32(state));
+            break;
+        case KF_DTYPE_F64:
+            ((double *)data)[i] = uniform_f64(state);
+            break;
+        case KF_DTYPE_I32:
+            ((int32_t *)data)[i] = (int32_t)(splitmix64(state) % 17) - 8;
+            break;
+        case KF_DTYPE_BOOL:
+            ((uint8_t *)data)[i] = (uint8_t)(splitmix64(state) >> 63);
+            break;
+        default:
+            return;
+        }
+    }
+}
+
+static double load_element(const void *data, kf_dtype d, int64_t i) {
+    switch (d) {
+    case KF_DTYPE_F32:
+        return ((const float *)data)[i];
+    case KF_DTYPE_F16:
+        return kf_f16_to_f32(((const uint16_t *)data)[i]);
+    case KF_DTYPE_BF16:
+        return kf_bf16_to_f32(((const uint16_t *)data)[i]);
+    case KF_DTYPE_F64:
+        return ((const double *)data)[i];
+    case KF_DTYPE_I32:
+        return ((const int32_t *)data)[i];
+    case KF_DTYPE_BOOL:
+        return ((const uint8_t *)data)[i] != 0;
+    default:
+        return NAN;
+    }
+}
+
+/* "f32[16, 64]" */
+static void format_type(const kf_tensor *t, char *buf, size_t size) {
+    size_t n = (size_t)snprintf(buf, size, "%s[", kf_dtype_name(kf_tensor_dtype(t)));
+    int rank = kf_tensor_rank(t);
+    for (int i = 0; i < rank && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%" PRId64, i ? ", " : "", kf_tensor_dim(t, i));
+    if (n < size)
+        snprintf(buf + n, size - n, "]");
+}
+
+/* Refuses graphs the reference evaluator would take too long or too much
+ * memory on; returns false after printing why. */
+static bool eval_size_ok(const kf_graph *g, const char *file) {
+    double elements = 0, macs = 0;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const kf_tensor *t = g->nodes[i];
+        double numel = 1;
+        for (int d = 0; d < t->rank; d++)
+            numel *= (double)t->dims[d];
+        elements += numel;
+        if (t->op == KF_OP_MATMUL && t->nsrc >= 1 && t->src[0]->rank >= 2) {
+            const kf_tensor *a = t->src[0];
+            double k = (double)a->dims[a->rank - (t->attr.transpose_a ? 2 : 1)];
+            macs += numel * k;
+        }
+    }
+    if (elements > KF_CLI_EVAL_MAX_ELEMENTS || macs > KF_CLI_EVAL_MAX_MACS) {
+        fprintf(stderr,
+                "kfuse: %s: too large for the reference evaluator (%.3g elements, %.3g "
+                "multiply-adds; the limits are %.3g and %.3g): use smaller shapes\n",
+                file, elements, macs, KF_CLI_EVAL_MAX_ELEMENTS, KF_CLI_EVAL_MAX_MACS);
+        return false;
+    }
+    return true;
+}
+
+/* Prints the summary line of one evaluated output. */
+static void print_summary(const char *name, int name_width, const kf_tensor *t, const void *data) {
+    kf_dtype d = kf_tensor_dtype(t);
+    int64_t numel = kf_tensor_numel(t);
+    int64_t nan_count = 0, inf_count = 0, finite = 0;
+    double lo = INFINITY, hi = -INFINITY, sum = 0, sumsq = 0;
+    for (int64_t i = 0; i < numel; i++) {
+        double v = load_element(data, d, i);
+        if (isnan(v)) {
+            nan_count++;
+        } else if (isinf(v)) {
+            inf_count++;
+        } else {
+            finite++;
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            sum += v;
+            sumsq += v * v;
+        }
+    }
+    char type[256];
+    format_type(t, type, sizeof type);
+    printf("%-*s  %s  ", name_width, name, type);
+    if (finite > 0)
+        printf("min=%.6g max=%.6g mean=%.6g l2=%.6g", lo, hi, sum / (double)finite, sqrt(sumsq));
+    else
+        printf("min=- max=- mean=- l2=-");
+    printf(" nan=%" PRId64 " inf=%" PRId64 "\n", nan_count, inf_count);
+}
+
+/* Binds random inputs and an output buffer for every output, evaluates, and
+ * prints the summaries. Returns the exit status. */
+static int eval_graph(kf_graph *g, const char *file, uint64_t seed) {
+    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
+    kf_binding *in = calloc(n_in ? n_in : 1, sizeof *in);
+    kf_binding *out = calloc(n_out ? n_out : 1, sizeof *out);
+    int rc = KF_EXIT_OK;
+    uint64_t state = seed;
+
+    if (!in || !out) {
+        fprintf(stderr, "kfuse: %s: out of memory\n", file);
+        rc = KF_EXIT_RUNTIME;
+        goto done;
+    }
+    for (size_t i = 0; i < n_in; i++) {
+        const kf_tensor *t = kf_graph_input(g, i);
+        kf_dtype d = kf_tensor_dtype(t);
+        int64_t numel = kf_tensor_numel(t);
+        in[i].name = kf_tensor_name(t);
+        in[i].size = (size_t)numel * kf_dtype_size(d);
+        in[i].data = malloc(in[i].size ? in[i].size : 1);
+        if (!in[i].data) {
+            fprintf(stderr, "kfuse: %s: out of memory for input %s\n", file, in[i].name);
+            rc = KF_EXIT_RUNTIME;
+            goto done;
+        }
+        fill_random(in[i].data, d, numel, &state);
+    }
+    int name_width = 0;
+    for (size_t i = 0; i < n_out; i++) {
+        const kf_tensor *t = kf_graph_output(g, i);
+        out[i].name = kf_graph_output_name(g, i);
+        out[i].size = (size_t)kf_tensor_numel(t) * kf_dtype_size(kf_tensor_dtype(t));
+        out[i].data = calloc(1, out[i].size ? out[i].size : 1);
+        if (!out[i].data) {
+            fprintf(stderr, "kfuse: %s: out of memory for output %s\n", file, out[i].name);
+            rc = KF_EXIT_RUNTIME;
+            goto done;
+        }
+        int w = (int)strlen(out[i].name);
+        name_width = w > name_width ? w : name_width;
+    }
+
+    kf_status st = kf_graph_eval(g, in, n_in, out, n_out);
+    if (st != KF_OK) {
+        const char *msg = kf_graph_error(g);
+        fprintf(stderr, "kfuse: %s: evaluation failed: %s\n", file,
+                msg && *msg ? msg : kf_status_str(st));
+        rc = KF_EXIT_RUNTIME;
+        goto done;
+    }
+    for (size_t i = 0; i < n_out; i++)
+        print_summary(out[i].name, name_width, kf_graph_output(g, i), out[i].data);
+
+done:
+    for (size_t i = 0; in && i < n_in; i++)
+        free(in[i].data);
+    for (size_t i = 0; out && i < n_out; i++)
+        free(out[i].data);
+    free(in);
+    free(out);
+    return rc;
+}
+
+static int cmd_eval(const cli_command *cmd, int argc, char **argv) {
+    cli_args a;
+    int rc = parse_args(cmd, argc, argv, true, &a);
+    if (rc >= 0)
+        return rc;
+
+    kf_ctx *ctx = NULL;
+    if (!open_ctx(&ctx))
+        return KF_EXIT_RUNTIME;
+    kf_graph *g = NULL;
+    rc = load_graph(ctx, a.file, &g);
+    if (rc < 0) {
+        const char *file = display_name(a.file);
+        if (kf_graph_verify(g) != KF_OK) {
+            fprintf(stderr, "kfuse: %s: %s\n", file, kf_graph_error(g));
+            rc = KF_EXIT_RUNTIME;
+        } else if (!eval_size_ok(g, file)) {
+            rc = KF_EXIT_RUNTIME;
+        } else {
+            rc = finish_stdout(eval_graph(g, file, a.seed));
+        }
+    }
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* kfuse help                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static int cmd_help(const cli_command *cmd, int argc, char **argv) {
+    if (argc > 2)
+        return usage_error(cmd, "unexpected argument '%s'", argv[2]);
+    if (argc < 2) {
+        print_main_help(stdout);
+        return finish_stdout(KF_EXIT_OK);
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        fputs(cmd->help, stdout);
+        return finish_stdout(KF_EXIT_OK);
+    }
+    const cli_command *target = find_command(argv[1]);
+    if (!target)
+        return usage_error(NULL, "unknown command '%s'", argv[1]);
+    fputs(target->help, stdout);
+    return finish_stdout(KF_EXIT_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* main                                                                       */
+/* ------------------------------------------------------------------------ */
+
+static const cli_command *find_command(const char *name) {
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_main_help(stderr);
+        return KF_EXIT_USAGE;
+    }
+    const char *arg = argv[1];
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+        print_main_help(stdout);
+        return finish_stdout(KF_EXIT_OK);
+    }
+    if (strcmp(arg, "-V") == 0 || strcmp(arg, "--version") == 0) {
+        printf("kfuse %s\n", kf_version());
+        return finish_stdout(KF_EXIT_OK);
+    }
+    if (arg[0] == '-')
+        return usage_error(NULL, "unknown option '%s'", arg);
+    const cli_command *cmd = find_command(arg);
+    if (!cmd)
+        return usage_error(NULL, "unknown command '%s'", arg);
+    return cmd->run(cmd, argc - 1, argv + 1);
+}
