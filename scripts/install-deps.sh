@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# install-deps.sh -- installs what building and testing kfuse needs on a Debian
+# machine, with apt-get, and nothing when it is all there (it then takes well
+# under a second). Safe to run again and again; CI runs it as root.
+#
+#   cmake, build-essential, pkg-config   the build, and the installed-package test
+#   libcmocka-dev                        the unit-test framework
+#   llvm-19-dev                          LLVM-C, for the CPU backend (later issues)
+#   clang, libclang-rt-dev               libFuzzer and its sanitizer runtimes (tests/fuzz)
+#
+# The CUDA toolkit is not installed here: the machines come with it in
+# /usr/local/cuda, and nothing needs it yet.
+set -euo pipefail
+
+packages=(cmake build-essential pkg-config libcmocka-dev llvm-19-dev clang libclang-rt-dev)
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps.sh: not a Debian-like system; install by hand: ${packages[*]}" >&2
+    exit 0
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+    [ "${status:0:2}" = "ii" ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps.sh: installing ${missing[*]}"
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || {
+        echo "install-deps.sh: need root (or sudo) to install ${missing[*]}" >&2
+        exit 1
+    }
+    sudo=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
