@@ -10,50 +10,43 @@
 # suite can open examples/*.kfg by a relative or an absolute path.
 
 # ---------------------------------------------------------------------------
-# cmocka: CMOCKA_ROOT (or the git-ignored .cmocka/ that a GPU machine carries),
-# else pkg-config, else the usual paths.
+# cmocka: -DCMOCKA_ROOT=<dir> first; else pkg-config; else the usual paths;
+# else the git-ignored .cmocka/ that a machine without the package carries.
 # ---------------------------------------------------------------------------
 
-if(NOT CMOCKA_ROOT AND EXISTS "${PROJECT_SOURCE_DIR}/.cmocka/include/cmocka.h")
-    set(CMOCKA_ROOT "${PROJECT_SOURCE_DIR}/.cmocka")
-endif()
-
 if(NOT TARGET kf_cmocka)
-    if(CMOCKA_ROOT)
-        find_path(KF_CMOCKA_INCLUDE_DIR cmocka.h
-                  PATHS "${CMOCKA_ROOT}/include" NO_DEFAULT_PATH)
-        find_library(KF_CMOCKA_LIBRARY cmocka
-                     PATHS "${CMOCKA_ROOT}/lib" "${CMOCKA_ROOT}/lib64" NO_DEFAULT_PATH)
-        if(NOT KF_CMOCKA_INCLUDE_DIR OR NOT KF_CMOCKA_LIBRARY)
-            message(FATAL_ERROR "CMOCKA_ROOT=${CMOCKA_ROOT} holds no include/cmocka.h and lib/libcmocka.so*")
-        endif()
-        set(KF_CMOCKA_SUMMARY "${KF_CMOCKA_LIBRARY} (CMOCKA_ROOT)")
-    else()
+    if(NOT CMOCKA_ROOT)
         find_package(PkgConfig QUIET)
         if(PKG_CONFIG_FOUND)
             pkg_check_modules(KF_PC_CMOCKA QUIET IMPORTED_TARGET cmocka)
         endif()
-        if(KF_PC_CMOCKA_FOUND)
-            set(KF_CMOCKA_SUMMARY "${KF_PC_CMOCKA_VERSION} (pkg-config)")
-        else()
-            find_path(KF_CMOCKA_INCLUDE_DIR cmocka.h)
-            find_library(KF_CMOCKA_LIBRARY cmocka)
-            if(NOT KF_CMOCKA_INCLUDE_DIR OR NOT KF_CMOCKA_LIBRARY)
-                message(FATAL_ERROR
-                    "cmocka not found. Install it (scripts/install-deps.sh, or apt-get install "
-                    "libcmocka-dev), point -DCMOCKA_ROOT=<dir> at a copy, or configure with "
-                    "-DKF_BUILD_TESTS=OFF.")
-            endif()
-            set(KF_CMOCKA_SUMMARY "${KF_CMOCKA_LIBRARY}")
-        endif()
     endif()
 
     add_library(kf_cmocka INTERFACE)
-    if(KF_PC_CMOCKA_FOUND AND NOT CMOCKA_ROOT)
+    if(KF_PC_CMOCKA_FOUND)
         target_link_libraries(kf_cmocka INTERFACE PkgConfig::KF_PC_CMOCKA)
+        set(KF_CMOCKA_SUMMARY "${KF_PC_CMOCKA_VERSION} (pkg-config)")
     else()
-        target_include_directories(kf_cmocka INTERFACE "${KF_CMOCKA_INCLUDE_DIR}")
+        if(CMOCKA_ROOT)
+            set(_kf_cmocka_where PATHS "${CMOCKA_ROOT}" NO_DEFAULT_PATH)
+        else()
+            set(_kf_cmocka_where PATHS "${PROJECT_SOURCE_DIR}/.cmocka")
+        endif()
+        find_path(KF_CMOCKA_INCLUDE_DIR cmocka.h ${_kf_cmocka_where} PATH_SUFFIXES include)
+        find_library(KF_CMOCKA_LIBRARY cmocka ${_kf_cmocka_where} PATH_SUFFIXES lib lib64)
+        if(NOT KF_CMOCKA_INCLUDE_DIR OR NOT KF_CMOCKA_LIBRARY)
+            if(CMOCKA_ROOT)
+                message(FATAL_ERROR "CMOCKA_ROOT=${CMOCKA_ROOT} holds no include/cmocka.h and lib/libcmocka.so*")
+            endif()
+            message(FATAL_ERROR
+                "cmocka not found. Install it (scripts/install-deps.sh, or apt-get install "
+                "libcmocka-dev), point -DCMOCKA_ROOT=<dir> at a copy, or configure with "
+                "-DKF_BUILD_TESTS=OFF.")
+        endif()
+        # SYSTEM: a cmocka header's own pedantic warnings are not ours to fix.
+        target_include_directories(kf_cmocka SYSTEM INTERFACE "${KF_CMOCKA_INCLUDE_DIR}")
         target_link_libraries(kf_cmocka INTERFACE "${KF_CMOCKA_LIBRARY}")
+        set(KF_CMOCKA_SUMMARY "${KF_CMOCKA_LIBRARY}")
     endif()
 endif()
 

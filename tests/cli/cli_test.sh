@@ -215,9 +215,12 @@ error_checks() {
     printf 'kfg 1\nx = input(f32[4])\n' >"$tmp/no-outputs.kfg"
     run "$kfuse" eval "$tmp/no-outputs.kfg"
     expect 1 "eval of a graph without outputs" "^kfuse: "
-    printf 'kfg 1\nx = input(f32[100000, 100000])\ny = relu(x)\noutput y\n' >"$tmp/huge.kfg"
+    printf 'kfg 1\nx = input(f32[8192, 8192])\ny = relu(x)\nz = exp(y)\noutput z\n' >"$tmp/huge.kfg"
     run "$kfuse" eval "$tmp/huge.kfg"
-    expect 1 "eval of a graph too large to evaluate" "too large for the reference evaluator"
+    expect 1 "eval of a graph with too many elements" "too large for the reference evaluator"
+    printf 'kfg 1\na = input(f32[4096, 4096])\nb = matmul(a, a)\noutput b\n' >"$tmp/slow.kfg"
+    run "$kfuse" eval "$tmp/slow.kfg"
+    expect 1 "eval of a graph with too many multiply-adds" "too large for the reference evaluator"
     if [ -w /dev/full ]; then
         "$kfuse" print "$file" >/dev/full 2>"$tmp/err"
         rc=$?
