@@ -1,0 +1,540 @@
+/*
+ * eval.c -- the reference evaluator: the oracle every backend is checked
+ * against, so it is written for obviousness and accuracy, never for speed.
+ *
+ *   outputs --(walk back through operands)--> the set of needed tensors
+ *   needed inputs   <- caller's host buffers (kf_ir_load: storage -> double)
+ *   needed others   <- kf_ir_eval_node, in creation (= topological) order
+ *
+ * Every tensor's value is an array of numel doubles, row-major, allocated
+ * through the graph's allocator. Each op computes in double from its
+ * operands' values and rounds every result element to the tensor's dtype with
+ * kf_ir_round as it stores it; nothing is rounded in between, so a fused
+ * backend that keeps intermediates in registers differs from the reference
+ * only by the roundings of the values it chose not to materialize.
+ *
+ * Definitions the backends must match (beyond the formulas in kfuse.h):
+ *   - i32 arithmetic is computed in double and then rounded to i32, which
+ *     truncates toward zero and SATURATES: add(INT32_MAX, 1) is INT32_MAX,
+ *     neg(INT32_MIN) is INT32_MAX. (Backends that wrap must special-case it.)
+ *   - max/min and reduce_max propagate NaN; comparisons with NaN are false,
+ *     except ne, which is true. relu(NaN) is NaN.
+ *   - sigmoid is evaluated in its stable form (never exp of a large positive
+ *     argument); gelu uses erfc(-x/sqrt 2) (== 1 + erf(x/sqrt 2), without the
+ *     cancellation for negative x); gelu_tanh uses the identity
+ *     0.5x(1 + tanh u) == x * sigmoid(2u).
+ *   - softmax subtracts the row max first. layer_norm and rms_norm are two-pass
+ *     in double (mean, then the centred sum of squares). Rows whose magnitude
+ *     exceeds 2^500 (reachable only in f64) are scaled by a power of two first,
+ *     which is exact, so their squares cannot overflow.
+ *   - matmul accumulates each output element over k in ascending order in
+ *     double.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static size_t value_bytes(const kf_tensor *t) {
+    int64_t n = kf_ir_numel(t);
+    if (n < 0 || (uint64_t)n > SIZE_MAX / sizeof(double))
+        return 0; /* too large to allocate: reported as out of memory */
+    return (size_t)n * sizeof(double);
+}
+
+/* Walks every index of a shape in row-major order, keeping the flat offset of
+ * up to three operands whose strides (0 along broadcast dims) are given. */
+typedef struct walker {
+    int rank;
+    const int64_t *dims;
+    int64_t idx[KF_MAX_RANK];
+    int n;
+    int64_t off[3];
+    int64_t strides[3][KF_MAX_RANK];
+} walker;
+
+static void walker_init(walker *w, int rank, const int64_t *dims, int n) {
+    memset(w, 0, sizeof *w);
+    w->rank = rank;
+    w->dims = dims;
+    w->n = n;
+}
+
+static void walker_next(walker *w) {
+    for (int d = w->rank - 1; d >= 0; d--) {
+        w->idx[d]++;
+        for (int k = 0; k < w->n; k++)
+            w->off[k] += w->strides[k][d];
+        if (w->idx[d] < w->dims[d])
+            return;
+        for (int k = 0; k < w->n; k++)
+            w->off[k] -= w->strides[k][d] * w->dims[d];
+        w->idx[d] = 0;
+    }
+}
+
+/* Splits a shape around `axis` into outer x n x inner, so that element j of
+ * row (o, i) is at (o * n + j) * inner + i. */
+static void split_axis(const kf_tensor *x, int axis, int64_t *outer, int64_t *n,
+                       int64_t *inner) {
+    *outer = 1;
+    *inner = 1;
+    for (int i = 0; i < axis; i++)
+        *outer *= x->dims[i];
+    for (int i = axis + 1; i < x->rank; i++)
+        *inner *= x->dims[i];
+    *n = x->dims[axis];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scalar formulas                                                            */
+/* ------------------------------------------------------------------------ */
+
+static double sigmoid(double x) {
+    if (x >= 0.0)
+        return 1.0 / (1.0 + exp(-x));
+    double e = exp(x); /* x < 0: e in (0, 1), no overflow */
+    return e / (1.0 + e);
+}
+
+static double eval_unary(kf_op op, double x) {
+    switch (op) {
+    case KF_OP_NEG:
+        return -x;
+    case KF_OP_ABS:
+        return fabs(x);
+    case KF_OP_EXP:
+        return exp(x);
+    case KF_OP_LOG:
+        return log(x);
+    case KF_OP_SQRT:
+        return sqrt(x);
+    case KF_OP_RSQRT:
+        return 1.0 / sqrt(x);
+    case KF_OP_TANH:
+        return tanh(x);
+    case KF_OP_SIGMOID:
+        return sigmoid(x);
+    case KF_OP_RELU:
+        return isnan(x) ? x : (x > 0.0 ? x : 0.0);
+    case KF_OP_GELU:
+        return 0.5 * x * erfc(-x * 0.70710678118654752440);
+    case KF_OP_GELU_TANH: {
+        double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
+        return x * sigmoid(2.0 * u);
+    }
+    case KF_OP_SILU:
+        return x * sigmoid(x);
+    case KF_OP_CAST:
+        return x; /* the store rounds to the target dtype */
+    default:
+        KF_ASSERT(!"eval_unary: not a unary op");
+        return NAN;
+    }
+}
+
+static double eval_binary(kf_op op, double a, double b) {
+    switch (op) {
+    case KF_OP_ADD:
+        return a + b;
+    case KF_OP_SUB:
+        return a - b;
+    case KF_OP_MUL:
+        return a * b;
+    case KF_OP_DIV:
+        return a / b;
+    case KF_OP_MAX:
+        return isnan(a) || isnan(b) ? a + b : (a > b ? a : b);
+    case KF_OP_MIN:
+        return isnan(a) || isnan(b) ? a + b : (a < b ? a : b);
+    case KF_OP_POW:
+        return pow(a, b);
+    case KF_OP_EQ:
+        return a == b;
+    case KF_OP_NE:
+        return a != b;
+    case KF_OP_LT:
+        return a < b;
+    case KF_OP_LE:
+        return a <= b;
+    case KF_OP_GT:
+        return a > b;
+    case KF_OP_GE:
+        return a >= b;
+    default:
+        KF_ASSERT(!"eval_binary: not a binary op");
+        return NAN;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-form kernels. Each writes numel(t) rounded values into `out`.          */
+/* ------------------------------------------------------------------------ */
+
+static void eval_elementwise(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    walker w;
+    walker_init(&w, t->rank, t->dims, t->nsrc);
+    const double *in[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < t->nsrc; k++) {
+        kf_ir_broadcast_strides(t->src[k], t->rank, w.strides[k]);
+        in[k] = st->values[t->src[k]->id];
+    }
+    int64_t n = kf_ir_numel(t);
+    const kf_op_info *info = kf_op_get(t->op);
+    for (int64_t i = 0; i < n; i++, walker_next(&w)) {
+        double v;
+        if (info->form == KF_FORM_WHERE)
+            v = in[0][w.off[0]] != 0.0 ? in[1][w.off[1]] : in[2][w.off[2]];
+        else if (t->nsrc == 2)
+            v = eval_binary(t->op, in[0][w.off[0]], in[1][w.off[1]]);
+        else
+            v = eval_unary(t->op, in[0][w.off[0]]);
+        out[i] = kf_ir_round(t->dtype, v);
+    }
+}
+
+static void eval_iota(const kf_tensor *t, double *out) {
+    int64_t outer, n, inner;
+    split_axis(t, t->attr.axis, &outer, &n, &inner);
+    int64_t total = outer * n * inner;
+    for (int64_t i = 0; i < total; i++)
+        out[i] = kf_ir_round(t->dtype, (double)((i / inner) % n));
+}
+
+static void eval_reduce(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const kf_tensor *x = t->src[0];
+    const double *in = st->values[x->id];
+    int64_t outer, n, inner;
+    split_axis(x, t->attr.axis, &outer, &n, &inner);
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            const double *row = in + o * n * inner + i;
+            double acc;
+            if (t->op == KF_OP_REDUCE_MAX) {
+                acc = -INFINITY;
+                for (int64_t j = 0; j < n; j++) {
+                    double v = row[j * inner];
+                    if (isnan(v)) {
+                        acc = v;
+                        break;
+                    }
+                    if (v > acc)
+                        acc = v;
+                }
+            } else {
+                acc = 0.0;
+                for (int64_t j = 0; j < n; j++)
+                    acc += row[j * inner];
+                if (t->op == KF_OP_REDUCE_MEAN)
+                    acc /= (double)n;
+            }
+            out[o * inner + i] = kf_ir_round(t->dtype, acc);
+        }
+    }
+}
+
+static void eval_softmax(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const double *in = st->values[t->src[0]->id];
+    int64_t outer, n, inner;
+    split_axis(t, t->attr.axis, &outer, &n, &inner);
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t base = o * n * inner + i;
+            double m = -INFINITY; /* a NaN anywhere makes the row NaN */
+            for (int64_t j = 0; j < n && !isnan(m); j++) {
+                double v = in[base + j * inner];
+                if (isnan(v) || v > m)
+                    m = v;
+            }
+            double sum = 0.0;
+            for (int64_t j = 0; j < n; j++) {
+                double e = exp(in[base + j * inner] - m);
+                out[base + j * inner] = e; /* unrounded until divided */
+                sum += e;
+            }
+            for (int64_t j = 0; j < n; j++)
+                out[base + j * inner] = kf_ir_round(t->dtype, out[base + j * inner] / sum);
+        }
+    }
+}
+
+/* The exponent e such that scaling a row by 2^-e brings its largest
+ * magnitude below 1 when it exceeds 2^500 (so squares and sums cannot
+ * overflow), else 0. Scaling by a power of two is exact. */
+static int row_scale_exp(const double *row, int64_t n, int64_t inner) {
+    double amax = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        double a = fabs(row[j * inner]);
+        if (a > amax)
+            amax = a;
+    }
+    if (!(amax > 0x1p500) || !isfinite(amax))
+        return 0;
+    int e;
+    (void)frexp(amax, &e);
+    return e;
+}
+
+static void eval_norm(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const double *in = st->values[t->src[0]->id];
+    const double *w = st->values[t->src[1]->id];
+    const double *b = t->op == KF_OP_LAYER_NORM ? st->values[t->src[2]->id] : NULL;
+    int64_t outer, n, inner;
+    split_axis(t, t->attr.axis, &outer, &n, &inner);
+    double eps = t->attr.eps;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            const double *row = in + o * n * inner + i;
+            int e = row_scale_exp(row, n, inner); /* 0 for every f32/f16/bf16 row */
+            double mean = 0.0;
+            if (b) {
+                for (int64_t j = 0; j < n; j++)
+                    mean += ldexp(row[j * inner], -e);
+                mean /= (double)n;
+            }
+            double ss = 0.0; /* centred (layer_norm) or plain (rms_norm) squares */
+            for (int64_t j = 0; j < n; j++) {
+                double d = ldexp(row[j * inner], -e) - mean;
+                ss += d * d;
+            }
+            /* sqrt(var + eps) in the scaled units: sqrt((var + eps) / 4^e). */
+            double denom = sqrt(ss / (double)n + ldexp(eps, -2 * e));
+            for (int64_t j = 0; j < n; j++) {
+                double d = ldexp(row[j * inner], -e) - mean;
+                /* A scaled row gives denom == 0 only when it is constant
+                 * and eps underflowed: its normalized value is then 0. */
+                double y = (e != 0 && denom == 0.0) ? 0.0 : d / denom;
+                y *= w[j];
+                if (b)
+                    y += b[j];
+                out[o * n * inner + i + j * inner] = kf_ir_round(t->dtype, y);
+            }
+        }
+    }
+}
+
+/* Element strides of x's batch dims, right-aligned into the output's `br`
+ * batch dims (0 along broadcast dims), in units of elements. */
+static void batch_strides(const kf_tensor *x, int br, int64_t *bs) {
+    int xr = x->rank - 2;
+    int64_t s = x->dims[xr] * x->dims[xr + 1];
+    for (int i = br - 1; i >= 0; i--) {
+        int j = i - (br - xr);
+        if (j < 0) {
+            bs[i] = 0;
+            continue;
+        }
+        bs[i] = x->dims[j] == 1 ? 0 : s;
+        s *= x->dims[j];
+    }
+}
+
+static void eval_matmul(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const kf_tensor *a = t->src[0], *b = t->src[1];
+    const double *av = st->values[a->id], *bv = st->values[b->id];
+    int br = t->rank - 2;
+    int64_t M = t->dims[br], N = t->dims[br + 1];
+    int64_t ar = a->dims[a->rank - 2], ac = a->dims[a->rank - 1];
+    int64_t bc = b->dims[b->rank - 1];
+    int64_t K = t->attr.transpose_a ? ar : ac;
+    /* a[m, k] and b[k, n] in a matrix, for each transpose. */
+    int64_t a_m = t->attr.transpose_a ? 1 : ac, a_k = t->attr.transpose_a ? ac : 1;
+    int64_t b_k = t->attr.transpose_b ? 1 : bc, b_n = t->attr.transpose_b ? bc : 1;
+
+    walker w;
+    walker_init(&w, br, t->dims, 2);
+    batch_strides(a, br, w.strides[0]);
+    batch_strides(b, br, w.strides[1]);
+    int64_t nb = 1;
+    for (int i = 0; i < br; i++)
+        nb *= t->dims[i];
+    double *o = out;
+    for (int64_t bi = 0; bi < nb; bi++, walker_next(&w)) {
+        const double *am = av + w.off[0], *bm = bv + w.off[1];
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t n = 0; n < N; n++) {
+                double acc = 0.0;
+                for (int64_t k = 0; k < K; k++)
+                    acc += am[m * a_m + k * a_k] * bm[k * b_k + n * b_n];
+                *o++ = kf_ir_round(t->dtype, acc);
+            }
+        }
+    }
+}
+
+static void eval_permute(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const kf_tensor *x = t->src[0];
+    const double *in = st->values[x->id];
+    int64_t xs[KF_MAX_RANK];
+    kf_ir_strides(x, xs);
+    walker w;
+    walker_init(&w, t->rank, t->dims, 1);
+    for (int i = 0; i < t->rank; i++)
+        w.strides[0][i] = xs[t->attr.perm[i]];
+    int64_t n = kf_ir_numel(t);
+    for (int64_t i = 0; i < n; i++, walker_next(&w))
+        out[i] = in[w.off[0]];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public entry points                                                        */
+/* ------------------------------------------------------------------------ */
+
+kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
+    if (KF_NEVER(!st || !st->graph || !st->values || !t || t->graph != st->graph))
+        return KF_ERR_INVALID_ARGUMENT;
+    kf_graph *g = st->graph;
+    const kf_op_info *info = kf_op_get(t->op);
+    char ts[160];
+    for (int k = 0; k < t->nsrc; k++) {
+        if (!st->values[t->src[k]->id])
+            return kf_ir_note(g, KF_ERR_INVALID_ARGUMENT,
+                              "eval: operand %d (%%%u) of %s %%%u is not computed; evaluate "
+                              "operands first",
+                              k, t->src[k]->id, info->name, t->id);
+    }
+    if (t->op == KF_OP_INPUT) {
+        /* Input values come from the caller's buffers (kf_ir_eval). */
+        if (st->values[t->id])
+            return KF_OK;
+        return kf_ir_note(g, KF_ERR_INVALID_ARGUMENT,
+                          "eval: input '%s' has no value; bind it through kf_ir_eval",
+                          t->name ? t->name : "?");
+    }
+
+    double *out = st->values[t->id];
+    bool fresh = out == NULL;
+    if (fresh) {
+        size_t bytes = value_bytes(t);
+        out = bytes ? kf_mem_alloc(&g->mem, bytes) : NULL;
+        if (!out)
+            return kf_ir_note(g, KF_ERR_OUT_OF_MEMORY,
+                              "eval: out of memory for the value of %s %%%u %s (%lld elements "
+                              "in double)",
+                              info->name, t->id, kf_ir_type_str(t, ts, sizeof ts),
+                              (long long)kf_ir_numel(t));
+    }
+
+    switch (info->form) {
+    case KF_FORM_CONST: {
+        int64_t n = kf_ir_numel(t);
+        for (int64_t i = 0; i < n; i++)
+            out[i] = t->data ? kf_ir_load(t->data, t->dtype, i) : 0.0;
+        break;
+    }
+    case KF_FORM_IOTA:
+        eval_iota(t, out);
+        break;
+    case KF_FORM_UNARY:
+    case KF_FORM_CAST:
+    case KF_FORM_BINARY:
+    case KF_FORM_WHERE:
+        eval_elementwise(st, t, out);
+        break;
+    case KF_FORM_REDUCE:
+        eval_reduce(st, t, out);
+        break;
+    case KF_FORM_SOFTMAX:
+        eval_softmax(st, t, out);
+        break;
+    case KF_FORM_LAYER_NORM:
+    case KF_FORM_RMS_NORM:
+        eval_norm(st, t, out);
+        break;
+    case KF_FORM_MATMUL:
+        eval_matmul(st, t, out);
+        break;
+    case KF_FORM_RESHAPE:
+        /* Same dtype, same row-major data: the values are already rounded. */
+        memcpy(out, st->values[t->src[0]->id], value_bytes(t));
+        break;
+    case KF_FORM_PERMUTE:
+        eval_permute(st, t, out);
+        break;
+    default:
+        if (fresh)
+            kf_mem_free(&g->mem, out, value_bytes(t));
+        return kf_ir_note(g, KF_ERR_INTERNAL, "eval: no evaluator for op %s", info->name);
+    }
+    st->values[t->id] = out;
+    return KF_OK;
+}
+
+void kf_ir_eval_release(kf_eval_state *st) {
+    if (!st || !st->graph || !st->values)
+        return;
+    kf_graph *g = st->graph;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        if (st->values[i])
+            kf_mem_free(&g->mem, st->values[i], value_bytes(g->nodes[i]));
+    }
+    kf_mem_free(&g->mem, st->values, sizeof(double *) * g->n_nodes);
+    st->values = NULL;
+}
+
+kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
+    if (KF_NEVER(!g || !st))
+        return KF_ERR_INVALID_ARGUMENT;
+    st->graph = g;
+    st->values = NULL;
+    uint32_t n = g->n_nodes;
+    if (n == 0)
+        return kf_ir_note(g, KF_ERR_INVALID_ARGUMENT, "eval: the graph is empty");
+    st->values = kf_mem_calloc(&g->mem, n, sizeof(double *));
+    bool *need = kf_mem_calloc(&g->mem, n, sizeof(bool));
+    if (!st->values || !need) {
+        kf_mem_free(&g->mem, need, n * sizeof(bool));
+        kf_mem_free(&g->mem, st->values, n * sizeof(double *));
+        st->values = NULL;
+        return kf_ir_note(g, KF_ERR_OUT_OF_MEMORY,
+                          "eval: out of memory for the value table of %u tensors", n);
+    }
+
+    /* Only what the outputs need: creation order is topological, so one
+     * backward sweep marks every operand of a needed tensor. */
+    for (uint32_t i = 0; i < g->n_outputs; i++)
+        need[g->outputs[i].tensor->id] = true;
+    for (uint32_t i = n; i-- > 0;) {
+        if (!need[i])
+            continue;
+        const kf_tensor *t = g->nodes[i];
+        for (int k = 0; k < t->nsrc; k++)
+            need[t->src[k]->id] = true;
+    }
+
+    kf_status s = KF_OK;
+    for (uint32_t k = 0; k < g->n_inputs && s == KF_OK; k++) {
+        const kf_tensor *t = g->inputs[k];
+        if (!need[t->id])
+            continue;
+        if (!input_data || !input_data[k]) {
+            s = kf_ir_note(g, KF_ERR_INVALID_ARGUMENT, "eval: input '%s' has no data",
+                           t->name ? t->name : "?");
+            break;
+        }
+        size_t bytes = value_bytes(t);
+        double *v = bytes ? kf_mem_alloc(&g->mem, bytes) : NULL;
+        if (!v) {
+            char ts[160];
+            s = kf_ir_note(g, KF_ERR_OUT_OF_MEMORY, "eval: out of memory for input '%s' %s",
+                           t->name ? t->name : "?", kf_ir_type_str(t, ts, sizeof ts));
+            break;
+        }
+        int64_t ne = kf_ir_numel(t);
+        for (int64_t i = 0; i < ne; i++)
+            v[i] = kf_ir_load(input_data[k], t->dtype, i);
+        st->values[t->id] = v;
+    }
+    for (uint32_t i = 0; i < n && s == KF_OK; i++) {
+        if (need[i] && g->nodes[i]->op != KF_OP_INPUT)
+            s = kf_ir_eval_node(st, g->nodes[i]);
+    }
+    kf_mem_free(&g->mem, need, n * sizeof(bool));
+    if (s != KF_OK)
+        kf_ir_eval_release(st);
+    return s;
+}
