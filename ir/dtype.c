@@ -158,7 +158,7 @@ static double round_to_format(double v, int p, int emin, double max) {
     (void)frexp(v, &e); /* |v| in [2^(e-1), 2^e) */
     int exp = e - 1;
     if (exp < emin)
-        exp = emin; /* subnormal range: fixed quantum */
+        exp = emin;        /* subnormal range: fixed quantum */
     int q = exp - (p - 1); /* the quantum is 2^q */
     /* |v| / 2^q < 2^p, so the scaled value and its rounding are exact. */
     double r = ldexp(rne_int(ldexp(v, -q)), q);

@@ -79,8 +79,7 @@ static void walker_next(walker *w) {
 
 /* Splits a shape around `axis` into outer x n x inner, so that element j of
  * row (o, i) is at (o * n + j) * inner + i. */
-static void split_axis(const kf_tensor *x, int axis, int64_t *outer, int64_t *n,
-                       int64_t *inner) {
+static void split_axis(const kf_tensor *x, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
     *outer = 1;
     *inner = 1;
     for (int i = 0; i < axis; i++)

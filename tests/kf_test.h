@@ -218,7 +218,7 @@ static inline double kf_test_rel_err(const void *out, const void *ref, kf_dtype 
 
 /* Fails the current test (printing the seed) when the relative error of out
  * against ref exceeds the dtype's tolerance. */
-#define kf_test_assert_close(out, ref, d, n, what)                                            \
+#define kf_test_assert_close(out, ref, d, n, what)                                                 \
     kf_test_assert_close_((out), (ref), (d), (n), (what), __FILE__, __LINE__)
 
 static inline void kf_test_assert_close_(const void *out, const void *ref, kf_dtype d, size_t n,
@@ -235,8 +235,7 @@ static inline void kf_test_assert_close_(const void *out, const void *ref, kf_dt
 }
 
 /* Runs a cmocka group and prints the seed when anything failed. */
-#define kf_test_run(tests)                                                                     \
-    kf_test_run_(cmocka_run_group_tests((tests), NULL, NULL))
+#define kf_test_run(tests) kf_test_run_(cmocka_run_group_tests((tests), NULL, NULL))
 
 static inline int kf_test_run_(int failed) {
     if (failed)

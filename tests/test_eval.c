@@ -163,24 +163,25 @@ static void test_unary_ops_match_hand_computed_values(void **state) {
     static const unary_case cases[] = {
         {"neg", kf_neg, {2, 0.5, 0, -0.5, -3}},
         {"abs", kf_abs, {2, 0.5, 0, 0.5, 3}},
-        {"exp", kf_exp,
+        {"exp",
+         kf_exp,
          {0.1353352832366127, 0.6065306597126334, 1.0, 1.6487212707001282, 20.085536923187668}},
-        {"tanh", kf_tanh,
-         {-0.9640275800758169, -0.46211715726000974, 0.0, 0.46211715726000974,
-          0.9950547536867305}},
-        {"sigmoid", kf_sigmoid,
-         {0.11920292202211756, 0.37754066879814546, 0.5, 0.6224593312018546,
-          0.9525741268224333}},
+        {"tanh",
+         kf_tanh,
+         {-0.9640275800758169, -0.46211715726000974, 0.0, 0.46211715726000974, 0.9950547536867305}},
+        {"sigmoid",
+         kf_sigmoid,
+         {0.11920292202211756, 0.37754066879814546, 0.5, 0.6224593312018546, 0.9525741268224333}},
         {"relu", kf_relu, {0, 0, 0, 0.5, 3}},
-        {"gelu", kf_gelu,
-         {-0.04550026389635842, -0.15426876936299344, 0.0, 0.34573123063700656,
-          2.99595030590511}},
-        {"gelu_tanh", kf_gelu_tanh,
-         {-0.04540230591222498, -0.15428599017485609, 0.0, 0.34571400982514394,
-          2.996362607918227}},
-        {"silu", kf_silu,
-         {-0.23840584404423512, -0.18877033439907273, 0.0, 0.3112296656009273,
-          2.8577223804672998}},
+        {"gelu",
+         kf_gelu,
+         {-0.04550026389635842, -0.15426876936299344, 0.0, 0.34573123063700656, 2.99595030590511}},
+        {"gelu_tanh",
+         kf_gelu_tanh,
+         {-0.04540230591222498, -0.15428599017485609, 0.0, 0.34571400982514394, 2.996362607918227}},
+        {"silu",
+         kf_silu,
+         {-0.23840584404423512, -0.18877033439907273, 0.0, 0.3112296656009273, 2.8577223804672998}},
     };
     run_unary_cases(G, x, 5, cases, COUNT(cases), 1e-14);
 }
@@ -254,9 +255,9 @@ static void test_binary_ops_match_hand_computed_values(void **state) {
         binary_fn fn;
         double want[4];
     } cases[] = {
-        {"add", kf_add, {10, -1, 2, 5}},      {"sub", kf_sub, {2, -5, 3, -5}},
-        {"mul", kf_mul, {24, -6, -1.25, 0}},  {"div", kf_div, {1.5, -1.5, -5, 0}},
-        {"max", kf_max, {6, 2, 2.5, 5}},      {"min", kf_min, {4, -3, -0.5, 0}},
+        {"add", kf_add, {10, -1, 2, 5}},     {"sub", kf_sub, {2, -5, 3, -5}},
+        {"mul", kf_mul, {24, -6, -1.25, 0}}, {"div", kf_div, {1.5, -1.5, -5, 0}},
+        {"max", kf_max, {6, 2, 2.5, 5}},     {"min", kf_min, {4, -3, -0.5, 0}},
     };
     kf_tensor *at = in64(g, "a", 1, DIMS(4)), *bt = in64(g, "b", 1, DIMS(4));
     for (size_t c = 0; c < COUNT(cases); c++)
@@ -293,7 +294,8 @@ static void test_pow_matches_hand_computed_values(void **state) {
     kf_binding in[2] = {{"a", a, sizeof a}, {"b", b, sizeof b}};
     double p[7];
     eval1(g, in, 2, "p", p, sizeof p);
-    expect_near(p, (const double[]){1024, 3, 1.4142135623730951, 0.1111111111111111, 15.625, 1, NAN},
+    expect_near(p,
+                (const double[]){1024, 3, 1.4142135623730951, 0.1111111111111111, 15.625, 1, NAN},
                 7, 1e-15);
 }
 
@@ -341,8 +343,7 @@ static void test_size_one_dims_broadcast_on_both_sides(void **state) {
     kf_binding in[2] = {{"a", a, sizeof a}, {"b", b, sizeof b}};
     double got[12];
     eval1(g, in, 2, "y", got, sizeof got);
-    expect_exact(got,
-                 (const double[]){101, 102, 103, 104, 201, 202, 203, 204, 301, 302, 303, 304},
+    expect_exact(got, (const double[]){101, 102, 103, 104, 201, 202, 203, 204, 301, 302, 303, 304},
                  12);
 }
 
@@ -358,9 +359,8 @@ static void test_rank1_broadcasts_into_rank3_with_a_size_one_middle_dim(void **s
     kf_binding in[3] = {{"x", x, sizeof x}, {"v", v, sizeof v}, {"w", w, sizeof w}};
     double got[24];
     eval1(g, in, 3, "y", got, sizeof got);
-    expect_exact(got,
-                 (const double[]){0,  2,  4,  10, 12, 14, 20, 22, 24, 30, 32, 34,
-                                  3,  5,  7,  13, 15, 17, 23, 25, 27, 33, 35, 37},
+    expect_exact(got, (const double[]){0, 2, 4, 10, 12, 14, 20, 22, 24, 30, 32, 34,
+                                       3, 5, 7, 13, 15, 17, 23, 25, 27, 33, 35, 37},
                  24);
 }
 
@@ -466,8 +466,8 @@ static void test_iota_holds_the_index_along_its_axis(void **state) {
     int32_t r[6], c[6];
     float m[12];
     double s[4];
-    kf_binding outs[4] = {{"r", r, sizeof r}, {"c", c, sizeof c}, {"m", m, sizeof m},
-                          {"s", s, sizeof s}};
+    kf_binding outs[4] = {
+        {"r", r, sizeof r}, {"c", c, sizeof c}, {"m", m, sizeof m}, {"s", s, sizeof s}};
     eval_ok(g, NULL, 0, outs, 4);
     assert_memory_equal(r, ((const int32_t[]){0, 0, 0, 1, 1, 1}), sizeof r);
     assert_memory_equal(c, ((const int32_t[]){0, 1, 2, 0, 1, 2}), sizeof c);
@@ -628,8 +628,8 @@ static void test_softmax_along_a_leading_axis(void **state) {
     double y[6];
     eval1(g, &in, 1, "y", y, sizeof y);
     expect_near(y,
-                (const double[]){0.2689414213699951, 0.5, 0.7310585786300049,
-                                 0.7310585786300049, 0.5, 0.2689414213699951},
+                (const double[]){0.2689414213699951, 0.5, 0.7310585786300049, 0.7310585786300049,
+                                 0.5, 0.2689414213699951},
                 6, 1e-15);
 }
 
@@ -762,11 +762,11 @@ static void test_matmul_with_each_transpose_combination(void **state) {
     out(g, "tn", kf_matmul(g, AT, B, 1, 0));
     out(g, "nt", kf_matmul(g, A, BT, 0, 1));
     out(g, "tt", kf_matmul(g, AT, BT, 1, 1));
-    kf_binding in[4] = {{"a", a, sizeof a}, {"at", at, sizeof at}, {"b", b, sizeof b},
-                        {"bt", bt, sizeof bt}};
+    kf_binding in[4] = {
+        {"a", a, sizeof a}, {"at", at, sizeof at}, {"b", b, sizeof b}, {"bt", bt, sizeof bt}};
     double got[4][4];
-    kf_binding outs[4] = {{"nn", got[0], 32}, {"tn", got[1], 32}, {"nt", got[2], 32},
-                          {"tt", got[3], 32}};
+    kf_binding outs[4] = {
+        {"nn", got[0], 32}, {"tn", got[1], 32}, {"nt", got[2], 32}, {"tt", got[3], 32}};
     eval_ok(g, in, 4, outs, 4);
     for (int i = 0; i < 4; i++) {
         print_message("  %s\n", outs[i].name);
@@ -802,9 +802,8 @@ static void test_matmul_broadcasts_batch_dims(void **state) {
     kf_binding in[2] = {{"a", a, sizeof a}, {"b", b, sizeof b}};
     double got[24];
     eval1(g, in, 2, "y", got, sizeof got);
-    expect_exact(got,
-                 (const double[]){-17, -14, -80,  -68,  1,   4,  -8,  4,  19,  22,  64,  76,
-                                  -143, -122, -206, -176, -17, 4, -26, 4, 109, 130, 154, 184},
+    expect_exact(got, (const double[]){-17,  -14,  -80,  -68,  1,   4, -8,  4, 19,  22,  64,  76,
+                                       -143, -122, -206, -176, -17, 4, -26, 4, 109, 130, 154, 184},
                  24);
 }
 
@@ -827,9 +826,8 @@ static void test_matmul_broadcasts_batch_dims_with_transposes(void **state) {
     kf_binding in[2] = {{"a", a, sizeof a}, {"b", b, sizeof b}};
     double got[24];
     eval1(g, in, 2, "y", got, sizeof got);
-    expect_exact(got,
-                 (const double[]){-17, -14, -80,  -68,  1,   4,  -8,  4,  19,  22,  64,  76,
-                                  -143, -122, -206, -176, -17, 4, -26, 4, 109, 130, 154, 184},
+    expect_exact(got, (const double[]){-17,  -14,  -80,  -68,  1,   4, -8,  4, 19,  22,  64,  76,
+                                       -143, -122, -206, -176, -17, 4, -26, 4, 109, 130, 154, 184},
                  24);
 }
 
@@ -863,8 +861,9 @@ static void test_matmul_of_random_f32_matches_a_naive_loop(void **state) {
                 acc += (double)a[m * K + k] * b[k * N + n];
             ref[m * N + n] = (float)acc;
         }
-    out(g, "y", kf_matmul(g, kf_input(g, "a", KF_DTYPE_F32, 2, DIMS(M, K)),
-                          kf_input(g, "b", KF_DTYPE_F32, 2, DIMS(K, N)), 0, 0));
+    out(g, "y",
+        kf_matmul(g, kf_input(g, "a", KF_DTYPE_F32, 2, DIMS(M, K)),
+                  kf_input(g, "b", KF_DTYPE_F32, 2, DIMS(K, N)), 0, 0));
     kf_test_poison(y, KF_DTYPE_F32, M * N);
     kf_binding in[2] = {{"a", a, sizeof a}, {"b", b, sizeof b}};
     eval1(g, in, 2, "y", y, sizeof y);
@@ -899,9 +898,8 @@ static void test_permute_puts_source_dim_perm_i_at_result_dim_i(void **state) {
     kf_binding in = {"x", x, sizeof x};
     double got[24];
     eval1(g, &in, 1, "y", got, sizeof got);
-    expect_exact(got,
-                 (const double[]){0, 4, 8, 12, 16, 20, 1, 5, 9, 13, 17, 21,
-                                  2, 6, 10, 14, 18, 22, 3, 7, 11, 15, 19, 23},
+    expect_exact(got, (const double[]){0, 4, 8,  12, 16, 20, 1, 5, 9,  13, 17, 21,
+                                       2, 6, 10, 14, 18, 22, 3, 7, 11, 15, 19, 23},
                  24);
 }
 
@@ -922,14 +920,15 @@ static void test_transpose_of_a_bool_matrix(void **state) {
 
 static void test_cast_f32_to_bf16_and_f16_rounds_ties_to_even(void **state) {
     kf_graph *g = G;
-    float bx[7] = {1.0f + 0x1p-8f,  1.0f + 0x3p-8f, 1.0f + 0x1p-8f + 0x1p-20f,
-                   -(1.0f + 0x1p-8f), 0x1.fep127f,  FLT_MAX,
+    float bx[7] = {1.0f + 0x1p-8f,    1.0f + 0x3p-8f, 1.0f + 0x1p-8f + 0x1p-20f,
+                   -(1.0f + 0x1p-8f), 0x1.fep127f,    FLT_MAX,
                    0x1p-133f}; /* the smallest bf16 subnormal, 2^-133 */
     static const uint16_t bwant[7] = {0x3F80, 0x3F82, 0x3F81, 0xBF80, 0x7F7F, 0x7F80, 0x0001};
-    float hx[14] = {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 65504.0f, 65519.0f, 65520.0f,
-                    0x1p-24f,        0x1p-25f,        0x3p-26f, 0x1p-25f + 0x1p-30f,
-                    0x3p-25f,        0x5p-25f,        0x1p-14f - 0x1p-25f, -0.0f,
-                    INFINITY};
+    float hx[14] = {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 65504.0f,
+                    65519.0f,        65520.0f,        0x1p-24f,
+                    0x1p-25f,        0x3p-26f,        0x1p-25f + 0x1p-30f,
+                    0x3p-25f,        0x5p-25f,        0x1p-14f - 0x1p-25f,
+                    -0.0f,           INFINITY};
     static const uint16_t hwant[14] = {0x3C00, 0x3C02, 0x7BFF, 0x7BFF, 0x7C00, 0x0001, 0x0000,
                                        0x0001, 0x0001, 0x0002, 0x0002, 0x0400, 0x8000, 0x7C00};
     out(g, "b", kf_cast(g, kf_input(g, "bx", KF_DTYPE_F32, 1, DIMS(7)), KF_DTYPE_BF16));
@@ -971,8 +970,8 @@ static void test_cast_from_f64_rounds_once_not_through_f32(void **state) {
 
 static void test_cast_to_i32_truncates_saturates_and_maps_nan_to_zero(void **state) {
     kf_graph *g = G;
-    double x[10] = {2.7, -2.7, 3e9, -3e9, NAN, INFINITY, -INFINITY, 2147483647.9, -2147483648.9,
-                    -0.5};
+    double x[10] = {2.7,      -2.7,      3e9,          -3e9,          NAN,
+                    INFINITY, -INFINITY, 2147483647.9, -2147483648.9, -0.5};
     out(g, "y", kf_cast(g, in64(g, "x", 1, DIMS(10)), KF_DTYPE_I32));
     kf_binding in = {"x", x, sizeof x};
     int32_t y[10];
@@ -1023,8 +1022,11 @@ static void test_i32_arithmetic_saturates(void **state) {
     out(g, "abs", kf_abs(g, at));
     kf_binding in[2] = {{"a", a, sizeof a}, {"b", b, sizeof b}};
     int32_t r[5][4];
-    kf_binding outs[5] = {{"add", r[0], 16}, {"sub", r[1], 16}, {"mul", r[2], 16},
-                          {"neg", r[3], 16}, {"abs", r[4], 16}};
+    kf_binding outs[5] = {{"add", r[0], 16},
+                          {"sub", r[1], 16},
+                          {"mul", r[2], 16},
+                          {"neg", r[3], 16},
+                          {"abs", r[4], 16}};
     eval_ok(g, in, 2, outs, 5);
     assert_memory_equal(r[0], ((const int32_t[]){INT32_MAX, INT32_MIN + 1, 131072, 5}), 16);
     assert_memory_equal(r[1], ((const int32_t[]){INT32_MAX - 1, INT32_MIN, 0, 9}), 16);
@@ -1038,8 +1040,9 @@ static void test_f16_results_round_as_they_are_stored(void **state) {
     /* 1 + 2^-11 ties down to 1; (1 + 2^-10) + 2^-11 ties up to 1 + 2^-9;
      * 60000 + 10000 overflows to inf. */
     uint16_t a[3] = {0x3C00, 0x3C01, 0x7B53}, b[3] = {0x1000, 0x1000, 0x70E2};
-    out(g, "y", kf_add(g, kf_input(g, "a", KF_DTYPE_F16, 1, DIMS(3)),
-                       kf_input(g, "b", KF_DTYPE_F16, 1, DIMS(3))));
+    out(g, "y",
+        kf_add(g, kf_input(g, "a", KF_DTYPE_F16, 1, DIMS(3)),
+               kf_input(g, "b", KF_DTYPE_F16, 1, DIMS(3))));
     kf_binding in[2] = {{"a", a, sizeof a}, {"b", b, sizeof b}};
     uint16_t y[3];
     eval1(g, in, 2, "y", y, sizeof y);
@@ -1051,8 +1054,9 @@ static void test_bf16_results_round_as_they_are_stored(void **state) {
     kf_graph *g = G;
     /* bf16 1 + 2^-8 ties down to 1; 1 + 3 * 2^-8 ties up to 1 + 2^-6. */
     uint16_t a[2] = {0x3F80, 0x3F81}, b[2] = {0x3B80, 0x3B80}; /* b = 2^-8 */
-    out(g, "y", kf_add(g, kf_input(g, "a", KF_DTYPE_BF16, 1, DIMS(2)),
-                       kf_input(g, "b", KF_DTYPE_BF16, 1, DIMS(2))));
+    out(g, "y",
+        kf_add(g, kf_input(g, "a", KF_DTYPE_BF16, 1, DIMS(2)),
+               kf_input(g, "b", KF_DTYPE_BF16, 1, DIMS(2))));
     kf_binding in[2] = {{"a", a, sizeof a}, {"b", b, sizeof b}};
     uint16_t y[2];
     eval1(g, in, 2, "y", y, sizeof y);
@@ -1061,7 +1065,7 @@ static void test_bf16_results_round_as_they_are_stored(void **state) {
 
 static void test_constants_load_from_their_storage_format(void **state) {
     kf_graph *g = G;
-    uint16_t h[2] = {0x3C00, 0xC000}; /* 1, -2 */
+    uint16_t h[2] = {0x3C00, 0xC000};  /* 1, -2 */
     uint16_t bf[2] = {0x4040, 0x3F00}; /* 3, 0.5 */
     uint8_t bl[2] = {0, 1};
     int32_t i[2] = {-7, 9};
@@ -1104,7 +1108,7 @@ static void test_f16_bits_round_trip_through_float_for_all_65536_patterns(void *
             assert_true(isnan(f));
             uint16_t back = kf_f32_to_f16(f);
             assert_true((back & 0x7C00) == 0x7C00 && (back & 0x3FF) != 0); /* still NaN */
-            assert_true(back & 0x200);                                    /* quiet */
+            assert_true(back & 0x200);                                     /* quiet */
             assert_int_equal(back & 0x8000, h & 0x8000);
             continue;
         }
@@ -1235,6 +1239,64 @@ static void test_ir_round_of_doubles_is_one_correct_rounding(void **state) {
     assert_true(kf_ir_round(KF_DTYPE_BOOL, NAN) == 1);
     assert_true(kf_ir_round(KF_DTYPE_BOOL, -0.0) == 0);
     assert_true(kf_ir_round(KF_DTYPE_F64, 0.1) == 0.1);
+}
+
+/* Checks that r = kf_ir_round(d, x) is a value of the 16-bit format nearest
+ * to x, ties to even, using only the format's neighbours of r: no second
+ * implementation of the rounding. */
+static void check_nearest(kf_dtype d, double x, uint16_t (*to)(float), float (*from)(uint16_t),
+                          uint16_t inf_bits, double overflow_at, double beyond_max) {
+    double r = kf_ir_round(d, x), ax = fabs(x), ar = fabs(r);
+    bool ok = !!signbit(r) == !!signbit(x);
+    if (isinf(r)) {
+        ok = ok && ax >= overflow_at;
+    } else {
+        uint16_t h = (uint16_t)(to((float)ar) & 0x7FFF);
+        double up = h + 1 == inf_bits ? beyond_max : from((uint16_t)(h + 1));
+        double down = h ? from((uint16_t)(h - 1)) : 0.0;
+        double e = fabs(ax - ar); /* exact: ax and ar are within a factor of 2, or ar = 0 */
+        ok = ok && (double)from(h) == ar && e <= up - ax;
+        if (h)
+            ok = ok && e <= ax - down;
+        if (e == up - ax || (h && e == ax - down))
+            ok = ok && (h & 1) == 0; /* a tie went to the even neighbour */
+    }
+    if (!ok) {
+        print_error("%s: kf_ir_round(%a) = %a is not the nearest (KF_TEST_SEED=%llu)\n",
+                    kf_dtype_name(d), x, r, (unsigned long long)kf_test_seed());
+        fail();
+    }
+}
+
+static void test_ir_round_of_random_doubles_gives_the_nearest_value_ties_to_even(void **state) {
+    (void)state;
+    kf_test_rng rng = kf_test_rng_make(3);
+    for (int i = 0; i < 100000; i++) {
+        /* A random 53-bit significand at a random exponent across each
+         * format's subnormals, normals and overflow; every 4th one sits
+         * exactly on a halfway point or one double ulp off it. */
+        double m = 1.0 + (double)(kf_test_next(&rng) >> 11) * 0x1p-53;
+        int kind = (int)(kf_test_next(&rng) % 8);
+        double sign = (kf_test_next(&rng) & 1) ? -1.0 : 1.0;
+        int eh = (int)(kf_test_next(&rng) % 48) - 30;   /* 2^-30 .. 2^17 */
+        int eb = (int)(kf_test_next(&rng) % 272) - 142; /* 2^-142 .. 2^129 */
+        double xh = ldexp(m, eh), xb = ldexp(m, eb);
+        if (kind < 2) {
+            /* Halfway: a format value plus half its quantum (11 / 8 bits). */
+            double q = ldexp(1.0, (eh < -14 ? -14 : eh) - 10);
+            xh = (floor(xh / q) + 0.5) * q;
+            q = ldexp(1.0, (eb < -126 ? -126 : eb) - 7);
+            xb = (floor(xb / q) + 0.5) * q;
+            if (kind == 1) {
+                xh = nextafter(xh, (kf_test_next(&rng) & 1) ? INFINITY : 0.0);
+                xb = nextafter(xb, (kf_test_next(&rng) & 1) ? INFINITY : 0.0);
+            }
+        }
+        check_nearest(KF_DTYPE_F16, sign * xh, kf_f32_to_f16, kf_f16_to_f32, 0x7C00, 65520.0,
+                      65536.0);
+        check_nearest(KF_DTYPE_BF16, sign * xb, kf_f32_to_bf16, kf_bf16_to_f32, 0x7F80, 0x1.ffp127,
+                      0x1p128);
+    }
 }
 
 static void test_store_and_load_round_trip_every_dtype(void **state) {
@@ -1613,6 +1675,7 @@ int main(void) {
         T(test_f32_to_bf16_rounds_every_halfway_point_to_even),
         T(test_ir_round_agrees_with_the_float_conversions_on_random_floats),
         T(test_ir_round_of_doubles_is_one_correct_rounding),
+        T(test_ir_round_of_random_doubles_gives_the_nearest_value_ties_to_even),
         T(test_store_and_load_round_trip_every_dtype),
         T(test_dtype_names_and_sizes),
         T(test_eval_reports_a_missing_input_by_name),
