@@ -383,6 +383,12 @@ static void eval_permute(const kf_eval_state *st, const kf_tensor *t, double *ou
 /* Public entry points                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* Computes t from its operands' values in st (each must be present:
+ * KF_ERR_INVALID_ARGUMENT, noted, otherwise). A tensor that already has a
+ * value is recomputed in place; an input is never computed (it is OK when it
+ * already has a value, an error otherwise). A new value is numel(t) doubles
+ * from the graph's allocator, which kf_ir_eval_release frees with that size:
+ * a caller that fills st->values itself must allocate the same way. */
 kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
     if (KF_NEVER(!st || !st->graph || !st->values || !t || t->graph != st->graph))
         return KF_ERR_INVALID_ARGUMENT;
@@ -463,6 +469,8 @@ kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
     return KF_OK;
 }
 
+/* Frees every value and the table (sized by graph->n_nodes, so the graph
+ * must not grow between kf_ir_eval and this call). Safe to call twice. */
 void kf_ir_eval_release(kf_eval_state *st) {
     if (!st || !st->graph || !st->values)
         return;
@@ -475,6 +483,9 @@ void kf_ir_eval_release(kf_eval_state *st) {
     st->values = NULL;
 }
 
+/* Computes what the outputs need. On failure everything is released and
+ * st->values is NULL; the message is noted on the graph (not sticky). Inputs
+ * the outputs do not need may have NULL data. */
 kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
     if (KF_NEVER(!g || !st))
         return KF_ERR_INVALID_ARGUMENT;
