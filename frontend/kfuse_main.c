@@ -5,7 +5,9 @@
  * standard input, and the commands. Each command is one row of `commands[]`
  * (name, one-line summary, help text, handler), so a later command (report,
  * run, aot, cache) is one function and one row. The handlers go through the
- * public API in kfuse.h; only the evaluator's size guard reads the IR.
+ * public API in kfuse.h, and borrow from ir.h what the IR already does for
+ * them: storage conversions, type strings, and a walk over the nodes for the
+ * evaluator's size guard.
  *
  * Exit status, for every command:
  *   0  success
@@ -342,70 +344,20 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-/* Uniform in [-1, 1): 24 random bits make every value exact in f32. */
-static float uniform_f32(uint64_t *state) {
-    return (float)(splitmix64(state) >> 40) * 0x1.0p-23f - 1.0f;
-}
-
-static double uniform_f64(uint64_t *state) {
-    return (double)(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0;
-}
-
-/* Fills `numel` elements of dtype `d` at `data` from the generator. */
-static void fill_random(void *data, kf_dtype d, int64_t numel, uint64_t *state) {
-    for (int64_t i = 0; i < numel; i++) {
-        switch (d) {
-        case KF_DTYPE_F32:
-            ((float *)data)[i] = uniform_f32(state);
-            break;
-        case KF_DTYPE_F16:
-            ((uint16_t *)data)[i] = kf_f32_to_f16(uniform_f32(state));
-            break;
-        case KF_DTYPE_BF16:
-            ((uint16_t *)data)[i] = kf_f32_to_bf16(uniform_f32(state));
-            break;
-        case KF_DTYPE_F64:
-            ((double *)data)[i] = uniform_f64(state);
-            break;
-        case KF_DTYPE_I32:
-            ((int32_t *)data)[i] = (int32_t)(splitmix64(state) % 17) - 8;
-            break;
-        case KF_DTYPE_BOOL:
-            ((uint8_t *)data)[i] = (uint8_t)(splitmix64(state) >> 63);
-            break;
-        default:
-            return;
-        }
-    }
-}
-
-static double load_element(const void *data, kf_dtype d, int64_t i) {
+/* One random element of dtype `d`, as a double that kf_ir_store then rounds:
+ * floats uniform in [-1, 1) from 24 bits (exact in f32; f16 and bf16 round to
+ * nearest even as they are stored), f64 from 53 bits, i32 in [-8, 8], bool 0/1. */
+static double random_value(kf_dtype d, uint64_t *state) {
     switch (d) {
-    case KF_DTYPE_F32:
-        return ((const float *)data)[i];
-    case KF_DTYPE_F16:
-        return kf_f16_to_f32(((const uint16_t *)data)[i]);
-    case KF_DTYPE_BF16:
-        return kf_bf16_to_f32(((const uint16_t *)data)[i]);
     case KF_DTYPE_F64:
-        return ((const double *)data)[i];
+        return (double)(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0;
     case KF_DTYPE_I32:
-        return ((const int32_t *)data)[i];
+        return (double)(splitmix64(state) % 17) - 8.0;
     case KF_DTYPE_BOOL:
-        return ((const uint8_t *)data)[i] != 0;
+        return (double)(splitmix64(state) >> 63);
     default:
-        return NAN;
+        return (double)(splitmix64(state) >> 40) * 0x1.0p-23 - 1.0;
     }
-}
-
-/* "f32[16, 64]" */
-static void format_type(const kf_tensor *t, char *buf, size_t size) {
-    size_t n = (size_t)snprintf(buf, size, "%s[", kf_dtype_name(kf_tensor_dtype(t)));
-    int rank = kf_tensor_rank(t);
-    for (int i = 0; i < rank && n < size; i++)
-        n += (size_t)snprintf(buf + n, size - n, "%s%" PRId64, i ? ", " : "", kf_tensor_dim(t, i));
-    if (n < size)
-        snprintf(buf + n, size - n, "]");
 }
 
 /* Refuses graphs the reference evaluator would take too long or too much
@@ -414,9 +366,7 @@ static bool eval_size_ok(const kf_graph *g, const char *file) {
     double elements = 0, macs = 0;
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const kf_tensor *t = g->nodes[i];
-        double numel = 1;
-        for (int d = 0; d < t->rank; d++)
-            numel *= (double)t->dims[d];
+        double numel = (double)kf_ir_numel(t); /* each below 2^48: the builder checks */
         elements += numel;
         if (t->op == KF_OP_MATMUL && t->nsrc >= 1 && t->src[0]->rank >= 2) {
             const kf_tensor *a = t->src[0];
@@ -441,7 +391,7 @@ static void print_summary(const char *name, int name_width, const kf_tensor *t, 
     int64_t nan_count = 0, inf_count = 0, finite = 0;
     double lo = INFINITY, hi = -INFINITY, sum = 0, sumsq = 0;
     for (int64_t i = 0; i < numel; i++) {
-        double v = load_element(data, d, i);
+        double v = kf_ir_load(data, d, i);
         if (isnan(v)) {
             nan_count++;
         } else if (isinf(v)) {
@@ -455,7 +405,7 @@ static void print_summary(const char *name, int name_width, const kf_tensor *t, 
         }
     }
     char type[256];
-    format_type(t, type, sizeof type);
+    kf_ir_type_str(t, type, sizeof type);
     printf("%-*s  %s  ", name_width, name, type);
     if (finite > 0)
         printf("min=%.6g max=%.6g mean=%.6g l2=%.6g", lo, hi, sum / (double)finite, sqrt(sumsq));
@@ -490,7 +440,8 @@ static int eval_graph(kf_graph *g, const char *file, uint64_t seed) {
             rc = KF_EXIT_RUNTIME;
             goto done;
         }
-        fill_random(in[i].data, d, numel, &state);
+        for (int64_t e = 0; e < numel; e++)
+            kf_ir_store(in[i].data, d, e, random_value(d, &state));
     }
     int name_width = 0;
     for (size_t i = 0; i < n_out; i++) {
