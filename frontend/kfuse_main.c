@@ -300,13 +300,16 @@ static int finish_stdout(int status) {
     return status;
 }
 
-/* ------------------------------------------------------------------------ */
-/* kfuse print                                                                */
-/* ------------------------------------------------------------------------ */
+/* What a command that reads one graph does with it; returns the exit status.
+ * `file` is the name for messages. */
+typedef int (*graph_action)(kf_graph *g, const char *file, const cli_args *a);
 
-static int cmd_print(const cli_command *cmd, int argc, char **argv) {
+/* Every command that reads one graph: its arguments, a context, the parsed
+ * graph, `action`, a checked flush of stdout, and the cleanup. */
+static int with_graph(const cli_command *cmd, int argc, char **argv, bool takes_seed,
+                      graph_action action) {
     cli_args a;
-    int rc = parse_args(cmd, argc, argv, false, &a);
+    int rc = parse_args(cmd, argc, argv, takes_seed, &a);
     if (rc >= 0)
         return rc;
 
@@ -315,20 +318,31 @@ static int cmd_print(const cli_command *cmd, int argc, char **argv) {
         return KF_EXIT_RUNTIME;
     kf_graph *g = NULL;
     rc = load_graph(ctx, a.file, &g);
-    if (rc < 0) {
-        kf_status st = kf_graph_print(g, stdout);
-        rc = KF_EXIT_OK;
-        if (st != KF_OK) {
-            const char *msg = kf_graph_error(g);
-            fprintf(stderr, "kfuse: cannot print %s: %s\n", display_name(a.file),
-                    msg && *msg ? msg : kf_status_str(st));
-            rc = KF_EXIT_RUNTIME;
-        }
-        rc = finish_stdout(rc);
-    }
+    if (rc < 0)
+        rc = finish_stdout(action(g, display_name(a.file), &a));
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* kfuse print                                                                */
+/* ------------------------------------------------------------------------ */
+
+static int print_graph(kf_graph *g, const char *file, const cli_args *a) {
+    (void)a;
+    kf_status st = kf_graph_print(g, stdout);
+    if (st != KF_OK) {
+        const char *msg = kf_graph_error(g);
+        fprintf(stderr, "kfuse: cannot print %s: %s\n", file,
+                msg && *msg ? msg : kf_status_str(st));
+        return KF_EXIT_RUNTIME;
+    }
+    return KF_EXIT_OK;
+}
+
+static int cmd_print(const cli_command *cmd, int argc, char **argv) {
+    return with_graph(cmd, argc, argv, false, print_graph);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -479,31 +493,18 @@ done:
     return rc;
 }
 
-static int cmd_eval(const cli_command *cmd, int argc, char **argv) {
-    cli_args a;
-    int rc = parse_args(cmd, argc, argv, true, &a);
-    if (rc >= 0)
-        return rc;
-
-    kf_ctx *ctx = NULL;
-    if (!open_ctx(&ctx))
+static int eval_checked(kf_graph *g, const char *file, const cli_args *a) {
+    if (kf_graph_verify(g) != KF_OK) {
+        fprintf(stderr, "kfuse: %s: %s\n", file, kf_graph_error(g));
         return KF_EXIT_RUNTIME;
-    kf_graph *g = NULL;
-    rc = load_graph(ctx, a.file, &g);
-    if (rc < 0) {
-        const char *file = display_name(a.file);
-        if (kf_graph_verify(g) != KF_OK) {
-            fprintf(stderr, "kfuse: %s: %s\n", file, kf_graph_error(g));
-            rc = KF_EXIT_RUNTIME;
-        } else if (!eval_size_ok(g, file)) {
-            rc = KF_EXIT_RUNTIME;
-        } else {
-            rc = finish_stdout(eval_graph(g, file, a.seed));
-        }
     }
-    kf_graph_destroy(g);
-    kf_ctx_destroy(ctx);
-    return rc;
+    if (!eval_size_ok(g, file))
+        return KF_EXIT_RUNTIME;
+    return eval_graph(g, file, a->seed);
+}
+
+static int cmd_eval(const cli_command *cmd, int argc, char **argv) {
+    return with_graph(cmd, argc, argv, true, eval_checked);
 }
 
 /* ------------------------------------------------------------------------ */
