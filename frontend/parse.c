@@ -5,7 +5,7 @@
  *
  *   text, len ──► lexer (one token of lookahead, never reads past len)
  *             ──► statement parser (flat: header, then one statement a line)
- *             ──► kf_ir_build / kf_ir_set_name / kf_ir_add_output
+ *             ──► kf_ir_build / kf_ir_add_output, names through a hash table
  *
  * The grammar is flat (a statement is a line; lists hold numbers, never lists),
  * so the parser is a loop, not a recursion: no input can make it deep.
@@ -327,7 +327,7 @@ static bool expected(parser *p, const token *t, const char *what) {
     return fail_at(p, t, "expected %s, found %s", what, found);
 }
 
-/* The builder (or kf_ir_set_name / kf_ir_add_output) failed: put the statement's
+/* The builder (or kf_ir_add_output) failed: put the statement's
  * position in front of its sticky message, keeping its status. */
 static bool builder_failed(parser *p, const token *at) {
     kf_graph *g = p->g;
@@ -909,9 +909,16 @@ static bool parse_definition(parser *p) {
         if (!built)
             return builder_failed(p, &optok);
     }
-    if (name.kind == TOK_IDENT && op != KF_OP_INPUT &&
-        kf_ir_set_name(p->g, built, p->lx.text + name.pos, name.len) != KF_OK)
-        return builder_failed(p, &name);
+    if (name.kind == TOK_IDENT && op != KF_OP_INPUT) {
+        /* What kf_ir_set_name does, less its uniqueness check: that is a linear
+         * scan of the graph (quadratic over a file), and the name table has
+         * already made sure no tensor has this name. */
+        KF_ASSERT(kf_ir_is_identifier(p->lx.text + name.pos, name.len));
+        char *copy = kf_arena_strndup(&p->g->arena, p->lx.text + name.pos, name.len);
+        if (!copy)
+            return out_of_memory(p, &name);
+        built->name = copy;
+    }
     return name_add(p, &name, built);
 }
 

@@ -6,6 +6,7 @@
  * valid file, every allocation failing in turn, and the shortest-decimal
  * number formatting.
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -695,6 +696,50 @@ static void test_parse_fails_cleanly_at_every_allocation(void **state) {
     free(text);
 }
 
+/* Every file of the fuzz corpus (seeds and past findings) parses to a graph
+ * that round-trips, or fails with a positioned message. */
+static void test_parse_handles_every_fuzz_corpus_file(void **state) {
+    (void)state;
+    const char *root = getenv("KF_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus", root ? root : ".");
+    DIR *d = opendir(dir);
+    if (!d) {
+        print_message("no corpus at %s; skipped\n", dir);
+        skip();
+    }
+    kf_ctx *ctx;
+    assert_int_equal(kf_ctx_create(NULL, &ctx), KF_OK);
+    size_t files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        char buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        kf_graph *g = NULL;
+        kf_status st = parse_n(ctx, buf, n, &g);
+        assert_non_null(g);
+        if (st == KF_OK) {
+            kf_graph_destroy(assert_round_trip(ctx, g));
+        } else {
+            unsigned line, col;
+            if (sscanf(kf_graph_error(g), "%u:%u:", &line, &col) != 2)
+                print_error("%s: %s\n", e->d_name, kf_graph_error(g));
+            assert_int_equal(sscanf(kf_graph_error(g), "%u:%u:", &line, &col), 2);
+        }
+        kf_graph_destroy(g);
+        files++;
+    }
+    closedir(d);
+    kf_ctx_destroy(ctx);
+    assert_true(files > 0);
+}
+
 static void test_parse_and_print_reject_null_arguments(void **state) {
     (void)state;
     kf_ctx *ctx;
@@ -827,6 +872,7 @@ int main(void) {
         REJECT_CASES(R_ENTRY)
         cmocka_unit_test(test_parse_survives_every_truncation_of_a_valid_file),
         cmocka_unit_test(test_parse_fails_cleanly_at_every_allocation),
+        cmocka_unit_test(test_parse_handles_every_fuzz_corpus_file),
         cmocka_unit_test(test_parse_and_print_reject_null_arguments),
         cmocka_unit_test(test_print_reports_a_stream_error),
         cmocka_unit_test(test_format_number_writes_the_shortest_spelling),
