@@ -37,5 +37,19 @@ foreach(_lib kfuse kfuse_static)
     if(KF_HAVE_NVRTC)
         target_link_libraries(${_lib} PRIVATE "${KF_NVRTC_LIBRARY}")
     endif()
-    target_link_libraries(${_lib} PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
+    # Plain flags, not the Threads::Threads target: the installed package's
+    # static archive exports its link interface, and consumers should not need
+    # find_package(Threads) to read it.
+    target_link_libraries(${_lib} PRIVATE ${CMAKE_DL_LIBS} ${CMAKE_THREAD_LIBS_INIT})
 endforeach()
+
+# What a static link of libkfuse.a needs besides libm, for kfuse.pc.
+set(KF_PC_LIBS_PRIVATE "${CMAKE_THREAD_LIBS_INIT}")
+foreach(_dl IN LISTS CMAKE_DL_LIBS)
+    string(APPEND KF_PC_LIBS_PRIVATE " -l${_dl}")
+endforeach()
+if(KF_HAVE_NVRTC)
+    get_filename_component(_kf_nvrtc_dir "${KF_NVRTC_LIBRARY}" DIRECTORY)
+    string(APPEND KF_PC_LIBS_PRIVATE " -L${_kf_nvrtc_dir} -lnvrtc")
+endif()
+string(STRIP "${KF_PC_LIBS_PRIVATE}" KF_PC_LIBS_PRIVATE)
