@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "frontend/cmd_cache.h"
 #include "ir/ir.h"
 #include "kfuse.h"
 
@@ -57,6 +58,11 @@ static const cli_command *find_command(const char *name);
 static int cmd_print(const cli_command *cmd, int argc, char **argv);
 static int cmd_eval(const cli_command *cmd, int argc, char **argv);
 static int cmd_help(const cli_command *cmd, int argc, char **argv);
+/* `kfuse cache` lives in frontend/cmd_cache.c. */
+static int cmd_cache(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_cache(argc, argv);
+}
 
 static const cli_command commands[] = {
     {"print", "parse a .kfg graph and print its canonical form",
@@ -86,6 +92,7 @@ static const cli_command commands[] = {
      "  --seed N     seed of the input generator (an unsigned integer; default 0)\n"
      "  -h, --help   show this help\n",
      cmd_eval},
+    {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"
      "\n"

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "frontend/cmd_cache.h"
 #include "kf_test.h"
 #include "runtime/cache.h"
 #include "runtime/hash.h"
@@ -839,6 +840,75 @@ static void test_every_allocation_failure_returns_out_of_memory_and_leaks_nothin
     assert_true(finished);
 }
 
+/* ------------------------------------------------------------------------ */
+/* kfuse cache ls|verify|clear                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Runs `kfuse cache ARGS...` with stdout captured into out (NUL-terminated). */
+static int run_cli(fixture *f, char *out, size_t size, int argc, char **argv) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/stdout", f->base);
+    fflush(stdout);
+    int saved = dup(1);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    close(fd);
+    int rc = kf_cmd_cache(argc, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    FILE *fp = fopen(path, "rb");
+    size_t n = fread(out, 1, size - 1, fp);
+    fclose(fp);
+    out[n] = 0;
+    return rc;
+}
+
+static void test_cli_lists_verifies_and_clears(void **state) {
+    fixture *f = F;
+    kf_cache *c = open_cache(f, 0, 0);
+    kf_cache_key a = key_of("cli A"), b = key_of("cli B");
+    put_str(c, &a, "payload a");
+    put_str(c, &b, "payload b");
+    kf_cache_close(c);
+    char out[4096], ha[KF_CACHE_KEY_HEX], hb[KF_CACHE_KEY_HEX];
+    kf_cache_key_hex(&a, ha);
+    kf_cache_key_hex(&b, hb);
+
+    char *ls[] = {"cache", "ls", "--dir", f->dir};
+    assert_int_equal(run_cli(f, out, sizeof out, 4, ls), 0);
+    assert_non_null(strstr(out, ha));
+    assert_non_null(strstr(out, hb));
+    assert_non_null(strstr(out, "2 entries"));
+
+    char path[512];
+    entry_path(f, &b, path, sizeof path);
+    flip_byte(path, 66);
+    char *verify[] = {"cache", "verify", "--dir", f->dir};
+    assert_int_equal(run_cli(f, out, sizeof out, 4, verify), 1); /* found corruption */
+    assert_non_null(strstr(out, "corrupt"));
+    assert_non_null(strstr(out, hb));
+    assert_non_null(strstr(out, "1 corrupt (removed)"));
+    assert_int_equal(run_cli(f, out, sizeof out, 4, verify), 0); /* healthy now */
+
+    char *clear[] = {"cache", "clear", "--dir", f->dir};
+    assert_int_equal(run_cli(f, out, sizeof out, 4, clear), 0);
+    assert_non_null(strstr(out, "removed 1 entries"));
+    assert_int_equal(run_cli(f, out, sizeof out, 4, ls), 0);
+    assert_non_null(strstr(out, "0 entries"));
+
+    char *bad[] = {"cache", "frobnicate"};
+    assert_int_equal(run_cli(f, out, sizeof out, 2, bad), 2);
+    char *none[] = {"cache"};
+    assert_int_equal(run_cli(f, out, sizeof out, 1, none), 2);
+    char *help[] = {"cache", "--help"};
+    assert_int_equal(run_cli(f, out, sizeof out, 2, help), 0);
+    assert_non_null(strstr(out, "usage: kfuse cache"));
+    /* an unsafe directory is refused as a usage error, naming the fix */
+    assert_int_equal(chmod(f->dir, 0777), 0);
+    assert_int_equal(run_cli(f, out, sizeof out, 4, ls), 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256_and_crc32c_match_the_standard_vectors),
@@ -863,6 +933,7 @@ int main(void) {
         T(test_the_size_cap_evicts_the_least_recently_used_entry),
         T(test_list_verify_and_clear),
         T(test_every_allocation_failure_returns_out_of_memory_and_leaks_nothing),
+        T(test_cli_lists_verifies_and_clears),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
