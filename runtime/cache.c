@@ -410,6 +410,10 @@ static read_result entry_read(const kf_mem *mem, int fd, const kf_cache_key *key
         snprintf(problem, problem_size, "cannot stat: %s", strerror(errno));
         return READ_IO;
     }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(problem, problem_size, "not a regular file");
+        return READ_CORRUPT;
+    }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < HEADER_BYTES) {
         snprintf(problem, problem_size, "truncated: %llu bytes, shorter than the %d-byte header",
@@ -806,10 +810,10 @@ static kf_status compute_and_store(kf_cache *c, const kf_cache_key *key,
         msg->events |= put_msg.events;
         if (put_msg.note[0])
             snprintf(msg->note, sizeof msg->note, "%s", put_msg.note);
-        if (st != KF_OK) {
-            kf_mem_free(&c->mem, buf, n);
-            return fail(msg, st, "%s", put_msg.error);
-        }
+        /* The payload is good even when storing it failed (a full disk, a
+         * directory gone read-only): hand it back and say so. */
+        if (st != KF_OK)
+            note(msg, KF_CACHE_EV_STORE_FAILED, "computed, but not cached: %s", put_msg.error);
     }
     *data = buf;
     *len = n;

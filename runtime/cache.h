@@ -99,6 +99,7 @@ enum {
     KF_CACHE_EV_LOCK_TIMEOUT = 1u << 2, /* gave up waiting for a live lock; computed anyway */
     KF_CACHE_EV_EVICTED = 1u << 3,     /* entries were evicted to fit the cap */
     KF_CACHE_EV_WAITED = 1u << 4,      /* waited on another process's lock */
+    KF_CACHE_EV_STORE_FAILED = 1u << 5, /* get_or_compute: computed but could not store */
 };
 
 /* What a call has to say. `error` explains a failed status; `note` describes
@@ -144,7 +145,8 @@ typedef kf_status (*kf_cache_compute_fn)(void *user, const kf_mem *mem, void **d
                                          size_t *len, char *error);
 
 /* get, else compute once across processes (promise 4), store and return it.
- * *computed says whether this call ran `compute`. A read-only cache computes on
+ * *computed says whether this call ran `compute`. A payload that was computed
+ * but could not be stored is still returned (KF_CACHE_EV_STORE_FAILED). A read-only cache computes on
  * a miss without storing; with KF_CACHE_FAIL_ON_MISS a miss is
  * KF_ERR_NOT_FOUND naming the key and the directory. */
 kf_status kf_cache_get_or_compute(kf_cache *cache, const kf_cache_key *key,

@@ -510,6 +510,30 @@ static void test_get_or_compute_passes_a_compile_failure_through_and_stores_noth
     kf_cache_close(c);
 }
 
+static void test_a_payload_that_cannot_be_stored_is_still_returned(void **state) {
+    fixture *f = F;
+    kf_cache *c = open_cache(f, 0, 0);
+    kf_cache_key k = key_of("unstorable");
+    char path[512];
+    entry_path(f, &k, path, sizeof path);
+    assert_int_equal(mkdir(path, 0700), 0); /* a directory squats on the entry's name */
+    compute_ctx cc = {.payload = "still useful"};
+    void *data;
+    size_t len;
+    bool computed;
+    kf_cache_msg msg;
+    assert_int_equal(
+        kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, &computed, &msg), KF_OK);
+    assert_true(computed);
+    assert_true(msg.events & KF_CACHE_EV_CORRUPT); /* "not a regular file" */
+    assert_true(msg.events & KF_CACHE_EV_STORE_FAILED);
+    assert_non_null(strstr(msg.note, "not cached"));
+    assert_int_equal(len, strlen(cc.payload));
+    assert_memory_equal(data, cc.payload, len);
+    kf_cache_blob_free(c, data, len);
+    kf_cache_close(c);
+}
+
 static void test_fail_on_miss_names_the_key_and_directory_and_never_computes(void **state) {
     fixture *f = F;
     kf_cache *w = open_cache(f, 0, 0);
@@ -924,6 +948,7 @@ int main(void) {
         T(test_truncated_or_extended_entries_are_reported_removed_and_missed),
         T(test_get_or_compute_computes_once_then_hits),
         T(test_get_or_compute_passes_a_compile_failure_through_and_stores_nothing),
+        T(test_a_payload_that_cannot_be_stored_is_still_returned),
         T(test_fail_on_miss_names_the_key_and_directory_and_never_computes),
         T(test_read_only_reads_computes_on_miss_and_never_writes),
         T(test_eight_processes_racing_on_one_key_compute_it_once_and_all_succeed),
