@@ -312,8 +312,8 @@ kf_status kf_cache_open(const kf_mem *mem, const kf_cache_options *options, kf_c
         goto out;
     }
     if (!(c->flags & KF_CACHE_READ_ONLY) && mkdir_p(c->dir) != 0) {
-        st = fail(msg, KF_ERR_IO, "cannot create cache directory '%s': %s", c->dir,
-                  strerror(errno));
+        st =
+            fail(msg, KF_ERR_IO, "cannot create cache directory '%s': %s", c->dir, strerror(errno));
         goto out;
     }
     c->dirfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -324,14 +324,12 @@ kf_status kf_cache_open(const kf_mem *mem, const kf_cache_options *options, kf_c
         else if (e == ENOTDIR)
             st = fail(msg, KF_ERR_INVALID_ARGUMENT, "cache path '%s' is not a directory", c->dir);
         else
-            st = fail(msg, KF_ERR_IO, "cannot open cache directory '%s': %s", c->dir,
-                      strerror(e));
+            st = fail(msg, KF_ERR_IO, "cannot open cache directory '%s': %s", c->dir, strerror(e));
         goto out;
     }
     struct stat sb;
     if (fstat(c->dirfd, &sb) != 0) {
-        st = fail(msg, KF_ERR_IO, "cannot stat cache directory '%s': %s", c->dir,
-                  strerror(errno));
+        st = fail(msg, KF_ERR_IO, "cannot stat cache directory '%s': %s", c->dir, strerror(errno));
         goto out;
     }
     if (sb.st_uid != geteuid()) {
@@ -400,9 +398,9 @@ typedef enum read_result { READ_OK, READ_CORRUPT, READ_OOM, READ_IO } read_resul
 /* Checks the entry open at `fd` against `key`. With `data` non-NULL, reads and
  * checks the payload too and returns it (allocated with `mem`). On
  * READ_CORRUPT `problem` says what is wrong. */
-static read_result entry_read(const kf_mem *mem, int fd, const kf_cache_key *key,
-                              void **data, size_t *len, uint64_t *payload_bytes,
-                              char *problem, size_t problem_size) {
+static read_result entry_read(const kf_mem *mem, int fd, const kf_cache_key *key, void **data,
+                              size_t *len, uint64_t *payload_bytes, char *problem,
+                              size_t problem_size) {
     struct stat sb;
     uint8_t h[HEADER_BYTES];
     *payload_bytes = 0;
@@ -513,8 +511,8 @@ kf_status kf_cache_get(kf_cache *cache, const kf_cache_key *key, void **data, si
     case READ_CORRUPT:
         if (!(cache->flags & KF_CACHE_READ_ONLY))
             remove_if_same(cache, name, fd);
-        note(msg, KF_CACHE_EV_CORRUPT, "corrupt kernel cache entry %s/%s %s: %s", cache->dir,
-             name, (cache->flags & KF_CACHE_READ_ONLY) ? "ignored (read-only cache)" : "removed",
+        note(msg, KF_CACHE_EV_CORRUPT, "corrupt kernel cache entry %s/%s %s: %s", cache->dir, name,
+             (cache->flags & KF_CACHE_READ_ONLY) ? "ignored (read-only cache)" : "removed",
              problem);
         st = fail(msg, KF_ERR_NOT_FOUND, "no valid cache entry %s in %s", hex, cache->dir);
         break;
@@ -651,8 +649,7 @@ kf_status kf_cache_put(kf_cache *cache, const kf_cache_key *key, const void *dat
     for (int attempt = 0; fd < 0 && attempt < 16; attempt++) {
         snprintf(tmp, sizeof tmp, TMP_PREFIX "%s-%ld-%lld", hex, (long)getpid(),
                  (long long)now_ns());
-        fd = openat(cache->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                    0600);
+        fd = openat(cache->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0 && errno != EEXIST)
             break;
     }
@@ -703,12 +700,12 @@ static lock_result lock_try(kf_cache *c, const char *hex, lock_held *held, kf_ca
     char host[128] = "";
     (void)gethostname(host, sizeof host - 1);
     snprintf(held->name, sizeof held->name, "%s%s", hex, LOCK_SUFFIX);
-    int fd = openat(c->dirfd, held->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                    0600);
+    int fd =
+        openat(c->dirfd, held->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {
         char line[256];
-        int n = snprintf(line, sizeof line, "%ld %s %lld\n", (long)getpid(), host,
-                         (long long)now_ns());
+        int n =
+            snprintf(line, sizeof line, "%ld %s %lld\n", (long)getpid(), host, (long long)now_ns());
         struct stat sb;
         bool ok = write_all(fd, line, (size_t)n) && fstat(fd, &sb) == 0;
         touch_fd(fd);
@@ -751,8 +748,8 @@ static lock_result lock_try(kf_cache *c, const char *hex, lock_held *held, kf_ca
         snprintf(whybuf, sizeof whybuf, "its process %ld is gone", pid);
         why = whybuf;
     } else if (age_ms > (int64_t)c->stale_lock_ms) {
-        snprintf(whybuf, sizeof whybuf, "it is %lld ms old (stale after %u ms)",
-                 (long long)age_ms, c->stale_lock_ms);
+        snprintf(whybuf, sizeof whybuf, "it is %lld ms old (stale after %u ms)", (long long)age_ms,
+                 c->stale_lock_ms);
         why = whybuf;
     } else if (!parsed && age_ms > 5000) {
         snprintf(whybuf, sizeof whybuf, "it is unreadable and %lld ms old", (long long)age_ms);
@@ -834,8 +831,8 @@ static kf_status get_keep(kf_cache *c, const kf_cache_key *key, void **data, siz
 }
 
 kf_status kf_cache_get_or_compute(kf_cache *cache, const kf_cache_key *key,
-                                  kf_cache_compute_fn compute, void *user, void **data,
-                                  size_t *len, bool *computed, kf_cache_msg *msg) {
+                                  kf_cache_compute_fn compute, void *user, void **data, size_t *len,
+                                  bool *computed, kf_cache_msg *msg) {
     kf_cache_msg local;
     if (!msg)
         msg = &local;
@@ -896,8 +893,8 @@ kf_status kf_cache_get_or_compute(kf_cache *cache, const kf_cache_key *key,
 /* Listing, verifying, clearing                                               */
 /* ------------------------------------------------------------------------ */
 
-static kf_status walk(kf_cache *c, bool full, kf_cache_entry_fn fn, void *user,
-                      size_t *n_corrupt, kf_cache_msg *msg) {
+static kf_status walk(kf_cache *c, bool full, kf_cache_entry_fn fn, void *user, size_t *n_corrupt,
+                      kf_cache_msg *msg) {
     scan_list l;
     kf_status st = scan_entries(c, &l, msg);
     if (st != KF_OK)
@@ -934,8 +931,8 @@ static kf_status walk(kf_cache *c, bool full, kf_cache_entry_fn fn, void *user,
                 bad++;
                 if (!(c->flags & KF_CACHE_READ_ONLY))
                     remove_if_same(c, l.items[i].name, fd);
-                note(msg, KF_CACHE_EV_CORRUPT, "corrupt kernel cache entry %s/%s %s: %s",
-                     c->dir, l.items[i].name,
+                note(msg, KF_CACHE_EV_CORRUPT, "corrupt kernel cache entry %s/%s %s: %s", c->dir,
+                     l.items[i].name,
                      (c->flags & KF_CACHE_READ_ONLY) ? "kept (read-only cache)" : "removed",
                      info.problem);
             }

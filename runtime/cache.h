@@ -85,20 +85,20 @@ enum {
 };
 
 typedef struct kf_cache_options {
-    const char *dir;            /* NULL: kf_cache_default_dir() */
-    unsigned flags;             /* KF_CACHE_* */
-    uint64_t max_bytes;         /* 0: no cap */
-    uint32_t lock_wait_ms;      /* how long a waiter waits for a live lock; 0: 120000 */
-    uint32_t stale_lock_ms;     /* a lock older than this is broken; 0: 600000 */
+    const char *dir;        /* NULL: kf_cache_default_dir() */
+    unsigned flags;         /* KF_CACHE_* */
+    uint64_t max_bytes;     /* 0: no cap */
+    uint32_t lock_wait_ms;  /* how long a waiter waits for a live lock; 0: 120000 */
+    uint32_t stale_lock_ms; /* a lock older than this is broken; 0: 600000 */
 } kf_cache_options;
 
 /* Events a call reports alongside its status (bitwise or in kf_cache_msg). */
 enum {
-    KF_CACHE_EV_CORRUPT = 1u << 0,     /* a corrupt or truncated entry was removed */
-    KF_CACHE_EV_STALE_LOCK = 1u << 1,  /* a stale lock was broken */
+    KF_CACHE_EV_CORRUPT = 1u << 0,      /* a corrupt or truncated entry was removed */
+    KF_CACHE_EV_STALE_LOCK = 1u << 1,   /* a stale lock was broken */
     KF_CACHE_EV_LOCK_TIMEOUT = 1u << 2, /* gave up waiting for a live lock; computed anyway */
-    KF_CACHE_EV_EVICTED = 1u << 3,     /* entries were evicted to fit the cap */
-    KF_CACHE_EV_WAITED = 1u << 4,      /* waited on another process's lock */
+    KF_CACHE_EV_EVICTED = 1u << 3,      /* entries were evicted to fit the cap */
+    KF_CACHE_EV_WAITED = 1u << 4,       /* waited on another process's lock */
     KF_CACHE_EV_STORE_FAILED = 1u << 5, /* get_or_compute: computed but could not store */
 };
 
@@ -141,17 +141,17 @@ void kf_cache_blob_free(const kf_cache *cache, void *data, size_t len);
 /* Produces the payload of a key on a miss: allocates *data with `mem` (the
  * cache's), sets *len, or returns an error with a message in `error`
  * (KF_MSG_MAX bytes). */
-typedef kf_status (*kf_cache_compute_fn)(void *user, const kf_mem *mem, void **data,
-                                         size_t *len, char *error);
+typedef kf_status (*kf_cache_compute_fn)(void *user, const kf_mem *mem, void **data, size_t *len,
+                                         char *error);
 
 /* get, else compute once across processes (promise 4), store and return it.
  * *computed says whether this call ran `compute`. A payload that was computed
- * but could not be stored is still returned (KF_CACHE_EV_STORE_FAILED). A read-only cache computes on
- * a miss without storing; with KF_CACHE_FAIL_ON_MISS a miss is
- * KF_ERR_NOT_FOUND naming the key and the directory. */
+ * but could not be stored is still returned (KF_CACHE_EV_STORE_FAILED). A read-only cache computes
+ * on a miss without storing; with KF_CACHE_FAIL_ON_MISS a miss is KF_ERR_NOT_FOUND naming the key
+ * and the directory. */
 kf_status kf_cache_get_or_compute(kf_cache *cache, const kf_cache_key *key,
-                                  kf_cache_compute_fn compute, void *user, void **data,
-                                  size_t *len, bool *computed, kf_cache_msg *msg);
+                                  kf_cache_compute_fn compute, void *user, void **data, size_t *len,
+                                  bool *computed, kf_cache_msg *msg);
 
 /* ------------------------------------------------------------------------ */
 /* Listing, verifying, clearing                                               */
@@ -165,11 +165,11 @@ typedef enum kf_cache_entry_state {
 
 typedef struct kf_cache_entry_info {
     char key_hex[KF_CACHE_KEY_HEX];
-    uint64_t file_bytes;    /* the whole file */
-    uint64_t payload_bytes; /* from the header (0 when it does not read) */
-    int64_t mtime_ns;       /* last use */
+    uint64_t file_bytes;        /* the whole file */
+    uint64_t payload_bytes;     /* from the header (0 when it does not read) */
+    int64_t mtime_ns;           /* last use */
     kf_cache_entry_state state; /* kf_cache_verify only; kf_cache_list says OK */
-    char problem[128];      /* what is wrong when CORRUPT */
+    char problem[128];          /* what is wrong when CORRUPT */
 } kf_cache_entry_info;
 
 typedef void (*kf_cache_entry_fn)(void *user, const kf_cache_entry_info *entry);

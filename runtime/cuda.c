@@ -53,8 +53,7 @@ static kf_status fail(char *err, kf_status st, const char *fmt, ...) {
 /* Loading                                                                    */
 /* ------------------------------------------------------------------------ */
 
-kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver **out,
-                              char *err) {
+kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver **out, char *err) {
     if (!mem || !out)
         return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_driver_load: NULL argument");
     *out = NULL;
@@ -80,14 +79,14 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
     d->lib = h;
     const char *missing = NULL;
     /* dlsym returns void *; POSIX guarantees it converts to a function pointer. */
-#define KF_CUDA_RESOLVE(field, sym, alt, params)                                                \
-    do {                                                                                       \
-        void *p = dlsym(h, sym);                                                               \
-        if (!p && alt)                                                                         \
-            p = dlsym(h, alt ? alt : sym);                                                     \
-        if (!p && !missing)                                                                    \
-            missing = sym;                                                                     \
-        memcpy(&d->field, &p, sizeof p);                                                       \
+#define KF_CUDA_RESOLVE(field, sym, alt, params)                                                   \
+    do {                                                                                           \
+        void *p = dlsym(h, sym);                                                                   \
+        if (!p && alt)                                                                             \
+            p = dlsym(h, alt ? alt : sym);                                                         \
+        if (!p && !missing)                                                                        \
+            missing = sym;                                                                         \
+        memcpy(&d->field, &p, sizeof p);                                                           \
     } while (0);
     KF_CUDA_DRIVER_FUNCS(KF_CUDA_RESOLVE)
 #undef KF_CUDA_RESOLVE
@@ -245,8 +244,8 @@ kf_status kf_cuda_device_open(const kf_cuda_driver *drv, int ordinal, kf_cuda_de
                     drv->device_count, drv->device_count - 1);
     out->drv = drv;
     out->ordinal = ordinal;
-    kf_status st = kf_cuda_check(drv, drv->cuDeviceGet(&out->dev, ordinal), "cuDeviceGet", NULL,
-                                 err);
+    kf_status st =
+        kf_cuda_check(drv, drv->cuDeviceGet(&out->dev, ordinal), "cuDeviceGet", NULL, err);
     if (st == KF_OK)
         st = kf_cuda_check(drv,
                            drv->cuDeviceGetAttribute(&out->cc_major, CU_ATTR_CC_MAJOR, out->dev),
@@ -334,8 +333,8 @@ kf_status kf_cuda_mem_alloc(const kf_cuda_device *dev, size_t bytes, kf_cu_devic
     kf_status st = bind(dev, err);
     if (st != KF_OK)
         return st;
-    return kf_cuda_check(dev->drv, dev->drv->cuMemAlloc(out, bytes ? bytes : 1), "cuMemAlloc",
-                         NULL, err);
+    return kf_cuda_check(dev->drv, dev->drv->cuMemAlloc(out, bytes ? bytes : 1), "cuMemAlloc", NULL,
+                         err);
 }
 
 void kf_cuda_mem_free(const kf_cuda_device *dev, kf_cu_deviceptr ptr) {
@@ -343,13 +342,13 @@ void kf_cuda_mem_free(const kf_cuda_device *dev, kf_cu_deviceptr ptr) {
         dev->drv->cuMemFree(ptr);
 }
 
-kf_status kf_cuda_copy_to_device(const kf_cuda_device *dev, kf_cu_deviceptr dst,
-                                 const void *src, size_t bytes, char *err) {
+kf_status kf_cuda_copy_to_device(const kf_cuda_device *dev, kf_cu_deviceptr dst, const void *src,
+                                 size_t bytes, char *err) {
     kf_status st = bind(dev, err);
     if (st != KF_OK)
         return st;
-    return kf_cuda_check(dev->drv, dev->drv->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD",
-                         NULL, err);
+    return kf_cuda_check(dev->drv, dev->drv->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD", NULL,
+                         err);
 }
 
 kf_status kf_cuda_copy_to_host(const kf_cuda_device *dev, void *dst, kf_cu_deviceptr src,
@@ -357,8 +356,8 @@ kf_status kf_cuda_copy_to_host(const kf_cuda_device *dev, void *dst, kf_cu_devic
     kf_status st = bind(dev, err);
     if (st != KF_OK)
         return st;
-    return kf_cuda_check(dev->drv, dev->drv->cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH",
-                         NULL, err);
+    return kf_cuda_check(dev->drv, dev->drv->cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH", NULL,
+                         err);
 }
 
 kf_status kf_cuda_stream_create(const kf_cuda_device *dev, kf_cu_stream *out, char *err) {
@@ -368,12 +367,11 @@ kf_status kf_cuda_stream_create(const kf_cuda_device *dev, kf_cu_stream *out, ch
     kf_status st = bind(dev, err);
     if (st != KF_OK)
         return st;
-    return kf_cuda_check(dev->drv, dev->drv->cuStreamCreate(out, 0), "cuStreamCreate", NULL,
-                         err);
+    return kf_cuda_check(dev->drv, dev->drv->cuStreamCreate(out, 0), "cuStreamCreate", NULL, err);
 }
 
-kf_status kf_cuda_stream_sync(const kf_cuda_device *dev, kf_cu_stream stream,
-                              const char *kernel, char *err) {
+kf_status kf_cuda_stream_sync(const kf_cuda_device *dev, kf_cu_stream stream, const char *kernel,
+                              char *err) {
     kf_status st = bind(dev, err);
     if (st != KF_OK)
         return st;
@@ -401,8 +399,7 @@ kf_status kf_cuda_event_record(const kf_cuda_device *dev, kf_cu_event ev, kf_cu_
     kf_status st = bind(dev, err);
     if (st != KF_OK)
         return st;
-    return kf_cuda_check(dev->drv, dev->drv->cuEventRecord(ev, stream), "cuEventRecord", NULL,
-                         err);
+    return kf_cuda_check(dev->drv, dev->drv->cuEventRecord(ev, stream), "cuEventRecord", NULL, err);
 }
 
 kf_status kf_cuda_event_elapsed(const kf_cuda_device *dev, kf_cu_event start, kf_cu_event end,
@@ -412,8 +409,8 @@ kf_status kf_cuda_event_elapsed(const kf_cuda_device *dev, kf_cu_event start, kf
     *ms = 0;
     kf_status st = bind(dev, err);
     if (st == KF_OK)
-        st = kf_cuda_check(dev->drv, dev->drv->cuEventSynchronize(end), "cuEventSynchronize",
-                           NULL, err);
+        st = kf_cuda_check(dev->drv, dev->drv->cuEventSynchronize(end), "cuEventSynchronize", NULL,
+                           err);
     if (st == KF_OK)
         st = kf_cuda_check(dev->drv, dev->drv->cuEventElapsedTime(ms, start, end),
                            "cuEventElapsedTime", NULL, err);

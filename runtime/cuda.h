@@ -40,49 +40,48 @@ typedef unsigned long long kf_cu_deviceptr;
 /* X(field, symbol, fallback symbol or NULL, return, parameters). The symbols
  * are the versioned ABI names cuda.h maps its macros to (cuMemAlloc is
  * cuMemAlloc_v2, ...). */
-#define KF_CUDA_DRIVER_FUNCS(X)                                                                \
-    X(cuInit, "cuInit", NULL, (unsigned flags))                                                \
-    X(cuDriverGetVersion, "cuDriverGetVersion", NULL, (int *version))                          \
-    X(cuGetErrorName, "cuGetErrorName", NULL, (kf_cu_result r, const char **name))             \
-    X(cuGetErrorString, "cuGetErrorString", NULL, (kf_cu_result r, const char **str))          \
-    X(cuDeviceGetCount, "cuDeviceGetCount", NULL, (int *count))                                \
-    X(cuDeviceGet, "cuDeviceGet", NULL, (kf_cu_device * dev, int ordinal))                     \
-    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", NULL,                                      \
-      (int *value, int attribute, kf_cu_device dev))                                           \
-    X(cuDeviceGetName, "cuDeviceGetName", NULL, (char *name, int len, kf_cu_device dev))       \
-    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL,                              \
-      (kf_cu_context * ctx, kf_cu_device dev))                                                 \
-    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", NULL, (kf_cu_device dev))     \
-    X(cuCtxSetCurrent, "cuCtxSetCurrent", NULL, (kf_cu_context ctx))                           \
-    X(cuCtxGetCurrent, "cuCtxGetCurrent", NULL, (kf_cu_context * ctx))                         \
-    X(cuCtxSynchronize, "cuCtxSynchronize", NULL, (void))                                      \
-    X(cuModuleLoadData, "cuModuleLoadData", NULL, (kf_cu_module * mod, const void *image))     \
-    X(cuModuleUnload, "cuModuleUnload", NULL, (kf_cu_module mod))                              \
-    X(cuModuleGetFunction, "cuModuleGetFunction", NULL,                                        \
-      (kf_cu_function * fn, kf_cu_module mod, const char *name))                               \
-    X(cuLaunchKernel, "cuLaunchKernel", NULL,                                                  \
-      (kf_cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
-       unsigned bz, unsigned shared_bytes, kf_cu_stream stream, void **params, void **extra))  \
-    X(cuMemAlloc, "cuMemAlloc_v2", NULL, (kf_cu_deviceptr * ptr, size_t bytes))                \
-    X(cuMemFree, "cuMemFree_v2", NULL, (kf_cu_deviceptr ptr))                                  \
-    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", NULL,                                                   \
-      (kf_cu_deviceptr dst, const void *src, size_t bytes))                                    \
-    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", NULL, (void *dst, kf_cu_deviceptr src, size_t bytes))   \
-    X(cuStreamCreate, "cuStreamCreate", NULL, (kf_cu_stream * stream, unsigned flags))         \
-    X(cuStreamSynchronize, "cuStreamSynchronize", NULL, (kf_cu_stream stream))                 \
-    X(cuStreamDestroy, "cuStreamDestroy_v2", NULL, (kf_cu_stream stream))                      \
-    X(cuEventCreate, "cuEventCreate", NULL, (kf_cu_event * event, unsigned flags))             \
-    X(cuEventRecord, "cuEventRecord", NULL, (kf_cu_event event, kf_cu_stream stream))          \
-    X(cuEventSynchronize, "cuEventSynchronize", NULL, (kf_cu_event event))                     \
-    X(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime",                       \
-      (float *ms, kf_cu_event start, kf_cu_event end))                                         \
+#define KF_CUDA_DRIVER_FUNCS(X)                                                                    \
+    X(cuInit, "cuInit", NULL, (unsigned flags))                                                    \
+    X(cuDriverGetVersion, "cuDriverGetVersion", NULL, (int *version))                              \
+    X(cuGetErrorName, "cuGetErrorName", NULL, (kf_cu_result r, const char **name))                 \
+    X(cuGetErrorString, "cuGetErrorString", NULL, (kf_cu_result r, const char **str))              \
+    X(cuDeviceGetCount, "cuDeviceGetCount", NULL, (int *count))                                    \
+    X(cuDeviceGet, "cuDeviceGet", NULL, (kf_cu_device * dev, int ordinal))                         \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", NULL,                                          \
+      (int *value, int attribute, kf_cu_device dev))                                               \
+    X(cuDeviceGetName, "cuDeviceGetName", NULL, (char *name, int len, kf_cu_device dev))           \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL,                                  \
+      (kf_cu_context * ctx, kf_cu_device dev))                                                     \
+    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", NULL, (kf_cu_device dev))         \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent", NULL, (kf_cu_context ctx))                               \
+    X(cuCtxGetCurrent, "cuCtxGetCurrent", NULL, (kf_cu_context * ctx))                             \
+    X(cuCtxSynchronize, "cuCtxSynchronize", NULL, (void))                                          \
+    X(cuModuleLoadData, "cuModuleLoadData", NULL, (kf_cu_module * mod, const void *image))         \
+    X(cuModuleUnload, "cuModuleUnload", NULL, (kf_cu_module mod))                                  \
+    X(cuModuleGetFunction, "cuModuleGetFunction", NULL,                                            \
+      (kf_cu_function * fn, kf_cu_module mod, const char *name))                                   \
+    X(cuLaunchKernel, "cuLaunchKernel", NULL,                                                      \
+      (kf_cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,         \
+       unsigned bz, unsigned shared_bytes, kf_cu_stream stream, void **params, void **extra))      \
+    X(cuMemAlloc, "cuMemAlloc_v2", NULL, (kf_cu_deviceptr * ptr, size_t bytes))                    \
+    X(cuMemFree, "cuMemFree_v2", NULL, (kf_cu_deviceptr ptr))                                      \
+    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", NULL, (kf_cu_deviceptr dst, const void *src, size_t bytes)) \
+    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", NULL, (void *dst, kf_cu_deviceptr src, size_t bytes))       \
+    X(cuStreamCreate, "cuStreamCreate", NULL, (kf_cu_stream * stream, unsigned flags))             \
+    X(cuStreamSynchronize, "cuStreamSynchronize", NULL, (kf_cu_stream stream))                     \
+    X(cuStreamDestroy, "cuStreamDestroy_v2", NULL, (kf_cu_stream stream))                          \
+    X(cuEventCreate, "cuEventCreate", NULL, (kf_cu_event * event, unsigned flags))                 \
+    X(cuEventRecord, "cuEventRecord", NULL, (kf_cu_event event, kf_cu_stream stream))              \
+    X(cuEventSynchronize, "cuEventSynchronize", NULL, (kf_cu_event event))                         \
+    X(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime",                           \
+      (float *ms, kf_cu_event start, kf_cu_event end))                                             \
     X(cuEventDestroy, "cuEventDestroy_v2", NULL, (kf_cu_event event))
 
 typedef struct kf_cuda_driver {
     void *lib;          /* the dlopen handle */
     int driver_version; /* cuDriverGetVersion: 13000 for 13.0 */
     int device_count;
-#define KF_CUDA_FIELD(field, sym, alt, params) kf_cu_result (*field) params;
+#define KF_CUDA_FIELD(field, sym, alt, params) kf_cu_result(*field) params;
     KF_CUDA_DRIVER_FUNCS(KF_CUDA_FIELD)
 #undef KF_CUDA_FIELD
 } kf_cuda_driver;
@@ -94,8 +93,7 @@ typedef struct kf_cuda_driver {
  * KF_ERR_OUT_OF_MEMORY; KF_ERR_INTERNAL for other cuInit failures. Free with
  * kf_cuda_driver_release. Tests call this directly; the library goes through
  * kf_ctx_cuda_driver. */
-kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver **out,
-                              char *err);
+kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver **out, char *err);
 void kf_cuda_driver_release(const kf_mem *mem, kf_cuda_driver *drv);
 
 /* The context's driver table, loaded at the first call (thread-safe). A
@@ -155,15 +153,15 @@ kf_status kf_cuda_launch(const kf_cuda_device *dev, kf_cu_function fn,
 kf_status kf_cuda_mem_alloc(const kf_cuda_device *dev, size_t bytes, kf_cu_deviceptr *out,
                             char *err);
 void kf_cuda_mem_free(const kf_cuda_device *dev, kf_cu_deviceptr ptr);
-kf_status kf_cuda_copy_to_device(const kf_cuda_device *dev, kf_cu_deviceptr dst,
-                                 const void *src, size_t bytes, char *err);
+kf_status kf_cuda_copy_to_device(const kf_cuda_device *dev, kf_cu_deviceptr dst, const void *src,
+                                 size_t bytes, char *err);
 kf_status kf_cuda_copy_to_host(const kf_cuda_device *dev, void *dst, kf_cu_deviceptr src,
                                size_t bytes, char *err);
 
 kf_status kf_cuda_stream_create(const kf_cuda_device *dev, kf_cu_stream *out, char *err);
 /* Waits for the stream; `kernel` names the last launch in a failure message. */
-kf_status kf_cuda_stream_sync(const kf_cuda_device *dev, kf_cu_stream stream,
-                              const char *kernel, char *err);
+kf_status kf_cuda_stream_sync(const kf_cuda_device *dev, kf_cu_stream stream, const char *kernel,
+                              char *err);
 void kf_cuda_stream_destroy(const kf_cuda_device *dev, kf_cu_stream stream);
 
 kf_status kf_cuda_event_create(const kf_cuda_device *dev, kf_cu_event *out, char *err);

@@ -34,7 +34,8 @@ static kf_status fail(char *err, kf_status st, const char *fmt, ...) {
 
 kf_status kf_nvrtc_arch_check(const char *arch, char *err) {
     if (!arch)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "no CUDA arch given: pass one like sm_80 or sm_90a");
+        return fail(err, KF_ERR_INVALID_ARGUMENT,
+                    "no CUDA arch given: pass one like sm_80 or sm_90a");
     const char *p = arch;
     bool ok = strncmp(p, "sm_", 3) == 0;
     size_t digits = 0;
@@ -76,8 +77,7 @@ static kf_status build_flags(const kf_nvrtc_options *o, char arch_flag[32],
     return KF_OK;
 }
 
-kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_t size,
-                                  char *err) {
+kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_t size, char *err) {
     if (!opts || !buf || !size)
         return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_nvrtc_options_string: NULL argument");
     char arch_flag[32];
@@ -101,8 +101,7 @@ kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_
 static kf_status dump_file(const char *dir, const char *name, const char *data, size_t len,
                            char *err) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return fail(err, KF_ERR_IO, "cannot create dump directory '%s': %s", dir,
-                    strerror(errno));
+        return fail(err, KF_ERR_IO, "cannot create dump directory '%s': %s", dir, strerror(errno));
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return fail(err, KF_ERR_IO, "dump path too long in '%s'", dir);
@@ -157,8 +156,8 @@ static kf_status arch_supported(const char *arch, char *err) {
     int major = 0, minor = 0;
     nvrtcVersion(&major, &minor);
     return fail(err, KF_ERR_UNSUPPORTED,
-                "NVRTC %d.%d cannot compile for %s: it supports sm_%d through sm_%d", major,
-                minor, arch, archs[0], archs[n - 1]);
+                "NVRTC %d.%d cannot compile for %s: it supports sm_%d through sm_%d", major, minor,
+                arch, archs[0], archs[n - 1]);
 }
 
 /* Copies the head of a log into `out` (room bytes with the NUL), cut at a
@@ -249,8 +248,9 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
         char head[KF_MSG_MAX - 160];
         log_head(log, head, sizeof head);
         if (cr == NVRTC_ERROR_INVALID_OPTION)
-            return fail(err, KF_ERR_UNSUPPORTED, "NVRTC rejected the options for kernel '%s' (%s): %s",
-                        kname, opts->arch, head);
+            return fail(err, KF_ERR_UNSUPPORTED,
+                        "NVRTC rejected the options for kernel '%s' (%s): %s", kname, opts->arch,
+                        head);
         return fail(err, KF_ERR_INVALID_ARGUMENT,
                     "kernel '%s' failed to compile for %s (%s):\n%s%s", kname, opts->arch,
                     nvrtcGetErrorString(cr), head,

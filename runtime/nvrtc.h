@@ -37,7 +37,7 @@ typedef struct kf_nvrtc_options {
 typedef struct kf_nvrtc_result {
     void *cubin; /* allocated with the kf_mem passed in; NULL on failure */
     size_t cubin_size;
-    char *log;   /* NVRTC's log, NUL-terminated (may be ""), or NULL */
+    char *log;       /* NVRTC's log, NUL-terminated (may be ""), or NULL */
     size_t log_size; /* bytes allocated for log */
 } kf_nvrtc_result;
 
@@ -55,8 +55,7 @@ kf_status kf_nvrtc_arch_check(const char *arch, char *err);
 
 /* The exact option list for `opts`, space-separated, into buf (KF_MSG_MAX is
  * plenty). KF_ERR_INVALID_ARGUMENT on a bad arch. */
-kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_t size,
-                                  char *err);
+kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_t size, char *err);
 
 /* Compiles `source` (`len` bytes) to a CUBIN for opts->arch. On failure `err`
  * (KF_MSG_MAX) explains it: KF_ERR_INVALID_ARGUMENT (bad options, or the

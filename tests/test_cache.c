@@ -59,8 +59,11 @@ static int teardown(void **state) {
 #define F ((fixture *)*state)
 
 static kf_cache *open_cache(fixture *f, unsigned flags, uint64_t max_bytes) {
-    kf_cache_options o = {.dir = f->dir, .flags = flags, .max_bytes = max_bytes,
-                          .lock_wait_ms = 20000, .stale_lock_ms = 60000};
+    kf_cache_options o = {.dir = f->dir,
+                          .flags = flags,
+                          .max_bytes = max_bytes,
+                          .lock_wait_ms = 20000,
+                          .stale_lock_ms = 60000};
     kf_cache *c = NULL;
     kf_cache_msg msg;
     kf_status st = kf_cache_open(&f->mem, &o, &c, &msg);
@@ -70,9 +73,12 @@ static kf_cache *open_cache(fixture *f, unsigned flags, uint64_t max_bytes) {
 }
 
 static kf_cache_key key_of(const char *source) {
-    kf_cache_key_parts p = {.source = source, .source_len = strlen(source),
-                            .options = "-std=c++17", .arch = "sm_90a",
-                            .compiler = "nvrtc 13.0", .codegen_version = 1};
+    kf_cache_key_parts p = {.source = source,
+                            .source_len = strlen(source),
+                            .options = "-std=c++17",
+                            .arch = "sm_90a",
+                            .compiler = "nvrtc 13.0",
+                            .codegen_version = 1};
     kf_cache_key k;
     kf_cache_key_build(&p, &k);
     return k;
@@ -171,8 +177,11 @@ static void test_sha256_and_crc32c_match_the_standard_vectors(void **state) {
 
 static void test_key_changes_with_every_part_and_round_trips_as_hex(void **state) {
     (void)state;
-    kf_cache_key_parts base = {.source = "src", .source_len = 3, .options = "-O3",
-                               .arch = "sm_90a", .compiler = "nvrtc 13.0",
+    kf_cache_key_parts base = {.source = "src",
+                               .source_len = 3,
+                               .options = "-O3",
+                               .arch = "sm_90a",
+                               .compiler = "nvrtc 13.0",
                                .codegen_version = 1};
     kf_cache_key k0, k;
     kf_cache_key_build(&base, &k0);
@@ -250,8 +259,7 @@ static void test_open_creates_the_directory_and_its_parents_0700(void **state) {
     kf_cache_close(c);
 }
 
-static void test_open_refuses_a_directory_writable_by_others_and_says_what_to_chmod(
-    void **state) {
+static void test_open_refuses_a_directory_writable_by_others_and_says_what_to_chmod(void **state) {
     fixture *f = F;
     assert_int_equal(mkdir(f->dir, 0700), 0);
     assert_int_equal(chmod(f->dir, 0777), 0);
@@ -435,8 +443,7 @@ typedef struct compute_ctx {
     int calls;
 } compute_ctx;
 
-static kf_status compute_fn(void *user, const kf_mem *mem, void **data, size_t *len,
-                            char *error) {
+static kf_status compute_fn(void *user, const kf_mem *mem, void **data, size_t *len, char *error) {
     compute_ctx *cc = user;
     cc->calls++;
     if (cc->counter) {
@@ -475,8 +482,7 @@ static void test_get_or_compute_computes_once_then_hits(void **state) {
     kf_cache_msg msg;
     for (int i = 0; i < 3; i++) {
         assert_int_equal(
-            kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, &computed, &msg),
-            KF_OK);
+            kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, &computed, &msg), KF_OK);
         assert_int_equal(computed, i == 0);
         assert_int_equal(len, strlen(cc.payload));
         assert_memory_equal(data, cc.payload, len);
@@ -490,8 +496,7 @@ static void test_get_or_compute_computes_once_then_hits(void **state) {
     kf_cache_close(c);
 }
 
-static void test_get_or_compute_passes_a_compile_failure_through_and_stores_nothing(
-    void **state) {
+static void test_get_or_compute_passes_a_compile_failure_through_and_stores_nothing(void **state) {
     fixture *f = F;
     kf_cache *c = open_cache(f, 0, 0);
     kf_cache_key k = key_of("broken");
@@ -522,8 +527,8 @@ static void test_a_payload_that_cannot_be_stored_is_still_returned(void **state)
     size_t len;
     bool computed;
     kf_cache_msg msg;
-    assert_int_equal(
-        kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, &computed, &msg), KF_OK);
+    assert_int_equal(kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
     assert_true(computed);
     assert_true(msg.events & KF_CACHE_EV_CORRUPT); /* "not a regular file" */
     assert_true(msg.events & KF_CACHE_EV_STORE_FAILED);
@@ -598,8 +603,7 @@ static void test_read_only_reads_computes_on_miss_and_never_writes(void **state)
 /* Processes racing on one key                                                */
 /* ------------------------------------------------------------------------ */
 
-static void test_eight_processes_racing_on_one_key_compute_it_once_and_all_succeed(
-    void **state) {
+static void test_eight_processes_racing_on_one_key_compute_it_once_and_all_succeed(void **state) {
     fixture *f = F;
     kf_cache_close(open_cache(f, 0, 0)); /* create the directory */
     char counter[400];
@@ -623,10 +627,8 @@ static void test_eight_processes_racing_on_one_key_compute_it_once_and_all_succe
             compute_ctx cc = {.payload = "the one cubin", .counter = counter, .delay_ms = 100};
             void *data;
             size_t len;
-            kf_status st = kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, NULL,
-                                                   NULL);
-            int ok = st == KF_OK && len == strlen(cc.payload) &&
-                     memcmp(data, cc.payload, len) == 0;
+            kf_status st = kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, NULL, NULL);
+            int ok = st == KF_OK && len == strlen(cc.payload) && memcmp(data, cc.payload, len) == 0;
             if (st == KF_OK)
                 kf_cache_blob_free(c, data, len);
             kf_cache_close(c);
@@ -671,8 +673,8 @@ static void test_a_lock_left_by_a_dead_process_is_broken(void **state) {
     size_t len;
     bool computed;
     kf_cache_msg msg;
-    assert_int_equal(
-        kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, &computed, &msg), KF_OK);
+    assert_int_equal(kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
     assert_true(computed);
     assert_true(msg.events & KF_CACHE_EV_STALE_LOCK);
     assert_non_null(strstr(msg.note, "is gone"));
@@ -703,8 +705,7 @@ static void test_an_old_lock_of_a_live_process_is_broken_after_the_stale_timeout
     kf_cache_close(c);
 }
 
-static void test_a_live_lock_is_waited_for_then_computed_anyway_after_the_wait_limit(
-    void **state) {
+static void test_a_live_lock_is_waited_for_then_computed_anyway_after_the_wait_limit(void **state) {
     fixture *f = F;
     kf_cache_options o = {.dir = f->dir, .lock_wait_ms = 50};
     kf_cache *c;

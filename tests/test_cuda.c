@@ -70,8 +70,7 @@ static void test_driver_errors_name_the_call_and_the_kernel(void **state) {
     assert_int_equal(kf_cuda_check(NULL, 500, "cuModuleGetFunction", "kf_add_relu", err),
                      KF_ERR_NOT_FOUND);
     assert_non_null(strstr(err, "kernel 'kf_add_relu'"));
-    assert_int_equal(kf_cuda_check(NULL, 719, "cuStreamSynchronize", "k", err),
-                     KF_ERR_INTERNAL);
+    assert_int_equal(kf_cuda_check(NULL, 719, "cuStreamSynchronize", "k", err), KF_ERR_INTERNAL);
     assert_non_null(strstr(err, "719"));
 }
 
@@ -88,8 +87,7 @@ static void *probe_thread(void *arg) {
     return NULL;
 }
 
-static void test_the_context_loads_the_driver_once_and_the_library_works_without_it(
-    void **state) {
+static void test_the_context_loads_the_driver_once_and_the_library_works_without_it(void **state) {
     (void)state;
     kf_ctx *ctx;
     assert_int_equal(kf_ctx_create(NULL, &ctx), KF_OK);
@@ -110,8 +108,8 @@ static void test_the_context_loads_the_driver_once_and_the_library_works_without
         assert_string_equal(p[i].err, p[0].err);
     }
     if (p[0].st == KF_OK) {
-        fprintf(stderr, "CUDA driver present (version %d, %d devices)\n",
-                p[0].drv->driver_version, p[0].drv->device_count);
+        fprintf(stderr, "CUDA driver present (version %d, %d devices)\n", p[0].drv->driver_version,
+                p[0].drv->device_count);
     } else {
         assert_int_equal(p[0].st, KF_ERR_UNSUPPORTED);
         assert_non_null(strstr(p[0].err, "no CUDA")); /* driver or device */

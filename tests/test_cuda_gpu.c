@@ -55,12 +55,12 @@ static int group_teardown(void **state) {
     return 0;
 }
 
-#define REQUIRE_GPU()                                                                          \
-    do {                                                                                       \
-        if (!G.drv) {                                                                          \
-            fprintf(stderr, "no CUDA driver: skipped (%s)\n", G.why);                          \
-            skip();                                                                            \
-        }                                                                                      \
+#define REQUIRE_GPU()                                                                              \
+    do {                                                                                           \
+        if (!G.drv) {                                                                              \
+            fprintf(stderr, "no CUDA driver: skipped (%s)\n", G.why);                              \
+            skip();                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* Compiles add_relu for `arch`; fails the test on error. */

@@ -40,8 +40,8 @@ static void test_arch_strings_are_checked(void **state) {
     const char *good[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120f"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         assert_int_equal(kf_nvrtc_arch_check(good[i], err), KF_OK);
-    const char *bad[] = {"", "sm80", "sm_", "sm_9", "sm_0a", "sm_90b", "compute_90", "sm_90a ",
-                         "sm_1000", "SM_90", "sm_90aa"};
+    const char *bad[] = {"",           "sm80",    "sm_",     "sm_9",  "sm_0a",  "sm_90b",
+                         "compute_90", "sm_90a ", "sm_1000", "SM_90", "sm_90aa"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(kf_nvrtc_arch_check(bad[i], err), KF_ERR_INVALID_ARGUMENT);
         assert_non_null(strstr(err, "sm_90a"));
@@ -90,10 +90,16 @@ static void test_compiles_an_elementwise_kernel_to_cubin_for_sm80_and_sm90a(void
         fail_msg("%s", err);
     const uint8_t *a = r80.cubin, *b = r90.cubin;
     assert_true(r80.cubin_size > 64 && r90.cubin_size > 64);
-    assert_memory_equal(a, "\x7f" "ELF", 4);
-    assert_memory_equal(b, "\x7f" "ELF", 4);
-    assert_int_equal(a[4], 2); /* ELFCLASS64 */
-    assert_int_equal(a[18] | a[19] << 8, 190); /* EM_CUDA */
+    assert_memory_equal(a,
+                        "\x7f"
+                        "ELF",
+                        4);
+    assert_memory_equal(b,
+                        "\x7f"
+                        "ELF",
+                        4);
+    assert_int_equal(a[4], 2);                        /* ELFCLASS64 */
+    assert_int_equal(a[18] | a[19] << 8, 190);        /* EM_CUDA */
     assert_int_not_equal(elf_flags(a), elf_flags(b)); /* the SM differs */
     assert_non_null(memmem(a, r80.cubin_size, "kf_add_relu", 11));
     /* deterministic: same source and options, same bytes */
@@ -116,8 +122,7 @@ static void test_a_syntax_error_returns_the_log_and_names_the_kernel(void **stat
     char err[KF_MSG_MAX] = "";
     kf_nvrtc_result r;
     kf_nvrtc_options o = {.arch = "sm_80", .kernel_name = "kf_broken"};
-    assert_int_equal(kf_nvrtc_compile(&m, src, strlen(src), &o, &r, err),
-                     KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_nvrtc_compile(&m, src, strlen(src), &o, &r, err), KF_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "kf_broken"));
     assert_non_null(strstr(err, "sm_80"));
     assert_non_null(strstr(err, "undeclared_thing")); /* the log's head is in the message */
