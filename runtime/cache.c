@@ -550,10 +550,16 @@ static void scan_release(const kf_cache *c, scan_list *l) {
     l->n = l->cap = 0;
 }
 
+/* A new open file description of the directory for readdir: a dup() would
+ * share its offset with every other thread scanning the same handle. */
+static int open_dir_again(const kf_cache *c) {
+    return openat(c->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
 /* Every entry file (KEY.kfc) with its size and mtime. */
 static kf_status scan_entries(kf_cache *c, scan_list *l, kf_cache_msg *msg) {
     memset(l, 0, sizeof *l);
-    int fd = dup(c->dirfd);
+    int fd = open_dir_again(c);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         if (fd >= 0)
@@ -561,7 +567,6 @@ static kf_status scan_entries(kf_cache *c, scan_list *l, kf_cache_msg *msg) {
         return fail(msg, KF_ERR_IO, "cannot read cache directory '%s': %s", c->dir,
                     strerror(errno));
     }
-    rewinddir(d); /* the dup shares the offset with earlier scans */
     kf_status st = KF_OK;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -979,7 +984,7 @@ kf_status kf_cache_clear(kf_cache *cache, size_t *n_removed, kf_cache_msg *msg) 
         *n_removed = 0;
     if (cache->flags & KF_CACHE_READ_ONLY)
         return fail(msg, KF_ERR_UNSUPPORTED, "the kernel cache %s is read-only", cache->dir);
-    int fd = dup(cache->dirfd);
+    int fd = open_dir_again(cache);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         if (fd >= 0)
@@ -987,7 +992,6 @@ kf_status kf_cache_clear(kf_cache *cache, size_t *n_removed, kf_cache_msg *msg) 
         return fail(msg, KF_ERR_IO, "cannot read cache directory '%s': %s", cache->dir,
                     strerror(errno));
     }
-    rewinddir(d);
     size_t removed = 0;
     int64_t now = now_ns();
     struct dirent *e;

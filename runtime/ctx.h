@@ -14,6 +14,7 @@
 #include "ir/ir.h"
 
 struct kf_cuda_driver;
+struct kf_cache;
 
 struct kf_ctx {
     kf_mem mem;
@@ -28,11 +29,22 @@ struct kf_ctx {
     struct kf_cuda_driver *cuda; /* NULL until loaded, or when loading failed */
     kf_status cuda_status;       /* KF_OK, or why the driver cannot be used */
     char cuda_error[KF_MSG_MAX]; /* its message */
+    bool cache_tried;            /* kf_ctx_cache ran once */
+    struct kf_cache *cache;      /* NULL: not opened, KF_FLAG_NO_CACHE, or failed */
+    kf_status cache_status;      /* KF_OK, or why the cache cannot be used */
+    char cache_error[KF_MSG_MAX];
 };
 
 /* The runtime's part of kf_ctx_create (before any failure path) and of
  * kf_ctx_destroy. Init cannot fail. */
 void kf_ctx_runtime_init(kf_ctx *ctx);
 void kf_ctx_runtime_release(kf_ctx *ctx);
+
+/* The context's disk cache, opened at the first call (thread-safe) from the
+ * context's cache_dir (NULL: kf_cache_default_dir) and flags: READ_ONLY and
+ * FAIL_ON_MISS carry over; with KF_FLAG_NO_CACHE *out is NULL and the status
+ * KF_OK. A failure to open (an unsafe directory, ...) is remembered: every call
+ * returns the same status and message (err: KF_MSG_MAX bytes). */
+kf_status kf_ctx_cache(kf_ctx *ctx, struct kf_cache **out, char *err);
 
 #endif /* KF_RUNTIME_CTX_H */

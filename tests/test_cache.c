@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "frontend/cmd_cache.h"
 #include "kf_test.h"
 #include "runtime/cache.h"
+#include "runtime/ctx.h"
 #include "runtime/hash.h"
 
 typedef struct fixture {
@@ -648,6 +650,52 @@ static void test_eight_processes_racing_on_one_key_compute_it_once_and_all_succe
     assert_int_equal(sb.st_size, 1); /* exactly one compile */
 }
 
+typedef struct thread_job {
+    kf_cache *cache;
+    int id;
+    int failures;
+} thread_job;
+
+static void *thread_worker(void *arg) {
+    thread_job *j = arg;
+    for (int round = 0; round < 20; round++) {
+        char src[64];
+        /* half the keys are shared by every thread, half are the thread's own */
+        snprintf(src, sizeof src, "key %d", round % 2 ? round : 1000 * j->id + round);
+        kf_cache_key k = key_of(src);
+        compute_ctx cc = {.payload = "0123456789abcdef0123456789abcdef"};
+        void *data;
+        size_t len;
+        kf_status st =
+            kf_cache_get_or_compute(j->cache, &k, compute_fn, &cc, &data, &len, NULL, NULL);
+        if (st != KF_OK || len != strlen(cc.payload) || memcmp(data, cc.payload, len) != 0)
+            j->failures++;
+        if (st == KF_OK)
+            kf_cache_blob_free(j->cache, data, len);
+    }
+    return NULL;
+}
+
+static void test_threads_sharing_one_handle_under_a_cap_all_succeed(void **state) {
+    fixture *f = F;
+    kf_cache *c = open_cache(f, 0, 10 * (64 + 32)); /* eviction runs all the time */
+    enum { N = 8 };
+    pthread_t th[N];
+    thread_job jobs[N];
+    for (int i = 0; i < N; i++) {
+        jobs[i] = (thread_job){.cache = c, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, thread_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].failures, 0);
+    }
+    size_t n_corrupt = 1;
+    assert_int_equal(kf_cache_verify(c, NULL, NULL, &n_corrupt, NULL), KF_OK);
+    assert_int_equal(n_corrupt, 0);
+    kf_cache_close(c);
+}
+
 /* Writes a lock file for `k` as process `pid` on this host. */
 static void write_lock(fixture *f, const kf_cache_key *k, long pid, char *path, size_t size) {
     char hex[KF_CACHE_KEY_HEX], host[128] = "";
@@ -934,6 +982,62 @@ static void test_cli_lists_verifies_and_clears(void **state) {
     assert_int_equal(run_cli(f, out, sizeof out, 4, ls), 2);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The context's cache                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void test_a_context_opens_its_cache_once_with_its_flags(void **state) {
+    fixture *f = F;
+    kf_options o;
+    kf_options_init(&o);
+    o.cache_dir = f->dir;
+    kf_ctx *ctx;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    kf_cache *c1 = NULL, *c2 = NULL;
+    char err[KF_MSG_MAX] = "";
+    assert_int_equal(kf_ctx_cache(ctx, &c1, err), KF_OK);
+    assert_non_null(c1);
+    assert_int_equal(kf_ctx_cache(ctx, &c2, err), KF_OK);
+    assert_ptr_equal(c1, c2);
+    assert_string_equal(kf_cache_dir(c1), f->dir);
+    struct stat sb;
+    assert_int_equal(stat(f->dir, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0700);
+    kf_ctx_destroy(ctx);
+
+    /* fail-on-miss carries over */
+    o.flags = KF_FLAG_CACHE_FAIL_ON_MISS;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    assert_int_equal(kf_ctx_cache(ctx, &c1, err), KF_OK);
+    kf_cache_key k = key_of("ctx");
+    compute_ctx cc = {.payload = "x"};
+    void *data;
+    size_t len;
+    assert_int_equal(kf_cache_get_or_compute(c1, &k, compute_fn, &cc, &data, &len, NULL, NULL),
+                     KF_ERR_NOT_FOUND);
+    kf_ctx_destroy(ctx);
+
+    /* no cache at all */
+    o.flags = KF_FLAG_NO_CACHE;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    c1 = (kf_cache *)1;
+    assert_int_equal(kf_ctx_cache(ctx, &c1, err), KF_OK);
+    assert_null(c1);
+    kf_ctx_destroy(ctx);
+
+    /* an unsafe directory: the same refusal every time */
+    assert_int_equal(chmod(f->dir, 0777), 0);
+    o.flags = 0;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    assert_int_equal(kf_ctx_cache(ctx, &c1, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "chmod go-w"));
+    err[0] = 0;
+    assert_int_equal(chmod(f->dir, 0700), 0);
+    assert_int_equal(kf_ctx_cache(ctx, &c1, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "chmod go-w"));
+    kf_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256_and_crc32c_match_the_standard_vectors),
@@ -953,6 +1057,7 @@ int main(void) {
         T(test_fail_on_miss_names_the_key_and_directory_and_never_computes),
         T(test_read_only_reads_computes_on_miss_and_never_writes),
         T(test_eight_processes_racing_on_one_key_compute_it_once_and_all_succeed),
+        T(test_threads_sharing_one_handle_under_a_cap_all_succeed),
         T(test_a_lock_left_by_a_dead_process_is_broken),
         T(test_an_old_lock_of_a_live_process_is_broken_after_the_stale_timeout),
         T(test_a_live_lock_is_waited_for_then_computed_anyway_after_the_wait_limit),
@@ -960,6 +1065,7 @@ int main(void) {
         T(test_list_verify_and_clear),
         T(test_every_allocation_failure_returns_out_of_memory_and_leaks_nothing),
         T(test_cli_lists_verifies_and_clears),
+        T(test_a_context_opens_its_cache_once_with_its_flags),
 #undef T
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
