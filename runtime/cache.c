@@ -862,7 +862,7 @@ kf_status kf_cache_get_or_compute(kf_cache *cache, const kf_cache_key *key,
         return compute_and_store(cache, key, compute, user, data, len, computed, msg);
 
     int64_t deadline = now_ns() + (int64_t)cache->lock_wait_ms * 1000000;
-    uint32_t backoff_ms = 1;
+    uint32_t backoff_ms = 1, retries = 0;
     for (;;) {
         lock_held held;
         lock_result lr = lock_try(cache, hex, &held, msg);
@@ -876,7 +876,10 @@ kf_status kf_cache_get_or_compute(kf_cache *cache, const kf_cache_key *key,
             lock_release(cache, &held);
             return st;
         }
-        if (lr == LOCK_RETRY)
+        /* Retry at once after breaking a stale lock or losing a race, but
+         * a bounded number of times: a lock that keeps reading stale and
+         * cannot be moved must not spin; it is waited on like a live one. */
+        if (lr == LOCK_RETRY && retries++ < 16)
             continue;
         msg->events |= KF_CACHE_EV_WAITED;
         st = get_keep(cache, key, data, len, msg);
