@@ -819,6 +819,7 @@ static kf_status compute_and_store(kf_cache *c, const kf_cache_key *key,
     }
     *data = buf;
     *len = n;
+    msg->error[0] = 0; /* the miss that led here is not an error */
     return KF_OK;
 }
 
@@ -866,8 +867,14 @@ kf_status kf_cache_get_or_compute(kf_cache *cache, const kf_cache_key *key,
     for (;;) {
         lock_held held;
         lock_result lr = lock_try(cache, hex, &held, msg);
-        if (lr == LOCK_ERROR)
-            return KF_ERR_IO;
+        if (lr == LOCK_ERROR) {
+            /* No lock to be had (a full or read-only disk): the compile
+             * still runs; only the once-across-processes promise is lost. */
+            char why[KF_MSG_MAX];
+            snprintf(why, sizeof why, "%s", msg->error);
+            note(msg, KF_CACHE_EV_STORE_FAILED, "computing without a lock: %s", why);
+            return compute_and_store(cache, key, compute, user, data, len, computed, msg);
+        }
         if (lr == LOCK_ACQUIRED) {
             /* The holder before us may have finished between our get and now. */
             st = get_keep(cache, key, data, len, msg);

@@ -99,7 +99,7 @@ enum {
     KF_CACHE_EV_LOCK_TIMEOUT = 1u << 2, /* gave up waiting for a live lock; computed anyway */
     KF_CACHE_EV_EVICTED = 1u << 3,      /* entries were evicted to fit the cap */
     KF_CACHE_EV_WAITED = 1u << 4,       /* waited on another process's lock */
-    KF_CACHE_EV_STORE_FAILED = 1u << 5, /* get_or_compute: computed but could not store */
+    KF_CACHE_EV_STORE_FAILED = 1u << 5, /* get_or_compute: computed, but could not lock or store */
 };
 
 /* What a call has to say. `error` explains a failed status; `note` describes
