@@ -24,8 +24,8 @@
  *      where the rule is about one op's math, and then through the expression.
  *  I2  Single materialization. A tensor that is a graph output or has a
  *      consumer outside its group is written exactly once, by its group.
- *      Elementwise groups are single-output trees: a producer joins its
- *      consumer's ELEMENTWISE group only when that consumer is its only use and
+ *      Elementwise groups have one output: a producer joins its consumer's
+ *      group only when every use of it is in that group (one shared node) and
  *      it is not a graph output. Anchored groups (GEMM, ROWWISE) may write
  *      several tensors of the anchor's output shape (multi-output epilogues).
  *  I3  Acyclic groups. Merging two groups never creates a path that leaves a

@@ -6,10 +6,12 @@
  * the pipeline switches; allocation failures; and the examples.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kf_test.h"
 
@@ -918,6 +920,54 @@ static void test_report_command_exits_2_on_a_parse_error_and_bad_usage(void **st
     assert_non_null(strstr(kf_cmd_report_help, "--device"));
 }
 
+static void test_kf_debug_dumps_the_plan_after_each_pass_to_stderr(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8), *w = in2(f->g, "w", 8, 4);
+    kf_output(f->g, "y", kf_relu(f->g, kf_matmul(f->g, x, w, 0, 0)));
+    char path[] = "/tmp/kf_test_debug_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    setenv("KF_DEBUG", "1", 1);
+    kf_plan *p = NULL;
+    kf_status st = kf_plan_create(f->g, NULL, &p);
+    unsetenv("KF_DEBUG");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    assert_int_equal(st, KF_OK);
+    kf_plan_destroy(p);
+    char buf[4096] = "";
+    lseek(fd, 0, SEEK_SET);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    remove(path);
+    assert_true(n > 0);
+    for (int i = 0; i < KF_PASS_COUNT; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "after %s", kf_pass_name((kf_pass_id)i));
+        assert_non_null(strstr(buf, want));
+    }
+    assert_non_null(strstr(buf, "gemm_relu_f32_4x4"));
+    /* Without the variable, nothing is printed. */
+    char path2[] = "/tmp/kf_test_debug_XXXXXX";
+    fd = mkstemp(path2);
+    assert_true(fd >= 0);
+    saved = dup(2);
+    dup2(fd, 2);
+    st = kf_plan_create(f->g, NULL, &p);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    assert_int_equal(st, KF_OK);
+    kf_plan_destroy(p);
+    assert_int_equal(lseek(fd, 0, SEEK_END), 0);
+    close(fd);
+    remove(path2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -959,6 +1009,7 @@ int main(void) {
         T(test_block_example_is_seven_kernels),
         T(test_pattern_examples_plan_to_their_stated_kernel_counts),
         T(test_report_command_exits_2_on_a_parse_error_and_bad_usage),
+        T(test_kf_debug_dumps_the_plan_after_each_pass_to_stderr),
 #undef T
     };
     return kf_test_run(tests);
