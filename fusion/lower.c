@@ -765,10 +765,6 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
                     r = KF_REASON_MULTIPLE_CONSUMERS;
                 else
                     r = KF_REASON_ANCHOR_BOUNDARY;
-                if (r == KF_REASON_ANCHOR_BOUNDARY && !e->detail[0] &&
-                    (kf_op_has(ct->op, KF_TRAIT_GEMM) || kf_op_has(ct->op, KF_TRAIT_SOFTMAX)))
-                    snprintf(e->detail, sizeof e->detail, "%s loads it tile by tile from memory",
-                             cg->kind == KF_GROUP_ATTENTION ? "the attention kernel" : "the GEMM");
                 /* An anchor's elementwise consumer is left out only when the
                  * pass that takes such consumers is switched off. */
                 unsigned off = p->opt->disabled;
@@ -783,6 +779,10 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
                                                               : KF_PASS_ROWWISE));
                 }
             }
+            if (r == KF_REASON_ANCHOR_BOUNDARY && !e->detail[0] &&
+                (kf_op_has(ct->op, KF_TRAIT_GEMM) || kf_op_has(ct->op, KF_TRAIT_SOFTMAX)))
+                snprintf(e->detail, sizeof e->detail, "%s loads it tile by tile from memory",
+                         cg->kind == KF_GROUP_ATTENTION ? "the attention kernel" : "the GEMM");
             e->reason = r;
         }
     }
