@@ -691,6 +691,27 @@ static void test_reshape_of_a_computed_value_materializes_it(void **state) {
     assert_edge_reason(p, a, r, KF_REASON_LAYOUT_CHANGE);
 }
 
+static void test_iota_that_must_be_in_memory_gets_its_own_kernel(void **state) {
+    fixture *f = *state;
+    kf_tensor *i = kf_iota(f->g, KF_DTYPE_F32, 2, DIMS(4, 8), 1);
+    kf_tensor *m = kf_matmul(f->g, i, in2(f->g, "w", 8, 4), 0, 0);
+    kf_tensor *j = kf_iota(f->g, KF_DTYPE_F32, 1, DIMS(8), 0);
+    kf_tensor *n = kf_rms_norm(f->g, in2(f->g, "x", 4, 8), j, -1, 1e-6);
+    kf_tensor *inline_iota = kf_iota(f->g, KF_DTYPE_F32, 2, DIMS(4, 8), 0);
+    kf_tensor *e = kf_add(f->g, in2(f->g, "y", 4, 8), inline_iota);
+    kf_output(f->g, "m", m);
+    kf_output(f->g, "n", n);
+    kf_output(f->g, "e", e);
+    kf_output(f->g, "i", i);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 5);
+    assert_string_equal(group_of(p, i)->name, "ew_iota_f32_4x8");
+    assert_true(reads(group_of(p, m), i));
+    assert_true(reads(group_of(p, n), j));
+    assert_ptr_equal(group_of(p, inline_iota), group_of(p, e));
+    assert_true(expr_uses(group_of(p, e), root_of(group_of(p, e), e), KF_EXPR_INDEX, KF_OP_COUNT));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Pipeline, report, allocation failures, examples                            */
 /* ------------------------------------------------------------------------ */
@@ -1001,6 +1022,7 @@ int main(void) {
         T(test_gemm_anchor_does_not_take_f64),
         T(test_permute_of_an_input_is_a_view_read_with_strides),
         T(test_reshape_of_a_computed_value_materializes_it),
+        T(test_iota_that_must_be_in_memory_gets_its_own_kernel),
         T(test_switching_off_the_gemm_epilogue_pass_keeps_the_epilogue_apart),
         T(test_every_reason_and_kind_has_a_name),
         T(test_report_lists_groups_types_costs_and_reasons),
