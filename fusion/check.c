@@ -24,7 +24,9 @@
  *       materialized.
  *   S5  `writes` is a subset of `computed`; each tensor is written by one
  *       group; every graph output that is not an input or constant is
- *       written; every write is a graph output or is read by a later group.
+ *       written (inputs and constants are copied from their own data by the
+ *       runtime; an iota output must be computed and written by a group);
+ *       every write is a graph output or is read by a later group.
  *   S6  every non-source tensor the outputs need is computed by some group,
  *       and group_of[] names the group that computes each tensor.
  *   S7  every graph edge producer -> consumer whose ends lie in different
@@ -1034,6 +1036,13 @@ kf_status kf_plan_check(const kf_plan *plan, uint64_t seed, double *max_rel_err)
     }
     if (st == KF_OK)
         st = run_groups(plan, &got);
+    /* Constants that are outputs come from the graph's own data (as inputs
+     * do): the runtime copies them, no group computes them. */
+    for (uint32_t o = 0; o < g->n_outputs && st == KF_OK; o++) {
+        const kf_tensor *t = g->outputs[o].tensor;
+        if (t->op == KF_OP_CONST && !got.values[t->id])
+            st = kf_ir_eval_node(&got, t);
+    }
     if (st == KF_OK)
         st = compare_outputs(plan, &got, &ref, max_rel_err);
 

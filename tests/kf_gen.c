@@ -40,6 +40,7 @@ void kf_gen_options_init(kf_gen_options *o) {
     o->max_dim = 12;
     o->big_dim_pct = 2;
     o->max_motifs = 4;
+    o->source_outputs = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -286,7 +287,7 @@ static kf_tensor *activation(gen *G, kf_tensor *x) {
 
 static kf_tensor *binary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
-    kf_tensor *y = operand_for(G, x);
+    kf_tensor *y = chance(G, 5) ? x : operand_for(G, x); /* sometimes x op x: one producer, two slots */
     bool swap = chance(G, 30);
     kf_tensor *a = swap ? y : x, *b = swap ? x : y;
     switch (below(G, 8)) {
@@ -465,7 +466,16 @@ static kf_tensor *motif_rowwise(gen *G) {
         y = which == 0   ? kf_reduce_sum(g, x, axis, keep)
             : which == 1 ? kf_reduce_max(g, x, axis, keep)
                          : kf_reduce_mean(g, x, axis, keep);
-        if (keep && chance(G, 50)) {
+        if (!keep && chance(G, 20)) {
+            /* the reduced value broadcast up into a larger tensor */
+            shape big = shape_of(y);
+            if (big.rank < 4) {
+                memmove(big.d + 1, big.d, sizeof(int64_t) * (size_t)big.rank);
+                big.rank++;
+                big.d[0] = 1 + below(G, 4);
+                y = kf_mul(g, leaf(G, kf_tensor_dtype(y), &big), y);
+            }
+        } else if (keep && chance(G, 50)) {
             /* broadcast back into the row: x - max(x), x / sum(x), ... */
             if (chance(G, 20))
                 output(G, y);
@@ -509,6 +519,11 @@ static kf_tensor *motif_gemm(gen *G) {
         ws.rank = 3;
         memmove(ws.d + 1, ws.d, 2 * sizeof(int64_t));
         ws.d[0] = kf_tensor_dim(a, 0);
+    }
+    if (kf_tensor_rank(a) == 2 && chance(G, 8)) { /* unbatched A, batched weight */
+        memmove(ws.d + 1, ws.d, 2 * sizeof(int64_t));
+        ws.rank = 3;
+        ws.d[0] = 2;
     }
     kf_tensor *w = input(G, dt, &ws);
     if (chance(G, 8)) /* a computed weight: a norm or an activation feeds operand B */
@@ -600,8 +615,15 @@ static kf_tensor *motif_attention(gen *G) {
     bool kt = chance(G, 20); /* K stored as [.., D, T] */
     ks.d[rank - 2] = kt ? D : T, ks.d[rank - 1] = kt ? T : D;
 
+    bool vt = chance(G, 15); /* V stored as [.., D, T] */
+    if (vt)
+        vs.d[rank - 2] = D, vs.d[rank - 1] = T;
     kf_tensor *q = input(G, dt, &qs), *k = input(G, dt, &ks), *v = input(G, dt, &vs);
+    if (chance(G, 10)) /* q scaled before the product */
+        q = kf_mul(g, q, kf_scalar(g, dt, uniform(G, 0.1, 1.0)));
     kf_tensor *s = kf_matmul(g, q, k, 0, !kt);
+    if (chance(G, 5))
+        output(G, s); /* the raw scores are wanted too */
     if (chance(G, 85)) {
         double sc = 1.0 / sqrt((double)D);
         s = chance(G, 70) ? kf_mul(g, s, kf_scalar(g, dt, sc))
@@ -666,7 +688,7 @@ static kf_tensor *motif_attention(gen *G) {
         output(G, p); /* the probabilities are wanted too: no flash kernel */
     if (chance(G, 10))
         p = kf_cast(g, kf_cast(g, p, other_fdtype(G, dt)), dt);
-    kf_tensor *o = kf_matmul(g, p, v, 0, 0);
+    kf_tensor *o = kf_matmul(g, p, v, 0, vt);
     if (o && rank == 4 && chance(G, 50)) { /* [B,H,S,D] -> [B,S,H*D] */
         o = kf_permute(g, o, (int[]){0, 2, 1, 3});
         o = kf_reshape(g, o, 3, (int64_t[]){B, S, H * D});
@@ -712,9 +734,27 @@ kf_status kf_gen_graph(kf_ctx *ctx, uint64_t seed, const kf_gen_options *o, kf_g
             y = motif_layout(&G);
         if (!y)
             break;
+        if (chance(&G, 4)) {
+            /* left dangling: no output needs it */
+            pool_add(&G, y);
+            continue;
+        }
         output(&G, y);
+        if (chance(&G, 3))
+            output(&G, y); /* the same value under a second name */
         pool_add(&G, y);
     }
+    if (chance(&G, 3) && kf_graph_input_count(G.g))
+        output(&G, kf_graph_input(G.g, 0)); /* an input passed straight through */
+    if (G.o.source_outputs && chance(&G, 4)) { /* an iota or a scalar as an output */
+        if (chance(&G, 50))
+            output(&G, kf_iota(G.g, KF_DTYPE_F32, 2, (int64_t[]){1 + below(&G, 4), 3},
+                               below(&G, 2)));
+        else
+            output(&G, kf_scalar(G.g, fdtype(&G), uniform(&G, -1.0, 1.0)));
+    }
+    if (kf_graph_output_count(G.g) == 0) /* every motif dangled: keep the last value */
+        output(&G, G.npool ? G.pool[G.npool - 1] : kf_scalar(G.g, KF_DTYPE_F32, 1.0));
     st = kf_graph_status(G.g);
     if (st != KF_OK)
         return st;

@@ -50,6 +50,21 @@ static uint64_t base_seed(void) {
     return seed;
 }
 
+/* Generator options, adjustable from the environment when hunting:
+ * KF_GEN_MAX_DIM, KF_GEN_MAX_MOTIFS, KF_GEN_SOURCE_OUTPUTS. */
+static kf_gen_options gen_options(void) {
+    kf_gen_options o;
+    kf_gen_options_init(&o);
+    const char *v;
+    if ((v = getenv("KF_GEN_MAX_DIM")) && *v)
+        o.max_dim = atoi(v);
+    if ((v = getenv("KF_GEN_MAX_MOTIFS")) && *v)
+        o.max_motifs = atoi(v);
+    if ((v = getenv("KF_GEN_SOURCE_OUTPUTS")) && *v)
+        o.source_outputs = atoi(v);
+    return o;
+}
+
 static kf_ctx *ctx_new(void) {
     kf_ctx *ctx = NULL;
     assert_int_equal(kf_ctx_create(NULL, &ctx), KF_OK);
@@ -157,11 +172,12 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
     long reasons[KF_REASON_COUNT] = {0}, kinds[KF_GROUP_COUNT] = {0}, masks[KF_MASK_COUNT] = {0};
     long more_bytes_plans = 0;
     double fused = 0, unfused = 0;
+    kf_gen_options gopt = gen_options();
     clock_t c0 = clock();
     for (long i = 0; i < count; i++) {
         uint64_t gseed = kf_gen_next(&s);
         kf_graph *g = NULL;
-        kf_status st = kf_gen_graph(ctx, gseed, NULL, &g);
+        kf_status st = kf_gen_graph(ctx, gseed, &gopt, &g);
         if (st != KF_OK) {
             failures++;
             report_failure(g, NULL, gseed, "generator", st);
