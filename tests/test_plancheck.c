@@ -28,26 +28,21 @@
 
 #include "fusion/fusion.h"
 #include "kf_gen.h"
+#include "kf_test.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* The run's seed ($KF_TEST_SEED, else the clock: see kf_test.h), printed once. */
 static uint64_t base_seed(void) {
-    static uint64_t seed;
-    static bool have;
-    if (!have) {
-        const char *env = getenv("KF_TEST_SEED");
-        if (env && *env) {
-            seed = strtoull(env, NULL, 0);
-        } else {
-            uint64_t s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-            seed = kf_gen_next(&s);
-        }
-        have = true;
-        fprintf(stderr, "test_plancheck: KF_TEST_SEED=0x%016llx\n", (unsigned long long)seed);
+    static bool printed;
+    if (!printed) {
+        fprintf(stderr, "test_plancheck: KF_TEST_SEED=0x%016llx\n",
+                (unsigned long long)kf_test_seed());
+        printed = true;
     }
-    return seed;
+    return kf_test_seed();
 }
 
 /* Generator options, adjustable from the environment when hunting:
@@ -166,7 +161,16 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
     const char *env = getenv("KF_PLANCHECK_GRAPHS");
     if (env && atol(env) > count)
         count = atol(env);
-    kf_ctx *ctx = ctx_new();
+    /* Every allocation goes through a counting allocator: each graph, plan
+     * and check must give back every block with the size it was given. */
+    kf_test_alloc acct;
+    kf_test_alloc_reset(&acct, 0);
+    kf_options copt;
+    kf_options_init(&copt);
+    copt.allocator = kf_test_allocator(&acct);
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&copt, &ctx), KF_OK);
+    size_t ctx_blocks = acct.live_blocks;
     uint64_t s = base_seed();
     long failures = 0, nodes = 0, groups = 0, kernels = 0, edges = 0, prologue_plans = 0;
     long reasons[KF_REASON_COUNT] = {0}, kinds[KF_GROUP_COUNT] = {0}, masks[KF_MASK_COUNT] = {0};
@@ -239,6 +243,14 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
         }
         kf_plan_destroy(plan);
         kf_graph_destroy(g);
+        if (acct.live_blocks != ctx_blocks || acct.bad_frees) {
+            fprintf(stderr, "plancheck FAILURE: graph seed 0x%016llx: %zu blocks leaked, %zu "
+                    "frees with the wrong size\n", (unsigned long long)gseed,
+                    acct.live_blocks - ctx_blocks, acct.bad_frees);
+            failures++;
+            acct.bad_frees = 0;
+            ctx_blocks = acct.live_blocks;
+        }
     }
     double secs = (double)(clock() - c0) / CLOCKS_PER_SEC;
     fprintf(stderr,
@@ -516,6 +528,50 @@ static void test_check_rejects_mask_class_that_skips_live_scores(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* kf_plan_check under an allocator that fails its Nth allocation, for every
+ * N the check makes: it returns KF_OK or KF_ERR_OUT_OF_MEMORY, frees every
+ * block with its size, and never reports a plan bug that is not there. */
+static void test_check_survives_each_failed_allocation(void **state) {
+    (void)state;
+    kf_test_alloc acct;
+    kf_test_alloc_reset(&acct, 0);
+    kf_options copt;
+    kf_options_init(&copt);
+    copt.allocator = kf_test_allocator(&acct);
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&copt, &ctx), KF_OK);
+    uint64_t s = base_seed() ^ 0xA110C;
+    for (int graph = 0; graph < 12; graph++) {
+        kf_graph *g = NULL;
+        uint64_t gseed = kf_gen_next(&s);
+        assert_int_equal(kf_gen_graph(ctx, gseed, NULL, &g), KF_OK);
+        kf_plan *plan = NULL;
+        assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+        size_t base_blocks = acct.live_blocks;
+        for (size_t n = 1;; n++) {
+            acct.fail_at = acct.calls + n;
+            size_t failed_before = acct.failures;
+            kf_status st = kf_plan_check(plan, gseed, NULL);
+            bool failed = acct.failures > failed_before;
+            if (st != KF_OK && st != KF_ERR_OUT_OF_MEMORY)
+                fprintf(stderr, "graph 0x%016llx, failing allocation %zu: %s\n",
+                        (unsigned long long)gseed, n, kf_graph_error(g));
+            assert_true(st == KF_OK || (failed && st == KF_ERR_OUT_OF_MEMORY));
+            assert_int_equal(acct.live_blocks, base_blocks);
+            assert_int_equal(acct.bad_frees, 0);
+            if (!failed) {
+                assert_int_equal(st, KF_OK);
+                break;
+            }
+        }
+        acct.fail_at = 0;
+        kf_plan_destroy(plan);
+        kf_graph_destroy(g);
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(acct.live_blocks, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The cost model, on plans built by hand                                     */
 /* ------------------------------------------------------------------------ */
@@ -705,6 +761,7 @@ int main(void) {
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
         cmocka_unit_test(test_check_rejects_wrong_expressions),
         cmocka_unit_test(test_check_rejects_mask_class_that_skips_live_scores),
+        cmocka_unit_test(test_check_survives_each_failed_allocation),
         cmocka_unit_test(test_random_graphs_plan_matches_unfused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
