@@ -33,6 +33,11 @@
  *       groups (producer not a source) has an edge record with a reason other
  *       than NONE and the right groups; every edge record names a real edge
  *       (consumer->src[slot] == producer) whose ends lie in different groups.
+ *   S8  reasons that state a fact of the graph state a true one: GRAPH_OUTPUT
+ *       (the producer is an output), MULTIPLE_CONSUMERS (it has two or more
+ *       uses, outputs included), SOURCE, LAYOUT_CHANGE (an end is a reshape
+ *       or permute), AXIS_NOT_INNERMOST (an end is row-wise over a non-last
+ *       axis).
  *
  * Values (kf_plan_check): the inputs are filled from `seed` (floats uniform in
  * [-2, 2], i32 in [-8, 8], bool 0/1), the unfused graph is evaluated by
@@ -99,6 +104,7 @@ typedef struct scratch {
     uint32_t *stamp;       /* per-group marks: gi*2+1 computed so far, gi*2+2 read */
     uint32_t *last_read;   /* the last group reading each tensor */
     uint32_t *edge_at;     /* (consumer * 3 + slot) -> edge index */
+    uint32_t *uses;        /* operand slots of needed tensors, plus outputs, naming each */
     bool *need;
 } scratch;
 
@@ -109,6 +115,7 @@ static void scratch_free(scratch *s) {
     kf_mem_free(m, s->stamp, sizeof(uint32_t) * s->n);
     kf_mem_free(m, s->last_read, sizeof(uint32_t) * s->n);
     kf_mem_free(m, s->edge_at, sizeof(uint32_t) * 3 * (size_t)s->n);
+    kf_mem_free(m, s->uses, sizeof(uint32_t) * s->n);
     kf_mem_free(m, s->need, sizeof(bool) * s->n);
 }
 
@@ -123,10 +130,11 @@ static bool scratch_init(scratch *s, const kf_plan *plan) {
     s->stamp = kf_mem_calloc(s->mem, n, sizeof(uint32_t));
     s->last_read = kf_mem_alloc(s->mem, sizeof(uint32_t) * n);
     s->edge_at = kf_mem_alloc(s->mem, sizeof(uint32_t) * 3 * (size_t)n);
+    s->uses = kf_mem_calloc(s->mem, n, sizeof(uint32_t));
     s->need = kf_mem_calloc(s->mem, n, sizeof(bool));
     s->n = n;
     if (!s->computed_by || !s->written_by || !s->stamp || !s->last_read || !s->edge_at ||
-        !s->need) {
+        !s->uses || !s->need) {
         scratch_free(s);
         return false;
     }
@@ -224,6 +232,41 @@ static kf_status check_group(const kf_plan *plan, scratch *s, uint32_t gi) {
     return KF_OK;
 }
 
+/* S8: the reasons whose claim is a plain fact of the graph state it truly. */
+static kf_status check_reason(const kf_plan *plan, const scratch *s, const kf_plan_edge *pe,
+                              uint32_t e) {
+    const kf_graph *g = plan->graph;
+    const kf_tensor *p = g->nodes[pe->producer], *c = g->nodes[pe->consumer];
+    bool ok = true;
+    switch (pe->reason) {
+    case KF_REASON_GRAPH_OUTPUT:
+        ok = false;
+        for (uint32_t o = 0; o < g->n_outputs && !ok; o++)
+            ok = g->outputs[o].tensor == p;
+        break;
+    case KF_REASON_MULTIPLE_CONSUMERS:
+        ok = s->uses[p->id] >= 2;
+        break;
+    case KF_REASON_SOURCE:
+        ok = kf_op_has(p->op, KF_TRAIT_SOURCE);
+        break;
+    case KF_REASON_LAYOUT_CHANGE:
+        ok = kf_op_has(p->op, KF_TRAIT_LAYOUT) || kf_op_has(c->op, KF_TRAIT_LAYOUT);
+        break;
+    case KF_REASON_AXIS_NOT_INNERMOST:
+        ok = (kf_op_has(p->op, KF_TRAIT_ROWWISE) && p->attr.axis != p->src[0]->rank - 1) ||
+             (kf_op_has(c->op, KF_TRAIT_ROWWISE) && c->attr.axis != c->src[0]->rank - 1);
+        break;
+    default:
+        break;
+    }
+    if (!ok)
+        return check_fail(plan, "S8: edge %u (%%%u %s -> %%%u %s) gives reason %s, which does "
+                          "not hold", e, p->id, kf_op_get(p->op)->name, c->id,
+                          kf_op_get(c->op)->name, kf_reason_code(pe->reason));
+    return KF_OK;
+}
+
 static kf_status check_edges(const kf_plan *plan, scratch *s) {
     const kf_graph *g = plan->graph;
     if (plan->n_edges && !plan->edges)
@@ -240,6 +283,9 @@ static kf_status check_edges(const kf_plan *plan, scratch *s) {
                               pe->producer, pe->consumer);
         const kf_tensor *p = g->nodes[pe->producer];
         uint32_t gp = s->computed_by[pe->producer], gc = s->computed_by[pe->consumer];
+        kf_status rs = check_reason(plan, s, pe, e);
+        if (rs != KF_OK)
+            return rs;
         if (p->op == KF_OP_INPUT || p->op == KF_OP_CONST || is_inline_source(p))
             continue; /* edges from sources (reason SOURCE) are informative only */
         if (gp != KF_NONE && gc != KF_NONE &&
@@ -289,14 +335,18 @@ static kf_status check_structure(const kf_plan *plan, scratch *s) {
     }
 
     /* S6: what the outputs need, and group_of[]. */
-    for (uint32_t i = 0; i < g->n_outputs; i++)
+    for (uint32_t i = 0; i < g->n_outputs; i++) {
         s->need[g->outputs[i].tensor->id] = true;
+        s->uses[g->outputs[i].tensor->id]++;
+    }
     for (uint32_t i = g->n_nodes; i-- > 0;) {
         if (!s->need[i])
             continue;
         const kf_tensor *t = g->nodes[i];
-        for (int k = 0; k < t->nsrc; k++)
+        for (int k = 0; k < t->nsrc; k++) {
             s->need[t->src[k]->id] = true;
+            s->uses[t->src[k]->id]++;
+        }
         if (t->op != KF_OP_INPUT && t->op != KF_OP_CONST && s->computed_by[i] == KF_NONE)
             return check_fail(plan, "S6: %%%u (%s) is needed by the outputs but no group computes "
                               "it", i, kf_op_get(t->op)->name);
@@ -415,6 +465,14 @@ static void free_value(kf_eval_state *st, uint32_t id) {
  *       matmul (GEMM without epilogue), the attention output, or a VIEW.
  *   E7  an attention mask classified causal or sliding-window (which lets a
  *       backend skip whole tiles) gives probability 0 wherever it skips.
+ *   E8  the descriptors backends launch from are the group's own: GEMM anchors
+ *       are matmuls it computes, with their operands, transposes and M/N/K/
+ *       batch (SwiGLU's two share A; an A prologue is a norm it computes, and
+ *       its root node equals that norm); attention is matmul -> softmax over
+ *       the last axis -> matmul(P, V) with the right q/k/v, transposes and
+ *       sizes, and its score root equals the softmax's operand; a row stage
+ *       names a row-wise op it computes, with that op's axis, length and eps,
+ *       and its input node equals the op's operand.
  */
 
 typedef struct xspace {
@@ -856,6 +914,95 @@ static kf_status check_mask(const kf_plan *plan, uint32_t gi, const kf_eval_stat
     return KF_OK;
 }
 
+/* E8: the anchor descriptors a backend launches from name the group's own
+ * matmuls, softmax and row op, with their operands, flags and sizes. */
+static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
+    const kf_group *grp = &plan->groups[gi];
+    const kf_graph *g = plan->graph;
+    uint32_t n = g->n_nodes;
+    if (grp->kind == KF_GROUP_GEMM) {
+        const kf_gemm_info *gm = &grp->gemm;
+        if (gm->n_anchors < 1 || gm->n_anchors > 2)
+            return check_fail(plan, "E8: GEMM group %u has %d anchors", gi, gm->n_anchors);
+        for (int i = 0; i < gm->n_anchors; i++) {
+            uint32_t a = gm->anchor[i];
+            if (a >= n || !kf_op_has(g->nodes[a]->op, KF_TRAIT_GEMM) || !group_computes(grp, a))
+                return check_fail(plan, "E8: GEMM group %u's anchor %d (%u) is not a matmul it "
+                                  "computes", gi, i, a);
+            const kf_tensor *mm = g->nodes[a];
+            if (gm->a[i] != mm->src[0]->id || gm->b[i] != mm->src[1]->id ||
+                gm->transpose_a[i] != mm->attr.transpose_a ||
+                gm->transpose_b[i] != mm->attr.transpose_b)
+                return check_fail(plan, "E8: GEMM group %u's anchor %d (%%%u) is described with "
+                                  "operands %%%u, %%%u (transposes %d, %d); it is matmul(%%%u, "
+                                  "%%%u) (transposes %d, %d)", gi, i, a, gm->a[i], gm->b[i],
+                                  gm->transpose_a[i], gm->transpose_b[i], mm->src[0]->id,
+                                  mm->src[1]->id, mm->attr.transpose_a, mm->attr.transpose_b);
+            if (gm->a_prologue && (!kf_op_has(mm->src[0]->op, KF_TRAIT_NORM) ||
+                                   !group_computes(grp, gm->a[i])))
+                return check_fail(plan, "E8: GEMM group %u has an A prologue but its anchor %d "
+                                  "reads %%%u, which is no norm it computes", gi, i, gm->a[i]);
+        }
+        if (gm->n_anchors == 2 && gm->a[0] != gm->a[1])
+            return check_fail(plan, "E8: GEMM group %u's two anchors read different A operands "
+                              "(%%%u, %%%u)", gi, gm->a[0], gm->a[1]);
+        const kf_tensor *mm = g->nodes[gm->anchor[0]], *a = mm->src[0];
+        int64_t batch = 1;
+        for (int d = 0; d < mm->rank - 2; d++)
+            batch *= mm->dims[d];
+        int64_t k = mm->attr.transpose_a ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+        if (gm->m != mm->dims[mm->rank - 2] || gm->n != mm->dims[mm->rank - 1] || gm->k != k ||
+            gm->batch != batch)
+            return check_fail(plan, "E8: GEMM group %u is described as M=%lld N=%lld K=%lld "
+                              "batch=%lld; its matmul %%%u has M=%lld N=%lld K=%lld batch=%lld",
+                              gi, (long long)gm->m, (long long)gm->n, (long long)gm->k,
+                              (long long)gm->batch, mm->id, (long long)mm->dims[mm->rank - 2],
+                              (long long)mm->dims[mm->rank - 1], (long long)k, (long long)batch);
+    }
+    if (grp->kind == KF_GROUP_ATTENTION) {
+        const kf_attn_info *at = &grp->attn;
+        if (at->qk >= n || at->softmax >= n || at->pv >= n || !group_computes(grp, at->qk) ||
+            !group_computes(grp, at->softmax) || !group_computes(grp, at->pv))
+            return check_fail(plan, "E8: attention group %u names anchors %u, %u, %u that it "
+                              "does not compute", gi, at->qk, at->softmax, at->pv);
+        const kf_tensor *qk = g->nodes[at->qk], *sm = g->nodes[at->softmax],
+                        *pv = g->nodes[at->pv];
+        if (!kf_op_has(qk->op, KF_TRAIT_GEMM) || !kf_op_has(sm->op, KF_TRAIT_SOFTMAX) ||
+            !kf_op_has(pv->op, KF_TRAIT_GEMM) || pv->src[0] != sm ||
+            sm->attr.axis != sm->rank - 1)
+            return check_fail(plan, "E8: attention group %u is not matmul -> softmax(last axis) "
+                              "-> matmul(P, V)", gi);
+        if (at->q != qk->src[0]->id || at->k != qk->src[1]->id || at->v != pv->src[1]->id ||
+            at->q_transposed != qk->attr.transpose_a || at->k_transposed != qk->attr.transpose_b ||
+            at->v_transposed != pv->attr.transpose_b || pv->attr.transpose_a)
+            return check_fail(plan, "E8: attention group %u's q/k/v or transposes do not match "
+                              "its matmuls", gi);
+        if (at->sq != qk->dims[qk->rank - 2] || at->skv != qk->dims[qk->rank - 1] ||
+            at->dv != pv->dims[pv->rank - 1])
+            return check_fail(plan, "E8: attention group %u's sizes (sq %lld, skv %lld, dv %lld) "
+                              "do not match its matmuls", gi, (long long)at->sq,
+                              (long long)at->skv, (long long)at->dv);
+    }
+    if (grp->row.present) {
+        const kf_row_stage *row = &grp->row;
+        if (row->tensor >= n || !group_computes(grp, row->tensor) ||
+            !kf_op_has(g->nodes[row->tensor]->op, KF_TRAIT_ROWWISE))
+            return check_fail(plan, "E8: group %u's row stage names %u, which is no row-wise op "
+                              "it computes", gi, row->tensor);
+        const kf_tensor *r = g->nodes[row->tensor];
+        if (row->op != r->op || row->axis != r->attr.axis ||
+            row->length != r->src[0]->dims[r->attr.axis] ||
+            (kf_op_has(r->op, KF_TRAIT_NORM) && row->eps != r->attr.eps))
+            return check_fail(plan, "E8: group %u's row stage (op %d, axis %d, length %lld, eps "
+                              "%g) does not describe %%%u", gi, (int)row->op, row->axis,
+                              (long long)row->length, row->eps, r->id);
+        if (row->input >= grp->n_expr)
+            return check_fail(plan, "E8: group %u's row stage input is node %u of %u", gi,
+                              row->input, grp->n_expr);
+    }
+    return KF_OK;
+}
+
 static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_eval_state *vals) {
     const kf_group *grp = &plan->groups[gi];
     const kf_graph *g = plan->graph;
@@ -875,11 +1022,11 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
                               "root for it", gi, kf_group_kind_name(grp->kind), grp->name, w,
                               kf_op_get(g->nodes[w]->op)->name);
     }
-    if (grp->kind == KF_GROUP_ATTENTION) {
-        kf_status mrc = check_mask(plan, gi, vals);
-        if (mrc != KF_OK)
-            return mrc;
-    }
+    rc = check_descriptors(plan, gi);
+    if (rc == KF_OK && grp->kind == KF_GROUP_ATTENTION)
+        rc = check_mask(plan, gi, vals);
+    if (rc != KF_OK)
+        return rc;
     if (!grp->n_expr)
         return KF_OK;
     const kf_mem *m = &plan->graph->mem;
@@ -899,6 +1046,27 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
     for (uint32_t i = 0; i < grp->n_writes && rc == KF_OK; i++)
         if (grp->roots && grp->roots[i] != KF_NONE)
             rc = compare_node(&x, grp->roots[i], grp->writes[i], "is the root of");
+    /* The nodes the anchors consume: the row stage's input is the row op's
+     * operand, a norm prologue's root is operand A, the score is the
+     * softmax's operand. */
+    if (rc == KF_OK && grp->row.present)
+        rc = compare_node(&x, grp->row.input, g->nodes[grp->row.tensor]->src[0]->id,
+                          "is the row input, operand of");
+    if (rc == KF_OK && grp->kind == KF_GROUP_GEMM && grp->gemm.a_prologue) {
+        if (grp->gemm.a_root >= x.n || grp->expr[grp->gemm.a_root].space != KF_SPACE_ROW)
+            rc = check_fail(plan, "E8: GEMM group %u's prologue root is node %u", gi,
+                            grp->gemm.a_root);
+        else
+            rc = compare_node(&x, grp->gemm.a_root, grp->gemm.a[0], "is the A prologue root,");
+    }
+    if (rc == KF_OK && grp->kind == KF_GROUP_ATTENTION) {
+        if (grp->attn.score >= x.n)
+            rc = check_fail(plan, "E8: attention group %u's score root is node %u of %u", gi,
+                            grp->attn.score, x.n);
+        else
+            rc = compare_node(&x, grp->attn.score, g->nodes[grp->attn.softmax]->src[0]->id,
+                              "is the score root, operand of");
+    }
     if (x.v)
         for (uint32_t k = 0; k < x.n; k++)
             if (x.v[k])
