@@ -473,6 +473,8 @@ static void free_value(kf_eval_state *st, uint32_t id) {
  *       sizes, and its score root equals the softmax's operand; a row stage
  *       names a row-wise op it computes, with that op's axis, length and eps,
  *       and its input node equals the op's operand.
+ *   E9  a VIEW's values are its base's buffer read through view_strides, in
+ *       bounds, and a view called contiguous has row-major strides.
  */
 
 typedef struct xspace {
@@ -1003,6 +1005,52 @@ static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
     return KF_OK;
 }
 
+/* E9: a VIEW group's view is its base's buffer read through view_strides
+ * (what consumers and an aliasing output see), and a view called contiguous
+ * has row-major strides. */
+static kf_status check_view(const kf_plan *plan, uint32_t gi, const kf_eval_state *vals) {
+    const kf_group *grp = &plan->groups[gi];
+    const kf_graph *g = plan->graph;
+    if (grp->n_computed != 1 || grp->view_base >= g->n_nodes)
+        return check_fail(plan, "E9: VIEW group %u computes %u tensors from base %u", gi,
+                          grp->n_computed, grp->view_base);
+    const kf_tensor *v = g->nodes[grp->computed[0]], *b = g->nodes[grp->view_base];
+    const double *vv = vals->values[v->id], *bv = vals->values[b->id];
+    if (!kf_op_has(v->op, KF_TRAIT_LAYOUT) || grp->layout_copy_of != v->src[0]->id)
+        return check_fail(plan, "E9: VIEW group %u's view %%%u is no reshape/permute of %%%u", gi,
+                          v->id, grp->layout_copy_of);
+    if (!bv)
+        return check_fail(plan, "E9: VIEW group %u's base %%%u is not in memory", gi, b->id);
+    if (!vv || b->dtype != v->dtype)
+        return KF_OK;
+    xspace s = {.rank = v->rank};
+    memcpy(s.dims, v->dims, sizeof s.dims);
+    int64_t n = space_numel(&s), bn = kf_ir_numel(b), expect = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        if (grp->view_contiguous && v->dims[d] != 1 && grp->view_strides[d] != expect)
+            return check_fail(plan, "E9: VIEW group %u calls %%%u contiguous, but its stride "
+                              "along axis %d is %lld, not %lld", gi, v->id, d,
+                              (long long)grp->view_strides[d], (long long)expect);
+        expect *= v->dims[d];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = 0, rem = i;
+        for (int d = s.rank - 1; d >= 0; d--) {
+            off += (rem % s.dims[d]) * grp->view_strides[d];
+            rem /= s.dims[d];
+        }
+        if (off < 0 || off >= bn)
+            return check_fail(plan, "E9: VIEW group %u's strides reach element %lld of base "
+                              "%%%u, which has %lld", gi, (long long)off, b->id, (long long)bn);
+        bool same = isnan(vv[i]) ? isnan(bv[off]) : vv[i] == bv[off];
+        if (!same)
+            return check_fail(plan, "E9: VIEW group %u: element %lld of view %%%u is %.17g, but "
+                              "its base %%%u holds %.17g there", gi, (long long)i, v->id, vv[i],
+                              b->id, bv[off]);
+    }
+    return KF_OK;
+}
+
 static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_eval_state *vals) {
     const kf_group *grp = &plan->groups[gi];
     const kf_graph *g = plan->graph;
@@ -1023,6 +1071,8 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
                               kf_op_get(g->nodes[w]->op)->name);
     }
     rc = check_descriptors(plan, gi);
+    if (rc == KF_OK && grp->kind == KF_GROUP_VIEW)
+        rc = check_view(plan, gi, vals);
     if (rc == KF_OK && grp->kind == KF_GROUP_ATTENTION)
         rc = check_mask(plan, gi, vals);
     if (rc != KF_OK)

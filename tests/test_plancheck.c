@@ -493,6 +493,43 @@ static void test_check_rejects_wrong_expressions(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* A view's strides and contiguity are what consumers and aliasing outputs
+ * rely on: wrong ones are caught. */
+static void test_check_rejects_wrong_view(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    kf_tensor *x = kf_input(g, "x", KF_DTYPE_F32, 2, (int64_t[]){3, 4});
+    kf_tensor *y = kf_exp(g, x);
+    kf_tensor *z = kf_permute(g, y, (int[]){1, 0});
+    assert_int_equal(kf_output(g, "w", kf_relu(g, z)), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_OK);
+    kf_group *view = NULL;
+    for (uint32_t i = 0; i < plan->n_groups; i++)
+        if (plan->groups[i].kind == KF_GROUP_VIEW)
+            view = &plan->groups[i];
+    assert_non_null(view);
+    assert_false(view->view_contiguous);
+    view->view_contiguous = true;
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E9"));
+    view->view_contiguous = false;
+    int64_t s0 = view->view_strides[0];
+    view->view_strides[0] = view->view_strides[1];
+    view->view_strides[1] = s0;
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E9"));
+    view->view_strides[1] = view->view_strides[0];
+    view->view_strides[0] = s0;
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_OK);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* A mask that keeps kv >= q is no causal mask: claiming it is would let a
  * backend skip the tiles that hold the probabilities. */
 static void test_check_rejects_mask_class_that_skips_live_scores(void **state) {
@@ -760,6 +797,7 @@ int main(void) {
         cmocka_unit_test(test_check_rejects_read_of_unmaterialized_tensor),
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
         cmocka_unit_test(test_check_rejects_wrong_expressions),
+        cmocka_unit_test(test_check_rejects_wrong_view),
         cmocka_unit_test(test_check_rejects_mask_class_that_skips_live_scores),
         cmocka_unit_test(test_check_survives_each_failed_allocation),
         cmocka_unit_test(test_random_graphs_plan_matches_unfused),
