@@ -40,7 +40,7 @@ void kf_gen_options_init(kf_gen_options *o) {
     o->max_dim = 12;
     o->big_dim_pct = 2;
     o->max_motifs = 4;
-    o->source_outputs = 0;
+    o->source_outputs = 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -744,7 +744,7 @@ kf_status kf_gen_graph(kf_ctx *ctx, uint64_t seed, const kf_gen_options *o, kf_g
             output(&G, y); /* the same value under a second name */
         pool_add(&G, y);
     }
-    if (chance(&G, 3) && kf_graph_input_count(G.g))
+    if (G.o.source_outputs && chance(&G, 3) && kf_graph_input_count(G.g))
         output(&G, kf_graph_input(G.g, 0)); /* an input passed straight through */
     if (G.o.source_outputs && chance(&G, 4)) { /* an iota or a scalar as an output */
         if (chance(&G, 50))
