@@ -506,8 +506,9 @@ static kf_tensor *motif_gemm(gen *G) {
         if (!batch)
             s.d[0] = s.d[1], s.d[1] = s.d[2];
         a = input(G, fdtype(G), &s);
-        if (chance(G, 25)) /* a norm as the GEMM's prologue */
-            a = norm(G, a, -1);
+        if (chance(G, 25)) /* a norm as the GEMM's prologue (sometimes not over K) */
+            a = norm(G, a, chance(G, 85) ? -1 : -2);
+        ta = chance(G, 12);
         if (chance(G, 15))
             a = kf_cast(g, a, other_fdtype(G, kf_tensor_dtype(a)));
     }
@@ -683,7 +684,12 @@ static kf_tensor *motif_attention(gen *G) {
         kf_tensor *m = input(G, dt, &ms);
         s = kf_where(g, kf_gt(g, m, kf_scalar(g, dt, -1.0)), s, kf_scalar(g, dt, -1e4));
     }
-    kf_tensor *p = kf_softmax(g, s, -1);
+    if (chance(G, 8)) { /* a softcap after the mask: -inf becomes -c */
+        kf_tensor *c = kf_scalar(g, dt, uniform(G, 2.0, 30.0));
+        s = kf_mul(g, kf_tanh(g, kf_div(g, s, c)), c);
+    }
+    /* rarely over the query axis: no attention */
+    kf_tensor *p = kf_softmax(g, s, chance(G, 4) ? -2 : -1);
     if (chance(G, 8))
         output(G, p); /* the probabilities are wanted too: no flash kernel */
     if (chance(G, 10))
