@@ -143,10 +143,18 @@ static kf_tensor *constant(gen *G, kf_dtype dt, const shape *s, double lo, doubl
     for (int64_t i = 0; i < n; i++) {
         double v = uniform(G, lo, hi);
         switch (dt) {
-        case KF_DTYPE_F32: buf.f[i] = (float)v; break;
-        case KF_DTYPE_F64: buf.d[i] = v; break;
-        case KF_DTYPE_F16: buf.h[i] = kf_f32_to_f16((float)v); break;
-        default: buf.h[i] = kf_f32_to_bf16((float)v); break;
+        case KF_DTYPE_F32:
+            buf.f[i] = (float)v;
+            break;
+        case KF_DTYPE_F64:
+            buf.d[i] = v;
+            break;
+        case KF_DTYPE_F16:
+            buf.h[i] = kf_f32_to_f16((float)v);
+            break;
+        default:
+            buf.h[i] = kf_f32_to_bf16((float)v);
+            break;
         }
     }
     return kf_constant(G->g, dt, s->rank, s->d, &buf);
@@ -258,46 +266,71 @@ static kf_tensor *positive(gen *G, kf_tensor *x) {
 static kf_tensor *unary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
     switch (below(G, 12)) {
-    case 0: return kf_neg(g, x);
-    case 1: return kf_abs(g, x);
-    case 2: return kf_exp(g, chance(G, 70) ? kf_tanh(g, x) : x);
-    case 3: return kf_log(g, chance(G, 85) ? positive(G, x) : x);
-    case 4: return kf_sqrt(g, chance(G, 85) ? positive(G, x) : x);
-    case 5: return kf_rsqrt(g, chance(G, 85) ? positive(G, x) : x);
-    case 6: return kf_tanh(g, x);
-    case 7: return kf_sigmoid(g, x);
-    case 8: return kf_relu(g, x);
-    case 9: return kf_gelu(g, x);
-    case 10: return kf_gelu_tanh(g, x);
-    default: return kf_silu(g, x);
+    case 0:
+        return kf_neg(g, x);
+    case 1:
+        return kf_abs(g, x);
+    case 2:
+        return kf_exp(g, chance(G, 70) ? kf_tanh(g, x) : x);
+    case 3:
+        return kf_log(g, chance(G, 85) ? positive(G, x) : x);
+    case 4:
+        return kf_sqrt(g, chance(G, 85) ? positive(G, x) : x);
+    case 5:
+        return kf_rsqrt(g, chance(G, 85) ? positive(G, x) : x);
+    case 6:
+        return kf_tanh(g, x);
+    case 7:
+        return kf_sigmoid(g, x);
+    case 8:
+        return kf_relu(g, x);
+    case 9:
+        return kf_gelu(g, x);
+    case 10:
+        return kf_gelu_tanh(g, x);
+    default:
+        return kf_silu(g, x);
     }
 }
 
 static kf_tensor *activation(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
     switch (below(G, 6)) {
-    case 0: return kf_relu(g, x);
-    case 1: return kf_gelu(g, x);
-    case 2: return kf_gelu_tanh(g, x);
-    case 3: return kf_silu(g, x);
-    case 4: return kf_sigmoid(g, x);
-    default: return kf_tanh(g, x);
+    case 0:
+        return kf_relu(g, x);
+    case 1:
+        return kf_gelu(g, x);
+    case 2:
+        return kf_gelu_tanh(g, x);
+    case 3:
+        return kf_silu(g, x);
+    case 4:
+        return kf_sigmoid(g, x);
+    default:
+        return kf_tanh(g, x);
     }
 }
 
 static kf_tensor *binary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
-    kf_tensor *y = chance(G, 5) ? x : operand_for(G, x); /* sometimes x op x: one producer, two slots */
+    kf_tensor *y =
+        chance(G, 5) ? x : operand_for(G, x); /* sometimes x op x: one producer, two slots */
     bool swap = chance(G, 30);
     kf_tensor *a = swap ? y : x, *b = swap ? x : y;
     switch (below(G, 8)) {
     case 0:
-    case 1: return kf_add(g, a, b);
-    case 2: return kf_sub(g, a, b);
-    case 3: return kf_mul(g, a, b);
-    case 4: return kf_div(g, a, chance(G, 80) ? positive(G, b) : b);
-    case 5: return kf_max(g, a, b);
-    case 6: return kf_min(g, a, b);
+    case 1:
+        return kf_add(g, a, b);
+    case 2:
+        return kf_sub(g, a, b);
+    case 3:
+        return kf_mul(g, a, b);
+    case 4:
+        return kf_div(g, a, chance(G, 80) ? positive(G, b) : b);
+    case 5:
+        return kf_max(g, a, b);
+    case 6:
+        return kf_min(g, a, b);
     default:
         if (chance(G, 60)) /* x to a small integer power */
             return kf_pow(g, chance(G, 85) ? positive(G, x) : x,
@@ -309,12 +342,18 @@ static kf_tensor *binary(gen *G, kf_tensor *x) {
 static kf_tensor *compare(gen *G, kf_tensor *a, kf_tensor *b) {
     kf_graph *g = G->g;
     switch (below(G, 6)) {
-    case 0: return kf_lt(g, a, b);
-    case 1: return kf_le(g, a, b);
-    case 2: return kf_gt(g, a, b);
-    case 3: return kf_ge(g, a, b);
-    case 4: return kf_eq(g, a, b);
-    default: return kf_ne(g, a, b);
+    case 0:
+        return kf_lt(g, a, b);
+    case 1:
+        return kf_le(g, a, b);
+    case 2:
+        return kf_gt(g, a, b);
+    case 3:
+        return kf_ge(g, a, b);
+    case 4:
+        return kf_eq(g, a, b);
+    default:
+        return kf_ne(g, a, b);
     }
 }
 
@@ -643,8 +682,7 @@ static kf_tensor *motif_attention(gen *G) {
         shape sl = {.rank = 3, .d = {H, 1, 1}};
         kf_tensor *slope = leaf(G, dt, &sl);
         kf_tensor *rel = chance(G, 70) ? kf_cast(g, kf_sub(g, ki, qi), dt)
-                                       : kf_sub(g, kf_iota(g, dt, 2, st, 1),
-                                                kf_cast(g, qi, dt));
+                                       : kf_sub(g, kf_iota(g, dt, 2, st, 1), kf_cast(g, qi, dt));
         s = kf_add(g, s, kf_mul(g, slope, rel));
     }
     int mask = below(G, 10);
@@ -675,7 +713,8 @@ static kf_tensor *motif_attention(gen *G) {
         } else {
             s = kf_where(g, causal, s, neg);
             if (mask >= 7) { /* a sliding window as a second where: q - kv < w */
-                kf_tensor *near = kf_lt(g, kf_sub(g, qi, ki), kf_scalar(g, KF_DTYPE_I32, (double)w));
+                kf_tensor *near =
+                    kf_lt(g, kf_sub(g, qi, ki), kf_scalar(g, KF_DTYPE_I32, (double)w));
                 s = kf_where(g, near, s, neg);
             }
         }
@@ -751,11 +790,11 @@ kf_status kf_gen_graph(kf_ctx *ctx, uint64_t seed, const kf_gen_options *o, kf_g
         pool_add(&G, y);
     }
     if (G.o.source_outputs && chance(&G, 3) && kf_graph_input_count(G.g))
-        output(&G, kf_graph_input(G.g, 0)); /* an input passed straight through */
+        output(&G, kf_graph_input(G.g, 0));    /* an input passed straight through */
     if (G.o.source_outputs && chance(&G, 4)) { /* an iota or a scalar as an output */
         if (chance(&G, 50))
-            output(&G, kf_iota(G.g, KF_DTYPE_F32, 2, (int64_t[]){1 + below(&G, 4), 3},
-                               below(&G, 2)));
+            output(&G,
+                   kf_iota(G.g, KF_DTYPE_F32, 2, (int64_t[]){1 + below(&G, 4), 3}, below(&G, 2)));
         else
             output(&G, kf_scalar(G.g, fdtype(&G), uniform(&G, -1.0, 1.0)));
     }

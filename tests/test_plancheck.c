@@ -244,9 +244,10 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
         kf_plan_destroy(plan);
         kf_graph_destroy(g);
         if (acct.live_blocks != ctx_blocks || acct.bad_frees) {
-            fprintf(stderr, "plancheck FAILURE: graph seed 0x%016llx: %zu blocks leaked, %zu "
-                    "frees with the wrong size\n", (unsigned long long)gseed,
-                    acct.live_blocks - ctx_blocks, acct.bad_frees);
+            fprintf(stderr,
+                    "plancheck FAILURE: graph seed 0x%016llx: %zu blocks leaked, %zu "
+                    "frees with the wrong size\n",
+                    (unsigned long long)gseed, acct.live_blocks - ctx_blocks, acct.bad_frees);
             failures++;
             acct.bad_frees = 0;
             ctx_blocks = acct.live_blocks;
@@ -297,8 +298,8 @@ static kf_graph *two_gemms(kf_ctx *ctx) {
 }
 
 /* The first (reader group, read index) whose read is written by a group. */
-static bool find_cross_read(const kf_plan *plan, uint32_t *reader, uint32_t *slot,
-                            uint32_t *writer, uint32_t *wslot) {
+static bool find_cross_read(const kf_plan *plan, uint32_t *reader, uint32_t *slot, uint32_t *writer,
+                            uint32_t *wslot) {
     for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
         const kf_group *grp = &plan->groups[gi];
         for (uint32_t r = 0; r < grp->n_reads; r++) {
@@ -688,9 +689,8 @@ static void test_cost_gemm_group_flops_and_bytes(void **state) {
     assert_close(grp->bytes_read, (8 * 64 + 64 * 256 + 256) * 4.0);
     assert_close(grp->bytes_written, 8 * 256 * 4.0);
     /* matmul reads x, w, writes h; add reads h, b, writes hb; gelu reads hb, writes y */
-    assert_close(grp->unfused_bytes,
-                 4.0 * ((8 * 64 + 64 * 256 + 8 * 256) + (8 * 256 + 256 + 8 * 256) +
-                        (8 * 256 + 8 * 256)));
+    assert_close(grp->unfused_bytes, 4.0 * ((8 * 64 + 64 * 256 + 8 * 256) +
+                                            (8 * 256 + 256 + 8 * 256) + (8 * 256 + 8 * 256)));
     /* memory bound on an H100: bytes / 3.35 TB/s */
     assert_close(grp->est_time_s, (grp->bytes_read + grp->bytes_written) / 3.35e12);
     assert_close(hp.plan.total_time_s, grp->est_time_s);
@@ -737,9 +737,17 @@ static void test_cost_elementwise_chain_fused_vs_unfused_bytes(void **state) {
     hand_group(&split, KF_GROUP_ELEMENTWISE, KF_DTYPE_F16, L(m->id), L(a->id, s->id), L(m->id));
     hand_group(&split, KF_GROUP_ELEMENTWISE, KF_DTYPE_F16, L(y->id), L(m->id), L(y->id));
     kf_plan_edge edges[2] = {
-        {.producer = a->id, .consumer = m->id, .slot = 0, .from_group = 0, .to_group = 1,
+        {.producer = a->id,
+         .consumer = m->id,
+         .slot = 0,
+         .from_group = 0,
+         .to_group = 1,
          .reason = KF_REASON_PASS_DISABLED},
-        {.producer = m->id, .consumer = y->id, .slot = 0, .from_group = 1, .to_group = 2,
+        {.producer = m->id,
+         .consumer = y->id,
+         .slot = 0,
+         .from_group = 1,
+         .to_group = 2,
          .reason = KF_REASON_PASS_DISABLED},
     };
     split.plan.edges = edges;
