@@ -43,6 +43,9 @@
  *                    f32: the FP32 SIMT peak, no TF32; f64: the FP64 peak);
  *                    everything else at the FP32 SIMT peak.
  *
+ * Plan totals: total_bytes and total_unfused_bytes sum the groups' traffic;
+ * total_time_s sums the kernels' floors, as if they ran one after another.
+ *
  * A VIEW group is no kernel: it costs nothing, fused or not (its unfused cost
  * is the permute copy described above, counted where the view is computed).
  */

@@ -231,6 +231,27 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
              * where a norm prologue is recomputed by several GEMMs or a
              * layout copy makes a value contiguous that a framework would
              * leave as a view (those are counted, not failed). */
+            /* Every kernel writes something and takes time; views cost nothing. */
+            double sum_bytes = 0;
+            for (uint32_t k = 0; k < plan->n_groups; k++) {
+                const kf_group *grp = &plan->groups[k];
+                bool sane = grp->is_kernel ? grp->bytes_written > 0 && grp->est_time_s > 0 &&
+                                                 grp->flops >= 0 && grp->bytes_read >= 0
+                                           : grp->bytes_read == 0 && grp->bytes_written == 0 &&
+                                                 grp->est_time_s == 0;
+                sum_bytes += grp->bytes_read + grp->bytes_written;
+                if (!sane) {
+                    failures++;
+                    kf_ir_note(g, KF_ERR_INTERNAL, "group %u: implausible cost", k);
+                    report_failure(g, plan, gseed, "cost", KF_ERR_INTERNAL);
+                }
+            }
+            if (fabs(sum_bytes - plan->total_bytes) > 1e-9 * sum_bytes) {
+                failures++;
+                kf_ir_note(g, KF_ERR_INTERNAL, "total bytes %.0f, groups sum to %.0f",
+                           plan->total_bytes, sum_bytes);
+                report_failure(g, plan, gseed, "cost", KF_ERR_INTERNAL);
+            }
             bool more = plan->total_bytes > plan->total_unfused_bytes * (1 + 1e-12);
             if (more && (recomputes || copies)) {
                 more_bytes_plans++;
