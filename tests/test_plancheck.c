@@ -50,6 +50,8 @@ static uint64_t base_seed(void) {
 static kf_gen_options gen_options(void) {
     kf_gen_options o;
     kf_gen_options_init(&o);
+    o.max_motifs = 6; /* richer graphs than the generator's default: ~10 s under ASan */
+    o.big_dim_pct = 4;
     const char *v;
     if ((v = getenv("KF_GEN_MAX_DIM")) && *v)
         o.max_dim = atoi(v);
