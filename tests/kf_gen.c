@@ -544,7 +544,14 @@ static kf_tensor *motif_gemm(gen *G) {
         shape s = {.rank = batch ? 3 : 2, .d = {batch, rdim(G), rdim(G)}};
         if (!batch)
             s.d[0] = s.d[1], s.d[1] = s.d[2];
-        a = input(G, fdtype(G), &s);
+        if (chance(G, 10)) { /* A is a transposed view of a tensor in memory */
+            int64_t t = s.d[s.rank - 1];
+            s.d[s.rank - 1] = s.d[s.rank - 2];
+            s.d[s.rank - 2] = t;
+            a = kf_transpose(g, input(G, fdtype(G), &s), -1, -2);
+        } else {
+            a = input(G, fdtype(G), &s);
+        }
         if (chance(G, 25)) /* a norm as the GEMM's prologue (sometimes not over K) */
             a = norm(G, a, chance(G, 85) ? -1 : -2);
         ta = chance(G, 12);
@@ -658,7 +665,20 @@ static kf_tensor *motif_attention(gen *G) {
     bool vt = chance(G, 15); /* V stored as [.., D, T] */
     if (vt)
         vs.d[rank - 2] = D, vs.d[rank - 1] = T;
-    kf_tensor *q = input(G, dt, &qs), *k = input(G, dt, &ks), *v = input(G, dt, &vs);
+    kf_tensor *q, *k, *v;
+    if (rank == 4 && chance(G, 30)) {
+        /* heads split from [B, S, H, D] inputs by a permute, as models do */
+        int perm[4] = {0, 2, 1, 3};
+        kf_tensor *src[3];
+        shape *want[3] = {&qs, &ks, &vs};
+        for (int i = 0; i < 3; i++) {
+            shape in = {.rank = 4, .d = {B, want[i]->d[2], H, want[i]->d[3]}};
+            src[i] = kf_permute(g, input(G, dt, &in), perm);
+        }
+        q = src[0], k = src[1], v = src[2];
+    } else {
+        q = input(G, dt, &qs), k = input(G, dt, &ks), v = input(G, dt, &vs);
+    }
     if (chance(G, 10)) /* q scaled before the product */
         q = kf_mul(g, q, kf_scalar(g, dt, uniform(G, 0.1, 1.0)));
     kf_tensor *s = kf_matmul(g, q, k, 0, !kt);
