@@ -117,7 +117,17 @@ static const char *round_fn(kf_dtype d) {
 /* The generator's state                                                      */
 /* ------------------------------------------------------------------------ */
 
-#define OV_MAX 200 /* an override's text: a load expression */
+/* Sizes of the generated-text buffers, chosen so the worst case fits: a
+ * coordinate is at most "(row) / N LL % N LL" with 19-digit N (< 96 bytes), an
+ * offset at most 8 terms "COORD * N LL + " (< 8 * 123 bytes), an override an
+ * offset wrapped in a load. Text cut short would be wrong code, so the sizes
+ * are derived, not guessed, and the static asserts below keep them so. */
+#define COORD_MAX 96
+#define LIN_MAX 160
+#define OV_MAX 1152 /* an override's text: a load expression */
+
+_Static_assert(OV_MAX - 64 >= KF_MAX_RANK * (COORD_MAX + 27) + 1, "an offset fits");
+_Static_assert(LIN_MAX >= 4 * 24 + 40, "a linear index fits");
 
 typedef struct cg {
     const kf_plan *plan;
@@ -475,9 +485,9 @@ static uint32_t vec_for(size_t min_size, int64_t last_dim, bool tail_ok) {
  * each space, and the linear offset of the chunk's first element in a
  * contiguous layout of each space. */
 typedef struct chunk_ctx {
-    char coord[KF_SPACE_COUNT][KF_MAX_RANK][64];
-    char lin[KF_SPACE_COUNT][64];
-    char kcoord[64]; /* scratch for coord_of */
+    char coord[KF_SPACE_COUNT][KF_MAX_RANK][COORD_MAX];
+    char lin[KF_SPACE_COUNT][LIN_MAX];
+    char kcoord[COORD_MAX + 8]; /* scratch for coord_of */
     int vrank[KF_SPACE_COUNT]; /* the vectorized axis is rank-1 of the space; -1: no vectors */
 } chunk_ctx;
 
@@ -531,7 +541,7 @@ static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind) {
         space_dims(g, e->space, &rank, &dims);
         int64_t s[KF_MAX_RANK];
         node_strides(c, i, s);
-        char off[OV_MAX];
+        char off[OV_MAX - 64];
         offset_str(c, x, i, off, sizeof off);
         int p = c->param[i];
         acc_class cl = x->vrank[e->space] > 0 ? classify(rank, dims, s, vec) : ACC_BCAST;
@@ -671,6 +681,7 @@ static kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char
 
 /* NVRTC (runtime/nvrtc.c) takes identifiers of at most 64 characters. */
 #define NAME_LIMIT 64
+_Static_assert(NAME_LIMIT < KF_CUDA_NAME_MAX, "a short name fits the kernel's name field");
 
 static uint32_t fnv1a(const char *s) {
     uint32_t h = 2166136261u;
@@ -700,8 +711,9 @@ static void cg_set_name(cg *c, const char *prefix) {
     base[n] = 0;
     char full[KF_CUDA_NAME_MAX + sizeof base];
     snprintf(full, sizeof full, "%s%s_%s", prefix, base, a);
-    if (strlen(full) <= NAME_LIMIT) {
-        snprintf(c->k->name, sizeof c->k->name, "%s", full);
+    size_t full_len = strlen(full);
+    if (full_len <= NAME_LIMIT) {
+        memcpy(c->k->name, full, full_len + 1); /* NAME_LIMIT < sizeof c->k->name */
         return;
     }
     /* tail: "_DTYPE_SHAPE_ARCH" (the last two '_' of the group's name) */
@@ -1007,13 +1019,13 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
         int64_t inner = 1;
         for (int d = rank - 2; d >= 0; d--) {
             if (d == 0)
-                snprintf(x->coord[rs->sp][d], 64, "row / %" PRId64 "LL", inner);
+                snprintf(x->coord[rs->sp][d], sizeof x->coord[rs->sp][d], "row / %" PRId64 "LL", inner);
             else
-                snprintf(x->coord[rs->sp][d], 64, "row / %" PRId64 "LL %% %" PRId64 "LL", inner, dims[d]);
+                snprintf(x->coord[rs->sp][d], sizeof x->coord[rs->sp][d], "row / %" PRId64 "LL %% %" PRId64 "LL", inner, dims[d]);
             inner *= dims[d];
         }
-        snprintf(x->coord[rs->sp][rank - 1], 64, "j0");
-        snprintf(x->lin[rs->sp], 64, "row * %" PRId64 "LL + j0", L);
+        snprintf(x->coord[rs->sp][rank - 1], sizeof x->coord[rs->sp][rank - 1], "j0");
+        snprintf(x->lin[rs->sp], sizeof x->lin[rs->sp], "row * %" PRId64 "LL + j0", L);
         x->vrank[rs->sp] = rank;
     }
     coords_linear(x, osp, orank, odims, "row");
@@ -1191,18 +1203,18 @@ static kf_status gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     {
         int64_t inner = 1;
         for (int d = rank - 1; d > ax; d--) {
-            snprintf(x->coord[sp][d], 64, "col %% %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I,
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "col %% %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I,
                      inner, dims[d]);
             inner *= dims[d];
         }
-        snprintf(x->coord[sp][ax], 64, "a");
+        snprintf(x->coord[sp][ax], sizeof x->coord[sp][ax], "a");
         inner = 1;
         for (int d = ax - 1; d >= 0; d--) {
-            snprintf(x->coord[sp][d], 64, "col / %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I,
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "col / %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I,
                      inner, dims[d]);
             inner *= dims[d];
         }
-        snprintf(x->lin[sp], 64, "col / %" PRId64 "LL * %" PRId64 "LL + a * %" PRId64 "LL + col %% %" PRId64 "LL",
+        snprintf(x->lin[sp], sizeof x->lin[sp], "col / %" PRId64 "LL * %" PRId64 "LL + a * %" PRId64 "LL + col %% %" PRId64 "LL",
                  I, A * I, I, I);
         x->vrank[sp] = 0;
     }
