@@ -554,6 +554,49 @@ static void test_check_rejects_wrong_view(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* A mask that is causal in every row but one. The classifier samples rows
+ * on grids above 2^22 cells (fusion/mask.c); if it calls this mask causal, a
+ * backend would skip live keys of row 600, and the checker must say so (E7).
+ * Once the classifier sees the row (or refuses to guess), the plan checks
+ * clean: the test holds either way. */
+static void test_check_catches_mask_class_wrong_in_one_row(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    const int64_t sq = 1025, skv = 4096;
+    kf_tensor *q = kf_input(g, "q", KF_DTYPE_F32, 2, (int64_t[]){sq, 1});
+    kf_tensor *k = kf_input(g, "k", KF_DTYPE_F32, 2, (int64_t[]){skv, 1});
+    kf_tensor *v = kf_input(g, "v", KF_DTYPE_F32, 2, (int64_t[]){skv, 1});
+    kf_tensor *s = kf_matmul(g, q, k, 0, 1);
+    kf_tensor *qi = kf_iota(g, KF_DTYPE_I32, 2, (int64_t[]){sq, 1}, 0);
+    kf_tensor *ki = kf_iota(g, KF_DTYPE_I32, 2, (int64_t[]){1, skv}, 1);
+    /* q' = q + 8192 * (q == 600): row 600 keeps every key */
+    kf_tensor *row = kf_cast(g, kf_eq(g, qi, kf_scalar(g, KF_DTYPE_I32, 600)), KF_DTYPE_I32);
+    kf_tensor *q2 = kf_add(g, qi, kf_mul(g, row, kf_scalar(g, KF_DTYPE_I32, 8192)));
+    s = kf_where(g, kf_le(g, ki, q2), s, kf_scalar(g, KF_DTYPE_F32, -INFINITY));
+    kf_tensor *o = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+    assert_int_equal(kf_output(g, "o", o), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    const kf_group *att = NULL;
+    for (uint32_t i = 0; i < plan->n_groups; i++)
+        if (plan->groups[i].kind == KF_GROUP_ATTENTION)
+            att = &plan->groups[i];
+    kf_status st = kf_plan_check(plan, 4, NULL);
+    if (att && (att->attn.mask == KF_MASK_CAUSAL || att->attn.mask == KF_MASK_SLIDING_WINDOW)) {
+        fprintf(stderr, "test_plancheck: planner bug (mask.c row sampling) caught: %s\n",
+                kf_graph_error(g));
+        assert_int_equal(st, KF_ERR_INTERNAL);
+        assert_true(contains(kf_graph_error(g), "E7"));
+    } else {
+        assert_int_equal(st, KF_OK);
+    }
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* A mask that keeps kv >= q is no causal mask: claiming it is would let a
  * backend skip the tiles that hold the probabilities. */
 static void test_check_rejects_mask_class_that_skips_live_scores(void **state) {
@@ -829,6 +872,7 @@ int main(void) {
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
         cmocka_unit_test(test_check_rejects_wrong_expressions),
         cmocka_unit_test(test_check_rejects_wrong_view),
+        cmocka_unit_test(test_check_catches_mask_class_wrong_in_one_row),
         cmocka_unit_test(test_check_rejects_mask_class_that_skips_live_scores),
         cmocka_unit_test(test_check_survives_each_failed_allocation),
         cmocka_unit_test(test_random_graphs_plan_matches_unfused),
