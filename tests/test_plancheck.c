@@ -348,7 +348,7 @@ static void test_check_rejects_read_of_unmaterialized_tensor(void **state) {
     assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
     assert_int_equal(kf_plan_check(plan, 1, NULL), KF_OK);
 
-    uint32_t reader, slot, writer, wslot;
+    uint32_t reader = 0, slot = 0, writer = 0, wslot = 0;
     assert_true(find_cross_read(plan, &reader, &slot, &writer, &wslot));
     /* The writer forgets to materialize the value the reader needs. */
     kf_group *w = &plan->groups[writer];
@@ -474,8 +474,8 @@ static void test_check_rejects_wrong_expressions(void **state) {
     kf_ctx *ctx = ctx_new();
     kf_graph *g = two_gemms(ctx);
     kf_plan *plan = NULL;
-    kf_group *grp;
-    kf_expr *e;
+    kf_group *grp = NULL;
+    kf_expr *e = NULL;
     assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
     assert_true(find_node(plan, is_gelu, &grp, &e));
     e->op = KF_OP_RELU;
