@@ -832,6 +832,44 @@ static void test_cost_elementwise_chain_fused_vs_unfused_bytes(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* Causal attention over 8 x 8 scores keeps 36 of 64: its flops shrink by
+ * that much, its bytes do not. */
+static void test_cost_causal_attention_counts_kept_scores(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    int64_t d[3] = {2, 8, 4}, st[2] = {8, 8};
+    kf_tensor *q = kf_input(g, "q", KF_DTYPE_BF16, 3, d);
+    kf_tensor *k = kf_input(g, "k", KF_DTYPE_BF16, 3, d);
+    kf_tensor *v = kf_input(g, "v", KF_DTYPE_BF16, 3, d);
+    kf_tensor *s = kf_mul(g, kf_matmul(g, q, k, 0, 1), kf_scalar(g, KF_DTYPE_BF16, 0.5));
+    kf_tensor *qi = kf_iota(g, KF_DTYPE_I32, 2, st, 0), *ki = kf_iota(g, KF_DTYPE_I32, 2, st, 1);
+    s = kf_where(g, kf_le(g, ki, qi), s, kf_scalar(g, KF_DTYPE_BF16, -INFINITY));
+    assert_int_equal(kf_output(g, "o", kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0)), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(plan->n_groups, 1);
+    kf_group *att = &plan->groups[0];
+    assert_int_equal(att->kind, KF_GROUP_ATTENTION);
+    assert_int_equal(att->attn.mask, KF_MASK_CAUSAL);
+    assert_int_equal(kf_plan_estimate(plan, "h100"), KF_OK);
+    double causal = att->flops, bytes = att->bytes_read + att->bytes_written;
+    att->attn.mask = KF_MASK_NONE;
+    assert_int_equal(kf_plan_estimate(plan, "h100"), KF_OK);
+    assert_close(causal, att->flops * 36.0 / 64.0);
+    assert_close(bytes, att->bytes_read + att->bytes_written);
+    /* two 2*8*8*4 matmuls per head, 2 heads: the tensor-core part */
+    assert_true(att->flops > 2 * 2 * (2.0 * 8 * 8 * 4));
+    att->attn.mask = KF_MASK_SLIDING_WINDOW;
+    att->attn.window = 2; /* rows keep 1, 2, 2, ... : 15 of 64 */
+    assert_int_equal(kf_plan_estimate(plan, "h100"), KF_OK);
+    assert_close(att->flops, causal * 15.0 / 36.0);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 static void test_cost_unknown_device_is_not_found_and_lists_devices(void **state) {
     (void)state;
     kf_ctx *ctx = ctx_new();
@@ -867,6 +905,7 @@ int main(void) {
         cmocka_unit_test(test_gen_covers_every_computing_op),
         cmocka_unit_test(test_cost_gemm_group_flops_and_bytes),
         cmocka_unit_test(test_cost_elementwise_chain_fused_vs_unfused_bytes),
+        cmocka_unit_test(test_cost_causal_attention_counts_kept_scores),
         cmocka_unit_test(test_cost_unknown_device_is_not_found_and_lists_devices),
         cmocka_unit_test(test_check_rejects_read_of_unmaterialized_tensor),
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
