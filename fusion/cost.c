@@ -23,6 +23,10 @@
  *                      layer_norm         numel * 8, rms_norm numel * 6
  *                      sources, layout    0 (iota and constants computed inline
  *                                         are index arithmetic; reshape/permute move data)
+ *                    An attention group with a causal or sliding-window mask
+ *                    counts only the fraction of the (q, kv) grid its mask
+ *                    keeps (cell-exact: a floor, tiled kernels keep the
+ *                    diagonal tiles whole).
  *   bytes_read(g)    sum over g->reads of numel * dtype size: each tensor a
  *                    group loads is counted once, at its own (pre-broadcast)
  *                    size, as if the cache held it for the whole kernel
@@ -126,6 +130,24 @@ static double op_unfused_bytes(const kf_tensor *t) {
     return b;
 }
 
+/* The fraction of an attention group's (q, kv) grid that its mask keeps:
+ * kv <= q (causal) and also q - kv < window (sliding window); 1 otherwise.
+ * Cell-exact, so a floor: tiled kernels compute the diagonal tiles whole. */
+static double attention_keep_fraction(const kf_group *grp) {
+    const kf_attn_info *a = &grp->attn;
+    if (grp->kind != KF_GROUP_ATTENTION || a->sq <= 0 || a->skv <= 0 ||
+        (a->mask != KF_MASK_CAUSAL && a->mask != KF_MASK_SLIDING_WINDOW))
+        return 1.0;
+    double kept = 0.0;
+    for (int64_t q = 0; q < a->sq; q++) {
+        int64_t n = q + 1 < a->skv ? q + 1 : a->skv;
+        if (a->mask == KF_MASK_SLIDING_WINDOW && a->window < n)
+            n = a->window > 0 ? a->window : 0;
+        kept += (double)n;
+    }
+    return kept / ((double)a->sq * (double)a->skv);
+}
+
 /* Case-insensitive equality of device names. */
 static bool name_eq(const char *a, const char *b) {
     for (; *a && *b; a++, b++)
@@ -172,6 +194,11 @@ kf_status kf_plan_estimate(kf_plan *plan, const char *device) {
                 continue;
             grp->unfused_bytes += op_unfused_bytes(t);
         }
+        /* A causal or sliding-window attention skips the masked scores:
+         * only the kept fraction of the score grid is computed. */
+        double keep = attention_keep_fraction(grp);
+        grp->flops *= keep;
+        gemm_flops *= keep;
         if (!grp->is_kernel) {
             /* A VIEW moves nothing; its unfused copy (permute) stays in unfused_bytes. */
             grp->flops = 0.0;

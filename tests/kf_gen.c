@@ -738,10 +738,15 @@ static kf_tensor *motif_attention(gen *G) {
                 s = kf_where(g, near, s, neg);
             }
         }
-    } else if (mask == 2) { /* a general mask from an input */
+    } else if (mask == 2) { /* a general mask from an input: bool, or a float compared */
         shape ms = {.rank = 2, .d = {S, T}};
-        kf_tensor *m = input(G, dt, &ms);
-        s = kf_where(g, kf_gt(g, m, kf_scalar(g, dt, -1.0)), s, kf_scalar(g, dt, -1e4));
+        kf_tensor *m = chance(G, 50) ? input(G, KF_DTYPE_BOOL, &ms)
+                                     : kf_gt(g, input(G, dt, &ms), kf_scalar(g, dt, -1.0));
+        s = kf_where(g, m, s, kf_scalar(g, dt, -1e4));
+    } else if (mask == 1 && rank >= 3) { /* per-(q, kv) positions from an i32 input */
+        shape ps = {.rank = 2, .d = {S, T}};
+        kf_tensor *pos = kf_cast(g, input(G, KF_DTYPE_I32, &ps), dt);
+        s = kf_add(g, s, kf_mul(g, pos, kf_scalar(g, dt, uniform(G, -0.5, 0.5))));
     }
     if (chance(G, 8)) { /* a softcap after the mask: -inf becomes -c */
         kf_tensor *c = kf_scalar(g, dt, uniform(G, 2.0, 30.0));

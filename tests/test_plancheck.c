@@ -348,7 +348,7 @@ static void test_check_rejects_read_of_unmaterialized_tensor(void **state) {
     assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
     assert_int_equal(kf_plan_check(plan, 1, NULL), KF_OK);
 
-    uint32_t reader, slot, writer, wslot;
+    uint32_t reader = 0, slot = 0, writer = 0, wslot = 0;
     assert_true(find_cross_read(plan, &reader, &slot, &writer, &wslot));
     /* The writer forgets to materialize the value the reader needs. */
     kf_group *w = &plan->groups[writer];
@@ -474,8 +474,8 @@ static void test_check_rejects_wrong_expressions(void **state) {
     kf_ctx *ctx = ctx_new();
     kf_graph *g = two_gemms(ctx);
     kf_plan *plan = NULL;
-    kf_group *grp;
-    kf_expr *e;
+    kf_group *grp = NULL;
+    kf_expr *e = NULL;
     assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
     assert_true(find_node(plan, is_gelu, &grp, &e));
     e->op = KF_OP_RELU;
@@ -549,6 +549,49 @@ static void test_check_rejects_wrong_view(void **state) {
     view->view_strides[1] = view->view_strides[0];
     view->view_strides[0] = s0;
     assert_int_equal(kf_plan_check(plan, 2, NULL), KF_OK);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
+/* A mask that is causal in every row but one. The classifier samples rows
+ * on grids above 2^22 cells (fusion/mask.c); if it calls this mask causal, a
+ * backend would skip live keys of row 600, and the checker must say so (E7).
+ * Once the classifier sees the row (or refuses to guess), the plan checks
+ * clean: the test holds either way. */
+static void test_check_catches_mask_class_wrong_in_one_row(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    const int64_t sq = 1025, skv = 4096;
+    kf_tensor *q = kf_input(g, "q", KF_DTYPE_F32, 2, (int64_t[]){sq, 1});
+    kf_tensor *k = kf_input(g, "k", KF_DTYPE_F32, 2, (int64_t[]){skv, 1});
+    kf_tensor *v = kf_input(g, "v", KF_DTYPE_F32, 2, (int64_t[]){skv, 1});
+    kf_tensor *s = kf_matmul(g, q, k, 0, 1);
+    kf_tensor *qi = kf_iota(g, KF_DTYPE_I32, 2, (int64_t[]){sq, 1}, 0);
+    kf_tensor *ki = kf_iota(g, KF_DTYPE_I32, 2, (int64_t[]){1, skv}, 1);
+    /* q' = q + 8192 * (q == 600): row 600 keeps every key */
+    kf_tensor *row = kf_cast(g, kf_eq(g, qi, kf_scalar(g, KF_DTYPE_I32, 600)), KF_DTYPE_I32);
+    kf_tensor *q2 = kf_add(g, qi, kf_mul(g, row, kf_scalar(g, KF_DTYPE_I32, 8192)));
+    s = kf_where(g, kf_le(g, ki, q2), s, kf_scalar(g, KF_DTYPE_F32, -INFINITY));
+    kf_tensor *o = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+    assert_int_equal(kf_output(g, "o", o), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    const kf_group *att = NULL;
+    for (uint32_t i = 0; i < plan->n_groups; i++)
+        if (plan->groups[i].kind == KF_GROUP_ATTENTION)
+            att = &plan->groups[i];
+    kf_status st = kf_plan_check(plan, 4, NULL);
+    if (att && (att->attn.mask == KF_MASK_CAUSAL || att->attn.mask == KF_MASK_SLIDING_WINDOW)) {
+        fprintf(stderr, "test_plancheck: planner bug (mask.c row sampling) caught: %s\n",
+                kf_graph_error(g));
+        assert_int_equal(st, KF_ERR_INTERNAL);
+        assert_true(contains(kf_graph_error(g), "E7"));
+    } else {
+        assert_int_equal(st, KF_OK);
+    }
     kf_plan_destroy(plan);
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
@@ -789,6 +832,44 @@ static void test_cost_elementwise_chain_fused_vs_unfused_bytes(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* Causal attention over 8 x 8 scores keeps 36 of 64: its flops shrink by
+ * that much, its bytes do not. */
+static void test_cost_causal_attention_counts_kept_scores(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    int64_t d[3] = {2, 8, 4}, st[2] = {8, 8};
+    kf_tensor *q = kf_input(g, "q", KF_DTYPE_BF16, 3, d);
+    kf_tensor *k = kf_input(g, "k", KF_DTYPE_BF16, 3, d);
+    kf_tensor *v = kf_input(g, "v", KF_DTYPE_BF16, 3, d);
+    kf_tensor *s = kf_mul(g, kf_matmul(g, q, k, 0, 1), kf_scalar(g, KF_DTYPE_BF16, 0.5));
+    kf_tensor *qi = kf_iota(g, KF_DTYPE_I32, 2, st, 0), *ki = kf_iota(g, KF_DTYPE_I32, 2, st, 1);
+    s = kf_where(g, kf_le(g, ki, qi), s, kf_scalar(g, KF_DTYPE_BF16, -INFINITY));
+    assert_int_equal(kf_output(g, "o", kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0)), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(plan->n_groups, 1);
+    kf_group *att = &plan->groups[0];
+    assert_int_equal(att->kind, KF_GROUP_ATTENTION);
+    assert_int_equal(att->attn.mask, KF_MASK_CAUSAL);
+    assert_int_equal(kf_plan_estimate(plan, "h100"), KF_OK);
+    double causal = att->flops, bytes = att->bytes_read + att->bytes_written;
+    att->attn.mask = KF_MASK_NONE;
+    assert_int_equal(kf_plan_estimate(plan, "h100"), KF_OK);
+    assert_close(causal, att->flops * 36.0 / 64.0);
+    assert_close(bytes, att->bytes_read + att->bytes_written);
+    /* two 2*8*8*4 matmuls per head, 2 heads: the tensor-core part */
+    assert_true(att->flops > 2 * 2 * (2.0 * 8 * 8 * 4));
+    att->attn.mask = KF_MASK_SLIDING_WINDOW;
+    att->attn.window = 2; /* rows keep 1, 2, 2, ... : 15 of 64 */
+    assert_int_equal(kf_plan_estimate(plan, "h100"), KF_OK);
+    assert_close(att->flops, causal * 15.0 / 36.0);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 static void test_cost_unknown_device_is_not_found_and_lists_devices(void **state) {
     (void)state;
     kf_ctx *ctx = ctx_new();
@@ -824,11 +905,13 @@ int main(void) {
         cmocka_unit_test(test_gen_covers_every_computing_op),
         cmocka_unit_test(test_cost_gemm_group_flops_and_bytes),
         cmocka_unit_test(test_cost_elementwise_chain_fused_vs_unfused_bytes),
+        cmocka_unit_test(test_cost_causal_attention_counts_kept_scores),
         cmocka_unit_test(test_cost_unknown_device_is_not_found_and_lists_devices),
         cmocka_unit_test(test_check_rejects_read_of_unmaterialized_tensor),
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
         cmocka_unit_test(test_check_rejects_wrong_expressions),
         cmocka_unit_test(test_check_rejects_wrong_view),
+        cmocka_unit_test(test_check_catches_mask_class_wrong_in_one_row),
         cmocka_unit_test(test_check_rejects_mask_class_that_skips_live_scores),
         cmocka_unit_test(test_check_survives_each_failed_allocation),
         cmocka_unit_test(test_random_graphs_plan_matches_unfused),
