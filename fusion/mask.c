@@ -3,12 +3,17 @@
  * tiles: the score expression's root is where(cond, s, FILL) (or with the
  * branches swapped) with FILL = -inf or a value low enough that exp() of it
  * is 0 in every float dtype; cond depends only on the query and key indices
- * and constants. cond is then evaluated over the (q, kv) grid (every row when
- * the grid has at most 2^22 cells, else the first, last and 256 evenly spaced
- * rows, every column) and compared with kv <= q (CAUSAL) and with
+ * and constants. cond is then evaluated over the whole (q, kv) grid and
+ * compared with kv <= q (CAUSAL) and with
  * kv <= q && q - kv < W (SLIDING_WINDOW, W read off the last row). Anything
  * else, or a where below the root (a softcap after the mask would turn -inf
  * into -c), is GENERAL: evaluated per element, no skipping.
+ *
+ * A grid above 2^26 cells is not evaluated and is GENERAL too: a class must be
+ * proven on every row, because a backend that skips tiles on a mask that is
+ * causal in all rows but one drops keys that row attends to (an earlier
+ * version sampled rows and was wrong exactly so; tests/test_plancheck.c keeps
+ * the case). Recognizing the mask's structure would lift the limit.
  */
 #include <math.h>
 #include <string.h>
@@ -83,7 +88,11 @@ kf_status kf_attn_classify_mask(const kf_plan *plan, kf_group *g) {
     if (!vals)
         return KF_ERR_OUT_OF_MEMORY;
     int64_t sq = at->sq, skv = at->skv;
-    bool full = sq * skv <= (INT64_C(1) << 22);
+    if (sq > (INT64_C(1) << 26) / skv) {
+        kf_mem_free(&plan->mem, vals, (size_t)g->n_expr * sizeof(double));
+        at->mask = KF_MASK_GENERAL;
+        return KF_OK;
+    }
     bool all = true, causal = true, window_ok = true;
     int64_t win = 0;
     /* The window: keys kept in the last row. */
@@ -94,8 +103,7 @@ kf_status kf_attn_classify_mask(const kf_plan *plan, kf_group *g) {
             win += (vals[w->src[0]] != 0) == keep_when_true;
         }
     }
-    int64_t step = full || sq <= 768 ? 1 : (sq - 512) / 256 + 1;
-    for (int64_t q = 0; q < sq; q += (q < 256 || q >= sq - 256) ? 1 : step) {
+    for (int64_t q = 0; q < sq; q++) {
         qkv_pos pos = {q, 0};
         for (pos.kv = 0; pos.kv < skv; pos.kv++) {
             kf_expr_eval(g, w->src[0], vals, leaf_value, &pos);
