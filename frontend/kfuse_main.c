@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "frontend/cmd_report.h"
 #include "ir/ir.h"
 #include "kfuse.h"
 
@@ -57,6 +58,11 @@ static const cli_command *find_command(const char *name);
 static int cmd_print(const cli_command *cmd, int argc, char **argv);
 static int cmd_eval(const cli_command *cmd, int argc, char **argv);
 static int cmd_help(const cli_command *cmd, int argc, char **argv);
+/* `kfuse report` lives in frontend/cmd_report.c. */
+static int cmd_report(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_report(argc, argv);
+}
 
 static const cli_command commands[] = {
     {"print", "parse a .kfg graph and print its canonical form",
@@ -86,6 +92,8 @@ static const cli_command commands[] = {
      "  --seed N     seed of the input generator (an unsigned integer; default 0)\n"
      "  -h, --help   show this help\n",
      cmd_eval},
+    {"report", "plan a .kfg graph into fused kernels and report why each edge fused or not",
+     kf_cmd_report_help, cmd_report},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"
      "\n"
