@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "frontend/cmd_cache.h"
 #include "frontend/cmd_report.h"
 #include "ir/ir.h"
 #include "kfuse.h"
@@ -63,6 +64,11 @@ static int cmd_report(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_report(argc, argv);
 }
+/* `kfuse cache` lives in frontend/cmd_cache.c. */
+static int cmd_cache(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_cache(argc, argv);
+}
 
 static const cli_command commands[] = {
     {"print", "parse a .kfg graph and print its canonical form",
@@ -94,6 +100,7 @@ static const cli_command commands[] = {
      cmd_eval},
     {"report", "plan a .kfg graph into fused kernels and report why each edge fused or not",
      kf_cmd_report_help, cmd_report},
+    {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"
      "\n"
