@@ -93,16 +93,14 @@ typedef struct name_entry {
 typedef struct parser {
     kf_graph *g;
     lexer lx;
-    token tok;      /* the current token */
+    token tok;       /* the current token */
     size_t prev_end; /* where the token before it ended */
     name_entry *names;
     uint32_t names_cap, names_count;
     int64_t const_bytes; /* constant data so far */
 } parser;
 
-static bool is_alpha(int c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+static bool is_alpha(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 static bool is_digit(int c) { return c >= '0' && c <= '9'; }
 static bool is_ident_char(int c) { return is_alpha(c) || is_digit(c); }
 
@@ -347,8 +345,7 @@ static bool builder_failed(parser *p, const token *at) {
 }
 
 static bool out_of_memory(parser *p, const token *at) {
-    kf_ir_fail(p->g, KF_ERR_OUT_OF_MEMORY, "%u:%u: out of memory while parsing", at->line,
-               at->col);
+    kf_ir_fail(p->g, KF_ERR_OUT_OF_MEMORY, "%u:%u: out of memory while parsing", at->line, at->col);
     return false;
 }
 
@@ -594,8 +591,7 @@ static bool parse_type(parser *p, kf_op op, kf_node_args *a, int64_t *numel) {
     token start = p->tok;
     if (!parse_dtype(p, &a->dtype))
         return false;
-    if (!parse_int_list(p, 1, INT64_MAX, false, "a dim (a positive integer)", a->dims,
-                        &a->rank))
+    if (!parse_int_list(p, 1, INT64_MAX, false, "a dim (a positive integer)", a->dims, &a->rank))
         return false;
     token whole = start; /* the type's text, for messages */
     whole.len = p->prev_end - start.pos;
@@ -665,7 +661,8 @@ static bool parse_attrs(parser *p, const kf_op_info *info, kf_node_args *a) {
             return expected(p, &p->tok, what);
         }
         if (p->tok.kind != TOK_COMMA) {
-            snprintf(what, sizeof what, "',' or ')' after %s", seen ? "an attribute" : "an operand");
+            snprintf(what, sizeof what, "',' or ')' after %s",
+                     seen ? "an attribute" : "an operand");
             return expected(p, &p->tok, what);
         }
         next(p);

@@ -115,6 +115,7 @@ static char *read_example(const char *name, size_t *len) {
 
 /* Every op, every dtype, every attribute at its default and not, constants in
  * both forms with the awkward values, unnamed tensors and renamed outputs. */
+/* clang-format off */
 static const char golden[] =
     "kfg 1\n"
     "x = input(f32[2, 3])\n"
@@ -188,6 +189,7 @@ static const char golden[] =
     "output ab = %22\n"
     "output e\n"
     "output e2 = e\n";
+/* clang-format on */
 
 static void test_print_of_parsed_golden_text_is_byte_identical(void **state) {
     (void)state;
@@ -419,6 +421,7 @@ static void check_rejects(const char *text, size_t len, kf_status want, const ch
 #define H "kfg 1\n"
 #define X "kfg 1\nx = input(f32[2, 3])\n"
 
+/* clang-format off */
 /* NAME, TEXT, STATUS, MESSAGE ('*' at the end: a prefix of the message). */
 #define REJECT_CASES(R)                                                                        \
     R(empty_input, "", KF_ERR_PARSE, "1:1: expected the header 'kfg 1', found end of input")    \
@@ -583,12 +586,13 @@ static void check_rejects(const char *text, size_t len, kf_status want, const ch
     R(builder_negative_eps, X "w = input(f32[3])\ny = rms_norm(x, w, eps=-1)\n",              \
       KF_ERR_INVALID_ARGUMENT, "4:5: rms_norm: *")                                             \
     R(duplicate_output_name, X "output x\noutput x\n", KF_ERR_INVALID_ARGUMENT, "4:8: output: *")
+/* clang-format on */
 
-#define R_FUNC(NAME, TEXT, STATUS, MSG)                                                        \
-    static void test_parse_rejects_##NAME(void **state) {                                     \
-        (void)state;                                                                           \
-        static const char text[] = TEXT;                                                       \
-        check_rejects(text, sizeof text - 1, STATUS, MSG);                                     \
+#define R_FUNC(NAME, TEXT, STATUS, MSG)                                                            \
+    static void test_parse_rejects_##NAME(void **state) {                                          \
+        (void)state;                                                                               \
+        static const char text[] = TEXT;                                                           \
+        check_rejects(text, sizeof text - 1, STATUS, MSG);                                         \
     }
 REJECT_CASES(R_FUNC)
 #undef R_FUNC
@@ -861,6 +865,7 @@ static void test_format_number_reads_back_for_random_f32_and_f64_values(void **s
 
 int main(void) {
 #define R_ENTRY(NAME, TEXT, STATUS, MSG) cmocka_unit_test(test_parse_rejects_##NAME),
+    /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_print_of_parsed_golden_text_is_byte_identical),
         cmocka_unit_test(test_golden_text_uses_every_op_and_dtype),
@@ -879,6 +884,7 @@ int main(void) {
         cmocka_unit_test(test_format_number_reads_back_for_every_f16_and_bf16_value),
         cmocka_unit_test(test_format_number_reads_back_for_random_f32_and_f64_values),
     };
+    /* clang-format on */
 #undef R_ENTRY
     return kf_test_run(tests);
 }
