@@ -57,6 +57,11 @@ static const cli_command *find_command(const char *name);
 static int cmd_print(const cli_command *cmd, int argc, char **argv);
 static int cmd_eval(const cli_command *cmd, int argc, char **argv);
 static int cmd_help(const cli_command *cmd, int argc, char **argv);
+int kf_cmd_run(int argc, char **argv); /* frontend/cmd_run.c */
+static int cmd_run(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_run(argc, argv);
+}
 
 static const cli_command commands[] = {
     {"print", "parse a .kfg graph and print its canonical form",
@@ -86,6 +91,7 @@ static const cli_command commands[] = {
      "  --seed N     seed of the input generator (an unsigned integer; default 0)\n"
      "  -h, --help   show this help\n",
      cmd_eval},
+    {"run", "compile a .kfg graph, run it on random inputs, optionally --check it", "usage: kfuse run FILE [--target cpu|auto] [--check] [--seed N]\n(kfuse run --help for more)\n", cmd_run},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"
      "\n"
