@@ -69,6 +69,11 @@ static int cmd_cache(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_cache(argc, argv);
 }
+int kf_cmd_run(int argc, char **argv); /* frontend/cmd_run.c */
+static int cmd_run(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_run(argc, argv);
+}
 
 static const cli_command commands[] = {
     {"print", "parse a .kfg graph and print its canonical form",
@@ -101,6 +106,7 @@ static const cli_command commands[] = {
     {"report", "plan a .kfg graph into fused kernels and report why each edge fused or not",
      kf_cmd_report_help, cmd_report},
     {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
+    {"run", "compile a .kfg graph, run it on random inputs, optionally --check it", "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N]\n(kfuse run --help for more)\n", cmd_run},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"
      "\n"
