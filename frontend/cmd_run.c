@@ -1,5 +1,5 @@
 /*
- * cmd_run.c -- `kfuse run FILE.kfg --target cpu [--check] [--seed N]`: parses
+ * cmd_run.c -- `kfuse run FILE.kfg --target cpu|cuda|auto [--check] [--seed N] [--report]`: parses
  * a graph, compiles it (plan, fuse, JIT), runs it once on random inputs drawn
  * exactly as `kfuse eval` draws them, and prints one summary line per output.
  * With --check it also evaluates the graph with the reference evaluator and
@@ -23,14 +23,16 @@
 int kf_cmd_run(int argc, char **argv);
 
 static const char run_usage[] =
-    "usage: kfuse run FILE [--target cpu|auto] [--check] [--seed N]\n"
+    "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
     "once on random inputs (the same inputs `kfuse eval --seed N` uses) and prints\n"
     "one line per output: NAME TYPE min=.. max=.. mean=.. l2=.. nan=N inf=N.\n"
     "\n"
     "options:\n"
-    "  --target T   cpu or auto (the default: the CPU while there is no CUDA backend)\n"
+    "  --target T   cpu, cuda, or auto (the default: cuda when a GPU is present,\n"
+    "               else cpu)\n"
+    "  --report     print what runs where (per kernel group) to stderr\n"
     "  --check      also run the reference evaluator and print each output's\n"
     "               relative error; exit 1 when one exceeds its dtype's tolerance\n"
     "  --seed N     seed of the input generator (default 0)\n"
@@ -155,7 +157,8 @@ static char *read_all(const char *file, size_t *len) {
     return buf;
 }
 
-static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, bool check) {
+static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, bool check,
+                     bool report) {
     size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
     kf_binding *in = calloc(n_in ? n_in : 1, sizeof *in);
     kf_binding *out = calloc(n_out ? n_out : 1, sizeof *out);
@@ -204,6 +207,8 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
         rc = 1;
         goto done;
     }
+    if (report)
+        kf_program_report(p, stderr);
     st = kf_program_run(p, in, n_in, out, n_out, NULL);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse: %s: run failed: %s\n", file, kf_program_error(p));
@@ -252,7 +257,7 @@ done:
 int kf_cmd_run(int argc, char **argv) {
     const char *file = NULL;
     uint64_t seed = 0;
-    bool check = false;
+    bool check = false, report = false;
     kf_target target = KF_TARGET_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -261,6 +266,8 @@ int kf_cmd_run(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--check") == 0) {
             check = true;
+        } else if (strcmp(a, "--report") == 0) {
+            report = true;
         } else if (strcmp(a, "--seed") == 0 || strcmp(a, "--target") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "kfuse run: %s needs a value\n%s", a, run_usage);
@@ -278,10 +285,12 @@ int kf_cmd_run(int argc, char **argv) {
                 seed = s;
             } else if (strcmp(v, "cpu") == 0) {
                 target = KF_TARGET_CPU;
+            } else if (strcmp(v, "cuda") == 0) {
+                target = KF_TARGET_CUDA;
             } else if (strcmp(v, "auto") == 0) {
                 target = KF_TARGET_AUTO;
             } else {
-                fprintf(stderr, "kfuse run: unknown target '%s' (use cpu or auto)\n", v);
+                fprintf(stderr, "kfuse run: unknown target '%s' (use cpu, cuda or auto)\n", v);
                 return 2;
             }
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -324,7 +333,7 @@ int kf_cmd_run(int argc, char **argv) {
         fprintf(stderr, "kfuse: %s: %s\n", file, kf_graph_error(g));
         rc = 1;
     } else {
-        rc = run_graph(ctx, g, file, seed, check);
+        rc = run_graph(ctx, g, file, seed, check, report);
     }
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);

@@ -6,7 +6,9 @@
  *
  * The CPU backend exists only when the library was built with LLVM
  * (KF_HAVE_LLVM, cmake/kf_llvm.cmake); without it every compile for the CPU
- * returns KF_ERR_UNSUPPORTED and says how to get it.
+ * returns KF_ERR_UNSUPPORTED and says how to get it. The CUDA target
+ * (runtime/cuda_exec.c) is always built: it needs only the driver at run
+ * time. KF_TARGET_AUTO is CUDA when a device is present, else the CPU.
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "fusion/fusion.h"
 #include "ir/ir.h"
 #include "runtime/ctx.h"
+#include "runtime/cuda_exec.h"
 #ifdef KF_HAVE_LLVM
 #include "runtime/cpu/cpu.h"
 #endif
@@ -23,6 +26,7 @@ struct kf_program {
     kf_mem mem;
     kf_graph *graph;
     kf_plan *plan;
+    kf_cuda_exec *cuda; /* the CUDA target; NULL on the CPU */
 #ifdef KF_HAVE_LLVM
     kf_cpu_exec *exec;
 #endif
@@ -43,6 +47,7 @@ static kf_status fail(kf_program *p, kf_status st, const char *fmt, ...) {
 void kf_program_destroy(kf_program *p) {
     if (!p)
         return;
+    kf_cuda_exec_destroy(p->cuda);
 #ifdef KF_HAVE_LLVM
     kf_cpu_exec_destroy(p->exec);
 #endif
@@ -62,17 +67,16 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
                      : KF_ERR_INVALID_ARGUMENT;
     if (graph->status != KF_OK)
         return graph->status;
-    kf_target target = ctx->target == KF_TARGET_AUTO ? KF_TARGET_CPU : ctx->target;
-    if (target == KF_TARGET_CUDA)
-        return kf_ir_note(graph, KF_ERR_UNSUPPORTED,
-                          "kf_compile: the CUDA target is not implemented yet; create the "
-                          "context with target KF_TARGET_CPU or KF_TARGET_AUTO");
+    kf_target target = ctx->target;
+    if (target == KF_TARGET_AUTO)
+        target = kf_cuda_exec_available(ctx) ? KF_TARGET_CUDA : KF_TARGET_CPU;
 #ifndef KF_HAVE_LLVM
-    return kf_ir_note(graph, KF_ERR_UNSUPPORTED,
-                      "kf_compile: this libkfuse was built without LLVM, so it has no CPU "
-                      "backend; install LLVM 19 (llvm-19-dev, scripts/install-deps.sh) and "
-                      "rebuild");
-#else
+    if (target == KF_TARGET_CPU)
+        return kf_ir_note(graph, KF_ERR_UNSUPPORTED,
+                          "kf_compile: this libkfuse was built without LLVM, so it has no CPU "
+                          "backend; install LLVM 19 (llvm-19-dev, scripts/install-deps.sh) and "
+                          "rebuild");
+#endif
     kf_program *p = kf_mem_calloc(&ctx->mem, 1, sizeof *p);
     if (!p)
         return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_compile: out of memory");
@@ -91,6 +95,16 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         return st; /* the planner put its message on the graph */
     }
     char err[KF_MSG_MAX];
+    if (target == KF_TARGET_CUDA) {
+        st = kf_cuda_exec_create(ctx, p->plan, &p->cuda, err);
+        if (st != KF_OK) {
+            kf_program_destroy(p);
+            return kf_ir_note(graph, st, "kf_compile (cuda): %s", err);
+        }
+        *out = p;
+        return KF_OK;
+    }
+#ifdef KF_HAVE_LLVM
     st = kf_cpu_exec_create(&p->mem, p->plan, &p->exec, err);
     if (st != KF_OK) {
         kf_program_destroy(p);
@@ -98,7 +112,21 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
     }
     *out = p;
     return KF_OK;
+#else
+    kf_program_destroy(p);
+    return kf_ir_note(graph, KF_ERR_INTERNAL, "kf_compile: no backend");
 #endif
+}
+
+kf_status kf_program_report(const kf_program *p, FILE *out) {
+    if (!p || !out)
+        return KF_ERR_INVALID_ARGUMENT;
+    kf_status st = kf_plan_report(p->plan, KF_REPORT_TEXT, out);
+    if (st == KF_OK && p->cuda)
+        kf_cuda_exec_report(p->cuda, out);
+    if (st == KF_OK && !p->cuda)
+        fprintf(out, "cpu: every kernel group runs as LLVM-compiled host code\n");
+    return ferror(out) ? KF_ERR_IO : st;
 }
 
 const char *kf_program_error(const kf_program *p) { return p ? p->error : "program is NULL"; }
@@ -127,7 +155,8 @@ static kf_status check_binding(kf_program *p, const char *what, const kf_binding
 
 kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_inputs,
                          const kf_binding *outputs, size_t n_outputs, void *stream) {
-    (void)stream; /* the CPU target runs synchronously on the calling thread + pool */
+    /* stream: a CUstream for the CUDA target (NULL: the program's own); the CPU
+     * target runs synchronously on the calling thread + pool and ignores it. */
     if (!p)
         return KF_ERR_INVALID_ARGUMENT;
     p->error[0] = '\0';
@@ -202,9 +231,18 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
                 copy_mask[i / 64] |= 1ull << (i % 64);
         }
     }
-#ifdef KF_HAVE_LLVM
     char err[KF_MSG_MAX];
-    kf_status st = kf_cpu_exec_run(p->exec, p->bound, err);
+    kf_status st;
+    if (p->cuda) {
+        st = kf_cuda_exec_run(p->cuda, p->bound, stream, err);
+    } else {
+#ifdef KF_HAVE_LLVM
+        st = kf_cpu_exec_run(p->exec, p->bound, err);
+#else
+        st = KF_ERR_INTERNAL;
+        snprintf(err, sizeof err, "no backend");
+#endif
+    }
     if (st != KF_OK)
         return fail(p, st, "kf_program_run: %s", err);
     for (size_t i = 0; copy_any && i < n_outputs; i++) {
@@ -215,7 +253,21 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
                 t = g->outputs[k].tensor;
         if (!copy || outputs[i].data == p->bound[t->id])
             continue;
-        const void *src = p->bound[t->id] ? p->bound[t->id] : kf_cpu_exec_buffer(p->exec, t->id);
+        if (p->bound[t->id]) {
+            memmove(outputs[i].data, p->bound[t->id], outputs[i].size);
+            continue;
+        }
+        if (p->cuda) {
+            st = kf_cuda_exec_copy_out(p->cuda, t->id, outputs[i].data, outputs[i].size, err);
+            if (st != KF_OK)
+                return fail(p, st, "kf_program_run: output '%s': %s", outputs[i].name, err);
+            continue;
+        }
+#ifdef KF_HAVE_LLVM
+        const void *src = kf_cpu_exec_buffer(p->exec, t->id);
+#else
+        const void *src = NULL;
+#endif
         if (!src)
             return fail(p, KF_ERR_INTERNAL,
                         "kf_program_run: output '%s' has no buffer after the run (a kfuse bug)",
@@ -223,7 +275,4 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
         memmove(outputs[i].data, src, outputs[i].size);
     }
     return KF_OK;
-#else
-    return fail(p, KF_ERR_UNSUPPORTED, "kf_program_run: no backend");
-#endif
 }
