@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "frontend/cmd_aot.h"
 #include "frontend/cmd_cache.h"
 #include "frontend/cmd_report.h"
 #include "ir/ir.h"
@@ -63,6 +64,11 @@ static int cmd_help(const cli_command *cmd, int argc, char **argv);
 static int cmd_report(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_report(argc, argv);
+}
+/* `kfuse aot` lives in frontend/cmd_aot.c. */
+static int cmd_aot(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_aot(argc, argv);
 }
 /* `kfuse cache` lives in frontend/cmd_cache.c. */
 static int cmd_cache(const cli_command *cmd, int argc, char **argv) {
@@ -106,7 +112,8 @@ static const cli_command commands[] = {
     {"report", "plan a .kfg graph into fused kernels and report why each edge fused or not",
      kf_cmd_report_help, cmd_report},
     {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
-    {"run", "compile a .kfg graph, run it on random inputs, optionally --check it", "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N]\n(kfuse run --help for more)\n", cmd_run},
+    {"run", "compile a .kfg graph, run it on random inputs, optionally --check it", "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n(kfuse run --help for more)\n", cmd_run},
+    {"aot", kf_cmd_aot_summary, kf_cmd_aot_help, cmd_aot},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"
      "\n"

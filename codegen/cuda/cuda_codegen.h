@@ -168,6 +168,30 @@ kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, con
 kf_status kf_cuda_codegen_attention_softmax(const kf_plan *plan, uint32_t group, const char *arch,
                                             const kf_mem *mem, kf_cuda_kernel *out);
 
+/* The kernels a group needs on the CUDA target, by role. `kfuse aot` and the
+ * execution side both enumerate them through kf_cuda_group_roles, so a cache
+ * filled ahead of time holds every kernel a run asks for. (Whether cuBLASLt
+ * applies an epilogue natively is the execution side's call; the EPILOGUE
+ * kernel is listed whenever the group has one, so the cache is a superset.) */
+typedef enum kf_cuda_role {
+    KF_CUDA_ROLE_GROUP = 0,          /* kf_cuda_codegen_group */
+    KF_CUDA_ROLE_GEMM_PROLOGUE,      /* kf_cuda_codegen_gemm_prologue (before the GEMM) */
+    KF_CUDA_ROLE_EPILOGUE,           /* kf_cuda_codegen_epilogue (after the GEMM) */
+    KF_CUDA_ROLE_ATTENTION_SOFTMAX,  /* kf_cuda_codegen_attention_softmax (between the GEMMs) */
+    KF_CUDA_ROLE_COUNT
+} kf_cuda_role;
+
+/* "group", "gemm_prologue", "epilogue", "attention_softmax". */
+const char *kf_cuda_role_name(kf_cuda_role role);
+
+/* Writes the roles group `group` needs into roles[0..n) in launch order and
+ * returns n (0 for VIEW groups and GEMMs that are all cuBLASLt; at most 2). */
+uint32_t kf_cuda_group_roles(const kf_plan *plan, uint32_t group, kf_cuda_role roles[2]);
+
+/* Dispatches to the entry point of `role`. */
+kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role, const char *arch,
+                          const kf_mem *mem, kf_cuda_kernel *out);
+
 /* Frees out->source (with `mem`) and clears the kernel. Accepts a zeroed or
  * failed kernel. */
 void kf_cuda_kernel_release(const kf_mem *mem, kf_cuda_kernel *k);
