@@ -1,11 +1,11 @@
 /*
  * cublaslt.c -- cuBLASLt through dlopen (the contract is in cublaslt.h).
  *
- *   kf_lt_create: dlopen (env, soname, toolkit path) -> dlsym every entry
+ *   kf_blt_create: dlopen (env, soname, toolkit path) -> dlsym every entry
  *     point -> cublasLtCreate on the device's context
- *   kf_lt_matmul: find or build the plan for this shape (matmul descriptor,
+ *   kf_blt_matmul: find or build the plan for this shape (matmul descriptor,
  *     four layouts, the heuristic's best algorithm) -> set the bias pointer ->
- *     cublasLtMatmul on the caller's stream with the kf_lt's workspace
+ *     cublasLtMatmul on the caller's stream with the kf_blt's workspace
  */
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -19,21 +19,21 @@
 /* The ABI subset (values from cublasLt.h / cublas_api.h / library_types.h)  */
 /* ------------------------------------------------------------------------ */
 
-typedef int kf_lt_status; /* cublasStatus_t: 0 is CUBLAS_STATUS_SUCCESS */
-typedef struct kf_lt_handle_st *kf_lt_handle;
-typedef struct kf_lt_desc_st *kf_lt_desc;
-typedef struct kf_lt_layout_st *kf_lt_layout;
-typedef struct kf_lt_pref_st *kf_lt_pref;
+typedef int kf_blt_status; /* cublasStatus_t: 0 is CUBLAS_STATUS_SUCCESS */
+typedef struct kf_blt_handle_st *kf_blt_handle;
+typedef struct kf_blt_desc_st *kf_blt_desc;
+typedef struct kf_blt_layout_st *kf_blt_layout;
+typedef struct kf_blt_pref_st *kf_blt_pref;
 typedef struct {
     uint64_t data[8];
-} kf_lt_algo;
+} kf_blt_algo;
 typedef struct {
-    kf_lt_algo algo;
+    kf_blt_algo algo;
     size_t workspace_size;
-    kf_lt_status state;
+    kf_blt_status state;
     float waves_count;
     int reserved[4];
-} kf_lt_heuristic;
+} kf_blt_heuristic;
 
 enum {
     LT_SUCCESS = 0,
@@ -72,66 +72,66 @@ enum {
     LT_EPI_GELU_BIAS = 36,
 };
 
-#define KF_LT_FUNCS(X)                                                                             \
+#define KF_BLT_FUNCS(X)                                                                             \
     X(size_t, GetVersion, "cublasLtGetVersion", (void))                                            \
-    X(const char *, GetStatusName, "cublasLtGetStatusName", (kf_lt_status s))                      \
-    X(const char *, GetStatusString, "cublasLtGetStatusString", (kf_lt_status s))                  \
-    X(kf_lt_status, Create, "cublasLtCreate", (kf_lt_handle * h))                                  \
-    X(kf_lt_status, Destroy, "cublasLtDestroy", (kf_lt_handle h))                                  \
-    X(kf_lt_status, DescCreate, "cublasLtMatmulDescCreate",                                        \
-      (kf_lt_desc * d, int compute, int scale_type))                                               \
-    X(kf_lt_status, DescDestroy, "cublasLtMatmulDescDestroy", (kf_lt_desc d))                      \
-    X(kf_lt_status, DescSet, "cublasLtMatmulDescSetAttribute",                                     \
-      (kf_lt_desc d, int attr, const void *buf, size_t size))                                      \
-    X(kf_lt_status, LayoutCreate, "cublasLtMatrixLayoutCreate",                                    \
-      (kf_lt_layout * l, int type, uint64_t rows, uint64_t cols, int64_t ld))                      \
-    X(kf_lt_status, LayoutDestroy, "cublasLtMatrixLayoutDestroy", (kf_lt_layout l))                \
-    X(kf_lt_status, LayoutSet, "cublasLtMatrixLayoutSetAttribute",                                 \
-      (kf_lt_layout l, int attr, const void *buf, size_t size))                                    \
-    X(kf_lt_status, PrefCreate, "cublasLtMatmulPreferenceCreate", (kf_lt_pref * p))                \
-    X(kf_lt_status, PrefDestroy, "cublasLtMatmulPreferenceDestroy", (kf_lt_pref p))                \
-    X(kf_lt_status, PrefSet, "cublasLtMatmulPreferenceSetAttribute",                               \
-      (kf_lt_pref p, int attr, const void *buf, size_t size))                                      \
-    X(kf_lt_status, Heuristic, "cublasLtMatmulAlgoGetHeuristic",                                   \
-      (kf_lt_handle h, kf_lt_desc d, kf_lt_layout a, kf_lt_layout b, kf_lt_layout c,              \
-       kf_lt_layout dd, kf_lt_pref p, int requested, kf_lt_heuristic *results, int *returned))    \
-    X(kf_lt_status, Matmul, "cublasLtMatmul",                                                      \
-      (kf_lt_handle h, kf_lt_desc d, const void *alpha, const void *a, kf_lt_layout al,            \
-       const void *b, kf_lt_layout bl, const void *beta, const void *c, kf_lt_layout cl, void *dd, \
-       kf_lt_layout dl, const kf_lt_algo *algo, void *ws, size_t ws_size, void *stream))
+    X(const char *, GetStatusName, "cublasLtGetStatusName", (kf_blt_status s))                      \
+    X(const char *, GetStatusString, "cublasLtGetStatusString", (kf_blt_status s))                  \
+    X(kf_blt_status, Create, "cublasLtCreate", (kf_blt_handle * h))                                  \
+    X(kf_blt_status, Destroy, "cublasLtDestroy", (kf_blt_handle h))                                  \
+    X(kf_blt_status, DescCreate, "cublasLtMatmulDescCreate",                                        \
+      (kf_blt_desc * d, int compute, int scale_type))                                               \
+    X(kf_blt_status, DescDestroy, "cublasLtMatmulDescDestroy", (kf_blt_desc d))                      \
+    X(kf_blt_status, DescSet, "cublasLtMatmulDescSetAttribute",                                     \
+      (kf_blt_desc d, int attr, const void *buf, size_t size))                                      \
+    X(kf_blt_status, LayoutCreate, "cublasLtMatrixLayoutCreate",                                    \
+      (kf_blt_layout * l, int type, uint64_t rows, uint64_t cols, int64_t ld))                      \
+    X(kf_blt_status, LayoutDestroy, "cublasLtMatrixLayoutDestroy", (kf_blt_layout l))                \
+    X(kf_blt_status, LayoutSet, "cublasLtMatrixLayoutSetAttribute",                                 \
+      (kf_blt_layout l, int attr, const void *buf, size_t size))                                    \
+    X(kf_blt_status, PrefCreate, "cublasLtMatmulPreferenceCreate", (kf_blt_pref * p))                \
+    X(kf_blt_status, PrefDestroy, "cublasLtMatmulPreferenceDestroy", (kf_blt_pref p))                \
+    X(kf_blt_status, PrefSet, "cublasLtMatmulPreferenceSetAttribute",                               \
+      (kf_blt_pref p, int attr, const void *buf, size_t size))                                      \
+    X(kf_blt_status, Heuristic, "cublasLtMatmulAlgoGetHeuristic",                                   \
+      (kf_blt_handle h, kf_blt_desc d, kf_blt_layout a, kf_blt_layout b, kf_blt_layout c,              \
+       kf_blt_layout dd, kf_blt_pref p, int requested, kf_blt_heuristic *results, int *returned))    \
+    X(kf_blt_status, Matmul, "cublasLtMatmul",                                                      \
+      (kf_blt_handle h, kf_blt_desc d, const void *alpha, const void *a, kf_blt_layout al,            \
+       const void *b, kf_blt_layout bl, const void *beta, const void *c, kf_blt_layout cl, void *dd, \
+       kf_blt_layout dl, const kf_blt_algo *algo, void *ws, size_t ws_size, void *stream))
 
-typedef struct kf_lt_lib {
+typedef struct kf_blt_lib {
     void *dl;
-#define KF_LT_FIELD(ret, field, sym, params) ret(*field) params;
-    KF_LT_FUNCS(KF_LT_FIELD)
-#undef KF_LT_FIELD
-} kf_lt_lib;
+#define KF_BLT_FIELD(ret, field, sym, params) ret(*field) params;
+    KF_BLT_FUNCS(KF_BLT_FIELD)
+#undef KF_BLT_FIELD
+} kf_blt_lib;
 
 /* One configured matmul: everything that depends on the shape. */
-typedef struct kf_lt_plan {
+typedef struct kf_blt_plan {
     /* the key */
     kf_dtype dtype;
     int64_t m, n, k, batch;
     int64_t a_rs, a_cs, a_bs, b_rs, b_cs, b_bs, c_rs, c_bs, d_rs, d_bs;
     bool has_c;
-    kf_lt_epilogue epilogue;
+    kf_blt_epilogue epilogue;
     unsigned align[4];
     /* the value */
     kf_status status; /* KF_OK, or KF_ERR_UNSUPPORTED (no algorithm) */
-    kf_lt_desc desc;
-    kf_lt_layout la, lb, lc, ld;
-    kf_lt_algo algo;
+    kf_blt_desc desc;
+    kf_blt_layout la, lb, lc, ld;
+    kf_blt_algo algo;
     size_t workspace;
-} kf_lt_plan;
+} kf_blt_plan;
 
-struct kf_lt {
+struct kf_blt {
     kf_mem mem;
     const kf_cuda_device *dev;
-    kf_lt_lib lib;
-    kf_lt_handle handle;
+    kf_blt_lib lib;
+    kf_blt_handle handle;
     kf_cu_deviceptr workspace;
     size_t workspace_bytes;
-    kf_lt_plan *plans;
+    kf_blt_plan *plans;
     uint32_t n_plans, cap_plans;
 };
 
@@ -147,33 +147,33 @@ static kf_status fail(char *err, kf_status st, const char *fmt, ...) {
     return st;
 }
 
-const char *kf_lt_epilogue_name(kf_lt_epilogue e) {
-    static const char *const names[KF_LT_EPI_COUNT] = {"none", "relu",      "gelu",
+const char *kf_blt_epilogue_name(kf_blt_epilogue e) {
+    static const char *const names[KF_BLT_EPI_COUNT] = {"none", "relu",      "gelu",
                                                        "bias", "relu_bias", "gelu_bias"};
-    return (unsigned)e < KF_LT_EPI_COUNT ? names[e] : "?";
+    return (unsigned)e < KF_BLT_EPI_COUNT ? names[e] : "?";
 }
 
-kf_lt_epilogue kf_lt_epilogue_with_bias(kf_lt_epilogue e) {
+kf_blt_epilogue kf_blt_epilogue_with_bias(kf_blt_epilogue e) {
     switch (e) {
-    case KF_LT_EPI_NONE:
-        return KF_LT_EPI_BIAS;
-    case KF_LT_EPI_RELU:
-        return KF_LT_EPI_RELU_BIAS;
-    case KF_LT_EPI_GELU:
-        return KF_LT_EPI_GELU_BIAS;
+    case KF_BLT_EPI_NONE:
+        return KF_BLT_EPI_BIAS;
+    case KF_BLT_EPI_RELU:
+        return KF_BLT_EPI_RELU_BIAS;
+    case KF_BLT_EPI_GELU:
+        return KF_BLT_EPI_GELU_BIAS;
     default:
         return e;
     }
 }
 
-static int lt_epilogue(kf_lt_epilogue e) {
-    static const int map[KF_LT_EPI_COUNT] = {LT_EPI_DEFAULT, LT_EPI_RELU,      LT_EPI_GELU,
+static int lt_epilogue(kf_blt_epilogue e) {
+    static const int map[KF_BLT_EPI_COUNT] = {LT_EPI_DEFAULT, LT_EPI_RELU,      LT_EPI_GELU,
                                              LT_EPI_BIAS,    LT_EPI_RELU_BIAS, LT_EPI_GELU_BIAS};
     return map[e];
 }
 
-static bool lt_has_bias(kf_lt_epilogue e) {
-    return e == KF_LT_EPI_BIAS || e == KF_LT_EPI_RELU_BIAS || e == KF_LT_EPI_GELU_BIAS;
+static bool lt_has_bias(kf_blt_epilogue e) {
+    return e == KF_BLT_EPI_BIAS || e == KF_BLT_EPI_RELU_BIAS || e == KF_BLT_EPI_GELU_BIAS;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -216,7 +216,7 @@ static void *lt_dlopen(const char *lib, char *path, size_t path_size, char *why,
     return NULL;
 }
 
-static kf_status lt_lib_open(kf_lt_lib *L, const char *lib, char *path, size_t path_size,
+static kf_status lt_lib_open(kf_blt_lib *L, const char *lib, char *path, size_t path_size,
                              char *err) {
     memset(L, 0, sizeof *L);
     char why[256];
@@ -227,7 +227,7 @@ static kf_status lt_lib_open(kf_lt_lib *L, const char *lib, char *path, size_t p
                     "directory on LD_LIBRARY_PATH, or set KF_CUBLASLT_LIB to the file",
                     why);
     const char *missing = NULL;
-#define KF_LT_RESOLVE(ret, field, sym, params)                                                     \
+#define KF_BLT_RESOLVE(ret, field, sym, params)                                                     \
     do {                                                                                           \
         void *p = dlsym(L->dl, sym);                                                               \
         if (!p && !missing && strcmp(sym, "cublasLtGetStatusName") != 0 &&                         \
@@ -235,8 +235,8 @@ static kf_status lt_lib_open(kf_lt_lib *L, const char *lib, char *path, size_t p
             missing = sym;                                                                         \
         memcpy(&L->field, &p, sizeof p);                                                           \
     } while (0);
-    KF_LT_FUNCS(KF_LT_RESOLVE)
-#undef KF_LT_RESOLVE
+    KF_BLT_FUNCS(KF_BLT_RESOLVE)
+#undef KF_BLT_RESOLVE
     if (missing) {
         dlclose(L->dl);
         L->dl = NULL;
@@ -248,8 +248,8 @@ static kf_status lt_lib_open(kf_lt_lib *L, const char *lib, char *path, size_t p
     return KF_OK;
 }
 
-kf_status kf_lt_library_check(const char *lib, char *path_out, size_t path_size, char *err) {
-    kf_lt_lib L;
+kf_status kf_blt_library_check(const char *lib, char *path_out, size_t path_size, char *err) {
+    kf_blt_lib L;
     kf_status st = lt_lib_open(&L, lib, path_out, path_size, err);
     /* The library's own threads start only with a handle: closing is safe. */
     if (st == KF_OK)
@@ -257,7 +257,7 @@ kf_status kf_lt_library_check(const char *lib, char *path_out, size_t path_size,
     return st;
 }
 
-static kf_status lt_check(const kf_lt *lt, kf_lt_status s, const char *call, const char *what,
+static kf_status lt_check(const kf_blt *lt, kf_blt_status s, const char *call, const char *what,
                           char *err) {
     if (s == LT_SUCCESS)
         return KF_OK;
@@ -268,11 +268,11 @@ static kf_status lt_check(const kf_lt *lt, kf_lt_status s, const char *call, con
                 name ? name : "", str ? ": " : "", str ? str : "", s);
 }
 
-kf_status kf_lt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_lt **out, char *err) {
+kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_blt **out, char *err) {
     if (!mem || !dev || !out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_lt_create: NULL argument");
+        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_create: NULL argument");
     *out = NULL;
-    kf_lt *lt = kf_mem_calloc(mem, 1, sizeof *lt);
+    kf_blt *lt = kf_mem_calloc(mem, 1, sizeof *lt);
     if (!lt)
         return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory creating the cuBLASLt state");
     lt->mem = *mem;
@@ -289,14 +289,14 @@ kf_status kf_lt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_lt **out
         }
     }
     if (st != KF_OK) {
-        kf_lt_destroy(lt);
+        kf_blt_destroy(lt);
         return st;
     }
     *out = lt;
     return KF_OK;
 }
 
-static void plan_release(kf_lt *lt, kf_lt_plan *p) {
+static void plan_release(kf_blt *lt, kf_blt_plan *p) {
     if (p->desc)
         lt->lib.DescDestroy(p->desc);
     if (p->la)
@@ -311,7 +311,7 @@ static void plan_release(kf_lt *lt, kf_lt_plan *p) {
     p->la = p->lb = p->lc = p->ld = NULL;
 }
 
-void kf_lt_destroy(kf_lt *lt) {
+void kf_blt_destroy(kf_blt *lt) {
     if (!lt)
         return;
     for (uint32_t i = 0; i < lt->n_plans; i++)
@@ -327,13 +327,13 @@ void kf_lt_destroy(kf_lt *lt) {
     kf_mem_free(&m, lt, sizeof *lt);
 }
 
-size_t kf_lt_version(const kf_lt *lt) { return lt ? lt->lib.GetVersion() : 0; }
+size_t kf_blt_version(const kf_blt *lt) { return lt ? lt->lib.GetVersion() : 0; }
 
 /* ------------------------------------------------------------------------ */
 /* Plans                                                                      */
 /* ------------------------------------------------------------------------ */
 
-bool kf_lt_operand_ok(const kf_lt_operand *op, int64_t rows, int64_t cols) {
+bool kf_blt_operand_ok(const kf_blt_operand *op, int64_t rows, int64_t cols) {
     if (op->col_stride == 1 && (rows == 1 || op->row_stride >= cols))
         return true;
     if (op->row_stride == 1 && (cols == 1 || op->col_stride >= rows))
@@ -344,7 +344,7 @@ bool kf_lt_operand_ok(const kf_lt_operand *op, int64_t rows, int64_t cols) {
 /* The column-major description of a logical row-major [rows, cols] operand
  * as cuBLASLt sees its TRANSPOSE (see cublaslt.h): the op flag, the stored
  * layout's rows, cols and ld. */
-static void colmajor_of(const kf_lt_operand *op, int64_t rows, int64_t cols, int *trans,
+static void colmajor_of(const kf_blt_operand *op, int64_t rows, int64_t cols, int *trans,
                         int64_t *lrows, int64_t *lcols, int64_t *ld) {
     if (op->col_stride == 1 && (rows == 1 || op->row_stride >= cols)) {
         /* Row-major storage: column-major it is X^T [cols, rows], which is what
@@ -382,7 +382,7 @@ static int lt_type(kf_dtype d) {
     }
 }
 
-static bool plan_matches(const kf_lt_plan *p, const kf_lt_plan *k) {
+static bool plan_matches(const kf_blt_plan *p, const kf_blt_plan *k) {
     return p->dtype == k->dtype && p->m == k->m && p->n == k->n && p->k == k->k &&
            p->batch == k->batch && p->a_rs == k->a_rs && p->a_cs == k->a_cs &&
            p->a_bs == k->a_bs && p->b_rs == k->b_rs && p->b_cs == k->b_cs && p->b_bs == k->b_bs &&
@@ -391,7 +391,7 @@ static bool plan_matches(const kf_lt_plan *p, const kf_lt_plan *k) {
            memcmp(p->align, k->align, sizeof p->align) == 0;
 }
 
-static void plan_key(const kf_lt_gemm *g, kf_lt_plan *k) {
+static void plan_key(const kf_blt_gemm *g, kf_blt_plan *k) {
     memset(k, 0, sizeof *k);
     k->dtype = g->dtype;
     k->m = g->m;
@@ -416,7 +416,7 @@ static void plan_key(const kf_lt_gemm *g, kf_lt_plan *k) {
     k->align[3] = align_of(g->d.ptr);
 }
 
-static kf_status layout(kf_lt *lt, kf_lt_layout *out, int type, int64_t rows, int64_t cols,
+static kf_status layout(kf_blt *lt, kf_blt_layout *out, int type, int64_t rows, int64_t cols,
                         int64_t ld, int64_t batch, int64_t batch_stride, const char *what,
                         char *err) {
     kf_status st = lt_check(lt, lt->lib.LayoutCreate(out, type, (uint64_t)rows, (uint64_t)cols, ld),
@@ -436,7 +436,7 @@ static kf_status layout(kf_lt *lt, kf_lt_layout *out, int type, int64_t rows, in
 }
 
 /* Builds descriptors and asks the heuristic for `p` (its key filled). */
-static kf_status plan_build(kf_lt *lt, kf_lt_plan *p, const kf_lt_gemm *g, char *err) {
+static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, char *err) {
     const char *what = g->what;
     int type = lt_type(g->dtype);
     bool f64 = g->dtype == KF_DTYPE_F64;
@@ -475,10 +475,10 @@ static kf_status plan_build(kf_lt *lt, kf_lt_plan *p, const kf_lt_gemm *g, char 
                                g->batch, g->c.batch_stride, what, err)
                       : layout(lt, &p->lc, type, g->n, g->m, g->m == 1 ? g->n : g->d.row_stride,
                                g->batch, g->d.batch_stride, what, err);
-    kf_lt_pref pref = NULL;
+    kf_blt_pref pref = NULL;
     if (st == KF_OK)
         st = lt_check(lt, lt->lib.PrefCreate(&pref), "cublasLtMatmulPreferenceCreate", what, err);
-    uint64_t ws = KF_LT_WORKSPACE_BYTES;
+    uint64_t ws = KF_BLT_WORKSPACE_BYTES;
     static const int align_attr[4] = {LT_PREF_MIN_ALIGNMENT_B_BYTES, LT_PREF_MIN_ALIGNMENT_A_BYTES,
                                       LT_PREF_MIN_ALIGNMENT_C_BYTES, LT_PREF_MIN_ALIGNMENT_D_BYTES};
     if (st == KF_OK)
@@ -490,11 +490,11 @@ static kf_status plan_build(kf_lt *lt, kf_lt_plan *p, const kf_lt_gemm *g, char 
         st = lt_check(lt, lt->lib.PrefSet(pref, align_attr[i], &a, sizeof a),
                       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", what, err);
     }
-    kf_lt_heuristic res;
+    kf_blt_heuristic res;
     int returned = 0;
     if (st == KF_OK) {
         memset(&res, 0, sizeof res);
-        kf_lt_status s = lt->lib.Heuristic(lt->handle, p->desc, p->la, p->lb, p->lc, p->ld, pref,
+        kf_blt_status s = lt->lib.Heuristic(lt->handle, p->desc, p->la, p->lb, p->lc, p->ld, pref,
                                            1, &res, &returned);
         if (s == LT_NOT_SUPPORTED || (s == LT_SUCCESS && returned == 0))
             st = fail(err, KF_ERR_UNSUPPORTED,
@@ -502,7 +502,7 @@ static kf_status plan_build(kf_lt *lt, kf_lt_plan *p, const kf_lt_gemm *g, char 
                       "batch=%lld, epilogue %s)",
                       what ? what : "?", kf_dtype_name(g->dtype), (long long)g->m,
                       (long long)g->n, (long long)g->k, (long long)g->batch,
-                      kf_lt_epilogue_name(g->epilogue));
+                      kf_blt_epilogue_name(g->epilogue));
         else
             st = lt_check(lt, s, "cublasLtMatmulAlgoGetHeuristic", what, err);
     }
@@ -517,8 +517,8 @@ static kf_status plan_build(kf_lt *lt, kf_lt_plan *p, const kf_lt_gemm *g, char 
 
 /* The cached plan for g, building it on the first call. A plan that found no
  * algorithm is cached too (status UNSUPPORTED), so asking again is free. */
-static kf_status plan_get(kf_lt *lt, const kf_lt_gemm *g, kf_lt_plan **out, char *err) {
-    kf_lt_plan key;
+static kf_status plan_get(kf_blt *lt, const kf_blt_gemm *g, kf_blt_plan **out, char *err) {
+    kf_blt_plan key;
     plan_key(g, &key);
     for (uint32_t i = 0; i < lt->n_plans; i++) {
         if (plan_matches(&lt->plans[i], &key)) {
@@ -526,14 +526,14 @@ static kf_status plan_get(kf_lt *lt, const kf_lt_gemm *g, kf_lt_plan **out, char
             if (lt->plans[i].status != KF_OK)
                 return fail(err, lt->plans[i].status,
                             "cuBLASLt has no algorithm for GEMM '%s' (epilogue %s)",
-                            g->what ? g->what : "?", kf_lt_epilogue_name(g->epilogue));
+                            g->what ? g->what : "?", kf_blt_epilogue_name(g->epilogue));
             return KF_OK;
         }
     }
     if (!kf_mem_grow(&lt->mem, (void **)&lt->plans, &lt->cap_plans, lt->n_plans + 1,
                      sizeof *lt->plans))
         return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning a cuBLASLt GEMM");
-    kf_lt_plan *p = &lt->plans[lt->n_plans];
+    kf_blt_plan *p = &lt->plans[lt->n_plans];
     *p = key;
     kf_status st = plan_build(lt, p, g, err);
     if (st != KF_OK) {
@@ -547,7 +547,7 @@ static kf_status plan_get(kf_lt *lt, const kf_lt_gemm *g, kf_lt_plan **out, char
     return st;
 }
 
-static kf_status check_gemm(const kf_lt_gemm *g, char *err) {
+static kf_status check_gemm(const kf_blt_gemm *g, char *err) {
     const char *what = g->what ? g->what : "?";
     if (!kf_dtype_is_float(g->dtype))
         return fail(err, KF_ERR_UNSUPPORTED, "GEMM '%s': cuBLASLt takes float dtypes, not %s",
@@ -557,7 +557,7 @@ static kf_status check_gemm(const kf_lt_gemm *g, char *err) {
         return fail(err, KF_ERR_INVALID_ARGUMENT,
                     "GEMM '%s': sizes M=%lld N=%lld K=%lld batch=%lld are out of cuBLASLt's range",
                     what, (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
-    if (!kf_lt_operand_ok(&g->a, g->m, g->k) || !kf_lt_operand_ok(&g->b, g->k, g->n))
+    if (!kf_blt_operand_ok(&g->a, g->m, g->k) || !kf_blt_operand_ok(&g->b, g->k, g->n))
         return fail(err, KF_ERR_INVALID_ARGUMENT,
                     "GEMM '%s': an operand has no unit stride (copy it to contiguous memory "
                     "first)",
@@ -568,30 +568,30 @@ static kf_status check_gemm(const kf_lt_gemm *g, char *err) {
         return fail(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': C must be row-major", what);
     if (lt_has_bias(g->epilogue) && !g->bias)
         return fail(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': epilogue %s needs a bias", what,
-                    kf_lt_epilogue_name(g->epilogue));
+                    kf_blt_epilogue_name(g->epilogue));
     return KF_OK;
 }
 
-bool kf_lt_supported(kf_lt *lt, const kf_lt_gemm *g) {
+bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g) {
     char err[KF_MSG_MAX];
-    kf_lt_plan *p;
+    kf_blt_plan *p;
     return lt && check_gemm(g, err) == KF_OK && plan_get(lt, g, &p, err) == KF_OK;
 }
 
-kf_status kf_lt_matmul(kf_lt *lt, const kf_lt_gemm *g, kf_cu_stream stream, char *err) {
+kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, char *err) {
     if (!lt || !g)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_lt_matmul: NULL argument");
+        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_matmul: NULL argument");
     kf_status st = check_gemm(g, err);
-    kf_lt_plan *p = NULL;
+    kf_blt_plan *p = NULL;
     if (st == KF_OK)
         st = plan_get(lt, g, &p, err);
     if (st != KF_OK)
         return st;
     if (p->workspace && !lt->workspace) {
-        st = kf_cuda_mem_alloc(lt->dev, KF_LT_WORKSPACE_BYTES, &lt->workspace, err);
+        st = kf_cuda_mem_alloc(lt->dev, KF_BLT_WORKSPACE_BYTES, &lt->workspace, err);
         if (st != KF_OK)
             return st;
-        lt->workspace_bytes = KF_LT_WORKSPACE_BYTES;
+        lt->workspace_bytes = KF_BLT_WORKSPACE_BYTES;
     }
     if (lt_has_bias(g->epilogue)) {
         void *bias = (void *)(uintptr_t)g->bias;

@@ -26,7 +26,7 @@
  * erf gelu). Which graph epilogues map onto this exactly is decided by the
  * executor (runtime/cuda_exec.c), not here.
  *
- * A kf_lt holds a handle, a workspace and a cache of configured matmuls (the
+ * A kf_blt holds a handle, a workspace and a cache of configured matmuls (the
  * descriptors and the heuristic's algorithm per shape): one per program, used
  * by one run at a time.
  */
@@ -41,71 +41,71 @@
 #include "runtime/cuda.h"
 
 /* The default workspace cuBLASLt may use (the heuristic is told this much). */
-#define KF_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define KF_BLT_WORKSPACE_BYTES ((size_t)32 << 20)
 
-typedef enum kf_lt_epilogue {
-    KF_LT_EPI_NONE = 0, /* D = A.B + beta C */
-    KF_LT_EPI_RELU,     /* D = relu(A.B + beta C) */
-    KF_LT_EPI_GELU,     /* D = gelu_tanh(A.B + beta C) */
-    KF_LT_EPI_BIAS,     /* D = A.B + beta C + bias */
-    KF_LT_EPI_RELU_BIAS,
-    KF_LT_EPI_GELU_BIAS,
-    KF_LT_EPI_COUNT
-} kf_lt_epilogue;
+typedef enum kf_blt_epilogue {
+    KF_BLT_EPI_NONE = 0, /* D = A.B + beta C */
+    KF_BLT_EPI_RELU,     /* D = relu(A.B + beta C) */
+    KF_BLT_EPI_GELU,     /* D = gelu_tanh(A.B + beta C) */
+    KF_BLT_EPI_BIAS,     /* D = A.B + beta C + bias */
+    KF_BLT_EPI_RELU_BIAS,
+    KF_BLT_EPI_GELU_BIAS,
+    KF_BLT_EPI_COUNT
+} kf_blt_epilogue;
 
 /* "none", "relu", "gelu", "bias", "relu_bias", "gelu_bias". */
-const char *kf_lt_epilogue_name(kf_lt_epilogue e);
+const char *kf_blt_epilogue_name(kf_blt_epilogue e);
 /* The epilogue with a bias added (NONE -> BIAS, RELU -> RELU_BIAS, ...). */
-kf_lt_epilogue kf_lt_epilogue_with_bias(kf_lt_epilogue e);
+kf_blt_epilogue kf_blt_epilogue_with_bias(kf_blt_epilogue e);
 
 /* A logical row-major matrix [rows, cols] in device memory, batch-strided. */
-typedef struct kf_lt_operand {
+typedef struct kf_blt_operand {
     kf_cu_deviceptr ptr;
     int64_t row_stride, col_stride; /* in elements; one of them must be 1 */
     int64_t batch_stride;           /* elements between batches; 0 broadcasts */
-} kf_lt_operand;
+} kf_blt_operand;
 
 /* One (batched) matmul: D[b] = epi(A[b] . B[b] + beta C[b] + bias). All of A,
  * B, C, D and the bias hold `dtype`. */
-typedef struct kf_lt_gemm {
+typedef struct kf_blt_gemm {
     kf_dtype dtype;
     int64_t m, n, k, batch;
-    kf_lt_operand a, b; /* logical [m, k] and [k, n] */
-    kf_lt_operand c;    /* logical [m, n]; ptr 0 (or beta 0) when there is none */
-    kf_lt_operand d;    /* logical [m, n]; col_stride must be 1 */
+    kf_blt_operand a, b; /* logical [m, k] and [k, n] */
+    kf_blt_operand c;    /* logical [m, n]; ptr 0 (or beta 0) when there is none */
+    kf_blt_operand d;    /* logical [m, n]; col_stride must be 1 */
     double beta;        /* 0 or 1 */
-    kf_lt_epilogue epilogue;
+    kf_blt_epilogue epilogue;
     kf_cu_deviceptr bias; /* n elements, when the epilogue has a bias */
     const char *what;     /* names the GEMM in messages (the group's kernel name) */
-} kf_lt_gemm;
+} kf_blt_gemm;
 
-typedef struct kf_lt kf_lt;
+typedef struct kf_blt kf_blt;
 
 /* True when `op` can be described to cuBLASLt (one unit stride, the other
  * at least the matrix's extent along it). Used to decide on a copy first. */
-bool kf_lt_operand_ok(const kf_lt_operand *op, int64_t rows, int64_t cols);
+bool kf_blt_operand_ok(const kf_blt_operand *op, int64_t rows, int64_t cols);
 
 /* Opens cuBLASLt (dlopen + dlsym of every entry point) without touching a
  * device: works on a machine with no driver. Errors: KF_ERR_UNSUPPORTED (no
  * library, or one lacking an entry point), KF_ERR_OUT_OF_MEMORY. `lib` NULL:
  * the lookup order above. */
-kf_status kf_lt_library_check(const char *lib, char *path_out, size_t path_size, char *err);
+kf_status kf_blt_library_check(const char *lib, char *path_out, size_t path_size, char *err);
 
-/* Creates a kf_lt for `dev` (the library is opened, a handle created on the
+/* Creates a kf_blt for `dev` (the library is opened, a handle created on the
  * device's context, the workspace allocated lazily). */
-kf_status kf_lt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_lt **out, char *err);
-void kf_lt_destroy(kf_lt *lt);
+kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_blt **out, char *err);
+void kf_blt_destroy(kf_blt *lt);
 /* cuBLASLt's version (cublasLtGetVersion), e.g. 130100. */
-size_t kf_lt_version(const kf_lt *lt);
+size_t kf_blt_version(const kf_blt *lt);
 
 /* Runs one matmul on `stream`. The first call for a shape builds the
  * descriptors and asks the heuristic (cached after). Errors:
  * KF_ERR_UNSUPPORTED when cuBLASLt has no algorithm for it (the message says
- * which GEMM and epilogue; the caller may retry with KF_LT_EPI_NONE),
+ * which GEMM and epilogue; the caller may retry with KF_BLT_EPI_NONE),
  * KF_ERR_INVALID_ARGUMENT, KF_ERR_INTERNAL (cuBLASLt's status name and string). */
-kf_status kf_lt_matmul(kf_lt *lt, const kf_lt_gemm *g, kf_cu_stream stream, char *err);
+kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, char *err);
 
 /* Whether cuBLASLt has an algorithm for `g` (asks the heuristic once; cached). */
-bool kf_lt_supported(kf_lt *lt, const kf_lt_gemm *g);
+bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g);
 
 #endif /* KF_RUNTIME_CUBLASLT_H */
