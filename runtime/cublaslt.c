@@ -250,11 +250,10 @@ static kf_status lt_lib_open(kf_blt_lib *L, const char *lib, char *path, size_t 
 
 kf_status kf_blt_library_check(const char *lib, char *path_out, size_t path_size, char *err) {
     kf_blt_lib L;
-    kf_status st = lt_lib_open(&L, lib, path_out, path_size, err);
-    /* The library's own threads start only with a handle: closing is safe. */
-    if (st == KF_OK)
-        dlclose(L.dl);
-    return st;
+    /* The handle stays open (reference-counted, as every kf_blt's is): the
+     * library's static initializers allocate, and unloading it would orphan
+     * that memory. */
+    return lt_lib_open(&L, lib, path_out, path_size, err);
 }
 
 static kf_status lt_check(const kf_blt *lt, kf_blt_status s, const char *call, const char *what,

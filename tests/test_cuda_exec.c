@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "kf_test.h"
+#include "runtime/cuda.h"
 #include "runtime/cuda_exec.h"
 
 typedef struct gpu {
@@ -45,8 +46,11 @@ static int group_setup(void **state) {
     if (kf_ctx_create(&o, &G.ctx) != KF_OK)
         return -1;
     G.have = kf_cuda_exec_available(G.ctx);
-    if (!G.have)
-        snprintf(G.why, sizeof G.why, "the driver sees no CUDA device 0");
+    if (!G.have) {
+        const kf_cuda_driver *drv = NULL;
+        if (kf_ctx_cuda_driver(G.ctx, &drv, G.why) == KF_OK)
+            snprintf(G.why, sizeof G.why, "the driver sees no CUDA device 0");
+    }
     return 0;
 }
 
