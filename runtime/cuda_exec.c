@@ -645,6 +645,11 @@ static void match_epilogue(const kf_group *grp, const kf_graph *g, uint32_t acc,
     snprintf(m->why, sizeof m->why, "no epilogue");
     uint32_t cur = acc;
     bool act = false;
+    if (is_root(grp, acc)) {
+        /* The bare product is itself written: nothing may be folded into it. */
+        snprintf(m->why, sizeof m->why, "the product itself is written");
+        return;
+    }
     for (;;) {
         if (is_root(grp, cur) && cur != acc) {
             snprintf(m->why, sizeof m->why, "the epilogue is exactly cuBLASLt's");
@@ -768,9 +773,9 @@ static kf_status plan_gemm(kf_cuda_exec *ex, uint32_t gi, char *err) {
         return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
     }
     count_uses(grp, uses, live);
-    epi_match m = {.top = KF_NONE, .epi = KF_BLT_EPI_NONE, .bias = KF_NONE, .residual = KF_NONE};
-    snprintf(m.why, sizeof m.why, "no epilogue");
     uint32_t acc = gm->n_anchors == 1 ? find_acc(grp, 0) : KF_NONE;
+    epi_match m = {.top = acc, .epi = KF_BLT_EPI_NONE, .bias = KF_NONE, .residual = KF_NONE};
+    snprintf(m.why, sizeof m.why, "no epilogue");
     bool no_lt_epi = (ex->ctx->flags & KF_FLAG_NO_CUBLASLT) != 0;
     if (acc != KF_NONE && !gm->row_epilogue && !no_lt_epi)
         match_epilogue(grp, g, acc, uses, &m);
@@ -1170,17 +1175,23 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     kf_mem_free(&m, ex, sizeof *ex);
 }
 
+/* Every step on `stream`. The device's context is made current once, then
+ * each kernel is one cuLaunchKernel with arguments bound at create time: the
+ * host cost per kernel is the driver's launch itself. */
 static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
+    const kf_cuda_driver *drv = ex->dev.drv;
+    kf_cu_context cur = NULL;
     kf_status st = KF_OK;
+    if (drv->cuCtxGetCurrent(&cur) != 0 || cur != ex->dev.ctx)
+        st = kf_cuda_check(drv, drv->cuCtxSetCurrent(ex->dev.ctx), "cuCtxSetCurrent", NULL, err);
     for (uint32_t i = 0; i < ex->n_steps && st == KF_OK; i++) {
         xstep *s = &ex->steps[i];
         if (s->kind == STEP_KERNEL) {
-            kf_cuda_launch_cfg cfg = {.grid = {s->k->grid, 1, 1},
-                                      .block = {s->k->block, 1, 1},
-                                      .shared_bytes = s->k->shared,
-                                      .stream = stream,
-                                      .kernel = s->k->name};
-            st = kf_cuda_launch(&ex->dev, s->k->fn, &cfg, s->k->args, err);
+            const xkernel *k = s->k;
+            kf_cu_result r = drv->cuLaunchKernel(k->fn, k->grid, 1, 1, k->block, 1, 1, k->shared,
+                                                 stream, (void **)k->args, NULL);
+            if (r != 0)
+                st = kf_cuda_check(drv, r, "cuLaunchKernel", k->name, err);
         } else {
             st = kf_blt_matmul(ex->lt, &s->gm.g, stream, err);
         }

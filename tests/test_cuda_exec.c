@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kf_test.h"
@@ -579,6 +580,7 @@ static void test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_noth
     REQUIRE_GPU();
     char dir[300];
     snprintf(dir, sizeof dir, "%s/fom", G.cache_dir);
+    assert_int_equal(mkdir(dir, 0700), 0); /* read-only refuses a missing directory */
     /* An empty cache with fail-on-miss: the compile fails naming a kernel. */
     kf_ctx *c = ctx_with(dir, 0);
     kf_ctx *fom = ctx_with(dir, KF_FLAG_CACHE_FAIL_ON_MISS | KF_FLAG_CACHE_READ_ONLY);
