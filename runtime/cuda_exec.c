@@ -834,12 +834,20 @@ static kf_status plan_gemm(kf_cuda_exec *ex, uint32_t gi, char *err) {
              * the bare product is also a write, else a scratch. */
             bool prefix = i == 0 && gm->n_anchors == 1 && acc != KF_NONE && m.top != acc;
             r.epi = prefix ? m.epi : KF_BLT_EPI_NONE;
-            uint32_t bare = KF_NONE;
-            for (uint32_t w = 0; w < grp->n_writes; w++)
-                if (grp->writes[w] == gm->anchor[i] && grp->roots[w] == KF_NONE)
-                    bare = gm->anchor[i];
-            if (bare != KF_NONE && !prefix) {
-                st = buf_for(ex, bare, (int)gi, &r.d_buf, err);
+            /* A write whose value is exactly what cuBLASLt leaves: the bare
+             * product (the codegen leaves ACC-rooted writes to cuBLASLt), or
+             * the prefix's top node. cuBLASLt writes straight into it. */
+            uint32_t direct = KF_NONE;
+            for (uint32_t w = 0; w < grp->n_writes; w++) {
+                uint32_t rt = grp->roots[w];
+                bool bare = (rt == KF_NONE && grp->writes[w] == gm->anchor[i]) ||
+                            (rt != KF_NONE && grp->expr[rt].kind == KF_EXPR_ACC &&
+                             grp->expr[rt].anchor == i);
+                if (prefix ? rt == m.top : bare)
+                    direct = grp->writes[w];
+            }
+            if (direct != KF_NONE) {
+                st = buf_for(ex, direct, (int)gi, &r.d_buf, err);
                 if (st == KF_OK)
                     st = scratch_set(&sm, KF_CUDA_PARAM_ACC, gm->anchor[i], r.d_buf, err);
             } else {
@@ -880,8 +888,9 @@ static kf_status plan_gemm(kf_cuda_exec *ex, uint32_t gi, char *err) {
             return st;
         for (uint32_t w = 0; w < grp->n_writes; w++) {
             /* Only when cuBLASLt wrote a prefix, not the bare product. */
-            if (grp->roots[w] != KF_NONE || acc == KF_NONE || m.top == acc ||
-                gm->n_anchors != 1)
+            uint32_t rt = grp->roots[w];
+            bool bare = rt == KF_NONE || grp->expr[rt].kind == KF_EXPR_ACC;
+            if (!bare || acc == KF_NONE || m.top == acc || gm->n_anchors != 1)
                 continue;
             /* The bare matmul is a write: copy cuBLASLt's result there by
              * running the GEMM once more into the write's buffer. */
