@@ -669,8 +669,20 @@ static kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char
     return KF_OK;
 }
 
+/* NVRTC (runtime/nvrtc.c) takes identifiers of at most 64 characters. */
+#define NAME_LIMIT 64
+
+static uint32_t fnv1a(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* PREFIX + the group's name + "_" + arch without '_': ew_gelu_mul_bf16_65536x4096_sm90a.
+ * Too long, the op tags are cut and a hash of the whole name keeps it unique:
+ * ew_neg_abs_exp_..._3f9a01c2_f32_8x64_sm80. */
 static void cg_set_name(cg *c, const char *prefix) {
-    /* "sm_90a" -> "sm90a" */
     char a[KF_CUDA_ARCH_MAX];
     size_t j = 0;
     for (const char *p = c->k->arch; *p && j + 1 < sizeof a; p++) {
@@ -686,7 +698,35 @@ static void cg_set_name(cg *c, const char *prefix) {
         base[n++] = ok ? ch : '_';
     }
     base[n] = 0;
-    snprintf(c->k->name, sizeof c->k->name, "%s%s_%s", prefix, base, a);
+    char full[KF_CUDA_NAME_MAX + sizeof base];
+    snprintf(full, sizeof full, "%s%s_%s", prefix, base, a);
+    if (strlen(full) <= NAME_LIMIT) {
+        snprintf(c->k->name, sizeof c->k->name, "%s", full);
+        return;
+    }
+    /* tail: "_DTYPE_SHAPE_ARCH" (the last two '_' of the group's name) */
+    char *u1 = strrchr(base, '_');
+    char *u2 = NULL;
+    if (u1) {
+        *u1 = 0;
+        u2 = strrchr(base, '_');
+        *u1 = '_';
+    }
+    char tail[NAME_LIMIT];
+    snprintf(tail, sizeof tail, "%s_%s", u2 ? u2 : "", a);
+    uint32_t h = fnv1a(full);
+    size_t keep_tail = strlen(tail);
+    if (keep_tail + 12 > NAME_LIMIT) {
+        snprintf(c->k->name, sizeof c->k->name, "k%s_%08x_%s", prefix[0] ? "_" : "", h, a);
+        return;
+    }
+    size_t head = NAME_LIMIT - keep_tail - 9;
+    if (u2)
+        *u2 = 0;
+    char headbuf[NAME_LIMIT];
+    snprintf(headbuf, sizeof headbuf, "%.8s%.55s", prefix, base); /* prefixes are <= 8 chars */
+    headbuf[head < sizeof headbuf ? head : sizeof headbuf - 1] = 0;
+    snprintf(c->k->name, sizeof c->k->name, "%.63s_%08x%.63s", headbuf, h, tail);
 }
 
 static kf_status cg_end(cg *c, kf_status st) {
