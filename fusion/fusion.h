@@ -20,8 +20,10 @@
  * group evaluates; kf_ir_eval_node() on each in turn, once every tensor of
  * `reads` holds its value, reproduces the unfused graph. Every non-source
  * tensor that the outputs need is in the `computed` list of exactly one group.
- * Sources that a group computes inline (iota, rank-0/one-element constants) may
- * appear in the `computed` lists of several groups (recomputing them is free).
+ * Two kinds of tensor may appear in the `computed` lists of several groups
+ * (each group recomputes them; evaluating them again gives the same values):
+ * sources a group computes inline (iota, one-element constants), and a norm
+ * that several GEMMs recompute as their operand-A prologue (gemm.a_prologue).
  * Graph inputs and multi-element constants are never computed; they are read.
  *
  * `reads` lists the tensors the group loads from memory: graph inputs,
