@@ -286,7 +286,7 @@ typedef struct kf_group {
     double est_time_s;
 
     /* Internal: capacities of the arrays above. */
-    uint32_t cap_computed, cap_reads, cap_writes, cap_expr;
+    uint32_t cap_computed, cap_reads, cap_writes, cap_roots, cap_expr;
 } kf_group;
 
 /* An edge producer -> consumer (consumer's operand `slot`) that the plan did
@@ -357,8 +357,9 @@ const kf_plan_edge *kf_plan_find_edge(const kf_plan *plan, const kf_tensor *prod
 
 /* Writes a compact human-readable dump of the plan (groups, expressions, edges). */
 void kf_plan_dump(const kf_plan *plan, FILE *out);
-/* Writes one expression DAG rooted at node `root` as text ("gelu(add(ACC, LOAD b[.,1]))"). */
-void kf_expr_print(const kf_group *g, uint32_t root, FILE *out);
+/* Writes the expression DAG of group g rooted at node `root` as nested calls
+ * ("gelu(add(ACC, LOAD b[.,i]))"). */
+void kf_expr_print(const kf_plan *plan, const kf_group *g, uint32_t root, FILE *out);
 
 /* Cost model (fusion/cost.c, issue 3 item 4): fills every group's cost fields
  * and the plan totals for `device` ("h100", "h200", "a100", "cpu"; NULL = "h100").

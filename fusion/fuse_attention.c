@@ -1,0 +1,86 @@
+/*
+ * fuse_attention.c -- rule: matmul(Q, K^T) -> score chain -> softmax -> matmul(P, V)
+ * becomes one ATTENTION group (flash-style: the score matrix never reaches
+ * memory). The score chain is every elementwise tensor between the first
+ * matmul and the softmax (scale, softcap, ALiBi, masks); fusion/lower.c turns
+ * it into the score expression and classifies the mask (fusion/mask.c).
+ *
+ * Legal when [I1..I6]:
+ *   - the softmax's axis is the last one [I6] and its only use is operand A
+ *     (not transposed) of a matmul PV [I2, I5];
+ *   - walking back from the softmax's input through elementwise tensors meets
+ *     exactly one matmul QK whose shape equals the softmax's [I4]; every tensor
+ *     on the way is used once and is not a graph output [I2];
+ *   - QK and PV take the GEMM dtypes (f32, f16, bf16) [I1];
+ *   - the merge keeps the groups acyclic [I3].
+ * Score-chain tensors that do not depend on QK (ALiBi slopes times a distance,
+ * a mask) join too when they are used once; the rest are loaded.
+ */
+#include "fusion/pass.h"
+
+/* Collects into p->list[0, *n) the tensors of the score chain feeding `x`
+ * (x included): elementwise tensors used once, and the matmul they meet.
+ * Returns that matmul when it is the only one and has the softmax's shape. */
+static kf_tensor *collect_chain(kf_planner *p, kf_tensor *x, const kf_tensor *sm, uint32_t *n) {
+    kf_tensor *qk = NULL;
+    bool ok = true;
+    uint32_t top = 0, head = 0, epoch = ++p->epoch;
+    p->list[top++] = x->id;
+    p->mark[x->id] = epoch;
+    while (head < top) {
+        kf_tensor *t = p->g->nodes[p->list[head]];
+        if (kf_op_has(t->op, KF_TRAIT_GEMM)) {
+            if (qk || !kf_pl_same_shape(t, sm) || !kf_pl_single_use(p, t))
+                ok = false;
+            qk = t;
+            head++;
+            continue;
+        }
+        if (!kf_pl_is_elementwise(t) || !kf_pl_single_use(p, t)) {
+            /* A boundary: the group loads it. Drop it from the list. */
+            if (t == x)
+                ok = false;
+            p->list[head] = p->list[--top];
+            continue;
+        }
+        head++;
+        for (int k = 0; k < t->nsrc; k++) {
+            kf_tensor *s = t->src[k];
+            if (kf_pl_is_source(s) || p->mark[s->id] == epoch)
+                continue;
+            p->mark[s->id] = epoch;
+            p->list[top++] = s->id;
+        }
+    }
+    *n = top;
+    return ok ? qk : NULL;
+}
+
+kf_status kf_fuse_attention(kf_planner *p) {
+    kf_graph *g = p->g;
+    for (uint32_t i = 0; i < p->n; i++) {
+        kf_tensor *sm = g->nodes[i];
+        if (!p->need[i] || !kf_op_has(sm->op, KF_TRAIT_SOFTMAX) || !kf_pl_axis_is_last(sm))
+            continue;
+        if (!kf_pl_single_use(p, sm))
+            continue;
+        kf_tensor *pv = kf_pl_consumer(p, sm, 0);
+        if (!kf_op_has(pv->op, KF_TRAIT_GEMM) || pv->src[0] != sm || pv->attr.transpose_a ||
+            !kf_pl_gemm_dtype_ok(pv->dtype))
+            continue;
+        uint32_t n;
+        kf_tensor *qk = collect_chain(p, sm->src[0], sm, &n);
+        if (!qk || !kf_pl_gemm_dtype_ok(qk->dtype) || p->groups[p->gid[qk->id]].kind != KF_GROUP_GEMM)
+            continue;
+        uint32_t gi = p->gid[pv->id];
+        p->list[n++] = sm->id;
+        if (!kf_pl_try_merge_list(p, gi, p->list, n))
+            continue;
+        kf_pgroup *pg = &p->groups[gi];
+        pg->kind = KF_GROUP_ATTENTION;
+        pg->anchor = pv->id;
+        pg->softmax = sm->id;
+        pg->qk = qk->id;
+    }
+    return KF_OK;
+}

@@ -1,0 +1,759 @@
+/*
+ * lower.c -- turns the planner's working state into the plan: orders the
+ * groups topologically [I3], decides views versus copies for layout ops,
+ * builds each group's expression DAG (fusion.h's scalar-expression form),
+ * its computed / reads / writes lists and kernel name, and lists every edge
+ * between groups with its reason [I7].
+ *
+ * Expressions are built by lowering each written tensor (and each row stage's
+ * input) recursively in a space: a member of the group becomes an OP node
+ * (or ACC / SCORE for the anchor matmul, or the expansion of a norm or softmax
+ * around its row statistics), an inline source becomes CONST / INDEX leaves,
+ * and anything else becomes a LOAD with its broadcast strides. Memoized per
+ * (tensor, space), so shared subexpressions are one node.
+ */
+#include <string.h>
+
+#include "fusion/expr.h"
+#include "fusion/pass.h"
+
+typedef struct lowerer {
+    kf_planner *p;
+    kf_plan *plan;
+    kf_group *gr;
+    uint32_t gi;          /* planning group */
+    uint32_t *memo[KF_SPACE_COUNT];
+    uint32_t *touched;    /* (space << 31) | id, to reset memo */
+    uint32_t n_touched;
+    bool *computed;       /* per tensor, for the current group */
+    uint32_t *view_base;  /* per tensor: the buffer a view reads, or KF_NONE */
+    int64_t (*view_strides)[KF_MAX_RANK];
+    bool *view_contig;
+    kf_status st;
+} lowerer;
+
+static bool push_id(lowerer *L, uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t id) {
+    for (uint32_t i = 0; i < *n; i++) {
+        if ((*arr)[i] == id)
+            return true;
+    }
+    if (!kf_mem_grow(L->p->mem, (void **)arr, cap, *n + 1, sizeof **arr)) {
+        L->st = KF_ERR_OUT_OF_MEMORY;
+        return false;
+    }
+    (*arr)[(*n)++] = id;
+    return true;
+}
+
+/* Appends t to the group's writes with its expression root. */
+static bool add_write(lowerer *L, uint32_t t, uint32_t root) {
+    kf_group *g = L->gr;
+    if (!kf_mem_grow(L->p->mem, (void **)&g->writes, &g->cap_writes, g->n_writes + 1,
+                     sizeof *g->writes) ||
+        !kf_mem_grow(L->p->mem, (void **)&g->roots, &g->cap_roots, g->n_writes + 1,
+                     sizeof *g->roots)) {
+        L->st = KF_ERR_OUT_OF_MEMORY;
+        return false;
+    }
+    g->writes[g->n_writes] = t;
+    g->roots[g->n_writes++] = root;
+    return true;
+}
+
+static uint32_t emit(lowerer *L, const kf_expr *e) {
+    kf_group *g = L->gr;
+    if (!kf_mem_grow(L->p->mem, (void **)&g->expr, &g->cap_expr, g->n_expr + 1, sizeof *g->expr)) {
+        L->st = KF_ERR_OUT_OF_MEMORY;
+        return KF_NONE;
+    }
+    g->expr[g->n_expr] = *e;
+    return g->n_expr++;
+}
+
+static kf_expr proto(kf_expr_kind kind, kf_dtype dtype, kf_space sp) {
+    kf_expr e;
+    memset(&e, 0, sizeof e);
+    e.kind = kind;
+    e.dtype = dtype;
+    e.space = sp;
+    e.src[0] = e.src[1] = e.src[2] = KF_NONE;
+    e.tensor = e.base = KF_NONE;
+    return e;
+}
+
+static uint32_t op2(lowerer *L, kf_op op, kf_dtype dt, kf_space sp, uint32_t a, uint32_t b) {
+    kf_expr e = proto(KF_EXPR_OP, dt, sp);
+    e.op = op;
+    e.src[0] = a;
+    e.src[1] = b;
+    return emit(L, &e);
+}
+
+static uint32_t stat(lowerer *L, kf_stat s, kf_dtype dt, kf_space sp) {
+    kf_expr e = proto(KF_EXPR_STAT, dt, sp);
+    e.stat = s;
+    return emit(L, &e);
+}
+
+static void space_of(const kf_group *g, kf_space sp, int *rank, const int64_t **dims) {
+    *rank = sp == KF_SPACE_ROW ? g->row_rank : g->rank;
+    *dims = sp == KF_SPACE_ROW ? g->row_dims : g->dims;
+}
+
+static void contiguous_strides(int rank, const int64_t *dims, int64_t *s) {
+    int64_t acc = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        s[i] = acc;
+        acc *= dims[i];
+    }
+}
+
+/* A LOAD of t in space sp; `along` >= 0 aligns a rank-1 t with that axis of
+ * the space (norm weights over a non-last axis) instead of the last one. */
+static uint32_t load(lowerer *L, const kf_tensor *t, kf_space sp, int along) {
+    int rank;
+    const int64_t *dims;
+    space_of(L->gr, sp, &rank, &dims);
+    kf_expr e = proto(KF_EXPR_LOAD, t->dtype, sp);
+    e.tensor = t->id;
+    int64_t own[KF_MAX_RANK];
+    if (L->view_base[t->id] != KF_NONE) {
+        e.base = L->view_base[t->id];
+        memcpy(own, L->view_strides[t->id], sizeof own);
+    } else {
+        e.base = t->id;
+        contiguous_strides(t->rank, t->dims, own);
+    }
+    if (along >= 0 && t->rank == 1) {
+        e.strides[along] = t->dims[0] == 1 ? 0 : own[0];
+    } else {
+        KF_ASSERT(t->rank <= rank);
+        for (int i = 0; i < t->rank; i++) {
+            int a = rank - t->rank + i;
+            if (a >= 0)
+                e.strides[a] = t->dims[i] == 1 ? 0 : own[i];
+        }
+    }
+    push_id(L, &L->gr->reads, &L->gr->n_reads, &L->gr->cap_reads, t->id);
+    return emit(L, &e);
+}
+
+static bool is_inline_source(const lowerer *L, const kf_tensor *t) {
+    if (t->op == KF_OP_IOTA)
+        return L->p->gid[t->id] == KF_NONE;
+    return t->op == KF_OP_CONST && kf_ir_numel(t) == 1;
+}
+
+static bool is_member(const lowerer *L, const kf_tensor *t) {
+    const kf_pgroup *pg = &L->p->groups[L->gi];
+    return L->p->gid[t->id] == L->gi || (pg->prologue == t->id && pg->kind == KF_GROUP_GEMM);
+}
+
+static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp);
+
+/* Expands a norm or softmax (or a reduction) around its row statistics and
+ * records the group's row stage. */
+static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
+    kf_group *g = L->gr;
+    kf_tensor *x = t->src[0];
+    kf_dtype dt = t->dtype;
+    int rank;
+    const int64_t *dims;
+    space_of(g, sp, &rank, &dims);
+    int axis = t->attr.axis + (rank - x->rank);
+    kf_row_stage *rs = &g->row;
+    rs->present = true;
+    rs->op = t->op;
+    rs->tensor = t->id;
+    rs->axis = t->attr.axis;
+    rs->length = x->dims[t->attr.axis];
+    rs->eps = t->attr.eps;
+    uint32_t out;
+    if (kf_op_has(t->op, KF_TRAIT_REDUCTION)) {
+        /* The input lives in space ROW (the unreduced shape). */
+        rs->input = lower(L, x, KF_SPACE_ROW);
+        rs->space = KF_SPACE_ROW;
+        kf_stat s = t->op == KF_OP_REDUCE_MAX ? KF_STAT_MAX
+                    : kf_op_has(t->op, KF_TRAIT_REDUCTION) && t->op == KF_OP_REDUCE_MEAN
+                        ? KF_STAT_MEAN
+                        : KF_STAT_SUM;
+        rs->stats = 1u << s;
+        kf_expr e = proto(KF_EXPR_STAT, dt, sp);
+        e.stat = s;
+        e.tensor = t->id;
+        return emit(L, &e);
+    }
+    uint32_t xs = lower(L, x, sp);
+    rs->input = xs;
+    rs->space = sp;
+    if (kf_op_has(t->op, KF_TRAIT_SOFTMAX)) {
+        rs->stats = 1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP;
+        uint32_t d = op2(L, KF_OP_SUB, dt, sp, xs, stat(L, KF_STAT_MAX, dt, sp));
+        kf_expr e = proto(KF_EXPR_OP, dt, sp);
+        e.op = KF_OP_EXP;
+        e.src[0] = d;
+        uint32_t ex = emit(L, &e);
+        out = op2(L, KF_OP_DIV, dt, sp, ex, stat(L, KF_STAT_SUMEXP, dt, sp));
+    } else if (t->nsrc == 3) { /* layer_norm: (x - mean) * rstd * w + b */
+        rs->stats = 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD;
+        uint32_t c = op2(L, KF_OP_SUB, dt, sp, xs, stat(L, KF_STAT_MEAN, dt, sp));
+        uint32_t n = op2(L, KF_OP_MUL, dt, sp, c, stat(L, KF_STAT_RSTD, dt, sp));
+        uint32_t w = is_member(L, t->src[1]) ? lower(L, t->src[1], sp) : load(L, t->src[1], sp, axis);
+        uint32_t b = is_member(L, t->src[2]) ? lower(L, t->src[2], sp) : load(L, t->src[2], sp, axis);
+        out = op2(L, KF_OP_ADD, dt, sp, op2(L, KF_OP_MUL, dt, sp, n, w), b);
+    } else { /* rms_norm: x * rstd * w */
+        rs->stats = 1u << KF_STAT_RMS_RSTD;
+        uint32_t n = op2(L, KF_OP_MUL, dt, sp, xs, stat(L, KF_STAT_RMS_RSTD, dt, sp));
+        uint32_t w = is_member(L, t->src[1]) ? lower(L, t->src[1], sp) : load(L, t->src[1], sp, axis);
+        out = op2(L, KF_OP_MUL, dt, sp, n, w);
+    }
+    if (out != KF_NONE)
+        g->expr[out].tensor = t->id;
+    return out;
+}
+
+static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
+    uint32_t *m = &L->memo[sp][t->id];
+    if (*m != KF_NONE)
+        return *m;
+    kf_group *g = L->gr;
+    const kf_pgroup *pg = &L->p->groups[L->gi];
+    int rank;
+    const int64_t *dims;
+    space_of(g, sp, &rank, &dims);
+    uint32_t r;
+    if (is_inline_source(L, t)) {
+        L->computed[t->id] = true;
+        if (t->op == KF_OP_CONST) {
+            kf_expr e = proto(KF_EXPR_CONST, t->dtype, sp);
+            e.tensor = t->id;
+            e.value = t->data ? kf_ir_load(t->data, t->dtype, 0) : 0.0;
+            r = emit(L, &e);
+        } else {
+            int axis = t->attr.axis + (rank - t->rank);
+            kf_expr e = proto(KF_EXPR_INDEX, t->dtype, sp);
+            e.tensor = t->id;
+            e.axis = axis;
+            if (t->dims[t->attr.axis] == 1) {
+                e.kind = KF_EXPR_CONST;
+                e.value = 0;
+            } else if (g->kind == KF_GROUP_ATTENTION && sp == KF_SPACE_OUT) {
+                e.kind = axis == rank - 1   ? KF_EXPR_KV_IDX
+                         : axis == rank - 2 ? KF_EXPR_Q_IDX
+                         : axis == rank - 3 ? KF_EXPR_HEAD
+                         : axis == rank - 4 ? KF_EXPR_BATCH
+                                            : KF_EXPR_INDEX;
+            } else if (g->kind == KF_GROUP_GEMM && sp == KF_SPACE_OUT) {
+                e.kind = axis == rank - 1   ? KF_EXPR_COL
+                         : axis == rank - 2 ? KF_EXPR_ROW
+                                            : KF_EXPR_INDEX;
+            }
+            r = emit(L, &e);
+        }
+    } else if (kf_pl_is_source(t) || !is_member(L, t)) {
+        r = load(L, t, sp, -1);
+    } else {
+        L->computed[t->id] = true;
+        if (kf_op_has(t->op, KF_TRAIT_GEMM)) {
+            kf_expr e = proto(g->kind == KF_GROUP_ATTENTION ? KF_EXPR_SCORE : KF_EXPR_ACC,
+                              t->dtype, sp);
+            e.tensor = t->id;
+            e.anchor = t->id == pg->anchor2 ? 1 : 0;
+            r = emit(L, &e);
+        } else if (kf_pl_is_elementwise(t)) {
+            kf_expr e = proto(KF_EXPR_OP, t->dtype, sp);
+            e.op = t->op;
+            e.tensor = t->id;
+            for (int k = 0; k < t->nsrc; k++)
+                e.src[k] = lower(L, t->src[k], sp);
+            r = emit(L, &e);
+        } else if (kf_op_has(t->op, KF_TRAIT_ROWWISE)) {
+            r = lower_row(L, t, sp);
+        } else {
+            r = load(L, t, sp, -1); /* KF_NEVER: layout ops are never members */
+        }
+    }
+    if (r != KF_NONE) {
+        *m = r;
+        L->touched[L->n_touched++] = ((uint32_t)sp << 31) | t->id;
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-kind setup                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void set_space(int *rank, int64_t *dims, const kf_tensor *t) {
+    *rank = t->rank;
+    memcpy(dims, t->dims, sizeof(int64_t) * KF_MAX_RANK);
+}
+
+static bool written(const lowerer *L, const kf_tensor *t) {
+    const kf_planner *p = L->p;
+    if (p->is_output[t->id])
+        return true;
+    for (uint32_t u = 0; u < kf_pl_uses(p, t); u++) {
+        const kf_tensor *c = kf_pl_consumer(p, t, u);
+        uint32_t gc = p->gid[c->id];
+        if (gc == L->gi)
+            continue;
+        if (p->groups[gc].kind == KF_GROUP_GEMM && p->groups[gc].prologue == t->id)
+            continue; /* recomputed there */
+        return true;
+    }
+    return false;
+}
+
+static void lower_view(lowerer *L, kf_tensor *t) {
+    kf_group *g = L->gr;
+    kf_tensor *x = t->src[0];
+    int64_t xs[KF_MAX_RANK];
+    uint32_t base;
+    bool xcontig;
+    if (L->view_base[x->id] != KF_NONE) {
+        base = L->view_base[x->id];
+        memcpy(xs, L->view_strides[x->id], sizeof xs);
+        xcontig = L->view_contig[x->id];
+    } else {
+        base = x->id;
+        contiguous_strides(x->rank, x->dims, xs);
+        xcontig = true;
+    }
+    int64_t ts[KF_MAX_RANK] = {0}, cs[KF_MAX_RANK];
+    contiguous_strides(t->rank, t->dims, cs);
+    bool expressible = true;
+    if (t->op == KF_OP_RESHAPE) {
+        expressible = xcontig;
+        memcpy(ts, cs, sizeof ts);
+    } else {
+        for (int i = 0; i < t->rank; i++)
+            ts[i] = xs[t->attr.perm[i]];
+    }
+    bool contig = true;
+    for (int i = 0; i < t->rank; i++)
+        contig = contig && (t->dims[i] == 1 || ts[i] == cs[i]);
+    set_space(&g->rank, g->dims, t);
+    g->layout_copy_of = x->id;
+    L->computed[t->id] = true;
+    push_id(L, &g->reads, &g->n_reads, &g->cap_reads, x->id);
+    if (expressible && !L->p->is_output[t->id]) {
+        g->kind = KF_GROUP_VIEW;
+        g->is_kernel = false;
+        g->view_base = base;
+        memcpy(g->view_strides, ts, sizeof ts);
+        g->view_contiguous = contig && xcontig;
+        L->view_base[t->id] = base;
+        memcpy(L->view_strides[t->id], ts, sizeof ts);
+        L->view_contig[t->id] = g->view_contiguous;
+        add_write(L, t->id, KF_NONE);
+        return;
+    }
+    /* A copy kernel. */
+    g->kind = KF_GROUP_LAYOUT;
+    g->is_kernel = true;
+    g->view_base = t->id;
+    kf_expr e = proto(KF_EXPR_LOAD, x->dtype, KF_SPACE_OUT);
+    e.tensor = x->id;
+    e.base = base;
+    if (t->op == KF_OP_PERMUTE && expressible) {
+        memcpy(e.strides, ts, sizeof ts);
+    } else {
+        set_space(&g->row_rank, g->row_dims, x);
+        e.space = KF_SPACE_ROW;
+        memcpy(e.strides, xs, sizeof xs);
+    }
+    add_write(L, t->id, emit(L, &e));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Kernel names                                                               */
+/* ------------------------------------------------------------------------ */
+
+static void name_append(char *buf, size_t size, const char *tag) {
+    size_t n = strlen(buf);
+    /* Skip a tag equal to the last one. */
+    const char *last = strrchr(buf, '_');
+    if (last && strcmp(last + 1, tag) == 0)
+        return;
+    if (n + strlen(tag) + 2 < size)
+        snprintf(buf + n, size - n, "%s%s", n ? "_" : "", tag);
+}
+
+static const char *op_tag(const lowerer *L, const kf_tensor *t) {
+    if (kf_op_has(t->op, KF_TRAIT_BINARY) && !kf_op_has(t->op, KF_TRAIT_COMPARE)) {
+        for (int k = 0; k < 2; k++) {
+            const kf_tensor *o = t->src[k];
+            bool outside = !L->computed[o->id];
+            if (!outside)
+                continue;
+            if (kf_ir_numel(o) == 1 && (t->op == KF_OP_MUL || t->op == KF_OP_DIV))
+                return "scale";
+            if (t->op == KF_OP_ADD && o->rank >= 1 && kf_ir_numel(o) == o->dims[o->rank - 1] &&
+                kf_ir_numel(o) < kf_ir_numel(t))
+                return "bias";
+            if (t->op == KF_OP_ADD && kf_pl_same_shape(o, t))
+                return "residual";
+        }
+    }
+    if (kf_op_has(t->op, KF_TRAIT_SELECT))
+        return "mask";
+    return kf_op_get(t->op)->name;
+}
+
+static void make_name(lowerer *L) {
+    kf_group *g = L->gr;
+    const kf_graph *gr = L->p->g;
+    char buf[sizeof g->name] = "";
+    const kf_tensor *anchor = gr->nodes[g->anchor];
+    switch (g->kind) {
+    case KF_GROUP_GEMM: name_append(buf, sizeof buf, g->gemm.n_anchors == 2 ? "gated_gemm" : "gemm"); break;
+    case KF_GROUP_ATTENTION:
+        name_append(buf, sizeof buf, "attention");
+        if (g->attn.mask != KF_MASK_NONE)
+            name_append(buf, sizeof buf, kf_mask_kind_name(g->attn.mask));
+        break;
+    case KF_GROUP_ROWWISE: name_append(buf, sizeof buf, "row"); break;
+    case KF_GROUP_COLREDUCE: name_append(buf, sizeof buf, "col"); break;
+    case KF_GROUP_VIEW: name_append(buf, sizeof buf, "view"); break;
+    case KF_GROUP_LAYOUT: name_append(buf, sizeof buf, "copy"); break;
+    default: name_append(buf, sizeof buf, "ew"); break;
+    }
+    if (g->kind == KF_GROUP_GEMM && g->gemm.a_prologue)
+        name_append(buf, sizeof buf, kf_op_get(gr->nodes[g->gemm.a[0]]->op)->name);
+    for (uint32_t i = 0; i < g->n_computed && g->kind != KF_GROUP_ATTENTION; i++) {
+        const kf_tensor *t = gr->nodes[g->computed[i]];
+        if (kf_pl_is_source(t) || kf_op_has(t->op, KF_TRAIT_GEMM) ||
+            kf_op_has(t->op, KF_TRAIT_LAYOUT) ||
+            (g->kind == KF_GROUP_GEMM && g->gemm.a_prologue && t->id == g->gemm.a[0]))
+            continue;
+        name_append(buf, sizeof buf, op_tag(L, t));
+    }
+    if (g->kind == KF_GROUP_LAYOUT || g->kind == KF_GROUP_VIEW)
+        name_append(buf, sizeof buf, kf_op_get(anchor->op)->name);
+    char shape[64] = "";
+    size_t n = 0;
+    for (int d = 0; d < g->rank && n < sizeof shape; d++) {
+        int w = snprintf(shape + n, sizeof shape - n, "%s%lld", d ? "x" : "", (long long)g->dims[d]);
+        n += w > 0 ? (size_t)w : 0;
+    }
+    if (g->rank == 0)
+        snprintf(shape, sizeof shape, "1");
+    snprintf(g->name, sizeof g->name, "%s_%s_%s", buf, kf_dtype_name(g->dtype), shape);
+}
+
+/* ------------------------------------------------------------------------ */
+/* One group                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void lower_group(lowerer *L) {
+    kf_planner *p = L->p;
+    kf_graph *gr = p->g;
+    kf_group *g = L->gr;
+    const kf_pgroup *pg = &p->groups[L->gi];
+    g->kind = pg->kind;
+    g->is_kernel = true;
+    g->layout_copy_of = g->view_base = KF_NONE;
+    g->gemm.a_root = KF_NONE;
+    g->gemm.anchor[0] = g->gemm.anchor[1] = KF_NONE;
+    g->attn.score = g->attn.mask_node = KF_NONE;
+    g->row.input = g->row.tensor = KF_NONE;
+
+    /* The members, and the sink of an elementwise group. */
+    uint32_t last = KF_NONE;
+    for (uint32_t t = 0; t < p->n; t++) {
+        if (p->gid[t] == L->gi)
+            last = t;
+    }
+    g->anchor = pg->anchor != KF_NONE ? pg->anchor : last;
+    kf_tensor *anchor = gr->nodes[g->anchor];
+    g->dtype = anchor->dtype;
+
+    if (pg->kind == KF_GROUP_VIEW) {
+        lower_view(L, anchor);
+    } else {
+        kf_tensor *space = anchor;
+        if (pg->kind == KF_GROUP_ATTENTION)
+            space = gr->nodes[pg->qk];
+        set_space(&g->rank, g->dims, space);
+        if ((pg->kind == KF_GROUP_ROWWISE || pg->kind == KF_GROUP_COLREDUCE) &&
+            kf_op_has(anchor->op, KF_TRAIT_REDUCTION))
+            set_space(&g->row_rank, g->row_dims, anchor->src[0]);
+        if (pg->kind == KF_GROUP_GEMM && pg->prologue != KF_NONE)
+            set_space(&g->row_rank, g->row_dims, gr->nodes[pg->prologue]);
+
+        if (pg->kind == KF_GROUP_GEMM) {
+            kf_gemm_info *gm = &g->gemm;
+            gm->n_anchors = pg->anchor2 != KF_NONE ? 2 : 1;
+            gm->anchor[0] = pg->anchor;
+            gm->anchor[1] = pg->anchor2;
+            gm->a_prologue = pg->prologue != KF_NONE;
+            gm->row_epilogue = pg->row_op != KF_NONE;
+            for (int i = 0; i < gm->n_anchors; i++) {
+                kf_tensor *mm = gr->nodes[gm->anchor[i]];
+                L->computed[mm->id] = true;
+                gm->a[i] = mm->src[0]->id;
+                gm->b[i] = mm->src[1]->id;
+                gm->transpose_a[i] = mm->attr.transpose_a;
+                gm->transpose_b[i] = mm->attr.transpose_b;
+                if (!gm->a_prologue)
+                    push_id(L, &g->reads, &g->n_reads, &g->cap_reads, gm->a[i]);
+                push_id(L, &g->reads, &g->n_reads, &g->cap_reads, gm->b[i]);
+            }
+            kf_tensor *mm = gr->nodes[gm->anchor[0]];
+            const kf_tensor *a = mm->src[0];
+            gm->m = mm->dims[mm->rank - 2];
+            gm->n = mm->dims[mm->rank - 1];
+            gm->k = mm->attr.transpose_a ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+            gm->batch = 1;
+            for (int d = 0; d < mm->rank - 2; d++)
+                gm->batch *= mm->dims[d];
+            if (gm->a_prologue) {
+                /* The row stage belongs to the prologue: lower it first. */
+                gm->a_root = lower(L, gr->nodes[pg->prologue], KF_SPACE_ROW);
+            }
+        }
+        if (pg->kind == KF_GROUP_ATTENTION) {
+            kf_attn_info *at = &g->attn;
+            kf_tensor *qk = gr->nodes[pg->qk], *pv = gr->nodes[pg->anchor];
+            at->qk = qk->id;
+            at->softmax = pg->softmax;
+            at->pv = pv->id;
+            at->q = qk->src[0]->id;
+            at->k = qk->src[1]->id;
+            at->v = pv->src[1]->id;
+            at->q_transposed = qk->attr.transpose_a;
+            at->k_transposed = qk->attr.transpose_b;
+            at->v_transposed = pv->attr.transpose_b;
+            int r = qk->rank;
+            at->sq = qk->dims[r - 2];
+            at->skv = qk->dims[r - 1];
+            at->heads = r >= 3 ? qk->dims[r - 3] : 1;
+            at->batch = 1;
+            for (int d = 0; d < r - 3; d++)
+                at->batch *= qk->dims[d];
+            const kf_tensor *q = qk->src[0];
+            at->d = qk->attr.transpose_a ? q->dims[q->rank - 2] : q->dims[q->rank - 1];
+            at->dv = pv->dims[pv->rank - 1];
+            push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->q);
+            push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->k);
+            push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->v);
+            L->computed[qk->id] = L->computed[pv->id] = L->computed[pg->softmax] = true;
+            at->score = lower(L, gr->nodes[pg->softmax]->src[0], KF_SPACE_OUT);
+        }
+        /* Writes and their roots. */
+        for (uint32_t t = 0; t < p->n && L->st == KF_OK; t++) {
+            if (p->gid[t] != L->gi || !written(L, gr->nodes[t]))
+                continue;
+            uint32_t root = KF_NONE;
+            if (pg->kind != KF_GROUP_ATTENTION)
+                root = lower(L, gr->nodes[t], KF_SPACE_OUT);
+            add_write(L, t, root);
+        }
+        /* Members not reached from a write (a GEMM output consumed only by
+         * its row epilogue, say) still count as computed. */
+        for (uint32_t t = 0; t < p->n; t++) {
+            if (p->gid[t] == L->gi)
+                L->computed[t] = true;
+        }
+        if (pg->kind == KF_GROUP_ATTENTION && L->st == KF_OK)
+            L->st = kf_attn_classify_mask(L->plan, g);
+    }
+    /* computed, in id order; reset the marks. */
+    for (uint32_t t = 0; t < p->n && L->st == KF_OK; t++) {
+        if (!L->computed[t])
+            continue;
+        L->computed[t] = false;
+        if (!kf_mem_grow(p->mem, (void **)&g->computed, &g->cap_computed, g->n_computed + 1,
+                         sizeof *g->computed)) {
+            L->st = KF_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        g->computed[g->n_computed++] = t;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The plan                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Group dependencies: for every member (and recomputed prologue) of G, every
+ * operand computed in another group H gives H -> G. */
+static uint32_t deps_of(const kf_planner *p, uint32_t gi, uint32_t *out, bool *seen) {
+    uint32_t n = 0;
+    const kf_pgroup *pg = &p->groups[gi];
+    for (uint32_t t = 0; t < p->n; t++) {
+        if (p->gid[t] != gi && !(pg->kind == KF_GROUP_GEMM && pg->prologue == t))
+            continue;
+        const kf_tensor *x = p->g->nodes[t];
+        for (int k = 0; k < x->nsrc; k++) {
+            uint32_t s = x->src[k]->id;
+            uint32_t h = p->gid[s];
+            if (h == KF_NONE || h == gi || seen[h])
+                continue;
+            if (pg->kind == KF_GROUP_GEMM && pg->prologue == s)
+                continue;
+            seen[h] = true;
+            out[n++] = h;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++)
+        seen[out[i]] = false;
+    return n;
+}
+
+kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
+    kf_graph *gr = p->g;
+    const kf_mem *m = p->mem;
+    uint32_t ng = p->n_groups, n = p->n;
+    lowerer L;
+    memset(&L, 0, sizeof L);
+    L.p = p;
+    L.plan = plan;
+    L.memo[0] = kf_mem_alloc(m, n * sizeof(uint32_t));
+    L.memo[1] = kf_mem_alloc(m, n * sizeof(uint32_t));
+    L.touched = kf_mem_alloc(m, 2 * n * sizeof(uint32_t));
+    L.computed = kf_mem_calloc(m, n, sizeof(bool));
+    L.view_base = kf_mem_alloc(m, n * sizeof(uint32_t));
+    L.view_strides = kf_mem_calloc(m, n, sizeof *L.view_strides);
+    L.view_contig = kf_mem_calloc(m, n, sizeof(bool));
+    uint32_t *order = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
+    uint32_t *plan_id = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
+    uint32_t *deps = kf_mem_alloc(m, (n + 1) * sizeof(uint32_t));
+    bool *seen = kf_mem_calloc(m, ng + 1, sizeof(bool));
+    bool *done = kf_mem_calloc(m, ng + 1, sizeof(bool));
+    uint32_t *first = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
+    plan->group_of = kf_mem_alloc(m, n * sizeof(uint32_t));
+    kf_status st = KF_OK;
+    if (!L.memo[0] || !L.memo[1] || !L.touched || !L.computed || !L.view_base ||
+        !L.view_strides || !L.view_contig || !order || !plan_id || !deps || !seen || !done ||
+        !first || !plan->group_of)
+        st = KF_ERR_OUT_OF_MEMORY;
+
+    uint32_t n_order = 0;
+    if (st == KF_OK) {
+        for (uint32_t i = 0; i < n; i++) {
+            L.memo[0][i] = L.memo[1][i] = KF_NONE;
+            L.view_base[i] = KF_NONE;
+            plan->group_of[i] = KF_NONE;
+        }
+        for (uint32_t gi = 0; gi < ng; gi++) {
+            first[gi] = KF_NONE;
+            plan_id[gi] = KF_NONE;
+        }
+        for (uint32_t t = n; t-- > 0;) {
+            if (p->gid[t] != KF_NONE)
+                first[p->gid[t]] = t;
+        }
+        /* Kahn's algorithm; among ready groups the one whose first member
+         * comes first, so plans are deterministic and read in graph order. */
+        uint32_t live = 0;
+        for (uint32_t gi = 0; gi < ng; gi++)
+            live += p->groups[gi].alive && first[gi] != KF_NONE;
+        while (n_order < live) {
+            uint32_t best = KF_NONE;
+            for (uint32_t gi = 0; gi < ng; gi++) {
+                if (!p->groups[gi].alive || first[gi] == KF_NONE || done[gi])
+                    continue;
+                if (best != KF_NONE && first[gi] >= first[best])
+                    continue;
+                uint32_t nd = deps_of(p, gi, deps, seen);
+                bool ready = true;
+                for (uint32_t k = 0; k < nd && ready; k++)
+                    ready = done[deps[k]];
+                if (ready)
+                    best = gi;
+            }
+            if (KF_NEVER(best == KF_NONE)) {
+                st = KF_ERR_INTERNAL; /* a cycle: [I3] was broken */
+                kf_ir_note(gr, st, "plan: the kernel groups form a cycle (a kfuse bug)");
+                break;
+            }
+            done[best] = true;
+            plan_id[best] = n_order;
+            order[n_order++] = best;
+        }
+    }
+    if (st == KF_OK) {
+        plan->groups = kf_mem_calloc(m, n_order ? n_order : 1, sizeof *plan->groups);
+        if (!plan->groups)
+            st = KF_ERR_OUT_OF_MEMORY;
+        else
+            plan->cap_groups = n_order ? n_order : 1;
+    }
+    for (uint32_t i = 0; i < n_order && st == KF_OK; i++) {
+        kf_group *g = &plan->groups[i];
+        plan->n_groups = i + 1;
+        g->id = i;
+        L.gr = g;
+        L.gi = order[i];
+        L.st = KF_OK;
+        L.n_touched = 0;
+        lower_group(&L);
+        for (uint32_t k = 0; k < L.n_touched; k++)
+            L.memo[L.touched[k] >> 31][L.touched[k] & 0x7fffffffu] = KF_NONE;
+        st = L.st;
+        if (st == KF_OK)
+            make_name(&L);
+        for (uint32_t k = 0; k < g->n_computed; k++) {
+            if (plan->group_of[g->computed[k]] == KF_NONE)
+                plan->group_of[g->computed[k]] = i;
+        }
+    }
+    /* Edges between groups, each with its reason [I7]. */
+    for (uint32_t c = 0; c < n && st == KF_OK; c++) {
+        const kf_tensor *ct = gr->nodes[c];
+        uint32_t gc = p->gid[c];
+        if (!p->need[c] || gc == KF_NONE)
+            continue;
+        const kf_pgroup *cg = &p->groups[gc];
+        for (int k = 0; k < ct->nsrc; k++) {
+            const kf_tensor *s = ct->src[k];
+            uint32_t gs = p->gid[s->id];
+            if (gs == KF_NONE || gs == gc)
+                continue;
+            if (cg->kind == KF_GROUP_GEMM && cg->prologue == s->id)
+                continue;
+            /* The other end of a recomputed prologue: the norm's operands. */
+            if (!kf_mem_grow(m, (void **)&plan->edges, &plan->cap_edges, plan->n_edges + 1,
+                             sizeof *plan->edges)) {
+                st = KF_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            kf_plan_edge *e = &plan->edges[plan->n_edges++];
+            memset(e, 0, sizeof *e);
+            e->producer = s->id;
+            e->consumer = c;
+            e->slot = k;
+            e->from_group = plan_id[gs];
+            e->to_group = plan_id[gc];
+            kf_reason r = p->reason[c * 3u + (uint32_t)k];
+            snprintf(e->detail, sizeof e->detail, "%s", p->detail[c * 3u + (uint32_t)k]);
+            if (r == KF_REASON_NONE) {
+                if (p->groups[gs].kind == KF_GROUP_VIEW || cg->kind == KF_GROUP_VIEW)
+                    r = KF_REASON_LAYOUT_CHANGE;
+                else if (p->is_output[s->id])
+                    r = KF_REASON_GRAPH_OUTPUT;
+                else if (kf_pl_uses(p, s) > 1)
+                    r = KF_REASON_MULTIPLE_CONSUMERS;
+                else
+                    r = KF_REASON_ANCHOR_BOUNDARY;
+            }
+            e->reason = r;
+        }
+    }
+    kf_mem_free(m, L.memo[0], n * sizeof(uint32_t));
+    kf_mem_free(m, L.memo[1], n * sizeof(uint32_t));
+    kf_mem_free(m, L.touched, 2 * n * sizeof(uint32_t));
+    kf_mem_free(m, L.computed, n * sizeof(bool));
+    kf_mem_free(m, L.view_base, n * sizeof(uint32_t));
+    kf_mem_free(m, L.view_strides, n * sizeof *L.view_strides);
+    kf_mem_free(m, L.view_contig, n * sizeof(bool));
+    kf_mem_free(m, order, (ng + 1) * sizeof(uint32_t));
+    kf_mem_free(m, plan_id, (ng + 1) * sizeof(uint32_t));
+    kf_mem_free(m, deps, (n + 1) * sizeof(uint32_t));
+    kf_mem_free(m, seen, (ng + 1) * sizeof(bool));
+    kf_mem_free(m, done, (ng + 1) * sizeof(bool));
+    kf_mem_free(m, first, (ng + 1) * sizeof(uint32_t));
+    return st;
+}
