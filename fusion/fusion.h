@@ -366,6 +366,17 @@ void kf_expr_print(const kf_plan *plan, const kf_group *g, uint32_t root, FILE *
  * KF_ERR_NOT_FOUND for an unknown device. */
 kf_status kf_plan_estimate(kf_plan *plan, const char *device);
 
+/* Checker (fusion/check.c, issue 3 item 5). kf_plan_check_structure checks the
+ * contract at the top of this file (rules S1..S7 in check.c); kf_plan_check
+ * also executes the plan group by group with the reference evaluator on random
+ * inputs drawn from `seed` and compares every graph output with kf_ir_eval of
+ * the unfused graph, bit for bit (NaN matches NaN). *max_rel_err (may be NULL)
+ * receives the largest ||plan - ref|| / ||ref|| over the outputs. A violation
+ * or mismatch is KF_ERR_INTERNAL (a planner bug) with the message on the graph
+ * (kf_graph_error); KF_ERR_OUT_OF_MEMORY as usual. */
+kf_status kf_plan_check_structure(const kf_plan *plan);
+kf_status kf_plan_check(const kf_plan *plan, uint64_t seed, double *max_rel_err);
+
 /* Report (fusion/report.c). */
 typedef enum kf_report_format { KF_REPORT_TEXT = 0, KF_REPORT_JSON = 1 } kf_report_format;
 /* Writes the plan's report. KF_ERR_IO when the stream fails. */
