@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "frontend/cmd_cache.h"
+#include "frontend/cmd_report.h"
 #include "ir/ir.h"
 #include "kfuse.h"
 
@@ -63,6 +64,11 @@ static int cmd_cache(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_cache(argc, argv);
 }
+/* `kfuse report` lives in frontend/cmd_report.c. */
+static int cmd_report(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_report(argc, argv);
+}
 
 static const cli_command commands[] = {
     {"print", "parse a .kfg graph and print its canonical form",
@@ -93,6 +99,8 @@ static const cli_command commands[] = {
      "  -h, --help   show this help\n",
      cmd_eval},
     {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
+    {"report", "plan a .kfg graph into fused kernels and report why each edge fused or not",
+     kf_cmd_report_help, cmd_report},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"
      "\n"

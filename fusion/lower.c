@@ -380,11 +380,19 @@ static void name_append(char *buf, size_t size, const char *tag) {
         snprintf(buf + n, size - n, "%s%s", n ? "_" : "", tag);
 }
 
+static bool group_computes(const kf_group *g, uint32_t id) {
+    for (uint32_t i = 0; i < g->n_computed; i++) {
+        if (g->computed[i] == id)
+            return true;
+    }
+    return false;
+}
+
 static const char *op_tag(const lowerer *L, const kf_tensor *t) {
     if (kf_op_has(t->op, KF_TRAIT_BINARY) && !kf_op_has(t->op, KF_TRAIT_COMPARE)) {
         for (int k = 0; k < 2; k++) {
             const kf_tensor *o = t->src[k];
-            bool outside = !L->computed[o->id];
+            bool outside = !group_computes(L->gr, o->id);
             if (!outside)
                 continue;
             if (kf_ir_numel(o) == 1 && (t->op == KF_OP_MUL || t->op == KF_OP_DIV))
