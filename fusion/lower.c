@@ -337,7 +337,10 @@ static void lower_view(lowerer *L, kf_tensor *t) {
     g->layout_copy_of = x->id;
     L->computed[t->id] = true;
     push_id(L, &g->reads, &g->n_reads, &g->cap_reads, x->id);
-    if (expressible && !L->p->is_output[t->id]) {
+    /* A graph output that is a contiguous view stays a view: the output
+     * aliases the bytes its base already holds. A non-contiguous one needs a
+     * copy into the output's row-major layout. */
+    if (expressible && (!L->p->is_output[t->id] || (contig && xcontig))) {
         g->kind = KF_GROUP_VIEW;
         g->is_kernel = false;
         g->view_base = base;
