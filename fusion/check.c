@@ -379,6 +379,532 @@ static void free_value(kf_eval_state *st, uint32_t id) {
     st->values[id] = NULL;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Expressions: each group's scalar-expression DAG, interpreted               */
+/* ------------------------------------------------------------------------ */
+
+/* The node-by-node execution above proves the plan's bookkeeping; this part
+ * proves the expressions the backends lower. Every node is evaluated over its
+ * whole index space as an array of doubles (E1-E6 below), and every node that
+ * stands for a graph tensor must equal that tensor's reference value (broadcast
+ * into the node's space), and every root must equal the tensor it writes:
+ *
+ *   E1  OP nodes apply a table op that is ELEMENTWISE and not a source; their
+ *       operands are earlier nodes whose space broadcasts into theirs. They
+ *       are computed by kf_ir_eval_node on stand-in tensors, so the op
+ *       semantics are the reference evaluator's own; a node with a tensor
+ *       rounds to its dtype, one without computes in double.
+ *   E2  LOAD reads base's values at sum(index * strides), in bounds, and base
+ *       is in the group's reads, or is the buffer of a view the group reads,
+ *       or is computed in the group (a row stage that re-reads its input).
+ *   E3  ACC is the anchor matmul's value; SCORE is the Q.K^T matmul's value;
+ *       ROW/COL/BATCH/HEAD/Q_IDX/KV_IDX/INDEX are indices of the node's space.
+ *   E4  STAT nodes reduce the row stage's input node along its axis; the node's
+ *       space is the row space, or it with the axis kept as 1, or removed.
+ *   E5  A node downstream of a statistic other than MAX is compared with a
+ *       per-dtype tolerance on ||a - b|| / ||b|| (f64 1e-12, f32 1e-5, f16 4e-3,
+ *       bf16 3e-2); NaN and infinities must sit where the reference has them;
+ *       bool and i32 nodes downstream of such statistics are not compared.
+ *       Every other node must match bit for bit.
+ *   E6  writes[i]'s root node equals writes[i]; a write without a root is a
+ *       matmul (GEMM without epilogue), the attention output, or a VIEW.
+ *   E7  an attention mask classified causal or sliding-window (which lets a
+ *       backend skip whole tiles) gives probability 0 wherever it skips.
+ */
+
+typedef struct xspace {
+    int rank;
+    int64_t dims[KF_MAX_RANK];
+} xspace;
+
+typedef struct xstate {
+    const kf_plan *plan;
+    const kf_group *grp;
+    uint32_t gi;
+    const kf_eval_state *vals; /* the graph tensors' values (node-mode execution) */
+    kf_graph *scratch;         /* owns nothing; its allocator and notes serve the stand-ins */
+    kf_tensor *fake;           /* n_expr stand-in tensors */
+    double **v;                /* n_expr value arrays */
+    bool *inexact;
+    uint32_t n;
+} xstate;
+
+static xspace space_of(const kf_group *grp, kf_space sp) {
+    xspace s = {0};
+    if (sp == KF_SPACE_ROW) {
+        s.rank = grp->row_rank;
+        memcpy(s.dims, grp->row_dims, sizeof s.dims);
+    } else {
+        s.rank = grp->rank;
+        memcpy(s.dims, grp->dims, sizeof s.dims);
+    }
+    return s;
+}
+
+static int64_t space_numel(const xspace *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dims[i];
+    return n;
+}
+
+/* Index of flat element i along axis `axis` of space s. */
+static int64_t index_along(const xspace *s, int64_t i, int axis) {
+    int64_t inner = 1;
+    for (int d = s->rank - 1; d > axis; d--)
+        inner *= s->dims[d];
+    return (i / inner) % s->dims[axis];
+}
+
+/* Does shape (rank, dims) broadcast into space s (numpy, right-aligned)? */
+static bool shape_fits(int rank, const int64_t *dims, const xspace *s) {
+    if (rank > s->rank)
+        return false;
+    for (int i = 1; i <= rank; i++)
+        if (dims[rank - i] != 1 && dims[rank - i] != s->dims[s->rank - i])
+            return false;
+    return true;
+}
+
+/* Offset into a value of shape (rank, dims) for flat element i of space s it
+ * broadcasts into. */
+static int64_t bcast_offset(int rank, const int64_t *dims, const xspace *s, int64_t i) {
+    int64_t off = 0, stride = 1;
+    for (int d = s->rank - 1, k = rank - 1; d >= 0; d--, k--) {
+        int64_t idx = i % s->dims[d];
+        i /= s->dims[d];
+        if (k >= 0) {
+            if (dims[k] != 1)
+                off += idx * stride;
+            stride *= dims[k];
+        }
+    }
+    return off;
+}
+
+static double dtype_tol(kf_dtype d) {
+    switch (d) {
+    case KF_DTYPE_F64: return 1e-12;
+    case KF_DTYPE_F32: return 1e-5;
+    case KF_DTYPE_F16: return 4e-3;
+    case KF_DTYPE_BF16: return 3e-2;
+    default: return -1.0; /* not compared when inexact */
+    }
+}
+
+/* Compares node values a (over space s) with tensor t's values b (broadcast
+ * into s). Returns false and fills `why` on a mismatch. */
+static bool values_agree(const double *a, const xspace *s, const kf_tensor *t, const double *b,
+                         bool inexact, char *why, size_t why_size) {
+    int64_t n = space_numel(s);
+    double num = 0.0, den = 0.0, tol = dtype_tol(t->dtype);
+    if (inexact && tol < 0)
+        return true;
+    for (int64_t i = 0; i < n; i++) {
+        double x = a[i], y = b[bcast_offset(t->rank, t->dims, s, i)];
+        bool ok;
+        if (isnan(y) || isnan(x))
+            ok = isnan(x) && isnan(y);
+        else if (!inexact || isinf(y) || isinf(x))
+            ok = x == y && (inexact || signbit(x) == signbit(y));
+        else {
+            ok = true;
+            num += (x - y) * (x - y);
+            den += y * y;
+        }
+        if (!ok) {
+            snprintf(why, why_size, "element %lld: expression %.17g, reference %.17g",
+                     (long long)i, x, y);
+            return false;
+        }
+    }
+    if (inexact && num > 0 && sqrt(num) > tol * sqrt(den)) {
+        snprintf(why, why_size, "relative error %.3g exceeds %.3g for %s", sqrt(num / den), tol,
+                 kf_dtype_name(t->dtype));
+        return false;
+    }
+    return true;
+}
+
+static bool group_reads(const kf_group *grp, uint32_t t) {
+    for (uint32_t i = 0; i < grp->n_reads; i++)
+        if (grp->reads[i] == t)
+            return true;
+    return false;
+}
+
+static bool group_computes(const kf_group *grp, uint32_t t) {
+    for (uint32_t i = 0; i < grp->n_computed; i++)
+        if (grp->computed[i] == t)
+            return true;
+    return false;
+}
+
+/* Does the group read a view (computed by a VIEW group) whose buffer is `base`? */
+static bool reads_view_of(const kf_plan *plan, const kf_group *grp, uint32_t base) {
+    for (uint32_t i = 0; i < grp->n_reads; i++) {
+        uint32_t r = grp->reads[i];
+        uint32_t gv = plan->group_of ? plan->group_of[r] : KF_NONE;
+        if (gv != KF_NONE && gv < plan->n_groups && plan->groups[gv].kind == KF_GROUP_VIEW &&
+            plan->groups[gv].view_base == base)
+            return true;
+    }
+    return false;
+}
+
+/* The value of graph tensor `id` as the group sees it, or NULL. */
+static const double *tensor_value(const xstate *x, uint32_t id) {
+    return id < x->plan->graph->n_nodes ? x->vals->values[id] : NULL;
+}
+
+/* E4: one statistic for every element of node k's space. */
+static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) {
+    const kf_plan *plan = x->plan;
+    const kf_group *grp = x->grp;
+    const kf_expr *e = &grp->expr[k];
+    const kf_row_stage *row = &grp->row;
+    if (!row->present || row->input >= k)
+        return check_fail(plan, "E4: group %u node %u is a STAT but the group has no row stage "
+                          "input before it", x->gi, k);
+    xspace rs = space_of(grp, grp->expr[row->input].space);
+    int a = row->axis;
+    if (a < 0 || a >= rs.rank || rs.dims[a] != row->length)
+        return check_fail(plan, "E4: group %u's row stage axis %d / length %lld does not match "
+                          "its input space (rank %d)", x->gi, a, (long long)row->length, rs.rank);
+    int64_t L = rs.dims[a], inner = 1;
+    for (int d = a + 1; d < rs.rank; d++)
+        inner *= rs.dims[d];
+    /* How node k's space maps onto rows. */
+    int mode = -1; /* 0: full row space, 1: kept axis of 1 or removed axis */
+    if (s->rank == rs.rank) {
+        bool same = true, kept = true;
+        for (int d = 0; d < s->rank; d++) {
+            same = same && s->dims[d] == rs.dims[d];
+            kept = kept && (d == a ? s->dims[d] == 1 : s->dims[d] == rs.dims[d]);
+        }
+        mode = same ? 0 : kept ? 1 : -1;
+    } else if (s->rank == rs.rank - 1) {
+        bool removed = true;
+        for (int d = 0; d < s->rank; d++)
+            removed = removed && s->dims[d] == rs.dims[d < a ? d : d + 1];
+        mode = removed ? 1 : -1;
+    }
+    if (mode < 0)
+        return check_fail(plan, "E4: group %u node %u (STAT %s) lives in a space that is neither "
+                          "the row stage's nor it reduced", x->gi, k, kf_stat_name(e->stat));
+    const double *in = x->v[row->input];
+    int64_t n = space_numel(s);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = mode == 1 ? i : (i / (L * inner)) * inner + i % inner;
+        int64_t o = r / inner, c = r % inner;
+        const double *base = in + o * L * inner + c;
+        double mx = -INFINITY, sum = 0.0, acc = 0.0, v;
+        bool nan = false;
+        for (int64_t j = 0; j < L; j++) {
+            double xj = base[j * inner];
+            nan = nan || isnan(xj);
+            if (xj > mx)
+                mx = xj;
+            sum += xj;
+        }
+        double mean = sum / (double)L;
+        switch (e->stat) {
+        case KF_STAT_MAX: v = nan ? NAN : mx; break;
+        case KF_STAT_SUM: v = sum; break;
+        case KF_STAT_MEAN: v = mean; break;
+        case KF_STAT_RSTD:
+            for (int64_t j = 0; j < L; j++)
+                acc += (base[j * inner] - mean) * (base[j * inner] - mean);
+            v = 1.0 / sqrt(acc / (double)L + row->eps);
+            break;
+        case KF_STAT_RMS_RSTD:
+            for (int64_t j = 0; j < L; j++)
+                acc += base[j * inner] * base[j * inner];
+            v = 1.0 / sqrt(acc / (double)L + row->eps);
+            break;
+        case KF_STAT_SUMEXP:
+            for (int64_t j = 0; j < L; j++)
+                acc += exp(base[j * inner] - (nan ? NAN : mx));
+            v = acc;
+            break;
+        default:
+            return check_fail(plan, "E4: group %u node %u has stat %d", x->gi, k, (int)e->stat);
+        }
+        out[i] = v;
+    }
+    return KF_OK;
+}
+
+/* Evaluates node k into x->v[k]. */
+static kf_status eval_expr_node(xstate *x, uint32_t k) {
+    const kf_plan *plan = x->plan;
+    const kf_graph *g = plan->graph;
+    const kf_group *grp = x->grp;
+    const kf_expr *e = &grp->expr[k];
+    if ((unsigned)e->space >= KF_SPACE_COUNT || (unsigned)e->kind >= KF_EXPR_COUNT ||
+        (unsigned)e->dtype >= KF_DTYPE_COUNT)
+        return check_fail(plan, "E1: group %u node %u has kind %d, space %d, dtype %d", x->gi, k,
+                          (int)e->kind, (int)e->space, (int)e->dtype);
+    xspace s = space_of(grp, e->space);
+    if (s.rank < 0 || s.rank > KF_MAX_RANK)
+        return check_fail(plan, "E1: group %u node %u's space has rank %d", x->gi, k, s.rank);
+    int64_t n = space_numel(&s);
+    kf_tensor *f = &x->fake[k];
+    memset(f, 0, sizeof *f);
+    f->graph = x->scratch;
+    f->id = k;
+    f->rank = s.rank;
+    memcpy(f->dims, s.dims, sizeof f->dims);
+    f->dtype = e->dtype;
+
+    if (e->kind == KF_EXPR_OP) {
+        if ((unsigned)e->op >= KF_OP_COUNT || !kf_op_has(e->op, KF_TRAIT_ELEMENTWISE) ||
+            kf_op_has(e->op, KF_TRAIT_SOURCE))
+            return check_fail(plan, "E1: group %u node %u applies op %d, which is not an "
+                              "elementwise op", x->gi, k, (int)e->op);
+        const kf_op_info *info = kf_op_get(e->op);
+        int arity = kf_form_arity(info->form);
+        bool inexact = false;
+        f->op = e->op;
+        f->nsrc = arity;
+        f->attr.to = e->dtype;
+        /* Without a tensor the node computes in double (casts still convert). */
+        if (e->tensor == KF_NONE && kf_dtype_is_float(e->dtype) && e->op != KF_OP_CAST)
+            f->dtype = KF_DTYPE_F64;
+        for (int i = 0; i < arity; i++) {
+            uint32_t src = e->src[i];
+            if (src >= k)
+                return check_fail(plan, "E1: group %u node %u's operand %d is node %u, not an "
+                                  "earlier node", x->gi, k, i, src);
+            if (!shape_fits(x->fake[src].rank, x->fake[src].dims, &s))
+                return check_fail(plan, "E1: group %u node %u (%s, space %d) reads node %u of "
+                                  "space %d, which does not broadcast into it",
+                                  x->gi, k, info->name, (int)e->space, src,
+                                  (int)grp->expr[src].space);
+            f->src[i] = &x->fake[src];
+            inexact = inexact || x->inexact[src];
+        }
+        x->inexact[k] = inexact;
+        kf_eval_state st = {.graph = x->scratch, .values = x->v};
+        kf_status rc = kf_ir_eval_node(&st, f);
+        if (rc != KF_OK)
+            return rc == KF_ERR_OUT_OF_MEMORY
+                       ? kf_ir_note(plan->graph, rc, "plan check: out of memory")
+                       : check_fail(plan, "E1: group %u node %u: %s", x->gi, k,
+                                    kf_graph_error(x->scratch));
+        return KF_OK;
+    }
+
+    double *out = kf_mem_alloc(&x->scratch->mem, sizeof(double) * (size_t)n);
+    if (!out)
+        return kf_ir_note(plan->graph, KF_ERR_OUT_OF_MEMORY, "plan check: out of memory");
+    x->v[k] = out;
+    x->inexact[k] = false;
+    switch (e->kind) {
+    case KF_EXPR_LOAD: {
+        if (e->base >= g->n_nodes || e->tensor >= g->n_nodes)
+            return check_fail(plan, "E2: group %u node %u loads tensor %u from base %u", x->gi, k,
+                              e->tensor, e->base);
+        if (!group_reads(grp, e->base) && !group_computes(grp, e->base) &&
+            !reads_view_of(plan, grp, e->base))
+            return check_fail(plan, "E2: group %u node %u loads from %%%u, which the group does "
+                              "not read", x->gi, k, e->base);
+        const kf_tensor *b = g->nodes[e->base];
+        const double *bv = tensor_value(x, e->base);
+        if (!bv)
+            return check_fail(plan, "E2: group %u node %u loads from %%%u, which has no value",
+                              x->gi, k, e->base);
+        int64_t bn = kf_ir_numel(b);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t off = 0, rem = i;
+            for (int d = s.rank - 1; d >= 0; d--) {
+                off += (rem % s.dims[d]) * e->strides[d];
+                rem /= s.dims[d];
+            }
+            if (off < 0 || off >= bn)
+                return check_fail(plan, "E2: group %u node %u loads element %lld of %%%u, which "
+                                  "has %lld", x->gi, k, (long long)off, e->base, (long long)bn);
+            out[i] = bv[off];
+        }
+        break;
+    }
+    case KF_EXPR_CONST:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = e->value;
+        break;
+    case KF_EXPR_INDEX:
+        if (e->axis < 0 || e->axis >= s.rank)
+            return check_fail(plan, "E3: group %u node %u indexes axis %d of a rank-%d space",
+                              x->gi, k, e->axis, s.rank);
+        for (int64_t i = 0; i < n; i++)
+            out[i] = kf_ir_round(e->dtype, (double)index_along(&s, i, e->axis));
+        break;
+    case KF_EXPR_ROW:
+    case KF_EXPR_COL:
+    case KF_EXPR_BATCH:
+    case KF_EXPR_HEAD:
+    case KF_EXPR_Q_IDX:
+    case KF_EXPR_KV_IDX: {
+        int from_end = e->kind == KF_EXPR_ROW || e->kind == KF_EXPR_Q_IDX ? 2
+                       : e->kind == KF_EXPR_COL || e->kind == KF_EXPR_KV_IDX ? 1
+                       : e->kind == KF_EXPR_HEAD ? 3 : 4;
+        int axis = s.rank - from_end;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = axis < 0 ? 0.0 : kf_ir_round(e->dtype, (double)index_along(&s, i, axis));
+        break;
+    }
+    case KF_EXPR_ACC:
+    case KF_EXPR_SCORE: {
+        uint32_t t = e->kind == KF_EXPR_SCORE                  ? grp->attn.qk
+                     : e->anchor >= 0 && e->anchor < 2 ? grp->gemm.anchor[e->anchor]
+                                                       : KF_NONE;
+        const double *tv = t != KF_NONE ? tensor_value(x, t) : NULL;
+        if (!tv || !shape_fits(g->nodes[t]->rank, g->nodes[t]->dims, &s))
+            return check_fail(plan, "E3: group %u node %u (%s) names anchor %%%u, which has no "
+                              "value or does not fit the node's space", x->gi, k,
+                              kf_expr_kind_name(e->kind), t);
+        for (int64_t i = 0; i < n; i++)
+            out[i] = tv[bcast_offset(g->nodes[t]->rank, g->nodes[t]->dims, &s, i)];
+        break;
+    }
+    case KF_EXPR_STAT: {
+        kf_status rc = eval_stat(x, k, &s, out);
+        if (rc != KF_OK)
+            return rc;
+        x->inexact[k] = e->stat != KF_STAT_MAX;
+        break;
+    }
+    default:
+        return check_fail(plan, "E1: group %u node %u has kind %d", x->gi, k, (int)e->kind);
+    }
+    if (e->tensor != KF_NONE && e->kind != KF_EXPR_LOAD)
+        for (int64_t i = 0; i < n; i++)
+            out[i] = kf_ir_round(e->dtype, out[i]);
+    return KF_OK;
+}
+
+/* Compares node k with graph tensor t (E5/E6). */
+static kf_status compare_node(xstate *x, uint32_t k, uint32_t t, const char *what) {
+    const kf_plan *plan = x->plan;
+    const kf_graph *g = plan->graph;
+    if (t >= g->n_nodes)
+        return check_fail(plan, "E6: group %u node %u stands for tensor %u; the graph has %u",
+                          x->gi, k, t, g->n_nodes);
+    const kf_tensor *tt = g->nodes[t];
+    const double *tv = tensor_value(x, t);
+    if (!tv)
+        return KF_OK; /* a tensor nobody needs (the outputs do not reach it) */
+    xspace s = space_of(x->grp, x->grp->expr[k].space);
+    kf_tensor flat;
+    if (x->grp->kind == KF_GROUP_LAYOUT && kf_ir_numel(tt) == space_numel(&s) &&
+        !shape_fits(tt->rank, tt->dims, &s)) {
+        /* A reshape copy iterates its source's shape and writes the same
+         * row-major elements: compare element i with element i. */
+        flat = *tt;
+        flat.rank = s.rank;
+        memcpy(flat.dims, s.dims, sizeof flat.dims);
+        tt = &flat;
+    }
+    if (!shape_fits(tt->rank, tt->dims, &s))
+        return check_fail(plan, "E5: group %u node %u stands for %%%u (%s), whose shape does not "
+                          "broadcast into the node's space (rank %d)", x->gi, k, t,
+                          kf_op_get(tt->op)->name, s.rank);
+    char why[200];
+    if (!values_agree(x->v[k], &s, tt, tv, x->inexact[k], why, sizeof why))
+        return check_fail(plan, "E5: group %u (%s %s) node %u (%s%s%s) %s %%%u (%s): %s", x->gi,
+                          kf_group_kind_name(x->grp->kind), x->grp->name, k,
+                          kf_expr_kind_name(x->grp->expr[k].kind),
+                          x->grp->expr[k].kind == KF_EXPR_OP ? " " : "",
+                          x->grp->expr[k].kind == KF_EXPR_OP ? kf_op_get(x->grp->expr[k].op)->name
+                                                             : "",
+                          what, t, kf_op_get(tt->op)->name, why);
+    return KF_OK;
+}
+
+/* E7: a mask classified CAUSAL or SLIDING_WINDOW lets a backend skip whole
+ * tiles, so every (q, kv) the class skips must carry probability 0 in the
+ * reference softmax (or NaN, for a row masked entirely). */
+static kf_status check_mask(const kf_plan *plan, uint32_t gi, const kf_eval_state *vals) {
+    const kf_group *grp = &plan->groups[gi];
+    const kf_attn_info *a = &grp->attn;
+    if (a->mask != KF_MASK_CAUSAL && a->mask != KF_MASK_SLIDING_WINDOW)
+        return KF_OK;
+    if (a->softmax >= plan->graph->n_nodes)
+        return check_fail(plan, "E7: attention group %u names softmax %u", gi, a->softmax);
+    const kf_tensor *sm = plan->graph->nodes[a->softmax];
+    const double *p = vals->values[sm->id];
+    if (!p || sm->rank < 2)
+        return KF_OK;
+    xspace s = {.rank = sm->rank};
+    memcpy(s.dims, sm->dims, sizeof s.dims);
+    int64_t n = space_numel(&s);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t q = index_along(&s, i, s.rank - 2), kv = index_along(&s, i, s.rank - 1);
+        bool skipped = kv > q || (a->mask == KF_MASK_SLIDING_WINDOW && q - kv >= a->window);
+        if (skipped && !(p[i] == 0.0 || isnan(p[i])))
+            return check_fail(plan, "E7: attention group %u (%s) classifies its mask as %s "
+                              "(window %lld), but the softmax gives probability %.9g at q=%lld, "
+                              "kv=%lld, which that mask skips", gi, grp->name,
+                              kf_mask_kind_name(a->mask), (long long)a->window, p[i],
+                              (long long)q, (long long)kv);
+    }
+    return KF_OK;
+}
+
+static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_eval_state *vals) {
+    const kf_group *grp = &plan->groups[gi];
+    const kf_graph *g = plan->graph;
+    kf_status rc = KF_OK;
+    xstate x = {.plan = plan, .grp = grp, .gi = gi, .vals = vals, .n = grp->n_expr};
+    if (grp->n_expr && !grp->expr)
+        return check_fail(plan, "E1: group %u has %u expression nodes and no node array", gi,
+                          grp->n_expr);
+    for (uint32_t i = 0; i < grp->n_writes; i++) {
+        uint32_t r = grp->roots ? grp->roots[i] : KF_NONE, w = grp->writes[i];
+        if (r != KF_NONE && r >= grp->n_expr)
+            return check_fail(plan, "E6: group %u's root of %%%u is node %u of %u", gi, w, r,
+                              grp->n_expr);
+        if (r == KF_NONE && !kf_op_has(g->nodes[w]->op, KF_TRAIT_GEMM) &&
+            grp->kind != KF_GROUP_VIEW && !(grp->kind == KF_GROUP_ATTENTION && w == grp->attn.pv))
+            return check_fail(plan, "E6: group %u (%s %s) writes %%%u (%s) but has no expression "
+                              "root for it", gi, kf_group_kind_name(grp->kind), grp->name, w,
+                              kf_op_get(g->nodes[w]->op)->name);
+    }
+    if (grp->kind == KF_GROUP_ATTENTION) {
+        kf_status mrc = check_mask(plan, gi, vals);
+        if (mrc != KF_OK)
+            return mrc;
+    }
+    if (!grp->n_expr)
+        return KF_OK;
+    const kf_mem *m = &plan->graph->mem;
+    x.scratch = kf_ir_graph_create(m, NULL);
+    x.fake = kf_mem_calloc(m, x.n, sizeof *x.fake);
+    x.v = kf_mem_calloc(m, x.n, sizeof *x.v);
+    x.inexact = kf_mem_calloc(m, x.n, sizeof *x.inexact);
+    if (!x.scratch || !x.fake || !x.v || !x.inexact)
+        rc = kf_ir_note(plan->graph, KF_ERR_OUT_OF_MEMORY, "plan check: out of memory");
+    for (uint32_t k = 0; k < x.n && rc == KF_OK; k++) {
+        rc = eval_expr_node(&x, k);
+        /* A LOAD's tensor is what it reads (through base and strides), which
+         * a layout copy re-indexes: LOADs are judged by the nodes they feed. */
+        if (rc == KF_OK && grp->expr[k].tensor != KF_NONE && grp->expr[k].kind != KF_EXPR_LOAD)
+            rc = compare_node(&x, k, grp->expr[k].tensor, "stands for");
+    }
+    for (uint32_t i = 0; i < grp->n_writes && rc == KF_OK; i++)
+        if (grp->roots && grp->roots[i] != KF_NONE)
+            rc = compare_node(&x, grp->roots[i], grp->writes[i], "is the root of");
+    if (x.v)
+        for (uint32_t k = 0; k < x.n; k++)
+            if (x.v[k])
+                kf_mem_free(m, x.v[k], sizeof(double) * (size_t)kf_ir_numel(&x.fake[k]));
+    kf_mem_free(m, x.v, sizeof *x.v * x.n);
+    kf_mem_free(m, x.fake, sizeof *x.fake * x.n);
+    kf_mem_free(m, x.inexact, sizeof *x.inexact * x.n);
+    kf_ir_graph_destroy(x.scratch);
+    return rc;
+}
+
 /* Executes the plan's groups into *st (whose inputs are loaded). */
 static kf_status run_groups(const kf_plan *plan, kf_eval_state *st) {
     kf_graph *g = plan->graph;
@@ -399,6 +925,9 @@ static kf_status run_groups(const kf_plan *plan, kf_eval_state *st) {
                            ? s
                            : check_fail(plan, "group %u: %s", gi, kf_graph_error(g));
         }
+        kf_status xs = check_group_exprs(plan, gi, st);
+        if (xs != KF_OK)
+            return xs;
         if (grp->kind == KF_GROUP_VIEW)
             continue; /* views stay readable */
         for (uint32_t i = 0; i < grp->n_computed; i++) {

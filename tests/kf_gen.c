@@ -627,16 +627,32 @@ static kf_tensor *motif_attention(gen *G) {
         double ninf = chance(G, 70) ? -INFINITY : -1e4;
         kf_tensor *neg = kf_scalar(g, dt, ninf);
         kf_tensor *causal = chance(G, 80) ? kf_le(g, ki, qi) : kf_ge(g, qi, ki);
-        if (mask == 9) {
+        int64_t w = 1 + below(G, (int)S + 1);
+        if (mask >= 7 && chance(G, 50)) {
+            /* a sliding window as one where over the whole condition
+             * 0 <= q - kv < w, spelled without a logical and:
+             * min(d, w-1-d) >= 0, or |2d - (w-1)| <= w-1 */
+            kf_tensor *d = kf_sub(g, qi, ki), *c;
+            kf_tensor *wm1 = kf_scalar(g, KF_DTYPE_I32, (double)(w - 1));
+            if (chance(G, 50)) {
+                c = kf_ge(g, kf_min(g, d, kf_sub(g, wm1, d)), kf_scalar(g, KF_DTYPE_I32, 0.0));
+            } else {
+                kf_tensor *e = kf_sub(g, kf_mul(g, d, kf_scalar(g, KF_DTYPE_I32, 2.0)), wm1);
+                c = kf_le(g, kf_abs(g, e), wm1);
+            }
+            if (chance(G, 80))
+                s = kf_where(g, c, s, neg);
+            else /* the branches the other way round */
+                s = kf_where(g, kf_eq(g, c, kf_scalar(g, KF_DTYPE_BOOL, 0.0)), neg, s);
+        } else if (mask == 9) {
             /* an additive mask: s + where(causal, 0, -inf) */
             s = kf_add(g, s, kf_where(g, causal, kf_scalar(g, dt, 0.0), neg));
         } else {
             s = kf_where(g, causal, s, neg);
-        }
-        if (mask >= 7) { /* sliding window: also q - kv < W */
-            kf_tensor *wnd = kf_scalar(g, KF_DTYPE_I32, (double)(1 + below(G, (int)S + 1)));
-            kf_tensor *near = kf_lt(g, kf_sub(g, qi, ki), wnd);
-            s = kf_where(g, near, s, neg);
+            if (mask >= 7) { /* a sliding window as a second where: q - kv < w */
+                kf_tensor *near = kf_lt(g, kf_sub(g, qi, ki), kf_scalar(g, KF_DTYPE_I32, (double)w));
+                s = kf_where(g, near, s, neg);
+            }
         }
     } else if (mask == 2) { /* a general mask from an input */
         shape ms = {.rank = 2, .d = {S, T}};

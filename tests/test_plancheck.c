@@ -118,8 +118,21 @@ static void test_gen_covers_every_computing_op(void **state) {
 /* Random graphs through planner and checker                                  */
 /* ------------------------------------------------------------------------ */
 
+/* How many failures print in full (KF_PLANCHECK_REPORTS, default 5); the rest
+ * print one line each. */
+static long full_reports(void) {
+    const char *env = getenv("KF_PLANCHECK_REPORTS");
+    return env && *env ? atol(env) : 5;
+}
+
 static void report_failure(kf_graph *g, const kf_plan *plan, uint64_t seed, const char *what,
                            kf_status st) {
+    static long reported;
+    if (reported++ >= full_reports()) {
+        fprintf(stderr, "plancheck FAILURE: graph seed 0x%016llx: %s: %s\n",
+                (unsigned long long)seed, what, kf_graph_error(g));
+        return;
+    }
     fprintf(stderr, "\n=== plancheck FAILURE: graph seed 0x%016llx: %s: %s: %s\n",
             (unsigned long long)seed, what, kf_status_str(st), kf_graph_error(g));
     fprintf(stderr, "--- graph\n");
@@ -141,7 +154,8 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
     kf_ctx *ctx = ctx_new();
     uint64_t s = base_seed();
     long failures = 0, nodes = 0, groups = 0, kernels = 0, edges = 0, prologue_plans = 0;
-    long reasons[KF_REASON_COUNT] = {0}, kinds[KF_GROUP_COUNT] = {0};
+    long reasons[KF_REASON_COUNT] = {0}, kinds[KF_GROUP_COUNT] = {0}, masks[KF_MASK_COUNT] = {0};
+    long more_bytes_plans = 0;
     double fused = 0, unfused = 0;
     clock_t c0 = clock();
     for (long i = 0; i < count; i++) {
@@ -149,8 +163,8 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
         kf_graph *g = NULL;
         kf_status st = kf_gen_graph(ctx, gseed, NULL, &g);
         if (st != KF_OK) {
-            if (failures++ < 5)
-                report_failure(g, NULL, gseed, "generator", st);
+            failures++;
+            report_failure(g, NULL, gseed, "generator", st);
             kf_graph_destroy(g);
             continue;
         }
@@ -161,17 +175,21 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
         if (st == KF_OK)
             st = kf_plan_estimate(plan, (const char *[]){"h100", "h200", "a100", "cpu"}[i & 3]);
         if (st != KF_OK) {
-            if (failures++ < 5)
-                report_failure(g, plan, gseed, plan ? "check" : "plan", st);
+            failures++;
+            report_failure(g, plan, gseed, plan ? "check" : "plan", st);
         } else {
             nodes += g->n_nodes;
             groups += plan->n_groups;
             kernels += kf_plan_kernel_count(plan);
             edges += plan->n_edges;
-            bool recomputes = false;
+            bool recomputes = false, copies = false;
             for (uint32_t k = 0; k < plan->n_groups; k++) {
-                kinds[plan->groups[k].kind]++;
-                recomputes = recomputes || plan->groups[k].gemm.a_prologue;
+                const kf_group *grp = &plan->groups[k];
+                kinds[grp->kind]++;
+                recomputes = recomputes || grp->gemm.a_prologue;
+                copies = copies || grp->kind == KF_GROUP_LAYOUT;
+                if (grp->kind == KF_GROUP_ATTENTION)
+                    masks[grp->attn.mask]++;
             }
             for (uint32_t k = 0; k < plan->n_edges; k++)
                 reasons[plan->edges[k].reason]++;
@@ -179,13 +197,17 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
             unfused += plan->total_unfused_bytes;
             prologue_plans += recomputes;
             /* Fusion never moves more bytes than the unfused graph, except
-             * where a norm prologue is recomputed by several GEMMs. */
-            if (!recomputes && plan->total_bytes > plan->total_unfused_bytes * (1 + 1e-12)) {
-                if (failures++ < 5) {
-                    kf_ir_note(g, KF_ERR_INTERNAL, "fused bytes %.0f > unfused bytes %.0f",
-                               plan->total_bytes, plan->total_unfused_bytes);
-                    report_failure(g, plan, gseed, "cost", KF_ERR_INTERNAL);
-                }
+             * where a norm prologue is recomputed by several GEMMs or a
+             * layout copy makes a value contiguous that a framework would
+             * leave as a view (those are counted, not failed). */
+            bool more = plan->total_bytes > plan->total_unfused_bytes * (1 + 1e-12);
+            if (more && (recomputes || copies)) {
+                more_bytes_plans++;
+            } else if (more) {
+                failures++;
+                kf_ir_note(g, KF_ERR_INTERNAL, "fused bytes %.0f > unfused bytes %.0f",
+                           plan->total_bytes, plan->total_unfused_bytes);
+                report_failure(g, plan, gseed, "cost", KF_ERR_INTERNAL);
             }
         }
         kf_plan_destroy(plan);
@@ -195,13 +217,17 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
     fprintf(stderr,
             "test_plancheck: %ld graphs, %ld failures, %.1f s CPU; %.1f nodes, %.2f groups "
             "(%.2f kernels), %.2f unfused edges per graph; fused/unfused bytes %.3f; "
-            "%ld plans with a shared norm prologue\n",
+            "%ld plans with a shared norm prologue; %ld plans (with layout copies or shared "
+            "prologues) move more bytes than the unfused graph\n",
             count, failures, secs, (double)nodes / (double)count, (double)groups / (double)count,
             (double)kernels / (double)count, (double)edges / (double)count,
-            unfused > 0 ? fused / unfused : 0.0, prologue_plans);
+            unfused > 0 ? fused / unfused : 0.0, prologue_plans, more_bytes_plans);
     fprintf(stderr, "test_plancheck: groups by kind:");
     for (int k = 0; k < KF_GROUP_COUNT; k++)
         fprintf(stderr, " %s=%ld", kf_group_kind_name((kf_group_kind)k), kinds[k]);
+    fprintf(stderr, "\ntest_plancheck: attention masks:");
+    for (int k = 0; k < KF_MASK_COUNT; k++)
+        fprintf(stderr, " %s=%ld", kf_mask_kind_name((kf_mask_kind)k), masks[k]);
     fprintf(stderr, "\ntest_plancheck: unfused edges by reason:");
     for (int r = 0; r < KF_REASON_COUNT; r++)
         if (reasons[r])
@@ -460,7 +486,7 @@ static void test_cost_elementwise_chain_fused_vs_unfused_bytes(void **state) {
     hand_init(&fused, g);
     hand_group(&fused, KF_GROUP_ELEMENTWISE, KF_DTYPE_F16, L(a->id, m->id, y->id), L(x->id, s->id),
                L(y->id));
-    assert_int_equal(kf_plan_check(&fused.plan, 3, NULL), KF_OK);
+    assert_int_equal(kf_plan_check_structure(&fused.plan), KF_OK);
     assert_int_equal(kf_plan_estimate(&fused.plan, "h200"), KF_OK);
     assert_close(fused.plan.total_bytes, 3 * E * B);
     assert_close(fused.plan.total_unfused_bytes, (2 + 3 + 2) * E * B);
@@ -481,7 +507,7 @@ static void test_cost_elementwise_chain_fused_vs_unfused_bytes(void **state) {
     };
     split.plan.edges = edges;
     split.plan.n_edges = 2;
-    assert_int_equal(kf_plan_check(&split.plan, 3, NULL), KF_OK);
+    assert_int_equal(kf_plan_check_structure(&split.plan), KF_OK);
     assert_int_equal(kf_plan_estimate(&split.plan, "cpu"), KF_OK);
     assert_close(split.plan.total_bytes, split.plan.total_unfused_bytes);
     assert_close(split.plan.total_unfused_bytes, fused.plan.total_unfused_bytes);
@@ -489,7 +515,7 @@ static void test_cost_elementwise_chain_fused_vs_unfused_bytes(void **state) {
 
     /* And the checker sees that the split plan needs its edge reasons. */
     split.plan.n_edges = 1;
-    assert_int_equal(kf_plan_check(&split.plan, 3, NULL), KF_ERR_INTERNAL);
+    assert_int_equal(kf_plan_check_structure(&split.plan), KF_ERR_INTERNAL);
     assert_true(contains(kf_graph_error(g), "has no reason"));
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
