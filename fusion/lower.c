@@ -395,7 +395,7 @@ static const char *op_tag(const lowerer *L, const kf_tensor *t) {
     if (kf_op_has(t->op, KF_TRAIT_BINARY) && !kf_op_has(t->op, KF_TRAIT_COMPARE)) {
         for (int k = 0; k < 2; k++) {
             const kf_tensor *o = t->src[k];
-            bool outside = !group_computes(L->gr, o->id);
+            bool outside = kf_pl_is_source(o) || !group_computes(L->gr, o->id);
             if (!outside)
                 continue;
             if (kf_ir_numel(o) == 1 && (t->op == KF_OP_MUL || t->op == KF_OP_DIV))

@@ -34,9 +34,9 @@ static void put_bytes(FILE *out, double b) {
 
 static void put_time(FILE *out, double s) {
     if (s >= 1e-3)
-        fprintf(out, "%.2f ms", s * 1e3);
+        fprintf(out, "%.3g ms", s * 1e3);
     else
-        fprintf(out, "%.2f us", s * 1e6);
+        fprintf(out, "%.3g us", s * 1e6);
 }
 
 /* The ops a group absorbed, as "op(name), ...". */
@@ -99,7 +99,7 @@ static void report_text(const kf_plan *plan, FILE *out) {
         fprintf(out, "%-12s ", buf);
         if (cost) {
             double s = g->est_time_s;
-            snprintf(buf, sizeof buf, s >= 1e-3 ? "%.2f ms" : "%.2f us", s >= 1e-3 ? s * 1e3 : s * 1e6);
+            snprintf(buf, sizeof buf, s >= 1e-3 ? "%.3g ms" : "%.3g us", s >= 1e-3 ? s * 1e3 : s * 1e6);
         }
         fprintf(out, "%-11s ", buf);
         put_ops(plan, g, out, 8);

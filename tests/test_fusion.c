@@ -850,7 +850,7 @@ static void test_block_example_is_seven_kernels(void **state) {
     assert_int_equal(attention, 1);
 }
 
-/* Every examples/patterns/*.kfg says how many kernels it plans to on a line
+/* Every .kfg file in examples/patterns says how many kernels it plans to on a line
  * "# expect: N kernels"; each is planned, checked and counted. */
 static void test_pattern_examples_plan_to_their_stated_kernel_counts(void **state) {
     fixture *f = *state;
