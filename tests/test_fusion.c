@@ -13,6 +13,7 @@
 
 #include "kf_test.h"
 
+#include "frontend/cmd_report.h"
 #include "fusion/fusion.h"
 #include "ir/ir.h"
 
@@ -891,6 +892,28 @@ static void test_pattern_examples_plan_to_their_stated_kernel_counts(void **stat
     assert_true(files >= 9);
 }
 
+static void test_report_command_exits_2_on_a_parse_error_and_bad_usage(void **state) {
+    (void)state;
+    char path[] = "/tmp/kf_test_fusion_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *fp = fdopen(fd, "w");
+    fputs("kfg 1\nx = input(f32[4])\ny = exp(x, x)\noutput y\n", fp);
+    fclose(fp);
+    char *bad[] = {"report", path, NULL};
+    assert_int_equal(kf_cmd_report(2, bad), 2);
+    remove(path);
+    char *missing[] = {"report", "/nonexistent/graph.kfg", NULL};
+    assert_int_equal(kf_cmd_report(2, missing), 2);
+    char *device[] = {"report", "examples/mlp.kfg", "--device", "tpu", NULL};
+    assert_int_equal(kf_cmd_report(4, device), 2);
+    char *option[] = {"report", "--fast", "examples/mlp.kfg", NULL};
+    assert_int_equal(kf_cmd_report(3, option), 2);
+    char *none[] = {"report", NULL};
+    assert_int_equal(kf_cmd_report(1, none), 2);
+    assert_non_null(strstr(kf_cmd_report_help, "--device"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -931,6 +954,7 @@ int main(void) {
         T(test_plan_create_rejects_bad_arguments_and_unverified_graphs),
         T(test_block_example_is_seven_kernels),
         T(test_pattern_examples_plan_to_their_stated_kernel_counts),
+        T(test_report_command_exits_2_on_a_parse_error_and_bad_usage),
 #undef T
     };
     return kf_test_run(tests);
