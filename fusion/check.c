@@ -259,8 +259,8 @@ static kf_status check_edges(const kf_plan *plan, scratch *s) {
             const kf_tensor *p = t->src[k];
             if (is_memory_source(p) || is_inline_source(p))
                 continue;
-            if (s->computed_by[p->id] == gc || may_recompute(&plan->groups[gc], p))
-                continue; /* fused, or recomputed in the consumer's group */
+            if (s->computed_by[p->id] == gc)
+                continue;
             if (s->edge_at[(size_t)c * 3 + (size_t)k] == KF_NONE)
                 return check_fail(plan,
                                   "S7: the edge %%%u (%s, group %u) -> %%%u (%s, group %u) "
