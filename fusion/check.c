@@ -78,6 +78,8 @@ static bool may_recompute(const kf_group *grp, const kf_tensor *t) {
            (grp->gemm.a[0] == t->id || (grp->gemm.n_anchors > 1 && grp->gemm.a[1] == t->id));
 }
 
+static bool group_computes(const kf_group *grp, uint32_t t);
+
 /* Sources that are read from memory and never computed. */
 static bool is_memory_source(const kf_tensor *t) {
     return t->op == KF_OP_INPUT || (t->op == KF_OP_CONST && kf_ir_numel(t) > 1);
@@ -238,7 +240,8 @@ static kf_status check_edges(const kf_plan *plan, scratch *s) {
         uint32_t gp = s->computed_by[pe->producer], gc = s->computed_by[pe->consumer];
         if (p->op == KF_OP_INPUT || p->op == KF_OP_CONST || is_inline_source(p))
             continue; /* edges from sources (reason SOURCE) are informative only */
-        if (gp != KF_NONE && gp == gc)
+        if (gp != KF_NONE && gc != KF_NONE &&
+            (gp == gc || group_computes(&plan->groups[gc], pe->producer)))
             return check_fail(plan, "S7: edge %u (%%%u -> %%%u) says %s, but group %u computes "
                               "both", e, pe->producer, pe->consumer, kf_reason_code(pe->reason),
                               gp);
@@ -259,8 +262,8 @@ static kf_status check_edges(const kf_plan *plan, scratch *s) {
             const kf_tensor *p = t->src[k];
             if (is_memory_source(p) || is_inline_source(p))
                 continue;
-            if (s->computed_by[p->id] == gc)
-                continue;
+            if (s->computed_by[p->id] == gc || group_computes(&plan->groups[gc], p->id))
+                continue; /* fused (a recomputed prologue is fused where it is recomputed) */
             if (s->edge_at[(size_t)c * 3 + (size_t)k] == KF_NONE)
                 return check_fail(plan,
                                   "S7: the edge %%%u (%s, group %u) -> %%%u (%s, group %u) "

@@ -511,6 +511,8 @@ static kf_tensor *motif_gemm(gen *G) {
         ws.d[0] = kf_tensor_dim(a, 0);
     }
     kf_tensor *w = input(G, dt, &ws);
+    if (chance(G, 8)) /* a computed weight: a norm or an activation feeds operand B */
+        w = chance(G, 50) ? norm(G, w, -1) : unary(G, w);
     kf_tensor *y = kf_matmul(g, a, w, ta, tb);
     if (chance(G, 12)) { /* SwiGLU: silu(a.Wg) * (a.Wu) */
         kf_tensor *u = kf_matmul(g, a, input(G, dt, &ws), ta, tb);

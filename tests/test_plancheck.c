@@ -168,8 +168,19 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
             kf_graph_destroy(g);
             continue;
         }
+        /* One graph in four plans under random options: passes switched off,
+         * row and prologue limits inside the generator's dims. */
+        kf_plan_options opt;
+        kf_plan_options_init(&opt);
+        uint64_t os = gseed ^ UINT64_C(0x0B7105);
+        if (kf_gen_next(&os) % 4 == 0) {
+            opt.disabled = (unsigned)(kf_gen_next(&os) % (1u << KF_PASS_COUNT)) &
+                           (unsigned)(kf_gen_next(&os) % (1u << KF_PASS_COUNT));
+            opt.gemm_row_epilogue_max_n = 1 + (int64_t)(kf_gen_next(&os) % 24);
+            opt.norm_prologue_max_k = 1 + (int64_t)(kf_gen_next(&os) % 24);
+        }
         kf_plan *plan = NULL;
-        st = kf_plan_create(g, NULL, &plan);
+        st = kf_plan_create(g, &opt, &plan);
         if (st == KF_OK)
             st = kf_plan_check(plan, gseed ^ UINT64_C(0xC0FFEE), NULL);
         if (st == KF_OK)
@@ -372,6 +383,123 @@ static void test_check_rejects_missing_reason_and_unwritten_output(void **state)
     kf_ctx_destroy(ctx);
 }
 
+/* The first expression node of the plan satisfying `pred`, as (group, node). */
+static bool find_node(kf_plan *plan, bool (*pred)(const kf_group *, const kf_expr *),
+                      kf_group **grp, kf_expr **node) {
+    for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
+        for (uint32_t k = 0; k < plan->groups[gi].n_expr; k++) {
+            if (pred(&plan->groups[gi], &plan->groups[gi].expr[k])) {
+                *grp = &plan->groups[gi];
+                *node = &plan->groups[gi].expr[k];
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+static bool is_gelu(const kf_group *grp, const kf_expr *e) {
+    (void)grp;
+    return e->kind == KF_EXPR_OP && e->op == KF_OP_GELU;
+}
+
+static bool is_broadcast_load(const kf_group *grp, const kf_expr *e) {
+    (void)grp;
+    return e->kind == KF_EXPR_LOAD && e->space == KF_SPACE_OUT && e->strides[0] == 0 &&
+           e->strides[1] == 1;
+}
+
+static bool is_sumexp(const kf_group *grp, const kf_expr *e) {
+    (void)grp;
+    return e->kind == KF_EXPR_STAT && e->stat == KF_STAT_SUMEXP;
+}
+
+/* The checker reads the expressions, not only the bookkeeping: an epilogue
+ * with the wrong activation, a load with the wrong strides and a softmax with
+ * the wrong statistic are each caught. */
+static void test_check_rejects_wrong_expressions(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = two_gemms(ctx);
+    kf_plan *plan = NULL;
+    kf_group *grp;
+    kf_expr *e;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_true(find_node(plan, is_gelu, &grp, &e));
+    e->op = KF_OP_RELU;
+    assert_int_equal(kf_plan_check(plan, 5, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E5"));
+    e->op = KF_OP_GELU;
+    assert_int_equal(kf_plan_check(plan, 5, NULL), KF_OK);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+
+    /* y = x[4, 8] + b[8]; z = softmax(y) */
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    kf_tensor *x = kf_input(g, "x", KF_DTYPE_F32, 2, (int64_t[]){4, 8});
+    kf_tensor *b = kf_input(g, "b", KF_DTYPE_F32, 1, (int64_t[]){8});
+    kf_tensor *y = kf_add(g, x, b);
+    assert_int_equal(kf_output(g, "y", y), KF_OK);
+    assert_int_equal(kf_output(g, "z", kf_softmax(g, y, -1)), KF_OK);
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(kf_plan_check(plan, 5, NULL), KF_OK);
+
+    assert_true(find_node(plan, is_broadcast_load, &grp, &e));
+    e->strides[0] = 1, e->strides[1] = 0; /* b read down the rows instead of along them */
+    assert_int_equal(kf_plan_check(plan, 5, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E5"));
+    e->strides[0] = 2, e->strides[1] = 1; /* runs off the end of b */
+    assert_int_equal(kf_plan_check(plan, 5, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E2"));
+    e->strides[0] = 0;
+    assert_int_equal(kf_plan_check(plan, 5, NULL), KF_OK);
+
+    assert_true(find_node(plan, is_sumexp, &grp, &e));
+    e->stat = KF_STAT_SUM;
+    assert_int_equal(kf_plan_check(plan, 5, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E5"));
+    e->stat = KF_STAT_SUMEXP;
+    assert_int_equal(kf_plan_check(plan, 5, NULL), KF_OK);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
+/* A mask that keeps kv >= q is no causal mask: claiming it is would let a
+ * backend skip the tiles that hold the probabilities. */
+static void test_check_rejects_mask_class_that_skips_live_scores(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    int64_t d[4] = {1, 2, 6, 4}, st[2] = {6, 6};
+    kf_tensor *q = kf_input(g, "q", KF_DTYPE_F32, 4, d);
+    kf_tensor *k = kf_input(g, "k", KF_DTYPE_F32, 4, d);
+    kf_tensor *v = kf_input(g, "v", KF_DTYPE_F32, 4, d);
+    kf_tensor *s = kf_matmul(g, q, k, 0, 1);
+    kf_tensor *qi = kf_iota(g, KF_DTYPE_I32, 2, st, 0), *ki = kf_iota(g, KF_DTYPE_I32, 2, st, 1);
+    s = kf_where(g, kf_ge(g, ki, qi), s, kf_scalar(g, KF_DTYPE_F32, -INFINITY));
+    kf_tensor *o = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+    assert_int_equal(kf_output(g, "o", o), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(kf_plan_check(plan, 9, NULL), KF_OK);
+    kf_group *att = NULL;
+    for (uint32_t i = 0; i < plan->n_groups; i++)
+        if (plan->groups[i].kind == KF_GROUP_ATTENTION)
+            att = &plan->groups[i];
+    assert_non_null(att);
+    assert_int_not_equal(att->attn.mask, KF_MASK_CAUSAL);
+    kf_mask_kind saved = att->attn.mask;
+    att->attn.mask = KF_MASK_CAUSAL;
+    assert_int_equal(kf_plan_check(plan, 9, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E7"));
+    att->attn.mask = saved;
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The cost model, on plans built by hand                                     */
 /* ------------------------------------------------------------------------ */
@@ -559,6 +687,8 @@ int main(void) {
         cmocka_unit_test(test_cost_unknown_device_is_not_found_and_lists_devices),
         cmocka_unit_test(test_check_rejects_read_of_unmaterialized_tensor),
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
+        cmocka_unit_test(test_check_rejects_wrong_expressions),
+        cmocka_unit_test(test_check_rejects_mask_class_that_skips_live_scores),
         cmocka_unit_test(test_random_graphs_plan_matches_unfused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
