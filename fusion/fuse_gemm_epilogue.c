@@ -48,8 +48,8 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
     for (uint32_t w = 0; w < top; w++) {
         kf_tensor *t = g->nodes[work[w]];
         /* Only members on the anchor's output shape continue the epilogue. */
-        bool on_space = t->rank == rank &&
-                        memcmp(t->dims, dims, sizeof(int64_t) * (size_t)rank) == 0;
+        bool on_space =
+            t->rank == rank && memcmp(t->dims, dims, sizeof(int64_t) * (size_t)rank) == 0;
         if (!on_space || p->gid[t->id] != gi || (t->id == pg->prologue))
             continue;
         for (uint32_t u = 0; u < kf_pl_uses(p, t); u++) {

@@ -41,7 +41,6 @@ static void put_time(FILE *out, double s) {
 
 /* The ops a group absorbed, as "op(name), ...". */
 static void put_ops(const kf_plan *plan, const kf_group *g, FILE *out, size_t max) {
-    char nb[24];
     size_t shown = 0;
     for (uint32_t i = 0; i < g->n_computed; i++) {
         const kf_tensor *t = plan->graph->nodes[g->computed[i]];
@@ -52,7 +51,6 @@ static void put_ops(const kf_plan *plan, const kf_group *g, FILE *out, size_t ma
             break;
         }
         fprintf(out, "%s%s", shown ? ", " : "", kf_op_get(t->op)->name);
-        (void)nb;
         shown++;
     }
 }
@@ -84,8 +82,6 @@ static void report_text(const kf_plan *plan, FILE *out) {
         char buf[32] = "-";
         if (cost) {
             /* Saved bytes in a fixed column. */
-            FILE *m = NULL;
-            (void)m;
             double saved = g->unfused_bytes - (g->bytes_read + g->bytes_written);
             double b = saved < 0 ? 0 : saved;
             static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -99,7 +95,8 @@ static void report_text(const kf_plan *plan, FILE *out) {
         fprintf(out, "%-12s ", buf);
         if (cost) {
             double s = g->est_time_s;
-            snprintf(buf, sizeof buf, s >= 1e-3 ? "%.3g ms" : "%.3g us", s >= 1e-3 ? s * 1e3 : s * 1e6);
+            snprintf(buf, sizeof buf, s >= 1e-3 ? "%.3g ms" : "%.3g us",
+                     s >= 1e-3 ? s * 1e3 : s * 1e6);
         }
         fprintf(out, "%-11s ", buf);
         put_ops(plan, g, out, 8);
@@ -269,15 +266,17 @@ static void report_json(const kf_plan *plan, FILE *out) {
             json_str(out, kf_mask_kind_name(g->attn.mask));
             fprintf(out, ", \"window\": %lld, \"score\": \"", (long long)g->attn.window);
             kf_expr_print(plan, g, g->attn.score, out);
-            fprintf(out, "\", \"batch\": %lld, \"heads\": %lld, \"q_len\": %lld, \"kv_len\": %lld, "
-                         "\"head_dim\": %lld}",
+            fprintf(out,
+                    "\", \"batch\": %lld, \"heads\": %lld, \"q_len\": %lld, \"kv_len\": %lld, "
+                    "\"head_dim\": %lld}",
                     (long long)g->attn.batch, (long long)g->attn.heads, (long long)g->attn.sq,
                     (long long)g->attn.skv, (long long)g->attn.d);
         }
         if (g->row.present) {
             fputs(",\n     \"row_stage\": {\"op\": ", out);
             json_str(out, kf_op_get(g->row.op)->name);
-            fprintf(out, ", \"axis\": %d, \"length\": %lld}", g->row.axis, (long long)g->row.length);
+            fprintf(out, ", \"axis\": %d, \"length\": %lld}", g->row.axis,
+                    (long long)g->row.length);
         }
         fputs(",\n     \"cost\": ", out);
         if (cost) {

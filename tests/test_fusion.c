@@ -172,8 +172,8 @@ static void test_gemm_absorbs_bias_residual_and_scale(void **state) {
     assert_int_equal(kf_plan_kernel_count(p), 2);
     assert_string_equal(group_of(p, y1)->name, "gemm_bias_residual_f32_8x16");
     assert_string_equal(group_of(p, y2)->name, "gemm_bias_scale_residual_f32_8x16");
-    assert_true(expr_uses(group_of(p, y2), root_of(group_of(p, y2), y2), KF_EXPR_CONST,
-                          KF_OP_COUNT));
+    assert_true(
+        expr_uses(group_of(p, y2), root_of(group_of(p, y2), y2), KF_EXPR_CONST, KF_OP_COUNT));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -312,7 +312,8 @@ static void test_norm_feeding_gemm_operand_b_is_not_a_prologue(void **state) {
 
 static void test_swiglu_is_one_group_over_both_gemms(void **state) {
     fixture *f = *state;
-    kf_tensor *x = in2(f->g, "x", 8, 32), *wg = in2(f->g, "wg", 32, 64), *wu = in2(f->g, "wu", 32, 64);
+    kf_tensor *x = in2(f->g, "x", 8, 32), *wg = in2(f->g, "wg", 32, 64),
+              *wu = in2(f->g, "wu", 32, 64);
     kf_tensor *gate = kf_matmul(f->g, x, wg, 0, 0), *up = kf_matmul(f->g, x, wu, 0, 0);
     kf_tensor *y = kf_mul(f->g, kf_silu(f->g, gate), up);
     kf_tensor *down = kf_matmul(f->g, y, in2(f->g, "wd", 64, 32), 0, 0);
@@ -424,7 +425,8 @@ enum { ATTN_PLAIN, ATTN_CAUSAL, ATTN_SOFTCAP, ATTN_ALIBI, ATTN_WINDOW };
 static kf_tensor *build_attention(fixture *f, int variant) {
     kf_graph *g = f->g;
     const int64_t hsd[] = {2, 8, 16};
-    kf_tensor *q = kf_input(g, "q", KF_DTYPE_F32, 3, hsd), *k = kf_input(g, "k", KF_DTYPE_F32, 3, hsd);
+    kf_tensor *q = kf_input(g, "q", KF_DTYPE_F32, 3, hsd),
+              *k = kf_input(g, "k", KF_DTYPE_F32, 3, hsd);
     kf_tensor *v = kf_input(g, "v", KF_DTYPE_F32, 3, hsd);
     kf_tensor *s = kf_mul(g, kf_matmul(g, q, k, 0, 1), kf_scalar(g, KF_DTYPE_F32, 0.25));
     kf_tensor *row = kf_iota(g, KF_DTYPE_I32, 2, DIMS(8, 8), 0);
@@ -702,7 +704,8 @@ static void test_switching_off_the_gemm_epilogue_pass_keeps_the_epilogue_apart(v
     o.disabled = 1u << KF_PASS_GEMM_EPILOGUE;
     const kf_plan *p = plan_with(f, &o);
     assert_int_equal(kf_plan_kernel_count(p), 2);
-    assert_non_null(kf_plan_find_edge(p, h, hb));
+    assert_edge_reason(p, h, hb, KF_REASON_PASS_DISABLED);
+    assert_string_equal(kf_plan_find_edge(p, h, hb)->detail, "fuse_gemm_epilogue is off");
     assert_string_equal(kf_pass_name(KF_PASS_GEMM_EPILOGUE), "fuse_gemm_epilogue");
 }
 
@@ -769,7 +772,8 @@ static void build_block(kf_graph *g) {
     s = kf_where(g, keep, s, kf_scalar(g, KF_DTYPE_F32, -INFINITY));
     kf_tensor *a = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
     kf_tensor *x1 = kf_add(g, x, kf_matmul(g, a, in2(g, "wo", 16, 16), 0, 0));
-    kf_tensor *u = kf_gelu(g, kf_add(g, kf_matmul(g, x1, in2(g, "w1", 16, 32), 0, 0), in1(g, "b1", 32)));
+    kf_tensor *u =
+        kf_gelu(g, kf_add(g, kf_matmul(g, x1, in2(g, "w1", 16, 32), 0, 0), in1(g, "b1", 32)));
     kf_tensor *y = kf_add(g, x1, kf_matmul(g, u, in2(g, "w2", 32, 16), 0, 0));
     kf_output(g, "y", y);
 }
