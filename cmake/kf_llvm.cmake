@@ -34,6 +34,8 @@ if(KF_HAVE_LLVM)
     find_package(Threads REQUIRED)
     target_include_directories(kfuse_objects SYSTEM PRIVATE ${LLVM_INCLUDE_DIRS})
     target_compile_definitions(kfuse_objects PRIVATE KF_HAVE_LLVM=1)
+    # In-tree readers of the internals (tests, CLI) see it too.
+    target_compile_definitions(kfuse_internal INTERFACE KF_HAVE_LLVM=1)
     foreach(_lib kfuse kfuse_static)
         target_link_libraries(${_lib} PRIVATE "${KF_LLVM_LIBRARY}" ${CMAKE_THREAD_LIBS_INIT})
     endforeach()

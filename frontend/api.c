@@ -80,6 +80,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
         return KF_ERR_OUT_OF_MEMORY;
     memset(ctx, 0, sizeof *ctx);
     ctx->mem = mem;
+    kf_ctx_runtime_init(ctx);
     ctx->target = o->target;
     ctx->device = o->device;
     ctx->flags = o->flags;
@@ -97,6 +98,7 @@ void kf_ctx_destroy(kf_ctx *ctx) {
     if (!ctx)
         return;
     kf_mem mem = ctx->mem;
+    kf_ctx_runtime_release(ctx);
     if (ctx->arch)
         kf_mem_free(&mem, ctx->arch, strlen(ctx->arch) + 1);
     if (ctx->cache_dir)

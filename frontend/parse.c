@@ -682,7 +682,7 @@ static bool parse_attrs(parser *p, const kf_op_info *info, kf_node_args *a) {
         next(p);
         if (!expect(p, TOK_EQ, "'=' after the attribute name"))
             return false;
-        int64_t v;
+        int64_t v = 0;
         switch (k) {
         case ATTR_AXIS:
             if (!parse_int(p, INT_MIN, INT_MAX, "an axis (an integer)", &v))

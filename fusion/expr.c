@@ -14,9 +14,9 @@
 
 static const char *const kind_names[KF_GROUP_COUNT] = {
     "elementwise", "rowwise", "colreduce", "gemm", "attention", "view", "layout"};
-static const char *const expr_names[KF_EXPR_COUNT] = {
-    "op", "LOAD", "CONST", "INDEX", "ACC", "ROW", "COL", "SCORE",
-    "BATCH", "HEAD", "Q_IDX", "KV_IDX", "STAT"};
+static const char *const expr_names[KF_EXPR_COUNT] = {"op",    "LOAD",   "CONST", "INDEX", "ACC",
+                                                      "ROW",   "COL",    "SCORE", "BATCH", "HEAD",
+                                                      "Q_IDX", "KV_IDX", "STAT"};
 static const char *const stat_names[KF_STAT_COUNT] = {"MAX",  "SUM",      "MEAN",
                                                       "RSTD", "RMS_RSTD", "SUMEXP"};
 static const char *const mask_names[KF_MASK_COUNT] = {"none", "causal", "sliding_window",
@@ -46,37 +46,64 @@ static double sigmoid(double x) {
 
 double kf_expr_apply(kf_op op, kf_dtype dtype, double a, double b, double c) {
     switch (op) {
-    case KF_OP_NEG: return -a;
-    case KF_OP_ABS: return fabs(a);
-    case KF_OP_EXP: return exp(a);
-    case KF_OP_LOG: return log(a);
-    case KF_OP_SQRT: return sqrt(a);
-    case KF_OP_RSQRT: return 1.0 / sqrt(a);
-    case KF_OP_TANH: return tanh(a);
-    case KF_OP_SIGMOID: return sigmoid(a);
-    case KF_OP_RELU: return isnan(a) ? a : (a > 0 ? a : 0.0);
-    case KF_OP_GELU: return 0.5 * a * erfc(-a / sqrt(2.0));
+    case KF_OP_NEG:
+        return -a;
+    case KF_OP_ABS:
+        return fabs(a);
+    case KF_OP_EXP:
+        return exp(a);
+    case KF_OP_LOG:
+        return log(a);
+    case KF_OP_SQRT:
+        return sqrt(a);
+    case KF_OP_RSQRT:
+        return 1.0 / sqrt(a);
+    case KF_OP_TANH:
+        return tanh(a);
+    case KF_OP_SIGMOID:
+        return sigmoid(a);
+    case KF_OP_RELU:
+        return isnan(a) ? a : (a > 0 ? a : 0.0);
+    case KF_OP_GELU:
+        return 0.5 * a * erfc(-a / sqrt(2.0));
     case KF_OP_GELU_TANH: {
         double u = sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a);
         return a * sigmoid(2.0 * u);
     }
-    case KF_OP_SILU: return a * sigmoid(a);
-    case KF_OP_CAST: return dtype == KF_DTYPE_BOOL ? (double)(a != 0) : a;
-    case KF_OP_ADD: return a + b;
-    case KF_OP_SUB: return a - b;
-    case KF_OP_MUL: return a * b;
-    case KF_OP_DIV: return a / b;
-    case KF_OP_MAX: return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
-    case KF_OP_MIN: return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
-    case KF_OP_POW: return pow(a, b);
-    case KF_OP_EQ: return a == b;
-    case KF_OP_NE: return a != b;
-    case KF_OP_LT: return a < b;
-    case KF_OP_LE: return a <= b;
-    case KF_OP_GT: return a > b;
-    case KF_OP_GE: return a >= b;
-    case KF_OP_WHERE: return a != 0 ? b : c;
-    default: return NAN;
+    case KF_OP_SILU:
+        return a * sigmoid(a);
+    case KF_OP_CAST:
+        return dtype == KF_DTYPE_BOOL ? (double)(a != 0) : a;
+    case KF_OP_ADD:
+        return a + b;
+    case KF_OP_SUB:
+        return a - b;
+    case KF_OP_MUL:
+        return a * b;
+    case KF_OP_DIV:
+        return a / b;
+    case KF_OP_MAX:
+        return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
+    case KF_OP_MIN:
+        return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
+    case KF_OP_POW:
+        return pow(a, b);
+    case KF_OP_EQ:
+        return a == b;
+    case KF_OP_NE:
+        return a != b;
+    case KF_OP_LT:
+        return a < b;
+    case KF_OP_LE:
+        return a <= b;
+    case KF_OP_GT:
+        return a > b;
+    case KF_OP_GE:
+        return a >= b;
+    case KF_OP_WHERE:
+        return a != 0 ? b : c;
+    default:
+        return NAN;
     }
 }
 
@@ -215,7 +242,6 @@ void kf_plan_dump(const kf_plan *plan, FILE *out) {
         put_tensor(gr, e->producer, out);
         fputs(" -> ", out);
         put_tensor(gr, e->consumer, out);
-        fprintf(out, ": %s%s%s\n", kf_reason_code(e->reason), e->detail[0] ? " " : "",
-                e->detail);
+        fprintf(out, ": %s%s%s\n", kf_reason_code(e->reason), e->detail[0] ? " " : "", e->detail);
     }
 }

@@ -70,7 +70,8 @@ kf_status kf_fuse_attention(kf_planner *p) {
             continue;
         uint32_t n;
         kf_tensor *qk = collect_chain(p, sm->src[0], sm, &n);
-        if (!qk || !kf_pl_gemm_dtype_ok(qk->dtype) || p->groups[p->gid[qk->id]].kind != KF_GROUP_GEMM)
+        if (!qk || !kf_pl_gemm_dtype_ok(qk->dtype) ||
+            p->groups[p->gid[qk->id]].kind != KF_GROUP_GEMM)
             continue;
         uint32_t gi = p->gid[pv->id];
         p->list[n++] = sm->id;

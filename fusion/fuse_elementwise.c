@@ -5,13 +5,15 @@
  *
  * Walks tensors from last to first, so a consumer's group is final when its
  * producers are visited. A producer p joins its consumer c's group when [I1..I6]
- *   - p is elementwise (not a source) and its only use is c and it is not a
- *     graph output [I2] (else MULTIPLE_CONSUMERS / GRAPH_OUTPUT);
+ *   - p is elementwise (not a source), is not a graph output, and every use
+ *     of p is in c's group (one use, or several that then share one expression
+ *     node) [I2] (else MULTIPLE_CONSUMERS / GRAPH_OUTPUT);
  *   - p is still alone in its group (anchored groups keep their members);
- *   - c is not a GEMM or attention operand slot (tiles are loaded from memory:
- *     ANCHOR_BOUNDARY) and c is not a norm or softmax over a non-last axis
- *     (AXIS_NOT_INNERMOST) [I6];
- *   - p broadcasts into c's shape, and c is not a layout op (LAYOUT_CHANGE) [I4];
+ *   - no use is a GEMM or attention operand slot (tiles are loaded from memory:
+ *     ANCHOR_BOUNDARY), a GEMM's norm prologue, or a norm or softmax over a
+ *     non-last axis (AXIS_NOT_INNERMOST) [I6];
+ *   - p broadcasts into each use's space, and no use is a layout op
+ *     (LAYOUT_CHANGE) [I4];
  *   - the merge keeps the groups acyclic [I3] (else WOULD_CREATE_CYCLE).
  * Recomputing a broadcast producer per element is accepted: it is elementwise.
  */
@@ -24,6 +26,32 @@ static uint32_t group_size(const kf_planner *p, uint32_t gi) {
     return n;
 }
 
+/* Why producer t may not be computed inside consumer c's group (NONE: it may). */
+static kf_reason check_use(const kf_planner *p, const kf_tensor *t, const kf_tensor *c,
+                           const char **detail) {
+    const kf_pgroup *cg = &p->groups[p->gid[c->id]];
+    *detail = NULL;
+    if (kf_op_has(c->op, KF_TRAIT_LAYOUT) || cg->kind == KF_GROUP_VIEW ||
+        cg->kind == KF_GROUP_LAYOUT)
+        return KF_REASON_LAYOUT_CHANGE;
+    if (kf_op_has(c->op, KF_TRAIT_GEMM)) {
+        *detail = "GEMM and attention operands are loaded tile by tile from memory";
+        return KF_REASON_ANCHOR_BOUNDARY;
+    }
+    if (kf_op_has(c->op, KF_TRAIT_ROWWISE) && !kf_pl_axis_is_last(c) &&
+        !kf_op_has(c->op, KF_TRAIT_REDUCTION))
+        return KF_REASON_AXIS_NOT_INNERMOST;
+    if (cg->kind == KF_GROUP_GEMM && cg->prologue == c->id) {
+        *detail = "a GEMM's norm prologue loads its input from memory";
+        return KF_REASON_ANCHOR_BOUNDARY;
+    }
+    /* A reduction's input space is its operand's shape; others' their own. */
+    const kf_tensor *space = kf_op_has(c->op, KF_TRAIT_REDUCTION) ? c->src[0] : c;
+    if (!kf_pl_broadcasts_into(t, space->rank, space->dims))
+        return KF_REASON_NO_BROADCAST_INTO_ANCHOR;
+    return KF_REASON_NONE;
+}
+
 kf_status kf_fuse_elementwise(kf_planner *p) {
     kf_graph *g = p->g;
     for (uint32_t i = p->n; i-- > 0;) {
@@ -33,10 +61,15 @@ kf_status kf_fuse_elementwise(kf_planner *p) {
         uint32_t uses = kf_pl_uses(p, t);
         if (uses == 0)
             continue;
-        if (p->is_output[i] || uses > 1) {
+        uint32_t gc = p->gid[kf_pl_consumer(p, t, 0)->id], gt = p->gid[i];
+        /* Several uses all inside one group share one expression node. */
+        bool one_group = !p->is_output[i];
+        for (uint32_t u = 1; u < uses && one_group; u++)
+            one_group = p->gid[kf_pl_consumer(p, t, u)->id] == gc;
+        if (!one_group) {
             for (uint32_t u = 0; u < uses; u++) {
                 kf_tensor *c = kf_pl_consumer(p, t, u);
-                if (p->gid[c->id] != p->gid[i])
+                if (p->gid[c->id] != gt)
                     kf_pl_reject_edge(p, t, c,
                                       p->is_output[i] ? KF_REASON_GRAPH_OUTPUT
                                                       : KF_REASON_MULTIPLE_CONSUMERS,
@@ -44,51 +77,24 @@ kf_status kf_fuse_elementwise(kf_planner *p) {
             }
             continue;
         }
-        kf_tensor *c = kf_pl_consumer(p, t, 0);
-        uint32_t gc = p->gid[c->id], gt = p->gid[i];
         if (gc == gt)
             continue;
-        kf_pgroup *cg = &p->groups[gc];
-        if (p->groups[gt].kind != KF_GROUP_ELEMENTWISE || group_size(p, gt) != 1) {
-            /* Already placed by an anchored rule; that rule gave the reason. */
-            continue;
+        if (p->groups[gt].kind != KF_GROUP_ELEMENTWISE || group_size(p, gt) != 1)
+            continue; /* already placed by an anchored rule; that rule gave the reason */
+        kf_reason r = KF_REASON_NONE;
+        for (uint32_t u = 0; u < uses && r == KF_REASON_NONE; u++) {
+            kf_tensor *c = kf_pl_consumer(p, t, u);
+            const char *detail;
+            r = check_use(p, t, c, &detail);
+            if (r != KF_REASON_NONE)
+                kf_pl_reject_edge(p, t, c, r, detail);
         }
-        if (kf_op_has(c->op, KF_TRAIT_LAYOUT)) {
-            kf_pl_reject_edge(p, t, c, KF_REASON_LAYOUT_CHANGE, NULL);
+        if (r != KF_REASON_NONE)
             continue;
-        }
-        if (kf_op_has(c->op, KF_TRAIT_GEMM)) {
-            kf_pl_reject_edge(p, t, c, KF_REASON_ANCHOR_BOUNDARY,
-                              "GEMM operands are loaded tile by tile from memory");
-            continue;
-        }
-        if (cg->kind == KF_GROUP_ATTENTION && (c->id == cg->anchor)) {
-            kf_pl_reject_edge(p, t, c, KF_REASON_ANCHOR_BOUNDARY,
-                              "attention operands are loaded tile by tile from memory");
-            continue;
-        }
-        if (kf_op_has(c->op, KF_TRAIT_ROWWISE) && !kf_pl_axis_is_last(c) &&
-            !kf_op_has(c->op, KF_TRAIT_REDUCTION)) {
-            kf_pl_reject_edge(p, t, c, KF_REASON_AXIS_NOT_INNERMOST, NULL);
-            continue;
-        }
-        if (cg->kind == KF_GROUP_VIEW || cg->kind == KF_GROUP_LAYOUT) {
-            kf_pl_reject_edge(p, t, c, KF_REASON_LAYOUT_CHANGE, NULL);
-            continue;
-        }
-        if (cg->kind == KF_GROUP_GEMM && cg->prologue != KF_NONE && c->id == cg->prologue) {
-            kf_pl_reject_edge(p, t, c, KF_REASON_ANCHOR_BOUNDARY,
-                              "a GEMM's norm prologue loads its input from memory");
-            continue;
-        }
-        /* A row-wise op's input space is its operand's shape; others' their own. */
-        const kf_tensor *space = kf_op_has(c->op, KF_TRAIT_REDUCTION) ? c->src[0] : c;
-        if (!kf_pl_broadcasts_into(t, space->rank, space->dims)) {
-            kf_pl_reject_edge(p, t, c, KF_REASON_NO_BROADCAST_INTO_ANCHOR, NULL);
-            continue;
-        }
         if (!kf_pl_can_merge(p, gc, gt)) {
-            kf_pl_reject_edge(p, t, c, KF_REASON_WOULD_CREATE_CYCLE, NULL);
+            for (uint32_t u = 0; u < uses; u++)
+                kf_pl_reject_edge(p, t, kf_pl_consumer(p, t, u), KF_REASON_WOULD_CREATE_CYCLE,
+                                  NULL);
             continue;
         }
         kf_pl_merge(p, gc, gt);

@@ -17,6 +17,8 @@
  * and fusion goes on past them (multi-output epilogue, [I2]).
  * A GEMM whose dtype is not f32/f16/bf16 runs unfused (DTYPE_UNSUPPORTED) [I1].
  */
+#include <string.h>
+
 #include "fusion/pass.h"
 
 static void reject_other(kf_planner *p, const kf_tensor *t, const kf_tensor *c, bool gemm) {
@@ -46,8 +48,8 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
     for (uint32_t w = 0; w < top; w++) {
         kf_tensor *t = g->nodes[work[w]];
         /* Only members on the anchor's output shape continue the epilogue. */
-        bool on_space = t->rank == rank &&
-                        memcmp(t->dims, dims, sizeof(int64_t) * (size_t)rank) == 0;
+        bool on_space =
+            t->rank == rank && memcmp(t->dims, dims, sizeof(int64_t) * (size_t)rank) == 0;
         if (!on_space || p->gid[t->id] != gi || (t->id == pg->prologue))
             continue;
         for (uint32_t u = 0; u < kf_pl_uses(p, t); u++) {
@@ -69,7 +71,8 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
                     continue;
                 }
                 if (!kf_pl_can_merge(p, gi, p->gid[c->id])) {
-                    kf_pl_reject_edge(p, t, c, KF_REASON_WOULD_CREATE_CYCLE, NULL);
+                    kf_pl_reject_edge(p, t, c, KF_REASON_WOULD_CREATE_CYCLE,
+                                      "its other operand depends on this kernel's output");
                     continue;
                 }
                 kf_pl_merge(p, gi, p->gid[c->id]);
@@ -92,8 +95,12 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
                     kf_pl_reject_edge(p, t, c, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE, d);
                     continue;
                 }
-                if (p->groups[p->gid[c->id]].kind != KF_GROUP_ROWWISE ||
-                    !kf_pl_can_merge(p, gi, p->gid[c->id])) {
+                if (p->groups[p->gid[c->id]].kind != KF_GROUP_ROWWISE) {
+                    kf_pl_reject_edge(p, t, c, KF_REASON_ANCHOR_BOUNDARY,
+                                      "the norm is already the prologue of the GEMM it feeds");
+                    continue;
+                }
+                if (!kf_pl_can_merge(p, gi, p->gid[c->id])) {
                     kf_pl_reject_edge(p, t, c, KF_REASON_WOULD_CREATE_CYCLE, NULL);
                     continue;
                 }

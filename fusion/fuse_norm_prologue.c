@@ -67,12 +67,10 @@ kf_status kf_fuse_norm_prologue(kf_planner *p) {
         }
         if (!free_all)
             continue;
-        uint32_t own = p->gid[nm->id];
         uint32_t first = p->gid[kf_pl_consumer(p, nm, 0)->id];
         uint32_t ids[1] = {nm->id};
         if (!kf_pl_try_merge_list(p, first, ids, 1))
             continue;
-        (void)own;
         for (uint32_t u = 0; u < uses; u++) {
             kf_pgroup *pg = &p->groups[p->gid[kf_pl_consumer(p, nm, u)->id]];
             pg->prologue = nm->id;

@@ -40,9 +40,11 @@
  *              LAST axis: an expression prologue per row element (space ROW),
  *              row statistics, and an epilogue expression per output element
  *              (space OUT) that uses the statistics.
- * COLREDUCE    a reduction over a non-last axis (e.g. the bias gradient,
- *              reduce_sum over rows, axis 0) with an elementwise prologue; its
- *              own kind because it is a column walk, not a row kernel.
+ * COLREDUCE    a row-wise op over a non-last axis: a reduction (e.g. the bias
+ *              gradient, reduce_sum over rows, axis 0) with an elementwise
+ *              prologue and epilogue, or a softmax/norm that fuses with nothing
+ *              (AXIS_NOT_INNERMOST). Its own kind because it walks columns
+ *              (row.axis says which), not rows.
  * GEMM         one matmul (or two sharing operand A: SwiGLU) with an epilogue
  *              over the accumulator, optionally a row stage on the output (a
  *              norm whose row fits in one tile row), or a norm prologue on A.
@@ -52,8 +54,13 @@
  *              so the view is a pure re-indexing: no kernel (is_kernel=false),
  *              no bytes; consumers LOAD it through `base` and strides.
  * LAYOUT       a copy kernel: a permute or reshape whose result must be
- *              contiguous (a graph output, or a reshape of a non-contiguous
- *              view). Expression: one LOAD (see kf_group.layout_copy_of).
+ *              contiguous (a non-contiguous view that is a graph output, or a
+ *              reshape of a non-contiguous view). Expression: one LOAD of
+ *              layout_copy_of: in space OUT with permuted strides for a permute;
+ *              for a reshape in space ROW (the operand's shape, its strides),
+ *              element i of ROW's row-major order going to element i of OUT.
+ *              A contiguous view that is a graph output stays a VIEW: the
+ *              output aliases its base's bytes.
  *
  * A reshape or permute of a value computed INSIDE a kernel is never fused: the
  * value is materialized (reason LAYOUT_CHANGE) and the layout op becomes a VIEW.
@@ -108,12 +115,10 @@ const char *kf_group_kind_name(kf_group_kind kind);
     X(ROW_TOO_LONG_FOR_PROLOGUE, "the norm's row is too long for a GEMM prologue")             \
     X(NOT_OPERAND_A, "the norm feeds a GEMM operand other than a row-major A")                 \
     X(ANCHOR_BOUNDARY, "both sides are anchors (GEMM, row-wise, attention): one per kernel")   \
-    X(REDUCED_VALUE, "the producer is a reduction whose result is consumed elementwise")       \
     X(LAYOUT_CHANGE, "a reshape/permute of a value computed in a kernel needs it in memory")   \
     X(WOULD_CREATE_CYCLE, "fusing would make the group depend on itself")                      \
-    X(NOT_ATTENTION_PATTERN, "the softmax is not part of a matmul-softmax-matmul chain")       \
     X(PASS_DISABLED, "the fusion pass that would fuse it is switched off")                     \
-    X(SOURCE, "the producer is a graph input or constant")
+    X(SOURCE, "the producer is a graph input or constant (reserved: never emitted)")
 
 typedef enum kf_reason {
 #define KF_X(NAME, TEXT) KF_REASON_##NAME,
@@ -365,6 +370,17 @@ void kf_expr_print(const kf_plan *plan, const kf_group *g, uint32_t root, FILE *
  * and the plan totals for `device` ("h100", "h200", "a100", "cpu"; NULL = "h100").
  * KF_ERR_NOT_FOUND for an unknown device. */
 kf_status kf_plan_estimate(kf_plan *plan, const char *device);
+
+/* Checker (fusion/check.c, issue 3 item 5). kf_plan_check_structure checks the
+ * contract at the top of this file (rules S1..S7 in check.c); kf_plan_check
+ * also executes the plan group by group with the reference evaluator on random
+ * inputs drawn from `seed` and compares every graph output with kf_ir_eval of
+ * the unfused graph, bit for bit (NaN matches NaN). *max_rel_err (may be NULL)
+ * receives the largest ||plan - ref|| / ||ref|| over the outputs. A violation
+ * or mismatch is KF_ERR_INTERNAL (a planner bug) with the message on the graph
+ * (kf_graph_error); KF_ERR_OUT_OF_MEMORY as usual. */
+kf_status kf_plan_check_structure(const kf_plan *plan);
+kf_status kf_plan_check(const kf_plan *plan, uint64_t seed, double *max_rel_err);
 
 /* Report (fusion/report.c). */
 typedef enum kf_report_format { KF_REPORT_TEXT = 0, KF_REPORT_JSON = 1 } kf_report_format;

@@ -21,12 +21,12 @@ typedef struct lowerer {
     kf_planner *p;
     kf_plan *plan;
     kf_group *gr;
-    uint32_t gi;          /* planning group */
+    uint32_t gi; /* planning group */
     uint32_t *memo[KF_SPACE_COUNT];
-    uint32_t *touched;    /* (space << 31) | id, to reset memo */
+    uint32_t *touched; /* (space << 31) | id, to reset memo */
     uint32_t n_touched;
-    bool *computed;       /* per tensor, for the current group */
-    uint32_t *view_base;  /* per tensor: the buffer a view reads, or KF_NONE */
+    bool *computed;      /* per tensor, for the current group */
+    uint32_t *view_base; /* per tensor: the buffer a view reads, or KF_NONE */
     int64_t (*view_strides)[KF_MAX_RANK];
     bool *view_contig;
     kf_status st;
@@ -173,10 +173,10 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
         /* The input lives in space ROW (the unreduced shape). */
         rs->input = lower(L, x, KF_SPACE_ROW);
         rs->space = KF_SPACE_ROW;
-        kf_stat s = t->op == KF_OP_REDUCE_MAX ? KF_STAT_MAX
-                    : kf_op_has(t->op, KF_TRAIT_REDUCTION) && t->op == KF_OP_REDUCE_MEAN
-                        ? KF_STAT_MEAN
-                        : KF_STAT_SUM;
+        /* Which statistic is the reduction's own math (I1 allows naming it). */
+        kf_stat s = t->op == KF_OP_REDUCE_MAX    ? KF_STAT_MAX
+                    : t->op == KF_OP_REDUCE_MEAN ? KF_STAT_MEAN
+                                                 : KF_STAT_SUM;
         rs->stats = 1u << s;
         kf_expr e = proto(KF_EXPR_STAT, dt, sp);
         e.stat = s;
@@ -198,13 +198,16 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
         rs->stats = 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD;
         uint32_t c = op2(L, KF_OP_SUB, dt, sp, xs, stat(L, KF_STAT_MEAN, dt, sp));
         uint32_t n = op2(L, KF_OP_MUL, dt, sp, c, stat(L, KF_STAT_RSTD, dt, sp));
-        uint32_t w = is_member(L, t->src[1]) ? lower(L, t->src[1], sp) : load(L, t->src[1], sp, axis);
-        uint32_t b = is_member(L, t->src[2]) ? lower(L, t->src[2], sp) : load(L, t->src[2], sp, axis);
+        uint32_t w =
+            is_member(L, t->src[1]) ? lower(L, t->src[1], sp) : load(L, t->src[1], sp, axis);
+        uint32_t b =
+            is_member(L, t->src[2]) ? lower(L, t->src[2], sp) : load(L, t->src[2], sp, axis);
         out = op2(L, KF_OP_ADD, dt, sp, op2(L, KF_OP_MUL, dt, sp, n, w), b);
     } else { /* rms_norm: x * rstd * w */
         rs->stats = 1u << KF_STAT_RMS_RSTD;
         uint32_t n = op2(L, KF_OP_MUL, dt, sp, xs, stat(L, KF_STAT_RMS_RSTD, dt, sp));
-        uint32_t w = is_member(L, t->src[1]) ? lower(L, t->src[1], sp) : load(L, t->src[1], sp, axis);
+        uint32_t w =
+            is_member(L, t->src[1]) ? lower(L, t->src[1], sp) : load(L, t->src[1], sp, axis);
         out = op2(L, KF_OP_MUL, dt, sp, n, w);
     }
     if (out != KF_NONE)
@@ -255,8 +258,8 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
     } else {
         L->computed[t->id] = true;
         if (kf_op_has(t->op, KF_TRAIT_GEMM)) {
-            kf_expr e = proto(g->kind == KF_GROUP_ATTENTION ? KF_EXPR_SCORE : KF_EXPR_ACC,
-                              t->dtype, sp);
+            kf_expr e =
+                proto(g->kind == KF_GROUP_ATTENTION ? KF_EXPR_SCORE : KF_EXPR_ACC, t->dtype, sp);
             e.tensor = t->id;
             e.anchor = t->id == pg->anchor2 ? 1 : 0;
             r = emit(L, &e);
@@ -337,7 +340,10 @@ static void lower_view(lowerer *L, kf_tensor *t) {
     g->layout_copy_of = x->id;
     L->computed[t->id] = true;
     push_id(L, &g->reads, &g->n_reads, &g->cap_reads, x->id);
-    if (expressible && !L->p->is_output[t->id]) {
+    /* A graph output that is a contiguous view stays a view: the output
+     * aliases the bytes its base already holds. A non-contiguous one needs a
+     * copy into the output's row-major layout. */
+    if (expressible && (!L->p->is_output[t->id] || (contig && xcontig))) {
         g->kind = KF_GROUP_VIEW;
         g->is_kernel = false;
         g->view_base = base;
@@ -380,11 +386,19 @@ static void name_append(char *buf, size_t size, const char *tag) {
         snprintf(buf + n, size - n, "%s%s", n ? "_" : "", tag);
 }
 
+static bool group_computes(const kf_group *g, uint32_t id) {
+    for (uint32_t i = 0; i < g->n_computed; i++) {
+        if (g->computed[i] == id)
+            return true;
+    }
+    return false;
+}
+
 static const char *op_tag(const lowerer *L, const kf_tensor *t) {
     if (kf_op_has(t->op, KF_TRAIT_BINARY) && !kf_op_has(t->op, KF_TRAIT_COMPARE)) {
         for (int k = 0; k < 2; k++) {
             const kf_tensor *o = t->src[k];
-            bool outside = !L->computed[o->id];
+            bool outside = kf_pl_is_source(o) || !group_computes(L->gr, o->id);
             if (!outside)
                 continue;
             if (kf_ir_numel(o) == 1 && (t->op == KF_OP_MUL || t->op == KF_OP_DIV))
@@ -407,17 +421,29 @@ static void make_name(lowerer *L) {
     char buf[sizeof g->name] = "";
     const kf_tensor *anchor = gr->nodes[g->anchor];
     switch (g->kind) {
-    case KF_GROUP_GEMM: name_append(buf, sizeof buf, g->gemm.n_anchors == 2 ? "gated_gemm" : "gemm"); break;
+    case KF_GROUP_GEMM:
+        name_append(buf, sizeof buf, g->gemm.n_anchors == 2 ? "gated_gemm" : "gemm");
+        break;
     case KF_GROUP_ATTENTION:
         name_append(buf, sizeof buf, "attention");
         if (g->attn.mask != KF_MASK_NONE)
             name_append(buf, sizeof buf, kf_mask_kind_name(g->attn.mask));
         break;
-    case KF_GROUP_ROWWISE: name_append(buf, sizeof buf, "row"); break;
-    case KF_GROUP_COLREDUCE: name_append(buf, sizeof buf, "col"); break;
-    case KF_GROUP_VIEW: name_append(buf, sizeof buf, "view"); break;
-    case KF_GROUP_LAYOUT: name_append(buf, sizeof buf, "copy"); break;
-    default: name_append(buf, sizeof buf, "ew"); break;
+    case KF_GROUP_ROWWISE:
+        name_append(buf, sizeof buf, "row");
+        break;
+    case KF_GROUP_COLREDUCE:
+        name_append(buf, sizeof buf, "col");
+        break;
+    case KF_GROUP_VIEW:
+        name_append(buf, sizeof buf, "view");
+        break;
+    case KF_GROUP_LAYOUT:
+        name_append(buf, sizeof buf, "copy");
+        break;
+    default:
+        name_append(buf, sizeof buf, "ew");
+        break;
     }
     if (g->kind == KF_GROUP_GEMM && g->gemm.a_prologue)
         name_append(buf, sizeof buf, kf_op_get(gr->nodes[g->gemm.a[0]]->op)->name);
@@ -434,7 +460,8 @@ static void make_name(lowerer *L) {
     char shape[64] = "";
     size_t n = 0;
     for (int d = 0; d < g->rank && n < sizeof shape; d++) {
-        int w = snprintf(shape + n, sizeof shape - n, "%s%lld", d ? "x" : "", (long long)g->dims[d]);
+        int w =
+            snprintf(shape + n, sizeof shape - n, "%s%lld", d ? "x" : "", (long long)g->dims[d]);
         n += w > 0 ? (size_t)w : 0;
     }
     if (g->rank == 0)
@@ -625,9 +652,9 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     uint32_t *first = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
     plan->group_of = kf_mem_alloc(m, n * sizeof(uint32_t));
     kf_status st = KF_OK;
-    if (!L.memo[0] || !L.memo[1] || !L.touched || !L.computed || !L.view_base ||
-        !L.view_strides || !L.view_contig || !order || !plan_id || !deps || !seen || !done ||
-        !first || !plan->group_of)
+    if (!L.memo[0] || !L.memo[1] || !L.touched || !L.computed || !L.view_base || !L.view_strides ||
+        !L.view_contig || !order || !plan_id || !deps || !seen || !done || !first ||
+        !plan->group_of)
         st = KF_ERR_OUT_OF_MEMORY;
 
     uint32_t n_order = 0;
@@ -738,6 +765,19 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
                     r = KF_REASON_MULTIPLE_CONSUMERS;
                 else
                     r = KF_REASON_ANCHOR_BOUNDARY;
+                /* An anchor's elementwise consumer is left out only when the
+                 * pass that takes such consumers is switched off. */
+                unsigned off = p->opt->disabled;
+                kf_group_kind pk = p->groups[gs].kind;
+                if (r == KF_REASON_ANCHOR_BOUNDARY && kf_pl_is_elementwise(ct) &&
+                    ((pk == KF_GROUP_GEMM && (off & (1u << KF_PASS_GEMM_EPILOGUE))) ||
+                     ((pk == KF_GROUP_ROWWISE || pk == KF_GROUP_COLREDUCE) &&
+                      (off & (1u << KF_PASS_ROWWISE))))) {
+                    r = KF_REASON_PASS_DISABLED;
+                    snprintf(e->detail, sizeof e->detail, "%s is off",
+                             kf_pass_name(pk == KF_GROUP_GEMM ? KF_PASS_GEMM_EPILOGUE
+                                                              : KF_PASS_ROWWISE));
+                }
             }
             e->reason = r;
         }

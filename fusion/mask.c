@@ -22,9 +22,12 @@ typedef struct qkv_pos {
 static double leaf_value(void *user, const kf_expr *e) {
     const qkv_pos *pos = user;
     switch (e->kind) {
-    case KF_EXPR_Q_IDX: return (double)pos->q;
-    case KF_EXPR_KV_IDX: return (double)pos->kv;
-    default: return NAN;
+    case KF_EXPR_Q_IDX:
+        return (double)pos->q;
+    case KF_EXPR_KV_IDX:
+        return (double)pos->kv;
+    default:
+        return NAN;
     }
 }
 

@@ -18,33 +18,33 @@
 typedef struct kf_pgroup {
     bool alive;
     kf_group_kind kind;
-    uint32_t anchor;     /* KF_NONE for ELEMENTWISE */
-    uint32_t anchor2;    /* SwiGLU's second matmul */
-    uint32_t row_op;     /* GEMM: the norm fused on the output (row epilogue), else KF_NONE */
-    uint32_t prologue;   /* GEMM: the norm fused as operand A's prologue, else KF_NONE */
-    uint32_t softmax;    /* ATTENTION */
-    uint32_t qk;         /* ATTENTION */
+    uint32_t anchor;   /* KF_NONE for ELEMENTWISE */
+    uint32_t anchor2;  /* SwiGLU's second matmul */
+    uint32_t row_op;   /* GEMM: the norm fused on the output (row epilogue), else KF_NONE */
+    uint32_t prologue; /* GEMM: the norm fused as operand A's prologue, else KF_NONE */
+    uint32_t softmax;  /* ATTENTION */
+    uint32_t qk;       /* ATTENTION */
 } kf_pgroup;
 
 typedef struct kf_planner {
     kf_graph *g;
     const kf_mem *mem;
     const kf_plan_options *opt;
-    uint32_t n;            /* graph->n_nodes */
-    bool *need;            /* tensors the outputs need */
+    uint32_t n; /* graph->n_nodes */
+    bool *need; /* tensors the outputs need */
     bool *is_output;
-    uint32_t *gid;         /* planning group per tensor, KF_NONE for sources / unneeded */
+    uint32_t *gid; /* planning group per tensor, KF_NONE for sources / unneeded */
     kf_pgroup *groups;
     uint32_t n_groups, cap_groups;
-    uint32_t *cons_off;    /* consumers of t: cons[cons_off[t] .. cons_off[t+1]) */
-    uint32_t *cons;        /* (consumer id) per operand slot that names t */
+    uint32_t *cons_off;        /* consumers of t: cons[cons_off[t] .. cons_off[t+1]) */
+    uint32_t *cons;            /* (consumer id) per operand slot that names t */
     uint32_t *shared_prologue; /* norm id -> KF_NONE, or 1 when recomputed by several GEMMs */
-    kf_reason *reason;     /* per edge consumer*3+slot: why it was not fused */
-    char (*detail)[96];    /* per edge: a detail for the report */
-    uint32_t *stack;       /* scratch: n entries */
-    uint32_t *mark;        /* scratch: n entries, epoch-stamped */
-    uint32_t *list;        /* scratch for rules: n entries */
-    uint32_t *saved;       /* scratch: a copy of gid for kf_pl_try_merge_list */
+    kf_reason *reason;         /* per edge consumer*3+slot: why it was not fused */
+    char (*detail)[96];        /* per edge: a detail for the report */
+    uint32_t *stack;           /* scratch: n entries */
+    uint32_t *mark;            /* scratch: n entries, epoch-stamped */
+    uint32_t *list;            /* scratch for rules: n entries */
+    uint32_t *saved;           /* scratch: a copy of gid for kf_pl_try_merge_list */
     uint32_t epoch;
 } kf_planner;
 
@@ -70,8 +70,8 @@ bool kf_pl_try_merge_list(kf_planner *p, uint32_t gi, const uint32_t *ids, uint3
 void kf_pl_merge(kf_planner *p, uint32_t a, uint32_t b);
 /* Records why the edge src -> consumer (slot) was not fused (first reason wins
  * unless `override`). `fmt` may be NULL. */
-void kf_pl_reject(kf_planner *p, const kf_tensor *consumer, int slot, kf_reason r,
-                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void kf_pl_reject(kf_planner *p, const kf_tensor *consumer, int slot, kf_reason r, const char *fmt,
+                  ...) __attribute__((format(printf, 5, 6)));
 /* Same, for every slot of `consumer` that names `producer`. */
 void kf_pl_reject_edge(kf_planner *p, const kf_tensor *producer, const kf_tensor *consumer,
                        kf_reason r, const char *detail);

@@ -122,8 +122,7 @@ bool kf_pl_broadcasts_into(const kf_tensor *a, int rank, const int64_t *dims) {
 }
 
 bool kf_pl_same_shape(const kf_tensor *a, const kf_tensor *b) {
-    return a->rank == b->rank &&
-           memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
+    return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
 }
 
 uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor) {
@@ -216,8 +215,8 @@ static void set_reason(kf_planner *p, uint32_t edge, kf_reason r, const char *de
     snprintf(p->detail[edge], sizeof p->detail[edge], "%s", detail ? detail : "");
 }
 
-void kf_pl_reject(kf_planner *p, const kf_tensor *consumer, int slot, kf_reason r,
-                  const char *fmt, ...) {
+void kf_pl_reject(kf_planner *p, const kf_tensor *consumer, int slot, kf_reason r, const char *fmt,
+                  ...) {
     char buf[96] = "";
     if (fmt) {
         va_list ap;
@@ -308,8 +307,7 @@ static kf_status planner_init(kf_planner *p, kf_graph *g, const kf_plan_options 
     p->mark = kf_mem_calloc(p->mem, n, sizeof *p->mark);
     p->list = kf_mem_alloc(p->mem, n * sizeof *p->list);
     p->saved = kf_mem_alloc(p->mem, n * sizeof *p->saved);
-    if (!p->list || !p->saved ||
-        !p->need || !p->is_output || !p->gid || !p->cons_off || !p->cons ||
+    if (!p->list || !p->saved || !p->need || !p->is_output || !p->gid || !p->cons_off || !p->cons ||
         !p->shared_prologue || !p->reason || !p->detail || !p->stack || !p->mark)
         return KF_ERR_OUT_OF_MEMORY;
 

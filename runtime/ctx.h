@@ -1,14 +1,20 @@
 /*
  * ctx.h -- the context: the options a caller chose, resolved, and the
  * allocator every graph and program of the context uses. Later issues add the
- * kernel cache, the driver and library handles here. The fields are set once
- * by kf_ctx_create and only read afterwards, which is what lets several
- * threads share one context.
+ * kernel cache and library handles here. The option fields are set once by
+ * kf_ctx_create and only read afterwards, which is what lets several threads
+ * share one context; what is loaded lazily (the CUDA driver table) is guarded
+ * by `lock` and never changes once set.
  */
 #ifndef KF_RUNTIME_CTX_H
 #define KF_RUNTIME_CTX_H
 
+#include <pthread.h>
+
 #include "ir/ir.h"
+
+struct kf_cuda_driver;
+struct kf_cache;
 
 struct kf_ctx {
     kf_mem mem;
@@ -17,6 +23,28 @@ struct kf_ctx {
     unsigned flags;
     char *arch;      /* NULL: from the device */
     char *cache_dir; /* NULL: $KF_CACHE_DIR, else ~/.cache/kfuse */
+
+    /* Loaded at first use, under `lock` (runtime/cuda.c). */
+    pthread_mutex_t lock;
+    struct kf_cuda_driver *cuda; /* NULL until loaded, or when loading failed */
+    kf_status cuda_status;       /* KF_OK, or why the driver cannot be used */
+    char cuda_error[KF_MSG_MAX]; /* its message */
+    bool cache_tried;            /* kf_ctx_cache ran once */
+    struct kf_cache *cache;      /* NULL: not opened, KF_FLAG_NO_CACHE, or failed */
+    kf_status cache_status;      /* KF_OK, or why the cache cannot be used */
+    char cache_error[KF_MSG_MAX];
 };
+
+/* The runtime's part of kf_ctx_create (before any failure path) and of
+ * kf_ctx_destroy. Init cannot fail. */
+void kf_ctx_runtime_init(kf_ctx *ctx);
+void kf_ctx_runtime_release(kf_ctx *ctx);
+
+/* The context's disk cache, opened at the first call (thread-safe) from the
+ * context's cache_dir (NULL: kf_cache_default_dir) and flags: READ_ONLY and
+ * FAIL_ON_MISS carry over; with KF_FLAG_NO_CACHE *out is NULL and the status
+ * KF_OK. A failure to open (an unsafe directory, ...) is remembered: every call
+ * returns the same status and message (err: KF_MSG_MAX bytes). */
+kf_status kf_ctx_cache(kf_ctx *ctx, struct kf_cache **out, char *err);
 
 #endif /* KF_RUNTIME_CTX_H */

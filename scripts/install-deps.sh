@@ -9,7 +9,8 @@
 #   clang, libclang-rt-dev               libFuzzer and its sanitizer runtimes (tests/fuzz)
 #
 # The CUDA toolkit is not installed here: the machines come with it in
-# /usr/local/cuda, and nothing needs it yet.
+# /usr/local/cuda, where CMake finds NVRTC (cmake/kf_cuda.cmake). The driver
+# (libcuda) is never needed to build or to run the CPU-only tests.
 set -euo pipefail
 
 packages=(cmake build-essential pkg-config libcmocka-dev llvm-19-dev clang libclang-rt-dev)

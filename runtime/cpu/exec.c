@@ -187,7 +187,7 @@ static kf_status plan_arena(kf_cpu_exec *x) {
             for (uint32_t b = 0; b < a; b++) {
                 uint32_t u = order[b];
                 int64_t ulo = first[u], uhi = is_out[u] ? INT64_MAX : (last[u] > ulo ? last[u] : ulo);
-                if (uhi < lo || hi < ulo)
+                if (!getenv("KF_NOREUSE") && (uhi < lo || hi < ulo))
                     continue; /* not live together */
                 size_t us = (tensor_bytes(g->nodes[u]) + 63) & ~(size_t)63;
                 size_t uoff = (size_t)x->slot[u];

@@ -1,0 +1,340 @@
+/*
+ * report.c -- `kfuse report`: the plan as a readable table and as JSON
+ * (schema "kfuse.report/1", documented in docs/report-schema.md).
+ *
+ * Text: a summary table (group, kind, kernel name, ops absorbed, bytes saved,
+ * estimated time), then per group its reads and writes with their types (the
+ * IR printer's type strings, kf_ir_type_str) and expressions, then every edge
+ * the planner did not fuse with its reason code and explanation. Cost columns
+ * read the group's cost fields, which kf_plan_estimate fills; before that they
+ * show "-" (text) or null (JSON).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "fusion/fusion.h"
+
+static const char *tname(const kf_plan *plan, uint32_t id, char *buf, size_t size) {
+    const kf_tensor *t = plan->graph->nodes[id];
+    if (t->name)
+        return t->name;
+    snprintf(buf, size, "%%%u", id);
+    return buf;
+}
+
+static void put_bytes(FILE *out, double b) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (fabs(b) >= 1024 && u < 4) {
+        b /= 1024;
+        u++;
+    }
+    fprintf(out, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+static void put_time(FILE *out, double s) {
+    if (s >= 1e-3)
+        fprintf(out, "%.3g ms", s * 1e3);
+    else
+        fprintf(out, "%.3g us", s * 1e6);
+}
+
+/* The ops a group absorbed, as "op(name), ...". */
+static void put_ops(const kf_plan *plan, const kf_group *g, FILE *out, size_t max) {
+    size_t shown = 0;
+    for (uint32_t i = 0; i < g->n_computed; i++) {
+        const kf_tensor *t = plan->graph->nodes[g->computed[i]];
+        if (kf_op_has(t->op, KF_TRAIT_SOURCE))
+            continue;
+        if (shown == max) {
+            fputs(", ...", out);
+            break;
+        }
+        fprintf(out, "%s%s", shown ? ", " : "", kf_op_get(t->op)->name);
+        shown++;
+    }
+}
+
+static void put_tensor_list(const kf_plan *plan, const uint32_t *ids, uint32_t n, FILE *out) {
+    char nb[24], ts[160];
+    for (uint32_t i = 0; i < n; i++) {
+        const kf_tensor *t = plan->graph->nodes[ids[i]];
+        fprintf(out, "%s%s %s", i ? ", " : "", tname(plan, ids[i], nb, sizeof nb),
+                kf_ir_type_str(t, ts, sizeof ts));
+    }
+}
+
+static void report_text(const kf_plan *plan, FILE *out) {
+    bool cost = plan->device[0] != '\0';
+    uint32_t views = plan->n_groups - kf_plan_kernel_count(plan);
+    fprintf(out, "%u kernels", kf_plan_kernel_count(plan));
+    if (views)
+        fprintf(out, " (+%u view%s, no kernel)", views, views == 1 ? "" : "s");
+    fprintf(out, " for %u tensors", plan->graph->n_nodes);
+    if (cost)
+        fprintf(out, "; device %s", plan->device);
+    fputs("\n\n", out);
+    fprintf(out, "%-3s %-11s %-44s %-12s %-11s %s\n", "#", "kind", "kernel", "saved", "est. time",
+            "ops absorbed");
+    for (uint32_t i = 0; i < plan->n_groups; i++) {
+        const kf_group *g = &plan->groups[i];
+        fprintf(out, "%-3u %-11s %-44s ", i, kf_group_kind_name(g->kind), g->name);
+        char buf[32] = "-";
+        if (cost) {
+            /* Saved bytes in a fixed column. */
+            double saved = g->unfused_bytes - (g->bytes_read + g->bytes_written);
+            double b = saved < 0 ? 0 : saved;
+            static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+            int u = 0;
+            while (b >= 1024 && u < 4) {
+                b /= 1024;
+                u++;
+            }
+            snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+        }
+        fprintf(out, "%-12s ", buf);
+        if (cost) {
+            double s = g->est_time_s;
+            snprintf(buf, sizeof buf, s >= 1e-3 ? "%.3g ms" : "%.3g us",
+                     s >= 1e-3 ? s * 1e3 : s * 1e6);
+        }
+        fprintf(out, "%-11s ", buf);
+        put_ops(plan, g, out, 8);
+        fputc('\n', out);
+    }
+    fputs("\n", out);
+    char nb[24];
+    for (uint32_t i = 0; i < plan->n_groups; i++) {
+        const kf_group *g = &plan->groups[i];
+        fprintf(out, "group %u: %s %s\n", i, kf_group_kind_name(g->kind), g->name);
+        fputs("  reads:  ", out);
+        put_tensor_list(plan, g->reads, g->n_reads, out);
+        fputs("\n  writes: ", out);
+        put_tensor_list(plan, g->writes, g->n_writes, out);
+        fputc('\n', out);
+        for (uint32_t k = 0; k < g->n_writes; k++) {
+            if (g->roots[k] == KF_NONE || g->kind == KF_GROUP_VIEW)
+                continue;
+            fprintf(out, "  %s = ", tname(plan, g->writes[k], nb, sizeof nb));
+            kf_expr_print(plan, g, g->roots[k], out);
+            fputc('\n', out);
+        }
+        if (g->kind == KF_GROUP_GEMM) {
+            fprintf(out, "  gemm: M=%lld N=%lld K=%lld batch=%lld%s%s%s\n", (long long)g->gemm.m,
+                    (long long)g->gemm.n, (long long)g->gemm.k, (long long)g->gemm.batch,
+                    g->gemm.n_anchors == 2 ? ", two GEMMs sharing A (gated)" : "",
+                    g->gemm.a_prologue ? ", norm prologue on A (row stats pre-pass)" : "",
+                    g->gemm.row_epilogue ? ", norm epilogue on whole output rows" : "");
+            if (g->gemm.a_prologue) {
+                fputs("  A = ", out);
+                kf_expr_print(plan, g, g->gemm.a_root, out);
+                fputc('\n', out);
+            }
+        }
+        if (g->kind == KF_GROUP_ATTENTION) {
+            fputs("  score = ", out);
+            kf_expr_print(plan, g, g->attn.score, out);
+            fprintf(out, "\n  mask: %s", kf_mask_kind_name(g->attn.mask));
+            if (g->attn.mask == KF_MASK_SLIDING_WINDOW)
+                fprintf(out, " (window %lld)", (long long)g->attn.window);
+            fprintf(out, "; batch=%lld heads=%lld q=%lld kv=%lld d=%lld\n",
+                    (long long)g->attn.batch, (long long)g->attn.heads, (long long)g->attn.sq,
+                    (long long)g->attn.skv, (long long)g->attn.d);
+        }
+        if (cost) {
+            fputs("  cost: ", out);
+            fprintf(out, "%.3g flop, read ", g->flops);
+            put_bytes(out, g->bytes_read);
+            fputs(", write ", out);
+            put_bytes(out, g->bytes_written);
+            fputs(", unfused ", out);
+            put_bytes(out, g->unfused_bytes);
+            fputs(", est. ", out);
+            put_time(out, g->est_time_s);
+            fputc('\n', out);
+        }
+    }
+    fprintf(out, "\nunfused edges (%u):\n", plan->n_edges);
+    for (uint32_t i = 0; i < plan->n_edges; i++) {
+        const kf_plan_edge *e = &plan->edges[i];
+        char nb2[24];
+        fprintf(out, "  %s -> %s  (group %u -> %u)  %s: %s%s%s\n",
+                tname(plan, e->producer, nb, sizeof nb), tname(plan, e->consumer, nb2, sizeof nb2),
+                e->from_group, e->to_group, kf_reason_code(e->reason), kf_reason_text(e->reason),
+                e->detail[0] ? "; " : "", e->detail);
+    }
+    if (cost) {
+        fputs("\ntotal: ", out);
+        put_bytes(out, plan->total_bytes);
+        fputs(" moved (unfused ", out);
+        put_bytes(out, plan->total_unfused_bytes);
+        fputs("), est. ", out);
+        put_time(out, plan->total_time_s);
+        fputc('\n', out);
+    }
+}
+
+/* JSON: every string written here is an identifier, a %N name, a type string,
+ * an op name, a code or one of the fixed sentences, none with a character
+ * that needs escaping; details and expressions are escaped anyway. */
+static void json_str(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+static void json_num(FILE *out, double v) {
+    if (isfinite(v))
+        fprintf(out, "%.6g", v);
+    else
+        fputs("null", out);
+}
+
+static void json_tensors(const kf_plan *plan, const uint32_t *ids, uint32_t n, FILE *out) {
+    char nb[24], ts[160];
+    fputc('[', out);
+    for (uint32_t i = 0; i < n; i++) {
+        const kf_tensor *t = plan->graph->nodes[ids[i]];
+        fputs(i ? ", {\"tensor\": " : "{\"tensor\": ", out);
+        json_str(out, tname(plan, ids[i], nb, sizeof nb));
+        fputs(", \"op\": ", out);
+        json_str(out, kf_op_get(t->op)->name);
+        fputs(", \"type\": ", out);
+        json_str(out, kf_ir_type_str(t, ts, sizeof ts));
+        fputc('}', out);
+    }
+    fputc(']', out);
+}
+
+static void report_json(const kf_plan *plan, FILE *out) {
+    bool cost = plan->device[0] != '\0';
+    char nb[24];
+    fputs("{\n  \"schema\": \"kfuse.report/1\",\n  \"device\": ", out);
+    if (cost)
+        json_str(out, plan->device);
+    else
+        fputs("null", out);
+    fprintf(out, ",\n  \"tensors\": %u,\n  \"kernels\": %u,\n  \"groups\": [", plan->graph->n_nodes,
+            kf_plan_kernel_count(plan));
+    for (uint32_t i = 0; i < plan->n_groups; i++) {
+        const kf_group *g = &plan->groups[i];
+        fprintf(out, "%s\n    {\"id\": %u, \"kind\": ", i ? "," : "", i);
+        json_str(out, kf_group_kind_name(g->kind));
+        fputs(", \"kernel\": ", out);
+        json_str(out, g->name);
+        fprintf(out, ", \"is_kernel\": %s, \"dtype\": ", g->is_kernel ? "true" : "false");
+        json_str(out, kf_dtype_name(g->dtype));
+        fputs(", \"anchor\": ", out);
+        json_str(out, tname(plan, g->anchor, nb, sizeof nb));
+        fputs(",\n     \"ops\": ", out);
+        json_tensors(plan, g->computed, g->n_computed, out);
+        fputs(",\n     \"reads\": ", out);
+        json_tensors(plan, g->reads, g->n_reads, out);
+        fputs(",\n     \"writes\": ", out);
+        json_tensors(plan, g->writes, g->n_writes, out);
+        fputs(",\n     \"expressions\": {", out);
+        bool first = true;
+        for (uint32_t k = 0; k < g->n_writes; k++) {
+            if (g->roots[k] == KF_NONE || g->kind == KF_GROUP_VIEW)
+                continue;
+            fputs(first ? "" : ", ", out);
+            first = false;
+            json_str(out, tname(plan, g->writes[k], nb, sizeof nb));
+            fputs(": \"", out);
+            kf_expr_print(plan, g, g->roots[k], out);
+            fputc('"', out);
+        }
+        fputc('}', out);
+        if (g->kind == KF_GROUP_GEMM) {
+            fprintf(out,
+                    ",\n     \"gemm\": {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"batch\": %lld, "
+                    "\"gemms\": %d, \"norm_prologue\": %s, \"norm_epilogue\": %s}",
+                    (long long)g->gemm.m, (long long)g->gemm.n, (long long)g->gemm.k,
+                    (long long)g->gemm.batch, g->gemm.n_anchors,
+                    g->gemm.a_prologue ? "true" : "false", g->gemm.row_epilogue ? "true" : "false");
+        }
+        if (g->kind == KF_GROUP_ATTENTION) {
+            fputs(",\n     \"attention\": {\"mask\": ", out);
+            json_str(out, kf_mask_kind_name(g->attn.mask));
+            fprintf(out, ", \"window\": %lld, \"score\": \"", (long long)g->attn.window);
+            kf_expr_print(plan, g, g->attn.score, out);
+            fprintf(out,
+                    "\", \"batch\": %lld, \"heads\": %lld, \"q_len\": %lld, \"kv_len\": %lld, "
+                    "\"head_dim\": %lld}",
+                    (long long)g->attn.batch, (long long)g->attn.heads, (long long)g->attn.sq,
+                    (long long)g->attn.skv, (long long)g->attn.d);
+        }
+        if (g->row.present) {
+            fputs(",\n     \"row_stage\": {\"op\": ", out);
+            json_str(out, kf_op_get(g->row.op)->name);
+            fprintf(out, ", \"axis\": %d, \"length\": %lld}", g->row.axis,
+                    (long long)g->row.length);
+        }
+        fputs(",\n     \"cost\": ", out);
+        if (cost) {
+            fputs("{\"flops\": ", out);
+            json_num(out, g->flops);
+            fputs(", \"bytes_read\": ", out);
+            json_num(out, g->bytes_read);
+            fputs(", \"bytes_written\": ", out);
+            json_num(out, g->bytes_written);
+            fputs(", \"unfused_bytes\": ", out);
+            json_num(out, g->unfused_bytes);
+            fputs(", \"bytes_saved\": ", out);
+            double saved = g->unfused_bytes - g->bytes_read - g->bytes_written;
+            json_num(out, saved < 0 ? 0 : saved);
+            fputs(", \"est_time_s\": ", out);
+            json_num(out, g->est_time_s);
+            fputc('}', out);
+        } else {
+            fputs("null", out);
+        }
+        fputc('}', out);
+    }
+    fputs("\n  ],\n  \"unfused_edges\": [", out);
+    for (uint32_t i = 0; i < plan->n_edges; i++) {
+        const kf_plan_edge *e = &plan->edges[i];
+        fputs(i ? ",\n    {\"producer\": " : "\n    {\"producer\": ", out);
+        json_str(out, tname(plan, e->producer, nb, sizeof nb));
+        fputs(", \"consumer\": ", out);
+        json_str(out, tname(plan, e->consumer, nb, sizeof nb));
+        fprintf(out, ", \"slot\": %d, \"from_group\": %u, \"to_group\": %u, \"reason\": ", e->slot,
+                e->from_group, e->to_group);
+        json_str(out, kf_reason_code(e->reason));
+        fputs(", \"text\": ", out);
+        json_str(out, kf_reason_text(e->reason));
+        fputs(", \"detail\": ", out);
+        json_str(out, e->detail);
+        fputc('}', out);
+    }
+    fputs(plan->n_edges ? "\n  ],\n  \"totals\": " : "],\n  \"totals\": ", out);
+    if (cost) {
+        fputs("{\"bytes\": ", out);
+        json_num(out, plan->total_bytes);
+        fputs(", \"unfused_bytes\": ", out);
+        json_num(out, plan->total_unfused_bytes);
+        fputs(", \"est_time_s\": ", out);
+        json_num(out, plan->total_time_s);
+        fputs("}\n}\n", out);
+    } else {
+        fputs("null\n}\n", out);
+    }
+}
+
+kf_status kf_plan_report(const kf_plan *plan, kf_report_format format, FILE *out) {
+    if (!plan || !out || (format != KF_REPORT_TEXT && format != KF_REPORT_JSON))
+        return KF_ERR_INVALID_ARGUMENT;
+    if (format == KF_REPORT_JSON)
+        report_json(plan, out);
+    else
+        report_text(plan, out);
+    return ferror(out) ? KF_ERR_IO : KF_OK;
+}

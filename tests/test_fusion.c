@@ -1,0 +1,965 @@
+/*
+ * test_fusion.c -- the fusion planner (fusion/): each pattern of issue 3 built
+ * through the public builder API, planned, checked group by group against the
+ * reference evaluator (kf_plan_check), and its groups, expressions and
+ * reasons asserted; the negative cases with their reason codes; the report;
+ * the pipeline switches; allocation failures; and the examples.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kf_test.h"
+
+#include "frontend/cmd_report.h"
+#include "fusion/fusion.h"
+#include "ir/ir.h"
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+
+/* ------------------------------------------------------------------------ */
+/* Fixture and helpers                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fixture {
+    kf_ctx *ctx;
+    kf_graph *g;
+    kf_plan *plan;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    if (!f || kf_ctx_create(NULL, &f->ctx) != KF_OK || kf_graph_create(f->ctx, &f->g) != KF_OK)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    kf_plan_destroy(f->plan);
+    kf_graph_destroy(f->g);
+    kf_ctx_destroy(f->ctx);
+    free(f);
+    return 0;
+}
+
+static kf_tensor *in2(kf_graph *g, const char *name, int64_t a, int64_t b) {
+    return kf_input(g, name, KF_DTYPE_F32, 2, DIMS(a, b));
+}
+static kf_tensor *in1(kf_graph *g, const char *name, int64_t a) {
+    return kf_input(g, name, KF_DTYPE_F32, 1, DIMS(a));
+}
+
+/* Plans the fixture's graph with `opt` (NULL: defaults), checks the plan with
+ * the reference evaluator, and returns it (owned by the fixture). */
+static kf_plan *plan_with(fixture *f, const kf_plan_options *opt) {
+    assert_int_equal(kf_graph_status(f->g), KF_OK);
+    kf_plan_destroy(f->plan);
+    f->plan = NULL;
+    kf_status st = kf_plan_create(f->g, opt, &f->plan);
+    if (st != KF_OK)
+        fail_msg("kf_plan_create: %s: %s", kf_status_str(st), kf_graph_error(f->g));
+    st = kf_plan_check(f->plan, kf_test_seed(), NULL);
+    if (st != KF_OK) {
+        kf_plan_dump(f->plan, stderr);
+        fail_msg("kf_plan_check: %s", kf_graph_error(f->g));
+    }
+    return f->plan;
+}
+static kf_plan *plan(fixture *f) { return plan_with(f, NULL); }
+
+static const kf_group *group_of(const kf_plan *p, const kf_tensor *t) {
+    const kf_group *g = kf_plan_group_of(p, t);
+    assert_non_null(g);
+    return g;
+}
+
+static void assert_same_group(const kf_plan *p, const kf_tensor *a, const kf_tensor *b) {
+    assert_ptr_equal(group_of(p, a), group_of(p, b));
+}
+
+static void assert_edge_reason(const kf_plan *p, const kf_tensor *from, const kf_tensor *to,
+                               kf_reason r) {
+    const kf_plan_edge *e = kf_plan_find_edge(p, from, to);
+    if (!e)
+        fail_msg("no unfused edge %%%u -> %%%u (expected %s)", from->id, to->id, kf_reason_code(r));
+    if (e->reason != r)
+        fail_msg("edge %%%u -> %%%u: %s, expected %s", from->id, to->id, kf_reason_code(e->reason),
+                 kf_reason_code(r));
+}
+
+/* True when the expression rooted at `root` uses an OP node `op` (KF_OP_COUNT:
+ * any) or a leaf of kind `kind`. */
+static bool expr_uses(const kf_group *g, uint32_t root, kf_expr_kind kind, kf_op op) {
+    if (root == KF_NONE || root >= g->n_expr)
+        return false;
+    const kf_expr *e = &g->expr[root];
+    if (e->kind == kind && (kind != KF_EXPR_OP || op == KF_OP_COUNT || e->op == op))
+        return true;
+    for (int k = 0; k < 3; k++) {
+        if (e->src[k] != KF_NONE && expr_uses(g, e->src[k], kind, op))
+            return true;
+    }
+    return false;
+}
+
+static uint32_t root_of(const kf_group *g, const kf_tensor *t) {
+    for (uint32_t i = 0; i < g->n_writes; i++) {
+        if (g->writes[i] == t->id)
+            return g->roots[i];
+    }
+    fail_msg("tensor %%%u is not written by group %u", t->id, g->id);
+    return KF_NONE;
+}
+
+static bool reads(const kf_group *g, const kf_tensor *t) {
+    for (uint32_t i = 0; i < g->n_reads; i++) {
+        if (g->reads[i] == t->id)
+            return true;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* a. GEMM + bias + activation                                                */
+/* ------------------------------------------------------------------------ */
+
+static void test_gemm_absorbs_bias_and_each_activation(void **state) {
+    fixture *f0 = *state;
+    kf_tensor *(*acts[])(kf_graph *, kf_tensor *) = {kf_gelu, kf_gelu_tanh, kf_relu, kf_silu};
+    const char *names[] = {"gemm_bias_gelu_f32_8x256", "gemm_bias_gelu_tanh_f32_8x256",
+                           "gemm_bias_relu_f32_8x256", "gemm_bias_silu_f32_8x256"};
+    for (int i = 0; i < 4; i++) {
+        fixture f = *f0;
+        f.plan = NULL;
+        assert_int_equal(kf_graph_create(f.ctx, &f.g), KF_OK);
+        kf_tensor *x = in2(f.g, "x", 8, 64), *w = in2(f.g, "w", 64, 256), *b = in1(f.g, "b", 256);
+        kf_tensor *h = kf_matmul(f.g, x, w, 0, 0);
+        kf_tensor *y = acts[i](f.g, kf_add(f.g, h, b));
+        assert_int_equal(kf_output(f.g, "y", y), KF_OK);
+        const kf_plan *p = plan(&f);
+        assert_int_equal(kf_plan_kernel_count(p), 1);
+        const kf_group *g = group_of(p, y);
+        assert_int_equal(g->kind, KF_GROUP_GEMM);
+        assert_string_equal(g->name, names[i]);
+        uint32_t r = root_of(g, y);
+        assert_true(expr_uses(g, r, KF_EXPR_ACC, KF_OP_COUNT));
+        assert_true(expr_uses(g, r, KF_EXPR_LOAD, KF_OP_COUNT));
+        assert_int_equal(p->n_edges, 0);
+        kf_plan_destroy(f.plan);
+        kf_graph_destroy(f.g);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* b. GEMM + bias + residual, with a scale                                    */
+/* ------------------------------------------------------------------------ */
+
+static void test_gemm_absorbs_bias_residual_and_scale(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 8, 32), *w = in2(f->g, "w", 32, 16), *b = in1(f->g, "b", 16);
+    kf_tensor *r = in2(f->g, "r", 8, 16);
+    kf_tensor *h = kf_add(f->g, kf_matmul(f->g, x, w, 0, 0), b);
+    kf_tensor *y1 = kf_add(f->g, h, r);
+    kf_tensor *s = kf_scalar(f->g, KF_DTYPE_F32, 0.5);
+    kf_tensor *y2 = kf_add(f->g, kf_mul(f->g, kf_add(f->g, kf_matmul(f->g, x, w, 0, 0), b), s), r);
+    kf_output(f->g, "y1", y1);
+    kf_output(f->g, "y2", y2);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_string_equal(group_of(p, y1)->name, "gemm_bias_residual_f32_8x16");
+    assert_string_equal(group_of(p, y2)->name, "gemm_bias_scale_residual_f32_8x16");
+    assert_true(
+        expr_uses(group_of(p, y2), root_of(group_of(p, y2), y2), KF_EXPR_CONST, KF_OP_COUNT));
+}
+
+/* ------------------------------------------------------------------------ */
+/* c. GEMM + bias + residual + norm                                           */
+/* ------------------------------------------------------------------------ */
+
+static void build_residual_norm(fixture *f, int64_t n, bool rms, kf_tensor **h, kf_tensor **y) {
+    kf_tensor *x = in2(f->g, "x", 4, 32), *w = in2(f->g, "w", 32, n), *b = in1(f->g, "b", n);
+    kf_tensor *r = in2(f->g, "r", 4, n), *gw = in1(f->g, "gw", n), *gb = in1(f->g, "gb", n);
+    *h = kf_add(f->g, kf_add(f->g, kf_matmul(f->g, x, w, 0, 0), b), r);
+    *y = rms ? kf_rms_norm(f->g, *h, gw, -1, 1e-6) : kf_layer_norm(f->g, *h, gw, gb, -1, 1e-5);
+    kf_output(f->g, "y", *y);
+}
+
+static void test_gemm_fuses_layer_norm_when_row_fits_one_tile(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 64, false, &h, &y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    const kf_group *g = group_of(p, y);
+    assert_int_equal(g->kind, KF_GROUP_GEMM);
+    assert_true(g->gemm.row_epilogue);
+    assert_true(g->row.present);
+    assert_int_equal(g->row.length, 64);
+    assert_true(g->row.stats & (1u << KF_STAT_RSTD));
+    assert_true(expr_uses(g, root_of(g, y), KF_EXPR_STAT, KF_OP_COUNT));
+    assert_string_equal(g->name, "gemm_bias_residual_layer_norm_f32_4x64");
+}
+
+static void test_gemm_fuses_rms_norm_when_row_fits_one_tile(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 128, true, &h, &y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    assert_true(group_of(p, y)->gemm.row_epilogue);
+    assert_true(group_of(p, y)->row.stats & (1u << KF_STAT_RMS_RSTD));
+}
+
+static void test_norm_on_long_gemm_row_is_a_rowwise_kernel_reading_the_output_once(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 512, false, &h, &y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_int_equal(group_of(p, h)->kind, KF_GROUP_GEMM);
+    const kf_group *row = group_of(p, y);
+    assert_int_equal(row->kind, KF_GROUP_ROWWISE);
+    assert_true(reads(row, h));
+    assert_int_equal(row->n_reads, 3); /* h, gw, gb: the GEMM output once */
+    assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
+    assert_string_equal(kf_plan_find_edge(p, h, y)->detail, "N=512 > 256");
+}
+
+static void test_row_epilogue_limit_is_an_option(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 64, true, &h, &y);
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.gemm_row_epilogue_max_n = 32;
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
+}
+
+/* ------------------------------------------------------------------------ */
+/* d. norm -> matmul                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void test_norm_feeding_only_a_gemm_becomes_its_prologue(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 8, 64), *gw = in1(f->g, "gw", 64), *w = in2(f->g, "w", 64, 32);
+    kf_tensor *n = kf_rms_norm(f->g, x, gw, -1, 1e-6);
+    kf_tensor *y = kf_matmul(f->g, n, w, 0, 0);
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    const kf_group *g = group_of(p, y);
+    assert_true(g->gemm.a_prologue);
+    assert_int_equal(g->row_rank, 2);
+    assert_true(expr_uses(g, g->gemm.a_root, KF_EXPR_STAT, KF_OP_COUNT));
+    assert_true(reads(g, x));
+    assert_false(reads(g, n));
+    assert_string_equal(g->name, "gemm_rms_norm_f32_8x32");
+}
+
+static void test_norm_feeding_three_projections_is_recomputed_in_each(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 8, 32), *gw = in1(f->g, "gw", 32), *gb = in1(f->g, "gb", 32);
+    kf_tensor *n = kf_layer_norm(f->g, x, gw, gb, -1, 1e-5);
+    kf_tensor *q = kf_matmul(f->g, n, in2(f->g, "wq", 32, 32), 0, 0);
+    kf_tensor *k = kf_matmul(f->g, n, in2(f->g, "wk", 32, 32), 0, 0);
+    kf_tensor *v = kf_matmul(f->g, n, in2(f->g, "wv", 32, 32), 0, 0);
+    kf_output(f->g, "q", q);
+    kf_output(f->g, "k", k);
+    kf_output(f->g, "v", v);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 3);
+    assert_true(group_of(p, q)->gemm.a_prologue);
+    assert_true(group_of(p, k)->gemm.a_prologue);
+    assert_true(group_of(p, v)->gemm.a_prologue);
+    assert_null(kf_plan_find_edge(p, n, k));
+}
+
+static void test_norm_with_row_longer_than_prologue_limit_is_its_own_kernel(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 64), *gw = in1(f->g, "gw", 64), *w = in2(f->g, "w", 64, 8);
+    kf_tensor *n = kf_rms_norm(f->g, x, gw, -1, 1e-6);
+    kf_tensor *y = kf_matmul(f->g, n, w, 0, 0);
+    kf_output(f->g, "y", y);
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.norm_prologue_max_k = 32;
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_int_equal(group_of(p, n)->kind, KF_GROUP_ROWWISE);
+    assert_edge_reason(p, n, y, KF_REASON_ROW_TOO_LONG_FOR_PROLOGUE);
+}
+
+static void test_norm_feeding_gemm_operand_b_is_not_a_prologue(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 16, 8), *gw = in1(f->g, "gw", 8), *a = in2(f->g, "a", 4, 16);
+    kf_tensor *n = kf_rms_norm(f->g, x, gw, -1, 1e-6);
+    kf_tensor *y = kf_matmul(f->g, a, n, 0, 0);
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_edge_reason(p, n, y, KF_REASON_NOT_OPERAND_A);
+}
+
+/* ------------------------------------------------------------------------ */
+/* e. SwiGLU                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void test_swiglu_is_one_group_over_both_gemms(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 8, 32), *wg = in2(f->g, "wg", 32, 64),
+              *wu = in2(f->g, "wu", 32, 64);
+    kf_tensor *gate = kf_matmul(f->g, x, wg, 0, 0), *up = kf_matmul(f->g, x, wu, 0, 0);
+    kf_tensor *y = kf_mul(f->g, kf_silu(f->g, gate), up);
+    kf_tensor *down = kf_matmul(f->g, y, in2(f->g, "wd", 64, 32), 0, 0);
+    kf_output(f->g, "down", down);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    const kf_group *g = group_of(p, y);
+    assert_int_equal(g->kind, KF_GROUP_GEMM);
+    assert_int_equal(g->gemm.n_anchors, 2);
+    assert_int_equal(g->gemm.anchor[0], gate->id);
+    assert_int_equal(g->gemm.anchor[1], up->id);
+    assert_same_group(p, gate, up);
+    uint32_t r = root_of(g, y);
+    assert_true(expr_uses(g, r, KF_EXPR_OP, KF_OP_SILU));
+    assert_int_equal(g->expr[r].op, KF_OP_MUL);
+    assert_string_equal(g->name, "gated_gemm_silu_mul_f32_8x64");
+}
+
+/* ------------------------------------------------------------------------ */
+/* f. Elementwise chains with broadcasts; casts                               */
+/* ------------------------------------------------------------------------ */
+
+static void test_elementwise_chain_fuses_across_broadcasts_and_casts(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8), *s = in1(f->g, "s", 8);
+    kf_tensor *c = kf_input(f->g, "c", KF_DTYPE_F32, 2, DIMS(4, 1));
+    kf_tensor *e = kf_exp(f->g, kf_mul(f->g, x, s));
+    kf_tensor *y = kf_cast(f->g, kf_add(f->g, e, c), KF_DTYPE_F16);
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    const kf_group *g = group_of(p, y);
+    assert_int_equal(g->kind, KF_GROUP_ELEMENTWISE);
+    assert_int_equal(g->n_reads, 3);
+    /* The broadcast operands are read with stride 0 along their missing dims. */
+    for (uint32_t i = 0; i < g->n_expr; i++) {
+        const kf_expr *n = &g->expr[i];
+        if (n->kind == KF_EXPR_LOAD && n->tensor == s->id) {
+            assert_int_equal(n->strides[0], 0);
+            assert_int_equal(n->strides[1], 1);
+        }
+        if (n->kind == KF_EXPR_LOAD && n->tensor == c->id) {
+            assert_int_equal(n->strides[0], 1);
+            assert_int_equal(n->strides[1], 0);
+        }
+    }
+    assert_int_equal(g->expr[root_of(g, y)].op, KF_OP_CAST);
+    assert_int_equal(g->expr[root_of(g, y)].dtype, KF_DTYPE_F16);
+}
+
+static void test_value_used_twice_inside_one_group_is_one_shared_node(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    kf_tensor *s = kf_sigmoid(f->g, x);
+    kf_tensor *y = kf_mul(f->g, s, kf_sub(f->g, kf_scalar(f->g, KF_DTYPE_F32, 1.0), s));
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    uint32_t n_sigmoid = 0;
+    const kf_group *g = group_of(p, y);
+    for (uint32_t i = 0; i < g->n_expr; i++)
+        n_sigmoid += g->expr[i].kind == KF_EXPR_OP && g->expr[i].op == KF_OP_SIGMOID;
+    assert_int_equal(n_sigmoid, 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* g. Row-wise kernels with prologue and epilogue                             */
+/* ------------------------------------------------------------------------ */
+
+static void test_rowwise_ops_take_elementwise_prologue_and_epilogue(void **state) {
+    fixture *f0 = *state;
+    for (int op = 0; op < 6; op++) {
+        fixture f = *f0;
+        f.plan = NULL;
+        assert_int_equal(kf_graph_create(f.ctx, &f.g), KF_OK);
+        kf_tensor *x = in2(f.g, "x", 6, 16), *gw = in1(f.g, "gw", 16), *gb = in1(f.g, "gb", 16);
+        kf_tensor *pro = kf_add(f.g, kf_mul(f.g, x, kf_scalar(f.g, KF_DTYPE_F32, 2.0)),
+                                kf_scalar(f.g, KF_DTYPE_F32, 1.0));
+        kf_tensor *r = op == 0   ? kf_rms_norm(f.g, pro, gw, -1, 1e-6)
+                       : op == 1 ? kf_layer_norm(f.g, pro, gw, gb, -1, 1e-5)
+                       : op == 2 ? kf_softmax(f.g, pro, -1)
+                       : op == 3 ? kf_reduce_sum(f.g, pro, -1, 1)
+                       : op == 4 ? kf_reduce_max(f.g, pro, -1, 0)
+                                 : kf_reduce_mean(f.g, pro, -1, 1);
+        kf_tensor *y = kf_relu(f.g, kf_mul(f.g, r, kf_scalar(f.g, KF_DTYPE_F32, 3.0)));
+        kf_output(f.g, "y", y);
+        const kf_plan *p = plan(&f);
+        assert_int_equal(kf_plan_kernel_count(p), 1);
+        const kf_group *g = group_of(p, y);
+        assert_int_equal(g->kind, KF_GROUP_ROWWISE);
+        assert_true(g->row.present);
+        assert_int_equal(g->row.tensor, r->id);
+        assert_int_equal(g->row.length, 16);
+        assert_true(expr_uses(g, g->row.input, KF_EXPR_OP, KF_OP_MUL)); /* the prologue */
+        assert_true(expr_uses(g, root_of(g, y), KF_EXPR_STAT, KF_OP_COUNT));
+        assert_int_equal(g->expr[root_of(g, y)].op, KF_OP_RELU); /* the epilogue */
+        kf_plan_destroy(f.plan);
+        kf_graph_destroy(f.g);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* h. Attention from primitives                                               */
+/* ------------------------------------------------------------------------ */
+
+enum { ATTN_PLAIN, ATTN_CAUSAL, ATTN_SOFTCAP, ATTN_ALIBI, ATTN_WINDOW };
+
+/* q, k, v [H=2, S=8, D=16]; scores [2, 8, 8]. */
+static kf_tensor *build_attention(fixture *f, int variant) {
+    kf_graph *g = f->g;
+    const int64_t hsd[] = {2, 8, 16};
+    kf_tensor *q = kf_input(g, "q", KF_DTYPE_F32, 3, hsd),
+              *k = kf_input(g, "k", KF_DTYPE_F32, 3, hsd);
+    kf_tensor *v = kf_input(g, "v", KF_DTYPE_F32, 3, hsd);
+    kf_tensor *s = kf_mul(g, kf_matmul(g, q, k, 0, 1), kf_scalar(g, KF_DTYPE_F32, 0.25));
+    kf_tensor *row = kf_iota(g, KF_DTYPE_I32, 2, DIMS(8, 8), 0);
+    kf_tensor *col = kf_iota(g, KF_DTYPE_I32, 2, DIMS(8, 8), 1);
+    if (variant == ATTN_SOFTCAP) {
+        kf_tensor *c = kf_scalar(g, KF_DTYPE_F32, 30.0);
+        s = kf_mul(g, c, kf_tanh(g, kf_div(g, s, c)));
+    }
+    if (variant == ATTN_ALIBI) {
+        kf_tensor *slope = kf_input(g, "slope", KF_DTYPE_F32, 3, DIMS(2, 1, 1));
+        kf_tensor *dist = kf_cast(g, kf_sub(g, col, row), KF_DTYPE_F32);
+        s = kf_add(g, s, kf_mul(g, slope, dist));
+    }
+    kf_tensor *keep = NULL;
+    if (variant == ATTN_CAUSAL || variant == ATTN_SOFTCAP || variant == ATTN_ALIBI)
+        keep = kf_ge(g, row, col);
+    if (variant == ATTN_WINDOW) {
+        /* 0 <= q - kv < 3, as one compare: min(d, 2 - d) >= 0. */
+        kf_tensor *d = kf_sub(g, row, col);
+        kf_tensor *two = kf_scalar(g, KF_DTYPE_I32, 2.0), *zero = kf_scalar(g, KF_DTYPE_I32, 0.0);
+        keep = kf_ge(g, kf_min(g, d, kf_sub(g, two, d)), zero);
+    }
+    if (keep)
+        s = kf_where(g, keep, s, kf_scalar(g, KF_DTYPE_F32, -INFINITY));
+    kf_tensor *o = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+    kf_output(g, "o", o);
+    return o;
+}
+
+static const kf_group *plan_attention(fixture *f, int variant) {
+    kf_tensor *o = build_attention(f, variant);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    const kf_group *g = group_of(p, o);
+    assert_int_equal(g->kind, KF_GROUP_ATTENTION);
+    assert_true(expr_uses(g, g->attn.score, KF_EXPR_SCORE, KF_OP_COUNT));
+    assert_int_equal(g->attn.heads, 2);
+    assert_int_equal(g->attn.sq, 8);
+    assert_int_equal(g->attn.skv, 8);
+    assert_int_equal(g->attn.d, 16);
+    assert_true(g->attn.k_transposed);
+    return g;
+}
+
+static void test_attention_without_mask_is_one_kernel_with_no_mask(void **state) {
+    const kf_group *g = plan_attention(*state, ATTN_PLAIN);
+    assert_int_equal(g->attn.mask, KF_MASK_NONE);
+    assert_int_equal(g->expr[g->attn.score].op, KF_OP_MUL);
+}
+
+static void test_causal_attention_from_primitives_is_one_kernel_with_causal_mask(void **state) {
+    const kf_group *g = plan_attention(*state, ATTN_CAUSAL);
+    assert_int_equal(g->attn.mask, KF_MASK_CAUSAL);
+    assert_int_equal(g->attn.mask_node, g->attn.score);
+    assert_true(expr_uses(g, g->attn.score, KF_EXPR_Q_IDX, KF_OP_COUNT));
+    assert_true(expr_uses(g, g->attn.score, KF_EXPR_KV_IDX, KF_OP_COUNT));
+    assert_string_equal(g->name, "attention_causal_f32_2x8x8");
+}
+
+static void test_softcap_attention_keeps_tanh_in_score_expression(void **state) {
+    const kf_group *g = plan_attention(*state, ATTN_SOFTCAP);
+    assert_int_equal(g->attn.mask, KF_MASK_CAUSAL);
+    assert_true(expr_uses(g, g->attn.score, KF_EXPR_OP, KF_OP_TANH));
+}
+
+static void test_alibi_attention_reads_slope_per_head(void **state) {
+    const kf_group *g = plan_attention(*state, ATTN_ALIBI);
+    assert_int_equal(g->attn.mask, KF_MASK_CAUSAL);
+    bool slope = false;
+    for (uint32_t i = 0; i < g->n_expr; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (e->kind == KF_EXPR_LOAD && e->space == KF_SPACE_OUT && e->strides[0] == 1 &&
+            e->strides[1] == 0 && e->strides[2] == 0)
+            slope = true;
+    }
+    assert_true(slope);
+}
+
+static void test_sliding_window_attention_is_classified_with_its_window(void **state) {
+    const kf_group *g = plan_attention(*state, ATTN_WINDOW);
+    assert_int_equal(g->attn.mask, KF_MASK_SLIDING_WINDOW);
+    assert_int_equal(g->attn.window, 3);
+}
+
+static void test_mask_on_a_loaded_tensor_is_general(void **state) {
+    fixture *f = *state;
+    kf_graph *g = f->g;
+    kf_tensor *q = in2(g, "q", 8, 16), *k = in2(g, "k", 8, 16), *v = in2(g, "v", 8, 16);
+    kf_tensor *m = kf_input(g, "m", KF_DTYPE_BOOL, 2, DIMS(8, 8));
+    kf_tensor *s = kf_where(g, m, kf_matmul(g, q, k, 0, 1), kf_scalar(g, KF_DTYPE_F32, -INFINITY));
+    kf_tensor *o = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+    kf_output(g, "o", o);
+    const kf_plan *p = plan(f);
+    assert_int_equal(group_of(p, o)->attn.mask, KF_MASK_GENERAL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* i. Backward patterns                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* gelu'(x) in the sigmoid form of gelu, x * sigmoid(1.702 x) (there is no erf
+ * op to write the exact derivative with): with s = sigmoid(1.702 x),
+ * gelu'(x) ~= s + 1.702 x s (1 - s). */
+static kf_tensor *dgelu(kf_graph *g, kf_tensor *x) {
+    kf_tensor *c = kf_scalar(g, KF_DTYPE_F32, 1.702);
+    kf_tensor *s = kf_sigmoid(g, kf_mul(g, c, x));
+    kf_tensor *one_minus = kf_sub(g, kf_scalar(g, KF_DTYPE_F32, 1.0), s);
+    return kf_add(g, s, kf_mul(g, kf_mul(g, kf_mul(g, c, x), s), one_minus));
+}
+
+static void test_dgelu_epilogue_fuses_into_the_backward_gemm(void **state) {
+    fixture *f = *state;
+    kf_tensor *dy = in2(f->g, "dy", 8, 16), *w2 = in2(f->g, "w2", 32, 16);
+    kf_tensor *h = in2(f->g, "h", 8, 32); /* the saved pre-activation */
+    kf_tensor *dact = kf_matmul(f->g, dy, w2, 0, 1);
+    kf_tensor *dh = kf_mul(f->g, dact, dgelu(f->g, h));
+    kf_output(f->g, "dh", dh);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    const kf_group *g = group_of(p, dh);
+    assert_int_equal(g->kind, KF_GROUP_GEMM);
+    assert_true(expr_uses(g, root_of(g, dh), KF_EXPR_OP, KF_OP_SIGMOID));
+    assert_true(reads(g, h));
+}
+
+static void test_bias_gradient_is_a_column_reduction_with_prologue(void **state) {
+    fixture *f = *state;
+    kf_tensor *dy = in2(f->g, "dy", 16, 8), *x = in2(f->g, "x", 16, 4);
+    kf_tensor *scale = in1(f->g, "scale", 8);
+    kf_tensor *g_out = kf_mul(f->g, dy, scale);
+    kf_tensor *db = kf_reduce_sum(f->g, g_out, 0, 0); /* over rows: axis 0 */
+    kf_tensor *dw = kf_matmul(f->g, x, dy, 1, 0);
+    kf_output(f->g, "db", db);
+    kf_output(f->g, "dw", dw);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    const kf_group *g = group_of(p, db);
+    assert_int_equal(g->kind, KF_GROUP_COLREDUCE);
+    assert_int_equal(g->row.axis, 0);
+    assert_int_equal(g->row.length, 16);
+    assert_same_group(p, g_out, db);
+    assert_string_equal(g->name, "col_mul_reduce_sum_f32_8");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Negative cases: each with its reason                                       */
+/* ------------------------------------------------------------------------ */
+
+static void test_value_with_two_consumers_is_materialized_once(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    kf_tensor *a = kf_exp(f->g, x);
+    kf_tensor *b = kf_add(f->g, a, kf_scalar(f->g, KF_DTYPE_F32, 1.0));
+    kf_tensor *c = kf_mul(f->g, a, kf_scalar(f->g, KF_DTYPE_F32, 2.0));
+    kf_output(f->g, "b", b);
+    kf_output(f->g, "c", c);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 3);
+    assert_edge_reason(p, a, b, KF_REASON_MULTIPLE_CONSUMERS);
+    assert_edge_reason(p, a, c, KF_REASON_MULTIPLE_CONSUMERS);
+    assert_int_equal(group_of(p, a)->n_writes, 1);
+}
+
+static void test_graph_output_in_the_middle_of_a_chain_stops_the_chain(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    kf_tensor *a = kf_exp(f->g, x);
+    kf_tensor *b = kf_tanh(f->g, a);
+    kf_output(f->g, "a", a);
+    kf_output(f->g, "b", b);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_edge_reason(p, a, b, KF_REASON_GRAPH_OUTPUT);
+}
+
+static void test_softmax_over_a_non_last_axis_is_not_fused(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    kf_tensor *a = kf_mul(f->g, x, kf_scalar(f->g, KF_DTYPE_F32, 2.0));
+    kf_tensor *s = kf_softmax(f->g, a, 0);
+    kf_tensor *y = kf_exp(f->g, s);
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 3);
+    assert_int_equal(group_of(p, s)->kind, KF_GROUP_COLREDUCE);
+    assert_edge_reason(p, a, s, KF_REASON_AXIS_NOT_INNERMOST);
+    assert_edge_reason(p, s, y, KF_REASON_AXIS_NOT_INNERMOST);
+}
+
+static void test_norm_over_a_non_last_axis_is_not_fused(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8), *gw = in1(f->g, "gw", 4), *gb = in1(f->g, "gb", 4);
+    kf_tensor *a = kf_relu(f->g, x);
+    kf_tensor *n = kf_layer_norm(f->g, a, gw, gb, 0, 1e-5);
+    kf_output(f->g, "n", n);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_edge_reason(p, a, n, KF_REASON_AXIS_NOT_INNERMOST);
+}
+
+static void test_operand_that_does_not_broadcast_into_the_gemm_is_not_fused(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 8, 16), *w = in2(f->g, "w", 16, 8);
+    kf_tensor *r = kf_input(f->g, "r", KF_DTYPE_F32, 3, DIMS(3, 8, 8));
+    kf_tensor *h = kf_matmul(f->g, x, w, 0, 0);
+    kf_tensor *y = kf_add(f->g, h, r); /* [3, 8, 8]: larger than the GEMM's [8, 8] */
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_edge_reason(p, h, y, KF_REASON_NO_BROADCAST_INTO_ANCHOR);
+}
+
+static void test_gemm_anchor_does_not_take_f64(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = kf_input(f->g, "x", KF_DTYPE_F64, 2, DIMS(4, 8));
+    kf_tensor *w = kf_input(f->g, "w", KF_DTYPE_F64, 2, DIMS(8, 4));
+    kf_tensor *b = kf_input(f->g, "b", KF_DTYPE_F64, 1, DIMS(4));
+    kf_tensor *h = kf_matmul(f->g, x, w, 0, 0);
+    kf_tensor *hb = kf_add(f->g, h, b);
+    kf_output(f->g, "y", kf_relu(f->g, hb));
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_edge_reason(p, h, hb, KF_REASON_DTYPE_UNSUPPORTED);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Layout                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static void test_permute_of_an_input_is_a_view_read_with_strides(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    kf_tensor *t = kf_transpose(f->g, x, 0, 1);
+    kf_tensor *y = kf_exp(f->g, t);
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    assert_int_equal(p->n_groups, 2);
+    const kf_group *v = group_of(p, t);
+    assert_int_equal(v->kind, KF_GROUP_VIEW);
+    assert_false(v->is_kernel);
+    assert_int_equal(v->view_base, x->id);
+    const kf_group *g = group_of(p, y);
+    const kf_expr *load = &g->expr[g->expr[root_of(g, y)].src[0]];
+    assert_int_equal(load->kind, KF_EXPR_LOAD);
+    assert_int_equal(load->base, x->id);
+    assert_int_equal(load->strides[0], 1);
+    assert_int_equal(load->strides[1], 8);
+}
+
+static void test_reshape_of_a_computed_value_materializes_it(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    kf_tensor *a = kf_exp(f->g, x);
+    kf_tensor *r = kf_reshape(f->g, a, 1, DIMS(32));
+    kf_tensor *y = kf_neg(f->g, r);
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_edge_reason(p, a, r, KF_REASON_LAYOUT_CHANGE);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pipeline, report, allocation failures, examples                            */
+/* ------------------------------------------------------------------------ */
+
+static void test_switching_off_the_gemm_epilogue_pass_keeps_the_epilogue_apart(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 8, 16), *w = in2(f->g, "w", 16, 8), *b = in1(f->g, "b", 8);
+    kf_tensor *h = kf_matmul(f->g, x, w, 0, 0);
+    kf_tensor *hb = kf_add(f->g, h, b);
+    kf_output(f->g, "y", kf_relu(f->g, hb));
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.disabled = 1u << KF_PASS_GEMM_EPILOGUE;
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_edge_reason(p, h, hb, KF_REASON_PASS_DISABLED);
+    assert_string_equal(kf_plan_find_edge(p, h, hb)->detail, "fuse_gemm_epilogue is off");
+    assert_string_equal(kf_pass_name(KF_PASS_GEMM_EPILOGUE), "fuse_gemm_epilogue");
+}
+
+static void test_every_reason_and_kind_has_a_name(void **state) {
+    (void)state;
+    for (int r = 0; r < KF_REASON_COUNT; r++) {
+        assert_string_not_equal(kf_reason_code((kf_reason)r), "?");
+        assert_true(strlen(kf_reason_text((kf_reason)r)) > 4);
+    }
+    for (int k = 0; k < KF_GROUP_COUNT; k++)
+        assert_string_not_equal(kf_group_kind_name((kf_group_kind)k), "?");
+    for (int k = 0; k < KF_MASK_COUNT; k++)
+        assert_string_not_equal(kf_mask_kind_name((kf_mask_kind)k), "?");
+    assert_string_equal(kf_reason_code(KF_REASON_COUNT), "?");
+}
+
+static char *report_string(const kf_plan *p, kf_report_format fmt) {
+    FILE *t = tmpfile();
+    assert_non_null(t);
+    assert_int_equal(kf_plan_report(p, fmt, t), KF_OK);
+    long n = ftell(t);
+    rewind(t);
+    char *buf = calloc(1, (size_t)n + 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, t), (size_t)n);
+    fclose(t);
+    return buf;
+}
+
+static void test_report_lists_groups_types_costs_and_reasons(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 512, false, &h, &y);
+    kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_estimate(p, "h100"), KF_OK);
+    char *text = report_string(p, KF_REPORT_TEXT);
+    assert_non_null(strstr(text, "2 kernels"));
+    assert_non_null(strstr(text, "gemm_bias_residual_f32_4x512"));
+    assert_non_null(strstr(text, "x f32[4, 32]"));
+    assert_non_null(strstr(text, "ROW_TOO_LONG_FOR_GEMM_EPILOGUE"));
+    assert_non_null(strstr(text, "N=512 > 256"));
+    assert_non_null(strstr(text, "est."));
+    free(text);
+    char *json = report_string(p, KF_REPORT_JSON);
+    assert_non_null(strstr(json, "\"schema\": \"kfuse.report/1\""));
+    assert_non_null(strstr(json, "\"reason\": \"ROW_TOO_LONG_FOR_GEMM_EPILOGUE\""));
+    assert_non_null(strstr(json, "\"device\": \"h100\""));
+    assert_non_null(strstr(json, "\"kind\": \"rowwise\""));
+    assert_non_null(strstr(json, "\"bytes_saved\": "));
+    free(json);
+    assert_int_equal(kf_plan_report(p, (kf_report_format)7, stdout), KF_ERR_INVALID_ARGUMENT);
+}
+
+/* Builds a transformer-block-like graph (norm prologue, attention, residual,
+ * MLP) in `g`. */
+static void build_block(kf_graph *g) {
+    kf_tensor *x = in2(g, "x", 8, 16), *gw = in1(g, "gw", 16), *gb = in1(g, "gb", 16);
+    kf_tensor *n = kf_layer_norm(g, x, gw, gb, -1, 1e-5);
+    kf_tensor *q = kf_matmul(g, n, in2(g, "wq", 16, 16), 0, 0);
+    kf_tensor *k = kf_matmul(g, n, in2(g, "wk", 16, 16), 0, 0);
+    kf_tensor *v = kf_matmul(g, n, in2(g, "wv", 16, 16), 0, 0);
+    kf_tensor *s = kf_mul(g, kf_matmul(g, q, k, 0, 1), kf_scalar(g, KF_DTYPE_F32, 0.25));
+    kf_tensor *keep = kf_ge(g, kf_iota(g, KF_DTYPE_I32, 2, DIMS(8, 8), 0),
+                            kf_iota(g, KF_DTYPE_I32, 2, DIMS(8, 8), 1));
+    s = kf_where(g, keep, s, kf_scalar(g, KF_DTYPE_F32, -INFINITY));
+    kf_tensor *a = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+    kf_tensor *x1 = kf_add(g, x, kf_matmul(g, a, in2(g, "wo", 16, 16), 0, 0));
+    kf_tensor *u =
+        kf_gelu(g, kf_add(g, kf_matmul(g, x1, in2(g, "w1", 16, 32), 0, 0), in1(g, "b1", 32)));
+    kf_tensor *y = kf_add(g, x1, kf_matmul(g, u, in2(g, "w2", 32, 16), 0, 0));
+    kf_output(g, "y", y);
+}
+
+static void test_planning_survives_every_allocation_failure_without_leaks(void **state) {
+    (void)state;
+    kf_test_alloc a;
+    kf_options o;
+    kf_options_init(&o);
+    o.allocator = kf_test_allocator(&a);
+    bool succeeded = false;
+    for (size_t fail_at = 1; !succeeded && fail_at < 5000; fail_at++) {
+        kf_test_alloc_reset(&a, 0);
+        kf_ctx *ctx = NULL;
+        kf_graph *g = NULL;
+        assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+        assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+        build_block(g);
+        assert_int_equal(kf_graph_status(g), KF_OK);
+        a.fail_at = a.calls + fail_at; /* fail only inside planning */
+        kf_plan *p = NULL;
+        kf_status st = kf_plan_create(g, NULL, &p);
+        if (st == KF_OK) {
+            succeeded = true;
+            assert_int_equal(kf_plan_kernel_count(p), 7);
+        } else {
+            assert_int_equal(st, KF_ERR_OUT_OF_MEMORY);
+            assert_null(p);
+        }
+        kf_plan_destroy(p);
+        kf_graph_destroy(g);
+        kf_ctx_destroy(ctx);
+        assert_int_equal(a.live_blocks, 0);
+        assert_int_equal(a.bad_frees, 0);
+    }
+    assert_true(succeeded);
+}
+
+static void test_plan_create_rejects_bad_arguments_and_unverified_graphs(void **state) {
+    fixture *f = *state;
+    kf_plan *p = (kf_plan *)1;
+    assert_int_equal(kf_plan_create(NULL, NULL, &p), KF_ERR_INVALID_ARGUMENT);
+    assert_null(p);
+    assert_int_equal(kf_plan_create(f->g, NULL, NULL), KF_ERR_INVALID_ARGUMENT);
+    in2(f->g, "x", 2, 2); /* no outputs: does not verify */
+    assert_int_not_equal(kf_plan_create(f->g, NULL, &p), KF_OK);
+    assert_null(p);
+    kf_plan_destroy(NULL);
+}
+
+static kf_graph *parse_file(kf_ctx *ctx, const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        fail_msg("cannot open %s", path);
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, fp);
+    fclose(fp);
+    kf_graph *g = NULL;
+    kf_status st = kf_graph_parse(ctx, buf, n, &g);
+    if (st != KF_OK)
+        fail_msg("%s:%s", path, g ? kf_graph_error(g) : "?");
+    free(buf);
+    return g;
+}
+
+static void test_block_example_is_seven_kernels(void **state) {
+    fixture *f = *state;
+    kf_graph_destroy(f->g);
+    f->g = parse_file(f->ctx, "examples/block.kfg");
+    const kf_plan *p = plan(f);
+    assert_true(kf_plan_kernel_count(p) <= 7);
+    assert_int_equal(kf_plan_kernel_count(p), 7);
+    int gemms = 0, attention = 0;
+    for (uint32_t i = 0; i < p->n_groups; i++) {
+        gemms += p->groups[i].kind == KF_GROUP_GEMM;
+        attention += p->groups[i].kind == KF_GROUP_ATTENTION;
+    }
+    assert_int_equal(gemms, 6);
+    assert_int_equal(attention, 1);
+}
+
+/* Every .kfg file in examples/patterns says how many kernels it plans to on a line
+ * "# expect: N kernels"; each is planned, checked and counted. */
+static void test_pattern_examples_plan_to_their_stated_kernel_counts(void **state) {
+    fixture *f = *state;
+    DIR *d = opendir("examples/patterns");
+    assert_non_null(d);
+    struct dirent *ent;
+    int files = 0;
+    while ((ent = readdir(d))) {
+        size_t len = strlen(ent->d_name);
+        if (len < 5 || strcmp(ent->d_name + len - 4, ".kfg") != 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "examples/patterns/%s", ent->d_name);
+        FILE *fp = fopen(path, "rb");
+        assert_non_null(fp);
+        char line[256];
+        int expect = -1;
+        while (fgets(line, sizeof line, fp)) {
+            const char *m = strstr(line, "# expect: ");
+            if (m)
+                expect = atoi(m + 10);
+        }
+        fclose(fp);
+        if (expect < 0)
+            fail_msg("%s has no '# expect: N kernels' line", path);
+        kf_plan_destroy(f->plan);
+        f->plan = NULL;
+        kf_graph_destroy(f->g);
+        f->g = parse_file(f->ctx, path);
+        const kf_plan *p = plan(f);
+        if ((int)kf_plan_kernel_count(p) != expect) {
+            kf_plan_dump(p, stderr);
+            fail_msg("%s: %u kernels, expected %d", path, kf_plan_kernel_count(p), expect);
+        }
+        files++;
+    }
+    closedir(d);
+    assert_true(files >= 9);
+}
+
+static void test_report_command_exits_2_on_a_parse_error_and_bad_usage(void **state) {
+    (void)state;
+    char path[] = "/tmp/kf_test_fusion_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *fp = fdopen(fd, "w");
+    fputs("kfg 1\nx = input(f32[4])\ny = exp(x, x)\noutput y\n", fp);
+    fclose(fp);
+    char *bad[] = {"report", path, NULL};
+    assert_int_equal(kf_cmd_report(2, bad), 2);
+    remove(path);
+    char *missing[] = {"report", "/nonexistent/graph.kfg", NULL};
+    assert_int_equal(kf_cmd_report(2, missing), 2);
+    char *device[] = {"report", "examples/mlp.kfg", "--device", "tpu", NULL};
+    assert_int_equal(kf_cmd_report(4, device), 2);
+    char *option[] = {"report", "--fast", "examples/mlp.kfg", NULL};
+    assert_int_equal(kf_cmd_report(3, option), 2);
+    char *none[] = {"report", NULL};
+    assert_int_equal(kf_cmd_report(1, none), 2);
+    assert_non_null(strstr(kf_cmd_report_help, "--device"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+        T(test_gemm_absorbs_bias_and_each_activation),
+        T(test_gemm_absorbs_bias_residual_and_scale),
+        T(test_gemm_fuses_layer_norm_when_row_fits_one_tile),
+        T(test_gemm_fuses_rms_norm_when_row_fits_one_tile),
+        T(test_norm_on_long_gemm_row_is_a_rowwise_kernel_reading_the_output_once),
+        T(test_row_epilogue_limit_is_an_option),
+        T(test_norm_feeding_only_a_gemm_becomes_its_prologue),
+        T(test_norm_feeding_three_projections_is_recomputed_in_each),
+        T(test_norm_with_row_longer_than_prologue_limit_is_its_own_kernel),
+        T(test_norm_feeding_gemm_operand_b_is_not_a_prologue),
+        T(test_swiglu_is_one_group_over_both_gemms),
+        T(test_elementwise_chain_fuses_across_broadcasts_and_casts),
+        T(test_value_used_twice_inside_one_group_is_one_shared_node),
+        T(test_rowwise_ops_take_elementwise_prologue_and_epilogue),
+        T(test_attention_without_mask_is_one_kernel_with_no_mask),
+        T(test_causal_attention_from_primitives_is_one_kernel_with_causal_mask),
+        T(test_softcap_attention_keeps_tanh_in_score_expression),
+        T(test_alibi_attention_reads_slope_per_head),
+        T(test_sliding_window_attention_is_classified_with_its_window),
+        T(test_mask_on_a_loaded_tensor_is_general),
+        T(test_dgelu_epilogue_fuses_into_the_backward_gemm),
+        T(test_bias_gradient_is_a_column_reduction_with_prologue),
+        T(test_value_with_two_consumers_is_materialized_once),
+        T(test_graph_output_in_the_middle_of_a_chain_stops_the_chain),
+        T(test_softmax_over_a_non_last_axis_is_not_fused),
+        T(test_norm_over_a_non_last_axis_is_not_fused),
+        T(test_operand_that_does_not_broadcast_into_the_gemm_is_not_fused),
+        T(test_gemm_anchor_does_not_take_f64),
+        T(test_permute_of_an_input_is_a_view_read_with_strides),
+        T(test_reshape_of_a_computed_value_materializes_it),
+        T(test_switching_off_the_gemm_epilogue_pass_keeps_the_epilogue_apart),
+        T(test_every_reason_and_kind_has_a_name),
+        T(test_report_lists_groups_types_costs_and_reasons),
+        T(test_planning_survives_every_allocation_failure_without_leaks),
+        T(test_plan_create_rejects_bad_arguments_and_unverified_graphs),
+        T(test_block_example_is_seven_kernels),
+        T(test_pattern_examples_plan_to_their_stated_kernel_counts),
+        T(test_report_command_exits_2_on_a_parse_error_and_bad_usage),
+#undef T
+    };
+    return kf_test_run(tests);
+}
