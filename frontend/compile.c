@@ -216,6 +216,9 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
         if (!copy || outputs[i].data == p->bound[t->id])
             continue;
         const void *src = p->bound[t->id] ? p->bound[t->id] : kf_cpu_exec_buffer(p->exec, t->id);
+        const kf_group *vg = kf_plan_group_of(p->plan, t);
+        if (!src && vg && vg->kind == KF_GROUP_VIEW && vg->view_contiguous && vg->view_base != KF_NONE)
+            src = kf_cpu_exec_buffer(p->exec, vg->view_base); /* the output aliases its base */
         if (!src)
             return fail(p, KF_ERR_INTERNAL,
                         "kf_program_run: output '%s' has no buffer after the run (a kfuse bug)",

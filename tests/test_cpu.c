@@ -106,7 +106,9 @@ static void diagnose(kf_graph *g, const kf_binding *in) {
     }
     kf_eval_state st;
     err[0] = '\0';
+    setenv("KF_CPU_NO_REUSE", "1", 1); /* keep every intermediate */
     kf_status s1 = kf_cpu_exec_create(&g->mem, plan, &x, err);
+    unsetenv("KF_CPU_NO_REUSE");
     if (s1 == KF_OK)
         s1 = kf_cpu_exec_run(x, bound, err);
     if (s1 == KF_OK && kf_ir_eval(g, data, &st) != KF_OK) {

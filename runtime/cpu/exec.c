@@ -129,8 +129,13 @@ static kf_status plan_arena(kf_cpu_exec *x) {
         last[i] = -1;
         x->slot[i] = -1;
     }
-    for (uint32_t i = 0; i < g->n_outputs; i++)
-        is_out[g->outputs[i].tensor->id] = true;
+    for (uint32_t i = 0; i < g->n_outputs; i++) {
+        uint32_t t = g->outputs[i].tensor->id, vg = plan->group_of[t];
+        is_out[t] = true;
+        /* An output that is a view aliases its base: the base lives to the end. */
+        if (vg != KF_NONE && plan->groups[vg].kind == KF_GROUP_VIEW && plan->groups[vg].view_base != KF_NONE)
+            is_out[plan->groups[vg].view_base] = true;
+    }
     for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
         const kf_group *gr = &plan->groups[gi];
         if (!gr->is_kernel)
@@ -176,6 +181,10 @@ static kf_status plan_arena(kf_cpu_exec *x) {
         }
         order[b] = v;
     }
+    /* KF_CPU_NO_REUSE=1 (a debugging switch): every tensor keeps its own
+     * slot, so all intermediates can be inspected after a run. */
+    const char *nr = getenv("KF_CPU_NO_REUSE");
+    bool no_reuse = nr && *nr && *nr != '0';
     size_t total = 0;
     for (uint32_t a = 0; a < m; a++) {
         uint32_t t = order[a];
@@ -187,7 +196,7 @@ static kf_status plan_arena(kf_cpu_exec *x) {
             for (uint32_t b = 0; b < a; b++) {
                 uint32_t u = order[b];
                 int64_t ulo = first[u], uhi = is_out[u] ? INT64_MAX : (last[u] > ulo ? last[u] : ulo);
-                if (!getenv("KF_NOREUSE") && (uhi < lo || hi < ulo))
+                if (!no_reuse && (uhi < lo || hi < ulo))
                     continue; /* not live together */
                 size_t us = (tensor_bytes(g->nodes[u]) + 63) & ~(size_t)63;
                 size_t uoff = (size_t)x->slot[u];
