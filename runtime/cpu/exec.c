@@ -72,6 +72,16 @@ static kf_status llvm_error(LLVMErrorRef e, const char *what, char *err) {
     return KF_ERR_INTERNAL;
 }
 
+/* The optimization level: 3 (default<O3>, aggressive code generation) unless
+ * $KF_CPU_OPT says 0..2. Lower levels compile several times faster and are
+ * for tests that run thousands of tiny graphs; the semantics are the same. */
+static int opt_level(void) {
+    const char *e = getenv("KF_CPU_OPT");
+    if (e && *e >= '0' && *e <= '3' && e[1] == '\0')
+        return *e - '0';
+    return 3;
+}
+
 static LLVMTargetMachineRef host_tm(char *err) {
     char *triple = LLVMGetDefaultTargetTriple();
     LLVMTargetRef target;
@@ -85,7 +95,10 @@ static LLVMTargetMachineRef host_tm(char *err) {
     char *cpu = LLVMGetHostCPUName();
     char *feat = LLVMGetHostCPUFeatures();
     LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, feat,
-                                                      LLVMCodeGenLevelAggressive, LLVMRelocDefault,
+                                                      opt_level() == 3   ? LLVMCodeGenLevelAggressive
+                                                      : opt_level() == 0 ? LLVMCodeGenLevelNone
+                                                                         : LLVMCodeGenLevelLess,
+                                                      LLVMRelocDefault,
                                                       LLVMCodeModelJITDefault);
     LLVMDisposeMessage(cpu);
     LLVMDisposeMessage(feat);
@@ -222,9 +235,17 @@ static kf_status plan_arena(kf_cpu_exec *x) {
 /* Compile                                                                    */
 /* ------------------------------------------------------------------------ */
 
+#include <time.h>
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static kf_status jit_module(kf_cpu_exec *x, char *err) {
     const kf_plan *plan = x->plan;
     kf_status st = KF_OK;
+    double t0 = now_s(), t_emit = 0, t_o3 = 0;
     LLVMTargetMachineRef tm = host_tm(err);
     if (!tm)
         return KF_ERR_INTERNAL;
@@ -239,6 +260,7 @@ static kf_status jit_module(kf_cpu_exec *x, char *err) {
     LLVMDisposeTargetData(td);
 
     st = kf_llvm_emit_plan(plan, mod, x->kernels, err);
+    t_emit = now_s();
     if (st == KF_OK) {
         char *msg = NULL;
         if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
@@ -257,7 +279,9 @@ static kf_status jit_module(kf_cpu_exec *x, char *err) {
         LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
         LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
         LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-        LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, po);
+        char pipeline[32];
+        snprintf(pipeline, sizeof pipeline, "default<O%d>", opt_level());
+        LLVMErrorRef e = LLVMRunPasses(mod, pipeline, tm, po);
         LLVMDisposePassBuilderOptions(po);
         if (e)
             st = llvm_error(e, "LLVM O3 pipeline", err);
@@ -268,6 +292,7 @@ static kf_status jit_module(kf_cpu_exec *x, char *err) {
         LLVMDisposeMessage(s);
     }
     LLVMDisposeTargetMachine(tm);
+    t_o3 = now_s();
     if (st != KF_OK) {
         LLVMDisposeModule(mod);
         LLVMOrcDisposeThreadSafeContext(tsc);
@@ -319,6 +344,10 @@ static kf_status jit_module(kf_cpu_exec *x, char *err) {
         if (x->kernels[i].scratch > x->scratch)
             x->scratch = x->kernels[i].scratch;
     }
+    if (getenv("KF_CPU_TIMING"))
+        fprintf(stderr, "kfuse cpu: %u kernels: emit %.2f ms, verify+O3 %.2f ms, JIT %.2f ms\n",
+                kf_plan_kernel_count(plan), 1e3 * (t_emit - t0), 1e3 * (t_o3 - t_emit),
+                1e3 * (now_s() - t_o3));
     return KF_OK;
 }
 
