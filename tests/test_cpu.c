@@ -336,6 +336,339 @@ static void test_every_example_matches_the_reference(void **state) {
     assert_int_equal(bad, 0);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Every op, every dtype                                                      */
+/* ------------------------------------------------------------------------ */
+
+static const kf_dtype all_dtypes[] = {KF_DTYPE_F32, KF_DTYPE_F16, KF_DTYPE_BF16,
+                                      KF_DTYPE_F64, KF_DTYPE_I32, KF_DTYPE_BOOL};
+#define N_DTYPES (sizeof all_dtypes / sizeof all_dtypes[0])
+
+static bool takes(kf_op op, kf_dtype d) { return (kf_op_get(op)->dtypes >> d) & 1u; }
+
+static void test_every_unary_op_in_every_dtype(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(3);
+    int n = 0, bad = 0;
+    for (int op = 0; op < KF_OP_COUNT; op++) {
+        if (!kf_op_has((kf_op)op, KF_TRAIT_UNARY) || op == KF_OP_CAST)
+            continue;
+        for (size_t di = 0; di < N_DTYPES; di++) {
+            kf_dtype d = all_dtypes[di];
+            if (!takes((kf_op)op, d))
+                continue;
+            char text[256];
+            snprintf(text, sizeof text, "kfg 1\nx = input(%s[3, 37])\ny = %s(x)\noutput y\n",
+                     kf_dtype_name(d), kf_op_get((kf_op)op)->name);
+            bad += !check_text(ctx, text, &r);
+            if (kf_dtype_is_float(d)) /* large magnitudes: overflow, stable forms */
+                bad += !check_text_range(ctx, text, &r, -30.0, 30.0);
+            n++;
+        }
+    }
+    kf_ctx_destroy(ctx);
+    assert_true(n > 40);
+    assert_int_equal(bad, 0);
+}
+
+static void test_every_binary_op_broadcasts_in_every_dtype(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(4);
+    static const char *shapes[][2] = {
+        {"[4, 1, 37]", "[5, 1]"}, {"[6, 33]", "[33]"}, {"[2, 3, 5]", "[]"}, {"[7, 1]", "[1, 9]"}};
+    int n = 0, bad = 0;
+    for (int op = 0; op < KF_OP_COUNT; op++) {
+        if (!kf_op_has((kf_op)op, KF_TRAIT_BINARY))
+            continue;
+        for (size_t di = 0; di < N_DTYPES; di++) {
+            kf_dtype d = all_dtypes[di];
+            if (!takes((kf_op)op, d))
+                continue;
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                char text[320];
+                snprintf(text, sizeof text,
+                         "kfg 1\na = input(%s%s)\nb = input(%s%s)\ny = %s(a, b)\noutput y\n",
+                         kf_dtype_name(d), shapes[s][s % 2], kf_dtype_name(d), shapes[s][1 - s % 2],
+                         kf_op_get((kf_op)op)->name);
+                bad += !check_text(ctx, text, &r);
+                n++;
+            }
+        }
+    }
+    kf_ctx_destroy(ctx);
+    assert_true(n > 100);
+    assert_int_equal(bad, 0);
+}
+
+static void test_where_cast_and_iota_in_every_dtype(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(5);
+    int bad = 0;
+    for (size_t a = 0; a < N_DTYPES; a++) {
+        const char *da = kf_dtype_name(all_dtypes[a]);
+        char text[400];
+        snprintf(text, sizeof text,
+                 "kfg 1\nc = input(bool[4, 1, 9])\na = input(%s[5, 9])\nb = input(%s[4, 5, 1])\n"
+                 "y = where(c, a, b)\noutput y\n",
+                 da, da);
+        bad += !check_text(ctx, text, &r);
+        for (size_t b = 0; b < N_DTYPES; b++) {
+            snprintf(text, sizeof text, "kfg 1\nx = input(%s[3, 41])\ny = cast(x, %s)\noutput y\n", da,
+                     kf_dtype_name(all_dtypes[b]));
+            bad += !check_text_range(ctx, text, &r, -300.0, 300.0);
+        }
+        if (all_dtypes[a] != KF_DTYPE_BOOL) {
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[4, 9, 3])\ni = iota(%s[4, 9, 3], axis=1)\ny = add(x, i)\n"
+                     "j = iota(%s[9, 3], axis=1)\nz = mul(y, j)\noutput z\n",
+                     da, da, da);
+            bad += !check_text(ctx, text, &r);
+        }
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(bad, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row-wise and column reductions                                             */
+/* ------------------------------------------------------------------------ */
+
+static void test_reductions_norms_and_softmax_over_every_axis(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(6);
+    int bad = 0;
+    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean"};
+    for (size_t di = 0; di < N_DTYPES; di++) {
+        kf_dtype d = all_dtypes[di];
+        const char *dn = kf_dtype_name(d);
+        char text[512];
+        for (int axis = 0; axis < 3; axis++) {
+            for (size_t k = 0; k < 3; k++) {
+                if (!takes(kf_op_from_name(reds[k], strlen(reds[k])), d))
+                    continue;
+                for (int keep = 0; keep < 2; keep++) {
+                    snprintf(text, sizeof text,
+                             "kfg 1\nx = input(%s[3, 7, 45])\ny = %s(x, axis=%d%s)\noutput y\n", dn,
+                             reds[k], axis, keep ? ", keepdim=true" : "");
+                    bad += !check_text(ctx, text, &r);
+                }
+            }
+            if (!kf_dtype_is_float(d))
+                continue;
+            int len = axis == 0 ? 3 : axis == 1 ? 7 : 45;
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[3, 7, 45])\nw = input(%s[%d])\nb = input(%s[%d])\n"
+                     "s = softmax(x, axis=%d)\nl = layer_norm(x, w, b, axis=%d, eps=1e-5)\n"
+                     "r = rms_norm(x, w, axis=%d, eps=1e-6)\noutput s\noutput l\noutput r\n",
+                     dn, dn, len, dn, len, axis, axis, axis);
+            bad += !check_text(ctx, text, &r);
+        }
+        if (kf_dtype_is_float(d)) {
+            /* prologue and epilogue around a row op, and x - max(x) broadcast back */
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[6, 130])\nb = input(%s[130])\nw = input(%s[130])\n"
+                     "h = add(x, b)\ng = gelu(h)\nn = rms_norm(g, w, eps=1e-5)\ne = tanh(n)\n"
+                     "m = reduce_max(x, axis=1, keepdim=true)\nc = sub(x, m)\nz = exp(c)\n"
+                     "output e\noutput z\n",
+                     dn, dn, dn);
+            bad += !check_text(ctx, text, &r);
+        }
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(bad, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* GEMM: layouts, epilogues, SwiGLU, norm prologue, row epilogue             */
+/* ------------------------------------------------------------------------ */
+
+static void test_gemm_layouts_and_fused_epilogues(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(7);
+    int bad = 0;
+    static const kf_dtype fl[] = {KF_DTYPE_F32, KF_DTYPE_F16, KF_DTYPE_BF16, KF_DTYPE_F64};
+    for (size_t di = 0; di < 4; di++) {
+        const char *dn = kf_dtype_name(fl[di]);
+        char text[1024];
+        for (int ta = 0; ta < 2; ta++) {
+            for (int tb = 0; tb < 2; tb++) {
+                /* batched A [2, 3, M, K] against a shared B [K, N], M and N not tile multiples */
+                snprintf(text, sizeof text,
+                         "kfg 1\na = input(%s%s)\nb = input(%s%s)\nbias = input(%s[300])\n"
+                         "c = matmul(a, b%s%s)\nd = add(c, bias)\ne = gelu(d)\noutput e\n",
+                         dn, ta ? "[2, 3, 19, 13]" : "[2, 3, 13, 19]", dn,
+                         tb ? "[300, 19]" : "[19, 300]", dn, ta ? ", transpose_a=true" : "",
+                         tb ? ", transpose_b=true" : "");
+                bad += !check_text(ctx, text, &r);
+            }
+        }
+        /* batch broadcast on B, residual and scale; a norm on the output rows */
+        snprintf(text, sizeof text,
+                 "kfg 1\na = input(%s[5, 33])\nb = input(%s[3, 33, 40])\nres = input(%s[3, 5, 40])\n"
+                 "w = input(%s[40])\nlb = input(%s[40])\nc = matmul(a, b)\nd = add(c, res)\n"
+                 "s = const(%s[], 0.5)\ne = mul(d, s)\nn = layer_norm(e, w, lb, eps=1e-5)\noutput n\n",
+                 dn, dn, dn, dn, dn, dn);
+        bad += !check_text(ctx, text, &r);
+        /* SwiGLU and a norm prologue shared by two GEMMs */
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[2, 9, 24])\nnw = input(%s[24])\nwg = input(%s[24, 50])\n"
+                 "wu = input(%s[24, 50])\nh = rms_norm(x, nw, eps=1e-5)\ng = matmul(h, wg)\n"
+                 "u = matmul(h, wu)\nsg = silu(g)\ny = mul(sg, u)\noutput y\n",
+                 dn, dn, dn, dn);
+        bad += !check_text(ctx, text, &r);
+        /* a row longer than a tile: the norm becomes its own row-wise kernel */
+        snprintf(text, sizeof text,
+                 "kfg 1\na = input(%s[6, 20])\nb = input(%s[20, 700])\nw = input(%s[700])\n"
+                 "c = matmul(a, b)\nn = rms_norm(c, w, eps=1e-5)\noutput n\noutput c\n",
+                 dn, dn, dn);
+        bad += !check_text(ctx, text, &r);
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(bad, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attention: every mask class, GQA broadcast, dtypes                        */
+/* ------------------------------------------------------------------------ */
+
+static void test_attention_with_every_mask_class(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(8);
+    int bad = 0;
+    static const kf_dtype fl[] = {KF_DTYPE_F32, KF_DTYPE_F16, KF_DTYPE_BF16, KF_DTYPE_F64};
+    static const char *masks[] = {
+        /* none */
+        "m = mul(s, sc)\n",
+        /* causal */
+        "t = mul(s, sc)\nr = iota(i32[37, 37], axis=0)\nc = iota(i32[37, 37], axis=1)\n"
+        "k = le(c, r)\nneg = const(%1$s[], -1e4)\nm = where(k, t, neg)\n",
+        /* sliding window of 5 */
+        "t = mul(s, sc)\nr = iota(i32[37, 37], axis=0)\nc = iota(i32[37, 37], axis=1)\n"
+        "k = le(c, r)\nd = sub(r, c)\nw = const(i32[], 5)\nk2 = lt(d, w)\nkk = where(k, k2, k)\n"
+        "neg = const(%1$s[], -1e4)\nm = where(kk, t, neg)\n",
+        /* general: an additive bias tensor */
+        "t = mul(s, sc)\nbias = input(%1$s[37, 37])\nm = add(t, bias)\n",
+    };
+    for (size_t di = 0; di < 4; di++) {
+        const char *dn = kf_dtype_name(fl[di]);
+        for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; mi++) {
+            for (int gqa = 0; gqa < 2; gqa++) {
+                char mask[600], text[1400];
+                snprintf(mask, sizeof mask, masks[mi], dn);
+                snprintf(text, sizeof text,
+                         "kfg 1\nq = input(%s[2, 4, 37, 16])\nkm = input(%s[2, %d, 37, 16])\n"
+                         "v = input(%s[2, %d, 37, 24])\ns = matmul(q, km, transpose_b=true)\n"
+                         "sc = const(%s[], 0.25)\n%sp = softmax(m)\no = matmul(p, v)\noutput o\n",
+                         dn, dn, gqa ? 1 : 4, dn, gqa ? 1 : 4, dn, mask);
+                bad += !check_text(ctx, text, &r);
+            }
+        }
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(bad, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Layout: views, copies, outputs that alias                                  */
+/* ------------------------------------------------------------------------ */
+
+static void test_views_copies_and_aliased_outputs(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(9);
+    int bad = 0;
+    /* permuted and reshaped outputs of a computed value (copies and views),
+     * an input and a constant as outputs, one tensor under two names */
+    bad += !check_text(ctx,
+                       "kfg 1\nx = input(f32[4, 6, 5])\ny = exp(x)\np = permute(y, [2, 0, 1])\n"
+                       "q = reshape(y, [24, 5])\nz = add(p, p)\nt = permute(x, [2, 1, 0])\n"
+                       "c = const(f32[2], [1.5, -2])\n"
+                       "output p\noutput q\noutput z\noutput t\noutput x\noutput x2 = x\n"
+                       "output c\noutput q2 = q\n",
+                       &r);
+    /* a reshape of a permuted view (needs a copy) feeding a GEMM and a row op */
+    bad += !check_text(ctx,
+                       "kfg 1\nx = input(bf16[2, 3, 4, 8])\np = permute(x, [0, 2, 1, 3])\n"
+                       "m = reshape(p, [2, 4, 24])\nw = input(bf16[24, 16])\ng = matmul(m, w)\n"
+                       "s = softmax(g)\noutput s\n",
+                       &r);
+    kf_ctx_destroy(ctx);
+    assert_int_equal(bad, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* API contract                                                               */
+/* ------------------------------------------------------------------------ */
+
+static void test_run_checks_bindings_like_eval(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[4, 8])\ny = exp(x)\noutput y\n");
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(NULL, g, &p), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_compile(ctx, g, NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_compile(ctx, g, &p), KF_OK);
+    assert_non_null(p);
+    assert_true(kf_program_kernel_count(p) == 1);
+    float xin[32] = {0}, yout[32];
+    kf_binding in = {"x", xin, sizeof xin}, out = {"y", yout, sizeof yout};
+    kf_binding bad_name = {"nope", xin, sizeof xin}, bad_size = {"x", xin, 4},
+               null_data = {"x", NULL, sizeof xin};
+    assert_int_equal(kf_program_run(p, &bad_name, 1, &out, 1, NULL), KF_ERR_NOT_FOUND);
+    assert_non_null(strstr(kf_program_error(p), "nope"));
+    assert_int_equal(kf_program_run(p, &bad_size, 1, &out, 1, NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(kf_program_error(p), "expected 128 bytes"));
+    assert_int_equal(kf_program_run(p, &null_data, 1, &out, 1, NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_run(p, NULL, 0, &out, 1, NULL), KF_ERR_NOT_FOUND);
+    assert_non_null(strstr(kf_program_error(p), "'x'"));
+    kf_binding two[2] = {in, in};
+    assert_int_equal(kf_program_run(p, two, 2, &out, 1, NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_run(p, &in, 1, NULL, 0, NULL), KF_OK); /* outputs optional */
+    assert_int_equal(kf_program_run(p, &in, 1, &out, 1, NULL), KF_OK);
+    for (int i = 0; i < 32; i++)
+        assert_true(yout[i] == 1.0f);
+    assert_string_equal(kf_program_error(p), "");
+    kf_program_destroy(p);
+    kf_program_destroy(NULL);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+
+    /* the CUDA target is not built yet: a clear error, no program */
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    g = parse(ctx, "kfg 1\nx = input(f32[4])\ny = exp(x)\noutput y\n");
+    assert_int_equal(kf_compile(ctx, g, &p), KF_ERR_UNSUPPORTED);
+    assert_null(p);
+    assert_non_null(strstr(kf_graph_error(g), "KF_TARGET_CPU"));
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
+static void test_a_program_runs_again_with_new_inputs_and_threads(void **state) {
+    (void)state;
+    /* large enough to go parallel: every kind at a size the pool splits */
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(10);
+    kf_graph *g = parse(ctx,
+                        "kfg 1\nx = input(f32[256, 512])\nw = input(f32[512, 128])\nb = input(f32[128])\n"
+                        "n = input(f32[512])\nh = rms_norm(x, n, eps=1e-5)\nc = matmul(x, w)\n"
+                        "d = add(c, b)\ne = gelu(d)\ns = softmax(e)\nt = mul(h, h)\n"
+                        "output s\noutput t\n");
+    for (int rep = 0; rep < 3; rep++)
+        assert_true(check_graph(ctx, g, &r, "parallel graph"));
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Random graphs                                                              */
 /* ------------------------------------------------------------------------ */
@@ -388,6 +721,15 @@ static void test_random_graphs_match_the_reference(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_unary_op_in_every_dtype),
+        cmocka_unit_test(test_every_binary_op_broadcasts_in_every_dtype),
+        cmocka_unit_test(test_where_cast_and_iota_in_every_dtype),
+        cmocka_unit_test(test_reductions_norms_and_softmax_over_every_axis),
+        cmocka_unit_test(test_gemm_layouts_and_fused_epilogues),
+        cmocka_unit_test(test_attention_with_every_mask_class),
+        cmocka_unit_test(test_views_copies_and_aliased_outputs),
+        cmocka_unit_test(test_run_checks_bindings_like_eval),
+        cmocka_unit_test(test_a_program_runs_again_with_new_inputs_and_threads),
         cmocka_unit_test(test_every_example_matches_the_reference),
         cmocka_unit_test(test_random_graphs_match_the_reference),
     };
