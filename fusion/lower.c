@@ -138,9 +138,11 @@ static uint32_t load(lowerer *L, const kf_tensor *t, kf_space sp, int along) {
     return emit(L, &e);
 }
 
+/* Sources this group computes: one-element constants, and an iota that has
+ * no group of its own or is its group's member (an iota in memory). */
 static bool is_inline_source(const lowerer *L, const kf_tensor *t) {
     if (t->op == KF_OP_IOTA)
-        return L->p->gid[t->id] == KF_NONE;
+        return L->p->gid[t->id] == KF_NONE || L->p->gid[t->id] == L->gi;
     return t->op == KF_OP_CONST && kf_ir_numel(t) == 1;
 }
 
@@ -449,7 +451,7 @@ static void make_name(lowerer *L) {
         name_append(buf, sizeof buf, kf_op_get(gr->nodes[g->gemm.a[0]]->op)->name);
     for (uint32_t i = 0; i < g->n_computed && g->kind != KF_GROUP_ATTENTION; i++) {
         const kf_tensor *t = gr->nodes[g->computed[i]];
-        if (kf_pl_is_source(t) || kf_op_has(t->op, KF_TRAIT_GEMM) ||
+        if ((kf_pl_is_source(t) && t->id != g->anchor) || kf_op_has(t->op, KF_TRAIT_GEMM) ||
             kf_op_has(t->op, KF_TRAIT_LAYOUT) ||
             (g->kind == KF_GROUP_GEMM && g->gemm.a_prologue && t->id == g->gemm.a[0]))
             continue;
@@ -779,6 +781,10 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
                                                               : KF_PASS_ROWWISE));
                 }
             }
+            if (r == KF_REASON_ANCHOR_BOUNDARY && !e->detail[0] &&
+                (kf_op_has(ct->op, KF_TRAIT_GEMM) || kf_op_has(ct->op, KF_TRAIT_SOFTMAX)))
+                snprintf(e->detail, sizeof e->detail, "%s loads it tile by tile from memory",
+                         cg->kind == KF_GROUP_ATTENTION ? "the attention kernel" : "the GEMM");
             e->reason = r;
         }
     }

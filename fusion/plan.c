@@ -24,8 +24,8 @@
  *      where the rule is about one op's math, and then through the expression.
  *  I2  Single materialization. A tensor that is a graph output or has a
  *      consumer outside its group is written exactly once, by its group.
- *      Elementwise groups are single-output trees: a producer joins its
- *      consumer's ELEMENTWISE group only when that consumer is its only use and
+ *      Elementwise groups have one output: a producer joins its consumer's
+ *      group only when every use of it is in that group (one shared node) and
  *      it is not a graph output. Anchored groups (GEMM, ROWWISE) may write
  *      several tensors of the anchor's output shape (multi-output epilogues).
  *  I3  Acyclic groups. Merging two groups never creates a path that leaves a
@@ -270,6 +270,23 @@ static kf_group_kind seed_kind(const kf_tensor *t) {
     return KF_GROUP_ELEMENTWISE;
 }
 
+/* An iota is computed inline by every expression that uses it, except when
+ * it must be in memory: a graph output, a GEMM or layout operand, or a norm's
+ * weight or bias. Then it gets its own elementwise group, which writes it. */
+static bool iota_in_memory(const kf_planner *p, const kf_tensor *t) {
+    if (t->op != KF_OP_IOTA)
+        return false;
+    if (p->is_output[t->id])
+        return true;
+    for (uint32_t k = p->cons_off[t->id]; k < p->cons_off[t->id + 1]; k++) {
+        const kf_tensor *c = p->g->nodes[p->cons[k]];
+        if (kf_op_has(c->op, KF_TRAIT_GEMM) || kf_op_has(c->op, KF_TRAIT_LAYOUT) ||
+            (kf_op_has(c->op, KF_TRAIT_NORM) && c->src[0] != t))
+            return true;
+    }
+    return false;
+}
+
 static void planner_free(kf_planner *p) {
     const kf_mem *m = p->mem;
     size_t n = p->n;
@@ -347,7 +364,7 @@ static kf_status planner_init(kf_planner *p, kf_graph *g, const kf_plan_options 
     }
     for (uint32_t i = 0; i < n; i++) {
         kf_tensor *t = g->nodes[i];
-        if (!p->need[i] || kf_pl_is_source(t))
+        if (!p->need[i] || (kf_pl_is_source(t) && !iota_in_memory(p, t)))
             continue;
         if (kf_pl_new_group(p, seed_kind(t), t) == KF_NONE)
             return KF_ERR_OUT_OF_MEMORY;

@@ -44,7 +44,7 @@ static void put_ops(const kf_plan *plan, const kf_group *g, FILE *out, size_t ma
     size_t shown = 0;
     for (uint32_t i = 0; i < g->n_computed; i++) {
         const kf_tensor *t = plan->graph->nodes[g->computed[i]];
-        if (kf_op_has(t->op, KF_TRAIT_SOURCE))
+        if (kf_op_has(t->op, KF_TRAIT_SOURCE) && t->id != g->anchor)
             continue;
         if (shown == max) {
             fputs(", ...", out);

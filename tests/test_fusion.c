@@ -6,10 +6,12 @@
  * the pipeline switches; allocation failures; and the examples.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kf_test.h"
 
@@ -689,6 +691,27 @@ static void test_reshape_of_a_computed_value_materializes_it(void **state) {
     assert_edge_reason(p, a, r, KF_REASON_LAYOUT_CHANGE);
 }
 
+static void test_iota_that_must_be_in_memory_gets_its_own_kernel(void **state) {
+    fixture *f = *state;
+    kf_tensor *i = kf_iota(f->g, KF_DTYPE_F32, 2, DIMS(4, 8), 1);
+    kf_tensor *m = kf_matmul(f->g, i, in2(f->g, "w", 8, 4), 0, 0);
+    kf_tensor *j = kf_iota(f->g, KF_DTYPE_F32, 1, DIMS(8), 0);
+    kf_tensor *n = kf_rms_norm(f->g, in2(f->g, "x", 4, 8), j, -1, 1e-6);
+    kf_tensor *inline_iota = kf_iota(f->g, KF_DTYPE_F32, 2, DIMS(4, 8), 0);
+    kf_tensor *e = kf_add(f->g, in2(f->g, "y", 4, 8), inline_iota);
+    kf_output(f->g, "m", m);
+    kf_output(f->g, "n", n);
+    kf_output(f->g, "e", e);
+    kf_output(f->g, "i", i);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 5);
+    assert_string_equal(group_of(p, i)->name, "ew_iota_f32_4x8");
+    assert_true(reads(group_of(p, m), i));
+    assert_true(reads(group_of(p, n), j));
+    assert_ptr_equal(group_of(p, inline_iota), group_of(p, e));
+    assert_true(expr_uses(group_of(p, e), root_of(group_of(p, e), e), KF_EXPR_INDEX, KF_OP_COUNT));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Pipeline, report, allocation failures, examples                            */
 /* ------------------------------------------------------------------------ */
@@ -918,6 +941,54 @@ static void test_report_command_exits_2_on_a_parse_error_and_bad_usage(void **st
     assert_non_null(strstr(kf_cmd_report_help, "--device"));
 }
 
+static void test_kf_debug_dumps_the_plan_after_each_pass_to_stderr(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8), *w = in2(f->g, "w", 8, 4);
+    kf_output(f->g, "y", kf_relu(f->g, kf_matmul(f->g, x, w, 0, 0)));
+    char path[] = "/tmp/kf_test_debug_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    setenv("KF_DEBUG", "1", 1);
+    kf_plan *p = NULL;
+    kf_status st = kf_plan_create(f->g, NULL, &p);
+    unsetenv("KF_DEBUG");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    assert_int_equal(st, KF_OK);
+    kf_plan_destroy(p);
+    char buf[4096] = "";
+    lseek(fd, 0, SEEK_SET);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    remove(path);
+    assert_true(n > 0);
+    for (int i = 0; i < KF_PASS_COUNT; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "after %s", kf_pass_name((kf_pass_id)i));
+        assert_non_null(strstr(buf, want));
+    }
+    assert_non_null(strstr(buf, "gemm_relu_f32_4x4"));
+    /* Without the variable, nothing is printed. */
+    char path2[] = "/tmp/kf_test_debug_XXXXXX";
+    fd = mkstemp(path2);
+    assert_true(fd >= 0);
+    saved = dup(2);
+    dup2(fd, 2);
+    st = kf_plan_create(f->g, NULL, &p);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    assert_int_equal(st, KF_OK);
+    kf_plan_destroy(p);
+    assert_int_equal(lseek(fd, 0, SEEK_END), 0);
+    close(fd);
+    remove(path2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -951,6 +1022,7 @@ int main(void) {
         T(test_gemm_anchor_does_not_take_f64),
         T(test_permute_of_an_input_is_a_view_read_with_strides),
         T(test_reshape_of_a_computed_value_materializes_it),
+        T(test_iota_that_must_be_in_memory_gets_its_own_kernel),
         T(test_switching_off_the_gemm_epilogue_pass_keeps_the_epilogue_apart),
         T(test_every_reason_and_kind_has_a_name),
         T(test_report_lists_groups_types_costs_and_reasons),
@@ -959,6 +1031,7 @@ int main(void) {
         T(test_block_example_is_seven_kernels),
         T(test_pattern_examples_plan_to_their_stated_kernel_counts),
         T(test_report_command_exits_2_on_a_parse_error_and_bad_usage),
+        T(test_kf_debug_dumps_the_plan_after_each_pass_to_stderr),
 #undef T
     };
     return kf_test_run(tests);
