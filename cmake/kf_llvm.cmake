@@ -50,3 +50,22 @@ else()
         set(KF_LLVM_SUMMARY "off (KF_WITH_LLVM=OFF): no CPU backend")
     endif()
 endif()
+
+# The CPU benchmark (bench/cpu_bench.c): not a test, off by default. It
+# compares GEMMs with OpenBLAS (libopenblas-dev) when that is installed.
+option(KF_BUILD_BENCH "Build bench/cpu_bench (needs the CPU backend; OpenBLAS optional)" OFF)
+if(KF_BUILD_BENCH AND KF_HAVE_LLVM)
+    add_executable(cpu_bench bench/cpu_bench.c)
+    target_link_libraries(cpu_bench PRIVATE kfuse_internal)
+    find_library(KF_OPENBLAS_LIBRARY NAMES openblas)
+    if(KF_OPENBLAS_LIBRARY)
+        target_link_libraries(cpu_bench PRIVATE "${KF_OPENBLAS_LIBRARY}")
+        target_compile_definitions(cpu_bench PRIVATE KF_HAVE_OPENBLAS=1)
+    endif()
+    execute_process(COMMAND git rev-parse --short HEAD WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
+                    OUTPUT_VARIABLE _kf_commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(NOT _kf_commit)
+        set(_kf_commit unknown)
+    endif()
+    target_compile_definitions(cpu_bench PRIVATE KF_BENCH_COMMIT="${_kf_commit}")
+endif()

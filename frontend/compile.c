@@ -7,6 +7,9 @@
  * The CPU backend exists only when the library was built with LLVM
  * (KF_HAVE_LLVM, cmake/kf_llvm.cmake); without it every compile for the CPU
  * returns KF_ERR_UNSUPPORTED and says how to get it.
+ *
+ * Compiled CPU code goes through the context's disk cache (kf_ctx_cache)
+ * unless the context says KF_FLAG_NO_CACHE.
  */
 #include <stdio.h>
 #include <string.h>
@@ -91,7 +94,16 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         return st; /* the planner put its message on the graph */
     }
     char err[KF_MSG_MAX];
-    st = kf_cpu_exec_create(&p->mem, p->plan, &p->exec, err);
+    struct kf_cache *cache = NULL;
+    st = kf_ctx_cache(ctx, &cache, err);
+    if (st != KF_OK) {
+        kf_program_destroy(p);
+        return kf_ir_note(graph, st,
+                          "kf_compile: the kernel cache cannot be used: %s (create the context "
+                          "with KF_FLAG_NO_CACHE to compile without it)",
+                          err);
+    }
+    st = kf_cpu_exec_create(&p->mem, p->plan, cache, &p->exec, err);
     if (st != KF_OK) {
         kf_program_destroy(p);
         return kf_ir_note(graph, st, "kf_compile (cpu): %s", err);

@@ -27,6 +27,7 @@ static kf_ctx *new_ctx(void) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CPU;
+    o.flags = KF_FLAG_NO_CACHE; /* thousands of graphs: never the user's cache */
     kf_ctx *ctx = NULL;
     assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
     return ctx;
@@ -111,7 +112,7 @@ static void diagnose(kf_graph *g, const kf_binding *in) {
     kf_eval_state st;
     err[0] = '\0';
     setenv("KF_CPU_NO_REUSE", "1", 1); /* keep every intermediate */
-    kf_status s1 = kf_cpu_exec_create(&g->mem, plan, &x, err);
+    kf_status s1 = kf_cpu_exec_create(&g->mem, plan, NULL, &x, err);
     unsetenv("KF_CPU_NO_REUSE");
     if (s1 == KF_OK)
         s1 = kf_cpu_exec_run(x, bound, err);
