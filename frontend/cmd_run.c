@@ -17,12 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/cmd_run.h"
 #include "ir/ir.h"
 #include "kfuse.h"
 
-int kf_cmd_run(int argc, char **argv);
+const char kf_cmd_run_summary[] = "compile a .kfg graph, run it on random inputs, optionally --check it";
 
-static const char run_usage[] =
+const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
@@ -253,7 +254,6 @@ done:
     return rc;
 }
 
-/* The `kfuse run` command; argv[0] is "run". Returns the exit status. */
 int kf_cmd_run(int argc, char **argv) {
     const char *file = NULL;
     uint64_t seed = 0;
@@ -262,7 +262,7 @@ int kf_cmd_run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(run_usage, stdout);
+            fputs(kf_cmd_run_help, stdout);
             return 0;
         } else if (strcmp(a, "--check") == 0) {
             check = true;
@@ -270,7 +270,7 @@ int kf_cmd_run(int argc, char **argv) {
             report = true;
         } else if (strcmp(a, "--seed") == 0 || strcmp(a, "--target") == 0) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "kfuse run: %s needs a value\n%s", a, run_usage);
+                fprintf(stderr, "kfuse run: %s needs a value\n%s", a, kf_cmd_run_help);
                 return 2;
             }
             const char *v = argv[++i];
@@ -294,17 +294,17 @@ int kf_cmd_run(int argc, char **argv) {
                 return 2;
             }
         } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "kfuse run: unknown option '%s'\n%s", a, run_usage);
+            fprintf(stderr, "kfuse run: unknown option '%s'\n%s", a, kf_cmd_run_help);
             return 2;
         } else if (file) {
-            fprintf(stderr, "kfuse run: unexpected argument '%s'\n%s", a, run_usage);
+            fprintf(stderr, "kfuse run: unexpected argument '%s'\n%s", a, kf_cmd_run_help);
             return 2;
         } else {
             file = a;
         }
     }
     if (!file) {
-        fprintf(stderr, "kfuse run: missing FILE\n%s", run_usage);
+        fprintf(stderr, "kfuse run: missing FILE\n%s", kf_cmd_run_help);
         return 2;
     }
     size_t len = 0;

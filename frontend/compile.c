@@ -9,6 +9,9 @@
  * returns KF_ERR_UNSUPPORTED and says how to get it. The CUDA target
  * (runtime/cuda_exec.c) is always built: it needs only the driver at run
  * time. KF_TARGET_AUTO is CUDA when a device is present, else the CPU.
+ *
+ * Compiled CPU code and CUDA kernels go through the context's disk cache
+ * (kf_ctx_cache) unless the context says KF_FLAG_NO_CACHE.
  */
 #include <stdio.h>
 #include <string.h>
@@ -105,7 +108,16 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         return KF_OK;
     }
 #ifdef KF_HAVE_LLVM
-    st = kf_cpu_exec_create(&p->mem, p->plan, &p->exec, err);
+    struct kf_cache *cache = NULL;
+    st = kf_ctx_cache(ctx, &cache, err);
+    if (st != KF_OK) {
+        kf_program_destroy(p);
+        return kf_ir_note(graph, st,
+                          "kf_compile: the kernel cache cannot be used: %s (create the context "
+                          "with KF_FLAG_NO_CACHE to compile without it)",
+                          err);
+    }
+    st = kf_cpu_exec_create(&p->mem, p->plan, cache, &p->exec, err);
     if (st != KF_OK) {
         kf_program_destroy(p);
         return kf_ir_note(graph, st, "kf_compile (cpu): %s", err);
@@ -265,6 +277,9 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
         }
 #ifdef KF_HAVE_LLVM
         const void *src = kf_cpu_exec_buffer(p->exec, t->id);
+        const kf_group *vg = kf_plan_group_of(p->plan, t);
+        if (!src && vg && vg->kind == KF_GROUP_VIEW && vg->view_contiguous && vg->view_base != KF_NONE)
+            src = kf_cpu_exec_buffer(p->exec, vg->view_base); /* the output aliases its base */
 #else
         const void *src = NULL;
 #endif

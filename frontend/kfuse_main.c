@@ -28,6 +28,7 @@
 #include "frontend/cmd_aot.h"
 #include "frontend/cmd_cache.h"
 #include "frontend/cmd_report.h"
+#include "frontend/cmd_run.h"
 #include "ir/ir.h"
 #include "kfuse.h"
 
@@ -70,15 +71,15 @@ static int cmd_aot(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_aot(argc, argv);
 }
+/* `kfuse run` lives in frontend/cmd_run.c. */
+static int cmd_run(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_run(argc, argv);
+}
 /* `kfuse cache` lives in frontend/cmd_cache.c. */
 static int cmd_cache(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_cache(argc, argv);
-}
-int kf_cmd_run(int argc, char **argv); /* frontend/cmd_run.c */
-static int cmd_run(const cli_command *cmd, int argc, char **argv) {
-    (void)cmd;
-    return kf_cmd_run(argc, argv);
 }
 
 static const cli_command commands[] = {
@@ -109,10 +110,10 @@ static const cli_command commands[] = {
      "  --seed N     seed of the input generator (an unsigned integer; default 0)\n"
      "  -h, --help   show this help\n",
      cmd_eval},
+    {"run", kf_cmd_run_summary, kf_cmd_run_help, cmd_run},
     {"report", "plan a .kfg graph into fused kernels and report why each edge fused or not",
      kf_cmd_report_help, cmd_report},
     {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
-    {"run", "compile a .kfg graph, run it on random inputs, optionally --check it", "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n(kfuse run --help for more)\n", cmd_run},
     {"aot", kf_cmd_aot_summary, kf_cmd_aot_help, cmd_aot},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"

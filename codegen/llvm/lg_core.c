@@ -675,8 +675,9 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
             LLVMBuildFDiv(B, lg_fconst(at, 1.0), lg_call_intrinsic(m, "llvm.sqrt", at, &ms, 1), "rrstd");
     }
     if (pass2 && !is_int) {
-        LLVMValueRef v2 = lg_var(f, at, "rsum2");
+        LLVMValueRef v2 = lg_var(f, at, "rsum2"), vc = lg_var(f, at, "rsumc");
         LLVMBuildStore(B, LLVMConstNull(at), v2);
+        LLVMBuildStore(B, LLVMConstNull(at), vc);
         lg_loop lp2;
         LLVMValueRef j2 = lg_loop_begin(f, &lp2, lg_i64(m, 0), L, "stat2");
         LLVMValueRef x2 = cache ? LLVMBuildLoad2(B, ct, LLVMBuildInBoundsGEP2(B, ct, cache, &j2, 1, ""), "")
@@ -688,6 +689,8 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
         } else {
             LLVMValueRef c = LLVMBuildFSub(B, x2, pt->stat[KF_STAT_MEAN], "");
             term = LLVMBuildFMul(B, c, c, "");
+            LLVMValueRef cc = LLVMBuildLoad2(B, at, vc, "");
+            LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cc, c, "")), vc);
         }
         LLVMValueRef cur = LLVMBuildLoad2(B, at, v2, "");
         LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, term, "")), v2);
@@ -696,6 +699,13 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
         if (s & (1u << KF_STAT_SUMEXP)) {
             pt->stat[KF_STAT_SUMEXP] = r;
         } else {
+            /* The corrected two-pass form (Chan, Golub, LeVeque): sc = sum(x - mean)
+             * is the rounding error of the first pass's mean; removing it makes a
+             * constant row's centred values exactly 0, as in the reference. */
+            LLVMValueRef sc = LLVMBuildLoad2(B, at, vc, "");
+            pt->stat[KF_STAT_MEAN] = LLVMBuildFAdd(B, pt->stat[KF_STAT_MEAN], LLVMBuildFDiv(B, sc, fL, ""), "mean2");
+            r = LLVMBuildFSub(B, r, LLVMBuildFDiv(B, LLVMBuildFMul(B, sc, sc, ""), fL, ""), "");
+            r = lg_fmax_nan(m, r, LLVMConstNull(at));
             LLVMValueRef var = LLVMBuildFAdd(B, LLVMBuildFDiv(B, r, fL, ""), lg_fconst(at, rs->eps), "");
             pt->stat[KF_STAT_RSTD] = LLVMBuildFDiv(B, lg_fconst(at, 1.0),
                                                    lg_call_intrinsic(m, "llvm.sqrt", at, &var, 1), "rstd");

@@ -33,6 +33,9 @@ static void emit_group(lg_mod *m, const kf_group *g, kf_cpu_kernel *k, LLVMValue
     memset(bufptr, 0, sizeof(LLVMValueRef) * m->graph->n_nodes);
     f.fn = LLVMAddFunction(m->M, k->symbol, m->kernel_t);
     add_attr(m, f.fn, "nounwind");
+    /* The scratch area is the calling thread's alone: nothing else points into it. */
+    unsigned na = LLVMGetEnumAttributeKindForName("noalias", 7);
+    LLVMAddAttributeAtIndex(f.fn, 4, LLVMCreateEnumAttribute(m->C, na, 0));
     f.bufs = LLVMGetParam(f.fn, 0);
     f.begin = LLVMGetParam(f.fn, 1);
     f.end = LLVMGetParam(f.fn, 2);

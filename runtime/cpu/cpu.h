@@ -10,11 +10,21 @@
 
 typedef struct kf_cpu_exec kf_cpu_exec;
 
+struct kf_cache;
+
 /* Compiles `plan` (which, with its graph, must outlive the result) for the
- * host CPU. On failure *out is NULL and `err` (KF_MSG_MAX bytes) says why:
+ * host CPU. With a cache (may be NULL), the optimized object file is looked
+ * up under a key over the module's IR text, the pipeline, the host CPU name
+ * and features, LLVM's version and KF_LLVM_CODEGEN_VERSION, and stored on a
+ * miss; a hit skips optimization and code generation. On failure *out is NULL
+ * and `err` (KF_MSG_MAX bytes) says why:
  * KF_ERR_UNSUPPORTED (a group the backend cannot lower), KF_ERR_INTERNAL (the
  * module failed verification or the JIT failed), KF_ERR_OUT_OF_MEMORY. */
-kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, kf_cpu_exec **out, char *err);
+kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, struct kf_cache *cache,
+                             kf_cpu_exec **out, char *err);
+
+/* Whether the last create loaded its code from the disk cache. */
+bool kf_cpu_exec_cache_hit(const kf_cpu_exec *x);
 
 /* Runs every kernel once. `bound` has graph->n_nodes entries: the caller's
  * buffer for each graph input and for each output tensor it binds (NULL

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "codegen/llvm/codegen_llvm.h"
+#include "runtime/cache.h"
 #include "runtime/cpu/pool.h"
 
 struct kf_cpu_exec {
@@ -45,7 +46,15 @@ struct kf_cpu_exec {
     size_t scratch;         /* max over kernels */
     kf_pool *pool;
     int n_threads;
+    bool cache_hit; /* the object file came from the disk cache */
 };
+
+#include <time.h>
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
 static char host_name[1024];
@@ -72,6 +81,16 @@ static kf_status llvm_error(LLVMErrorRef e, const char *what, char *err) {
     return KF_ERR_INTERNAL;
 }
 
+/* The optimization level: 3 (default<O3>, aggressive code generation) unless
+ * $KF_CPU_OPT says 0..2. Lower levels compile several times faster and are
+ * for tests that run thousands of tiny graphs; the semantics are the same. */
+static int opt_level(void) {
+    const char *e = getenv("KF_CPU_OPT");
+    if (e && *e >= '0' && *e <= '3' && e[1] == '\0')
+        return *e - '0';
+    return 3;
+}
+
 static LLVMTargetMachineRef host_tm(char *err) {
     char *triple = LLVMGetDefaultTargetTriple();
     LLVMTargetRef target;
@@ -85,7 +104,10 @@ static LLVMTargetMachineRef host_tm(char *err) {
     char *cpu = LLVMGetHostCPUName();
     char *feat = LLVMGetHostCPUFeatures();
     LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, feat,
-                                                      LLVMCodeGenLevelAggressive, LLVMRelocDefault,
+                                                      opt_level() == 3   ? LLVMCodeGenLevelAggressive
+                                                      : opt_level() == 0 ? LLVMCodeGenLevelNone
+                                                                         : LLVMCodeGenLevelLess,
+                                                      LLVMRelocDefault,
                                                       LLVMCodeModelJITDefault);
     LLVMDisposeMessage(cpu);
     LLVMDisposeMessage(feat);
@@ -129,8 +151,13 @@ static kf_status plan_arena(kf_cpu_exec *x) {
         last[i] = -1;
         x->slot[i] = -1;
     }
-    for (uint32_t i = 0; i < g->n_outputs; i++)
-        is_out[g->outputs[i].tensor->id] = true;
+    for (uint32_t i = 0; i < g->n_outputs; i++) {
+        uint32_t t = g->outputs[i].tensor->id, vg = plan->group_of[t];
+        is_out[t] = true;
+        /* An output that is a view aliases its base: the base lives to the end. */
+        if (vg != KF_NONE && plan->groups[vg].kind == KF_GROUP_VIEW && plan->groups[vg].view_base != KF_NONE)
+            is_out[plan->groups[vg].view_base] = true;
+    }
     for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
         const kf_group *gr = &plan->groups[gi];
         if (!gr->is_kernel)
@@ -176,6 +203,10 @@ static kf_status plan_arena(kf_cpu_exec *x) {
         }
         order[b] = v;
     }
+    /* KF_CPU_NO_REUSE=1 (a debugging switch): every tensor keeps its own
+     * slot, so all intermediates can be inspected after a run. */
+    const char *nr = getenv("KF_CPU_NO_REUSE");
+    bool no_reuse = nr && *nr && *nr != '0';
     size_t total = 0;
     for (uint32_t a = 0; a < m; a++) {
         uint32_t t = order[a];
@@ -187,7 +218,7 @@ static kf_status plan_arena(kf_cpu_exec *x) {
             for (uint32_t b = 0; b < a; b++) {
                 uint32_t u = order[b];
                 int64_t ulo = first[u], uhi = is_out[u] ? INT64_MAX : (last[u] > ulo ? last[u] : ulo);
-                if (uhi < lo || hi < ulo)
+                if (!no_reuse && (uhi < lo || hi < ulo))
                     continue; /* not live together */
                 size_t us = (tensor_bytes(g->nodes[u]) + 63) & ~(size_t)63;
                 size_t uoff = (size_t)x->slot[u];
@@ -213,14 +244,77 @@ static kf_status plan_arena(kf_cpu_exec *x) {
 /* Compile                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static kf_status jit_module(kf_cpu_exec *x, char *err) {
+
+typedef struct obj_job {
+    LLVMModuleRef mod;
+    LLVMTargetMachineRef tm;
+    double t_o3;
+} obj_job;
+
+/* Optimizes the module (default<O3>, or $KF_CPU_OPT) and emits the host
+ * object file into *data (allocated with `mem`): the cache's payload. */
+static kf_status compute_object(void *user, const kf_mem *mem, void **data, size_t *len,
+                                char *error) {
+    obj_job *j = user;
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
+    LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
+    LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
+    char pipeline[32];
+    snprintf(pipeline, sizeof pipeline, "default<O%d>", opt_level());
+    LLVMErrorRef e = LLVMRunPasses(j->mod, pipeline, j->tm, po);
+    LLVMDisposePassBuilderOptions(po);
+    if (e)
+        return llvm_error(e, "LLVM optimization pipeline", error);
+    j->t_o3 = now_s();
+    if (getenv("KF_DUMP_IR")) {
+        char *s = LLVMPrintModuleToString(j->mod);
+        fprintf(stderr, "; ---- kfuse CPU module (after %s) ----\n%s", pipeline, s);
+        LLVMDisposeMessage(s);
+    }
+    char *msg = NULL;
+    LLVMMemoryBufferRef buf = NULL;
+    if (LLVMTargetMachineEmitToMemoryBuffer(j->tm, j->mod, LLVMObjectFile, &msg, &buf)) {
+        snprintf(error, KF_MSG_MAX, "LLVM code generation: %s", msg ? msg : "");
+        LLVMDisposeMessage(msg);
+        return KF_ERR_INTERNAL;
+    }
+    size_t n = LLVMGetBufferSize(buf);
+    *data = kf_mem_alloc(mem, n ? n : 1);
+    if (!*data) {
+        LLVMDisposeMemoryBuffer(buf);
+        snprintf(error, KF_MSG_MAX, "out of memory for a %zu-byte object file", n);
+        return KF_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(*data, LLVMGetBufferStart(buf), n);
+    *len = n;
+    LLVMDisposeMemoryBuffer(buf);
+    return KF_OK;
+}
+
+/* The cache key of a module: its IR text before optimization, the pipeline,
+ * the host CPU and features, LLVM's version and kfuse's codegen version. */
+static void module_key(LLVMModuleRef mod, kf_cache_key *key) {
+    char *ir = LLVMPrintModuleToString(mod);
+    unsigned maj, min, pat;
+    LLVMGetVersion(&maj, &min, &pat);
+    char compiler[64], options[32];
+    snprintf(compiler, sizeof compiler, "LLVM %u.%u.%u", maj, min, pat);
+    snprintf(options, sizeof options, "default<O%d>", opt_level());
+    kf_cache_key_parts parts = {ir, strlen(ir), options, kf_cpu_host_name(), compiler,
+                                KF_LLVM_CODEGEN_VERSION};
+    kf_cache_key_build(&parts, key);
+    LLVMDisposeMessage(ir);
+}
+
+static kf_status jit_module(kf_cpu_exec *x, struct kf_cache *cache, char *err) {
     const kf_plan *plan = x->plan;
     kf_status st = KF_OK;
+    double t0 = now_s(), t_emit = 0;
     LLVMTargetMachineRef tm = host_tm(err);
     if (!tm)
         return KF_ERR_INTERNAL;
-    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-    LLVMContextRef C = LLVMOrcThreadSafeContextGetContext(tsc);
+    LLVMContextRef C = LLVMContextCreate();
     LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("kfuse", C);
     char *triple = LLVMGetTargetMachineTriple(tm);
     LLVMSetTarget(mod, triple);
@@ -230,6 +324,7 @@ static kf_status jit_module(kf_cpu_exec *x, char *err) {
     LLVMDisposeTargetData(td);
 
     st = kf_llvm_emit_plan(plan, mod, x->kernels, err);
+    t_emit = now_s();
     if (st == KF_OK) {
         char *msg = NULL;
         if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
@@ -240,65 +335,72 @@ static kf_status jit_module(kf_cpu_exec *x, char *err) {
     }
     if (st == KF_OK && getenv("KF_DUMP_IR")) {
         char *s = LLVMPrintModuleToString(mod);
-        fprintf(stderr, "; ---- kfuse CPU module (before O3) ----\n%s", s);
+        fprintf(stderr, "; ---- kfuse CPU module (before optimization) ----\n%s", s);
         LLVMDisposeMessage(s);
     }
-    if (st == KF_OK) {
-        LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-        LLVMPassBuilderOptionsSetLoopVectorization(po, 1);
-        LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
-        LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
-        LLVMErrorRef e = LLVMRunPasses(mod, "default<O3>", tm, po);
-        LLVMDisposePassBuilderOptions(po);
-        if (e)
-            st = llvm_error(e, "LLVM O3 pipeline", err);
+    void *obj = NULL;
+    size_t obj_len = 0;
+    bool from_cache = false, computed = true;
+    obj_job job = {mod, tm, 0};
+    if (st == KF_OK && cache) {
+        kf_cache_key key;
+        module_key(mod, &key);
+        kf_cache_msg cmsg;
+        memset(&cmsg, 0, sizeof cmsg);
+        st = kf_cache_get_or_compute(cache, &key, compute_object, &job, &obj, &obj_len, &computed,
+                                     &cmsg);
+        if (st != KF_OK)
+            snprintf(err, KF_MSG_MAX, "CPU kernel cache: %.400s", cmsg.error);
+        from_cache = st == KF_OK;
+    } else if (st == KF_OK) {
+        st = compute_object(&job, &x->mem, &obj, &obj_len, err);
     }
-    if (st == KF_OK && getenv("KF_DUMP_IR")) {
-        char *s = LLVMPrintModuleToString(mod);
-        fprintf(stderr, "; ---- kfuse CPU module (after O3) ----\n%s", s);
-        LLVMDisposeMessage(s);
-    }
+    double t_obj = now_s();
+    LLVMDisposeModule(mod);
+    LLVMContextDispose(C);
     LLVMDisposeTargetMachine(tm);
-    if (st != KF_OK) {
-        LLVMDisposeModule(mod);
-        LLVMOrcDisposeThreadSafeContext(tsc);
+    if (st != KF_OK)
         return st;
-    }
+    x->cache_hit = from_cache && !computed;
 
-    /* The JIT, with its own target machine for the host. */
+    /* The JIT links the object; libm and friends resolve from the process. */
     LLVMTargetMachineRef jtm = host_tm(err);
-    if (!jtm) {
-        LLVMDisposeModule(mod);
-        LLVMOrcDisposeThreadSafeContext(tsc);
-        return KF_ERR_INTERNAL;
+    LLVMOrcLLJITBuilderRef jb = jtm ? LLVMOrcCreateLLJITBuilder() : NULL;
+    LLVMErrorRef e = NULL;
+    if (jb) {
+        LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(
+            jb, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm));
+        e = LLVMOrcCreateLLJIT(&x->jit, jb);
+        if (e) {
+            x->jit = NULL;
+            st = llvm_error(e, "ORC LLJIT", err);
+        }
+    } else {
+        st = KF_ERR_INTERNAL;
     }
-    LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
-    LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(
-        jb, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm));
-    LLVMErrorRef e = LLVMOrcCreateLLJIT(&x->jit, jb);
-    if (e) {
-        x->jit = NULL;
-        LLVMDisposeModule(mod);
-        LLVMOrcDisposeThreadSafeContext(tsc);
-        return llvm_error(e, "ORC LLJIT", err);
+    LLVMOrcJITDylibRef jd = NULL;
+    if (st == KF_OK) {
+        LLVMOrcDefinitionGeneratorRef gen = NULL;
+        e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
+            &gen, LLVMOrcLLJITGetGlobalPrefix(x->jit), NULL, NULL);
+        if (e) {
+            st = llvm_error(e, "ORC process symbols", err);
+        } else {
+            jd = LLVMOrcLLJITGetMainJITDylib(x->jit);
+            LLVMOrcJITDylibAddGenerator(jd, gen);
+            LLVMMemoryBufferRef mb =
+                LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, obj_len, "kfuse-cpu.o");
+            e = LLVMOrcLLJITAddObjectFile(x->jit, jd, mb);
+            if (e)
+                st = llvm_error(e, "ORC add object", err);
+        }
     }
-    LLVMOrcDefinitionGeneratorRef gen = NULL;
-    e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(x->jit),
-                                                            NULL, NULL);
-    if (e) {
-        LLVMDisposeModule(mod);
-        LLVMOrcDisposeThreadSafeContext(tsc);
-        return llvm_error(e, "ORC process symbols", err);
-    }
-    LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(x->jit);
-    LLVMOrcJITDylibAddGenerator(jd, gen);
-    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
-    LLVMOrcDisposeThreadSafeContext(tsc);
-    e = LLVMOrcLLJITAddLLVMIRModule(x->jit, jd, tsm);
-    if (e) {
-        LLVMOrcDisposeThreadSafeModule(tsm);
-        return llvm_error(e, "ORC add module", err);
-    }
+    if (from_cache)
+        kf_cache_blob_free(cache, obj, obj_len);
+    else
+        kf_mem_free(&x->mem, obj, obj_len);
+    if (st != KF_OK)
+        return st;
     for (uint32_t i = 0; i < plan->n_groups; i++) {
         if (!x->kernels[i].present)
             continue;
@@ -310,10 +412,19 @@ static kf_status jit_module(kf_cpu_exec *x, char *err) {
         if (x->kernels[i].scratch > x->scratch)
             x->scratch = x->kernels[i].scratch;
     }
+    if (getenv("KF_CPU_TIMING"))
+        fprintf(stderr,
+                "kfuse cpu: %u kernels: emit %.2f ms, optimize %.2f ms, object %.2f ms%s, "
+                "link %.2f ms\n",
+                kf_plan_kernel_count(plan), 1e3 * (t_emit - t0),
+                computed ? 1e3 * (job.t_o3 - t_emit) : 0.0,
+                computed ? 1e3 * (t_obj - job.t_o3) : 1e3 * (t_obj - t_emit),
+                computed ? "" : " (cache hit)", 1e3 * (now_s() - t_obj));
     return KF_OK;
 }
 
-kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, kf_cpu_exec **out, char *err) {
+kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, struct kf_cache *cache,
+                             kf_cpu_exec **out, char *err) {
     *out = NULL;
     err[0] = '\0';
     pthread_once(&llvm_once, llvm_init);
@@ -332,7 +443,7 @@ kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, kf_cpu_exec
     kf_status st = plan_arena(x);
     if (st != KF_OK)
         goto oom;
-    st = jit_module(x, err);
+    st = jit_module(x, cache, err);
     if (st != KF_OK) {
         kf_cpu_exec_destroy(x);
         return st;
@@ -408,6 +519,8 @@ kf_status kf_cpu_exec_run(kf_cpu_exec *x, void *const *bound, char *err) {
 }
 
 void *kf_cpu_exec_buffer(kf_cpu_exec *x, uint32_t t) { return x->bufs[t]; }
+
+bool kf_cpu_exec_cache_hit(const kf_cpu_exec *x) { return x->cache_hit; }
 
 void kf_cpu_exec_destroy(kf_cpu_exec *x) {
     if (!x)
