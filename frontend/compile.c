@@ -102,6 +102,11 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         st = kf_cuda_exec_create(ctx, p->plan, &p->cuda, err);
         if (st != KF_OK) {
             kf_program_destroy(p);
+            if (st == KF_ERR_UNSUPPORTED && !kf_cuda_exec_available(ctx))
+                return kf_ir_note(graph, st,
+                                  "kf_compile (cuda): %s; create the context with "
+                                  "KF_TARGET_CPU or KF_TARGET_AUTO to run on the CPU",
+                                  err);
             return kf_ir_note(graph, st, "kf_compile (cuda): %s", err);
         }
         *out = p;
