@@ -8,6 +8,10 @@
 #              library loads and the CPU target works on a machine without one
 #              (DESIGN.md, "Runtime rules"). Do not add CUDA::cuda_driver here.
 #   pthreads   the driver table is loaded once per context under its mutex.
+#   cuBLASLt   NOT linked either: runtime/cublaslt.c dlopens it at first use
+#              (libcublasLt.so.13 on the loader's path, else the toolkit file
+#              found here, passed as KF_CUBLASLT_PATH), so the library still
+#              loads where there is no toolkit or driver.
 
 if(NOT CUDAToolkit_FOUND)
     find_package(CUDAToolkit QUIET)
@@ -31,6 +35,14 @@ else()
     message(WARNING "CUDA toolkit with NVRTC not found: kfuse builds without NVRTC "
                     "(CUDA compiles return KF_ERR_UNSUPPORTED). Set CUDAToolkit_ROOT to "
                     "/usr/local/cuda or similar to enable it.")
+endif()
+
+if(CUDAToolkit_FOUND)
+    find_file(KF_CUBLASLT_FILE NAMES libcublasLt.so.13 libcublasLt.so.12 libcublasLt.so
+              HINTS "${CUDAToolkit_LIBRARY_DIR}" NO_DEFAULT_PATH)
+endif()
+if(KF_CUBLASLT_FILE)
+    target_compile_definitions(kfuse_objects PRIVATE KF_CUBLASLT_PATH="${KF_CUBLASLT_FILE}")
 endif()
 
 foreach(_lib kfuse kfuse_static)

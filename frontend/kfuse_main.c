@@ -28,6 +28,7 @@
 #include "frontend/cmd_aot.h"
 #include "frontend/cmd_cache.h"
 #include "frontend/cmd_report.h"
+#include "frontend/cmd_run.h"
 #include "ir/ir.h"
 #include "kfuse.h"
 
@@ -60,20 +61,25 @@ static const cli_command *find_command(const char *name);
 static int cmd_print(const cli_command *cmd, int argc, char **argv);
 static int cmd_eval(const cli_command *cmd, int argc, char **argv);
 static int cmd_help(const cli_command *cmd, int argc, char **argv);
+/* `kfuse report` lives in frontend/cmd_report.c. */
+static int cmd_report(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_report(argc, argv);
+}
 /* `kfuse aot` lives in frontend/cmd_aot.c. */
 static int cmd_aot(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_aot(argc, argv);
 }
+/* `kfuse run` lives in frontend/cmd_run.c. */
+static int cmd_run(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_run(argc, argv);
+}
 /* `kfuse cache` lives in frontend/cmd_cache.c. */
 static int cmd_cache(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_cache(argc, argv);
-}
-/* `kfuse report` lives in frontend/cmd_report.c. */
-static int cmd_report(const cli_command *cmd, int argc, char **argv) {
-    (void)cmd;
-    return kf_cmd_report(argc, argv);
 }
 
 static const cli_command commands[] = {
@@ -104,9 +110,10 @@ static const cli_command commands[] = {
      "  --seed N     seed of the input generator (an unsigned integer; default 0)\n"
      "  -h, --help   show this help\n",
      cmd_eval},
-    {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
+    {"run", kf_cmd_run_summary, kf_cmd_run_help, cmd_run},
     {"report", "plan a .kfg graph into fused kernels and report why each edge fused or not",
      kf_cmd_report_help, cmd_report},
+    {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
     {"aot", kf_cmd_aot_summary, kf_cmd_aot_help, cmd_aot},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"

@@ -321,6 +321,57 @@ typedef struct kf_binding {
 KF_API kf_status kf_graph_eval(kf_graph *graph, const kf_binding *inputs, size_t n_inputs,
                                const kf_binding *outputs, size_t n_outputs);
 
+
+/* ------------------------------------------------------------------------ */
+/* Compiled programs                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kf_program kf_program;
+
+/* Plans, fuses and compiles `graph` for the context's target (KF_TARGET_AUTO
+ * is CUDA when the driver sees the context's device, else the CPU). On CUDA
+ * every generated kernel is compiled by NVRTC through the context's disk cache
+ * (honouring KF_FLAG_NO_CACHE / CACHE_READ_ONLY / CACHE_FAIL_ON_MISS: a miss is
+ * then KF_ERR_NOT_FOUND naming the kernel) and GEMMs run through cuBLASLt,
+ * both opened at run time. The graph must verify, and must outlive the
+ * program (the program reads its constants and shapes); it is not modified.
+ * On failure *out is NULL and the message is on the graph (kf_graph_error):
+ * the graph's own error, KF_ERR_UNSUPPORTED (target not built into this
+ * library -- the CPU target needs LLVM 19 at build time --, no CUDA driver,
+ * device or cuBLASLt, or a plan the backend cannot lower), KF_ERR_INTERNAL (a kfuse or LLVM failure),
+ * KF_ERR_OUT_OF_MEMORY. Compiling uses the context's allocator for kfuse's
+ * own memory; LLVM allocates through its own. */
+KF_API kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out);
+
+/* Runs the program once. Bindings follow kf_graph_eval: every graph input
+ * bound exactly once by name with its exact size; each output binding names a
+ * graph output (at most once) and receives it; outputs left unbound are
+ * computed and dropped. Binding data are HOST pointers on every target: the
+ * CUDA target copies the inputs to the device, runs, and copies the outputs
+ * back before returning (device-pointer bindings may come later). `stream` is
+ * a CUstream for the CUDA target (NULL: the program's own) and ignored on the
+ * CPU. Input and output buffers must not overlap. One run at a time per
+ * program (several programs may run at once). On failure the message is
+ * readable through kf_program_error(). Errors: KF_ERR_INVALID_ARGUMENT,
+ * KF_ERR_NOT_FOUND, KF_ERR_OUT_OF_MEMORY. */
+KF_API kf_status kf_program_run(kf_program *program, const kf_binding *inputs, size_t n_inputs,
+                                const kf_binding *outputs, size_t n_outputs, void *stream);
+
+/* The message of the program's last failed call ("" if none). Never NULL. */
+KF_API const char *kf_program_error(const kf_program *program);
+
+/* The number of kernels the program launches per run (views are free). */
+KF_API size_t kf_program_kernel_count(const kf_program *program);
+
+KF_API void kf_program_destroy(kf_program *program);
+
+/* Writes the plan's report (kf_plan_report text) and, on CUDA, one line per
+ * group saying what runs where and why (generated kernel and template,
+ * cuBLASLt with which native epilogue and which leftover kernel, the
+ * attention fallback), the arena size and the cache hits. KF_ERR_IO when the
+ * stream fails. */
+KF_API kf_status kf_program_report(const kf_program *program, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

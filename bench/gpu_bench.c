@@ -1,0 +1,553 @@
+/*
+ * gpu_bench.c -- the GPU bench harness (issue 5, item 9). Speed is measured
+ * here, never asserted by a test.
+ *
+ *   ceilings      device-to-device copy bandwidth (cuMemcpyDtoDAsync, bytes
+ *                 read + written) and a large bf16 GEMM through cuBLASLt,
+ *                 both measured in this run
+ *   cases         kfuse programs on random bf16 data (a device-side hash fill):
+ *                 gelu(x*s + b)*g, RMSNorm, LayerNorm over 65536x4096;
+ *                 GEMM + bias + GELU 8192x4096x16384 (gelu_tanh: cuBLASLt's
+ *                 GELU_BIAS epilogue, as torch._addmm_activation; and the erf
+ *                 gelu, which needs the leftover kernel)
+ *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
+ *                 program load (kf_compile hitting the cache)
+ *   launch        host time per launch of a small program
+ *   peers         bench/peers.py (PyTorch eager, torch.compile,
+ *                 torch._addmm_activation) run in the same run when torch imports
+ *
+ * Timing: CUDA events around each run, warm-up first, the median of many runs.
+ * Each case reports the roofline floor (bytes over the measured copy
+ * bandwidth, or FLOPs over the measured GEMM rate) and the fraction of it
+ * reached. JSON goes to bench/results/<gpu>-<commit>.json (and --out FILE).
+ *
+ *   gpu_bench [--commit SHA] [--out FILE] [--reps N] [--no-peers] [--quick]
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fusion/fusion.h"
+#include "ir/ir.h"
+#include "kfuse.h"
+#include "runtime/ctx.h"
+#include "runtime/cublaslt.h"
+#include "runtime/cuda.h"
+#include "runtime/cuda_exec.h"
+#include "runtime/nvrtc.h"
+
+#ifndef KF_BENCH_COMMIT
+#define KF_BENCH_COMMIT "unknown"
+#endif
+
+static int g_reps = 30, g_warmup = 5;
+static bool g_quick = false;
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        kf_status st_ = (call);                                                                    \
+        if (st_ != KF_OK) {                                                                        \
+            fprintf(stderr, "gpu_bench: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, err);       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Device, fill kernel, timing                                                */
+/* ------------------------------------------------------------------------ */
+
+static char err[KF_MSG_MAX];
+static const kf_cuda_driver *D;
+static kf_cuda_device DEV;
+static kf_cu_stream S;
+static kf_cu_event E0, E1;
+static kf_cu_function FILL;
+
+static const char fill_src[] =
+    "extern \"C\" __global__ void kf_bench_fill(unsigned short *p, unsigned long long n,\n"
+    "                                           unsigned long long seed) {\n"
+    "    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+    "         i < n; i += (unsigned long long)gridDim.x * blockDim.x) {\n"
+    "        unsigned long long z = (i + seed) * 0x9E3779B97F4A7C15ull;\n"
+    "        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; z ^= z >> 31;\n"
+    "        float f = (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;\n"
+    "        unsigned int u = __float_as_uint(f);\n"
+    "        p[i] = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);\n"
+    "    }\n"
+    "}\n";
+
+/* Fills n bf16 values at ptr with uniform [-1, 1) values from `seed`. */
+static void fill_bf16(kf_cu_deviceptr ptr, unsigned long long n, unsigned long long seed) {
+    void *args[] = {&ptr, &n, &seed};
+    kf_cuda_launch_cfg cfg = {.grid = {(unsigned)DEV.sm_count * 8, 1, 1},
+                              .block = {256, 1, 1},
+                              .stream = S,
+                              .kernel = "kf_bench_fill"};
+    CHECK(kf_cuda_launch(&DEV, FILL, &cfg, args, err));
+}
+
+typedef kf_status (*run_fn)(void *user);
+
+/* Median milliseconds of `fn` over g_reps runs timed with events. */
+static double time_ms(run_fn fn, void *user) {
+    for (int i = 0; i < g_warmup; i++)
+        CHECK(fn(user));
+    CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+    double v[256];
+    int n = g_reps > 256 ? 256 : g_reps;
+    for (int i = 0; i < n; i++) {
+        CHECK(kf_cuda_event_record(&DEV, E0, S, err));
+        CHECK(fn(user));
+        CHECK(kf_cuda_event_record(&DEV, E1, S, err));
+        float ms = 0;
+        CHECK(kf_cuda_event_elapsed(&DEV, E0, E1, &ms, err));
+        v[i] = ms;
+    }
+    return median(v, n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ceilings                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef kf_cu_result (*dtod_fn)(kf_cu_deviceptr, kf_cu_deviceptr, size_t, kf_cu_stream);
+typedef struct copy_args {
+    dtod_fn fn;
+    kf_cu_deviceptr a, b;
+    size_t bytes;
+} copy_args;
+
+static kf_status run_copy(void *u) {
+    copy_args *c = u;
+    return kf_cuda_check(D, c->fn(c->b, c->a, c->bytes, S), "cuMemcpyDtoDAsync", NULL, err);
+}
+
+typedef struct gemm_args {
+    kf_blt *lt;
+    kf_blt_gemm g;
+} gemm_args;
+
+static kf_status run_gemm(void *u) {
+    gemm_args *a = u;
+    return kf_blt_matmul(a->lt, &a->g, S, err);
+}
+
+static kf_status run_exec(void *u) { return kf_cuda_exec_launch(u, S, err); }
+
+/* ------------------------------------------------------------------------ */
+/* Cases                                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct bcase {
+    const char *name;
+    const char *text; /* .kfg */
+    double bytes;     /* fewest bytes the case must move */
+    double flops;
+    double ms;        /* measured */
+    double floor_ms;  /* roofline floor from the measured ceilings */
+    size_t launches;
+    char report[2048];
+} bcase;
+
+static kf_ctx *make_ctx(const char *cache_dir, unsigned flags) {
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = cache_dir;
+    o.flags = flags;
+    kf_ctx *c = NULL;
+    if (kf_ctx_create(&o, &c) != KF_OK) {
+        fprintf(stderr, "gpu_bench: kf_ctx_create failed\n");
+        exit(1);
+    }
+    return c;
+}
+
+static kf_graph *parse(kf_ctx *ctx, const char *text) {
+    kf_graph *g = NULL;
+    if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK || kf_graph_verify(g) != KF_OK) {
+        fprintf(stderr, "gpu_bench: %s\n%s\n", g ? kf_graph_error(g) : "parse", text);
+        exit(1);
+    }
+    return g;
+}
+
+/* Plans and prepares `c` in `ctx`, fills its inputs, times it. */
+static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops) {
+    kf_graph *g = parse(ctx, c->text);
+    kf_plan *plan = NULL;
+    if (kf_plan_create(g, NULL, &plan) != KF_OK) {
+        fprintf(stderr, "gpu_bench: plan: %s\n", kf_graph_error(g));
+        exit(1);
+    }
+    kf_cuda_exec *ex = NULL;
+    CHECK(kf_cuda_exec_create(ctx, plan, &ex, err));
+    /* Random inputs, on the device. */
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+        const kf_tensor *t = g->inputs[i];
+        size_t n = (size_t)kf_ir_numel(t);
+        kf_cu_deviceptr tmp;
+        CHECK(kf_cuda_mem_alloc(&DEV, n * 2, &tmp, err));
+        fill_bf16(tmp, n, 1000 + i * 7919ull);
+        CHECK(kf_cuda_stream_sync(&DEV, S, "fill", err));
+        void *host = malloc(n * 2);
+        CHECK(kf_cuda_copy_to_host(&DEV, host, tmp, n * 2, err));
+        CHECK(kf_cuda_exec_set_input(ex, t->id, host, n * 2, err));
+        free(host);
+        kf_cuda_mem_free(&DEV, tmp);
+    }
+    c->ms = time_ms(run_exec, ex);
+    c->launches = kf_cuda_exec_launch_count(ex);
+    double fb = c->bytes / (copy_gbs * 1e9) * 1e3, ff = c->flops / (gemm_tflops * 1e12) * 1e3;
+    c->floor_ms = fb > ff ? fb : ff;
+    FILE *f = fmemopen(c->report, sizeof c->report - 1, "w");
+    if (f) {
+        kf_cuda_exec_report(ex, f);
+        fclose(f);
+    }
+    fprintf(stderr, "%-22s %9.3f ms  floor %8.3f ms  %5.1f%% of roofline  (%zu launches)\n",
+            c->name, c->ms, c->floor_ms, 100.0 * c->floor_ms / c->ms, c->launches);
+    kf_cuda_exec_destroy(ex);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+}
+
+/* ------------------------------------------------------------------------ */
+/* JSON                                                                       */
+/* ------------------------------------------------------------------------ */
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if (*s == '\n')
+            fputs("\\n", f);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+int main(int argc, char **argv) {
+    const char *commit = KF_BENCH_COMMIT, *out_path = NULL;
+    bool peers = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--commit") && i + 1 < argc)
+            commit = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            out_path = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            g_reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-peers"))
+            peers = false;
+        else if (!strcmp(argv[i], "--quick"))
+            g_quick = true;
+        else {
+            fprintf(stderr, "usage: gpu_bench [--commit SHA] [--out FILE] [--reps N] "
+                            "[--no-peers] [--quick]\n");
+            return 2;
+        }
+    }
+    if (g_reps < 3)
+        g_reps = 3;
+
+    /* The device, a stream, events, the fill kernel. */
+    kf_ctx *ctx0 = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    if (kf_ctx_cuda_driver(ctx0, &D, err) != KF_OK) {
+        fprintf(stderr, "gpu_bench: no GPU: %s\n", err);
+        return 77;
+    }
+    CHECK(kf_cuda_device_open(D, 0, &DEV, err));
+    CHECK(kf_cuda_stream_create(&DEV, &S, err));
+    CHECK(kf_cuda_event_create(&DEV, &E0, err));
+    CHECK(kf_cuda_event_create(&DEV, &E1, err));
+    {
+        kf_mem mem;
+        kf_mem_resolve(&mem, NULL);
+        kf_nvrtc_options o = {.arch = DEV.arch, .kernel_name = "kf_bench_fill"};
+        kf_nvrtc_result r;
+        CHECK(kf_nvrtc_compile(&mem, fill_src, strlen(fill_src), &o, &r, err));
+        kf_cu_module mod;
+        CHECK(kf_cuda_module_load(&DEV, r.cubin, "kf_bench_fill", &mod, err));
+        CHECK(kf_cuda_function(&DEV, mod, "kf_bench_fill", &FILL, err));
+        kf_nvrtc_result_release(&mem, &r);
+    }
+    fprintf(stderr, "gpu_bench: %s (%s, %d SMs), driver %d, commit %s\n", DEV.name, DEV.arch,
+            DEV.sm_count, D->driver_version, commit);
+
+    /* Ceiling 1: device-to-device copy. */
+    double copy_gbs = 0;
+    {
+        copy_args c;
+        void *sym = dlsym(D->lib, "cuMemcpyDtoDAsync_v2");
+        memcpy(&c.fn, &sym, sizeof sym);
+        c.bytes = (size_t)(g_quick ? 256 : 1024) << 20;
+        CHECK(kf_cuda_mem_alloc(&DEV, c.bytes, &c.a, err));
+        CHECK(kf_cuda_mem_alloc(&DEV, c.bytes, &c.b, err));
+        fill_bf16(c.a, c.bytes / 2, 1);
+        double ms = time_ms(run_copy, &c);
+        copy_gbs = 2.0 * (double)c.bytes / (ms * 1e-3) / 1e9;
+        fprintf(stderr, "ceiling: copy %.0f GB/s (read + write, %zu MiB)\n", copy_gbs,
+                c.bytes >> 20);
+        kf_cuda_mem_free(&DEV, c.a);
+        kf_cuda_mem_free(&DEV, c.b);
+    }
+    /* Ceiling 2: a large bf16 GEMM through cuBLASLt. */
+    double gemm_tflops = 0;
+    int64_t GM = g_quick ? 4096 : 8192;
+    {
+        kf_mem mem;
+        kf_mem_resolve(&mem, NULL);
+        gemm_args a;
+        CHECK(kf_blt_create(&mem, &DEV, &a.lt, err));
+        memset(&a.g, 0, sizeof a.g);
+        a.g.dtype = KF_DTYPE_BF16;
+        a.g.m = a.g.n = a.g.k = GM;
+        a.g.batch = 1;
+        a.g.what = "ceiling";
+        kf_cu_deviceptr pa, pb, pd;
+        size_t bytes = (size_t)(GM * GM * 2);
+        CHECK(kf_cuda_mem_alloc(&DEV, bytes, &pa, err));
+        CHECK(kf_cuda_mem_alloc(&DEV, bytes, &pb, err));
+        CHECK(kf_cuda_mem_alloc(&DEV, bytes, &pd, err));
+        fill_bf16(pa, (unsigned long long)(GM * GM), 2);
+        fill_bf16(pb, (unsigned long long)(GM * GM), 3);
+        a.g.a = (kf_blt_operand){pa, GM, 1, 0};
+        a.g.b = (kf_blt_operand){pb, GM, 1, 0};
+        a.g.d = (kf_blt_operand){pd, GM, 1, 0};
+        a.g.c = a.g.d;
+        double ms = time_ms(run_gemm, &a);
+        gemm_tflops = 2.0 * (double)GM * GM * GM / (ms * 1e-3) / 1e12;
+        fprintf(stderr, "ceiling: bf16 GEMM %lldx%lldx%lld %.0f TFLOP/s (cuBLASLt %zu)\n",
+                (long long)GM, (long long)GM, (long long)GM, gemm_tflops, kf_blt_version(a.lt));
+        kf_cuda_mem_free(&DEV, pa);
+        kf_cuda_mem_free(&DEV, pb);
+        kf_cuda_mem_free(&DEV, pd);
+        kf_blt_destroy(a.lt);
+    }
+
+    /* The cases. */
+    int R = g_quick ? 8192 : 65536, C = 4096;
+    int M = g_quick ? 2048 : 8192, N = 4096, K = g_quick ? 4096 : 16384;
+    char t_ew[512], t_rms[512], t_ln[512], t_gemm[512], t_gemm_erf[512];
+    snprintf(t_ew, sizeof t_ew,
+             "kfg 1\nx = input(bf16[%d, %d])\ns = input(bf16[%d])\nb = input(bf16[%d])\n"
+             "g = input(bf16[%d])\nxs = mul(x, s)\nh = add(xs, b)\nge = gelu(h)\ny = mul(ge, g)\n"
+             "output y\n",
+             R, C, C, C, C);
+    snprintf(t_rms, sizeof t_rms,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d])\n"
+             "y = rms_norm(x, w, axis=-1, eps=1e-6)\noutput y\n",
+             R, C, C);
+    snprintf(t_ln, sizeof t_ln,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d])\nb = input(bf16[%d])\n"
+             "y = layer_norm(x, w, b, axis=-1, eps=1e-5)\noutput y\n",
+             R, C, C, C);
+    snprintf(t_gemm, sizeof t_gemm,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+             M, K, K, N, N);
+    snprintf(t_gemm_erf, sizeof t_gemm_erf,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ny = gelu(hb)\noutput y\n",
+             M, K, K, N, N);
+    double rc = (double)R * C * 2;
+    bcase cases[] = {
+        {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, ""},
+        {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, ""},
+        {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, ""},
+        {"gemm_bias_gelu", t_gemm, 2.0 * ((double)M * K + (double)K * N + N + (double)M * N),
+         2.0 * M * N * K, 0, 0, 0, ""},
+        {"gemm_bias_gelu_erf", t_gemm_erf,
+         2.0 * ((double)M * K + (double)K * N + N + (double)M * N), 2.0 * M * N * K, 0, 0, 0, ""},
+    };
+    int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    for (int i = 0; i < n_cases; i++)
+        run_case(ctx, &cases[i], copy_gbs, gemm_tflops);
+
+    /* Compile times: a private empty cache, cold then warm. */
+    char dir[] = "/tmp/kf_bench_cache_XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    const char *ctexts[3] = {t_ew, t_rms, t_ln};
+    double cold_ms[3], warm_ms[3];
+    for (int i = 0; i < 3; i++) {
+        kf_ctx *cc = make_ctx(dir, 0);
+        kf_graph *g = parse(cc, ctexts[i]);
+        kf_program *p = NULL;
+        double t0 = now_s();
+        if (kf_compile(cc, g, &p) != KF_OK) {
+            fprintf(stderr, "gpu_bench: %s\n", kf_graph_error(g));
+            return 1;
+        }
+        cold_ms[i] = (now_s() - t0) * 1e3 / (double)kf_program_kernel_count(p);
+        /* Warm: the cache is filled, the device context is up. */
+        double w[16];
+        int nw = 7;
+        for (int r = 0; r < nw; r++) {
+            kf_program *q = NULL;
+            t0 = now_s();
+            if (kf_compile(cc, g, &q) != KF_OK)
+                return 1;
+            w[r] = (now_s() - t0) * 1e3;
+            kf_program_destroy(q);
+        }
+        warm_ms[i] = median(w, nw);
+        kf_program_destroy(p);
+        kf_graph_destroy(g);
+        kf_ctx_destroy(cc);
+        fprintf(stderr, "compile %-10s cold %.1f ms/kernel, warm cached load %.2f ms\n",
+                cases[i].name, cold_ms[i], warm_ms[i]);
+    }
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "gpu_bench: could not remove %s\n", dir);
+    }
+
+    /* Host launch overhead: a small 3-kernel program, enqueued many times. */
+    double launch_us = 0;
+    size_t small_launches = 0;
+    {
+        const char *t = "kfg 1\nx = input(f32[64, 256])\na = exp(x)\ns = softmax(a)\n"
+                        "m = reduce_max(s, axis=1)\noutput m\noutput s\n";
+        kf_graph *g = parse(ctx, t);
+        kf_plan *plan = NULL;
+        if (kf_plan_create(g, NULL, &plan) != KF_OK)
+            return 1;
+        kf_cuda_exec *ex = NULL;
+        CHECK(kf_cuda_exec_create(ctx, plan, &ex, err));
+        small_launches = kf_cuda_exec_launch_count(ex);
+        for (int i = 0; i < 20; i++)
+            CHECK(kf_cuda_exec_launch(ex, S, err));
+        CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+        double v[9];
+        for (int r = 0; r < 9; r++) {
+            int iters = 100;
+            double t0 = now_s();
+            for (int i = 0; i < iters; i++)
+                CHECK(kf_cuda_exec_launch(ex, S, err));
+            double dt = now_s() - t0;
+            CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+            v[r] = dt * 1e6 / (iters * (double)small_launches);
+        }
+        launch_us = median(v, 9);
+        fprintf(stderr, "host launch overhead %.2f us per kernel (%zu kernels per run)\n",
+                launch_us, small_launches);
+        kf_cuda_exec_destroy(ex);
+        kf_plan_destroy(plan);
+        kf_graph_destroy(g);
+    }
+
+    /* Peers, in the same run. */
+    char peers_json[8192] = "null";
+    if (peers && system("python3 -c 'import torch; assert torch.cuda.is_available()' "
+                        ">/dev/null 2>&1") == 0) {
+        char pf[] = "/tmp/kf_bench_peers_XXXXXX";
+        int fd = mkstemp(pf);
+        if (fd >= 0) {
+            close(fd);
+            char cmd[512];
+            const char *src = getenv("KF_SOURCE_DIR");
+            snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s%s", src ? src : ".", pf,
+                     g_quick ? " --rows 8192" : "");
+            fprintf(stderr, "peers: %s\n", cmd);
+            if (system(cmd) == 0) {
+                FILE *f = fopen(pf, "r");
+                if (f) {
+                    size_t n = fread(peers_json, 1, sizeof peers_json - 1, f);
+                    peers_json[n] = 0;
+                    fclose(f);
+                }
+            }
+            unlink(pf);
+        }
+    } else {
+        fprintf(stderr, "peers: skipped (no torch with CUDA, or --no-peers)\n");
+    }
+
+    /* JSON. */
+    char name[160];
+    snprintf(name, sizeof name, "%s", DEV.name);
+    for (char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
+            *p = '-';
+    char path[512];
+    const char *src = getenv("KF_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/bench/results", src ? src : ".");
+    mkdir(path, 0755);
+    snprintf(path + strlen(path), sizeof path - strlen(path), "/%s-%s.json", name, commit);
+    FILE *outs[2] = {fopen(path, "w"), out_path ? fopen(out_path, "w") : NULL};
+    for (int o = 0; o < 2; o++) {
+        FILE *f = outs[o];
+        if (!f)
+            continue;
+        fprintf(f, "{\n  \"schema\": \"kfuse.bench/1\",\n  \"gpu\": ");
+        json_str(f, DEV.name);
+        fprintf(f, ",\n  \"arch\": \"%s\",\n  \"sm_count\": %d,\n  \"driver\": %d,\n", DEV.arch,
+                DEV.sm_count, D->driver_version);
+        fprintf(f, "  \"commit\": ");
+        json_str(f, commit);
+        fprintf(f, ",\n  \"quick\": %s,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
+                g_quick ? "true" : "false", g_reps, g_warmup);
+        fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f, "
+                   "\"gemm_shape\": [%lld, %lld, %lld]},\n",
+                copy_gbs, gemm_tflops, (long long)GM, (long long)GM, (long long)GM);
+        fprintf(f, "  \"cases\": {\n");
+        for (int i = 0; i < n_cases; i++) {
+            bcase *c = &cases[i];
+            fprintf(f,
+                    "    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
+                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, \"where\": ",
+                    c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
+                    c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
+                    c->launches);
+            json_str(f, c->report);
+            fprintf(f, "}%s\n", i + 1 < n_cases ? "," : "");
+        }
+        fprintf(f, "  },\n  \"compile\": {");
+        for (int i = 0; i < 3; i++)
+            fprintf(f, "\"%s\": {\"cold_ms_per_kernel\": %.2f, \"warm_cached_load_ms\": %.3f}%s",
+                    cases[i].name, cold_ms[i], warm_ms[i], i < 2 ? ", " : "");
+        fprintf(f, "},\n  \"host_launch_overhead_us_per_kernel\": %.3f,\n", launch_us);
+        fprintf(f, "  \"peers\": %s\n}\n", peers_json);
+        fclose(f);
+    }
+    fprintf(stderr, "gpu_bench: wrote %s\n", path);
+    kf_ctx_destroy(ctx);
+    kf_cuda_event_destroy(&DEV, E0);
+    kf_cuda_event_destroy(&DEV, E1);
+    kf_cuda_stream_destroy(&DEV, S);
+    kf_cuda_device_close(&DEV);
+    kf_ctx_destroy(ctx0);
+    return 0;
+}

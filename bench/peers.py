@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""peers.py -- the same cases as bench/gpu_bench.c, run by PyTorch in the same
+process run, so kfuse's numbers sit beside its peers':
+
+  ew_chain    gelu(x*s + b)*g over 65536x4096 bf16   eager, torch.compile
+  rmsnorm     RMSNorm over 65536x4096 bf16            eager (F.rms_norm), torch.compile
+  layernorm   LayerNorm over 65536x4096 bf16          eager (F.layer_norm), torch.compile
+  gemm_bias_gelu  8192x4096x16384 bf16                torch._addmm_activation(use_gelu=True)
+                                                       (cuBLASLt's GELU_BIAS epilogue), eager
+                                                       F.gelu(x@w + b, approximate='tanh')
+
+Timing as the harness does it: CUDA events, warm-up, the median of many runs.
+Writes one JSON object (milliseconds per case and variant) to --out, or stdout.
+The harness (gpu_bench.c) calls this when `import torch` works and embeds the
+object under "peers".
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def median_ms(fn, warmup=5, reps=30):
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="-")
+    ap.add_argument("--rows", type=int, default=65536)
+    ap.add_argument("--cols", type=int, default=4096)
+    ap.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+
+    res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
+    dev = "cuda"
+    bf = torch.bfloat16
+    R, C = args.rows, args.cols
+    x = torch.rand(R, C, device=dev, dtype=bf) * 2 - 1
+    s = torch.rand(C, device=dev, dtype=bf) * 2 - 1
+    b = torch.rand(C, device=dev, dtype=bf) * 2 - 1
+    g = torch.rand(C, device=dev, dtype=bf) * 2 - 1
+    w = torch.rand(C, device=dev, dtype=bf) * 2 - 1
+
+    def ew():
+        return F.gelu(x * s + b) * g
+
+    def rms():
+        return F.rms_norm(x, (C,), w, 1e-6)
+
+    def ln():
+        return F.layer_norm(x, (C,), w, b, 1e-5)
+
+    cases = {"ew_chain": ew, "rmsnorm": rms, "layernorm": ln}
+    for name, fn in cases.items():
+        r = {"eager_ms": median_ms(fn)}
+        if not args.no_compile:
+            try:
+                cf = torch.compile(fn)
+                r["compile_ms"] = median_ms(cf)
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r["compile_error"] = str(e)[:200]
+        res["cases"][name] = r
+        print(f"peers: {name} {r}", file=sys.stderr)
+    del x
+
+    M, N, K = 8192, 4096, 16384
+    a = torch.rand(M, K, device=dev, dtype=bf) * 2 - 1
+    wt = torch.rand(K, N, device=dev, dtype=bf) * 2 - 1
+    bias = torch.rand(N, device=dev, dtype=bf) * 2 - 1
+    r = {
+        "addmm_activation_ms": median_ms(lambda: torch._addmm_activation(bias, a, wt, use_gelu=True)),
+        "eager_ms": median_ms(lambda: F.gelu(a @ wt + bias, approximate="tanh")),
+        "mm_ms": median_ms(lambda: a @ wt),
+    }
+    res["cases"]["gemm_bias_gelu"] = r
+    print(f"peers: gemm_bias_gelu {r}", file=sys.stderr)
+    text = json.dumps(res, indent=1)
+    if args.out == "-":
+        print(text)
+    else:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

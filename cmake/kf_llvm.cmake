@@ -1,0 +1,71 @@
+# kf_llvm.cmake -- the optional CPU backend (codegen/llvm, runtime/cpu) and its
+# LLVM 19 dependency, included from the top-level CMakeLists.txt after the
+# library targets exist.
+#
+# Found: the backend's sources are compiled, KF_HAVE_LLVM is defined for the
+# library's objects, and libLLVM (the shared library, by its full path, so the
+# exported kfuse_static target needs no LLVM CMake package) and pthreads are
+# linked. Not found (the GPU machines have no LLVM): the sources are skipped
+# and kf_compile for the CPU returns KF_ERR_UNSUPPORTED saying why.
+#
+#   -DKF_WITH_LLVM=OFF     build without the CPU backend even where LLVM is
+#   -DLLVM_DIR=<dir>       an LLVM 19 CMake package elsewhere
+
+option(KF_WITH_LLVM "Build the CPU backend (needs LLVM 19 with its C API)" ON)
+
+set(KF_HAVE_LLVM OFF)
+if(KF_WITH_LLVM)
+    # No version in the call: LLVM's version file accepts only its own
+    # major.minor ("19" does not match 19.1.7); the major is checked below.
+    find_package(LLVM CONFIG QUIET
+                 HINTS /usr/lib/llvm-19/lib/cmake/llvm /usr/lib/llvm/19/lib/cmake/llvm)
+    if(LLVM_FOUND AND LLVM_VERSION_MAJOR VERSION_GREATER_EQUAL 15)
+        find_library(KF_LLVM_LIBRARY NAMES LLVM-${LLVM_VERSION_MAJOR} LLVM
+                     HINTS "${LLVM_LIBRARY_DIR}" NO_DEFAULT_PATH)
+        if(KF_LLVM_LIBRARY)
+            set(KF_HAVE_LLVM ON)
+        endif()
+    endif()
+endif()
+
+file(GLOB_RECURSE _kf_cpu_sources CONFIGURE_DEPENDS
+     "${PROJECT_SOURCE_DIR}/codegen/llvm/*.c" "${PROJECT_SOURCE_DIR}/runtime/cpu/*.c")
+if(KF_HAVE_LLVM)
+    find_package(Threads REQUIRED)
+    target_include_directories(kfuse_objects SYSTEM PRIVATE ${LLVM_INCLUDE_DIRS})
+    target_compile_definitions(kfuse_objects PRIVATE KF_HAVE_LLVM=1)
+    # In-tree readers of the internals (tests, CLI) see it too.
+    target_compile_definitions(kfuse_internal INTERFACE KF_HAVE_LLVM=1)
+    foreach(_lib kfuse kfuse_static)
+        target_link_libraries(${_lib} PRIVATE "${KF_LLVM_LIBRARY}" ${CMAKE_THREAD_LIBS_INIT})
+    endforeach()
+    set(KF_LLVM_SUMMARY "${LLVM_PACKAGE_VERSION} (${KF_LLVM_LIBRARY}): CPU backend built")
+else()
+    if(_kf_cpu_sources)
+        set_source_files_properties(${_kf_cpu_sources} PROPERTIES HEADER_FILE_ONLY ON)
+    endif()
+    if(KF_WITH_LLVM)
+        set(KF_LLVM_SUMMARY "LLVM 19 not found: no CPU backend (kf_compile returns KF_ERR_UNSUPPORTED)")
+    else()
+        set(KF_LLVM_SUMMARY "off (KF_WITH_LLVM=OFF): no CPU backend")
+    endif()
+endif()
+
+# The CPU benchmark (bench/cpu_bench.c): not a test, off by default. It
+# compares GEMMs with OpenBLAS (libopenblas-dev) when that is installed.
+option(KF_BUILD_BENCH "Build bench/cpu_bench (needs the CPU backend; OpenBLAS optional)" OFF)
+if(KF_BUILD_BENCH AND KF_HAVE_LLVM)
+    add_executable(cpu_bench bench/cpu_bench.c)
+    target_link_libraries(cpu_bench PRIVATE kfuse_internal)
+    find_library(KF_OPENBLAS_LIBRARY NAMES openblas)
+    if(KF_OPENBLAS_LIBRARY)
+        target_link_libraries(cpu_bench PRIVATE "${KF_OPENBLAS_LIBRARY}")
+        target_compile_definitions(cpu_bench PRIVATE KF_HAVE_OPENBLAS=1)
+    endif()
+    execute_process(COMMAND git rev-parse --short HEAD WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
+                    OUTPUT_VARIABLE _kf_commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(NOT _kf_commit)
+        set(_kf_commit unknown)
+    endif()
+    target_compile_definitions(cpu_bench PRIVATE KF_BENCH_COMMIT="${_kf_commit}")
+endif()

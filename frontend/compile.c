@@ -1,0 +1,298 @@
+/*
+ * compile.c -- the public compile/run API: kf_compile plans the graph
+ * (fusion/), lowers and JIT-compiles the plan for the target (today the CPU:
+ * codegen/llvm + runtime/cpu) and kf_program_run checks the caller's bindings
+ * the way kf_graph_eval does, places them and runs the kernels.
+ *
+ * The CPU backend exists only when the library was built with LLVM
+ * (KF_HAVE_LLVM, cmake/kf_llvm.cmake); without it every compile for the CPU
+ * returns KF_ERR_UNSUPPORTED and says how to get it. The CUDA target
+ * (runtime/cuda_exec.c) is always built: it needs only the driver at run
+ * time. KF_TARGET_AUTO is CUDA when a device is present, else the CPU.
+ *
+ * Compiled CPU code and CUDA kernels go through the context's disk cache
+ * (kf_ctx_cache) unless the context says KF_FLAG_NO_CACHE.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "fusion/fusion.h"
+#include "ir/ir.h"
+#include "runtime/ctx.h"
+#include "runtime/cuda_exec.h"
+#ifdef KF_HAVE_LLVM
+#include "runtime/cpu/cpu.h"
+#endif
+
+struct kf_program {
+    kf_ctx *ctx;
+    kf_mem mem;
+    kf_graph *graph;
+    kf_plan *plan;
+    kf_cuda_exec *cuda; /* the CUDA target; NULL on the CPU */
+#ifdef KF_HAVE_LLVM
+    kf_cpu_exec *exec;
+#endif
+    void **bound; /* graph->n_nodes entries, rebuilt by each run */
+    char error[KF_MSG_MAX];
+};
+
+static kf_status fail(kf_program *p, kf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static kf_status fail(kf_program *p, kf_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->error, sizeof p->error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void kf_program_destroy(kf_program *p) {
+    if (!p)
+        return;
+    kf_cuda_exec_destroy(p->cuda);
+#ifdef KF_HAVE_LLVM
+    kf_cpu_exec_destroy(p->exec);
+#endif
+    kf_plan_destroy(p->plan);
+    uint32_t nn = p->graph->n_nodes ? p->graph->n_nodes : 1;
+    kf_mem_free(&p->mem, p->bound, nn * sizeof *p->bound);
+    kf_mem m = p->mem;
+    kf_mem_free(&m, p, sizeof *p);
+}
+
+kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
+    if (out)
+        *out = NULL;
+    if (!ctx || !graph || !out)
+        return graph ? kf_ir_note(graph, KF_ERR_INVALID_ARGUMENT, "kf_compile: %s is NULL",
+                                  !ctx ? "ctx" : "out")
+                     : KF_ERR_INVALID_ARGUMENT;
+    if (graph->status != KF_OK)
+        return graph->status;
+    kf_target target = ctx->target;
+    if (target == KF_TARGET_AUTO)
+        target = kf_cuda_exec_available(ctx) ? KF_TARGET_CUDA : KF_TARGET_CPU;
+#ifndef KF_HAVE_LLVM
+    if (target == KF_TARGET_CPU)
+        return kf_ir_note(graph, KF_ERR_UNSUPPORTED,
+                          "kf_compile: this libkfuse was built without LLVM, so it has no CPU "
+                          "backend; install LLVM 19 (llvm-19-dev, scripts/install-deps.sh) and "
+                          "rebuild");
+#endif
+    kf_program *p = kf_mem_calloc(&ctx->mem, 1, sizeof *p);
+    if (!p)
+        return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_compile: out of memory");
+    p->ctx = ctx;
+    p->mem = ctx->mem;
+    p->graph = graph;
+    p->bound = kf_mem_calloc(&p->mem, graph->n_nodes ? graph->n_nodes : 1, sizeof *p->bound);
+    if (!p->bound) {
+        kf_program_destroy(p);
+        return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_compile: out of memory");
+    }
+    kf_status st = kf_plan_create(graph, NULL, &p->plan);
+    if (st != KF_OK) {
+        p->plan = NULL;
+        kf_program_destroy(p);
+        return st; /* the planner put its message on the graph */
+    }
+    char err[KF_MSG_MAX];
+    if (target == KF_TARGET_CUDA) {
+        st = kf_cuda_exec_create(ctx, p->plan, &p->cuda, err);
+        if (st != KF_OK) {
+            kf_program_destroy(p);
+            if (st == KF_ERR_UNSUPPORTED && !kf_cuda_exec_available(ctx))
+                return kf_ir_note(graph, st,
+                                  "kf_compile (cuda): %s; create the context with "
+                                  "KF_TARGET_CPU or KF_TARGET_AUTO to run on the CPU",
+                                  err);
+            return kf_ir_note(graph, st, "kf_compile (cuda): %s", err);
+        }
+        *out = p;
+        return KF_OK;
+    }
+#ifdef KF_HAVE_LLVM
+    struct kf_cache *cache = NULL;
+    st = kf_ctx_cache(ctx, &cache, err);
+    if (st != KF_OK) {
+        kf_program_destroy(p);
+        return kf_ir_note(graph, st,
+                          "kf_compile: the kernel cache cannot be used: %s (create the context "
+                          "with KF_FLAG_NO_CACHE to compile without it)",
+                          err);
+    }
+    st = kf_cpu_exec_create(&p->mem, p->plan, cache, &p->exec, err);
+    if (st != KF_OK) {
+        kf_program_destroy(p);
+        return kf_ir_note(graph, st, "kf_compile (cpu): %s", err);
+    }
+    *out = p;
+    return KF_OK;
+#else
+    kf_program_destroy(p);
+    return kf_ir_note(graph, KF_ERR_INTERNAL, "kf_compile: no backend");
+#endif
+}
+
+kf_status kf_program_report(const kf_program *p, FILE *out) {
+    if (!p || !out)
+        return KF_ERR_INVALID_ARGUMENT;
+    kf_status st = kf_plan_report(p->plan, KF_REPORT_TEXT, out);
+    if (st == KF_OK && p->cuda)
+        kf_cuda_exec_report(p->cuda, out);
+    if (st == KF_OK && !p->cuda)
+        fprintf(out, "cpu: every kernel group runs as LLVM-compiled host code\n");
+    return ferror(out) ? KF_ERR_IO : st;
+}
+
+const char *kf_program_error(const kf_program *p) { return p ? p->error : "program is NULL"; }
+
+size_t kf_program_kernel_count(const kf_program *p) {
+    return p && p->plan ? kf_plan_kernel_count(p->plan) : 0;
+}
+
+static size_t tensor_bytes(const kf_tensor *t) {
+    return (size_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
+}
+
+static kf_status check_binding(kf_program *p, const char *what, const kf_binding *b,
+                               const kf_tensor *t) {
+    char ts[160];
+    if (!b->data)
+        return fail(p, KF_ERR_INVALID_ARGUMENT,
+                    "kf_program_run: %s '%s' has NULL data; bind a buffer of %zu bytes", what,
+                    b->name, tensor_bytes(t));
+    if (b->size != tensor_bytes(t))
+        return fail(p, KF_ERR_INVALID_ARGUMENT,
+                    "kf_program_run: %s '%s' is %s: expected %zu bytes, got %zu", what, b->name,
+                    kf_ir_type_str(t, ts, sizeof ts), tensor_bytes(t), b->size);
+    return KF_OK;
+}
+
+kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_inputs,
+                         const kf_binding *outputs, size_t n_outputs, void *stream) {
+    /* stream: a CUstream for the CUDA target (NULL: the program's own); the CPU
+     * target runs synchronously on the calling thread + pool and ignores it. */
+    if (!p)
+        return KF_ERR_INVALID_ARGUMENT;
+    p->error[0] = '\0';
+    kf_graph *g = p->graph;
+    if ((n_inputs && !inputs) || (n_outputs && !outputs))
+        return fail(p, KF_ERR_INVALID_ARGUMENT, "kf_program_run: %s is NULL but its count is %zu",
+                    (n_inputs && !inputs) ? "inputs" : "outputs",
+                    (n_inputs && !inputs) ? n_inputs : n_outputs);
+    memset(p->bound, 0, (g->n_nodes ? g->n_nodes : 1) * sizeof *p->bound);
+    for (size_t i = 0; i < n_inputs; i++) {
+        const kf_binding *b = &inputs[i];
+        if (!b->name)
+            return fail(p, KF_ERR_INVALID_ARGUMENT, "kf_program_run: input binding %zu has no name", i);
+        const kf_tensor *t = NULL;
+        for (uint32_t k = 0; k < g->n_inputs && !t; k++)
+            if (strcmp(g->inputs[k]->name, b->name) == 0)
+                t = g->inputs[k];
+        if (!t)
+            return fail(p, KF_ERR_NOT_FOUND,
+                        "kf_program_run: input binding %zu names '%s', which is not a graph input",
+                        i, b->name);
+        if (p->bound[t->id])
+            return fail(p, KF_ERR_INVALID_ARGUMENT,
+                        "kf_program_run: input '%s' is bound twice; bind each input once", b->name);
+        kf_status st = check_binding(p, "input", b, t);
+        if (st != KF_OK)
+            return st;
+        p->bound[t->id] = b->data;
+    }
+    for (uint32_t k = 0; k < g->n_inputs; k++) {
+        if (!p->bound[g->inputs[k]->id]) {
+            char ts[160];
+            return fail(p, KF_ERR_NOT_FOUND,
+                        "kf_program_run: graph input '%s' %s is not bound; add a binding of %zu "
+                        "bytes for it",
+                        g->inputs[k]->name, kf_ir_type_str(g->inputs[k], ts, sizeof ts),
+                        tensor_bytes(g->inputs[k]));
+        }
+    }
+    /* Outputs: the first binding of a computed tensor receives it directly;
+     * the rest (inputs or constants as outputs, a tensor under two names) are
+     * copied after the run. */
+    uint64_t copy_mask[8] = {0};
+    bool copy_any = false; /* any output to copy after the run */
+    for (size_t i = 0; i < n_outputs; i++) {
+        const kf_binding *b = &outputs[i];
+        if (!b->name)
+            return fail(p, KF_ERR_INVALID_ARGUMENT, "kf_program_run: output binding %zu has no name", i);
+        const kf_tensor *t = NULL;
+        for (uint32_t k = 0; k < g->n_outputs && !t; k++)
+            if (strcmp(g->outputs[k].name, b->name) == 0)
+                t = g->outputs[k].tensor;
+        if (!t)
+            return fail(p, KF_ERR_NOT_FOUND,
+                        "kf_program_run: output binding %zu names '%s', which is not a graph output",
+                        i, b->name);
+        for (size_t j = 0; j < i; j++)
+            if (outputs[j].name && strcmp(outputs[j].name, b->name) == 0)
+                return fail(p, KF_ERR_INVALID_ARGUMENT,
+                            "kf_program_run: output '%s' is bound twice; bind each output at most once",
+                            b->name);
+        kf_status st = check_binding(p, "output", b, t);
+        if (st != KF_OK)
+            return st;
+        const kf_group *gr = kf_plan_group_of(p->plan, t);
+        bool computed = gr && gr->is_kernel && t->op != KF_OP_INPUT && t->op != KF_OP_CONST;
+        if (computed && !p->bound[t->id]) {
+            p->bound[t->id] = b->data;
+        } else {
+            copy_any = true;
+            if (i < 512)
+                copy_mask[i / 64] |= 1ull << (i % 64);
+        }
+    }
+    char err[KF_MSG_MAX];
+    kf_status st;
+    if (p->cuda) {
+        st = kf_cuda_exec_run(p->cuda, p->bound, stream, err);
+    } else {
+#ifdef KF_HAVE_LLVM
+        st = kf_cpu_exec_run(p->exec, p->bound, err);
+#else
+        st = KF_ERR_INTERNAL;
+        snprintf(err, sizeof err, "no backend");
+#endif
+    }
+    if (st != KF_OK)
+        return fail(p, st, "kf_program_run: %s", err);
+    for (size_t i = 0; copy_any && i < n_outputs; i++) {
+        bool copy = i < 512 ? (copy_mask[i / 64] >> (i % 64)) & 1 : true;
+        const kf_tensor *t = NULL;
+        for (uint32_t k = 0; k < g->n_outputs && !t; k++)
+            if (strcmp(g->outputs[k].name, outputs[i].name) == 0)
+                t = g->outputs[k].tensor;
+        if (!copy || outputs[i].data == p->bound[t->id])
+            continue;
+        if (p->bound[t->id]) {
+            memmove(outputs[i].data, p->bound[t->id], outputs[i].size);
+            continue;
+        }
+        if (p->cuda) {
+            st = kf_cuda_exec_copy_out(p->cuda, t->id, outputs[i].data, outputs[i].size, err);
+            if (st != KF_OK)
+                return fail(p, st, "kf_program_run: output '%s': %s", outputs[i].name, err);
+            continue;
+        }
+#ifdef KF_HAVE_LLVM
+        const void *src = kf_cpu_exec_buffer(p->exec, t->id);
+        const kf_group *vg = kf_plan_group_of(p->plan, t);
+        if (!src && vg && vg->kind == KF_GROUP_VIEW && vg->view_contiguous && vg->view_base != KF_NONE)
+            src = kf_cpu_exec_buffer(p->exec, vg->view_base); /* the output aliases its base */
+#else
+        const void *src = NULL;
+#endif
+        if (!src)
+            return fail(p, KF_ERR_INTERNAL,
+                        "kf_program_run: output '%s' has no buffer after the run (a kfuse bug)",
+                        outputs[i].name);
+        memmove(outputs[i].data, src, outputs[i].size);
+    }
+    return KF_OK;
+}

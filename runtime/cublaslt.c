@@ -1,0 +1,615 @@
+/*
+ * cublaslt.c -- cuBLASLt through dlopen (the contract is in cublaslt.h).
+ *
+ *   kf_blt_create: dlopen (env, soname, toolkit path) -> dlsym every entry
+ *     point -> cublasLtCreate on the device's context
+ *   kf_blt_matmul: find or build the plan for this shape (matmul descriptor,
+ *     four layouts, the heuristic's best algorithm) -> set the bias pointer ->
+ *     cublasLtMatmul on the caller's stream with the kf_blt's workspace
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cublaslt.h"
+
+/* ------------------------------------------------------------------------ */
+/* The ABI subset (values from cublasLt.h / cublas_api.h / library_types.h)  */
+/* ------------------------------------------------------------------------ */
+
+typedef int kf_blt_status; /* cublasStatus_t: 0 is CUBLAS_STATUS_SUCCESS */
+typedef struct kf_blt_handle_st *kf_blt_handle;
+typedef struct kf_blt_desc_st *kf_blt_desc;
+typedef struct kf_blt_layout_st *kf_blt_layout;
+typedef struct kf_blt_pref_st *kf_blt_pref;
+typedef struct {
+    uint64_t data[8];
+} kf_blt_algo;
+typedef struct {
+    kf_blt_algo algo;
+    size_t workspace_size;
+    kf_blt_status state;
+    float waves_count;
+    int reserved[4];
+} kf_blt_heuristic;
+
+enum {
+    LT_SUCCESS = 0,
+    LT_NOT_SUPPORTED = 15,
+    /* cudaDataType_t */
+    LT_R_32F = 0,
+    LT_R_64F = 1,
+    LT_R_16F = 2,
+    LT_R_16BF = 14,
+    /* cublasComputeType_t */
+    LT_COMPUTE_32F = 68,
+    LT_COMPUTE_64F = 70,
+    /* cublasOperation_t */
+    LT_OP_N = 0,
+    LT_OP_T = 1,
+    /* cublasLtMatmulDescAttributes_t */
+    LT_DESC_TRANSA = 3,
+    LT_DESC_TRANSB = 4,
+    LT_DESC_EPILOGUE = 7,
+    LT_DESC_BIAS_POINTER = 8,
+    /* cublasLtMatrixLayoutAttribute_t */
+    LT_LAYOUT_BATCH_COUNT = 5,
+    LT_LAYOUT_STRIDED_BATCH_OFFSET = 6,
+    /* cublasLtMatmulPreferenceAttributes_t */
+    LT_PREF_MAX_WORKSPACE_BYTES = 1,
+    LT_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    LT_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    LT_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    LT_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+    /* cublasLtEpilogue_t */
+    LT_EPI_DEFAULT = 1,
+    LT_EPI_RELU = 2,
+    LT_EPI_BIAS = 4,
+    LT_EPI_RELU_BIAS = 6,
+    LT_EPI_GELU = 32,
+    LT_EPI_GELU_BIAS = 36,
+};
+
+#define KF_BLT_FUNCS(X)                                                                             \
+    X(size_t, GetVersion, "cublasLtGetVersion", (void))                                            \
+    X(const char *, GetStatusName, "cublasLtGetStatusName", (kf_blt_status s))                      \
+    X(const char *, GetStatusString, "cublasLtGetStatusString", (kf_blt_status s))                  \
+    X(kf_blt_status, Create, "cublasLtCreate", (kf_blt_handle * h))                                  \
+    X(kf_blt_status, Destroy, "cublasLtDestroy", (kf_blt_handle h))                                  \
+    X(kf_blt_status, DescCreate, "cublasLtMatmulDescCreate",                                        \
+      (kf_blt_desc * d, int compute, int scale_type))                                               \
+    X(kf_blt_status, DescDestroy, "cublasLtMatmulDescDestroy", (kf_blt_desc d))                      \
+    X(kf_blt_status, DescSet, "cublasLtMatmulDescSetAttribute",                                     \
+      (kf_blt_desc d, int attr, const void *buf, size_t size))                                      \
+    X(kf_blt_status, LayoutCreate, "cublasLtMatrixLayoutCreate",                                    \
+      (kf_blt_layout * l, int type, uint64_t rows, uint64_t cols, int64_t ld))                      \
+    X(kf_blt_status, LayoutDestroy, "cublasLtMatrixLayoutDestroy", (kf_blt_layout l))                \
+    X(kf_blt_status, LayoutSet, "cublasLtMatrixLayoutSetAttribute",                                 \
+      (kf_blt_layout l, int attr, const void *buf, size_t size))                                    \
+    X(kf_blt_status, PrefCreate, "cublasLtMatmulPreferenceCreate", (kf_blt_pref * p))                \
+    X(kf_blt_status, PrefDestroy, "cublasLtMatmulPreferenceDestroy", (kf_blt_pref p))                \
+    X(kf_blt_status, PrefSet, "cublasLtMatmulPreferenceSetAttribute",                               \
+      (kf_blt_pref p, int attr, const void *buf, size_t size))                                      \
+    X(kf_blt_status, Heuristic, "cublasLtMatmulAlgoGetHeuristic",                                   \
+      (kf_blt_handle h, kf_blt_desc d, kf_blt_layout a, kf_blt_layout b, kf_blt_layout c,              \
+       kf_blt_layout dd, kf_blt_pref p, int requested, kf_blt_heuristic *results, int *returned))    \
+    X(kf_blt_status, Matmul, "cublasLtMatmul",                                                      \
+      (kf_blt_handle h, kf_blt_desc d, const void *alpha, const void *a, kf_blt_layout al,            \
+       const void *b, kf_blt_layout bl, const void *beta, const void *c, kf_blt_layout cl, void *dd, \
+       kf_blt_layout dl, const kf_blt_algo *algo, void *ws, size_t ws_size, void *stream))
+
+typedef struct kf_blt_lib {
+    void *dl;
+#define KF_BLT_FIELD(ret, field, sym, params) ret(*field) params;
+    KF_BLT_FUNCS(KF_BLT_FIELD)
+#undef KF_BLT_FIELD
+} kf_blt_lib;
+
+/* One configured matmul: everything that depends on the shape. */
+typedef struct kf_blt_plan {
+    /* the key */
+    kf_dtype dtype;
+    int64_t m, n, k, batch;
+    int64_t a_rs, a_cs, a_bs, b_rs, b_cs, b_bs, c_rs, c_bs, d_rs, d_bs;
+    bool has_c;
+    kf_blt_epilogue epilogue;
+    unsigned align[4];
+    /* the value */
+    kf_status status; /* KF_OK, or KF_ERR_UNSUPPORTED (no algorithm) */
+    kf_blt_desc desc;
+    kf_blt_layout la, lb, lc, ld;
+    kf_blt_algo algo;
+    size_t workspace;
+} kf_blt_plan;
+
+struct kf_blt {
+    kf_mem mem;
+    const kf_cuda_device *dev;
+    kf_blt_lib lib;
+    kf_blt_handle handle;
+    kf_cu_deviceptr workspace;
+    size_t workspace_bytes;
+    kf_blt_plan *plans;
+    uint32_t n_plans, cap_plans;
+};
+
+static kf_status fail(char *err, kf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static kf_status fail(char *err, kf_status st, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, KF_MSG_MAX, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+const char *kf_blt_epilogue_name(kf_blt_epilogue e) {
+    static const char *const names[KF_BLT_EPI_COUNT] = {"none", "relu",      "gelu",
+                                                       "bias", "relu_bias", "gelu_bias"};
+    return (unsigned)e < KF_BLT_EPI_COUNT ? names[e] : "?";
+}
+
+kf_blt_epilogue kf_blt_epilogue_with_bias(kf_blt_epilogue e) {
+    switch (e) {
+    case KF_BLT_EPI_NONE:
+        return KF_BLT_EPI_BIAS;
+    case KF_BLT_EPI_RELU:
+        return KF_BLT_EPI_RELU_BIAS;
+    case KF_BLT_EPI_GELU:
+        return KF_BLT_EPI_GELU_BIAS;
+    default:
+        return e;
+    }
+}
+
+static int lt_epilogue(kf_blt_epilogue e) {
+    static const int map[KF_BLT_EPI_COUNT] = {LT_EPI_DEFAULT, LT_EPI_RELU,      LT_EPI_GELU,
+                                             LT_EPI_BIAS,    LT_EPI_RELU_BIAS, LT_EPI_GELU_BIAS};
+    return map[e];
+}
+
+static bool lt_has_bias(kf_blt_epilogue e) {
+    return e == KF_BLT_EPI_BIAS || e == KF_BLT_EPI_RELU_BIAS || e == KF_BLT_EPI_GELU_BIAS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#ifndef KF_CUBLASLT_PATH
+#define KF_CUBLASLT_PATH ""
+#endif
+
+/* Opens the library in the documented order; the path that worked goes to
+ * `path` (may be NULL). */
+static void *lt_dlopen(const char *lib, char *path, size_t path_size, char *why, size_t why_size) {
+    const char *tries[4] = {NULL, NULL, NULL, NULL};
+    int n = 0;
+    if (lib) {
+        tries[n++] = lib;
+    } else {
+        const char *env = getenv("KF_CUBLASLT_LIB");
+        if (env && *env)
+            tries[n++] = env;
+        tries[n++] = "libcublasLt.so.13";
+        tries[n++] = "libcublasLt.so";
+        if (KF_CUBLASLT_PATH[0])
+            tries[n++] = KF_CUBLASLT_PATH;
+    }
+    why[0] = 0;
+    for (int i = 0; i < n; i++) {
+        void *h = dlopen(tries[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            if (path)
+                snprintf(path, path_size, "%s", tries[i]);
+            return h;
+        }
+        if (!why[0]) {
+            const char *e = dlerror();
+            snprintf(why, why_size, "%s", e ? e : "dlopen failed");
+        }
+    }
+    return NULL;
+}
+
+static kf_status lt_lib_open(kf_blt_lib *L, const char *lib, char *path, size_t path_size,
+                             char *err) {
+    memset(L, 0, sizeof *L);
+    char why[256];
+    L->dl = lt_dlopen(lib, path, path_size, why, sizeof why);
+    if (!L->dl)
+        return fail(err, KF_ERR_UNSUPPORTED,
+                    "cuBLASLt not found (%s); install the CUDA toolkit's libcublasLt, put its "
+                    "directory on LD_LIBRARY_PATH, or set KF_CUBLASLT_LIB to the file",
+                    why);
+    const char *missing = NULL;
+#define KF_BLT_RESOLVE(ret, field, sym, params)                                                     \
+    do {                                                                                           \
+        void *p = dlsym(L->dl, sym);                                                               \
+        if (!p && !missing && strcmp(sym, "cublasLtGetStatusName") != 0 &&                         \
+            strcmp(sym, "cublasLtGetStatusString") != 0)                                           \
+            missing = sym;                                                                         \
+        memcpy(&L->field, &p, sizeof p);                                                           \
+    } while (0);
+    KF_BLT_FUNCS(KF_BLT_RESOLVE)
+#undef KF_BLT_RESOLVE
+    if (missing) {
+        dlclose(L->dl);
+        L->dl = NULL;
+        return fail(err, KF_ERR_UNSUPPORTED,
+                    "the cuBLASLt library has no %s: it is too old for kfuse (needs CUDA 11.4 "
+                    "or later)",
+                    missing);
+    }
+    return KF_OK;
+}
+
+kf_status kf_blt_library_check(const char *lib, char *path_out, size_t path_size, char *err) {
+    kf_blt_lib L;
+    /* The handle stays open (reference-counted, as every kf_blt's is): the
+     * library's static initializers allocate, and unloading it would orphan
+     * that memory. */
+    return lt_lib_open(&L, lib, path_out, path_size, err);
+}
+
+static kf_status lt_check(const kf_blt *lt, kf_blt_status s, const char *call, const char *what,
+                          char *err) {
+    if (s == LT_SUCCESS)
+        return KF_OK;
+    const char *name = lt->lib.GetStatusName ? lt->lib.GetStatusName(s) : NULL;
+    const char *str = lt->lib.GetStatusString ? lt->lib.GetStatusString(s) : NULL;
+    return fail(err, s == LT_NOT_SUPPORTED ? KF_ERR_UNSUPPORTED : KF_ERR_INTERNAL,
+                "%s (GEMM '%s'): %s%s%s (cuBLASLt status %d)", call, what ? what : "?",
+                name ? name : "", str ? ": " : "", str ? str : "", s);
+}
+
+kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_blt **out, char *err) {
+    if (!mem || !dev || !out)
+        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_create: NULL argument");
+    *out = NULL;
+    kf_blt *lt = kf_mem_calloc(mem, 1, sizeof *lt);
+    if (!lt)
+        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory creating the cuBLASLt state");
+    lt->mem = *mem;
+    lt->dev = dev;
+    kf_status st = lt_lib_open(&lt->lib, NULL, NULL, 0, err);
+    if (st == KF_OK) {
+        /* cuBLASLt works on the current context: make the device's current
+         * through a harmless driver call. */
+        kf_cu_deviceptr probe = 0;
+        st = kf_cuda_mem_alloc(dev, 256, &probe, err);
+        if (st == KF_OK) {
+            kf_cuda_mem_free(dev, probe);
+            st = lt_check(lt, lt->lib.Create(&lt->handle), "cublasLtCreate", "-", err);
+        }
+    }
+    if (st != KF_OK) {
+        kf_blt_destroy(lt);
+        return st;
+    }
+    *out = lt;
+    return KF_OK;
+}
+
+static void plan_release(kf_blt *lt, kf_blt_plan *p) {
+    if (p->desc)
+        lt->lib.DescDestroy(p->desc);
+    if (p->la)
+        lt->lib.LayoutDestroy(p->la);
+    if (p->lb)
+        lt->lib.LayoutDestroy(p->lb);
+    if (p->lc)
+        lt->lib.LayoutDestroy(p->lc);
+    if (p->ld)
+        lt->lib.LayoutDestroy(p->ld);
+    p->desc = NULL;
+    p->la = p->lb = p->lc = p->ld = NULL;
+}
+
+void kf_blt_destroy(kf_blt *lt) {
+    if (!lt)
+        return;
+    for (uint32_t i = 0; i < lt->n_plans; i++)
+        plan_release(lt, &lt->plans[i]);
+    kf_mem_free(&lt->mem, lt->plans, lt->cap_plans * sizeof *lt->plans);
+    if (lt->workspace)
+        kf_cuda_mem_free(lt->dev, lt->workspace);
+    if (lt->handle)
+        lt->lib.Destroy(lt->handle);
+    /* No dlclose: cuBLASLt keeps state tied to the CUDA context; the
+     * reference-counted handle simply stays open, as libcuda's does. */
+    kf_mem m = lt->mem;
+    kf_mem_free(&m, lt, sizeof *lt);
+}
+
+size_t kf_blt_version(const kf_blt *lt) { return lt ? lt->lib.GetVersion() : 0; }
+
+/* ------------------------------------------------------------------------ */
+/* Plans                                                                      */
+/* ------------------------------------------------------------------------ */
+
+bool kf_blt_operand_ok(const kf_blt_operand *op, int64_t rows, int64_t cols) {
+    if (op->col_stride == 1 && (rows == 1 || op->row_stride >= cols))
+        return true;
+    if (op->row_stride == 1 && (cols == 1 || op->col_stride >= rows))
+        return true;
+    return false;
+}
+
+/* The column-major description of a logical row-major [rows, cols] operand
+ * as cuBLASLt sees its TRANSPOSE (see cublaslt.h): the op flag, the stored
+ * layout's rows, cols and ld. */
+static void colmajor_of(const kf_blt_operand *op, int64_t rows, int64_t cols, int *trans,
+                        int64_t *lrows, int64_t *lcols, int64_t *ld) {
+    if (op->col_stride == 1 && (rows == 1 || op->row_stride >= cols)) {
+        /* Row-major storage: column-major it is X^T [cols, rows], which is what
+         * the transposed product needs. */
+        *trans = LT_OP_N;
+        *lrows = cols;
+        *lcols = rows;
+        *ld = rows == 1 ? (cols > 0 ? cols : 1) : op->row_stride;
+    } else {
+        /* Column-major storage: X [rows, cols] with ld col_stride; transpose it. */
+        *trans = LT_OP_T;
+        *lrows = rows;
+        *lcols = cols;
+        *ld = cols == 1 ? (rows > 0 ? rows : 1) : op->col_stride;
+    }
+}
+
+static unsigned align_of(kf_cu_deviceptr p) {
+    unsigned a = 256;
+    while (a > 1 && (p % a) != 0)
+        a >>= 1;
+    return a;
+}
+
+static int lt_type(kf_dtype d) {
+    switch (d) {
+    case KF_DTYPE_F16:
+        return LT_R_16F;
+    case KF_DTYPE_BF16:
+        return LT_R_16BF;
+    case KF_DTYPE_F64:
+        return LT_R_64F;
+    default:
+        return LT_R_32F;
+    }
+}
+
+static bool plan_matches(const kf_blt_plan *p, const kf_blt_plan *k) {
+    return p->dtype == k->dtype && p->m == k->m && p->n == k->n && p->k == k->k &&
+           p->batch == k->batch && p->a_rs == k->a_rs && p->a_cs == k->a_cs &&
+           p->a_bs == k->a_bs && p->b_rs == k->b_rs && p->b_cs == k->b_cs && p->b_bs == k->b_bs &&
+           p->c_rs == k->c_rs && p->c_bs == k->c_bs && p->d_rs == k->d_rs && p->d_bs == k->d_bs &&
+           p->has_c == k->has_c && p->epilogue == k->epilogue &&
+           memcmp(p->align, k->align, sizeof p->align) == 0;
+}
+
+static void plan_key(const kf_blt_gemm *g, kf_blt_plan *k) {
+    memset(k, 0, sizeof *k);
+    k->dtype = g->dtype;
+    k->m = g->m;
+    k->n = g->n;
+    k->k = g->k;
+    k->batch = g->batch;
+    k->a_rs = g->a.row_stride;
+    k->a_cs = g->a.col_stride;
+    k->a_bs = g->a.batch_stride;
+    k->b_rs = g->b.row_stride;
+    k->b_cs = g->b.col_stride;
+    k->b_bs = g->b.batch_stride;
+    k->has_c = g->c.ptr != 0 && g->beta != 0.0;
+    k->c_rs = k->has_c ? g->c.row_stride : 0;
+    k->c_bs = k->has_c ? g->c.batch_stride : 0;
+    k->d_rs = g->d.row_stride;
+    k->d_bs = g->d.batch_stride;
+    k->epilogue = g->epilogue;
+    k->align[0] = align_of(g->a.ptr);
+    k->align[1] = align_of(g->b.ptr);
+    k->align[2] = k->has_c ? align_of(g->c.ptr) : 256;
+    k->align[3] = align_of(g->d.ptr);
+}
+
+static kf_status layout(kf_blt *lt, kf_blt_layout *out, int type, int64_t rows, int64_t cols,
+                        int64_t ld, int64_t batch, int64_t batch_stride, const char *what,
+                        char *err) {
+    kf_status st = lt_check(lt, lt->lib.LayoutCreate(out, type, (uint64_t)rows, (uint64_t)cols, ld),
+                            "cublasLtMatrixLayoutCreate", what, err);
+    if (st == KF_OK && batch > 1) {
+        int32_t count = (int32_t)batch;
+        st = lt_check(lt,
+                      lt->lib.LayoutSet(*out, LT_LAYOUT_BATCH_COUNT, &count, sizeof count),
+                      "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)", what, err);
+        if (st == KF_OK)
+            st = lt_check(lt,
+                          lt->lib.LayoutSet(*out, LT_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+                                            sizeof batch_stride),
+                          "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", what, err);
+    }
+    return st;
+}
+
+/* Builds descriptors and asks the heuristic for `p` (its key filled). */
+static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, char *err) {
+    const char *what = g->what;
+    int type = lt_type(g->dtype);
+    bool f64 = g->dtype == KF_DTYPE_F64;
+    kf_status st = lt_check(
+        lt, lt->lib.DescCreate(&p->desc, f64 ? LT_COMPUTE_64F : LT_COMPUTE_32F, f64 ? LT_R_64F : LT_R_32F),
+        "cublasLtMatmulDescCreate", what, err);
+    /* cuBLASLt's A is our B, its B our A (cublaslt.h). */
+    int ta, tb;
+    int64_t ar, ac, ald, br, bc, bld;
+    colmajor_of(&g->b, g->k, g->n, &ta, &ar, &ac, &ald);
+    colmajor_of(&g->a, g->m, g->k, &tb, &br, &bc, &bld);
+    int epi = lt_epilogue(g->epilogue);
+    if (st == KF_OK)
+        st = lt_check(lt, lt->lib.DescSet(p->desc, LT_DESC_TRANSA, &ta, sizeof ta),
+                      "cublasLtMatmulDescSetAttribute(TRANSA)", what, err);
+    if (st == KF_OK)
+        st = lt_check(lt, lt->lib.DescSet(p->desc, LT_DESC_TRANSB, &tb, sizeof tb),
+                      "cublasLtMatmulDescSetAttribute(TRANSB)", what, err);
+    if (st == KF_OK)
+        st = lt_check(lt, lt->lib.DescSet(p->desc, LT_DESC_EPILOGUE, &epi, sizeof epi),
+                      "cublasLtMatmulDescSetAttribute(EPILOGUE)", what, err);
+    if (st == KF_OK && lt_has_bias(g->epilogue)) {
+        void *bias = (void *)(uintptr_t)g->bias;
+        st = lt_check(lt, lt->lib.DescSet(p->desc, LT_DESC_BIAS_POINTER, &bias, sizeof bias),
+                      "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", what, err);
+    }
+    if (st == KF_OK)
+        st = layout(lt, &p->la, type, ar, ac, ald, g->batch, g->b.batch_stride, what, err);
+    if (st == KF_OK)
+        st = layout(lt, &p->lb, type, br, bc, bld, g->batch, g->a.batch_stride, what, err);
+    if (st == KF_OK)
+        st = layout(lt, &p->ld, type, g->n, g->m, g->m == 1 ? g->n : g->d.row_stride, g->batch,
+                    g->d.batch_stride, what, err);
+    if (st == KF_OK)
+        st = p->has_c ? layout(lt, &p->lc, type, g->n, g->m, g->m == 1 ? g->n : g->c.row_stride,
+                               g->batch, g->c.batch_stride, what, err)
+                      : layout(lt, &p->lc, type, g->n, g->m, g->m == 1 ? g->n : g->d.row_stride,
+                               g->batch, g->d.batch_stride, what, err);
+    kf_blt_pref pref = NULL;
+    if (st == KF_OK)
+        st = lt_check(lt, lt->lib.PrefCreate(&pref), "cublasLtMatmulPreferenceCreate", what, err);
+    uint64_t ws = KF_BLT_WORKSPACE_BYTES;
+    static const int align_attr[4] = {LT_PREF_MIN_ALIGNMENT_B_BYTES, LT_PREF_MIN_ALIGNMENT_A_BYTES,
+                                      LT_PREF_MIN_ALIGNMENT_C_BYTES, LT_PREF_MIN_ALIGNMENT_D_BYTES};
+    if (st == KF_OK)
+        st = lt_check(lt, lt->lib.PrefSet(pref, LT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                      "cublasLtMatmulPreferenceSetAttribute", what, err);
+    /* Our A is cuBLASLt's B and vice versa: align[0] (ours A) goes to MIN_ALIGNMENT_B. */
+    for (int i = 0; i < 4 && st == KF_OK; i++) {
+        uint32_t a = p->align[i];
+        st = lt_check(lt, lt->lib.PrefSet(pref, align_attr[i], &a, sizeof a),
+                      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", what, err);
+    }
+    kf_blt_heuristic res;
+    int returned = 0;
+    if (st == KF_OK) {
+        memset(&res, 0, sizeof res);
+        kf_blt_status s = lt->lib.Heuristic(lt->handle, p->desc, p->la, p->lb, p->lc, p->ld, pref,
+                                           1, &res, &returned);
+        if (s == LT_NOT_SUPPORTED || (s == LT_SUCCESS && returned == 0))
+            st = fail(err, KF_ERR_UNSUPPORTED,
+                      "cuBLASLt has no algorithm for GEMM '%s' (%s, M=%lld N=%lld K=%lld "
+                      "batch=%lld, epilogue %s)",
+                      what ? what : "?", kf_dtype_name(g->dtype), (long long)g->m,
+                      (long long)g->n, (long long)g->k, (long long)g->batch,
+                      kf_blt_epilogue_name(g->epilogue));
+        else
+            st = lt_check(lt, s, "cublasLtMatmulAlgoGetHeuristic", what, err);
+    }
+    if (pref)
+        lt->lib.PrefDestroy(pref);
+    if (st == KF_OK) {
+        p->algo = res.algo;
+        p->workspace = res.workspace_size;
+    }
+    return st;
+}
+
+/* The cached plan for g, building it on the first call. A plan that found no
+ * algorithm is cached too (status UNSUPPORTED), so asking again is free. */
+static kf_status plan_get(kf_blt *lt, const kf_blt_gemm *g, kf_blt_plan **out, char *err) {
+    kf_blt_plan key;
+    plan_key(g, &key);
+    for (uint32_t i = 0; i < lt->n_plans; i++) {
+        if (plan_matches(&lt->plans[i], &key)) {
+            *out = &lt->plans[i];
+            if (lt->plans[i].status != KF_OK)
+                return fail(err, lt->plans[i].status,
+                            "cuBLASLt has no algorithm for GEMM '%s' (epilogue %s)",
+                            g->what ? g->what : "?", kf_blt_epilogue_name(g->epilogue));
+            return KF_OK;
+        }
+    }
+    if (!kf_mem_grow(&lt->mem, (void **)&lt->plans, &lt->cap_plans, lt->n_plans + 1,
+                     sizeof *lt->plans))
+        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning a cuBLASLt GEMM");
+    kf_blt_plan *p = &lt->plans[lt->n_plans];
+    *p = key;
+    kf_status st = plan_build(lt, p, g, err);
+    if (st != KF_OK) {
+        plan_release(lt, p);
+        if (st != KF_ERR_UNSUPPORTED)
+            return st; /* not cached: a real failure */
+        p->status = st;
+    }
+    lt->n_plans++;
+    *out = p;
+    return st;
+}
+
+static kf_status check_gemm(const kf_blt_gemm *g, char *err) {
+    const char *what = g->what ? g->what : "?";
+    if (!kf_dtype_is_float(g->dtype))
+        return fail(err, KF_ERR_UNSUPPORTED, "GEMM '%s': cuBLASLt takes float dtypes, not %s",
+                    what, kf_dtype_name(g->dtype));
+    if (g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0 || g->m > INT32_MAX ||
+        g->n > INT32_MAX || g->k > INT32_MAX || g->batch > INT32_MAX)
+        return fail(err, KF_ERR_INVALID_ARGUMENT,
+                    "GEMM '%s': sizes M=%lld N=%lld K=%lld batch=%lld are out of cuBLASLt's range",
+                    what, (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
+    if (!kf_blt_operand_ok(&g->a, g->m, g->k) || !kf_blt_operand_ok(&g->b, g->k, g->n))
+        return fail(err, KF_ERR_INVALID_ARGUMENT,
+                    "GEMM '%s': an operand has no unit stride (copy it to contiguous memory "
+                    "first)",
+                    what);
+    if (g->d.col_stride != 1 || (g->m > 1 && g->d.row_stride < g->n))
+        return fail(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': D must be row-major", what);
+    if (g->c.ptr && g->beta != 0.0 && (g->c.col_stride != 1 || (g->m > 1 && g->c.row_stride < g->n)))
+        return fail(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': C must be row-major", what);
+    if (lt_has_bias(g->epilogue) && !g->bias)
+        return fail(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': epilogue %s needs a bias", what,
+                    kf_blt_epilogue_name(g->epilogue));
+    return KF_OK;
+}
+
+bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g) {
+    char err[KF_MSG_MAX];
+    kf_blt_plan *p;
+    return lt && check_gemm(g, err) == KF_OK && plan_get(lt, g, &p, err) == KF_OK;
+}
+
+kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, char *err) {
+    if (!lt || !g)
+        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_matmul: NULL argument");
+    kf_status st = check_gemm(g, err);
+    kf_blt_plan *p = NULL;
+    if (st == KF_OK)
+        st = plan_get(lt, g, &p, err);
+    if (st != KF_OK)
+        return st;
+    if (p->workspace && !lt->workspace) {
+        st = kf_cuda_mem_alloc(lt->dev, KF_BLT_WORKSPACE_BYTES, &lt->workspace, err);
+        if (st != KF_OK)
+            return st;
+        lt->workspace_bytes = KF_BLT_WORKSPACE_BYTES;
+    }
+    if (lt_has_bias(g->epilogue)) {
+        void *bias = (void *)(uintptr_t)g->bias;
+        st = lt_check(lt, lt->lib.DescSet(p->desc, LT_DESC_BIAS_POINTER, &bias, sizeof bias),
+                      "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", g->what, err);
+        if (st != KF_OK)
+            return st;
+    }
+    double one64 = 1.0, beta64 = p->has_c ? g->beta : 0.0;
+    float one32 = 1.0f, beta32 = (float)beta64;
+    bool f64 = g->dtype == KF_DTYPE_F64;
+    const void *alpha = f64 ? (const void *)&one64 : (const void *)&one32;
+    const void *beta = f64 ? (const void *)&beta64 : (const void *)&beta32;
+    void *A = (void *)(uintptr_t)g->b.ptr, *B = (void *)(uintptr_t)g->a.ptr;
+    void *D = (void *)(uintptr_t)g->d.ptr;
+    void *C = p->has_c ? (void *)(uintptr_t)g->c.ptr : D;
+    return lt_check(lt,
+                    lt->lib.Matmul(lt->handle, p->desc, alpha, A, p->la, B, p->lb, beta, C, p->lc,
+                                   D, p->ld, &p->algo, (void *)(uintptr_t)lt->workspace,
+                                   p->workspace ? lt->workspace_bytes : 0, (void *)stream),
+                    "cublasLtMatmul", g->what, err);
+}

@@ -1,0 +1,111 @@
+/*
+ * cublaslt.h -- GEMMs through cuBLASLt, opened with dlopen at first use.
+ *
+ * Like the driver (runtime/cuda.h), cuBLASLt is never linked: libkfuse loads,
+ * and the CPU target runs, on a machine without it. The library is looked up
+ * as $KF_CUBLASLT_LIB, then "libcublasLt.so.13" / "libcublasLt.so" on the
+ * loader's path, then the file the build found in the toolkit (KF_CUBLASLT_PATH).
+ * The few types and constants used are declared here, ABI-compatible with
+ * cublasLt.h (tests/test_cublaslt.c checks them against the toolkit's header
+ * when it is there), so this layer builds without the toolkit.
+ *
+ * Conventions. kfuse's matrices are row-major; cuBLASLt is column-major. A
+ * row-major C[M,N] = A[M,K] B[K,N] is computed as the column-major
+ * C^T[N,M] = B^T A^T, so B is cuBLASLt's "A" and A its "B". An operand is
+ * described by the strides of its logical (after-transpose) matrix: a row
+ * stride and a column stride, one of which must be 1 (else the caller copies
+ * it first); that choice becomes cuBLASLt's transpose flag.
+ *
+ * Precision: f32 accumulate and f32 scale for f32/f16/bf16 (CUBLAS_COMPUTE_32F:
+ * no TF32, so f32 results meet the f32 tolerance), f64 for f64.
+ *
+ * Epilogues (cuBLASLt's order of operations, per output element):
+ *     D = act(alpha * (A.B) + beta * C + bias[n])
+ * kfuse uses alpha = 1 and beta in {0, 1} (C is the residual). act is relu or
+ * cuBLASLt's GELU, which is the tanh approximation (kfuse's gelu_tanh, NOT the
+ * erf gelu). Which graph epilogues map onto this exactly is decided by the
+ * executor (runtime/cuda_exec.c), not here.
+ *
+ * A kf_blt holds a handle, a workspace and a cache of configured matmuls (the
+ * descriptors and the heuristic's algorithm per shape): one per program, used
+ * by one run at a time.
+ */
+#ifndef KF_RUNTIME_CUBLASLT_H
+#define KF_RUNTIME_CUBLASLT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "runtime/cuda.h"
+
+/* The default workspace cuBLASLt may use (the heuristic is told this much). */
+#define KF_BLT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef enum kf_blt_epilogue {
+    KF_BLT_EPI_NONE = 0, /* D = A.B + beta C */
+    KF_BLT_EPI_RELU,     /* D = relu(A.B + beta C) */
+    KF_BLT_EPI_GELU,     /* D = gelu_tanh(A.B + beta C) */
+    KF_BLT_EPI_BIAS,     /* D = A.B + beta C + bias */
+    KF_BLT_EPI_RELU_BIAS,
+    KF_BLT_EPI_GELU_BIAS,
+    KF_BLT_EPI_COUNT
+} kf_blt_epilogue;
+
+/* "none", "relu", "gelu", "bias", "relu_bias", "gelu_bias". */
+const char *kf_blt_epilogue_name(kf_blt_epilogue e);
+/* The epilogue with a bias added (NONE -> BIAS, RELU -> RELU_BIAS, ...). */
+kf_blt_epilogue kf_blt_epilogue_with_bias(kf_blt_epilogue e);
+
+/* A logical row-major matrix [rows, cols] in device memory, batch-strided. */
+typedef struct kf_blt_operand {
+    kf_cu_deviceptr ptr;
+    int64_t row_stride, col_stride; /* in elements; one of them must be 1 */
+    int64_t batch_stride;           /* elements between batches; 0 broadcasts */
+} kf_blt_operand;
+
+/* One (batched) matmul: D[b] = epi(A[b] . B[b] + beta C[b] + bias). All of A,
+ * B, C, D and the bias hold `dtype`. */
+typedef struct kf_blt_gemm {
+    kf_dtype dtype;
+    int64_t m, n, k, batch;
+    kf_blt_operand a, b; /* logical [m, k] and [k, n] */
+    kf_blt_operand c;    /* logical [m, n]; ptr 0 (or beta 0) when there is none */
+    kf_blt_operand d;    /* logical [m, n]; col_stride must be 1 */
+    double beta;        /* 0 or 1 */
+    kf_blt_epilogue epilogue;
+    kf_cu_deviceptr bias; /* n elements, when the epilogue has a bias */
+    const char *what;     /* names the GEMM in messages (the group's kernel name) */
+} kf_blt_gemm;
+
+typedef struct kf_blt kf_blt;
+
+/* True when `op` can be described to cuBLASLt (one unit stride, the other
+ * at least the matrix's extent along it). Used to decide on a copy first. */
+bool kf_blt_operand_ok(const kf_blt_operand *op, int64_t rows, int64_t cols);
+
+/* Opens cuBLASLt (dlopen + dlsym of every entry point) without touching a
+ * device: works on a machine with no driver. Errors: KF_ERR_UNSUPPORTED (no
+ * library, or one lacking an entry point), KF_ERR_OUT_OF_MEMORY. `lib` NULL:
+ * the lookup order above. */
+kf_status kf_blt_library_check(const char *lib, char *path_out, size_t path_size, char *err);
+
+/* Creates a kf_blt for `dev` (the library is opened, a handle created on the
+ * device's context, the workspace allocated lazily). */
+kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_blt **out, char *err);
+void kf_blt_destroy(kf_blt *lt);
+/* cuBLASLt's version (cublasLtGetVersion), e.g. 130100. */
+size_t kf_blt_version(const kf_blt *lt);
+
+/* Runs one matmul on `stream`. The first call for a shape builds the
+ * descriptors and asks the heuristic (cached after). Errors:
+ * KF_ERR_UNSUPPORTED when cuBLASLt has no algorithm for it (the message says
+ * which GEMM and epilogue; the caller may retry with KF_BLT_EPI_NONE),
+ * KF_ERR_INVALID_ARGUMENT, KF_ERR_INTERNAL (cuBLASLt's status name and string). */
+kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, char *err);
+
+/* Whether cuBLASLt has an algorithm for `g` (asks the heuristic once; cached). */
+bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g);
+
+#endif /* KF_RUNTIME_CUBLASLT_H */

@@ -1,0 +1,670 @@
+/*
+ * test_cuda_exec.c -- plans executed on the GPU (kf_compile with
+ * KF_TARGET_CUDA, kf_program_run) against the reference evaluator: every
+ * elementwise and row-wise op and their fusions in every float dtype, GEMMs
+ * through cuBLASLt with each native epilogue and the order of operations that
+ * decides which epilogues map onto cuBLASLt's act(A.B + C + bias), the
+ * unfused attention fallback (causal, sliding window, softcap, ALiBi), every
+ * example graph, and the cache flags.
+ *
+ * Inputs are fresh random values (KF_TEST_SEED replays a run); outputs are
+ * poisoned (NaN) before each run; errors are ||out - ref|| / ||ref|| within
+ * the per-dtype tolerances of kf_test.h, and NaN never passes.
+ *
+ * Without a driver or a device every test is skipped with a visible message
+ * and the binary exits 77 (ctest: skipped, never passed).
+ */
+#define _GNU_SOURCE /* open_memstream, mkdtemp */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kf_test.h"
+#include "runtime/cuda.h"
+#include "runtime/cuda_exec.h"
+
+typedef struct gpu {
+    kf_ctx *ctx; /* target CUDA, cache in a private temporary directory */
+    bool have;
+    char why[KF_MSG_MAX];
+    char cache_dir[256];
+} gpu;
+
+static gpu G;
+
+static int group_setup(void **state) {
+    (void)state;
+    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_cuda_exec_XXXXXX");
+    if (!mkdtemp(G.cache_dir))
+        G.cache_dir[0] = 0;
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    if (kf_ctx_create(&o, &G.ctx) != KF_OK)
+        return -1;
+    G.have = kf_cuda_exec_available(G.ctx);
+    if (!G.have) {
+        const kf_cuda_driver *drv = NULL;
+        if (kf_ctx_cuda_driver(G.ctx, &drv, G.why) == KF_OK)
+            snprintf(G.why, sizeof G.why, "the driver sees no CUDA device 0");
+    }
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    kf_ctx_destroy(G.ctx);
+    if (G.cache_dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", G.cache_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", G.cache_dir);
+    }
+    return 0;
+}
+
+#define REQUIRE_GPU()                                                                              \
+    do {                                                                                           \
+        if (!G.have) {                                                                             \
+            fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);                              \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* Running one graph against the reference                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct run_opts {
+    double lo, hi;          /* input range (floats) */
+    const char *report_has; /* substrings the program report must hold, '|'-separated */
+    const char *report_lacks;
+    kf_ctx *ctx; /* NULL: G.ctx */
+} run_opts;
+
+static char *program_report(kf_program *p) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(kf_program_report(p, f), KF_OK);
+    fclose(f);
+    return buf;
+}
+
+static void check_report(const char *report, const char *list, bool want, const char *what) {
+    if (!list)
+        return;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *tok = strtok(buf, "|"); tok; tok = strtok(NULL, "|")) {
+        bool has = strstr(report, tok) != NULL;
+        if (has != want) {
+            print_error("%s: the report %s '%s':\n%s\n", what, want ? "lacks" : "holds", tok,
+                        report);
+            fail();
+        }
+    }
+}
+
+/* Compiles `g` for CUDA, runs it on random inputs, compares every output with
+ * the reference evaluator. */
+static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, const char *what) {
+    kf_ctx *ctx = o->ctx ? o->ctx : G.ctx;
+    if (kf_graph_verify(g) != KF_OK)
+        fail_msg("%s: %s", what, kf_graph_error(g));
+    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
+    kf_binding *in = calloc(n_in + 1, sizeof *in);
+    kf_binding *out = calloc(n_out + 1, sizeof *out);
+    kf_binding *ref = calloc(n_out + 1, sizeof *ref);
+    kf_test_rng rng = kf_test_rng_make(stream);
+    for (size_t i = 0; i < n_in; i++) {
+        const kf_tensor *t = kf_graph_input(g, i);
+        kf_dtype d = kf_tensor_dtype(t);
+        size_t n = (size_t)kf_tensor_numel(t);
+        in[i].name = kf_tensor_name(t);
+        in[i].size = n * kf_dtype_size(d);
+        in[i].data = malloc(in[i].size + 1);
+        kf_test_fill(in[i].data, d, n, &rng, d == KF_DTYPE_I32 ? -8 : o->lo,
+                     d == KF_DTYPE_I32 ? 9 : o->hi);
+    }
+    for (size_t i = 0; i < n_out; i++) {
+        const kf_tensor *t = kf_graph_output(g, i);
+        size_t n = (size_t)kf_tensor_numel(t);
+        out[i].name = ref[i].name = kf_graph_output_name(g, i);
+        out[i].size = ref[i].size = n * kf_dtype_size(kf_tensor_dtype(t));
+        out[i].data = malloc(out[i].size + 1);
+        ref[i].data = malloc(ref[i].size + 1);
+        kf_test_poison(out[i].data, kf_tensor_dtype(t), n);
+    }
+    kf_program *p = NULL;
+    kf_status st = kf_compile(ctx, g, &p);
+    if (st != KF_OK)
+        fail_msg("%s: kf_compile: %s: %s", what, kf_status_str(st), kf_graph_error(g));
+    char *report = program_report(p);
+    check_report(report, o->report_has, true, what);
+    check_report(report, o->report_lacks, false, what);
+    st = kf_program_run(p, in, n_in, out, n_out, NULL);
+    if (st != KF_OK)
+        fail_msg("%s: kf_program_run: %s\n%s", what, kf_program_error(p), report);
+    st = kf_graph_eval(g, in, n_in, ref, n_out);
+    if (st != KF_OK)
+        fail_msg("%s: reference: %s", what, kf_graph_error(g));
+    for (size_t i = 0; i < n_out; i++) {
+        const kf_tensor *t = kf_graph_output(g, i);
+        char label[256];
+        snprintf(label, sizeof label, "%s, output %s (%s)", what, out[i].name,
+                 kf_dtype_name(kf_tensor_dtype(t)));
+        double err = kf_test_rel_err(out[i].data, ref[i].data, kf_tensor_dtype(t),
+                                     (size_t)kf_tensor_numel(t));
+        if (!(err <= kf_test_tol(kf_tensor_dtype(t))))
+            fprintf(stderr, "%s\n", report);
+        kf_test_assert_close(out[i].data, ref[i].data, kf_tensor_dtype(t),
+                             (size_t)kf_tensor_numel(t), label);
+    }
+    free(report);
+    kf_program_destroy(p);
+    for (size_t i = 0; i < n_in; i++)
+        free(in[i].data);
+    for (size_t i = 0; i < n_out; i++) {
+        free(out[i].data);
+        free(ref[i].data);
+    }
+    free(in);
+    free(out);
+    free(ref);
+}
+
+/* Parses `text` (printf format with every %s the dtype name) and runs it. */
+static void run_text(const char *fmt, kf_dtype d, uint64_t stream, const run_opts *o,
+                     const char *what) {
+    char text[4096];
+    const char *dn = kf_dtype_name(d);
+    snprintf(text, sizeof text, fmt, dn, dn, dn, dn, dn, dn, dn, dn, dn, dn);
+    kf_graph *g = NULL;
+    if (kf_graph_parse(G.ctx, text, strlen(text), &g) != KF_OK)
+        fail_msg("%s: parse: %s\n%s", what, g ? kf_graph_error(g) : "no graph", text);
+    char label[256];
+    snprintf(label, sizeof label, "%s [%s]", what, dn);
+    run_and_compare(g, stream, o, label);
+    kf_graph_destroy(g);
+}
+
+static const kf_dtype float_dtypes[] = {KF_DTYPE_F32, KF_DTYPE_F16, KF_DTYPE_BF16, KF_DTYPE_F64};
+static const kf_dtype gemm_dtypes[] = {KF_DTYPE_F32, KF_DTYPE_F16, KF_DTYPE_BF16};
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ------------------------------------------------------------------------ */
+/* Elementwise                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void test_every_unary_op_in_every_float_dtype_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *ops[] = {"neg",  "abs",     "exp",  "log",       "sqrt", "rsqrt",
+                                "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu"};
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        for (size_t i = 0; i < N_OF(ops); i++) {
+            bool positive = !strcmp(ops[i], "log") || !strcmp(ops[i], "sqrt") ||
+                            !strcmp(ops[i], "rsqrt");
+            char fmt[256];
+            /* 131 columns: a ragged tail for the vectorized path. */
+            snprintf(fmt, sizeof fmt, "kfg 1\nx = input(%%s[37, 131])\ny = %s(x)\noutput y\n",
+                     ops[i]);
+            run_opts o = {.lo = positive ? 0.05 : -3, .hi = 3};
+            run_text(fmt, float_dtypes[d], 100 + i, &o, ops[i]);
+        }
+    }
+}
+
+static void test_every_binary_op_broadcasts_in_every_float_dtype(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *ops[] = {"add", "sub", "mul", "div", "max", "min", "pow"};
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        for (size_t i = 0; i < N_OF(ops); i++) {
+            char fmt[512];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\na = input(%%s[5, 33, 64])\nb = input(%%s[33, 1])\n"
+                     "c = input(%%s[64])\ny = %s(a, b)\nz = %s(c, y)\noutput y\noutput z\n",
+                     ops[i], ops[i]);
+            bool pos = !strcmp(ops[i], "pow") || !strcmp(ops[i], "div");
+            run_opts o = {.lo = pos ? 0.5 : -2, .hi = 2};
+            run_text(fmt, float_dtypes[d], 200 + i, &o, ops[i]);
+        }
+    }
+}
+
+static void test_comparisons_where_cast_and_i32_match_exactly(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *cmps[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        for (size_t i = 0; i < N_OF(cmps); i++) {
+            char fmt[512];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\na = input(%%s[40, 77])\nb = input(%%s[77])\nc = %s(a, b)\n"
+                     "w = where(c, a, b)\nn = cast(c, i32)\nf = cast(a, i32)\n"
+                     "output c\noutput w\noutput n\noutput f\n",
+                     cmps[i]);
+            run_opts o = {.lo = -4, .hi = 4};
+            run_text(fmt, float_dtypes[d], 300 + i, &o, cmps[i]);
+        }
+    }
+    run_opts o = {.lo = -8, .hi = 8};
+    run_text("kfg 1\na = input(i32[64, 65])\nb = input(i32[65])\ns = add(a, b)\nm = mul(s, a)\n"
+             "x = max(m, b)\nn = neg(x)\nab = abs(n)\nf = cast(ab, f32)\noutput ab\noutput f\n",
+             KF_DTYPE_I32, 399, &o, "i32 chain");
+    static const char *casts[] = {"f32", "f16", "bf16", "f64"};
+    for (size_t d = 0; d < N_OF(float_dtypes); d++)
+        for (size_t c = 0; c < N_OF(casts); c++) {
+            char fmt[256];
+            snprintf(fmt, sizeof fmt, "kfg 1\nx = input(%%s[31, 97])\ny = cast(x, %s)\noutput y\n",
+                     casts[c]);
+            run_opts oc = {.lo = -100, .hi = 100};
+            run_text(fmt, float_dtypes[d], 350 + c, &oc, "cast");
+        }
+}
+
+static void test_an_elementwise_chain_fuses_into_one_kernel_and_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -2, .hi = 2, .report_has = "kernel ew_"};
+        run_text("kfg 1\nx = input(%s[64, 1000])\ns = input(%s[1000])\nb = input(%s[1000])\n"
+                 "g = input(%s[1000])\nxs = mul(x, s)\nh = add(xs, b)\nge = gelu(h)\n"
+                 "y = mul(ge, g)\noutput y\n",
+                 float_dtypes[d], 400, &o, "gelu(x*s+b)*g");
+        run_text("kfg 1\nx = input(%s[8, 16, 33])\ni = iota(%s[8, 16, 33], axis=2)\n"
+                 "t = add(x, i)\nc = const(%s[], 0.5)\nm = mul(t, c)\ns = silu(m)\noutput s\n",
+                 float_dtypes[d], 401, &o, "iota chain");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row-wise and column reductions                                             */
+/* ------------------------------------------------------------------------ */
+
+static void test_every_rowwise_op_in_every_float_dtype_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    /* Row lengths for the warp, block and multipass templates. */
+    static const int lens[] = {7, 256, 1000, 5000};
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        for (size_t l = 0; l < N_OF(lens); l++) {
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nx = input(%%s[19, %d])\nw = input(%%s[%d])\nb = input(%%s[%d])\n"
+                     "sm = softmax(x)\nln = layer_norm(x, w, b, axis=-1, eps=1e-5)\n"
+                     "rn = rms_norm(x, w, axis=-1, eps=1e-6)\nrs = reduce_sum(x, axis=1)\n"
+                     "rx = reduce_max(x, axis=1, keepdim=true)\nrm = reduce_mean(x, axis=-1)\n"
+                     "output sm\noutput ln\noutput rn\noutput rs\noutput rx\noutput rm\n",
+                     lens[l], lens[l], lens[l]);
+            run_opts o = {.lo = -3, .hi = 3};
+            run_text(fmt, float_dtypes[d], 500 + l, &o, "row-wise ops");
+        }
+    }
+}
+
+static void test_column_reductions_and_norm_prologue_epilogue_fusions_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -2, .hi = 2};
+        run_text("kfg 1\nx = input(%s[300, 70])\nt = tanh(x)\ns = reduce_sum(t, axis=0)\n"
+                 "m = reduce_max(x, axis=0, keepdim=true)\nmu = reduce_mean(x, axis=0)\n"
+                 "output s\noutput m\noutput mu\n",
+                 float_dtypes[d], 600, &o, "column reductions");
+        run_text("kfg 1\nx = input(%s[33, 512])\nr = input(%s[33, 512])\nw = input(%s[512])\n"
+                 "b = input(%s[512])\nh = add(x, r)\nln = layer_norm(h, w, b, axis=-1, eps=1e-5)\n"
+                 "y = gelu(ln)\nc = const(%s[], 2)\nz = mul(y, c)\noutput z\n",
+                 float_dtypes[d], 601, &o, "prologue + layer_norm + epilogue");
+        run_text("kfg 1\nx = input(%s[4, 9, 128])\nsc = const(%s[], 0.125)\nxs = mul(x, sc)\n"
+                 "p = softmax(xs)\nl = log(p)\noutput l\n",
+                 float_dtypes[d], 602, &o, "scaled softmax + log");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* GEMMs through cuBLASLt                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Each case: the epilogue, the report's claim about it, and what must not be
+ * claimed. The numerics decide whether the claim was right: applying, say, a
+ * residual before a relu that the graph applies after it gives a large error
+ * in f32. */
+typedef struct epi_case {
+    const char *name;
+    const char *body; /* lines after h = matmul(x, w) defining y */
+    const char *has, *lacks;
+} epi_case;
+
+static const epi_case epi_cases[] = {
+    {"bare", "y = h\n", "epilogue none", "then kernel"},
+    {"bias", "y = add(h, b)\n", "epilogue bias (", "then kernel"},
+    {"bias first operand", "y = add(b, h)\n", "epilogue bias (", "then kernel"},
+    {"relu", "y = relu(h)\n", "epilogue relu (", "then kernel"},
+    {"gelu_tanh", "y = gelu_tanh(h)\n", "epilogue gelu (", "then kernel"},
+    {"bias+relu", "hb = add(h, b)\ny = relu(hb)\n", "epilogue relu_bias (", "then kernel"},
+    {"bias+gelu_tanh", "hb = add(h, b)\ny = gelu_tanh(hb)\n", "epilogue gelu_bias (",
+     "then kernel"},
+    {"residual", "y = add(h, r)\n", "epilogue none+beta*C (", "then kernel"},
+    {"residual+bias+relu", "hr = add(h, r)\nhb = add(hr, b)\ny = relu(hb)\n",
+     "epilogue relu_bias+beta*C (", "then kernel"},
+    /* Not cuBLASLt's order: the residual comes after the activation. */
+    {"relu then residual", "hb = add(h, b)\nrl = relu(hb)\ny = add(rl, r)\n",
+     "epilogue relu_bias, then kernel", NULL},
+    /* kfuse's gelu is erf: cuBLASLt's tanh GELU is not it. */
+    {"bias+gelu(erf)", "hb = add(h, b)\ny = gelu(hb)\n", "epilogue bias, then kernel|erf",
+     "gelu_bias"},
+    /* A bias before a scale: cuBLASLt has no scale after its bias. */
+    {"bias then scale", "hb = add(h, b)\nc = const(%s[], 0.5)\ny = mul(hb, c)\n",
+     "epilogue bias, then kernel", NULL},
+    /* A scale first: nothing maps. */
+    {"scale then bias", "c = const(%s[], 0.5)\nhs = mul(h, c)\ny = add(hs, b)\n",
+     "epilogue none, then kernel", NULL},
+    /* h is also an output: cuBLASLt writes it, the kernel computes the rest. */
+    {"h and relu(h+b)", "hb = add(h, b)\ny = relu(hb)\noutput h\n", "then kernel", NULL},
+};
+
+static void test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(gemm_dtypes); d++) {
+        for (size_t i = 0; i < N_OF(epi_cases); i++) {
+            const epi_case *c = &epi_cases[i];
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\nb = input(%%s[80])\n"
+                     "r = input(%%s[96, 80])\nh = matmul(x, w)\n%soutput y\n",
+                     c->body);
+            /* `y = h` is not .kfg: make the bare case an output of h. */
+            if (strcmp(c->name, "bare") == 0)
+                snprintf(fmt, sizeof fmt,
+                         "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\n"
+                         "y = matmul(x, w)\noutput y\n");
+            run_opts o = {.lo = -1, .hi = 1, .report_has = c->has, .report_lacks = c->lacks};
+            /* The constant's dtype: the body's %s comes after the 4 inputs. */
+            run_text(fmt, gemm_dtypes[d], 700 + i, &o, c->name);
+        }
+    }
+}
+
+static void test_batched_and_transposed_gemms_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(gemm_dtypes); d++) {
+        run_opts o = {.lo = -1, .hi = 1};
+        run_text("kfg 1\na = input(%s[3, 40, 24])\nb = input(%s[3, 24, 56])\n"
+                 "c = matmul(a, b)\noutput c\n",
+                 gemm_dtypes[d], 800, &o, "batched");
+        run_text("kfg 1\na = input(%s[2, 3, 40, 24])\nb = input(%s[24, 56])\n"
+                 "c = matmul(a, b)\noutput c\n",
+                 gemm_dtypes[d], 801, &o, "broadcast B (batch folded into M)");
+        run_text("kfg 1\na = input(%s[24, 40])\nb = input(%s[4, 56, 24])\n"
+                 "c = matmul(a, b, transpose_a=true, transpose_b=true)\noutput c\n",
+                 gemm_dtypes[d], 802, &o, "transposes, broadcast A");
+        run_text("kfg 1\na = input(%s[2, 40, 3, 16])\nb = input(%s[2, 40, 3, 16])\n"
+                 "ap = permute(a, [0, 2, 1, 3])\nbp = permute(b, [0, 2, 3, 1])\n"
+                 "c = matmul(ap, bp)\noutput c\n",
+                 gemm_dtypes[d], 803, &o, "permuted views as operands");
+        run_text("kfg 1\nx = input(%s[64, 48])\nw = input(%s[48, 1])\nv = input(%s[1, 64])\n"
+                 "c = matmul(x, w)\ne = matmul(v, x)\noutput c\noutput e\n",
+                 gemm_dtypes[d], 804, &o, "vector shapes");
+    }
+    run_opts o = {.lo = -1, .hi = 1};
+    run_text("kfg 1\nx = input(%s[33, 65])\nw = input(%s[65, 17])\nb = input(%s[17])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ny = relu(hb)\noutput y\n",
+             KF_DTYPE_F64, 805, &o, "f64 GEMM");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attention (unfused fallback)                                               */
+/* ------------------------------------------------------------------------ */
+
+static const char attn_fmt[] =
+    "kfg 1\n"
+    "q = input(%s[2, 4, 40, 32])\nk = input(%s[2, 4, 40, 32])\nv = input(%s[2, 4, 40, 24])\n"
+    "qk = matmul(q, k, transpose_b=true)\nsc = const(%s[], 0.17677669529)\n"
+    "s0 = mul(qk, sc)\n"
+    "%s" /* variant: defines s1 from s0 */
+    "p = softmax(s1)\no = matmul(p, v)\noutput o\n";
+
+typedef struct attn_case {
+    const char *name;
+    const char *body;
+    const char *mask;
+} attn_case;
+
+static const attn_case attn_cases[] = {
+    {"plain", "s1 = neg(s0)\n", "mask none"},
+    {"causal",
+     "row = iota(i32[40, 40], axis=0)\ncol = iota(i32[40, 40], axis=1)\nkeep = ge(row, col)\n"
+     "ninf = const(%s[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"sliding window 8",
+     /* keep q - 7 <= kv <= q: min(q - kv, 7 - (q - kv)) >= 0 */
+     "row = iota(i32[40, 40], axis=0)\ncol = iota(i32[40, 40], axis=1)\nd = sub(row, col)\n"
+     "seven = const(i32[], 7)\nzero = const(i32[], 0)\nrest = sub(seven, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const(%s[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"softcap 30 + causal",
+     "cap = const(%s[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\nt2 = mul(t1, cap)\n"
+     "row = iota(i32[40, 40], axis=0)\ncol = iota(i32[40, 40], axis=1)\nkeep = ge(row, col)\n"
+     "ninf = const(%s[], -inf)\ns1 = where(keep, t2, ninf)\n",
+     "mask causal"},
+    {"ALiBi + causal",
+     "slope = input(%s[4, 1, 1])\nrow = iota(i32[40, 40], axis=0)\n"
+     "col = iota(i32[40, 40], axis=1)\ndi = sub(col, row)\ndf = cast(di, %s)\n"
+     "bias = mul(slope, df)\nsb = add(s0, bias)\nkeep = ge(row, col)\n"
+     "ninf = const(%s[], -inf)\ns1 = where(keep, sb, ninf)\n",
+     "mask causal"},
+};
+
+static void test_attention_runs_unfused_with_its_score_expression_and_mask(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(gemm_dtypes); d++) {
+        for (size_t i = 0; i < N_OF(attn_cases); i++) {
+            const char *dn = kf_dtype_name(gemm_dtypes[d]);
+            char body[1024], text[4096];
+            snprintf(body, sizeof body, attn_cases[i].body, dn, dn, dn, dn);
+            snprintf(text, sizeof text, attn_fmt, dn, dn, dn, dn, body);
+            kf_graph *g = NULL;
+            if (kf_graph_parse(G.ctx, text, strlen(text), &g) != KF_OK)
+                fail_msg("%s: parse: %s\n%s", attn_cases[i].name, kf_graph_error(g), text);
+            char label[128], has[160];
+            snprintf(label, sizeof label, "attention %s [%s]", attn_cases[i].name, dn);
+            snprintf(has, sizeof has, "unfused fallback|%s", attn_cases[i].mask);
+            run_opts o = {.lo = -2, .hi = 2, .report_has = has};
+            run_and_compare(g, 900 + i, &o, label);
+            kf_graph_destroy(g);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Every example                                                              */
+/* ------------------------------------------------------------------------ */
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = 0;
+    *len = (size_t)n;
+    return buf;
+}
+
+static int run_examples_in(const char *dir, uint64_t stream) {
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return 0;
+    int count = 0;
+    struct dirent *de;
+    char *names[128];
+    int n = 0;
+    while ((de = readdir(dp)) && n < 128) {
+        size_t l = strlen(de->d_name);
+        if (l > 4 && strcmp(de->d_name + l - 4, ".kfg") == 0)
+            names[n++] = strdup(de->d_name);
+    }
+    closedir(dp);
+    for (int i = 0; i < n; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        size_t len;
+        char *text = read_file(path, &len);
+        assert_non_null(text);
+        kf_graph *g = NULL;
+        if (kf_graph_parse(G.ctx, text, len, &g) != KF_OK)
+            fail_msg("%s: %s", path, kf_graph_error(g));
+        run_opts o = {.lo = -1, .hi = 1};
+        run_and_compare(g, stream + (uint64_t)i, &o, path);
+        fprintf(stderr, "  %s: ok on the GPU\n", path);
+        kf_graph_destroy(g);
+        free(text);
+        free(names[i]);
+        count++;
+    }
+    return count;
+}
+
+static void test_every_example_runs_on_the_gpu_and_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *src = getenv("KF_SOURCE_DIR");
+    char dir[900];
+    snprintf(dir, sizeof dir, "%s/examples", src ? src : ".");
+    int n = run_examples_in(dir, 1000);
+    snprintf(dir, sizeof dir, "%s/examples/patterns", src ? src : ".");
+    n += run_examples_in(dir, 1100);
+    assert_true(n >= 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cache flags, arena                                                         */
+/* ------------------------------------------------------------------------ */
+
+static kf_ctx *ctx_with(const char *dir, unsigned flags) {
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = dir;
+    o.flags = flags;
+    kf_ctx *c = NULL;
+    assert_int_equal(kf_ctx_create(&o, &c), KF_OK);
+    return c;
+}
+
+static const char cache_graph[] =
+    "kfg 1\nx = input(f32[64, 300])\nw = input(f32[300])\nn = rms_norm(x, w, axis=-1, eps=1e-6)\n"
+    "y = silu(n)\nz = exp(x)\noutput y\noutput z\n";
+
+static void test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing(void **s) {
+    (void)s;
+    REQUIRE_GPU();
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/fom", G.cache_dir);
+    assert_int_equal(mkdir(dir, 0700), 0); /* read-only refuses a missing directory */
+    /* An empty cache with fail-on-miss: the compile fails naming a kernel. */
+    kf_ctx *c = ctx_with(dir, 0);
+    kf_ctx *fom = ctx_with(dir, KF_FLAG_CACHE_FAIL_ON_MISS | KF_FLAG_CACHE_READ_ONLY);
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(fom, cache_graph, strlen(cache_graph), &g), KF_OK);
+    kf_program *p = NULL;
+    kf_status st = kf_compile(fom, g, &p);
+    assert_int_not_equal(st, KF_OK);
+    assert_null(p);
+    fprintf(stderr, "fail-on-miss: %s\n", kf_graph_error(g));
+    assert_non_null(strstr(kf_graph_error(g), "row_"));
+    kf_graph_destroy(g);
+    kf_ctx_destroy(fom);
+    /* Fill it, then the fail-on-miss context runs with no compile. */
+    assert_int_equal(kf_graph_parse(c, cache_graph, strlen(cache_graph), &g), KF_OK);
+    run_opts o = {.lo = -1, .hi = 1, .ctx = c, .report_has = "kernels compiled 2, from the cache 0"};
+    run_and_compare(g, 1200, &o, "fill the cache");
+    kf_graph_destroy(g);
+    kf_ctx_destroy(c);
+    fom = ctx_with(dir, KF_FLAG_CACHE_FAIL_ON_MISS);
+    assert_int_equal(kf_graph_parse(fom, cache_graph, strlen(cache_graph), &g), KF_OK);
+    run_opts o2 = {.lo = -1, .hi = 1, .ctx = fom,
+                   .report_has = "kernels compiled 0, from the cache 2"};
+    run_and_compare(g, 1201, &o2, "fail-on-miss with a full cache");
+    kf_graph_destroy(g);
+    kf_ctx_destroy(fom);
+    /* No cache at all: compiles, touches no directory. */
+    kf_ctx *nc = ctx_with(NULL, KF_FLAG_NO_CACHE);
+    assert_int_equal(kf_graph_parse(nc, cache_graph, strlen(cache_graph), &g), KF_OK);
+    run_opts o3 = {.lo = -1, .hi = 1, .ctx = nc, .report_has = "kernels compiled 2, from the cache 0"};
+    run_and_compare(g, 1202, &o3, "no cache");
+    kf_graph_destroy(g);
+    kf_ctx_destroy(nc);
+}
+
+static void test_intermediates_share_device_memory_by_liveness(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    /* Four row-wise kernels in a chain: each intermediate dies after its
+     * consumer, so the arena holds fewer bytes than all buffers together. */
+    const char *text = "kfg 1\nx = input(f32[64, 2048])\na = softmax(x)\nb = reduce_max(a, axis=1, "
+                       "keepdim=true)\nc = sub(a, b)\nd = softmax(c)\ne = reduce_sum(d, axis=1, "
+                       "keepdim=true)\nf = div(d, e)\ng = softmax(f)\noutput g\n";
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(G.ctx, text, strlen(text), &g), KF_OK);
+    assert_int_equal(kf_graph_verify(g), KF_OK);
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(G.ctx, g, &p), KF_OK);
+    char *r = program_report(p);
+    const char *m = strstr(r, "device memory: ");
+    assert_non_null(m);
+    unsigned long long arena = 0, unshared = 0;
+    assert_int_equal(sscanf(m, "device memory: %llu bytes in one arena (%llu", &arena, &unshared),
+                     2);
+    fprintf(stderr, "arena %llu bytes, %llu without reuse\n", arena, unshared);
+    assert_true(arena < unshared);
+    free(r);
+    kf_program_destroy(p);
+    run_opts o = {.lo = -2, .hi = 2};
+    run_and_compare(g, 1300, &o, "softmax chain");
+    kf_graph_destroy(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_unary_op_in_every_float_dtype_matches_the_reference),
+        cmocka_unit_test(test_every_binary_op_broadcasts_in_every_float_dtype),
+        cmocka_unit_test(test_comparisons_where_cast_and_i32_match_exactly),
+        cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
+        cmocka_unit_test(test_every_rowwise_op_in_every_float_dtype_matches),
+        cmocka_unit_test(test_column_reductions_and_norm_prologue_epilogue_fusions_match),
+        cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),
+        cmocka_unit_test(test_batched_and_transposed_gemms_match),
+        cmocka_unit_test(test_attention_runs_unfused_with_its_score_expression_and_mask),
+        cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
+        cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),
+        cmocka_unit_test(test_intermediates_share_device_memory_by_liveness),
+    };
+    int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+    if (failed == 0 && !G.have) {
+        fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);
+        return 77; /* ctest: SKIP_RETURN_CODE */
+    }
+    if (failed)
+        fprintf(stderr, "replay with KF_TEST_SEED=%llu\n", (unsigned long long)kf_test_seed());
+    return failed;
+}
