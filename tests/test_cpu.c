@@ -20,6 +20,7 @@
 #include "fusion/fusion.h"
 #include "ir/ir.h"
 #ifdef KF_HAVE_LLVM
+#include "runtime/cache.h"
 #include "runtime/cpu/cpu.h"
 
 static kf_ctx *new_ctx(void) {
@@ -748,6 +749,94 @@ static void test_a_program_runs_again_with_new_inputs_and_threads(void **state) 
     kf_ctx_destroy(ctx);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* The disk cache                                                             */
+/* ------------------------------------------------------------------------ */
+
+static bool exec_once(kf_graph *g, struct kf_cache *cache, bool *hit) {
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    char err[KF_MSG_MAX];
+    kf_cpu_exec *x = NULL;
+    kf_status st = kf_cpu_exec_create(&g->mem, plan, cache, &x, err);
+    if (st != KF_OK)
+        print_error("kf_cpu_exec_create: %s\n", err);
+    assert_int_equal(st, KF_OK);
+    *hit = kf_cpu_exec_cache_hit(x);
+    float xin[64], y[64];
+    for (int i = 0; i < 64; i++)
+        xin[i] = (float)i / 16.0f - 2.0f;
+    void **bound = calloc(g->n_nodes, sizeof *bound);
+    bound[g->inputs[0]->id] = xin;
+    bound[g->outputs[0].tensor->id] = y;
+    assert_int_equal(kf_cpu_exec_run(x, bound, err), KF_OK);
+    bool ok = true;
+    for (int i = 0; i < 64; i++)
+        ok = ok && fabs(y[i] - tanh(xin[i] + 1.0)) < 1e-6;
+    free(bound);
+    kf_cpu_exec_destroy(x);
+    kf_plan_destroy(plan);
+    return ok;
+}
+
+static void corrupt_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        if (l < 5 || strcmp(de->d_name + l - 4, ".kfc") != 0)
+            continue;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        fseek(f, 200, SEEK_SET); /* inside the object file */
+        int c = fgetc(f);
+        fseek(f, 200, SEEK_SET);
+        fputc(c ^ 0x5a, f);
+        fclose(f);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 1);
+}
+
+static void test_compiled_code_is_cached_and_a_corrupt_entry_is_rebuilt(void **state) {
+    (void)state;
+    char dir[] = "/tmp/kf-test-cpu-cache-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_ctx *ctx = new_ctx();
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[64])\nc = const(f32[], 1)\ny = add(x, c)\n"
+                             "z = tanh(y)\noutput z\n");
+    kf_mem mem;
+    kf_mem_resolve(&mem, NULL);
+    kf_cache_options co;
+    memset(&co, 0, sizeof co);
+    co.dir = dir;
+    kf_cache_msg msg;
+    kf_cache *cache = NULL;
+    assert_int_equal(kf_cache_open(&mem, &co, &cache, &msg), KF_OK);
+    bool hit = true;
+    assert_true(exec_once(g, cache, &hit));
+    assert_false(hit); /* cold: compiled and stored */
+    assert_true(exec_once(g, cache, &hit));
+    assert_true(hit); /* warm: loaded, nothing compiled */
+    corrupt_entries(dir);
+    assert_true(exec_once(g, cache, &hit));
+    assert_false(hit); /* the corrupt entry is never loaded: rebuilt */
+    assert_true(exec_once(g, cache, &hit));
+    assert_true(hit);
+    kf_cache_close(cache);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Random graphs                                                              */
 /* ------------------------------------------------------------------------ */
@@ -816,6 +905,7 @@ int main(void) {
         cmocka_unit_test(test_run_checks_bindings_like_eval),
         cmocka_unit_test(test_a_program_runs_again_with_new_inputs_and_threads),
         cmocka_unit_test(test_every_example_matches_the_reference),
+        cmocka_unit_test(test_compiled_code_is_cached_and_a_corrupt_entry_is_rebuilt),
         cmocka_unit_test(test_random_graphs_match_the_reference),
     };
     return kf_test_run(tests);
