@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "frontend/cmd_aot.h"
 #include "frontend/cmd_cache.h"
 #include "frontend/cmd_report.h"
 #include "frontend/cmd_run.h"
@@ -64,6 +65,11 @@ static int cmd_help(const cli_command *cmd, int argc, char **argv);
 static int cmd_run(const cli_command *cmd, int argc, char **argv) {
     (void)cmd;
     return kf_cmd_run(argc, argv);
+}
+/* `kfuse aot` lives in frontend/cmd_aot.c. */
+static int cmd_aot(const cli_command *cmd, int argc, char **argv) {
+    (void)cmd;
+    return kf_cmd_aot(argc, argv);
 }
 /* `kfuse cache` lives in frontend/cmd_cache.c. */
 static int cmd_cache(const cli_command *cmd, int argc, char **argv) {
@@ -108,6 +114,7 @@ static const cli_command commands[] = {
     {"cache", kf_cmd_cache_summary, kf_cmd_cache_help, cmd_cache},
     {"report", "plan a .kfg graph into fused kernels and report why each edge fused or not",
      kf_cmd_report_help, cmd_report},
+    {"aot", kf_cmd_aot_summary, kf_cmd_aot_help, cmd_aot},
     {"help", "show help for a command",
      "usage: kfuse help [COMMAND]\n"
      "\n"

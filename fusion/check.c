@@ -5,9 +5,16 @@
  * written at the top of fusion/fusion.h.
  *
  *   plan ──► structure ──► random inputs (seed) ──► groups in order,
- *            (contract)         │                    each from what earlier
- *                               │                    groups WROTE only
+ *           (S1-S8)             │                    each from what earlier
+ *                               │                    groups WROTE only; per group
+ *                               │                    its expressions interpreted
+ *                               │                    and held to the reference (E1-E9)
  *                               └──► kf_ir_eval of the unfused graph ──► compare outputs
+ *
+ * Two layers, because they catch different bugs: the node-by-node execution
+ * proves the bookkeeping (what is computed where, what is materialized, in
+ * which order), and the expression interpreter proves what the backends will
+ * actually lower (loads, strides, broadcasts, statistics, anchors, masks).
  *
  * Structure (kf_plan_check_structure) -- each violation is a planner bug:
  *   S1  groups[i].id == i; every index names a graph tensor.
@@ -24,13 +31,20 @@
  *       materialized.
  *   S5  `writes` is a subset of `computed`; each tensor is written by one
  *       group; every graph output that is not an input or constant is
- *       written; every write is a graph output or is read by a later group.
+ *       written (inputs and constants are copied from their own data by the
+ *       runtime; an iota output must be computed and written by a group);
+ *       every write is a graph output or is read by a later group.
  *   S6  every non-source tensor the outputs need is computed by some group,
  *       and group_of[] names the group that computes each tensor.
  *   S7  every graph edge producer -> consumer whose ends lie in different
  *       groups (producer not a source) has an edge record with a reason other
  *       than NONE and the right groups; every edge record names a real edge
  *       (consumer->src[slot] == producer) whose ends lie in different groups.
+ *   S8  reasons that state a fact of the graph state a true one: GRAPH_OUTPUT
+ *       (the producer is an output), MULTIPLE_CONSUMERS (it has two or more
+ *       uses, outputs included), SOURCE, LAYOUT_CHANGE (an end is a reshape
+ *       or permute), AXIS_NOT_INNERMOST (an end is row-wise over a non-last
+ *       axis).
  *
  * Values (kf_plan_check): the inputs are filled from `seed` (floats uniform in
  * [-2, 2], i32 in [-8, 8], bool 0/1), the unfused graph is evaluated by
@@ -39,12 +53,14 @@
  * computed but did not write is dropped, so a later group that needs it finds
  * nothing (S3/S4 catch that first, with a clearer message).
  *
- * Tolerance: ZERO. The plan's execution runs the same op semantics on the
- * same values in the same order, so every output must match bit for bit,
- * except that a NaN matches any NaN (payloads are not semantics). A NaN where
- * the reference is a number, or a number where it is NaN, is a mismatch.
- * (Numerical differences of fused backends are the backends' tests' business,
- * with per-dtype tolerances; here any difference is a structural bug.)
+ * Tolerance: ZERO for the outputs. The plan's execution runs the same op
+ * semantics on the same values in the same order, so every output must match
+ * bit for bit, except that a NaN matches any NaN (payloads are not
+ * semantics). A NaN where the reference is a number, or a number where it is
+ * NaN, is a mismatch. (Numerical differences of fused backends are the
+ * backends' tests' business, with per-dtype tolerances; here any difference is
+ * a structural bug.) Expression nodes are exact too, except downstream of a
+ * row statistic, which sums in another order than the evaluator (E5).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -73,8 +89,7 @@ static bool is_inline_source(const kf_tensor *t) {
 static bool may_recompute(const kf_group *grp, const kf_tensor *t) {
     if (is_inline_source(t))
         return true;
-    return kf_op_has(t->op, KF_TRAIT_NORM) && grp->kind == KF_GROUP_GEMM &&
-           grp->gemm.a_prologue &&
+    return kf_op_has(t->op, KF_TRAIT_NORM) && grp->kind == KF_GROUP_GEMM && grp->gemm.a_prologue &&
            (grp->gemm.a[0] == t->id || (grp->gemm.n_anchors > 1 && grp->gemm.a[1] == t->id));
 }
 
@@ -97,6 +112,7 @@ typedef struct scratch {
     uint32_t *stamp;       /* per-group marks: gi*2+1 computed so far, gi*2+2 read */
     uint32_t *last_read;   /* the last group reading each tensor */
     uint32_t *edge_at;     /* (consumer * 3 + slot) -> edge index */
+    uint32_t *uses;        /* operand slots of needed tensors, plus outputs, naming each */
     bool *need;
 } scratch;
 
@@ -107,6 +123,7 @@ static void scratch_free(scratch *s) {
     kf_mem_free(m, s->stamp, sizeof(uint32_t) * s->n);
     kf_mem_free(m, s->last_read, sizeof(uint32_t) * s->n);
     kf_mem_free(m, s->edge_at, sizeof(uint32_t) * 3 * (size_t)s->n);
+    kf_mem_free(m, s->uses, sizeof(uint32_t) * s->n);
     kf_mem_free(m, s->need, sizeof(bool) * s->n);
 }
 
@@ -121,10 +138,11 @@ static bool scratch_init(scratch *s, const kf_plan *plan) {
     s->stamp = kf_mem_calloc(s->mem, n, sizeof(uint32_t));
     s->last_read = kf_mem_alloc(s->mem, sizeof(uint32_t) * n);
     s->edge_at = kf_mem_alloc(s->mem, sizeof(uint32_t) * 3 * (size_t)n);
+    s->uses = kf_mem_calloc(s->mem, n, sizeof(uint32_t));
     s->need = kf_mem_calloc(s->mem, n, sizeof(bool));
     s->n = n;
     if (!s->computed_by || !s->written_by || !s->stamp || !s->last_read || !s->edge_at ||
-        !s->need) {
+        !s->uses || !s->need) {
         scratch_free(s);
         return false;
     }
@@ -161,9 +179,9 @@ static kf_status check_group(const kf_plan *plan, scratch *s, uint32_t gi) {
                               gi, kf_group_kind_name(grp->kind), grp->name, r,
                               kf_op_get(t->op)->name,
                               s->computed_by[r] == KF_NONE ? ""
-                              : s->computed_by[r] >= gi   ? " (it is computed by a later group)"
-                                                          : " (an earlier group computes it but "
-                                                            "does not write it)");
+                              : s->computed_by[r] >= gi    ? " (it is computed by a later group)"
+                                                           : " (an earlier group computes it but "
+                                                             "does not write it)");
         s->stamp[r] = st_read;
         s->last_read[r] = gi;
     }
@@ -175,13 +193,17 @@ static kf_status check_group(const kf_plan *plan, scratch *s, uint32_t gi) {
             return check_fail(plan, "S1: group %u computes tensor %u; the graph has %u", gi, c,
                               g->n_nodes);
         if (i && c <= prev)
-            return check_fail(plan, "S2: group %u's computed list is not in creation order "
-                              "(%%%u after %%%u)", gi, c, prev);
+            return check_fail(plan,
+                              "S2: group %u's computed list is not in creation order "
+                              "(%%%u after %%%u)",
+                              gi, c, prev);
         prev = c;
         const kf_tensor *t = g->nodes[c];
         if (is_memory_source(t))
-            return check_fail(plan, "S2: group %u computes %%%u, a %s; inputs and multi-element "
-                              "constants are read, not computed", gi, c, kf_op_get(t->op)->name);
+            return check_fail(plan,
+                              "S2: group %u computes %%%u, a %s; inputs and multi-element "
+                              "constants are read, not computed",
+                              gi, c, kf_op_get(t->op)->name);
         if (s->computed_by[c] != KF_NONE &&
             !(may_recompute(grp, t) && may_recompute(&plan->groups[s->computed_by[c]], t)))
             return check_fail(plan, "S2: %%%u (%s) is computed by group %u and again by group %u",
@@ -222,6 +244,43 @@ static kf_status check_group(const kf_plan *plan, scratch *s, uint32_t gi) {
     return KF_OK;
 }
 
+/* S8: the reasons whose claim is a plain fact of the graph state it truly. */
+static kf_status check_reason(const kf_plan *plan, const scratch *s, const kf_plan_edge *pe,
+                              uint32_t e) {
+    const kf_graph *g = plan->graph;
+    const kf_tensor *p = g->nodes[pe->producer], *c = g->nodes[pe->consumer];
+    bool ok = true;
+    switch (pe->reason) {
+    case KF_REASON_GRAPH_OUTPUT:
+        ok = false;
+        for (uint32_t o = 0; o < g->n_outputs && !ok; o++)
+            ok = g->outputs[o].tensor == p;
+        break;
+    case KF_REASON_MULTIPLE_CONSUMERS:
+        ok = s->uses[p->id] >= 2;
+        break;
+    case KF_REASON_SOURCE:
+        ok = kf_op_has(p->op, KF_TRAIT_SOURCE);
+        break;
+    case KF_REASON_LAYOUT_CHANGE:
+        ok = kf_op_has(p->op, KF_TRAIT_LAYOUT) || kf_op_has(c->op, KF_TRAIT_LAYOUT);
+        break;
+    case KF_REASON_AXIS_NOT_INNERMOST:
+        ok = (kf_op_has(p->op, KF_TRAIT_ROWWISE) && p->attr.axis != p->src[0]->rank - 1) ||
+             (kf_op_has(c->op, KF_TRAIT_ROWWISE) && c->attr.axis != c->src[0]->rank - 1);
+        break;
+    default:
+        break;
+    }
+    if (!ok)
+        return check_fail(plan,
+                          "S8: edge %u (%%%u %s -> %%%u %s) gives reason %s, which does "
+                          "not hold",
+                          e, p->id, kf_op_get(p->op)->name, c->id, kf_op_get(c->op)->name,
+                          kf_reason_code(pe->reason));
+    return KF_OK;
+}
+
 static kf_status check_edges(const kf_plan *plan, scratch *s) {
     const kf_graph *g = plan->graph;
     if (plan->n_edges && !plan->edges)
@@ -231,22 +290,28 @@ static kf_status check_edges(const kf_plan *plan, scratch *s) {
         if (pe->producer >= g->n_nodes || pe->consumer >= g->n_nodes || pe->slot < 0 ||
             pe->slot >= g->nodes[pe->consumer]->nsrc ||
             g->nodes[pe->consumer]->src[pe->slot]->id != pe->producer)
-            return check_fail(plan, "S7: edge %u (%%%u -> %%%u slot %d) is not an edge of the graph",
-                              e, pe->producer, pe->consumer, pe->slot);
+            return check_fail(plan,
+                              "S7: edge %u (%%%u -> %%%u slot %d) is not an edge of the graph", e,
+                              pe->producer, pe->consumer, pe->slot);
         if ((unsigned)pe->reason >= KF_REASON_COUNT || pe->reason == KF_REASON_NONE)
             return check_fail(plan, "S7: edge %u (%%%u -> %%%u) has no reason code", e,
                               pe->producer, pe->consumer);
         const kf_tensor *p = g->nodes[pe->producer];
         uint32_t gp = s->computed_by[pe->producer], gc = s->computed_by[pe->consumer];
+        kf_status rs = check_reason(plan, s, pe, e);
+        if (rs != KF_OK)
+            return rs;
         if (p->op == KF_OP_INPUT || p->op == KF_OP_CONST || is_inline_source(p))
             continue; /* edges from sources (reason SOURCE) are informative only */
         if (gp != KF_NONE && gc != KF_NONE &&
             (gp == gc || group_computes(&plan->groups[gc], pe->producer)))
-            return check_fail(plan, "S7: edge %u (%%%u -> %%%u) says %s, but group %u computes "
-                              "both", e, pe->producer, pe->consumer, kf_reason_code(pe->reason),
-                              gp);
+            return check_fail(plan,
+                              "S7: edge %u (%%%u -> %%%u) says %s, but group %u computes "
+                              "both",
+                              e, pe->producer, pe->consumer, kf_reason_code(pe->reason), gp);
         if (pe->from_group != gp || pe->to_group != gc)
-            return check_fail(plan, "S7: edge %u (%%%u -> %%%u) names groups %u -> %u; they are "
+            return check_fail(plan,
+                              "S7: edge %u (%%%u -> %%%u) names groups %u -> %u; they are "
                               "computed by groups %u -> %u",
                               e, pe->producer, pe->consumer, pe->from_group, pe->to_group, gp, gc);
         s->edge_at[(size_t)pe->consumer * 3 + (size_t)pe->slot] = e;
@@ -278,8 +343,7 @@ static kf_status check_edges(const kf_plan *plan, scratch *s) {
 static kf_status check_structure(const kf_plan *plan, scratch *s) {
     const kf_graph *g = plan->graph;
     if (plan->n_groups && !plan->groups)
-        return check_fail(plan, "S1: the plan has %u groups and a NULL group list",
-                          plan->n_groups);
+        return check_fail(plan, "S1: the plan has %u groups and a NULL group list", plan->n_groups);
     for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
         kf_status st = check_group(plan, s, gi);
         if (st != KF_OK)
@@ -287,17 +351,23 @@ static kf_status check_structure(const kf_plan *plan, scratch *s) {
     }
 
     /* S6: what the outputs need, and group_of[]. */
-    for (uint32_t i = 0; i < g->n_outputs; i++)
+    for (uint32_t i = 0; i < g->n_outputs; i++) {
         s->need[g->outputs[i].tensor->id] = true;
+        s->uses[g->outputs[i].tensor->id]++;
+    }
     for (uint32_t i = g->n_nodes; i-- > 0;) {
         if (!s->need[i])
             continue;
         const kf_tensor *t = g->nodes[i];
-        for (int k = 0; k < t->nsrc; k++)
+        for (int k = 0; k < t->nsrc; k++) {
             s->need[t->src[k]->id] = true;
+            s->uses[t->src[k]->id]++;
+        }
         if (t->op != KF_OP_INPUT && t->op != KF_OP_CONST && s->computed_by[i] == KF_NONE)
-            return check_fail(plan, "S6: %%%u (%s) is needed by the outputs but no group computes "
-                              "it", i, kf_op_get(t->op)->name);
+            return check_fail(plan,
+                              "S6: %%%u (%s) is needed by the outputs but no group computes "
+                              "it",
+                              i, kf_op_get(t->op)->name);
     }
     if (!plan->group_of)
         return check_fail(plan, "S6: the plan has no group_of table");
@@ -314,8 +384,10 @@ static kf_status check_structure(const kf_plan *plan, scratch *s) {
     for (uint32_t i = 0; i < g->n_outputs; i++) {
         const kf_tensor *t = g->outputs[i].tensor;
         if (t->op != KF_OP_INPUT && t->op != KF_OP_CONST && s->written_by[t->id] == KF_NONE)
-            return check_fail(plan, "S5: graph output '%s' (%%%u, %s) is not materialized by any "
-                              "group", g->outputs[i].name, t->id, kf_op_get(t->op)->name);
+            return check_fail(plan,
+                              "S5: graph output '%s' (%%%u, %s) is not materialized by any "
+                              "group",
+                              g->outputs[i].name, t->id, kf_op_get(t->op)->name);
     }
     for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
         const kf_group *grp = &plan->groups[gi];
@@ -325,9 +397,10 @@ static kf_status check_structure(const kf_plan *plan, scratch *s) {
             for (uint32_t o = 0; o < g->n_outputs && !is_out; o++)
                 is_out = g->outputs[o].tensor->id == w;
             if (!is_out && (s->last_read[w] == KF_NONE || s->last_read[w] <= gi))
-                return check_fail(plan, "S5: group %u writes %%%u (%s), which is no graph output "
-                                  "and which no later group reads", gi, w,
-                                  kf_op_get(g->nodes[w]->op)->name);
+                return check_fail(plan,
+                                  "S5: group %u writes %%%u (%s), which is no graph output "
+                                  "and which no later group reads",
+                                  gi, w, kf_op_get(g->nodes[w]->op)->name);
         }
     }
     return check_edges(plan, s);
@@ -413,6 +486,16 @@ static void free_value(kf_eval_state *st, uint32_t id) {
  *       matmul (GEMM without epilogue), the attention output, or a VIEW.
  *   E7  an attention mask classified causal or sliding-window (which lets a
  *       backend skip whole tiles) gives probability 0 wherever it skips.
+ *   E8  the descriptors backends launch from are the group's own: GEMM anchors
+ *       are matmuls it computes, with their operands, transposes and M/N/K/
+ *       batch (SwiGLU's two share A; an A prologue is a norm it computes, and
+ *       its root node equals that norm); attention is matmul -> softmax over
+ *       the last axis -> matmul(P, V) with the right q/k/v, transposes and
+ *       sizes, and its score root equals the softmax's operand; a row stage
+ *       names a row-wise op it computes, with that op's axis, length and eps,
+ *       and its input node equals the op's operand.
+ *   E9  a VIEW's values are its base's buffer read through view_strides, in
+ *       bounds, and a view called contiguous has row-major strides.
  */
 
 typedef struct xspace {
@@ -487,11 +570,16 @@ static int64_t bcast_offset(int rank, const int64_t *dims, const xspace *s, int6
 
 static double dtype_tol(kf_dtype d) {
     switch (d) {
-    case KF_DTYPE_F64: return 1e-12;
-    case KF_DTYPE_F32: return 1e-5;
-    case KF_DTYPE_F16: return 4e-3;
-    case KF_DTYPE_BF16: return 3e-2;
-    default: return -1.0; /* not compared when inexact */
+    case KF_DTYPE_F64:
+        return 1e-12;
+    case KF_DTYPE_F32:
+        return 1e-5;
+    case KF_DTYPE_F16:
+        return 4e-3;
+    case KF_DTYPE_BF16:
+        return 3e-2;
+    default:
+        return -1.0; /* not compared when inexact */
     }
 }
 
@@ -516,8 +604,8 @@ static bool values_agree(const double *a, const xspace *s, const kf_tensor *t, c
             den += y * y;
         }
         if (!ok) {
-            snprintf(why, why_size, "element %lld: expression %.17g, reference %.17g",
-                     (long long)i, x, y);
+            snprintf(why, why_size, "element %lld: expression %.17g, reference %.17g", (long long)i,
+                     x, y);
             return false;
         }
     }
@@ -567,13 +655,17 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
     const kf_expr *e = &grp->expr[k];
     const kf_row_stage *row = &grp->row;
     if (!row->present || row->input >= k)
-        return check_fail(plan, "E4: group %u node %u is a STAT but the group has no row stage "
-                          "input before it", x->gi, k);
+        return check_fail(plan,
+                          "E4: group %u node %u is a STAT but the group has no row stage "
+                          "input before it",
+                          x->gi, k);
     xspace rs = space_of(grp, grp->expr[row->input].space);
     int a = row->axis;
     if (a < 0 || a >= rs.rank || rs.dims[a] != row->length)
-        return check_fail(plan, "E4: group %u's row stage axis %d / length %lld does not match "
-                          "its input space (rank %d)", x->gi, a, (long long)row->length, rs.rank);
+        return check_fail(plan,
+                          "E4: group %u's row stage axis %d / length %lld does not match "
+                          "its input space (rank %d)",
+                          x->gi, a, (long long)row->length, rs.rank);
     int64_t L = rs.dims[a], inner = 1;
     for (int d = a + 1; d < rs.rank; d++)
         inner *= rs.dims[d];
@@ -593,8 +685,10 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
         mode = removed ? 1 : -1;
     }
     if (mode < 0)
-        return check_fail(plan, "E4: group %u node %u (STAT %s) lives in a space that is neither "
-                          "the row stage's nor it reduced", x->gi, k, kf_stat_name(e->stat));
+        return check_fail(plan,
+                          "E4: group %u node %u (STAT %s) lives in a space that is neither "
+                          "the row stage's nor it reduced",
+                          x->gi, k, kf_stat_name(e->stat));
     const double *in = x->v[row->input];
     int64_t n = space_numel(s);
     for (int64_t i = 0; i < n; i++) {
@@ -612,9 +706,15 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
         }
         double mean = sum / (double)L;
         switch (e->stat) {
-        case KF_STAT_MAX: v = nan ? NAN : mx; break;
-        case KF_STAT_SUM: v = sum; break;
-        case KF_STAT_MEAN: v = mean; break;
+        case KF_STAT_MAX:
+            v = nan ? NAN : mx;
+            break;
+        case KF_STAT_SUM:
+            v = sum;
+            break;
+        case KF_STAT_MEAN:
+            v = mean;
+            break;
         case KF_STAT_RSTD:
             for (int64_t j = 0; j < L; j++)
                 acc += (base[j * inner] - mean) * (base[j * inner] - mean);
@@ -663,8 +763,10 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
     if (e->kind == KF_EXPR_OP) {
         if ((unsigned)e->op >= KF_OP_COUNT || !kf_op_has(e->op, KF_TRAIT_ELEMENTWISE) ||
             kf_op_has(e->op, KF_TRAIT_SOURCE))
-            return check_fail(plan, "E1: group %u node %u applies op %d, which is not an "
-                              "elementwise op", x->gi, k, (int)e->op);
+            return check_fail(plan,
+                              "E1: group %u node %u applies op %d, which is not an "
+                              "elementwise op",
+                              x->gi, k, (int)e->op);
         const kf_op_info *info = kf_op_get(e->op);
         int arity = kf_form_arity(info->form);
         bool inexact = false;
@@ -677,10 +779,13 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
         for (int i = 0; i < arity; i++) {
             uint32_t src = e->src[i];
             if (src >= k)
-                return check_fail(plan, "E1: group %u node %u's operand %d is node %u, not an "
-                                  "earlier node", x->gi, k, i, src);
+                return check_fail(plan,
+                                  "E1: group %u node %u's operand %d is node %u, not an "
+                                  "earlier node",
+                                  x->gi, k, i, src);
             if (!shape_fits(x->fake[src].rank, x->fake[src].dims, &s))
-                return check_fail(plan, "E1: group %u node %u (%s, space %d) reads node %u of "
+                return check_fail(plan,
+                                  "E1: group %u node %u (%s, space %d) reads node %u of "
                                   "space %d, which does not broadcast into it",
                                   x->gi, k, info->name, (int)e->space, src,
                                   (int)grp->expr[src].space);
@@ -710,8 +815,10 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
                               e->tensor, e->base);
         if (!group_reads(grp, e->base) && !group_computes(grp, e->base) &&
             !reads_view_of(plan, grp, e->base))
-            return check_fail(plan, "E2: group %u node %u loads from %%%u, which the group does "
-                              "not read", x->gi, k, e->base);
+            return check_fail(plan,
+                              "E2: group %u node %u loads from %%%u, which the group does "
+                              "not read",
+                              x->gi, k, e->base);
         const kf_tensor *b = g->nodes[e->base];
         const double *bv = tensor_value(x, e->base);
         if (!bv)
@@ -725,8 +832,10 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
                 rem /= s.dims[d];
             }
             if (off < 0 || off >= bn)
-                return check_fail(plan, "E2: group %u node %u loads element %lld of %%%u, which "
-                                  "has %lld", x->gi, k, (long long)off, e->base, (long long)bn);
+                return check_fail(plan,
+                                  "E2: group %u node %u loads element %lld of %%%u, which "
+                                  "has %lld",
+                                  x->gi, k, (long long)off, e->base, (long long)bn);
             out[i] = bv[off];
         }
         break;
@@ -748,9 +857,10 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
     case KF_EXPR_HEAD:
     case KF_EXPR_Q_IDX:
     case KF_EXPR_KV_IDX: {
-        int from_end = e->kind == KF_EXPR_ROW || e->kind == KF_EXPR_Q_IDX ? 2
+        int from_end = e->kind == KF_EXPR_ROW || e->kind == KF_EXPR_Q_IDX    ? 2
                        : e->kind == KF_EXPR_COL || e->kind == KF_EXPR_KV_IDX ? 1
-                       : e->kind == KF_EXPR_HEAD ? 3 : 4;
+                       : e->kind == KF_EXPR_HEAD                             ? 3
+                                                                             : 4;
         int axis = s.rank - from_end;
         for (int64_t i = 0; i < n; i++)
             out[i] = axis < 0 ? 0.0 : kf_ir_round(e->dtype, (double)index_along(&s, i, axis));
@@ -758,14 +868,15 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
     }
     case KF_EXPR_ACC:
     case KF_EXPR_SCORE: {
-        uint32_t t = e->kind == KF_EXPR_SCORE                  ? grp->attn.qk
+        uint32_t t = e->kind == KF_EXPR_SCORE          ? grp->attn.qk
                      : e->anchor >= 0 && e->anchor < 2 ? grp->gemm.anchor[e->anchor]
                                                        : KF_NONE;
         const double *tv = t != KF_NONE ? tensor_value(x, t) : NULL;
         if (!tv || !shape_fits(g->nodes[t]->rank, g->nodes[t]->dims, &s))
-            return check_fail(plan, "E3: group %u node %u (%s) names anchor %%%u, which has no "
-                              "value or does not fit the node's space", x->gi, k,
-                              kf_expr_kind_name(e->kind), t);
+            return check_fail(plan,
+                              "E3: group %u node %u (%s) names anchor %%%u, which has no "
+                              "value or does not fit the node's space",
+                              x->gi, k, kf_expr_kind_name(e->kind), t);
         for (int64_t i = 0; i < n; i++)
             out[i] = tv[bcast_offset(g->nodes[t]->rank, g->nodes[t]->dims, &s, i)];
         break;
@@ -809,18 +920,18 @@ static kf_status compare_node(xstate *x, uint32_t k, uint32_t t, const char *wha
         tt = &flat;
     }
     if (!shape_fits(tt->rank, tt->dims, &s))
-        return check_fail(plan, "E5: group %u node %u stands for %%%u (%s), whose shape does not "
-                          "broadcast into the node's space (rank %d)", x->gi, k, t,
-                          kf_op_get(tt->op)->name, s.rank);
+        return check_fail(plan,
+                          "E5: group %u node %u stands for %%%u (%s), whose shape does not "
+                          "broadcast into the node's space (rank %d)",
+                          x->gi, k, t, kf_op_get(tt->op)->name, s.rank);
     char why[200];
     if (!values_agree(x->v[k], &s, tt, tv, x->inexact[k], why, sizeof why))
-        return check_fail(plan, "E5: group %u (%s %s) node %u (%s%s%s) %s %%%u (%s): %s", x->gi,
-                          kf_group_kind_name(x->grp->kind), x->grp->name, k,
-                          kf_expr_kind_name(x->grp->expr[k].kind),
-                          x->grp->expr[k].kind == KF_EXPR_OP ? " " : "",
-                          x->grp->expr[k].kind == KF_EXPR_OP ? kf_op_get(x->grp->expr[k].op)->name
-                                                             : "",
-                          what, t, kf_op_get(tt->op)->name, why);
+        return check_fail(
+            plan, "E5: group %u (%s %s) node %u (%s%s%s) %s %%%u (%s): %s", x->gi,
+            kf_group_kind_name(x->grp->kind), x->grp->name, k,
+            kf_expr_kind_name(x->grp->expr[k].kind), x->grp->expr[k].kind == KF_EXPR_OP ? " " : "",
+            x->grp->expr[k].kind == KF_EXPR_OP ? kf_op_get(x->grp->expr[k].op)->name : "", what, t,
+            kf_op_get(tt->op)->name, why);
     return KF_OK;
 }
 
@@ -845,11 +956,168 @@ static kf_status check_mask(const kf_plan *plan, uint32_t gi, const kf_eval_stat
         int64_t q = index_along(&s, i, s.rank - 2), kv = index_along(&s, i, s.rank - 1);
         bool skipped = kv > q || (a->mask == KF_MASK_SLIDING_WINDOW && q - kv >= a->window);
         if (skipped && !(p[i] == 0.0 || isnan(p[i])))
-            return check_fail(plan, "E7: attention group %u (%s) classifies its mask as %s "
+            return check_fail(plan,
+                              "E7: attention group %u (%s) classifies its mask as %s "
                               "(window %lld), but the softmax gives probability %.9g at q=%lld, "
-                              "kv=%lld, which that mask skips", gi, grp->name,
-                              kf_mask_kind_name(a->mask), (long long)a->window, p[i],
+                              "kv=%lld, which that mask skips",
+                              gi, grp->name, kf_mask_kind_name(a->mask), (long long)a->window, p[i],
                               (long long)q, (long long)kv);
+    }
+    return KF_OK;
+}
+
+/* E8: the anchor descriptors a backend launches from name the group's own
+ * matmuls, softmax and row op, with their operands, flags and sizes. */
+static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
+    const kf_group *grp = &plan->groups[gi];
+    const kf_graph *g = plan->graph;
+    uint32_t n = g->n_nodes;
+    if (grp->kind == KF_GROUP_GEMM) {
+        const kf_gemm_info *gm = &grp->gemm;
+        if (gm->n_anchors < 1 || gm->n_anchors > 2)
+            return check_fail(plan, "E8: GEMM group %u has %d anchors", gi, gm->n_anchors);
+        for (int i = 0; i < gm->n_anchors; i++) {
+            uint32_t a = gm->anchor[i];
+            if (a >= n || !kf_op_has(g->nodes[a]->op, KF_TRAIT_GEMM) || !group_computes(grp, a))
+                return check_fail(plan,
+                                  "E8: GEMM group %u's anchor %d (%u) is not a matmul it "
+                                  "computes",
+                                  gi, i, a);
+            const kf_tensor *mm = g->nodes[a];
+            if (gm->a[i] != mm->src[0]->id || gm->b[i] != mm->src[1]->id ||
+                gm->transpose_a[i] != mm->attr.transpose_a ||
+                gm->transpose_b[i] != mm->attr.transpose_b)
+                return check_fail(plan,
+                                  "E8: GEMM group %u's anchor %d (%%%u) is described with "
+                                  "operands %%%u, %%%u (transposes %d, %d); it is matmul(%%%u, "
+                                  "%%%u) (transposes %d, %d)",
+                                  gi, i, a, gm->a[i], gm->b[i], gm->transpose_a[i],
+                                  gm->transpose_b[i], mm->src[0]->id, mm->src[1]->id,
+                                  mm->attr.transpose_a, mm->attr.transpose_b);
+            if (gm->a_prologue &&
+                (!kf_op_has(mm->src[0]->op, KF_TRAIT_NORM) || !group_computes(grp, gm->a[i])))
+                return check_fail(plan,
+                                  "E8: GEMM group %u has an A prologue but its anchor %d "
+                                  "reads %%%u, which is no norm it computes",
+                                  gi, i, gm->a[i]);
+        }
+        if (gm->n_anchors == 2 && gm->a[0] != gm->a[1])
+            return check_fail(plan,
+                              "E8: GEMM group %u's two anchors read different A operands "
+                              "(%%%u, %%%u)",
+                              gi, gm->a[0], gm->a[1]);
+        const kf_tensor *mm = g->nodes[gm->anchor[0]], *a = mm->src[0];
+        int64_t batch = 1;
+        for (int d = 0; d < mm->rank - 2; d++)
+            batch *= mm->dims[d];
+        int64_t k = mm->attr.transpose_a ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+        if (gm->m != mm->dims[mm->rank - 2] || gm->n != mm->dims[mm->rank - 1] || gm->k != k ||
+            gm->batch != batch)
+            return check_fail(plan,
+                              "E8: GEMM group %u is described as M=%lld N=%lld K=%lld "
+                              "batch=%lld; its matmul %%%u has M=%lld N=%lld K=%lld batch=%lld",
+                              gi, (long long)gm->m, (long long)gm->n, (long long)gm->k,
+                              (long long)gm->batch, mm->id, (long long)mm->dims[mm->rank - 2],
+                              (long long)mm->dims[mm->rank - 1], (long long)k, (long long)batch);
+    }
+    if (grp->kind == KF_GROUP_ATTENTION) {
+        const kf_attn_info *at = &grp->attn;
+        if (at->qk >= n || at->softmax >= n || at->pv >= n || !group_computes(grp, at->qk) ||
+            !group_computes(grp, at->softmax) || !group_computes(grp, at->pv))
+            return check_fail(plan,
+                              "E8: attention group %u names anchors %u, %u, %u that it "
+                              "does not compute",
+                              gi, at->qk, at->softmax, at->pv);
+        const kf_tensor *qk = g->nodes[at->qk], *sm = g->nodes[at->softmax], *pv = g->nodes[at->pv];
+        if (!kf_op_has(qk->op, KF_TRAIT_GEMM) || !kf_op_has(sm->op, KF_TRAIT_SOFTMAX) ||
+            !kf_op_has(pv->op, KF_TRAIT_GEMM) || pv->src[0] != sm || sm->attr.axis != sm->rank - 1)
+            return check_fail(plan,
+                              "E8: attention group %u is not matmul -> softmax(last axis) "
+                              "-> matmul(P, V)",
+                              gi);
+        if (at->q != qk->src[0]->id || at->k != qk->src[1]->id || at->v != pv->src[1]->id ||
+            at->q_transposed != qk->attr.transpose_a || at->k_transposed != qk->attr.transpose_b ||
+            at->v_transposed != pv->attr.transpose_b || pv->attr.transpose_a)
+            return check_fail(plan,
+                              "E8: attention group %u's q/k/v or transposes do not match "
+                              "its matmuls",
+                              gi);
+        if (at->sq != qk->dims[qk->rank - 2] || at->skv != qk->dims[qk->rank - 1] ||
+            at->dv != pv->dims[pv->rank - 1])
+            return check_fail(plan,
+                              "E8: attention group %u's sizes (sq %lld, skv %lld, dv %lld) "
+                              "do not match its matmuls",
+                              gi, (long long)at->sq, (long long)at->skv, (long long)at->dv);
+    }
+    if (grp->row.present) {
+        const kf_row_stage *row = &grp->row;
+        if (row->tensor >= n || !group_computes(grp, row->tensor) ||
+            !kf_op_has(g->nodes[row->tensor]->op, KF_TRAIT_ROWWISE))
+            return check_fail(plan,
+                              "E8: group %u's row stage names %u, which is no row-wise op "
+                              "it computes",
+                              gi, row->tensor);
+        const kf_tensor *r = g->nodes[row->tensor];
+        if (row->op != r->op || row->axis != r->attr.axis ||
+            row->length != r->src[0]->dims[r->attr.axis] ||
+            (kf_op_has(r->op, KF_TRAIT_NORM) && row->eps != r->attr.eps))
+            return check_fail(plan,
+                              "E8: group %u's row stage (op %d, axis %d, length %lld, eps "
+                              "%g) does not describe %%%u",
+                              gi, (int)row->op, row->axis, (long long)row->length, row->eps, r->id);
+        if (row->input >= grp->n_expr)
+            return check_fail(plan, "E8: group %u's row stage input is node %u of %u", gi,
+                              row->input, grp->n_expr);
+    }
+    return KF_OK;
+}
+
+/* E9: a VIEW group's view is its base's buffer read through view_strides
+ * (what consumers and an aliasing output see), and a view called contiguous
+ * has row-major strides. */
+static kf_status check_view(const kf_plan *plan, uint32_t gi, const kf_eval_state *vals) {
+    const kf_group *grp = &plan->groups[gi];
+    const kf_graph *g = plan->graph;
+    if (grp->n_computed != 1 || grp->view_base >= g->n_nodes)
+        return check_fail(plan, "E9: VIEW group %u computes %u tensors from base %u", gi,
+                          grp->n_computed, grp->view_base);
+    const kf_tensor *v = g->nodes[grp->computed[0]], *b = g->nodes[grp->view_base];
+    const double *vv = vals->values[v->id], *bv = vals->values[b->id];
+    if (!kf_op_has(v->op, KF_TRAIT_LAYOUT) || grp->layout_copy_of != v->src[0]->id)
+        return check_fail(plan, "E9: VIEW group %u's view %%%u is no reshape/permute of %%%u", gi,
+                          v->id, grp->layout_copy_of);
+    if (!bv)
+        return check_fail(plan, "E9: VIEW group %u's base %%%u is not in memory", gi, b->id);
+    if (!vv || b->dtype != v->dtype)
+        return KF_OK;
+    xspace s = {.rank = v->rank};
+    memcpy(s.dims, v->dims, sizeof s.dims);
+    int64_t n = space_numel(&s), bn = kf_ir_numel(b), expect = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        if (grp->view_contiguous && v->dims[d] != 1 && grp->view_strides[d] != expect)
+            return check_fail(plan,
+                              "E9: VIEW group %u calls %%%u contiguous, but its stride "
+                              "along axis %d is %lld, not %lld",
+                              gi, v->id, d, (long long)grp->view_strides[d], (long long)expect);
+        expect *= v->dims[d];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = 0, rem = i;
+        for (int d = s.rank - 1; d >= 0; d--) {
+            off += (rem % s.dims[d]) * grp->view_strides[d];
+            rem /= s.dims[d];
+        }
+        if (off < 0 || off >= bn)
+            return check_fail(plan,
+                              "E9: VIEW group %u's strides reach element %lld of base "
+                              "%%%u, which has %lld",
+                              gi, (long long)off, b->id, (long long)bn);
+        bool same = isnan(vv[i]) ? isnan(bv[off]) : vv[i] == bv[off];
+        if (!same)
+            return check_fail(plan,
+                              "E9: VIEW group %u: element %lld of view %%%u is %.17g, but "
+                              "its base %%%u holds %.17g there",
+                              gi, (long long)i, v->id, vv[i], b->id, bv[off]);
     }
     return KF_OK;
 }
@@ -869,15 +1137,19 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
                               grp->n_expr);
         if (r == KF_NONE && !kf_op_has(g->nodes[w]->op, KF_TRAIT_GEMM) &&
             grp->kind != KF_GROUP_VIEW && !(grp->kind == KF_GROUP_ATTENTION && w == grp->attn.pv))
-            return check_fail(plan, "E6: group %u (%s %s) writes %%%u (%s) but has no expression "
-                              "root for it", gi, kf_group_kind_name(grp->kind), grp->name, w,
+            return check_fail(plan,
+                              "E6: group %u (%s %s) writes %%%u (%s) but has no expression "
+                              "root for it",
+                              gi, kf_group_kind_name(grp->kind), grp->name, w,
                               kf_op_get(g->nodes[w]->op)->name);
     }
-    if (grp->kind == KF_GROUP_ATTENTION) {
-        kf_status mrc = check_mask(plan, gi, vals);
-        if (mrc != KF_OK)
-            return mrc;
-    }
+    rc = check_descriptors(plan, gi);
+    if (rc == KF_OK && grp->kind == KF_GROUP_VIEW)
+        rc = check_view(plan, gi, vals);
+    if (rc == KF_OK && grp->kind == KF_GROUP_ATTENTION)
+        rc = check_mask(plan, gi, vals);
+    if (rc != KF_OK)
+        return rc;
     if (!grp->n_expr)
         return KF_OK;
     const kf_mem *m = &plan->graph->mem;
@@ -897,6 +1169,27 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
     for (uint32_t i = 0; i < grp->n_writes && rc == KF_OK; i++)
         if (grp->roots && grp->roots[i] != KF_NONE)
             rc = compare_node(&x, grp->roots[i], grp->writes[i], "is the root of");
+    /* The nodes the anchors consume: the row stage's input is the row op's
+     * operand, a norm prologue's root is operand A, the score is the
+     * softmax's operand. */
+    if (rc == KF_OK && grp->row.present)
+        rc = compare_node(&x, grp->row.input, g->nodes[grp->row.tensor]->src[0]->id,
+                          "is the row input, operand of");
+    if (rc == KF_OK && grp->kind == KF_GROUP_GEMM && grp->gemm.a_prologue) {
+        if (grp->gemm.a_root >= x.n || grp->expr[grp->gemm.a_root].space != KF_SPACE_ROW)
+            rc = check_fail(plan, "E8: GEMM group %u's prologue root is node %u", gi,
+                            grp->gemm.a_root);
+        else
+            rc = compare_node(&x, grp->gemm.a_root, grp->gemm.a[0], "is the A prologue root,");
+    }
+    if (rc == KF_OK && grp->kind == KF_GROUP_ATTENTION) {
+        if (grp->attn.score >= x.n)
+            rc = check_fail(plan, "E8: attention group %u's score root is node %u of %u", gi,
+                            grp->attn.score, x.n);
+        else
+            rc = compare_node(&x, grp->attn.score, g->nodes[grp->attn.softmax]->src[0]->id,
+                              "is the score root, operand of");
+    }
     if (x.v)
         for (uint32_t k = 0; k < x.n; k++)
             if (x.v[k])
@@ -961,8 +1254,7 @@ static kf_status compare_outputs(const kf_plan *plan, const kf_eval_state *got,
         double num = 0.0, den = 0.0;
         int64_t first_bad = -1;
         for (int64_t i = 0; i < n; i++) {
-            bool same = isnan(b[i]) ? isnan(a[i])
-                                    : a[i] == b[i] && signbit(a[i]) == signbit(b[i]);
+            bool same = isnan(b[i]) ? isnan(a[i]) : a[i] == b[i] && signbit(a[i]) == signbit(b[i]);
             if (!same && first_bad < 0)
                 first_bad = i;
             if (isfinite(a[i]) && isfinite(b[i])) {
@@ -1034,6 +1326,13 @@ kf_status kf_plan_check(const kf_plan *plan, uint64_t seed, double *max_rel_err)
     }
     if (st == KF_OK)
         st = run_groups(plan, &got);
+    /* Constants that are outputs come from the graph's own data (as inputs
+     * do): the runtime copies them, no group computes them. */
+    for (uint32_t o = 0; o < g->n_outputs && st == KF_OK; o++) {
+        const kf_tensor *t = g->outputs[o].tensor;
+        if (t->op == KF_OP_CONST && !got.values[t->id])
+            st = kf_ir_eval_node(&got, t);
+    }
     if (st == KF_OK)
         st = compare_outputs(plan, &got, &ref, max_rel_err);
 

@@ -43,6 +43,9 @@
  *                    f32: the FP32 SIMT peak, no TF32; f64: the FP64 peak);
  *                    everything else at the FP32 SIMT peak.
  *
+ * Plan totals: total_bytes and total_unfused_bytes sum the groups' traffic;
+ * total_time_s sums the kernels' floors, as if they ran one after another.
+ *
  * A VIEW group is no kernel: it costs nothing, fused or not (its unfused cost
  * is the permute copy described above, counted where the view is computed).
  */
@@ -59,21 +62,21 @@
 typedef struct kf_device_ceiling {
     const char *name;
     const char *what;
-    double bandwidth;   /* bytes/s */
-    double peak_16;     /* f16/bf16 dense tensor-core flop/s */
-    double peak_f32;    /* f32 SIMT flop/s (also elementwise work of every dtype) */
-    double peak_f64;    /* f64 flop/s */
+    double bandwidth; /* bytes/s */
+    double peak_16;   /* f16/bf16 dense tensor-core flop/s */
+    double peak_f32;  /* f32 SIMT flop/s (also elementwise work of every dtype) */
+    double peak_f64;  /* f64 flop/s */
 } kf_device_ceiling;
 
 /* Nominal ceilings (datasheets, dense, no sparsity). */
 static const kf_device_ceiling kf_devices[] = {
-    {"h100", "NVIDIA H100 SXM5 (HBM3 3.35 TB/s, bf16 989 TFLOP/s dense, f32 67 TFLOP/s)",
-     3.35e12, 989e12, 67e12, 67e12},
+    {"h100", "NVIDIA H100 SXM5 (HBM3 3.35 TB/s, bf16 989 TFLOP/s dense, f32 67 TFLOP/s)", 3.35e12,
+     989e12, 67e12, 67e12},
     {"h200", "NVIDIA H200 SXM (HBM3e 4.8 TB/s, compute as H100)", 4.8e12, 989e12, 67e12, 67e12},
-    {"a100", "NVIDIA A100 SXM4 80GB (HBM2e 2.0 TB/s, bf16 312 TFLOP/s, f32 19.5 TFLOP/s)",
-     2.0e12, 312e12, 19.5e12, 19.5e12},
-    {"cpu", "this machine's CPU, nominal (2 cores: ~20 GB/s, ~100 GFLOP/s f32; not measured)",
-     20e9, 100e9, 100e9, 50e9},
+    {"a100", "NVIDIA A100 SXM4 80GB (HBM2e 2.0 TB/s, bf16 312 TFLOP/s, f32 19.5 TFLOP/s)", 2.0e12,
+     312e12, 19.5e12, 19.5e12},
+    {"cpu", "this machine's CPU, nominal (2 cores: ~20 GB/s, ~100 GFLOP/s f32; not measured)", 20e9,
+     100e9, 100e9, 50e9},
 };
 #define KF_N_DEVICES (sizeof kf_devices / sizeof kf_devices[0])
 
@@ -142,8 +145,7 @@ kf_status kf_plan_estimate(kf_plan *plan, const char *device) {
             dev = &kf_devices[i];
     if (!dev) {
         snprintf(plan->error, sizeof plan->error,
-                 "estimate: unknown device '%.64s'; known devices: h100, h200, a100, cpu",
-                 device);
+                 "estimate: unknown device '%.64s'; known devices: h100, h200, a100, cpu", device);
         return KF_ERR_NOT_FOUND;
     }
     const kf_graph *g = plan->graph;
@@ -184,8 +186,8 @@ kf_status kf_plan_estimate(kf_plan *plan, const char *device) {
                 grp->bytes_written += bytes_of(g->nodes[grp->writes[i]]);
 
         double peak_mm = grp->dtype == KF_DTYPE_F16 || grp->dtype == KF_DTYPE_BF16 ? dev->peak_16
-                         : grp->dtype == KF_DTYPE_F64                            ? dev->peak_f64
-                                                                                 : dev->peak_f32;
+                         : grp->dtype == KF_DTYPE_F64                              ? dev->peak_f64
+                                                                                   : dev->peak_f32;
         double t_math = gemm_flops / peak_mm + (grp->flops - gemm_flops) / dev->peak_f32;
         double t_mem = (grp->bytes_read + grp->bytes_written) / dev->bandwidth;
         grp->est_time_s = t_math > t_mem ? t_math : t_mem;

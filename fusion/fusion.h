@@ -372,13 +372,15 @@ void kf_expr_print(const kf_plan *plan, const kf_group *g, uint32_t root, FILE *
 kf_status kf_plan_estimate(kf_plan *plan, const char *device);
 
 /* Checker (fusion/check.c, issue 3 item 5). kf_plan_check_structure checks the
- * contract at the top of this file (rules S1..S7 in check.c); kf_plan_check
+ * contract at the top of this file (rules S1..S8 in check.c); kf_plan_check
  * also executes the plan group by group with the reference evaluator on random
- * inputs drawn from `seed` and compares every graph output with kf_ir_eval of
- * the unfused graph, bit for bit (NaN matches NaN). *max_rel_err (may be NULL)
- * receives the largest ||plan - ref|| / ||ref|| over the outputs. A violation
- * or mismatch is KF_ERR_INTERNAL (a planner bug) with the message on the graph
- * (kf_graph_error); KF_ERR_OUT_OF_MEMORY as usual. */
+ * inputs drawn from `seed`, interprets every group's expressions and anchor
+ * descriptors against the reference values (rules E1..E9), and compares every
+ * graph output with kf_ir_eval of the unfused graph, bit for bit (NaN matches
+ * NaN). *max_rel_err (may be NULL) receives the largest ||plan - ref|| / ||ref||
+ * over the outputs. A violation or mismatch is KF_ERR_INTERNAL (a planner bug)
+ * with the message, naming the rule, on the graph (kf_graph_error);
+ * KF_ERR_OUT_OF_MEMORY as usual. */
 kf_status kf_plan_check_structure(const kf_plan *plan);
 kf_status kf_plan_check(const kf_plan *plan, uint64_t seed, double *max_rel_err);
 

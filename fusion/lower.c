@@ -468,7 +468,9 @@ static void make_name(lowerer *L) {
     }
     if (g->rank == 0)
         snprintf(shape, sizeof shape, "1");
-    snprintf(g->name, sizeof g->name, "%s_%s_%s", buf, kf_dtype_name(g->dtype), shape);
+    /* Names are capped at the field's size; a long one is cut, never overflowed. */
+    int len = snprintf(g->name, sizeof g->name, "%s_%s_%s", buf, kf_dtype_name(g->dtype), shape);
+    (void)(len >= (int)sizeof g->name);
 }
 
 /* ------------------------------------------------------------------------ */

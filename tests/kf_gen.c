@@ -40,6 +40,7 @@ void kf_gen_options_init(kf_gen_options *o) {
     o->max_dim = 12;
     o->big_dim_pct = 2;
     o->max_motifs = 4;
+    o->source_outputs = 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -142,10 +143,18 @@ static kf_tensor *constant(gen *G, kf_dtype dt, const shape *s, double lo, doubl
     for (int64_t i = 0; i < n; i++) {
         double v = uniform(G, lo, hi);
         switch (dt) {
-        case KF_DTYPE_F32: buf.f[i] = (float)v; break;
-        case KF_DTYPE_F64: buf.d[i] = v; break;
-        case KF_DTYPE_F16: buf.h[i] = kf_f32_to_f16((float)v); break;
-        default: buf.h[i] = kf_f32_to_bf16((float)v); break;
+        case KF_DTYPE_F32:
+            buf.f[i] = (float)v;
+            break;
+        case KF_DTYPE_F64:
+            buf.d[i] = v;
+            break;
+        case KF_DTYPE_F16:
+            buf.h[i] = kf_f32_to_f16((float)v);
+            break;
+        default:
+            buf.h[i] = kf_f32_to_bf16((float)v);
+            break;
         }
     }
     return kf_constant(G->g, dt, s->rank, s->d, &buf);
@@ -257,46 +266,71 @@ static kf_tensor *positive(gen *G, kf_tensor *x) {
 static kf_tensor *unary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
     switch (below(G, 12)) {
-    case 0: return kf_neg(g, x);
-    case 1: return kf_abs(g, x);
-    case 2: return kf_exp(g, chance(G, 70) ? kf_tanh(g, x) : x);
-    case 3: return kf_log(g, chance(G, 85) ? positive(G, x) : x);
-    case 4: return kf_sqrt(g, chance(G, 85) ? positive(G, x) : x);
-    case 5: return kf_rsqrt(g, chance(G, 85) ? positive(G, x) : x);
-    case 6: return kf_tanh(g, x);
-    case 7: return kf_sigmoid(g, x);
-    case 8: return kf_relu(g, x);
-    case 9: return kf_gelu(g, x);
-    case 10: return kf_gelu_tanh(g, x);
-    default: return kf_silu(g, x);
+    case 0:
+        return kf_neg(g, x);
+    case 1:
+        return kf_abs(g, x);
+    case 2:
+        return kf_exp(g, chance(G, 70) ? kf_tanh(g, x) : x);
+    case 3:
+        return kf_log(g, chance(G, 85) ? positive(G, x) : x);
+    case 4:
+        return kf_sqrt(g, chance(G, 85) ? positive(G, x) : x);
+    case 5:
+        return kf_rsqrt(g, chance(G, 85) ? positive(G, x) : x);
+    case 6:
+        return kf_tanh(g, x);
+    case 7:
+        return kf_sigmoid(g, x);
+    case 8:
+        return kf_relu(g, x);
+    case 9:
+        return kf_gelu(g, x);
+    case 10:
+        return kf_gelu_tanh(g, x);
+    default:
+        return kf_silu(g, x);
     }
 }
 
 static kf_tensor *activation(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
     switch (below(G, 6)) {
-    case 0: return kf_relu(g, x);
-    case 1: return kf_gelu(g, x);
-    case 2: return kf_gelu_tanh(g, x);
-    case 3: return kf_silu(g, x);
-    case 4: return kf_sigmoid(g, x);
-    default: return kf_tanh(g, x);
+    case 0:
+        return kf_relu(g, x);
+    case 1:
+        return kf_gelu(g, x);
+    case 2:
+        return kf_gelu_tanh(g, x);
+    case 3:
+        return kf_silu(g, x);
+    case 4:
+        return kf_sigmoid(g, x);
+    default:
+        return kf_tanh(g, x);
     }
 }
 
 static kf_tensor *binary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
-    kf_tensor *y = operand_for(G, x);
+    kf_tensor *y =
+        chance(G, 5) ? x : operand_for(G, x); /* sometimes x op x: one producer, two slots */
     bool swap = chance(G, 30);
     kf_tensor *a = swap ? y : x, *b = swap ? x : y;
     switch (below(G, 8)) {
     case 0:
-    case 1: return kf_add(g, a, b);
-    case 2: return kf_sub(g, a, b);
-    case 3: return kf_mul(g, a, b);
-    case 4: return kf_div(g, a, chance(G, 80) ? positive(G, b) : b);
-    case 5: return kf_max(g, a, b);
-    case 6: return kf_min(g, a, b);
+    case 1:
+        return kf_add(g, a, b);
+    case 2:
+        return kf_sub(g, a, b);
+    case 3:
+        return kf_mul(g, a, b);
+    case 4:
+        return kf_div(g, a, chance(G, 80) ? positive(G, b) : b);
+    case 5:
+        return kf_max(g, a, b);
+    case 6:
+        return kf_min(g, a, b);
     default:
         if (chance(G, 60)) /* x to a small integer power */
             return kf_pow(g, chance(G, 85) ? positive(G, x) : x,
@@ -308,12 +342,18 @@ static kf_tensor *binary(gen *G, kf_tensor *x) {
 static kf_tensor *compare(gen *G, kf_tensor *a, kf_tensor *b) {
     kf_graph *g = G->g;
     switch (below(G, 6)) {
-    case 0: return kf_lt(g, a, b);
-    case 1: return kf_le(g, a, b);
-    case 2: return kf_gt(g, a, b);
-    case 3: return kf_ge(g, a, b);
-    case 4: return kf_eq(g, a, b);
-    default: return kf_ne(g, a, b);
+    case 0:
+        return kf_lt(g, a, b);
+    case 1:
+        return kf_le(g, a, b);
+    case 2:
+        return kf_gt(g, a, b);
+    case 3:
+        return kf_ge(g, a, b);
+    case 4:
+        return kf_eq(g, a, b);
+    default:
+        return kf_ne(g, a, b);
     }
 }
 
@@ -465,7 +505,16 @@ static kf_tensor *motif_rowwise(gen *G) {
         y = which == 0   ? kf_reduce_sum(g, x, axis, keep)
             : which == 1 ? kf_reduce_max(g, x, axis, keep)
                          : kf_reduce_mean(g, x, axis, keep);
-        if (keep && chance(G, 50)) {
+        if (!keep && chance(G, 20)) {
+            /* the reduced value broadcast up into a larger tensor */
+            shape big = shape_of(y);
+            if (big.rank < 4) {
+                memmove(big.d + 1, big.d, sizeof(int64_t) * (size_t)big.rank);
+                big.rank++;
+                big.d[0] = 1 + below(G, 4);
+                y = kf_mul(g, leaf(G, kf_tensor_dtype(y), &big), y);
+            }
+        } else if (keep && chance(G, 50)) {
             /* broadcast back into the row: x - max(x), x / sum(x), ... */
             if (chance(G, 20))
                 output(G, y);
@@ -495,9 +544,17 @@ static kf_tensor *motif_gemm(gen *G) {
         shape s = {.rank = batch ? 3 : 2, .d = {batch, rdim(G), rdim(G)}};
         if (!batch)
             s.d[0] = s.d[1], s.d[1] = s.d[2];
-        a = input(G, fdtype(G), &s);
-        if (chance(G, 25)) /* a norm as the GEMM's prologue */
-            a = norm(G, a, -1);
+        if (chance(G, 10)) { /* A is a transposed view of a tensor in memory */
+            int64_t t = s.d[s.rank - 1];
+            s.d[s.rank - 1] = s.d[s.rank - 2];
+            s.d[s.rank - 2] = t;
+            a = kf_transpose(g, input(G, fdtype(G), &s), -1, -2);
+        } else {
+            a = input(G, fdtype(G), &s);
+        }
+        if (chance(G, 25)) /* a norm as the GEMM's prologue (sometimes not over K) */
+            a = norm(G, a, chance(G, 85) ? -1 : -2);
+        ta = chance(G, 12);
         if (chance(G, 15))
             a = kf_cast(g, a, other_fdtype(G, kf_tensor_dtype(a)));
     }
@@ -509,6 +566,11 @@ static kf_tensor *motif_gemm(gen *G) {
         ws.rank = 3;
         memmove(ws.d + 1, ws.d, 2 * sizeof(int64_t));
         ws.d[0] = kf_tensor_dim(a, 0);
+    }
+    if (kf_tensor_rank(a) == 2 && chance(G, 8)) { /* unbatched A, batched weight */
+        memmove(ws.d + 1, ws.d, 2 * sizeof(int64_t));
+        ws.rank = 3;
+        ws.d[0] = 2;
     }
     kf_tensor *w = input(G, dt, &ws);
     if (chance(G, 8)) /* a computed weight: a norm or an activation feeds operand B */
@@ -600,8 +662,28 @@ static kf_tensor *motif_attention(gen *G) {
     bool kt = chance(G, 20); /* K stored as [.., D, T] */
     ks.d[rank - 2] = kt ? D : T, ks.d[rank - 1] = kt ? T : D;
 
-    kf_tensor *q = input(G, dt, &qs), *k = input(G, dt, &ks), *v = input(G, dt, &vs);
+    bool vt = chance(G, 15); /* V stored as [.., D, T] */
+    if (vt)
+        vs.d[rank - 2] = D, vs.d[rank - 1] = T;
+    kf_tensor *q, *k, *v;
+    if (rank == 4 && chance(G, 30)) {
+        /* heads split from [B, S, H, D] inputs by a permute, as models do */
+        int perm[4] = {0, 2, 1, 3};
+        kf_tensor *src[3];
+        shape *want[3] = {&qs, &ks, &vs};
+        for (int i = 0; i < 3; i++) {
+            shape in = {.rank = 4, .d = {B, want[i]->d[2], H, want[i]->d[3]}};
+            src[i] = kf_permute(g, input(G, dt, &in), perm);
+        }
+        q = src[0], k = src[1], v = src[2];
+    } else {
+        q = input(G, dt, &qs), k = input(G, dt, &ks), v = input(G, dt, &vs);
+    }
+    if (chance(G, 10)) /* q scaled before the product */
+        q = kf_mul(g, q, kf_scalar(g, dt, uniform(G, 0.1, 1.0)));
     kf_tensor *s = kf_matmul(g, q, k, 0, !kt);
+    if (chance(G, 5))
+        output(G, s); /* the raw scores are wanted too */
     if (chance(G, 85)) {
         double sc = 1.0 / sqrt((double)D);
         s = chance(G, 70) ? kf_mul(g, s, kf_scalar(g, dt, sc))
@@ -620,8 +702,7 @@ static kf_tensor *motif_attention(gen *G) {
         shape sl = {.rank = 3, .d = {H, 1, 1}};
         kf_tensor *slope = leaf(G, dt, &sl);
         kf_tensor *rel = chance(G, 70) ? kf_cast(g, kf_sub(g, ki, qi), dt)
-                                       : kf_sub(g, kf_iota(g, dt, 2, st, 1),
-                                                kf_cast(g, qi, dt));
+                                       : kf_sub(g, kf_iota(g, dt, 2, st, 1), kf_cast(g, qi, dt));
         s = kf_add(g, s, kf_mul(g, slope, rel));
     }
     int mask = below(G, 10);
@@ -652,7 +733,8 @@ static kf_tensor *motif_attention(gen *G) {
         } else {
             s = kf_where(g, causal, s, neg);
             if (mask >= 7) { /* a sliding window as a second where: q - kv < w */
-                kf_tensor *near = kf_lt(g, kf_sub(g, qi, ki), kf_scalar(g, KF_DTYPE_I32, (double)w));
+                kf_tensor *near =
+                    kf_lt(g, kf_sub(g, qi, ki), kf_scalar(g, KF_DTYPE_I32, (double)w));
                 s = kf_where(g, near, s, neg);
             }
         }
@@ -661,12 +743,17 @@ static kf_tensor *motif_attention(gen *G) {
         kf_tensor *m = input(G, dt, &ms);
         s = kf_where(g, kf_gt(g, m, kf_scalar(g, dt, -1.0)), s, kf_scalar(g, dt, -1e4));
     }
-    kf_tensor *p = kf_softmax(g, s, -1);
+    if (chance(G, 8)) { /* a softcap after the mask: -inf becomes -c */
+        kf_tensor *c = kf_scalar(g, dt, uniform(G, 2.0, 30.0));
+        s = kf_mul(g, kf_tanh(g, kf_div(g, s, c)), c);
+    }
+    /* rarely over the query axis: no attention */
+    kf_tensor *p = kf_softmax(g, s, chance(G, 4) ? -2 : -1);
     if (chance(G, 8))
         output(G, p); /* the probabilities are wanted too: no flash kernel */
     if (chance(G, 10))
         p = kf_cast(g, kf_cast(g, p, other_fdtype(G, dt)), dt);
-    kf_tensor *o = kf_matmul(g, p, v, 0, 0);
+    kf_tensor *o = kf_matmul(g, p, v, 0, vt);
     if (o && rank == 4 && chance(G, 50)) { /* [B,H,S,D] -> [B,S,H*D] */
         o = kf_permute(g, o, (int[]){0, 2, 1, 3});
         o = kf_reshape(g, o, 3, (int64_t[]){B, S, H * D});
@@ -712,9 +799,27 @@ kf_status kf_gen_graph(kf_ctx *ctx, uint64_t seed, const kf_gen_options *o, kf_g
             y = motif_layout(&G);
         if (!y)
             break;
+        if (chance(&G, 4)) {
+            /* left dangling: no output needs it */
+            pool_add(&G, y);
+            continue;
+        }
         output(&G, y);
+        if (chance(&G, 3))
+            output(&G, y); /* the same value under a second name */
         pool_add(&G, y);
     }
+    if (G.o.source_outputs && chance(&G, 3) && kf_graph_input_count(G.g))
+        output(&G, kf_graph_input(G.g, 0));    /* an input passed straight through */
+    if (G.o.source_outputs && chance(&G, 4)) { /* an iota or a scalar as an output */
+        if (chance(&G, 50))
+            output(&G,
+                   kf_iota(G.g, KF_DTYPE_F32, 2, (int64_t[]){1 + below(&G, 4), 3}, below(&G, 2)));
+        else
+            output(&G, kf_scalar(G.g, fdtype(&G), uniform(&G, -1.0, 1.0)));
+    }
+    if (kf_graph_output_count(G.g) == 0) /* every motif dangled: keep the last value */
+        output(&G, G.npool ? G.pool[G.npool - 1] : kf_scalar(G.g, KF_DTYPE_F32, 1.0));
     st = kf_graph_status(G.g);
     if (st != KF_OK)
         return st;

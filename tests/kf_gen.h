@@ -41,6 +41,9 @@ typedef struct kf_gen_options {
     int max_dim;     /* ordinary dims are drawn from 1..max_dim (default 12) */
     int big_dim_pct; /* percent of dims drawn from 17..40 instead (default 2) */
     int max_motifs;  /* each graph has 1..max_motifs motifs (default 4) */
+    /* Also make sources (an iota, a one-element constant, an input) graph
+     * outputs now and then (default on). */
+    int source_outputs;
 } kf_gen_options;
 
 /* Fills *o with the defaults above. */

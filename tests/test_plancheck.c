@@ -28,26 +28,38 @@
 
 #include "fusion/fusion.h"
 #include "kf_gen.h"
+#include "kf_test.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* The run's seed ($KF_TEST_SEED, else the clock: see kf_test.h), printed once. */
 static uint64_t base_seed(void) {
-    static uint64_t seed;
-    static bool have;
-    if (!have) {
-        const char *env = getenv("KF_TEST_SEED");
-        if (env && *env) {
-            seed = strtoull(env, NULL, 0);
-        } else {
-            uint64_t s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-            seed = kf_gen_next(&s);
-        }
-        have = true;
-        fprintf(stderr, "test_plancheck: KF_TEST_SEED=0x%016llx\n", (unsigned long long)seed);
+    static bool printed;
+    if (!printed) {
+        fprintf(stderr, "test_plancheck: KF_TEST_SEED=0x%016llx\n",
+                (unsigned long long)kf_test_seed());
+        printed = true;
     }
-    return seed;
+    return kf_test_seed();
+}
+
+/* Generator options, adjustable from the environment when hunting:
+ * KF_GEN_MAX_DIM, KF_GEN_MAX_MOTIFS, KF_GEN_SOURCE_OUTPUTS. */
+static kf_gen_options gen_options(void) {
+    kf_gen_options o;
+    kf_gen_options_init(&o);
+    o.max_motifs = 6; /* richer graphs than the generator's default: ~10 s under ASan */
+    o.big_dim_pct = 4;
+    const char *v;
+    if ((v = getenv("KF_GEN_MAX_DIM")) && *v)
+        o.max_dim = atoi(v);
+    if ((v = getenv("KF_GEN_MAX_MOTIFS")) && *v)
+        o.max_motifs = atoi(v);
+    if ((v = getenv("KF_GEN_SOURCE_OUTPUTS")) && *v)
+        o.source_outputs = atoi(v);
+    return o;
 }
 
 static kf_ctx *ctx_new(void) {
@@ -151,17 +163,27 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
     const char *env = getenv("KF_PLANCHECK_GRAPHS");
     if (env && atol(env) > count)
         count = atol(env);
-    kf_ctx *ctx = ctx_new();
+    /* Every allocation goes through a counting allocator: each graph, plan
+     * and check must give back every block with the size it was given. */
+    kf_test_alloc acct;
+    kf_test_alloc_reset(&acct, 0);
+    kf_options copt;
+    kf_options_init(&copt);
+    copt.allocator = kf_test_allocator(&acct);
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&copt, &ctx), KF_OK);
+    size_t ctx_blocks = acct.live_blocks;
     uint64_t s = base_seed();
     long failures = 0, nodes = 0, groups = 0, kernels = 0, edges = 0, prologue_plans = 0;
     long reasons[KF_REASON_COUNT] = {0}, kinds[KF_GROUP_COUNT] = {0}, masks[KF_MASK_COUNT] = {0};
     long more_bytes_plans = 0;
     double fused = 0, unfused = 0;
+    kf_gen_options gopt = gen_options();
     clock_t c0 = clock();
     for (long i = 0; i < count; i++) {
         uint64_t gseed = kf_gen_next(&s);
         kf_graph *g = NULL;
-        kf_status st = kf_gen_graph(ctx, gseed, NULL, &g);
+        kf_status st = kf_gen_graph(ctx, gseed, &gopt, &g);
         if (st != KF_OK) {
             failures++;
             report_failure(g, NULL, gseed, "generator", st);
@@ -211,6 +233,27 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
              * where a norm prologue is recomputed by several GEMMs or a
              * layout copy makes a value contiguous that a framework would
              * leave as a view (those are counted, not failed). */
+            /* Every kernel writes something and takes time; views cost nothing. */
+            double sum_bytes = 0;
+            for (uint32_t k = 0; k < plan->n_groups; k++) {
+                const kf_group *grp = &plan->groups[k];
+                bool sane = grp->is_kernel ? grp->bytes_written > 0 && grp->est_time_s > 0 &&
+                                                 grp->flops >= 0 && grp->bytes_read >= 0
+                                           : grp->bytes_read == 0 && grp->bytes_written == 0 &&
+                                                 grp->est_time_s == 0;
+                sum_bytes += grp->bytes_read + grp->bytes_written;
+                if (!sane) {
+                    failures++;
+                    kf_ir_note(g, KF_ERR_INTERNAL, "group %u: implausible cost", k);
+                    report_failure(g, plan, gseed, "cost", KF_ERR_INTERNAL);
+                }
+            }
+            if (fabs(sum_bytes - plan->total_bytes) > 1e-9 * sum_bytes) {
+                failures++;
+                kf_ir_note(g, KF_ERR_INTERNAL, "total bytes %.0f, groups sum to %.0f",
+                           plan->total_bytes, sum_bytes);
+                report_failure(g, plan, gseed, "cost", KF_ERR_INTERNAL);
+            }
             bool more = plan->total_bytes > plan->total_unfused_bytes * (1 + 1e-12);
             if (more && (recomputes || copies)) {
                 more_bytes_plans++;
@@ -223,6 +266,15 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
         }
         kf_plan_destroy(plan);
         kf_graph_destroy(g);
+        if (acct.live_blocks != ctx_blocks || acct.bad_frees) {
+            fprintf(stderr,
+                    "plancheck FAILURE: graph seed 0x%016llx: %zu blocks leaked, %zu "
+                    "frees with the wrong size\n",
+                    (unsigned long long)gseed, acct.live_blocks - ctx_blocks, acct.bad_frees);
+            failures++;
+            acct.bad_frees = 0;
+            ctx_blocks = acct.live_blocks;
+        }
     }
     double secs = (double)(clock() - c0) / CLOCKS_PER_SEC;
     fprintf(stderr,
@@ -269,8 +321,8 @@ static kf_graph *two_gemms(kf_ctx *ctx) {
 }
 
 /* The first (reader group, read index) whose read is written by a group. */
-static bool find_cross_read(const kf_plan *plan, uint32_t *reader, uint32_t *slot,
-                            uint32_t *writer, uint32_t *wslot) {
+static bool find_cross_read(const kf_plan *plan, uint32_t *reader, uint32_t *slot, uint32_t *writer,
+                            uint32_t *wslot) {
     for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
         const kf_group *grp = &plan->groups[gi];
         for (uint32_t r = 0; r < grp->n_reads; r++) {
@@ -465,6 +517,43 @@ static void test_check_rejects_wrong_expressions(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* A view's strides and contiguity are what consumers and aliasing outputs
+ * rely on: wrong ones are caught. */
+static void test_check_rejects_wrong_view(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    kf_tensor *x = kf_input(g, "x", KF_DTYPE_F32, 2, (int64_t[]){3, 4});
+    kf_tensor *y = kf_exp(g, x);
+    kf_tensor *z = kf_permute(g, y, (int[]){1, 0});
+    assert_int_equal(kf_output(g, "w", kf_relu(g, z)), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_OK);
+    kf_group *view = NULL;
+    for (uint32_t i = 0; i < plan->n_groups; i++)
+        if (plan->groups[i].kind == KF_GROUP_VIEW)
+            view = &plan->groups[i];
+    assert_non_null(view);
+    assert_false(view->view_contiguous);
+    view->view_contiguous = true;
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E9"));
+    view->view_contiguous = false;
+    int64_t s0 = view->view_strides[0];
+    view->view_strides[0] = view->view_strides[1];
+    view->view_strides[1] = s0;
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E9"));
+    view->view_strides[1] = view->view_strides[0];
+    view->view_strides[0] = s0;
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_OK);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* A mask that keeps kv >= q is no causal mask: claiming it is would let a
  * backend skip the tiles that hold the probabilities. */
 static void test_check_rejects_mask_class_that_skips_live_scores(void **state) {
@@ -498,6 +587,50 @@ static void test_check_rejects_mask_class_that_skips_live_scores(void **state) {
     kf_plan_destroy(plan);
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
+}
+
+/* kf_plan_check under an allocator that fails its Nth allocation, for every
+ * N the check makes: it returns KF_OK or KF_ERR_OUT_OF_MEMORY, frees every
+ * block with its size, and never reports a plan bug that is not there. */
+static void test_check_survives_each_failed_allocation(void **state) {
+    (void)state;
+    kf_test_alloc acct;
+    kf_test_alloc_reset(&acct, 0);
+    kf_options copt;
+    kf_options_init(&copt);
+    copt.allocator = kf_test_allocator(&acct);
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&copt, &ctx), KF_OK);
+    uint64_t s = base_seed() ^ 0xA110C;
+    for (int graph = 0; graph < 12; graph++) {
+        kf_graph *g = NULL;
+        uint64_t gseed = kf_gen_next(&s);
+        assert_int_equal(kf_gen_graph(ctx, gseed, NULL, &g), KF_OK);
+        kf_plan *plan = NULL;
+        assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+        size_t base_blocks = acct.live_blocks;
+        for (size_t n = 1;; n++) {
+            acct.fail_at = acct.calls + n;
+            size_t failed_before = acct.failures;
+            kf_status st = kf_plan_check(plan, gseed, NULL);
+            bool failed = acct.failures > failed_before;
+            if (st != KF_OK && st != KF_ERR_OUT_OF_MEMORY)
+                fprintf(stderr, "graph 0x%016llx, failing allocation %zu: %s\n",
+                        (unsigned long long)gseed, n, kf_graph_error(g));
+            assert_true(st == KF_OK || (failed && st == KF_ERR_OUT_OF_MEMORY));
+            assert_int_equal(acct.live_blocks, base_blocks);
+            assert_int_equal(acct.bad_frees, 0);
+            if (!failed) {
+                assert_int_equal(st, KF_OK);
+                break;
+            }
+        }
+        acct.fail_at = 0;
+        kf_plan_destroy(plan);
+        kf_graph_destroy(g);
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(acct.live_blocks, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -579,9 +712,8 @@ static void test_cost_gemm_group_flops_and_bytes(void **state) {
     assert_close(grp->bytes_read, (8 * 64 + 64 * 256 + 256) * 4.0);
     assert_close(grp->bytes_written, 8 * 256 * 4.0);
     /* matmul reads x, w, writes h; add reads h, b, writes hb; gelu reads hb, writes y */
-    assert_close(grp->unfused_bytes,
-                 4.0 * ((8 * 64 + 64 * 256 + 8 * 256) + (8 * 256 + 256 + 8 * 256) +
-                        (8 * 256 + 8 * 256)));
+    assert_close(grp->unfused_bytes, 4.0 * ((8 * 64 + 64 * 256 + 8 * 256) +
+                                            (8 * 256 + 256 + 8 * 256) + (8 * 256 + 8 * 256)));
     /* memory bound on an H100: bytes / 3.35 TB/s */
     assert_close(grp->est_time_s, (grp->bytes_read + grp->bytes_written) / 3.35e12);
     assert_close(hp.plan.total_time_s, grp->est_time_s);
@@ -628,9 +760,17 @@ static void test_cost_elementwise_chain_fused_vs_unfused_bytes(void **state) {
     hand_group(&split, KF_GROUP_ELEMENTWISE, KF_DTYPE_F16, L(m->id), L(a->id, s->id), L(m->id));
     hand_group(&split, KF_GROUP_ELEMENTWISE, KF_DTYPE_F16, L(y->id), L(m->id), L(y->id));
     kf_plan_edge edges[2] = {
-        {.producer = a->id, .consumer = m->id, .slot = 0, .from_group = 0, .to_group = 1,
+        {.producer = a->id,
+         .consumer = m->id,
+         .slot = 0,
+         .from_group = 0,
+         .to_group = 1,
          .reason = KF_REASON_PASS_DISABLED},
-        {.producer = m->id, .consumer = y->id, .slot = 0, .from_group = 1, .to_group = 2,
+        {.producer = m->id,
+         .consumer = y->id,
+         .slot = 0,
+         .from_group = 1,
+         .to_group = 2,
          .reason = KF_REASON_PASS_DISABLED},
     };
     split.plan.edges = edges;
@@ -688,7 +828,9 @@ int main(void) {
         cmocka_unit_test(test_check_rejects_read_of_unmaterialized_tensor),
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
         cmocka_unit_test(test_check_rejects_wrong_expressions),
+        cmocka_unit_test(test_check_rejects_wrong_view),
         cmocka_unit_test(test_check_rejects_mask_class_that_skips_live_scores),
+        cmocka_unit_test(test_check_survives_each_failed_allocation),
         cmocka_unit_test(test_random_graphs_plan_matches_unfused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

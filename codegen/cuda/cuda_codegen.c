@@ -1,0 +1,1646 @@
+/*
+ * cuda_codegen.c -- CUDA C for a plan's memory-bound kernels.
+ *
+ *   group ──► choose the template (elementwise | row_warp | row_block |
+ *             row_block_multipass | colreduce) and the vector width
+ *        ──► params: one per buffer the expressions load (a view's base), one
+ *             per write, ACC / SCORES / SCRATCH for the GEMM and attention helpers
+ *        ──► source: header comment, #defines for the template's hooks,
+ *             templates/common.cuh, the generated device functions (the
+ *             expression DAG of each hook, one C statement per node, in the
+ *             plan's node order), templates/<kind>.cuh
+ *
+ * Determinism: every loop walks the plan's arrays in index order, numbers
+ * print with fixed formats, constants print as their bit patterns.
+ *
+ * Offsets: the problem size is compiled in, so the coordinates of an element
+ * come from its linear index by division and remainder by constants (multiply
+ * and shift, no hardware divide); an operand laid out contiguously over the
+ * space uses the linear index itself and needs no coordinates at all.
+ */
+#include "codegen/cuda/cuda_codegen.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "codegen/cuda/templates.h"
+
+/* ------------------------------------------------------------------------ */
+/* Growing text                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sbuf {
+    const kf_mem *mem;
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char *fmt, ...) {
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->p && (size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t ncap = b->cap ? b->cap : 4096;
+        while (ncap < b->len + (size_t)n + 1)
+            ncap *= 2;
+        char *np = kf_mem_realloc(b->mem, b->p, b->cap, ncap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_printf(b, "%s", s); }
+
+/* ------------------------------------------------------------------------ */
+/* Names                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
+    [KF_CUDA_TEMPLATE_ELEMENTWISE] = "elementwise",
+    [KF_CUDA_TEMPLATE_ROW_WARP] = "row_warp",
+    [KF_CUDA_TEMPLATE_ROW_BLOCK] = "row_block",
+    [KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS] = "row_block_multipass",
+    [KF_CUDA_TEMPLATE_COLREDUCE] = "colreduce",
+};
+_Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
+               "one name per template");
+
+const char *kf_cuda_template_name(kf_cuda_template t) {
+    return (unsigned)t < KF_CUDA_TEMPLATE_COUNT ? template_names[t] : "?";
+}
+
+static const char *storage_type(kf_dtype d) {
+    switch (d) {
+    case KF_DTYPE_F32: return "float";
+    case KF_DTYPE_F16: return "kf_f16";
+    case KF_DTYPE_BF16: return "kf_bf16";
+    case KF_DTYPE_F64: return "double";
+    case KF_DTYPE_I32: return "int";
+    case KF_DTYPE_BOOL: return "unsigned char";
+    default: return "void";
+    }
+}
+
+/* The type a value lives in while computed. */
+static const char *reg_type(kf_dtype d) {
+    switch (d) {
+    case KF_DTYPE_F64: return "double";
+    case KF_DTYPE_I32: return "int";
+    case KF_DTYPE_BOOL: return "bool";
+    default: return "float";
+    }
+}
+
+static const char *round_fn(kf_dtype d) {
+    return d == KF_DTYPE_F16 ? "kf_round_f16" : d == KF_DTYPE_BF16 ? "kf_round_bf16" : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The generator's state                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Sizes of the generated-text buffers, chosen so the worst case fits: a
+ * coordinate is at most "(row) / N LL % N LL" with 19-digit N (< 96 bytes), an
+ * offset at most 8 terms "COORD * N LL + " (< 8 * 123 bytes), an override an
+ * offset wrapped in a load. Text cut short would be wrong code, so the sizes
+ * are derived, not guessed, and the static asserts below keep them so. */
+#define COORD_MAX 96
+#define LIN_MAX 160
+#define OV_MAX 1152 /* an override's text: a load expression */
+
+_Static_assert(OV_MAX - 64 >= KF_MAX_RANK * (COORD_MAX + 27) + 1, "an offset fits");
+_Static_assert(LIN_MAX >= 4 * 24 + 40, "a linear index fits");
+
+typedef struct cg {
+    const kf_plan *plan;
+    const kf_group *g;
+    const kf_mem *mem;
+    kf_cuda_kernel *k;
+    sbuf s;
+    uint32_t n;       /* nodes */
+    char (*ov)[OV_MAX]; /* per node: the expression standing for it ("" none) */
+    bool *need;       /* per node: scratch for reachability */
+    int32_t *param;   /* per node: LOAD/ACC/SCORE: its param; else -1 */
+    kf_status st;
+} cg;
+
+static kf_status cg_fail(cg *c, kf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static kf_status cg_fail(cg *c, kf_status st, const char *fmt, ...) {
+    if (c->st == KF_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->k->error, sizeof c->k->error, fmt, ap);
+        va_end(ap);
+        c->st = st;
+    }
+    return st;
+}
+
+static const kf_tensor *tensor(const cg *c, uint32_t id) { return c->plan->graph->nodes[id]; }
+
+static uint64_t tensor_bytes(const cg *c, uint32_t id) {
+    const kf_tensor *t = tensor(c, id);
+    return (uint64_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
+}
+
+static int param_add(cg *c, kf_cuda_param_kind kind, uint32_t t, kf_dtype dt, uint64_t bytes) {
+    kf_cuda_kernel *k = c->k;
+    for (uint32_t i = 0; i < k->n_params; i++) {
+        if (k->params[i].kind == kind && k->params[i].tensor == t)
+            return (int)i;
+    }
+    if (k->n_params == KF_CUDA_MAX_PARAMS) {
+        cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): more than %d kernel parameters", c->g->id,
+                c->g->name, KF_CUDA_MAX_PARAMS);
+        return 0;
+    }
+    kf_cuda_param *p = &k->params[k->n_params];
+    p->kind = kind;
+    p->tensor = t;
+    p->dtype = dt;
+    p->bytes = bytes;
+    return (int)k->n_params++;
+}
+
+/* Marks what `root` needs, stopping at overridden nodes. */
+static void mark(cg *c, uint32_t root) {
+    if (root == KF_NONE || c->need[root])
+        return;
+    c->need[root] = true;
+    if (c->ov[root][0])
+        return;
+    const kf_expr *e = &c->g->expr[root];
+    if (e->kind == KF_EXPR_OP) {
+        for (int i = 0; i < 3; i++)
+            mark(c, e->src[i]);
+    }
+}
+
+static bool depends_on_stat(const cg *c, uint32_t root) {
+    const kf_expr *e = &c->g->expr[root];
+    if (e->kind == KF_EXPR_STAT)
+        return true;
+    if (e->kind != KF_EXPR_OP)
+        return false;
+    for (int i = 0; i < 3; i++) {
+        if (e->src[i] != KF_NONE && depends_on_stat(c, e->src[i]))
+            return true;
+    }
+    return false;
+}
+
+/* A float or double constant as its exact bits (inf and NaN included). */
+static void emit_const(cg *c, kf_dtype d, double v) {
+    if (d == KF_DTYPE_F64) {
+        uint64_t u;
+        memcpy(&u, &v, sizeof u);
+        sb_printf(&c->s, "__longlong_as_double(0x%016" PRIx64 "LL) /* %.17g */", u, v);
+    } else if (d == KF_DTYPE_I32) {
+        sb_printf(&c->s, "(int)%.0f", v);
+    } else if (d == KF_DTYPE_BOOL) {
+        sb_puts(&c->s, v != 0.0 ? "true" : "false");
+    } else {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        sb_printf(&c->s, "__uint_as_float(0x%08" PRIx32 "u) /* %.9g */", u, (double)f);
+    }
+}
+
+static const char *stat_field(kf_stat s) {
+    switch (s) {
+    case KF_STAT_MAX: return "max";
+    case KF_STAT_SUM: return "sum";
+    case KF_STAT_MEAN: return "mean";
+    case KF_STAT_RSTD: return "rstd";
+    case KF_STAT_RMS_RSTD: return "rms_rstd";
+    case KF_STAT_SUMEXP: return "sumexp";
+    default: return "sum";
+    }
+}
+
+static const char *op_fn(kf_op op) {
+    switch (op) {
+    case KF_OP_NEG: return "kf_neg";
+    case KF_OP_ABS: return "kf_abs";
+    case KF_OP_EXP: return "kf_exp";
+    case KF_OP_LOG: return "kf_log";
+    case KF_OP_SQRT: return "kf_sqrt";
+    case KF_OP_RSQRT: return "kf_rsqrt";
+    case KF_OP_TANH: return "kf_tanh";
+    case KF_OP_SIGMOID: return "kf_sigmoid";
+    case KF_OP_RELU: return "kf_relu";
+    case KF_OP_GELU: return "kf_gelu";
+    case KF_OP_GELU_TANH: return "kf_gelu_tanh";
+    case KF_OP_SILU: return "kf_silu";
+    case KF_OP_ADD: return "kf_add";
+    case KF_OP_SUB: return "kf_sub";
+    case KF_OP_MUL: return "kf_mul";
+    case KF_OP_DIV: return "kf_div";
+    case KF_OP_MAX: return "kf_max";
+    case KF_OP_MIN: return "kf_min";
+    case KF_OP_POW: return "kf_pow";
+    case KF_OP_EQ: return "==";
+    case KF_OP_NE: return "!=";
+    case KF_OP_LT: return "<";
+    case KF_OP_LE: return "<=";
+    case KF_OP_GT: return ">";
+    case KF_OP_GE: return ">=";
+    default: return NULL;
+    }
+}
+
+/* One statement per needed node, in node order: `const T vN = ...;`. The
+ * coordinate nodes and loads come from c->ov; `coord` gives the coordinate of
+ * axis d of a space (a string), `ind` the indentation. */
+typedef const char *(*coord_fn)(void *user, kf_space sp, int axis);
+
+static void emit_nodes(cg *c, coord_fn coord, void *user, const char *ind) {
+    const kf_group *g = c->g;
+    for (uint32_t i = 0; i < c->n && c->st == KF_OK; i++) {
+        if (!c->need[i])
+            continue;
+        const kf_expr *e = &g->expr[i];
+        const char *rt = reg_type(e->dtype);
+        const char *rnd = e->tensor != KF_NONE ? round_fn(e->dtype) : NULL;
+        sb_printf(&c->s, "%sconst %s v%u = ", ind, rt, i);
+        if (c->ov[i][0]) {
+            sb_printf(&c->s, "(%s)(%s);\n", rt, c->ov[i]);
+            continue;
+        }
+        int rank = e->space == KF_SPACE_ROW ? g->row_rank : g->rank;
+        switch (e->kind) {
+        case KF_EXPR_CONST:
+            emit_const(c, e->dtype, e->value);
+            break;
+        case KF_EXPR_INDEX:
+        case KF_EXPR_ROW:
+        case KF_EXPR_COL:
+        case KF_EXPR_BATCH:
+        case KF_EXPR_HEAD:
+        case KF_EXPR_Q_IDX:
+        case KF_EXPR_KV_IDX: {
+            int axis = e->kind == KF_EXPR_INDEX    ? e->axis
+                       : e->kind == KF_EXPR_ROW    ? rank - 2
+                       : e->kind == KF_EXPR_COL    ? rank - 1
+                       : e->kind == KF_EXPR_BATCH  ? rank - 4
+                       : e->kind == KF_EXPR_HEAD   ? rank - 3
+                       : e->kind == KF_EXPR_Q_IDX  ? rank - 2
+                                                   : rank - 1;
+            if (axis < 0)
+                sb_printf(&c->s, "(%s)0", rt);
+            else
+                sb_printf(&c->s, "(%s)(%s)", rt, coord(user, e->space, axis));
+            break;
+        }
+        case KF_EXPR_STAT:
+            if (rnd)
+                sb_printf(&c->s, "%s((float)st.%s)", rnd, stat_field(e->stat));
+            else
+                sb_printf(&c->s, "(%s)st.%s", rt, stat_field(e->stat));
+            break;
+        case KF_EXPR_OP: {
+            kf_op op = e->op;
+            if (rnd)
+                sb_printf(&c->s, "%s(", rnd);
+            if (op == KF_OP_CAST) {
+                kf_dtype from = g->expr[e->src[0]].dtype;
+                if (e->dtype == KF_DTYPE_BOOL)
+                    sb_printf(&c->s, "(v%u != 0)", e->src[0]);
+                else if (from == KF_DTYPE_BOOL)
+                    sb_printf(&c->s, "(%s)(v%u ? 1 : 0)", rt, e->src[0]);
+                else
+                    sb_printf(&c->s, "(%s)v%u", rt, e->src[0]);
+            } else if (op == KF_OP_WHERE) {
+                sb_printf(&c->s, "(v%u ? v%u : v%u)", e->src[0], e->src[1], e->src[2]);
+            } else if (kf_op_has(op, KF_TRAIT_COMPARE)) {
+                sb_printf(&c->s, "(v%u %s v%u)", e->src[0], op_fn(op), e->src[1]);
+            } else if (kf_op_has(op, KF_TRAIT_BINARY) && op_fn(op)) {
+                sb_printf(&c->s, "%s(v%u, v%u)", op_fn(op), e->src[0], e->src[1]);
+            } else if (kf_op_has(op, KF_TRAIT_UNARY) && op_fn(op)) {
+                sb_printf(&c->s, "%s(v%u)", op_fn(op), e->src[0]);
+            } else {
+                cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): op %s has no CUDA form", g->id,
+                        g->name, kf_op_get(op)->name);
+            }
+            if (rnd)
+                sb_puts(&c->s, ")");
+            break;
+        }
+        default:
+            cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): a %s node in a %s kernel", g->id,
+                    g->name, kf_expr_kind_name(e->kind), kf_cuda_template_name(c->k->tmpl));
+            break;
+        }
+        sb_puts(&c->s, ";\n");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Accesses                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void space_dims(const kf_group *g, kf_space sp, int *rank, const int64_t **dims) {
+    *rank = sp == KF_SPACE_ROW ? g->row_rank : g->rank;
+    *dims = sp == KF_SPACE_ROW ? g->row_dims : g->dims;
+}
+
+static void contig_strides(int rank, const int64_t *dims, int64_t *s) {
+    int64_t acc = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        s[i] = acc;
+        acc *= dims[i];
+    }
+}
+
+static bool strides_contig(int rank, const int64_t *dims, const int64_t *s) {
+    int64_t cs[KF_MAX_RANK];
+    contig_strides(rank, dims, cs);
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] != 1 && s[d] != cs[d])
+            return false;
+    }
+    return true;
+}
+
+static int64_t numel_of(int rank, const int64_t *dims) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= dims[d];
+    return n;
+}
+
+/* How an access is made in a chunk of VV elements along the last axis. */
+typedef enum acc_class { ACC_VECTOR, ACC_BCAST, ACC_GATHER } acc_class;
+
+static acc_class classify(int rank, const int64_t *dims, const int64_t *s, uint32_t vec) {
+    if (rank == 0 || dims[rank - 1] == 1)
+        return ACC_BCAST;
+    int64_t last = s[rank - 1];
+    if (last == 0)
+        return ACC_BCAST;
+    if (last != 1)
+        return ACC_GATHER;
+    for (int d = 0; d < rank - 1; d++) {
+        if (dims[d] != 1 && s[d] % (int64_t)vec != 0)
+            return ACC_GATHER;
+    }
+    return ACC_VECTOR;
+}
+
+/* The strides of a LOAD / ACC / SCORE node in its space. */
+static void node_strides(const cg *c, uint32_t i, int64_t *s) {
+    const kf_expr *e = &c->g->expr[i];
+    int rank;
+    const int64_t *dims;
+    space_dims(c->g, e->space, &rank, &dims);
+    if (e->kind == KF_EXPR_LOAD)
+        memcpy(s, e->strides, sizeof(int64_t) * KF_MAX_RANK);
+    else
+        contig_strides(rank, dims, s);
+}
+
+/* Registers the params of every load among the needed nodes. */
+static void load_params(cg *c) {
+    const kf_group *g = c->g;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || c->ov[i][0])
+            continue;
+        if (e->kind == KF_EXPR_LOAD) {
+            c->param[i] = param_add(c, KF_CUDA_PARAM_IN, e->base, tensor(c, e->base)->dtype,
+                                    tensor_bytes(c, e->base));
+        } else if (e->kind == KF_EXPR_ACC) {
+            uint32_t t = g->gemm.anchor[e->anchor == 1 ? 1 : 0];
+            c->param[i] = param_add(c, KF_CUDA_PARAM_ACC, t, tensor(c, t)->dtype, tensor_bytes(c, t));
+        } else if (e->kind == KF_EXPR_SCORE) {
+            uint32_t t = g->attn.qk;
+            c->param[i] =
+                param_add(c, KF_CUDA_PARAM_SCORES, t, tensor(c, t)->dtype, tensor_bytes(c, t));
+        }
+    }
+}
+
+static bool is_load(const kf_expr *e) {
+    return e->kind == KF_EXPR_LOAD || e->kind == KF_EXPR_ACC || e->kind == KF_EXPR_SCORE;
+}
+
+/* Smallest element size among the contiguous-along-last loads of space sp. */
+static size_t min_vec_size(const cg *c, kf_space sp, size_t start) {
+    size_t m = start;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &c->g->expr[i];
+        if (!c->need[i] || c->ov[i][0] || !is_load(e) || e->space != sp)
+            continue;
+        int rank;
+        const int64_t *dims;
+        space_dims(c->g, sp, &rank, &dims);
+        int64_t s[KF_MAX_RANK];
+        node_strides(c, i, s);
+        if (classify(rank, dims, s, 1) == ACC_VECTOR) {
+            size_t z = kf_dtype_size(c->k->params[c->param[i]].dtype);
+            if (z < m)
+                m = z;
+        }
+    }
+    return m;
+}
+
+static uint32_t vec_for(size_t min_size, int64_t last_dim, bool tail_ok) {
+    uint32_t v = (uint32_t)(16 / (min_size ? min_size : 16));
+    if (v > 8)
+        v = 8;
+    if (v < 1)
+        v = 1;
+    while (v > 1 && !tail_ok && last_dim % v != 0)
+        v /= 2;
+    return v;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Chunk bodies: loads, expressions, stores for VV elements along the last   */
+/* axis of a space                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Where the chunk's coordinates come from: coordinate strings per axis for
+ * each space, and the linear offset of the chunk's first element in a
+ * contiguous layout of each space. */
+typedef struct chunk_ctx {
+    char coord[KF_SPACE_COUNT][KF_MAX_RANK][COORD_MAX];
+    char lin[KF_SPACE_COUNT][LIN_MAX];
+    char kcoord[COORD_MAX + 8]; /* scratch for coord_of */
+    int vrank[KF_SPACE_COUNT]; /* the vectorized axis is rank-1 of the space; -1: no vectors */
+} chunk_ctx;
+
+static const char *coord_of(void *user, kf_space sp, int axis) {
+    chunk_ctx *x = user;
+    int rank = x->vrank[sp];
+    if (rank > 0 && axis == rank - 1) {
+        snprintf(x->kcoord, sizeof x->kcoord, "%s + k", x->coord[sp][axis]);
+        return x->kcoord;
+    }
+    return x->coord[sp][axis];
+}
+
+/* The offset of a node's first chunk element, into buf. */
+static void offset_str(const cg *c, const chunk_ctx *x, uint32_t i, char *buf, size_t size) {
+    const kf_expr *e = &c->g->expr[i];
+    int rank;
+    const int64_t *dims;
+    space_dims(c->g, e->space, &rank, &dims);
+    int64_t s[KF_MAX_RANK];
+    node_strides(c, i, s);
+    if (strides_contig(rank, dims, s)) {
+        snprintf(buf, size, "%s", x->lin[e->space]);
+        return;
+    }
+    size_t n = 0;
+    buf[0] = 0;
+    for (int d = 0; d < rank && n < size; d++) {
+        if (s[d] == 0 || dims[d] == 1)
+            continue;
+        int w = snprintf(buf + n, size - n, "%s%s * %" PRId64 "LL", n ? " + " : "", x->coord[e->space][d],
+                         s[d]);
+        n += w > 0 ? (size_t)w : 0;
+    }
+    if (!buf[0])
+        snprintf(buf, size, "0");
+}
+
+/* Emits the loads of the needed nodes in space-filter `sp` (all spaces if
+ * sp == KF_SPACE_COUNT) before the k loop (vectors, broadcasts) and fills the
+ * overrides (arrays, scalars, per-element gathers). Returns the alignment
+ * conditions through `ok` (param index -> bytes). */
+static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind) {
+    const kf_group *g = c->g;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || c->ov[i][0] || !is_load(e))
+            continue;
+        int rank;
+        const int64_t *dims;
+        space_dims(g, e->space, &rank, &dims);
+        int64_t s[KF_MAX_RANK];
+        node_strides(c, i, s);
+        char off[OV_MAX - 64];
+        offset_str(c, x, i, off, sizeof off);
+        int p = c->param[i];
+        acc_class cl = x->vrank[e->space] > 0 ? classify(rank, dims, s, vec) : ACC_BCAST;
+        const char *rt = reg_type(c->k->params[p].dtype);
+        if (cl == ACC_VECTOR) {
+            sb_printf(&c->s, "%s%s l%u[VV];\n%skf_ldv<VV>(p%d + (%s), l%u);\n", ind, rt, i, ind, p,
+                      off, i);
+            snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+        } else if (cl == ACC_BCAST) {
+            sb_printf(&c->s, "%sconst %s l%u = kf_ld(p%d + (%s));\n", ind, rt, i, p, off);
+            snprintf(c->ov[i], OV_MAX, "l%u", i);
+        } else {
+            snprintf(c->ov[i], OV_MAX, "kf_ld(p%d + (%s) + k * %" PRId64 "LL)", p, off,
+                     s[rank - 1]);
+        }
+    }
+}
+
+/* kf_vec_ok's conditions for the vector loads among the needed nodes (and the
+ * `extra` params, written contiguously), appended to *cond. */
+static void vec_conditions(cg *c, const chunk_ctx *x, uint32_t vec, sbuf *cond) {
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &c->g->expr[i];
+        if (!c->need[i] || c->ov[i][0] || !is_load(e) || x->vrank[e->space] <= 0)
+            continue;
+        int rank;
+        const int64_t *dims;
+        space_dims(c->g, e->space, &rank, &dims);
+        int64_t s[KF_MAX_RANK];
+        node_strides(c, i, s);
+        if (classify(rank, dims, s, vec) != ACC_VECTOR)
+            continue;
+        int p = c->param[i];
+        size_t bytes = vec * kf_dtype_size(c->k->params[p].dtype);
+        sb_printf(cond, " && kf_aligned(p%d, %zu)", p, bytes > 16 ? (size_t)16 : bytes);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Common pieces of every source                                              */
+/* ------------------------------------------------------------------------ */
+
+static void emit_params(cg *c, bool args) {
+    const kf_cuda_kernel *k = c->k;
+    for (uint32_t i = 0; i < k->n_params; i++) {
+        const kf_cuda_param *p = &k->params[i];
+        if (args) {
+            sb_printf(&c->s, "%sp%u", i ? ", " : "", i);
+            continue;
+        }
+        bool in = p->kind == KF_CUDA_PARAM_IN || p->kind == KF_CUDA_PARAM_ACC ||
+                  p->kind == KF_CUDA_PARAM_SCORES;
+        sb_printf(&c->s, "%s%s%s *__restrict__ p%u", i ? ", " : "", in ? "const " : "",
+                  storage_type(p->dtype), i);
+    }
+}
+
+static void emit_head(cg *c, const char *what) {
+    const kf_cuda_kernel *k = c->k;
+    sb_printf(&c->s,
+              "/* kfuse generated kernel %s\n"
+              " * %s of plan group %u (%s), template %s, %s, codegen v%u.\n"
+              " * Parameters:\n",
+              k->name, what, c->g->id, c->g->name, kf_cuda_template_name(k->tmpl), k->arch,
+              KF_CUDA_CODEGEN_VERSION);
+    static const char *const kinds[] = {"in", "out", "acc", "scores", "scratch", "i64"};
+    for (uint32_t i = 0; i < k->n_params; i++) {
+        const kf_cuda_param *p = &k->params[i];
+        const kf_tensor *t = tensor(c, p->tensor);
+        char ty[96];
+        kf_ir_type_str(t, ty, sizeof ty);
+        sb_printf(&c->s, " *   p%u %-7s %s %s\n", i, kinds[p->kind], t->name ? t->name : "%", ty);
+    }
+    sb_puts(&c->s, " */\n");
+    sb_puts(&c->s, kf_cuda_tpl_common);
+    sb_printf(&c->s, "\n/* ---- generated ---- */\n#define KF_KERNEL %s\n#define KF_BLOCK %u\n#define KF_VEC %u\n",
+              k->name, k->launch.block, k->vec);
+    sb_puts(&c->s, "#define KF_PARAMS ");
+    emit_params(c, false);
+    sb_puts(&c->s, "\n#define KF_ARGS ");
+    emit_params(c, true);
+    sb_puts(&c->s, "\n");
+}
+
+static void emit_vec_ok(cg *c, const char *conds) {
+    sb_printf(&c->s, "__device__ __forceinline__ bool kf_vec_ok(KF_PARAMS) {\n    return true%s;\n}\n",
+              conds);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Kernel setup shared by the entry points                                    */
+/* ------------------------------------------------------------------------ */
+
+static kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch,
+                          const kf_mem *mem, kf_cuda_kernel *out) {
+    memset(out, 0, sizeof *out);
+    memset(c, 0, sizeof *c);
+    c->k = out;
+    c->mem = mem;
+    c->s.mem = mem;
+    if (!plan || !mem || !arch) {
+        snprintf(out->error, sizeof out->error, "kf_cuda_codegen: NULL plan, allocator or arch");
+        return KF_ERR_INVALID_ARGUMENT;
+    }
+    size_t al = strlen(arch);
+    bool arch_ok = al >= 5 && al < KF_CUDA_ARCH_MAX && strncmp(arch, "sm_", 3) == 0;
+    for (size_t i = 3; arch_ok && i < al; i++)
+        arch_ok = (arch[i] >= '0' && arch[i] <= '9') || (i == al - 1 && (arch[i] == 'a' || arch[i] == 'f'));
+    if (!arch_ok) {
+        snprintf(out->error, sizeof out->error,
+                 "kf_cuda_codegen: bad arch '%s': expected sm_XY or sm_XYa, e.g. sm_80 or sm_90a",
+                 arch);
+        return KF_ERR_INVALID_ARGUMENT;
+    }
+    if (group >= plan->n_groups) {
+        snprintf(out->error, sizeof out->error, "kf_cuda_codegen: group %u out of range (%u groups)",
+                 group, plan->n_groups);
+        return KF_ERR_INVALID_ARGUMENT;
+    }
+    c->plan = plan;
+    c->g = &plan->groups[group];
+    c->n = c->g->n_expr;
+    snprintf(out->arch, sizeof out->arch, "%s", arch);
+    out->group = group;
+    size_t n = c->n ? c->n : 1;
+    c->ov = kf_mem_calloc(mem, n, sizeof *c->ov);
+    c->need = kf_mem_calloc(mem, n, sizeof *c->need);
+    c->param = kf_mem_calloc(mem, n, sizeof *c->param);
+    if (!c->ov || !c->need || !c->param) {
+        snprintf(out->error, sizeof out->error, "kf_cuda_codegen: out of memory");
+        return KF_ERR_OUT_OF_MEMORY;
+    }
+    for (uint32_t i = 0; i < c->n; i++)
+        c->param[i] = -1;
+    return KF_OK;
+}
+
+/* NVRTC (runtime/nvrtc.c) takes identifiers of at most 64 characters. */
+#define NAME_LIMIT 64
+_Static_assert(NAME_LIMIT < KF_CUDA_NAME_MAX, "a short name fits the kernel's name field");
+
+static uint32_t fnv1a(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* PREFIX + the group's name + "_" + arch without '_': ew_gelu_mul_bf16_65536x4096_sm90a.
+ * Too long, the op tags are cut and a hash of the whole name keeps it unique:
+ * ew_neg_abs_exp_..._3f9a01c2_f32_8x64_sm80. */
+static void cg_set_name(cg *c, const char *prefix) {
+    char a[KF_CUDA_ARCH_MAX];
+    size_t j = 0;
+    for (const char *p = c->k->arch; *p && j + 1 < sizeof a; p++) {
+        if (*p != '_')
+            a[j++] = *p;
+    }
+    a[j] = 0;
+    char base[sizeof c->g->name];
+    size_t n = 0;
+    for (const char *p = c->g->name; *p && n + 1 < sizeof base; p++) {
+        char ch = *p;
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        base[n++] = ok ? ch : '_';
+    }
+    base[n] = 0;
+    char full[KF_CUDA_NAME_MAX + sizeof base];
+    snprintf(full, sizeof full, "%s%s_%s", prefix, base, a);
+    size_t full_len = strlen(full);
+    if (full_len <= NAME_LIMIT) {
+        memcpy(c->k->name, full, full_len + 1); /* NAME_LIMIT < sizeof c->k->name */
+        return;
+    }
+    /* tail: "_DTYPE_SHAPE_ARCH" (the last two '_' of the group's name) */
+    char *u1 = strrchr(base, '_');
+    char *u2 = NULL;
+    if (u1) {
+        *u1 = 0;
+        u2 = strrchr(base, '_');
+        *u1 = '_';
+    }
+    char tail[NAME_LIMIT];
+    snprintf(tail, sizeof tail, "%s_%s", u2 ? u2 : "", a);
+    uint32_t h = fnv1a(full);
+    size_t keep_tail = strlen(tail);
+    if (keep_tail + 12 > NAME_LIMIT) {
+        snprintf(c->k->name, sizeof c->k->name, "k%s_%08x_%s", prefix[0] ? "_" : "", h, a);
+        return;
+    }
+    size_t head = NAME_LIMIT - keep_tail - 9;
+    if (u2)
+        *u2 = 0;
+    char headbuf[NAME_LIMIT];
+    snprintf(headbuf, sizeof headbuf, "%.8s%.55s", prefix, base); /* prefixes are <= 8 chars */
+    headbuf[head < sizeof headbuf ? head : sizeof headbuf - 1] = 0;
+    snprintf(c->k->name, sizeof c->k->name, "%.63s_%08x%.63s", headbuf, h, tail);
+}
+
+static kf_status cg_end(cg *c, kf_status st) {
+    if (c->st == KF_OK && c->s.oom)
+        cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    if (st == KF_OK)
+        st = c->st;
+    if (c->ov)
+        kf_mem_free(c->mem, c->ov, (c->n ? c->n : 1) * sizeof *c->ov);
+    if (c->need)
+        kf_mem_free(c->mem, c->need, (c->n ? c->n : 1) * sizeof *c->need);
+    if (c->param)
+        kf_mem_free(c->mem, c->param, (c->n ? c->n : 1) * sizeof *c->param);
+    if (st != KF_OK) {
+        if (c->s.p)
+            kf_mem_free(c->mem, c->s.p, c->s.cap);
+        c->k->source = NULL;
+        c->k->source_len = c->k->source_cap = 0;
+        return st;
+    }
+    c->k->source = c->s.p;
+    c->k->source_len = c->s.len;
+    c->k->source_cap = c->s.cap;
+    return KF_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Outputs                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct out_spec {
+    uint32_t node;   /* root */
+    int param;
+    kf_dtype dtype;  /* the buffer's */
+    uint32_t tensor;
+    bool synth_softmax; /* attention: exp(x - max) / sumexp of the row input */
+} out_spec;
+
+#define MAX_OUTS KF_CUDA_MAX_PARAMS
+
+/* ------------------------------------------------------------------------ */
+/* Elementwise (and layout, and the GEMM epilogue without a row stage)        */
+/* ------------------------------------------------------------------------ */
+
+static void coords_linear(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims,
+                          const char *linear) {
+    int64_t inner = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        if (d == 0)
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "(%s) / %" PRId64 "LL", linear, inner);
+        else if (inner == 1)
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "(%s) %% %" PRId64 "LL", linear, dims[d]);
+        else
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "(%s) / %" PRId64 "LL %% %" PRId64 "LL",
+                     linear, inner, dims[d]);
+        inner *= dims[d];
+    }
+    snprintf(x->lin[sp], sizeof x->lin[sp], "%s", linear);
+}
+
+static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
+                                 const char *what) {
+    const kf_group *g = c->g;
+    kf_cuda_kernel *k = c->k;
+    int rank;
+    const int64_t *dims;
+    space_dims(g, sp, &rank, &dims);
+    int64_t n = numel_of(rank, dims);
+    k->tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE;
+    for (uint32_t o = 0; o < n_outs; o++)
+        mark(c, outs[o].node);
+    load_params(c);
+    /* Writes: contiguous over the space (a vector store), or broadcast (a
+     * guarded scalar store: only the elements at coordinate 0 of the axes the
+     * written tensor does not have). */
+    bool all_full = true;
+    size_t minsz = 16;
+    for (uint32_t o = 0; o < n_outs; o++) {
+        const kf_tensor *t = tensor(c, outs[o].tensor);
+        if (kf_ir_numel(t) != n)
+            all_full = false;
+        size_t z = kf_dtype_size(outs[o].dtype);
+        if (z < minsz)
+            minsz = z;
+    }
+    minsz = min_vec_size(c, sp, minsz);
+    uint32_t vec = all_full && rank > 0 ? vec_for(minsz, dims[rank - 1], rank == 1) : 1;
+    if (n < (int64_t)vec)
+        vec = 1;
+    k->vec = vec;
+    k->launch.block = 256;
+    k->launch.work_items = (uint64_t)((n + vec - 1) / vec);
+    k->launch.items_per_block = 256;
+    k->launch.blocks_per_sm = 8;
+    if (c->st != KF_OK)
+        return c->st;
+    emit_head(c, what);
+    sb_printf(&c->s, "#define KF_N %" PRId64 "LL\n#define KF_NVEC %" PRId64 "LL\n\n", n,
+              n / (int64_t)vec);
+
+    chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
+    if (!x)
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    coords_linear(x, sp, rank, dims, "i0");
+    x->vrank[sp] = rank;
+    x->vrank[sp == KF_SPACE_OUT ? KF_SPACE_ROW : KF_SPACE_OUT] = 0;
+
+    sbuf cond = {.mem = c->mem};
+    vec_conditions(c, x, vec, &cond);
+    for (uint32_t o = 0; o < n_outs && vec > 1; o++) {
+        size_t bytes = vec * kf_dtype_size(outs[o].dtype);
+        sb_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param, bytes > 16 ? (size_t)16 : bytes);
+    }
+    emit_vec_ok(c, cond.p ? cond.p : "");
+    if (cond.p)
+        kf_mem_free(c->mem, cond.p, cond.cap);
+
+    sb_puts(&c->s, "template <int VV> __device__ __forceinline__ void kf_body(long long i0, KF_PARAMS) {\n");
+    emit_loads(c, x, vec, "    ");
+    for (uint32_t o = 0; o < n_outs; o++)
+        sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
+    sb_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
+    emit_nodes(c, coord_of, x, "        ");
+    for (uint32_t o = 0; o < n_outs; o++)
+        sb_printf(&c->s, "        o%u[k] = (%s)v%u;\n", o, reg_type(outs[o].dtype), outs[o].node);
+    sb_puts(&c->s, "    }\n");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        const kf_tensor *t = tensor(c, outs[o].tensor);
+        if (kf_ir_numel(t) == n) {
+            sb_printf(&c->s, "    kf_stv<VV>(p%d + i0, o%u);\n", outs[o].param, o);
+            continue;
+        }
+        /* vec == 1 here. */
+        int64_t s[KF_MAX_RANK];
+        kf_ir_broadcast_strides(t, rank, s);
+        sb_puts(&c->s, "    if (true");
+        for (int d = 0; d < rank; d++) {
+            if (s[d] == 0 && dims[d] != 1)
+                sb_printf(&c->s, " && %s == 0", x->coord[sp][d]);
+        }
+        sb_printf(&c->s, ")\n        kf_st(p%d + (0", outs[o].param);
+        for (int d = 0; d < rank; d++) {
+            if (s[d] != 0 && dims[d] != 1)
+                sb_printf(&c->s, " + %s * %" PRId64 "LL", x->coord[sp][d], s[d]);
+        }
+        sb_printf(&c->s, "), o%u[0]);\n", o);
+    }
+    sb_puts(&c->s, "}\n\n");
+    kf_mem_free(c->mem, x, sizeof *x);
+    sb_puts(&c->s, kf_cuda_tpl_elementwise);
+    return c->st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row-wise                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct row_spec {
+    kf_space sp;      /* the row input's space (last axis reduced) */
+    uint32_t input;   /* node x */
+    unsigned stats;   /* 1u << KF_STAT_* */
+    int64_t length;
+    double eps;
+    kf_dtype in_dtype;
+} row_spec;
+
+static unsigned stats_used(const cg *c, unsigned declared) {
+    unsigned s = declared;
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (c->need[i] && c->g->expr[i].kind == KF_EXPR_STAT)
+            s |= 1u << c->g->expr[i].stat;
+    }
+    return s;
+}
+
+static void emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, int64_t length) {
+    bool dbl = in_dtype == KF_DTYPE_F64 || in_dtype == KF_DTYPE_I32;
+    sb_printf(&c->s, "typedef %s kf_acc_t;\n", dbl ? "double" : "float");
+    sb_printf(&c->s, "#define KF_NEED_MAX %d\n", (s & (1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP)) != 0);
+    sb_printf(&c->s, "#define KF_NEED_SUM %d\n",
+              (s & (1u << KF_STAT_SUM | 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD)) != 0);
+    sb_printf(&c->s, "#define KF_NEED_SUMSQ %d\n", (s & (1u << KF_STAT_RMS_RSTD)) != 0);
+    sb_printf(&c->s, "#define KF_NEED_M2 %d\n", (s & (1u << KF_STAT_RSTD)) != 0);
+    sb_printf(&c->s, "#define KF_NEED_SUMEXP %d\n", (s & (1u << KF_STAT_SUMEXP)) != 0);
+    sb_puts(&c->s, "#define KF_EPS ");
+    emit_const(c, dbl ? KF_DTYPE_F64 : KF_DTYPE_F32, eps);
+    sb_puts(&c->s, "\n");
+    (void)length;
+}
+
+/* The row kernel: outs in the row space (prologue when they need no
+ * statistic, epilogue otherwise), and outs in the other space (once per row). */
+static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_outs,
+                             const char *what) {
+    const kf_group *g = c->g;
+    kf_cuda_kernel *k = c->k;
+    int rank, orank;
+    const int64_t *dims, *odims;
+    space_dims(g, rs->sp, &rank, &dims);
+    kf_space osp = rs->sp == KF_SPACE_ROW ? KF_SPACE_OUT : KF_SPACE_ROW;
+    space_dims(g, osp, &orank, &odims);
+    int64_t L = rs->length;
+    if (rank < 1 || dims[rank - 1] != L)
+        return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): the row axis is not the last one",
+                       g->id, g->name);
+    int64_t rows = numel_of(rank, dims) / (L ? L : 1);
+
+    /* Which outs go where. */
+    bool pro[MAX_OUTS], epi[MAX_OUTS], rowo[MAX_OUTS];
+    for (uint32_t o = 0; o < n_outs; o++) {
+        const kf_expr *e = &g->expr[outs[o].node];
+        bool same = e->space == rs->sp;
+        bool st = outs[o].synth_softmax || depends_on_stat(c, outs[o].node);
+        pro[o] = same && !st;
+        epi[o] = same && st;
+        rowo[o] = !same;
+        if (same && kf_ir_numel(tensor(c, outs[o].tensor)) != numel_of(rank, dims))
+            return cg_fail(c, KF_ERR_UNSUPPORTED,
+                           "group %u (%s): a row-space output smaller than the row space", g->id,
+                           g->name);
+    }
+    /* Params: mark everything once (prologue view: x not overridden). */
+    for (uint32_t o = 0; o < n_outs; o++)
+        mark(c, outs[o].node);
+    mark(c, rs->input);
+    load_params(c);
+    unsigned stats = stats_used(c, rs->stats);
+    size_t minsz = 16;
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (!rowo[o] && kf_dtype_size(outs[o].dtype) < minsz)
+            minsz = kf_dtype_size(outs[o].dtype);
+    }
+    minsz = min_vec_size(c, rs->sp, minsz);
+    uint32_t vec = vec_for(minsz, L, false);
+    bool dbl = rs->in_dtype == KF_DTYPE_F64 || rs->in_dtype == KF_DTYPE_I32;
+    /* Template: a warp per row up to 1024, else a block; registers up to 32
+     * values per thread, else re-read per pass. */
+    uint32_t block;
+    bool warp = L <= 1024, multipass = false;
+    if (warp) {
+        block = 256;
+    } else {
+        block = 128;
+        while (block < 1024 && (L + block - 1) / block > 8)
+            block *= 2;
+        multipass = (L + block - 1) / block > (dbl ? 16 : 32);
+    }
+    if (multipass)
+        vec = vec > 4 ? 4 : vec; /* no register arrays: keep the chunk small */
+    k->tmpl = warp ? KF_CUDA_TEMPLATE_ROW_WARP
+                   : multipass ? KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS : KF_CUDA_TEMPLATE_ROW_BLOCK;
+    k->vec = vec;
+    k->launch.block = block;
+    k->launch.work_items = (uint64_t)rows;
+    k->launch.items_per_block = warp ? block / 32 : 1;
+    k->launch.blocks_per_sm = 2048 / block;
+    if (c->st != KF_OK)
+        return c->st;
+    uint32_t lanes = warp ? 32 : block;
+    uint32_t chunks = (uint32_t)(L / vec);
+    emit_head(c, what);
+    sb_printf(&c->s,
+              "#define KF_ROWS %" PRId64 "LL\n#define KF_L %" PRId64 "\n#define KF_ROW_WARP %d\n"
+              "#define KF_MULTIPASS %d\n#define KF_PER_THREAD %u\n",
+              rows, L, warp, multipass, (chunks + lanes - 1) / lanes);
+    emit_stat_defines(c, stats, rs->eps, rs->in_dtype, L);
+    bool has_epi = false;
+    for (uint32_t o = 0; o < n_outs; o++)
+        has_epi = has_epi || epi[o];
+    sb_printf(&c->s, "#define KF_HAS_EPILOGUE %d\n\n", has_epi);
+    sb_puts(&c->s, "struct kf_stats;\n");
+
+    chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
+    if (!x)
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    /* Row space: outer coordinates from `row`, the last from j0 = c * VV. */
+    {
+        int64_t inner = 1;
+        for (int d = rank - 2; d >= 0; d--) {
+            if (d == 0)
+                snprintf(x->coord[rs->sp][d], sizeof x->coord[rs->sp][d], "row / %" PRId64 "LL", inner);
+            else
+                snprintf(x->coord[rs->sp][d], sizeof x->coord[rs->sp][d], "row / %" PRId64 "LL %% %" PRId64 "LL", inner, dims[d]);
+            inner *= dims[d];
+        }
+        snprintf(x->coord[rs->sp][rank - 1], sizeof x->coord[rs->sp][rank - 1], "j0");
+        snprintf(x->lin[rs->sp], sizeof x->lin[rs->sp], "row * %" PRId64 "LL + j0", L);
+        x->vrank[rs->sp] = rank;
+    }
+    coords_linear(x, osp, orank, odims, "row");
+    x->vrank[osp] = 0;
+
+    /* kf_vec_ok: the vector loads of prologue and epilogue, the row-space stores. */
+    sbuf cond = {.mem = c->mem};
+    if (vec > 1) {
+        vec_conditions(c, x, vec, &cond);
+        for (uint32_t o = 0; o < n_outs; o++) {
+            if (rowo[o])
+                continue;
+            size_t bytes = vec * kf_dtype_size(outs[o].dtype);
+            sb_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param, bytes > 16 ? (size_t)16 : bytes);
+        }
+    }
+    /* The template's stats struct is defined after the hooks; declare the
+     * hooks' bodies as templates on it. */
+    emit_vec_ok(c, cond.p ? cond.p : "");
+    if (cond.p)
+        kf_mem_free(c->mem, cond.p, cond.cap);
+
+    /* Prologue: x, and the outputs that need no statistic. */
+    memset(c->need, 0, c->n * sizeof *c->need);
+    for (uint32_t i = 0; i < c->n; i++)
+        c->ov[i][0] = 0;
+    mark(c, rs->input);
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (pro[o])
+            mark(c, outs[o].node);
+    }
+    sb_puts(&c->s,
+            "template <int VV> __device__ __forceinline__ void kf_prologue(long long row, int c, "
+            "kf_acc_t *x, bool store, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
+    emit_loads(c, x, vec, "    ");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (pro[o])
+            sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
+    }
+    sb_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
+    emit_nodes(c, coord_of, x, "        ");
+    sb_printf(&c->s, "        x[k] = (kf_acc_t)v%u;\n", rs->input);
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (pro[o])
+            sb_printf(&c->s, "        o%u[k] = (%s)v%u;\n", o, reg_type(outs[o].dtype), outs[o].node);
+    }
+    sb_puts(&c->s, "    }\n");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (pro[o])
+            sb_printf(&c->s, "    if (store)\n        kf_stv<VV>(p%d + row * %" PRId64 "LL + j0, o%u);\n",
+                      outs[o].param, L, o);
+    }
+    sb_puts(&c->s, "    (void)store;\n}\n\n");
+
+    /* Epilogue: per element, x from the prologue. */
+    memset(c->need, 0, c->n * sizeof *c->need);
+    for (uint32_t i = 0; i < c->n; i++)
+        c->ov[i][0] = 0;
+    snprintf(c->ov[rs->input], OV_MAX, "x[k]");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (epi[o] && !outs[o].synth_softmax)
+            mark(c, outs[o].node);
+    }
+    sb_puts(&c->s,
+            "template <int VV, typename S> __device__ __forceinline__ void kf_epilogue(long long row, "
+            "int c, const kf_acc_t *x, const S &st, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
+    emit_loads(c, x, vec, "    ");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (epi[o])
+            sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
+    }
+    sb_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
+    emit_nodes(c, coord_of, x, "        ");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (!epi[o])
+            continue;
+        if (outs[o].synth_softmax) {
+            const char *rnd = round_fn(outs[o].dtype);
+            sb_printf(&c->s, "        o%u[k] = (%s)%s%s(kf_exp(x[k] - st.max) / st.sumexp)%s;\n", o,
+                      reg_type(outs[o].dtype), rnd ? rnd : "", rnd ? "((float)" : "",
+                      rnd ? ")" : "");
+        } else {
+            sb_printf(&c->s, "        o%u[k] = (%s)v%u;\n", o, reg_type(outs[o].dtype), outs[o].node);
+        }
+    }
+    sb_puts(&c->s, "    }\n");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (epi[o])
+            sb_printf(&c->s, "    kf_stv<VV>(p%d + row * %" PRId64 "LL + j0, o%u);\n", outs[o].param,
+                      L, o);
+    }
+    sb_puts(&c->s, "    (void)x; (void)st;\n}\n\n");
+
+    /* Once per row: outputs in the other space (the reduced one). */
+    memset(c->need, 0, c->n * sizeof *c->need);
+    for (uint32_t i = 0; i < c->n; i++)
+        c->ov[i][0] = 0;
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (rowo[o])
+            mark(c, outs[o].node);
+    }
+    sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_row_out(long long row, "
+                   "const S &st, KF_PARAMS) {\n");
+    emit_loads(c, x, 1, "    ");
+    sb_puts(&c->s, "    const int k = 0;\n    (void)k;\n");
+    emit_nodes(c, coord_of, x, "    ");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (rowo[o])
+            sb_printf(&c->s, "    kf_st(p%d + row, (%s)v%u);\n", outs[o].param, reg_type(outs[o].dtype),
+                      outs[o].node);
+    }
+    sb_puts(&c->s, "    (void)row; (void)st;\n}\n\n");
+    kf_mem_free(c->mem, x, sizeof *x);
+    sb_puts(&c->s, kf_cuda_tpl_rowwise);
+    return c->st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Column reductions                                                          */
+/* ------------------------------------------------------------------------ */
+
+static kf_status gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
+    const kf_group *g = c->g;
+    const kf_row_stage *r = &g->row;
+    kf_cuda_kernel *k = c->k;
+    kf_space sp = r->space;
+    kf_space osp = sp == KF_SPACE_ROW ? KF_SPACE_OUT : KF_SPACE_ROW;
+    int rank, orank;
+    const int64_t *dims, *odims;
+    space_dims(g, sp, &rank, &dims);
+    space_dims(g, osp, &orank, &odims);
+    int ax = r->axis;
+    if (ax < 0 || ax >= rank)
+        return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): column axis %d out of range", g->id,
+                       g->name, ax);
+    int64_t A = dims[ax], I = 1, O = 1;
+    for (int d = ax + 1; d < rank; d++)
+        I *= dims[d];
+    for (int d = 0; d < ax; d++)
+        O *= dims[d];
+    bool epi[MAX_OUTS], rowo[MAX_OUTS];
+    bool has_epi = false;
+    for (uint32_t o = 0; o < n_outs; o++) {
+        const kf_expr *e = &g->expr[outs[o].node];
+        bool same = e->space == sp;
+        if (same && !depends_on_stat(c, outs[o].node))
+            return cg_fail(c, KF_ERR_UNSUPPORTED,
+                           "group %u (%s): a column prologue output (not generated)", g->id, g->name);
+        epi[o] = same;
+        rowo[o] = !same;
+        has_epi = has_epi || same;
+    }
+    for (uint32_t o = 0; o < n_outs; o++)
+        mark(c, outs[o].node);
+    mark(c, r->input);
+    load_params(c);
+    unsigned stats = stats_used(c, r->stats);
+    k->tmpl = KF_CUDA_TEMPLATE_COLREDUCE;
+    k->vec = 1;
+    k->launch.block = 256;
+    k->launch.work_items = (uint64_t)(O * I);
+    k->launch.items_per_block = 32;
+    k->launch.blocks_per_sm = 8;
+    if (c->st != KF_OK)
+        return c->st;
+    emit_head(c, "column reduction");
+    sb_printf(&c->s, "#define KF_COLS %" PRId64 "LL\n#define KF_A %" PRId64 "LL\n#define KF_YSPLIT 8\n",
+              O * I, A);
+    emit_stat_defines(c, stats, r->eps, g->expr[r->input].dtype, A);
+    sb_printf(&c->s, "#define KF_HAS_EPILOGUE %d\n\n", has_epi);
+
+    chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
+    if (!x)
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    {
+        int64_t inner = 1;
+        for (int d = rank - 1; d > ax; d--) {
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "col %% %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I,
+                     inner, dims[d]);
+            inner *= dims[d];
+        }
+        snprintf(x->coord[sp][ax], sizeof x->coord[sp][ax], "a");
+        inner = 1;
+        for (int d = ax - 1; d >= 0; d--) {
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "col / %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I,
+                     inner, dims[d]);
+            inner *= dims[d];
+        }
+        snprintf(x->lin[sp], sizeof x->lin[sp], "col / %" PRId64 "LL * %" PRId64 "LL + a * %" PRId64 "LL + col %% %" PRId64 "LL",
+                 I, A * I, I, I);
+        x->vrank[sp] = 0;
+    }
+    coords_linear(x, osp, orank, odims, "col");
+    x->vrank[osp] = 0;
+    emit_vec_ok(c, "");
+
+    memset(c->need, 0, c->n * sizeof *c->need);
+    mark(c, r->input);
+    sb_puts(&c->s, "__device__ __forceinline__ kf_acc_t kf_prologue(long long col, long long a, bool "
+                   "store, KF_PARAMS) {\n    const int k = 0;\n    (void)k; (void)store;\n");
+    emit_loads(c, x, 1, "    ");
+    emit_nodes(c, coord_of, x, "    ");
+    sb_printf(&c->s, "    return (kf_acc_t)v%u;\n}\n\n", r->input);
+
+    memset(c->need, 0, c->n * sizeof *c->need);
+    for (uint32_t i = 0; i < c->n; i++)
+        c->ov[i][0] = 0;
+    snprintf(c->ov[r->input], OV_MAX, "x");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (epi[o])
+            mark(c, outs[o].node);
+    }
+    sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_epilogue(long long col, "
+                   "long long a, kf_acc_t x, const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
+    emit_loads(c, x, 1, "    ");
+    emit_nodes(c, coord_of, x, "    ");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (epi[o])
+            sb_printf(&c->s, "    kf_st(p%d + (%s), (%s)v%u);\n", outs[o].param, x->lin[sp],
+                      reg_type(outs[o].dtype), outs[o].node);
+    }
+    sb_puts(&c->s, "    (void)x; (void)st;\n}\n\n");
+
+    memset(c->need, 0, c->n * sizeof *c->need);
+    for (uint32_t i = 0; i < c->n; i++)
+        c->ov[i][0] = 0;
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (rowo[o])
+            mark(c, outs[o].node);
+    }
+    sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_row_out(long long col, "
+                   "const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
+    emit_loads(c, x, 1, "    ");
+    emit_nodes(c, coord_of, x, "    ");
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (rowo[o])
+            sb_printf(&c->s, "    kf_st(p%d + col, (%s)v%u);\n", outs[o].param, reg_type(outs[o].dtype),
+                      outs[o].node);
+    }
+    sb_puts(&c->s, "    (void)st;\n}\n\n");
+    kf_mem_free(c->mem, x, sizeof *x);
+    sb_puts(&c->s, kf_cuda_tpl_colreduce);
+    return c->st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry points                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The group's writes as outputs (skipping roots that are `skip_kind` leaves:
+ * the bare GEMM result, which cuBLASLt writes itself). */
+static uint32_t collect_outs(cg *c, out_spec *outs, kf_expr_kind skip_kind) {
+    const kf_group *g = c->g;
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < g->n_writes && n < MAX_OUTS; w++) {
+        uint32_t root = g->roots ? g->roots[w] : KF_NONE;
+        if (root == KF_NONE)
+            continue;
+        if (g->expr[root].kind == skip_kind)
+            continue;
+        uint32_t t = g->writes[w];
+        outs[n].node = root;
+        outs[n].tensor = t;
+        outs[n].dtype = tensor(c, t)->dtype;
+        outs[n].synth_softmax = false;
+        n++;
+    }
+    return n;
+}
+
+static void out_params(cg *c, out_spec *outs, uint32_t n) {
+    for (uint32_t o = 0; o < n; o++) {
+        outs[o].param = param_add(c, KF_CUDA_PARAM_OUT, outs[o].tensor, outs[o].dtype,
+                                  tensor_bytes(c, outs[o].tensor));
+    }
+}
+
+static row_spec row_of_group(const cg *c) {
+    const kf_row_stage *r = &c->g->row;
+    row_spec rs = {.sp = r->space, .input = r->input, .stats = r->stats, .length = r->length,
+                   .eps = r->eps, .in_dtype = c->g->expr[r->input].dtype};
+    return rs;
+}
+
+kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char *arch,
+                                const kf_mem *mem, kf_cuda_kernel *out) {
+    cg c;
+    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    const kf_group *g = c.g;
+    out_spec outs[MAX_OUTS];
+    uint32_t n = collect_outs(&c, outs, KF_EXPR_COUNT);
+    switch (g->kind) {
+    case KF_GROUP_ELEMENTWISE:
+    case KF_GROUP_LAYOUT: {
+        cg_set_name(&c, "");
+        if (n == 0)
+            return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): no outputs", g->id, g->name));
+        /* Params: inputs first (in node order), then outputs. */
+        kf_space sp = g->expr[outs[0].node].space;
+        for (uint32_t o = 0; o < n; o++)
+            mark(&c, outs[o].node);
+        load_params(&c);
+        memset(c.need, 0, c.n * sizeof *c.need);
+        out_params(&c, outs, n);
+        st = gen_elementwise(&c, outs, n, sp,
+                             g->kind == KF_GROUP_LAYOUT ? "layout copy" : "elementwise group");
+        break;
+    }
+    case KF_GROUP_ROWWISE: {
+        cg_set_name(&c, "");
+        row_spec rs = row_of_group(&c);
+        for (uint32_t o = 0; o < n; o++)
+            mark(&c, outs[o].node);
+        mark(&c, rs.input);
+        load_params(&c);
+        memset(c.need, 0, c.n * sizeof *c.need);
+        out_params(&c, outs, n);
+        st = gen_rowwise(&c, &rs, outs, n, "row-wise group");
+        break;
+    }
+    case KF_GROUP_COLREDUCE:
+        cg_set_name(&c, "");
+        for (uint32_t o = 0; o < n; o++)
+            mark(&c, outs[o].node);
+        mark(&c, g->row.input);
+        load_params(&c);
+        memset(c.need, 0, c.n * sizeof *c.need);
+        out_params(&c, outs, n);
+        st = gen_colreduce(&c, outs, n);
+        break;
+    default:
+        st = cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                     "group %u (%s) is a %s group: kf_cuda_codegen_group generates elementwise, "
+                     "rowwise, colreduce and layout groups (GEMM: kf_cuda_codegen_epilogue; "
+                     "attention: kf_cuda_codegen_attention_softmax)",
+                     g->id, g->name, kf_group_kind_name(g->kind));
+        break;
+    }
+    return cg_end(&c, st);
+}
+
+kf_status kf_cuda_codegen_epilogue(const kf_plan *plan, uint32_t group, const char *arch,
+                                   const kf_mem *mem, kf_cuda_kernel *out) {
+    cg c;
+    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    const kf_group *g = c.g;
+    if (g->kind != KF_GROUP_GEMM)
+        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                                  "group %u (%s) is a %s group, not a GEMM", g->id, g->name,
+                                  kf_group_kind_name(g->kind)));
+    cg_set_name(&c, "epi_");
+    out_spec outs[MAX_OUTS];
+    uint32_t n = 0;
+    out_spec all[MAX_OUTS];
+    uint32_t na = collect_outs(&c, all, KF_EXPR_ACC);
+    for (uint32_t o = 0; o < na; o++) {
+        if (g->expr[all[o].node].space == KF_SPACE_OUT)
+            outs[n++] = all[o];
+    }
+    if (n == 0)
+        return cg_end(&c, cg_fail(&c, KF_ERR_NOT_FOUND,
+                                  "group %u (%s): no epilogue (cuBLASLt writes the result)", g->id,
+                                  g->name));
+    for (uint32_t o = 0; o < n; o++)
+        mark(&c, outs[o].node);
+    bool rowep = g->gemm.row_epilogue && g->row.present && g->row.space == KF_SPACE_OUT;
+    if (rowep)
+        mark(&c, g->row.input);
+    load_params(&c);
+    memset(c.need, 0, c.n * sizeof *c.need);
+    out_params(&c, outs, n);
+    if (rowep) {
+        row_spec rs = row_of_group(&c);
+        st = gen_rowwise(&c, &rs, outs, n, "GEMM row epilogue");
+    } else {
+        st = gen_elementwise(&c, outs, n, KF_SPACE_OUT, "GEMM epilogue");
+    }
+    return cg_end(&c, st);
+}
+
+kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, const char *arch,
+                                        const kf_mem *mem, kf_cuda_kernel *out) {
+    cg c;
+    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    const kf_group *g = c.g;
+    if (g->kind != KF_GROUP_GEMM || !g->gemm.a_prologue || g->gemm.a_root == KF_NONE ||
+        !g->row.present)
+        return cg_end(&c, cg_fail(&c, KF_ERR_NOT_FOUND, "group %u (%s) has no norm prologue on A",
+                                  g->id, g->name));
+    cg_set_name(&c, "pro_");
+    out_spec outs[MAX_OUTS];
+    uint32_t n = 0;
+    outs[n].node = g->gemm.a_root;
+    outs[n].tensor = g->gemm.a[0];
+    outs[n].dtype = g->expr[g->gemm.a_root].dtype;
+    outs[n].synth_softmax = false;
+    n++;
+    out_spec all[MAX_OUTS];
+    uint32_t na = collect_outs(&c, all, KF_EXPR_COUNT);
+    for (uint32_t o = 0; o < na && n < MAX_OUTS; o++) {
+        if (g->expr[all[o].node].space == KF_SPACE_ROW)
+            outs[n++] = all[o];
+    }
+    for (uint32_t o = 0; o < n; o++)
+        mark(&c, outs[o].node);
+    mark(&c, g->row.input);
+    load_params(&c);
+    memset(c.need, 0, c.n * sizeof *c.need);
+    outs[0].param = param_add(&c, KF_CUDA_PARAM_SCRATCH, outs[0].tensor, outs[0].dtype,
+                              tensor_bytes(&c, outs[0].tensor));
+    out_params(&c, outs + 1, n - 1);
+    row_spec rs = row_of_group(&c);
+    st = gen_rowwise(&c, &rs, outs, n, "GEMM norm prologue on A");
+    return cg_end(&c, st);
+}
+
+kf_status kf_cuda_codegen_attention_softmax(const kf_plan *plan, uint32_t group, const char *arch,
+                                            const kf_mem *mem, kf_cuda_kernel *out) {
+    cg c;
+    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    const kf_group *g = c.g;
+    if (g->kind != KF_GROUP_ATTENTION || g->attn.score == KF_NONE)
+        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                                  "group %u (%s) is not an attention group", g->id, g->name));
+    cg_set_name(&c, "softmax_");
+    uint32_t sm = g->attn.softmax;
+    out_spec outs[1] = {{.node = g->attn.score, .tensor = sm, .dtype = tensor(&c, sm)->dtype,
+                         .synth_softmax = true}};
+    mark(&c, g->attn.score);
+    load_params(&c);
+    memset(c.need, 0, c.n * sizeof *c.need);
+    out_params(&c, outs, 1);
+    row_spec rs = {.sp = KF_SPACE_OUT, .input = g->attn.score,
+                   .stats = 1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP,
+                   .length = g->rank ? g->dims[g->rank - 1] : 1, .eps = 0,
+                   .in_dtype = g->expr[g->attn.score].dtype};
+    st = gen_rowwise(&c, &rs, outs, 1, "attention fallback softmax (score expression + mask)");
+    return cg_end(&c, st);
+}
+
+void kf_cuda_kernel_release(const kf_mem *mem, kf_cuda_kernel *k) {
+    if (!k)
+        return;
+    if (k->source && mem)
+        kf_mem_free(mem, k->source, k->source_cap);
+    k->source = NULL;
+    k->source_len = k->source_cap = 0;
+}
+
+uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {
+    const kf_cuda_launch_rule *r = &k->launch;
+    uint64_t per = r->items_per_block ? r->items_per_block : 1;
+    uint64_t need = (r->work_items + per - 1) / per;
+    uint64_t cap = (uint64_t)(sm_count > 0 ? sm_count : 1) * (r->blocks_per_sm ? r->blocks_per_sm : 1);
+    uint64_t gsz = need < cap ? need : cap;
+    if (gsz < 1)
+        gsz = 1;
+    if (gsz > 0x7fffffffu)
+        gsz = 0x7fffffffu;
+    return (uint32_t)gsz;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dispatch and the report                                                    */
+/* ------------------------------------------------------------------------ */
+
+static kf_cuda_template row_template_for(int64_t L, kf_dtype in) {
+    if (L <= 1024)
+        return KF_CUDA_TEMPLATE_ROW_WARP;
+    int64_t block = 128;
+    while (block < 1024 && (L + block - 1) / block > 8)
+        block *= 2;
+    bool dbl = in == KF_DTYPE_F64 || in == KF_DTYPE_I32;
+    return (L + block - 1) / block > (dbl ? 16 : 32) ? KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS
+                                                     : KF_CUDA_TEMPLATE_ROW_BLOCK;
+}
+
+kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, kf_cuda_template *tmpl,
+                                 bool *has_kernel) {
+    if (!plan || group >= plan->n_groups || !tmpl || !has_kernel)
+        return KF_ERR_INVALID_ARGUMENT;
+    const kf_group *g = &plan->groups[group];
+    *has_kernel = true;
+    *tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE;
+    switch (g->kind) {
+    case KF_GROUP_ELEMENTWISE:
+    case KF_GROUP_LAYOUT:
+        break;
+    case KF_GROUP_ROWWISE:
+        *tmpl = row_template_for(g->row.length, g->expr[g->row.input].dtype);
+        break;
+    case KF_GROUP_COLREDUCE:
+        *tmpl = KF_CUDA_TEMPLATE_COLREDUCE;
+        break;
+    case KF_GROUP_GEMM: {
+        bool epi = false;
+        for (uint32_t w = 0; w < g->n_writes; w++) {
+            uint32_t r = g->roots ? g->roots[w] : KF_NONE;
+            if (r != KF_NONE && g->expr[r].kind != KF_EXPR_ACC && g->expr[r].space == KF_SPACE_OUT)
+                epi = true;
+        }
+        *has_kernel = epi;
+        if (g->gemm.row_epilogue && g->row.present)
+            *tmpl = row_template_for(g->row.length, g->expr[g->row.input].dtype);
+        break;
+    }
+    case KF_GROUP_ATTENTION:
+        *tmpl = row_template_for(g->rank ? g->dims[g->rank - 1] : 1,
+                                 g->attn.score != KF_NONE ? g->expr[g->attn.score].dtype : g->dtype);
+        break;
+    default:
+        *has_kernel = false;
+        break;
+    }
+    return KF_OK;
+}
+
+void kf_cuda_describe_group(const kf_plan *plan, uint32_t group, const char *arch, char *buf,
+                            size_t size) {
+    if (!buf || size == 0)
+        return;
+    kf_cuda_template t;
+    bool has;
+    if (kf_cuda_group_template(plan, group, &t, &has) != KF_OK) {
+        snprintf(buf, size, "?");
+        return;
+    }
+    const kf_group *g = &plan->groups[group];
+    const char *a = arch ? arch : "?";
+    switch (g->kind) {
+    case KF_GROUP_VIEW:
+        snprintf(buf, size, "%s: no kernel (a view)", a);
+        break;
+    case KF_GROUP_GEMM: {
+        char pro[96] = "";
+        if (g->gemm.a_prologue && g->row.present)
+            snprintf(pro, sizeof pro, "%s prologue (norm of A) + ",
+                     kf_cuda_template_name(row_template_for(g->row.length, g->expr[g->row.input].dtype)));
+        snprintf(buf, size, "%s: %scuBLASLt GEMM%s%s%s", a, pro, has ? " + " : "",
+                 has ? kf_cuda_template_name(t) : "", has ? " epilogue" : "");
+        break;
+    }
+    case KF_GROUP_ATTENTION:
+        snprintf(buf, size, "%s: cuBLASLt Q.K^T + %s softmax (score expression, %s mask) + cuBLASLt P.V",
+                 a, kf_cuda_template_name(t), kf_mask_kind_name(g->attn.mask));
+        break;
+    case KF_GROUP_ROWWISE:
+        snprintf(buf, size, "%s: %s (row length %" PRId64 ")", a, kf_cuda_template_name(t),
+                 g->row.length);
+        break;
+    default:
+        snprintf(buf, size, "%s: %s", a, kf_cuda_template_name(t));
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Roles                                                                      */
+/* ------------------------------------------------------------------------ */
+
+const char *kf_cuda_role_name(kf_cuda_role role) {
+    static const char *const names[KF_CUDA_ROLE_COUNT] = {"group", "gemm_prologue", "epilogue",
+                                                          "attention_softmax"};
+    return (unsigned)role < KF_CUDA_ROLE_COUNT ? names[role] : "?";
+}
+
+uint32_t kf_cuda_group_roles(const kf_plan *plan, uint32_t group, kf_cuda_role roles[2]) {
+    if (!plan || group >= plan->n_groups)
+        return 0;
+    const kf_group *g = &plan->groups[group];
+    uint32_t n = 0;
+    switch (g->kind) {
+    case KF_GROUP_ELEMENTWISE:
+    case KF_GROUP_ROWWISE:
+    case KF_GROUP_COLREDUCE:
+    case KF_GROUP_LAYOUT:
+        roles[n++] = KF_CUDA_ROLE_GROUP;
+        break;
+    case KF_GROUP_GEMM: {
+        if (g->gemm.a_prologue && g->gemm.a_root != KF_NONE && g->row.present)
+            roles[n++] = KF_CUDA_ROLE_GEMM_PROLOGUE;
+        kf_cuda_template t;
+        bool has = false;
+        if (kf_cuda_group_template(plan, group, &t, &has) == KF_OK && has)
+            roles[n++] = KF_CUDA_ROLE_EPILOGUE;
+        break;
+    }
+    case KF_GROUP_ATTENTION:
+        roles[n++] = KF_CUDA_ROLE_ATTENTION_SOFTMAX;
+        break;
+    default:
+        break;
+    }
+    return n;
+}
+
+kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role, const char *arch,
+                          const kf_mem *mem, kf_cuda_kernel *out) {
+    switch (role) {
+    case KF_CUDA_ROLE_GROUP: return kf_cuda_codegen_group(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_GEMM_PROLOGUE: return kf_cuda_codegen_gemm_prologue(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_EPILOGUE: return kf_cuda_codegen_epilogue(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_ATTENTION_SOFTMAX:
+        return kf_cuda_codegen_attention_softmax(plan, group, arch, mem, out);
+    default:
+        memset(out, 0, sizeof *out);
+        snprintf(out->error, sizeof out->error, "kf_cuda_codegen: bad role %d", (int)role);
+        return KF_ERR_INVALID_ARGUMENT;
+    }
+}

@@ -1,0 +1,224 @@
+/*
+ * cuda_codegen.h -- CUDA C for the memory-bound kernels of a plan: elementwise
+ * groups, row-wise groups (norms, softmax, reductions with prologue and
+ * epilogue), column reductions, layout copies, the part of a GEMM group that
+ * cuBLASLt cannot apply (its epilogue, its norm prologue on A) and the
+ * row-wise softmax of the unfused attention fallback. codegen/ includes ir/
+ * and fusion/ only; runtime/ compiles (NVRTC), caches and launches what this
+ * module produces.
+ *
+ *   kf_plan, group g, arch --kf_cuda_codegen_*--> kf_cuda_kernel
+ *        source (one self-contained translation unit: templates/<kind>.cuh + the
+ *                group's expressions, no #include, no toolkit header needed)
+ *        name   (what it is: ew_gelu_mul_bf16_65536x4096_sm90)
+ *        params (which buffer each kernel argument is)
+ *        launch (block size, work per block; grid from the device's SM count)
+ *
+ * The contract the execution side relies on:
+ *
+ *   1. Deterministic: the same plan, group, entry point and arch give the same
+ *      bytes of source and the same name. Nothing depends on pointers, time,
+ *      the environment or the device; the problem size is compiled in.
+ *   2. The kernel's C symbol is exactly kf_cuda_kernel.name (extern "C").
+ *   3. Every kernel argument is 8 bytes: argument i is params[i], a device
+ *      pointer for the buffer kinds (kf_cuda_param_kind) or an int64/double for
+ *      the scalar kinds. Launch with void *args[i] = &slot[i] where slot is a
+ *      uint64_t array. Buffers are laid out as the plan says: a tensor that a
+ *      VIEW group aliases is passed as its base's buffer (param.tensor is the
+ *      base); every other tensor is contiguous row-major. Pointers need only
+ *      element alignment: the kernels test 16-byte alignment themselves and
+ *      take the vectorized path only when every vector operand has it.
+ *   4. Any grid.x >= 1 computes the right result (grid-stride loops); block.x
+ *      must be launch.block (the kernels are compiled for that block size).
+ *      kf_cuda_kernel_grid() gives the grid that fills a device.
+ *   5. Compile with runtime/cuda_kernel.h's kf_cuda_kernel_compile_options():
+ *      NVRTC with the kernel's arch, no fast math (erff, tanhf, expf as the
+ *      reference has them), no include path. kf_cuda_kernel_cache_key() there
+ *      is the disk-cache key both `kfuse aot` and the execution side use, so a
+ *      cache filled ahead of time is hit at run time.
+ *
+ * Numerics: every node that stands for a graph tensor rounds to its dtype as
+ * the reference evaluator stores it (round to nearest even for f16/bf16; done
+ * with bit operations in the template, so no cuda_fp16.h/cuda_bf16.h is
+ * needed); nodes without a tensor and row statistics compute in f32 (f64 when
+ * the row dtype is f64).
+ */
+#ifndef KF_CODEGEN_CUDA_CODEGEN_H
+#define KF_CODEGEN_CUDA_CODEGEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fusion/fusion.h"
+#include "ir/ir.h"
+
+/* Bumped whenever generated code or templates change in a way the source text
+ * alone would not show (it is part of every cache key). */
+#define KF_CUDA_CODEGEN_VERSION 1u
+
+/* Longest kernel name, with the NUL. */
+#define KF_CUDA_NAME_MAX 160
+/* Longest arch string, with the NUL (runtime/nvrtc.h's KF_ARCH_MAX). */
+#define KF_CUDA_ARCH_MAX 16
+
+/* ------------------------------------------------------------------------ */
+/* Templates                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The kernel templates (templates/<name>.cuh, embedded at build time) and the
+ * variant chosen for a group. */
+typedef enum kf_cuda_template {
+    KF_CUDA_TEMPLATE_ELEMENTWISE = 0, /* flat grid-stride loop, 16-byte vectors + scalar tail */
+    KF_CUDA_TEMPLATE_ROW_WARP,        /* one warp per row, row in registers (L <= 1024) */
+    KF_CUDA_TEMPLATE_ROW_BLOCK,       /* one block per row, row in registers */
+    KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS, /* one block per row, row re-read from memory per pass */
+    KF_CUDA_TEMPLATE_COLREDUCE,       /* columns across threads, the axis split over warps */
+    KF_CUDA_TEMPLATE_COUNT
+} kf_cuda_template;
+
+/* "elementwise", "row_warp", "row_block", "row_block_multipass", "colreduce". */
+const char *kf_cuda_template_name(kf_cuda_template t);
+
+/* ------------------------------------------------------------------------ */
+/* Kernels                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum kf_cuda_param_kind {
+    KF_CUDA_PARAM_IN = 0,  /* const pointer: the buffer of plan tensor `tensor` (read) */
+    KF_CUDA_PARAM_OUT,     /* pointer: the buffer of plan tensor `tensor` (written) */
+    KF_CUDA_PARAM_ACC,     /* const pointer: a GEMM's result as cuBLASLt wrote it, contiguous,
+                              dtype of anchor tensor `tensor` (epilogue kernels only) */
+    KF_CUDA_PARAM_SCORES,  /* const pointer: raw Q.K^T scores, contiguous [batch, heads, sq, skv]
+                              in the dtype of tensor `tensor` (attn.qk) (attention softmax) */
+    KF_CUDA_PARAM_SCRATCH, /* pointer: a temporary, contiguous, `bytes` long, dtype `dtype`,
+                              for tensor `tensor` (a GEMM's A computed by its norm prologue) */
+    KF_CUDA_PARAM_I64,     /* scalar (none emitted yet; reserved for shape-generic kernels) */
+    KF_CUDA_PARAM_COUNT
+} kf_cuda_param_kind;
+
+typedef struct kf_cuda_param {
+    kf_cuda_param_kind kind;
+    uint32_t tensor; /* plan/graph tensor id (for IN: the buffer's owner, a view's base) */
+    kf_dtype dtype;  /* element type of the buffer */
+    uint64_t bytes;  /* bytes the kernel may touch: numel * size of that buffer */
+} kf_cuda_param;
+
+#define KF_CUDA_MAX_PARAMS 64
+
+/* How to launch: block.x = block; grid.x from kf_cuda_kernel_grid(). */
+typedef struct kf_cuda_launch_rule {
+    uint32_t block;          /* threads per block (fixed: compiled in) */
+    uint64_t work_items;     /* independent items: vectors/elements, rows, or column tiles */
+    uint32_t items_per_block;/* items one block handles per grid-stride step */
+    uint32_t blocks_per_sm;  /* resident blocks per SM to aim for */
+    uint32_t shared_bytes;   /* dynamic shared memory (0: everything is static) */
+} kf_cuda_launch_rule;
+
+typedef struct kf_cuda_kernel {
+    char name[KF_CUDA_NAME_MAX];   /* the extern "C" symbol */
+    char arch[KF_CUDA_ARCH_MAX];     /* "sm_80", "sm_90a" */
+    kf_cuda_template tmpl;
+    uint32_t group;                /* the plan group it came from */
+    char *source;                  /* NUL-terminated CUDA C, allocated with `mem` */
+    size_t source_len;             /* strlen(source) */
+    size_t source_cap;             /* bytes allocated */
+    kf_cuda_param params[KF_CUDA_MAX_PARAMS];
+    uint32_t n_params;
+    kf_cuda_launch_rule launch;
+    uint32_t vec;                  /* elements per vector access (1: scalar only) */
+    char error[KF_MSG_MAX];        /* why generation failed */
+} kf_cuda_kernel;
+
+/* Generates the kernel of group `group` (ELEMENTWISE, ROWWISE, COLREDUCE or
+ * LAYOUT) for `arch` ("sm_80", "sm_90a", any kf_nvrtc_arch_check-valid arch).
+ * `out` is overwritten; release it with kf_cuda_kernel_release whatever the
+ * status. Errors: KF_ERR_INVALID_ARGUMENT (bad arch or group index, a group
+ * kind this entry point does not generate: GEMM, ATTENTION, VIEW),
+ * KF_ERR_UNSUPPORTED (a construct the templates do not cover; the message in
+ * out->error names the group and the construct), KF_ERR_OUT_OF_MEMORY. */
+kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char *arch,
+                                const kf_mem *mem, kf_cuda_kernel *out);
+
+/* For a GEMM group whose epilogue cuBLASLt does not apply natively: a kernel
+ * over the GEMM's output space that reads each anchor's result from an ACC
+ * buffer (param kind ACC; two for SwiGLU) and computes every write of the
+ * group from it (an elementwise kernel, or a row-wise one when the group has
+ * a row epilogue: gemm.row_epilogue). Run it after the GEMM(s). A GEMM group
+ * whose only write is the bare matmul (no epilogue) gets KF_ERR_NOT_FOUND:
+ * cuBLASLt writes the output itself. */
+kf_status kf_cuda_codegen_epilogue(const kf_plan *plan, uint32_t group, const char *arch,
+                                   const kf_mem *mem, kf_cuda_kernel *out);
+
+/* For a GEMM group with a norm prologue on operand A (gemm.a_prologue): a
+ * row-wise kernel computing A (node gemm.a_root) into a SCRATCH buffer that
+ * the GEMM then reads as a contiguous A. It also writes any tensor of the
+ * group that lives in the prologue's space. Run it before the GEMM(s).
+ * KF_ERR_NOT_FOUND for a GEMM group without a prologue. */
+kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, const char *arch,
+                                        const kf_mem *mem, kf_cuda_kernel *out);
+
+/* For an ATTENTION group run unfused (Q.K^T by cuBLASLt into a scores buffer,
+ * then this, then P.V by cuBLASLt): a row-wise softmax over the key axis whose
+ * prologue is the group's score expression with its mask (attn.score, leaves
+ * SCORE read from the SCORES param), writing P contiguous in the dtype of the
+ * softmax tensor (param OUT, tensor attn.softmax). P is what the reference
+ * computes for the softmax tensor. */
+kf_status kf_cuda_codegen_attention_softmax(const kf_plan *plan, uint32_t group, const char *arch,
+                                            const kf_mem *mem, kf_cuda_kernel *out);
+
+/* The kernels a group needs on the CUDA target, by role. `kfuse aot` and the
+ * execution side both enumerate them through kf_cuda_group_roles, so a cache
+ * filled ahead of time holds every kernel a run asks for. (Whether cuBLASLt
+ * applies an epilogue natively is the execution side's call; the EPILOGUE
+ * kernel is listed whenever the group has one, so the cache is a superset.) */
+typedef enum kf_cuda_role {
+    KF_CUDA_ROLE_GROUP = 0,          /* kf_cuda_codegen_group */
+    KF_CUDA_ROLE_GEMM_PROLOGUE,      /* kf_cuda_codegen_gemm_prologue (before the GEMM) */
+    KF_CUDA_ROLE_EPILOGUE,           /* kf_cuda_codegen_epilogue (after the GEMM) */
+    KF_CUDA_ROLE_ATTENTION_SOFTMAX,  /* kf_cuda_codegen_attention_softmax (between the GEMMs) */
+    KF_CUDA_ROLE_COUNT
+} kf_cuda_role;
+
+/* "group", "gemm_prologue", "epilogue", "attention_softmax". */
+const char *kf_cuda_role_name(kf_cuda_role role);
+
+/* Writes the roles group `group` needs into roles[0..n) in launch order and
+ * returns n (0 for VIEW groups and GEMMs that are all cuBLASLt; at most 2). */
+uint32_t kf_cuda_group_roles(const kf_plan *plan, uint32_t group, kf_cuda_role roles[2]);
+
+/* Dispatches to the entry point of `role`. */
+kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role, const char *arch,
+                          const kf_mem *mem, kf_cuda_kernel *out);
+
+/* Frees out->source (with `mem`) and clears the kernel. Accepts a zeroed or
+ * failed kernel. */
+void kf_cuda_kernel_release(const kf_mem *mem, kf_cuda_kernel *k);
+
+/* grid.x that fills a device with `sm_count` SMs: min(ceil(work / per block),
+ * sm_count * blocks_per_sm), at least 1. */
+uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count);
+
+/* Compiling and caching a kernel is runtime/'s job (codegen/ does not include
+ * runtime/): runtime/cuda_kernel.h has kf_cuda_kernel_compile_options,
+ * kf_cuda_kernel_cache_key (the key `kfuse aot` stores under and the execution
+ * side looks up) and kf_cuda_kernel_cubin (get-or-compile through the cache). */
+
+/* ------------------------------------------------------------------------ */
+/* Arch dispatch and the report                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Which template (and which of the entry points above) group `group` uses on
+ * the CUDA target, without generating it. For GEMM groups: *tmpl is the
+ * epilogue's template, and *has_kernel says whether there is one. */
+kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, kf_cuda_template *tmpl,
+                                 bool *has_kernel);
+
+/* One line for the report: "sm_90a row_warp (one warp per row, L=4096 ...)"
+ * -- the arch and the template chosen for the group, and for GEMM/attention
+ * groups what runs where (cuBLASLt + epilogue kernel, fallback softmax). */
+void kf_cuda_describe_group(const kf_plan *plan, uint32_t group, const char *arch, char *buf,
+                            size_t size);
+
+#endif /* KF_CODEGEN_CUDA_CODEGEN_H */

@@ -1,0 +1,289 @@
+/*
+ * cmd_aot.c -- `kfuse aot --arch sm_80,sm_90a FILE.kfg... -o DIR`: fills a
+ * kernel cache ahead of time, with no GPU. For each graph it plans, generates
+ * every CUDA kernel of every group for each arch (kf_cuda_group_roles: the
+ * same list the execution side asks for), compiles each with NVRTC and stores
+ * the CUBIN in the disk cache at DIR under kf_cuda_kernel_cache_key -- the key
+ * a context pointed at DIR computes, so with fail-on-miss it compiles nothing.
+ *
+ * Progress goes to stderr when it is a terminal; the coverage table (kernels
+ * per graph per arch, how many were already cached) to stdout.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/cuda/cuda_codegen.h"
+#include "frontend/cmd_aot.h"
+#include "fusion/fusion.h"
+#include "runtime/cuda_kernel.h"
+
+#define AOT_MAX_ARCHS 8
+#define AOT_MAX_INPUT ((size_t)64 << 20)
+
+const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
+const char kf_cmd_aot_help[] =
+    "usage: kfuse aot [--arch ARCH[,ARCH...]] FILE.kfg... -o DIR\n"
+    "\n"
+    "Plans each graph, generates every CUDA kernel it needs for each ARCH,\n"
+    "compiles them with NVRTC and stores the CUBINs in the kernel cache at DIR\n"
+    "(created 0700). No GPU is needed. A program whose context uses DIR as its\n"
+    "cache (with the fail-on-miss flag, to be sure) then compiles nothing.\n"
+    "Prints the coverage: kernels per graph per arch, and how many were cached.\n"
+    "\n"
+    "options:\n"
+    "  --arch LIST   comma-separated archs (default sm_80,sm_90a)\n"
+    "  -o DIR        the cache directory (required)\n"
+    "  -h, --help    show this help\n"
+    "\n"
+    "exit status: 0 every kernel is in DIR, 1 a graph did not plan or a kernel\n"
+    "did not generate or compile (the rest are still done), 2 usage error or a\n"
+    "file that does not read or parse.\n";
+
+static int usage(const char *fmt, const char *arg) {
+    fputs("kfuse aot: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] FILE.kfg... -o DIR\n"
+          "Run 'kfuse help aot' for details.\n",
+          stderr);
+    return 2;
+}
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    bool ok = true;
+    for (;;) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            char *nb = ncap <= AOT_MAX_INPUT ? realloc(buf, ncap) : NULL;
+            if (!nb) {
+                ok = false;
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            ok = !ferror(f);
+            break;
+        }
+    }
+    if (f != stdin)
+        fclose(f);
+    if (!ok) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+typedef struct aot_state {
+    kf_mem mem;
+    kf_cache *cache;
+    const char *archs[AOT_MAX_ARCHS];
+    int n_archs;
+    bool tty;
+    unsigned long done, total;
+    int rc;
+} aot_state;
+
+/* One graph: every kernel for every arch. */
+static void aot_graph(aot_state *a, const char *path, kf_plan *plan) {
+    unsigned long kernels[AOT_MAX_ARCHS] = {0}, cached[AOT_MAX_ARCHS] = {0},
+                  failed[AOT_MAX_ARCHS] = {0};
+    for (int ai = 0; ai < a->n_archs; ai++) {
+        for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
+            kf_cuda_role roles[2];
+            uint32_t nr = kf_cuda_group_roles(plan, gi, roles);
+            for (uint32_t r = 0; r < nr; r++) {
+                kf_cuda_kernel k;
+                kf_status st = kf_cuda_codegen(plan, gi, roles[r], a->archs[ai], &a->mem, &k);
+                a->done++;
+                if (a->tty) {
+                    fprintf(stderr, "\r\033[K[%lu/%lu] %s %s", a->done, a->total, a->archs[ai],
+                            st == KF_OK ? k.name : plan->groups[gi].name);
+                    fflush(stderr);
+                }
+                kernels[ai]++;
+                if (st != KF_OK) {
+                    fprintf(stderr, "%skfuse aot: %s: group %u (%s) %s for %s: %s: %s\n",
+                            a->tty ? "\r\033[K" : "", path, gi, plan->groups[gi].name,
+                            kf_cuda_role_name(roles[r]), a->archs[ai], kf_status_str(st), k.error);
+                    failed[ai]++;
+                    a->rc = 1;
+                    kf_cuda_kernel_release(&a->mem, &k);
+                    continue;
+                }
+                void *cubin = NULL;
+                size_t size = 0;
+                bool hit = false;
+                kf_cache_msg msg;
+                char err[KF_MSG_MAX] = "";
+                st = kf_cuda_kernel_cubin(a->cache, &k, &cubin, &size, &hit, &msg, err);
+                if (st != KF_OK) {
+                    fprintf(stderr, "%skfuse aot: %s: %s\n", a->tty ? "\r\033[K" : "", path, err);
+                    failed[ai]++;
+                    a->rc = 1;
+                } else {
+                    cached[ai] += hit;
+                    if (msg.note[0])
+                        fprintf(stderr, "%skfuse aot: note: %s\n", a->tty ? "\r\033[K" : "", msg.note);
+                    kf_cache_blob_free(a->cache, cubin, size);
+                }
+                kf_cuda_kernel_release(&a->mem, &k);
+            }
+        }
+    }
+    if (a->tty)
+        fputs("\r\033[K", stderr);
+    for (int ai = 0; ai < a->n_archs; ai++) {
+        printf("%-40s %-8s %4lu kernels  %4lu cached  %4lu compiled", path, a->archs[ai],
+               kernels[ai], cached[ai], kernels[ai] - cached[ai] - failed[ai]);
+        if (failed[ai])
+            printf("  %lu FAILED", failed[ai]);
+        printf("\n");
+    }
+}
+
+int kf_cmd_aot(int argc, char **argv) {
+    aot_state a;
+    memset(&a, 0, sizeof a);
+    kf_mem_resolve(&a.mem, NULL);
+    const char *dir = NULL;
+    char archbuf[256] = "sm_80,sm_90a";
+    const char **files = calloc((size_t)argc + 1, sizeof *files);
+    if (!files) {
+        fputs("kfuse aot: out of memory\n", stderr);
+        return 1;
+    }
+    int n_files = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+            fputs(kf_cmd_aot_help, stdout);
+            free(files);
+            return 0;
+        } else if (strcmp(s, "-o") == 0 || strcmp(s, "--arch") == 0) {
+            if (i + 1 >= argc) {
+                free(files);
+                return usage("option '%s' needs a value", s);
+            }
+            if (s[1] == 'o')
+                dir = argv[++i];
+            else
+                snprintf(archbuf, sizeof archbuf, "%s", argv[++i]);
+        } else if (strncmp(s, "--arch=", 7) == 0) {
+            snprintf(archbuf, sizeof archbuf, "%s", s + 7);
+        } else if (s[0] == '-' && s[1] != '\0') {
+            free(files);
+            return usage("unknown option '%s'", s);
+        } else {
+            files[n_files++] = s;
+        }
+    }
+    if (!dir || n_files == 0) {
+        free(files);
+        return usage("%s", !dir ? "missing -o DIR" : "missing FILE.kfg");
+    }
+    for (char *tok = strtok(archbuf, ","); tok; tok = strtok(NULL, ",")) {
+        char err[KF_MSG_MAX];
+        if (kf_nvrtc_arch_check(tok, err) != KF_OK) {
+            free(files);
+            return usage("%s", err);
+        }
+        if (a.n_archs == AOT_MAX_ARCHS) {
+            free(files);
+            return usage("at most %s archs", "8");
+        }
+        a.archs[a.n_archs++] = tok;
+    }
+    if (a.n_archs == 0) {
+        free(files);
+        return usage("%s", "--arch names no arch");
+    }
+    a.tty = isatty(fileno(stderr)) != 0;
+
+    kf_cache_options co = {.dir = dir};
+    kf_cache_msg msg;
+    kf_status st = kf_cache_open(&a.mem, &co, &a.cache, &msg);
+    if (st != KF_OK) {
+        fprintf(stderr, "kfuse aot: cache %s: %s: %s\n", dir, kf_status_str(st), msg.error);
+        free(files);
+        return 1;
+    }
+    kf_ctx *ctx = NULL;
+    st = kf_ctx_create(NULL, &ctx);
+    if (st != KF_OK) {
+        fprintf(stderr, "kfuse aot: %s\n", kf_status_str(st));
+        kf_cache_close(a.cache);
+        free(files);
+        return 1;
+    }
+    /* Parse and plan everything first: the progress line knows the total. */
+    kf_graph **graphs = calloc((size_t)n_files, sizeof *graphs);
+    kf_plan **plans = calloc((size_t)n_files, sizeof *plans);
+    int rc = 0;
+    if (!graphs || !plans) {
+        fputs("kfuse aot: out of memory\n", stderr);
+        rc = 1;
+    }
+    for (int f = 0; f < n_files && rc != 2 && graphs && plans; f++) {
+        size_t len = 0;
+        char *text = read_all(files[f], &len);
+        if (!text) {
+            fprintf(stderr, "kfuse: cannot read %s\n", files[f]);
+            rc = 2;
+            break;
+        }
+        st = kf_graph_parse(ctx, text, len, &graphs[f]);
+        free(text);
+        if (st != KF_OK) {
+            fprintf(stderr, "%s:%s\n", files[f],
+                    graphs[f] ? kf_graph_error(graphs[f]) : kf_status_str(st));
+            rc = 2;
+            break;
+        }
+        st = kf_plan_create(graphs[f], NULL, &plans[f]);
+        if (st != KF_OK) {
+            fprintf(stderr, "kfuse aot: %s: planning failed: %s: %s\n", files[f], kf_status_str(st),
+                    kf_graph_error(graphs[f]));
+            rc = 1;
+            continue;
+        }
+        for (uint32_t gi = 0; gi < plans[f]->n_groups; gi++) {
+            kf_cuda_role roles[2];
+            a.total += kf_cuda_group_roles(plans[f], gi, roles) * (unsigned long)a.n_archs;
+        }
+    }
+    if (rc != 2 && graphs && plans) {
+        printf("%-40s %-8s %s\n", "graph", "arch", "coverage");
+        for (int f = 0; f < n_files; f++) {
+            if (plans[f])
+                aot_graph(&a, files[f], plans[f]);
+        }
+        if (a.rc)
+            rc = 1;
+        printf("%lu kernels for %d graph%s and %d arch%s in %s\n", a.total, n_files,
+               n_files == 1 ? "" : "s", a.n_archs, a.n_archs == 1 ? "" : "s", kf_cache_dir(a.cache));
+    }
+    for (int f = 0; f < n_files && graphs && plans; f++) {
+        kf_plan_destroy(plans[f]);
+        kf_graph_destroy(graphs[f]);
+    }
+    free(graphs);
+    free(plans);
+    kf_ctx_destroy(ctx);
+    kf_cache_close(a.cache);
+    free(files);
+    if (fflush(stdout) != 0)
+        rc = 1;
+    return rc;
+}

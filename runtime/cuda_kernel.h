@@ -1,0 +1,45 @@
+/*
+ * cuda_kernel.h -- how a generated kernel (codegen/cuda/cuda_codegen.h) is
+ * compiled and cached. One home for the compile options and the cache key, so
+ * `kfuse aot` (which fills a cache directory with no GPU) and the execution
+ * side (which looks the same kernels up, possibly with fail-on-miss) can never
+ * disagree about either.
+ */
+#ifndef KF_RUNTIME_CUDA_KERNEL_H
+#define KF_RUNTIME_CUDA_KERNEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "codegen/cuda/cuda_codegen.h"
+#include "runtime/cache.h"
+#include "runtime/nvrtc.h"
+
+/* The NVRTC options every generated kernel is compiled with: the kernel's
+ * arch and name, no fast math, no line info; dump_dir NULL ($KF_DUMP_DIR). */
+void kf_cuda_kernel_compile_options(const kf_cuda_kernel *k, kf_nvrtc_options *opts);
+
+/* The disk-cache key of the kernel's CUBIN: kf_cache_key_build over the source,
+ * the canonical options string (kf_nvrtc_options_string of the options above),
+ * the arch, `compiler` (kf_nvrtc_compiler_id; NULL: asks NVRTC) and
+ * KF_CUDA_CODEGEN_VERSION. `err` (KF_MSG_MAX) on failure: a bad arch,
+ * KF_ERR_UNSUPPORTED without NVRTC when `compiler` is NULL. */
+kf_status kf_cuda_kernel_cache_key(const kf_cuda_kernel *k, const char *compiler,
+                                   kf_cache_key *key, char *err);
+
+/* Compiles the kernel with NVRTC (no cache). The CUBIN is allocated with `mem`;
+ * on failure `err` names the kernel and the arch and holds the head of NVRTC's
+ * log (the whole log is in out->log). Release `out` with
+ * kf_nvrtc_result_release whatever the status. */
+kf_status kf_cuda_kernel_compile(const kf_mem *mem, const kf_cuda_kernel *k, kf_nvrtc_result *out,
+                                 char *err);
+
+/* The kernel's CUBIN through `cache` (get, else compile once across processes
+ * and store): *cubin allocated with the cache's allocator (free with
+ * kf_cache_blob_free), *hit true when nothing was compiled. A cache opened
+ * with KF_CACHE_FAIL_ON_MISS returns KF_ERR_NOT_FOUND on a miss, naming the
+ * kernel. `err` (KF_MSG_MAX) explains a failure; msg carries the cache's notes. */
+kf_status kf_cuda_kernel_cubin(kf_cache *cache, const kf_cuda_kernel *k, void **cubin,
+                               size_t *size, bool *hit, kf_cache_msg *msg, char *err);
+
+#endif /* KF_RUNTIME_CUDA_KERNEL_H */

@@ -1,0 +1,247 @@
+/*
+ * common.cuh -- what every generated kernel shares: storage types, the
+ * f16/bf16 <-> float conversions, loads and stores (scalar and 16-byte
+ * vectors), the scalar functions of every elementwise op (the reference
+ * evaluator's formulas, in float and double), and warp/block reductions.
+ *
+ * Self-contained on purpose: no #include, so NVRTC needs no --include-path
+ * into a toolkit (cuda_fp16.h / cuda_bf16.h live in a different place on
+ * every install, and a header that changes under a toolkit update would
+ * change the binary without changing the source the cache key hashes).
+ * bf16 converts with bit operations, f16 with the cvt.rn PTX instructions
+ * (sm_53+); both round to nearest even, as the reference's stores do.
+ *
+ * Hooks: none; the other templates and the generated code use these names:
+ *   kf_f16, kf_bf16        storage types (16 bits, distinct for overloading)
+ *   kf_ld(p) / kf_st(p, v) one element: storage -> register type and back
+ *                          (float for f32/f16/bf16, double, int, bool)
+ *   kf_ldv<N>(p, out[N]) / kf_stv<N>(p, in[N])
+ *                          N consecutive elements through 16/8/4/2-byte
+ *                          accesses; p must be aligned to min(16, N*size)
+ *   kf_round_f16/bf16(x)   round a float to the dtype and back
+ *   kf_op_<name>(...)      the ops (kf_gelu, kf_add_i32, ...)
+ *   kf_max_nan, kf_warp_sum/max, kf_block_sum/max
+ */
+#define KF_INF __int_as_float(0x7f800000)
+
+struct kf_f16 { unsigned short x; };
+struct kf_bf16 { unsigned short x; };
+
+/* ---- conversions ---------------------------------------------------- */
+
+__device__ __forceinline__ float kf_bf16_to_f32(unsigned short h) {
+    return __uint_as_float((unsigned)h << 16);
+}
+__device__ __forceinline__ unsigned short kf_f32_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (unsigned short)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);               /* round to nearest even */
+    return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float kf_f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short kf_f32_to_f16(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float kf_round_bf16(float x) { return kf_bf16_to_f32(kf_f32_to_bf16(x)); }
+__device__ __forceinline__ float kf_round_f16(float x) { return kf_f16_to_f32(kf_f32_to_f16(x)); }
+
+/* ---- scalar loads and stores ---------------------------------------- */
+
+__device__ __forceinline__ float kf_cvt(float v) { return v; }
+__device__ __forceinline__ double kf_cvt(double v) { return v; }
+__device__ __forceinline__ int kf_cvt(int v) { return v; }
+__device__ __forceinline__ bool kf_cvt(unsigned char v) { return v != 0; }
+__device__ __forceinline__ float kf_cvt(kf_f16 v) { return kf_f16_to_f32(v.x); }
+__device__ __forceinline__ float kf_cvt(kf_bf16 v) { return kf_bf16_to_f32(v.x); }
+
+__device__ __forceinline__ void kf_pack(float *p, float v) { *p = v; }
+__device__ __forceinline__ void kf_pack(double *p, double v) { *p = v; }
+__device__ __forceinline__ void kf_pack(int *p, int v) { *p = v; }
+__device__ __forceinline__ void kf_pack(unsigned char *p, bool v) { *p = v ? 1 : 0; }
+__device__ __forceinline__ void kf_pack(kf_f16 *p, float v) { p->x = kf_f32_to_f16(v); }
+__device__ __forceinline__ void kf_pack(kf_bf16 *p, float v) { p->x = kf_f32_to_bf16(v); }
+
+template <typename T> __device__ __forceinline__ auto kf_ld(const T *p) -> decltype(kf_cvt(*p)) {
+    return kf_cvt(*p);
+}
+template <typename T, typename R> __device__ __forceinline__ void kf_st(T *p, R v) { kf_pack(p, v); }
+
+/* ---- vector loads and stores ---------------------------------------- */
+
+template <int BYTES> struct alignas(BYTES >= 16 ? 16 : BYTES) kf_raw {
+    unsigned char b[BYTES];
+};
+
+template <int BYTES> __device__ __forceinline__ void kf_raw_ld(const void *p, kf_raw<BYTES> &r) {
+    if (BYTES >= 16) {
+#pragma unroll
+        for (int c = 0; c < BYTES / 16; c++)
+            reinterpret_cast<uint4 *>(r.b)[c] = reinterpret_cast<const uint4 *>(p)[c];
+    } else if (BYTES == 8) {
+        *reinterpret_cast<uint2 *>(r.b) = *reinterpret_cast<const uint2 *>(p);
+    } else if (BYTES == 4) {
+        *reinterpret_cast<unsigned *>(r.b) = *reinterpret_cast<const unsigned *>(p);
+    } else if (BYTES == 2) {
+        *reinterpret_cast<unsigned short *>(r.b) = *reinterpret_cast<const unsigned short *>(p);
+    } else {
+        r.b[0] = *reinterpret_cast<const unsigned char *>(p);
+    }
+}
+template <int BYTES> __device__ __forceinline__ void kf_raw_st(void *p, const kf_raw<BYTES> &r) {
+    if (BYTES >= 16) {
+#pragma unroll
+        for (int c = 0; c < BYTES / 16; c++)
+            reinterpret_cast<uint4 *>(p)[c] = reinterpret_cast<const uint4 *>(r.b)[c];
+    } else if (BYTES == 8) {
+        *reinterpret_cast<uint2 *>(p) = *reinterpret_cast<const uint2 *>(r.b);
+    } else if (BYTES == 4) {
+        *reinterpret_cast<unsigned *>(p) = *reinterpret_cast<const unsigned *>(r.b);
+    } else if (BYTES == 2) {
+        *reinterpret_cast<unsigned short *>(p) = *reinterpret_cast<const unsigned short *>(r.b);
+    } else {
+        *reinterpret_cast<unsigned char *>(p) = r.b[0];
+    }
+}
+
+template <int N, typename T, typename R> __device__ __forceinline__ void kf_ldv(const T *p, R *out) {
+    kf_raw<N * (int)sizeof(T)> r;
+    kf_raw_ld(p, r);
+    const T *e = reinterpret_cast<const T *>(r.b);
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        out[k] = kf_cvt(e[k]);
+}
+template <int N, typename T, typename R> __device__ __forceinline__ void kf_stv(T *p, const R *in) {
+    kf_raw<N * (int)sizeof(T)> r;
+    T *e = reinterpret_cast<T *>(r.b);
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        kf_pack(&e[k], in[k]);
+    kf_raw_st(p, r);
+}
+
+__device__ __forceinline__ bool kf_aligned(const void *p, unsigned bytes) {
+    return ((unsigned long long)p & (unsigned long long)(bytes - 1)) == 0;
+}
+
+/* ---- the ops: the reference evaluator's formulas ---------------------- */
+
+__device__ __forceinline__ float kf_sigmoid(float x) {
+    if (x >= 0.0f)
+        return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+__device__ __forceinline__ double kf_sigmoid(double x) {
+    if (x >= 0.0)
+        return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+__device__ __forceinline__ float kf_neg(float x) { return -x; }
+__device__ __forceinline__ double kf_neg(double x) { return -x; }
+__device__ __forceinline__ float kf_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double kf_abs(double x) { return fabs(x); }
+__device__ __forceinline__ float kf_exp(float x) { return expf(x); }
+__device__ __forceinline__ double kf_exp(double x) { return exp(x); }
+__device__ __forceinline__ float kf_log(float x) { return logf(x); }
+__device__ __forceinline__ double kf_log(double x) { return log(x); }
+__device__ __forceinline__ float kf_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double kf_sqrt(double x) { return sqrt(x); }
+/* 1/sqrt, correctly rounded steps (rsqrtf is an approximation). */
+__device__ __forceinline__ float kf_rsqrt(float x) { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ double kf_rsqrt(double x) { return 1.0 / sqrt(x); }
+__device__ __forceinline__ float kf_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double kf_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float kf_relu(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
+__device__ __forceinline__ double kf_relu(double x) { return x != x ? x : (x > 0.0 ? x : 0.0); }
+__device__ __forceinline__ float kf_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752440f); }
+__device__ __forceinline__ double kf_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
+__device__ __forceinline__ float kf_gelu_tanh(float x) {
+    float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);
+    return x * kf_sigmoid(2.0f * u);
+}
+__device__ __forceinline__ double kf_gelu_tanh(double x) {
+    double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
+    return x * kf_sigmoid(2.0 * u);
+}
+__device__ __forceinline__ float kf_silu(float x) { return x * kf_sigmoid(x); }
+__device__ __forceinline__ double kf_silu(double x) { return x * kf_sigmoid(x); }
+__device__ __forceinline__ float kf_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double kf_pow(double a, double b) { return pow(a, b); }
+/* max/min: NaN in, NaN out (the reference returns a + b then). */
+__device__ __forceinline__ float kf_max(float a, float b) { return a != a || b != b ? a + b : (a > b ? a : b); }
+__device__ __forceinline__ double kf_max(double a, double b) { return a != a || b != b ? a + b : (a > b ? a : b); }
+__device__ __forceinline__ float kf_min(float a, float b) { return a != a || b != b ? a + b : (a < b ? a : b); }
+__device__ __forceinline__ double kf_min(double a, double b) { return a != a || b != b ? a + b : (a < b ? a : b); }
+/* i32 arithmetic saturates, as the reference's stores do. */
+__device__ __forceinline__ int kf_sat(long long v) {
+    return v > 2147483647LL ? 2147483647 : v < -2147483647LL - 1 ? (int)(-2147483647 - 1) : (int)v;
+}
+__device__ __forceinline__ int kf_neg(int x) { return kf_sat(-(long long)x); }
+__device__ __forceinline__ int kf_abs(int x) { return kf_sat(x < 0 ? -(long long)x : (long long)x); }
+__device__ __forceinline__ int kf_add(int a, int b) { return kf_sat((long long)a + b); }
+__device__ __forceinline__ int kf_sub(int a, int b) { return kf_sat((long long)a - b); }
+__device__ __forceinline__ int kf_mul(int a, int b) { return kf_sat((long long)a * b); }
+__device__ __forceinline__ int kf_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ int kf_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ float kf_add(float a, float b) { return a + b; }
+__device__ __forceinline__ double kf_add(double a, double b) { return a + b; }
+__device__ __forceinline__ float kf_sub(float a, float b) { return a - b; }
+__device__ __forceinline__ double kf_sub(double a, double b) { return a - b; }
+__device__ __forceinline__ float kf_mul(float a, float b) { return a * b; }
+__device__ __forceinline__ double kf_mul(double a, double b) { return a * b; }
+__device__ __forceinline__ float kf_div(float a, float b) { return a / b; }
+__device__ __forceinline__ double kf_div(double a, double b) { return a / b; }
+
+/* ---- reductions --------------------------------------------------------- */
+
+/* NaN-propagating max (a row statistic: one NaN makes the row's max NaN). */
+__device__ __forceinline__ float kf_max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ double kf_max_nan(double a, double b) { return (a > b || a != a) ? a : b; }
+
+template <typename T> __device__ __forceinline__ T kf_warp_sum(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T kf_warp_max(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = kf_max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Block-wide sum/max over NWARPS warps; every thread gets the result.
+ * `sh` holds 32 values; the call synchronizes twice. */
+template <int NWARPS, typename T> __device__ __forceinline__ T kf_block_sum(T v, T *sh) {
+    v = kf_warp_sum(v);
+    if (NWARPS == 1)
+        return v;
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = l < NWARPS ? sh[l] : (T)0;
+    return kf_warp_sum(v);
+}
+template <int NWARPS, typename T> __device__ __forceinline__ T kf_block_max(T v, T *sh) {
+    v = kf_warp_max(v);
+    if (NWARPS == 1)
+        return v;
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    __syncthreads();
+    if (l == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = l < NWARPS ? sh[l] : (T)-KF_INF;
+    return kf_warp_max(v);
+}

@@ -1,0 +1,162 @@
+/*
+ * rowwise.cuh -- softmax, layer_norm, rms_norm and reductions over the last
+ * axis, with an elementwise prologue (the row's input x, computed from loads)
+ * and an epilogue (every output, computed from x and the row statistics).
+ * Also the norm prologue of a GEMM's operand A, a GEMM's row epilogue and the
+ * attention fallback's softmax over the score expression.
+ *
+ * Shape, by row length L (chosen on the host, see kf_cuda_template):
+ *   KF_ROW_WARP 1   one warp per row (L <= 1024), KF_BLOCK/32 rows per block,
+ *                   warp shuffles only;
+ *   KF_ROW_WARP 0   one block per row, warp shuffles then shared memory.
+ * Each lane handles KF_PER_THREAD chunks of KF_VEC contiguous elements
+ * (16-byte accesses). With KF_MULTIPASS 0 the row is read from memory once and
+ * kept in registers (x[KF_PER_THREAD][KF_VEC]) through the statistics and the
+ * epilogue; with KF_MULTIPASS 1 (rows longer than 32 values per thread) the
+ * prologue is re-evaluated from memory for each pass (statistics pass 1, pass 2
+ * when needed, epilogue), and only the first pass stores prologue outputs.
+ * Statistics are kept in kf_acc_t (float, or double for f64 rows); the
+ * variance is two-pass over the kept values, never E[x^2] - E[x]^2.
+ *
+ * Hooks (defined by codegen/cuda before this file):
+ *   KF_KERNEL, KF_PARAMS, KF_ARGS, KF_BLOCK   as in elementwise.cuh
+ *   KF_ROWS, KF_L      rows, row length; KF_CHUNKS = KF_L / KF_VEC
+ *   KF_VEC, KF_PER_THREAD, KF_ROW_WARP, KF_MULTIPASS
+ *   kf_acc_t           the statistics' type
+ *   KF_NEED_MAX, KF_NEED_SUM, KF_NEED_SUMSQ, KF_NEED_M2, KF_NEED_SUMEXP
+ *                      which statistics the expressions use (0/1)
+ *   KF_EPS             the norm's epsilon (as kf_acc_t)
+ *   kf_vec_ok(KF_ARGS) the vector operands are aligned
+ *   kf_prologue<VV>(row, c, x[VV], store, KF_ARGS)   KF_PROLOGUE: x for
+ *                      elements c*VV .. c*VV+VV-1 of the row; stores the
+ *                      group's outputs that need no statistic when `store`
+ *   kf_epilogue<VV>(row, c, x[VV], st, KF_ARGS)      KF_EPILOGUE: per element
+ *                      (KF_HAS_EPILOGUE 0: none, the multipass skips its pass)
+ *   kf_row_out(row, st, KF_ARGS)                     once per row (lane 0):
+ *                      outputs in the reduced space (reductions)
+ */
+struct kf_stats {
+    kf_acc_t max, sum, mean, rstd, rms_rstd, sumexp;
+};
+
+#define KF_LANES (KF_ROW_WARP ? 32 : KF_BLOCK)
+#define KF_ROWS_PER_BLOCK (KF_ROW_WARP ? KF_BLOCK / 32 : 1)
+
+template <typename T> __device__ __forceinline__ T kf_row_sum(T v, T *sh) {
+    return KF_ROW_WARP ? kf_warp_sum(v) : kf_block_sum<KF_BLOCK / 32>(v, sh);
+}
+template <typename T> __device__ __forceinline__ T kf_row_max(T v, T *sh) {
+    return KF_ROW_WARP ? kf_warp_max(v) : kf_block_max<KF_BLOCK / 32>(v, sh);
+}
+
+template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane, kf_acc_t *sh,
+                                                         KF_PARAMS) {
+    constexpr int CH = KF_L / VV;
+    constexpr int PT = (CH + KF_LANES - 1) / KF_LANES;
+    kf_stats st;
+    kf_acc_t mx = -(kf_acc_t)KF_INF, sum = 0, sumsq = 0;
+#if !KF_MULTIPASS
+    kf_acc_t x[PT][VV];
+#pragma unroll
+    for (int q = 0; q < PT; q++) {
+        const int c = lane + q * KF_LANES;
+        if (c < CH) {
+            kf_prologue<VV>(row, c, x[q], true, KF_ARGS);
+#pragma unroll
+            for (int k = 0; k < VV; k++) {
+                if (KF_NEED_MAX) mx = kf_max_nan(mx, x[q][k]);
+                if (KF_NEED_SUM) sum += x[q][k];
+                if (KF_NEED_SUMSQ) sumsq += x[q][k] * x[q][k];
+            }
+        }
+    }
+#else
+    for (int c = lane; c < CH; c += KF_LANES) {
+        kf_acc_t xv[VV];
+        kf_prologue<VV>(row, c, xv, true, KF_ARGS);
+#pragma unroll
+        for (int k = 0; k < VV; k++) {
+            if (KF_NEED_MAX) mx = kf_max_nan(mx, xv[k]);
+            if (KF_NEED_SUM) sum += xv[k];
+            if (KF_NEED_SUMSQ) sumsq += xv[k] * xv[k];
+        }
+    }
+#endif
+    if (KF_NEED_MAX) mx = kf_row_max(mx, sh);
+    if (KF_NEED_SUM) sum = kf_row_sum(sum, sh);
+    if (KF_NEED_SUMSQ) sumsq = kf_row_sum(sumsq, sh);
+    st.max = mx;
+    st.sum = sum;
+    st.mean = sum / (kf_acc_t)KF_L;
+    st.rms_rstd = (kf_acc_t)1 / kf_sqrt(sumsq / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
+    if (KF_NEED_M2 || KF_NEED_SUMEXP) {
+        kf_acc_t m2 = 0, se = 0;
+#if !KF_MULTIPASS
+#pragma unroll
+        for (int q = 0; q < PT; q++) {
+            const int c = lane + q * KF_LANES;
+            if (c < CH) {
+#pragma unroll
+                for (int k = 0; k < VV; k++) {
+                    if (KF_NEED_M2) { kf_acc_t d = x[q][k] - st.mean; m2 += d * d; }
+                    if (KF_NEED_SUMEXP) se += kf_exp(x[q][k] - st.max);
+                }
+            }
+        }
+#else
+        for (int c = lane; c < CH; c += KF_LANES) {
+            kf_acc_t xv[VV];
+            kf_prologue<VV>(row, c, xv, false, KF_ARGS);
+#pragma unroll
+            for (int k = 0; k < VV; k++) {
+                if (KF_NEED_M2) { kf_acc_t d = xv[k] - st.mean; m2 += d * d; }
+                if (KF_NEED_SUMEXP) se += kf_exp(xv[k] - st.max);
+            }
+        }
+#endif
+        if (KF_NEED_M2) m2 = kf_row_sum(m2, sh);
+        if (KF_NEED_SUMEXP) se = kf_row_sum(se, sh);
+        st.rstd = (kf_acc_t)1 / kf_sqrt(m2 / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
+        st.sumexp = se;
+    } else {
+        st.rstd = 0;
+        st.sumexp = 0;
+    }
+#if !KF_MULTIPASS
+#pragma unroll
+    for (int q = 0; q < PT; q++) {
+        const int c = lane + q * KF_LANES;
+        if (c < CH)
+            kf_epilogue<VV>(row, c, x[q], st, KF_ARGS);
+    }
+#elif KF_HAS_EPILOGUE
+    for (int c = lane; c < CH; c += KF_LANES) {
+        kf_acc_t xv[VV];
+        kf_prologue<VV>(row, c, xv, false, KF_ARGS);
+        kf_epilogue<VV>(row, c, xv, st, KF_ARGS);
+    }
+#endif
+    if (lane == 0)
+        kf_row_out(row, st, KF_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
+    __shared__ kf_acc_t sh[32];
+    const int lane = KF_ROW_WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+    const long long first = (long long)blockIdx.x * KF_ROWS_PER_BLOCK +
+                            (KF_ROW_WARP ? (long long)(threadIdx.x >> 5) : 0);
+    const long long step = (long long)gridDim.x * KF_ROWS_PER_BLOCK;
+#if KF_VEC > 1
+    const bool vec = kf_vec_ok(KF_ARGS);
+#endif
+    /* Every thread of a block runs the same number of iterations (the block
+     * reductions synchronize), so the loop bound is per block, not per row. */
+    for (long long row = first; row < KF_ROWS; row += step) {
+#if KF_VEC > 1
+        if (vec)
+            kf_row<KF_VEC>(row, lane, sh, KF_ARGS);
+        else
+#endif
+            kf_row<1>(row, lane, sh, KF_ARGS);
+    }
+}

@@ -1,0 +1,530 @@
+/*
+ * test_cudagen.c -- codegen/cuda, runtime/cuda_kernel and `kfuse aot`, with no
+ * GPU: every template is instantiated and compiled by NVRTC to an ELF CUBIN
+ * for sm_80 and sm_90a; every elementwise op, every row-wise op with prologue
+ * and epilogue, every dtype; every example's kernels (through `kfuse aot`,
+ * whose cache then serves a fail-on-miss lookup of every kernel); source
+ * determinism; kernel names and template choice; a broken kernel's status.
+ * The numerics run on the GPU suites (the execution side).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "codegen/cuda/cuda_codegen.h"
+#include "frontend/cmd_aot.h"
+#include "fusion/fusion.h"
+#include "kf_test.h"
+#include "runtime/cuda_kernel.h"
+
+static const char *const ARCHS[] = {"sm_80", "sm_90a"};
+static kf_mem MEM;
+
+static bool have_nvrtc(void) {
+    int ma, mi;
+    return kf_nvrtc_version(&ma, &mi) == KF_OK;
+}
+
+typedef struct planned {
+    kf_ctx *ctx;
+    kf_graph *g;
+    kf_plan *plan;
+} planned;
+
+static void plan_text(const char *text, planned *p) {
+    memset(p, 0, sizeof *p);
+    assert_int_equal(kf_ctx_create(NULL, &p->ctx), KF_OK);
+    kf_status st = kf_graph_parse(p->ctx, text, strlen(text), &p->g);
+    if (st != KF_OK)
+        fail_msg("parse: %s", p->g ? kf_graph_error(p->g) : kf_status_str(st));
+    st = kf_plan_create(p->g, NULL, &p->plan);
+    if (st != KF_OK)
+        fail_msg("plan: %s", kf_graph_error(p->g));
+}
+
+static void plan_release(planned *p) {
+    kf_plan_destroy(p->plan);
+    kf_graph_destroy(p->g);
+    kf_ctx_destroy(p->ctx);
+}
+
+/* Generates and compiles every kernel of the plan for both archs; returns
+ * how many; counts the templates seen in seen[]. */
+static unsigned compile_all(const kf_plan *plan, unsigned *seen) {
+    unsigned n = 0;
+    for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) {
+        for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
+            kf_cuda_role roles[2];
+            uint32_t nr = kf_cuda_group_roles(plan, gi, roles);
+            for (uint32_t r = 0; r < nr; r++) {
+                kf_cuda_kernel k;
+                kf_status st = kf_cuda_codegen(plan, gi, roles[r], ARCHS[a], &MEM, &k);
+                if (st != KF_OK)
+                    fail_msg("codegen group %u (%s) %s: %s", gi, plan->groups[gi].name,
+                             kf_cuda_role_name(roles[r]), k.error);
+                if (seen)
+                    seen[k.tmpl]++;
+                if (have_nvrtc()) {
+                    kf_nvrtc_result res;
+                    char err[KF_MSG_MAX] = "";
+                    st = kf_cuda_kernel_compile(&MEM, &k, &res, err);
+                    if (st != KF_OK)
+                        fail_msg("%s: %s\n%s", k.name, err, res.log ? res.log : "");
+                    assert_true(res.cubin_size > 4);
+                    assert_memory_equal(res.cubin, "\x7f" "ELF", 4);
+                    kf_nvrtc_result_release(&MEM, &res);
+                }
+                kf_cuda_kernel_release(&MEM, &k);
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+static unsigned compile_text(const char *text, unsigned *seen) {
+    planned p;
+    plan_text(text, &p);
+    unsigned n = compile_all(p.plan, seen);
+    plan_release(&p);
+    return n;
+}
+
+/* The first kernel of the first group with a kernel, for `arch`. */
+static void first_kernel(const kf_plan *plan, const char *arch, kf_cuda_kernel *k) {
+    for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
+        kf_cuda_role roles[2];
+        if (kf_cuda_group_roles(plan, gi, roles) == 0)
+            continue;
+        assert_int_equal(kf_cuda_codegen(plan, gi, roles[0], arch, &MEM, k), KF_OK);
+        return;
+    }
+    fail_msg("no kernel in the plan");
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
+    (void)state;
+    unsigned seen[KF_CUDA_TEMPLATE_COUNT] = {0};
+    /* elementwise: vectors + bias broadcast; a rank-1 tail; a column broadcast */
+    compile_text("kfg 1\nx = input(bf16[64, 4096])\nb = input(bf16[4096])\ns = input(bf16[])\n"
+                 "m = mul(x, s)\na = add(m, b)\ny = gelu(a)\noutput y\n",
+                 seen);
+    compile_text("kfg 1\nx = input(f32[1001])\nn = neg(x)\ny = exp(n)\noutput y\n", seen);
+    compile_text("kfg 1\nx = input(f16[8, 24])\nc = input(f16[8, 1])\ny = mul(x, c)\noutput y\n", seen);
+    /* row-wise: a warp per row, a block per row, a block re-reading the row */
+    compile_text("kfg 1\nx = input(f32[32, 256])\ny = softmax(x)\noutput y\n", seen);
+    compile_text("kfg 1\nx = input(bf16[16, 4096])\nw = input(bf16[4096])\ny = rms_norm(x, w)\n"
+                 "output y\n",
+                 seen);
+    compile_text("kfg 1\nx = input(f32[4, 65536])\nw = input(f32[65536])\nb = input(f32[65536])\n"
+                 "y = layer_norm(x, w, b)\noutput y\n",
+                 seen);
+    /* column reduction; a softmax over a non-last axis; a layout copy */
+    compile_text("kfg 1\nx = input(f32[64, 32])\ny = reduce_sum(x, axis=0)\noutput y\n", seen);
+    compile_text("kfg 1\nx = input(f32[16, 8])\ny = softmax(x, axis=0)\noutput y\n", seen);
+    compile_text("kfg 1\nx = input(f32[4, 8, 16])\ne = exp(x)\ny = permute(e, [0, 2, 1])\noutput y\n",
+                 seen);
+    for (int t = 0; t < KF_CUDA_TEMPLATE_COUNT; t++) {
+        if (!seen[t])
+            fail_msg("template %s never instantiated", kf_cuda_template_name((kf_cuda_template)t));
+    }
+}
+
+/* One chain through every elementwise op the dtype takes. */
+static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
+    (void)state;
+    static const char *const floats[] = {"f32", "f16", "bf16", "f64"};
+    char text[4096];
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        const char *d = floats[i];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[8, 64])\ny = input(%s[64])\nz = input(%s[8, 1])\n"
+                 "a0 = neg(x)\na = abs(a0)\nb0 = exp(a)\nb1 = add(b0, y)\nb = log(b1)\n"
+                 "c0 = sqrt(b)\nc1 = add(c0, z)\nc = rsqrt(c1)\ne0 = relu(c)\ne1 = sigmoid(e0)\n"
+                 "e = tanh(e1)\nf0 = gelu(e)\nf1 = gelu_tanh(f0)\nf = silu(f1)\n"
+                 "g0 = min(f, y)\ng1 = max(g0, z)\ng2 = sub(x, y)\ng3 = mul(x, z)\n"
+                 "g4 = div(g2, g3)\ng = pow(g1, g4)\n"
+                 "k0 = lt(g, x)\nk1 = le(g, y)\nk2 = gt(g, z)\nk3 = ge(g, x)\nk4 = eq(g, y)\n"
+                 "k5 = ne(g, z)\nm5 = where(k5, g, y)\nm4 = where(k4, x, m5)\nm3 = where(k3, z, m4)\n"
+                 "m2 = where(k2, y, m3)\nm1 = where(k1, x, m2)\nm = where(k0, g, m1)\n"
+                 "n0 = cast(m, f32)\nn1 = cast(n0, f16)\nn2 = cast(n1, bf16)\nn = cast(n2, %s)\n"
+                 "i = iota(i32[8, 64], axis=1)\nk = cast(i, %s)\no = add(n, k)\noutput o\n",
+                 d, d, d, d, d);
+        planned p;
+        plan_text(text, &p);
+        unsigned kernels = 0;
+        for (uint32_t g = 0; g < p.plan->n_groups; g++)
+            kernels += p.plan->groups[g].is_kernel;
+        assert_int_equal(kernels, 1); /* one elementwise kernel */
+        assert_int_equal(compile_all(p.plan, NULL), 2);
+        plan_release(&p);
+    }
+    /* i32 and bool: the ops they take (saturating i32 arithmetic) */
+    compile_text("kfg 1\nx = input(i32[8, 64])\ny = input(i32[64])\n"
+                 "a0 = neg(x)\na1 = abs(a0)\na2 = add(a1, y)\na3 = sub(a2, x)\na = mul(a3, y)\n"
+                 "b0 = min(a, x)\nb = max(b0, y)\nc0 = ge(b, x)\nc1 = lt(x, y)\nc2 = cast(c1, i32)\n"
+                 "c = where(c0, b, c2)\nd0 = cast(c, f32)\nd = cast(d0, i32)\noutput d\n",
+                 NULL);
+    compile_text("kfg 1\nx = input(bool[8, 64])\ny = input(bool[64])\n"
+                 "e = eq(x, y)\nn = ne(x, y)\na = where(e, x, n)\nb0 = cast(a, f32)\n"
+                 "b = cast(b0, bool)\noutput b\n",
+                 NULL);
+}
+
+/* Every row-wise op with a prologue and an epilogue, in every float dtype. */
+static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **state) {
+    (void)state;
+    static const char *const dts[] = {"f32", "f16", "bf16", "f64"};
+    char text[4096];
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        const char *d = dts[i];
+        size_t n = (size_t)snprintf(text, sizeof text,
+                                    "kfg 1\nx = input(%s[6, 128])\ng = input(%s[128])\n"
+                                    "beta = input(%s[128])\ns = input(%s[])\n",
+                                    d, d, d, d);
+        static const char *const rows[] = {"rms_norm(q%d, g)", "layer_norm(q%d, g, beta)",
+                                           "softmax(q%d)", "reduce_sum(q%d, axis=1, keepdim=true)",
+                                           "reduce_max(q%d, axis=1)", "reduce_mean(q%d, axis=1)"};
+        for (int r = 0; r < 6; r++) {
+            char op[64];
+            snprintf(op, sizeof op, rows[r], r);
+            n += (size_t)snprintf(text + n, sizeof text - n,
+                                  "p%d = mul(x, s)\nq%d = add(p%d, g)\nr%d = %s\nt%d = mul(r%d, s)\n"
+                                  "y%d = relu(t%d)\noutput y%d\n",
+                                  r, r, r, r, op, r, r, r, r, r);
+        }
+        unsigned seen[KF_CUDA_TEMPLATE_COUNT] = {0};
+        assert_int_equal(compile_text(text, seen), 12);
+        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP], 12);
+    }
+    /* i32 reductions accumulate in double */
+    compile_text("kfg 1\nx = input(i32[6, 128])\ny = reduce_sum(x, axis=1)\nz = reduce_max(x, axis=1)\n"
+                 "output y\noutput z\n",
+                 NULL);
+}
+
+static void test_same_plan_gives_the_same_source_bytes(void **state) {
+    (void)state;
+    const char *text = "kfg 1\nx = input(bf16[64, 4096])\nb = input(bf16[4096])\n"
+                       "w = input(bf16[4096])\na = add(x, b)\ne = gelu(a)\ny = rms_norm(e, w)\n"
+                       "output y\n";
+    planned p1, p2;
+    plan_text(text, &p1);
+    plan_text(text, &p2);
+    for (size_t a = 0; a < 2; a++) {
+        kf_cuda_kernel k1, k2;
+        first_kernel(p1.plan, ARCHS[a], &k1);
+        first_kernel(p2.plan, ARCHS[a], &k2);
+        assert_string_equal(k1.name, k2.name);
+        assert_int_equal(k1.source_len, k2.source_len);
+        assert_memory_equal(k1.source, k2.source, k1.source_len);
+        assert_int_equal(strlen(k1.source), k1.source_len);
+        kf_cache_key c1, c2;
+        char err[KF_MSG_MAX];
+        assert_int_equal(kf_cuda_kernel_cache_key(&k1, "nvrtc 12.0", &c1, err), KF_OK);
+        assert_int_equal(kf_cuda_kernel_cache_key(&k2, "nvrtc 12.0", &c2, err), KF_OK);
+        assert_memory_equal(&c1, &c2, sizeof c1);
+        kf_cuda_kernel_release(&MEM, &k1);
+        kf_cuda_kernel_release(&MEM, &k2);
+    }
+    /* the arch changes the name, the source and the key */
+    kf_cuda_kernel a, b;
+    first_kernel(p1.plan, "sm_80", &a);
+    first_kernel(p1.plan, "sm_90a", &b);
+    assert_string_not_equal(a.name, b.name);
+    kf_cache_key ka, kb;
+    char err[KF_MSG_MAX];
+    assert_int_equal(kf_cuda_kernel_cache_key(&a, "nvrtc 12.0", &ka, err), KF_OK);
+    assert_int_equal(kf_cuda_kernel_cache_key(&b, "nvrtc 12.0", &kb, err), KF_OK);
+    assert_memory_not_equal(&ka, &kb, sizeof ka);
+    kf_cuda_kernel_release(&MEM, &a);
+    kf_cuda_kernel_release(&MEM, &b);
+    plan_release(&p1);
+    plan_release(&p2);
+}
+
+static void test_kernel_names_templates_vectors_and_params(void **state) {
+    (void)state;
+    planned p;
+    kf_cuda_kernel k;
+    /* elementwise bf16: 8 per 16-byte vector, bias by strides, one param each */
+    plan_text("kfg 1\nx = input(bf16[65536, 4096])\ng = input(bf16[65536, 4096])\n"
+              "e = gelu(x)\ny = mul(e, g)\noutput y\n",
+              &p);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_string_equal(k.name, "ew_gelu_mul_bf16_65536x4096_sm90a");
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE);
+    assert_int_equal(k.vec, 8);
+    assert_int_equal(k.n_params, 3);
+    assert_int_equal(k.params[0].kind, KF_CUDA_PARAM_IN);
+    assert_int_equal(k.params[2].kind, KF_CUDA_PARAM_OUT);
+    assert_int_equal(k.params[2].bytes, (uint64_t)65536 * 4096 * 2);
+    assert_int_equal(k.launch.block, 256);
+    assert_int_equal(kf_cuda_kernel_grid(&k, 132), 132 * 8);
+    assert_int_equal(kf_cuda_kernel_grid(&k, 0), 8);
+    assert_non_null(strstr(k.source, "extern \"C\" __global__"));
+    assert_null(strstr(k.source, "\n#include"));
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+
+    /* f32 tail: 4 per vector */
+    plan_text("kfg 1\nx = input(f32[1001])\ny = exp(x)\noutput y\n", &p);
+    first_kernel(p.plan, "sm_80", &k);
+    assert_int_equal(k.vec, 4);
+    assert_non_null(strstr(k.source, "#define KF_NVEC 250LL"));
+    assert_string_equal(k.name, "ew_exp_f32_1001_sm80");
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+
+    /* row length picks the template */
+    static const struct {
+        int64_t len;
+        kf_cuda_template t;
+    } rows[] = {{1024, KF_CUDA_TEMPLATE_ROW_WARP},
+                {4096, KF_CUDA_TEMPLATE_ROW_BLOCK},
+                {32768, KF_CUDA_TEMPLATE_ROW_BLOCK},
+                {65536, KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(bf16[8, %lld])\nw = input(bf16[%lld])\ny = rms_norm(x, w)\n"
+                 "output y\n",
+                 (long long)rows[i].len, (long long)rows[i].len);
+        plan_text(text, &p);
+        first_kernel(p.plan, "sm_90a", &k);
+        assert_int_equal(k.tmpl, rows[i].t);
+        char expect[96];
+        snprintf(expect, sizeof expect, "row_rms_norm_bf16_8x%lld_sm90a", (long long)rows[i].len);
+        assert_string_equal(k.name, expect);
+        kf_cuda_template t;
+        bool has;
+        assert_int_equal(kf_cuda_group_template(p.plan, k.group, &t, &has), KF_OK);
+        assert_int_equal(t, rows[i].t);
+        char line[160];
+        kf_cuda_describe_group(p.plan, k.group, "sm_90a", line, sizeof line);
+        assert_non_null(strstr(line, kf_cuda_template_name(rows[i].t)));
+        assert_non_null(strstr(line, "sm_90a"));
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+    }
+
+    /* GEMM: an epilogue kernel reading the accumulator; a bare GEMM has none */
+    plan_text("kfg 1\nx = input(f32[8, 64])\nw = input(f32[64, 256])\nb = input(f32[256])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+              &p);
+    assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 0, "sm_90a", &MEM, &k), KF_OK);
+    assert_string_equal(k.name, "epi_gemm_bias_gelu_f32_8x256_sm90a");
+    bool acc = false;
+    for (uint32_t i = 0; i < k.n_params; i++)
+        acc = acc || k.params[i].kind == KF_CUDA_PARAM_ACC;
+    assert_true(acc);
+    kf_cuda_kernel_release(&MEM, &k);
+    assert_int_equal(kf_cuda_codegen_group(p.plan, 0, "sm_90a", &MEM, &k), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(k.error, "gemm"));
+    kf_cuda_kernel_release(&MEM, &k);
+    char line[160];
+    kf_cuda_describe_group(p.plan, 0, "sm_80", line, sizeof line);
+    assert_non_null(strstr(line, "cuBLASLt"));
+    plan_release(&p);
+    plan_text("kfg 1\nx = input(f32[8, 64])\nw = input(f32[64, 256])\ny = matmul(x, w)\noutput y\n",
+              &p);
+    assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 0, "sm_90a", &MEM, &k), KF_ERR_NOT_FOUND);
+    kf_cuda_kernel_release(&MEM, &k);
+    kf_cuda_role roles[2];
+    assert_int_equal(kf_cuda_group_roles(p.plan, 0, roles), 0);
+    /* bad arguments */
+    assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 7, "sm_90a", &MEM, &k), KF_ERR_INVALID_ARGUMENT);
+    kf_cuda_kernel_release(&MEM, &k);
+    assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 0, "gfx90a", &MEM, &k), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(k.error, "sm_90a"));
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+}
+
+static void test_broken_kernel_status_carries_the_log_and_the_name(void **state) {
+    (void)state;
+    if (!have_nvrtc())
+        skip();
+    planned p;
+    plan_text("kfg 1\nx = input(f32[64, 64])\ny = gelu(x)\noutput y\n", &p);
+    kf_cuda_kernel k;
+    first_kernel(p.plan, "sm_90a", &k);
+    /* Simulate a codegen bug: an expression calling a function that is not there. */
+    char *at = strstr(k.source, "kf_gelu(v");
+    assert_non_null(at);
+    memcpy(at, "kf_gelx", 7);
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    assert_int_equal(kf_cuda_kernel_compile(&MEM, &k, &res, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, k.name));
+    assert_non_null(strstr(err, "sm_90a"));
+    assert_non_null(res.log);
+    assert_non_null(strstr(res.log, "kf_gelx"));
+    kf_nvrtc_result_release(&MEM, &res);
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+}
+
+/* `kfuse aot` over every example, twice; then every kernel of every example
+ * is found with a fail-on-miss cache (what the execution side does). */
+static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state) {
+    (void)state;
+    if (!have_nvrtc())
+        skip();
+    const char *src = getenv("KF_SOURCE_DIR");
+    char dir[] = "/tmp/kf_aot_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cdir[64];
+    snprintf(cdir, sizeof cdir, "%s/cache", dir);
+    char files[2][64][512];
+    int nf = 0;
+    static const char *const names[] = {
+        "block", "llama_block", "mlp", "patterns/attention_alibi", "patterns/attention_causal",
+        "patterns/attention_sliding_window", "patterns/attention_softcap",
+        "patterns/backward_dgelu_bias_grad", "patterns/elementwise_broadcast_cast",
+        "patterns/gemm_bias_activation", "patterns/gemm_bias_residual_scale",
+        "patterns/gemm_residual_layer_norm", "patterns/gemm_residual_rms_norm_long_row",
+        "patterns/norm_prologue", "patterns/not_fused", "patterns/rowwise_prologue_epilogue",
+        "patterns/swiglu"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(files[0][nf], sizeof files[0][nf], "%s/examples/%s.kfg", src ? src : ".", names[i]);
+        if (access(files[0][nf], R_OK) == 0)
+            nf++;
+    }
+    assert_true(nf >= 3);
+    char *argv[80];
+    int argc = 0;
+    argv[argc++] = "aot";
+    argv[argc++] = "--arch";
+    char archs[] = "sm_80,sm_90a";
+    argv[argc++] = archs;
+    for (int i = 0; i < nf; i++)
+        argv[argc++] = files[0][i];
+    argv[argc++] = "-o";
+    argv[argc++] = cdir;
+    argv[argc] = NULL;
+    /* Quiet the coverage table: it goes to stdout. */
+    fflush(stdout);
+    FILE *saved = stdout;
+    char outpath[96];
+    snprintf(outpath, sizeof outpath, "%s/out1.txt", dir);
+    stdout = fopen(outpath, "w");
+    assert_non_null(stdout);
+    int rc1 = kf_cmd_aot(argc, argv);
+    fclose(stdout);
+    snprintf(outpath, sizeof outpath, "%s/out2.txt", dir);
+    stdout = fopen(outpath, "w");
+    int rc2 = kf_cmd_aot(argc, argv);
+    fclose(stdout);
+    stdout = saved;
+    assert_int_equal(rc1, 0);
+    assert_int_equal(rc2, 0);
+    /* The second run's coverage: nothing compiled. */
+    FILE *f = fopen(outpath, "r");
+    assert_non_null(f);
+    char line[1024];
+    int rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, " cached ")) {
+            rows++;
+            if (!strstr(line, " 0 compiled"))
+                fail_msg("second aot run compiled: %s", line);
+        }
+    }
+    fclose(f);
+    assert_int_equal(rows, 2 * nf);
+
+    /* Every kernel of every example is a hit with fail-on-miss. */
+    kf_cache *cache = NULL;
+    kf_cache_options co = {.dir = cdir, .flags = KF_CACHE_FAIL_ON_MISS | KF_CACHE_READ_ONLY};
+    kf_cache_msg msg;
+    assert_int_equal(kf_cache_open(&MEM, &co, &cache, &msg), KF_OK);
+    unsigned hits = 0;
+    for (int i = 0; i < nf; i++) {
+        FILE *kf = fopen(files[0][i], "rb");
+        assert_non_null(kf);
+        static char text[1 << 16];
+        size_t len = fread(text, 1, sizeof text - 1, kf);
+        fclose(kf);
+        text[len] = 0;
+        planned p;
+        plan_text(text, &p);
+        for (size_t a = 0; a < 2; a++) {
+            for (uint32_t gi = 0; gi < p.plan->n_groups; gi++) {
+                kf_cuda_role roles[2];
+                uint32_t nr = kf_cuda_group_roles(p.plan, gi, roles);
+                for (uint32_t r = 0; r < nr; r++) {
+                    kf_cuda_kernel k;
+                    assert_int_equal(kf_cuda_codegen(p.plan, gi, roles[r], ARCHS[a], &MEM, &k), KF_OK);
+                    void *cubin = NULL;
+                    size_t size = 0;
+                    bool hit = false;
+                    char err[KF_MSG_MAX] = "";
+                    kf_status st = kf_cuda_kernel_cubin(cache, &k, &cubin, &size, &hit, &msg, err);
+                    if (st != KF_OK)
+                        fail_msg("%s", err);
+                    assert_true(hit);
+                    assert_memory_equal(cubin, "\x7f" "ELF", 4);
+                    kf_cache_blob_free(cache, cubin, size);
+                    kf_cuda_kernel_release(&MEM, &k);
+                    hits++;
+                }
+            }
+        }
+        plan_release(&p);
+    }
+    assert_true(hits > 0);
+    kf_cache_close(cache);
+    /* A kernel the cache never saw is a miss naming the kernel. */
+    planned p;
+    plan_text("kfg 1\nx = input(f32[3, 5])\ny = sqrt(x)\noutput y\n", &p);
+    kf_cuda_kernel k;
+    first_kernel(p.plan, "sm_80", &k);
+    co.flags = KF_CACHE_FAIL_ON_MISS;
+    assert_int_equal(kf_cache_open(&MEM, &co, &cache, &msg), KF_OK);
+    void *cubin = NULL;
+    size_t size = 0;
+    bool hit = true;
+    char err[KF_MSG_MAX] = "";
+    assert_int_equal(kf_cuda_kernel_cubin(cache, &k, &cubin, &size, &hit, &msg, err), KF_ERR_NOT_FOUND);
+    assert_non_null(strstr(err, k.name));
+    kf_cache_close(cache);
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+    /* clean up */
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_aot_rejects_bad_usage(void **state) {
+    (void)state;
+    char *a1[] = {"aot", "x.kfg", NULL};
+    assert_int_equal(kf_cmd_aot(2, a1), 2); /* no -o */
+    char *a2[] = {"aot", "--arch", "sm_35x", "x.kfg", "-o", "/tmp/none", NULL};
+    assert_int_equal(kf_cmd_aot(6, a2), 2);
+}
+
+int main(void) {
+    kf_mem_resolve(&MEM, NULL);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_template_compiles_for_sm80_and_sm90a),
+        cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
+        cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
+        cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
+        cmocka_unit_test(test_kernel_names_templates_vectors_and_params),
+        cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
+        cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
+        cmocka_unit_test(test_aot_rejects_bad_usage),
+    };
+    return kf_test_run(tests);
+}
