@@ -127,8 +127,8 @@ int main(int argc, char **argv) {
         perror(path);
         return 1;
     }
-    fprintf(json, "{\n  \"bench\": \"cpu_bench\",\n  \"cpu\": \"%s\",\n  \"commit\": \"%s\",\n", cpu,
-            KF_BENCH_COMMIT);
+    fprintf(json, "{\n  \"bench\": \"cpu_bench\",\n  \"cpu\": \"%s\",\n  \"commit\": \"%s\",\n",
+            cpu, KF_BENCH_COMMIT);
     printf("cpu %s, commit %s\n", cpu, KF_BENCH_COMMIT);
 
     /* copy bandwidth */
@@ -153,11 +153,12 @@ int main(int argc, char **argv) {
     {
         kf_graph *g = NULL;
         double ct = 0;
-        kf_program *p = compile_text(ctx,
-                                     "kfg 1\nx = input(f32[4096, 4096])\nb = input(f32[4096])\n"
-                                     "s = const(f32[], 1.5)\nm = mul(x, s)\na = add(m, b)\nr = relu(a)\n"
-                                     "u = mul(r, s)\ny = add(u, x)\noutput y\n",
-                                     &g, &ct);
+        kf_program *p =
+            compile_text(ctx,
+                         "kfg 1\nx = input(f32[4096, 4096])\nb = input(f32[4096])\n"
+                         "s = const(f32[], 1.5)\nm = mul(x, s)\na = add(m, b)\nr = relu(a)\n"
+                         "u = mul(r, s)\ny = add(u, x)\noutput y\n",
+                         &g, &ct);
         size_t n = 4096u * 4096u;
         float *x = rand_f32(n), *b = rand_f32(4096), *y = malloc(n * 4);
         kf_binding in[2] = {{"x", x, n * 4}, {"b", b, 4096 * 4}}, out = {"y", y, n * 4};
@@ -232,7 +233,8 @@ int main(int argc, char **argv) {
             kf_program_destroy(p);
             kf_graph_destroy(g);
             free(a), free(b), free(c);
-            printf("gemm f32 %d^3 %2d thread(s)  kfuse %8.2f GFLOP/s  openblas %8.2f GFLOP/s  (%.0f%%)\n",
+            printf("gemm f32 %d^3 %2d thread(s)  kfuse %8.2f GFLOP/s  openblas %8.2f GFLOP/s  "
+                   "(%.0f%%)\n",
                    sz, nt, gf, blas, blas > 0 ? 100 * gf / blas : 0.0);
             fprintf(json,
                     "    {\"n\": %d, \"threads\": %d, \"kfuse_gflops\": %.3f, \"openblas_gflops\": "

@@ -138,9 +138,11 @@ static void diagnose(kf_graph *g, const kf_binding *in) {
                 double re = compare(buf, ref, t->dtype, n, &nans);
                 if (!(re <= output_tol(g, t))) {
                     char ts[128];
-                    fprintf(stderr, "  first bad tensor: %%%u %s written by group %u (%s, %s): rel err %g\n",
-                            t->id, kf_ir_type_str(t, ts, sizeof ts), gi, gr->name,
-                            kf_group_kind_name(gr->kind), re);
+                    fprintf(
+                        stderr,
+                        "  first bad tensor: %%%u %s written by group %u (%s, %s): rel err %g\n",
+                        t->id, kf_ir_type_str(t, ts, sizeof ts), gi, gr->name,
+                        kf_group_kind_name(gr->kind), re);
                     found = true;
                 }
                 free(ref);
@@ -212,7 +214,6 @@ static double compare(const void *out, const void *ref, kf_dtype d, size_t n, si
     }
     return den == 0.0 ? sqrt(num) : sqrt(num) / sqrt(den);
 }
-
 
 /* The group-local oracle: runs the plan (every intermediate kept), then walks
  * the groups in order and evaluates each group's computed tensors with the
@@ -416,7 +417,6 @@ static void test_every_example_matches_the_reference(void **state) {
     assert_int_equal(bad, 0);
 }
 
-
 /* ------------------------------------------------------------------------ */
 /* Every op, every dtype                                                      */
 /* ------------------------------------------------------------------------ */
@@ -497,8 +497,8 @@ static void test_where_cast_and_iota_in_every_dtype(void **state) {
                  da, da);
         bad += !check_text(ctx, text, &r);
         for (size_t b = 0; b < N_DTYPES; b++) {
-            snprintf(text, sizeof text, "kfg 1\nx = input(%s[3, 41])\ny = cast(x, %s)\noutput y\n", da,
-                     kf_dtype_name(all_dtypes[b]));
+            snprintf(text, sizeof text, "kfg 1\nx = input(%s[3, 41])\ny = cast(x, %s)\noutput y\n",
+                     da, kf_dtype_name(all_dtypes[b]));
             bad += !check_text_range(ctx, text, &r, -300.0, 300.0);
         }
         if (all_dtypes[a] != KF_DTYPE_BOOL) {
@@ -589,11 +589,12 @@ static void test_gemm_layouts_and_fused_epilogues(void **state) {
             }
         }
         /* batch broadcast on B, residual and scale; a norm on the output rows */
-        snprintf(text, sizeof text,
-                 "kfg 1\na = input(%s[5, 33])\nb = input(%s[3, 33, 40])\nres = input(%s[3, 5, 40])\n"
-                 "w = input(%s[40])\nlb = input(%s[40])\nc = matmul(a, b)\nd = add(c, res)\n"
-                 "s = const(%s[], 0.5)\ne = mul(d, s)\nn = layer_norm(e, w, lb, eps=1e-5)\noutput n\n",
-                 dn, dn, dn, dn, dn, dn);
+        snprintf(
+            text, sizeof text,
+            "kfg 1\na = input(%s[5, 33])\nb = input(%s[3, 33, 40])\nres = input(%s[3, 5, 40])\n"
+            "w = input(%s[40])\nlb = input(%s[40])\nc = matmul(a, b)\nd = add(c, res)\n"
+            "s = const(%s[], 0.5)\ne = mul(d, s)\nn = layer_norm(e, w, lb, eps=1e-5)\noutput n\n",
+            dn, dn, dn, dn, dn, dn);
         bad += !check_text(ctx, text, &r);
         /* SwiGLU and a norm prologue shared by two GEMMs */
         snprintf(text, sizeof text,
@@ -738,17 +739,16 @@ static void test_a_program_runs_again_with_new_inputs_and_threads(void **state) 
     /* large enough to go parallel: every kind at a size the pool splits */
     kf_ctx *ctx = new_ctx();
     kf_test_rng r = kf_test_rng_make(10);
-    kf_graph *g = parse(ctx,
-                        "kfg 1\nx = input(f32[256, 512])\nw = input(f32[512, 128])\nb = input(f32[128])\n"
-                        "n = input(f32[512])\nh = rms_norm(x, n, eps=1e-5)\nc = matmul(x, w)\n"
-                        "d = add(c, b)\ne = gelu(d)\ns = softmax(e)\nt = mul(h, h)\n"
-                        "output s\noutput t\n");
+    kf_graph *g = parse(
+        ctx, "kfg 1\nx = input(f32[256, 512])\nw = input(f32[512, 128])\nb = input(f32[128])\n"
+             "n = input(f32[512])\nh = rms_norm(x, n, eps=1e-5)\nc = matmul(x, w)\n"
+             "d = add(c, b)\ne = gelu(d)\ns = softmax(e)\nt = mul(h, h)\n"
+             "output s\noutput t\n");
     for (int rep = 0; rep < 3; rep++)
         assert_true(check_graph(ctx, g, &r, "parallel graph"));
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* The disk cache                                                             */
