@@ -16,8 +16,8 @@
  */
 #include "codegen/llvm/lg.h"
 
-#define GEMM_MB 4
-#define GEMM_NB 256
+#define GEMM_MB 16
+#define GEMM_NB 128
 
 typedef struct opnd {
     uint32_t base;
