@@ -69,3 +69,24 @@ if(KF_BUILD_BENCH AND KF_HAVE_LLVM)
     endif()
     target_compile_definitions(cpu_bench PRIVATE KF_BENCH_COMMIT="${_kf_commit}")
 endif()
+
+# `kfuse run --check` on every example (and every fusion pattern): compiled
+# for the CPU, run on random inputs, compared with the reference evaluator.
+if(KF_BUILD_TESTS AND KF_HAVE_LLVM)
+    file(GLOB _kf_run_examples CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/examples/*.kfg"
+         "${PROJECT_SOURCE_DIR}/examples/patterns/*.kfg")
+    foreach(_example IN LISTS _kf_run_examples)
+        get_filename_component(_stem "${_example}" NAME_WE)
+        add_test(NAME cli_run_${_stem}
+                 COMMAND kfuse_cli run "${_example}" --target cpu --check --seed 7
+                 WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
+        set_tests_properties(cli_run_${_stem} PROPERTIES
+            ENVIRONMENT "KF_CACHE_DIR=${PROJECT_BINARY_DIR}/kf-test-cache" TIMEOUT 120)
+    endforeach()
+endif()
+
+# test_cpu drives 5,000 JIT-compiled random graphs: under ASan on a busy
+# 2-core machine it may pass the suites' common 300 s limit.
+if(KF_BUILD_TESTS AND KF_HAVE_LLVM)
+    cmake_language(DEFER CALL set_tests_properties test_cpu PROPERTIES TIMEOUT 900)
+endif()

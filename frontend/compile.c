@@ -186,7 +186,8 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
     for (size_t i = 0; i < n_inputs; i++) {
         const kf_binding *b = &inputs[i];
         if (!b->name)
-            return fail(p, KF_ERR_INVALID_ARGUMENT, "kf_program_run: input binding %zu has no name", i);
+            return fail(p, KF_ERR_INVALID_ARGUMENT, "kf_program_run: input binding %zu has no name",
+                        i);
         const kf_tensor *t = NULL;
         for (uint32_t k = 0; k < g->n_inputs && !t; k++)
             if (strcmp(g->inputs[k]->name, b->name) == 0)
@@ -221,20 +222,23 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
     for (size_t i = 0; i < n_outputs; i++) {
         const kf_binding *b = &outputs[i];
         if (!b->name)
-            return fail(p, KF_ERR_INVALID_ARGUMENT, "kf_program_run: output binding %zu has no name", i);
+            return fail(p, KF_ERR_INVALID_ARGUMENT,
+                        "kf_program_run: output binding %zu has no name", i);
         const kf_tensor *t = NULL;
         for (uint32_t k = 0; k < g->n_outputs && !t; k++)
             if (strcmp(g->outputs[k].name, b->name) == 0)
                 t = g->outputs[k].tensor;
         if (!t)
-            return fail(p, KF_ERR_NOT_FOUND,
-                        "kf_program_run: output binding %zu names '%s', which is not a graph output",
-                        i, b->name);
+            return fail(
+                p, KF_ERR_NOT_FOUND,
+                "kf_program_run: output binding %zu names '%s', which is not a graph output", i,
+                b->name);
         for (size_t j = 0; j < i; j++)
             if (outputs[j].name && strcmp(outputs[j].name, b->name) == 0)
-                return fail(p, KF_ERR_INVALID_ARGUMENT,
-                            "kf_program_run: output '%s' is bound twice; bind each output at most once",
-                            b->name);
+                return fail(
+                    p, KF_ERR_INVALID_ARGUMENT,
+                    "kf_program_run: output '%s' is bound twice; bind each output at most once",
+                    b->name);
         kf_status st = check_binding(p, "output", b, t);
         if (st != KF_OK)
             return st;
@@ -283,7 +287,8 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
 #ifdef KF_HAVE_LLVM
         const void *src = kf_cpu_exec_buffer(p->exec, t->id);
         const kf_group *vg = kf_plan_group_of(p->plan, t);
-        if (!src && vg && vg->kind == KF_GROUP_VIEW && vg->view_contiguous && vg->view_base != KF_NONE)
+        if (!src && vg && vg->kind == KF_GROUP_VIEW && vg->view_contiguous &&
+            vg->view_base != KF_NONE)
             src = kf_cpu_exec_buffer(p->exec, vg->view_base); /* the output aliases its base */
 #else
         const void *src = NULL;

@@ -20,6 +20,7 @@
 #include "fusion/fusion.h"
 #include "ir/ir.h"
 #ifdef KF_HAVE_LLVM
+#include "runtime/cache.h"
 #include "runtime/cpu/cpu.h"
 
 static kf_ctx *new_ctx(void) {
@@ -137,9 +138,11 @@ static void diagnose(kf_graph *g, const kf_binding *in) {
                 double re = compare(buf, ref, t->dtype, n, &nans);
                 if (!(re <= output_tol(g, t))) {
                     char ts[128];
-                    fprintf(stderr, "  first bad tensor: %%%u %s written by group %u (%s, %s): rel err %g\n",
-                            t->id, kf_ir_type_str(t, ts, sizeof ts), gi, gr->name,
-                            kf_group_kind_name(gr->kind), re);
+                    fprintf(
+                        stderr,
+                        "  first bad tensor: %%%u %s written by group %u (%s, %s): rel err %g\n",
+                        t->id, kf_ir_type_str(t, ts, sizeof ts), gi, gr->name,
+                        kf_group_kind_name(gr->kind), re);
                     found = true;
                 }
                 free(ref);
@@ -211,7 +214,6 @@ static double compare(const void *out, const void *ref, kf_dtype d, size_t n, si
     }
     return den == 0.0 ? sqrt(num) : sqrt(num) / sqrt(den);
 }
-
 
 /* The group-local oracle: runs the plan (every intermediate kept), then walks
  * the groups in order and evaluates each group's computed tensors with the
@@ -415,7 +417,6 @@ static void test_every_example_matches_the_reference(void **state) {
     assert_int_equal(bad, 0);
 }
 
-
 /* ------------------------------------------------------------------------ */
 /* Every op, every dtype                                                      */
 /* ------------------------------------------------------------------------ */
@@ -496,8 +497,8 @@ static void test_where_cast_and_iota_in_every_dtype(void **state) {
                  da, da);
         bad += !check_text(ctx, text, &r);
         for (size_t b = 0; b < N_DTYPES; b++) {
-            snprintf(text, sizeof text, "kfg 1\nx = input(%s[3, 41])\ny = cast(x, %s)\noutput y\n", da,
-                     kf_dtype_name(all_dtypes[b]));
+            snprintf(text, sizeof text, "kfg 1\nx = input(%s[3, 41])\ny = cast(x, %s)\noutput y\n",
+                     da, kf_dtype_name(all_dtypes[b]));
             bad += !check_text_range(ctx, text, &r, -300.0, 300.0);
         }
         if (all_dtypes[a] != KF_DTYPE_BOOL) {
@@ -588,11 +589,12 @@ static void test_gemm_layouts_and_fused_epilogues(void **state) {
             }
         }
         /* batch broadcast on B, residual and scale; a norm on the output rows */
-        snprintf(text, sizeof text,
-                 "kfg 1\na = input(%s[5, 33])\nb = input(%s[3, 33, 40])\nres = input(%s[3, 5, 40])\n"
-                 "w = input(%s[40])\nlb = input(%s[40])\nc = matmul(a, b)\nd = add(c, res)\n"
-                 "s = const(%s[], 0.5)\ne = mul(d, s)\nn = layer_norm(e, w, lb, eps=1e-5)\noutput n\n",
-                 dn, dn, dn, dn, dn, dn);
+        snprintf(
+            text, sizeof text,
+            "kfg 1\na = input(%s[5, 33])\nb = input(%s[3, 33, 40])\nres = input(%s[3, 5, 40])\n"
+            "w = input(%s[40])\nlb = input(%s[40])\nc = matmul(a, b)\nd = add(c, res)\n"
+            "s = const(%s[], 0.5)\ne = mul(d, s)\nn = layer_norm(e, w, lb, eps=1e-5)\noutput n\n",
+            dn, dn, dn, dn, dn, dn);
         bad += !check_text(ctx, text, &r);
         /* SwiGLU and a norm prologue shared by two GEMMs */
         snprintf(text, sizeof text,
@@ -737,15 +739,102 @@ static void test_a_program_runs_again_with_new_inputs_and_threads(void **state) 
     /* large enough to go parallel: every kind at a size the pool splits */
     kf_ctx *ctx = new_ctx();
     kf_test_rng r = kf_test_rng_make(10);
-    kf_graph *g = parse(ctx,
-                        "kfg 1\nx = input(f32[256, 512])\nw = input(f32[512, 128])\nb = input(f32[128])\n"
-                        "n = input(f32[512])\nh = rms_norm(x, n, eps=1e-5)\nc = matmul(x, w)\n"
-                        "d = add(c, b)\ne = gelu(d)\ns = softmax(e)\nt = mul(h, h)\n"
-                        "output s\noutput t\n");
+    kf_graph *g = parse(
+        ctx, "kfg 1\nx = input(f32[256, 512])\nw = input(f32[512, 128])\nb = input(f32[128])\n"
+             "n = input(f32[512])\nh = rms_norm(x, n, eps=1e-5)\nc = matmul(x, w)\n"
+             "d = add(c, b)\ne = gelu(d)\ns = softmax(e)\nt = mul(h, h)\n"
+             "output s\noutput t\n");
     for (int rep = 0; rep < 3; rep++)
         assert_true(check_graph(ctx, g, &r, "parallel graph"));
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The disk cache                                                             */
+/* ------------------------------------------------------------------------ */
+
+static bool exec_once(kf_graph *g, struct kf_cache *cache, bool *hit) {
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    char err[KF_MSG_MAX];
+    kf_cpu_exec *x = NULL;
+    kf_status st = kf_cpu_exec_create(&g->mem, plan, cache, &x, err);
+    if (st != KF_OK)
+        print_error("kf_cpu_exec_create: %s\n", err);
+    assert_int_equal(st, KF_OK);
+    *hit = kf_cpu_exec_cache_hit(x);
+    float xin[64], y[64];
+    for (int i = 0; i < 64; i++)
+        xin[i] = (float)i / 16.0f - 2.0f;
+    void **bound = calloc(g->n_nodes, sizeof *bound);
+    bound[g->inputs[0]->id] = xin;
+    bound[g->outputs[0].tensor->id] = y;
+    assert_int_equal(kf_cpu_exec_run(x, bound, err), KF_OK);
+    bool ok = true;
+    for (int i = 0; i < 64; i++)
+        ok = ok && fabs(y[i] - tanh(xin[i] + 1.0)) < 1e-6;
+    free(bound);
+    kf_cpu_exec_destroy(x);
+    kf_plan_destroy(plan);
+    return ok;
+}
+
+static void corrupt_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        if (l < 5 || strcmp(de->d_name + l - 4, ".kfc") != 0)
+            continue;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        fseek(f, 200, SEEK_SET); /* inside the object file */
+        int c = fgetc(f);
+        fseek(f, 200, SEEK_SET);
+        fputc(c ^ 0x5a, f);
+        fclose(f);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 1);
+}
+
+static void test_compiled_code_is_cached_and_a_corrupt_entry_is_rebuilt(void **state) {
+    (void)state;
+    char dir[] = "/tmp/kf-test-cpu-cache-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_ctx *ctx = new_ctx();
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[64])\nc = const(f32[], 1)\ny = add(x, c)\n"
+                             "z = tanh(y)\noutput z\n");
+    kf_mem mem;
+    kf_mem_resolve(&mem, NULL);
+    kf_cache_options co;
+    memset(&co, 0, sizeof co);
+    co.dir = dir;
+    kf_cache_msg msg;
+    kf_cache *cache = NULL;
+    assert_int_equal(kf_cache_open(&mem, &co, &cache, &msg), KF_OK);
+    bool hit = true;
+    assert_true(exec_once(g, cache, &hit));
+    assert_false(hit); /* cold: compiled and stored */
+    assert_true(exec_once(g, cache, &hit));
+    assert_true(hit); /* warm: loaded, nothing compiled */
+    corrupt_entries(dir);
+    assert_true(exec_once(g, cache, &hit));
+    assert_false(hit); /* the corrupt entry is never loaded: rebuilt */
+    assert_true(exec_once(g, cache, &hit));
+    assert_true(hit);
+    kf_cache_close(cache);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -816,6 +905,7 @@ int main(void) {
         cmocka_unit_test(test_run_checks_bindings_like_eval),
         cmocka_unit_test(test_a_program_runs_again_with_new_inputs_and_threads),
         cmocka_unit_test(test_every_example_matches_the_reference),
+        cmocka_unit_test(test_compiled_code_is_cached_and_a_corrupt_entry_is_rebuilt),
         cmocka_unit_test(test_random_graphs_match_the_reference),
     };
     return kf_test_run(tests);

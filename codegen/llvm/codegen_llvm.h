@@ -22,14 +22,14 @@
 #include "fusion/fusion.h"
 
 /* Bumped whenever the generated code changes for the same plan (cache key). */
-#define KF_LLVM_CODEGEN_VERSION 1
+#define KF_LLVM_CODEGEN_VERSION 2
 
 typedef struct kf_cpu_kernel {
-    bool present;      /* false for VIEW groups: no code */
-    char symbol[160];  /* the function's name in the module: "<group name>_g<id>" */
-    int64_t outer;     /* iterations of the parallel outer loop */
-    size_t scratch;    /* bytes of per-thread scratch */
-    double cost;       /* rough element-operations per outer iteration (threading grain) */
+    bool present;     /* false for VIEW groups: no code */
+    char symbol[160]; /* the function's name in the module: "<group name>_g<id>" */
+    int64_t outer;    /* iterations of the parallel outer loop */
+    size_t scratch;   /* bytes of per-thread scratch */
+    double cost;      /* rough element-operations per outer iteration (threading grain) */
 } kf_cpu_kernel;
 
 /* Emits every kernel group of `plan` into `mod` (whose context is used) and

@@ -41,12 +41,12 @@ typedef struct lg_point {
     int rank;
     LLVMValueRef idx[KF_MAX_RANK]; /* i64 */
     LLVMValueRef stat[KF_STAT_COUNT];
-    LLVMValueRef acc[2];  /* GEMM: the accumulators (f32 / f64), unrounded */
-    LLVMValueRef score;   /* ATTENTION: Q.K^T (f32 / f64), unrounded */
-    int attn_rank;        /* ATTENTION: the score space's rank (for BATCH/HEAD) */
-    uint32_t seed;        /* a node whose value is given (row input from scratch) */
+    LLVMValueRef acc[2]; /* GEMM: the accumulators (f32 / f64), unrounded */
+    LLVMValueRef score;  /* ATTENTION: Q.K^T (f32 / f64), unrounded */
+    int attn_rank;       /* ATTENTION: the score space's rank (for BATCH/HEAD) */
+    uint32_t seed;       /* a node whose value is given (row input from scratch) */
     LLVMValueRef seed_val;
-    LLVMValueRef *memo;   /* g->n_expr entries, NULL = not yet emitted here */
+    LLVMValueRef *memo; /* g->n_expr entries, NULL = not yet emitted here */
 } lg_point;
 
 typedef struct lg_loop {
@@ -60,7 +60,8 @@ kf_status lg_fail(lg_mod *m, kf_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Types and constants. */
-LLVMTypeRef lg_ctype(lg_mod *m, kf_dtype d); /* compute type: f64 double, i32, bool i1, else float */
+LLVMTypeRef lg_ctype(lg_mod *m,
+                     kf_dtype d); /* compute type: f64 double, i32, bool i1, else float */
 LLVMTypeRef lg_acc_type(lg_mod *m, kf_dtype d); /* f64 for f64, else f32 */
 LLVMValueRef lg_i64(lg_mod *m, int64_t v);
 LLVMValueRef lg_fconst(LLVMTypeRef t, double v);

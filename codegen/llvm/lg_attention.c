@@ -25,8 +25,8 @@ typedef struct aop {
     int64_t s_row, s_col; /* Q: (q, d); K: (kv, d); V: (kv, dv) */
 } aop;
 
-static void layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans,
-                   int R, aop *o) {
+static void layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans, int R,
+                   aop *o) {
     const kf_tensor *x = plan->graph->nodes[t];
     int64_t s[KF_MAX_RANK] = {0};
     lg_operand_layout(plan, t, &o->base, s);
@@ -52,9 +52,11 @@ void lg_emit_attention(lg_fn *f) {
     LLVMBuilderRef B = m->B;
     int R = g->rank;
     const kf_tensor *pv = gr->nodes[at->pv];
-    if (R < 2 || pv->rank != R || memcmp(pv->dims, g->dims, sizeof(int64_t) * (size_t)(R - 2)) != 0) {
+    if (R < 2 || pv->rank != R ||
+        memcmp(pv->dims, g->dims, sizeof(int64_t) * (size_t)(R - 2)) != 0) {
         lg_fail(m, KF_ERR_UNSUPPORTED,
-                "codegen/llvm: attention group %u: output batch dims differ from the scores'", g->id);
+                "codegen/llvm: attention group %u: output batch dims differ from the scores'",
+                g->id);
         return;
     }
     for (uint32_t w = 0; w < g->n_writes; w++) {
@@ -69,9 +71,10 @@ void lg_emit_attention(lg_fn *f) {
     kf_dtype adt = g->dtype == KF_DTYPE_F64 ? KF_DTYPE_F64 : KF_DTYPE_F32;
     LLVMTypeRef ft = lg_acc_type(m, g->dtype);
     aop Q, Kk, V;
-    layout(m->plan, at->q, true, at->q_transposed, R, &Q);   /* Q [.., sq, d] */
-    layout(m->plan, at->k, false, at->k_transposed, R, &Kk); /* K as B: [.., d, skv]; row = kv, col = d */
-    layout(m->plan, at->v, true, at->v_transposed, R, &V);   /* V [.., skv, dv] */
+    layout(m->plan, at->q, true, at->q_transposed, R, &Q); /* Q [.., sq, d] */
+    layout(m->plan, at->k, false, at->k_transposed, R,
+           &Kk); /* K as B: [.., d, skv]; row = kv, col = d */
+    layout(m->plan, at->v, true, at->v_transposed, R, &V); /* V [.., skv, dv] */
     int64_t rows = 1;
     for (int d = 0; d < R - 1; d++)
         rows *= g->dims[d];
@@ -109,8 +112,9 @@ void lg_emit_attention(lg_fn *f) {
         LLVMBuildStore(B, zero, LLVMBuildInBoundsGEP2(B, ft, acc, &c, 1, ""));
         lg_loop_end(f, &lz);
     }
-    LLVMValueRef ntiles = LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, LLVMBuildNSWSub(B, hi, lo, ""), lg_i64(m, ATTN_T - 1), ""),
-                                        lg_i64(m, ATTN_T), "");
+    LLVMValueRef ntiles = LLVMBuildSDiv(
+        B, LLVMBuildNSWAdd(B, LLVMBuildNSWSub(B, hi, lo, ""), lg_i64(m, ATTN_T - 1), ""),
+        lg_i64(m, ATTN_T), "");
     lg_loop lt;
     LLVMValueRef ti = lg_loop_begin(f, &lt, lg_i64(m, 0), ntiles, "kvtile");
     LLVMValueRef kv0 = LLVMBuildNSWAdd(B, lo, LLVMBuildNSWMul(B, ti, lg_i64(m, ATTN_T), ""), "");
@@ -120,15 +124,21 @@ void lg_emit_attention(lg_fn *f) {
         lg_loop ls, ld;
         LLVMValueRef s = lg_loop_begin(f, &ls, lg_i64(m, 0), tn, "score");
         LLVMValueRef kv = LLVMBuildNSWAdd(B, kv0, s, "");
-        LLVMValueRef krow = LLVMBuildNSWAdd(B, koff, LLVMBuildNSWMul(B, kv, lg_i64(m, Kk.s_row), ""), "");
+        LLVMValueRef krow =
+            LLVMBuildNSWAdd(B, koff, LLVMBuildNSWMul(B, kv, lg_i64(m, Kk.s_row), ""), "");
         LLVMBuildStore(B, zero, vdot);
         LLVMValueRef c = lg_loop_begin(f, &ld, lg_i64(m, 0), lg_i64(m, D), "dot");
-        LLVMValueRef qa = LLVMBuildNSWAdd(B, qoff, LLVMBuildNSWMul(B, c, lg_i64(m, Q.s_col), ""), "");
-        LLVMValueRef ka = LLVMBuildNSWAdd(B, krow, LLVMBuildNSWMul(B, c, lg_i64(m, Kk.s_col), ""), "");
+        LLVMValueRef qa =
+            LLVMBuildNSWAdd(B, qoff, LLVMBuildNSWMul(B, c, lg_i64(m, Q.s_col), ""), "");
+        LLVMValueRef ka =
+            LLVMBuildNSWAdd(B, krow, LLVMBuildNSWMul(B, c, lg_i64(m, Kk.s_col), ""), "");
         LLVMValueRef qv = lg_convert(m, lg_load_elem(f, Q.dt, lg_buf(f, Q.base), qa), Q.dt, adt);
-        LLVMValueRef kval = lg_convert(m, lg_load_elem(f, Kk.dt, lg_buf(f, Kk.base), ka), Kk.dt, adt);
+        LLVMValueRef kval =
+            lg_convert(m, lg_load_elem(f, Kk.dt, lg_buf(f, Kk.base), ka), Kk.dt, adt);
         LLVMValueRef cur = LLVMBuildLoad2(B, ft, vdot, "");
-        LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, lg_reassoc(LLVMBuildFMul(B, qv, kval, "")), "")), vdot);
+        LLVMBuildStore(
+            B, lg_reassoc(LLVMBuildFAdd(B, cur, lg_reassoc(LLVMBuildFMul(B, qv, kval, "")), "")),
+            vdot);
         lg_loop_end(f, &ld);
         for (int d = 0; d < R - 2; d++)
             pt.idx[d] = idx[d];
@@ -162,9 +172,11 @@ void lg_emit_attention(lg_fn *f) {
                                          lg_exp(m, LLVMBuildFSub(B, x, mnew, "")), "");
         LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, ft, vl, ""), p, ""), vl);
         LLVMValueRef kv = LLVMBuildNSWAdd(B, kv0, s, "");
-        LLVMValueRef vrow = LLVMBuildNSWAdd(B, voff, LLVMBuildNSWMul(B, kv, lg_i64(m, V.s_row), ""), "");
+        LLVMValueRef vrow =
+            LLVMBuildNSWAdd(B, voff, LLVMBuildNSWMul(B, kv, lg_i64(m, V.s_row), ""), "");
         LLVMValueRef c = lg_loop_begin(f, &lc, lg_i64(m, 0), lg_i64(m, DV), "pvc");
-        LLVMValueRef va = LLVMBuildNSWAdd(B, vrow, LLVMBuildNSWMul(B, c, lg_i64(m, V.s_col), ""), "");
+        LLVMValueRef va =
+            LLVMBuildNSWAdd(B, vrow, LLVMBuildNSWMul(B, c, lg_i64(m, V.s_col), ""), "");
         LLVMValueRef vv = lg_convert(m, lg_load_elem(f, V.dt, lg_buf(f, V.base), va), V.dt, adt);
         LLVMValueRef ap = LLVMBuildInBoundsGEP2(B, ft, acc, &c, 1, "");
         LLVMValueRef nv = lg_reassoc(LLVMBuildFAdd(B, LLVMBuildLoad2(B, ft, ap, ""),
@@ -186,7 +198,8 @@ void lg_emit_attention(lg_fn *f) {
         LLVMValueRef l = LLVMBuildLoad2(B, ft, vl, "");
         lg_loop lc;
         LLVMValueRef c = lg_loop_begin(f, &lc, lg_i64(m, 0), lg_i64(m, DV), "out");
-        LLVMValueRef v = LLVMBuildFDiv(B, LLVMBuildLoad2(B, ft, LLVMBuildInBoundsGEP2(B, ft, acc, &c, 1, ""), ""), l, "");
+        LLVMValueRef v = LLVMBuildFDiv(
+            B, LLVMBuildLoad2(B, ft, LLVMBuildInBoundsGEP2(B, ft, acc, &c, 1, ""), ""), l, "");
         v = lg_convert(m, v, adt, pv->dtype);
         lg_store_elem(f, pv->dtype, lg_buf(f, pv->id), LLVMBuildNSWAdd(B, obase, c, ""), v);
         lg_loop_end(f, &lc);

@@ -55,8 +55,8 @@ LLVMValueRef lg_scratch(lg_fn *f, size_t bytes) {
     size_t off = f->scratch_used;
     f->scratch_used += (bytes + 63) & ~(size_t)63;
     f->k->scratch = f->scratch_used;
-    return LLVMBuildGEP2(f->alloca_b, f->m->i8, f->scratch, (LLVMValueRef[]){lg_i64(f->m, (int64_t)off)}, 1,
-                         "scr");
+    return LLVMBuildGEP2(f->alloca_b, f->m->i8, f->scratch,
+                         (LLVMValueRef[]){lg_i64(f->m, (int64_t)off)}, 1, "scr");
 }
 
 LLVMValueRef lg_loop_begin(lg_fn *f, lg_loop *l, LLVMValueRef lo, LLVMValueRef hi,
@@ -136,8 +136,8 @@ LLVMValueRef lg_load_elem(lg_fn *f, kf_dtype d, LLVMValueRef base, LLVMValueRef 
     case KF_DTYPE_F16:
         return LLVMBuildFPExt(B, LLVMBuildBitCast(B, v, m->f16, ""), m->f32, "");
     case KF_DTYPE_BF16: {
-        LLVMValueRef w = LLVMBuildShl(B, LLVMBuildZExt(B, v, m->i32, ""),
-                                      LLVMConstInt(m->i32, 16, 0), "");
+        LLVMValueRef w =
+            LLVMBuildShl(B, LLVMBuildZExt(B, v, m->i32, ""), LLVMConstInt(m->i32, 16, 0), "");
         return LLVMBuildBitCast(B, w, m->f32, "");
     }
     case KF_DTYPE_BOOL:
@@ -153,7 +153,8 @@ static LLVMValueRef bf16_bits(lg_mod *m, LLVMValueRef v) {
     LLVMValueRef bits = LLVMBuildBitCast(B, v, m->i32, "");
     LLVMValueRef lsb = LLVMBuildAnd(B, LLVMBuildLShr(B, bits, LLVMConstInt(m->i32, 16, 0), ""),
                                     LLVMConstInt(m->i32, 1, 0), "");
-    LLVMValueRef r = LLVMBuildAdd(B, bits, LLVMBuildAdd(B, lsb, LLVMConstInt(m->i32, 0x7fff, 0), ""), "");
+    LLVMValueRef r =
+        LLVMBuildAdd(B, bits, LLVMBuildAdd(B, lsb, LLVMConstInt(m->i32, 0x7fff, 0), ""), "");
     LLVMValueRef nan = LLVMBuildOr(B, bits, LLVMConstInt(m->i32, 0x00400000, 0), "");
     LLVMValueRef isnan = LLVMBuildFCmp(B, LLVMRealUNO, v, v, "");
     r = LLVMBuildSelect(B, isnan, nan, r, "");
@@ -252,7 +253,8 @@ LLVMValueRef lg_offset(lg_mod *m, int rank, LLVMValueRef const *idx, const int64
     for (int d = 0; d < rank; d++) {
         if (strides[d] == 0)
             continue;
-        LLVMValueRef t = strides[d] == 1 ? idx[d] : LLVMBuildNSWMul(m->B, idx[d], lg_i64(m, strides[d]), "");
+        LLVMValueRef t =
+            strides[d] == 1 ? idx[d] : LLVMBuildNSWMul(m->B, idx[d], lg_i64(m, strides[d]), "");
         off = LLVMBuildNSWAdd(m->B, off, t, "");
     }
     return off;
@@ -402,8 +404,8 @@ static LLVMValueRef emit_binary(lg_mod *m, kf_op op, kf_dtype sdt, LLVMValueRef 
     }
     if (sdt == KF_DTYPE_I32) {
         if (op == KF_OP_MAX || op == KF_OP_MIN)
-            return LLVMBuildSelect(B, LLVMBuildICmp(B, op == KF_OP_MAX ? LLVMIntSGT : LLVMIntSLT, a, b, ""),
-                                   a, b, "");
+            return LLVMBuildSelect(
+                B, LLVMBuildICmp(B, op == KF_OP_MAX ? LLVMIntSGT : LLVMIntSLT, a, b, ""), a, b, "");
         LLVMValueRef wa = LLVMBuildSExt(B, a, m->i64, ""), wb = LLVMBuildSExt(B, b, m->i64, "");
         LLVMValueRef r = op == KF_OP_ADD   ? LLVMBuildAdd(B, wa, wb, "")
                          : op == KF_OP_SUB ? LLVMBuildSub(B, wa, wb, "")
@@ -509,8 +511,8 @@ LLVMValueRef lg_expr(lg_fn *f, lg_point *pt, uint32_t n) {
     case KF_EXPR_HEAD:
     case KF_EXPR_Q_IDX:
     case KF_EXPR_KV_IDX: {
-        int back = e->kind == KF_EXPR_BATCH  ? 4
-                   : e->kind == KF_EXPR_HEAD ? 3
+        int back = e->kind == KF_EXPR_BATCH   ? 4
+                   : e->kind == KF_EXPR_HEAD  ? 3
                    : e->kind == KF_EXPR_Q_IDX ? 2
                                               : 1;
         int a = pt->rank - back;
@@ -534,8 +536,8 @@ LLVMValueRef lg_expr(lg_fn *f, lg_point *pt, uint32_t n) {
     case KF_EXPR_STAT: {
         LLVMValueRef s = pt->stat[e->stat];
         if (!s) {
-            lg_fail(m, KF_ERR_INTERNAL, "codegen/llvm: group %u: statistic %s not computed",
-                    g->id, kf_stat_name(e->stat));
+            lg_fail(m, KF_ERR_INTERNAL, "codegen/llvm: group %u: statistic %s not computed", g->id,
+                    kf_stat_name(e->stat));
             return LLVMConstNull(m->f32);
         }
         v = lg_convert(m, s, KF_DTYPE_F32, e->dtype);
@@ -632,8 +634,9 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
     LLVMTypeRef mt = is_int ? m->i32 : at;
     LLVMValueRef vmax = lg_var(f, mt, "rmax"), vsum = lg_var(f, at, "rsum"),
                  vsq = lg_var(f, at, "rsq");
-    LLVMBuildStore(B, is_int ? LLVMConstInt(m->i32, (unsigned long long)INT32_MIN, 1)
-                             : lg_fconst(at, -INFINITY),
+    LLVMBuildStore(B,
+                   is_int ? LLVMConstInt(m->i32, (unsigned long long)INT32_MIN, 1)
+                          : lg_fconst(at, -INFINITY),
                    vmax);
     LLVMBuildStore(B, LLVMConstNull(at), vsum);
     LLVMBuildStore(B, LLVMConstNull(at), vsq);
@@ -642,16 +645,20 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
     LLVMValueRef x = x_at(f, user, j);
     if (cache)
         LLVMBuildStore(B, x, LLVMBuildInBoundsGEP2(B, ct, cache, &j, 1, ""));
-    LLVMValueRef xa = is_int ? LLVMBuildSExt(B, x, m->i64, "") : lg_convert(m, x, xdt, at == m->f64 ? KF_DTYPE_F64 : KF_DTYPE_F32);
+    LLVMValueRef xa = is_int ? LLVMBuildSExt(B, x, m->i64, "")
+                             : lg_convert(m, x, xdt, at == m->f64 ? KF_DTYPE_F64 : KF_DTYPE_F32);
     if (need_max) {
         LLVMValueRef cur = LLVMBuildLoad2(B, mt, vmax, "");
-        LLVMValueRef nx = is_int ? LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGT, x, cur, ""), x, cur, "")
-                                 : lg_fmax_nan(m, cur, xa);
+        LLVMValueRef nx =
+            is_int ? LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGT, x, cur, ""), x, cur, "")
+                   : lg_fmax_nan(m, cur, xa);
         LLVMBuildStore(B, nx, vmax);
     }
     if (need_sum) {
         LLVMValueRef cur = LLVMBuildLoad2(B, at, vsum, "");
-        LLVMBuildStore(B, is_int ? LLVMBuildAdd(B, cur, xa, "") : lg_reassoc(LLVMBuildFAdd(B, cur, xa, "")), vsum);
+        LLVMBuildStore(
+            B, is_int ? LLVMBuildAdd(B, cur, xa, "") : lg_reassoc(LLVMBuildFAdd(B, cur, xa, "")),
+            vsum);
     }
     if (need_sq && !is_int) {
         LLVMValueRef cur = LLVMBuildLoad2(B, at, vsq, "");
@@ -671,8 +678,8 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
     if (need_sq && !is_int) {
         LLVMValueRef ms = LLVMBuildFDiv(B, LLVMBuildLoad2(B, at, vsq, ""), fL, "");
         ms = LLVMBuildFAdd(B, ms, lg_fconst(at, rs->eps), "");
-        pt->stat[KF_STAT_RMS_RSTD] =
-            LLVMBuildFDiv(B, lg_fconst(at, 1.0), lg_call_intrinsic(m, "llvm.sqrt", at, &ms, 1), "rrstd");
+        pt->stat[KF_STAT_RMS_RSTD] = LLVMBuildFDiv(
+            B, lg_fconst(at, 1.0), lg_call_intrinsic(m, "llvm.sqrt", at, &ms, 1), "rrstd");
     }
     if (pass2 && !is_int) {
         LLVMValueRef v2 = lg_var(f, at, "rsum2"), vc = lg_var(f, at, "rsumc");
@@ -680,8 +687,9 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
         LLVMBuildStore(B, LLVMConstNull(at), vc);
         lg_loop lp2;
         LLVMValueRef j2 = lg_loop_begin(f, &lp2, lg_i64(m, 0), L, "stat2");
-        LLVMValueRef x2 = cache ? LLVMBuildLoad2(B, ct, LLVMBuildInBoundsGEP2(B, ct, cache, &j2, 1, ""), "")
-                                : x_at(f, user, j2);
+        LLVMValueRef x2 =
+            cache ? LLVMBuildLoad2(B, ct, LLVMBuildInBoundsGEP2(B, ct, cache, &j2, 1, ""), "")
+                  : x_at(f, user, j2);
         x2 = lg_convert(m, x2, xdt, at == m->f64 ? KF_DTYPE_F64 : KF_DTYPE_F32);
         LLVMValueRef term;
         if (s & (1u << KF_STAT_SUMEXP)) {
@@ -703,12 +711,14 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
              * is the rounding error of the first pass's mean; removing it makes a
              * constant row's centred values exactly 0, as in the reference. */
             LLVMValueRef sc = LLVMBuildLoad2(B, at, vc, "");
-            pt->stat[KF_STAT_MEAN] = LLVMBuildFAdd(B, pt->stat[KF_STAT_MEAN], LLVMBuildFDiv(B, sc, fL, ""), "mean2");
+            pt->stat[KF_STAT_MEAN] =
+                LLVMBuildFAdd(B, pt->stat[KF_STAT_MEAN], LLVMBuildFDiv(B, sc, fL, ""), "mean2");
             r = LLVMBuildFSub(B, r, LLVMBuildFDiv(B, LLVMBuildFMul(B, sc, sc, ""), fL, ""), "");
             r = lg_fmax_nan(m, r, LLVMConstNull(at));
-            LLVMValueRef var = LLVMBuildFAdd(B, LLVMBuildFDiv(B, r, fL, ""), lg_fconst(at, rs->eps), "");
-            pt->stat[KF_STAT_RSTD] = LLVMBuildFDiv(B, lg_fconst(at, 1.0),
-                                                   lg_call_intrinsic(m, "llvm.sqrt", at, &var, 1), "rstd");
+            LLVMValueRef var =
+                LLVMBuildFAdd(B, LLVMBuildFDiv(B, r, fL, ""), lg_fconst(at, rs->eps), "");
+            pt->stat[KF_STAT_RSTD] = LLVMBuildFDiv(
+                B, lg_fconst(at, 1.0), lg_call_intrinsic(m, "llvm.sqrt", at, &var, 1), "rstd");
         }
     }
 }

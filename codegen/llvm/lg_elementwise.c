@@ -69,7 +69,8 @@ void lg_emit_elementwise(lg_fn *f) {
             a *= dims[d];
         }
         const kf_tensor *t = m->graph->nodes[g->writes[0]];
-        LLVMValueRef v = lg_convert(m, lg_expr(f, &pt, g->roots[0]), g->expr[g->roots[0]].dtype, t->dtype);
+        LLVMValueRef v =
+            lg_convert(m, lg_expr(f, &pt, g->roots[0]), g->expr[g->roots[0]].dtype, t->dtype);
         lg_store_elem(f, t->dtype, lg_buf(f, t->id), lg_offset(m, r, pt.idx, cs), v);
     } else {
         lg_store_writes(f, &pt);

@@ -16,8 +16,8 @@
  */
 #include "codegen/llvm/lg.h"
 
-#define GEMM_MB 4
-#define GEMM_NB 256
+#define GEMM_MB 16
+#define GEMM_NB 128
 
 typedef struct opnd {
     uint32_t base;
@@ -71,9 +71,11 @@ typedef struct epi_ctx {
 
 static void set_acc(lg_fn *f, epi_ctx *ec, LLVMValueRef j) {
     LLVMBuilderRef B = f->m->B;
-    LLVMValueRef off = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, ec->i, lg_i64(f->m, ec->nb), ""), j, "");
+    LLVMValueRef off =
+        LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, ec->i, lg_i64(f->m, ec->nb), ""), j, "");
     for (int a = 0; a < ec->n_anchors; a++)
-        ec->pt->acc[a] = LLVMBuildLoad2(B, ec->at, LLVMBuildInBoundsGEP2(B, ec->at, ec->tile[a], &off, 1, ""), "");
+        ec->pt->acc[a] = LLVMBuildLoad2(
+            B, ec->at, LLVMBuildInBoundsGEP2(B, ec->at, ec->tile[a], &off, 1, ""), "");
 }
 
 static LLVMValueRef epi_x_at(lg_fn *f, void *user, LLVMValueRef j) {
@@ -213,8 +215,10 @@ void lg_emit_gemm(lg_fn *f) {
         for (int a = 0; a < gm->n_anchors; a++) {
             if (gm->a_prologue) {
                 if (a == 0) {
-                    LLVMValueRef off = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, i, lg_i64(m, K), ""), k, "");
-                    av[0] = LLVMBuildLoad2(B, at, LLVMBuildInBoundsGEP2(B, at, atile, &off, 1, ""), "");
+                    LLVMValueRef off =
+                        LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, i, lg_i64(m, K), ""), k, "");
+                    av[0] =
+                        LLVMBuildLoad2(B, at, LLVMBuildInBoundsGEP2(B, at, atile, &off, 1, ""), "");
                 }
                 av[a] = av[0];
             } else {
@@ -224,7 +228,8 @@ void lg_emit_gemm(lg_fn *f) {
                     LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, mi, lg_i64(m, A[a].s0), ""),
                                     LLVMBuildNSWMul(B, k, lg_i64(m, A[a].s1), ""), ""),
                     "");
-                av[a] = lg_convert(m, lg_load_elem(f, A[a].dt, lg_buf(f, A[a].base), off), A[a].dt, adt);
+                av[a] = lg_convert(m, lg_load_elem(f, A[a].dt, lg_buf(f, A[a].base), off), A[a].dt,
+                                   adt);
             }
         }
         LLVMValueRef bk[2];
@@ -235,8 +240,10 @@ void lg_emit_gemm(lg_fn *f) {
         LLVMValueRef toff = LLVMBuildNSWAdd(B, rowoff, j, "");
         LLVMValueRef nj = LLVMBuildNSWAdd(B, n0, j, "");
         for (int a = 0; a < gm->n_anchors; a++) {
-            LLVMValueRef off = LLVMBuildNSWAdd(B, bk[a], LLVMBuildNSWMul(B, nj, lg_i64(m, Bo[a].s1), ""), "");
-            LLVMValueRef bv = lg_convert(m, lg_load_elem(f, Bo[a].dt, lg_buf(f, Bo[a].base), off), Bo[a].dt, adt);
+            LLVMValueRef off =
+                LLVMBuildNSWAdd(B, bk[a], LLVMBuildNSWMul(B, nj, lg_i64(m, Bo[a].s1), ""), "");
+            LLVMValueRef bv =
+                lg_convert(m, lg_load_elem(f, Bo[a].dt, lg_buf(f, Bo[a].base), off), Bo[a].dt, adt);
             LLVMValueRef p = LLVMBuildInBoundsGEP2(B, at, tile[a], &toff, 1, "");
             LLVMValueRef c = LLVMBuildLoad2(B, at, p, "");
             LLVMValueRef prod = lg_reassoc(LLVMBuildFMul(B, av[a], bv, ""));
@@ -265,7 +272,8 @@ void lg_emit_gemm(lg_fn *f) {
             lg_point_reset(f, &po);
             set_acc(f, &ec, j);
             po.seed = rs->input;
-            po.seed_val = LLVMBuildLoad2(B, ct, LLVMBuildInBoundsGEP2(B, ct, rowcache, &j, 1, ""), "");
+            po.seed_val =
+                LLVMBuildLoad2(B, ct, LLVMBuildInBoundsGEP2(B, ct, rowcache, &j, 1, ""), "");
             lg_store_writes(f, &po);
             lg_loop_end(f, &lj);
         } else {

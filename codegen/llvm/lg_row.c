@@ -42,8 +42,9 @@ void lg_emit_row(lg_fn *f) {
     }
     bool along = rs->space == KF_SPACE_OUT; /* epilogue along the row */
     if (!along && g->rank != rank && g->rank != rank - 1) {
-        lg_fail(m, KF_ERR_UNSUPPORTED, "codegen/llvm: row group %u: output rank %d from rows of rank %d",
-                g->id, g->rank, rank);
+        lg_fail(m, KF_ERR_UNSUPPORTED,
+                "codegen/llvm: row group %u: output rank %d from rows of rank %d", g->id, g->rank,
+                rank);
         return;
     }
     int64_t odims[KF_MAX_RANK];

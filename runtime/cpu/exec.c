@@ -42,8 +42,8 @@ struct kf_cpu_exec {
     int64_t *slot;          /* graph->n_nodes: arena offset, or -1 */
     size_t arena_size;
     void *arena;
-    void **bufs;            /* graph->n_nodes */
-    size_t scratch;         /* max over kernels */
+    void **bufs;    /* graph->n_nodes */
+    size_t scratch; /* max over kernels */
     kf_pool *pool;
     int n_threads;
     bool cache_hit; /* the object file came from the disk cache */
@@ -104,11 +104,10 @@ static LLVMTargetMachineRef host_tm(char *err) {
     char *cpu = LLVMGetHostCPUName();
     char *feat = LLVMGetHostCPUFeatures();
     LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, feat,
-                                                      opt_level() == 3   ? LLVMCodeGenLevelAggressive
+                                                      opt_level() == 3 ? LLVMCodeGenLevelAggressive
                                                       : opt_level() == 0 ? LLVMCodeGenLevelNone
                                                                          : LLVMCodeGenLevelLess,
-                                                      LLVMRelocDefault,
-                                                      LLVMCodeModelJITDefault);
+                                                      LLVMRelocDefault, LLVMCodeModelJITDefault);
     LLVMDisposeMessage(cpu);
     LLVMDisposeMessage(feat);
     LLVMDisposeMessage(triple);
@@ -155,7 +154,8 @@ static kf_status plan_arena(kf_cpu_exec *x) {
         uint32_t t = g->outputs[i].tensor->id, vg = plan->group_of[t];
         is_out[t] = true;
         /* An output that is a view aliases its base: the base lives to the end. */
-        if (vg != KF_NONE && plan->groups[vg].kind == KF_GROUP_VIEW && plan->groups[vg].view_base != KF_NONE)
+        if (vg != KF_NONE && plan->groups[vg].kind == KF_GROUP_VIEW &&
+            plan->groups[vg].view_base != KF_NONE)
             is_out[plan->groups[vg].view_base] = true;
     }
     for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
@@ -217,7 +217,8 @@ static kf_status plan_arena(kf_cpu_exec *x) {
             moved = false;
             for (uint32_t b = 0; b < a; b++) {
                 uint32_t u = order[b];
-                int64_t ulo = first[u], uhi = is_out[u] ? INT64_MAX : (last[u] > ulo ? last[u] : ulo);
+                int64_t ulo = first[u],
+                        uhi = is_out[u] ? INT64_MAX : (last[u] > ulo ? last[u] : ulo);
                 if (!no_reuse && (uhi < lo || hi < ulo))
                     continue; /* not live together */
                 size_t us = (tensor_bytes(g->nodes[u]) + 63) & ~(size_t)63;
@@ -243,7 +244,6 @@ static kf_status plan_arena(kf_cpu_exec *x) {
 /* ------------------------------------------------------------------------ */
 /* Compile                                                                    */
 /* ------------------------------------------------------------------------ */
-
 
 typedef struct obj_job {
     LLVMModuleRef mod;
@@ -301,8 +301,8 @@ static void module_key(LLVMModuleRef mod, kf_cache_key *key) {
     char compiler[64], options[32];
     snprintf(compiler, sizeof compiler, "LLVM %u.%u.%u", maj, min, pat);
     snprintf(options, sizeof options, "default<O%d>", opt_level());
-    kf_cache_key_parts parts = {ir, strlen(ir), options, kf_cpu_host_name(), compiler,
-                                KF_LLVM_CODEGEN_VERSION};
+    kf_cache_key_parts parts = {
+        ir, strlen(ir), options, kf_cpu_host_name(), compiler, KF_LLVM_CODEGEN_VERSION};
     kf_cache_key_build(&parts, key);
     LLVMDisposeMessage(ir);
 }
@@ -328,7 +328,8 @@ static kf_status jit_module(kf_cpu_exec *x, struct kf_cache *cache, char *err) {
     if (st == KF_OK) {
         char *msg = NULL;
         if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
-            snprintf(err, KF_MSG_MAX, "codegen/llvm produced an invalid module: %.400s", msg ? msg : "");
+            snprintf(err, KF_MSG_MAX, "codegen/llvm produced an invalid module: %.400s",
+                     msg ? msg : "");
             st = KF_ERR_INTERNAL;
         }
         LLVMDisposeMessage(msg);
@@ -433,7 +434,8 @@ kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, struct kf_c
         goto oom;
     x->mem = *mem;
     x->plan = plan;
-    uint32_t ng = plan->n_groups ? plan->n_groups : 1, nn = plan->graph->n_nodes ? plan->graph->n_nodes : 1;
+    uint32_t ng = plan->n_groups ? plan->n_groups : 1,
+             nn = plan->graph->n_nodes ? plan->graph->n_nodes : 1;
     x->kernels = kf_mem_calloc(mem, ng, sizeof *x->kernels);
     x->fns = kf_mem_calloc(mem, ng, sizeof *x->fns);
     x->slot = kf_mem_calloc(mem, nn, sizeof *x->slot);
@@ -470,7 +472,8 @@ kf_status kf_cpu_exec_run(kf_cpu_exec *x, void *const *bound, char *err) {
     if (x->arena_size && !x->arena) {
         x->arena = kf_mem_alloc(&x->mem, x->arena_size + 64);
         if (!x->arena) {
-            snprintf(err, KF_MSG_MAX, "out of memory: the CPU arena needs %zu bytes", x->arena_size);
+            snprintf(err, KF_MSG_MAX, "out of memory: the CPU arena needs %zu bytes",
+                     x->arena_size);
             return KF_ERR_OUT_OF_MEMORY;
         }
     }

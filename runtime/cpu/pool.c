@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 struct kf_pool {
-    int n;             /* threads including the caller */
+    int n; /* threads including the caller */
     pthread_t *th;
-    void **scratch;    /* n entries; [n-1] is the caller's */
+    void **scratch; /* n entries; [n-1] is the caller's */
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     uint64_t gen;
