@@ -298,7 +298,7 @@ static kf_status add_kernel(kf_cuda_exec *ex, kf_cuda_kernel *k, uint32_t gi, sc
     xkernel *xk = kf_mem_calloc(&ex->mem, 1, sizeof *xk);
     if (!xk)
         return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory for kernel '%s'", k->name);
-    xstep *s;
+    xstep *s = NULL;
     kf_status st = add_step(ex, &s, err);
     if (st != KF_OK) {
         kf_mem_free(&ex->mem, xk, sizeof *xk);
@@ -544,7 +544,7 @@ static kf_status add_gemm(kf_cuda_exec *ex, uint32_t gi, const gemm_req *r, char
         g.batch = 1;
     }
     for (int64_t b = 0; b < calls; b++) {
-        xstep *s;
+        xstep *s = NULL;
         kf_status st = add_step(ex, &s, err);
         if (st != KF_OK)
             return st;

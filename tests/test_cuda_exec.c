@@ -86,7 +86,8 @@ typedef struct run_opts {
     kf_ctx *ctx; /* NULL: G.ctx */
 } run_opts;
 
-static char *program_report(kf_program *p) {
+/* noinline: gcc -O2 otherwise takes the memstream buffer for a dangling local. */
+__attribute__((noinline)) static char *program_report(kf_program *p) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -527,7 +528,7 @@ static int run_examples_in(const char *dir, uint64_t stream) {
     for (int i = 0; i < n; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        size_t len;
+        size_t len = 0;
         char *text = read_file(path, &len);
         assert_non_null(text);
         kf_graph *g = NULL;
