@@ -243,7 +243,7 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
         goto done;
     }
     if (report)
-        kf_program_report(p, stderr);
+        kf_program_report(p, KF_REPORT_TEXT, stderr);
     st = kf_program_run(p, in, n_in, out, n_out, NULL);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse: %s: run failed: %s\n", file, kf_program_error(p));

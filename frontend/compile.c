@@ -135,13 +135,13 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
 #endif
 }
 
-kf_status kf_program_report(const kf_program *p, FILE *out) {
-    if (!p || !out)
+kf_status kf_program_report(const kf_program *p, kf_report_format format, FILE *out) {
+    if (!p || !out || (unsigned)format >= KF_REPORT_FORMAT_COUNT)
         return KF_ERR_INVALID_ARGUMENT;
-    kf_status st = kf_plan_report(p->plan, KF_REPORT_TEXT, out);
-    if (st == KF_OK && p->cuda)
+    kf_status st = kf_plan_report(p->plan, format, out);
+    if (st == KF_OK && format == KF_REPORT_TEXT && p->cuda)
         kf_cuda_exec_report(p->cuda, out);
-    if (st == KF_OK && !p->cuda)
+    if (st == KF_OK && format == KF_REPORT_TEXT && !p->cuda)
         fprintf(out, "cpu: every kernel group runs as LLVM-compiled host code\n");
     return ferror(out) ? KF_ERR_IO : st;
 }

@@ -385,7 +385,7 @@ kf_status kf_plan_check_structure(const kf_plan *plan);
 kf_status kf_plan_check(const kf_plan *plan, uint64_t seed, double *max_rel_err);
 
 /* Report (fusion/report.c). */
-typedef enum kf_report_format { KF_REPORT_TEXT = 0, KF_REPORT_JSON = 1 } kf_report_format;
+/* kf_report_format (TEXT, JSON) is public: kfuse.h. */
 /* Writes the plan's report. KF_ERR_IO when the stream fails. */
 kf_status kf_plan_report(const kf_plan *plan, kf_report_format format, FILE *out);
 

@@ -365,12 +365,22 @@ KF_API size_t kf_program_kernel_count(const kf_program *program);
 
 KF_API void kf_program_destroy(kf_program *program);
 
-/* Writes the plan's report (kf_plan_report text) and, on CUDA, one line per
- * group saying what runs where and why (generated kernel and template,
- * cuBLASLt with which native epilogue and which leftover kernel, the
- * attention fallback), the arena size and the cache hits. KF_ERR_IO when the
- * stream fails. */
-KF_API kf_status kf_program_report(const kf_program *program, FILE *out);
+typedef enum kf_report_format {
+    KF_REPORT_TEXT = 0, /* a readable table */
+    KF_REPORT_JSON,     /* schema "kfuse.report/1" (docs/report-schema.md) */
+    KF_REPORT_FORMAT_COUNT
+} kf_report_format;
+
+/* Writes the fusion report of the program's plan: its kernel groups (kind,
+ * kernel name, ops absorbed, inputs and outputs, bytes saved, estimated time)
+ * and every edge that was not fused with its reason code, as `kfuse report`
+ * prints it. The TEXT form then says, on CUDA, per group what runs where and
+ * why (generated kernel and template, cuBLASLt with which native epilogue and
+ * which leftover kernel, the attention fallback), the arena size and the
+ * cache hits; on the CPU, that every group is LLVM-compiled host code.
+ * KF_ERR_INVALID_ARGUMENT for a NULL argument or an unknown format, KF_ERR_IO
+ * when the stream fails. */
+KF_API kf_status kf_program_report(const kf_program *program, kf_report_format format, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -939,8 +939,43 @@ static void test_random_graphs_match_the_reference(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* The program's report is the plan's fusion report, in text (with where each
+ * group runs) or in the versioned JSON schema; a bad format is refused. */
+static void test_program_report_shows_the_plan_in_text_and_json(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[8, 16])\nw = input(f32[16, 32])\n"
+                             "b = input(f32[32])\nh = matmul(x, w)\nhb = add(h, b)\n"
+                             "y = gelu(hb)\noutput y\n");
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(ctx, g, &p), KF_OK);
+    for (int f = 0; f < KF_REPORT_FORMAT_COUNT; f++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&buf, &len);
+        assert_non_null(out);
+        assert_int_equal(kf_program_report(p, (kf_report_format)f, out), KF_OK);
+        fclose(out);
+        if (f == KF_REPORT_TEXT) {
+            assert_non_null(strstr(buf, "gemm_bias_gelu"));
+            assert_non_null(strstr(buf, "cpu: every kernel group runs as LLVM-compiled host code"));
+        } else {
+            assert_non_null(strstr(buf, "\"kfuse.report/1\""));
+            assert_null(strstr(buf, "cpu: every kernel group"));
+        }
+        free(buf);
+    }
+    assert_int_equal(kf_program_report(p, KF_REPORT_FORMAT_COUNT, stderr), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_report(NULL, KF_REPORT_TEXT, stderr), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_report(p, KF_REPORT_TEXT, NULL), KF_ERR_INVALID_ARGUMENT);
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_program_report_shows_the_plan_in_text_and_json),
         cmocka_unit_test(test_every_unary_op_in_every_dtype),
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_dtype),
         cmocka_unit_test(test_where_cast_and_iota_in_every_dtype),

@@ -92,7 +92,7 @@ __attribute__((noinline)) static char *program_report(kf_program *p) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     assert_non_null(f);
-    assert_int_equal(kf_program_report(p, f), KF_OK);
+    assert_int_equal(kf_program_report(p, KF_REPORT_TEXT, f), KF_OK);
     fclose(f);
     return buf;
 }
