@@ -37,76 +37,6 @@ const char *kf_mask_kind_name(kf_mask_kind k) {
 /* Scalar evaluation                                                          */
 /* ------------------------------------------------------------------------ */
 
-static double sigmoid(double x) {
-    if (x >= 0)
-        return 1.0 / (1.0 + exp(-x));
-    double e = exp(x);
-    return e / (1.0 + e);
-}
-
-double kf_expr_apply(kf_op op, kf_dtype dtype, double a, double b, double c) {
-    switch (op) {
-    case KF_OP_NEG:
-        return -a;
-    case KF_OP_ABS:
-        return fabs(a);
-    case KF_OP_EXP:
-        return exp(a);
-    case KF_OP_LOG:
-        return log(a);
-    case KF_OP_SQRT:
-        return sqrt(a);
-    case KF_OP_RSQRT:
-        return 1.0 / sqrt(a);
-    case KF_OP_TANH:
-        return tanh(a);
-    case KF_OP_SIGMOID:
-        return sigmoid(a);
-    case KF_OP_RELU:
-        return isnan(a) ? a : (a > 0 ? a : 0.0);
-    case KF_OP_GELU:
-        return 0.5 * a * erfc(-a / sqrt(2.0));
-    case KF_OP_GELU_TANH: {
-        double u = sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a);
-        return a * sigmoid(2.0 * u);
-    }
-    case KF_OP_SILU:
-        return a * sigmoid(a);
-    case KF_OP_CAST:
-        return dtype == KF_DTYPE_BOOL ? (double)(a != 0) : a;
-    case KF_OP_ADD:
-        return a + b;
-    case KF_OP_SUB:
-        return a - b;
-    case KF_OP_MUL:
-        return a * b;
-    case KF_OP_DIV:
-        return a / b;
-    case KF_OP_MAX:
-        return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
-    case KF_OP_MIN:
-        return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
-    case KF_OP_POW:
-        return pow(a, b);
-    case KF_OP_EQ:
-        return a == b;
-    case KF_OP_NE:
-        return a != b;
-    case KF_OP_LT:
-        return a < b;
-    case KF_OP_LE:
-        return a <= b;
-    case KF_OP_GT:
-        return a > b;
-    case KF_OP_GE:
-        return a >= b;
-    case KF_OP_WHERE:
-        return a != 0 ? b : c;
-    default:
-        return NAN;
-    }
-}
-
 void kf_expr_eval(const kf_group *g, uint32_t upto, double *vals,
                   double (*leaf)(void *user, const kf_expr *e), void *user) {
     for (uint32_t i = 0; i <= upto && i < g->n_expr; i++) {
@@ -116,7 +46,7 @@ void kf_expr_eval(const kf_group *g, uint32_t upto, double *vals,
             double a = e->src[0] != KF_NONE ? vals[e->src[0]] : 0;
             double b = e->src[1] != KF_NONE ? vals[e->src[1]] : 0;
             double c = e->src[2] != KF_NONE ? vals[e->src[2]] : 0;
-            v = kf_expr_apply(e->op, e->dtype, a, b, c);
+            v = kf_ir_scalar(e->op, e->dtype, a, b, c);
         } else if (e->kind == KF_EXPR_CONST) {
             v = e->value;
         } else {

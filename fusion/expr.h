@@ -8,10 +8,9 @@
 
 #include "fusion/fusion.h"
 
-/* One elementwise op on doubles, as ir/eval.c defines it (not rounded). */
-double kf_expr_apply(kf_op op, kf_dtype dtype, double a, double b, double c);
 /* Evaluates nodes 0..upto of g's pool into vals (g->n_expr entries): OP and
- * CONST nodes here, every other leaf through `leaf`. Nodes with a tensor round
+ * CONST nodes here (ops through kf_ir_scalar, the reference's own definition),
+ * every other leaf through `leaf`. Nodes with a tensor round
  * to their dtype. */
 void kf_expr_eval(const kf_group *g, uint32_t upto, double *vals,
                   double (*leaf)(void *user, const kf_expr *e), void *user);

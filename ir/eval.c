@@ -100,44 +100,36 @@ static double sigmoid(double x) {
     return e / (1.0 + e);
 }
 
-static double eval_unary(kf_op op, double x) {
+double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c) {
     switch (op) {
     case KF_OP_NEG:
-        return -x;
+        return -a;
     case KF_OP_ABS:
-        return fabs(x);
+        return fabs(a);
     case KF_OP_EXP:
-        return exp(x);
+        return exp(a);
     case KF_OP_LOG:
-        return log(x);
+        return log(a);
     case KF_OP_SQRT:
-        return sqrt(x);
+        return sqrt(a);
     case KF_OP_RSQRT:
-        return 1.0 / sqrt(x);
+        return 1.0 / sqrt(a);
     case KF_OP_TANH:
-        return tanh(x);
+        return tanh(a);
     case KF_OP_SIGMOID:
-        return sigmoid(x);
+        return sigmoid(a);
     case KF_OP_RELU:
-        return isnan(x) ? x : (x > 0.0 ? x : 0.0);
+        return isnan(a) ? a : (a > 0.0 ? a : 0.0);
     case KF_OP_GELU:
-        return 0.5 * x * erfc(-x * 0.70710678118654752440);
+        return 0.5 * a * erfc(-a * 0.70710678118654752440);
     case KF_OP_GELU_TANH: {
-        double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
-        return x * sigmoid(2.0 * u);
+        double u = 0.79788456080286535588 * (a + 0.044715 * a * a * a);
+        return a * sigmoid(2.0 * u);
     }
     case KF_OP_SILU:
-        return x * sigmoid(x);
+        return a * sigmoid(a);
     case KF_OP_CAST:
-        return x; /* the store rounds to the target dtype */
-    default:
-        KF_ASSERT(!"eval_unary: not a unary op");
-        return NAN;
-    }
-}
-
-static double eval_binary(kf_op op, double a, double b) {
-    switch (op) {
+        return kf_ir_round(dtype, a);
     case KF_OP_ADD:
         return a + b;
     case KF_OP_SUB:
@@ -164,8 +156,10 @@ static double eval_binary(kf_op op, double a, double b) {
         return a > b;
     case KF_OP_GE:
         return a >= b;
+    case KF_OP_WHERE:
+        return a != 0.0 ? b : c;
     default:
-        KF_ASSERT(!"eval_binary: not a binary op");
+        KF_ASSERT(!"kf_ir_scalar: not an elementwise op with operands");
         return NAN;
     }
 }
@@ -183,16 +177,10 @@ static void eval_elementwise(const kf_eval_state *st, const kf_tensor *t, double
         in[k] = st->values[t->src[k]->id];
     }
     int64_t n = kf_ir_numel(t);
-    const kf_op_info *info = kf_op_get(t->op);
     for (int64_t i = 0; i < n; i++, walker_next(&w)) {
-        double v;
-        if (info->form == KF_FORM_WHERE)
-            v = in[0][w.off[0]] != 0.0 ? in[1][w.off[1]] : in[2][w.off[2]];
-        else if (t->nsrc == 2)
-            v = eval_binary(t->op, in[0][w.off[0]], in[1][w.off[1]]);
-        else
-            v = eval_unary(t->op, in[0][w.off[0]]);
-        out[i] = kf_ir_round(t->dtype, v);
+        double a = in[0][w.off[0]];
+        double b = t->nsrc > 1 ? in[1][w.off[1]] : 0.0, c = t->nsrc > 2 ? in[2][w.off[2]] : 0.0;
+        out[i] = kf_ir_round(t->dtype, kf_ir_scalar(t->op, t->dtype, a, b, c));
     }
 }
 

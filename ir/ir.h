@@ -269,6 +269,12 @@ void kf_ir_store(void *data, kf_dtype d, int64_t i, double v);
 /* Rounds v to what dtype d can hold (as kf_ir_store then kf_ir_load would). */
 double kf_ir_round(kf_dtype d, double v);
 
+/* The scalar meaning of an elementwise op with tensor operands (unary, cast,
+ * binary, comparison, where) on operand values a, b, c, in double, before the
+ * result is rounded to `dtype` (a cast rounds to it). The one definition the
+ * reference evaluator and the plan checker's expression evaluator share. */
+double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c);
+
 /* Values of every tensor, in double, each already rounded to its dtype. */
 typedef struct kf_eval_state {
     kf_graph *graph;
