@@ -49,16 +49,6 @@ static void dtmask_str(unsigned mask, char *buf, size_t size) {
     }
 }
 
-static kf_status err_set(char *err, kf_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static kf_status err_set(char *err, kf_status status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, KF_MSG_MAX, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
 /* Normalizes a possibly negative axis for a tensor of rank `rank`; -1 if out of range. */
 static int norm_axis(int axis, int rank) {
     if (axis < -rank || axis >= rank)
@@ -70,23 +60,23 @@ static int norm_axis(int axis, int rank) {
  * element count bounded. Returns false after recording the error. */
 static bool check_shape(char *err, const char *op, int rank, const int64_t *dims) {
     if (rank < 0 || rank > KF_MAX_RANK) {
-        err_set(err, KF_ERR_SHAPE, "%s: rank %d is out of range; kfuse takes 0 to %d dims", op,
+        kf_msg_set(err, KF_ERR_SHAPE, "%s: rank %d is out of range; kfuse takes 0 to %d dims", op,
                    rank, KF_MAX_RANK);
         return false;
     }
     if (rank > 0 && !dims) {
-        err_set(err, KF_ERR_SHAPE, "%s: dims is NULL for rank %d", op, rank);
+        kf_msg_set(err, KF_ERR_SHAPE, "%s: dims is NULL for rank %d", op, rank);
         return false;
     }
     int64_t n = 1;
     for (int i = 0; i < rank; i++) {
         if (dims[i] < 1) {
-            err_set(err, KF_ERR_SHAPE, "%s: dim %d is %lld; every dim must be positive", op, i,
+            kf_msg_set(err, KF_ERR_SHAPE, "%s: dim %d is %lld; every dim must be positive", op, i,
                        (long long)dims[i]);
             return false;
         }
         if (dims[i] > KF_MAX_NUMEL / n) {
-            err_set(err, KF_ERR_SHAPE, "%s: the shape has more than 2^48 elements", op);
+            kf_msg_set(err, KF_ERR_SHAPE, "%s: the shape has more than 2^48 elements", op);
             return false;
         }
         n *= dims[i];
@@ -125,10 +115,10 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
     case KF_FORM_CONST:
     case KF_FORM_IOTA:
         if ((unsigned)a->dtype >= KF_DTYPE_COUNT)
-            return err_set(err, KF_ERR_DTYPE, "%s: dtype %d is not a kf_dtype", on, (int)a->dtype);
+            return kf_msg_set(err, KF_ERR_DTYPE, "%s: dtype %d is not a kf_dtype", on, (int)a->dtype);
         if (!(info->dtypes & KF_DTMASK(a->dtype))) {
             dtmask_str(info->dtypes, dts, sizeof dts);
-            return err_set(err, KF_ERR_DTYPE, "%s: dtype %s is not allowed; %s takes %s", on,
+            return kf_msg_set(err, KF_ERR_DTYPE, "%s: dtype %s is not allowed; %s takes %s", on,
                               kf_dtype_name(a->dtype), on, dts);
         }
         if (!check_shape(err, on, a->rank, a->dims))
@@ -142,7 +132,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
             if (r->attr.axis < 0) {
                 kf_tensor shape = {.dtype = r->dtype, .rank = r->rank};
                 memcpy(shape.dims, r->dims, sizeof shape.dims);
-                return err_set(err, KF_ERR_AXIS, "iota: axis %d is out of range for %s", a->axis,
+                return kf_msg_set(err, KF_ERR_AXIS, "iota: axis %d is out of range for %s", a->axis,
                                   kf_ir_type_str(&shape, t0, sizeof t0));
             }
         }
@@ -159,7 +149,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
             allowed = KF_DTMASK(KF_DTYPE_BOOL);
         if (!(allowed & KF_DTMASK(s[i]->dtype))) {
             dtmask_str(allowed, dts, sizeof dts);
-            return err_set(err, KF_ERR_DTYPE, "%s: operand %s %s has dtype %s; %s takes %s%s", on,
+            return kf_msg_set(err, KF_ERR_DTYPE, "%s: operand %s %s has dtype %s; %s takes %s%s", on,
                               operand_name(info->form, i), kf_ir_type_str(s[i], t0, sizeof t0),
                               kf_dtype_name(s[i]->dtype), on, dts,
                               kf_dtype_is_float(s[i]->dtype) || s[i]->dtype == KF_DTYPE_BOOL
@@ -171,7 +161,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
     int first_same = info->form == KF_FORM_WHERE ? 1 : 0;
     for (int i = first_same + 1; i < n && info->form != KF_FORM_CAST; i++) {
         if (s[i]->dtype != s[first_same]->dtype)
-            return err_set(err, KF_ERR_DTYPE,
+            return kf_msg_set(err, KF_ERR_DTYPE,
                               "%s: operand %s %s and operand %s %s have different dtypes; insert "
                               "a cast so they agree",
                               on, operand_name(info->form, first_same),
@@ -189,7 +179,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         return KF_OK;
     case KF_FORM_CAST:
         if ((unsigned)a->dtype >= KF_DTYPE_COUNT)
-            return err_set(err, KF_ERR_DTYPE, "cast: target dtype %d is not a kf_dtype",
+            return kf_msg_set(err, KF_ERR_DTYPE, "cast: target dtype %d is not a kf_dtype",
                               (int)a->dtype);
         r->dtype = a->dtype;
         r->attr.to = a->dtype;
@@ -200,7 +190,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
             if (!broadcast_into(&r->rank, r->dims, s[i])) {
                 kf_tensor acc = {.dtype = r->dtype, .rank = r->rank};
                 memcpy(acc.dims, r->dims, sizeof acc.dims);
-                return err_set(err, KF_ERR_SHAPE,
+                return kf_msg_set(err, KF_ERR_SHAPE,
                                   "%s: operand %s %s does not broadcast against %s %s (numpy "
                                   "rules: trailing dims must be equal or 1)",
                                   on, operand_name(info->form, i),
@@ -224,7 +214,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
     case KF_FORM_RMS_NORM: {
         int ax = norm_axis(a->axis, x->rank);
         if (ax < 0)
-            return err_set(err, KF_ERR_AXIS, "%s: axis %d is out of range for operand x %s", on,
+            return kf_msg_set(err, KF_ERR_AXIS, "%s: axis %d is out of range for operand x %s", on,
                               a->axis, kf_ir_type_str(x, t0, sizeof t0));
         r->attr.axis = ax;
         if (info->form == KF_FORM_REDUCE) {
@@ -240,12 +230,12 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         }
         if (info->form == KF_FORM_LAYER_NORM || info->form == KF_FORM_RMS_NORM) {
             if (!isfinite(a->eps) || a->eps < 0)
-                return err_set(err, KF_ERR_INVALID_ARGUMENT,
+                return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                                   "%s: eps %g must be finite and >= 0", on, a->eps);
             r->attr.eps = a->eps;
             for (int i = 1; i < n; i++) {
                 if (s[i]->rank != 1 || s[i]->dims[0] != x->dims[ax])
-                    return err_set(err, KF_ERR_SHAPE,
+                    return kf_msg_set(err, KF_ERR_SHAPE,
                                       "%s: operand %s %s must be rank 1 of length %lld (operand "
                                       "x %s along axis %d)",
                                       on, operand_name(info->form, i),
@@ -258,7 +248,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
     case KF_FORM_MATMUL: {
         const kf_tensor *b = s[1];
         if (x->rank < 2 || b->rank < 2)
-            return err_set(err, KF_ERR_SHAPE,
+            return kf_msg_set(err, KF_ERR_SHAPE,
                               "matmul: operands need rank >= 2 (a %s, b %s); reshape a vector to "
                               "[1, K] or [K, 1]",
                               kf_ir_type_str(x, t0, sizeof t0), kf_ir_type_str(b, t1, sizeof t1));
@@ -267,7 +257,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         int64_t kb = a->transpose_b ? b->dims[b->rank - 1] : b->dims[b->rank - 2];
         int64_t nn = a->transpose_b ? b->dims[b->rank - 2] : b->dims[b->rank - 1];
         if (ka != kb)
-            return err_set(err, KF_ERR_SHAPE,
+            return kf_msg_set(err, KF_ERR_SHAPE,
                               "matmul: inner dims differ: operand a %s gives K=%lld, operand b %s "
                               "gives K=%lld (transpose_a=%s, transpose_b=%s)",
                               kf_ir_type_str(x, t0, sizeof t0), (long long)ka,
@@ -280,7 +270,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         int64_t bd[KF_MAX_RANK];
         memcpy(bd, ba.dims, sizeof bd);
         if (!broadcast_into(&br, bd, &bb))
-            return err_set(err, KF_ERR_SHAPE,
+            return kf_msg_set(err, KF_ERR_SHAPE,
                               "matmul: batch dims of operand a %s and operand b %s do not "
                               "broadcast",
                               kf_ir_type_str(x, t0, sizeof t0), kf_ir_type_str(b, t1, sizeof t1));
@@ -294,7 +284,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
     }
     case KF_FORM_RESHAPE: {
         if (a->rank < 0 || a->rank > KF_MAX_RANK)
-            return err_set(err, KF_ERR_SHAPE, "reshape: rank %d is out of range; 0 to %d", a->rank,
+            return kf_msg_set(err, KF_ERR_SHAPE, "reshape: rank %d is out of range; 0 to %d", a->rank,
                               KF_MAX_RANK);
         int64_t known = 1, total = kf_ir_numel(x);
         int infer_at = -1;
@@ -302,7 +292,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
             if (a->dims[i] == -1 && infer_at < 0) {
                 infer_at = i;
             } else if (a->dims[i] < 1) {
-                return err_set(err, KF_ERR_SHAPE,
+                return kf_msg_set(err, KF_ERR_SHAPE,
                                   "reshape: dim %d is %lld; dims are positive, with at most one -1",
                                   i, (long long)a->dims[i]);
             } else {
@@ -314,7 +304,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         memcpy(r->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
         if (infer_at >= 0) {
             if (known > total || total % known != 0)
-                return err_set(err, KF_ERR_SHAPE,
+                return kf_msg_set(err, KF_ERR_SHAPE,
                                   "reshape: operand x %s has %lld elements, which the target "
                                   "shape's known dims (product %lld) do not divide",
                                   kf_ir_type_str(x, t0, sizeof t0), (long long)total,
@@ -323,7 +313,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         } else if (known != total) {
             kf_tensor want = {.dtype = x->dtype, .rank = a->rank};
             memcpy(want.dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
-            return err_set(err, KF_ERR_SHAPE,
+            return kf_msg_set(err, KF_ERR_SHAPE,
                               "reshape: operand x %s has %lld elements but the target %s has %s%lld",
                               kf_ir_type_str(x, t0, sizeof t0), (long long)total,
                               kf_ir_type_str(&want, t1, sizeof t1),
@@ -336,7 +326,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         for (int i = 0; i < x->rank; i++) {
             int p = norm_axis(a->perm[i], x->rank);
             if (p < 0 || seen[p])
-                return err_set(err, KF_ERR_AXIS,
+                return kf_msg_set(err, KF_ERR_AXIS,
                                   "permute: perm[%d] = %d is %s for operand x %s; perm must list "
                                   "each of 0..%d once",
                                   i, a->perm[i], p < 0 ? "out of range" : "repeated",
@@ -350,7 +340,7 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
     default:
         break;
     }
-    return err_set(err, KF_ERR_INTERNAL, "%s: no shape rule for this op (a kfuse bug)", on);
+    return kf_msg_set(err, KF_ERR_INTERNAL, "%s: no shape rule for this op (a kfuse bug)", on);
 }
 
 kf_tensor *kf_ir_build(kf_graph *g, kf_op op, const kf_node_args *a) {

@@ -43,6 +43,16 @@ kf_status kf_ir_fail(kf_graph *g, kf_status status, const char *fmt, ...) {
     return status;
 }
 
+kf_status kf_msg_set(char *err, kf_status status, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, KF_MSG_MAX, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
 kf_status kf_ir_note(kf_graph *g, kf_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -196,6 +196,11 @@ void kf_ir_graph_destroy(kf_graph *g);
 /* Records the first (sticky) builder error; returns `status`. */
 kf_status kf_ir_fail(kf_graph *g, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Formats a message into `err` (KF_MSG_MAX bytes; nothing when NULL) and
+ * returns `status`: the one helper for every module that reports into a
+ * caller's buffer. */
+kf_status kf_msg_set(char *err, kf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Records a non-sticky failure message (verify, eval); returns `status`. */
 kf_status kf_ir_note(kf_graph *g, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

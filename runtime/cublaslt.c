@@ -135,18 +135,6 @@ struct kf_blt {
     uint32_t n_plans, cap_plans;
 };
 
-static kf_status fail(char *err, kf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static kf_status fail(char *err, kf_status st, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, KF_MSG_MAX, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 const char *kf_blt_epilogue_name(kf_blt_epilogue e) {
     static const char *const names[KF_BLT_EPI_COUNT] = {"none", "relu",      "gelu",
                                                        "bias", "relu_bias", "gelu_bias"};
@@ -222,7 +210,7 @@ static kf_status lt_lib_open(kf_blt_lib *L, const char *lib, char *path, size_t 
     char why[256];
     L->dl = lt_dlopen(lib, path, path_size, why, sizeof why);
     if (!L->dl)
-        return fail(err, KF_ERR_UNSUPPORTED,
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                     "cuBLASLt not found (%s); install the CUDA toolkit's libcublasLt, put its "
                     "directory on LD_LIBRARY_PATH, or set KF_CUBLASLT_LIB to the file",
                     why);
@@ -240,7 +228,7 @@ static kf_status lt_lib_open(kf_blt_lib *L, const char *lib, char *path, size_t 
     if (missing) {
         dlclose(L->dl);
         L->dl = NULL;
-        return fail(err, KF_ERR_UNSUPPORTED,
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                     "the cuBLASLt library has no %s: it is too old for kfuse (needs CUDA 11.4 "
                     "or later)",
                     missing);
@@ -262,18 +250,18 @@ static kf_status lt_check(const kf_blt *lt, kf_blt_status s, const char *call, c
         return KF_OK;
     const char *name = lt->lib.GetStatusName ? lt->lib.GetStatusName(s) : NULL;
     const char *str = lt->lib.GetStatusString ? lt->lib.GetStatusString(s) : NULL;
-    return fail(err, s == LT_NOT_SUPPORTED ? KF_ERR_UNSUPPORTED : KF_ERR_INTERNAL,
+    return kf_msg_set(err, s == LT_NOT_SUPPORTED ? KF_ERR_UNSUPPORTED : KF_ERR_INTERNAL,
                 "%s (GEMM '%s'): %s%s%s (cuBLASLt status %d)", call, what ? what : "?",
                 name ? name : "", str ? ": " : "", str ? str : "", s);
 }
 
 kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_blt **out, char *err) {
     if (!mem || !dev || !out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_create: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_create: NULL argument");
     *out = NULL;
     kf_blt *lt = kf_mem_calloc(mem, 1, sizeof *lt);
     if (!lt)
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory creating the cuBLASLt state");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory creating the cuBLASLt state");
     lt->mem = *mem;
     lt->dev = dev;
     kf_status st = lt_lib_open(&lt->lib, NULL, NULL, 0, err);
@@ -496,7 +484,7 @@ static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, ch
         kf_blt_status s = lt->lib.Heuristic(lt->handle, p->desc, p->la, p->lb, p->lc, p->ld, pref,
                                            1, &res, &returned);
         if (s == LT_NOT_SUPPORTED || (s == LT_SUCCESS && returned == 0))
-            st = fail(err, KF_ERR_UNSUPPORTED,
+            st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
                       "cuBLASLt has no algorithm for GEMM '%s' (%s, M=%lld N=%lld K=%lld "
                       "batch=%lld, epilogue %s)",
                       what ? what : "?", kf_dtype_name(g->dtype), (long long)g->m,
@@ -523,7 +511,7 @@ static kf_status plan_get(kf_blt *lt, const kf_blt_gemm *g, kf_blt_plan **out, c
         if (plan_matches(&lt->plans[i], &key)) {
             *out = &lt->plans[i];
             if (lt->plans[i].status != KF_OK)
-                return fail(err, lt->plans[i].status,
+                return kf_msg_set(err, lt->plans[i].status,
                             "cuBLASLt has no algorithm for GEMM '%s' (epilogue %s)",
                             g->what ? g->what : "?", kf_blt_epilogue_name(g->epilogue));
             return KF_OK;
@@ -531,7 +519,7 @@ static kf_status plan_get(kf_blt *lt, const kf_blt_gemm *g, kf_blt_plan **out, c
     }
     if (!kf_mem_grow(&lt->mem, (void **)&lt->plans, &lt->cap_plans, lt->n_plans + 1,
                      sizeof *lt->plans))
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning a cuBLASLt GEMM");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning a cuBLASLt GEMM");
     kf_blt_plan *p = &lt->plans[lt->n_plans];
     *p = key;
     kf_status st = plan_build(lt, p, g, err);
@@ -549,24 +537,24 @@ static kf_status plan_get(kf_blt *lt, const kf_blt_gemm *g, kf_blt_plan **out, c
 static kf_status check_gemm(const kf_blt_gemm *g, char *err) {
     const char *what = g->what ? g->what : "?";
     if (!kf_dtype_is_float(g->dtype))
-        return fail(err, KF_ERR_UNSUPPORTED, "GEMM '%s': cuBLASLt takes float dtypes, not %s",
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED, "GEMM '%s': cuBLASLt takes float dtypes, not %s",
                     what, kf_dtype_name(g->dtype));
     if (g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0 || g->m > INT32_MAX ||
         g->n > INT32_MAX || g->k > INT32_MAX || g->batch > INT32_MAX)
-        return fail(err, KF_ERR_INVALID_ARGUMENT,
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                     "GEMM '%s': sizes M=%lld N=%lld K=%lld batch=%lld are out of cuBLASLt's range",
                     what, (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->batch);
     if (!kf_blt_operand_ok(&g->a, g->m, g->k) || !kf_blt_operand_ok(&g->b, g->k, g->n))
-        return fail(err, KF_ERR_INVALID_ARGUMENT,
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                     "GEMM '%s': an operand has no unit stride (copy it to contiguous memory "
                     "first)",
                     what);
     if (g->d.col_stride != 1 || (g->m > 1 && g->d.row_stride < g->n))
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': D must be row-major", what);
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': D must be row-major", what);
     if (g->c.ptr && g->beta != 0.0 && (g->c.col_stride != 1 || (g->m > 1 && g->c.row_stride < g->n)))
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': C must be row-major", what);
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': C must be row-major", what);
     if (lt_has_bias(g->epilogue) && !g->bias)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': epilogue %s needs a bias", what,
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "GEMM '%s': epilogue %s needs a bias", what,
                     kf_blt_epilogue_name(g->epilogue));
     return KF_OK;
 }
@@ -579,7 +567,7 @@ bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g) {
 
 kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, char *err) {
     if (!lt || !g)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_matmul: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_matmul: NULL argument");
     kf_status st = check_gemm(g, err);
     kf_blt_plan *p = NULL;
     if (st == KF_OK)

@@ -37,25 +37,13 @@ enum {
     CU_ATTR_CC_MINOR = 76,
 };
 
-static kf_status fail(char *err, kf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static kf_status fail(char *err, kf_status st, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, KF_MSG_MAX, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Loading                                                                    */
 /* ------------------------------------------------------------------------ */
 
 kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver **out, char *err) {
     if (!mem || !out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_driver_load: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_driver_load: NULL argument");
     *out = NULL;
     if (!lib)
         lib = KF_CUDA_DRIVER_LIB;
@@ -66,7 +54,7 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
         size_t n = strlen(lib);
         if (why && strncmp(why, lib, n) == 0 && strncmp(why + n, ": ", 2) == 0)
             why += n + 2;
-        return fail(err, KF_ERR_UNSUPPORTED,
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                     "no CUDA driver (%s not found: %s); use the CPU target, or install the "
                     "NVIDIA driver on a machine with a GPU",
                     lib, why ? why : "dlopen failed");
@@ -74,7 +62,7 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
     kf_cuda_driver *d = kf_mem_calloc(mem, 1, sizeof *d);
     if (!d) {
         dlclose(h);
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory loading the CUDA driver");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory loading the CUDA driver");
     }
     d->lib = h;
     const char *missing = NULL;
@@ -92,7 +80,7 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
 #undef KF_CUDA_RESOLVE
     kf_status st = KF_OK;
     if (missing) {
-        st = fail(err, KF_ERR_UNSUPPORTED,
+        st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
                   "the CUDA driver %s has no %s: it is too old for kfuse (or not a driver); "
                   "update the NVIDIA driver",
                   lib, missing);
@@ -100,7 +88,7 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
     }
     kf_cu_result r = d->cuInit(0);
     if (r == CU_STUB_LIBRARY) {
-        st = fail(err, KF_ERR_UNSUPPORTED,
+        st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
                   "no CUDA driver: %s is the CUDA toolkit's stub library, which only "
                   "satisfies the linker; take the toolkit's lib64/stubs out of "
                   "LD_LIBRARY_PATH, or install the NVIDIA driver",
@@ -108,7 +96,7 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
         goto fail;
     }
     if (r == CU_NO_DEVICE) {
-        st = fail(err, KF_ERR_UNSUPPORTED,
+        st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
                   "no CUDA device: the driver %s loaded but sees no GPU (check "
                   "CUDA_VISIBLE_DEVICES and nvidia-smi); use the CPU target",
                   lib);
@@ -119,7 +107,7 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
         st = kf_cuda_check(d, r, "cuInit", NULL, msg);
         if (r == CU_INSUFFICIENT_DRIVER)
             st = KF_ERR_UNSUPPORTED;
-        fail(err, st, "the CUDA driver %s failed to initialize: %s", lib, msg);
+        kf_msg_set(err, st, "the CUDA driver %s failed to initialize: %s", lib, msg);
         goto fail;
     }
     if (d->cuDriverGetVersion(&d->driver_version) != CU_SUCCESS)
@@ -144,7 +132,7 @@ void kf_cuda_driver_release(const kf_mem *mem, kf_cuda_driver *drv) {
 
 kf_status kf_ctx_cuda_driver(kf_ctx *ctx, const kf_cuda_driver **out, char *err) {
     if (!ctx || !out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_ctx_cuda_driver: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_ctx_cuda_driver: NULL argument");
     *out = NULL;
     pthread_mutex_lock(&ctx->lock);
     if (!ctx->cuda && ctx->cuda_status == KF_OK) {
@@ -154,14 +142,14 @@ kf_status kf_ctx_cuda_driver(kf_ctx *ctx, const kf_cuda_driver **out, char *err)
             ctx->cuda_status = st;
         if (st == KF_ERR_OUT_OF_MEMORY) {
             pthread_mutex_unlock(&ctx->lock);
-            return fail(err, st, "%s", ctx->cuda_error);
+            return kf_msg_set(err, st, "%s", ctx->cuda_error);
         }
     }
     kf_status st = ctx->cuda_status;
     if (st == KF_OK)
         *out = ctx->cuda;
     else
-        fail(err, st, "%s", ctx->cuda_error);
+        kf_msg_set(err, st, "%s", ctx->cuda_error);
     pthread_mutex_unlock(&ctx->lock);
     return st;
 }
@@ -202,8 +190,8 @@ kf_status kf_cuda_check(const kf_cuda_driver *drv, kf_cu_result r, const char *c
         break;
     }
     if (name)
-        return fail(err, st, "%s%s: %s: %s", call, kbuf, name, str ? str : "");
-    return fail(err, st, "%s%s: CUDA driver error %d", call, kbuf, r);
+        return kf_msg_set(err, st, "%s%s: %s: %s", call, kbuf, name, str ? str : "");
+    return kf_msg_set(err, st, "%s%s: CUDA driver error %d", call, kbuf, r);
 }
 
 const char *kf_cuda_arch_for(int cc_major, int cc_minor, char *buf) {
@@ -223,7 +211,7 @@ const char *kf_cuda_arch_for(int cc_major, int cc_minor, char *buf) {
 /* Makes the device's primary context current on this thread. */
 static kf_status bind(const kf_cuda_device *dev, char *err) {
     if (!dev || !dev->drv || !dev->ctx)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "CUDA device not open");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "CUDA device not open");
     kf_cu_context cur = NULL;
     if (dev->drv->cuCtxGetCurrent(&cur) == CU_SUCCESS && cur == dev->ctx)
         return KF_OK;
@@ -234,12 +222,12 @@ static kf_status bind(const kf_cuda_device *dev, char *err) {
 kf_status kf_cuda_device_open(const kf_cuda_driver *drv, int ordinal, kf_cuda_device *out,
                               char *err) {
     if (!out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_device_open: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_device_open: NULL argument");
     memset(out, 0, sizeof *out);
     if (!drv)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_device_open: NULL driver");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_device_open: NULL driver");
     if (ordinal < 0 || ordinal >= drv->device_count)
-        return fail(err, KF_ERR_INVALID_ARGUMENT,
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                     "CUDA device %d does not exist: this machine has %d (devices 0..%d)", ordinal,
                     drv->device_count, drv->device_count - 1);
     out->drv = drv;
@@ -286,7 +274,7 @@ void kf_cuda_device_close(kf_cuda_device *dev) {
 kf_status kf_cuda_module_load(const kf_cuda_device *dev, const void *cubin, const char *kernel,
                               kf_cu_module *out, char *err) {
     if (!out || !cubin)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_module_load: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_module_load: NULL argument");
     *out = NULL;
     kf_status st = bind(dev, err);
     if (st != KF_OK)
@@ -303,7 +291,7 @@ void kf_cuda_module_unload(const kf_cuda_device *dev, kf_cu_module mod) {
 kf_status kf_cuda_function(const kf_cuda_device *dev, kf_cu_module mod, const char *name,
                            kf_cu_function *out, char *err) {
     if (!out || !mod || !name)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_function: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_function: NULL argument");
     *out = NULL;
     kf_status st = bind(dev, err);
     if (st != KF_OK)
@@ -315,7 +303,7 @@ kf_status kf_cuda_function(const kf_cuda_device *dev, kf_cu_module mod, const ch
 kf_status kf_cuda_launch(const kf_cuda_device *dev, kf_cu_function fn,
                          const kf_cuda_launch_cfg *cfg, void **params, char *err) {
     if (!fn || !cfg)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_launch: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_launch: NULL argument");
     kf_status st = bind(dev, err);
     if (st != KF_OK)
         return st;
@@ -328,7 +316,7 @@ kf_status kf_cuda_launch(const kf_cuda_device *dev, kf_cu_function fn,
 kf_status kf_cuda_mem_alloc(const kf_cuda_device *dev, size_t bytes, kf_cu_deviceptr *out,
                             char *err) {
     if (!out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_mem_alloc: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_mem_alloc: NULL argument");
     *out = 0;
     kf_status st = bind(dev, err);
     if (st != KF_OK)
@@ -362,7 +350,7 @@ kf_status kf_cuda_copy_to_host(const kf_cuda_device *dev, void *dst, kf_cu_devic
 
 kf_status kf_cuda_stream_create(const kf_cuda_device *dev, kf_cu_stream *out, char *err) {
     if (!out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_stream_create: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_stream_create: NULL argument");
     *out = NULL;
     kf_status st = bind(dev, err);
     if (st != KF_OK)
@@ -386,7 +374,7 @@ void kf_cuda_stream_destroy(const kf_cuda_device *dev, kf_cu_stream stream) {
 
 kf_status kf_cuda_event_create(const kf_cuda_device *dev, kf_cu_event *out, char *err) {
     if (!out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_event_create: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_event_create: NULL argument");
     *out = NULL;
     kf_status st = bind(dev, err);
     if (st != KF_OK)
@@ -405,7 +393,7 @@ kf_status kf_cuda_event_record(const kf_cuda_device *dev, kf_cu_event ev, kf_cu_
 kf_status kf_cuda_event_elapsed(const kf_cuda_device *dev, kf_cu_event start, kf_cu_event end,
                                 float *ms, char *err) {
     if (!ms)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_event_elapsed: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_event_elapsed: NULL argument");
     *ms = 0;
     kf_status st = bind(dev, err);
     if (st == KF_OK)

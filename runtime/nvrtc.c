@@ -20,21 +20,9 @@
 #include <nvrtc.h>
 #endif
 
-static kf_status fail(char *err, kf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static kf_status fail(char *err, kf_status st, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, KF_MSG_MAX, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 kf_status kf_nvrtc_arch_check(const char *arch, char *err) {
     if (!arch)
-        return fail(err, KF_ERR_INVALID_ARGUMENT,
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                     "no CUDA arch given: pass one like sm_80 or sm_90a");
     const char *p = arch;
     bool ok = strncmp(p, "sm_", 3) == 0;
@@ -50,7 +38,7 @@ kf_status kf_nvrtc_arch_check(const char *arch, char *err) {
         ok = ok && *p == 0;
     }
     if (!ok || strlen(arch) >= KF_ARCH_MAX)
-        return fail(err, KF_ERR_INVALID_ARGUMENT,
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                     "bad CUDA arch '%s': expected sm_ and the compute capability's digits, "
                     "optionally with an 'a' or 'f' suffix (sm_80, sm_89, sm_90a, sm_100a)",
                     arch);
@@ -79,7 +67,7 @@ static kf_status build_flags(const kf_nvrtc_options *o, char arch_flag[32],
 
 kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_t size, char *err) {
     if (!opts || !buf || !size)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_nvrtc_options_string: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_nvrtc_options_string: NULL argument");
     char arch_flag[32];
     const char *flags[MAX_FLAGS];
     int n;
@@ -91,7 +79,7 @@ kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_
     for (int i = 0; i < n; i++) {
         int w = snprintf(buf + used, size - used, "%s%s", i ? " " : "", flags[i]);
         if (w < 0 || (size_t)w >= size - used)
-            return fail(err, KF_ERR_INVALID_ARGUMENT, "options string buffer too small");
+            return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "options string buffer too small");
         used += (size_t)w;
     }
     return KF_OK;
@@ -101,17 +89,17 @@ kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_
 static kf_status dump_file(const char *dir, const char *name, const char *data, size_t len,
                            char *err) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return fail(err, KF_ERR_IO, "cannot create dump directory '%s': %s", dir, strerror(errno));
+        return kf_msg_set(err, KF_ERR_IO, "cannot create dump directory '%s': %s", dir, strerror(errno));
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-        return fail(err, KF_ERR_IO, "dump path too long in '%s'", dir);
+        return kf_msg_set(err, KF_ERR_IO, "dump path too long in '%s'", dir);
     FILE *fp = fopen(path, "wb");
     if (!fp)
-        return fail(err, KF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        return kf_msg_set(err, KF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     bool ok = fwrite(data, 1, len, fp) == len;
     ok = (fclose(fp) == 0) && ok;
     if (!ok)
-        return fail(err, KF_ERR_IO, "cannot write '%s'", path);
+        return kf_msg_set(err, KF_ERR_IO, "cannot write '%s'", path);
     return KF_OK;
 }
 
@@ -155,7 +143,7 @@ static kf_status arch_supported(const char *arch, char *err) {
             return KF_OK;
     int major = 0, minor = 0;
     nvrtcVersion(&major, &minor);
-    return fail(err, KF_ERR_UNSUPPORTED,
+    return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                 "NVRTC %d.%d cannot compile for %s: it supports sm_%d through sm_%d", major, minor,
                 arch, archs[0], archs[n - 1]);
 }
@@ -183,10 +171,10 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
     if (out)
         memset(out, 0, sizeof *out);
     if (!mem || !source || !opts || !out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_nvrtc_compile: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_nvrtc_compile: NULL argument");
     const char *kname = opts->kernel_name ? opts->kernel_name : "kernel";
     if (!kf_ir_is_identifier(kname, strlen(kname)))
-        return fail(err, KF_ERR_INVALID_ARGUMENT,
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                     "kernel name '%s' is not an identifier ([A-Za-z_][A-Za-z0-9_]*, <= 64 chars)",
                     kname);
     char arch_flag[32];
@@ -213,7 +201,7 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
     /* NVRTC wants a NUL-terminated source. */
     char *src = kf_mem_alloc(mem, len + 1);
     if (!src)
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory compiling kernel '%s'", kname);
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory compiling kernel '%s'", kname);
     memcpy(src, source, len);
     src[len] = 0;
     snprintf(fname, sizeof fname, "%s.cu", kname);
@@ -221,7 +209,7 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
     nvrtcResult r = nvrtcCreateProgram(&prog, src, fname, 0, NULL, NULL);
     kf_mem_free(mem, src, len + 1); /* NVRTC keeps its own copy */
     if (r != NVRTC_SUCCESS)
-        return fail(err, r == NVRTC_ERROR_OUT_OF_MEMORY ? KF_ERR_OUT_OF_MEMORY : KF_ERR_INTERNAL,
+        return kf_msg_set(err, r == NVRTC_ERROR_OUT_OF_MEMORY ? KF_ERR_OUT_OF_MEMORY : KF_ERR_INTERNAL,
                     "nvrtcCreateProgram for kernel '%s': %s", kname, nvrtcGetErrorString(r));
 
     nvrtcResult cr = nvrtcCompileProgram(prog, nflags, flags);
@@ -230,7 +218,7 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
         out->log = kf_mem_alloc(mem, log_size);
         if (!out->log) {
             nvrtcDestroyProgram(&prog);
-            return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory reading NVRTC's log for '%s'",
+            return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory reading NVRTC's log for '%s'",
                         kname);
         }
         out->log_size = log_size;
@@ -248,10 +236,10 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
         char head[KF_MSG_MAX - 160];
         log_head(log, head, sizeof head);
         if (cr == NVRTC_ERROR_INVALID_OPTION)
-            return fail(err, KF_ERR_UNSUPPORTED,
+            return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                         "NVRTC rejected the options for kernel '%s' (%s): %s", kname, opts->arch,
                         head);
-        return fail(err, KF_ERR_INVALID_ARGUMENT,
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                     "kernel '%s' failed to compile for %s (%s):\n%s%s", kname, opts->arch,
                     nvrtcGetErrorString(cr), head,
                     dump ? "" : "\n(set KF_DUMP_DIR to keep the source and the full log)");
@@ -260,20 +248,20 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
     r = nvrtcGetCUBINSize(prog, &cubin_size);
     if (r != NVRTC_SUCCESS || cubin_size == 0) {
         nvrtcDestroyProgram(&prog);
-        return fail(err, KF_ERR_INTERNAL, "no CUBIN for kernel '%s' (%s): %s", kname, opts->arch,
+        return kf_msg_set(err, KF_ERR_INTERNAL, "no CUBIN for kernel '%s' (%s): %s", kname, opts->arch,
                     nvrtcGetErrorString(r));
     }
     out->cubin = kf_mem_alloc(mem, cubin_size);
     if (!out->cubin) {
         nvrtcDestroyProgram(&prog);
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory for the CUBIN of '%s' (%zu bytes)",
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory for the CUBIN of '%s' (%zu bytes)",
                     kname, cubin_size);
     }
     out->cubin_size = cubin_size;
     r = nvrtcGetCUBIN(prog, out->cubin);
     nvrtcDestroyProgram(&prog);
     if (r != NVRTC_SUCCESS)
-        return fail(err, KF_ERR_INTERNAL, "nvrtcGetCUBIN for kernel '%s': %s", kname,
+        return kf_msg_set(err, KF_ERR_INTERNAL, "nvrtcGetCUBIN for kernel '%s': %s", kname,
                     nvrtcGetErrorString(r));
     return KF_OK;
 }
@@ -304,7 +292,7 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
     (void)opts;
     if (out)
         memset(out, 0, sizeof *out);
-    return fail(err, KF_ERR_UNSUPPORTED, NO_NVRTC);
+    return kf_msg_set(err, KF_ERR_UNSUPPORTED, NO_NVRTC);
 }
 
 #endif
