@@ -9,7 +9,6 @@
  * failure returns NULL without a new message.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -8,7 +8,6 @@
  *     cublasLtMatmul on the caller's stream with the kf_blt's workspace
  */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,6 @@
  * NVRTC returns KF_ERR_UNSUPPORTED; the arch and option helpers still work.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
