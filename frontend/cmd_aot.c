@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 #include "codegen/cuda/cuda_codegen.h"
+#include "frontend/cli.h"
 #include "frontend/cmd_aot.h"
 #include "fusion/fusion.h"
 #include "runtime/cuda_kernel.h"
 
 #define AOT_MAX_ARCHS 8
-#define AOT_MAX_INPUT ((size_t)64 << 20)
 
 const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
 const char kf_cmd_aot_help[] =
@@ -48,41 +48,6 @@ static int usage(const char *fmt, const char *arg) {
           "Run 'kfuse help aot' for details.\n",
           stderr);
     return 2;
-}
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    bool ok = true;
-    for (;;) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            char *nb = ncap <= AOT_MAX_INPUT ? realloc(buf, ncap) : NULL;
-            if (!nb) {
-                ok = false;
-                break;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            ok = !ferror(f);
-            break;
-        }
-    }
-    if (f != stdin)
-        fclose(f);
-    if (!ok) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
 }
 
 typedef struct aot_state {
@@ -236,19 +201,9 @@ int kf_cmd_aot(int argc, char **argv) {
         rc = 1;
     }
     for (int f = 0; f < n_files && rc != 2 && graphs && plans; f++) {
-        size_t len = 0;
-        char *text = read_all(files[f], &len);
-        if (!text) {
-            fprintf(stderr, "kfuse: cannot read %s\n", files[f]);
-            rc = 2;
-            break;
-        }
-        st = kf_graph_parse(ctx, text, len, &graphs[f]);
-        free(text);
-        if (st != KF_OK) {
-            fprintf(stderr, "%s:%s\n", files[f],
-                    graphs[f] ? kf_graph_error(graphs[f]) : kf_status_str(st));
-            rc = 2;
+        int loaded = kf_cli_load_graph(ctx, files[f], &graphs[f]); /* else why not is printed */
+        if (loaded >= 0) {
+            rc = loaded;
             break;
         }
         st = kf_plan_create(graphs[f], NULL, &plans[f]);

@@ -7,17 +7,16 @@
  * (planning failed, out of memory, output not writable); 2 a usage error or a
  * file that cannot be read or does not parse (FILE:LINE:COL: message).
  */
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/cli.h"
 #include "frontend/cmd_report.h"
 #include "fusion/fusion.h"
 #include "kfuse.h"
 
-#define REPORT_MAX_INPUT ((size_t)64 << 20)
 
 const char kf_cmd_report_help[] =
     "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu]\n"
@@ -45,43 +44,6 @@ static int usage(const char *fmt, const char *arg) {
           "Run 'kfuse help report' for details.\n",
           stderr);
     return 2;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    bool is_stdin = strcmp(path, "-") == 0;
-    FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            char *nb = ncap <= REPORT_MAX_INPUT ? realloc(buf, ncap) : NULL;
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                errno = ncap > REPORT_MAX_INPUT ? EFBIG : ENOMEM;
-                break;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                free(buf);
-                buf = NULL;
-                errno = EIO;
-            }
-            break;
-        }
-    }
-    if (!is_stdin)
-        fclose(f);
-    *len = n;
-    return buf;
 }
 
 int kf_cmd_report(int argc, char **argv) {
@@ -113,27 +75,16 @@ int kf_cmd_report(int argc, char **argv) {
     if (strcmp(device, "h100") && strcmp(device, "h200") && strcmp(device, "a100") &&
         strcmp(device, "cpu"))
         return usage("unknown device '%s' (h100, h200, a100 or cpu)", device);
-    const char *shown = strcmp(file, "-") == 0 ? "<stdin>" : file;
-
-    size_t len = 0;
-    char *text = read_file(file, &len);
-    if (!text) {
-        fprintf(stderr, "kfuse: cannot read %s: %s\n", shown, strerror(errno));
-        return 2;
-    }
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     kf_plan *plan = NULL;
     int rc = 0;
     kf_status st = kf_ctx_create(NULL, &ctx);
     if (st == KF_OK) {
-        st = kf_graph_parse(ctx, text, len, &g);
-        if (st != KF_OK) {
-            fprintf(stderr, "%s:%s\n", shown, g ? kf_graph_error(g) : kf_status_str(st));
-            rc = 2;
-        }
+        int loaded = kf_cli_load_graph(ctx, file, &g); /* -1: loaded; else why not is printed */
+        if (loaded >= 0)
+            rc = loaded;
     }
-    free(text);
     if (rc == 0 && st == KF_OK)
         st = kf_plan_create(g, NULL, &plan);
     if (rc == 0 && st == KF_OK)
@@ -145,7 +96,7 @@ int kf_cmd_report(int argc, char **argv) {
     }
     if (rc == 0 && st != KF_OK) {
         const char *msg = g ? kf_graph_error(g) : "";
-        fprintf(stderr, "kfuse: report %s: %s%s%s\n", shown, kf_status_str(st), msg[0] ? ": " : "",
+        fprintf(stderr, "kfuse: report %s: %s%s%s\n", kf_cli_display_name(file), kf_status_str(st), msg[0] ? ": " : "",
                 msg);
         rc = 1;
     }

@@ -25,18 +25,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "frontend/cli.h"
 #include "frontend/cmd_aot.h"
 #include "frontend/cmd_cache.h"
 #include "frontend/cmd_report.h"
 #include "frontend/cmd_run.h"
 #include "ir/ir.h"
 #include "kfuse.h"
-
-enum { KF_EXIT_OK = 0, KF_EXIT_RUNTIME = 1, KF_EXIT_USAGE = 2 };
-
-/* The largest .kfg text the CLI reads: far above any real graph, and it keeps
- * `kfuse print /dev/zero` from reading forever. */
-#define KF_CLI_MAX_INPUT ((size_t)64 << 20)
 
 /* What `kfuse eval` lets the reference evaluator take on: every value is held
  * in double, and matmul is a plain triple loop, so a graph past these would
@@ -222,94 +217,6 @@ static int parse_args(const cli_command *cmd, int argc, char **argv, bool takes_
 /* ------------------------------------------------------------------------ */
 
 /* The name a file goes by in messages. */
-static const char *display_name(const char *path) {
-    return strcmp(path, "-") == 0 ? "<stdin>" : path;
-}
-
-/* Reads all of `path` (or stdin for "-") into a malloc'd buffer. On failure
- * prints `kfuse: cannot read FILE: REASON` and returns false. */
-static bool read_all(const char *path, char **text, size_t *len) {
-    bool is_stdin = strcmp(path, "-") == 0;
-    FILE *f = is_stdin ? stdin : fopen(path, "rb");
-    const char *why = NULL;
-    int err = 0;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-
-    if (!f) {
-        err = errno;
-        goto fail;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        err = EISDIR;
-        goto fail;
-    }
-    for (;;) {
-        if (n == cap) {
-            if (cap >= KF_CLI_MAX_INPUT) {
-                why = "larger than 64 MiB";
-                goto fail;
-            }
-            size_t ncap = cap ? cap * 2 : 64 * 1024;
-            char *nbuf = realloc(buf, ncap);
-            if (!nbuf) {
-                err = ENOMEM;
-                goto fail;
-            }
-            buf = nbuf;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                err = errno ? errno : EIO;
-                goto fail;
-            }
-            break;
-        }
-    }
-    if (!is_stdin)
-        fclose(f);
-    *text = buf;
-    *len = n;
-    return true;
-
-fail:
-    fprintf(stderr, "kfuse: cannot read %s: %s\n", display_name(path), why ? why : strerror(err));
-    if (f && !is_stdin)
-        fclose(f);
-    free(buf);
-    return false;
-}
-
-/* Reads and parses `path`. Returns -1 with *out set, or the exit status after
- * printing why not (parse errors as FILE:LINE:COL: message). */
-static int load_graph(kf_ctx *ctx, const char *path, kf_graph **out) {
-    char *text = NULL;
-    size_t len = 0;
-    *out = NULL;
-    if (!read_all(path, &text, &len))
-        return KF_EXIT_USAGE;
-
-    kf_graph *g = NULL;
-    kf_status st = kf_graph_parse(ctx, text, len, &g);
-    free(text);
-    if (st == KF_OK) {
-        *out = g;
-        return -1;
-    }
-    if (!g) {
-        fprintf(stderr, "kfuse: %s: %s\n", display_name(path), kf_status_str(st));
-        return KF_EXIT_RUNTIME;
-    }
-    const char *msg = kf_graph_error(g);
-    fprintf(stderr, "%s:%s\n", display_name(path), msg && *msg ? msg : kf_status_str(st));
-    kf_graph_destroy(g);
-    return st == KF_ERR_OUT_OF_MEMORY ? KF_EXIT_RUNTIME : KF_EXIT_USAGE;
-}
-
 /* Creates the context every command runs in. */
 static bool open_ctx(kf_ctx **ctx) {
     kf_status st = kf_ctx_create(NULL, ctx);
@@ -346,9 +253,9 @@ static int with_graph(const cli_command *cmd, int argc, char **argv, bool takes_
     if (!open_ctx(&ctx))
         return KF_EXIT_RUNTIME;
     kf_graph *g = NULL;
-    rc = load_graph(ctx, a.file, &g);
+    rc = kf_cli_load_graph(ctx, a.file, &g);
     if (rc < 0)
-        rc = finish_stdout(action(g, display_name(a.file), &a));
+        rc = finish_stdout(action(g, kf_cli_display_name(a.file), &a));
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
     return rc;
@@ -378,31 +285,6 @@ static int cmd_print(const cli_command *cmd, int argc, char **argv) {
 /* kfuse eval                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* splitmix64 (Steele, Lea, Flood 2014): a tiny generator whose stream depends
- * only on the seed, the same on every platform and C library. */
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-/* One random element of dtype `d`, as a double that kf_ir_store then rounds:
- * floats uniform in [-1, 1) from 24 bits (exact in f32; f16 and bf16 round to
- * nearest even as they are stored), f64 from 53 bits, i32 in [-8, 8], bool 0/1. */
-static double random_value(kf_dtype d, uint64_t *state) {
-    switch (d) {
-    case KF_DTYPE_F64:
-        return (double)(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0;
-    case KF_DTYPE_I32:
-        return (double)(splitmix64(state) % 17) - 8.0;
-    case KF_DTYPE_BOOL:
-        return (double)(splitmix64(state) >> 63);
-    default:
-        return (double)(splitmix64(state) >> 40) * 0x1.0p-23 - 1.0;
-    }
-}
-
 /* Refuses graphs the reference evaluator would take too long or too much
  * memory on; returns false after printing why. */
 static bool eval_size_ok(const kf_graph *g, const char *file) {
@@ -427,98 +309,27 @@ static bool eval_size_ok(const kf_graph *g, const char *file) {
     return true;
 }
 
-/* Prints the summary line of one evaluated output. */
-static void print_summary(const char *name, int name_width, const kf_tensor *t, const void *data) {
-    kf_dtype d = kf_tensor_dtype(t);
-    int64_t numel = kf_tensor_numel(t);
-    int64_t nan_count = 0, inf_count = 0, finite = 0;
-    double lo = INFINITY, hi = -INFINITY, sum = 0, sumsq = 0;
-    for (int64_t i = 0; i < numel; i++) {
-        double v = kf_ir_load(data, d, i);
-        if (isnan(v)) {
-            nan_count++;
-        } else if (isinf(v)) {
-            inf_count++;
-        } else {
-            finite++;
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-            sum += v;
-            sumsq += v * v;
-        }
-    }
-    char type[256];
-    kf_ir_type_str(t, type, sizeof type);
-    printf("%-*s  %s  ", name_width, name, type);
-    if (finite > 0)
-        printf("min=%.6g max=%.6g mean=%.6g l2=%.6g", lo, hi, sum / (double)finite, sqrt(sumsq));
-    else
-        printf("min=- max=- mean=- l2=-");
-    printf(" nan=%" PRId64 " inf=%" PRId64 "\n", nan_count, inf_count);
-}
-
 /* Binds random inputs and an output buffer for every output, evaluates, and
  * prints the summaries. Returns the exit status. */
 static int eval_graph(kf_graph *g, const char *file, uint64_t seed) {
-    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
-    kf_binding *in = calloc(n_in ? n_in : 1, sizeof *in);
-    kf_binding *out = calloc(n_out ? n_out : 1, sizeof *out);
+    kf_cli_bindings b;
     int rc = KF_EXIT_OK;
-    uint64_t state = seed;
-
-    if (!in || !out) {
-        fprintf(stderr, "kfuse: %s: out of memory\n", file);
+    if (!kf_cli_bindings_make(g, seed, file, &b)) {
         rc = KF_EXIT_RUNTIME;
-        goto done;
-    }
-    for (size_t i = 0; i < n_in; i++) {
-        const kf_tensor *t = kf_graph_input(g, i);
-        kf_dtype d = kf_tensor_dtype(t);
-        int64_t numel = kf_tensor_numel(t);
-        in[i].name = kf_tensor_name(t);
-        in[i].size = (size_t)numel * kf_dtype_size(d);
-        in[i].data = malloc(in[i].size ? in[i].size : 1);
-        if (!in[i].data) {
-            fprintf(stderr, "kfuse: %s: out of memory for input %s\n", file, in[i].name);
+    } else {
+        kf_status st = kf_graph_eval(g, b.in, b.n_in, b.out, b.n_out);
+        if (st != KF_OK) {
+            const char *msg = kf_graph_error(g);
+            fprintf(stderr, "kfuse: %s: evaluation failed: %s\n", file,
+                    msg && *msg ? msg : kf_status_str(st));
             rc = KF_EXIT_RUNTIME;
-            goto done;
         }
-        for (int64_t e = 0; e < numel; e++)
-            kf_ir_store(in[i].data, d, e, random_value(d, &state));
-    }
-    int name_width = 0;
-    for (size_t i = 0; i < n_out; i++) {
-        const kf_tensor *t = kf_graph_output(g, i);
-        out[i].name = kf_graph_output_name(g, i);
-        out[i].size = (size_t)kf_tensor_numel(t) * kf_dtype_size(kf_tensor_dtype(t));
-        out[i].data = calloc(1, out[i].size ? out[i].size : 1);
-        if (!out[i].data) {
-            fprintf(stderr, "kfuse: %s: out of memory for output %s\n", file, out[i].name);
-            rc = KF_EXIT_RUNTIME;
-            goto done;
+        for (size_t i = 0; rc == KF_EXIT_OK && i < b.n_out; i++) {
+            kf_cli_print_summary(b.out[i].name, b.name_width, kf_graph_output(g, i), b.out[i].data);
+            putchar('\n');
         }
-        int w = (int)strlen(out[i].name);
-        name_width = w > name_width ? w : name_width;
     }
-
-    kf_status st = kf_graph_eval(g, in, n_in, out, n_out);
-    if (st != KF_OK) {
-        const char *msg = kf_graph_error(g);
-        fprintf(stderr, "kfuse: %s: evaluation failed: %s\n", file,
-                msg && *msg ? msg : kf_status_str(st));
-        rc = KF_EXIT_RUNTIME;
-        goto done;
-    }
-    for (size_t i = 0; i < n_out; i++)
-        print_summary(out[i].name, name_width, kf_graph_output(g, i), out[i].data);
-
-done:
-    for (size_t i = 0; in && i < n_in; i++)
-        free(in[i].data);
-    for (size_t i = 0; out && i < n_out; i++)
-        free(out[i].data);
-    free(in);
-    free(out);
+    kf_cli_bindings_free(&b);
     return rc;
 }
 
