@@ -42,53 +42,6 @@ const char kf_cmd_run_help[] =
     "  --seed N     seed of the input generator (default 0)\n"
     "  -h, --help   show this help\n";
 
-static double tolerance(kf_dtype d) {
-    switch (d) {
-    case KF_DTYPE_F64:
-        return 1e-12;
-    case KF_DTYPE_F32:
-        return 1e-5;
-    case KF_DTYPE_F16:
-        return 2e-3;
-    case KF_DTYPE_BF16:
-        return 1.6e-2;
-    default:
-        return 0.0;
-    }
-}
-
-/* The tolerance of output t: that of the least precise float dtype stored on
- * the way to it (an f32 output computed through bf16 intermediates carries
- * their rounding), never tighter than its own. */
-static double path_tolerance(const kf_graph *g, const kf_tensor *out) {
-    double tol = tolerance(out->dtype);
-    bool *seen = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *seen);
-    uint32_t *stack = malloc(sizeof *stack * (g->n_nodes ? g->n_nodes : 1));
-    if (!seen || !stack) {
-        free(seen);
-        free(stack);
-        return tol;
-    }
-    uint32_t sp = 0;
-    stack[sp++] = out->id;
-    seen[out->id] = true;
-    while (sp) {
-        const kf_tensor *t = g->nodes[stack[--sp]];
-        if (kf_dtype_is_float(t->dtype) && t->op != KF_OP_INPUT && t->op != KF_OP_CONST &&
-            tolerance(t->dtype) > tol)
-            tol = tolerance(t->dtype);
-        for (int k = 0; k < t->nsrc; k++) {
-            if (!seen[t->src[k]->id]) {
-                seen[t->src[k]->id] = true;
-                stack[sp++] = t->src[k]->id;
-            }
-        }
-    }
-    free(seen);
-    free(stack);
-    return tol;
-}
-
 static double rel_err(const void *out, const void *ref, kf_dtype d, int64_t n) {
     double num = 0.0, den = 0.0;
     for (int64_t i = 0; i < n; i++) {
@@ -162,7 +115,7 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
         if (check) {
             kf_dtype d = kf_tensor_dtype(t);
             double e = rel_err(b.out[i].data, ref[i].data, d, kf_tensor_numel(t));
-            double tol = path_tolerance(g, t);
+            double tol = kf_ir_output_tolerance(g, t);
             bool ok = e <= tol;
             printf("  rel_err=%.3g (tol %.3g) %s", e, tol, ok ? "ok" : "MISMATCH");
             if (!ok)

@@ -536,3 +536,49 @@ kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *
         kf_ir_eval_release(st);
     return s;
 }
+
+double kf_ir_tolerance(kf_dtype d) {
+    switch (d) {
+    case KF_DTYPE_F64:
+        return 1e-12;
+    case KF_DTYPE_F32:
+        return 1e-5;
+    case KF_DTYPE_F16:
+        return 2e-3;
+    case KF_DTYPE_BF16:
+        return 1.6e-2;
+    default:
+        return 0.0;
+    }
+}
+
+double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out) {
+    double tol = kf_ir_tolerance(out->dtype);
+    uint32_t n = g->n_nodes ? g->n_nodes : 1;
+    bool *seen = kf_mem_calloc(&g->mem, n, sizeof *seen);
+    uint32_t *stack = kf_mem_alloc(&g->mem, (size_t)n * sizeof *stack);
+    if (!seen || !stack) {
+        /* Without scratch, the loosest float tolerance: never a false mismatch. */
+        kf_mem_free(&g->mem, seen, (size_t)n * sizeof *seen);
+        kf_mem_free(&g->mem, stack, (size_t)n * sizeof *stack);
+        return kf_dtype_is_float(out->dtype) ? kf_ir_tolerance(KF_DTYPE_BF16) : tol;
+    }
+    uint32_t sp = 0;
+    stack[sp++] = out->id;
+    seen[out->id] = true;
+    while (sp) {
+        const kf_tensor *t = g->nodes[stack[--sp]];
+        if (kf_dtype_is_float(t->dtype) && t->op != KF_OP_INPUT && t->op != KF_OP_CONST &&
+            kf_ir_tolerance(t->dtype) > tol)
+            tol = kf_ir_tolerance(t->dtype);
+        for (int k = 0; k < t->nsrc; k++) {
+            if (!seen[t->src[k]->id]) {
+                seen[t->src[k]->id] = true;
+                stack[sp++] = t->src[k]->id;
+            }
+        }
+    }
+    kf_mem_free(&g->mem, seen, (size_t)n * sizeof *seen);
+    kf_mem_free(&g->mem, stack, (size_t)n * sizeof *stack);
+    return tol;
+}

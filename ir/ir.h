@@ -295,4 +295,14 @@ kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *
 kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t);
 void kf_ir_eval_release(kf_eval_state *st);
 
+/* How far a backend's result may stray from the reference's, as a relative
+ * error ||out - ref|| / ||ref||: f64 1e-12, f32 1e-5, f16 2e-3, bf16 1.6e-2,
+ * exact for i32 and bool. */
+double kf_ir_tolerance(kf_dtype d);
+/* The tolerance of output `out`: that of the least precise float dtype stored
+ * on the way to it (an f32 output computed through bf16 intermediates carries
+ * their rounding: another accumulation order flips some bf16 roundings), never
+ * tighter than its own. */
+double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out);
+
 #endif /* KF_IR_H */

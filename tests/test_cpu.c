@@ -88,7 +88,6 @@ static void free_bindings(kf_binding *b, size_t n) {
     free(b);
 }
 
-static double output_tol(const kf_graph *g, const kf_tensor *out);
 static double compare(const void *out, const void *ref, kf_dtype d, size_t n, size_t *nans);
 
 /* Re-runs the plan through the internals and prints the first materialized
@@ -136,7 +135,7 @@ static void diagnose(kf_graph *g, const kf_binding *in) {
                     kf_ir_store(ref, t->dtype, (int64_t)e, st.values[t->id][e]);
                 size_t nans = 0;
                 double re = compare(buf, ref, t->dtype, n, &nans);
-                if (!(re <= output_tol(g, t))) {
+                if (!(re <= kf_ir_output_tolerance(g, t))) {
                     char ts[128];
                     fprintf(
                         stderr,
@@ -156,35 +155,6 @@ static void diagnose(kf_graph *g, const kf_binding *in) {
     free(bound);
     free((void *)data);
     kf_plan_destroy(plan);
-}
-
-/* The tolerance for output t: its dtype's, or that of the least precise float
- * dtype any tensor it depends on is stored in (an f32 output computed from
- * bf16 intermediates carries their rounding: a different accumulation order
- * flips some bf16 roundings, which is within the bf16 tolerance). */
-static double output_tol(const kf_graph *g, const kf_tensor *out) {
-    bool *seen = calloc(g->n_nodes, sizeof *seen);
-    uint32_t *stack = malloc(sizeof *stack * g->n_nodes);
-    assert_true(seen && stack);
-    double tol = kf_test_tol(out->dtype);
-    uint32_t sp = 0;
-    stack[sp++] = out->id;
-    seen[out->id] = true;
-    while (sp) {
-        const kf_tensor *t = g->nodes[stack[--sp]];
-        if (kf_dtype_is_float(t->dtype) && t->op != KF_OP_INPUT && t->op != KF_OP_CONST &&
-            kf_test_tol(t->dtype) > tol)
-            tol = kf_test_tol(t->dtype);
-        for (int k = 0; k < t->nsrc; k++) {
-            if (!seen[t->src[k]->id]) {
-                seen[t->src[k]->id] = true;
-                stack[sp++] = t->src[k]->id;
-            }
-        }
-    }
-    free(seen);
-    free(stack);
-    return tol;
 }
 
 /* ||out - ref|| / ||ref|| over the elements where the reference is a number;
@@ -316,7 +286,7 @@ static bool groups_match(kf_graph *g, const kf_binding *in) {
                 kf_ir_store(ref, t->dtype, (int64_t)e, st.values[t->id][e]);
             double re = compare(buf, ref, t->dtype, n, &nans);
             free(ref);
-            double tol = output_tol(g, t);
+            double tol = kf_ir_output_tolerance(g, t);
             if (!(re <= 10.0 * tol) && !within_summation_bound(g, &st, t, buf, tol)) {
                 fprintf(stderr, "  group-local: %%%u of group %u (%s) differs: rel err %g\n", t->id,
                         gi, gr->name, re);
@@ -368,7 +338,7 @@ static bool check_graph_range(kf_ctx *ctx, kf_graph *g, kf_test_rng *r, const ch
         size_t n = (size_t)kf_tensor_numel(t);
         size_t nans = 0;
         double e = compare(out[i].data, ref[i].data, d, n, &nans);
-        double tol = output_tol(g, t);
+        double tol = kf_ir_output_tolerance(g, t);
         if (!(e <= tol)) {
             print_error("%s: output %s (%s): relative error %g > %g\n", what, out[i].name,
                         kf_dtype_name(d), e, tol);
