@@ -18,6 +18,7 @@
  *   kf_epilogue(col, a, x, st, KF_ARGS)  per element (softmax / norms), run
  *                      only with KF_HAS_EPILOGUE 1
  *   kf_row_out(col, st, KF_ARGS)         once per column (reductions)
+ *   KF_SETUP()         block-wide setup at kernel entry (as in elementwise.cuh)
  */
 struct kf_stats {
     kf_acc_t max, sum, mean, rstd, rms_rstd, sumexp;
@@ -37,6 +38,7 @@ template <bool IS_MAX> __device__ __forceinline__ kf_acc_t kf_col_combine(kf_acc
 }
 
 extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
+    KF_SETUP(); /* block-wide, before any thread leaves */
     __shared__ kf_acc_t sh[KF_YSPLIT][32];
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     /* Uniform trip count per block: the combines synchronize. */

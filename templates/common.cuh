@@ -8,8 +8,9 @@
  * into a toolkit (cuda_fp16.h / cuda_bf16.h live in a different place on
  * every install, and a header that changes under a toolkit update would
  * change the binary without changing the source the cache key hashes).
- * bf16 converts with bit operations, f16 with the cvt.rn PTX instructions
- * (sm_53+); both round to nearest even, as the reference's stores do.
+ * bf16 converts with the cvt.rn PTX instruction on sm_80+ (bit operations
+ * before), f16 with cvt.rn (sm_53+); both round to nearest even, as the
+ * reference's stores do.
  *
  * Hooks: none; the other templates and the generated code use these names:
  *   kf_f16, kf_bf16        storage types (16 bits, distinct for overloading)
@@ -33,11 +34,19 @@ __device__ __forceinline__ float kf_bf16_to_f32(unsigned short h) {
     return __uint_as_float((unsigned)h << 16);
 }
 __device__ __forceinline__ unsigned short kf_f32_to_bf16(float f) {
+#if __CUDA_ARCH__ >= 800
+    /* One instruction (F2FP): round to nearest even; a NaN becomes the
+     * canonical quiet NaN. */
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     unsigned u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (unsigned short)((u >> 16) | 0x40u); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u);               /* round to nearest even */
     return (unsigned short)(u >> 16);
+#endif
 }
 __device__ __forceinline__ float kf_f16_to_f32(unsigned short h) {
     float f;

@@ -23,8 +23,11 @@
  *   kf_body<VV>(i, KF_ARGS)  the expression: computes and stores elements
  *                      i .. i+VV-1 (VV = KF_VEC, or 1); KF_EXPR(i) of the design
  *   kf_vec_ok(KF_ARGS) true when the vector operands are aligned
+ *   KF_SETUP()         block-wide setup at kernel entry, every thread calls it
+ *                      (fills the shared gelu table; may synchronize)
  */
 extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
+    KF_SETUP(); /* block-wide, before any thread leaves */
     const long long tid = (long long)blockIdx.x * KF_BLOCK + threadIdx.x;
     const long long nthreads = (long long)gridDim.x * KF_BLOCK;
 #if KF_VEC > 1

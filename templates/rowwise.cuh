@@ -27,6 +27,7 @@
  *                      which statistics the expressions use (0/1)
  *   KF_EPS             the norm's epsilon (as kf_acc_t)
  *   kf_vec_ok(KF_ARGS) the vector operands are aligned
+ *   KF_SETUP()         block-wide setup at kernel entry (as in elementwise.cuh)
  *   kf_prologue<VV>(row, c, x[VV], store, KF_ARGS)   KF_PROLOGUE: x for
  *                      elements c*VV .. c*VV+VV-1 of the row; stores the
  *                      group's outputs that need no statistic when `store`
@@ -141,6 +142,7 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
 }
 
 extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
+    KF_SETUP(); /* block-wide, before any thread leaves */
     __shared__ kf_acc_t sh[32];
     const int lane = KF_ROW_WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
     const long long first = (long long)blockIdx.x * KF_ROWS_PER_BLOCK +
