@@ -87,7 +87,7 @@ static LLVMValueRef epi_x_at(lg_fn *f, void *user, LLVMValueRef j) {
     return lg_expr(f, ec->pt, f->g->row.input);
 }
 
-void lg_emit_gemm(lg_fn *f) {
+static void emit_generic(lg_fn *f) {
     lg_mod *m = f->m;
     const kf_group *g = f->g;
     const kf_gemm_info *gm = &g->gemm;
@@ -290,4 +290,276 @@ void lg_emit_gemm(lg_fn *f) {
     lg_loop_end(f, &lt);
     lg_point_done(f, &po);
     lg_point_done(f, &pr);
+}
+
+/*
+ * The packed path (f32 accumulation, no norm prologue, no row epilogue):
+ * GotoBLAS/BLIS blocking with a register-blocked microkernel emitted as
+ * explicit <8 x float> FMAs, so its speed does not hinge on the vectorizer.
+ *
+ *   outer t = (batch b, MC-row block mi, NC-column block ni)  -- threads
+ *     Ctile[MCp][NCp] = 0                          (f32, per anchor)
+ *     for k0 in steps of KC:
+ *       pack A[m0.., k0..] -> Apack: MR-row panels, [panel][k][MR]
+ *       pack B[k0.., n0..] -> Bpack: NR-col panels, [panel][k][NR]
+ *       for each NR panel jp: for each MR panel ip:        (B panel in L1)
+ *         acc[MR][NR/8] = Ctile; k loop: broadcast A, FMA with 2 B vectors
+ *         Ctile = acc
+ *     epilogue per (i, j) from Ctile, then the store  -- as the generic path
+ *
+ * Packing reads operands through their view strides and converts f16/bf16
+ * to f32, and pads partial panels and the K tail (to a multiple of KU) with
+ * zeros, so the microkernel only ever sees full MR x NR tiles; padded rows
+ * and columns are never stored. Every buffer is this thread's scratch.
+ */
+#define PK_MR 6
+#define PK_NR 16
+#define PK_VW 8
+#define PK_NV (PK_NR / PK_VW)
+#define PK_KU 4
+#define PK_MC 144
+#define PK_KC 256
+#define PK_NC 256
+
+static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
+
+static bool packable(kf_dtype d) {
+    return d == KF_DTYPE_F32 || d == KF_DTYPE_F16 || d == KF_DTYPE_BF16;
+}
+
+static bool same_opnd(const opnd *x, const opnd *y) {
+    if (x->base != y->base || x->dt != y->dt || x->s0 != y->s0 || x->s1 != y->s1)
+        return false;
+    for (int d = 0; d < KF_MAX_RANK; d++)
+        if (x->bstride[d] != y->bstride[d])
+            return false;
+    return true;
+}
+
+/* Element (r, c) of operand o as f32, or 0 outside [rows) x [cols): the
+ * index is clamped so the load stays in bounds, then the value selected. */
+static LLVMValueRef load_or_zero(lg_fn *f, const opnd *o, LLVMValueRef boff, LLVMValueRef r,
+                                 LLVMValueRef c, int64_t rows, int64_t cols) {
+    lg_mod *m = f->m;
+    LLVMBuilderRef B = m->B;
+    LLVMValueRef ok = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSLT, r, lg_i64(m, rows), ""),
+                                   LLVMBuildICmp(B, LLVMIntSLT, c, lg_i64(m, cols), ""), "");
+    LLVMValueRef rc = lg_min_i64(m, r, lg_i64(m, rows - 1));
+    LLVMValueRef cc = lg_min_i64(m, c, lg_i64(m, cols - 1));
+    LLVMValueRef off = LLVMBuildNSWAdd(
+        B, boff,
+        LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, rc, lg_i64(m, o->s0), ""),
+                        LLVMBuildNSWMul(B, cc, lg_i64(m, o->s1), ""), ""),
+        "");
+    LLVMValueRef v =
+        lg_convert(m, lg_load_elem(f, o->dt, lg_buf(f, o->base), off), o->dt, KF_DTYPE_F32);
+    return LLVMBuildSelect(B, ok, v, LLVMConstNull(m->f32), "");
+}
+
+static LLVMValueRef fptr(lg_fn *f, LLVMValueRef base, LLVMValueRef idx) {
+    return LLVMBuildInBoundsGEP2(f->m->B, f->m->f32, base, &idx, 1, "");
+}
+
+static void emit_packed(lg_fn *f) {
+    lg_mod *m = f->m;
+    const kf_group *g = f->g;
+    const kf_gemm_info *gm = &g->gemm;
+    LLVMBuilderRef B = m->B;
+    int R = g->rank, na = gm->n_anchors;
+    int64_t M = gm->m, N = gm->n, K = gm->k;
+    int64_t MCp = PK_MC < round_up(M, PK_MR) ? PK_MC : round_up(M, PK_MR);
+    int64_t NCp = PK_NC < round_up(N, PK_NR) ? PK_NC : round_up(N, PK_NR);
+    int64_t KCp = PK_KC < round_up(K, PK_KU) ? PK_KC : round_up(K, PK_KU);
+    int64_t mt = (M + MCp - 1) / MCp, ntl = (N + NCp - 1) / NCp, kt = (K + KCp - 1) / KCp;
+    f->k->outer = gm->batch * mt * ntl;
+    f->k->cost = (double)MCp * (double)NCp * (double)K * na;
+    LLVMTypeRef vt = LLVMVectorType(m->f32, PK_VW);
+
+    opnd A[2], Bo[2];
+    bool a_shared = true;
+    for (int a = 0; a < na; a++) {
+        layout(m->plan, gm->a[a], true, gm->transpose_a[a], R, &A[a]);
+        layout(m->plan, gm->b[a], false, gm->transpose_b[a], R, &Bo[a]);
+    }
+    if (na == 2)
+        a_shared = same_opnd(&A[0], &A[1]);
+    LLVMValueRef apack = lg_scratch(f, (size_t)(MCp * KCp) * 4);
+    LLVMValueRef bpack = lg_scratch(f, (size_t)(KCp * NCp) * 4);
+    LLVMValueRef tile[2] = {NULL, NULL};
+    for (int a = 0; a < na; a++)
+        tile[a] = lg_scratch(f, (size_t)(MCp * NCp) * 4);
+    LLVMValueRef acc[PK_MR][PK_NV];
+    for (int r = 0; r < PK_MR; r++)
+        for (int v = 0; v < PK_NV; v++)
+            acc[r][v] = lg_var(f, vt, "acc");
+
+    lg_point po;
+    if (!lg_point_init(f, &po, R))
+        return;
+
+    lg_loop lt;
+    LLVMValueRef t = lg_loop_begin(f, &lt, f->begin, f->end, "tile");
+    LLVMValueRef ni = LLVMBuildSRem(B, t, lg_i64(m, ntl), "");
+    LLVMValueRef tm = LLVMBuildSDiv(B, t, lg_i64(m, ntl), "");
+    LLVMValueRef b = LLVMBuildSDiv(B, tm, lg_i64(m, mt), "");
+    LLVMValueRef m0 = LLVMBuildNSWMul(B, LLVMBuildSRem(B, tm, lg_i64(m, mt), ""), lg_i64(m, MCp), "");
+    LLVMValueRef n0 = LLVMBuildNSWMul(B, ni, lg_i64(m, NCp), "");
+    LLVMValueRef mb = lg_min_i64(m, lg_i64(m, MCp), LLVMBuildNSWSub(B, lg_i64(m, M), m0, ""));
+    LLVMValueRef nb = lg_min_i64(m, lg_i64(m, NCp), LLVMBuildNSWSub(B, lg_i64(m, N), n0, ""));
+    /* panels: ceil(mb / MR), ceil(nb / NR) */
+    LLVMValueRef mpan = LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, mb, lg_i64(m, PK_MR - 1), ""),
+                                      lg_i64(m, PK_MR), "");
+    LLVMValueRef npan = LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, nb, lg_i64(m, PK_NR - 1), ""),
+                                      lg_i64(m, PK_NR), "");
+    LLVMValueRef bidx[KF_MAX_RANK];
+    if (R > 2)
+        lg_unflatten(m, b, R - 2, g->dims, bidx);
+    LLVMValueRef aoff[2], boff[2];
+    for (int a = 0; a < na; a++) {
+        aoff[a] = lg_offset(m, R - 2, bidx, A[a].bstride);
+        boff[a] = lg_offset(m, R - 2, bidx, Bo[a].bstride);
+    }
+    /* zero the accumulator tiles */
+    {
+        lg_loop lz;
+        LLVMValueRef z = lg_loop_begin(f, &lz, lg_i64(m, 0), lg_i64(m, MCp * NCp), "zero");
+        for (int a = 0; a < na; a++)
+            LLVMBuildStore(B, LLVMConstNull(m->f32), fptr(f, tile[a], z));
+        lg_loop_end(f, &lz);
+    }
+    lg_loop lkc;
+    LLVMValueRef kc = lg_loop_begin(f, &lkc, lg_i64(m, 0), lg_i64(m, kt), "kc");
+    LLVMValueRef k0 = LLVMBuildNSWMul(B, kc, lg_i64(m, KCp), "");
+    LLVMValueRef kb = lg_min_i64(m, lg_i64(m, KCp), LLVMBuildNSWSub(B, lg_i64(m, K), k0, ""));
+    LLVMValueRef kbp = LLVMBuildNSWMul(
+        B,
+        LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, kb, lg_i64(m, PK_KU - 1), ""), lg_i64(m, PK_KU), ""),
+        lg_i64(m, PK_KU), "");
+    for (int a = 0; a < na; a++) {
+        if (a == 0 || !a_shared) { /* pack A: Apack[ip][k][r] = A[m0 + ip*MR + r, k0 + k] */
+            lg_loop lp, lk;
+            LLVMValueRef ip = lg_loop_begin(f, &lp, lg_i64(m, 0), mpan, "pai");
+            LLVMValueRef row0 = LLVMBuildNSWAdd(B, m0, LLVMBuildNSWMul(B, ip, lg_i64(m, PK_MR), ""), "");
+            LLVMValueRef dst0 = LLVMBuildNSWMul(B, ip, lg_i64(m, PK_MR * KCp), "");
+            LLVMValueRef k = lg_loop_begin(f, &lk, lg_i64(m, 0), kbp, "pak");
+            LLVMValueRef kk = LLVMBuildNSWAdd(B, k0, k, "");
+            LLVMValueRef dk = LLVMBuildNSWAdd(B, dst0, LLVMBuildNSWMul(B, k, lg_i64(m, PK_MR), ""), "");
+            for (int r = 0; r < PK_MR; r++) {
+                LLVMValueRef v = load_or_zero(f, &A[a], aoff[a],
+                                              LLVMBuildNSWAdd(B, row0, lg_i64(m, r), ""), kk, M,
+                                              K);
+                LLVMBuildStore(B, v, fptr(f, apack, LLVMBuildNSWAdd(B, dk, lg_i64(m, r), "")));
+            }
+            lg_loop_end(f, &lk);
+            lg_loop_end(f, &lp);
+        }
+        { /* pack B: Bpack[jp][k][c] = B[k0 + k, n0 + jp*NR + c] */
+            lg_loop lk, lp;
+            LLVMValueRef k = lg_loop_begin(f, &lk, lg_i64(m, 0), kbp, "pbk");
+            LLVMValueRef kk = LLVMBuildNSWAdd(B, k0, k, "");
+            LLVMValueRef jp = lg_loop_begin(f, &lp, lg_i64(m, 0), npan, "pbj");
+            LLVMValueRef col0 = LLVMBuildNSWAdd(B, n0, LLVMBuildNSWMul(B, jp, lg_i64(m, PK_NR), ""), "");
+            LLVMValueRef dk = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, jp, lg_i64(m, PK_NR * KCp), ""),
+                                              LLVMBuildNSWMul(B, k, lg_i64(m, PK_NR), ""), "");
+            for (int c = 0; c < PK_NR; c++) {
+                LLVMValueRef v = load_or_zero(f, &Bo[a], boff[a], kk,
+                                              LLVMBuildNSWAdd(B, col0, lg_i64(m, c), ""), K, N);
+                LLVMBuildStore(B, v, fptr(f, bpack, LLVMBuildNSWAdd(B, dk, lg_i64(m, c), "")));
+            }
+            lg_loop_end(f, &lp);
+            lg_loop_end(f, &lk);
+        }
+        /* the macrokernel */
+        lg_loop lj, li, lk;
+        LLVMValueRef jp = lg_loop_begin(f, &lj, lg_i64(m, 0), npan, "mj");
+        LLVMValueRef pb = fptr(f, bpack, LLVMBuildNSWMul(B, jp, lg_i64(m, PK_NR * KCp), ""));
+        LLVMValueRef ip = lg_loop_begin(f, &li, lg_i64(m, 0), mpan, "mi");
+        LLVMValueRef pa = fptr(f, apack, LLVMBuildNSWMul(B, ip, lg_i64(m, PK_MR * KCp), ""));
+        LLVMValueRef coff = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, ip, lg_i64(m, PK_MR * NCp), ""),
+                                            LLVMBuildNSWMul(B, jp, lg_i64(m, PK_NR), ""), "");
+        LLVMValueRef cp[PK_MR][PK_NV];
+        for (int r = 0; r < PK_MR; r++)
+            for (int v = 0; v < PK_NV; v++) {
+                cp[r][v] = fptr(f, tile[a], LLVMBuildNSWAdd(B, coff, lg_i64(m, r * NCp + v * PK_VW), ""));
+                LLVMValueRef ld = LLVMBuildLoad2(B, vt, cp[r][v], "");
+                LLVMSetAlignment(ld, 4);
+                LLVMBuildStore(B, ld, acc[r][v]);
+            }
+        LLVMValueRef ku = lg_loop_begin(
+            f, &lk, lg_i64(m, 0), LLVMBuildSDiv(B, kbp, lg_i64(m, PK_KU), ""), "uk");
+        LLVMValueRef kbase = LLVMBuildNSWMul(B, ku, lg_i64(m, PK_KU), "");
+        LLVMValueRef cur[PK_MR][PK_NV];
+        for (int r = 0; r < PK_MR; r++)
+            for (int v = 0; v < PK_NV; v++)
+                cur[r][v] = LLVMBuildLoad2(B, vt, acc[r][v], "");
+        LLVMValueRef zmask = LLVMConstNull(LLVMVectorType(m->i32, PK_VW));
+        for (int u = 0; u < PK_KU; u++) {
+            LLVMValueRef k = LLVMBuildNSWAdd(B, kbase, lg_i64(m, u), "");
+            LLVMValueRef bv[PK_NV];
+            for (int v = 0; v < PK_NV; v++) {
+                LLVMValueRef off = LLVMBuildNSWAdd(
+                    B, LLVMBuildNSWMul(B, k, lg_i64(m, PK_NR), ""), lg_i64(m, v * PK_VW), "");
+                bv[v] = LLVMBuildLoad2(B, vt, fptr(f, pb, off), "");
+                LLVMSetAlignment(bv[v], 4);
+            }
+            for (int r = 0; r < PK_MR; r++) {
+                LLVMValueRef off = LLVMBuildNSWAdd(
+                    B, LLVMBuildNSWMul(B, k, lg_i64(m, PK_MR), ""), lg_i64(m, r), "");
+                LLVMValueRef s = LLVMBuildLoad2(B, m->f32, fptr(f, pa, off), "");
+                LLVMValueRef sv = LLVMBuildInsertElement(B, LLVMGetUndef(vt), s,
+                                                         LLVMConstInt(m->i32, 0, 0), "");
+                sv = LLVMBuildShuffleVector(B, sv, LLVMGetUndef(vt), zmask, "");
+                for (int v = 0; v < PK_NV; v++) {
+                    LLVMValueRef args[3] = {sv, bv[v], cur[r][v]};
+                    cur[r][v] = lg_call_intrinsic(m, "llvm.fma", vt, args, 3);
+                }
+            }
+        }
+        for (int r = 0; r < PK_MR; r++)
+            for (int v = 0; v < PK_NV; v++)
+                LLVMBuildStore(B, cur[r][v], acc[r][v]);
+        lg_loop_end(f, &lk);
+        for (int r = 0; r < PK_MR; r++)
+            for (int v = 0; v < PK_NV; v++) {
+                LLVMValueRef st = LLVMBuildStore(B, LLVMBuildLoad2(B, vt, acc[r][v], ""), cp[r][v]);
+                LLVMSetAlignment(st, 4);
+            }
+        lg_loop_end(f, &li);
+        lg_loop_end(f, &lj);
+    }
+    lg_loop_end(f, &lkc);
+
+    /* epilogue: per (i, j) of the valid mb x nb part of the tile */
+    for (int d = 0; d < R - 2; d++)
+        po.idx[d] = bidx[d];
+    epi_ctx ec = {&po, {tile[0], tile[1]}, NULL, (int)NCp, m->f32, na};
+    {
+        lg_loop li, lj;
+        LLVMValueRef i = lg_loop_begin(f, &li, lg_i64(m, 0), mb, "ei");
+        ec.i = i;
+        po.idx[R - 2] = LLVMBuildNSWAdd(B, m0, i, "");
+        LLVMValueRef j = lg_loop_begin(f, &lj, lg_i64(m, 0), nb, "ej");
+        po.idx[R - 1] = LLVMBuildNSWAdd(B, n0, j, "");
+        lg_point_reset(f, &po);
+        set_acc(f, &ec, j);
+        lg_store_writes(f, &po);
+        lg_loop_end(f, &lj);
+        lg_loop_end(f, &li);
+    }
+    lg_loop_end(f, &lt);
+    lg_point_done(f, &po);
+}
+
+void lg_emit_gemm(lg_fn *f) {
+    const kf_group *g = f->g;
+    const kf_gemm_info *gm = &g->gemm;
+    bool packed = g->dtype != KF_DTYPE_F64 && !gm->a_prologue && !gm->row_epilogue &&
+                  g->rank >= 2 && gm->n_anchors >= 1 && gm->n_anchors <= 2;
+    for (int a = 0; packed && a < gm->n_anchors; a++)
+        packed = packable(f->m->graph->nodes[gm->a[a]]->dtype) &&
+                 packable(f->m->graph->nodes[gm->b[a]]->dtype);
+    if (packed)
+        emit_packed(f);
+    else
+        emit_generic(f);
 }
