@@ -311,6 +311,15 @@ static void emit_generic(lg_fn *f) {
  * to f32, and pads partial panels and the K tail (to a multiple of KU) with
  * zeros, so the microkernel only ever sees full MR x NR tiles; padded rows
  * and columns are never stored. Every buffer is this thread's scratch.
+ *
+ * Each step is acc + round(a * b), in k order, from +0 -- the generic path's
+ * arithmetic -- so both paths give the same bits and the packed path changes
+ * no result, only the speed. A fused multiply-add would round differently
+ * (not worse), and an ill-conditioned epilogue (rsqrt of a sum that cancels)
+ * magnifies any such difference. On Zen 3 the FADD pipes run beside the FMA
+ * pipes, so the split costs little; on cores where adds share the FMA ports
+ * it halves the peak. The K-tail padding is A = +0, B = -0: the padded
+ * product is -0, and acc + -0 == acc for every acc, -0 included.
  */
 #define PK_MR 6
 #define PK_NR 16
@@ -336,10 +345,10 @@ static bool same_opnd(const opnd *x, const opnd *y) {
     return true;
 }
 
-/* Element (r, c) of operand o as f32, or 0 outside [rows) x [cols): the
+/* Element (r, c) of operand o as f32, or `pad` outside [rows) x [cols): the
  * index is clamped so the load stays in bounds, then the value selected. */
-static LLVMValueRef load_or_zero(lg_fn *f, const opnd *o, LLVMValueRef boff, LLVMValueRef r,
-                                 LLVMValueRef c, int64_t rows, int64_t cols) {
+static LLVMValueRef load_or_pad(lg_fn *f, const opnd *o, LLVMValueRef boff, LLVMValueRef r,
+                                LLVMValueRef c, int64_t rows, int64_t cols, double pad) {
     lg_mod *m = f->m;
     LLVMBuilderRef B = m->B;
     LLVMValueRef ok = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSLT, r, lg_i64(m, rows), ""),
@@ -353,11 +362,82 @@ static LLVMValueRef load_or_zero(lg_fn *f, const opnd *o, LLVMValueRef boff, LLV
         "");
     LLVMValueRef v =
         lg_convert(m, lg_load_elem(f, o->dt, lg_buf(f, o->base), off), o->dt, KF_DTYPE_F32);
-    return LLVMBuildSelect(B, ok, v, LLVMConstNull(m->f32), "");
+    return LLVMBuildSelect(B, ok, v, lg_fconst(m->f32, pad), "");
 }
 
 static LLVMValueRef fptr(lg_fn *f, LLVMValueRef base, LLVMValueRef idx) {
     return LLVMBuildInBoundsGEP2(f->m->B, f->m->f32, base, &idx, 1, "");
+}
+
+/* atile[(row - m0) * K + k] (the prologue's rows), or 0 outside mb x K. */
+static LLVMValueRef atile_or_zero(lg_fn *f, LLVMValueRef atile, LLVMValueRef row, LLVMValueRef m0,
+                                  LLVMValueRef mb, LLVMValueRef k, int64_t K) {
+    lg_mod *m = f->m;
+    LLVMBuilderRef B = m->B;
+    LLVMValueRef i = LLVMBuildNSWSub(B, row, m0, "");
+    LLVMValueRef ok = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSLT, i, mb, ""),
+                                   LLVMBuildICmp(B, LLVMIntSLT, k, lg_i64(m, K), ""), "");
+    LLVMValueRef ic = lg_min_i64(m, i, LLVMBuildNSWSub(B, mb, lg_i64(m, 1), ""));
+    LLVMValueRef kc = lg_min_i64(m, k, lg_i64(m, K - 1));
+    LLVMValueRef off = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, ic, lg_i64(m, K), ""), kc, "");
+    LLVMValueRef v = LLVMBuildLoad2(B, m->f32, fptr(f, atile, off), "");
+    return LLVMBuildSelect(B, ok, v, LLVMConstNull(m->f32), "");
+}
+
+/* The norm prologue of the packed path: rows m0 .. m0+mb of A, normalized
+ * and rounded to A's dtype, into atile (f32, row stride K). A group that
+ * also writes the norm writes it from the first column tile (ni == 0) only,
+ * so each element is stored once. */
+static void emit_prologue(lg_fn *f, lg_point *pr, LLVMValueRef *bidx, LLVMValueRef m0,
+                          LLVMValueRef mb, LLVMValueRef ni, LLVMValueRef atile,
+                          LLVMValueRef rowcache) {
+    lg_mod *m = f->m;
+    const kf_group *g = f->g;
+    const kf_gemm_info *gm = &g->gemm;
+    LLVMBuilderRef B = m->B;
+    int R = g->rank, rr = g->row_rank;
+    int64_t K = gm->k;
+    const kf_row_stage *rs = &g->row;
+    for (int d = 0; d < rr - 2; d++) {
+        int od = d + (R - rr);
+        pr->idx[d] = od >= 0 && g->row_dims[d] != 1 ? bidx[od] : lg_i64(m, 0);
+    }
+    LLVMValueRef first = LLVMBuildICmp(B, LLVMIntEQ, ni, lg_i64(m, 0), "");
+    lg_loop li;
+    LLVMValueRef i = lg_loop_begin(f, &li, lg_i64(m, 0), mb, "prow");
+    pr->idx[rr - 2] = LLVMBuildNSWAdd(B, m0, i, "");
+    kf_dtype xdt = g->expr[rs->input].dtype;
+    LLVMTypeRef ct = lg_ctype(m, xdt);
+    pro_ctx pc = {pr, rr - 1};
+    lg_row_stats(f, rs, xdt, pro_x_at, &pc, rowcache, pr);
+    lg_loop lk;
+    LLVMValueRef k = lg_loop_begin(f, &lk, lg_i64(m, 0), lg_i64(m, K), "pk");
+    pr->idx[rr - 1] = k;
+    lg_point_reset(f, pr);
+    pr->seed = rs->input;
+    pr->seed_val = LLVMBuildLoad2(B, ct, LLVMBuildInBoundsGEP2(B, ct, rowcache, &k, 1, ""), "");
+    LLVMValueRef v = lg_expr(f, pr, gm->a_root);
+    v = lg_convert(m, v, g->expr[gm->a_root].dtype, KF_DTYPE_F32);
+    LLVMValueRef off = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, i, lg_i64(m, K), ""), k, "");
+    LLVMBuildStore(B, v, fptr(f, atile, off));
+    for (uint32_t w = 0; w < g->n_writes; w++) {
+        uint32_t root = g->roots[w];
+        if (root == KF_NONE || g->expr[root].space != KF_SPACE_ROW)
+            continue;
+        /* computed before the branch: the point's memo may reuse it later */
+        const kf_tensor *wt = m->graph->nodes[g->writes[w]];
+        int64_t st[KF_MAX_RANK] = {0};
+        kf_ir_broadcast_strides(wt, rr, st);
+        LLVMValueRef wv = lg_convert(m, lg_expr(f, pr, root), g->expr[root].dtype, wt->dtype);
+        LLVMValueRef wo = lg_offset(m, rr, pr->idx, st);
+        LLVMBasicBlockRef after = lg_if_begin(f, first);
+        lg_store_elem(f, wt->dtype, lg_buf(f, wt->id), wo, wv);
+        lg_if_end(f, after);
+    }
+    pr->seed = KF_NONE;
+    pr->seed_val = NULL;
+    lg_loop_end(f, &lk);
+    lg_loop_end(f, &li);
 }
 
 static void emit_packed(lg_fn *f) {
@@ -368,7 +448,7 @@ static void emit_packed(lg_fn *f) {
     int R = g->rank, na = gm->n_anchors;
     int64_t M = gm->m, N = gm->n, K = gm->k;
     int64_t MCp = PK_MC < round_up(M, PK_MR) ? PK_MC : round_up(M, PK_MR);
-    int64_t NCp = PK_NC < round_up(N, PK_NR) ? PK_NC : round_up(N, PK_NR);
+    int64_t NCp = PK_NC < round_up(N, PK_NR) && !gm->row_epilogue ? PK_NC : round_up(N, PK_NR);
     int64_t KCp = PK_KC < round_up(K, PK_KU) ? PK_KC : round_up(K, PK_KU);
     int64_t mt = (M + MCp - 1) / MCp, ntl = (N + NCp - 1) / NCp, kt = (K + KCp - 1) / KCp;
     f->k->outer = gm->batch * mt * ntl;
@@ -377,25 +457,38 @@ static void emit_packed(lg_fn *f) {
 
     opnd A[2], Bo[2];
     bool a_shared = true;
+    memset(A, 0, sizeof A);
     for (int a = 0; a < na; a++) {
-        layout(m->plan, gm->a[a], true, gm->transpose_a[a], R, &A[a]);
+        if (!gm->a_prologue)
+            layout(m->plan, gm->a[a], true, gm->transpose_a[a], R, &A[a]);
         layout(m->plan, gm->b[a], false, gm->transpose_b[a], R, &Bo[a]);
     }
-    if (na == 2)
+    if (na == 2 && !gm->a_prologue)
         a_shared = same_opnd(&A[0], &A[1]);
     LLVMValueRef apack = lg_scratch(f, (size_t)(MCp * KCp) * 4);
     LLVMValueRef bpack = lg_scratch(f, (size_t)(KCp * NCp) * 4);
     LLVMValueRef tile[2] = {NULL, NULL};
     for (int a = 0; a < na; a++)
         tile[a] = lg_scratch(f, (size_t)(MCp * NCp) * 4);
+    LLVMValueRef atile = NULL, rowcache = NULL;
+    if (gm->a_prologue) {
+        atile = lg_scratch(f, (size_t)(MCp * K) * 4);
+        rowcache = lg_scratch(f, (size_t)K * 8);
+    }
+    if (gm->row_epilogue)
+        rowcache = lg_scratch(f, (size_t)N * 8);
     LLVMValueRef acc[PK_MR][PK_NV];
     for (int r = 0; r < PK_MR; r++)
         for (int v = 0; v < PK_NV; v++)
             acc[r][v] = lg_var(f, vt, "acc");
 
-    lg_point po;
+    lg_point po, pr;
     if (!lg_point_init(f, &po, R))
         return;
+    if (!lg_point_init(f, &pr, gm->a_prologue ? g->row_rank : 1)) {
+        lg_point_done(f, &po);
+        return;
+    }
 
     lg_loop lt;
     LLVMValueRef t = lg_loop_begin(f, &lt, f->begin, f->end, "tile");
@@ -419,6 +512,8 @@ static void emit_packed(lg_fn *f) {
         aoff[a] = lg_offset(m, R - 2, bidx, A[a].bstride);
         boff[a] = lg_offset(m, R - 2, bidx, Bo[a].bstride);
     }
+    if (gm->a_prologue)
+        emit_prologue(f, &pr, bidx, m0, mb, ni, atile, rowcache);
     /* zero the accumulator tiles */
     {
         lg_loop lz;
@@ -445,9 +540,9 @@ static void emit_packed(lg_fn *f) {
             LLVMValueRef kk = LLVMBuildNSWAdd(B, k0, k, "");
             LLVMValueRef dk = LLVMBuildNSWAdd(B, dst0, LLVMBuildNSWMul(B, k, lg_i64(m, PK_MR), ""), "");
             for (int r = 0; r < PK_MR; r++) {
-                LLVMValueRef v = load_or_zero(f, &A[a], aoff[a],
-                                              LLVMBuildNSWAdd(B, row0, lg_i64(m, r), ""), kk, M,
-                                              K);
+                LLVMValueRef row = LLVMBuildNSWAdd(B, row0, lg_i64(m, r), "");
+                LLVMValueRef v = gm->a_prologue ? atile_or_zero(f, atile, row, m0, mb, kk, K)
+                                                : load_or_pad(f, &A[a], aoff[a], row, kk, M, K, 0.0);
                 LLVMBuildStore(B, v, fptr(f, apack, LLVMBuildNSWAdd(B, dk, lg_i64(m, r), "")));
             }
             lg_loop_end(f, &lk);
@@ -462,8 +557,9 @@ static void emit_packed(lg_fn *f) {
             LLVMValueRef dk = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, jp, lg_i64(m, PK_NR * KCp), ""),
                                               LLVMBuildNSWMul(B, k, lg_i64(m, PK_NR), ""), "");
             for (int c = 0; c < PK_NR; c++) {
-                LLVMValueRef v = load_or_zero(f, &Bo[a], boff[a], kk,
-                                              LLVMBuildNSWAdd(B, col0, lg_i64(m, c), ""), K, N);
+                LLVMValueRef v = load_or_pad(f, &Bo[a], boff[a], kk,
+                                             LLVMBuildNSWAdd(B, col0, lg_i64(m, c), ""), K, N,
+                                             -0.0);
                 LLVMBuildStore(B, v, fptr(f, bpack, LLVMBuildNSWAdd(B, dk, lg_i64(m, c), "")));
             }
             lg_loop_end(f, &lp);
@@ -509,10 +605,8 @@ static void emit_packed(lg_fn *f) {
                 LLVMValueRef sv = LLVMBuildInsertElement(B, LLVMGetUndef(vt), s,
                                                          LLVMConstInt(m->i32, 0, 0), "");
                 sv = LLVMBuildShuffleVector(B, sv, LLVMGetUndef(vt), zmask, "");
-                for (int v = 0; v < PK_NV; v++) {
-                    LLVMValueRef args[3] = {sv, bv[v], cur[r][v]};
-                    cur[r][v] = lg_call_intrinsic(m, "llvm.fma", vt, args, 3);
-                }
+                for (int v = 0; v < PK_NV; v++) /* rounded product, then the add: see above */
+                    cur[r][v] = LLVMBuildFAdd(B, cur[r][v], LLVMBuildFMul(B, sv, bv[v], ""), "");
             }
         }
         for (int r = 0; r < PK_MR; r++)
@@ -538,25 +632,45 @@ static void emit_packed(lg_fn *f) {
         LLVMValueRef i = lg_loop_begin(f, &li, lg_i64(m, 0), mb, "ei");
         ec.i = i;
         po.idx[R - 2] = LLVMBuildNSWAdd(B, m0, i, "");
-        LLVMValueRef j = lg_loop_begin(f, &lj, lg_i64(m, 0), nb, "ej");
-        po.idx[R - 1] = LLVMBuildNSWAdd(B, n0, j, "");
-        lg_point_reset(f, &po);
-        set_acc(f, &ec, j);
-        lg_store_writes(f, &po);
-        lg_loop_end(f, &lj);
+        if (gm->row_epilogue) { /* the tile holds whole rows (n0 = 0, nb = N) */
+            const kf_row_stage *rs = &g->row;
+            kf_dtype xdt = g->expr[rs->input].dtype;
+            LLVMTypeRef ct = lg_ctype(m, xdt);
+            lg_row_stats(f, rs, xdt, epi_x_at, &ec, rowcache, &po);
+            LLVMValueRef j = lg_loop_begin(f, &lj, lg_i64(m, 0), nb, "ej");
+            po.idx[R - 1] = j;
+            lg_point_reset(f, &po);
+            set_acc(f, &ec, j);
+            po.seed = rs->input;
+            po.seed_val =
+                LLVMBuildLoad2(B, ct, LLVMBuildInBoundsGEP2(B, ct, rowcache, &j, 1, ""), "");
+            lg_store_writes(f, &po);
+            po.seed = KF_NONE;
+            po.seed_val = NULL;
+            lg_loop_end(f, &lj);
+        } else {
+            LLVMValueRef j = lg_loop_begin(f, &lj, lg_i64(m, 0), nb, "ej");
+            po.idx[R - 1] = LLVMBuildNSWAdd(B, n0, j, "");
+            lg_point_reset(f, &po);
+            set_acc(f, &ec, j);
+            lg_store_writes(f, &po);
+            lg_loop_end(f, &lj);
+        }
         lg_loop_end(f, &li);
     }
     lg_loop_end(f, &lt);
     lg_point_done(f, &po);
+    lg_point_done(f, &pr);
 }
 
 void lg_emit_gemm(lg_fn *f) {
     const kf_group *g = f->g;
     const kf_gemm_info *gm = &g->gemm;
-    bool packed = g->dtype != KF_DTYPE_F64 && !gm->a_prologue && !gm->row_epilogue &&
-                  g->rank >= 2 && gm->n_anchors >= 1 && gm->n_anchors <= 2;
+    bool packed = g->dtype != KF_DTYPE_F64 && !(gm->a_prologue && gm->row_epilogue) &&
+                  g->rank >= 2 && gm->n_anchors >= 1 && gm->n_anchors <= 2 && gm->m >= 1 &&
+                  gm->n >= 1 && gm->k >= 1;
     for (int a = 0; packed && a < gm->n_anchors; a++)
-        packed = packable(f->m->graph->nodes[gm->a[a]]->dtype) &&
+        packed = (gm->a_prologue || packable(f->m->graph->nodes[gm->a[a]]->dtype)) &&
                  packable(f->m->graph->nodes[gm->b[a]]->dtype);
     if (packed)
         emit_packed(f);
