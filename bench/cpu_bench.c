@@ -16,13 +16,13 @@
  * bench/results/cpu-<cpu>-<commit>.json (or the path given as argv[1]).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <pthread.h>
 
 #include "kfuse.h"
 #include "runtime/cpu/cpu.h"
@@ -186,7 +186,8 @@ int main(int argc, char **argv) {
     free(src);
     printf("copy bandwidth          %8.2f GB/s (1 thread %.2f, %d threads %.2f)\n", copy_gbs,
            copy1_gbs, nt_all, copyn_gbs);
-    fprintf(json, "  \"copy_gbs\": %.3f,\n  \"copy_1thread_gbs\": %.3f,\n  \"copy_all_gbs\": %.3f,\n",
+    fprintf(json,
+            "  \"copy_gbs\": %.3f,\n  \"copy_1thread_gbs\": %.3f,\n  \"copy_all_gbs\": %.3f,\n",
             copy_gbs, copy1_gbs, copyn_gbs);
 
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);

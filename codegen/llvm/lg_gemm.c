@@ -355,11 +355,11 @@ static LLVMValueRef load_or_pad(lg_fn *f, const opnd *o, LLVMValueRef boff, LLVM
                                    LLVMBuildICmp(B, LLVMIntSLT, c, lg_i64(m, cols), ""), "");
     LLVMValueRef rc = lg_min_i64(m, r, lg_i64(m, rows - 1));
     LLVMValueRef cc = lg_min_i64(m, c, lg_i64(m, cols - 1));
-    LLVMValueRef off = LLVMBuildNSWAdd(
-        B, boff,
-        LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, rc, lg_i64(m, o->s0), ""),
-                        LLVMBuildNSWMul(B, cc, lg_i64(m, o->s1), ""), ""),
-        "");
+    LLVMValueRef off =
+        LLVMBuildNSWAdd(B, boff,
+                        LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, rc, lg_i64(m, o->s0), ""),
+                                        LLVMBuildNSWMul(B, cc, lg_i64(m, o->s1), ""), ""),
+                        "");
     LLVMValueRef v =
         lg_convert(m, lg_load_elem(f, o->dt, lg_buf(f, o->base), off), o->dt, KF_DTYPE_F32);
     return LLVMBuildSelect(B, ok, v, lg_fconst(m->f32, pad), "");
@@ -495,15 +495,16 @@ static void emit_packed(lg_fn *f) {
     LLVMValueRef ni = LLVMBuildSRem(B, t, lg_i64(m, ntl), "");
     LLVMValueRef tm = LLVMBuildSDiv(B, t, lg_i64(m, ntl), "");
     LLVMValueRef b = LLVMBuildSDiv(B, tm, lg_i64(m, mt), "");
-    LLVMValueRef m0 = LLVMBuildNSWMul(B, LLVMBuildSRem(B, tm, lg_i64(m, mt), ""), lg_i64(m, MCp), "");
+    LLVMValueRef m0 =
+        LLVMBuildNSWMul(B, LLVMBuildSRem(B, tm, lg_i64(m, mt), ""), lg_i64(m, MCp), "");
     LLVMValueRef n0 = LLVMBuildNSWMul(B, ni, lg_i64(m, NCp), "");
     LLVMValueRef mb = lg_min_i64(m, lg_i64(m, MCp), LLVMBuildNSWSub(B, lg_i64(m, M), m0, ""));
     LLVMValueRef nb = lg_min_i64(m, lg_i64(m, NCp), LLVMBuildNSWSub(B, lg_i64(m, N), n0, ""));
     /* panels: ceil(mb / MR), ceil(nb / NR) */
-    LLVMValueRef mpan = LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, mb, lg_i64(m, PK_MR - 1), ""),
-                                      lg_i64(m, PK_MR), "");
-    LLVMValueRef npan = LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, nb, lg_i64(m, PK_NR - 1), ""),
-                                      lg_i64(m, PK_NR), "");
+    LLVMValueRef mpan =
+        LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, mb, lg_i64(m, PK_MR - 1), ""), lg_i64(m, PK_MR), "");
+    LLVMValueRef npan =
+        LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, nb, lg_i64(m, PK_NR - 1), ""), lg_i64(m, PK_NR), "");
     LLVMValueRef bidx[KF_MAX_RANK];
     if (R > 2)
         lg_unflatten(m, b, R - 2, g->dims, bidx);
@@ -527,22 +528,24 @@ static void emit_packed(lg_fn *f) {
     LLVMValueRef k0 = LLVMBuildNSWMul(B, kc, lg_i64(m, KCp), "");
     LLVMValueRef kb = lg_min_i64(m, lg_i64(m, KCp), LLVMBuildNSWSub(B, lg_i64(m, K), k0, ""));
     LLVMValueRef kbp = LLVMBuildNSWMul(
-        B,
-        LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, kb, lg_i64(m, PK_KU - 1), ""), lg_i64(m, PK_KU), ""),
+        B, LLVMBuildSDiv(B, LLVMBuildNSWAdd(B, kb, lg_i64(m, PK_KU - 1), ""), lg_i64(m, PK_KU), ""),
         lg_i64(m, PK_KU), "");
     for (int a = 0; a < na; a++) {
         if (a == 0 || !a_shared) { /* pack A: Apack[ip][k][r] = A[m0 + ip*MR + r, k0 + k] */
             lg_loop lp, lk;
             LLVMValueRef ip = lg_loop_begin(f, &lp, lg_i64(m, 0), mpan, "pai");
-            LLVMValueRef row0 = LLVMBuildNSWAdd(B, m0, LLVMBuildNSWMul(B, ip, lg_i64(m, PK_MR), ""), "");
+            LLVMValueRef row0 =
+                LLVMBuildNSWAdd(B, m0, LLVMBuildNSWMul(B, ip, lg_i64(m, PK_MR), ""), "");
             LLVMValueRef dst0 = LLVMBuildNSWMul(B, ip, lg_i64(m, PK_MR * KCp), "");
             LLVMValueRef k = lg_loop_begin(f, &lk, lg_i64(m, 0), kbp, "pak");
             LLVMValueRef kk = LLVMBuildNSWAdd(B, k0, k, "");
-            LLVMValueRef dk = LLVMBuildNSWAdd(B, dst0, LLVMBuildNSWMul(B, k, lg_i64(m, PK_MR), ""), "");
+            LLVMValueRef dk =
+                LLVMBuildNSWAdd(B, dst0, LLVMBuildNSWMul(B, k, lg_i64(m, PK_MR), ""), "");
             for (int r = 0; r < PK_MR; r++) {
                 LLVMValueRef row = LLVMBuildNSWAdd(B, row0, lg_i64(m, r), "");
-                LLVMValueRef v = gm->a_prologue ? atile_or_zero(f, atile, row, m0, mb, kk, K)
-                                                : load_or_pad(f, &A[a], aoff[a], row, kk, M, K, 0.0);
+                LLVMValueRef v = gm->a_prologue
+                                     ? atile_or_zero(f, atile, row, m0, mb, kk, K)
+                                     : load_or_pad(f, &A[a], aoff[a], row, kk, M, K, 0.0);
                 LLVMBuildStore(B, v, fptr(f, apack, LLVMBuildNSWAdd(B, dk, lg_i64(m, r), "")));
             }
             lg_loop_end(f, &lk);
@@ -553,13 +556,13 @@ static void emit_packed(lg_fn *f) {
             LLVMValueRef k = lg_loop_begin(f, &lk, lg_i64(m, 0), kbp, "pbk");
             LLVMValueRef kk = LLVMBuildNSWAdd(B, k0, k, "");
             LLVMValueRef jp = lg_loop_begin(f, &lp, lg_i64(m, 0), npan, "pbj");
-            LLVMValueRef col0 = LLVMBuildNSWAdd(B, n0, LLVMBuildNSWMul(B, jp, lg_i64(m, PK_NR), ""), "");
+            LLVMValueRef col0 =
+                LLVMBuildNSWAdd(B, n0, LLVMBuildNSWMul(B, jp, lg_i64(m, PK_NR), ""), "");
             LLVMValueRef dk = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, jp, lg_i64(m, PK_NR * KCp), ""),
                                               LLVMBuildNSWMul(B, k, lg_i64(m, PK_NR), ""), "");
             for (int c = 0; c < PK_NR; c++) {
-                LLVMValueRef v = load_or_pad(f, &Bo[a], boff[a], kk,
-                                             LLVMBuildNSWAdd(B, col0, lg_i64(m, c), ""), K, N,
-                                             -0.0);
+                LLVMValueRef v = load_or_pad(
+                    f, &Bo[a], boff[a], kk, LLVMBuildNSWAdd(B, col0, lg_i64(m, c), ""), K, N, -0.0);
                 LLVMBuildStore(B, v, fptr(f, bpack, LLVMBuildNSWAdd(B, dk, lg_i64(m, c), "")));
             }
             lg_loop_end(f, &lp);
@@ -576,13 +579,14 @@ static void emit_packed(lg_fn *f) {
         LLVMValueRef cp[PK_MR][PK_NV];
         for (int r = 0; r < PK_MR; r++)
             for (int v = 0; v < PK_NV; v++) {
-                cp[r][v] = fptr(f, tile[a], LLVMBuildNSWAdd(B, coff, lg_i64(m, r * NCp + v * PK_VW), ""));
+                cp[r][v] =
+                    fptr(f, tile[a], LLVMBuildNSWAdd(B, coff, lg_i64(m, r * NCp + v * PK_VW), ""));
                 LLVMValueRef ld = LLVMBuildLoad2(B, vt, cp[r][v], "");
                 LLVMSetAlignment(ld, 4);
                 LLVMBuildStore(B, ld, acc[r][v]);
             }
-        LLVMValueRef ku = lg_loop_begin(
-            f, &lk, lg_i64(m, 0), LLVMBuildSDiv(B, kbp, lg_i64(m, PK_KU), ""), "uk");
+        LLVMValueRef ku =
+            lg_loop_begin(f, &lk, lg_i64(m, 0), LLVMBuildSDiv(B, kbp, lg_i64(m, PK_KU), ""), "uk");
         LLVMValueRef kbase = LLVMBuildNSWMul(B, ku, lg_i64(m, PK_KU), "");
         LLVMValueRef cur[PK_MR][PK_NV];
         for (int r = 0; r < PK_MR; r++)
@@ -593,17 +597,17 @@ static void emit_packed(lg_fn *f) {
             LLVMValueRef k = LLVMBuildNSWAdd(B, kbase, lg_i64(m, u), "");
             LLVMValueRef bv[PK_NV];
             for (int v = 0; v < PK_NV; v++) {
-                LLVMValueRef off = LLVMBuildNSWAdd(
-                    B, LLVMBuildNSWMul(B, k, lg_i64(m, PK_NR), ""), lg_i64(m, v * PK_VW), "");
+                LLVMValueRef off = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, k, lg_i64(m, PK_NR), ""),
+                                                   lg_i64(m, v * PK_VW), "");
                 bv[v] = LLVMBuildLoad2(B, vt, fptr(f, pb, off), "");
                 LLVMSetAlignment(bv[v], 4);
             }
             for (int r = 0; r < PK_MR; r++) {
-                LLVMValueRef off = LLVMBuildNSWAdd(
-                    B, LLVMBuildNSWMul(B, k, lg_i64(m, PK_MR), ""), lg_i64(m, r), "");
+                LLVMValueRef off = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, k, lg_i64(m, PK_MR), ""),
+                                                   lg_i64(m, r), "");
                 LLVMValueRef s = LLVMBuildLoad2(B, m->f32, fptr(f, pa, off), "");
-                LLVMValueRef sv = LLVMBuildInsertElement(B, LLVMGetUndef(vt), s,
-                                                         LLVMConstInt(m->i32, 0, 0), "");
+                LLVMValueRef sv =
+                    LLVMBuildInsertElement(B, LLVMGetUndef(vt), s, LLVMConstInt(m->i32, 0, 0), "");
                 sv = LLVMBuildShuffleVector(B, sv, LLVMGetUndef(vt), zmask, "");
                 for (int v = 0; v < PK_NV; v++) /* rounded product, then the add: see above */
                     cur[r][v] = LLVMBuildFAdd(B, cur[r][v], LLVMBuildFMul(B, sv, bv[v], ""), "");
