@@ -1,6 +1,8 @@
 /*
  * lg_gemm.c -- GEMM groups: C[b, m, n] = sum_k A[b, m, k] B[b, k, n] for one
- * or two anchors sharing A (SwiGLU), blocked as
+ * or two anchors sharing A (SwiGLU). Two paths: the packed one (below, every
+ * f32/f16/bf16 GEMM) and this generic one (f64, an empty dimension; it also
+ * reports the unsupported norm prologue plus row epilogue), blocked as
  *
  *   outer t = (batch b, tile of MB rows)           -- split across threads
  *     [norm prologue: the MB rows of A, computed into scratch, rounded]
@@ -293,24 +295,28 @@ static void emit_generic(lg_fn *f) {
 }
 
 /*
- * The packed path (f32 accumulation, no norm prologue, no row epilogue):
- * GotoBLAS/BLIS blocking with a register-blocked microkernel emitted as
- * explicit <8 x float> FMAs, so its speed does not hinge on the vectorizer.
+ * The packed path (every GEMM whose operands are f32, f16 or bf16 and whose
+ * accumulator is f32; f64 keeps the generic path above): GotoBLAS/BLIS
+ * blocking with a register-blocked microkernel emitted as explicit
+ * <8 x float> operations, so its speed does not hinge on the vectorizer.
  *
  *   outer t = (batch b, MC-row block mi, NC-column block ni)  -- threads
+ *     [norm prologue: the tile's rows of A, normalized, into scratch]
  *     Ctile[MCp][NCp] = 0                          (f32, per anchor)
  *     for k0 in steps of KC:
  *       pack A[m0.., k0..] -> Apack: MR-row panels, [panel][k][MR]
  *       pack B[k0.., n0..] -> Bpack: NR-col panels, [panel][k][NR]
  *       for each NR panel jp: for each MR panel ip:        (B panel in L1)
- *         acc[MR][NR/8] = Ctile; k loop: broadcast A, FMA with 2 B vectors
+ *         acc[MR][NR/8] = Ctile; k loop: broadcast A[k][r] times 2 B vectors
  *         Ctile = acc
- *     epilogue per (i, j) from Ctile, then the store  -- as the generic path
+ *     epilogue per (i, j), or per row (then NC = N), from Ctile, and the store
  *
  * Packing reads operands through their view strides and converts f16/bf16
  * to f32, and pads partial panels and the K tail (to a multiple of KU) with
  * zeros, so the microkernel only ever sees full MR x NR tiles; padded rows
- * and columns are never stored. Every buffer is this thread's scratch.
+ * and columns are never stored. Every buffer is this thread's scratch. The
+ * prologue's rows are recomputed by each column tile (N / NC times, against
+ * MC x NC x K multiply-adds per tile).
  *
  * Each step is acc + round(a * b), in k order, from +0 -- the generic path's
  * arithmetic -- so both paths give the same bits and the packed path changes
@@ -322,11 +328,11 @@ static void emit_generic(lg_fn *f) {
  * product is -0, and acc + -0 == acc for every acc, -0 included.
  */
 /* 6 x 16 accumulators = 12 ymm of 16, plus 2 B vectors and a broadcast.
- * An MC x KC block of A (192 KiB) stays in L2 while a KC x NR panel of B
- * (16 KiB) sits in L1; KC x NC of B (512 KiB) is reread from L2/L3 by each
- * MR panel. Swept on znver3 (MC 72..288, NC 256..1024, KC 256/384): larger
- * MC cuts how often B is repacked and took 2048^3 from about 55 to 70 GFLOP/s;
- * beyond 192 x 512 the differences were within the machine's noise. */
+ * An MC x KC block of A (192 KiB) stays in L2 and is reread for each NR
+ * panel of B, whose KC x NR (16 KiB) sits in L1 across the MR panels.
+ * Swept on znver3 (MC 72..288, NC 256..1024, KC 256/384): a larger MC cuts
+ * how often B is repacked and took 2048^3 from about 55 to 70 GFLOP/s;
+ * around 192 x 512 the differences were within the machine's noise. */
 #define PK_MR 6
 #define PK_NR 16
 #define PK_VW 8
