@@ -16,12 +16,13 @@
  * bench/results/cpu-<cpu>-<commit>.json (or the path given as argv[1]).
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <pthread.h>
 
 #include "kfuse.h"
 #include "runtime/cpu/cpu.h"
@@ -185,13 +186,19 @@ int main(int argc, char **argv) {
     free(src);
     printf("copy bandwidth          %8.2f GB/s (1 thread %.2f, %d threads %.2f)\n", copy_gbs,
            copy1_gbs, nt_all, copyn_gbs);
-    fprintf(json, "  \"copy_gbs\": %.3f,\n  \"copy_1thread_gbs\": %.3f,\n  \"copy_all_gbs\": %.3f,\n",
+    fprintf(json,
+            "  \"copy_gbs\": %.3f,\n  \"copy_1thread_gbs\": %.3f,\n  \"copy_all_gbs\": %.3f,\n",
             copy_gbs, copy1_gbs, copyn_gbs);
 
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);
 
+    /* KF_BENCH_GEMM_ONLY=1 skips the memory-bound and compile parts (their
+     * JSON fields are then absent): for iterating on the GEMM. */
+    const char *go = getenv("KF_BENCH_GEMM_ONLY");
+    bool gemm_only = go && *go && *go != '0';
+
     /* elementwise chain */
-    {
+    if (!gemm_only) {
         kf_graph *g = NULL;
         double ct = 0;
         kf_program *p =
@@ -215,7 +222,7 @@ int main(int argc, char **argv) {
         free(x), free(b), free(y);
     }
     /* rms_norm */
-    {
+    if (!gemm_only) {
         kf_graph *g = NULL;
         double ct = 0;
         kf_program *p = compile_text(ctx,
@@ -285,7 +292,7 @@ int main(int argc, char **argv) {
     }
     fprintf(json, "  ],\n");
     /* cold compile (no cache) and warm load (cache hit) of one elementwise kernel */
-    {
+    if (!gemm_only) {
         char dir[] = "/tmp/kfuse-bench-XXXXXX";
         if (!mkdtemp(dir)) {
             perror("mkdtemp");
