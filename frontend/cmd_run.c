@@ -42,25 +42,6 @@ const char kf_cmd_run_help[] =
     "  --seed N     seed of the input generator (default 0)\n"
     "  -h, --help   show this help\n";
 
-static double rel_err(const void *out, const void *ref, kf_dtype d, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double o = kf_ir_load(out, d, i), r = kf_ir_load(ref, d, i);
-        if (isnan(o) || isnan(r))
-            return INFINITY;
-        if (o == r) {
-            if (isfinite(r))
-                den += r * r;
-            continue;
-        }
-        if (!isfinite(o) || !isfinite(r))
-            return INFINITY;
-        num += (o - r) * (o - r);
-        den += r * r;
-    }
-    return den == 0.0 ? sqrt(num) : sqrt(num) / sqrt(den);
-}
-
 static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, bool check,
                      bool report) {
     kf_cli_bindings b;
@@ -114,7 +95,7 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
         kf_cli_print_summary(b.out[i].name, b.name_width, t, b.out[i].data);
         if (check) {
             kf_dtype d = kf_tensor_dtype(t);
-            double e = rel_err(b.out[i].data, ref[i].data, d, kf_tensor_numel(t));
+            double e = kf_ir_rel_err(b.out[i].data, ref[i].data, d, kf_tensor_numel(t));
             double tol = kf_ir_output_tolerance(g, t);
             bool ok = e <= tol;
             printf("  rel_err=%.3g (tol %.3g) %s", e, tol, ok ? "ok" : "MISMATCH");

@@ -126,8 +126,11 @@ enum {
     KF_FLAG_NO_CACHE = 1u << 0,           /* never read or write the disk cache */
     KF_FLAG_CACHE_READ_ONLY = 1u << 1,    /* read the cache, never write it */
     KF_FLAG_CACHE_FAIL_ON_MISS = 1u << 2, /* a cache miss is an error, not a compile */
-    KF_FLAG_NO_CUBLASLT = 1u << 3,        /* never route GEMMs to cuBLASLt */
-    KF_FLAG_CHECK_NUMERICS = 1u << 4,     /* compare results with the reference evaluator */
+    KF_FLAG_NO_CUBLASLT = 1u << 3,        /* no cuBLASLt epilogues: kfuse's kernels apply them
+                                             (GEMMs themselves still run in cuBLASLt until
+                                             kfuse generates GEMM kernels) */
+    KF_FLAG_CHECK_NUMERICS = 1u << 4,     /* each run also runs the reference evaluator and
+                                             fails on a mismatch (slow: for debugging) */
     KF_FLAG_ALL_ = (1u << 5) - 1
 };
 

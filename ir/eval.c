@@ -582,3 +582,22 @@ double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out) {
     kf_mem_free(&g->mem, stack, (size_t)n * sizeof *stack);
     return tol;
 }
+
+double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double o = kf_ir_load(out, d, i), r = kf_ir_load(ref, d, i);
+        if (isnan(o) || isnan(r))
+            return INFINITY;
+        if (o == r) {
+            if (isfinite(r))
+                den += r * r;
+            continue;
+        }
+        if (!isfinite(o) || !isfinite(r))
+            return INFINITY;
+        num += (o - r) * (o - r);
+        den += r * r;
+    }
+    return den == 0.0 ? sqrt(num) : sqrt(num) / sqrt(den);
+}

@@ -304,5 +304,9 @@ double kf_ir_tolerance(kf_dtype d);
  * their rounding: another accumulation order flips some bf16 roundings), never
  * tighter than its own. */
 double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out);
+/* ||out - ref|| / ||ref|| over n elements of dtype d in storage format (the
+ * absolute norm when ref is all zeros); INFINITY when either holds a NaN, or
+ * an infinity the other does not match: a NaN never passes. */
+double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n);
 
 #endif /* KF_IR_H */

@@ -943,8 +943,44 @@ static void test_program_report_shows_the_plan_in_text_and_json(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* KF_FLAG_CHECK_NUMERICS runs the reference evaluator beside each run: a
+ * well-conditioned graph passes, and a sum whose f32 accumulation loses the
+ * answer (1e8 + 1 - 1e8) is reported as a mismatch naming the output. */
+static void test_check_numerics_flag_compares_every_run_with_the_reference(void **state) {
+    (void)state;
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CPU;
+    o.flags = KF_FLAG_NO_CACHE | KF_FLAG_CHECK_NUMERICS;
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[3])\ne = exp(x)\ns = reduce_sum(x, axis=0)\n"
+                             "output e\noutput s\n");
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(ctx, g, &p), KF_OK);
+    float good[3] = {0.5f, 1.0f, -2.0f}, bad[3] = {1e8f, 1.0f, -1e8f}, e[3], sum;
+    kf_binding in = {"x", good, sizeof good};
+    kf_binding out[2] = {{"e", e, sizeof e}, {"s", &sum, sizeof sum}};
+    assert_int_equal(kf_program_run(p, &in, 1, out, 2, NULL), KF_OK);
+    in.data = bad;
+    kf_status st = kf_program_run(p, &in, 1, out, 2, NULL);
+    print_message("check numerics: the backend summed 1e8 + 1 - 1e8 to %g: %s\n", (double)sum,
+                  st == KF_OK ? "ok" : kf_program_error(p));
+    if (sum == 1.0f) {
+        /* a backend that sums this row exactly has nothing to report */
+        assert_int_equal(st, KF_OK);
+    } else {
+        assert_int_equal(st, KF_ERR_INTERNAL);
+        assert_non_null(strstr(kf_program_error(p), "output 's' differs from the reference"));
+    }
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_check_numerics_flag_compares_every_run_with_the_reference),
         cmocka_unit_test(test_program_report_shows_the_plan_in_text_and_json),
         cmocka_unit_test(test_every_unary_op_in_every_dtype),
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_dtype),
