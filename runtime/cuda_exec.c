@@ -13,6 +13,7 @@
  * create time, so a run does no planning and no allocation: the host cost per
  * step is the launch itself.
  */
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -86,7 +87,25 @@ struct kf_cuda_exec {
 
     char (*where)[256]; /* per group: what runs where and why */
     unsigned compiled, hits;
+
+    /* All-kernel programs of 2+ steps: one CUDA graph, launched with one
+     * cuGraphLaunch (NULL: direct launches). */
+    void *graph_exec;
+    void *cu_graph;
+    kf_cu_result (*graph_launch)(void *exec, kf_cu_stream stream);
+    kf_cu_result (*graph_exec_destroy)(void *exec);
+    kf_cu_result (*graph_destroy)(void *graph);
 };
+
+/* CUDA_KERNEL_NODE_PARAMS_v2; its prefix is the v1 struct. */
+typedef struct kgraph_node_params {
+    kf_cu_function func;
+    unsigned gx, gy, gz, bx, by, bz, shared;
+    void **params;
+    void **extra;
+    void *kern;
+    kf_cu_context ctx;
+} kgraph_node_params;
 
 static kf_status fail(char *err, kf_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -1017,6 +1036,65 @@ static bool plan_has_gemm(const kf_plan *plan) {
     return false;
 }
 
+/* The steps as one CUDA graph when every step is a kernel and there are at
+ * least two: a run is then one cuGraphLaunch, which costs the host less than
+ * a cuLaunchKernel per kernel. Arguments are bound once at create time, so
+ * the graph never needs updating. Any failure (an old driver without the
+ * entry points included) leaves the direct launches; KF_CUDA_GRAPH=0 turns
+ * the graph off. */
+static void build_graph(kf_cuda_exec *ex) {
+    const kf_cuda_driver *drv = ex->dev.drv;
+    const char *env = getenv("KF_CUDA_GRAPH");
+    if ((env && env[0] == '0') || ex->n_steps < 2 || !drv || !drv->lib)
+        return;
+    for (uint32_t i = 0; i < ex->n_steps; i++)
+        if (ex->steps[i].kind != STEP_KERNEL)
+            return;
+    typedef kf_cu_result (*create_fn)(void **, unsigned);
+    typedef kf_cu_result (*add_fn)(void **, void *, void *const *, size_t,
+                                   const kgraph_node_params *);
+    typedef kf_cu_result (*inst_fn)(void **, void *, unsigned long long);
+    /* dlsym returns void *; POSIX guarantees it converts to a function pointer. */
+    create_fn gcreate = (create_fn)(uintptr_t)dlsym(drv->lib, "cuGraphCreate");
+    add_fn gadd = (add_fn)(uintptr_t)dlsym(drv->lib, "cuGraphAddKernelNode_v2");
+    if (!gadd)
+        gadd = (add_fn)(uintptr_t)dlsym(drv->lib, "cuGraphAddKernelNode");
+    inst_fn ginst = (inst_fn)(uintptr_t)dlsym(drv->lib, "cuGraphInstantiateWithFlags");
+    ex->graph_launch = (kf_cu_result(*)(void *, kf_cu_stream))(uintptr_t)dlsym(drv->lib,
+                                                                              "cuGraphLaunch");
+    ex->graph_exec_destroy =
+        (kf_cu_result(*)(void *))(uintptr_t)dlsym(drv->lib, "cuGraphExecDestroy");
+    ex->graph_destroy = (kf_cu_result(*)(void *))(uintptr_t)dlsym(drv->lib, "cuGraphDestroy");
+    if (!gcreate || !gadd || !ginst || !ex->graph_launch || !ex->graph_exec_destroy ||
+        !ex->graph_destroy)
+        return;
+    kf_cu_context cur = NULL;
+    if (drv->cuCtxGetCurrent(&cur) != 0 || cur != ex->dev.ctx)
+        if (drv->cuCtxSetCurrent(ex->dev.ctx) != 0)
+            return;
+    void *graph = NULL, *prev = NULL;
+    if (gcreate(&graph, 0) != 0 || !graph)
+        return;
+    for (uint32_t i = 0; i < ex->n_steps; i++) {
+        const xkernel *k = ex->steps[i].k;
+        kgraph_node_params p = {k->fn, k->grid, 1, 1, k->block, 1, 1, k->shared,
+                                (void **)k->args, NULL, NULL, NULL};
+        void *node = NULL;
+        if (gadd(&node, graph, prev ? &prev : NULL, prev ? 1 : 0, &p) != 0) {
+            ex->graph_destroy(graph);
+            return;
+        }
+        prev = node;
+    }
+    void *exec = NULL;
+    if (ginst(&exec, graph, 0) != 0 || !exec) {
+        ex->graph_destroy(graph);
+        return;
+    }
+    ex->cu_graph = graph;
+    ex->graph_exec = exec;
+}
+
 kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out, char *err) {
     if (!ctx || !plan || !out)
         return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_create: NULL argument");
@@ -1154,6 +1232,7 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
         kf_cuda_exec_destroy(ex);
         return st;
     }
+    build_graph(ex);
     *out = ex;
     return KF_OK;
 }
@@ -1161,6 +1240,10 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
 void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     if (!ex)
         return;
+    if (ex->graph_exec)
+        ex->graph_exec_destroy(ex->graph_exec);
+    if (ex->cu_graph)
+        ex->graph_destroy(ex->cu_graph);
     for (uint32_t i = 0; i < ex->n_steps; i++) {
         if (ex->steps[i].kind == STEP_KERNEL && ex->steps[i].k) {
             if (ex->dev_open)
@@ -1193,6 +1276,12 @@ static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
     kf_status st = KF_OK;
     if (drv->cuCtxGetCurrent(&cur) != 0 || cur != ex->dev.ctx)
         st = kf_cuda_check(drv, drv->cuCtxSetCurrent(ex->dev.ctx), "cuCtxSetCurrent", NULL, err);
+    if (st == KF_OK && ex->graph_exec) {
+        kf_cu_result r = ex->graph_launch(ex->graph_exec, stream);
+        if (r != 0)
+            st = kf_cuda_check(drv, r, "cuGraphLaunch", ex->steps[0].k->name, err);
+        return st;
+    }
     for (uint32_t i = 0; i < ex->n_steps && st == KF_OK; i++) {
         xstep *s = &ex->steps[i];
         if (s->kind == STEP_KERNEL) {

@@ -16,7 +16,12 @@
  * prologue is re-evaluated from memory for each pass (statistics pass 1, pass 2
  * when needed, epilogue), and only the first pass stores prologue outputs.
  * Statistics are kept in kf_acc_t (float, or double for f64 rows); the
- * variance is two-pass over the kept values, never E[x^2] - E[x]^2.
+ * variance is never E[x^2] - E[x]^2: with the row in registers each thread
+ * takes a two-pass M2 about its own mean, and the partials (count, sum, M2)
+ * are merged in one reduction with Chan's formula (the merge is symmetric, so
+ * every lane gets bit-identical results); the multipass path keeps the
+ * two-pass over the row. Block reductions alternate between two shared
+ * buffers, so each costs one __syncthreads.
  *
  * Hooks (defined by codegen/cuda before this file):
  *   KF_KERNEL, KF_PARAMS, KF_ARGS, KF_BLOCK   as in elementwise.cuh
@@ -43,14 +48,84 @@ struct kf_stats {
 #define KF_LANES (KF_ROW_WARP ? 32 : KF_BLOCK)
 #define KF_ROWS_PER_BLOCK (KF_ROW_WARP ? KF_BLOCK / 32 : 1)
 
-template <typename T> __device__ __forceinline__ T kf_row_sum(T v, T *sh) {
-    return KF_ROW_WARP ? kf_warp_sum(v) : kf_block_sum<KF_BLOCK / 32>(v, sh);
+/* Block reductions: warp shuffles, then lane 0 of each warp writes to one of
+ * two shared buffers (alternating per call), one __syncthreads, every warp
+ * reads all partials. A buffer is rewritten two calls later, after the next
+ * call's barrier, which every thread reaches only after reading it. */
+struct kf_red {
+    kf_acc_t *sh; /* 2 x 3 x 32 values */
+    int ph;
+};
+__device__ __forceinline__ kf_acc_t *kf_red_buf(kf_red &r) {
+    kf_acc_t *b = r.sh + r.ph * 96;
+    r.ph ^= 1;
+    return b;
 }
-template <typename T> __device__ __forceinline__ T kf_row_max(T v, T *sh) {
-    return KF_ROW_WARP ? kf_warp_max(v) : kf_block_max<KF_BLOCK / 32>(v, sh);
+template <typename T> __device__ __forceinline__ T kf_row_sum(T v, kf_red &r) {
+    v = kf_warp_sum(v);
+    if (KF_ROW_WARP || KF_BLOCK <= 32)
+        return v;
+    kf_acc_t *b = kf_red_buf(r);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    if (l == 0)
+        b[w] = v;
+    __syncthreads();
+    v = l < KF_BLOCK / 32 ? b[l] : (T)0;
+    return kf_warp_sum(v);
+}
+template <typename T> __device__ __forceinline__ T kf_row_max(T v, kf_red &r) {
+    v = kf_warp_max(v);
+    if (KF_ROW_WARP || KF_BLOCK <= 32)
+        return v;
+    kf_acc_t *b = kf_red_buf(r);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    if (l == 0)
+        b[w] = v;
+    __syncthreads();
+    v = l < KF_BLOCK / 32 ? b[l] : (T)-KF_INF;
+    return kf_warp_max(v);
+}
+/* Chan's merge of (count, sum, M2) partials; symmetric in a and b. */
+__device__ __forceinline__ void kf_chan(kf_acc_t &n, kf_acc_t &s, kf_acc_t &q, kf_acc_t nb,
+                                        kf_acc_t sb, kf_acc_t qb) {
+    const kf_acc_t na = n, sa = s, qa = q, nn = na + nb;
+    q = qa + qb;
+    if (na > (kf_acc_t)0 && nb > (kf_acc_t)0) {
+        const kf_acc_t d = sb / nb - sa / na;
+        q += d * d * (na * nb / nn);
+    }
+    n = nn;
+    s = sa + sb;
+}
+__device__ __forceinline__ void kf_warp_chan(kf_acc_t &n, kf_acc_t &s, kf_acc_t &q) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const kf_acc_t nb = __shfl_xor_sync(0xffffffffu, n, o);
+        const kf_acc_t sb = __shfl_xor_sync(0xffffffffu, s, o);
+        const kf_acc_t qb = __shfl_xor_sync(0xffffffffu, q, o);
+        kf_chan(n, s, q, nb, sb, qb);
+    }
+}
+__device__ __forceinline__ void kf_row_chan(kf_acc_t &n, kf_acc_t &s, kf_acc_t &q, kf_red &r) {
+    kf_warp_chan(n, s, q);
+    if (KF_ROW_WARP || KF_BLOCK <= 32)
+        return;
+    kf_acc_t *b = kf_red_buf(r);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    if (l == 0) {
+        b[w] = n;
+        b[32 + w] = s;
+        b[64 + w] = q;
+    }
+    __syncthreads();
+    const bool in = l < KF_BLOCK / 32;
+    n = in ? b[l] : (kf_acc_t)0;
+    s = in ? b[32 + l] : (kf_acc_t)0;
+    q = in ? b[64 + l] : (kf_acc_t)0;
+    kf_warp_chan(n, s, q);
 }
 
-template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane, kf_acc_t *sh,
+template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane, kf_red &sh,
                                                          KF_PARAMS) {
     constexpr int CH = KF_L / VV;
     constexpr int PT = (CH + KF_LANES - 1) / KF_LANES;
@@ -83,15 +158,42 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
         }
     }
 #endif
+    /* In registers, M2 merges with the sum in one reduction (Chan). */
+    constexpr bool CHAN = KF_NEED_M2 && !KF_MULTIPASS;
+    kf_acc_t m2 = 0;
+#if !KF_MULTIPASS
+    if (CHAN) {
+        kf_acc_t n = 0;
+#pragma unroll
+        for (int q = 0; q < PT; q++)
+            if (lane + q * KF_LANES < CH)
+                n += (kf_acc_t)VV;
+        const kf_acc_t lm = n > (kf_acc_t)0 ? sum / n : (kf_acc_t)0;
+#pragma unroll
+        for (int q = 0; q < PT; q++) {
+            if (lane + q * KF_LANES < CH) {
+#pragma unroll
+                for (int k = 0; k < VV; k++) {
+                    const kf_acc_t d = x[q][k] - lm;
+                    m2 += d * d;
+                }
+            }
+        }
+        kf_row_chan(n, sum, m2, sh);
+    }
+#endif
     if (KF_NEED_MAX) mx = kf_row_max(mx, sh);
-    if (KF_NEED_SUM) sum = kf_row_sum(sum, sh);
+    if (KF_NEED_SUM && !CHAN) sum = kf_row_sum(sum, sh);
     if (KF_NEED_SUMSQ) sumsq = kf_row_sum(sumsq, sh);
     st.max = mx;
     st.sum = sum;
     st.mean = sum / (kf_acc_t)KF_L;
     st.rms_rstd = (kf_acc_t)1 / kf_sqrt(sumsq / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
-    if (KF_NEED_M2 || KF_NEED_SUMEXP) {
-        kf_acc_t m2 = 0, se = 0;
+    if (CHAN && !KF_NEED_SUMEXP) {
+        st.rstd = (kf_acc_t)1 / kf_sqrt(m2 / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
+        st.sumexp = 0;
+    } else if (KF_NEED_M2 || KF_NEED_SUMEXP) {
+        kf_acc_t se = 0;
 #if !KF_MULTIPASS
 #pragma unroll
         for (int q = 0; q < PT; q++) {
@@ -99,7 +201,6 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
             if (c < CH) {
 #pragma unroll
                 for (int k = 0; k < VV; k++) {
-                    if (KF_NEED_M2) { kf_acc_t d = x[q][k] - st.mean; m2 += d * d; }
                     if (KF_NEED_SUMEXP) se += kf_exp(x[q][k] - st.max);
                 }
             }
@@ -115,7 +216,7 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
             }
         }
 #endif
-        if (KF_NEED_M2) m2 = kf_row_sum(m2, sh);
+        if (KF_NEED_M2 && !CHAN) m2 = kf_row_sum(m2, sh);
         if (KF_NEED_SUMEXP) se = kf_row_sum(se, sh);
         st.rstd = (kf_acc_t)1 / kf_sqrt(m2 / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
         st.sumexp = se;
@@ -143,7 +244,8 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
 
 extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
     KF_SETUP(); /* block-wide, before any thread leaves */
-    __shared__ kf_acc_t sh[32];
+    __shared__ kf_acc_t sh_[2 * 96];
+    kf_red sh = {sh_, 0};
     const int lane = KF_ROW_WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
     const long long first = (long long)blockIdx.x * KF_ROWS_PER_BLOCK +
                             (KF_ROW_WARP ? (long long)(threadIdx.x >> 5) : 0);

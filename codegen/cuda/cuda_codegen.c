@@ -22,6 +22,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -740,8 +741,17 @@ static void emit_vec_ok(cg *c, const char *conds) {
  * reductions. Measured on an H200, 65536 x 4096 bf16 (bench, b46d64f): 512
  * threads x 8 values rmsnorm 0.443 ms, layernorm 0.587; 128 x 32: 0.442,
  * 0.507; 256 x 16: 0.340, 0.492. Rows too long take the multipass template. */
+/* Tuning knobs for the bench (temporary): KF_CUDA_ROW_WARP_MAX, KF_CUDA_ROW_PER. */
+static int64_t env_i64(const char *name, int64_t dflt) {
+    const char *v = getenv(name);
+    return v && *v ? strtoll(v, NULL, 10) : dflt;
+}
+static bool row_warp_for(int64_t L, bool dbl) {
+    return L <= 1024 || (!dbl && L <= env_i64("KF_CUDA_ROW_WARP_MAX", 1024));
+}
+
 static uint32_t row_block_for(int64_t L, bool dbl) {
-    int64_t per = dbl ? 8 : 16;
+    int64_t per = dbl ? 8 : env_i64("KF_CUDA_ROW_PER", 16);
     uint32_t block = 128;
     while (block < 1024 && (L + block - 1) / block > per)
         block *= 2;
@@ -1090,7 +1100,7 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     /* Template: a warp per row up to 1024, else a block (row_block_for);
      * registers up to 32 values per thread, else re-read per pass. */
     uint32_t block;
-    bool warp = L <= 1024, multipass = false;
+    bool warp = row_warp_for(L, dbl), multipass = false;
     if (warp) {
         block = 256;
     } else {
@@ -1612,9 +1622,9 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {
 /* ------------------------------------------------------------------------ */
 
 static kf_cuda_template row_template_for(int64_t L, kf_dtype in) {
-    if (L <= 1024)
-        return KF_CUDA_TEMPLATE_ROW_WARP;
     bool dbl = in == KF_DTYPE_F64 || in == KF_DTYPE_I32;
+    if (row_warp_for(L, dbl))
+        return KF_CUDA_TEMPLATE_ROW_WARP;
     int64_t block = row_block_for(L, dbl);
     return (L + block - 1) / block > (dbl ? 16 : 32) ? KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS
                                                      : KF_CUDA_TEMPLATE_ROW_BLOCK;
