@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ir/ir.h"
 #include "kf_test.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_exec.h"
@@ -162,10 +163,15 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
                  kf_dtype_name(kf_tensor_dtype(t)));
         double err = kf_test_rel_err(out[i].data, ref[i].data, kf_tensor_dtype(t),
                                      (size_t)kf_tensor_numel(t));
-        if (!(err <= kf_test_tol(kf_tensor_dtype(t))))
+        /* The tolerance of the least precise dtype stored on the way to the
+         * output: an f32 output computed through bf16 intermediates (the
+         * llama block's SwiGLU) carries their rounding. */
+        double tol = kf_ir_output_tolerance(g, t);
+        if (!(err <= tol)) {
             fprintf(stderr, "%s\n", report);
-        kf_test_assert_close(out[i].data, ref[i].data, kf_tensor_dtype(t),
-                             (size_t)kf_tensor_numel(t), label);
+            fail_msg("%s: relative error %g exceeds the tolerance %g (KF_TEST_SEED=%llu)", label,
+                     err, tol, (unsigned long long)kf_test_seed());
+        }
     }
     free(report);
     kf_program_destroy(p);

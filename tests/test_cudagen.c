@@ -122,7 +122,7 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
     compile_text("kfg 1\nx = input(f16[8, 24])\nc = input(f16[8, 1])\ny = mul(x, c)\noutput y\n", seen);
     /* row-wise: a warp per row, a block per row, a block re-reading the row */
     compile_text("kfg 1\nx = input(f32[32, 256])\ny = softmax(x)\noutput y\n", seen);
-    compile_text("kfg 1\nx = input(bf16[16, 4096])\nw = input(bf16[4096])\ny = rms_norm(x, w)\n"
+    compile_text("kfg 1\nx = input(bf16[16, 8192])\nw = input(bf16[8192])\ny = rms_norm(x, w)\n"
                  "output y\n",
                  seen);
     compile_text("kfg 1\nx = input(f32[4, 65536])\nw = input(f32[65536])\nb = input(f32[65536])\n"
@@ -290,7 +290,8 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
         int64_t len;
         kf_cuda_template t;
     } rows[] = {{1024, KF_CUDA_TEMPLATE_ROW_WARP},
-                {4096, KF_CUDA_TEMPLATE_ROW_BLOCK},
+                {4096, KF_CUDA_TEMPLATE_ROW_WARP},
+                {4097, KF_CUDA_TEMPLATE_ROW_BLOCK},
                 {32768, KF_CUDA_TEMPLATE_ROW_BLOCK},
                 {65536, KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS}};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
