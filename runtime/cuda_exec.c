@@ -107,18 +107,6 @@ typedef struct kgraph_node_params {
     kf_cu_context ctx;
 } kgraph_node_params;
 
-static kf_status fail(char *err, kf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static kf_status fail(char *err, kf_status st, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, KF_MSG_MAX, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 static size_t tensor_bytes(const kf_tensor *t) {
     return (size_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
 }
@@ -150,7 +138,7 @@ static uint32_t base_of(const kf_cuda_exec *ex, uint32_t t) {
 static kf_status add_buf(kf_cuda_exec *ex, uint32_t tensor, size_t bytes, int first, int last,
                          uint32_t *out, char *err) {
     if (!kf_mem_grow(&ex->mem, (void **)&ex->bufs, &ex->cap_bufs, ex->n_bufs + 1, sizeof *ex->bufs))
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning device buffers");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning device buffers");
     xbuf *b = &ex->bufs[ex->n_bufs];
     b->tensor = tensor;
     b->bytes = bytes ? bytes : 1;
@@ -258,7 +246,7 @@ static kf_cu_deviceptr buf_ptr(const kf_cuda_exec *ex, uint32_t b) {
 static kf_status add_step(kf_cuda_exec *ex, xstep **out, char *err) {
     if (!kf_mem_grow(&ex->mem, (void **)&ex->steps, &ex->cap_steps, ex->n_steps + 1,
                      sizeof *ex->steps))
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning the steps");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning the steps");
     *out = &ex->steps[ex->n_steps++];
     memset(*out, 0, sizeof **out);
     return KF_OK;
@@ -282,7 +270,7 @@ static uint32_t scratch_find(const scratch_map *m, kf_cuda_param_kind kind, uint
 static kf_status scratch_set(scratch_map *m, kf_cuda_param_kind kind, uint32_t tensor,
                              uint32_t buf, char *err) {
     if (m->n == 8)
-        return fail(err, KF_ERR_INTERNAL, "a group needs more than 8 scratch buffers");
+        return kf_msg_set(err, KF_ERR_INTERNAL, "a group needs more than 8 scratch buffers");
     m->kind[m->n] = kind;
     m->tensor[m->n] = tensor;
     m->buf[m->n++] = buf;
@@ -299,7 +287,7 @@ static kf_status scratch_get(kf_cuda_exec *ex, scratch_map *m, kf_cuda_param_kin
         return KF_OK;
     }
     if (m->n == 8)
-        return fail(err, KF_ERR_INTERNAL, "group %d needs more than 8 scratch buffers", gi);
+        return kf_msg_set(err, KF_ERR_INTERNAL, "group %d needs more than 8 scratch buffers", gi);
     kf_status st = add_buf(ex, KF_NONE, bytes, gi, gi, &b, err);
     if (st != KF_OK)
         return st;
@@ -316,7 +304,7 @@ static kf_status add_kernel(kf_cuda_exec *ex, kf_cuda_kernel *k, uint32_t gi, sc
                             char *err) {
     xkernel *xk = kf_mem_calloc(&ex->mem, 1, sizeof *xk);
     if (!xk)
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory for kernel '%s'", k->name);
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory for kernel '%s'", k->name);
     xstep *s = NULL;
     kf_status st = add_step(ex, &s, err);
     if (st != KF_OK) {
@@ -347,7 +335,7 @@ static kf_status add_kernel(kf_cuda_exec *ex, kf_cuda_kernel *k, uint32_t gi, sc
             break;
         default:
             xk->param_buf[i] = KF_NONE;
-            st = fail(err, KF_ERR_UNSUPPORTED, "kernel '%s': parameter %u has kind %d, which "
+            st = kf_msg_set(err, KF_ERR_UNSUPPORTED, "kernel '%s': parameter %u has kind %d, which "
                       "this executor does not bind", k->name, i, (int)p->kind);
             break;
         }
@@ -409,7 +397,7 @@ static kf_status gen_kernel(kf_cuda_exec *ex, const kf_plan *plan, gen_fn gen, u
             snprintf(name_out, name_size, "%s", k.name);
         st = add_kernel(ex, &k, gi, sm, err);
     } else if (st != KF_ERR_NOT_FOUND) {
-        fail(err, st, "group %u (%s): %s", gi, plan->groups[gi].name,
+        kf_msg_set(err, st, "group %u (%s): %s", gi, plan->groups[gi].name,
              k.error[0] ? k.error : kf_status_str(st));
     }
     kf_cuda_kernel_release(&ex->mem, &k);
@@ -542,7 +530,7 @@ static kf_status add_gemm(kf_cuda_exec *ex, uint32_t gi, const gemm_req *r, char
     g.epilogue = r->epi;
     g.what = r->what;
     if (!kf_blt_operand_ok(&g.a, g.m, g.k) || !kf_blt_operand_ok(&g.b, g.k, g.n))
-        return fail(err, KF_ERR_UNSUPPORTED,
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                     "GEMM '%s': an operand is a view with no unit stride in its last two dims; "
                     "cuBLASLt cannot read it (a copy kernel for this case is not written yet)",
                     r->what);
@@ -745,7 +733,7 @@ static kf_status plan_with_acc_at(kf_cuda_exec *ex, uint32_t gi, uint32_t acc, u
     *groups = kf_mem_alloc(&ex->mem, plan->n_groups * sizeof **groups);
     *expr = kf_mem_alloc(&ex->mem, plan->groups[gi].n_expr * sizeof **expr);
     if (!*groups || !*expr)
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
     memcpy(*groups, plan->groups, plan->n_groups * sizeof **groups);
     memcpy(*expr, plan->groups[gi].expr, plan->groups[gi].n_expr * sizeof **expr);
     uint32_t keep_tensor = (*expr)[top].tensor;
@@ -778,7 +766,7 @@ static kf_status plan_gemm(kf_cuda_exec *ex, uint32_t gi, char *err) {
                         sizeof pro_name, err);
         if (st != KF_OK)
             return st == KF_ERR_NOT_FOUND
-                       ? fail(err, KF_ERR_INTERNAL, "group %u (%s) has a norm prologue but the "
+                       ? kf_msg_set(err, KF_ERR_INTERNAL, "group %u (%s) has a norm prologue but the "
                               "codegen made no kernel for it", gi, grp->name)
                        : st;
     }
@@ -789,7 +777,7 @@ static kf_status plan_gemm(kf_cuda_exec *ex, uint32_t gi, char *err) {
     if (!uses || !live) {
         kf_mem_free(&ex->mem, uses, (grp->n_expr + 1) * sizeof *uses);
         kf_mem_free(&ex->mem, live, (grp->n_expr + 1) * sizeof *live);
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
     }
     count_uses(grp, uses, live);
     uint32_t acc = gm->n_anchors == 1 ? find_acc(grp, 0) : KF_NONE;
@@ -825,7 +813,7 @@ static kf_status plan_gemm(kf_cuda_exec *ex, uint32_t gi, char *err) {
             if (sb == KF_NONE && sm.n > 0)
                 sb = scratch_find(&sm, KF_CUDA_PARAM_SCRATCH, sm.tensor[0]);
             if (sb == KF_NONE)
-                return fail(err, KF_ERR_INTERNAL, "group %u (%s): the prologue kernel writes "
+                return kf_msg_set(err, KF_ERR_INTERNAL, "group %u (%s): the prologue kernel writes "
                             "no scratch A", gi, grp->name);
             const kf_tensor *at = g->nodes[gm->a[i]];
             r.a.buf = sb;
@@ -987,14 +975,14 @@ static kf_status plan_attention(kf_cuda_exec *ex, uint32_t gi, char *err) {
     char name[KF_CUDA_NAME_MAX] = "";
     st = gen_kernel(ex, plan, kf_cuda_codegen_attention_softmax, gi, &sm, name, sizeof name, err);
     if (st != KF_OK)
-        return st == KF_ERR_NOT_FOUND ? fail(err, KF_ERR_INTERNAL, "group %u: no softmax kernel",
+        return st == KF_ERR_NOT_FOUND ? kf_msg_set(err, KF_ERR_INTERNAL, "group %u: no softmax kernel",
                                              gi)
                                       : st;
     /* The kernel's OUT param for the softmax tensor got a plain buffer through
      * buf_for; P is the second GEMM's A. */
     uint32_t p_buf = ex->buf_of[at->softmax];
     if (p_buf == KF_NONE)
-        return fail(err, KF_ERR_INTERNAL, "group %u (%s): the softmax kernel writes no P", gi,
+        return kf_msg_set(err, KF_ERR_INTERNAL, "group %u (%s): the softmax kernel writes no P", gi,
                     grp->name);
 
     /* 3. O = P . V. */
@@ -1097,7 +1085,7 @@ static void build_graph(kf_cuda_exec *ex) {
 
 kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out, char *err) {
     if (!ctx || !plan || !out)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_create: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_create: NULL argument");
     *out = NULL;
     const kf_cuda_driver *drv;
     kf_status st = kf_ctx_cuda_driver(ctx, &drv, err);
@@ -1105,7 +1093,7 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
         return st;
     kf_cuda_exec *ex = kf_mem_calloc(&ctx->mem, 1, sizeof *ex);
     if (!ex)
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
     ex->ctx = ctx;
     ex->mem = ctx->mem;
     ex->plan = plan;
@@ -1116,7 +1104,7 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
     ex->where = kf_mem_calloc(&ex->mem, plan->n_groups + 1, sizeof *ex->where);
     if (!ex->buf_of || !ex->where) {
         kf_cuda_exec_destroy(ex);
-        return fail(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
     }
     for (uint32_t i = 0; i < nn; i++)
         ex->buf_of[i] = KF_NONE;
@@ -1134,7 +1122,7 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
         if (st != KF_OK) {
             char why[KF_MSG_MAX];
             snprintf(why, sizeof why, "%s", err);
-            fail(err, st, "the plan has GEMMs, which run through cuBLASLt on the CUDA target: %s",
+            kf_msg_set(err, st, "the plan has GEMMs, which run through cuBLASLt on the CUDA target: %s",
                  why);
         }
     }
@@ -1170,7 +1158,7 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
             st = plan_attention(ex, gi, err);
             break;
         default:
-            st = fail(err, KF_ERR_INTERNAL, "group %u has kind %d", gi, (int)grp->kind);
+            st = kf_msg_set(err, KF_ERR_INTERNAL, "group %u has kind %d", gi, (int)grp->kind);
             break;
         }
     }
@@ -1192,7 +1180,7 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
         if (st != KF_OK) {
             char why[KF_MSG_MAX];
             snprintf(why, sizeof why, "%s", err);
-            fail(err, st, "the program's device memory (%zu bytes): %s", ex->arena_bytes, why);
+            kf_msg_set(err, st, "the program's device memory (%zu bytes): %s", ex->arena_bytes, why);
         }
     }
     for (uint32_t i = 0; i < ex->n_steps && st == KF_OK; i++) {
@@ -1214,7 +1202,7 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
             x->g.bias = x->bias_buf != KF_NONE ? buf_ptr(ex, x->bias_buf) : 0;
             /* Ask the heuristic now, so a run only launches. */
             if (!kf_blt_supported(ex->lt, &x->g) && x->g.epilogue != KF_BLT_EPI_NONE) {
-                st = fail(err, KF_ERR_UNSUPPORTED,
+                st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
                           "cuBLASLt has no algorithm for GEMM '%s' with epilogue %s",
                           x->g.what, kf_blt_epilogue_name(x->g.epilogue));
             }
@@ -1299,13 +1287,13 @@ static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
 
 kf_status kf_cuda_exec_launch(kf_cuda_exec *ex, void *stream, char *err) {
     if (!ex)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_launch: NULL exec");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_launch: NULL exec");
     return launch_all(ex, stream ? (kf_cu_stream)stream : ex->stream, err);
 }
 
 kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, char *err) {
     if (!ex || !bound)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run: NULL argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run: NULL argument");
     const kf_graph *g = ex->graph;
     kf_cu_stream s = stream ? (kf_cu_stream)stream : ex->stream;
     kf_status st = KF_OK;
@@ -1334,14 +1322,14 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
 
 kf_status kf_cuda_exec_copy_out(kf_cuda_exec *ex, uint32_t t, void *dst, size_t bytes, char *err) {
     if (!ex || !dst || t >= ex->graph->n_nodes)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_copy_out: bad argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_copy_out: bad argument");
     uint32_t b = ex->buf_of[base_of(ex, t)];
     if (b == KF_NONE)
-        return fail(err, KF_ERR_NOT_FOUND, "tensor %%%u has no device buffer", t);
+        return kf_msg_set(err, KF_ERR_NOT_FOUND, "tensor %%%u has no device buffer", t);
     uint32_t vg = ex->plan->group_of[t];
     if (vg != KF_NONE && ex->plan->groups[vg].kind == KF_GROUP_VIEW &&
         !ex->plan->groups[vg].view_contiguous)
-        return fail(err, KF_ERR_UNSUPPORTED,
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                     "output %%%u is a non-contiguous view; the plan should have copied it", t);
     return kf_cuda_copy_to_host(&ex->dev, dst, buf_ptr(ex, b), bytes, err);
 }
@@ -1349,7 +1337,7 @@ kf_status kf_cuda_exec_copy_out(kf_cuda_exec *ex, uint32_t t, void *dst, size_t 
 kf_status kf_cuda_exec_set_input(kf_cuda_exec *ex, uint32_t t, const void *src, size_t bytes,
                                  char *err) {
     if (!ex || !src || t >= ex->graph->n_nodes || ex->buf_of[t] == KF_NONE)
-        return fail(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_set_input: bad argument");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_set_input: bad argument");
     return kf_cuda_copy_to_device(&ex->dev, buf_ptr(ex, ex->buf_of[t]), src, bytes, err);
 }
 
