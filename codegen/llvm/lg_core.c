@@ -364,9 +364,15 @@ static LLVMValueRef emit_unary(lg_mod *m, kf_op op, kf_dtype dt, LLVMValueRef x)
         return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealUGT, x, LLVMConstNull(t), ""), x,
                                LLVMConstNull(t), "");
     case KF_OP_GELU: {
-        LLVMValueRef a = LLVMBuildFMul(B, x, lg_fconst(t, -0.70710678118654752440), "");
+        /* In double, rounded once: the reference's formula and value. In
+         * float, erfcf's last-bit error near 2 put gelu(x) one ulp off x
+         * where the reference rounds to x itself (x around 5.5), and a random
+         * graph's sqrt(gelu(x) - x) turned that into NaN against 0. */
+        LLVMValueRef xd = t == m->f64 ? x : LLVMBuildFPExt(B, x, m->f64, "");
+        LLVMValueRef a = LLVMBuildFMul(B, xd, lg_fconst(m->f64, -0.70710678118654752440), "");
         LLVMValueRef e = libm(m, "erfc", &a, 1);
-        return LLVMBuildFMul(B, LLVMBuildFMul(B, lg_fconst(t, 0.5), x, ""), e, "");
+        LLVMValueRef r = LLVMBuildFMul(B, LLVMBuildFMul(B, lg_fconst(m->f64, 0.5), xd, ""), e, "");
+        return t == m->f64 ? r : LLVMBuildFPTrunc(B, r, t, "");
     }
     case KF_OP_GELU_TANH: {
         LLVMValueRef x3 = LLVMBuildFMul(B, LLVMBuildFMul(B, x, x, ""), x, "");
