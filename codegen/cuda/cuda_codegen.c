@@ -362,20 +362,68 @@ static void emit_gelu_table(cg *c) {
               GELU_TAB_POS);
 }
 
+/* Node s holds a bf16 value exactly: a load of a bf16 buffer, or an op result
+ * rounded to bf16 here. */
+static bool exact_bf16(const cg *c, uint32_t s) {
+    const kf_expr *a = &c->g->expr[s];
+    if (a->dtype != KF_DTYPE_BF16)
+        return false;
+    if (c->param[s] >= 0) {
+        const kf_cuda_param *p = &c->k->params[c->param[s]];
+        return p->kind == KF_CUDA_PARAM_IN && p->dtype == KF_DTYPE_BF16;
+    }
+    return !c->ov[s][0] && a->kind == KF_EXPR_OP && a->tensor != KF_NONE;
+}
+
+/* The bf16x2 form of node i (kf_bf16x2's OP: 0 add, 1 sub, 2 mul), or -1: a
+ * bf16 add/sub/mul rounded to bf16 whose operands both hold bf16 values. */
+static int packed_op(const cg *c, uint32_t i) {
+    const kf_expr *e = &c->g->expr[i];
+    if (e->kind != KF_EXPR_OP || e->dtype != KF_DTYPE_BF16 || e->tensor == KF_NONE || c->ov[i][0])
+        return -1;
+    int op = e->op == KF_OP_ADD ? 0 : e->op == KF_OP_SUB ? 1 : e->op == KF_OP_MUL ? 2 : -1;
+    if (op < 0 || !exact_bf16(c, e->src[0]) || !exact_bf16(c, e->src[1]))
+        return -1;
+    return op;
+}
+
 /* One statement per needed node, in node order: `const T vN = ...;`. The
  * coordinate nodes and loads come from c->ov; `coord` gives the coordinate of
- * axis d of a space (a string), `ind` the indentation. */
+ * axis d of a space (a string), `ind` the indentation.
+ *
+ * `arr`: the statements stand outside the chunk's k loop, one array of VV
+ * values per node (`T vN[VV];` and a k loop filling it), so that a bf16
+ * add/sub/mul (packed_op) computes two elements per instruction through
+ * kf_bf16x2. Element k of every node depends only on element k of its
+ * operands, so this is the element loop with its two loops swapped; the
+ * compiler unrolls both to the same straight-line code, less the packed
+ * pairs. */
 typedef const char *(*coord_fn)(void *user, kf_space sp, int axis);
 
-static void emit_nodes(cg *c, coord_fn coord, void *user, const char *ind) {
+static void emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr) {
     const kf_group *g = c->g;
+    const char *ix = arr ? "[k]" : "";
     for (uint32_t i = 0; i < c->n && c->st == KF_OK; i++) {
         if (!c->need[i])
             continue;
         const kf_expr *e = &g->expr[i];
         const char *rt = reg_type(e->dtype);
         const char *rnd = e->tensor != KF_NONE ? round_fn(e->dtype) : NULL;
-        sb_printf(&c->s, "%sconst %s v%u = ", ind, rt, i);
+        int pk = arr ? packed_op(c, i) : -1;
+        if (pk >= 0) {
+            sb_printf(&c->s, "%s%s v%u[VV];\n%skf_bf16x2<%d, VV>(v%u, v%u, v%u);\n", ind, rt, i, ind,
+                      pk, i, e->src[0], e->src[1]);
+            continue;
+        }
+        if (arr)
+            sb_printf(&c->s, "%s%s v%u[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u[k] = ",
+                      ind, rt, i, ind, ind, i);
+        else
+            sb_printf(&c->s, "%sconst %s v%u = ", ind, rt, i);
+        /* operand references */
+        char a[3][24];
+        for (int j = 0; j < 3; j++)
+            snprintf(a[j], sizeof a[j], "v%u%s", e->kind == KF_EXPR_OP ? e->src[j] : 0u, ix);
         if (c->ov[i][0]) {
             sb_printf(&c->s, "(%s)(%s);\n", rt, c->ov[i]);
             continue;
@@ -414,7 +462,7 @@ static void emit_nodes(cg *c, coord_fn coord, void *user, const char *ind) {
         case KF_EXPR_OP: {
             kf_op op = e->op;
             if (gelu_tab_node(c, i, true)) {
-                sb_printf(&c->s, "kf_gelu_bf16(v%u)", e->src[0]);
+                sb_printf(&c->s, "kf_gelu_bf16(%s)", a[0]);
                 break;
             }
             if (rnd)
@@ -422,19 +470,19 @@ static void emit_nodes(cg *c, coord_fn coord, void *user, const char *ind) {
             if (op == KF_OP_CAST) {
                 kf_dtype from = g->expr[e->src[0]].dtype;
                 if (e->dtype == KF_DTYPE_BOOL)
-                    sb_printf(&c->s, "(v%u != 0)", e->src[0]);
+                    sb_printf(&c->s, "(%s != 0)", a[0]);
                 else if (from == KF_DTYPE_BOOL)
-                    sb_printf(&c->s, "(%s)(v%u ? 1 : 0)", rt, e->src[0]);
+                    sb_printf(&c->s, "(%s)(%s ? 1 : 0)", rt, a[0]);
                 else
-                    sb_printf(&c->s, "(%s)v%u", rt, e->src[0]);
+                    sb_printf(&c->s, "(%s)%s", rt, a[0]);
             } else if (op == KF_OP_WHERE) {
-                sb_printf(&c->s, "(v%u ? v%u : v%u)", e->src[0], e->src[1], e->src[2]);
+                sb_printf(&c->s, "(%s ? %s : %s)", a[0], a[1], a[2]);
             } else if (kf_op_has(op, KF_TRAIT_COMPARE)) {
-                sb_printf(&c->s, "(v%u %s v%u)", e->src[0], op_fn(op), e->src[1]);
+                sb_printf(&c->s, "(%s %s %s)", a[0], op_fn(op), a[1]);
             } else if (kf_op_has(op, KF_TRAIT_BINARY) && op_fn(op)) {
-                sb_printf(&c->s, "%s(v%u, v%u)", op_fn(op), e->src[0], e->src[1]);
+                sb_printf(&c->s, "%s(%s, %s)", op_fn(op), a[0], a[1]);
             } else if (kf_op_has(op, KF_TRAIT_UNARY) && op_fn(op)) {
-                sb_printf(&c->s, "%s(v%u)", op_fn(op), e->src[0]);
+                sb_printf(&c->s, "%s(%s)", op_fn(op), a[0]);
             } else {
                 cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): op %s has no CUDA form", g->id,
                         g->name, kf_op_get(op)->name);
@@ -627,7 +675,7 @@ static void offset_str(const cg *c, const chunk_ctx *x, uint32_t i, char *buf, s
  * sp == KF_SPACE_COUNT) before the k loop (vectors, broadcasts) and fills the
  * overrides (arrays, scalars, per-element gathers). Returns the alignment
  * conditions through `ok` (param index -> bytes). */
-static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind) {
+static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const bool *hoist) {
     const kf_group *g = c->g;
     for (uint32_t i = 0; i < c->n; i++) {
         const kf_expr *e = &g->expr[i];
@@ -643,12 +691,21 @@ static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind) {
         int p = c->param[i];
         acc_class cl = x->vrank[e->space] > 0 ? classify(rank, dims, s, vec) : ACC_BCAST;
         const char *rt = reg_type(c->k->params[p].dtype);
+        bool h = hoist && hoist[i];
         if (cl == ACC_VECTOR) {
-            sb_printf(&c->s, "%s%s l%u[VV];\n%skf_ldv<VV>(p%d + (%s), l%u);\n", ind, rt, i, ind, p,
-                      off, i);
+            sb_printf(&c->s, "%s%s l%u[VV];\n", ind, rt, i);
+            if (h)
+                sb_printf(&c->s, "%sif (H) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
+                                 "%s        l%u[k] = hv.l%u[k];\n%s} else\n    ",
+                          ind, ind, ind, i, i, ind);
+            sb_printf(&c->s, "%skf_ldv<VV>(p%d + (%s), l%u);\n", ind, p, off, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
         } else if (cl == ACC_BCAST) {
-            sb_printf(&c->s, "%sconst %s l%u = kf_ld(p%d + (%s));\n", ind, rt, i, p, off);
+            if (h)
+                sb_printf(&c->s, "%sconst %s l%u = H ? hv.l%u : kf_ld(p%d + (%s));\n", ind, rt, i, i,
+                          p, off);
+            else
+                sb_printf(&c->s, "%sconst %s l%u = kf_ld(p%d + (%s));\n", ind, rt, i, p, off);
             snprintf(c->ov[i], OV_MAX, "l%u", i);
         } else {
             snprintf(c->ov[i], OV_MAX, "kf_ld(p%d + (%s) + k * %" PRId64 "LL)", p, off,
@@ -980,19 +1037,99 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
     if (cond.p)
         kf_mem_free(c->mem, cond.p, cond.cap);
 
-    sb_puts(&c->s, "template <int VV> __device__ __forceinline__ void kf_body(long long i0, KF_PARAMS) {\n");
-    emit_loads(c, x, vec, "    ");
+    /* Hoisting: an operand whose offset depends only on the linear index
+     * modulo P (it varies along a suffix of the axes only: a bias, a scale,
+     * a per-column vector) reads the same values in every grid-stride step
+     * when threads * KF_VEC is a multiple of P. The hoisted path loads those
+     * once per thread (kf_hoist_load) instead of once per vector; the grid is
+     * rounded to make it apply (launch.grid_multiple). */
+    bool *hoist = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *hoist);
+    if (!hoist) {
+        kf_mem_free(c->mem, x, sizeof *x);
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    }
+    int64_t period = 0;
+    for (uint32_t i = 0; i < c->n && vec > 1; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || c->ov[i][0] || !is_load(e) || e->space != sp)
+            continue;
+        int64_t s[KF_MAX_RANK];
+        node_strides(c, i, s);
+        if (classify(rank, dims, s, vec) == ACC_GATHER)
+            continue;
+        int d0 = rank;
+        for (int d = 0; d < rank && d0 == rank; d++) {
+            if (s[d] != 0 && dims[d] != 1)
+                d0 = d;
+        }
+        int64_t pi = numel_of(rank - d0, dims + d0);
+        if (pi >= n)
+            continue;
+        hoist[i] = true;
+        if (pi > period)
+            period = pi;
+    }
+    bool any_hoist = false;
+    for (uint32_t i = 0; i < c->n; i++)
+        any_hoist = any_hoist || hoist[i];
+    if (any_hoist && period < 1)
+        period = 1;
+    if (any_hoist) {
+        uint64_t a = (uint64_t)period, b = (uint64_t)k->launch.block * vec;
+        while (b) {
+            uint64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        uint64_t m = (uint64_t)period / a;
+        k->launch.grid_multiple = m <= 65536 ? (uint32_t)m : 0;
+    }
+    sb_printf(&c->s, "#define KF_HOIST_P %" PRId64 "LL\n", any_hoist ? period : (int64_t)0);
+    sb_puts(&c->s, "struct kf_hoist {\n");
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!hoist[i])
+            continue;
+        int64_t s[KF_MAX_RANK];
+        node_strides(c, i, s);
+        const char *rt = reg_type(c->k->params[c->param[i]].dtype);
+        if (classify(rank, dims, s, vec) == ACC_VECTOR)
+            sb_printf(&c->s, "    %s l%u[KF_VEC];\n", rt, i);
+        else
+            sb_printf(&c->s, "    %s l%u;\n", rt, i);
+    }
+    sb_puts(&c->s, "    char none_;\n};\n"
+                   "__device__ __forceinline__ void kf_hoist_load(long long i0, kf_hoist &hv, KF_PARAMS) {\n");
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!hoist[i])
+            continue;
+        int64_t s[KF_MAX_RANK];
+        node_strides(c, i, s);
+        char off[OV_MAX - 64];
+        offset_str(c, x, i, off, sizeof off);
+        if (classify(rank, dims, s, vec) == ACC_VECTOR)
+            sb_printf(&c->s, "    kf_ldv<KF_VEC>(p%d + (%s), hv.l%u);\n", c->param[i], off, i);
+        else
+            sb_printf(&c->s, "    hv.l%u = kf_ld(p%d + (%s));\n", i, c->param[i], off);
+    }
+    sb_puts(&c->s, "    (void)i0; (void)hv;\n}\n\n");
+
+    sb_puts(&c->s, "template <int VV, bool H>\n__device__ __forceinline__ void kf_body(long long i0, "
+                   "const kf_hoist &hv, KF_PARAMS) {\n");
+    emit_loads(c, x, vec, "    ", hoist);
     for (uint32_t o = 0; o < n_outs; o++)
         sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
+    emit_nodes(c, coord_of, x, "    ", true);
     sb_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
-    emit_nodes(c, coord_of, x, "        ");
     for (uint32_t o = 0; o < n_outs; o++)
-        sb_printf(&c->s, "        o%u[k] = (%s)v%u;\n", o, reg_type(outs[o].dtype), outs[o].node);
-    sb_puts(&c->s, "    }\n");
+        sb_printf(&c->s, "        o%u[k] = (%s)v%u[k];\n", o, reg_type(outs[o].dtype), outs[o].node);
+    sb_puts(&c->s, "    }\n    (void)hv;\n");
+    kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
     for (uint32_t o = 0; o < n_outs; o++) {
         const kf_tensor *t = tensor(c, outs[o].tensor);
         if (kf_ir_numel(t) == n) {
-            sb_printf(&c->s, "    kf_stv<VV>(p%d + i0, o%u);\n", outs[o].param, o);
+            /* a bf16 result already exact stores without conversions */
+            bool x16 = outs[o].dtype == KF_DTYPE_BF16 && exact_bf16(c, outs[o].node);
+            sb_printf(&c->s, "    kf_stv%s<VV>(p%d + i0, o%u);\n", x16 ? "_bf16x" : "", outs[o].param, o);
             continue;
         }
         /* vec == 1 here. */
@@ -1182,13 +1319,13 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     sb_puts(&c->s,
             "template <int VV> __device__ __forceinline__ void kf_prologue(long long row, int c, "
             "kf_acc_t *x, bool store, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
-    emit_loads(c, x, vec, "    ");
+    emit_loads(c, x, vec, "    ", NULL);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (pro[o])
             sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
     }
     sb_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
-    emit_nodes(c, coord_of, x, "        ");
+    emit_nodes(c, coord_of, x, "        ", false);
     sb_printf(&c->s, "        x[k] = (kf_acc_t)v%u;\n", rs->input);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (pro[o])
@@ -1214,13 +1351,13 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     sb_puts(&c->s,
             "template <int VV, typename S> __device__ __forceinline__ void kf_epilogue(long long row, "
             "int c, const kf_acc_t *x, const S &st, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
-    emit_loads(c, x, vec, "    ");
+    emit_loads(c, x, vec, "    ", NULL);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (epi[o])
             sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
     }
     sb_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
-    emit_nodes(c, coord_of, x, "        ");
+    emit_nodes(c, coord_of, x, "        ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (!epi[o])
             continue;
@@ -1251,9 +1388,9 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     }
     sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_row_out(long long row, "
                    "const S &st, KF_PARAMS) {\n");
-    emit_loads(c, x, 1, "    ");
+    emit_loads(c, x, 1, "    ", NULL);
     sb_puts(&c->s, "    const int k = 0;\n    (void)k;\n");
-    emit_nodes(c, coord_of, x, "    ");
+    emit_nodes(c, coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (rowo[o])
             sb_printf(&c->s, "    kf_st(p%d + row, (%s)v%u);\n", outs[o].param, reg_type(outs[o].dtype),
@@ -1348,8 +1485,8 @@ static kf_status gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     mark(c, r->input);
     sb_puts(&c->s, "__device__ __forceinline__ kf_acc_t kf_prologue(long long col, long long a, bool "
                    "store, KF_PARAMS) {\n    const int k = 0;\n    (void)k; (void)store;\n");
-    emit_loads(c, x, 1, "    ");
-    emit_nodes(c, coord_of, x, "    ");
+    emit_loads(c, x, 1, "    ", NULL);
+    emit_nodes(c, coord_of, x, "    ", false);
     sb_printf(&c->s, "    return (kf_acc_t)v%u;\n}\n\n", r->input);
 
     memset(c->need, 0, c->n * sizeof *c->need);
@@ -1362,8 +1499,8 @@ static kf_status gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     }
     sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_epilogue(long long col, "
                    "long long a, kf_acc_t x, const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
-    emit_loads(c, x, 1, "    ");
-    emit_nodes(c, coord_of, x, "    ");
+    emit_loads(c, x, 1, "    ", NULL);
+    emit_nodes(c, coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (epi[o])
             sb_printf(&c->s, "    kf_st(p%d + (%s), (%s)v%u);\n", outs[o].param, x->lin[sp],
@@ -1380,8 +1517,8 @@ static kf_status gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     }
     sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_row_out(long long col, "
                    "const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
-    emit_loads(c, x, 1, "    ");
-    emit_nodes(c, coord_of, x, "    ");
+    emit_loads(c, x, 1, "    ", NULL);
+    emit_nodes(c, coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (rowo[o])
             sb_printf(&c->s, "    kf_st(p%d + col, (%s)v%u);\n", outs[o].param, reg_type(outs[o].dtype),
@@ -1611,6 +1748,8 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {
     uint64_t need = (r->work_items + per - 1) / per;
     uint64_t cap = (uint64_t)(sm_count > 0 ? sm_count : 1) * (r->blocks_per_sm ? r->blocks_per_sm : 1);
     uint64_t gsz = need < cap ? need : cap;
+    if (r->grid_multiple > 1 && gsz >= r->grid_multiple)
+        gsz -= gsz % r->grid_multiple;
     if (gsz < 1)
         gsz = 1;
     if (gsz > 0x7fffffffu)
