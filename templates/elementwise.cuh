@@ -16,6 +16,7 @@
  *   KF_KERNEL          the kernel's name (extern "C")
  *   KF_PARAMS          its parameter list; KF_ARGS the same names as arguments
  *   KF_BLOCK           threads per block (the launch must use it)
+ *   KF_MINB            blocks per SM the registers must allow (__launch_bounds__)
  *   KF_N               elements in the iteration space
  *   KF_VEC             elements per vector (1: scalar only)
  *   KF_NVEC            vectors in the vector loop (KF_N / KF_VEC, rounded down;
@@ -37,7 +38,7 @@
  * gelu(x * s + b) * g over 65536 x 4096 bf16 with s, b, g per column: three
  * loads and their index arithmetic per vector were a third of the kernel.
  */
-extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
+extern "C" __global__ void __launch_bounds__(KF_BLOCK, KF_MINB) KF_KERNEL(KF_PARAMS) {
     KF_SETUP(); /* block-wide, before any thread leaves */
     const long long tid = (long long)blockIdx.x * KF_BLOCK + threadIdx.x;
     const long long nthreads = (long long)gridDim.x * KF_BLOCK;

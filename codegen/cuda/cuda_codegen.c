@@ -275,18 +275,23 @@ static const char *op_fn(kf_op op) {
  * gelu is the costliest op of an elementwise chain (erfc: ~40 instructions
  * and three special-function ops per element, which made a bf16 chain
  * compute-bound). When its operand is a bf16 value and its result is rounded
- * to bf16 it has only 65536 possible inputs, and outside
- * 2^-9 <= |x| < 8 (x > 0) or < 16 (x < 0) the rounded result is a formula:
- * 0.5x below (|x*0.8| is under half an ulp), x above, -0 far below (NaN at
- * -inf). The 3200 results in between are computed here with the reference
- * evaluator's own formula and rounding (ir/eval.c), so the kernel's gelu is
- * the reference's bit for bit; the block copies them to shared memory at
- * entry (KF_SETUP). */
-#define GELU_TAB_POS 0x3b00u /* bf16 bits of 2^-9 */
-#define GELU_TAB_POS_END 0x4100u /* 8.0 */
-#define GELU_TAB_NEG 0xbb00u /* -2^-9 */
-#define GELU_TAB_NEG_END 0xc180u /* -16.0 */
-#define GELU_TAB_N ((GELU_TAB_POS_END - GELU_TAB_POS) + (GELU_TAB_NEG_END - GELU_TAB_NEG))
+ * to bf16 it has only 65536 possible inputs, and outside 2^-9 <= |x| < 16 the
+ * rounded result is a formula: 0.5x below (|x*0.8| is under half an ulp), x
+ * above for x > 0, -0 for x < 0 (NaN at -inf). The table starts lower, at
+ * 2^-19, so that a chunk rarely meets the formula branch (a value under 2^-9
+ * is one in ~500 of the inputs the bench draws, so ~40% of the warps' steps
+ * took it). The 2 x 2944 results in between are computed here with the reference evaluator's own formula and
+ * rounding (ir/eval.c), so the kernel's gelu is the reference's bit for bit;
+ * the block copies them to shared memory at entry (KF_SETUP).
+ *
+ * The table interleaves the signs: entry 2 * (|bits| - 0x3b00) + sign. With
+ * the bits rotated left by one (magnitude, then sign), an index is a shift,
+ * a three-input logic op and a subtraction, and one unsigned compare tells
+ * in-range. In registers the bf16 values are the high halves of
+ * floats, so the shifts fold into the bf16x2 results that produced them. */
+#define GELU_TAB_LO 0x3600u /* |bits| of 2^-19 */
+#define GELU_TAB_HI 0x4180u /* 16.0 */
+#define GELU_TAB_N (2u * (GELU_TAB_HI - GELU_TAB_LO))
 
 /* Node i is a gelu whose result is rounded to bf16 and whose operand is a
  * bf16 tensor (`strict`: and is known, in this view, to hold a bf16-rounded
@@ -325,18 +330,14 @@ static void emit_gelu_table(cg *c) {
         return;
     }
     sb_printf(&c->s, "__device__ const unsigned short kf_gelu_tab_src[%u] = {", GELU_TAB_N);
-    uint32_t n = 0;
-    const uint32_t lo[2] = {GELU_TAB_POS, GELU_TAB_NEG}, hi[2] = {GELU_TAB_POS_END, GELU_TAB_NEG_END};
-    for (int r = 0; r < 2; r++) {
-        for (uint32_t u = lo[r]; u < hi[r]; u++, n++) {
-            uint32_t w = u << 16;
-            float xf;
-            memcpy(&xf, &w, sizeof xf);
-            double x = xf;
-            /* ir/eval.c's gelu, rounded as the reference stores it */
-            unsigned short y = bf16_bits(0.5 * x * erfc(-x * 0.70710678118654752440));
-            sb_printf(&c->s, "%s0x%x,", n % 16 ? "" : "\n", y);
-        }
+    for (uint32_t n = 0; n < GELU_TAB_N; n++) {
+        uint32_t w = ((GELU_TAB_LO + n / 2) | (n % 2 ? 0x8000u : 0u)) << 16;
+        float xf;
+        memcpy(&xf, &w, sizeof xf);
+        double x = xf;
+        /* ir/eval.c's gelu, rounded as the reference stores it */
+        unsigned short y = bf16_bits(0.5 * x * erfc(-x * 0.70710678118654752440));
+        sb_printf(&c->s, "%s0x%x,", n % 16 ? "" : "\n", y);
     }
     sb_printf(&c->s,
               "};\n__shared__ unsigned short kf_gelu_tab[%u];\n"
@@ -345,21 +346,33 @@ static void emit_gelu_table(cg *c) {
               "    for (int i = threadIdx.x; i < %u; i += blockDim.x)\n"
               "        kf_gelu_tab[i] = kf_gelu_tab_src[i];\n"
               "    __syncthreads();\n}\n"
+              "/* The table index of bf16 bits u (0..0xffff); in range when below %uu. */\n"
+              "__device__ __forceinline__ unsigned kf_gelu_idx(unsigned u) {\n"
+              "    return (((u << 1) & 0xfffeu) | (u >> 15)) - 0x%xu;\n}\n"
               "/* gelu of a bf16 value, rounded to bf16: the reference's result. */\n"
               "__device__ __forceinline__ float kf_gelu_bf16(float x) {\n"
-              "    const unsigned u = __float_as_uint(x) >> 16, m = u & 0x7fffu;\n"
-              "    const bool pos = u < 0x8000u;\n"
-              "    const bool in = m >= 0x%xu && m < (pos ? 0x%xu : 0x%xu);\n"
-              "    const unsigned idx = in ? m - 0x%xu + (pos ? 0u : %uu) : 0u;\n"
-              "    const float t = __uint_as_float((unsigned)kf_gelu_tab[idx] << 16);\n"
-              "    if (in)\n        return t;\n"
+              "    const unsigned u = __float_as_uint(x) >> 16, d = kf_gelu_idx(u), m = u & 0x7fffu;\n"
+              "    if (d < %uu)\n"
+              "        return __uint_as_float((unsigned)kf_gelu_tab[d] << 16);\n"
               "    if (m < 0x%xu)\n        return kf_round_bf16(0.5f * x); /* tiny, zero */\n"
-              "    if (pos || m > 0x7f80u)\n        return x; /* large, +inf, NaN */\n"
+              "    if (u < 0x8000u || m > 0x7f80u)\n        return x; /* large, +inf, NaN */\n"
               "    return m == 0x7f80u ? __int_as_float(0x7fc00000) : -0.0f; /* -inf: NaN */\n"
+              "}\n"
+              "/* VV of them: a table lookup each (the index clamped into the table, so\n"
+              " * the loads need no branch), then the formulas for the values outside it,\n"
+              " * behind one branch per chunk that is rarely taken. */\n"
+              "/* VV of them: a table lookup each (the index clamped into the table, so\n"
+              " * the load needs no branch), the formulas for a value outside it. */\n"
+              "template <int VV> __device__ __forceinline__ void kf_gelu_bf16_v(float *d, const float *a) {\n"
+              "#pragma unroll\n"
+              "    for (int k = 0; k < VV; k++) {\n"
+              "        const unsigned i = kf_gelu_idx(__float_as_uint(a[k]) >> 16);\n"
+              "        const float t = __uint_as_float((unsigned)kf_gelu_tab[min(i, %uu)] << 16);\n"
+              "        d[k] = __builtin_expect(i < %uu, 1) ? t : kf_gelu_bf16(a[k]);\n"
+              "    }\n"
               "}\n",
-              GELU_TAB_N, GELU_TAB_N, GELU_TAB_POS, GELU_TAB_POS_END,
-              GELU_TAB_NEG_END & 0x7fffu, GELU_TAB_POS, GELU_TAB_POS_END - GELU_TAB_POS,
-              GELU_TAB_POS);
+              GELU_TAB_N, GELU_TAB_N, GELU_TAB_N, 2u * GELU_TAB_LO, GELU_TAB_N, GELU_TAB_LO,
+              GELU_TAB_N - 1, GELU_TAB_N);
 }
 
 /* Node s holds a bf16 value exactly: a load of a bf16 buffer, or an op result
@@ -409,6 +422,11 @@ static void emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool 
         const kf_expr *e = &g->expr[i];
         const char *rt = reg_type(e->dtype);
         const char *rnd = e->tensor != KF_NONE ? round_fn(e->dtype) : NULL;
+        if (arr && gelu_tab_node(c, i, true)) {
+            sb_printf(&c->s, "%s%s v%u[VV];\n%skf_gelu_bf16_v<VV>(v%u, v%u);\n", ind, rt, i, ind, i,
+                      e->src[0]);
+            continue;
+        }
         int pk = arr ? packed_op(c, i) : -1;
         if (pk >= 0) {
             sb_printf(&c->s, "%s%s v%u[VV];\n%skf_bf16x2<%d, VV>(v%u, v%u, v%u);\n", ind, rt, i, ind,
@@ -696,8 +714,9 @@ static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const
             sb_printf(&c->s, "%s%s l%u[VV];\n", ind, rt, i);
             if (h)
                 sb_printf(&c->s, "%sif (H) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
-                                 "%s        l%u[k] = hv.l%u[k];\n%s} else\n    ",
-                          ind, ind, ind, i, i, ind);
+                                 "%s        l%u[k] = kf_cvt(reinterpret_cast<const %s *>(hv.l%u.b)[k]);\n"
+                                 "%s} else\n    ",
+                          ind, ind, ind, i, storage_type(c->k->params[p].dtype), i, ind);
             sb_printf(&c->s, "%skf_ldv<VV>(p%d + (%s), l%u);\n", ind, p, off, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
         } else if (cl == ACC_BCAST) {
@@ -1085,17 +1104,28 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
         k->launch.grid_multiple = m <= 65536 ? (uint32_t)m : 0;
     }
     sb_printf(&c->s, "#define KF_HOIST_P %" PRId64 "LL\n", any_hoist ? period : (int64_t)0);
+    /* The grid aims at 8 blocks per SM; ptxas must fit them (32 registers):
+     * with 33 the chain above ran 0.349 ms instead of 0.294 (H200). Not for
+     * f64, i32 (64-bit saturation) or pow, which would spill at 32. */
+    bool light = true;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (c->need[i] && (e->dtype == KF_DTYPE_F64 || e->dtype == KF_DTYPE_I32 ||
+                           (e->kind == KF_EXPR_OP && e->op == KF_OP_POW)))
+            light = false;
+    }
+    sb_printf(&c->s, "#define KF_MINB %u\n", light ? k->launch.blocks_per_sm : 1u);
     sb_puts(&c->s, "struct kf_hoist {\n");
     for (uint32_t i = 0; i < c->n; i++) {
         if (!hoist[i])
             continue;
         int64_t s[KF_MAX_RANK];
         node_strides(c, i, s);
-        const char *rt = reg_type(c->k->params[c->param[i]].dtype);
-        if (classify(rank, dims, s, vec) == ACC_VECTOR)
-            sb_printf(&c->s, "    %s l%u[KF_VEC];\n", rt, i);
+        kf_dtype pd = c->k->params[c->param[i]].dtype;
+        if (classify(rank, dims, s, vec) == ACC_VECTOR) /* raw: 4 registers for 8 bf16 */
+            sb_printf(&c->s, "    kf_raw<KF_VEC * %zu> l%u;\n", kf_dtype_size(pd), i);
         else
-            sb_printf(&c->s, "    %s l%u;\n", rt, i);
+            sb_printf(&c->s, "    %s l%u;\n", reg_type(pd), i);
     }
     sb_puts(&c->s, "    char none_;\n};\n"
                    "__device__ __forceinline__ void kf_hoist_load(long long i0, kf_hoist &hv, KF_PARAMS) {\n");
@@ -1107,7 +1137,7 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
         char off[OV_MAX - 64];
         offset_str(c, x, i, off, sizeof off);
         if (classify(rank, dims, s, vec) == ACC_VECTOR)
-            sb_printf(&c->s, "    kf_ldv<KF_VEC>(p%d + (%s), hv.l%u);\n", c->param[i], off, i);
+            sb_printf(&c->s, "    kf_raw_ld(p%d + (%s), hv.l%u);\n", c->param[i], off, i);
         else
             sb_printf(&c->s, "    hv.l%u = kf_ld(p%d + (%s));\n", i, c->param[i], off);
     }
