@@ -21,6 +21,9 @@
  *                          accesses; p must be aligned to min(16, N*size)
  *   kf_round_f16/bf16(x)   round a float to the dtype and back
  *   kf_op_<name>(...)      the ops (kf_gelu, kf_add_i32, ...)
+ *   kf_bf16x2<OP, VV>(d, a, b)
+ *                          VV results of a bf16 add/sub/mul (OP 0/1/2), two per
+ *                          bf16x2 instruction
  *   kf_max_nan, kf_warp_sum/max, kf_block_sum/max
  */
 #define KF_INF __int_as_float(0x7f800000)
@@ -209,6 +212,70 @@ __device__ __forceinline__ float kf_mul(float a, float b) { return a * b; }
 __device__ __forceinline__ double kf_mul(double a, double b) { return a * b; }
 __device__ __forceinline__ float kf_div(float a, float b) { return a / b; }
 __device__ __forceinline__ double kf_div(double a, double b) { return a / b; }
+
+/* ---- packed bf16 pairs --------------------------------------------------
+ * add, sub and mul of two bf16 values, rounded to bf16, two elements per
+ * instruction. The result is the float path's bit for bit: a bf16 product is
+ * exact in float and a float sum rounds once more harmlessly (24 >= 2 * 8 + 2
+ * bits), so kf_round_bf16(a op b) is the correctly rounded result, which is
+ * what the bf16x2 instructions compute. The operands must hold bf16 values:
+ * packing drops the low 16 bits, and unpacking is a shift, so a pack of an
+ * unpack folds away and a chain of packed ops stays packed. sm_90 has
+ * add/sub/mul.rn.bf16x2; sm_80 writes them as fma.rn.bf16x2 (a * b + -0,
+ * a * 1 + b, b * -1 + a: one rounding each). */
+__device__ __forceinline__ unsigned kf_pk_bf16(float lo, float hi) {
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+__device__ __forceinline__ float kf_lo_bf16(unsigned p) { return __uint_as_float(p << 16); }
+__device__ __forceinline__ float kf_hi_bf16(unsigned p) { return __uint_as_float(p & 0xffff0000u); }
+template <int OP> __device__ __forceinline__ unsigned kf_bop2(unsigned a, unsigned b) {
+    unsigned d;
+#if __CUDA_ARCH__ >= 900
+    if (OP == 0)
+        asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    else if (OP == 1)
+        asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    else
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+    if (OP == 0)
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0x3f803f80u), "r"(b));
+    else if (OP == 1)
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(b), "r"(0xbf80bf80u), "r"(a));
+    else
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+#endif
+    return d;
+}
+template <int OP> __device__ __forceinline__ float kf_bop1(float a, float b) {
+    return kf_round_bf16(OP == 0 ? a + b : OP == 1 ? a - b : a * b);
+}
+template <int OP, int VV> __device__ __forceinline__ void kf_bf16x2(float *d, const float *a, const float *b) {
+#pragma unroll
+    for (int k = 0; k + 1 < VV; k += 2) {
+        const unsigned r = kf_bop2<OP>(kf_pk_bf16(a[k], a[k + 1]), kf_pk_bf16(b[k], b[k + 1]));
+        d[k] = kf_lo_bf16(r);
+        d[k + 1] = kf_hi_bf16(r);
+    }
+    if (VV & 1)
+        d[VV - 1] = kf_bop1<OP>(a[VV - 1], b[VV - 1]);
+}
+
+/* N bf16 values already exact in float (results of bf16 ops, loads), stored
+ * without a conversion: the packing above, which folds into the bf16x2
+ * results that produced them. */
+template <int N> __device__ __forceinline__ void kf_stv_bf16x(kf_bf16 *p, const float *in) {
+    if (N % 2 == 0) {
+        kf_raw<N * 2> r;
+        unsigned *w = reinterpret_cast<unsigned *>(r.b);
+#pragma unroll
+        for (int k = 0; k < N / 2; k++)
+            w[k] = kf_pk_bf16(in[2 * k], in[2 * k + 1]);
+        kf_raw_st(p, r);
+    } else {
+        kf_stv<N>(p, in);
+    }
+}
 
 /* ---- reductions --------------------------------------------------------- */
 

@@ -292,6 +292,60 @@ static void test_an_elementwise_chain_fuses_into_one_kernel_and_matches(void **s
     }
 }
 
+/* bf16 add/sub/mul run two elements per bf16x2 instruction, and the
+ * per-column operands load once per thread (the hoisted path: 264 columns,
+ * a grid rounded to a multiple of 33 blocks). Both are exact: the reference's
+ * single rounding from double is the correctly rounded result, so the outputs
+ * must match it bit for bit, not merely within the tolerance. */
+static void test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *text = "kfg 1\na = input(bf16[300, 264])\nb = input(bf16[264])\n"
+                       "c = input(bf16[264])\ny = mul(a, b)\nz = add(y, c)\nw = sub(z, a)\n"
+                       "output y\noutput w\n";
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(G.ctx, text, strlen(text), &g), KF_OK);
+    kf_binding in[3], out[2], ref[2];
+    const char *names[3] = {"a", "b", "c"};
+    size_t counts[3] = {300 * 264, 264, 264};
+    kf_test_rng rng = kf_test_rng_make(450);
+    for (int i = 0; i < 3; i++) {
+        in[i] = (kf_binding){.name = names[i], .size = counts[i] * 2, .data = malloc(counts[i] * 2)};
+        kf_test_fill(in[i].data, KF_DTYPE_BF16, counts[i], &rng, -4, 4);
+    }
+    for (int i = 0; i < 2; i++) {
+        out[i] = (kf_binding){.name = i ? "w" : "y", .size = 300 * 264 * 2, .data = malloc(300 * 264 * 2)};
+        ref[i] = (kf_binding){.name = out[i].name, .size = out[i].size, .data = malloc(out[i].size)};
+        kf_test_poison(out[i].data, KF_DTYPE_BF16, 300 * 264);
+    }
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(G.ctx, g, &p), KF_OK);
+    if (kf_program_run(p, in, 3, out, 2, NULL) != KF_OK)
+        fail_msg("bf16 packed: %s", kf_program_error(p));
+    assert_int_equal(kf_graph_eval(g, in, 3, ref, 2), KF_OK);
+    for (int i = 0; i < 2; i++) {
+        const unsigned short *o = out[i].data, *r = ref[i].data;
+        size_t bad = 0, first = 0;
+        for (size_t j = 0; j < 300 * 264; j++) {
+            if (o[j] != r[j] && !bad++)
+                first = j;
+        }
+        if (bad)
+            fail_msg("bf16 packed, output %s: %zu of %d elements differ from the reference; first at "
+                     "%zu: 0x%04x, reference 0x%04x (KF_TEST_SEED=%llu)",
+                     out[i].name, bad, 300 * 264, first, o[first], r[first],
+                     (unsigned long long)kf_test_seed());
+    }
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+    for (int i = 0; i < 3; i++)
+        free(in[i].data);
+    for (int i = 0; i < 2; i++) {
+        free(out[i].data);
+        free(ref[i].data);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Row-wise and column reductions                                             */
 /* ------------------------------------------------------------------------ */
@@ -657,6 +711,7 @@ int main(void) {
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_float_dtype),
         cmocka_unit_test(test_comparisons_where_cast_and_i32_match_exactly),
         cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
+        cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),
         cmocka_unit_test(test_every_rowwise_op_in_every_float_dtype_matches),
         cmocka_unit_test(test_column_reductions_and_norm_prologue_epilogue_fusions_match),
         cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),

@@ -276,6 +276,31 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
 
+    /* per-column operands hoisted out of the grid-stride loop, bf16 mul/add
+     * two per bf16x2 instruction, the exact result stored without converting */
+    plan_text("kfg 1\nx = input(bf16[300, 264])\ns = input(bf16[264])\nb = input(bf16[264])\n"
+              "xs = mul(x, s)\ny = add(xs, b)\noutput y\n",
+              &p);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_non_null(strstr(k.source, "#define KF_HOIST_P 264LL"));
+    assert_non_null(strstr(k.source, "kf_bf16x2<2, VV>"));
+    assert_non_null(strstr(k.source, "kf_bf16x2<0, VV>"));
+    assert_non_null(strstr(k.source, "kf_stv_bf16x<VV>"));
+    /* threads * 8 a multiple of 264: grids of 33 blocks (39 needed -> 33) */
+    assert_int_equal(k.launch.grid_multiple, 33);
+    assert_int_equal(kf_cuda_kernel_grid(&k, 132), 33);
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+    /* f32: no packed form; an operand varying over the whole space: no hoist */
+    plan_text("kfg 1\nx = input(f32[300, 264])\ns = input(f32[300, 264])\ny = mul(x, s)\noutput y\n",
+              &p);
+    first_kernel(p.plan, "sm_80", &k);
+    assert_non_null(strstr(k.source, "#define KF_HOIST_P 0LL"));
+    assert_null(strstr(k.source, "kf_bf16x2<2, VV>("));
+    assert_int_equal(k.launch.grid_multiple, 0);
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+
     /* f32 tail: 4 per vector */
     plan_text("kfg 1\nx = input(f32[1001])\ny = exp(x)\noutput y\n", &p);
     first_kernel(p.plan, "sm_80", &k);

@@ -114,6 +114,9 @@ typedef struct kf_cuda_launch_rule {
     uint32_t items_per_block;/* items one block handles per grid-stride step */
     uint32_t blocks_per_sm;  /* resident blocks per SM to aim for */
     uint32_t shared_bytes;   /* dynamic shared memory (0: everything is static) */
+    uint32_t grid_multiple;  /* the grid is rounded down to a multiple of this when it is at
+                                least that large (0 or 1: any grid); the elementwise template's
+                                hoisted path needs threads * vector a multiple of its period */
 } kf_cuda_launch_rule;
 
 typedef struct kf_cuda_kernel {
