@@ -299,6 +299,25 @@ kf_status kf_cuda_function(const kf_cuda_device *dev, kf_cu_module mod, const ch
                          "cuModuleGetFunction", name, err);
 }
 
+kf_status kf_cuda_function_set_shared(const kf_cuda_device *dev, kf_cu_function fn, unsigned bytes,
+                                      const char *kernel, char *err) {
+    if (!fn)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_function_set_shared: NULL function");
+    if (bytes > 0x7fffffffu)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "kernel '%s': %u bytes of dynamic shared memory", kernel ? kernel : "?",
+                          bytes);
+    kf_status st = bind(dev, err);
+    if (st != KF_OK)
+        return st;
+    char call[80];
+    snprintf(call, sizeof call, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, %u)", bytes);
+    return kf_cuda_check(dev->drv,
+                         dev->drv->cuFuncSetAttribute(
+                             fn, KF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)bytes),
+                         call, kernel, err);
+}
+
 kf_status kf_cuda_launch(const kf_cuda_device *dev, kf_cu_function fn,
                          const kf_cuda_launch_cfg *cfg, void **params, char *err) {
     if (!fn || !cfg)

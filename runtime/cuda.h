@@ -60,6 +60,8 @@ typedef unsigned long long kf_cu_deviceptr;
     X(cuModuleUnload, "cuModuleUnload", NULL, (kf_cu_module mod))                                  \
     X(cuModuleGetFunction, "cuModuleGetFunction", NULL,                                            \
       (kf_cu_function * fn, kf_cu_module mod, const char *name))                                   \
+    X(cuFuncSetAttribute, "cuFuncSetAttribute", NULL,                                            \
+      (kf_cu_function fn, int attribute, int value))                                               \
     X(cuLaunchKernel, "cuLaunchKernel", NULL,                                                      \
       (kf_cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,         \
        unsigned bz, unsigned shared_bytes, kf_cu_stream stream, void **params, void **extra))      \
@@ -138,6 +140,14 @@ kf_status kf_cuda_module_load(const kf_cuda_device *dev, const void *cubin, cons
 void kf_cuda_module_unload(const kf_cuda_device *dev, kf_cu_module mod);
 kf_status kf_cuda_function(const kf_cuda_device *dev, kf_cu_module mod, const char *name,
                            kf_cu_function *out, char *err);
+
+/* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+#define KF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+
+/* Lets `fn` (named `kernel` in messages) launch with `bytes` of dynamic
+ * shared memory: above 48 KiB a launch fails unless the function opted in. */
+kf_status kf_cuda_function_set_shared(const kf_cuda_device *dev, kf_cu_function fn, unsigned bytes,
+                                      const char *kernel, char *err);
 
 typedef struct kf_cuda_launch_cfg {
     unsigned grid[3], block[3];

@@ -379,6 +379,11 @@ static kf_status add_kernel(kf_cuda_exec *ex, kf_cuda_kernel *k, uint32_t gi, sc
         kf_mem_free(&ex->mem, cubin, size);
     if (st == KF_OK)
         st = kf_cuda_function(&ex->dev, xk->mod, k->name, &xk->fn, err);
+    /* Dynamic shared memory (row_warp_staged's ring) above the default 48 KiB
+     * needs the function's opt-in; set it whenever there is any, so the
+     * launch and the CUDA graph node (which pass xk->shared) always fit. */
+    if (st == KF_OK && xk->shared > 0)
+        st = kf_cuda_function_set_shared(&ex->dev, xk->fn, xk->shared, k->name, err);
     return st;
 }
 
@@ -388,13 +393,16 @@ typedef kf_status (*gen_fn)(const kf_plan *, uint32_t, const char *, const kf_me
                             kf_cuda_kernel *);
 
 static kf_status gen_kernel(kf_cuda_exec *ex, const kf_plan *plan, gen_fn gen, uint32_t gi,
-                            scratch_map *sm, char *name_out, size_t name_size, char *err) {
+                            scratch_map *sm, char *name_out, size_t name_size,
+                            kf_cuda_template *tmpl_out, char *err) {
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
     kf_status st = gen(plan, gi, ex->arch, &ex->mem, &k);
     if (st == KF_OK) {
         if (name_out)
             snprintf(name_out, name_size, "%s", k.name);
+        if (tmpl_out)
+            *tmpl_out = k.tmpl;
         st = add_kernel(ex, &k, gi, sm, err);
     } else if (st != KF_ERR_NOT_FOUND) {
         kf_msg_set(err, st, "group %u (%s): %s", gi, plan->groups[gi].name,
@@ -763,7 +771,7 @@ static kf_status plan_gemm(kf_cuda_exec *ex, uint32_t gi, char *err) {
     /* 1. A norm prologue on A: a kernel writes A into scratch. */
     if (gm->a_prologue) {
         st = gen_kernel(ex, plan, kf_cuda_codegen_gemm_prologue, gi, &sm, pro_name,
-                        sizeof pro_name, err);
+                        sizeof pro_name, NULL, err);
         if (st != KF_OK)
             return st == KF_ERR_NOT_FOUND
                        ? kf_msg_set(err, KF_ERR_INTERNAL, "group %u (%s) has a norm prologue but the "
@@ -882,12 +890,12 @@ static kf_status plan_gemm(kf_cuda_exec *ex, uint32_t gi, char *err) {
             st = plan_with_acc_at(ex, gi, acc, m.top, &copy, &groups, &expr, err);
             if (st == KF_OK)
                 st = gen_kernel(ex, &copy, kf_cuda_codegen_epilogue, gi, &sm, epi_name,
-                                sizeof epi_name, err);
+                                sizeof epi_name, NULL, err);
             kf_mem_free(&ex->mem, groups, plan->n_groups * sizeof *groups);
             kf_mem_free(&ex->mem, expr, grp->n_expr * sizeof *expr);
         } else {
             st = gen_kernel(ex, plan, kf_cuda_codegen_epilogue, gi, &sm, epi_name,
-                            sizeof epi_name, err);
+                            sizeof epi_name, NULL, err);
         }
         if (st == KF_ERR_NOT_FOUND)
             st = KF_OK;
@@ -973,7 +981,7 @@ static kf_status plan_attention(kf_cuda_exec *ex, uint32_t gi, char *err) {
 
     /* 2. P = softmax(score expression) by a generated row-wise kernel. */
     char name[KF_CUDA_NAME_MAX] = "";
-    st = gen_kernel(ex, plan, kf_cuda_codegen_attention_softmax, gi, &sm, name, sizeof name, err);
+    st = gen_kernel(ex, plan, kf_cuda_codegen_attention_softmax, gi, &sm, name, sizeof name, NULL, err);
     if (st != KF_OK)
         return st == KF_ERR_NOT_FOUND ? kf_msg_set(err, KF_ERR_INTERNAL, "group %u: no softmax kernel",
                                              gi)
@@ -1131,8 +1139,6 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
     for (uint32_t gi = 0; gi < plan->n_groups && st == KF_OK; gi++) {
         const kf_group *grp = &plan->groups[gi];
         scratch_map sm = {.n = 0};
-        kf_cuda_template tmpl;
-        bool has_kernel;
         switch (grp->kind) {
         case KF_GROUP_VIEW:
             set_where(ex, gi, "no kernel: a view of %%%u's buffer", grp->view_base);
@@ -1142,13 +1148,13 @@ kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **o
         case KF_GROUP_COLREDUCE:
         case KF_GROUP_LAYOUT: {
             char name[KF_CUDA_NAME_MAX] = "";
-            st = gen_kernel(ex, plan, kf_cuda_codegen_group, gi, &sm, name, sizeof name, err);
-            if (st == KF_OK) {
-                const char *tn = "?";
-                if (kf_cuda_group_template(plan, gi, &tmpl, &has_kernel) == KF_OK)
-                    tn = kf_cuda_template_name(tmpl);
-                set_where(ex, gi, "kernel %s (%s %s template)", name, ex->arch, tn);
-            }
+            /* the template the generator chose (row_warp_staged depends on the
+             * loads and the arch) */
+            kf_cuda_template tmpl = KF_CUDA_TEMPLATE_COUNT;
+            st = gen_kernel(ex, plan, kf_cuda_codegen_group, gi, &sm, name, sizeof name, &tmpl, err);
+            if (st == KF_OK)
+                set_where(ex, gi, "kernel %s (%s %s template)", name, ex->arch,
+                          kf_cuda_template_name(tmpl));
             break;
         }
         case KF_GROUP_GEMM:

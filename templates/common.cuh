@@ -20,6 +20,9 @@
  *                          N consecutive elements through 16/8/4/2-byte
  *                          accesses; p must be aligned to min(16, N*size)
  *   kf_round_f16/bf16(x)   round a float to the dtype and back
+ *   kf_cp_row<NB>(sa, p, lane), kf_cp_commit(), kf_cp_wait<N>(), kf_lds<N, T>(sa, out[N])
+ *                          sm_80+: a row into shared memory with cp.async, and
+ *                          N elements back from shared address sa
  *   kf_op_<name>(...)      the ops (kf_gelu, kf_add_i32, ...)
  *   kf_bf16x2<OP, VV>(d, a, b)
  *                          VV results of a bf16 add/sub/mul (OP 0/1/2), two per
@@ -142,6 +145,67 @@ template <int N, typename T, typename R> __device__ __forceinline__ void kf_stv(
 __device__ __forceinline__ bool kf_aligned(const void *p, unsigned bytes) {
     return ((unsigned long long)p & (unsigned long long)(bytes - 1)) == 0;
 }
+
+/* ---- staging through shared memory (sm_80+: cp.async) ------------------
+ * The row_warp_staged template (rowwise.cuh) copies rows global -> shared with
+ * cp.async and reads them back with kf_lds. Addresses are 32-bit shared-window
+ * addresses (__cvta_generic_to_shared). Only that template, chosen only for
+ * sm_80 and later, uses these, and cp.async does not assemble below sm_80. */
+#if __CUDA_ARCH__ >= 800
+/* Bytes NB of a row (NB % 16 == 0, src and dst 16-byte aligned) in 16-byte
+ * pieces: lane l copies pieces l, l + 32, ... (.cg: through L2 only, the row
+ * is read once from memory). */
+template <int NB> __device__ __forceinline__ void kf_cp_row(unsigned dst, const void *src, int lane) {
+    static_assert(NB % 16 == 0, "rows are staged in 16-byte pieces");
+    constexpr int N = NB / 16, PT = (N + 31) / 32;
+#pragma unroll
+    for (int q = 0; q < PT; q++) {
+        const int t = lane + q * 32;
+        if (t < N)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + (unsigned)t * 16u),
+                         "l"(static_cast<const char *>(src) + (long long)t * 16)
+                         : "memory");
+    }
+}
+__device__ __forceinline__ void kf_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Waits until at most N of this thread's committed groups are in flight. */
+template <int N> __device__ __forceinline__ void kf_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+/* N consecutive elements of type T from shared address a (aligned to
+ * min(16, N * sizeof(T))), converted as kf_ldv does. A multipass kernel
+ * re-reads the staged row in every pass, and the loads must really happen
+ * each time: with ordinary loads the compiler keeps the first pass's values
+ * live through the row's reductions instead (the register pressure staging
+ * exists to remove). Volatile asm stops NVVM from merging them, ld.volatile
+ * stops ptxas: with volatile asm of a plain ld.shared, ptxas still merged the
+ * passes' loads of one address (sm_90a, bf16 layer_norm of 4096: 167
+ * registers; 52 with ld.volatile). */
+template <int N, typename T, typename R> __device__ __forceinline__ void kf_lds(unsigned a, R *out) {
+    constexpr int B = N * (int)sizeof(T);
+    static_assert(B % 16 == 0 || B == 8 || B == 4 || B == 2 || B == 1, "a vector access");
+    unsigned w[B >= 4 ? B / 4 : 1];
+    if (B % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < B / 16; i++)
+            asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(w[4 * i]), "=r"(w[4 * i + 1]), "=r"(w[4 * i + 2]), "=r"(w[4 * i + 3])
+                         : "r"(a + (unsigned)i * 16u));
+    } else if (B == 8) {
+        asm volatile("ld.volatile.shared.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "r"(a));
+    } else if (B == 4) {
+        asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(w[0]) : "r"(a));
+    } else if (B == 2) {
+        asm volatile("ld.volatile.shared.u16 %0, [%1];" : "=r"(w[0]) : "r"(a));
+    } else {
+        asm volatile("ld.volatile.shared.u8 %0, [%1];" : "=r"(w[0]) : "r"(a));
+    }
+    const T *e = reinterpret_cast<const T *>(w);
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        out[k] = kf_cvt(e[k]);
+}
+#endif
 
 /* ---- the ops: the reference evaluator's formulas ---------------------- */
 

@@ -120,7 +120,9 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
                  seen);
     compile_text("kfg 1\nx = input(f32[1001])\nn = neg(x)\ny = exp(n)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(f16[8, 24])\nc = input(f16[8, 1])\ny = mul(x, c)\noutput y\n", seen);
-    /* row-wise: a warp per row, a block per row, a block re-reading the row */
+    /* row-wise: a warp per row (f64: not staged), a warp per row staged, a
+     * block per row, a block re-reading the row */
+    compile_text("kfg 1\nx = input(f64[32, 256])\ny = softmax(x)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(f32[32, 256])\ny = softmax(x)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(bf16[16, 8192])\nw = input(bf16[8192])\ny = rms_norm(x, w)\n"
                  "output y\n",
@@ -204,7 +206,9 @@ static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **
         }
         unsigned seen[KF_CUDA_TEMPLATE_COUNT] = {0};
         assert_int_equal(compile_text(text, seen), 12);
-        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP], 12);
+        /* x is contiguous with 16-byte rows: staged, except in f64 */
+        bool f64 = strcmp(d, "f64") == 0;
+        assert_int_equal(seen[f64 ? KF_CUDA_TEMPLATE_ROW_WARP : KF_CUDA_TEMPLATE_ROW_WARP_STAGED], 12);
     }
     /* i32 reductions accumulate in double */
     compile_text("kfg 1\nx = input(i32[6, 128])\ny = reduce_sum(x, axis=1)\nz = reduce_max(x, axis=1)\n"
@@ -314,8 +318,9 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     static const struct {
         int64_t len;
         kf_cuda_template t;
-    } rows[] = {{1024, KF_CUDA_TEMPLATE_ROW_WARP},
-                {4096, KF_CUDA_TEMPLATE_ROW_WARP},
+    } rows[] = {{100, KF_CUDA_TEMPLATE_ROW_WARP}, /* 200-byte rows: no 16-byte pieces */
+                {1024, KF_CUDA_TEMPLATE_ROW_WARP_STAGED},
+                {4096, KF_CUDA_TEMPLATE_ROW_WARP_STAGED},
                 {4097, KF_CUDA_TEMPLATE_ROW_BLOCK},
                 {32768, KF_CUDA_TEMPLATE_ROW_BLOCK},
                 {65536, KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS}};
@@ -333,8 +338,13 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
         assert_string_equal(k.name, expect);
         kf_cuda_template t;
         bool has;
-        assert_int_equal(kf_cuda_group_template(p.plan, k.group, &t, &has), KF_OK);
+        assert_int_equal(kf_cuda_group_template(p.plan, k.group, "sm_90a", &t, &has), KF_OK);
         assert_int_equal(t, rows[i].t);
+        if (rows[i].t == KF_CUDA_TEMPLATE_ROW_WARP_STAGED) {
+            /* without an arch: the family, nothing generated */
+            assert_int_equal(kf_cuda_group_template(p.plan, k.group, NULL, &t, &has), KF_OK);
+            assert_int_equal(t, KF_CUDA_TEMPLATE_ROW_WARP);
+        }
         char line[160];
         kf_cuda_describe_group(p.plan, k.group, "sm_90a", line, sizeof line);
         assert_non_null(strstr(line, kf_cuda_template_name(rows[i].t)));
@@ -374,6 +384,86 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_non_null(strstr(k.error, "sm_90a"));
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
+}
+
+/* row_warp_staged: which groups stage, the launch it asks for, and that the
+ * kernels compile for both archs. */
+static void staged_case(const char *text, const char *arch, kf_cuda_template want,
+                        uint32_t shared, uint32_t blocks_per_sm) {
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_kernel k;
+    first_kernel(p.plan, arch, &k);
+    if (k.tmpl != want)
+        fail_msg("%s on %s: template %s, expected %s", k.name, arch, kf_cuda_template_name(k.tmpl),
+                 kf_cuda_template_name(want));
+    kf_cuda_template t;
+    bool has;
+    assert_int_equal(kf_cuda_group_template(p.plan, k.group, arch, &t, &has), KF_OK);
+    assert_int_equal(t, want);
+    char line[160];
+    kf_cuda_describe_group(p.plan, k.group, arch, line, sizeof line);
+    assert_non_null(strstr(line, kf_cuda_template_name(want)));
+    assert_int_equal(k.launch.shared_bytes, shared);
+    if (want == KF_CUDA_TEMPLATE_ROW_WARP_STAGED) {
+        assert_int_equal(k.launch.block, 128);
+        assert_int_equal(k.launch.items_per_block, 4);
+        assert_int_equal(k.launch.blocks_per_sm, blocks_per_sm);
+        assert_non_null(strstr(k.source, "#define KF_STAGED 1\n"));
+        assert_non_null(strstr(k.source, "void kf_stage_row("));
+        assert_non_null(strstr(k.source, "template row_warp_staged"));
+        /* the grid is capped by what fits an SM */
+        uint64_t need = (k.launch.work_items + 3) / 4;
+        assert_int_equal(kf_cuda_kernel_grid(&k, 132), need < 132 * blocks_per_sm ? need : 132 * blocks_per_sm);
+    } else {
+        assert_null(strstr(k.source, "void kf_stage_row("));
+    }
+    if (have_nvrtc()) {
+        kf_nvrtc_result res;
+        char err[KF_MSG_MAX] = "";
+        kf_status st = kf_cuda_kernel_compile(&MEM, &k, &res, err);
+        if (st != KF_OK)
+            fail_msg("%s: %s\n%s", k.name, err, res.log ? res.log : "");
+        assert_memory_equal(res.cubin, "\x7f" "ELF", 4);
+        kf_nvrtc_result_release(&MEM, &res);
+    }
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+}
+
+static void test_row_warp_staged_is_chosen_where_it_fits(void **state) {
+    (void)state;
+    const char *rms = "kfg 1\nx = input(bf16[65536, 4096])\nw = input(bf16[4096])\n"
+                      "y = rms_norm(x, w)\noutput y\n";
+    const char *ln = "kfg 1\nx = input(bf16[65536, 4096])\nw = input(bf16[4096])\n"
+                     "b = input(bf16[4096])\ny = layer_norm(x, w, b)\noutput y\n";
+    const char *res = "kfg 1\nx = input(bf16[65536, 4096])\nr = input(bf16[65536, 4096])\n"
+                      "w = input(bf16[4096])\nh = add(x, r)\ny = rms_norm(h, w)\noutput y\n";
+    const char *sm = "kfg 1\nx = input(bf16[1024, 4096])\ny = softmax(x)\noutput y\n";
+    /* one bf16 row of 4096 per stage: 4 warps x 3 stages x 8 KiB, 2 blocks
+     * per SM (sm_90a: 228 KiB; sm_80: the 99 KiB block limit of 8.6/8.9
+     * still fits one block, A100's 164 KiB per SM one) */
+    staged_case(rms, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 3 * 8192, 2);
+    staged_case(ln, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 3 * 8192, 2);
+    staged_case(sm, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 3 * 8192, 2);
+    staged_case(rms, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 3 * 8192, 1);
+    staged_case(ln, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 3 * 8192, 1);
+    /* a residual add in the prologue: two rows per stage (16 KiB), 2 stages,
+     * 1 block per SM; 128 KiB is over sm_80's 99 KiB: the register path */
+    staged_case(res, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 2 * 16384, 1);
+    staged_case(res, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0);
+    /* not staged: f64 rows, rows past a warp, cp.async-less archs, a row
+     * read across its last axis (a transposed view: a gather) */
+    staged_case("kfg 1\nx = input(f64[64, 1024])\nw = input(f64[1024])\ny = rms_norm(x, w)\n"
+                "output y\n",
+                "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0);
+    staged_case("kfg 1\nx = input(bf16[64, 8192])\nw = input(bf16[8192])\ny = rms_norm(x, w)\n"
+                "output y\n",
+                "sm_90a", KF_CUDA_TEMPLATE_ROW_BLOCK, 0, 0);
+    staged_case(rms, "sm_75", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0);
+    staged_case("kfg 1\nx = input(f32[256, 64])\nt = permute(x, [1, 0])\ne = exp(t)\n"
+                "y = softmax(e)\noutput y\n",
+                "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0);
 }
 
 static void test_broken_kernel_status_carries_the_log_and_the_name(void **state) {
@@ -548,6 +638,7 @@ int main(void) {
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
         cmocka_unit_test(test_kernel_names_templates_vectors_and_params),
+        cmocka_unit_test(test_row_warp_staged_is_chosen_where_it_fits),
         cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
         cmocka_unit_test(test_aot_rejects_bad_usage),

@@ -78,6 +78,7 @@ static void sb_puts(sbuf *b, const char *s) { sb_printf(b, "%s", s); }
 static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_ELEMENTWISE] = "elementwise",
     [KF_CUDA_TEMPLATE_ROW_WARP] = "row_warp",
+    [KF_CUDA_TEMPLATE_ROW_WARP_STAGED] = "row_warp_staged",
     [KF_CUDA_TEMPLATE_ROW_BLOCK] = "row_block",
     [KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS] = "row_block_multipass",
     [KF_CUDA_TEMPLATE_COLREDUCE] = "colreduce",
@@ -141,6 +142,8 @@ typedef struct cg {
     char (*ov)[OV_MAX]; /* per node: the expression standing for it ("" none) */
     bool *need;       /* per node: scratch for reachability */
     int32_t *param;   /* per node: LOAD/ACC/SCORE: its param; else -1 */
+    int64_t *soff;    /* per node: row_warp_staged: byte offset of its row in a stage; else -1 */
+    bool staged;      /* emitting a staged prologue: loads with soff >= 0 read the stage */
     kf_status st;
 } cg;
 
@@ -321,11 +324,15 @@ static unsigned short bf16_bits(double v) {
     return (unsigned short)(u >> 16);
 }
 
-static void emit_gelu_table(cg *c) {
+static bool has_gelu_table(const cg *c) {
     bool any = false;
     for (uint32_t i = 0; i < c->n && !any; i++)
         any = gelu_tab_node(c, i, false);
-    if (!any) {
+    return any;
+}
+
+static void emit_gelu_table(cg *c) {
+    if (!has_gelu_table(c)) {
         sb_puts(&c->s, "#define KF_SETUP() ((void)0)\n");
         return;
     }
@@ -710,7 +717,17 @@ static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const
         acc_class cl = x->vrank[e->space] > 0 ? classify(rank, dims, s, vec) : ACC_BCAST;
         const char *rt = reg_type(c->k->params[p].dtype);
         bool h = hoist && hoist[i];
-        if (cl == ACC_VECTOR) {
+        if (cl == ACC_VECTOR && c->staged && c->soff[i] >= 0) {
+            /* Staged: the stage holds the row from element 0, so element j0 is
+             * j0 * size bytes in. */
+            size_t z = kf_dtype_size(c->k->params[p].dtype);
+            sb_printf(&c->s,
+                      "%s%s l%u[VV];\n%sif (STG)\n%s    kf_lds<VV, %s>(sb + %" PRId64 "u + (unsigned)j0 * %zuu, l%u);\n"
+                      "%selse\n%s    kf_ldv<VV>(p%d + (%s), l%u);\n",
+                      ind, rt, i, ind, ind, storage_type(c->k->params[p].dtype), c->soff[i], z, i,
+                      ind, ind, p, off, i);
+            snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+        } else if (cl == ACC_VECTOR) {
             sb_printf(&c->s, "%s%s l%u[VV];\n", ind, rt, i);
             if (h)
                 sb_printf(&c->s, "%sif (H) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
@@ -749,6 +766,8 @@ static void vec_conditions(cg *c, const chunk_ctx *x, uint32_t vec, sbuf *cond) 
             continue;
         int p = c->param[i];
         size_t bytes = vec * kf_dtype_size(c->k->params[p].dtype);
+        if (c->soff[i] >= 0)
+            bytes = 16; /* staged: cp.async copies 16-byte pieces */
         sb_printf(cond, " && kf_aligned(p%d, %zu)", p, bytes > 16 ? (size_t)16 : bytes);
     }
 }
@@ -870,12 +889,15 @@ static kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char
     c->ov = kf_mem_calloc(mem, n, sizeof *c->ov);
     c->need = kf_mem_calloc(mem, n, sizeof *c->need);
     c->param = kf_mem_calloc(mem, n, sizeof *c->param);
-    if (!c->ov || !c->need || !c->param) {
+    c->soff = kf_mem_calloc(mem, n, sizeof *c->soff);
+    if (!c->ov || !c->need || !c->param || !c->soff) {
         snprintf(out->error, sizeof out->error, "kf_cuda_codegen: out of memory");
         return KF_ERR_OUT_OF_MEMORY;
     }
-    for (uint32_t i = 0; i < c->n; i++)
+    for (uint32_t i = 0; i < c->n; i++) {
         c->param[i] = -1;
+        c->soff[i] = -1;
+    }
     return KF_OK;
 }
 
@@ -952,6 +974,8 @@ static kf_status cg_end(cg *c, kf_status st) {
         kf_mem_free(c->mem, c->need, (c->n ? c->n : 1) * sizeof *c->need);
     if (c->param)
         kf_mem_free(c->mem, c->param, (c->n ? c->n : 1) * sizeof *c->param);
+    if (c->soff)
+        kf_mem_free(c->mem, c->soff, (c->n ? c->n : 1) * sizeof *c->soff);
     if (st != KF_OK) {
         if (c->s.p)
             kf_mem_free(c->mem, c->s.p, c->s.cap);
@@ -1220,6 +1244,150 @@ static void emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, 
     (void)length;
 }
 
+/* ---- row_warp_staged ------------------------------------------------------
+ * The register path of a warp per row keeps up to 128 f32 per lane (a 4096-
+ * element row): 211-254 registers, 8 warps per SM, and on an H200 (65536 x
+ * 4096 bf16) rms_norm reached 84% and layer_norm 69% of copy bandwidth. With
+ * the row-shaped loads staged through a per-warp cp.async ring in shared
+ * memory and every pass re-reading the stage, a standalone version of the
+ * same kernels reached 88% / 86% (4 warps x 3 stages, 2 blocks per SM) and
+ * 90% / 87% (8 warps x 2 stages, 1 block per SM), bit-identical outputs; a
+ * plain SM copy kernel reaches ~92% there. */
+
+/* Shared memory a block may use (dynamic + static) and an SM holds, for the
+ * devices a binary of `arch` runs on (runtime/cuda.c: sm_80 serves every 8.x,
+ * so its per-block limit is the 99 KiB of 8.6/8.9, not A100's 163 KiB; the
+ * per-SM figure only sizes the grid, and is A100's). */
+static bool stage_smem_limits(const char *arch, uint32_t *per_block, uint32_t *per_sm) {
+    int sm = atoi(arch + 3); /* cg_begin checked "sm_" + digits */
+    if (sm < 80)
+        return false; /* cp.async is sm_80+ */
+    if (sm >= 90 && sm < 120) {
+        *per_block = 227 * 1024; /* H100/H200/B200 */
+        *per_sm = 228 * 1024;
+    } else {
+        *per_block = 99 * 1024;
+        *per_sm = sm == 80 ? 164 * 1024 : 100 * 1024;
+    }
+    return true;
+}
+
+typedef struct stage_cfg {
+    uint32_t warps, stages, bytes; /* bytes: one stage (a row of every staged load) */
+    uint32_t shared, blocks_per_sm;
+} stage_cfg;
+
+/* Decides whether the prologue's loads can be staged and sets c->soff. A load
+ * is row-shaped when it varies along the row and across rows (no stride-0
+ * outer axis); every row-shaped load of the prologue must be stageable (last
+ * stride 1, row bytes and the outer strides in bytes multiples of 16),
+ * otherwise a pass would re-read a row from global memory, and the group keeps
+ * the register path. Two loads of one buffer with the same strides share a
+ * row. Other loads (weights, biases, broadcasts) stay global. Uses c->need. */
+static bool stage_plan(cg *c, const row_spec *rs, const out_spec *outs, uint32_t n_outs,
+                       const bool *pro, stage_cfg *cfg) {
+    const kf_group *g = c->g;
+    int rank;
+    const int64_t *dims;
+    space_dims(g, rs->sp, &rank, &dims);
+    int64_t L = rs->length;
+    memset(c->need, 0, c->n * sizeof *c->need);
+    mark(c, rs->input);
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (pro[o])
+            mark(c, outs[o].node);
+    }
+    uint64_t bytes = 0;
+    bool ok = true;
+    for (uint32_t i = 0; i < c->n && ok; i++) {
+        const kf_expr *e = &g->expr[i];
+        c->soff[i] = -1;
+        if (!c->need[i] || c->ov[i][0] || !is_load(e) || e->space != rs->sp)
+            continue;
+        int64_t st[KF_MAX_RANK];
+        node_strides(c, i, st);
+        bool row_shaped = rank > 0 && dims[rank - 1] > 1 && st[rank - 1] != 0;
+        for (int d = 0; d < rank - 1 && row_shaped; d++)
+            row_shaped = dims[d] == 1 || st[d] != 0;
+        if (!row_shaped)
+            continue;
+        int p = c->param[i];
+        int64_t z = (int64_t)kf_dtype_size(c->k->params[p].dtype);
+        ok = st[rank - 1] == 1 && (L * z) % 16 == 0;
+        for (int d = 0; d < rank - 1 && ok; d++)
+            ok = dims[d] == 1 || (st[d] * z) % 16 == 0;
+        if (!ok)
+            break;
+        for (uint32_t j = 0; j < i && c->soff[i] < 0; j++) {
+            int64_t sj[KF_MAX_RANK];
+            if (c->soff[j] < 0 || c->param[j] != p)
+                continue;
+            node_strides(c, j, sj);
+            if (memcmp(sj, st, sizeof(int64_t) * (size_t)rank) == 0)
+                c->soff[i] = c->soff[j];
+        }
+        if (c->soff[i] < 0) {
+            c->soff[i] = (int64_t)bytes;
+            bytes += (uint64_t)(L * z);
+        }
+    }
+    uint32_t per_block = 0, per_sm = 0;
+    bool on = ok && bytes > 0 && stage_smem_limits(c->k->arch, &per_block, &per_sm);
+    /* Prefer 4 warps x 3 stages (2 blocks per SM on an H200 for a bf16 row of
+     * 4096: the measured best with 4-warp blocks); else 2 stages; else none. */
+    /* static shared memory: rowwise.cuh's reduction buffers (2 x 96 f32),
+     * the gelu table when there is one */
+    uint32_t fixed = 2 * 96 * 4 + (has_gelu_table(c) ? GELU_TAB_N * 2 : 0);
+    cfg->warps = 4;
+    cfg->stages = 0;
+    if (on && 4 * 3 * bytes <= 110 * 1024 && 4 * 3 * bytes + fixed <= per_block)
+        cfg->stages = 3;
+    else if (on && 4 * 2 * bytes + fixed <= per_block)
+        cfg->stages = 2;
+    if (cfg->stages == 0) {
+        for (uint32_t i = 0; i < c->n; i++)
+            c->soff[i] = -1;
+        return false;
+    }
+    cfg->bytes = (uint32_t)bytes;
+    cfg->shared = cfg->warps * cfg->stages * cfg->bytes;
+    /* Blocks that fit an SM's shared memory (1 KiB per block is the
+     * system's), at most the 2048 threads an SM runs. */
+    uint32_t bps = per_sm / (cfg->shared + fixed + 1024);
+    uint32_t tmax = 2048 / (cfg->warps * 32);
+    cfg->blocks_per_sm = bps < 1 ? 1 : bps > tmax ? tmax : bps;
+    return true;
+}
+
+/* kf_stage_row: every staged row (a distinct soff; stage_plan gave them
+ * ascending in node order) copied from its first element. */
+static void emit_stage_row(cg *c, const chunk_ctx *x, const row_spec *rs, int rank) {
+    chunk_ctx *x0 = kf_mem_calloc(c->mem, 1, sizeof *x0);
+    if (!x0) {
+        cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+        return;
+    }
+    memcpy(x0, x, sizeof *x0);
+    snprintf(x0->coord[rs->sp][rank - 1], sizeof x0->coord[rs->sp][rank - 1], "0");
+    snprintf(x0->lin[rs->sp], sizeof x0->lin[rs->sp], "row * %" PRId64 "LL", rs->length);
+    sb_puts(&c->s, "__device__ __forceinline__ void kf_stage_row(long long row, int lane, unsigned sb, "
+                   "KF_PARAMS) {\n");
+    int64_t next = 0;
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (c->soff[i] != next)
+            continue;
+        int p = c->param[i];
+        int64_t nb = rs->length * (int64_t)kf_dtype_size(c->k->params[p].dtype);
+        char off[OV_MAX - 64];
+        offset_str(c, x0, i, off, sizeof off);
+        sb_printf(&c->s, "    kf_cp_row<%" PRId64 ">(sb + %" PRId64 "u, p%d + (%s), lane);\n", nb, next, p,
+                  off);
+        next += nb;
+    }
+    sb_puts(&c->s, "}\n\n");
+    kf_mem_free(c->mem, x0, sizeof *x0);
+}
+
 /* The row kernel: outs in the row space (prologue when they need no
  * statistic, epilogue otherwise), and outs in the other space (once per row). */
 static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_outs,
@@ -1265,8 +1433,10 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     minsz = min_vec_size(c, rs->sp, minsz);
     uint32_t vec = vec_for(minsz, L, false);
     bool dbl = rs->in_dtype == KF_DTYPE_F64 || rs->in_dtype == KF_DTYPE_I32;
-    /* Template: a warp per row up to 1024, else a block (row_block_for);
-     * registers up to 32 values per thread, else re-read per pass. */
+    /* Template: a warp per row up to ROW_WARP_MAX, else a block
+     * (row_block_for); registers up to 32 values per thread, else re-read per
+     * pass. A warp per row stages its row-shaped loads when it can
+     * (stage_plan). */
     uint32_t block;
     bool warp = row_warp_for(L, dbl), multipass = false;
     if (warp) {
@@ -1277,13 +1447,24 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     }
     if (multipass)
         vec = vec > 4 ? 4 : vec; /* no register arrays: keep the chunk small */
-    k->tmpl = warp ? KF_CUDA_TEMPLATE_ROW_WARP
-                   : multipass ? KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS : KF_CUDA_TEMPLATE_ROW_BLOCK;
+    stage_cfg scfg = {0};
+    bool staged = warp && !dbl && vec > 1 && c->st == KF_OK &&
+                  stage_plan(c, rs, outs, n_outs, pro, &scfg);
+    if (staged)
+        block = scfg.warps * 32;
+    /* stage_plan marked the prologue only; the conditions below need all */
+    for (uint32_t o = 0; o < n_outs; o++)
+        mark(c, outs[o].node);
+    mark(c, rs->input);
+    k->tmpl = staged ? KF_CUDA_TEMPLATE_ROW_WARP_STAGED
+              : warp ? KF_CUDA_TEMPLATE_ROW_WARP
+              : multipass ? KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS : KF_CUDA_TEMPLATE_ROW_BLOCK;
     k->vec = vec;
     k->launch.block = block;
     k->launch.work_items = (uint64_t)rows;
     k->launch.items_per_block = warp ? block / 32 : 1;
-    k->launch.blocks_per_sm = 2048 / block;
+    k->launch.blocks_per_sm = staged ? scfg.blocks_per_sm : 2048 / block;
+    k->launch.shared_bytes = staged ? scfg.shared : 0;
     if (c->st != KF_OK)
         return c->st;
     uint32_t lanes = warp ? 32 : block;
@@ -1293,6 +1474,13 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
               "#define KF_ROWS %" PRId64 "LL\n#define KF_L %" PRId64 "\n#define KF_ROW_WARP %d\n"
               "#define KF_MULTIPASS %d\n#define KF_PER_THREAD %u\n",
               rows, L, warp, multipass, (chunks + lanes - 1) / lanes);
+    if (staged)
+        sb_printf(&c->s,
+                  "#define KF_STAGED 1\n#define KF_STAGES %u\n#define KF_STAGE_BYTES %u\n"
+                  "/* dynamic shared memory: %u warps x %u stages x %u bytes = %u */\n",
+                  scfg.stages, scfg.bytes, scfg.warps, scfg.stages, scfg.bytes, scfg.shared);
+    else
+        sb_puts(&c->s, "#define KF_STAGED 0\n");
     emit_stat_defines(c, stats, rs->eps, rs->in_dtype, L);
     bool has_epi = false;
     for (uint32_t o = 0; o < n_outs; o++)
@@ -1346,10 +1534,17 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
         if (pro[o])
             mark(c, outs[o].node);
     }
-    sb_puts(&c->s,
-            "template <int VV> __device__ __forceinline__ void kf_prologue(long long row, int c, "
-            "kf_acc_t *x, bool store, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
+    if (staged)
+        sb_puts(&c->s, "template <int VV, bool STG> __device__ __forceinline__ void kf_prologue("
+                       "long long row, int c, kf_acc_t *x, bool store, unsigned sb, KF_PARAMS) {\n"
+                       "    const long long j0 = (long long)c * VV;\n");
+    else
+        sb_puts(&c->s,
+                "template <int VV> __device__ __forceinline__ void kf_prologue(long long row, int c, "
+                "kf_acc_t *x, bool store, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
+    c->staged = staged;
     emit_loads(c, x, vec, "    ", NULL);
+    c->staged = false;
     for (uint32_t o = 0; o < n_outs; o++) {
         if (pro[o])
             sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
@@ -1367,7 +1562,9 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
             sb_printf(&c->s, "    if (store)\n        kf_stv<VV>(p%d + row * %" PRId64 "LL + j0, o%u);\n",
                       outs[o].param, L, o);
     }
-    sb_puts(&c->s, "    (void)store;\n}\n\n");
+    sb_puts(&c->s, staged ? "    (void)store; (void)sb;\n}\n\n" : "    (void)store;\n}\n\n");
+    if (staged)
+        emit_stage_row(c, x, rs, rank);
 
     /* Epilogue: per element, x from the prologue. */
     memset(c->need, 0, c->n * sizeof *c->need);
@@ -1800,8 +1997,28 @@ static kf_cuda_template row_template_for(int64_t L, kf_dtype in) {
                                                      : KF_CUDA_TEMPLATE_ROW_BLOCK;
 }
 
-kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, kf_cuda_template *tmpl,
-                                 bool *has_kernel) {
+/* Whether a warp-per-row kernel is staged depends on its loads and on the
+ * arch, which only generating it settles: generate it and look (`guess` when
+ * there is no arch or it is not a warp per row, or the generator fails). */
+static kf_cuda_template generated_template(const kf_plan *plan, uint32_t group, kf_cuda_role role,
+                                           const char *arch, kf_cuda_template guess) {
+    if (!arch || guess != KF_CUDA_TEMPLATE_ROW_WARP)
+        return guess;
+    kf_mem mem;
+    kf_mem_resolve(&mem, NULL);
+    kf_cuda_kernel *k = kf_mem_calloc(&mem, 1, sizeof *k);
+    if (!k)
+        return guess;
+    kf_cuda_template t = guess;
+    if (kf_cuda_codegen(plan, group, role, arch, &mem, k) == KF_OK)
+        t = k->tmpl;
+    kf_cuda_kernel_release(&mem, k);
+    kf_mem_free(&mem, k, sizeof *k);
+    return t;
+}
+
+kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, const char *arch,
+                                 kf_cuda_template *tmpl, bool *has_kernel) {
     if (!plan || group >= plan->n_groups || !tmpl || !has_kernel)
         return KF_ERR_INVALID_ARGUMENT;
     const kf_group *g = &plan->groups[group];
@@ -1812,7 +2029,8 @@ kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, kf_cuda_te
     case KF_GROUP_LAYOUT:
         break;
     case KF_GROUP_ROWWISE:
-        *tmpl = row_template_for(g->row.length, g->expr[g->row.input].dtype);
+        *tmpl = generated_template(plan, group, KF_CUDA_ROLE_GROUP, arch,
+                                   row_template_for(g->row.length, g->expr[g->row.input].dtype));
         break;
     case KF_GROUP_COLREDUCE:
         *tmpl = KF_CUDA_TEMPLATE_COLREDUCE;
@@ -1826,12 +2044,15 @@ kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, kf_cuda_te
         }
         *has_kernel = epi;
         if (g->gemm.row_epilogue && g->row.present)
-            *tmpl = row_template_for(g->row.length, g->expr[g->row.input].dtype);
+            *tmpl = generated_template(plan, group, KF_CUDA_ROLE_EPILOGUE, arch,
+                                       row_template_for(g->row.length, g->expr[g->row.input].dtype));
         break;
     }
     case KF_GROUP_ATTENTION:
-        *tmpl = row_template_for(g->rank ? g->dims[g->rank - 1] : 1,
-                                 g->attn.score != KF_NONE ? g->expr[g->attn.score].dtype : g->dtype);
+        *tmpl = generated_template(
+            plan, group, KF_CUDA_ROLE_ATTENTION_SOFTMAX, arch,
+            row_template_for(g->rank ? g->dims[g->rank - 1] : 1,
+                             g->attn.score != KF_NONE ? g->expr[g->attn.score].dtype : g->dtype));
         break;
     default:
         *has_kernel = false;
@@ -1846,7 +2067,7 @@ void kf_cuda_describe_group(const kf_plan *plan, uint32_t group, const char *arc
         return;
     kf_cuda_template t;
     bool has;
-    if (kf_cuda_group_template(plan, group, &t, &has) != KF_OK) {
+    if (kf_cuda_group_template(plan, group, arch, &t, &has) != KF_OK) {
         snprintf(buf, size, "?");
         return;
     }
@@ -1860,7 +2081,9 @@ void kf_cuda_describe_group(const kf_plan *plan, uint32_t group, const char *arc
         char pro[96] = "";
         if (g->gemm.a_prologue && g->row.present)
             snprintf(pro, sizeof pro, "%s prologue (norm of A) + ",
-                     kf_cuda_template_name(row_template_for(g->row.length, g->expr[g->row.input].dtype)));
+                     kf_cuda_template_name(generated_template(
+                         plan, group, KF_CUDA_ROLE_GEMM_PROLOGUE, arch,
+                         row_template_for(g->row.length, g->expr[g->row.input].dtype))));
         snprintf(buf, size, "%s: %scuBLASLt GEMM%s%s%s", a, pro, has ? " + " : "",
                  has ? kf_cuda_template_name(t) : "", has ? " epilogue" : "");
         break;
@@ -1906,7 +2129,7 @@ uint32_t kf_cuda_group_roles(const kf_plan *plan, uint32_t group, kf_cuda_role r
             roles[n++] = KF_CUDA_ROLE_GEMM_PROLOGUE;
         kf_cuda_template t;
         bool has = false;
-        if (kf_cuda_group_template(plan, group, &t, &has) == KF_OK && has)
+        if (kf_cuda_group_template(plan, group, NULL, &t, &has) == KF_OK && has)
             roles[n++] = KF_CUDA_ROLE_EPILOGUE;
         break;
     }

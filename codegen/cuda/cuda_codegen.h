@@ -71,14 +71,17 @@
  * variant chosen for a group. */
 typedef enum kf_cuda_template {
     KF_CUDA_TEMPLATE_ELEMENTWISE = 0, /* flat grid-stride loop, 16-byte vectors + scalar tail */
-    KF_CUDA_TEMPLATE_ROW_WARP,        /* one warp per row, row in registers (L <= 1024) */
+    KF_CUDA_TEMPLATE_ROW_WARP,        /* one warp per row, row in registers (L <= 4096) */
     KF_CUDA_TEMPLATE_ROW_BLOCK,       /* one block per row, row in registers */
     KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS, /* one block per row, row re-read from memory per pass */
     KF_CUDA_TEMPLATE_COLREDUCE,       /* columns across threads, the axis split over warps */
+    KF_CUDA_TEMPLATE_ROW_WARP_STAGED, /* one warp per row, the row-shaped loads staged through
+                                         a cp.async ring in shared memory (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
-/* "elementwise", "row_warp", "row_block", "row_block_multipass", "colreduce". */
+/* "elementwise", "row_warp", "row_block", "row_block_multipass", "colreduce",
+ * "row_warp_staged". */
 const char *kf_cuda_template_name(kf_cuda_template t);
 
 /* ------------------------------------------------------------------------ */
@@ -213,10 +216,13 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count);
 /* ------------------------------------------------------------------------ */
 
 /* Which template (and which of the entry points above) group `group` uses on
- * the CUDA target, without generating it. For GEMM groups: *tmpl is the
- * epilogue's template, and *has_kernel says whether there is one. */
-kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, kf_cuda_template *tmpl,
-                                 bool *has_kernel);
+ * the CUDA target for `arch`. For GEMM groups: *tmpl is the epilogue's
+ * template, and *has_kernel says whether there is one. Whether a warp per row
+ * is row_warp_staged depends on the group's loads and on the arch, so for
+ * those the kernel is generated to find out; with arch NULL nothing is
+ * generated and a warp per row answers row_warp (the arch-free family). */
+kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, const char *arch,
+                                 kf_cuda_template *tmpl, bool *has_kernel);
 
 /* One line for the report: "sm_90a row_warp (one warp per row, L=4096 ...)"
  * -- the arch and the template chosen for the group, and for GEMM/attention
