@@ -21,12 +21,13 @@
  * loads of the prologue go through a ring of KF_STAGES row buffers per warp in
  * dynamic shared memory. The warp issues cp.async for row i + KF_STAGES - 1,
  * waits for row i, and evaluates the prologue once per pass reading row i
- * from shared memory (the multipass structure over shared memory: no row in
- * registers). The register path needs 128 f32 per lane for a 4096-element row
- * (211-254 registers, 8 warps per SM); staged, the loads of later rows are in
- * flight while a row is reduced. Standalone on an H200, 65536 x 4096 bf16, %
- * of copy bandwidth: rms_norm 84 -> 88, layer_norm 69 -> 86 (4 warps, 3
- * stages, 2 blocks per SM). The statistics are computed as the register path
+ * from shared memory (the multipass structure over shared memory; the
+ * compiler may keep what it read in registers between passes, which the
+ * ring's shared memory, not registers, limits to 12 warps per SM). The register
+ * path is limited by its registers (211-254, 8 warps per SM) with nothing in
+ * flight while a row is reduced; staged, the next row's loads are. On an
+ * H200, 65536 x 4096 bf16, % of copy bandwidth: rms_norm 84 -> 88, layer_norm
+ * 69 -> 85 (4 warps, 2 stages, 3 blocks per SM). The statistics are computed as the register path
  * computes them (per-lane sums over chunks q then elements k, the Chan merge
  * with the lane's own mean), so the results are bit-identical to it.
  *
@@ -279,10 +280,10 @@ template <int VV, bool STG> __device__ __forceinline__ void kf_row_staged(long l
                                                                         KF_PARAMS) {
     constexpr int CH = KF_L / VV;
     constexpr int PT = (CH + 31) / 32;
-    /* Unrolled over the chunks only when reading the stage: its loads are
-     * volatile, so the compiler cannot keep a pass's values for the next one.
-     * The global fallback's are not, and unrolled it kept the whole row live
-     * (167 registers for every path of a bf16 rms_norm of 4096, 52 without). */
+    /* Unrolled over the chunks only when reading the stage. The global
+     * fallback (unaligned operands), unrolled, kept the whole row live in
+     * registers in every path of the kernel (167 for a bf16 rms_norm of 4096,
+     * 52 without). */
     constexpr int UQ = STG ? PT : 1;
     kf_stats st;
     kf_acc_t mx = -(kf_acc_t)KF_INF, sum = 0, sumsq = 0;

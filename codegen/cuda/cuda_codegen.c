@@ -1249,10 +1249,10 @@ static void emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, 
  * element row): 211-254 registers, 8 warps per SM, and on an H200 (65536 x
  * 4096 bf16) rms_norm reached 84% and layer_norm 69% of copy bandwidth. With
  * the row-shaped loads staged through a per-warp cp.async ring in shared
- * memory and every pass re-reading the stage, a standalone version of the
- * same kernels reached 88% / 86% (4 warps x 3 stages, 2 blocks per SM) and
- * 90% / 87% (8 warps x 2 stages, 1 block per SM), bit-identical outputs; a
- * plain SM copy kernel reaches ~92% there. */
+ * memory, a standalone version of the same kernels reached 88% / 86% (4 warps
+ * x 3 stages, 2 blocks per SM) and 90% / 87% (8 warps x 2 stages, 1 block per
+ * SM), bit-identical outputs; a plain SM copy kernel reaches ~92% there. The
+ * generated kernels (4 warps x 2 stages, 3 blocks per SM): 88% / 85%. */
 
 /* Shared memory a block may use (dynamic + static) and an SM holds, for the
  * devices a binary of `arch` runs on (runtime/cuda.c: sm_80 serves every 8.x,
@@ -1333,16 +1333,17 @@ static bool stage_plan(cg *c, const row_spec *rs, const out_spec *outs, uint32_t
     }
     uint32_t per_block = 0, per_sm = 0;
     bool on = ok && bytes > 0 && stage_smem_limits(c->k->arch, &per_block, &per_sm);
-    /* Prefer 4 warps x 3 stages (2 blocks per SM on an H200 for a bf16 row of
-     * 4096: the measured best with 4-warp blocks); else 2 stages; else none. */
+    /* 4 warps x 2 stages: a row in flight while one is computed, and as many
+     * warps per SM as the shared memory holds. On an H200, 65536 x 4096 bf16
+     * (3 blocks, 12 warps per SM, against 2 blocks of 3 stages): rms_norm
+     * 0.288 / 0.290 ms against 0.299 / 0.297, layer_norm 0.299 / 0.299 against
+     * 0.316 / 0.312 (two runs each). */
     /* static shared memory: rowwise.cuh's reduction buffers (2 x 96 f32),
      * the gelu table when there is one */
     uint32_t fixed = 2 * 96 * 4 + (has_gelu_table(c) ? GELU_TAB_N * 2 : 0);
     cfg->warps = 4;
     cfg->stages = 0;
-    if (on && 4 * 3 * bytes <= 110 * 1024 && 4 * 3 * bytes + fixed <= per_block)
-        cfg->stages = 3;
-    else if (on && 4 * 2 * bytes + fixed <= per_block)
+    if (on && 4 * 2 * bytes + fixed <= per_block)
         cfg->stages = 2;
     if (cfg->stages == 0) {
         for (uint32_t i = 0; i < c->n; i++)
