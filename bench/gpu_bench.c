@@ -83,7 +83,7 @@ static const kf_cuda_driver *D;
 static kf_cuda_device DEV;
 static kf_cu_stream S;
 static kf_cu_event E0, E1;
-static kf_cu_function FILL;
+static kf_cu_function FILL, COPYK;
 
 static const char fill_src[] =
     "extern \"C\" __global__ void kf_bench_fill(unsigned short *p, unsigned long long n,\n"
@@ -97,6 +97,32 @@ static const char fill_src[] =
     "        p[i] = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);\n"
     "    }\n"
     "}\n";
+
+/* A plain SM copy kernel (16-byte vectors, grid-stride, 8 blocks of 256 per
+ * SM): what a kernel that only moves the bytes reaches, next to the
+ * cuMemcpyDtoD ceiling the floors use. */
+static const char copyk_src[] =
+    "extern \"C\" __global__ void __launch_bounds__(256) kf_bench_copy(const uint4 *__restrict__ a,\n"
+    "                                   uint4 *__restrict__ b, unsigned long long n) {\n"
+    "    for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < n;\n"
+    "         i += (unsigned long long)gridDim.x * 256)\n"
+    "        b[i] = a[i];\n"
+    "}\n";
+
+typedef struct copyk_args {
+    kf_cu_deviceptr a, b;
+    unsigned long long n; /* 16-byte vectors */
+} copyk_args;
+
+static kf_status run_copyk(void *u) {
+    copyk_args *c = u;
+    void *args[] = {&c->a, &c->b, &c->n};
+    kf_cuda_launch_cfg cfg = {.grid = {(unsigned)DEV.sm_count * 8, 1, 1},
+                              .block = {256, 1, 1},
+                              .stream = S,
+                              .kernel = "kf_bench_copy"};
+    return kf_cuda_launch(&DEV, COPYK, &cfg, args, err);
+}
 
 /* Fills n bf16 values at ptr with uniform [-1, 1) values from `seed`. */
 static void fill_bf16(kf_cu_deviceptr ptr, unsigned long long n, unsigned long long seed) {
@@ -296,12 +322,17 @@ int main(int argc, char **argv) {
         CHECK(kf_cuda_module_load(&DEV, r.cubin, "kf_bench_fill", &mod, err));
         CHECK(kf_cuda_function(&DEV, mod, "kf_bench_fill", &FILL, err));
         kf_nvrtc_result_release(&mem, &r);
+        o.kernel_name = "kf_bench_copy";
+        CHECK(kf_nvrtc_compile(&mem, copyk_src, strlen(copyk_src), &o, &r, err));
+        CHECK(kf_cuda_module_load(&DEV, r.cubin, "kf_bench_copy", &mod, err));
+        CHECK(kf_cuda_function(&DEV, mod, "kf_bench_copy", &COPYK, err));
+        kf_nvrtc_result_release(&mem, &r);
     }
     fprintf(stderr, "gpu_bench: %s (%s, %d SMs), driver %d, commit %s\n", DEV.name, DEV.arch,
             DEV.sm_count, D->driver_version, commit);
 
     /* Ceiling 1: device-to-device copy. */
-    double copy_gbs = 0;
+    double copy_gbs = 0, copyk_gbs = 0;
     {
         copy_args c;
         void *sym = dlsym(D->lib, "cuMemcpyDtoDAsync_v2");
@@ -314,6 +345,12 @@ int main(int argc, char **argv) {
         copy_gbs = 2.0 * (double)c.bytes / (ms * 1e-3) / 1e9;
         fprintf(stderr, "ceiling: copy %.0f GB/s (read + write, %zu MiB)\n", copy_gbs,
                 c.bytes >> 20);
+        /* The SM copy kernel over the cases' 512 MiB (full runs). */
+        copyk_args k = {c.a, c.b, (unsigned long long)((g_quick ? 64 : 512) << 20) / 16};
+        double kms = time_ms(run_copyk, &k);
+        copyk_gbs = 2.0 * (double)k.n * 16 / (kms * 1e-3) / 1e9;
+        fprintf(stderr, "reference: an SM copy kernel %.0f GB/s (%.1f%% of the copy ceiling)\n",
+                copyk_gbs, 100.0 * copyk_gbs / copy_gbs);
         kf_cuda_mem_free(&DEV, c.a);
         kf_cuda_mem_free(&DEV, c.b);
     }
@@ -522,6 +559,9 @@ int main(int argc, char **argv) {
         fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f, "
                    "\"gemm_shape\": [%lld, %lld, %lld]},\n",
                 copy_gbs, gemm_tflops, (long long)GM, (long long)GM, (long long)GM);
+        fprintf(f, "  \"reference\": {\"sm_copy_kernel_GBps\": %.1f, "
+                   "\"sm_copy_kernel_fraction_of_copy\": %.4f},\n",
+                copyk_gbs, copy_gbs > 0 ? copyk_gbs / copy_gbs : 0.0);
         fprintf(f, "  \"cases\": {\n");
         for (int i = 0; i < n_cases; i++) {
             bcase *c = &cases[i];
