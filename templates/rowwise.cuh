@@ -377,7 +377,6 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
     KF_SETUP(); /* block-wide, before any thread leaves */
     __shared__ kf_acc_t sh_[2 * 96];
     kf_red sh = {sh_, 0};
-    extern __shared__ __align__(16) unsigned char kf_ring[];
     const int lane = (int)(threadIdx.x & 31), wid = (int)(threadIdx.x >> 5);
     const long long first = (long long)blockIdx.x * KF_ROWS_PER_BLOCK + wid;
     const long long step = (long long)gridDim.x * KF_ROWS_PER_BLOCK;
@@ -386,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
             kf_row_staged<1, false>(row, lane, sh, 0u, KF_ARGS);
         return;
     }
-    const unsigned ring = (unsigned)__cvta_generic_to_shared(kf_ring) +
+    const unsigned ring = (unsigned)__cvta_generic_to_shared(kf_dyn_smem) +
                           (unsigned)wid * (unsigned)(KF_STAGES * KF_STAGE_BYTES);
 #pragma unroll
     for (int s = 0; s < KF_STAGES - 1; s++) {
