@@ -552,16 +552,16 @@ double kf_ir_tolerance(kf_dtype d) {
     }
 }
 
-double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out) {
-    double tol = kf_ir_tolerance(out->dtype);
+kf_dtype kf_ir_path_dtype(const kf_graph *g, const kf_tensor *out) {
+    kf_dtype least = out->dtype;
     uint32_t n = g->n_nodes ? g->n_nodes : 1;
     bool *seen = kf_mem_calloc(&g->mem, n, sizeof *seen);
     uint32_t *stack = kf_mem_alloc(&g->mem, (size_t)n * sizeof *stack);
     if (!seen || !stack) {
-        /* Without scratch, the loosest float tolerance: never a false mismatch. */
+        /* Without scratch, the least precise float: never a false mismatch. */
         kf_mem_free(&g->mem, seen, (size_t)n * sizeof *seen);
         kf_mem_free(&g->mem, stack, (size_t)n * sizeof *stack);
-        return kf_dtype_is_float(out->dtype) ? kf_ir_tolerance(KF_DTYPE_BF16) : tol;
+        return kf_dtype_is_float(out->dtype) ? KF_DTYPE_BF16 : least;
     }
     uint32_t sp = 0;
     stack[sp++] = out->id;
@@ -569,8 +569,8 @@ double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out) {
     while (sp) {
         const kf_tensor *t = g->nodes[stack[--sp]];
         if (kf_dtype_is_float(t->dtype) && t->op != KF_OP_INPUT && t->op != KF_OP_CONST &&
-            kf_ir_tolerance(t->dtype) > tol)
-            tol = kf_ir_tolerance(t->dtype);
+            kf_ir_tolerance(t->dtype) > kf_ir_tolerance(least))
+            least = t->dtype;
         for (int k = 0; k < t->nsrc; k++) {
             if (!seen[t->src[k]->id]) {
                 seen[t->src[k]->id] = true;
@@ -580,7 +580,11 @@ double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out) {
     }
     kf_mem_free(&g->mem, seen, (size_t)n * sizeof *seen);
     kf_mem_free(&g->mem, stack, (size_t)n * sizeof *stack);
-    return tol;
+    return least;
+}
+
+double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out) {
+    return kf_ir_tolerance(kf_ir_path_dtype(g, out));
 }
 
 double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n) {

@@ -304,6 +304,10 @@ double kf_ir_tolerance(kf_dtype d);
  * their rounding: another accumulation order flips some bf16 roundings), never
  * tighter than its own. */
 double kf_ir_output_tolerance(const kf_graph *g, const kf_tensor *out);
+/* The least precise float dtype computed on the way to `out` (inputs and
+ * constants aside), `out`'s own when none is less precise: the dtype whose
+ * tolerance kf_ir_output_tolerance gives. */
+kf_dtype kf_ir_path_dtype(const kf_graph *g, const kf_tensor *out);
 /* ||out - ref|| / ||ref|| over n elements of dtype d in storage format (the
  * absolute norm when ref is all zeros); INFINITY when either holds a NaN, or
  * an infinity the other does not match: a NaN never passes. */
