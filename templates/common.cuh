@@ -109,6 +109,21 @@ template <int BYTES> __device__ __forceinline__ void kf_raw_ld(const void *p, kf
         r.b[0] = *reinterpret_cast<const unsigned char *>(p);
     }
 }
+/* kf_raw_ld with evict-first 16-byte pieces (ld.global.cs): for operands read
+ * once, so that they leave L2 before lines that are still to be written. */
+template <int BYTES> __device__ __forceinline__ void kf_raw_ld_cs(const void *p, kf_raw<BYTES> &r) {
+    if (BYTES >= 16) {
+#pragma unroll
+        for (int c = 0; c < BYTES / 16; c++) {
+            unsigned *w = reinterpret_cast<unsigned *>(r.b) + 4 * c;
+            asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                : "l"(reinterpret_cast<const uint4 *>(p) + c));
+        }
+    } else {
+        kf_raw_ld(p, r);
+    }
+}
 template <int BYTES> __device__ __forceinline__ void kf_raw_st(void *p, const kf_raw<BYTES> &r) {
     if (BYTES >= 16) {
 #pragma unroll

@@ -206,9 +206,12 @@ static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **
         }
         unsigned seen[KF_CUDA_TEMPLATE_COUNT] = {0};
         assert_int_equal(compile_text(text, seen), 12);
-        /* x is contiguous with 16-byte rows: staged, except in f64 */
+        /* x is contiguous with 16-byte rows: layer_norm and softmax (two
+         * dependent statistics steps) stage, except in f64, on both archs;
+         * rms_norm and the reductions keep the register path */
         bool f64 = strcmp(d, "f64") == 0;
-        assert_int_equal(seen[f64 ? KF_CUDA_TEMPLATE_ROW_WARP : KF_CUDA_TEMPLATE_ROW_WARP_STAGED], 12);
+        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP_STAGED], f64 ? 0 : 4);
+        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP], f64 ? 12 : 8);
     }
     /* i32 reductions accumulate in double */
     compile_text("kfg 1\nx = input(i32[6, 128])\ny = reduce_sum(x, axis=1)\nz = reduce_max(x, axis=1)\n"
@@ -273,8 +276,14 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_int_equal(k.params[2].kind, KF_CUDA_PARAM_OUT);
     assert_int_equal(k.params[2].bytes, (uint64_t)65536 * 4096 * 2);
     assert_int_equal(k.launch.block, 256);
-    assert_int_equal(kf_cuda_kernel_grid(&k, 132), 132 * 8);
-    assert_int_equal(kf_cuda_kernel_grid(&k, 0), 8);
+    /* two streamed operands: two steps' loads in flight (evict-first), 4
+     * blocks per SM */
+    assert_non_null(strstr(k.source, "#define KF_UNROLL 2\n"));
+    assert_non_null(strstr(k.source, "#define KF_MINB 4\n"));
+    assert_non_null(strstr(k.source, "kf_raw_ld_cs(p0 + "));
+    assert_non_null(strstr(k.source, "kf_raw_ld_cs(p1 + "));
+    assert_int_equal(kf_cuda_kernel_grid(&k, 132), 132 * 4);
+    assert_int_equal(kf_cuda_kernel_grid(&k, 0), 4);
     assert_non_null(strstr(k.source, "extern \"C\" __global__"));
     assert_null(strstr(k.source, "\n#include"));
     kf_cuda_kernel_release(&MEM, &k);
@@ -290,6 +299,9 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_non_null(strstr(k.source, "kf_bf16x2<2, VV>"));
     assert_non_null(strstr(k.source, "kf_bf16x2<0, VV>"));
     assert_non_null(strstr(k.source, "kf_stv_bf16x<VV>"));
+    /* x is the one streamed operand: four steps in flight */
+    assert_non_null(strstr(k.source, "#define KF_UNROLL 4\n"));
+    assert_null(strstr(k.source, "kf_raw_ld_cs(p1"));
     /* threads * 8 a multiple of 264: grids of 33 blocks (39 needed -> 33) */
     assert_int_equal(k.launch.grid_multiple, 33);
     assert_int_equal(kf_cuda_kernel_grid(&k, 132), 33);
@@ -314,7 +326,7 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
 
-    /* row length picks the template */
+    /* row length picks the template (layer_norm: the staged kind) */
     static const struct {
         int64_t len;
         kf_cuda_template t;
@@ -327,14 +339,14 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char text[256];
         snprintf(text, sizeof text,
-                 "kfg 1\nx = input(bf16[8, %lld])\nw = input(bf16[%lld])\ny = rms_norm(x, w)\n"
-                 "output y\n",
-                 (long long)rows[i].len, (long long)rows[i].len);
+                 "kfg 1\nx = input(bf16[8, %lld])\nw = input(bf16[%lld])\nb = input(bf16[%lld])\n"
+                 "y = layer_norm(x, w, b)\noutput y\n",
+                 (long long)rows[i].len, (long long)rows[i].len, (long long)rows[i].len);
         plan_text(text, &p);
         first_kernel(p.plan, "sm_90a", &k);
         assert_int_equal(k.tmpl, rows[i].t);
         char expect[96];
-        snprintf(expect, sizeof expect, "row_rms_norm_bf16_8x%lld_sm90a", (long long)rows[i].len);
+        snprintf(expect, sizeof expect, "row_layer_norm_bf16_8x%lld_sm90a", (long long)rows[i].len);
         assert_string_equal(k.name, expect);
         kf_cuda_template t;
         bool has;
@@ -388,7 +400,7 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
 
 /* row_warp_staged: which groups stage, the launch it asks for, and that the
  * kernels compile for both archs. */
-static void staged_case(const char *text, const char *arch, kf_cuda_template want,
+static void staged_case(const char *text, const char *arch, kf_cuda_template want, uint32_t warps,
                         uint32_t shared, uint32_t blocks_per_sm) {
     planned p;
     plan_text(text, &p);
@@ -406,14 +418,14 @@ static void staged_case(const char *text, const char *arch, kf_cuda_template wan
     assert_non_null(strstr(line, kf_cuda_template_name(want)));
     assert_int_equal(k.launch.shared_bytes, shared);
     if (want == KF_CUDA_TEMPLATE_ROW_WARP_STAGED) {
-        assert_int_equal(k.launch.block, 128);
-        assert_int_equal(k.launch.items_per_block, 4);
+        assert_int_equal(k.launch.block, warps * 32);
+        assert_int_equal(k.launch.items_per_block, warps);
         assert_int_equal(k.launch.blocks_per_sm, blocks_per_sm);
         assert_non_null(strstr(k.source, "#define KF_STAGED 1\n"));
         assert_non_null(strstr(k.source, "void kf_stage_row("));
         assert_non_null(strstr(k.source, "template row_warp_staged"));
         /* the grid is capped by what fits an SM */
-        uint64_t need = (k.launch.work_items + 3) / 4;
+        uint64_t need = (k.launch.work_items + warps - 1) / warps;
         assert_int_equal(kf_cuda_kernel_grid(&k, 132), need < 132 * blocks_per_sm ? need : 132 * blocks_per_sm);
     } else {
         assert_null(strstr(k.source, "void kf_stage_row("));
@@ -438,32 +450,84 @@ static void test_row_warp_staged_is_chosen_where_it_fits(void **state) {
     const char *ln = "kfg 1\nx = input(bf16[65536, 4096])\nw = input(bf16[4096])\n"
                      "b = input(bf16[4096])\ny = layer_norm(x, w, b)\noutput y\n";
     const char *res = "kfg 1\nx = input(bf16[65536, 4096])\nr = input(bf16[65536, 4096])\n"
-                      "w = input(bf16[4096])\nh = add(x, r)\ny = rms_norm(h, w)\noutput y\n";
+                      "w = input(bf16[4096])\nb = input(bf16[4096])\nh = add(x, r)\n"
+                      "y = layer_norm(h, w, b)\noutput y\n";
     const char *sm = "kfg 1\nx = input(bf16[1024, 4096])\ny = softmax(x)\noutput y\n";
-    /* one bf16 row of 4096 per stage: 4 warps x 2 stages x 8 KiB, 3 blocks
-     * per SM on sm_90a (228 KiB), 2 on sm_80 (A100's 164 KiB; the 99 KiB
-     * block limit of 8.6/8.9 still fits one block) */
-    staged_case(rms, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 2 * 8192, 3);
-    staged_case(ln, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 2 * 8192, 3);
-    staged_case(sm, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 2 * 8192, 3);
-    staged_case(rms, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 2 * 8192, 2);
-    staged_case(ln, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 2 * 8192, 2);
+    /* one bf16 row of 4096 per stage: 8 warps x 2 stages x 8 KiB, 1 block per
+     * SM on sm_90a (227 KiB a block); sm_80's blocks take 99 KiB (8.6/8.9):
+     * 4 warps x 2 stages, 2 blocks per SM (A100's 164 KiB) */
+    staged_case(ln, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 8, 8 * 2 * 8192, 1);
+    staged_case(sm, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 8, 8 * 2 * 8192, 1);
+    staged_case(ln, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4, 4 * 2 * 8192, 2);
+    staged_case(sm, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4, 4 * 2 * 8192, 2);
     /* a residual add in the prologue: two rows per stage (16 KiB), 2 stages,
-     * 1 block per SM; 128 KiB is over sm_80's 99 KiB: the register path */
-    staged_case(res, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4 * 2 * 16384, 1);
-    staged_case(res, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0);
-    /* not staged: f64 rows, rows past a warp, cp.async-less archs, a row
-     * read across its last axis (a transposed view: a gather) */
-    staged_case("kfg 1\nx = input(f64[64, 1024])\nw = input(f64[1024])\ny = rms_norm(x, w)\n"
-                "output y\n",
-                "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0);
-    staged_case("kfg 1\nx = input(bf16[64, 8192])\nw = input(bf16[8192])\ny = rms_norm(x, w)\n"
-                "output y\n",
-                "sm_90a", KF_CUDA_TEMPLATE_ROW_BLOCK, 0, 0);
-    staged_case(rms, "sm_75", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0);
+     * 4 warps (8 would be 256 KiB), 1 block per SM; 128 KiB is over sm_80's
+     * 99 KiB: the register path */
+    staged_case(res, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP_STAGED, 4, 4 * 2 * 16384, 1);
+    staged_case(res, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0, 0);
+    /* not staged: one reduction step (rms_norm), f64 rows, rows past a warp,
+     * cp.async-less archs, a row read across its last axis (a transposed
+     * view: a gather) */
+    staged_case(rms, "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0, 0);
+    staged_case(rms, "sm_80", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0, 0);
+    staged_case("kfg 1\nx = input(f64[64, 1024])\nw = input(f64[1024])\nb = input(f64[1024])\n"
+                "y = layer_norm(x, w, b)\noutput y\n",
+                "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0, 0);
+    staged_case("kfg 1\nx = input(bf16[64, 8192])\ny = softmax(x)\noutput y\n", "sm_90a",
+                KF_CUDA_TEMPLATE_ROW_BLOCK, 0, 0, 0);
+    staged_case(ln, "sm_75", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0, 0);
     staged_case("kfg 1\nx = input(f32[256, 64])\nt = permute(x, [1, 0])\ne = exp(t)\n"
                 "y = softmax(e)\noutput y\n",
-                "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0);
+                "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0, 0);
+}
+
+/* A rounded f16/bf16 result that is stored keeps its unrounded value for the
+ * store (one conversion, raw_of); an exact one (a packed op) does not. */
+static bool stores_raw(const char *src, const char *out) {
+    char pat[32];
+    snprintf(pat, sizeof pat, "%s[k] = (float)v", out);
+    const char *p = strstr(src, pat);
+    if (!p)
+        return false;
+    p += strlen(pat);
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return *p == 'u';
+}
+
+static void test_rounded_results_store_their_unrounded_value(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "kfg 1\nx = input(bf16[64, 4096])\nw = input(bf16[4096])\ny = rms_norm(x, w)\noutput y\n",
+        "kfg 1\nx = input(f16[64, 4096])\nw = input(f16[4096])\nb = input(f16[4096])\n"
+        "y = layer_norm(x, w, b)\noutput y\n",
+        "kfg 1\nx = input(bf16[64, 256])\ny = exp(x)\noutput y\n",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        planned p;
+        plan_text(texts[i], &p);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        if (!stores_raw(k.source, "o0"))
+            fail_msg("%s: the output is not stored from its unrounded value", k.name);
+        assert_null(strstr(k.source, "kf_stv_bf16x<VV>(p"));
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+    }
+    /* f32 results have nothing to round; a packed bf16 op is exact */
+    static const char *const exact[] = {
+        "kfg 1\nx = input(f32[64, 256])\ny = exp(x)\noutput y\n",
+        "kfg 1\nx = input(bf16[64, 256])\ns = input(bf16[256])\ny = mul(x, s)\noutput y\n",
+    };
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+        planned p;
+        plan_text(exact[i], &p);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        assert_false(stores_raw(k.source, "o0"));
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+    }
 }
 
 static void test_broken_kernel_status_carries_the_log_and_the_name(void **state) {
@@ -639,6 +703,7 @@ int main(void) {
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
         cmocka_unit_test(test_kernel_names_templates_vectors_and_params),
         cmocka_unit_test(test_row_warp_staged_is_chosen_where_it_fits),
+        cmocka_unit_test(test_rounded_results_store_their_unrounded_value),
         cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
         cmocka_unit_test(test_aot_rejects_bad_usage),

@@ -144,6 +144,7 @@ typedef struct cg {
     int32_t *param;   /* per node: LOAD/ACC/SCORE: its param; else -1 */
     int64_t *soff;    /* per node: row_warp_staged: byte offset of its row in a stage; else -1 */
     bool staged;      /* emitting a staged prologue: loads with soff >= 0 read the stage */
+    bool *stored;     /* per node: written to an output buffer of its own dtype (raw_of) */
     kf_status st;
 } cg;
 
@@ -407,6 +408,20 @@ static int packed_op(const cg *c, uint32_t i) {
     return op;
 }
 
+/* Node i is an f16/bf16 op result rounded here (round_fn) and stored to a
+ * buffer of its dtype: emit_nodes also gives its value before the rounding,
+ * vNu, and the store converts that (one cvt.rn per two values) instead of
+ * rounding to vN and converting vN again. Rounding twice to the same format
+ * is rounding once, so the stored bits are the same; vN is left to the
+ * compiler to drop when nothing else reads it. On an H200, a bf16 rms_norm
+ * over 65536 x 4096 took 0.278 ms instead of 0.300. Not for the gelu table's
+ * or a packed op's results, which are exact bf16 already. */
+static bool raw_of(const cg *c, uint32_t i, bool arr) {
+    const kf_expr *e = &c->g->expr[i];
+    return c->stored[i] && !c->ov[i][0] && e->kind == KF_EXPR_OP && e->tensor != KF_NONE &&
+           round_fn(e->dtype) && !gelu_tab_node(c, i, true) && !(arr && packed_op(c, i) >= 0);
+}
+
 /* One statement per needed node, in node order: `const T vN = ...;`. The
  * coordinate nodes and loads come from c->ov; `coord` gives the coordinate of
  * axis d of a space (a string), `ind` the indentation.
@@ -440,11 +455,16 @@ static void emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool 
                       pk, i, e->src[0], e->src[1]);
             continue;
         }
+        /* raw_of: the op's value is vNu, and vN its rounding (after the switch) */
+        const bool raw = raw_of(c, i, arr);
+        const char *sfx = raw ? "u" : "";
+        if (raw)
+            rnd = NULL;
         if (arr)
-            sb_printf(&c->s, "%s%s v%u[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u[k] = ",
-                      ind, rt, i, ind, ind, i);
+            sb_printf(&c->s, "%s%s v%u%s[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u%s[k] = ",
+                      ind, rt, i, sfx, ind, ind, i, sfx);
         else
-            sb_printf(&c->s, "%sconst %s v%u = ", ind, rt, i);
+            sb_printf(&c->s, "%sconst %s v%u%s = ", ind, rt, i, sfx);
         /* operand references */
         char a[3][24];
         for (int j = 0; j < 3; j++)
@@ -522,6 +542,11 @@ static void emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool 
             break;
         }
         sb_puts(&c->s, ";\n");
+        if (raw && arr)
+            sb_printf(&c->s, "%s%s v%u[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u[k] = %s(v%uu[k]);\n",
+                      ind, rt, i, ind, ind, i, round_fn(e->dtype), i);
+        else if (raw)
+            sb_printf(&c->s, "%sconst %s v%u = %s(v%uu);\n", ind, rt, i, round_fn(e->dtype), i);
     }
 }
 
@@ -700,7 +725,8 @@ static void offset_str(const cg *c, const chunk_ctx *x, uint32_t i, char *buf, s
  * sp == KF_SPACE_COUNT) before the k loop (vectors, broadcasts) and fills the
  * overrides (arrays, scalars, per-element gathers). Returns the alignment
  * conditions through `ok` (param index -> bytes). */
-static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const bool *hoist) {
+static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const bool *hoist,
+                       const bool *pre) {
     const kf_group *g = c->g;
     for (uint32_t i = 0; i < c->n; i++) {
         const kf_expr *e = &g->expr[i];
@@ -732,6 +758,11 @@ static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const
             if (h)
                 sb_printf(&c->s, "%sif (H) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
                                  "%s        l%u[k] = kf_cvt(reinterpret_cast<const %s *>(hv.l%u.b)[k]);\n"
+                                 "%s} else\n    ",
+                          ind, ind, ind, i, storage_type(c->k->params[p].dtype), i, ind);
+            else if (pre && pre[i])
+                sb_printf(&c->s, "%sif (P) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
+                                 "%s        l%u[k] = kf_cvt(reinterpret_cast<const %s *>(pv.l%u.b)[k]);\n"
                                  "%s} else\n    ",
                           ind, ind, ind, i, storage_type(c->k->params[p].dtype), i, ind);
             sb_printf(&c->s, "%skf_ldv<VV>(p%d + (%s), l%u);\n", ind, p, off, i);
@@ -890,7 +921,8 @@ static kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char
     c->need = kf_mem_calloc(mem, n, sizeof *c->need);
     c->param = kf_mem_calloc(mem, n, sizeof *c->param);
     c->soff = kf_mem_calloc(mem, n, sizeof *c->soff);
-    if (!c->ov || !c->need || !c->param || !c->soff) {
+    c->stored = kf_mem_calloc(mem, n, sizeof *c->stored);
+    if (!c->ov || !c->need || !c->param || !c->soff || !c->stored) {
         snprintf(out->error, sizeof out->error, "kf_cuda_codegen: out of memory");
         return KF_ERR_OUT_OF_MEMORY;
     }
@@ -976,6 +1008,8 @@ static kf_status cg_end(cg *c, kf_status st) {
         kf_mem_free(c->mem, c->param, (c->n ? c->n : 1) * sizeof *c->param);
     if (c->soff)
         kf_mem_free(c->mem, c->soff, (c->n ? c->n : 1) * sizeof *c->soff);
+    if (c->stored)
+        kf_mem_free(c->mem, c->stored, (c->n ? c->n : 1) * sizeof *c->stored);
     if (st != KF_OK) {
         if (c->s.p)
             kf_mem_free(c->mem, c->s.p, c->s.cap);
@@ -1002,6 +1036,14 @@ typedef struct out_spec {
 } out_spec;
 
 #define MAX_OUTS KF_CUDA_MAX_PARAMS
+
+/* Marks the outputs' nodes that are stored in their own dtype (raw_of). */
+static void mark_stored(cg *c, const out_spec *outs, uint32_t n_outs) {
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (outs[o].node < c->n && c->g->expr[outs[o].node].dtype == outs[o].dtype)
+            c->stored[outs[o].node] = true;
+    }
+}
 
 /* ------------------------------------------------------------------------ */
 /* Elementwise (and layout, and the GEMM epilogue without a row stage)        */
@@ -1035,6 +1077,7 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
     for (uint32_t o = 0; o < n_outs; o++)
         mark(c, outs[o].node);
     load_params(c);
+    mark_stored(c, outs, n_outs);
     /* Writes: contiguous over the space (a vector store), or broadcast (a
      * guarded scalar store: only the elements at coordinate 0 of the axes the
      * written tensor does not have). */
@@ -1133,7 +1176,37 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
                            (e->kind == KF_EXPR_OP && e->op == KF_OP_POW)))
             light = false;
     }
-    sb_printf(&c->s, "#define KF_MINB %u\n", light ? k->launch.blocks_per_sm : 1u);
+    /* Streamed operands (16-byte vector loads, not hoisted) are read once:
+     * with KF_UNROLL > 1 each thread loads KF_UNROLL steps of them (evict-
+     * first, kf_pre_load) before computing the first, at 4 blocks of 256 per
+     * SM (64 registers): 64 bytes in flight per thread instead of 16. At most
+     * 4 streamed vectors per step in flight, so 4 / streams steps. For the
+     * chain above (one stream, 65536 x 4096 bf16), against one vector per
+     * step at 8 blocks: H100 0.397 ms against 0.419, H200 0.293-0.295
+     * against 0.296-0.298. */
+    bool *pre = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *pre);
+    if (!pre) {
+        kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
+        kf_mem_free(c->mem, x, sizeof *x);
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    }
+    uint32_t streams = 0;
+    for (uint32_t i = 0; i < c->n && vec > 1; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || c->ov[i][0] || !is_load(e) || e->space != sp || hoist[i])
+            continue;
+        int64_t s[KF_MAX_RANK];
+        node_strides(c, i, s);
+        if (classify(rank, dims, s, vec) != ACC_VECTOR)
+            continue;
+        pre[i] = true;
+        streams++;
+    }
+    uint32_t unroll = light && streams > 0 && streams <= 2 ? 4 / streams : 1;
+    if (unroll > 1)
+        k->launch.blocks_per_sm = 4;
+    sb_printf(&c->s, "#define KF_MINB %u\n#define KF_UNROLL %u\n",
+              light ? k->launch.blocks_per_sm : 1u, unroll);
     sb_puts(&c->s, "struct kf_hoist {\n");
     for (uint32_t i = 0; i < c->n; i++) {
         if (!hoist[i])
@@ -1162,22 +1235,43 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
     }
     sb_puts(&c->s, "    (void)i0; (void)hv;\n}\n\n");
 
-    sb_puts(&c->s, "template <int VV, bool H>\n__device__ __forceinline__ void kf_body(long long i0, "
-                   "const kf_hoist &hv, KF_PARAMS) {\n");
-    emit_loads(c, x, vec, "    ", hoist);
+    sb_puts(&c->s, "struct kf_pre {\n");
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (pre[i])
+            sb_printf(&c->s, "    kf_raw<KF_VEC * %zu> l%u;\n",
+                      kf_dtype_size(c->k->params[c->param[i]].dtype), i);
+    }
+    sb_puts(&c->s, "    char none_;\n};\n"
+                   "__device__ __forceinline__ void kf_pre_load(long long i0, kf_pre &pv, KF_PARAMS) {\n");
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!pre[i])
+            continue;
+        char off[OV_MAX - 64];
+        offset_str(c, x, i, off, sizeof off);
+        sb_printf(&c->s, "    kf_raw_ld_cs(p%d + (%s), pv.l%u);\n", c->param[i], off, i);
+    }
+    sb_puts(&c->s, "    (void)i0; (void)pv;\n}\n\n");
+
+    sb_puts(&c->s, "template <int VV, bool H, bool P>\n__device__ __forceinline__ void kf_body(long long i0, "
+                   "const kf_hoist &hv, const kf_pre &pv, KF_PARAMS) {\n");
+    emit_loads(c, x, vec, "    ", hoist, pre);
     for (uint32_t o = 0; o < n_outs; o++)
         sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
     emit_nodes(c, coord_of, x, "    ", true);
     sb_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
     for (uint32_t o = 0; o < n_outs; o++)
-        sb_printf(&c->s, "        o%u[k] = (%s)v%u[k];\n", o, reg_type(outs[o].dtype), outs[o].node);
-    sb_puts(&c->s, "    }\n    (void)hv;\n");
+        sb_printf(&c->s, "        o%u[k] = (%s)v%u%s[k];\n", o, reg_type(outs[o].dtype), outs[o].node,
+                  raw_of(c, outs[o].node, true) ? "u" : "");
+    sb_puts(&c->s, "    }\n    (void)hv; (void)pv;\n");
     kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
+    kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
     for (uint32_t o = 0; o < n_outs; o++) {
         const kf_tensor *t = tensor(c, outs[o].tensor);
         if (kf_ir_numel(t) == n) {
-            /* a bf16 result already exact stores without conversions */
-            bool x16 = outs[o].dtype == KF_DTYPE_BF16 && exact_bf16(c, outs[o].node);
+            /* a bf16 result already exact stores without conversions (a
+             * rounded op's unrounded value, raw_of, with one cvt per two) */
+            bool x16 = outs[o].dtype == KF_DTYPE_BF16 && exact_bf16(c, outs[o].node) &&
+                       !raw_of(c, outs[o].node, true);
             sb_printf(&c->s, "    kf_stv%s<VV>(p%d + i0, o%u);\n", x16 ? "_bf16x" : "", outs[o].param, o);
             continue;
         }
@@ -1247,7 +1341,15 @@ static void emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, 
  * memory, a standalone version of the same kernels reached 88% / 86% (4 warps
  * x 3 stages, 2 blocks per SM) and 90% / 87% (8 warps x 2 stages, 1 block per
  * SM), bit-identical outputs; a plain SM copy kernel reaches ~92% there. The
- * generated kernels (4 warps x 2 stages, 3 blocks per SM): 88% / 85%. */
+ * generated kernels (4 warps x 2 stages, 3 blocks per SM): 88% / 85%.
+ *
+ * Which groups stage (gen_rowwise): those whose statistics take two dependent
+ * steps (layer_norm's M2 with the mean, softmax's sum of exponentials after
+ * the max). A single-reduction group (rms_norm, sums) keeps the register
+ * path, which once its stores lost their double rounding (raw_of) was the
+ * faster of the two: H200, bf16 rms_norm 65536 x 4096, 0.278-0.280 ms against
+ * 0.279-0.282 staged (8 x 2); H100, before raw_of, 0.380 against 0.384.
+ * layer_norm on the register path: 0.348 ms (H200) against 0.287 staged. */
 
 /* Shared memory a block may use (dynamic + static) and an SM holds, for the
  * devices a binary of `arch` runs on (runtime/cuda.c: sm_80 serves every 8.x,
@@ -1328,17 +1430,19 @@ static bool stage_plan(cg *c, const row_spec *rs, const out_spec *outs, uint32_t
     }
     uint32_t per_block = 0, per_sm = 0;
     bool on = ok && bytes > 0 && stage_smem_limits(c->k->arch, &per_block, &per_sm);
-    /* 4 warps x 2 stages: a row in flight while one is computed, and as many
-     * warps per SM as the shared memory holds. On an H200, 65536 x 4096 bf16
-     * (3 blocks, 12 warps per SM, against 2 blocks of 3 stages): rms_norm
-     * 0.288 / 0.290 ms against 0.299 / 0.297, layer_norm 0.299 / 0.299 against
-     * 0.316 / 0.312 (two runs each). */
+    /* 8 warps x 2 stages where a block holds them, else 4 x 2: a row in
+     * flight while one is computed. 65536 x 4096 bf16 layer_norm, 8 x 2 (one
+     * block per SM) against 4 x 2 (three blocks, 12 warps per SM): H200
+     * 0.287-0.291 ms against 0.297-0.300, H100 0.402 against 0.411; 4 x 3,
+     * 6 x 2 and 12 x 2 were no better than 8 x 2 on either. */
     /* static shared memory: rowwise.cuh's reduction buffers (2 x 96 f32),
      * the gelu table when there is one */
     uint32_t fixed = 2 * 96 * 4 + (has_gelu_table(c) ? GELU_TAB_N * 2 : 0);
-    cfg->warps = 4;
+    cfg->warps = 8;
     cfg->stages = 0;
-    if (on && 4 * 2 * bytes + fixed <= per_block)
+    if (on && 8 * 2 * bytes + fixed > per_block)
+        cfg->warps = 4;
+    if (on && cfg->warps * 2 * bytes + fixed <= per_block)
         cfg->stages = 2;
     if (cfg->stages == 0) {
         for (uint32_t i = 0; i < c->n; i++)
@@ -1420,6 +1524,7 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
         mark(c, outs[o].node);
     mark(c, rs->input);
     load_params(c);
+    mark_stored(c, outs, n_outs);
     unsigned stats = stats_used(c, rs->stats);
     size_t minsz = 16;
     for (uint32_t o = 0; o < n_outs; o++) {
@@ -1443,8 +1548,10 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     }
     if (multipass)
         vec = vec > 4 ? 4 : vec; /* no register arrays: keep the chunk small */
+    /* Staged only with two dependent statistics steps (see row_warp_staged). */
     stage_cfg scfg = {0};
-    bool staged = warp && !dbl && vec > 1 && c->st == KF_OK &&
+    bool two_step = (stats & (1u << KF_STAT_RSTD | 1u << KF_STAT_SUMEXP)) != 0;
+    bool staged = warp && two_step && !dbl && vec > 1 && c->st == KF_OK &&
                   stage_plan(c, rs, outs, n_outs, pro, &scfg);
     if (staged)
         block = scfg.warps * 32;
@@ -1539,7 +1646,7 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
                 "template <int VV> __device__ __forceinline__ void kf_prologue(long long row, int c, "
                 "kf_acc_t *x, bool store, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
     c->staged = staged;
-    emit_loads(c, x, vec, "    ", NULL);
+    emit_loads(c, x, vec, "    ", NULL, NULL);
     c->staged = false;
     for (uint32_t o = 0; o < n_outs; o++) {
         if (pro[o])
@@ -1550,7 +1657,8 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     sb_printf(&c->s, "        x[k] = (kf_acc_t)v%u;\n", rs->input);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (pro[o])
-            sb_printf(&c->s, "        o%u[k] = (%s)v%u;\n", o, reg_type(outs[o].dtype), outs[o].node);
+            sb_printf(&c->s, "        o%u[k] = (%s)v%u%s;\n", o, reg_type(outs[o].dtype), outs[o].node,
+                      raw_of(c, outs[o].node, false) ? "u" : "");
     }
     sb_puts(&c->s, "    }\n");
     for (uint32_t o = 0; o < n_outs; o++) {
@@ -1574,7 +1682,7 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     sb_puts(&c->s,
             "template <int VV, typename S> __device__ __forceinline__ void kf_epilogue(long long row, "
             "int c, const kf_acc_t *x, const S &st, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
-    emit_loads(c, x, vec, "    ", NULL);
+    emit_loads(c, x, vec, "    ", NULL, NULL);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (epi[o])
             sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
@@ -1590,7 +1698,8 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
                       reg_type(outs[o].dtype), rnd ? rnd : "", rnd ? "((float)" : "",
                       rnd ? ")" : "");
         } else {
-            sb_printf(&c->s, "        o%u[k] = (%s)v%u;\n", o, reg_type(outs[o].dtype), outs[o].node);
+            sb_printf(&c->s, "        o%u[k] = (%s)v%u%s;\n", o, reg_type(outs[o].dtype), outs[o].node,
+                      raw_of(c, outs[o].node, false) ? "u" : "");
         }
     }
     sb_puts(&c->s, "    }\n");
@@ -1611,7 +1720,7 @@ static kf_status gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t
     }
     sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_row_out(long long row, "
                    "const S &st, KF_PARAMS) {\n");
-    emit_loads(c, x, 1, "    ", NULL);
+    emit_loads(c, x, 1, "    ", NULL, NULL);
     sb_puts(&c->s, "    const int k = 0;\n    (void)k;\n");
     emit_nodes(c, coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
@@ -1708,7 +1817,7 @@ static kf_status gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     mark(c, r->input);
     sb_puts(&c->s, "__device__ __forceinline__ kf_acc_t kf_prologue(long long col, long long a, bool "
                    "store, KF_PARAMS) {\n    const int k = 0;\n    (void)k; (void)store;\n");
-    emit_loads(c, x, 1, "    ", NULL);
+    emit_loads(c, x, 1, "    ", NULL, NULL);
     emit_nodes(c, coord_of, x, "    ", false);
     sb_printf(&c->s, "    return (kf_acc_t)v%u;\n}\n\n", r->input);
 
@@ -1722,7 +1831,7 @@ static kf_status gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     }
     sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_epilogue(long long col, "
                    "long long a, kf_acc_t x, const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
-    emit_loads(c, x, 1, "    ", NULL);
+    emit_loads(c, x, 1, "    ", NULL, NULL);
     emit_nodes(c, coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (epi[o])
@@ -1740,7 +1849,7 @@ static kf_status gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     }
     sb_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_row_out(long long col, "
                    "const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
-    emit_loads(c, x, 1, "    ", NULL);
+    emit_loads(c, x, 1, "    ", NULL, NULL);
     emit_nodes(c, coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (rowo[o])

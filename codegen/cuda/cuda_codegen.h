@@ -56,7 +56,7 @@
 
 /* Bumped whenever generated code or templates change in a way the source text
  * alone would not show (it is part of every cache key). */
-#define KF_CUDA_CODEGEN_VERSION 3u
+#define KF_CUDA_CODEGEN_VERSION 4u
 
 /* Longest kernel name, with the NUL. */
 #define KF_CUDA_NAME_MAX 160
