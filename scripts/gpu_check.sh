@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# gpu_check.sh -- what is run on a machine with an NVIDIA GPU before a CUDA
+# change is called done: builds kfuse (Release, tests and bench, in build-gpu/),
+# runs every ctest suite (the GPU suites run there instead of skipping, and
+# this script fails if one skipped), every example with --target cuda --check,
+# compute-sanitizer (memcheck, racecheck, synccheck) on small graphs that take
+# the vector loops' tails and the staged rows, then the bench.
+#
+#   scripts/gpu_check.sh [--commit SHA] [--no-bench] [--no-sanitizer] [--quick]
+#
+# Logs and the bench JSON go to $OUT (default build-gpu/out); the bench also
+# writes bench/results/<gpu>-<commit>.json. cmocka comes from the system, or
+# from a git-ignored .cmocka/ (include/cmocka.h, lib/libcmocka.so*) carried
+# to a machine that has none. The last lines are a summary; exit 1 on any
+# failure.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+commit=""
+bench=1
+sanitize=1
+quick=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --commit) commit="$2"; shift 2 ;;
+    --no-bench) bench=0; shift ;;
+    --no-sanitizer) sanitize=0; shift ;;
+    --quick) quick="--quick"; shift ;;
+    *) echo "gpu_check.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$commit" ]; then
+    commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+fi
+out=${OUT:-build-gpu/out}
+mkdir -p "$out"
+jobs=$(nproc 2>/dev/null || echo 4)
+summary=()
+fail=0
+note() { summary+=("$1"); echo "== $1"; }
+
+cmocka=()
+if [ ! -f /usr/include/cmocka.h ] && [ -f .cmocka/include/cmocka.h ]; then
+    cmocka=(-DCMOCKA_ROOT="$PWD/.cmocka")
+    export LD_LIBRARY_PATH="$PWD/.cmocka/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKF_BUILD_TESTS=ON \
+    -DKF_BUILD_BENCH=ON -DKF_BENCH_COMMIT="$commit" "${cmocka[@]}" &&
+    cmake --build build-gpu --parallel "$jobs"; } >"$out/build.log" 2>&1; then
+    tail -40 "$out/build.log"
+    note "build: FAILED (build.log)"
+    printf '%s\n' "${summary[@]}"
+    exit 1
+fi
+note "build: ok ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null))"
+
+# Every suite; the GPU ones must run, not skip.
+ctest --test-dir build-gpu --output-on-failure --parallel "$jobs" >"$out/ctest.log" 2>&1
+rc=$?
+tail -25 "$out/ctest.log"
+skipped=$(grep -E "test_cuda_exec|test_cuda_gpu" "$out/ctest.log" | grep -c "Skipped")
+if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then
+    fail=1
+    note "ctest: FAILED (rc $rc, GPU suites skipped: $skipped)"
+else
+    note "ctest: $(grep -E '^[0-9]+% tests passed' "$out/ctest.log")"
+fi
+
+# Every example on the GPU against the reference evaluator.
+n_ok=0
+n_all=0
+for f in examples/*.kfg examples/patterns/*.kfg; do
+    n_all=$((n_all + 1))
+    if build-gpu/kfuse run "$f" --target cuda --check --seed $((n_all * 7919 + RANDOM)) \
+        >>"$out/examples.log" 2>&1; then
+        n_ok=$((n_ok + 1))
+    else
+        echo "FAILED: $f" | tee -a "$out/examples.log"
+        fail=1
+    fi
+done
+note "examples --target cuda --check: $n_ok/$n_all passed"
+
+# compute-sanitizer on graphs whose sizes leave tails: an elementwise chain
+# (unrolled vector loop, vector tail, scalar tail), staged layer_norm and
+# softmax rows, register-path rms_norm with a residual, over 517 rows.
+if [ $sanitize -eq 1 ] && command -v compute-sanitizer >/dev/null; then
+    g="$out/sanitize.kfg"
+    cat >"$g" <<'EOF'
+kfg 1
+x = input(bf16[517, 4104])
+s = input(bf16[4104])
+r = input(bf16[517, 4104])
+b = input(bf16[4104])
+xs = mul(x, s)
+h = add(xs, r)
+e = gelu(h)
+y = mul(e, s)
+output y
+l = input(bf16[517, 4096])
+w = input(bf16[4096])
+c = input(bf16[4096])
+q = input(bf16[517, 4096])
+ln = layer_norm(l, w, c)
+output ln
+hq = add(l, q)
+rn = rms_norm(hq, w)
+output rn
+sm = softmax(q)
+output sm
+o = exp(b)
+output o
+EOF
+    for tool in memcheck racecheck synccheck; do
+        if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$g" \
+            --target cuda --check >"$out/sanitize_$tool.log" 2>&1; then
+            note "compute-sanitizer $tool: clean"
+        else
+            fail=1
+            tail -20 "$out/sanitize_$tool.log"
+            note "compute-sanitizer $tool: FAILED (sanitize_$tool.log)"
+        fi
+    done
+fi
+
+if [ $bench -eq 1 ]; then
+    if KF_SOURCE_DIR="$PWD" build-gpu/gpu_bench --commit "$commit" --out "$out/bench.json" $quick \
+        >"$out/bench.log" 2>&1; then
+        note "bench: $out/bench.json"
+    else
+        fail=1
+        tail -20 "$out/bench.log"
+        note "bench: FAILED (bench.log)"
+    fi
+    grep -vE "^peers: " "$out/bench.log" | tail -30
+fi
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $fail
