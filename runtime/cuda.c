@@ -259,7 +259,12 @@ kf_status kf_cuda_device_open(const kf_cuda_driver *drv, int ordinal, kf_cuda_de
     }
     out->name[sizeof out->name - 1] = 0;
     kf_cuda_arch_for(out->cc_major, out->cc_minor, out->arch);
+    out->stream_evict_first = kf_cuda_stream_evict_first(out->name);
     return KF_OK;
+}
+
+bool kf_cuda_stream_evict_first(const char *name) {
+    return name && strncmp(name, "NVIDIA H100", 11) == 0;
 }
 
 void kf_cuda_device_close(kf_cuda_device *dev) {
@@ -285,6 +290,31 @@ kf_status kf_cuda_module_load(const kf_cuda_device *dev, const void *cubin, cons
 void kf_cuda_module_unload(const kf_cuda_device *dev, kf_cu_module mod) {
     if (mod && bind(dev, NULL) == KF_OK)
         dev->drv->cuModuleUnload(mod);
+}
+
+kf_status kf_cuda_module_set_u32(const kf_cuda_device *dev, kf_cu_module mod, const char *symbol,
+                                 unsigned value, const char *kernel, char *err) {
+    if (!mod || !symbol)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_module_set_u32: NULL argument");
+    kf_status st = bind(dev, err);
+    if (st != KF_OK)
+        return st;
+    kf_cu_deviceptr ptr = 0;
+    size_t bytes = 0;
+    kf_cu_result r = dev->drv->cuModuleGetGlobal(&ptr, &bytes, mod, symbol);
+    if (r == CU_NOT_FOUND)
+        return KF_OK;
+    char call[96];
+    snprintf(call, sizeof call, "cuModuleGetGlobal(%s)", symbol);
+    st = kf_cuda_check(dev->drv, r, call, kernel, err);
+    if (st != KF_OK)
+        return st;
+    if (bytes != sizeof value)
+        return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': the module's %s is %zu bytes, not %zu",
+                          kernel ? kernel : "?", symbol, bytes, sizeof value);
+    snprintf(call, sizeof call, "cuMemcpyHtoD(%s)", symbol);
+    return kf_cuda_check(dev->drv, dev->drv->cuMemcpyHtoD(ptr, &value, sizeof value), call, kernel,
+                         err);
 }
 
 kf_status kf_cuda_function(const kf_cuda_device *dev, kf_cu_module mod, const char *name,

@@ -379,6 +379,10 @@ static kf_status add_kernel(kf_cuda_exec *ex, kf_cuda_kernel *k, uint32_t gi, sc
         kf_mem_free(&ex->mem, cubin, size);
     if (st == KF_OK)
         st = kf_cuda_function(&ex->dev, xk->mod, k->name, &xk->fn, err);
+    /* The device's L2 policy for streamed reads (templates/common.cuh). */
+    if (st == KF_OK)
+        st = kf_cuda_module_set_u32(&ex->dev, xk->mod, "kf_stream_ef",
+                                    ex->dev.stream_evict_first ? 1u : 0u, k->name, err);
     /* Dynamic shared memory (row_warp_staged's ring) above the default 48 KiB
      * needs the function's opt-in; set it whenever there is any, so the
      * launch and the CUDA graph node (which pass xk->shared) always fit. */
@@ -1368,8 +1372,9 @@ void kf_cuda_exec_arena_stats(const kf_cuda_exec *ex, size_t *arena, size_t *uns
 void kf_cuda_exec_report(const kf_cuda_exec *ex, FILE *out) {
     if (!ex || !out)
         return;
-    fprintf(out, "cuda: %s (%s, %d SMs), arch %s\n", ex->dev.name, ex->arch, ex->dev.sm_count,
-            ex->arch);
+    fprintf(out, "cuda: %s (%s, %d SMs), arch %s, streamed reads %s in L2\n", ex->dev.name,
+            ex->arch, ex->dev.sm_count, ex->arch,
+            ex->dev.stream_evict_first ? "evict-first" : "evict-normal");
     for (uint32_t gi = 0; gi < ex->plan->n_groups; gi++) {
         const kf_group *grp = &ex->plan->groups[gi];
         fprintf(out, "  group %u %-11s %-40s %s\n", gi, kf_group_kind_name(grp->kind), grp->name,

@@ -34,7 +34,7 @@
  *   kf_pre, kf_pre_load(i, pv, KF_ARGS)
  *                      the streamed operands (16-byte vector loads, not
  *                      hoisted) of one vector step, and their load at linear
- *                      index i (evict-first: each is read once)
+ *                      index i (kf_raw_ld_stream: each is read once)
  *   kf_vec_ok(KF_ARGS) true when the vector operands are aligned
  *   KF_SETUP()         block-wide setup at kernel entry, every thread calls it
  *                      (fills the shared gelu table; may synchronize)

@@ -60,6 +60,18 @@ static void test_arch_dispatch_follows_the_compute_capability(void **state) {
     assert_string_equal(kf_cuda_arch_for(12, 0, buf), "sm_120");
 }
 
+/* The L2 policy for streamed reads is chosen by device: evict-first on
+ * H100s, where it measured faster; the neutral default elsewhere. */
+static void test_streamed_reads_evict_first_on_h100s_only(void **state) {
+    (void)state;
+    assert_true(kf_cuda_stream_evict_first("NVIDIA H100 80GB HBM3"));
+    assert_true(kf_cuda_stream_evict_first("NVIDIA H100 PCIe"));
+    assert_false(kf_cuda_stream_evict_first("NVIDIA H200"));
+    assert_false(kf_cuda_stream_evict_first("NVIDIA A100-SXM4-80GB"));
+    assert_false(kf_cuda_stream_evict_first(""));
+    assert_false(kf_cuda_stream_evict_first(NULL));
+}
+
 static void test_driver_errors_name_the_call_and_the_kernel(void **state) {
     (void)state;
     char err[KF_MSG_MAX];
@@ -163,6 +175,7 @@ int main(void) {
         cmocka_unit_test(test_a_missing_driver_is_unsupported_with_a_clear_message),
         cmocka_unit_test(test_the_toolkit_stub_is_never_taken_for_a_driver),
         cmocka_unit_test(test_arch_dispatch_follows_the_compute_capability),
+        cmocka_unit_test(test_streamed_reads_evict_first_on_h100s_only),
         cmocka_unit_test(test_driver_errors_name_the_call_and_the_kernel),
         cmocka_unit_test(test_the_context_loads_the_driver_once_and_the_library_works_without_it),
         cmocka_unit_test(test_a_context_with_a_failing_allocator_still_answers),

@@ -163,6 +163,56 @@ static void test_an_nvrtc_kernel_loads_launches_and_matches_the_host(void **stat
     free(c);
 }
 
+/* kf_cuda_module_set_u32 writes a module's global (the runtime sets the
+ * templates' kf_stream_ef this way after loading each module); a module
+ * without the symbol is left alone. */
+static void test_a_module_global_is_set_after_loading(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char src[] = "extern \"C\" {\n__constant__ int kf_stream_ef;\n}\n"
+                              "extern \"C\" __global__ void kf_read_flag(int *out) {\n"
+                              "    *out = kf_stream_ef;\n}\n";
+    char err[KF_MSG_MAX] = "";
+    kf_nvrtc_result r;
+    kf_nvrtc_options o = {.arch = G.dev.arch, .kernel_name = "kf_read_flag"};
+    if (kf_nvrtc_compile(&G.mem, src, strlen(src), &o, &r, err) != KF_OK)
+        fail_msg("%s", err);
+    kf_cu_module mod;
+    if (kf_cuda_module_load(&G.dev, r.cubin, "kf_read_flag", &mod, err) != KF_OK)
+        fail_msg("%s", err);
+    kf_nvrtc_result_release(&G.mem, &r);
+    kf_cu_function fn;
+    assert_int_equal(kf_cuda_function(&G.dev, mod, "kf_read_flag", &fn, err), KF_OK);
+    kf_cu_deviceptr d;
+    assert_int_equal(kf_cuda_mem_alloc(&G.dev, sizeof(int), &d, err), KF_OK);
+    kf_cu_stream s;
+    assert_int_equal(kf_cuda_stream_create(&G.dev, &s, err), KF_OK);
+    const unsigned values[] = {1u, 0u, 7u};
+    for (int i = 0; i < 3; i++) {
+        if (kf_cuda_module_set_u32(&G.dev, mod, "kf_stream_ef", values[i], "kf_read_flag", err) != KF_OK)
+            fail_msg("%s", err);
+        int got = -1;
+        assert_int_equal(kf_cuda_copy_to_device(&G.dev, d, &got, sizeof got, err), KF_OK);
+        void *params[] = {&d};
+        kf_cuda_launch_cfg cfg = {.grid = {1, 1, 1}, .block = {1, 1, 1}, .stream = s,
+                                  .kernel = "kf_read_flag"};
+        assert_int_equal(kf_cuda_launch(&G.dev, fn, &cfg, params, err), KF_OK);
+        assert_int_equal(kf_cuda_stream_sync(&G.dev, s, "kf_read_flag", err), KF_OK);
+        assert_int_equal(kf_cuda_copy_to_host(&G.dev, &got, d, sizeof got, err), KF_OK);
+        assert_int_equal(got, (int)values[i]);
+    }
+    /* no such symbol: nothing to set */
+    assert_int_equal(kf_cuda_module_set_u32(&G.dev, mod, "kf_no_such_global", 1u, "kf_read_flag", err),
+                     KF_OK);
+    /* the device's own choice follows its name */
+    assert_int_equal(G.dev.stream_evict_first, kf_cuda_stream_evict_first(G.dev.name));
+    fprintf(stderr, "%s: streamed reads %s\n", G.dev.name,
+            G.dev.stream_evict_first ? "evict-first" : "evict-normal");
+    kf_cuda_stream_destroy(&G.dev, s);
+    kf_cuda_mem_free(&G.dev, d);
+    kf_cuda_module_unload(&G.dev, mod);
+}
+
 static void test_an_unknown_function_is_not_found_and_named(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -195,6 +245,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_device_reports_its_compute_capability_and_dispatch_arch),
         cmocka_unit_test(test_an_nvrtc_kernel_loads_launches_and_matches_the_host),
+        cmocka_unit_test(test_a_module_global_is_set_after_loading),
         cmocka_unit_test(test_an_unknown_function_is_not_found_and_named),
         cmocka_unit_test(test_a_cubin_for_another_arch_is_refused_naming_the_kernel),
     };

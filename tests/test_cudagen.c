@@ -280,8 +280,8 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
      * blocks per SM */
     assert_non_null(strstr(k.source, "#define KF_UNROLL 2\n"));
     assert_non_null(strstr(k.source, "#define KF_MINB 4\n"));
-    assert_non_null(strstr(k.source, "kf_raw_ld_cs(p0 + "));
-    assert_non_null(strstr(k.source, "kf_raw_ld_cs(p1 + "));
+    assert_non_null(strstr(k.source, "kf_raw_ld_stream(p0 + "));
+    assert_non_null(strstr(k.source, "kf_raw_ld_stream(p1 + "));
     assert_int_equal(kf_cuda_kernel_grid(&k, 132), 132 * 4);
     assert_int_equal(kf_cuda_kernel_grid(&k, 0), 4);
     assert_non_null(strstr(k.source, "extern \"C\" __global__"));
@@ -299,9 +299,11 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_non_null(strstr(k.source, "kf_bf16x2<2, VV>"));
     assert_non_null(strstr(k.source, "kf_bf16x2<0, VV>"));
     assert_non_null(strstr(k.source, "kf_stv_bf16x<VV>"));
+    /* every kernel carries the streamed-read policy the runtime sets */
+    assert_non_null(strstr(k.source, "__constant__ int kf_stream_ef;"));
     /* x is the one streamed operand: four steps in flight */
     assert_non_null(strstr(k.source, "#define KF_UNROLL 4\n"));
-    assert_null(strstr(k.source, "kf_raw_ld_cs(p1"));
+    assert_null(strstr(k.source, "kf_raw_ld_stream(p1"));
     /* threads * 8 a multiple of 264: grids of 33 blocks (39 needed -> 33) */
     assert_int_equal(k.launch.grid_multiple, 33);
     assert_int_equal(kf_cuda_kernel_grid(&k, 132), 33);

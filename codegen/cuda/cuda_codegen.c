@@ -1177,13 +1177,14 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
             light = false;
     }
     /* Streamed operands (16-byte vector loads, not hoisted) are read once:
-     * with KF_UNROLL > 1 each thread loads KF_UNROLL steps of them (evict-
-     * first, kf_pre_load) before computing the first, at 4 blocks of 256 per
-     * SM (64 registers): 64 bytes in flight per thread instead of 16. At most
-     * 4 streamed vectors per step in flight, so 4 / streams steps. For the
+     * with KF_UNROLL > 1 each thread loads KF_UNROLL steps of them
+     * (kf_pre_load, with the device's L2 policy for streamed reads,
+     * common.cuh) before computing the first, at 4 blocks of 256 per SM (64
+     * registers): 64 bytes in flight per thread instead of 16. At most 4
+     * streamed vectors per step in flight, so 4 / streams steps. For the
      * chain above (one stream, 65536 x 4096 bf16), against one vector per
-     * step at 8 blocks: H100 0.397 ms against 0.419, H200 0.293-0.295
-     * against 0.296-0.298. */
+     * step at 8 blocks: H100 0.400 ms against 0.419 (evict-first), H200
+     * 0.290-0.292 against 0.296-0.300. */
     bool *pre = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *pre);
     if (!pre) {
         kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
@@ -1248,7 +1249,7 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
             continue;
         char off[OV_MAX - 64];
         offset_str(c, x, i, off, sizeof off);
-        sb_printf(&c->s, "    kf_raw_ld_cs(p%d + (%s), pv.l%u);\n", c->param[i], off, i);
+        sb_printf(&c->s, "    kf_raw_ld_stream(p%d + (%s), pv.l%u);\n", c->param[i], off, i);
     }
     sb_puts(&c->s, "    (void)i0; (void)pv;\n}\n\n");
 
