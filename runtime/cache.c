@@ -774,8 +774,10 @@ static lock_result lock_try(kf_cache *c, const char *hex, lock_held *held, kf_ca
     struct stat moved;
     bool same = fstatat(c->dirfd, aside, &moved, AT_SYMLINK_NOFOLLOW) == 0 &&
                 moved.st_dev == sb.st_dev && moved.st_ino == sb.st_ino;
-    if (!same)
-        (void)linkat(c->dirfd, aside, c->dirfd, held->name, 0);
+    /* Someone else's lock was moved aside: put it back. If that fails its
+     * holder finds its lock gone and retries, as after any stale break. */
+    if (!same && linkat(c->dirfd, aside, c->dirfd, held->name, 0) != 0)
+        note(msg, KF_CACHE_EV_STALE_LOCK, "could not restore lock %s/%s", c->dir, held->name);
     (void)unlinkat(c->dirfd, aside, 0);
     if (!same)
         return LOCK_BUSY;
