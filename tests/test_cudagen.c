@@ -499,34 +499,29 @@ static bool stores_raw(const char *src, const char *out) {
 
 static void test_rounded_results_store_their_unrounded_value(void **state) {
     (void)state;
-    static const char *const texts[] = {
-        "kfg 1\nx = input(bf16[64, 4096])\nw = input(bf16[4096])\ny = rms_norm(x, w)\noutput y\n",
-        "kfg 1\nx = input(f16[64, 4096])\nw = input(f16[4096])\nb = input(f16[4096])\n"
-        "y = layer_norm(x, w, b)\noutput y\n",
-        "kfg 1\nx = input(bf16[64, 256])\ny = exp(x)\noutput y\n",
+    /* raw: f16/bf16 op results stored from their unrounded value; f32 results
+     * have nothing to round, and a packed bf16 op is exact */
+    static const struct {
+        const char *text;
+        bool raw;
+    } cases[] = {
+        {"kfg 1\nx = input(bf16[64, 4096])\nw = input(bf16[4096])\ny = rms_norm(x, w)\noutput y\n", true},
+        {"kfg 1\nx = input(f16[64, 4096])\nw = input(f16[4096])\nb = input(f16[4096])\n"
+         "y = layer_norm(x, w, b)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[64, 256])\ny = exp(x)\noutput y\n", true},
+        {"kfg 1\nx = input(f32[64, 256])\ny = exp(x)\noutput y\n", false},
+        {"kfg 1\nx = input(bf16[64, 256])\ns = input(bf16[256])\ny = mul(x, s)\noutput y\n", false},
     };
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         planned p;
-        plan_text(texts[i], &p);
+        plan_text(cases[i].text, &p);
         kf_cuda_kernel k;
         first_kernel(p.plan, "sm_90a", &k);
-        if (!stores_raw(k.source, "o0"))
-            fail_msg("%s: the output is not stored from its unrounded value", k.name);
-        assert_null(strstr(k.source, "kf_stv_bf16x<VV>(p"));
-        kf_cuda_kernel_release(&MEM, &k);
-        plan_release(&p);
-    }
-    /* f32 results have nothing to round; a packed bf16 op is exact */
-    static const char *const exact[] = {
-        "kfg 1\nx = input(f32[64, 256])\ny = exp(x)\noutput y\n",
-        "kfg 1\nx = input(bf16[64, 256])\ns = input(bf16[256])\ny = mul(x, s)\noutput y\n",
-    };
-    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
-        planned p;
-        plan_text(exact[i], &p);
-        kf_cuda_kernel k;
-        first_kernel(p.plan, "sm_90a", &k);
-        assert_false(stores_raw(k.source, "o0"));
+        if (stores_raw(k.source, "o0") != cases[i].raw)
+            fail_msg("%s: stored from its %s value", k.name, cases[i].raw ? "rounded" : "unrounded");
+        if (cases[i].raw) /* stored with a rounding conversion, not bit-packed */
+            assert_null(strstr(k.source, "kf_stv_bf16x<VV>(p"));
         kf_cuda_kernel_release(&MEM, &k);
         plan_release(&p);
     }
