@@ -249,10 +249,8 @@ static void eval_softmax(const kf_eval_state *st, const kf_tensor *t, double *ou
     }
 }
 
-/* The exponent e such that scaling a row by 2^-e brings its largest
- * magnitude below 1 when it exceeds 2^500 (so squares and sums cannot
- * overflow), else 0. Scaling by a power of two is exact. */
-static int row_scale_exp(const double *row, int64_t n, int64_t inner) {
+/* Scaling by a power of two is exact, so the scaled row's norm is the row's. */
+int kf_ir_row_scale_exp(const double *row, int64_t n, int64_t inner) {
     double amax = 0.0;
     for (int64_t j = 0; j < n; j++) {
         double a = fabs(row[j * inner]);
@@ -276,7 +274,7 @@ static void eval_norm(const kf_eval_state *st, const kf_tensor *t, double *out) 
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < inner; i++) {
             const double *row = in + o * n * inner + i;
-            int e = row_scale_exp(row, n, inner); /* 0 for every f32/f16/bf16 row */
+            int e = kf_ir_row_scale_exp(row, n, inner); /* 0 for every f32/f16/bf16 row */
             double mean = 0.0;
             if (b) {
                 for (int64_t j = 0; j < n; j++)

@@ -280,6 +280,13 @@ double kf_ir_round(kf_dtype d, double v);
  * reference evaluator and the plan checker's expression evaluator share. */
 double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c);
 
+/* The exponent e such that scaling a norm's row (n elements `inner` apart)
+ * by 2^-e brings its largest magnitude below 1 when it exceeds 2^500 (so its
+ * squares and sums cannot overflow), else 0 (always for f32/f16/bf16 rows).
+ * layer_norm and rms_norm are defined on the scaled row; the reference
+ * evaluator and the plan checker's statistics share this one definition. */
+int kf_ir_row_scale_exp(const double *row, int64_t n, int64_t inner);
+
 /* Values of every tensor, in double, each already rounded to its dtype. */
 typedef struct kf_eval_state {
     kf_graph *graph;

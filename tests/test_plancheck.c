@@ -517,6 +517,43 @@ static void test_check_rejects_wrong_expressions(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+static bool is_rms_rstd(const kf_group *grp, const kf_expr *e) {
+    (void)grp;
+    return e->kind == KF_EXPR_STAT && e->stat == KF_STAT_RMS_RSTD;
+}
+
+/* f64 norms of rows up to 2e184, whose squares overflow: the reference scales
+ * such rows by a power of two first, and the checker's statistics must too
+ * (they gave rstd 0 and failed a right plan: plancheck seed
+ * 0x0000043e6b0513cd). A wrong statistic is still caught there. */
+static void test_check_norms_of_rows_whose_squares_overflow(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    kf_tensor *x = kf_input(g, "x", KF_DTYPE_F64, 2, (int64_t[]){4, 16});
+    kf_tensor *w = kf_input(g, "w", KF_DTYPE_F64, 1, (int64_t[]){16});
+    kf_tensor *b = kf_input(g, "b", KF_DTYPE_F64, 1, (int64_t[]){16});
+    kf_tensor *big = kf_mul(g, x, kf_scalar(g, KF_DTYPE_F64, 1e184));
+    assert_int_equal(kf_output(g, "r", kf_rms_norm(g, big, w, -1, 1e-5)), KF_OK);
+    assert_int_equal(kf_output(g, "l", kf_layer_norm(g, big, w, b, -1, 1e-5)), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(kf_plan_check(plan, 3, NULL), KF_OK);
+
+    kf_group *grp = NULL;
+    kf_expr *e = NULL;
+    assert_true(find_node(plan, is_rms_rstd, &grp, &e));
+    e->stat = KF_STAT_RSTD; /* centred: a layer_norm's statistic */
+    assert_int_equal(kf_plan_check(plan, 3, NULL), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "E5"));
+    e->stat = KF_STAT_RMS_RSTD;
+    assert_int_equal(kf_plan_check(plan, 3, NULL), KF_OK);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* A view's strides and contiguity are what consumers and aliasing outputs
  * rely on: wrong ones are caught. */
 static void test_check_rejects_wrong_view(void **state) {
@@ -908,6 +945,7 @@ int main(void) {
         cmocka_unit_test(test_check_rejects_read_of_unmaterialized_tensor),
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
         cmocka_unit_test(test_check_rejects_wrong_expressions),
+        cmocka_unit_test(test_check_norms_of_rows_whose_squares_overflow),
         cmocka_unit_test(test_check_rejects_wrong_view),
         cmocka_unit_test(test_check_catches_mask_class_wrong_in_one_row),
         cmocka_unit_test(test_check_rejects_mask_class_that_skips_live_scores),
