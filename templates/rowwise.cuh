@@ -51,6 +51,11 @@
  *   KF_NEED_MAX, KF_NEED_SUM, KF_NEED_SUMSQ, KF_NEED_M2, KF_NEED_SUMEXP
  *                      which statistics the expressions use (0/1)
  *   KF_EPS             the norm's epsilon (as kf_acc_t)
+ *   KF_ROW_SCALE       1: f64 rows whose norms are computed on the row scaled
+ *                      by 2^-e when its largest magnitude exceeds 2^500, as the
+ *                      reference defines them (kf_ir_row_scale_exp): the
+ *                      squares cannot overflow. 0 for every other row (an f32,
+ *                      f16 or bf16 value never exceeds 2^128)
  *   kf_vec_ok(KF_ARGS) the vector operands are aligned (staged: the staged
  *                      operands to 16 bytes)
  *   KF_SETUP()         block-wide setup at kernel entry (as in elementwise.cuh)
@@ -74,6 +79,31 @@ struct kf_stats {
 
 #define KF_LANES (KF_ROW_WARP ? 32 : KF_BLOCK)
 #define KF_ROWS_PER_BLOCK (KF_ROW_WARP ? KF_BLOCK / 32 : 1)
+
+/* KF_ROW_SCALE: the exponent e of kf_ir_row_scale_exp from the row's largest
+ * magnitude (NaN ignored, as the reference's comparisons ignore it): 0 unless
+ * it is finite and above 2^500. Scaling by 2^-e is exact; the statistics are
+ * taken on the scaled row and returned in the row's units (mean * 2^e, rstd *
+ * 2^-e), and a scaled row whose denominator is 0 (constant, eps underflowed)
+ * normalizes to 0 as in the reference. */
+#if KF_ROW_SCALE
+__device__ __forceinline__ int kf_scale_exp(kf_acc_t amax) {
+    int e = 0;
+    if (amax > (kf_acc_t)0x1p500 && amax <= (kf_acc_t)1.7976931348623157e308)
+        (void)frexp((double)amax, &e);
+    return e;
+}
+__device__ __forceinline__ kf_acc_t kf_scaled_rstd(kf_acc_t ss, int e) {
+    const kf_acc_t d = kf_sqrt(ss / (kf_acc_t)KF_L + (kf_acc_t)ldexp((double)KF_EPS, -2 * e));
+    return e != 0 && d == (kf_acc_t)0 ? (kf_acc_t)0 : (kf_acc_t)ldexp((double)((kf_acc_t)1 / d), -e);
+}
+/* x on the scaled row; the statistic 1 / sqrt(ss / L + eps) back in its units */
+#define KF_XS(v) ((v) * sc)
+#define KF_RSTD_OF(ss) kf_scaled_rstd(ss, sx)
+#else
+#define KF_XS(v) (v)
+#define KF_RSTD_OF(ss) ((kf_acc_t)1 / kf_sqrt((ss) / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS))
+#endif
 
 /* Block reductions: warp shuffles, then lane 0 of each warp writes to one of
  * two shared buffers (alternating per call), one __syncthreads, every warp
@@ -181,6 +211,9 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
     constexpr int PT = (CH + KF_LANES - 1) / KF_LANES;
     kf_stats st;
     kf_acc_t mx = -(kf_acc_t)KF_INF, sum = 0, sumsq = 0;
+#if KF_ROW_SCALE
+    kf_acc_t amax = 0; /* NaN ignored, as the reference's comparisons ignore it */
+#endif
 #if !KF_MULTIPASS
     kf_acc_t x[PT][VV];
 #pragma unroll
@@ -191,20 +224,49 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
 #pragma unroll
             for (int k = 0; k < VV; k++) {
                 if (KF_NEED_MAX) mx = kf_max_nan(mx, x[q][k]);
+#if KF_ROW_SCALE
+                amax = fabs(x[q][k]) > amax ? fabs(x[q][k]) : amax;
+#else
                 if (KF_NEED_SUM) sum += x[q][k];
                 if (KF_NEED_SUMSQ) sumsq += x[q][k] * x[q][k];
+#endif
             }
         }
     }
+#if KF_ROW_SCALE
+    const int sx = kf_scale_exp(kf_row_max(amax, sh));
+    const kf_acc_t sc = (kf_acc_t)ldexp(1.0, -sx);
+#pragma unroll
+    for (int q = 0; q < PT; q++) {
+        if (lane + q * KF_LANES < CH) {
+#pragma unroll
+            for (int k = 0; k < VV; k++) {
+                if (KF_NEED_SUM) sum += KF_XS(x[q][k]);
+                if (KF_NEED_SUMSQ) sumsq += KF_XS(x[q][k]) * KF_XS(x[q][k]);
+            }
+        }
+    }
+#endif
 #else
+#if KF_ROW_SCALE
+    for (int c = lane; c < CH; c += KF_LANES) {
+        kf_acc_t xv[VV];
+        kf_prologue<VV>(row, c, xv, false, KF_ARGS);
+#pragma unroll
+        for (int k = 0; k < VV; k++)
+            amax = fabs(xv[k]) > amax ? fabs(xv[k]) : amax;
+    }
+    const int sx = kf_scale_exp(kf_row_max(amax, sh));
+    const kf_acc_t sc = (kf_acc_t)ldexp(1.0, -sx);
+#endif
     for (int c = lane; c < CH; c += KF_LANES) {
         kf_acc_t xv[VV];
         kf_prologue<VV>(row, c, xv, true, KF_ARGS);
 #pragma unroll
         for (int k = 0; k < VV; k++) {
             if (KF_NEED_MAX) mx = kf_max_nan(mx, xv[k]);
-            if (KF_NEED_SUM) sum += xv[k];
-            if (KF_NEED_SUMSQ) sumsq += xv[k] * xv[k];
+            if (KF_NEED_SUM) sum += KF_XS(xv[k]);
+            if (KF_NEED_SUMSQ) sumsq += KF_XS(xv[k]) * KF_XS(xv[k]);
         }
     }
 #endif
@@ -224,7 +286,7 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
             if (lane + q * KF_LANES < CH) {
 #pragma unroll
                 for (int k = 0; k < VV; k++) {
-                    const kf_acc_t d = x[q][k] - lm;
+                    const kf_acc_t d = KF_XS(x[q][k]) - lm;
                     m2 += d * d;
                 }
             }
@@ -235,12 +297,18 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
     if (KF_NEED_MAX) mx = kf_row_max(mx, sh);
     if (KF_NEED_SUM && !CHAN) sum = kf_row_sum(sum, sh);
     if (KF_NEED_SUMSQ) sumsq = kf_row_sum(sumsq, sh);
+    const kf_acc_t mean = sum / (kf_acc_t)KF_L; /* on the scaled row (KF_ROW_SCALE) */
     st.max = mx;
+#if KF_ROW_SCALE
+    st.sum = (kf_acc_t)ldexp((double)sum, sx);
+    st.mean = (kf_acc_t)ldexp((double)mean, sx);
+#else
     st.sum = sum;
-    st.mean = sum / (kf_acc_t)KF_L;
-    st.rms_rstd = (kf_acc_t)1 / kf_sqrt(sumsq / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
+    st.mean = mean;
+#endif
+    st.rms_rstd = KF_RSTD_OF(sumsq);
     if (CHAN && !KF_NEED_SUMEXP) {
-        st.rstd = (kf_acc_t)1 / kf_sqrt(m2 / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
+        st.rstd = KF_RSTD_OF(m2);
         st.sumexp = 0;
     } else if (KF_NEED_M2 || KF_NEED_SUMEXP) {
         kf_acc_t se = 0;
@@ -261,14 +329,14 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
             kf_prologue<VV>(row, c, xv, false, KF_ARGS);
 #pragma unroll
             for (int k = 0; k < VV; k++) {
-                if (KF_NEED_M2) { kf_acc_t d = xv[k] - st.mean; m2 += d * d; }
+                if (KF_NEED_M2) { kf_acc_t d = KF_XS(xv[k]) - mean; m2 += d * d; }
                 if (KF_NEED_SUMEXP) se += kf_exp(xv[k] - st.max);
             }
         }
 #endif
         if (KF_NEED_M2 && !CHAN) m2 = kf_row_sum(m2, sh);
         if (KF_NEED_SUMEXP) se = kf_row_sum(se, sh);
-        st.rstd = (kf_acc_t)1 / kf_sqrt(m2 / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
+        st.rstd = KF_RSTD_OF(m2);
         st.sumexp = se;
     } else {
         st.rstd = 0;
@@ -292,6 +360,9 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
         kf_row_out(row, st, KF_ARGS);
 }
 
+#if KF_STAGED && KF_ROW_SCALE
+#error "row_warp_staged takes no f64 rows (KF_ROW_SCALE)"
+#endif
 #if KF_STAGED
 /* A warp's row from its stage (STG) or, when the operands are not aligned for
  * staging, from global memory (VV == 1): the register path's arithmetic in the

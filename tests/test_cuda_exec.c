@@ -371,6 +371,30 @@ static void test_every_rowwise_op_in_every_float_dtype_matches(void **state) {
     }
 }
 
+/* f64 norms of rows whose squares overflow: the reference takes them on the
+ * row scaled below 2^500 (kf_ir_row_scale_exp), and so must the kernels
+ * (KF_ROW_SCALE), for the warp, block and multipass templates; unscaled, the
+ * sum of squares is inf and the row comes out 0 or NaN. */
+static void test_f64_norms_of_rows_whose_squares_overflow_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const int lens[] = {7, 1000, 5000};
+    static const char *const scales[] = {"1e184", "1e305"};
+    for (size_t l = 0; l < N_OF(lens); l++) {
+        for (size_t c = 0; c < N_OF(scales); c++) {
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nx = input(%%s[9, %d])\nv = input(%%s[9, %d])\nw = input(%%s[%d])\n"
+                     "b = input(%%s[%d])\nc = const(%%s[], %s)\nxs = mul(x, c)\nvs = mul(v, c)\n"
+                     "rn = rms_norm(xs, w)\nln = layer_norm(vs, w, b)\nrt = relu(ln)\n"
+                     "output rn\noutput rt\n",
+                     lens[l], lens[l], lens[l], lens[l], scales[c]);
+            run_opts o = {.lo = -3, .hi = 3};
+            run_text(fmt, KF_DTYPE_F64, 700 + l * 2 + c, &o, "f64 norms of huge rows");
+        }
+    }
+}
+
 static void test_column_reductions_and_norm_prologue_epilogue_fusions_match(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -713,6 +737,7 @@ int main(void) {
         cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
         cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),
         cmocka_unit_test(test_every_rowwise_op_in_every_float_dtype_matches),
+        cmocka_unit_test(test_f64_norms_of_rows_whose_squares_overflow_match),
         cmocka_unit_test(test_column_reductions_and_norm_prologue_epilogue_fusions_match),
         cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),
         cmocka_unit_test(test_batched_and_transposed_gemms_match),

@@ -483,6 +483,36 @@ static void test_row_warp_staged_is_chosen_where_it_fits(void **state) {
                 "sm_90a", KF_CUDA_TEMPLATE_ROW_WARP, 0, 0, 0);
 }
 
+/* f64 norms are taken on the row scaled below 2^500 (KF_ROW_SCALE), as the
+ * reference defines them; no other row needs it. */
+static void test_only_f64_norm_rows_are_scaled(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        const char *want;
+    } cases[] = {
+        {"kfg 1\nx = input(f64[8, 64])\nw = input(f64[64])\ny = rms_norm(x, w)\noutput y\n",
+         "#define KF_ROW_SCALE 1\n"},
+        {"kfg 1\nx = input(f64[8, 5000])\nw = input(f64[5000])\nb = input(f64[5000])\n"
+         "y = layer_norm(x, w, b)\noutput y\n",
+         "#define KF_ROW_SCALE 1\n"},
+        {"kfg 1\nx = input(f32[8, 64])\nw = input(f32[64])\ny = rms_norm(x, w)\noutput y\n",
+         "#define KF_ROW_SCALE 0\n"},
+        {"kfg 1\nx = input(f64[8, 64])\ny = softmax(x)\noutput y\n", "#define KF_ROW_SCALE 0\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        if (!strstr(k.source, cases[i].want))
+            fail_msg("%s: no '%s'", k.name, cases[i].want);
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+        assert_int_equal(compile_text(cases[i].text, NULL), 2); /* sm_80 and sm_90a */
+    }
+}
+
 /* A rounded f16/bf16 result that is stored keeps its unrounded value for the
  * store (one conversion, raw_of); an exact one (a packed op) does not. */
 static bool stores_raw(const char *src, const char *out) {
@@ -701,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_names_templates_vectors_and_params),
         cmocka_unit_test(test_row_warp_staged_is_chosen_where_it_fits),
         cmocka_unit_test(test_rounded_results_store_their_unrounded_value),
+        cmocka_unit_test(test_only_f64_norm_rows_are_scaled),
         cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
         cmocka_unit_test(test_aot_rejects_bad_usage),

@@ -1328,6 +1328,10 @@ static void emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, 
     sb_printf(&c->s, "#define KF_NEED_SUMSQ %d\n", (s & (1u << KF_STAT_RMS_RSTD)) != 0);
     sb_printf(&c->s, "#define KF_NEED_M2 %d\n", (s & (1u << KF_STAT_RSTD)) != 0);
     sb_printf(&c->s, "#define KF_NEED_SUMEXP %d\n", (s & (1u << KF_STAT_SUMEXP)) != 0);
+    /* the norms of f64 rows on the row scaled below 2^500 (rowwise.cuh) */
+    sb_printf(&c->s, "#define KF_ROW_SCALE %d\n",
+              in_dtype == KF_DTYPE_F64 &&
+                  (s & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD)) != 0);
     sb_puts(&c->s, "#define KF_EPS ");
     emit_const(c, dbl ? KF_DTYPE_F64 : KF_DTYPE_F32, eps);
     sb_puts(&c->s, "\n");
