@@ -289,7 +289,15 @@ __device__ __forceinline__ float kf_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double kf_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float kf_relu(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
 __device__ __forceinline__ double kf_relu(double x) { return x != x ? x : (x > 0.0 ? x : 0.0); }
-__device__ __forceinline__ float kf_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752440f); }
+/* float gelu: for x > 0 as x minus its small correction 0.5 x erfc(x / sqrt 2),
+ * so that erfcf's few-ulp error near 2 (the 0.5 x erfc(-x / sqrt 2) form for
+ * large x) cannot put the result an ulp below x where the reference's double
+ * result rounds to x: sqrt(gelu(x) - x) was NaN against 0 (the CPU backend's
+ * random graphs met it; it computes in double). Where erfc underflows, x. */
+__device__ __forceinline__ float kf_gelu(float x) {
+    const float t = erfcf(fabsf(x) * 0.70710678118654752440f);
+    return x > 0.0f ? (t == 0.0f ? x : x - 0.5f * x * t) : 0.5f * x * t;
+}
 __device__ __forceinline__ double kf_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
 __device__ __forceinline__ float kf_gelu_tanh(float x) {
     float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);

@@ -395,6 +395,17 @@ static void test_f64_norms_of_rows_whose_squares_overflow_match(void **state) {
     }
 }
 
+/* gelu(x) rounds to x in f32 once its correction is below half an ulp of x
+ * (x above about 5.3): sqrt(gelu(x) - x) is then 0 in the reference, and NaN
+ * when gelu lands an ulp below x. */
+static void test_f32_gelu_of_large_x_rounds_to_x_as_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_opts o = {.lo = 5.4, .hi = 9};
+    run_text("kfg 1\nx = input(%s[256, 1024])\ng = gelu(x)\nd = sub(g, x)\ny = sqrt(d)\noutput y\n",
+             KF_DTYPE_F32, 900, &o, "sqrt(gelu(x) - x)");
+}
+
 static void test_column_reductions_and_norm_prologue_epilogue_fusions_match(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -738,6 +749,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),
         cmocka_unit_test(test_every_rowwise_op_in_every_float_dtype_matches),
         cmocka_unit_test(test_f64_norms_of_rows_whose_squares_overflow_match),
+        cmocka_unit_test(test_f32_gelu_of_large_x_rounds_to_x_as_the_reference),
         cmocka_unit_test(test_column_reductions_and_norm_prologue_epilogue_fusions_match),
         cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),
         cmocka_unit_test(test_batched_and_transposed_gemms_match),
