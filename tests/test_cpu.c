@@ -664,6 +664,53 @@ static void test_reductions_norms_and_softmax_over_every_axis(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* The reference defines the norms of an f64 row beyond 2^500 on the row
+ * scaled by a power of two (ir/eval.c), so its squares cannot overflow: rows
+ * near 1e184 (squares near 2^1224, random-graph rows from pow reach them) and
+ * beyond 2^1000 normalize to finite values, and a scaled constant row, whose
+ * eps underflows, to 0. Each norm has a prologue (the scaling mul) and an
+ * epilogue, in a row kernel and as a GEMM's norm prologue. */
+static void test_f64_norms_of_rows_whose_squares_overflow(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(12);
+    int bad = 0;
+    static const char *const scales[] = {"1e184", "-3e302"};
+    static const char *const consts[] = {"1.6996415770136547e+184", /* 2^612 */
+                                         "-1.2858103286235208e+302" /* -1.5 * 2^1003 */};
+    char text[1024];
+    for (size_t k = 0; k < 2; k++) {
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(f64[5, 39])\nw = input(f64[39])\nb = input(f64[39])\n"
+                 "c = const(f64[], %s)\nh = mul(x, c)\n"
+                 "l = layer_norm(h, w, b, eps=1e-5)\nr = rms_norm(h, w, eps=1e-6)\n"
+                 "half = const(f64[], 0.5)\nel = mul(l, half)\ner = sub(r, w)\n"
+                 "output el\noutput er\n",
+                 scales[k]);
+        bad += !check_text(ctx, text, &r);
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(f64[6, 39])\nw = input(f64[39])\nm = input(f64[39, 8])\n"
+                 "c = const(f64[], %s)\nh = mul(x, c)\nn = rms_norm(h, w, eps=1e-6)\n"
+                 "y = matmul(n, m)\noutput y\n",
+                 scales[k]);
+        bad += !check_text(ctx, text, &r);
+        /* Constant rows whose sums are exact in any order (a centred row of
+         * rounding noise over an underflowed eps is noise the reference
+         * amplifies, no definition to match): 0 * z + c, c a power of two
+         * times 1.5 near each scale. The scaled denominator is 0; the rows
+         * normalize to 0. */
+        snprintf(text, sizeof text,
+                 "kfg 1\nz = input(f64[3, 39])\nw = input(f64[39])\nb = input(f64[39])\n"
+                 "c = const(f64[], %s)\nzero = const(f64[], 0)\n"
+                 "zz = mul(z, zero)\nh = add(zz, c)\n"
+                 "l = layer_norm(h, w, b, eps=1e-5)\nel = mul(l, w)\noutput el\n",
+                 consts[k]);
+        bad += !check_text(ctx, text, &r);
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(bad, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* GEMM: layouts, epilogues, SwiGLU, norm prologue, row epilogue             */
 /* ------------------------------------------------------------------------ */
@@ -1071,6 +1118,7 @@ int main(void) {
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_dtype),
         cmocka_unit_test(test_where_cast_and_iota_in_every_dtype),
         cmocka_unit_test(test_reductions_norms_and_softmax_over_every_axis),
+        cmocka_unit_test(test_f64_norms_of_rows_whose_squares_overflow),
         cmocka_unit_test(test_gemm_layouts_and_fused_epilogues),
         cmocka_unit_test(test_attention_with_every_mask_class),
         cmocka_unit_test(test_views_copies_and_aliased_outputs),

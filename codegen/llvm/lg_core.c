@@ -624,6 +624,135 @@ void lg_operand_layout(const kf_plan *plan, uint32_t t, uint32_t *base, int64_t 
 /* Row statistics                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* The row's value at j: from the cache the first pass filled, else x_at. */
+static LLVMValueRef row_x(lg_fn *f, LLVMTypeRef ct, lg_row_fn x_at, void *user, LLVMValueRef cache,
+                          LLVMValueRef j) {
+    LLVMBuilderRef B = f->m->B;
+    return cache ? LLVMBuildLoad2(B, ct, LLVMBuildInBoundsGEP2(B, ct, cache, &j, 1, ""), "")
+                 : x_at(f, user, j);
+}
+
+/* kf_ir_row_scale_exp of an f64 row, as an i64: the e by which the reference
+ * scales a norm's row (2^-e) when its largest magnitude exceeds 2^500, else
+ * 0. LLVM 14 has no frexp, so it is computed on the bits: the magnitudes'
+ * bit patterns order as their values, NaNs are skipped (the reference's
+ * `a > amax` skips them), an infinite maximum gives 0, and frexp's exponent
+ * of a normal amax is its biased exponent minus 1022. */
+static LLVMValueRef row_scale_exp(lg_fn *f, const kf_row_stage *rs, lg_row_fn x_at, void *user,
+                                  LLVMValueRef cache) {
+    lg_mod *m = f->m;
+    LLVMBuilderRef B = m->B;
+    LLVMValueRef inf = LLVMConstInt(m->i64, 0x7ff0000000000000ull, 0);
+    LLVMValueRef vmax = lg_var(f, m->i64, "ramax");
+    LLVMBuildStore(B, lg_i64(m, 0), vmax);
+    lg_loop lp;
+    LLVMValueRef j = lg_loop_begin(f, &lp, lg_i64(m, 0), lg_i64(m, rs->length), "scale");
+    LLVMValueRef a = LLVMBuildBitCast(B, row_x(f, m->f64, x_at, user, cache, j), m->i64, "");
+    a = LLVMBuildAnd(B, a, LLVMConstInt(m->i64, 0x7fffffffffffffffull, 0), "");
+    a = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntUGT, a, inf, ""), lg_i64(m, 0), a, "");
+    LLVMValueRef cur = LLVMBuildLoad2(B, m->i64, vmax, "");
+    LLVMBuildStore(B, LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntUGT, a, cur, ""), a, cur, ""),
+                   vmax);
+    lg_loop_end(f, &lp);
+    LLVMValueRef amax = LLVMBuildLoad2(B, m->i64, vmax, "amax");
+    LLVMValueRef big = LLVMBuildAnd(
+        B, LLVMBuildICmp(B, LLVMIntUGT, amax, LLVMConstInt(m->i64, (500ull + 1023) << 52, 0), ""),
+        LLVMBuildICmp(B, LLVMIntULT, amax, inf, ""), "");
+    LLVMValueRef e =
+        LLVMBuildSub(B, LLVMBuildLShr(B, amax, lg_i64(m, 52), ""), lg_i64(m, 1022), "");
+    return LLVMBuildSelect(B, big, e, lg_i64(m, 0), "rexp");
+}
+
+/* 2^k for an i64 k the caller keeps within the normal exponents. */
+static LLVMValueRef pow2(lg_mod *m, LLVMValueRef k) {
+    LLVMValueRef bits =
+        LLVMBuildShl(m->B, LLVMBuildAdd(m->B, k, lg_i64(m, 1023), ""), lg_i64(m, 52), "");
+    return LLVMBuildBitCast(m->B, bits, m->f64, "");
+}
+
+/* 1 / denom scaled back by `down` (2^-e); 0 where the scaled row's denom is
+ * 0 (a constant row whose eps underflowed), which the reference normalizes
+ * to 0. (1 / denom) * 2^-e rounds once, as ldexp(1 / denom, -e) does. */
+static LLVMValueRef scaled_rstd(lg_mod *m, LLVMValueRef var, LLVMValueRef down, const char *name) {
+    LLVMBuilderRef B = m->B;
+    LLVMValueRef denom = lg_call_intrinsic(m, "llvm.sqrt", m->f64, &var, 1);
+    LLVMValueRef r =
+        LLVMBuildFMul(B, LLVMBuildFDiv(B, lg_fconst(m->f64, 1.0), denom, ""), down, "");
+    LLVMValueRef zero = lg_fconst(m->f64, 0.0);
+    return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOEQ, denom, zero, ""), zero, r, name);
+}
+
+/* RSTD (with the MEAN it centres on) and RMS_RSTD of an f64 row that
+ * row_scale_exp scales by 2^-e (e != 0), as ir/eval.c defines the norms: the
+ * same sums as lg_row_stats over x * 2^-e, eps * 2^-2e, and the statistics
+ * back in the row's units (rstd * 2^-e, mean * 2^e) for the epilogue's
+ * (x - mean) * rstd. Every scaling is by a power of two, so exact but for
+ * the underflow the reference's ldexp has too. Sets stat[RSTD], stat[MEAN]
+ * (when centred) and stat[RMS_RSTD] as rs->stats asks. */
+static void scaled_norm_stats(lg_fn *f, const kf_row_stage *rs, lg_row_fn x_at, void *user,
+                              LLVMValueRef cache, LLVMValueRef e, LLVMValueRef *stat) {
+    lg_mod *m = f->m;
+    LLVMBuilderRef B = m->B;
+    LLVMTypeRef at = m->f64;
+    bool centred = rs->stats & (1u << KF_STAT_RSTD);
+    bool plain = rs->stats & (1u << KF_STAT_RMS_RSTD);
+    /* e is in (500, 1024]: 2^-e may be subnormal and 2^e overflow, so each is
+     * a product of two normal powers of two, 2^(512-e) and 2^(e-512). */
+    LLVMValueRef down = LLVMBuildFMul(B, pow2(m, LLVMBuildSub(B, lg_i64(m, 512), e, "")),
+                                      lg_fconst(at, 0x1p-512), "down");
+    /* eps * 2^-2e rounded once, as ldexp(eps, -2e): eps * 2^-e is exact
+     * unless below 2^-1022, and then both forms round to 0 (e > 500). */
+    LLVMValueRef eps =
+        LLVMBuildFMul(B, LLVMBuildFMul(B, lg_fconst(at, rs->eps), down, ""), down, "eps");
+    LLVMValueRef L = lg_i64(m, rs->length), fL = lg_fconst(at, (double)rs->length);
+    LLVMValueRef vsum = lg_var(f, at, "ssum"), vsq = lg_var(f, at, "ssq");
+    LLVMBuildStore(B, LLVMConstNull(at), vsum);
+    LLVMBuildStore(B, LLVMConstNull(at), vsq);
+    lg_loop lp;
+    LLVMValueRef j = lg_loop_begin(f, &lp, lg_i64(m, 0), L, "sstat1");
+    LLVMValueRef xs = LLVMBuildFMul(B, row_x(f, at, x_at, user, cache, j), down, "");
+    if (centred) {
+        LLVMValueRef cur = LLVMBuildLoad2(B, at, vsum, "");
+        LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, xs, "")), vsum);
+    }
+    if (plain) {
+        LLVMValueRef cur = LLVMBuildLoad2(B, at, vsq, "");
+        LLVMValueRef sq = LLVMBuildFMul(B, xs, xs, "");
+        LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, sq, "")), vsq);
+    }
+    lg_loop_end(f, &lp);
+    if (plain) {
+        LLVMValueRef ms = LLVMBuildFDiv(B, LLVMBuildLoad2(B, at, vsq, ""), fL, "");
+        stat[KF_STAT_RMS_RSTD] = scaled_rstd(m, LLVMBuildFAdd(B, ms, eps, ""), down, "srrstd");
+    }
+    if (!centred)
+        return;
+    /* The corrected two-pass form of lg_row_stats, in the scaled units. */
+    LLVMValueRef mean = LLVMBuildFDiv(B, LLVMBuildLoad2(B, at, vsum, ""), fL, "smean");
+    LLVMValueRef v2 = lg_var(f, at, "ssum2"), vc = lg_var(f, at, "ssumc");
+    LLVMBuildStore(B, LLVMConstNull(at), v2);
+    LLVMBuildStore(B, LLVMConstNull(at), vc);
+    lg_loop lp2;
+    LLVMValueRef j2 = lg_loop_begin(f, &lp2, lg_i64(m, 0), L, "sstat2");
+    LLVMValueRef xs2 = LLVMBuildFMul(B, row_x(f, at, x_at, user, cache, j2), down, "");
+    LLVMValueRef c = LLVMBuildFSub(B, xs2, mean, "");
+    LLVMValueRef cur = LLVMBuildLoad2(B, at, v2, "");
+    LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, LLVMBuildFMul(B, c, c, ""), "")), v2);
+    LLVMValueRef cc = LLVMBuildLoad2(B, at, vc, "");
+    LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cc, c, "")), vc);
+    lg_loop_end(f, &lp2);
+    LLVMValueRef sc = LLVMBuildLoad2(B, at, vc, "");
+    mean = LLVMBuildFAdd(B, mean, LLVMBuildFDiv(B, sc, fL, ""), "");
+    LLVMValueRef up = pow2(m, LLVMBuildSub(B, e, lg_i64(m, 512), ""));
+    stat[KF_STAT_MEAN] =
+        LLVMBuildFMul(B, LLVMBuildFMul(B, mean, up, ""), lg_fconst(at, 0x1p512), "smean2");
+    LLVMValueRef r = LLVMBuildLoad2(B, at, v2, "");
+    r = LLVMBuildFSub(B, r, LLVMBuildFDiv(B, LLVMBuildFMul(B, sc, sc, ""), fL, ""), "");
+    r = lg_fmax_nan(m, r, LLVMConstNull(at));
+    LLVMValueRef var = LLVMBuildFAdd(B, LLVMBuildFDiv(B, r, fL, ""), eps, "");
+    stat[KF_STAT_RSTD] = scaled_rstd(m, var, down, "srstd");
+}
+
 void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at, void *user,
                   LLVMValueRef cache, lg_point *pt) {
     lg_mod *m = f->m;
@@ -672,6 +801,21 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
         LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, sq, "")), vsq);
     }
     lg_loop_end(f, &lp);
+    /* f64 norms: a row beyond 2^500 takes the scaled form the reference
+     * defines (scaled_norm_stats), whose squares cannot overflow; every other
+     * row the code below, unchanged. f32/f16/bf16 rows never exceed 2^128. */
+    bool scalable = at == m->f64 && (s & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD));
+    LLVMValueRef e = NULL;
+    LLVMBasicBlockRef scaled = NULL, join = NULL;
+    if (scalable) {
+        KF_ASSERT(!(s & (1u << KF_STAT_SUMEXP))); /* pass 2 is one or the other */
+        e = row_scale_exp(f, rs, x_at, user, cache);
+        scaled = LLVMAppendBasicBlockInContext(m->C, f->fn, "scaled");
+        LLVMBasicBlockRef plain = LLVMAppendBasicBlockInContext(m->C, f->fn, "unscaled");
+        join = LLVMAppendBasicBlockInContext(m->C, f->fn, "stats");
+        LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntNE, e, lg_i64(m, 0), ""), scaled, plain);
+        LLVMPositionBuilderAtEnd(B, plain);
+    }
     LLVMValueRef fL = is_int ? NULL : lg_fconst(at, (double)rs->length);
     if (need_max)
         pt->stat[KF_STAT_MAX] = LLVMBuildLoad2(B, mt, vmax, "max");
@@ -726,5 +870,31 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
             pt->stat[KF_STAT_RSTD] = LLVMBuildFDiv(
                 B, lg_fconst(at, 1.0), lg_call_intrinsic(m, "llvm.sqrt", at, &var, 1), "rstd");
         }
+    }
+    if (!scalable)
+        return;
+    LLVMBasicBlockRef plain_end = LLVMGetInsertBlock(B);
+    LLVMBuildBr(B, join);
+    LLVMPositionBuilderAtEnd(B, scaled);
+    LLVMValueRef sst[KF_STAT_COUNT] = {NULL};
+    scaled_norm_stats(f, rs, x_at, user, cache, e, sst);
+    if (need_max)
+        sst[KF_STAT_MAX] = LLVMBuildLoad2(B, mt, vmax, "");
+    if (need_sum) {
+        sst[KF_STAT_SUM] = LLVMBuildLoad2(B, at, vsum, "");
+        if (!sst[KF_STAT_MEAN])
+            sst[KF_STAT_MEAN] = LLVMBuildFDiv(B, sst[KF_STAT_SUM], fL, "");
+    }
+    LLVMBasicBlockRef scaled_end = LLVMGetInsertBlock(B);
+    LLVMBuildBr(B, join);
+    LLVMPositionBuilderAtEnd(B, join);
+    for (int k = 0; k < KF_STAT_COUNT; k++) {
+        if (!sst[k])
+            continue;
+        KF_ASSERT(pt->stat[k]);
+        LLVMValueRef phi = LLVMBuildPhi(B, LLVMTypeOf(pt->stat[k]), "");
+        LLVMAddIncoming(phi, &pt->stat[k], &plain_end, 1);
+        LLVMAddIncoming(phi, &sst[k], &scaled_end, 1);
+        pt->stat[k] = phi;
     }
 }
