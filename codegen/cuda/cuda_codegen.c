@@ -1438,8 +1438,9 @@ static bool stage_plan(cg *c, const row_spec *rs, const out_spec *outs, uint32_t
     /* 8 warps x 2 stages where a block holds them, else 4 x 2: a row in
      * flight while one is computed. 65536 x 4096 bf16 layer_norm, 8 x 2 (one
      * block per SM) against 4 x 2 (three blocks, 12 warps per SM): H200
-     * 0.287-0.291 ms against 0.297-0.300, H100 0.402 against 0.411; 4 x 3,
-     * 6 x 2 and 12 x 2 were no better than 8 x 2 on either. */
+     * 0.287-0.291 ms against 0.297-0.300, H100 0.402 against 0.411; 4 x 3
+     * was no better than 8 x 2 on either, 6 x 2 and 12 x 2 not on the H200
+     * (not tried on the H100). */
     /* static shared memory: rowwise.cuh's reduction buffers (2 x 96 f32),
      * the gelu table when there is one */
     uint32_t fixed = 2 * 96 * 4 + (has_gelu_table(c) ? GELU_TAB_N * 2 : 0);
