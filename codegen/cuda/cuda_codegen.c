@@ -1128,20 +1128,28 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
      * a per-column vector) reads the same values in every grid-stride step
      * when threads * KF_VEC is a multiple of P. The hoisted path loads those
      * once per thread (kf_hoist_load) instead of once per vector; the grid is
-     * rounded to make it apply (launch.grid_multiple). */
+     * rounded to make it apply (launch.grid_multiple). The other vector loads
+     * are the streamed operands (`pre`, KF_UNROLL below). */
     bool *hoist = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *hoist);
-    if (!hoist) {
+    bool *pre = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *pre);
+    if (!hoist || !pre) {
+        if (hoist)
+            kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
+        if (pre)
+            kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
         kf_mem_free(c->mem, x, sizeof *x);
         return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
     }
     int64_t period = 0;
+    uint32_t streams = 0;
     for (uint32_t i = 0; i < c->n && vec > 1; i++) {
         const kf_expr *e = &g->expr[i];
         if (!c->need[i] || c->ov[i][0] || !is_load(e) || e->space != sp)
             continue;
         int64_t s[KF_MAX_RANK];
         node_strides(c, i, s);
-        if (classify(rank, dims, s, vec) == ACC_GATHER)
+        acc_class cl = classify(rank, dims, s, vec);
+        if (cl == ACC_GATHER)
             continue;
         int d0 = rank;
         for (int d = 0; d < rank && d0 == rank; d++) {
@@ -1149,8 +1157,13 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
                 d0 = d;
         }
         int64_t pi = numel_of(rank - d0, dims + d0);
-        if (pi >= n)
+        if (pi >= n) {
+            if (cl == ACC_VECTOR) {
+                pre[i] = true;
+                streams++;
+            }
             continue;
+        }
         hoist[i] = true;
         if (pi > period)
             period = pi; /* >= 1: a hoisted operand has one */
@@ -1185,24 +1198,6 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
      * chain above (one stream, 65536 x 4096 bf16), against one vector per
      * step at 8 blocks: H100 0.400 ms against 0.419 (evict-first), H200
      * 0.290-0.292 against 0.296-0.300. */
-    bool *pre = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *pre);
-    if (!pre) {
-        kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
-        kf_mem_free(c->mem, x, sizeof *x);
-        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
-    }
-    uint32_t streams = 0;
-    for (uint32_t i = 0; i < c->n && vec > 1; i++) {
-        const kf_expr *e = &g->expr[i];
-        if (!c->need[i] || c->ov[i][0] || !is_load(e) || e->space != sp || hoist[i])
-            continue;
-        int64_t s[KF_MAX_RANK];
-        node_strides(c, i, s);
-        if (classify(rank, dims, s, vec) != ACC_VECTOR)
-            continue;
-        pre[i] = true;
-        streams++;
-    }
     uint32_t unroll = light && streams > 0 && streams <= 2 ? 4 / streams : 1;
     if (unroll > 1)
         k->launch.blocks_per_sm = 4;
