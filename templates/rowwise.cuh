@@ -424,8 +424,8 @@ template <int VV, bool STG> __device__ __forceinline__ void kf_row_staged(long l
     st.max = mx;
     st.sum = sum;
     st.mean = sum / (kf_acc_t)KF_L;
-    st.rms_rstd = (kf_acc_t)1 / kf_sqrt(sumsq / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
-    st.rstd = (kf_acc_t)1 / kf_sqrt(m2 / (kf_acc_t)KF_L + (kf_acc_t)KF_EPS);
+    st.rms_rstd = KF_RSTD_OF(sumsq);
+    st.rstd = KF_RSTD_OF(m2);
     st.sumexp = 0;
     if (!KF_NEED_M2)
         st.rstd = 0;
