@@ -682,6 +682,32 @@ static LLVMValueRef scaled_rstd(lg_mod *m, LLVMValueRef var, LLVMValueRef down, 
     return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOEQ, denom, zero, ""), zero, r, name);
 }
 
+/* The centred pass's term for x: (x - mean)^2, with x - mean added to `vc`
+ * (the sum that corrected_var takes out). */
+static LLVMValueRef centred_term(lg_mod *m, LLVMTypeRef at, LLVMValueRef x, LLVMValueRef mean,
+                                 LLVMValueRef vc) {
+    LLVMBuilderRef B = m->B;
+    LLVMValueRef c = LLVMBuildFSub(B, x, mean, "");
+    LLVMValueRef term = LLVMBuildFMul(B, c, c, "");
+    LLVMValueRef cc = LLVMBuildLoad2(B, at, vc, "");
+    LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cc, c, "")), vc);
+    return term;
+}
+
+/* The corrected two-pass form (Chan, Golub, LeVeque): sc = sum(x - mean) is
+ * the rounding error of the first pass's mean; removing it makes a constant
+ * row's centred values exactly 0, as in the reference. From r = sum((x -
+ * mean)^2) and sc: corrects *mean and returns the variance r / L, before
+ * eps. */
+static LLVMValueRef corrected_var(lg_mod *m, LLVMValueRef r, LLVMValueRef sc, LLVMValueRef fL,
+                                  LLVMValueRef *mean) {
+    LLVMBuilderRef B = m->B;
+    *mean = LLVMBuildFAdd(B, *mean, LLVMBuildFDiv(B, sc, fL, ""), "mean2");
+    r = LLVMBuildFSub(B, r, LLVMBuildFDiv(B, LLVMBuildFMul(B, sc, sc, ""), fL, ""), "");
+    r = lg_fmax_nan(m, r, LLVMConstNull(LLVMTypeOf(r)));
+    return LLVMBuildFDiv(B, r, fL, "");
+}
+
 /* RSTD (with the MEAN it centres on) and RMS_RSTD of an f64 row that
  * row_scale_exp scales by 2^-e (e != 0), as ir/eval.c defines the norms: the
  * same sums as lg_row_stats over x * 2^-e, eps * 2^-2e, and the statistics
@@ -735,22 +761,16 @@ static void scaled_norm_stats(lg_fn *f, const kf_row_stage *rs, lg_row_fn x_at, 
     lg_loop lp2;
     LLVMValueRef j2 = lg_loop_begin(f, &lp2, lg_i64(m, 0), L, "sstat2");
     LLVMValueRef xs2 = LLVMBuildFMul(B, row_x(f, at, x_at, user, cache, j2), down, "");
-    LLVMValueRef c = LLVMBuildFSub(B, xs2, mean, "");
+    LLVMValueRef term = centred_term(m, at, xs2, mean, vc);
     LLVMValueRef cur = LLVMBuildLoad2(B, at, v2, "");
-    LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, LLVMBuildFMul(B, c, c, ""), "")), v2);
-    LLVMValueRef cc = LLVMBuildLoad2(B, at, vc, "");
-    LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cc, c, "")), vc);
+    LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, term, "")), v2);
     lg_loop_end(f, &lp2);
-    LLVMValueRef sc = LLVMBuildLoad2(B, at, vc, "");
-    mean = LLVMBuildFAdd(B, mean, LLVMBuildFDiv(B, sc, fL, ""), "");
+    LLVMValueRef r = LLVMBuildLoad2(B, at, v2, "");
+    LLVMValueRef var = corrected_var(m, r, LLVMBuildLoad2(B, at, vc, ""), fL, &mean);
     LLVMValueRef up = pow2(m, LLVMBuildSub(B, e, lg_i64(m, 512), ""));
     stat[KF_STAT_MEAN] =
         LLVMBuildFMul(B, LLVMBuildFMul(B, mean, up, ""), lg_fconst(at, 0x1p512), "smean2");
-    LLVMValueRef r = LLVMBuildLoad2(B, at, v2, "");
-    r = LLVMBuildFSub(B, r, LLVMBuildFDiv(B, LLVMBuildFMul(B, sc, sc, ""), fL, ""), "");
-    r = lg_fmax_nan(m, r, LLVMConstNull(at));
-    LLVMValueRef var = LLVMBuildFAdd(B, LLVMBuildFDiv(B, r, fL, ""), eps, "");
-    stat[KF_STAT_RSTD] = scaled_rstd(m, var, down, "srstd");
+    stat[KF_STAT_RSTD] = scaled_rstd(m, LLVMBuildFAdd(B, var, eps, ""), down, "srstd");
 }
 
 void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at, void *user,
@@ -845,10 +865,7 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
         if (s & (1u << KF_STAT_SUMEXP)) {
             term = lg_exp(m, LLVMBuildFSub(B, x2, pt->stat[KF_STAT_MAX], ""));
         } else {
-            LLVMValueRef c = LLVMBuildFSub(B, x2, pt->stat[KF_STAT_MEAN], "");
-            term = LLVMBuildFMul(B, c, c, "");
-            LLVMValueRef cc = LLVMBuildLoad2(B, at, vc, "");
-            LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cc, c, "")), vc);
+            term = centred_term(m, at, x2, pt->stat[KF_STAT_MEAN], vc);
         }
         LLVMValueRef cur = LLVMBuildLoad2(B, at, v2, "");
         LLVMBuildStore(B, lg_reassoc(LLVMBuildFAdd(B, cur, term, "")), v2);
@@ -857,16 +874,9 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
         if (s & (1u << KF_STAT_SUMEXP)) {
             pt->stat[KF_STAT_SUMEXP] = r;
         } else {
-            /* The corrected two-pass form (Chan, Golub, LeVeque): sc = sum(x - mean)
-             * is the rounding error of the first pass's mean; removing it makes a
-             * constant row's centred values exactly 0, as in the reference. */
-            LLVMValueRef sc = LLVMBuildLoad2(B, at, vc, "");
-            pt->stat[KF_STAT_MEAN] =
-                LLVMBuildFAdd(B, pt->stat[KF_STAT_MEAN], LLVMBuildFDiv(B, sc, fL, ""), "mean2");
-            r = LLVMBuildFSub(B, r, LLVMBuildFDiv(B, LLVMBuildFMul(B, sc, sc, ""), fL, ""), "");
-            r = lg_fmax_nan(m, r, LLVMConstNull(at));
-            LLVMValueRef var =
-                LLVMBuildFAdd(B, LLVMBuildFDiv(B, r, fL, ""), lg_fconst(at, rs->eps), "");
+            LLVMValueRef var = corrected_var(m, r, LLVMBuildLoad2(B, at, vc, ""), fL,
+                                             &pt->stat[KF_STAT_MEAN]);
+            var = LLVMBuildFAdd(B, var, lg_fconst(at, rs->eps), "");
             pt->stat[KF_STAT_RSTD] = LLVMBuildFDiv(
                 B, lg_fconst(at, 1.0), lg_call_intrinsic(m, "llvm.sqrt", at, &var, 1), "rstd");
         }
