@@ -729,20 +729,10 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
              * statistic is scaled back (1 / sqrt of a sum of squares that
              * overflowed would be 0 where the norm is finite: a row of f64
              * values up to 2.8e184, plancheck seed 0x0000043e6b0513cd). */
-            int se = kf_ir_row_scale_exp(base, L, inner);
-            double ms = 0.0;
-            if (e->stat == KF_STAT_RSTD) {
-                for (int64_t j = 0; j < L; j++)
-                    ms += ldexp(base[j * inner], -se);
-                ms /= (double)L;
-            }
-            for (int64_t j = 0; j < L; j++) {
-                double d = ldexp(base[j * inner], -se) - ms;
-                acc += d * d;
-            }
-            double denom = sqrt(acc / (double)L + ldexp(row->eps, -2 * se));
+            kf_ir_norm_row nr =
+                kf_ir_norm_stats(base, L, inner, row->eps, e->stat == KF_STAT_RSTD);
             /* A scaled constant row whose eps underflowed normalizes to 0. */
-            v = se != 0 && denom == 0.0 ? 0.0 : ldexp(1.0 / denom, -se);
+            v = nr.e != 0 && nr.denom == 0.0 ? 0.0 : ldexp(1.0 / nr.denom, -nr.e);
             break;
         }
         case KF_STAT_SUMEXP:

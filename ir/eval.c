@@ -264,6 +264,24 @@ int kf_ir_row_scale_exp(const double *row, int64_t n, int64_t inner) {
     return e;
 }
 
+kf_ir_norm_row kf_ir_norm_stats(const double *row, int64_t n, int64_t inner, double eps,
+                                bool centred) {
+    kf_ir_norm_row r = {kf_ir_row_scale_exp(row, n, inner), 0.0, 0.0}; /* e: 0 below f64 */
+    if (centred) {
+        for (int64_t j = 0; j < n; j++)
+            r.mean += ldexp(row[j * inner], -r.e);
+        r.mean /= (double)n;
+    }
+    double ss = 0.0; /* centred (layer_norm) or plain (rms_norm) squares */
+    for (int64_t j = 0; j < n; j++) {
+        double d = ldexp(row[j * inner], -r.e) - r.mean;
+        ss += d * d;
+    }
+    /* sqrt(var + eps) in the scaled units: sqrt((var + eps) / 4^e). */
+    r.denom = sqrt(ss / (double)n + ldexp(eps, -2 * r.e));
+    return r;
+}
+
 static void eval_norm(const kf_eval_state *st, const kf_tensor *t, double *out) {
     const double *in = st->values[t->src[0]->id];
     const double *w = st->values[t->src[1]->id];
@@ -274,25 +292,12 @@ static void eval_norm(const kf_eval_state *st, const kf_tensor *t, double *out) 
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < inner; i++) {
             const double *row = in + o * n * inner + i;
-            int e = kf_ir_row_scale_exp(row, n, inner); /* 0 for every f32/f16/bf16 row */
-            double mean = 0.0;
-            if (b) {
-                for (int64_t j = 0; j < n; j++)
-                    mean += ldexp(row[j * inner], -e);
-                mean /= (double)n;
-            }
-            double ss = 0.0; /* centred (layer_norm) or plain (rms_norm) squares */
+            kf_ir_norm_row r = kf_ir_norm_stats(row, n, inner, eps, b != NULL);
             for (int64_t j = 0; j < n; j++) {
-                double d = ldexp(row[j * inner], -e) - mean;
-                ss += d * d;
-            }
-            /* sqrt(var + eps) in the scaled units: sqrt((var + eps) / 4^e). */
-            double denom = sqrt(ss / (double)n + ldexp(eps, -2 * e));
-            for (int64_t j = 0; j < n; j++) {
-                double d = ldexp(row[j * inner], -e) - mean;
+                double d = ldexp(row[j * inner], -r.e) - r.mean;
                 /* A scaled row gives denom == 0 only when it is constant
                  * and eps underflowed: its normalized value is then 0. */
-                double y = (e != 0 && denom == 0.0) ? 0.0 : d / denom;
+                double y = (r.e != 0 && r.denom == 0.0) ? 0.0 : d / r.denom;
                 y *= w[j];
                 if (b)
                     y += b[j];

@@ -287,6 +287,20 @@ double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c);
  * evaluator and the plan checker's statistics share this one definition. */
 int kf_ir_row_scale_exp(const double *row, int64_t n, int64_t inner);
 
+/* A norm row's statistics as the reference defines them: e of
+ * kf_ir_row_scale_exp, the mean of the row scaled by 2^-e (0 unless
+ * `centred`: layer_norm), and the denominator sqrt(var + eps 4^-e) in the
+ * scaled units (var of the centred or plain squares). The row normalizes to
+ * (x 2^-e - mean) / denom, or to 0 where e != 0 and denom == 0 (a constant
+ * row whose eps underflowed). The reference evaluator and the plan checker's
+ * statistics share it. */
+typedef struct kf_ir_norm_row {
+    int e;
+    double mean, denom;
+} kf_ir_norm_row;
+kf_ir_norm_row kf_ir_norm_stats(const double *row, int64_t n, int64_t inner, double eps,
+                                bool centred);
+
 /* Values of every tensor, in double, each already rounded to its dtype. */
 typedef struct kf_eval_state {
     kf_graph *graph;
