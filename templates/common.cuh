@@ -23,6 +23,8 @@
  *   kf_cp_row<NB>(sa, p, lane), kf_cp_commit(), kf_cp_wait<N>(), kf_lds<N, T>(sa, out[N])
  *                          sm_80+: a row into shared memory with cp.async, and
  *                          N elements back from shared address sa
+ *   kf_mb_*, kf_bulk_*     sm_90+: bulk copies (cp.async.bulk) between global
+ *                          and shared memory, completed on an mbarrier
  *   kf_op_<name>(...)      the ops (kf_gelu, kf_add_i32, ...)
  *   kf_bf16x2<OP, VV>(d, a, b)
  *                          VV results of a bf16 add/sub/mul (OP 0/1/2), two per
@@ -255,6 +257,71 @@ template <int N, typename T, typename R> __device__ __forceinline__ void kf_lds(
 #pragma unroll
     for (int k = 0; k < N; k++)
         out[k] = kf_cvt(e[k]);
+}
+#endif
+
+/* ---- bulk copies (sm_90+: cp.async.bulk) -------------------------------
+ * The elementwise template's bulk path (elementwise.cuh, KF_BULK) moves whole
+ * chunks between global and shared memory with the copy engine: one thread
+ * issues a load of many kilobytes that completes on an mbarrier (the
+ * transaction count is the bytes), and a store from shared memory that the
+ * thread waits on by bulk group. Global and shared addresses and sizes are
+ * multiples of 16 bytes. Only that path, chosen only for sm_90 and later,
+ * uses these. */
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned kf_sa(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+/* An mbarrier expecting one arrival per phase, visible to the copy engine. */
+__device__ __forceinline__ void kf_mb_init(unsigned long long *m) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kf_sa(m)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+/* The one arrival of this phase, which then completes when `bytes` more have
+ * landed. */
+__device__ __forceinline__ void kf_mb_expect(unsigned long long *m, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(kf_sa(m)), "r"(bytes)
+                 : "memory");
+}
+/* Waits for the phase of parity `parity` to complete. */
+__device__ __forceinline__ void kf_mb_wait(unsigned long long *m, unsigned parity) {
+    asm volatile("{\n.reg .pred p;\nkf_mb_wait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra kf_mb_wait_%=;\n}\n" ::"r"(kf_sa(m)),
+                 "r"(parity)
+                 : "memory");
+}
+/* Global -> shared, `bytes` counted on mbarrier m, with the L2 policy for
+ * streamed reads (the operand is read once). */
+__device__ __forceinline__ void kf_bulk_ld(void *dst, const void *src, unsigned bytes,
+                                           unsigned long long *m) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1], %2, [%3], %4;" ::"r"(kf_sa(dst)),
+                 "l"(src), "r"(bytes), "r"(kf_sa(m)), "l"(kf_stream_policy())
+                 : "memory");
+}
+/* Shared -> global, in this thread's current bulk group. Ordinary stores to
+ * src must be ordered before it: kf_bulk_fence in each writing thread, then a
+ * barrier. */
+__device__ __forceinline__ void kf_bulk_st(void *dst, const void *src, unsigned bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+                 "r"(kf_sa(src)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void kf_bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+/* Waits until at most N of this thread's bulk groups still read shared memory. */
+template <int N> __device__ __forceinline__ void kf_bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+/* Waits until all of this thread's bulk groups are complete. */
+__device__ __forceinline__ void kf_bulk_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+/* Orders this thread's ordinary shared-memory stores before a bulk store. */
+__device__ __forceinline__ void kf_bulk_fence() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 #endif
 

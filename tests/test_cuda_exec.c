@@ -84,8 +84,15 @@ typedef struct run_opts {
     double lo, hi;          /* input range (floats) */
     const char *report_has; /* substrings the program report must hold, '|'-separated */
     const char *report_lacks;
+    const char *report_has_sm90; /* what it must hold when the kernels are for sm_90 or later */
     kf_ctx *ctx; /* NULL: G.ctx */
 } run_opts;
+
+/* The arch the report names for its kernels ("(sm_90a ..." -> 90), or 0. */
+static int report_sm(const char *report) {
+    const char *a = strstr(report, "(sm_");
+    return a ? atoi(a + 4) : 0;
+}
 
 /* noinline: gcc -O2 otherwise takes the memstream buffer for a dangling local. */
 __attribute__((noinline)) static char *program_report(kf_program *p) {
@@ -150,6 +157,8 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
     char *report = program_report(p);
     check_report(report, o->report_has, true, what);
     check_report(report, o->report_lacks, false, what);
+    if (report_sm(report) >= 90)
+        check_report(report, o->report_has_sm90, true, what);
     st = kf_program_run(p, in, n_in, out, n_out, NULL);
     if (st != KF_OK)
         fail_msg("%s: kf_program_run: %s\n%s", what, kf_program_error(p), report);
@@ -290,6 +299,32 @@ static void test_an_elementwise_chain_fuses_into_one_kernel_and_matches(void **s
                  "t = add(x, i)\nc = const(%s[], 0.5)\nm = mul(t, c)\ns = silu(m)\noutput s\n",
                  float_dtypes[d], 401, &o, "iota chain");
     }
+}
+
+/* Groups of 128 chunks or more take the bulk path on sm_90 and later
+ * (elementwise_bulk): whole chunks through shared memory by bulk copies, then
+ * the partial last chunk by the grid-stride loops. Per-column operands whose
+ * period divides a block's step (4096) or does not (4100); an output in a
+ * streamed operand's place or in its own region (f32 in, bf16 out); a ragged
+ * scalar tail (1031 x 1030 % 8 = 2). */
+static void test_large_elementwise_groups_take_the_bulk_path_and_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16, KF_DTYPE_F32};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        run_opts o = {.lo = -3, .hi = 3, .report_has_sm90 = "elementwise_bulk"};
+        run_text("kfg 1\nx = input(%s[521, 4096])\ns = input(%s[4096])\nb = input(%s[4096])\n"
+                 "g = input(%s[4096])\nxs = mul(x, s)\nh = add(xs, b)\nge = gelu(h)\n"
+                 "y = mul(ge, g)\noutput y\n",
+                 dts[d], 460, &o, "bulk gelu(x*s+b)*g, 4096 columns");
+        run_text("kfg 1\nx = input(%s[520, 4100])\nb = input(%s[4100])\nh = add(x, b)\n"
+                 "y = silu(h)\noutput y\n",
+                 dts[d], 461, &o, "bulk silu(x+b), 4100 columns");
+    }
+    run_opts o = {.lo = -3, .hi = 3, .report_has_sm90 = "elementwise_bulk"};
+    run_text("kfg 1\na = input(f32[1031, 1030])\nb = input(bf16[1031, 1030])\n"
+             "c = cast(b, f32)\ny = mul(a, c)\nz = cast(y, bf16)\noutput z\n",
+             KF_DTYPE_F32, 462, &o, "bulk f32 * bf16 -> bf16");
 }
 
 /* bf16 add/sub/mul run two elements per bf16x2 instruction, and the
@@ -746,6 +781,7 @@ int main(void) {
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_float_dtype),
         cmocka_unit_test(test_comparisons_where_cast_and_i32_match_exactly),
         cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
+        cmocka_unit_test(test_large_elementwise_groups_take_the_bulk_path_and_match),
         cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),
         cmocka_unit_test(test_every_rowwise_op_in_every_float_dtype_matches),
         cmocka_unit_test(test_f64_norms_of_rows_whose_squares_overflow_match),

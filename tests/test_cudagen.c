@@ -120,6 +120,12 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
                  seen);
     compile_text("kfg 1\nx = input(f32[1001])\nn = neg(x)\ny = exp(n)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(f16[8, 24])\nc = input(f16[8, 1])\ny = mul(x, c)\noutput y\n", seen);
+    /* elementwise_bulk (sm_90a; sm_80 takes the plain template): per-column
+     * operands whose period (4100) does not divide a block's step, a partial
+     * last chunk */
+    compile_text("kfg 1\nx = input(bf16[1024, 4100])\nb = input(bf16[4100])\na = add(x, b)\n"
+                 "y = gelu(a)\noutput y\n",
+                 seen);
     /* row-wise: a warp per row (f64: not staged), a warp per row staged, a
      * block per row, a block re-reading the row */
     compile_text("kfg 1\nx = input(f64[32, 256])\ny = softmax(x)\noutput y\n", seen);
@@ -267,8 +273,8 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     plan_text("kfg 1\nx = input(bf16[65536, 4096])\ng = input(bf16[65536, 4096])\n"
               "e = gelu(x)\ny = mul(e, g)\noutput y\n",
               &p);
-    first_kernel(p.plan, "sm_90a", &k);
-    assert_string_equal(k.name, "ew_gelu_mul_bf16_65536x4096_sm90a");
+    first_kernel(p.plan, "sm_80", &k);
+    assert_string_equal(k.name, "ew_gelu_mul_bf16_65536x4096_sm80");
     assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE);
     assert_int_equal(k.vec, 8);
     assert_int_equal(k.n_params, 3);
@@ -276,16 +282,51 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_int_equal(k.params[2].kind, KF_CUDA_PARAM_OUT);
     assert_int_equal(k.params[2].bytes, (uint64_t)65536 * 4096 * 2);
     assert_int_equal(k.launch.block, 256);
+    assert_int_equal(k.launch.shared_bytes, 0);
     /* two streamed operands: two steps' loads in flight (evict-first), 4
-     * blocks per SM */
+     * blocks per SM; no bulk copies below sm_90 */
     assert_non_null(strstr(k.source, "#define KF_UNROLL 2\n"));
     assert_non_null(strstr(k.source, "#define KF_MINB 4\n"));
+    assert_non_null(strstr(k.source, "#define KF_BULK 0\n"));
     assert_non_null(strstr(k.source, "kf_raw_ld_stream(p0 + "));
     assert_non_null(strstr(k.source, "kf_raw_ld_stream(p1 + "));
     assert_int_equal(kf_cuda_kernel_grid(&k, 132), 132 * 4);
     assert_int_equal(kf_cuda_kernel_grid(&k, 0), 4);
     assert_non_null(strstr(k.source, "extern \"C\" __global__"));
     assert_null(strstr(k.source, "\n#include"));
+    kf_cuda_kernel_release(&MEM, &k);
+    /* sm_90a: the bulk path, one block of 1024 per SM; a stage holds 8192
+     * elements of x and g, y in x's place (same size): 32 KiB, three of them */
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_string_equal(k.name, "ew_gelu_mul_bf16_65536x4096_sm90a");
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE_BULK);
+    assert_int_equal(k.launch.block, 1024);
+    assert_int_equal(k.launch.shared_bytes, 3 * 32768);
+    assert_int_equal(kf_cuda_kernel_grid(&k, 132), 132);
+    assert_non_null(strstr(k.source, "#define KF_BULK 1\n#define KF_BULK_E 8192LL\n"));
+    assert_non_null(strstr(k.source, "#define KF_BULK_STAGE_BYTES 32768\n#define KF_BULK_TX 32768u\n"));
+    assert_non_null(strstr(k.source, "kf_bulk_ld(sb + 0, p0 + c * KF_BULK_E, KF_BULK_E * 2, bar);"));
+    assert_non_null(strstr(k.source, "kf_bulk_ld(sb + 16384, p1 + c * KF_BULK_E, KF_BULK_E * 2, bar);"));
+    assert_non_null(strstr(k.source, "kf_bulk_st(p2 + c * KF_BULK_E, sb + 0, KF_BULK_E * 2);"));
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+
+    /* f32 in, bf16 out: the output has a region of its own (4 + 2 bytes an
+     * element, 8192 elements: 48 KiB a stage) */
+    plan_text("kfg 1\nx = input(f32[4096, 4096])\nh = cast(x, bf16)\noutput h\n", &p);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE_BULK);
+    assert_int_equal(k.launch.shared_bytes, 3 * 49152);
+    assert_non_null(strstr(k.source, "#define KF_BULK_E 8192LL\n"));
+    assert_non_null(strstr(k.source, "#define KF_BULK_STAGE_BYTES 49152\n#define KF_BULK_TX 32768u\n"));
+    assert_non_null(strstr(k.source, "kf_bulk_st(p1 + c * KF_BULK_E, sb + 32768, KF_BULK_E * 2);"));
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+    /* too small for 128 chunks: the grid-stride loops alone */
+    plan_text("kfg 1\nx = input(bf16[256, 4096])\ne = gelu(x)\noutput e\n", &p);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE);
+    assert_non_null(strstr(k.source, "#define KF_BULK 0\n"));
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
 

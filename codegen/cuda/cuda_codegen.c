@@ -82,6 +82,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_ROW_BLOCK] = "row_block",
     [KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS] = "row_block_multipass",
     [KF_CUDA_TEMPLATE_COLREDUCE] = "colreduce",
+    [KF_CUDA_TEMPLATE_ELEMENTWISE_BULK] = "elementwise_bulk",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");
@@ -1065,6 +1066,134 @@ static void coords_linear(chunk_ctx *x, kf_space sp, int rank, const int64_t *di
     snprintf(x->lin[sp], sizeof x->lin[sp], "%s", linear);
 }
 
+/* Shared memory a block may use (dynamic + static) and an SM holds, for the
+ * devices a binary of `arch` runs on (runtime/cuda.c: sm_80 serves every 8.x,
+ * so its per-block limit is the 99 KiB of 8.6/8.9, not A100's 163 KiB; the
+ * per-SM figure only sizes the grid, and is A100's). */
+static bool stage_smem_limits(const char *arch, uint32_t *per_block, uint32_t *per_sm) {
+    int sm = atoi(arch + 3); /* cg_begin checked "sm_" + digits */
+    if (sm < 80)
+        return false; /* cp.async is sm_80+ */
+    if (sm >= 90 && sm < 120) {
+        *per_block = 227 * 1024; /* H100/H200/B200 */
+        *per_sm = 228 * 1024;
+    } else {
+        *per_block = 99 * 1024;
+        *per_sm = sm == 80 ? 164 * 1024 : 100 * 1024;
+    }
+    return true;
+}
+
+/* The bulk path of the elementwise template (elementwise.cuh, KF_BULK):
+ * blocks of BULK_BLOCK threads, one per SM, move chunks of e elements through
+ * a ring of BULK_STAGES stages of about BULK_STAGE_TARGET bytes. A stage holds
+ * each streamed operand's part of the chunk, then each output's: in the place
+ * of a streamed operand of the same element size not already taken, else its
+ * own. Measured on the 65536 x 4096 bf16 chain (elementwise.cuh), against
+ * other rings: 3 x 32 KiB at 1024 threads took 0.384 ms on an H100 and 0.290
+ * on an H200; 3 x 16 KiB at 512 threads, two blocks per SM, 0.389 and 0.290;
+ * 3 x 32 KiB at 512 threads 0.388 and 0.314; 4 x 8 KiB at 256 threads, two
+ * blocks, 0.394 and 0.316. */
+#define BULK_BLOCK 1024u
+#define BULK_STAGES 3u
+#define BULK_STAGE_TARGET 32768u
+#define BULK_MAX 4u          /* streamed operands, outputs */
+#define BULK_MIN_CHUNKS 128  /* fewer: the grid-stride loops alone */
+
+typedef struct bulk_plan {
+    int64_t e;               /* elements per chunk; 0: no bulk path */
+    uint32_t stage_bytes;    /* bytes of one stage */
+    uint32_t tx;             /* bytes the streamed operands of a chunk load */
+    uint32_t n_in;
+    uint32_t in_node[BULK_MAX];
+    uint32_t in_off[BULK_MAX];  /* byte offsets in a stage */
+    uint32_t out_off[BULK_MAX];
+} bulk_plan;
+
+/* Plans the bulk path for an elementwise kernel with `streams` streamed
+ * operands (`pre`; 0: none qualifies) and n_outs full outputs of n elements,
+ * or leaves bp->e = 0: below sm_90 (cp.async.bulk), scalar kernels, more than
+ * BULK_MAX operands or outputs, too few chunks, or a ring the arch's shared
+ * memory does not hold. */
+static void plan_bulk(const cg *c, const out_spec *outs, uint32_t n_outs, int64_t n, uint32_t vec,
+                      uint32_t streams, const bool *pre, bulk_plan *bp) {
+    memset(bp, 0, sizeof *bp);
+    uint32_t per_block, per_sm;
+    if (atoi(c->k->arch + 3) < 90 || vec < 2 || streams == 0 || streams > BULK_MAX ||
+        n_outs == 0 || n_outs > BULK_MAX || !stage_smem_limits(c->k->arch, &per_block, &per_sm))
+        return;
+    uint32_t in_size[BULK_MAX], bpe = 0; /* bytes per element of a stage */
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!pre[i])
+            continue;
+        bp->in_node[bp->n_in] = i;
+        in_size[bp->n_in] = (uint32_t)kf_dtype_size(c->k->params[c->param[i]].dtype);
+        bp->in_off[bp->n_in++] = bpe;
+        bpe += in_size[bp->n_in - 1];
+    }
+    bool taken[BULK_MAX] = {false};
+    for (uint32_t o = 0; o < n_outs; o++) {
+        uint32_t z = (uint32_t)kf_dtype_size(outs[o].dtype), k = 0;
+        while (k < bp->n_in && (taken[k] || in_size[k] != z))
+            k++;
+        if (k < bp->n_in) {
+            taken[k] = true;
+            bp->out_off[o] = bp->in_off[k];
+        } else {
+            bp->out_off[o] = bpe;
+            bpe += z;
+        }
+    }
+    int64_t e = (int64_t)BULK_BLOCK * vec;
+    while (e * 2 * bpe <= BULK_STAGE_TARGET)
+        e *= 2;
+    uint64_t fixed = (has_gelu_table(c) ? GELU_TAB_N * 2u : 0u) + 1024u;
+    if ((uint64_t)BULK_STAGES * (uint64_t)e * bpe + fixed > per_block || n / e < BULK_MIN_CHUNKS) {
+        memset(bp, 0, sizeof *bp);
+        return;
+    }
+    bp->e = e;
+    bp->stage_bytes = (uint32_t)e * bpe;
+    for (uint32_t k = 0; k < bp->n_in; k++) {
+        bp->tx += (uint32_t)e * in_size[k];
+        bp->in_off[k] *= (uint32_t)e;
+    }
+    for (uint32_t o = 0; o < n_outs; o++)
+        bp->out_off[o] *= (uint32_t)e;
+}
+
+/* The bulk path's hooks (elementwise.cuh), or KF_BULK 0. */
+static void emit_bulk(cg *c, const bulk_plan *bp, const out_spec *outs, uint32_t n_outs) {
+    if (bp->e == 0) {
+        sb_puts(&c->s, "#define KF_BULK 0\n\n");
+        return;
+    }
+    sb_printf(&c->s,
+              "#define KF_BULK 1\n#define KF_BULK_E %" PRId64 "LL\n#define KF_BULK_STAGES %u\n"
+              "#define KF_BULK_STAGE_BYTES %u\n#define KF_BULK_TX %uu\n",
+              bp->e, BULK_STAGES, bp->stage_bytes, bp->tx);
+    sb_puts(&c->s, "__device__ __forceinline__ void kf_bulk_load(unsigned char *sb, unsigned long long "
+                   "*bar, long long c, KF_PARAMS) {\n");
+    for (uint32_t k = 0; k < bp->n_in; k++) {
+        int p = c->param[bp->in_node[k]];
+        sb_printf(&c->s, "    kf_bulk_ld(sb + %u, p%d + c * KF_BULK_E, KF_BULK_E * %zu, bar);\n",
+                  bp->in_off[k], p, kf_dtype_size(c->k->params[p].dtype));
+    }
+    sb_puts(&c->s, "}\n__device__ __forceinline__ void kf_bulk_pre(const unsigned char *sb, int e, "
+                   "kf_pre &pv) {\n");
+    for (uint32_t k = 0; k < bp->n_in; k++) {
+        size_t z = kf_dtype_size(c->k->params[c->param[bp->in_node[k]]].dtype);
+        sb_printf(&c->s, "    pv.l%u = *reinterpret_cast<const kf_raw<KF_VEC * %zu> *>(sb + %u + e * %zu);\n",
+                  bp->in_node[k], z, bp->in_off[k], z);
+    }
+    sb_puts(&c->s, "}\n__device__ __forceinline__ void kf_bulk_store(const unsigned char *sb, long long c, "
+                   "KF_PARAMS) {\n");
+    for (uint32_t o = 0; o < n_outs; o++)
+        sb_printf(&c->s, "    kf_bulk_st(p%d + c * KF_BULK_E, sb + %u, KF_BULK_E * %zu);\n",
+                  outs[o].param, bp->out_off[o], kf_dtype_size(outs[o].dtype));
+    sb_puts(&c->s, "}\n\n");
+}
+
 static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
                                  const char *what) {
     const kf_group *g = c->g;
@@ -1102,26 +1231,6 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
     k->launch.blocks_per_sm = 8;
     if (c->st != KF_OK)
         return c->st;
-    emit_head(c, what);
-    sb_printf(&c->s, "#define KF_N %" PRId64 "LL\n#define KF_NVEC %" PRId64 "LL\n\n", n,
-              n / (int64_t)vec);
-
-    chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
-    if (!x)
-        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
-    coords_linear(x, sp, rank, dims, "i0");
-    x->vrank[sp] = rank;
-    x->vrank[sp == KF_SPACE_OUT ? KF_SPACE_ROW : KF_SPACE_OUT] = 0;
-
-    sbuf cond = {.mem = c->mem};
-    vec_conditions(c, x, vec, &cond);
-    for (uint32_t o = 0; o < n_outs && vec > 1; o++) {
-        size_t bytes = vec * kf_dtype_size(outs[o].dtype);
-        sb_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param, bytes > 16 ? (size_t)16 : bytes);
-    }
-    emit_vec_ok(c, cond.p ? cond.p : "");
-    if (cond.p)
-        kf_mem_free(c->mem, cond.p, cond.cap);
 
     /* Hoisting: an operand whose offset depends only on the linear index
      * modulo P (it varies along a suffix of the axes only: a bias, a scale,
@@ -1137,11 +1246,11 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
             kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
         if (pre)
             kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
-        kf_mem_free(c->mem, x, sizeof *x);
         return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
     }
     int64_t period = 0;
     uint32_t streams = 0;
+    bool streams_dense = true; /* every streamed operand is laid out as the space */
     for (uint32_t i = 0; i < c->n && vec > 1; i++) {
         const kf_expr *e = &g->expr[i];
         if (!c->need[i] || c->ov[i][0] || !is_load(e) || e->space != sp)
@@ -1161,6 +1270,7 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
             if (cl == ACC_VECTOR) {
                 pre[i] = true;
                 streams++;
+                streams_dense = streams_dense && strides_contig(rank, dims, s);
             }
             continue;
         }
@@ -1168,17 +1278,6 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
         if (pi > period)
             period = pi; /* >= 1: a hoisted operand has one */
     }
-    if (period > 0) {
-        uint64_t a = (uint64_t)period, b = (uint64_t)k->launch.block * vec;
-        while (b) {
-            uint64_t t = a % b;
-            a = b;
-            b = t;
-        }
-        uint64_t m = (uint64_t)period / a;
-        k->launch.grid_multiple = m <= 65536 ? (uint32_t)m : 0;
-    }
-    sb_printf(&c->s, "#define KF_HOIST_P %" PRId64 "LL\n", period);
     /* The grid aims at 8 blocks per SM; ptxas must fit them (32 registers):
      * with 33 the chain above ran 0.349 ms instead of 0.294 (H200). Not for
      * f64, i32 (64-bit saturation) or pow, which would spill at 32. */
@@ -1201,8 +1300,54 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
     uint32_t unroll = light && streams > 0 && streams <= 2 ? 4 / streams : 1;
     if (unroll > 1)
         k->launch.blocks_per_sm = 4;
+    bulk_plan bp;
+    plan_bulk(c, outs, n_outs, n, vec, light && streams_dense ? streams : 0, pre, &bp);
+    if (bp.e > 0) {
+        k->tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE_BULK;
+        k->launch.block = BULK_BLOCK;
+        k->launch.blocks_per_sm = 1;
+        k->launch.shared_bytes = BULK_STAGES * bp.stage_bytes;
+        k->launch.work_items = (uint64_t)(n / bp.e);
+        k->launch.items_per_block = 1;
+    }
+    if (period > 0) {
+        uint64_t a = (uint64_t)period, b = (uint64_t)k->launch.block * vec;
+        while (b) {
+            uint64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        uint64_t m = (uint64_t)period / a;
+        k->launch.grid_multiple = m <= 65536 ? (uint32_t)m : 0;
+    }
+
+    emit_head(c, what);
+    sb_printf(&c->s, "#define KF_N %" PRId64 "LL\n#define KF_NVEC %" PRId64 "LL\n\n", n,
+              n / (int64_t)vec);
+
+    chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
+    if (!x) {
+        kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
+        kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    }
+    coords_linear(x, sp, rank, dims, "i0");
+    x->vrank[sp] = rank;
+    x->vrank[sp == KF_SPACE_OUT ? KF_SPACE_ROW : KF_SPACE_OUT] = 0;
+
+    sbuf cond = {.mem = c->mem};
+    vec_conditions(c, x, vec, &cond);
+    for (uint32_t o = 0; o < n_outs && vec > 1; o++) {
+        size_t bytes = vec * kf_dtype_size(outs[o].dtype);
+        sb_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param, bytes > 16 ? (size_t)16 : bytes);
+    }
+    emit_vec_ok(c, cond.p ? cond.p : "");
+    if (cond.p)
+        kf_mem_free(c->mem, cond.p, cond.cap);
+
+    sb_printf(&c->s, "#define KF_HOIST_P %" PRId64 "LL\n", period);
     sb_printf(&c->s, "#define KF_MINB %u\n#define KF_UNROLL %u\n",
-              light ? k->launch.blocks_per_sm : 1u, unroll);
+              bp.e > 0 ? 1u : light ? k->launch.blocks_per_sm : 1u, unroll);
     sb_puts(&c->s, "struct kf_hoist {\n");
     for (uint32_t i = 0; i < c->n; i++) {
         if (!hoist[i])
@@ -1247,9 +1392,11 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
         sb_printf(&c->s, "    kf_raw_ld_stream(p%d + (%s), pv.l%u);\n", c->param[i], off, i);
     }
     sb_puts(&c->s, "    (void)i0; (void)pv;\n}\n\n");
+    emit_bulk(c, &bp, outs, n_outs);
 
-    sb_puts(&c->s, "template <int VV, bool H, bool P>\n__device__ __forceinline__ void kf_body(long long i0, "
-                   "const kf_hoist &hv, const kf_pre &pv, KF_PARAMS) {\n");
+    sb_puts(&c->s, "template <int VV, bool H, bool P, bool B>\n__device__ __forceinline__ void "
+                   "kf_body(long long i0, const kf_hoist &hv, const kf_pre &pv, unsigned char *sb, "
+                   "KF_PARAMS) {\n");
     emit_loads(c, x, vec, "    ", hoist, pre);
     for (uint32_t o = 0; o < n_outs; o++)
         sb_printf(&c->s, "    %s o%u[VV];\n", reg_type(outs[o].dtype), o);
@@ -1258,7 +1405,7 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
     for (uint32_t o = 0; o < n_outs; o++)
         sb_printf(&c->s, "        o%u[k] = (%s)v%u%s[k];\n", o, reg_type(outs[o].dtype), outs[o].node,
                   raw_of(c, outs[o].node, true) ? "u" : "");
-    sb_puts(&c->s, "    }\n    (void)hv; (void)pv;\n");
+    sb_puts(&c->s, "    }\n    (void)hv; (void)pv; (void)sb;\n");
     kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
     kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
     for (uint32_t o = 0; o < n_outs; o++) {
@@ -1268,7 +1415,15 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
              * rounded op's unrounded value, raw_of, with one cvt per two) */
             bool x16 = outs[o].dtype == KF_DTYPE_BF16 && exact_bf16(c, outs[o].node) &&
                        !raw_of(c, outs[o].node, true);
-            sb_printf(&c->s, "    kf_stv%s<VV>(p%d + i0, o%u);\n", x16 ? "_bf16x" : "", outs[o].param, o);
+            if (bp.e > 0) /* B: into the stage, at the element's place in the chunk */
+                sb_printf(&c->s,
+                          "    kf_stv%s<VV>(B ? reinterpret_cast<%s *>(sb + %u) + (i0 & (KF_BULK_E - 1)) "
+                          ": p%d + i0, o%u);\n",
+                          x16 ? "_bf16x" : "", storage_type(outs[o].dtype), bp.out_off[o],
+                          outs[o].param, o);
+            else
+                sb_printf(&c->s, "    kf_stv%s<VV>(p%d + i0, o%u);\n", x16 ? "_bf16x" : "",
+                          outs[o].param, o);
             continue;
         }
         /* vec == 1 here. */
@@ -1351,23 +1506,6 @@ static void emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, 
  * 0.279-0.282 staged (8 x 2); H100, before raw_of, 0.380 against 0.384.
  * layer_norm on the register path: 0.348 ms (H200) against 0.287 staged. */
 
-/* Shared memory a block may use (dynamic + static) and an SM holds, for the
- * devices a binary of `arch` runs on (runtime/cuda.c: sm_80 serves every 8.x,
- * so its per-block limit is the 99 KiB of 8.6/8.9, not A100's 163 KiB; the
- * per-SM figure only sizes the grid, and is A100's). */
-static bool stage_smem_limits(const char *arch, uint32_t *per_block, uint32_t *per_sm) {
-    int sm = atoi(arch + 3); /* cg_begin checked "sm_" + digits */
-    if (sm < 80)
-        return false; /* cp.async is sm_80+ */
-    if (sm >= 90 && sm < 120) {
-        *per_block = 227 * 1024; /* H100/H200/B200 */
-        *per_sm = 228 * 1024;
-    } else {
-        *per_block = 99 * 1024;
-        *per_sm = sm == 80 ? 164 * 1024 : 100 * 1024;
-    }
-    return true;
-}
 
 typedef struct stage_cfg {
     uint32_t warps, stages, bytes; /* bytes: one stage (a row of every staged load) */
@@ -2103,12 +2241,13 @@ static kf_cuda_template row_template_for(int64_t L, kf_dtype in) {
                                                      : KF_CUDA_TEMPLATE_ROW_BLOCK;
 }
 
-/* Whether a warp-per-row kernel is staged depends on its loads and on the
- * arch, which only generating it settles: generate it and look (`guess` when
- * there is no arch or it is not a warp per row, or the generator fails). */
+/* Whether a warp-per-row kernel is staged, and whether an elementwise one
+ * takes the bulk path, depends on its loads, its size and the arch, which
+ * only generating it settles: generate it and look (`guess` when there is no
+ * arch or it is neither, or the generator fails). */
 static kf_cuda_template generated_template(const kf_plan *plan, uint32_t group, kf_cuda_role role,
                                            const char *arch, kf_cuda_template guess) {
-    if (!arch || guess != KF_CUDA_TEMPLATE_ROW_WARP)
+    if (!arch || (guess != KF_CUDA_TEMPLATE_ROW_WARP && guess != KF_CUDA_TEMPLATE_ELEMENTWISE))
         return guess;
     kf_mem mem;
     kf_mem_resolve(&mem, NULL);
@@ -2133,6 +2272,7 @@ kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, const char
     switch (g->kind) {
     case KF_GROUP_ELEMENTWISE:
     case KF_GROUP_LAYOUT:
+        *tmpl = generated_template(plan, group, KF_CUDA_ROLE_GROUP, arch, *tmpl);
         break;
     case KF_GROUP_ROWWISE:
         *tmpl = generated_template(plan, group, KF_CUDA_ROLE_GROUP, arch,
@@ -2152,6 +2292,8 @@ kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, const char
         if (g->gemm.row_epilogue && g->row.present)
             *tmpl = generated_template(plan, group, KF_CUDA_ROLE_EPILOGUE, arch,
                                        row_template_for(g->row.length, g->expr[g->row.input].dtype));
+        else if (epi)
+            *tmpl = generated_template(plan, group, KF_CUDA_ROLE_EPILOGUE, arch, *tmpl);
         break;
     }
     case KF_GROUP_ATTENTION:

@@ -56,7 +56,7 @@
 
 /* Bumped whenever generated code or templates change in a way the source text
  * alone would not show (it is part of every cache key). */
-#define KF_CUDA_CODEGEN_VERSION 4u
+#define KF_CUDA_CODEGEN_VERSION 5u
 
 /* Longest kernel name, with the NUL. */
 #define KF_CUDA_NAME_MAX 160
@@ -77,6 +77,9 @@ typedef enum kf_cuda_template {
     KF_CUDA_TEMPLATE_COLREDUCE,       /* columns across threads, the axis split over warps */
     KF_CUDA_TEMPLATE_ROW_WARP_STAGED, /* one warp per row, the row-shaped loads staged through
                                          a cp.async ring in shared memory (sm_80+) */
+    KF_CUDA_TEMPLATE_ELEMENTWISE_BULK, /* elementwise whose whole chunks move through a ring
+                                          in shared memory by bulk copies (sm_90+), then the
+                                          grid-stride loops for the rest */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
