@@ -73,12 +73,11 @@
  * thread overwrites only what it read); then thread 0 stores the stage's
  * outputs with the copy engine, and once the previous chunk's store has read
  * its stage, refills that stage. The grid-stride loops then take what is left
- * (the last partial chunk). The per-thread 16-byte loads and stores of the
- * loops above cost a tenth of the kernel's issue slots in the chain of the
- * hoisting note, and their many small requests kept the memory further from
- * its copy bandwidth: on an H100 the chain took 0.384-0.390 ms this way
- * against 0.398-0.403 (both evict-first), on an H200 0.290 against
- * 0.289-0.292 (evict-normal).
+ * (the last partial chunk). The chain of the hoisting note took 0.390 ms
+ * this way on an H100 against 0.398-0.403 in the loops above (evict-first),
+ * and 0.273-0.274 on an H200 against 0.289-0.295 (evict-normal), where the
+ * fastest copy kernels took 0.278: the ring keeps a steady number of bytes in
+ * flight (codegen/cuda sizes it), where thousands of 16-byte requests did not.
  */
 template <bool H> __device__ __forceinline__ void kf_vloop(long long v, long long nthreads,
                                                            const kf_hoist &hv, KF_PARAMS) {

@@ -322,8 +322,16 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_non_null(strstr(k.source, "kf_bulk_st(p1 + c * KF_BULK_E, sb + 32768, KF_BULK_E * 2);"));
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
+    /* one bf16 stream, in place: 16 KiB stages, five of them */
+    plan_text("kfg 1\nx = input(bf16[65536, 4096])\ne = gelu(x)\noutput e\n", &p);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE_BULK);
+    assert_int_equal(k.launch.shared_bytes, 5 * 16384);
+    assert_non_null(strstr(k.source, "#define KF_BULK_E 8192LL\n#define KF_BULK_STAGES 5\n"));
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
     /* too small for 128 chunks: the grid-stride loops alone */
-    plan_text("kfg 1\nx = input(bf16[256, 4096])\ne = gelu(x)\noutput e\n", &p);
+    plan_text("kfg 1\nx = input(bf16[128, 4096])\ne = gelu(x)\noutput e\n", &p);
     first_kernel(p.plan, "sm_90a", &k);
     assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE);
     assert_non_null(strstr(k.source, "#define KF_BULK 0\n"));

@@ -1085,23 +1085,32 @@ static bool stage_smem_limits(const char *arch, uint32_t *per_block, uint32_t *p
 }
 
 /* The bulk path of the elementwise template (elementwise.cuh, KF_BULK):
- * blocks of BULK_BLOCK threads, one per SM, move chunks of e elements through
- * a ring of BULK_STAGES stages of about BULK_STAGE_TARGET bytes. A stage holds
- * each streamed operand's part of the chunk, then each output's: in the place
- * of a streamed operand of the same element size not already taken, else its
- * own. Measured on the 65536 x 4096 bf16 chain (elementwise.cuh), against
- * other rings: 3 x 32 KiB at 1024 threads took 0.384 ms on an H100 and 0.290
- * on an H200; 3 x 16 KiB at 512 threads, two blocks per SM, 0.389 and 0.290;
- * 3 x 32 KiB at 512 threads 0.388 and 0.314; 4 x 8 KiB at 256 threads, two
- * blocks, 0.394 and 0.316. */
+ * blocks of BULK_BLOCK threads, one per SM, move chunks of BULK_BLOCK * vec
+ * elements (a vector per thread) through a ring of about BULK_RING_TARGET
+ * bytes, at least BULK_MIN_STAGES stages. A stage holds each streamed
+ * operand's part of the chunk, then each output's: in the place of a streamed
+ * operand of the same element size not already taken, else its own.
+ * Measured on the 65536 x 4096 bf16 chain (elementwise.cuh's note), one
+ * process per GPU, H100 (evict-first) / H200 (evict-normal), ms:
+ *   5 x 16 KiB, 1024 threads   0.390-0.391 / 0.273-0.274  (this rule)
+ *   6 x 16 KiB                 0.392-0.393 / 0.277-0.283
+ *   4 x 16 KiB                 0.388-0.390 / 0.290-0.292
+ *   8 x 16 KiB                 -           / 0.293-0.295
+ *   3 x 32 KiB                 0.384-0.386 / 0.287-0.290
+ *   3 x 16 KiB, 512 threads, 2 blocks per SM   0.389-0.390 / 0.290
+ *   4 x 8 KiB, 256 threads, 2 blocks per SM    0.394-0.395 / 0.313-0.316
+ * against 0.398-0.403 / 0.289-0.295 for the grid-stride loops alone. The
+ * H200 is that sensitive to the bytes in flight: 5 x 16 KiB also led at a
+ * half and a third of the size. */
 #define BULK_BLOCK 1024u
-#define BULK_STAGES 3u
-#define BULK_STAGE_TARGET 32768u
+#define BULK_RING_TARGET (80u * 1024u)
+#define BULK_MIN_STAGES 3u
 #define BULK_MAX 4u          /* streamed operands, outputs */
 #define BULK_MIN_CHUNKS 128  /* fewer: the grid-stride loops alone */
 
 typedef struct bulk_plan {
     int64_t e;               /* elements per chunk; 0: no bulk path */
+    uint32_t stages;
     uint32_t stage_bytes;    /* bytes of one stage */
     uint32_t tx;             /* bytes the streamed operands of a chunk load */
     uint32_t n_in;
@@ -1145,15 +1154,17 @@ static void plan_bulk(const cg *c, const out_spec *outs, uint32_t n_outs, int64_
         }
     }
     int64_t e = (int64_t)BULK_BLOCK * vec;
-    while (e * 2 * bpe <= BULK_STAGE_TARGET)
-        e *= 2;
+    uint64_t stage = (uint64_t)e * bpe, stages = BULK_RING_TARGET / stage;
+    if (stages < BULK_MIN_STAGES)
+        stages = BULK_MIN_STAGES;
     uint64_t fixed = (has_gelu_table(c) ? GELU_TAB_N * 2u : 0u) + 1024u;
-    if ((uint64_t)BULK_STAGES * (uint64_t)e * bpe + fixed > per_block || n / e < BULK_MIN_CHUNKS) {
+    if (stages * stage + fixed > per_block || n / e < BULK_MIN_CHUNKS) {
         memset(bp, 0, sizeof *bp);
         return;
     }
     bp->e = e;
-    bp->stage_bytes = (uint32_t)e * bpe;
+    bp->stages = (uint32_t)stages;
+    bp->stage_bytes = (uint32_t)stage;
     for (uint32_t k = 0; k < bp->n_in; k++) {
         bp->tx += (uint32_t)e * in_size[k];
         bp->in_off[k] *= (uint32_t)e;
@@ -1171,7 +1182,7 @@ static void emit_bulk(cg *c, const bulk_plan *bp, const out_spec *outs, uint32_t
     sb_printf(&c->s,
               "#define KF_BULK 1\n#define KF_BULK_E %" PRId64 "LL\n#define KF_BULK_STAGES %u\n"
               "#define KF_BULK_STAGE_BYTES %u\n#define KF_BULK_TX %uu\n",
-              bp->e, BULK_STAGES, bp->stage_bytes, bp->tx);
+              bp->e, bp->stages, bp->stage_bytes, bp->tx);
     sb_puts(&c->s, "__device__ __forceinline__ void kf_bulk_load(unsigned char *sb, unsigned long long "
                    "*bar, long long c, KF_PARAMS) {\n");
     for (uint32_t k = 0; k < bp->n_in; k++) {
@@ -1306,7 +1317,7 @@ static kf_status gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_spac
         k->tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE_BULK;
         k->launch.block = BULK_BLOCK;
         k->launch.blocks_per_sm = 1;
-        k->launch.shared_bytes = BULK_STAGES * bp.stage_bytes;
+        k->launch.shared_bytes = bp.stages * bp.stage_bytes;
         k->launch.work_items = (uint64_t)(n / bp.e);
         k->launch.items_per_block = 1;
     }
