@@ -306,7 +306,8 @@ static void test_an_elementwise_chain_fuses_into_one_kernel_and_matches(void **s
  * the partial last chunk by the grid-stride loops. Per-column operands whose
  * period divides a block's step (4096) or does not (4100); an output in a
  * streamed operand's place or in its own region (f32 in, bf16 out); a ragged
- * scalar tail (1031 x 1030 % 8 = 2). */
+ * scalar tail (1031 x 1030 % 8 = 2); and 1601 chunks, a dozen per block on
+ * a 132-SM GPU, so that every stage of the ring is refilled, several times. */
 static void test_large_elementwise_groups_take_the_bulk_path_and_match(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -322,6 +323,9 @@ static void test_large_elementwise_groups_take_the_bulk_path_and_match(void **st
                  dts[d], 461, &o, "bulk silu(x+b), 4100 columns");
     }
     run_opts o = {.lo = -3, .hi = 3, .report_has_sm90 = "elementwise_bulk"};
+    run_text("kfg 1\nx = input(%s[3202, 4096])\nb = input(%s[4096])\nh = add(x, b)\n"
+             "y = gelu(h)\noutput y\n",
+             KF_DTYPE_BF16, 463, &o, "bulk gelu(x+b), 1601 chunks");
     run_text("kfg 1\na = input(f32[1031, 1030])\nb = input(bf16[1031, 1030])\n"
              "c = cast(b, f32)\ny = mul(a, c)\nz = cast(y, bf16)\noutput z\n",
              KF_DTYPE_F32, 462, &o, "bulk f32 * bf16 -> bf16");
