@@ -98,6 +98,13 @@ template <bool H> __device__ __forceinline__ void kf_vloop(long long v, long lon
 }
 
 #if KF_BULK
+/* (One thread) chunk c's streamed operands into stage s, counted on bar[s]. */
+__device__ __forceinline__ void kf_bulk_fill(unsigned char *ring, unsigned long long *bar, int s,
+                                             long long c, KF_PARAMS) {
+    kf_mb_expect(&bar[s], KF_BULK_TX);
+    kf_bulk_load(ring + s * KF_BULK_STAGE_BYTES, &bar[s], c, KF_ARGS);
+}
+
 /* The whole chunks; returns the vectors they cover. Every thread of the block
  * calls it (barriers). */
 __device__ __forceinline__ long long kf_bulk(KF_PARAMS) {
@@ -113,11 +120,8 @@ __device__ __forceinline__ long long kf_bulk(KF_PARAMS) {
     if (t == 0) {
         for (int s = 0; s < KF_BULK_STAGES; s++)
             kf_mb_init(&bar[s]);
-        for (int s = 0; s < KF_BULK_STAGES && s < my; s++) {
-            kf_mb_expect(&bar[s], KF_BULK_TX);
-            kf_bulk_load(kf_bulk_ring + s * KF_BULK_STAGE_BYTES, &bar[s],
-                         blockIdx.x + (long long)s * gridDim.x, KF_ARGS);
-        }
+        for (int s = 0; s < KF_BULK_STAGES && s < my; s++)
+            kf_bulk_fill(kf_bulk_ring, bar, s, blockIdx.x + (long long)s * gridDim.x, KF_ARGS);
     }
     __syncthreads(); /* the barriers are initialized */
     kf_hoist hv;
@@ -144,9 +148,7 @@ __device__ __forceinline__ long long kf_bulk(KF_PARAMS) {
             /* refill the previous chunk's stage once its store has read it */
             if (i >= 1 && i - 1 + KF_BULK_STAGES < my) {
                 kf_bulk_wait_read<1>();
-                const int ps = (int)((i - 1) % KF_BULK_STAGES);
-                kf_mb_expect(&bar[ps], KF_BULK_TX);
-                kf_bulk_load(kf_bulk_ring + ps * KF_BULK_STAGE_BYTES, &bar[ps],
+                kf_bulk_fill(kf_bulk_ring, bar, (int)((i - 1) % KF_BULK_STAGES),
                              c + (long long)(KF_BULK_STAGES - 1) * gridDim.x, KF_ARGS);
             }
         }

@@ -753,16 +753,14 @@ static void emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
         } else if (cl == ACC_VECTOR) {
             sb_printf(&c->s, "%s%s l%u[VV];\n", ind, rt, i);
-            if (h)
-                sb_printf(&c->s, "%sif (H) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
-                                 "%s        l%u[k] = kf_cvt(reinterpret_cast<const %s *>(hv.l%u.b)[k]);\n"
+            /* a hoisted (H: hv) or streamed (P: pv) operand's raw vector when
+             * the caller has it, else the load */
+            if (h || (pre && pre[i]))
+                sb_printf(&c->s, "%sif (%s) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
+                                 "%s        l%u[k] = kf_cvt(reinterpret_cast<const %s *>(%s.l%u.b)[k]);\n"
                                  "%s} else\n    ",
-                          ind, ind, ind, i, storage_type(c->k->params[p].dtype), i, ind);
-            else if (pre && pre[i])
-                sb_printf(&c->s, "%sif (P) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
-                                 "%s        l%u[k] = kf_cvt(reinterpret_cast<const %s *>(pv.l%u.b)[k]);\n"
-                                 "%s} else\n    ",
-                          ind, ind, ind, i, storage_type(c->k->params[p].dtype), i, ind);
+                          ind, h ? "H" : "P", ind, ind, i, storage_type(c->k->params[p].dtype),
+                          h ? "hv" : "pv", i, ind);
             sb_printf(&c->s, "%skf_ldv<VV>(p%d + (%s), l%u);\n", ind, p, off, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
         } else if (cl == ACC_BCAST) {
