@@ -39,6 +39,7 @@
 #include "runtime/ctx.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
+#include "frontend/compile.h"
 #include "runtime/cuda_exec.h"
 #include "runtime/nvrtc.h"
 
@@ -248,7 +249,7 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
         exit(1);
     }
     kf_cuda_exec *ex = NULL;
-    CHECK(kf_cuda_exec_create(ctx, plan, &ex, err));
+    CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
     /* Random inputs, on the device. */
     for (uint32_t i = 0; i < g->n_inputs; i++) {
         const kf_tensor *t = g->inputs[i];
@@ -269,7 +270,7 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
     c->floor_ms = fb > ff ? fb : ff;
     FILE *f = fmemopen(c->report, sizeof c->report - 1, "w");
     if (f) {
-        kf_cuda_exec_report(ex, f);
+        kf_cuda_exec_report(ex, false, f);
         fclose(f);
     }
     fprintf(stderr, "%-22s %9.3f ms  floor %8.3f ms  %5.1f%% of roofline  (%zu launches)\n",
@@ -515,7 +516,7 @@ int main(int argc, char **argv) {
         if (kf_plan_create(g, NULL, &plan) != KF_OK)
             return 1;
         kf_cuda_exec *ex = NULL;
-        CHECK(kf_cuda_exec_create(ctx, plan, &ex, err));
+        CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
         small_launches = kf_cuda_exec_launch_count(ex);
         for (int i = 0; i < 20; i++)
             CHECK(kf_cuda_exec_launch(ex, S, err));

@@ -1,10 +1,11 @@
 /*
  * cmd_aot.c -- `kfuse aot --arch sm_80,sm_90a FILE.kfg... -o DIR`: fills a
- * kernel cache ahead of time, with no GPU. For each graph it plans, generates
- * every CUDA kernel of every group for each arch (kf_cuda_group_roles: the
- * same list the execution side asks for), compiles each with NVRTC and stores
- * the CUBIN in the disk cache at DIR under kf_cuda_kernel_cache_key -- the key
- * a context pointed at DIR computes, so with fail-on-miss it compiles nothing.
+ * kernel cache ahead of time, with no GPU. For each graph it plans, makes the
+ * CUDA recipes for each arch (codegen/cuda/cuda_recipe.h: the same recipes
+ * the executor runs), compiles exactly their KERNEL steps with NVRTC and
+ * stores the CUBINs in the disk cache at DIR under kf_cuda_kernel_cache_key --
+ * the key a context pointed at DIR computes, so with fail-on-miss it compiles
+ * nothing.
  *
  * Progress goes to stderr when it is a terminal; the coverage table (kernels
  * per graph per arch, how many were already cached) to stdout.
@@ -14,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen/cuda/cuda_codegen.h"
+#include "codegen/cuda/cuda_recipe.h"
 #include "frontend/cli.h"
 #include "frontend/cmd_aot.h"
 #include "fusion/fusion.h"
@@ -24,16 +25,19 @@
 
 const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
 const char kf_cmd_aot_help[] =
-    "usage: kfuse aot [--arch ARCH[,ARCH...]] FILE.kfg... -o DIR\n"
+    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] FILE.kfg... -o DIR\n"
     "\n"
-    "Plans each graph, generates every CUDA kernel it needs for each ARCH,\n"
-    "compiles them with NVRTC and stores the CUBINs in the kernel cache at DIR\n"
+    "Plans each graph, makes its CUDA recipes for each ARCH (what `kfuse report`\n"
+    "prints and a program runs), compiles every generated kernel they name with\n"
+    "NVRTC and stores the CUBINs in the kernel cache at DIR\n"
     "(created 0700). No GPU is needed. A program whose context uses DIR as its\n"
     "cache (with the fail-on-miss flag, to be sure) then compiles nothing.\n"
     "Prints the coverage: kernels per graph per arch, and how many were cached.\n"
     "\n"
     "options:\n"
     "  --arch LIST   comma-separated archs (default sm_80,sm_90a)\n"
+    "  --no-cublaslt the recipes of contexts with KF_FLAG_NO_CUBLASLT (generated\n"
+    "                kernels apply every GEMM epilogue)\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
     "\n"
@@ -44,7 +48,7 @@ const char kf_cmd_aot_help[] =
 static int usage(const char *fmt, const char *arg) {
     fputs("kfuse aot: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] FILE.kfg... -o DIR\n"
+    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] FILE.kfg... -o DIR\n"
           "Run 'kfuse help aot' for details.\n",
           stderr);
     return 2;
@@ -55,44 +59,55 @@ typedef struct aot_state {
     kf_cache *cache;
     const char *archs[AOT_MAX_ARCHS];
     int n_archs;
+    unsigned flags; /* KF_CUDA_RECIPE_* */
     bool tty;
     unsigned long done, total;
     int rc;
 } aot_state;
 
-/* One graph: every kernel for every arch. */
-static void aot_graph(aot_state *a, const char *path, kf_plan *plan) {
+/* The recipes of `plan` for arch `ai` (NULL, with a message, on failure). */
+static kf_cuda_recipes *recipes_for(aot_state *a, const char *path, const kf_plan *plan, int ai) {
+    kf_cuda_target target;
+    kf_cuda_target_for_arch(a->archs[ai], &target);
+    target.flags = a->flags;
+    kf_cuda_recipes *r = NULL;
+    char err[KF_MSG_MAX] = "";
+    kf_status st = kf_cuda_recipes_create(plan, &target, &a->mem, &r, err);
+    if (st != KF_OK)
+        fprintf(stderr, "%skfuse aot: %s: %s: %s: %s\n", a->tty ? "\r\033[K" : "", path,
+                a->archs[ai], kf_status_str(st), err);
+    return r;
+}
+
+/* One graph: every KERNEL step of its recipes, for every arch. */
+static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *recipes) {
     unsigned long kernels[AOT_MAX_ARCHS] = {0}, cached[AOT_MAX_ARCHS] = {0},
                   failed[AOT_MAX_ARCHS] = {0};
     for (int ai = 0; ai < a->n_archs; ai++) {
-        for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
-            kf_cuda_role roles[2];
-            uint32_t nr = kf_cuda_group_roles(plan, gi, roles);
-            for (uint32_t r = 0; r < nr; r++) {
-                kf_cuda_kernel k;
-                kf_status st = kf_cuda_codegen(plan, gi, roles[r], a->archs[ai], &a->mem, &k);
+        const kf_cuda_recipes *r = recipes[ai];
+        if (!r) {
+            failed[ai]++;
+            a->rc = 1;
+        }
+        for (uint32_t gi = 0; r && gi < r->n; gi++) {
+            const kf_cuda_recipe *rc = &r->recipes[gi];
+            for (uint32_t s = 0; s < rc->n_steps; s++) {
+                if (rc->steps[s].kind != KF_CUDA_STEP_KERNEL)
+                    continue;
+                const kf_cuda_kernel *k = &rc->steps[s].kernel->kernel;
                 a->done++;
+                kernels[ai]++;
                 if (a->tty) {
                     fprintf(stderr, "\r\033[K[%lu/%lu] %s %s", a->done, a->total, a->archs[ai],
-                            st == KF_OK ? k.name : plan->groups[gi].name);
+                            k->name);
                     fflush(stderr);
-                }
-                kernels[ai]++;
-                if (st != KF_OK) {
-                    fprintf(stderr, "%skfuse aot: %s: group %u (%s) %s for %s: %s: %s\n",
-                            a->tty ? "\r\033[K" : "", path, gi, plan->groups[gi].name,
-                            kf_cuda_role_name(roles[r]), a->archs[ai], kf_status_str(st), k.error);
-                    failed[ai]++;
-                    a->rc = 1;
-                    kf_cuda_kernel_release(&a->mem, &k);
-                    continue;
                 }
                 void *cubin = NULL;
                 size_t size = 0;
                 bool hit = false;
                 kf_cache_msg msg;
                 char err[KF_MSG_MAX] = "";
-                st = kf_cuda_kernel_cubin(a->cache, &k, &cubin, &size, &hit, &msg, err);
+                kf_status st = kf_cuda_kernel_cubin(a->cache, k, &cubin, &size, &hit, &msg, err);
                 if (st != KF_OK) {
                     fprintf(stderr, "%skfuse aot: %s: %s\n", a->tty ? "\r\033[K" : "", path, err);
                     failed[ai]++;
@@ -100,10 +115,10 @@ static void aot_graph(aot_state *a, const char *path, kf_plan *plan) {
                 } else {
                     cached[ai] += hit;
                     if (msg.note[0])
-                        fprintf(stderr, "%skfuse aot: note: %s\n", a->tty ? "\r\033[K" : "", msg.note);
+                        fprintf(stderr, "%skfuse aot: note: %s\n", a->tty ? "\r\033[K" : "",
+                                msg.note);
                     kf_cache_blob_free(a->cache, cubin, size);
                 }
-                kf_cuda_kernel_release(&a->mem, &k);
             }
         }
     }
@@ -145,6 +160,8 @@ int kf_cmd_aot(int argc, char **argv) {
                 dir = argv[++i];
             else
                 snprintf(archbuf, sizeof archbuf, "%s", argv[++i]);
+        } else if (strcmp(s, "--no-cublaslt") == 0) {
+            a.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
         } else if (strncmp(s, "--arch=", 7) == 0) {
             snprintf(archbuf, sizeof archbuf, "%s", s + 7);
         } else if (s[0] == '-' && s[1] != '\0') {
@@ -195,12 +212,14 @@ int kf_cmd_aot(int argc, char **argv) {
     /* Parse and plan everything first: the progress line knows the total. */
     kf_graph **graphs = calloc((size_t)n_files, sizeof *graphs);
     kf_plan **plans = calloc((size_t)n_files, sizeof *plans);
+    /* recipes[f * AOT_MAX_ARCHS + ai]: graph f's for arch ai (NULL: failed) */
+    kf_cuda_recipes **recipes = calloc((size_t)n_files * AOT_MAX_ARCHS, sizeof *recipes);
     int rc = 0;
-    if (!graphs || !plans) {
+    if (!graphs || !plans || !recipes) {
         fputs("kfuse aot: out of memory\n", stderr);
         rc = 1;
     }
-    for (int f = 0; f < n_files && rc != 2 && graphs && plans; f++) {
+    for (int f = 0; f < n_files && rc != 2 && graphs && plans && recipes; f++) {
         int loaded = kf_cli_load_graph(ctx, files[f], &graphs[f]); /* else why not is printed */
         if (loaded >= 0) {
             rc = loaded;
@@ -213,16 +232,16 @@ int kf_cmd_aot(int argc, char **argv) {
             rc = 1;
             continue;
         }
-        for (uint32_t gi = 0; gi < plans[f]->n_groups; gi++) {
-            kf_cuda_role roles[2];
-            a.total += kf_cuda_group_roles(plans[f], gi, roles) * (unsigned long)a.n_archs;
+        for (int ai = 0; ai < a.n_archs; ai++) {
+            recipes[f * AOT_MAX_ARCHS + ai] = recipes_for(&a, files[f], plans[f], ai);
+            a.total += kf_cuda_recipes_kernel_count(recipes[f * AOT_MAX_ARCHS + ai]);
         }
     }
-    if (rc != 2 && graphs && plans) {
+    if (rc != 2 && graphs && plans && recipes) {
         printf("%-40s %-8s %s\n", "graph", "arch", "coverage");
         for (int f = 0; f < n_files; f++) {
             if (plans[f])
-                aot_graph(&a, files[f], plans[f]);
+                aot_graph(&a, files[f], &recipes[f * AOT_MAX_ARCHS]);
         }
         if (a.rc)
             rc = 1;
@@ -230,11 +249,14 @@ int kf_cmd_aot(int argc, char **argv) {
                n_files == 1 ? "" : "s", a.n_archs, a.n_archs == 1 ? "" : "s", kf_cache_dir(a.cache));
     }
     for (int f = 0; f < n_files && graphs && plans; f++) {
+        for (int ai = 0; recipes && ai < a.n_archs; ai++)
+            kf_cuda_recipes_destroy(recipes[f * AOT_MAX_ARCHS + ai]);
         kf_plan_destroy(plans[f]);
         kf_graph_destroy(graphs[f]);
     }
     free(graphs);
     free(plans);
+    free(recipes);
     kf_ctx_destroy(ctx);
     kf_cache_close(a.cache);
     free(files);

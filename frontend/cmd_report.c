@@ -1,7 +1,9 @@
 /*
- * cmd_report.c -- `kfuse report FILE.kfg [--json] [--device h100|h200|a100|cpu]`:
- * parses the graph, plans it (fusion/), estimates each group's cost for the
- * device and writes the report (fusion/report.c) to standard output.
+ * cmd_report.c -- `kfuse report FILE.kfg [--json] [--device h100|h200|a100|cpu]
+ * [--arch ARCH] [--sm-count N] [--no-cublaslt]`: parses the graph, plans it
+ * (fusion/), estimates each group's cost for the device, makes the CUDA
+ * recipes for the device's target (codegen/cuda: the same recipes a program
+ * compiled on such a GPU runs) and writes the report to standard output.
  *
  * Exit status as for every kfuse command: 0 success; 1 a runtime failure
  * (planning failed, out of memory, output not writable); 2 a usage error or a
@@ -14,23 +16,33 @@
 
 #include "frontend/cli.h"
 #include "frontend/cmd_report.h"
+#include "codegen/cuda/cuda_recipe.h"
 #include "fusion/fusion.h"
 #include "kfuse.h"
+#include "runtime/nvrtc.h"
 
 
 const char kf_cmd_report_help[] =
-    "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu]\n"
+    "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
+    "                         [--sm-count N] [--no-cublaslt]\n"
     "\n"
     "Plans FILE (a .kfg graph; `-` reads standard input) into fused kernels and\n"
     "prints the plan: one row per kernel group (kind, generated kernel name, ops\n"
     "absorbed, bytes saved against the unfused graph, estimated time), each\n"
     "group's inputs and outputs with their types and its scalar expressions, and\n"
-    "every edge that was not fused with its reason code.\n"
+    "every edge that was not fused with its reason code. Then each group's CUDA\n"
+    "recipe: the generated kernels (grid, block, source digest, buffers) and\n"
+    "library GEMMs that run it on the device's arch, exactly as a program\n"
+    "compiled on that GPU runs them (none for --device cpu).\n"
     "\n"
     "options:\n"
-    "  --json          write JSON (schema \"kfuse.report/1\", docs/report-schema.md)\n"
-    "  --device NAME   the roofline the cost columns assume: h100 (default), h200,\n"
-    "                  a100 or cpu\n"
+    "  --json          write JSON (schema \"kfuse.report/2\", docs/report-schema.md)\n"
+    "  --device NAME   the roofline the cost columns assume and the recipes' target:\n"
+    "                  h100 (default; sm_90a, 132 SMs), h200 (sm_90a, 132 SMs),\n"
+    "                  a100 (sm_80, 108 SMs) or cpu (no recipes)\n"
+    "  --arch ARCH     make the recipes for ARCH (sm_80, sm_90a, ...) instead\n"
+    "  --sm-count N    size the recipes' grids for N SMs instead\n"
+    "  --no-cublaslt   the recipes of a context with KF_FLAG_NO_CUBLASLT\n"
     "  -h, --help      show this help\n"
     "\n"
     "environment: KF_DEBUG=1 dumps the plan after each fusion pass to stderr.\n"
@@ -40,15 +52,48 @@ const char kf_cmd_report_help[] =
 static int usage(const char *fmt, const char *arg) {
     fputs("kfuse report: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu]\n"
+    fputs("\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
+          "                         [--sm-count N] [--no-cublaslt]\n"
           "Run 'kfuse help report' for details.\n",
           stderr);
     return 2;
 }
 
+/* The report's CUDA part: the recipes, or why there are none. */
+typedef struct cuda_part {
+    const kf_cuda_recipes *recipes;
+    const kf_cuda_target *target;
+    const char *error;
+} cuda_part;
+
+static void write_cuda(void *user, kf_report_format format, FILE *out) {
+    const cuda_part *c = user;
+    if (format == KF_REPORT_JSON) {
+        fputs(",\n  \"cuda\": ", out);
+        if (c->recipes) {
+            kf_cuda_recipes_print(c->recipes, true, out);
+        } else if (c->target) {
+            fprintf(out, "{\"arch\": \"%s\", \"sm_count\": %d, \"error\": \"", c->target->arch,
+                    c->target->sm_count);
+            for (const char *e = c->error; *e; e++)
+                if (*e != '"' && *e != '\\' && (unsigned char)*e >= 0x20)
+                    fputc(*e, out);
+            fputs("\"}", out);
+        } else {
+            fputs("null", out);
+        }
+        return;
+    }
+    if (c->recipes)
+        kf_cuda_recipes_print(c->recipes, false, out);
+    else if (c->target)
+        fprintf(out, "cuda recipes: none for %s: %s\n", c->target->arch, c->error);
+}
+
 int kf_cmd_report(int argc, char **argv) {
-    const char *file = NULL, *device = "h100";
-    bool json = false;
+    const char *file = NULL, *device = "h100", *arch = NULL;
+    long sm_count = 0;
+    bool json = false, no_lt = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -62,6 +107,19 @@ int kf_cmd_report(int argc, char **argv) {
             device = argv[++i];
         } else if (strncmp(a, "--device=", 9) == 0) {
             device = a + 9;
+        } else if (strcmp(a, "--arch") == 0 || strcmp(a, "--sm-count") == 0) {
+            if (i + 1 >= argc)
+                return usage("option '%s' needs a value", a);
+            if (a[2] == 'a') {
+                arch = argv[++i];
+            } else {
+                char *end = NULL;
+                sm_count = strtol(argv[++i], &end, 10);
+                if (!end || *end || sm_count < 1 || sm_count > 65536)
+                    return usage("--sm-count takes 1..65536, not '%s'", argv[i]);
+            }
+        } else if (strcmp(a, "--no-cublaslt") == 0) {
+            no_lt = true;
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage("unknown option '%s'", a);
         } else if (file) {
@@ -75,6 +133,20 @@ int kf_cmd_report(int argc, char **argv) {
     if (strcmp(device, "h100") && strcmp(device, "h200") && strcmp(device, "a100") &&
         strcmp(device, "cpu"))
         return usage("unknown device '%s' (h100, h200, a100 or cpu)", device);
+    char arch_err[KF_MSG_MAX];
+    if (arch && kf_nvrtc_arch_check(arch, arch_err) != KF_OK)
+        return usage("%s", arch_err);
+    /* The recipes' target: the device's, then the overrides. */
+    kf_cuda_target target;
+    bool cuda = strcmp(device, "cpu") != 0 || arch;
+    if (strcmp(device, "cpu") == 0 || kf_cuda_target_for_device(device, &target) != KF_OK)
+        kf_cuda_target_for_arch(arch ? arch : "sm_90a", &target);
+    if (arch && strcmp(arch, target.arch) != 0)
+        kf_cuda_target_for_arch(arch, &target);
+    if (sm_count)
+        target.sm_count = (int)sm_count;
+    if (no_lt)
+        target.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     kf_plan *plan = NULL;
@@ -89,8 +161,14 @@ int kf_cmd_report(int argc, char **argv) {
         st = kf_plan_create(g, NULL, &plan);
     if (rc == 0 && st == KF_OK)
         st = kf_plan_estimate(plan, device);
+    kf_cuda_recipes *recipes = NULL;
+    char cuda_err[KF_MSG_MAX] = "";
+    if (rc == 0 && st == KF_OK && cuda)
+        kf_cuda_recipes_create(plan, &target, &g->mem, &recipes, cuda_err);
+    cuda_part part = {recipes, cuda ? &target : NULL, cuda_err};
+    kf_report_extra extra = {write_cuda, &part};
     if (rc == 0 && st == KF_OK) {
-        st = kf_plan_report(plan, json ? KF_REPORT_JSON : KF_REPORT_TEXT, stdout);
+        st = kf_plan_report_with(plan, json ? KF_REPORT_JSON : KF_REPORT_TEXT, &extra, stdout);
         if (st == KF_OK && fflush(stdout) != 0)
             st = KF_ERR_IO;
     }
@@ -100,6 +178,7 @@ int kf_cmd_report(int argc, char **argv) {
                 msg);
         rc = 1;
     }
+    kf_cuda_recipes_destroy(recipes);
     kf_plan_destroy(plan);
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "codegen/cuda/cuda_recipe.h"
+#include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "ir/ir.h"
 #include "runtime/ctx.h"
@@ -99,7 +101,7 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
     }
     char err[KF_MSG_MAX];
     if (target == KF_TARGET_CUDA) {
-        st = kf_cuda_exec_create(ctx, p->plan, &p->cuda, err);
+        st = kf_cuda_exec_build(ctx, p->plan, &p->cuda, err);
         if (st != KF_OK) {
             kf_program_destroy(p);
             if (st == KF_ERR_UNSUPPORTED && !kf_cuda_exec_available(ctx))
@@ -135,12 +137,44 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
 #endif
 }
 
+kf_status kf_cuda_exec_build(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out, char *err) {
+    *out = NULL;
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target target;
+    kf_status st = kf_cuda_exec_open(ctx, &ex, &target, err);
+    if (st != KF_OK)
+        return st;
+    kf_cuda_recipes *recipes = NULL;
+    st = kf_cuda_recipes_create(plan, &target, &ctx->mem, &recipes, err);
+    if (st == KF_OK)
+        st = kf_cuda_exec_prepare(ex, plan, recipes, err); /* owns the recipes from here */
+    if (st != KF_OK) {
+        kf_cuda_exec_destroy(ex);
+        return st;
+    }
+    *out = ex;
+    return KF_OK;
+}
+
+/* The report's CUDA part of a program: its recipes and what its run measured. */
+static void write_cuda(void *user, kf_report_format format, FILE *out) {
+    const kf_program *p = user;
+    if (format == KF_REPORT_JSON) {
+        fputs(",\n  \"cuda\": ", out);
+        kf_cuda_recipes_print(kf_cuda_exec_recipes(p->cuda), true, out);
+        fputs(",\n  \"cuda_run\": ", out);
+        kf_cuda_exec_report(p->cuda, true, out);
+    } else {
+        kf_cuda_exec_report(p->cuda, false, out);
+        kf_cuda_recipes_print(kf_cuda_exec_recipes(p->cuda), false, out);
+    }
+}
+
 kf_status kf_program_report(const kf_program *p, kf_report_format format, FILE *out) {
     if (!p || !out || (unsigned)format >= KF_REPORT_FORMAT_COUNT)
         return KF_ERR_INVALID_ARGUMENT;
-    kf_status st = kf_plan_report(p->plan, format, out);
-    if (st == KF_OK && format == KF_REPORT_TEXT && p->cuda)
-        kf_cuda_exec_report(p->cuda, out);
+    kf_report_extra extra = {write_cuda, (void *)p};
+    kf_status st = kf_plan_report_with(p->plan, format, p->cuda ? &extra : NULL, out);
     if (st == KF_OK && format == KF_REPORT_TEXT && !p->cuda)
         fprintf(out, "cpu: every kernel group runs as LLVM-compiled host code\n");
     return ferror(out) ? KF_ERR_IO : st;

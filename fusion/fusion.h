@@ -389,4 +389,18 @@ kf_status kf_plan_check(const kf_plan *plan, uint64_t seed, double *max_rel_err)
 /* Writes the plan's report. KF_ERR_IO when the stream fails. */
 kf_status kf_plan_report(const kf_plan *plan, kf_report_format format, FILE *out);
 
+/* What a backend adds to the report (the CUDA recipes, a run's measurements):
+ * `write` is called once, after the plan's text, or in the JSON object after
+ * "totals", where it writes its members each as `,\n  "key": value`. Without
+ * it the JSON report says `"cuda": null`. (fusion/ cannot include codegen/,
+ * so the writer is passed in.) */
+typedef struct kf_report_extra {
+    void (*write)(void *user, kf_report_format format, FILE *out);
+    void *user;
+} kf_report_extra;
+
+/* kf_plan_report with a backend's additions (`extra` may be NULL). */
+kf_status kf_plan_report_with(const kf_plan *plan, kf_report_format format,
+                              const kf_report_extra *extra, FILE *out);
+
 #endif /* KF_FUSION_H */

@@ -1,6 +1,6 @@
 /*
  * report.c -- `kfuse report`: the plan as a readable table and as JSON
- * (schema "kfuse.report/1", documented in docs/report-schema.md).
+ * (schema "kfuse.report/2", documented in docs/report-schema.md).
  *
  * Text: a summary table (group, kind, kernel name, ops absorbed, bytes saved,
  * estimated time), then per group its reads and writes with their types (the
@@ -214,10 +214,10 @@ static void json_tensors(const kf_plan *plan, const uint32_t *ids, uint32_t n, F
     fputc(']', out);
 }
 
-static void report_json(const kf_plan *plan, FILE *out) {
+static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE *out) {
     bool cost = plan->device[0] != '\0';
     char nb[24];
-    fputs("{\n  \"schema\": \"kfuse.report/1\",\n  \"device\": ", out);
+    fputs("{\n  \"schema\": \"kfuse.report/2\",\n  \"device\": ", out);
     if (cost)
         json_str(out, plan->device);
     else
@@ -323,18 +323,31 @@ static void report_json(const kf_plan *plan, FILE *out) {
         json_num(out, plan->total_unfused_bytes);
         fputs(", \"est_time_s\": ", out);
         json_num(out, plan->total_time_s);
-        fputs("}\n}\n", out);
+        fputc('}', out);
     } else {
-        fputs("null\n}\n", out);
+        fputs("null", out);
     }
+    if (extra && extra->write)
+        extra->write(extra->user, KF_REPORT_JSON, out);
+    else
+        fputs(",\n  \"cuda\": null", out);
+    fputs("\n}\n", out);
+}
+
+kf_status kf_plan_report_with(const kf_plan *plan, kf_report_format format,
+                              const kf_report_extra *extra, FILE *out) {
+    if (!plan || !out || (format != KF_REPORT_TEXT && format != KF_REPORT_JSON))
+        return KF_ERR_INVALID_ARGUMENT;
+    if (format == KF_REPORT_JSON) {
+        report_json(plan, extra, out);
+    } else {
+        report_text(plan, out);
+        if (extra && extra->write)
+            extra->write(extra->user, KF_REPORT_TEXT, out);
+    }
+    return ferror(out) ? KF_ERR_IO : KF_OK;
 }
 
 kf_status kf_plan_report(const kf_plan *plan, kf_report_format format, FILE *out) {
-    if (!plan || !out || (format != KF_REPORT_TEXT && format != KF_REPORT_JSON))
-        return KF_ERR_INVALID_ARGUMENT;
-    if (format == KF_REPORT_JSON)
-        report_json(plan, out);
-    else
-        report_text(plan, out);
-    return ferror(out) ? KF_ERR_IO : KF_OK;
+    return kf_plan_report_with(plan, format, NULL, out);
 }

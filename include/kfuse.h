@@ -370,7 +370,7 @@ KF_API void kf_program_destroy(kf_program *program);
 
 typedef enum kf_report_format {
     KF_REPORT_TEXT = 0, /* a readable table */
-    KF_REPORT_JSON,     /* schema "kfuse.report/1" (docs/report-schema.md) */
+    KF_REPORT_JSON,     /* schema "kfuse.report/2" (docs/report-schema.md) */
     KF_REPORT_FORMAT_COUNT
 } kf_report_format;
 

@@ -1,30 +1,20 @@
 /*
- * cuda_exec.h -- a plan executed on a CUDA device (the CUDA target of
- * kf_compile / kf_program_run).
+ * cuda_exec.h -- a plan's recipes executed on a CUDA device (the CUDA target
+ * of kf_compile / kf_program_run).
  *
- *   kf_cuda_exec_create:  open the device -> per group, the steps that run it
- *     (generated kernels from codegen/cuda, cuBLASLt GEMMs, the attention
- *     fallback) -> device buffers laid out by liveness in one arena -> every
- *     kernel's CUBIN through the disk cache (NVRTC on a miss) and loaded ->
- *     constants uploaded, launch arguments bound once.
- *   kf_cuda_exec_run:     host inputs -> device, every step on the stream,
+ *   kf_cuda_exec_open:     open the device, a stream and the cache; say the
+ *     target (arch, SM count, flags) the recipes must be made for.
+ *   (the caller: kf_cuda_recipes_create, codegen/cuda/cuda_recipe.h)
+ *   kf_cuda_exec_prepare:  the recipes' buffers laid out by liveness in one
+ *     arena -> every KERNEL step's CUBIN through the disk cache (NVRTC on a
+ *     miss) and loaded -> GEMM steps bound -> constants uploaded, launch
+ *     arguments bound once -> each measured choice timed once, the fastest
+ *     variant kept.
+ *   kf_cuda_exec_run:      host inputs -> device, every step on the stream,
  *     outputs -> host.
  *
- * What runs where (kf_cuda_exec_report says it per group, with the reason):
- *   ELEMENTWISE, ROWWISE, COLREDUCE, LAYOUT  one generated kernel each.
- *   VIEW       nothing: consumers read the base's buffer through strides.
- *   GEMM       cuBLASLt. When the group's epilogue is exactly cuBLASLt's
- *              act(A.B + C + bias) with act in {none, relu, gelu_tanh}, C a
- *              contiguous residual and bias a row vector (in any order of the
- *              adds), cuBLASLt applies it and writes the output; otherwise
- *              cuBLASLt writes the longest such prefix into a scratch buffer
- *              and one generated kernel computes the rest (and a norm
- *              prologue on A runs as a generated kernel before). kfuse's
- *              gelu is the erf form, which cuBLASLt's GELU is not: it goes to
- *              the kernel.
- *   ATTENTION  unfused: Q.K^T by cuBLASLt into a scores buffer, a generated
- *              row-wise softmax whose prologue is the score expression and
- *              mask, P.V by cuBLASLt.
+ * What runs where is the recipes' business (codegen/cuda/recipe*.c): this
+ * layer makes no lowering decision, rewrites no plan and generates no code.
  *
  * Bindings are HOST pointers (kf_program_run's contract): every run copies
  * the inputs to the device and the outputs back, synchronously. Device-pointer
@@ -37,6 +27,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "codegen/cuda/cuda_recipe.h"
 #include "fusion/fusion.h"
 #include "runtime/cuda.h"
 
@@ -45,15 +36,33 @@ typedef struct kf_cuda_exec kf_cuda_exec;
 /* Whether the context can reach a CUDA device (loads the driver once). */
 bool kf_cuda_exec_available(kf_ctx *ctx);
 
-/* Prepares `plan` (which must outlive the exec) on the context's device.
- * Errors (message in err, KF_MSG_MAX): KF_ERR_UNSUPPORTED (no driver or
- * device, a construct the codegen or cuBLASLt cannot run: the message names
- * the group), KF_ERR_NOT_FOUND (a cache miss under KF_FLAG_CACHE_FAIL_ON_MISS,
- * naming the kernel), KF_ERR_INVALID_ARGUMENT (an NVRTC compile failure,
- * naming the kernel), KF_ERR_OUT_OF_MEMORY (host or device), KF_ERR_INTERNAL
- * (the driver's message and the kernel's name). */
-kf_status kf_cuda_exec_create(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out, char *err);
+/* Opens the context's device, a stream and the cache, and writes the target
+ * the recipes must be made for: the device's arch (or the context's
+ * override), its SM count, KF_CUDA_RECIPE_NO_LT_EPILOGUE under
+ * KF_FLAG_NO_CUBLASLT. Errors (message in err, KF_MSG_MAX):
+ * KF_ERR_UNSUPPORTED (no driver or device), KF_ERR_INVALID_ARGUMENT,
+ * KF_ERR_OUT_OF_MEMORY, KF_ERR_INTERNAL (the driver's message). */
+kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *target, char *err);
+
+/* Prepares an opened exec to run `plan` (which must outlive it) by `recipes`
+ * (made for the target kf_cuda_exec_open gave; the exec owns them from here,
+ * also on failure). Called once. On failure destroy the exec. Errors:
+ * KF_ERR_UNSUPPORTED (a step the device or cuBLASLt cannot run, naming the
+ * group or kernel), KF_ERR_NOT_FOUND (a cache miss under
+ * KF_FLAG_CACHE_FAIL_ON_MISS, naming the kernel), KF_ERR_INVALID_ARGUMENT (an
+ * NVRTC compile failure, naming the kernel; recipes of another plan or arch),
+ * KF_ERR_OUT_OF_MEMORY (host or device), KF_ERR_INTERNAL (the driver's
+ * message and the kernel's name). */
+kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_recipes *recipes,
+                               char *err);
 void kf_cuda_exec_destroy(kf_cuda_exec *ex);
+
+/* The recipes the exec runs (NULL before prepare). */
+const kf_cuda_recipes *kf_cuda_exec_recipes(const kf_cuda_exec *ex);
+
+/* For a MEASURED recipe of `group`: the variant chosen and each variant's
+ * milliseconds (KF_CUDA_MAX_VARIANTS entries); false for other groups. */
+bool kf_cuda_exec_choice(const kf_cuda_exec *ex, uint32_t group, uint32_t *chosen, float *ms);
 
 /* Runs the plan once. bound[t] (graph->n_nodes entries) is a host pointer for
  * every graph input t (read) and may be one for a graph output t (written);
@@ -82,7 +91,9 @@ void kf_cuda_exec_cache_stats(const kf_cuda_exec *ex, unsigned *compiled, unsign
  * would take without reuse. */
 void kf_cuda_exec_arena_stats(const kf_cuda_exec *ex, size_t *arena, size_t *unshared);
 
-/* One line per group: what runs where and why; then the arena. */
-void kf_cuda_exec_report(const kf_cuda_exec *ex, FILE *out);
+/* Text: one line per group (what runs where and why, the measured times);
+ * then the arena. JSON: the value of the report's "cuda_run" member: the
+ * device, each measured choice with its times, launches, arena, cache. */
+void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out);
 
 #endif /* KF_RUNTIME_CUDA_EXEC_H */

@@ -25,6 +25,7 @@
 #include "ir/ir.h"
 #include "kf_test.h"
 #include "runtime/cuda.h"
+#include "frontend/compile.h"
 #include "runtime/cuda_exec.h"
 
 typedef struct gpu {

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "codegen/cuda/cuda_codegen.h"
+#include "codegen/cuda/cuda_recipe.h"
 #include "frontend/cmd_aot.h"
 #include "fusion/fusion.h"
 #include "kf_test.h"
@@ -55,35 +56,43 @@ static void plan_release(planned *p) {
     kf_ctx_destroy(p->ctx);
 }
 
-/* Generates and compiles every kernel of the plan for both archs; returns
- * how many; counts the templates seen in seen[]. */
+/* Makes the recipes of the plan for both archs, with and without cuBLASLt
+ * epilogues, and NVRTC-compiles every KERNEL step (the kernels an executor
+ * or `kfuse aot` compiles); returns how many the default recipes have, and
+ * counts their templates in seen[]. */
 static unsigned compile_all(const kf_plan *plan, unsigned *seen) {
     unsigned n = 0;
     for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) {
-        for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
-            kf_cuda_role roles[2];
-            uint32_t nr = kf_cuda_group_roles(plan, gi, roles);
-            for (uint32_t r = 0; r < nr; r++) {
-                kf_cuda_kernel k;
-                kf_status st = kf_cuda_codegen(plan, gi, roles[r], ARCHS[a], &MEM, &k);
-                if (st != KF_OK)
-                    fail_msg("codegen group %u (%s) %s: %s", gi, plan->groups[gi].name,
-                             kf_cuda_role_name(roles[r]), k.error);
-                if (seen)
-                    seen[k.tmpl]++;
-                if (have_nvrtc()) {
-                    kf_nvrtc_result res;
-                    char err[KF_MSG_MAX] = "";
-                    st = kf_cuda_kernel_compile(&MEM, &k, &res, err);
-                    if (st != KF_OK)
-                        fail_msg("%s: %s\n%s", k.name, err, res.log ? res.log : "");
-                    assert_true(res.cubin_size > 4);
-                    assert_memory_equal(res.cubin, "\x7f" "ELF", 4);
-                    kf_nvrtc_result_release(&MEM, &res);
+        for (unsigned flags = 0; flags <= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
+             flags += KF_CUDA_RECIPE_NO_LT_EPILOGUE) {
+            kf_cuda_target t;
+            kf_cuda_target_for_arch(ARCHS[a], &t);
+            t.flags = flags;
+            kf_cuda_recipes *rec = NULL;
+            char err[KF_MSG_MAX] = "";
+            if (kf_cuda_recipes_create(plan, &t, &MEM, &rec, err) != KF_OK)
+                fail_msg("recipes for %s: %s", ARCHS[a], err);
+            for (uint32_t gi = 0; gi < rec->n; gi++) {
+                const kf_cuda_recipe *rc = &rec->recipes[gi];
+                for (uint32_t si = 0; si < rc->n_steps; si++) {
+                    if (rc->steps[si].kind != KF_CUDA_STEP_KERNEL)
+                        continue;
+                    const kf_cuda_kernel *k = &rc->steps[si].kernel->kernel;
+                    if (seen && !flags)
+                        seen[k->tmpl]++;
+                    n += !flags; /* counted once per arch */
+                    if (have_nvrtc()) {
+                        kf_nvrtc_result res;
+                        kf_status st = kf_cuda_kernel_compile(&MEM, k, &res, err);
+                        if (st != KF_OK)
+                            fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
+                        assert_true(res.cubin_size > 4);
+                        assert_memory_equal(res.cubin, "\x7f" "ELF", 4);
+                        kf_nvrtc_result_release(&MEM, &res);
+                    }
                 }
-                kf_cuda_kernel_release(&MEM, &k);
-                n++;
             }
+            kf_cuda_recipes_destroy(rec);
         }
     }
     return n;
@@ -714,27 +723,36 @@ static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state
         text[len] = 0;
         planned p;
         plan_text(text, &p);
+        /* The kernels an executor on a GPU of each arch compiles: its
+         * recipes' KERNEL steps (what kf_cuda_exec_prepare hands the cache),
+         * for any SM count. */
         for (size_t a = 0; a < 2; a++) {
-            for (uint32_t gi = 0; gi < p.plan->n_groups; gi++) {
-                kf_cuda_role roles[2];
-                uint32_t nr = kf_cuda_group_roles(p.plan, gi, roles);
-                for (uint32_t r = 0; r < nr; r++) {
-                    kf_cuda_kernel k;
-                    assert_int_equal(kf_cuda_codegen(p.plan, gi, roles[r], ARCHS[a], &MEM, &k), KF_OK);
+            kf_cuda_target t;
+            kf_cuda_target_for_arch(ARCHS[a], &t);
+            t.sm_count = 114 + (int)a; /* not the arch's default: grids do not change sources */
+            kf_cuda_recipes *rec = NULL;
+            char err[KF_MSG_MAX] = "";
+            if (kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err) != KF_OK)
+                fail_msg("%s: %s", files[0][i], err);
+            for (uint32_t gi = 0; gi < rec->n; gi++) {
+                const kf_cuda_recipe *rc = &rec->recipes[gi];
+                for (uint32_t s = 0; s < rc->n_steps; s++) {
+                    if (rc->steps[s].kind != KF_CUDA_STEP_KERNEL)
+                        continue;
                     void *cubin = NULL;
                     size_t size = 0;
                     bool hit = false;
-                    char err[KF_MSG_MAX] = "";
-                    kf_status st = kf_cuda_kernel_cubin(cache, &k, &cubin, &size, &hit, &msg, err);
+                    kf_status st = kf_cuda_kernel_cubin(cache, &rc->steps[s].kernel->kernel, &cubin,
+                                                        &size, &hit, &msg, err);
                     if (st != KF_OK)
                         fail_msg("%s", err);
                     assert_true(hit);
                     assert_memory_equal(cubin, "\x7f" "ELF", 4);
                     kf_cache_blob_free(cache, cubin, size);
-                    kf_cuda_kernel_release(&MEM, &k);
                     hits++;
                 }
             }
+            kf_cuda_recipes_destroy(rec);
         }
         plan_release(&p);
     }

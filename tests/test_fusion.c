@@ -772,7 +772,7 @@ static void test_report_lists_groups_types_costs_and_reasons(void **state) {
     assert_non_null(strstr(text, "est."));
     free(text);
     char *json = report_string(p, KF_REPORT_JSON);
-    assert_non_null(strstr(json, "\"schema\": \"kfuse.report/1\""));
+    assert_non_null(strstr(json, "\"schema\": \"kfuse.report/2\""));
     assert_non_null(strstr(json, "\"reason\": \"ROW_TOO_LONG_FOR_GEMM_EPILOGUE\""));
     assert_non_null(strstr(json, "\"device\": \"h100\""));
     assert_non_null(strstr(json, "\"kind\": \"rowwise\""));

@@ -1,0 +1,253 @@
+/*
+ * cuda_recipe.h -- how each kernel group of a plan runs on a CUDA device,
+ * decided once, here, and kept as data (DESIGN.md, "Runtime rules").
+ *
+ *   kf_plan + kf_cuda_target (arch, SM count, flags)
+ *       --kf_cuda_recipes_create--> one kf_cuda_recipe per group:
+ *           variants (one, or several that the executor times once and
+ *           chooses among), each an ordered list of steps:
+ *             KERNEL  a generated kernel: its source (and its digest), name,
+ *                     grid / block / cluster in x, y, z, dynamic shared
+ *                     memory, and its by-value arguments (buffer pointers,
+ *                     64-bit scalars, TMA descriptors);
+ *             GEMM    a library matmul (cuBLASLt): shape, operand layouts,
+ *                     its native epilogue, bias and residual;
+ *           plus the buffers each step reads and writes: a plan tensor's
+ *           buffer (a view's base) at an offset, or a scratch buffer of the
+ *           recipe.
+ *
+ * Who reads the recipes:
+ *   - runtime/cuda_exec.c executes them: it lays the buffers out, compiles
+ *     (through the cache) and loads each KERNEL step, binds arguments and
+ *     launches; it makes no lowering decision of its own;
+ *   - `kfuse aot` compiles exactly the KERNEL steps of every variant;
+ *   - the report prints them (kf_cuda_recipes_print, text and JSON).
+ *
+ * Purity: the recipes are a function of (plan, target) only. The same graph
+ * gives the same recipes (same bytes when printed) in `kfuse aot` or
+ * `kfuse report` on a machine with no GPU as in kf_compile on the GPU, when
+ * the target is the same (the executor fills it from the device: arch, SM
+ * count; the flags from the context).
+ */
+#ifndef KF_CODEGEN_CUDA_RECIPE_H
+#define KF_CODEGEN_CUDA_RECIPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "codegen/cuda/cuda_codegen.h"
+
+/* ------------------------------------------------------------------------ */
+/* Target                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Recipe flags (bitwise or). */
+enum {
+    KF_CUDA_RECIPE_NO_LT_EPILOGUE = 1u << 0, /* cuBLASLt runs bare GEMMs; every epilogue is
+                                                a generated kernel (KF_FLAG_NO_CUBLASLT) */
+};
+
+/* What the recipes are made for. */
+typedef struct kf_cuda_target {
+    char arch[KF_CUDA_ARCH_MAX]; /* "sm_80", "sm_90a" (kf_nvrtc_arch_check-valid) */
+    int sm_count;                /* the grids fill this many SMs (>= 1) */
+    unsigned flags;              /* KF_CUDA_RECIPE_* */
+} kf_cuda_target;
+
+/* The target of a device that is not at hand: "h100" and "h200" (sm_90a, 132
+ * SMs), "a100" (sm_80, 108 SMs). KF_ERR_NOT_FOUND for another name. */
+kf_status kf_cuda_target_for_device(const char *device, kf_cuda_target *out);
+
+/* The target `kfuse aot` and the report assume for an arch alone: its
+ * flagship's SM count (sm_90*: 132, sm_80: 108, else 80). The SM count only
+ * sizes grids, never a kernel's source, so a cache filled for one SM count
+ * serves every device of the arch. */
+void kf_cuda_target_for_arch(const char *arch, kf_cuda_target *out);
+
+/* ------------------------------------------------------------------------ */
+/* Buffers                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum kf_cuda_buf_kind {
+    KF_CUDA_BUF_NONE = 0, /* no buffer (an absent bias or residual) */
+    KF_CUDA_BUF_TENSOR,   /* the buffer of plan tensor `id` (never a VIEW: its base) */
+    KF_CUDA_BUF_SCRATCH,  /* scratch buffer `id` of the recipe, live only in its group */
+    KF_CUDA_BUF_COUNT
+} kf_cuda_buf_kind;
+
+typedef struct kf_cuda_buf {
+    kf_cuda_buf_kind kind;
+    uint32_t id;
+    int64_t offset; /* bytes from the buffer's start */
+} kf_cuda_buf;
+
+/* A recipe's scratch buffer. */
+typedef struct kf_cuda_scratch {
+    kf_cuda_param_kind role; /* ACC, SCORES or SCRATCH: what the kernels call it */
+    uint32_t tensor;         /* the tensor whose values it holds (the matmul, A, Q.K^T) */
+    uint64_t bytes;
+} kf_cuda_scratch;
+
+/* ------------------------------------------------------------------------ */
+/* Kernel steps                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef enum kf_cuda_arg_kind {
+    KF_CUDA_ARG_PTR = 0, /* 8 bytes: the device address of `buf` */
+    KF_CUDA_ARG_I64,     /* 8 bytes: `value` */
+    KF_CUDA_ARG_TMAP,    /* 128 bytes (64-aligned): a TMA descriptor of `tmap` over `buf`,
+                            encoded by the executor once the address is known */
+    KF_CUDA_ARG_COUNT
+} kf_cuda_arg_kind;
+
+#define KF_CUDA_TMAP_MAX_RANK 5
+
+/* A tiled TMA descriptor (cuTensorMapEncodeTiled) over a buffer. */
+typedef struct kf_cuda_tmap {
+    kf_dtype dtype;
+    int rank;                                    /* 1..5, dims innermost first */
+    uint64_t dims[KF_CUDA_TMAP_MAX_RANK];        /* global extent per dim */
+    uint64_t strides[KF_CUDA_TMAP_MAX_RANK - 1]; /* bytes between dims 1.. (dim 0 is packed) */
+    uint32_t box[KF_CUDA_TMAP_MAX_RANK];         /* the tile one copy moves */
+    uint32_t swizzle;                            /* 0, 32, 64 or 128 (bytes) */
+} kf_cuda_tmap;
+
+typedef struct kf_cuda_arg {
+    kf_cuda_arg_kind kind;
+    bool written;    /* the kernel writes through it */
+    kf_cuda_buf buf; /* PTR, TMAP */
+    int64_t value;   /* I64; TMAP: index into kf_cuda_kstep.tmaps */
+} kf_cuda_arg;
+
+#define KF_CUDA_MAX_TMAPS 4
+
+typedef struct kf_cuda_kstep {
+    kf_cuda_kernel kernel;   /* source, name, arch, template, params */
+    kf_cuda_role role;       /* which generator made it */
+    uint64_t digest;         /* 64-bit FNV-1a of the source: names it in reports */
+    uint32_t grid[3], block[3], cluster[3]; /* cluster {1, 1, 1}: none */
+    uint32_t shared_bytes;   /* dynamic shared memory */
+    uint32_t n_args;
+    kf_cuda_arg args[KF_CUDA_MAX_PARAMS];
+    uint32_t n_tmaps;
+    kf_cuda_tmap tmaps[KF_CUDA_MAX_TMAPS];
+} kf_cuda_kstep;
+
+/* ------------------------------------------------------------------------ */
+/* Library GEMM steps                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* The library's fused epilogues: D = act(A.B + beta C + bias). */
+typedef enum kf_cuda_lt_epilogue {
+    KF_CUDA_LT_EPI_NONE = 0,
+    KF_CUDA_LT_EPI_RELU,
+    KF_CUDA_LT_EPI_GELU, /* the tanh form: kfuse's gelu_tanh */
+    KF_CUDA_LT_EPI_BIAS,
+    KF_CUDA_LT_EPI_RELU_BIAS,
+    KF_CUDA_LT_EPI_GELU_BIAS,
+    KF_CUDA_LT_EPI_COUNT
+} kf_cuda_lt_epilogue;
+
+/* "none", "relu", "gelu", "bias", "relu_bias", "gelu_bias". */
+const char *kf_cuda_lt_epilogue_name(kf_cuda_lt_epilogue e);
+
+/* A logical row-major matrix [rows, cols] in a buffer, batch-strided. */
+typedef struct kf_cuda_operand {
+    kf_cuda_buf buf;
+    int64_t row_stride, col_stride; /* elements; one of them is 1 */
+    int64_t batch_stride;           /* elements between batches; 0 broadcasts */
+} kf_cuda_operand;
+
+typedef struct kf_cuda_gstep {
+    kf_dtype dtype;
+    int64_t m, n, k, batch;
+    kf_cuda_operand a, b, c, d; /* logical [m, k], [k, n], [m, n], [m, n]; c.buf NONE: beta 0 */
+    double beta;                /* 0 or 1 */
+    kf_cuda_lt_epilogue epilogue;
+    kf_cuda_buf bias;           /* n elements, when the epilogue has a bias */
+} kf_cuda_gstep;
+
+/* ------------------------------------------------------------------------ */
+/* Recipes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum kf_cuda_step_kind { KF_CUDA_STEP_KERNEL = 0, KF_CUDA_STEP_GEMM, KF_CUDA_STEP_COUNT } kf_cuda_step_kind;
+
+typedef struct kf_cuda_step {
+    kf_cuda_step_kind kind;
+    kf_cuda_kstep *kernel; /* KERNEL */
+    kf_cuda_gstep gemm;    /* GEMM */
+} kf_cuda_step;
+
+/* How the executor picks among a recipe's variants. */
+typedef enum kf_cuda_choice {
+    KF_CUDA_CHOICE_ONLY = 0, /* one variant */
+    KF_CUDA_CHOICE_MEASURED, /* each variant is timed once on the device; the fastest runs */
+    KF_CUDA_CHOICE_COUNT
+} kf_cuda_choice;
+
+#define KF_CUDA_MAX_VARIANTS 2
+#define KF_CUDA_MAX_SCRATCH 8
+
+typedef struct kf_cuda_variant {
+    char label[32];       /* "cublaslt", "generated", ... */
+    uint32_t first_step;  /* into recipe->steps */
+    uint32_t n_steps;
+    char how[256];        /* what runs and why, for the report */
+} kf_cuda_variant;
+
+typedef struct kf_cuda_recipe {
+    uint32_t group;
+    kf_cuda_choice choice;
+    uint32_t n_variants; /* 0 for VIEW groups: no step */
+    kf_cuda_variant variants[KF_CUDA_MAX_VARIANTS];
+    kf_cuda_step *steps;
+    uint32_t n_steps, cap_steps;
+    uint32_t n_scratch;
+    kf_cuda_scratch scratch[KF_CUDA_MAX_SCRATCH];
+} kf_cuda_recipe;
+
+typedef struct kf_cuda_recipes {
+    kf_mem mem;
+    const kf_plan *plan;
+    kf_cuda_target target;
+    kf_cuda_recipe *recipes; /* plan->n_groups, in group order */
+    uint32_t n;
+} kf_cuda_recipes;
+
+/* Makes the recipes of every group of `plan` (which must outlive them) for
+ * `target`, allocating with `mem`. Errors (message in err, KF_MSG_MAX):
+ * KF_ERR_INVALID_ARGUMENT (NULL argument, a bad arch or SM count),
+ * KF_ERR_UNSUPPORTED (a group the CUDA target cannot run: the message names
+ * the group and the construct), KF_ERR_OUT_OF_MEMORY. On failure *out is NULL. */
+kf_status kf_cuda_recipes_create(const kf_plan *plan, const kf_cuda_target *target,
+                                 const kf_mem *mem, kf_cuda_recipes **out, char *err);
+void kf_cuda_recipes_destroy(kf_cuda_recipes *r);
+
+/* The number of KERNEL steps over every variant of every recipe: what `kfuse
+ * aot` compiles. */
+uint32_t kf_cuda_recipes_kernel_count(const kf_cuda_recipes *r);
+
+/* Appends a step to recipe `rc` (the builders; tests that hand-make a recipe).
+ * A KERNEL step's kstep is allocated zeroed with `mem` and owned by the
+ * recipe. */
+kf_status kf_cuda_recipe_add_step(kf_cuda_recipe *rc, const kf_mem *mem, kf_cuda_step_kind kind,
+                                  kf_cuda_step **out);
+
+/* Fills a KERNEL step from a generated kernel (moved into it: `k` is left
+ * zeroed): grid from the target's SM count, block, shared memory, one PTR
+ * argument per parameter resolved through `resolve`, the source digest. */
+typedef kf_status (*kf_cuda_param_resolver)(void *user, const kf_cuda_param *p, kf_cuda_buf *out,
+                                            char *err);
+kf_status kf_cuda_kstep_from_kernel(kf_cuda_kstep *ks, kf_cuda_role role, kf_cuda_kernel *k,
+                                    int sm_count, kf_cuda_param_resolver resolve, void *user,
+                                    char *err);
+
+/* The recipes as text (one block per group: variants and steps) or as the
+ * JSON value of the report's "cuda" member (docs/report-schema.md), with no
+ * trailing newline. Deterministic: the same recipes give the same bytes.
+ * KF_ERR_IO when the stream fails. */
+kf_status kf_cuda_recipes_print(const kf_cuda_recipes *r, bool json, FILE *out);
+
+#endif /* KF_CODEGEN_CUDA_RECIPE_H */

@@ -1,0 +1,631 @@
+/*
+ * recipe_gemm.c -- the recipes of GEMM groups and of the unfused attention
+ * fallback: which part of a GEMM group cuBLASLt applies itself, and which
+ * generated kernels run around it.
+ *
+ *   GEMM       [prologue kernel: A's norm into a scratch]
+ *              cuBLASLt: act(A.B (+ C) (+ bias)) when the group's epilogue
+ *                starts with exactly that (match_epilogue), into the write
+ *                or into an ACC scratch
+ *              [epilogue kernel: the rest, from ACC]
+ *   ATTENTION  cuBLASLt Q.K^T into a SCORES scratch, a row-wise softmax
+ *              kernel carrying the score expression and mask, cuBLASLt P.V
+ *
+ * A batched GEMM whose operands have a uniform batch stride is one cuBLASLt
+ * call (folded into M when B is shared and A's rows run on through the
+ * batch); otherwise one call per batch, each at its operands' offsets.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/cuda/recipe_internal.h"
+
+/* ------------------------------------------------------------------------ */
+/* Operands                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A matrix operand: a buffer and the element strides of each dim of the
+ * tensor it stands for. */
+typedef struct mref {
+    kf_cuda_buf buf;
+    int rank;
+    int64_t dims[KF_MAX_RANK], strides[KF_MAX_RANK];
+} mref;
+
+static void contiguous(int rank, const int64_t *dims, int64_t *strides) {
+    int64_t s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= dims[d];
+    }
+}
+
+/* The operand reference of tensor t as the plan lays it out. */
+static mref mref_of(const rb *b, uint32_t t) {
+    const kf_tensor *x = b->plan->graph->nodes[t];
+    mref r;
+    memset(&r, 0, sizeof r);
+    r.rank = x->rank;
+    memcpy(r.dims, x->dims, sizeof r.dims);
+    uint32_t g = b->plan->group_of[t];
+    if (g != KF_NONE && b->plan->groups[g].kind == KF_GROUP_VIEW)
+        memcpy(r.strides, b->plan->groups[g].view_strides, sizeof r.strides);
+    else
+        contiguous(x->rank, x->dims, r.strides);
+    r.buf = kf_rb_tensor(b, t);
+    return r;
+}
+
+/* A contiguous operand of tensor t's shape in buffer `buf`. */
+static mref mref_contiguous(const rb *b, uint32_t t, kf_cuda_buf buf) {
+    const kf_tensor *x = b->plan->graph->nodes[t];
+    mref r;
+    memset(&r, 0, sizeof r);
+    r.buf = buf;
+    r.rank = x->rank;
+    memcpy(r.dims, x->dims, sizeof r.dims);
+    contiguous(x->rank, x->dims, r.strides);
+    return r;
+}
+
+/* A uniform stride for the flattened batch of `op` broadcast into the output
+ * batch dims (rank nb, dims bd): false when there is none. */
+static bool batch_stride(const mref *op, int nb, const int64_t *bd, int64_t *stride) {
+    int ob = op->rank - 2; /* operand batch dims, right-aligned */
+    int64_t s[KF_MAX_RANK];
+    for (int i = 0; i < nb; i++) {
+        int j = i - (nb - ob);
+        s[i] = (j >= 0 && op->dims[j] != 1) ? op->strides[j] : 0;
+    }
+    /* Uniform: the flattened index b maps to b * s_inner; a size-1 dim does not count. */
+    int64_t inner = 0, span = 1;
+    bool have = false;
+    for (int i = nb - 1; i >= 0; i--) {
+        if (bd[i] == 1)
+            continue;
+        if (!have) {
+            inner = s[i];
+            have = true;
+        } else if (s[i] != inner * span) {
+            return false;
+        }
+        span *= bd[i];
+    }
+    *stride = have ? inner : 0;
+    return true;
+}
+
+/* Element offset of output batch `b` (flattened) in `op`. */
+static int64_t batch_offset(const mref *op, int nb, const int64_t *bd, int64_t b) {
+    int ob = op->rank - 2;
+    int64_t off = 0;
+    for (int i = nb - 1; i >= 0; i--) {
+        int64_t idx = b % bd[i];
+        b /= bd[i];
+        int j = i - (nb - ob);
+        if (j >= 0 && op->dims[j] != 1)
+            off += idx * op->strides[j];
+    }
+    return off;
+}
+
+static void logical(const mref *op, bool transpose, kf_cuda_operand *o) {
+    int r = op->rank;
+    o->buf = op->buf;
+    o->row_stride = transpose ? op->strides[r - 1] : op->strides[r - 2];
+    o->col_stride = transpose ? op->strides[r - 2] : op->strides[r - 1];
+    /* A dim of size 1 has no meaningful stride: make it the unit one. */
+    int64_t rows = transpose ? op->dims[r - 1] : op->dims[r - 2];
+    int64_t cols = transpose ? op->dims[r - 2] : op->dims[r - 1];
+    if (cols == 1 && o->row_stride != 1) {
+        o->col_stride = rows;
+        o->row_stride = 1;
+        if (rows == 1)
+            o->col_stride = 1;
+    }
+    if (rows == 1 && o->col_stride != 1) {
+        o->row_stride = cols;
+        o->col_stride = 1;
+    }
+    o->batch_stride = 0;
+}
+
+/* Whether the library can read `op` as a [rows, cols] matrix: one unit
+ * stride, the other at least the extent along it. */
+static bool operand_ok(const kf_cuda_operand *op, int64_t rows, int64_t cols) {
+    if (op->col_stride == 1 && (rows == 1 || op->row_stride >= cols))
+        return true;
+    return op->row_stride == 1 && (cols == 1 || op->col_stride >= rows);
+}
+
+typedef struct gemm_req {
+    const kf_tensor *mm; /* the matmul */
+    mref a, b;           /* its operands */
+    kf_cuda_buf d;       /* contiguous output of mm's shape */
+    kf_cuda_buf c;       /* residual (contiguous, mm's shape) or NONE */
+    kf_cuda_buf bias;    /* bias (n elements) or NONE */
+    kf_cuda_lt_epilogue epi;
+} gemm_req;
+
+static kf_cuda_buf at_offset(kf_cuda_buf b, int64_t elems, size_t es) {
+    if (b.kind != KF_CUDA_BUF_NONE)
+        b.offset += elems * (int64_t)es;
+    return b;
+}
+
+/* Appends the library call(s) of one matmul. */
+static kf_status add_gemm(rb *b, const gemm_req *r) {
+    const kf_tensor *mm = r->mm;
+    const kf_group *grp = &b->plan->groups[b->gi];
+    int rank = mm->rank, nb = rank - 2;
+    kf_cuda_gstep g;
+    memset(&g, 0, sizeof g);
+    g.dtype = mm->dtype;
+    g.m = mm->dims[rank - 2];
+    g.n = mm->dims[rank - 1];
+    g.k = mm->attr.transpose_a ? r->a.dims[r->a.rank - 2] : r->a.dims[r->a.rank - 1];
+    g.batch = 1;
+    for (int i = 0; i < nb; i++)
+        g.batch *= mm->dims[i];
+    logical(&r->a, mm->attr.transpose_a, &g.a);
+    logical(&r->b, mm->attr.transpose_b, &g.b);
+    g.d.buf = r->d;
+    g.d.row_stride = g.n;
+    g.d.col_stride = 1;
+    g.d.batch_stride = g.m * g.n;
+    g.c = g.d;
+    g.c.buf = r->c;
+    g.beta = r->c.kind != KF_CUDA_BUF_NONE ? 1.0 : 0.0;
+    g.epilogue = r->epi;
+    g.bias = r->bias;
+    if (!operand_ok(&g.a, g.m, g.k) || !operand_ok(&g.b, g.k, g.n))
+        return kf_msg_set(b->err, KF_ERR_UNSUPPORTED,
+                          "GEMM '%s': an operand is a view with no unit stride in its last two "
+                          "dims; cuBLASLt cannot read it (a copy kernel for this case is not "
+                          "written yet)",
+                          grp->name);
+    int64_t sa, sb;
+    bool uniform =
+        batch_stride(&r->a, nb, mm->dims, &sa) && batch_stride(&r->b, nb, mm->dims, &sb);
+    int64_t calls = uniform ? 1 : g.batch;
+    if (uniform) {
+        g.a.batch_stride = sa;
+        g.b.batch_stride = sb;
+        /* Fold the batch into M when B is shared and A's rows run on through
+         * the batch (x[B, S, D] . w[D, N]): one larger GEMM. */
+        if (g.batch > 1 && sb == 0 && g.a.col_stride == 1 && sa == g.m * g.a.row_stride) {
+            g.m *= g.batch;
+            g.batch = 1;
+            g.d.batch_stride = g.c.batch_stride = 0;
+        }
+    } else {
+        g.batch = 1;
+    }
+    size_t es = kf_dtype_size(g.dtype);
+    for (int64_t i = 0; i < calls; i++) {
+        kf_cuda_step *s = NULL;
+        if (kf_cuda_recipe_add_step(b->rc, b->mem, KF_CUDA_STEP_GEMM, &s) != KF_OK)
+            return kf_msg_set(b->err, KF_ERR_OUT_OF_MEMORY, "out of memory for the steps of "
+                              "group %u", b->gi);
+        s->gemm = g;
+        if (!uniform) {
+            s->gemm.a.buf = at_offset(g.a.buf, batch_offset(&r->a, nb, mm->dims, i), es);
+            s->gemm.b.buf = at_offset(g.b.buf, batch_offset(&r->b, nb, mm->dims, i), es);
+            s->gemm.d.buf = at_offset(g.d.buf, i * g.m * g.n, es);
+            s->gemm.c.buf = at_offset(g.c.buf, i * g.m * g.n, es);
+        }
+    }
+    return KF_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Which GEMM epilogues cuBLASLt applies exactly                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct epi_match {
+    uint32_t top;      /* the highest node cuBLASLt computes (the ACC node if none) */
+    kf_cuda_lt_epilogue epi;
+    uint32_t bias;     /* LOAD node of the bias, or KF_NONE */
+    uint32_t residual; /* LOAD node of C, or KF_NONE */
+    char why[160];     /* why it stops where it does */
+} epi_match;
+
+static kf_cuda_lt_epilogue with_bias(kf_cuda_lt_epilogue e) {
+    switch (e) {
+    case KF_CUDA_LT_EPI_NONE: return KF_CUDA_LT_EPI_BIAS;
+    case KF_CUDA_LT_EPI_RELU: return KF_CUDA_LT_EPI_RELU_BIAS;
+    case KF_CUDA_LT_EPI_GELU: return KF_CUDA_LT_EPI_GELU_BIAS;
+    default: return e;
+    }
+}
+
+/* Uses of each node among the nodes the writes reach. */
+static void count_uses(const kf_group *grp, uint32_t *uses, bool *live) {
+    memset(uses, 0, grp->n_expr * sizeof *uses);
+    memset(live, 0, grp->n_expr * sizeof *live);
+    for (uint32_t i = 0; i < grp->n_writes; i++)
+        if (grp->roots && grp->roots[i] != KF_NONE && grp->roots[i] < grp->n_expr)
+            live[grp->roots[i]] = true;
+    for (uint32_t k = grp->n_expr; k-- > 0;) {
+        if (!live[k])
+            continue;
+        const kf_expr *e = &grp->expr[k];
+        if (e->kind != KF_EXPR_OP)
+            continue;
+        int arity = kf_form_arity(kf_op_get(e->op)->form);
+        for (int j = 0; j < arity && j < 3; j++)
+            if (e->src[j] != KF_NONE && e->src[j] < k) {
+                live[e->src[j]] = true;
+                uses[e->src[j]]++;
+            }
+    }
+}
+
+static bool is_root(const kf_group *grp, uint32_t k) {
+    for (uint32_t i = 0; i < grp->n_writes; i++)
+        if (grp->roots && grp->roots[i] == k)
+            return true;
+    return false;
+}
+
+/* A LOAD in the GEMM's output space that is a row vector: stride 1 on the last
+ * axis, 0 elsewhere. */
+static bool is_bias_load(const kf_group *grp, const kf_expr *e, const kf_graph *g) {
+    if (e->kind != KF_EXPR_LOAD || e->space != KF_SPACE_OUT || e->dtype != grp->dtype)
+        return false;
+    if (g->nodes[e->base]->dtype != grp->dtype)
+        return false;
+    for (int d = 0; d < grp->rank - 1; d++)
+        if (e->strides[d] != 0 && grp->dims[d] != 1)
+            return false;
+    return grp->rank >= 1 && (e->strides[grp->rank - 1] == 1 || grp->dims[grp->rank - 1] == 1);
+}
+
+/* A LOAD of a whole contiguous matrix of the output's shape. */
+static bool is_residual_load(const kf_group *grp, const kf_expr *e, const kf_graph *g) {
+    if (e->kind != KF_EXPR_LOAD || e->space != KF_SPACE_OUT || e->dtype != grp->dtype)
+        return false;
+    if (g->nodes[e->base]->dtype != grp->dtype)
+        return false;
+    int64_t s[KF_MAX_RANK];
+    contiguous(grp->rank, grp->dims, s);
+    for (int d = 0; d < grp->rank; d++)
+        if (e->strides[d] != s[d] && grp->dims[d] != 1)
+            return false;
+    return kf_ir_numel(g->nodes[e->base]) == s[0] * grp->dims[0];
+}
+
+/* Walks up from the ACC node through single-use nodes while the chain is
+ * act?(ACC (+ C)? (+ bias)?) in cuBLASLt's order; the adds may come in any
+ * order and association (each rounds in the reference; cuBLASLt adds in f32
+ * and rounds once, inside the dtype's tolerance). */
+static void match_epilogue(const kf_group *grp, const kf_graph *g, uint32_t acc,
+                           const uint32_t *uses, epi_match *m) {
+    m->top = acc;
+    m->epi = KF_CUDA_LT_EPI_NONE;
+    m->bias = m->residual = KF_NONE;
+    snprintf(m->why, sizeof m->why, "no epilogue");
+    uint32_t cur = acc;
+    bool act = false;
+    if (is_root(grp, acc)) {
+        /* The bare product is itself written: nothing may be folded into it. */
+        snprintf(m->why, sizeof m->why, "the product itself is written");
+        return;
+    }
+    for (;;) {
+        if (is_root(grp, cur) && cur != acc) {
+            snprintf(m->why, sizeof m->why, "the epilogue is exactly cuBLASLt's");
+            break;
+        }
+        if (uses[cur] != 1) {
+            if (uses[cur] > 1)
+                snprintf(m->why, sizeof m->why, "a value of the epilogue has several uses");
+            break;
+        }
+        /* The one user of cur. */
+        uint32_t user = KF_NONE;
+        for (uint32_t k = cur + 1; k < grp->n_expr && user == KF_NONE; k++) {
+            const kf_expr *e = &grp->expr[k];
+            if (e->kind != KF_EXPR_OP)
+                continue;
+            int arity = kf_form_arity(kf_op_get(e->op)->form);
+            for (int j = 0; j < arity && j < 3; j++)
+                if (e->src[j] == cur)
+                    user = k;
+        }
+        if (user == KF_NONE)
+            break;
+        const kf_expr *u = &grp->expr[user];
+        if (u->dtype != grp->dtype || u->space != KF_SPACE_OUT) {
+            snprintf(m->why, sizeof m->why, "the epilogue changes dtype or space");
+            break;
+        }
+        if (act) {
+            snprintf(m->why, sizeof m->why,
+                     "%s follows the activation (cuBLASLt applies it last)",
+                     kf_op_get(u->op)->name);
+            break;
+        }
+        if (u->op == KF_OP_RELU || u->op == KF_OP_GELU_TANH) {
+            m->epi = u->op == KF_OP_RELU ? KF_CUDA_LT_EPI_RELU : KF_CUDA_LT_EPI_GELU;
+            if (m->bias != KF_NONE)
+                m->epi = with_bias(m->epi);
+            act = true;
+            m->top = cur = user;
+            continue;
+        }
+        if (u->op == KF_OP_ADD) {
+            uint32_t other = u->src[0] == cur ? u->src[1] : u->src[0];
+            const kf_expr *o = &grp->expr[other];
+            if (m->bias == KF_NONE && is_bias_load(grp, o, g)) {
+                m->bias = other;
+                m->epi = with_bias(m->epi);
+                m->top = cur = user;
+                continue;
+            }
+            if (m->residual == KF_NONE && is_residual_load(grp, o, g)) {
+                m->residual = other;
+                m->top = cur = user;
+                continue;
+            }
+        }
+        snprintf(m->why, sizeof m->why, "%s is not a cuBLASLt epilogue%s",
+                 kf_op_get(u->op)->name,
+                 u->op == KF_OP_GELU ? " (kfuse's gelu is erf; cuBLASLt's GELU is tanh)" : "");
+        break;
+    }
+    if (m->top == acc) {
+        m->epi = KF_CUDA_LT_EPI_NONE;
+        m->bias = m->residual = KF_NONE;
+    }
+}
+
+static uint32_t find_acc(const kf_group *grp, int anchor) {
+    for (uint32_t k = 0; k < grp->n_expr; k++)
+        if (grp->expr[k].kind == KF_EXPR_ACC && grp->expr[k].anchor == anchor)
+            return k;
+    return KF_NONE;
+}
+
+/* The epilogue kernel when cuBLASLt computed node `top` already: generated
+ * from a copy of the plan whose group `gi` has `top` turned into the ACC node
+ * (the copy lives only for the generator's call). */
+static kf_status add_epilogue_after(rb *b, uint32_t acc, uint32_t top, char *name,
+                                    size_t name_size) {
+    const kf_plan *plan = b->plan;
+    const kf_group *grp = &plan->groups[b->gi];
+    kf_plan copy = *plan;
+    kf_group *groups = kf_mem_alloc(b->mem, plan->n_groups * sizeof *groups);
+    kf_expr *expr = kf_mem_alloc(b->mem, grp->n_expr * sizeof *expr);
+    kf_status st = KF_OK;
+    if (!groups || !expr) {
+        st = kf_msg_set(b->err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+    } else {
+        memcpy(groups, plan->groups, plan->n_groups * sizeof *groups);
+        memcpy(expr, grp->expr, grp->n_expr * sizeof *expr);
+        uint32_t keep_tensor = expr[top].tensor;
+        expr[top] = expr[acc];
+        expr[top].tensor = keep_tensor;
+        groups[b->gi].expr = expr;
+        copy.groups = groups;
+        st = kf_rb_add_kernel(b, &copy, KF_CUDA_ROLE_EPILOGUE, name, name_size, NULL);
+    }
+    kf_mem_free(b->mem, groups, plan->n_groups * sizeof *groups);
+    kf_mem_free(b->mem, expr, grp->n_expr * sizeof *expr);
+    return st;
+}
+
+/* A's operand for anchor i: the prologue's scratch, or A as the plan lays it out. */
+static kf_status a_operand(rb *b, int i, mref *out) {
+    const kf_gemm_info *gm = &b->plan->groups[b->gi].gemm;
+    if (!gm->a_prologue) {
+        *out = mref_of(b, gm->a[i]);
+        return KF_OK;
+    }
+    kf_cuda_buf sb = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[i]);
+    if (sb.kind == KF_CUDA_BUF_NONE && b->n_map > 0)
+        sb = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, b->map[0].tensor);
+    if (sb.kind == KF_CUDA_BUF_NONE)
+        return kf_msg_set(b->err, KF_ERR_INTERNAL,
+                          "group %u (%s): the prologue kernel writes no scratch A", b->gi,
+                          b->plan->groups[b->gi].name);
+    *out = mref_contiguous(b, gm->a[i], sb);
+    return KF_OK;
+}
+
+kf_status kf_rb_gemm(rb *b) {
+    const kf_plan *plan = b->plan;
+    const kf_group *grp = &plan->groups[b->gi];
+    const kf_graph *g = plan->graph;
+    const kf_gemm_info *gm = &grp->gemm;
+    kf_status st;
+    char pro_name[KF_CUDA_NAME_MAX] = "", epi_name[KF_CUDA_NAME_MAX] = "";
+
+    /* 1. A norm prologue on A: a kernel writes A into scratch. */
+    if (gm->a_prologue) {
+        st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro_name, sizeof pro_name,
+                              NULL);
+        if (st == KF_ERR_NOT_FOUND)
+            return kf_msg_set(b->err, KF_ERR_INTERNAL,
+                              "group %u (%s) has a norm prologue but the codegen made no "
+                              "kernel for it", b->gi, grp->name);
+        if (st != KF_OK)
+            return st;
+    }
+
+    /* 2. What cuBLASLt can apply itself. */
+    uint32_t *uses = kf_mem_calloc(b->mem, grp->n_expr + 1, sizeof *uses);
+    bool *live = kf_mem_calloc(b->mem, grp->n_expr + 1, sizeof *live);
+    if (!uses || !live) {
+        kf_mem_free(b->mem, uses, (grp->n_expr + 1) * sizeof *uses);
+        kf_mem_free(b->mem, live, (grp->n_expr + 1) * sizeof *live);
+        return kf_msg_set(b->err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    count_uses(grp, uses, live);
+    uint32_t acc = gm->n_anchors == 1 ? find_acc(grp, 0) : KF_NONE;
+    epi_match m = {.top = acc, .epi = KF_CUDA_LT_EPI_NONE, .bias = KF_NONE, .residual = KF_NONE};
+    snprintf(m.why, sizeof m.why, "no epilogue");
+    bool no_lt_epi = (b->target->flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) != 0;
+    if (acc != KF_NONE && !gm->row_epilogue && !no_lt_epi)
+        match_epilogue(grp, g, acc, uses, &m);
+    else if (gm->n_anchors == 2)
+        snprintf(m.why, sizeof m.why, "two GEMMs share A (SwiGLU): cuBLASLt runs each bare");
+    else if (gm->row_epilogue)
+        snprintf(m.why, sizeof m.why, "a row-wise norm follows the GEMM");
+    else if (no_lt_epi)
+        snprintf(m.why, sizeof m.why, "cuBLASLt epilogues are off");
+    kf_mem_free(b->mem, uses, (grp->n_expr + 1) * sizeof *uses);
+    kf_mem_free(b->mem, live, (grp->n_expr + 1) * sizeof *live);
+
+    /* Every write is m.top, or the bare matmul, and only one of them: cuBLASLt
+     * writes the output and no kernel is needed. */
+    bool all_native =
+        grp->n_writes == 1 && gm->n_anchors == 1 && !gm->row_epilogue &&
+        (grp->roots[0] == KF_NONE || (acc != KF_NONE && grp->roots[0] == m.top && m.top != acc));
+    if (grp->n_writes == 1 && grp->roots[0] != KF_NONE && acc != KF_NONE && grp->roots[0] == acc)
+        all_native = true; /* the write is the ACC node itself */
+
+    /* 3. The GEMM(s). */
+    for (int i = 0; i < gm->n_anchors; i++) {
+        gemm_req r;
+        memset(&r, 0, sizeof r);
+        r.mm = g->nodes[gm->anchor[i]];
+        if ((st = a_operand(b, i, &r.a)) != KF_OK)
+            return st;
+        r.b = mref_of(b, gm->b[i]);
+        if (all_native) {
+            r.d = kf_rb_tensor(b, grp->writes[0]);
+            r.epi = m.epi;
+            if (m.bias != KF_NONE)
+                r.bias = kf_rb_tensor(b, grp->expr[m.bias].base);
+            if (m.residual != KF_NONE)
+                r.c = kf_rb_tensor(b, grp->expr[m.residual].base);
+        } else {
+            /* cuBLASLt writes the prefix (or the bare product) into the ACC
+             * buffer the epilogue kernel reads: the matmul's own buffer when
+             * the bare product is also a write, else a scratch. */
+            bool prefix = i == 0 && gm->n_anchors == 1 && acc != KF_NONE && m.top != acc;
+            r.epi = prefix ? m.epi : KF_CUDA_LT_EPI_NONE;
+            /* A write whose value is exactly what cuBLASLt leaves: the bare
+             * product (the codegen leaves ACC-rooted writes to cuBLASLt), or
+             * the prefix's top node. cuBLASLt writes straight into it. */
+            uint32_t direct = KF_NONE;
+            for (uint32_t w = 0; w < grp->n_writes; w++) {
+                uint32_t rt = grp->roots[w];
+                bool bare = (rt == KF_NONE && grp->writes[w] == gm->anchor[i]) ||
+                            (rt != KF_NONE && grp->expr[rt].kind == KF_EXPR_ACC &&
+                             grp->expr[rt].anchor == i);
+                if (prefix ? rt == m.top : bare)
+                    direct = grp->writes[w];
+            }
+            if (direct != KF_NONE) {
+                r.d = kf_rb_tensor(b, direct);
+                st = kf_rb_set(b, KF_CUDA_PARAM_ACC, gm->anchor[i], r.d);
+            } else {
+                st = kf_rb_get(b, KF_CUDA_PARAM_ACC, gm->anchor[i],
+                               (uint64_t)kf_ir_numel(r.mm) * kf_dtype_size(r.mm->dtype), &r.d);
+            }
+            if (st != KF_OK)
+                return st;
+            if (prefix && m.bias != KF_NONE)
+                r.bias = kf_rb_tensor(b, grp->expr[m.bias].base);
+            if (prefix && m.residual != KF_NONE)
+                r.c = kf_rb_tensor(b, grp->expr[m.residual].base);
+        }
+        if ((st = add_gemm(b, &r)) != KF_OK)
+            return st;
+    }
+
+    /* 4. The rest of the epilogue: one generated kernel. */
+    if (!all_native) {
+        if (acc != KF_NONE && m.top != acc)
+            st = add_epilogue_after(b, acc, m.top, epi_name, sizeof epi_name);
+        else
+            st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_EPILOGUE, epi_name, sizeof epi_name,
+                                  NULL);
+        if (st == KF_ERR_NOT_FOUND)
+            st = KF_OK;
+        if (st != KF_OK)
+            return st;
+        for (uint32_t w = 0; w < grp->n_writes; w++) {
+            /* Only when cuBLASLt wrote a prefix, not the bare product. */
+            uint32_t rt = grp->roots[w];
+            bool bare = rt == KF_NONE || grp->expr[rt].kind == KF_EXPR_ACC;
+            if (!bare || acc == KF_NONE || m.top == acc || gm->n_anchors != 1)
+                continue;
+            /* The bare matmul is a write: copy cuBLASLt's result there by
+             * running the GEMM once more into the write's buffer. */
+            gemm_req r;
+            memset(&r, 0, sizeof r);
+            uint32_t wi = grp->writes[w];
+            int ai = wi == gm->anchor[0] ? 0 : 1;
+            r.mm = g->nodes[wi];
+            r.epi = KF_CUDA_LT_EPI_NONE;
+            if ((st = a_operand(b, ai, &r.a)) != KF_OK)
+                return st;
+            r.b = mref_of(b, gm->b[ai]);
+            r.d = kf_rb_tensor(b, wi);
+            if ((st = add_gemm(b, &r)) != KF_OK)
+                return st;
+        }
+    }
+    char epi_desc[96];
+    snprintf(epi_desc, sizeof epi_desc, "%s%s", kf_cuda_lt_epilogue_name(m.epi),
+             m.residual != KF_NONE ? "+beta*C" : "");
+    if (all_native)
+        kf_rb_how(b, 0, "cuBLASLt%s, epilogue %s (%s)%s%s", gm->n_anchors == 2 ? " x2" : "",
+                  epi_desc, m.why, pro_name[0] ? "; prologue kernel " : "", pro_name);
+    else
+        kf_rb_how(b, 0, "cuBLASLt%s, epilogue %s, then kernel %s (%s)%s%s",
+                  gm->n_anchors == 2 ? " x2" : "", epi_desc, epi_name[0] ? epi_name : "-", m.why,
+                  pro_name[0] ? "; prologue kernel " : "", pro_name);
+    return KF_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attention (unfused fallback)                                               */
+/* ------------------------------------------------------------------------ */
+
+kf_status kf_rb_attention(rb *b) {
+    const kf_plan *plan = b->plan;
+    const kf_group *grp = &plan->groups[b->gi];
+    const kf_graph *g = plan->graph;
+    const kf_attn_info *at = &grp->attn;
+    const kf_tensor *qk = g->nodes[at->qk], *pv = g->nodes[at->pv];
+
+    /* 1. S = Q . K^T into the scores scratch. */
+    gemm_req r;
+    memset(&r, 0, sizeof r);
+    r.mm = qk;
+    r.a = mref_of(b, at->q);
+    r.b = mref_of(b, at->k);
+    kf_status st = kf_rb_get(b, KF_CUDA_PARAM_SCORES, at->qk,
+                             (uint64_t)kf_ir_numel(qk) * kf_dtype_size(qk->dtype), &r.d);
+    if (st == KF_OK)
+        st = add_gemm(b, &r);
+    if (st != KF_OK)
+        return st;
+
+    /* 2. P = softmax(score expression) by a generated row-wise kernel, which
+     * writes the softmax tensor's buffer: P, the second GEMM's A. */
+    char name[KF_CUDA_NAME_MAX] = "";
+    st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_ATTENTION_SOFTMAX, name, sizeof name, NULL);
+    if (st == KF_ERR_NOT_FOUND)
+        return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no softmax kernel", b->gi);
+    if (st != KF_OK)
+        return st;
+
+    /* 3. O = P . V. */
+    memset(&r, 0, sizeof r);
+    r.mm = pv;
+    r.a = mref_contiguous(b, at->softmax, kf_rb_tensor(b, at->softmax));
+    r.b = mref_of(b, at->v);
+    r.d = kf_rb_tensor(b, at->pv);
+    if ((st = add_gemm(b, &r)) != KF_OK)
+        return st;
+    kf_rb_how(b, 0,
+              "unfused fallback: cuBLASLt Q.K^T, kernel %s (score expression, mask %s), "
+              "cuBLASLt P.V (fused attention kernels come in a later issue)",
+              name, kf_mask_kind_name(at->mask));
+    return KF_OK;
+}

@@ -1,0 +1,65 @@
+/*
+ * recipe_internal.h -- what the recipe builders share (codegen/cuda/recipe*.c).
+ *
+ *   recipe.c       targets, the recipe set, steps, the generic groups
+ *                  (elementwise, row-wise, column reduction, layout, view)
+ *   recipe_gemm.c  GEMM groups (what cuBLASLt applies natively, the kernels
+ *                  around it) and the unfused attention fallback
+ *   recipe_print.c text and JSON
+ *
+ * A builder works on one group: `rb` maps the buffers its kernels name by
+ * (role, tensor) -- a GEMM's ACC, the attention's SCORES, a prologue's
+ * SCRATCH -- onto the recipe's scratch buffers or onto a tensor's buffer when
+ * cuBLASLt writes the value straight into a graph tensor.
+ */
+#ifndef KF_CODEGEN_CUDA_RECIPE_INTERNAL_H
+#define KF_CODEGEN_CUDA_RECIPE_INTERNAL_H
+
+#include "codegen/cuda/cuda_recipe.h"
+
+typedef struct rb_entry {
+    kf_cuda_param_kind role;
+    uint32_t tensor;
+    kf_cuda_buf buf;
+} rb_entry;
+
+typedef struct rb {
+    const kf_plan *plan;
+    const kf_cuda_target *target;
+    const kf_mem *mem;
+    kf_cuda_recipe *rc;
+    uint32_t gi;
+    rb_entry map[KF_CUDA_MAX_SCRATCH];
+    int n_map;
+    char *err;
+} rb;
+
+/* The tensor whose buffer holds t: a view's base (followed through views). */
+uint32_t kf_rb_base_of(const kf_plan *plan, uint32_t t);
+/* The buffer of tensor t (its base's), at byte offset 0. */
+kf_cuda_buf kf_rb_tensor(const rb *b, uint32_t t);
+/* The buffer mapped to (role, tensor), or kind NONE. */
+kf_cuda_buf kf_rb_find(const rb *b, kf_cuda_param_kind role, uint32_t tensor);
+/* Maps (role, tensor) onto `buf`. */
+kf_status kf_rb_set(rb *b, kf_cuda_param_kind role, uint32_t tensor, kf_cuda_buf buf);
+/* The buffer of (role, tensor): found, or a new scratch of `bytes` (a found
+ * scratch grows to `bytes`). */
+kf_status kf_rb_get(rb *b, kf_cuda_param_kind role, uint32_t tensor, uint64_t bytes,
+                    kf_cuda_buf *out);
+
+/* Generates the kernel of `role` for group b->gi from `plan` (the plan itself,
+ * or a rewritten copy of it) and appends it as a KERNEL step. The kernel's
+ * name and template go to name_out / tmpl_out (may be NULL). KF_ERR_NOT_FOUND
+ * from the generator ("no kernel needed") is returned untouched with no step
+ * and no message. */
+kf_status kf_rb_add_kernel(rb *b, const kf_plan *plan, kf_cuda_role role, char *name_out,
+                           size_t name_size, kf_cuda_template *tmpl_out);
+
+/* Sets variant v's `how` line. */
+void kf_rb_how(rb *b, uint32_t v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* recipe_gemm.c: the steps of a GEMM / ATTENTION group (variant 0). */
+kf_status kf_rb_gemm(rb *b);
+kf_status kf_rb_attention(rb *b);
+
+#endif /* KF_CODEGEN_CUDA_RECIPE_INTERNAL_H */
