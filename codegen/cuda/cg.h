@@ -238,4 +238,10 @@ typedef struct out_spec {
 /* Sets c->stored for the outputs stored in their node's own dtype (cg_raw_of). */
 void cg_mark_stored(cg *c, const out_spec *outs, uint32_t n_outs);
 
+/* The elementwise kernel over space sp (cg_elementwise.c): every out is
+ * computed per element and stored. The outs' params are set; the source is
+ * c->s, the template and launch shape c->k's. */
+kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
+                             const char *what);
+
 #endif /* KF_CODEGEN_CUDA_CG_H */
