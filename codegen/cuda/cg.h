@@ -244,4 +244,25 @@ void cg_mark_stored(cg *c, const out_spec *outs, uint32_t n_outs);
 kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
                              const char *what);
 
+/* What a row kernel reduces: the row input x, reduced along the last axis of
+ * its space, and the statistics the group declares. */
+typedef struct row_spec {
+    kf_space sp;      /* the row input's space (last axis reduced) */
+    uint32_t input;   /* node x */
+    unsigned stats;   /* 1u << KF_STAT_* */
+    int64_t length;
+    double eps;
+    kf_dtype in_dtype;
+} row_spec;
+
+/* The row statistics the needed nodes read, with `declared`; their
+ * KF_NEED_* / KF_EPS defines and the accumulator type (cg_rowwise.c). */
+unsigned cg_stats_used(const cg *c, unsigned declared);
+void cg_emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, int64_t length);
+/* The row kernel of rs (cg_rowwise.c): a warp or a block per row, staged or
+ * not; outs in the row's space before or after the statistics, the others
+ * once per row. */
+kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_outs,
+                         const char *what);
+
 #endif /* KF_CODEGEN_CUDA_CG_H */
