@@ -264,5 +264,7 @@ void cg_emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, int6
  * once per row. */
 kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_outs,
                          const char *what);
+/* The column reduction of the group's row stage (cg_colreduce.c). */
+kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs);
 
 #endif /* KF_CODEGEN_CUDA_CG_H */
