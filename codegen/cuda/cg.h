@@ -56,13 +56,13 @@ typedef struct cg {
     const kf_mem *mem;
     kf_cuda_kernel *k;
     sbuf s;
-    uint32_t n;       /* nodes */
+    uint32_t n;         /* nodes */
     char (*ov)[OV_MAX]; /* per node: the expression standing for it ("" none) */
-    bool *need;       /* per node: scratch for reachability */
-    int32_t *param;   /* per node: LOAD/ACC/SCORE: its param; else -1 */
-    int64_t *soff;    /* per node: row_warp_staged: byte offset of its row in a stage; else -1 */
-    bool staged;      /* emitting a staged prologue: loads with soff >= 0 read the stage */
-    bool *stored;     /* per node: written to an output buffer of its own dtype (cg_raw_of) */
+    bool *need;         /* per node: scratch for reachability */
+    int32_t *param;     /* per node: LOAD/ACC/SCORE: its param; else -1 */
+    int64_t *soff;      /* per node: row_warp_staged: byte offset of its row in a stage; else -1 */
+    bool staged;        /* emitting a staged prologue: loads with soff >= 0 read the stage */
+    bool *stored;       /* per node: written to an output buffer of its own dtype (cg_raw_of) */
     kf_status st;
 } cg;
 
@@ -72,8 +72,8 @@ kf_status cg_fail(cg *c, kf_status st, const char *fmt, ...) __attribute__((form
 /* Starts a kernel of `group` for `arch` into `out` (zeroed first): checks the
  * arguments and allocates the per-node arrays. Whatever it returns, finish
  * with cg_end. */
-kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch,
-                   const kf_mem *mem, kf_cuda_kernel *out);
+kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
+                   kf_cuda_kernel *out);
 /* Names the kernel: `prefix` + the group's name + the arch, cut to what NVRTC
  * takes with a hash keeping it unique. */
 void cg_set_name(cg *c, const char *prefix);
@@ -201,12 +201,11 @@ typedef struct chunk_ctx {
     char coord[KF_SPACE_COUNT][KF_MAX_RANK][COORD_MAX];
     char lin[KF_SPACE_COUNT][LIN_MAX];
     char kcoord[COORD_MAX + 8]; /* scratch for cg_coord_of */
-    int vrank[KF_SPACE_COUNT]; /* the vectorized axis is rank-1 of the space; -1: no vectors */
+    int vrank[KF_SPACE_COUNT];  /* the vectorized axis is rank-1 of the space; -1: no vectors */
 } chunk_ctx;
 
 /* Coordinates of space sp from a linear index (the text `linear`). */
-void cg_coords_linear(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims,
-                      const char *linear);
+void cg_coords_linear(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *linear);
 /* The coordinate of `axis` of space sp in element k of the chunk (a
  * coord_fn; `user` is the chunk_ctx). */
 const char *cg_coord_of(void *user, kf_space sp, int axis);
@@ -226,9 +225,9 @@ void cg_vec_conditions(cg *c, const chunk_ctx *x, uint32_t vec, sbuf *cond);
 /* ------------------------------------------------------------------------ */
 
 typedef struct out_spec {
-    uint32_t node;   /* root */
+    uint32_t node; /* root */
     int param;
-    kf_dtype dtype;  /* the buffer's */
+    kf_dtype dtype; /* the buffer's */
     uint32_t tensor;
     bool synth_softmax; /* attention: exp(x - max) / sumexp of the row input */
 } out_spec;
@@ -241,15 +240,14 @@ void cg_mark_stored(cg *c, const out_spec *outs, uint32_t n_outs);
 /* The elementwise kernel over space sp (cg_elementwise.c): every out is
  * computed per element and stored. The outs' params are set; the source is
  * c->s, the template and launch shape c->k's. */
-kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
-                             const char *what);
+kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp, const char *what);
 
 /* What a row kernel reduces: the row input x, reduced along the last axis of
  * its space, and the statistics the group declares. */
 typedef struct row_spec {
-    kf_space sp;      /* the row input's space (last axis reduced) */
-    uint32_t input;   /* node x */
-    unsigned stats;   /* 1u << KF_STAT_* */
+    kf_space sp;    /* the row input's space (last axis reduced) */
+    uint32_t input; /* node x */
+    unsigned stats; /* 1u << KF_STAT_* */
     int64_t length;
     double eps;
     kf_dtype in_dtype;

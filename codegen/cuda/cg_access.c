@@ -82,14 +82,15 @@ void cg_load_params(cg *c) {
             continue;
         if (e->kind == KF_EXPR_LOAD) {
             c->param[i] = cg_param_add(c, KF_CUDA_PARAM_IN, e->base, cg_tensor(c, e->base)->dtype,
-                                    cg_tensor_bytes(c, e->base));
+                                       cg_tensor_bytes(c, e->base));
         } else if (e->kind == KF_EXPR_ACC) {
             uint32_t t = g->gemm.anchor[e->anchor == 1 ? 1 : 0];
-            c->param[i] = cg_param_add(c, KF_CUDA_PARAM_ACC, t, cg_tensor(c, t)->dtype, cg_tensor_bytes(c, t));
+            c->param[i] = cg_param_add(c, KF_CUDA_PARAM_ACC, t, cg_tensor(c, t)->dtype,
+                                       cg_tensor_bytes(c, t));
         } else if (e->kind == KF_EXPR_SCORE) {
             uint32_t t = g->attn.qk;
-            c->param[i] =
-                cg_param_add(c, KF_CUDA_PARAM_SCORES, t, cg_tensor(c, t)->dtype, cg_tensor_bytes(c, t));
+            c->param[i] = cg_param_add(c, KF_CUDA_PARAM_SCORES, t, cg_tensor(c, t)->dtype,
+                                       cg_tensor_bytes(c, t));
         }
     }
 }
@@ -161,8 +162,8 @@ void cg_offset_str(const cg *c, const chunk_ctx *x, uint32_t i, char *buf, size_
     for (int d = 0; d < rank && n < size; d++) {
         if (s[d] == 0 || dims[d] == 1)
             continue;
-        int w = snprintf(buf + n, size - n, "%s%s * %" PRId64 "LL", n ? " + " : "", x->coord[e->space][d],
-                         s[d]);
+        int w = snprintf(buf + n, size - n, "%s%s * %" PRId64 "LL", n ? " + " : "",
+                         x->coord[e->space][d], s[d]);
         n += w > 0 ? (size_t)w : 0;
     }
     if (!buf[0])
@@ -174,7 +175,7 @@ void cg_offset_str(const cg *c, const chunk_ctx *x, uint32_t i, char *buf, size_
  * overrides (arrays, scalars, per-element gathers). Returns the alignment
  * conditions through `ok` (param index -> bytes). */
 void cg_emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const bool *hoist,
-                       const bool *pre) {
+                   const bool *pre) {
     const kf_group *g = c->g;
     for (uint32_t i = 0; i < c->n; i++) {
         const kf_expr *e = &g->expr[i];
@@ -196,27 +197,29 @@ void cg_emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const boo
              * j0 * size bytes in. */
             size_t z = kf_dtype_size(c->k->params[p].dtype);
             cg_printf(&c->s,
-                      "%s%s l%u[VV];\n%sif (STG)\n%s    kf_lds<VV, %s>(sb + %" PRId64 "u + (unsigned)j0 * %zuu, l%u);\n"
+                      "%s%s l%u[VV];\n%sif (STG)\n%s    kf_lds<VV, %s>(sb + %" PRId64
+                      "u + (unsigned)j0 * %zuu, l%u);\n"
                       "%selse\n%s    kf_ldv<VV>(p%d + (%s), l%u);\n",
-                      ind, rt, i, ind, ind, cg_storage_type(c->k->params[p].dtype), c->soff[i], z, i,
-                      ind, ind, p, off, i);
+                      ind, rt, i, ind, ind, cg_storage_type(c->k->params[p].dtype), c->soff[i], z,
+                      i, ind, ind, p, off, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
         } else if (cl == ACC_VECTOR) {
             cg_printf(&c->s, "%s%s l%u[VV];\n", ind, rt, i);
             /* a hoisted (H: hv) or streamed (P: pv) operand's raw vector when
              * the caller has it, else the load */
             if (h || (pre && pre[i]))
-                cg_printf(&c->s, "%sif (%s) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
-                                 "%s        l%u[k] = kf_cvt(reinterpret_cast<const %s *>(%s.l%u.b)[k]);\n"
-                                 "%s} else\n    ",
+                cg_printf(&c->s,
+                          "%sif (%s) {\n#pragma unroll\n%s    for (int k = 0; k < VV; k++)\n"
+                          "%s        l%u[k] = kf_cvt(reinterpret_cast<const %s *>(%s.l%u.b)[k]);\n"
+                          "%s} else\n    ",
                           ind, h ? "H" : "P", ind, ind, i, cg_storage_type(c->k->params[p].dtype),
                           h ? "hv" : "pv", i, ind);
             cg_printf(&c->s, "%skf_ldv<VV>(p%d + (%s), l%u);\n", ind, p, off, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
         } else if (cl == ACC_BCAST) {
             if (h)
-                cg_printf(&c->s, "%sconst %s l%u = H ? hv.l%u : kf_ld(p%d + (%s));\n", ind, rt, i, i,
-                          p, off);
+                cg_printf(&c->s, "%sconst %s l%u = H ? hv.l%u : kf_ld(p%d + (%s));\n", ind, rt, i,
+                          i, p, off);
             else
                 cg_printf(&c->s, "%sconst %s l%u = kf_ld(p%d + (%s));\n", ind, rt, i, p, off);
             snprintf(c->ov[i], OV_MAX, "l%u", i);
@@ -250,16 +253,18 @@ void cg_vec_conditions(cg *c, const chunk_ctx *x, uint32_t vec, sbuf *cond) {
 }
 
 void cg_coords_linear(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims,
-                          const char *linear) {
+                      const char *linear) {
     int64_t inner = 1;
     for (int d = rank - 1; d >= 0; d--) {
         if (d == 0)
-            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "(%s) / %" PRId64 "LL", linear, inner);
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "(%s) / %" PRId64 "LL", linear,
+                     inner);
         else if (inner == 1)
-            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "(%s) %% %" PRId64 "LL", linear, dims[d]);
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "(%s) %% %" PRId64 "LL", linear,
+                     dims[d]);
         else
-            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "(%s) / %" PRId64 "LL %% %" PRId64 "LL",
-                     linear, inner, dims[d]);
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d],
+                     "(%s) / %" PRId64 "LL %% %" PRId64 "LL", linear, inner, dims[d]);
         inner *= dims[d];
     }
     snprintf(x->lin[sp], sizeof x->lin[sp], "%s", linear);

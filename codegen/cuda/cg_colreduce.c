@@ -34,7 +34,8 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
         bool same = e->space == sp;
         if (same && !cg_depends_on_stat(c, outs[o].node))
             return cg_fail(c, KF_ERR_UNSUPPORTED,
-                           "group %u (%s): a column prologue output (not generated)", g->id, g->name);
+                           "group %u (%s): a column prologue output (not generated)", g->id,
+                           g->name);
         epi[o] = same;
         rowo[o] = !same;
         has_epi = has_epi || same;
@@ -53,7 +54,8 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     if (c->st != KF_OK)
         return c->st;
     cg_emit_head(c, "column reduction");
-    cg_printf(&c->s, "#define KF_COLS %" PRId64 "LL\n#define KF_A %" PRId64 "LL\n#define KF_YSPLIT 8\n",
+    cg_printf(&c->s,
+              "#define KF_COLS %" PRId64 "LL\n#define KF_A %" PRId64 "LL\n#define KF_YSPLIT 8\n",
               O * I, A);
     cg_emit_stat_defines(c, stats, r->eps, g->expr[r->input].dtype, A);
     cg_printf(&c->s, "#define KF_HAS_EPILOGUE %d\n\n", has_epi);
@@ -64,18 +66,19 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     {
         int64_t inner = 1;
         for (int d = rank - 1; d > ax; d--) {
-            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "col %% %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I,
-                     inner, dims[d]);
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d],
+                     "col %% %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I, inner, dims[d]);
             inner *= dims[d];
         }
         snprintf(x->coord[sp][ax], sizeof x->coord[sp][ax], "a");
         inner = 1;
         for (int d = ax - 1; d >= 0; d--) {
-            snprintf(x->coord[sp][d], sizeof x->coord[sp][d], "col / %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I,
-                     inner, dims[d]);
+            snprintf(x->coord[sp][d], sizeof x->coord[sp][d],
+                     "col / %" PRId64 "LL / %" PRId64 "LL %% %" PRId64 "LL", I, inner, dims[d]);
             inner *= dims[d];
         }
-        snprintf(x->lin[sp], sizeof x->lin[sp], "col / %" PRId64 "LL * %" PRId64 "LL + a * %" PRId64 "LL + col %% %" PRId64 "LL",
+        snprintf(x->lin[sp], sizeof x->lin[sp],
+                 "col / %" PRId64 "LL * %" PRId64 "LL + a * %" PRId64 "LL + col %% %" PRId64 "LL",
                  I, A * I, I, I);
         x->vrank[sp] = 0;
     }
@@ -85,8 +88,9 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
 
     memset(c->need, 0, c->n * sizeof *c->need);
     cg_mark(c, r->input);
-    cg_puts(&c->s, "__device__ __forceinline__ kf_acc_t kf_prologue(long long col, long long a, bool "
-                   "store, KF_PARAMS) {\n    const int k = 0;\n    (void)k; (void)store;\n");
+    cg_puts(&c->s,
+            "__device__ __forceinline__ kf_acc_t kf_prologue(long long col, long long a, bool "
+            "store, KF_PARAMS) {\n    const int k = 0;\n    (void)k; (void)store;\n");
     cg_emit_loads(c, x, 1, "    ", NULL, NULL);
     cg_emit_nodes(c, cg_coord_of, x, "    ", false);
     cg_printf(&c->s, "    return (kf_acc_t)v%u;\n}\n\n", r->input);
@@ -99,8 +103,10 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
         if (epi[o])
             cg_mark(c, outs[o].node);
     }
-    cg_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_epilogue(long long col, "
-                   "long long a, kf_acc_t x, const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
+    cg_puts(
+        &c->s,
+        "template <typename S> __device__ __forceinline__ void kf_epilogue(long long col, "
+        "long long a, kf_acc_t x, const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
     cg_emit_loads(c, x, 1, "    ", NULL, NULL);
     cg_emit_nodes(c, cg_coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
@@ -117,14 +123,15 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
         if (rowo[o])
             cg_mark(c, outs[o].node);
     }
-    cg_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_row_out(long long col, "
-                   "const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
+    cg_puts(&c->s,
+            "template <typename S> __device__ __forceinline__ void kf_row_out(long long col, "
+            "const S &st, KF_PARAMS) {\n    const int k = 0;\n    (void)k;\n");
     cg_emit_loads(c, x, 1, "    ", NULL, NULL);
     cg_emit_nodes(c, cg_coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (rowo[o])
-            cg_printf(&c->s, "    kf_st(p%d + col, (%s)v%u);\n", outs[o].param, cg_reg_type(outs[o].dtype),
-                      outs[o].node);
+            cg_printf(&c->s, "    kf_st(p%d + col, (%s)v%u);\n", outs[o].param,
+                      cg_reg_type(outs[o].dtype), outs[o].node);
     }
     cg_puts(&c->s, "    (void)st;\n}\n\n");
     kf_mem_free(c->mem, x, sizeof *x);

@@ -51,23 +51,34 @@ void cg_puts(sbuf *b, const char *s) { cg_printf(b, "%s", s); }
 
 const char *cg_storage_type(kf_dtype d) {
     switch (d) {
-    case KF_DTYPE_F32: return "float";
-    case KF_DTYPE_F16: return "kf_f16";
-    case KF_DTYPE_BF16: return "kf_bf16";
-    case KF_DTYPE_F64: return "double";
-    case KF_DTYPE_I32: return "int";
-    case KF_DTYPE_BOOL: return "unsigned char";
-    default: return "void";
+    case KF_DTYPE_F32:
+        return "float";
+    case KF_DTYPE_F16:
+        return "kf_f16";
+    case KF_DTYPE_BF16:
+        return "kf_bf16";
+    case KF_DTYPE_F64:
+        return "double";
+    case KF_DTYPE_I32:
+        return "int";
+    case KF_DTYPE_BOOL:
+        return "unsigned char";
+    default:
+        return "void";
     }
 }
 
 /* The type a value lives in while computed. */
 const char *cg_reg_type(kf_dtype d) {
     switch (d) {
-    case KF_DTYPE_F64: return "double";
-    case KF_DTYPE_I32: return "int";
-    case KF_DTYPE_BOOL: return "bool";
-    default: return "float";
+    case KF_DTYPE_F64:
+        return "double";
+    case KF_DTYPE_I32:
+        return "int";
+    case KF_DTYPE_BOOL:
+        return "bool";
+    default:
+        return "float";
     }
 }
 
@@ -180,7 +191,9 @@ void cg_emit_head(cg *c, const char *what) {
     }
     cg_puts(&c->s, " */\n");
     cg_puts(&c->s, kf_cuda_tpl_common);
-    cg_printf(&c->s, "\n/* ---- generated ---- */\n#define KF_KERNEL %s\n#define KF_BLOCK %u\n#define KF_VEC %u\n",
+    cg_printf(&c->s,
+              "\n/* ---- generated ---- */\n#define KF_KERNEL %s\n#define KF_BLOCK %u\n#define "
+              "KF_VEC %u\n",
               k->name, k->launch.block, k->vec);
     cg_puts(&c->s, "#define KF_PARAMS ");
     emit_params(c, false);
@@ -191,7 +204,8 @@ void cg_emit_head(cg *c, const char *what) {
 }
 
 void cg_emit_vec_ok(cg *c, const char *conds) {
-    cg_printf(&c->s, "__device__ __forceinline__ bool kf_vec_ok(KF_PARAMS) {\n    return true%s;\n}\n",
+    cg_printf(&c->s,
+              "__device__ __forceinline__ bool kf_vec_ok(KF_PARAMS) {\n    return true%s;\n}\n",
               conds);
 }
 
@@ -199,8 +213,8 @@ void cg_emit_vec_ok(cg *c, const char *conds) {
 /* Kernel setup shared by the entry points                                    */
 /* ------------------------------------------------------------------------ */
 
-kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch,
-                          const kf_mem *mem, kf_cuda_kernel *out) {
+kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
+                   kf_cuda_kernel *out) {
     memset(out, 0, sizeof *out);
     memset(c, 0, sizeof *c);
     c->k = out;
@@ -213,7 +227,8 @@ kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch,
     size_t al = strlen(arch);
     bool arch_ok = al >= 5 && al < KF_CUDA_ARCH_MAX && strncmp(arch, "sm_", 3) == 0;
     for (size_t i = 3; arch_ok && i < al; i++)
-        arch_ok = (arch[i] >= '0' && arch[i] <= '9') || (i == al - 1 && (arch[i] == 'a' || arch[i] == 'f'));
+        arch_ok = (arch[i] >= '0' && arch[i] <= '9') ||
+                  (i == al - 1 && (arch[i] == 'a' || arch[i] == 'f'));
     if (!arch_ok) {
         snprintf(out->error, sizeof out->error,
                  "kf_cuda_codegen: bad arch '%s': expected sm_XY or sm_XYa, e.g. sm_80 or sm_90a",
@@ -221,8 +236,8 @@ kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch,
         return KF_ERR_INVALID_ARGUMENT;
     }
     if (group >= plan->n_groups) {
-        snprintf(out->error, sizeof out->error, "kf_cuda_codegen: group %u out of range (%u groups)",
-                 group, plan->n_groups);
+        snprintf(out->error, sizeof out->error,
+                 "kf_cuda_codegen: group %u out of range (%u groups)", group, plan->n_groups);
         return KF_ERR_INVALID_ARGUMENT;
     }
     c->plan = plan;

@@ -31,17 +31,17 @@
 #define BULK_BLOCK 1024u
 #define BULK_RING_TARGET (80u * 1024u)
 #define BULK_MIN_STAGES 3u
-#define BULK_MAX 4u          /* streamed operands, outputs */
-#define BULK_MIN_CHUNKS 128  /* fewer: the grid-stride loops alone */
+#define BULK_MAX 4u         /* streamed operands, outputs */
+#define BULK_MIN_CHUNKS 128 /* fewer: the grid-stride loops alone */
 
 typedef struct bulk_plan {
-    int64_t e;               /* elements per chunk; 0: no bulk path */
+    int64_t e; /* elements per chunk; 0: no bulk path */
     uint32_t stages;
-    uint32_t stage_bytes;    /* bytes of one stage */
-    uint32_t tx;             /* bytes the streamed operands of a chunk load */
+    uint32_t stage_bytes; /* bytes of one stage */
+    uint32_t tx;          /* bytes the streamed operands of a chunk load */
     uint32_t n_in;
     uint32_t in_node[BULK_MAX];
-    uint32_t in_off[BULK_MAX];  /* byte offsets in a stage */
+    uint32_t in_off[BULK_MAX]; /* byte offsets in a stage */
     uint32_t out_off[BULK_MAX];
 } bulk_plan;
 
@@ -54,8 +54,8 @@ static void plan_bulk(const cg *c, const out_spec *outs, uint32_t n_outs, int64_
                       uint32_t streams, const bool *pre, bulk_plan *bp) {
     memset(bp, 0, sizeof *bp);
     uint32_t per_block, per_sm;
-    if (atoi(c->k->arch + 3) < 90 || vec < 2 || streams == 0 || streams > BULK_MAX ||
-        n_outs == 0 || n_outs > BULK_MAX || !cg_stage_smem_limits(c->k->arch, &per_block, &per_sm))
+    if (atoi(c->k->arch + 3) < 90 || vec < 2 || streams == 0 || streams > BULK_MAX || n_outs == 0 ||
+        n_outs > BULK_MAX || !cg_stage_smem_limits(c->k->arch, &per_block, &per_sm))
         return;
     uint32_t in_size[BULK_MAX], bpe = 0; /* bytes per element of a stage */
     for (uint32_t i = 0; i < c->n; i++) {
@@ -109,8 +109,9 @@ static void emit_bulk(cg *c, const bulk_plan *bp, const out_spec *outs, uint32_t
               "#define KF_BULK 1\n#define KF_BULK_E %" PRId64 "LL\n#define KF_BULK_STAGES %u\n"
               "#define KF_BULK_STAGE_BYTES %u\n#define KF_BULK_TX %uu\n",
               bp->e, bp->stages, bp->stage_bytes, bp->tx);
-    cg_puts(&c->s, "__device__ __forceinline__ void kf_bulk_load(unsigned char *sb, unsigned long long "
-                   "*bar, long long c, KF_PARAMS) {\n");
+    cg_puts(&c->s,
+            "__device__ __forceinline__ void kf_bulk_load(unsigned char *sb, unsigned long long "
+            "*bar, long long c, KF_PARAMS) {\n");
     for (uint32_t k = 0; k < bp->n_in; k++) {
         int p = c->param[bp->in_node[k]];
         cg_printf(&c->s, "    kf_bulk_ld(sb + %u, p%d + c * KF_BULK_E, KF_BULK_E * %zu, bar);\n",
@@ -120,11 +121,15 @@ static void emit_bulk(cg *c, const bulk_plan *bp, const out_spec *outs, uint32_t
                    "kf_pre &pv) {\n");
     for (uint32_t k = 0; k < bp->n_in; k++) {
         size_t z = kf_dtype_size(c->k->params[c->param[bp->in_node[k]]].dtype);
-        cg_printf(&c->s, "    pv.l%u = *reinterpret_cast<const kf_raw<KF_VEC * %zu> *>(sb + %u + e * %zu);\n",
-                  bp->in_node[k], z, bp->in_off[k], z);
+        cg_printf(
+            &c->s,
+            "    pv.l%u = *reinterpret_cast<const kf_raw<KF_VEC * %zu> *>(sb + %u + e * %zu);\n",
+            bp->in_node[k], z, bp->in_off[k], z);
     }
-    cg_puts(&c->s, "}\n__device__ __forceinline__ void kf_bulk_store(const unsigned char *sb, long long c, "
-                   "KF_PARAMS) {\n");
+    cg_puts(
+        &c->s,
+        "}\n__device__ __forceinline__ void kf_bulk_store(const unsigned char *sb, long long c, "
+        "KF_PARAMS) {\n");
     for (uint32_t o = 0; o < n_outs; o++)
         cg_printf(&c->s, "    kf_bulk_st(p%d + c * KF_BULK_E, sb + %u, KF_BULK_E * %zu);\n",
                   outs[o].param, bp->out_off[o], kf_dtype_size(outs[o].dtype));
@@ -132,7 +137,7 @@ static void emit_bulk(cg *c, const bulk_plan *bp, const out_spec *outs, uint32_t
 }
 
 kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
-                                 const char *what) {
+                             const char *what) {
     const kf_group *g = c->g;
     kf_cuda_kernel *k = c->k;
     int rank;
@@ -276,7 +281,8 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     cg_vec_conditions(c, x, vec, &cond);
     for (uint32_t o = 0; o < n_outs && vec > 1; o++) {
         size_t bytes = vec * kf_dtype_size(outs[o].dtype);
-        cg_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param, bytes > 16 ? (size_t)16 : bytes);
+        cg_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param,
+                  bytes > 16 ? (size_t)16 : bytes);
     }
     cg_emit_vec_ok(c, cond.p ? cond.p : "");
     if (cond.p)
@@ -284,7 +290,10 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
 
     cg_printf(&c->s, "#define KF_HOIST_P %" PRId64 "LL\n", period);
     cg_printf(&c->s, "#define KF_MINB %u\n#define KF_UNROLL %u\n",
-              bp.e > 0 ? 1u : light ? k->launch.blocks_per_sm : 1u, unroll);
+              bp.e > 0 ? 1u
+              : light  ? k->launch.blocks_per_sm
+                       : 1u,
+              unroll);
     cg_puts(&c->s, "struct kf_hoist {\n");
     for (uint32_t i = 0; i < c->n; i++) {
         if (!hoist[i])
@@ -297,8 +306,10 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
         else
             cg_printf(&c->s, "    %s l%u;\n", cg_reg_type(pd), i);
     }
-    cg_puts(&c->s, "    char none_;\n};\n"
-                   "__device__ __forceinline__ void kf_hoist_load(long long i0, kf_hoist &hv, KF_PARAMS) {\n");
+    cg_puts(
+        &c->s,
+        "    char none_;\n};\n"
+        "__device__ __forceinline__ void kf_hoist_load(long long i0, kf_hoist &hv, KF_PARAMS) {\n");
     for (uint32_t i = 0; i < c->n; i++) {
         if (!hoist[i])
             continue;
@@ -319,8 +330,9 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
             cg_printf(&c->s, "    kf_raw<KF_VEC * %zu> l%u;\n",
                       kf_dtype_size(c->k->params[c->param[i]].dtype), i);
     }
-    cg_puts(&c->s, "    char none_;\n};\n"
-                   "__device__ __forceinline__ void kf_pre_load(long long i0, kf_pre &pv, KF_PARAMS) {\n");
+    cg_puts(&c->s,
+            "    char none_;\n};\n"
+            "__device__ __forceinline__ void kf_pre_load(long long i0, kf_pre &pv, KF_PARAMS) {\n");
     for (uint32_t i = 0; i < c->n; i++) {
         if (!pre[i])
             continue;
@@ -340,8 +352,8 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     cg_emit_nodes(c, cg_coord_of, x, "    ", true);
     cg_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
     for (uint32_t o = 0; o < n_outs; o++)
-        cg_printf(&c->s, "        o%u[k] = (%s)v%u%s[k];\n", o, cg_reg_type(outs[o].dtype), outs[o].node,
-                  cg_raw_of(c, outs[o].node, true) ? "u" : "");
+        cg_printf(&c->s, "        o%u[k] = (%s)v%u%s[k];\n", o, cg_reg_type(outs[o].dtype),
+                  outs[o].node, cg_raw_of(c, outs[o].node, true) ? "u" : "");
     cg_puts(&c->s, "    }\n    (void)hv; (void)pv; (void)sb;\n");
     kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
     kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
@@ -353,11 +365,12 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
             bool x16 = outs[o].dtype == KF_DTYPE_BF16 && cg_exact_bf16(c, outs[o].node) &&
                        !cg_raw_of(c, outs[o].node, true);
             if (bp.e > 0) /* B: into the stage, at the element's place in the chunk */
-                cg_printf(&c->s,
-                          "    kf_stv%s<VV>(B ? reinterpret_cast<%s *>(sb + %u) + (i0 & (KF_BULK_E - 1)) "
-                          ": p%d + i0, o%u);\n",
-                          x16 ? "_bf16x" : "", cg_storage_type(outs[o].dtype), bp.out_off[o],
-                          outs[o].param, o);
+                cg_printf(
+                    &c->s,
+                    "    kf_stv%s<VV>(B ? reinterpret_cast<%s *>(sb + %u) + (i0 & (KF_BULK_E - 1)) "
+                    ": p%d + i0, o%u);\n",
+                    x16 ? "_bf16x" : "", cg_storage_type(outs[o].dtype), bp.out_off[o],
+                    outs[o].param, o);
             else
                 cg_printf(&c->s, "    kf_stv%s<VV>(p%d + i0, o%u);\n", x16 ? "_bf16x" : "",
                           outs[o].param, o);

@@ -29,44 +29,77 @@ void cg_emit_const(cg *c, kf_dtype d, double v) {
 
 static const char *stat_field(kf_stat s) {
     switch (s) {
-    case KF_STAT_MAX: return "max";
-    case KF_STAT_SUM: return "sum";
-    case KF_STAT_MEAN: return "mean";
-    case KF_STAT_RSTD: return "rstd";
-    case KF_STAT_RMS_RSTD: return "rms_rstd";
-    case KF_STAT_SUMEXP: return "sumexp";
-    default: return "sum";
+    case KF_STAT_MAX:
+        return "max";
+    case KF_STAT_SUM:
+        return "sum";
+    case KF_STAT_MEAN:
+        return "mean";
+    case KF_STAT_RSTD:
+        return "rstd";
+    case KF_STAT_RMS_RSTD:
+        return "rms_rstd";
+    case KF_STAT_SUMEXP:
+        return "sumexp";
+    default:
+        return "sum";
     }
 }
 
 static const char *op_fn(kf_op op) {
     switch (op) {
-    case KF_OP_NEG: return "kf_neg";
-    case KF_OP_ABS: return "kf_abs";
-    case KF_OP_EXP: return "kf_exp";
-    case KF_OP_LOG: return "kf_log";
-    case KF_OP_SQRT: return "kf_sqrt";
-    case KF_OP_RSQRT: return "kf_rsqrt";
-    case KF_OP_TANH: return "kf_tanh";
-    case KF_OP_SIGMOID: return "kf_sigmoid";
-    case KF_OP_RELU: return "kf_relu";
-    case KF_OP_GELU: return "kf_gelu";
-    case KF_OP_GELU_TANH: return "kf_gelu_tanh";
-    case KF_OP_SILU: return "kf_silu";
-    case KF_OP_ADD: return "kf_add";
-    case KF_OP_SUB: return "kf_sub";
-    case KF_OP_MUL: return "kf_mul";
-    case KF_OP_DIV: return "kf_div";
-    case KF_OP_MAX: return "kf_max";
-    case KF_OP_MIN: return "kf_min";
-    case KF_OP_POW: return "kf_pow";
-    case KF_OP_EQ: return "==";
-    case KF_OP_NE: return "!=";
-    case KF_OP_LT: return "<";
-    case KF_OP_LE: return "<=";
-    case KF_OP_GT: return ">";
-    case KF_OP_GE: return ">=";
-    default: return NULL;
+    case KF_OP_NEG:
+        return "kf_neg";
+    case KF_OP_ABS:
+        return "kf_abs";
+    case KF_OP_EXP:
+        return "kf_exp";
+    case KF_OP_LOG:
+        return "kf_log";
+    case KF_OP_SQRT:
+        return "kf_sqrt";
+    case KF_OP_RSQRT:
+        return "kf_rsqrt";
+    case KF_OP_TANH:
+        return "kf_tanh";
+    case KF_OP_SIGMOID:
+        return "kf_sigmoid";
+    case KF_OP_RELU:
+        return "kf_relu";
+    case KF_OP_GELU:
+        return "kf_gelu";
+    case KF_OP_GELU_TANH:
+        return "kf_gelu_tanh";
+    case KF_OP_SILU:
+        return "kf_silu";
+    case KF_OP_ADD:
+        return "kf_add";
+    case KF_OP_SUB:
+        return "kf_sub";
+    case KF_OP_MUL:
+        return "kf_mul";
+    case KF_OP_DIV:
+        return "kf_div";
+    case KF_OP_MAX:
+        return "kf_max";
+    case KF_OP_MIN:
+        return "kf_min";
+    case KF_OP_POW:
+        return "kf_pow";
+    case KF_OP_EQ:
+        return "==";
+    case KF_OP_NE:
+        return "!=";
+    case KF_OP_LT:
+        return "<";
+    case KF_OP_LE:
+        return "<=";
+    case KF_OP_GT:
+        return ">";
+    case KF_OP_GE:
+        return ">=";
+    default:
+        return NULL;
     }
 }
 
@@ -79,9 +112,9 @@ static const char *op_fn(kf_op op) {
  * above for x > 0, -0 for x < 0 (NaN at -inf). The table starts lower, at
  * 2^-19, so that a chunk rarely meets the formula branch (a value under 2^-9
  * is one in ~500 of the inputs the bench draws, so ~40% of the warps' steps
- * took it). The 2 x 2944 results in between are computed here with the reference evaluator's own formula and
- * rounding (ir/eval.c), so the kernel's gelu is the reference's bit for bit;
- * the block copies them to shared memory at entry (KF_SETUP).
+ * took it). The 2 x 2944 results in between are computed here with the reference evaluator's own
+ * formula and rounding (ir/eval.c), so the kernel's gelu is the reference's bit for bit; the block
+ * copies them to shared memory at entry (KF_SETUP).
  *
  * The table interleaves the signs: entry 2 * (|bits| - 0x3b00) + sign. With
  * the bits rotated left by one (magnitude, then sign), an index is a shift,
@@ -139,37 +172,39 @@ void cg_emit_gelu_table(cg *c) {
         unsigned short y = bf16_bits(0.5 * x * erfc(-x * 0.70710678118654752440));
         cg_printf(&c->s, "%s0x%x,", n % 16 ? "" : "\n", y);
     }
-    cg_printf(&c->s,
-              "};\n__shared__ unsigned short kf_gelu_tab[%u];\n"
-              "#define KF_SETUP() kf_gelu_tab_fill()\n"
-              "__device__ __forceinline__ void kf_gelu_tab_fill() {\n"
-              "    for (int i = threadIdx.x; i < %u; i += blockDim.x)\n"
-              "        kf_gelu_tab[i] = kf_gelu_tab_src[i];\n"
-              "    __syncthreads();\n}\n"
-              "/* The table index of bf16 bits u (0..0xffff); in range when below %uu. */\n"
-              "__device__ __forceinline__ unsigned kf_gelu_idx(unsigned u) {\n"
-              "    return (((u << 1) & 0xfffeu) | (u >> 15)) - 0x%xu;\n}\n"
-              "/* gelu of a bf16 value, rounded to bf16: the reference's result. */\n"
-              "__device__ __forceinline__ float kf_gelu_bf16(float x) {\n"
-              "    const unsigned u = __float_as_uint(x) >> 16, d = kf_gelu_idx(u), m = u & 0x7fffu;\n"
-              "    if (d < %uu)\n"
-              "        return __uint_as_float((unsigned)kf_gelu_tab[d] << 16);\n"
-              "    if (m < 0x%xu)\n        return kf_round_bf16(0.5f * x); /* tiny, zero */\n"
-              "    if (u < 0x8000u || m > 0x7f80u)\n        return x; /* large, +inf, NaN */\n"
-              "    return m == 0x7f80u ? __int_as_float(0x7fc00000) : -0.0f; /* -inf: NaN */\n"
-              "}\n"
-              "/* VV of them: a table lookup each (the index clamped into the table, so\n"
-              " * the load needs no branch), the formulas for a value outside it. */\n"
-              "template <int VV> __device__ __forceinline__ void kf_gelu_bf16_v(float *d, const float *a) {\n"
-              "#pragma unroll\n"
-              "    for (int k = 0; k < VV; k++) {\n"
-              "        const unsigned i = kf_gelu_idx(__float_as_uint(a[k]) >> 16);\n"
-              "        const float t = __uint_as_float((unsigned)kf_gelu_tab[min(i, %uu)] << 16);\n"
-              "        d[k] = __builtin_expect(i < %uu, 1) ? t : kf_gelu_bf16(a[k]);\n"
-              "    }\n"
-              "}\n",
-              GELU_TAB_N, GELU_TAB_N, GELU_TAB_N, 2u * GELU_TAB_LO, GELU_TAB_N, GELU_TAB_LO,
-              GELU_TAB_N - 1, GELU_TAB_N);
+    cg_printf(
+        &c->s,
+        "};\n__shared__ unsigned short kf_gelu_tab[%u];\n"
+        "#define KF_SETUP() kf_gelu_tab_fill()\n"
+        "__device__ __forceinline__ void kf_gelu_tab_fill() {\n"
+        "    for (int i = threadIdx.x; i < %u; i += blockDim.x)\n"
+        "        kf_gelu_tab[i] = kf_gelu_tab_src[i];\n"
+        "    __syncthreads();\n}\n"
+        "/* The table index of bf16 bits u (0..0xffff); in range when below %uu. */\n"
+        "__device__ __forceinline__ unsigned kf_gelu_idx(unsigned u) {\n"
+        "    return (((u << 1) & 0xfffeu) | (u >> 15)) - 0x%xu;\n}\n"
+        "/* gelu of a bf16 value, rounded to bf16: the reference's result. */\n"
+        "__device__ __forceinline__ float kf_gelu_bf16(float x) {\n"
+        "    const unsigned u = __float_as_uint(x) >> 16, d = kf_gelu_idx(u), m = u & 0x7fffu;\n"
+        "    if (d < %uu)\n"
+        "        return __uint_as_float((unsigned)kf_gelu_tab[d] << 16);\n"
+        "    if (m < 0x%xu)\n        return kf_round_bf16(0.5f * x); /* tiny, zero */\n"
+        "    if (u < 0x8000u || m > 0x7f80u)\n        return x; /* large, +inf, NaN */\n"
+        "    return m == 0x7f80u ? __int_as_float(0x7fc00000) : -0.0f; /* -inf: NaN */\n"
+        "}\n"
+        "/* VV of them: a table lookup each (the index clamped into the table, so\n"
+        " * the load needs no branch), the formulas for a value outside it. */\n"
+        "template <int VV> __device__ __forceinline__ void kf_gelu_bf16_v(float *d, const float "
+        "*a) {\n"
+        "#pragma unroll\n"
+        "    for (int k = 0; k < VV; k++) {\n"
+        "        const unsigned i = kf_gelu_idx(__float_as_uint(a[k]) >> 16);\n"
+        "        const float t = __uint_as_float((unsigned)kf_gelu_tab[min(i, %uu)] << 16);\n"
+        "        d[k] = __builtin_expect(i < %uu, 1) ? t : kf_gelu_bf16(a[k]);\n"
+        "    }\n"
+        "}\n",
+        GELU_TAB_N, GELU_TAB_N, GELU_TAB_N, 2u * GELU_TAB_LO, GELU_TAB_N, GELU_TAB_LO,
+        GELU_TAB_N - 1, GELU_TAB_N);
 }
 
 /* Node s holds a bf16 value exactly: a load of a bf16 buffer, or an op result
@@ -239,8 +274,8 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
         }
         int pk = arr ? packed_op(c, i) : -1;
         if (pk >= 0) {
-            cg_printf(&c->s, "%s%s v%u[VV];\n%skf_bf16x2<%d, VV>(v%u, v%u, v%u);\n", ind, rt, i, ind,
-                      pk, i, e->src[0], e->src[1]);
+            cg_printf(&c->s, "%s%s v%u[VV];\n%skf_bf16x2<%d, VV>(v%u, v%u, v%u);\n", ind, rt, i,
+                      ind, pk, i, e->src[0], e->src[1]);
             continue;
         }
         /* cg_raw_of: the op's value is vNu, and vN its rounding (after the switch) */
@@ -249,7 +284,9 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
         if (raw)
             rnd = NULL;
         if (arr)
-            cg_printf(&c->s, "%s%s v%u%s[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u%s[k] = ",
+            cg_printf(&c->s,
+                      "%s%s v%u%s[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    "
+                      "v%u%s[k] = ",
                       ind, rt, i, sfx, ind, ind, i, sfx);
         else
             cg_printf(&c->s, "%sconst %s v%u%s = ", ind, rt, i, sfx);
@@ -273,13 +310,13 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
         case KF_EXPR_HEAD:
         case KF_EXPR_Q_IDX:
         case KF_EXPR_KV_IDX: {
-            int axis = e->kind == KF_EXPR_INDEX    ? e->axis
-                       : e->kind == KF_EXPR_ROW    ? rank - 2
-                       : e->kind == KF_EXPR_COL    ? rank - 1
-                       : e->kind == KF_EXPR_BATCH  ? rank - 4
-                       : e->kind == KF_EXPR_HEAD   ? rank - 3
-                       : e->kind == KF_EXPR_Q_IDX  ? rank - 2
-                                                   : rank - 1;
+            int axis = e->kind == KF_EXPR_INDEX   ? e->axis
+                       : e->kind == KF_EXPR_ROW   ? rank - 2
+                       : e->kind == KF_EXPR_COL   ? rank - 1
+                       : e->kind == KF_EXPR_BATCH ? rank - 4
+                       : e->kind == KF_EXPR_HEAD  ? rank - 3
+                       : e->kind == KF_EXPR_Q_IDX ? rank - 2
+                                                  : rank - 1;
             if (axis < 0)
                 cg_printf(&c->s, "(%s)0", rt);
             else
@@ -331,7 +368,9 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
         }
         cg_puts(&c->s, ";\n");
         if (raw && arr)
-            cg_printf(&c->s, "%s%s v%u[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u[k] = %s(v%uu[k]);\n",
+            cg_printf(&c->s,
+                      "%s%s v%u[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u[k] "
+                      "= %s(v%uu[k]);\n",
                       ind, rt, i, ind, ind, i, cg_round_fn(e->dtype), i);
         else if (raw)
             cg_printf(&c->s, "%sconst %s v%u = %s(v%uu);\n", ind, rt, i, cg_round_fn(e->dtype), i);

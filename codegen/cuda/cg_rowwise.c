@@ -22,7 +22,8 @@ unsigned cg_stats_used(const cg *c, unsigned declared) {
 void cg_emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, int64_t length) {
     bool dbl = in_dtype == KF_DTYPE_F64 || in_dtype == KF_DTYPE_I32;
     cg_printf(&c->s, "typedef %s kf_acc_t;\n", dbl ? "double" : "float");
-    cg_printf(&c->s, "#define KF_NEED_MAX %d\n", (s & (1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP)) != 0);
+    cg_printf(&c->s, "#define KF_NEED_MAX %d\n",
+              (s & (1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP)) != 0);
     cg_printf(&c->s, "#define KF_NEED_SUM %d\n",
               (s & (1u << KF_STAT_SUM | 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD)) != 0);
     cg_printf(&c->s, "#define KF_NEED_SUMSQ %d\n", (s & (1u << KF_STAT_RMS_RSTD)) != 0);
@@ -30,8 +31,7 @@ void cg_emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, int6
     cg_printf(&c->s, "#define KF_NEED_SUMEXP %d\n", (s & (1u << KF_STAT_SUMEXP)) != 0);
     /* the norms of f64 rows on the row scaled below 2^500 (rowwise.cuh) */
     cg_printf(&c->s, "#define KF_ROW_SCALE %d\n",
-              in_dtype == KF_DTYPE_F64 &&
-                  (s & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD)) != 0);
+              in_dtype == KF_DTYPE_F64 && (s & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD)) != 0);
     cg_puts(&c->s, "#define KF_EPS ");
     cg_emit_const(c, dbl ? KF_DTYPE_F64 : KF_DTYPE_F32, eps);
     cg_puts(&c->s, "\n");
@@ -55,7 +55,6 @@ void cg_emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, int6
  * faster of the two: H200, bf16 rms_norm 65536 x 4096, 0.278-0.280 ms against
  * 0.279-0.282 staged (8 x 2); H100, before cg_raw_of, 0.380 against 0.384.
  * layer_norm on the register path: 0.348 ms (H200) against 0.287 staged. */
-
 
 typedef struct stage_cfg {
     uint32_t warps, stages, bytes; /* bytes: one stage (a row of every staged load) */
@@ -159,8 +158,9 @@ static void emit_stage_row(cg *c, const chunk_ctx *x, const row_spec *rs, int ra
     memcpy(x0, x, sizeof *x0);
     snprintf(x0->coord[rs->sp][rank - 1], sizeof x0->coord[rs->sp][rank - 1], "0");
     snprintf(x0->lin[rs->sp], sizeof x0->lin[rs->sp], "row * %" PRId64 "LL", rs->length);
-    cg_puts(&c->s, "__device__ __forceinline__ void kf_stage_row(long long row, int lane, unsigned sb, "
-                   "KF_PARAMS) {\n");
+    cg_puts(&c->s,
+            "__device__ __forceinline__ void kf_stage_row(long long row, int lane, unsigned sb, "
+            "KF_PARAMS) {\n");
     int64_t next = 0;
     for (uint32_t i = 0; i < c->n; i++) {
         if (c->soff[i] != next)
@@ -169,8 +169,8 @@ static void emit_stage_row(cg *c, const chunk_ctx *x, const row_spec *rs, int ra
         int64_t nb = rs->length * (int64_t)kf_dtype_size(c->k->params[p].dtype);
         char off[OV_MAX - 64];
         cg_offset_str(c, x0, i, off, sizeof off);
-        cg_printf(&c->s, "    kf_cp_row<%" PRId64 ">(sb + %" PRId64 "u, p%d + (%s), lane);\n", nb, next, p,
-                  off);
+        cg_printf(&c->s, "    kf_cp_row<%" PRId64 ">(sb + %" PRId64 "u, p%d + (%s), lane);\n", nb,
+                  next, p, off);
         next += nb;
     }
     cg_puts(&c->s, "}\n\n");
@@ -180,7 +180,7 @@ static void emit_stage_row(cg *c, const chunk_ctx *x, const row_spec *rs, int ra
 /* The row kernel: outs in the row space (prologue when they need no
  * statistic, epilogue otherwise), and outs in the other space (once per row). */
 kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_outs,
-                             const char *what) {
+                         const char *what) {
     const kf_group *g = c->g;
     kf_cuda_kernel *k = c->k;
     int rank, orank;
@@ -248,9 +248,10 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
     for (uint32_t o = 0; o < n_outs; o++)
         cg_mark(c, outs[o].node);
     cg_mark(c, rs->input);
-    k->tmpl = staged ? KF_CUDA_TEMPLATE_ROW_WARP_STAGED
-              : warp ? KF_CUDA_TEMPLATE_ROW_WARP
-              : multipass ? KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS : KF_CUDA_TEMPLATE_ROW_BLOCK;
+    k->tmpl = staged      ? KF_CUDA_TEMPLATE_ROW_WARP_STAGED
+              : warp      ? KF_CUDA_TEMPLATE_ROW_WARP
+              : multipass ? KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS
+                          : KF_CUDA_TEMPLATE_ROW_BLOCK;
     k->vec = vec;
     k->launch.block = block;
     k->launch.work_items = (uint64_t)rows;
@@ -288,9 +289,11 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
         int64_t inner = 1;
         for (int d = rank - 2; d >= 0; d--) {
             if (d == 0)
-                snprintf(x->coord[rs->sp][d], sizeof x->coord[rs->sp][d], "row / %" PRId64 "LL", inner);
+                snprintf(x->coord[rs->sp][d], sizeof x->coord[rs->sp][d], "row / %" PRId64 "LL",
+                         inner);
             else
-                snprintf(x->coord[rs->sp][d], sizeof x->coord[rs->sp][d], "row / %" PRId64 "LL %% %" PRId64 "LL", inner, dims[d]);
+                snprintf(x->coord[rs->sp][d], sizeof x->coord[rs->sp][d],
+                         "row / %" PRId64 "LL %% %" PRId64 "LL", inner, dims[d]);
             inner *= dims[d];
         }
         snprintf(x->coord[rs->sp][rank - 1], sizeof x->coord[rs->sp][rank - 1], "j0");
@@ -308,7 +311,8 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
             if (rowo[o])
                 continue;
             size_t bytes = vec * kf_dtype_size(outs[o].dtype);
-            cg_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param, bytes > 16 ? (size_t)16 : bytes);
+            cg_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param,
+                      bytes > 16 ? (size_t)16 : bytes);
         }
     }
     /* The template's stats struct is defined after the hooks; declare the
@@ -331,9 +335,10 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
                        "long long row, int c, kf_acc_t *x, bool store, unsigned sb, KF_PARAMS) {\n"
                        "    const long long j0 = (long long)c * VV;\n");
     else
-        cg_puts(&c->s,
-                "template <int VV> __device__ __forceinline__ void kf_prologue(long long row, int c, "
-                "kf_acc_t *x, bool store, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
+        cg_puts(
+            &c->s,
+            "template <int VV> __device__ __forceinline__ void kf_prologue(long long row, int c, "
+            "kf_acc_t *x, bool store, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
     c->staged = staged;
     cg_emit_loads(c, x, vec, "    ", NULL, NULL);
     c->staged = false;
@@ -346,13 +351,14 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
     cg_printf(&c->s, "        x[k] = (kf_acc_t)v%u;\n", rs->input);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (pro[o])
-            cg_printf(&c->s, "        o%u[k] = (%s)v%u%s;\n", o, cg_reg_type(outs[o].dtype), outs[o].node,
-                      cg_raw_of(c, outs[o].node, false) ? "u" : "");
+            cg_printf(&c->s, "        o%u[k] = (%s)v%u%s;\n", o, cg_reg_type(outs[o].dtype),
+                      outs[o].node, cg_raw_of(c, outs[o].node, false) ? "u" : "");
     }
     cg_puts(&c->s, "    }\n");
     for (uint32_t o = 0; o < n_outs; o++) {
         if (pro[o])
-            cg_printf(&c->s, "    if (store)\n        kf_stv<VV>(p%d + row * %" PRId64 "LL + j0, o%u);\n",
+            cg_printf(&c->s,
+                      "    if (store)\n        kf_stv<VV>(p%d + row * %" PRId64 "LL + j0, o%u);\n",
                       outs[o].param, L, o);
     }
     cg_puts(&c->s, staged ? "    (void)store; (void)sb;\n}\n\n" : "    (void)store;\n}\n\n");
@@ -368,9 +374,11 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
         if (epi[o] && !outs[o].synth_softmax)
             cg_mark(c, outs[o].node);
     }
-    cg_puts(&c->s,
-            "template <int VV, typename S> __device__ __forceinline__ void kf_epilogue(long long row, "
-            "int c, const kf_acc_t *x, const S &st, KF_PARAMS) {\n    const long long j0 = (long long)c * VV;\n");
+    cg_puts(
+        &c->s,
+        "template <int VV, typename S> __device__ __forceinline__ void kf_epilogue(long long row, "
+        "int c, const kf_acc_t *x, const S &st, KF_PARAMS) {\n    const long long j0 = (long "
+        "long)c * VV;\n");
     cg_emit_loads(c, x, vec, "    ", NULL, NULL);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (epi[o])
@@ -387,15 +395,15 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
                       cg_reg_type(outs[o].dtype), rnd ? rnd : "", rnd ? "((float)" : "",
                       rnd ? ")" : "");
         } else {
-            cg_printf(&c->s, "        o%u[k] = (%s)v%u%s;\n", o, cg_reg_type(outs[o].dtype), outs[o].node,
-                      cg_raw_of(c, outs[o].node, false) ? "u" : "");
+            cg_printf(&c->s, "        o%u[k] = (%s)v%u%s;\n", o, cg_reg_type(outs[o].dtype),
+                      outs[o].node, cg_raw_of(c, outs[o].node, false) ? "u" : "");
         }
     }
     cg_puts(&c->s, "    }\n");
     for (uint32_t o = 0; o < n_outs; o++) {
         if (epi[o])
-            cg_printf(&c->s, "    kf_stv<VV>(p%d + row * %" PRId64 "LL + j0, o%u);\n", outs[o].param,
-                      L, o);
+            cg_printf(&c->s, "    kf_stv<VV>(p%d + row * %" PRId64 "LL + j0, o%u);\n",
+                      outs[o].param, L, o);
     }
     cg_puts(&c->s, "    (void)x; (void)st;\n}\n\n");
 
@@ -407,15 +415,16 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
         if (rowo[o])
             cg_mark(c, outs[o].node);
     }
-    cg_puts(&c->s, "template <typename S> __device__ __forceinline__ void kf_row_out(long long row, "
-                   "const S &st, KF_PARAMS) {\n");
+    cg_puts(&c->s,
+            "template <typename S> __device__ __forceinline__ void kf_row_out(long long row, "
+            "const S &st, KF_PARAMS) {\n");
     cg_emit_loads(c, x, 1, "    ", NULL, NULL);
     cg_puts(&c->s, "    const int k = 0;\n    (void)k;\n");
     cg_emit_nodes(c, cg_coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
         if (rowo[o])
-            cg_printf(&c->s, "    kf_st(p%d + row, (%s)v%u);\n", outs[o].param, cg_reg_type(outs[o].dtype),
-                      outs[o].node);
+            cg_printf(&c->s, "    kf_st(p%d + row, (%s)v%u);\n", outs[o].param,
+                      cg_reg_type(outs[o].dtype), outs[o].node);
     }
     cg_puts(&c->s, "    (void)row; (void)st;\n}\n\n");
     kf_mem_free(c->mem, x, sizeof *x);

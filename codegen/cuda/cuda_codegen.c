@@ -69,14 +69,18 @@ static uint32_t collect_outs(cg *c, out_spec *outs, kf_expr_kind skip_kind) {
 static void out_params(cg *c, out_spec *outs, uint32_t n) {
     for (uint32_t o = 0; o < n; o++) {
         outs[o].param = cg_param_add(c, KF_CUDA_PARAM_OUT, outs[o].tensor, outs[o].dtype,
-                                  cg_tensor_bytes(c, outs[o].tensor));
+                                     cg_tensor_bytes(c, outs[o].tensor));
     }
 }
 
 static row_spec row_of_group(const cg *c) {
     const kf_row_stage *r = &c->g->row;
-    row_spec rs = {.sp = r->space, .input = r->input, .stats = r->stats, .length = r->length,
-                   .eps = r->eps, .in_dtype = c->g->expr[r->input].dtype};
+    row_spec rs = {.sp = r->space,
+                   .input = r->input,
+                   .stats = r->stats,
+                   .length = r->length,
+                   .eps = r->eps,
+                   .in_dtype = c->g->expr[r->input].dtype};
     return rs;
 }
 
@@ -94,7 +98,8 @@ kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char 
     case KF_GROUP_LAYOUT: {
         cg_set_name(&c, "");
         if (n == 0)
-            return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): no outputs", g->id, g->name));
+            return cg_end(
+                &c, cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): no outputs", g->id, g->name));
         /* Params: inputs first (in node order), then outputs. */
         kf_space sp = g->expr[outs[0].node].space;
         for (uint32_t o = 0; o < n; o++)
@@ -103,7 +108,7 @@ kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char 
         memset(c.need, 0, c.n * sizeof *c.need);
         out_params(&c, outs, n);
         st = cg_gen_elementwise(&c, outs, n, sp,
-                             g->kind == KF_GROUP_LAYOUT ? "layout copy" : "elementwise group");
+                                g->kind == KF_GROUP_LAYOUT ? "layout copy" : "elementwise group");
         break;
     }
     case KF_GROUP_ROWWISE: {
@@ -211,7 +216,7 @@ kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, con
     cg_load_params(&c);
     memset(c.need, 0, c.n * sizeof *c.need);
     outs[0].param = cg_param_add(&c, KF_CUDA_PARAM_SCRATCH, outs[0].tensor, outs[0].dtype,
-                              cg_tensor_bytes(&c, outs[0].tensor));
+                                 cg_tensor_bytes(&c, outs[0].tensor));
     out_params(&c, outs + 1, n - 1);
     row_spec rs = row_of_group(&c);
     st = cg_gen_rowwise(&c, &rs, outs, n, "GEMM norm prologue on A");
@@ -230,15 +235,19 @@ kf_status kf_cuda_codegen_attention_softmax(const kf_plan *plan, uint32_t group,
                                   "group %u (%s) is not an attention group", g->id, g->name));
     cg_set_name(&c, "softmax_");
     uint32_t sm = g->attn.softmax;
-    out_spec outs[1] = {{.node = g->attn.score, .tensor = sm, .dtype = cg_tensor(&c, sm)->dtype,
+    out_spec outs[1] = {{.node = g->attn.score,
+                         .tensor = sm,
+                         .dtype = cg_tensor(&c, sm)->dtype,
                          .synth_softmax = true}};
     cg_mark(&c, g->attn.score);
     cg_load_params(&c);
     memset(c.need, 0, c.n * sizeof *c.need);
     out_params(&c, outs, 1);
-    row_spec rs = {.sp = KF_SPACE_OUT, .input = g->attn.score,
+    row_spec rs = {.sp = KF_SPACE_OUT,
+                   .input = g->attn.score,
                    .stats = 1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP,
-                   .length = g->rank ? g->dims[g->rank - 1] : 1, .eps = 0,
+                   .length = g->rank ? g->dims[g->rank - 1] : 1,
+                   .eps = 0,
                    .in_dtype = g->expr[g->attn.score].dtype};
     st = cg_gen_rowwise(&c, &rs, outs, 1, "attention fallback softmax (score expression + mask)");
     return cg_end(&c, st);
@@ -257,7 +266,8 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {
     const kf_cuda_launch_rule *r = &k->launch;
     uint64_t per = r->items_per_block ? r->items_per_block : 1;
     uint64_t need = (r->work_items + per - 1) / per;
-    uint64_t cap = (uint64_t)(sm_count > 0 ? sm_count : 1) * (r->blocks_per_sm ? r->blocks_per_sm : 1);
+    uint64_t cap =
+        (uint64_t)(sm_count > 0 ? sm_count : 1) * (r->blocks_per_sm ? r->blocks_per_sm : 1);
     uint64_t gsz = need < cap ? need : cap;
     if (r->grid_multiple > 1 && gsz >= r->grid_multiple)
         gsz -= gsz % r->grid_multiple;
