@@ -42,6 +42,12 @@
  * with bit operations in the template, so no cuda_fp16.h/cuda_bf16.h is
  * needed); nodes without a tensor and row statistics compute in f32 (f64 when
  * the row dtype is f64).
+ *
+ * Files: cuda_codegen.c (the entry points below, the template report, the
+ * roles), one per kernel kind (cg_elementwise.c, cg_rowwise.c,
+ * cg_colreduce.c), and the parts they share, declared in cg.h: cg_core.c
+ * (state, names, params, the head of every source), cg_expr.c (scalar
+ * expressions), cg_access.c (how operands are read).
  */
 #ifndef KF_CODEGEN_CUDA_CODEGEN_H
 #define KF_CODEGEN_CUDA_CODEGEN_H

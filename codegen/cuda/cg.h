@@ -1,0 +1,268 @@
+/*
+ * cg.h -- internals of codegen/cuda shared by its files: the generator's
+ * state (cg: one kernel being generated), the growing source text, the
+ * chunk context that says where a chunk's coordinates and offsets come from,
+ * the outputs and row specs the kernel kinds take, and the helpers every kind
+ * calls. cg_core.c has the state, names, params and the head of every source;
+ * cg_expr.c the scalar expressions; cg_access.c how operands are read. Each
+ * kernel kind has its own file (cg_elementwise.c, cg_rowwise.c,
+ * cg_colreduce.c); cuda_codegen.c has the public entry points.
+ */
+#ifndef KF_CODEGEN_CUDA_CG_H
+#define KF_CODEGEN_CUDA_CG_H
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cuda_codegen.h"
+
+/* ------------------------------------------------------------------------ */
+/* Growing text                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sbuf {
+    const kf_mem *mem;
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+/* Appends to b; on failure sets b->oom and appends nothing more (cg_end turns
+ * it into KF_ERR_OUT_OF_MEMORY). */
+void cg_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cg_puts(sbuf *b, const char *s);
+
+/* ------------------------------------------------------------------------ */
+/* The generator's state                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Sizes of the generated-text buffers, chosen so the worst case fits: a
+ * coordinate is at most "(row) / N LL % N LL" with 19-digit N (< 96 bytes), an
+ * offset at most 8 terms "COORD * N LL + " (< 8 * 123 bytes), an override an
+ * offset wrapped in a load. Text cut short would be wrong code, so the sizes
+ * are derived, not guessed, and the static asserts below keep them so. */
+#define COORD_MAX 96
+#define LIN_MAX 160
+#define OV_MAX 1152 /* an override's text: a load expression */
+
+_Static_assert(OV_MAX - 64 >= KF_MAX_RANK * (COORD_MAX + 27) + 1, "an offset fits");
+_Static_assert(LIN_MAX >= 4 * 24 + 40, "a linear index fits");
+
+typedef struct cg {
+    const kf_plan *plan;
+    const kf_group *g;
+    const kf_mem *mem;
+    kf_cuda_kernel *k;
+    sbuf s;
+    uint32_t n;         /* nodes */
+    char (*ov)[OV_MAX]; /* per node: the expression standing for it ("" none) */
+    bool *need;         /* per node: scratch for reachability */
+    int32_t *param;     /* per node: LOAD/ACC/SCORE: its param; else -1 */
+    int64_t *soff;      /* per node: row_warp_staged: byte offset of its row in a stage; else -1 */
+    bool staged;        /* emitting a staged prologue: loads with soff >= 0 read the stage */
+    bool *stored;       /* per node: written to an output buffer of its own dtype (cg_raw_of) */
+    kf_status st;
+} cg;
+
+/* Records a failure in c->k->error (the first wins) and returns `st`. */
+kf_status cg_fail(cg *c, kf_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Starts a kernel of `group` for `arch` into `out` (zeroed first): checks the
+ * arguments and allocates the per-node arrays. Whatever it returns, finish
+ * with cg_end. */
+kf_status cg_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
+                   kf_cuda_kernel *out);
+/* Names the kernel: `prefix` + the group's name + the arch, cut to what NVRTC
+ * takes with a hash keeping it unique. */
+void cg_set_name(cg *c, const char *prefix);
+/* Frees the per-node arrays; on success (st and c->st KF_OK, no text lost)
+ * hands the source to c->k, else frees it. Returns the first failure. */
+kf_status cg_end(cg *c, kf_status st);
+
+/* The storage type of dtype d in a kernel ("kf_bf16", "float", ...), the type
+ * a value of d is computed in, and the rounding function of f16/bf16 (NULL
+ * for the others). */
+const char *cg_storage_type(kf_dtype d);
+const char *cg_reg_type(kf_dtype d);
+const char *cg_round_fn(kf_dtype d);
+
+/* Graph tensor `id` of the plan, and its bytes. */
+const kf_tensor *cg_tensor(const cg *c, uint32_t id);
+uint64_t cg_tensor_bytes(const cg *c, uint32_t id);
+/* The index of the param of `kind` for tensor t, added if new (fails past
+ * KF_CUDA_MAX_PARAMS). */
+int cg_param_add(cg *c, kf_cuda_param_kind kind, uint32_t t, kf_dtype dt, uint64_t bytes);
+/* Marks in c->need what node `root` needs, stopping at overridden nodes. */
+void cg_mark(cg *c, uint32_t root);
+/* Whether node `root` reads a row statistic. */
+bool cg_depends_on_stat(const cg *c, uint32_t root);
+
+/* The head of every source: the comment listing the params,
+ * templates/common.cuh, the KF_KERNEL / KF_BLOCK / KF_VEC / KF_PARAMS /
+ * KF_ARGS defines and the gelu table (or KF_SETUP's empty definition). */
+void cg_emit_head(cg *c, const char *what);
+/* kf_vec_ok: true when the kernel's vector operands meet `conds`. */
+void cg_emit_vec_ok(cg *c, const char *conds);
+
+/* Shared memory a block may use and an SM holds for `arch`; false below
+ * sm_80 (no cp.async). */
+bool cg_stage_smem_limits(const char *arch, uint32_t *per_block, uint32_t *per_sm);
+
+/* The row templates' shapes, which cg_gen_rowwise follows and
+ * kf_cuda_group_template reports (static inline: two files use them). */
+
+/* A warp per row up to 4096 elements (f32/f16/bf16: at most 128 values per
+ * lane in registers, no __syncthreads at all), a block per row beyond. On an
+ * H200, 65536 x 4096 bf16: warp per row rmsnorm 0.300 ms (84% of copy),
+ * layernorm 0.367 ms (69%), against 0.338 / 0.542 ms with 256-thread blocks
+ * (ab05489, the same run). Doubles keep the block template above 1024. */
+#define ROW_WARP_MAX 4096
+static inline bool row_warp_for(int64_t L, bool dbl) {
+    return L <= 1024 || (!dbl && L <= ROW_WARP_MAX);
+}
+
+/* Threads per row for the block templates: the smallest block (from 128) that
+ * keeps each thread at most 16 values (8 in double) in registers. Several
+ * 16-byte loads per thread put a whole row in flight before its reduction,
+ * and smaller blocks keep more rows in flight per SM; blocks of one load per
+ * thread (the old <= 8 values) left the memory system idle across each row's
+ * reductions. Measured on an H200, 65536 x 4096 bf16 (bench, b46d64f): 512
+ * threads x 8 values rmsnorm 0.443 ms, layernorm 0.587; 128 x 32: 0.442,
+ * 0.507; 256 x 16: 0.340, 0.492. Rows too long take the multipass template. */
+static inline uint32_t row_block_for(int64_t L, bool dbl) {
+    int64_t per = dbl ? 8 : 16;
+    uint32_t block = 128;
+    while (block < 1024 && (L + block - 1) / block > per)
+        block *= 2;
+    return block;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scalar expressions (cg_expr.c)                                             */
+/* ------------------------------------------------------------------------ */
+
+/* The gelu table of bf16 results (cg_expr.c says how it is laid out): its
+ * entries cover bf16 magnitudes GELU_TAB_LO..GELU_TAB_HI, both signs. */
+#define GELU_TAB_LO 0x3600u /* |bits| of 2^-19 */
+#define GELU_TAB_HI 0x4180u /* 16.0 */
+#define GELU_TAB_N (2u * (GELU_TAB_HI - GELU_TAB_LO))
+
+/* A constant of dtype d as its exact bits (inf and NaN included). */
+void cg_emit_const(cg *c, kf_dtype d, double v);
+/* Whether the group has a gelu the table serves, and the table with its
+ * helpers (or KF_SETUP's empty definition). */
+bool cg_has_gelu_table(const cg *c);
+void cg_emit_gelu_table(cg *c);
+/* Node s holds a bf16 value exactly (a load of a bf16 buffer, or an op result
+ * rounded to bf16 here). */
+bool cg_exact_bf16(const cg *c, uint32_t s);
+/* Node i's value before its rounding is vNu, which a store to a buffer of its
+ * own dtype converts once (the `u` suffix of a store's operand). */
+bool cg_raw_of(const cg *c, uint32_t i, bool arr);
+
+/* The coordinate of axis `axis` of space sp, as text (cg_emit_nodes). */
+typedef const char *(*coord_fn)(void *user, kf_space sp, int axis);
+/* One statement per needed node, in node order: `const T vN = ...;` (`arr`: an
+ * array of VV values per node, outside the k loop; cg_expr.c says why). */
+void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr);
+
+/* ------------------------------------------------------------------------ */
+/* Accesses and chunks (cg_access.c)                                          */
+/* ------------------------------------------------------------------------ */
+
+/* How an access is made in a chunk of VV elements along the last axis. */
+typedef enum acc_class { ACC_VECTOR, ACC_BCAST, ACC_GATHER } acc_class;
+
+/* The rank and dims of space sp of g. */
+void cg_space_dims(const kf_group *g, kf_space sp, int *rank, const int64_t **dims);
+/* Whether strides s lay the space out contiguously (size-1 axes aside). */
+bool cg_strides_contig(int rank, const int64_t *dims, const int64_t *s);
+int64_t cg_numel_of(int rank, const int64_t *dims);
+/* How an operand of strides s is read in a chunk of `vec` elements. */
+acc_class cg_classify(int rank, const int64_t *dims, const int64_t *s, uint32_t vec);
+/* The strides of a LOAD / ACC / SCORE node in its space. */
+void cg_node_strides(const cg *c, uint32_t i, int64_t *s);
+/* Registers the params of every load among the needed nodes (c->param). */
+void cg_load_params(cg *c);
+/* A LOAD, ACC or SCORE leaf: it reads a param. */
+bool cg_is_load(const kf_expr *e);
+/* The smallest element size, from `start`, among the needed vector loads of
+ * space sp; the vector width for it (16 bytes, at most 8 elements), halved
+ * until it divides `last_dim` unless a tail is allowed. */
+size_t cg_min_vec_size(const cg *c, kf_space sp, size_t start);
+uint32_t cg_vec_for(size_t min_size, int64_t last_dim, bool tail_ok);
+
+/* Where the chunk's coordinates come from: coordinate strings per axis for
+ * each space, and the linear offset of the chunk's first element in a
+ * contiguous layout of each space. */
+typedef struct chunk_ctx {
+    char coord[KF_SPACE_COUNT][KF_MAX_RANK][COORD_MAX];
+    char lin[KF_SPACE_COUNT][LIN_MAX];
+    char kcoord[COORD_MAX + 8]; /* scratch for cg_coord_of */
+    int vrank[KF_SPACE_COUNT];  /* the vectorized axis is rank-1 of the space; -1: no vectors */
+} chunk_ctx;
+
+/* Coordinates of space sp from a linear index (the text `linear`). */
+void cg_coords_linear(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *linear);
+/* The coordinate of `axis` of space sp in element k of the chunk (a
+ * coord_fn; `user` is the chunk_ctx). */
+const char *cg_coord_of(void *user, kf_space sp, int axis);
+/* The offset of node i's first chunk element, into buf. */
+void cg_offset_str(const cg *c, const chunk_ctx *x, uint32_t i, char *buf, size_t size);
+/* The loads of the needed nodes: vectors and broadcasts before the k loop,
+ * gathers per element; sets their overrides in c->ov. `hoist` / `pre` (may
+ * be NULL): per node, the elementwise template's hoisted and streamed
+ * operands, read from hv / pv when H / P. */
+void cg_emit_loads(cg *c, chunk_ctx *x, uint32_t vec, const char *ind, const bool *hoist,
+                   const bool *pre);
+/* The alignment conditions of the needed vector loads, appended to *cond. */
+void cg_vec_conditions(cg *c, const chunk_ctx *x, uint32_t vec, sbuf *cond);
+
+/* ------------------------------------------------------------------------ */
+/* Outputs and the kernel kinds                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct out_spec {
+    uint32_t node; /* root */
+    int param;
+    kf_dtype dtype; /* the buffer's */
+    uint32_t tensor;
+    bool synth_softmax; /* attention: exp(x - max) / sumexp of the row input */
+} out_spec;
+
+#define MAX_OUTS KF_CUDA_MAX_PARAMS
+
+/* Sets c->stored for the outputs stored in their node's own dtype (cg_raw_of). */
+void cg_mark_stored(cg *c, const out_spec *outs, uint32_t n_outs);
+
+/* The elementwise kernel over space sp (cg_elementwise.c): every out is
+ * computed per element and stored. The outs' params are set; the source is
+ * c->s, the template and launch shape c->k's. */
+kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp, const char *what);
+
+/* What a row kernel reduces: the row input x, reduced along the last axis of
+ * its space, and the statistics the group declares. */
+typedef struct row_spec {
+    kf_space sp;    /* the row input's space (last axis reduced) */
+    uint32_t input; /* node x */
+    unsigned stats; /* 1u << KF_STAT_* */
+    int64_t length;
+    double eps;
+    kf_dtype in_dtype;
+} row_spec;
+
+/* The row statistics the needed nodes read, with `declared`; their
+ * KF_NEED_* / KF_EPS defines and the accumulator type (cg_rowwise.c). */
+unsigned cg_stats_used(const cg *c, unsigned declared);
+void cg_emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, int64_t length);
+/* The row kernel of rs (cg_rowwise.c): a warp or a block per row, staged or
+ * not; outs in the row's space before or after the statistics, the others
+ * once per row. */
+kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_outs,
+                         const char *what);
+/* The column reduction of the group's row stage (cg_colreduce.c). */
+kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs);
+
+#endif /* KF_CODEGEN_CUDA_CG_H */

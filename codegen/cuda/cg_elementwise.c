@@ -1,0 +1,398 @@
+/*
+ * cg_elementwise.c -- the elementwise kernel (templates/elementwise.cuh):
+ * elementwise and layout groups, and a GEMM epilogue without a row stage.
+ * Grid-stride loops over vectors of the output space, with the operands that
+ * repeat along it hoisted out of the loop, the streamed ones loaded ahead
+ * (KF_UNROLL), and on sm_90 the bulk path, which moves whole chunks through a
+ * ring of shared memory with cp.async.bulk.
+ */
+#include "codegen/cuda/cg.h"
+
+#include "codegen/cuda/templates.h"
+
+/* The bulk path of the elementwise template (elementwise.cuh, KF_BULK):
+ * blocks of BULK_BLOCK threads, one per SM, move chunks of BULK_BLOCK * vec
+ * elements (a vector per thread) through a ring of about BULK_RING_TARGET
+ * bytes, at least BULK_MIN_STAGES stages. A stage holds each streamed
+ * operand's part of the chunk, then each output's: in the place of a streamed
+ * operand of the same element size not already taken, else its own.
+ * Measured on the 65536 x 4096 bf16 chain (elementwise.cuh's note), one
+ * process per GPU, H100 (evict-first) / H200 (evict-normal), ms:
+ *   5 x 16 KiB, 1024 threads   0.390-0.391 / 0.273-0.274  (this rule)
+ *   6 x 16 KiB                 0.392-0.393 / 0.277-0.283
+ *   4 x 16 KiB                 0.388-0.390 / 0.290-0.292
+ *   8 x 16 KiB                 -           / 0.293-0.295
+ *   3 x 32 KiB                 0.384-0.386 / 0.287-0.290
+ *   3 x 16 KiB, 512 threads, 2 blocks per SM   0.389-0.390 / 0.290
+ *   4 x 8 KiB, 256 threads, 2 blocks per SM    0.394-0.395 / 0.313-0.316
+ * against 0.398-0.403 / 0.289-0.295 for the grid-stride loops alone. The
+ * H200 is that sensitive to the bytes in flight: 5 x 16 KiB also led at a
+ * half and a third of the size. */
+#define BULK_BLOCK 1024u
+#define BULK_RING_TARGET (80u * 1024u)
+#define BULK_MIN_STAGES 3u
+#define BULK_MAX 4u         /* streamed operands, outputs */
+#define BULK_MIN_CHUNKS 128 /* fewer: the grid-stride loops alone */
+
+typedef struct bulk_plan {
+    int64_t e; /* elements per chunk; 0: no bulk path */
+    uint32_t stages;
+    uint32_t stage_bytes; /* bytes of one stage */
+    uint32_t tx;          /* bytes the streamed operands of a chunk load */
+    uint32_t n_in;
+    uint32_t in_node[BULK_MAX];
+    uint32_t in_off[BULK_MAX]; /* byte offsets in a stage */
+    uint32_t out_off[BULK_MAX];
+} bulk_plan;
+
+/* Plans the bulk path for an elementwise kernel with `streams` streamed
+ * operands (`pre`; 0: none qualifies) and n_outs full outputs of n elements,
+ * or leaves bp->e = 0: below sm_90 (cp.async.bulk), scalar kernels, more than
+ * BULK_MAX operands or outputs, too few chunks, or a ring the arch's shared
+ * memory does not hold. */
+static void plan_bulk(const cg *c, const out_spec *outs, uint32_t n_outs, int64_t n, uint32_t vec,
+                      uint32_t streams, const bool *pre, bulk_plan *bp) {
+    memset(bp, 0, sizeof *bp);
+    uint32_t per_block, per_sm;
+    if (atoi(c->k->arch + 3) < 90 || vec < 2 || streams == 0 || streams > BULK_MAX || n_outs == 0 ||
+        n_outs > BULK_MAX || !cg_stage_smem_limits(c->k->arch, &per_block, &per_sm))
+        return;
+    uint32_t in_size[BULK_MAX], bpe = 0; /* bytes per element of a stage */
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!pre[i])
+            continue;
+        bp->in_node[bp->n_in] = i;
+        in_size[bp->n_in] = (uint32_t)kf_dtype_size(c->k->params[c->param[i]].dtype);
+        bp->in_off[bp->n_in++] = bpe;
+        bpe += in_size[bp->n_in - 1];
+    }
+    bool taken[BULK_MAX] = {false};
+    for (uint32_t o = 0; o < n_outs; o++) {
+        uint32_t z = (uint32_t)kf_dtype_size(outs[o].dtype), k = 0;
+        while (k < bp->n_in && (taken[k] || in_size[k] != z))
+            k++;
+        if (k < bp->n_in) {
+            taken[k] = true;
+            bp->out_off[o] = bp->in_off[k];
+        } else {
+            bp->out_off[o] = bpe;
+            bpe += z;
+        }
+    }
+    int64_t e = (int64_t)BULK_BLOCK * vec;
+    uint64_t stage = (uint64_t)e * bpe, stages = BULK_RING_TARGET / stage;
+    if (stages < BULK_MIN_STAGES)
+        stages = BULK_MIN_STAGES;
+    uint64_t fixed = (cg_has_gelu_table(c) ? GELU_TAB_N * 2u : 0u) + 1024u;
+    if (stages * stage + fixed > per_block || n / e < BULK_MIN_CHUNKS) {
+        memset(bp, 0, sizeof *bp);
+        return;
+    }
+    bp->e = e;
+    bp->stages = (uint32_t)stages;
+    bp->stage_bytes = (uint32_t)stage;
+    for (uint32_t k = 0; k < bp->n_in; k++) {
+        bp->tx += (uint32_t)e * in_size[k];
+        bp->in_off[k] *= (uint32_t)e;
+    }
+    for (uint32_t o = 0; o < n_outs; o++)
+        bp->out_off[o] *= (uint32_t)e;
+}
+
+/* The bulk path's hooks (elementwise.cuh), or KF_BULK 0. */
+static void emit_bulk(cg *c, const bulk_plan *bp, const out_spec *outs, uint32_t n_outs) {
+    if (bp->e == 0) {
+        cg_puts(&c->s, "#define KF_BULK 0\n\n");
+        return;
+    }
+    cg_printf(&c->s,
+              "#define KF_BULK 1\n#define KF_BULK_E %" PRId64 "LL\n#define KF_BULK_STAGES %u\n"
+              "#define KF_BULK_STAGE_BYTES %u\n#define KF_BULK_TX %uu\n",
+              bp->e, bp->stages, bp->stage_bytes, bp->tx);
+    cg_puts(&c->s,
+            "__device__ __forceinline__ void kf_bulk_load(unsigned char *sb, unsigned long long "
+            "*bar, long long c, KF_PARAMS) {\n");
+    for (uint32_t k = 0; k < bp->n_in; k++) {
+        int p = c->param[bp->in_node[k]];
+        cg_printf(&c->s, "    kf_bulk_ld(sb + %u, p%d + c * KF_BULK_E, KF_BULK_E * %zu, bar);\n",
+                  bp->in_off[k], p, kf_dtype_size(c->k->params[p].dtype));
+    }
+    cg_puts(&c->s, "}\n__device__ __forceinline__ void kf_bulk_pre(const unsigned char *sb, int e, "
+                   "kf_pre &pv) {\n");
+    for (uint32_t k = 0; k < bp->n_in; k++) {
+        size_t z = kf_dtype_size(c->k->params[c->param[bp->in_node[k]]].dtype);
+        cg_printf(
+            &c->s,
+            "    pv.l%u = *reinterpret_cast<const kf_raw<KF_VEC * %zu> *>(sb + %u + e * %zu);\n",
+            bp->in_node[k], z, bp->in_off[k], z);
+    }
+    cg_puts(
+        &c->s,
+        "}\n__device__ __forceinline__ void kf_bulk_store(const unsigned char *sb, long long c, "
+        "KF_PARAMS) {\n");
+    for (uint32_t o = 0; o < n_outs; o++)
+        cg_printf(&c->s, "    kf_bulk_st(p%d + c * KF_BULK_E, sb + %u, KF_BULK_E * %zu);\n",
+                  outs[o].param, bp->out_off[o], kf_dtype_size(outs[o].dtype));
+    cg_puts(&c->s, "}\n\n");
+}
+
+kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
+                             const char *what) {
+    const kf_group *g = c->g;
+    kf_cuda_kernel *k = c->k;
+    int rank;
+    const int64_t *dims;
+    cg_space_dims(g, sp, &rank, &dims);
+    int64_t n = cg_numel_of(rank, dims);
+    k->tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE;
+    for (uint32_t o = 0; o < n_outs; o++)
+        cg_mark(c, outs[o].node);
+    cg_load_params(c);
+    cg_mark_stored(c, outs, n_outs);
+    /* Writes: contiguous over the space (a vector store), or broadcast (a
+     * guarded scalar store: only the elements at coordinate 0 of the axes the
+     * written tensor does not have). */
+    bool all_full = true;
+    size_t minsz = 16;
+    for (uint32_t o = 0; o < n_outs; o++) {
+        const kf_tensor *t = cg_tensor(c, outs[o].tensor);
+        if (kf_ir_numel(t) != n)
+            all_full = false;
+        size_t z = kf_dtype_size(outs[o].dtype);
+        if (z < minsz)
+            minsz = z;
+    }
+    minsz = cg_min_vec_size(c, sp, minsz);
+    uint32_t vec = all_full && rank > 0 ? cg_vec_for(minsz, dims[rank - 1], rank == 1) : 1;
+    if (n < (int64_t)vec)
+        vec = 1;
+    k->vec = vec;
+    k->launch.block = 256;
+    k->launch.work_items = (uint64_t)((n + vec - 1) / vec);
+    k->launch.items_per_block = 256;
+    k->launch.blocks_per_sm = 8;
+    if (c->st != KF_OK)
+        return c->st;
+
+    /* Hoisting: an operand whose offset depends only on the linear index
+     * modulo P (it varies along a suffix of the axes only: a bias, a scale,
+     * a per-column vector) reads the same values in every grid-stride step
+     * when threads * KF_VEC is a multiple of P. The hoisted path loads those
+     * once per thread (kf_hoist_load) instead of once per vector; the grid is
+     * rounded to make it apply (launch.grid_multiple). The other vector loads
+     * are the streamed operands (`pre`, KF_UNROLL below). */
+    bool *hoist = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *hoist);
+    bool *pre = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *pre);
+    if (!hoist || !pre) {
+        if (hoist)
+            kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
+        if (pre)
+            kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    }
+    int64_t period = 0;
+    uint32_t streams = 0;
+    bool streams_dense = true; /* every streamed operand is laid out as the space */
+    for (uint32_t i = 0; i < c->n && vec > 1; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || c->ov[i][0] || !cg_is_load(e) || e->space != sp)
+            continue;
+        int64_t s[KF_MAX_RANK];
+        cg_node_strides(c, i, s);
+        acc_class cl = cg_classify(rank, dims, s, vec);
+        if (cl == ACC_GATHER)
+            continue;
+        int d0 = rank;
+        for (int d = 0; d < rank && d0 == rank; d++) {
+            if (s[d] != 0 && dims[d] != 1)
+                d0 = d;
+        }
+        int64_t pi = cg_numel_of(rank - d0, dims + d0);
+        if (pi >= n) {
+            if (cl == ACC_VECTOR) {
+                pre[i] = true;
+                streams++;
+                streams_dense = streams_dense && cg_strides_contig(rank, dims, s);
+            }
+            continue;
+        }
+        hoist[i] = true;
+        if (pi > period)
+            period = pi; /* >= 1: a hoisted operand has one */
+    }
+    /* The grid aims at 8 blocks per SM; ptxas must fit them (32 registers):
+     * with 33 the chain above ran 0.349 ms instead of 0.294 (H200). Not for
+     * f64, i32 (64-bit saturation) or pow, which would spill at 32. */
+    bool light = true;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (c->need[i] && (e->dtype == KF_DTYPE_F64 || e->dtype == KF_DTYPE_I32 ||
+                           (e->kind == KF_EXPR_OP && e->op == KF_OP_POW)))
+            light = false;
+    }
+    /* Streamed operands (16-byte vector loads, not hoisted) are read once:
+     * with KF_UNROLL > 1 each thread loads KF_UNROLL steps of them
+     * (kf_pre_load, with the device's L2 policy for streamed reads,
+     * common.cuh) before computing the first, at 4 blocks of 256 per SM (64
+     * registers): 64 bytes in flight per thread instead of 16. At most 4
+     * streamed vectors per step in flight, so 4 / streams steps. For the
+     * chain above (one stream, 65536 x 4096 bf16), against one vector per
+     * step at 8 blocks: H100 0.400 ms against 0.419 (evict-first), H200
+     * 0.290-0.292 against 0.296-0.300. */
+    uint32_t unroll = light && streams > 0 && streams <= 2 ? 4 / streams : 1;
+    if (unroll > 1)
+        k->launch.blocks_per_sm = 4;
+    bulk_plan bp;
+    plan_bulk(c, outs, n_outs, n, vec, light && streams_dense ? streams : 0, pre, &bp);
+    if (bp.e > 0) {
+        k->tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE_BULK;
+        k->launch.block = BULK_BLOCK;
+        k->launch.blocks_per_sm = 1;
+        k->launch.shared_bytes = bp.stages * bp.stage_bytes;
+        k->launch.work_items = (uint64_t)(n / bp.e);
+        k->launch.items_per_block = 1;
+    }
+    if (period > 0) {
+        uint64_t a = (uint64_t)period, b = (uint64_t)k->launch.block * vec;
+        while (b) {
+            uint64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        uint64_t m = (uint64_t)period / a;
+        k->launch.grid_multiple = m <= 65536 ? (uint32_t)m : 0;
+    }
+
+    cg_emit_head(c, what);
+    cg_printf(&c->s, "#define KF_N %" PRId64 "LL\n#define KF_NVEC %" PRId64 "LL\n\n", n,
+              n / (int64_t)vec);
+
+    chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
+    if (!x) {
+        kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
+        kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    }
+    cg_coords_linear(x, sp, rank, dims, "i0");
+    x->vrank[sp] = rank;
+    x->vrank[sp == KF_SPACE_OUT ? KF_SPACE_ROW : KF_SPACE_OUT] = 0;
+
+    sbuf cond = {.mem = c->mem};
+    cg_vec_conditions(c, x, vec, &cond);
+    for (uint32_t o = 0; o < n_outs && vec > 1; o++) {
+        size_t bytes = vec * kf_dtype_size(outs[o].dtype);
+        cg_printf(&cond, " && kf_aligned(p%d, %zu)", outs[o].param,
+                  bytes > 16 ? (size_t)16 : bytes);
+    }
+    cg_emit_vec_ok(c, cond.p ? cond.p : "");
+    if (cond.p)
+        kf_mem_free(c->mem, cond.p, cond.cap);
+
+    cg_printf(&c->s, "#define KF_HOIST_P %" PRId64 "LL\n", period);
+    cg_printf(&c->s, "#define KF_MINB %u\n#define KF_UNROLL %u\n",
+              bp.e > 0 ? 1u
+              : light  ? k->launch.blocks_per_sm
+                       : 1u,
+              unroll);
+    cg_puts(&c->s, "struct kf_hoist {\n");
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!hoist[i])
+            continue;
+        int64_t s[KF_MAX_RANK];
+        cg_node_strides(c, i, s);
+        kf_dtype pd = c->k->params[c->param[i]].dtype;
+        if (cg_classify(rank, dims, s, vec) == ACC_VECTOR) /* raw: 4 registers for 8 bf16 */
+            cg_printf(&c->s, "    kf_raw<KF_VEC * %zu> l%u;\n", kf_dtype_size(pd), i);
+        else
+            cg_printf(&c->s, "    %s l%u;\n", cg_reg_type(pd), i);
+    }
+    cg_puts(
+        &c->s,
+        "    char none_;\n};\n"
+        "__device__ __forceinline__ void kf_hoist_load(long long i0, kf_hoist &hv, KF_PARAMS) {\n");
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!hoist[i])
+            continue;
+        int64_t s[KF_MAX_RANK];
+        cg_node_strides(c, i, s);
+        char off[OV_MAX - 64];
+        cg_offset_str(c, x, i, off, sizeof off);
+        if (cg_classify(rank, dims, s, vec) == ACC_VECTOR)
+            cg_printf(&c->s, "    kf_raw_ld(p%d + (%s), hv.l%u);\n", c->param[i], off, i);
+        else
+            cg_printf(&c->s, "    hv.l%u = kf_ld(p%d + (%s));\n", i, c->param[i], off);
+    }
+    cg_puts(&c->s, "    (void)i0; (void)hv;\n}\n\n");
+
+    cg_puts(&c->s, "struct kf_pre {\n");
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (pre[i])
+            cg_printf(&c->s, "    kf_raw<KF_VEC * %zu> l%u;\n",
+                      kf_dtype_size(c->k->params[c->param[i]].dtype), i);
+    }
+    cg_puts(&c->s,
+            "    char none_;\n};\n"
+            "__device__ __forceinline__ void kf_pre_load(long long i0, kf_pre &pv, KF_PARAMS) {\n");
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!pre[i])
+            continue;
+        char off[OV_MAX - 64];
+        cg_offset_str(c, x, i, off, sizeof off);
+        cg_printf(&c->s, "    kf_raw_ld_stream(p%d + (%s), pv.l%u);\n", c->param[i], off, i);
+    }
+    cg_puts(&c->s, "    (void)i0; (void)pv;\n}\n\n");
+    emit_bulk(c, &bp, outs, n_outs);
+
+    cg_puts(&c->s, "template <int VV, bool H, bool P, bool B>\n__device__ __forceinline__ void "
+                   "kf_body(long long i0, const kf_hoist &hv, const kf_pre &pv, unsigned char *sb, "
+                   "KF_PARAMS) {\n");
+    cg_emit_loads(c, x, vec, "    ", hoist, pre);
+    for (uint32_t o = 0; o < n_outs; o++)
+        cg_printf(&c->s, "    %s o%u[VV];\n", cg_reg_type(outs[o].dtype), o);
+    cg_emit_nodes(c, cg_coord_of, x, "    ", true);
+    cg_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
+    for (uint32_t o = 0; o < n_outs; o++)
+        cg_printf(&c->s, "        o%u[k] = (%s)v%u%s[k];\n", o, cg_reg_type(outs[o].dtype),
+                  outs[o].node, cg_raw_of(c, outs[o].node, true) ? "u" : "");
+    cg_puts(&c->s, "    }\n    (void)hv; (void)pv; (void)sb;\n");
+    kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
+    kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
+    for (uint32_t o = 0; o < n_outs; o++) {
+        const kf_tensor *t = cg_tensor(c, outs[o].tensor);
+        if (kf_ir_numel(t) == n) {
+            /* a bf16 result already exact stores without conversions (a
+             * rounded op's unrounded value, cg_raw_of, with one cvt per two) */
+            bool x16 = outs[o].dtype == KF_DTYPE_BF16 && cg_exact_bf16(c, outs[o].node) &&
+                       !cg_raw_of(c, outs[o].node, true);
+            if (bp.e > 0) /* B: into the stage, at the element's place in the chunk */
+                cg_printf(
+                    &c->s,
+                    "    kf_stv%s<VV>(B ? reinterpret_cast<%s *>(sb + %u) + (i0 & (KF_BULK_E - 1)) "
+                    ": p%d + i0, o%u);\n",
+                    x16 ? "_bf16x" : "", cg_storage_type(outs[o].dtype), bp.out_off[o],
+                    outs[o].param, o);
+            else
+                cg_printf(&c->s, "    kf_stv%s<VV>(p%d + i0, o%u);\n", x16 ? "_bf16x" : "",
+                          outs[o].param, o);
+            continue;
+        }
+        /* vec == 1 here. */
+        int64_t s[KF_MAX_RANK];
+        kf_ir_broadcast_strides(t, rank, s);
+        cg_puts(&c->s, "    if (true");
+        for (int d = 0; d < rank; d++) {
+            if (s[d] == 0 && dims[d] != 1)
+                cg_printf(&c->s, " && %s == 0", x->coord[sp][d]);
+        }
+        cg_printf(&c->s, ")\n        kf_st(p%d + (0", outs[o].param);
+        for (int d = 0; d < rank; d++) {
+            if (s[d] != 0 && dims[d] != 1)
+                cg_printf(&c->s, " + %s * %" PRId64 "LL", x->coord[sp][d], s[d]);
+        }
+        cg_printf(&c->s, "), o%u[0]);\n", o);
+    }
+    cg_puts(&c->s, "}\n\n");
+    kf_mem_free(c->mem, x, sizeof *x);
+    cg_puts(&c->s, kf_cuda_tpl_elementwise);
+    return c->st;
+}

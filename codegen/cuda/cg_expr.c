@@ -1,0 +1,378 @@
+/*
+ * cg_expr.c -- the scalar expressions of a kernel: one C statement per needed
+ * node of the group's expression DAG, in the plan's node order (cg_emit_nodes),
+ * with constants printed as their bit patterns, the CUDA form of each op
+ * (templates/common.cuh), the bf16 gelu through a table of the reference's
+ * results, and bf16 add/sub/mul two at a time (kf_bf16x2).
+ */
+#include <math.h>
+
+#include "codegen/cuda/cg.h"
+
+/* A float or double constant as its exact bits (inf and NaN included). */
+void cg_emit_const(cg *c, kf_dtype d, double v) {
+    if (d == KF_DTYPE_F64) {
+        uint64_t u;
+        memcpy(&u, &v, sizeof u);
+        cg_printf(&c->s, "__longlong_as_double(0x%016" PRIx64 "LL) /* %.17g */", u, v);
+    } else if (d == KF_DTYPE_I32) {
+        cg_printf(&c->s, "(int)%.0f", v);
+    } else if (d == KF_DTYPE_BOOL) {
+        cg_puts(&c->s, v != 0.0 ? "true" : "false");
+    } else {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        cg_printf(&c->s, "__uint_as_float(0x%08" PRIx32 "u) /* %.9g */", u, (double)f);
+    }
+}
+
+static const char *stat_field(kf_stat s) {
+    switch (s) {
+    case KF_STAT_MAX:
+        return "max";
+    case KF_STAT_SUM:
+        return "sum";
+    case KF_STAT_MEAN:
+        return "mean";
+    case KF_STAT_RSTD:
+        return "rstd";
+    case KF_STAT_RMS_RSTD:
+        return "rms_rstd";
+    case KF_STAT_SUMEXP:
+        return "sumexp";
+    default:
+        return "sum";
+    }
+}
+
+static const char *op_fn(kf_op op) {
+    switch (op) {
+    case KF_OP_NEG:
+        return "kf_neg";
+    case KF_OP_ABS:
+        return "kf_abs";
+    case KF_OP_EXP:
+        return "kf_exp";
+    case KF_OP_LOG:
+        return "kf_log";
+    case KF_OP_SQRT:
+        return "kf_sqrt";
+    case KF_OP_RSQRT:
+        return "kf_rsqrt";
+    case KF_OP_TANH:
+        return "kf_tanh";
+    case KF_OP_SIGMOID:
+        return "kf_sigmoid";
+    case KF_OP_RELU:
+        return "kf_relu";
+    case KF_OP_GELU:
+        return "kf_gelu";
+    case KF_OP_GELU_TANH:
+        return "kf_gelu_tanh";
+    case KF_OP_SILU:
+        return "kf_silu";
+    case KF_OP_ADD:
+        return "kf_add";
+    case KF_OP_SUB:
+        return "kf_sub";
+    case KF_OP_MUL:
+        return "kf_mul";
+    case KF_OP_DIV:
+        return "kf_div";
+    case KF_OP_MAX:
+        return "kf_max";
+    case KF_OP_MIN:
+        return "kf_min";
+    case KF_OP_POW:
+        return "kf_pow";
+    case KF_OP_EQ:
+        return "==";
+    case KF_OP_NE:
+        return "!=";
+    case KF_OP_LT:
+        return "<";
+    case KF_OP_LE:
+        return "<=";
+    case KF_OP_GT:
+        return ">";
+    case KF_OP_GE:
+        return ">=";
+    default:
+        return NULL;
+    }
+}
+
+/* ---- gelu on bf16 through a table ----------------------------------------
+ * gelu is the costliest op of an elementwise chain (erfc: ~40 instructions
+ * and three special-function ops per element, which made a bf16 chain
+ * compute-bound). When its operand is a bf16 value and its result is rounded
+ * to bf16 it has only 65536 possible inputs, and outside 2^-9 <= |x| < 16 the
+ * rounded result is a formula: 0.5x below (|x*0.8| is under half an ulp), x
+ * above for x > 0, -0 for x < 0 (NaN at -inf). The table starts lower, at
+ * 2^-19, so that a chunk rarely meets the formula branch (a value under 2^-9
+ * is one in ~500 of the inputs the bench draws, so ~40% of the warps' steps
+ * took it). The 2 x 2944 results in between are computed here with the reference evaluator's own
+ * formula and rounding (ir/eval.c), so the kernel's gelu is the reference's bit for bit; the block
+ * copies them to shared memory at entry (KF_SETUP).
+ *
+ * The table interleaves the signs: entry 2 * (|bits| - 0x3b00) + sign. With
+ * the bits rotated left by one (magnitude, then sign), an index is a shift,
+ * a three-input logic op and a subtraction, and one unsigned compare tells
+ * in-range. In registers the bf16 values are the high halves of
+ * floats, so the shifts fold into the bf16x2 results that produced them. */
+
+/* Node i is a gelu whose result is rounded to bf16 and whose operand is a
+ * bf16 tensor (`strict`: and is known, in this view, to hold a bf16-rounded
+ * value: an op result rounded here, or a load of a bf16 buffer). */
+static bool gelu_tab_node(const cg *c, uint32_t i, bool strict) {
+    const kf_expr *e = &c->g->expr[i];
+    if (e->kind != KF_EXPR_OP || e->op != KF_OP_GELU || e->dtype != KF_DTYPE_BF16 ||
+        e->tensor == KF_NONE)
+        return false;
+    uint32_t s = e->src[0];
+    const kf_expr *a = &c->g->expr[s];
+    if (a->dtype != KF_DTYPE_BF16 || a->tensor == KF_NONE)
+        return false;
+    if (!strict)
+        return true;
+    if (c->param[s] >= 0) {
+        const kf_cuda_param *p = &c->k->params[c->param[s]];
+        return p->kind == KF_CUDA_PARAM_IN && p->dtype == KF_DTYPE_BF16;
+    }
+    return !c->ov[s][0] && a->kind == KF_EXPR_OP;
+}
+
+static unsigned short bf16_bits(double v) {
+    float f = (float)kf_ir_round(KF_DTYPE_BF16, v);
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (unsigned short)(u >> 16);
+}
+
+bool cg_has_gelu_table(const cg *c) {
+    bool any = false;
+    for (uint32_t i = 0; i < c->n && !any; i++)
+        any = gelu_tab_node(c, i, false);
+    return any;
+}
+
+void cg_emit_gelu_table(cg *c) {
+    if (!cg_has_gelu_table(c)) {
+        cg_puts(&c->s, "#define KF_SETUP() ((void)0)\n");
+        return;
+    }
+    cg_printf(&c->s, "__device__ const unsigned short kf_gelu_tab_src[%u] = {", GELU_TAB_N);
+    for (uint32_t n = 0; n < GELU_TAB_N; n++) {
+        uint32_t w = ((GELU_TAB_LO + n / 2) | (n % 2 ? 0x8000u : 0u)) << 16;
+        float xf;
+        memcpy(&xf, &w, sizeof xf);
+        double x = xf;
+        /* ir/eval.c's gelu, rounded as the reference stores it */
+        unsigned short y = bf16_bits(0.5 * x * erfc(-x * 0.70710678118654752440));
+        cg_printf(&c->s, "%s0x%x,", n % 16 ? "" : "\n", y);
+    }
+    cg_printf(
+        &c->s,
+        "};\n__shared__ unsigned short kf_gelu_tab[%u];\n"
+        "#define KF_SETUP() kf_gelu_tab_fill()\n"
+        "__device__ __forceinline__ void kf_gelu_tab_fill() {\n"
+        "    for (int i = threadIdx.x; i < %u; i += blockDim.x)\n"
+        "        kf_gelu_tab[i] = kf_gelu_tab_src[i];\n"
+        "    __syncthreads();\n}\n"
+        "/* The table index of bf16 bits u (0..0xffff); in range when below %uu. */\n"
+        "__device__ __forceinline__ unsigned kf_gelu_idx(unsigned u) {\n"
+        "    return (((u << 1) & 0xfffeu) | (u >> 15)) - 0x%xu;\n}\n"
+        "/* gelu of a bf16 value, rounded to bf16: the reference's result. */\n"
+        "__device__ __forceinline__ float kf_gelu_bf16(float x) {\n"
+        "    const unsigned u = __float_as_uint(x) >> 16, d = kf_gelu_idx(u), m = u & 0x7fffu;\n"
+        "    if (d < %uu)\n"
+        "        return __uint_as_float((unsigned)kf_gelu_tab[d] << 16);\n"
+        "    if (m < 0x%xu)\n        return kf_round_bf16(0.5f * x); /* tiny, zero */\n"
+        "    if (u < 0x8000u || m > 0x7f80u)\n        return x; /* large, +inf, NaN */\n"
+        "    return m == 0x7f80u ? __int_as_float(0x7fc00000) : -0.0f; /* -inf: NaN */\n"
+        "}\n"
+        "/* VV of them: a table lookup each (the index clamped into the table, so\n"
+        " * the load needs no branch), the formulas for a value outside it. */\n"
+        "template <int VV> __device__ __forceinline__ void kf_gelu_bf16_v(float *d, const float "
+        "*a) {\n"
+        "#pragma unroll\n"
+        "    for (int k = 0; k < VV; k++) {\n"
+        "        const unsigned i = kf_gelu_idx(__float_as_uint(a[k]) >> 16);\n"
+        "        const float t = __uint_as_float((unsigned)kf_gelu_tab[min(i, %uu)] << 16);\n"
+        "        d[k] = __builtin_expect(i < %uu, 1) ? t : kf_gelu_bf16(a[k]);\n"
+        "    }\n"
+        "}\n",
+        GELU_TAB_N, GELU_TAB_N, GELU_TAB_N, 2u * GELU_TAB_LO, GELU_TAB_N, GELU_TAB_LO,
+        GELU_TAB_N - 1, GELU_TAB_N);
+}
+
+/* Node s holds a bf16 value exactly: a load of a bf16 buffer, or an op result
+ * rounded to bf16 here. */
+bool cg_exact_bf16(const cg *c, uint32_t s) {
+    const kf_expr *a = &c->g->expr[s];
+    if (a->dtype != KF_DTYPE_BF16)
+        return false;
+    if (c->param[s] >= 0) {
+        const kf_cuda_param *p = &c->k->params[c->param[s]];
+        return p->kind == KF_CUDA_PARAM_IN && p->dtype == KF_DTYPE_BF16;
+    }
+    return !c->ov[s][0] && a->kind == KF_EXPR_OP && a->tensor != KF_NONE;
+}
+
+/* The bf16x2 form of node i (kf_bf16x2's OP: 0 add, 1 sub, 2 mul), or -1: a
+ * bf16 add/sub/mul rounded to bf16 whose operands both hold bf16 values. */
+static int packed_op(const cg *c, uint32_t i) {
+    const kf_expr *e = &c->g->expr[i];
+    if (e->kind != KF_EXPR_OP || e->dtype != KF_DTYPE_BF16 || e->tensor == KF_NONE || c->ov[i][0])
+        return -1;
+    int op = e->op == KF_OP_ADD ? 0 : e->op == KF_OP_SUB ? 1 : e->op == KF_OP_MUL ? 2 : -1;
+    if (op < 0 || !cg_exact_bf16(c, e->src[0]) || !cg_exact_bf16(c, e->src[1]))
+        return -1;
+    return op;
+}
+
+/* Node i is an f16/bf16 op result rounded here (cg_round_fn) and stored to a
+ * buffer of its dtype: cg_emit_nodes also gives its value before the rounding,
+ * vNu, and the store converts that (one cvt.rn per two values) instead of
+ * rounding to vN and converting vN again. Rounding twice to the same format
+ * is rounding once, so the stored bits are the same; vN is left to the
+ * compiler to drop when nothing else reads it. On an H200, a bf16 rms_norm
+ * over 65536 x 4096 took 0.278 ms instead of 0.300. Not for the gelu table's
+ * or a packed op's results, which are exact bf16 already. */
+bool cg_raw_of(const cg *c, uint32_t i, bool arr) {
+    const kf_expr *e = &c->g->expr[i];
+    return c->stored[i] && !c->ov[i][0] && e->kind == KF_EXPR_OP && e->tensor != KF_NONE &&
+           cg_round_fn(e->dtype) && !gelu_tab_node(c, i, true) && !(arr && packed_op(c, i) >= 0);
+}
+
+/* One statement per needed node, in node order: `const T vN = ...;`. The
+ * coordinate nodes and loads come from c->ov; `coord` gives the coordinate of
+ * axis d of a space (a string), `ind` the indentation.
+ *
+ * `arr`: the statements stand outside the chunk's k loop, one array of VV
+ * values per node (`T vN[VV];` and a k loop filling it), so that a bf16
+ * add/sub/mul (packed_op) computes two elements per instruction through
+ * kf_bf16x2. Element k of every node depends only on element k of its
+ * operands, so this is the element loop with its two loops swapped; the
+ * compiler unrolls both to the same straight-line code, less the packed
+ * pairs. */
+
+void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr) {
+    const kf_group *g = c->g;
+    const char *ix = arr ? "[k]" : "";
+    for (uint32_t i = 0; i < c->n && c->st == KF_OK; i++) {
+        if (!c->need[i])
+            continue;
+        const kf_expr *e = &g->expr[i];
+        const char *rt = cg_reg_type(e->dtype);
+        const char *rnd = e->tensor != KF_NONE ? cg_round_fn(e->dtype) : NULL;
+        if (arr && gelu_tab_node(c, i, true)) {
+            cg_printf(&c->s, "%s%s v%u[VV];\n%skf_gelu_bf16_v<VV>(v%u, v%u);\n", ind, rt, i, ind, i,
+                      e->src[0]);
+            continue;
+        }
+        int pk = arr ? packed_op(c, i) : -1;
+        if (pk >= 0) {
+            cg_printf(&c->s, "%s%s v%u[VV];\n%skf_bf16x2<%d, VV>(v%u, v%u, v%u);\n", ind, rt, i,
+                      ind, pk, i, e->src[0], e->src[1]);
+            continue;
+        }
+        /* cg_raw_of: the op's value is vNu, and vN its rounding (after the switch) */
+        const bool raw = cg_raw_of(c, i, arr);
+        const char *sfx = raw ? "u" : "";
+        if (raw)
+            rnd = NULL;
+        if (arr)
+            cg_printf(&c->s,
+                      "%s%s v%u%s[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    "
+                      "v%u%s[k] = ",
+                      ind, rt, i, sfx, ind, ind, i, sfx);
+        else
+            cg_printf(&c->s, "%sconst %s v%u%s = ", ind, rt, i, sfx);
+        /* operand references */
+        char a[3][24];
+        for (int j = 0; j < 3; j++)
+            snprintf(a[j], sizeof a[j], "v%u%s", e->kind == KF_EXPR_OP ? e->src[j] : 0u, ix);
+        if (c->ov[i][0]) {
+            cg_printf(&c->s, "(%s)(%s);\n", rt, c->ov[i]);
+            continue;
+        }
+        int rank = e->space == KF_SPACE_ROW ? g->row_rank : g->rank;
+        switch (e->kind) {
+        case KF_EXPR_CONST:
+            cg_emit_const(c, e->dtype, e->value);
+            break;
+        case KF_EXPR_INDEX:
+        case KF_EXPR_ROW:
+        case KF_EXPR_COL:
+        case KF_EXPR_BATCH:
+        case KF_EXPR_HEAD:
+        case KF_EXPR_Q_IDX:
+        case KF_EXPR_KV_IDX: {
+            int axis = e->kind == KF_EXPR_INDEX   ? e->axis
+                       : e->kind == KF_EXPR_ROW   ? rank - 2
+                       : e->kind == KF_EXPR_COL   ? rank - 1
+                       : e->kind == KF_EXPR_BATCH ? rank - 4
+                       : e->kind == KF_EXPR_HEAD  ? rank - 3
+                       : e->kind == KF_EXPR_Q_IDX ? rank - 2
+                                                  : rank - 1;
+            if (axis < 0)
+                cg_printf(&c->s, "(%s)0", rt);
+            else
+                cg_printf(&c->s, "(%s)(%s)", rt, coord(user, e->space, axis));
+            break;
+        }
+        case KF_EXPR_STAT:
+            if (rnd)
+                cg_printf(&c->s, "%s((float)st.%s)", rnd, stat_field(e->stat));
+            else
+                cg_printf(&c->s, "(%s)st.%s", rt, stat_field(e->stat));
+            break;
+        case KF_EXPR_OP: {
+            kf_op op = e->op;
+            if (gelu_tab_node(c, i, true)) {
+                cg_printf(&c->s, "kf_gelu_bf16(%s)", a[0]);
+                break;
+            }
+            if (rnd)
+                cg_printf(&c->s, "%s(", rnd);
+            if (op == KF_OP_CAST) {
+                kf_dtype from = g->expr[e->src[0]].dtype;
+                if (e->dtype == KF_DTYPE_BOOL)
+                    cg_printf(&c->s, "(%s != 0)", a[0]);
+                else if (from == KF_DTYPE_BOOL)
+                    cg_printf(&c->s, "(%s)(%s ? 1 : 0)", rt, a[0]);
+                else
+                    cg_printf(&c->s, "(%s)%s", rt, a[0]);
+            } else if (op == KF_OP_WHERE) {
+                cg_printf(&c->s, "(%s ? %s : %s)", a[0], a[1], a[2]);
+            } else if (kf_op_has(op, KF_TRAIT_COMPARE)) {
+                cg_printf(&c->s, "(%s %s %s)", a[0], op_fn(op), a[1]);
+            } else if (kf_op_has(op, KF_TRAIT_BINARY) && op_fn(op)) {
+                cg_printf(&c->s, "%s(%s, %s)", op_fn(op), a[0], a[1]);
+            } else if (kf_op_has(op, KF_TRAIT_UNARY) && op_fn(op)) {
+                cg_printf(&c->s, "%s(%s)", op_fn(op), a[0]);
+            } else {
+                cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): op %s has no CUDA form", g->id,
+                        g->name, kf_op_get(op)->name);
+            }
+            if (rnd)
+                cg_puts(&c->s, ")");
+            break;
+        }
+        default:
+            cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): a %s node in a %s kernel", g->id,
+                    g->name, kf_expr_kind_name(e->kind), kf_cuda_template_name(c->k->tmpl));
+            break;
+        }
+        cg_puts(&c->s, ";\n");
+        if (raw && arr)
+            cg_printf(&c->s,
+                      "%s%s v%u[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u[k] "
+                      "= %s(v%uu[k]);\n",
+                      ind, rt, i, ind, ind, i, cg_round_fn(e->dtype), i);
+        else if (raw)
+            cg_printf(&c->s, "%sconst %s v%u = %s(v%uu);\n", ind, rt, i, cg_round_fn(e->dtype), i);
+    }
+}
