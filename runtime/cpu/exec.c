@@ -11,7 +11,8 @@
  * (expf, tanhf, erfcf, powf, ...) resolve from the process. The arena holds
  * every materialized tensor that the caller did not bind; slots of tensors
  * whose live ranges (writer group .. last reader group) do not overlap share
- * bytes. Graph outputs keep their own slots (used when the caller leaves one
+ * bytes (runtime/arena.h places them, as it does for the CUDA executor).
+ * Graph outputs keep their own slots (used when the caller leaves one
  * unbound), so a run never reads a half-overwritten output.
  */
 #include "runtime/cpu/cpu.h"
@@ -30,6 +31,7 @@
 #include <string.h>
 
 #include "codegen/llvm/codegen_llvm.h"
+#include "runtime/arena.h"
 #include "runtime/cache.h"
 #include "runtime/cpu/pool.h"
 
@@ -136,13 +138,13 @@ static kf_status plan_arena(kf_cpu_exec *x) {
     uint32_t n = g->n_nodes;
     int64_t *first = kf_mem_alloc(&x->mem, sizeof(int64_t) * n);
     int64_t *last = kf_mem_alloc(&x->mem, sizeof(int64_t) * n);
-    uint32_t *order = kf_mem_alloc(&x->mem, sizeof(uint32_t) * n);
     bool *is_out = kf_mem_calloc(&x->mem, n, sizeof(bool));
-    if (!first || !last || !order || !is_out) {
+    kf_arena_item *items = kf_mem_alloc(&x->mem, sizeof *items * n);
+    if (!first || !last || !is_out || !items) {
         kf_mem_free(&x->mem, first, sizeof(int64_t) * n);
         kf_mem_free(&x->mem, last, sizeof(int64_t) * n);
-        kf_mem_free(&x->mem, order, sizeof(uint32_t) * n);
         kf_mem_free(&x->mem, is_out, n * sizeof(bool));
+        kf_mem_free(&x->mem, items, sizeof *items * n);
         return KF_ERR_OUT_OF_MEMORY;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -188,56 +190,30 @@ static kf_status plan_arena(kf_cpu_exec *x) {
                 note_use(plan, last, plan->groups[vg].view_base, gi);
         }
     }
-    /* Tensors that get a slot, largest first; first fit against overlapping ones. */
+    /* Every tensor a kernel writes gets a slot, in id order (the order breaks
+     * ties between equal sizes); an output's range runs past every group, so
+     * nothing placed after it overwrites it. */
     uint32_t m = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (first[i] >= 0)
-            order[m++] = i;
-    for (uint32_t a = 1; a < m; a++) { /* insertion sort: deterministic, m is small */
-        uint32_t v = order[a];
-        size_t sv = tensor_bytes(g->nodes[v]);
-        uint32_t b = a;
-        while (b > 0 && tensor_bytes(g->nodes[order[b - 1]]) < sv) {
-            order[b] = order[b - 1];
-            b--;
-        }
-        order[b] = v;
+    for (uint32_t i = 0; i < n; i++) {
+        if (first[i] < 0)
+            continue;
+        items[m].bytes = tensor_bytes(g->nodes[i]);
+        items[m].first = first[i];
+        items[m].last = is_out[i] ? INT64_MAX : (last[i] > first[i] ? last[i] : first[i]);
+        m++;
     }
     /* KF_CPU_NO_REUSE=1 (a debugging switch): every tensor keeps its own
      * slot, so all intermediates can be inspected after a run. */
     const char *nr = getenv("KF_CPU_NO_REUSE");
     bool no_reuse = nr && *nr && *nr != '0';
-    size_t total = 0;
-    for (uint32_t a = 0; a < m; a++) {
-        uint32_t t = order[a];
-        size_t sz = (tensor_bytes(g->nodes[t]) + 63) & ~(size_t)63;
-        int64_t lo = first[t], hi = is_out[t] ? INT64_MAX : (last[t] > lo ? last[t] : lo);
-        size_t off = 0;
-        for (bool moved = true; moved;) {
-            moved = false;
-            for (uint32_t b = 0; b < a; b++) {
-                uint32_t u = order[b];
-                int64_t ulo = first[u],
-                        uhi = is_out[u] ? INT64_MAX : (last[u] > ulo ? last[u] : ulo);
-                if (!no_reuse && (uhi < lo || hi < ulo))
-                    continue; /* not live together */
-                size_t us = (tensor_bytes(g->nodes[u]) + 63) & ~(size_t)63;
-                size_t uoff = (size_t)x->slot[u];
-                if (off < uoff + us && uoff < off + sz) {
-                    off = uoff + us;
-                    moved = true;
-                }
-            }
-        }
-        x->slot[t] = (int64_t)off;
-        if (off + sz > total)
-            total = off + sz;
-    }
-    x->arena_size = total;
+    x->arena_size = kf_arena_layout(&x->mem, items, m, 64, no_reuse, NULL);
+    for (uint32_t i = 0, k = 0; i < n; i++)
+        if (first[i] >= 0)
+            x->slot[i] = (int64_t)items[k++].offset;
     kf_mem_free(&x->mem, first, sizeof(int64_t) * n);
     kf_mem_free(&x->mem, last, sizeof(int64_t) * n);
-    kf_mem_free(&x->mem, order, sizeof(uint32_t) * n);
     kf_mem_free(&x->mem, is_out, n * sizeof(bool));
+    kf_mem_free(&x->mem, items, sizeof *items * n);
     return KF_OK;
 }
 
