@@ -54,9 +54,9 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
         if (why && strncmp(why, lib, n) == 0 && strncmp(why + n, ": ", 2) == 0)
             why += n + 2;
         return kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                    "no CUDA driver (%s not found: %s); use the CPU target, or install the "
-                    "NVIDIA driver on a machine with a GPU",
-                    lib, why ? why : "dlopen failed");
+                          "no CUDA driver (%s not found: %s); use the CPU target, or install the "
+                          "NVIDIA driver on a machine with a GPU",
+                          lib, why ? why : "dlopen failed");
     }
     kf_cuda_driver *d = kf_mem_calloc(mem, 1, sizeof *d);
     if (!d) {
@@ -80,25 +80,25 @@ kf_status kf_cuda_driver_load(const kf_mem *mem, const char *lib, kf_cuda_driver
     kf_status st = KF_OK;
     if (missing) {
         st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                  "the CUDA driver %s has no %s: it is too old for kfuse (or not a driver); "
-                  "update the NVIDIA driver",
-                  lib, missing);
+                        "the CUDA driver %s has no %s: it is too old for kfuse (or not a driver); "
+                        "update the NVIDIA driver",
+                        lib, missing);
         goto fail;
     }
     kf_cu_result r = d->cuInit(0);
     if (r == CU_STUB_LIBRARY) {
         st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                  "no CUDA driver: %s is the CUDA toolkit's stub library, which only "
-                  "satisfies the linker; take the toolkit's lib64/stubs out of "
-                  "LD_LIBRARY_PATH, or install the NVIDIA driver",
-                  lib);
+                        "no CUDA driver: %s is the CUDA toolkit's stub library, which only "
+                        "satisfies the linker; take the toolkit's lib64/stubs out of "
+                        "LD_LIBRARY_PATH, or install the NVIDIA driver",
+                        lib);
         goto fail;
     }
     if (r == CU_NO_DEVICE) {
         st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                  "no CUDA device: the driver %s loaded but sees no GPU (check "
-                  "CUDA_VISIBLE_DEVICES and nvidia-smi); use the CPU target",
-                  lib);
+                        "no CUDA device: the driver %s loaded but sees no GPU (check "
+                        "CUDA_VISIBLE_DEVICES and nvidia-smi); use the CPU target",
+                        lib);
         goto fail;
     }
     if (r != CU_SUCCESS) {
@@ -227,8 +227,8 @@ kf_status kf_cuda_device_open(const kf_cuda_driver *drv, int ordinal, kf_cuda_de
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_device_open: NULL driver");
     if (ordinal < 0 || ordinal >= drv->device_count)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                    "CUDA device %d does not exist: this machine has %d (devices 0..%d)", ordinal,
-                    drv->device_count, drv->device_count - 1);
+                          "CUDA device %d does not exist: this machine has %d (devices 0..%d)",
+                          ordinal, drv->device_count, drv->device_count - 1);
     out->drv = drv;
     out->ordinal = ordinal;
     kf_status st =
@@ -310,7 +310,8 @@ kf_status kf_cuda_module_set_u32(const kf_cuda_device *dev, kf_cu_module mod, co
     if (st != KF_OK)
         return st;
     if (bytes != sizeof value)
-        return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': the module's %s is %zu bytes, not %zu",
+        return kf_msg_set(err, KF_ERR_INTERNAL,
+                          "kernel '%s': the module's %s is %zu bytes, not %zu",
                           kernel ? kernel : "?", symbol, bytes, sizeof value);
     snprintf(call, sizeof call, "cuMemcpyHtoD(%s)", symbol);
     return kf_cuda_check(dev->drv, dev->drv->cuMemcpyHtoD(ptr, &value, sizeof value), call, kernel,
@@ -332,7 +333,8 @@ kf_status kf_cuda_function(const kf_cuda_device *dev, kf_cu_module mod, const ch
 kf_status kf_cuda_function_set_shared(const kf_cuda_device *dev, kf_cu_function fn, unsigned bytes,
                                       const char *kernel, char *err) {
     if (!fn)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_function_set_shared: NULL function");
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "kf_cuda_function_set_shared: NULL function");
     if (bytes > 0x7fffffffu)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                           "kernel '%s': %u bytes of dynamic shared memory", kernel ? kernel : "?",

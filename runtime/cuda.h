@@ -62,8 +62,8 @@ typedef unsigned long long kf_cu_deviceptr;
     X(cuModuleGetFunction, "cuModuleGetFunction", NULL,                                            \
       (kf_cu_function * fn, kf_cu_module mod, const char *name))                                   \
     X(cuModuleGetGlobal, "cuModuleGetGlobal_v2", NULL,                                             \
-      (kf_cu_deviceptr * ptr, size_t *bytes, kf_cu_module mod, const char *name))                  \
-    X(cuFuncSetAttribute, "cuFuncSetAttribute", NULL,                                            \
+      (kf_cu_deviceptr * ptr, size_t * bytes, kf_cu_module mod, const char *name))                 \
+    X(cuFuncSetAttribute, "cuFuncSetAttribute", NULL,                                              \
       (kf_cu_function fn, int attribute, int value))                                               \
     X(cuLaunchKernel, "cuLaunchKernel", NULL,                                                      \
       (kf_cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,         \
@@ -129,7 +129,7 @@ typedef struct kf_cuda_device {
     int cc_major, cc_minor;
     int sm_count;
     char name[128];
-    char arch[KF_ARCH_MAX]; /* kf_cuda_arch_for(cc) */
+    char arch[KF_ARCH_MAX];  /* kf_cuda_arch_for(cc) */
     bool stream_evict_first; /* kf_cuda_stream_evict_first(name) */
 } kf_cuda_device;
 
