@@ -189,21 +189,22 @@ static void test_a_module_global_is_set_after_loading(void **state) {
     assert_int_equal(kf_cuda_stream_create(&G.dev, &s, err), KF_OK);
     const unsigned values[] = {1u, 0u, 7u};
     for (int i = 0; i < 3; i++) {
-        if (kf_cuda_module_set_u32(&G.dev, mod, "kf_stream_ef", values[i], "kf_read_flag", err) != KF_OK)
+        if (kf_cuda_module_set_u32(&G.dev, mod, "kf_stream_ef", values[i], "kf_read_flag", err) !=
+            KF_OK)
             fail_msg("%s", err);
         int got = -1;
         assert_int_equal(kf_cuda_copy_to_device(&G.dev, d, &got, sizeof got, err), KF_OK);
         void *params[] = {&d};
-        kf_cuda_launch_cfg cfg = {.grid = {1, 1, 1}, .block = {1, 1, 1}, .stream = s,
-                                  .kernel = "kf_read_flag"};
+        kf_cuda_launch_cfg cfg = {
+            .grid = {1, 1, 1}, .block = {1, 1, 1}, .stream = s, .kernel = "kf_read_flag"};
         assert_int_equal(kf_cuda_launch(&G.dev, fn, &cfg, params, err), KF_OK);
         assert_int_equal(kf_cuda_stream_sync(&G.dev, s, "kf_read_flag", err), KF_OK);
         assert_int_equal(kf_cuda_copy_to_host(&G.dev, &got, d, sizeof got, err), KF_OK);
         assert_int_equal(got, (int)values[i]);
     }
     /* no such symbol: nothing to set */
-    assert_int_equal(kf_cuda_module_set_u32(&G.dev, mod, "kf_no_such_global", 1u, "kf_read_flag", err),
-                     KF_OK);
+    assert_int_equal(
+        kf_cuda_module_set_u32(&G.dev, mod, "kf_no_such_global", 1u, "kf_read_flag", err), KF_OK);
     /* the device's own choice follows its name */
     assert_int_equal(G.dev.stream_evict_first, kf_cuda_stream_evict_first(G.dev.name));
     fprintf(stderr, "%s: streamed reads %s\n", G.dev.name,
