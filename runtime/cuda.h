@@ -12,8 +12,11 @@
  * handlers that outlive an unload, and dlopen handles are reference-counted,
  * so each context simply holds one more reference.
  *
- * The driver's types are declared here (ABI-compatible with cuda.h), so this
- * layer builds without the toolkit's headers. Every failure is a kf_status
+ * The driver's types are declared here (ABI-compatible with cuda.h; test_cuda
+ * checks them against the toolkit's header), so this layer builds without the
+ * toolkit's headers. Entry points newer than kfuse's baseline (cluster
+ * launches, tensor maps, CUDA graphs) are optional: NULL in the table on a
+ * driver without them, and the wrapper that needs one says so. Every failure is a kf_status
  * with a message holding the driver's error name and string, the call, and the
  * kernel's name where one applies.
  */
