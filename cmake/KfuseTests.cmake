@@ -95,6 +95,16 @@ foreach(_src IN LISTS KF_SUITE_SOURCES)
                                              SKIP_RETURN_CODE 77)
 endforeach()
 
+# test_cuda checks the driver types runtime/cuda.h declares against the
+# toolkit's cuda.h, when there is one (the library itself never includes it).
+if(TARGET test_cuda AND CUDAToolkit_FOUND)
+    find_path(KF_TOOLKIT_CUDA_H_DIR cuda.h HINTS ${CUDAToolkit_INCLUDE_DIRS} NO_DEFAULT_PATH)
+    if(KF_TOOLKIT_CUDA_H_DIR)
+        target_include_directories(test_cuda SYSTEM PRIVATE "${KF_TOOLKIT_CUDA_H_DIR}")
+        target_compile_definitions(test_cuda PRIVATE KF_TEST_TOOLKIT_CUDA_H=1)
+    endif()
+endif()
+
 # ---------------------------------------------------------------------------
 # The CLI: every example round-trips through `kfuse print` and evaluates; the
 # error paths exit with the documented codes and messages.

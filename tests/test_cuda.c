@@ -2,14 +2,22 @@
  * test_cuda.c -- the Driver API layer on any machine, GPU or not: the loader's
  * answer when there is no driver (or only the toolkit's stub), the context's
  * lazy, once-only, thread-safe load, architecture dispatch, and the library
- * working for everything else without a driver. The GPU part (module load,
- * launch, compare) is test_cuda_gpu.c.
+ * working for everything else without a driver; the driver types cuda.h
+ * declares, checked against the toolkit's cuda.h where there is one; which
+ * entry points the table requires and which it leaves NULL; the launch and
+ * tensor-map checks that run before the driver; and the sm_90a cluster and
+ * TMA kernels of kf_hopper_kernels.c compiling with NVRTC. The GPU part
+ * (module load, launch, compare) is test_cuda_gpu.c.
  */
+#define _GNU_SOURCE 1 /* memmem */
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "kf_hopper_kernels.h"
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda.h"
@@ -170,6 +178,391 @@ static void test_a_context_with_a_failing_allocator_still_answers(void **state) 
     assert_int_equal(ta.bad_frees, 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The entry-point table                                                      */
+/* ------------------------------------------------------------------------ */
+
+static bool any_optional_set(const kf_cuda_driver *d) {
+    bool any = false;
+#define KF_ANY(field, sym, alt, params) any = any || d->field != NULL;
+    KF_CUDA_DRIVER_OPTIONAL_FUNCS(KF_ANY)
+#undef KF_ANY
+    return any;
+}
+
+static void test_a_library_without_the_optional_entry_points_leaves_them_null(void **state) {
+    (void)state;
+    /* The test binary itself: no cu* symbol at all. */
+    void *self = dlopen(NULL, RTLD_NOW);
+    assert_non_null(self);
+    kf_cuda_driver d;
+    memset(&d, 0xA5, sizeof d);
+    const char *missing = kf_cuda_driver_resolve(self, &d);
+    assert_non_null(missing);
+    assert_string_equal(missing, "cuInit"); /* the first required one */
+    assert_false(any_optional_set(&d));
+    assert_null(d.cuLaunchKernelEx);
+    assert_null(d.cuTensorMapEncodeTiled);
+    assert_null(d.cuGraphAddKernelNode);
+    dlclose(self);
+}
+
+static void test_the_toolkit_stub_fills_every_entry_point_required_and_optional(void **state) {
+    (void)state;
+    /* The stub exports every symbol a driver of its version has (its cuInit
+     * only says "stub"), so it shows the symbol names are right. */
+    const char *stubs[] = {"/usr/local/cuda/lib64/stubs/libcuda.so",
+                           "/usr/local/cuda/lib/stubs/libcuda.so"};
+    void *h = NULL;
+    for (size_t i = 0; i < 2 && !h; i++)
+        h = dlopen(stubs[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "no CUDA toolkit stub at /usr/local/cuda: skipped\n");
+        skip();
+    }
+    kf_cuda_driver d;
+    memset(&d, 0, sizeof d);
+    assert_null(kf_cuda_driver_resolve(h, &d));
+#define KF_SET(field, sym, alt, params)                                                            \
+    if (!d.field)                                                                                  \
+        fail_msg("the stub has no %s", sym);
+    KF_CUDA_DRIVER_FUNCS(KF_SET)
+    KF_CUDA_DRIVER_OPTIONAL_FUNCS(KF_SET)
+#undef KF_SET
+    /* The graph node takes the _v2 params struct: the _v2 symbol is chosen. */
+    void *v2 = dlsym(h, "cuGraphAddKernelNode_v2");
+    void *field;
+    memcpy(&field, &d.cuGraphAddKernelNode, sizeof field);
+    assert_ptr_equal(field, v2);
+    dlclose(h);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Launch shapes                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void test_a_launch_without_a_cluster_is_a_plain_launch(void **state) {
+    (void)state;
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_launch_cfg cfg = {.grid = {5, 3, 2}, .block = {32, 4, 2}, .kernel = "k"};
+    assert_int_equal(kf_cuda_launch_check(&cfg, err), KF_OK);
+    assert_false(kf_cuda_launch_has_cluster(&cfg)); /* all 0s */
+    cfg.cluster[0] = cfg.cluster[1] = cfg.cluster[2] = 1;
+    assert_false(kf_cuda_launch_has_cluster(&cfg)); /* all 1s */
+    cfg.cluster[1] = 0;
+    assert_false(kf_cuda_launch_has_cluster(&cfg));
+    cfg.cluster[2] = 2;
+    assert_true(kf_cuda_launch_has_cluster(&cfg));
+    assert_int_equal(kf_cuda_launch_check(&cfg, err), KF_OK); /* z = 2 is whole clusters */
+    assert_false(kf_cuda_launch_has_cluster(NULL));
+}
+
+static void test_a_grid_of_partial_clusters_is_refused_naming_the_dimension(void **state) {
+    (void)state;
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_launch_cfg cfg = {
+        .grid = {6, 3, 2}, .block = {128, 1, 1}, .cluster = {2, 1, 1}, .kernel = "kf_gemm"};
+    assert_int_equal(kf_cuda_launch_check(&cfg, err), KF_OK);
+    cfg.grid[0] = 5;
+    assert_int_equal(kf_cuda_launch_check(&cfg, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "kernel 'kf_gemm'"));
+    assert_non_null(strstr(err, "grid x = 5 is not a multiple of the cluster's x = 2"));
+    assert_non_null(strstr(err, "cluster 2x1x1"));
+    cfg.grid[0] = 6;
+    cfg.cluster[1] = 2;
+    assert_int_equal(kf_cuda_launch_check(&cfg, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "grid y = 3"));
+    cfg.cluster[1] = 3;
+    cfg.cluster[2] = 4;
+    assert_int_equal(kf_cuda_launch_check(&cfg, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "grid z = 2"));
+}
+
+static void test_a_zero_grid_or_block_dimension_is_refused(void **state) {
+    (void)state;
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_launch_cfg cfg = {.grid = {4, 0, 1}, .block = {64, 1, 1}, .kernel = "k"};
+    assert_int_equal(kf_cuda_launch_check(&cfg, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "grid y is 0"));
+    cfg.grid[1] = 1;
+    cfg.block[2] = 0;
+    assert_int_equal(kf_cuda_launch_check(&cfg, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "block z is 0"));
+    assert_int_equal(kf_cuda_launch_check(NULL, err), KF_ERR_INVALID_ARGUMENT);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensor-map descriptions                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* A 2-D bf16 [512, 1000] operand, loaded as 64 x 64 boxes with SWIZZLE_128B:
+ * a Hopper GEMM's A tile. */
+static kf_cuda_tmap_desc good_desc(void) {
+    kf_cuda_tmap_desc d = {
+        .dtype = KF_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        .rank = 2,
+        .dims = {1000, 512},
+        .strides = {2048}, /* rows padded to 1024 elements */
+        .box = {64, 64},
+        .swizzle = KF_CU_TENSOR_MAP_SWIZZLE_128B,
+        .name = "A",
+    };
+    return d;
+}
+
+/* Each bad desc is refused, and the message names the field. */
+static void expect_refused(const kf_cuda_tmap_desc *d, kf_cu_deviceptr base, kf_status want,
+                           const char *needle) {
+    char err[KF_MSG_MAX] = "";
+    kf_status st = kf_cuda_tmap_check(d, base, err);
+    if (st != want || !strstr(err, needle))
+        fail_msg("want status %d and \"%s\" in the message; got %d: %s", want, needle, st, err);
+    if (d && d->name)
+        assert_non_null(strstr(err, "tensor map 'A'"));
+}
+
+static void test_a_valid_tensor_map_description_passes(void **state) {
+    (void)state;
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_tmap_desc d = good_desc();
+    const kf_cu_deviceptr base = 0x7f0000000000ull;
+    assert_int_equal(kf_cuda_tmap_check(&d, base, err), KF_OK);
+    /* f32 without swizzle, rank 1, rank 5; elem_strides 0 read as 1. */
+    kf_cuda_tmap_desc f = {
+        .dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT32, .rank = 1, .dims = {100}, .box = {4}};
+    assert_int_equal(kf_cuda_tmap_check(&f, base + 16, err), KF_OK);
+    kf_cuda_tmap_desc r5 = {.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                            .rank = 5,
+                            .dims = {32, 2, 3, 4, 5},
+                            .strides = {32, 64, 192, 768},
+                            .box = {16, 1, 1, 1, 1},
+                            .elem_strides = {1, 2, 1, 1, 8},
+                            .l2_promotion = KF_CU_TENSOR_MAP_L2_PROMOTION_L2_256B};
+    assert_int_equal(kf_cuda_tmap_check(&r5, base, err), KF_OK);
+    assert_int_equal(kf_cuda_tmap_dtype_size(KF_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16), 2);
+    assert_int_equal(kf_cuda_tmap_dtype_size(KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT64), 8);
+    assert_int_equal(kf_cuda_tmap_dtype_size(KF_CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B), 0);
+}
+
+static void test_each_bad_tensor_map_field_is_refused_by_name(void **state) {
+    (void)state;
+    const kf_cu_deviceptr base = 0x7f0000000000ull;
+    kf_cuda_tmap_desc d;
+    const kf_status BAD = KF_ERR_INVALID_ARGUMENT;
+
+    expect_refused(NULL, base, BAD, "NULL");
+    d = good_desc();
+    d.dtype = (kf_cu_tensor_map_data_type)16;
+    expect_refused(&d, base, BAD, "dtype = 16");
+    d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B;
+    expect_refused(&d, base, KF_ERR_UNSUPPORTED, "dtype = 14");
+    d = good_desc();
+    d.rank = 0;
+    expect_refused(&d, base, BAD, "rank = 0");
+    d.rank = 6;
+    expect_refused(&d, base, BAD, "rank = 6");
+    d = good_desc();
+    d.interleave = KF_CU_TENSOR_MAP_INTERLEAVE_16B; /* rank 2 */
+    expect_refused(&d, base, BAD, "interleaved map needs rank 3");
+    d.interleave = (kf_cu_tensor_map_interleave)3;
+    expect_refused(&d, base, BAD, "interleave = 3");
+    d = good_desc();
+    d.swizzle = (kf_cu_tensor_map_swizzle)7;
+    expect_refused(&d, base, BAD, "swizzle = 7");
+    d = good_desc();
+    d.l2_promotion = (kf_cu_tensor_map_l2_promotion)4;
+    expect_refused(&d, base, BAD, "l2_promotion = 4");
+    d = good_desc();
+    d.oob_fill = (kf_cu_tensor_map_oob_fill)2;
+    expect_refused(&d, base, BAD, "oob_fill = 2");
+    d = good_desc();
+    d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_UINT16;
+    d.oob_fill = KF_CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA;
+    expect_refused(&d, base, BAD, "oob_fill = NAN_REQUEST_ZERO_FMA needs a floating-point");
+
+    d = good_desc();
+    expect_refused(&d, 0, BAD, "base is NULL");
+    expect_refused(&d, base + 8, BAD, "16-byte aligned");
+    d.rank = 3;
+    d.dims[2] = 2;
+    d.strides[1] = 2048 * 512;
+    d.interleave = KF_CU_TENSOR_MAP_INTERLEAVE_32B;
+    d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_32B;
+    d.box[0] = 16;
+    d.box[2] = 1;
+    expect_refused(&d, base + 16, BAD, "32-byte aligned");
+    d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_128B;
+    expect_refused(&d, base, BAD, "interleave = 32B needs swizzle = 32B");
+
+    d = good_desc();
+    d.dims[1] = 0;
+    expect_refused(&d, base, BAD, "dims[1] = 0");
+    d.dims[1] = (1ull << 32) + 1;
+    expect_refused(&d, base, BAD, "dims[1] = 4294967297");
+    d = good_desc();
+    d.strides[0] = 2040;
+    expect_refused(&d, base, BAD, "strides[0] = 2040 bytes; a stride is a non-zero multiple of 16");
+    d.strides[0] = 0;
+    expect_refused(&d, base, BAD, "strides[0] = 0");
+    d.strides[0] = 1ull << 40;
+    expect_refused(&d, base, BAD, "below 2^40");
+    d.strides[0] = 1984; /* 992 elements: rows of 1000 would overlap */
+    expect_refused(&d, base, BAD, "strides[0] = 1984 bytes is less than a row");
+
+    d = good_desc();
+    d.box[1] = 0;
+    expect_refused(&d, base, BAD, "box[1] = 0");
+    d.box[1] = 257;
+    expect_refused(&d, base, BAD, "box[1] = 257; a box side is 1..256");
+    d = good_desc();
+    d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_NONE;
+    d.box[0] = 12; /* 24 bytes */
+    expect_refused(&d, base, BAD, "box[0] = 12 elements of 2 bytes is 24 bytes, not a multiple");
+    d = good_desc();
+    d.box[0] = 128; /* 256 bytes: wider than SWIZZLE_128B's span */
+    expect_refused(&d, base, BAD, "wider than the swizzle's 128-byte span");
+    d.box[0] = 32;
+    d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_32B; /* 64 bytes > 32 */
+    expect_refused(&d, base, BAD, "wider than the swizzle's 32-byte span");
+    d = good_desc();
+    d.elem_strides[1] = 9;
+    expect_refused(&d, base, BAD, "elem_strides[1] = 9");
+
+    /* Without a name the message still says what it is about. */
+    d = good_desc();
+    d.name = NULL;
+    d.box[0] = 0;
+    char err[KF_MSG_MAX] = "";
+    assert_int_equal(kf_cuda_tmap_check(&d, base, err), BAD);
+    assert_true(strncmp(err, "tensor map: box[0] = 0", 22) == 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The Hopper kernels compile (the GPU runs them in test_cuda_gpu)            */
+/* ------------------------------------------------------------------------ */
+
+static void compile_sm90a(const char *src, const char *kernel) {
+    kf_mem m;
+    kf_mem_resolve(&m, NULL);
+    kf_nvrtc_result r;
+    char err[KF_MSG_MAX] = "";
+    kf_nvrtc_options o = {.arch = "sm_90a", .kernel_name = kernel};
+    kf_status st = kf_nvrtc_compile(&m, src, strlen(src), &o, &r, err);
+    if (st == KF_ERR_UNSUPPORTED && strstr(err, "without NVRTC")) {
+        fprintf(stderr, "no NVRTC: skipped (%s)\n", err);
+        skip();
+    }
+    if (st != KF_OK) {
+        fprintf(stderr, "%s\n", r.log ? r.log : "(no log)");
+        kf_nvrtc_result_release(&m, &r);
+        fail_msg("%s", err);
+    }
+    assert_non_null(memmem(r.cubin, r.cubin_size, kernel, strlen(kernel)));
+    kf_nvrtc_result_release(&m, &r);
+}
+
+static void test_the_cluster_probe_kernel_compiles_for_sm90a(void **state) {
+    (void)state;
+    assert_int_equal(KF_PROBE_WORDS, 16); /* the kernel writes 16 words per block */
+    compile_sm90a(kf_cluster_probe_src, "kf_cluster_probe");
+}
+
+static void test_the_tma_tile_kernel_compiles_for_sm90a(void **state) {
+    (void)state;
+    compile_sm90a(kf_tma_tile_src, "kf_tma_tile_f32");
+}
+
+/* ------------------------------------------------------------------------ */
+/* The declared driver types against the toolkit's header                     */
+/* ------------------------------------------------------------------------ */
+
+/* Last in the file, on purpose: the toolkit's cuda.h #defines the versioned
+ * names (cuMemAlloc -> cuMemAlloc_v2, ...), which would rename the driver
+ * table's fields in any code after it. */
+#if KF_TEST_TOOLKIT_CUDA_H
+#include <cuda.h> /* the toolkit's, found by CMake (cmake/KfuseTests.cmake) */
+
+#define SAME_LAYOUT(ours, theirs)                                                                  \
+    do {                                                                                           \
+        assert_int_equal(sizeof(ours), sizeof(theirs));                                            \
+        assert_int_equal(_Alignof(ours), _Alignof(theirs));                                        \
+    } while (0)
+#define SAME_FIELD(ours, of, theirs, tf)                                                           \
+    do {                                                                                           \
+        assert_int_equal(offsetof(ours, of), offsetof(theirs, tf));                                \
+        assert_int_equal(sizeof(((ours *)0)->of), sizeof(((theirs *)0)->tf));                      \
+    } while (0)
+#endif
+
+static void test_declared_driver_types_match_the_toolkit_header(void **state) {
+    (void)state;
+#if KF_TEST_TOOLKIT_CUDA_H
+    SAME_LAYOUT(kf_cu_launch_attribute, CUlaunchAttribute);
+    SAME_FIELD(kf_cu_launch_attribute, id, CUlaunchAttribute, id);
+    SAME_FIELD(kf_cu_launch_attribute, value, CUlaunchAttribute, value);
+    SAME_FIELD(kf_cu_launch_attribute, value.cluster_dim, CUlaunchAttribute, value.clusterDim);
+    SAME_FIELD(kf_cu_launch_attribute, value.cluster_scheduling_policy, CUlaunchAttribute,
+               value.clusterSchedulingPolicyPreference);
+    assert_int_equal(KF_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+    assert_int_equal(KF_CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                     CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE);
+
+    SAME_LAYOUT(kf_cu_launch_config, CUlaunchConfig);
+    SAME_FIELD(kf_cu_launch_config, grid_x, CUlaunchConfig, gridDimX);
+    SAME_FIELD(kf_cu_launch_config, grid_y, CUlaunchConfig, gridDimY);
+    SAME_FIELD(kf_cu_launch_config, grid_z, CUlaunchConfig, gridDimZ);
+    SAME_FIELD(kf_cu_launch_config, block_x, CUlaunchConfig, blockDimX);
+    SAME_FIELD(kf_cu_launch_config, block_y, CUlaunchConfig, blockDimY);
+    SAME_FIELD(kf_cu_launch_config, block_z, CUlaunchConfig, blockDimZ);
+    SAME_FIELD(kf_cu_launch_config, shared_bytes, CUlaunchConfig, sharedMemBytes);
+    SAME_FIELD(kf_cu_launch_config, stream, CUlaunchConfig, hStream);
+    SAME_FIELD(kf_cu_launch_config, attrs, CUlaunchConfig, attrs);
+    SAME_FIELD(kf_cu_launch_config, num_attrs, CUlaunchConfig, numAttrs);
+
+    SAME_LAYOUT(kf_cu_kernel_node_params, CUDA_KERNEL_NODE_PARAMS_v2);
+    SAME_FIELD(kf_cu_kernel_node_params, func, CUDA_KERNEL_NODE_PARAMS_v2, func);
+    SAME_FIELD(kf_cu_kernel_node_params, grid_x, CUDA_KERNEL_NODE_PARAMS_v2, gridDimX);
+    SAME_FIELD(kf_cu_kernel_node_params, grid_y, CUDA_KERNEL_NODE_PARAMS_v2, gridDimY);
+    SAME_FIELD(kf_cu_kernel_node_params, grid_z, CUDA_KERNEL_NODE_PARAMS_v2, gridDimZ);
+    SAME_FIELD(kf_cu_kernel_node_params, block_x, CUDA_KERNEL_NODE_PARAMS_v2, blockDimX);
+    SAME_FIELD(kf_cu_kernel_node_params, block_y, CUDA_KERNEL_NODE_PARAMS_v2, blockDimY);
+    SAME_FIELD(kf_cu_kernel_node_params, block_z, CUDA_KERNEL_NODE_PARAMS_v2, blockDimZ);
+    SAME_FIELD(kf_cu_kernel_node_params, shared_bytes, CUDA_KERNEL_NODE_PARAMS_v2, sharedMemBytes);
+    SAME_FIELD(kf_cu_kernel_node_params, params, CUDA_KERNEL_NODE_PARAMS_v2, kernelParams);
+    SAME_FIELD(kf_cu_kernel_node_params, extra, CUDA_KERNEL_NODE_PARAMS_v2, extra);
+    SAME_FIELD(kf_cu_kernel_node_params, kern, CUDA_KERNEL_NODE_PARAMS_v2, kern);
+    SAME_FIELD(kf_cu_kernel_node_params, ctx, CUDA_KERNEL_NODE_PARAMS_v2, ctx);
+    /* The unversioned symbol's v1 struct is the prefix up to `extra`. */
+    assert_int_equal(offsetof(kf_cu_kernel_node_params, kern), sizeof(CUDA_KERNEL_NODE_PARAMS_v1));
+
+    SAME_LAYOUT(kf_cu_tensor_map, CUtensorMap);
+    assert_int_equal(sizeof(kf_cu_tensor_map), 128);
+    assert_int_equal(KF_CU_TENSOR_MAP_DATA_TYPE_UINT8, CU_TENSOR_MAP_DATA_TYPE_UINT8);
+    assert_int_equal(KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+    assert_int_equal(KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
+    assert_int_equal(KF_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    assert_int_equal(KF_CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ);
+    assert_int_equal(KF_CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B,
+                     CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B);
+    assert_int_equal(KF_CU_TENSOR_MAP_INTERLEAVE_32B, CU_TENSOR_MAP_INTERLEAVE_32B);
+    assert_int_equal(KF_CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_SWIZZLE_32B);
+    assert_int_equal(KF_CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_128B);
+    assert_int_equal(KF_CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B, CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B);
+    assert_int_equal(KF_CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    assert_int_equal(KF_CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
+    assert_int_equal(KF_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES);
+    assert_int_equal(KF_CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                     CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED);
+    assert_int_equal(sizeof(kf_cu_deviceptr), sizeof(CUdeviceptr));
+#else
+    fprintf(stderr, "no toolkit cuda.h at configure time: skipped\n");
+    skip();
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_missing_driver_is_unsupported_with_a_clear_message),
@@ -179,6 +572,16 @@ int main(void) {
         cmocka_unit_test(test_driver_errors_name_the_call_and_the_kernel),
         cmocka_unit_test(test_the_context_loads_the_driver_once_and_the_library_works_without_it),
         cmocka_unit_test(test_a_context_with_a_failing_allocator_still_answers),
+        cmocka_unit_test(test_declared_driver_types_match_the_toolkit_header),
+        cmocka_unit_test(test_a_library_without_the_optional_entry_points_leaves_them_null),
+        cmocka_unit_test(test_the_toolkit_stub_fills_every_entry_point_required_and_optional),
+        cmocka_unit_test(test_a_launch_without_a_cluster_is_a_plain_launch),
+        cmocka_unit_test(test_a_grid_of_partial_clusters_is_refused_naming_the_dimension),
+        cmocka_unit_test(test_a_zero_grid_or_block_dimension_is_refused),
+        cmocka_unit_test(test_a_valid_tensor_map_description_passes),
+        cmocka_unit_test(test_each_bad_tensor_map_field_is_refused_by_name),
+        cmocka_unit_test(test_the_cluster_probe_kernel_compiles_for_sm90a),
+        cmocka_unit_test(test_the_tma_tile_kernel_compiles_for_sm90a),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
