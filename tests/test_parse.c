@@ -514,6 +514,10 @@ static void check_rejects(const char *text, size_t len, kf_status want, const ch
     R(const_larger_than_cap, H "x = const(bf16[1024, 1024, 1024], 0)\n", KF_ERR_PARSE,         \
       "2:11: expected a const of at most 1024 MiB (make larger data a graph input), found "    \
       "'bf16[1024, 1024, 1024]'")                                                              \
+    R(keepdim_not_bool, X "y = reduce_sum(x, axis=0, keepdim=7)\n", KF_ERR_PARSE,              \
+      "3:35: expected true or false, found '7'")                                               \
+    R(transpose_b_not_bool, X "y = matmul(x, x, transpose_b=-1)\n", KF_ERR_PARSE,              \
+      "3:30: expected true or false, found '-1'")                                              \
     R(more_than_eight_dims, H "x = input(f32[1, 1, 1, 1, 1, 1, 1, 1, 1])\n", KF_ERR_PARSE,     \
       "2:39: expected ']' after at most 8 entries, found '1'")                                 \
     R(dims_missing_bracket, H "x = input(f32)\n", KF_ERR_PARSE, "2:14: expected '[', found ')'") \
