@@ -341,8 +341,9 @@ typedef struct kf_program kf_program;
  * every generated kernel is compiled by NVRTC through the context's disk cache
  * (honouring KF_FLAG_NO_CACHE / CACHE_READ_ONLY / CACHE_FAIL_ON_MISS: a miss is
  * then KF_ERR_NOT_FOUND naming the kernel) and GEMMs run through cuBLASLt,
- * both opened at run time. The graph must verify, and must outlive the
- * program (the program reads its constants and shapes); it is not modified.
+ * both opened at run time. The graph must verify; it is not modified. The
+ * program keeps its own copy of the graph (shapes, names, constant data), so
+ * the graph may be destroyed before the program, right after kf_compile.
  * On failure *out is NULL and the message is on the graph (kf_graph_error):
  * the graph's own error, KF_ERR_UNSUPPORTED (target not built into this
  * library -- the CPU target needs LLVM 19 at build time --, no CUDA driver,
