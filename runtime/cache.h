@@ -13,7 +13,13 @@
  *      length, payload CRC32C, header CRC32C) and the payload. An entry whose
  *      header, length or checksum does not agree is reported (KF_CACHE_EV_CORRUPT
  *      and a note naming the file and what is wrong), removed, and treated as a
- *      miss. It is never returned.
+ *      miss. It is never returned. Entries and locks are opened without following
+ *      links and without blocking (O_NOFOLLOW | O_NONBLOCK) and must be regular
+ *      files of this user: a symbolic link (to anything), a FIFO, a directory or
+ *      another user's file in an entry's place is a corrupt entry like any other
+ *      (the link itself is removed, never its target; a directory only when
+ *      empty), and in a lock's place it is removed at once instead of waited on.
+ *      kf_cache_list and kf_cache_verify report each one.
  *   3. Writes go to a temporary file in the same directory, are fsync'ed, renamed
  *      into place and the directory fsync'ed: a reader sees a whole entry or
  *      none, even across a crash.
