@@ -74,6 +74,15 @@ static void msg_reset(kf_cache_msg *msg) {
     msg->error[0] = 0;
     msg->note[0] = 0;
     msg->events = 0;
+    msg->store = KF_CACHE_STORE_NONE;
+    msg->store_error[0] = 0;
+}
+
+/* Records a failed store (msg->error holds why) and returns `st`. */
+static kf_status store_failed(kf_cache_msg *msg, kf_status st) {
+    msg->store = KF_CACHE_STORE_FAILED;
+    snprintf(msg->store_error, sizeof msg->store_error, "%s", msg->error);
+    return st;
 }
 
 static int64_t now_ns(void) {
@@ -716,8 +725,9 @@ kf_status kf_cache_put(kf_cache *cache, const kf_cache_key *key, const void *dat
             break;
     }
     if (fd < 0)
-        return fail(msg, KF_ERR_IO, "cannot create a temporary file in cache directory %s: %s",
-                    cache->dir, strerror(errno));
+        return store_failed(msg, fail(msg, KF_ERR_IO,
+                                      "cannot create a temporary file in cache directory %s: %s",
+                                      cache->dir, strerror(errno)));
     const char *step = NULL;
     if (!write_all(fd, h, sizeof h) || (len && !write_all(fd, data, len)))
         step = "write";
@@ -735,13 +745,19 @@ kf_status kf_cache_put(kf_cache *cache, const kf_cache_key *key, const void *dat
         e = errno;
     }
     if (step) {
-        (void)unlinkat(cache->dirfd, tmp, 0);
-        return fail(msg, KF_ERR_IO, "cannot store cache entry %s/%s (%s): %s", cache->dir, name,
-                    step, strerror(e));
+        (void)unlinkat(cache->dirfd, tmp, 0); /* no partial file is left behind */
+        return store_failed(msg, fail(msg, KF_ERR_IO, "cannot store cache entry %s/%s (%s): %s",
+                                      cache->dir, name, step, strerror(e)));
     }
-    if (fsync(cache->dirfd) != 0)
-        return fail(msg, KF_ERR_IO, "fsync of cache directory %s failed: %s", cache->dir,
-                    strerror(errno));
+    if (fsync(cache->dirfd) != 0) {
+        /* The entry is whole (fsync'ed, renamed) but its name may not survive
+         * a crash: remove it rather than count on it. */
+        e = errno;
+        (void)unlinkat(cache->dirfd, name, 0);
+        return store_failed(msg, fail(msg, KF_ERR_IO, "fsync of cache directory %s failed: %s",
+                                      cache->dir, strerror(e)));
+    }
+    msg->store = KF_CACHE_STORE_DONE;
     return evict(cache, name, msg);
 }
 
@@ -888,12 +904,18 @@ static kf_status compute_and_store(kf_cache *c, const kf_cache_key *key,
         kf_cache_msg put_msg;
         st = kf_cache_put(c, key, buf, n, &put_msg);
         msg->events |= put_msg.events;
+        msg->store =
+            put_msg.store == KF_CACHE_STORE_DONE ? KF_CACHE_STORE_DONE : KF_CACHE_STORE_FAILED;
+        snprintf(msg->store_error, sizeof msg->store_error, "%s",
+                 msg->store == KF_CACHE_STORE_FAILED ? put_msg.error : "");
         if (put_msg.note[0])
             snprintf(msg->note, sizeof msg->note, "%s", put_msg.note);
         /* The payload is good even when storing it failed (a full disk, a
          * directory gone read-only): hand it back and say so. */
-        if (st != KF_OK)
+        if (st != KF_OK && msg->store == KF_CACHE_STORE_FAILED)
             note(msg, KF_CACHE_EV_STORE_FAILED, "computed, but not cached: %s", put_msg.error);
+        else if (st != KF_OK)
+            note(msg, KF_CACHE_EV_STORE_FAILED, "cached, but: %s", put_msg.error);
     }
     *data = buf;
     *len = n;

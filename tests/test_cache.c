@@ -6,6 +6,7 @@
  * fresh directory under $TMPDIR.
  */
 #define _GNU_SOURCE 1
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -544,6 +546,76 @@ static void test_a_payload_that_cannot_be_stored_is_still_returned(void **state)
     assert_memory_equal(data, cc.payload, len);
     kf_cache_blob_free(c, data, len);
     kf_cache_close(c);
+}
+
+static void run_bounded(void (*fn)(void **), void **state, const char *what);
+
+/* A full disk, made deterministic: the child's files may not grow past 256
+ * bytes (RLIMIT_FSIZE, with SIGXFSZ ignored, so write() fails with EFBIG as it
+ * would with ENOSPC). Exits 0 when every check held. */
+static void store_on_a_full_disk_case(void **state) {
+    fixture *f = F;
+    kf_cache *c = open_cache(f, 0, 0);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {256, 256};
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    char big[4096];
+    memset(big, 'k', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    /* put: fails, says so, and leaves nothing behind */
+    kf_cache_key k = key_of("full disk put");
+    kf_cache_msg msg;
+    assert_int_equal(kf_cache_put(c, &k, big, strlen(big), &msg), KF_ERR_IO);
+    assert_int_equal(msg.store, KF_CACHE_STORE_FAILED);
+    assert_non_null(strstr(msg.store_error, "cannot store cache entry"));
+    /* get_or_compute: the payload comes back (a compile must not fail for want
+     * of a cache), and the store's failure is distinct from success */
+    kf_cache_key k2 = key_of("full disk compute");
+    compute_ctx cc = {.payload = big};
+    void *data = NULL;
+    size_t len = 0;
+    bool computed = false;
+    assert_int_equal(kf_cache_get_or_compute(c, &k2, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
+    assert_true(computed);
+    assert_int_equal(len, strlen(big));
+    kf_cache_blob_free(c, data, len);
+    assert_int_equal(msg.store, KF_CACHE_STORE_FAILED);
+    assert_non_null(strstr(msg.store_error, "(write)"));
+    assert_non_null(strstr(msg.note, "not cached"));
+    /* a payload that fits is stored, and says so; a hit stores nothing */
+    cc.payload = "small";
+    kf_cache_key k3 = key_of("fits");
+    assert_int_equal(kf_cache_get_or_compute(c, &k3, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
+    assert_int_equal(msg.store, KF_CACHE_STORE_DONE);
+    assert_int_equal(msg.store_error[0], 0);
+    kf_cache_blob_free(c, data, len);
+    assert_int_equal(kf_cache_get_or_compute(c, &k3, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
+    assert_false(computed);
+    assert_int_equal(msg.store, KF_CACHE_STORE_NONE);
+    kf_cache_blob_free(c, data, len);
+    kf_cache_close(c);
+}
+
+static void
+test_a_store_on_a_full_disk_is_reported_distinctly_and_leaves_no_partial_file(void **state) {
+    fixture *f = F;
+    kf_cache_close(open_cache(f, 0, 0));
+    run_bounded(store_on_a_full_disk_case, state, "a store on a full disk");
+    /* Only the entry that fit is there: no temporary file, no partial entry. */
+    DIR *d = opendir(f->dir);
+    assert_non_null(d);
+    int entries = 0, temps = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        entries += strstr(e->d_name, ".kfc") != NULL;
+        temps += strncmp(e->d_name, ".tmp-", 5) == 0;
+    }
+    closedir(d);
+    assert_int_equal(entries, 1);
+    assert_int_equal(temps, 0);
 }
 
 static void test_fail_on_miss_names_the_key_and_directory_and_never_computes(void **state) {
@@ -1315,6 +1387,7 @@ int main(void) {
         T(test_get_or_compute_computes_once_then_hits),
         T(test_get_or_compute_passes_a_compile_failure_through_and_stores_nothing),
         T(test_a_payload_that_cannot_be_stored_is_still_returned),
+        T(test_a_store_on_a_full_disk_is_reported_distinctly_and_leaves_no_partial_file),
         T(test_fail_on_miss_names_the_key_and_directory_and_never_computes),
         T(test_read_only_reads_computes_on_miss_and_never_writes),
         T(test_eight_processes_racing_on_one_key_compute_it_once_and_all_succeed),
