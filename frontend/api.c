@@ -8,6 +8,7 @@
 
 #include "ir/ir.h"
 #include "runtime/ctx.h"
+#include "runtime/nvrtc.h"
 
 static const char *const status_names[KF_STATUS_COUNT] = {
     [KF_OK] = "ok",
@@ -72,6 +73,10 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
         return KF_ERR_INVALID_ARGUMENT; /* a half-set allocator */
     if ((unsigned)o->target >= KF_TARGET_COUNT || (o->flags & ~(unsigned)KF_FLAG_ALL_) ||
         o->device < 0)
+        return KF_ERR_INVALID_ARGUMENT;
+    /* An arch override is checked now, not truncated or guessed at compile time. */
+    char arch_err[KF_MSG_MAX];
+    if (o->arch && kf_nvrtc_arch_check(o->arch, arch_err) != KF_OK)
         return KF_ERR_INVALID_ARGUMENT;
     kf_mem mem;
     kf_mem_resolve(&mem, al);
@@ -255,6 +260,18 @@ kf_tensor *kf_iota(kf_graph *g, kf_dtype dtype, int rank, const int64_t *dims, i
     return kf_ir_build(g, KF_OP_IOTA, &a);
 }
 
+/* A boolean parameter takes 0 or 1: any other value is a caller's mistake
+ * (a count, a pointer, an uninitialized int), refused rather than read as true. */
+static bool take_flag(kf_graph *g, const char *op, const char *param, int value) {
+    if (!g || g->status != KF_OK)
+        return false;
+    if (value == 0 || value == 1)
+        return true;
+    kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT, "%s: %s is %d; it takes 0 (false) or 1 (true)", op,
+               param, value);
+    return false;
+}
+
 static kf_tensor *build1(kf_graph *g, kf_op op, kf_tensor *x) {
     kf_node_args a = {.src = {x}};
     return kf_ir_build(g, op, &a);
@@ -307,7 +324,9 @@ kf_tensor *kf_where(kf_graph *g, kf_tensor *cond, kf_tensor *x, kf_tensor *y) {
 }
 
 static kf_tensor *reduce(kf_graph *g, kf_op op, kf_tensor *x, int axis, int keepdim) {
-    kf_node_args a = {.src = {x}, .axis = axis, .keepdim = keepdim != 0};
+    if (!take_flag(g, kf_op_get(op)->name, "keepdim", keepdim))
+        return NULL;
+    kf_node_args a = {.src = {x}, .axis = axis, .keepdim = keepdim == 1};
     return kf_ir_build(g, op, &a);
 }
 
@@ -338,8 +357,11 @@ kf_tensor *kf_rms_norm(kf_graph *g, kf_tensor *x, kf_tensor *weight, int axis, d
 }
 
 kf_tensor *kf_matmul(kf_graph *g, kf_tensor *a, kf_tensor *b, int transpose_a, int transpose_b) {
-    kf_node_args args = {.src = {a, b}, .transpose_a = transpose_a != 0,
-                         .transpose_b = transpose_b != 0};
+    if (!take_flag(g, "matmul", "transpose_a", transpose_a) ||
+        !take_flag(g, "matmul", "transpose_b", transpose_b))
+        return NULL;
+    kf_node_args args = {
+        .src = {a, b}, .transpose_a = transpose_a == 1, .transpose_b = transpose_b == 1};
     return kf_ir_build(g, KF_OP_MATMUL, &args);
 }
 

@@ -29,6 +29,9 @@
 struct kf_program {
     kf_ctx *ctx;
     kf_mem mem;
+    /* The program's own copy of the caller's graph (kf_ir_graph_clone): the
+     * plan and both executors point into it (tensors, shapes, constant data),
+     * so the caller may destroy its graph as soon as kf_compile returns. */
     kf_graph *graph;
     kf_plan *plan;
     kf_cuda_exec *cuda; /* the CUDA target; NULL on the CPU */
@@ -57,8 +60,11 @@ void kf_program_destroy(kf_program *p) {
     kf_cpu_exec_destroy(p->exec);
 #endif
     kf_plan_destroy(p->plan);
-    uint32_t nn = p->graph->n_nodes ? p->graph->n_nodes : 1;
-    kf_mem_free(&p->mem, p->bound, nn * sizeof *p->bound);
+    if (p->bound) {
+        uint32_t nn = p->graph->n_nodes ? p->graph->n_nodes : 1;
+        kf_mem_free(&p->mem, p->bound, nn * sizeof *p->bound);
+    }
+    kf_ir_graph_destroy(p->graph); /* last: everything above may point into it */
     kf_mem m = p->mem;
     kf_mem_free(&m, p, sizeof *p);
 }
@@ -87,17 +93,20 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_compile: out of memory");
     p->ctx = ctx;
     p->mem = ctx->mem;
-    p->graph = graph;
-    p->bound = kf_mem_calloc(&p->mem, graph->n_nodes ? graph->n_nodes : 1, sizeof *p->bound);
+    p->graph = kf_ir_graph_clone(graph);
+    if (p->graph)
+        p->bound = kf_mem_calloc(&p->mem, graph->n_nodes ? graph->n_nodes : 1, sizeof *p->bound);
     if (!p->bound) {
         kf_program_destroy(p);
         return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_compile: out of memory");
     }
-    kf_status st = kf_plan_create(graph, NULL, &p->plan);
+    kf_status st = kf_plan_create(p->graph, NULL, &p->plan);
     if (st != KF_OK) {
+        /* The planner put its message on the copy; the caller reads its own graph. */
+        kf_ir_note(graph, st, "%s", kf_graph_error(p->graph));
         p->plan = NULL;
         kf_program_destroy(p);
-        return st; /* the planner put its message on the graph */
+        return st;
     }
     char err[KF_MSG_MAX];
     if (target == KF_TARGET_CUDA) {

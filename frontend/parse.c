@@ -19,8 +19,8 @@
  * parser stops at it). Lines and columns are 1-based; columns count bytes.
  *
  * Limits, so hostile text cannot blow memory: dims are positive and their
- * product fits in int64; a const or an input holds at most
- * KF_PARSE_MAX_TENSOR_BYTES; all constants of one text together hold at most
+ * product fits in int64; a const holds at most KF_PARSE_MAX_TENSOR_BYTES (an
+ * input is a declaration: it allocates nothing); all constants of one text together hold at most
  * KF_PARSE_MAX_CONST_BYTES; numbers are at most 127 characters.
  *
  * Memory: the parser's own name table comes from the graph's allocator and is
@@ -585,8 +585,10 @@ static bool parse_int_list(parser *p, int64_t lo, int64_t hi, bool allow_zero, c
     return true;
 }
 
-/* DTYPE '[' DIMS ']'; stores the element count in *numel. Const and input
- * data are capped (KF_PARSE_MAX_TENSOR_BYTES); an iota is computed, not stored. */
+/* DTYPE '[' DIMS ']'; stores the element count in *numel. Only a const's data
+ * is capped (KF_PARSE_MAX_TENSOR_BYTES): it is stored in the graph. An input or
+ * an iota is a declaration that allocates nothing, so its size is bounded only
+ * by the builder's element limit (a decode KV cache of 4 GiB is a fine input). */
 static bool parse_type(parser *p, kf_op op, kf_node_args *a, int64_t *numel) {
     token start = p->tok;
     if (!parse_dtype(p, &a->dtype))
@@ -601,10 +603,9 @@ static bool parse_type(parser *p, kf_op op, kf_node_args *a, int64_t *numel) {
             return expected(p, &whole, "a type whose element count fits in 64 bits");
         n *= a->dims[i];
     }
-    if (op != KF_OP_IOTA && n > KF_PARSE_MAX_TENSOR_BYTES / (int64_t)kf_dtype_size(a->dtype)) {
+    if (op == KF_OP_CONST && n > KF_PARSE_MAX_TENSOR_BYTES / (int64_t)kf_dtype_size(a->dtype)) {
         char what[96];
-        snprintf(what, sizeof what, "%s of at most %lld MiB",
-                 op == KF_OP_CONST ? "a const" : "an input",
+        snprintf(what, sizeof what, "a const of at most %lld MiB (make larger data a graph input)",
                  (long long)(KF_PARSE_MAX_TENSOR_BYTES >> 20));
         return expected(p, &whole, what);
     }

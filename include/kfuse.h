@@ -148,7 +148,9 @@ KF_API void kf_options_init(kf_options *options);
 
 /* Creates a context. `options` may be NULL for the defaults; the strings it
  * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
- * (NULL out, unknown flag or target, half-set allocator), KF_ERR_OUT_OF_MEMORY. */
+ * (NULL out, unknown flag or target, negative device, half-set allocator, an
+ * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f'),
+ * KF_ERR_OUT_OF_MEMORY. */
 KF_API kf_status kf_ctx_create(const kf_options *options, kf_ctx **out);
 /* Destroys a context. Every graph created in it must be destroyed first. */
 KF_API void kf_ctx_destroy(kf_ctx *ctx);
@@ -270,8 +272,9 @@ KF_API kf_tensor *kf_where(kf_graph *g, kf_tensor *cond, kf_tensor *a, kf_tensor
 /* Builder: reductions, normalizations, GEMM, layout                          */
 /* ------------------------------------------------------------------------ */
 
-/* Reductions over one axis; keepdim != 0 keeps it as size 1. sum and max take
- * float dtypes and i32, mean float dtypes. */
+/* Reductions over one axis; keepdim is 0 (drop the axis) or 1 (keep it as
+ * size 1); any other value is KF_ERR_INVALID_ARGUMENT naming keepdim. sum and
+ * max take float dtypes and i32, mean float dtypes. */
 KF_API kf_tensor *kf_reduce_sum(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 KF_API kf_tensor *kf_reduce_max(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 KF_API kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim);
@@ -279,7 +282,8 @@ KF_API kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdi
 /* Softmax along `axis` (float dtypes). */
 KF_API kf_tensor *kf_softmax(kf_graph *g, kf_tensor *x, int axis);
 /* (x - mean) / sqrt(var + eps) * weight + bias along `axis` (biased variance).
- * weight and bias are rank 1, of length x's size along `axis`, x's dtype. */
+ * eps is finite and >= 0 (else KF_ERR_INVALID_ARGUMENT). weight and bias are
+ * rank 1, of length x's size along `axis`, x's dtype. */
 KF_API kf_tensor *kf_layer_norm(kf_graph *g, kf_tensor *x, kf_tensor *weight, kf_tensor *bias,
                                 int axis, double eps);
 /* x / sqrt(mean(x^2) + eps) * weight along `axis`; weight as for layer_norm. */
@@ -288,7 +292,8 @@ KF_API kf_tensor *kf_rms_norm(kf_graph *g, kf_tensor *x, kf_tensor *weight, int 
 
 /* Batched matrix product of a [..., M, K] and b [..., K, N] (after the optional
  * transposes of their last two dims); batch dims broadcast; both rank >= 2,
- * same float dtype; the result has that dtype. */
+ * same float dtype; the result has that dtype. transpose_a and transpose_b are
+ * 0 or 1; any other value is KF_ERR_INVALID_ARGUMENT naming the flag. */
 KF_API kf_tensor *kf_matmul(kf_graph *g, kf_tensor *a, kf_tensor *b, int transpose_a,
                             int transpose_b);
 
@@ -336,8 +341,9 @@ typedef struct kf_program kf_program;
  * every generated kernel is compiled by NVRTC through the context's disk cache
  * (honouring KF_FLAG_NO_CACHE / CACHE_READ_ONLY / CACHE_FAIL_ON_MISS: a miss is
  * then KF_ERR_NOT_FOUND naming the kernel) and GEMMs run through cuBLASLt,
- * both opened at run time. The graph must verify, and must outlive the
- * program (the program reads its constants and shapes); it is not modified.
+ * both opened at run time. The graph must verify; it is not modified. The
+ * program keeps its own copy of the graph (shapes, names, constant data), so
+ * the graph may be destroyed before the program, right after kf_compile.
  * On failure *out is NULL and the message is on the graph (kf_graph_error):
  * the graph's own error, KF_ERR_UNSUPPORTED (target not built into this
  * library -- the CPU target needs LLVM 19 at build time --, no CUDA driver,

@@ -32,6 +32,58 @@ void kf_ir_graph_destroy(kf_graph *g) {
     kf_mem_free(&mem, g, sizeof *g);
 }
 
+kf_graph *kf_ir_graph_clone(const kf_graph *src) {
+    kf_graph *g = kf_ir_graph_create(&src->mem, src->ctx);
+    if (!g)
+        return NULL;
+    bool ok =
+        kf_mem_grow(&g->mem, (void **)&g->nodes, &g->cap_nodes, src->n_nodes, sizeof *g->nodes) &&
+        kf_mem_grow(&g->mem, (void **)&g->inputs, &g->cap_inputs, src->n_inputs,
+                    sizeof *g->inputs) &&
+        kf_mem_grow(&g->mem, (void **)&g->outputs, &g->cap_outputs, src->n_outputs,
+                    sizeof *g->outputs);
+    /* Nodes are in creation order, so every operand is copied before its users. */
+    for (uint32_t i = 0; ok && i < src->n_nodes; i++) {
+        const kf_tensor *s = src->nodes[i];
+        kf_tensor *t = kf_arena_alloc(&g->arena, sizeof *t);
+        if (!t) {
+            ok = false;
+            break;
+        }
+        *t = *s;
+        t->graph = g;
+        for (int k = 0; k < s->nsrc; k++)
+            t->src[k] = g->nodes[s->src[k]->id];
+        if (s->name && !(t->name = kf_arena_strndup(&g->arena, s->name, strlen(s->name))))
+            ok = false;
+        if (s->data) {
+            size_t bytes = (size_t)kf_ir_numel(s) * kf_dtype_size(s->dtype);
+            t->data = kf_arena_alloc(&g->arena, bytes);
+            if (t->data)
+                memcpy(t->data, s->data, bytes);
+            else
+                ok = false;
+        }
+        g->nodes[g->n_nodes++] = t;
+    }
+    for (uint32_t i = 0; ok && i < src->n_inputs; i++)
+        g->inputs[g->n_inputs++] = g->nodes[src->inputs[i]->id];
+    for (uint32_t i = 0; ok && i < src->n_outputs; i++) {
+        const char *name = src->outputs[i].name;
+        g->outputs[i].name = kf_arena_strndup(&g->arena, name, strlen(name));
+        g->outputs[i].tensor = g->nodes[src->outputs[i].tensor->id];
+        ok = g->outputs[i].name != NULL;
+        g->n_outputs += ok;
+    }
+    if (!ok) {
+        kf_ir_graph_destroy(g);
+        return NULL;
+    }
+    g->status = src->status;
+    memcpy(g->error, src->error, sizeof g->error);
+    return g;
+}
+
 kf_status kf_ir_fail(kf_graph *g, kf_status status, const char *fmt, ...) {
     if (g->status != KF_OK)
         return status; /* the first error wins */

@@ -192,6 +192,11 @@ struct kf_graph {
 /* Creates an empty graph using `mem` (copied). NULL on OOM. */
 kf_graph *kf_ir_graph_create(const kf_allocator *alloc, kf_ctx *ctx);
 void kf_ir_graph_destroy(kf_graph *g);
+/* A deep copy of `g` (tensors, names, constant data, inputs, outputs, the
+ * sticky status) in a graph of its own, with the same allocator, context and
+ * node ids; NULL on OOM. A compiled program plans and keeps such a copy, so it
+ * outlives the caller's graph. */
+kf_graph *kf_ir_graph_clone(const kf_graph *g);
 
 /* Records the first (sticky) builder error; returns `status`. */
 kf_status kf_ir_fail(kf_graph *g, kf_status status, const char *fmt, ...)

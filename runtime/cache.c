@@ -74,6 +74,15 @@ static void msg_reset(kf_cache_msg *msg) {
     msg->error[0] = 0;
     msg->note[0] = 0;
     msg->events = 0;
+    msg->store = KF_CACHE_STORE_NONE;
+    msg->store_error[0] = 0;
+}
+
+/* Records a failed store (msg->error holds why) and returns `st`. */
+static kf_status store_failed(kf_cache_msg *msg, kf_status st) {
+    msg->store = KF_CACHE_STORE_FAILED;
+    snprintf(msg->store_error, sizeof msg->store_error, "%s", msg->error);
+    return st;
 }
 
 static int64_t now_ns(void) {
@@ -376,6 +385,21 @@ void kf_cache_blob_free(const kf_cache *cache, void *data, size_t len) {
 /* Entries                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode) {
+    if (S_ISLNK(mode))
+        return "a symbolic link";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode) || S_ISBLK(mode))
+        return "a device";
+    return "not a regular file";
+}
+
 /*
  * Header, little-endian:
  *   0  magic "KFCACHE\0"     8  format version (u32)   12  header bytes (u32, 64)
@@ -409,7 +433,12 @@ static read_result entry_read(const kf_mem *mem, int fd, const kf_cache_key *key
         return READ_IO;
     }
     if (!S_ISREG(sb.st_mode)) {
-        snprintf(problem, problem_size, "not a regular file");
+        snprintf(problem, problem_size, "%s, not a regular file", file_kind(sb.st_mode));
+        return READ_CORRUPT;
+    }
+    if (sb.st_uid != geteuid()) {
+        snprintf(problem, problem_size, "owned by uid %u, not by this user (uid %u)",
+                 (unsigned)sb.st_uid, (unsigned)geteuid());
         return READ_CORRUPT;
     }
     uint64_t size = (uint64_t)sb.st_size;
@@ -471,12 +500,38 @@ static read_result entry_read(const kf_mem *mem, int fd, const kf_cache_key *key
 }
 
 /* Removes `name` if it is still the file open at `fd` (a writer may have
- * renamed a good entry over it since we opened it). */
+ * renamed a good entry over it since we opened it). A directory goes only
+ * when empty: the cache never removes what someone put inside one. */
 static void remove_if_same(const kf_cache *c, const char *name, int fd) {
     struct stat a, b;
     if (fstat(fd, &a) == 0 && fstatat(c->dirfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
         a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        (void)unlinkat(c->dirfd, name, 0);
+        (void)unlinkat(c->dirfd, name, S_ISDIR(b.st_mode) ? AT_REMOVEDIR : 0);
+}
+
+/* Opens a cache file without following a link and without blocking (a FIFO
+ * opens at once and then fails the regular-file check). On failure *problem
+ * says what is there instead; returns -1 with errno ENOENT when nothing is. */
+static int open_no_follow(const kf_cache *c, const char *name, char *problem, size_t size) {
+    int fd = openat(c->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd >= 0 || errno == ENOENT)
+        return fd;
+    int e = errno;
+    struct stat sb;
+    if (fstatat(c->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode))
+        snprintf(problem, size, "%s, not a regular file", file_kind(sb.st_mode));
+    else
+        snprintf(problem, size, "cannot be opened: %s", strerror(e));
+    errno = e == ENOENT ? EIO : e;
+    return -1;
+}
+
+/* Removes what squats on `name` when it cannot even be opened (a symbolic
+ * link: the link itself, never its target). */
+static void remove_unopenable(const kf_cache *c, const char *name) {
+    struct stat sb;
+    if (fstatat(c->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+        (void)unlinkat(c->dirfd, name, S_ISDIR(sb.st_mode) ? AT_REMOVEDIR : 0);
 }
 
 kf_status kf_cache_get(kf_cache *cache, const kf_cache_key *key, void **data, size_t *len,
@@ -492,14 +547,23 @@ kf_status kf_cache_get(kf_cache *cache, const kf_cache_key *key, void **data, si
     char hex[KF_CACHE_KEY_HEX], name[NAME_MAX_KF];
     kf_cache_key_hex(key, hex);
     snprintf(name, sizeof name, "%s%s", hex, ENTRY_SUFFIX);
-    int fd = openat(cache->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    char problem[128];
+    int fd = open_no_follow(cache, name, problem, sizeof problem);
     if (fd < 0) {
         if (errno == ENOENT)
             return fail(msg, KF_ERR_NOT_FOUND, "no cache entry %s in %s", hex, cache->dir);
-        return fail(msg, KF_ERR_IO, "cannot open cache entry %s/%s: %s", cache->dir, name,
-                    strerror(errno));
+        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
+            return fail(msg, KF_ERR_IO, "cannot open cache entry %s/%s: %s", cache->dir, name,
+                        problem);
+        /* A link, a permission trap, anything that is not our file: a corrupt
+         * entry, reported, removed (the link, never its target) and missed. */
+        bool ro = cache->flags & KF_CACHE_READ_ONLY;
+        if (!ro)
+            remove_unopenable(cache, name);
+        note(msg, KF_CACHE_EV_CORRUPT, "corrupt kernel cache entry %s/%s %s: %s", cache->dir, name,
+             ro ? "ignored (read-only cache)" : "removed", problem);
+        return fail(msg, KF_ERR_NOT_FOUND, "no valid cache entry %s in %s", hex, cache->dir);
     }
-    char problem[128];
     uint64_t plen;
     read_result r = entry_read(&cache->mem, fd, key, data, len, &plen, problem, sizeof problem);
     kf_status st = KF_OK;
@@ -536,6 +600,7 @@ typedef struct scan_item {
     char name[NAME_MAX_KF];
     uint64_t size;
     int64_t mtime_ns;
+    mode_t mode; /* from lstat: anything but a regular file is a squatter */
 } scan_item;
 
 typedef struct scan_list {
@@ -573,16 +638,17 @@ static kf_status scan_entries(kf_cache *c, scan_list *l, kf_cache_msg *msg) {
         if (!is_key_file(e->d_name, ENTRY_SUFFIX))
             continue;
         struct stat sb;
-        if (fstatat(c->dirfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
-            continue; /* removed meanwhile, or not ours */
+        if (fstatat(c->dirfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+            continue; /* removed meanwhile */
         if (!kf_mem_grow(&c->mem, (void **)&l->items, &l->cap, l->n + 1, sizeof *l->items)) {
             st = fail(msg, KF_ERR_OUT_OF_MEMORY, "out of memory listing the kernel cache");
             break;
         }
         scan_item *it = &l->items[l->n++];
         snprintf(it->name, sizeof it->name, "%s", e->d_name);
-        it->size = (uint64_t)sb.st_size;
+        it->size = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
         it->mtime_ns = mtime_ns(&sb);
+        it->mode = sb.st_mode;
     }
     closedir(d);
     if (st != KF_OK)
@@ -613,7 +679,7 @@ static kf_status evict(kf_cache *c, const char *keep, kf_cache_msg *msg) {
     if (total > c->max_bytes) {
         qsort(l.items, l.n, sizeof *l.items, item_by_age);
         for (uint32_t i = 0; i < l.n && total > c->max_bytes; i++) {
-            if (strcmp(l.items[i].name, keep) == 0)
+            if (strcmp(l.items[i].name, keep) == 0 || !S_ISREG(l.items[i].mode))
                 continue;
             if (unlinkat(c->dirfd, l.items[i].name, 0) == 0 || errno == ENOENT) {
                 total -= l.items[i].size;
@@ -659,8 +725,9 @@ kf_status kf_cache_put(kf_cache *cache, const kf_cache_key *key, const void *dat
             break;
     }
     if (fd < 0)
-        return fail(msg, KF_ERR_IO, "cannot create a temporary file in cache directory %s: %s",
-                    cache->dir, strerror(errno));
+        return store_failed(msg, fail(msg, KF_ERR_IO,
+                                      "cannot create a temporary file in cache directory %s: %s",
+                                      cache->dir, strerror(errno)));
     const char *step = NULL;
     if (!write_all(fd, h, sizeof h) || (len && !write_all(fd, data, len)))
         step = "write";
@@ -678,13 +745,19 @@ kf_status kf_cache_put(kf_cache *cache, const kf_cache_key *key, const void *dat
         e = errno;
     }
     if (step) {
-        (void)unlinkat(cache->dirfd, tmp, 0);
-        return fail(msg, KF_ERR_IO, "cannot store cache entry %s/%s (%s): %s", cache->dir, name,
-                    step, strerror(e));
+        (void)unlinkat(cache->dirfd, tmp, 0); /* no partial file is left behind */
+        return store_failed(msg, fail(msg, KF_ERR_IO, "cannot store cache entry %s/%s (%s): %s",
+                                      cache->dir, name, step, strerror(e)));
     }
-    if (fsync(cache->dirfd) != 0)
-        return fail(msg, KF_ERR_IO, "fsync of cache directory %s failed: %s", cache->dir,
-                    strerror(errno));
+    if (fsync(cache->dirfd) != 0) {
+        /* The entry is whole (fsync'ed, renamed) but its name may not survive
+         * a crash: remove it rather than count on it. */
+        e = errno;
+        (void)unlinkat(cache->dirfd, name, 0);
+        return store_failed(msg, fail(msg, KF_ERR_IO, "fsync of cache directory %s failed: %s",
+                                      cache->dir, strerror(e)));
+    }
+    msg->store = KF_CACHE_STORE_DONE;
     return evict(cache, name, msg);
 }
 
@@ -730,13 +803,32 @@ static lock_result lock_try(kf_cache *c, const char *hex, lock_held *held, kf_ca
         return LOCK_ERROR;
     }
 
-    /* Someone holds it: judge whether it is stale. */
-    fd = openat(c->dirfd, held->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return errno == ENOENT ? LOCK_RETRY : LOCK_BUSY;
+    /* Someone holds it: judge whether it is stale. Only a regular file of
+     * this user is a lock; a link (to anything), a FIFO, a directory or
+     * another user's file is an impostor that no process will ever release:
+     * it is removed at once (the link itself, never its target) instead of
+     * being waited on. */
+    char problem[128];
+    fd = open_no_follow(c, held->name, problem, sizeof problem);
+    if (fd < 0 && errno == ENOENT)
+        return LOCK_RETRY;
     struct stat sb;
+    bool have = fd >= 0 && fstat(fd, &sb) == 0;
+    if (have && !S_ISREG(sb.st_mode))
+        snprintf(problem, sizeof problem, "%s, not a regular file", file_kind(sb.st_mode));
+    else if (have && sb.st_uid != geteuid())
+        snprintf(problem, sizeof problem, "owned by uid %u, not by this user", (unsigned)sb.st_uid);
+    if (fd < 0 || (have && (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid()))) {
+        if (fd >= 0) {
+            remove_if_same(c, held->name, fd);
+            close(fd);
+        } else {
+            remove_unopenable(c, held->name);
+        }
+        note(msg, KF_CACHE_EV_CORRUPT, "removed lock %s/%s: %s", c->dir, held->name, problem);
+        return LOCK_RETRY;
+    }
     char line[256] = "";
-    bool have = fstat(fd, &sb) == 0;
     ssize_t n = have ? pread(fd, line, sizeof line - 1, 0) : -1;
     close(fd);
     if (!have)
@@ -812,12 +904,18 @@ static kf_status compute_and_store(kf_cache *c, const kf_cache_key *key,
         kf_cache_msg put_msg;
         st = kf_cache_put(c, key, buf, n, &put_msg);
         msg->events |= put_msg.events;
+        msg->store =
+            put_msg.store == KF_CACHE_STORE_DONE ? KF_CACHE_STORE_DONE : KF_CACHE_STORE_FAILED;
+        snprintf(msg->store_error, sizeof msg->store_error, "%s",
+                 msg->store == KF_CACHE_STORE_FAILED ? put_msg.error : "");
         if (put_msg.note[0])
             snprintf(msg->note, sizeof msg->note, "%s", put_msg.note);
         /* The payload is good even when storing it failed (a full disk, a
          * directory gone read-only): hand it back and say so. */
-        if (st != KF_OK)
+        if (st != KF_OK && msg->store == KF_CACHE_STORE_FAILED)
             note(msg, KF_CACHE_EV_STORE_FAILED, "computed, but not cached: %s", put_msg.error);
+        else if (st != KF_OK)
+            note(msg, KF_CACHE_EV_STORE_FAILED, "cached, but: %s", put_msg.error);
     }
     *data = buf;
     *len = n;
@@ -927,9 +1025,22 @@ static kf_status walk(kf_cache *c, bool full, kf_cache_entry_fn fn, void *user, 
         info.mtime_ns = l.items[i].mtime_ns;
         kf_cache_key key;
         kf_cache_key_parse(info.key_hex, &key);
-        int fd = openat(c->dirfd, l.items[i].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0)
+        int fd = open_no_follow(c, l.items[i].name, info.problem, sizeof info.problem);
+        if (fd < 0 && errno == ENOENT)
             continue; /* evicted or cleared meanwhile */
+        if (fd < 0) {
+            /* A symbolic link (or anything else that does not open as ours). */
+            bad++;
+            info.state = KF_CACHE_ENTRY_CORRUPT;
+            bool ro = c->flags & KF_CACHE_READ_ONLY;
+            if (!ro)
+                remove_unopenable(c, l.items[i].name);
+            note(msg, KF_CACHE_EV_CORRUPT, "corrupt kernel cache entry %s/%s %s: %s", c->dir,
+                 l.items[i].name, ro ? "kept (read-only cache)" : "removed", info.problem);
+            if (fn)
+                fn(user, &info);
+            continue;
+        }
         void *data = NULL;
         size_t len = 0;
         read_result r = entry_read(&c->mem, fd, &key, full ? &data : NULL, &len,

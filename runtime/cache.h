@@ -13,7 +13,13 @@
  *      length, payload CRC32C, header CRC32C) and the payload. An entry whose
  *      header, length or checksum does not agree is reported (KF_CACHE_EV_CORRUPT
  *      and a note naming the file and what is wrong), removed, and treated as a
- *      miss. It is never returned.
+ *      miss. It is never returned. Entries and locks are opened without following
+ *      links and without blocking (O_NOFOLLOW | O_NONBLOCK) and must be regular
+ *      files of this user: a symbolic link (to anything), a FIFO, a directory or
+ *      another user's file in an entry's place is a corrupt entry like any other
+ *      (the link itself is removed, never its target; a directory only when
+ *      empty), and in a lock's place it is removed at once instead of waited on.
+ *      kf_cache_list and kf_cache_verify report each one.
  *   3. Writes go to a temporary file in the same directory, are fsync'ed, renamed
  *      into place and the directory fsync'ed: a reader sees a whole entry or
  *      none, even across a crash.
@@ -102,13 +108,28 @@ enum {
     KF_CACHE_EV_STORE_FAILED = 1u << 5, /* get_or_compute: computed, but could not lock or store */
 };
 
+/* Whether a call stored an entry. A caller that must fill the cache (kfuse
+ * aot) counts KF_CACHE_STORE_FAILED: get_or_compute still returns KF_OK and the
+ * payload then, because a compile must not fail for want of a cache, so the
+ * status alone cannot say the entry is missing. */
+typedef enum kf_cache_store {
+    KF_CACHE_STORE_NONE = 0, /* nothing to store: a hit, a read-only cache, a failed compute */
+    KF_CACHE_STORE_DONE,     /* an entry was written and renamed into place */
+    KF_CACHE_STORE_FAILED,   /* an entry should have been written and was not (a full disk,
+                                a read-only directory): no partial file is left; store_error
+                                says why */
+    KF_CACHE_STORE_COUNT
+} kf_cache_store;
+
 /* What a call has to say. `error` explains a failed status; `note` describes
  * the last event (a corrupt entry removed, a lock broken) for the caller to
- * print or log: the cache never prints. Both always NUL-terminated. */
+ * print or log: the cache never prints. All always NUL-terminated. */
 typedef struct kf_cache_msg {
     char error[KF_MSG_MAX];
     char note[KF_MSG_MAX];
     unsigned events;
+    kf_cache_store store;
+    char store_error[KF_MSG_MAX]; /* why the store failed; "" otherwise */
 } kf_cache_msg;
 
 /* The directory a cache uses when none is given: $KF_CACHE_DIR, else
@@ -133,7 +154,9 @@ const char *kf_cache_dir(const kf_cache *cache);
 kf_status kf_cache_get(kf_cache *cache, const kf_cache_key *key, void **data, size_t *len,
                        kf_cache_msg *msg);
 /* Stores `len` bytes under `key` atomically, replacing any entry, then evicts
- * to fit the cap. Read-only caches return KF_ERR_UNSUPPORTED. */
+ * to fit the cap; msg->store says DONE or FAILED (a failed write leaves no
+ * temporary file and no partial entry). Read-only caches return
+ * KF_ERR_UNSUPPORTED. */
 kf_status kf_cache_put(kf_cache *cache, const kf_cache_key *key, const void *data, size_t len,
                        kf_cache_msg *msg);
 void kf_cache_blob_free(const kf_cache *cache, void *data, size_t len);
@@ -146,7 +169,9 @@ typedef kf_status (*kf_cache_compute_fn)(void *user, const kf_mem *mem, void **d
 
 /* get, else compute once across processes (promise 4), store and return it.
  * *computed says whether this call ran `compute`. A payload that was computed
- * but could not be stored is still returned (KF_CACHE_EV_STORE_FAILED). A read-only cache computes
+ * but could not be stored is still returned with KF_OK: msg->store is then
+ * KF_CACHE_STORE_FAILED (and msg->store_error says why), the one sign that the
+ * entry is not in the cache. A read-only cache computes
  * on a miss without storing; with KF_CACHE_FAIL_ON_MISS a miss is KF_ERR_NOT_FOUND naming the key
  * and the directory. */
 kf_status kf_cache_get_or_compute(kf_cache *cache, const kf_cache_key *key,

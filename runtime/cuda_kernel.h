@@ -38,7 +38,10 @@ kf_status kf_cuda_kernel_compile(const kf_mem *mem, const kf_cuda_kernel *k, kf_
  * and store): *cubin allocated with the cache's allocator (free with
  * kf_cache_blob_free), *hit true when nothing was compiled. A cache opened
  * with KF_CACHE_FAIL_ON_MISS returns KF_ERR_NOT_FOUND on a miss, naming the
- * kernel. `err` (KF_MSG_MAX) explains a failure; msg carries the cache's notes. */
+ * kernel. `err` (KF_MSG_MAX) explains a failure; msg carries the cache's notes.
+ * A compiled CUBIN that could not be stored (a full disk) is still returned
+ * with KF_OK: msg->store == KF_CACHE_STORE_FAILED then says the cache lacks it
+ * (msg->store_error says why), which a caller filling a cache must count. */
 kf_status kf_cuda_kernel_cubin(kf_cache *cache, const kf_cuda_kernel *k, void **cubin,
                                size_t *size, bool *hit, kf_cache_msg *msg, char *err);
 

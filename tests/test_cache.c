@@ -6,6 +6,7 @@
  * fresh directory under $TMPDIR.
  */
 #define _GNU_SOURCE 1
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -524,6 +526,11 @@ static void test_a_payload_that_cannot_be_stored_is_still_returned(void **state)
     char path[512];
     entry_path(f, &k, path, sizeof path);
     assert_int_equal(mkdir(path, 0700), 0); /* a directory squats on the entry's name */
+    char inside[600];
+    snprintf(inside, sizeof inside, "%s/someone's file", path);
+    FILE *fp = fopen(inside, "w"); /* not empty: the cache never removes what is inside */
+    assert_non_null(fp);
+    fclose(fp);
     compute_ctx cc = {.payload = "still useful"};
     void *data;
     size_t len;
@@ -539,6 +546,76 @@ static void test_a_payload_that_cannot_be_stored_is_still_returned(void **state)
     assert_memory_equal(data, cc.payload, len);
     kf_cache_blob_free(c, data, len);
     kf_cache_close(c);
+}
+
+static void run_bounded(void (*fn)(void **), void **state, const char *what);
+
+/* A full disk, made deterministic: the child's files may not grow past 256
+ * bytes (RLIMIT_FSIZE, with SIGXFSZ ignored, so write() fails with EFBIG as it
+ * would with ENOSPC). Exits 0 when every check held. */
+static void store_on_a_full_disk_case(void **state) {
+    fixture *f = F;
+    kf_cache *c = open_cache(f, 0, 0);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {256, 256};
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    char big[4096];
+    memset(big, 'k', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    /* put: fails, says so, and leaves nothing behind */
+    kf_cache_key k = key_of("full disk put");
+    kf_cache_msg msg;
+    assert_int_equal(kf_cache_put(c, &k, big, strlen(big), &msg), KF_ERR_IO);
+    assert_int_equal(msg.store, KF_CACHE_STORE_FAILED);
+    assert_non_null(strstr(msg.store_error, "cannot store cache entry"));
+    /* get_or_compute: the payload comes back (a compile must not fail for want
+     * of a cache), and the store's failure is distinct from success */
+    kf_cache_key k2 = key_of("full disk compute");
+    compute_ctx cc = {.payload = big};
+    void *data = NULL;
+    size_t len = 0;
+    bool computed = false;
+    assert_int_equal(kf_cache_get_or_compute(c, &k2, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
+    assert_true(computed);
+    assert_int_equal(len, strlen(big));
+    kf_cache_blob_free(c, data, len);
+    assert_int_equal(msg.store, KF_CACHE_STORE_FAILED);
+    assert_non_null(strstr(msg.store_error, "(write)"));
+    assert_non_null(strstr(msg.note, "not cached"));
+    /* a payload that fits is stored, and says so; a hit stores nothing */
+    cc.payload = "small";
+    kf_cache_key k3 = key_of("fits");
+    assert_int_equal(kf_cache_get_or_compute(c, &k3, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
+    assert_int_equal(msg.store, KF_CACHE_STORE_DONE);
+    assert_int_equal(msg.store_error[0], 0);
+    kf_cache_blob_free(c, data, len);
+    assert_int_equal(kf_cache_get_or_compute(c, &k3, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
+    assert_false(computed);
+    assert_int_equal(msg.store, KF_CACHE_STORE_NONE);
+    kf_cache_blob_free(c, data, len);
+    kf_cache_close(c);
+}
+
+static void
+test_a_store_on_a_full_disk_is_reported_distinctly_and_leaves_no_partial_file(void **state) {
+    fixture *f = F;
+    kf_cache_close(open_cache(f, 0, 0));
+    run_bounded(store_on_a_full_disk_case, state, "a store on a full disk");
+    /* Only the entry that fit is there: no temporary file, no partial entry. */
+    DIR *d = opendir(f->dir);
+    assert_non_null(d);
+    int entries = 0, temps = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        entries += strstr(e->d_name, ".kfc") != NULL;
+        temps += strncmp(e->d_name, ".tmp-", 5) == 0;
+    }
+    closedir(d);
+    assert_int_equal(entries, 1);
+    assert_int_equal(temps, 0);
 }
 
 static void test_fail_on_miss_names_the_key_and_directory_and_never_computes(void **state) {
@@ -775,6 +852,262 @@ static void test_a_live_lock_is_waited_for_then_computed_anyway_after_the_wait_l
     assert_true(exists(lock)); /* not ours: left alone */
     assert_hit(c, &k, "anyway");
     kf_cache_close(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A tampered directory: links, FIFOs and directories where files should be    */
+/* ------------------------------------------------------------------------ */
+
+static int run_cli(fixture *f, char *out, size_t size, int argc, char **argv);
+
+/* Runs fn(state) in a child that an alarm kills after 10 s: a call that
+ * blocks for good or waits out a 20 s lock fails the test instead of hanging
+ * it. The child's assertions end it with a non-zero code. */
+static void run_bounded(void (*fn)(void **), void **state, const char *what) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        fn(state);
+        _exit(0);
+    }
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    if (WIFSIGNALED(ws))
+        fail_msg("%s: killed by signal %d (blocked or waited more than 10 s)", what, WTERMSIG(ws));
+    if (WEXITSTATUS(ws) != 0)
+        fail_msg("%s: failed in the child (exit %d)", what, WEXITSTATUS(ws));
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static bool file_holds(const char *path, const char *text) {
+    char buf[256] = "";
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    return strcmp(buf, text) == 0;
+}
+
+static bool is_regular_no_follow(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* get_or_compute on key k: computes (the squatter is no entry), reports the
+ * squatter as corrupt naming `problem`, stores a real entry in its place, and
+ * the next get hits. */
+static void assert_squatter_replaced(fixture *f, const kf_cache_key *k, const char *problem) {
+    kf_cache *c = open_cache(f, 0, 0);
+    compute_ctx cc = {.payload = "rebuilt"};
+    void *data = NULL;
+    size_t len = 0;
+    bool computed = false;
+    kf_cache_msg msg;
+    kf_status st = kf_cache_get_or_compute(c, k, compute_fn, &cc, &data, &len, &computed, &msg);
+    if (st != KF_OK)
+        fail_msg("get_or_compute over a tampered entry: %s: %s", kf_status_str(st), msg.error);
+    assert_true(computed);
+    assert_true(msg.events & KF_CACHE_EV_CORRUPT);
+    assert_false(msg.events & KF_CACHE_EV_STORE_FAILED);
+    if (!strstr(msg.note, problem) && !strstr(msg.error, problem))
+        fail_msg("the report '%s' does not say '%s'", msg.note, problem);
+    assert_int_equal(len, strlen(cc.payload));
+    assert_memory_equal(data, cc.payload, len);
+    kf_cache_blob_free(c, data, len);
+    char path[512];
+    entry_path(f, k, path, sizeof path);
+    assert_true(is_regular_no_follow(path));
+    assert_hit(c, k, "rebuilt");
+    kf_cache_close(c);
+}
+
+static void
+test_an_entry_symlinked_to_a_valid_entry_elsewhere_is_removed_not_followed(void **state) {
+    fixture *f = F;
+    /* A valid entry for the same key in another cache directory. */
+    char other[400], target[600], path[512], hex[KF_CACHE_KEY_HEX];
+    snprintf(other, sizeof other, "%s/other", f->base);
+    kf_cache_options o = {.dir = other};
+    kf_cache *oc;
+    assert_int_equal(kf_cache_open(&f->mem, &o, &oc, NULL), KF_OK);
+    kf_cache_key k = key_of("linked");
+    put_str(oc, &k, "someone else's kernel");
+    kf_cache_close(oc);
+    snprintf(target, sizeof target, "%s/%s.kfc", other, kf_cache_key_hex(&k, hex));
+    kf_cache_close(open_cache(f, 0, 0)); /* creates the directory */
+    entry_path(f, &k, path, sizeof path);
+    assert_int_equal(symlink(target, path), 0);
+    assert_squatter_replaced(f, &k, "symbolic link");
+    /* The link was removed, never its target. */
+    kf_cache *oc2;
+    assert_int_equal(kf_cache_open(&f->mem, &o, &oc2, NULL), KF_OK);
+    assert_hit(oc2, &k, "someone else's kernel");
+    kf_cache_close(oc2);
+}
+
+static void test_an_entry_symlinked_to_an_unrelated_file_is_removed_not_followed(void **state) {
+    fixture *f = F;
+    char target[400], path[512];
+    snprintf(target, sizeof target, "%s/unrelated.txt", f->base);
+    write_file(target, "precious");
+    kf_cache_close(open_cache(f, 0, 0));
+    kf_cache_key k = key_of("unrelated");
+    entry_path(f, &k, path, sizeof path);
+    assert_int_equal(symlink(target, path), 0);
+    assert_squatter_replaced(f, &k, "symbolic link");
+    assert_true(file_holds(target, "precious"));
+}
+
+static void fifo_entry_case(void **state) {
+    fixture *f = F;
+    kf_cache_key k = key_of("fifo");
+    assert_squatter_replaced(f, &k, "FIFO");
+}
+
+static void test_an_entry_replaced_by_a_fifo_never_blocks_and_is_rebuilt(void **state) {
+    fixture *f = F;
+    kf_cache_close(open_cache(f, 0, 0));
+    kf_cache_key k = key_of("fifo");
+    char path[512];
+    entry_path(f, &k, path, sizeof path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    run_bounded(fifo_entry_case, state, "a FIFO entry");
+}
+
+static void test_an_empty_directory_where_an_entry_should_be_is_removed_and_rebuilt(void **state) {
+    fixture *f = F;
+    kf_cache_close(open_cache(f, 0, 0));
+    kf_cache_key k = key_of("dir");
+    char path[512];
+    entry_path(f, &k, path, sizeof path);
+    assert_int_equal(mkdir(path, 0700), 0);
+    assert_squatter_replaced(f, &k, "directory");
+}
+
+static void tampered_lock_case(void **state) {
+    fixture *f = F;
+    kf_cache *c = open_cache(f, 0, 0); /* lock_wait_ms 20000: the old wait outlives the alarm */
+    kf_cache_key k = key_of("locked");
+    compute_ctx cc = {.payload = "computed"};
+    void *data = NULL;
+    size_t len = 0;
+    bool computed = false;
+    kf_cache_msg msg;
+    assert_int_equal(kf_cache_get_or_compute(c, &k, compute_fn, &cc, &data, &len, &computed, &msg),
+                     KF_OK);
+    assert_true(computed);
+    assert_false(msg.events & KF_CACHE_EV_WAITED);
+    assert_false(msg.events & KF_CACHE_EV_LOCK_TIMEOUT);
+    kf_cache_blob_free(c, data, len);
+    assert_hit(c, &k, "computed");
+    char hex[KF_CACHE_KEY_HEX], lock[512];
+    snprintf(lock, sizeof lock, "%s/%s.lock", f->dir, kf_cache_key_hex(&k, hex));
+    struct stat sb;
+    assert_true(lstat(lock, &sb) != 0); /* the impostor is gone, and no lock of ours is left */
+    kf_cache_close(c);
+}
+
+static void test_a_lock_replaced_by_a_symlink_or_a_fifo_is_broken_at_once(void **state) {
+    fixture *f = F;
+    char target[400], lock[512], hex[KF_CACHE_KEY_HEX];
+    snprintf(target, sizeof target, "%s/unrelated.txt", f->base);
+    kf_cache_key k = key_of("locked");
+    snprintf(lock, sizeof lock, "%s/%s.lock", f->dir, kf_cache_key_hex(&k, hex));
+    for (int fifo = 0; fifo < 2; fifo++) {
+        teardown(state);
+        assert_int_equal(setup(state), 0);
+        f = F;
+        snprintf(target, sizeof target, "%s/unrelated.txt", f->base);
+        snprintf(lock, sizeof lock, "%s/%s.lock", f->dir, hex);
+        kf_cache_close(open_cache(f, 0, 0));
+        if (fifo) {
+            assert_int_equal(mkfifo(lock, 0600), 0);
+        } else {
+            /* a live-looking lock line in the target: following the link would
+             * read a lock held by this very process */
+            char line[256], host[128] = "";
+            gethostname(host, sizeof host - 1);
+            snprintf(line, sizeof line, "%ld %s %lld\n", (long)getpid(), host,
+                     (long long)time(NULL) * 1000000000LL);
+            write_file(target, line);
+            assert_int_equal(symlink(target, lock), 0);
+        }
+        run_bounded(tampered_lock_case, state, fifo ? "a FIFO lock" : "a symlinked lock");
+        if (!fifo)
+            assert_true(exists(target)); /* the link was removed, never its target */
+    }
+}
+
+typedef struct problems {
+    int n, corrupt;
+    char text[1024];
+} problems;
+
+static void collect_problem(void *user, const kf_cache_entry_info *e) {
+    problems *p = user;
+    p->n++;
+    if (e->state == KF_CACHE_ENTRY_CORRUPT) {
+        p->corrupt++;
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "%s;", e->problem);
+    }
+}
+
+static void test_verify_reports_and_removes_links_fifos_and_directories(void **state) {
+    fixture *f = F;
+    kf_cache *c = open_cache(f, 0, 0);
+    kf_cache_key good = key_of("good"), l1 = key_of("link to entry"), l2 = key_of("link to file"),
+                 fi = key_of("fifo"), di = key_of("dir");
+    put_str(c, &good, "fine");
+    char p_good[512], p1[512], p2[512], p3[512], p4[512], target[400];
+    entry_path(f, &good, p_good, sizeof p_good);
+    entry_path(f, &l1, p1, sizeof p1);
+    entry_path(f, &l2, p2, sizeof p2);
+    entry_path(f, &fi, p3, sizeof p3);
+    entry_path(f, &di, p4, sizeof p4);
+    snprintf(target, sizeof target, "%s/unrelated.txt", f->base);
+    write_file(target, "precious");
+    assert_int_equal(symlink(p_good, p1), 0);
+    assert_int_equal(symlink(target, p2), 0);
+    assert_int_equal(mkfifo(p3, 0600), 0);
+    assert_int_equal(mkdir(p4, 0700), 0);
+
+    problems pr = {0};
+    size_t n_corrupt = 0;
+    kf_cache_msg msg;
+    assert_int_equal(kf_cache_verify(c, collect_problem, &pr, &n_corrupt, &msg), KF_OK);
+    assert_int_equal(n_corrupt, 4);
+    assert_int_equal(pr.corrupt, 4);
+    assert_int_equal(pr.n, 5);
+    assert_non_null(strstr(pr.text, "symbolic link"));
+    assert_non_null(strstr(pr.text, "FIFO"));
+    assert_non_null(strstr(pr.text, "directory"));
+    assert_true(msg.events & KF_CACHE_EV_CORRUPT);
+    struct stat sb;
+    assert_true(lstat(p1, &sb) != 0 && lstat(p2, &sb) != 0 && lstat(p3, &sb) != 0 &&
+                lstat(p4, &sb) != 0);
+    assert_true(file_holds(target, "precious"));
+    assert_hit(c, &good, "fine");
+    kf_cache_close(c);
+
+    /* The CLI says so too. */
+    assert_int_equal(symlink(target, p2), 0);
+    char out[4096];
+    char *verify[] = {"cache", "verify", "--dir", f->dir};
+    assert_int_equal(run_cli(f, out, sizeof out, 4, verify), 1);
+    assert_non_null(strstr(out, "symbolic link"));
+    assert_non_null(strstr(out, "1 corrupt (removed)"));
+    assert_true(file_holds(target, "precious"));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1054,6 +1387,7 @@ int main(void) {
         T(test_get_or_compute_computes_once_then_hits),
         T(test_get_or_compute_passes_a_compile_failure_through_and_stores_nothing),
         T(test_a_payload_that_cannot_be_stored_is_still_returned),
+        T(test_a_store_on_a_full_disk_is_reported_distinctly_and_leaves_no_partial_file),
         T(test_fail_on_miss_names_the_key_and_directory_and_never_computes),
         T(test_read_only_reads_computes_on_miss_and_never_writes),
         T(test_eight_processes_racing_on_one_key_compute_it_once_and_all_succeed),
@@ -1061,6 +1395,12 @@ int main(void) {
         T(test_a_lock_left_by_a_dead_process_is_broken),
         T(test_an_old_lock_of_a_live_process_is_broken_after_the_stale_timeout),
         T(test_a_live_lock_is_waited_for_then_computed_anyway_after_the_wait_limit),
+        T(test_an_entry_symlinked_to_a_valid_entry_elsewhere_is_removed_not_followed),
+        T(test_an_entry_symlinked_to_an_unrelated_file_is_removed_not_followed),
+        T(test_an_entry_replaced_by_a_fifo_never_blocks_and_is_rebuilt),
+        T(test_an_empty_directory_where_an_entry_should_be_is_removed_and_rebuilt),
+        T(test_a_lock_replaced_by_a_symlink_or_a_fifo_is_broken_at_once),
+        T(test_verify_reports_and_removes_links_fifos_and_directories),
         T(test_the_size_cap_evicts_the_least_recently_used_entry),
         T(test_list_verify_and_clear),
         T(test_every_allocation_failure_returns_out_of_memory_and_leaks_nothing),

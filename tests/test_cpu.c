@@ -898,6 +898,73 @@ static void test_a_program_runs_again_with_new_inputs_and_threads(void **state) 
     kf_ctx_destroy(ctx);
 }
 
+/* A framework frees its graph right after compiling: the program must own
+ * everything it reads (shapes, names, constants), and run, report and be
+ * destroyed after the graph is gone (ASan catches any read of the graph). */
+static void test_a_program_outlives_its_graph(void **state) {
+    (void)state;
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CPU;
+    o.flags = KF_FLAG_NO_CACHE | KF_FLAG_CHECK_NUMERICS; /* the check evaluates the graph too */
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[8, 16])\nw = input(f32[16, 4])\n"
+                             "c = const(f32[4], [0.5, -1, 2, 0.25])\nm = matmul(x, w)\n"
+                             "a = add(m, c)\ny = gelu(a)\ns = reduce_sum(y, axis=1, keepdim=true)\n"
+                             "output y\noutput total = s\n");
+    kf_test_rng r = kf_test_rng_make(8);
+    kf_binding *in = make_inputs(g, &r, -1, 1);
+    kf_binding *ref = make_outputs(g);
+    kf_binding *out = make_outputs(g);
+    assert_int_equal(kf_graph_eval(g, in, 2, ref, 2), KF_OK);
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(ctx, g, &p), KF_OK);
+    /* The bindings' names point into the graph; the program must not need them. */
+    const char *in_names[2] = {"x", "w"}, *out_names[2] = {"y", "total"};
+    for (int i = 0; i < 2; i++) {
+        in[i].name = in_names[i];
+        out[i].name = out_names[i];
+        ref[i].name = out_names[i];
+    }
+    kf_graph_destroy(g);
+    for (int rep = 0; rep < 2; rep++) {
+        kf_status st = kf_program_run(p, in, 2, out, 2, NULL);
+        if (st != KF_OK)
+            fail_msg("run after the graph was destroyed: %s", kf_program_error(p));
+        for (int i = 0; i < 2; i++) {
+            size_t nans = 0;
+            double err = compare(out[i].data, ref[i].data, KF_DTYPE_F32, out[i].size / 4, &nans);
+            assert_int_equal(nans, 0);
+            assert_true(err < 1e-5);
+        }
+    }
+    assert_int_equal(kf_program_kernel_count(p), kf_program_kernel_count(p));
+    FILE *devnull = fopen("/dev/null", "w");
+    assert_non_null(devnull);
+    assert_int_equal(kf_program_report(p, KF_REPORT_TEXT, devnull), KF_OK);
+    assert_int_equal(kf_program_report(p, KF_REPORT_JSON, devnull), KF_OK);
+    fclose(devnull);
+    kf_program_destroy(p);
+    free_bindings(in, 2);
+    free_bindings(ref, 2);
+    free_bindings(out, 2);
+    kf_ctx_destroy(ctx);
+}
+
+/* A failed compile still says why on the caller's graph, not on the program's copy. */
+static void test_a_failed_compile_leaves_its_message_on_the_callers_graph(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[4])\n"); /* no outputs: fails to verify */
+    kf_program *p = (kf_program *)1;
+    assert_int_equal(kf_compile(ctx, g, &p), KF_ERR_VERIFY);
+    assert_null(p);
+    assert_non_null(strstr(kf_graph_error(g), "output"));
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The disk cache                                                             */
 /* ------------------------------------------------------------------------ */
@@ -1124,6 +1191,8 @@ int main(void) {
         cmocka_unit_test(test_views_copies_and_aliased_outputs),
         cmocka_unit_test(test_run_checks_bindings_like_eval),
         cmocka_unit_test(test_a_program_runs_again_with_new_inputs_and_threads),
+        cmocka_unit_test(test_a_program_outlives_its_graph),
+        cmocka_unit_test(test_a_failed_compile_leaves_its_message_on_the_callers_graph),
         cmocka_unit_test(test_every_example_matches_the_reference),
         cmocka_unit_test(test_compiled_code_is_cached_and_a_corrupt_entry_is_rebuilt),
         cmocka_unit_test(test_random_graphs_match_the_reference),

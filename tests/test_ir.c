@@ -2,6 +2,7 @@
  * test_ir.c -- the graph builder and its shape/dtype inference, the sticky
  * error contract, the verifier, contexts and status strings.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +256,73 @@ static void test_norm_rejects_negative_or_nan_eps(void **state) {
     assert_error(G, KF_ERR_INVALID_ARGUMENT, "layer_norm: eps", "finite and >= 0");
 }
 
+static void test_norm_rejects_infinite_or_nan_eps_of_either_norm(void **state) {
+    kf_ctx *ctx = ((fixture *)*state)->ctx;
+    const double bad[] = {NAN, INFINITY, -INFINITY, -1e-300};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int rms = 0; rms < 2; rms++) {
+            kf_graph *g;
+            assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+            kf_tensor *x = in(g, "x", KF_DTYPE_F32, 2, 4, 8);
+            kf_tensor *w = in(g, "w", KF_DTYPE_F32, 1, 8);
+            assert_null(rms ? kf_rms_norm(g, x, w, -1, bad[i])
+                            : kf_layer_norm(g, x, w, w, -1, bad[i]));
+            assert_error(g, KF_ERR_INVALID_ARGUMENT, rms ? "rms_norm: eps" : "layer_norm: eps",
+                         "finite and >= 0");
+            kf_graph_destroy(g);
+        }
+    }
+}
+
+/* A boolean parameter is 0 or 1: 7 (or -1, or a pointer's low bits) is a
+ * caller's mistake, refused with a message that names the parameter. */
+static void test_boolean_flags_take_only_0_or_1_and_the_error_names_the_flag(void **state) {
+    kf_ctx *ctx = ((fixture *)*state)->ctx;
+    struct {
+        int which, value;
+        const char *msg;
+    } cases[] = {
+        {0, 7, "reduce_sum: keepdim is 7; it takes 0 (false) or 1 (true)"},
+        {1, -1, "reduce_max: keepdim is -1"},
+        {2, 2, "reduce_mean: keepdim is 2"},
+        {3, 7, "matmul: transpose_a is 7; it takes 0 (false) or 1 (true)"},
+        {4, 7, "matmul: transpose_b is 7"},
+        {4, INT32_MIN, "matmul: transpose_b is -2147483648"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kf_graph *g;
+        assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+        kf_tensor *x = in(g, "x", KF_DTYPE_F32, 2, 8, 8);
+        int v = cases[i].value;
+        kf_tensor *t = NULL;
+        switch (cases[i].which) {
+        case 0:
+            t = kf_reduce_sum(g, x, 0, v);
+            break;
+        case 1:
+            t = kf_reduce_max(g, x, 0, v);
+            break;
+        case 2:
+            t = kf_reduce_mean(g, x, 0, v);
+            break;
+        case 3:
+            t = kf_matmul(g, x, x, v, 0);
+            break;
+        default:
+            t = kf_matmul(g, x, x, 0, v);
+            break;
+        }
+        assert_null(t);
+        assert_error(g, KF_ERR_INVALID_ARGUMENT, cases[i].msg, NULL);
+        kf_graph_destroy(g);
+    }
+    /* 0 and 1 still work, and 1 means what true did. */
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 2, 8, 4);
+    assert_type(kf_reduce_sum(G, x, 1, 1), KF_DTYPE_F32, 2, 8, 1);
+    assert_type(kf_matmul(G, x, x, 1, 0), KF_DTYPE_F32, 2, 4, 4);
+    assert_type(kf_matmul(G, x, x, 0, 1), KF_DTYPE_F32, 2, 8, 8);
+}
+
 static void test_norm_rejects_weight_of_another_dtype(void **state) {
     kf_tensor *x = in(G, "x", KF_DTYPE_BF16, 2, 4, 8);
     kf_tensor *w = in(G, "w", KF_DTYPE_F32, 1, 8);
@@ -502,6 +570,19 @@ static void test_ctx_rejects_half_set_allocator_and_bad_options(void **state) {
     o.target = KF_TARGET_COUNT;
     assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
     assert_int_equal(kf_ctx_create(&o, NULL), KF_ERR_INVALID_ARGUMENT);
+    /* An arch override is checked when the context is made, not truncated or
+     * guessed when a kernel is compiled. */
+    const char *bad_arch[] = {"", "sm90", "sm_9O", "gfx90a", "sm_90aaaaaaaaaaaaaaaaaaaaaaaa"};
+    for (size_t i = 0; i < sizeof bad_arch / sizeof bad_arch[0]; i++) {
+        kf_options_init(&o);
+        o.arch = bad_arch[i];
+        ctx = (kf_ctx *)1;
+        assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
+        assert_null(ctx);
+    }
+    kf_options_init(&o);
+    o.device = -1;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
     kf_options_init(&o);
     o.arch = "sm_90a";
     o.cache_dir = "/tmp/kf";
@@ -562,6 +643,8 @@ int main(void) {
         T(test_softmax_rejects_axis_of_a_scalar),
         T(test_norm_rejects_weight_of_wrong_length),
         T(test_norm_rejects_negative_or_nan_eps),
+        T(test_norm_rejects_infinite_or_nan_eps_of_either_norm),
+        T(test_boolean_flags_take_only_0_or_1_and_the_error_names_the_flag),
         T(test_norm_rejects_weight_of_another_dtype),
         T(test_matmul_rejects_mismatched_inner_dims),
         T(test_matmul_rejects_vectors_and_integer_dtypes),

@@ -386,6 +386,27 @@ static void test_parse_accepts_keywords_as_names(void **state) {
     assert_prints_as(text, text);
 }
 
+/* A declaration allocates nothing: a 4 GiB decode KV cache is an input like
+ * any other (only constant data is capped). */
+static void test_parse_accepts_an_input_larger_than_1_gib(void **state) {
+    (void)state;
+    const char *text = "kfg 1\n"
+                       "k = input(bf16[64, 32, 8192, 128])\n"
+                       "q = input(bf16[64, 32, 1, 128])\n"
+                       "s = matmul(q, k, transpose_b=true)\n"
+                       "output s\n";
+    assert_prints_as(text, text);
+    kf_ctx *ctx;
+    assert_int_equal(kf_ctx_create(NULL, &ctx), KF_OK);
+    kf_graph *g = parse_ok(ctx, text);
+    assert_int_equal(kf_tensor_numel(kf_graph_input(g, 0)), INT64_C(1) << 31);
+    assert_int_equal(kf_graph_verify(g), KF_OK);
+    kf_graph *g2 = assert_round_trip(ctx, g);
+    kf_graph_destroy(g2);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 static void test_parse_of_header_only_text_gives_an_empty_graph(void **state) {
     (void)state;
     assert_prints_as("kfg 1", "kfg 1\n");
@@ -484,10 +505,19 @@ static void check_rejects(const char *text, size_t len, kf_status want, const ch
       KF_ERR_PARSE,                                                                            \
       "2:10: expected a type whose element count fits in 64 bits, found "                      \
       "'f32[4294967296, 4294967296]'")                                                         \
-    R(input_larger_than_cap, H "x = input(f32[65536, 65536])\n", KF_ERR_PARSE,                 \
-      "2:11: expected an input of at most 1024 MiB, found 'f32[65536, 65536]'")                \
+    R(input_element_count_overflows_int64, H "x = input(bf16[4294967296, 4294967296])\n",      \
+      KF_ERR_PARSE,                                                                            \
+      "2:11: expected a type whose element count fits in 64 bits, found "                      \
+      "'bf16[4294967296, 4294967296]'")                                                        \
+    R(input_over_the_element_limit, H "x = input(f32[65536, 65536, 65536, 2])\n", KF_ERR_SHAPE, \
+      "2:5: input: the shape has more than 2^48 elements")                                     \
     R(const_larger_than_cap, H "x = const(bf16[1024, 1024, 1024], 0)\n", KF_ERR_PARSE,         \
-      "2:11: expected a const of at most 1024 MiB, found 'bf16[1024, 1024, 1024]'")            \
+      "2:11: expected a const of at most 1024 MiB (make larger data a graph input), found "    \
+      "'bf16[1024, 1024, 1024]'")                                                              \
+    R(keepdim_not_bool, X "y = reduce_sum(x, axis=0, keepdim=7)\n", KF_ERR_PARSE,              \
+      "3:35: expected true or false, found '7'")                                               \
+    R(transpose_b_not_bool, X "y = matmul(x, x, transpose_b=-1)\n", KF_ERR_PARSE,              \
+      "3:30: expected true or false, found '-1'")                                              \
     R(more_than_eight_dims, H "x = input(f32[1, 1, 1, 1, 1, 1, 1, 1, 1])\n", KF_ERR_PARSE,     \
       "2:39: expected ']' after at most 8 entries, found '1'")                                 \
     R(dims_missing_bracket, H "x = input(f32)\n", KF_ERR_PARSE, "2:14: expected '[', found ')'") \
@@ -869,6 +899,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_print_of_parsed_golden_text_is_byte_identical),
         cmocka_unit_test(test_golden_text_uses_every_op_and_dtype),
+        cmocka_unit_test(test_parse_accepts_an_input_larger_than_1_gib),
         cmocka_unit_test(test_parse_keeps_constant_values_exactly),
         cmocka_unit_test(test_print_parse_print_is_identical_for_api_built_graph),
         cmocka_unit_test(test_parse_accepts_comments_blank_lines_crlf_and_odd_spacing),

@@ -218,6 +218,23 @@ error_checks() {
     printf 'kfg 1\nx = input(f32[8192, 8192])\ny = relu(x)\nz = exp(y)\noutput z\n' >"$tmp/huge.kfg"
     run "$kfuse" eval "$tmp/huge.kfg"
     expect 1 "eval of a graph with too many elements" "too large for the reference evaluator"
+    # a declaration allocates nothing: a 4 GiB decode KV cache parses, prints
+    # and plans; only evaluating it is refused
+    printf 'kfg 1\nk = input(bf16[64, 32, 8192, 128])\nq = input(bf16[64, 32, 1, 128])\ns = matmul(q, k, transpose_b=true)\noutput s\n' >"$tmp/kv.kfg"
+    run "$kfuse" print "$tmp/kv.kfg"
+    expect 0 "print of a 4 GiB input"
+    if cmp -s "$tmp/kv.kfg" "$tmp/out"; then pass; else fail "print of a 4 GiB input is not a fixed point"; fi
+    run "$kfuse" report "$tmp/kv.kfg"
+    expect 0 "report of a 4 GiB input"
+    expect_out 'k bf16\[64, 32, 8192, 128\]' "report of a 4 GiB input"
+    run "$kfuse" eval "$tmp/kv.kfg"
+    expect 1 "eval of a 4 GiB input" "too large for the reference evaluator"
+    printf 'kfg 1\nc = const(bf16[1024, 1024, 1024], 0)\noutput c\n' >"$tmp/bigconst.kfg"
+    run "$kfuse" print "$tmp/bigconst.kfg"
+    expect 2 "print of a 2 GiB const" "expected a const of at most 1024 MiB \(make larger data a graph input\)"
+    printf 'kfg 1\nx = input(f32[4294967296, 4294967296])\noutput x\n' >"$tmp/overflow.kfg"
+    run "$kfuse" print "$tmp/overflow.kfg"
+    expect 2 "print of an input whose element count overflows int64" "element count fits in 64 bits"
     printf 'kfg 1\na = input(f32[4096, 4096])\nb = matmul(a, a)\noutput b\n' >"$tmp/slow.kfg"
     run "$kfuse" eval "$tmp/slow.kfg"
     expect 1 "eval of a graph with too many multiply-adds" "too large for the reference evaluator"

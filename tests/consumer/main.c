@@ -51,6 +51,40 @@ int main(void) {
         }
     }
 
+    /* Compile and run it on the CPU too, as a framework would: this pulls the
+     * LLVM backend into a static link (a build without LLVM says so). */
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CPU;
+    o.flags = KF_FLAG_NO_CACHE;
+    kf_ctx *cpu = NULL;
+    kf_graph *g2 = NULL;
+    kf_program *prog = NULL;
+    if (kf_ctx_create(&o, &cpu) != KF_OK || kf_graph_create(cpu, &g2) != KF_OK)
+        return fail("a CPU context", NULL);
+    kf_tensor *x2 = kf_input(g2, "x", KF_DTYPE_F32, 1, dims);
+    kf_tensor *y2 = kf_input(g2, "y", KF_DTYPE_F32, 1, dims);
+    if (kf_output(g2, "z", kf_add(g2, x2, y2)) != KF_OK)
+        return fail("building add(x, y) for the CPU", g2);
+    kf_status st = kf_compile(cpu, g2, &prog);
+    if (st == KF_OK) {
+        float zc[4] = {0};
+        const kf_binding outc[1] = {{"z", zc, sizeof zc}};
+        if (kf_program_run(prog, in, 2, outc, 1, NULL) != KF_OK) {
+            fprintf(stderr, "consumer: kf_program_run: %s\n", kf_program_error(prog));
+            return 1;
+        }
+        if (memcmp(zc, zs, sizeof zc) != 0) {
+            fprintf(stderr, "consumer: the CPU backend's z differs from the evaluator's\n");
+            return 1;
+        }
+    } else if (st != KF_ERR_UNSUPPORTED) {
+        return fail("kf_compile for the CPU", g2);
+    }
+    kf_program_destroy(prog);
+    kf_graph_destroy(g2);
+    kf_ctx_destroy(cpu);
+
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
     printf("consumer: kfuse %s, z = [%g, %g, %g, %g]\n", kf_version(), zs[0], zs[1], zs[2], zs[3]);

@@ -76,4 +76,28 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 "$tmp/consumer_pc" || die "consumer built with pkg-config"
 ok "pkg-config --cflags --libs kfuse"
 
+# Without an RPATH, a program linked against this non-system prefix finds
+# libkfuse.so through LD_LIBRARY_PATH, as the README says.
+# shellcheck disable=SC2046,SC2086 # the flags are meant to split
+"$cc" -std=c11 $san "$here/main.c" -o "$tmp/consumer_pc_norpath" $(pkg-config --cflags --libs kfuse) ||
+    die "compiling with pkg-config, no RPATH"
+LD_LIBRARY_PATH="$(pkg-config --variable=libdir kfuse)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$tmp/consumer_pc_norpath" || die "consumer without RPATH, with LD_LIBRARY_PATH"
+ok "pkg-config link without RPATH runs with LD_LIBRARY_PATH=\$(pkg-config --variable=libdir kfuse)"
+
+# A static link through pkg-config: a libdir that holds only libkfuse.a, so
+# -lkfuse must take the archive, and `--static` must name everything it needs
+# (LLVM, NVRTC, libdl, libm); the program then needs no libkfuse.so at all.
+mkdir -p "$tmp/static-only"
+cp "$libdir/libkfuse.a" "$tmp/static-only/"
+# shellcheck disable=SC2046,SC2086 # the flags are meant to split
+"$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror $san "$here/main.c" -o "$tmp/consumer_pc_static" \
+    $(pkg-config --define-variable=libdir="$tmp/static-only" --static --cflags --libs kfuse) ||
+    die "linking libkfuse.a with pkg-config --static --libs kfuse"
+if command -v readelf >/dev/null && readelf -d "$tmp/consumer_pc_static" | grep -q 'libkfuse\.so'; then
+    die "the static pkg-config consumer still needs libkfuse.so"
+fi
+"$tmp/consumer_pc_static" || die "consumer linked statically with pkg-config"
+ok "pkg-config --static --libs kfuse (libkfuse.a)"
+
 echo "$passed passed, 0 failed"
