@@ -54,7 +54,7 @@ endif()
 # The cmocka suites
 # ---------------------------------------------------------------------------
 
-set(KF_TEST_ENV "KF_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+set(KF_TEST_ENV "KF_SOURCE_DIR=${PROJECT_SOURCE_DIR}" "KF_CLI=$<TARGET_FILE:kfuse_cli>")
 if(KF_SANITIZE)
     list(APPEND KF_TEST_ENV
         "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1"

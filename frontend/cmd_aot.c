@@ -42,7 +42,8 @@ const char kf_cmd_aot_help[] =
     "  -h, --help    show this help\n"
     "\n"
     "exit status: 0 every kernel is in DIR, 1 a graph did not plan or a kernel\n"
-    "did not generate or compile (the rest are still done), 2 usage error or a\n"
+    "did not generate, compile or store (the rest are still done; the count of\n"
+    "kernels not stored is printed), 2 usage error or a\n"
     "file that does not read or parse.\n";
 
 static int usage(const char *fmt, const char *arg) {
@@ -62,6 +63,7 @@ typedef struct aot_state {
     unsigned flags; /* KF_CUDA_RECIPE_* */
     bool tty;
     unsigned long done, total;
+    unsigned long not_stored; /* compiled but not written to DIR (a full disk, ...) */
     int rc;
 } aot_state;
 
@@ -112,6 +114,15 @@ static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *re
                     fprintf(stderr, "%skfuse aot: %s: %s\n", a->tty ? "\r\033[K" : "", path, err);
                     failed[ai]++;
                     a->rc = 1;
+                } else if (msg.store == KF_CACHE_STORE_FAILED) {
+                    /* Compiled, but not in DIR: the product is incomplete. */
+                    fprintf(stderr, "%skfuse aot: %s: kernel '%s' (%s) was not stored: %s\n",
+                            a->tty ? "\r\033[K" : "", path, k->name, a->archs[ai],
+                            msg.store_error);
+                    failed[ai]++;
+                    a->not_stored++;
+                    a->rc = 1;
+                    kf_cache_blob_free(a->cache, cubin, size);
                 } else {
                     cached[ai] += hit;
                     if (msg.note[0])
@@ -247,6 +258,9 @@ int kf_cmd_aot(int argc, char **argv) {
             rc = 1;
         printf("%lu kernels for %d graph%s and %d arch%s in %s\n", a.total, n_files,
                n_files == 1 ? "" : "s", a.n_archs, a.n_archs == 1 ? "" : "s", kf_cache_dir(a.cache));
+        if (a.not_stored)
+            fprintf(stderr, "kfuse aot: %lu of %lu kernels were not stored in %s: the cache is "
+                    "incomplete\n", a.not_stored, a.total, kf_cache_dir(a.cache));
     }
     for (int f = 0; f < n_files && graphs && plans; f++) {
         for (int ai = 0; recipes && ai < a.n_archs; ai++)

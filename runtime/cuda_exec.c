@@ -15,13 +15,13 @@
  * prepare time, so a run does no planning and no allocation: the host cost
  * per step is the launch itself. Nothing here decides how a group runs.
  */
-#include <dlfcn.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/arena.h"
 #include "runtime/cache.h"
 #include "runtime/ctx.h"
 #include "runtime/cublaslt.h"
@@ -49,6 +49,7 @@ typedef struct xkernel {
     uint32_t arg_buf[KF_CUDA_MAX_PARAMS]; /* buffer index per argument */
     uint64_t slots[KF_CUDA_MAX_PARAMS];
     void *args[KF_CUDA_MAX_PARAMS];
+    kf_cu_tensor_map tmaps[KF_CUDA_MAX_TMAPS]; /* encoded once the arena is placed */
 } xkernel;
 
 typedef struct xgemm {
@@ -98,22 +99,9 @@ struct kf_cuda_exec {
 
     /* All-kernel programs of 2+ steps: one CUDA graph, launched with one
      * cuGraphLaunch (NULL: direct launches). */
-    void *graph_exec;
-    void *cu_graph;
-    kf_cu_result (*graph_launch)(void *exec, kf_cu_stream stream);
-    kf_cu_result (*graph_exec_destroy)(void *exec);
-    kf_cu_result (*graph_destroy)(void *graph);
+    kf_cu_graph_exec graph_exec;
+    kf_cu_graph cu_graph;
 };
-
-/* CUDA_KERNEL_NODE_PARAMS_v2; its prefix is the v1 struct. */
-typedef struct kgraph_node_params {
-    kf_cu_function func;
-    unsigned gx, gy, gz, bx, by, bz, shared;
-    void **params;
-    void **extra;
-    void *kern;
-    kf_cu_context ctx;
-} kgraph_node_params;
 
 static size_t tensor_bytes(const kf_tensor *t) {
     return (size_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
@@ -197,65 +185,23 @@ static kf_status buf_of_ref(kf_cuda_exec *ex, uint32_t gi, kf_cuda_buf ref, uint
     }
 }
 
-/* Places every buffer: buffers whose live ranges overlap never share bytes. */
-static void arena_layout(kf_cuda_exec *ex) {
+/* Places every buffer (runtime/arena.c): buffers whose live ranges overlap
+ * never share bytes; pinned ones (first -1, last n_groups) share with none. */
+static kf_status arena_layout(kf_cuda_exec *ex, char *err) {
     uint32_t n = ex->n_bufs;
-    uint32_t *order = malloc(n * sizeof *order + 1);
-    uint32_t *placed = malloc(n * sizeof *placed + 1);
-    ex->unshared_bytes = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        ex->unshared_bytes += (ex->bufs[i].bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-    }
-    if (!order || !placed) {
-        /* No reuse without scratch memory: lay everything out end to end. */
-        size_t off = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            ex->bufs[i].offset = off;
-            off += (ex->bufs[i].bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-        }
-        ex->arena_bytes = off;
-        free(order);
-        free(placed);
-        return;
-    }
+    kf_arena_item *items = n ? kf_mem_alloc(&ex->mem, sizeof *items * n) : NULL;
+    if (n && !items)
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning device buffers");
     for (uint32_t i = 0; i < n; i++)
-        order[i] = i;
-    /* Insertion sort by size, largest first (n is small). */
-    for (uint32_t i = 1; i < n; i++) {
-        uint32_t v = order[i], j = i;
-        while (j > 0 && ex->bufs[order[j - 1]].bytes < ex->bufs[v].bytes) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = v;
-    }
-    size_t top = 0;
-    uint32_t n_placed = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        xbuf *b = &ex->bufs[order[i]];
-        size_t size = (b->bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-        size_t off = 0;
-        for (bool moved = true; moved;) {
-            moved = false;
-            for (uint32_t j = 0; j < n_placed; j++) {
-                const xbuf *o = &ex->bufs[placed[j]];
-                size_t osize = (o->bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-                bool time = !(o->last < b->first || b->last < o->first);
-                bool space = off < o->offset + osize && o->offset < off + size;
-                if (time && space) {
-                    off = o->offset + osize;
-                    moved = true;
-                }
-            }
-        }
-        b->offset = off;
-        placed[n_placed++] = order[i];
-        if (off + size > top)
-            top = off + size;
-    }
-    ex->arena_bytes = top;
-    free(order);
-    free(placed);
+        items[i] = (kf_arena_item){
+            .bytes = ex->bufs[i].bytes, .first = ex->bufs[i].first, .last = ex->bufs[i].last};
+    kf_arena_stats stats;
+    ex->arena_bytes = kf_arena_layout(&ex->mem, items, n, ARENA_ALIGN, false, &stats);
+    ex->unshared_bytes = stats.unshared;
+    for (uint32_t i = 0; i < n; i++)
+        ex->bufs[i].offset = items[i].offset;
+    kf_mem_free(&ex->mem, items, sizeof *items * n);
+    return KF_OK;
 }
 
 static kf_cu_deviceptr buf_ptr(const kf_cuda_exec *ex, uint32_t b) {
@@ -294,19 +240,27 @@ static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_
     s->variant = v;
     s->k = xk;
     xk->ks = ks;
-    if (ks->cluster[0] * ks->cluster[1] * ks->cluster[2] > 1)
-        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                          "kernel '%s': thread-block clusters are not launched by this executor "
-                          "yet", k->name);
+    if (ks->n_args > KF_CUDA_MAX_PARAMS || ks->n_tmaps > KF_CUDA_MAX_TMAPS)
+        return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': %u arguments, %u tensor maps",
+                          k->name, ks->n_args, ks->n_tmaps);
+    kf_cuda_launch_cfg cfg = {.grid = {ks->grid[0], ks->grid[1], ks->grid[2]},
+                              .block = {ks->block[0], ks->block[1], ks->block[2]},
+                              .shared_bytes = ks->shared_bytes,
+                              .kernel = k->name,
+                              .cluster = {ks->cluster[0], ks->cluster[1], ks->cluster[2]}};
+    st = kf_cuda_launch_check(&cfg, err);
     for (uint32_t i = 0; i < ks->n_args && st == KF_OK; i++) {
         const kf_cuda_arg *a = &ks->args[i];
         xk->arg_buf[i] = KF_NONE;
-        if (a->kind == KF_CUDA_ARG_PTR)
+        if (a->kind == KF_CUDA_ARG_PTR || a->kind == KF_CUDA_ARG_TMAP)
             st = buf_of_ref(ex, gi, a->buf, &xk->arg_buf[i], err);
         else if (a->kind != KF_CUDA_ARG_I64)
-            st = kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                            "kernel '%s': argument %u has kind %d, which this executor does "
-                            "not bind yet", k->name, i, (int)a->kind);
+            st = kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': argument %u has kind %d",
+                            k->name, i, (int)a->kind);
+        if (st == KF_OK && a->kind == KF_CUDA_ARG_TMAP &&
+            (a->value < 0 || a->value >= (int64_t)ks->n_tmaps))
+            st = kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': argument %u names tensor map "
+                            "%" PRId64 " of %u", k->name, i, a->value, ks->n_tmaps);
     }
     if (st != KF_OK)
         return st;
@@ -411,6 +365,45 @@ static kf_status add_gemm(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_cu
     return st;
 }
 
+/* A recipe's tensor map over the buffer at `ptr`, encoded by the driver. */
+static kf_status encode_tmap(kf_cuda_exec *ex, const kf_cuda_kstep *ks, const kf_cuda_tmap *t,
+                             kf_cu_deviceptr ptr, kf_cu_tensor_map *out, char *err) {
+    kf_cuda_tmap_desc d;
+    memset(&d, 0, sizeof d);
+    switch (t->dtype) {
+    case KF_DTYPE_F32: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    case KF_DTYPE_F16: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
+    case KF_DTYPE_BF16: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case KF_DTYPE_F64: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT64; break;
+    case KF_DTYPE_I32: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_INT32; break;
+    case KF_DTYPE_BOOL: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
+    default:
+        return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': a tensor map of dtype %d",
+                          ks->kernel.name, (int)t->dtype);
+    }
+    if (t->rank < 1 || t->rank > KF_CUDA_TMAP_MAX_RANK)
+        return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': a tensor map of rank %d",
+                          ks->kernel.name, t->rank);
+    d.rank = (unsigned)t->rank;
+    for (int i = 0; i < t->rank; i++) {
+        d.dims[i] = t->dims[i];
+        d.box[i] = t->box[i];
+        if (i > 0)
+            d.strides[i - 1] = t->strides[i - 1];
+    }
+    switch (t->swizzle) {
+    case 0: d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_NONE; break;
+    case 32: d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_32B; break;
+    case 64: d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_64B; break;
+    case 128: d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_128B; break;
+    default:
+        return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': a %u-byte swizzle",
+                          ks->kernel.name, t->swizzle);
+    }
+    d.name = ks->kernel.name;
+    return kf_cuda_tensor_map_encode(&ex->dev, &d, ptr, out, err);
+}
+
 /* Pointers of every step, once the arena is placed. */
 static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
     for (uint32_t i = 0; i < ex->n_steps; i++) {
@@ -419,11 +412,20 @@ static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
             const kf_cuda_kstep *ks = s->k->ks;
             for (uint32_t p = 0; p < ks->n_args; p++) {
                 const kf_cuda_arg *a = &ks->args[p];
-                if (a->kind == KF_CUDA_ARG_I64)
-                    s->k->slots[p] = (uint64_t)a->value;
-                else
-                    s->k->slots[p] = buf_ptr(ex, s->k->arg_buf[p]) + (kf_cu_deviceptr)a->buf.offset;
                 s->k->args[p] = &s->k->slots[p];
+                if (a->kind == KF_CUDA_ARG_I64) {
+                    s->k->slots[p] = (uint64_t)a->value;
+                    continue;
+                }
+                kf_cu_deviceptr ptr = buf_ptr(ex, s->k->arg_buf[p]) + (kf_cu_deviceptr)a->buf.offset;
+                s->k->slots[p] = ptr;
+                if (a->kind == KF_CUDA_ARG_TMAP) {
+                    kf_status st = encode_tmap(ex, ks, &ks->tmaps[a->value], ptr,
+                                               &s->k->tmaps[a->value], err);
+                    if (st != KF_OK)
+                        return st;
+                    s->k->args[p] = &s->k->tmaps[a->value];
+                }
             }
             continue;
         }
@@ -465,6 +467,15 @@ static kf_status launch_step(kf_cuda_exec *ex, const xstep *s, kf_cu_stream stre
         return kf_blt_matmul(ex->lt, &s->gm.g, stream, err);
     const xkernel *k = s->k;
     const kf_cuda_kstep *ks = k->ks;
+    if (ks->cluster[0] * ks->cluster[1] * ks->cluster[2] > 1) {
+        kf_cuda_launch_cfg cfg = {.grid = {ks->grid[0], ks->grid[1], ks->grid[2]},
+                                  .block = {ks->block[0], ks->block[1], ks->block[2]},
+                                  .shared_bytes = ks->shared_bytes,
+                                  .stream = stream,
+                                  .kernel = ks->kernel.name,
+                                  .cluster = {ks->cluster[0], ks->cluster[1], ks->cluster[2]}};
+        return kf_cuda_launch(&ex->dev, k->fn, &cfg, (void **)k->args, err);
+    }
     kf_cu_result r = drv->cuLaunchKernel(k->fn, ks->grid[0], ks->grid[1], ks->grid[2],
                                          ks->block[0], ks->block[1], ks->block[2],
                                          ks->shared_bytes, stream, (void **)k->args, NULL);
@@ -521,6 +532,12 @@ static kf_status measure_choices(kf_cuda_exec *ex, char *err) {
         return KF_OK;
     kf_cu_event e0 = NULL, e1 = NULL;
     kf_status st = make_current(ex, err);
+    /* Defined inputs for the timing runs: zeros (a driver without the memset
+     * times whatever the arena holds). */
+    const kf_cuda_driver *drv = ex->dev.drv;
+    if (st == KF_OK && drv->cuMemsetD8Async)
+        st = kf_cuda_check(drv, drv->cuMemsetD8Async(ex->arena, 0, ex->arena_bytes, ex->stream),
+                           "cuMemsetD8Async", NULL, err);
     if (st == KF_OK)
         st = kf_cuda_event_create(&ex->dev, &e0, err);
     if (st == KF_OK)
@@ -554,59 +571,47 @@ static kf_status make_order(kf_cuda_exec *ex, char *err) {
     return KF_OK;
 }
 
-/* The run as one CUDA graph when every step it launches is a kernel and
- * there are at least two: a run is then one cuGraphLaunch, which costs the
- * host less than a cuLaunchKernel per kernel. Arguments are bound once at
- * prepare time, so the graph never needs updating. Any failure (an old
- * driver without the entry points included) leaves the direct launches;
- * KF_CUDA_GRAPH=0 turns the graph off. */
+/* The run as one CUDA graph when every step it launches is a plain kernel
+ * (no cluster) and there are at least two: a run is then one cuGraphLaunch,
+ * which costs the host less than a cuLaunchKernel per kernel. Arguments are
+ * bound once at prepare time, so the graph never needs updating. Any failure
+ * (a driver without the graph entry points included) leaves the direct
+ * launches; KF_CUDA_GRAPH=0 turns the graph off. */
 static void build_graph(kf_cuda_exec *ex) {
     const kf_cuda_driver *drv = ex->dev.drv;
     const char *env = getenv("KF_CUDA_GRAPH");
-    if ((env && env[0] == '0') || ex->n_order < 2 || !drv || !drv->lib)
+    if ((env && env[0] == '0') || ex->n_order < 2 || !drv || !drv->cuGraphCreate ||
+        !drv->cuGraphAddKernelNode || !drv->cuGraphInstantiateWithFlags || !drv->cuGraphLaunch ||
+        !drv->cuGraphExecDestroy || !drv->cuGraphDestroy)
         return;
-    for (uint32_t i = 0; i < ex->n_order; i++)
-        if (ex->steps[ex->order[i]].kind != KF_CUDA_STEP_KERNEL)
+    for (uint32_t i = 0; i < ex->n_order; i++) {
+        const xstep *s = &ex->steps[ex->order[i]];
+        if (s->kind != KF_CUDA_STEP_KERNEL ||
+            s->k->ks->cluster[0] * s->k->ks->cluster[1] * s->k->ks->cluster[2] > 1)
             return;
-    typedef kf_cu_result (*create_fn)(void **, unsigned);
-    typedef kf_cu_result (*add_fn)(void **, void *, void *const *, size_t,
-                                   const kgraph_node_params *);
-    typedef kf_cu_result (*inst_fn)(void **, void *, unsigned long long);
-    /* dlsym returns void *; POSIX guarantees it converts to a function pointer. */
-    create_fn gcreate = (create_fn)(uintptr_t)dlsym(drv->lib, "cuGraphCreate");
-    add_fn gadd = (add_fn)(uintptr_t)dlsym(drv->lib, "cuGraphAddKernelNode_v2");
-    if (!gadd)
-        gadd = (add_fn)(uintptr_t)dlsym(drv->lib, "cuGraphAddKernelNode");
-    inst_fn ginst = (inst_fn)(uintptr_t)dlsym(drv->lib, "cuGraphInstantiateWithFlags");
-    ex->graph_launch = (kf_cu_result(*)(void *, kf_cu_stream))(uintptr_t)dlsym(drv->lib,
-                                                                              "cuGraphLaunch");
-    ex->graph_exec_destroy =
-        (kf_cu_result(*)(void *))(uintptr_t)dlsym(drv->lib, "cuGraphExecDestroy");
-    ex->graph_destroy = (kf_cu_result(*)(void *))(uintptr_t)dlsym(drv->lib, "cuGraphDestroy");
-    if (!gcreate || !gadd || !ginst || !ex->graph_launch || !ex->graph_exec_destroy ||
-        !ex->graph_destroy)
-        return;
+    }
     if (make_current(ex, NULL) != KF_OK)
         return;
-    void *graph = NULL, *prev = NULL;
-    if (gcreate(&graph, 0) != 0 || !graph)
+    kf_cu_graph graph = NULL;
+    kf_cu_graph_node prev = NULL;
+    if (drv->cuGraphCreate(&graph, 0) != 0 || !graph)
         return;
     for (uint32_t i = 0; i < ex->n_order; i++) {
         const xkernel *k = ex->steps[ex->order[i]].k;
         const kf_cuda_kstep *ks = k->ks;
-        kgraph_node_params p = {k->fn,        ks->grid[0],  ks->grid[1],      ks->grid[2],
-                                ks->block[0], ks->block[1], ks->block[2],     ks->shared_bytes,
-                                (void **)k->args, NULL,     NULL,             NULL};
-        void *node = NULL;
-        if (gadd(&node, graph, prev ? &prev : NULL, prev ? 1 : 0, &p) != 0) {
-            ex->graph_destroy(graph);
+        kf_cu_kernel_node_params p = {k->fn,        ks->grid[0],  ks->grid[1],  ks->grid[2],
+                                      ks->block[0], ks->block[1], ks->block[2], ks->shared_bytes,
+                                      (void **)k->args, NULL,     NULL,         NULL};
+        kf_cu_graph_node node = NULL;
+        if (drv->cuGraphAddKernelNode(&node, graph, prev ? &prev : NULL, prev ? 1 : 0, &p) != 0) {
+            drv->cuGraphDestroy(graph);
             return;
         }
         prev = node;
     }
-    void *exec = NULL;
-    if (ginst(&exec, graph, 0) != 0 || !exec) {
-        ex->graph_destroy(graph);
+    kf_cu_graph_exec exec = NULL;
+    if (drv->cuGraphInstantiateWithFlags(&exec, graph, 0) != 0 || !exec) {
+        drv->cuGraphDestroy(graph);
         return;
     }
     ex->cu_graph = graph;
@@ -735,8 +740,9 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     }
 
     /* The arena, then every pointer. */
+    if (st == KF_OK)
+        st = arena_layout(ex, err);
     if (st == KF_OK) {
-        arena_layout(ex);
         st = kf_cuda_mem_alloc(&ex->dev, ex->arena_bytes ? ex->arena_bytes : 1, &ex->arena, err);
         if (st != KF_OK) {
             char why[KF_MSG_MAX];
@@ -747,6 +753,9 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     }
     if (st == KF_OK)
         st = bind_steps(ex, err);
+    /* Measured choices run on a zeroed arena, so before the constants. */
+    if (st == KF_OK)
+        st = measure_choices(ex, err);
     /* Constants, once. */
     for (uint32_t t = 0; t < g->n_nodes && st == KF_OK; t++) {
         const kf_tensor *x = g->nodes[t];
@@ -755,8 +764,6 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         st = kf_cuda_copy_to_device(&ex->dev, buf_ptr(ex, ex->buf_of[t]), x->data,
                                     tensor_bytes(x), err);
     }
-    if (st == KF_OK)
-        st = measure_choices(ex, err);
     if (st == KF_OK)
         st = make_order(ex, err);
     if (st == KF_OK)
@@ -768,9 +775,9 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     if (!ex)
         return;
     if (ex->graph_exec)
-        ex->graph_exec_destroy(ex->graph_exec);
+        ex->dev.drv->cuGraphExecDestroy(ex->graph_exec);
     if (ex->cu_graph)
-        ex->graph_destroy(ex->cu_graph);
+        ex->dev.drv->cuGraphDestroy(ex->cu_graph);
     for (uint32_t i = 0; i < ex->n_steps; i++) {
         if (ex->steps[i].kind == KF_CUDA_STEP_KERNEL && ex->steps[i].k) {
             if (ex->dev_open && ex->steps[i].k->mod)
@@ -808,7 +815,7 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
 static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
     kf_status st = make_current(ex, err);
     if (st == KF_OK && ex->graph_exec) {
-        kf_cu_result r = ex->graph_launch(ex->graph_exec, stream);
+        kf_cu_result r = ex->dev.drv->cuGraphLaunch(ex->graph_exec, stream);
         if (r != 0)
             st = kf_cuda_check(ex->dev.drv, r, "cuGraphLaunch",
                                step_name(ex, &ex->steps[ex->order[0]]), err);

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fusion/fusion.h"
 #include "ir/ir.h"
 #include "kf_test.h"
 #include "runtime/cuda.h"
@@ -752,6 +753,243 @@ static void test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_noth
     kf_ctx_destroy(nc);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Recipes: the report, aot and the executor agree                           */
+/* ------------------------------------------------------------------------ */
+
+/* The value of the JSON report's "cuda" member (up to the next member). */
+static char *cuda_member(const char *json, const char *what) {
+    const char *key = "\n  \"cuda\": ";
+    const char *a = strstr(json, key);
+    if (!a)
+        fail_msg("%s: no \"cuda\" member in the report", what);
+    a += strlen(key);
+    const char *b = strstr(a, ",\n  \"cuda_run\"");
+    if (!b)
+        b = strstr(a, "\n}");
+    assert_non_null(b);
+    return strndup(a, (size_t)(b - a));
+}
+
+/* Everything `cmd` writes to stdout; its exit status must be 0. */
+static char *command_output(const char *cmd) {
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (int c; (c = fgetc(f)) != EOF;) {
+        if (len + 2 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        buf[len++] = (char)c;
+    }
+    int rc = pclose(f);
+    if (rc != 0)
+        fail_msg("'%s' exited with %d", cmd, rc);
+    if (buf)
+        buf[len] = 0;
+    return buf;
+}
+
+/* For every example and pattern: `kfuse report --json` for this device's arch
+ * and SM count (computed by the CLI, which opens no device) prints exactly the
+ * recipes a program compiled on the device runs; and a cache filled by `kfuse
+ * aot` for the arch serves every kernel of every program under fail-on-miss,
+ * whose outputs match the reference. */
+static void test_recipes_of_the_report_are_the_executors_and_aot_serves_them(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *cli = getenv("KF_CLI"), *src = getenv("KF_SOURCE_DIR");
+    if (!cli)
+        fail_msg("KF_CLI (the kfuse binary) is not set; run through ctest");
+    src = src ? src : ".";
+    const kf_cuda_driver *drv = NULL;
+    char err[KF_MSG_MAX];
+    assert_int_equal(kf_ctx_cuda_driver(G.ctx, &drv, err), KF_OK);
+    kf_cuda_device dev;
+    assert_int_equal(kf_cuda_device_open(drv, 0, &dev, err), KF_OK);
+    char arch[KF_ARCH_MAX];
+    snprintf(arch, sizeof arch, "%s", dev.arch);
+    int sms = dev.sm_count;
+    kf_cuda_device_close(&dev);
+
+    char dir[300], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/aot", G.cache_dir);
+    snprintf(cmd, sizeof cmd, "'%s' aot --arch %s '%s'/examples/*.kfg '%s'/examples/patterns/*.kfg "
+             "-o '%s' >&2", cli, arch, src, src, dir);
+    assert_int_equal(system(cmd), 0);
+    kf_ctx *fom = ctx_with(dir, KF_FLAG_CACHE_FAIL_ON_MISS | KF_FLAG_CACHE_READ_ONLY);
+
+    const char *sub[] = {"examples", "examples/patterns"};
+    int files = 0;
+    for (int d = 0; d < 2; d++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", src, sub[d]);
+        DIR *dp = opendir(path);
+        assert_non_null(dp);
+        for (struct dirent *de; (de = readdir(dp));) {
+            size_t l = strlen(de->d_name);
+            if (l < 5 || strcmp(de->d_name + l - 4, ".kfg") != 0)
+                continue;
+            char file[1400];
+            snprintf(file, sizeof file, "%s/%s", path, de->d_name);
+            snprintf(cmd, sizeof cmd, "'%s' report --json --arch %s --sm-count %d '%s'", cli, arch,
+                     sms, file);
+            char *cli_json = command_output(cmd);
+            char *want = cuda_member(cli_json, file);
+
+            size_t len = 0;
+            char *text = read_file(file, &len);
+            kf_graph *g = NULL;
+            assert_int_equal(kf_graph_parse(fom, text, len, &g), KF_OK);
+            /* Runs from the aot cache alone, and matches the reference. */
+            run_opts o = {.lo = -1, .hi = 1, .ctx = fom, .report_has = "kernels compiled 0,"};
+            run_and_compare(g, 1300 + (uint64_t)files, &o, file);
+            kf_program *p = NULL;
+            if (kf_compile(fom, g, &p) != KF_OK)
+                fail_msg("%s: %s", file, kf_graph_error(g));
+            char *json = NULL;
+            size_t jlen = 0;
+            FILE *f = open_memstream(&json, &jlen);
+            assert_int_equal(kf_program_report(p, KF_REPORT_JSON, f), KF_OK);
+            fclose(f);
+            char *got = cuda_member(json, file);
+            if (strcmp(got, want) != 0) {
+                size_t i = 0;
+                while (got[i] && got[i] == want[i])
+                    i++;
+                fail_msg("%s: the executor's recipes differ from `kfuse report`'s at byte %zu:\n"
+                         "executor: ...%.300s\nreport:   ...%.300s",
+                         file, i, got + (i > 60 ? i - 60 : 0), want + (i > 60 ? i - 60 : 0));
+            }
+            fprintf(stderr, "  %s: recipes agree (%zu bytes), ran from the aot cache\n", file,
+                    strlen(got));
+            free(got);
+            free(json);
+            kf_program_destroy(p);
+            kf_graph_destroy(g);
+            free(text);
+            free(want);
+            free(cli_json);
+            files++;
+        }
+        closedir(dp);
+    }
+    assert_true(files >= 10);
+    kf_ctx_destroy(fom);
+}
+
+/* A recipe with two variants and a MEASURED choice: the GEMM group of
+ * gelu(x.w + b) (cuBLASLt's bias epilogue, then an erf-gelu kernel) against
+ * its no-cuBLASLt-epilogue recipe (bare GEMM, then one kernel for bias and
+ * gelu). The executor times both once, keeps the faster, reports both times,
+ * and the program's outputs match the reference whichever won. */
+static void test_a_measured_choice_times_both_variants_and_runs_the_faster(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *text = "kfg 1\nx = input(f32[512, 256])\nw = input(f32[256, 384])\n"
+                       "b = input(f32[384])\nh = matmul(x, w)\nhb = add(h, b)\ny = gelu(hb)\n"
+                       "output y\n";
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(G.ctx, text, strlen(text), &g), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(plan->n_groups, 1);
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(G.ctx, &ex, &t, err), KF_OK);
+    kf_cuda_recipes *a = NULL, *b = NULL;
+    assert_int_equal(kf_cuda_recipes_create(plan, &t, &g->mem, &a, err), KF_OK);
+    t.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
+    assert_int_equal(kf_cuda_recipes_create(plan, &t, &g->mem, &b, err), KF_OK);
+    /* Splice b's recipe in as variant 1 of a's: its steps appended (moved),
+     * its scratch renumbered after a's. */
+    kf_cuda_recipe *ra = &a->recipes[0], *rb = &b->recipes[0];
+    assert_int_equal(ra->n_variants, 1);
+    assert_true(ra->n_scratch + rb->n_scratch <= KF_CUDA_MAX_SCRATCH);
+    uint32_t off = ra->n_scratch;
+    for (uint32_t i = 0; i < rb->n_scratch; i++)
+        ra->scratch[ra->n_scratch++] = rb->scratch[i];
+    ra->variants[1] = rb->variants[0];
+    ra->variants[1].first_step = ra->n_steps;
+    ra->variants[1].n_steps = 0;
+    snprintf(ra->variants[1].label, sizeof ra->variants[1].label, "bare+kernel");
+    ra->n_variants = 2;
+    ra->choice = KF_CUDA_CHOICE_MEASURED;
+    for (uint32_t i = 0; i < rb->n_steps; i++) {
+        kf_cuda_step *s = NULL;
+        assert_int_equal(kf_cuda_recipe_add_step(ra, &g->mem, rb->steps[i].kind, &s), KF_OK);
+        if (s->kind == KF_CUDA_STEP_KERNEL) {
+            kf_cuda_kstep *ks = s->kernel;
+            *ks = *rb->steps[i].kernel;
+            memset(&rb->steps[i].kernel->kernel, 0, sizeof rb->steps[i].kernel->kernel);
+            for (uint32_t j = 0; j < ks->n_args; j++)
+                if (ks->args[j].buf.kind == KF_CUDA_BUF_SCRATCH)
+                    ks->args[j].buf.id += off;
+        } else {
+            s->gemm = rb->steps[i].gemm;
+            kf_cuda_buf *bufs[] = {&s->gemm.a.buf, &s->gemm.b.buf, &s->gemm.c.buf,
+                                   &s->gemm.d.buf, &s->gemm.bias};
+            for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
+                if (bufs[j]->kind == KF_CUDA_BUF_SCRATCH)
+                    bufs[j]->id += off;
+        }
+    }
+    kf_cuda_recipes_destroy(b);
+    if (kf_cuda_exec_prepare(ex, plan, a, err) != KF_OK)
+        fail_msg("prepare: %s", err);
+    uint32_t chosen = 9;
+    float ms[KF_CUDA_MAX_VARIANTS] = {0};
+    assert_true(kf_cuda_exec_choice(ex, 0, &chosen, ms));
+    assert_true(chosen < 2);
+    assert_true(ms[0] > 0 && ms[1] > 0);
+    assert_true(ms[chosen] <= ms[1 - chosen]);
+    fprintf(stderr, "measured: cublaslt %.4f ms, bare+kernel %.4f ms, chose %u\n", (double)ms[0],
+            (double)ms[1], chosen);
+    char *rep = NULL;
+    size_t rlen = 0;
+    FILE *f = open_memstream(&rep, &rlen);
+    kf_cuda_exec_report(ex, false, f);
+    fclose(f);
+    assert_non_null(strstr(rep, "[measured: cublaslt "));
+    assert_non_null(strstr(rep, "(chosen)"));
+    free(rep);
+    /* Run the chosen variant and compare with the reference. */
+    kf_test_rng rng = kf_test_rng_make(1400);
+    void **bound = calloc(g->n_nodes, sizeof *bound);
+    kf_binding in[3], out[1], ref[1];
+    for (size_t i = 0; i < 3; i++) {
+        const kf_tensor *ti = kf_graph_input(g, i);
+        size_t n = (size_t)kf_tensor_numel(ti);
+        in[i] = (kf_binding){kf_tensor_name(ti), malloc(n * 4), n * 4};
+        kf_test_fill(in[i].data, KF_DTYPE_F32, n, &rng, -1, 1);
+        bound[ti->id] = in[i].data;
+    }
+    const kf_tensor *to = kf_graph_output(g, 0);
+    size_t no = (size_t)kf_tensor_numel(to);
+    out[0] = (kf_binding){"y", malloc(no * 4), no * 4};
+    ref[0] = (kf_binding){"y", malloc(no * 4), no * 4};
+    kf_test_poison(out[0].data, KF_DTYPE_F32, no);
+    bound[to->id] = out[0].data;
+    if (kf_cuda_exec_run(ex, bound, NULL, err) != KF_OK)
+        fail_msg("run: %s", err);
+    assert_int_equal(kf_graph_eval(g, in, 3, ref, 1), KF_OK);
+    double e = kf_test_rel_err(out[0].data, ref[0].data, KF_DTYPE_F32, no);
+    if (!(e <= 1e-5))
+        fail_msg("relative error %g with variant %u", e, chosen);
+    for (size_t i = 0; i < 3; i++)
+        free(in[i].data);
+    free(out[0].data);
+    free(ref[0].data);
+    free(bound);
+    kf_cuda_exec_destroy(ex);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+}
+
 static void test_intermediates_share_device_memory_by_liveness(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -798,6 +1036,8 @@ int main(void) {
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),
         cmocka_unit_test(test_intermediates_share_device_memory_by_liveness),
+        cmocka_unit_test(test_recipes_of_the_report_are_the_executors_and_aot_serves_them),
+        cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
     };
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
     if (failed == 0 && !G.have) {

@@ -122,6 +122,21 @@ example_checks() {
     run_in "$file" "$kfuse" eval - --seed 1
     expect 0 "eval - < $name"
     if cmp -s "$tmp/e1" "$tmp/out"; then pass; else fail "eval from stdin differs for $name"; fi
+
+    # The report carries the CUDA recipes of the target, the same bytes every time.
+    run "$kfuse" report "$file" --json --arch sm_80 --sm-count 7
+    expect 0 "report --json --arch sm_80 $name"
+    expect_out '"schema": "kfuse.report/2"' "report --json $name"
+    expect_out '^  "cuda": \{"arch": "sm_80", "sm_count": 7, ' "report --json --arch sm_80 $name"
+    cp "$tmp/out" "$tmp/r1"
+    run "$kfuse" report "$file" --json --arch sm_80 --sm-count 7
+    if cmp -s "$tmp/r1" "$tmp/out"; then pass; else fail "report --json of $name is not deterministic"; fi
+    run "$kfuse" report "$file" --json --device cpu
+    expect 0 "report --json --device cpu $name"
+    expect_out '^  "cuda": null$' "report --device cpu $name"
+    run "$kfuse" report "$file" --device h200
+    expect 0 "report --device h200 $name"
+    expect_out '^cuda recipes: arch sm_90a, 132 SMs' "report --device h200 $name"
 }
 
 error_checks() {
@@ -277,6 +292,11 @@ error_checks() {
         run timeout 10 "$kfuse" eval "$tmp/mangled.kfg"
         sane "eval of mangled input $i" && pass
     done
+    # aot on a full disk: files may not grow past 4 KiB (SIGXFSZ ignored, so
+    # writes fail with EFBIG); the CUBINs do not fit, and aot must say so.
+    run bash -c "trap '' XFSZ; ulimit -f 4; exec \"\$0\" aot --arch sm_80 \"\$1\" -o \"\$2\"" \
+        "$kfuse" "$file" "$tmp/fullcache"
+    expect 1 "aot on a full disk" 'kernels were not stored in .*: the cache is incomplete'
     printf 'kfg 1\nx = input(f32[4])\x00\ny = relu(x)\noutput y\n' >"$tmp/nul.kfg"
     run "$kfuse" print "$tmp/nul.kfg"
     expect 2 "a NUL byte" "^$tmp/nul.kfg:2:[0-9]+: "
