@@ -86,13 +86,13 @@ struct kf_cuda_exec {
 
     xbuf *bufs;
     uint32_t n_bufs, cap_bufs;
-    uint32_t *buf_of;      /* tensor -> buffer (views: their base's), KF_NONE */
-    uint32_t *scratch0;    /* per recipe: the buffer index of its scratch s0 */
-    xstep *steps;          /* every step of every variant */
+    uint32_t *buf_of;   /* tensor -> buffer (views: their base's), KF_NONE */
+    uint32_t *scratch0; /* per recipe: the buffer index of its scratch s0 */
+    xstep *steps;       /* every step of every variant */
     uint32_t n_steps, cap_steps;
-    uint32_t *order;       /* the steps a run launches, in order */
+    uint32_t *order; /* the steps a run launches, in order */
     uint32_t n_order;
-    xchoice *choices;      /* per recipe */
+    xchoice *choices; /* per recipe */
     kf_cu_deviceptr arena;
     size_t arena_bytes, unshared_bytes;
     unsigned compiled, hits;
@@ -141,8 +141,10 @@ static kf_status add_buf(kf_cuda_exec *ex, uint32_t tensor, size_t bytes, int fi
  * constants and graph outputs). */
 static kf_status buf_for(kf_cuda_exec *ex, uint32_t t, int gi, uint32_t *out, char *err) {
     if (t >= ex->graph->n_nodes)
-        return kf_msg_set(err, KF_ERR_INTERNAL, "a recipe names tensor %%%u, which the graph "
-                          "does not have", t);
+        return kf_msg_set(err, KF_ERR_INTERNAL,
+                          "a recipe names tensor %%%u, which the graph "
+                          "does not have",
+                          t);
     if (ex->buf_of[t] != KF_NONE) {
         xbuf *b = &ex->bufs[ex->buf_of[t]];
         if (gi > b->last)
@@ -175,13 +177,12 @@ static kf_status buf_of_ref(kf_cuda_exec *ex, uint32_t gi, kf_cuda_buf ref, uint
         return buf_for(ex, ref.id, (int)gi, out, err);
     case KF_CUDA_BUF_SCRATCH:
         if (ref.id >= ex->recipes->recipes[gi].n_scratch)
-            return kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a step names scratch s%u of %u",
-                              gi, ref.id, ex->recipes->recipes[gi].n_scratch);
+            return kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a step names scratch s%u of %u", gi,
+                              ref.id, ex->recipes->recipes[gi].n_scratch);
         *out = ex->scratch0[gi] + ref.id;
         return KF_OK;
     default:
-        return kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a buffer of kind %d", gi,
-                          (int)ref.kind);
+        return kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a buffer of kind %d", gi, (int)ref.kind);
     }
 }
 
@@ -255,12 +256,14 @@ static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_
         if (a->kind == KF_CUDA_ARG_PTR || a->kind == KF_CUDA_ARG_TMAP)
             st = buf_of_ref(ex, gi, a->buf, &xk->arg_buf[i], err);
         else if (a->kind != KF_CUDA_ARG_I64)
-            st = kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': argument %u has kind %d",
-                            k->name, i, (int)a->kind);
+            st = kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': argument %u has kind %d", k->name,
+                            i, (int)a->kind);
         if (st == KF_OK && a->kind == KF_CUDA_ARG_TMAP &&
             (a->value < 0 || a->value >= (int64_t)ks->n_tmaps))
-            st = kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': argument %u names tensor map "
-                            "%" PRId64 " of %u", k->name, i, a->value, ks->n_tmaps);
+            st = kf_msg_set(err, KF_ERR_INTERNAL,
+                            "kernel '%s': argument %u names tensor map "
+                            "%" PRId64 " of %u",
+                            k->name, i, a->value, ks->n_tmaps);
     }
     if (st != KF_OK)
         return st;
@@ -314,9 +317,12 @@ static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_
 }
 
 static const kf_blt_epilogue lt_epilogue_of[KF_CUDA_LT_EPI_COUNT] = {
-    [KF_CUDA_LT_EPI_NONE] = KF_BLT_EPI_NONE,         [KF_CUDA_LT_EPI_RELU] = KF_BLT_EPI_RELU,
-    [KF_CUDA_LT_EPI_GELU] = KF_BLT_EPI_GELU,         [KF_CUDA_LT_EPI_BIAS] = KF_BLT_EPI_BIAS,
-    [KF_CUDA_LT_EPI_RELU_BIAS] = KF_BLT_EPI_RELU_BIAS, [KF_CUDA_LT_EPI_GELU_BIAS] = KF_BLT_EPI_GELU_BIAS,
+    [KF_CUDA_LT_EPI_NONE] = KF_BLT_EPI_NONE,
+    [KF_CUDA_LT_EPI_RELU] = KF_BLT_EPI_RELU,
+    [KF_CUDA_LT_EPI_GELU] = KF_BLT_EPI_GELU,
+    [KF_CUDA_LT_EPI_BIAS] = KF_BLT_EPI_BIAS,
+    [KF_CUDA_LT_EPI_RELU_BIAS] = KF_BLT_EPI_RELU_BIAS,
+    [KF_CUDA_LT_EPI_GELU_BIAS] = KF_BLT_EPI_GELU_BIAS,
 };
 
 static void operand_of(const kf_cuda_operand *o, kf_blt_operand *out) {
@@ -371,12 +377,24 @@ static kf_status encode_tmap(kf_cuda_exec *ex, const kf_cuda_kstep *ks, const kf
     kf_cuda_tmap_desc d;
     memset(&d, 0, sizeof d);
     switch (t->dtype) {
-    case KF_DTYPE_F32: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
-    case KF_DTYPE_F16: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
-    case KF_DTYPE_BF16: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
-    case KF_DTYPE_F64: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT64; break;
-    case KF_DTYPE_I32: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_INT32; break;
-    case KF_DTYPE_BOOL: d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
+    case KF_DTYPE_F32:
+        d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+        break;
+    case KF_DTYPE_F16:
+        d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+        break;
+    case KF_DTYPE_BF16:
+        d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+        break;
+    case KF_DTYPE_F64:
+        d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
+        break;
+    case KF_DTYPE_I32:
+        d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_INT32;
+        break;
+    case KF_DTYPE_BOOL:
+        d.dtype = KF_CU_TENSOR_MAP_DATA_TYPE_UINT8;
+        break;
     default:
         return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': a tensor map of dtype %d",
                           ks->kernel.name, (int)t->dtype);
@@ -392,13 +410,21 @@ static kf_status encode_tmap(kf_cuda_exec *ex, const kf_cuda_kstep *ks, const kf
             d.strides[i - 1] = t->strides[i - 1];
     }
     switch (t->swizzle) {
-    case 0: d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_NONE; break;
-    case 32: d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_32B; break;
-    case 64: d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_64B; break;
-    case 128: d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_128B; break;
+    case 0:
+        d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_NONE;
+        break;
+    case 32:
+        d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_32B;
+        break;
+    case 64:
+        d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_64B;
+        break;
+    case 128:
+        d.swizzle = KF_CU_TENSOR_MAP_SWIZZLE_128B;
+        break;
     default:
-        return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': a %u-byte swizzle",
-                          ks->kernel.name, t->swizzle);
+        return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': a %u-byte swizzle", ks->kernel.name,
+                          t->swizzle);
     }
     d.name = ks->kernel.name;
     return kf_cuda_tensor_map_encode(&ex->dev, &d, ptr, out, err);
@@ -417,11 +443,12 @@ static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
                     s->k->slots[p] = (uint64_t)a->value;
                     continue;
                 }
-                kf_cu_deviceptr ptr = buf_ptr(ex, s->k->arg_buf[p]) + (kf_cu_deviceptr)a->buf.offset;
+                kf_cu_deviceptr ptr =
+                    buf_ptr(ex, s->k->arg_buf[p]) + (kf_cu_deviceptr)a->buf.offset;
                 s->k->slots[p] = ptr;
                 if (a->kind == KF_CUDA_ARG_TMAP) {
-                    kf_status st = encode_tmap(ex, ks, &ks->tmaps[a->value], ptr,
-                                               &s->k->tmaps[a->value], err);
+                    kf_status st =
+                        encode_tmap(ex, ks, &ks->tmaps[a->value], ptr, &s->k->tmaps[a->value], err);
                     if (st != KF_OK)
                         return st;
                     s->k->args[p] = &s->k->tmaps[a->value];
@@ -434,17 +461,16 @@ static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
         x->g.a.ptr = buf_ptr(ex, x->a_buf) + (kf_cu_deviceptr)gs->a.buf.offset;
         x->g.b.ptr = buf_ptr(ex, x->b_buf) + (kf_cu_deviceptr)gs->b.buf.offset;
         x->g.d.ptr = buf_ptr(ex, x->d_buf) + (kf_cu_deviceptr)gs->d.buf.offset;
-        x->g.c.ptr = x->c_buf != KF_NONE
-                         ? buf_ptr(ex, x->c_buf) + (kf_cu_deviceptr)gs->c.buf.offset
-                         : 0;
+        x->g.c.ptr =
+            x->c_buf != KF_NONE ? buf_ptr(ex, x->c_buf) + (kf_cu_deviceptr)gs->c.buf.offset : 0;
         x->g.bias = x->bias_buf != KF_NONE
                         ? buf_ptr(ex, x->bias_buf) + (kf_cu_deviceptr)gs->bias.offset
                         : 0;
         /* Ask the heuristic now, so a run only launches. */
         if (!kf_blt_supported(ex->lt, &x->g) && x->g.epilogue != KF_BLT_EPI_NONE)
             return kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                              "cuBLASLt has no algorithm for GEMM '%s' with epilogue %s",
-                              x->g.what, kf_blt_epilogue_name(x->g.epilogue));
+                              "cuBLASLt has no algorithm for GEMM '%s' with epilogue %s", x->g.what,
+                              kf_blt_epilogue_name(x->g.epilogue));
     }
     return KF_OK;
 }
@@ -476,15 +502,14 @@ static kf_status launch_step(kf_cuda_exec *ex, const xstep *s, kf_cu_stream stre
                                   .cluster = {ks->cluster[0], ks->cluster[1], ks->cluster[2]}};
         return kf_cuda_launch(&ex->dev, k->fn, &cfg, (void **)k->args, err);
     }
-    kf_cu_result r = drv->cuLaunchKernel(k->fn, ks->grid[0], ks->grid[1], ks->grid[2],
-                                         ks->block[0], ks->block[1], ks->block[2],
-                                         ks->shared_bytes, stream, (void **)k->args, NULL);
+    kf_cu_result r = drv->cuLaunchKernel(k->fn, ks->grid[0], ks->grid[1], ks->grid[2], ks->block[0],
+                                         ks->block[1], ks->block[2], ks->shared_bytes, stream,
+                                         (void **)k->args, NULL);
     return r ? kf_cuda_check(drv, r, "cuLaunchKernel", ks->kernel.name, err) : KF_OK;
 }
 
 static const char *step_name(const kf_cuda_exec *ex, const xstep *s) {
-    return s->kind == KF_CUDA_STEP_KERNEL ? s->k->ks->kernel.name
-                                          : ex->plan->groups[s->group].name;
+    return s->kind == KF_CUDA_STEP_KERNEL ? s->k->ks->kernel.name : ex->plan->groups[s->group].name;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -599,9 +624,10 @@ static void build_graph(kf_cuda_exec *ex) {
     for (uint32_t i = 0; i < ex->n_order; i++) {
         const xkernel *k = ex->steps[ex->order[i]].k;
         const kf_cuda_kstep *ks = k->ks;
-        kf_cu_kernel_node_params p = {k->fn,        ks->grid[0],  ks->grid[1],  ks->grid[2],
-                                      ks->block[0], ks->block[1], ks->block[2], ks->shared_bytes,
-                                      (void **)k->args, NULL,     NULL,         NULL};
+        kf_cu_kernel_node_params p = {
+            k->fn,        ks->grid[0],  ks->grid[1],      ks->grid[2],      ks->block[0],
+            ks->block[1], ks->block[2], ks->shared_bytes, (void **)k->args, NULL,
+            NULL,         NULL};
         kf_cu_graph_node node = NULL;
         if (drv->cuGraphAddKernelNode(&node, graph, prev ? &prev : NULL, prev ? 1 : 0, &p) != 0) {
             drv->cuGraphDestroy(graph);
@@ -703,7 +729,8 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
             snprintf(why, sizeof why, "%s", err);
             return kf_msg_set(err, st,
                               "the plan has GEMMs, which run through cuBLASLt on the CUDA "
-                              "target: %s", why);
+                              "target: %s",
+                              why);
         }
     }
 
@@ -718,8 +745,10 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         for (uint32_t v = 0; v < rc->n_variants && st == KF_OK; v++) {
             const kf_cuda_variant *va = &rc->variants[v];
             if (va->first_step + va->n_steps > rc->n_steps)
-                st = kf_msg_set(err, KF_ERR_INTERNAL, "group %u: variant %u names steps past "
-                                "the recipe's end", gi, v);
+                st = kf_msg_set(err, KF_ERR_INTERNAL,
+                                "group %u: variant %u names steps past "
+                                "the recipe's end",
+                                gi, v);
             for (uint32_t s = 0; s < va->n_steps && st == KF_OK; s++) {
                 const kf_cuda_step *step = &rc->steps[va->first_step + s];
                 st = step->kind == KF_CUDA_STEP_KERNEL ? add_kernel(ex, gi, v, step->kernel, err)
@@ -731,8 +760,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
      * an output that is a view) still need their buffer for copy-out. */
     for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
         uint32_t b;
-        st = buf_for(ex, base_of(plan, g->outputs[i].tensor->id),
-                     (int)plan->n_groups, &b, err);
+        st = buf_for(ex, base_of(plan, g->outputs[i].tensor->id), (int)plan->n_groups, &b, err);
     }
     for (uint32_t i = 0; i < g->n_inputs && st == KF_OK; i++) {
         uint32_t b;
@@ -761,8 +789,8 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         const kf_tensor *x = g->nodes[t];
         if (x->op != KF_OP_CONST || ex->buf_of[t] == KF_NONE)
             continue;
-        st = kf_cuda_copy_to_device(&ex->dev, buf_ptr(ex, ex->buf_of[t]), x->data,
-                                    tensor_bytes(x), err);
+        st = kf_cuda_copy_to_device(&ex->dev, buf_ptr(ex, ex->buf_of[t]), x->data, tensor_bytes(x),
+                                    err);
     }
     if (st == KF_OK)
         st = make_order(ex, err);
@@ -936,8 +964,9 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             fputs("]}", out);
             first = false;
         }
-        fprintf(out, "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"kernels_compiled\": "
-                     "%u, \"kernels_cached\": %u}",
+        fprintf(out,
+                "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"kernels_compiled\": "
+                "%u, \"kernels_cached\": %u}",
                 ex->n_order, ex->arena_bytes, ex->compiled, ex->hits);
         return;
     }
@@ -960,7 +989,8 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
         }
         fputc('\n', out);
     }
-    fprintf(out, "  device memory: %zu bytes in one arena (%zu without reuse by liveness); "
-                 "%zu launches per run; kernels compiled %u, from the cache %u\n",
+    fprintf(out,
+            "  device memory: %zu bytes in one arena (%zu without reuse by liveness); "
+            "%zu launches per run; kernels compiled %u, from the cache %u\n",
             ex->arena_bytes, ex->unshared_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
 }

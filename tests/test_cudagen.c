@@ -7,6 +7,7 @@
  * determinism; kernel names and template choice; a broken kernel's status.
  * The numerics run on the GPU suites (the execution side).
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,15 +107,39 @@ static unsigned compile_text(const char *text, unsigned *seen) {
     return n;
 }
 
-/* The first kernel of the first group with a kernel, for `arch`. */
+/* The recipe line (variant 0's "how") of group `gi` for `arch`. */
+static void recipe_how(const kf_plan *plan, uint32_t gi, const char *arch, char *how, size_t size) {
+    kf_cuda_target t;
+    kf_cuda_target_for_arch(arch, &t);
+    kf_cuda_recipes *rec = NULL;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_recipes_create(plan, &t, &MEM, &rec, err) != KF_OK)
+        fail_msg("recipes for %s: %s", arch, err);
+    snprintf(how, size, "%s", rec->recipes[gi].variants[0].how);
+    kf_cuda_recipes_destroy(rec);
+}
+
+/* The first KERNEL step of the plan's recipes for `arch` (moved out of them:
+ * release it with kf_cuda_kernel_release). */
 static void first_kernel(const kf_plan *plan, const char *arch, kf_cuda_kernel *k) {
-    for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
-        kf_cuda_role roles[2];
-        if (kf_cuda_group_roles(plan, gi, roles) == 0)
-            continue;
-        assert_int_equal(kf_cuda_codegen(plan, gi, roles[0], arch, &MEM, k), KF_OK);
-        return;
+    kf_cuda_target t;
+    kf_cuda_target_for_arch(arch, &t);
+    kf_cuda_recipes *rec = NULL;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_recipes_create(plan, &t, &MEM, &rec, err) != KF_OK)
+        fail_msg("recipes for %s: %s", arch, err);
+    for (uint32_t gi = 0; gi < rec->n; gi++) {
+        const kf_cuda_recipe *rc = &rec->recipes[gi];
+        for (uint32_t s = 0; s < rc->n_steps; s++) {
+            if (rc->steps[s].kind != KF_CUDA_STEP_KERNEL)
+                continue;
+            *k = rc->steps[s].kernel->kernel;
+            memset(&rc->steps[s].kernel->kernel, 0, sizeof *k);
+            kf_cuda_recipes_destroy(rec);
+            return;
+        }
     }
+    kf_cuda_recipes_destroy(rec);
     fail_msg("no kernel in the plan");
 }
 
@@ -408,19 +433,11 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
         char expect[96];
         snprintf(expect, sizeof expect, "row_layer_norm_bf16_8x%lld_sm90a", (long long)rows[i].len);
         assert_string_equal(k.name, expect);
-        kf_cuda_template t;
-        bool has;
-        assert_int_equal(kf_cuda_group_template(p.plan, k.group, "sm_90a", &t, &has), KF_OK);
-        assert_int_equal(t, rows[i].t);
-        if (rows[i].t == KF_CUDA_TEMPLATE_ROW_WARP_STAGED) {
-            /* without an arch: the family, nothing generated */
-            assert_int_equal(kf_cuda_group_template(p.plan, k.group, NULL, &t, &has), KF_OK);
-            assert_int_equal(t, KF_CUDA_TEMPLATE_ROW_WARP);
-        }
-        char line[160];
-        kf_cuda_describe_group(p.plan, k.group, "sm_90a", line, sizeof line);
-        assert_non_null(strstr(line, kf_cuda_template_name(rows[i].t)));
-        assert_non_null(strstr(line, "sm_90a"));
+        char line[256];
+        recipe_how(p.plan, k.group, "sm_90a", line, sizeof line);
+        char want[96];
+        snprintf(want, sizeof want, "(sm_90a %s template)", kf_cuda_template_name(rows[i].t));
+        assert_non_null(strstr(line, want));
         kf_cuda_kernel_release(&MEM, &k);
         plan_release(&p);
     }
@@ -439,16 +456,27 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_int_equal(kf_cuda_codegen_group(p.plan, 0, "sm_90a", &MEM, &k), KF_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(k.error, "gemm"));
     kf_cuda_kernel_release(&MEM, &k);
-    char line[160];
-    kf_cuda_describe_group(p.plan, 0, "sm_80", line, sizeof line);
-    assert_non_null(strstr(line, "cuBLASLt"));
+    char line[256];
+    recipe_how(p.plan, 0, "sm_80", line, sizeof line);
+    assert_non_null(strstr(line, "cuBLASLt, epilogue bias, then kernel epi_gemm_bias_gelu_f32_8x256_sm80"));
     plan_release(&p);
     plan_text("kfg 1\nx = input(f32[8, 64])\nw = input(f32[64, 256])\ny = matmul(x, w)\noutput y\n",
               &p);
     assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 0, "sm_90a", &MEM, &k), KF_ERR_NOT_FOUND);
     kf_cuda_kernel_release(&MEM, &k);
-    kf_cuda_role roles[2];
-    assert_int_equal(kf_cuda_group_roles(p.plan, 0, roles), 0);
+    {
+        /* the bare GEMM's recipe: one cuBLASLt call writing the output, no kernel */
+        kf_cuda_target t;
+        kf_cuda_target_for_arch("sm_90a", &t);
+        kf_cuda_recipes *rec = NULL;
+        char err[KF_MSG_MAX] = "";
+        assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err), KF_OK);
+        assert_int_equal(rec->recipes[0].n_steps, 1);
+        assert_int_equal(rec->recipes[0].steps[0].kind, KF_CUDA_STEP_GEMM);
+        assert_int_equal(rec->recipes[0].steps[0].gemm.d.buf.kind, KF_CUDA_BUF_TENSOR);
+        assert_int_equal(kf_cuda_recipes_kernel_count(rec), 0);
+        kf_cuda_recipes_destroy(rec);
+    }
     /* bad arguments */
     assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 7, "sm_90a", &MEM, &k), KF_ERR_INVALID_ARGUMENT);
     kf_cuda_kernel_release(&MEM, &k);
@@ -469,12 +497,8 @@ static void staged_case(const char *text, const char *arch, kf_cuda_template wan
     if (k.tmpl != want)
         fail_msg("%s on %s: template %s, expected %s", k.name, arch, kf_cuda_template_name(k.tmpl),
                  kf_cuda_template_name(want));
-    kf_cuda_template t;
-    bool has;
-    assert_int_equal(kf_cuda_group_template(p.plan, k.group, arch, &t, &has), KF_OK);
-    assert_int_equal(t, want);
-    char line[160];
-    kf_cuda_describe_group(p.plan, k.group, arch, line, sizeof line);
+    char line[256];
+    recipe_how(p.plan, k.group, arch, line, sizeof line);
     assert_non_null(strstr(line, kf_cuda_template_name(want)));
     assert_int_equal(k.launch.shared_bytes, shared);
     if (want == KF_CUDA_TEMPLATE_ROW_WARP_STAGED) {
@@ -641,6 +665,219 @@ static void test_broken_kernel_status_carries_the_log_and_the_name(void **state)
 
 /* `kfuse aot` over every example, twice; then every kernel of every example
  * is found with a fail-on-miss cache (what the execution side does). */
+/* ------------------------------------------------------------------------ */
+/* Recipes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static char *recipes_json(const kf_plan *plan, const kf_cuda_target *t, kf_cuda_recipes **keep) {
+    kf_cuda_recipes *rec = NULL;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_recipes_create(plan, t, &MEM, &rec, err) != KF_OK)
+        fail_msg("recipes for %s: %s", t->arch, err);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(kf_cuda_recipes_print(rec, true, f), KF_OK);
+    fclose(f);
+    if (keep)
+        *keep = rec;
+    else
+        kf_cuda_recipes_destroy(rec);
+    return buf;
+}
+
+/* Every buffer a step names exists: a tensor of the graph that no VIEW group
+ * computes (views are read through their base), or a scratch of the recipe;
+ * offsets are non-negative and inside the buffer. */
+static void check_buf(const kf_plan *plan, const kf_cuda_recipe *rc, kf_cuda_buf b, bool may_none,
+                      const char *what) {
+    if (b.kind == KF_CUDA_BUF_NONE) {
+        if (!may_none)
+            fail_msg("%s: group %u names no buffer", what, rc->group);
+        return;
+    }
+    assert_true(b.offset >= 0);
+    if (b.kind == KF_CUDA_BUF_SCRATCH) {
+        if (b.id >= rc->n_scratch)
+            fail_msg("%s: group %u names scratch s%u of %u", what, rc->group, b.id, rc->n_scratch);
+        assert_true((uint64_t)b.offset < rc->scratch[b.id].bytes);
+        return;
+    }
+    assert_int_equal(b.kind, KF_CUDA_BUF_TENSOR);
+    assert_true(b.id < plan->graph->n_nodes);
+    uint32_t g = plan->group_of[b.id];
+    if (g != KF_NONE && plan->groups[g].kind == KF_GROUP_VIEW)
+        fail_msg("%s: group %u names the view %%%u instead of its base", what, rc->group, b.id);
+    const kf_tensor *t = plan->graph->nodes[b.id];
+    assert_true((uint64_t)b.offset < (uint64_t)kf_ir_numel(t) * kf_dtype_size(t->dtype));
+}
+
+static void check_recipes(const kf_plan *plan, const kf_cuda_recipes *rec, const char *what) {
+    assert_int_equal(rec->n, plan->n_groups);
+    for (uint32_t gi = 0; gi < rec->n; gi++) {
+        const kf_cuda_recipe *rc = &rec->recipes[gi];
+        assert_int_equal(rc->group, gi);
+        assert_true(rc->n_variants >= 1 && rc->n_variants <= KF_CUDA_MAX_VARIANTS);
+        assert_true(rc->choice == KF_CUDA_CHOICE_ONLY || rc->n_variants > 1);
+        uint32_t steps = 0;
+        for (uint32_t v = 0; v < rc->n_variants; v++) {
+            assert_int_equal(rc->variants[v].first_step, steps);
+            steps += rc->variants[v].n_steps;
+            assert_true(rc->variants[v].how[0] != 0);
+        }
+        assert_int_equal(steps, rc->n_steps);
+        bool view = plan->groups[gi].kind == KF_GROUP_VIEW;
+        assert_true(view ? rc->n_steps == 0 : rc->n_steps > 0);
+        for (uint32_t s = 0; s < rc->n_steps; s++) {
+            const kf_cuda_step *st = &rc->steps[s];
+            if (st->kind == KF_CUDA_STEP_KERNEL) {
+                const kf_cuda_kstep *k = st->kernel;
+                assert_string_equal(k->kernel.arch, rec->target.arch);
+                assert_true(k->grid[0] >= 1 && k->block[0] >= 32 && k->cluster[0] == 1);
+                assert_true(k->grid[0] <= (uint32_t)rec->target.sm_count * 64);
+                assert_int_equal(k->n_args, k->kernel.n_params);
+                for (uint32_t a = 0; a < k->n_args; a++)
+                    check_buf(plan, rc, k->args[a].buf, false, what);
+            } else {
+                const kf_cuda_gstep *g = &st->gemm;
+                assert_true(g->m >= 1 && g->n >= 1 && g->k >= 1 && g->batch >= 1);
+                check_buf(plan, rc, g->a.buf, false, what);
+                check_buf(plan, rc, g->b.buf, false, what);
+                check_buf(plan, rc, g->d.buf, false, what);
+                check_buf(plan, rc, g->c.buf, true, what);
+                check_buf(plan, rc, g->bias, true, what);
+                assert_true((g->c.buf.kind != KF_CUDA_BUF_NONE) == (g->beta == 1.0));
+            }
+        }
+    }
+}
+
+/* Recipes are a function of (plan, target): the same graph planned twice in
+ * two contexts prints the same bytes; the SM count changes grids only, never
+ * a kernel's source; every buffer a step names exists. */
+static void test_recipes_are_a_pure_function_of_plan_and_target(void **state) {
+    (void)state;
+    const char *src = getenv("KF_SOURCE_DIR");
+    const char *dirs[] = {"examples", "examples/patterns"};
+    int files = 0;
+    for (int d = 0; d < 2; d++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", src ? src : ".", dirs[d]);
+        DIR *dp = opendir(path);
+        assert_non_null(dp);
+        for (struct dirent *de; (de = readdir(dp));) {
+            size_t l = strlen(de->d_name);
+            if (l < 5 || strcmp(de->d_name + l - 4, ".kfg") != 0)
+                continue;
+            char file[1400];
+            snprintf(file, sizeof file, "%s/%s", path, de->d_name);
+            FILE *f = fopen(file, "rb");
+            assert_non_null(f);
+            static char text[1 << 16];
+            size_t len = fread(text, 1, sizeof text - 1, f);
+            fclose(f);
+            text[len] = 0;
+            planned p1, p2;
+            plan_text(text, &p1);
+            plan_text(text, &p2);
+            for (size_t a = 0; a < 2; a++) {
+                for (unsigned flags = 0; flags <= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
+                     flags += KF_CUDA_RECIPE_NO_LT_EPILOGUE) {
+                    kf_cuda_target t;
+                    kf_cuda_target_for_arch(ARCHS[a], &t);
+                    t.flags = flags;
+                    kf_cuda_recipes *r1 = NULL, *r3 = NULL;
+                    char *j1 = recipes_json(p1.plan, &t, &r1);
+                    char *j2 = recipes_json(p2.plan, &t, NULL);
+                    if (strcmp(j1, j2) != 0)
+                        fail_msg("%s (%s): two plans of one graph give different recipes", file,
+                                 ARCHS[a]);
+                    check_recipes(p1.plan, r1, file);
+                    kf_cuda_target t3 = t;
+                    t3.sm_count = 7;
+                    free(recipes_json(p1.plan, &t3, &r3));
+                    assert_int_equal(kf_cuda_recipes_kernel_count(r1),
+                                     kf_cuda_recipes_kernel_count(r3));
+                    for (uint32_t gi = 0; gi < r1->n; gi++)
+                        for (uint32_t s = 0; s < r1->recipes[gi].n_steps; s++)
+                            if (r1->recipes[gi].steps[s].kind == KF_CUDA_STEP_KERNEL)
+                                assert_true(r1->recipes[gi].steps[s].kernel->digest ==
+                                            r3->recipes[gi].steps[s].kernel->digest);
+                    kf_cuda_recipes_destroy(r1);
+                    kf_cuda_recipes_destroy(r3);
+                    free(j1);
+                    free(j2);
+                }
+            }
+            plan_release(&p1);
+            plan_release(&p2);
+            files++;
+        }
+        closedir(dp);
+    }
+    assert_true(files >= 10);
+}
+
+/* A GEMM whose epilogue cuBLASLt applies in part: its bias in the library
+ * call into an ACC scratch, then one kernel for the erf gelu reading it; with
+ * cuBLASLt epilogues off, a bare call and one kernel for bias and gelu. A
+ * bad target is refused. */
+static void test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies(void **state) {
+    (void)state;
+    planned p;
+    plan_text("kfg 1\nx = input(f32[8, 64])\nw = input(f32[64, 256])\nb = input(f32[256])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+              &p);
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_target_for_device("a100", &t), KF_OK);
+    assert_string_equal(t.arch, "sm_80");
+    assert_int_equal(t.sm_count, 108);
+    for (int off = 0; off < 2; off++) {
+        t.flags = off ? KF_CUDA_RECIPE_NO_LT_EPILOGUE : 0;
+        kf_cuda_recipes *rec = NULL;
+        char err[KF_MSG_MAX] = "";
+        assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err), KF_OK);
+        const kf_cuda_recipe *rc = &rec->recipes[0];
+        assert_int_equal(rc->n_steps, 2);
+        assert_int_equal(rc->n_scratch, 1);
+        assert_int_equal(rc->scratch[0].role, KF_CUDA_PARAM_ACC);
+        assert_int_equal(rc->scratch[0].bytes, 8 * 256 * 4);
+        const kf_cuda_gstep *g = &rc->steps[0].gemm;
+        assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_GEMM);
+        assert_int_equal(g->epilogue, off ? KF_CUDA_LT_EPI_NONE : KF_CUDA_LT_EPI_BIAS);
+        assert_int_equal(g->bias.kind, off ? KF_CUDA_BUF_NONE : KF_CUDA_BUF_TENSOR);
+        assert_int_equal(g->d.buf.kind, KF_CUDA_BUF_SCRATCH);
+        assert_true(g->m == 8 && g->n == 256 && g->k == 64 && g->batch == 1);
+        const kf_cuda_kstep *k = rc->steps[1].kernel;
+        assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_KERNEL);
+        assert_int_equal(k->role, KF_CUDA_ROLE_EPILOGUE);
+        /* the kernel reads the scratch; it reads the bias only when cuBLASLt did not add it */
+        bool reads_acc = false, reads_bias = false;
+        for (uint32_t a = 0; a < k->n_args; a++) {
+            reads_acc |= k->args[a].buf.kind == KF_CUDA_BUF_SCRATCH && !k->args[a].written;
+            reads_bias |= k->args[a].buf.kind == KF_CUDA_BUF_TENSOR && k->args[a].buf.id == 2;
+        }
+        assert_true(reads_acc);
+        assert_true(reads_bias == (off != 0));
+        assert_non_null(strstr(rc->variants[0].how, off ? "cuBLASLt epilogues are off"
+                                                        : "kfuse's gelu is erf"));
+        kf_cuda_recipes_destroy(rec);
+    }
+    kf_cuda_recipes *rec = NULL;
+    char err[KF_MSG_MAX] = "";
+    t.sm_count = 0;
+    assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err), KF_ERR_INVALID_ARGUMENT);
+    assert_null(rec);
+    assert_non_null(strstr(err, "SM count"));
+    kf_cuda_target_for_arch("sm_90a", &t);
+    snprintf(t.arch, sizeof t.arch, "gfx90a");
+    assert_int_not_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err), KF_OK);
+    assert_null(rec);
+    assert_int_equal(kf_cuda_target_for_device("v100", &t), KF_ERR_NOT_FOUND);
+    plan_release(&p);
+}
+
 static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state) {
     (void)state;
     if (!have_nvrtc())
@@ -800,6 +1037,8 @@ int main(void) {
         cmocka_unit_test(test_rounded_results_store_their_unrounded_value),
         cmocka_unit_test(test_only_f64_norm_rows_are_scaled),
         cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
+        cmocka_unit_test(test_recipes_are_a_pure_function_of_plan_and_target),
+        cmocka_unit_test(test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
         cmocka_unit_test(test_aot_rejects_bad_usage),
     };

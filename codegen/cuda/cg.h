@@ -110,8 +110,7 @@ void cg_emit_vec_ok(cg *c, const char *conds);
  * sm_80 (no cp.async). */
 bool cg_stage_smem_limits(const char *arch, uint32_t *per_block, uint32_t *per_sm);
 
-/* The row templates' shapes, which cg_gen_rowwise follows and
- * kf_cuda_group_template reports (static inline: two files use them). */
+/* The row templates' shapes, which cg_gen_rowwise follows. */
 
 /* A warp per row up to 4096 elements (f32/f16/bf16: at most 128 values per
  * lane in registers, no __syncthreads at all), a block per row beyond. On an

@@ -183,11 +183,9 @@ kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, con
 kf_status kf_cuda_codegen_attention_softmax(const kf_plan *plan, uint32_t group, const char *arch,
                                             const kf_mem *mem, kf_cuda_kernel *out);
 
-/* The kernels a group needs on the CUDA target, by role. `kfuse aot` and the
- * execution side both enumerate them through kf_cuda_group_roles, so a cache
- * filled ahead of time holds every kernel a run asks for. (Whether cuBLASLt
- * applies an epilogue natively is the execution side's call; the EPILOGUE
- * kernel is listed whenever the group has one, so the cache is a superset.) */
+/* The kernels of a group on the CUDA target, by role: which generator made
+ * a kernel. Which roles a group runs, in which order and with which library
+ * calls between them, is its recipe's business (cuda_recipe.h). */
 typedef enum kf_cuda_role {
     KF_CUDA_ROLE_GROUP = 0,          /* kf_cuda_codegen_group */
     KF_CUDA_ROLE_GEMM_PROLOGUE,      /* kf_cuda_codegen_gemm_prologue (before the GEMM) */
@@ -198,10 +196,6 @@ typedef enum kf_cuda_role {
 
 /* "group", "gemm_prologue", "epilogue", "attention_softmax". */
 const char *kf_cuda_role_name(kf_cuda_role role);
-
-/* Writes the roles group `group` needs into roles[0..n) in launch order and
- * returns n (0 for VIEW groups and GEMMs that are all cuBLASLt; at most 2). */
-uint32_t kf_cuda_group_roles(const kf_plan *plan, uint32_t group, kf_cuda_role roles[2]);
 
 /* Dispatches to the entry point of `role`. */
 kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role, const char *arch,
@@ -219,24 +213,5 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count);
  * runtime/): runtime/cuda_kernel.h has kf_cuda_kernel_compile_options,
  * kf_cuda_kernel_cache_key (the key `kfuse aot` stores under and the execution
  * side looks up) and kf_cuda_kernel_cubin (get-or-compile through the cache). */
-
-/* ------------------------------------------------------------------------ */
-/* Arch dispatch and the report                                               */
-/* ------------------------------------------------------------------------ */
-
-/* Which template (and which of the entry points above) group `group` uses on
- * the CUDA target for `arch`. For GEMM groups: *tmpl is the epilogue's
- * template, and *has_kernel says whether there is one. Whether a warp per row
- * is row_warp_staged depends on the group's loads and on the arch, so for
- * those the kernel is generated to find out; with arch NULL nothing is
- * generated and a warp per row answers row_warp (the arch-free family). */
-kf_status kf_cuda_group_template(const kf_plan *plan, uint32_t group, const char *arch,
-                                 kf_cuda_template *tmpl, bool *has_kernel);
-
-/* One line for the report: "sm_90a row_warp (one warp per row, L=4096 ...)"
- * -- the arch and the template chosen for the group, and for GEMM/attention
- * groups what runs where (cuBLASLt + epilogue kernel, fallback softmax). */
-void kf_cuda_describe_group(const kf_plan *plan, uint32_t group, const char *arch, char *buf,
-                            size_t size);
 
 #endif /* KF_CODEGEN_CUDA_CODEGEN_H */

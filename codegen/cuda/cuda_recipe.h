@@ -123,11 +123,11 @@ typedef struct kf_cuda_arg {
 #define KF_CUDA_MAX_TMAPS 4
 
 typedef struct kf_cuda_kstep {
-    kf_cuda_kernel kernel;   /* source, name, arch, template, params */
-    kf_cuda_role role;       /* which generator made it */
-    uint64_t digest;         /* 64-bit FNV-1a of the source: names it in reports */
+    kf_cuda_kernel kernel;                  /* source, name, arch, template, params */
+    kf_cuda_role role;                      /* which generator made it */
+    uint64_t digest;                        /* 64-bit FNV-1a of the source: names it in reports */
     uint32_t grid[3], block[3], cluster[3]; /* cluster {1, 1, 1}: none */
-    uint32_t shared_bytes;   /* dynamic shared memory */
+    uint32_t shared_bytes;                  /* dynamic shared memory */
     uint32_t n_args;
     kf_cuda_arg args[KF_CUDA_MAX_PARAMS];
     uint32_t n_tmaps;
@@ -165,14 +165,18 @@ typedef struct kf_cuda_gstep {
     kf_cuda_operand a, b, c, d; /* logical [m, k], [k, n], [m, n], [m, n]; c.buf NONE: beta 0 */
     double beta;                /* 0 or 1 */
     kf_cuda_lt_epilogue epilogue;
-    kf_cuda_buf bias;           /* n elements, when the epilogue has a bias */
+    kf_cuda_buf bias; /* n elements, when the epilogue has a bias */
 } kf_cuda_gstep;
 
 /* ------------------------------------------------------------------------ */
 /* Recipes                                                                    */
 /* ------------------------------------------------------------------------ */
 
-typedef enum kf_cuda_step_kind { KF_CUDA_STEP_KERNEL = 0, KF_CUDA_STEP_GEMM, KF_CUDA_STEP_COUNT } kf_cuda_step_kind;
+typedef enum kf_cuda_step_kind {
+    KF_CUDA_STEP_KERNEL = 0,
+    KF_CUDA_STEP_GEMM,
+    KF_CUDA_STEP_COUNT
+} kf_cuda_step_kind;
 
 typedef struct kf_cuda_step {
     kf_cuda_step_kind kind;
@@ -191,10 +195,10 @@ typedef enum kf_cuda_choice {
 #define KF_CUDA_MAX_SCRATCH 8
 
 typedef struct kf_cuda_variant {
-    char label[32];       /* "cublaslt", "generated", ... */
-    uint32_t first_step;  /* into recipe->steps */
+    char label[32];      /* "cublaslt", "generated", ... */
+    uint32_t first_step; /* into recipe->steps */
     uint32_t n_steps;
-    char how[256];        /* what runs and why, for the report */
+    char how[256]; /* what runs and why, for the report */
 } kf_cuda_variant;
 
 typedef struct kf_cuda_recipe {

@@ -244,7 +244,7 @@ static kf_status build_group(rb *b) {
     kf_cuda_variant *v = &rc->variants[0];
     snprintf(v->label, sizeof v->label, "%s",
              grp->kind == KF_GROUP_GEMM || grp->kind == KF_GROUP_ATTENTION ? "cublaslt"
-                                                                          : "generated");
+                                                                           : "generated");
     switch (grp->kind) {
     case KF_GROUP_VIEW:
         snprintf(v->label, sizeof v->label, "view");

@@ -185,8 +185,7 @@ static kf_status add_gemm(rb *b, const gemm_req *r) {
                           "written yet)",
                           grp->name);
     int64_t sa, sb;
-    bool uniform =
-        batch_stride(&r->a, nb, mm->dims, &sa) && batch_stride(&r->b, nb, mm->dims, &sb);
+    bool uniform = batch_stride(&r->a, nb, mm->dims, &sa) && batch_stride(&r->b, nb, mm->dims, &sb);
     int64_t calls = uniform ? 1 : g.batch;
     if (uniform) {
         g.a.batch_stride = sa;
@@ -205,8 +204,10 @@ static kf_status add_gemm(rb *b, const gemm_req *r) {
     for (int64_t i = 0; i < calls; i++) {
         kf_cuda_step *s = NULL;
         if (kf_cuda_recipe_add_step(b->rc, b->mem, KF_CUDA_STEP_GEMM, &s) != KF_OK)
-            return kf_msg_set(b->err, KF_ERR_OUT_OF_MEMORY, "out of memory for the steps of "
-                              "group %u", b->gi);
+            return kf_msg_set(b->err, KF_ERR_OUT_OF_MEMORY,
+                              "out of memory for the steps of "
+                              "group %u",
+                              b->gi);
         s->gemm = g;
         if (!uniform) {
             s->gemm.a.buf = at_offset(g.a.buf, batch_offset(&r->a, nb, mm->dims, i), es);
@@ -223,7 +224,7 @@ static kf_status add_gemm(rb *b, const gemm_req *r) {
 /* ------------------------------------------------------------------------ */
 
 typedef struct epi_match {
-    uint32_t top;      /* the highest node cuBLASLt computes (the ACC node if none) */
+    uint32_t top; /* the highest node cuBLASLt computes (the ACC node if none) */
     kf_cuda_lt_epilogue epi;
     uint32_t bias;     /* LOAD node of the bias, or KF_NONE */
     uint32_t residual; /* LOAD node of C, or KF_NONE */
@@ -232,10 +233,14 @@ typedef struct epi_match {
 
 static kf_cuda_lt_epilogue with_bias(kf_cuda_lt_epilogue e) {
     switch (e) {
-    case KF_CUDA_LT_EPI_NONE: return KF_CUDA_LT_EPI_BIAS;
-    case KF_CUDA_LT_EPI_RELU: return KF_CUDA_LT_EPI_RELU_BIAS;
-    case KF_CUDA_LT_EPI_GELU: return KF_CUDA_LT_EPI_GELU_BIAS;
-    default: return e;
+    case KF_CUDA_LT_EPI_NONE:
+        return KF_CUDA_LT_EPI_BIAS;
+    case KF_CUDA_LT_EPI_RELU:
+        return KF_CUDA_LT_EPI_RELU_BIAS;
+    case KF_CUDA_LT_EPI_GELU:
+        return KF_CUDA_LT_EPI_GELU_BIAS;
+    default:
+        return e;
     }
 }
 
@@ -341,8 +346,7 @@ static void match_epilogue(const kf_group *grp, const kf_graph *g, uint32_t acc,
             break;
         }
         if (act) {
-            snprintf(m->why, sizeof m->why,
-                     "%s follows the activation (cuBLASLt applies it last)",
+            snprintf(m->why, sizeof m->why, "%s follows the activation (cuBLASLt applies it last)",
                      kf_op_get(u->op)->name);
             break;
         }
@@ -369,8 +373,7 @@ static void match_epilogue(const kf_group *grp, const kf_graph *g, uint32_t acc,
                 continue;
             }
         }
-        snprintf(m->why, sizeof m->why, "%s is not a cuBLASLt epilogue%s",
-                 kf_op_get(u->op)->name,
+        snprintf(m->why, sizeof m->why, "%s is not a cuBLASLt epilogue%s", kf_op_get(u->op)->name,
                  u->op == KF_OP_GELU ? " (kfuse's gelu is erf; cuBLASLt's GELU is tanh)" : "");
         break;
     }
@@ -443,12 +446,12 @@ kf_status kf_rb_gemm(rb *b) {
 
     /* 1. A norm prologue on A: a kernel writes A into scratch. */
     if (gm->a_prologue) {
-        st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro_name, sizeof pro_name,
-                              NULL);
+        st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro_name, sizeof pro_name, NULL);
         if (st == KF_ERR_NOT_FOUND)
             return kf_msg_set(b->err, KF_ERR_INTERNAL,
                               "group %u (%s) has a norm prologue but the codegen made no "
-                              "kernel for it", b->gi, grp->name);
+                              "kernel for it",
+                              b->gi, grp->name);
         if (st != KF_OK)
             return st;
     }
@@ -541,8 +544,7 @@ kf_status kf_rb_gemm(rb *b) {
         if (acc != KF_NONE && m.top != acc)
             st = add_epilogue_after(b, acc, m.top, epi_name, sizeof epi_name);
         else
-            st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_EPILOGUE, epi_name, sizeof epi_name,
-                                  NULL);
+            st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_EPILOGUE, epi_name, sizeof epi_name, NULL);
         if (st == KF_ERR_NOT_FOUND)
             st = KF_OK;
         if (st != KF_OK)

@@ -37,10 +37,14 @@ static const char *arg_kind_name(kf_cuda_arg_kind k) {
 
 static const char *scratch_role_name(kf_cuda_param_kind k) {
     switch (k) {
-    case KF_CUDA_PARAM_ACC: return "acc";
-    case KF_CUDA_PARAM_SCORES: return "scores";
-    case KF_CUDA_PARAM_SCRATCH: return "scratch";
-    default: return "?";
+    case KF_CUDA_PARAM_ACC:
+        return "acc";
+    case KF_CUDA_PARAM_SCORES:
+        return "scores";
+    case KF_CUDA_PARAM_SCRATCH:
+        return "scratch";
+    default:
+        return "?";
     }
 }
 
@@ -68,8 +72,9 @@ static void json_operand(FILE *out, const char *key, const kf_cuda_operand *o) {
     buf_str(o->buf, bs, sizeof bs);
     fprintf(out, "\"%s\": {\"buf\": ", key);
     json_str(out, bs);
-    fprintf(out, ", \"row_stride\": %" PRId64 ", \"col_stride\": %" PRId64
-                 ", \"batch_stride\": %" PRId64 "}",
+    fprintf(out,
+            ", \"row_stride\": %" PRId64 ", \"col_stride\": %" PRId64 ", \"batch_stride\": %" PRId64
+            "}",
             o->row_stride, o->col_stride, o->batch_stride);
 }
 
@@ -183,8 +188,8 @@ static void print_text(const kf_cuda_recipes *r, FILE *out) {
     for (uint32_t i = 0; i < r->n; i++) {
         const kf_cuda_recipe *rc = &r->recipes[i];
         const kf_group *grp = &r->plan->groups[rc->group];
-        fprintf(out, "  group %u %-11s %s%s\n", rc->group, kf_group_kind_name(grp->kind),
-                grp->name, rc->choice == KF_CUDA_CHOICE_MEASURED ? " (measured choice)" : "");
+        fprintf(out, "  group %u %-11s %s%s\n", rc->group, kf_group_kind_name(grp->kind), grp->name,
+                rc->choice == KF_CUDA_CHOICE_MEASURED ? " (measured choice)" : "");
         for (uint32_t s = 0; s < rc->n_scratch; s++)
             fprintf(out, "    scratch s%u: %s of %%%u, %" PRIu64 " bytes\n", s,
                     scratch_role_name(rc->scratch[s].role), rc->scratch[s].tensor,
@@ -196,8 +201,7 @@ static void print_text(const kf_cuda_recipes *r, FILE *out) {
                 const kf_cuda_step *st = &rc->steps[va->first_step + s];
                 if (st->kind == KF_CUDA_STEP_KERNEL) {
                     const kf_cuda_kstep *k = st->kernel;
-                    fprintf(out,
-                            "      kernel %s (%s, %s) grid %ux%ux%u block %ux%ux%u",
+                    fprintf(out, "      kernel %s (%s, %s) grid %ux%ux%u block %ux%ux%u",
                             k->kernel.name, kf_cuda_role_name(k->role),
                             kf_cuda_template_name(k->kernel.tmpl), k->grid[0], k->grid[1],
                             k->grid[2], k->block[0], k->block[1], k->block[2]);
