@@ -356,6 +356,9 @@ void kf_plan_destroy(kf_plan *plan);
 uint32_t kf_plan_kernel_count(const kf_plan *plan);
 /* The group that computes tensor `t` (NULL for graph inputs / unused tensors). */
 const kf_group *kf_plan_group_of(const kf_plan *plan, const kf_tensor *t);
+/* The tensor whose buffer holds tensor id t: t itself, or the base a view of it
+ * aliases (followed through views of views). */
+uint32_t kf_plan_buffer_of(const kf_plan *plan, uint32_t t);
 /* The first edge producer->consumer, or NULL if it is fused / no such edge. */
 const kf_plan_edge *kf_plan_find_edge(const kf_plan *plan, const kf_tensor *producer,
                                       const kf_tensor *consumer);

@@ -485,6 +485,16 @@ const kf_group *kf_plan_group_of(const kf_plan *plan, const kf_tensor *t) {
     return &plan->groups[plan->group_of[t->id]];
 }
 
+uint32_t kf_plan_buffer_of(const kf_plan *plan, uint32_t t) {
+    for (int hops = 0; hops < 64; hops++) {
+        uint32_t g = plan->group_of[t];
+        if (g == KF_NONE || plan->groups[g].kind != KF_GROUP_VIEW)
+            return t;
+        t = plan->groups[g].view_base;
+    }
+    return t;
+}
+
 const kf_plan_edge *kf_plan_find_edge(const kf_plan *plan, const kf_tensor *producer,
                                       const kf_tensor *consumer) {
     for (uint32_t i = 0; plan && i < plan->n_edges; i++) {

@@ -177,19 +177,6 @@ static void report_text(const kf_plan *plan, FILE *out) {
 /* JSON: every string written here is an identifier, a %N name, a type string,
  * an op name, a code or one of the fixed sentences, none with a character
  * that needs escaping; details and expressions are escaped anyway. */
-static void json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(out, "\\u%04x", c);
-        else
-            fputc(c, out);
-    }
-    fputc('"', out);
-}
 
 static void json_num(FILE *out, double v) {
     if (isfinite(v))
@@ -204,11 +191,11 @@ static void json_tensors(const kf_plan *plan, const uint32_t *ids, uint32_t n, F
     for (uint32_t i = 0; i < n; i++) {
         const kf_tensor *t = plan->graph->nodes[ids[i]];
         fputs(i ? ", {\"tensor\": " : "{\"tensor\": ", out);
-        json_str(out, tname(plan, ids[i], nb, sizeof nb));
+        kf_ir_json_string(out, tname(plan, ids[i], nb, sizeof nb));
         fputs(", \"op\": ", out);
-        json_str(out, kf_op_get(t->op)->name);
+        kf_ir_json_string(out, kf_op_get(t->op)->name);
         fputs(", \"type\": ", out);
-        json_str(out, kf_ir_type_str(t, ts, sizeof ts));
+        kf_ir_json_string(out, kf_ir_type_str(t, ts, sizeof ts));
         fputc('}', out);
     }
     fputc(']', out);
@@ -219,7 +206,7 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
     char nb[24];
     fputs("{\n  \"schema\": \"kfuse.report/2\",\n  \"device\": ", out);
     if (cost)
-        json_str(out, plan->device);
+        kf_ir_json_string(out, plan->device);
     else
         fputs("null", out);
     fprintf(out, ",\n  \"tensors\": %u,\n  \"kernels\": %u,\n  \"groups\": [", plan->graph->n_nodes,
@@ -227,13 +214,13 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
     for (uint32_t i = 0; i < plan->n_groups; i++) {
         const kf_group *g = &plan->groups[i];
         fprintf(out, "%s\n    {\"id\": %u, \"kind\": ", i ? "," : "", i);
-        json_str(out, kf_group_kind_name(g->kind));
+        kf_ir_json_string(out, kf_group_kind_name(g->kind));
         fputs(", \"kernel\": ", out);
-        json_str(out, g->name);
+        kf_ir_json_string(out, g->name);
         fprintf(out, ", \"is_kernel\": %s, \"dtype\": ", g->is_kernel ? "true" : "false");
-        json_str(out, kf_dtype_name(g->dtype));
+        kf_ir_json_string(out, kf_dtype_name(g->dtype));
         fputs(", \"anchor\": ", out);
-        json_str(out, tname(plan, g->anchor, nb, sizeof nb));
+        kf_ir_json_string(out, tname(plan, g->anchor, nb, sizeof nb));
         fputs(",\n     \"ops\": ", out);
         json_tensors(plan, g->computed, g->n_computed, out);
         fputs(",\n     \"reads\": ", out);
@@ -247,7 +234,7 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
                 continue;
             fputs(first ? "" : ", ", out);
             first = false;
-            json_str(out, tname(plan, g->writes[k], nb, sizeof nb));
+            kf_ir_json_string(out, tname(plan, g->writes[k], nb, sizeof nb));
             fputs(": \"", out);
             kf_expr_print(plan, g, g->roots[k], out);
             fputc('"', out);
@@ -263,7 +250,7 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
         }
         if (g->kind == KF_GROUP_ATTENTION) {
             fputs(",\n     \"attention\": {\"mask\": ", out);
-            json_str(out, kf_mask_kind_name(g->attn.mask));
+            kf_ir_json_string(out, kf_mask_kind_name(g->attn.mask));
             fprintf(out, ", \"window\": %lld, \"score\": \"", (long long)g->attn.window);
             kf_expr_print(plan, g, g->attn.score, out);
             fprintf(out,
@@ -274,7 +261,7 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
         }
         if (g->row.present) {
             fputs(",\n     \"row_stage\": {\"op\": ", out);
-            json_str(out, kf_op_get(g->row.op)->name);
+            kf_ir_json_string(out, kf_op_get(g->row.op)->name);
             fprintf(out, ", \"axis\": %d, \"length\": %lld}", g->row.axis,
                     (long long)g->row.length);
         }
@@ -303,16 +290,16 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
     for (uint32_t i = 0; i < plan->n_edges; i++) {
         const kf_plan_edge *e = &plan->edges[i];
         fputs(i ? ",\n    {\"producer\": " : "\n    {\"producer\": ", out);
-        json_str(out, tname(plan, e->producer, nb, sizeof nb));
+        kf_ir_json_string(out, tname(plan, e->producer, nb, sizeof nb));
         fputs(", \"consumer\": ", out);
-        json_str(out, tname(plan, e->consumer, nb, sizeof nb));
+        kf_ir_json_string(out, tname(plan, e->consumer, nb, sizeof nb));
         fprintf(out, ", \"slot\": %d, \"from_group\": %u, \"to_group\": %u, \"reason\": ", e->slot,
                 e->from_group, e->to_group);
-        json_str(out, kf_reason_code(e->reason));
+        kf_ir_json_string(out, kf_reason_code(e->reason));
         fputs(", \"text\": ", out);
-        json_str(out, kf_reason_text(e->reason));
+        kf_ir_json_string(out, kf_reason_text(e->reason));
         fputs(", \"detail\": ", out);
-        json_str(out, e->detail);
+        kf_ir_json_string(out, e->detail);
         fputc('}', out);
     }
     fputs(plan->n_edges ? "\n  ],\n  \"totals\": " : "],\n  \"totals\": ", out);

@@ -269,6 +269,9 @@ kf_status kf_ir_verify(kf_graph *g);
 
 /* Canonical .kfg text. Tensors without a name print as %ID. */
 kf_status kf_ir_print(const kf_graph *g, FILE *out);
+/* Writes s as a JSON string literal: quotes, backslashes and control
+ * characters escaped (the reports' JSON writers share it). */
+void kf_ir_json_string(FILE *out, const char *s);
 /* Writes the shortest decimal that reads back as `v` (for dtype d's precision). */
 int kf_ir_format_number(char *buf, size_t size, double v, kf_dtype d);
 

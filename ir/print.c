@@ -247,3 +247,17 @@ kf_status kf_ir_print(const kf_graph *g, FILE *out) {
         return KF_ERR_IO;
     return KF_OK;
 }
+
+void kf_ir_json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}

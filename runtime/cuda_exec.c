@@ -111,17 +111,6 @@ static size_t tensor_bytes(const kf_tensor *t) {
 /* Buffers                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* The tensor whose buffer holds t: a view's base (followed through views). */
-static uint32_t base_of(const kf_plan *plan, uint32_t t) {
-    for (int hops = 0; hops < 64; hops++) {
-        uint32_t g = plan->group_of[t];
-        if (g == KF_NONE || plan->groups[g].kind != KF_GROUP_VIEW)
-            return t;
-        t = plan->groups[g].view_base;
-    }
-    return t;
-}
-
 static kf_status add_buf(kf_cuda_exec *ex, uint32_t tensor, size_t bytes, int first, int last,
                          uint32_t *out, char *err) {
     if (!kf_mem_grow(&ex->mem, (void **)&ex->bufs, &ex->cap_bufs, ex->n_bufs + 1, sizeof *ex->bufs))
@@ -760,7 +749,8 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
      * an output that is a view) still need their buffer for copy-out. */
     for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
         uint32_t b;
-        st = buf_for(ex, base_of(plan, g->outputs[i].tensor->id), (int)plan->n_groups, &b, err);
+        st = buf_for(ex, kf_plan_buffer_of(plan, g->outputs[i].tensor->id), (int)plan->n_groups, &b,
+                     err);
     }
     for (uint32_t i = 0; i < g->n_inputs && st == KF_OK; i++) {
         uint32_t b;
@@ -891,7 +881,7 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
 kf_status kf_cuda_exec_copy_out(kf_cuda_exec *ex, uint32_t t, void *dst, size_t bytes, char *err) {
     if (!prepared(ex) || !dst || t >= ex->graph->n_nodes)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_copy_out: bad argument");
-    uint32_t b = ex->buf_of[base_of(ex->plan, t)];
+    uint32_t b = ex->buf_of[kf_plan_buffer_of(ex->plan, t)];
     if (b == KF_NONE)
         return kf_msg_set(err, KF_ERR_NOT_FOUND, "tensor %%%u has no device buffer", t);
     uint32_t vg = ex->plan->group_of[t];

@@ -120,18 +120,8 @@ kf_status kf_cuda_kstep_from_kernel(kf_cuda_kstep *ks, kf_cuda_role role, kf_cud
 /* The builder's buffers                                                      */
 /* ------------------------------------------------------------------------ */
 
-uint32_t kf_rb_base_of(const kf_plan *plan, uint32_t t) {
-    for (int hops = 0; hops < 64; hops++) {
-        uint32_t g = plan->group_of[t];
-        if (g == KF_NONE || plan->groups[g].kind != KF_GROUP_VIEW)
-            return t;
-        t = plan->groups[g].view_base;
-    }
-    return t;
-}
-
 kf_cuda_buf kf_rb_tensor(const rb *b, uint32_t t) {
-    kf_cuda_buf r = {KF_CUDA_BUF_TENSOR, kf_rb_base_of(b->plan, t), 0};
+    kf_cuda_buf r = {KF_CUDA_BUF_TENSOR, kf_plan_buffer_of(b->plan, t), 0};
     return r;
 }
 

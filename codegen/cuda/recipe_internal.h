@@ -34,8 +34,6 @@ typedef struct rb {
     char *err;
 } rb;
 
-/* The tensor whose buffer holds t: a view's base (followed through views). */
-uint32_t kf_rb_base_of(const kf_plan *plan, uint32_t t);
 /* The buffer of tensor t (its base's), at byte offset 0. */
 kf_cuda_buf kf_rb_tensor(const rb *b, uint32_t t);
 /* The buffer mapped to (role, tensor), or kind NONE. */

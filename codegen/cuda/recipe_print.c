@@ -11,20 +11,6 @@
 
 #include "codegen/cuda/cuda_recipe.h"
 
-static void json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(out, "\\u%04x", c);
-        else
-            fputc(c, out);
-    }
-    fputc('"', out);
-}
-
 static const char *choice_name(kf_cuda_choice c) {
     return c == KF_CUDA_CHOICE_MEASURED ? "measured" : "only";
 }
@@ -71,7 +57,7 @@ static void json_operand(FILE *out, const char *key, const kf_cuda_operand *o) {
     char bs[48];
     buf_str(o->buf, bs, sizeof bs);
     fprintf(out, "\"%s\": {\"buf\": ", key);
-    json_str(out, bs);
+    kf_ir_json_string(out, bs);
     fprintf(out,
             ", \"row_stride\": %" PRId64 ", \"col_stride\": %" PRId64 ", \"batch_stride\": %" PRId64
             "}",
@@ -81,11 +67,11 @@ static void json_operand(FILE *out, const char *key, const kf_cuda_operand *o) {
 static void json_kernel(FILE *out, const kf_cuda_kstep *k) {
     char bs[48];
     fputs("{\"kind\": \"kernel\", \"name\": ", out);
-    json_str(out, k->kernel.name);
+    kf_ir_json_string(out, k->kernel.name);
     fputs(", \"role\": ", out);
-    json_str(out, kf_cuda_role_name(k->role));
+    kf_ir_json_string(out, kf_cuda_role_name(k->role));
     fputs(", \"template\": ", out);
-    json_str(out, kf_cuda_template_name(k->kernel.tmpl));
+    kf_ir_json_string(out, kf_cuda_template_name(k->kernel.tmpl));
     fprintf(out, ", \"source\": \"fnv1a64:%016" PRIx64 "\"", k->digest);
     fprintf(out, ", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"cluster\": [%u, %u, %u]",
             k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2],
@@ -100,7 +86,7 @@ static void json_kernel(FILE *out, const kf_cuda_kstep *k) {
         }
         buf_str(a->buf, bs, sizeof bs);
         fputs(", \"buf\": ", out);
-        json_str(out, bs);
+        kf_ir_json_string(out, bs);
         fprintf(out, ", \"access\": \"%s\"", a->written ? "w" : "r");
         if (a->kind == KF_CUDA_ARG_TMAP && a->value >= 0 && a->value < (int64_t)k->n_tmaps) {
             const kf_cuda_tmap *t = &k->tmaps[a->value];
@@ -134,13 +120,13 @@ static void json_gemm(FILE *out, const kf_cuda_gstep *g) {
     json_operand(out, "d", &g->d);
     buf_str(g->bias, bs, sizeof bs);
     fputs(", \"bias\": ", out);
-    json_str(out, bs);
+    kf_ir_json_string(out, bs);
     fputc('}', out);
 }
 
 static void print_json(const kf_cuda_recipes *r, FILE *out) {
     fputs("{\"arch\": ", out);
-    json_str(out, r->target.arch);
+    kf_ir_json_string(out, r->target.arch);
     fprintf(out, ", \"sm_count\": %d, \"flags\": [%s], \"recipes\": [", r->target.sm_count,
             (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) ? "\"no_lt_epilogue\"" : "");
     for (uint32_t i = 0; i < r->n; i++) {
@@ -155,9 +141,9 @@ static void print_json(const kf_cuda_recipes *r, FILE *out) {
         for (uint32_t v = 0; v < rc->n_variants; v++) {
             const kf_cuda_variant *va = &rc->variants[v];
             fputs(v ? ", {\"label\": " : "{\"label\": ", out);
-            json_str(out, va->label);
+            kf_ir_json_string(out, va->label);
             fputs(", \"how\": ", out);
-            json_str(out, va->how);
+            kf_ir_json_string(out, va->how);
             fputs(", \"steps\": [", out);
             for (uint32_t s = 0; s < va->n_steps; s++) {
                 const kf_cuda_step *st = &rc->steps[va->first_step + s];
