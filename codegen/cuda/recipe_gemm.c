@@ -374,7 +374,7 @@ static void match_epilogue(const kf_group *grp, const kf_graph *g, uint32_t acc,
             }
         }
         snprintf(m->why, sizeof m->why, "%s is not a cuBLASLt epilogue%s", kf_op_get(u->op)->name,
-                 u->op == KF_OP_GELU ? " (kfuse's gelu is erf; cuBLASLt's GELU is tanh)" : "");
+                 u->op == KF_OP_GELU ? ": kfuse's gelu is erf, cuBLASLt's GELU is tanh" : "");
         break;
     }
     if (m->top == acc) {

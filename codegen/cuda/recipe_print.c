@@ -34,11 +34,16 @@ static const char *scratch_role_name(kf_cuda_param_kind k) {
     }
 }
 
-/* "%12", "%12+4096", "s0", "-" */
-static void buf_str(kf_cuda_buf b, char *out, size_t size) {
+/* "%12", "%12+4096", "s0", "-"; with `names` (the text form), a named tensor
+ * prints as its name ("wq", "wq+4096"). The JSON keeps %ID: stable, and never
+ * confused with a scratch buffer's "s0". */
+static void buf_str(kf_cuda_buf b, const kf_plan *names, char *out, size_t size) {
     switch (b.kind) {
     case KF_CUDA_BUF_TENSOR:
-        snprintf(out, size, "%%%" PRIu32, b.id);
+        if (names && b.id < names->graph->n_nodes && names->graph->nodes[b.id]->name)
+            snprintf(out, size, "%s", names->graph->nodes[b.id]->name);
+        else
+            snprintf(out, size, "%%%" PRIu32, b.id);
         break;
     case KF_CUDA_BUF_SCRATCH:
         snprintf(out, size, "s%" PRIu32, b.id);
@@ -55,7 +60,7 @@ static void buf_str(kf_cuda_buf b, char *out, size_t size) {
 
 static void json_operand(FILE *out, const char *key, const kf_cuda_operand *o) {
     char bs[48];
-    buf_str(o->buf, bs, sizeof bs);
+    buf_str(o->buf, NULL, bs, sizeof bs);
     fprintf(out, "\"%s\": {\"buf\": ", key);
     kf_ir_json_string(out, bs);
     fprintf(out,
@@ -84,7 +89,7 @@ static void json_kernel(FILE *out, const kf_cuda_kstep *k) {
             fprintf(out, ", \"value\": %" PRId64 "}", a->value);
             continue;
         }
-        buf_str(a->buf, bs, sizeof bs);
+        buf_str(a->buf, NULL, bs, sizeof bs);
         fputs(", \"buf\": ", out);
         kf_ir_json_string(out, bs);
         fprintf(out, ", \"access\": \"%s\"", a->written ? "w" : "r");
@@ -118,7 +123,7 @@ static void json_gemm(FILE *out, const kf_cuda_gstep *g) {
     json_operand(out, "c", &g->c);
     fputs(", ", out);
     json_operand(out, "d", &g->d);
-    buf_str(g->bias, bs, sizeof bs);
+    buf_str(g->bias, NULL, bs, sizeof bs);
     fputs(", \"bias\": ", out);
     kf_ir_json_string(out, bs);
     fputc('}', out);
@@ -160,15 +165,16 @@ static void print_json(const kf_cuda_recipes *r, FILE *out) {
     fputs("]}", out);
 }
 
-static void text_operand(FILE *out, const char *key, const kf_cuda_operand *o) {
-    char bs[48];
-    buf_str(o->buf, bs, sizeof bs);
+static void text_operand(FILE *out, const kf_plan *plan, const char *key,
+                         const kf_cuda_operand *o) {
+    char bs[96];
+    buf_str(o->buf, plan, bs, sizeof bs);
     fprintf(out, " %s=%s[%" PRId64 ",%" PRId64 ",%" PRId64 "]", key, bs, o->row_stride,
             o->col_stride, o->batch_stride);
 }
 
 static void print_text(const kf_cuda_recipes *r, FILE *out) {
-    char bs[48];
+    char bs[96];
     fprintf(out, "cuda recipes: arch %s, %d SMs%s\n", r->target.arch, r->target.sm_count,
             (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) ? ", no cuBLASLt epilogues" : "");
     for (uint32_t i = 0; i < r->n; i++) {
@@ -176,10 +182,12 @@ static void print_text(const kf_cuda_recipes *r, FILE *out) {
         const kf_group *grp = &r->plan->groups[rc->group];
         fprintf(out, "  group %u %-11s %s%s\n", rc->group, kf_group_kind_name(grp->kind), grp->name,
                 rc->choice == KF_CUDA_CHOICE_MEASURED ? " (measured choice)" : "");
-        for (uint32_t s = 0; s < rc->n_scratch; s++)
-            fprintf(out, "    scratch s%u: %s of %%%u, %" PRIu64 " bytes\n", s,
-                    scratch_role_name(rc->scratch[s].role), rc->scratch[s].tensor,
-                    rc->scratch[s].bytes);
+        for (uint32_t s = 0; s < rc->n_scratch; s++) {
+            buf_str((kf_cuda_buf){KF_CUDA_BUF_TENSOR, rc->scratch[s].tensor, 0}, r->plan, bs,
+                    sizeof bs);
+            fprintf(out, "    scratch s%u: %s of %s, %" PRIu64 " bytes\n", s,
+                    scratch_role_name(rc->scratch[s].role), bs, rc->scratch[s].bytes);
+        }
         for (uint32_t v = 0; v < rc->n_variants; v++) {
             const kf_cuda_variant *va = &rc->variants[v];
             fprintf(out, "    [%s] %s\n", va->label, va->how);
@@ -202,7 +210,7 @@ static void print_text(const kf_cuda_recipes *r, FILE *out) {
                             fprintf(out, " %" PRId64, ar->value);
                             continue;
                         }
-                        buf_str(ar->buf, bs, sizeof bs);
+                        buf_str(ar->buf, r->plan, bs, sizeof bs);
                         fprintf(out, " %s%s%s", ar->kind == KF_CUDA_ARG_TMAP ? "tmap:" : "", bs,
                                 ar->written ? "(w)" : "");
                     }
@@ -214,13 +222,13 @@ static void print_text(const kf_cuda_recipes *r, FILE *out) {
                             " batch=%" PRId64 " epilogue=%s",
                             kf_dtype_name(g->dtype), g->m, g->n, g->k, g->batch,
                             kf_cuda_lt_epilogue_name(g->epilogue));
-                    text_operand(out, "a", &g->a);
-                    text_operand(out, "b", &g->b);
+                    text_operand(out, r->plan, "a", &g->a);
+                    text_operand(out, r->plan, "b", &g->b);
                     if (g->c.buf.kind != KF_CUDA_BUF_NONE)
-                        text_operand(out, "c", &g->c);
-                    text_operand(out, "d", &g->d);
+                        text_operand(out, r->plan, "c", &g->c);
+                    text_operand(out, r->plan, "d", &g->d);
                     if (g->bias.kind != KF_CUDA_BUF_NONE) {
-                        buf_str(g->bias, bs, sizeof bs);
+                        buf_str(g->bias, r->plan, bs, sizeof bs);
                         fprintf(out, " bias=%s", bs);
                     }
                     fputc('\n', out);
