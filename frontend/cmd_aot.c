@@ -25,7 +25,7 @@
 
 const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
 const char kf_cmd_aot_help[] =
-    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] FILE.kfg... -o DIR\n"
+    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] FILE.kfg... -o DIR\n"
     "\n"
     "Plans each graph, makes its CUDA recipes for each ARCH (what `kfuse report`\n"
     "prints and a program runs), compiles every generated kernel they name with\n"
@@ -38,6 +38,9 @@ const char kf_cmd_aot_help[] =
     "  --arch LIST   comma-separated archs (default sm_80,sm_90a)\n"
     "  --no-cublaslt the recipes of contexts with KF_FLAG_NO_CUBLASLT (generated\n"
     "                kernels apply every GEMM epilogue)\n"
+    "  --gemm MODE   the recipes of contexts with this GEMM mode: auto (default),\n"
+    "                generated, cublaslt, or measured (both sides compiled; the\n"
+    "                choice is timed on first use)\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
     "\n"
@@ -49,7 +52,7 @@ const char kf_cmd_aot_help[] =
 static int usage(const char *fmt, const char *arg) {
     fputs("kfuse aot: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] FILE.kfg... -o DIR\n"
+    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] FILE.kfg... -o DIR\n"
           "Run 'kfuse help aot' for details.\n",
           stderr);
     return 2;
@@ -173,6 +176,14 @@ int kf_cmd_aot(int argc, char **argv) {
                 snprintf(archbuf, sizeof archbuf, "%s", argv[++i]);
         } else if (strcmp(s, "--no-cublaslt") == 0) {
             a.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
+        } else if (strcmp(s, "--gemm") == 0) {
+            kf_gemm_mode gm = KF_GEMM_AUTO;
+            if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gm)) {
+                free(files);
+                return usage("%s", "--gemm takes auto, generated, cublaslt or measured");
+            }
+            i++;
+            a.flags |= kf_cuda_recipe_flags(0u, gm);
         } else if (strncmp(s, "--arch=", 7) == 0) {
             snprintf(archbuf, sizeof archbuf, "%s", s + 7);
         } else if (s[0] == '-' && s[1] != '\0') {

@@ -1,0 +1,229 @@
+/* ---- gemm_sm90.cuh: the sm_90a GEMM template ------------------------------
+ *
+ * One persistent block per SM, 384 threads in three warpgroups:
+ *
+ *   warpgroup 0 (producer, 40 registers): one thread walks the block's tiles
+ *     and, per K step of 64, waits for a free stage of the shared-memory ring
+ *     (kf_empty), arms its kf_full barrier with the stage's bytes and issues
+ *     the TMA copies of the A tile (128 x 64) and the B tile (KF_BN x 64),
+ *     128-byte swizzled; the part of a box outside the tensor lands as zeros,
+ *     which makes a ragged K (and ragged M, N rows) add nothing;
+ *   warpgroups 1 and 2 (consumers, 232 registers): rows 0-63 and 64-127 of
+ *     the tile. Per stage: wait kf_full, four wgmma m64nBNk16 (one per 16 of
+ *     K) from shared-memory descriptors, commit; once the previous stage's
+ *     group is done (wait_group 1) its stage goes back to the producer. After
+ *     the last K step the f32 accumulators go through the group's epilogue
+ *     (kf_epi, generated: the plan's scalar expressions) and are stored with
+ *     the row and column predicated, so M and N need not be tile multiples.
+ *
+ * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
+ * the blocks in flight share A rows and B columns in L2), batch slowest.
+ *
+ * Operand layouts (the generator's KF_A_KMAJOR / KF_B_KMAJOR):
+ *   K-major (the 64 K values of a row contiguous): one box {64, rows}; in
+ *     shared memory row r is 128 bytes at r * 128; a wgmma descriptor walks K
+ *     by 32 bytes, the 8-row groups are 1024 bytes apart (SBO).
+ *   MN-major (M or N contiguous; wgmma's transpose bit): boxes {64, 64} of
+ *     64 M/N values x 64 K rows, each 8 KiB; K walks by 16 rows (2048 bytes),
+ *     8-row K groups are 1024 bytes apart (SBO), 64-wide M/N atoms 8 KiB
+ *     apart (LBO).
+ *
+ * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
+ * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_A_KMAJOR, KF_B_KMAJOR,
+ * KF_A_BATCHED, KF_B_BATCHED, kf_wgmma(d, da, db) and kf_epi<2>(...).
+ */
+
+struct __align__(64) kf_tmap {
+    unsigned long long opaque[16];
+};
+
+#define KF_BM 128
+#define KF_BK 64
+#define KF_A_BYTES (KF_BM * KF_BK * 2)
+#define KF_B_BYTES (KF_BN * KF_BK * 2)
+#define KF_STAGE_BYTES (KF_A_BYTES + KF_B_BYTES)
+#define KF_TILES_M ((KF_M + KF_BM - 1) / KF_BM)
+#define KF_TILES_N ((KF_N + KF_BN - 1) / KF_BN)
+#define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
+#define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
+#define KF_RASTER 8
+
+__device__ __forceinline__ void kf_gm_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void kf_gm_wait(unsigned bar, unsigned parity) {
+    asm volatile("{\n.reg .pred p;\nkf_gm_wait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra kf_gm_wait_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void kf_gm_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void kf_gm_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/* A TMA box at (c0, c1[, c2]) of `map` into shared address dst, counted on bar. */
+__device__ __forceinline__ void kf_gm_tma2(unsigned dst, const kf_tmap *map, int c0, int c1,
+                                           unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+                 "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void kf_gm_tma3(unsigned dst, const kf_tmap *map, int c0, int c1, int c2,
+                                           unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+                 "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+/* A box of an operand: batched maps take the batch as their third coordinate. */
+template <int BATCHED>
+__device__ __forceinline__ void kf_gm_box(unsigned dst, const kf_tmap *map, int c0, int c1, int b,
+                                          unsigned bar) {
+    if (BATCHED)
+        kf_gm_tma3(dst, map, c0, c1, b, bar);
+    else
+        kf_gm_tma2(dst, map, c0, c1, bar);
+}
+/* A wgmma shared-memory descriptor, 128-byte swizzle. */
+__device__ __forceinline__ unsigned long long kf_gm_desc(unsigned addr, unsigned lbo,
+                                                         unsigned sbo) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) |
+           ((unsigned long long)((lbo >> 4) & 0x3fffu) << 16) |
+           ((unsigned long long)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+
+/* Tile t of the raster: batch b, tile row mb, tile column nb. */
+__device__ __forceinline__ void kf_gm_tile(int t, int &b, int &mb, int &nb) {
+    const int per = KF_TILES_M * KF_TILES_N;
+    b = t / per;
+    t -= b * per;
+    const int span = KF_RASTER * KF_TILES_N;
+    const int g = t / span, first = g * KF_RASTER;
+    const int rows = KF_TILES_M - first < KF_RASTER ? KF_TILES_M - first : KF_RASTER;
+    const int r = t - g * span;
+    mb = first + r % rows;
+    nb = r / rows;
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    KF_KERNEL(const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb, KF_PARAMS) {
+    extern __shared__ __align__(1024) unsigned char kf_dsmem[];
+    __shared__ __align__(8) unsigned long long kf_full[KF_STAGES], kf_empty[KF_STAGES];
+    KF_SETUP();
+    /* The ring at the first 1024-byte boundary (where the swizzle pattern
+     * starts over); launch.shared_bytes has the 1024 to spare. */
+    const unsigned raw = (unsigned)__cvta_generic_to_shared(kf_dsmem);
+    const unsigned ring = (raw + 1023u) & ~1023u;
+    const unsigned full0 = (unsigned)__cvta_generic_to_shared(&kf_full[0]);
+    const unsigned empty0 = (unsigned)__cvta_generic_to_shared(&kf_empty[0]);
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < KF_STAGES; s++) {
+            kf_gm_init(full0 + 8 * s, 1);
+            kf_gm_init(empty0 + 8 * s, 8); /* lane 0 of each consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&ta) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb) : "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            int s = 0;
+            unsigned ph = 0;
+            for (int t = blockIdx.x; t < KF_TILES; t += gridDim.x) {
+                int b, mb, nb;
+                kf_gm_tile(t, b, mb, nb);
+                for (int kt = 0; kt < KF_KT; kt++) {
+                    kf_gm_wait(empty0 + 8 * s, ph ^ 1u);
+                    const unsigned bar = full0 + 8 * s;
+                    kf_gm_expect(bar, KF_STAGE_BYTES);
+                    const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
+                    if (KF_A_KMAJOR) {
+                        kf_gm_box<KF_A_BATCHED>(sa, &ta, kt * KF_BK, mb * KF_BM, b, bar);
+                    } else {
+                        kf_gm_box<KF_A_BATCHED>(sa, &ta, mb * KF_BM, kt * KF_BK, b, bar);
+                        kf_gm_box<KF_A_BATCHED>(sa + 8192u, &ta, mb * KF_BM + 64, kt * KF_BK, b,
+                                                bar);
+                    }
+                    if (KF_B_KMAJOR) {
+                        kf_gm_box<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_BN, b, bar);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < KF_BN / 64; j++)
+                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_BN + 64 * j,
+                                                    kt * KF_BK, b, bar);
+                    }
+                    if (++s == KF_STAGES) {
+                        s = 0;
+                        ph ^= 1u;
+                    }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        int s = 0;
+        unsigned ph = 0;
+        for (int t = blockIdx.x; t < KF_TILES; t += gridDim.x) {
+            int b, mb, nb;
+            kf_gm_tile(t, b, mb, nb);
+            float d[KF_BN / 2];
+#pragma unroll
+            for (int i = 0; i < KF_BN / 2; i++)
+                d[i] = 0.0f;
+            int prev = -1;
+            for (int kt = 0; kt < KF_KT; kt++) {
+                kf_gm_wait(full0 + 8 * s, ph);
+                const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < KF_BK / 16; kk++) {
+                    const unsigned long long da =
+                        KF_A_KMAJOR ? kf_gm_desc(sa + cw * 8192u + kk * 32u, 16u, 1024u)
+                                    : kf_gm_desc(sa + cw * 8192u + kk * 2048u, 8192u, 1024u);
+                    const unsigned long long db =
+                        KF_B_KMAJOR ? kf_gm_desc(sb + kk * 32u, 16u, 1024u)
+                                    : kf_gm_desc(sb + kk * 2048u, 8192u, 1024u);
+                    kf_wgmma(d, da, db);
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                if (prev >= 0 && lane == 0)
+                    kf_gm_arrive(empty0 + 8 * prev);
+                prev = s;
+                if (++s == KF_STAGES) {
+                    s = 0;
+                    ph ^= 1u;
+                }
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            if (prev >= 0 && lane == 0)
+                kf_gm_arrive(empty0 + 8 * prev);
+            /* The accumulator fragment of wgmma m64nN: warp w of the group
+             * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1). */
+            const long long r0 = (long long)mb * KF_BM + cw * 64 + warp * 16 + lane / 4;
+#pragma unroll
+            for (int j = 0; j < KF_BN / 8; j++) {
+                const long long c0 = (long long)nb * KF_BN + j * 8 + (lane % 4) * 2;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const long long r = r0 + 8 * h;
+                    if (r < KF_M && c0 < KF_N) {
+                        const float a[2] = {d[4 * j + 2 * h], d[4 * j + 2 * h + 1]};
+                        kf_epi<2>(a, (long long)b, r, c0, KF_ARGS);
+                    }
+                }
+            }
+        }
+    }
+}
