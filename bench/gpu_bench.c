@@ -462,13 +462,11 @@ int main(int argc, char **argv) {
     double gbytes = 2.0 * ((double)M * K + (double)K * N + N + (double)M * N);
     double pbytes = 2.0 * 3.0 * (double)P * P;
     bcase cases[] = {
-        {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, ""},
-        {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, ""},
-        {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, ""},
-        {"gemm_bias_gelu", t_gemm, 2.0 * ((double)M * K + (double)K * N + N + (double)M * N),
-         2.0 * M * N * K, 0, 0, 0, ""},
-        {"gemm_bias_gelu_erf", t_gemm_erf,
-         2.0 * ((double)M * K + (double)K * N + N + (double)M * N), 2.0 * M * N * K, 0, 0, 0, ""},
+        {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"gemm_bias_gelu", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"gemm_bias_gelu_erf", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO},
         /* kfuse's generated sm_90a GEMM (one kernel, the epilogue on the
          * accumulators) against the cuBLASLt rows above, in the same run */
         {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
