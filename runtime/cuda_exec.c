@@ -49,8 +49,17 @@ typedef struct xkernel {
     uint32_t arg_buf[KF_CUDA_MAX_PARAMS]; /* buffer index per argument */
     uint64_t slots[KF_CUDA_MAX_PARAMS];
     void *args[KF_CUDA_MAX_PARAMS];
-    kf_cu_tensor_map tmaps[KF_CUDA_MAX_TMAPS]; /* encoded once the arena is placed */
+    /* The tensor maps, encoded once the arena is placed, at the first 128-byte
+     * boundary of tmap_raw (xk_tmap): the driver wants them aligned, and the
+     * allocator that made this struct promises less than kf_cu_tensor_map's
+     * alignas(128). */
+    unsigned char tmap_raw[(KF_CUDA_MAX_TMAPS + 1) * sizeof(kf_cu_tensor_map)];
 } xkernel;
+
+static kf_cu_tensor_map *xk_tmap(xkernel *xk, int64_t i) {
+    uintptr_t p = ((uintptr_t)xk->tmap_raw + 127u) & ~(uintptr_t)127u;
+    return (kf_cu_tensor_map *)p + i;
+}
 
 typedef struct xgemm {
     const kf_cuda_gstep *gs; /* the recipe's step */
@@ -448,10 +457,10 @@ static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
                 s->k->slots[p] = ptr;
                 if (a->kind == KF_CUDA_ARG_TMAP) {
                     kf_status st =
-                        encode_tmap(ex, ks, &ks->tmaps[a->value], ptr, &s->k->tmaps[a->value], err);
+                        encode_tmap(ex, ks, &ks->tmaps[a->value], ptr, xk_tmap(s->k, a->value), err);
                     if (st != KF_OK)
                         return st;
-                    s->k->args[p] = &s->k->tmaps[a->value];
+                    s->k->args[p] = xk_tmap(s->k, a->value);
                 }
             }
             continue;
