@@ -41,10 +41,10 @@ const char kf_cmd_run_help[] =
     "  --check      also run the reference evaluator and print each output's\n"
     "               relative error; exit 1 when one exceeds its dtype's tolerance\n"
     "  --seed N     seed of the input generator (default 0)\n"
-    "  --gemm MODE  how GEMM groups run on CUDA (kf_options.gemm): auto (default:\n"
-    "               cuBLASLt), generated (kfuse's sm_90a GEMM kernel wherever it\n"
-    "               takes the group), cublaslt, or measured (both timed once, the\n"
-    "               faster runs; --report shows both times)\n"
+    "  --gemm MODE  how GEMM groups run on CUDA (kf_options.gemm): auto (the\n"
+    "               default, as measured), generated (kfuse's sm_90a GEMM kernel\n"
+    "               wherever it takes the group), cublaslt, or measured (both timed\n"
+    "               once, the faster runs; --report shows both times)\n"
     "  -h, --help   show this help\n";
 
 static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, bool check,

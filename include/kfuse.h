@@ -136,8 +136,8 @@ enum {
 
 /* How GEMM groups run on a CUDA device. */
 typedef enum kf_gemm_mode {
-    KF_GEMM_AUTO = 0,   /* the default: today cuBLASLt (plus kfuse's epilogue kernels), until
-                           the generated kernel is measured against it by default */
+    KF_GEMM_AUTO = 0,   /* the default: KF_GEMM_MEASURED (the generated kernel on sm_90a
+                           against cuBLASLt, wherever the kernel takes the group) */
     KF_GEMM_GENERATED,  /* kfuse's generated GEMM kernel (sm_90a: wgmma, TMA, the whole
                            epilogue in one kernel) wherever it takes the group; cuBLASLt
                            elsewhere, and the report says why */

@@ -508,9 +508,14 @@ static const epi_case epi_cases[] = {
     {"h and relu(h+b)", "hb = add(h, b)\ny = relu(hb)\noutput h\n", "then kernel", NULL},
 };
 
+static kf_ctx *ctx_gemm(kf_gemm_mode mode);
+
 static void test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations(void **state) {
     (void)state;
     REQUIRE_GPU();
+    /* cuBLASLt forced: the default measures the generated kernel against it,
+     * and the report names the side that won. */
+    kf_ctx *lt = ctx_gemm(KF_GEMM_CUBLASLT);
     for (size_t d = 0; d < N_OF(gemm_dtypes); d++) {
         for (size_t i = 0; i < N_OF(epi_cases); i++) {
             const epi_case *c = &epi_cases[i];
@@ -524,11 +529,13 @@ static void test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations(
                 snprintf(fmt, sizeof fmt,
                          "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\n"
                          "y = matmul(x, w)\noutput y\n");
-            run_opts o = {.lo = -1, .hi = 1, .report_has = c->has, .report_lacks = c->lacks};
+            run_opts o = {
+                .lo = -1, .hi = 1, .report_has = c->has, .report_lacks = c->lacks, .ctx = lt};
             /* The constant's dtype: the body's %s comes after the 4 inputs. */
             run_text(fmt, gemm_dtypes[d], 700 + i, &o, c->name);
         }
     }
+    kf_ctx_destroy(lt);
 }
 
 static void test_batched_and_transposed_gemms_match(void **state) {
@@ -785,6 +792,11 @@ static void test_measured_gemm_names_both_sides(void **state) {
              "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
              KF_DTYPE_BF16, 1900, &o, "measured");
     kf_ctx_destroy(ctx);
+    /* the default is the measured choice */
+    run_opts d = {.lo = -1, .hi = 1, .report_has_sm90 = "generated |cublaslt "};
+    run_text("kfg 1\nx = input(%s[256, 128])\nw = input(%s[128, 256])\ny = matmul(x, w)\n"
+             "output y\n",
+             KF_DTYPE_F16, 1901, &d, "default mode");
 }
 
 /* ------------------------------------------------------------------------ */

@@ -200,7 +200,13 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     plan_text("kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\nb = input(bf16[512])\n"
               "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
               &p);
-    /* default: cuBLASLt alone, as before */
+    /* the context modes map onto the recipe flags; AUTO measures */
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_AUTO), KF_CUDA_RECIPE_GEMM_MEASURED);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_MEASURED), KF_CUDA_RECIPE_GEMM_MEASURED);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_GENERATED), KF_CUDA_RECIPE_GEMM_GENERATED);
+    assert_int_equal(kf_cuda_recipe_flags(KF_FLAG_NO_CUBLASLT, KF_GEMM_CUBLASLT),
+                     KF_CUDA_RECIPE_NO_LT_EPILOGUE);
+    /* no GEMM flag: cuBLASLt alone */
     kf_cuda_recipes *rec = recipes_for(p.plan, "h100", 0);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     assert_int_equal(rc->n_variants, 1);

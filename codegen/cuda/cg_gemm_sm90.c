@@ -24,7 +24,9 @@
 #include "codegen/cuda/templates.h"
 
 uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages) {
-    return stages * (128u * 64u * 2u + bn * 64u * 2u) + 1024u;
+    /* the ring, the two consumers' epilogue staging (64 x 40 floats each:
+     * gemm_sm90.cuh's KF_EPI_FLOATS), the 1024 that align the ring */
+    return stages * (128u * 64u * 2u + bn * 64u * 2u) + 2u * 64u * 40u * 4u + 1024u;
 }
 
 static bool gemm_dtype_ok(kf_dtype d) { return d == KF_DTYPE_BF16 || d == KF_DTYPE_F16; }
@@ -248,19 +250,27 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   "long long b, long long r, long long c0, KF_PARAMS) {\n"
                   "    const long long q = b * KF_M + r;\n    (void)q;\n");
     cg_emit_nodes(&c, cg_coord_of, x, "    ", true);
-    cg_puts(&c.s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n"
-                  "        if (c0 + k >= KF_N)\n            break;\n");
+    /* Each output: one vector store when the VV columns are all inside and
+     * the address is 16-byte aligned, else element by element. */
     for (uint32_t o = 0; o < n_outs; o++) {
         const char *rt = cg_reg_type(outs[o].dtype);
+        char val[48];
         if (outs[o].node == KF_NONE)
-            cg_printf(&c.s, "        kf_st(p%d + (q * KF_N + c0 + k), (%s)acc[k]);\n",
-                      outs[o].param, rt);
+            snprintf(val, sizeof val, "acc");
         else
-            cg_printf(&c.s, "        kf_st(p%d + (q * KF_N + c0 + k), (%s)v%u%s[k]);\n",
-                      outs[o].param, rt, outs[o].node,
-                      cg_raw_of(&c, outs[o].node, true) ? "u" : "");
+            snprintf(val, sizeof val, "v%u%s", outs[o].node,
+                     cg_raw_of(&c, outs[o].node, true) ? "u" : "");
+        cg_printf(&c.s,
+                  "    {\n        %s o[VV];\n#pragma unroll\n        for (int k = 0; k < VV; k++)\n"
+                  "            o[k] = (%s)%s[k];\n"
+                  "        auto *dst = p%d + (q * KF_N + c0);\n"
+                  "        if (c0 + VV <= KF_N && kf_aligned(dst, 16))\n"
+                  "            kf_stv<VV>(dst, o);\n        else\n"
+                  "            for (int k = 0; k < VV && c0 + k < KF_N; k++)\n"
+                  "                kf_st(dst + k, o[k]);\n    }\n",
+                  rt, rt, val, outs[o].param);
     }
-    cg_puts(&c.s, "    }\n}\n\n");
+    cg_puts(&c.s, "}\n\n");
     kf_mem_free(c.mem, x, sizeof *x);
     cg_puts(&c.s, kf_cuda_tpl_gemm_sm90);
     return cg_end(&c, c.st);

@@ -60,9 +60,9 @@ typedef struct kf_cuda_target {
 } kf_cuda_target;
 
 /* The recipe flags of a context's KF_FLAG_* flags and GEMM mode (kf_gemm_mode):
- * NO_CUBLASLT gives NO_LT_EPILOGUE; GENERATED and MEASURED their GEMM_* flag;
- * AUTO and CUBLASLT neither (AUTO stays cuBLASLt until the generated kernel
- * is the measured default). */
+ * NO_CUBLASLT gives NO_LT_EPILOGUE; GENERATED gives GEMM_GENERATED; AUTO and
+ * MEASURED give GEMM_MEASURED (the generated kernel timed against cuBLASLt
+ * wherever it takes the group); CUBLASLT neither. */
 unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode);
 
 /* The target of a device that is not at hand: "h100" and "h200" (sm_90a, 132

@@ -65,7 +65,7 @@ unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode) {
     unsigned f = (kf_flags & KF_FLAG_NO_CUBLASLT) ? KF_CUDA_RECIPE_NO_LT_EPILOGUE : 0u;
     if (gemm_mode == KF_GEMM_GENERATED)
         f |= KF_CUDA_RECIPE_GEMM_GENERATED;
-    else if (gemm_mode == KF_GEMM_MEASURED)
+    else if (gemm_mode == KF_GEMM_MEASURED || gemm_mode == KF_GEMM_AUTO)
         f |= KF_CUDA_RECIPE_GEMM_MEASURED;
     return f;
 }

@@ -545,7 +545,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     int64_t tiles256 = ((sh.m + 127) / 128) * ((sh.n + 255) / 256) * sh.batch;
     sh.bn = sh.n >= 256 && tiles256 >= b->target->sm_count ? 256 : 128;
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
-    sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - 1024u) / stage;
+    sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
     if (sh.stages > GEN_MAX_STAGES)
         sh.stages = GEN_MAX_STAGES;
 
