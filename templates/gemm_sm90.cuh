@@ -8,10 +8,18 @@
  *     the TMA copies of the A tile (128 x 64) and the B tile (KF_BN x 64),
  *     128-byte swizzled; the part of a box outside the tensor lands as zeros,
  *     which makes a ragged K (and ragged M, N rows) add nothing;
- *   warpgroups 1 and 2 (consumers, 232 registers): rows 0-63 and 64-127 of
- *     the tile. Per stage: wait kf_full, four wgmma m64nBNk16 (one per 16 of
- *     K) from shared-memory descriptors, commit; once the previous stage's
- *     group is done (wait_group 1) its stage goes back to the producer. After
+ *   warpgroups 1 and 2 (consumers, 232 registers), in one of two schedules:
+ *     cooperative (KF_PINGPONG 0, 128 x 256 tiles): rows 0-63 and 64-127 of
+ *       every tile, one wgmma m64nBNk16 per 16 of K each;
+ *     ping-pong (KF_PINGPONG 1, 128 x 128 tiles): alternate tiles of the
+ *       block, each consumer the whole tile (two wgmma m64nBNk16 per 16 of
+ *       K); their main loops take turns (named barriers 3 and 4), so one
+ *       consumer's epilogue runs while the other keeps the tensor cores busy.
+ *       The turns also keep the mbarrier parities unambiguous: a consumer
+ *       waits on its first stage only once every earlier stage is consumed.
+ *     Per stage: wait kf_full, the wgmmas from shared-memory descriptors,
+ *     commit; once the previous stage's group is done (wait_group 1) its
+ *     stage goes back to the producer. After
  *     the last K step the f32 accumulators leave 32 columns at a time
  *     through a staging area in shared memory (one per consumer, 64 x 32
  *     floats, rows padded to 40 so neither side conflicts much): each thread
@@ -35,7 +43,7 @@
  *     apart (LBO).
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
- * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_A_KMAJOR, KF_B_KMAJOR,
+ * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
  * KF_A_BATCHED, KF_B_BATCHED, kf_wgmma(d, da, db) and kf_epi<2>(...).
  */
 
@@ -53,6 +61,15 @@ struct __align__(64) kf_tmap {
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
 #define KF_RASTER 8
+#if KF_PINGPONG
+#define KF_ACC KF_BN     /* accumulators per thread: two m64 halves */
+#define KF_HALVES 2
+#define KF_EMPTY_ARRIVALS 4 /* the 4 warps of the consumer that read the stage */
+#else
+#define KF_ACC (KF_BN / 2)
+#define KF_HALVES 1
+#define KF_EMPTY_ARRIVALS 8 /* the 8 warps of both consumers */
+#endif
 #define KF_EPI_COLS 32 /* columns staged at a time */
 #define KF_EPI_LD 40   /* floats per staged row */
 #define KF_EPI_FLOATS (64 * KF_EPI_LD) /* one consumer's staging area */
@@ -156,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < KF_STAGES; s++) {
             kf_gm_init(full0 + 8 * s, 1);
-            kf_gm_init(empty0 + 8 * s, 8); /* lane 0 of each consumer warp */
+            kf_gm_init(empty0 + 8 * s, KF_EMPTY_ARRIVALS); /* lane 0 of each consumer warp */
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -203,15 +220,32 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
+                                               KF_STAGES * KF_STAGE_BYTES) +
+                     cw * KF_EPI_FLOATS;
+#if KF_PINGPONG
+        /* Tile i of the block (t = blockIdx.x + i * gridDim.x) is consumer
+         * i % 2's; its first stage is k-step i * KF_KT of the producer's. */
+        for (int i = cw;; i += 2) {
+            const int t = blockIdx.x + i * gridDim.x;
+            if (t >= KF_TILES)
+                break;
+            const long long q0 = (long long)i * KF_KT;
+            int s = (int)(q0 % KF_STAGES);
+            unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
+            if (i > 0) /* the other consumer's main loop of tile i - 1 is done */
+                asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
+#else
         int s = 0;
         unsigned ph = 0;
         for (int t = blockIdx.x; t < KF_TILES; t += gridDim.x) {
+#endif
             int b, mb, nb;
             kf_gm_tile(t, b, mb, nb);
-            float d[KF_BN / 2];
+            float d[KF_ACC];
 #pragma unroll
-            for (int i = 0; i < KF_BN / 2; i++)
-                d[i] = 0.0f;
+            for (int k = 0; k < KF_ACC; k++)
+                d[k] = 0.0f;
             int prev = -1;
             for (int kt = 0; kt < KF_KT; kt++) {
                 kf_gm_wait(full0 + 8 * s, ph);
@@ -219,13 +253,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
                 for (int kk = 0; kk < KF_BK / 16; kk++) {
-                    const unsigned long long da =
-                        KF_A_KMAJOR ? kf_gm_desc(sa + cw * 8192u + kk * 32u, 16u, 1024u)
-                                    : kf_gm_desc(sa + cw * 8192u + kk * 2048u, 8192u, 1024u);
                     const unsigned long long db =
                         KF_B_KMAJOR ? kf_gm_desc(sb + kk * 32u, 16u, 1024u)
                                     : kf_gm_desc(sb + kk * 2048u, 8192u, 1024u);
-                    kf_wgmma(d, da, db);
+#pragma unroll
+                    for (int hf = 0; hf < KF_HALVES; hf++) {
+                        const unsigned ha = KF_PINGPONG ? hf * 8192u : cw * 8192u;
+                        const unsigned long long da =
+                            KF_A_KMAJOR ? kf_gm_desc(sa + ha + kk * 32u, 16u, 1024u)
+                                        : kf_gm_desc(sa + ha + kk * 2048u, 8192u, 1024u);
+                        kf_wgmma(d + hf * (KF_BN / 2), da, db);
+                    }
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
@@ -240,28 +278,34 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             if (prev >= 0 && lane == 0)
                 kf_gm_arrive(empty0 + 8 * prev);
+#if KF_PINGPONG
+            if (blockIdx.x + (i + 1) * gridDim.x < KF_TILES) /* the other consumer's turn */
+                asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
+#endif
             /* The accumulator fragment of wgmma m64nN: warp w of the group
              * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1). */
-            float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
-                                                   KF_STAGES * KF_STAGE_BYTES) +
-                         cw * KF_EPI_FLOATS;
 #pragma unroll
-            for (int ch = 0; ch < KF_BN / KF_EPI_COLS; ch++) {
+            for (int hf = 0; hf < KF_HALVES; hf++) {
+                const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
 #pragma unroll
-                for (int jj = 0; jj < KF_EPI_COLS / 8; jj++) {
-                    const int j = ch * (KF_EPI_COLS / 8) + jj;
+                for (int ch = 0; ch < KF_BN / KF_EPI_COLS; ch++) {
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int row = warp * 16 + lane / 4 + 8 * h, col = jj * 8 + (lane % 4) * 2;
-                        *reinterpret_cast<float2 *>(stg + row * KF_EPI_LD + col) =
-                            make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                    for (int jj = 0; jj < KF_EPI_COLS / 8; jj++) {
+                        const int j = ch * (KF_EPI_COLS / 8) + jj;
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int row = warp * 16 + lane / 4 + 8 * h,
+                                      col = jj * 8 + (lane % 4) * 2;
+                            const float *dv = d + hf * (KF_BN / 2) + 4 * j + 2 * h;
+                            *reinterpret_cast<float2 *>(stg + row * KF_EPI_LD + col) =
+                                make_float2(dv[0], dv[1]);
+                        }
                     }
+                    kf_gm_wg_sync(cw);
+                    kf_gm_epi_chunk(stg, b, rows, (long long)nb * KF_BN + ch * KF_EPI_COLS,
+                                    threadIdx.x % 128, KF_ARGS);
+                    kf_gm_wg_sync(cw);
                 }
-                kf_gm_wg_sync(cw);
-                kf_gm_epi_chunk(stg, b, (long long)mb * KF_BM + cw * 64,
-                                (long long)nb * KF_BN + ch * KF_EPI_COLS, threadIdx.x % 128,
-                                KF_ARGS);
-                kf_gm_wg_sync(cw);
             }
         }
     }

@@ -743,10 +743,18 @@ static void test_generated_gemms_match_the_reference(void **state) {
         run_text("kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
                  dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
-        /* 128 x 256 tiles (162 tiles for 132 SMs), ragged N and K */
+        /* ping-pong 128 x 128 tiles, several per consumer, ragged N and K */
         run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\nb = input(%s[2056])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
-                 dts[d], 1801, &o, "128x256 tiles, ragged");
+                 dts[d], 1801, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong",
+                                           .ctx = ctx},
+                 "ping-pong tiles, ragged");
+        /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs) */
+        run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\ny = matmul(x, w)\n"
+                 "output y\n",
+                 dts[d], 1809, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative",
+                                           .ctx = ctx},
+                 "cooperative 128x256 tiles, ragged");
         /* M = 1; K below one K step */
         run_text("kfg 1\nx = input(%s[1, 512])\nw = input(%s[512, 384])\ny = matmul(x, w)\noutput y\n",
                  dts[d], 1802, &o, "M = 1");

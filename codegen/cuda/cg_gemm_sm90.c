@@ -104,7 +104,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                                   g->id, g->name, arch));
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || (sh->bn != 128 && sh->bn != 256) ||
         sh->stages < 2 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
-        sh->batch > INT32_MAX)
+        sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128))
         return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                                   "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
                                   " batch %" PRId64 ", tile %u, %u stages",
@@ -239,9 +239,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     cg_printf(&c.s,
               "#define KF_M %" PRId64 "LL\n#define KF_N %" PRId64 "LL\n#define KF_K %" PRId64
               "LL\n#define KF_BATCH %" PRId64 "LL\n#define KF_BN %u\n#define KF_STAGES %u\n"
+              "#define KF_PINGPONG %d\n"
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
               "#define KF_B_BATCHED %d\n\n",
-              sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->a_kmajor ? 1 : 0,
+              sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
+              sh->a_kmajor ? 1 : 0,
               sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0, sh->b_batched ? 1 : 0);
     emit_wgmma(&c, sh, mm->dtype);
 

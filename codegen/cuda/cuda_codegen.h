@@ -208,6 +208,9 @@ typedef struct kf_cuda_gemm_shape {
     bool b_kmajor;          /* B [k, n] has k contiguous (else n: wgmma's transposed B) */
     bool a_batched, b_batched; /* the operand's tensor map has a batch dim (else shared) */
     uint32_t bn;               /* tile columns: 128 or 256 (tile rows are 128, K step 64) */
+    bool pingpong;             /* the consumers take alternate tiles, each the whole tile, and
+                                  one's epilogue overlaps the other's main loop (bn 128);
+                                  else both share every tile (cooperative) */
     uint32_t stages;           /* depth of the shared-memory ring */
 } kf_cuda_gemm_shape;
 
