@@ -130,10 +130,10 @@ output o
 EOF
     # The generated GEMM on a ragged shape (M, N, K no tile multiples; the
     # TMA boxes hang over every edge), its epilogue loading a bias and a
-    # residual.
+    # residual; 153 ping-pong tiles, so some blocks run both consumers.
     gg="$out/sanitize_gemm.kfg"
-    printf '%s\n' 'kfg 1' 'x = input(bf16[300, 200])' 'w = input(bf16[200, 264])' \
-        'b = input(bf16[264])' 'r = input(bf16[300, 264])' 'h = matmul(x, w)' 'hb = add(h, b)' \
+    printf '%s\n' 'kfg 1' 'x = input(bf16[1100, 200])' 'w = input(bf16[200, 2056])' \
+        'b = input(bf16[2056])' 'r = input(bf16[1100, 2056])' 'h = matmul(x, w)' 'hb = add(h, b)' \
         'g = gelu(hb)' 'y = add(g, r)' 'output y' >"$gg"
     for tool in memcheck racecheck; do
         if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$gg" \
