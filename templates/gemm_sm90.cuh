@@ -247,6 +247,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int k = 0; k < KF_ACC; k++)
                 d[k] = 0.0f;
             int prev = -1;
+            /* Not unrolled: with K a constant of a few steps, ptxas unrolls
+             * it whole and then fences the accumulators between the wgmmas
+             * (C7517/C7519: serialized). */
+#pragma unroll 1
             for (int kt = 0; kt < KF_KT; kt++) {
                 kf_gm_wait(full0 + 8 * s, ph);
                 const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;

@@ -743,10 +743,17 @@ static void test_generated_gemms_match_the_reference(void **state) {
         run_text("kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
                  dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
-        /* ping-pong 128 x 128 tiles, several per consumer, ragged N and K */
+        /* cooperative 128 x 256 tiles with an epilogue, ragged N and K */
         run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\nb = input(%s[2056])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
-                 dts[d], 1801, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong",
+                 dts[d], 1801, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "128x256 tiles",
+                                           .ctx = ctx},
+                 "cooperative 128x256 tiles, epilogue, ragged");
+        /* ping-pong 128 x 128 tiles (153 for 132 SMs), ragged M, N and K */
+        run_text("kfg 1\nx = input(%s[1100, 200])\nw = input(%s[200, 2056])\nb = input(%s[2056])\n"
+                 "r = input(%s[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+                 "y = add(g, r)\noutput y\n",
+                 dts[d], 1810, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong",
                                            .ctx = ctx},
                  "ping-pong tiles, ragged");
         /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs) */

@@ -129,7 +129,7 @@ static void check_sass(const kf_cuda_kernel *k) {
 
 /* The generated kernel of `text`'s GEMM group with GEMM_GENERATED on an
  * H100 target: checked and compiled. */
-static void generated_case(const char *text, uint32_t want_bn) {
+static void generated_case(const char *text, uint32_t want_bn, const char *want_sched) {
     planned p;
     plan_text(text, &p);
     kf_cuda_recipes *rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
@@ -152,8 +152,8 @@ static void generated_case(const char *text, uint32_t want_bn) {
     assert_int_equal(ks->tmaps[1].box[1], ks->tmaps[1].dims[0] == 64 ? 64 : ks->tmaps[1].box[1]);
     char tile[32];
     snprintf(tile, sizeof tile, "128x%u tiles", want_bn);
-    if (!strstr(rc->variants[0].how, tile))
-        fail_msg("expected %s: %s", tile, rc->variants[0].how);
+    if (!strstr(rc->variants[0].how, tile) || !strstr(rc->variants[0].how, want_sched))
+        fail_msg("expected %s %s: %s", tile, want_sched, rc->variants[0].how);
     assert_true(ks->shared_bytes <= 227u * 1024u);
     check_sass(&ks->kernel);
     kf_cuda_recipes_destroy(rec);
@@ -170,13 +170,19 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  "kfg 1\nx = input(%s[8192, 1024])\nw = input(%s[1024, 4096])\n"
                  "y = matmul(x, w)\noutput y\n",
                  dts[d], dts[d]);
-        generated_case(t, 256);
+        generated_case(t, 256, "cooperative");
         /* bias + gelu (erf; the bf16 table), 128 x 128 tiles, ragged M/N/K */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
                  dts[d], dts[d], dts[d]);
-        generated_case(t, 128);
+        generated_case(t, 128, "cooperative");
+        /* ping-pong: 128 x 128 tiles, 266 of them for 132 SMs */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[17000, 128])\nw = input(%s[128, 200])\nb = input(%s[200])\n"
+                 "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, 128, "ping-pong");
         /* bias, relu, residual, scale, then a cast to f32; B transposed (K-major) */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[256, 512])\nw = input(%s[384, 512])\nb = input(%s[384])\n"
@@ -184,13 +190,13 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  "h = matmul(x, w, transpose_b=true)\na = add(h, b)\nu = relu(a)\nv = add(u, r)\n"
                  "z = mul(v, s)\ny = cast(z, f32)\noutput y\n",
                  dts[d], dts[d], dts[d], dts[d], dts[d]);
-        generated_case(t, 128);
+        generated_case(t, 128, "cooperative");
         /* batched, both operands per batch, A transposed (M-major), M = 1 */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[4, 64, 1])\nw = input(%s[4, 64, 256])\n"
                  "y = matmul(x, w, transpose_a=true)\noutput y\n",
                  dts[d], dts[d]);
-        generated_case(t, 128);
+        generated_case(t, 128, "cooperative");
     }
 }
 

@@ -541,20 +541,17 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("an operand starts off a 16-byte boundary (TMA)");
     if (sh.m > INT32_MAX || sh.n > INT32_MAX || sh.k > INT32_MAX || sh.batch > INT32_MAX)
         GEN_NO("a dim past 2^31 (TMA coordinates)");
-    /* A bare product (every write the accumulator itself): cooperative
-     * 128 x 256 tiles when they still give every SM a tile. An epilogue with
-     * work in it: ping-pong 128 x 128, so that it runs while the other
-     * consumer multiplies (on an H100, GEMM + bias + tanh-GELU 8192 x 4096 x
-     * 16384 took 1.78 ms cooperative against 1.41 for the bare product). */
-    bool bare = true;
-    for (uint32_t w = 0; w < grp->n_writes; w++) {
-        uint32_t rt = grp->roots ? grp->roots[w] : KF_NONE;
-        if (rt != KF_NONE && grp->expr[rt].kind != KF_EXPR_ACC)
-            bare = false;
-    }
+    /* Cooperative 128 x 256 tiles when they still give every SM one; else
+     * 128 x 128, ping-pong when some block gets two tiles (one consumer's
+     * epilogue then runs under the other's main loop), cooperative when none
+     * does (both consumers on the one tile). Measured on an H100, GEMM +
+     * bias + GELU 8192 x 4096 x 16384 (1024 tiles of 128 x 256): cooperative
+     * 128 x 256 1.47 ms (erf, table) / 1.78 (tanh), ping-pong 128 x 128 for
+     * the same 1.72 / 1.92 (bench/results, efe1fc8 and fcb897b). */
     int64_t tiles256 = ((sh.m + 127) / 128) * ((sh.n + 255) / 256) * sh.batch;
-    sh.bn = bare && sh.n >= 256 && tiles256 >= b->target->sm_count ? 256 : 128;
-    sh.pingpong = sh.bn == 128;
+    int64_t tiles128 = ((sh.m + 127) / 128) * ((sh.n + 127) / 128) * sh.batch;
+    sh.bn = sh.n >= 256 && tiles256 >= b->target->sm_count ? 256 : 128;
+    sh.pingpong = sh.bn == 128 && tiles128 > b->target->sm_count;
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
     sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
     if (sh.stages > GEN_MAX_STAGES)
