@@ -139,8 +139,7 @@ int kf_cmd_run(int argc, char **argv) {
             report = true;
         } else if (strcmp(a, "--gemm") == 0) {
             if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
-                fprintf(stderr,
-                        "kfuse run: --gemm takes auto, generated, cublaslt or measured\n%s",
+                fprintf(stderr, "kfuse run: --gemm takes auto, generated, cublaslt or measured\n%s",
                         kf_cmd_run_help);
                 return 2;
             }

@@ -456,8 +456,8 @@ static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
                     buf_ptr(ex, s->k->arg_buf[p]) + (kf_cu_deviceptr)a->buf.offset;
                 s->k->slots[p] = ptr;
                 if (a->kind == KF_CUDA_ARG_TMAP) {
-                    kf_status st =
-                        encode_tmap(ex, ks, &ks->tmaps[a->value], ptr, xk_tmap(s->k, a->value), err);
+                    kf_status st = encode_tmap(ex, ks, &ks->tmaps[a->value], ptr,
+                                               xk_tmap(s->k, a->value), err);
                     if (st != KF_OK)
                         return st;
                     s->k->args[p] = xk_tmap(s->k, a->value);

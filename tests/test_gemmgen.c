@@ -135,8 +135,8 @@ static void generated_case(const char *text, uint32_t want_bn, const char *want_
     kf_cuda_recipes *rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
-        fail_msg("expected the generated kernel alone, got %u variant(s), '%s': %s",
-                 rc->n_variants, rc->variants[0].label, rc->variants[0].how);
+        fail_msg("expected the generated kernel alone, got %u variant(s), '%s': %s", rc->n_variants,
+                 rc->variants[0].label, rc->variants[0].how);
     assert_int_equal(rc->choice, KF_CUDA_CHOICE_ONLY);
     assert_int_equal(rc->n_steps, 1);
     assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
@@ -172,10 +172,11 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  dts[d], dts[d]);
         generated_case(t, 256, "cooperative");
         /* bias + gelu (erf; the bf16 table), 128 x 128 tiles, ragged M/N/K */
-        snprintf(t, sizeof t,
-                 "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
-                 "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
-                 dts[d], dts[d], dts[d]);
+        snprintf(
+            t, sizeof t,
+            "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+            "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+            dts[d], dts[d], dts[d]);
         generated_case(t, 128, "cooperative");
         /* ping-pong: 128 x 128 tiles, 266 of them for 132 SMs */
         snprintf(t, sizeof t,

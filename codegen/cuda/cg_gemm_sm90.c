@@ -68,7 +68,8 @@ static void emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
               "        \"wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {\"\n        \"",
               nr + 2, sh->bn, ty, ty);
     for (uint32_t i = 0; i < nr; i++)
-        cg_printf(&c->s, "%%%u%s%s", i, i + 1 < nr ? ", " : "", (i % 16 == 15) ? "\"\n        \"" : "");
+        cg_printf(&c->s, "%%%u%s%s", i, i + 1 < nr ? ", " : "",
+                  (i % 16 == 15) ? "\"\n        \"" : "");
     cg_printf(&c->s, "}, %%%u, %%%u, p, 1, 1, %d, %d;\\n}\\n\"\n        : ", nr, nr + 1,
               sh->a_kmajor ? 0 : 1, sh->b_kmajor ? 0 : 1);
     for (uint32_t i = 0; i < nr; i++)
@@ -105,11 +106,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || (sh->bn != 128 && sh->bn != 256) ||
         sh->stages < 2 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
         sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128))
-        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
-                                  "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
-                                  " batch %" PRId64 ", tile %u, %u stages",
-                                  g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn,
-                                  sh->stages));
+        return cg_end(&c,
+                      cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                              "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
+                              " batch %" PRId64 ", tile %u, %u stages",
+                              g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
@@ -125,7 +126,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
              cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
         why = "the output space is not the product's [batch, M, N]";
     if (why)
-        return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
+        return cg_end(&c,
+                      cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
 
     c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM90;
     cg_set_name(&c, "");
@@ -158,8 +160,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         n_outs++;
     }
     if (n_outs == 0)
-        return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): no writes", g->id,
-                                  g->name));
+        return cg_end(&c,
+                      cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): no writes", g->id, g->name));
     for (uint32_t o = 0; o < n_outs; o++)
         if (outs[o].node != KF_NONE)
             cg_mark(&c, outs[o].node);
@@ -243,8 +245,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
               "#define KF_B_BATCHED %d\n\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
-              sh->a_kmajor ? 1 : 0,
-              sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0, sh->b_batched ? 1 : 0);
+              sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
+              sh->b_batched ? 1 : 0);
     emit_wgmma(&c, sh, mm->dtype);
 
     cg_puts(&c.s, "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b. */\n"

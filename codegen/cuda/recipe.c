@@ -233,8 +233,7 @@ kf_status kf_rb_add_kernel(rb *b, const kf_plan *plan, kf_cuda_role role, char *
                                      b->err);
 }
 
-kf_status kf_rb_add_made_kernel(rb *b, kf_cuda_kernel *k, kf_cuda_role role,
-                                kf_cuda_kstep **out) {
+kf_status kf_rb_add_made_kernel(rb *b, kf_cuda_kernel *k, kf_cuda_role role, kf_cuda_kstep **out) {
     kf_cuda_step *s = NULL;
     kf_status st = kf_cuda_recipe_add_step(b->rc, b->mem, KF_CUDA_STEP_KERNEL, &s);
     if (st != KF_OK) {

@@ -602,9 +602,8 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         set_tmap(&ks->tmaps[1], mm->dtype, sh.b_batched, (uint64_t)sh.n, (uint64_t)sh.k,
                  (uint64_t)sh.batch, b_lead, sb, 64, 64, es);
     snprintf(why, why_size, "128x%u tiles %s, %u stages, A %s-major, B %s-major%s", sh.bn,
-             sh.pingpong ? "ping-pong" : "cooperative", sh.stages,
-             sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
-             sh.batch > 1 ? ", batched in one launch" : "");
+             sh.pingpong ? "ping-pong" : "cooperative", sh.stages, sh.a_kmajor ? "K" : "M",
+             sh.b_kmajor ? "K" : "N", sh.batch > 1 ? ", batched in one launch" : "");
     return KF_OK;
 #undef GEN_NO
 }
@@ -618,7 +617,8 @@ kf_status kf_rb_gemm(rb *b) {
     char pro_name[KF_CUDA_NAME_MAX] = "", epi_name[KF_CUDA_NAME_MAX] = "";
 
     /* 0. The generated kernel, alone or measured against cuBLASLt (below). */
-    unsigned want = b->target->flags & (KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED);
+    unsigned want =
+        b->target->flags & (KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED);
     uint32_t vi = 0; /* the variant the cuBLASLt steps go to */
     char gen_why[200] = "", gen_name[KF_CUDA_NAME_MAX] = "";
     if (want) {
