@@ -215,20 +215,26 @@ typedef struct bcase {
     double floor_ms;  /* roofline floor from the measured ceilings */
     size_t launches;
     char report[2048];
+    kf_gemm_mode gemm; /* how its GEMM groups run (KF_GEMM_AUTO: the default) */
 } bcase;
 
-static kf_ctx *make_ctx(const char *cache_dir, unsigned flags) {
+static kf_ctx *make_ctx_gemm(const char *cache_dir, unsigned flags, kf_gemm_mode gemm) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
     o.cache_dir = cache_dir;
     o.flags = flags;
+    o.gemm = gemm;
     kf_ctx *c = NULL;
     if (kf_ctx_create(&o, &c) != KF_OK) {
         fprintf(stderr, "gpu_bench: kf_ctx_create failed\n");
         exit(1);
     }
     return c;
+}
+
+static kf_ctx *make_ctx(const char *cache_dir, unsigned flags) {
+    return make_ctx_gemm(cache_dir, flags, KF_GEMM_AUTO);
 }
 
 static kf_graph *parse(kf_ctx *ctx, const char *text) {
@@ -425,7 +431,7 @@ int main(int argc, char **argv) {
     /* The cases. */
     int R = g_quick ? 8192 : 65536, C = 4096;
     int M = g_quick ? 2048 : 8192, N = 4096, K = g_quick ? 4096 : 16384;
-    char t_ew[512], t_rms[512], t_ln[512], t_gemm[512], t_gemm_erf[512];
+    char t_ew[512], t_rms[512], t_ln[512], t_gemm[512], t_gemm_erf[512], t_plain[512];
     snprintf(t_ew, sizeof t_ew,
              "kfg 1\nx = input(bf16[%d, %d])\ns = input(bf16[%d])\nb = input(bf16[%d])\n"
              "g = input(bf16[%d])\nxs = mul(x, s)\nh = add(xs, b)\nge = gelu(h)\ny = mul(ge, g)\n"
@@ -447,20 +453,36 @@ int main(int argc, char **argv) {
              "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
              "h = matmul(x, w)\nhb = add(h, b)\ny = gelu(hb)\noutput y\n",
              M, K, K, N, N);
+    int P = g_quick ? 4096 : 8192;
+    snprintf(t_plain, sizeof t_plain,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\ny = matmul(x, w)\n"
+             "output y\n",
+             P, P, P, P);
     double rc = (double)R * C * 2;
+    double gbytes = 2.0 * ((double)M * K + (double)K * N + N + (double)M * N);
+    double pbytes = 2.0 * 3.0 * (double)P * P;
     bcase cases[] = {
-        {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, ""},
-        {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, ""},
-        {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, ""},
-        {"gemm_bias_gelu", t_gemm, 2.0 * ((double)M * K + (double)K * N + N + (double)M * N),
-         2.0 * M * N * K, 0, 0, 0, ""},
-        {"gemm_bias_gelu_erf", t_gemm_erf,
-         2.0 * ((double)M * K + (double)K * N + N + (double)M * N), 2.0 * M * N * K, 0, 0, 0, ""},
+        {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"gemm_bias_gelu", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"gemm_bias_gelu_erf", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO},
+        /* kfuse's generated sm_90a GEMM (one kernel, the epilogue on the
+         * accumulators) against the cuBLASLt rows above, in the same run */
+        {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED},
+        {"gemm_bias_gelu_erf_generated", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED},
+        {"gemm_plain", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "", KF_GEMM_CUBLASLT},
+        {"gemm_plain_generated", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    kf_ctx *ctx_gen = make_ctx_gemm(NULL, KF_FLAG_NO_CACHE, KF_GEMM_GENERATED);
     for (int i = 0; i < n_cases; i++)
-        run_case(ctx, &cases[i], copy_gbs, gemm_tflops);
+        run_case(cases[i].gemm == KF_GEMM_GENERATED ? ctx_gen : ctx, &cases[i], copy_gbs,
+                 gemm_tflops);
 
     /* Compile times: a private empty cache, cold then warm. */
     char dir[] = "/tmp/kf_bench_cache_XXXXXX";
@@ -468,10 +490,11 @@ int main(int argc, char **argv) {
         perror("mkdtemp");
         return 1;
     }
-    const char *ctexts[3] = {t_ew, t_rms, t_ln};
-    double cold_ms[3], warm_ms[3];
-    for (int i = 0; i < 3; i++) {
-        kf_ctx *cc = make_ctx(dir, 0);
+    const char *ctexts[4] = {t_ew, t_rms, t_ln, t_gemm_erf};
+    const char *cnames[4] = {"ew_chain", "rmsnorm", "layernorm", "gemm_generated"};
+    double cold_ms[4], warm_ms[4];
+    for (int i = 0; i < 4; i++) {
+        kf_ctx *cc = make_ctx_gemm(dir, 0, i == 3 ? KF_GEMM_GENERATED : KF_GEMM_AUTO);
         kf_graph *g = parse(cc, ctexts[i]);
         kf_program *p = NULL;
         double t0 = now_s();
@@ -495,8 +518,8 @@ int main(int argc, char **argv) {
         kf_program_destroy(p);
         kf_graph_destroy(g);
         kf_ctx_destroy(cc);
-        fprintf(stderr, "compile %-10s cold %.1f ms/kernel, warm cached load %.2f ms\n",
-                cases[i].name, cold_ms[i], warm_ms[i]);
+        fprintf(stderr, "compile %-14s cold %.1f ms/kernel, warm cached load %.2f ms\n",
+                cnames[i], cold_ms[i], warm_ms[i]);
     }
     {
         char cmd[128];
@@ -611,15 +634,16 @@ int main(int argc, char **argv) {
             fprintf(f, "}%s\n", i + 1 < n_cases ? "," : "");
         }
         fprintf(f, "  },\n  \"compile\": {");
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             fprintf(f, "\"%s\": {\"cold_ms_per_kernel\": %.2f, \"warm_cached_load_ms\": %.3f}%s",
-                    cases[i].name, cold_ms[i], warm_ms[i], i < 2 ? ", " : "");
+                    cnames[i], cold_ms[i], warm_ms[i], i < 3 ? ", " : "");
         fprintf(f, "},\n  \"host_launch_overhead_us_per_kernel\": %.3f,\n", launch_us);
         fprintf(f, "  \"peers\": %s\n}\n", peers_json);
         fclose(f);
     }
     fprintf(stderr, "gpu_bench: wrote %s\n", path);
     kf_ctx_destroy(ctx);
+    kf_ctx_destroy(ctx_gen);
     kf_cuda_event_destroy(&DEV, E0);
     kf_cuda_event_destroy(&DEV, E1);
     kf_cuda_stream_destroy(&DEV, S);

@@ -139,3 +139,21 @@ if(KF_BASH)
 else()
     message(WARNING "bash not found: the CLI and install tests are not registered")
 endif()
+
+# test_gemmgen reads the SASS of the generated GEMM kernels with cuobjdump:
+# the toolkit's, else the one pip installs (nvidia-cuda-cuobjdump, which
+# scripts/install-deps.sh adds). Not found, the suite fails: it does not skip.
+if(TARGET test_gemmgen)
+    find_program(KF_CUOBJDUMP cuobjdump HINTS ${CUDAToolkit_BIN_DIR} /usr/local/cuda/bin)
+    if(NOT KF_CUOBJDUMP)
+        execute_process(
+            COMMAND python3 -c "import glob, os, nvidia; print(next(iter(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], '*', 'bin', 'cuobjdump')))), ''))"
+            OUTPUT_VARIABLE _kf_cuobjdump OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+        if(_kf_cuobjdump)
+            set(KF_CUOBJDUMP "${_kf_cuobjdump}" CACHE FILEPATH "cuobjdump" FORCE)
+        endif()
+    endif()
+    if(KF_CUOBJDUMP)
+        target_compile_definitions(test_gemmgen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
+    endif()
+endif()

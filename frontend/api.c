@@ -72,7 +72,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     if (hooks != 0 && hooks != 3)
         return KF_ERR_INVALID_ARGUMENT; /* a half-set allocator */
     if ((unsigned)o->target >= KF_TARGET_COUNT || (o->flags & ~(unsigned)KF_FLAG_ALL_) ||
-        o->device < 0)
+        o->device < 0 || (unsigned)o->gemm >= KF_GEMM_COUNT)
         return KF_ERR_INVALID_ARGUMENT;
     /* An arch override is checked now, not truncated or guessed at compile time. */
     char arch_err[KF_MSG_MAX];
@@ -89,6 +89,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     ctx->target = o->target;
     ctx->device = o->device;
     ctx->flags = o->flags;
+    ctx->gemm = o->gemm;
     ctx->arch = ctx_strdup(&mem, o->arch);
     ctx->cache_dir = ctx_strdup(&mem, o->cache_dir);
     if ((o->arch && !ctx->arch) || (o->cache_dir && !ctx->cache_dir)) {

@@ -72,6 +72,17 @@ fail:
     return false;
 }
 
+bool kf_cli_gemm_mode(const char *s, kf_gemm_mode *out) {
+    static const char *const names[KF_GEMM_COUNT] = {"auto", "generated", "cublaslt", "measured"};
+    for (int i = 0; i < KF_GEMM_COUNT; i++) {
+        if (s && strcmp(s, names[i]) == 0) {
+            *out = (kf_gemm_mode)i;
+            return true;
+        }
+    }
+    return false;
+}
+
 int kf_cli_load_graph(kf_ctx *ctx, const char *path, kf_graph **out) {
     char *text = NULL;
     size_t len = 0;

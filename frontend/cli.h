@@ -28,6 +28,10 @@ const char *kf_cli_display_name(const char *path);
  * `kfuse: cannot read FILE: REASON` to stderr and returns false. */
 bool kf_cli_read_file(const char *path, char **text, size_t *len);
 
+/* The GEMM mode named `s` ("auto", "generated", "cublaslt", "measured");
+ * false for another name. */
+bool kf_cli_gemm_mode(const char *s, kf_gemm_mode *out);
+
 /* Reads and parses `path` in `ctx`. Returns -1 with *out set, else the exit
  * status after printing why (parse errors as FILE:LINE:COL: message). */
 int kf_cli_load_graph(kf_ctx *ctx, const char *path, kf_graph **out);

@@ -25,7 +25,7 @@
 
 const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
 const char kf_cmd_aot_help[] =
-    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] FILE.kfg... -o DIR\n"
+    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] FILE.kfg... -o DIR\n"
     "\n"
     "Plans each graph, makes its CUDA recipes for each ARCH (what `kfuse report`\n"
     "prints and a program runs), compiles every generated kernel they name with\n"
@@ -38,6 +38,9 @@ const char kf_cmd_aot_help[] =
     "  --arch LIST   comma-separated archs (default sm_80,sm_90a)\n"
     "  --no-cublaslt the recipes of contexts with KF_FLAG_NO_CUBLASLT (generated\n"
     "                kernels apply every GEMM epilogue)\n"
+    "  --gemm MODE   the recipes of contexts with this GEMM mode: auto (the\n"
+    "                default, as measured), generated, cublaslt, or measured (both\n"
+    "                sides compiled; the choice is timed on first use)\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
     "\n"
@@ -49,7 +52,7 @@ const char kf_cmd_aot_help[] =
 static int usage(const char *fmt, const char *arg) {
     fputs("kfuse aot: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] FILE.kfg... -o DIR\n"
+    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] FILE.kfg... -o DIR\n"
           "Run 'kfuse help aot' for details.\n",
           stderr);
     return 2;
@@ -156,6 +159,7 @@ int kf_cmd_aot(int argc, char **argv) {
         return 1;
     }
     int n_files = 0;
+    kf_gemm_mode gemm = KF_GEMM_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
@@ -173,6 +177,12 @@ int kf_cmd_aot(int argc, char **argv) {
                 snprintf(archbuf, sizeof archbuf, "%s", argv[++i]);
         } else if (strcmp(s, "--no-cublaslt") == 0) {
             a.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
+        } else if (strcmp(s, "--gemm") == 0) {
+            if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
+                free(files);
+                return usage("%s", "--gemm takes auto, generated, cublaslt or measured");
+            }
+            i++;
         } else if (strncmp(s, "--arch=", 7) == 0) {
             snprintf(archbuf, sizeof archbuf, "%s", s + 7);
         } else if (s[0] == '-' && s[1] != '\0') {
@@ -182,6 +192,7 @@ int kf_cmd_aot(int argc, char **argv) {
             files[n_files++] = s;
         }
     }
+    a.flags |= kf_cuda_recipe_flags(0u, gemm);
     if (!dir || n_files == 0) {
         free(files);
         return usage("%s", !dir ? "missing -o DIR" : "missing FILE.kfg");

@@ -24,7 +24,7 @@
 
 const char kf_cmd_report_help[] =
     "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
-    "                         [--sm-count N] [--no-cublaslt]\n"
+    "                         [--sm-count N] [--no-cublaslt] [--gemm MODE]\n"
     "\n"
     "Plans FILE (a .kfg graph; `-` reads standard input) into fused kernels and\n"
     "prints the plan: one row per kernel group (kind, generated kernel name, ops\n"
@@ -43,6 +43,10 @@ const char kf_cmd_report_help[] =
     "  --arch ARCH     make the recipes for ARCH (sm_80, sm_90a, ...) instead\n"
     "  --sm-count N    size the recipes' grids for N SMs instead\n"
     "  --no-cublaslt   the recipes of a context with KF_FLAG_NO_CUBLASLT\n"
+    "  --gemm MODE     the recipes of a context with this GEMM mode (kf_options.gemm):\n"
+    "                  auto (the default, as measured), generated (kfuse's sm_90a\n"
+    "                  GEMM kernel where it takes the group), cublaslt, or measured\n"
+    "                  (both, timed once on the device, the faster runs)\n"
     "  -h, --help      show this help\n"
     "\n"
     "environment: KF_DEBUG=1 dumps the plan after each fusion pass to stderr.\n"
@@ -53,7 +57,7 @@ static int usage(const char *fmt, const char *arg) {
     fputs("kfuse report: ", stderr);
     fprintf(stderr, fmt, arg);
     fputs("\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
-          "                         [--sm-count N] [--no-cublaslt]\n"
+          "                         [--sm-count N] [--no-cublaslt] [--gemm MODE]\n"
           "Run 'kfuse help report' for details.\n",
           stderr);
     return 2;
@@ -94,6 +98,7 @@ int kf_cmd_report(int argc, char **argv) {
     const char *file = NULL, *device = "h100", *arch = NULL;
     long sm_count = 0;
     bool json = false, no_lt = false;
+    kf_gemm_mode gemm = KF_GEMM_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -120,6 +125,12 @@ int kf_cmd_report(int argc, char **argv) {
             }
         } else if (strcmp(a, "--no-cublaslt") == 0) {
             no_lt = true;
+        } else if (strcmp(a, "--gemm") == 0) {
+            if (i + 1 >= argc)
+                return usage("option '%s' needs a value", a);
+            if (!kf_cli_gemm_mode(argv[++i], &gemm))
+                return usage("--gemm takes auto, generated, cublaslt or measured, not '%s'",
+                             argv[i]);
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage("unknown option '%s'", a);
         } else if (file) {
@@ -145,8 +156,7 @@ int kf_cmd_report(int argc, char **argv) {
         kf_cuda_target_for_arch(arch, &target);
     if (sm_count)
         target.sm_count = (int)sm_count;
-    if (no_lt)
-        target.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
+    target.flags |= kf_cuda_recipe_flags(no_lt ? KF_FLAG_NO_CUBLASLT : 0u, gemm);
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     kf_plan *plan = NULL;

@@ -28,6 +28,7 @@ const char kf_cmd_run_summary[] =
 
 const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
+    "                      [--gemm auto|generated|cublaslt|measured]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
     "once on random inputs (the same inputs `kfuse eval --seed N` uses) and prints\n"
@@ -40,6 +41,10 @@ const char kf_cmd_run_help[] =
     "  --check      also run the reference evaluator and print each output's\n"
     "               relative error; exit 1 when one exceeds its dtype's tolerance\n"
     "  --seed N     seed of the input generator (default 0)\n"
+    "  --gemm MODE  how GEMM groups run on CUDA (kf_options.gemm): auto (the\n"
+    "               default, as measured), generated (kfuse's sm_90a GEMM kernel\n"
+    "               wherever it takes the group), cublaslt, or measured (both timed\n"
+    "               once, the faster runs; --report shows both times)\n"
     "  -h, --help   show this help\n";
 
 static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, bool check,
@@ -122,6 +127,7 @@ int kf_cmd_run(int argc, char **argv) {
     uint64_t seed = 0;
     bool check = false, report = false;
     kf_target target = KF_TARGET_AUTO;
+    kf_gemm_mode gemm = KF_GEMM_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -131,6 +137,13 @@ int kf_cmd_run(int argc, char **argv) {
             check = true;
         } else if (strcmp(a, "--report") == 0) {
             report = true;
+        } else if (strcmp(a, "--gemm") == 0) {
+            if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
+                fprintf(stderr, "kfuse run: --gemm takes auto, generated, cublaslt or measured\n%s",
+                        kf_cmd_run_help);
+                return 2;
+            }
+            i++;
         } else if (strcmp(a, "--seed") == 0 || strcmp(a, "--target") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "kfuse run: %s needs a value\n%s", a, kf_cmd_run_help);
@@ -173,6 +186,7 @@ int kf_cmd_run(int argc, char **argv) {
     kf_options o;
     kf_options_init(&o);
     o.target = target;
+    o.gemm = gemm;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     if (kf_ctx_create(&o, &ctx) != KF_OK) {

@@ -134,6 +134,18 @@ enum {
     KF_FLAG_ALL_ = (1u << 5) - 1
 };
 
+/* How GEMM groups run on a CUDA device. */
+typedef enum kf_gemm_mode {
+    KF_GEMM_AUTO = 0,   /* the default: KF_GEMM_MEASURED (the generated kernel on sm_90a
+                           against cuBLASLt, wherever the kernel takes the group) */
+    KF_GEMM_GENERATED,  /* kfuse's generated GEMM kernel (sm_90a: wgmma, TMA, the whole
+                           epilogue in one kernel) wherever it takes the group; cuBLASLt
+                           elsewhere, and the report says why */
+    KF_GEMM_CUBLASLT,   /* cuBLASLt always */
+    KF_GEMM_MEASURED,   /* both, each timed once on the device; the faster runs */
+    KF_GEMM_COUNT
+} kf_gemm_mode;
+
 typedef struct kf_options {
     kf_target target;      /* default KF_TARGET_AUTO */
     int device;            /* CUDA device ordinal, default 0 */
@@ -141,6 +153,7 @@ typedef struct kf_options {
     const char *cache_dir; /* NULL = $KF_CACHE_DIR, else ~/.cache/kfuse */
     unsigned flags;        /* KF_FLAG_* */
     kf_allocator allocator;
+    kf_gemm_mode gemm;     /* default KF_GEMM_AUTO */
 } kf_options;
 
 /* Fills *options with the defaults above. */
@@ -148,7 +161,7 @@ KF_API void kf_options_init(kf_options *options);
 
 /* Creates a context. `options` may be NULL for the defaults; the strings it
  * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
- * (NULL out, unknown flag or target, negative device, half-set allocator, an
+ * (NULL out, unknown flag, target or gemm mode, negative device, half-set allocator, an
  * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f'),
  * KF_ERR_OUT_OF_MEMORY. */
 KF_API kf_status kf_ctx_create(const kf_options *options, kf_ctx **out);

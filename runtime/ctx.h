@@ -21,6 +21,7 @@ struct kf_ctx {
     kf_target target;
     int device;
     unsigned flags;
+    kf_gemm_mode gemm; /* KF_GEMM_*: how GEMM groups run on CUDA */
     char *arch;      /* NULL: from the device */
     char *cache_dir; /* NULL: $KF_CACHE_DIR, else ~/.cache/kfuse */
 

@@ -49,8 +49,17 @@ typedef struct xkernel {
     uint32_t arg_buf[KF_CUDA_MAX_PARAMS]; /* buffer index per argument */
     uint64_t slots[KF_CUDA_MAX_PARAMS];
     void *args[KF_CUDA_MAX_PARAMS];
-    kf_cu_tensor_map tmaps[KF_CUDA_MAX_TMAPS]; /* encoded once the arena is placed */
+    /* The tensor maps, encoded once the arena is placed, at the first 128-byte
+     * boundary of tmap_raw (xk_tmap): the driver wants them aligned, and the
+     * allocator that made this struct promises less than kf_cu_tensor_map's
+     * alignas(128). */
+    unsigned char tmap_raw[(KF_CUDA_MAX_TMAPS + 1) * sizeof(kf_cu_tensor_map)];
 } xkernel;
+
+static kf_cu_tensor_map *xk_tmap(xkernel *xk, int64_t i) {
+    uintptr_t p = ((uintptr_t)xk->tmap_raw + 127u) & ~(uintptr_t)127u;
+    return (kf_cu_tensor_map *)p + i;
+}
 
 typedef struct xgemm {
     const kf_cuda_gstep *gs; /* the recipe's step */
@@ -436,11 +445,11 @@ static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
                     buf_ptr(ex, s->k->arg_buf[p]) + (kf_cu_deviceptr)a->buf.offset;
                 s->k->slots[p] = ptr;
                 if (a->kind == KF_CUDA_ARG_TMAP) {
-                    kf_status st =
-                        encode_tmap(ex, ks, &ks->tmaps[a->value], ptr, &s->k->tmaps[a->value], err);
+                    kf_status st = encode_tmap(ex, ks, &ks->tmaps[a->value], ptr,
+                                               xk_tmap(s->k, a->value), err);
                     if (st != KF_OK)
                         return st;
-                    s->k->args[p] = &s->k->tmaps[a->value];
+                    s->k->args[p] = xk_tmap(s->k, a->value);
                 }
             }
             continue;
@@ -669,7 +678,7 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
     memset(&ex->target, 0, sizeof ex->target);
     snprintf(ex->target.arch, sizeof ex->target.arch, "%s", ctx->arch ? ctx->arch : ex->dev.arch);
     ex->target.sm_count = ex->dev.sm_count > 0 ? ex->dev.sm_count : 1;
-    ex->target.flags = (ctx->flags & KF_FLAG_NO_CUBLASLT) ? KF_CUDA_RECIPE_NO_LT_EPILOGUE : 0;
+    ex->target.flags = kf_cuda_recipe_flags(ctx->flags, ctx->gemm);
     *target = ex->target;
     *out = ex;
     return KF_OK;

@@ -7,11 +7,27 @@
 #   libcmocka-dev                        the unit-test framework
 #   llvm-19-dev                          LLVM-C, for the CPU backend (later issues)
 #   clang, libclang-rt-dev               libFuzzer and its sanitizer runtimes (tests/fuzz)
+#   cuobjdump (pip, when missing)        the SASS checks of the generated GEMM (test_gemmgen)
 #
 # The CUDA toolkit is not installed here: the machines come with it in
 # /usr/local/cuda, where CMake finds NVRTC (cmake/kf_cuda.cmake). The driver
 # (libcuda) is never needed to build or to run the CPU-only tests.
 set -euo pipefail
+
+# cuobjdump: test_gemmgen reads the SASS of the generated GEMM kernels with
+# it. The toolkit's when it ships one, else NVIDIA's PyPI wheel
+# (nvidia-cuda-cuobjdump, through pip; CMake finds it in the package).
+have_cuobjdump() {
+    command -v cuobjdump >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/cuobjdump ] ||
+        python3 -c "import glob, os, sys, nvidia; sys.exit(0 if glob.glob(os.path.join(list(nvidia.__path__)[0], '*', 'bin', 'cuobjdump')) else 1)" 2>/dev/null
+}
+if ! have_cuobjdump; then
+    echo "install-deps.sh: installing cuobjdump (pip: nvidia-cuda-cuobjdump)"
+    python3 -m pip install -q nvidia-cuda-cuobjdump || {
+        echo "install-deps.sh: pip install nvidia-cuda-cuobjdump failed; test_gemmgen needs it" >&2
+        exit 1
+    }
+fi
 
 packages=(cmake build-essential pkg-config libcmocka-dev llvm-19-dev clang libclang-rt-dev)
 

@@ -508,9 +508,14 @@ static const epi_case epi_cases[] = {
     {"h and relu(h+b)", "hb = add(h, b)\ny = relu(hb)\noutput h\n", "then kernel", NULL},
 };
 
+static kf_ctx *ctx_gemm(kf_gemm_mode mode);
+
 static void test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations(void **state) {
     (void)state;
     REQUIRE_GPU();
+    /* cuBLASLt forced: the default measures the generated kernel against it,
+     * and the report names the side that won. */
+    kf_ctx *lt = ctx_gemm(KF_GEMM_CUBLASLT);
     for (size_t d = 0; d < N_OF(gemm_dtypes); d++) {
         for (size_t i = 0; i < N_OF(epi_cases); i++) {
             const epi_case *c = &epi_cases[i];
@@ -524,11 +529,13 @@ static void test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations(
                 snprintf(fmt, sizeof fmt,
                          "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\n"
                          "y = matmul(x, w)\noutput y\n");
-            run_opts o = {.lo = -1, .hi = 1, .report_has = c->has, .report_lacks = c->lacks};
+            run_opts o = {
+                .lo = -1, .hi = 1, .report_has = c->has, .report_lacks = c->lacks, .ctx = lt};
             /* The constant's dtype: the body's %s comes after the 4 inputs. */
             run_text(fmt, gemm_dtypes[d], 700 + i, &o, c->name);
         }
     }
+    kf_ctx_destroy(lt);
 }
 
 static void test_batched_and_transposed_gemms_match(void **state) {
@@ -647,7 +654,7 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-static int run_examples_in(const char *dir, uint64_t stream) {
+static int run_examples_in(const char *dir, uint64_t stream, kf_ctx *ctx) {
     DIR *dp = opendir(dir);
     if (!dp)
         return 0;
@@ -670,7 +677,7 @@ static int run_examples_in(const char *dir, uint64_t stream) {
         kf_graph *g = NULL;
         if (kf_graph_parse(G.ctx, text, len, &g) != KF_OK)
             fail_msg("%s: %s", path, kf_graph_error(g));
-        run_opts o = {.lo = -1, .hi = 1};
+        run_opts o = {.lo = -1, .hi = 1, .ctx = ctx};
         run_and_compare(g, stream + (uint64_t)i, &o, path);
         fprintf(stderr, "  %s: ok on the GPU\n", path);
         kf_graph_destroy(g);
@@ -687,10 +694,124 @@ static void test_every_example_runs_on_the_gpu_and_matches_the_reference(void **
     const char *src = getenv("KF_SOURCE_DIR");
     char dir[900];
     snprintf(dir, sizeof dir, "%s/examples", src ? src : ".");
-    int n = run_examples_in(dir, 1000);
+    int n = run_examples_in(dir, 1000, NULL);
     snprintf(dir, sizeof dir, "%s/examples/patterns", src ? src : ".");
-    n += run_examples_in(dir, 1100);
+    n += run_examples_in(dir, 1100, NULL);
     assert_true(n >= 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The generated GEMM kernel (sm_90a), forced                                 */
+/* ------------------------------------------------------------------------ */
+
+static kf_ctx *ctx_gemm(kf_gemm_mode mode) {
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.gemm = mode;
+    kf_ctx *c = NULL;
+    assert_int_equal(kf_ctx_create(&o, &c), KF_OK);
+    return c;
+}
+
+/* Every GEMM case forced to the generated kernel: on sm_90 the report must
+ * name it (report_has_sm90), elsewhere the recipe keeps cuBLASLt. */
+static void test_generated_gemms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = ctx_gemm(KF_GEMM_GENERATED);
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    const char *gen = "generated kernel";
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t i = 0; i < N_OF(epi_cases); i++) {
+            const epi_case *c = &epi_cases[i];
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\nb = input(%%s[80])\n"
+                     "r = input(%%s[96, 80])\nh = matmul(x, w)\n%soutput y\n",
+                     c->body);
+            if (strcmp(c->name, "bare") == 0)
+                snprintf(fmt, sizeof fmt,
+                         "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\n"
+                         "y = matmul(x, w)\noutput y\n");
+            run_opts o = {.lo = -1, .hi = 1, .report_has_sm90 = gen, .ctx = ctx};
+            run_text(fmt, dts[d], 1700 + i, &o, c->name);
+        }
+        run_opts o = {.lo = -1, .hi = 1, .report_has_sm90 = gen, .ctx = ctx};
+        /* ragged M, N, K (not tile multiples), bias + erf gelu */
+        run_text("kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+                 "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+                 dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
+        /* cooperative 128 x 256 tiles with an epilogue, ragged N and K */
+        run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\nb = input(%s[2056])\n"
+                 "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+                 dts[d], 1801, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "128x256 tiles",
+                                           .ctx = ctx},
+                 "cooperative 128x256 tiles, epilogue, ragged");
+        /* ping-pong 128 x 128 tiles (153 for 132 SMs), ragged M, N and K */
+        run_text("kfg 1\nx = input(%s[1100, 200])\nw = input(%s[200, 2056])\nb = input(%s[2056])\n"
+                 "r = input(%s[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+                 "y = add(g, r)\noutput y\n",
+                 dts[d], 1810, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong",
+                                           .ctx = ctx},
+                 "ping-pong tiles, ragged");
+        /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs) */
+        run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\ny = matmul(x, w)\n"
+                 "output y\n",
+                 dts[d], 1809, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative",
+                                           .ctx = ctx},
+                 "cooperative 128x256 tiles, ragged");
+        /* M = 1; K below one K step */
+        run_text("kfg 1\nx = input(%s[1, 512])\nw = input(%s[512, 384])\ny = matmul(x, w)\noutput y\n",
+                 dts[d], 1802, &o, "M = 1");
+        run_text("kfg 1\nx = input(%s[130, 24])\nw = input(%s[24, 136])\nr = input(%s[130, 136])\n"
+                 "h = matmul(x, w)\ny = add(h, r)\noutput y\n",
+                 dts[d], 1803, &o, "K = 24, residual");
+        /* batched in one launch; B transposed (K-major); A transposed (M-major) */
+        run_text("kfg 1\na = input(%s[3, 40, 24])\nb = input(%s[3, 24, 56])\n"
+                 "c = matmul(a, b)\noutput c\n",
+                 dts[d], 1804, &o, "batched");
+        run_text("kfg 1\na = input(%s[2, 3, 40, 24])\nb = input(%s[24, 56])\n"
+                 "c = matmul(a, b)\noutput c\n",
+                 dts[d], 1805, &o, "broadcast B (batch folded into M)");
+        run_text("kfg 1\na = input(%s[4, 200, 64])\nb = input(%s[4, 136, 64])\n"
+                 "c = matmul(a, b, transpose_b=true)\nd = relu(c)\noutput d\n",
+                 dts[d], 1806, &o, "batched, B transposed");
+        run_text("kfg 1\na = input(%s[136, 200])\nb = input(%s[4, 136, 72])\n"
+                 "c = matmul(a, b, transpose_a=true)\noutput c\n",
+                 dts[d], 1807, &o, "A transposed, broadcast A");
+        run_text("kfg 1\nx = input(%s[64, 48])\nw = input(%s[48, 1])\nv = input(%s[1, 64])\n"
+                 "c = matmul(x, w)\ne = matmul(v, x)\noutput c\noutput e\n",
+                 dts[d], 1808, &(run_opts){.lo = -1, .hi = 1, .ctx = ctx}, "vector shapes");
+    }
+    /* every example and pattern, forced */
+    const char *src = getenv("KF_SOURCE_DIR");
+    char dir[900];
+    snprintf(dir, sizeof dir, "%s/examples", src ? src : ".");
+    int n = run_examples_in(dir, 2000, ctx);
+    snprintf(dir, sizeof dir, "%s/examples/patterns", src ? src : ".");
+    n += run_examples_in(dir, 2100, ctx);
+    assert_true(n >= 3);
+    kf_ctx_destroy(ctx);
+}
+
+/* The measured mode times the generated kernel against cuBLASLt and names
+ * both in the report. */
+static void test_measured_gemm_names_both_sides(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = ctx_gemm(KF_GEMM_MEASURED);
+    run_opts o = {.lo = -1, .hi = 1, .report_has_sm90 = "generated |cublaslt ", .ctx = ctx};
+    run_text("kfg 1\nx = input(%s[512, 256])\nw = input(%s[256, 384])\nb = input(%s[384])\n"
+             "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+             KF_DTYPE_BF16, 1900, &o, "measured");
+    kf_ctx_destroy(ctx);
+    /* the default is the measured choice */
+    run_opts d = {.lo = -1, .hi = 1, .report_has_sm90 = "generated |cublaslt "};
+    run_text("kfg 1\nx = input(%s[256, 128])\nw = input(%s[128, 256])\ny = matmul(x, w)\n"
+             "output y\n",
+             KF_DTYPE_F16, 1901, &d, "default mode");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1038,6 +1159,8 @@ int main(void) {
         cmocka_unit_test(test_intermediates_share_device_memory_by_liveness),
         cmocka_unit_test(test_recipes_of_the_report_are_the_executors_and_aot_serves_them),
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
+        cmocka_unit_test(test_generated_gemms_match_the_reference),
+        cmocka_unit_test(test_measured_gemm_names_both_sides),
     };
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
     if (failed == 0 && !G.have) {

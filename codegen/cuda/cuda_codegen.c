@@ -33,6 +33,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS] = "row_block_multipass",
     [KF_CUDA_TEMPLATE_COLREDUCE] = "colreduce",
     [KF_CUDA_TEMPLATE_ELEMENTWISE_BULK] = "elementwise_bulk",
+    [KF_CUDA_TEMPLATE_GEMM_SM90] = "gemm_sm90",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");
@@ -284,7 +285,7 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {
 
 const char *kf_cuda_role_name(kf_cuda_role role) {
     static const char *const names[KF_CUDA_ROLE_COUNT] = {"group", "gemm_prologue", "epilogue",
-                                                          "attention_softmax"};
+                                                          "attention_softmax", "gemm"};
     return (unsigned)role < KF_CUDA_ROLE_COUNT ? names[role] : "?";
 }
 

@@ -86,6 +86,8 @@ typedef enum kf_cuda_template {
     KF_CUDA_TEMPLATE_ELEMENTWISE_BULK, /* elementwise whose whole chunks move through a ring
                                           in shared memory by bulk copies (sm_90+), then the
                                           grid-stride loops for the rest */
+    KF_CUDA_TEMPLATE_GEMM_SM90,        /* a whole GEMM group: TMA ring, wgmma, warp-specialized,
+                                          persistent, the epilogue on the accumulators (sm_90a) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
@@ -191,13 +193,47 @@ typedef enum kf_cuda_role {
     KF_CUDA_ROLE_GEMM_PROLOGUE,      /* kf_cuda_codegen_gemm_prologue (before the GEMM) */
     KF_CUDA_ROLE_EPILOGUE,           /* kf_cuda_codegen_epilogue (after the GEMM) */
     KF_CUDA_ROLE_ATTENTION_SOFTMAX,  /* kf_cuda_codegen_attention_softmax (between the GEMMs) */
+    KF_CUDA_ROLE_GEMM,               /* kf_cuda_codegen_gemm_sm90 (the whole GEMM group) */
     KF_CUDA_ROLE_COUNT
 } kf_cuda_role;
 
-/* "group", "gemm_prologue", "epilogue", "attention_softmax". */
+/* "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm". */
 const char *kf_cuda_role_name(kf_cuda_role role);
 
-/* Dispatches to the entry point of `role`. */
+/* How a generated GEMM kernel reads its operands (the recipe decides it from
+ * the operands' strides; the TMA descriptors it encodes must agree). */
+typedef struct kf_cuda_gemm_shape {
+    int64_t m, n, k, batch; /* the output is contiguous [batch, m, n] */
+    bool a_kmajor;          /* A [m, k] has k contiguous (else m: wgmma's transposed A) */
+    bool b_kmajor;          /* B [k, n] has k contiguous (else n: wgmma's transposed B) */
+    bool a_batched, b_batched; /* the operand's tensor map has a batch dim (else shared) */
+    uint32_t bn;               /* tile columns: 128 or 256 (tile rows are 128, K step 64) */
+    bool pingpong;             /* the consumers take alternate tiles, each the whole tile, and
+                                  one's epilogue overlaps the other's main loop (bn 128);
+                                  else both share every tile (cooperative) */
+    uint32_t stages;           /* depth of the shared-memory ring */
+} kf_cuda_gemm_shape;
+
+/* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
+ * (the ring plus the 1024 bytes that align it). */
+uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages);
+
+/* For a GEMM group on sm_90a: ONE kernel computing the whole group -- the
+ * matmul with wgmma from a TMA-fed ring, and every write of the group from the
+ * f32 accumulators through the group's epilogue expressions (templates/
+ * gemm_sm90.cuh). Its arguments are two tensor maps (A, B: 128-byte
+ * swizzle, boxes {64, 128} / {64, bn} for a K-major operand, {64, 64} for an
+ * M/N-major one, a third dim of box 1 when batched) then one pointer per
+ * param. Errors: KF_ERR_INVALID_ARGUMENT (not a GEMM group, a bad shape),
+ * KF_ERR_UNSUPPORTED (an arch other than sm_90a, a dtype other than bf16/f16,
+ * two anchors, a norm prologue, a row epilogue, a write that is not the full
+ * output, an expression outside the output space: the message says which). */
+kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_cuda_gemm_shape *shape, const kf_mem *mem,
+                                    kf_cuda_kernel *out);
+
+/* Dispatches to the entry point of `role` (KF_CUDA_ROLE_GEMM needs a shape:
+ * KF_ERR_INVALID_ARGUMENT here). */
 kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role, const char *arch,
                           const kf_mem *mem, kf_cuda_kernel *out);
 

@@ -46,6 +46,10 @@
 enum {
     KF_CUDA_RECIPE_NO_LT_EPILOGUE = 1u << 0, /* cuBLASLt runs bare GEMMs; every epilogue is
                                                 a generated kernel (KF_FLAG_NO_CUBLASLT) */
+    KF_CUDA_RECIPE_GEMM_GENERATED = 1u << 1, /* a GEMM group the generated GEMM kernel takes
+                                                runs it alone (KF_GEMM_GENERATED) */
+    KF_CUDA_RECIPE_GEMM_MEASURED = 1u << 2,  /* ... or measured against cuBLASLt: variant 0
+                                                the kernel, variant 1 cuBLASLt */
 };
 
 /* What the recipes are made for. */
@@ -54,6 +58,12 @@ typedef struct kf_cuda_target {
     int sm_count;                /* the grids fill this many SMs (>= 1) */
     unsigned flags;              /* KF_CUDA_RECIPE_* */
 } kf_cuda_target;
+
+/* The recipe flags of a context's KF_FLAG_* flags and GEMM mode (kf_gemm_mode):
+ * NO_CUBLASLT gives NO_LT_EPILOGUE; GENERATED gives GEMM_GENERATED; AUTO and
+ * MEASURED give GEMM_MEASURED (the generated kernel timed against cuBLASLt
+ * wherever it takes the group); CUBLASLT neither. */
+unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode);
 
 /* The target of a device that is not at hand: "h100" and "h200" (sm_90a, 132
  * SMs), "a100" (sm_80, 108 SMs). KF_ERR_NOT_FOUND for another name. */

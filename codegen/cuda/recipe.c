@@ -61,6 +61,15 @@ const char *kf_cuda_lt_epilogue_name(kf_cuda_lt_epilogue e) {
 /* Steps                                                                      */
 /* ------------------------------------------------------------------------ */
 
+unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode) {
+    unsigned f = (kf_flags & KF_FLAG_NO_CUBLASLT) ? KF_CUDA_RECIPE_NO_LT_EPILOGUE : 0u;
+    if (gemm_mode == KF_GEMM_GENERATED)
+        f |= KF_CUDA_RECIPE_GEMM_GENERATED;
+    else if (gemm_mode == KF_GEMM_MEASURED || gemm_mode == KF_GEMM_AUTO)
+        f |= KF_CUDA_RECIPE_GEMM_MEASURED;
+    return f;
+}
+
 kf_status kf_cuda_recipe_add_step(kf_cuda_recipe *rc, const kf_mem *mem, kf_cuda_step_kind kind,
                                   kf_cuda_step **out) {
     if (!kf_mem_grow(mem, (void **)&rc->steps, &rc->cap_steps, rc->n_steps + 1, sizeof *rc->steps))
@@ -211,6 +220,18 @@ kf_status kf_rb_add_kernel(rb *b, const kf_plan *plan, kf_cuda_role role, char *
         return kf_msg_set(b->err, st, "out of memory for the steps of group %u", b->gi);
     }
     return kf_cuda_kstep_from_kernel(s->kernel, role, &k, b->target->sm_count, resolve_param, b,
+                                     b->err);
+}
+
+kf_status kf_rb_add_made_kernel(rb *b, kf_cuda_kernel *k, kf_cuda_role role, kf_cuda_kstep **out) {
+    kf_cuda_step *s = NULL;
+    kf_status st = kf_cuda_recipe_add_step(b->rc, b->mem, KF_CUDA_STEP_KERNEL, &s);
+    if (st != KF_OK) {
+        kf_cuda_kernel_release(b->mem, k);
+        return kf_msg_set(b->err, st, "out of memory for the steps of group %u", b->gi);
+    }
+    *out = s->kernel;
+    return kf_cuda_kstep_from_kernel(s->kernel, role, k, b->target->sm_count, resolve_param, b,
                                      b->err);
 }
 

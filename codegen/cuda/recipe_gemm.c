@@ -436,6 +436,178 @@ static kf_status a_operand(rb *b, int i, mref *out) {
     return KF_OK;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The generated GEMM kernel (sm_90a)                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Shared memory a block may use on sm_90 (227 KiB), less what the kernel
+ * keeps statically (barriers, the gelu table: 2 x 2944 shorts). */
+#define GEN_SMEM_BLOCK (227u * 1024u)
+#define GEN_SMEM_STATIC (12u * 1024u)
+#define GEN_MAX_STAGES 8u
+
+static bool tma_stride_ok(int64_t elems, size_t es) {
+    int64_t bytes = elems * (int64_t)es;
+    return bytes > 0 && bytes % 16 == 0 && bytes < ((int64_t)1 << 40);
+}
+
+static void set_tmap(kf_cuda_tmap *t, kf_dtype dt, bool batched, uint64_t d0, uint64_t d1,
+                     uint64_t batch, int64_t s1, int64_t sb, uint32_t b0, uint32_t b1, size_t es) {
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->rank = batched ? 3 : 2;
+    t->dims[0] = d0;
+    t->dims[1] = d1;
+    t->dims[2] = batched ? batch : 1;
+    t->strides[0] = (uint64_t)(s1 * (int64_t)es);
+    t->strides[1] = batched ? (uint64_t)(sb * (int64_t)es) : 0;
+    t->box[0] = b0;
+    t->box[1] = b1;
+    t->box[2] = 1;
+    t->swizzle = 128;
+}
+
+/* The generated kernel of the group as one KERNEL step of the current
+ * variant; KF_ERR_UNSUPPORTED with the reason in `why` (and no step) when the
+ * group or its operands are outside what the kernel takes. */
+static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
+    const kf_plan *plan = b->plan;
+    const kf_group *grp = &plan->groups[b->gi];
+    const kf_gemm_info *gm = &grp->gemm;
+    const kf_graph *g = plan->graph;
+#define GEN_NO(...)                                                                                \
+    do {                                                                                           \
+        snprintf(why, why_size, __VA_ARGS__);                                                      \
+        return KF_ERR_UNSUPPORTED;                                                                 \
+    } while (0)
+    if (strcmp(b->target->arch, "sm_90a") != 0)
+        GEN_NO("the generated GEMM is sm_90a only");
+    if (gm->n_anchors != 1)
+        GEN_NO("two GEMMs share A (SwiGLU)");
+    if (gm->a_prologue)
+        GEN_NO("a norm prologue on A");
+    if (gm->row_epilogue)
+        GEN_NO("a row-wise norm follows the GEMM");
+    const kf_tensor *mm = g->nodes[gm->anchor[0]];
+    if (mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
+        GEN_NO("%s operands (the kernel takes bf16 and f16)", kf_dtype_name(mm->dtype));
+    mref a = mref_of(b, gm->a[0]), bm = mref_of(b, gm->b[0]);
+    if (g->nodes[gm->a[0]]->dtype != mm->dtype || g->nodes[gm->b[0]]->dtype != mm->dtype)
+        GEN_NO("the operands' dtypes differ from the product's");
+    int rank = mm->rank, nb = rank - 2;
+    kf_cuda_gemm_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.m = mm->dims[rank - 2];
+    sh.n = mm->dims[rank - 1];
+    sh.k = mm->attr.transpose_a ? a.dims[a.rank - 2] : a.dims[a.rank - 1];
+    sh.batch = 1;
+    for (int i = 0; i < nb; i++)
+        sh.batch *= mm->dims[i];
+    kf_cuda_operand la, lb;
+    logical(&a, mm->attr.transpose_a, &la);
+    logical(&bm, mm->attr.transpose_b, &lb);
+    if (la.col_stride == 1)
+        sh.a_kmajor = true;
+    else if (la.row_stride != 1)
+        GEN_NO("A has no unit stride in its last two dims");
+    if (lb.col_stride != 1) {
+        if (lb.row_stride != 1)
+            GEN_NO("B has no unit stride in its last two dims");
+        sh.b_kmajor = true;
+    }
+    int64_t sa = 0, sb = 0;
+    if (!batch_stride(&a, nb, mm->dims, &sa) || !batch_stride(&bm, nb, mm->dims, &sb))
+        GEN_NO("an operand's batch dims have no uniform stride (one TMA map cannot walk them)");
+    if (sh.batch > 1 && sb == 0 && sh.a_kmajor && sa == sh.m * la.row_stride) {
+        sh.m *= sh.batch; /* x[B, S, D] . w[D, N]: one GEMM of B * S rows */
+        sh.batch = 1;
+        sa = 0;
+    }
+    sh.a_batched = sh.batch > 1 && sa != 0;
+    sh.b_batched = sh.batch > 1 && sb != 0;
+    size_t es = kf_dtype_size(mm->dtype);
+    int64_t a_lead = sh.a_kmajor ? la.row_stride : la.col_stride;
+    int64_t b_lead = sh.b_kmajor ? lb.col_stride : lb.row_stride;
+    /* A stride over an extent of 1 is never taken: any valid one will do. */
+    int64_t pad = (int64_t)(16 / es);
+    if ((sh.a_kmajor ? sh.m : sh.k) == 1)
+        a_lead = ((sh.a_kmajor ? sh.k : sh.m) + pad - 1) / pad * pad;
+    if ((sh.b_kmajor ? sh.n : sh.k) == 1)
+        b_lead = ((sh.b_kmajor ? sh.k : sh.n) + pad - 1) / pad * pad;
+    if (!tma_stride_ok(a_lead, es) || !tma_stride_ok(b_lead, es) ||
+        (sh.a_batched && !tma_stride_ok(sa, es)) || (sh.b_batched && !tma_stride_ok(sb, es)))
+        GEN_NO("an operand's row stride is not a multiple of 16 bytes (TMA)");
+    if (a.buf.offset % 16 != 0 || bm.buf.offset % 16 != 0)
+        GEN_NO("an operand starts off a 16-byte boundary (TMA)");
+    if (sh.m > INT32_MAX || sh.n > INT32_MAX || sh.k > INT32_MAX || sh.batch > INT32_MAX)
+        GEN_NO("a dim past 2^31 (TMA coordinates)");
+    /* Cooperative 128 x 256 tiles when they still give every SM one; else
+     * 128 x 128, ping-pong when some block gets two tiles (one consumer's
+     * epilogue then runs under the other's main loop), cooperative when none
+     * does (both consumers on the one tile). Measured on an H100, GEMM +
+     * bias + GELU 8192 x 4096 x 16384 (1024 tiles of 128 x 256): cooperative
+     * 128 x 256 1.47 ms (erf, table) / 1.78 (tanh), ping-pong 128 x 128 for
+     * the same 1.72 / 1.92 (bench/results, efe1fc8 and fcb897b). */
+    int64_t tiles256 = ((sh.m + 127) / 128) * ((sh.n + 255) / 256) * sh.batch;
+    int64_t tiles128 = ((sh.m + 127) / 128) * ((sh.n + 127) / 128) * sh.batch;
+    sh.bn = sh.n >= 256 && tiles256 >= b->target->sm_count ? 256 : 128;
+    sh.pingpong = sh.bn == 128 && tiles128 > b->target->sm_count;
+    uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
+    sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
+    if (sh.stages > GEN_MAX_STAGES)
+        sh.stages = GEN_MAX_STAGES;
+
+    kf_cuda_kernel k;
+    memset(&k, 0, sizeof k);
+    kf_status st = kf_cuda_codegen_gemm_sm90(plan, b->gi, b->target->arch, &sh, b->mem, &k);
+    if (st == KF_ERR_UNSUPPORTED) {
+        snprintf(why, why_size, "%s", k.error);
+        kf_cuda_kernel_release(b->mem, &k);
+        return st;
+    }
+    if (st != KF_OK) {
+        kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
+                   k.error[0] ? k.error : kf_status_str(st));
+        kf_cuda_kernel_release(b->mem, &k);
+        return st;
+    }
+    if (k.n_params + 2 > KF_CUDA_MAX_PARAMS) {
+        kf_cuda_kernel_release(b->mem, &k);
+        GEN_NO("more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
+    }
+    snprintf(name, name_size, "%s", k.name);
+    kf_cuda_kstep *ks = NULL;
+    if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK)
+        return st;
+    /* Arguments: the two tensor maps, then the params. */
+    memmove(&ks->args[2], &ks->args[0], ks->n_args * sizeof ks->args[0]);
+    ks->n_args += 2;
+    memset(&ks->args[0], 0, 2 * sizeof ks->args[0]);
+    ks->args[0].kind = ks->args[1].kind = KF_CUDA_ARG_TMAP;
+    ks->args[0].buf = a.buf;
+    ks->args[0].value = 0;
+    ks->args[1].buf = bm.buf;
+    ks->args[1].value = 1;
+    ks->n_tmaps = 2;
+    if (sh.a_kmajor)
+        set_tmap(&ks->tmaps[0], mm->dtype, sh.a_batched, (uint64_t)sh.k, (uint64_t)sh.m,
+                 (uint64_t)sh.batch, a_lead, sa, 64, 128, es);
+    else
+        set_tmap(&ks->tmaps[0], mm->dtype, sh.a_batched, (uint64_t)sh.m, (uint64_t)sh.k,
+                 (uint64_t)sh.batch, a_lead, sa, 64, 64, es);
+    if (sh.b_kmajor)
+        set_tmap(&ks->tmaps[1], mm->dtype, sh.b_batched, (uint64_t)sh.k, (uint64_t)sh.n,
+                 (uint64_t)sh.batch, b_lead, sb, 64, sh.bn, es);
+    else
+        set_tmap(&ks->tmaps[1], mm->dtype, sh.b_batched, (uint64_t)sh.n, (uint64_t)sh.k,
+                 (uint64_t)sh.batch, b_lead, sb, 64, 64, es);
+    snprintf(why, why_size, "128x%u tiles %s, %u stages, A %s-major, B %s-major%s", sh.bn,
+             sh.pingpong ? "ping-pong" : "cooperative", sh.stages, sh.a_kmajor ? "K" : "M",
+             sh.b_kmajor ? "K" : "N", sh.batch > 1 ? ", batched in one launch" : "");
+    return KF_OK;
+#undef GEN_NO
+}
+
 kf_status kf_rb_gemm(rb *b) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
@@ -443,6 +615,31 @@ kf_status kf_rb_gemm(rb *b) {
     const kf_gemm_info *gm = &grp->gemm;
     kf_status st;
     char pro_name[KF_CUDA_NAME_MAX] = "", epi_name[KF_CUDA_NAME_MAX] = "";
+
+    /* 0. The generated kernel, alone or measured against cuBLASLt (below). */
+    unsigned want =
+        b->target->flags & (KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED);
+    uint32_t vi = 0; /* the variant the cuBLASLt steps go to */
+    char gen_why[200] = "", gen_name[KF_CUDA_NAME_MAX] = "";
+    if (want) {
+        st = add_generated(b, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
+        if (st == KF_OK) {
+            kf_cuda_recipe *rc = b->rc;
+            snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
+            kf_rb_how(b, 0, "generated kernel %s (%s)", gen_name, gen_why);
+            if (want & KF_CUDA_RECIPE_GEMM_GENERATED)
+                return KF_OK;
+            rc->choice = KF_CUDA_CHOICE_MEASURED;
+            rc->n_variants = 2;
+            rc->variants[1].first_step = rc->n_steps;
+            rc->variants[1].n_steps = 0;
+            snprintf(rc->variants[1].label, sizeof rc->variants[1].label, "cublaslt");
+            vi = 1;
+            gen_why[0] = 0;
+        } else if (st != KF_ERR_UNSUPPORTED) {
+            return st;
+        }
+    }
 
     /* 1. A norm prologue on A: a kernel writes A into scratch. */
     if (gm->a_prologue) {
@@ -574,13 +771,16 @@ kf_status kf_rb_gemm(rb *b) {
     char epi_desc[96];
     snprintf(epi_desc, sizeof epi_desc, "%s%s", kf_cuda_lt_epilogue_name(m.epi),
              m.residual != KF_NONE ? "+beta*C" : "");
+    char gen_note[240] = "";
+    if (gen_why[0])
+        snprintf(gen_note, sizeof gen_note, "; no generated GEMM: %s", gen_why);
     if (all_native)
-        kf_rb_how(b, 0, "cuBLASLt%s, epilogue %s (%s)%s%s", gm->n_anchors == 2 ? " x2" : "",
-                  epi_desc, m.why, pro_name[0] ? "; prologue kernel " : "", pro_name);
+        kf_rb_how(b, vi, "cuBLASLt%s, epilogue %s (%s)%s%s%s", gm->n_anchors == 2 ? " x2" : "",
+                  epi_desc, m.why, pro_name[0] ? "; prologue kernel " : "", pro_name, gen_note);
     else
-        kf_rb_how(b, 0, "cuBLASLt%s, epilogue %s, then kernel %s (%s)%s%s",
+        kf_rb_how(b, vi, "cuBLASLt%s, epilogue %s, then kernel %s (%s)%s%s%s",
                   gm->n_anchors == 2 ? " x2" : "", epi_desc, epi_name[0] ? epi_name : "-", m.why,
-                  pro_name[0] ? "; prologue kernel " : "", pro_name);
+                  pro_name[0] ? "; prologue kernel " : "", pro_name, gen_note);
     return KF_OK;
 }
 

@@ -53,6 +53,11 @@ kf_status kf_rb_get(rb *b, kf_cuda_param_kind role, uint32_t tensor, uint64_t by
 kf_status kf_rb_add_kernel(rb *b, const kf_plan *plan, kf_cuda_role role, char *name_out,
                            size_t name_size, kf_cuda_template *tmpl_out);
 
+/* Appends a kernel already generated (moved into the step: `k` is left
+ * zeroed, or released on failure) as a KERNEL step of the current variant,
+ * its params resolved as kf_rb_add_kernel does; the step's kstep goes to *out. */
+kf_status kf_rb_add_made_kernel(rb *b, kf_cuda_kernel *k, kf_cuda_role role, kf_cuda_kstep **out);
+
 /* Sets variant v's `how` line. */
 void kf_rb_how(rb *b, uint32_t v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -1,0 +1,316 @@
+/* ---- gemm_sm90.cuh: the sm_90a GEMM template ------------------------------
+ *
+ * One persistent block per SM, 384 threads in three warpgroups:
+ *
+ *   warpgroup 0 (producer, 40 registers): one thread walks the block's tiles
+ *     and, per K step of 64, waits for a free stage of the shared-memory ring
+ *     (kf_empty), arms its kf_full barrier with the stage's bytes and issues
+ *     the TMA copies of the A tile (128 x 64) and the B tile (KF_BN x 64),
+ *     128-byte swizzled; the part of a box outside the tensor lands as zeros,
+ *     which makes a ragged K (and ragged M, N rows) add nothing;
+ *   warpgroups 1 and 2 (consumers, 232 registers), in one of two schedules:
+ *     cooperative (KF_PINGPONG 0, 128 x 256 tiles): rows 0-63 and 64-127 of
+ *       every tile, one wgmma m64nBNk16 per 16 of K each;
+ *     ping-pong (KF_PINGPONG 1, 128 x 128 tiles): alternate tiles of the
+ *       block, each consumer the whole tile (two wgmma m64nBNk16 per 16 of
+ *       K); their main loops take turns (named barriers 3 and 4), so one
+ *       consumer's epilogue runs while the other keeps the tensor cores busy.
+ *       The turns also keep the mbarrier parities unambiguous: a consumer
+ *       waits on its first stage only once every earlier stage is consumed.
+ *     Per stage: wait kf_full, the wgmmas from shared-memory descriptors,
+ *     commit; once the previous stage's group is done (wait_group 1) its
+ *     stage goes back to the producer. After
+ *     the last K step the f32 accumulators leave 32 columns at a time
+ *     through a staging area in shared memory (one per consumer, 64 x 32
+ *     floats, rows padded to 40 so neither side conflicts much): each thread
+ *     then takes 8 adjacent columns of a row through the group's epilogue
+ *     (kf_epi, generated: the plan's scalar expressions) and stores them as
+ *     one vector, the row and column predicated, so M and N need not be tile
+ *     multiples. The epilogue's code is emitted once (kf_gm_epi_chunk, not
+ *     inlined): unrolled over a 128 x 256 tile it ran to 150 KB of SASS, and
+ *     the tanh-GELU tile spent longer fetching it than multiplying.
+ *
+ * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
+ * the blocks in flight share A rows and B columns in L2), batch slowest.
+ *
+ * Operand layouts (the generator's KF_A_KMAJOR / KF_B_KMAJOR):
+ *   K-major (the 64 K values of a row contiguous): one box {64, rows}; in
+ *     shared memory row r is 128 bytes at r * 128; a wgmma descriptor walks K
+ *     by 32 bytes, the 8-row groups are 1024 bytes apart (SBO).
+ *   MN-major (M or N contiguous; wgmma's transpose bit): boxes {64, 64} of
+ *     64 M/N values x 64 K rows, each 8 KiB; K walks by 16 rows (2048 bytes),
+ *     8-row K groups are 1024 bytes apart (SBO), 64-wide M/N atoms 8 KiB
+ *     apart (LBO).
+ *
+ * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
+ * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
+ * KF_A_BATCHED, KF_B_BATCHED, kf_wgmma(d, da, db) and kf_epi<2>(...).
+ */
+
+struct __align__(64) kf_tmap {
+    unsigned long long opaque[16];
+};
+
+#define KF_BM 128
+#define KF_BK 64
+#define KF_A_BYTES (KF_BM * KF_BK * 2)
+#define KF_B_BYTES (KF_BN * KF_BK * 2)
+#define KF_STAGE_BYTES (KF_A_BYTES + KF_B_BYTES)
+#define KF_TILES_M ((KF_M + KF_BM - 1) / KF_BM)
+#define KF_TILES_N ((KF_N + KF_BN - 1) / KF_BN)
+#define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
+#define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
+#define KF_RASTER 8
+#if KF_PINGPONG
+#define KF_ACC KF_BN     /* accumulators per thread: two m64 halves */
+#define KF_HALVES 2
+#define KF_EMPTY_ARRIVALS 4 /* the 4 warps of the consumer that read the stage */
+#else
+#define KF_ACC (KF_BN / 2)
+#define KF_HALVES 1
+#define KF_EMPTY_ARRIVALS 8 /* the 8 warps of both consumers */
+#endif
+#define KF_EPI_COLS 32 /* columns staged at a time */
+#define KF_EPI_LD 40   /* floats per staged row */
+#define KF_EPI_FLOATS (64 * KF_EPI_LD) /* one consumer's staging area */
+
+__device__ __forceinline__ void kf_gm_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void kf_gm_wait(unsigned bar, unsigned parity) {
+    asm volatile("{\n.reg .pred p;\nkf_gm_wait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra kf_gm_wait_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void kf_gm_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void kf_gm_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/* A TMA box at (c0, c1[, c2]) of `map` into shared address dst, counted on bar. */
+__device__ __forceinline__ void kf_gm_tma2(unsigned dst, const kf_tmap *map, int c0, int c1,
+                                           unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+                 "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void kf_gm_tma3(unsigned dst, const kf_tmap *map, int c0, int c1, int c2,
+                                           unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+                 "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+/* A box of an operand: batched maps take the batch as their third coordinate. */
+template <int BATCHED>
+__device__ __forceinline__ void kf_gm_box(unsigned dst, const kf_tmap *map, int c0, int c1, int b,
+                                          unsigned bar) {
+    if (BATCHED)
+        kf_gm_tma3(dst, map, c0, c1, b, bar);
+    else
+        kf_gm_tma2(dst, map, c0, c1, bar);
+}
+/* A wgmma shared-memory descriptor, 128-byte swizzle. */
+__device__ __forceinline__ unsigned long long kf_gm_desc(unsigned addr, unsigned lbo,
+                                                         unsigned sbo) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) |
+           ((unsigned long long)((lbo >> 4) & 0x3fffu) << 16) |
+           ((unsigned long long)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+
+/* The 128 threads of consumer warpgroup cw (named barrier 1 + cw). */
+__device__ __forceinline__ void kf_gm_wg_sync(int cw) {
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
+}
+
+/* The epilogue of one staged chunk: rows r0.. (64), columns c0.. (KF_EPI_COLS)
+ * of batch b, 8 columns per thread and step. */
+__device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long r0, long long c0,
+                                             int tid, KF_PARAMS) {
+#pragma unroll 1
+    for (int i = tid; i < 64 * (KF_EPI_COLS / 8); i += 128) {
+        const int row = i / (KF_EPI_COLS / 8), cg = i % (KF_EPI_COLS / 8);
+        const long long r = r0 + row, c = c0 + cg * 8;
+        if (r >= KF_M || c >= KF_N)
+            continue;
+        const float4 lo = *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + cg * 8);
+        const float4 hi = *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + cg * 8 + 4);
+        const float a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        kf_epi<8>(a, (long long)b, r, c, KF_ARGS);
+    }
+}
+
+/* Tile t of the raster: batch b, tile row mb, tile column nb. */
+__device__ __forceinline__ void kf_gm_tile(int t, int &b, int &mb, int &nb) {
+    const int per = KF_TILES_M * KF_TILES_N;
+    b = t / per;
+    t -= b * per;
+    const int span = KF_RASTER * KF_TILES_N;
+    const int g = t / span, first = g * KF_RASTER;
+    const int rows = KF_TILES_M - first < KF_RASTER ? KF_TILES_M - first : KF_RASTER;
+    const int r = t - g * span;
+    mb = first + r % rows;
+    nb = r / rows;
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    KF_KERNEL(const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb, KF_PARAMS) {
+    extern __shared__ __align__(1024) unsigned char kf_dsmem[];
+    __shared__ __align__(8) unsigned long long kf_full[KF_STAGES], kf_empty[KF_STAGES];
+    KF_SETUP();
+    /* The ring at the first 1024-byte boundary (where the swizzle pattern
+     * starts over); launch.shared_bytes has the 1024 to spare. */
+    const unsigned raw = (unsigned)__cvta_generic_to_shared(kf_dsmem);
+    const unsigned ring = (raw + 1023u) & ~1023u;
+    const unsigned full0 = (unsigned)__cvta_generic_to_shared(&kf_full[0]);
+    const unsigned empty0 = (unsigned)__cvta_generic_to_shared(&kf_empty[0]);
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < KF_STAGES; s++) {
+            kf_gm_init(full0 + 8 * s, 1);
+            kf_gm_init(empty0 + 8 * s, KF_EMPTY_ARRIVALS); /* lane 0 of each consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&ta) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb) : "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            int s = 0;
+            unsigned ph = 0;
+            for (int t = blockIdx.x; t < KF_TILES; t += gridDim.x) {
+                int b, mb, nb;
+                kf_gm_tile(t, b, mb, nb);
+                for (int kt = 0; kt < KF_KT; kt++) {
+                    kf_gm_wait(empty0 + 8 * s, ph ^ 1u);
+                    const unsigned bar = full0 + 8 * s;
+                    kf_gm_expect(bar, KF_STAGE_BYTES);
+                    const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
+                    if (KF_A_KMAJOR) {
+                        kf_gm_box<KF_A_BATCHED>(sa, &ta, kt * KF_BK, mb * KF_BM, b, bar);
+                    } else {
+                        kf_gm_box<KF_A_BATCHED>(sa, &ta, mb * KF_BM, kt * KF_BK, b, bar);
+                        kf_gm_box<KF_A_BATCHED>(sa + 8192u, &ta, mb * KF_BM + 64, kt * KF_BK, b,
+                                                bar);
+                    }
+                    if (KF_B_KMAJOR) {
+                        kf_gm_box<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_BN, b, bar);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < KF_BN / 64; j++)
+                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_BN + 64 * j,
+                                                    kt * KF_BK, b, bar);
+                    }
+                    if (++s == KF_STAGES) {
+                        s = 0;
+                        ph ^= 1u;
+                    }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
+                                               KF_STAGES * KF_STAGE_BYTES) +
+                     cw * KF_EPI_FLOATS;
+#if KF_PINGPONG
+        /* Tile i of the block (t = blockIdx.x + i * gridDim.x) is consumer
+         * i % 2's; its first stage is k-step i * KF_KT of the producer's. */
+        for (int i = cw;; i += 2) {
+            const int t = blockIdx.x + i * gridDim.x;
+            if (t >= KF_TILES)
+                break;
+            const long long q0 = (long long)i * KF_KT;
+            int s = (int)(q0 % KF_STAGES);
+            unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
+            if (i > 0) /* the other consumer's main loop of tile i - 1 is done */
+                asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
+#else
+        int s = 0;
+        unsigned ph = 0;
+        for (int t = blockIdx.x; t < KF_TILES; t += gridDim.x) {
+#endif
+            int b, mb, nb;
+            kf_gm_tile(t, b, mb, nb);
+            float d[KF_ACC];
+#pragma unroll
+            for (int k = 0; k < KF_ACC; k++)
+                d[k] = 0.0f;
+            int prev = -1;
+            /* Not unrolled: with K a constant of a few steps, ptxas unrolls
+             * it whole and then fences the accumulators between the wgmmas
+             * (C7517/C7519: serialized). */
+#pragma unroll 1
+            for (int kt = 0; kt < KF_KT; kt++) {
+                kf_gm_wait(full0 + 8 * s, ph);
+                const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < KF_BK / 16; kk++) {
+                    const unsigned long long db =
+                        KF_B_KMAJOR ? kf_gm_desc(sb + kk * 32u, 16u, 1024u)
+                                    : kf_gm_desc(sb + kk * 2048u, 8192u, 1024u);
+#pragma unroll
+                    for (int hf = 0; hf < KF_HALVES; hf++) {
+                        const unsigned ha = KF_PINGPONG ? hf * 8192u : cw * 8192u;
+                        const unsigned long long da =
+                            KF_A_KMAJOR ? kf_gm_desc(sa + ha + kk * 32u, 16u, 1024u)
+                                        : kf_gm_desc(sa + ha + kk * 2048u, 8192u, 1024u);
+                        kf_wgmma(d + hf * (KF_BN / 2), da, db);
+                    }
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                if (prev >= 0 && lane == 0)
+                    kf_gm_arrive(empty0 + 8 * prev);
+                prev = s;
+                if (++s == KF_STAGES) {
+                    s = 0;
+                    ph ^= 1u;
+                }
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            if (prev >= 0 && lane == 0)
+                kf_gm_arrive(empty0 + 8 * prev);
+#if KF_PINGPONG
+            if (blockIdx.x + (i + 1) * gridDim.x < KF_TILES) /* the other consumer's turn */
+                asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
+#endif
+            /* The accumulator fragment of wgmma m64nN: warp w of the group
+             * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1). */
+#pragma unroll
+            for (int hf = 0; hf < KF_HALVES; hf++) {
+                const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#pragma unroll
+                for (int ch = 0; ch < KF_BN / KF_EPI_COLS; ch++) {
+#pragma unroll
+                    for (int jj = 0; jj < KF_EPI_COLS / 8; jj++) {
+                        const int j = ch * (KF_EPI_COLS / 8) + jj;
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int row = warp * 16 + lane / 4 + 8 * h,
+                                      col = jj * 8 + (lane % 4) * 2;
+                            const float *dv = d + hf * (KF_BN / 2) + 4 * j + 2 * h;
+                            *reinterpret_cast<float2 *>(stg + row * KF_EPI_LD + col) =
+                                make_float2(dv[0], dv[1]);
+                        }
+                    }
+                    kf_gm_wg_sync(cw);
+                    kf_gm_epi_chunk(stg, b, rows, (long long)nb * KF_BN + ch * KF_EPI_COLS,
+                                    threadIdx.x % 128, KF_ARGS);
+                    kf_gm_wg_sync(cw);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,291 @@
+/*
+ * test_gemmgen.c -- the generated sm_90a GEMM kernel (codegen/cuda/
+ * cg_gemm_sm90.c, templates/gemm_sm90.cuh) and its recipes, with no GPU:
+ * every variant (tile width x epilogue kind x bf16/f16 x operand majors x
+ * batching) is generated through the recipes, compiled by NVRTC for sm_90a,
+ * and its SASS read with cuobjdump: HGMMA (the wgmma path, not a fallback to
+ * HMMA) and UTMALDG (TMA loads) are there, and the resource report shows no
+ * local memory (no spills). A missing cuobjdump fails the suite (CI installs
+ * it: scripts/install-deps.sh). The recipes: which side each GEMM mode gives,
+ * and why a group stays on cuBLASLt. Numerics run on the GPU
+ * (test_cuda_exec, forced to the generated side).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "codegen/cuda/cuda_codegen.h"
+#include "codegen/cuda/cuda_recipe.h"
+#include "fusion/fusion.h"
+#include "kf_test.h"
+#include "runtime/cuda_kernel.h"
+
+#ifndef KF_CUOBJDUMP
+#define KF_CUOBJDUMP ""
+#endif
+
+static kf_mem MEM;
+
+typedef struct planned {
+    kf_ctx *ctx;
+    kf_graph *g;
+    kf_plan *plan;
+} planned;
+
+static void plan_text(const char *text, planned *p) {
+    memset(p, 0, sizeof *p);
+    assert_int_equal(kf_ctx_create(NULL, &p->ctx), KF_OK);
+    kf_status st = kf_graph_parse(p->ctx, text, strlen(text), &p->g);
+    if (st != KF_OK)
+        fail_msg("parse: %s", p->g ? kf_graph_error(p->g) : kf_status_str(st));
+    st = kf_plan_create(p->g, NULL, &p->plan);
+    if (st != KF_OK)
+        fail_msg("plan: %s", kf_graph_error(p->g));
+}
+
+static void plan_release(planned *p) {
+    kf_plan_destroy(p->plan);
+    kf_graph_destroy(p->g);
+    kf_ctx_destroy(p->ctx);
+}
+
+static kf_cuda_recipes *recipes_for(const kf_plan *plan, const char *device, unsigned flags) {
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_target_for_device(device, &t), KF_OK);
+    t.flags = flags;
+    kf_cuda_recipes *rec = NULL;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_recipes_create(plan, &t, &MEM, &rec, err) != KF_OK)
+        fail_msg("recipes: %s", err);
+    return rec;
+}
+
+/* The recipe of the plan's only GEMM group. */
+static const kf_cuda_recipe *gemm_recipe(const kf_plan *plan, const kf_cuda_recipes *rec) {
+    for (uint32_t gi = 0; gi < plan->n_groups; gi++)
+        if (plan->groups[gi].kind == KF_GROUP_GEMM)
+            return &rec->recipes[gi];
+    fail_msg("no GEMM group");
+    return NULL;
+}
+
+static void run_cmd(const char *cmd, char *out, size_t size) {
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = 0;
+    int rc = pclose(f);
+    if (rc != 0)
+        fail_msg("`%s` exited %d:\n%.2000s", cmd, rc, out);
+}
+
+/* Compiles the kernel with NVRTC and checks its SASS and resources. */
+static void check_sass(const kf_cuda_kernel *k) {
+    if (!KF_CUOBJDUMP[0])
+        fail_msg("cuobjdump was not found at configure time (pip install nvidia-cuda-cuobjdump; "
+                 "scripts/install-deps.sh does): the SASS of %s cannot be checked",
+                 k->name);
+    int ma, mi;
+    if (kf_nvrtc_version(&ma, &mi) != KF_OK)
+        fail_msg("no NVRTC: the generated GEMM cannot be compiled");
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_kernel_compile(&MEM, k, &res, err) != KF_OK)
+        fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
+    /* ptxas warns when it ignores setmaxnreg (C7508) or serializes wgmma
+     * (C7510, C7515): either costs the speed the kernel exists for. */
+    if (res.log && (strstr(res.log, "C7508") || strstr(res.log, "C751")))
+        fail_msg("%s: ptxas warns:\n%s", k->name, res.log);
+    char path[] = "/tmp/kf_gemmgen_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, res.cubin, res.cubin_size), (ssize_t)res.cubin_size);
+    close(fd);
+    kf_nvrtc_result_release(&MEM, &res);
+    static char out[1 << 22];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
+    run_cmd(cmd, out, sizeof out);
+    if (!strstr(out, "HGMMA"))
+        fail_msg("%s: no HGMMA in the SASS (wgmma fell back?)", k->name);
+    if (!strstr(out, "UTMALDG"))
+        fail_msg("%s: no UTMALDG in the SASS (no TMA loads)", k->name);
+    snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
+    run_cmd(cmd, out, sizeof out);
+    unlink(path);
+    const char *r = strstr(out, "REG:");
+    if (!r)
+        fail_msg("%s: no resource line in:\n%s", k->name, out);
+    if (!strstr(r, "LOCAL:0") || !strstr(r, "STACK:0"))
+        fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
+}
+
+/* The generated kernel of `text`'s GEMM group with GEMM_GENERATED on an
+ * H100 target: checked and compiled. */
+static void generated_case(const char *text, uint32_t want_bn, const char *want_sched) {
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
+        fail_msg("expected the generated kernel alone, got %u variant(s), '%s': %s", rc->n_variants,
+                 rc->variants[0].label, rc->variants[0].how);
+    assert_int_equal(rc->choice, KF_CUDA_CHOICE_ONLY);
+    assert_int_equal(rc->n_steps, 1);
+    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+    const kf_cuda_kstep *ks = rc->steps[0].kernel;
+    assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM90);
+    assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+    assert_int_equal(ks->block[0], 384);
+    assert_true(ks->grid[0] >= 1 && ks->grid[0] <= 132);
+    assert_int_equal(ks->n_tmaps, 2);
+    assert_int_equal(ks->args[0].kind, KF_CUDA_ARG_TMAP);
+    assert_int_equal(ks->args[1].kind, KF_CUDA_ARG_TMAP);
+    assert_int_equal(ks->n_args, ks->kernel.n_params + 2);
+    assert_int_equal(ks->tmaps[1].box[1], ks->tmaps[1].dims[0] == 64 ? 64 : ks->tmaps[1].box[1]);
+    char tile[32];
+    snprintf(tile, sizeof tile, "128x%u tiles", want_bn);
+    if (!strstr(rc->variants[0].how, tile) || !strstr(rc->variants[0].how, want_sched))
+        fail_msg("expected %s %s: %s", tile, want_sched, rc->variants[0].how);
+    assert_true(ks->shared_bytes <= 227u * 1024u);
+    check_sass(&ks->kernel);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) {
+    (void)state;
+    static const char *const dts[] = {"bf16", "f16"};
+    for (int d = 0; d < 2; d++) {
+        char t[1024];
+        /* a bare product, 128 x 256 tiles (64 x 16 tiles fill 132 SMs) */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8192, 1024])\nw = input(%s[1024, 4096])\n"
+                 "y = matmul(x, w)\noutput y\n",
+                 dts[d], dts[d]);
+        generated_case(t, 256, "cooperative");
+        /* bias + gelu (erf; the bf16 table), 128 x 128 tiles, ragged M/N/K */
+        snprintf(
+            t, sizeof t,
+            "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+            "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+            dts[d], dts[d], dts[d]);
+        generated_case(t, 128, "cooperative");
+        /* ping-pong: 128 x 128 tiles, 266 of them for 132 SMs */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[17000, 128])\nw = input(%s[128, 200])\nb = input(%s[200])\n"
+                 "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, 128, "ping-pong");
+        /* bias, relu, residual, scale, then a cast to f32; B transposed (K-major) */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[256, 512])\nw = input(%s[384, 512])\nb = input(%s[384])\n"
+                 "r = input(%s[256, 384])\ns = input(%s[])\n"
+                 "h = matmul(x, w, transpose_b=true)\na = add(h, b)\nu = relu(a)\nv = add(u, r)\n"
+                 "z = mul(v, s)\ny = cast(z, f32)\noutput y\n",
+                 dts[d], dts[d], dts[d], dts[d], dts[d]);
+        generated_case(t, 128, "cooperative");
+        /* batched, both operands per batch, A transposed (M-major), M = 1 */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[4, 64, 1])\nw = input(%s[4, 64, 256])\n"
+                 "y = matmul(x, w, transpose_a=true)\noutput y\n",
+                 dts[d], dts[d]);
+        generated_case(t, 128, "cooperative");
+    }
+}
+
+static void test_gemm_modes_give_the_sides_they_name(void **state) {
+    (void)state;
+    planned p;
+    plan_text("kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\nb = input(bf16[512])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              &p);
+    /* the context modes map onto the recipe flags; AUTO measures */
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_AUTO), KF_CUDA_RECIPE_GEMM_MEASURED);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_MEASURED), KF_CUDA_RECIPE_GEMM_MEASURED);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_GENERATED), KF_CUDA_RECIPE_GEMM_GENERATED);
+    assert_int_equal(kf_cuda_recipe_flags(KF_FLAG_NO_CUBLASLT, KF_GEMM_CUBLASLT),
+                     KF_CUDA_RECIPE_NO_LT_EPILOGUE);
+    /* no GEMM flag: cuBLASLt alone */
+    kf_cuda_recipes *rec = recipes_for(p.plan, "h100", 0);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_variants, 1);
+    assert_string_equal(rc->variants[0].label, "cublaslt");
+    kf_cuda_recipes_destroy(rec);
+    /* measured: the kernel first, cuBLASLt second */
+    rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_MEASURED);
+    rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->choice, KF_CUDA_CHOICE_MEASURED);
+    assert_int_equal(rc->n_variants, 2);
+    assert_string_equal(rc->variants[0].label, "generated");
+    assert_string_equal(rc->variants[1].label, "cublaslt");
+    assert_int_equal(rc->variants[0].first_step, 0);
+    assert_int_equal(rc->variants[0].n_steps, 1);
+    assert_int_equal(rc->variants[1].first_step, 1);
+    assert_true(rc->variants[1].n_steps >= 1);
+    assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_GEMM);
+    assert_non_null(strstr(rc->variants[1].how, "cuBLASLt"));
+    kf_cuda_recipes_destroy(rec);
+    /* sm_80: no generated kernel yet; the recipe says why */
+    rec = recipes_for(p.plan, "a100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_variants, 1);
+    assert_string_equal(rc->variants[0].label, "cublaslt");
+    assert_non_null(strstr(rc->variants[0].how, "no generated GEMM: the generated GEMM is sm_90a"));
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+    /* f32 operands and a row epilogue stay on cuBLASLt, with the reason */
+    plan_text("kfg 1\nx = input(f32[64, 64])\nw = input(f32[64, 64])\ny = matmul(x, w)\noutput y\n",
+              &p);
+    rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    rc = gemm_recipe(p.plan, rec);
+    assert_string_equal(rc->variants[0].label, "cublaslt");
+    assert_non_null(strstr(rc->variants[0].how, "f32 operands"));
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+    /* a row stride TMA cannot take (K = 100: 200 bytes) */
+    plan_text("kfg 1\nx = input(bf16[64, 100])\nw = input(bf16[100, 64])\ny = matmul(x, w)\n"
+              "output y\n",
+              &p);
+    rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    rc = gemm_recipe(p.plan, rec);
+    assert_string_equal(rc->variants[0].label, "cublaslt");
+    assert_non_null(strstr(rc->variants[0].how, "16 bytes"));
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_generated_source_is_deterministic_and_named(void **state) {
+    (void)state;
+    planned p;
+    plan_text("kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\nb = input(bf16[512])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+              &p);
+    kf_cuda_recipes *r1 = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    kf_cuda_recipes *r2 = recipes_for(p.plan, "h200", KF_CUDA_RECIPE_GEMM_GENERATED);
+    const kf_cuda_kernel *k1 = &gemm_recipe(p.plan, r1)->steps[0].kernel->kernel;
+    const kf_cuda_kernel *k2 = &gemm_recipe(p.plan, r2)->steps[0].kernel->kernel;
+    assert_string_equal(k1->source, k2->source);
+    assert_non_null(strstr(k1->name, "gemm_"));
+    assert_non_null(strstr(k1->name, "sm90a"));
+    kf_cuda_recipes_destroy(r1);
+    kf_cuda_recipes_destroy(r2);
+    plan_release(&p);
+}
+
+int main(void) {
+    kf_mem_resolve(&MEM, NULL);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
+        cmocka_unit_test(test_generated_source_is_deterministic_and_named),
+        cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
+    };
+    return kf_test_run(tests);
+}
