@@ -62,7 +62,7 @@
 
 /* Bumped whenever generated code or templates change in a way the source text
  * alone would not show (it is part of every cache key). */
-#define KF_CUDA_CODEGEN_VERSION 5u
+#define KF_CUDA_CODEGEN_VERSION 6u
 
 /* Longest kernel name, with the NUL. */
 #define KF_CUDA_NAME_MAX 160
@@ -86,11 +86,13 @@ typedef enum kf_cuda_template {
     KF_CUDA_TEMPLATE_ELEMENTWISE_BULK, /* elementwise whose whole chunks move through a ring
                                           in shared memory by bulk copies (sm_90+), then the
                                           grid-stride loops for the rest */
+    KF_CUDA_TEMPLATE_ATTENTION_MMA,    /* fused attention: mma.sync m16n8k16, cp.async K/V
+                                          tiles, online softmax (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
 /* "elementwise", "row_warp", "row_block", "row_block_multipass", "colreduce",
- * "row_warp_staged". */
+ * "row_warp_staged", "elementwise_bulk", "attention_mma". */
 const char *kf_cuda_template_name(kf_cuda_template t);
 
 /* ------------------------------------------------------------------------ */
@@ -183,6 +185,23 @@ kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, con
 kf_status kf_cuda_codegen_attention_softmax(const kf_plan *plan, uint32_t group, const char *arch,
                                             const kf_mem *mem, kf_cuda_kernel *out);
 
+/* For an ATTENTION group: the whole group as one fused kernel
+ * (templates/attention.cuh, sm_80 and later): Q, K, V read through their
+ * strides (views, broadcast heads), the score expression and mask inlined,
+ * O written contiguous (param OUT, tensor attn.pv). KF_ERR_UNSUPPORTED (the
+ * message says why) for a group it does not take: see
+ * kf_cuda_attention_supported. */
+kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_mem *mem, kf_cuda_kernel *out);
+
+/* Whether kf_cuda_codegen_attention takes group `group` for `arch`: bf16 or
+ * f16 throughout, head dim 64 or 128 (Q.K^T's and the output's), Q, K and V
+ * with a unit stride along the head dim and 16-byte multiples elsewhere, the
+ * output the group's only write. When not, `why` (size bytes) says what
+ * stops it, for the report. */
+bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char *arch, char *why,
+                                 size_t size);
+
 /* The kernels of a group on the CUDA target, by role: which generator made
  * a kernel. Which roles a group runs, in which order and with which library
  * calls between them, is its recipe's business (cuda_recipe.h). */
@@ -191,10 +210,11 @@ typedef enum kf_cuda_role {
     KF_CUDA_ROLE_GEMM_PROLOGUE,      /* kf_cuda_codegen_gemm_prologue (before the GEMM) */
     KF_CUDA_ROLE_EPILOGUE,           /* kf_cuda_codegen_epilogue (after the GEMM) */
     KF_CUDA_ROLE_ATTENTION_SOFTMAX,  /* kf_cuda_codegen_attention_softmax (between the GEMMs) */
+    KF_CUDA_ROLE_ATTENTION,          /* kf_cuda_codegen_attention (the whole group) */
     KF_CUDA_ROLE_COUNT
 } kf_cuda_role;
 
-/* "group", "gemm_prologue", "epilogue", "attention_softmax". */
+/* "group", "gemm_prologue", "epilogue", "attention_softmax", "attention". */
 const char *kf_cuda_role_name(kf_cuda_role role);
 
 /* Dispatches to the entry point of `role`. */

@@ -46,6 +46,9 @@
 enum {
     KF_CUDA_RECIPE_NO_LT_EPILOGUE = 1u << 0, /* cuBLASLt runs bare GEMMs; every epilogue is
                                                 a generated kernel (KF_FLAG_NO_CUBLASLT) */
+    KF_CUDA_RECIPE_FUSED_ATTENTION = 1u << 1, /* an attention group the fused kernel takes is
+                                                 one kernel step (KF_FLAG_FUSED_ATTENTION);
+                                                 off, every attention group runs unfused */
 };
 
 /* What the recipes are made for. */
@@ -198,7 +201,7 @@ typedef struct kf_cuda_variant {
     char label[32];      /* "cublaslt", "generated", ... */
     uint32_t first_step; /* into recipe->steps */
     uint32_t n_steps;
-    char how[256]; /* what runs and why, for the report */
+    char how[384]; /* what runs and why, for the report */
 } kf_cuda_variant;
 
 typedef struct kf_cuda_recipe {

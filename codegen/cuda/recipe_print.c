@@ -141,8 +141,11 @@ static void json_gemm(FILE *out, const kf_cuda_gstep *g) {
 static void print_json(const kf_cuda_recipes *r, FILE *out) {
     fputs("{\"arch\": ", out);
     json_str(out, r->target.arch);
-    fprintf(out, ", \"sm_count\": %d, \"flags\": [%s], \"recipes\": [", r->target.sm_count,
-            (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) ? "\"no_lt_epilogue\"" : "");
+    bool nolt = (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) != 0;
+    bool fa = (r->target.flags & KF_CUDA_RECIPE_FUSED_ATTENTION) != 0;
+    fprintf(out, ", \"sm_count\": %d, \"flags\": [%s%s%s], \"recipes\": [", r->target.sm_count,
+            nolt ? "\"no_lt_epilogue\"" : "", nolt && fa ? ", " : "",
+            fa ? "\"fused_attention\"" : "");
     for (uint32_t i = 0; i < r->n; i++) {
         const kf_cuda_recipe *rc = &r->recipes[i];
         fprintf(out, "%s\n    {\"group\": %u, \"choice\": \"%s\", \"scratch\": [", i ? "," : "",
@@ -183,8 +186,9 @@ static void text_operand(FILE *out, const char *key, const kf_cuda_operand *o) {
 
 static void print_text(const kf_cuda_recipes *r, FILE *out) {
     char bs[48];
-    fprintf(out, "cuda recipes: arch %s, %d SMs%s\n", r->target.arch, r->target.sm_count,
-            (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) ? ", no cuBLASLt epilogues" : "");
+    fprintf(out, "cuda recipes: arch %s, %d SMs%s%s\n", r->target.arch, r->target.sm_count,
+            (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) ? ", no cuBLASLt epilogues" : "",
+            (r->target.flags & KF_CUDA_RECIPE_FUSED_ATTENTION) ? ", fused attention on" : "");
     for (uint32_t i = 0; i < r->n; i++) {
         const kf_cuda_recipe *rc = &r->recipes[i];
         const kf_group *grp = &r->plan->groups[rc->group];
