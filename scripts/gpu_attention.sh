@@ -57,7 +57,7 @@ if [ $tests -eq 1 ]; then
     fi
     n_ok=0
     n_all=0
-    for f in examples/*.kfg examples/patterns/*.kfg; do
+    for f in examples/*.kfg examples/patterns/attention_*.kfg; do
         n_all=$((n_all + 1))
         if build-gpu/kfuse run "$f" --target cuda --check --fused-attention --report \
             --seed $((n_all * 7919)) >>"$out/examples.log" 2>&1; then
@@ -67,7 +67,7 @@ if [ $tests -eq 1 ]; then
             fail=1
         fi
     done
-    note "examples --target cuda --check --fused-attention: $n_ok/$n_all passed"
+    note "attention examples --target cuda --check --fused-attention: $n_ok/$n_all passed"
     if command -v compute-sanitizer >/dev/null; then
         g="$out/attn_ragged.kfg"
         cat >"$g" <<'KFG'
