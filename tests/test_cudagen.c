@@ -61,11 +61,20 @@ static void plan_release(planned *p) {
  * epilogues, and NVRTC-compiles every KERNEL step (the kernels an executor
  * or `kfuse aot` compiles); returns how many the default recipes have, and
  * counts their templates in seen[]. */
+static unsigned compile_flags(const kf_plan *plan, unsigned *seen, const unsigned *flag_list,
+                              size_t n_flags);
 static unsigned compile_all(const kf_plan *plan, unsigned *seen) {
+    static const unsigned both[] = {0, KF_CUDA_RECIPE_NO_LT_EPILOGUE};
+    return compile_flags(plan, seen, both, 2);
+}
+
+/* compile_all over the recipe flags of flag_list (the first counted). */
+static unsigned compile_flags(const kf_plan *plan, unsigned *seen, const unsigned *flag_list,
+                              size_t n_flags) {
     unsigned n = 0;
     for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) {
-        for (unsigned flags = 0; flags <= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
-             flags += KF_CUDA_RECIPE_NO_LT_EPILOGUE) {
+        for (size_t fi = 0; fi < n_flags; fi++) {
+            unsigned flags = flag_list[fi];
             kf_cuda_target t;
             kf_cuda_target_for_arch(ARCHS[a], &t);
             t.flags = flags;
@@ -79,9 +88,9 @@ static unsigned compile_all(const kf_plan *plan, unsigned *seen) {
                     if (rc->steps[si].kind != KF_CUDA_STEP_KERNEL)
                         continue;
                     const kf_cuda_kernel *k = &rc->steps[si].kernel->kernel;
-                    if (seen && !flags)
+                    if (seen && fi == 0)
                         seen[k->tmpl]++;
-                    n += !flags; /* counted once per arch */
+                    n += fi == 0; /* counted once per arch */
                     if (have_nvrtc()) {
                         kf_nvrtc_result res;
                         kf_status st = kf_cuda_kernel_compile(&MEM, k, &res, err);
@@ -175,9 +184,148 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
     compile_text("kfg 1\nx = input(f32[16, 8])\ny = softmax(x, axis=0)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(f32[4, 8, 16])\ne = exp(x)\ny = permute(e, [0, 2, 1])\noutput y\n",
                  seen);
+    /* the fused attention kernel (KF_CUDA_RECIPE_FUSED_ATTENTION) */
+    {
+        planned p;
+        plan_text("kfg 1\nq = input(bf16[1, 2, 70, 64])\nk = input(bf16[1, 2, 70, 64])\n"
+                  "v = input(bf16[1, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+                  "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
+                  &p);
+        static const unsigned fa[] = {KF_CUDA_RECIPE_FUSED_ATTENTION};
+        compile_flags(p.plan, seen, fa, 1);
+        plan_release(&p);
+    }
     for (int t = 0; t < KF_CUDA_TEMPLATE_COUNT; t++) {
         if (!seen[t])
             fail_msg("template %s never instantiated", kf_cuda_template_name((kf_cuda_template)t));
+    }
+}
+
+/* The fused attention kernel: every variant (head dim x mask class x dtype x
+ * arch) is the group's one recipe step, compiles with NVRTC, and ptxas keeps
+ * it in registers (no stack frame, no spills). */
+static void test_fused_attention_compiles_every_variant_without_spills(void **state) {
+    (void)state;
+    static const int dims[] = {64, 128};
+    static const struct {
+        const char *name, *body, *mask;
+    } masks[] = {
+        {"none", "s1 = mul(qk, sc)\n", "none"},
+        {"causal",
+         "s0 = mul(qk, sc)\nrow = iota(i32[100, 100], axis=0)\ncol = iota(i32[100, 100], axis=1)\n"
+         "keep = ge(row, col)\nninf = const(%s[], -inf)\ns1 = where(keep, s0, ninf)\n",
+         "causal"},
+        {"sliding window",
+         "s0 = mul(qk, sc)\nrow = iota(i32[100, 100], axis=0)\ncol = iota(i32[100, 100], axis=1)\n"
+         "d = sub(row, col)\nw = const(i32[], 15)\nzero = const(i32[], 0)\nrest = sub(w, d)\n"
+         "m = min(d, rest)\nkeep = ge(m, zero)\nninf = const(%s[], -inf)\n"
+         "s1 = where(keep, s0, ninf)\n",
+         "sliding_window"},
+        {"general (a bool tensor)",
+         "s0 = mul(qk, sc)\nm = input(bool[100, 100])\nninf = const(%s[], -inf)\n"
+         "s1 = where(m, s0, ninf)\n",
+         "general"},
+    };
+    static const char *const dts[] = {"bf16", "f16"};
+    unsigned compiled = 0;
+    for (size_t di = 0; di < 2; di++) {
+        for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; mi++) {
+            for (size_t ti = 0; ti < 2; ti++) {
+                const char *dn = dts[ti];
+                int D = dims[di];
+                char body[1024], text[2048];
+                snprintf(body, sizeof body, masks[mi].body, dn);
+                snprintf(text, sizeof text,
+                         "kfg 1\nq = input(%s[2, 3, 100, %d])\nk = input(%s[2, 3, 100, %d])\n"
+                         "v = input(%s[2, 3, 100, %d])\nqk = matmul(q, k, transpose_b=true)\n"
+                         "sc = const(%s[], 0.125)\n%sp = softmax(s1)\no = matmul(p, v)\noutput o\n",
+                         dn, D, dn, D, dn, D, dn, body);
+                planned p;
+                plan_text(text, &p);
+                assert_int_equal(p.plan->groups[0].kind, KF_GROUP_ATTENTION);
+                assert_string_equal(kf_mask_kind_name(p.plan->groups[0].attn.mask),
+                                    masks[mi].mask);
+                for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) {
+                    kf_cuda_target t;
+                    kf_cuda_target_for_arch(ARCHS[a], &t);
+                    t.flags = KF_CUDA_RECIPE_FUSED_ATTENTION;
+                    kf_cuda_recipes *rec = NULL;
+                    char err[KF_MSG_MAX] = "";
+                    if (kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err) != KF_OK)
+                        fail_msg("%s D%d %s %s: %s", masks[mi].name, D, dn, ARCHS[a], err);
+                    const kf_cuda_recipe *rc = &rec->recipes[0];
+                    assert_int_equal(rc->n_steps, 1);
+                    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+                    const kf_cuda_kstep *ks = rc->steps[0].kernel;
+                    assert_int_equal(ks->role, KF_CUDA_ROLE_ATTENTION);
+                    assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_ATTENTION_MMA);
+                    assert_non_null(strstr(rc->variants[0].how,
+                                           "fused attention (sm_80 mma.sync kernel)"));
+                    if (have_nvrtc()) {
+                        kf_nvrtc_options o = {.arch = ARCHS[a],
+                                              .kernel_name = ks->kernel.name,
+                                              .ptxas_verbose = true};
+                        kf_nvrtc_result res;
+                        kf_status st = kf_nvrtc_compile(&MEM, ks->kernel.source,
+                                                        ks->kernel.source_len, &o, &res, err);
+                        if (st != KF_OK)
+                            fail_msg("%s: %s\n%s", ks->kernel.name, err, res.log ? res.log : "");
+                        assert_memory_equal(res.cubin, "\x7f" "ELF", 4);
+                        if (!res.log || !strstr(res.log, "0 bytes stack frame, 0 bytes spill "
+                                                         "stores, 0 bytes spill loads"))
+                            fail_msg("%s (%s) spills:\n%s", ks->kernel.name, ARCHS[a],
+                                     res.log ? res.log : "(no log)");
+                        kf_nvrtc_result_release(&MEM, &res);
+                        compiled++;
+                    }
+                    kf_cuda_recipes_destroy(rec);
+                }
+                plan_release(&p);
+            }
+        }
+    }
+    if (have_nvrtc())
+        assert_int_equal(compiled, 2 * 4 * 2 * 2);
+}
+
+/* Without the switch, or for a group it does not take, attention stays the
+ * unfused recipe and the report line says why. */
+static void test_fused_attention_is_off_by_default_and_says_why_not(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        unsigned flags;
+        const char *why;
+    } cases[] = {
+        {"kfg 1\nq = input(bf16[2, 64, 64])\nk = input(bf16[2, 64, 64])\nv = input(bf16[2, 64, 64])\n"
+         "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         0, "the fused kernel is off: KF_FLAG_FUSED_ATTENTION"},
+        {"kfg 1\nq = input(f32[2, 64, 64])\nk = input(f32[2, 64, 64])\nv = input(f32[2, 64, 64])\n"
+         "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         KF_CUDA_RECIPE_FUSED_ATTENTION, "dtype f32"},
+        {"kfg 1\nq = input(bf16[2, 64, 96])\nk = input(bf16[2, 64, 96])\nv = input(bf16[2, 64, 96])\n"
+         "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         KF_CUDA_RECIPE_FUSED_ATTENTION, "head dim 96"},
+        {"kfg 1\nq = input(bf16[2, 64, 64])\nk = input(bf16[2, 64, 64])\nv = input(bf16[2, 64, 64])\n"
+         "qk = matmul(q, k)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         KF_CUDA_RECIPE_FUSED_ATTENTION, "K is not read as 16-byte rows"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        kf_cuda_target t;
+        kf_cuda_target_for_arch("sm_90a", &t);
+        t.flags = cases[i].flags;
+        kf_cuda_recipes *rec = NULL;
+        char err[KF_MSG_MAX] = "";
+        if (kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err) != KF_OK)
+            fail_msg("case %zu: %s", i, err);
+        const char *how = rec->recipes[0].variants[0].how;
+        if (!strstr(how, "unfused fallback") || !strstr(how, cases[i].why))
+            fail_msg("case %zu: expected an unfused recipe saying '%s', got: %s", i, cases[i].why,
+                     how);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
     }
 }
 
@@ -1029,6 +1177,8 @@ int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_template_compiles_for_sm80_and_sm90a),
+        cmocka_unit_test(test_fused_attention_compiles_every_variant_without_spills),
+        cmocka_unit_test(test_fused_attention_is_off_by_default_and_says_why_not),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
