@@ -25,7 +25,7 @@
  *
  * --attention runs the attention cases instead (bf16, B4 H32 S4096 D128:
  * causal fused and unfused, non-causal, GQA 32:8, softcap, ALiBi, sliding
- * window 1024; the fused kernel through KF_FLAG_FUSED_ATTENTION), the cold
+ * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION), the cold
  * compile of one fused kernel, and peers.py --attention (cuDNN SDPA,
  * FlexAttention).
  */
@@ -372,8 +372,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
-    kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_FUSED_ATTENTION);
-    kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_UNFUSED_ATTENTION);
     for (int i = 0; i < n_cases; i++)
         run_case(i == 1 ? unf : fa, &cases[i], copy_gbs, gemm_tflops);
 
@@ -386,7 +386,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
             perror("mkdtemp");
             return 1;
         }
-        kf_ctx *cc = make_ctx(dir, KF_FLAG_FUSED_ATTENTION);
+        kf_ctx *cc = make_ctx(dir, 0);
         kf_graph *g = parse(cc, texts[0]);
         kf_program *p = NULL;
         double t0 = now_s();

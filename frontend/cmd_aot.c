@@ -25,7 +25,7 @@
 
 const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
 const char kf_cmd_aot_help[] =
-    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--fused-attention] FILE.kfg... -o DIR\n"
+    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--unfused-attention] FILE.kfg... -o DIR\n"
     "\n"
     "Plans each graph, makes its CUDA recipes for each ARCH (what `kfuse report`\n"
     "prints and a program runs), compiles every generated kernel they name with\n"
@@ -38,7 +38,7 @@ const char kf_cmd_aot_help[] =
     "  --arch LIST   comma-separated archs (default sm_80,sm_90a)\n"
     "  --no-cublaslt the recipes of contexts with KF_FLAG_NO_CUBLASLT (generated\n"
     "                kernels apply every GEMM epilogue)\n"
-    "  --fused-attention the recipes of contexts with KF_FLAG_FUSED_ATTENTION\n"
+    "  --unfused-attention the recipes of contexts with KF_FLAG_UNFUSED_ATTENTION\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
     "\n"
@@ -50,7 +50,7 @@ const char kf_cmd_aot_help[] =
 static int usage(const char *fmt, const char *arg) {
     fputs("kfuse aot: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--fused-attention] FILE.kfg... -o DIR\n"
+    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--unfused-attention] FILE.kfg... -o DIR\n"
           "Run 'kfuse help aot' for details.\n",
           stderr);
     return 2;
@@ -174,8 +174,8 @@ int kf_cmd_aot(int argc, char **argv) {
                 snprintf(archbuf, sizeof archbuf, "%s", argv[++i]);
         } else if (strcmp(s, "--no-cublaslt") == 0) {
             a.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
-        } else if (strcmp(s, "--fused-attention") == 0) {
-            a.flags |= KF_CUDA_RECIPE_FUSED_ATTENTION;
+        } else if (strcmp(s, "--unfused-attention") == 0) {
+            a.flags |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
         } else if (strncmp(s, "--arch=", 7) == 0) {
             snprintf(archbuf, sizeof archbuf, "%s", s + 7);
         } else if (s[0] == '-' && s[1] != '\0') {

@@ -24,7 +24,7 @@
 
 const char kf_cmd_report_help[] =
     "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
-    "                         [--sm-count N] [--no-cublaslt] [--fused-attention]\n"
+    "                         [--sm-count N] [--no-cublaslt] [--unfused-attention]\n"
     "\n"
     "Plans FILE (a .kfg graph; `-` reads standard input) into fused kernels and\n"
     "prints the plan: one row per kernel group (kind, generated kernel name, ops\n"
@@ -43,8 +43,9 @@ const char kf_cmd_report_help[] =
     "  --arch ARCH     make the recipes for ARCH (sm_80, sm_90a, ...) instead\n"
     "  --sm-count N    size the recipes' grids for N SMs instead\n"
     "  --no-cublaslt   the recipes of a context with KF_FLAG_NO_CUBLASLT\n"
-    "  --fused-attention  the recipes of a context with KF_FLAG_FUSED_ATTENTION\n"
-    "                  (attention groups the fused kernel takes become one kernel)\n"
+    "  --unfused-attention  the recipes of a context with KF_FLAG_UNFUSED_ATTENTION\n"
+    "                  (every attention group unfused, also those the fused\n"
+    "                  kernel takes)\n"
     "  -h, --help      show this help\n"
     "\n"
     "environment: KF_DEBUG=1 dumps the plan after each fusion pass to stderr.\n"
@@ -55,7 +56,7 @@ static int usage(const char *fmt, const char *arg) {
     fputs("kfuse report: ", stderr);
     fprintf(stderr, fmt, arg);
     fputs("\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
-          "                         [--sm-count N] [--no-cublaslt] [--fused-attention]\n"
+          "                         [--sm-count N] [--no-cublaslt] [--unfused-attention]\n"
           "Run 'kfuse help report' for details.\n",
           stderr);
     return 2;
@@ -95,7 +96,7 @@ static void write_cuda(void *user, kf_report_format format, FILE *out) {
 int kf_cmd_report(int argc, char **argv) {
     const char *file = NULL, *device = "h100", *arch = NULL;
     long sm_count = 0;
-    bool json = false, no_lt = false, fused_attn = false;
+    bool json = false, no_lt = false, unfused_attn = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -122,8 +123,8 @@ int kf_cmd_report(int argc, char **argv) {
             }
         } else if (strcmp(a, "--no-cublaslt") == 0) {
             no_lt = true;
-        } else if (strcmp(a, "--fused-attention") == 0) {
-            fused_attn = true;
+        } else if (strcmp(a, "--unfused-attention") == 0) {
+            unfused_attn = true;
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage("unknown option '%s'", a);
         } else if (file) {
@@ -151,8 +152,8 @@ int kf_cmd_report(int argc, char **argv) {
         target.sm_count = (int)sm_count;
     if (no_lt)
         target.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
-    if (fused_attn)
-        target.flags |= KF_CUDA_RECIPE_FUSED_ATTENTION;
+    if (unfused_attn)
+        target.flags |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     kf_plan *plan = NULL;

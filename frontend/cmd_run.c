@@ -28,7 +28,7 @@ const char kf_cmd_run_summary[] =
 
 const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
-    "                      [--fused-attention]\n"
+    "                      [--unfused-attention]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
     "once on random inputs (the same inputs `kfuse eval --seed N` uses) and prints\n"
@@ -41,9 +41,9 @@ const char kf_cmd_run_help[] =
     "  --check      also run the reference evaluator and print each output's\n"
     "               relative error; exit 1 when one exceeds its dtype's tolerance\n"
     "  --seed N     seed of the input generator (default 0)\n"
-    "  --fused-attention  a context with KF_FLAG_FUSED_ATTENTION: attention groups\n"
-    "               the fused kernel takes (bf16/f16, head dim 64/128) run as one\n"
-    "               kernel on the GPU\n"
+    "  --unfused-attention  a context with KF_FLAG_UNFUSED_ATTENTION: attention\n"
+    "               groups run as two cuBLASLt GEMMs around a softmax kernel even\n"
+    "               where the fused kernel takes them (bf16/f16, head dim 64/128)\n"
     "  -h, --help   show this help\n";
 
 static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, bool check,
@@ -124,7 +124,7 @@ done:
 int kf_cmd_run(int argc, char **argv) {
     const char *file = NULL;
     uint64_t seed = 0;
-    bool check = false, report = false, fused_attn = false;
+    bool check = false, report = false, unfused_attn = false;
     kf_target target = KF_TARGET_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -135,8 +135,8 @@ int kf_cmd_run(int argc, char **argv) {
             check = true;
         } else if (strcmp(a, "--report") == 0) {
             report = true;
-        } else if (strcmp(a, "--fused-attention") == 0) {
-            fused_attn = true;
+        } else if (strcmp(a, "--unfused-attention") == 0) {
+            unfused_attn = true;
         } else if (strcmp(a, "--seed") == 0 || strcmp(a, "--target") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "kfuse run: %s needs a value\n%s", a, kf_cmd_run_help);
@@ -179,8 +179,8 @@ int kf_cmd_run(int argc, char **argv) {
     kf_options o;
     kf_options_init(&o);
     o.target = target;
-    if (fused_attn)
-        o.flags |= KF_FLAG_FUSED_ATTENTION;
+    if (unfused_attn)
+        o.flags |= KF_FLAG_UNFUSED_ATTENTION;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     if (kf_ctx_create(&o, &ctx) != KF_OK) {

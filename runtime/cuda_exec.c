@@ -681,8 +681,8 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
     snprintf(ex->target.arch, sizeof ex->target.arch, "%s", ctx->arch ? ctx->arch : ex->dev.arch);
     ex->target.sm_count = ex->dev.sm_count > 0 ? ex->dev.sm_count : 1;
     ex->target.flags = (ctx->flags & KF_FLAG_NO_CUBLASLT) ? KF_CUDA_RECIPE_NO_LT_EPILOGUE : 0;
-    if (ctx->flags & KF_FLAG_FUSED_ATTENTION)
-        ex->target.flags |= KF_CUDA_RECIPE_FUSED_ATTENTION;
+    if (ctx->flags & KF_FLAG_UNFUSED_ATTENTION)
+        ex->target.flags |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
     *target = ex->target;
     *out = ex;
     return KF_OK;

@@ -2,7 +2,7 @@
 # gpu_attention.sh -- the fused attention kernel on a GPU machine, in one call
 # (device time is scarce): a Release build of kfuse, the GPU suite's
 # attention tests (fused and fallback, against the reference evaluator),
-# every example and pattern with --target cuda --check --fused-attention,
+# every example and pattern that holds attention with --target cuda --check,
 # compute-sanitizer memcheck and racecheck on ragged fused cases, and with
 # --bench the attention cases of bench/gpu_bench (and their peers).
 #
@@ -59,7 +59,7 @@ if [ $tests -eq 1 ]; then
     n_all=0
     for f in examples/*.kfg examples/patterns/attention_*.kfg; do
         n_all=$((n_all + 1))
-        if build-gpu/kfuse run "$f" --target cuda --check --fused-attention --report \
+        if build-gpu/kfuse run "$f" --target cuda --check --report \
             --seed $((n_all * 7919)) >>"$out/examples.log" 2>&1; then
             n_ok=$((n_ok + 1))
         else
@@ -67,7 +67,7 @@ if [ $tests -eq 1 ]; then
             fail=1
         fi
     done
-    note "attention examples --target cuda --check --fused-attention: $n_ok/$n_all passed"
+    note "attention examples --target cuda --check: $n_ok/$n_all passed"
     if command -v compute-sanitizer >/dev/null; then
         g="$out/attn_ragged.kfg"
         cat >"$g" <<'KFG'
@@ -98,7 +98,7 @@ output o2
 KFG
         for tool in memcheck racecheck; do
             if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$g" \
-                --target cuda --check --fused-attention --report >"$out/sanitize_attn_$tool.log" 2>&1 &&
+                --target cuda --check --report >"$out/sanitize_attn_$tool.log" 2>&1 &&
                 grep -q "fused attention (sm_80 mma.sync kernel)" "$out/sanitize_attn_$tool.log"; then
                 note "compute-sanitizer $tool (fused attention, ragged): clean"
             else

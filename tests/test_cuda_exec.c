@@ -625,7 +625,7 @@ static void test_attention_runs_unfused_with_its_score_expression_and_mask(void 
 }
 
 /* ------------------------------------------------------------------------ */
-/* Attention (fused kernel, KF_FLAG_FUSED_ATTENTION)                          */
+/* Attention (the fused kernel, the default where it takes the group)        */
 /* ------------------------------------------------------------------------ */
 
 /* Each body defines q, k, v and the score s1 ('$' is the dtype); the softmax,
@@ -810,12 +810,13 @@ static void fused_text(const char *body, const char *dn, char *text, size_t size
     snprintf(text + n, size - n, "p = softmax(s1)\no = matmul(p, v)\noutput o\n");
 }
 
-static kf_ctx *fused_ctx(void) {
+/* A context with `flags` beside G.ctx's (same cache directory). */
+static kf_ctx *flags_ctx(unsigned flags) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
     o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
-    o.flags = KF_FLAG_FUSED_ATTENTION;
+    o.flags = flags;
     kf_ctx *ctx = NULL;
     assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
     return ctx;
@@ -828,7 +829,7 @@ static kf_ctx *fused_ctx(void) {
 static void test_fused_attention_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    kf_ctx *ctx = fused_ctx();
+    kf_ctx *ctx = G.ctx;
     static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
     for (size_t d = 0; d < N_OF(dts); d++) {
         for (size_t i = 0; i < N_OF(fused_cases); i++) {
@@ -848,15 +849,15 @@ static void test_fused_attention_matches_the_reference(void **state) {
             kf_graph_destroy(g);
         }
     }
-    kf_ctx_destroy(ctx);
 }
 
-/* With the flag on, a group the fused kernel does not take runs unfused and
- * the report says why: f32, and a head dim of 32. */
+/* A group the fused kernel does not take runs unfused and the report says
+ * why: f32, a head dim of 32; and with KF_FLAG_UNFUSED_ATTENTION, one it
+ * takes (bf16, head dim 128, causal) runs unfused too. */
 static void test_fused_attention_falls_back_and_says_why(void **state) {
     (void)state;
     REQUIRE_GPU();
-    kf_ctx *ctx = fused_ctx();
+    kf_ctx *ctx = G.ctx;
     static const struct {
         const char *text, *why;
     } cases[] = {
@@ -876,7 +877,18 @@ static void test_fused_attention_falls_back_and_says_why(void **state) {
         run_and_compare(g, 1200 + i, &o, cases[i].why);
         kf_graph_destroy(g);
     }
-    kf_ctx_destroy(ctx);
+    kf_ctx *off = flags_ctx(KF_FLAG_UNFUSED_ATTENTION);
+    char text[4096];
+    fused_text(fused_cases[0].body, "bf16", text, sizeof text);
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(off, text, strlen(text), &g), KF_OK);
+    run_opts o = {.lo = -2,
+                  .hi = 2,
+                  .report_has = "unfused fallback|KF_FLAG_UNFUSED_ATTENTION",
+                  .ctx = off};
+    run_and_compare(g, 1210, &o, "KF_FLAG_UNFUSED_ATTENTION");
+    kf_graph_destroy(g);
+    kf_ctx_destroy(off);
 }
 
 /* ------------------------------------------------------------------------ */

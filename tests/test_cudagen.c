@@ -184,17 +184,11 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
     compile_text("kfg 1\nx = input(f32[16, 8])\ny = softmax(x, axis=0)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(f32[4, 8, 16])\ne = exp(x)\ny = permute(e, [0, 2, 1])\noutput y\n",
                  seen);
-    /* the fused attention kernel (KF_CUDA_RECIPE_FUSED_ATTENTION) */
-    {
-        planned p;
-        plan_text("kfg 1\nq = input(bf16[1, 2, 70, 64])\nk = input(bf16[1, 2, 70, 64])\n"
-                  "v = input(bf16[1, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
-                  "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
-                  &p);
-        static const unsigned fa[] = {KF_CUDA_RECIPE_FUSED_ATTENTION};
-        compile_flags(p.plan, seen, fa, 1);
-        plan_release(&p);
-    }
+    /* the fused attention kernel; unfused, the row-wise softmax between GEMMs */
+    compile_text("kfg 1\nq = input(bf16[1, 2, 70, 64])\nk = input(bf16[1, 2, 70, 64])\n"
+                 "v = input(bf16[1, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+                 "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
+                 seen);
     for (int t = 0; t < KF_CUDA_TEMPLATE_COUNT; t++) {
         if (!seen[t])
             fail_msg("template %s never instantiated", kf_cuda_template_name((kf_cuda_template)t));
@@ -248,7 +242,7 @@ static void test_fused_attention_compiles_every_variant_without_spills(void **st
                 for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) {
                     kf_cuda_target t;
                     kf_cuda_target_for_arch(ARCHS[a], &t);
-                    t.flags = KF_CUDA_RECIPE_FUSED_ATTENTION;
+                    t.flags = 0; /* the default */
                     kf_cuda_recipes *rec = NULL;
                     char err[KF_MSG_MAX] = "";
                     if (kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err) != KF_OK)
@@ -288,9 +282,10 @@ static void test_fused_attention_compiles_every_variant_without_spills(void **st
         assert_int_equal(compiled, 2 * 4 * 2 * 2);
 }
 
-/* Without the switch, or for a group it does not take, attention stays the
- * unfused recipe and the report line says why. */
-static void test_fused_attention_is_off_by_default_and_says_why_not(void **state) {
+/* With the switch off (KF_FLAG_UNFUSED_ATTENTION), or for a group the fused
+ * kernel does not take, attention is the unfused recipe and the report line
+ * says why. */
+static void test_unfused_attention_says_why(void **state) {
     (void)state;
     static const struct {
         const char *text;
@@ -299,16 +294,16 @@ static void test_fused_attention_is_off_by_default_and_says_why_not(void **state
     } cases[] = {
         {"kfg 1\nq = input(bf16[2, 64, 64])\nk = input(bf16[2, 64, 64])\nv = input(bf16[2, 64, 64])\n"
          "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
-         0, "the fused kernel is off: KF_FLAG_FUSED_ATTENTION"},
+         KF_CUDA_RECIPE_UNFUSED_ATTENTION, "the fused kernel is off: KF_FLAG_UNFUSED_ATTENTION"},
         {"kfg 1\nq = input(f32[2, 64, 64])\nk = input(f32[2, 64, 64])\nv = input(f32[2, 64, 64])\n"
          "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
-         KF_CUDA_RECIPE_FUSED_ATTENTION, "dtype f32"},
+         0, "dtype f32"},
         {"kfg 1\nq = input(bf16[2, 64, 96])\nk = input(bf16[2, 64, 96])\nv = input(bf16[2, 64, 96])\n"
          "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
-         KF_CUDA_RECIPE_FUSED_ATTENTION, "head dim 96"},
+         0, "head dim 96"},
         {"kfg 1\nq = input(bf16[2, 64, 64])\nk = input(bf16[2, 64, 64])\nv = input(bf16[2, 64, 64])\n"
          "qk = matmul(q, k)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
-         KF_CUDA_RECIPE_FUSED_ATTENTION, "K is not read as 16-byte rows"},
+         0, "K is not read as 16-byte rows"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         planned p;
@@ -1178,7 +1173,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_template_compiles_for_sm80_and_sm90a),
         cmocka_unit_test(test_fused_attention_compiles_every_variant_without_spills),
-        cmocka_unit_test(test_fused_attention_is_off_by_default_and_says_why_not),
+        cmocka_unit_test(test_unfused_attention_says_why),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),

@@ -46,9 +46,9 @@
 enum {
     KF_CUDA_RECIPE_NO_LT_EPILOGUE = 1u << 0, /* cuBLASLt runs bare GEMMs; every epilogue is
                                                 a generated kernel (KF_FLAG_NO_CUBLASLT) */
-    KF_CUDA_RECIPE_FUSED_ATTENTION = 1u << 1, /* an attention group the fused kernel takes is
-                                                 one kernel step (KF_FLAG_FUSED_ATTENTION);
-                                                 off, every attention group runs unfused */
+    KF_CUDA_RECIPE_UNFUSED_ATTENTION = 1u << 1, /* every attention group runs unfused
+                                                   (KF_FLAG_UNFUSED_ATTENTION); without it a
+                                                   group the fused kernel takes is one kernel */
 };
 
 /* What the recipes are made for. */

@@ -8,8 +8,8 @@
  *                starts with exactly that (match_epilogue), into the write
  *                or into an ACC scratch
  *              [epilogue kernel: the rest, from ACC]
- *   ATTENTION  with KF_CUDA_RECIPE_FUSED_ATTENTION and a group the fused
- *              kernel takes (kf_cuda_attention_supported): that one kernel;
+ *   ATTENTION  a group the fused kernel takes (kf_cuda_attention_supported):
+ *              that one kernel, unless KF_CUDA_RECIPE_UNFUSED_ATTENTION;
  *              else cuBLASLt Q.K^T into a SCORES scratch, a row-wise softmax
  *              kernel carrying the score expression and mask, cuBLASLt P.V,
  *              and the report says why
@@ -616,11 +616,11 @@ kf_status kf_rb_attention(rb *b) {
     const kf_attn_info *at = &grp->attn;
     const kf_tensor *qk = g->nodes[at->qk], *pv = g->nodes[at->pv];
 
-    /* The fused kernel when it is switched on and takes the group; else the
-     * unfused steps below, and the report says why. */
+    /* The fused kernel when it takes the group and is not switched off; else
+     * the unfused steps below, and the report says why. */
     char why[160];
-    if (!(b->target->flags & KF_CUDA_RECIPE_FUSED_ATTENTION))
-        snprintf(why, sizeof why, "the fused kernel is off: KF_FLAG_FUSED_ATTENTION");
+    if (b->target->flags & KF_CUDA_RECIPE_UNFUSED_ATTENTION)
+        snprintf(why, sizeof why, "the fused kernel is off: KF_FLAG_UNFUSED_ATTENTION");
     else if (kf_cuda_attention_supported(plan, b->gi, b->target->arch, why, sizeof why))
         return fused_attention(b);
 

@@ -142,10 +142,10 @@ static void print_json(const kf_cuda_recipes *r, FILE *out) {
     fputs("{\"arch\": ", out);
     json_str(out, r->target.arch);
     bool nolt = (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) != 0;
-    bool fa = (r->target.flags & KF_CUDA_RECIPE_FUSED_ATTENTION) != 0;
+    bool ua = (r->target.flags & KF_CUDA_RECIPE_UNFUSED_ATTENTION) != 0;
     fprintf(out, ", \"sm_count\": %d, \"flags\": [%s%s%s], \"recipes\": [", r->target.sm_count,
-            nolt ? "\"no_lt_epilogue\"" : "", nolt && fa ? ", " : "",
-            fa ? "\"fused_attention\"" : "");
+            nolt ? "\"no_lt_epilogue\"" : "", nolt && ua ? ", " : "",
+            ua ? "\"unfused_attention\"" : "");
     for (uint32_t i = 0; i < r->n; i++) {
         const kf_cuda_recipe *rc = &r->recipes[i];
         fprintf(out, "%s\n    {\"group\": %u, \"choice\": \"%s\", \"scratch\": [", i ? "," : "",
@@ -188,7 +188,7 @@ static void print_text(const kf_cuda_recipes *r, FILE *out) {
     char bs[48];
     fprintf(out, "cuda recipes: arch %s, %d SMs%s%s\n", r->target.arch, r->target.sm_count,
             (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) ? ", no cuBLASLt epilogues" : "",
-            (r->target.flags & KF_CUDA_RECIPE_FUSED_ATTENTION) ? ", fused attention on" : "");
+            (r->target.flags & KF_CUDA_RECIPE_UNFUSED_ATTENTION) ? ", attention unfused" : "");
     for (uint32_t i = 0; i < r->n; i++) {
         const kf_cuda_recipe *rc = &r->recipes[i];
         const kf_group *grp = &r->plan->groups[rc->group];
