@@ -62,6 +62,8 @@ typedef struct cg {
     int32_t *param;     /* per node: LOAD/ACC/SCORE: its param; else -1 */
     int64_t *soff;      /* per node: row_warp_staged: byte offset of its row in a stage; else -1 */
     bool staged;        /* emitting a staged prologue: loads with soff >= 0 read the stage */
+    bool no_round;      /* cg_emit_nodes rounds no node to its dtype: values kept in registers
+                           (the fused attention's score expression, never materialized) */
     bool *stored;       /* per node: written to an output buffer of its own dtype (cg_raw_of) */
     kf_status st;
 } cg;
