@@ -17,14 +17,18 @@
  *             kept branch: for tiles wholly inside a CAUSAL / SLIDING_WINDOW
  *             mask), then templates/attention.cuh
  *
- * Numerics: the score expression stays in f32 registers, never rounded to
- * the tensors' dtype (c->no_round), and P is rounded to the mma's operand
- * type before it is normalized: what the kernel keeps in registers differs
- * from the reference only by roundings of values it does not materialize
- * (ir/eval.c). Rounding every node as the reference stores it cost 3 to 4
- * instructions per score element. tanh is the tanh.approx.f32 instruction
- * (relative error 2^-11, under a bf16 or f16 rounding of its result): the
- * accurate tanhf made a softcap score cost more than the two GEMMs.
+ * Numerics: the SCORE leaf is the f32 accumulator rounded to the dtype of
+ * Q.K^T, and every node that stands for a tensor rounds as the reference
+ * stores it (cg_emit_nodes), so the score expression is the reference's; P
+ * is rounded to the mma's operand type before it is normalized. Not rounding
+ * the score nodes (kept in registers, never materialized) was tried and is
+ * wrong where the scores are large: an ALiBi bias of slope x 190 in bf16 has
+ * an ulp of 2, and the kernel's unrounded scores then differed from the
+ * reference's by 8.5% (H100, 03aa5c7). Two shortcuts stay, each under the
+ * rounding that follows it: a division by a constant is a multiply
+ * (div_by_mul) and tanh is tanh.approx.f32 (relative error 2^-11): the
+ * accurate tanhf and division made a softcap score cost more than the two
+ * GEMMs (5.74 against 2.40 ms, H100).
  */
 #include "codegen/cuda/cg.h"
 
@@ -181,8 +185,10 @@ static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
     memset(c->need, 0, c->n * sizeof *c->need);
     for (uint32_t i = 0; i < c->n; i++) {
         c->ov[i][0] = 0;
-        if (g->expr[i].kind == KF_EXPR_SCORE)
-            snprintf(c->ov[i], OV_MAX, "s");
+        if (g->expr[i].kind == KF_EXPR_SCORE) {
+            const char *rnd = cg_round_fn(g->expr[i].dtype);
+            snprintf(c->ov[i], OV_MAX, "%s%ss%s", rnd ? rnd : "", rnd ? "(" : "", rnd ? ")" : "");
+        }
     }
     if (inner) {
         uint32_t k = kept_branch(g);
@@ -223,7 +229,7 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
     int skip = mask_skip(g);
 
     cg_set_name(&c, "fa_");
-    c.no_round = true;
+    c.div_by_mul = true;
     out->tmpl = KF_CUDA_TEMPLATE_ATTENTION_MMA;
     out->vec = 8;
     /* Params: Q, K, V, O, then the score expression's loads. */

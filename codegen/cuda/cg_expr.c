@@ -126,8 +126,6 @@ static const char *op_fn(kf_op op) {
  * bf16 tensor (`strict`: and is known, in this view, to hold a bf16-rounded
  * value: an op result rounded here, or a load of a bf16 buffer). */
 static bool gelu_tab_node(const cg *c, uint32_t i, bool strict) {
-    if (c->no_round)
-        return false; /* its operand is not a bf16 value */
     const kf_expr *e = &c->g->expr[i];
     if (e->kind != KF_EXPR_OP || e->op != KF_OP_GELU || e->dtype != KF_DTYPE_BF16 ||
         e->tensor == KF_NONE)
@@ -268,7 +266,7 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
             continue;
         const kf_expr *e = &g->expr[i];
         const char *rt = cg_reg_type(e->dtype);
-        const char *rnd = e->tensor != KF_NONE && !c->no_round ? cg_round_fn(e->dtype) : NULL;
+        const char *rnd = e->tensor != KF_NONE ? cg_round_fn(e->dtype) : NULL;
         if (arr && gelu_tab_node(c, i, true)) {
             cg_printf(&c->s, "%s%s v%u[VV];\n%skf_gelu_bf16_v<VV>(v%u, v%u);\n", ind, rt, i, ind, i,
                       e->src[0]);
@@ -349,12 +347,11 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
                     cg_printf(&c->s, "(%s)%s", rt, a[0]);
             } else if (op == KF_OP_WHERE) {
                 cg_printf(&c->s, "(%s ? %s : %s)", a[0], a[1], a[2]);
-            } else if (c->no_round && op == KF_OP_DIV &&
+            } else if (c->div_by_mul && op == KF_OP_DIV &&
                        (e->dtype == KF_DTYPE_F32 || cg_round_fn(e->dtype)) &&
                        g->expr[e->src[1]].kind == KF_EXPR_CONST && !c->ov[e->src[1]][0] &&
                        isnormal((float)(1.0 / g->expr[e->src[1]].value))) {
-                /* registers only: x / c as x * (1 / c), one multiply instead of
-                 * a division (within an ulp) */
+                /* x / c as x * (1 / c) (cg.h: div_by_mul) */
                 cg_printf(&c->s, "kf_mul(%s, ", a[0]);
                 cg_emit_const(c, e->dtype, 1.0 / g->expr[e->src[1]].value);
                 cg_puts(&c->s, ")");
