@@ -43,6 +43,7 @@
  * Hooks (defined by the generator before this text):
  *   KF_D, KF_BR, KF_BC, KF_SQ, KF_SKV, KF_BH  sizes (KF_BH: batch x heads)
  *   KF_AB                 "bf16" or "f16": the mma operand type
+ *   KF_MINB               blocks an SM holds (__launch_bounds__)
  *   KF_ELEM               kf_bf16 or kf_f16
  *   KF_MASK_SKIP, KF_WINDOW
  *   KF_Q, KF_K, KF_V, KF_O the params; KF_Q_RS, KF_K_RS, KF_V_RS row strides
@@ -131,9 +132,9 @@ __device__ __forceinline__ float kf_ex2(float x) {
     return y;
 }
 
-/* At least 2 blocks an SM: ptxas then keeps every variant in registers (one
- * f16 variant spilled when left to choose). */
-extern "C" __global__ void __launch_bounds__(KF_THREADS, 2) KF_KERNEL(KF_PARAMS) {
+/* KF_MINB blocks an SM (2 of 4 warps, 1 of 8): ptxas then keeps every variant
+ * in registers (one f16 variant spilled when left to choose). */
+extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_PARAMS) {
     KF_SETUP();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3;

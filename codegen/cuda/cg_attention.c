@@ -34,9 +34,14 @@
 
 #include "codegen/cuda/templates.h"
 
-/* Tile shape: 64 query rows (4 warps of 16) x 64 keys per tile. */
-#define ATTN_BR 64
+/* Tile shape: ATTN_BR query rows (warps of 16 rows) x 64 keys per tile.
+ * KF_ATTN_BR (a build-time define, for measuring) may set 128 rows, 8 warps. */
+#ifndef KF_ATTN_BR
+#define KF_ATTN_BR 64
+#endif
+#define ATTN_BR KF_ATTN_BR
 #define ATTN_BC 64
+_Static_assert(ATTN_BR == 64 || ATTN_BR == 128, "64 or 128 query rows a block");
 
 /* An operand as the kernel reads it: its buffer's tensor and the element
  * strides of its rows (query / key index), its columns (head dim) and of
@@ -256,13 +261,14 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
     cg_emit_head(&c, "fused attention (sm_80 mma.sync kernel)");
     cg_printf(&c.s,
               "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_SQ %lld\n"
-              "#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
+              "#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n#define KF_MINB %d\n"
               "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
               "#define KF_Q p%d\n#define KF_K p%d\n#define KF_V p%d\n#define KF_O p%d\n"
               "#define KF_Q_RS %lldLL\n#define KF_K_RS %lldLL\n#define KF_V_RS %lldLL\n"
               "/* mask %s; dynamic shared memory: Q %d x %lld, K and V 2 x %d x %lld each */\n\n",
               (long long)at->d, ATTN_BR, ATTN_BC, (long long)at->sq, (long long)at->skv,
-              (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16", cg_storage_type(dt), skip,
+              (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16", ATTN_BR == 64 ? 2 : 1,
+              cg_storage_type(dt), skip,
               (long long)(skip == 2 ? at->window : 0), pq, pk, pvp, po, (long long)ops[0].s_row,
               (long long)ops[1].s_row, (long long)ops[2].s_row, kf_mask_kind_name(at->mask),
               ATTN_BR, (long long)at->d, ATTN_BC, (long long)at->d);
