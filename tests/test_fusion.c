@@ -539,13 +539,10 @@ static void test_iota_masks_are_classified_without_the_grid(void **state) {
         kf_mask_kind want;
         int64_t window;
     } cases[] = {
-        {16384, 16384, 0, KF_MASK_CAUSAL, 0},
-        {16384, 16384, 1, KF_MASK_SLIDING_WINDOW, 1000},
-        {16384, 16384, 2, KF_MASK_GENERAL, 0},
-        {300, 700, 0, KF_MASK_CAUSAL, 0},
+        {16384, 16384, 0, KF_MASK_CAUSAL, 0},  {16384, 16384, 1, KF_MASK_SLIDING_WINDOW, 1000},
+        {16384, 16384, 2, KF_MASK_GENERAL, 0}, {300, 700, 0, KF_MASK_CAUSAL, 0},
         {300, 700, 1, KF_MASK_CAUSAL, 0}, /* a window wider than every row: causal */
-        {300, 700, 3, KF_MASK_GENERAL, 0},
-        {700, 300, 0, KF_MASK_CAUSAL, 0},
+        {300, 700, 3, KF_MASK_GENERAL, 0},     {700, 300, 0, KF_MASK_CAUSAL, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kf_graph *g = NULL;

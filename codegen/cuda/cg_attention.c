@@ -263,19 +263,19 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
     out->launch.shared_bytes = smem;
 
     cg_emit_head(&c, "fused attention (sm_80 mma.sync kernel)");
-    cg_printf(&c.s,
-              "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_SQ %lld\n"
-              "#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n#define KF_MINB %d\n"
-              "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
-              "#define KF_Q p%d\n#define KF_K p%d\n#define KF_V p%d\n#define KF_O p%d\n"
-              "#define KF_Q_RS %lldLL\n#define KF_K_RS %lldLL\n#define KF_V_RS %lldLL\n"
-              "/* mask %s; dynamic shared memory: Q %d x %lld, K and V 2 x %d x %lld each */\n\n",
-              (long long)at->d, ATTN_BR, ATTN_BC, (long long)at->sq, (long long)at->skv,
-              (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16", ATTN_BR == 64 ? 2 : 1,
-              cg_storage_type(dt), skip,
-              (long long)(skip == 2 ? at->window : 0), pq, pk, pvp, po, (long long)ops[0].s_row,
-              (long long)ops[1].s_row, (long long)ops[2].s_row, kf_mask_kind_name(at->mask),
-              ATTN_BR, (long long)at->d, ATTN_BC, (long long)at->d);
+    cg_printf(
+        &c.s,
+        "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_SQ %lld\n"
+        "#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n#define KF_MINB %d\n"
+        "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
+        "#define KF_Q p%d\n#define KF_K p%d\n#define KF_V p%d\n#define KF_O p%d\n"
+        "#define KF_Q_RS %lldLL\n#define KF_K_RS %lldLL\n#define KF_V_RS %lldLL\n"
+        "/* mask %s; dynamic shared memory: Q %d x %lld, K and V 2 x %d x %lld each */\n\n",
+        (long long)at->d, ATTN_BR, ATTN_BC, (long long)at->sq, (long long)at->skv, (long long)bh,
+        dt == KF_DTYPE_BF16 ? "bf16" : "f16", ATTN_BR == 64 ? 2 : 1, cg_storage_type(dt), skip,
+        (long long)(skip == 2 ? at->window : 0), pq, pk, pvp, po, (long long)ops[0].s_row,
+        (long long)ops[1].s_row, (long long)ops[2].s_row, kf_mask_kind_name(at->mask), ATTN_BR,
+        (long long)at->d, ATTN_BC, (long long)at->d);
 
     /* kf_bh_offsets: the batch axes' coordinates from bh, times each
      * operand's strides. */
@@ -297,10 +297,11 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
         inner *= g->dims[d];
     }
     cg_puts(&c.s, "    (void)bh;\n}\n\n");
-    cg_printf(&c.s,
-              "__device__ __forceinline__ bool kf_attn_aligned(KF_PARAMS) {\n"
-              "    return kf_aligned(p%d, 16) && kf_aligned(p%d, 16) && kf_aligned(p%d, 16);\n}\n\n",
-              pq, pk, pvp);
+    cg_printf(
+        &c.s,
+        "__device__ __forceinline__ bool kf_attn_aligned(KF_PARAMS) {\n"
+        "    return kf_aligned(p%d, 16) && kf_aligned(p%d, 16) && kf_aligned(p%d, 16);\n}\n\n",
+        pq, pk, pvp);
 
     cg_puts(&c.s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
                   "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"

@@ -601,8 +601,8 @@ static kf_status fused_attention(rb *b) {
         return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no fused attention kernel", b->gi);
     if (st != KF_OK)
         return st;
-    kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s",
-              name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d,
+    kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s", name,
+              kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d,
               grp->attn.mask == KF_MASK_CAUSAL || grp->attn.mask == KF_MASK_SLIDING_WINDOW
                   ? "tiles outside the mask skipped"
                   : "mask per element");
