@@ -179,6 +179,28 @@ static int mask_skip(const kf_group *g) {
     return 0;
 }
 
+void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, uint64_t *visited,
+                             uint64_t *total) {
+    *visited = *total = 0;
+    if (!plan || group >= plan->n_groups || plan->groups[group].kind != KF_GROUP_ATTENTION)
+        return;
+    const kf_group *g = &plan->groups[group];
+    const kf_attn_info *at = &g->attn;
+    int skip = mask_skip(g);
+    int64_t nqt = (at->sq + ATTN_BR - 1) / ATTN_BR, nkt = (at->skv + ATTN_BC - 1) / ATTN_BC;
+    /* the kernel's own bounds (templates/attention.cuh) */
+    for (int64_t qt = 0; qt < nqt; qt++) {
+        int64_t q0 = qt * ATTN_BR, lo = 0, hi = at->skv;
+        if (skip >= 1)
+            hi = q0 + ATTN_BR < at->skv ? q0 + ATTN_BR : at->skv;
+        if (skip == 2)
+            lo = q0 - at->window + 1 > 0 ? q0 - at->window + 1 : 0;
+        int64_t t_lo = lo / ATTN_BC, t_hi = (hi + ATTN_BC - 1) / ATTN_BC;
+        *visited += (uint64_t)(t_hi > t_lo ? t_hi - t_lo : 0);
+        *total += (uint64_t)nkt;
+    }
+}
+
 /* The kept branch of the mask's where(): the one that is not the fill. */
 static uint32_t kept_branch(const kf_group *g) {
     const kf_expr *w = &g->expr[g->attn.mask_node];

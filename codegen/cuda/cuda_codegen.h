@@ -202,6 +202,12 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
 bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char *arch, char *why,
                                  size_t size);
 
+/* The (query tile, key tile) pairs the fused attention kernel visits per
+ * batch x head for group `group`, and all there are: fewer when a CAUSAL or
+ * SLIDING_WINDOW mask lets it skip tiles wholly outside (for the report). */
+void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, uint64_t *visited,
+                             uint64_t *total);
+
 /* The kernels of a group on the CUDA target, by role: which generator made
  * a kernel. Which roles a group runs, in which order and with which library
  * calls between them, is its recipe's business (cuda_recipe.h). */

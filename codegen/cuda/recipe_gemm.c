@@ -601,11 +601,19 @@ static kf_status fused_attention(rb *b) {
         return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no fused attention kernel", b->gi);
     if (st != KF_OK)
         return st;
+    uint64_t visited, total;
+    kf_cuda_attention_tiles(b->plan, b->gi, &visited, &total);
+    char tiles[96];
+    if (visited < total)
+        snprintf(tiles, sizeof tiles,
+                 "%llu of %llu tiles visited (%.0f%% outside the mask skipped)",
+                 (unsigned long long)visited, (unsigned long long)total,
+                 100.0 * (double)(total - visited) / (double)total);
+    else
+        snprintf(tiles, sizeof tiles, "every tile visited%s",
+                 grp->attn.mask != KF_MASK_NONE ? ", mask per element" : "");
     kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s", name,
-              kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d,
-              grp->attn.mask == KF_MASK_CAUSAL || grp->attn.mask == KF_MASK_SLIDING_WINDOW
-                  ? "tiles outside the mask skipped"
-                  : "mask per element");
+              kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles);
     return KF_OK;
 }
 
