@@ -21,7 +21,13 @@
  * bandwidth, or FLOPs over the measured GEMM rate) and the fraction of it
  * reached. JSON goes to bench/results/<gpu>-<commit>.json (and --out FILE).
  *
- *   gpu_bench [--commit SHA] [--out FILE] [--reps N] [--no-peers] [--quick]
+ *   gpu_bench [--commit SHA] [--out FILE] [--reps N] [--no-peers] [--quick] [--attention]
+ *
+ * --attention runs the attention cases instead (bf16, B4 H32 S4096 D128:
+ * causal fused and unfused, non-causal, GQA 32:8, softcap, ALiBi, sliding
+ * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION), the cold
+ * compile of one fused kernel, and peers.py --attention (cuDNN SDPA,
+ * FlexAttention).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -48,7 +54,7 @@
 #endif
 
 static int g_reps = 30, g_warmup = 5;
-static bool g_quick = false;
+static bool g_quick = false, g_attention = false;
 
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -305,6 +311,198 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Attention (--attention)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* B4 H32 S4096 D128 bf16 attention with score body `body` (defines s1 from s0
+ * = Q.K^T / sqrt(D)); kv heads `hkv` (< 32: GQA, K and V broadcast over a
+ * head-group axis). */
+static void attn_text(char *t, size_t size, int S, int hkv, const char *body) {
+    int B = 4, H = 32, D = 128;
+    if (hkv < H)
+        snprintf(t, size,
+                 "kfg 1\nq = input(bf16[%d, %d, %d, %d, %d])\nk = input(bf16[%d, %d, 1, %d, %d])\n"
+                 "v = input(bf16[%d, %d, 1, %d, %d])\n",
+                 B, hkv, H / hkv, S, D, B, hkv, S, D, B, hkv, S, D);
+    else
+        snprintf(t, size,
+                 "kfg 1\nq = input(bf16[%d, %d, %d, %d])\nk = input(bf16[%d, %d, %d, %d])\n"
+                 "v = input(bf16[%d, %d, %d, %d])\n",
+                 B, H, S, D, B, H, S, D, B, H, S, D);
+    size_t n = strlen(t);
+    snprintf(t + n, size - n,
+             "qk = matmul(q, k, transpose_b=true)\nsc = const(bf16[], 0.08838834764)\n"
+             "s0 = mul(qk, sc)\nrow = iota(i32[%d, %d], axis=0)\ncol = iota(i32[%d, %d], axis=1)\n"
+             "%sp = softmax(s1)\no = matmul(p, v)\noutput o\n",
+             S, S, S, S, body);
+}
+
+static int attention_main(const char *commit, const char *out_path, bool peers, double copy_gbs,
+                          double gemm_tflops, int64_t GM) {
+    int S = g_quick ? 2048 : 4096;
+    const char *causal = "keep = ge(row, col)\nninf = const(bf16[], -inf)\n"
+                         "s1 = where(keep, s0, ninf)\n";
+    const char *none = "one = const(bf16[], 1)\ns1 = mul(s0, one)\n";
+    const char *softcap = "cap = const(bf16[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\n"
+                          "t2 = mul(t1, cap)\nkeep = ge(row, col)\nninf = const(bf16[], -inf)\n"
+                          "s1 = where(keep, t2, ninf)\n";
+    const char *alibi = "slope = input(bf16[32, 1, 1])\ndi = sub(col, row)\ndf = cast(di, bf16)\n"
+                        "bias = mul(slope, df)\nsb = add(s0, bias)\nkeep = ge(row, col)\n"
+                        "ninf = const(bf16[], -inf)\ns1 = where(keep, sb, ninf)\n";
+    const char *window = "d = sub(row, col)\nw = const(i32[], 1023)\nzero = const(i32[], 0)\n"
+                         "rest = sub(w, d)\nm = min(d, rest)\nkeep = ge(m, zero)\n"
+                         "ninf = const(bf16[], -inf)\ns1 = where(keep, s0, ninf)\n";
+    static char texts[7][2048];
+    attn_text(texts[0], sizeof texts[0], S, 32, causal);
+    attn_text(texts[1], sizeof texts[1], S, 32, causal);
+    attn_text(texts[2], sizeof texts[2], S, 32, none);
+    attn_text(texts[3], sizeof texts[3], S, 8, causal);
+    attn_text(texts[4], sizeof texts[4], S, 32, softcap);
+    attn_text(texts[5], sizeof texts[5], S, 32, alibi);
+    attn_text(texts[6], sizeof texts[6], S, 32, window);
+    double bh = 4.0 * 32, ss = (double)S * S, d = 128;
+    double io = 4.0 * bh * S * d * 2;            /* Q, K, V, O once */
+    double io_gqa = 2.0 * bh * S * d * 2 + 2.0 * 4 * 8 * S * d * 2;
+    double full = 4.0 * bh * ss * d;             /* two GEMMs */
+    double win_keys = 0;                          /* keys per row under the window */
+    for (int q = 0; q < S; q++)
+        win_keys += q + 1 < 1024 ? q + 1 : 1024;
+    bcase cases[] = {
+        {"attn_causal", texts[0], io, full / 2, 0, 0, 0, ""},
+        {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, ""},
+        {"attn_noncausal", texts[2], io, full, 0, 0, 0, ""},
+        {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, ""},
+        {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, ""},
+        {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, ""},
+        {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
+    };
+    int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_UNFUSED_ATTENTION);
+    for (int i = 0; i < n_cases; i++)
+        run_case(i == 1 ? unf : fa, &cases[i], copy_gbs, gemm_tflops);
+
+    /* Cold compile of one fused kernel: a private empty cache (planning and
+     * codegen included, as kf_compile does them). */
+    double cold_ms = 0;
+    {
+        char dir[] = "/tmp/kf_bench_cache_XXXXXX";
+        if (!mkdtemp(dir)) {
+            perror("mkdtemp");
+            return 1;
+        }
+        kf_ctx *cc = make_ctx(dir, 0);
+        kf_graph *g = parse(cc, texts[0]);
+        kf_program *p = NULL;
+        double t0 = now_s();
+        if (kf_compile(cc, g, &p) != KF_OK) {
+            fprintf(stderr, "gpu_bench: %s\n", kf_graph_error(g));
+            return 1;
+        }
+        cold_ms = (now_s() - t0) * 1e3;
+        fprintf(stderr, "compile attn_causal cold %.1f ms (%zu kernels)\n", cold_ms,
+                kf_program_kernel_count(p));
+        kf_program_destroy(p);
+        kf_graph_destroy(g);
+        kf_ctx_destroy(cc);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "gpu_bench: could not remove %s\n", dir);
+    }
+    /* Planning alone (the mask proved cell by cell today). */
+    double plan_ms = 0;
+    {
+        kf_graph *g = parse(fa, texts[0]);
+        double t0 = now_s();
+        kf_plan *plan = NULL;
+        if (kf_plan_create(g, NULL, &plan) != KF_OK)
+            return 1;
+        plan_ms = (now_s() - t0) * 1e3;
+        kf_plan_destroy(plan);
+        kf_graph_destroy(g);
+        fprintf(stderr, "plan attn_causal %.1f ms\n", plan_ms);
+    }
+
+    char peers_json[8192] = "null";
+    if (peers && system("python3 -c 'import torch; assert torch.cuda.is_available()' "
+                        ">/dev/null 2>&1") == 0) {
+        char pf[] = "/tmp/kf_bench_peers_XXXXXX";
+        int fd = mkstemp(pf);
+        if (fd >= 0) {
+            close(fd);
+            char cmd[512];
+            const char *src = getenv("KF_SOURCE_DIR");
+            snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --attention --out %s",
+                     src ? src : ".", pf);
+            fprintf(stderr, "peers: %s\n", cmd);
+            if (system(cmd) == 0) {
+                FILE *f = fopen(pf, "r");
+                if (f) {
+                    size_t n = fread(peers_json, 1, sizeof peers_json - 1, f);
+                    peers_json[n] = 0;
+                    fclose(f);
+                }
+            }
+            unlink(pf);
+        }
+    } else {
+        fprintf(stderr, "peers: skipped (no torch with CUDA, or --no-peers)\n");
+    }
+
+    char name[160];
+    snprintf(name, sizeof name, "%s", DEV.name);
+    for (char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
+            *p = '-';
+    char path[512];
+    const char *src = getenv("KF_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/bench/results", src ? src : ".");
+    mkdir(path, 0755);
+    snprintf(path + strlen(path), sizeof path - strlen(path), "/%s-%s-attention.json", name,
+             commit);
+    FILE *outs[2] = {fopen(path, "w"), out_path ? fopen(out_path, "w") : NULL};
+    for (int o = 0; o < 2; o++) {
+        FILE *f = outs[o];
+        if (!f)
+            continue;
+        fprintf(f, "{\n  \"schema\": \"kfuse.bench/1\",\n  \"suite\": \"attention\",\n  \"gpu\": ");
+        json_str(f, DEV.name);
+        fprintf(f, ",\n  \"arch\": \"%s\",\n  \"sm_count\": %d,\n  \"driver\": %d,\n", DEV.arch,
+                DEV.sm_count, D->driver_version);
+        fprintf(f, "  \"commit\": ");
+        json_str(f, commit);
+        fprintf(f, ",\n  \"quick\": %s,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
+                g_quick ? "true" : "false", g_reps, g_warmup);
+        fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f, "
+                   "\"gemm_shape\": [%lld, %lld, %lld]},\n",
+                copy_gbs, gemm_tflops, (long long)GM, (long long)GM, (long long)GM);
+        fprintf(f, "  \"shape\": {\"batch\": 4, \"heads\": 32, \"seq\": %d, \"head_dim\": 128},\n",
+                S);
+        fprintf(f, "  \"cases\": {\n");
+        for (int i = 0; i < n_cases; i++) {
+            bcase *c = &cases[i];
+            fprintf(f,
+                    "    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
+                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, \"where\": ",
+                    c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
+                    c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
+                    c->launches);
+            json_str(f, c->report);
+            fprintf(f, "}%s\n", i + 1 < n_cases ? "," : "");
+        }
+        fprintf(f, "  },\n  \"compile\": {\"attn_causal\": {\"cold_ms\": %.1f}},\n", cold_ms);
+        fprintf(f, "  \"plan_ms\": {\"attn_causal\": %.1f},\n", plan_ms);
+        fprintf(f, "  \"peers\": %s\n}\n", peers_json);
+        fclose(f);
+    }
+    fprintf(stderr, "gpu_bench: wrote %s\n", path);
+    kf_ctx_destroy(fa);
+    kf_ctx_destroy(unf);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *commit = KF_BENCH_COMMIT, *out_path = NULL;
     bool peers = true;
@@ -319,9 +517,11 @@ int main(int argc, char **argv) {
             peers = false;
         else if (!strcmp(argv[i], "--quick"))
             g_quick = true;
+        else if (!strcmp(argv[i], "--attention"))
+            g_attention = true;
         else {
             fprintf(stderr, "usage: gpu_bench [--commit SHA] [--out FILE] [--reps N] "
-                            "[--no-peers] [--quick]\n");
+                            "[--no-peers] [--quick] [--attention]\n");
             return 2;
         }
     }
@@ -427,6 +627,9 @@ int main(int argc, char **argv) {
         kf_cuda_mem_free(&DEV, pd);
         kf_blt_destroy(a.lt);
     }
+
+    if (g_attention)
+        return attention_main(commit, out_path, peers, copy_gbs, gemm_tflops, GM);
 
     /* The cases. */
     int R = g_quick ? 8192 : 65536, C = 4096;

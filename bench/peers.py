@@ -9,6 +9,15 @@ process run, so kfuse's numbers sit beside its peers':
                                                        (cuBLASLt's GELU_BIAS epilogue), eager
                                                        F.gelu(x@w + b, approximate='tanh')
 
+With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
+
+  attn_causal       causal                 SDPA with the cuDNN backend
+  attn_noncausal    no mask                SDPA with the cuDNN backend
+  attn_gqa          GQA 32:8 causal        SDPA (cuDNN) with enable_gqa
+  attn_softcap      30 tanh(s/30), causal  FlexAttention (torch.compile'd) with a score_mod
+  attn_alibi        ALiBi, causal          FlexAttention with a score_mod
+  attn_window       sliding window 1024    FlexAttention with a block mask
+
 Timing as the harness does it: CUDA events, warm-up, the median of many runs.
 Writes one JSON object (milliseconds per case and variant) to --out, or stdout.
 The harness (gpu_bench.c) calls this when `import torch` works and embeds the
@@ -44,9 +53,13 @@ def main():
     ap.add_argument("--rows", type=int, default=65536)
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--attention", action="store_true")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
+
+    if args.attention:
+        return attention(args)
 
     res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
     dev = "cuda"
@@ -91,6 +104,79 @@ def main():
     }
     res["cases"]["gemm_bias_gelu"] = r
     print(f"peers: gemm_bias_gelu {r}", file=sys.stderr)
+    text = json.dumps(res, indent=1)
+    if args.out == "-":
+        print(text)
+    else:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+def attention(args):
+    """The attention cases; each peer in a try, so one missing backend leaves
+    the others' numbers."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
+    B, H, S, D = 4, 32, 4096, 128
+    bf = torch.bfloat16
+    q, k, v = (torch.rand(B, H, S, D, device="cuda", dtype=bf) * 2 - 1 for _ in range(3))
+    kg, vg = (torch.rand(B, 8, S, D, device="cuda", dtype=bf) * 2 - 1 for _ in range(2))
+
+    def put(name, key, fn):
+        r = res["cases"].setdefault(name, {})
+        try:
+            r[key] = median_ms(fn)
+        except Exception as e:  # noqa: BLE001 -- report, never fail the run
+            r[key + "_error"] = str(e)[:300]
+        print(f"peers: {name} {r}", file=sys.stderr)
+
+    def cudnn(fn):
+        def run():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return fn()
+        return run
+
+    put("attn_causal", "cudnn_sdpa_ms", cudnn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+    put("attn_causal", "flash_sdpa_ms", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    put("attn_noncausal", "cudnn_sdpa_ms", cudnn(lambda: F.scaled_dot_product_attention(q, k, v)))
+    put("attn_gqa", "cudnn_sdpa_ms",
+        cudnn(lambda: F.scaled_dot_product_attention(q, kg, vg, is_causal=True, enable_gqa=True)))
+    if args.no_compile:
+        return dump(res, args)
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        flex = torch.compile(flex_attention)
+
+        def causal(b, h, qi, ki):
+            return qi >= ki
+
+        def window(b, h, qi, ki):
+            return (qi >= ki) & (qi - ki < 1024)
+
+        bm_causal = create_block_mask(causal, None, None, S, S)
+        bm_window = create_block_mask(window, None, None, S, S)
+        slopes = torch.exp2(-8.0 * torch.arange(1, H + 1, device="cuda") / H)
+
+        def softcap(score, b, h, qi, ki):
+            return 30.0 * torch.tanh(score / 30.0)
+
+        def alibi(score, b, h, qi, ki):
+            return score + slopes[h] * (ki - qi)
+
+        put("attn_softcap", "flex_ms", lambda: flex(q, k, v, score_mod=softcap, block_mask=bm_causal))
+        put("attn_alibi", "flex_ms", lambda: flex(q, k, v, score_mod=alibi, block_mask=bm_causal))
+        put("attn_window", "flex_ms", lambda: flex(q, k, v, block_mask=bm_window))
+        put("attn_causal", "flex_ms", lambda: flex(q, k, v, block_mask=bm_causal))
+    except Exception as e:  # noqa: BLE001
+        res["flex_error"] = str(e)[:300]
+    return dump(res, args)
+
+
+def dump(res, args):
     text = json.dumps(res, indent=1)
     if args.out == "-":
         print(text)

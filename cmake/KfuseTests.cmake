@@ -94,6 +94,12 @@ foreach(_src IN LISTS KF_SUITE_SOURCES)
     set_tests_properties(${_stem} PROPERTIES ENVIRONMENT "${KF_TEST_ENV}" TIMEOUT 300
                                              SKIP_RETURN_CODE 77)
 endforeach()
+# test_cudagen NVRTC-compiles every template and example kernel and 32 fused
+# attention variants for two archs: about 2.5 minutes alone on two cores, over
+# 300 s beside test_cpu under ctest -j2 on a loaded machine.
+if(TARGET test_cudagen)
+    set_tests_properties(test_cudagen PROPERTIES TIMEOUT 900)
+endif()
 
 # test_cuda checks the driver types runtime/cuda.h declares against the
 # toolkit's cuda.h, when there is one (the library itself never includes it).

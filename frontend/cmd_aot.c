@@ -25,7 +25,8 @@
 
 const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
 const char kf_cmd_aot_help[] =
-    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] FILE.kfg... -o DIR\n"
+    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] [--unfused-attention] "
+    "FILE.kfg... -o DIR\n"
     "\n"
     "Plans each graph, makes its CUDA recipes for each ARCH (what `kfuse report`\n"
     "prints and a program runs), compiles every generated kernel they name with\n"
@@ -41,6 +42,7 @@ const char kf_cmd_aot_help[] =
     "  --gemm MODE   the recipes of contexts with this GEMM mode: auto (the\n"
     "                default, as measured), generated, cublaslt, or measured (both\n"
     "                sides compiled; the choice is timed on first use)\n"
+    "  --unfused-attention the recipes of contexts with KF_FLAG_UNFUSED_ATTENTION\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
     "\n"
@@ -52,7 +54,8 @@ const char kf_cmd_aot_help[] =
 static int usage(const char *fmt, const char *arg) {
     fputs("kfuse aot: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] FILE.kfg... -o DIR\n"
+    fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] "
+          "[--unfused-attention] FILE.kfg... -o DIR\n"
           "Run 'kfuse help aot' for details.\n",
           stderr);
     return 2;
@@ -120,8 +123,7 @@ static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *re
                 } else if (msg.store == KF_CACHE_STORE_FAILED) {
                     /* Compiled, but not in DIR: the product is incomplete. */
                     fprintf(stderr, "%skfuse aot: %s: kernel '%s' (%s) was not stored: %s\n",
-                            a->tty ? "\r\033[K" : "", path, k->name, a->archs[ai],
-                            msg.store_error);
+                            a->tty ? "\r\033[K" : "", path, k->name, a->archs[ai], msg.store_error);
                     failed[ai]++;
                     a->not_stored++;
                     a->rc = 1;
@@ -183,6 +185,8 @@ int kf_cmd_aot(int argc, char **argv) {
                 return usage("%s", "--gemm takes auto, generated, cublaslt or measured");
             }
             i++;
+        } else if (strcmp(s, "--unfused-attention") == 0) {
+            a.flags |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
         } else if (strncmp(s, "--arch=", 7) == 0) {
             snprintf(archbuf, sizeof archbuf, "%s", s + 7);
         } else if (s[0] == '-' && s[1] != '\0') {
@@ -268,10 +272,13 @@ int kf_cmd_aot(int argc, char **argv) {
         if (a.rc)
             rc = 1;
         printf("%lu kernels for %d graph%s and %d arch%s in %s\n", a.total, n_files,
-               n_files == 1 ? "" : "s", a.n_archs, a.n_archs == 1 ? "" : "s", kf_cache_dir(a.cache));
+               n_files == 1 ? "" : "s", a.n_archs, a.n_archs == 1 ? "" : "s",
+               kf_cache_dir(a.cache));
         if (a.not_stored)
-            fprintf(stderr, "kfuse aot: %lu of %lu kernels were not stored in %s: the cache is "
-                    "incomplete\n", a.not_stored, a.total, kf_cache_dir(a.cache));
+            fprintf(stderr,
+                    "kfuse aot: %lu of %lu kernels were not stored in %s: the cache is "
+                    "incomplete\n",
+                    a.not_stored, a.total, kf_cache_dir(a.cache));
     }
     for (int f = 0; f < n_files && graphs && plans; f++) {
         for (int ai = 0; recipes && ai < a.n_archs; ai++)

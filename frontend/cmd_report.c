@@ -14,17 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/cuda/cuda_recipe.h"
 #include "frontend/cli.h"
 #include "frontend/cmd_report.h"
-#include "codegen/cuda/cuda_recipe.h"
 #include "fusion/fusion.h"
 #include "kfuse.h"
 #include "runtime/nvrtc.h"
 
-
 const char kf_cmd_report_help[] =
     "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
     "                         [--sm-count N] [--no-cublaslt] [--gemm MODE]\n"
+    "                         [--unfused-attention]\n"
     "\n"
     "Plans FILE (a .kfg graph; `-` reads standard input) into fused kernels and\n"
     "prints the plan: one row per kernel group (kind, generated kernel name, ops\n"
@@ -47,6 +47,9 @@ const char kf_cmd_report_help[] =
     "                  auto (the default, as measured), generated (kfuse's sm_90a\n"
     "                  GEMM kernel where it takes the group), cublaslt, or measured\n"
     "                  (both, timed once on the device, the faster runs)\n"
+    "  --unfused-attention  the recipes of a context with KF_FLAG_UNFUSED_ATTENTION\n"
+    "                  (every attention group unfused, also those the fused\n"
+    "                  kernel takes)\n"
     "  -h, --help      show this help\n"
     "\n"
     "environment: KF_DEBUG=1 dumps the plan after each fusion pass to stderr.\n"
@@ -58,6 +61,7 @@ static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, fmt, arg);
     fputs("\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
           "                         [--sm-count N] [--no-cublaslt] [--gemm MODE]\n"
+          "                         [--unfused-attention]\n"
           "Run 'kfuse help report' for details.\n",
           stderr);
     return 2;
@@ -97,7 +101,7 @@ static void write_cuda(void *user, kf_report_format format, FILE *out) {
 int kf_cmd_report(int argc, char **argv) {
     const char *file = NULL, *device = "h100", *arch = NULL;
     long sm_count = 0;
-    bool json = false, no_lt = false;
+    bool json = false, no_lt = false, unfused_attn = false;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -131,6 +135,8 @@ int kf_cmd_report(int argc, char **argv) {
             if (!kf_cli_gemm_mode(argv[++i], &gemm))
                 return usage("--gemm takes auto, generated, cublaslt or measured, not '%s'",
                              argv[i]);
+        } else if (strcmp(a, "--unfused-attention") == 0) {
+            unfused_attn = true;
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage("unknown option '%s'", a);
         } else if (file) {
@@ -156,7 +162,8 @@ int kf_cmd_report(int argc, char **argv) {
         kf_cuda_target_for_arch(arch, &target);
     if (sm_count)
         target.sm_count = (int)sm_count;
-    target.flags |= kf_cuda_recipe_flags(no_lt ? KF_FLAG_NO_CUBLASLT : 0u, gemm);
+    target.flags |= kf_cuda_recipe_flags(
+        (no_lt ? KF_FLAG_NO_CUBLASLT : 0u) | (unfused_attn ? KF_FLAG_UNFUSED_ATTENTION : 0u), gemm);
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     kf_plan *plan = NULL;
@@ -184,8 +191,8 @@ int kf_cmd_report(int argc, char **argv) {
     }
     if (rc == 0 && st != KF_OK) {
         const char *msg = g ? kf_graph_error(g) : "";
-        fprintf(stderr, "kfuse: report %s: %s%s%s\n", kf_cli_display_name(file), kf_status_str(st), msg[0] ? ": " : "",
-                msg);
+        fprintf(stderr, "kfuse: report %s: %s%s%s\n", kf_cli_display_name(file), kf_status_str(st),
+                msg[0] ? ": " : "", msg);
         rc = 1;
     }
     kf_cuda_recipes_destroy(recipes);

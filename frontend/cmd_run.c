@@ -29,6 +29,7 @@ const char kf_cmd_run_summary[] =
 const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
     "                      [--gemm auto|generated|cublaslt|measured]\n"
+    "                      [--unfused-attention]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
     "once on random inputs (the same inputs `kfuse eval --seed N` uses) and prints\n"
@@ -45,6 +46,9 @@ const char kf_cmd_run_help[] =
     "               default, as measured), generated (kfuse's sm_90a GEMM kernel\n"
     "               wherever it takes the group), cublaslt, or measured (both timed\n"
     "               once, the faster runs; --report shows both times)\n"
+    "  --unfused-attention  a context with KF_FLAG_UNFUSED_ATTENTION: attention\n"
+    "               groups run as two cuBLASLt GEMMs around a softmax kernel even\n"
+    "               where the fused kernel takes them (bf16/f16, head dim 64/128)\n"
     "  -h, --help   show this help\n";
 
 static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, bool check,
@@ -125,7 +129,7 @@ done:
 int kf_cmd_run(int argc, char **argv) {
     const char *file = NULL;
     uint64_t seed = 0;
-    bool check = false, report = false;
+    bool check = false, report = false, unfused_attn = false;
     kf_target target = KF_TARGET_AUTO;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -144,6 +148,8 @@ int kf_cmd_run(int argc, char **argv) {
                 return 2;
             }
             i++;
+        } else if (strcmp(a, "--unfused-attention") == 0) {
+            unfused_attn = true;
         } else if (strcmp(a, "--seed") == 0 || strcmp(a, "--target") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "kfuse run: %s needs a value\n%s", a, kf_cmd_run_help);
@@ -187,6 +193,8 @@ int kf_cmd_run(int argc, char **argv) {
     kf_options_init(&o);
     o.target = target;
     o.gemm = gemm;
+    if (unfused_attn)
+        o.flags |= KF_FLAG_UNFUSED_ATTENTION;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     if (kf_ctx_create(&o, &ctx) != KF_OK) {

@@ -131,7 +131,12 @@ enum {
                                              kfuse generates GEMM kernels) */
     KF_FLAG_CHECK_NUMERICS = 1u << 4,     /* each run also runs the reference evaluator and
                                              fails on a mismatch (slow: for debugging) */
-    KF_FLAG_ALL_ = (1u << 5) - 1
+    KF_FLAG_UNFUSED_ATTENTION = 1u << 5,  /* CUDA: every attention group runs unfused (two
+                                             cuBLASLt GEMMs around a softmax kernel), also
+                                             those the fused kernel takes (bf16/f16, head dim
+                                             64 or 128), which by default run as one fused
+                                             kernel (sm_80 mma.sync, on sm_90 too) */
+    KF_FLAG_ALL_ = (1u << 6) - 1
 };
 
 /* How GEMM groups run on a CUDA device. */

@@ -60,6 +60,8 @@ static kf_status build_flags(const kf_nvrtc_options *o, char arch_flag[32],
         flags[k++] = "--use_fast_math";
     if (o->line_info)
         flags[k++] = "-lineinfo";
+    if (o->ptxas_verbose)
+        flags[k++] = "--ptxas-options=-v";
     *n = k;
     return KF_OK;
 }

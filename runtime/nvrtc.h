@@ -31,6 +31,8 @@ typedef struct kf_nvrtc_options {
     const char *kernel_name; /* an identifier: names the kernel in messages and dumps */
     bool fast_math;          /* --use_fast_math (default off: results match the reference) */
     bool line_info;          /* -lineinfo, for profilers */
+    bool ptxas_verbose;      /* --ptxas-options=-v: ptxas's resource report (registers, stack,
+                                spills) in the log, for tests that hold kernels to no spills */
     const char *dump_dir;    /* write the source here; NULL: $KF_DUMP_DIR if set */
 } kf_nvrtc_options;
 

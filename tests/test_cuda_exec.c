@@ -632,6 +632,273 @@ static void test_attention_runs_unfused_with_its_score_expression_and_mask(void 
 }
 
 /* ------------------------------------------------------------------------ */
+/* Attention (the fused kernel, the default where it takes the group)        */
+/* ------------------------------------------------------------------------ */
+
+/* Each body defines q, k, v and the score s1 ('$' is the dtype); the softmax,
+ * P.V and the output follow. Sizes are not tile multiples (64 x 64 tiles). */
+static const attn_case fused_cases[] = {
+    {"causal, S 200 (not a tile multiple), head dim 128",
+     "q = input($[2, 3, 200, 128])\n"
+     "k = input($[2, 3, 200, 128])\n"
+     "v = input($[2, 3, 200, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\n"
+     "s0 = mul(qk, sc)\n"
+     "row = iota(i32[200, 200], axis=0)\n"
+     "col = iota(i32[200, 200], axis=1)\n"
+     "keep = ge(row, col)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"no mask, Sq 77 != Skv 333, head dim 64",
+     "q = input($[2, 2, 77, 64])\n"
+     "k = input($[2, 2, 333, 64])\n"
+     "v = input($[2, 2, 333, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\n"
+     "s1 = mul(qk, sc)\n",
+     "mask none"},
+    {"causal kv <= q with Sq 100 < Skv 260",
+     "q = input($[1, 2, 100, 128])\n"
+     "k = input($[1, 2, 260, 128])\n"
+     "v = input($[1, 2, 260, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\n"
+     "s0 = mul(qk, sc)\n"
+     "row = iota(i32[100, 260], axis=0)\n"
+     "col = iota(i32[100, 260], axis=1)\n"
+     "keep = ge(row, col)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"queries at the end of a longer key sequence (kv <= q + 160): general",
+     "q = input($[1, 2, 100, 64])\n"
+     "k = input($[1, 2, 260, 64])\n"
+     "v = input($[1, 2, 260, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\n"
+     "s0 = mul(qk, sc)\n"
+     "row = iota(i32[100, 260], axis=0)\n"
+     "col = iota(i32[100, 260], axis=1)\n"
+     "off = const(i32[], 160)\n"
+     "qa = add(row, off)\n"
+     "keep = ge(qa, col)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, s0, ninf)\n",
+     "mask general"},
+    {"batch 1, 40 heads, causal",
+     "q = input($[1, 40, 130, 64])\n"
+     "k = input($[1, 40, 130, 64])\n"
+     "v = input($[1, 40, 130, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\n"
+     "s0 = mul(qk, sc)\n"
+     "row = iota(i32[130, 130], axis=0)\n"
+     "col = iota(i32[130, 130], axis=1)\n"
+     "keep = ge(row, col)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"sliding window 50, S 300",
+     "q = input($[1, 2, 300, 128])\n"
+     "k = input($[1, 2, 300, 128])\n"
+     "v = input($[1, 2, 300, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\n"
+     "s0 = mul(qk, sc)\n"
+     "row = iota(i32[300, 300], axis=0)\n"
+     "col = iota(i32[300, 300], axis=1)\n"
+     "d = sub(row, col)\n"
+     "w = const(i32[], 49)\n"
+     "zero = const(i32[], 0)\n"
+     "rest = sub(w, d)\n"
+     "m = min(d, rest)\n"
+     "keep = ge(m, zero)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"softcap 30 tanh(s / 30) + causal",
+     "q = input($[2, 2, 150, 128])\n"
+     "k = input($[2, 2, 150, 128])\n"
+     "v = input($[2, 2, 150, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\n"
+     "s0 = mul(qk, sc)\n"
+     "cap = const($[], 30)\n"
+     "t0 = div(s0, cap)\n"
+     "t1 = tanh(t0)\n"
+     "t2 = mul(t1, cap)\n"
+     "row = iota(i32[150, 150], axis=0)\n"
+     "col = iota(i32[150, 150], axis=1)\n"
+     "keep = ge(row, col)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, t2, ninf)\n",
+     "mask causal"},
+    {"ALiBi slope[h] (kv - q) + causal",
+     "q = input($[2, 4, 190, 64])\n"
+     "k = input($[2, 4, 190, 64])\n"
+     "v = input($[2, 4, 190, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\n"
+     "s0 = mul(qk, sc)\n"
+     "slope = input($[4, 1, 1])\n"
+     "row = iota(i32[190, 190], axis=0)\n"
+     "col = iota(i32[190, 190], axis=1)\n"
+     "di = sub(col, row)\n"
+     "df = cast(di, $)\n"
+     "bias = mul(slope, df)\n"
+     "sb = add(s0, bias)\n"
+     "keep = ge(row, col)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, sb, ninf)\n",
+     "mask causal"},
+    {"an additive mask tensor [Sq, Skv]",
+     "q = input($[2, 2, 120, 128])\n"
+     "k = input($[2, 2, 140, 128])\n"
+     "v = input($[2, 2, 140, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\n"
+     "s0 = mul(qk, sc)\n"
+     "am = input($[120, 140])\n"
+     "s1 = add(s0, am)\n",
+     "mask none"},
+    {"a bool mask tensor with a finite fill",
+     "q = input($[2, 2, 96, 64])\n"
+     "k = input($[2, 2, 96, 64])\n"
+     "v = input($[2, 2, 96, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\n"
+     "s0 = mul(qk, sc)\n"
+     "m = input(bool[96, 96])\n"
+     "fill = const($[], -30000)\n"
+     "s1 = where(m, s0, fill)\n",
+     "mask general"},
+    {"GQA 8:1 (K, V broadcast over the head group) + causal",
+     "q = input($[1, 2, 8, 150, 128])\n"
+     "k = input($[1, 2, 1, 150, 128])\n"
+     "v = input($[1, 2, 1, 150, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\n"
+     "s0 = mul(qk, sc)\n"
+     "row = iota(i32[150, 150], axis=0)\n"
+     "col = iota(i32[150, 150], axis=1)\n"
+     "keep = ge(row, col)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"Q, K, V permuted views of [B, S, H, D] + causal",
+     "qi = input($[2, 90, 4, 64])\n"
+     "ki = input($[2, 90, 4, 64])\n"
+     "vi = input($[2, 90, 4, 64])\n"
+     "q = permute(qi, [0, 2, 1, 3])\n"
+     "k = permute(ki, [0, 2, 1, 3])\n"
+     "v = permute(vi, [0, 2, 1, 3])\n"
+     "qk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\n"
+     "s0 = mul(qk, sc)\n"
+     "row = iota(i32[90, 90], axis=0)\n"
+     "col = iota(i32[90, 90], axis=1)\n"
+     "keep = ge(row, col)\n"
+     "ninf = const($[], -inf)\n"
+     "s1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+};
+
+/* `body` with every '$' replaced by the dtype's name, as a whole graph. */
+static void fused_text(const char *body, const char *dn, char *text, size_t size) {
+    size_t n = (size_t)snprintf(text, size, "kfg 1\n");
+    for (const char *c = body; *c && n + 8 < size; c++) {
+        if (*c == '$')
+            n += (size_t)snprintf(text + n, size - n, "%s", dn);
+        else
+            text[n++] = *c;
+    }
+    snprintf(text + n, size - n, "p = softmax(s1)\no = matmul(p, v)\noutput o\n");
+}
+
+/* A context with `flags` beside G.ctx's (same cache directory). */
+static kf_ctx *flags_ctx(unsigned flags) {
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.flags = flags;
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    return ctx;
+}
+
+/* Every case in bf16 and f16 runs as the one fused kernel (the report says
+ * so) and matches the reference: ragged Sq and Skv, Sq != Skv, each mask
+ * class, softcap, ALiBi, an additive and a bool mask tensor, GQA 8:1 read
+ * through a broadcast, permuted views. */
+static void test_fused_attention_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = G.ctx;
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t i = 0; i < N_OF(fused_cases); i++) {
+            const char *dn = kf_dtype_name(dts[d]);
+            char text[4096];
+            fused_text(fused_cases[i].body, dn, text, sizeof text);
+            kf_graph *g = NULL;
+            if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
+                fail_msg("%s: parse: %s\n%s", fused_cases[i].name, kf_graph_error(g), text);
+            char label[160], has[160];
+            snprintf(label, sizeof label, "fused attention: %s [%s]", fused_cases[i].name, dn);
+            snprintf(has, sizeof has, "fused attention (sm_80 mma.sync kernel)|%s",
+                     fused_cases[i].mask);
+            run_opts o = {.lo = -2, .hi = 2, .report_has = has, .ctx = ctx};
+            run_and_compare(g, 1100 + 20 * d + i, &o, label);
+            fprintf(stderr, "  %s: ok\n", label);
+            kf_graph_destroy(g);
+        }
+    }
+}
+
+/* A group the fused kernel does not take runs unfused and the report says
+ * why: f32, a head dim of 32; and with KF_FLAG_UNFUSED_ATTENTION, one it
+ * takes (bf16, head dim 128, causal) runs unfused too. */
+static void test_fused_attention_falls_back_and_says_why(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = G.ctx;
+    static const struct {
+        const char *text, *why;
+    } cases[] = {
+        {"kfg 1\nq = input(f32[2, 2, 70, 64])\nk = input(f32[2, 2, 70, 64])\n"
+         "v = input(f32[2, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+         "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         "unfused fallback|dtype f32"},
+        {"kfg 1\nq = input(bf16[2, 2, 70, 32])\nk = input(bf16[2, 2, 70, 32])\n"
+         "v = input(bf16[2, 2, 70, 32])\nqk = matmul(q, k, transpose_b=true)\n"
+         "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         "unfused fallback|head dim 32"},
+    };
+    for (size_t i = 0; i < N_OF(cases); i++) {
+        kf_graph *g = NULL;
+        assert_int_equal(kf_graph_parse(ctx, cases[i].text, strlen(cases[i].text), &g), KF_OK);
+        run_opts o = {.lo = -2, .hi = 2, .report_has = cases[i].why, .ctx = ctx};
+        run_and_compare(g, 1200 + i, &o, cases[i].why);
+        kf_graph_destroy(g);
+    }
+    kf_ctx *off = flags_ctx(KF_FLAG_UNFUSED_ATTENTION);
+    char text[4096];
+    fused_text(fused_cases[0].body, "bf16", text, sizeof text);
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(off, text, strlen(text), &g), KF_OK);
+    run_opts o = {.lo = -2,
+                  .hi = 2,
+                  .report_has = "unfused fallback|KF_FLAG_UNFUSED_ATTENTION",
+                  .ctx = off};
+    run_and_compare(g, 1210, &o, "KF_FLAG_UNFUSED_ATTENTION");
+    kf_graph_destroy(g);
+    kf_ctx_destroy(off);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Every example                                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -1154,6 +1421,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),
         cmocka_unit_test(test_batched_and_transposed_gemms_match),
         cmocka_unit_test(test_attention_runs_unfused_with_its_score_expression_and_mask),
+        cmocka_unit_test(test_fused_attention_matches_the_reference),
+        cmocka_unit_test(test_fused_attention_falls_back_and_says_why),
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),
         cmocka_unit_test(test_intermediates_share_device_memory_by_liveness),
@@ -1162,6 +1431,10 @@ int main(void) {
         cmocka_unit_test(test_generated_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
     };
+    /* KF_TEST_FILTER=pattern runs only the tests whose names match (cmocka's
+     * wildcards), so one suite can be rerun on a GPU machine in seconds. */
+    if (getenv("KF_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("KF_TEST_FILTER"));
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
     if (failed == 0 && !G.have) {
         fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);

@@ -61,13 +61,20 @@ static void plan_release(planned *p) {
  * epilogues, and NVRTC-compiles every KERNEL step (the kernels an executor
  * or `kfuse aot` compiles); returns how many the default recipes have, and
  * counts their templates in seen[]. */
+static unsigned compile_flags(const kf_plan *plan, unsigned *seen, const unsigned *flag_list,
+                              size_t n_flags);
 static unsigned compile_all(const kf_plan *plan, unsigned *seen) {
+    static const unsigned sets[] = {0, KF_CUDA_RECIPE_NO_LT_EPILOGUE, KF_CUDA_RECIPE_GEMM_MEASURED};
+    return compile_flags(plan, seen, sets, 3);
+}
+
+/* compile_all over the recipe flags of flag_list (the first counted). */
+static unsigned compile_flags(const kf_plan *plan, unsigned *seen, const unsigned *flag_list,
+                              size_t n_flags) {
     unsigned n = 0;
     for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) {
-        static const unsigned flag_sets[] = {0, KF_CUDA_RECIPE_NO_LT_EPILOGUE,
-                                             KF_CUDA_RECIPE_GEMM_MEASURED};
-        for (size_t fs = 0; fs < sizeof flag_sets / sizeof flag_sets[0]; fs++) {
-            unsigned flags = flag_sets[fs];
+        for (size_t fi = 0; fi < n_flags; fi++) {
+            unsigned flags = flag_list[fi];
             kf_cuda_target t;
             kf_cuda_target_for_arch(ARCHS[a], &t);
             t.flags = flags;
@@ -81,19 +88,22 @@ static unsigned compile_all(const kf_plan *plan, unsigned *seen) {
                     if (rc->steps[si].kind != KF_CUDA_STEP_KERNEL)
                         continue;
                     const kf_cuda_kernel *k = &rc->steps[si].kernel->kernel;
-                    if (seen && (!flags || k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM90))
+                    if (seen && (fi == 0 || k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM90))
                         seen[k->tmpl]++;
-                    if (flags && k->tmpl != KF_CUDA_TEMPLATE_GEMM_SM90 &&
+                    if (fi > 0 && k->tmpl != KF_CUDA_TEMPLATE_GEMM_SM90 &&
                         flags == KF_CUDA_RECIPE_GEMM_MEASURED)
-                        continue; /* compiled already, with flags 0 */
-                    n += !flags; /* counted once per arch */
+                        continue; /* compiled already, with the first flags */
+                    n += fi == 0; /* counted once per arch */
                     if (have_nvrtc()) {
                         kf_nvrtc_result res;
                         kf_status st = kf_cuda_kernel_compile(&MEM, k, &res, err);
                         if (st != KF_OK)
                             fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
                         assert_true(res.cubin_size > 4);
-                        assert_memory_equal(res.cubin, "\x7f" "ELF", 4);
+                        assert_memory_equal(res.cubin,
+                                            "\x7f"
+                                            "ELF",
+                                            4);
                         kf_nvrtc_result_release(&MEM, &res);
                     }
                 }
@@ -158,7 +168,8 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
                  "m = mul(x, s)\na = add(m, b)\ny = gelu(a)\noutput y\n",
                  seen);
     compile_text("kfg 1\nx = input(f32[1001])\nn = neg(x)\ny = exp(n)\noutput y\n", seen);
-    compile_text("kfg 1\nx = input(f16[8, 24])\nc = input(f16[8, 1])\ny = mul(x, c)\noutput y\n", seen);
+    compile_text("kfg 1\nx = input(f16[8, 24])\nc = input(f16[8, 1])\ny = mul(x, c)\noutput y\n",
+                 seen);
     /* elementwise_bulk (sm_90a; sm_80 takes the plain template): per-column
      * operands whose period (4100) does not divide a block's step, a partial
      * last chunk */
@@ -176,17 +187,164 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
                  "y = layer_norm(x, w, b)\noutput y\n",
                  seen);
     /* the generated GEMM (sm_90a; test_gemmgen reads its SASS) */
-    compile_text("kfg 1\nx = input(bf16[256, 128])\nw = input(bf16[128, 256])\nb = input(bf16[256])\n"
-                 "h = matmul(x, w)\na = add(h, b)\ny = relu(a)\noutput y\n",
-                 seen);
+    compile_text(
+        "kfg 1\nx = input(bf16[256, 128])\nw = input(bf16[128, 256])\nb = input(bf16[256])\n"
+        "h = matmul(x, w)\na = add(h, b)\ny = relu(a)\noutput y\n",
+        seen);
     /* column reduction; a softmax over a non-last axis; a layout copy */
     compile_text("kfg 1\nx = input(f32[64, 32])\ny = reduce_sum(x, axis=0)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(f32[16, 8])\ny = softmax(x, axis=0)\noutput y\n", seen);
-    compile_text("kfg 1\nx = input(f32[4, 8, 16])\ne = exp(x)\ny = permute(e, [0, 2, 1])\noutput y\n",
+    compile_text(
+        "kfg 1\nx = input(f32[4, 8, 16])\ne = exp(x)\ny = permute(e, [0, 2, 1])\noutput y\n", seen);
+    /* the fused attention kernel; unfused, the row-wise softmax between GEMMs */
+    compile_text("kfg 1\nq = input(bf16[1, 2, 70, 64])\nk = input(bf16[1, 2, 70, 64])\n"
+                 "v = input(bf16[1, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+                 "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
                  seen);
     for (int t = 0; t < KF_CUDA_TEMPLATE_COUNT; t++) {
         if (!seen[t])
             fail_msg("template %s never instantiated", kf_cuda_template_name((kf_cuda_template)t));
+    }
+}
+
+/* The fused attention kernel: every variant (head dim x mask class x dtype x
+ * arch) is the group's one recipe step, compiles with NVRTC, and ptxas keeps
+ * it in registers (no stack frame, no spills). */
+static void test_fused_attention_compiles_every_variant_without_spills(void **state) {
+    (void)state;
+    static const int dims[] = {64, 128};
+    static const struct {
+        const char *name, *body, *mask;
+    } masks[] = {
+        {"none", "s1 = mul(qk, sc)\n", "none"},
+        {"causal",
+         "s0 = mul(qk, sc)\nrow = iota(i32[100, 100], axis=0)\ncol = iota(i32[100, 100], axis=1)\n"
+         "keep = ge(row, col)\nninf = const(%s[], -inf)\ns1 = where(keep, s0, ninf)\n",
+         "causal"},
+        {"sliding window",
+         "s0 = mul(qk, sc)\nrow = iota(i32[100, 100], axis=0)\ncol = iota(i32[100, 100], axis=1)\n"
+         "d = sub(row, col)\nw = const(i32[], 15)\nzero = const(i32[], 0)\nrest = sub(w, d)\n"
+         "m = min(d, rest)\nkeep = ge(m, zero)\nninf = const(%s[], -inf)\n"
+         "s1 = where(keep, s0, ninf)\n",
+         "sliding_window"},
+        {"general (a bool tensor)",
+         "s0 = mul(qk, sc)\nm = input(bool[100, 100])\nninf = const(%s[], -inf)\n"
+         "s1 = where(m, s0, ninf)\n",
+         "general"},
+    };
+    static const char *const dts[] = {"bf16", "f16"};
+    unsigned compiled = 0;
+    for (size_t di = 0; di < 2; di++) {
+        for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; mi++) {
+            for (size_t ti = 0; ti < 2; ti++) {
+                const char *dn = dts[ti];
+                int D = dims[di];
+                char body[1024], text[2048];
+                snprintf(body, sizeof body, masks[mi].body, dn);
+                snprintf(text, sizeof text,
+                         "kfg 1\nq = input(%s[2, 3, 100, %d])\nk = input(%s[2, 3, 100, %d])\n"
+                         "v = input(%s[2, 3, 100, %d])\nqk = matmul(q, k, transpose_b=true)\n"
+                         "sc = const(%s[], 0.125)\n%sp = softmax(s1)\no = matmul(p, v)\noutput o\n",
+                         dn, D, dn, D, dn, D, dn, body);
+                planned p;
+                plan_text(text, &p);
+                assert_int_equal(p.plan->groups[0].kind, KF_GROUP_ATTENTION);
+                assert_string_equal(kf_mask_kind_name(p.plan->groups[0].attn.mask), masks[mi].mask);
+                for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) {
+                    kf_cuda_target t;
+                    kf_cuda_target_for_arch(ARCHS[a], &t);
+                    t.flags = 0; /* the default */
+                    kf_cuda_recipes *rec = NULL;
+                    char err[KF_MSG_MAX] = "";
+                    if (kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err) != KF_OK)
+                        fail_msg("%s D%d %s %s: %s", masks[mi].name, D, dn, ARCHS[a], err);
+                    const kf_cuda_recipe *rc = &rec->recipes[0];
+                    assert_int_equal(rc->n_steps, 1);
+                    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+                    const kf_cuda_kstep *ks = rc->steps[0].kernel;
+                    assert_int_equal(ks->role, KF_CUDA_ROLE_ATTENTION);
+                    assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_ATTENTION_MMA);
+                    assert_non_null(
+                        strstr(rc->variants[0].how, "fused attention (sm_80 mma.sync kernel)"));
+                    /* 100 x 100: 2 x 2 tiles of 64; causal skips the one above
+                     * the diagonal, the window of 16 the one too */
+                    const char *tiles = mi == 1 || mi == 2 ? "3 of 4 tiles visited (25% outside"
+                                                           : "every tile visited";
+                    if (!strstr(rc->variants[0].how, tiles))
+                        fail_msg("%s: expected '%s' in: %s", masks[mi].name, tiles,
+                                 rc->variants[0].how);
+                    if (have_nvrtc()) {
+                        kf_nvrtc_options o = {.arch = ARCHS[a],
+                                              .kernel_name = ks->kernel.name,
+                                              .ptxas_verbose = true};
+                        kf_nvrtc_result res;
+                        kf_status st = kf_nvrtc_compile(&MEM, ks->kernel.source,
+                                                        ks->kernel.source_len, &o, &res, err);
+                        if (st != KF_OK)
+                            fail_msg("%s: %s\n%s", ks->kernel.name, err, res.log ? res.log : "");
+                        assert_memory_equal(res.cubin,
+                                            "\x7f"
+                                            "ELF",
+                                            4);
+                        if (!res.log || !strstr(res.log, "0 bytes stack frame, 0 bytes spill "
+                                                         "stores, 0 bytes spill loads"))
+                            fail_msg("%s (%s) spills:\n%s", ks->kernel.name, ARCHS[a],
+                                     res.log ? res.log : "(no log)");
+                        kf_nvrtc_result_release(&MEM, &res);
+                        compiled++;
+                    }
+                    kf_cuda_recipes_destroy(rec);
+                }
+                plan_release(&p);
+            }
+        }
+    }
+    if (have_nvrtc())
+        assert_int_equal(compiled, 2 * 4 * 2 * 2);
+}
+
+/* With the switch off (KF_FLAG_UNFUSED_ATTENTION), or for a group the fused
+ * kernel does not take, attention is the unfused recipe and the report line
+ * says why. */
+static void test_unfused_attention_says_why(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        unsigned flags;
+        const char *why;
+    } cases[] = {
+        {"kfg 1\nq = input(bf16[2, 64, 64])\nk = input(bf16[2, 64, 64])\nv = input(bf16[2, 64, "
+         "64])\n"
+         "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         KF_CUDA_RECIPE_UNFUSED_ATTENTION, "the fused kernel is off: KF_FLAG_UNFUSED_ATTENTION"},
+        {"kfg 1\nq = input(f32[2, 64, 64])\nk = input(f32[2, 64, 64])\nv = input(f32[2, 64, 64])\n"
+         "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         0, "dtype f32"},
+        {"kfg 1\nq = input(bf16[2, 64, 96])\nk = input(bf16[2, 64, 96])\nv = input(bf16[2, 64, "
+         "96])\n"
+         "qk = matmul(q, k, transpose_b=true)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         0, "head dim 96"},
+        {"kfg 1\nq = input(bf16[2, 64, 64])\nk = input(bf16[2, 64, 64])\nv = input(bf16[2, 64, "
+         "64])\n"
+         "qk = matmul(q, k)\np = softmax(qk)\no = matmul(p, v)\noutput o\n",
+         0, "K is not read as 16-byte rows"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        kf_cuda_target t;
+        kf_cuda_target_for_arch("sm_90a", &t);
+        t.flags = cases[i].flags;
+        kf_cuda_recipes *rec = NULL;
+        char err[KF_MSG_MAX] = "";
+        if (kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err) != KF_OK)
+            fail_msg("case %zu: %s", i, err);
+        const char *how = rec->recipes[0].variants[0].how;
+        if (!strstr(how, "unfused fallback") || !strstr(how, cases[i].why))
+            fail_msg("case %zu: expected an unfused recipe saying '%s', got: %s", i, cases[i].why,
+                     how);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
     }
 }
 
@@ -197,19 +355,20 @@ static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
     char text[4096];
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
         const char *d = floats[i];
-        snprintf(text, sizeof text,
-                 "kfg 1\nx = input(%s[8, 64])\ny = input(%s[64])\nz = input(%s[8, 1])\n"
-                 "a0 = neg(x)\na = abs(a0)\nb0 = exp(a)\nb1 = add(b0, y)\nb = log(b1)\n"
-                 "c0 = sqrt(b)\nc1 = add(c0, z)\nc = rsqrt(c1)\ne0 = relu(c)\ne1 = sigmoid(e0)\n"
-                 "e = tanh(e1)\nf0 = gelu(e)\nf1 = gelu_tanh(f0)\nf = silu(f1)\n"
-                 "g0 = min(f, y)\ng1 = max(g0, z)\ng2 = sub(x, y)\ng3 = mul(x, z)\n"
-                 "g4 = div(g2, g3)\ng = pow(g1, g4)\n"
-                 "k0 = lt(g, x)\nk1 = le(g, y)\nk2 = gt(g, z)\nk3 = ge(g, x)\nk4 = eq(g, y)\n"
-                 "k5 = ne(g, z)\nm5 = where(k5, g, y)\nm4 = where(k4, x, m5)\nm3 = where(k3, z, m4)\n"
-                 "m2 = where(k2, y, m3)\nm1 = where(k1, x, m2)\nm = where(k0, g, m1)\n"
-                 "n0 = cast(m, f32)\nn1 = cast(n0, f16)\nn2 = cast(n1, bf16)\nn = cast(n2, %s)\n"
-                 "i = iota(i32[8, 64], axis=1)\nk = cast(i, %s)\no = add(n, k)\noutput o\n",
-                 d, d, d, d, d);
+        snprintf(
+            text, sizeof text,
+            "kfg 1\nx = input(%s[8, 64])\ny = input(%s[64])\nz = input(%s[8, 1])\n"
+            "a0 = neg(x)\na = abs(a0)\nb0 = exp(a)\nb1 = add(b0, y)\nb = log(b1)\n"
+            "c0 = sqrt(b)\nc1 = add(c0, z)\nc = rsqrt(c1)\ne0 = relu(c)\ne1 = sigmoid(e0)\n"
+            "e = tanh(e1)\nf0 = gelu(e)\nf1 = gelu_tanh(f0)\nf = silu(f1)\n"
+            "g0 = min(f, y)\ng1 = max(g0, z)\ng2 = sub(x, y)\ng3 = mul(x, z)\n"
+            "g4 = div(g2, g3)\ng = pow(g1, g4)\n"
+            "k0 = lt(g, x)\nk1 = le(g, y)\nk2 = gt(g, z)\nk3 = ge(g, x)\nk4 = eq(g, y)\n"
+            "k5 = ne(g, z)\nm5 = where(k5, g, y)\nm4 = where(k4, x, m5)\nm3 = where(k3, z, m4)\n"
+            "m2 = where(k2, y, m3)\nm1 = where(k1, x, m2)\nm = where(k0, g, m1)\n"
+            "n0 = cast(m, f32)\nn1 = cast(n0, f16)\nn2 = cast(n1, bf16)\nn = cast(n2, %s)\n"
+            "i = iota(i32[8, 64], axis=1)\nk = cast(i, %s)\no = add(n, k)\noutput o\n",
+            d, d, d, d, d);
         planned p;
         plan_text(text, &p);
         unsigned kernels = 0;
@@ -220,11 +379,12 @@ static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
         plan_release(&p);
     }
     /* i32 and bool: the ops they take (saturating i32 arithmetic) */
-    compile_text("kfg 1\nx = input(i32[8, 64])\ny = input(i32[64])\n"
-                 "a0 = neg(x)\na1 = abs(a0)\na2 = add(a1, y)\na3 = sub(a2, x)\na = mul(a3, y)\n"
-                 "b0 = min(a, x)\nb = max(b0, y)\nc0 = ge(b, x)\nc1 = lt(x, y)\nc2 = cast(c1, i32)\n"
-                 "c = where(c0, b, c2)\nd0 = cast(c, f32)\nd = cast(d0, i32)\noutput d\n",
-                 NULL);
+    compile_text(
+        "kfg 1\nx = input(i32[8, 64])\ny = input(i32[64])\n"
+        "a0 = neg(x)\na1 = abs(a0)\na2 = add(a1, y)\na3 = sub(a2, x)\na = mul(a3, y)\n"
+        "b0 = min(a, x)\nb = max(b0, y)\nc0 = ge(b, x)\nc1 = lt(x, y)\nc2 = cast(c1, i32)\n"
+        "c = where(c0, b, c2)\nd0 = cast(c, f32)\nd = cast(d0, i32)\noutput d\n",
+        NULL);
     compile_text("kfg 1\nx = input(bool[8, 64])\ny = input(bool[64])\n"
                  "e = eq(x, y)\nn = ne(x, y)\na = where(e, x, n)\nb0 = cast(a, f32)\n"
                  "b = cast(b0, bool)\noutput b\n",
@@ -242,16 +402,20 @@ static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **
                                     "kfg 1\nx = input(%s[6, 128])\ng = input(%s[128])\n"
                                     "beta = input(%s[128])\ns = input(%s[])\n",
                                     d, d, d, d);
-        static const char *const rows[] = {"rms_norm(q%d, g)", "layer_norm(q%d, g, beta)",
-                                           "softmax(q%d)", "reduce_sum(q%d, axis=1, keepdim=true)",
-                                           "reduce_max(q%d, axis=1)", "reduce_mean(q%d, axis=1)"};
+        static const char *const rows[] = {"rms_norm(q%d, g)",
+                                           "layer_norm(q%d, g, beta)",
+                                           "softmax(q%d)",
+                                           "reduce_sum(q%d, axis=1, keepdim=true)",
+                                           "reduce_max(q%d, axis=1)",
+                                           "reduce_mean(q%d, axis=1)"};
         for (int r = 0; r < 6; r++) {
             char op[64];
             snprintf(op, sizeof op, rows[r], r);
-            n += (size_t)snprintf(text + n, sizeof text - n,
-                                  "p%d = mul(x, s)\nq%d = add(p%d, g)\nr%d = %s\nt%d = mul(r%d, s)\n"
-                                  "y%d = relu(t%d)\noutput y%d\n",
-                                  r, r, r, r, op, r, r, r, r, r);
+            n +=
+                (size_t)snprintf(text + n, sizeof text - n,
+                                 "p%d = mul(x, s)\nq%d = add(p%d, g)\nr%d = %s\nt%d = mul(r%d, s)\n"
+                                 "y%d = relu(t%d)\noutput y%d\n",
+                                 r, r, r, r, op, r, r, r, r, r);
         }
         unsigned seen[KF_CUDA_TEMPLATE_COUNT] = {0};
         assert_int_equal(compile_text(text, seen), 12);
@@ -263,9 +427,10 @@ static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **
         assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP], f64 ? 12 : 8);
     }
     /* i32 reductions accumulate in double */
-    compile_text("kfg 1\nx = input(i32[6, 128])\ny = reduce_sum(x, axis=1)\nz = reduce_max(x, axis=1)\n"
-                 "output y\noutput z\n",
-                 NULL);
+    compile_text(
+        "kfg 1\nx = input(i32[6, 128])\ny = reduce_sum(x, axis=1)\nz = reduce_max(x, axis=1)\n"
+        "output y\noutput z\n",
+        NULL);
 }
 
 static void test_same_plan_gives_the_same_source_bytes(void **state) {
@@ -347,9 +512,12 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_int_equal(k.launch.shared_bytes, 3 * 32768);
     assert_int_equal(kf_cuda_kernel_grid(&k, 132), 132);
     assert_non_null(strstr(k.source, "#define KF_BULK 1\n#define KF_BULK_E 8192LL\n"));
-    assert_non_null(strstr(k.source, "#define KF_BULK_STAGE_BYTES 32768\n#define KF_BULK_TX 32768u\n"));
-    assert_non_null(strstr(k.source, "kf_bulk_ld(sb + 0, p0 + c * KF_BULK_E, KF_BULK_E * 2, bar);"));
-    assert_non_null(strstr(k.source, "kf_bulk_ld(sb + 16384, p1 + c * KF_BULK_E, KF_BULK_E * 2, bar);"));
+    assert_non_null(
+        strstr(k.source, "#define KF_BULK_STAGE_BYTES 32768\n#define KF_BULK_TX 32768u\n"));
+    assert_non_null(
+        strstr(k.source, "kf_bulk_ld(sb + 0, p0 + c * KF_BULK_E, KF_BULK_E * 2, bar);"));
+    assert_non_null(
+        strstr(k.source, "kf_bulk_ld(sb + 16384, p1 + c * KF_BULK_E, KF_BULK_E * 2, bar);"));
     assert_non_null(strstr(k.source, "kf_bulk_st(p2 + c * KF_BULK_E, sb + 0, KF_BULK_E * 2);"));
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
@@ -361,7 +529,8 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE_BULK);
     assert_int_equal(k.launch.shared_bytes, 3 * 49152);
     assert_non_null(strstr(k.source, "#define KF_BULK_E 8192LL\n"));
-    assert_non_null(strstr(k.source, "#define KF_BULK_STAGE_BYTES 49152\n#define KF_BULK_TX 32768u\n"));
+    assert_non_null(
+        strstr(k.source, "#define KF_BULK_STAGE_BYTES 49152\n#define KF_BULK_TX 32768u\n"));
     assert_non_null(strstr(k.source, "kf_bulk_st(p1 + c * KF_BULK_E, sb + 32768, KF_BULK_E * 2);"));
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
@@ -402,8 +571,8 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
     /* f32: no packed form; an operand varying over the whole space: no hoist */
-    plan_text("kfg 1\nx = input(f32[300, 264])\ns = input(f32[300, 264])\ny = mul(x, s)\noutput y\n",
-              &p);
+    plan_text(
+        "kfg 1\nx = input(f32[300, 264])\ns = input(f32[300, 264])\ny = mul(x, s)\noutput y\n", &p);
     first_kernel(p.plan, "sm_80", &k);
     assert_non_null(strstr(k.source, "#define KF_HOIST_P 0LL"));
     assert_null(strstr(k.source, "kf_bf16x2<2, VV>("));
@@ -467,7 +636,8 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
     kf_cuda_kernel_release(&MEM, &k);
     char line[256];
     recipe_how(p.plan, 0, "sm_80", line, sizeof line);
-    assert_non_null(strstr(line, "cuBLASLt, epilogue bias, then kernel epi_gemm_bias_gelu_f32_8x256_sm80"));
+    assert_non_null(
+        strstr(line, "cuBLASLt, epilogue bias, then kernel epi_gemm_bias_gelu_f32_8x256_sm80"));
     plan_release(&p);
     plan_text("kfg 1\nx = input(f32[8, 64])\nw = input(f32[64, 256])\ny = matmul(x, w)\noutput y\n",
               &p);
@@ -487,9 +657,11 @@ static void test_kernel_names_templates_vectors_and_params(void **state) {
         kf_cuda_recipes_destroy(rec);
     }
     /* bad arguments */
-    assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 7, "sm_90a", &MEM, &k), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 7, "sm_90a", &MEM, &k),
+                     KF_ERR_INVALID_ARGUMENT);
     kf_cuda_kernel_release(&MEM, &k);
-    assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 0, "gfx90a", &MEM, &k), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_cuda_codegen_epilogue(p.plan, 0, "gfx90a", &MEM, &k),
+                     KF_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(k.error, "sm_90a"));
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
@@ -519,7 +691,8 @@ static void staged_case(const char *text, const char *arch, kf_cuda_template wan
         assert_non_null(strstr(k.source, "template row_warp_staged"));
         /* the grid is capped by what fits an SM */
         uint64_t need = (k.launch.work_items + warps - 1) / warps;
-        assert_int_equal(kf_cuda_kernel_grid(&k, 132), need < 132 * blocks_per_sm ? need : 132 * blocks_per_sm);
+        assert_int_equal(kf_cuda_kernel_grid(&k, 132),
+                         need < 132 * blocks_per_sm ? need : 132 * blocks_per_sm);
     } else {
         assert_null(strstr(k.source, "void kf_stage_row("));
     }
@@ -529,7 +702,10 @@ static void staged_case(const char *text, const char *arch, kf_cuda_template wan
         kf_status st = kf_cuda_kernel_compile(&MEM, &k, &res, err);
         if (st != KF_OK)
             fail_msg("%s: %s\n%s", k.name, err, res.log ? res.log : "");
-        assert_memory_equal(res.cubin, "\x7f" "ELF", 4);
+        assert_memory_equal(res.cubin,
+                            "\x7f"
+                            "ELF",
+                            4);
         kf_nvrtc_result_release(&MEM, &res);
     }
     kf_cuda_kernel_release(&MEM, &k);
@@ -626,7 +802,8 @@ static void test_rounded_results_store_their_unrounded_value(void **state) {
         const char *text;
         bool raw;
     } cases[] = {
-        {"kfg 1\nx = input(bf16[64, 4096])\nw = input(bf16[4096])\ny = rms_norm(x, w)\noutput y\n", true},
+        {"kfg 1\nx = input(bf16[64, 4096])\nw = input(bf16[4096])\ny = rms_norm(x, w)\noutput y\n",
+         true},
         {"kfg 1\nx = input(f16[64, 4096])\nw = input(f16[4096])\nb = input(f16[4096])\n"
          "y = layer_norm(x, w, b)\noutput y\n",
          true},
@@ -640,7 +817,8 @@ static void test_rounded_results_store_their_unrounded_value(void **state) {
         kf_cuda_kernel k;
         first_kernel(p.plan, "sm_90a", &k);
         if (stores_raw(k.source, "o0") != cases[i].raw)
-            fail_msg("%s: stored from its %s value", k.name, cases[i].raw ? "rounded" : "unrounded");
+            fail_msg("%s: stored from its %s value", k.name,
+                     cases[i].raw ? "rounded" : "unrounded");
         if (cases[i].raw) /* stored with a rounding conversion, not bit-packed */
             assert_null(strstr(k.source, "kf_stv_bf16x<VV>(p"));
         kf_cuda_kernel_release(&MEM, &k);
@@ -869,8 +1047,8 @@ static void test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies(void *
         }
         assert_true(reads_acc);
         assert_true(reads_bias == (off != 0));
-        assert_non_null(strstr(rc->variants[0].how, off ? "cuBLASLt epilogues are off"
-                                                        : "kfuse's gelu is erf"));
+        assert_non_null(strstr(rc->variants[0].how,
+                               off ? "cuBLASLt epilogues are off" : "kfuse's gelu is erf"));
         kf_cuda_recipes_destroy(rec);
     }
     kf_cuda_recipes *rec = NULL;
@@ -898,16 +1076,26 @@ static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state
     snprintf(cdir, sizeof cdir, "%s/cache", dir);
     char files[2][64][512];
     int nf = 0;
-    static const char *const names[] = {
-        "block", "llama_block", "mlp", "patterns/attention_alibi", "patterns/attention_causal",
-        "patterns/attention_sliding_window", "patterns/attention_softcap",
-        "patterns/backward_dgelu_bias_grad", "patterns/elementwise_broadcast_cast",
-        "patterns/gemm_bias_activation", "patterns/gemm_bias_residual_scale",
-        "patterns/gemm_residual_layer_norm", "patterns/gemm_residual_rms_norm_long_row",
-        "patterns/norm_prologue", "patterns/not_fused", "patterns/rowwise_prologue_epilogue",
-        "patterns/swiglu"};
+    static const char *const names[] = {"block",
+                                        "llama_block",
+                                        "mlp",
+                                        "patterns/attention_alibi",
+                                        "patterns/attention_causal",
+                                        "patterns/attention_sliding_window",
+                                        "patterns/attention_softcap",
+                                        "patterns/backward_dgelu_bias_grad",
+                                        "patterns/elementwise_broadcast_cast",
+                                        "patterns/gemm_bias_activation",
+                                        "patterns/gemm_bias_residual_scale",
+                                        "patterns/gemm_residual_layer_norm",
+                                        "patterns/gemm_residual_rms_norm_long_row",
+                                        "patterns/norm_prologue",
+                                        "patterns/not_fused",
+                                        "patterns/rowwise_prologue_epilogue",
+                                        "patterns/swiglu"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(files[0][nf], sizeof files[0][nf], "%s/examples/%s.kfg", src ? src : ".", names[i]);
+        snprintf(files[0][nf], sizeof files[0][nf], "%s/examples/%s.kfg", src ? src : ".",
+                 names[i]);
         if (access(files[0][nf], R_OK) == 0)
             nf++;
     }
@@ -993,7 +1181,10 @@ static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state
                     if (st != KF_OK)
                         fail_msg("%s", err);
                     assert_true(hit);
-                    assert_memory_equal(cubin, "\x7f" "ELF", 4);
+                    assert_memory_equal(cubin,
+                                        "\x7f"
+                                        "ELF",
+                                        4);
                     kf_cache_blob_free(cache, cubin, size);
                     hits++;
                 }
@@ -1015,7 +1206,8 @@ static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state
     size_t size = 0;
     bool hit = true;
     char err[KF_MSG_MAX] = "";
-    assert_int_equal(kf_cuda_kernel_cubin(cache, &k, &cubin, &size, &hit, &msg, err), KF_ERR_NOT_FOUND);
+    assert_int_equal(kf_cuda_kernel_cubin(cache, &k, &cubin, &size, &hit, &msg, err),
+                     KF_ERR_NOT_FOUND);
     assert_non_null(strstr(err, k.name));
     kf_cache_close(cache);
     kf_cuda_kernel_release(&MEM, &k);
@@ -1038,6 +1230,8 @@ int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_template_compiles_for_sm80_and_sm90a),
+        cmocka_unit_test(test_fused_attention_compiles_every_variant_without_spills),
+        cmocka_unit_test(test_unfused_attention_says_why),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
@@ -1051,5 +1245,8 @@ int main(void) {
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
         cmocka_unit_test(test_aot_rejects_bad_usage),
     };
+    /* KF_TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards) */
+    if (getenv("KF_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("KF_TEST_FILTER"));
     return kf_test_run(tests);
 }

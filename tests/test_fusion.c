@@ -525,6 +525,64 @@ static void test_mask_on_a_loaded_tensor_is_general(void **state) {
     assert_int_equal(group_of(p, o)->attn.mask, KF_MASK_GENERAL);
 }
 
+/* Masks built from iota comparisons are proved by d = q - kv alone
+ * (fusion/mask.c), so grids far above the 2^26 cells the classifier would
+ * evaluate get their class: causal and a sliding window on 16384 x 16384;
+ * masks that are no function of q - kv stay GENERAL (a bound on q alone), and
+ * a causal mask offset for queries at the end of a longer key sequence is
+ * GENERAL by the class's definition (kv <= q). */
+static void test_iota_masks_are_classified_without_the_grid(void **state) {
+    fixture *f = *state;
+    static const struct {
+        int64_t sq, skv;
+        int kind; /* 0 causal, 1 window 1000, 2 q < 100, 3 kv <= q + (skv - sq) */
+        kf_mask_kind want;
+        int64_t window;
+    } cases[] = {
+        {16384, 16384, 0, KF_MASK_CAUSAL, 0},  {16384, 16384, 1, KF_MASK_SLIDING_WINDOW, 1000},
+        {16384, 16384, 2, KF_MASK_GENERAL, 0}, {300, 700, 0, KF_MASK_CAUSAL, 0},
+        {300, 700, 1, KF_MASK_CAUSAL, 0}, /* a window wider than every row: causal */
+        {300, 700, 3, KF_MASK_GENERAL, 0},     {700, 300, 0, KF_MASK_CAUSAL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kf_graph *g = NULL;
+        assert_int_equal(kf_graph_create(f->ctx, &g), KF_OK);
+        int64_t sq = cases[i].sq, skv = cases[i].skv;
+        kf_tensor *q = kf_input(g, "q", KF_DTYPE_BF16, 3, DIMS(2, sq, 64));
+        kf_tensor *k = kf_input(g, "k", KF_DTYPE_BF16, 3, DIMS(2, skv, 64));
+        kf_tensor *v = kf_input(g, "v", KF_DTYPE_BF16, 3, DIMS(2, skv, 64));
+        kf_tensor *s = kf_matmul(g, q, k, 0, 1);
+        kf_tensor *row = kf_iota(g, KF_DTYPE_I32, 2, DIMS(sq, skv), 0);
+        kf_tensor *col = kf_iota(g, KF_DTYPE_I32, 2, DIMS(sq, skv), 1);
+        kf_tensor *keep = NULL;
+        if (cases[i].kind == 0) {
+            keep = kf_le(g, col, row);
+        } else if (cases[i].kind == 1) {
+            kf_tensor *d = kf_sub(g, row, col);
+            keep = kf_ge(g, kf_min(g, d, kf_sub(g, kf_scalar(g, KF_DTYPE_I32, 999), d)),
+                         kf_scalar(g, KF_DTYPE_I32, 0));
+        } else if (cases[i].kind == 2) {
+            keep = kf_lt(g, row, kf_scalar(g, KF_DTYPE_I32, 100));
+        } else {
+            keep = kf_le(g, col, kf_add(g, row, kf_scalar(g, KF_DTYPE_I32, (double)(skv - sq))));
+        }
+        s = kf_where(g, keep, s, kf_scalar(g, KF_DTYPE_BF16, -INFINITY));
+        kf_tensor *o = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+        assert_int_equal(kf_output(g, "o", o), KF_OK);
+        kf_plan *p = NULL;
+        assert_int_equal(kf_plan_create(g, NULL, &p), KF_OK);
+        const kf_group *att = group_of(p, o);
+        assert_int_equal(att->kind, KF_GROUP_ATTENTION);
+        if (att->attn.mask != cases[i].want || att->attn.window != cases[i].window)
+            fail_msg("case %zu (%lld x %lld, kind %d): mask %s window %lld, expected %s %lld", i,
+                     (long long)sq, (long long)skv, cases[i].kind,
+                     kf_mask_kind_name(att->attn.mask), (long long)att->attn.window,
+                     kf_mask_kind_name(cases[i].want), (long long)cases[i].window);
+        kf_plan_destroy(p);
+        kf_graph_destroy(g);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* i. Backward patterns                                                       */
 /* ------------------------------------------------------------------------ */
@@ -1012,6 +1070,7 @@ int main(void) {
         T(test_alibi_attention_reads_slope_per_head),
         T(test_sliding_window_attention_is_classified_with_its_window),
         T(test_mask_on_a_loaded_tensor_is_general),
+        T(test_iota_masks_are_classified_without_the_grid),
         T(test_dgelu_epilogue_fuses_into_the_backward_gemm),
         T(test_bias_gradient_is_a_column_reduction_with_prologue),
         T(test_value_with_two_consumers_is_materialized_once),

@@ -62,6 +62,10 @@ typedef struct cg {
     int32_t *param;     /* per node: LOAD/ACC/SCORE: its param; else -1 */
     int64_t *soff;      /* per node: row_warp_staged: byte offset of its row in a stage; else -1 */
     bool staged;        /* emitting a staged prologue: loads with soff >= 0 read the stage */
+    bool div_by_mul;    /* cg_emit_nodes writes x / c (c a float constant) as x * (1 / c):
+                           one multiply instead of a division, within an ulp of it, which the
+                           rounding to a 16-bit dtype then almost always hides (the fused
+                           attention's score expression) */
     bool *stored;       /* per node: written to an output buffer of its own dtype (cg_raw_of) */
     kf_status st;
 } cg;

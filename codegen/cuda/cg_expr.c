@@ -347,6 +347,14 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
                     cg_printf(&c->s, "(%s)%s", rt, a[0]);
             } else if (op == KF_OP_WHERE) {
                 cg_printf(&c->s, "(%s ? %s : %s)", a[0], a[1], a[2]);
+            } else if (c->div_by_mul && op == KF_OP_DIV &&
+                       (e->dtype == KF_DTYPE_F32 || cg_round_fn(e->dtype)) &&
+                       g->expr[e->src[1]].kind == KF_EXPR_CONST && !c->ov[e->src[1]][0] &&
+                       isnormal((float)(1.0 / g->expr[e->src[1]].value))) {
+                /* x / c as x * (1 / c) (cg.h: div_by_mul) */
+                cg_printf(&c->s, "kf_mul(%s, ", a[0]);
+                cg_emit_const(c, e->dtype, 1.0 / g->expr[e->src[1]].value);
+                cg_puts(&c->s, ")");
             } else if (kf_op_has(op, KF_TRAIT_COMPARE)) {
                 cg_printf(&c->s, "(%s %s %s)", a[0], op_fn(op), a[1]);
             } else if (kf_op_has(op, KF_TRAIT_BINARY) && op_fn(op)) {

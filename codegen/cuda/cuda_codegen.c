@@ -4,8 +4,8 @@
  * (kf_cuda_group_template, kf_cuda_describe_group) and the roles of a group.
  * The kernel kinds have their own files (cg_elementwise.c, cg_rowwise.c,
  * cg_colreduce.c) over the shared parts (cg.h: cg_core.c, cg_expr.c,
- * cg_access.c). The GEMM and attention kernel generators will go in
- * cg_gemm.c and cg_attention.c.
+ * cg_access.c). The fused attention kernel is cg_attention.c's; the GEMM
+ * kernel generator will go in cg_gemm.c.
  *
  *   group ──► choose the template (elementwise | row_warp | row_block |
  *             row_block_multipass | colreduce) and the vector width
@@ -34,6 +34,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_COLREDUCE] = "colreduce",
     [KF_CUDA_TEMPLATE_ELEMENTWISE_BULK] = "elementwise_bulk",
     [KF_CUDA_TEMPLATE_GEMM_SM90] = "gemm_sm90",
+    [KF_CUDA_TEMPLATE_ATTENTION_MMA] = "attention_mma",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");
@@ -284,19 +285,24 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {
 /* ------------------------------------------------------------------------ */
 
 const char *kf_cuda_role_name(kf_cuda_role role) {
-    static const char *const names[KF_CUDA_ROLE_COUNT] = {"group", "gemm_prologue", "epilogue",
-                                                          "attention_softmax", "gemm"};
+    static const char *const names[KF_CUDA_ROLE_COUNT] = {
+        "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm", "attention"};
     return (unsigned)role < KF_CUDA_ROLE_COUNT ? names[role] : "?";
 }
 
 kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role, const char *arch,
                           const kf_mem *mem, kf_cuda_kernel *out) {
     switch (role) {
-    case KF_CUDA_ROLE_GROUP: return kf_cuda_codegen_group(plan, group, arch, mem, out);
-    case KF_CUDA_ROLE_GEMM_PROLOGUE: return kf_cuda_codegen_gemm_prologue(plan, group, arch, mem, out);
-    case KF_CUDA_ROLE_EPILOGUE: return kf_cuda_codegen_epilogue(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_GROUP:
+        return kf_cuda_codegen_group(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_GEMM_PROLOGUE:
+        return kf_cuda_codegen_gemm_prologue(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_EPILOGUE:
+        return kf_cuda_codegen_epilogue(plan, group, arch, mem, out);
     case KF_CUDA_ROLE_ATTENTION_SOFTMAX:
         return kf_cuda_codegen_attention_softmax(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_ATTENTION:
+        return kf_cuda_codegen_attention(plan, group, arch, mem, out);
     default:
         memset(out, 0, sizeof *out);
         snprintf(out->error, sizeof out->error, "kf_cuda_codegen: bad role %d", (int)role);

@@ -62,7 +62,7 @@
 
 /* Bumped whenever generated code or templates change in a way the source text
  * alone would not show (it is part of every cache key). */
-#define KF_CUDA_CODEGEN_VERSION 5u
+#define KF_CUDA_CODEGEN_VERSION 6u
 
 /* Longest kernel name, with the NUL. */
 #define KF_CUDA_NAME_MAX 160
@@ -76,23 +76,25 @@
 /* The kernel templates (templates/<name>.cuh, embedded at build time) and the
  * variant chosen for a group. */
 typedef enum kf_cuda_template {
-    KF_CUDA_TEMPLATE_ELEMENTWISE = 0, /* flat grid-stride loop, 16-byte vectors + scalar tail */
-    KF_CUDA_TEMPLATE_ROW_WARP,        /* one warp per row, row in registers (L <= 4096) */
-    KF_CUDA_TEMPLATE_ROW_BLOCK,       /* one block per row, row in registers */
+    KF_CUDA_TEMPLATE_ELEMENTWISE = 0,     /* flat grid-stride loop, 16-byte vectors + scalar tail */
+    KF_CUDA_TEMPLATE_ROW_WARP,            /* one warp per row, row in registers (L <= 4096) */
+    KF_CUDA_TEMPLATE_ROW_BLOCK,           /* one block per row, row in registers */
     KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS, /* one block per row, row re-read from memory per pass */
-    KF_CUDA_TEMPLATE_COLREDUCE,       /* columns across threads, the axis split over warps */
-    KF_CUDA_TEMPLATE_ROW_WARP_STAGED, /* one warp per row, the row-shaped loads staged through
-                                         a cp.async ring in shared memory (sm_80+) */
-    KF_CUDA_TEMPLATE_ELEMENTWISE_BULK, /* elementwise whose whole chunks move through a ring
-                                          in shared memory by bulk copies (sm_90+), then the
-                                          grid-stride loops for the rest */
-    KF_CUDA_TEMPLATE_GEMM_SM90,        /* a whole GEMM group: TMA ring, wgmma, warp-specialized,
-                                          persistent, the epilogue on the accumulators (sm_90a) */
+    KF_CUDA_TEMPLATE_COLREDUCE,           /* columns across threads, the axis split over warps */
+    KF_CUDA_TEMPLATE_ROW_WARP_STAGED,     /* one warp per row, the row-shaped loads staged through
+                                             a cp.async ring in shared memory (sm_80+) */
+    KF_CUDA_TEMPLATE_ELEMENTWISE_BULK,    /* elementwise whose whole chunks move through a ring
+                                             in shared memory by bulk copies (sm_90+), then the
+                                             grid-stride loops for the rest */
+    KF_CUDA_TEMPLATE_GEMM_SM90,           /* a whole GEMM group: TMA ring, wgmma, warp-specialized,
+                                             persistent, the epilogue on the accumulators (sm_90a) */
+    KF_CUDA_TEMPLATE_ATTENTION_MMA,       /* fused attention: mma.sync m16n8k16, cp.async K/V
+                                             tiles, online softmax (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
 /* "elementwise", "row_warp", "row_block", "row_block_multipass", "colreduce",
- * "row_warp_staged". */
+ * "row_warp_staged", "elementwise_bulk", "attention_mma". */
 const char *kf_cuda_template_name(kf_cuda_template t);
 
 /* ------------------------------------------------------------------------ */
@@ -123,29 +125,29 @@ typedef struct kf_cuda_param {
 
 /* How to launch: block.x = block; grid.x from kf_cuda_kernel_grid(). */
 typedef struct kf_cuda_launch_rule {
-    uint32_t block;          /* threads per block (fixed: compiled in) */
-    uint64_t work_items;     /* independent items: vectors/elements, rows, or column tiles */
-    uint32_t items_per_block;/* items one block handles per grid-stride step */
-    uint32_t blocks_per_sm;  /* resident blocks per SM to aim for */
-    uint32_t shared_bytes;   /* dynamic shared memory (0: everything is static) */
-    uint32_t grid_multiple;  /* the grid is rounded down to a multiple of this when it is at
-                                least that large (0 or 1: any grid); the elementwise template's
-                                hoisted path needs threads * vector a multiple of its period */
+    uint32_t block;           /* threads per block (fixed: compiled in) */
+    uint64_t work_items;      /* independent items: vectors/elements, rows, or column tiles */
+    uint32_t items_per_block; /* items one block handles per grid-stride step */
+    uint32_t blocks_per_sm;   /* resident blocks per SM to aim for */
+    uint32_t shared_bytes;    /* dynamic shared memory (0: everything is static) */
+    uint32_t grid_multiple;   /* the grid is rounded down to a multiple of this when it is at
+                                 least that large (0 or 1: any grid); the elementwise template's
+                                 hoisted path needs threads * vector a multiple of its period */
 } kf_cuda_launch_rule;
 
 typedef struct kf_cuda_kernel {
-    char name[KF_CUDA_NAME_MAX];   /* the extern "C" symbol */
-    char arch[KF_CUDA_ARCH_MAX];     /* "sm_80", "sm_90a" */
+    char name[KF_CUDA_NAME_MAX]; /* the extern "C" symbol */
+    char arch[KF_CUDA_ARCH_MAX]; /* "sm_80", "sm_90a" */
     kf_cuda_template tmpl;
-    uint32_t group;                /* the plan group it came from */
-    char *source;                  /* NUL-terminated CUDA C, allocated with `mem` */
-    size_t source_len;             /* strlen(source) */
-    size_t source_cap;             /* bytes allocated */
+    uint32_t group;    /* the plan group it came from */
+    char *source;      /* NUL-terminated CUDA C, allocated with `mem` */
+    size_t source_len; /* strlen(source) */
+    size_t source_cap; /* bytes allocated */
     kf_cuda_param params[KF_CUDA_MAX_PARAMS];
     uint32_t n_params;
     kf_cuda_launch_rule launch;
-    uint32_t vec;                  /* elements per vector access (1: scalar only) */
-    char error[KF_MSG_MAX];        /* why generation failed */
+    uint32_t vec;           /* elements per vector access (1: scalar only) */
+    char error[KF_MSG_MAX]; /* why generation failed */
 } kf_cuda_kernel;
 
 /* Generates the kernel of group `group` (ELEMENTWISE, ROWWISE, COLREDUCE or
@@ -185,27 +187,51 @@ kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, con
 kf_status kf_cuda_codegen_attention_softmax(const kf_plan *plan, uint32_t group, const char *arch,
                                             const kf_mem *mem, kf_cuda_kernel *out);
 
+/* For an ATTENTION group: the whole group as one fused kernel
+ * (templates/attention.cuh, sm_80 and later): Q, K, V read through their
+ * strides (views, broadcast heads), the score expression and mask inlined,
+ * O written contiguous (param OUT, tensor attn.pv). KF_ERR_UNSUPPORTED (the
+ * message says why) for a group it does not take: see
+ * kf_cuda_attention_supported. */
+kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_mem *mem, kf_cuda_kernel *out);
+
+/* Whether kf_cuda_codegen_attention takes group `group` for `arch`: bf16 or
+ * f16 throughout, head dim 64 or 128 (Q.K^T's and the output's), Q, K and V
+ * with a unit stride along the head dim and 16-byte multiples elsewhere, the
+ * output the group's only write. When not, `why` (size bytes) says what
+ * stops it, for the report. */
+bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char *arch, char *why,
+                                 size_t size);
+
+/* The (query tile, key tile) pairs the fused attention kernel visits per
+ * batch x head for group `group`, and all there are: fewer when a CAUSAL or
+ * SLIDING_WINDOW mask lets it skip tiles wholly outside (for the report). */
+void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, uint64_t *visited,
+                             uint64_t *total);
+
 /* The kernels of a group on the CUDA target, by role: which generator made
  * a kernel. Which roles a group runs, in which order and with which library
  * calls between them, is its recipe's business (cuda_recipe.h). */
 typedef enum kf_cuda_role {
-    KF_CUDA_ROLE_GROUP = 0,          /* kf_cuda_codegen_group */
-    KF_CUDA_ROLE_GEMM_PROLOGUE,      /* kf_cuda_codegen_gemm_prologue (before the GEMM) */
-    KF_CUDA_ROLE_EPILOGUE,           /* kf_cuda_codegen_epilogue (after the GEMM) */
-    KF_CUDA_ROLE_ATTENTION_SOFTMAX,  /* kf_cuda_codegen_attention_softmax (between the GEMMs) */
-    KF_CUDA_ROLE_GEMM,               /* kf_cuda_codegen_gemm_sm90 (the whole GEMM group) */
+    KF_CUDA_ROLE_GROUP = 0,         /* kf_cuda_codegen_group */
+    KF_CUDA_ROLE_GEMM_PROLOGUE,     /* kf_cuda_codegen_gemm_prologue (before the GEMM) */
+    KF_CUDA_ROLE_EPILOGUE,          /* kf_cuda_codegen_epilogue (after the GEMM) */
+    KF_CUDA_ROLE_ATTENTION_SOFTMAX, /* kf_cuda_codegen_attention_softmax (between the GEMMs) */
+    KF_CUDA_ROLE_GEMM,              /* kf_cuda_codegen_gemm_sm90 (the whole GEMM group) */
+    KF_CUDA_ROLE_ATTENTION,         /* kf_cuda_codegen_attention (the whole group) */
     KF_CUDA_ROLE_COUNT
 } kf_cuda_role;
 
-/* "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm". */
+/* "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm", "attention". */
 const char *kf_cuda_role_name(kf_cuda_role role);
 
 /* How a generated GEMM kernel reads its operands (the recipe decides it from
  * the operands' strides; the TMA descriptors it encodes must agree). */
 typedef struct kf_cuda_gemm_shape {
-    int64_t m, n, k, batch; /* the output is contiguous [batch, m, n] */
-    bool a_kmajor;          /* A [m, k] has k contiguous (else m: wgmma's transposed A) */
-    bool b_kmajor;          /* B [k, n] has k contiguous (else n: wgmma's transposed B) */
+    int64_t m, n, k, batch;    /* the output is contiguous [batch, m, n] */
+    bool a_kmajor;             /* A [m, k] has k contiguous (else m: wgmma's transposed A) */
+    bool b_kmajor;             /* B [k, n] has k contiguous (else n: wgmma's transposed B) */
     bool a_batched, b_batched; /* the operand's tensor map has a batch dim (else shared) */
     uint32_t bn;               /* tile columns: 128 or 256 (tile rows are 128, K step 64) */
     bool pingpong;             /* the consumers take alternate tiles, each the whole tile, and

@@ -44,12 +44,15 @@
 
 /* Recipe flags (bitwise or). */
 enum {
-    KF_CUDA_RECIPE_NO_LT_EPILOGUE = 1u << 0, /* cuBLASLt runs bare GEMMs; every epilogue is
-                                                a generated kernel (KF_FLAG_NO_CUBLASLT) */
-    KF_CUDA_RECIPE_GEMM_GENERATED = 1u << 1, /* a GEMM group the generated GEMM kernel takes
-                                                runs it alone (KF_GEMM_GENERATED) */
-    KF_CUDA_RECIPE_GEMM_MEASURED = 1u << 2,  /* ... or measured against cuBLASLt: variant 0
-                                                the kernel, variant 1 cuBLASLt */
+    KF_CUDA_RECIPE_NO_LT_EPILOGUE = 1u << 0,    /* cuBLASLt runs bare GEMMs; every epilogue is
+                                                   a generated kernel (KF_FLAG_NO_CUBLASLT) */
+    KF_CUDA_RECIPE_GEMM_GENERATED = 1u << 1,    /* a GEMM group the generated GEMM kernel takes
+                                                   runs it alone (KF_GEMM_GENERATED) */
+    KF_CUDA_RECIPE_GEMM_MEASURED = 1u << 2,     /* ... or measured against cuBLASLt: variant 0
+                                                   the kernel, variant 1 cuBLASLt */
+    KF_CUDA_RECIPE_UNFUSED_ATTENTION = 1u << 3, /* every attention group runs unfused
+                                                   (KF_FLAG_UNFUSED_ATTENTION); without it a
+                                                   group the fused kernel takes is one kernel */
 };
 
 /* What the recipes are made for. */
@@ -208,7 +211,7 @@ typedef struct kf_cuda_variant {
     char label[32];      /* "cublaslt", "generated", ... */
     uint32_t first_step; /* into recipe->steps */
     uint32_t n_steps;
-    char how[256]; /* what runs and why, for the report */
+    char how[384]; /* what runs and why, for the report */
 } kf_cuda_variant;
 
 typedef struct kf_cuda_recipe {

@@ -8,8 +8,11 @@
  *                starts with exactly that (match_epilogue), into the write
  *                or into an ACC scratch
  *              [epilogue kernel: the rest, from ACC]
- *   ATTENTION  cuBLASLt Q.K^T into a SCORES scratch, a row-wise softmax
- *              kernel carrying the score expression and mask, cuBLASLt P.V
+ *   ATTENTION  a group the fused kernel takes (kf_cuda_attention_supported):
+ *              that one kernel, unless KF_CUDA_RECIPE_UNFUSED_ATTENTION;
+ *              else cuBLASLt Q.K^T into a SCORES scratch, a row-wise softmax
+ *              kernel carrying the score expression and mask, cuBLASLt P.V,
+ *              and the report says why
  *
  * A batched GEMM whose operands have a uniform batch stride is one cuBLASLt
  * call (folded into M when B is shared and A's rows run on through the
@@ -788,12 +791,46 @@ kf_status kf_rb_gemm(rb *b) {
 /* Attention (unfused fallback)                                               */
 /* ------------------------------------------------------------------------ */
 
+/* The fused kernel as the group's one step (variant 0). */
+static kf_status fused_attention(rb *b) {
+    const kf_group *grp = &b->plan->groups[b->gi];
+    char name[KF_CUDA_NAME_MAX] = "";
+    snprintf(b->rc->variants[0].label, sizeof b->rc->variants[0].label, "fused");
+    kf_status st = kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_ATTENTION, name, sizeof name, NULL);
+    if (st == KF_ERR_NOT_FOUND)
+        return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no fused attention kernel", b->gi);
+    if (st != KF_OK)
+        return st;
+    uint64_t visited, total;
+    kf_cuda_attention_tiles(b->plan, b->gi, &visited, &total);
+    char tiles[96];
+    if (visited < total)
+        snprintf(tiles, sizeof tiles,
+                 "%llu of %llu tiles visited (%.0f%% outside the mask skipped)",
+                 (unsigned long long)visited, (unsigned long long)total,
+                 100.0 * (double)(total - visited) / (double)total);
+    else
+        snprintf(tiles, sizeof tiles, "every tile visited%s",
+                 grp->attn.mask != KF_MASK_NONE ? ", mask per element" : "");
+    kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s", name,
+              kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles);
+    return KF_OK;
+}
+
 kf_status kf_rb_attention(rb *b) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
     const kf_graph *g = plan->graph;
     const kf_attn_info *at = &grp->attn;
     const kf_tensor *qk = g->nodes[at->qk], *pv = g->nodes[at->pv];
+
+    /* The fused kernel when it takes the group and is not switched off; else
+     * the unfused steps below, and the report says why. */
+    char why[160];
+    if (b->target->flags & KF_CUDA_RECIPE_UNFUSED_ATTENTION)
+        snprintf(why, sizeof why, "the fused kernel is off: KF_FLAG_UNFUSED_ATTENTION");
+    else if (kf_cuda_attention_supported(plan, b->gi, b->target->arch, why, sizeof why))
+        return fused_attention(b);
 
     /* 1. S = Q . K^T into the scores scratch. */
     gemm_req r;
@@ -827,7 +864,7 @@ kf_status kf_rb_attention(rb *b) {
         return st;
     kf_rb_how(b, 0,
               "unfused fallback: cuBLASLt Q.K^T, kernel %s (score expression, mask %s), "
-              "cuBLASLt P.V (fused attention kernels come in a later issue)",
-              name, kf_mask_kind_name(at->mask));
+              "cuBLASLt P.V (%s)",
+              name, kf_mask_kind_name(at->mask), why);
     return KF_OK;
 }

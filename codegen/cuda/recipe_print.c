@@ -133,12 +133,20 @@ static void print_json(const kf_cuda_recipes *r, FILE *out) {
     fputs("{\"arch\": ", out);
     kf_ir_json_string(out, r->target.arch);
     unsigned f = r->target.flags;
-    bool lt = (f & KF_CUDA_RECIPE_NO_LT_EPILOGUE) != 0;
-    const char *gm = (f & KF_CUDA_RECIPE_GEMM_GENERATED)  ? "\"gemm_generated\""
-                     : (f & KF_CUDA_RECIPE_GEMM_MEASURED) ? "\"gemm_measured\""
-                                                          : "";
-    fprintf(out, ", \"sm_count\": %d, \"flags\": [%s%s%s], \"recipes\": [", r->target.sm_count,
-            lt ? "\"no_lt_epilogue\"" : "", lt && gm[0] ? ", " : "", gm);
+    const char *names[4];
+    int n = 0;
+    if (f & KF_CUDA_RECIPE_NO_LT_EPILOGUE)
+        names[n++] = "no_lt_epilogue";
+    if (f & KF_CUDA_RECIPE_GEMM_GENERATED)
+        names[n++] = "gemm_generated";
+    else if (f & KF_CUDA_RECIPE_GEMM_MEASURED)
+        names[n++] = "gemm_measured";
+    if (f & KF_CUDA_RECIPE_UNFUSED_ATTENTION)
+        names[n++] = "unfused_attention";
+    fprintf(out, ", \"sm_count\": %d, \"flags\": [", r->target.sm_count);
+    for (int i = 0; i < n; i++)
+        fprintf(out, "%s\"%s\"", i ? ", " : "", names[i]);
+    fputs("], \"recipes\": [", out);
     for (uint32_t i = 0; i < r->n; i++) {
         const kf_cuda_recipe *rc = &r->recipes[i];
         fprintf(out, "%s\n    {\"group\": %u, \"choice\": \"%s\", \"scratch\": [", i ? "," : "",
@@ -180,11 +188,12 @@ static void text_operand(FILE *out, const kf_plan *plan, const char *key,
 
 static void print_text(const kf_cuda_recipes *r, FILE *out) {
     char bs[96];
-    fprintf(out, "cuda recipes: arch %s, %d SMs%s%s\n", r->target.arch, r->target.sm_count,
+    fprintf(out, "cuda recipes: arch %s, %d SMs%s%s%s\n", r->target.arch, r->target.sm_count,
             (r->target.flags & KF_CUDA_RECIPE_NO_LT_EPILOGUE) ? ", no cuBLASLt epilogues" : "",
             (r->target.flags & KF_CUDA_RECIPE_GEMM_GENERATED)  ? ", generated GEMMs"
             : (r->target.flags & KF_CUDA_RECIPE_GEMM_MEASURED) ? ", GEMMs measured"
-                                                               : "");
+                                                               : "",
+            (r->target.flags & KF_CUDA_RECIPE_UNFUSED_ATTENTION) ? ", attention unfused" : "");
     for (uint32_t i = 0; i < r->n; i++) {
         const kf_cuda_recipe *rc = &r->recipes[i];
         const kf_group *grp = &r->plan->groups[rc->group];

@@ -1,0 +1,343 @@
+/*
+ * cg_attention.c -- the fused attention kernel of an ATTENTION group
+ * (templates/attention.cuh: mma.sync m16n8k16, ldmatrix, cp.async K/V
+ * tiles, online softmax in registers), for sm_80 and later; the same source
+ * runs on sm_90a until the Hopper kernel exists.
+ *
+ *   group ──► supported? (kf_cuda_attention_supported: dtypes, head dim,
+ *             operand layouts, writes; else the recipe keeps the unfused
+ *             fallback and the report says why)
+ *        ──► params: Q, K, V (their bases: views are read through their
+ *             strides, a broadcast head axis -- GQA / MQA -- has stride 0, so
+ *             nothing is copied), O, then the score expression's loads
+ *        ──► source: the head (common.cuh), the sizes, kf_bh_offsets (the
+ *             element offsets of each operand for a flattened batch x head
+ *             index), kf_score_full (the whole score expression, mask
+ *             included) and kf_score_inner (the mask's where() replaced by its
+ *             kept branch: for tiles wholly inside a CAUSAL / SLIDING_WINDOW
+ *             mask), then templates/attention.cuh
+ *
+ * Numerics: the SCORE leaf is the f32 accumulator rounded to the dtype of
+ * Q.K^T, and every node that stands for a tensor rounds as the reference
+ * stores it (cg_emit_nodes), so the score expression is the reference's; P
+ * is rounded to the mma's operand type before it is normalized. Not rounding
+ * the score nodes (kept in registers, never materialized) was tried and is
+ * wrong where the scores are large: an ALiBi bias of slope x 190 in bf16 has
+ * an ulp of 2, and the kernel's unrounded scores then differed from the
+ * reference's by 8.5% (H100, 03aa5c7). Two shortcuts stay, each under the
+ * rounding that follows it: a division by a constant is a multiply
+ * (div_by_mul) and tanh is tanh.approx.f32 (relative error 2^-11): the
+ * accurate tanhf and division made a softcap score cost more than the two
+ * GEMMs (5.74 against 2.40 ms, H100).
+ */
+#include "codegen/cuda/cg.h"
+
+#include "codegen/cuda/templates.h"
+
+/* Tile shape: ATTN_BR query rows (warps of 16 rows) x 64 keys per tile.
+ * KF_ATTN_BR (a build-time define, for measuring) may set 128 rows, 8 warps,
+ * one block an SM: on an H100 (2a4c13b, B4 H32 S4096 D128 bf16) that ran
+ * non-causal 5.48 ms against 4.97 for 64 rows, softcap 3.70 against 3.25,
+ * causal 2.47 against 2.44; halving the K/V tile traffic did not pay for
+ * losing the second block's overlap. */
+#ifndef KF_ATTN_BR
+#define KF_ATTN_BR 64
+#endif
+#define ATTN_BR KF_ATTN_BR
+#define ATTN_BC 64
+_Static_assert(ATTN_BR == 64 || ATTN_BR == 128, "64 or 128 query rows a block");
+
+/* An operand as the kernel reads it: its buffer's tensor and the element
+ * strides of its rows (query / key index), its columns (head dim) and of
+ * each batch axis of the score space (0 where it broadcasts). */
+typedef struct attn_op {
+    uint32_t base;
+    int64_t s_row, s_col;
+    int64_t bstride[KF_MAX_RANK];
+} attn_op;
+
+static uint32_t base_of(const kf_plan *plan, uint32_t t, int64_t *strides) {
+    const kf_tensor *x = plan->graph->nodes[t];
+    uint32_t g = plan->group_of ? plan->group_of[t] : KF_NONE;
+    if (g != KF_NONE && plan->groups[g].kind == KF_GROUP_VIEW) {
+        memcpy(strides, plan->groups[g].view_strides, sizeof(int64_t) * KF_MAX_RANK);
+        return kf_plan_buffer_of(plan, plan->groups[g].view_base);
+    }
+    int64_t acc = 1;
+    for (int d = x->rank - 1; d >= 0; d--) {
+        strides[d] = acc;
+        acc *= x->dims[d];
+    }
+    return t;
+}
+
+/* rows_first_when_plain: the operand's logical layout is [.., rows, cols]
+ * without its transpose flag (Q, V), else [.., cols, rows] (K as matmul's B). */
+static void op_layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans,
+                      int R, attn_op *o) {
+    const kf_tensor *x = plan->graph->nodes[t];
+    int64_t s[KF_MAX_RANK] = {0};
+    o->base = base_of(plan, t, s);
+    int r = x->rank;
+    bool rows_first = rows_first_when_plain != trans;
+    o->s_row = rows_first ? s[r - 2] : s[r - 1];
+    o->s_col = rows_first ? s[r - 1] : s[r - 2];
+    int64_t rows = rows_first ? x->dims[r - 2] : x->dims[r - 1];
+    if (rows == 1)
+        o->s_row = 0;
+    memset(o->bstride, 0, sizeof o->bstride);
+    for (int d = 0; d < R - 2; d++) {
+        int ax = d - (R - r);
+        if (ax >= 0 && x->dims[ax] != 1)
+            o->bstride[d] = s[ax];
+    }
+}
+
+/* Why the fused kernel cannot run group g for arch (NULL: it can). */
+static const char *unsupported(const kf_plan *plan, const kf_group *g, const char *arch,
+                               attn_op ops[3], char *why, size_t size) {
+    const kf_attn_info *at = &g->attn;
+    const kf_graph *gr = plan->graph;
+    if (g->kind != KF_GROUP_ATTENTION || at->score == KF_NONE)
+        return snprintf(why, size, "not an attention group"), why;
+    if (atoi(arch + 3) < 80)
+        return snprintf(why, size, "%s has no bf16 mma.sync (sm_80 and later)", arch), why;
+    kf_dtype dt = gr->nodes[at->q]->dtype;
+    if (dt != KF_DTYPE_BF16 && dt != KF_DTYPE_F16)
+        return snprintf(why, size, "dtype %s (the fused kernel takes bf16 and f16)",
+                        kf_dtype_name(dt)),
+               why;
+    const uint32_t same[] = {at->k, at->v, at->qk, at->softmax, at->pv};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (gr->nodes[same[i]]->dtype != dt)
+            return snprintf(why, size, "Q, K, V, the scores, P and O are not all %s",
+                            kf_dtype_name(dt)),
+                   why;
+    if (at->d != at->dv || (at->d != 64 && at->d != 128))
+        return snprintf(why, size, "head dim %lld / %lld (the fused kernel takes 64 and 128)",
+                        (long long)at->d, (long long)at->dv),
+               why;
+    int R = g->rank;
+    const kf_tensor *pv = gr->nodes[at->pv];
+    if (R < 2 || pv->rank != R || memcmp(pv->dims, g->dims, sizeof(int64_t) * (size_t)(R - 2)))
+        return snprintf(why, size, "the output's batch dims differ from the scores'"), why;
+    for (uint32_t w = 0; w < g->n_writes; w++)
+        if (g->writes[w] != at->pv)
+            return snprintf(why, size, "the group writes a tensor besides its output"), why;
+    int64_t bh = 1;
+    for (int d = 0; d < R - 2; d++)
+        bh *= g->dims[d];
+    if (at->sq > INT32_MAX - ATTN_BR || at->skv > INT32_MAX - ATTN_BC ||
+        bh > INT64_MAX / (at->sq + ATTN_BR))
+        return snprintf(why, size, "too large for 32-bit row indices"), why;
+    op_layout(plan, at->q, true, at->q_transposed, R, &ops[0]);
+    op_layout(plan, at->k, false, at->k_transposed, R, &ops[1]);
+    op_layout(plan, at->v, true, at->v_transposed, R, &ops[2]);
+    static const char *const names[3] = {"Q", "K", "V"};
+    for (int i = 0; i < 3; i++) {
+        bool ok = ops[i].s_col == 1 && (ops[i].s_row * 2) % 16 == 0;
+        for (int d = 0; d < R - 2 && ok; d++)
+            ok = (ops[i].bstride[d] * 2) % 16 == 0;
+        if (!ok)
+            return snprintf(why, size,
+                            "%s is not read as 16-byte rows (its head dim must have stride 1 "
+                            "and its other strides be multiples of 8 elements)",
+                            names[i]),
+                   why;
+    }
+    return NULL;
+}
+
+bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char *arch, char *why,
+                                 size_t size) {
+    if (!plan || group >= plan->n_groups || !arch || strncmp(arch, "sm_", 3) != 0) {
+        snprintf(why, size, "bad arguments");
+        return false;
+    }
+    attn_op ops[3];
+    return unsupported(plan, &plan->groups[group], arch, ops, why, size) == NULL;
+}
+
+/* Whether the mask lets the kernel skip tiles: 1 CAUSAL, 2 SLIDING_WINDOW,
+ * 0 not. A sliding window whose last rows keep no key at all (sq - window >=
+ * skv) is not skipped: those rows are the reference's, over every key. */
+static int mask_skip(const kf_group *g) {
+    const kf_attn_info *at = &g->attn;
+    if (at->mask_node != at->score)
+        return 0;
+    if (at->mask == KF_MASK_CAUSAL)
+        return 1;
+    if (at->mask == KF_MASK_SLIDING_WINDOW && at->window > 0 && at->sq - at->window < at->skv)
+        return 2;
+    return 0;
+}
+
+void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, uint64_t *visited,
+                             uint64_t *total) {
+    *visited = *total = 0;
+    if (!plan || group >= plan->n_groups || plan->groups[group].kind != KF_GROUP_ATTENTION)
+        return;
+    const kf_group *g = &plan->groups[group];
+    const kf_attn_info *at = &g->attn;
+    int skip = mask_skip(g);
+    int64_t nqt = (at->sq + ATTN_BR - 1) / ATTN_BR, nkt = (at->skv + ATTN_BC - 1) / ATTN_BC;
+    /* the kernel's own bounds (templates/attention.cuh) */
+    for (int64_t qt = 0; qt < nqt; qt++) {
+        int64_t q0 = qt * ATTN_BR, lo = 0, hi = at->skv;
+        if (skip >= 1)
+            hi = q0 + ATTN_BR < at->skv ? q0 + ATTN_BR : at->skv;
+        if (skip == 2)
+            lo = q0 - at->window + 1 > 0 ? q0 - at->window + 1 : 0;
+        int64_t t_lo = lo / ATTN_BC, t_hi = (hi + ATTN_BC - 1) / ATTN_BC;
+        *visited += (uint64_t)(t_hi > t_lo ? t_hi - t_lo : 0);
+        *total += (uint64_t)nkt;
+    }
+}
+
+/* The kept branch of the mask's where(): the one that is not the fill. */
+static uint32_t kept_branch(const kf_group *g) {
+    const kf_expr *w = &g->expr[g->attn.mask_node];
+    const kf_expr *f = &g->expr[w->src[2]];
+    return f->kind == KF_EXPR_CONST && f->value <= -1e4 ? w->src[1] : w->src[2];
+}
+
+/* One score function: the score expression at (bh, q, kv) with `s` the f32
+ * Q.K^T dot product. */
+static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
+    const kf_group *g = c->g;
+    const kf_attn_info *at = &g->attn;
+    memset(c->need, 0, c->n * sizeof *c->need);
+    for (uint32_t i = 0; i < c->n; i++) {
+        c->ov[i][0] = 0;
+        if (g->expr[i].kind == KF_EXPR_SCORE) {
+            const char *rnd = cg_round_fn(g->expr[i].dtype);
+            snprintf(c->ov[i], OV_MAX, "%s%ss%s", rnd ? rnd : "", rnd ? "(" : "", rnd ? ")" : "");
+        }
+    }
+    if (inner) {
+        uint32_t k = kept_branch(g);
+        snprintf(c->ov[at->mask_node], OV_MAX, "v%u", k);
+        cg_mark(c, k);
+    }
+    cg_mark(c, at->score);
+    cg_printf(&c->s,
+              "__device__ __forceinline__ float %s(float s, long long bh, int q, int kv, "
+              "KF_PARAMS) {\n",
+              name);
+    cg_emit_loads(c, x, 1, "    ", NULL, NULL);
+    cg_emit_nodes(c, cg_coord_of, x, "    ", false);
+    cg_printf(&c->s, "    (void)s; (void)bh; (void)q; (void)kv;\n    return (float)v%u;\n}\n\n",
+              at->score);
+}
+
+kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_mem *mem, kf_cuda_kernel *out) {
+    cg c;
+    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    const kf_group *g = c.g;
+    attn_op ops[3];
+    char why[160];
+    if (unsupported(plan, g, arch, ops, why, sizeof why))
+        return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): fused attention: %s",
+                                  g->id, g->name, why));
+    const kf_attn_info *at = &g->attn;
+    const kf_graph *gr = plan->graph;
+    kf_dtype dt = gr->nodes[at->q]->dtype;
+    int R = g->rank;
+    int64_t bh = 1;
+    for (int d = 0; d < R - 2; d++)
+        bh *= g->dims[d];
+    int64_t nqt = (at->sq + ATTN_BR - 1) / ATTN_BR;
+    int skip = mask_skip(g);
+
+    cg_set_name(&c, "fa_");
+    c.div_by_mul = true;
+    out->tmpl = KF_CUDA_TEMPLATE_ATTENTION_MMA;
+    out->vec = 8;
+    /* Params: Q, K, V, O, then the score expression's loads. */
+    int pq = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[0].base, dt, cg_tensor_bytes(&c, ops[0].base));
+    int pk = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[1].base, dt, cg_tensor_bytes(&c, ops[1].base));
+    int pvp = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[2].base, dt, cg_tensor_bytes(&c, ops[2].base));
+    int po = cg_param_add(&c, KF_CUDA_PARAM_OUT, at->pv, dt, cg_tensor_bytes(&c, at->pv));
+    for (uint32_t i = 0; i < c.n; i++)
+        if (g->expr[i].kind == KF_EXPR_SCORE)
+            snprintf(c.ov[i], OV_MAX, "s");
+    cg_mark(&c, at->score);
+    cg_load_params(&c);
+    if (c.st != KF_OK)
+        return cg_end(&c, c.st);
+    uint32_t block = ATTN_BR / 16 * 32;
+    uint32_t smem = (uint32_t)(ATTN_BR + 4 * ATTN_BC) * (uint32_t)at->d * 2u;
+    out->launch.block = block;
+    out->launch.work_items = (uint64_t)(bh * nqt);
+    out->launch.items_per_block = 1;
+    /* every item its own block (the grid-stride loop serves any grid) */
+    out->launch.blocks_per_sm = 65535;
+    out->launch.shared_bytes = smem;
+
+    cg_emit_head(&c, "fused attention (sm_80 mma.sync kernel)");
+    cg_printf(
+        &c.s,
+        "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_SQ %lld\n"
+        "#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n#define KF_MINB %d\n"
+        "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
+        "#define KF_Q p%d\n#define KF_K p%d\n#define KF_V p%d\n#define KF_O p%d\n"
+        "#define KF_Q_RS %lldLL\n#define KF_K_RS %lldLL\n#define KF_V_RS %lldLL\n"
+        "/* mask %s; dynamic shared memory: Q %d x %lld, K and V 2 x %d x %lld each */\n\n",
+        (long long)at->d, ATTN_BR, ATTN_BC, (long long)at->sq, (long long)at->skv, (long long)bh,
+        dt == KF_DTYPE_BF16 ? "bf16" : "f16", ATTN_BR == 64 ? 2 : 1, cg_storage_type(dt), skip,
+        (long long)(skip == 2 ? at->window : 0), pq, pk, pvp, po, (long long)ops[0].s_row,
+        (long long)ops[1].s_row, (long long)ops[2].s_row, kf_mask_kind_name(at->mask), ATTN_BR,
+        (long long)at->d, ATTN_BC, (long long)at->d);
+
+    /* kf_bh_offsets: the batch axes' coordinates from bh, times each
+     * operand's strides. */
+    cg_puts(&c.s, "__device__ __forceinline__ void kf_bh_offsets(long long bh, long long &oq, "
+                  "long long &ok, long long &ov) {\n");
+    int64_t inner = 1;
+    cg_puts(&c.s, "    oq = 0; ok = 0; ov = 0;\n");
+    for (int d = R - 3; d >= 0; d--) {
+        if (g->dims[d] != 1) {
+            cg_printf(&c.s, "    {\n        const long long i = bh / %lldLL %% %lldLL;\n",
+                      (long long)inner, (long long)g->dims[d]);
+            static const char *const on[3] = {"oq", "ok", "ov"};
+            for (int o = 0; o < 3; o++)
+                if (ops[o].bstride[d])
+                    cg_printf(&c.s, "        %s += i * %lldLL;\n", on[o],
+                              (long long)ops[o].bstride[d]);
+            cg_puts(&c.s, "    }\n");
+        }
+        inner *= g->dims[d];
+    }
+    cg_puts(&c.s, "    (void)bh;\n}\n\n");
+    cg_printf(
+        &c.s,
+        "__device__ __forceinline__ bool kf_attn_aligned(KF_PARAMS) {\n"
+        "    return kf_aligned(p%d, 16) && kf_aligned(p%d, 16) && kf_aligned(p%d, 16);\n}\n\n",
+        pq, pk, pvp);
+
+    cg_puts(&c.s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
+                  "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
+                  "    return y;\n}\n#define kf_tanh kf_tanh_approx\n\n");
+    /* The score functions: coordinates of the score space from (bh, q, kv). */
+    chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
+    if (!x)
+        return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
+    cg_coords_linear(x, KF_SPACE_OUT, R - 2, g->dims, "bh");
+    snprintf(x->coord[KF_SPACE_OUT][R - 2], sizeof x->coord[0][0], "(long long)q");
+    snprintf(x->coord[KF_SPACE_OUT][R - 1], sizeof x->coord[0][0], "(long long)kv");
+    snprintf(x->lin[KF_SPACE_OUT], sizeof x->lin[0], "(bh * %lldLL + q) * %lldLL + kv",
+             (long long)at->sq, (long long)at->skv);
+    x->vrank[KF_SPACE_OUT] = 0;
+    x->vrank[KF_SPACE_ROW] = 0;
+    emit_score_fn(&c, x, "kf_score_full", false);
+    if (skip)
+        emit_score_fn(&c, x, "kf_score_inner", true);
+    else
+        cg_puts(&c.s, "#define kf_score_inner kf_score_full\n\n");
+    kf_mem_free(c.mem, x, sizeof *x);
+    cg_puts(&c.s, kf_cuda_tpl_attention);
+    return cg_end(&c, c.st);
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# gpu_attention.sh -- the fused attention kernel on a GPU machine, in one call
+# (device time is scarce): a Release build of kfuse, the GPU suite's
+# attention tests (fused and fallback, against the reference evaluator),
+# every example and pattern that holds attention with --target cuda --check,
+# compute-sanitizer memcheck and racecheck on ragged fused cases, and with
+# --bench the attention cases of bench/gpu_bench (and their peers).
+#
+#   scripts/gpu_attention.sh [--commit SHA] [--bench] [--no-tests]
+#
+# Logs go to $OUT (default build-gpu/out); the last lines are a summary; exit 1
+# on any failure. scripts/gpu_check.sh remains the whole check.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+commit=unknown
+bench=0
+tests=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --commit) commit="$2"; shift 2 ;;
+    --bench) bench=1; shift ;;
+    --no-tests) tests=0; shift ;;
+    *) echo "gpu_attention.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+out=${OUT:-build-gpu/out}
+mkdir -p "$out"
+jobs=$(nproc 2>/dev/null || echo 4)
+summary=()
+fail=0
+note() { summary+=("$1"); echo "== $1"; }
+cmocka=()
+if [ ! -f /usr/include/cmocka.h ] && [ -f .cmocka/include/cmocka.h ]; then
+    cmocka=(-DCMOCKA_ROOT="$PWD/.cmocka")
+    export LD_LIBRARY_PATH="$PWD/.cmocka/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKF_BUILD_TESTS=ON \
+    -DKF_BUILD_BENCH=ON -DKF_BENCH_COMMIT="$commit" "${cmocka[@]}" &&
+    cmake --build build-gpu --parallel "$jobs" --target kfuse_cli test_cuda_exec gpu_bench; } \
+    >"$out/build.log" 2>&1; then
+    tail -40 "$out/build.log"
+    note "build: FAILED"
+    printf '%s\n' "${summary[@]}"
+    exit 1
+fi
+note "build: ok ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null))"
+export KF_SOURCE_DIR="$PWD"
+
+if [ $tests -eq 1 ]; then
+    if KF_TEST_FILTER='*attention*' build-gpu/tests/test_cuda_exec >"$out/attn_tests.log" 2>&1 &&
+        ! grep -q SKIPPED "$out/attn_tests.log"; then
+        note "attention GPU tests: $(grep -c '^\[       OK \]' "$out/attn_tests.log") passed"
+    else
+        fail=1
+        grep -E "FAILED|error|exceeds|SKIPPED" "$out/attn_tests.log" | head -20
+        note "attention GPU tests: FAILED (attn_tests.log)"
+    fi
+    n_ok=0
+    n_all=0
+    for f in examples/*.kfg examples/patterns/attention_*.kfg; do
+        n_all=$((n_all + 1))
+        if build-gpu/kfuse run "$f" --target cuda --check --report \
+            --seed $((n_all * 7919)) >>"$out/examples.log" 2>&1; then
+            n_ok=$((n_ok + 1))
+        else
+            echo "FAILED: $f" | tee -a "$out/examples.log"
+            fail=1
+        fi
+    done
+    note "attention examples --target cuda --check: $n_ok/$n_all passed"
+    if command -v compute-sanitizer >/dev/null; then
+        g="$out/attn_ragged.kfg"
+        cat >"$g" <<'KFG'
+kfg 1
+q = input(bf16[1, 2, 130, 128])
+k = input(bf16[1, 2, 197, 128])
+v = input(bf16[1, 2, 197, 128])
+qk = matmul(q, k, transpose_b=true)
+sc = const(bf16[], 0.08838834764)
+s0 = mul(qk, sc)
+row = iota(i32[130, 197], axis=0)
+col = iota(i32[130, 197], axis=1)
+keep = ge(row, col)
+ninf = const(bf16[], -inf)
+s1 = where(keep, s0, ninf)
+p = softmax(s1)
+o = matmul(p, v)
+output o
+q2 = input(f16[1, 2, 4, 77, 64])
+k2 = input(f16[1, 2, 1, 77, 64])
+v2 = input(f16[1, 2, 1, 77, 64])
+qk2 = matmul(q2, k2, transpose_b=true)
+sc2 = const(f16[], 0.125)
+t2 = mul(qk2, sc2)
+p2 = softmax(t2)
+o2 = matmul(p2, v2)
+output o2
+KFG
+        for tool in memcheck racecheck; do
+            if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$g" \
+                --target cuda --check --report >"$out/sanitize_attn_$tool.log" 2>&1 &&
+                grep -q "fused attention (sm_80 mma.sync kernel)" "$out/sanitize_attn_$tool.log"; then
+                note "compute-sanitizer $tool (fused attention, ragged): clean"
+            else
+                fail=1
+                tail -20 "$out/sanitize_attn_$tool.log"
+                note "compute-sanitizer $tool (fused attention): FAILED"
+            fi
+        done
+    else
+        note "compute-sanitizer: not found, not run"
+    fi
+fi
+if [ $bench -eq 1 ]; then
+    if build-gpu/gpu_bench --attention --commit "$commit" --out "$out/bench_attn.json" \
+        >"$out/bench_attn.log" 2>&1; then
+        note "bench: $out/bench_attn.json"
+    else
+        fail=1
+        note "bench: FAILED (bench_attn.log)"
+    fi
+    grep -vE "^peers: " "$out/bench_attn.log" | tail -30
+fi
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $fail
