@@ -22,7 +22,7 @@
 #include "fusion/fusion.h"
 
 /* Bumped whenever the generated code changes for the same plan (cache key). */
-#define KF_LLVM_CODEGEN_VERSION 4
+#define KF_LLVM_CODEGEN_VERSION 5
 
 typedef struct kf_cpu_kernel {
     bool present;     /* false for VIEW groups: no code */

@@ -773,12 +773,11 @@ static void scaled_norm_stats(lg_fn *f, const kf_row_stage *rs, lg_row_fn x_at, 
     stat[KF_STAT_RSTD] = scaled_rstd(m, LLVMBuildFAdd(B, var, eps, ""), down, "srstd");
 }
 
-void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at, void *user,
-                  LLVMValueRef cache, lg_point *pt) {
+static void row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, LLVMTypeRef at,
+                      lg_row_fn x_at, void *user, LLVMValueRef cache, lg_point *pt) {
     lg_mod *m = f->m;
     LLVMBuilderRef B = m->B;
     bool is_int = xdt == KF_DTYPE_I32;
-    LLVMTypeRef at = is_int ? m->i64 : lg_acc_type(m, xdt);
     LLVMTypeRef ct = lg_ctype(m, xdt);
     unsigned s = rs->stats;
     bool need_max = s & (1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP);
@@ -824,7 +823,7 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
     /* f64 norms: a row beyond 2^500 takes the scaled form the reference
      * defines (scaled_norm_stats), whose squares cannot overflow; every other
      * row the code below, unchanged. f32/f16/bf16 rows never exceed 2^128. */
-    bool scalable = at == m->f64 && (s & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD));
+    bool scalable = xdt == KF_DTYPE_F64 && (s & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD));
     LLVMValueRef e = NULL;
     LLVMBasicBlockRef scaled = NULL, join = NULL;
     if (scalable) {
@@ -906,5 +905,25 @@ void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at
         LLVMAddIncoming(phi, &pt->stat[k], &plain_end, 1);
         LLVMAddIncoming(phi, &sst[k], &scaled_end, 1);
         pt->stat[k] = phi;
+    }
+}
+
+/* The row statistics in the accumulator type of xdt. An f32 norm's statistics
+ * are accumulated in f64 and rounded to f32 once: an f32 row may hold values
+ * up to 2^128, whose squares overflow f32 (a row near 1e21, an exp() upstream,
+ * normalized to inf/NaN or garbage where the reference, in double, gives the
+ * right answer). Other f32 statistics (max, sums, softmax) stay in f32. */
+void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at, void *user,
+                  LLVMValueRef cache, lg_point *pt) {
+    lg_mod *m = f->m;
+    bool norm = rs->stats & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD);
+    bool widen = xdt == KF_DTYPE_F32 && norm;
+    LLVMTypeRef at = xdt == KF_DTYPE_I32 ? m->i64 : widen ? m->f64 : lg_acc_type(m, xdt);
+    row_stats(f, rs, xdt, at, x_at, user, cache, pt);
+    if (!widen)
+        return;
+    for (int k = 0; k < KF_STAT_COUNT; k++) {
+        if (pt->stat[k] && LLVMTypeOf(pt->stat[k]) == m->f64)
+            pt->stat[k] = LLVMBuildFPTrunc(m->B, pt->stat[k], m->f32, "");
     }
 }
