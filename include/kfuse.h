@@ -329,6 +329,35 @@ typedef struct kf_binding {
 KF_API kf_status kf_graph_eval(kf_graph *graph, const kf_binding *inputs, size_t n_inputs,
                                const kf_binding *outputs, size_t n_outputs);
 
+/* The verdict on one output (kf_graph_check). Errors are normwise relative,
+ * ||v - exact|| / ||exact||, where `exact` is the graph evaluated in f64 with
+ * no intermediate rounding. */
+typedef struct kf_check_result {
+    double err;       /* of the output that was checked */
+    double ref_err;   /* of kf_graph_eval's output: the reference's own error */
+    double round_err; /* of the exact value rounded once to the output's dtype */
+    double bound;     /* 2 * max(ref_err, round_err) + floor: 1e-12 for f64
+                         graphs, else 1e-5 (f32 arithmetic where the reference
+                         uses double), plus u / sqrt(numel), u the unit
+                         roundoff of the least precise dtype computed */
+    int pass;         /* err <= bound; 0 for any NaN the reference does not have */
+} kf_check_result;
+
+/* Judges a backend's outputs (`outputs`: bindings as for kf_graph_eval, read,
+ * not written; e.g. what kf_program_run produced from the same inputs). Each
+ * output passes when its error against the exact value is at most twice the
+ * reference evaluator's own error plus a small floor (the rule FlashAttention's
+ * tests use): a kernel that keeps f32 between fused ops is as close to the
+ * exact value as the reference, which rounds every op's result to its dtype,
+ * so deep bf16 graphs give no false failures, while a real error (a wrong op,
+ * a dropped term, a systematic ulp) lands beyond the bound. i32 and bool
+ * outputs must equal the reference. results[i] receives the verdict on
+ * outputs[i]. Returns KF_OK when every output was judged (pass or not);
+ * errors as kf_graph_eval's, and KF_ERR_INVALID_ARGUMENT for NULL results. */
+KF_API kf_status kf_graph_check(kf_graph *graph, const kf_binding *inputs, size_t n_inputs,
+                                const kf_binding *outputs, size_t n_outputs,
+                                kf_check_result *results);
+
 
 /* ------------------------------------------------------------------------ */
 /* Compiled programs                                                          */
