@@ -5,6 +5,7 @@
 #   tests/*.c (others)   helpers linked into every suite (kf_testutil)
 #   tests/cli/           the CLI's behaviour: round-trips, eval, errors
 #   tests/consumer/      install, then build and run an out-of-tree consumer
+#   tests/layers.cmake   the layering, read from the library objects' symbols
 #
 # Every test runs from the repository root with KF_SOURCE_DIR set to it, so a
 # suite can open examples/*.kfg by a relative or an absolute path.
@@ -94,6 +95,18 @@ foreach(_src IN LISTS KF_SUITE_SOURCES)
     set_tests_properties(${_stem} PROPERTIES ENVIRONMENT "${KF_TEST_ENV}" TIMEOUT 300
                                              SKIP_RETURN_CODE 77)
 endforeach()
+
+# The layering: no module calls a function defined in a module above it
+# (ir < fusion < codegen < runtime < frontend), read from the objects' symbols.
+if(CMAKE_NM)
+    add_test(NAME layers
+             COMMAND "${CMAKE_COMMAND}" "-DNM=${CMAKE_NM}"
+                     "-DOBJECTS=$<JOIN:$<TARGET_OBJECTS:kfuse_objects>,|>"
+                     -P "${PROJECT_SOURCE_DIR}/tests/layers.cmake")
+    set_tests_properties(layers PROPERTIES TIMEOUT 120)
+else()
+    message(WARNING "nm not found: the layering test is not registered")
+endif()
 
 # test_cuda checks the driver types runtime/cuda.h declares against the
 # toolkit's cuda.h, when there is one (the library itself never includes it).

@@ -1,6 +1,7 @@
 /*
- * api.c -- the public C API: status strings, contexts, graphs, tensor
- * accessors and every builder call. Each builder call is a thin wrapper that
+ * api.c -- the public C API: contexts, graphs, tensor accessors and every
+ * builder call (status strings live in ir/graph.c, below the planner and
+ * the runtime, which print them too). Each builder call is a thin wrapper that
  * packs its arguments into kf_node_args and hands them to kf_ir_build, where
  * the shape and dtype rules live once (the parser uses the same path).
  */
@@ -9,29 +10,6 @@
 #include "ir/ir.h"
 #include "runtime/ctx.h"
 #include "runtime/nvrtc.h"
-
-static const char *const status_names[KF_STATUS_COUNT] = {
-    [KF_OK] = "ok",
-    [KF_ERR_INVALID_ARGUMENT] = "invalid argument",
-    [KF_ERR_SHAPE] = "shape mismatch",
-    [KF_ERR_DTYPE] = "unsupported dtype",
-    [KF_ERR_AXIS] = "axis out of range",
-    [KF_ERR_OUT_OF_MEMORY] = "out of memory",
-    [KF_ERR_PARSE] = "parse error",
-    [KF_ERR_VERIFY] = "invalid graph",
-    [KF_ERR_NOT_FOUND] = "not found",
-    [KF_ERR_UNSUPPORTED] = "unsupported",
-    [KF_ERR_IO] = "i/o error",
-    [KF_ERR_INTERNAL] = "internal error",
-};
-_Static_assert(sizeof status_names / sizeof status_names[0] == KF_STATUS_COUNT,
-               "every kf_status needs a name");
-
-const char *kf_status_str(kf_status status) {
-    if ((unsigned)status >= KF_STATUS_COUNT || !status_names[status])
-        return "unknown status";
-    return status_names[status];
-}
 
 const char *kf_version(void) {
 #define KF_STR2(x) #x
@@ -137,7 +115,7 @@ kf_status kf_graph_status(const kf_graph *graph) {
 const char *kf_graph_error(const kf_graph *graph) {
     if (!graph)
         return "graph is NULL";
-    return graph->status != KF_OK ? graph->error : graph->last;
+    return kf_ir_error(graph);
 }
 
 kf_status kf_graph_verify(kf_graph *graph) {

@@ -403,7 +403,7 @@ kf_status kf_plan_create(kf_graph *g, const kf_plan_options *options, kf_plan **
     *out = NULL;
     if (!g)
         return KF_ERR_INVALID_ARGUMENT;
-    kf_status st = kf_graph_verify(g);
+    kf_status st = kf_ir_verify(g);
     if (st != KF_OK)
         return st;
     kf_plan_options opt;

@@ -206,6 +206,9 @@ kf_status kf_ir_fail(kf_graph *g, kf_status status, const char *fmt, ...)
  * caller's buffer. */
 kf_status kf_msg_set(char *err, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The graph's message: its sticky builder error, or while it has none the
+ * last non-sticky note ("" if none). What kf_graph_error returns. */
+const char *kf_ir_error(const kf_graph *g);
 /* Records a non-sticky failure message (verify, eval); returns `status`. */
 kf_status kf_ir_note(kf_graph *g, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -329,9 +332,12 @@ kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_s
 kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t);
 void kf_ir_eval_release(kf_eval_state *st);
 
-/* How far a backend's result may stray from the reference's, as a relative
- * error ||out - ref|| / ||ref||: f64 1e-12, f32 1e-5, f16 2e-3, bf16 1.6e-2,
- * exact for i32 and bool. */
+/* The one per-dtype tolerance table: how far a result computed with other
+ * roundings may stray from the reference's, as a relative error
+ * ||out - ref|| / ||ref||: f64 1e-12, f32 1e-5, f16 2e-3, bf16 1.6e-2, exact
+ * (0) for i32 and bool. The plan checker allows twice it (fusion/check.c);
+ * the tests' kf_test_assert_close and diagnostics read it. Backends' outputs
+ * are judged by kf_ir_judge instead, relative to the reference's own error. */
 double kf_ir_tolerance(kf_dtype d);
 /* The tolerance of output `out`: that of the least precise float dtype stored
  * on the way to it (an f32 output computed through bf16 intermediates carries
