@@ -91,12 +91,13 @@ static void copy_mt(char *dst, const char *src, size_t n, int nt) {
         pthread_join(th[i], NULL);
 }
 
-static kf_ctx *make_ctx(const char *cache_dir, unsigned flags) {
+static kf_ctx *make_ctx(const char *cache_dir, unsigned flags, int threads) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CPU;
     o.cache_dir = cache_dir;
     o.flags = flags;
+    o.num_threads = threads; /* 0: one per core */
     kf_ctx *ctx = NULL;
     if (kf_ctx_create(&o, &ctx) != KF_OK)
         exit(1);
@@ -190,7 +191,7 @@ int main(int argc, char **argv) {
             "  \"copy_gbs\": %.3f,\n  \"copy_1thread_gbs\": %.3f,\n  \"copy_all_gbs\": %.3f,\n",
             copy_gbs, copy1_gbs, copyn_gbs);
 
-    kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE, threads);
 
     /* KF_BENCH_GEMM_ONLY=1 skips the memory-bound and compile parts (their
      * JSON fields are then absent): for iterating on the GEMM. */
@@ -250,16 +251,14 @@ int main(int argc, char **argv) {
     for (int si = 0; si < 2; si++) {
         for (int all = 0; all < 2; all++) {
             int sz = sizes[si], nt = all ? all_threads : 1;
-            char nts[16];
-            snprintf(nts, sizeof nts, "%d", nt);
-            setenv("KF_NUM_THREADS", nts, 1); /* read when a program is compiled */
+            kf_ctx *tctx = make_ctx(NULL, KF_FLAG_NO_CACHE, nt);
             char text[256];
             snprintf(text, sizeof text,
                      "kfg 1\na = input(f32[%d, %d])\nb = input(f32[%d, %d])\nc = matmul(a, b)\n"
                      "output c\n",
                      sz, sz, sz, sz);
             kf_graph *g = NULL;
-            kf_program *p = compile_text(ctx, text, &g, NULL);
+            kf_program *p = compile_text(tctx, text, &g, NULL);
             size_t n = (size_t)sz * sz;
             float *a = rand_f32(n), *b = rand_f32(n), *c = malloc(n * 4);
             kf_binding in[2] = {{"a", a, n * 4}, {"b", b, n * 4}}, out = {"c", c, n * 4};
@@ -280,6 +279,7 @@ int main(int argc, char **argv) {
 #endif
             kf_program_destroy(p);
             kf_graph_destroy(g);
+            kf_ctx_destroy(tctx);
             free(a), free(b), free(c);
             printf("gemm f32 %d^3 %2d thread(s)  kfuse %8.2f GFLOP/s  openblas %8.2f GFLOP/s  "
                    "(%.0f%%)\n",
@@ -307,7 +307,7 @@ int main(int argc, char **argv) {
             kf_program_destroy(p);
             kf_graph_destroy(g);
         }
-        kf_ctx *cctx = make_ctx(dir, 0);
+        kf_ctx *cctx = make_ctx(dir, 0, threads);
         kf_graph *g = NULL;
         kf_program *p = compile_text(cctx, text, &g, NULL); /* fills the cache */
         kf_program_destroy(p);
@@ -328,7 +328,6 @@ int main(int argc, char **argv) {
         fprintf(json, "  \"cold_compile_elementwise_ms\": %.3f,\n  \"warm_load_ms\": %.3f,\n",
                 1e3 * c, 1e3 * w);
     }
-    unsetenv("KF_NUM_THREADS");
     kf_ctx_destroy(ctx);
     fprintf(json, "  \"end\": true\n}\n");
     fclose(json);

@@ -45,7 +45,7 @@ static int phases(void) {
         st = kf_cuda_device_open(drv, 0, &dev, err);
     double t2 = now_ms();
     if (st == KF_OK)
-        st = kf_blt_create(&mem, &dev, &lt, err);
+        st = kf_blt_create(&mem, &dev, NULL, &lt, err);
     double t3 = now_ms();
     if (st != KF_OK) {
         fprintf(stderr, "warm_start: %s\n", err);

@@ -76,7 +76,7 @@ endforeach()
 
 add_library(kf_testutil INTERFACE)
 target_include_directories(kf_testutil INTERFACE "${PROJECT_SOURCE_DIR}/tests")
-target_link_libraries(kf_testutil INTERFACE kfuse_internal kf_cmocka)
+target_link_libraries(kf_testutil INTERFACE kfuse_commands kfuse_internal kf_cmocka)
 if(KF_TESTUTIL_SOURCES)
     add_library(kf_testutil_objs STATIC ${KF_TESTUTIL_SOURCES})
     target_link_libraries(kf_testutil_objs PUBLIC kfuse_internal kf_cmocka)

@@ -26,6 +26,7 @@ void kf_options_init(kf_options *options) {
         return;
     memset(options, 0, sizeof *options);
     options->target = KF_TARGET_AUTO;
+    options->cpu_opt_level = 3;
 }
 
 static char *ctx_strdup(const kf_mem *m, const char *s) {
@@ -50,7 +51,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     if (hooks != 0 && hooks != 3)
         return KF_ERR_INVALID_ARGUMENT; /* a half-set allocator */
     if ((unsigned)o->target >= KF_TARGET_COUNT || (o->flags & ~(unsigned)KF_FLAG_ALL_) ||
-        o->device < 0)
+        o->device < 0 || o->num_threads < 0 || o->cpu_opt_level < 0 || o->cpu_opt_level > 3)
         return KF_ERR_INVALID_ARGUMENT;
     /* An arch override is checked now, not truncated or guessed at compile time. */
     char arch_err[KF_MSG_MAX];
@@ -69,7 +70,12 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     ctx->flags = o->flags;
     ctx->arch = ctx_strdup(&mem, o->arch);
     ctx->cache_dir = ctx_strdup(&mem, o->cache_dir);
-    if ((o->arch && !ctx->arch) || (o->cache_dir && !ctx->cache_dir)) {
+    ctx->dump_dir = ctx_strdup(&mem, o->dump_dir);
+    ctx->cublaslt_lib = ctx_strdup(&mem, o->cublaslt_lib);
+    ctx->num_threads = o->num_threads;
+    ctx->cpu_opt_level = o->cpu_opt_level;
+    if ((o->arch && !ctx->arch) || (o->cache_dir && !ctx->cache_dir) ||
+        (o->dump_dir && !ctx->dump_dir) || (o->cublaslt_lib && !ctx->cublaslt_lib)) {
         kf_ctx_destroy(ctx);
         return KF_ERR_OUT_OF_MEMORY;
     }
@@ -82,10 +88,10 @@ void kf_ctx_destroy(kf_ctx *ctx) {
         return;
     kf_mem mem = ctx->mem;
     kf_ctx_runtime_release(ctx);
-    if (ctx->arch)
-        kf_mem_free(&mem, ctx->arch, strlen(ctx->arch) + 1);
-    if (ctx->cache_dir)
-        kf_mem_free(&mem, ctx->cache_dir, strlen(ctx->cache_dir) + 1);
+    char *strs[] = {ctx->arch, ctx->cache_dir, ctx->dump_dir, ctx->cublaslt_lib};
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
+        if (strs[i])
+            kf_mem_free(&mem, strs[i], strlen(strs[i]) + 1);
     kf_mem_free(&mem, ctx, sizeof *ctx);
 }
 

@@ -213,7 +213,9 @@ int kf_cmd_aot(int argc, char **argv) {
         return 1;
     }
     kf_ctx *ctx = NULL;
-    st = kf_ctx_create(NULL, &ctx);
+    kf_options o;
+    kf_cli_options(&o); /* the environment's switches */
+    st = kf_ctx_create(&o, &ctx);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse aot: %s\n", kf_status_str(st));
         kf_cache_close(a.cache);
@@ -236,7 +238,10 @@ int kf_cmd_aot(int argc, char **argv) {
             rc = loaded;
             break;
         }
-        st = kf_plan_create(graphs[f], NULL, &plans[f]);
+        kf_plan_options popt;
+        kf_plan_options_init(&popt);
+        popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
+        st = kf_plan_create(graphs[f], &popt, &plans[f]);
         if (st != KF_OK) {
             fprintf(stderr, "kfuse aot: %s: planning failed: %s: %s\n", files[f], kf_status_str(st),
                     kf_graph_error(graphs[f]));

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "frontend/cli.h"
 #include "frontend/cmd_cache.h"
 #include "runtime/cache.h"
 
@@ -101,6 +102,8 @@ int kf_cmd_cache(int argc, char **argv) {
     if (dir && !*dir)
         return usage("%s", "--dir needs a non-empty directory");
 
+    if (!dir)
+        dir = kf_cli_env("KF_CACHE_DIR"); /* the CLI's; the library reads none */
     kf_mem mem;
     kf_mem_resolve(&mem, NULL);
     /* Only looking never creates the directory. */

@@ -151,14 +151,19 @@ int kf_cmd_report(int argc, char **argv) {
     kf_graph *g = NULL;
     kf_plan *plan = NULL;
     int rc = 0;
-    kf_status st = kf_ctx_create(NULL, &ctx);
+    kf_options o;
+    kf_cli_options(&o); /* the environment's switches */
+    kf_plan_options popt;
+    kf_plan_options_init(&popt);
+    popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
+    kf_status st = kf_ctx_create(&o, &ctx);
     if (st == KF_OK) {
         int loaded = kf_cli_load_graph(ctx, file, &g); /* -1: loaded; else why not is printed */
         if (loaded >= 0)
             rc = loaded;
     }
     if (rc == 0 && st == KF_OK)
-        st = kf_plan_create(g, NULL, &plan);
+        st = kf_plan_create(g, &popt, &plan);
     if (rc == 0 && st == KF_OK)
         st = kf_plan_estimate(plan, device);
     kf_cuda_recipes *recipes = NULL;

@@ -162,7 +162,7 @@ int kf_cmd_run(int argc, char **argv) {
         return 2;
     }
     kf_options o;
-    kf_options_init(&o);
+    kf_cli_options(&o); /* the environment's switches */
     o.target = target;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;

@@ -100,7 +100,10 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         kf_program_destroy(p);
         return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_compile: out of memory");
     }
-    kf_status st = kf_plan_create(p->graph, NULL, &p->plan);
+    kf_plan_options popt;
+    kf_plan_options_init(&popt);
+    popt.debug = (ctx->flags & KF_FLAG_DEBUG_PASSES) != 0;
+    kf_status st = kf_plan_create(p->graph, &popt, &p->plan);
     if (st != KF_OK) {
         /* The planner put its message on the copy; the caller reads its own graph. */
         kf_ir_note(graph, st, "%s", kf_graph_error(p->graph));
@@ -133,7 +136,14 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
                           "with KF_FLAG_NO_CACHE to compile without it)",
                           err);
     }
-    st = kf_cpu_exec_create(&p->mem, p->plan, cache, &p->exec, err);
+    kf_cpu_options copt = {
+        .opt_level = ctx->cpu_opt_level,
+        .threads = ctx->num_threads,
+        .no_reuse = (ctx->flags & KF_FLAG_CPU_KEEP_BUFFERS) != 0,
+        .dump_ir = (ctx->flags & KF_FLAG_DUMP_LLVM_IR) != 0,
+        .timing = (ctx->flags & KF_FLAG_CPU_TIMING) != 0,
+    };
+    st = kf_cpu_exec_create(&p->mem, p->plan, &copt, cache, &p->exec, err);
     if (st != KF_OK) {
         kf_program_destroy(p);
         return kf_ir_note(graph, st, "kf_compile (cpu): %s", err);

@@ -219,7 +219,9 @@ static int parse_args(const cli_command *cmd, int argc, char **argv, bool takes_
 /* The name a file goes by in messages. */
 /* Creates the context every command runs in. */
 static bool open_ctx(kf_ctx **ctx) {
-    kf_status st = kf_ctx_create(NULL, ctx);
+    kf_options o;
+    kf_cli_options(&o); /* the environment's switches */
+    kf_status st = kf_ctx_create(&o, ctx);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse: cannot create a context: %s\n", kf_status_str(st));
         return false;

@@ -411,9 +411,6 @@ kf_status kf_plan_create(kf_graph *g, const kf_plan_options *options, kf_plan **
         opt = *options;
     else
         kf_plan_options_init(&opt);
-    const char *dbg = getenv("KF_DEBUG");
-    if (dbg && dbg[0] && strcmp(dbg, "0") != 0)
-        opt.debug = true;
 
     kf_planner p;
     st = planner_init(&p, g, &opt);

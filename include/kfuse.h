@@ -131,16 +131,37 @@ enum {
                                              kfuse generates GEMM kernels) */
     KF_FLAG_CHECK_NUMERICS = 1u << 4,     /* each run also runs the reference evaluator and
                                              fails on a mismatch (slow: for debugging) */
-    KF_FLAG_ALL_ = (1u << 5) - 1
+    /* Debugging switches (the kfuse CLI sets each from the environment variable
+     * named beside it; the library reads no environment variable). */
+    KF_FLAG_DEBUG_PASSES = 1u << 5,    /* KF_DEBUG=1: the plan to stderr after each fusion pass */
+    KF_FLAG_NO_CUDA_GRAPH = 1u << 6,   /* KF_CUDA_GRAPH=0: launch each kernel, no CUDA graph */
+    KF_FLAG_CPU_KEEP_BUFFERS = 1u << 7, /* KF_CPU_NO_REUSE=1: every CPU intermediate keeps its
+                                           own buffer (nothing is reused) */
+    KF_FLAG_DUMP_LLVM_IR = 1u << 8,    /* KF_DUMP_IR=1: the CPU module's LLVM IR to stderr */
+    KF_FLAG_CPU_TIMING = 1u << 9,      /* KF_CPU_TIMING=1: CPU compile phase times to stderr */
+    KF_FLAG_ALL_ = (1u << 10) - 1
 };
 
 typedef struct kf_options {
     kf_target target;      /* default KF_TARGET_AUTO */
     int device;            /* CUDA device ordinal, default 0 */
     const char *arch;      /* override, e.g. "sm_90a"; NULL = from the device */
-    const char *cache_dir; /* NULL = $KF_CACHE_DIR, else ~/.cache/kfuse */
+    const char *cache_dir; /* NULL = $XDG_CACHE_HOME/kfuse, else ~/.cache/kfuse (the CLI:
+                              $KF_CACHE_DIR first) */
     unsigned flags;        /* KF_FLAG_* */
     kf_allocator allocator;
+    /* Switches. The library reads no environment variable of its own: the kfuse
+     * CLI maps the one named beside each field onto it. */
+    const char *dump_dir;     /* KF_DUMP_DIR: every generated CUDA source is written here as
+                                 KERNEL.ARCH.cu (and NVRTC's log, on a failed compile, as
+                                 KERNEL.ARCH.log); NULL = nowhere */
+    const char *cublaslt_lib; /* KF_CUBLASLT_LIB: the cuBLASLt library to open (that file only);
+                                 NULL = libcublasLt.so.13, libcublasLt.so, then the build's
+                                 toolkit's */
+    int num_threads;          /* KF_NUM_THREADS: threads of the CPU target (at most 64);
+                                 0 = one per online CPU */
+    int cpu_opt_level;        /* KF_CPU_OPT: LLVM's -O level for the CPU target, 0-3
+                                 (kf_options_init: 3; lower compiles faster, same results) */
 } kf_options;
 
 /* Fills *options with the defaults above. */
@@ -148,7 +169,8 @@ KF_API void kf_options_init(kf_options *options);
 
 /* Creates a context. `options` may be NULL for the defaults; the strings it
  * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
- * (NULL out, unknown flag or target, negative device, half-set allocator, an
+ * (NULL out, unknown flag or target, negative device or num_threads, a
+ * cpu_opt_level outside 0-3, half-set allocator, an
  * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f'),
  * KF_ERR_OUT_OF_MEMORY. */
 KF_API kf_status kf_ctx_create(const kf_options *options, kf_ctx **out);
