@@ -33,6 +33,10 @@ const char kf_cmd_aot_help[] =
     "(created 0700). No GPU is needed. A program whose context uses DIR as its\n"
     "cache (with the fail-on-miss flag, to be sure) then compiles nothing.\n"
     "Prints the coverage: kernels per graph per arch, and how many were cached.\n"
+    "These are generated kernels, the recipes' kernel steps: a graph's count is\n"
+    "not `kfuse report`'s count of kernel groups, since a group may run as\n"
+    "several steps (a norm prologue kernel, then a cuBLASLt GEMM) or as cuBLASLt\n"
+    "calls alone, which need no kernel; each line says both.\n"
     "\n"
     "options:\n"
     "  --arch LIST   comma-separated archs (default sm_80,sm_90a)\n"
@@ -84,7 +88,8 @@ static kf_cuda_recipes *recipes_for(aot_state *a, const char *path, const kf_pla
 /* One graph: every KERNEL step of its recipes, for every arch. */
 static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *recipes) {
     unsigned long kernels[AOT_MAX_ARCHS] = {0}, cached[AOT_MAX_ARCHS] = {0},
-                  failed[AOT_MAX_ARCHS] = {0};
+                  failed[AOT_MAX_ARCHS] = {0}, lt_steps[AOT_MAX_ARCHS] = {0},
+                  groups[AOT_MAX_ARCHS] = {0};
     for (int ai = 0; ai < a->n_archs; ai++) {
         const kf_cuda_recipes *r = recipes[ai];
         if (!r) {
@@ -93,9 +98,12 @@ static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *re
         }
         for (uint32_t gi = 0; r && gi < r->n; gi++) {
             const kf_cuda_recipe *rc = &r->recipes[gi];
+            groups[ai] += rc->n_steps > 0;
             for (uint32_t s = 0; s < rc->n_steps; s++) {
-                if (rc->steps[s].kind != KF_CUDA_STEP_KERNEL)
+                if (rc->steps[s].kind != KF_CUDA_STEP_KERNEL) {
+                    lt_steps[ai]++;
                     continue;
+                }
                 const kf_cuda_kernel *k = &rc->steps[s].kernel->kernel;
                 a->done++;
                 kernels[ai]++;
@@ -140,7 +148,7 @@ static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *re
                kernels[ai], cached[ai], kernels[ai] - cached[ai] - failed[ai]);
         if (failed[ai])
             printf("  %lu FAILED", failed[ai]);
-        printf("\n");
+        printf("  (%lu groups; %lu cuBLASLt steps need no kernel)\n", groups[ai], lt_steps[ai]);
     }
 }
 
@@ -261,7 +269,7 @@ int kf_cmd_aot(int argc, char **argv) {
         }
         if (a.rc)
             rc = 1;
-        printf("%lu kernels for %d graph%s and %d arch%s in %s\n", a.total, n_files,
+        printf("%lu generated kernels for %d graph%s and %d arch%s in %s\n", a.total, n_files,
                n_files == 1 ? "" : "s", a.n_archs, a.n_archs == 1 ? "" : "s", kf_cache_dir(a.cache));
         if (a.not_stored)
             fprintf(stderr, "kfuse aot: %lu of %lu kernels were not stored in %s: the cache is "

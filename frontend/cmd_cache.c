@@ -122,6 +122,9 @@ int kf_cmd_cache(int argc, char **argv) {
     int rc = EXIT_OK_;
     totals t = {.print_ok = ls};
     if (ls) {
+        /* The columns print_entry writes, named once. */
+        printf("%-*s  %10s  %10s  %s\n", KF_CACHE_KEY_HEX - 1, "key", "payload", "bytes",
+               "modified (UTC)");
         st = kf_cache_list(cache, print_entry, &t, &msg);
         if (st == KF_OK)
             printf("%zu entries, %llu bytes in %s\n", t.entries, t.bytes, kf_cache_dir(cache));

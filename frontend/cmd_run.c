@@ -30,6 +30,7 @@ const char kf_cmd_run_summary[] =
 
 const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
+    "                      [--no-cache | --cache-dir DIR]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
     "once on random inputs (the same inputs `kfuse eval --seed N` uses) and prints\n"
@@ -44,6 +45,10 @@ const char kf_cmd_run_help[] =
     "               evaluator's own ref_err and the bound (2 x ref_err + floor);\n"
     "               exit 1 when an output exceeds its bound or has a stray NaN\n"
     "  --seed N     seed of the input generator (default 0)\n"
+    "  --no-cache   compile everything, read and write no kernel cache\n"
+    "  --cache-dir DIR\n"
+    "               the kernel cache to use (default $KF_CACHE_DIR, else\n"
+    "               $XDG_CACHE_HOME/kfuse, else ~/.cache/kfuse)\n"
     "  -h, --help   show this help\n";
 
 static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, bool check,
@@ -111,7 +116,8 @@ done:
 int kf_cmd_run(int argc, char **argv) {
     const char *file = NULL;
     uint64_t seed = 0;
-    bool check = false, report = false;
+    bool check = false, report = false, no_cache = false;
+    const char *cache_dir = NULL;
     kf_target target = KF_TARGET_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -122,6 +128,14 @@ int kf_cmd_run(int argc, char **argv) {
             check = true;
         } else if (strcmp(a, "--report") == 0) {
             report = true;
+        } else if (strcmp(a, "--no-cache") == 0) {
+            no_cache = true;
+        } else if (strcmp(a, "--cache-dir") == 0) {
+            if (i + 1 >= argc || !*argv[i + 1]) {
+                fprintf(stderr, "kfuse run: --cache-dir needs a directory\n%s", kf_cmd_run_help);
+                return 2;
+            }
+            cache_dir = argv[++i];
         } else if (strcmp(a, "--seed") == 0 || strcmp(a, "--target") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "kfuse run: %s needs a value\n%s", a, kf_cmd_run_help);
@@ -161,9 +175,18 @@ int kf_cmd_run(int argc, char **argv) {
         fprintf(stderr, "kfuse run: missing FILE\n%s", kf_cmd_run_help);
         return 2;
     }
+    if (no_cache && cache_dir) {
+        fprintf(stderr, "kfuse run: --no-cache and --cache-dir exclude each other\n%s",
+                kf_cmd_run_help);
+        return 2;
+    }
     kf_options o;
     kf_cli_options(&o); /* the environment's switches */
     o.target = target;
+    if (cache_dir)
+        o.cache_dir = cache_dir;
+    if (no_cache)
+        o.flags |= KF_FLAG_NO_CACHE;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     if (kf_ctx_create(&o, &ctx) != KF_OK) {

@@ -123,6 +123,8 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
                                   err);
             return kf_ir_note(graph, st, "kf_compile (cuda): %s", err);
         }
+        /* The report's cost columns, for the GPU the program runs on. */
+        (void)kf_plan_estimate(p->plan, kf_plan_device_for_gpu(kf_cuda_exec_device_name(p->cuda)));
         *out = p;
         return KF_OK;
     }
@@ -132,8 +134,10 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
     if (st != KF_OK) {
         kf_program_destroy(p);
         return kf_ir_note(graph, st,
-                          "kf_compile: the kernel cache cannot be used: %s (create the context "
-                          "with KF_FLAG_NO_CACHE to compile without it)",
+                          "kf_compile: the kernel cache cannot be used: %s (point the context's "
+                          "cache_dir at a directory of your own, or create it with "
+                          "KF_FLAG_NO_CACHE to compile without a cache; the kfuse CLI: "
+                          "--cache-dir DIR or --no-cache)",
                           err);
     }
     kf_cpu_options copt = {
@@ -148,6 +152,7 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         kf_program_destroy(p);
         return kf_ir_note(graph, st, "kf_compile (cpu): %s", err);
     }
+    (void)kf_plan_estimate(p->plan, "cpu"); /* the report's cost columns */
     *out = p;
     return KF_OK;
 #else

@@ -998,3 +998,7 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             "%zu launches per run; kernels compiled %u, from the cache %u\n",
             ex->arena_bytes, ex->unshared_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
 }
+
+const char *kf_cuda_exec_device_name(const kf_cuda_exec *ex) {
+    return ex && ex->dev_open ? ex->dev.name : "";
+}

@@ -1284,6 +1284,9 @@ static void test_cli_lists_verifies_and_clears(void **state) {
 
     char *ls[] = {"cache", "ls", "--dir", f->dir};
     assert_int_equal(run_cli(f, out, sizeof out, 4, ls), 0);
+    assert_true(strncmp(out, "key ", 4) == 0); /* a header names the columns */
+    assert_non_null(strstr(out, "payload"));
+    assert_non_null(strstr(out, "modified (UTC)"));
     assert_non_null(strstr(out, ha));
     assert_non_null(strstr(out, hb));
     assert_non_null(strstr(out, "2 entries"));

@@ -1133,6 +1133,9 @@ static void test_program_report_shows_the_plan_in_text_and_json(void **state) {
         if (f == KF_REPORT_TEXT) {
             assert_non_null(strstr(buf, "gemm_bias_gelu"));
             assert_non_null(strstr(buf, "cpu: every kernel group runs as LLVM-compiled host code"));
+            /* the cost columns are filled for the program's device, as the CLI's */
+            assert_non_null(strstr(buf, "; device cpu"));
+            assert_null(strstr(buf, " -            -"));
         } else {
             assert_non_null(strstr(buf, "\"kfuse.report/2\""));
             assert_null(strstr(buf, "cpu: every kernel group"));
