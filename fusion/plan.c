@@ -406,6 +406,8 @@ kf_status kf_plan_create(kf_graph *g, const kf_plan_options *options, kf_plan **
     kf_status st = kf_ir_verify(g);
     if (st != KF_OK)
         return st;
+    if ((st = kf_ir_cse(g, NULL)) != KF_OK) /* the same op on the same operands, once */
+        return st;
     kf_plan_options opt;
     if (options)
         opt = *options;

@@ -270,6 +270,14 @@ kf_status kf_ir_set_name(kf_graph *g, kf_tensor *t, const char *name, size_t len
 /* Re-derives every tensor's shape and dtype and checks every invariant. */
 kf_status kf_ir_verify(kf_graph *g);
 
+/* Common-subexpression elimination (cse.c), in place and in linear time: a
+ * tensor equal to an earlier one (same op, dtype, shape, operands after
+ * folding, attributes, constant bytes; never an input) is folded into it --
+ * every operand slot and graph output that named it names the earlier one,
+ * and it is left with no uses. *folded (may be NULL) receives the count.
+ * Errors: KF_ERR_OUT_OF_MEMORY (nothing changed). */
+kf_status kf_ir_cse(kf_graph *g, uint32_t *folded);
+
 /* Canonical .kfg text. Tensors without a name print as %ID. */
 kf_status kf_ir_print(const kf_graph *g, FILE *out);
 /* Writes the shortest decimal that reads back as `v` (for dtype d's precision). */

@@ -309,13 +309,16 @@ static void sweep(kf_target target, const char *label) {
         poison(g, out);
         assert_int_equal(kf_program_run(p, in, n_in, out, 1, NULL), KF_OK);
         kf_check_result res = judge(g, in, out);
-        /* The rule this judge replaced, for the record: ||out - ref|| / ||ref||
-         * within the bf16 tolerance. */
-        assert_int_equal(kf_graph_eval(g, in, n_in, ref, 1), KF_OK);
-        double old = kf_ir_rel_err(out[0].data, ref[0].data, KF_DTYPE_BF16,
-                                   kf_tensor_numel(kf_graph_output(g, 0)));
-        old_worst = fmax(old_worst, old);
-        old_failed += !(old <= kf_ir_tolerance(KF_DTYPE_BF16));
+        /* On the GPU, the rule this judge replaced, for the record:
+         * ||out - ref|| / ||ref|| within the bf16 tolerance (the CPU skips
+         * the third evaluation: its suite runs under ASan). */
+        if (target == KF_TARGET_CUDA) {
+            assert_int_equal(kf_graph_eval(g, in, n_in, ref, 1), KF_OK);
+            double old = kf_ir_rel_err(out[0].data, ref[0].data, KF_DTYPE_BF16,
+                                       kf_tensor_numel(kf_graph_output(g, 0)));
+            old_worst = fmax(old_worst, old);
+            old_failed += !(old <= kf_ir_tolerance(KF_DTYPE_BF16));
+        }
         double ratio = res.err / res.ref_err;
         if (!(ratio <= worst)) {
             worst = ratio;
@@ -330,10 +333,12 @@ static void sweep(kf_target target, const char *label) {
         free_bindings(in, n_in);
     }
     print_message("%s: %d seeds, %d failed; the reference's own error up to %.3g; the worst "
-                  "err/ref_err %.3f (at ref_err %.3g); the old rule (||out - ref|| / ||ref|| <= "
-                  "%g) would have failed %d (worst %.3g)\n",
-                  label, seeds, failed, ref_max, worst, worst_ref, kf_ir_tolerance(KF_DTYPE_BF16),
-                  old_failed, old_worst);
+                  "err/ref_err %.3f (at ref_err %.3g)\n",
+                  label, seeds, failed, ref_max, worst, worst_ref);
+    if (target == KF_TARGET_CUDA)
+        print_message("%s: the old rule (||out - ref|| / ||ref|| <= %g) would have failed %d "
+                      "(worst %.3g)\n",
+                      label, kf_ir_tolerance(KF_DTYPE_BF16), old_failed, old_worst);
     assert_int_equal(failed, 0);
     free_bindings(ref, 1);
     free_bindings(out, 1);
