@@ -12,8 +12,12 @@
  *              and the warm load of the same program from the disk cache
  *
  * Every figure is the median of several timed runs after a warm-up. Results
- * go to stdout and, as JSON naming the CPU and the commit, to
- * bench/results/cpu-<cpu>-<commit>.json (or the path given as argv[1]).
+ * go to stdout and, as JSON naming the CPU and the commit, to --out FILE
+ * (to record a run: bench/results/cpu-<cpu>-<commit>.json), else to
+ * $TMPDIR/cpu_bench-<cpu>-<commit>.json: a run never writes into the checkout
+ * unless told to.
+ *
+ *   cpu_bench [--out FILE] [--threads N] [--gemm-only] [-h|--help]
  */
 #include <math.h>
 #include <pthread.h>
@@ -91,12 +95,13 @@ static void copy_mt(char *dst, const char *src, size_t n, int nt) {
         pthread_join(th[i], NULL);
 }
 
-static kf_ctx *make_ctx(const char *cache_dir, unsigned flags) {
+static kf_ctx *make_ctx(const char *cache_dir, unsigned flags, int threads) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CPU;
     o.cache_dir = cache_dir;
     o.flags = flags;
+    o.num_threads = threads; /* 0: one per core */
     kf_ctx *ctx = NULL;
     if (kf_ctx_create(&o, &ctx) != KF_OK)
         exit(1);
@@ -135,21 +140,58 @@ static double time_program(kf_program *p, const kf_binding *in, size_t nin, cons
     return median(t, reps);
 }
 
+static const char usage_text[] =
+    "usage: cpu_bench [--out FILE] [--threads N] [--gemm-only]\n"
+    "\n"
+    "Measures the CPU backend: copy bandwidth, an elementwise chain, rms_norm, f32\n"
+    "GEMMs against OpenBLAS (1 thread and all), cold and warm compile. Prints the\n"
+    "figures and writes them as JSON.\n"
+    "\n"
+    "options:\n"
+    "  --out FILE    the JSON file (to record a run in the checkout:\n"
+    "                bench/results/cpu-<cpu>-<commit>.json); default\n"
+    "                $TMPDIR/cpu_bench-<cpu>-<commit>.json\n"
+    "  --threads N   threads for every kernel (default: one per CPU)\n"
+    "  --gemm-only   only the GEMMs\n"
+    "  -h, --help    show this help\n";
+
 int main(int argc, char **argv) {
+    const char *out = NULL;
+    int threads = 0;
+    bool gemm_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out = argv[++i];
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            long n = strtol(argv[++i], &end, 10);
+            if (!end || *end || n < 1 || n > 64) {
+                fprintf(stderr, "cpu_bench: --threads takes 1..64, not '%s'\n", argv[i]);
+                return 2;
+            }
+            threads = (int)n;
+        } else if (strcmp(argv[i], "--gemm-only") == 0) {
+            gemm_only = true;
+        } else {
+            fprintf(stderr, "cpu_bench: unknown argument '%s'\n%s", argv[i], usage_text);
+            return 2;
+        }
+    }
     const char *host = kf_cpu_host_name();
     char cpu[128];
     sscanf(host, "%127s", cpu);
-    int threads = 0;
-    {
-        const char *e = getenv("KF_NUM_THREADS");
-        threads = e ? atoi(e) : 0;
-    }
     FILE *json = NULL;
     char path[512];
-    if (argc > 1)
-        snprintf(path, sizeof path, "%s", argv[1]);
-    else
-        snprintf(path, sizeof path, "bench/results/cpu-%s-%s.json", cpu, KF_BENCH_COMMIT);
+    if (out) {
+        snprintf(path, sizeof path, "%s", out);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(path, sizeof path, "%s/cpu_bench-%s-%s.json", tmp && *tmp ? tmp : "/tmp", cpu,
+                 KF_BENCH_COMMIT);
+    }
     json = fopen(path, "w");
     if (!json) {
         perror(path);
@@ -190,12 +232,10 @@ int main(int argc, char **argv) {
             "  \"copy_gbs\": %.3f,\n  \"copy_1thread_gbs\": %.3f,\n  \"copy_all_gbs\": %.3f,\n",
             copy_gbs, copy1_gbs, copyn_gbs);
 
-    kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE, threads);
 
-    /* KF_BENCH_GEMM_ONLY=1 skips the memory-bound and compile parts (their
-     * JSON fields are then absent): for iterating on the GEMM. */
-    const char *go = getenv("KF_BENCH_GEMM_ONLY");
-    bool gemm_only = go && *go && *go != '0';
+    /* --gemm-only skips the memory-bound and compile parts (their JSON fields
+     * are then absent): for iterating on the GEMM. */
 
     /* elementwise chain */
     if (!gemm_only) {
@@ -250,16 +290,14 @@ int main(int argc, char **argv) {
     for (int si = 0; si < 2; si++) {
         for (int all = 0; all < 2; all++) {
             int sz = sizes[si], nt = all ? all_threads : 1;
-            char nts[16];
-            snprintf(nts, sizeof nts, "%d", nt);
-            setenv("KF_NUM_THREADS", nts, 1); /* read when a program is compiled */
+            kf_ctx *tctx = make_ctx(NULL, KF_FLAG_NO_CACHE, nt);
             char text[256];
             snprintf(text, sizeof text,
                      "kfg 1\na = input(f32[%d, %d])\nb = input(f32[%d, %d])\nc = matmul(a, b)\n"
                      "output c\n",
                      sz, sz, sz, sz);
             kf_graph *g = NULL;
-            kf_program *p = compile_text(ctx, text, &g, NULL);
+            kf_program *p = compile_text(tctx, text, &g, NULL);
             size_t n = (size_t)sz * sz;
             float *a = rand_f32(n), *b = rand_f32(n), *c = malloc(n * 4);
             kf_binding in[2] = {{"a", a, n * 4}, {"b", b, n * 4}}, out = {"c", c, n * 4};
@@ -280,6 +318,7 @@ int main(int argc, char **argv) {
 #endif
             kf_program_destroy(p);
             kf_graph_destroy(g);
+            kf_ctx_destroy(tctx);
             free(a), free(b), free(c);
             printf("gemm f32 %d^3 %2d thread(s)  kfuse %8.2f GFLOP/s  openblas %8.2f GFLOP/s  "
                    "(%.0f%%)\n",
@@ -307,7 +346,7 @@ int main(int argc, char **argv) {
             kf_program_destroy(p);
             kf_graph_destroy(g);
         }
-        kf_ctx *cctx = make_ctx(dir, 0);
+        kf_ctx *cctx = make_ctx(dir, 0, threads);
         kf_graph *g = NULL;
         kf_program *p = compile_text(cctx, text, &g, NULL); /* fills the cache */
         kf_program_destroy(p);
@@ -328,7 +367,6 @@ int main(int argc, char **argv) {
         fprintf(json, "  \"cold_compile_elementwise_ms\": %.3f,\n  \"warm_load_ms\": %.3f,\n",
                 1e3 * c, 1e3 * w);
     }
-    unsetenv("KF_NUM_THREADS");
     kf_ctx_destroy(ctx);
     fprintf(json, "  \"end\": true\n}\n");
     fclose(json);

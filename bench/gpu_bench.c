@@ -601,7 +601,7 @@ int main(int argc, char **argv) {
         kf_mem mem;
         kf_mem_resolve(&mem, NULL);
         gemm_args a;
-        CHECK(kf_blt_create(&mem, &DEV, &a.lt, err));
+        CHECK(kf_blt_create(&mem, &DEV, NULL, &a.lt, err));
         memset(&a.g, 0, sizeof a.g);
         a.g.dtype = KF_DTYPE_BF16;
         a.g.m = a.g.n = a.g.k = GM;

@@ -5,6 +5,7 @@
 #   tests/*.c (others)   helpers linked into every suite (kf_testutil)
 #   tests/cli/           the CLI's behaviour: round-trips, eval, errors
 #   tests/consumer/      install, then build and run an out-of-tree consumer
+#   tests/layers.cmake   the layering, read from the library objects' symbols
 #
 # Every test runs from the repository root with KF_SOURCE_DIR set to it, so a
 # suite can open examples/*.kfg by a relative or an absolute path.
@@ -75,7 +76,7 @@ endforeach()
 
 add_library(kf_testutil INTERFACE)
 target_include_directories(kf_testutil INTERFACE "${PROJECT_SOURCE_DIR}/tests")
-target_link_libraries(kf_testutil INTERFACE kfuse_internal kf_cmocka)
+target_link_libraries(kf_testutil INTERFACE kfuse_commands kfuse_internal kf_cmocka)
 if(KF_TESTUTIL_SOURCES)
     add_library(kf_testutil_objs STATIC ${KF_TESTUTIL_SOURCES})
     target_link_libraries(kf_testutil_objs PUBLIC kfuse_internal kf_cmocka)
@@ -99,6 +100,24 @@ endforeach()
 # 300 s beside test_cpu under ctest -j2 on a loaded machine.
 if(TARGET test_cudagen)
     set_tests_properties(test_cudagen PROPERTIES TIMEOUT 900)
+endif()
+
+# test_cudagen NVRTC-compiles every example's kernels for sm_80 and sm_90a
+# (140 s alone on a 2-core machine, past 300 s when the suites share it).
+if(TARGET test_cudagen)
+    set_tests_properties(test_cudagen PROPERTIES TIMEOUT 600)
+endif()
+
+# The layering: no module calls a function defined in a module above it
+# (ir < fusion < codegen < runtime < frontend), read from the objects' symbols.
+if(CMAKE_NM)
+    add_test(NAME layers
+             COMMAND "${CMAKE_COMMAND}" "-DNM=${CMAKE_NM}"
+                     "-DOBJECTS=$<JOIN:$<TARGET_OBJECTS:kfuse_objects>,|>"
+                     -P "${PROJECT_SOURCE_DIR}/tests/layers.cmake")
+    set_tests_properties(layers PROPERTIES TIMEOUT 120)
+else()
+    message(WARNING "nm not found: the layering test is not registered")
 endif()
 
 # test_cuda checks the driver types runtime/cuda.h declares against the

@@ -97,4 +97,7 @@ endif()
 # 2-core machine it may pass the suites' common 300 s limit.
 if(KF_BUILD_TESTS AND KF_HAVE_LLVM)
     cmake_language(DEFER CALL set_tests_properties test_cpu PROPERTIES TIMEOUT 900)
+    # test_numerics: 200 seeds of a bf16 transformer block, each evaluated twice
+    # in double (at its dtypes and exactly) under ASan.
+    cmake_language(DEFER CALL set_tests_properties test_numerics PROPERTIES TIMEOUT 900)
 endif()

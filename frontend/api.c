@@ -1,6 +1,7 @@
 /*
- * api.c -- the public C API: status strings, contexts, graphs, tensor
- * accessors and every builder call. Each builder call is a thin wrapper that
+ * api.c -- the public C API: contexts, graphs, tensor accessors and every
+ * builder call (status strings live in ir/graph.c, below the planner and
+ * the runtime, which print them too). Each builder call is a thin wrapper that
  * packs its arguments into kf_node_args and hands them to kf_ir_build, where
  * the shape and dtype rules live once (the parser uses the same path).
  */
@@ -9,29 +10,6 @@
 #include "ir/ir.h"
 #include "runtime/ctx.h"
 #include "runtime/nvrtc.h"
-
-static const char *const status_names[KF_STATUS_COUNT] = {
-    [KF_OK] = "ok",
-    [KF_ERR_INVALID_ARGUMENT] = "invalid argument",
-    [KF_ERR_SHAPE] = "shape mismatch",
-    [KF_ERR_DTYPE] = "unsupported dtype",
-    [KF_ERR_AXIS] = "axis out of range",
-    [KF_ERR_OUT_OF_MEMORY] = "out of memory",
-    [KF_ERR_PARSE] = "parse error",
-    [KF_ERR_VERIFY] = "invalid graph",
-    [KF_ERR_NOT_FOUND] = "not found",
-    [KF_ERR_UNSUPPORTED] = "unsupported",
-    [KF_ERR_IO] = "i/o error",
-    [KF_ERR_INTERNAL] = "internal error",
-};
-_Static_assert(sizeof status_names / sizeof status_names[0] == KF_STATUS_COUNT,
-               "every kf_status needs a name");
-
-const char *kf_status_str(kf_status status) {
-    if ((unsigned)status >= KF_STATUS_COUNT || !status_names[status])
-        return "unknown status";
-    return status_names[status];
-}
 
 const char *kf_version(void) {
 #define KF_STR2(x) #x
@@ -48,6 +26,7 @@ void kf_options_init(kf_options *options) {
         return;
     memset(options, 0, sizeof *options);
     options->target = KF_TARGET_AUTO;
+    options->cpu_opt_level = 3;
 }
 
 static char *ctx_strdup(const kf_mem *m, const char *s) {
@@ -72,7 +51,8 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     if (hooks != 0 && hooks != 3)
         return KF_ERR_INVALID_ARGUMENT; /* a half-set allocator */
     if ((unsigned)o->target >= KF_TARGET_COUNT || (o->flags & ~(unsigned)KF_FLAG_ALL_) ||
-        o->device < 0 || (unsigned)o->gemm >= KF_GEMM_COUNT)
+        o->device < 0 || (unsigned)o->gemm >= KF_GEMM_COUNT || o->num_threads < 0 ||
+        o->cpu_opt_level < 0 || o->cpu_opt_level > 3)
         return KF_ERR_INVALID_ARGUMENT;
     /* An arch override is checked now, not truncated or guessed at compile time. */
     char arch_err[KF_MSG_MAX];
@@ -92,7 +72,12 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     ctx->gemm = o->gemm;
     ctx->arch = ctx_strdup(&mem, o->arch);
     ctx->cache_dir = ctx_strdup(&mem, o->cache_dir);
-    if ((o->arch && !ctx->arch) || (o->cache_dir && !ctx->cache_dir)) {
+    ctx->dump_dir = ctx_strdup(&mem, o->dump_dir);
+    ctx->cublaslt_lib = ctx_strdup(&mem, o->cublaslt_lib);
+    ctx->num_threads = o->num_threads;
+    ctx->cpu_opt_level = o->cpu_opt_level;
+    if ((o->arch && !ctx->arch) || (o->cache_dir && !ctx->cache_dir) ||
+        (o->dump_dir && !ctx->dump_dir) || (o->cublaslt_lib && !ctx->cublaslt_lib)) {
         kf_ctx_destroy(ctx);
         return KF_ERR_OUT_OF_MEMORY;
     }
@@ -105,10 +90,10 @@ void kf_ctx_destroy(kf_ctx *ctx) {
         return;
     kf_mem mem = ctx->mem;
     kf_ctx_runtime_release(ctx);
-    if (ctx->arch)
-        kf_mem_free(&mem, ctx->arch, strlen(ctx->arch) + 1);
-    if (ctx->cache_dir)
-        kf_mem_free(&mem, ctx->cache_dir, strlen(ctx->cache_dir) + 1);
+    char *strs[] = {ctx->arch, ctx->cache_dir, ctx->dump_dir, ctx->cublaslt_lib};
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
+        if (strs[i])
+            kf_mem_free(&mem, strs[i], strlen(strs[i]) + 1);
     kf_mem_free(&mem, ctx, sizeof *ctx);
 }
 
@@ -138,7 +123,7 @@ kf_status kf_graph_status(const kf_graph *graph) {
 const char *kf_graph_error(const kf_graph *graph) {
     if (!graph)
         return "graph is NULL";
-    return graph->status != KF_OK ? graph->error : graph->last;
+    return kf_ir_error(graph);
 }
 
 kf_status kf_graph_verify(kf_graph *graph) {
@@ -215,8 +200,7 @@ static bool take_shape(kf_graph *g, const char *op, kf_node_args *a, int rank,
     return true;
 }
 
-kf_tensor *kf_input(kf_graph *g, const char *name, kf_dtype dtype, int rank,
-                    const int64_t *dims) {
+kf_tensor *kf_input(kf_graph *g, const char *name, kf_dtype dtype, int rank, const int64_t *dims) {
     if (!g || g->status != KF_OK)
         return NULL;
     kf_node_args a = {.dtype = dtype, .name = name};
@@ -283,9 +267,9 @@ static kf_tensor *build2(kf_graph *g, kf_op op, kf_tensor *x, kf_tensor *y) {
     return kf_ir_build(g, op, &a);
 }
 
-#define KF_UNARY(fn, OP)                                                                       \
+#define KF_UNARY(fn, OP)                                                                           \
     kf_tensor *fn(kf_graph *g, kf_tensor *x) { return build1(g, KF_OP_##OP, x); }
-#define KF_BINARY(fn, OP)                                                                      \
+#define KF_BINARY(fn, OP)                                                                          \
     kf_tensor *fn(kf_graph *g, kf_tensor *a, kf_tensor *b) { return build2(g, KF_OP_##OP, a, b); }
 
 KF_UNARY(kf_neg, NEG)
@@ -399,8 +383,9 @@ kf_tensor *kf_transpose(kf_graph *g, kf_tensor *x, int axis0, int axis1) {
     int a0 = axis0 < 0 ? axis0 + r : axis0, a1 = axis1 < 0 ? axis1 + r : axis1;
     if (a0 < 0 || a0 >= r || a1 < 0 || a1 >= r) {
         char tb[160];
-        kf_ir_fail(g, KF_ERR_AXIS, "transpose: axes %d and %d are not both in range for operand x %s",
-                   axis0, axis1, kf_ir_type_str(x, tb, sizeof tb));
+        kf_ir_fail(g, KF_ERR_AXIS,
+                   "transpose: axes %d and %d are not both in range for operand x %s", axis0, axis1,
+                   kf_ir_type_str(x, tb, sizeof tb));
         return NULL;
     }
     int perm[KF_MAX_RANK];

@@ -207,3 +207,48 @@ void kf_cli_print_summary(const char *name, int name_width, const kf_tensor *t, 
         printf("min=- max=- mean=- l2=-");
     printf(" nan=%" PRId64 " inf=%" PRId64, nan_count, inf_count);
 }
+
+const char *kf_cli_env(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+bool kf_cli_env_on(const char *name) {
+    const char *v = kf_cli_env(name);
+    return v && strcmp(v, "0") != 0;
+}
+
+/* $name as an integer in [lo, hi] into *out; a bad value is noted, not used. */
+static void env_int(const char *name, int lo, int hi, int *out) {
+    const char *v = kf_cli_env(name);
+    if (!v)
+        return;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || n < lo || n > hi) {
+        fprintf(stderr, "kfuse: ignoring %s=%s (want an integer from %d to %d)\n", name, v, lo, hi);
+        return;
+    }
+    *out = (int)n;
+}
+
+void kf_cli_options(kf_options *o) {
+    kf_options_init(o);
+    o->cache_dir = kf_cli_env("KF_CACHE_DIR");
+    o->dump_dir = kf_cli_env("KF_DUMP_DIR");
+    o->cublaslt_lib = kf_cli_env("KF_CUBLASLT_LIB");
+    env_int("KF_NUM_THREADS", 1, 64, &o->num_threads);
+    env_int("KF_CPU_OPT", 0, 3, &o->cpu_opt_level);
+    if (kf_cli_env_on("KF_DEBUG"))
+        o->flags |= KF_FLAG_DEBUG_PASSES;
+    const char *graph = kf_cli_env("KF_CUDA_GRAPH");
+    if (graph && strcmp(graph, "0") == 0)
+        o->flags |= KF_FLAG_NO_CUDA_GRAPH;
+    if (kf_cli_env_on("KF_CPU_NO_REUSE"))
+        o->flags |= KF_FLAG_CPU_KEEP_BUFFERS;
+    if (kf_cli_env_on("KF_DUMP_IR"))
+        o->flags |= KF_FLAG_DUMP_LLVM_IR;
+    if (kf_cli_env_on("KF_CPU_TIMING"))
+        o->flags |= KF_FLAG_CPU_TIMING;
+}

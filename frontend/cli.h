@@ -53,4 +53,20 @@ void kf_cli_bindings_free(kf_cli_bindings *b);
 /* Prints `NAME TYPE min=.. max=.. mean=.. l2=.. nan=N inf=N` (no newline). */
 void kf_cli_print_summary(const char *name, int name_width, const kf_tensor *t, const void *data);
 
+/* The environment's switches. The library reads no environment variable of
+ * its own; the CLI maps these onto kf_options (README: "Switches"):
+ *   KF_CACHE_DIR -> cache_dir        KF_DUMP_DIR -> dump_dir
+ *   KF_CUBLASLT_LIB -> cublaslt_lib  KF_NUM_THREADS -> num_threads
+ *   KF_CPU_OPT=0..3 -> cpu_opt_level KF_DEBUG=1 -> KF_FLAG_DEBUG_PASSES
+ *   KF_CUDA_GRAPH=0 -> KF_FLAG_NO_CUDA_GRAPH
+ *   KF_CPU_NO_REUSE=1 -> KF_FLAG_CPU_KEEP_BUFFERS
+ *   KF_DUMP_IR=1 -> KF_FLAG_DUMP_LLVM_IR   KF_CPU_TIMING=1 -> KF_FLAG_CPU_TIMING
+ * The strings stay the environment's (valid for the process's life). A value
+ * that does not parse is ignored with a note on stderr. */
+void kf_cli_options(kf_options *o);
+/* $name when set and non-empty, else NULL. */
+const char *kf_cli_env(const char *name);
+/* True when $name is set, non-empty and not "0". */
+bool kf_cli_env_on(const char *name);
+
 #endif /* KF_FRONTEND_CLI_H */

@@ -34,6 +34,10 @@ const char kf_cmd_aot_help[] =
     "(created 0700). No GPU is needed. A program whose context uses DIR as its\n"
     "cache (with the fail-on-miss flag, to be sure) then compiles nothing.\n"
     "Prints the coverage: kernels per graph per arch, and how many were cached.\n"
+    "These are generated kernels, the recipes' kernel steps: a graph's count is\n"
+    "not `kfuse report`'s count of kernel groups, since a group may run as\n"
+    "several steps (a norm prologue kernel, then a cuBLASLt GEMM) or as cuBLASLt\n"
+    "calls alone, which need no kernel; each line says both.\n"
     "\n"
     "options:\n"
     "  --arch LIST   comma-separated archs (default sm_80,sm_90a)\n"
@@ -90,7 +94,8 @@ static kf_cuda_recipes *recipes_for(aot_state *a, const char *path, const kf_pla
 /* One graph: every KERNEL step of its recipes, for every arch. */
 static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *recipes) {
     unsigned long kernels[AOT_MAX_ARCHS] = {0}, cached[AOT_MAX_ARCHS] = {0},
-                  failed[AOT_MAX_ARCHS] = {0};
+                  failed[AOT_MAX_ARCHS] = {0}, lt_steps[AOT_MAX_ARCHS] = {0},
+                  groups[AOT_MAX_ARCHS] = {0};
     for (int ai = 0; ai < a->n_archs; ai++) {
         const kf_cuda_recipes *r = recipes[ai];
         if (!r) {
@@ -99,9 +104,12 @@ static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *re
         }
         for (uint32_t gi = 0; r && gi < r->n; gi++) {
             const kf_cuda_recipe *rc = &r->recipes[gi];
+            groups[ai] += rc->n_steps > 0;
             for (uint32_t s = 0; s < rc->n_steps; s++) {
-                if (rc->steps[s].kind != KF_CUDA_STEP_KERNEL)
+                if (rc->steps[s].kind != KF_CUDA_STEP_KERNEL) {
+                    lt_steps[ai]++;
                     continue;
+                }
                 const kf_cuda_kernel *k = &rc->steps[s].kernel->kernel;
                 a->done++;
                 kernels[ai]++;
@@ -145,7 +153,7 @@ static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *re
                kernels[ai], cached[ai], kernels[ai] - cached[ai] - failed[ai]);
         if (failed[ai])
             printf("  %lu FAILED", failed[ai]);
-        printf("\n");
+        printf("  (%lu groups; %lu cuBLASLt steps need no kernel)\n", groups[ai], lt_steps[ai]);
     }
 }
 
@@ -228,7 +236,9 @@ int kf_cmd_aot(int argc, char **argv) {
         return 1;
     }
     kf_ctx *ctx = NULL;
-    st = kf_ctx_create(NULL, &ctx);
+    kf_options o;
+    kf_cli_options(&o); /* the environment's switches */
+    st = kf_ctx_create(&o, &ctx);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse aot: %s\n", kf_status_str(st));
         kf_cache_close(a.cache);
@@ -251,7 +261,10 @@ int kf_cmd_aot(int argc, char **argv) {
             rc = loaded;
             break;
         }
-        st = kf_plan_create(graphs[f], NULL, &plans[f]);
+        kf_plan_options popt;
+        kf_plan_options_init(&popt);
+        popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
+        st = kf_plan_create(graphs[f], &popt, &plans[f]);
         if (st != KF_OK) {
             fprintf(stderr, "kfuse aot: %s: planning failed: %s: %s\n", files[f], kf_status_str(st),
                     kf_graph_error(graphs[f]));
@@ -271,7 +284,7 @@ int kf_cmd_aot(int argc, char **argv) {
         }
         if (a.rc)
             rc = 1;
-        printf("%lu kernels for %d graph%s and %d arch%s in %s\n", a.total, n_files,
+        printf("%lu generated kernels for %d graph%s and %d arch%s in %s\n", a.total, n_files,
                n_files == 1 ? "" : "s", a.n_archs, a.n_archs == 1 ? "" : "s",
                kf_cache_dir(a.cache));
         if (a.not_stored)

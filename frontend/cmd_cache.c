@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "frontend/cli.h"
 #include "frontend/cmd_cache.h"
 #include "runtime/cache.h"
 
@@ -101,6 +102,8 @@ int kf_cmd_cache(int argc, char **argv) {
     if (dir && !*dir)
         return usage("%s", "--dir needs a non-empty directory");
 
+    if (!dir)
+        dir = kf_cli_env("KF_CACHE_DIR"); /* the CLI's; the library reads none */
     kf_mem mem;
     kf_mem_resolve(&mem, NULL);
     /* Only looking never creates the directory. */
@@ -119,6 +122,9 @@ int kf_cmd_cache(int argc, char **argv) {
     int rc = EXIT_OK_;
     totals t = {.print_ok = ls};
     if (ls) {
+        /* The columns print_entry writes, named once. */
+        printf("%-*s  %10s  %10s  %s\n", KF_CACHE_KEY_HEX - 1, "key", "payload", "bytes",
+               "modified (UTC)");
         st = kf_cache_list(cache, print_entry, &t, &msg);
         if (st == KF_OK)
             printf("%zu entries, %llu bytes in %s\n", t.entries, t.bytes, kf_cache_dir(cache));

@@ -19,6 +19,7 @@
 #include "frontend/cmd_report.h"
 #include "fusion/fusion.h"
 #include "kfuse.h"
+#include "runtime/cuda.h"
 #include "runtime/nvrtc.h"
 
 const char kf_cmd_report_help[] =
@@ -38,8 +39,11 @@ const char kf_cmd_report_help[] =
     "options:\n"
     "  --json          write JSON (schema \"kfuse.report/2\", docs/report-schema.md)\n"
     "  --device NAME   the roofline the cost columns assume and the recipes' target:\n"
-    "                  h100 (default; sm_90a, 132 SMs), h200 (sm_90a, 132 SMs),\n"
-    "                  a100 (sm_80, 108 SMs) or cpu (no recipes)\n"
+    "                  h100 (sm_90a, 132 SMs), h200 (sm_90a, 132 SMs),\n"
+    "                  a100 (sm_80, 108 SMs) or cpu (no recipes). Default: the GPU\n"
+    "                  here when the driver sees one (its arch and SM count; the\n"
+    "                  roofline of the model it is, else h100's), else h100; a note\n"
+    "                  on stderr says which\n"
     "  --arch ARCH     make the recipes for ARCH (sm_80, sm_90a, ...) instead\n"
     "  --sm-count N    size the recipes' grids for N SMs instead\n"
     "  --no-cublaslt   the recipes of a context with KF_FLAG_NO_CUBLASLT\n"
@@ -52,7 +56,8 @@ const char kf_cmd_report_help[] =
     "                  kernel takes)\n"
     "  -h, --help      show this help\n"
     "\n"
-    "environment: KF_DEBUG=1 dumps the plan after each fusion pass to stderr.\n"
+    "environment: KF_DEBUG=1 dumps the plan after each fusion pass to stderr\n"
+    "(`kfuse --help` lists every variable).\n"
     "exit status: 0 success, 1 planning failed, 2 usage error or a file that does\n"
     "not parse (printed as FILE:LINE:COL: message).\n";
 
@@ -98,8 +103,39 @@ static void write_cuda(void *user, kf_report_format format, FILE *out) {
         fprintf(out, "cuda recipes: none for %s: %s\n", c->target->arch, c->error);
 }
 
+/* --device left out: the GPU the driver sees (device 0), its roofline when kfuse
+ * models it (h100, h200, a100; else h100's) and its own arch and SM count for
+ * the recipes; with no GPU, h100. Says which on stderr (stdout may be JSON). */
+static const char *default_device(char *gpu_arch, size_t arch_size, int *gpu_sms) {
+    char err[KF_MSG_MAX] = "";
+    kf_mem mem;
+    kf_mem_resolve(&mem, NULL);
+    kf_cuda_driver *drv = NULL;
+    kf_cuda_device dev;
+    memset(&dev, 0, sizeof dev);
+    const char *device = "h100";
+    gpu_arch[0] = '\0';
+    *gpu_sms = 0;
+    if (kf_cuda_driver_load(&mem, NULL, &drv, err) == KF_OK &&
+        kf_cuda_device_open(drv, 0, &dev, err) == KF_OK) {
+        device = kf_plan_device_for_gpu(dev.name);
+        snprintf(gpu_arch, arch_size, "%s", dev.arch);
+        *gpu_sms = dev.sm_count;
+        fprintf(stderr,
+                "kfuse report: no --device: the GPU here, %s (%s, %d SMs; the %s roofline)\n",
+                dev.name, dev.arch, dev.sm_count, device);
+    } else {
+        fprintf(stderr, "kfuse report: no --device and no GPU here: assuming h100 (sm_90a, 132 "
+                        "SMs)\n");
+    }
+    kf_cuda_device_close(&dev);
+    if (drv)
+        kf_cuda_driver_release(&mem, drv);
+    return device;
+}
+
 int kf_cmd_report(int argc, char **argv) {
-    const char *file = NULL, *device = "h100", *arch = NULL;
+    const char *file = NULL, *device = NULL, *arch = NULL;
     long sm_count = 0;
     bool json = false, no_lt = false, unfused_attn = false;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
@@ -147,6 +183,10 @@ int kf_cmd_report(int argc, char **argv) {
     }
     if (!file)
         return usage("%s", "missing FILE (use `-` for standard input)");
+    char gpu_arch[KF_ARCH_MAX] = "";
+    int gpu_sms = 0;
+    if (!device)
+        device = default_device(gpu_arch, sizeof gpu_arch, &gpu_sms);
     if (strcmp(device, "h100") && strcmp(device, "h200") && strcmp(device, "a100") &&
         strcmp(device, "cpu"))
         return usage("unknown device '%s' (h100, h200, a100 or cpu)", device);
@@ -158,6 +198,10 @@ int kf_cmd_report(int argc, char **argv) {
     bool cuda = strcmp(device, "cpu") != 0 || arch;
     if (strcmp(device, "cpu") == 0 || kf_cuda_target_for_device(device, &target) != KF_OK)
         kf_cuda_target_for_arch(arch ? arch : "sm_90a", &target);
+    if (!arch && gpu_arch[0]) { /* the GPU here: its own arch and SM count */
+        kf_cuda_target_for_arch(gpu_arch, &target);
+        target.sm_count = gpu_sms;
+    }
     if (arch && strcmp(arch, target.arch) != 0)
         kf_cuda_target_for_arch(arch, &target);
     if (sm_count)
@@ -168,14 +212,19 @@ int kf_cmd_report(int argc, char **argv) {
     kf_graph *g = NULL;
     kf_plan *plan = NULL;
     int rc = 0;
-    kf_status st = kf_ctx_create(NULL, &ctx);
+    kf_options o;
+    kf_cli_options(&o); /* the environment's switches */
+    kf_plan_options popt;
+    kf_plan_options_init(&popt);
+    popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
+    kf_status st = kf_ctx_create(&o, &ctx);
     if (st == KF_OK) {
         int loaded = kf_cli_load_graph(ctx, file, &g); /* -1: loaded; else why not is printed */
         if (loaded >= 0)
             rc = loaded;
     }
     if (rc == 0 && st == KF_OK)
-        st = kf_plan_create(g, NULL, &plan);
+        st = kf_plan_create(g, &popt, &plan);
     if (rc == 0 && st == KF_OK)
         st = kf_plan_estimate(plan, device);
     kf_cuda_recipes *recipes = NULL;

@@ -123,10 +123,19 @@ static void print_main_help(FILE *out) {
     fprintf(out, "usage: kfuse COMMAND [OPTIONS] FILE\n"
                  "       kfuse --help | --version\n"
                  "\n"
-                 "kfuse is a JIT kernel compiler and fusion engine. This build parses, prints\n"
-                 "and evaluates .kfg graphs with the reference evaluator.\n"
+                 "kfuse is a JIT kernel compiler and fusion engine: it plans a .kfg graph into\n"
+                 "fused kernels, compiles them for the CPU (LLVM: %s) or a CUDA GPU (NVRTC and\n"
+                 "the driver, opened when a command needs them), runs them and checks them\n"
+                 "against the graph's exact value, reports what fused and why, and fills\n"
+                 "kernel caches ahead of time without a GPU.\n"
                  "\n"
-                 "commands:\n");
+                 "commands:\n",
+#ifdef KF_HAVE_LLVM
+            "built in"
+#else
+            "not in this build"
+#endif
+    );
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n"
@@ -136,6 +145,19 @@ static void print_main_help(FILE *out) {
                  "\n"
                  "FILE may be `-` for standard input. Run `kfuse help COMMAND` or\n"
                  "`kfuse COMMAND --help` for a command's options.\n"
+                 "\n"
+                 "environment (mapped onto the library's kf_options):\n"
+                 "  KF_CACHE_DIR=DIR      the kernel cache (default $XDG_CACHE_HOME/kfuse,\n"
+                 "                        else ~/.cache/kfuse)\n"
+                 "  KF_DUMP_DIR=DIR       write every generated CUDA source there\n"
+                 "  KF_CUBLASLT_LIB=FILE  the cuBLASLt library to open\n"
+                 "  KF_NUM_THREADS=N      CPU threads (default: one per CPU)\n"
+                 "  KF_CPU_OPT=0..3       LLVM -O level of the CPU target (default 3)\n"
+                 "  KF_DEBUG=1            the plan after each fusion pass, to stderr\n"
+                 "  KF_CUDA_GRAPH=0       launch each kernel instead of one CUDA graph\n"
+                 "  KF_CPU_NO_REUSE=1     keep every CPU intermediate in its own buffer\n"
+                 "  KF_DUMP_IR=1          the CPU module's LLVM IR, to stderr\n"
+                 "  KF_CPU_TIMING=1       the CPU compile's phase times, to stderr\n"
                  "\n"
                  "exit status: 0 success, 1 runtime failure, 2 usage error or bad input.\n");
 }
@@ -219,7 +241,9 @@ static int parse_args(const cli_command *cmd, int argc, char **argv, bool takes_
 /* The name a file goes by in messages. */
 /* Creates the context every command runs in. */
 static bool open_ctx(kf_ctx **ctx) {
-    kf_status st = kf_ctx_create(NULL, ctx);
+    kf_options o;
+    kf_cli_options(&o); /* the environment's switches */
+    kf_status st = kf_ctx_create(&o, ctx);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse: cannot create a context: %s\n", kf_status_str(st));
         return false;

@@ -478,8 +478,9 @@ static void free_value(kf_eval_state *st, uint32_t id) {
  *   E4  STAT nodes reduce the row stage's input node along its axis; the node's
  *       space is the row space, or it with the axis kept as 1, or removed.
  *   E5  A node downstream of a statistic other than MAX is compared with a
- *       per-dtype tolerance on ||a - b|| / ||b|| (f64 1e-12, f32 1e-5, f16 4e-3,
- *       bf16 3e-2), that of the least precise float dtype computed on the way
+ *       per-dtype tolerance on ||a - b|| / ||b||, twice kf_ir_tolerance's (f64
+ *       2e-12, f32 2e-5, f16 4e-3, bf16 3.2e-2), that of the least precise
+ *       float dtype computed on the way
  *       to it (kf_ir_path_dtype); NaN and infinities must sit where the reference has them;
  *       bool and i32 nodes downstream of such statistics are not compared.
  *       Every other node must match bit for bit.
@@ -569,19 +570,12 @@ static int64_t bcast_offset(int rank, const int64_t *dims, const xspace *s, int6
     return off;
 }
 
+/* The plan checker compares two evaluations that both round (a statistic
+ * summed in another order flips some roundings of everything downstream of
+ * it), so it allows twice what kf_ir_tolerance allows one result; -1 for
+ * i32 and bool (not compared when inexact). */
 static double dtype_tol(kf_dtype d) {
-    switch (d) {
-    case KF_DTYPE_F64:
-        return 1e-12;
-    case KF_DTYPE_F32:
-        return 1e-5;
-    case KF_DTYPE_F16:
-        return 4e-3;
-    case KF_DTYPE_BF16:
-        return 3e-2;
-    default:
-        return -1.0; /* not compared when inexact */
-    }
+    return kf_dtype_is_float(d) ? 2.0 * kf_ir_tolerance(d) : -1.0;
 }
 
 /* Compares node values a (over space s) with tensor t's values b (broadcast
@@ -729,8 +723,7 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
              * statistic is scaled back (1 / sqrt of a sum of squares that
              * overflowed would be 0 where the norm is finite: a row of f64
              * values up to 2.8e184, plancheck seed 0x0000043e6b0513cd). */
-            kf_ir_norm_row nr =
-                kf_ir_norm_stats(base, L, inner, row->eps, e->stat == KF_STAT_RSTD);
+            kf_ir_norm_row nr = kf_ir_norm_stats(base, L, inner, row->eps, e->stat == KF_STAT_RSTD);
             /* A scaled constant row whose eps underflowed normalizes to 0. */
             v = nr.e != 0 && nr.denom == 0.0 ? 0.0 : ldexp(1.0 / nr.denom, -nr.e);
             break;
@@ -809,7 +802,7 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
             return rc == KF_ERR_OUT_OF_MEMORY
                        ? kf_ir_note(plan->graph, rc, "plan check: out of memory")
                        : check_fail(plan, "E1: group %u node %u: %s", x->gi, k,
-                                    kf_graph_error(x->scratch));
+                                    kf_ir_error(x->scratch));
         return KF_OK;
     }
 
@@ -1229,7 +1222,7 @@ static kf_status run_groups(const kf_plan *plan, kf_eval_state *st) {
             if (s != KF_OK)
                 return s == KF_ERR_OUT_OF_MEMORY
                            ? s
-                           : check_fail(plan, "group %u: %s", gi, kf_graph_error(g));
+                           : check_fail(plan, "group %u: %s", gi, kf_ir_error(g));
         }
         kf_status xs = check_group_exprs(plan, gi, st);
         if (xs != KF_OK)

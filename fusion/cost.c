@@ -156,6 +156,14 @@ static bool name_eq(const char *a, const char *b) {
     return *a == *b;
 }
 
+const char *kf_plan_device_for_gpu(const char *gpu_name) {
+    if (gpu_name && strstr(gpu_name, "H200"))
+        return "h200";
+    if (gpu_name && strstr(gpu_name, "A100"))
+        return "a100";
+    return "h100";
+}
+
 kf_status kf_plan_estimate(kf_plan *plan, const char *device) {
     if (!plan || !plan->graph)
         return KF_ERR_INVALID_ARGUMENT;

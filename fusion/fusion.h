@@ -345,8 +345,12 @@ typedef struct kf_plan {
 /* Fills *o with the defaults. */
 void kf_plan_options_init(kf_plan_options *o);
 
-/* Plans `g` (which must verify). `options` may be NULL. On failure *out is NULL
- * and the message is on the graph (kf_graph_error); nothing leaks. Every
+/* Plans `g` (which must verify). `options` may be NULL. First folds g's common
+ * subexpressions in place (kf_ir_cse: operands and outputs are redirected to
+ * the first of equal tensors, every value unchanged), so a plan computes the
+ * same op on the same operands once, and every caller (kf_compile on its
+ * private copy, `kfuse report`, `kfuse aot`) plans the same groups. On
+ * failure *out is NULL and the message is on the graph (kf_graph_error); nothing leaks. Every
  * allocation goes through g->mem. Errors: KF_ERR_INVALID_ARGUMENT,
  * KF_ERR_VERIFY (and the verifier's own), KF_ERR_OUT_OF_MEMORY. */
 kf_status kf_plan_create(kf_graph *g, const kf_plan_options *options, kf_plan **out);
@@ -373,6 +377,10 @@ void kf_expr_print(const kf_plan *plan, const kf_group *g, uint32_t root, FILE *
  * and the plan totals for `device` ("h100", "h200", "a100", "cpu"; NULL = "h100").
  * KF_ERR_NOT_FOUND for an unknown device. */
 kf_status kf_plan_estimate(kf_plan *plan, const char *device);
+/* The cost model's device for a GPU named `gpu_name` (the driver's name):
+ * "h200" or "a100" when the name says so, else "h100" (the model kfuse knows
+ * best; an unknown GPU's roofline is a guess either way). */
+const char *kf_plan_device_for_gpu(const char *gpu_name);
 
 /* Checker (fusion/check.c, issue 3 item 5). kf_plan_check_structure checks the
  * contract at the top of this file (rules S1..S8 in check.c); kf_plan_check

@@ -403,17 +403,16 @@ kf_status kf_plan_create(kf_graph *g, const kf_plan_options *options, kf_plan **
     *out = NULL;
     if (!g)
         return KF_ERR_INVALID_ARGUMENT;
-    kf_status st = kf_graph_verify(g);
+    kf_status st = kf_ir_verify(g);
     if (st != KF_OK)
+        return st;
+    if ((st = kf_ir_cse(g, NULL)) != KF_OK) /* the same op on the same operands, once */
         return st;
     kf_plan_options opt;
     if (options)
         opt = *options;
     else
         kf_plan_options_init(&opt);
-    const char *dbg = getenv("KF_DEBUG");
-    if (dbg && dbg[0] && strcmp(dbg, "0") != 0)
-        opt.debug = true;
 
     kf_planner p;
     st = planner_init(&p, g, &opt);

@@ -131,12 +131,20 @@ enum {
                                              kfuse generates GEMM kernels) */
     KF_FLAG_CHECK_NUMERICS = 1u << 4,     /* each run also runs the reference evaluator and
                                              fails on a mismatch (slow: for debugging) */
-    KF_FLAG_UNFUSED_ATTENTION = 1u << 5,  /* CUDA: every attention group runs unfused (two
+    /* Debugging switches (the kfuse CLI sets each from the environment variable
+     * named beside it; the library reads no environment variable). */
+    KF_FLAG_DEBUG_PASSES = 1u << 5,    /* KF_DEBUG=1: the plan to stderr after each fusion pass */
+    KF_FLAG_NO_CUDA_GRAPH = 1u << 6,   /* KF_CUDA_GRAPH=0: launch each kernel, no CUDA graph */
+    KF_FLAG_CPU_KEEP_BUFFERS = 1u << 7, /* KF_CPU_NO_REUSE=1: every CPU intermediate keeps its
+                                           own buffer (nothing is reused) */
+    KF_FLAG_DUMP_LLVM_IR = 1u << 8,    /* KF_DUMP_IR=1: the CPU module's LLVM IR to stderr */
+    KF_FLAG_CPU_TIMING = 1u << 9,      /* KF_CPU_TIMING=1: CPU compile phase times to stderr */
+    KF_FLAG_UNFUSED_ATTENTION = 1u << 10, /* CUDA: every attention group runs unfused (two
                                              cuBLASLt GEMMs around a softmax kernel), also
                                              those the fused kernel takes (bf16/f16, head dim
                                              64 or 128), which by default run as one fused
                                              kernel (sm_80 mma.sync, on sm_90 too) */
-    KF_FLAG_ALL_ = (1u << 6) - 1
+    KF_FLAG_ALL_ = (1u << 11) - 1
 };
 
 /* How GEMM groups run on a CUDA device. */
@@ -155,10 +163,23 @@ typedef struct kf_options {
     kf_target target;      /* default KF_TARGET_AUTO */
     int device;            /* CUDA device ordinal, default 0 */
     const char *arch;      /* override, e.g. "sm_90a"; NULL = from the device */
-    const char *cache_dir; /* NULL = $KF_CACHE_DIR, else ~/.cache/kfuse */
+    const char *cache_dir; /* NULL = $XDG_CACHE_HOME/kfuse, else ~/.cache/kfuse (the CLI:
+                              $KF_CACHE_DIR first) */
     unsigned flags;        /* KF_FLAG_* */
     kf_allocator allocator;
     kf_gemm_mode gemm;     /* default KF_GEMM_AUTO */
+    /* Switches. The library reads no environment variable of its own: the kfuse
+     * CLI maps the one named beside each field onto it. */
+    const char *dump_dir;     /* KF_DUMP_DIR: every generated CUDA source is written here as
+                                 KERNEL.ARCH.cu (and NVRTC's log, on a failed compile, as
+                                 KERNEL.ARCH.log); NULL = nowhere */
+    const char *cublaslt_lib; /* KF_CUBLASLT_LIB: the cuBLASLt library to open (that file only);
+                                 NULL = libcublasLt.so.13, libcublasLt.so, then the build's
+                                 toolkit's */
+    int num_threads;          /* KF_NUM_THREADS: threads of the CPU target (at most 64);
+                                 0 = one per online CPU */
+    int cpu_opt_level;        /* KF_CPU_OPT: LLVM's -O level for the CPU target, 0-3
+                                 (kf_options_init: 3; lower compiles faster, same results) */
 } kf_options;
 
 /* Fills *options with the defaults above. */
@@ -166,7 +187,8 @@ KF_API void kf_options_init(kf_options *options);
 
 /* Creates a context. `options` may be NULL for the defaults; the strings it
  * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
- * (NULL out, unknown flag, target or gemm mode, negative device, half-set allocator, an
+ * (NULL out, unknown flag, target or gemm mode, negative device or num_threads, a
+ * cpu_opt_level outside 0-3, half-set allocator, an
  * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f'),
  * KF_ERR_OUT_OF_MEMORY. */
 KF_API kf_status kf_ctx_create(const kf_options *options, kf_ctx **out);
@@ -346,6 +368,35 @@ typedef struct kf_binding {
  * is readable through kf_graph_error(); it does not make the graph's error sticky. */
 KF_API kf_status kf_graph_eval(kf_graph *graph, const kf_binding *inputs, size_t n_inputs,
                                const kf_binding *outputs, size_t n_outputs);
+
+/* The verdict on one output (kf_graph_check). Errors are normwise relative,
+ * ||v - exact|| / ||exact||, where `exact` is the graph evaluated in f64 with
+ * no intermediate rounding. */
+typedef struct kf_check_result {
+    double err;       /* of the output that was checked */
+    double ref_err;   /* of kf_graph_eval's output: the reference's own error */
+    double round_err; /* of the exact value rounded once to the output's dtype */
+    double bound;     /* 2 * max(ref_err, round_err) + floor: 1e-12 for f64
+                         graphs, else 1e-5 (f32 arithmetic where the reference
+                         uses double), plus u / sqrt(numel), u the unit
+                         roundoff of the least precise dtype computed */
+    int pass;         /* err <= bound; 0 for any NaN the reference does not have */
+} kf_check_result;
+
+/* Judges a backend's outputs (`outputs`: bindings as for kf_graph_eval, read,
+ * not written; e.g. what kf_program_run produced from the same inputs). Each
+ * output passes when its error against the exact value is at most twice the
+ * reference evaluator's own error plus a small floor (the rule FlashAttention's
+ * tests use): a kernel that keeps f32 between fused ops is as close to the
+ * exact value as the reference, which rounds every op's result to its dtype,
+ * so deep bf16 graphs give no false failures, while a real error (a wrong op,
+ * a dropped term, a systematic ulp) lands beyond the bound. i32 and bool
+ * outputs must equal the reference. results[i] receives the verdict on
+ * outputs[i]. Returns KF_OK when every output was judged (pass or not);
+ * errors as kf_graph_eval's, and KF_ERR_INVALID_ARGUMENT for NULL results. */
+KF_API kf_status kf_graph_check(kf_graph *graph, const kf_binding *inputs, size_t n_inputs,
+                                const kf_binding *outputs, size_t n_outputs,
+                                kf_check_result *results);
 
 
 /* ------------------------------------------------------------------------ */

@@ -168,6 +168,13 @@ double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c) {
 /* Per-form kernels. Each writes numel(t) rounded values into `out`.          */
 /* ------------------------------------------------------------------------ */
 
+/* What the evaluator stores for a result v of dtype d: v rounded to d, except
+ * in an exact evaluation, which keeps every float value unrounded (i32 and
+ * bool keep their rounding: truncation and saturation are their meaning). */
+static double store_round(const kf_eval_state *st, kf_dtype d, double v) {
+    return st->exact && kf_dtype_is_float(d) ? v : kf_ir_round(d, v);
+}
+
 static void eval_elementwise(const kf_eval_state *st, const kf_tensor *t, double *out) {
     walker w;
     walker_init(&w, t->rank, t->dims, t->nsrc);
@@ -180,7 +187,12 @@ static void eval_elementwise(const kf_eval_state *st, const kf_tensor *t, double
     for (int64_t i = 0; i < n; i++, walker_next(&w)) {
         double a = in[0][w.off[0]];
         double b = t->nsrc > 1 ? in[1][w.off[1]] : 0.0, c = t->nsrc > 2 ? in[2][w.off[2]] : 0.0;
-        out[i] = kf_ir_round(t->dtype, kf_ir_scalar(t->op, t->dtype, a, b, c));
+        /* An exact cast to a float dtype changes nothing: kf_ir_scalar's
+         * rounding is the cast's meaning only at the graph's dtypes. */
+        double v = st->exact && t->op == KF_OP_CAST && kf_dtype_is_float(t->dtype)
+                       ? a
+                       : kf_ir_scalar(t->op, t->dtype, a, b, c);
+        out[i] = store_round(st, t->dtype, v);
     }
 }
 
@@ -219,7 +231,7 @@ static void eval_reduce(const kf_eval_state *st, const kf_tensor *t, double *out
                 if (t->op == KF_OP_REDUCE_MEAN)
                     acc /= (double)n;
             }
-            out[o * inner + i] = kf_ir_round(t->dtype, acc);
+            out[o * inner + i] = store_round(st, t->dtype, acc);
         }
     }
 }
@@ -244,7 +256,7 @@ static void eval_softmax(const kf_eval_state *st, const kf_tensor *t, double *ou
                 sum += e;
             }
             for (int64_t j = 0; j < n; j++)
-                out[base + j * inner] = kf_ir_round(t->dtype, out[base + j * inner] / sum);
+                out[base + j * inner] = store_round(st, t->dtype, out[base + j * inner] / sum);
         }
     }
 }
@@ -301,7 +313,7 @@ static void eval_norm(const kf_eval_state *st, const kf_tensor *t, double *out) 
                 y *= w[j];
                 if (b)
                     y += b[j];
-                out[o * n * inner + i + j * inner] = kf_ir_round(t->dtype, y);
+                out[o * n * inner + i + j * inner] = store_round(st, t->dtype, y);
             }
         }
     }
@@ -350,7 +362,7 @@ static void eval_matmul(const kf_eval_state *st, const kf_tensor *t, double *out
                 double acc = 0.0;
                 for (int64_t k = 0; k < K; k++)
                     acc += am[m * a_m + k * a_k] * bm[k * b_k + n * b_n];
-                *o++ = kf_ir_round(t->dtype, acc);
+                *o++ = store_round(st, t->dtype, acc);
             }
         }
     }
@@ -477,11 +489,13 @@ void kf_ir_eval_release(kf_eval_state *st) {
 /* Computes what the outputs need. On failure everything is released and
  * st->values is NULL; the message is noted on the graph (not sticky). Inputs
  * the outputs do not need may have NULL data. */
-kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
+static kf_status eval_graph(kf_graph *g, const void *const *input_data, bool exact,
+                            kf_eval_state *st) {
     if (KF_NEVER(!g || !st))
         return KF_ERR_INVALID_ARGUMENT;
     st->graph = g;
     st->values = NULL;
+    st->exact = exact;
     uint32_t n = g->n_nodes;
     if (n == 0)
         return kf_ir_note(g, KF_ERR_INVALID_ARGUMENT, "eval: the graph is empty");
@@ -538,6 +552,14 @@ kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *
     if (s != KF_OK)
         kf_ir_eval_release(st);
     return s;
+}
+
+kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
+    return eval_graph(g, input_data, false, st);
+}
+
+kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
+    return eval_graph(g, input_data, true, st);
 }
 
 double kf_ir_tolerance(kf_dtype d) {

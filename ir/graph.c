@@ -1,12 +1,40 @@
 /*
  * graph.c -- the graph as a container: creation and destruction, the sticky
- * error and the non-sticky note, names, and the shape helpers every pass uses.
+ * error and the non-sticky note, names, and the shape helpers every pass uses;
+ * and the status strings (kf_status_str).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ir/ir.h"
+
+/* kf_status_str is public but lives here, in the lowest module, so that the
+ * planner and the runtime name statuses without linking the frontend. */
+static const char *const status_names[KF_STATUS_COUNT] = {
+    [KF_OK] = "ok",
+    [KF_ERR_INVALID_ARGUMENT] = "invalid argument",
+    [KF_ERR_SHAPE] = "shape mismatch",
+    [KF_ERR_DTYPE] = "unsupported dtype",
+    [KF_ERR_AXIS] = "axis out of range",
+    [KF_ERR_OUT_OF_MEMORY] = "out of memory",
+    [KF_ERR_PARSE] = "parse error",
+    [KF_ERR_VERIFY] = "invalid graph",
+    [KF_ERR_NOT_FOUND] = "not found",
+    [KF_ERR_UNSUPPORTED] = "unsupported",
+    [KF_ERR_IO] = "i/o error",
+    [KF_ERR_INTERNAL] = "internal error",
+};
+_Static_assert(sizeof status_names / sizeof status_names[0] == KF_STATUS_COUNT,
+               "every kf_status needs a name");
+
+const char *kf_status_str(kf_status status) {
+    if ((unsigned)status >= KF_STATUS_COUNT || !status_names[status])
+        return "unknown status";
+    return status_names[status];
+}
+
+const char *kf_ir_error(const kf_graph *g) { return g->status != KF_OK ? g->error : g->last; }
 
 kf_graph *kf_ir_graph_create(const kf_allocator *alloc, kf_ctx *ctx) {
     kf_mem mem;

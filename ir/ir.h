@@ -206,6 +206,9 @@ kf_status kf_ir_fail(kf_graph *g, kf_status status, const char *fmt, ...)
  * caller's buffer. */
 kf_status kf_msg_set(char *err, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The graph's message: its sticky builder error, or while it has none the
+ * last non-sticky note ("" if none). What kf_graph_error returns. */
+const char *kf_ir_error(const kf_graph *g);
 /* Records a non-sticky failure message (verify, eval); returns `status`. */
 kf_status kf_ir_note(kf_graph *g, kf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -267,6 +270,14 @@ kf_status kf_ir_set_name(kf_graph *g, kf_tensor *t, const char *name, size_t len
 /* Re-derives every tensor's shape and dtype and checks every invariant. */
 kf_status kf_ir_verify(kf_graph *g);
 
+/* Common-subexpression elimination (cse.c), in place and in linear time: a
+ * tensor equal to an earlier one (same op, dtype, shape, operands after
+ * folding, attributes, constant bytes; never an input) is folded into it --
+ * every operand slot and graph output that named it names the earlier one,
+ * and it is left with no uses. *folded (may be NULL) receives the count.
+ * Errors: KF_ERR_OUT_OF_MEMORY (nothing changed). */
+kf_status kf_ir_cse(kf_graph *g, uint32_t *folded);
+
 /* Canonical .kfg text. Tensors without a name print as %ID. */
 kf_status kf_ir_print(const kf_graph *g, FILE *out);
 /* Writes s as a JSON string literal: quotes, backslashes and control
@@ -309,24 +320,35 @@ typedef struct kf_ir_norm_row {
 kf_ir_norm_row kf_ir_norm_stats(const double *row, int64_t n, int64_t inner, double eps,
                                 bool centred);
 
-/* Values of every tensor, in double, each already rounded to its dtype. */
+/* Values of every tensor, in double, each already rounded to its dtype --
+ * unless `exact`: then float values are never rounded (casts to a float dtype
+ * included), so the values are the graph's meaning in f64 with no
+ * intermediate rounding, the yardstick kf_ir_judge measures errors against.
+ * i32 and bool values are rounded either way (truncation and saturation are
+ * what those ops mean). */
 typedef struct kf_eval_state {
     kf_graph *graph;
     double **values; /* graph->n_nodes entries; NULL for tensors not computed */
+    bool exact;
 } kf_eval_state;
 
 /* Evaluates every tensor the outputs need, given host buffers for every input
  * (`input_data[i]` for graph->inputs[i], storage format). On success the caller
  * reads st->values and calls kf_ir_eval_release. */
 kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st);
+/* The same with st->exact set: every float value kept in double, unrounded. */
+kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_state *st);
 /* Computes one tensor from its operands' values (which must be present in `st`).
  * Used by kf_ir_eval and by the planner's checker. */
 kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t);
 void kf_ir_eval_release(kf_eval_state *st);
 
-/* How far a backend's result may stray from the reference's, as a relative
- * error ||out - ref|| / ||ref||: f64 1e-12, f32 1e-5, f16 2e-3, bf16 1.6e-2,
- * exact for i32 and bool. */
+/* The one per-dtype tolerance table: how far a result computed with other
+ * roundings may stray from the reference's, as a relative error
+ * ||out - ref|| / ||ref||: f64 1e-12, f32 1e-5, f16 2e-3, bf16 1.6e-2, exact
+ * (0) for i32 and bool. The plan checker allows twice it (fusion/check.c);
+ * the tests' kf_test_assert_close and diagnostics read it. Backends' outputs
+ * are judged by kf_ir_judge instead, relative to the reference's own error. */
 double kf_ir_tolerance(kf_dtype d);
 /* The tolerance of output `out`: that of the least precise float dtype stored
  * on the way to it (an f32 output computed through bf16 intermediates carries
@@ -341,5 +363,59 @@ kf_dtype kf_ir_path_dtype(const kf_graph *g, const kf_tensor *out);
  * absolute norm when ref is all zeros); INFINITY when either holds a NaN, or
  * an infinity the other does not match: a NaN never passes. */
 double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Judging a backend's numerics (judge.c)                                      */
+/* ------------------------------------------------------------------------ */
+
+/* How far a float output may stray from the exact value, as a multiple of how
+ * far the reference evaluator itself strays (the rule FlashAttention's tests
+ * use, with 2 as the multiple there too): a fused kernel that keeps f32 between
+ * ops is at least as close to the exact value as the reference, which rounds
+ * every op's result to its dtype, so only a real error takes it past twice
+ * the reference's own error. */
+#define KF_JUDGE_REF_FACTOR 2.0
+
+/* The verdict on one output. Errors are normwise, ||v - exact|| / ||exact||
+ * over the elements where the exact value is a finite number (the absolute
+ * norm when the exact output is all zeros), with `exact` the graph evaluated
+ * in f64 with no intermediate rounding (kf_ir_eval_exact):
+ *   err       the backend's output;
+ *   ref_err   the reference evaluator at the graph's dtypes (kf_ir_eval);
+ *   round_err the exact value rounded once to the output's dtype: what no
+ *             backend that stores the output can beat;
+ *   bound     KF_JUDGE_REF_FACTOR * max(ref_err, round_err) + floor, the
+ *             floor kf_ir_judge_floor of the output's compute dtype and size;
+ *   pass      err <= bound.
+ * NaN never passes: an output NaN is accepted only where the reference (at
+ * the graph's dtypes or exactly) is NaN too, an infinity only where one of
+ * them has the same infinity, and a number where both are NaN fails. i32 and
+ * bool outputs must equal the reference exactly (bound 0, err the relative
+ * distance to it). */
+typedef struct kf_ir_verdict {
+    double err, ref_err, round_err, bound;
+    bool pass;
+} kf_ir_verdict;
+
+/* The floor of the bound for an output of n elements whose least precise
+ * computed dtype is d (kf_ir_path_dtype): 1e-12 when that is f64, else 1e-5
+ * (f32 arithmetic, which a backend may use where the reference computes in
+ * double -- a long f32 sum --, is not an error the reference's rounding to
+ * f32 shows), plus d's unit roundoff / sqrt(n) (a normwise error is an
+ * average: over a few elements the reference can be luckier than one
+ * rounding). */
+double kf_ir_judge_floor(kf_dtype d, int64_t n);
+
+/* Judges n elements of `out` (tensor t's dtype, storage format) against the
+ * exact values and the reference's values of t (double). */
+kf_ir_verdict kf_ir_judge(const kf_graph *g, const kf_tensor *t, const void *out,
+                          const double *exact, const double *ref);
+
+/* Evaluates g twice on the same inputs (input_data as for kf_ir_eval), at its
+ * dtypes and exactly, and judges outputs[i] (g->outputs[which[i]]'s storage)
+ * into verdicts[i]. Failures as kf_ir_eval's (noted on the graph). */
+kf_status kf_ir_check(kf_graph *g, const void *const *input_data, size_t n,
+                      const uint32_t *which, const void *const *outputs,
+                      kf_ir_verdict *verdicts);
 
 #endif /* KF_IR_H */

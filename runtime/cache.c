@@ -242,11 +242,10 @@ static char *mem_strdup(const kf_mem *m, const char *s) {
 
 kf_status kf_cache_default_dir(const kf_mem *mem, char **out) {
     *out = NULL;
-    const char *env = getenv("KF_CACHE_DIR");
-    const char *base = NULL, *tail = "";
-    if (env && *env) {
-        base = env;
-    } else if ((env = getenv("XDG_CACHE_HOME")) && *env) {
+    /* The platform's cache location; kfuse's own KF_CACHE_DIR is the CLI's
+     * to map onto kf_options.cache_dir (the library reads no KF_ variable). */
+    const char *env = NULL, *base = NULL, *tail = "";
+    if ((env = getenv("XDG_CACHE_HOME")) && *env) {
         base = env;
         tail = "/kfuse";
     } else if ((env = getenv("HOME")) && *env) {

@@ -132,8 +132,9 @@ typedef struct kf_cache_msg {
     char store_error[KF_MSG_MAX]; /* why the store failed; "" otherwise */
 } kf_cache_msg;
 
-/* The directory a cache uses when none is given: $KF_CACHE_DIR, else
- * $XDG_CACHE_HOME/kfuse, else $HOME/.cache/kfuse. *out is allocated with `mem`
+/* The directory a cache uses when none is given: the platform's cache
+ * location, $XDG_CACHE_HOME/kfuse, else $HOME/.cache/kfuse (KF_CACHE_DIR is
+ * the CLI's: it maps it onto kf_options.cache_dir). *out is allocated with `mem`
  * (strlen + 1 bytes). Errors: KF_ERR_NOT_FOUND (no variable set), OOM. */
 kf_status kf_cache_default_dir(const kf_mem *mem, char **out);
 

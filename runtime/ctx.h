@@ -23,7 +23,12 @@ struct kf_ctx {
     unsigned flags;
     kf_gemm_mode gemm; /* KF_GEMM_*: how GEMM groups run on CUDA */
     char *arch;      /* NULL: from the device */
-    char *cache_dir; /* NULL: $KF_CACHE_DIR, else ~/.cache/kfuse */
+    char *cache_dir; /* NULL: kf_cache_default_dir */
+    /* kf_options' switches (copied strings, NULL when unset) */
+    char *dump_dir;     /* generated CUDA sources go here */
+    char *cublaslt_lib; /* the cuBLASLt library tried first */
+    int num_threads;    /* CPU target threads, 0: one per core */
+    int cpu_opt_level;  /* LLVM -O level of the CPU target */
 
     /* Loaded at first use, under `lock` (runtime/cuda.c). */
     pthread_mutex_t lock;

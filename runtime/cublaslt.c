@@ -179,9 +179,6 @@ static void *lt_dlopen(const char *lib, char *path, size_t path_size, char *why,
     if (lib) {
         tries[n++] = lib;
     } else {
-        const char *env = getenv("KF_CUBLASLT_LIB");
-        if (env && *env)
-            tries[n++] = env;
         tries[n++] = "libcublasLt.so.13";
         tries[n++] = "libcublasLt.so";
         if (KF_CUBLASLT_PATH[0])
@@ -211,7 +208,8 @@ static kf_status lt_lib_open(kf_blt_lib *L, const char *lib, char *path, size_t 
     if (!L->dl)
         return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                     "cuBLASLt not found (%s); install the CUDA toolkit's libcublasLt, put its "
-                    "directory on LD_LIBRARY_PATH, or set KF_CUBLASLT_LIB to the file",
+                    "directory on LD_LIBRARY_PATH, or name the file in kf_options.cublaslt_lib "
+                    "(KF_CUBLASLT_LIB for the kfuse CLI)",
                     why);
     const char *missing = NULL;
 #define KF_BLT_RESOLVE(ret, field, sym, params)                                                     \
@@ -254,7 +252,8 @@ static kf_status lt_check(const kf_blt *lt, kf_blt_status s, const char *call, c
                 name ? name : "", str ? ": " : "", str ? str : "", s);
 }
 
-kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_blt **out, char *err) {
+kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, const char *lib, kf_blt **out,
+                        char *err) {
     if (!mem || !dev || !out)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_create: NULL argument");
     *out = NULL;
@@ -263,7 +262,7 @@ kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_blt **o
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory creating the cuBLASLt state");
     lt->mem = *mem;
     lt->dev = dev;
-    kf_status st = lt_lib_open(&lt->lib, NULL, NULL, 0, err);
+    kf_status st = lt_lib_open(&lt->lib, lib, NULL, 0, err);
     if (st == KF_OK) {
         /* cuBLASLt works on the current context: make the device's current
          * through a harmless driver call. */

@@ -3,8 +3,9 @@
  *
  * Like the driver (runtime/cuda.h), cuBLASLt is never linked: libkfuse loads,
  * and the CPU target runs, on a machine without it. The library is looked up
- * as $KF_CUBLASLT_LIB, then "libcublasLt.so.13" / "libcublasLt.so" on the
- * loader's path, then the file the build found in the toolkit (KF_CUBLASLT_PATH).
+ * as the file the context names (kf_options.cublaslt_lib: that file only),
+ * else "libcublasLt.so.13" / "libcublasLt.so" on the loader's path, then the
+ * file the build found in the toolkit (KF_CUBLASLT_PATH).
  * The few types and constants used are declared here, ABI-compatible with
  * cublasLt.h (tests/test_cublaslt.c checks them against the toolkit's header
  * when it is there), so this layer builds without the toolkit.
@@ -91,9 +92,11 @@ bool kf_blt_operand_ok(const kf_blt_operand *op, int64_t rows, int64_t cols);
  * the lookup order above. */
 kf_status kf_blt_library_check(const char *lib, char *path_out, size_t path_size, char *err);
 
-/* Creates a kf_blt for `dev` (the library is opened, a handle created on the
- * device's context, the workspace allocated lazily). */
-kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, kf_blt **out, char *err);
+/* Creates a kf_blt for `dev` (the library `lib` is opened -- NULL: the lookup
+ * order above --, a handle created on the device's context, the workspace
+ * allocated lazily). */
+kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, const char *lib,
+                        kf_blt **out, char *err);
 void kf_blt_destroy(kf_blt *lt);
 /* cuBLASLt's version (cublasLtGetVersion), e.g. 130100. */
 size_t kf_blt_version(const kf_blt *lt);

@@ -266,6 +266,11 @@ static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_
     if (st != KF_OK)
         return st;
 
+    /* kf_options.dump_dir: the source, whether or not it is compiled now. */
+    if (ex->ctx->dump_dir &&
+        (st = kf_nvrtc_dump_source(ex->ctx->dump_dir, k->name, k->arch, k->source, k->source_len,
+                                   err)) != KF_OK)
+        return st;
     /* The CUBIN: through the cache, else NVRTC directly. */
     void *cubin = NULL;
     size_t size = 0;
@@ -599,11 +604,10 @@ static kf_status make_order(kf_cuda_exec *ex, char *err) {
  * which costs the host less than a cuLaunchKernel per kernel. Arguments are
  * bound once at prepare time, so the graph never needs updating. Any failure
  * (a driver without the graph entry points included) leaves the direct
- * launches; KF_CUDA_GRAPH=0 turns the graph off. */
+ * launches; KF_FLAG_NO_CUDA_GRAPH turns the graph off. */
 static void build_graph(kf_cuda_exec *ex) {
     const kf_cuda_driver *drv = ex->dev.drv;
-    const char *env = getenv("KF_CUDA_GRAPH");
-    if ((env && env[0] == '0') || ex->n_order < 2 || !drv || !drv->cuGraphCreate ||
+    if ((ex->ctx->flags & KF_FLAG_NO_CUDA_GRAPH) || ex->n_order < 2 || !drv || !drv->cuGraphCreate ||
         !drv->cuGraphAddKernelNode || !drv->cuGraphInstantiateWithFlags || !drv->cuGraphLaunch ||
         !drv->cuGraphExecDestroy || !drv->cuGraphDestroy)
         return;
@@ -721,7 +725,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
 
     kf_status st = KF_OK;
     if (recipes_have_gemm(recipes)) {
-        st = kf_blt_create(&ex->mem, &ex->dev, &ex->lt, err);
+        st = kf_blt_create(&ex->mem, &ex->dev, ex->ctx->cublaslt_lib, &ex->lt, err);
         if (st != KF_OK) {
             char why[KF_MSG_MAX];
             snprintf(why, sizeof why, "%s", err);
@@ -992,4 +996,8 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             "  device memory: %zu bytes in one arena (%zu without reuse by liveness); "
             "%zu launches per run; kernels compiled %u, from the cache %u\n",
             ex->arena_bytes, ex->unshared_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
+}
+
+const char *kf_cuda_exec_device_name(const kf_cuda_exec *ex) {
+    return ex && ex->dev_open ? ex->dev.name : "";
 }

@@ -59,6 +59,8 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex);
 
 /* The recipes the exec runs (NULL before prepare). */
 const kf_cuda_recipes *kf_cuda_exec_recipes(const kf_cuda_exec *ex);
+/* The driver's name of the device the exec runs on ("" before it opened one). */
+const char *kf_cuda_exec_device_name(const kf_cuda_exec *ex);
 
 /* For a MEASURED recipe of `group`: the variant chosen and each variant's
  * milliseconds (KF_CUDA_MAX_VARIANTS entries); false for other groups. */

@@ -104,6 +104,13 @@ static kf_status dump_file(const char *dir, const char *name, const char *data, 
     return KF_OK;
 }
 
+kf_status kf_nvrtc_dump_source(const char *dir, const char *kernel, const char *arch,
+                               const char *source, size_t len, char *err) {
+    char fname[128];
+    snprintf(fname, sizeof fname, "%s.%s.cu", kernel, arch);
+    return dump_file(dir, fname, source, len, err);
+}
+
 void kf_nvrtc_result_release(const kf_mem *mem, kf_nvrtc_result *res) {
     if (!res)
         return;
@@ -188,10 +195,6 @@ kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
         return st;
 
     const char *dump = opts->dump_dir;
-    if (!dump) {
-        const char *env = getenv("KF_DUMP_DIR");
-        dump = env && *env ? env : NULL;
-    }
     char fname[128];
     if (dump) {
         snprintf(fname, sizeof fname, "%s.%s.cu", kname, opts->arch);

@@ -9,7 +9,7 @@
  *
  * A failed compile returns KF_ERR_INVALID_ARGUMENT with a message naming the
  * kernel and the arch and holding the head of NVRTC's log; the whole log comes
- * back in the result. With KF_DUMP_DIR set (or opts->dump_dir), the source is
+ * back in the result. With opts->dump_dir (kf_options.dump_dir), the source is
  * written to DIR/KERNEL.ARCH.cu before compiling, and the log, on failure, to
  * DIR/KERNEL.ARCH.log, so a failing kernel can be read and compiled by hand.
  *
@@ -33,7 +33,7 @@ typedef struct kf_nvrtc_options {
     bool line_info;          /* -lineinfo, for profilers */
     bool ptxas_verbose;      /* --ptxas-options=-v: ptxas's resource report (registers, stack,
                                 spills) in the log, for tests that hold kernels to no spills */
-    const char *dump_dir;    /* write the source here; NULL: $KF_DUMP_DIR if set */
+    const char *dump_dir;    /* write the source (and a failed compile's log) here; NULL: no */
 } kf_nvrtc_options;
 
 typedef struct kf_nvrtc_result {
@@ -69,5 +69,10 @@ kf_status kf_nvrtc_options_string(const kf_nvrtc_options *opts, char *buf, size_
 kf_status kf_nvrtc_compile(const kf_mem *mem, const char *source, size_t len,
                            const kf_nvrtc_options *opts, kf_nvrtc_result *out, char *err);
 void kf_nvrtc_result_release(const kf_mem *mem, kf_nvrtc_result *res);
+
+/* Writes `source` to DIR/KERNEL.ARCH.cu (creating DIR), as a compile with
+ * dump_dir does: for sources the cache serves without compiling. */
+kf_status kf_nvrtc_dump_source(const char *dir, const char *kernel, const char *arch,
+                               const char *source, size_t len, char *err);
 
 #endif /* KF_RUNTIME_NVRTC_H */

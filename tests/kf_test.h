@@ -7,14 +7,17 @@
  *     random run can be replayed with KF_TEST_SEED=N.
  *   - random fills, poison fills (NaN for floats, 0xA5 bytes otherwise) and
  *     loads for host buffers in any dtype's storage format;
- *   - the relative error ||out - ref|| / ||ref|| (any NaN fails) and the
- *     per-dtype tolerances the numerics tests use;
+ *   - the relative error ||out - ref|| / ||ref|| (any NaN fails) against the
+ *     per-dtype tolerance table of ir/eval.c (kf_ir_tolerance), for results
+ *     compared with the reference directly; a backend's outputs are judged
+ *     with kf_graph_check instead;
  *   - a counting, failing allocator: it fails the Nth allocation, counts live
  *     blocks and bytes, and checks that every free passes the size that was
  *     allocated.
  *
  * Include after <cmocka.h>'s prerequisites; this header includes cmocka.h.
- * It uses only the public API (kfuse.h).
+ * It uses the public API (kfuse.h) and, for the tolerance table and the
+ * relative error, ir/ir.h.
  */
 #ifndef KF_TEST_H
 #define KF_TEST_H
@@ -32,6 +35,7 @@
 
 #include <cmocka.h>
 
+#include "ir/ir.h"
 #include "kfuse.h"
 
 /* ------------------------------------------------------------------------ */
@@ -176,44 +180,11 @@ static inline void kf_test_poison(void *buf, kf_dtype d, size_t n) {
 /* Comparing against a reference                                              */
 /* ------------------------------------------------------------------------ */
 
-/* The tolerance on kf_test_rel_err for results stored in dtype d. */
-static inline double kf_test_tol(kf_dtype d) {
-    switch (d) {
-    case KF_DTYPE_F64:
-        return 1e-12;
-    case KF_DTYPE_F32:
-        return 1e-5;
-    case KF_DTYPE_F16:
-        return 2e-3;
-    case KF_DTYPE_BF16:
-        return 1.6e-2;
-    default:
-        return 0.0; /* i32, bool: exact */
-    }
-}
-
-/* ||out - ref||_2 / ||ref||_2 over n elements of dtype d. INFINITY when any
- * element of either is NaN, or when they differ where one is infinite; the
- * absolute norm ||out - ref|| when ref is all zeros. */
+/* ||out - ref||_2 / ||ref||_2 over n elements of dtype d (kf_ir_rel_err).
+ * INFINITY when any element of either is NaN, or when they differ where one is
+ * infinite; the absolute norm ||out - ref|| when ref is all zeros. */
 static inline double kf_test_rel_err(const void *out, const void *ref, kf_dtype d, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double o = kf_test_load(out, d, i), r = kf_test_load(ref, d, i);
-        if (isnan(o) || isnan(r))
-            return INFINITY;
-        if (o == r) { /* equal, infinities included */
-            if (isfinite(r))
-                den += r * r;
-            continue;
-        }
-        if (!isfinite(o) || !isfinite(r))
-            return INFINITY;
-        num += (o - r) * (o - r);
-        den += r * r;
-    }
-    if (den == 0.0)
-        return sqrt(num);
-    return sqrt(num) / sqrt(den);
+    return kf_ir_rel_err(out, ref, d, (int64_t)n);
 }
 
 /* Fails the current test (printing the seed) when the relative error of out
@@ -224,7 +195,7 @@ static inline double kf_test_rel_err(const void *out, const void *ref, kf_dtype 
 static inline void kf_test_assert_close_(const void *out, const void *ref, kf_dtype d, size_t n,
                                          const char *what, const char *file, int line) {
     double err = kf_test_rel_err(out, ref, d, n);
-    double tol = kf_test_tol(d);
+    double tol = kf_ir_tolerance(d); /* the one table, ir/eval.c */
     if (!(err <= tol)) {
         print_error("%s:%d: %s: relative error %g exceeds the %s tolerance %g "
                     "(KF_TEST_SEED=%llu)\n",

@@ -299,7 +299,7 @@ static void test_open_refuses_a_file_and_read_only_does_not_create(void **state)
     assert_null(c);
 }
 
-static void test_default_dir_follows_kf_cache_dir_then_xdg_then_home(void **state) {
+static void test_default_dir_is_xdg_then_home_and_ignores_kf_cache_dir(void **state) {
     fixture *f = F;
     char *saved[3];
     const char *names[3] = {"KF_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
@@ -309,8 +309,9 @@ static void test_default_dir_follows_kf_cache_dir_then_xdg_then_home(void **stat
     setenv("KF_CACHE_DIR", "/x/kf", 1);
     setenv("XDG_CACHE_HOME", "/x/xdg", 1);
     setenv("HOME", "/x/home", 1);
+    /* KF_CACHE_DIR is the CLI's switch (kf_options.cache_dir), not the library's */
     assert_int_equal(kf_cache_default_dir(&f->mem, &d), KF_OK);
-    assert_string_equal(d, "/x/kf");
+    assert_string_equal(d, "/x/xdg/kfuse");
     kf_mem_free(&f->mem, d, strlen(d) + 1);
     unsetenv("KF_CACHE_DIR");
     assert_int_equal(kf_cache_default_dir(&f->mem, &d), KF_OK);
@@ -1283,6 +1284,9 @@ static void test_cli_lists_verifies_and_clears(void **state) {
 
     char *ls[] = {"cache", "ls", "--dir", f->dir};
     assert_int_equal(run_cli(f, out, sizeof out, 4, ls), 0);
+    assert_true(strncmp(out, "key ", 4) == 0); /* a header names the columns */
+    assert_non_null(strstr(out, "payload"));
+    assert_non_null(strstr(out, "modified (UTC)"));
     assert_non_null(strstr(out, ha));
     assert_non_null(strstr(out, hb));
     assert_non_null(strstr(out, "2 entries"));
@@ -1379,7 +1383,7 @@ int main(void) {
         T(test_open_creates_the_directory_and_its_parents_0700),
         T(test_open_refuses_a_directory_writable_by_others_and_says_what_to_chmod),
         T(test_open_refuses_a_file_and_read_only_does_not_create),
-        T(test_default_dir_follows_kf_cache_dir_then_xdg_then_home),
+        T(test_default_dir_is_xdg_then_home_and_ignores_kf_cache_dir),
         T(test_miss_then_put_then_hit_returns_the_same_bytes),
         T(test_a_flipped_payload_byte_is_reported_removed_and_missed),
         T(test_a_flipped_header_byte_anywhere_is_reported_removed_and_missed),

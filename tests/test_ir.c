@@ -545,6 +545,29 @@ static void test_verify_catches_a_tensor_whose_shape_disagrees_with_its_operands
     assert_non_null(strstr(kf_graph_error(G), "uses"));
 }
 
+/* Names are checked in linear time (a hash set), and still caught: a name on
+ * two tensors, an output name twice (both what a buggy pass might do). */
+static void test_verify_catches_a_name_on_two_tensors_and_an_output_name_twice(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 4);
+    kf_tensor *y = kf_exp(G, x), *z = kf_neg(G, x);
+    assert_int_equal(kf_tensor_set_name(y, "y"), KF_OK);
+    assert_int_equal(kf_tensor_set_name(z, "z"), KF_OK);
+    assert_int_equal(kf_output(G, "a", y), KF_OK);
+    assert_int_equal(kf_output(G, "b", z), KF_OK);
+    assert_int_equal(kf_graph_verify(G), KF_OK);
+    const char *zname = z->name;
+    z->name = y->name;
+    assert_int_equal(kf_graph_verify(G), KF_ERR_VERIFY);
+    assert_non_null(strstr(kf_graph_error(G), "the name 'y' names two tensors"));
+    z->name = zname;
+    const char *bname = G->outputs[1].name;
+    G->outputs[1].name = G->outputs[0].name;
+    assert_int_equal(kf_graph_verify(G), KF_ERR_VERIFY);
+    assert_non_null(strstr(kf_graph_error(G), "output name 'a' appears twice"));
+    G->outputs[1].name = bname;
+    assert_int_equal(kf_graph_verify(G), KF_OK);
+}
+
 static void test_n_uses_counts_operand_slots(void **state) {
     kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 4);
     kf_tensor *y = kf_mul(G, x, x);
@@ -625,6 +648,7 @@ static void test_op_table_names_round_trip_and_traits_are_consistent(void **stat
 int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_unary_ops_keep_shape_and_dtype),
+        T(test_verify_catches_a_name_on_two_tensors_and_an_output_name_twice),
         T(test_binary_ops_broadcast_numpy_style),
         T(test_comparisons_return_bool),
         T(test_where_broadcasts_all_three_operands),

@@ -1,7 +1,8 @@
 /*
  * test_nvrtc.c -- CUDA C to CUBIN through NVRTC, with no GPU needed: arch
  * strings, canonical options, CUBINs for sm_80 and sm_90a, compile errors that
- * carry the log and the kernel's name, and KF_DUMP_DIR.
+ * carry the log and the kernel's name, and the dump directory (an option;
+ * the KF_DUMP_DIR variable is the CLI's).
  */
 #define _GNU_SOURCE 1
 #include <ftw.h>
@@ -166,12 +167,13 @@ static void test_kf_dump_dir_writes_the_source_and_the_failing_log(void **state)
     const char *tmp = getenv("TMPDIR");
     snprintf(base, sizeof base, "%s/kf_nvrtc_test_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     assert_non_null(mkdtemp(base));
-    char dump[300];
+    char dump[300], env_dump[300];
     snprintf(dump, sizeof dump, "%s/dump", base);
-    setenv("KF_DUMP_DIR", dump, 1);
+    snprintf(env_dump, sizeof env_dump, "%s/env_dump", base);
+    setenv("KF_DUMP_DIR", env_dump, 1); /* the CLI's variable: the library ignores it */
     char err[KF_MSG_MAX] = "";
     kf_nvrtc_result r;
-    kf_nvrtc_options o = {.arch = "sm_90a", .kernel_name = "kf_add_relu"};
+    kf_nvrtc_options o = {.arch = "sm_90a", .kernel_name = "kf_add_relu", .dump_dir = dump};
     kf_status st = kf_nvrtc_compile(&m, add_relu_src, strlen(add_relu_src), &o, &r, err);
     kf_nvrtc_result_release(&m, &r);
     const char *bad = "__global__ void kf_bad() { nope; }\n";
@@ -181,6 +183,8 @@ static void test_kf_dump_dir_writes_the_source_and_the_failing_log(void **state)
     unsetenv("KF_DUMP_DIR");
     assert_int_equal(st, KF_OK);
     assert_int_equal(st_bad, KF_ERR_INVALID_ARGUMENT);
+    struct stat sb;
+    assert_int_not_equal(stat(env_dump, &sb), 0); /* nothing written where the variable says */
 
     char path[400], text[1024];
     snprintf(path, sizeof path, "%s/kf_add_relu.sm_90a.cu", dump);

@@ -564,7 +564,7 @@ bool lg_point_init(lg_fn *f, lg_point *pt, int rank) {
     pt->rank = rank;
     pt->seed = KF_NONE;
     size_t n = f->g->n_expr ? f->g->n_expr : 1;
-    pt->memo = calloc(n, sizeof *pt->memo);
+    pt->memo = kf_mem_calloc(&f->m->graph->mem, n, sizeof *pt->memo); /* the context's hooks */
     if (!pt->memo) {
         lg_fail(f->m, KF_ERR_OUT_OF_MEMORY, "codegen/llvm: out of memory");
         return false;
@@ -577,8 +577,8 @@ void lg_point_reset(lg_fn *f, lg_point *pt) {
 }
 
 void lg_point_done(lg_fn *f, lg_point *pt) {
-    (void)f;
-    free(pt->memo);
+    if (pt->memo)
+        kf_mem_free(&f->m->graph->mem, pt->memo, (f->g->n_expr ? f->g->n_expr : 1) * sizeof *pt->memo);
     pt->memo = NULL;
 }
 

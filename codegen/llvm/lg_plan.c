@@ -92,7 +92,8 @@ kf_status kf_llvm_emit_plan(const kf_plan *plan, LLVMModuleRef mod, kf_cpu_kerne
     LLVMTypeRef params[4] = {m.ptr, m.i64, m.i64, m.ptr};
     m.kernel_t = LLVMFunctionType(m.void_t, params, 4, 0);
     m.B = LLVMCreateBuilderInContext(m.C);
-    LLVMValueRef *bufptr = calloc(plan->graph->n_nodes ? plan->graph->n_nodes : 1, sizeof *bufptr);
+    size_t nb = plan->graph->n_nodes ? plan->graph->n_nodes : 1;
+    LLVMValueRef *bufptr = kf_mem_calloc(&plan->graph->mem, nb, sizeof *bufptr); /* ctx hooks */
     if (!bufptr) {
         LLVMDisposeBuilder(m.B);
         snprintf(err, KF_MSG_MAX, "codegen/llvm: out of memory");
@@ -100,7 +101,7 @@ kf_status kf_llvm_emit_plan(const kf_plan *plan, LLVMModuleRef mod, kf_cpu_kerne
     }
     for (uint32_t i = 0; i < plan->n_groups && m.st == KF_OK; i++)
         emit_group(&m, &plan->groups[i], &kernels[i], bufptr);
-    free(bufptr);
+    kf_mem_free(&plan->graph->mem, bufptr, nb * sizeof *bufptr);
     LLVMDisposeBuilder(m.B);
     return m.st;
 }

@@ -48,6 +48,7 @@ struct kf_cpu_exec {
     size_t scratch; /* max over kernels */
     kf_pool *pool;
     int n_threads;
+    kf_cpu_options opts;
     bool cache_hit; /* the object file came from the disk cache */
 };
 
@@ -83,17 +84,21 @@ static kf_status llvm_error(LLVMErrorRef e, const char *what, char *err) {
     return KF_ERR_INTERNAL;
 }
 
-/* The optimization level: 3 (default<O3>, aggressive code generation) unless
- * $KF_CPU_OPT says 0..2. Lower levels compile several times faster and are
- * for tests that run thousands of tiny graphs; the semantics are the same. */
-static int opt_level(void) {
-    const char *e = getenv("KF_CPU_OPT");
-    if (e && *e >= '0' && *e <= '3' && e[1] == '\0')
-        return *e - '0';
-    return 3;
+void kf_cpu_options_init(kf_cpu_options *o) {
+    memset(o, 0, sizeof *o);
+    o->opt_level = 3;
 }
 
-static LLVMTargetMachineRef host_tm(char *err) {
+/* The LLVM code generation level of an -O level: 3 aggressive (the default),
+ * 0 none, else less. Lower levels compile several times faster and are for
+ * tests that run thousands of tiny graphs; the semantics are the same. */
+static LLVMCodeGenOptLevel codegen_level(int opt_level) {
+    return opt_level == 3   ? LLVMCodeGenLevelAggressive
+           : opt_level == 0 ? LLVMCodeGenLevelNone
+                            : LLVMCodeGenLevelLess;
+}
+
+static LLVMTargetMachineRef host_tm(int opt_level, char *err) {
     char *triple = LLVMGetDefaultTargetTriple();
     LLVMTargetRef target;
     char *msg = NULL;
@@ -105,11 +110,9 @@ static LLVMTargetMachineRef host_tm(char *err) {
     }
     char *cpu = LLVMGetHostCPUName();
     char *feat = LLVMGetHostCPUFeatures();
-    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, feat,
-                                                      opt_level() == 3 ? LLVMCodeGenLevelAggressive
-                                                      : opt_level() == 0 ? LLVMCodeGenLevelNone
-                                                                         : LLVMCodeGenLevelLess,
-                                                      LLVMRelocDefault, LLVMCodeModelJITDefault);
+    LLVMTargetMachineRef tm =
+        LLVMCreateTargetMachine(target, triple, cpu, feat, codegen_level(opt_level),
+                                LLVMRelocDefault, LLVMCodeModelJITDefault);
     LLVMDisposeMessage(cpu);
     LLVMDisposeMessage(feat);
     LLVMDisposeMessage(triple);
@@ -202,11 +205,9 @@ static kf_status plan_arena(kf_cpu_exec *x) {
         items[m].last = is_out[i] ? INT64_MAX : (last[i] > first[i] ? last[i] : first[i]);
         m++;
     }
-    /* KF_CPU_NO_REUSE=1 (a debugging switch): every tensor keeps its own
-     * slot, so all intermediates can be inspected after a run. */
-    const char *nr = getenv("KF_CPU_NO_REUSE");
-    bool no_reuse = nr && *nr && *nr != '0';
-    x->arena_size = kf_arena_layout(&x->mem, items, m, 64, no_reuse, NULL);
+    /* opts.no_reuse (a debugging switch): every tensor keeps its own slot,
+     * so all intermediates can be inspected after a run. */
+    x->arena_size = kf_arena_layout(&x->mem, items, m, 64, x->opts.no_reuse, NULL);
     for (uint32_t i = 0, k = 0; i < n; i++)
         if (first[i] >= 0)
             x->slot[i] = (int64_t)items[k++].offset;
@@ -224,10 +225,11 @@ static kf_status plan_arena(kf_cpu_exec *x) {
 typedef struct obj_job {
     LLVMModuleRef mod;
     LLVMTargetMachineRef tm;
+    const kf_cpu_options *opts;
     double t_o3;
 } obj_job;
 
-/* Optimizes the module (default<O3>, or $KF_CPU_OPT) and emits the host
+/* Optimizes the module (default<On>, n = opts->opt_level) and emits the host
  * object file into *data (allocated with `mem`): the cache's payload. */
 static kf_status compute_object(void *user, const kf_mem *mem, void **data, size_t *len,
                                 char *error) {
@@ -237,13 +239,13 @@ static kf_status compute_object(void *user, const kf_mem *mem, void **data, size
     LLVMPassBuilderOptionsSetSLPVectorization(po, 1);
     LLVMPassBuilderOptionsSetLoopUnrolling(po, 1);
     char pipeline[32];
-    snprintf(pipeline, sizeof pipeline, "default<O%d>", opt_level());
+    snprintf(pipeline, sizeof pipeline, "default<O%d>", j->opts->opt_level);
     LLVMErrorRef e = LLVMRunPasses(j->mod, pipeline, j->tm, po);
     LLVMDisposePassBuilderOptions(po);
     if (e)
         return llvm_error(e, "LLVM optimization pipeline", error);
     j->t_o3 = now_s();
-    if (getenv("KF_DUMP_IR")) {
+    if (j->opts->dump_ir) {
         char *s = LLVMPrintModuleToString(j->mod);
         fprintf(stderr, "; ---- kfuse CPU module (after %s) ----\n%s", pipeline, s);
         LLVMDisposeMessage(s);
@@ -270,13 +272,13 @@ static kf_status compute_object(void *user, const kf_mem *mem, void **data, size
 
 /* The cache key of a module: its IR text before optimization, the pipeline,
  * the host CPU and features, LLVM's version and kfuse's codegen version. */
-static void module_key(LLVMModuleRef mod, kf_cache_key *key) {
+static void module_key(LLVMModuleRef mod, int opt_level, kf_cache_key *key) {
     char *ir = LLVMPrintModuleToString(mod);
     unsigned maj, min, pat;
     LLVMGetVersion(&maj, &min, &pat);
     char compiler[64], options[32];
     snprintf(compiler, sizeof compiler, "LLVM %u.%u.%u", maj, min, pat);
-    snprintf(options, sizeof options, "default<O%d>", opt_level());
+    snprintf(options, sizeof options, "default<O%d>", opt_level);
     kf_cache_key_parts parts = {
         ir, strlen(ir), options, kf_cpu_host_name(), compiler, KF_LLVM_CODEGEN_VERSION};
     kf_cache_key_build(&parts, key);
@@ -287,7 +289,7 @@ static kf_status jit_module(kf_cpu_exec *x, struct kf_cache *cache, char *err) {
     const kf_plan *plan = x->plan;
     kf_status st = KF_OK;
     double t0 = now_s(), t_emit = 0;
-    LLVMTargetMachineRef tm = host_tm(err);
+    LLVMTargetMachineRef tm = host_tm(x->opts.opt_level, err);
     if (!tm)
         return KF_ERR_INTERNAL;
     LLVMContextRef C = LLVMContextCreate();
@@ -310,7 +312,7 @@ static kf_status jit_module(kf_cpu_exec *x, struct kf_cache *cache, char *err) {
         }
         LLVMDisposeMessage(msg);
     }
-    if (st == KF_OK && getenv("KF_DUMP_IR")) {
+    if (st == KF_OK && x->opts.dump_ir) {
         char *s = LLVMPrintModuleToString(mod);
         fprintf(stderr, "; ---- kfuse CPU module (before optimization) ----\n%s", s);
         LLVMDisposeMessage(s);
@@ -318,10 +320,10 @@ static kf_status jit_module(kf_cpu_exec *x, struct kf_cache *cache, char *err) {
     void *obj = NULL;
     size_t obj_len = 0;
     bool from_cache = false, computed = true;
-    obj_job job = {mod, tm, 0};
+    obj_job job = {mod, tm, &x->opts, 0};
     if (st == KF_OK && cache) {
         kf_cache_key key;
-        module_key(mod, &key);
+        module_key(mod, x->opts.opt_level, &key);
         kf_cache_msg cmsg;
         memset(&cmsg, 0, sizeof cmsg);
         st = kf_cache_get_or_compute(cache, &key, compute_object, &job, &obj, &obj_len, &computed,
@@ -341,7 +343,7 @@ static kf_status jit_module(kf_cpu_exec *x, struct kf_cache *cache, char *err) {
     x->cache_hit = from_cache && !computed;
 
     /* The JIT links the object; libm and friends resolve from the process. */
-    LLVMTargetMachineRef jtm = host_tm(err);
+    LLVMTargetMachineRef jtm = host_tm(x->opts.opt_level, err);
     LLVMOrcLLJITBuilderRef jb = jtm ? LLVMOrcCreateLLJITBuilder() : NULL;
     LLVMErrorRef e = NULL;
     if (jb) {
@@ -389,7 +391,7 @@ static kf_status jit_module(kf_cpu_exec *x, struct kf_cache *cache, char *err) {
         if (x->kernels[i].scratch > x->scratch)
             x->scratch = x->kernels[i].scratch;
     }
-    if (getenv("KF_CPU_TIMING"))
+    if (x->opts.timing)
         fprintf(stderr,
                 "kfuse cpu: %u kernels: emit %.2f ms, optimize %.2f ms, object %.2f ms%s, "
                 "link %.2f ms\n",
@@ -400,8 +402,8 @@ static kf_status jit_module(kf_cpu_exec *x, struct kf_cache *cache, char *err) {
     return KF_OK;
 }
 
-kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, struct kf_cache *cache,
-                             kf_cpu_exec **out, char *err) {
+kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, const kf_cpu_options *opts,
+                             struct kf_cache *cache, kf_cpu_exec **out, char *err) {
     *out = NULL;
     err[0] = '\0';
     pthread_once(&llvm_once, llvm_init);
@@ -410,6 +412,10 @@ kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, struct kf_c
         goto oom;
     x->mem = *mem;
     x->plan = plan;
+    if (opts)
+        x->opts = *opts;
+    else
+        kf_cpu_options_init(&x->opts);
     uint32_t ng = plan->n_groups ? plan->n_groups : 1,
              nn = plan->graph->n_nodes ? plan->graph->n_nodes : 1;
     x->kernels = kf_mem_calloc(mem, ng, sizeof *x->kernels);
@@ -426,7 +432,7 @@ kf_status kf_cpu_exec_create(const kf_mem *mem, const kf_plan *plan, struct kf_c
         kf_cpu_exec_destroy(x);
         return st;
     }
-    x->n_threads = kf_pool_default_threads();
+    x->n_threads = kf_pool_default_threads(x->opts.threads);
     *out = x;
     return KF_OK;
 oom:
@@ -471,7 +477,7 @@ kf_status kf_cpu_exec_run(kf_cpu_exec *x, void *const *bound, char *err) {
             x->kernels[i].cost * (double)x->kernels[i].outer >= KF_CPU_PARALLEL_MIN)
             want_pool = true;
     if (!x->pool) {
-        x->pool = kf_pool_create(want_pool ? x->n_threads : 1, x->scratch);
+        x->pool = kf_pool_create(&x->mem, want_pool ? x->n_threads : 1, x->scratch);
         if (!x->pool) {
             snprintf(err, KF_MSG_MAX, "out of memory: CPU thread pool");
             return KF_ERR_OUT_OF_MEMORY;

@@ -9,13 +9,17 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 struct kf_pool {
-    int n; /* threads including the caller */
+    kf_mem mem; /* the context's allocator: everything below comes from it */
+    int n;      /* threads including the caller */
     pthread_t *th;
-    void **scratch; /* n entries; [n-1] is the caller's */
+    void **scratch;     /* n entries, 64-byte aligned; [n-1] is the caller's */
+    void **scratch_raw; /* what the allocator returned for each */
+    size_t scratch_bytes;
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     uint64_t gen;
@@ -46,7 +50,7 @@ static void run_chunks(kf_pool *p, void *scratch) {
 static void *worker(void *arg) {
     kf_pool *p = ((worker_arg *)arg)->p;
     int i = ((worker_arg *)arg)->i;
-    free(arg);
+    kf_mem_free(&p->mem, arg, sizeof(worker_arg));
     uint64_t seen = 0;
     for (;;) {
         pthread_mutex_lock(&p->mu);
@@ -66,9 +70,8 @@ static void *worker(void *arg) {
     }
 }
 
-int kf_pool_default_threads(void) {
-    const char *e = getenv("KF_NUM_THREADS");
-    long n = e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+int kf_pool_default_threads(int requested) {
+    long n = requested > 0 ? requested : sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1)
         n = 1;
     if (n > 64)
@@ -76,45 +79,56 @@ int kf_pool_default_threads(void) {
     return (int)n;
 }
 
-kf_pool *kf_pool_create(int n_threads, size_t scratch) {
-    kf_pool *p = calloc(1, sizeof *p);
+static void kf_pool_stop(kf_pool *p, int started);
+
+/* Frees the scratch blocks, the tables and the pool (no threads running). */
+static void pool_free(kf_pool *p) {
+    kf_mem mem = p->mem;
+    size_t n = (size_t)p->n;
+    for (size_t i = 0; p->scratch_raw && i < n; i++)
+        kf_mem_free(&mem, p->scratch_raw[i], p->scratch_bytes);
+    kf_mem_free(&mem, p->scratch_raw, n * sizeof *p->scratch_raw);
+    kf_mem_free(&mem, p->scratch, n * sizeof *p->scratch);
+    kf_mem_free(&mem, p->th, n * sizeof *p->th);
+    kf_mem_free(&mem, p, sizeof *p);
+}
+
+kf_pool *kf_pool_create(const kf_mem *mem, int n_threads, size_t scratch) {
+    kf_pool *p = kf_mem_calloc(mem, 1, sizeof *p);
     if (!p)
         return NULL;
+    p->mem = *mem;
     p->n = n_threads < 1 ? 1 : n_threads;
-    p->th = calloc((size_t)p->n, sizeof *p->th);
-    p->scratch = calloc((size_t)p->n, sizeof *p->scratch);
-    if (!p->th || !p->scratch)
+    p->th = kf_mem_calloc(mem, (size_t)p->n, sizeof *p->th);
+    p->scratch = kf_mem_calloc(mem, (size_t)p->n, sizeof *p->scratch);
+    p->scratch_raw = kf_mem_calloc(mem, (size_t)p->n, sizeof *p->scratch_raw);
+    p->scratch_bytes = scratch ? scratch + 64 : 0;
+    if (!p->th || !p->scratch || !p->scratch_raw)
         goto fail;
-    for (int i = 0; i < p->n; i++) {
-        if (scratch && posix_memalign(&p->scratch[i], 64, scratch) != 0) {
-            p->scratch[i] = NULL;
+    for (int i = 0; i < p->n && scratch; i++) {
+        p->scratch_raw[i] = kf_mem_alloc(mem, p->scratch_bytes);
+        if (!p->scratch_raw[i])
             goto fail;
-        }
+        p->scratch[i] = (void *)(((uintptr_t)p->scratch_raw[i] + 63) & ~(uintptr_t)63);
     }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->done, NULL);
     for (int i = 0; i < p->n - 1; i++) {
-        worker_arg *a = malloc(sizeof *a);
+        worker_arg *a = kf_mem_alloc(mem, sizeof *a);
         if (a) {
             a->p = p;
             a->i = i;
         }
         if (!a || pthread_create(&p->th[i], NULL, worker, a) != 0) {
-            free(a);
-            p->n = i + 1; /* the workers started so far, plus the caller */
-            kf_pool_destroy(p);
+            kf_mem_free(mem, a, sizeof *a);
+            kf_pool_stop(p, i); /* the workers started so far */
             return NULL;
         }
     }
     return p;
 fail:
-    if (p->scratch)
-        for (int i = 0; i < p->n; i++)
-            free(p->scratch[i]);
-    free(p->scratch);
-    free(p->th);
-    free(p);
+    pool_free(p);
     return NULL;
 }
 
@@ -144,21 +158,21 @@ void kf_pool_run(kf_pool *p, kf_pool_fn fn, void **bufs, int64_t n, int64_t grai
     pthread_mutex_unlock(&p->mu);
 }
 
-void kf_pool_destroy(kf_pool *p) {
-    if (!p)
-        return;
+/* Stops and joins the first `started` workers, then frees the pool. */
+static void kf_pool_stop(kf_pool *p, int started) {
     pthread_mutex_lock(&p->mu);
     p->stop = true;
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n - 1; i++)
+    for (int i = 0; i < started; i++)
         pthread_join(p->th[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
-    for (int i = 0; i < p->n; i++)
-        free(p->scratch[i]);
-    free(p->scratch);
-    free(p->th);
-    free(p);
+    pool_free(p);
+}
+
+void kf_pool_destroy(kf_pool *p) {
+    if (p)
+        kf_pool_stop(p, p->n - 1);
 }

@@ -134,6 +134,8 @@ example_checks() {
     run "$kfuse" report "$file" --json --device cpu
     expect 0 "report --json --device cpu $name"
     expect_out '^  "cuda": null$' "report --device cpu $name"
+    run "$kfuse" report "$file"
+    expect 0 "report without --device $name" '^kfuse report: no --device'
     run "$kfuse" report "$file" --device h200
     expect 0 "report --device h200 $name"
     expect_out '^cuda recipes: arch sm_90a, 132 SMs' "report --device h200 $name"
@@ -297,6 +299,22 @@ error_checks() {
     run bash -c "trap '' XFSZ; ulimit -f 4; exec \"\$0\" aot --arch sm_80 \"\$1\" -o \"\$2\"" \
         "$kfuse" "$file" "$tmp/fullcache"
     expect 1 "aot on a full disk" 'kernels were not stored in .*: the cache is incomplete'
+    # run: the cache a run uses is the user's choice (--cache-dir DIR), or none
+    run "$kfuse" run "$file" --no-cache --cache-dir "$tmp/x"
+    expect 2 "run --no-cache --cache-dir" 'exclude each other'
+    run "$kfuse" run "$file" --cache-dir
+    expect 2 "run --cache-dir without DIR" 'needs a directory'
+    if "$kfuse" --help | grep -q 'LLVM: built in'; then
+        run "$kfuse" run "$file" --target cpu --cache-dir "$tmp/cdir"
+        expect 0 "run --cache-dir"
+        if [ -n "$(ls -A "$tmp/cdir" 2>/dev/null)" ]; then pass; else fail "run --cache-dir left it empty"; fi
+        KF_CACHE_DIR="$tmp/cenv" run "$kfuse" run "$file" --target cpu --no-cache
+        expect 0 "run --no-cache"
+        if [ ! -e "$tmp/cenv" ]; then pass; else fail "run --no-cache wrote a cache"; fi
+        KF_CACHE_DIR="$tmp/cenv2" run "$kfuse" run "$file" --target cpu
+        expect 0 "run with KF_CACHE_DIR"
+        if [ -d "$tmp/cenv2" ]; then pass; else fail "KF_CACHE_DIR did not reach the run"; fi
+    fi
     printf 'kfg 1\nx = input(f32[4])\x00\ny = relu(x)\noutput y\n' >"$tmp/nul.kfg"
     run "$kfuse" print "$tmp/nul.kfg"
     expect 2 "a NUL byte" "^$tmp/nul.kfg:2:[0-9]+: "
