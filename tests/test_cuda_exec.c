@@ -22,11 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "ir/ir.h"
 #include "kf_test.h"
 #include "runtime/cuda.h"
-#include "frontend/compile.h"
 #include "runtime/cuda_exec.h"
 
 typedef struct gpu {
@@ -87,7 +87,7 @@ typedef struct run_opts {
     const char *report_has; /* substrings the program report must hold, '|'-separated */
     const char *report_lacks;
     const char *report_has_sm90; /* what it must hold when the kernels are for sm_90 or later */
-    kf_ctx *ctx; /* NULL: G.ctx */
+    kf_ctx *ctx;                 /* NULL: G.ctx */
 } run_opts;
 
 /* The arch the report names for its kernels ("(sm_90a ..." -> 90), or 0. */
@@ -176,8 +176,8 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
             fprintf(stderr, "%s\n", report);
             fail_msg("%s, output %s (%s): error %g against the exact value exceeds the bound %g "
                      "(the reference's own error %g; KF_TEST_SEED=%llu)",
-                     what, out[i].name, kf_dtype_name(kf_tensor_dtype(t)), res[i].err,
-                     res[i].bound, res[i].ref_err, (unsigned long long)kf_test_seed());
+                     what, out[i].name, kf_dtype_name(kf_tensor_dtype(t)), res[i].err, res[i].bound,
+                     res[i].ref_err, (unsigned long long)kf_test_seed());
         }
     }
     free(res);
@@ -217,12 +217,12 @@ static const kf_dtype gemm_dtypes[] = {KF_DTYPE_F32, KF_DTYPE_F16, KF_DTYPE_BF16
 static void test_every_unary_op_in_every_float_dtype_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    static const char *ops[] = {"neg",  "abs",     "exp",  "log",       "sqrt", "rsqrt",
+    static const char *ops[] = {"neg",  "abs",     "exp",  "log",  "sqrt",      "rsqrt",
                                 "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu"};
     for (size_t d = 0; d < N_OF(float_dtypes); d++) {
         for (size_t i = 0; i < N_OF(ops); i++) {
-            bool positive = !strcmp(ops[i], "log") || !strcmp(ops[i], "sqrt") ||
-                            !strcmp(ops[i], "rsqrt");
+            bool positive =
+                !strcmp(ops[i], "log") || !strcmp(ops[i], "sqrt") || !strcmp(ops[i], "rsqrt");
             char fmt[256];
             /* 131 columns: a ragged tail for the vectorized path. */
             snprintf(fmt, sizeof fmt, "kfg 1\nx = input(%%s[37, 131])\ny = %s(x)\noutput y\n",
@@ -345,12 +345,15 @@ static void test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit(void *
     size_t counts[3] = {300 * 264, 264, 264};
     kf_test_rng rng = kf_test_rng_make(450);
     for (int i = 0; i < 3; i++) {
-        in[i] = (kf_binding){.name = names[i], .size = counts[i] * 2, .data = malloc(counts[i] * 2)};
+        in[i] =
+            (kf_binding){.name = names[i], .size = counts[i] * 2, .data = malloc(counts[i] * 2)};
         kf_test_fill(in[i].data, KF_DTYPE_BF16, counts[i], &rng, -4, 4);
     }
     for (int i = 0; i < 2; i++) {
-        out[i] = (kf_binding){.name = i ? "w" : "y", .size = 300 * 264 * 2, .data = malloc(300 * 264 * 2)};
-        ref[i] = (kf_binding){.name = out[i].name, .size = out[i].size, .data = malloc(out[i].size)};
+        out[i] = (kf_binding){
+            .name = i ? "w" : "y", .size = 300 * 264 * 2, .data = malloc(300 * 264 * 2)};
+        ref[i] =
+            (kf_binding){.name = out[i].name, .size = out[i].size, .data = malloc(out[i].size)};
         kf_test_poison(out[i].data, KF_DTYPE_BF16, 300 * 264);
     }
     kf_program *p = NULL;
@@ -366,10 +369,11 @@ static void test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit(void *
                 first = j;
         }
         if (bad)
-            fail_msg("bf16 packed, output %s: %zu of %d elements differ from the reference; first at "
-                     "%zu: 0x%04x, reference 0x%04x (KF_TEST_SEED=%llu)",
-                     out[i].name, bad, 300 * 264, first, o[first], r[first],
-                     (unsigned long long)kf_test_seed());
+            fail_msg(
+                "bf16 packed, output %s: %zu of %d elements differ from the reference; first at "
+                "%zu: 0x%04x, reference 0x%04x (KF_TEST_SEED=%llu)",
+                out[i].name, bad, 300 * 264, first, o[first], r[first],
+                (unsigned long long)kf_test_seed());
     }
     kf_program_destroy(p);
     kf_graph_destroy(g);
@@ -811,17 +815,21 @@ static void fused_text(const char *body, const char *dn, char *text, size_t size
     snprintf(text + n, size - n, "p = softmax(s1)\no = matmul(p, v)\noutput o\n");
 }
 
-/* A context with `flags` beside G.ctx's (same cache directory). */
-static kf_ctx *flags_ctx(unsigned flags) {
+/* A CUDA context with `flags` and GEMM mode `gemm` beside G.ctx's (same
+ * cache directory). */
+static kf_ctx *cuda_ctx(unsigned flags, kf_gemm_mode gemm) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
     o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
     o.flags = flags;
+    o.gemm = gemm;
     kf_ctx *ctx = NULL;
     assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
     return ctx;
 }
+
+static kf_ctx *flags_ctx(unsigned flags) { return cuda_ctx(flags, KF_GEMM_AUTO); }
 
 /* Every case in bf16 and f16 runs as the one fused kernel (the report says
  * so) and matches the reference: ragged Sq and Skv, Sq != Skv, each mask
@@ -883,10 +891,8 @@ static void test_fused_attention_falls_back_and_says_why(void **state) {
     fused_text(fused_cases[0].body, "bf16", text, sizeof text);
     kf_graph *g = NULL;
     assert_int_equal(kf_graph_parse(off, text, strlen(text), &g), KF_OK);
-    run_opts o = {.lo = -2,
-                  .hi = 2,
-                  .report_has = "unfused fallback|KF_FLAG_UNFUSED_ATTENTION",
-                  .ctx = off};
+    run_opts o = {
+        .lo = -2, .hi = 2, .report_has = "unfused fallback|KF_FLAG_UNFUSED_ATTENTION", .ctx = off};
     run_and_compare(g, 1210, &o, "KF_FLAG_UNFUSED_ATTENTION");
     kf_graph_destroy(g);
     kf_ctx_destroy(off);
@@ -965,16 +971,7 @@ static void test_every_example_runs_on_the_gpu_and_matches_the_reference(void **
 /* The generated GEMM kernel (sm_90a), forced                                 */
 /* ------------------------------------------------------------------------ */
 
-static kf_ctx *ctx_gemm(kf_gemm_mode mode) {
-    kf_options o;
-    kf_options_init(&o);
-    o.target = KF_TARGET_CUDA;
-    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
-    o.gemm = mode;
-    kf_ctx *c = NULL;
-    assert_int_equal(kf_ctx_create(&o, &c), KF_OK);
-    return c;
-}
+static kf_ctx *ctx_gemm(kf_gemm_mode mode) { return cuda_ctx(0, mode); }
 
 /* Every GEMM case forced to the generated kernel: on sm_90 the report must
  * name it (report_has_sm90), elsewhere the recipe keeps cuBLASLt. */
@@ -1001,31 +998,33 @@ static void test_generated_gemms_match_the_reference(void **state) {
         }
         run_opts o = {.lo = -1, .hi = 1, .report_has_sm90 = gen, .ctx = ctx};
         /* ragged M, N, K (not tile multiples), bias + erf gelu */
-        run_text("kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
-                 "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
-                 dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
+        run_text(
+            "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+            "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+            dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
         /* cooperative 128 x 256 tiles with an epilogue, ragged N and K */
         run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\nb = input(%s[2056])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
-                 dts[d], 1801, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "128x256 tiles",
-                                           .ctx = ctx},
+                 dts[d], 1801,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "128x256 tiles", .ctx = ctx},
                  "cooperative 128x256 tiles, epilogue, ragged");
         /* ping-pong 128 x 128 tiles (153 for 132 SMs), ragged M, N and K */
         run_text("kfg 1\nx = input(%s[1100, 200])\nw = input(%s[200, 2056])\nb = input(%s[2056])\n"
                  "r = input(%s[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
                  "y = add(g, r)\noutput y\n",
-                 dts[d], 1810, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong",
-                                           .ctx = ctx},
+                 dts[d], 1810,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
                  "ping-pong tiles, ragged");
         /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs) */
         run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\ny = matmul(x, w)\n"
                  "output y\n",
-                 dts[d], 1809, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative",
-                                           .ctx = ctx},
+                 dts[d], 1809,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative", .ctx = ctx},
                  "cooperative 128x256 tiles, ragged");
         /* M = 1; K below one K step */
-        run_text("kfg 1\nx = input(%s[1, 512])\nw = input(%s[512, 384])\ny = matmul(x, w)\noutput y\n",
-                 dts[d], 1802, &o, "M = 1");
+        run_text(
+            "kfg 1\nx = input(%s[1, 512])\nw = input(%s[512, 384])\ny = matmul(x, w)\noutput y\n",
+            dts[d], 1802, &o, "M = 1");
         run_text("kfg 1\nx = input(%s[130, 24])\nw = input(%s[24, 136])\nr = input(%s[130, 136])\n"
                  "h = matmul(x, w)\ny = add(h, r)\noutput y\n",
                  dts[d], 1803, &o, "K = 24, residual");
@@ -1115,21 +1114,23 @@ static void test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_noth
     kf_ctx_destroy(fom);
     /* Fill it, then the fail-on-miss context runs with no compile. */
     assert_int_equal(kf_graph_parse(c, cache_graph, strlen(cache_graph), &g), KF_OK);
-    run_opts o = {.lo = -1, .hi = 1, .ctx = c, .report_has = "kernels compiled 2, from the cache 0"};
+    run_opts o = {
+        .lo = -1, .hi = 1, .ctx = c, .report_has = "kernels compiled 2, from the cache 0"};
     run_and_compare(g, 1200, &o, "fill the cache");
     kf_graph_destroy(g);
     kf_ctx_destroy(c);
     fom = ctx_with(dir, KF_FLAG_CACHE_FAIL_ON_MISS);
     assert_int_equal(kf_graph_parse(fom, cache_graph, strlen(cache_graph), &g), KF_OK);
-    run_opts o2 = {.lo = -1, .hi = 1, .ctx = fom,
-                   .report_has = "kernels compiled 0, from the cache 2"};
+    run_opts o2 = {
+        .lo = -1, .hi = 1, .ctx = fom, .report_has = "kernels compiled 0, from the cache 2"};
     run_and_compare(g, 1201, &o2, "fail-on-miss with a full cache");
     kf_graph_destroy(g);
     kf_ctx_destroy(fom);
     /* No cache at all: compiles, touches no directory. */
     kf_ctx *nc = ctx_with(NULL, KF_FLAG_NO_CACHE);
     assert_int_equal(kf_graph_parse(nc, cache_graph, strlen(cache_graph), &g), KF_OK);
-    run_opts o3 = {.lo = -1, .hi = 1, .ctx = nc, .report_has = "kernels compiled 2, from the cache 0"};
+    run_opts o3 = {
+        .lo = -1, .hi = 1, .ctx = nc, .report_has = "kernels compiled 2, from the cache 0"};
     run_and_compare(g, 1202, &o3, "no cache");
     kf_graph_destroy(g);
     kf_ctx_destroy(nc);
@@ -1199,8 +1200,10 @@ static void test_recipes_of_the_report_are_the_executors_and_aot_serves_them(voi
 
     char dir[300], cmd[2048];
     snprintf(dir, sizeof dir, "%s/aot", G.cache_dir);
-    snprintf(cmd, sizeof cmd, "'%s' aot --arch %s '%s'/examples/*.kfg '%s'/examples/patterns/*.kfg "
-             "-o '%s' >&2", cli, arch, src, src, dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' aot --arch %s '%s'/examples/*.kfg '%s'/examples/patterns/*.kfg "
+             "-o '%s' >&2",
+             cli, arch, src, src, dir);
     assert_int_equal(system(cmd), 0);
     kf_ctx *fom = ctx_with(dir, KF_FLAG_CACHE_FAIL_ON_MISS | KF_FLAG_CACHE_READ_ONLY);
 
@@ -1313,8 +1316,8 @@ static void test_a_measured_choice_times_both_variants_and_runs_the_faster(void 
                     ks->args[j].buf.id += off;
         } else {
             s->gemm = rb->steps[i].gemm;
-            kf_cuda_buf *bufs[] = {&s->gemm.a.buf, &s->gemm.b.buf, &s->gemm.c.buf,
-                                   &s->gemm.d.buf, &s->gemm.bias};
+            kf_cuda_buf *bufs[] = {&s->gemm.a.buf, &s->gemm.b.buf, &s->gemm.c.buf, &s->gemm.d.buf,
+                                   &s->gemm.bias};
             for (size_t j = 0; j < sizeof bufs / sizeof bufs[0]; j++)
                 if (bufs[j]->kind == KF_CUDA_BUF_SCRATCH)
                     bufs[j]->id += off;

@@ -24,6 +24,7 @@
 #include "codegen/cuda/cuda_codegen.h"
 #include "codegen/cuda/cuda_recipe.h"
 #include "fusion/fusion.h"
+#include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/cuda_kernel.h"
 
@@ -32,29 +33,6 @@
 #endif
 
 static kf_mem MEM;
-
-typedef struct planned {
-    kf_ctx *ctx;
-    kf_graph *g;
-    kf_plan *plan;
-} planned;
-
-static void plan_text(const char *text, planned *p) {
-    memset(p, 0, sizeof *p);
-    assert_int_equal(kf_ctx_create(NULL, &p->ctx), KF_OK);
-    kf_status st = kf_graph_parse(p->ctx, text, strlen(text), &p->g);
-    if (st != KF_OK)
-        fail_msg("parse: %s", p->g ? kf_graph_error(p->g) : kf_status_str(st));
-    st = kf_plan_create(p->g, NULL, &p->plan);
-    if (st != KF_OK)
-        fail_msg("plan: %s", kf_graph_error(p->g));
-}
-
-static void plan_release(planned *p) {
-    kf_plan_destroy(p->plan);
-    kf_graph_destroy(p->g);
-    kf_ctx_destroy(p->ctx);
-}
 
 static kf_cuda_recipes *recipes_for(const kf_plan *plan, const char *device, unsigned flags) {
     kf_cuda_target t;
