@@ -300,6 +300,9 @@ KF_UNARY(kf_relu, RELU)
 KF_UNARY(kf_gelu, GELU)
 KF_UNARY(kf_gelu_tanh, GELU_TANH)
 KF_UNARY(kf_silu, SILU)
+KF_UNARY(kf_erf, ERF)
+KF_UNARY(kf_sin, SIN)
+KF_UNARY(kf_cos, COS)
 KF_BINARY(kf_add, ADD)
 KF_BINARY(kf_sub, SUB)
 KF_BINARY(kf_mul, MUL)
@@ -339,6 +342,11 @@ kf_tensor *kf_reduce_max(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
 }
 kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
     return reduce(g, KF_OP_REDUCE_MEAN, x, axis, keepdim);
+}
+
+kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi) {
+    kf_node_args a = {.src = {x}, .lo = lo, .hi = hi};
+    return kf_ir_build(g, KF_OP_CLAMP, &a);
 }
 
 kf_tensor *kf_softmax(kf_graph *g, kf_tensor *x, int axis) {

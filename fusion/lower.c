@@ -217,6 +217,28 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
     return out;
 }
 
+/* clamp as ir.h defines it: a max with the rounded lower bound, then a min
+ * with the rounded upper one (an unbounded side left out); the last node
+ * stands for the tensor. Both are ops every backend already lowers. */
+static uint32_t lower_clamp(lowerer *L, const kf_tensor *t, uint32_t x, kf_space sp) {
+    kf_dtype dt = t->dtype;
+    bool has_lo = kf_ir_clamp_has_lo(t->attr.lo), has_hi = kf_ir_clamp_has_hi(t->attr.hi);
+    uint32_t v = x;
+    for (int side = 0; side < 2 && v != KF_NONE; side++) {
+        if (!(side ? has_hi : has_lo))
+            continue;
+        kf_expr c = proto(KF_EXPR_CONST, dt, sp);
+        c.value = kf_ir_round(dt, side ? t->attr.hi : t->attr.lo);
+        uint32_t b = emit(L, &c);
+        if (b == KF_NONE)
+            return KF_NONE;
+        v = op2(L, side ? KF_OP_MIN : KF_OP_MAX, dt, sp, v, b);
+    }
+    if (v != KF_NONE && v != x)
+        L->gr->expr[v].tensor = t->id;
+    return v;
+}
+
 static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
     uint32_t *m = &L->memo[sp][t->id];
     if (*m != KF_NONE)
@@ -265,6 +287,8 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
             e.tensor = t->id;
             e.anchor = t->id == pg->anchor2 ? 1 : 0;
             r = emit(L, &e);
+        } else if (t->op == KF_OP_CLAMP) {
+            r = lower_clamp(L, t, lower(L, t->src[0], sp), sp);
         } else if (kf_pl_is_elementwise(t)) {
             kf_expr e = proto(KF_EXPR_OP, t->dtype, sp);
             e.op = t->op;

@@ -262,6 +262,11 @@ KF_API kf_tensor *kf_relu(kf_graph *g, kf_tensor *x);
 KF_API kf_tensor *kf_gelu(kf_graph *g, kf_tensor *x);
 KF_API kf_tensor *kf_gelu_tanh(kf_graph *g, kf_tensor *x);
 KF_API kf_tensor *kf_silu(kf_graph *g, kf_tensor *x);
+/* erf(x); sin(x) and cos(x) in radians, with full range reduction (a rotary
+ * embedding's angles reach thousands of radians). Float dtypes. */
+KF_API kf_tensor *kf_erf(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_sin(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_cos(kf_graph *g, kf_tensor *x);
 /* Converts to `dtype`: floats round to nearest even, float -> i32 truncates
  * toward zero and saturates (NaN -> 0), anything -> bool is (x != 0). */
 KF_API kf_tensor *kf_cast(kf_graph *g, kf_tensor *x, kf_dtype dtype);
@@ -285,6 +290,12 @@ KF_API kf_tensor *kf_gt(kf_graph *g, kf_tensor *a, kf_tensor *b);
 KF_API kf_tensor *kf_ge(kf_graph *g, kf_tensor *a, kf_tensor *b);
 /* cond ? a : b elementwise, all three broadcast; cond is bool, a and b agree. */
 KF_API kf_tensor *kf_where(kf_graph *g, kf_tensor *cond, kf_tensor *a, kf_tensor *b);
+/* min(max(x, lo), hi) elementwise (float dtypes and i32), NaN propagating. Each
+ * bound is first rounded to x's dtype; lo = -INFINITY or hi = INFINITY leaves
+ * that side unbounded. KF_ERR_INVALID_ARGUMENT naming the bound when a bound is
+ * NaN, when lo > hi, when both sides are unbounded, or when x is i32 and a
+ * finite bound is not a whole number. */
+KF_API kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi);
 
 /* ------------------------------------------------------------------------ */
 /* Builder: reductions, normalizations, GEMM, layout                          */

@@ -128,6 +128,12 @@ double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c) {
     }
     case KF_OP_SILU:
         return a * sigmoid(a);
+    case KF_OP_ERF:
+        return erf(a);
+    case KF_OP_SIN:
+        return sin(a);
+    case KF_OP_COS:
+        return cos(a);
     case KF_OP_CAST:
         return kf_ir_round(dtype, a);
     case KF_OP_ADD:
@@ -181,6 +187,23 @@ static void eval_elementwise(const kf_eval_state *st, const kf_tensor *t, double
         double a = in[0][w.off[0]];
         double b = t->nsrc > 1 ? in[1][w.off[1]] : 0.0, c = t->nsrc > 2 ? in[2][w.off[2]] : 0.0;
         out[i] = kf_ir_round(t->dtype, kf_ir_scalar(t->op, t->dtype, a, b, c));
+    }
+}
+
+/* clamp as ir.h defines it: bounds rounded to the dtype, then max, then min. */
+static void eval_clamp(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const double *in = st->values[t->src[0]->id];
+    kf_dtype d = t->dtype;
+    double lo = kf_ir_round(d, t->attr.lo), hi = kf_ir_round(d, t->attr.hi);
+    bool has_lo = kf_ir_clamp_has_lo(t->attr.lo), has_hi = kf_ir_clamp_has_hi(t->attr.hi);
+    int64_t n = kf_ir_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = in[i];
+        if (has_lo)
+            v = kf_ir_scalar(KF_OP_MAX, d, v, lo, 0.0);
+        if (has_hi)
+            v = kf_ir_scalar(KF_OP_MIN, d, v, hi, 0.0);
+        out[i] = kf_ir_round(d, v);
     }
 }
 
@@ -430,6 +453,9 @@ kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
     case KF_FORM_BINARY:
     case KF_FORM_WHERE:
         eval_elementwise(st, t, out);
+        break;
+    case KF_FORM_CLAMP:
+        eval_clamp(st, t, out);
         break;
     case KF_FORM_REDUCE:
         eval_reduce(st, t, out);

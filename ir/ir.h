@@ -11,6 +11,7 @@
 #ifndef KF_IR_H
 #define KF_IR_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -55,6 +56,7 @@ typedef enum kf_form {
     KF_FORM_MATMUL,     /* matmul(a, b[, transpose_a=true][, transpose_b=true]) */
     KF_FORM_RESHAPE,    /* reshape(x, [DIMS]) */
     KF_FORM_PERMUTE,    /* permute(x, [PERM]) */
+    KF_FORM_CLAMP,      /* clamp(x[, min=V][, max=V]) */
     KF_FORM_COUNT
 } kf_form;
 
@@ -152,6 +154,7 @@ typedef struct kf_attrs {
     double eps;      /* norms */
     kf_dtype to;     /* cast: the target dtype (== the tensor's dtype) */
     int perm[KF_MAX_RANK]; /* permute */
+    double lo, hi;         /* clamp: min and max as given (-inf / inf: that side unbounded) */
 } kf_attrs;
 
 struct kf_tensor {
@@ -233,6 +236,7 @@ typedef struct kf_node_args {
     bool transpose_a, transpose_b;
     double eps;
     int perm[KF_MAX_RANK];
+    double lo, hi;    /* clamp */
     const char *name; /* input */
     const void *data; /* const: numel elements in storage format; NULL for zeros */
 } kf_node_args;
@@ -287,6 +291,14 @@ double kf_ir_round(kf_dtype d, double v);
  * result is rounded to `dtype` (a cast rounds to it). The one definition the
  * reference evaluator and the plan checker's expression evaluator share. */
 double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c);
+
+/* clamp's meaning, shared by the evaluator and the planner's lowering: each
+ * bound is first rounded to x's dtype (as a constant of that dtype would be),
+ * then the result is min(max(x, lo), hi) with kf_ir_scalar's NaN-propagating
+ * max and min, where a bound of -inf (lo) or inf (hi) is left out. The
+ * lowering emits exactly these max and min nodes, so no backend has a clamp. */
+static inline bool kf_ir_clamp_has_lo(double lo) { return lo != -INFINITY; }
+static inline bool kf_ir_clamp_has_hi(double hi) { return hi != INFINITY; }
 
 /* The exponent e such that scaling a norm's row (n elements `inner` apart)
  * by 2^-e brings its largest magnitude below 1 when it exceeds 2^500 (so its

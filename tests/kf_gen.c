@@ -265,9 +265,20 @@ static kf_tensor *positive(gen *G, kf_tensor *x) {
 
 static kf_tensor *unary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
-    switch (below(G, 12)) {
+    switch (below(G, 16)) {
     case 0:
         return kf_neg(g, x);
+    case 15: { /* one side or both, sometimes a bound the values never reach */
+        double lo = uniform(G, -1.5, 0.5), hi = lo + uniform(G, 0.0, 2.0);
+        int side = (int)below(G, 3);
+        return kf_clamp(g, x, side == 1 ? -INFINITY : lo, side == 2 ? INFINITY : hi);
+    }
+    case 12:
+        return kf_erf(g, x);
+    case 13:
+        return kf_sin(g, x);
+    case 14:
+        return kf_cos(g, x);
     case 1:
         return kf_abs(g, x);
     case 2:

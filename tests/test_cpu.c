@@ -554,6 +554,36 @@ static void test_every_unary_op_in_every_dtype(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* clamp (lowered to a max and a min with its rounded bounds) alone and fused
+ * between two ops, one side or both, in every dtype it takes. */
+static void test_clamp_in_every_dtype_alone_and_fused(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(31);
+    static const char *const bounds[] = {"min=-5, max=7", "min=-3", "max=4", "min=2, max=2"};
+    int n = 0, bad = 0;
+    for (size_t di = 0; di < N_DTYPES; di++) {
+        kf_dtype d = all_dtypes[di];
+        if (!takes(KF_OP_CLAMP, d))
+            continue;
+        for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
+            char text[320];
+            snprintf(text, sizeof text, "kfg 1\nx = input(%s[5, 33])\ny = clamp(x, %s)\noutput y\n",
+                     kf_dtype_name(d), bounds[b]);
+            bad += !check_text_range(ctx, text, &r, -10.0, 10.0);
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[5, 33])\nv = input(%s[33])\na = add(x, v)\n"
+                     "y = clamp(a, %s)\nz = mul(y, x)\noutput z\n",
+                     kf_dtype_name(d), kf_dtype_name(d), bounds[b]);
+            bad += !check_text_range(ctx, text, &r, -10.0, 10.0);
+            n += 2;
+        }
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(n, 40);
+    assert_int_equal(bad, 0);
+}
+
 static void test_every_binary_op_broadcasts_in_every_dtype(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
@@ -1182,6 +1212,7 @@ int main(void) {
         cmocka_unit_test(test_check_numerics_flag_compares_every_run_with_the_reference),
         cmocka_unit_test(test_program_report_shows_the_plan_in_text_and_json),
         cmocka_unit_test(test_every_unary_op_in_every_dtype),
+        cmocka_unit_test(test_clamp_in_every_dtype_alone_and_fused),
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_dtype),
         cmocka_unit_test(test_where_cast_and_iota_in_every_dtype),
         cmocka_unit_test(test_reductions_norms_and_softmax_over_every_axis),

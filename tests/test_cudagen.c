@@ -360,7 +360,8 @@ static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
             "kfg 1\nx = input(%s[8, 64])\ny = input(%s[64])\nz = input(%s[8, 1])\n"
             "a0 = neg(x)\na = abs(a0)\nb0 = exp(a)\nb1 = add(b0, y)\nb = log(b1)\n"
             "c0 = sqrt(b)\nc1 = add(c0, z)\nc = rsqrt(c1)\ne0 = relu(c)\ne1 = sigmoid(e0)\n"
-            "e = tanh(e1)\nf0 = gelu(e)\nf1 = gelu_tanh(f0)\nf = silu(f1)\n"
+            "e = tanh(e1)\nf0 = gelu(e)\nf1 = gelu_tanh(f0)\nf2 = silu(f1)\n"
+            "f3 = erf(f2)\nf4 = sin(f3)\nf5 = cos(f4)\nf = clamp(f5, min=-0.5, max=2)\n"
             "g0 = min(f, y)\ng1 = max(g0, z)\ng2 = sub(x, y)\ng3 = mul(x, z)\n"
             "g4 = div(g2, g3)\ng = pow(g1, g4)\n"
             "k0 = lt(g, x)\nk1 = le(g, y)\nk2 = gt(g, z)\nk3 = ge(g, x)\nk4 = eq(g, y)\n"
@@ -379,12 +380,12 @@ static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
         plan_release(&p);
     }
     /* i32 and bool: the ops they take (saturating i32 arithmetic) */
-    compile_text(
-        "kfg 1\nx = input(i32[8, 64])\ny = input(i32[64])\n"
-        "a0 = neg(x)\na1 = abs(a0)\na2 = add(a1, y)\na3 = sub(a2, x)\na = mul(a3, y)\n"
-        "b0 = min(a, x)\nb = max(b0, y)\nc0 = ge(b, x)\nc1 = lt(x, y)\nc2 = cast(c1, i32)\n"
-        "c = where(c0, b, c2)\nd0 = cast(c, f32)\nd = cast(d0, i32)\noutput d\n",
-        NULL);
+    compile_text("kfg 1\nx = input(i32[8, 64])\ny = input(i32[64])\n"
+                 "a0 = neg(x)\na1 = abs(a0)\na2 = add(a1, y)\na3 = sub(a2, x)\na = mul(a3, y)\n"
+                 "b0 = min(a, x)\nb1 = max(b0, y)\nb = clamp(b1, min=-3, max=100)\nc0 = ge(b, "
+                 "x)\nc1 = lt(x, y)\nc2 = cast(c1, i32)\n"
+                 "c = where(c0, b, c2)\nd0 = cast(c, f32)\nd = cast(d0, i32)\noutput d\n",
+                 NULL);
     compile_text("kfg 1\nx = input(bool[8, 64])\ny = input(bool[64])\n"
                  "e = eq(x, y)\nn = ne(x, y)\na = where(e, x, n)\nb0 = cast(a, f32)\n"
                  "b = cast(b0, bool)\noutput b\n",

@@ -182,6 +182,15 @@ static void test_unary_ops_match_hand_computed_values(void **state) {
         {"silu",
          kf_silu,
          {-0.23840584404423512, -0.18877033439907273, 0.0, 0.3112296656009273, 2.8577223804672998}},
+        {"erf",
+         kf_erf,
+         {-0.9953222650189527, -0.5204998778130465, 0.0, 0.5204998778130465, 0.9999779095030014}},
+        {"sin",
+         kf_sin,
+         {-0.9092974268256817, -0.479425538604203, 0.0, 0.479425538604203, 0.1411200080598672}},
+        {"cos",
+         kf_cos,
+         {-0.4161468365471424, 0.8775825618903728, 1.0, 0.8775825618903728, -0.9899924966004454}},
     };
     run_unary_cases(G, x, 5, cases, COUNT(cases), 1e-14);
 }
@@ -1063,6 +1072,42 @@ static void test_bf16_results_round_as_they_are_stored(void **state) {
     assert_memory_equal(y, ((const uint16_t[]){0x3F80, 0x3F82}), 4);
 }
 
+/* clamp is min(max(x, lo), hi) with bounds rounded to the dtype first: in bf16
+ * min=0.1 is 0x3DCD (0.10009765625), so 0x3DCC rises to it and 0x3DCE stays. */
+static void test_clamp_rounds_its_bounds_to_the_dtype_and_passes_nan_through(void **state) {
+    kf_graph *g = G;
+    static const double x[6] = {-3, -0.5, 0.25, 2, NAN, -INFINITY};
+    kf_tensor *xt = in64(g, "x", 1, DIMS(6));
+    out(g, "both", kf_clamp(g, xt, -1, 1));
+    out(g, "lo", kf_clamp(g, xt, -1, INFINITY));
+    out(g, "hi", kf_clamp(g, xt, -INFINITY, 0));
+    uint16_t b[3] = {0x0000, 0x3DCC, 0x3DCE};
+    out(g, "b", kf_clamp(g, kf_input(g, "xb", KF_DTYPE_BF16, 1, DIMS(3)), 0.1, INFINITY));
+    int32_t iv[3] = {-5, 0, 7};
+    out(g, "i", kf_clamp(g, kf_input(g, "xi", KF_DTYPE_I32, 1, DIMS(3)), -2, 3));
+    kf_binding in[3] = {{"x", (void *)x, sizeof x}, {"xb", b, sizeof b}, {"xi", iv, sizeof iv}};
+    double both[6], lo[6], hi[6];
+    uint16_t yb[3];
+    int32_t yi[3];
+    kf_binding outs[5] = {{"both", both, sizeof both},
+                          {"lo", lo, sizeof lo},
+                          {"hi", hi, sizeof hi},
+                          {"b", yb, sizeof yb},
+                          {"i", yi, sizeof yi}};
+    eval_ok(g, in, 3, outs, 5);
+    static const double wb[6] = {-1, -0.5, 0.25, 1, NAN, -1}, wl[6] = {-1, -0.5, 0.25, 2, NAN, -1},
+                        wh[6] = {-3, -0.5, 0, 0, NAN, -INFINITY};
+    for (int i = 0; i < 6; i++) {
+        if (i == 4) {
+            assert_true(isnan(both[i]) && isnan(lo[i]) && isnan(hi[i]));
+            continue;
+        }
+        assert_true(both[i] == wb[i] && lo[i] == wl[i] && hi[i] == wh[i]);
+    }
+    assert_memory_equal(yb, ((const uint16_t[]){0x3DCD, 0x3DCD, 0x3DCE}), sizeof yb);
+    assert_memory_equal(yi, ((const int32_t[]){-2, 0, 3}), sizeof yi);
+}
+
 static void test_constants_load_from_their_storage_format(void **state) {
     kf_graph *g = G;
     uint16_t h[2] = {0x3C00, 0xC000};  /* 1, -2 */
@@ -1621,6 +1666,7 @@ int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
         T(test_unary_ops_match_hand_computed_values),
         T(test_log_sqrt_and_rsqrt_match_hand_computed_values),
+        T(test_clamp_rounds_its_bounds_to_the_dtype_and_passes_nan_through),
         T(test_activations_of_large_magnitudes_neither_overflow_nor_cancel),
         T(test_relu_abs_and_neg_keep_nan),
         T(test_binary_ops_match_hand_computed_values),

@@ -358,6 +358,12 @@ static LLVMValueRef emit_unary(lg_mod *m, kf_op op, kf_dtype dt, LLVMValueRef x)
         return LLVMBuildFDiv(B, lg_fconst(t, 1.0), lg_call_intrinsic(m, "llvm.sqrt", t, &x, 1), "");
     case KF_OP_TANH:
         return libm(m, "tanh", &x, 1);
+    case KF_OP_ERF:
+        return libm(m, "erf", &x, 1);
+    case KF_OP_SIN:
+        return libm(m, "sin", &x, 1);
+    case KF_OP_COS:
+        return libm(m, "cos", &x, 1);
     case KF_OP_SIGMOID:
         return sigmoid(m, x);
     case KF_OP_RELU:
