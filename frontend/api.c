@@ -343,6 +343,9 @@ kf_tensor *kf_reduce_max(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
 kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
     return reduce(g, KF_OP_REDUCE_MEAN, x, axis, keepdim);
 }
+kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
+    return reduce(g, KF_OP_REDUCE_MIN, x, axis, keepdim);
+}
 
 kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi) {
     kf_node_args a = {.src = {x}, .lo = lo, .hi = hi};
@@ -352,6 +355,11 @@ kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi) {
 kf_tensor *kf_softmax(kf_graph *g, kf_tensor *x, int axis) {
     kf_node_args a = {.src = {x}, .axis = axis};
     return kf_ir_build(g, KF_OP_SOFTMAX, &a);
+}
+
+kf_tensor *kf_log_softmax(kf_graph *g, kf_tensor *x, int axis) {
+    kf_node_args a = {.src = {x}, .axis = axis};
+    return kf_ir_build(g, KF_OP_LOG_SOFTMAX, &a);
 }
 
 kf_tensor *kf_layer_norm(kf_graph *g, kf_tensor *x, kf_tensor *weight, kf_tensor *bias, int axis,

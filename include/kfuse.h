@@ -302,14 +302,19 @@ KF_API kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi);
 /* ------------------------------------------------------------------------ */
 
 /* Reductions over one axis; keepdim is 0 (drop the axis) or 1 (keep it as
- * size 1); any other value is KF_ERR_INVALID_ARGUMENT naming keepdim. sum and
- * max take float dtypes and i32, mean float dtypes. */
+ * size 1); any other value is KF_ERR_INVALID_ARGUMENT naming keepdim. sum,
+ * max and min take float dtypes and i32, mean float dtypes; max and min
+ * propagate NaN. */
 KF_API kf_tensor *kf_reduce_sum(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 KF_API kf_tensor *kf_reduce_max(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 KF_API kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim);
+KF_API kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 
 /* Softmax along `axis` (float dtypes). */
 KF_API kf_tensor *kf_softmax(kf_graph *g, kf_tensor *x, int axis);
+/* log(softmax(x)) along `axis`, computed as (x - max) - log(sum exp(x - max))
+ * (float dtypes). Fuses like softmax, but never into an attention kernel. */
+KF_API kf_tensor *kf_log_softmax(kf_graph *g, kf_tensor *x, int axis);
 /* (x - mean) / sqrt(var + eps) * weight + bias along `axis` (biased variance).
  * eps is finite and >= 0 (else KF_ERR_INVALID_ARGUMENT). weight and bias are
  * rank 1, of length x's size along `axis`, x's dtype. */

@@ -224,15 +224,16 @@ static void eval_reduce(const kf_eval_state *st, const kf_tensor *t, double *out
         for (int64_t i = 0; i < inner; i++) {
             const double *row = in + o * n * inner + i;
             double acc;
-            if (t->op == KF_OP_REDUCE_MAX) {
-                acc = -INFINITY;
+            if (t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN) {
+                bool mx = t->op == KF_OP_REDUCE_MAX; /* the first of equal values wins */
+                acc = mx ? -INFINITY : INFINITY;
                 for (int64_t j = 0; j < n; j++) {
                     double v = row[j * inner];
                     if (isnan(v)) {
                         acc = v;
                         break;
                     }
-                    if (v > acc)
+                    if (mx ? v > acc : v < acc)
                         acc = v;
                 }
             } else {
@@ -265,6 +266,12 @@ static void eval_softmax(const kf_eval_state *st, const kf_tensor *t, double *ou
                 double e = exp(in[base + j * inner] - m);
                 out[base + j * inner] = e; /* unrounded until divided */
                 sum += e;
+            }
+            if (kf_op_has(t->op, KF_TRAIT_LOGSPACE)) { /* (x - max) - log(sum) */
+                double ls = log(sum);
+                for (int64_t j = 0; j < n; j++)
+                    out[base + j * inner] = kf_ir_round(t->dtype, (in[base + j * inner] - m) - ls);
+                continue;
             }
             for (int64_t j = 0; j < n; j++)
                 out[base + j * inner] = kf_ir_round(t->dtype, out[base + j * inner] / sum);

@@ -62,21 +62,23 @@ typedef enum kf_form {
 
 /* Op traits: what passes may ask. */
 enum {
-    KF_TRAIT_SOURCE = 1u << 0,         /* no tensor operands */
-    KF_TRAIT_ELEMENTWISE = 1u << 1,    /* out[i] depends on operands at i (broadcast) only */
-    KF_TRAIT_UNARY = 1u << 2,          /* one tensor operand */
-    KF_TRAIT_BINARY = 1u << 3,         /* two tensor operands, broadcast */
-    KF_TRAIT_COMPARE = 1u << 4,        /* result is bool */
-    KF_TRAIT_SELECT = 1u << 5,         /* where */
-    KF_TRAIT_REDUCTION = 1u << 6,      /* reduces one axis */
-    KF_TRAIT_ROWWISE = 1u << 7,        /* needs a whole row along its axis */
-    KF_TRAIT_SOFTMAX = 1u << 8,        /* softmax (attention-relevant) */
-    KF_TRAIT_NORM = 1u << 9,           /* layer/rms normalization */
-    KF_TRAIT_GEMM = 1u << 10,          /* a GEMM anchor (also attention-relevant) */
-    KF_TRAIT_LAYOUT = 1u << 11,        /* reshape/permute: moves data, no math */
-    KF_TRAIT_ACTIVATION = 1u << 12,    /* an activation function */
+    KF_TRAIT_SOURCE = 1u << 0,          /* no tensor operands */
+    KF_TRAIT_ELEMENTWISE = 1u << 1,     /* out[i] depends on operands at i (broadcast) only */
+    KF_TRAIT_UNARY = 1u << 2,           /* one tensor operand */
+    KF_TRAIT_BINARY = 1u << 3,          /* two tensor operands, broadcast */
+    KF_TRAIT_COMPARE = 1u << 4,         /* result is bool */
+    KF_TRAIT_SELECT = 1u << 5,          /* where */
+    KF_TRAIT_REDUCTION = 1u << 6,       /* reduces one axis */
+    KF_TRAIT_ROWWISE = 1u << 7,         /* needs a whole row along its axis */
+    KF_TRAIT_SOFTMAX = 1u << 8,         /* softmax (attention-relevant) */
+    KF_TRAIT_NORM = 1u << 9,            /* layer/rms normalization */
+    KF_TRAIT_GEMM = 1u << 10,           /* a GEMM anchor (also attention-relevant) */
+    KF_TRAIT_LAYOUT = 1u << 11,         /* reshape/permute: moves data, no math */
+    KF_TRAIT_ACTIVATION = 1u << 12,     /* an activation function */
     KF_TRAIT_TRANSCENDENTAL = 1u << 13, /* costs more than a multiply-add */
-    KF_TRAIT_COMMUTATIVE = 1u << 14
+    KF_TRAIT_COMMUTATIVE = 1u << 14,
+    KF_TRAIT_LOGSPACE = 1u << 15 /* the log of its op's result (log_softmax: the softmax
+                                    statistics, but never an attention kernel's P) */
 };
 
 /* Dtype masks for the op table. */

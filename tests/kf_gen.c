@@ -504,7 +504,7 @@ static kf_tensor *motif_rowwise(gen *G) {
     kf_tensor *y;
     int kind = below(G, 7);
     if (kind == 0) {
-        y = kf_softmax(g, x, axis);
+        y = chance(G, 25) ? kf_log_softmax(g, x, axis) : kf_softmax(g, x, axis);
     } else if (kind <= 2) {
         y = norm(G, x, axis);
     } else if (kind == 3 && rank >= 2 && chance(G, 50)) {
@@ -512,9 +512,10 @@ static kf_tensor *motif_rowwise(gen *G) {
         y = kf_reduce_sum(g, x, 0, 0);
     } else {
         bool keep = chance(G, 50);
-        int which = below(G, 3);
+        int which = below(G, 4);
         y = which == 0   ? kf_reduce_sum(g, x, axis, keep)
             : which == 1 ? kf_reduce_max(g, x, axis, keep)
+            : which == 2 ? kf_reduce_min(g, x, axis, keep)
                          : kf_reduce_mean(g, x, axis, keep);
         if (!keep && chance(G, 20)) {
             /* the reduced value broadcast up into a larger tensor */

@@ -653,13 +653,13 @@ static void test_reductions_norms_and_softmax_over_every_axis(void **state) {
     kf_ctx *ctx = new_ctx();
     kf_test_rng r = kf_test_rng_make(6);
     int bad = 0;
-    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean"};
+    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean", "reduce_min"};
     for (size_t di = 0; di < N_DTYPES; di++) {
         kf_dtype d = all_dtypes[di];
         const char *dn = kf_dtype_name(d);
         char text[512];
         for (int axis = 0; axis < 3; axis++) {
-            for (size_t k = 0; k < 3; k++) {
+            for (size_t k = 0; k < 4; k++) {
                 if (!takes(kf_op_from_name(reds[k], strlen(reds[k])), d))
                     continue;
                 for (int keep = 0; keep < 2; keep++) {
@@ -675,9 +675,11 @@ static void test_reductions_norms_and_softmax_over_every_axis(void **state) {
             snprintf(text, sizeof text,
                      "kfg 1\nx = input(%s[3, 7, 45])\nw = input(%s[%d])\nb = input(%s[%d])\n"
                      "s = softmax(x, axis=%d)\nl = layer_norm(x, w, b, axis=%d, eps=1e-5)\n"
-                     "r = rms_norm(x, w, axis=%d, eps=1e-6)\noutput s\noutput l\noutput r\n",
-                     dn, dn, len, dn, len, axis, axis, axis);
+                     "r = rms_norm(x, w, axis=%d, eps=1e-6)\nls = log_softmax(x, axis=%d)\n"
+                     "output s\noutput l\noutput r\noutput ls\n",
+                     dn, dn, len, dn, len, axis, axis, axis, axis);
             bad += !check_text(ctx, text, &r);
+            bad += !check_text_range(ctx, text, &r, -30.0, 30.0);
         }
         if (kf_dtype_is_float(d)) {
             /* prologue and epilogue around a row op, and x - max(x) broadcast back */

@@ -408,8 +408,10 @@ static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **
                                            "softmax(q%d)",
                                            "reduce_sum(q%d, axis=1, keepdim=true)",
                                            "reduce_max(q%d, axis=1)",
-                                           "reduce_mean(q%d, axis=1)"};
-        for (int r = 0; r < 6; r++) {
+                                           "reduce_mean(q%d, axis=1)",
+                                           "reduce_min(q%d, axis=1, keepdim=true)",
+                                           "log_softmax(q%d)"};
+        for (int r = 0; r < 8; r++) {
             char op[64];
             snprintf(op, sizeof op, rows[r], r);
             n +=
@@ -419,18 +421,18 @@ static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **
                                  r, r, r, r, op, r, r, r, r, r);
         }
         unsigned seen[KF_CUDA_TEMPLATE_COUNT] = {0};
-        assert_int_equal(compile_text(text, seen), 12);
+        assert_int_equal(compile_text(text, seen), 16);
         /* x is contiguous with 16-byte rows: layer_norm and softmax (two
          * dependent statistics steps) stage, except in f64, on both archs;
          * rms_norm and the reductions keep the register path */
         bool f64 = strcmp(d, "f64") == 0;
-        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP_STAGED], f64 ? 0 : 4);
-        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP], f64 ? 12 : 8);
+        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP_STAGED], f64 ? 0 : 6);
+        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP], f64 ? 16 : 10);
     }
     /* i32 reductions accumulate in double */
     compile_text(
         "kfg 1\nx = input(i32[6, 128])\ny = reduce_sum(x, axis=1)\nz = reduce_max(x, axis=1)\n"
-        "output y\noutput z\n",
+        "w = reduce_min(x, axis=1)\noutput y\noutput z\noutput w\n",
         NULL);
 }
 

@@ -513,6 +513,9 @@ static void test_reductions_over_each_axis_of_a_rank3_tensor(void **state) {
         {"sum2", kf_reduce_sum, 2, 6, {6, 22, 38, 54, 70, 86}},
         {"max2", kf_reduce_max, -1, 6, {3, 7, 11, 15, 19, 23}},
         {"mean2", kf_reduce_mean, 2, 6, {1.5, 5.5, 9.5, 13.5, 17.5, 21.5}},
+        {"min0", kf_reduce_min, 0, 12, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}},
+        {"min1", kf_reduce_min, 1, 8, {0, 1, 2, 3, 12, 13, 14, 15}},
+        {"min2", kf_reduce_min, -1, 6, {0, 4, 8, 12, 16, 20}},
     };
     static const int64_t full[3] = {2, 3, 4};
     kf_tensor *xt = in64(g, "x", 3, full);
@@ -603,6 +606,19 @@ static void test_softmax_matches_hand_computed_values(void **state) {
     eval1(g, &in, 1, "y", y, sizeof y);
     expect_near(y, (const double[]){0.09003057317038046, 0.24472847105479764, 0.6652409557748219},
                 3, 1e-15);
+}
+
+static void test_log_softmax_matches_hand_computed_values_and_does_not_overflow(void **state) {
+    kf_graph *g = G;
+    double x[6] = {1, 2, 3, 0x1p100, 0x1p100 - 0x1p60, -0x1p100};
+    out(g, "y", kf_log_softmax(g, in64(g, "x", 2, DIMS(2, 3)), -1));
+    kf_binding in = {"x", x, sizeof x};
+    double y[6];
+    eval1(g, &in, 1, "y", y, sizeof y);
+    /* row 2: exp(x - max) is 1, 0, 0, so log(sum) is 0 and the rest is x - max, exactly */
+    expect_near(y, (const double[]){-2.4076059644443806, -1.4076059644443804, -0.4076059644443804},
+                3, 1e-15);
+    assert_true(y[3] == 0 && y[4] == -0x1p60 && y[5] == -0x1p101);
 }
 
 static void test_softmax_of_large_values_does_not_overflow(void **state) {
@@ -1685,6 +1701,7 @@ int main(void) {
         T(test_iota_holds_the_index_along_its_axis),
         T(test_reductions_over_each_axis_of_a_rank3_tensor),
         T(test_reduce_max_propagates_nan_and_handles_all_negative_rows),
+        T(test_log_softmax_matches_hand_computed_values_and_does_not_overflow),
         T(test_reduce_sum_of_i32_saturates),
         T(test_reduce_sum_of_f16_accumulates_in_double),
         T(test_softmax_matches_hand_computed_values),

@@ -387,7 +387,7 @@ static void test_value_used_twice_inside_one_group_is_one_shared_node(void **sta
 
 static void test_rowwise_ops_take_elementwise_prologue_and_epilogue(void **state) {
     fixture *f0 = *state;
-    for (int op = 0; op < 6; op++) {
+    for (int op = 0; op < 8; op++) {
         fixture f = *f0;
         f.plan = NULL;
         assert_int_equal(kf_graph_create(f.ctx, &f.g), KF_OK);
@@ -399,7 +399,9 @@ static void test_rowwise_ops_take_elementwise_prologue_and_epilogue(void **state
                        : op == 2 ? kf_softmax(f.g, pro, -1)
                        : op == 3 ? kf_reduce_sum(f.g, pro, -1, 1)
                        : op == 4 ? kf_reduce_max(f.g, pro, -1, 0)
-                                 : kf_reduce_mean(f.g, pro, -1, 1);
+                       : op == 5 ? kf_reduce_mean(f.g, pro, -1, 1)
+                       : op == 6 ? kf_reduce_min(f.g, pro, -1, 1)
+                                 : kf_log_softmax(f.g, pro, -1);
         kf_tensor *y = kf_relu(f.g, kf_mul(f.g, r, kf_scalar(f.g, KF_DTYPE_F32, 3.0)));
         kf_output(f.g, "y", y);
         const kf_plan *p = plan(&f);
@@ -471,6 +473,24 @@ static const kf_group *plan_attention(fixture *f, int variant) {
     assert_int_equal(g->attn.d, 16);
     assert_true(g->attn.k_transposed);
     return g;
+}
+
+/* log_softmax(Q K^T) V is no attention: the kernel's P is a softmax. It plans as
+ * GEMMs around a row-wise log_softmax. */
+static void test_log_softmax_between_matmuls_is_not_attention(void **state) {
+    fixture *f = *state;
+    kf_graph *g = f->g;
+    const int64_t hsd[] = {2, 8, 16};
+    kf_tensor *q = kf_input(g, "q", KF_DTYPE_F32, 3, hsd),
+              *k = kf_input(g, "k", KF_DTYPE_F32, 3, hsd);
+    kf_tensor *v = kf_input(g, "v", KF_DTYPE_F32, 3, hsd);
+    kf_tensor *s = kf_matmul(g, q, k, 0, 1);
+    kf_tensor *o = kf_matmul(g, kf_log_softmax(g, s, -1), v, 0, 0);
+    kf_output(g, "o", o);
+    const kf_plan *p = plan(f);
+    for (uint32_t i = 0; i < p->n_groups; i++)
+        assert_int_not_equal(p->groups[i].kind, KF_GROUP_ATTENTION);
+    assert_int_equal(group_of(p, o)->kind, KF_GROUP_GEMM);
 }
 
 static void test_attention_without_mask_is_one_kernel_with_no_mask(void **state) {
@@ -1067,6 +1087,7 @@ int main(void) {
         T(test_attention_without_mask_is_one_kernel_with_no_mask),
         T(test_causal_attention_from_primitives_is_one_kernel_with_causal_mask),
         T(test_softcap_attention_keeps_tanh_in_score_expression),
+        T(test_log_softmax_between_matmuls_is_not_attention),
         T(test_alibi_attention_reads_slope_per_head),
         T(test_sliding_window_attention_is_classified_with_its_window),
         T(test_mask_on_a_loaded_tensor_is_general),
