@@ -346,6 +346,9 @@ kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
 kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
     return reduce(g, KF_OP_REDUCE_MIN, x, axis, keepdim);
 }
+kf_tensor *kf_argmax(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
+    return reduce(g, KF_OP_ARGMAX, x, axis, keepdim);
+}
 
 kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi) {
     kf_node_args a = {.src = {x}, .lo = lo, .hi = hi};

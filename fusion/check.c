@@ -703,9 +703,12 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
         int64_t o = r / inner, c = r % inner;
         const double *base = in + o * L * inner + c;
         double mx = -INFINITY, sum = 0.0, acc = 0.0, v;
+        int64_t arg = 0; /* the first NaN, else the first max */
         bool nan = false;
         for (int64_t j = 0; j < L; j++) {
             double xj = base[j * inner];
+            if (!nan && (isnan(xj) || xj > mx))
+                arg = j;
             nan = nan || isnan(xj);
             if (xj > mx)
                 mx = xj;
@@ -718,6 +721,9 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
             break;
         case KF_STAT_SUM:
             v = sum;
+            break;
+        case KF_STAT_ARGMAX:
+            v = (double)arg;
             break;
         case KF_STAT_MEAN:
             v = mean;
@@ -895,7 +901,7 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
         kf_status rc = eval_stat(x, k, &s, out);
         if (rc != KF_OK)
             return rc;
-        x->inexact[k] = e->stat != KF_STAT_MAX;
+        x->inexact[k] = e->stat != KF_STAT_MAX && e->stat != KF_STAT_ARGMAX;
         break;
     }
     default:

@@ -211,9 +211,10 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
         rs->input = lower(L, x, KF_SPACE_ROW);
         rs->space = KF_SPACE_ROW;
         /* Which statistic is the reduction's own math (I1 allows naming it). */
-        kf_stat s = t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN ? KF_STAT_MAX
-                    : t->op == KF_OP_REDUCE_MEAN                           ? KF_STAT_MEAN
-                                                                           : KF_STAT_SUM;
+        kf_stat s = kf_op_has(t->op, KF_TRAIT_INDEX)                         ? KF_STAT_ARGMAX
+                    : t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN ? KF_STAT_MAX
+                    : t->op == KF_OP_REDUCE_MEAN                             ? KF_STAT_MEAN
+                                                                             : KF_STAT_SUM;
         rs->stats = 1u << s;
         if (t->op == KF_OP_REDUCE_MIN)
             return lower_min(L, t, sp);

@@ -247,6 +247,8 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
                               a->axis, kf_ir_type_str(x, t0, sizeof t0));
         r->attr.axis = ax;
         if (info->form == KF_FORM_REDUCE) {
+            if (info->traits & KF_TRAIT_INDEX)
+                r->dtype = KF_DTYPE_I32;
             r->attr.keepdim = a->keepdim;
             if (a->keepdim) {
                 r->dims[ax] = 1;

@@ -224,7 +224,17 @@ static void eval_reduce(const kf_eval_state *st, const kf_tensor *t, double *out
         for (int64_t i = 0; i < inner; i++) {
             const double *row = in + o * n * inner + i;
             double acc;
-            if (t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN) {
+            if (t->op == KF_OP_ARGMAX) { /* the first NaN, else the first maximum */
+                double best = row[0];
+                acc = 0.0;
+                for (int64_t j = 1; j < n && !isnan(best); j++) {
+                    double v = row[j * inner];
+                    if (isnan(v) || v > best) {
+                        best = v;
+                        acc = (double)j;
+                    }
+                }
+            } else if (t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN) {
                 bool mx = t->op == KF_OP_REDUCE_MAX; /* the first of equal values wins */
                 acc = mx ? -INFINITY : INFINITY;
                 for (int64_t j = 0; j < n; j++) {

@@ -77,8 +77,9 @@ enum {
     KF_TRAIT_ACTIVATION = 1u << 12,     /* an activation function */
     KF_TRAIT_TRANSCENDENTAL = 1u << 13, /* costs more than a multiply-add */
     KF_TRAIT_COMMUTATIVE = 1u << 14,
-    KF_TRAIT_LOGSPACE = 1u << 15 /* the log of its op's result (log_softmax: the softmax
-                                    statistics, but never an attention kernel's P) */
+    KF_TRAIT_LOGSPACE = 1u << 15, /* the log of its op's result (log_softmax: the softmax
+                                     statistics, but never an attention kernel's P) */
+    KF_TRAIT_INDEX = 1u << 16     /* the result is an i32 index along the axis (argmax) */
 };
 
 /* Dtype masks for the op table. */

@@ -512,11 +512,14 @@ static kf_tensor *motif_rowwise(gen *G) {
         y = kf_reduce_sum(g, x, 0, 0);
     } else {
         bool keep = chance(G, 50);
-        int which = below(G, 4);
+        int which = below(G, 5);
         y = which == 0   ? kf_reduce_sum(g, x, axis, keep)
             : which == 1 ? kf_reduce_max(g, x, axis, keep)
             : which == 2 ? kf_reduce_min(g, x, axis, keep)
-                         : kf_reduce_mean(g, x, axis, keep);
+            : which == 3 ? kf_reduce_mean(g, x, axis, keep)
+                         : kf_argmax(g, x, axis, keep);
+        if (which == 4 && kf_tensor_dtype(x) != KF_DTYPE_I32)
+            y = kf_cast(g, y, kf_tensor_dtype(x)); /* the index as a number the pool can use */
         if (!keep && chance(G, 20)) {
             /* the reduced value broadcast up into a larger tensor */
             shape big = shape_of(y);

@@ -653,13 +653,13 @@ static void test_reductions_norms_and_softmax_over_every_axis(void **state) {
     kf_ctx *ctx = new_ctx();
     kf_test_rng r = kf_test_rng_make(6);
     int bad = 0;
-    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean", "reduce_min"};
+    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean", "reduce_min", "argmax"};
     for (size_t di = 0; di < N_DTYPES; di++) {
         kf_dtype d = all_dtypes[di];
         const char *dn = kf_dtype_name(d);
         char text[512];
         for (int axis = 0; axis < 3; axis++) {
-            for (size_t k = 0; k < 4; k++) {
+            for (size_t k = 0; k < 5; k++) {
                 if (!takes(kf_op_from_name(reds[k], strlen(reds[k])), d))
                     continue;
                 for (int keep = 0; keep < 2; keep++) {

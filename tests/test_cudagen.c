@@ -348,6 +348,37 @@ static void test_unfused_attention_says_why(void **state) {
     }
 }
 
+/* argmax has no CUDA kernel yet: the recipes refuse its group, row-wise or a
+ * column reduction, with a status and a message that say what to do, on both
+ * architectures (never a kernel that computes something else). */
+static void test_recipes_refuse_argmax_with_a_clear_message(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "kfg 1\nx = input(f32[64, 256])\ny = argmax(x, axis=1)\noutput y\n",
+        "kfg 1\nx = input(bf16[64, 256])\ne = exp(x)\ny = argmax(e, axis=0, keepdim=true)\n"
+        "z = cast(y, f32)\noutput z\n",
+        "kfg 1\nx = input(i32[8, 4096])\nb = input(i32[4096])\na = add(x, b)\n"
+        "y = argmax(a, axis=-1)\noutput y\n",
+    };
+    static const char *const archs[] = {"sm_80", "sm_90a"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        for (size_t a = 0; a < 2; a++) {
+            planned p;
+            plan_text(texts[i], &p);
+            kf_cuda_target t;
+            kf_cuda_target_for_arch(archs[a], &t);
+            kf_cuda_recipes *rec = NULL;
+            char err[KF_MSG_MAX] = "";
+            assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err),
+                             KF_ERR_UNSUPPORTED);
+            assert_null(rec);
+            if (!strstr(err, "argmax has no CUDA kernel yet") || !strstr(err, "KF_TARGET_CPU"))
+                fail_msg("case %zu %s: %s", i, archs[a], err);
+            plan_release(&p);
+        }
+    }
+}
+
 /* One chain through every elementwise op the dtype takes. */
 static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
     (void)state;
@@ -1235,6 +1266,7 @@ int main(void) {
         cmocka_unit_test(test_every_template_compiles_for_sm80_and_sm90a),
         cmocka_unit_test(test_fused_attention_compiles_every_variant_without_spills),
         cmocka_unit_test(test_unfused_attention_says_why),
+        cmocka_unit_test(test_recipes_refuse_argmax_with_a_clear_message),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),

@@ -608,6 +608,19 @@ static void test_softmax_matches_hand_computed_values(void **state) {
                 3, 1e-15);
 }
 
+/* argmax is i32: the first maximum of a row, or its first NaN (torch.argmax). */
+static void test_argmax_takes_the_first_maximum_or_the_first_nan(void **state) {
+    kf_graph *g = G;
+    double x[12] = {1, 5, 5, 2, NAN, 7, NAN, 0, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    kf_tensor *t = kf_argmax(g, in64(g, "x", 2, DIMS(3, 4)), 1, 0);
+    assert_int_equal(kf_tensor_dtype(t), KF_DTYPE_I32);
+    out(g, "y", t);
+    kf_binding in = {"x", x, sizeof x};
+    int32_t y[3];
+    eval1(g, &in, 1, "y", y, sizeof y);
+    assert_memory_equal(y, ((const int32_t[]){1, 0, 0}), sizeof y);
+}
+
 static void test_log_softmax_matches_hand_computed_values_and_does_not_overflow(void **state) {
     kf_graph *g = G;
     double x[6] = {1, 2, 3, 0x1p100, 0x1p100 - 0x1p60, -0x1p100};
@@ -1702,6 +1715,7 @@ int main(void) {
         T(test_reductions_over_each_axis_of_a_rank3_tensor),
         T(test_reduce_max_propagates_nan_and_handles_all_negative_rows),
         T(test_log_softmax_matches_hand_computed_values_and_does_not_overflow),
+        T(test_argmax_takes_the_first_maximum_or_the_first_nan),
         T(test_reduce_sum_of_i32_saturates),
         T(test_reduce_sum_of_f16_accumulates_in_double),
         T(test_softmax_matches_hand_computed_values),

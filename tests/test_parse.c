@@ -194,6 +194,8 @@ static const char golden[] =
     "rmn = reduce_min(i, axis=0, keepdim=true)\n"
     "lsm = log_softmax(x)\n"
     "lsm0 = log_softmax(d, axis=0)\n"
+    "am = argmax(x, axis=1)\n"
+    "am2 = argmax(i, axis=0, keepdim=true)\n"
     "output y = mm1\n"
     "output ab = %22\n"
     "output e\n"
