@@ -394,6 +394,15 @@ kf_tensor *kf_reshape(kf_graph *g, kf_tensor *x, int rank, const int64_t *dims) 
     return kf_ir_build(g, KF_OP_RESHAPE, &a);
 }
 
+kf_tensor *kf_expand(kf_graph *g, kf_tensor *x, int rank, const int64_t *dims) {
+    if (!g || g->status != KF_OK)
+        return NULL;
+    kf_node_args a = {.src = {x}};
+    if (!take_shape(g, "expand", &a, rank, dims))
+        return NULL;
+    return kf_ir_build(g, KF_OP_EXPAND, &a);
+}
+
 kf_tensor *kf_permute(kf_graph *g, kf_tensor *x, const int *perm) {
     if (!g || g->status != KF_OK)
         return NULL;

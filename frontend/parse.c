@@ -895,6 +895,12 @@ static bool parse_definition(parser *p) {
             }
         }
         break;
+    case KF_FORM_EXPAND:
+        if (!expect(p, TOK_COMMA, "',' and the target dims"))
+            return false;
+        if (!parse_int_list(p, 1, INT64_MAX, false, "a dim (a positive integer)", a.dims, &a.rank))
+            return false;
+        break;
     case KF_FORM_PERMUTE: {
         if (!expect(p, TOK_COMMA, "',' and the permutation"))
             return false;

@@ -333,6 +333,10 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
             e.tensor = t->id;
             e.anchor = t->id == pg->anchor2 ? 1 : 0;
             r = emit(L, &e);
+        } else if (t->op == KF_OP_EXPAND) {
+            /* No node of its own: x's node, read in this (larger) space, is x
+             * broadcast; loads of x carry stride 0 along the expanded dims. */
+            r = lower(L, t->src[0], sp);
         } else if (t->op == KF_OP_CLAMP) {
             r = lower_clamp(L, t, lower(L, t->src[0], sp), sp);
         } else if (kf_pl_is_elementwise(t)) {

@@ -290,6 +290,11 @@ KF_API kf_tensor *kf_gt(kf_graph *g, kf_tensor *a, kf_tensor *b);
 KF_API kf_tensor *kf_ge(kf_graph *g, kf_tensor *a, kf_tensor *b);
 /* cond ? a : b elementwise, all three broadcast; cond is bool, a and b agree. */
 KF_API kf_tensor *kf_where(kf_graph *g, kf_tensor *cond, kf_tensor *a, kf_tensor *b);
+/* x broadcast to `dims` (numpy's broadcast_to, torch's expand): x's dims,
+ * right-aligned, must each equal the target's or be 1; leading dims may be
+ * added. It copies nothing where it fuses: consumers read x with a stride of 0
+ * along the expanded dims. Any dtype. KF_ERR_SHAPE naming the dim otherwise. */
+KF_API kf_tensor *kf_expand(kf_graph *g, kf_tensor *x, int rank, const int64_t *dims);
 /* min(max(x, lo), hi) elementwise (float dtypes and i32), NaN propagating. Each
  * bound is first rounded to x's dtype; lo = -INFINITY or hi = INFINITY leaves
  * that side unbounded. KF_ERR_INVALID_ARGUMENT naming the bound when a bound is

@@ -130,6 +130,33 @@ static kf_status infer_clamp(const char *on, const kf_tensor *x, const kf_node_a
     return KF_OK;
 }
 
+/* expand (numpy's broadcast_to): x's dims, right-aligned against `dims`, each
+ * equal to the target's or 1; the target may add leading dims. */
+static kf_status infer_expand(const kf_tensor *x, const kf_node_args *a, kf_inferred *r,
+                              char *err) {
+    char t0[160];
+    if (!check_shape(err, "expand", a->rank, a->dims))
+        return KF_ERR_SHAPE;
+    if (a->rank < x->rank)
+        return kf_msg_set(err, KF_ERR_SHAPE,
+                          "expand: the target has %d dims, fewer than operand x %s; expand adds "
+                          "or widens dims, use reshape to drop them",
+                          a->rank, kf_ir_type_str(x, t0, sizeof t0));
+    for (int i = 0; i < x->rank; i++) {
+        int64_t want = a->dims[a->rank - x->rank + i];
+        if (x->dims[i] != want && x->dims[i] != 1)
+            return kf_msg_set(err, KF_ERR_SHAPE,
+                              "expand: dim %d of operand x %s is %lld, which cannot become %lld "
+                              "(only a dim of 1 expands)",
+                              i, kf_ir_type_str(x, t0, sizeof t0), (long long)x->dims[i],
+                              (long long)want);
+    }
+    r->rank = a->rank;
+    memset(r->dims, 0, sizeof r->dims);
+    memcpy(r->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
+    return KF_OK;
+}
+
 kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err) {
     const kf_op_info *info = kf_op_get(op);
     const char *on = info->name;
@@ -206,6 +233,8 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         return KF_OK;
     case KF_FORM_CLAMP:
         return infer_clamp(on, x, a, r, err);
+    case KF_FORM_EXPAND:
+        return infer_expand(x, a, r, err);
     case KF_FORM_CAST:
         if ((unsigned)a->dtype >= KF_DTYPE_COUNT)
             return kf_msg_set(err, KF_ERR_DTYPE, "cast: target dtype %d is not a kf_dtype",

@@ -136,6 +136,8 @@ double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c) {
         return cos(a);
     case KF_OP_CAST:
         return kf_ir_round(dtype, a);
+    case KF_OP_EXPAND: /* the operand, broadcast by the caller's strides */
+        return a;
     case KF_OP_ADD:
         return a + b;
     case KF_OP_SUB:
@@ -473,6 +475,9 @@ kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
         break;
     case KF_FORM_CLAMP:
         eval_clamp(st, t, out);
+        break;
+    case KF_FORM_EXPAND:
+        eval_elementwise(st, t, out);
         break;
     case KF_FORM_REDUCE:
         eval_reduce(st, t, out);

@@ -57,6 +57,7 @@ typedef enum kf_form {
     KF_FORM_RESHAPE,    /* reshape(x, [DIMS]) */
     KF_FORM_PERMUTE,    /* permute(x, [PERM]) */
     KF_FORM_CLAMP,      /* clamp(x[, min=V][, max=V]) */
+    KF_FORM_EXPAND,     /* expand(x, [DIMS]) */
     KF_FORM_COUNT
 } kf_form;
 

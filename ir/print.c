@@ -217,6 +217,10 @@ static void put_args(printer *p, const kf_tensor *t) {
             putf(p, "%s%d", i ? ", " : "", t->attr.perm[i]);
         put(p, "]");
         break;
+    case KF_FORM_EXPAND:
+        put(p, ", ");
+        put_dims(p, t->dims, t->rank);
+        break;
     case KF_FORM_CLAMP: {
         char buf[48];
         if (kf_ir_clamp_has_lo(t->attr.lo)) {

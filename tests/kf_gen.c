@@ -326,6 +326,10 @@ static kf_tensor *binary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
     kf_tensor *y =
         chance(G, 5) ? x : operand_for(G, x); /* sometimes x op x: one producer, two slots */
+    if (y != x && chance(G, 12)) {            /* the broadcast spelled out: expand y to x's shape */
+        shape s = shape_of(x);
+        y = kf_expand(g, y, s.rank, s.d);
+    }
     bool swap = chance(G, 30);
     kf_tensor *a = swap ? y : x, *b = swap ? x : y;
     switch (below(G, 8)) {
@@ -393,8 +397,11 @@ static kf_tensor *ew_step(gen *G, kf_tensor *x) {
         memmove(s.d + 1, s.d, sizeof(int64_t) * (size_t)s.rank);
         s.rank++;
         s.d[0] = 2 + below(G, 2);
-        if (shape_numel(&s) <= 2 * NUMEL_CAP)
+        if (shape_numel(&s) <= 2 * NUMEL_CAP) {
+            if (chance(G, 35)) /* or x expanded to it first */
+                return kf_mul(g, kf_expand(g, x, s.rank, s.d), leaf(G, kf_tensor_dtype(x), &s));
             return kf_add(g, x, leaf(G, kf_tensor_dtype(x), &s));
+        }
     }
     return unary(G, x);
 }

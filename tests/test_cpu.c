@@ -584,6 +584,40 @@ static void test_clamp_in_every_dtype_alone_and_fused(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* expand as an output of its own (a copy), fused into a consumer (no kernel of
+ * its own), expanded twice, before a reduction, in every dtype. */
+static void test_expand_alone_fused_and_reduced_in_every_dtype(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(32);
+    int n = 0, bad = 0;
+    for (size_t di = 0; di < N_DTYPES; di++) {
+        const char *dn = kf_dtype_name(all_dtypes[di]);
+        bool num = all_dtypes[di] != KF_DTYPE_BOOL;
+        char text[512];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[5, 1])\nv = input(%s[7])\ny = expand(x, [3, 5, 7])\n"
+                 "w = expand(v, [5, 7])\nz = %s(y, w)\nu = expand(z, [2, 3, 5, 7])\n"
+                 "output y\noutput u\n",
+                 dn, dn, num ? "max" : "eq");
+        bad += !check_text(ctx, text, &r);
+        if (num) {
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[1, 33])\nb = input(%s[9, 33])\ne = expand(x, [9, 33])\n"
+                     "a = add(e, b)\ns = reduce_max(a, axis=0)\nt = reduce_sum(e, axis=1)\n"
+                     "output s\noutput t\n",
+                     dn, dn);
+            /* positive inputs: a sum of 33 values in [-1, 1] can cancel to
+             * beyond the f32 tolerance, which says nothing about expand */
+            bad += !check_text_range(ctx, text, &r, 0.5, 1.5);
+        }
+        n++;
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(n, 6);
+    assert_int_equal(bad, 0);
+}
+
 static void test_every_binary_op_broadcasts_in_every_dtype(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
@@ -1215,6 +1249,7 @@ int main(void) {
         cmocka_unit_test(test_program_report_shows_the_plan_in_text_and_json),
         cmocka_unit_test(test_every_unary_op_in_every_dtype),
         cmocka_unit_test(test_clamp_in_every_dtype_alone_and_fused),
+        cmocka_unit_test(test_expand_alone_fused_and_reduced_in_every_dtype),
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_dtype),
         cmocka_unit_test(test_where_cast_and_iota_in_every_dtype),
         cmocka_unit_test(test_reductions_norms_and_softmax_over_every_axis),

@@ -608,6 +608,17 @@ static void test_softmax_matches_hand_computed_values(void **state) {
                 3, 1e-15);
 }
 
+/* expand copies x along its size-1 and new leading dims. */
+static void test_expand_repeats_along_the_broadcast_dims(void **state) {
+    kf_graph *g = G;
+    double x[3] = {1, 2, 3};
+    out(g, "y", kf_expand(g, in64(g, "x", 2, DIMS(3, 1)), 3, DIMS(2, 3, 2)));
+    kf_binding in = {"x", x, sizeof x};
+    double y[12];
+    eval1(g, &in, 1, "y", y, sizeof y);
+    assert_memory_equal(y, ((const double[]){1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3}), sizeof y);
+}
+
 /* argmax is i32: the first maximum of a row, or its first NaN (torch.argmax). */
 static void test_argmax_takes_the_first_maximum_or_the_first_nan(void **state) {
     kf_graph *g = G;
@@ -1716,6 +1727,7 @@ int main(void) {
         T(test_reduce_max_propagates_nan_and_handles_all_negative_rows),
         T(test_log_softmax_matches_hand_computed_values_and_does_not_overflow),
         T(test_argmax_takes_the_first_maximum_or_the_first_nan),
+        T(test_expand_repeats_along_the_broadcast_dims),
         T(test_reduce_sum_of_i32_saturates),
         T(test_reduce_sum_of_f16_accumulates_in_double),
         T(test_softmax_matches_hand_computed_values),

@@ -338,6 +338,32 @@ static void test_swiglu_is_one_group_over_both_gemms(void **state) {
 /* f. Elementwise chains with broadcasts; casts                               */
 /* ------------------------------------------------------------------------ */
 
+/* expand adds no kernel and no node: its consumer reads x with stride 0 along
+ * the expanded dims, as an implicit broadcast would. */
+static void test_expand_fuses_as_a_stride_0_load(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = kf_input(f->g, "x", KF_DTYPE_F32, 2, DIMS(4, 1)), *b = in2(f->g, "b", 4, 8);
+    kf_tensor *e = kf_expand(f->g, x, 3, DIMS(2, 4, 8));
+    kf_tensor *y = kf_mul(f->g, kf_exp(f->g, e), b);
+    kf_output(f->g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    const kf_group *g = group_of(p, y);
+    assert_int_equal(g->kind, KF_GROUP_ELEMENTWISE);
+    bool seen = false;
+    for (uint32_t i = 0; i < g->n_expr; i++) {
+        const kf_expr *n = &g->expr[i];
+        assert_false(n->kind == KF_EXPR_OP && n->op == KF_OP_EXPAND);
+        if (n->kind == KF_EXPR_LOAD && n->tensor == x->id) {
+            assert_int_equal(n->strides[0], 0);
+            assert_int_equal(n->strides[1], 1);
+            assert_int_equal(n->strides[2], 0);
+            seen = true;
+        }
+    }
+    assert_true(seen);
+}
+
 static void test_elementwise_chain_fuses_across_broadcasts_and_casts(void **state) {
     fixture *f = *state;
     kf_tensor *x = in2(f->g, "x", 4, 8), *s = in1(f->g, "s", 8);
@@ -1088,6 +1114,7 @@ int main(void) {
         T(test_causal_attention_from_primitives_is_one_kernel_with_causal_mask),
         T(test_softcap_attention_keeps_tanh_in_score_expression),
         T(test_log_softmax_between_matmuls_is_not_attention),
+        T(test_expand_fuses_as_a_stride_0_load),
         T(test_alibi_attention_reads_slope_per_head),
         T(test_sliding_window_attention_is_classified_with_its_window),
         T(test_mask_on_a_loaded_tensor_is_general),

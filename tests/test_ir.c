@@ -36,6 +36,7 @@ static int teardown(void **state) {
 }
 
 #define G (((fixture *)*state)->g)
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 
 static kf_tensor *in(kf_graph *g, const char *name, kf_dtype d, int rank, ...) {
     int64_t dims[KF_MAX_RANK];
@@ -275,6 +276,38 @@ static void test_clamp_keeps_shape_and_dtype_and_rejects_bad_bounds_by_name(void
         assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
         assert_null(kf_clamp(g, in(g, "x", bad[i].d, 2, 4, 8), bad[i].lo, bad[i].hi));
         assert_error(g, bad[i].st, bad[i].frag1, bad[i].frag2);
+        kf_graph_destroy(g);
+    }
+}
+
+static void test_expand_broadcasts_to_the_target_and_names_the_dim_it_cannot_widen(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_BF16, 2, 3, 1);
+    assert_type(kf_expand(G, x, 2, DIMS(3, 5)), KF_DTYPE_BF16, 2, 3, 5);
+    assert_type(kf_expand(G, x, 4, DIMS(2, 4, 3, 7)), KF_DTYPE_BF16, 4, 2, 4, 3, 7);
+    assert_type(kf_expand(G, kf_scalar(G, KF_DTYPE_I32, 1), 1, DIMS(6)), KF_DTYPE_I32, 1, 6);
+    assert_int_equal(kf_graph_status(G), KF_OK);
+    assert_null(kf_expand(G, x, 2, DIMS(4, 5)));
+    assert_error(G, KF_ERR_SHAPE,
+                 "expand: dim 0 of operand x bf16[3, 1] is 3, which cannot become 4",
+                 "only a dim of 1 expands");
+}
+
+static void test_expand_rejects_fewer_dims_and_bad_dims(void **state) {
+    kf_ctx *ctx = ((fixture *)*state)->ctx;
+    static const struct {
+        int rank;
+        int64_t dims[3];
+        const char *frag;
+    } bad[] = {
+        {1, {5}, "expand: the target has 1 dims, fewer than operand x f32[3, 1]"},
+        {2, {3, 0}, "expand: dim 1 is 0; every dim must be positive"},
+        {9, {3, 1, 1}, "expand: rank 9 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kf_graph *g;
+        assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+        assert_null(kf_expand(g, in(g, "x", KF_DTYPE_F32, 2, 3, 1), bad[i].rank, bad[i].dims));
+        assert_error(g, KF_ERR_SHAPE, bad[i].frag, NULL);
         kf_graph_destroy(g);
     }
 }
@@ -656,6 +689,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_unary_ops_keep_shape_and_dtype),
         T(test_clamp_keeps_shape_and_dtype_and_rejects_bad_bounds_by_name),
+        T(test_expand_broadcasts_to_the_target_and_names_the_dim_it_cannot_widen),
+        T(test_expand_rejects_fewer_dims_and_bad_dims),
         T(test_binary_ops_broadcast_numpy_style),
         T(test_comparisons_return_bool),
         T(test_where_broadcasts_all_three_operands),

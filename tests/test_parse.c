@@ -196,6 +196,8 @@ static const char golden[] =
     "lsm0 = log_softmax(d, axis=0)\n"
     "am = argmax(x, axis=1)\n"
     "am2 = argmax(i, axis=0, keepdim=true)\n"
+    "ex = expand(w, [2, 3])\n"
+    "ex2 = expand(m, [4, 2, 3])\n"
     "output y = mm1\n"
     "output ab = %22\n"
     "output e\n"
@@ -630,6 +632,10 @@ static void check_rejects(const char *text, size_t len, kf_status want, const ch
       "3:12: expected ',' and attribute min=... or max=... of clamp, found ')'")               \
     R(clamp_bound_not_a_number, X "y = clamp(x, min=low)\n", KF_ERR_PARSE,                    \
       "3:18: expected a number (or inf, -inf) for a bound of clamp, found 'low'")              \
+    R(builder_expand_of_a_wide_dim, X "y = expand(x, [3, 3])\n", KF_ERR_SHAPE,                \
+      "3:5: expand: dim 0 of operand x f32[2, 3] is 2, which cannot become 3 *")               \
+    R(expand_zero_dim, X "y = expand(x, [0, 3])\n", KF_ERR_PARSE,                             \
+      "3:16: expected a dim (a positive integer), found '0'")                                  \
     R(builder_inverted_clamp, X "y = clamp(x, min=2, max=1)\n", KF_ERR_INVALID_ARGUMENT,      \
       "3:5: clamp: min 2 is greater than max 1")                                               \
     R(duplicate_output_name, X "output x\noutput x\n", KF_ERR_INVALID_ARGUMENT, "4:8: output: *")
