@@ -284,6 +284,9 @@ KF_UNARY(kf_relu, RELU)
 KF_UNARY(kf_gelu, GELU)
 KF_UNARY(kf_gelu_tanh, GELU_TANH)
 KF_UNARY(kf_silu, SILU)
+KF_UNARY(kf_erf, ERF)
+KF_UNARY(kf_sin, SIN)
+KF_UNARY(kf_cos, COS)
 KF_BINARY(kf_add, ADD)
 KF_BINARY(kf_sub, SUB)
 KF_BINARY(kf_mul, MUL)
@@ -324,10 +327,26 @@ kf_tensor *kf_reduce_max(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
 kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
     return reduce(g, KF_OP_REDUCE_MEAN, x, axis, keepdim);
 }
+kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
+    return reduce(g, KF_OP_REDUCE_MIN, x, axis, keepdim);
+}
+kf_tensor *kf_argmax(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
+    return reduce(g, KF_OP_ARGMAX, x, axis, keepdim);
+}
+
+kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi) {
+    kf_node_args a = {.src = {x}, .lo = lo, .hi = hi};
+    return kf_ir_build(g, KF_OP_CLAMP, &a);
+}
 
 kf_tensor *kf_softmax(kf_graph *g, kf_tensor *x, int axis) {
     kf_node_args a = {.src = {x}, .axis = axis};
     return kf_ir_build(g, KF_OP_SOFTMAX, &a);
+}
+
+kf_tensor *kf_log_softmax(kf_graph *g, kf_tensor *x, int axis) {
+    kf_node_args a = {.src = {x}, .axis = axis};
+    return kf_ir_build(g, KF_OP_LOG_SOFTMAX, &a);
 }
 
 kf_tensor *kf_layer_norm(kf_graph *g, kf_tensor *x, kf_tensor *weight, kf_tensor *bias, int axis,
@@ -357,6 +376,15 @@ kf_tensor *kf_reshape(kf_graph *g, kf_tensor *x, int rank, const int64_t *dims) 
     if (!take_shape(g, "reshape", &a, rank, dims))
         return NULL;
     return kf_ir_build(g, KF_OP_RESHAPE, &a);
+}
+
+kf_tensor *kf_expand(kf_graph *g, kf_tensor *x, int rank, const int64_t *dims) {
+    if (!g || g->status != KF_OK)
+        return NULL;
+    kf_node_args a = {.src = {x}};
+    if (!take_shape(g, "expand", &a, rank, dims))
+        return NULL;
+    return kf_ir_build(g, KF_OP_EXPAND, &a);
 }
 
 kf_tensor *kf_permute(kf_graph *g, kf_tensor *x, const int *perm) {

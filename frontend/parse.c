@@ -614,9 +614,18 @@ static bool parse_type(parser *p, kf_op op, kf_node_args *a, int64_t *numel) {
 }
 
 /* The attributes of each form, in canonical order. */
-enum { ATTR_AXIS, ATTR_KEEPDIM, ATTR_EPS, ATTR_TRANSPOSE_A, ATTR_TRANSPOSE_B, ATTR_COUNT };
-static const char *const attr_names[ATTR_COUNT] = {"axis", "keepdim", "eps", "transpose_a",
-                                                   "transpose_b"};
+enum {
+    ATTR_AXIS,
+    ATTR_KEEPDIM,
+    ATTR_EPS,
+    ATTR_TRANSPOSE_A,
+    ATTR_TRANSPOSE_B,
+    ATTR_MIN,
+    ATTR_MAX,
+    ATTR_COUNT
+};
+static const char *const attr_names[ATTR_COUNT] = {"axis",        "keepdim", "eps", "transpose_a",
+                                                   "transpose_b", "min",     "max"};
 
 static unsigned form_attrs(kf_form form) {
     switch (form) {
@@ -630,6 +639,8 @@ static unsigned form_attrs(kf_form form) {
         return 1u << ATTR_AXIS | 1u << ATTR_EPS;
     case KF_FORM_MATMUL:
         return 1u << ATTR_TRANSPOSE_A | 1u << ATTR_TRANSPOSE_B;
+    case KF_FORM_CLAMP:
+        return 1u << ATTR_MIN | 1u << ATTR_MAX;
     default:
         return 0;
     }
@@ -707,7 +718,17 @@ static bool parse_attrs(parser *p, const kf_op_info *info, kf_node_args *a) {
             if (!parse_bool(p, &a->transpose_b))
                 return false;
             break;
+        case ATTR_MIN:
+        case ATTR_MAX:
+            if (!tok_float(p, k == ATTR_MIN ? &a->lo : &a->hi))
+                return expected(p, &p->tok, "a number (or inf, -inf) for a bound of clamp");
+            next(p);
+            break;
         }
+    }
+    if (info->form == KF_FORM_CLAMP && !(seen & (1u << ATTR_MIN | 1u << ATTR_MAX))) {
+        snprintf(what, sizeof what, "',' and attribute min=... or max=... of %s", info->name);
+        return expected(p, &p->tok, what);
     }
     unsigned missing = form_required_attrs(info->form) & ~seen;
     if (missing) {
@@ -802,6 +823,8 @@ static bool parse_definition(parser *p) {
     memset(&a, 0, sizeof a);
     a.axis = -1;
     a.eps = op == KF_OP_LAYER_NORM ? KF_LAYER_NORM_EPS : KF_RMS_NORM_EPS;
+    a.lo = -INFINITY; /* clamp: an absent bound is unbounded */
+    a.hi = INFINITY;
     char namebuf[NAME_MAX_LEN + 1];
     char what[96];
 
@@ -871,6 +894,12 @@ static bool parse_definition(parser *p) {
                 known *= a.dims[i];
             }
         }
+        break;
+    case KF_FORM_EXPAND:
+        if (!expect(p, TOK_COMMA, "',' and the target dims"))
+            return false;
+        if (!parse_int_list(p, 1, INT64_MAX, false, "a dim (a positive integer)", a.dims, &a.rank))
+            return false;
         break;
     case KF_FORM_PERMUTE: {
         if (!expect(p, TOK_COMMA, "',' and the permutation"))

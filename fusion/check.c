@@ -697,9 +697,12 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
         int64_t o = r / inner, c = r % inner;
         const double *base = in + o * L * inner + c;
         double mx = -INFINITY, sum = 0.0, acc = 0.0, v;
+        int64_t arg = 0; /* the first NaN, else the first max */
         bool nan = false;
         for (int64_t j = 0; j < L; j++) {
             double xj = base[j * inner];
+            if (!nan && (isnan(xj) || xj > mx))
+                arg = j;
             nan = nan || isnan(xj);
             if (xj > mx)
                 mx = xj;
@@ -712,6 +715,9 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
             break;
         case KF_STAT_SUM:
             v = sum;
+            break;
+        case KF_STAT_ARGMAX:
+            v = (double)arg;
             break;
         case KF_STAT_MEAN:
             v = mean;
@@ -888,7 +894,7 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
         kf_status rc = eval_stat(x, k, &s, out);
         if (rc != KF_OK)
             return rc;
-        x->inexact[k] = e->stat != KF_STAT_MAX;
+        x->inexact[k] = e->stat != KF_STAT_MAX && e->stat != KF_STAT_ARGMAX;
         break;
     }
     default:
@@ -1175,9 +1181,29 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
     /* The nodes the anchors consume: the row stage's input is the row op's
      * operand, a norm prologue's root is operand A, the score is the
      * softmax's operand. */
-    if (rc == KF_OK && grp->row.present)
-        rc = compare_node(&x, grp->row.input, g->nodes[grp->row.tensor]->src[0]->id,
-                          "is the row input, operand of");
+    if (rc == KF_OK && grp->row.present) {
+        /* reduce_min's row input is its operand through the order-reversing
+         * map of lower_min (neg, or -1 - x for i32), whose max it takes: the
+         * map's own operand must be the row op's operand. */
+        uint32_t in = grp->row.input;
+        if (g->nodes[grp->row.tensor]->op == KF_OP_REDUCE_MIN) {
+            const kf_expr *e = in < x.n ? &grp->expr[in] : NULL;
+            bool neg = e && e->kind == KF_EXPR_OP && e->op == KF_OP_NEG;
+            bool sub = e && e->kind == KF_EXPR_OP && e->op == KF_OP_SUB && e->src[0] < x.n &&
+                       grp->expr[e->src[0]].kind == KF_EXPR_CONST &&
+                       grp->expr[e->src[0]].value == -1.0;
+            if (!neg && !sub)
+                rc = check_fail(plan,
+                                "E5: group %u's reduce_min row input (node %u) is not its "
+                                "operand reversed (neg, or -1 - x)",
+                                gi, in);
+            else
+                in = neg ? e->src[0] : e->src[1];
+        }
+        if (rc == KF_OK)
+            rc = compare_node(&x, in, g->nodes[grp->row.tensor]->src[0]->id,
+                              "is the row input, operand of");
+    }
     if (rc == KF_OK && grp->kind == KF_GROUP_GEMM && grp->gemm.a_prologue) {
         if (grp->gemm.a_root >= x.n || grp->expr[grp->gemm.a_root].space != KF_SPACE_ROW)
             rc = check_fail(plan, "E8: GEMM group %u's prologue root is node %u", gi,

@@ -17,8 +17,8 @@ static const char *const kind_names[KF_GROUP_COUNT] = {
 static const char *const expr_names[KF_EXPR_COUNT] = {"op",    "LOAD",   "CONST", "INDEX", "ACC",
                                                       "ROW",   "COL",    "SCORE", "BATCH", "HEAD",
                                                       "Q_IDX", "KV_IDX", "STAT"};
-static const char *const stat_names[KF_STAT_COUNT] = {"MAX",  "SUM",      "MEAN",
-                                                      "RSTD", "RMS_RSTD", "SUMEXP"};
+static const char *const stat_names[KF_STAT_COUNT] = {"MAX",      "SUM",    "MEAN",  "RSTD",
+                                                      "RMS_RSTD", "SUMEXP", "ARGMAX"};
 static const char *const mask_names[KF_MASK_COUNT] = {"none", "causal", "sliding_window",
                                                       "general"};
 

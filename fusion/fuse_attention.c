@@ -60,7 +60,8 @@ kf_status kf_fuse_attention(kf_planner *p) {
     kf_graph *g = p->g;
     for (uint32_t i = 0; i < p->n; i++) {
         kf_tensor *sm = g->nodes[i];
-        if (!p->need[i] || !kf_op_has(sm->op, KF_TRAIT_SOFTMAX) || !kf_pl_axis_is_last(sm))
+        if (!p->need[i] || !kf_op_has(sm->op, KF_TRAIT_SOFTMAX) || !kf_pl_axis_is_last(sm) ||
+            kf_op_has(sm->op, KF_TRAIT_LOGSPACE)) /* log_softmax is no attention's P */
             continue;
         if (!kf_pl_single_use(p, sm))
             continue;

@@ -153,6 +153,41 @@ static bool is_member(const lowerer *L, const kf_tensor *t) {
 
 static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp);
 
+/* reduce_min is the max statistic of an order-reversing exact map r of the row,
+ * mapped back: r(x) = -x for floats (NaN stays NaN), -1 - x for i32 (a
+ * bijection of the i32 range, where -x would saturate at INT_MIN). The map
+ * lives in the row stage's input; the result node stands for the tensor. */
+static uint32_t lower_min(lowerer *L, const kf_tensor *t, kf_space sp) {
+    kf_group *g = L->gr;
+    kf_dtype dt = t->dtype;
+    bool i32 = dt == KF_DTYPE_I32;
+    for (int pass = 0; pass < 2; pass++) {
+        kf_space at = pass ? sp : KF_SPACE_ROW;
+        uint32_t v = pass ? stat(L, KF_STAT_MAX, dt, sp) : g->row.input;
+        uint32_t r;
+        if (v == KF_NONE)
+            return KF_NONE;
+        if (i32) {
+            kf_expr c = proto(KF_EXPR_CONST, dt, at);
+            c.value = -1.0;
+            r = op2(L, KF_OP_SUB, dt, at, emit(L, &c), v);
+        } else {
+            kf_expr e = proto(KF_EXPR_OP, dt, at);
+            e.op = KF_OP_NEG;
+            e.src[0] = v;
+            r = emit(L, &e);
+        }
+        if (r == KF_NONE)
+            return KF_NONE;
+        if (pass) {
+            g->expr[r].tensor = t->id;
+            return r;
+        }
+        g->row.input = r;
+    }
+    return KF_NONE; /* KF_NEVER */
+}
+
 /* Expands a norm or softmax (or a reduction) around its row statistics and
  * records the group's row stage. */
 static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
@@ -176,10 +211,13 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
         rs->input = lower(L, x, KF_SPACE_ROW);
         rs->space = KF_SPACE_ROW;
         /* Which statistic is the reduction's own math (I1 allows naming it). */
-        kf_stat s = t->op == KF_OP_REDUCE_MAX    ? KF_STAT_MAX
-                    : t->op == KF_OP_REDUCE_MEAN ? KF_STAT_MEAN
-                                                 : KF_STAT_SUM;
+        kf_stat s = kf_op_has(t->op, KF_TRAIT_INDEX)                         ? KF_STAT_ARGMAX
+                    : t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN ? KF_STAT_MAX
+                    : t->op == KF_OP_REDUCE_MEAN                             ? KF_STAT_MEAN
+                                                                             : KF_STAT_SUM;
         rs->stats = 1u << s;
+        if (t->op == KF_OP_REDUCE_MIN)
+            return lower_min(L, t, sp);
         kf_expr e = proto(KF_EXPR_STAT, dt, sp);
         e.stat = s;
         e.tensor = t->id;
@@ -188,7 +226,15 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
     uint32_t xs = lower(L, x, sp);
     rs->input = xs;
     rs->space = sp;
-    if (kf_op_has(t->op, KF_TRAIT_SOFTMAX)) {
+    if (kf_op_has(t->op, KF_TRAIT_SOFTMAX) && kf_op_has(t->op, KF_TRAIT_LOGSPACE)) {
+        /* log_softmax: (x - max) - log(sumexp), the softmax's statistics. */
+        rs->stats = 1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP;
+        uint32_t d = op2(L, KF_OP_SUB, dt, sp, xs, stat(L, KF_STAT_MAX, dt, sp));
+        kf_expr e = proto(KF_EXPR_OP, dt, sp);
+        e.op = KF_OP_LOG;
+        e.src[0] = stat(L, KF_STAT_SUMEXP, dt, sp);
+        out = op2(L, KF_OP_SUB, dt, sp, d, emit(L, &e));
+    } else if (kf_op_has(t->op, KF_TRAIT_SOFTMAX)) {
         rs->stats = 1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP;
         uint32_t d = op2(L, KF_OP_SUB, dt, sp, xs, stat(L, KF_STAT_MAX, dt, sp));
         kf_expr e = proto(KF_EXPR_OP, dt, sp);
@@ -215,6 +261,28 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
     if (out != KF_NONE)
         g->expr[out].tensor = t->id;
     return out;
+}
+
+/* clamp as ir.h defines it: a max with the rounded lower bound, then a min
+ * with the rounded upper one (an unbounded side left out); the last node
+ * stands for the tensor. Both are ops every backend already lowers. */
+static uint32_t lower_clamp(lowerer *L, const kf_tensor *t, uint32_t x, kf_space sp) {
+    kf_dtype dt = t->dtype;
+    bool has_lo = kf_ir_clamp_has_lo(t->attr.lo), has_hi = kf_ir_clamp_has_hi(t->attr.hi);
+    uint32_t v = x;
+    for (int side = 0; side < 2 && v != KF_NONE; side++) {
+        if (!(side ? has_hi : has_lo))
+            continue;
+        kf_expr c = proto(KF_EXPR_CONST, dt, sp);
+        c.value = kf_ir_round(dt, side ? t->attr.hi : t->attr.lo);
+        uint32_t b = emit(L, &c);
+        if (b == KF_NONE)
+            return KF_NONE;
+        v = op2(L, side ? KF_OP_MIN : KF_OP_MAX, dt, sp, v, b);
+    }
+    if (v != KF_NONE && v != x)
+        L->gr->expr[v].tensor = t->id;
+    return v;
 }
 
 static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
@@ -265,6 +333,12 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
             e.tensor = t->id;
             e.anchor = t->id == pg->anchor2 ? 1 : 0;
             r = emit(L, &e);
+        } else if (t->op == KF_OP_EXPAND) {
+            /* No node of its own: x's node, read in this (larger) space, is x
+             * broadcast; loads of x carry stride 0 along the expanded dims. */
+            r = lower(L, t->src[0], sp);
+        } else if (t->op == KF_OP_CLAMP) {
+            r = lower_clamp(L, t, lower(L, t->src[0], sp), sp);
         } else if (kf_pl_is_elementwise(t)) {
             kf_expr e = proto(KF_EXPR_OP, t->dtype, sp);
             e.op = t->op;

@@ -284,6 +284,11 @@ KF_API kf_tensor *kf_relu(kf_graph *g, kf_tensor *x);
 KF_API kf_tensor *kf_gelu(kf_graph *g, kf_tensor *x);
 KF_API kf_tensor *kf_gelu_tanh(kf_graph *g, kf_tensor *x);
 KF_API kf_tensor *kf_silu(kf_graph *g, kf_tensor *x);
+/* erf(x); sin(x) and cos(x) in radians, with full range reduction (a rotary
+ * embedding's angles reach thousands of radians). Float dtypes. */
+KF_API kf_tensor *kf_erf(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_sin(kf_graph *g, kf_tensor *x);
+KF_API kf_tensor *kf_cos(kf_graph *g, kf_tensor *x);
 /* Converts to `dtype`: floats round to nearest even, float -> i32 truncates
  * toward zero and saturates (NaN -> 0), anything -> bool is (x != 0). */
 KF_API kf_tensor *kf_cast(kf_graph *g, kf_tensor *x, kf_dtype dtype);
@@ -307,20 +312,40 @@ KF_API kf_tensor *kf_gt(kf_graph *g, kf_tensor *a, kf_tensor *b);
 KF_API kf_tensor *kf_ge(kf_graph *g, kf_tensor *a, kf_tensor *b);
 /* cond ? a : b elementwise, all three broadcast; cond is bool, a and b agree. */
 KF_API kf_tensor *kf_where(kf_graph *g, kf_tensor *cond, kf_tensor *a, kf_tensor *b);
+/* x broadcast to `dims` (numpy's broadcast_to, torch's expand): x's dims,
+ * right-aligned, must each equal the target's or be 1; leading dims may be
+ * added. It copies nothing where it fuses: consumers read x with a stride of 0
+ * along the expanded dims. Any dtype. KF_ERR_SHAPE naming the dim otherwise. */
+KF_API kf_tensor *kf_expand(kf_graph *g, kf_tensor *x, int rank, const int64_t *dims);
+/* min(max(x, lo), hi) elementwise (float dtypes and i32), NaN propagating. Each
+ * bound is first rounded to x's dtype; lo = -INFINITY or hi = INFINITY leaves
+ * that side unbounded. KF_ERR_INVALID_ARGUMENT naming the bound when a bound is
+ * NaN, when lo > hi, when both sides are unbounded, or when x is i32 and a
+ * finite bound is not a whole number. */
+KF_API kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi);
 
 /* ------------------------------------------------------------------------ */
 /* Builder: reductions, normalizations, GEMM, layout                          */
 /* ------------------------------------------------------------------------ */
 
 /* Reductions over one axis; keepdim is 0 (drop the axis) or 1 (keep it as
- * size 1); any other value is KF_ERR_INVALID_ARGUMENT naming keepdim. sum and
- * max take float dtypes and i32, mean float dtypes. */
+ * size 1); any other value is KF_ERR_INVALID_ARGUMENT naming keepdim. sum,
+ * max and min take float dtypes and i32, mean float dtypes; max and min
+ * propagate NaN. */
 KF_API kf_tensor *kf_reduce_sum(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 KF_API kf_tensor *kf_reduce_max(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 KF_API kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim);
+KF_API kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim);
+/* The i32 index along `axis` of the first maximum (of the first NaN, if the
+ * row has one), like torch.argmax; float dtypes and i32; keepdim as above.
+ * The CPU target only for now: compiling it for CUDA is KF_ERR_UNSUPPORTED. */
+KF_API kf_tensor *kf_argmax(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 
 /* Softmax along `axis` (float dtypes). */
 KF_API kf_tensor *kf_softmax(kf_graph *g, kf_tensor *x, int axis);
+/* log(softmax(x)) along `axis`, computed as (x - max) - log(sum exp(x - max))
+ * (float dtypes). Fuses like softmax, but never into an attention kernel. */
+KF_API kf_tensor *kf_log_softmax(kf_graph *g, kf_tensor *x, int axis);
 /* (x - mean) / sqrt(var + eps) * weight + bias along `axis` (biased variance).
  * eps is finite and >= 0 (else KF_ERR_INVALID_ARGUMENT). weight and bias are
  * rank 1, of length x's size along `axis`, x's dtype. */

@@ -102,6 +102,61 @@ static bool broadcast_into(int *rank, int64_t *dims, const kf_tensor *t) {
 
 /* Shape/dtype rules per form. Returns KF_OK, or an error status with its
  * message in err (KF_MSG_MAX bytes). */
+/* clamp's bounds: not NaN, at least one bounded side, min <= max, and whole
+ * numbers for an i32 operand (a fractional bound has no i32 meaning). */
+static kf_status infer_clamp(const char *on, const kf_tensor *x, const kf_node_args *a,
+                             kf_inferred *r, char *err) {
+    char t0[160];
+    if (isnan(a->lo) || isnan(a->hi))
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "%s: %s is NaN; give a number or leave it out", on,
+                          isnan(a->lo) ? "min" : "max");
+    if (!kf_ir_clamp_has_lo(a->lo) && !kf_ir_clamp_has_hi(a->hi))
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "%s: min is -inf and max is inf; give at least one bound", on);
+    if (a->lo > a->hi)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "%s: min %.17g is greater than max %.17g",
+                          on, a->lo, a->hi);
+    if (x->dtype == KF_DTYPE_I32)
+        for (int k = 0; k < 2; k++) {
+            double v = k ? a->hi : a->lo;
+            if (isfinite(v) && floor(v) != v)
+                return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                                  "%s: %s %.17g is not a whole number, and operand x %s is i32", on,
+                                  k ? "max" : "min", v, kf_ir_type_str(x, t0, sizeof t0));
+        }
+    r->attr.lo = a->lo;
+    r->attr.hi = a->hi;
+    return KF_OK;
+}
+
+/* expand (numpy's broadcast_to): x's dims, right-aligned against `dims`, each
+ * equal to the target's or 1; the target may add leading dims. */
+static kf_status infer_expand(const kf_tensor *x, const kf_node_args *a, kf_inferred *r,
+                              char *err) {
+    char t0[160];
+    if (!check_shape(err, "expand", a->rank, a->dims))
+        return KF_ERR_SHAPE;
+    if (a->rank < x->rank)
+        return kf_msg_set(err, KF_ERR_SHAPE,
+                          "expand: the target has %d dims, fewer than operand x %s; expand adds "
+                          "or widens dims, use reshape to drop them",
+                          a->rank, kf_ir_type_str(x, t0, sizeof t0));
+    for (int i = 0; i < x->rank; i++) {
+        int64_t want = a->dims[a->rank - x->rank + i];
+        if (x->dims[i] != want && x->dims[i] != 1)
+            return kf_msg_set(err, KF_ERR_SHAPE,
+                              "expand: dim %d of operand x %s is %lld, which cannot become %lld "
+                              "(only a dim of 1 expands)",
+                              i, kf_ir_type_str(x, t0, sizeof t0), (long long)x->dims[i],
+                              (long long)want);
+    }
+    r->rank = a->rank;
+    memset(r->dims, 0, sizeof r->dims);
+    memcpy(r->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
+    return KF_OK;
+}
+
 kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err) {
     const kf_op_info *info = kf_op_get(op);
     const char *on = info->name;
@@ -176,6 +231,10 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
     switch (info->form) {
     case KF_FORM_UNARY:
         return KF_OK;
+    case KF_FORM_CLAMP:
+        return infer_clamp(on, x, a, r, err);
+    case KF_FORM_EXPAND:
+        return infer_expand(x, a, r, err);
     case KF_FORM_CAST:
         if ((unsigned)a->dtype >= KF_DTYPE_COUNT)
             return kf_msg_set(err, KF_ERR_DTYPE, "cast: target dtype %d is not a kf_dtype",
@@ -217,6 +276,8 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
                               a->axis, kf_ir_type_str(x, t0, sizeof t0));
         r->attr.axis = ax;
         if (info->form == KF_FORM_REDUCE) {
+            if (info->traits & KF_TRAIT_INDEX)
+                r->dtype = KF_DTYPE_I32;
             r->attr.keepdim = a->keepdim;
             if (a->keepdim) {
                 r->dims[ax] = 1;

@@ -128,8 +128,16 @@ double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c) {
     }
     case KF_OP_SILU:
         return a * sigmoid(a);
+    case KF_OP_ERF:
+        return erf(a);
+    case KF_OP_SIN:
+        return sin(a);
+    case KF_OP_COS:
+        return cos(a);
     case KF_OP_CAST:
         return kf_ir_round(dtype, a);
+    case KF_OP_EXPAND: /* the operand, broadcast by the caller's strides */
+        return a;
     case KF_OP_ADD:
         return a + b;
     case KF_OP_SUB:
@@ -196,6 +204,23 @@ static void eval_elementwise(const kf_eval_state *st, const kf_tensor *t, double
     }
 }
 
+/* clamp as ir.h defines it: bounds rounded to the dtype, then max, then min. */
+static void eval_clamp(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const double *in = st->values[t->src[0]->id];
+    kf_dtype d = t->dtype;
+    double lo = kf_ir_round(d, t->attr.lo), hi = kf_ir_round(d, t->attr.hi);
+    bool has_lo = kf_ir_clamp_has_lo(t->attr.lo), has_hi = kf_ir_clamp_has_hi(t->attr.hi);
+    int64_t n = kf_ir_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = in[i];
+        if (has_lo)
+            v = kf_ir_scalar(KF_OP_MAX, d, v, lo, 0.0);
+        if (has_hi)
+            v = kf_ir_scalar(KF_OP_MIN, d, v, hi, 0.0);
+        out[i] = kf_ir_round(d, v);
+    }
+}
+
 static void eval_iota(const kf_tensor *t, double *out) {
     int64_t outer, n, inner;
     split_axis(t, t->attr.axis, &outer, &n, &inner);
@@ -213,15 +238,26 @@ static void eval_reduce(const kf_eval_state *st, const kf_tensor *t, double *out
         for (int64_t i = 0; i < inner; i++) {
             const double *row = in + o * n * inner + i;
             double acc;
-            if (t->op == KF_OP_REDUCE_MAX) {
-                acc = -INFINITY;
+            if (t->op == KF_OP_ARGMAX) { /* the first NaN, else the first maximum */
+                double best = row[0];
+                acc = 0.0;
+                for (int64_t j = 1; j < n && !isnan(best); j++) {
+                    double v = row[j * inner];
+                    if (isnan(v) || v > best) {
+                        best = v;
+                        acc = (double)j;
+                    }
+                }
+            } else if (t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN) {
+                bool mx = t->op == KF_OP_REDUCE_MAX; /* the first of equal values wins */
+                acc = mx ? -INFINITY : INFINITY;
                 for (int64_t j = 0; j < n; j++) {
                     double v = row[j * inner];
                     if (isnan(v)) {
                         acc = v;
                         break;
                     }
-                    if (v > acc)
+                    if (mx ? v > acc : v < acc)
                         acc = v;
                 }
             } else {
@@ -254,6 +290,12 @@ static void eval_softmax(const kf_eval_state *st, const kf_tensor *t, double *ou
                 double e = exp(in[base + j * inner] - m);
                 out[base + j * inner] = e; /* unrounded until divided */
                 sum += e;
+            }
+            if (kf_op_has(t->op, KF_TRAIT_LOGSPACE)) { /* (x - max) - log(sum) */
+                double ls = log(sum);
+                for (int64_t j = 0; j < n; j++)
+                    out[base + j * inner] = kf_ir_round(t->dtype, (in[base + j * inner] - m) - ls);
+                continue;
             }
             for (int64_t j = 0; j < n; j++)
                 out[base + j * inner] = store_round(st, t->dtype, out[base + j * inner] / sum);
@@ -441,6 +483,12 @@ kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
     case KF_FORM_CAST:
     case KF_FORM_BINARY:
     case KF_FORM_WHERE:
+        eval_elementwise(st, t, out);
+        break;
+    case KF_FORM_CLAMP:
+        eval_clamp(st, t, out);
+        break;
+    case KF_FORM_EXPAND:
         eval_elementwise(st, t, out);
         break;
     case KF_FORM_REDUCE:

@@ -11,6 +11,7 @@
 #ifndef KF_IR_H
 #define KF_IR_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -55,26 +56,31 @@ typedef enum kf_form {
     KF_FORM_MATMUL,     /* matmul(a, b[, transpose_a=true][, transpose_b=true]) */
     KF_FORM_RESHAPE,    /* reshape(x, [DIMS]) */
     KF_FORM_PERMUTE,    /* permute(x, [PERM]) */
+    KF_FORM_CLAMP,      /* clamp(x[, min=V][, max=V]) */
+    KF_FORM_EXPAND,     /* expand(x, [DIMS]) */
     KF_FORM_COUNT
 } kf_form;
 
 /* Op traits: what passes may ask. */
 enum {
-    KF_TRAIT_SOURCE = 1u << 0,         /* no tensor operands */
-    KF_TRAIT_ELEMENTWISE = 1u << 1,    /* out[i] depends on operands at i (broadcast) only */
-    KF_TRAIT_UNARY = 1u << 2,          /* one tensor operand */
-    KF_TRAIT_BINARY = 1u << 3,         /* two tensor operands, broadcast */
-    KF_TRAIT_COMPARE = 1u << 4,        /* result is bool */
-    KF_TRAIT_SELECT = 1u << 5,         /* where */
-    KF_TRAIT_REDUCTION = 1u << 6,      /* reduces one axis */
-    KF_TRAIT_ROWWISE = 1u << 7,        /* needs a whole row along its axis */
-    KF_TRAIT_SOFTMAX = 1u << 8,        /* softmax (attention-relevant) */
-    KF_TRAIT_NORM = 1u << 9,           /* layer/rms normalization */
-    KF_TRAIT_GEMM = 1u << 10,          /* a GEMM anchor (also attention-relevant) */
-    KF_TRAIT_LAYOUT = 1u << 11,        /* reshape/permute: moves data, no math */
-    KF_TRAIT_ACTIVATION = 1u << 12,    /* an activation function */
+    KF_TRAIT_SOURCE = 1u << 0,          /* no tensor operands */
+    KF_TRAIT_ELEMENTWISE = 1u << 1,     /* out[i] depends on operands at i (broadcast) only */
+    KF_TRAIT_UNARY = 1u << 2,           /* one tensor operand */
+    KF_TRAIT_BINARY = 1u << 3,          /* two tensor operands, broadcast */
+    KF_TRAIT_COMPARE = 1u << 4,         /* result is bool */
+    KF_TRAIT_SELECT = 1u << 5,          /* where */
+    KF_TRAIT_REDUCTION = 1u << 6,       /* reduces one axis */
+    KF_TRAIT_ROWWISE = 1u << 7,         /* needs a whole row along its axis */
+    KF_TRAIT_SOFTMAX = 1u << 8,         /* softmax (attention-relevant) */
+    KF_TRAIT_NORM = 1u << 9,            /* layer/rms normalization */
+    KF_TRAIT_GEMM = 1u << 10,           /* a GEMM anchor (also attention-relevant) */
+    KF_TRAIT_LAYOUT = 1u << 11,         /* reshape/permute: moves data, no math */
+    KF_TRAIT_ACTIVATION = 1u << 12,     /* an activation function */
     KF_TRAIT_TRANSCENDENTAL = 1u << 13, /* costs more than a multiply-add */
-    KF_TRAIT_COMMUTATIVE = 1u << 14
+    KF_TRAIT_COMMUTATIVE = 1u << 14,
+    KF_TRAIT_LOGSPACE = 1u << 15, /* the log of its op's result (log_softmax: the softmax
+                                     statistics, but never an attention kernel's P) */
+    KF_TRAIT_INDEX = 1u << 16     /* the result is an i32 index along the axis (argmax) */
 };
 
 /* Dtype masks for the op table. */
@@ -152,6 +158,7 @@ typedef struct kf_attrs {
     double eps;      /* norms */
     kf_dtype to;     /* cast: the target dtype (== the tensor's dtype) */
     int perm[KF_MAX_RANK]; /* permute */
+    double lo, hi;         /* clamp: min and max as given (-inf / inf: that side unbounded) */
 } kf_attrs;
 
 struct kf_tensor {
@@ -236,6 +243,7 @@ typedef struct kf_node_args {
     bool transpose_a, transpose_b;
     double eps;
     int perm[KF_MAX_RANK];
+    double lo, hi;    /* clamp */
     const char *name; /* input */
     const void *data; /* const: numel elements in storage format; NULL for zeros */
 } kf_node_args;
@@ -298,6 +306,14 @@ double kf_ir_round(kf_dtype d, double v);
  * result is rounded to `dtype` (a cast rounds to it). The one definition the
  * reference evaluator and the plan checker's expression evaluator share. */
 double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c);
+
+/* clamp's meaning, shared by the evaluator and the planner's lowering: each
+ * bound is first rounded to x's dtype (as a constant of that dtype would be),
+ * then the result is min(max(x, lo), hi) with kf_ir_scalar's NaN-propagating
+ * max and min, where a bound of -inf (lo) or inf (hi) is left out. The
+ * lowering emits exactly these max and min nodes, so no backend has a clamp. */
+static inline bool kf_ir_clamp_has_lo(double lo) { return lo != -INFINITY; }
+static inline bool kf_ir_clamp_has_hi(double hi) { return hi != INFINITY; }
 
 /* The exponent e such that scaling a norm's row (n elements `inner` apart)
  * by 2^-e brings its largest magnitude below 1 when it exceeds 2^500 (so its

@@ -13,8 +13,8 @@ const kf_op_info kf_op_table[KF_OP_COUNT] = {
 
 /* Every op has an entry: the X-macro and the enum agree by construction; this
  * guards the hand-written tables that are indexed by op or form. */
-_Static_assert(KF_OP_COUNT == 39, "ops.def changed: update kf_form_arity users and tests");
-_Static_assert(KF_FORM_COUNT == 14, "kf_form changed: update kf_form_arity");
+_Static_assert(KF_OP_COUNT == 47, "ops.def changed: update kf_form_arity users and tests");
+_Static_assert(KF_FORM_COUNT == 16, "kf_form changed: update kf_form_arity");
 _Static_assert(KF_DTYPE_COUNT == 6, "kf_dtype changed: update the dtype tables");
 
 int kf_form_arity(kf_form form) {
@@ -29,6 +29,8 @@ int kf_form_arity(kf_form form) {
     case KF_FORM_SOFTMAX:
     case KF_FORM_RESHAPE:
     case KF_FORM_PERMUTE:
+    case KF_FORM_CLAMP:
+    case KF_FORM_EXPAND:
         return 1;
     case KF_FORM_BINARY:
     case KF_FORM_RMS_NORM:

@@ -217,6 +217,22 @@ static void put_args(printer *p, const kf_tensor *t) {
             putf(p, "%s%d", i ? ", " : "", t->attr.perm[i]);
         put(p, "]");
         break;
+    case KF_FORM_EXPAND:
+        put(p, ", ");
+        put_dims(p, t->dims, t->rank);
+        break;
+    case KF_FORM_CLAMP: {
+        char buf[48];
+        if (kf_ir_clamp_has_lo(t->attr.lo)) {
+            kf_ir_format_number(buf, sizeof buf, t->attr.lo, KF_DTYPE_F64);
+            putf(p, ", min=%s", buf);
+        }
+        if (kf_ir_clamp_has_hi(t->attr.hi)) {
+            kf_ir_format_number(buf, sizeof buf, t->attr.hi, KF_DTYPE_F64);
+            putf(p, ", max=%s", buf);
+        }
+        break;
+    }
     case KF_FORM_COUNT:
         KF_ASSERT(!"bad form");
         break;

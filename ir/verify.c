@@ -28,6 +28,8 @@ static kf_node_args args_of(const kf_tensor *t) {
     a.transpose_a = t->attr.transpose_a;
     a.transpose_b = t->attr.transpose_b;
     a.eps = t->attr.eps;
+    a.lo = t->attr.lo;
+    a.hi = t->attr.hi;
     memcpy(a.perm, t->attr.perm, sizeof a.perm);
     a.name = t->name;
     a.data = t->data;
@@ -49,6 +51,9 @@ static bool same_attrs(const kf_tensor *t, const kf_attrs *want) {
         return h->transpose_a == want->transpose_a && h->transpose_b == want->transpose_b;
     case KF_FORM_CAST:
         return h->to == want->to;
+    case KF_FORM_CLAMP: /* bits, so that a NaN bound never compares equal */
+        return memcmp(&h->lo, &want->lo, sizeof h->lo) == 0 &&
+               memcmp(&h->hi, &want->hi, sizeof h->hi) == 0;
     case KF_FORM_PERMUTE:
         return memcmp(h->perm, want->perm, sizeof(int) * (size_t)t->rank) == 0;
     default:

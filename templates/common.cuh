@@ -354,6 +354,14 @@ __device__ __forceinline__ float kf_rsqrt(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ double kf_rsqrt(double x) { return 1.0 / sqrt(x); }
 __device__ __forceinline__ float kf_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double kf_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float kf_erf(float x) { return erff(x); }
+__device__ __forceinline__ double kf_erf(double x) { return erf(x); }
+/* sinf/cosf, not the __sinf intrinsics: full range reduction, so a rotary
+ * angle of thousands of radians keeps its accuracy. */
+__device__ __forceinline__ float kf_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double kf_sin(double x) { return sin(x); }
+__device__ __forceinline__ float kf_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double kf_cos(double x) { return cos(x); }
 __device__ __forceinline__ float kf_relu(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
 __device__ __forceinline__ double kf_relu(double x) { return x != x ? x : (x > 0.0 ? x : 0.0); }
 /* float gelu: for x > 0 as x minus its small correction 0.5 x erfc(x / sqrt 2),

@@ -265,9 +265,20 @@ static kf_tensor *positive(gen *G, kf_tensor *x) {
 
 static kf_tensor *unary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
-    switch (below(G, 12)) {
+    switch (below(G, 16)) {
     case 0:
         return kf_neg(g, x);
+    case 15: { /* one side or both, sometimes a bound the values never reach */
+        double lo = uniform(G, -1.5, 0.5), hi = lo + uniform(G, 0.0, 2.0);
+        int side = (int)below(G, 3);
+        return kf_clamp(g, x, side == 1 ? -INFINITY : lo, side == 2 ? INFINITY : hi);
+    }
+    case 12:
+        return kf_erf(g, x);
+    case 13:
+        return kf_sin(g, x);
+    case 14:
+        return kf_cos(g, x);
     case 1:
         return kf_abs(g, x);
     case 2:
@@ -315,6 +326,10 @@ static kf_tensor *binary(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
     kf_tensor *y =
         chance(G, 5) ? x : operand_for(G, x); /* sometimes x op x: one producer, two slots */
+    if (y != x && chance(G, 12)) {            /* the broadcast spelled out: expand y to x's shape */
+        shape s = shape_of(x);
+        y = kf_expand(g, y, s.rank, s.d);
+    }
     bool swap = chance(G, 30);
     kf_tensor *a = swap ? y : x, *b = swap ? x : y;
     switch (below(G, 8)) {
@@ -382,8 +397,11 @@ static kf_tensor *ew_step(gen *G, kf_tensor *x) {
         memmove(s.d + 1, s.d, sizeof(int64_t) * (size_t)s.rank);
         s.rank++;
         s.d[0] = 2 + below(G, 2);
-        if (shape_numel(&s) <= 2 * NUMEL_CAP)
+        if (shape_numel(&s) <= 2 * NUMEL_CAP) {
+            if (chance(G, 35)) /* or x expanded to it first */
+                return kf_mul(g, kf_expand(g, x, s.rank, s.d), leaf(G, kf_tensor_dtype(x), &s));
             return kf_add(g, x, leaf(G, kf_tensor_dtype(x), &s));
+        }
     }
     return unary(G, x);
 }
@@ -493,7 +511,7 @@ static kf_tensor *motif_rowwise(gen *G) {
     kf_tensor *y;
     int kind = below(G, 7);
     if (kind == 0) {
-        y = kf_softmax(g, x, axis);
+        y = chance(G, 25) ? kf_log_softmax(g, x, axis) : kf_softmax(g, x, axis);
     } else if (kind <= 2) {
         y = norm(G, x, axis);
     } else if (kind == 3 && rank >= 2 && chance(G, 50)) {
@@ -501,10 +519,14 @@ static kf_tensor *motif_rowwise(gen *G) {
         y = kf_reduce_sum(g, x, 0, 0);
     } else {
         bool keep = chance(G, 50);
-        int which = below(G, 3);
+        int which = below(G, 5);
         y = which == 0   ? kf_reduce_sum(g, x, axis, keep)
             : which == 1 ? kf_reduce_max(g, x, axis, keep)
-                         : kf_reduce_mean(g, x, axis, keep);
+            : which == 2 ? kf_reduce_min(g, x, axis, keep)
+            : which == 3 ? kf_reduce_mean(g, x, axis, keep)
+                         : kf_argmax(g, x, axis, keep);
+        if (which == 4 && kf_tensor_dtype(x) != KF_DTYPE_I32)
+            y = kf_cast(g, y, kf_tensor_dtype(x)); /* the index as a number the pool can use */
         if (!keep && chance(G, 20)) {
             /* the reduced value broadcast up into a larger tensor */
             shape big = shape_of(y);

@@ -560,6 +560,70 @@ static void test_every_unary_op_in_every_dtype(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* clamp (lowered to a max and a min with its rounded bounds) alone and fused
+ * between two ops, one side or both, in every dtype it takes. */
+static void test_clamp_in_every_dtype_alone_and_fused(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(31);
+    static const char *const bounds[] = {"min=-5, max=7", "min=-3", "max=4", "min=2, max=2"};
+    int n = 0, bad = 0;
+    for (size_t di = 0; di < N_DTYPES; di++) {
+        kf_dtype d = all_dtypes[di];
+        if (!takes(KF_OP_CLAMP, d))
+            continue;
+        for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
+            char text[320];
+            snprintf(text, sizeof text, "kfg 1\nx = input(%s[5, 33])\ny = clamp(x, %s)\noutput y\n",
+                     kf_dtype_name(d), bounds[b]);
+            bad += !check_text_range(ctx, text, &r, -10.0, 10.0);
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[5, 33])\nv = input(%s[33])\na = add(x, v)\n"
+                     "y = clamp(a, %s)\nz = mul(y, x)\noutput z\n",
+                     kf_dtype_name(d), kf_dtype_name(d), bounds[b]);
+            bad += !check_text_range(ctx, text, &r, -10.0, 10.0);
+            n += 2;
+        }
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(n, 40);
+    assert_int_equal(bad, 0);
+}
+
+/* expand as an output of its own (a copy), fused into a consumer (no kernel of
+ * its own), expanded twice, before a reduction, in every dtype. */
+static void test_expand_alone_fused_and_reduced_in_every_dtype(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(32);
+    int n = 0, bad = 0;
+    for (size_t di = 0; di < N_DTYPES; di++) {
+        const char *dn = kf_dtype_name(all_dtypes[di]);
+        bool num = all_dtypes[di] != KF_DTYPE_BOOL;
+        char text[512];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[5, 1])\nv = input(%s[7])\ny = expand(x, [3, 5, 7])\n"
+                 "w = expand(v, [5, 7])\nz = %s(y, w)\nu = expand(z, [2, 3, 5, 7])\n"
+                 "output y\noutput u\n",
+                 dn, dn, num ? "max" : "eq");
+        bad += !check_text(ctx, text, &r);
+        if (num) {
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[1, 33])\nb = input(%s[9, 33])\ne = expand(x, [9, 33])\n"
+                     "a = add(e, b)\ns = reduce_max(a, axis=0)\nt = reduce_sum(e, axis=1)\n"
+                     "output s\noutput t\n",
+                     dn, dn);
+            /* positive inputs: a sum of 33 values in [-1, 1] can cancel to
+             * beyond the f32 tolerance, which says nothing about expand */
+            bad += !check_text_range(ctx, text, &r, 0.5, 1.5);
+        }
+        n++;
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(n, 6);
+    assert_int_equal(bad, 0);
+}
+
 static void test_every_binary_op_broadcasts_in_every_dtype(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
@@ -629,13 +693,13 @@ static void test_reductions_norms_and_softmax_over_every_axis(void **state) {
     kf_ctx *ctx = new_ctx();
     kf_test_rng r = kf_test_rng_make(6);
     int bad = 0;
-    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean"};
+    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean", "reduce_min", "argmax"};
     for (size_t di = 0; di < N_DTYPES; di++) {
         kf_dtype d = all_dtypes[di];
         const char *dn = kf_dtype_name(d);
         char text[512];
         for (int axis = 0; axis < 3; axis++) {
-            for (size_t k = 0; k < 3; k++) {
+            for (size_t k = 0; k < 5; k++) {
                 if (!takes(kf_op_from_name(reds[k], strlen(reds[k])), d))
                     continue;
                 for (int keep = 0; keep < 2; keep++) {
@@ -651,9 +715,11 @@ static void test_reductions_norms_and_softmax_over_every_axis(void **state) {
             snprintf(text, sizeof text,
                      "kfg 1\nx = input(%s[3, 7, 45])\nw = input(%s[%d])\nb = input(%s[%d])\n"
                      "s = softmax(x, axis=%d)\nl = layer_norm(x, w, b, axis=%d, eps=1e-5)\n"
-                     "r = rms_norm(x, w, axis=%d, eps=1e-6)\noutput s\noutput l\noutput r\n",
-                     dn, dn, len, dn, len, axis, axis, axis);
+                     "r = rms_norm(x, w, axis=%d, eps=1e-6)\nls = log_softmax(x, axis=%d)\n"
+                     "output s\noutput l\noutput r\noutput ls\n",
+                     dn, dn, len, dn, len, axis, axis, axis, axis);
             bad += !check_text(ctx, text, &r);
+            bad += !check_text_range(ctx, text, &r, -30.0, 30.0);
         }
         if (kf_dtype_is_float(d)) {
             /* prologue and epilogue around a row op, and x - max(x) broadcast back */
@@ -1320,6 +1386,8 @@ int main(void) {
         cmocka_unit_test(test_the_thread_pool_allocates_through_the_context_hooks),
         cmocka_unit_test(test_program_report_shows_the_plan_in_text_and_json),
         cmocka_unit_test(test_every_unary_op_in_every_dtype),
+        cmocka_unit_test(test_clamp_in_every_dtype_alone_and_fused),
+        cmocka_unit_test(test_expand_alone_fused_and_reduced_in_every_dtype),
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_dtype),
         cmocka_unit_test(test_where_cast_and_iota_in_every_dtype),
         cmocka_unit_test(test_reductions_norms_and_softmax_over_every_axis),

@@ -326,6 +326,37 @@ static void test_unfused_attention_says_why(void **state) {
     }
 }
 
+/* argmax has no CUDA kernel yet: the recipes refuse its group, row-wise or a
+ * column reduction, with a status and a message that say what to do, on both
+ * architectures (never a kernel that computes something else). */
+static void test_recipes_refuse_argmax_with_a_clear_message(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "kfg 1\nx = input(f32[64, 256])\ny = argmax(x, axis=1)\noutput y\n",
+        "kfg 1\nx = input(bf16[64, 256])\ne = exp(x)\ny = argmax(e, axis=0, keepdim=true)\n"
+        "z = cast(y, f32)\noutput z\n",
+        "kfg 1\nx = input(i32[8, 4096])\nb = input(i32[4096])\na = add(x, b)\n"
+        "y = argmax(a, axis=-1)\noutput y\n",
+    };
+    static const char *const archs[] = {"sm_80", "sm_90a"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        for (size_t a = 0; a < 2; a++) {
+            planned p;
+            plan_text(texts[i], &p);
+            kf_cuda_target t;
+            kf_cuda_target_for_arch(archs[a], &t);
+            kf_cuda_recipes *rec = NULL;
+            char err[KF_MSG_MAX] = "";
+            assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err),
+                             KF_ERR_UNSUPPORTED);
+            assert_null(rec);
+            if (!strstr(err, "argmax has no CUDA kernel yet") || !strstr(err, "KF_TARGET_CPU"))
+                fail_msg("case %zu %s: %s", i, archs[a], err);
+            plan_release(&p);
+        }
+    }
+}
+
 /* One chain through every elementwise op the dtype takes. */
 static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
     (void)state;
@@ -338,7 +369,9 @@ static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
             "kfg 1\nx = input(%s[8, 64])\ny = input(%s[64])\nz = input(%s[8, 1])\n"
             "a0 = neg(x)\na = abs(a0)\nb0 = exp(a)\nb1 = add(b0, y)\nb = log(b1)\n"
             "c0 = sqrt(b)\nc1 = add(c0, z)\nc = rsqrt(c1)\ne0 = relu(c)\ne1 = sigmoid(e0)\n"
-            "e = tanh(e1)\nf0 = gelu(e)\nf1 = gelu_tanh(f0)\nf = silu(f1)\n"
+            "e = tanh(e1)\nf0 = gelu(e)\nf1 = gelu_tanh(f0)\nf2 = silu(f1)\n"
+            "f3 = erf(f2)\nf4 = sin(f3)\nf5 = cos(f4)\nf6 = clamp(f5, min=-0.5, max=2)\n"
+            "zx = expand(z, [8, 64])\nf = add(f6, zx)\n"
             "g0 = min(f, y)\ng1 = max(g0, z)\ng2 = sub(x, y)\ng3 = mul(x, z)\n"
             "g4 = div(g2, g3)\ng = pow(g1, g4)\n"
             "k0 = lt(g, x)\nk1 = le(g, y)\nk2 = gt(g, z)\nk3 = ge(g, x)\nk4 = eq(g, y)\n"
@@ -357,12 +390,12 @@ static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
         plan_release(&p);
     }
     /* i32 and bool: the ops they take (saturating i32 arithmetic) */
-    compile_text(
-        "kfg 1\nx = input(i32[8, 64])\ny = input(i32[64])\n"
-        "a0 = neg(x)\na1 = abs(a0)\na2 = add(a1, y)\na3 = sub(a2, x)\na = mul(a3, y)\n"
-        "b0 = min(a, x)\nb = max(b0, y)\nc0 = ge(b, x)\nc1 = lt(x, y)\nc2 = cast(c1, i32)\n"
-        "c = where(c0, b, c2)\nd0 = cast(c, f32)\nd = cast(d0, i32)\noutput d\n",
-        NULL);
+    compile_text("kfg 1\nx = input(i32[8, 64])\ny = input(i32[64])\n"
+                 "a0 = neg(x)\na1 = abs(a0)\na2 = add(a1, y)\na3 = sub(a2, x)\na = mul(a3, y)\n"
+                 "b0 = min(a, x)\nb1 = max(b0, y)\nb = clamp(b1, min=-3, max=100)\nc0 = ge(b, "
+                 "x)\nc1 = lt(x, y)\nc2 = cast(c1, i32)\n"
+                 "c = where(c0, b, c2)\nd0 = cast(c, f32)\nd = cast(d0, i32)\noutput d\n",
+                 NULL);
     compile_text("kfg 1\nx = input(bool[8, 64])\ny = input(bool[64])\n"
                  "e = eq(x, y)\nn = ne(x, y)\na = where(e, x, n)\nb0 = cast(a, f32)\n"
                  "b = cast(b0, bool)\noutput b\n",
@@ -385,8 +418,10 @@ static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **
                                            "softmax(q%d)",
                                            "reduce_sum(q%d, axis=1, keepdim=true)",
                                            "reduce_max(q%d, axis=1)",
-                                           "reduce_mean(q%d, axis=1)"};
-        for (int r = 0; r < 6; r++) {
+                                           "reduce_mean(q%d, axis=1)",
+                                           "reduce_min(q%d, axis=1, keepdim=true)",
+                                           "log_softmax(q%d)"};
+        for (int r = 0; r < 8; r++) {
             char op[64];
             snprintf(op, sizeof op, rows[r], r);
             n +=
@@ -396,18 +431,18 @@ static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **
                                  r, r, r, r, op, r, r, r, r, r);
         }
         unsigned seen[KF_CUDA_TEMPLATE_COUNT] = {0};
-        assert_int_equal(compile_text(text, seen), 12);
+        assert_int_equal(compile_text(text, seen), 16);
         /* x is contiguous with 16-byte rows: layer_norm and softmax (two
          * dependent statistics steps) stage, except in f64, on both archs;
          * rms_norm and the reductions keep the register path */
         bool f64 = strcmp(d, "f64") == 0;
-        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP_STAGED], f64 ? 0 : 4);
-        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP], f64 ? 12 : 8);
+        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP_STAGED], f64 ? 0 : 6);
+        assert_int_equal(seen[KF_CUDA_TEMPLATE_ROW_WARP], f64 ? 16 : 10);
     }
     /* i32 reductions accumulate in double */
     compile_text(
         "kfg 1\nx = input(i32[6, 128])\ny = reduce_sum(x, axis=1)\nz = reduce_max(x, axis=1)\n"
-        "output y\noutput z\n",
+        "w = reduce_min(x, axis=1)\noutput y\noutput z\noutput w\n",
         NULL);
 }
 
@@ -1210,6 +1245,7 @@ int main(void) {
         cmocka_unit_test(test_every_template_compiles_for_sm80_and_sm90a),
         cmocka_unit_test(test_fused_attention_compiles_every_variant_without_spills),
         cmocka_unit_test(test_unfused_attention_says_why),
+        cmocka_unit_test(test_recipes_refuse_argmax_with_a_clear_message),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),

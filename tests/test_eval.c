@@ -182,6 +182,15 @@ static void test_unary_ops_match_hand_computed_values(void **state) {
         {"silu",
          kf_silu,
          {-0.23840584404423512, -0.18877033439907273, 0.0, 0.3112296656009273, 2.8577223804672998}},
+        {"erf",
+         kf_erf,
+         {-0.9953222650189527, -0.5204998778130465, 0.0, 0.5204998778130465, 0.9999779095030014}},
+        {"sin",
+         kf_sin,
+         {-0.9092974268256817, -0.479425538604203, 0.0, 0.479425538604203, 0.1411200080598672}},
+        {"cos",
+         kf_cos,
+         {-0.4161468365471424, 0.8775825618903728, 1.0, 0.8775825618903728, -0.9899924966004454}},
     };
     run_unary_cases(G, x, 5, cases, COUNT(cases), 1e-14);
 }
@@ -504,6 +513,9 @@ static void test_reductions_over_each_axis_of_a_rank3_tensor(void **state) {
         {"sum2", kf_reduce_sum, 2, 6, {6, 22, 38, 54, 70, 86}},
         {"max2", kf_reduce_max, -1, 6, {3, 7, 11, 15, 19, 23}},
         {"mean2", kf_reduce_mean, 2, 6, {1.5, 5.5, 9.5, 13.5, 17.5, 21.5}},
+        {"min0", kf_reduce_min, 0, 12, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}},
+        {"min1", kf_reduce_min, 1, 8, {0, 1, 2, 3, 12, 13, 14, 15}},
+        {"min2", kf_reduce_min, -1, 6, {0, 4, 8, 12, 16, 20}},
     };
     static const int64_t full[3] = {2, 3, 4};
     kf_tensor *xt = in64(g, "x", 3, full);
@@ -594,6 +606,43 @@ static void test_softmax_matches_hand_computed_values(void **state) {
     eval1(g, &in, 1, "y", y, sizeof y);
     expect_near(y, (const double[]){0.09003057317038046, 0.24472847105479764, 0.6652409557748219},
                 3, 1e-15);
+}
+
+/* expand copies x along its size-1 and new leading dims. */
+static void test_expand_repeats_along_the_broadcast_dims(void **state) {
+    kf_graph *g = G;
+    double x[3] = {1, 2, 3};
+    out(g, "y", kf_expand(g, in64(g, "x", 2, DIMS(3, 1)), 3, DIMS(2, 3, 2)));
+    kf_binding in = {"x", x, sizeof x};
+    double y[12];
+    eval1(g, &in, 1, "y", y, sizeof y);
+    assert_memory_equal(y, ((const double[]){1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3}), sizeof y);
+}
+
+/* argmax is i32: the first maximum of a row, or its first NaN (torch.argmax). */
+static void test_argmax_takes_the_first_maximum_or_the_first_nan(void **state) {
+    kf_graph *g = G;
+    double x[12] = {1, 5, 5, 2, NAN, 7, NAN, 0, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    kf_tensor *t = kf_argmax(g, in64(g, "x", 2, DIMS(3, 4)), 1, 0);
+    assert_int_equal(kf_tensor_dtype(t), KF_DTYPE_I32);
+    out(g, "y", t);
+    kf_binding in = {"x", x, sizeof x};
+    int32_t y[3];
+    eval1(g, &in, 1, "y", y, sizeof y);
+    assert_memory_equal(y, ((const int32_t[]){1, 0, 0}), sizeof y);
+}
+
+static void test_log_softmax_matches_hand_computed_values_and_does_not_overflow(void **state) {
+    kf_graph *g = G;
+    double x[6] = {1, 2, 3, 0x1p100, 0x1p100 - 0x1p60, -0x1p100};
+    out(g, "y", kf_log_softmax(g, in64(g, "x", 2, DIMS(2, 3)), -1));
+    kf_binding in = {"x", x, sizeof x};
+    double y[6];
+    eval1(g, &in, 1, "y", y, sizeof y);
+    /* row 2: exp(x - max) is 1, 0, 0, so log(sum) is 0 and the rest is x - max, exactly */
+    expect_near(y, (const double[]){-2.4076059644443806, -1.4076059644443804, -0.4076059644443804},
+                3, 1e-15);
+    assert_true(y[3] == 0 && y[4] == -0x1p60 && y[5] == -0x1p101);
 }
 
 static void test_softmax_of_large_values_does_not_overflow(void **state) {
@@ -1061,6 +1110,42 @@ static void test_bf16_results_round_as_they_are_stored(void **state) {
     uint16_t y[2];
     eval1(g, in, 2, "y", y, sizeof y);
     assert_memory_equal(y, ((const uint16_t[]){0x3F80, 0x3F82}), 4);
+}
+
+/* clamp is min(max(x, lo), hi) with bounds rounded to the dtype first: in bf16
+ * min=0.1 is 0x3DCD (0.10009765625), so 0x3DCC rises to it and 0x3DCE stays. */
+static void test_clamp_rounds_its_bounds_to_the_dtype_and_passes_nan_through(void **state) {
+    kf_graph *g = G;
+    static const double x[6] = {-3, -0.5, 0.25, 2, NAN, -INFINITY};
+    kf_tensor *xt = in64(g, "x", 1, DIMS(6));
+    out(g, "both", kf_clamp(g, xt, -1, 1));
+    out(g, "lo", kf_clamp(g, xt, -1, INFINITY));
+    out(g, "hi", kf_clamp(g, xt, -INFINITY, 0));
+    uint16_t b[3] = {0x0000, 0x3DCC, 0x3DCE};
+    out(g, "b", kf_clamp(g, kf_input(g, "xb", KF_DTYPE_BF16, 1, DIMS(3)), 0.1, INFINITY));
+    int32_t iv[3] = {-5, 0, 7};
+    out(g, "i", kf_clamp(g, kf_input(g, "xi", KF_DTYPE_I32, 1, DIMS(3)), -2, 3));
+    kf_binding in[3] = {{"x", (void *)x, sizeof x}, {"xb", b, sizeof b}, {"xi", iv, sizeof iv}};
+    double both[6], lo[6], hi[6];
+    uint16_t yb[3];
+    int32_t yi[3];
+    kf_binding outs[5] = {{"both", both, sizeof both},
+                          {"lo", lo, sizeof lo},
+                          {"hi", hi, sizeof hi},
+                          {"b", yb, sizeof yb},
+                          {"i", yi, sizeof yi}};
+    eval_ok(g, in, 3, outs, 5);
+    static const double wb[6] = {-1, -0.5, 0.25, 1, NAN, -1}, wl[6] = {-1, -0.5, 0.25, 2, NAN, -1},
+                        wh[6] = {-3, -0.5, 0, 0, NAN, -INFINITY};
+    for (int i = 0; i < 6; i++) {
+        if (i == 4) {
+            assert_true(isnan(both[i]) && isnan(lo[i]) && isnan(hi[i]));
+            continue;
+        }
+        assert_true(both[i] == wb[i] && lo[i] == wl[i] && hi[i] == wh[i]);
+    }
+    assert_memory_equal(yb, ((const uint16_t[]){0x3DCD, 0x3DCD, 0x3DCE}), sizeof yb);
+    assert_memory_equal(yi, ((const int32_t[]){-2, 0, 3}), sizeof yi);
 }
 
 static void test_constants_load_from_their_storage_format(void **state) {
@@ -1621,6 +1706,7 @@ int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
         T(test_unary_ops_match_hand_computed_values),
         T(test_log_sqrt_and_rsqrt_match_hand_computed_values),
+        T(test_clamp_rounds_its_bounds_to_the_dtype_and_passes_nan_through),
         T(test_activations_of_large_magnitudes_neither_overflow_nor_cancel),
         T(test_relu_abs_and_neg_keep_nan),
         T(test_binary_ops_match_hand_computed_values),
@@ -1639,6 +1725,9 @@ int main(void) {
         T(test_iota_holds_the_index_along_its_axis),
         T(test_reductions_over_each_axis_of_a_rank3_tensor),
         T(test_reduce_max_propagates_nan_and_handles_all_negative_rows),
+        T(test_log_softmax_matches_hand_computed_values_and_does_not_overflow),
+        T(test_argmax_takes_the_first_maximum_or_the_first_nan),
+        T(test_expand_repeats_along_the_broadcast_dims),
         T(test_reduce_sum_of_i32_saturates),
         T(test_reduce_sum_of_f16_accumulates_in_double),
         T(test_softmax_matches_hand_computed_values),

@@ -36,6 +36,7 @@ static int teardown(void **state) {
 }
 
 #define G (((fixture *)*state)->g)
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 
 static kf_tensor *in(kf_graph *g, const char *name, kf_dtype d, int rank, ...) {
     int64_t dims[KF_MAX_RANK];
@@ -73,9 +74,9 @@ static void assert_error(const kf_graph *g, kf_status status, const char *frag1,
 
 static void test_unary_ops_keep_shape_and_dtype(void **state) {
     kf_tensor *x = in(G, "x", KF_DTYPE_BF16, 2, 3, 5);
-    kf_tensor *(*fns[])(kf_graph *, kf_tensor *) = {kf_neg,  kf_abs,     kf_exp,  kf_log,
-                                                     kf_sqrt, kf_rsqrt,   kf_tanh, kf_sigmoid,
-                                                     kf_relu, kf_gelu,    kf_gelu_tanh, kf_silu};
+    kf_tensor *(*fns[])(kf_graph *, kf_tensor *) = {
+        kf_neg,  kf_abs,  kf_exp,       kf_log,  kf_sqrt, kf_rsqrt, kf_tanh, kf_sigmoid,
+        kf_relu, kf_gelu, kf_gelu_tanh, kf_silu, kf_erf,  kf_sin,   kf_cos};
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         assert_type(fns[i](G, x), KF_DTYPE_BF16, 2, 3, 5);
     assert_int_equal(kf_graph_status(G), KF_OK);
@@ -247,6 +248,68 @@ static void test_norm_rejects_weight_of_wrong_length(void **state) {
     assert_null(kf_rms_norm(G, x, w, -1, 1e-6));
     assert_error(G, KF_ERR_SHAPE, "rms_norm: operand weight f32[32] must be rank 1 of length 64",
                  "f32[4, 64]");
+}
+
+static void test_clamp_keeps_shape_and_dtype_and_rejects_bad_bounds_by_name(void **state) {
+    kf_ctx *ctx = ((fixture *)*state)->ctx;
+    assert_type(kf_clamp(G, in(G, "x", KF_DTYPE_BF16, 2, 3, 5), -1, 1), KF_DTYPE_BF16, 2, 3, 5);
+    assert_type(kf_clamp(G, in(G, "i", KF_DTYPE_I32, 1, 4), -INFINITY, 7), KF_DTYPE_I32, 1, 4);
+    assert_int_equal(kf_graph_status(G), KF_OK);
+    static const struct {
+        kf_dtype d;
+        double lo, hi;
+        kf_status st;
+        const char *frag1, *frag2;
+    } bad[] = {
+        {KF_DTYPE_F32, NAN, 1, KF_ERR_INVALID_ARGUMENT, "clamp: min is NaN", NULL},
+        {KF_DTYPE_F32, 0, NAN, KF_ERR_INVALID_ARGUMENT, "clamp: max is NaN", NULL},
+        {KF_DTYPE_F32, 2, 1, KF_ERR_INVALID_ARGUMENT, "clamp: min 2 is greater than max 1", NULL},
+        {KF_DTYPE_F32, -INFINITY, INFINITY, KF_ERR_INVALID_ARGUMENT, "min is -inf and max is inf",
+         "at least one bound"},
+        {KF_DTYPE_I32, 0.5, 4, KF_ERR_INVALID_ARGUMENT, "clamp: min 0.5 is not a whole number",
+         "operand x i32[4, 8] is i32"},
+        {KF_DTYPE_I32, 0, 2.25, KF_ERR_INVALID_ARGUMENT, "clamp: max 2.25", NULL},
+        {KF_DTYPE_BOOL, 0, 1, KF_ERR_DTYPE, "clamp: operand x bool[4, 8] has dtype bool", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kf_graph *g;
+        assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+        assert_null(kf_clamp(g, in(g, "x", bad[i].d, 2, 4, 8), bad[i].lo, bad[i].hi));
+        assert_error(g, bad[i].st, bad[i].frag1, bad[i].frag2);
+        kf_graph_destroy(g);
+    }
+}
+
+static void test_expand_broadcasts_to_the_target_and_names_the_dim_it_cannot_widen(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_BF16, 2, 3, 1);
+    assert_type(kf_expand(G, x, 2, DIMS(3, 5)), KF_DTYPE_BF16, 2, 3, 5);
+    assert_type(kf_expand(G, x, 4, DIMS(2, 4, 3, 7)), KF_DTYPE_BF16, 4, 2, 4, 3, 7);
+    assert_type(kf_expand(G, kf_scalar(G, KF_DTYPE_I32, 1), 1, DIMS(6)), KF_DTYPE_I32, 1, 6);
+    assert_int_equal(kf_graph_status(G), KF_OK);
+    assert_null(kf_expand(G, x, 2, DIMS(4, 5)));
+    assert_error(G, KF_ERR_SHAPE,
+                 "expand: dim 0 of operand x bf16[3, 1] is 3, which cannot become 4",
+                 "only a dim of 1 expands");
+}
+
+static void test_expand_rejects_fewer_dims_and_bad_dims(void **state) {
+    kf_ctx *ctx = ((fixture *)*state)->ctx;
+    static const struct {
+        int rank;
+        int64_t dims[3];
+        const char *frag;
+    } bad[] = {
+        {1, {5}, "expand: the target has 1 dims, fewer than operand x f32[3, 1]"},
+        {2, {3, 0}, "expand: dim 1 is 0; every dim must be positive"},
+        {9, {3, 1, 1}, "expand: rank 9 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kf_graph *g;
+        assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+        assert_null(kf_expand(g, in(g, "x", KF_DTYPE_F32, 2, 3, 1), bad[i].rank, bad[i].dims));
+        assert_error(g, KF_ERR_SHAPE, bad[i].frag, NULL);
+        kf_graph_destroy(g);
+    }
 }
 
 static void test_norm_rejects_negative_or_nan_eps(void **state) {
@@ -649,6 +712,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_unary_ops_keep_shape_and_dtype),
         T(test_verify_catches_a_name_on_two_tensors_and_an_output_name_twice),
+        T(test_clamp_keeps_shape_and_dtype_and_rejects_bad_bounds_by_name),
+        T(test_expand_broadcasts_to_the_target_and_names_the_dim_it_cannot_widen),
+        T(test_expand_rejects_fewer_dims_and_bad_dims),
         T(test_binary_ops_broadcast_numpy_style),
         T(test_comparisons_return_bool),
         T(test_where_broadcasts_all_three_operands),

@@ -151,6 +151,9 @@ static const char golden[] =
     "ge1 = gelu(x)\n"
     "gt1 = gelu_tanh(x)\n"
     "si = silu(x)\n"
+    "ef = erf(x)\n"
+    "sn = sin(h)\n"
+    "cs = cos(d)\n"
     "ca = cast(h, f32)\n"
     "cb = cast(i, bool)\n"
     "a1 = add(x, w)\n"
@@ -183,8 +186,18 @@ static const char golden[] =
     "mm4 = matmul(p1, x, transpose_a=true, transpose_b=true)\n"
     "rsh = reshape(x, [3, 2])\n"
     "rs0 = reshape(c0, [1, 1])\n"
-    "%65 = reshape(rs0, [])\n"
-    "pm0 = permute(%65, [])\n"
+    "%68 = reshape(rs0, [])\n"
+    "pm0 = permute(%68, [])\n"
+    "cl1 = clamp(x, min=-1, max=0.5)\n"
+    "cl2 = clamp(i, max=3)\n"
+    "cl3 = clamp(hb, min=0.1)\n"
+    "rmn = reduce_min(i, axis=0, keepdim=true)\n"
+    "lsm = log_softmax(x)\n"
+    "lsm0 = log_softmax(d, axis=0)\n"
+    "am = argmax(x, axis=1)\n"
+    "am2 = argmax(i, axis=0, keepdim=true)\n"
+    "ex = expand(w, [2, 3])\n"
+    "ex2 = expand(m, [4, 2, 3])\n"
     "output y = mm1\n"
     "output ab = %22\n"
     "output e\n"
@@ -615,6 +628,16 @@ static void check_rejects(const char *text, size_t len, kf_status want, const ch
     R(builder_bad_permutation, X "y = permute(x, [0, 0])\n", KF_ERR_AXIS, "3:5: permute: *") \
     R(builder_negative_eps, X "w = input(f32[3])\ny = rms_norm(x, w, eps=-1)\n",              \
       KF_ERR_INVALID_ARGUMENT, "4:5: rms_norm: *")                                             \
+    R(clamp_without_bounds, X "y = clamp(x)\n", KF_ERR_PARSE,                                 \
+      "3:12: expected ',' and attribute min=... or max=... of clamp, found ')'")               \
+    R(clamp_bound_not_a_number, X "y = clamp(x, min=low)\n", KF_ERR_PARSE,                    \
+      "3:18: expected a number (or inf, -inf) for a bound of clamp, found 'low'")              \
+    R(builder_expand_of_a_wide_dim, X "y = expand(x, [3, 3])\n", KF_ERR_SHAPE,                \
+      "3:5: expand: dim 0 of operand x f32[2, 3] is 2, which cannot become 3 *")               \
+    R(expand_zero_dim, X "y = expand(x, [0, 3])\n", KF_ERR_PARSE,                             \
+      "3:16: expected a dim (a positive integer), found '0'")                                  \
+    R(builder_inverted_clamp, X "y = clamp(x, min=2, max=1)\n", KF_ERR_INVALID_ARGUMENT,      \
+      "3:5: clamp: min 2 is greater than max 1")                                               \
     R(duplicate_output_name, X "output x\noutput x\n", KF_ERR_INVALID_ARGUMENT, "4:8: output: *")
 /* clang-format on */
 

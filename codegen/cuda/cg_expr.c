@@ -72,6 +72,12 @@ static const char *op_fn(kf_op op) {
         return "kf_gelu_tanh";
     case KF_OP_SILU:
         return "kf_silu";
+    case KF_OP_ERF:
+        return "kf_erf";
+    case KF_OP_SIN:
+        return "kf_sin";
+    case KF_OP_COS:
+        return "kf_cos";
     case KF_OP_ADD:
         return "kf_add";
     case KF_OP_SUB:

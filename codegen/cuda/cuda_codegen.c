@@ -114,6 +114,11 @@ kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char 
         break;
     }
     case KF_GROUP_ROWWISE: {
+        if (g->row.stats & (1u << KF_STAT_ARGMAX)) { /* KF_NEVER: recipes refuse it first */
+            st = cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): argmax has no CUDA kernel yet",
+                         g->id, g->name);
+            break;
+        }
         cg_set_name(&c, "");
         row_spec rs = row_of_group(&c);
         for (uint32_t o = 0; o < n; o++)
@@ -126,6 +131,11 @@ kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char 
         break;
     }
     case KF_GROUP_COLREDUCE:
+        if (g->row.stats & (1u << KF_STAT_ARGMAX)) { /* KF_NEVER: recipes refuse it first */
+            st = cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): argmax has no CUDA kernel yet",
+                         g->id, g->name);
+            break;
+        }
         cg_set_name(&c, "");
         for (uint32_t o = 0; o < n; o++)
             cg_mark(&c, outs[o].node);

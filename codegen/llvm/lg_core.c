@@ -358,6 +358,12 @@ static LLVMValueRef emit_unary(lg_mod *m, kf_op op, kf_dtype dt, LLVMValueRef x)
         return LLVMBuildFDiv(B, lg_fconst(t, 1.0), lg_call_intrinsic(m, "llvm.sqrt", t, &x, 1), "");
     case KF_OP_TANH:
         return libm(m, "tanh", &x, 1);
+    case KF_OP_ERF:
+        return libm(m, "erf", &x, 1);
+    case KF_OP_SIN:
+        return libm(m, "sin", &x, 1);
+    case KF_OP_COS:
+        return libm(m, "cos", &x, 1);
     case KF_OP_SIGMOID:
         return sigmoid(m, x);
     case KF_OP_RELU:
@@ -783,6 +789,7 @@ static void row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, LLVMTypeRe
     bool need_max = s & (1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP);
     bool need_sum = s & (1u << KF_STAT_SUM | 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD);
     bool need_sq = s & (1u << KF_STAT_RMS_RSTD);
+    bool need_arg = s & (1u << KF_STAT_ARGMAX);
     bool pass2 = s & (1u << KF_STAT_SUMEXP | 1u << KF_STAT_RSTD);
     LLVMValueRef L = lg_i64(m, rs->length);
     LLVMTypeRef mt = is_int ? m->i32 : at;
@@ -794,6 +801,17 @@ static void row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, LLVMTypeRe
                    vmax);
     LLVMBuildStore(B, LLVMConstNull(at), vsum);
     LLVMBuildStore(B, LLVMConstNull(at), vsq);
+    /* argmax: the best value so far (from -inf, or INT32_MIN) and its index */
+    LLVMValueRef vbest = NULL, varg = NULL;
+    if (need_arg) {
+        vbest = lg_var(f, mt, "rbest");
+        varg = lg_var(f, m->i64, "rarg");
+        LLVMBuildStore(B,
+                       is_int ? LLVMConstInt(m->i32, (unsigned long long)INT32_MIN, 1)
+                              : lg_fconst(at, -INFINITY),
+                       vbest);
+        LLVMBuildStore(B, lg_i64(m, 0), varg);
+    }
     lg_loop lp;
     LLVMValueRef j = lg_loop_begin(f, &lp, lg_i64(m, 0), L, "stat1");
     LLVMValueRef x = x_at(f, user, j);
@@ -807,6 +825,22 @@ static void row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, LLVMTypeRe
             is_int ? LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGT, x, cur, ""), x, cur, "")
                    : lg_fmax_nan(m, cur, xa);
         LLVMBuildStore(B, nx, vmax);
+    }
+    if (need_arg) {
+        /* Moves on a greater value, or the first NaN; never past a NaN: the
+         * reference's first NaN, else its first maximum. */
+        LLVMValueRef best = LLVMBuildLoad2(B, mt, vbest, "");
+        LLVMValueRef up;
+        if (is_int) {
+            up = LLVMBuildICmp(B, LLVMIntSGT, x, best, "");
+        } else {
+            LLVMValueRef gt = LLVMBuildFCmp(B, LLVMRealOGT, xa, best, "");
+            LLVMValueRef xnan = LLVMBuildFCmp(B, LLVMRealUNO, xa, xa, "");
+            LLVMValueRef bok = LLVMBuildFCmp(B, LLVMRealORD, best, best, "");
+            up = LLVMBuildAnd(B, bok, LLVMBuildOr(B, gt, xnan, ""), "");
+        }
+        LLVMBuildStore(B, LLVMBuildSelect(B, up, is_int ? x : xa, best, ""), vbest);
+        LLVMBuildStore(B, LLVMBuildSelect(B, up, j, LLVMBuildLoad2(B, m->i64, varg, ""), ""), varg);
     }
     if (need_sum) {
         LLVMValueRef cur = LLVMBuildLoad2(B, at, vsum, "");
@@ -838,6 +872,8 @@ static void row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, LLVMTypeRe
     LLVMValueRef fL = is_int ? NULL : lg_fconst(at, (double)rs->length);
     if (need_max)
         pt->stat[KF_STAT_MAX] = LLVMBuildLoad2(B, mt, vmax, "max");
+    if (need_arg)
+        pt->stat[KF_STAT_ARGMAX] = LLVMBuildLoad2(B, m->i64, varg, "argmax"); /* i64: saturates */
     if (need_sum) {
         LLVMValueRef sum = LLVMBuildLoad2(B, at, vsum, "sum");
         pt->stat[KF_STAT_SUM] = sum;
