@@ -65,7 +65,8 @@ static bool same_node(const kf_tensor *a, const kf_tensor *b, kf_tensor *const *
     const kf_attrs *x = &a->attr, *y = &b->attr;
     if (x->axis != y->axis || x->keepdim != y->keepdim || x->transpose_a != y->transpose_a ||
         x->transpose_b != y->transpose_b || x->to != y->to ||
-        memcmp(&x->eps, &y->eps, sizeof x->eps) != 0)
+        memcmp(&x->eps, &y->eps, sizeof x->eps) != 0 ||
+        memcmp(&x->lo, &y->lo, sizeof x->lo) != 0 || memcmp(&x->hi, &y->hi, sizeof x->hi) != 0)
         return false;
     for (int i = 0; i < KF_MAX_RANK; i++)
         if (x->perm[i] != y->perm[i])

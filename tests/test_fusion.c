@@ -167,7 +167,9 @@ static void test_gemm_absorbs_bias_residual_and_scale(void **state) {
     kf_tensor *h = kf_add(f->g, kf_matmul(f->g, x, w, 0, 0), b);
     kf_tensor *y1 = kf_add(f->g, h, r);
     kf_tensor *s = kf_scalar(f->g, KF_DTYPE_F32, 0.5);
-    kf_tensor *y2 = kf_add(f->g, kf_mul(f->g, kf_add(f->g, kf_matmul(f->g, x, w, 0, 0), b), s), r);
+    /* another weight: an equal GEMM would be computed once (kf_ir_cse) */
+    kf_tensor *w2 = in2(f->g, "w2", 32, 16);
+    kf_tensor *y2 = kf_add(f->g, kf_mul(f->g, kf_add(f->g, kf_matmul(f->g, x, w2, 0, 0), b), s), r);
     kf_output(f->g, "y1", y1);
     kf_output(f->g, "y2", y2);
     const kf_plan *p = plan(f);
@@ -1055,10 +1057,11 @@ static void test_kf_debug_dumps_the_plan_after_each_pass_to_stderr(void **state)
     fflush(stderr);
     int saved = dup(2);
     dup2(fd, 2);
-    setenv("KF_DEBUG", "1", 1);
+    kf_plan_options opt;
+    kf_plan_options_init(&opt);
+    opt.debug = true; /* KF_FLAG_DEBUG_PASSES, through kf_compile */
     kf_plan *p = NULL;
-    kf_status st = kf_plan_create(f->g, NULL, &p);
-    unsetenv("KF_DEBUG");
+    kf_status st = kf_plan_create(f->g, &opt, &p);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -1076,13 +1079,16 @@ static void test_kf_debug_dumps_the_plan_after_each_pass_to_stderr(void **state)
         assert_non_null(strstr(buf, want));
     }
     assert_non_null(strstr(buf, "gemm_relu_f32_4x4"));
-    /* Without the variable, nothing is printed. */
+    /* Without the option nothing is printed, KF_DEBUG or not: the library
+     * reads no environment variable (the CLI maps KF_DEBUG onto the option). */
     char path2[] = "/tmp/kf_test_debug_XXXXXX";
     fd = mkstemp(path2);
     assert_true(fd >= 0);
     saved = dup(2);
     dup2(fd, 2);
+    setenv("KF_DEBUG", "1", 1);
     st = kf_plan_create(f->g, NULL, &p);
+    unsetenv("KF_DEBUG");
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -1093,9 +1099,94 @@ static void test_kf_debug_dumps_the_plan_after_each_pass_to_stderr(void **state)
     remove(path2);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Common subexpressions (issue 15, item 12)                                  */
+/* ------------------------------------------------------------------------ */
+
+/* 5,000 outputs that are all relu(x) -- built 5,000 times -- plan to one
+ * kernel, not 5,000; every output still reads the right value. */
+static void test_the_same_op_on_the_same_operands_is_planned_once(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    char name[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof name, "y%d", i);
+        assert_int_equal(kf_output(f->g, name, kf_relu(f->g, x)), KF_OK);
+    }
+    kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    for (int i = 0; i < 5000; i += 999)
+        assert_ptr_equal(kf_graph_output(f->g, (size_t)i), kf_graph_output(f->g, 0));
+}
+
+/* Equal constants, row ops and outputs fold; different constants, inputs and
+ * attributes do not. An elementwise value that is no output is not folded
+ * (each consumer's kernel recomputes it for free) but its consumers still
+ * are: softmax(exp(x)) built twice is one softmax. */
+static void test_cse_folds_what_saves_work_but_not_inputs_or_other_attributes(void **state) {
+    fixture *f = *state;
+    kf_graph *g = f->g;
+    kf_tensor *x = in2(g, "x", 4, 8), *x2 = in2(g, "x2", 4, 8);
+    float one = 1.0f, two = 2.0f;
+    kf_tensor *c1 = kf_constant(g, KF_DTYPE_F32, 0, NULL, &one);
+    kf_tensor *c1b = kf_constant(g, KF_DTYPE_F32, 0, NULL, &one);
+    kf_tensor *c2 = kf_constant(g, KF_DTYPE_F32, 0, NULL, &two);
+    kf_tensor *a = kf_mul(g, kf_exp(g, x), c1), *b = kf_mul(g, kf_exp(g, x), c1b);
+    kf_tensor *c = kf_mul(g, kf_exp(g, x), c2), *d = kf_exp(g, x2);
+    kf_tensor *s0 = kf_reduce_sum(g, x, 1, 0), *s1 = kf_reduce_sum(g, x, 1, 1);
+    kf_tensor *m0 = kf_softmax(g, kf_exp(g, x2), -1), *m1 = kf_softmax(g, kf_exp(g, x2), -1);
+    kf_output(g, "a", a);
+    kf_output(g, "b", b);
+    kf_output(g, "c", c);
+    kf_output(g, "d", d);
+    kf_output(g, "s0", s0);
+    kf_output(g, "s1", s1);
+    kf_output(g, "m0", m0);
+    kf_output(g, "m1", m1);
+    assert_int_equal(kf_graph_status(g), KF_OK);
+    uint32_t folded = 0;
+    assert_int_equal(kf_ir_cse(g, &folded), KF_OK);
+    /* c1b, b (an output), exp(x2) under m0 and m1 (equal to the output d), m1 */
+    assert_int_equal(folded, 5);
+    assert_ptr_equal(kf_graph_output(g, 1), a);     /* b is a */
+    assert_ptr_not_equal(kf_graph_output(g, 2), a); /* another constant */
+    assert_ptr_equal(kf_graph_output(g, 3), d);     /* another input */
+    assert_ptr_equal(kf_graph_output(g, 5), s1);    /* keepdim differs */
+    assert_ptr_equal(kf_graph_output(g, 7), m0);    /* one softmax */
+    assert_ptr_equal(m0->src[0], d);                /* of the output d */
+    assert_ptr_not_equal(c->src[0], a->src[0]);     /* exp(x) stays inline in each */
+    plan(f);                                        /* and the plan still checks */
+}
+
+/* clamp's bounds are attributes too: clamps of one input with other bounds
+ * stay apart, with the same bounds they fold (the merge of CSE and clamp
+ * first compared no bounds, and folded every clamp of x into the first). */
+static void test_cse_keeps_clamps_with_other_bounds_apart(void **state) {
+    fixture *f = *state;
+    kf_graph *g = f->g;
+    kf_tensor *x = in2(g, "x", 4, 8);
+    kf_tensor *a = kf_clamp(g, x, -1.0, 1.0), *b = kf_clamp(g, x, -2.0, 1.0);
+    kf_tensor *c = kf_clamp(g, x, -1.0, 2.0), *d = kf_clamp(g, x, -1.0, 1.0);
+    kf_output(g, "a", a);
+    kf_output(g, "b", b);
+    kf_output(g, "c", c);
+    kf_output(g, "d", d);
+    assert_int_equal(kf_graph_status(g), KF_OK);
+    uint32_t folded = 0;
+    assert_int_equal(kf_ir_cse(g, &folded), KF_OK);
+    assert_int_equal(folded, 1);                    /* d is a */
+    assert_ptr_equal(kf_graph_output(g, 3), a);
+    assert_ptr_not_equal(kf_graph_output(g, 1), a); /* another lo */
+    assert_ptr_not_equal(kf_graph_output(g, 2), a); /* another hi */
+    plan(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+        T(test_the_same_op_on_the_same_operands_is_planned_once),
+        T(test_cse_folds_what_saves_work_but_not_inputs_or_other_attributes),
+        T(test_cse_keeps_clamps_with_other_bounds_apart),
         T(test_gemm_absorbs_bias_and_each_activation),
         T(test_gemm_absorbs_bias_residual_and_scale),
         T(test_gemm_fuses_layer_norm_when_row_fits_one_tile),
