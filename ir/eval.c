@@ -217,7 +217,7 @@ static void eval_clamp(const kf_eval_state *st, const kf_tensor *t, double *out)
             v = kf_ir_scalar(KF_OP_MAX, d, v, lo, 0.0);
         if (has_hi)
             v = kf_ir_scalar(KF_OP_MIN, d, v, hi, 0.0);
-        out[i] = kf_ir_round(d, v);
+        out[i] = store_round(st, d, v);
     }
 }
 
@@ -294,7 +294,8 @@ static void eval_softmax(const kf_eval_state *st, const kf_tensor *t, double *ou
             if (kf_op_has(t->op, KF_TRAIT_LOGSPACE)) { /* (x - max) - log(sum) */
                 double ls = log(sum);
                 for (int64_t j = 0; j < n; j++)
-                    out[base + j * inner] = kf_ir_round(t->dtype, (in[base + j * inner] - m) - ls);
+                    out[base + j * inner] =
+                        store_round(st, t->dtype, (in[base + j * inner] - m) - ls);
                 continue;
             }
             for (int64_t j = 0; j < n; j++)
