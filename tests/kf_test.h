@@ -4,7 +4,8 @@
  *   - a seeded PRNG (splitmix64). The seed comes from $KF_TEST_SEED, else the
  *     clock; kf_test_run() prints it when any test failed, and
  *     kf_test_assert_close() prints it in its failure message, so a failing
- *     random run can be replayed with KF_TEST_SEED=N.
+ *     random run can be replayed with KF_TEST_SEED=N; KF_TEST_FILTER=pattern
+ *     runs only the matching tests (kf_test_filter);
  *   - random fills, poison fills (NaN for floats, 0xA5 bytes otherwise) and
  *     loads for host buffers in any dtype's storage format;
  *   - the relative error ||out - ref|| / ||ref|| (any NaN fails) against the
@@ -206,7 +207,18 @@ static inline void kf_test_assert_close_(const void *out, const void *ref, kf_dt
 }
 
 /* Runs a cmocka group and prints the seed when anything failed. */
-#define kf_test_run(tests) kf_test_run_(cmocka_run_group_tests((tests), NULL, NULL))
+#define kf_test_run(tests)                                                                         \
+    (kf_test_filter(), kf_test_run_(cmocka_run_group_tests((tests), NULL, NULL)))
+
+/* KF_TEST_FILTER=pattern runs only the tests whose names match (cmocka's
+ * wildcards), so one case of a long suite can be rerun in seconds (a GPU
+ * machine's lease, a failing random case). kf_test_run applies it; a suite
+ * with its own group setup calls this before cmocka_run_group_tests. */
+static inline void kf_test_filter(void) {
+    const char *f = getenv("KF_TEST_FILTER");
+    if (f && *f)
+        cmocka_set_test_filter(f);
+}
 
 static inline int kf_test_run_(int failed) {
     if (failed)

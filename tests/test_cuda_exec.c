@@ -1428,10 +1428,7 @@ int main(void) {
         cmocka_unit_test(test_generated_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
     };
-    /* KF_TEST_FILTER=pattern runs only the tests whose names match (cmocka's
-     * wildcards), so one suite can be rerun on a GPU machine in seconds. */
-    if (getenv("KF_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("KF_TEST_FILTER"));
+    kf_test_filter();
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
     if (failed == 0 && !G.have) {
         fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);

@@ -1259,8 +1259,5 @@ int main(void) {
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
         cmocka_unit_test(test_aot_rejects_bad_usage),
     };
-    /* KF_TEST_FILTER=pattern runs only the matching tests (cmocka's wildcards) */
-    if (getenv("KF_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("KF_TEST_FILTER"));
     return kf_test_run(tests);
 }
