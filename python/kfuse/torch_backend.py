@@ -12,6 +12,7 @@ shape seen before, also in a new process.
 Options (torch.compile(..., options={...})): "target" ("auto": the inputs'
 device), "cache_dir", "gemm", "flags" (as kfuse.Context takes them).
 """
+import ctypes
 import math
 import os
 import sys
@@ -68,9 +69,40 @@ def _kdt(dtype):
 # Translation of ATen ops into the kfuse builder
 # ---------------------------------------------------------------------------
 
+def _key(t):
+    return ctypes.cast(t._h, ctypes.c_void_p).value
+
+
 class _Builder:
+    """The graph being built, and for each reshape result its source, so
+    that view chains fold: ATen writes a linear layer on [B, S, K] as
+    view(mm(view(x, [B*S, K]), W), [B, S, N]), which kfuse fuses best as one
+    batched matmul of x whose epilogue sees [B, S, N] directly."""
+
     def __init__(self, graph):
         self.g = graph
+        self.source = {}
+
+    def reshape(self, x, shape):
+        shape = tuple(shape)
+        if tuple(x.shape) == shape:
+            return x
+        src = self.source.get(_key(x))
+        if src is not None and tuple(src.shape) == shape:
+            return src
+        y = self.g.reshape(x, shape)
+        self.source[_key(y)] = src if src is not None else x
+        return y
+
+    def matmul(self, a, b):
+        """a [M, K] @ b: when a is a view of [..., M', K], the batched matmul
+        of its source, viewed as [M, N]."""
+        src = self.source.get(_key(a))
+        if (src is not None and len(a.shape) == 2 and len(b.shape) == 2 and len(src.shape) > 2
+                and src.shape[-1] == a.shape[-1]):
+            full = self.g.matmul(src, b)
+            return self.reshape(full, (a.shape[0], b.shape[1]))
+        return self.g.matmul(a, b)
 
     def const_like(self, value, like_dtype):
         return self.g.scalar(value, like_dtype)
@@ -114,7 +146,7 @@ def _gelu(b, node, x, approximate="none"):
 
 
 def _reshape(b, node, x, *shape_args, **kw):
-    return b.g.reshape(x, _static_shape(_val(node)))
+    return b.reshape(x, _static_shape(_val(node)))
 
 
 def _identity(b, node, x, *a, **kw):
@@ -140,13 +172,18 @@ def _permute(b, node, x, dims):
 
 
 def _matmul(b, node, x, y):
-    return b.g.matmul(x, y)
+    return b.matmul(x, y)
 
 
 def _addmm(b, node, bias, x, y, beta=1, alpha=1):
     if beta != 1 or alpha != 1:
         raise Unsupported("addmm with beta or alpha")
-    return b.g.add(b.g.matmul(x, y), bias)
+    prod = b.matmul(x, y)
+    src = b.source.get(_key(prod))
+    if src is not None and len(bias.shape) <= 1:
+        # the bias is added on the batched product, so the view stays foldable
+        return b.reshape(b.g.add(src, bias), tuple(prod.shape))
+    return b.g.add(prod, bias)
 
 
 def _softmax(fn):
