@@ -5,7 +5,8 @@ import numpy as np
 
 from . import _capi
 
-_NP = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i32": np.int32, "bool": np.bool_}
+_NP = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i32": np.int32, "bool": np.bool_,
+       "i64": np.int64}
 # NumPy has no bfloat16: bf16 arrays are ml_dtypes.bfloat16 when that package is
 # installed, else uint16 holding the bits.
 try:
@@ -25,7 +26,7 @@ def _is_torch(x):
 
 
 _TORCH_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64",
-                "i32": "int32", "bool": "bool"}
+                "i32": "int32", "bool": "bool", "i64": "int64"}
 
 
 def _dtype_mismatch(name, kf, got):
@@ -35,10 +36,30 @@ def _dtype_mismatch(name, kf, got):
 class Bound:
     """One binding: a name and memory of the exact size, kept alive."""
 
-    def __init__(self, name, obj, kf_dtype, shape):
+    def __init__(self, name, obj, kf_dtype, shape, device=None):
+        """device: None for host memory, else the torch CUDA device the
+        binding must live on (a device-resident run)."""
         self.name, self.kf_dtype, self.shape = name, kf_dtype, tuple(shape)
         self.torch_device = None
         self.is_torch = _is_torch(obj)
+        if device is not None:
+            import torch
+
+            want = getattr(torch, _TORCH_NAMES[kf_dtype])
+            t = obj if self.is_torch else torch.as_tensor(obj)
+            if t.dtype != want:
+                if self.is_torch or t.dtype.is_floating_point != want.is_floating_point:
+                    raise _dtype_mismatch(name, kf_dtype, t.dtype)
+                t = t.to(want)
+            # host or other-device memory is copied over, strided memory made contiguous
+            t = t.detach().to(device).contiguous()
+            self.torch_device = device
+            self.keep, self.ptr = t, t.data_ptr()
+            self.nbytes = t.numel() * t.element_size()
+            if tuple(t.shape) != self.shape:
+                raise ValueError(f"kfuse: input {name!r} has shape {list(self.shape)}, got "
+                                 f"{list(t.shape)}")
+            return
         if self.is_torch:
             import torch
 
@@ -70,12 +91,13 @@ class Bound:
 
 
 class _Out:
-    def __init__(self, name, kf_dtype, shape, torch_device):
+    def __init__(self, name, kf_dtype, shape, torch_device, allocate_on=None):
         self.name, self.shape = name, tuple(shape)
         if torch_device is not None:
             import torch
 
-            t = torch.empty(self.shape, dtype=getattr(torch, _TORCH_NAMES[kf_dtype]))
+            t = torch.empty(self.shape, dtype=getattr(torch, _TORCH_NAMES[kf_dtype]),
+                            device=allocate_on or "cpu")
             self.keep, self.ptr = t, t.data_ptr()
             self.nbytes = t.numel() * t.element_size()
             self.device = torch_device
@@ -84,7 +106,7 @@ class _Out:
             self.keep, self.ptr, self.nbytes, self.device = a, a.ctypes.data, a.nbytes, None
 
     def result(self):
-        if self.device is not None and self.device.type != "cpu":
+        if self.device is not None and self.keep.device != self.device:
             return self.keep.to(self.device)
         return self.keep
 
@@ -92,19 +114,23 @@ class _Out:
 class GivenOut:
     """An output array the caller passed: written in place, never copied."""
 
-    def __init__(self, name, obj, kf_dtype, shape):
+    def __init__(self, name, obj, kf_dtype, shape, device=None):
         self.name, self.shape = name, tuple(shape)
         if _is_torch(obj):
             import torch
 
             if obj.dtype != getattr(torch, _TORCH_NAMES[kf_dtype]):
                 raise TypeError(f"kfuse: output {name!r} is {kf_dtype}, got dtype {obj.dtype}")
-            if obj.device.type != "cpu":
-                raise ValueError(f"kfuse: output {name!r} must be host memory for a "
-                                 f"host-pointer run, got a tensor on {obj.device}")
+            if obj.device != (device if device is not None else torch.device("cpu")):
+                raise ValueError(f"kfuse: output {name!r} must be on "
+                                 f"{device if device is not None else 'the host'} for this run, "
+                                 f"got a tensor on {obj.device}")
             ok, got_shape = obj.is_contiguous(), tuple(obj.shape)
             self.ptr, self.nbytes = obj.data_ptr(), obj.numel() * obj.element_size()
         else:
+            if device is not None:
+                raise ValueError(f"kfuse: output {name!r} must be a torch tensor on {device} "
+                                 f"for a device-resident run")
             if not isinstance(obj, np.ndarray):
                 raise TypeError(f"kfuse: output {name!r} must be a NumPy array or a torch "
                                 f"tensor, got {type(obj).__name__}")
@@ -124,11 +150,22 @@ class GivenOut:
         return self.keep
 
 
-def output_like(name, kf_dtype, shape, bound):
+def output_like(name, kf_dtype, shape, bound, device=None):
     """An empty output of the inputs' kind: torch on the first torch input's
-    device when an input is a torch tensor, else NumPy."""
+    device when an input is a torch tensor (allocated on `device` for a
+    device-resident run, by PyTorch's allocator), else NumPy."""
+    if device is not None:
+        return _Out(name, kf_dtype, shape, device, allocate_on=device)
     dev = next((b.torch_device for b in bound if b.is_torch), None)
     return _Out(name, kf_dtype, shape, dev)
+
+
+def cuda_device_of(inputs):
+    """The torch CUDA device of the first CUDA tensor among `inputs`, or None."""
+    for v in inputs.values():
+        if _is_torch(v) and v.device.type == "cuda":
+            return v.device
+    return None
 
 
 def to_storage(array, dtype):

@@ -61,8 +61,8 @@ class kf_check_result(ctypes.Structure):
 
 # Enums (include/kfuse.h).
 STATUS_NAMES = ["OK", "INVALID_ARGUMENT", "SHAPE", "DTYPE", "AXIS", "OUT_OF_MEMORY", "PARSE",
-                "VERIFY", "NOT_FOUND", "UNSUPPORTED", "IO", "INTERNAL"]
-DTYPES = ["f32", "f16", "bf16", "f64", "i32", "bool"]
+                "VERIFY", "NOT_FOUND", "UNSUPPORTED", "IO", "INTERNAL", "BUSY"]
+DTYPES = ["f32", "f16", "bf16", "f64", "i32", "bool", "i64"]
 TARGETS = {"auto": 0, "cuda": 1, "cpu": 2}
 GEMM_MODES = {"auto": 0, "generated": 1, "cublaslt": 2, "measured": 3}
 REPORT_FORMATS = {"text": 0, "json": 1}
@@ -79,6 +79,9 @@ _BINARY = ["add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "l
 _REDUCE = ["reduce_sum", "reduce_max", "reduce_mean", "reduce_min", "argmax"]
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
+# Symbols of newer libkfuse versions (device-resident runs).
+_OPTIONAL = {"kf_program_run_device", "kf_program_workspace_size", "kf_program_set_workspace",
+             "kf_slice", "kf_concat", "kf_gather"}
 
 
 def _declare(lib):
@@ -139,6 +142,15 @@ def _declare(lib):
         "kf_program_destroy": (None, [P]),
         "kf_program_report": (i, [P, i, vp]),
     }
+    BP = ctypes.POINTER(kf_binding)
+    sigs.update({
+        "kf_program_run_device": (i, [P, BP, s, BP, s, vp]),
+        "kf_program_workspace_size": (i, [P, ctypes.POINTER(s)]),
+        "kf_program_set_workspace": (i, [P, vp, s]),
+        "kf_slice": (T, [G, T, i, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]),
+        "kf_concat": (T, [G, i, ctypes.POINTER(T), i]),
+        "kf_gather": (T, [G, T, T, i]),
+    })
     for name in _UNARY:
         sigs["kf_" + name] = (T, [G, T])
     for name in _BINARY:
@@ -146,6 +158,8 @@ def _declare(lib):
     for name in _REDUCE:
         sigs["kf_" + name] = (T, [G, T, i, i])
     for name, (res, args) in sigs.items():
+        if name in _OPTIONAL and not hasattr(lib, name):
+            continue  # an older libkfuse: the feature is off (callers check hasattr)
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args

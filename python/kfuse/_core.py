@@ -4,7 +4,7 @@ import json as _json
 import threading
 
 from . import _capi
-from ._arrays import Bound, GivenOut, output_like
+from ._arrays import Bound, GivenOut, cuda_device_of, output_like
 
 DTYPES = tuple(_capi.DTYPES)
 
@@ -284,6 +284,21 @@ class Graph:
         return self._wrap(self._lib.kf_permute(self._h, self._t(x),
                                                (ctypes.c_int * max(rank, 1))(*perm)))
 
+    def slice(self, x, axis, start=0, stop=None, step=1):
+        """x[..., start:stop:step, ...] along `axis` (Python's rules)."""
+        stop = (1 << 63) - 1 if stop is None else stop
+        return self._wrap(self._lib.kf_slice(self._h, self._t(x), axis, start, stop, step))
+
+    def concat(self, xs, axis=0):
+        """The tensors `xs` joined along `axis`."""
+        xs = list(xs)
+        arr = (_capi.c_tensor_p * max(len(xs), 1))(*[self._t(x) for x in xs])
+        return self._wrap(self._lib.kf_concat(self._h, len(xs), arr, axis))
+
+    def gather(self, table, idx, axis=0):
+        """Rows of `table` picked by the i32/i64 `idx` along `axis`."""
+        return self._wrap(self._lib.kf_gather(self._h, self._t(table), self._t(idx), axis))
+
     def transpose(self, x, axis0, axis1):
         return self._wrap(self._lib.kf_transpose(self._h, self._t(x), axis0, axis1))
 
@@ -318,7 +333,7 @@ class Graph:
 
     __str__ = text
 
-    def _bindings(self, inputs):
+    def _bindings(self, inputs, device=None):
         ins = {t.name: t for t in self.inputs}
         unknown = sorted(set(inputs) - set(ins))
         if unknown:
@@ -327,15 +342,16 @@ class Graph:
         missing = [n for n in ins if n not in inputs]
         if missing:
             raise KfuseError(8, f"input {missing[0]!r} is not bound")
-        return [Bound(n, inputs[n], ins[n].dtype, ins[n].shape) for n in ins]
+        return [Bound(n, inputs[n], ins[n].dtype, ins[n].shape, device) for n in ins]
 
-    def _outputs_like(self, bound, given=None):
+    def _outputs_like(self, bound, given=None, device=None):
         outs = self.outputs
         for n in given or {}:
             if n not in outs:
                 _raise_unknown_output(n, outs)
-        return {n: (GivenOut(n, given[n], t.dtype, t.shape) if given and n in given
-                    else output_like(n, t.dtype, t.shape, bound)) for n, t in outs.items()}
+        return {n: (GivenOut(n, given[n], t.dtype, t.shape, device) if given and n in given
+                    else output_like(n, t.dtype, t.shape, bound, device))
+                for n, t in outs.items()}
 
     def eval(self, **inputs):
         """The reference evaluator (every op in double, each result rounded to
@@ -411,11 +427,16 @@ class Program:
             raise KfuseError(st, graph._error())
         self._h = h
         self._lock = threading.Lock()
+        size = ctypes.c_size_t()
+        # device-resident runs: the CUDA target of a library that has them
+        self._device_runs = (hasattr(self._lib, "kf_program_run_device") and
+                             self._lib.kf_program_workspace_size(h, ctypes.byref(size)) == 0)
+        self._workspace = None
 
     def __del__(self):
         h, self._h = getattr(self, "_h", None), None
         if h:
-            self._lib.kf_program_destroy(h)
+            self._lib.kf_program_destroy(h)  # waits for its runs before its workspace goes
 
     @property
     def kernel_count(self):
@@ -432,7 +453,15 @@ class Program:
     def run_with(self, inputs, out=None):
         """run() with the inputs as a dict, and `out`: {output name: array}
         to write into (C-contiguous, the output's dtype and shape; outputs
-        not named there are allocated). Returns every output."""
+        not named there are allocated). Returns every output.
+
+        On the CUDA target, when an input is a torch CUDA tensor, the run is
+        device-resident (kf_program_run_device): every input on that device
+        (others copied there), outputs allocated by PyTorch's allocator,
+        enqueued on PyTorch's current stream without a synchronization."""
+        dev = cuda_device_of(inputs) if self._device_runs else None
+        if dev is not None:
+            return self._run_device(inputs, out, dev)
         bound = self.graph._bindings(inputs)
         outs = self.graph._outputs_like(bound, out or {})
         bi = _binding_array(bound)
@@ -442,6 +471,39 @@ class Program:
             if st:
                 raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
         return {n: o.result() for n, o in outs.items()}
+
+    def _run_device(self, inputs, out, dev):
+        import torch
+
+        bound = self.graph._bindings(inputs, device=dev)
+        outs = self.graph._outputs_like(bound, out or {}, device=dev)
+        bi = _binding_array(bound)
+        bo = _binding_array(list(outs.values()))
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        with self._lock, torch.cuda.device(dev):
+            if self._workspace is None:
+                self._use_torch_workspace(dev)
+            st = self._lib.kf_program_run_device(self._h, bi, len(bound), bo, len(outs),
+                                                 ctypes.c_void_p(stream))
+            if st:
+                raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
+        return {n: o.result() for n, o in outs.items()}
+
+    def _use_torch_workspace(self, dev):
+        """The program's workspace from PyTorch's allocator (kept by the
+        program), so a framework's caching allocator serves kfuse."""
+        import torch
+
+        size = ctypes.c_size_t()
+        self._check_st(self._lib.kf_program_workspace_size(self._h, ctypes.byref(size)))
+        ws = torch.empty(max(size.value, 256), dtype=torch.uint8, device=dev)
+        self._check_st(self._lib.kf_program_set_workspace(self._h, ctypes.c_void_p(ws.data_ptr()),
+                                                          ws.numel()))
+        self._workspace = ws
+
+    def _check_st(self, st):
+        if st:
+            raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
 
     def report(self, format="text"):
         """The fusion report: text (str) or, with format="json", a dict

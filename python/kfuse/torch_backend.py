@@ -28,7 +28,7 @@ from . import _core
 aten = torch.ops.aten
 
 _DT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-       torch.float64: "f64", torch.int32: "i32", torch.bool: "bool"}
+       torch.float64: "f64", torch.int32: "i32", torch.bool: "bool", torch.int64: "i64"}
 
 _report_lock = threading.Lock()
 _last_report = [""]
@@ -282,6 +282,37 @@ def _arange(b, node, *args, **kw):
     return b.g.iota(_kdt(v.dtype), (int(end),), 0)
 
 
+def _slice(b, node, x, dim=0, start=None, end=None, step=1):
+    start = 0 if start is None else start
+    end = (1 << 63) - 1 if end is None else end
+    if tuple(_static_shape(_val(node))) == tuple(x.shape):
+        return x
+    return b.g.slice(x, dim, start, end, step)
+
+
+def _cat(b, node, xs, dim=0):
+    return b.g.concat(xs, dim)
+
+
+def _split(b, node, x, split_size, dim=0):
+    n = x.shape[dim]
+    sizes = ([split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
+             if isinstance(split_size, int) else list(split_size))
+    out, at = [], 0
+    for size in sizes:
+        out.append(b.g.slice(x, dim, at, at + size, 1) if size != n else x)
+        at += size
+    return tuple(out)
+
+
+def _embedding(b, node, weight, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return b.g.gather(weight, idx, 0)
+
+
+def _index_select(b, node, x, dim, idx):
+    return b.g.gather(x, idx, dim)
+
+
 def _sdpa(b, node, q, k, v, *args, **kw):
     """scaled_dot_product_attention in any of ATen's spellings, written as the
     primitives kfuse's planner fuses into one attention group."""
@@ -381,6 +412,9 @@ _OPS = {
     aten.full.default: _full, aten.scalar_tensor.default: _scalar_tensor,
     aten.arange.default: _arange, aten.arange.start: _arange,
     aten.arange.start_step: _arange,
+    aten.slice.Tensor: _slice, aten.cat.default: _cat,
+    aten.split.Tensor: _split, aten.split_with_sizes.default: _split,
+    aten.embedding.default: _embedding, aten.index_select.default: _index_select,
     aten.scaled_dot_product_attention.default: _sdpa,
     aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa,
     aten._scaled_dot_product_flash_attention.default: _sdpa,
@@ -392,6 +426,8 @@ _TUPLE_OPS = {aten.native_layer_norm.default, aten._scaled_dot_product_flash_att
               aten._scaled_dot_product_flash_attention.default,
               aten._scaled_dot_product_efficient_attention.default,
               aten._scaled_dot_product_cudnn_attention.default}
+# Ops returning tuples whose every result kfuse computes.
+_ALL_RESULTS = {aten.split.Tensor, aten.split_with_sizes.default}
 
 
 def _node_args(node):
@@ -400,7 +436,7 @@ def _node_args(node):
 
 def _tensor_meta_ok(v):
     if isinstance(v, (tuple, list)):
-        return True
+        return all(_tensor_meta_ok(x) for x in v)
     if not isinstance(v, torch.Tensor):
         return False
     _kdt(v.dtype)
@@ -419,6 +455,8 @@ class _Support(OperatorSupportBase):
         if node.op != "call_function":
             return False
         try:
+            if node.target.__name__ == "getitem" and node.args[0].target in _ALL_RESULTS:
+                return True
             if node.target.__name__ == "getitem" and node.args[0].target in _TUPLE_OPS:
                 if node.args[1] != 0:
                     raise Unsupported(f"result {node.args[1]} of {node.args[0].target}")
@@ -446,13 +484,16 @@ def _trial(node):
     builder refuses (shapes, dtypes, arguments) before partitioning."""
     g = _core.Graph(_core.Context("cpu"))
     env = {}
-    for i, a in enumerate(node.all_input_nodes):
-        v = _val(a)
-        env[a] = g.input(f"i{i}", _kdt(v.dtype), _static_shape(v))
     try:
+        for i, a in enumerate(node.all_input_nodes):
+            v = _val(a)
+            env[a] = g.input(f"i{i}", _kdt(v.dtype), _static_shape(v))
         _translate(_Builder(g), node, env)
     except _core.KfuseError as e:
         raise Unsupported(f"kfuse refused it: {e}") from None
+    except AttributeError as e:
+        # an op this libkfuse lacks (an older library than the package)
+        raise Unsupported(f"not in this libkfuse ({e})") from None
     except (TypeError, ValueError, KeyError, IndexError) as e:
         # an argument form the translation does not know: the op stays in PyTorch
         raise Unsupported(f"arguments kfuse does not translate ({e})") from None
@@ -502,8 +543,6 @@ class _KfusePartition(torch.nn.Module):
                 self.single = not isinstance(outs, (tuple, list))
                 for i, o in enumerate([outs] if self.single else outs):
                     t = env[o]
-                    if isinstance(t, tuple):
-                        t = t[0]
                     name = f"out{i}"
                     self.graph.output(name, t)
                     self.output_names.append(name)
