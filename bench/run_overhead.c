@@ -4,7 +4,9 @@
  * copies out) and with device pointers (kf_program_run_device: in place,
  * enqueued, nothing waited for), the latter with the same buffers every run
  * and with two buffer sets alternating (every run re-points every kernel
- * argument); and the cost of checking one device binding's pointer
+ * argument); the floor under both, the executor's launches alone (one
+ * CUDA graph launch, no binding); and the cost of checking one device
+ * binding's pointer
  * (cuPointerGetAttributes, alignment, range). Speed is measured here, never
  * asserted by a test.
  *
@@ -173,12 +175,25 @@ int main(int argc, char **argv) {
     size_t bindings = b.n_in + b.n_out;
 
     /* One pointer check, alone: the exec of a plan of the same graph. */
-    double check_us = 0;
+    double check_us = 0, launch_us = 0;
     {
         kf_plan *plan = NULL;
         CHECK(kf_plan_create(g, NULL, &plan));
         kf_cuda_exec *ex = NULL;
         CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
+        /* The floor: the exec's launches alone (its CUDA graph), no binding. */
+        double w[ROUNDS];
+        for (int r = -1; r < ROUNDS; r++) {
+            double t0 = now_us();
+            for (int i = 0; i < ITERS; i++)
+                CHECK(kf_cuda_exec_launch(ex, b.s, err));
+            double dt = now_us() - t0;
+            CHECK(kf_cuda_stream_sync(&dev, b.s, NULL, err));
+            if (r >= 0)
+                w[r] = dt / ITERS;
+        }
+        qsort(w, ROUNDS, sizeof w[0], cmp_double);
+        launch_us = w[ROUNDS / 2];
         const void *ptr = b.din[0][0].data;
         size_t bytes = b.din[0][0].size;
         double v[ROUNDS];
@@ -203,6 +218,8 @@ int main(int argc, char **argv) {
             dev_same_us);
     fprintf(stderr, "  device-pointer run, buffers alternating (re-point):   %8.2f us per run\n",
             dev_alt_us);
+    fprintf(stderr, "  the launches alone (kf_cuda_exec_launch, no binding):  %8.2f us per run\n",
+            launch_us);
     fprintf(stderr, "  pointer check per binding:                            %8.3f us\n",
             check_us);
     fprintf(stderr, "  budget for a device run of %zu kernels: %.1f us (same buffers: %s)\n",
@@ -228,10 +245,10 @@ int main(int argc, char **argv) {
                 "  \"commit\": \"%s\",\n  \"driver\": %d,\n  \"graph\": \"exp -> softmax -> "
                 "reduce_max, f32[64, 256]\",\n  \"kernels\": %zu,\n  \"bindings\": %zu,\n"
                 "  \"host_pointer_run_us\": %.3f,\n  \"device_pointer_run_us\": %.3f,\n"
-                "  \"device_pointer_run_repointed_us\": %.3f,\n"
+                "  \"device_pointer_run_repointed_us\": %.3f,\n  \"launch_only_us\": %.3f,\n"
                 "  \"pointer_check_us_per_binding\": %.4f,\n  \"budget_us\": %.1f\n}\n",
                 name, commit, drv->driver_version, kernels, bindings, host_us, dev_same_us,
-                dev_alt_us, check_us, budget);
+                dev_alt_us, launch_us, check_us, budget);
         fclose(outs[i]);
     }
     fprintf(stderr, "run_overhead: wrote %s\n", path);
