@@ -45,7 +45,7 @@ static char err[KF_MSG_MAX];
     do {                                                                                           \
         kf_status st_ = (call);                                                                    \
         if (st_ != KF_OK) {                                                                        \
-            fprintf(stderr, "run_overhead: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, err);    \
+            fprintf(stderr, "run_overhead: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, err);      \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -53,7 +53,7 @@ static char err[KF_MSG_MAX];
     do {                                                                                           \
         kf_status st_ = (call);                                                                    \
         if (st_ != KF_OK) {                                                                        \
-            fprintf(stderr, "run_overhead: %s: %s\n", #call, kf_program_error(p));               \
+            fprintf(stderr, "run_overhead: %s: %s\n", #call, kf_program_error(p));                 \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -220,8 +220,7 @@ int main(int argc, char **argv) {
             dev_alt_us);
     fprintf(stderr, "  the launches alone (kf_cuda_exec_launch, no binding):  %8.2f us per run\n",
             launch_us);
-    fprintf(stderr, "  pointer check per binding:                            %8.3f us\n",
-            check_us);
+    fprintf(stderr, "  pointer check per binding:                            %8.3f us\n", check_us);
     fprintf(stderr, "  budget for a device run of %zu kernels: %.1f us (same buffers: %s)\n",
             kernels, budget, dev_same_us <= budget ? "met" : "NOT met");
 
@@ -258,7 +257,7 @@ int main(int argc, char **argv) {
         free(in ? b.hin[i].data : b.hout[i - b.n_in].data);
         for (int s = 0; s < 2; s++)
             kf_cuda_mem_free(&dev, (kf_cu_deviceptr)(uintptr_t)(in ? b.din[s][i].data
-                                                                     : b.dout[s][i - b.n_in].data));
+                                                                   : b.dout[s][i - b.n_in].data));
     }
     for (int s = 0; s < 2; s++) {
         free(b.din[s]);

@@ -225,8 +225,9 @@ static kf_status check_binding(kf_program *p, const char *fn, bool device, const
                                const kf_binding *b, const kf_tensor *t) {
     char ts[160];
     if (!b->data)
-        return fail(p, KF_ERR_INVALID_ARGUMENT, "%s: %s '%s' has NULL data; bind a %sbuffer of %zu bytes",
-                    fn, what, b->name, device ? "device " : "", tensor_bytes(t));
+        return fail(p, KF_ERR_INVALID_ARGUMENT,
+                    "%s: %s '%s' has NULL data; bind a %sbuffer of %zu bytes", fn, what, b->name,
+                    device ? "device " : "", tensor_bytes(t));
     if (b->size != tensor_bytes(t))
         return fail(p, KF_ERR_INVALID_ARGUMENT, "%s: %s '%s' is %s: expected %zu bytes, got %zu",
                     fn, what, b->name, kf_ir_type_str(t, ts, sizeof ts), tensor_bytes(t), b->size);
@@ -288,8 +289,8 @@ static kf_status program_run(kf_program *p, const char *fn, bool device, const k
                 t = g->inputs[k];
         if (!t)
             return fail(p, KF_ERR_NOT_FOUND,
-                        "%s: input binding %zu names '%s', which is not a graph input", fn,
-                        i, b->name);
+                        "%s: input binding %zu names '%s', which is not a graph input", fn, i,
+                        b->name);
         if (p->bound[t->id])
             return fail(p, KF_ERR_INVALID_ARGUMENT,
                         "%s: input '%s' is bound twice; bind each input once", fn, b->name);
@@ -316,23 +317,20 @@ static kf_status program_run(kf_program *p, const char *fn, bool device, const k
     for (size_t i = 0; i < n_outputs; i++) {
         const kf_binding *b = &outputs[i];
         if (!b->name)
-            return fail(p, KF_ERR_INVALID_ARGUMENT,
-                        "%s: output binding %zu has no name", fn, i);
+            return fail(p, KF_ERR_INVALID_ARGUMENT, "%s: output binding %zu has no name", fn, i);
         const kf_tensor *t = NULL;
         for (uint32_t k = 0; k < g->n_outputs && !t; k++)
             if (strcmp(g->outputs[k].name, b->name) == 0)
                 t = g->outputs[k].tensor;
         if (!t)
-            return fail(
-                p, KF_ERR_NOT_FOUND,
-                "%s: output binding %zu names '%s', which is not a graph output", fn, i,
-                b->name);
+            return fail(p, KF_ERR_NOT_FOUND,
+                        "%s: output binding %zu names '%s', which is not a graph output", fn, i,
+                        b->name);
         for (size_t j = 0; j < i; j++)
             if (outputs[j].name && strcmp(outputs[j].name, b->name) == 0)
-                return fail(
-                    p, KF_ERR_INVALID_ARGUMENT,
-                    "%s: output '%s' is bound twice; bind each output at most once", fn,
-                    b->name);
+                return fail(p, KF_ERR_INVALID_ARGUMENT,
+                            "%s: output '%s' is bound twice; bind each output at most once", fn,
+                            b->name);
         kf_status st = check_binding(p, fn, device, "output", b, t);
         if (st != KF_OK)
             return st;
@@ -411,9 +409,9 @@ static kf_status program_run(kf_program *p, const char *fn, bool device, const k
 
 /* Holds p->running around one run: a second thread in a run of the same
  * program is refused, not let in to share its state. */
-static kf_status run_exclusive(kf_program *p, const char *fn, bool device,
-                               const kf_binding *inputs, size_t n_inputs,
-                               const kf_binding *outputs, size_t n_outputs, void *stream) {
+static kf_status run_exclusive(kf_program *p, const char *fn, bool device, const kf_binding *inputs,
+                               size_t n_inputs, const kf_binding *outputs, size_t n_outputs,
+                               void *stream) {
     if (atomic_exchange(&p->running, true))
         return KF_ERR_BUSY; /* the message buffer belongs to the run in progress */
     p->error[0] = '\0';
@@ -428,8 +426,7 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
      * target runs synchronously on the calling thread + pool and ignores it. */
     if (!p)
         return KF_ERR_INVALID_ARGUMENT;
-    return run_exclusive(p, "kf_program_run", false, inputs, n_inputs, outputs, n_outputs,
-                         stream);
+    return run_exclusive(p, "kf_program_run", false, inputs, n_inputs, outputs, n_outputs, stream);
 }
 
 kf_status kf_program_run_device(kf_program *p, const kf_binding *inputs, size_t n_inputs,
@@ -468,8 +465,8 @@ kf_status kf_program_set_workspace(kf_program *p, void *workspace, size_t bytes)
     if (atomic_exchange(&p->running, true))
         return KF_ERR_BUSY;
     char err[KF_MSG_MAX];
-    kf_status st = kf_cuda_exec_set_workspace(p->cuda, (unsigned long long)(uintptr_t)workspace,
-                                              bytes, err);
+    kf_status st =
+        kf_cuda_exec_set_workspace(p->cuda, (unsigned long long)(uintptr_t)workspace, bytes, err);
     if (st != KF_OK)
         fail(p, st, "kf_program_set_workspace: %s", err);
     atomic_store(&p->running, false);

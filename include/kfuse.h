@@ -505,8 +505,8 @@ KF_API kf_status kf_program_run(kf_program *program, const kf_binding *inputs, s
  *
  * The CPU target: KF_ERR_UNSUPPORTED (its runs take host pointers). */
 KF_API kf_status kf_program_run_device(kf_program *program, const kf_binding *inputs,
-                                       size_t n_inputs, const kf_binding *outputs,
-                                       size_t n_outputs, void *stream);
+                                       size_t n_inputs, const kf_binding *outputs, size_t n_outputs,
+                                       void *stream);
 
 /* The device bytes a run needs besides the program's constants: staging
  * for host runs, intermediates (shared by liveness), scratch and cuBLASLt's

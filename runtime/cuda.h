@@ -226,8 +226,8 @@ typedef enum kf_cu_tensor_map_oob_fill {
     X(cuGraphLaunch, "cuGraphLaunch", NULL, (kf_cu_graph_exec exec, kf_cu_stream stream))          \
     X(cuGraphExecDestroy, "cuGraphExecDestroy", NULL, (kf_cu_graph_exec exec))                     \
     X(cuGraphDestroy, "cuGraphDestroy", NULL, (kf_cu_graph graph))                                 \
-    /* Device-resident runs (kf_program_run_device): pointer checks, re-pointed                     \
-     * graph nodes, copies on the caller's stream, the capture and busy tests. */                    \
+    /* Device-resident runs (kf_program_run_device): pointer checks, re-pointed                    \
+     * graph nodes, copies on the caller's stream, the capture and busy tests. */                  \
     X(cuPointerGetAttributes, "cuPointerGetAttributes", NULL,                                      \
       (unsigned n, const int *attributes, void **data, kf_cu_deviceptr ptr))                       \
     X(cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2",                         \
@@ -241,7 +241,8 @@ typedef enum kf_cu_tensor_map_oob_fill {
     X(cuStreamEndCapture, "cuStreamEndCapture", NULL, (kf_cu_stream stream, kf_cu_graph * graph))  \
     X(cuMemAllocHost, "cuMemAllocHost_v2", NULL, (void **ptr, size_t bytes))                       \
     X(cuMemFreeHost, "cuMemFreeHost", NULL, (void *ptr))                                           \
-    X(cuCtxCreate, "cuCtxCreate_v2", NULL, (kf_cu_context * ctx, unsigned flags, kf_cu_device dev)) \
+    X(cuCtxCreate, "cuCtxCreate_v2", NULL,                                                         \
+      (kf_cu_context * ctx, unsigned flags, kf_cu_device dev))                                     \
     X(cuCtxDestroy, "cuCtxDestroy_v2", NULL, (kf_cu_context ctx))
 
 /* CUpointer_attribute values kfuse asks cuPointerGetAttributes for, and the

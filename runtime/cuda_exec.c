@@ -10,10 +10,16 @@
  *             arena addresses; every GEMM step's pointers bound -> constants
  *             up -> measured choices timed once -> the run order
  *   run:      inputs up -> steps -> stream sync -> outputs down
+ *   run_device: the caller's buffers bound in place (re-pointing only the
+ *             steps whose buffers moved) -> steps on the caller's stream
+ *             -> copies of outputs that cannot be written in place
  *
  * A step is a kernel launch or a cuBLASLt call with everything resolved at
  * prepare time, so a run does no planning and no allocation: the host cost
- * per step is the launch itself. Nothing here decides how a group runs.
+ * per step is the launch itself, plus, when a bound pointer changed, the
+ * rebinding of the steps that use it. Device memory is two regions: the
+ * constants, and the workspace (everything else, cuBLASLt's workspace too),
+ * which a caller may supply. Nothing here decides how a group runs.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -576,7 +582,7 @@ static kf_status repoint(kf_cuda_exec *ex, char *err) {
             continue;
         const kf_cuda_kstep *ks = s->k->ks;
         kf_cu_kernel_node_params np = {
-            s->k->fn,     ks->grid[0],  ks->grid[1],      ks->grid[2],        ks->block[0],
+            s->k->fn,     ks->grid[0],  ks->grid[1],      ks->grid[2],         ks->block[0],
             ks->block[1], ks->block[2], ks->shared_bytes, (void **)s->k->args, NULL,
             NULL,         NULL};
         /* A driver that cannot update a node: launch directly from now on. */
@@ -676,8 +682,7 @@ static kf_status measure_choices(kf_cuda_exec *ex, char *err) {
         st = kf_cuda_check(drv, drv->cuMemsetD8Async(ex->ws, 0, ex->arena_bytes, ex->stream),
                            "cuMemsetD8Async", NULL, err);
     if (st == KF_OK && drv->cuMemsetD8Async && ex->consts_bytes)
-        st = kf_cuda_check(drv,
-                           drv->cuMemsetD8Async(ex->consts, 0, ex->consts_bytes, ex->stream),
+        st = kf_cuda_check(drv, drv->cuMemsetD8Async(ex->consts, 0, ex->consts_bytes, ex->stream),
                            "cuMemsetD8Async", NULL, err);
     if (st == KF_OK)
         st = kf_cuda_event_create(&ex->dev, &e0, err);
@@ -1201,13 +1206,12 @@ kf_status kf_cuda_exec_check_pointer(kf_cuda_exec *ex, const void *ptr, size_t b
     kf_cu_deviceptr start = 0;
     size_t size = 0;
     static const int attrs[6] = {
-        KF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    KF_CU_POINTER_ATTRIBUTE_IS_MANAGED,
-        KF_CU_POINTER_ATTRIBUTE_CONTEXT,        KF_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        KF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      KF_CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        KF_CU_POINTER_ATTRIBUTE_CONTEXT,          KF_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
         KF_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, KF_CU_POINTER_ATTRIBUTE_RANGE_SIZE};
     void *data[6] = {&type, &managed, &c, &ordinal, &start, &size};
     /* A host binding needs only to be no device memory: two attributes. */
-    kf_cu_result r =
-        drv->cuPointerGetAttributes(device ? 6u : 2u, attrs, data, (kf_cu_deviceptr)p);
+    kf_cu_result r = drv->cuPointerGetAttributes(device ? 6u : 2u, attrs, data, (kf_cu_deviceptr)p);
     if (!device) {
         if (r == 0 && type == KF_CU_MEMORYTYPE_DEVICE && !managed)
             return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
@@ -1233,15 +1237,16 @@ kf_status kf_cuda_exec_check_pointer(kf_cuda_exec *ex, const void *ptr, size_t b
                           p, ex->dev.ordinal);
     if (ordinal >= 0 && ordinal != ex->dev.ordinal && !managed)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "0x%" PRIxPTR " is memory of device %d, but the program runs on device %d",
+                          "0x%" PRIxPTR
+                          " is memory of device %d, but the program runs on device %d",
                           p, ordinal, ex->dev.ordinal);
     if (size && (start > p || (size_t)(p - start) > size || size - (size_t)(p - start) < bytes))
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "0x%" PRIxPTR " lies in an allocation that holds %zu bytes from it, "
-                          "shorter than the tensor's %zu",
-                          p, start <= p && (size_t)(p - start) <= size ? size - (size_t)(p - start)
-                                                                       : (size_t)0,
-                          bytes);
+        return kf_msg_set(
+            err, KF_ERR_INVALID_ARGUMENT,
+            "0x%" PRIxPTR " lies in an allocation that holds %zu bytes from it, "
+            "shorter than the tensor's %zu",
+            p, start <= p && (size_t)(p - start) <= size ? size - (size_t)(p - start) : (size_t)0,
+            bytes);
     return KF_OK;
 }
 
@@ -1259,8 +1264,8 @@ kf_status kf_cuda_exec_set_workspace(kf_cuda_exec *ex, kf_cu_deviceptr ws, size_
     if (ws && (ws & (ARENA_ALIGN - 1)) != 0)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
                           "the workspace 0x%llx is not %u-byte aligned", ws, ARENA_ALIGN);
-    kf_status st = ws ? kf_cuda_exec_check_pointer(ex, (const void *)(uintptr_t)ws,
-                                                   ex->arena_bytes, true, ARENA_ALIGN, err)
+    kf_status st = ws ? kf_cuda_exec_check_pointer(ex, (const void *)(uintptr_t)ws, ex->arena_bytes,
+                                                   true, ARENA_ALIGN, err)
                       : make_current(ex, err);
     /* The last run may still use the workspace being replaced. */
     if (st == KF_OK && ex->ran)

@@ -110,8 +110,7 @@ size_t kf_cuda_exec_workspace_size(const kf_cuda_exec *ex);
  * at least the workspace size, 256-byte aligned, checked like a device
  * binding) and frees the program's own; ws 0 allocates the program's own
  * again. Waits for the last run first. The next run rebinds. */
-kf_status kf_cuda_exec_set_workspace(kf_cuda_exec *ex, kf_cu_deviceptr ws, size_t bytes,
-                                     char *err);
+kf_status kf_cuda_exec_set_workspace(kf_cuda_exec *ex, kf_cu_deviceptr ws, size_t bytes, char *err);
 
 /* Copies tensor t's device buffer (an output, input or anything materialized)
  * to `dst` (`bytes`). KF_ERR_NOT_FOUND when t has no buffer. */

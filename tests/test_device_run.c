@@ -109,9 +109,9 @@ typedef struct tcase {
     kf_graph *g;
     kf_program *p;
     size_t n_in, n_out;
-    kf_binding *hin, *hout;      /* host inputs; host outputs (the host run's) */
+    kf_binding *hin, *hout;             /* host inputs; host outputs (the host run's) */
     kf_binding *din[SETS], *dout[SETS]; /* device bindings (data: CUdeviceptr) */
-    void **fetched;              /* the device outputs copied back */
+    void **fetched;                     /* the device outputs copied back */
     const char *what;
 } tcase;
 
