@@ -1020,6 +1020,72 @@ static void test_device_runs_and_workspaces_are_refused_on_the_cpu(void **state)
     kf_ctx_destroy(ctx);
 }
 
+/* A run entered while the program is inside a run is refused with
+ * KF_ERR_BUSY, not let in to share the bindings: here the second call comes
+ * from the context's allocator, which the first run calls while it checks
+ * numerics (the same path another thread would take, without a race). */
+typedef struct reenter {
+    kf_program *p;
+    const kf_binding *in, *out;
+    bool armed;
+    int calls;
+    kf_status seen;
+} reenter;
+
+static void *reenter_alloc(void *user, size_t size) {
+    reenter *r = user;
+    if (r->armed) {
+        r->armed = false;
+        r->calls++;
+        r->seen = kf_program_run(r->p, r->in, 1, r->out, 1, NULL);
+        if (r->seen == KF_OK)
+            r->seen = KF_ERR_INTERNAL; /* let in: the test fails below */
+        kf_status dev = kf_program_run_device(r->p, r->in, 1, r->out, 1, NULL);
+        if (dev != KF_ERR_BUSY)
+            r->seen = dev;
+    }
+    return malloc(size);
+}
+static void *reenter_realloc(void *user, void *ptr, size_t old_size, size_t new_size) {
+    (void)user;
+    (void)old_size;
+    return realloc(ptr, new_size);
+}
+static void reenter_free(void *user, void *ptr, size_t size) {
+    (void)user;
+    (void)size;
+    free(ptr);
+}
+
+static void test_a_run_entered_during_a_run_of_the_same_program_is_busy(void **state) {
+    (void)state;
+    reenter r = {0};
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CPU;
+    o.flags = KF_FLAG_NO_CACHE | KF_FLAG_CHECK_NUMERICS;
+    o.allocator = (kf_allocator){reenter_alloc, reenter_realloc, reenter_free, &r};
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[4, 8])\ny = exp(x)\noutput y\n");
+    assert_int_equal(kf_compile(ctx, g, &r.p), KF_OK);
+    float xin[32] = {0}, yout[32];
+    kf_binding in = {"x", xin, sizeof xin}, out = {"y", yout, sizeof yout};
+    r.in = &in;
+    r.out = &out;
+    r.armed = true;
+    assert_int_equal(kf_program_run(r.p, &in, 1, &out, 1, NULL), KF_OK);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.seen, KF_ERR_BUSY);
+    for (int i = 0; i < 32; i++)
+        assert_true(yout[i] == 1.0f);
+    /* Not busy any more. */
+    assert_int_equal(kf_program_run(r.p, &in, 1, &out, 1, NULL), KF_OK);
+    kf_program_destroy(r.p);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 static void test_a_program_runs_again_with_new_inputs_and_threads(void **state) {
     (void)state;
     /* large enough to go parallel: every kind at a size the pool splits */
@@ -1432,6 +1498,7 @@ int main(void) {
         cmocka_unit_test(test_views_copies_and_aliased_outputs),
         cmocka_unit_test(test_run_checks_bindings_like_eval),
         cmocka_unit_test(test_device_runs_and_workspaces_are_refused_on_the_cpu),
+        cmocka_unit_test(test_a_run_entered_during_a_run_of_the_same_program_is_busy),
         cmocka_unit_test(test_a_program_runs_again_with_new_inputs_and_threads),
         cmocka_unit_test(test_a_program_outlives_its_graph),
         cmocka_unit_test(test_a_failed_compile_leaves_its_message_on_the_callers_graph),
