@@ -13,6 +13,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _candidates(explicit):
+    explicit = explicit or os.environ.get("KFUSE_LIBRARY")
     if explicit:
         yield explicit
         return
@@ -167,8 +168,9 @@ def _declare(lib):
 
 
 def load(path=None):
-    """Opens libkfuse (the one beside the package, else the system's) and
-    declares its functions. `path` names the library file to open instead."""
+    """Opens libkfuse and declares its functions: `path`, else the file named
+    by $KFUSE_LIBRARY, else the one installed in the package, else the
+    system's."""
     errors = []
     for cand in _candidates(path):
         try:

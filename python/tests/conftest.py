@@ -12,12 +12,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # pytest --kfuse-lib build/libkfuse.so
 def pytest_addoption(parser):
     parser.addoption("--kfuse-lib", default=None, help="libkfuse.so to load")
+    parser.addoption("--kfuse-device", default="cpu", choices=["cpu", "cuda"],
+                     help="where test_torch_backend runs: cpu (f32, the CPU target) or cuda "
+                          "(bf16, the CUDA target, device-resident runs)")
 
 
 def pytest_configure(config):
     lib = config.getoption("--kfuse-lib")
     if lib:
         kfuse.load_library(lib)
+        os.environ["KFUSE_LIBRARY"] = os.path.abspath(lib)  # for subprocesses
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(kfuse.__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [pkg_parent] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    os.environ["KFUSE_TEST_DEVICE"] = config.getoption("--kfuse-device")
 
 
 @pytest.fixture
