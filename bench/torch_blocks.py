@@ -15,7 +15,8 @@ ops left to PyTorch) is stored with the numbers.
 
   python3 bench/torch_blocks.py --commit ID [--out FILE] [--blocks gpt2_medium,llama7b]
 
-Needs the Python package installed (pip install ./python) and a GPU.
+Needs the Python package installed (pip install ./python), or --kfuse-lib
+build/libkfuse.so from a checkout, and a GPU.
 """
 import argparse
 import json
@@ -78,10 +79,23 @@ def main():
     ap.add_argument("--out", default="-")
     ap.add_argument("--blocks", default="gpt2_medium,llama7b")
     ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--kfuse-lib", default=None,
+                    help="libkfuse.so to load (with python/ on the path when the package "
+                         "is not installed)")
     args = ap.parse_args()
+    import sys
+
     import torch
 
-    import kfuse
+    try:
+        import kfuse
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "python"))
+        import kfuse
+    if args.kfuse_lib:
+        kfuse.load_library(args.kfuse_lib)
+        os.environ["KFUSE_LIBRARY"] = os.path.abspath(args.kfuse_lib)
     from kfuse.torch_backend import last_report, make_backend
 
     res = {"device": torch.cuda.get_device_name(), "commit": args.commit,
