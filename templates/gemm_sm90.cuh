@@ -30,6 +30,15 @@
  *     inlined): unrolled over a 128 x 256 tile it ran to 150 KB of SASS, and
  *     the tanh-GELU tile spent longer fetching it than multiplying.
  *
+ * Dual (KF_DUAL 1, the SwiGLU pair silu(A.Bg) * (A.Bu)): two B operands
+ * against the one A tile stream. The B tile of a stage is Bg's KF_ON
+ * columns then Bu's (KF_ON = KF_BN / 2, from the maps tb and tb2), so one
+ * wgmma m64nBNk16 computes both products of an output tile KF_ON wide: the
+ * accumulator's column groups j < KF_BN / 16 are the gate's, the rest the
+ * up projection's, at the same output columns. The epilogue stages 16
+ * columns of each (KF_EPI_COLS 16, the staging area's size unchanged) and
+ * kf_epi takes both (acc, acc1).
+ *
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
@@ -44,7 +53,8 @@
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
- * KF_A_BATCHED, KF_B_BATCHED, kf_wgmma(d, da, db) and kf_epi<2>(...).
+ * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, kf_wgmma(d, da, db) and kf_epi<8>(...)
+ * (kf_epi<8>(acc, acc1, ...) when KF_DUAL).
  */
 
 struct __align__(64) kf_tmap {
@@ -57,7 +67,12 @@ struct __align__(64) kf_tmap {
 #define KF_B_BYTES (KF_BN * KF_BK * 2)
 #define KF_STAGE_BYTES (KF_A_BYTES + KF_B_BYTES)
 #define KF_TILES_M ((KF_M + KF_BM - 1) / KF_BM)
-#define KF_TILES_N ((KF_N + KF_BN - 1) / KF_BN)
+#if KF_DUAL
+#define KF_ON (KF_BN / 2) /* output columns of a tile: gate and up share the B tile */
+#else
+#define KF_ON KF_BN
+#endif
+#define KF_TILES_N ((KF_N + KF_ON - 1) / KF_ON)
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
 #define KF_RASTER 8
@@ -70,7 +85,11 @@ struct __align__(64) kf_tmap {
 #define KF_HALVES 1
 #define KF_EMPTY_ARRIVALS 8 /* the 8 warps of both consumers */
 #endif
+#if KF_DUAL
+#define KF_EPI_COLS 16 /* output columns staged at a time, gate at 0.., up at 16.. */
+#else
 #define KF_EPI_COLS 32 /* columns staged at a time */
+#endif
 #define KF_EPI_LD 40   /* floats per staged row */
 #define KF_EPI_FLOATS (64 * KF_EPI_LD) /* one consumer's staging area */
 
@@ -141,7 +160,15 @@ __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long 
         const float4 lo = *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + cg * 8);
         const float4 hi = *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + cg * 8 + 4);
         const float a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#if KF_DUAL
+        const float4 lo1 = *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + 16 + cg * 8);
+        const float4 hi1 =
+            *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + 16 + cg * 8 + 4);
+        const float a1[8] = {lo1.x, lo1.y, lo1.z, lo1.w, hi1.x, hi1.y, hi1.z, hi1.w};
+        kf_epi<8>(a, a1, (long long)b, r, c, KF_ARGS);
+#else
         kf_epi<8>(a, (long long)b, r, c, KF_ARGS);
+#endif
     }
 }
 
@@ -158,8 +185,15 @@ __device__ __forceinline__ void kf_gm_tile(int t, int &b, int &mb, int &nb) {
     nb = r / rows;
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1)
-    KF_KERNEL(const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb, KF_PARAMS) {
+#if KF_DUAL
+#define KF_TMAP_PARAMS                                                                             \
+    const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb,                        \
+        const __grid_constant__ kf_tmap tb2
+#else
+#define KF_TMAP_PARAMS const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb
+#endif
+
+extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, KF_PARAMS) {
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_full[KF_STAGES], kf_empty[KF_STAGES];
     KF_SETUP();
@@ -179,6 +213,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&ta) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb) : "memory");
+#if KF_DUAL
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb2) : "memory");
+#endif
     }
     __syncthreads();
 
@@ -202,6 +239,22 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         kf_gm_box<KF_A_BATCHED>(sa + 8192u, &ta, mb * KF_BM + 64, kt * KF_BK, b,
                                                 bar);
                     }
+#if KF_DUAL
+                    /* Bg's KF_ON rows (or 64-column boxes) then Bu's. */
+                    if (KF_B_KMAJOR) {
+                        kf_gm_box<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_ON, b, bar);
+                        kf_gm_box<KF_B_BATCHED>(sb + KF_ON * 128u, &tb2, kt * KF_BK, nb * KF_ON,
+                                                b, bar);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < KF_ON / 64; j++) {
+                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_ON + 64 * j,
+                                                    kt * KF_BK, b, bar);
+                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * (j + KF_ON / 64), &tb2,
+                                                    nb * KF_ON + 64 * j, kt * KF_BK, b, bar);
+                        }
+                    }
+#else
                     if (KF_B_KMAJOR) {
                         kf_gm_box<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_BN, b, bar);
                     } else {
@@ -210,6 +263,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             kf_gm_box<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_BN + 64 * j,
                                                     kt * KF_BK, b, bar);
                     }
+#endif
                     if (++s == KF_STAGES) {
                         s = 0;
                         ph ^= 1u;
@@ -287,12 +341,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
 #endif
             /* The accumulator fragment of wgmma m64nN: warp w of the group
-             * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1). */
+             * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1).
+             * Dual: column group j + KF_ON / 8 is the up projection of the
+             * gate's group j, staged 16 columns to its right. */
 #pragma unroll
             for (int hf = 0; hf < KF_HALVES; hf++) {
                 const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
 #pragma unroll
-                for (int ch = 0; ch < KF_BN / KF_EPI_COLS; ch++) {
+                for (int ch = 0; ch < KF_ON / KF_EPI_COLS; ch++) {
 #pragma unroll
                     for (int jj = 0; jj < KF_EPI_COLS / 8; jj++) {
                         const int j = ch * (KF_EPI_COLS / 8) + jj;
@@ -303,10 +359,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             const float *dv = d + hf * (KF_BN / 2) + 4 * j + 2 * h;
                             *reinterpret_cast<float2 *>(stg + row * KF_EPI_LD + col) =
                                 make_float2(dv[0], dv[1]);
+#if KF_DUAL
+                            const float *du = dv + 4 * (KF_ON / 8);
+                            *reinterpret_cast<float2 *>(stg + row * KF_EPI_LD + 16 + col) =
+                                make_float2(du[0], du[1]);
+#endif
                         }
                     }
                     kf_gm_wg_sync(cw);
-                    kf_gm_epi_chunk(stg, b, rows, (long long)nb * KF_BN + ch * KF_EPI_COLS,
+                    kf_gm_epi_chunk(stg, b, rows, (long long)nb * KF_ON + ch * KF_EPI_COLS,
                                     threadIdx.x % 128, KF_ARGS);
                     kf_gm_wg_sync(cw);
                 }

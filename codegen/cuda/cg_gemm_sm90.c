@@ -15,9 +15,14 @@
  *         to the matmul's dtype, as the reference stores the product), then
  *         the template.
  *
+ * A group of two anchors sharing A (SwiGLU: silu(A.Bg) * (A.Bu)) is one dual
+ * kernel (shape.dual): both B tiles side by side in the ring, one wgmma over
+ * both, and kf_epi takes the two accumulators (ACC is the gate's, ACC1 the up
+ * projection's), so neither product ever reaches memory.
+ *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
- * two anchors (SwiGLU), a norm prologue on A, a row epilogue, a write that is
- * not the whole output, an expression outside the output space.
+ * a norm prologue on A, a row epilogue, a write that is not the whole output,
+ * an expression outside the output space.
  */
 #include "codegen/cuda/cg.h"
 
@@ -30,13 +35,6 @@ uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages) {
 }
 
 static bool gemm_dtype_ok(kf_dtype d) { return d == KF_DTYPE_BF16 || d == KF_DTYPE_F16; }
-
-static uint32_t find_acc_node(const kf_group *g) {
-    for (uint32_t k = 0; k < g->n_expr; k++)
-        if (g->expr[k].kind == KF_EXPR_ACC)
-            return k;
-    return KF_NONE;
-}
 
 /* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
  * the row of the contiguous [batch * M, N] output. */
@@ -80,6 +78,7 @@ static void emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
 
 typedef struct gout {
     uint32_t node; /* KF_NONE: the bare product */
+    bool bare1;    /* the bare product of anchor 1 (dual) */
     int param;
     kf_dtype dtype;
     uint32_t tensor;
@@ -114,8 +113,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
-    if (gm->n_anchors != 1)
-        why = "two GEMMs share A (SwiGLU)";
+    if (gm->n_anchors != (sh->dual ? 2 : 1))
+        why = sh->dual ? "a dual kernel needs two GEMMs sharing A"
+                       : "two GEMMs share A (SwiGLU): the shape must be dual";
     else if (gm->a_prologue)
         why = "a norm prologue on A";
     else if (gm->row_epilogue || g->row.present)
@@ -131,13 +131,18 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
 
     c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM90;
     cg_set_name(&c, "");
-    uint32_t acc = find_acc_node(g);
-    if (acc != KF_NONE) {
-        const char *rnd = cg_round_fn(g->expr[acc].dtype);
-        if (rnd && g->expr[acc].tensor != KF_NONE)
-            snprintf(c.ov[acc], OV_MAX, "%s(acc[k])", rnd);
+    /* Each ACC node: its accumulator (acc: anchor 0, acc1: anchor 1), rounded
+     * to the product's dtype when the reference stores the product. */
+    for (uint32_t k = 0; k < g->n_expr; k++) {
+        const kf_expr *e = &g->expr[k];
+        if (e->kind != KF_EXPR_ACC)
+            continue;
+        const char *arr = e->anchor == 1 ? "acc1" : "acc";
+        const char *rnd = cg_round_fn(e->dtype);
+        if (rnd && e->tensor != KF_NONE)
+            snprintf(c.ov[k], OV_MAX, "%s(%s[k])", rnd, arr);
         else
-            snprintf(c.ov[acc], OV_MAX, "acc[k]");
+            snprintf(c.ov[k], OV_MAX, "%s[k]", arr);
     }
 
     /* The writes: every one the whole output, in the output space. */
@@ -147,7 +152,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     for (uint32_t w = 0; w < g->n_writes && n_outs < MAX_OUTS; w++) {
         uint32_t root = g->roots ? g->roots[w] : KF_NONE;
         uint32_t t = g->writes[w];
-        if (root == KF_NONE && t != gm->anchor[0])
+        if (root == KF_NONE && t != gm->anchor[0] && (!sh->dual || t != gm->anchor[1]))
             continue;
         const kf_tensor *tt = cg_tensor(&c, t);
         if (kf_ir_numel(tt) != total || (root != KF_NONE && g->expr[root].space != KF_SPACE_OUT))
@@ -155,6 +160,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                                       "group %u (%s): write %%%u is not the whole GEMM output",
                                       g->id, g->name, t));
         outs[n_outs].node = root;
+        outs[n_outs].bare1 = root == KF_NONE && sh->dual && t == gm->anchor[1];
         outs[n_outs].tensor = t;
         outs[n_outs].dtype = tt->dtype;
         n_outs++;
@@ -173,7 +179,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_CONST || e->kind == KF_EXPR_LOAD ||
                    e->kind == KF_EXPR_ACC || e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_ROW ||
                    e->kind == KF_EXPR_COL || e->kind == KF_EXPR_BATCH);
-        if (e->kind == KF_EXPR_ACC && e->anchor != 0)
+        if (e->kind == KF_EXPR_ACC && e->anchor != 0 && !(sh->dual && e->anchor == 1))
             ok = false;
         if (!ok)
             return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
@@ -231,7 +237,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     kf_cuda_kernel *k = c.k;
     k->vec = 1;
     k->launch.block = 384;
-    int64_t tiles = ((sh->m + 127) / 128) * ((sh->n + sh->bn - 1) / sh->bn) * sh->batch;
+    uint32_t on = sh->dual ? sh->bn / 2 : sh->bn; /* output columns of a tile */
+    int64_t tiles = ((sh->m + 127) / 128) * ((sh->n + on - 1) / on) * sh->batch;
     k->launch.work_items = (uint64_t)tiles;
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;
@@ -243,16 +250,19 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "LL\n#define KF_BATCH %" PRId64 "LL\n#define KF_BN %u\n#define KF_STAGES %u\n"
               "#define KF_PINGPONG %d\n"
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
-              "#define KF_B_BATCHED %d\n\n",
+              "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
-              sh->b_batched ? 1 : 0);
+              sh->b_batched ? 1 : 0, sh->dual ? 1 : 0);
     emit_wgmma(&c, sh, mm->dtype);
 
-    cg_puts(&c.s, "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b. */\n"
-                  "template <int VV>\n__device__ __forceinline__ void kf_epi(const float *acc, "
-                  "long long b, long long r, long long c0, KF_PARAMS) {\n"
-                  "    const long long q = b * KF_M + r;\n    (void)q;\n");
+    cg_printf(&c.s,
+              "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s. */\n"
+              "template <int VV>\n__device__ __forceinline__ void kf_epi(const float *acc, %s"
+              "long long b, long long r, long long c0, KF_PARAMS) {\n"
+              "    const long long q = b * KF_M + r;\n    (void)q;\n",
+              sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)" : "",
+              sh->dual ? "const float *acc1, " : "");
     cg_emit_nodes(&c, cg_coord_of, x, "    ", true);
     /* Each output: one vector store when the VV columns are all inside and
      * the address is 16-byte aligned, else element by element. */
@@ -260,7 +270,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         const char *rt = cg_reg_type(outs[o].dtype);
         char val[48];
         if (outs[o].node == KF_NONE)
-            snprintf(val, sizeof val, "acc");
+            snprintf(val, sizeof val, "%s", outs[o].bare1 ? "acc1" : "acc");
         else
             snprintf(val, sizeof val, "v%u%s", outs[o].node,
                      cg_raw_of(&c, outs[o].node, true) ? "u" : "");
