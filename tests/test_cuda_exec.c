@@ -1044,6 +1044,41 @@ static void test_generated_gemms_match_the_reference(void **state) {
         run_text("kfg 1\nx = input(%s[64, 48])\nw = input(%s[48, 1])\nv = input(%s[1, 64])\n"
                  "c = matmul(x, w)\ne = matmul(v, x)\noutput c\noutput e\n",
                  dts[d], 1808, &(run_opts){.lo = -1, .hi = 1, .ctx = ctx}, "vector shapes");
+        /* SwiGLU as one dual kernel: ping-pong 128 x (2 x 64), ragged M, N, K */
+        run_text("kfg 1\nx = input(%s[1000, 264])\nwg = input(%s[264, 1096])\n"
+                 "wu = input(%s[264, 1096])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1811,
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "dual 128x(2x64) tiles ping-pong",
+                             .ctx = ctx},
+                 "SwiGLU dual, ping-pong, ragged");
+        /* dual cooperative 128 x (2 x 128), ragged; the gated product cast to f32 */
+        run_text("kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[136, 2056])\n"
+                 "wu = input(%s[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\nh = mul(a, u)\ny = cast(h, f32)\noutput y\n",
+                 dts[d], 1812,
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
+                             .ctx = ctx},
+                 "SwiGLU dual, cooperative, ragged, cast");
+        /* dual with both B transposed (K-major), few tiles, M = 1 */
+        run_text("kfg 1\nx = input(%s[1, 200])\nwg = input(%s[136, 200])\n"
+                 "wu = input(%s[136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+                 "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1813,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, K-major B, M = 1");
+        /* dual batched (both B per batch), with a residual in the epilogue */
+        run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
+                 "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"
+                 "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\n"
+                 "y = add(h, r)\noutput y\n",
+                 dts[d], 1814,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, batched, residual");
     }
     /* every example and pattern, forced */
     const char *src = getenv("KF_SOURCE_DIR");
