@@ -151,8 +151,12 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
  * of batch b, 8 columns per thread and step. */
 __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long r0, long long c0,
                                              int tid, KF_PARAMS) {
-#pragma unroll 1
-    for (int i = tid; i < 64 * (KF_EPI_COLS / 8); i += 128) {
+    /* Unrolled (2 steps, 1 when dual): both steps' loads are in flight
+     * together; the epilogue runs while the tensor cores wait, and it was
+     * latency-bound (H100, b8a1d69: ~18 us a tile). */
+#pragma unroll
+    for (int it = 0; it < 64 * (KF_EPI_COLS / 8) / 128; it++) {
+        const int i = tid + 128 * it;
         const int row = i / (KF_EPI_COLS / 8), cg = i % (KF_EPI_COLS / 8);
         const long long r = r0 + row, c = c0 + cg * 8;
         if (r >= KF_M || c >= KF_N)

@@ -1071,6 +1071,19 @@ static void test_generated_gemms_match_the_reference(void **state) {
                  dts[d], 1813,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
                  "SwiGLU dual, K-major B, M = 1");
+        /* N = 1001 (K-major B takes any N): the last chunk of a row is
+         * partial, and the epilogue's bias and residual reads stop at N */
+        run_text("kfg 1\nx = input(%s[300, 64])\nw = input(%s[1001, 64])\nb = input(%s[1001])\n"
+                 "r = input(%s[300, 1001])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
+                 "y = add(a, r)\noutput y\n",
+                 dts[d], 1815, &o, "N = 1001, K-major B, bias + residual");
+        run_text("kfg 1\nx = input(%s[200, 64])\nwg = input(%s[1001, 64])\n"
+                 "wu = input(%s[1001, 64])\nb = input(%s[1001])\n"
+                 "g = matmul(x, wg, transpose_b=true)\nu = matmul(x, wu, transpose_b=true)\n"
+                 "a = silu(g)\nh = mul(a, u)\ny = add(h, b)\noutput y\n",
+                 dts[d], 1816,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, N = 1001, bias");
         /* dual batched (both B per batch), with a residual in the epilogue */
         run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
                  "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"

@@ -27,7 +27,7 @@ void cg_emit_const(cg *c, kf_dtype d, double v) {
     }
 }
 
-static const char *stat_field(kf_stat s) {
+const char *cg_stat_field(kf_stat s) {
     switch (s) {
     case KF_STAT_MAX:
         return "max";
@@ -357,9 +357,9 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
         }
         case KF_EXPR_STAT:
             if (rnd)
-                cg_printf(&c->s, "%s((float)st.%s)", rnd, stat_field(e->stat));
+                cg_printf(&c->s, "%s((float)st.%s)", rnd, cg_stat_field(e->stat));
             else
-                cg_printf(&c->s, "(%s)st.%s", rt, stat_field(e->stat));
+                cg_printf(&c->s, "(%s)st.%s", rt, cg_stat_field(e->stat));
             break;
         case KF_EXPR_OP: {
             kf_op op = e->op;

@@ -202,6 +202,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         os[n_os].dtype = outs[o].dtype;
         os[n_os].tensor = outs[o].tensor;
         os[n_os].synth_softmax = false;
+        os[n_os].stat_pack = 0;
         n_os++;
     }
     cg_mark_stored(&c, os, n_os);
@@ -210,7 +211,14 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (!x)
         return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
     epi_coords(x, g);
-    /* The loads: one element each, at its coordinates (column c0 + k). */
+    /* The loads, at their coordinates (column c0 + k). One contiguous along
+     * the row (a bias, a residual) is one vector load of the VV columns
+     * before the expressions (kf_ldv, when they are all inside and the
+     * address is 16-byte aligned), so a chunk's loads are all in flight at
+     * once; the others one element each. A column past N is never read: a
+     * ragged N (K-major B allows any) left the last vector's tail reading
+     * past the operand. */
+    sbuf vl = {.mem = c.mem};
     for (uint32_t i = 0; i < c.n; i++) {
         const kf_expr *e = &g->expr[i];
         if (!c.need[i] || c.ov[i][0] || e->kind != KF_EXPR_LOAD)
@@ -220,18 +228,38 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         char off[OV_MAX - 64];
         size_t n = 0;
         off[0] = 0;
+        int last = g->rank - 1;
+        bool along = s[last] != 0 && g->dims[last] != 1; /* varies with k */
+        bool vector = along && s[last] == 1;
         for (int d = 0; d < g->rank; d++) {
             if (s[d] == 0 || g->dims[d] == 1)
                 continue;
             int w = snprintf(off + n, sizeof off - n, "%s(%s%s) * %" PRId64 "LL", n ? " + " : "",
-                             x->coord[KF_SPACE_OUT][d], d == g->rank - 1 ? " + k" : "", s[d]);
+                             x->coord[KF_SPACE_OUT][d], d == last && !vector ? " + k" : "", s[d]);
             n += w > 0 ? (size_t)w : 0;
             if (n >= sizeof off)
                 break;
         }
         if (!off[0])
             snprintf(off, sizeof off, "0");
-        snprintf(c.ov[i], OV_MAX, "kf_ld(p%d + (%s))", c.param[i], off);
+        if (vector) {
+            cg_printf(
+                &vl,
+                "    %s l%u[VV];\n    {\n        const auto *lp = p%d + (%s);\n"
+                "        if (c0 + VV <= KF_N && kf_aligned(lp, 16))\n"
+                "            kf_ldv<VV>(lp, l%u);\n        else\n"
+                "            for (int k = 0; k < VV; k++)\n"
+                "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
+                "    }\n",
+                cg_reg_type(e->dtype), i, c.param[i], off, i, i);
+            snprintf(c.ov[i], OV_MAX, "l%u[k]", i);
+        } else if (along) {
+            snprintf(c.ov[i], OV_MAX,
+                     "(c0 + k < KF_N ? kf_ld(p%d + (%s)) : decltype(kf_ld(p%d))(0))", c.param[i],
+                     off, c.param[i]);
+        } else {
+            snprintf(c.ov[i], OV_MAX, "kf_ld(p%d + (%s))", c.param[i], off);
+        }
     }
 
     kf_cuda_kernel *k = c.k;
@@ -263,6 +291,12 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "    const long long q = b * KF_M + r;\n    (void)q;\n",
               sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)" : "",
               sh->dual ? "const float *acc1, " : "");
+    if (vl.p) {
+        cg_puts(&c.s, vl.p);
+        kf_mem_free(c.mem, vl.p, vl.cap);
+    }
+    if (vl.oom)
+        c.st = cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
     cg_emit_nodes(&c, cg_coord_of, x, "    ", true);
     /* Each output: one vector store when the VV columns are all inside and
      * the address is 16-byte aligned, else element by element. */

@@ -63,6 +63,7 @@ static uint32_t collect_outs(cg *c, out_spec *outs, kf_expr_kind skip_kind) {
         outs[n].tensor = t;
         outs[n].dtype = cg_tensor(c, t)->dtype;
         outs[n].synth_softmax = false;
+        outs[n].stat_pack = 0;
         n++;
     }
     return n;
@@ -215,6 +216,7 @@ kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, con
     outs[n].tensor = g->gemm.a[0];
     outs[n].dtype = g->expr[g->gemm.a_root].dtype;
     outs[n].synth_softmax = false;
+    outs[n].stat_pack = 0;
     n++;
     out_spec all[MAX_OUTS];
     uint32_t na = collect_outs(&c, all, KF_EXPR_COUNT);
