@@ -39,6 +39,14 @@
  * columns of each (KF_EPI_COLS 16, the staging area's size unchanged) and
  * kf_epi takes both (acc, acc1).
  *
+ * Norm prologue (KF_A_NORM 1): A's rows are LayerNorm'd / RMSNorm'd in the
+ * ring. A pre-pass kernel wrote each row's statistics (KF_A_STATS, f32,
+ * KF_A_NSTATS a row); a consumer loads those of its rows once per tile and,
+ * when a stage lands, rewrites its rows of the A tile in place through
+ * kf_apro (the group's expression for A, rounded as the reference rounds the
+ * norm), fences the async proxy (the wgmmas read what plain stores wrote)
+ * and syncs its warpgroup before its wgmmas. Columns past K stay zero.
+ *
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
@@ -53,8 +61,9 @@
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
- * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, kf_wgmma(d, da, db) and kf_epi<8>(...)
- * (kf_epi<8>(acc, acc1, ...) when KF_DUAL).
+ * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, kf_wgmma(d, da, db) and
+ * kf_epi<8>(...) (kf_epi<8>(acc, acc1, ...) when KF_DUAL); with KF_A_NORM also
+ * KF_A_NSTATS, KF_A_STATS, kf_a_to_f32, kf_f32_to_a and kf_apro<VV>(...).
  */
 
 struct __align__(64) kf_tmap {
@@ -175,6 +184,52 @@ __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long 
 #endif
     }
 }
+
+#if KF_A_NORM
+/* Rows of the A tile a consumer normalizes: its half (cooperative) or the
+ * whole tile (ping-pong); thread t takes 16-byte chunk t % 8 of rows
+ * t / 8 + 16 i. */
+#define KF_A_ROWS (KF_PINGPONG ? 128 : 64)
+#define KF_A_NR (KF_A_ROWS / 16)
+
+/* Rewrites rows row0.. of the A tile at shared address sa (K-major, 128-byte
+ * swizzle: chunk j of row r sits at r * 128 + (j ^ r % 8) * 16) with their
+ * normalized values, for K step kt. */
+__device__ __forceinline__ void kf_gm_norm_a(unsigned sa, int kt, long long row0, int tid,
+                                             const float (*stv)[KF_A_NSTATS], KF_PARAMS) {
+    const int j = tid % 8;
+    const long long k0 = (long long)kt * KF_BK + j * 8;
+#pragma unroll
+    for (int i = 0; i < KF_A_NR; i++) {
+        const int r = tid / 8 + 16 * i;
+        const long long row = row0 + r;
+        const unsigned addr = sa + (unsigned)r * 128u + ((unsigned)(j ^ (r & 7)) << 4);
+        unsigned w[4];
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                     : "r"(addr)
+                     : "memory");
+        float xa[8], ao[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            xa[e] = kf_a_to_f32((unsigned short)(w[e / 2] >> (16 * (e % 2))));
+            ao[e] = 0.0f;
+        }
+        if (row < KF_M && k0 + 8 <= KF_K) {
+            kf_apro<8>(xa, ao, row, k0, stv[i], KF_ARGS);
+        } else if (row < KF_M) {
+            for (int e = 0; e < 8 && k0 + e < KF_K; e++)
+                kf_apro<1>(xa + e, ao + e, row, k0 + e, stv[i], KF_ARGS);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            w[e] = (unsigned)kf_f32_to_a(ao[2 * e]) | ((unsigned)kf_f32_to_a(ao[2 * e + 1]) << 16);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(w[0]), "r"(w[1]),
+                     "r"(w[2]), "r"(w[3])
+                     : "memory");
+    }
+}
+#endif
 
 /* Tile t of the raster: batch b, tile row mb, tile column nb. */
 __device__ __forceinline__ void kf_gm_tile(int t, int &b, int &mb, int &nb) {
@@ -300,6 +355,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #endif
             int b, mb, nb;
             kf_gm_tile(t, b, mb, nb);
+#if KF_A_NORM
+            /* the statistics of this consumer's rows of the tile */
+            const long long arow0 = (long long)mb * KF_BM + (KF_PINGPONG ? 0 : cw * 64);
+            float stv[KF_A_NR][KF_A_NSTATS];
+#pragma unroll
+            for (int i = 0; i < KF_A_NR; i++) {
+                const long long row = arow0 + (threadIdx.x % 128) / 8 + 16 * i;
+#pragma unroll
+                for (int q = 0; q < KF_A_NSTATS; q++)
+                    stv[i][q] = row < KF_M ? KF_A_STATS[row * KF_A_NSTATS + q] : 0.0f;
+            }
+#endif
             float d[KF_ACC];
 #pragma unroll
             for (int k = 0; k < KF_ACC; k++)
@@ -312,6 +379,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             for (int kt = 0; kt < KF_KT; kt++) {
                 kf_gm_wait(full0 + 8 * s, ph);
                 const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
+#if KF_A_NORM
+                kf_gm_norm_a(sa + (KF_PINGPONG ? 0u : (unsigned)cw * 8192u), kt, arow0,
+                             threadIdx.x % 128, stv, KF_ARGS);
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                kf_gm_wg_sync(cw);
+#endif
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
                 for (int kk = 0; kk < KF_BK / 16; kk++) {

@@ -1084,6 +1084,26 @@ static void test_generated_gemms_match_the_reference(void **state) {
                  dts[d], 1816,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
                  "SwiGLU dual, N = 1001, bias");
+        /* a norm prologue on A's tiles after a statistics pre-pass: RMSNorm,
+         * ragged M, N, K */
+        const char *npro = "norm prologue on A's tiles";
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], 1817, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: rms_norm, ragged");
+        /* LayerNorm (mean, rstd), rows off zero, batch folded into M, a bias */
+        run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+                 dts[d], 1818, &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: layer_norm, batch folded, bias");
+        /* the ping-pong schedule (136 tiles for 132 SMs): a consumer
+         * normalizes all 128 rows of its tile */
+        run_text("kfg 1\nx = input(%s[8600, 128])\ng = input(%s[128])\nw = input(%s[128, 200])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], 1819,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
+                 "norm prologue: ping-pong");
         /* dual batched (both B per batch), with a residual in the epilogue */
         run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
                  "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"

@@ -111,6 +111,7 @@ static void check_sass(const kf_cuda_kernel *k) {
 static void generated_case(const char *text, const char *want_tile, const char *want_sched) {
     bool dual = strncmp(want_tile, "dual", 4) == 0;
     uint32_t n_maps = dual ? 3 : 2;
+    bool norm = strstr(text, "_norm(") != NULL; /* a norm prologue: a statistics step first */
     planned p;
     plan_text(text, &p);
     kf_cuda_recipes *rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
@@ -119,9 +120,25 @@ static void generated_case(const char *text, const char *want_tile, const char *
         fail_msg("expected the generated kernel alone, got %u variant(s), '%s': %s", rc->n_variants,
                  rc->variants[0].label, rc->variants[0].how);
     assert_int_equal(rc->choice, KF_CUDA_CHOICE_ONLY);
-    assert_int_equal(rc->n_steps, 1);
-    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
-    const kf_cuda_kstep *ks = rc->steps[0].kernel;
+    assert_int_equal(rc->n_steps, norm ? 2 : 1);
+    if (norm) { /* the row statistics pre-pass: a row kernel, compiled */
+        assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+        const kf_cuda_kstep *ps = rc->steps[0].kernel;
+        assert_int_equal(ps->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+        assert_non_null(strstr(ps->kernel.name, "stats_"));
+        assert_non_null(strstr(ps->kernel.source, "kf_row_out"));
+        kf_nvrtc_result res;
+        char err[KF_MSG_MAX] = "";
+        if (kf_cuda_kernel_compile(&MEM, &ps->kernel, &res, err) != KF_OK)
+            fail_msg("%s: %s\n%s", ps->kernel.name, err, res.log ? res.log : "");
+        kf_nvrtc_result_release(&MEM, &res);
+        assert_non_null(strstr(rc->variants[0].how, "norm prologue on A's tiles"));
+    }
+    const kf_cuda_step *gs = &rc->steps[rc->n_steps - 1];
+    assert_int_equal(gs->kind, KF_CUDA_STEP_KERNEL);
+    const kf_cuda_kstep *ks = gs->kernel;
+    if (norm) /* the pre-pass's statistics are the GEMM's: one buffer */
+        assert_non_null(strstr(ks->kernel.source, "#define KF_A_NORM 1"));
     assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM90);
     assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
     assert_int_equal(ks->block[0], 384);
@@ -207,6 +224,31 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  "a = silu(g)\ny = mul(a, u)\noutput y\n",
                  dts[d], dts[d], dts[d]);
         generated_case(t, "dual 128x(2x64)", "cooperative");
+        /* norm prologue: RMSNorm of A's rows, ragged M/N/K, cooperative */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, "128x128", "cooperative");
+        /* LayerNorm prologue (mean and rstd), batch folded into M, a bias */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+                 dts[d], dts[d], dts[d], dts[d], dts[d]);
+        generated_case(t, "128x128", "cooperative");
+        /* norm prologue in the ping-pong schedule (each consumer all 128 rows) */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[17000, 128])\ng = input(%s[128])\nw = input(%s[128, 200])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, "128x128", "ping-pong");
+        /* and at 128 x 256 */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8192, 1024])\ng = input(%s[1024])\nw = input(%s[1024, 4096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, "128x256", "cooperative");
     }
 }
 

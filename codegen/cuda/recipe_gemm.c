@@ -486,14 +486,27 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     if (strcmp(b->target->arch, "sm_90a") != 0)
         GEN_NO("the generated GEMM is sm_90a only");
     bool dual = gm->n_anchors == 2;
-    if (gm->a_prologue)
-        GEN_NO("a norm prologue on A");
+    /* A norm prologue: the kernel reads the norm's input (TMA) and normalizes
+     * its tiles in shared memory, after a statistics pre-pass (below). */
+    bool norm = gm->a_prologue;
+    uint32_t norm_in = KF_NONE;
+    if (norm) {
+        const kf_expr *in = grp->row.present ? &grp->expr[grp->row.input] : NULL;
+        if (!in || in->kind != KF_EXPR_LOAD || gm->a_root == KF_NONE)
+            GEN_NO("a norm prologue whose input is not a loaded tensor");
+        if (dual)
+            GEN_NO("a norm prologue on a SwiGLU pair");
+        norm_in = in->base;
+    }
     if (gm->row_epilogue)
         GEN_NO("a row-wise norm follows the GEMM");
     const kf_tensor *mm = g->nodes[gm->anchor[0]];
     if (mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
         GEN_NO("%s operands (the kernel takes bf16 and f16)", kf_dtype_name(mm->dtype));
-    mref a = mref_of(b, gm->a[0]), bm = mref_of(b, gm->b[0]);
+    mref a = norm ? mref_contiguous(b, gm->a[0], kf_rb_tensor(b, norm_in)) : mref_of(b, gm->a[0]);
+    mref bm = mref_of(b, gm->b[0]);
+    if (norm && mm->attr.transpose_a)
+        GEN_NO("a norm prologue on a transposed A");
     if (g->nodes[gm->a[0]]->dtype != mm->dtype || g->nodes[gm->b[0]]->dtype != mm->dtype)
         GEN_NO("the operands' dtypes differ from the product's");
     /* Dual (SwiGLU): the second product reads the same A the same way, and a
@@ -584,6 +597,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.bn = sh.n * w >= 256 && tiles256 >= b->target->sm_count ? 256 : 128;
     sh.pingpong = sh.bn == 128 && tiles128 > b->target->sm_count;
     sh.dual = dual;
+    sh.a_norm = norm;
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
     sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
     if (sh.stages > GEN_MAX_STAGES)
@@ -609,6 +623,24 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
     }
     snprintf(name, name_size, "%s", k.name);
+    if (norm) { /* the statistics pre-pass, a step before the GEMM */
+        kf_cuda_kernel sk;
+        memset(&sk, 0, sizeof sk);
+        st = kf_cuda_codegen_gemm_stats(plan, b->gi, b->target->arch, b->mem,
+                                        kf_cuda_gemm_norm_stats(plan, b->gi), &sk);
+        if (st != KF_OK) {
+            kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
+                       sk.error[0] ? sk.error : kf_status_str(st));
+            kf_cuda_kernel_release(b->mem, &sk);
+            kf_cuda_kernel_release(b->mem, &k);
+            return st == KF_ERR_UNSUPPORTED || st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
+        }
+        kf_cuda_kstep *sks = NULL;
+        if ((st = kf_rb_add_made_kernel(b, &sk, KF_CUDA_ROLE_GEMM_PROLOGUE, &sks)) != KF_OK) {
+            kf_cuda_kernel_release(b->mem, &k);
+            return st;
+        }
+    }
     kf_cuda_kstep *ks = NULL;
     if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK)
         return st;
@@ -647,9 +679,11 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    snprintf(why, why_size, "%s tiles %s, %u stages, A %s-major, B %s-major%s", tile,
+    snprintf(why, why_size, "%s tiles %s, %u stages, A %s-major, B %s-major%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative", sh.stages, sh.a_kmajor ? "K" : "M",
-             sh.b_kmajor ? "K" : "N", sh.batch > 1 ? ", batched in one launch" : "");
+             sh.b_kmajor ? "K" : "N", sh.batch > 1 ? ", batched in one launch" : "",
+             norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
+                  : "");
     return KF_OK;
 #undef GEN_NO
 }
@@ -674,6 +708,12 @@ kf_status kf_rb_gemm(rb *b) {
         want = 0;
         snprintf(gen_why, sizeof gen_why,
                  "the dual SwiGLU kernel is taken only with --gemm generated (not yet "
+                 "verified on a GPU)");
+    }
+    if (gm->a_prologue && !(want & KF_CUDA_RECIPE_GEMM_GENERATED)) {
+        want = 0;
+        snprintf(gen_why, sizeof gen_why,
+                 "the norm-prologue kernel is taken only with --gemm generated (not yet "
                  "verified on a GPU)");
     }
     if (want) {
