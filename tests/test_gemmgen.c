@@ -244,10 +244,11 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  dts[d], dts[d], dts[d]);
         generated_case(t, "128x128", "ping-pong");
         /* and at 128 x 256 */
-        snprintf(t, sizeof t,
-                 "kfg 1\nx = input(%s[8192, 1024])\ng = input(%s[1024])\nw = input(%s[1024, 4096])\n"
-                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
-                 dts[d], dts[d], dts[d]);
+        snprintf(
+            t, sizeof t,
+            "kfg 1\nx = input(%s[8192, 1024])\ng = input(%s[1024])\nw = input(%s[1024, 4096])\n"
+            "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+            dts[d], dts[d], dts[d]);
         generated_case(t, "128x256", "cooperative");
     }
 }

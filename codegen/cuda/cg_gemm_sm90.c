@@ -184,8 +184,8 @@ static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *
             snprintf(off, sizeof off, "0");
         snprintf(c->ov[i], OV_MAX, "kf_ld(p%d + (%s))", c->param[i], off);
     }
-    *stats_param = cg_param_add(c, KF_CUDA_PARAM_SCRATCH, in->base, KF_DTYPE_F32,
-                                (uint64_t)sh->m * j * 4u);
+    *stats_param =
+        cg_param_add(c, KF_CUDA_PARAM_SCRATCH, in->base, KF_DTYPE_F32, (uint64_t)sh->m * j * 4u);
     memcpy(need, c->need, c->n * sizeof *need);
     memset(c->need, 0, c->n * sizeof *c->need);
     return NULL;
@@ -199,7 +199,8 @@ static void apro_emit(cg *c, chunk_ctx *x, const bool *need) {
                    "template <int VV>\n__device__ __forceinline__ void kf_apro(const float *xa, "
                    "float *ao, long long row, long long k0, const float *stv, KF_PARAMS) {\n");
     cg_emit_nodes(c, cg_coord_of, x, "    ", true);
-    cg_printf(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++)\n        ao[k] = v%u[k];\n}\n\n",
+    cg_printf(&c->s,
+              "#pragma unroll\n    for (int k = 0; k < VV; k++)\n        ao[k] = v%u[k];\n}\n\n",
               c->g->gemm.a_root);
     memset(c->need, 0, c->n * sizeof *c->need);
 }
