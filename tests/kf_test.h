@@ -132,6 +132,9 @@ static inline void kf_test_store(void *buf, kf_dtype d, size_t i, double v) {
     case KF_DTYPE_BOOL:
         ((uint8_t *)buf)[i] = v != 0.0;
         break;
+    case KF_DTYPE_I64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
     default:
         break;
     }
@@ -144,7 +147,9 @@ static inline void kf_test_fill(void *buf, kf_dtype d, size_t n, kf_test_rng *r,
                                 double hi) {
     for (size_t i = 0; i < n; i++) {
         double v = kf_test_range(r, lo, hi);
-        if (d == KF_DTYPE_I32) {
+        if (d == KF_DTYPE_I64) {
+            v = floor(v);
+        } else if (d == KF_DTYPE_I32) {
             v = floor(v);
             v = v < -2147483648.0 ? -2147483648.0 : v > 2147483647.0 ? 2147483647.0 : v;
         } else if (d == KF_DTYPE_BOOL) {
