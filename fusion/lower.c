@@ -509,9 +509,18 @@ typedef struct xmemo_entry {
 static uint32_t lower_x(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf) {
     if (L->st != KF_OK)
         return KF_NONE;
+    /* The identity frame of a tensor that broadcasts into the space: t's own
+     * value at this index, the memoized node of lower(). (The same frame of a
+     * tensor longer than the space is a prefix of it: remapped.) */
     xform id;
     xf_identity(L, t, sp, &id);
-    if (memcmp(&id, xf, sizeof id) == 0)
+    int rank;
+    const int64_t *dims;
+    space_of(L->gr, sp, &rank, &dims);
+    bool fits = t->rank <= rank;
+    for (int j = 0; j < t->rank && fits; j++)
+        fits = t->dims[j] == 1 || t->dims[j] == dims[rank - t->rank + j];
+    if (fits && memcmp(&id, xf, sizeof id) == 0)
         return lower(L, t, sp);
     for (uint32_t i = 0; i < L->n_xmemo; i++) {
         const xmemo_entry *m = &L->xmemo[i];
@@ -955,9 +964,26 @@ static void lower_group(lowerer *L) {
         }
         /* Members not reached from a write (a GEMM output consumed only by
          * its row epilogue, say) still count as computed. */
+        bool remaps = false;
         for (uint32_t t = 0; t < p->n; t++) {
-            if (p->gid[t] == L->gi)
+            if (p->gid[t] == L->gi) {
                 L->computed[t] = true;
+                remaps = remaps || kf_op_has(gr->nodes[t]->op, KF_TRAIT_REMAP);
+            }
+        }
+        /* A slice or concat may read only part of its operands' members (a
+         * concat whose consumer's range lies in one source): the others are
+         * still computed, from operands the group then reads, as the contract
+         * at the top of fusion.h says. */
+        for (uint32_t t = 0; remaps && t < p->n && L->st == KF_OK; t++) {
+            const kf_tensor *x = gr->nodes[t];
+            for (int k = 0; p->gid[t] == L->gi && k < x->nsrc; k++) {
+                const kf_tensor *s = x->src[k];
+                if (p->gid[s->id] != L->gi && !is_inline_source(L, s))
+                    push_id(L, &g->reads, &g->n_reads, &g->cap_reads, s->id);
+                else if (is_inline_source(L, s))
+                    L->computed[s->id] = true;
+            }
         }
         if (pg->kind == KF_GROUP_ATTENTION && L->st == KF_OK)
             L->st = kf_attn_classify_mask(L->plan, g);

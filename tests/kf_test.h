@@ -159,6 +159,18 @@ static inline void kf_test_fill(void *buf, kf_dtype d, size_t n, kf_test_rng *r,
     }
 }
 
+/* Fills graph input t (n elements): a gather's indices uniformly over the
+ * shortest axis they index (kf_ir_index_bound), so the CPU target's range
+ * check passes; anything else as kf_test_fill(lo, hi). */
+static inline void kf_test_fill_input(void *buf, const kf_tensor *t, size_t n, kf_test_rng *r,
+                                      double lo, double hi) {
+    int64_t bound = kf_ir_index_bound(t->graph, t);
+    if (bound > 0)
+        kf_test_fill(buf, t->dtype, n, r, 0, (double)bound);
+    else
+        kf_test_fill(buf, t->dtype, n, r, lo, hi);
+}
+
 /* Poisons n elements: a quiet NaN for float dtypes, 0xA5 bytes otherwise. */
 static inline void kf_test_poison(void *buf, kf_dtype d, size_t n) {
     for (size_t i = 0; i < n; i++) {

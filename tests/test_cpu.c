@@ -62,8 +62,8 @@ static kf_binding *make_inputs(kf_graph *g, kf_test_rng *r, double lo, double hi
         in[i].size = numel * kf_dtype_size(d);
         in[i].data = malloc(in[i].size ? in[i].size : 1);
         assert_non_null(in[i].data);
-        if (d == KF_DTYPE_I32)
-            kf_test_fill(in[i].data, d, numel, r, -8, 9);
+        if (d == KF_DTYPE_I32 || d == KF_DTYPE_I64)
+            kf_test_fill_input(in[i].data, t, numel, r, -8, 9);
         else if (d == KF_DTYPE_BOOL)
             kf_test_fill(in[i].data, d, numel, r, 0, 2);
         else

@@ -139,8 +139,8 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
         in[i].name = kf_tensor_name(t);
         in[i].size = n * kf_dtype_size(d);
         in[i].data = malloc(in[i].size + 1);
-        kf_test_fill(in[i].data, d, n, &rng, d == KF_DTYPE_I32 ? -8 : o->lo,
-                     d == KF_DTYPE_I32 ? 9 : o->hi);
+        bool ints = d == KF_DTYPE_I32 || d == KF_DTYPE_I64;
+        kf_test_fill_input(in[i].data, t, n, &rng, ints ? -8 : o->lo, ints ? 9 : o->hi);
     }
     for (size_t i = 0; i < n_out; i++) {
         const kf_tensor *t = kf_graph_output(g, i);
