@@ -29,6 +29,7 @@ static const char *operand_name(kf_form form, int i) {
         return ti[i];
     case KF_FORM_BINARY:
     case KF_FORM_MATMUL:
+    case KF_FORM_CONCAT:
         return ab[i];
     case KF_FORM_WHERE:
         return cab[i];
