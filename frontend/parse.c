@@ -888,8 +888,7 @@ static bool parse_definition(parser *p) {
     kf_tensor *more[KF_PARSE_MAX_CONCAT];
     int n_more = 0;
     while (info->form == KF_FORM_CONCAT && p->tok.kind == TOK_COMMA &&
-           (peek2(p).kind == TOK_PNAME ||
-            (peek2(p).kind == TOK_IDENT && !attr_follows(p)))) {
+           (peek2(p).kind == TOK_PNAME || (peek2(p).kind == TOK_IDENT && !attr_follows(p)))) {
         if (n_more == KF_PARSE_MAX_CONCAT)
             return expected(p, &p->tok, "at most 64 operands of concat");
         next(p);

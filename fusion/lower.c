@@ -405,8 +405,7 @@ static uint32_t load_x(lowerer *L, const kf_tensor *t, kf_space sp, const xform 
 static uint32_t lower_x(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf);
 
 /* slice, concat or gather t (a member) read in frame xf (t's own). */
-static uint32_t lower_remap(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf,
-                            bool remapped) {
+static uint32_t lower_remap(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf, bool remapped) {
     int ax = t->attr.axis;
     xform o;
     if (t->op == KF_OP_SLICE) {
@@ -464,8 +463,8 @@ static uint32_t lower_remap(lowerer *L, kf_tensor *t, kf_space sp, const xform *
     const int64_t *dims;
     space_of(L->gr, sp, &rank, &dims);
     if (c->kind != XA_NODE) {
-        int64_t lo = c->off, hi = c->kind == XA_SPACE ? c->off + c->scale * (dims[c->axis] - 1)
-                                                      : c->off;
+        int64_t lo = c->off,
+                hi = c->kind == XA_SPACE ? c->off + c->scale * (dims[c->axis] - 1) : c->off;
         if (hi < na || lo >= na) {
             o = *xf;
             if (lo >= na)

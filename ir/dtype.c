@@ -36,9 +36,8 @@ static const char *const dtype_names[KF_DTYPE_COUNT] = {
     [KF_DTYPE_I64] = "i64",
 };
 static const size_t dtype_sizes[KF_DTYPE_COUNT] = {
-    [KF_DTYPE_F32] = 4, [KF_DTYPE_F16] = 2, [KF_DTYPE_BF16] = 2,
-    [KF_DTYPE_F64] = 8, [KF_DTYPE_I32] = 4, [KF_DTYPE_BOOL] = 1,
-    [KF_DTYPE_I64] = 8,
+    [KF_DTYPE_F32] = 4, [KF_DTYPE_F16] = 2,  [KF_DTYPE_BF16] = 2, [KF_DTYPE_F64] = 8,
+    [KF_DTYPE_I32] = 4, [KF_DTYPE_BOOL] = 1, [KF_DTYPE_I64] = 8,
 };
 _Static_assert(KF_DTYPE_COUNT == 7, "dtype tables above list every dtype");
 

@@ -635,11 +635,11 @@ static void test_slice_concat_and_gather_pick_the_right_elements(void **state) {
     out(g, "c", kf_concat(g, 3, parts, 1));
     out(g, "r", kf_gather(g, xt, it, 0));
     out(g, "q", kf_gather(g, xt, jt, 1));
-    kf_binding in[4] = {{"x", x, sizeof x}, {"b", b, sizeof b}, {"i", i32, sizeof i32},
-                        {"j", i64, sizeof i64}};
+    kf_binding in[4] = {
+        {"x", x, sizeof x}, {"b", b, sizeof b}, {"i", i32, sizeof i32}, {"j", i64, sizeof i64}};
     double s[6], c[12], r[12], q[6];
-    kf_binding o[4] = {{"s", s, sizeof s}, {"c", c, sizeof c}, {"r", r, sizeof r},
-                       {"q", q, sizeof q}};
+    kf_binding o[4] = {
+        {"s", s, sizeof s}, {"c", c, sizeof c}, {"r", r, sizeof r}, {"q", q, sizeof q}};
     eval_ok(g, in, 4, o, 4);
     assert_memory_equal(s, ((const double[]){1, 3, 5, 7, 9, 11}), sizeof s);
     assert_memory_equal(c, ((const double[]){-1, 0, 1, -1, -2, 4, 5, -2, -3, 8, 9, -3}), sizeof c);

@@ -464,9 +464,9 @@ static kf_status check_gathers(const kf_cpu_exec *x, const kf_group *grp, char *
         const void *data = x->bufs[ix->id];
         char ts[160], is[160];
         for (int64_t i = 0; i < n; i++) {
-            double v = data                    ? kf_ir_load(data, ix->dtype, i)
+            double v = data                   ? kf_ir_load(data, ix->dtype, i)
                        : ix->op == KF_OP_IOTA ? (double)(ix->dims[ix->attr.axis] - 1)
-                                               : 0.0;
+                                              : 0.0;
             if (v >= 0 && v < (double)len)
                 continue;
             snprintf(err, KF_MSG_MAX,
