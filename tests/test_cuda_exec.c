@@ -320,6 +320,13 @@ static void test_slices_concats_and_gathers_match_in_their_consumers(void **stat
                  "t = input(%s[3, 50, 40])\nj = input(i32[6])\ng = gather(t, j, axis=1)\n"
                  "p = softmax(g)\noutput h\noutput p\n",
                  float_dtypes[d], 422, &o, "embedding into rms_norm, gather into softmax");
+        /* elementwise kernels whose index loads are vectors (contiguous over
+         * the space), i64 and i32, and a gather of a slice of a concat */
+        run_text("kfg 1\nw = input(%s[5000])\nids = input(i64[65536])\ne = gather(w, ids, axis=0)\n"
+                 "y = mul(e, e)\nv = input(%s[300, 5])\nj = input(i32[4096, 2])\n"
+                 "u = input(%s[300, 3])\nc = concat(u, v, axis=1)\nsl = slice(c, axis=1, start=2)\n"
+                 "g = gather(sl, j, axis=0)\nz = exp(g)\noutput y\noutput z\n",
+                 float_dtypes[d], 423, &o, "vector index loads; gather of a slice of a concat");
     }
 }
 
