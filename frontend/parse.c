@@ -38,8 +38,8 @@
 
 #ifndef KF_PARSE_MAX_TENSOR_BYTES
 #define KF_PARSE_MAX_TENSOR_BYTES (INT64_C(1) << 30)
-#define KF_PARSE_MAX_CONCAT 64 /* operands of one concat after the second */
 #endif
+#define KF_PARSE_MAX_CONCAT 64 /* operands of one concat after the second */
 #ifndef KF_PARSE_MAX_CONST_BYTES
 #define KF_PARSE_MAX_CONST_BYTES (INT64_C(1) << 30)
 #endif
@@ -890,7 +890,7 @@ static bool parse_definition(parser *p) {
     while (info->form == KF_FORM_CONCAT && p->tok.kind == TOK_COMMA &&
            (peek2(p).kind == TOK_PNAME || (peek2(p).kind == TOK_IDENT && !attr_follows(p)))) {
         if (n_more == KF_PARSE_MAX_CONCAT)
-            return expected(p, &p->tok, "at most 64 operands of concat");
+            return expected(p, &p->tok, "at most 66 operands of concat");
         next(p);
         snprintf(what, sizeof what, "operand %d of %s (a name)", n_more + 3, info->name);
         if (!parse_ref(p, what, &more[n_more]))
