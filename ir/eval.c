@@ -425,6 +425,63 @@ static void eval_permute(const kf_eval_state *st, const kf_tensor *t, double *ou
         out[i] = in[w.off[0]];
 }
 
+/* slice: the result's element at i reads x at i, except start + step * i
+ * along the axis. Values are copied: already rounded to the dtype. */
+static void eval_slice(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const kf_tensor *x = t->src[0];
+    const double *in = st->values[x->id];
+    int64_t xs[KF_MAX_RANK];
+    kf_ir_strides(x, xs);
+    walker w;
+    walker_init(&w, t->rank, t->dims, 1);
+    memcpy(w.strides[0], xs, sizeof xs);
+    w.strides[0][t->attr.axis] = xs[t->attr.axis] * t->attr.step;
+    int64_t base = t->attr.start * xs[t->attr.axis], n = kf_ir_numel(t);
+    for (int64_t i = 0; i < n; i++, walker_next(&w))
+        out[i] = in[base + w.off[0]];
+}
+
+/* concat: along the axis, a's rows then b's. */
+static void eval_concat(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    int64_t outer, n, inner;
+    split_axis(t, t->attr.axis, &outer, &n, &inner);
+    int64_t na = t->src[0]->dims[t->attr.axis];
+    const double *a = st->values[t->src[0]->id], *b = st->values[t->src[1]->id];
+    for (int64_t o = 0; o < outer; o++) {
+        memcpy(out + o * n * inner, a + o * na * inner, sizeof(double) * (size_t)(na * inner));
+        memcpy(out + (o * n + na) * inner, b + o * (n - na) * inner,
+               sizeof(double) * (size_t)((n - na) * inner));
+    }
+}
+
+/* gather: out[pre, j, post] = table[pre, idx[j], post]. An index outside
+ * [0, dim) is an error naming it (the CPU target's contract; the CUDA target
+ * clamps instead, which the reference never does). */
+static kf_status eval_gather(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const kf_tensor *tb = t->src[0], *ix = t->src[1];
+    int ax = t->attr.axis;
+    int64_t outer, len, inner;
+    split_axis(tb, ax, &outer, &len, &inner);
+    int64_t ni = kf_ir_numel(ix);
+    const double *tv = st->values[tb->id], *iv = st->values[ix->id];
+    for (int64_t j = 0; j < ni; j++) {
+        if (!(iv[j] >= 0 && iv[j] < (double)len)) {
+            char ts[160];
+            return kf_ir_note(st->graph, KF_ERR_INVALID_ARGUMENT,
+                              "gather: index %.0f at element %lld of idx is out of range for "
+                              "axis %d of table %s (0 to %lld)",
+                              iv[j], (long long)j, ax, kf_ir_type_str(tb, ts, sizeof ts),
+                              (long long)len - 1);
+        }
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < ni; j++) {
+            const double *row = tv + (o * len + (int64_t)iv[j]) * inner;
+            memcpy(out + (o * ni + j) * inner, row, sizeof(double) * (size_t)inner);
+        }
+    return KF_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Public entry points                                                        */
 /* ------------------------------------------------------------------------ */
@@ -512,6 +569,21 @@ kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
     case KF_FORM_PERMUTE:
         eval_permute(st, t, out);
         break;
+    case KF_FORM_SLICE:
+        eval_slice(st, t, out);
+        break;
+    case KF_FORM_CONCAT:
+        eval_concat(st, t, out);
+        break;
+    case KF_FORM_GATHER: {
+        kf_status gs = eval_gather(st, t, out);
+        if (gs != KF_OK) {
+            if (fresh)
+                kf_mem_free(&g->mem, out, value_bytes(t));
+            return gs;
+        }
+        break;
+    }
     default:
         if (fresh)
             kf_mem_free(&g->mem, out, value_bytes(t));

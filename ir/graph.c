@@ -155,6 +155,18 @@ char *kf_ir_type_str(const kf_tensor *t, char *buf, size_t size) {
     return buf;
 }
 
+int64_t kf_ir_index_bound(const kf_graph *g, const kf_tensor *t) {
+    int64_t bound = 0;
+    for (uint32_t i = t->id + 1; i < g->n_nodes; i++) {
+        const kf_tensor *c = g->nodes[i];
+        if (c->op != KF_OP_GATHER || c->src[1] != t)
+            continue;
+        int64_t len = c->src[0]->dims[c->attr.axis];
+        bound = bound == 0 || len < bound ? len : bound;
+    }
+    return bound;
+}
+
 int64_t kf_ir_numel(const kf_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++)

@@ -58,6 +58,9 @@ typedef enum kf_form {
     KF_FORM_PERMUTE,    /* permute(x, [PERM]) */
     KF_FORM_CLAMP,      /* clamp(x[, min=V][, max=V]) */
     KF_FORM_EXPAND,     /* expand(x, [DIMS]) */
+    KF_FORM_SLICE,      /* slice(x, axis=A[, start=S][, stop=E][, step=K]) */
+    KF_FORM_CONCAT,     /* concat(a, b, axis=A): binary; concat(a, b, c, ...) nests */
+    KF_FORM_GATHER,     /* gather(table, idx, axis=A) */
     KF_FORM_COUNT
 } kf_form;
 
@@ -80,7 +83,9 @@ enum {
     KF_TRAIT_COMMUTATIVE = 1u << 14,
     KF_TRAIT_LOGSPACE = 1u << 15, /* the log of its op's result (log_softmax: the softmax
                                      statistics, but never an attention kernel's P) */
-    KF_TRAIT_INDEX = 1u << 16     /* the result is an i32 index along the axis (argmax) */
+    KF_TRAIT_INDEX = 1u << 16,    /* the result is an i32 index along the axis (argmax) */
+    KF_TRAIT_REMAP = 1u << 17     /* slice/concat/gather: each result element is one operand
+                                     element at remapped coordinates, no math */
 };
 
 /* Dtype masks for the op table. */
@@ -115,6 +120,8 @@ int kf_form_arity(kf_form form);
 kf_op kf_op_from_name(const char *name, size_t len);
 /* The dtype whose name is `name` (`len` bytes), or KF_DTYPE_COUNT. */
 kf_dtype kf_dtype_from_name(const char *name, size_t len);
+/* gather's index dtypes. */
+static inline bool kf_dtype_is_index(kf_dtype d) { return d == KF_DTYPE_I32 || d == KF_DTYPE_I64; }
 static inline bool kf_dtype_is_float(kf_dtype d) {
     return d == KF_DTYPE_F32 || d == KF_DTYPE_F16 || d == KF_DTYPE_BF16 || d == KF_DTYPE_F64;
 }
@@ -159,6 +166,8 @@ typedef struct kf_attrs {
     kf_dtype to;     /* cast: the target dtype (== the tensor's dtype) */
     int perm[KF_MAX_RANK]; /* permute */
     double lo, hi;         /* clamp: min and max as given (-inf / inf: that side unbounded) */
+    int64_t start, step;   /* slice: normalized, 0 <= start < dim, step >= 1 (the result's
+                              length along axis is the dim; stop is implied) */
 } kf_attrs;
 
 struct kf_tensor {
@@ -223,6 +232,10 @@ kf_status kf_ir_note(kf_graph *g, kf_status status, const char *fmt, ...)
 /* "f32[8, 64]" into buf (always terminated); returns buf. */
 char *kf_ir_type_str(const kf_tensor *t, char *buf, size_t size);
 int64_t kf_ir_numel(const kf_tensor *t);
+/* The shortest gather axis that t indexes (min over the gathers that read t as
+ * idx), or 0 when no gather reads it: random inputs for t are drawn in
+ * [0, bound), so that the CPU target's range check passes. */
+int64_t kf_ir_index_bound(const kf_graph *g, const kf_tensor *t);
 /* Row-major element strides of `t`, and of `t` broadcast into a shape of rank
  * `rank` (right-aligned; stride 0 along broadcast dims). */
 void kf_ir_strides(const kf_tensor *t, int64_t *strides);
@@ -244,6 +257,7 @@ typedef struct kf_node_args {
     double eps;
     int perm[KF_MAX_RANK];
     double lo, hi;    /* clamp */
+    int64_t start, stop, step; /* slice, as given (Python's rules; stop INT64_MAX: the end) */
     const char *name; /* input */
     const void *data; /* const: numel elements in storage format; NULL for zeros */
 } kf_node_args;

@@ -137,15 +137,27 @@ EOF
     printf '%s\n' 'kfg 1' 'x = input(bf16[1100, 200])' 'w = input(bf16[200, 2056])' \
         'b = input(bf16[2056])' 'r = input(bf16[1100, 2056])' 'h = matmul(x, w)' 'hb = add(h, b)' \
         'g = gelu(hb)' 'y = add(g, r)' 'output y' >"$gg"
-    for tool in memcheck racecheck; do
-        if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$gg" \
-            --target cuda --gemm generated --check >"$out/sanitize_gemm_$tool.log" 2>&1; then
-            note "compute-sanitizer $tool (generated GEMM): clean"
-        else
-            fail=1
-            tail -20 "$out/sanitize_gemm_$tool.log"
-            note "compute-sanitizer $tool (generated GEMM): FAILED (sanitize_gemm_$tool.log)"
-        fi
+    # The dual SwiGLU kernel (ping-pong 128 x (2 x 64), ragged M and K) and
+    # the norm prologue on A's tiles (a statistics pre-pass, ragged M, N, K).
+    gd="$out/sanitize_dual.kfg"
+    printf '%s\n' 'kfg 1' 'x = input(bf16[1000, 264])' 'wg = input(bf16[264, 1096])' \
+        'wu = input(bf16[264, 1096])' 'g = matmul(x, wg)' 'u = matmul(x, wu)' 'a = silu(g)' \
+        'y = mul(a, u)' 'output y' >"$gd"
+    gn="$out/sanitize_norm.kfg"
+    printf '%s\n' 'kfg 1' 'x = input(bf16[1000, 264])' 'g = input(bf16[264])' \
+        'w = input(bf16[264, 1096])' 'n = rms_norm(x, g)' 'y = matmul(n, w)' 'output y' >"$gn"
+    for f in "$gg" "$gd" "$gn"; do
+        b=$(basename "$f" .kfg)
+        for tool in memcheck racecheck; do
+            if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$f" \
+                --target cuda --gemm generated --check >"$out/${b}_$tool.log" 2>&1; then
+                note "compute-sanitizer $tool (generated GEMM, $b): clean"
+            else
+                fail=1
+                tail -20 "$out/${b}_$tool.log"
+                note "compute-sanitizer $tool (generated GEMM, $b): FAILED (${b}_$tool.log)"
+            fi
+        done
     done
     # Device-resident runs: the caller's exact-size buffers bound in place
     # (ragged shapes, both GEMM paths) and a run captured into a CUDA graph.

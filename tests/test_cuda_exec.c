@@ -139,8 +139,8 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
         in[i].name = kf_tensor_name(t);
         in[i].size = n * kf_dtype_size(d);
         in[i].data = malloc(in[i].size + 1);
-        kf_test_fill(in[i].data, d, n, &rng, d == KF_DTYPE_I32 ? -8 : o->lo,
-                     d == KF_DTYPE_I32 ? 9 : o->hi);
+        bool ints = d == KF_DTYPE_I32 || d == KF_DTYPE_I64;
+        kf_test_fill_input(in[i].data, t, n, &rng, ints ? -8 : o->lo, ints ? 9 : o->hi);
     }
     for (size_t i = 0; i < n_out; i++) {
         const kf_tensor *t = kf_graph_output(g, i);
@@ -295,6 +295,66 @@ static void test_an_elementwise_chain_fuses_into_one_kernel_and_matches(void **s
                  "t = add(x, i)\nc = const(%s[], 0.5)\nm = mul(t, c)\ns = silu(m)\noutput s\n",
                  float_dtypes[d], 401, &o, "iota chain");
     }
+}
+
+/* slice, concat and gather read through in elementwise (rotary), row-wise
+ * (an embedding lookup into rms_norm, a gather into softmax) and column-
+ * reduction kernels, every float dtype, i32 and i64 indices. */
+static void test_slices_concats_and_gathers_match_in_their_consumers(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -2, .hi = 2};
+        run_text("kfg 1\nx = input(%s[128, 8, 64])\ncs = input(%s[128, 1, 64])\n"
+                 "sn = input(%s[128, 1, 64])\nx1 = slice(x, axis=-1, stop=32)\n"
+                 "x2 = slice(x, axis=-1, start=32)\nn = neg(x2)\nr = concat(n, x1, axis=-1)\n"
+                 "a = mul(x, cs)\nb = mul(r, sn)\ny = add(a, b)\noutput y\n",
+                 float_dtypes[d], 420, &o, "rotary");
+        run_text("kfg 1\nx = input(%s[64, 300])\nt = input(%s[64, 7])\n"
+                 "s = slice(x, axis=1, start=-250, stop=299, step=3)\n"
+                 "c = concat(t, s, t, axis=1)\ne = exp(c)\nr = reduce_sum(e, axis=0)\n"
+                 "m = softmax(c)\noutput r\noutput m\n",
+                 float_dtypes[d], 421, &o, "stepped slice, concat, column sum, softmax");
+        run_text("kfg 1\nw = input(%s[1000, 256])\nids = input(i64[4, 32])\n"
+                 "nw = input(%s[256])\ne = gather(w, ids, axis=0)\nh = rms_norm(e, nw)\n"
+                 "t = input(%s[3, 50, 40])\nj = input(i32[6])\ng = gather(t, j, axis=1)\n"
+                 "p = softmax(g)\noutput h\noutput p\n",
+                 float_dtypes[d], 422, &o, "embedding into rms_norm, gather into softmax");
+        /* elementwise kernels whose index loads are vectors (contiguous over
+         * the space), i64 and i32, and a gather of a slice of a concat */
+        run_text("kfg 1\nw = input(%s[5000])\nids = input(i64[65536])\ne = gather(w, ids, axis=0)\n"
+                 "y = mul(e, e)\nv = input(%s[300, 5])\nj = input(i32[4096, 2])\n"
+                 "u = input(%s[300, 3])\nc = concat(u, v, axis=1)\nsl = slice(c, axis=1, start=2)\n"
+                 "g = gather(sl, j, axis=0)\nz = exp(g)\noutput y\noutput z\n",
+                 float_dtypes[d], 423, &o, "vector index loads; gather of a slice of a concat");
+    }
+}
+
+/* The CUDA target's gather contract: an index outside the axis is clamped
+ * into it (the CPU target fails the run instead; the reference refuses it). */
+static void test_gather_clamps_an_index_outside_the_axis_on_the_gpu(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_graph *g = NULL;
+    const char *text = "kfg 1\nw = input(f32[10, 4])\ni = input(i64[4])\n"
+                       "e = gather(w, i, axis=0)\noutput e\n";
+    assert_int_equal(kf_graph_parse(G.ctx, text, strlen(text), &g), KF_OK);
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(G.ctx, g, &p), KF_OK);
+    float w[40], e[16];
+    for (int k = 0; k < 40; k++)
+        w[k] = (float)k;
+    const int64_t idx[4] = {-5, 3, 99, INT64_MAX};
+    kf_binding in[2] = {{"w", w, sizeof w}, {"i", (void *)idx, sizeof idx}};
+    kf_binding out = {"e", e, sizeof e};
+    kf_test_poison(e, KF_DTYPE_F32, 16);
+    assert_int_equal(kf_program_run(p, in, 2, &out, 1, NULL), KF_OK);
+    const int rows[4] = {0, 3, 9, 9};
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++)
+            assert_true(e[r * 4 + c] == (float)(rows[r] * 4 + c));
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
 }
 
 /* Groups of 128 chunks or more take the bulk path on sm_90 and later
@@ -1044,6 +1104,74 @@ static void test_generated_gemms_match_the_reference(void **state) {
         run_text("kfg 1\nx = input(%s[64, 48])\nw = input(%s[48, 1])\nv = input(%s[1, 64])\n"
                  "c = matmul(x, w)\ne = matmul(v, x)\noutput c\noutput e\n",
                  dts[d], 1808, &(run_opts){.lo = -1, .hi = 1, .ctx = ctx}, "vector shapes");
+        /* SwiGLU as one dual kernel: ping-pong 128 x (2 x 64), ragged M, N, K */
+        run_text("kfg 1\nx = input(%s[1000, 264])\nwg = input(%s[264, 1096])\n"
+                 "wu = input(%s[264, 1096])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1811,
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "dual 128x(2x64) tiles ping-pong",
+                             .ctx = ctx},
+                 "SwiGLU dual, ping-pong, ragged");
+        /* dual cooperative 128 x (2 x 128), ragged; the gated product cast to f32 */
+        run_text("kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[136, 2056])\n"
+                 "wu = input(%s[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\nh = mul(a, u)\ny = cast(h, f32)\noutput y\n",
+                 dts[d], 1812,
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
+                             .ctx = ctx},
+                 "SwiGLU dual, cooperative, ragged, cast");
+        /* dual with both B transposed (K-major), few tiles, M = 1 */
+        run_text("kfg 1\nx = input(%s[1, 200])\nwg = input(%s[136, 200])\n"
+                 "wu = input(%s[136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+                 "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1813,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, K-major B, M = 1");
+        /* N = 1001 (K-major B takes any N): the last chunk of a row is
+         * partial, and the epilogue's bias and residual reads stop at N */
+        run_text("kfg 1\nx = input(%s[300, 64])\nw = input(%s[1001, 64])\nb = input(%s[1001])\n"
+                 "r = input(%s[300, 1001])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
+                 "y = add(a, r)\noutput y\n",
+                 dts[d], 1815, &o, "N = 1001, K-major B, bias + residual");
+        run_text("kfg 1\nx = input(%s[200, 64])\nwg = input(%s[1001, 64])\n"
+                 "wu = input(%s[1001, 64])\nb = input(%s[1001])\n"
+                 "g = matmul(x, wg, transpose_b=true)\nu = matmul(x, wu, transpose_b=true)\n"
+                 "a = silu(g)\nh = mul(a, u)\ny = add(h, b)\noutput y\n",
+                 dts[d], 1816,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, N = 1001, bias");
+        /* a norm prologue on A's tiles after a statistics pre-pass: RMSNorm,
+         * ragged M, N, K */
+        const char *npro = "norm prologue on A's tiles";
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], 1817, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: rms_norm, ragged");
+        /* LayerNorm (mean, rstd), rows off zero, batch folded into M, a bias */
+        run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+                 dts[d], 1818, &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: layer_norm, batch folded, bias");
+        /* the ping-pong schedule (136 tiles for 132 SMs): a consumer
+         * normalizes all 128 rows of its tile */
+        run_text("kfg 1\nx = input(%s[8600, 128])\ng = input(%s[128])\nw = input(%s[128, 200])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], 1819,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
+                 "norm prologue: ping-pong");
+        /* dual batched (both B per batch), with a residual in the epilogue */
+        run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
+                 "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"
+                 "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\n"
+                 "y = add(h, r)\noutput y\n",
+                 dts[d], 1814,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, batched, residual");
     }
     /* every example and pattern, forced */
     const char *src = getenv("KF_SOURCE_DIR");
@@ -1409,6 +1537,8 @@ int main(void) {
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_float_dtype),
         cmocka_unit_test(test_comparisons_where_cast_and_i32_match_exactly),
         cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
+        cmocka_unit_test(test_slices_concats_and_gathers_match_in_their_consumers),
+        cmocka_unit_test(test_gather_clamps_an_index_outside_the_axis_on_the_gpu),
         cmocka_unit_test(test_large_elementwise_groups_take_the_bulk_path_and_match),
         cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),
         cmocka_unit_test(test_every_rowwise_op_in_every_float_dtype_matches),

@@ -402,6 +402,45 @@ static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
                  NULL);
 }
 
+/* slice, concat and gather read through in elementwise, row-wise and
+ * column-reduction kernels (offsets, per-element coordinate nodes, the
+ * saturating i64 -> i32 index), NVRTC-compiled for both archs; the remapped
+ * loads are spelled element by element with the offset and each coordinate. */
+static void test_slices_concats_and_gathers_compile_into_their_consumers(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        /* rotary embedding: x*cos + rotate_half(x)*sin, one kernel */
+        "kfg 1\nx = input(bf16[4, 2, 64])\ncos = input(bf16[4, 1, 64])\nsin = input(bf16[4, 1, "
+        "64])\nx1 = slice(x, axis=2, stop=32)\nx2 = slice(x, axis=2, start=32)\nn = neg(x2)\n"
+        "r = concat(n, x1, axis=2)\na = mul(x, cos)\nb = mul(r, sin)\ny = add(a, b)\noutput y\n",
+        /* embedding lookup with i64 indices, scaled */
+        "kfg 1\nw = input(f16[100, 64])\ni = input(i64[4, 8])\ne = gather(w, i, axis=0)\n"
+        "s = const(f16[], 8)\ny = mul(e, s)\noutput y\n",
+        /* a gather on a middle axis with i32 indices, into a softmax (row-wise prologue) */
+        "kfg 1\nt = input(f32[3, 10, 64])\ni = input(i32[5])\ng = gather(t, i, axis=1)\n"
+        "y = softmax(g, axis=-1)\noutput y\n",
+        /* slices with a step, and a concat into a column reduction */
+        "kfg 1\nx = input(f32[16, 48])\na = slice(x, axis=1, start=1, stop=48, step=3)\n"
+        "b = slice(x, axis=1, stop=16)\nc = concat(a, b, axis=0)\ns = reduce_sum(c, axis=0)\n"
+        "output s\n",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        planned p;
+        plan_text(texts[i], &p);
+        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+        assert_int_equal(compile_all(p.plan, NULL), 2);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        if (getenv("KF_TEST_SHOW_SOURCE"))
+            fprintf(stderr, "%s\n", k.source);
+        assert_non_null(strstr(k.source, "kf_ld(p"));
+        if (i == 1)
+            assert_non_null(strstr(k.source, "2147483647LL")); /* the saturating index */
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+    }
+}
+
 /* Every row-wise op with a prologue and an epilogue, in every float dtype. */
 static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **state) {
     (void)state;
@@ -839,6 +878,84 @@ static void test_rounded_results_store_their_unrounded_value(void **state) {
     }
 }
 
+/* The bf16 table of the reference's results serves gelu_tanh as it serves
+ * gelu: entry kf_gelu_idx(u) of the emitted table is the reference's
+ * gelu_tanh of the bf16 value u, rounded to bf16, for values across the
+ * table (both signs, its ends); a kernel holding both ops tabulates the
+ * first and computes the other by its formula. */
+static unsigned short ref_bf16_bits(kf_op op, unsigned short u) {
+    uint32_t w = (uint32_t)u << 16;
+    float x;
+    memcpy(&x, &w, sizeof x);
+    float y = (float)kf_ir_round(KF_DTYPE_BF16, kf_ir_scalar(op, KF_DTYPE_F64, x, 0, 0));
+    memcpy(&w, &y, sizeof w);
+    return (unsigned short)(w >> 16);
+}
+
+static void test_bf16_gelu_tanh_reads_a_table_of_the_reference(void **state) {
+    (void)state;
+    planned p;
+    plan_text("kfg 1\nx = input(bf16[300, 264])\nb = input(bf16[264])\nh = add(x, b)\n"
+              "y = gelu_tanh(h)\noutput y\n",
+              &p);
+    kf_cuda_kernel k;
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_non_null(strstr(k.source, "/* gelu_tanh of bf16 values"));
+    assert_non_null(strstr(k.source, "kf_gelu_bf16_v<VV>"));
+    /* the table's entries, in order */
+    const char *t = strstr(k.source, "kf_gelu_tab_src[");
+    assert_non_null(t);
+    t = strchr(t, '{');
+    assert_non_null(t);
+    static unsigned short tab[1u << 16];
+    unsigned n = 0;
+    while (*t && *t != '}') {
+        t++;
+        char *end;
+        unsigned long v = strtoul(t, &end, 16);
+        if (end == t)
+            break;
+        tab[n++] = (unsigned short)v;
+        t = end;
+        while (*t == ' ' || *t == '\n')
+            t++;
+    }
+    assert_true(n > 5000 && n < 6000);
+    /* kf_gelu_idx as the kernel computes it; in range: the table's entry */
+    unsigned lo = 0, checked = 0;
+    /* lo: the index of the smallest magnitude; find it from the layout
+     * (entry 0 is the positive end of the smallest magnitude) */
+    for (unsigned u = 1; u < 0x7f80u; u++) {
+        unsigned rot = ((u << 1) & 0xfffeu) | (u >> 15);
+        if (ref_bf16_bits(KF_OP_GELU_TANH, (unsigned short)u) == tab[0] &&
+            ref_bf16_bits(KF_OP_GELU_TANH, (unsigned short)(u | 0x8000u)) == tab[1]) {
+            lo = rot;
+            break;
+        }
+    }
+    assert_true(lo != 0);
+    for (unsigned u = 0; u < 0x10000u; u++) {
+        unsigned i = (((u << 1) & 0xfffeu) | (u >> 15)) - lo;
+        if (i >= n)
+            continue;
+        if (tab[i] != ref_bf16_bits(KF_OP_GELU_TANH, (unsigned short)u))
+            fail_msg("bf16 0x%04x: table 0x%04x, reference 0x%04x", u, tab[i],
+                     ref_bf16_bits(KF_OP_GELU_TANH, (unsigned short)u));
+        checked++;
+    }
+    assert_int_equal(checked, n);
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+    /* both: gelu (first) from the table, gelu_tanh by its formula */
+    plan_text("kfg 1\nx = input(bf16[300, 264])\na = gelu(x)\ny = gelu_tanh(a)\noutput y\n", &p);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_non_null(strstr(k.source, "/* gelu of bf16 values"));
+    assert_null(strstr(k.source, "/* gelu_tanh of bf16 values"));
+    assert_non_null(strstr(k.source, "kf_gelu_tanh(v"));
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+}
+
 static void test_broken_kernel_status_carries_the_log_and_the_name(void **state) {
     (void)state;
     if (!have_nvrtc())
@@ -1247,12 +1364,14 @@ int main(void) {
         cmocka_unit_test(test_unfused_attention_says_why),
         cmocka_unit_test(test_recipes_refuse_argmax_with_a_clear_message),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
+        cmocka_unit_test(test_slices_concats_and_gathers_compile_into_their_consumers),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
         cmocka_unit_test(test_kernel_names_templates_vectors_and_params),
         cmocka_unit_test(test_row_warp_staged_is_chosen_where_it_fits),
         cmocka_unit_test(test_rounded_results_store_their_unrounded_value),
         cmocka_unit_test(test_only_f64_norm_rows_are_scaled),
+        cmocka_unit_test(test_bf16_gelu_tanh_reads_a_table_of_the_reference),
         cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
         cmocka_unit_test(test_recipes_are_a_pure_function_of_plan_and_target),
         cmocka_unit_test(test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies),

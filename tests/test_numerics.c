@@ -109,7 +109,7 @@ static kf_binding *make_inputs(kf_graph *g, kf_test_rng *r, draw how) {
         } else if (how == DRAW_MODEL && name[0] != 'x') {
             lo = -0.1, hi = 0.1;
         }
-        kf_test_fill(in[i].data, d, numel, r, lo, hi);
+        kf_test_fill_input(in[i].data, t, numel, r, lo, hi);
     }
     return in;
 }

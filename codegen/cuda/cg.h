@@ -152,6 +152,8 @@ static inline uint32_t row_block_for(int64_t L, bool dbl) {
 #define GELU_TAB_HI 0x4180u /* 16.0 */
 #define GELU_TAB_N (2u * (GELU_TAB_HI - GELU_TAB_LO))
 
+/* The field of the row templates' stats struct that holds statistic s. */
+const char *cg_stat_field(kf_stat s);
 /* A constant of dtype d as its exact bits (inf and NaN included). */
 void cg_emit_const(cg *c, kf_dtype d, double v);
 /* Whether the group has a gelu the table serves, and the table with its
@@ -189,8 +191,13 @@ acc_class cg_classify(int rank, const int64_t *dims, const int64_t *s, uint32_t 
 void cg_node_strides(const cg *c, uint32_t i, int64_t *s);
 /* Registers the params of every load among the needed nodes (c->param). */
 void cg_load_params(cg *c);
-/* A LOAD, ACC or SCORE leaf: it reads a param. */
+/* A LOAD, ACC or SCORE leaf that the chunk machinery reads (vectors,
+ * broadcasts, staging, hoisting): every one but a remapped LOAD. */
 bool cg_is_load(const kf_expr *e);
+/* A LOAD with an offset or coordinate nodes (a slice, concat or gather read
+ * through): cg_emit_nodes reads it one element at a time, its offset spelled
+ * from the space's coordinates and the coordinate nodes' values. */
+bool cg_is_remapped_load(const kf_expr *e);
 /* The smallest element size, from `start`, among the needed vector loads of
  * space sp; the vector width for it (16 bytes, at most 8 elements), halved
  * until it divides `last_dim` unless a tail is allowed. */
@@ -233,6 +240,8 @@ typedef struct out_spec {
     kf_dtype dtype; /* the buffer's */
     uint32_t tensor;
     bool synth_softmax; /* attention: exp(x - max) / sumexp of the row input */
+    unsigned stat_pack; /* row kernels: 1u << KF_STAT_* of the statistics written once per
+                           row, f32, in enum order, popcount values a row (node KF_NONE) */
 } out_spec;
 
 #define MAX_OUTS KF_CUDA_MAX_PARAMS

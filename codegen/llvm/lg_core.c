@@ -34,6 +34,8 @@ LLVMTypeRef lg_ctype(lg_mod *m, kf_dtype d) {
         return m->f64;
     case KF_DTYPE_I32:
         return m->i32;
+    case KF_DTYPE_I64:
+        return m->i64;
     case KF_DTYPE_BOOL:
         return m->i1;
     default:
@@ -119,6 +121,8 @@ static LLVMTypeRef storage_type(lg_mod *m, kf_dtype d) {
         return m->f64;
     case KF_DTYPE_I32:
         return m->i32;
+    case KF_DTYPE_I64:
+        return m->i64;
     case KF_DTYPE_BOOL:
         return m->i8;
     default:
@@ -497,6 +501,14 @@ LLVMValueRef lg_expr(lg_fn *f, lg_point *pt, uint32_t n) {
     }
     case KF_EXPR_LOAD: {
         LLVMValueRef off = lg_offset(m, pt->rank, pt->idx, e->strides);
+        if (e->offset)
+            off = LLVMBuildNSWAdd(B, off, lg_i64(m, e->offset), "");
+        for (int k = 0; k < 3 && e->src[k] != KF_NONE; k++) {
+            /* a coordinate node (i32, within its axis) times its stride */
+            LLVMValueRef c = LLVMBuildSExt(B, lg_expr(f, pt, e->src[k]), m->i64, "");
+            off = LLVMBuildNSWAdd(B, off, LLVMBuildNSWMul(B, c, lg_i64(m, e->dyn_strides[k]), ""),
+                                  "");
+        }
         v = lg_load_elem(f, e->dtype, lg_buf(f, e->base), off);
         round = false;
         break;
