@@ -369,13 +369,13 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     for (int q = 0; q < S; q++)
         win_keys += q + 1 < 1024 ? q + 1 : 1024;
     bcase cases[] = {
-        {"attn_causal", texts[0], io, full / 2, 0, 0, 0, ""},
-        {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, ""},
-        {"attn_noncausal", texts[2], io, full, 0, 0, 0, ""},
-        {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, ""},
-        {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, ""},
-        {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, ""},
-        {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
+        {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);

@@ -330,7 +330,7 @@ static bool groups_match(kf_graph *g, const kf_binding *in) {
     char err[KF_MSG_MAX];
     kf_cpu_exec *x = NULL;
     void **bound = calloc(g->n_nodes, sizeof *bound);
-    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false};
+    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false, NULL};
     bool ok = bound && st.values;
     for (uint32_t k = 0; ok && k < g->n_inputs; k++) {
         const kf_tensor *t = g->inputs[k];
