@@ -232,8 +232,11 @@ __device__ __forceinline__ float kf_rescued_rstd(float ss, int e) {
     ((KF_NEED_SUM && !isfinite(sum)) || (KF_NEED_SUMSQ && !isfinite(sumsq)) ||                     \
      (KF_NEED_M2 && !isfinite(m2)))
 /* The rescue: EACH(v, stmt) runs stmt for every value v of the lane's share
- * of the row (the path's own way of reading it). Uniform over the warp (or
- * block): the statistics it tests are reduced values. */
+ * of the row (the path's own way of reading it; its loop variables end in
+ * "i*_" so that they never shadow the names below -- a loop counter q_ once
+ * took the sum of squares, which also put the register path's row into
+ * local memory: rms_norm 0.63 ms instead of 0.38 on an H100). Uniform over
+ * the warp (or block): the statistics it tests are reduced values. */
 #define KF_RESCUE_STATS(EACH)                                                                      \
     do {                                                                                           \
         float am_ = 0.0f;                                                                          \
@@ -403,18 +406,18 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
     if (KF_STATS_OVERFLOWED(sum, sumsq, m2)) {
 #if !KF_MULTIPASS
 #define KF_EACH_(v, stmt)                                                                          \
-    _Pragma("unroll") for (int q_ = 0; q_ < PT; q_++) if (lane + q_ * KF_LANES < CH)              \
-        _Pragma("unroll") for (int k_ = 0; k_ < VV; k_++) {                                        \
-            const float v = x[q_][k_];                                                             \
+    _Pragma("unroll") for (int iq_ = 0; iq_ < PT; iq_++) if (lane + iq_ * KF_LANES < CH)              \
+        _Pragma("unroll") for (int ik_ = 0; ik_ < VV; ik_++) {                                        \
+            const float v = x[iq_][ik_];                                                             \
             stmt                                                                                   \
         }
 #else
 #define KF_EACH_(v, stmt)                                                                          \
-    for (int c_ = lane; c_ < CH; c_ += KF_LANES) {                                                 \
-        kf_acc_t xv_[VV];                                                                          \
-        kf_prologue<VV>(row, c_, xv_, false, KF_ARGS);                                             \
-        _Pragma("unroll") for (int k_ = 0; k_ < VV; k_++) {                                        \
-            const float v = xv_[k_];                                                               \
+    for (int ic_ = lane; ic_ < CH; ic_ += KF_LANES) {                                                 \
+        kf_acc_t xr_[VV];                                                                          \
+        kf_prologue<VV>(row, ic_, xr_, false, KF_ARGS);                                             \
+        _Pragma("unroll") for (int ik_ = 0; ik_ < VV; ik_++) {                                        \
+            const float v = xr_[ik_];                                                               \
             stmt                                                                                   \
         }                                                                                          \
     }
@@ -513,13 +516,13 @@ template <int VV, bool STG> __device__ __forceinline__ void kf_row_staged(long l
 #if KF_ROW_RESCUE
     if (KF_STATS_OVERFLOWED(sum, sumsq, m2)) {
 #define KF_EACH_(v, stmt)                                                                          \
-    for (int q_ = 0; q_ < PT; q_++) {                                                              \
-        const int c_ = lane + q_ * 32;                                                             \
-        if (c_ < CH) {                                                                             \
-            kf_acc_t xv_[VV];                                                                      \
-            kf_prologue<VV, STG>(row, c_, xv_, false, sb, KF_ARGS);                                \
-            _Pragma("unroll") for (int k_ = 0; k_ < VV; k_++) {                                    \
-                const float v = xv_[k_];                                                           \
+    for (int iq_ = 0; iq_ < PT; iq_++) {                                                              \
+        const int ic_ = lane + iq_ * 32;                                                             \
+        if (ic_ < CH) {                                                                             \
+            kf_acc_t xr_[VV];                                                                      \
+            kf_prologue<VV, STG>(row, ic_, xr_, false, sb, KF_ARGS);                                \
+            _Pragma("unroll") for (int ik_ = 0; ik_ < VV; ik_++) {                                    \
+                const float v = xr_[ik_];                                                           \
                 stmt                                                                               \
             }                                                                                      \
         }                                                                                          \
