@@ -540,31 +540,32 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
  * heads of D / H, a gelu_tanh MLP of F; bf16 throughout. */
 static void gpt2_text(char *t, size_t size, int B, int S, int D, int H, int F) {
     int hd = D / H;
-    snprintf(t, size,
-             "kfg 1\nx = input(bf16[%d, %d, %d])\nln1_w = input(bf16[%d])\nln1_b = input(bf16[%d])\n"
-             "wq = input(bf16[%d, %d])\nbq = input(bf16[%d])\nwk = input(bf16[%d, %d])\n"
-             "bk = input(bf16[%d])\nwv = input(bf16[%d, %d])\nbv = input(bf16[%d])\n"
-             "wo = input(bf16[%d, %d])\nbo = input(bf16[%d])\nln2_w = input(bf16[%d])\n"
-             "ln2_b = input(bf16[%d])\nw1 = input(bf16[%d, %d])\nb1 = input(bf16[%d])\n"
-             "w2 = input(bf16[%d, %d])\nb2 = input(bf16[%d])\n"
-             "h = layer_norm(x, ln1_w, ln1_b, eps=1e-5)\n"
-             "q0 = matmul(h, wq)\nq = add(q0, bq)\nk0 = matmul(h, wk)\nk = add(k0, bk)\n"
-             "v0 = matmul(h, wv)\nv = add(v0, bv)\n"
-             "qs = reshape(q, [%d, %d, %d, %d])\nks = reshape(k, [%d, %d, %d, %d])\n"
-             "vs = reshape(v, [%d, %d, %d, %d])\nqh = permute(qs, [0, 2, 1, 3])\n"
-             "kh = permute(ks, [0, 2, 1, 3])\nvh = permute(vs, [0, 2, 1, 3])\n"
-             "scores = matmul(qh, kh, transpose_b=true)\nscale = const(bf16[], %.17g)\n"
-             "scaled = mul(scores, scale)\nrow = iota(i32[%d, %d], axis=0)\n"
-             "col = iota(i32[%d, %d], axis=1)\ncausal = ge(row, col)\n"
-             "neg_inf = const(bf16[], -inf)\nmasked = where(causal, scaled, neg_inf)\n"
-             "probs = softmax(masked, axis=-1)\nctx = matmul(probs, vh)\n"
-             "ctx_t = permute(ctx, [0, 2, 1, 3])\nmerged = reshape(ctx_t, [%d, %d, %d])\n"
-             "proj0 = matmul(merged, wo)\nproj = add(proj0, bo)\nx1 = add(x, proj)\n"
-             "h2 = layer_norm(x1, ln2_w, ln2_b, eps=1e-5)\nup = matmul(h2, w1)\n"
-             "up_b = add(up, b1)\nact = gelu_tanh(up_b)\ndown = matmul(act, w2)\n"
-             "down_b = add(down, b2)\ny = add(x1, down_b)\noutput y\n",
-             B, S, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, F, F, F, D, D, B, S, H,
-             hd, B, S, H, hd, B, S, H, hd, 1.0 / sqrt((double)hd), S, S, S, S, B, S, D);
+    snprintf(
+        t, size,
+        "kfg 1\nx = input(bf16[%d, %d, %d])\nln1_w = input(bf16[%d])\nln1_b = input(bf16[%d])\n"
+        "wq = input(bf16[%d, %d])\nbq = input(bf16[%d])\nwk = input(bf16[%d, %d])\n"
+        "bk = input(bf16[%d])\nwv = input(bf16[%d, %d])\nbv = input(bf16[%d])\n"
+        "wo = input(bf16[%d, %d])\nbo = input(bf16[%d])\nln2_w = input(bf16[%d])\n"
+        "ln2_b = input(bf16[%d])\nw1 = input(bf16[%d, %d])\nb1 = input(bf16[%d])\n"
+        "w2 = input(bf16[%d, %d])\nb2 = input(bf16[%d])\n"
+        "h = layer_norm(x, ln1_w, ln1_b, eps=1e-5)\n"
+        "q0 = matmul(h, wq)\nq = add(q0, bq)\nk0 = matmul(h, wk)\nk = add(k0, bk)\n"
+        "v0 = matmul(h, wv)\nv = add(v0, bv)\n"
+        "qs = reshape(q, [%d, %d, %d, %d])\nks = reshape(k, [%d, %d, %d, %d])\n"
+        "vs = reshape(v, [%d, %d, %d, %d])\nqh = permute(qs, [0, 2, 1, 3])\n"
+        "kh = permute(ks, [0, 2, 1, 3])\nvh = permute(vs, [0, 2, 1, 3])\n"
+        "scores = matmul(qh, kh, transpose_b=true)\nscale = const(bf16[], %.17g)\n"
+        "scaled = mul(scores, scale)\nrow = iota(i32[%d, %d], axis=0)\n"
+        "col = iota(i32[%d, %d], axis=1)\ncausal = ge(row, col)\n"
+        "neg_inf = const(bf16[], -inf)\nmasked = where(causal, scaled, neg_inf)\n"
+        "probs = softmax(masked, axis=-1)\nctx = matmul(probs, vh)\n"
+        "ctx_t = permute(ctx, [0, 2, 1, 3])\nmerged = reshape(ctx_t, [%d, %d, %d])\n"
+        "proj0 = matmul(merged, wo)\nproj = add(proj0, bo)\nx1 = add(x, proj)\n"
+        "h2 = layer_norm(x1, ln2_w, ln2_b, eps=1e-5)\nup = matmul(h2, w1)\n"
+        "up_b = add(up, b1)\nact = gelu_tanh(up_b)\ndown = matmul(act, w2)\n"
+        "down_b = add(down, b2)\ny = add(x1, down_b)\noutput y\n",
+        B, S, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, F, F, F, D, D, B, S, H, hd, B,
+        S, H, hd, B, S, H, hd, 1.0 / sqrt((double)hd), S, S, S, S, B, S, D);
 }
 
 /* A LLaMA layer: RMSNorm, q/k/v/o projections without bias, causal attention
@@ -593,8 +594,8 @@ static void llama_text(char *t, size_t size, int B, int S, int D, int H, int F) 
              "h2 = rms_norm(x1, ffn_norm, eps=1e-5)\ngate = matmul(h2, w_gate)\n"
              "up = matmul(h2, w_up)\ngate_act = silu(gate)\ngated = mul(gate_act, up)\n"
              "down = matmul(gated, w_down)\ny = add(x1, down)\noutput y\n",
-             B, S, D, D, D, D, D, D, D, D, D, D, D, D, F, D, F, F, D, B, S, H, hd, B, S, H, hd,
-             B, S, H, hd, 1.0 / sqrt((double)hd), S, S, S, S, B, S, D);
+             B, S, D, D, D, D, D, D, D, D, D, D, D, D, F, D, F, F, D, B, S, H, hd, B, S, H, hd, B,
+             S, H, hd, 1.0 / sqrt((double)hd), S, S, S, S, B, S, D);
 }
 
 typedef struct block_case {
@@ -615,8 +616,8 @@ static void run_block(kf_ctx *ctx, block_case *c, char *text, size_t size) {
     else
         gpt2_text(text, size, c->B, c->S, c->D, c->H, c->F);
     double T = (double)c->B * c->S, Dm = c->D, F = c->F, Sq = c->S;
-    double proj = 2.0 * T * Dm * Dm * 4;                        /* q, k, v, o */
-    double mlp = 2.0 * T * Dm * F * (c->llama ? 3 : 2);         /* up (gate), down */
+    double proj = 2.0 * T * Dm * Dm * 4;                       /* q, k, v, o */
+    double mlp = 2.0 * T * Dm * F * (c->llama ? 3 : 2);        /* up (gate), down */
     double attn = 2.0 * 2.0 * (double)c->B * Sq * Sq * Dm / 2; /* causal: half of QK^T, PV */
     c->flops = proj + mlp + attn;
     kf_graph *g = parse(ctx, text);
@@ -679,11 +680,11 @@ static void run_block(kf_ctx *ctx, block_case *c, char *text, size_t size) {
             nb[sizeof nb - 1] = 0;
         }
         if (at < sizeof c->groups - 1)
-            at += (size_t)snprintf(c->groups + at, sizeof c->groups - at,
-                                   "%s{\"group\": %u, \"kind\": \"%s\", \"name\": %s, \"how\": %s, "
-                                   "\"ms\": %.4f}",
-                                   gi ? ", " : "", gi, kf_group_kind_name(grp->kind), nb, hb,
-                                   gm[gi]);
+            at +=
+                (size_t)snprintf(c->groups + at, sizeof c->groups - at,
+                                 "%s{\"group\": %u, \"kind\": \"%s\", \"name\": %s, \"how\": %s, "
+                                 "\"ms\": %.4f}",
+                                 gi ? ", " : "", gi, kf_group_kind_name(grp->kind), nb, hb, gm[gi]);
     }
     if (at < sizeof c->groups - 1)
         snprintf(c->groups + at, sizeof c->groups - at, "]");
@@ -765,8 +766,8 @@ static int block_main(const char *commit, const char *out_path, bool peers, doub
         json_str(f, commit);
         fprintf(f, ",\n  \"quick\": %s,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
                 g_quick ? "true" : "false", g_reps, g_warmup);
-        fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f},\n",
-                copy_gbs, gemm_tflops);
+        fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f},\n", copy_gbs,
+                gemm_tflops);
         fprintf(f, "  \"cases\": {\n");
         for (int i = 0; i < 2; i++) {
             block_case *c = &cases[i];
@@ -816,8 +817,7 @@ int main(int argc, char **argv) {
             llama_text(t, sizeof t, 8, 2048, 4096, 32, 11008);
             printf("# llama7b_b8_s2048\n%s", t);
             return 0;
-        }
-        else if (!strcmp(argv[i], "--cases") && i + 1 < argc)
+        } else if (!strcmp(argv[i], "--cases") && i + 1 < argc)
             g_cases = argv[++i];
         else {
             fprintf(stderr, "usage: gpu_bench [--commit SHA] [--out FILE] [--reps N] "

@@ -108,8 +108,7 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
         kf_cli_print_summary(b.out[i].name, b.name_width, t, b.out[i].data);
         if (check) {
             printf("  err=%.3g ref_err=%.3g fused_err=%.3g bound=%.3g %s", res[i].err,
-                   res[i].ref_err, res[i].fused_err, res[i].bound,
-                   res[i].pass ? "ok" : "MISMATCH");
+                   res[i].ref_err, res[i].fused_err, res[i].bound, res[i].pass ? "ok" : "MISMATCH");
             if (!res[i].pass)
                 rc = KF_EXIT_RUNTIME;
         }

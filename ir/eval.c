@@ -405,8 +405,7 @@ static void eval_matmul(const kf_eval_state *st, const kf_tensor *t, double *out
                 double acc = 0.0;
                 for (int64_t k = 0; k < K; k++)
                     acc += am[m * a_m + k * a_k] * bm[k * b_k + n * b_n];
-                *o++ = st->unrounded && st->unrounded[t->id] ? acc
-                                                             : store_round(st, t->dtype, acc);
+                *o++ = st->unrounded && st->unrounded[t->id] ? acc : store_round(st, t->dtype, acc);
             }
         }
     }

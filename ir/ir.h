@@ -443,8 +443,9 @@ kf_ir_verdict kf_ir_judge(const kf_graph *g, const kf_tensor *t, const void *out
                           const double *exact, const double *ref, const double *fused);
 
 /* Evaluates g three times on the same inputs (input_data as for kf_ir_eval):
- * at its dtypes per op and with a GEMM's arithmetic, and exactly; and judges outputs[i] (g->outputs[which[i]]'s storage)
- * into verdicts[i]. Failures as kf_ir_eval's (noted on the graph). */
+ * at its dtypes per op and with a GEMM's arithmetic, and exactly; and judges outputs[i]
+ * (g->outputs[which[i]]'s storage) into verdicts[i]. Failures as kf_ir_eval's (noted on the graph).
+ */
 kf_status kf_ir_check(kf_graph *g, const void *const *input_data, size_t n,
                       const uint32_t *which, const void *const *outputs,
                       kf_ir_verdict *verdicts);

@@ -30,11 +30,10 @@
  * b2329e9). Not rounding the other score nodes (kept in registers, never
  * materialized) was tried and is wrong where the scores are large: an ALiBi
  * bias of slope x 190 in bf16 has an ulp of 2, and the kernel's unrounded
- * scores then differed from the reference's by 8.5% (H100, 03aa5c7). Two shortcuts stay, each under the
- * rounding that follows it: a division by a constant is a multiply
- * (div_by_mul) and tanh is tanh.approx.f32 (relative error 2^-11): the
- * accurate tanhf and division made a softcap score cost more than the two
- * GEMMs (5.74 against 2.40 ms, H100).
+ * scores then differed from the reference's by 8.5% (H100, 03aa5c7). Two shortcuts stay, each under
+ * the rounding that follows it: a division by a constant is a multiply (div_by_mul) and tanh is
+ * tanh.approx.f32 (relative error 2^-11): the accurate tanhf and division made a softcap score cost
+ * more than the two GEMMs (5.74 against 2.40 ms, H100).
  */
 #include "codegen/cuda/cg.h"
 
