@@ -191,6 +191,10 @@ struct kf_graph {
     uint32_t n_inputs, cap_inputs;
     kf_graph_output_slot *outputs;
     uint32_t n_outputs, cap_outputs;
+    /* kf_ir_add_output's hash set of output indices by name (open
+     * addressing, UINT32_MAX empty): outputs [0, n_out_set) are in it */
+    uint32_t *out_set;
+    uint32_t cap_out_set, n_out_set;
     kf_status status;       /* the first builder error: sticky */
     char error[KF_MSG_MAX]; /* its message */
     char last[KF_MSG_MAX];  /* the last non-sticky failure's message (verify, eval) */
