@@ -117,7 +117,7 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
     if (rc != KF_EXIT_OK)
         fprintf(stderr,
                 "kfuse: %s: an output is further from the exact value than twice the reference "
-                "evaluator's own error (seed %" PRIu64 ")\n",
+                "evaluator's own error (ref_err, fused_err) (seed %" PRIu64 ")\n",
                 file, seed);
 done:
     kf_program_destroy(p);
