@@ -252,8 +252,7 @@ static kf_status check_numerics(kf_program *p, const kf_binding *inputs, size_t 
                       "error %g and its GEMM-arithmetic twin's %g, plus the floor); a kfuse "
                       "bug, or an input so ill-conditioned that f32 arithmetic amplifies its "
                       "rounding",
-                      outputs[i].name, res[i].err, res[i].bound, res[i].ref_err,
-                      res[i].fused_err);
+                      outputs[i].name, res[i].err, res[i].bound, res[i].ref_err, res[i].fused_err);
     }
     kf_mem_free(&p->mem, res, n_outputs * sizeof *res);
     return st;
