@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -682,6 +683,28 @@ static void test_outputs_are_named_and_unique(void **state) {
     assert_error(G, KF_ERR_INVALID_ARGUMENT, "output: 'y' is already an output", NULL);
 }
 
+/* Output names are checked through a hash set that grows with the outputs
+ * (kf_output was a scan per call: 20,000 outputs took 1.2 s to add), and
+ * that also indexes outputs a clone copied in without it. */
+static void test_output_names_stay_unique_past_many_outputs_and_in_a_clone(void **state) {
+    kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 4);
+    char name[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(name, sizeof name, "o%d", i);
+        assert_int_equal(kf_output(G, name, i % 2 ? x : kf_exp(G, x)), KF_OK);
+    }
+    assert_int_equal(kf_graph_output_count(G), 3000);
+    kf_graph *c = kf_ir_graph_clone(G);
+    assert_non_null(c);
+    kf_tensor *cx = c->nodes[x->id];
+    assert_int_equal(kf_output(c, "o3000", cx), KF_OK);
+    assert_int_equal(kf_output(c, "o17", cx), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(kf_graph_error(c), "output: 'o17' is already an output"));
+    kf_graph_destroy(c);
+    assert_int_equal(kf_output(G, "o2999", x), KF_ERR_INVALID_ARGUMENT);
+    assert_error(G, KF_ERR_INVALID_ARGUMENT, "output: 'o2999' is already an output", NULL);
+}
+
 static void test_output_rejects_a_bad_name(void **state) {
     kf_tensor *x = in(G, "x", KF_DTYPE_F32, 1, 4);
     assert_int_equal(kf_output(G, "not a name", x), KF_ERR_INVALID_ARGUMENT);
@@ -869,6 +892,7 @@ int main(void) {
         T(test_operand_from_another_graph_is_rejected),
         cmocka_unit_test(test_null_graph_and_null_handles_are_safe),
         T(test_outputs_are_named_and_unique),
+        T(test_output_names_stay_unique_past_many_outputs_and_in_a_clone),
         T(test_output_rejects_a_bad_name),
         T(test_set_name_rejects_a_taken_name),
         T(test_verify_requires_an_output_and_is_not_sticky),
