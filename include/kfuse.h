@@ -421,11 +421,14 @@ typedef struct kf_check_result {
     double err;       /* of the output that was checked */
     double ref_err;   /* of kf_graph_eval's output: the reference's own error */
     double round_err; /* of the exact value rounded once to the output's dtype */
-    double bound;     /* 2 * max(ref_err, round_err) + floor: 1e-12 for f64
+    double bound;     /* 2 * max(ref_err, fused_err, round_err) + floor: 1e-12 for f64
                          graphs, else 1e-5 (f32 arithmetic where the reference
                          uses double), plus u / sqrt(numel), u the unit
                          roundoff of the least precise dtype computed */
     int pass;         /* err <= bound; 0 for any NaN the reference does not have */
+    double fused_err; /* of the reference with a GEMM's arithmetic: a matmul's
+                         product unrounded into its elementwise epilogue; the
+                         bound is 2 * max(ref_err, fused_err, round_err) + floor */
 } kf_check_result;
 
 /* Judges a backend's outputs (`outputs`: bindings as for kf_graph_eval, read,

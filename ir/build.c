@@ -360,6 +360,16 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         if ((unsigned)a->dtype >= KF_DTYPE_COUNT)
             return kf_msg_set(err, KF_ERR_DTYPE, "cast: target dtype %d is not a kf_dtype",
                               (int)a->dtype);
+        /* i64 holds gather indices only (graph inputs and constants): no op
+         * computes it, and the backends would store a cast's value as another
+         * width. */
+        if (a->dtype == KF_DTYPE_I64) {
+            char t0[160];
+            return kf_msg_set(err, KF_ERR_DTYPE,
+                              "cast: operand x %s: a cast to i64 (i64 is only a gather's index "
+                              "dtype, for graph inputs and constants; cast to i32 instead)",
+                              kf_ir_type_str(x, t0, sizeof t0));
+        }
         r->dtype = a->dtype;
         r->attr.to = a->dtype;
         return KF_OK;

@@ -405,7 +405,7 @@ static void eval_matmul(const kf_eval_state *st, const kf_tensor *t, double *out
                 double acc = 0.0;
                 for (int64_t k = 0; k < K; k++)
                     acc += am[m * a_m + k * a_k] * bm[k * b_k + n * b_n];
-                *o++ = store_round(st, t->dtype, acc);
+                *o++ = st->unrounded && st->unrounded[t->id] ? acc : store_round(st, t->dtype, acc);
             }
         }
     }
@@ -607,22 +607,42 @@ void kf_ir_eval_release(kf_eval_state *st) {
     st->values = NULL;
 }
 
+typedef enum eval_mode { EVAL_REF, EVAL_EXACT, EVAL_FUSED } eval_mode;
+
+/* For kf_ir_eval_fused: a matmul's product stays unrounded when it is no
+ * output and every consumer is elementwise (a GEMM's epilogue). */
+static void mark_unrounded(const kf_graph *g, bool *keep) {
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        keep[i] = g->nodes[i]->op == KF_OP_MATMUL && kf_dtype_is_float(g->nodes[i]->dtype);
+    for (uint32_t i = 0; i < g->n_outputs; i++)
+        keep[g->outputs[i].tensor->id] = false;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const kf_tensor *t = g->nodes[i];
+        if (!(kf_op_get(t->op)->traits & KF_TRAIT_ELEMENTWISE))
+            for (int k = 0; k < t->nsrc; k++)
+                keep[t->src[k]->id] = false;
+    }
+}
+
 /* Computes what the outputs need. On failure everything is released and
  * st->values is NULL; the message is noted on the graph (not sticky). Inputs
  * the outputs do not need may have NULL data. */
-static kf_status eval_graph(kf_graph *g, const void *const *input_data, bool exact,
+static kf_status eval_graph(kf_graph *g, const void *const *input_data, eval_mode mode,
                             kf_eval_state *st) {
     if (KF_NEVER(!g || !st))
         return KF_ERR_INVALID_ARGUMENT;
     st->graph = g;
     st->values = NULL;
-    st->exact = exact;
+    st->exact = mode == EVAL_EXACT;
+    st->unrounded = NULL;
     uint32_t n = g->n_nodes;
     if (n == 0)
         return kf_ir_note(g, KF_ERR_INVALID_ARGUMENT, "eval: the graph is empty");
     st->values = kf_mem_calloc(&g->mem, n, sizeof(double *));
     bool *need = kf_mem_calloc(&g->mem, n, sizeof(bool));
-    if (!st->values || !need) {
+    bool *keep = mode == EVAL_FUSED ? kf_mem_calloc(&g->mem, n, sizeof(bool)) : NULL;
+    if (!st->values || !need || (mode == EVAL_FUSED && !keep)) {
+        kf_mem_free(&g->mem, keep, n * sizeof(bool));
         kf_mem_free(&g->mem, need, n * sizeof(bool));
         kf_mem_free(&g->mem, st->values, n * sizeof(double *));
         st->values = NULL;
@@ -642,6 +662,10 @@ static kf_status eval_graph(kf_graph *g, const void *const *input_data, bool exa
             need[t->src[k]->id] = true;
     }
 
+    if (keep) {
+        mark_unrounded(g, keep);
+        st->unrounded = keep;
+    }
     kf_status s = KF_OK;
     for (uint32_t k = 0; k < g->n_inputs && s == KF_OK; k++) {
         const kf_tensor *t = g->inputs[k];
@@ -670,17 +694,23 @@ static kf_status eval_graph(kf_graph *g, const void *const *input_data, bool exa
             s = kf_ir_eval_node(st, g->nodes[i]);
     }
     kf_mem_free(&g->mem, need, n * sizeof(bool));
+    kf_mem_free(&g->mem, keep, n * sizeof(bool));
+    st->unrounded = NULL;
     if (s != KF_OK)
         kf_ir_eval_release(st);
     return s;
 }
 
 kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
-    return eval_graph(g, input_data, false, st);
+    return eval_graph(g, input_data, EVAL_REF, st);
 }
 
 kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
-    return eval_graph(g, input_data, true, st);
+    return eval_graph(g, input_data, EVAL_EXACT, st);
+}
+
+kf_status kf_ir_eval_fused(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
+    return eval_graph(g, input_data, EVAL_FUSED, st);
 }
 
 double kf_ir_tolerance(kf_dtype d) {

@@ -200,6 +200,10 @@ struct kf_graph {
     uint32_t n_inputs, cap_inputs;
     kf_graph_output_slot *outputs;
     uint32_t n_outputs, cap_outputs;
+    /* kf_ir_add_output's hash set of output indices by name (open
+     * addressing, UINT32_MAX empty): outputs [0, n_out_set) are in it */
+    uint32_t *out_set;
+    uint32_t cap_out_set, n_out_set;
     kf_status status;       /* the first builder error: sticky */
     char error[KF_MSG_MAX]; /* its message */
     char last[KF_MSG_MAX];  /* the last non-sticky failure's message (verify, eval) */
@@ -360,6 +364,9 @@ typedef struct kf_eval_state {
     kf_graph *graph;
     double **values; /* graph->n_nodes entries; NULL for tensors not computed */
     bool exact;
+    /* kf_ir_eval_fused: per node, whether its value is kept unrounded (NULL:
+     * none is). */
+    const bool *unrounded;
 } kf_eval_state;
 
 /* Evaluates every tensor the outputs need, given host buffers for every input
@@ -368,6 +375,14 @@ typedef struct kf_eval_state {
 kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st);
 /* The same with st->exact set: every float value kept in double, unrounded. */
 kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_state *st);
+/* The reference with a GEMM's arithmetic: the same as kf_ir_eval, except that
+ * the product of a matmul whose every consumer is elementwise, and which is no
+ * graph output, is kept unrounded -- the epilogue (bias, activation, residual)
+ * applies to the f32 accumulator and only its result is rounded, as
+ * cuBLASLt's epilogues and kfuse's generated GEMM and attention kernels
+ * compute it. Another evaluation at the graph's dtypes, as legitimate as the
+ * per-op one, which kf_ir_judge also measures. */
+kf_status kf_ir_eval_fused(kf_graph *g, const void *const *input_data, kf_eval_state *st);
 /* Computes one tensor from its operands' values (which must be present in `st`).
  * Used by kf_ir_eval and by the planner's checker. */
 kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t);
@@ -412,10 +427,13 @@ double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n);
  * in f64 with no intermediate rounding (kf_ir_eval_exact):
  *   err       the backend's output;
  *   ref_err   the reference evaluator at the graph's dtypes (kf_ir_eval);
+ *   fused_err the reference with a GEMM's arithmetic (kf_ir_eval_fused):
+ *             matmul products unrounded into their elementwise epilogues;
  *   round_err the exact value rounded once to the output's dtype: what no
  *             backend that stores the output can beat;
- *   bound     KF_JUDGE_REF_FACTOR * max(ref_err, round_err) + floor, the
- *             floor kf_ir_judge_floor of the output's compute dtype and size;
+ *   bound     KF_JUDGE_REF_FACTOR * max(ref_err, fused_err, round_err) +
+ *             floor, the floor kf_ir_judge_floor of the output's compute
+ *             dtype and size;
  *   pass      err <= bound.
  * NaN never passes: an output NaN is accepted only where the reference (at
  * the graph's dtypes or exactly) is NaN too, an infinity only where one of
@@ -423,7 +441,7 @@ double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n);
  * bool outputs must equal the reference exactly (bound 0, err the relative
  * distance to it). */
 typedef struct kf_ir_verdict {
-    double err, ref_err, round_err, bound;
+    double err, ref_err, fused_err, round_err, bound;
     bool pass;
 } kf_ir_verdict;
 
@@ -437,13 +455,15 @@ typedef struct kf_ir_verdict {
 double kf_ir_judge_floor(kf_dtype d, int64_t n);
 
 /* Judges n elements of `out` (tensor t's dtype, storage format) against the
- * exact values and the reference's values of t (double). */
+ * exact values and the two references' values of t (double; `fused` may be
+ * NULL: only `ref` then). */
 kf_ir_verdict kf_ir_judge(const kf_graph *g, const kf_tensor *t, const void *out,
-                          const double *exact, const double *ref);
+                          const double *exact, const double *ref, const double *fused);
 
-/* Evaluates g twice on the same inputs (input_data as for kf_ir_eval), at its
- * dtypes and exactly, and judges outputs[i] (g->outputs[which[i]]'s storage)
- * into verdicts[i]. Failures as kf_ir_eval's (noted on the graph). */
+/* Evaluates g three times on the same inputs (input_data as for kf_ir_eval):
+ * at its dtypes per op and with a GEMM's arithmetic, and exactly; and judges outputs[i]
+ * (g->outputs[which[i]]'s storage) into verdicts[i]. Failures as kf_ir_eval's (noted on the graph).
+ */
 kf_status kf_ir_check(kf_graph *g, const void *const *input_data, size_t n,
                       const uint32_t *which, const void *const *outputs,
                       kf_ir_verdict *verdicts);

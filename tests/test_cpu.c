@@ -330,7 +330,7 @@ static bool groups_match(kf_graph *g, const kf_binding *in) {
     char err[KF_MSG_MAX];
     kf_cpu_exec *x = NULL;
     void **bound = calloc(g->n_nodes, sizeof *bound);
-    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false};
+    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false, NULL};
     bool ok = bound && st.values;
     for (uint32_t k = 0; ok && k < g->n_inputs; k++) {
         const kf_tensor *t = g->inputs[k];
@@ -865,28 +865,34 @@ static void test_f64_norms_of_rows_whose_squares_overflow(void **state) {
  * as the reference does in double, in a row kernel and as a GEMM's norm
  * prologue. Before, the statistics were summed in f32 and the rows came out
  * as garbage (relative error 0.45 in the random graph). */
-static void test_f32_norms_of_rows_whose_squares_overflow_f32(void **state) {
+/* bf16 has f32's exponent range, so its rows overflow f32 squares too (the
+ * CPU widened only f32 norms until the GPU's test of bf16 rows found it). */
+static void test_f32_and_bf16_norms_of_rows_whose_squares_overflow_f32(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
     kf_test_rng r = kf_test_rng_make(13);
     int bad = 0;
     static const char *const scales[] = {"1e21", "-3e30"};
+    static const char *const dts[] = {"f32", "bf16"};
     char text[1024];
-    for (size_t k = 0; k < 2; k++) {
-        snprintf(text, sizeof text,
-                 "kfg 1\nx = input(f32[5, 39])\nw = input(f32[39])\nb = input(f32[39])\n"
-                 "c = const(f32[], %s)\nh = mul(x, c)\n"
-                 "l = layer_norm(h, w, b, eps=1e-5)\nr = rms_norm(h, w, eps=1e-6)\n"
-                 "half = const(f32[], 0.5)\nel = mul(l, half)\ner = sub(r, w)\n"
-                 "output el\noutput er\n",
-                 scales[k]);
-        bad += !check_text(ctx, text, &r);
-        snprintf(text, sizeof text,
-                 "kfg 1\nx = input(f32[6, 39])\nw = input(f32[39])\nm = input(f32[39, 8])\n"
-                 "c = const(f32[], %s)\nh = mul(x, c)\nn = rms_norm(h, w, eps=1e-6)\n"
-                 "y = matmul(n, m)\noutput y\n",
-                 scales[k]);
-        bad += !check_text(ctx, text, &r);
+    for (size_t d = 0; d < 2; d++) {
+        const char *t = dts[d];
+        for (size_t k = 0; k < 2; k++) {
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[5, 39])\nw = input(%s[39])\nb = input(%s[39])\n"
+                     "c = const(%s[], %s)\nh = mul(x, c)\n"
+                     "l = layer_norm(h, w, b, eps=1e-5)\nr = rms_norm(h, w, eps=1e-6)\n"
+                     "half = const(%s[], 0.5)\nel = mul(l, half)\ner = sub(r, w)\n"
+                     "output el\noutput er\n",
+                     t, t, t, t, scales[k], t);
+            bad += !check_text(ctx, text, &r);
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[6, 39])\nw = input(%s[39])\nm = input(%s[39, 8])\n"
+                     "c = const(%s[], %s)\nh = mul(x, c)\nn = rms_norm(h, w, eps=1e-6)\n"
+                     "y = matmul(n, m)\noutput y\n",
+                     t, t, t, t, scales[k]);
+            bad += !check_text(ctx, text, &r);
+        }
     }
     kf_ctx_destroy(ctx);
     assert_int_equal(bad, 0);
@@ -1571,7 +1577,7 @@ int main(void) {
         cmocka_unit_test(test_where_cast_and_iota_in_every_dtype),
         cmocka_unit_test(test_reductions_norms_and_softmax_over_every_axis),
         cmocka_unit_test(test_f64_norms_of_rows_whose_squares_overflow),
-        cmocka_unit_test(test_f32_norms_of_rows_whose_squares_overflow_f32),
+        cmocka_unit_test(test_f32_and_bf16_norms_of_rows_whose_squares_overflow_f32),
         cmocka_unit_test(test_gemm_layouts_and_fused_epilogues),
         cmocka_unit_test(test_attention_with_every_mask_class),
         cmocka_unit_test(test_views_copies_and_aliased_outputs),

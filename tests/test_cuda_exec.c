@@ -494,6 +494,47 @@ static void test_f64_norms_of_rows_whose_squares_overflow_match(void **state) {
     }
 }
 
+/* f32 and bf16 rows hold values up to 2^128: a square above 2^64 (or a sum
+ * of values near 2^128) overflows the f32 statistics, and a norm of rows near
+ * 1e21 came out 0 or NaN (the CPU did the same before b954a91). Every row
+ * kernel path: a warp per row in registers (39), staged through shared
+ * memory (layer_norm of 1000), a block per row (5000), re-read per pass
+ * (40000), and a GEMM's norm prologue; sums that overflow (3e37 x 5000) as
+ * well as squares. */
+static void test_f32_and_bf16_norms_of_rows_whose_squares_overflow_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const int lens[] = {39, 1000, 5000, 40000};
+    static const char *const scales[] = {"1e21", "-3e30", "3e37"};
+    static const kf_dtype dts[] = {KF_DTYPE_F32, KF_DTYPE_BF16};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t l = 0; l < N_OF(lens); l++) {
+            for (size_t c = 0; c < N_OF(scales); c++) {
+                char fmt[1024];
+                snprintf(fmt, sizeof fmt,
+                         "kfg 1\nx = input(%%s[9, %d])\nv = input(%%s[9, %d])\n"
+                         "w = input(%%s[%d])\nb = input(%%s[%d])\nc = const(%%s[], %s)\n"
+                         "xs = mul(x, c)\nvs = mul(v, c)\nrn = rms_norm(xs, w, eps=1e-6)\n"
+                         "ln = layer_norm(vs, w, b, eps=1e-5)\nrt = relu(ln)\n"
+                         "output rn\noutput rt\n",
+                         lens[l], lens[l], lens[l], lens[l], scales[c]);
+                run_opts o = {.lo = -3, .hi = 3};
+                run_text(fmt, dts[d], 740 + d * 20 + l * 4 + c, &o, "norms of huge rows");
+            }
+        }
+        for (size_t c = 0; c < N_OF(scales); c++) {
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nx = input(%%s[6, 64])\nw = input(%%s[64])\nm = input(%%s[64, 72])\n"
+                     "c = const(%%s[], %s)\nh = mul(x, c)\nn = rms_norm(h, w, eps=1e-6)\n"
+                     "y = matmul(n, m)\noutput y\n",
+                     scales[c]);
+            run_opts o = {.lo = -3, .hi = 3};
+            run_text(fmt, dts[d], 790 + d * 4 + c, &o, "a GEMM's norm prologue of huge rows");
+        }
+    }
+}
+
 /* gelu(x) rounds to x in f32 once its correction is below half an ulp of x
  * (x above about 5.3): sqrt(gelu(x) - x) is then 0 in the reference, and NaN
  * when gelu lands an ulp below x. */
@@ -1543,6 +1584,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),
         cmocka_unit_test(test_every_rowwise_op_in_every_float_dtype_matches),
         cmocka_unit_test(test_f64_norms_of_rows_whose_squares_overflow_match),
+        cmocka_unit_test(test_f32_and_bf16_norms_of_rows_whose_squares_overflow_match),
         cmocka_unit_test(test_f32_gelu_of_large_x_rounds_to_x_as_the_reference),
         cmocka_unit_test(test_column_reductions_and_norm_prologue_epilogue_fusions_match),
         cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),
