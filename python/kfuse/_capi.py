@@ -57,7 +57,7 @@ class kf_binding(ctypes.Structure):
 class kf_check_result(ctypes.Structure):
     _fields_ = [("err", ctypes.c_double), ("ref_err", ctypes.c_double),
                 ("round_err", ctypes.c_double), ("bound", ctypes.c_double),
-                ("pass_", ctypes.c_int)]
+                ("pass_", ctypes.c_int), ("fused_err", ctypes.c_double)]
 
 
 # Enums (include/kfuse.h).

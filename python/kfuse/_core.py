@@ -367,7 +367,7 @@ class Graph:
     def check(self, outputs, **inputs):
         """Judges `outputs` ({name: array}, e.g. a Program's results) against
         the exact value, relative to the reference's own error:
-        {name: dict(err, ref_err, round_err, bound, passed)}."""
+        {name: dict(err, ref_err, fused_err, round_err, bound, passed)}."""
         bound = self._bindings(inputs)
         outs = self.outputs
         given = [Bound(n, a, outs[n].dtype, outs[n].shape) for n, a in outputs.items()
@@ -376,8 +376,9 @@ class Graph:
         st = self._lib.kf_graph_check(self._h, _binding_array(bound), len(bound),
                                       _binding_array(given), len(given), res)
         self._check(st)
-        return {b.name: dict(err=r.err, ref_err=r.ref_err, round_err=r.round_err, bound=r.bound,
-                             passed=bool(r.pass_)) for b, r in zip(given, res)}
+        return {b.name: dict(err=r.err, ref_err=r.ref_err, fused_err=r.fused_err,
+                             round_err=r.round_err, bound=r.bound, passed=bool(r.pass_))
+                for b, r in zip(given, res)}
 
 
 def _raise_unknown_output(name, outs):

@@ -216,6 +216,9 @@ def test_capi_mirror_matches_the_header():
     statuses = re.findall(r"^\s*KF_(?:ERR_)?(\w+)", enum, re.M)
     assert statuses[-1] == "STATUS_COUNT"
     assert statuses[:-1] == _capi.STATUS_NAMES
+    denum = re.search(r"typedef enum kf_dtype \{(.*?)\} kf_dtype;", header, re.S).group(1)
+    dtypes = [d.lower() for d in re.findall(r"^\s*KF_DTYPE_(\w+)", denum, re.M)]
+    assert dtypes[-1] == "count" and dtypes[:-1] == _capi.DTYPES
     for name in ("kf_program_run_device", "kf_program_workspace_size",
                  "kf_program_set_workspace"):
         assert (name in header) == hasattr(kfuse._core._L(), name), name
