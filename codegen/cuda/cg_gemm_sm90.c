@@ -276,6 +276,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     }
     cg_puts(&c.s, "}\n\n");
     kf_mem_free(c.mem, x, sizeof *x);
+    cg_puts(&c.s, kf_cuda_tpl_hopper);
     cg_puts(&c.s, kf_cuda_tpl_gemm_sm90);
     return cg_end(&c, c.st);
 }
