@@ -224,19 +224,25 @@ typedef struct bcase {
     kf_gemm_mode gemm; /* how its GEMM groups run (KF_GEMM_AUTO: the default) */
 } bcase;
 
-static kf_ctx *make_ctx_gemm(const char *cache_dir, unsigned flags, kf_gemm_mode gemm) {
+static kf_ctx *make_ctx_mode(const char *cache_dir, unsigned flags, kf_gemm_mode gemm,
+                             kf_attention_mode attention) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
     o.cache_dir = cache_dir;
     o.flags = flags;
     o.gemm = gemm;
+    o.attention = attention;
     kf_ctx *c = NULL;
     if (kf_ctx_create(&o, &c) != KF_OK) {
         fprintf(stderr, "gpu_bench: kf_ctx_create failed\n");
         exit(1);
     }
     return c;
+}
+
+static kf_ctx *make_ctx_gemm(const char *cache_dir, unsigned flags, kf_gemm_mode gemm) {
+    return make_ctx_mode(cache_dir, flags, gemm, KF_ATTENTION_AUTO);
 }
 
 static kf_ctx *make_ctx(const char *cache_dir, unsigned flags) {
@@ -376,12 +382,21 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, ""},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, ""},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
+        /* the same cases with the sm_90a kernel (--attention sm90) */
+        {"attn_causal_sm90", texts[0], io, full / 2, 0, 0, 0, ""},
+        {"attn_noncausal_sm90", texts[2], io, full, 0, 0, 0, ""},
+        {"attn_gqa_sm90", texts[3], io_gqa, full / 2, 0, 0, 0, ""},
+        {"attn_softcap_sm90", texts[4], io, full / 2, 0, 0, 0, ""},
+        {"attn_alibi_sm90", texts[5], io, full / 2, 0, 0, 0, ""},
+        {"attn_window_sm90", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
     kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_UNFUSED_ATTENTION);
+    kf_ctx *h90 = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_SM90);
     for (int i = 0; i < n_cases; i++)
-        run_case(i == 1 ? unf : fa, &cases[i], copy_gbs, gemm_tflops);
+        run_case(i == 1 ? unf : strstr(cases[i].name, "_sm90") ? h90 : fa, &cases[i], copy_gbs,
+                 gemm_tflops);
 
     /* Cold compile of one fused kernel: a private empty cache (planning and
      * codegen included, as kf_compile does them). */
@@ -500,6 +515,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     fprintf(stderr, "gpu_bench: wrote %s\n", path);
     kf_ctx_destroy(fa);
     kf_ctx_destroy(unf);
+    kf_ctx_destroy(h90);
     return 0;
 }
 

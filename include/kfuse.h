@@ -159,6 +159,19 @@ typedef enum kf_gemm_mode {
     KF_GEMM_COUNT
 } kf_gemm_mode;
 
+/* How attention groups run on a CUDA device. */
+typedef enum kf_attention_mode {
+    KF_ATTENTION_AUTO = 0, /* the default: today KF_ATTENTION_FA2 on every arch (the sm_90a
+                              kernel stays opt-in until it has passed on a GPU) */
+    KF_ATTENTION_SM90,     /* the sm_90a kernel (TMA, wgmma, warp-specialized) wherever it
+                              takes the group; else the FA2 kernel, else unfused, and the
+                              report says why */
+    KF_ATTENTION_FA2,      /* the mma.sync kernel (sm_80 and later) wherever it takes the
+                              group; else unfused */
+    KF_ATTENTION_UNFUSED,  /* always unfused (as KF_FLAG_UNFUSED_ATTENTION) */
+    KF_ATTENTION_COUNT
+} kf_attention_mode;
+
 typedef struct kf_options {
     kf_target target;      /* default KF_TARGET_AUTO */
     int device;            /* CUDA device ordinal, default 0 */
@@ -168,6 +181,7 @@ typedef struct kf_options {
     unsigned flags;        /* KF_FLAG_* */
     kf_allocator allocator;
     kf_gemm_mode gemm;     /* default KF_GEMM_AUTO */
+    kf_attention_mode attention; /* default KF_ATTENTION_AUTO */
     /* Switches. The library reads no environment variable of its own: the kfuse
      * CLI maps the one named beside each field onto it. */
     const char *dump_dir;     /* KF_DUMP_DIR: every generated CUDA source is written here as
@@ -187,7 +201,7 @@ KF_API void kf_options_init(kf_options *options);
 
 /* Creates a context. `options` may be NULL for the defaults; the strings it
  * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
- * (NULL out, unknown flag, target or gemm mode, negative device or num_threads, a
+ * (NULL out, unknown flag, target, gemm or attention mode, negative device or num_threads, a
  * cpu_opt_level outside 0-3, half-set allocator, an
  * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f'),
  * KF_ERR_OUT_OF_MEMORY. */
