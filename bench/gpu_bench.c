@@ -382,20 +382,21 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, ""},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, ""},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
-        /* the same cases with the sm_90a kernel (--attention sm90) */
-        {"attn_causal_sm90", texts[0], io, full / 2, 0, 0, 0, ""},
-        {"attn_noncausal_sm90", texts[2], io, full, 0, 0, 0, ""},
-        {"attn_gqa_sm90", texts[3], io_gqa, full / 2, 0, 0, 0, ""},
-        {"attn_softcap_sm90", texts[4], io, full / 2, 0, 0, 0, ""},
-        {"attn_alibi_sm90", texts[5], io, full / 2, 0, 0, 0, ""},
-        {"attn_window_sm90", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
+        /* the same cases with the FA2 (mma.sync) kernel, --attention fa2
+         * (the default above: the sm_90a kernel on sm_90a) */
+        {"attn_causal_fa2", texts[0], io, full / 2, 0, 0, 0, ""},
+        {"attn_noncausal_fa2", texts[2], io, full, 0, 0, 0, ""},
+        {"attn_gqa_fa2", texts[3], io_gqa, full / 2, 0, 0, 0, ""},
+        {"attn_softcap_fa2", texts[4], io, full / 2, 0, 0, 0, ""},
+        {"attn_alibi_fa2", texts[5], io, full / 2, 0, 0, 0, ""},
+        {"attn_window_fa2", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
     kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_UNFUSED_ATTENTION);
-    kf_ctx *h90 = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_SM90);
+    kf_ctx *fa2 = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_FA2);
     for (int i = 0; i < n_cases; i++)
-        run_case(i == 1 ? unf : strstr(cases[i].name, "_sm90") ? h90 : fa, &cases[i], copy_gbs,
+        run_case(i == 1 ? unf : strstr(cases[i].name, "_fa2") ? fa2 : fa, &cases[i], copy_gbs,
                  gemm_tflops);
 
     /* Cold compile of one fused kernel: a private empty cache (planning and
@@ -515,7 +516,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     fprintf(stderr, "gpu_bench: wrote %s\n", path);
     kf_ctx_destroy(fa);
     kf_ctx_destroy(unf);
-    kf_ctx_destroy(h90);
+    kf_ctx_destroy(fa2);
     return 0;
 }
 

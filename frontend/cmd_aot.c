@@ -47,7 +47,7 @@ const char kf_cmd_aot_help[] =
     "                default, as measured), generated, cublaslt, or measured (both\n"
     "                sides compiled; the choice is timed on first use)\n"
     "  --attention MODE the recipes of contexts with this attention mode: auto\n"
-    "                (today fa2), sm90, fa2 or unfused\n"
+    "                (sm_90a kernel on sm_90a), sm90 (the same), fa2 or unfused\n"
     "  --unfused-attention the recipes of contexts with KF_FLAG_UNFUSED_ATTENTION\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"

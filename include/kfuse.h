@@ -143,7 +143,7 @@ enum {
                                              cuBLASLt GEMMs around a softmax kernel), also
                                              those the fused kernel takes (bf16/f16, head dim
                                              64 or 128), which by default run as one fused
-                                             kernel (sm_80 mma.sync, on sm_90 too) */
+                                             kernel (kf_attention_mode) */
     KF_FLAG_ALL_ = (1u << 11) - 1
 };
 
@@ -161,13 +161,13 @@ typedef enum kf_gemm_mode {
 
 /* How attention groups run on a CUDA device. */
 typedef enum kf_attention_mode {
-    KF_ATTENTION_AUTO = 0, /* the default: today KF_ATTENTION_FA2 on every arch (the sm_90a
-                              kernel stays opt-in until it has passed on a GPU) */
-    KF_ATTENTION_SM90,     /* the sm_90a kernel (TMA, wgmma, warp-specialized) wherever it
-                              takes the group; else the FA2 kernel, else unfused, and the
-                              report says why */
+    KF_ATTENTION_AUTO = 0, /* the default: on sm_90a the sm_90a kernel (TMA, wgmma,
+                              warp-specialized) wherever it takes the group, else the FA2
+                              kernel (the report says why); the FA2 kernel on other archs;
+                              unfused where neither takes the group */
+    KF_ATTENTION_SM90,     /* the same as AUTO (named for those who want to say it) */
     KF_ATTENTION_FA2,      /* the mma.sync kernel (sm_80 and later) wherever it takes the
-                              group; else unfused */
+                              group, also on sm_90a; else unfused */
     KF_ATTENTION_UNFUSED,  /* always unfused (as KF_FLAG_UNFUSED_ATTENTION) */
     KF_ATTENTION_COUNT
 } kf_attention_mode;

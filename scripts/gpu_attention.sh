@@ -3,7 +3,7 @@
 # (device time is scarce): a Release build of kfuse, the GPU suite's
 # attention tests (FA2, sm_90a and fallback, against the reference
 # evaluator), every example and pattern that holds attention with --target
-# cuda --check (default, and --attention sm90), compute-sanitizer memcheck
+# cuda --check (default, and --attention fa2), compute-sanitizer memcheck
 # and racecheck on ragged fused cases (both kernels), and with --bench the
 # attention cases of bench/gpu_bench (and their peers).
 #
@@ -58,7 +58,7 @@ if [ $tests -eq 1 ]; then
     fi
     n_ok=0
     n_all=0
-    for mode in auto sm90; do
+    for mode in auto fa2; do
         for f in examples/*.kfg examples/patterns/attention_*.kfg; do
             n_all=$((n_all + 1))
             if build-gpu/kfuse run "$f" --target cuda --check --report --attention $mode \

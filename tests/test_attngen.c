@@ -3,7 +3,7 @@
  * cg_attention.c, templates/attention_sm90.cuh) and its recipes, with no
  * GPU: every variant (head dim x mask class x bf16/f16, softcap, ALiBi, an
  * additive mask tensor, GQA through a broadcast head axis, permuted
- * [B, S, H, D] views) is made through the recipes with KF_ATTENTION_SM90,
+ * [B, S, H, D] views) is made through the default recipes for an H100,
  * compiled by NVRTC for sm_90a, and its SASS read with cuobjdump: HGMMA (the
  * wgmma path) and UTMALDG (TMA loads) are there, ptxas neither serializes a
  * wgmma nor ignores setmaxnreg, and nothing goes to local memory (no
@@ -209,7 +209,7 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
             graph_text(cases[i].body, dts[d], text, sizeof text);
             planned p;
             plan_text(text, &p);
-            kf_cuda_recipes *rec = recipes_for(p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_SM90);
+            kf_cuda_recipes *rec = recipes_for(p.plan, "h100", NULL, 0);
             const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
             const char *how = rc->variants[0].how;
             if (!strstr(how, "fused attention (sm_90a wgmma/TMA kernel)") ||
@@ -246,11 +246,11 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
     }
 }
 
-/* Which kernel each mode gives, and why: the default is the FA2 kernel (the
- * sm_90a one is opt-in until it has passed on a GPU); ATTENTION_SM90 on
- * sm_80 and for a Q with four batch axes gives the FA2 kernel and says why;
- * the sm_90a kernel visits fewer, larger causal tiles and the report counts
- * them. */
+/* Which kernel each mode gives, and why: on sm_90a the default is the sm_90a
+ * kernel, and it visits fewer, larger causal tiles (the report counts them);
+ * ATTENTION_FA2 gives the FA2 kernel there; sm_80 gets the FA2 kernel with
+ * no word about sm_90a; a Q with four batch axes gets the FA2 kernel on
+ * sm_90a and the report says why; UNFUSED wins over everything. */
 static void test_attention_modes_give_the_kernels_they_name(void **state) {
     (void)state;
     char text[4096];
@@ -259,20 +259,23 @@ static void test_attention_modes_give_the_kernels_they_name(void **state) {
     plan_text(text, &p);
     kf_cuda_recipes *r0 = recipes_for(p.plan, "h100", NULL, 0);
     const char *how = attn_recipe(p.plan, r0)->variants[0].how;
-    if (!strstr(how, "fused attention (sm_80 mma.sync kernel)"))
-        fail_msg("the default: %s", how);
-    kf_cuda_recipes *r1 = recipes_for(p.plan, NULL, "sm_80", KF_CUDA_RECIPE_ATTENTION_SM90);
-    how = attn_recipe(p.plan, r1)->variants[0].how;
-    if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") ||
-        !strstr(how, "not the sm_90a kernel: sm_80 is not sm_90a"))
-        fail_msg("sm_80: %s", how);
-    kf_cuda_recipes *r2 = recipes_for(p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_SM90);
-    how = attn_recipe(p.plan, r2)->variants[0].how;
     /* S 200: two query tiles of 128 rows, two key tiles; causal visits 1 + 2 */
-    if (!strstr(how, "3 of 4 tiles visited"))
-        fail_msg("sm_90a tiles: %s", how);
-    kf_cuda_recipes *r3 = recipes_for(
-        p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_SM90 | KF_CUDA_RECIPE_UNFUSED_ATTENTION);
+    if (!strstr(how, "fused attention (sm_90a wgmma/TMA kernel)") ||
+        !strstr(how, "3 of 4 tiles visited"))
+        fail_msg("the default on sm_90a: %s", how);
+    kf_cuda_recipes *r1 = recipes_for(p.plan, NULL, "sm_80", 0);
+    how = attn_recipe(p.plan, r1)->variants[0].how;
+    if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") || strstr(how, "sm_90a"))
+        fail_msg("sm_80: %s", how);
+    kf_cuda_recipes *r2 = recipes_for(p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_FA2);
+    how = attn_recipe(p.plan, r2)->variants[0].how;
+    /* 64-row tiles: 4 x 4, causal visits 1 + 2 + 3 + 4 */
+    if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") ||
+        !strstr(how, "10 of 16 tiles visited"))
+        fail_msg("ATTENTION_FA2: %s", how);
+    kf_cuda_recipes *r3 = recipes_for(p.plan, "h100", NULL,
+                                      KF_CUDA_RECIPE_ATTENTION_FA2 |
+                                          KF_CUDA_RECIPE_UNFUSED_ATTENTION);
     how = attn_recipe(p.plan, r3)->variants[0].how;
     if (!strstr(how, "unfused fallback"))
         fail_msg("unfused wins: %s", how);
@@ -286,22 +289,22 @@ static void test_attention_modes_give_the_kernels_they_name(void **state) {
               "v = input(bf16[2, 2, 2, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
               "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
               &p);
-    kf_cuda_recipes *r4 = recipes_for(p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_SM90);
+    kf_cuda_recipes *r4 = recipes_for(p.plan, "h100", NULL, 0);
     how = attn_recipe(p.plan, r4)->variants[0].how;
     if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") ||
-        !strstr(how, "more than 3 batch axes"))
+        !strstr(how, "not the sm_90a kernel: Q has more than 3 batch axes"))
         fail_msg("four batch axes: %s", how);
     kf_cuda_recipes_destroy(r4);
     plan_release(&p);
 
-    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_SM90),
-                     KF_CUDA_RECIPE_ATTENTION_SM90);
-    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_FA2), 0u);
     assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_AUTO), 0u);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_SM90), 0u);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_FA2),
+                     KF_CUDA_RECIPE_ATTENTION_FA2);
     assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_UNFUSED),
                      KF_CUDA_RECIPE_UNFUSED_ATTENTION);
     assert_int_equal(
-        kf_cuda_recipe_flags(KF_FLAG_UNFUSED_ATTENTION, KF_GEMM_CUBLASLT, KF_ATTENTION_SM90),
+        kf_cuda_recipe_flags(KF_FLAG_UNFUSED_ATTENTION, KF_GEMM_CUBLASLT, KF_ATTENTION_FA2),
         KF_CUDA_RECIPE_UNFUSED_ATTENTION);
 }
 
@@ -311,8 +314,8 @@ static void test_sm90_attention_source_is_deterministic(void **state) {
     graph_text(cases[3].body, "bf16", text, sizeof text);
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *r1 = recipes_for(p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_SM90);
-    kf_cuda_recipes *r2 = recipes_for(p.plan, "h200", NULL, KF_CUDA_RECIPE_ATTENTION_SM90);
+    kf_cuda_recipes *r1 = recipes_for(p.plan, "h100", NULL, 0);
+    kf_cuda_recipes *r2 = recipes_for(p.plan, "h200", NULL, 0);
     const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
     const kf_cuda_kernel *k2 = &attn_recipe(p.plan, r2)->steps[0].kernel->kernel;
     assert_string_equal(k1->source, k2->source);

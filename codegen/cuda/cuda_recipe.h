@@ -53,8 +53,10 @@ enum {
     KF_CUDA_RECIPE_UNFUSED_ATTENTION = 1u << 3, /* every attention group runs unfused
                                                    (KF_FLAG_UNFUSED_ATTENTION); without it a
                                                    group the fused kernel takes is one kernel */
-    KF_CUDA_RECIPE_ATTENTION_SM90 = 1u << 4,    /* a group the sm_90a attention kernel takes runs
-                                                   it (KF_ATTENTION_SM90); else the FA2 kernel */
+    KF_CUDA_RECIPE_ATTENTION_FA2 = 1u << 4,     /* a fused attention group runs the mma.sync (FA2)
+                                                   kernel also on sm_90a (KF_ATTENTION_FA2);
+                                                   without it the sm_90a kernel runs wherever it
+                                                   takes the group */
 };
 
 /* What the recipes are made for. */
@@ -69,8 +71,8 @@ typedef struct kf_cuda_target {
  * GENERATED gives GEMM_GENERATED; AUTO and MEASURED give GEMM_MEASURED (the
  * generated kernel timed against cuBLASLt wherever it takes the group);
  * CUBLASLT neither; KF_FLAG_UNFUSED_ATTENTION and KF_ATTENTION_UNFUSED give
- * UNFUSED_ATTENTION; KF_ATTENTION_SM90 gives ATTENTION_SM90; AUTO and FA2
- * neither. */
+ * UNFUSED_ATTENTION; KF_ATTENTION_FA2 gives ATTENTION_FA2; AUTO and SM90
+ * neither (the sm_90a kernel where it takes the group). */
 unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode);
 
 /* The target of a device that is not at hand: "h100" and "h200" (sm_90a, 132

@@ -879,7 +879,10 @@ kf_status kf_rb_attention(rb *b) {
     if (b->target->flags & KF_CUDA_RECIPE_UNFUSED_ATTENTION)
         snprintf(why, sizeof why, "the fused kernel is off: KF_FLAG_UNFUSED_ATTENTION");
     else if (kf_cuda_attention_supported(plan, b->gi, b->target->arch, why, sizeof why)) {
-        if (!(b->target->flags & KF_CUDA_RECIPE_ATTENTION_SM90))
+        /* the sm_90a kernel where it takes the group; the report says why
+         * not where the arch is sm_90a and it does not */
+        if ((b->target->flags & KF_CUDA_RECIPE_ATTENTION_FA2) ||
+            strcmp(b->target->arch, "sm_90a") != 0)
             return fused_attention(b, false, NULL);
         char why90[160];
         bool sm90 = kf_cuda_attention_sm90_supported(plan, b->gi, b->target->arch, why90,

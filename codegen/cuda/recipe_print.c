@@ -143,8 +143,8 @@ static void print_json(const kf_cuda_recipes *r, FILE *out) {
         names[n++] = "gemm_measured";
     if (f & KF_CUDA_RECIPE_UNFUSED_ATTENTION)
         names[n++] = "unfused_attention";
-    if (f & KF_CUDA_RECIPE_ATTENTION_SM90)
-        names[n++] = "attention_sm90";
+    if (f & KF_CUDA_RECIPE_ATTENTION_FA2)
+        names[n++] = "attention_fa2";
     fprintf(out, ", \"sm_count\": %d, \"flags\": [", r->target.sm_count);
     for (int i = 0; i < n; i++)
         fprintf(out, "%s\"%s\"", i ? ", " : "", names[i]);
