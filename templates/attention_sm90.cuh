@@ -8,7 +8,7 @@
  *
  * A block is 384 threads, three warpgroups, one block an SM:
  *
- *   warpgroup 0, the producer (40 registers): one thread walks the block's
+ *   warpgroup 0, the producer (32 registers): one thread walks the block's
  *     work items (query tile of KF_BR = 128 rows x one batch-head) and for
  *     each loads the Q tile (after both consumers said they are done with
  *     the previous one: kf_qempty), then for each key tile the item sees,
@@ -19,20 +19,30 @@
  *     the end land as zeros, never as the next head's rows; the batch-head
  *     coordinates come from kf_coords_{q,k,v} (generated: one per map,
  *     broadcast axes -- GQA -- have no coordinate at all);
- *   warpgroups 1 and 2, the consumers (232 registers): consumer c owns query
- *     rows 64c .. 64c + 63 of the tile. Per key tile:
- *       S = Q.K^T   wgmma m64n{KF_BC}k16, Q and K both from shared memory
- *                   (K-major), KF_D / 16 steps;
- *       the score expression on the f32 accumulators (kf_score_full on tiles
- *       the mask cuts or that run past Skv, kf_score_inner elsewhere: the
- *       same rule as attention.cuh), then the online softmax in f32
- *       registers (exp2 with log2(e) folded into one FFMA);
- *       O += P.V    wgmma m64n{KF_D}k16 with P from registers (the S
- *                   accumulator layout is the A-fragment layout, rounded to
- *                   bf16/f16 pairs) and V from shared memory (MN-major:
- *                   the transpose bit), KF_BC / 16 steps;
- *     then the stage goes back to the producer. At the end O / l leaves
- *     from registers, rows past Sq not stored.
+ *   warpgroups 1 and 2, the consumers (240 registers): consumer c owns query
+ *     rows 64c .. 64c + 63 of the tile. Step j of an item issues, as one
+ *     wgmma group,
+ *       S = Q.K^T(j)    wgmma m64n{KF_BC}k16, Q and K both from shared
+ *                       memory (K-major), KF_D / 16 steps, and
+ *       O += P.V(j-1)   wgmma m64n{KF_D}k16 with P of the previous tile from
+ *                       registers (the S accumulator layout is the A-fragment
+ *                       layout, rounded to bf16/f16 pairs) and V from shared
+ *                       memory (MN-major: the transpose bit), KF_BC / 16 steps,
+ *     waits for both, gives K(j) and V(j-1) back to the producer (kf_emptyk,
+ *     kf_emptyv: a K slot frees a whole step before its V slot), then runs
+ *     the score expression on S (kf_score_full on tiles the mask cuts or
+ *     that run past Skv, kf_score_inner elsewhere: the same rule as
+ *     attention.cuh) and the online softmax in f32 registers (exp2 with
+ *     log2(e) folded into one FFMA; O, which now holds P.V(j-1), is
+ *     rescaled), giving P(j). After the last step P.V(last) runs alone and
+ *     O / l leaves from registers, rows past Sq not stored.
+ *     Ping-pong: the two consumers take turns issuing their wgmma groups
+ *     (named barriers 1 and 2, 256 threads: the one whose turn it is syncs,
+ *     the other arrives once its own group is issued), so one consumer's
+ *     softmax runs while the other's GEMMs keep the tensor cores busy.
+ *     Consumer 1 opens with one arrival for consumer 0's first turn and
+ *     leaves out its arrival after its last issue, so every named-barrier
+ *     phase completes and none is left pending at exit.
  *
  * Work items are grid-strided in the FA2 kernel's order: head-major (the
  * blocks in flight share a few heads' K and V in L2), within a head the last
@@ -45,8 +55,8 @@
  *
  * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_SQ,
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
- * KF_O (param), kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_wgmma_qk(s, da,
- * db, accumulate), kf_wgmma_pv(o, a, db), kf_score_full / kf_score_inner.
+ * KF_O (param), kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_wgmma_qk0 / qk(s,
+ * da, db), kf_wgmma_pv(o, a, db), kf_score_full / kf_score_inner.
  */
 #define KF_NQT ((KF_SQ + KF_BR - 1) / KF_BR)
 #define KF_CHUNKS (KF_D / 64)                 /* 64-wide head-dim boxes per tile */
@@ -78,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const __grid_constant__ kf_tmap tv, KF_PARAMS) {
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_fullk[KF_STAGES], kf_fullv[KF_STAGES],
-        kf_empty[KF_STAGES], kf_qfull, kf_qempty;
+        kf_emptyk[KF_STAGES], kf_emptyv[KF_STAGES], kf_qfull, kf_qempty;
     KF_SETUP();
     /* Q, then the ring, from the first 1024-byte boundary (where the
      * swizzle pattern starts over); launch.shared_bytes has the 1024. */
@@ -87,7 +97,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const unsigned ring = sq + KF_Q_BYTES;
     const unsigned fk0 = (unsigned)__cvta_generic_to_shared(&kf_fullk[0]);
     const unsigned fv0 = (unsigned)__cvta_generic_to_shared(&kf_fullv[0]);
-    const unsigned em0 = (unsigned)__cvta_generic_to_shared(&kf_empty[0]);
+    const unsigned ek0 = (unsigned)__cvta_generic_to_shared(&kf_emptyk[0]);
+    const unsigned ev0 = (unsigned)__cvta_generic_to_shared(&kf_emptyv[0]);
     const unsigned qf = (unsigned)__cvta_generic_to_shared(&kf_qfull);
     const unsigned qe = (unsigned)__cvta_generic_to_shared(&kf_qempty);
     const int wg = threadIdx.x / 128;
@@ -95,7 +106,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         for (int s = 0; s < KF_STAGES; s++) {
             kf_hp_init(fk0 + 8 * s, 1);
             kf_hp_init(fv0 + 8 * s, 1);
-            kf_hp_init(em0 + 8 * s, KF_EMPTY_ARRIVALS);
+            kf_hp_init(ek0 + 8 * s, KF_EMPTY_ARRIVALS);
+            kf_hp_init(ev0 + 8 * s, KF_EMPTY_ARRIVALS);
         }
         kf_hp_init(qf, 1);
         kf_hp_init(qe, KF_EMPTY_ARRIVALS);
@@ -108,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     __syncthreads();
 
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0, qph = 0;
@@ -132,12 +144,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     kf_tma_q(sq + c * (KF_BR * 128), &tq, 64 * c, q0, bh, qf);
                 qph ^= 1u;
                 for (int j = t_lo; j < t_hi; j++) {
-                    kf_hp_wait(em0 + 8 * s, ph ^ 1u);
                     const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES, vb = kb + KF_KV_BYTES;
+                    kf_hp_wait(ek0 + 8 * s, ph ^ 1u);
                     kf_hp_expect(fk0 + 8 * s, KF_KV_BYTES);
 #pragma unroll
                     for (int c = 0; c < KF_CHUNKS; c++)
                         kf_tma_k(kb + c * (KF_BC * 128), &tk, 64 * c, j * KF_BC, bh, fk0 + 8 * s);
+                    kf_hp_wait(ev0 + 8 * s, ph ^ 1u);
                     kf_hp_expect(fv0 + 8 * s, KF_KV_BYTES);
 #pragma unroll
                     for (int c = 0; c < KF_CHUNKS; c++)
@@ -150,13 +163,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             }
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         const int g4 = lane >> 2, t4 = lane & 3;
         const bool al_o = kf_aligned(KF_O, 4);
+        const long long n_items = (long long)KF_BH * KF_NQT;
         int s = 0;
         unsigned ph = 0, qph = 0;
-        for (long long item = blockIdx.x; item < (long long)KF_BH * KF_NQT; item += gridDim.x) {
+        if (cw == 1) /* consumer 0's first turn */
+            asm volatile("bar.arrive 1, 256;" ::: "memory");
+        for (long long item = blockIdx.x; item < n_items; item += gridDim.x) {
             const long long bh = item / KF_NQT;
             const int qt = KF_NQT - 1 - (int)(item % KF_NQT);
             const int q0 = qt * KF_BR;
@@ -176,28 +192,26 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int i = 0; i < KF_D / 2; i++)
                 o[i] = 0.0f;
             float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
+            unsigned pa[KF_BC / 16][4];
+            int sp = 0;       /* the stage of the previous tile (its V) */
+            unsigned php = 0; /* and its parity */
             kf_hp_wait(qf, qph);
             qph ^= 1u;
             const unsigned qbase = sq + cw * 8192u;
             if (t_lo >= t_hi && lane == 0)
                 kf_hp_arrive(qe);
-            for (int j = t_lo; j < t_hi; j++) {
-                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES, vb = kb + KF_KV_BYTES;
-                /* S = Q . K^T */
-                float sc[KF_BC / 2];
-                kf_hp_wait(fk0 + 8 * s, ph);
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-                for (int kk = 0; kk < KF_D / 16; kk++) {
-                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
-                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
-                    kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                kf_hp_desc(kb + offk, 16u, 1024u), kk > 0);
+            float sc[KF_BC / 2];
+            /* After step j's wgmma group is done: K(j) and V(j - 1) back to
+             * the producer, then the score expression and the online softmax
+             * of S(j), giving P(j) in pa. */
+            auto finish = [&](int j) {
+                if (lane == 0) {
+                    kf_hp_arrive(ek0 + 8 * s);
+                    if (j > t_lo)
+                        kf_hp_arrive(ev0 + 8 * sp);
+                    if (j + 1 == t_hi)
+                        kf_hp_arrive(qe); /* this warp is done with Q */
                 }
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                if (j + 1 == t_hi && lane == 0)
-                    kf_hp_arrive(qe); /* this warp is done with Q */
 
                 /* The score expression. The accumulator of wgmma m64nN: warp
                  * w holds rows 16w + lane/4 (+8), columns 8n + 2(lane%4)
@@ -264,9 +278,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         l[e >> 1] += sc[4 * nt + e];
                     }
                 }
-                /* P as wgmma A fragments: 16 keys (two 8-column groups) per
-                 * k step, rows g4 / g4 + 8 -- the m16n8k16 A layout. */
-                unsigned pa[KF_BC / 16][4];
+                /* P(j) as wgmma A fragments: 16 keys (two 8-column groups)
+                 * per k step, rows g4 / g4 + 8 -- the m16n8k16 A layout. */
 #pragma unroll
                 for (int kk = 0; kk < KF_BC / 16; kk++) {
                     pa[kk][0] = kf_pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
@@ -274,20 +287,82 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     pa[kk][2] = kf_pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
                     pa[kk][3] = kf_pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
                 }
-                /* O += P . V */
-                kf_hp_wait(fv0 + 8 * s, ph);
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-                for (int kk = 0; kk < KF_BC / 16; kk++)
-                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vb + kk * 2048u, KF_BC * 128u, 1024u));
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                if (lane == 0)
-                    kf_hp_arrive(em0 + 8 * s);
+                sp = s;
+                php = ph;
                 if (++s == KF_STAGES) {
                     s = 0;
                     ph ^= 1u;
                 }
+            };
+            /* Step t_lo: S = Q . K^T(t_lo) alone. Steps after it issue Q.K^T(j)
+             * and P.V(j - 1) as one group; two loops, so that no wgmma sits
+             * under a branch (ptxas then fences around it: C7519). */
+            const bool last_turn = item + gridDim.x >= n_items; /* no item after this one */
+            if (t_lo < t_hi) {
+                const int j = t_lo;
+                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                kf_hp_wait(fk0 + 8 * s, ph);
+                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < KF_D / 16; kk++) {
+                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+                    if (kk == 0)
+                        kf_wgmma_qk0(sc, kf_hp_desc(qbase + off, 16u, 1024u),
+                                     kf_hp_desc(kb + offk, 16u, 1024u));
+                    else
+                        kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
+                                    kf_hp_desc(kb + offk, 16u, 1024u));
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                /* the other consumer's turn (consumer 1 leaves out its last) */
+                if (cw == 0 || j + 1 < t_hi || !last_turn)
+                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                finish(j);
+            }
+            for (int j = t_lo + 1; j < t_hi; j++) {
+                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                kf_hp_wait(fk0 + 8 * s, ph);
+                kf_hp_wait(fv0 + 8 * sp, php);
+                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                /* S = Q . K^T(j) */
+#pragma unroll
+                for (int kk = 0; kk < KF_D / 16; kk++) {
+                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+                    if (kk == 0)
+                        kf_wgmma_qk0(sc, kf_hp_desc(qbase + off, 16u, 1024u),
+                                     kf_hp_desc(kb + offk, 16u, 1024u));
+                    else
+                        kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
+                                    kf_hp_desc(kb + offk, 16u, 1024u));
+                }
+                /* O += P . V(j - 1) */
+#pragma unroll
+                for (int kk = 0; kk < KF_BC / 16; kk++)
+                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (cw == 0 || j + 1 < t_hi || !last_turn)
+                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                finish(j);
+            }
+            /* O += P . V(last), outside the turns */
+            if (t_lo < t_hi) {
+                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                kf_hp_wait(fv0 + 8 * sp, php);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < KF_BC / 16; kk++)
+                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                if (lane == 0)
+                    kf_hp_arrive(ev0 + 8 * sp);
             }
 
             /* O / l, rounded to the output's dtype: [.., sq, KF_D] contiguous. */

@@ -331,19 +331,26 @@ static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
 }
 
 /* The wgmma instructions of the sm_90a kernel (their accumulator register
- * lists are written out): kf_wgmma_qk (S, m64n{SM90_BC}k16, A and B from
- * shared memory, K-major both; `acc` 0 overwrites S) and kf_wgmma_pv (O,
- * m64n{D}k16, A = P from registers, B = V from shared memory, MN-major). */
+ * lists are written out): kf_wgmma_qk0 (S = A.B: the first 16-deep step,
+ * whose accumulators are outputs only, so S's old values are dead once P is
+ * packed -- as "+f" operands they stayed live, and with P, O and S all live
+ * at the P.V issue the softcap variant spilled) and kf_wgmma_qk (S += A.B),
+ * m64n{SM90_BC}k16, A and B from shared memory, K-major both; kf_wgmma_pv
+ * (O += P.V, m64n{D}k16, A = P from registers, B = V from shared memory,
+ * MN-major). */
 static void emit_wgmma_sm90(cg *c, int64_t d, kf_dtype dt) {
     const char *ty = dt == KF_DTYPE_BF16 ? "bf16" : "f16";
-    for (int pv = 0; pv < 2; pv++) {
+    for (int f = 0; f < 3; f++) { /* qk0, qk, pv */
+        bool pv = f == 2;
         unsigned n = pv ? (unsigned)d : SM90_BC, nr = n / 2;
         if (pv)
             cg_puts(&c->s, "__device__ __forceinline__ void kf_wgmma_pv(float *d, const unsigned "
                            "*a, unsigned long long db) {\n");
         else
-            cg_puts(&c->s, "__device__ __forceinline__ void kf_wgmma_qk(float *d, unsigned long "
-                           "long da, unsigned long long db, int acc) {\n");
+            cg_printf(&c->s,
+                      "__device__ __forceinline__ void kf_wgmma_qk%s(float *d, unsigned long "
+                      "long da, unsigned long long db) {\n",
+                      f == 0 ? "0" : "");
         cg_printf(&c->s,
                   "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n\"\n"
                   "        \"wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {\"\n        \"",
@@ -357,14 +364,16 @@ static void emit_wgmma_sm90(cg *c, int64_t d, kf_dtype dt) {
         else
             cg_printf(&c->s, "}, %%%u, %%%u, p, 1, 1, 0, 0;\\n}\\n\"\n        : ", nr, nr + 1);
         for (unsigned i = 0; i < nr; i++)
-            cg_printf(&c->s, "\"+f\"(d[%u])%s%s", i, i + 1 < nr ? ", " : "",
+            cg_printf(&c->s, "\"%sf\"(d[%u])%s%s", f == 0 ? "=" : "+", i, i + 1 < nr ? ", " : "",
                       (i % 8 == 7) ? "\n          " : "");
         if (pv)
             cg_puts(&c->s, "\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
                            "\"l\"(db), \"r\"(1)\n        : \"memory\");\n}\n\n");
         else
-            cg_puts(&c->s, "\n        : \"l\"(da), \"l\"(db), \"r\"(acc)\n        : "
-                           "\"memory\");\n}\n\n");
+            cg_printf(&c->s,
+                      "\n        : \"l\"(da), \"l\"(db), \"r\"(%d)\n        : "
+                      "\"memory\");\n}\n\n",
+                      f == 0 ? 0 : 1);
     }
 }
 
