@@ -938,7 +938,7 @@ static void check_recipes(const kf_plan *plan, const kf_cuda_recipes *rec, const
                 assert_string_equal(k->kernel.arch, rec->target.arch);
                 assert_true(k->grid[0] >= 1 && k->block[0] >= 32 && k->cluster[0] == 1);
                 assert_true(k->grid[0] <= (uint32_t)rec->target.sm_count * 64);
-                assert_int_equal(k->n_args, k->kernel.n_params);
+                assert_int_equal(k->n_args, k->kernel.n_params + k->n_tmaps); /* TMAP args first */
                 for (uint32_t a = 0; a < k->n_args; a++)
                     check_buf(plan, rc, k->args[a].buf, false, what);
             } else {
