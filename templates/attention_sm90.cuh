@@ -8,7 +8,7 @@
  *
  * A block is 384 threads, three warpgroups, one block an SM:
  *
- *   warpgroup 0, the producer (32 registers): one thread walks the block's
+ *   warpgroup 0, the producer (40 registers): one thread walks the block's
  *     work items (query tile of KF_BR = 128 rows x one batch-head) and for
  *     each loads the Q tile (after both consumers said they are done with
  *     the previous one: kf_qempty), then for each key tile the item sees,
@@ -19,7 +19,7 @@
  *     the end land as zeros, never as the next head's rows; the batch-head
  *     coordinates come from kf_coords_{q,k,v} (generated: one per map,
  *     broadcast axes -- GQA -- have no coordinate at all);
- *   warpgroups 1 and 2, the consumers (240 registers): consumer c owns query
+ *   warpgroups 1 and 2, the consumers (232 registers): consumer c owns query
  *     rows 64c .. 64c + 63 of the tile. Step j of an item issues, as one
  *     wgmma group,
  *       S = Q.K^T(j)    wgmma m64n{KF_BC}k16, Q and K both from shared
@@ -70,6 +70,14 @@ static_assert(KF_BR == 128, "two consumers of 64 rows");
 static_assert(KF_D == 64 || KF_D == 128, "head dim");
 static_assert(KF_BC % 64 == 0 && KF_BC <= 256, "key tile");
 static_assert(KF_BLOCK == 384, "producer + two consumers");
+/* setmaxnreg moves registers only among the block's own warps: ptxas gives
+ * __launch_bounds__(384, 1) 168 a thread, so the producer's and consumers'
+ * counts must add up to exactly 168 x 384 (32 / 240, at 453a891, asks for
+ * 1024 more than the producer gives back, so the consumers' setmaxnreg.inc
+ * can wait forever: its first H100 run did not finish in 60 s). */
+#define KF_PRODUCER_REGS 40
+#define KF_CONSUMER_REGS 232
+static_assert(KF_PRODUCER_REGS * 128 + KF_CONSUMER_REGS * 256 == 168 * 384, "register budget");
 
 __device__ __forceinline__ float kf_ex2(float x) {
     float y;
@@ -120,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     __syncthreads();
 
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(KF_PRODUCER_REGS) : "memory");
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0, qph = 0;
@@ -163,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             }
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(KF_CONSUMER_REGS) : "memory");
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         const int g4 = lane >> 2, t4 = lane & 3;
         const bool al_o = kf_aligned(KF_O, 4);
