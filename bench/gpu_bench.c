@@ -9,7 +9,10 @@
  *                 gelu(x*s + b)*g, RMSNorm, LayerNorm over 65536x4096;
  *                 GEMM + bias + GELU 8192x4096x16384 (gelu_tanh: cuBLASLt's
  *                 GELU_BIAS epilogue, as torch._addmm_activation; and the erf
- *                 gelu, which needs the leftover kernel)
+ *                 gelu, which needs the leftover kernel); SwiGLU
+ *                 silu(x.Wg) * (x.Wu) 8192x4096 -> 2x11008 (the default path:
+ *                 two cuBLASLt GEMMs and an epilogue kernel; and the dual
+ *                 generated kernel)
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
@@ -22,6 +25,12 @@
  * reached. JSON goes to bench/results/<gpu>-<commit>.json (and --out FILE).
  *
  *   gpu_bench [--commit SHA] [--out FILE] [--reps N] [--no-peers] [--quick] [--attention]
+ *             [--cases NAME,NAME...] [--no-torch-compile]
+ *
+ * --cases runs only the named cases (and passes the list to peers.py), then
+ * the compile and launch rows as always: a short run on a lent GPU.
+ * --no-torch-compile leaves torch.compile out of the peers (its compiles
+ * take most of a short run).
  *
  * --attention runs the attention cases instead (bf16, B4 H32 S4096 D128:
  * causal fused and unfused, non-causal, GQA 32:8, softcap, ALiBi, sliding
@@ -55,6 +64,25 @@
 
 static int g_reps = 30, g_warmup = 5;
 static bool g_quick = false, g_attention = false;
+static const char *g_cases = NULL;      /* --cases: a comma list, NULL: every case */
+static bool g_no_torch_compile = false; /* --no-torch-compile: peers.py --no-compile */
+
+/* Whether case `name` runs under --cases. */
+static bool case_on(const char *name) {
+    if (!g_cases)
+        return true;
+    size_t n = strlen(name);
+    for (const char *p = g_cases; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return false;
+}
 
 #define CHECK(call)                                                                                \
     do {                                                                                           \
@@ -534,11 +562,16 @@ int main(int argc, char **argv) {
             peers = false;
         else if (!strcmp(argv[i], "--quick"))
             g_quick = true;
+        else if (!strcmp(argv[i], "--cases") && i + 1 < argc)
+            g_cases = argv[++i];
+        else if (!strcmp(argv[i], "--no-torch-compile"))
+            g_no_torch_compile = true;
         else if (!strcmp(argv[i], "--attention"))
             g_attention = true;
         else {
             fprintf(stderr, "usage: gpu_bench [--commit SHA] [--out FILE] [--reps N] "
-                            "[--no-peers] [--quick] [--attention]\n");
+                            "[--no-peers] [--quick] [--attention] [--cases A,B] "
+                            "[--no-torch-compile]\n");
             return 2;
         }
     }
@@ -651,7 +684,8 @@ int main(int argc, char **argv) {
     /* The cases. */
     int R = g_quick ? 8192 : 65536, C = 4096;
     int M = g_quick ? 2048 : 8192, N = 4096, K = g_quick ? 4096 : 16384;
-    char t_ew[512], t_rms[512], t_ln[512], t_gemm[512], t_gemm_erf[512], t_plain[512];
+    char t_ew[512], t_rms[512], t_ln[512], t_gemm[512], t_gemm_erf[512], t_plain[512],
+        t_swiglu[512];
     snprintf(t_ew, sizeof t_ew,
              "kfg 1\nx = input(bf16[%d, %d])\ns = input(bf16[%d])\nb = input(bf16[%d])\n"
              "g = input(bf16[%d])\nxs = mul(x, s)\nh = add(xs, b)\nge = gelu(h)\ny = mul(ge, g)\n"
@@ -678,6 +712,14 @@ int main(int argc, char **argv) {
              "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\ny = matmul(x, w)\n"
              "output y\n",
              P, P, P, P);
+    /* SwiGLU, the LLaMA MLP's up projections: 8192 x 4096 -> 2 x 11008 */
+    int SM = g_quick ? 2048 : 8192, SD = 4096, SF = 11008;
+    snprintf(t_swiglu, sizeof t_swiglu,
+             "kfg 1\nx = input(bf16[%d, %d])\nwg = input(bf16[%d, %d])\nwu = input(bf16[%d, %d])\n"
+             "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+             SM, SD, SD, SF, SD, SF);
+    double sbytes = 2.0 * ((double)SM * SD + 2.0 * SD * SF + (double)SM * SF);
+    double sflops = 4.0 * (double)SM * SD * SF;
     double rc = (double)R * C * 2;
     double gbytes = 2.0 * ((double)M * K + (double)K * N + N + (double)M * N);
     double pbytes = 2.0 * 3.0 * (double)P * P;
@@ -696,13 +738,18 @@ int main(int argc, char **argv) {
         {"gemm_plain", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "", KF_GEMM_CUBLASLT},
         {"gemm_plain_generated", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED},
+        /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
+         * choice does not offer the dual kernel yet) and the dual kernel */
+        {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);
     kf_ctx *ctx_gen = make_ctx_gemm(NULL, KF_FLAG_NO_CACHE, KF_GEMM_GENERATED);
     for (int i = 0; i < n_cases; i++)
-        run_case(cases[i].gemm == KF_GEMM_GENERATED ? ctx_gen : ctx, &cases[i], copy_gbs,
-                 gemm_tflops);
+        if (case_on(cases[i].name))
+            run_case(cases[i].gemm == KF_GEMM_GENERATED ? ctx_gen : ctx, &cases[i], copy_gbs,
+                     gemm_tflops);
 
     /* Compile times: a private empty cache, cold then warm. */
     char dir[] = "/tmp/kf_bench_cache_XXXXXX";
@@ -792,8 +839,10 @@ int main(int argc, char **argv) {
             close(fd);
             char cmd[512];
             const char *src = getenv("KF_SOURCE_DIR");
-            snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s%s", src ? src : ".", pf,
-                     g_quick ? " --rows 8192" : "");
+            snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s%s%s%s%.200s",
+                     src ? src : ".", pf, g_quick ? " --rows 8192" : "",
+                     g_no_torch_compile ? " --no-compile" : "", g_cases ? " --cases " : "",
+                     g_cases ? g_cases : "");
             fprintf(stderr, "peers: %s\n", cmd);
             if (system(cmd) == 0) {
                 FILE *f = fopen(pf, "r");
@@ -842,8 +891,14 @@ int main(int argc, char **argv) {
                 copyk_gbs, copy_gbs > 0 ? copyk_gbs / copy_gbs : 0.0, copyk_name[0],
                 copyk_each[0], copyk_name[1], copyk_each[1], copyk_name[2], copyk_each[2]);
         fprintf(f, "  \"cases\": {\n");
+        int n_run = 0, k_run = 0;
+        for (int i = 0; i < n_cases; i++)
+            n_run += case_on(cases[i].name);
         for (int i = 0; i < n_cases; i++) {
             bcase *c = &cases[i];
+            if (!case_on(c->name))
+                continue; /* not run (--cases) */
+            k_run++;
             fprintf(f,
                     "    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
                     "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, \"where\": ",
@@ -851,7 +906,7 @@ int main(int argc, char **argv) {
                     c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
                     c->launches);
             json_str(f, c->report);
-            fprintf(f, "}%s\n", i + 1 < n_cases ? "," : "");
+            fprintf(f, "}%s\n", k_run < n_run ? "," : "");
         }
         fprintf(f, "  },\n  \"compile\": {");
         for (int i = 0; i < 4; i++)

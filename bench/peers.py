@@ -8,6 +8,10 @@ process run, so kfuse's numbers sit beside its peers':
   gemm_bias_gelu  8192x4096x16384 bf16                torch._addmm_activation(use_gelu=True)
                                                        (cuBLASLt's GELU_BIAS epilogue), eager
                                                        F.gelu(x@w + b, approximate='tanh')
+  swiglu      silu(x@wg) * (x@wu), 8192x4096 -> 2x11008 bf16   eager, torch.compile, and the
+                                                       two GEMMs alone (mm_ms)
+
+--cases a,b runs only those cases (the harness passes its own --cases on).
 
 With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
 
@@ -54,7 +58,13 @@ def main():
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--attention", action="store_true")
+    ap.add_argument("--cases", default="")
     args = ap.parse_args()
+    want = set(c for c in args.cases.split(",") if c)
+
+    def on(name):
+        return not want or name in want
+
     import torch
     import torch.nn.functional as F
 
@@ -82,6 +92,8 @@ def main():
 
     cases = {"ew_chain": ew, "rmsnorm": rms, "layernorm": ln}
     for name, fn in cases.items():
+        if not on(name):
+            continue
         r = {"eager_ms": median_ms(fn)}
         if not args.no_compile:
             try:
@@ -94,16 +106,40 @@ def main():
     del x
 
     M, N, K = 8192, 4096, 16384
-    a = torch.rand(M, K, device=dev, dtype=bf) * 2 - 1
-    wt = torch.rand(K, N, device=dev, dtype=bf) * 2 - 1
-    bias = torch.rand(N, device=dev, dtype=bf) * 2 - 1
-    r = {
-        "addmm_activation_ms": median_ms(lambda: torch._addmm_activation(bias, a, wt, use_gelu=True)),
-        "eager_ms": median_ms(lambda: F.gelu(a @ wt + bias, approximate="tanh")),
-        "mm_ms": median_ms(lambda: a @ wt),
-    }
-    res["cases"]["gemm_bias_gelu"] = r
-    print(f"peers: gemm_bias_gelu {r}", file=sys.stderr)
+    if on("gemm_bias_gelu"):
+        a = torch.rand(M, K, device=dev, dtype=bf) * 2 - 1
+        wt = torch.rand(K, N, device=dev, dtype=bf) * 2 - 1
+        bias = torch.rand(N, device=dev, dtype=bf) * 2 - 1
+        r = {
+            "addmm_activation_ms": median_ms(
+                lambda: torch._addmm_activation(bias, a, wt, use_gelu=True)),
+            "eager_ms": median_ms(lambda: F.gelu(a @ wt + bias, approximate="tanh")),
+            "mm_ms": median_ms(lambda: a @ wt),
+        }
+        res["cases"]["gemm_bias_gelu"] = r
+        print(f"peers: gemm_bias_gelu {r}", file=sys.stderr)
+        del a, wt, bias
+
+    if on("swiglu"):
+        M, D, F_ = 8192, 4096, 11008
+        xs = torch.rand(M, D, device=dev, dtype=bf) * 2 - 1
+        wg = torch.rand(D, F_, device=dev, dtype=bf) * 2 - 1
+        wu = torch.rand(D, F_, device=dev, dtype=bf) * 2 - 1
+
+        def swiglu():
+            return F.silu(xs @ wg) * (xs @ wu)
+
+        def mm2():
+            return (xs @ wg, xs @ wu)
+
+        r = {"eager_ms": median_ms(swiglu), "mm_ms": median_ms(mm2)}
+        if not args.no_compile:
+            try:
+                r["compile_ms"] = median_ms(torch.compile(swiglu))
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r["compile_error"] = str(e)[:200]
+        res["cases"]["swiglu"] = r
+        print(f"peers: swiglu {r}", file=sys.stderr)
     text = json.dumps(res, indent=1)
     if args.out == "-":
         print(text)

@@ -13,6 +13,8 @@
  * Compiled CPU code and CUDA kernels go through the context's disk cache
  * (kf_ctx_cache) unless the context says KF_FLAG_NO_CACHE.
  */
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,6 +41,7 @@ struct kf_program {
     kf_cpu_exec *exec;
 #endif
     void **bound; /* graph->n_nodes entries, rebuilt by each run */
+    atomic_bool running; /* a thread is inside a run (a second one is KF_ERR_BUSY) */
     char error[KF_MSG_MAX];
 };
 
@@ -93,6 +96,7 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_compile: out of memory");
     p->ctx = ctx;
     p->mem = ctx->mem;
+    atomic_init(&p->running, false);
     p->graph = kf_ir_graph_clone(graph);
     if (p->graph)
         p->bound = kf_mem_calloc(&p->mem, graph->n_nodes ? graph->n_nodes : 1, sizeof *p->bound);
@@ -214,18 +218,25 @@ static size_t tensor_bytes(const kf_tensor *t) {
     return (size_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
 }
 
-static kf_status check_binding(kf_program *p, const char *what, const kf_binding *b,
-                               const kf_tensor *t) {
+/* The alignment kf_program_run_device asks of every device pointer. */
+#define DEVICE_ALIGN 16u
+
+static kf_status check_binding(kf_program *p, const char *fn, bool device, const char *what,
+                               const kf_binding *b, const kf_tensor *t) {
     char ts[160];
     if (!b->data)
         return fail(p, KF_ERR_INVALID_ARGUMENT,
-                    "kf_program_run: %s '%s' has NULL data; bind a buffer of %zu bytes", what,
-                    b->name, tensor_bytes(t));
+                    "%s: %s '%s' has NULL data; bind a %sbuffer of %zu bytes", fn, what, b->name,
+                    device ? "device " : "", tensor_bytes(t));
     if (b->size != tensor_bytes(t))
-        return fail(p, KF_ERR_INVALID_ARGUMENT,
-                    "kf_program_run: %s '%s' is %s: expected %zu bytes, got %zu", what, b->name,
-                    kf_ir_type_str(t, ts, sizeof ts), tensor_bytes(t), b->size);
-    return KF_OK;
+        return fail(p, KF_ERR_INVALID_ARGUMENT, "%s: %s '%s' is %s: expected %zu bytes, got %zu",
+                    fn, what, b->name, kf_ir_type_str(t, ts, sizeof ts), tensor_bytes(t), b->size);
+    if (!p->cuda)
+        return KF_OK;
+    /* The CUDA target: the pointer is the kind of memory the call takes. */
+    char err[KF_MSG_MAX];
+    kf_status st = kf_cuda_exec_check_pointer(p->cuda, b->data, b->size, device, DEVICE_ALIGN, err);
+    return st == KF_OK ? KF_OK : fail(p, st, "%s: %s '%s': %s", fn, what, b->name, err);
 }
 
 /* KF_FLAG_CHECK_NUMERICS: judges every bound output by kf_graph_check's rule
@@ -257,36 +268,33 @@ static kf_status check_numerics(kf_program *p, const kf_binding *inputs, size_t 
     return st;
 }
 
-kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_inputs,
-                         const kf_binding *outputs, size_t n_outputs, void *stream) {
-    /* stream: a CUstream for the CUDA target (NULL: the program's own); the CPU
-     * target runs synchronously on the calling thread + pool and ignores it. */
-    if (!p)
-        return KF_ERR_INVALID_ARGUMENT;
-    p->error[0] = '\0';
+/* One run, host or device bindings (fn names the public call in messages);
+ * the caller holds p->running. */
+static kf_status program_run(kf_program *p, const char *fn, bool device, const kf_binding *inputs,
+                             size_t n_inputs, const kf_binding *outputs, size_t n_outputs,
+                             void *stream) {
     kf_graph *g = p->graph;
     if ((n_inputs && !inputs) || (n_outputs && !outputs))
-        return fail(p, KF_ERR_INVALID_ARGUMENT, "kf_program_run: %s is NULL but its count is %zu",
+        return fail(p, KF_ERR_INVALID_ARGUMENT, "%s: %s is NULL but its count is %zu", fn,
                     (n_inputs && !inputs) ? "inputs" : "outputs",
                     (n_inputs && !inputs) ? n_inputs : n_outputs);
     memset(p->bound, 0, (g->n_nodes ? g->n_nodes : 1) * sizeof *p->bound);
     for (size_t i = 0; i < n_inputs; i++) {
         const kf_binding *b = &inputs[i];
         if (!b->name)
-            return fail(p, KF_ERR_INVALID_ARGUMENT, "kf_program_run: input binding %zu has no name",
-                        i);
+            return fail(p, KF_ERR_INVALID_ARGUMENT, "%s: input binding %zu has no name", fn, i);
         const kf_tensor *t = NULL;
         for (uint32_t k = 0; k < g->n_inputs && !t; k++)
             if (strcmp(g->inputs[k]->name, b->name) == 0)
                 t = g->inputs[k];
         if (!t)
             return fail(p, KF_ERR_NOT_FOUND,
-                        "kf_program_run: input binding %zu names '%s', which is not a graph input",
-                        i, b->name);
+                        "%s: input binding %zu names '%s', which is not a graph input", fn, i,
+                        b->name);
         if (p->bound[t->id])
             return fail(p, KF_ERR_INVALID_ARGUMENT,
-                        "kf_program_run: input '%s' is bound twice; bind each input once", b->name);
-        kf_status st = check_binding(p, "input", b, t);
+                        "%s: input '%s' is bound twice; bind each input once", fn, b->name);
+        kf_status st = check_binding(p, fn, device, "input", b, t);
         if (st != KF_OK)
             return st;
         p->bound[t->id] = b->data;
@@ -295,9 +303,9 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
         if (!p->bound[g->inputs[k]->id]) {
             char ts[160];
             return fail(p, KF_ERR_NOT_FOUND,
-                        "kf_program_run: graph input '%s' %s is not bound; add a binding of %zu "
+                        "%s: graph input '%s' %s is not bound; add a binding of %zu "
                         "bytes for it",
-                        g->inputs[k]->name, kf_ir_type_str(g->inputs[k], ts, sizeof ts),
+                        fn, g->inputs[k]->name, kf_ir_type_str(g->inputs[k], ts, sizeof ts),
                         tensor_bytes(g->inputs[k]));
         }
     }
@@ -309,24 +317,21 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
     for (size_t i = 0; i < n_outputs; i++) {
         const kf_binding *b = &outputs[i];
         if (!b->name)
-            return fail(p, KF_ERR_INVALID_ARGUMENT,
-                        "kf_program_run: output binding %zu has no name", i);
+            return fail(p, KF_ERR_INVALID_ARGUMENT, "%s: output binding %zu has no name", fn, i);
         const kf_tensor *t = NULL;
         for (uint32_t k = 0; k < g->n_outputs && !t; k++)
             if (strcmp(g->outputs[k].name, b->name) == 0)
                 t = g->outputs[k].tensor;
         if (!t)
-            return fail(
-                p, KF_ERR_NOT_FOUND,
-                "kf_program_run: output binding %zu names '%s', which is not a graph output", i,
-                b->name);
+            return fail(p, KF_ERR_NOT_FOUND,
+                        "%s: output binding %zu names '%s', which is not a graph output", fn, i,
+                        b->name);
         for (size_t j = 0; j < i; j++)
             if (outputs[j].name && strcmp(outputs[j].name, b->name) == 0)
-                return fail(
-                    p, KF_ERR_INVALID_ARGUMENT,
-                    "kf_program_run: output '%s' is bound twice; bind each output at most once",
-                    b->name);
-        kf_status st = check_binding(p, "output", b, t);
+                return fail(p, KF_ERR_INVALID_ARGUMENT,
+                            "%s: output '%s' is bound twice; bind each output at most once", fn,
+                            b->name);
+        kf_status st = check_binding(p, fn, device, "output", b, t);
         if (st != KF_OK)
             return st;
         const kf_group *gr = kf_plan_group_of(p->plan, t);
@@ -341,7 +346,9 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
     }
     char err[KF_MSG_MAX];
     kf_status st;
-    if (p->cuda) {
+    if (p->cuda && device) {
+        st = kf_cuda_exec_run_device(p->cuda, p->bound, stream, err);
+    } else if (p->cuda) {
         st = kf_cuda_exec_run(p->cuda, p->bound, stream, err);
     } else {
 #ifdef KF_HAVE_LLVM
@@ -352,7 +359,7 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
 #endif
     }
     if (st != KF_OK)
-        return fail(p, st, "kf_program_run: %s", err);
+        return fail(p, st, "%s: %s", fn, err);
     for (size_t i = 0; copy_any && i < n_outputs; i++) {
         bool copy = i < 512 ? (copy_mask[i / 64] >> (i % 64)) & 1 : true;
         const kf_tensor *t = NULL;
@@ -361,6 +368,15 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
                 t = g->outputs[k].tensor;
         if (!copy || outputs[i].data == p->bound[t->id])
             continue;
+        if (device) {
+            /* On the stream, from wherever the tensor's bytes are now. */
+            st = kf_cuda_exec_copy_device(p->cuda, t->id,
+                                          (unsigned long long)(uintptr_t)outputs[i].data,
+                                          outputs[i].size, stream, err);
+            if (st != KF_OK)
+                return fail(p, st, "%s: output '%s': %s", fn, outputs[i].name, err);
+            continue;
+        }
         if (p->bound[t->id]) {
             memmove(outputs[i].data, p->bound[t->id], outputs[i].size);
             continue;
@@ -368,7 +384,7 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
         if (p->cuda) {
             st = kf_cuda_exec_copy_out(p->cuda, t->id, outputs[i].data, outputs[i].size, err);
             if (st != KF_OK)
-                return fail(p, st, "kf_program_run: output '%s': %s", outputs[i].name, err);
+                return fail(p, st, "%s: output '%s': %s", fn, outputs[i].name, err);
             continue;
         }
 #ifdef KF_HAVE_LLVM
@@ -382,11 +398,77 @@ kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_input
 #endif
         if (!src)
             return fail(p, KF_ERR_INTERNAL,
-                        "kf_program_run: output '%s' has no buffer after the run (a kfuse bug)",
+                        "%s: output '%s' has no buffer after the run (a kfuse bug)", fn,
                         outputs[i].name);
         memmove(outputs[i].data, src, outputs[i].size);
     }
-    if (p->ctx->flags & KF_FLAG_CHECK_NUMERICS)
+    if (!device && (p->ctx->flags & KF_FLAG_CHECK_NUMERICS))
         return check_numerics(p, inputs, n_inputs, outputs, n_outputs);
     return KF_OK;
+}
+
+/* Holds p->running around one run: a second thread in a run of the same
+ * program is refused, not let in to share its state. */
+static kf_status run_exclusive(kf_program *p, const char *fn, bool device, const kf_binding *inputs,
+                               size_t n_inputs, const kf_binding *outputs, size_t n_outputs,
+                               void *stream) {
+    if (atomic_exchange(&p->running, true))
+        return KF_ERR_BUSY; /* the message buffer belongs to the run in progress */
+    p->error[0] = '\0';
+    kf_status st = program_run(p, fn, device, inputs, n_inputs, outputs, n_outputs, stream);
+    atomic_store(&p->running, false);
+    return st;
+}
+
+kf_status kf_program_run(kf_program *p, const kf_binding *inputs, size_t n_inputs,
+                         const kf_binding *outputs, size_t n_outputs, void *stream) {
+    /* stream: a CUstream for the CUDA target (NULL: the program's own); the CPU
+     * target runs synchronously on the calling thread + pool and ignores it. */
+    if (!p)
+        return KF_ERR_INVALID_ARGUMENT;
+    return run_exclusive(p, "kf_program_run", false, inputs, n_inputs, outputs, n_outputs, stream);
+}
+
+kf_status kf_program_run_device(kf_program *p, const kf_binding *inputs, size_t n_inputs,
+                                const kf_binding *outputs, size_t n_outputs, void *stream) {
+    if (!p)
+        return KF_ERR_INVALID_ARGUMENT;
+    if (!p->cuda) {
+        if (atomic_load(&p->running))
+            return KF_ERR_BUSY;
+        return fail(p, KF_ERR_UNSUPPORTED,
+                    "kf_program_run_device: the program runs on the CPU, whose runs take host "
+                    "pointers; call kf_program_run (or compile for KF_TARGET_CUDA)");
+    }
+    return run_exclusive(p, "kf_program_run_device", true, inputs, n_inputs, outputs, n_outputs,
+                         stream);
+}
+
+kf_status kf_program_workspace_size(const kf_program *p, size_t *bytes) {
+    if (bytes)
+        *bytes = 0;
+    if (!p || !bytes)
+        return KF_ERR_INVALID_ARGUMENT;
+    if (!p->cuda)
+        return KF_ERR_UNSUPPORTED;
+    *bytes = kf_cuda_exec_workspace_size(p->cuda);
+    return KF_OK;
+}
+
+kf_status kf_program_set_workspace(kf_program *p, void *workspace, size_t bytes) {
+    if (!p)
+        return KF_ERR_INVALID_ARGUMENT;
+    if (!p->cuda)
+        return fail(p, KF_ERR_UNSUPPORTED,
+                    "kf_program_set_workspace: the program runs on the CPU, which has no device "
+                    "workspace");
+    if (atomic_exchange(&p->running, true))
+        return KF_ERR_BUSY;
+    char err[KF_MSG_MAX];
+    kf_status st =
+        kf_cuda_exec_set_workspace(p->cuda, (unsigned long long)(uintptr_t)workspace, bytes, err);
+    if (st != KF_OK)
+        fail(p, st, "kf_program_set_workspace: %s", err);
+    atomic_store(&p->running, false);
+    return st;
 }

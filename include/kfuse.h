@@ -60,6 +60,7 @@ typedef enum kf_status {
     KF_ERR_UNSUPPORTED,      /* valid, but not supported by this build/target */
     KF_ERR_IO,               /* a file or stream error */
     KF_ERR_INTERNAL,         /* a kfuse bug: please report it */
+    KF_ERR_BUSY,             /* the program is running (another thread, or another stream) */
     KF_STATUS_COUNT
 } kf_status;
 
@@ -465,14 +466,81 @@ KF_API kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out);
  * graph output (at most once) and receives it; outputs left unbound are
  * computed and dropped. Binding data are HOST pointers on every target: the
  * CUDA target copies the inputs to the device, runs, and copies the outputs
- * back before returning (device-pointer bindings may come later). `stream` is
- * a CUstream for the CUDA target (NULL: the program's own) and ignored on the
- * CPU. Input and output buffers must not overlap. One run at a time per
- * program (several programs may run at once). On failure the message is
- * readable through kf_program_error(). Errors: KF_ERR_INVALID_ARGUMENT,
- * KF_ERR_NOT_FOUND, KF_ERR_OUT_OF_MEMORY. */
+ * back before returning (device memory bound here is refused with
+ * KF_ERR_INVALID_ARGUMENT naming the binding: see kf_program_run_device).
+ * `stream` is a CUstream for the CUDA target (NULL: the program's own) and
+ * ignored on the CPU. Input and output buffers must not overlap. One run at a
+ * time per program (several programs may run at once): see "One stream at a
+ * time" below. On failure the message is readable through
+ * kf_program_error(). Errors: KF_ERR_INVALID_ARGUMENT, KF_ERR_NOT_FOUND,
+ * KF_ERR_OUT_OF_MEMORY, KF_ERR_BUSY. */
 KF_API kf_status kf_program_run(kf_program *program, const kf_binding *inputs, size_t n_inputs,
                                 const kf_binding *outputs, size_t n_outputs, void *stream);
+
+/* ---- Device-resident runs and caller-managed memory (CUDA target) ------ */
+
+/* Runs the program on the caller's device memory, in place, on the caller's
+ * stream. Each binding's `data` is a device pointer (a CUdeviceptr cast:
+ * (void *)(uintptr_t)dptr) and `size` its tensor's exact byte count; the
+ * rules of kf_program_run hold otherwise (every input once by name; inputs
+ * and outputs must not overlap). The call enqueues the run on `stream` (a
+ * CUstream; NULL is the legacy default stream) and returns: inputs are read
+ * and outputs written in place, with no host copy, no synchronization and no
+ * device allocation, so a run may be captured into the caller's CUDA graph
+ * (cuStreamBeginCapture on `stream`, this call, cuStreamEndCapture): the
+ * graph holds the program's kernels bound to these pointers; write new
+ * values into the same buffers and replay it. The buffers must stay valid
+ * until the work completes. An output whose bytes the program cannot write
+ * in place (a graph input or constant as an output, a view of another
+ * tensor, a second name of a bound output) is copied to its binding on the
+ * stream after the kernels; outputs left unbound are computed into the
+ * program's workspace and dropped. Host cost: a few microseconds plus one
+ * cuPointerGetAttributes per binding; when a bound pointer differs from the
+ * last run's, the kernels that use it get new arguments (and TMA
+ * descriptors) first. KF_FLAG_CHECK_NUMERICS does not apply to these runs.
+ *
+ * Checked per binding (KF_ERR_INVALID_ARGUMENT, the message names the
+ * binding and says what the pointer is): NULL; not 16-byte aligned (the
+ * kernels' vector loads and tensor maps need it); not CUDA memory (a host
+ * pointer), or page-locked host memory; memory of another CUDA context (the
+ * program uses the device's primary context, the CUDA runtime's) or of
+ * another device; an allocation that ends before the tensor does. Managed
+ * memory is accepted. A driver without cuPointerGetAttributes leaves all
+ * but the alignment unchecked.
+ *
+ * One stream at a time: the runs of a program share its workspace, so two
+ * runs of one program must never be in flight at once. A run (of either
+ * kind) on another stream than the program's last run is refused with
+ * KF_ERR_BUSY while that run has not completed (synchronize it first, or
+ * compile one program per stream); a run entered while another thread is in
+ * a run of the same program is KF_ERR_BUSY too. Replays of a captured graph
+ * are not tracked: do not replay one while another run of the program (or
+ * another replay) is in flight.
+ *
+ * The CPU target: KF_ERR_UNSUPPORTED (its runs take host pointers). */
+KF_API kf_status kf_program_run_device(kf_program *program, const kf_binding *inputs,
+                                       size_t n_inputs, const kf_binding *outputs, size_t n_outputs,
+                                       void *stream);
+
+/* The device bytes a run needs besides the program's constants: staging
+ * for host runs, intermediates (shared by liveness), scratch and cuBLASLt's
+ * workspace. The program allocates this much at kf_compile; a caller may
+ * hand it its own instead (kf_program_set_workspace). The CPU target:
+ * KF_ERR_UNSUPPORTED. */
+KF_API kf_status kf_program_workspace_size(const kf_program *program, size_t *bytes);
+
+/* Every later run of the program uses the caller's device memory
+ * `workspace` (a device pointer, `bytes` at least kf_program_workspace_size,
+ * 256-byte aligned, checked like a device binding) as its workspace, and
+ * the program frees its own. NULL goes back to the program's own (allocated
+ * again). Waits for the program's last run to complete first. The caller
+ * keeps the memory valid and untouched while runs of the program (and
+ * replays of graphs that captured them) may use it. Errors:
+ * KF_ERR_INVALID_ARGUMENT (naming what is wrong), KF_ERR_OUT_OF_MEMORY,
+ * KF_ERR_UNSUPPORTED (the CPU target). */
+KF_API kf_status kf_program_set_workspace(kf_program *program, void *workspace, size_t bytes);
+
+/* ---- end of device-resident runs ---------------------------------------- */
 
 /* The message of the program's last failed call ("" if none). Never NULL. */
 KF_API const char *kf_program_error(const kf_program *program);

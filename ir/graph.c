@@ -24,6 +24,7 @@ static const char *const status_names[KF_STATUS_COUNT] = {
     [KF_ERR_UNSUPPORTED] = "unsupported",
     [KF_ERR_IO] = "i/o error",
     [KF_ERR_INTERNAL] = "internal error",
+    [KF_ERR_BUSY] = "busy",
 };
 _Static_assert(sizeof status_names / sizeof status_names[0] == KF_STATUS_COUNT,
                "every kf_status needs a name");

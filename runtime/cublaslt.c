@@ -130,6 +130,7 @@ struct kf_blt {
     kf_blt_handle handle;
     kf_cu_deviceptr workspace;
     size_t workspace_bytes;
+    bool workspace_borrowed; /* kf_blt_set_workspace: the caller's, not freed here */
     kf_blt_plan *plans;
     uint32_t n_plans, cap_plans;
 };
@@ -302,7 +303,7 @@ void kf_blt_destroy(kf_blt *lt) {
     for (uint32_t i = 0; i < lt->n_plans; i++)
         plan_release(lt, &lt->plans[i]);
     kf_mem_free(&lt->mem, lt->plans, lt->cap_plans * sizeof *lt->plans);
-    if (lt->workspace)
+    if (lt->workspace && !lt->workspace_borrowed)
         kf_cuda_mem_free(lt->dev, lt->workspace);
     if (lt->handle)
         lt->lib.Destroy(lt->handle);
@@ -561,6 +562,20 @@ bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g) {
     char err[KF_MSG_MAX];
     kf_blt_plan *p;
     return lt && check_gemm(g, err) == KF_OK && plan_get(lt, g, &p, err) == KF_OK;
+}
+
+kf_status kf_blt_set_workspace(kf_blt *lt, kf_cu_deviceptr ptr, size_t bytes, char *err) {
+    if (!lt || (ptr && bytes < KF_BLT_WORKSPACE_BYTES))
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "kf_blt_set_workspace: NULL kf_blt, or a workspace of %zu bytes "
+                          "(cuBLASLt is promised %zu)",
+                          bytes, KF_BLT_WORKSPACE_BYTES);
+    if (lt->workspace && !lt->workspace_borrowed)
+        kf_cuda_mem_free(lt->dev, lt->workspace);
+    lt->workspace = ptr;
+    lt->workspace_bytes = ptr ? bytes : 0;
+    lt->workspace_borrowed = ptr != 0;
+    return KF_OK;
 }
 
 kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, char *err) {

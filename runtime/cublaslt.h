@@ -108,6 +108,14 @@ size_t kf_blt_version(const kf_blt *lt);
  * KF_ERR_INVALID_ARGUMENT, KF_ERR_INTERNAL (cuBLASLt's status name and string). */
 kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, char *err);
 
+/* Gives cuBLASLt the caller's workspace (`bytes` at `ptr`, device memory of
+ * the kf_blt's device, at least KF_BLT_WORKSPACE_BYTES) instead of one it
+ * allocates lazily: kf_blt_matmul then never allocates, so a matmul can be
+ * captured into a CUDA graph. The kf_blt does not own it (destroy does not
+ * free it); a workspace it allocated itself before is freed now. ptr 0 goes
+ * back to the lazy one. KF_ERR_INVALID_ARGUMENT when bytes is too small. */
+kf_status kf_blt_set_workspace(kf_blt *lt, kf_cu_deviceptr ptr, size_t bytes, char *err);
+
 /* Whether cuBLASLt has an algorithm for `g` (asks the heuristic once; cached). */
 bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g);
 

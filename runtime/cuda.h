@@ -225,7 +225,41 @@ typedef enum kf_cu_tensor_map_oob_fill {
       (kf_cu_graph_exec * exec, kf_cu_graph graph, unsigned long long flags))                      \
     X(cuGraphLaunch, "cuGraphLaunch", NULL, (kf_cu_graph_exec exec, kf_cu_stream stream))          \
     X(cuGraphExecDestroy, "cuGraphExecDestroy", NULL, (kf_cu_graph_exec exec))                     \
-    X(cuGraphDestroy, "cuGraphDestroy", NULL, (kf_cu_graph graph))
+    X(cuGraphDestroy, "cuGraphDestroy", NULL, (kf_cu_graph graph))                                 \
+    /* Device-resident runs (kf_program_run_device): pointer checks, re-pointed                    \
+     * graph nodes, copies on the caller's stream, the capture and busy tests. */                  \
+    X(cuPointerGetAttributes, "cuPointerGetAttributes", NULL,                                      \
+      (unsigned n, const int *attributes, void **data, kf_cu_deviceptr ptr))                       \
+    X(cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2",                         \
+      "cuGraphExecKernelNodeSetParams",                                                            \
+      (kf_cu_graph_exec exec, kf_cu_graph_node node, const kf_cu_kernel_node_params *params))      \
+    X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", NULL,                                             \
+      (kf_cu_deviceptr dst, kf_cu_deviceptr src, size_t bytes, kf_cu_stream stream))               \
+    X(cuEventQuery, "cuEventQuery", NULL, (kf_cu_event event))                                     \
+    X(cuStreamIsCapturing, "cuStreamIsCapturing", NULL, (kf_cu_stream stream, int *status))        \
+    X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", NULL, (kf_cu_stream stream, int mode))      \
+    X(cuStreamEndCapture, "cuStreamEndCapture", NULL, (kf_cu_stream stream, kf_cu_graph * graph))  \
+    X(cuMemAllocHost, "cuMemAllocHost_v2", NULL, (void **ptr, size_t bytes))                       \
+    X(cuMemFreeHost, "cuMemFreeHost", NULL, (void *ptr))                                           \
+    X(cuCtxCreate, "cuCtxCreate_v2", NULL,                                                         \
+      (kf_cu_context * ctx, unsigned flags, kf_cu_device dev))                                     \
+    X(cuCtxDestroy, "cuCtxDestroy_v2", NULL, (kf_cu_context ctx))
+
+/* CUpointer_attribute values kfuse asks cuPointerGetAttributes for, and the
+ * CUmemorytype values it reads back (test_cuda checks them against cuda.h). */
+enum {
+    KF_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+    KF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    KF_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+    KF_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    KF_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
+    KF_CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
+    KF_CU_MEMORYTYPE_HOST = 1,
+    KF_CU_MEMORYTYPE_DEVICE = 2,
+    KF_CU_MEMORYTYPE_UNIFIED = 4,
+    KF_CU_STREAM_CAPTURE_STATUS_NONE = 0, /* CUstreamCaptureStatus */
+    KF_CU_ERROR_NOT_READY = 600,          /* CUDA_ERROR_NOT_READY (cuEventQuery) */
+};
 
 typedef struct kf_cuda_driver {
     void *lib;          /* the dlopen handle */

@@ -10,10 +10,16 @@
  *             arena addresses; every GEMM step's pointers bound -> constants
  *             up -> measured choices timed once -> the run order
  *   run:      inputs up -> steps -> stream sync -> outputs down
+ *   run_device: the caller's buffers bound in place (re-pointing only the
+ *             steps whose buffers moved) -> steps on the caller's stream
+ *             -> copies of outputs that cannot be written in place
  *
  * A step is a kernel launch or a cuBLASLt call with everything resolved at
  * prepare time, so a run does no planning and no allocation: the host cost
- * per step is the launch itself. Nothing here decides how a group runs.
+ * per step is the launch itself, plus, when a bound pointer changed, the
+ * rebinding of the steps that use it. Device memory is two regions: the
+ * constants, and the workspace (everything else, cuBLASLt's workspace too),
+ * which a caller may supply. Nothing here decides how a group runs.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -39,7 +45,8 @@ typedef struct xbuf {
     uint32_t tensor; /* the tensor it holds, or KF_NONE for scratch */
     size_t bytes;
     int first, last; /* live range in group indices; -1 / n_groups for pinned */
-    size_t offset;   /* in the arena */
+    size_t offset;   /* in its region: the constants, or the workspace */
+    bool constant;   /* a constant's: in the program's own constant region */
 } xbuf;
 
 typedef struct xkernel {
@@ -102,14 +109,37 @@ struct kf_cuda_exec {
     uint32_t *order; /* the steps a run launches, in order */
     uint32_t n_order;
     xchoice *choices; /* per recipe */
-    kf_cu_deviceptr arena;
-    size_t arena_bytes, unshared_bytes;
+    /* Device memory, two regions. The constants (consts, consts_bytes) are
+     * the program's for its whole life. Everything else -- input and output
+     * staging, intermediates shared by liveness, scratch, cuBLASLt's
+     * workspace -- lies in the workspace (arena_bytes): the program's own
+     * (own_ws) or, after kf_cuda_exec_set_workspace, the caller's; `ws` is
+     * the one in use. */
+    kf_cu_deviceptr consts, own_ws, ws;
+    size_t consts_bytes, arena_bytes, unshared_bytes;
+    uint32_t lt_ws_buf; /* the buffer of cuBLASLt's workspace (KF_NONE: no GEMM) */
     unsigned compiled, hits;
 
+    /* Re-pointing. cur[b] is the address every launched step is bound to
+     * for buffer b: its home in a region, or the caller's pointer during
+     * device-resident runs. A run computes want[] and rebinds (kernel
+     * arguments, tensor maps, graph nodes) only the steps of buffers that
+     * moved (moved[b]). */
+    kf_cu_deviceptr *cur, *want;
+    unsigned char *moved;
+
     /* All-kernel programs of 2+ steps: one CUDA graph, launched with one
-     * cuGraphLaunch (NULL: direct launches). */
+     * cuGraphLaunch (NULL: direct launches); nodes[i] is order[i]'s node. */
     kf_cu_graph_exec graph_exec;
     kf_cu_graph cu_graph;
+    kf_cu_graph_node *nodes;
+
+    /* The one-stream contract: `done` is recorded after every run that is
+     * not captured; a run on another stream than last_stream is refused
+     * while it has not completed. */
+    kf_cu_event done;
+    kf_cu_stream last_stream;
+    bool ran;
 };
 
 static size_t tensor_bytes(const kf_tensor *t) {
@@ -130,6 +160,7 @@ static kf_status add_buf(kf_cuda_exec *ex, uint32_t tensor, size_t bytes, int fi
     b->first = first;
     b->last = last;
     b->offset = 0;
+    b->constant = false;
     *out = ex->n_bufs++;
     return KF_OK;
 }
@@ -159,8 +190,10 @@ static kf_status buf_for(kf_cuda_exec *ex, uint32_t t, int gi, uint32_t *out, ch
         pinned = g->outputs[i].tensor->id == t;
     kf_status st = add_buf(ex, t, tensor_bytes(x), pinned ? -1 : gi,
                            pinned ? (int)ex->plan->n_groups : gi, out, err);
-    if (st == KF_OK)
+    if (st == KF_OK) {
         ex->buf_of[t] = *out;
+        ex->bufs[*out].constant = x->op == KF_OP_CONST;
+    }
     return st;
 }
 
@@ -184,27 +217,46 @@ static kf_status buf_of_ref(kf_cuda_exec *ex, uint32_t gi, kf_cuda_buf ref, uint
     }
 }
 
-/* Places every buffer (runtime/arena.c): buffers whose live ranges overlap
- * never share bytes; pinned ones (first -1, last n_groups) share with none. */
+/* Places every buffer (runtime/arena.c) in its region, the constants' or
+ * the workspace: buffers whose live ranges overlap never share bytes;
+ * pinned ones (first -1, last n_groups) share with none. */
 static kf_status arena_layout(kf_cuda_exec *ex, char *err) {
     uint32_t n = ex->n_bufs;
     kf_arena_item *items = n ? kf_mem_alloc(&ex->mem, sizeof *items * n) : NULL;
-    if (n && !items)
+    uint32_t *idx = n ? kf_mem_alloc(&ex->mem, sizeof *idx * n) : NULL;
+    if (n && (!items || !idx)) {
+        kf_mem_free(&ex->mem, items, sizeof *items * n);
+        kf_mem_free(&ex->mem, idx, sizeof *idx * n);
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning device buffers");
-    for (uint32_t i = 0; i < n; i++)
-        items[i] = (kf_arena_item){
-            .bytes = ex->bufs[i].bytes, .first = ex->bufs[i].first, .last = ex->bufs[i].last};
-    kf_arena_stats stats;
-    ex->arena_bytes = kf_arena_layout(&ex->mem, items, n, ARENA_ALIGN, false, &stats);
-    ex->unshared_bytes = stats.unshared;
-    for (uint32_t i = 0; i < n; i++)
-        ex->bufs[i].offset = items[i].offset;
+    }
+    for (int region = 0; region < 2; region++) { /* 0: the workspace, 1: the constants */
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            if (ex->bufs[i].constant != (region == 1))
+                continue;
+            idx[m] = i;
+            items[m++] = (kf_arena_item){
+                .bytes = ex->bufs[i].bytes, .first = ex->bufs[i].first, .last = ex->bufs[i].last};
+        }
+        kf_arena_stats stats;
+        size_t bytes = kf_arena_layout(&ex->mem, items, m, ARENA_ALIGN, false, &stats);
+        if (region == 0) {
+            ex->arena_bytes = bytes;
+            ex->unshared_bytes = stats.unshared;
+        } else {
+            ex->consts_bytes = bytes;
+        }
+        for (uint32_t j = 0; j < m; j++)
+            ex->bufs[idx[j]].offset = items[j].offset;
+    }
     kf_mem_free(&ex->mem, items, sizeof *items * n);
+    kf_mem_free(&ex->mem, idx, sizeof *idx * n);
     return KF_OK;
 }
 
+/* Buffer b's home: its place in the constant region or the workspace. */
 static kf_cu_deviceptr buf_ptr(const kf_cuda_exec *ex, uint32_t b) {
-    return ex->arena + ex->bufs[b].offset;
+    return (ex->bufs[b].constant ? ex->consts : ex->ws) + ex->bufs[b].offset;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -433,47 +485,110 @@ static kf_status encode_tmap(kf_cuda_exec *ex, const kf_cuda_kstep *ks, const kf
     return kf_cuda_tensor_map_encode(&ex->dev, &d, ptr, out, err);
 }
 
-/* Pointers of every step, once the arena is placed. */
+/* Binds one step's pointers to the buffers' current addresses (cur[]):
+ * kernel argument slots and tensor maps, or the GEMM's operands. */
+static kf_status bind_step(kf_cuda_exec *ex, xstep *s, char *err) {
+    if (s->kind == KF_CUDA_STEP_KERNEL) {
+        const kf_cuda_kstep *ks = s->k->ks;
+        for (uint32_t p = 0; p < ks->n_args; p++) {
+            const kf_cuda_arg *a = &ks->args[p];
+            s->k->args[p] = &s->k->slots[p];
+            if (a->kind == KF_CUDA_ARG_I64) {
+                s->k->slots[p] = (uint64_t)a->value;
+                continue;
+            }
+            kf_cu_deviceptr ptr = ex->cur[s->k->arg_buf[p]] + (kf_cu_deviceptr)a->buf.offset;
+            s->k->slots[p] = ptr;
+            if (a->kind == KF_CUDA_ARG_TMAP) {
+                kf_status st =
+                    encode_tmap(ex, ks, &ks->tmaps[a->value], ptr, xk_tmap(s->k, a->value), err);
+                if (st != KF_OK)
+                    return st;
+                s->k->args[p] = xk_tmap(s->k, a->value);
+            }
+        }
+        return KF_OK;
+    }
+    xgemm *x = &s->gm;
+    const kf_cuda_gstep *gs = x->gs;
+    x->g.a.ptr = ex->cur[x->a_buf] + (kf_cu_deviceptr)gs->a.buf.offset;
+    x->g.b.ptr = ex->cur[x->b_buf] + (kf_cu_deviceptr)gs->b.buf.offset;
+    x->g.d.ptr = ex->cur[x->d_buf] + (kf_cu_deviceptr)gs->d.buf.offset;
+    x->g.c.ptr = x->c_buf != KF_NONE ? ex->cur[x->c_buf] + (kf_cu_deviceptr)gs->c.buf.offset : 0;
+    x->g.bias =
+        x->bias_buf != KF_NONE ? ex->cur[x->bias_buf] + (kf_cu_deviceptr)gs->bias.offset : 0;
+    return KF_OK;
+}
+
+/* Pointers of every step, once the regions are placed; every GEMM's
+ * heuristic asked now, so a run only launches. */
 static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
+    for (uint32_t b = 0; b < ex->n_bufs; b++)
+        ex->cur[b] = buf_ptr(ex, b);
     for (uint32_t i = 0; i < ex->n_steps; i++) {
         xstep *s = &ex->steps[i];
-        if (s->kind == KF_CUDA_STEP_KERNEL) {
-            const kf_cuda_kstep *ks = s->k->ks;
-            for (uint32_t p = 0; p < ks->n_args; p++) {
-                const kf_cuda_arg *a = &ks->args[p];
-                s->k->args[p] = &s->k->slots[p];
-                if (a->kind == KF_CUDA_ARG_I64) {
-                    s->k->slots[p] = (uint64_t)a->value;
-                    continue;
-                }
-                kf_cu_deviceptr ptr =
-                    buf_ptr(ex, s->k->arg_buf[p]) + (kf_cu_deviceptr)a->buf.offset;
-                s->k->slots[p] = ptr;
-                if (a->kind == KF_CUDA_ARG_TMAP) {
-                    kf_status st = encode_tmap(ex, ks, &ks->tmaps[a->value], ptr,
-                                               xk_tmap(s->k, a->value), err);
-                    if (st != KF_OK)
-                        return st;
-                    s->k->args[p] = xk_tmap(s->k, a->value);
-                }
-            }
-            continue;
-        }
-        xgemm *x = &s->gm;
-        const kf_cuda_gstep *gs = x->gs;
-        x->g.a.ptr = buf_ptr(ex, x->a_buf) + (kf_cu_deviceptr)gs->a.buf.offset;
-        x->g.b.ptr = buf_ptr(ex, x->b_buf) + (kf_cu_deviceptr)gs->b.buf.offset;
-        x->g.d.ptr = buf_ptr(ex, x->d_buf) + (kf_cu_deviceptr)gs->d.buf.offset;
-        x->g.c.ptr =
-            x->c_buf != KF_NONE ? buf_ptr(ex, x->c_buf) + (kf_cu_deviceptr)gs->c.buf.offset : 0;
-        x->g.bias = x->bias_buf != KF_NONE
-                        ? buf_ptr(ex, x->bias_buf) + (kf_cu_deviceptr)gs->bias.offset
-                        : 0;
-        /* Ask the heuristic now, so a run only launches. */
-        if (!kf_blt_supported(ex->lt, &x->g) && x->g.epilogue != KF_BLT_EPI_NONE)
+        kf_status st = bind_step(ex, s, err);
+        if (st != KF_OK)
+            return st;
+        if (s->kind == KF_CUDA_STEP_GEMM && !kf_blt_supported(ex->lt, &s->gm.g) &&
+            s->gm.g.epilogue != KF_BLT_EPI_NONE)
             return kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                              "cuBLASLt has no algorithm for GEMM '%s' with epilogue %s", x->g.what,
-                              kf_blt_epilogue_name(x->g.epilogue));
+                              "cuBLASLt has no algorithm for GEMM '%s' with epilogue %s",
+                              s->gm.g.what, kf_blt_epilogue_name(s->gm.g.epilogue));
+    }
+    return KF_OK;
+}
+
+/* Whether step s reads or writes a buffer that moved. */
+static bool step_moved(const kf_cuda_exec *ex, const xstep *s) {
+    if (s->kind == KF_CUDA_STEP_KERNEL) {
+        for (uint32_t p = 0; p < s->k->ks->n_args; p++)
+            if (s->k->ks->args[p].kind != KF_CUDA_ARG_I64 && s->k->arg_buf[p] != KF_NONE &&
+                ex->moved[s->k->arg_buf[p]])
+                return true;
+        return false;
+    }
+    const uint32_t b[5] = {s->gm.a_buf, s->gm.b_buf, s->gm.c_buf, s->gm.d_buf, s->gm.bias_buf};
+    for (int i = 0; i < 5; i++)
+        if (b[i] != KF_NONE && ex->moved[b[i]])
+            return true;
+    return false;
+}
+
+static void drop_graph(kf_cuda_exec *ex);
+
+/* Makes want[] current: every launched step that touches a buffer whose
+ * address changed is bound again (argument slots rebuilt, its tensor maps
+ * re-encoded) and its CUDA graph node updated. Nothing moved: nothing done,
+ * the cost is one compare per buffer. */
+static kf_status repoint(kf_cuda_exec *ex, char *err) {
+    bool any = false;
+    for (uint32_t b = 0; b < ex->n_bufs; b++) {
+        ex->moved[b] = ex->want[b] != ex->cur[b];
+        any |= ex->moved[b];
+        ex->cur[b] = ex->want[b];
+    }
+    if (!any)
+        return KF_OK;
+    const kf_cuda_driver *drv = ex->dev.drv;
+    for (uint32_t i = 0; i < ex->n_order; i++) {
+        xstep *s = &ex->steps[ex->order[i]];
+        if (!step_moved(ex, s))
+            continue;
+        kf_status st = bind_step(ex, s, err);
+        if (st != KF_OK)
+            return st;
+        if (!ex->graph_exec)
+            continue;
+        const kf_cuda_kstep *ks = s->k->ks;
+        kf_cu_kernel_node_params np = {
+            s->k->fn,     ks->grid[0],  ks->grid[1],      ks->grid[2],         ks->block[0],
+            ks->block[1], ks->block[2], ks->shared_bytes, (void **)s->k->args, NULL,
+            NULL,         NULL};
+        /* A driver that cannot update a node: launch directly from now on. */
+        if (!drv->cuGraphExecKernelNodeSetParams ||
+            drv->cuGraphExecKernelNodeSetParams(ex->graph_exec, ex->nodes[i], &np) != 0)
+            drop_graph(ex);
     }
     return KF_OK;
 }
@@ -564,7 +679,10 @@ static kf_status measure_choices(kf_cuda_exec *ex, char *err) {
      * times whatever the arena holds). */
     const kf_cuda_driver *drv = ex->dev.drv;
     if (st == KF_OK && drv->cuMemsetD8Async)
-        st = kf_cuda_check(drv, drv->cuMemsetD8Async(ex->arena, 0, ex->arena_bytes, ex->stream),
+        st = kf_cuda_check(drv, drv->cuMemsetD8Async(ex->ws, 0, ex->arena_bytes, ex->stream),
+                           "cuMemsetD8Async", NULL, err);
+    if (st == KF_OK && drv->cuMemsetD8Async && ex->consts_bytes)
+        st = kf_cuda_check(drv, drv->cuMemsetD8Async(ex->consts, 0, ex->consts_bytes, ex->stream),
                            "cuMemsetD8Async", NULL, err);
     if (st == KF_OK)
         st = kf_cuda_event_create(&ex->dev, &e0, err);
@@ -621,6 +739,9 @@ static void build_graph(kf_cuda_exec *ex) {
         return;
     kf_cu_graph graph = NULL;
     kf_cu_graph_node prev = NULL;
+    ex->nodes = kf_mem_calloc(&ex->mem, ex->n_order, sizeof *ex->nodes);
+    if (!ex->nodes)
+        return;
     if (drv->cuGraphCreate(&graph, 0) != 0 || !graph)
         return;
     for (uint32_t i = 0; i < ex->n_order; i++) {
@@ -635,6 +756,7 @@ static void build_graph(kf_cuda_exec *ex) {
             drv->cuGraphDestroy(graph);
             return;
         }
+        ex->nodes[i] = node;
         prev = node;
     }
     kf_cu_graph_exec exec = NULL;
@@ -644,6 +766,15 @@ static void build_graph(kf_cuda_exec *ex) {
     }
     ex->cu_graph = graph;
     ex->graph_exec = exec;
+}
+
+static void drop_graph(kf_cuda_exec *ex) {
+    if (ex->graph_exec)
+        ex->dev.drv->cuGraphExecDestroy(ex->graph_exec);
+    if (ex->cu_graph)
+        ex->dev.drv->cuGraphDestroy(ex->cu_graph);
+    ex->graph_exec = NULL;
+    ex->cu_graph = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -769,19 +900,49 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         uint32_t b;
         st = buf_for(ex, g->inputs[i]->id, 0, &b, err);
     }
+    /* cuBLASLt's workspace lies in the workspace region too, live over the
+     * groups with GEMMs, so a run allocates nothing (and a caller's
+     * workspace covers it). */
+    ex->lt_ws_buf = KF_NONE;
+    if (st == KF_OK && ex->lt) {
+        int first = -1, last = -1;
+        for (uint32_t gi = 0; gi < recipes->n; gi++)
+            for (uint32_t s = 0; s < recipes->recipes[gi].n_steps; s++)
+                if (recipes->recipes[gi].steps[s].kind == KF_CUDA_STEP_GEMM) {
+                    if (first < 0)
+                        first = (int)gi;
+                    last = (int)gi;
+                }
+        st = add_buf(ex, KF_NONE, KF_BLT_WORKSPACE_BYTES, first, last, &ex->lt_ws_buf, err);
+    }
 
-    /* The arena, then every pointer. */
+    /* The regions, then every pointer. */
     if (st == KF_OK)
         st = arena_layout(ex, err);
+    uint32_t nb = ex->n_bufs ? ex->n_bufs : 1;
     if (st == KF_OK) {
-        st = kf_cuda_mem_alloc(&ex->dev, ex->arena_bytes ? ex->arena_bytes : 1, &ex->arena, err);
+        ex->cur = kf_mem_calloc(&ex->mem, nb, sizeof *ex->cur);
+        ex->want = kf_mem_calloc(&ex->mem, nb, sizeof *ex->want);
+        ex->moved = kf_mem_calloc(&ex->mem, nb, sizeof *ex->moved);
+        if (!ex->cur || !ex->want || !ex->moved)
+            st = kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (st == KF_OK) {
+        st = kf_cuda_mem_alloc(&ex->dev, ex->arena_bytes ? ex->arena_bytes : 1, &ex->own_ws, err);
+        if (st == KF_OK && ex->consts_bytes)
+            st = kf_cuda_mem_alloc(&ex->dev, ex->consts_bytes, &ex->consts, err);
         if (st != KF_OK) {
             char why[KF_MSG_MAX];
             snprintf(why, sizeof why, "%s", err);
-            kf_msg_set(err, st, "the program's device memory (%zu bytes): %s", ex->arena_bytes,
-                       why);
+            kf_msg_set(err, st, "the program's device memory (%zu + %zu bytes): %s",
+                       ex->arena_bytes, ex->consts_bytes, why);
         }
+        ex->ws = ex->own_ws;
     }
+    if (st == KF_OK && ex->lt)
+        st = kf_blt_set_workspace(ex->lt, buf_ptr(ex, ex->lt_ws_buf), KF_BLT_WORKSPACE_BYTES, err);
+    if (st == KF_OK)
+        st = kf_cuda_event_create(&ex->dev, &ex->done, err);
     if (st == KF_OK)
         st = bind_steps(ex, err);
     /* Measured choices run on a zeroed arena, so before the constants. */
@@ -805,10 +966,15 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
 void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     if (!ex)
         return;
-    if (ex->graph_exec)
-        ex->dev.drv->cuGraphExecDestroy(ex->graph_exec);
-    if (ex->cu_graph)
-        ex->dev.drv->cuGraphDestroy(ex->cu_graph);
+    drop_graph(ex);
+    if (ex->nodes)
+        kf_mem_free(&ex->mem, ex->nodes, ex->n_order * sizeof *ex->nodes);
+    if (ex->cur) {
+        uint32_t nb = ex->n_bufs ? ex->n_bufs : 1;
+        kf_mem_free(&ex->mem, ex->cur, nb * sizeof *ex->cur);
+        kf_mem_free(&ex->mem, ex->want, nb * sizeof *ex->want);
+        kf_mem_free(&ex->mem, ex->moved, nb * sizeof *ex->moved);
+    }
     for (uint32_t i = 0; i < ex->n_steps; i++) {
         if (ex->steps[i].kind == KF_CUDA_STEP_KERNEL && ex->steps[i].k) {
             if (ex->dev_open && ex->steps[i].k->mod)
@@ -831,8 +997,12 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     kf_cuda_recipes_destroy(ex->recipes);
     kf_blt_destroy(ex->lt);
     if (ex->dev_open) {
-        if (ex->arena)
-            kf_cuda_mem_free(&ex->dev, ex->arena);
+        if (ex->own_ws)
+            kf_cuda_mem_free(&ex->dev, ex->own_ws);
+        if (ex->consts)
+            kf_cuda_mem_free(&ex->dev, ex->consts);
+        if (ex->done)
+            kf_cuda_event_destroy(&ex->dev, ex->done);
         kf_cuda_stream_destroy(&ex->dev, ex->stream);
         kf_cuda_device_close(&ex->dev);
     }
@@ -840,12 +1010,23 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     kf_mem_free(&m, ex, sizeof *ex);
 }
 
+/* Whether `stream` is capturing into a CUDA graph (a driver that cannot
+ * say: no). */
+static bool capturing(const kf_cuda_exec *ex, kf_cu_stream stream) {
+    int status = KF_CU_STREAM_CAPTURE_STATUS_NONE;
+    return ex->dev.drv->cuStreamIsCapturing &&
+           ex->dev.drv->cuStreamIsCapturing(stream, &status) == 0 &&
+           status != KF_CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* Every step of the run on `stream`. The device's context is made current
  * once, then each kernel is one cuLaunchKernel with arguments bound at
- * prepare time: the host cost per kernel is the driver's launch itself. */
+ * prepare time: the host cost per kernel is the driver's launch itself.
+ * While the stream captures, the steps are launched one by one, so the
+ * caller's graph gets plain kernel nodes. */
 static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
     kf_status st = make_current(ex, err);
-    if (st == KF_OK && ex->graph_exec) {
+    if (st == KF_OK && ex->graph_exec && !capturing(ex, stream)) {
         kf_cu_result r = ex->dev.drv->cuGraphLaunch(ex->graph_exec, stream);
         if (r != 0)
             st = kf_cuda_check(ex->dev.drv, r, "cuGraphLaunch",
@@ -865,12 +1046,44 @@ kf_status kf_cuda_exec_launch(kf_cuda_exec *ex, void *stream, char *err) {
     return launch_all(ex, stream ? (kf_cu_stream)stream : ex->stream, err);
 }
 
+/* The one-stream contract: a run on another stream than the last run's is
+ * refused while that run has not completed (a captured run is not
+ * executed, so it neither waits nor counts). */
+static kf_status check_idle(kf_cuda_exec *ex, kf_cu_stream stream, bool captured, char *err) {
+    const kf_cuda_driver *drv = ex->dev.drv;
+    if (!ex->ran || captured || stream == ex->last_stream || !drv->cuEventQuery)
+        return KF_OK;
+    kf_cu_result r = drv->cuEventQuery(ex->done);
+    if (r == KF_CU_ERROR_NOT_READY)
+        return kf_msg_set(err, KF_ERR_BUSY,
+                          "the program's last run, on another stream, has not completed; a "
+                          "program runs on one stream at a time (synchronize that stream first, "
+                          "or compile a second program for the second stream)");
+    return r ? kf_cuda_check(drv, r, "cuEventQuery", NULL, err) : KF_OK;
+}
+
+/* After the steps: the event the next run on another stream checks. */
+static kf_status mark_done(kf_cuda_exec *ex, kf_cu_stream stream, bool captured, char *err) {
+    if (captured)
+        return KF_OK;
+    ex->ran = true;
+    ex->last_stream = stream;
+    return kf_cuda_event_record(&ex->dev, ex->done, stream, err);
+}
+
 kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, char *err) {
     if (!prepared(ex) || !bound)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run: NULL argument");
     const kf_graph *g = ex->graph;
     kf_cu_stream s = stream ? (kf_cu_stream)stream : ex->stream;
-    kf_status st = KF_OK;
+    kf_status st = make_current(ex, err);
+    if (st == KF_OK)
+        st = check_idle(ex, s, false, err);
+    /* Every buffer at home (a device-resident run may have moved some). */
+    for (uint32_t b = 0; b < ex->n_bufs; b++)
+        ex->want[b] = buf_ptr(ex, b);
+    if (st == KF_OK)
+        st = repoint(ex, err);
     for (uint32_t i = 0; i < g->n_inputs && st == KF_OK; i++) {
         const kf_tensor *t = g->inputs[i];
         if (bound[t->id] && ex->buf_of[t->id] != KF_NONE)
@@ -879,6 +1092,8 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
     }
     if (st == KF_OK)
         st = launch_all(ex, s, err);
+    if (st == KF_OK)
+        st = mark_done(ex, s, false, err);
     const char *last = ex->n_order ? step_name(ex, &ex->steps[ex->order[ex->n_order - 1]]) : NULL;
     if (st == KF_OK)
         st = kf_cuda_stream_sync(&ex->dev, s, last, err);
@@ -888,6 +1103,192 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
             continue;
         st = kf_cuda_exec_copy_out(ex, t->id, bound[t->id], tensor_bytes(t), err);
     }
+    return st;
+}
+
+/* The buffer that holds tensor t's bytes (a view's: its base's), KF_NONE. */
+static uint32_t buf_of_tensor(const kf_cuda_exec *ex, uint32_t t) {
+    return ex->buf_of[kf_plan_buffer_of(ex->plan, t)];
+}
+
+/* Whether output t may be written straight into the caller's buffer: its
+ * buffer holds t itself (not a view's base, an input or a constant). */
+static bool output_in_place(const kf_cuda_exec *ex, uint32_t t) {
+    uint32_t b = buf_of_tensor(ex, t);
+    return b != KF_NONE && ex->bufs[b].tensor == t && !ex->bufs[b].constant &&
+           ex->graph->nodes[t]->op != KF_OP_INPUT;
+}
+
+kf_status kf_cuda_exec_run_device(kf_cuda_exec *ex, void *const *bound, void *stream, char *err) {
+    if (!prepared(ex) || !bound)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run_device: NULL argument");
+    const kf_graph *g = ex->graph;
+    kf_cu_stream s = (kf_cu_stream)stream;
+    bool cap = capturing(ex, s);
+    kf_status st = make_current(ex, err);
+    if (st == KF_OK)
+        st = check_idle(ex, s, cap, err);
+    if (st != KF_OK)
+        return st;
+    for (uint32_t b = 0; b < ex->n_bufs; b++)
+        ex->want[b] = buf_ptr(ex, b);
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+        uint32_t t = g->inputs[i]->id;
+        if (bound[t] && ex->buf_of[t] != KF_NONE)
+            ex->want[ex->buf_of[t]] = (kf_cu_deviceptr)(uintptr_t)bound[t];
+    }
+    /* Outputs in place where their buffer is their own; the rest are copied
+     * after the steps, on the stream. */
+    for (uint32_t i = 0; i < g->n_outputs; i++) {
+        uint32_t t = g->outputs[i].tensor->id;
+        if (bound[t] && output_in_place(ex, t))
+            ex->want[buf_of_tensor(ex, t)] = (kf_cu_deviceptr)(uintptr_t)bound[t];
+    }
+    st = repoint(ex, err);
+    if (st == KF_OK)
+        st = launch_all(ex, s, err);
+    for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
+        const kf_tensor *t = g->outputs[i].tensor;
+        if (!bound[t->id] || output_in_place(ex, t->id))
+            continue;
+        uint32_t b = buf_of_tensor(ex, t->id);
+        if (b == KF_NONE || ex->cur[b] != (kf_cu_deviceptr)(uintptr_t)bound[t->id])
+            st = kf_cuda_exec_copy_device(ex, t->id, (kf_cu_deviceptr)(uintptr_t)bound[t->id],
+                                          tensor_bytes(t), stream, err);
+    }
+    if (st == KF_OK)
+        st = mark_done(ex, s, cap, err);
+    return st;
+}
+
+kf_status kf_cuda_exec_copy_device(kf_cuda_exec *ex, uint32_t t, kf_cu_deviceptr dst, size_t bytes,
+                                   void *stream, char *err) {
+    if (!prepared(ex) || !dst || t >= ex->graph->n_nodes)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_copy_device: bad argument");
+    uint32_t b = buf_of_tensor(ex, t);
+    if (b == KF_NONE)
+        return kf_msg_set(err, KF_ERR_NOT_FOUND, "tensor %%%u has no device buffer", t);
+    uint32_t vg = ex->plan->group_of[t];
+    if (vg != KF_NONE && ex->plan->groups[vg].kind == KF_GROUP_VIEW &&
+        !ex->plan->groups[vg].view_contiguous)
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
+                          "output %%%u is a non-contiguous view; the plan should have copied it",
+                          t);
+    const kf_cuda_driver *drv = ex->dev.drv;
+    if (!drv->cuMemcpyDtoDAsync)
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
+                          "the CUDA driver has no cuMemcpyDtoDAsync (needed to copy output %%%u)",
+                          t);
+    kf_status st = make_current(ex, err);
+    if (st != KF_OK)
+        return st;
+    return kf_cuda_check(drv, drv->cuMemcpyDtoDAsync(dst, ex->cur[b], bytes, (kf_cu_stream)stream),
+                         "cuMemcpyDtoDAsync", NULL, err);
+}
+
+kf_status kf_cuda_exec_check_pointer(kf_cuda_exec *ex, const void *ptr, size_t bytes, bool device,
+                                     size_t align, char *err) {
+    const kf_cuda_driver *drv = ex->dev.drv;
+    uintptr_t p = (uintptr_t)ptr;
+    if (device && align > 1 && (p & (align - 1)) != 0)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR " is not %zu-byte aligned (it is %u-byte aligned); the "
+                          "kernels' vector loads and tensor maps need %zu",
+                          p, align, (unsigned)(p & (~p + 1)), align);
+    if (!drv->cuPointerGetAttributes)
+        return KF_OK; /* a driver that cannot tell: unchecked (documented) */
+    kf_status st = make_current(ex, err);
+    if (st != KF_OK)
+        return st;
+    unsigned type = 0, managed = 0;
+    kf_cu_context c = NULL;
+    int ordinal = -1;
+    kf_cu_deviceptr start = 0;
+    size_t size = 0;
+    static const int attrs[6] = {
+        KF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      KF_CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        KF_CU_POINTER_ATTRIBUTE_CONTEXT,          KF_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        KF_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, KF_CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[6] = {&type, &managed, &c, &ordinal, &start, &size};
+    /* A host binding needs only to be no device memory: two attributes. */
+    kf_cu_result r = drv->cuPointerGetAttributes(device ? 6u : 2u, attrs, data, (kf_cu_deviceptr)p);
+    if (!device) {
+        if (r == 0 && type == KF_CU_MEMORYTYPE_DEVICE && !managed)
+            return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                              "0x%" PRIxPTR " is device memory, but kf_program_run takes host "
+                              "pointers (pass device pointers to kf_program_run_device)",
+                              p);
+        return KF_OK;
+    }
+    if (r != 0 || type == 0)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR " is not CUDA memory (a host pointer? pass host pointers "
+                          "to kf_program_run)",
+                          p);
+    if (type == KF_CU_MEMORYTYPE_HOST && !managed)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR " is page-locked host memory, not device memory (pass it "
+                          "to kf_program_run, or copy it to the device first)",
+                          p);
+    if (c && c != ex->dev.ctx)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR " belongs to another CUDA context than the program's (the "
+                          "primary context of device %d); allocate it there",
+                          p, ex->dev.ordinal);
+    if (ordinal >= 0 && ordinal != ex->dev.ordinal && !managed)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR
+                          " is memory of device %d, but the program runs on device %d",
+                          p, ordinal, ex->dev.ordinal);
+    if (size && (start > p || (size_t)(p - start) > size || size - (size_t)(p - start) < bytes))
+        return kf_msg_set(
+            err, KF_ERR_INVALID_ARGUMENT,
+            "0x%" PRIxPTR " lies in an allocation that holds %zu bytes from it, "
+            "shorter than the tensor's %zu",
+            p, start <= p && (size_t)(p - start) <= size ? size - (size_t)(p - start) : (size_t)0,
+            bytes);
+    return KF_OK;
+}
+
+size_t kf_cuda_exec_workspace_size(const kf_cuda_exec *ex) { return ex ? ex->arena_bytes : 0; }
+
+kf_status kf_cuda_exec_set_workspace(kf_cuda_exec *ex, kf_cu_deviceptr ws, size_t bytes,
+                                     char *err) {
+    if (!prepared(ex))
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "no prepared exec");
+    if (ws && bytes < ex->arena_bytes)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "a workspace of %zu bytes, but the program needs %zu "
+                          "(kf_program_workspace_size)",
+                          bytes, ex->arena_bytes);
+    if (ws && (ws & (ARENA_ALIGN - 1)) != 0)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "the workspace 0x%llx is not %u-byte aligned", ws, ARENA_ALIGN);
+    kf_status st = ws ? kf_cuda_exec_check_pointer(ex, (const void *)(uintptr_t)ws, ex->arena_bytes,
+                                                   true, ARENA_ALIGN, err)
+                      : make_current(ex, err);
+    /* The last run may still use the workspace being replaced. */
+    if (st == KF_OK && ex->ran)
+        st = kf_cuda_check(ex->dev.drv, ex->dev.drv->cuEventSynchronize(ex->done),
+                           "cuEventSynchronize", NULL, err);
+    if (st != KF_OK)
+        return st;
+    if (ws) {
+        if (ex->own_ws)
+            kf_cuda_mem_free(&ex->dev, ex->own_ws);
+        ex->own_ws = 0;
+        ex->ws = ws;
+    } else {
+        if (!ex->own_ws)
+            st = kf_cuda_mem_alloc(&ex->dev, ex->arena_bytes ? ex->arena_bytes : 1, &ex->own_ws,
+                                   err);
+        if (st != KF_OK)
+            return st;
+        ex->ws = ex->own_ws;
+    }
+    /* The next run rebinds every step of a buffer that moved. */
+    if (ex->lt)
+        st = kf_blt_set_workspace(ex->lt, buf_ptr(ex, ex->lt_ws_buf), KF_BLT_WORKSPACE_BYTES, err);
     return st;
 }
 
@@ -903,7 +1304,7 @@ kf_status kf_cuda_exec_copy_out(kf_cuda_exec *ex, uint32_t t, void *dst, size_t 
         return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                           "output %%%u is a non-contiguous view; the plan should have copied it",
                           t);
-    return kf_cuda_copy_to_host(&ex->dev, dst, buf_ptr(ex, b), bytes, err);
+    return kf_cuda_copy_to_host(&ex->dev, dst, ex->cur[b], bytes, err);
 }
 
 kf_status kf_cuda_exec_set_input(kf_cuda_exec *ex, uint32_t t, const void *src, size_t bytes,
@@ -968,9 +1369,9 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             first = false;
         }
         fprintf(out,
-                "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"kernels_compiled\": "
-                "%u, \"kernels_cached\": %u}",
-                ex->n_order, ex->arena_bytes, ex->compiled, ex->hits);
+                "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"constant_bytes\": %zu, "
+                "\"kernels_compiled\": %u, \"kernels_cached\": %u}",
+                ex->n_order, ex->arena_bytes, ex->consts_bytes, ex->compiled, ex->hits);
         return;
     }
     fprintf(out, "cuda: %s (%s, %d SMs), arch %s, streamed reads %s in L2\n", ex->dev.name,
@@ -993,9 +1394,11 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
         fputc('\n', out);
     }
     fprintf(out,
-            "  device memory: %zu bytes in one arena (%zu without reuse by liveness); "
+            "  device memory: %zu bytes in one arena (%zu without reuse by liveness) -- the "
+            "workspace (%s) --, plus %zu bytes of constants; "
             "%zu launches per run; kernels compiled %u, from the cache %u\n",
-            ex->arena_bytes, ex->unshared_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
+            ex->arena_bytes, ex->unshared_bytes, ex->own_ws ? "the program's own" : "the caller's",
+            ex->consts_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
 }
 
 const char *kf_cuda_exec_device_name(const kf_cuda_exec *ex) {

@@ -12,14 +12,19 @@
  *     variant kept.
  *   kf_cuda_exec_run:      host inputs -> device, every step on the stream,
  *     outputs -> host.
+ *   kf_cuda_exec_run_device: the caller's device buffers bound in place
+ *     (re-pointing only the steps whose buffers moved), every step on the
+ *     caller's stream; no copy of the bound buffers, no synchronization, no
+ *     allocation, so the caller may capture it into a CUDA graph.
  *
  * What runs where is the recipes' business (codegen/cuda/recipe*.c): this
  * layer makes no lowering decision, rewrites no plan and generates no code.
  *
- * Bindings are HOST pointers (kf_program_run's contract): every run copies
- * the inputs to the device and the outputs back, synchronously. Device-pointer
- * bindings are left to a later issue; the bench times the device work alone
- * through kf_cuda_exec_launch.
+ * Device memory lies in two regions: the constants (the program's own for
+ * its life) and the workspace (staging for host runs, intermediates by
+ * liveness, scratch, cuBLASLt's workspace), which the caller may supply
+ * (kf_cuda_exec_set_workspace). A program runs on one stream at a time: a
+ * run on another stream while the last one is in flight is KF_ERR_BUSY.
  */
 #ifndef KF_RUNTIME_CUDA_EXEC_H
 #define KF_RUNTIME_CUDA_EXEC_H
@@ -71,6 +76,41 @@ bool kf_cuda_exec_choice(const kf_cuda_exec *ex, uint32_t group, uint32_t *chose
  * sizes were checked by the caller. `stream` is a CUstream or NULL (the
  * exec's own). Returns when the outputs are on the host. */
 kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, char *err);
+
+/* Runs the plan once on the caller's device buffers: bound[t] is a device
+ * address for every graph input t (read in place) and may be one for a
+ * graph output t (written in place where its buffer is its own, else copied
+ * there on the stream after the steps). `stream` is a CUstream (NULL: the
+ * legacy default stream). Returns once everything is enqueued. Pointers
+ * were checked by the caller (kf_cuda_exec_check_pointer). Errors:
+ * KF_ERR_BUSY (the last run, on another stream, is still in flight),
+ * KF_ERR_INTERNAL (the driver's message). */
+kf_status kf_cuda_exec_run_device(kf_cuda_exec *ex, void *const *bound, void *stream, char *err);
+
+/* Enqueues a copy of tensor t's current device bytes (in the program's
+ * memory, or the caller's buffer it was bound to) to the device address
+ * `dst` on `stream`. */
+kf_status kf_cuda_exec_copy_device(kf_cuda_exec *ex, uint32_t t, kf_cu_deviceptr dst, size_t bytes,
+                                   void *stream, char *err);
+
+/* Checks one binding's pointer with one cuPointerGetAttributes call.
+ * device: `ptr` must be `align`-byte aligned device (or managed) memory of
+ * the exec's context and device with at least `bytes` from ptr to the end
+ * of its allocation (where the driver knows the range). !device: `ptr` must
+ * not be device memory (a host binding). KF_ERR_INVALID_ARGUMENT with a
+ * message that says what the pointer is and what to do; the caller
+ * prefixes the binding's name. A driver without cuPointerGetAttributes
+ * checks the alignment only. */
+kf_status kf_cuda_exec_check_pointer(kf_cuda_exec *ex, const void *ptr, size_t bytes, bool device,
+                                     size_t align, char *err);
+
+/* The bytes of the workspace region (what kf_cuda_exec_set_workspace needs). */
+size_t kf_cuda_exec_workspace_size(const kf_cuda_exec *ex);
+/* Moves the workspace region to the caller's device memory `ws` (`bytes`,
+ * at least the workspace size, 256-byte aligned, checked like a device
+ * binding) and frees the program's own; ws 0 allocates the program's own
+ * again. Waits for the last run first. The next run rebinds. */
+kf_status kf_cuda_exec_set_workspace(kf_cuda_exec *ex, kf_cu_deviceptr ws, size_t bytes, char *err);
 
 /* Copies tensor t's device buffer (an output, input or anything materialized)
  * to `dst` (`bytes`). KF_ERR_NOT_FOUND when t has no buffer. */

@@ -4,7 +4,9 @@
 # runs every ctest suite (the GPU suites run there instead of skipping, and
 # this script fails if one skipped), every example with --target cuda --check,
 # compute-sanitizer (memcheck, racecheck, synccheck) on small graphs that take
-# the vector loops' tails and the staged rows, then the bench.
+# the vector loops' tails and the staged rows, memcheck on device-resident
+# runs (test_device_run's test_in_place_* cases), then the bench and the
+# run-overhead bench.
 #
 #   scripts/gpu_check.sh [--commit SHA] [--no-bench] [--no-sanitizer] [--quick]
 #
@@ -58,7 +60,7 @@ note "build: ok ($(nvidia-smi --query-gpu=name,driver_version --format=csv,nohea
 ctest --test-dir build-gpu --output-on-failure --parallel "$jobs" >"$out/ctest.log" 2>&1
 rc=$?
 tail -25 "$out/ctest.log"
-skipped=$(grep -E "test_cuda_exec|test_cuda_gpu" "$out/ctest.log" | grep -c "Skipped")
+skipped=$(grep -E "test_cuda_exec|test_cuda_gpu|test_device_run" "$out/ctest.log" | grep -c "Skipped")
 if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then
     fail=1
     note "ctest: FAILED (rc $rc, GPU suites skipped: $skipped)"
@@ -135,16 +137,38 @@ EOF
     printf '%s\n' 'kfg 1' 'x = input(bf16[1100, 200])' 'w = input(bf16[200, 2056])' \
         'b = input(bf16[2056])' 'r = input(bf16[1100, 2056])' 'h = matmul(x, w)' 'hb = add(h, b)' \
         'g = gelu(hb)' 'y = add(g, r)' 'output y' >"$gg"
-    for tool in memcheck racecheck; do
-        if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$gg" \
-            --target cuda --gemm generated --check >"$out/sanitize_gemm_$tool.log" 2>&1; then
-            note "compute-sanitizer $tool (generated GEMM): clean"
-        else
-            fail=1
-            tail -20 "$out/sanitize_gemm_$tool.log"
-            note "compute-sanitizer $tool (generated GEMM): FAILED (sanitize_gemm_$tool.log)"
-        fi
+    # The dual SwiGLU kernel (ping-pong 128 x (2 x 64), ragged M and K) and
+    # the norm prologue on A's tiles (a statistics pre-pass, ragged M, N, K).
+    gd="$out/sanitize_dual.kfg"
+    printf '%s\n' 'kfg 1' 'x = input(bf16[1000, 264])' 'wg = input(bf16[264, 1096])' \
+        'wu = input(bf16[264, 1096])' 'g = matmul(x, wg)' 'u = matmul(x, wu)' 'a = silu(g)' \
+        'y = mul(a, u)' 'output y' >"$gd"
+    gn="$out/sanitize_norm.kfg"
+    printf '%s\n' 'kfg 1' 'x = input(bf16[1000, 264])' 'g = input(bf16[264])' \
+        'w = input(bf16[264, 1096])' 'n = rms_norm(x, g)' 'y = matmul(n, w)' 'output y' >"$gn"
+    for f in "$gg" "$gd" "$gn"; do
+        b=$(basename "$f" .kfg)
+        for tool in memcheck racecheck; do
+            if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$f" \
+                --target cuda --gemm generated --check >"$out/${b}_$tool.log" 2>&1; then
+                note "compute-sanitizer $tool (generated GEMM, $b): clean"
+            else
+                fail=1
+                tail -20 "$out/${b}_$tool.log"
+                note "compute-sanitizer $tool (generated GEMM, $b): FAILED (${b}_$tool.log)"
+            fi
+        done
     done
+    # Device-resident runs: the caller's exact-size buffers bound in place
+    # (ragged shapes, both GEMM paths) and a run captured into a CUDA graph.
+    if KF_TEST_FILTER='test_in_place_*' KF_SOURCE_DIR="$PWD" compute-sanitizer --tool memcheck \
+        --error-exitcode 9 build-gpu/tests/test_device_run >"$out/sanitize_device_run.log" 2>&1; then
+        note "compute-sanitizer memcheck (device-resident runs): clean"
+    else
+        fail=1
+        tail -20 "$out/sanitize_device_run.log"
+        note "compute-sanitizer memcheck (device-resident runs): FAILED (sanitize_device_run.log)"
+    fi
     for tool in memcheck racecheck synccheck; do
         if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$g" \
             --target cuda --check >"$out/sanitize_$tool.log" 2>&1; then
@@ -167,6 +191,15 @@ if [ $bench -eq 1 ]; then
         note "bench: FAILED (bench.log)"
     fi
     grep -vE "^peers: " "$out/bench.log" | tail -30
+    # Host time per run: host pointers against device pointers.
+    if KF_SOURCE_DIR="$PWD" build-gpu/run_overhead --commit "$commit" \
+        --out "$out/run_overhead.json" >"$out/run_overhead.log" 2>&1; then
+        note "run overhead: $out/run_overhead.json"
+    else
+        fail=1
+        note "run overhead: FAILED (run_overhead.log)"
+    fi
+    cat "$out/run_overhead.log"
 fi
 echo "== summary"
 printf '%s\n' "${summary[@]}"

@@ -30,6 +30,23 @@
  *     inlined): unrolled over a 128 x 256 tile it ran to 150 KB of SASS, and
  *     the tanh-GELU tile spent longer fetching it than multiplying.
  *
+ * Dual (KF_DUAL 1, the SwiGLU pair silu(A.Bg) * (A.Bu)): two B operands
+ * against the one A tile stream. The B tile of a stage is Bg's KF_ON
+ * columns then Bu's (KF_ON = KF_BN / 2, from the maps tb and tb2), so one
+ * wgmma m64nBNk16 computes both products of an output tile KF_ON wide: the
+ * accumulator's column groups j < KF_BN / 16 are the gate's, the rest the
+ * up projection's, at the same output columns. The epilogue stages 16
+ * columns of each (KF_EPI_COLS 16, the staging area's size unchanged) and
+ * kf_epi takes both (acc, acc1).
+ *
+ * Norm prologue (KF_A_NORM 1): A's rows are LayerNorm'd / RMSNorm'd in the
+ * ring. A pre-pass kernel wrote each row's statistics (KF_A_STATS, f32,
+ * KF_A_NSTATS a row); a consumer loads those of its rows once per tile and,
+ * when a stage lands, rewrites its rows of the A tile in place through
+ * kf_apro (the group's expression for A, rounded as the reference rounds the
+ * norm), fences the async proxy (the wgmmas read what plain stores wrote)
+ * and syncs its warpgroup before its wgmmas. Columns past K stay zero.
+ *
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
@@ -44,8 +61,11 @@
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
- * KF_A_BATCHED, KF_B_BATCHED, kf_wgmma(d, da, db) and kf_epi<2>(...), after
- * templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor helpers).
+ * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, kf_wgmma(d, da, db) and
+ * kf_epi<8>(...) (kf_epi<8>(acc, acc1, ...) when KF_DUAL); with KF_A_NORM also
+ * KF_A_NSTATS, KF_A_STATS, kf_a_to_f32, kf_f32_to_a and kf_apro<VV>(...); all
+ * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
+ * helpers).
  */
 
 #define KF_BM 128
@@ -54,7 +74,12 @@
 #define KF_B_BYTES (KF_BN * KF_BK * 2)
 #define KF_STAGE_BYTES (KF_A_BYTES + KF_B_BYTES)
 #define KF_TILES_M ((KF_M + KF_BM - 1) / KF_BM)
-#define KF_TILES_N ((KF_N + KF_BN - 1) / KF_BN)
+#if KF_DUAL
+#define KF_ON (KF_BN / 2) /* output columns of a tile: gate and up share the B tile */
+#else
+#define KF_ON KF_BN
+#endif
+#define KF_TILES_N ((KF_N + KF_ON - 1) / KF_ON)
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
 #define KF_RASTER 8
@@ -67,7 +92,11 @@
 #define KF_HALVES 1
 #define KF_EMPTY_ARRIVALS 8 /* the 8 warps of both consumers */
 #endif
+#if KF_DUAL
+#define KF_EPI_COLS 16 /* output columns staged at a time, gate at 0.., up at 16.. */
+#else
 #define KF_EPI_COLS 32 /* columns staged at a time */
+#endif
 #define KF_EPI_LD 40   /* floats per staged row */
 #define KF_EPI_FLOATS (64 * KF_EPI_LD) /* one consumer's staging area */
 
@@ -89,8 +118,12 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
  * of batch b, 8 columns per thread and step. */
 __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long r0, long long c0,
                                              int tid, KF_PARAMS) {
-#pragma unroll 1
-    for (int i = tid; i < 64 * (KF_EPI_COLS / 8); i += 128) {
+    /* Unrolled (2 steps, 1 when dual): both steps' loads are in flight
+     * together; the epilogue runs while the tensor cores wait, and it was
+     * latency-bound (H100, b8a1d69: ~18 us a tile). */
+#pragma unroll
+    for (int it = 0; it < 64 * (KF_EPI_COLS / 8) / 128; it++) {
+        const int i = tid + 128 * it;
         const int row = i / (KF_EPI_COLS / 8), cg = i % (KF_EPI_COLS / 8);
         const long long r = r0 + row, c = c0 + cg * 8;
         if (r >= KF_M || c >= KF_N)
@@ -98,9 +131,63 @@ __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long 
         const float4 lo = *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + cg * 8);
         const float4 hi = *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + cg * 8 + 4);
         const float a[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#if KF_DUAL
+        const float4 lo1 = *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + 16 + cg * 8);
+        const float4 hi1 =
+            *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + 16 + cg * 8 + 4);
+        const float a1[8] = {lo1.x, lo1.y, lo1.z, lo1.w, hi1.x, hi1.y, hi1.z, hi1.w};
+        kf_epi<8>(a, a1, (long long)b, r, c, KF_ARGS);
+#else
         kf_epi<8>(a, (long long)b, r, c, KF_ARGS);
+#endif
     }
 }
+
+#if KF_A_NORM
+/* Rows of the A tile a consumer normalizes: its half (cooperative) or the
+ * whole tile (ping-pong); thread t takes 16-byte chunk t % 8 of rows
+ * t / 8 + 16 i. */
+#define KF_A_ROWS (KF_PINGPONG ? 128 : 64)
+#define KF_A_NR (KF_A_ROWS / 16)
+
+/* Rewrites rows row0.. of the A tile at shared address sa (K-major, 128-byte
+ * swizzle: chunk j of row r sits at r * 128 + (j ^ r % 8) * 16) with their
+ * normalized values, for K step kt. */
+__device__ __forceinline__ void kf_gm_norm_a(unsigned sa, int kt, long long row0, int tid,
+                                             const float (*stv)[KF_A_NSTATS], KF_PARAMS) {
+    const int j = tid % 8;
+    const long long k0 = (long long)kt * KF_BK + j * 8;
+#pragma unroll
+    for (int i = 0; i < KF_A_NR; i++) {
+        const int r = tid / 8 + 16 * i;
+        const long long row = row0 + r;
+        const unsigned addr = sa + (unsigned)r * 128u + ((unsigned)(j ^ (r & 7)) << 4);
+        unsigned w[4];
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                     : "r"(addr)
+                     : "memory");
+        float xa[8], ao[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            xa[e] = kf_a_to_f32((unsigned short)(w[e / 2] >> (16 * (e % 2))));
+            ao[e] = 0.0f;
+        }
+        if (row < KF_M && k0 + 8 <= KF_K) {
+            kf_apro<8>(xa, ao, row, k0, stv[i], KF_ARGS);
+        } else if (row < KF_M) {
+            for (int e = 0; e < 8 && k0 + e < KF_K; e++)
+                kf_apro<1>(xa + e, ao + e, row, k0 + e, stv[i], KF_ARGS);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            w[e] = (unsigned)kf_f32_to_a(ao[2 * e]) | ((unsigned)kf_f32_to_a(ao[2 * e + 1]) << 16);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(w[0]), "r"(w[1]),
+                     "r"(w[2]), "r"(w[3])
+                     : "memory");
+    }
+}
+#endif
 
 /* Tile t of the raster: batch b, tile row mb, tile column nb. */
 __device__ __forceinline__ void kf_gm_tile(int t, int &b, int &mb, int &nb) {
@@ -115,8 +202,15 @@ __device__ __forceinline__ void kf_gm_tile(int t, int &b, int &mb, int &nb) {
     nb = r / rows;
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1)
-    KF_KERNEL(const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb, KF_PARAMS) {
+#if KF_DUAL
+#define KF_TMAP_PARAMS                                                                             \
+    const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb,                        \
+        const __grid_constant__ kf_tmap tb2
+#else
+#define KF_TMAP_PARAMS const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb
+#endif
+
+extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, KF_PARAMS) {
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_full[KF_STAGES], kf_empty[KF_STAGES];
     KF_SETUP();
@@ -136,6 +230,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&ta) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb) : "memory");
+#if KF_DUAL
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb2) : "memory");
+#endif
     }
     __syncthreads();
 
@@ -159,6 +256,22 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         kf_gm_box<KF_A_BATCHED>(sa + 8192u, &ta, mb * KF_BM + 64, kt * KF_BK, b,
                                                 bar);
                     }
+#if KF_DUAL
+                    /* Bg's KF_ON rows (or 64-column boxes) then Bu's. */
+                    if (KF_B_KMAJOR) {
+                        kf_gm_box<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_ON, b, bar);
+                        kf_gm_box<KF_B_BATCHED>(sb + KF_ON * 128u, &tb2, kt * KF_BK, nb * KF_ON,
+                                                b, bar);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < KF_ON / 64; j++) {
+                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_ON + 64 * j,
+                                                    kt * KF_BK, b, bar);
+                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * (j + KF_ON / 64), &tb2,
+                                                    nb * KF_ON + 64 * j, kt * KF_BK, b, bar);
+                        }
+                    }
+#else
                     if (KF_B_KMAJOR) {
                         kf_gm_box<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_BN, b, bar);
                     } else {
@@ -167,6 +280,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             kf_gm_box<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_BN + 64 * j,
                                                     kt * KF_BK, b, bar);
                     }
+#endif
                     if (++s == KF_STAGES) {
                         s = 0;
                         ph ^= 1u;
@@ -199,6 +313,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
             int b, mb, nb;
             kf_gm_tile(t, b, mb, nb);
+#if KF_A_NORM
+            /* the statistics of this consumer's rows of the tile */
+            const long long arow0 = (long long)mb * KF_BM + (KF_PINGPONG ? 0 : cw * 64);
+            float stv[KF_A_NR][KF_A_NSTATS];
+#pragma unroll
+            for (int i = 0; i < KF_A_NR; i++) {
+                const long long row = arow0 + (threadIdx.x % 128) / 8 + 16 * i;
+#pragma unroll
+                for (int q = 0; q < KF_A_NSTATS; q++)
+                    stv[i][q] = row < KF_M ? KF_A_STATS[row * KF_A_NSTATS + q] : 0.0f;
+            }
+#endif
             float d[KF_ACC];
 #pragma unroll
             for (int k = 0; k < KF_ACC; k++)
@@ -211,6 +337,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int kt = 0; kt < KF_KT; kt++) {
                 kf_hp_wait(full0 + 8 * s, ph);
                 const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
+#if KF_A_NORM
+                kf_gm_norm_a(sa + (KF_PINGPONG ? 0u : (unsigned)cw * 8192u), kt, arow0,
+                             threadIdx.x % 128, stv, KF_ARGS);
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                kf_gm_wg_sync(cw);
+#endif
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
                 for (int kk = 0; kk < KF_BK / 16; kk++) {
@@ -244,12 +376,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
 #endif
             /* The accumulator fragment of wgmma m64nN: warp w of the group
-             * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1). */
+             * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1).
+             * Dual: column group j + KF_ON / 8 is the up projection of the
+             * gate's group j, staged 16 columns to its right. */
 #pragma unroll
             for (int hf = 0; hf < KF_HALVES; hf++) {
                 const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
 #pragma unroll
-                for (int ch = 0; ch < KF_BN / KF_EPI_COLS; ch++) {
+                for (int ch = 0; ch < KF_ON / KF_EPI_COLS; ch++) {
 #pragma unroll
                     for (int jj = 0; jj < KF_EPI_COLS / 8; jj++) {
                         const int j = ch * (KF_EPI_COLS / 8) + jj;
@@ -260,10 +394,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             const float *dv = d + hf * (KF_BN / 2) + 4 * j + 2 * h;
                             *reinterpret_cast<float2 *>(stg + row * KF_EPI_LD + col) =
                                 make_float2(dv[0], dv[1]);
+#if KF_DUAL
+                            const float *du = dv + 4 * (KF_ON / 8);
+                            *reinterpret_cast<float2 *>(stg + row * KF_EPI_LD + 16 + col) =
+                                make_float2(du[0], du[1]);
+#endif
                         }
                     }
                     kf_gm_wg_sync(cw);
-                    kf_gm_epi_chunk(stg, b, rows, (long long)nb * KF_BN + ch * KF_EPI_COLS,
+                    kf_gm_epi_chunk(stg, b, rows, (long long)nb * KF_ON + ch * KF_EPI_COLS,
                                     threadIdx.x % 128, KF_ARGS);
                     kf_gm_wg_sync(cw);
                 }

@@ -986,6 +986,106 @@ static void test_run_checks_bindings_like_eval(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* kf_program_run_device and the workspace calls on the CPU target: refused
+ * with a status and a message that says what to call instead; NULL
+ * arguments refused; the program still runs afterwards. */
+static void test_device_runs_and_workspaces_are_refused_on_the_cpu(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[4, 8])\ny = exp(x)\noutput y\n");
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(ctx, g, &p), KF_OK);
+    float xin[32] = {0}, yout[32];
+    kf_binding in = {"x", xin, sizeof xin}, out = {"y", yout, sizeof yout};
+    assert_int_equal(kf_program_run_device(NULL, &in, 1, &out, 1, NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_run_device(p, &in, 1, &out, 1, NULL), KF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kf_program_error(p), "kf_program_run"));
+    assert_non_null(strstr(kf_program_error(p), "host pointers"));
+    size_t bytes = 123;
+    assert_int_equal(kf_program_workspace_size(p, &bytes), KF_ERR_UNSUPPORTED);
+    assert_true(bytes == 0);
+    assert_int_equal(kf_program_workspace_size(NULL, &bytes), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_workspace_size(p, NULL), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_set_workspace(NULL, NULL, 0), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_set_workspace(p, xin, sizeof xin), KF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kf_program_error(p), "CPU"));
+    assert_string_equal(kf_status_str(KF_ERR_BUSY), "busy");
+    /* Still a working program; the error is cleared by a good run. */
+    assert_int_equal(kf_program_run(p, &in, 1, &out, 1, NULL), KF_OK);
+    assert_string_equal(kf_program_error(p), "");
+    for (int i = 0; i < 32; i++)
+        assert_true(yout[i] == 1.0f);
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
+/* A run entered while the program is inside a run is refused with
+ * KF_ERR_BUSY, not let in to share the bindings: here the second call comes
+ * from the context's allocator, which the first run calls while it checks
+ * numerics (the same path another thread would take, without a race). */
+typedef struct reenter {
+    kf_program *p;
+    const kf_binding *in, *out;
+    bool armed;
+    int calls;
+    kf_status seen;
+} reenter;
+
+static void *reenter_alloc(void *user, size_t size) {
+    reenter *r = user;
+    if (r->armed) {
+        r->armed = false;
+        r->calls++;
+        r->seen = kf_program_run(r->p, r->in, 1, r->out, 1, NULL);
+        if (r->seen == KF_OK)
+            r->seen = KF_ERR_INTERNAL; /* let in: the test fails below */
+        kf_status dev = kf_program_run_device(r->p, r->in, 1, r->out, 1, NULL);
+        if (dev != KF_ERR_BUSY)
+            r->seen = dev;
+    }
+    return malloc(size);
+}
+static void *reenter_realloc(void *user, void *ptr, size_t old_size, size_t new_size) {
+    (void)user;
+    (void)old_size;
+    return realloc(ptr, new_size);
+}
+static void reenter_free(void *user, void *ptr, size_t size) {
+    (void)user;
+    (void)size;
+    free(ptr);
+}
+
+static void test_a_run_entered_during_a_run_of_the_same_program_is_busy(void **state) {
+    (void)state;
+    reenter r = {0};
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CPU;
+    o.flags = KF_FLAG_NO_CACHE | KF_FLAG_CHECK_NUMERICS;
+    o.allocator = (kf_allocator){reenter_alloc, reenter_realloc, reenter_free, &r};
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    kf_graph *g = parse(ctx, "kfg 1\nx = input(f32[4, 8])\ny = exp(x)\noutput y\n");
+    assert_int_equal(kf_compile(ctx, g, &r.p), KF_OK);
+    float xin[32] = {0}, yout[32];
+    kf_binding in = {"x", xin, sizeof xin}, out = {"y", yout, sizeof yout};
+    r.in = &in;
+    r.out = &out;
+    r.armed = true;
+    assert_int_equal(kf_program_run(r.p, &in, 1, &out, 1, NULL), KF_OK);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.seen, KF_ERR_BUSY);
+    for (int i = 0; i < 32; i++)
+        assert_true(yout[i] == 1.0f);
+    /* Not busy any more. */
+    assert_int_equal(kf_program_run(r.p, &in, 1, &out, 1, NULL), KF_OK);
+    kf_program_destroy(r.p);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 static void test_a_program_runs_again_with_new_inputs_and_threads(void **state) {
     (void)state;
     /* large enough to go parallel: every kind at a size the pool splits */
@@ -1397,6 +1497,8 @@ int main(void) {
         cmocka_unit_test(test_attention_with_every_mask_class),
         cmocka_unit_test(test_views_copies_and_aliased_outputs),
         cmocka_unit_test(test_run_checks_bindings_like_eval),
+        cmocka_unit_test(test_device_runs_and_workspaces_are_refused_on_the_cpu),
+        cmocka_unit_test(test_a_run_entered_during_a_run_of_the_same_program_is_busy),
         cmocka_unit_test(test_a_program_runs_again_with_new_inputs_and_threads),
         cmocka_unit_test(test_a_program_outlives_its_graph),
         cmocka_unit_test(test_a_failed_compile_leaves_its_message_on_the_callers_graph),

@@ -557,6 +557,19 @@ static void test_declared_driver_types_match_the_toolkit_header(void **state) {
     assert_int_equal(KF_CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                      CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED);
     assert_int_equal(sizeof(kf_cu_deviceptr), sizeof(CUdeviceptr));
+    /* What device-resident runs ask of cuPointerGetAttributes. */
+    assert_int_equal(KF_CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_CONTEXT);
+    assert_int_equal(KF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
+    assert_int_equal(KF_CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_IS_MANAGED);
+    assert_int_equal(KF_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
+    assert_int_equal(KF_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR);
+    assert_int_equal(KF_CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_RANGE_SIZE);
+    assert_int_equal(KF_CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_HOST);
+    assert_int_equal(KF_CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE);
+    assert_int_equal(KF_CU_MEMORYTYPE_UNIFIED, CU_MEMORYTYPE_UNIFIED);
+    assert_int_equal(KF_CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_CAPTURE_STATUS_NONE);
+    assert_int_equal(KF_CU_ERROR_NOT_READY, CUDA_ERROR_NOT_READY);
 #else
     fprintf(stderr, "no toolkit cuda.h at configure time: skipped\n");
     skip();

@@ -1115,6 +1115,74 @@ static void test_generated_gemms_match_the_reference(void **state) {
         run_text("kfg 1\nx = input(%s[64, 48])\nw = input(%s[48, 1])\nv = input(%s[1, 64])\n"
                  "c = matmul(x, w)\ne = matmul(v, x)\noutput c\noutput e\n",
                  dts[d], 1808, &(run_opts){.lo = -1, .hi = 1, .ctx = ctx}, "vector shapes");
+        /* SwiGLU as one dual kernel: ping-pong 128 x (2 x 64), ragged M, N, K */
+        run_text("kfg 1\nx = input(%s[1000, 264])\nwg = input(%s[264, 1096])\n"
+                 "wu = input(%s[264, 1096])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1811,
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "dual 128x(2x64) tiles ping-pong",
+                             .ctx = ctx},
+                 "SwiGLU dual, ping-pong, ragged");
+        /* dual cooperative 128 x (2 x 128), ragged; the gated product cast to f32 */
+        run_text("kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[136, 2056])\n"
+                 "wu = input(%s[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\nh = mul(a, u)\ny = cast(h, f32)\noutput y\n",
+                 dts[d], 1812,
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
+                             .ctx = ctx},
+                 "SwiGLU dual, cooperative, ragged, cast");
+        /* dual with both B transposed (K-major), few tiles, M = 1 */
+        run_text("kfg 1\nx = input(%s[1, 200])\nwg = input(%s[136, 200])\n"
+                 "wu = input(%s[136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+                 "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1813,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, K-major B, M = 1");
+        /* N = 1001 (K-major B takes any N): the last chunk of a row is
+         * partial, and the epilogue's bias and residual reads stop at N */
+        run_text("kfg 1\nx = input(%s[300, 64])\nw = input(%s[1001, 64])\nb = input(%s[1001])\n"
+                 "r = input(%s[300, 1001])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
+                 "y = add(a, r)\noutput y\n",
+                 dts[d], 1815, &o, "N = 1001, K-major B, bias + residual");
+        run_text("kfg 1\nx = input(%s[200, 64])\nwg = input(%s[1001, 64])\n"
+                 "wu = input(%s[1001, 64])\nb = input(%s[1001])\n"
+                 "g = matmul(x, wg, transpose_b=true)\nu = matmul(x, wu, transpose_b=true)\n"
+                 "a = silu(g)\nh = mul(a, u)\ny = add(h, b)\noutput y\n",
+                 dts[d], 1816,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, N = 1001, bias");
+        /* a norm prologue on A's tiles after a statistics pre-pass: RMSNorm,
+         * ragged M, N, K */
+        const char *npro = "norm prologue on A's tiles";
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], 1817, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: rms_norm, ragged");
+        /* LayerNorm (mean, rstd), rows off zero, batch folded into M, a bias */
+        run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+                 dts[d], 1818, &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: layer_norm, batch folded, bias");
+        /* the ping-pong schedule (136 tiles for 132 SMs): a consumer
+         * normalizes all 128 rows of its tile */
+        run_text("kfg 1\nx = input(%s[8600, 128])\ng = input(%s[128])\nw = input(%s[128, 200])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], 1819,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
+                 "norm prologue: ping-pong");
+        /* dual batched (both B per batch), with a residual in the epilogue */
+        run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
+                 "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"
+                 "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\n"
+                 "y = add(h, r)\noutput y\n",
+                 dts[d], 1814,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+                 "SwiGLU dual, batched, residual");
     }
     /* every example and pattern, forced */
     const char *src = getenv("KF_SOURCE_DIR");

@@ -841,6 +841,84 @@ static void test_rounded_results_store_their_unrounded_value(void **state) {
     }
 }
 
+/* The bf16 table of the reference's results serves gelu_tanh as it serves
+ * gelu: entry kf_gelu_idx(u) of the emitted table is the reference's
+ * gelu_tanh of the bf16 value u, rounded to bf16, for values across the
+ * table (both signs, its ends); a kernel holding both ops tabulates the
+ * first and computes the other by its formula. */
+static unsigned short ref_bf16_bits(kf_op op, unsigned short u) {
+    uint32_t w = (uint32_t)u << 16;
+    float x;
+    memcpy(&x, &w, sizeof x);
+    float y = (float)kf_ir_round(KF_DTYPE_BF16, kf_ir_scalar(op, KF_DTYPE_F64, x, 0, 0));
+    memcpy(&w, &y, sizeof w);
+    return (unsigned short)(w >> 16);
+}
+
+static void test_bf16_gelu_tanh_reads_a_table_of_the_reference(void **state) {
+    (void)state;
+    planned p;
+    plan_text("kfg 1\nx = input(bf16[300, 264])\nb = input(bf16[264])\nh = add(x, b)\n"
+              "y = gelu_tanh(h)\noutput y\n",
+              &p);
+    kf_cuda_kernel k;
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_non_null(strstr(k.source, "/* gelu_tanh of bf16 values"));
+    assert_non_null(strstr(k.source, "kf_gelu_bf16_v<VV>"));
+    /* the table's entries, in order */
+    const char *t = strstr(k.source, "kf_gelu_tab_src[");
+    assert_non_null(t);
+    t = strchr(t, '{');
+    assert_non_null(t);
+    static unsigned short tab[1u << 16];
+    unsigned n = 0;
+    while (*t && *t != '}') {
+        t++;
+        char *end;
+        unsigned long v = strtoul(t, &end, 16);
+        if (end == t)
+            break;
+        tab[n++] = (unsigned short)v;
+        t = end;
+        while (*t == ' ' || *t == '\n')
+            t++;
+    }
+    assert_true(n > 5000 && n < 6000);
+    /* kf_gelu_idx as the kernel computes it; in range: the table's entry */
+    unsigned lo = 0, checked = 0;
+    /* lo: the index of the smallest magnitude; find it from the layout
+     * (entry 0 is the positive end of the smallest magnitude) */
+    for (unsigned u = 1; u < 0x7f80u; u++) {
+        unsigned rot = ((u << 1) & 0xfffeu) | (u >> 15);
+        if (ref_bf16_bits(KF_OP_GELU_TANH, (unsigned short)u) == tab[0] &&
+            ref_bf16_bits(KF_OP_GELU_TANH, (unsigned short)(u | 0x8000u)) == tab[1]) {
+            lo = rot;
+            break;
+        }
+    }
+    assert_true(lo != 0);
+    for (unsigned u = 0; u < 0x10000u; u++) {
+        unsigned i = (((u << 1) & 0xfffeu) | (u >> 15)) - lo;
+        if (i >= n)
+            continue;
+        if (tab[i] != ref_bf16_bits(KF_OP_GELU_TANH, (unsigned short)u))
+            fail_msg("bf16 0x%04x: table 0x%04x, reference 0x%04x", u, tab[i],
+                     ref_bf16_bits(KF_OP_GELU_TANH, (unsigned short)u));
+        checked++;
+    }
+    assert_int_equal(checked, n);
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+    /* both: gelu (first) from the table, gelu_tanh by its formula */
+    plan_text("kfg 1\nx = input(bf16[300, 264])\na = gelu(x)\ny = gelu_tanh(a)\noutput y\n", &p);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_non_null(strstr(k.source, "/* gelu of bf16 values"));
+    assert_null(strstr(k.source, "/* gelu_tanh of bf16 values"));
+    assert_non_null(strstr(k.source, "kf_gelu_tanh(v"));
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+}
+
 static void test_broken_kernel_status_carries_the_log_and_the_name(void **state) {
     (void)state;
     if (!have_nvrtc())
@@ -1255,6 +1333,7 @@ int main(void) {
         cmocka_unit_test(test_row_warp_staged_is_chosen_where_it_fits),
         cmocka_unit_test(test_rounded_results_store_their_unrounded_value),
         cmocka_unit_test(test_only_f64_norm_rows_are_scaled),
+        cmocka_unit_test(test_bf16_gelu_tanh_reads_a_table_of_the_reference),
         cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
         cmocka_unit_test(test_recipes_are_a_pure_function_of_plan_and_target),
         cmocka_unit_test(test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies),

@@ -106,8 +106,12 @@ static void check_sass(const kf_cuda_kernel *k) {
 }
 
 /* The generated kernel of `text`'s GEMM group with GEMM_GENERATED on an
- * H100 target: checked and compiled. */
-static void generated_case(const char *text, uint32_t want_bn, const char *want_sched) {
+ * H100 target: checked and compiled. `want_tile` is the tile the recipe must
+ * name ("128x256", "dual 128x(2x64)": a dual kernel takes three maps). */
+static void generated_case(const char *text, const char *want_tile, const char *want_sched) {
+    bool dual = strncmp(want_tile, "dual", 4) == 0;
+    uint32_t n_maps = dual ? 3 : 2;
+    bool norm = strstr(text, "_norm(") != NULL; /* a norm prologue: a statistics step first */
     planned p;
     plan_text(text, &p);
     kf_cuda_recipes *rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
@@ -116,20 +120,40 @@ static void generated_case(const char *text, uint32_t want_bn, const char *want_
         fail_msg("expected the generated kernel alone, got %u variant(s), '%s': %s", rc->n_variants,
                  rc->variants[0].label, rc->variants[0].how);
     assert_int_equal(rc->choice, KF_CUDA_CHOICE_ONLY);
-    assert_int_equal(rc->n_steps, 1);
-    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
-    const kf_cuda_kstep *ks = rc->steps[0].kernel;
+    assert_int_equal(rc->n_steps, norm ? 2 : 1);
+    if (norm) { /* the row statistics pre-pass: a row kernel, compiled */
+        assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+        const kf_cuda_kstep *ps = rc->steps[0].kernel;
+        assert_int_equal(ps->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+        assert_non_null(strstr(ps->kernel.name, "stats_"));
+        assert_non_null(strstr(ps->kernel.source, "kf_row_out"));
+        kf_nvrtc_result res;
+        char err[KF_MSG_MAX] = "";
+        if (kf_cuda_kernel_compile(&MEM, &ps->kernel, &res, err) != KF_OK)
+            fail_msg("%s: %s\n%s", ps->kernel.name, err, res.log ? res.log : "");
+        kf_nvrtc_result_release(&MEM, &res);
+        assert_non_null(strstr(rc->variants[0].how, "norm prologue on A's tiles"));
+    }
+    const kf_cuda_step *gs = &rc->steps[rc->n_steps - 1];
+    assert_int_equal(gs->kind, KF_CUDA_STEP_KERNEL);
+    const kf_cuda_kstep *ks = gs->kernel;
+    if (norm) /* the pre-pass's statistics are the GEMM's: one buffer */
+        assert_non_null(strstr(ks->kernel.source, "#define KF_A_NORM 1"));
     assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM90);
     assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
     assert_int_equal(ks->block[0], 384);
     assert_true(ks->grid[0] >= 1 && ks->grid[0] <= 132);
-    assert_int_equal(ks->n_tmaps, 2);
-    assert_int_equal(ks->args[0].kind, KF_CUDA_ARG_TMAP);
-    assert_int_equal(ks->args[1].kind, KF_CUDA_ARG_TMAP);
-    assert_int_equal(ks->n_args, ks->kernel.n_params + 2);
-    assert_int_equal(ks->tmaps[1].box[1], ks->tmaps[1].dims[0] == 64 ? 64 : ks->tmaps[1].box[1]);
-    char tile[32];
-    snprintf(tile, sizeof tile, "128x%u tiles", want_bn);
+    assert_int_equal(ks->n_tmaps, n_maps);
+    for (uint32_t i = 0; i < n_maps; i++) {
+        assert_int_equal(ks->args[i].kind, KF_CUDA_ARG_TMAP);
+        assert_int_equal(ks->args[i].value, i);
+    }
+    assert_int_equal(ks->n_args, ks->kernel.n_params + n_maps);
+    if (dual) /* the two B maps: one box shape, each over its own tensor */
+        assert_memory_equal(ks->tmaps[1].box, ks->tmaps[2].box, sizeof ks->tmaps[1].box);
+    assert_true(!dual || ks->args[1].buf.id != ks->args[2].buf.id);
+    char tile[48];
+    snprintf(tile, sizeof tile, "%s tiles", want_tile);
     if (!strstr(rc->variants[0].how, tile) || !strstr(rc->variants[0].how, want_sched))
         fail_msg("expected %s %s: %s", tile, want_sched, rc->variants[0].how);
     assert_true(ks->shared_bytes <= 227u * 1024u);
@@ -148,20 +172,20 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  "kfg 1\nx = input(%s[8192, 1024])\nw = input(%s[1024, 4096])\n"
                  "y = matmul(x, w)\noutput y\n",
                  dts[d], dts[d]);
-        generated_case(t, 256, "cooperative");
+        generated_case(t, "128x256", "cooperative");
         /* bias + gelu (erf; the bf16 table), 128 x 128 tiles, ragged M/N/K */
         snprintf(
             t, sizeof t,
             "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
             "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
             dts[d], dts[d], dts[d]);
-        generated_case(t, 128, "cooperative");
+        generated_case(t, "128x128", "cooperative");
         /* ping-pong: 128 x 128 tiles, 266 of them for 132 SMs */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[17000, 128])\nw = input(%s[128, 200])\nb = input(%s[200])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
                  dts[d], dts[d], dts[d]);
-        generated_case(t, 128, "ping-pong");
+        generated_case(t, "128x128", "ping-pong");
         /* bias, relu, residual, scale, then a cast to f32; B transposed (K-major) */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[256, 512])\nw = input(%s[384, 512])\nb = input(%s[384])\n"
@@ -169,13 +193,63 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  "h = matmul(x, w, transpose_b=true)\na = add(h, b)\nu = relu(a)\nv = add(u, r)\n"
                  "z = mul(v, s)\ny = cast(z, f32)\noutput y\n",
                  dts[d], dts[d], dts[d], dts[d], dts[d]);
-        generated_case(t, 128, "cooperative");
+        generated_case(t, "128x128", "cooperative");
         /* batched, both operands per batch, A transposed (M-major), M = 1 */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[4, 64, 1])\nw = input(%s[4, 64, 256])\n"
                  "y = matmul(x, w, transpose_a=true)\noutput y\n",
                  dts[d], dts[d]);
-        generated_case(t, 128, "cooperative");
+        generated_case(t, "128x128", "cooperative");
+        /* SwiGLU as one dual kernel: 64 x 32 output tiles of 128 x 128
+         * (gate and up 128 columns each) fill 132 SMs */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8192, 512])\nwg = input(%s[512, 4096])\n"
+                 "wu = input(%s[512, 4096])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, "dual 128x(2x128)", "cooperative");
+        /* dual ping-pong 128 x (2 x 64), ragged M/N/K, both B transposed
+         * (K-major), a cast after the gated product */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[1000, 200])\nwg = input(%s[1096, 200])\n"
+                 "wu = input(%s[1096, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+                 "u = matmul(x, wu, transpose_b=true)\na = silu(g)\nh = mul(a, u)\n"
+                 "y = cast(h, f32)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, "dual 128x(2x64)", "ping-pong");
+        /* dual cooperative 128 x (2 x 64) (few tiles), batched A */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
+                 "wu = input(%s[3, 64, 136])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, "dual 128x(2x64)", "cooperative");
+        /* norm prologue: RMSNorm of A's rows, ragged M/N/K, cooperative */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, "128x128", "cooperative");
+        /* LayerNorm prologue (mean and rstd), batch folded into M, a bias */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+                 dts[d], dts[d], dts[d], dts[d], dts[d]);
+        generated_case(t, "128x128", "cooperative");
+        /* norm prologue in the ping-pong schedule (each consumer all 128 rows) */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[17000, 128])\ng = input(%s[128])\nw = input(%s[128, 200])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        generated_case(t, "128x128", "ping-pong");
+        /* and at 128 x 256 */
+        snprintf(
+            t, sizeof t,
+            "kfg 1\nx = input(%s[8192, 1024])\ng = input(%s[1024])\nw = input(%s[1024, 4096])\n"
+            "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+            dts[d], dts[d], dts[d]);
+        generated_case(t, "128x256", "cooperative");
     }
 }
 

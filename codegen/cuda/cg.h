@@ -152,6 +152,8 @@ static inline uint32_t row_block_for(int64_t L, bool dbl) {
 #define GELU_TAB_HI 0x4180u /* 16.0 */
 #define GELU_TAB_N (2u * (GELU_TAB_HI - GELU_TAB_LO))
 
+/* The field of the row templates' stats struct that holds statistic s. */
+const char *cg_stat_field(kf_stat s);
 /* A constant of dtype d as its exact bits (inf and NaN included). */
 void cg_emit_const(cg *c, kf_dtype d, double v);
 /* Whether the group has a gelu the table serves, and the table with its
@@ -233,6 +235,8 @@ typedef struct out_spec {
     kf_dtype dtype; /* the buffer's */
     uint32_t tensor;
     bool synth_softmax; /* attention: exp(x - max) / sumexp of the row input */
+    unsigned stat_pack; /* row kernels: 1u << KF_STAT_* of the statistics written once per
+                           row, f32, in enum order, popcount values a row (node KF_NONE) */
 } out_spec;
 
 #define MAX_OUTS KF_CUDA_MAX_PARAMS

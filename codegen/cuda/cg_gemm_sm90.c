@@ -15,9 +15,28 @@
  *         to the matmul's dtype, as the reference stores the product), then
  *         the template.
  *
+ * A group of two anchors sharing A (SwiGLU: silu(A.Bg) * (A.Bu)) is one dual
+ * kernel (shape.dual): both B tiles side by side in the ring, one wgmma over
+ * both, and kf_epi takes the two accumulators (ACC is the gate's, ACC1 the up
+ * projection's), so neither product ever reaches memory.
+ *
+ * A norm prologue on A (shape.a_norm: LayerNorm / RMSNorm of A's rows, A a
+ * loaded bf16/f16 tensor) is applied to A's tiles in shared memory: a row
+ * pre-pass (kf_cuda_codegen_gemm_stats) writes each row's statistics, f32;
+ * after a stage lands, each consumer rewrites its rows of the A tile through
+ * kf_apro -- the group's own expression for A (x, the statistics, gamma,
+ * beta), rounded as the reference rounds the norm -- then fences the async
+ * proxy and runs its wgmmas on the normalized tile. Exact where the
+ * reference is (the norm's value, rounded once to its dtype, is what the
+ * MMA reads), and A costs one extra read by the pre-pass and none written,
+ * where the cuBLASLt path writes and reads the whole normalized A. Not
+ * diag(gamma) folded into B: that product would round where the reference
+ * does not.
+ *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
- * two anchors (SwiGLU), a norm prologue on A, a row epilogue, a write that is
- * not the whole output, an expression outside the output space.
+ * a norm prologue without shape.a_norm or on an A the kernel cannot load
+ * as it is, a row epilogue, a write that is not the whole output, an
+ * expression outside the output space.
  */
 #include "codegen/cuda/cg.h"
 
@@ -31,11 +50,159 @@ uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages) {
 
 static bool gemm_dtype_ok(kf_dtype d) { return d == KF_DTYPE_BF16 || d == KF_DTYPE_F16; }
 
-static uint32_t find_acc_node(const kf_group *g) {
-    for (uint32_t k = 0; k < g->n_expr; k++)
-        if (g->expr[k].kind == KF_EXPR_ACC)
-            return k;
-    return KF_NONE;
+/* The norm prologue's row-space coordinates of element (row, k0 + k) of the
+ * contiguous [rows, K] A. */
+static void apro_coords(chunk_ctx *x, const kf_group *g) {
+    int rank = g->row_rank;
+    const int64_t *dims = g->row_dims;
+    snprintf(x->coord[KF_SPACE_ROW][rank - 1], COORD_MAX, "k0");
+    int64_t inner = 1;
+    for (int d = rank - 2; d >= 0; d--) {
+        if (inner == 1)
+            snprintf(x->coord[KF_SPACE_ROW][d], COORD_MAX, "(row %% %" PRId64 "LL)", dims[d]);
+        else
+            snprintf(x->coord[KF_SPACE_ROW][d], COORD_MAX, "(row / %" PRId64 "LL %% %" PRId64 "LL)",
+                     inner, dims[d]);
+        inner *= dims[d];
+    }
+    x->vrank[KF_SPACE_ROW] = rank;
+}
+
+/* The statistics the expression under `root` reads (1u << KF_STAT_*); ~0u
+ * when one is not the pre-pass's (mean, rstd, rms_rstd). */
+static unsigned stats_under(const kf_group *g, uint32_t root) {
+    if (root == KF_NONE || root >= g->n_expr)
+        return 0;
+    unsigned st = 0;
+    uint32_t n = root + 1;
+    /* nodes only read lower ones: one sweep down from the root */
+    bool live[n];
+    memset(live, 0, sizeof live);
+    live[root] = true;
+    for (uint32_t k = n; k-- > 0;) {
+        if (!live[k])
+            continue;
+        const kf_expr *e = &g->expr[k];
+        if (e->kind == KF_EXPR_STAT) {
+            if (e->stat != KF_STAT_MEAN && e->stat != KF_STAT_RSTD && e->stat != KF_STAT_RMS_RSTD)
+                return ~0u;
+            st |= 1u << e->stat;
+        } else if (e->kind == KF_EXPR_OP) {
+            int arity = kf_form_arity(kf_op_get(e->op)->form);
+            for (int j = 0; j < arity && j < 3; j++)
+                if (e->src[j] != KF_NONE && e->src[j] < k)
+                    live[e->src[j]] = true;
+        }
+    }
+    return st;
+}
+
+unsigned kf_cuda_gemm_norm_stats(const kf_plan *plan, uint32_t group) {
+    if (!plan || group >= plan->n_groups || !plan->groups[group].gemm.a_prologue)
+        return 0;
+    unsigned st = stats_under(&plan->groups[group], plan->groups[group].gemm.a_root);
+    return st == ~0u ? 0 : st;
+}
+
+/* Marks A's expression, checks it, overrides its input (the tile's value
+ * xa[k]) and its statistics (stv[j], packed as the pre-pass writes them), and
+ * sets its loads' overrides (one element each, in the row space); adds the
+ * statistics' SCRATCH param. Returns the reason it cannot, or NULL. */
+static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, bool *need,
+                                int *stats_param, unsigned *n_stats) {
+    const kf_group *g = c->g;
+    const kf_gemm_info *gm = &g->gemm;
+    const kf_tensor *mm = cg_tensor(c, gm->anchor[0]);
+    if (gm->a_root == KF_NONE || !g->row.present || g->row.space != KF_SPACE_ROW)
+        return "a norm prologue without a row stage";
+    const kf_expr *in = &g->expr[g->row.input];
+    if (in->kind != KF_EXPR_LOAD || cg_tensor(c, in->base)->dtype != mm->dtype)
+        return "the norm's input is not a loaded tensor of the product's dtype";
+    int64_t cs[KF_MAX_RANK], acc = 1;
+    for (int d = g->row_rank - 1; d >= 0; d--) {
+        cs[d] = acc;
+        acc *= g->row_dims[d];
+    }
+    for (int d = 0; d < g->row_rank; d++)
+        if (g->row_dims[d] != 1 && in->strides[d] != cs[d])
+            return "the norm's input is not contiguous (TMA reads A as it is)";
+    if (g->row_rank < 2 || g->row_dims[g->row_rank - 1] != sh->k || acc != sh->m * sh->k ||
+        sh->batch != 1 || !sh->a_kmajor)
+        return "a norm prologue on a batched or transposed A";
+    memset(c->need, 0, c->n * sizeof *c->need);
+    cg_mark(c, gm->a_root);
+    unsigned stats = stats_under(g, gm->a_root);
+    if (stats == ~0u || stats == 0)
+        return "the norm reads a statistic the pre-pass does not write";
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i])
+            continue;
+        if (e->space != KF_SPACE_ROW ||
+            !(e->kind == KF_EXPR_OP || e->kind == KF_EXPR_CONST || e->kind == KF_EXPR_LOAD ||
+              e->kind == KF_EXPR_STAT || e->kind == KF_EXPR_INDEX))
+            return "A's expression holds a node outside the row space";
+    }
+    snprintf(c->ov[g->row.input], OV_MAX, "xa[k]");
+    unsigned j = 0;
+    for (int s = 0; s < KF_STAT_COUNT; s++) {
+        if (!(stats & (1u << s)))
+            continue;
+        for (uint32_t i = 0; i < c->n; i++) {
+            const kf_expr *e = &g->expr[i];
+            if (!c->need[i] || e->kind != KF_EXPR_STAT || (int)e->stat != s)
+                continue;
+            const char *rnd = cg_round_fn(e->dtype);
+            if (rnd)
+                snprintf(c->ov[i], OV_MAX, "%s(stv[%u])", rnd, j);
+            else
+                snprintf(c->ov[i], OV_MAX, "stv[%u]", j);
+        }
+        j++;
+    }
+    *n_stats = j;
+    cg_load_params(c);
+    apro_coords(x, g);
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || c->ov[i][0] || e->kind != KF_EXPR_LOAD)
+            continue;
+        char off[OV_MAX - 64];
+        size_t n = 0;
+        off[0] = 0;
+        for (int d = 0; d < g->row_rank; d++) {
+            if (e->strides[d] == 0 || g->row_dims[d] == 1)
+                continue;
+            int w = snprintf(off + n, sizeof off - n, "%s(%s%s) * %" PRId64 "LL", n ? " + " : "",
+                             x->coord[KF_SPACE_ROW][d], d == g->row_rank - 1 ? " + k" : "",
+                             e->strides[d]);
+            n += w > 0 ? (size_t)w : 0;
+            if (n >= sizeof off)
+                break;
+        }
+        if (!off[0])
+            snprintf(off, sizeof off, "0");
+        snprintf(c->ov[i], OV_MAX, "kf_ld(p%d + (%s))", c->param[i], off);
+    }
+    *stats_param =
+        cg_param_add(c, KF_CUDA_PARAM_SCRATCH, in->base, KF_DTYPE_F32, (uint64_t)sh->m * j * 4u);
+    memcpy(need, c->need, c->n * sizeof *need);
+    memset(c->need, 0, c->n * sizeof *c->need);
+    return NULL;
+}
+
+/* kf_apro: A's normalized values for VV adjacent columns k0.. of row `row`
+ * from the tile's values xa and the row's statistics stv. */
+static void apro_emit(cg *c, chunk_ctx *x, const bool *need) {
+    memcpy(c->need, need, c->n * sizeof *c->need);
+    cg_puts(&c->s, "/* The norm prologue: A's values for VV columns k0.. of row `row`. */\n"
+                   "template <int VV>\n__device__ __forceinline__ void kf_apro(const float *xa, "
+                   "float *ao, long long row, long long k0, const float *stv, KF_PARAMS) {\n");
+    cg_emit_nodes(c, cg_coord_of, x, "    ", true);
+    cg_printf(&c->s,
+              "#pragma unroll\n    for (int k = 0; k < VV; k++)\n        ao[k] = v%u[k];\n}\n\n",
+              c->g->gemm.a_root);
+    memset(c->need, 0, c->n * sizeof *c->need);
 }
 
 /* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
@@ -80,6 +247,7 @@ static void emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
 
 typedef struct gout {
     uint32_t node; /* KF_NONE: the bare product */
+    bool bare1;    /* the bare product of anchor 1 (dual) */
     int param;
     kf_dtype dtype;
     uint32_t tensor;
@@ -114,11 +282,12 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
-    if (gm->n_anchors != 1)
-        why = "two GEMMs share A (SwiGLU)";
-    else if (gm->a_prologue)
-        why = "a norm prologue on A";
-    else if (gm->row_epilogue || g->row.present)
+    if (gm->n_anchors != (sh->dual ? 2 : 1))
+        why = sh->dual ? "a dual kernel needs two GEMMs sharing A"
+                       : "two GEMMs share A (SwiGLU): the shape must be dual";
+    else if (gm->a_prologue != sh->a_norm)
+        why = sh->a_norm ? "no norm prologue on A" : "a norm prologue on A (shape.a_norm)";
+    else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
         why = "a row-wise stage follows the GEMM";
     else if (!gemm_dtype_ok(mm->dtype))
         why = "the operands are not bf16 or f16";
@@ -131,13 +300,37 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
 
     c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM90;
     cg_set_name(&c, "");
-    uint32_t acc = find_acc_node(g);
-    if (acc != KF_NONE) {
-        const char *rnd = cg_round_fn(g->expr[acc].dtype);
-        if (rnd && g->expr[acc].tensor != KF_NONE)
-            snprintf(c.ov[acc], OV_MAX, "%s(acc[k])", rnd);
+    chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
+    bool *apro_need = kf_mem_calloc(c.mem, c.n + 1, sizeof *apro_need);
+    if (!x || !apro_need) {
+        kf_mem_free(c.mem, x, sizeof *x);
+        kf_mem_free(c.mem, apro_need, (c.n + 1) * sizeof *apro_need);
+        return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
+    }
+    /* From here every way out frees x and apro_need. */
+#define GEMM_OUT(expr)                                                                             \
+    do {                                                                                           \
+        kf_status st_ = (expr);                                                                    \
+        kf_mem_free(c.mem, x, sizeof *x);                                                          \
+        kf_mem_free(c.mem, apro_need, (c.n + 1) * sizeof *apro_need);                              \
+        return cg_end(&c, st_);                                                                    \
+    } while (0)
+    int stats_param = -1;
+    unsigned n_stats = 0;
+    if (sh->a_norm && (why = apro_prepare(&c, sh, x, apro_need, &stats_param, &n_stats)))
+        GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
+    /* Each ACC node: its accumulator (acc: anchor 0, acc1: anchor 1), rounded
+     * to the product's dtype when the reference stores the product. */
+    for (uint32_t k = 0; k < g->n_expr; k++) {
+        const kf_expr *e = &g->expr[k];
+        if (e->kind != KF_EXPR_ACC)
+            continue;
+        const char *arr = e->anchor == 1 ? "acc1" : "acc";
+        const char *rnd = cg_round_fn(e->dtype);
+        if (rnd && e->tensor != KF_NONE)
+            snprintf(c.ov[k], OV_MAX, "%s(%s[k])", rnd, arr);
         else
-            snprintf(c.ov[acc], OV_MAX, "acc[k]");
+            snprintf(c.ov[k], OV_MAX, "%s[k]", arr);
     }
 
     /* The writes: every one the whole output, in the output space. */
@@ -147,21 +340,21 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     for (uint32_t w = 0; w < g->n_writes && n_outs < MAX_OUTS; w++) {
         uint32_t root = g->roots ? g->roots[w] : KF_NONE;
         uint32_t t = g->writes[w];
-        if (root == KF_NONE && t != gm->anchor[0])
+        if (root == KF_NONE && t != gm->anchor[0] && (!sh->dual || t != gm->anchor[1]))
             continue;
         const kf_tensor *tt = cg_tensor(&c, t);
         if (kf_ir_numel(tt) != total || (root != KF_NONE && g->expr[root].space != KF_SPACE_OUT))
-            return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
-                                      "group %u (%s): write %%%u is not the whole GEMM output",
-                                      g->id, g->name, t));
+            GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED,
+                             "group %u (%s): write %%%u is not the whole GEMM output", g->id,
+                             g->name, t));
         outs[n_outs].node = root;
+        outs[n_outs].bare1 = root == KF_NONE && sh->dual && t == gm->anchor[1];
         outs[n_outs].tensor = t;
         outs[n_outs].dtype = tt->dtype;
         n_outs++;
     }
     if (n_outs == 0)
-        return cg_end(&c,
-                      cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): no writes", g->id, g->name));
+        GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): no writes", g->id, g->name));
     for (uint32_t o = 0; o < n_outs; o++)
         if (outs[o].node != KF_NONE)
             cg_mark(&c, outs[o].node);
@@ -173,14 +366,14 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_CONST || e->kind == KF_EXPR_LOAD ||
                    e->kind == KF_EXPR_ACC || e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_ROW ||
                    e->kind == KF_EXPR_COL || e->kind == KF_EXPR_BATCH);
-        if (e->kind == KF_EXPR_ACC && e->anchor != 0)
+        if (e->kind == KF_EXPR_ACC && e->anchor != 0 && !(sh->dual && e->anchor == 1))
             ok = false;
         if (!ok)
-            return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
-                                      "group %u (%s): a %s node in the %s space is not an "
-                                      "accumulator expression",
-                                      g->id, g->name, kf_expr_kind_name(e->kind),
-                                      e->space == KF_SPACE_OUT ? "output" : "row"));
+            GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED,
+                             "group %u (%s): a %s node in the %s space is not an accumulator "
+                             "expression",
+                             g->id, g->name, kf_expr_kind_name(e->kind),
+                             e->space == KF_SPACE_OUT ? "output" : "row"));
     }
     cg_load_params(&c);
     for (uint32_t o = 0; o < n_outs; o++)
@@ -196,15 +389,20 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         os[n_os].dtype = outs[o].dtype;
         os[n_os].tensor = outs[o].tensor;
         os[n_os].synth_softmax = false;
+        os[n_os].stat_pack = 0;
         n_os++;
     }
     cg_mark_stored(&c, os, n_os);
 
-    chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
-    if (!x)
-        return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
     epi_coords(x, g);
-    /* The loads: one element each, at its coordinates (column c0 + k). */
+    /* The loads, at their coordinates (column c0 + k). One contiguous along
+     * the row (a bias, a residual) is one vector load of the VV columns
+     * before the expressions (kf_ldv, when they are all inside and the
+     * address is 16-byte aligned), so a chunk's loads are all in flight at
+     * once; the others one element each. A column past N is never read: a
+     * ragged N (K-major B allows any) left the last vector's tail reading
+     * past the operand. */
+    sbuf vl = {.mem = c.mem};
     for (uint32_t i = 0; i < c.n; i++) {
         const kf_expr *e = &g->expr[i];
         if (!c.need[i] || c.ov[i][0] || e->kind != KF_EXPR_LOAD)
@@ -214,24 +412,45 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         char off[OV_MAX - 64];
         size_t n = 0;
         off[0] = 0;
+        int last = g->rank - 1;
+        bool along = s[last] != 0 && g->dims[last] != 1; /* varies with k */
+        bool vector = along && s[last] == 1;
         for (int d = 0; d < g->rank; d++) {
             if (s[d] == 0 || g->dims[d] == 1)
                 continue;
             int w = snprintf(off + n, sizeof off - n, "%s(%s%s) * %" PRId64 "LL", n ? " + " : "",
-                             x->coord[KF_SPACE_OUT][d], d == g->rank - 1 ? " + k" : "", s[d]);
+                             x->coord[KF_SPACE_OUT][d], d == last && !vector ? " + k" : "", s[d]);
             n += w > 0 ? (size_t)w : 0;
             if (n >= sizeof off)
                 break;
         }
         if (!off[0])
             snprintf(off, sizeof off, "0");
-        snprintf(c.ov[i], OV_MAX, "kf_ld(p%d + (%s))", c.param[i], off);
+        if (vector) {
+            cg_printf(
+                &vl,
+                "    %s l%u[VV];\n    {\n        const auto *lp = p%d + (%s);\n"
+                "        if (c0 + VV <= KF_N && kf_aligned(lp, 16))\n"
+                "            kf_ldv<VV>(lp, l%u);\n        else\n"
+                "            for (int k = 0; k < VV; k++)\n"
+                "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
+                "    }\n",
+                cg_reg_type(e->dtype), i, c.param[i], off, i, i);
+            snprintf(c.ov[i], OV_MAX, "l%u[k]", i);
+        } else if (along) {
+            snprintf(c.ov[i], OV_MAX,
+                     "(c0 + k < KF_N ? kf_ld(p%d + (%s)) : decltype(kf_ld(p%d))(0))", c.param[i],
+                     off, c.param[i]);
+        } else {
+            snprintf(c.ov[i], OV_MAX, "kf_ld(p%d + (%s))", c.param[i], off);
+        }
     }
 
     kf_cuda_kernel *k = c.k;
     k->vec = 1;
     k->launch.block = 384;
-    int64_t tiles = ((sh->m + 127) / 128) * ((sh->n + sh->bn - 1) / sh->bn) * sh->batch;
+    uint32_t on = sh->dual ? sh->bn / 2 : sh->bn; /* output columns of a tile */
+    int64_t tiles = ((sh->m + 127) / 128) * ((sh->n + on - 1) / on) * sh->batch;
     k->launch.work_items = (uint64_t)tiles;
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;
@@ -243,16 +462,43 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "LL\n#define KF_BATCH %" PRId64 "LL\n#define KF_BN %u\n#define KF_STAGES %u\n"
               "#define KF_PINGPONG %d\n"
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
-              "#define KF_B_BATCHED %d\n\n",
+              "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n#define KF_A_NORM %d\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
-              sh->b_batched ? 1 : 0);
+              sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0);
+    if (sh->a_norm) {
+        bool bf = mm->dtype == KF_DTYPE_BF16;
+        cg_printf(&c.s,
+                  "#define KF_A_NSTATS %u\n#define KF_A_STATS p%d\n#define kf_a_to_f32 %s\n"
+                  "#define kf_f32_to_a %s\n",
+                  n_stats, stats_param, bf ? "kf_bf16_to_f32" : "kf_f16_to_f32",
+                  bf ? "kf_f32_to_bf16" : "kf_f32_to_f16");
+    }
+    cg_puts(&c.s, "\n");
     emit_wgmma(&c, sh, mm->dtype);
+    if (sh->a_norm) {
+        bool *epi_need = kf_mem_alloc(c.mem, (c.n + 1) * sizeof *epi_need);
+        if (!epi_need)
+            GEMM_OUT(cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
+        memcpy(epi_need, c.need, c.n * sizeof *epi_need);
+        apro_emit(&c, x, apro_need);
+        memcpy(c.need, epi_need, c.n * sizeof *epi_need);
+        kf_mem_free(c.mem, epi_need, (c.n + 1) * sizeof *epi_need);
+    }
 
-    cg_puts(&c.s, "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b. */\n"
-                  "template <int VV>\n__device__ __forceinline__ void kf_epi(const float *acc, "
-                  "long long b, long long r, long long c0, KF_PARAMS) {\n"
-                  "    const long long q = b * KF_M + r;\n    (void)q;\n");
+    cg_printf(&c.s,
+              "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s. */\n"
+              "template <int VV>\n__device__ __forceinline__ void kf_epi(const float *acc, %s"
+              "long long b, long long r, long long c0, KF_PARAMS) {\n"
+              "    const long long q = b * KF_M + r;\n    (void)q;\n",
+              sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)" : "",
+              sh->dual ? "const float *acc1, " : "");
+    if (vl.p) {
+        cg_puts(&c.s, vl.p);
+        kf_mem_free(c.mem, vl.p, vl.cap);
+    }
+    if (vl.oom)
+        c.st = cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
     cg_emit_nodes(&c, cg_coord_of, x, "    ", true);
     /* Each output: one vector store when the VV columns are all inside and
      * the address is 16-byte aligned, else element by element. */
@@ -260,7 +506,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         const char *rt = cg_reg_type(outs[o].dtype);
         char val[48];
         if (outs[o].node == KF_NONE)
-            snprintf(val, sizeof val, "acc");
+            snprintf(val, sizeof val, "%s", outs[o].bare1 ? "acc1" : "acc");
         else
             snprintf(val, sizeof val, "v%u%s", outs[o].node,
                      cg_raw_of(&c, outs[o].node, true) ? "u" : "");
@@ -275,8 +521,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   rt, rt, val, outs[o].param);
     }
     cg_puts(&c.s, "}\n\n");
-    kf_mem_free(c.mem, x, sizeof *x);
     cg_puts(&c.s, kf_cuda_tpl_hopper);
     cg_puts(&c.s, kf_cuda_tpl_gemm_sm90);
-    return cg_end(&c, c.st);
+    GEMM_OUT(c.st);
+#undef GEMM_OUT
 }

@@ -78,7 +78,7 @@ static bool stage_plan(cg *c, const row_spec *rs, const out_spec *outs, uint32_t
     memset(c->need, 0, c->n * sizeof *c->need);
     cg_mark(c, rs->input);
     for (uint32_t o = 0; o < n_outs; o++) {
-        if (pro[o])
+        if (pro[o] && !outs[o].stat_pack)
             cg_mark(c, outs[o].node);
     }
     uint64_t bytes = 0;
@@ -197,6 +197,11 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
     /* Which outs go where. */
     bool pro[MAX_OUTS], epi[MAX_OUTS], rowo[MAX_OUTS];
     for (uint32_t o = 0; o < n_outs; o++) {
+        if (outs[o].stat_pack) { /* statistics alone, once per row */
+            pro[o] = epi[o] = false;
+            rowo[o] = true;
+            continue;
+        }
         const kf_expr *e = &g->expr[outs[o].node];
         bool same = e->space == rs->sp;
         bool st = outs[o].synth_softmax || cg_depends_on_stat(c, outs[o].node);
@@ -210,7 +215,8 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
     }
     /* Params: cg_mark everything once (prologue view: x not overridden). */
     for (uint32_t o = 0; o < n_outs; o++)
-        cg_mark(c, outs[o].node);
+        if (!outs[o].stat_pack)
+            cg_mark(c, outs[o].node);
     cg_mark(c, rs->input);
     cg_load_params(c);
     cg_mark_stored(c, outs, n_outs);
@@ -246,7 +252,8 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
         block = scfg.warps * 32;
     /* stage_plan marked the prologue only; the conditions below need all */
     for (uint32_t o = 0; o < n_outs; o++)
-        cg_mark(c, outs[o].node);
+        if (!outs[o].stat_pack)
+            cg_mark(c, outs[o].node);
     cg_mark(c, rs->input);
     k->tmpl = staged      ? KF_CUDA_TEMPLATE_ROW_WARP_STAGED
               : warp      ? KF_CUDA_TEMPLATE_ROW_WARP
@@ -412,7 +419,7 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
     for (uint32_t i = 0; i < c->n; i++)
         c->ov[i][0] = 0;
     for (uint32_t o = 0; o < n_outs; o++) {
-        if (rowo[o])
+        if (rowo[o] && !outs[o].stat_pack)
             cg_mark(c, outs[o].node);
     }
     cg_puts(&c->s,
@@ -422,9 +429,19 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
     cg_puts(&c->s, "    const int k = 0;\n    (void)k;\n");
     cg_emit_nodes(c, cg_coord_of, x, "    ", false);
     for (uint32_t o = 0; o < n_outs; o++) {
-        if (rowo[o])
+        if (!rowo[o])
+            continue;
+        if (!outs[o].stat_pack) {
             cg_printf(&c->s, "    kf_st(p%d + row, (%s)v%u);\n", outs[o].param,
                       cg_reg_type(outs[o].dtype), outs[o].node);
+            continue;
+        }
+        /* the packed statistics: f32, in KF_STAT_* order */
+        unsigned n = (unsigned)__builtin_popcount(outs[o].stat_pack), i = 0;
+        for (int s = 0; s < KF_STAT_COUNT; s++)
+            if (outs[o].stat_pack & (1u << s))
+                cg_printf(&c->s, "    p%d[row * %uLL + %u] = (float)st.%s;\n", outs[o].param, n,
+                          i++, cg_stat_field((kf_stat)s));
     }
     cg_puts(&c->s, "    (void)row; (void)st;\n}\n\n");
     kf_mem_free(c->mem, x, sizeof *x);

@@ -64,6 +64,7 @@ static uint32_t collect_outs(cg *c, out_spec *outs, kf_expr_kind skip_kind) {
         outs[n].tensor = t;
         outs[n].dtype = cg_tensor(c, t)->dtype;
         outs[n].synth_softmax = false;
+        outs[n].stat_pack = 0;
         n++;
     }
     return n;
@@ -216,6 +217,7 @@ kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, con
     outs[n].tensor = g->gemm.a[0];
     outs[n].dtype = g->expr[g->gemm.a_root].dtype;
     outs[n].synth_softmax = false;
+    outs[n].stat_pack = 0;
     n++;
     out_spec all[MAX_OUTS];
     uint32_t na = collect_outs(&c, all, KF_EXPR_COUNT);
@@ -233,6 +235,35 @@ kf_status kf_cuda_codegen_gemm_prologue(const kf_plan *plan, uint32_t group, con
     out_params(&c, outs + 1, n - 1);
     row_spec rs = row_of_group(&c);
     st = cg_gen_rowwise(&c, &rs, outs, n, "GEMM norm prologue on A");
+    return cg_end(&c, st);
+}
+
+kf_status kf_cuda_codegen_gemm_stats(const kf_plan *plan, uint32_t group, const char *arch,
+                                     const kf_mem *mem, unsigned stats, kf_cuda_kernel *out) {
+    cg c;
+    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    const kf_group *g = c.g;
+    if (g->kind != KF_GROUP_GEMM || !g->gemm.a_prologue || !g->row.present ||
+        g->expr[g->row.input].kind != KF_EXPR_LOAD || stats == 0 ||
+        (stats & ~(1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD)) != 0)
+        return cg_end(&c, cg_fail(&c, KF_ERR_NOT_FOUND,
+                                  "group %u (%s): no norm prologue on a loaded A whose statistics "
+                                  "the pre-pass computes",
+                                  g->id, g->name));
+    cg_set_name(&c, "stats_");
+    row_spec rs = row_of_group(&c);
+    rs.stats |= stats;
+    int64_t rows = cg_numel_of(g->row_rank, g->row_dims) / (rs.length ? rs.length : 1);
+    uint32_t key = g->expr[g->row.input].base;
+    out_spec o = {.node = KF_NONE, .tensor = key, .dtype = KF_DTYPE_F32, .stat_pack = stats};
+    cg_mark(&c, rs.input);
+    cg_load_params(&c);
+    memset(c.need, 0, c.n * sizeof *c.need);
+    o.param = cg_param_add(&c, KF_CUDA_PARAM_SCRATCH, key, KF_DTYPE_F32,
+                           (uint64_t)rows * (uint64_t)__builtin_popcount(stats) * 4u);
+    st = cg_gen_rowwise(&c, &rs, &o, 1, "GEMM norm prologue: the statistics of A's rows");
     return cg_end(&c, st);
 }
 

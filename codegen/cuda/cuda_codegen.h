@@ -262,6 +262,12 @@ typedef struct kf_cuda_gemm_shape {
                                   one's epilogue overlaps the other's main loop (bn 128);
                                   else both share every tile (cooperative) */
     uint32_t stages;           /* depth of the shared-memory ring */
+    bool dual;                 /* two GEMMs sharing A (SwiGLU): the B tile is bn / 2 columns of
+                                  each B (a third tensor map, the second B), the output tile
+                                  bn / 2 wide, and the epilogue reads both accumulators */
+    bool a_norm;               /* the group's norm prologue applied to A's tiles in shared
+                                  memory, from the row statistics kf_cuda_codegen_gemm_stats
+                                  writes (A: the norm's loaded input, K-major, batch 1) */
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
@@ -273,14 +279,30 @@ uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages);
  * f32 accumulators through the group's epilogue expressions (templates/
  * gemm_sm90.cuh). Its arguments are two tensor maps (A, B: 128-byte
  * swizzle, boxes {64, 128} / {64, bn} for a K-major operand, {64, 64} for an
- * M/N-major one, a third dim of box 1 when batched) then one pointer per
- * param. Errors: KF_ERR_INVALID_ARGUMENT (not a GEMM group, a bad shape),
- * KF_ERR_UNSUPPORTED (an arch other than sm_90a, a dtype other than bf16/f16,
- * two anchors, a norm prologue, a row epilogue, a write that is not the full
- * output, an expression outside the output space: the message says which). */
+ * M/N-major one, a third dim of box 1 when batched), three when shape->dual
+ * (A, the first anchor's B, the second's, the B boxes {64, bn / 2} when
+ * K-major), then one pointer per param. Errors: KF_ERR_INVALID_ARGUMENT (not
+ * a GEMM group, a bad shape), KF_ERR_UNSUPPORTED (an arch other than sm_90a,
+ * a dtype other than bf16/f16, two anchors without shape->dual, a norm
+ * prologue, a row epilogue, a write that is not the full output, an
+ * expression outside the output space: the message says which). */
 kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const char *arch,
                                     const kf_cuda_gemm_shape *shape, const kf_mem *mem,
                                     kf_cuda_kernel *out);
+
+/* The statistics pre-pass of a GEMM group's norm prologue for the generated
+ * GEMM (shape.a_norm): one row kernel over A's rows (the row stage's input, a
+ * load) that writes, per row, the statistics `stats` (1u << KF_STAT_MEAN,
+ * RSTD, RMS_RSTD) as f32 in enum order into a SCRATCH param keyed by the
+ * loaded tensor, and nothing else; the GEMM normalizes A's tiles with them.
+ * Errors: KF_ERR_NOT_FOUND (no such prologue). */
+kf_status kf_cuda_codegen_gemm_stats(const kf_plan *plan, uint32_t group, const char *arch,
+                                     const kf_mem *mem, unsigned stats, kf_cuda_kernel *out);
+
+/* The statistics (1u << KF_STAT_*) the norm prologue of GEMM group `group`
+ * reads, which kf_cuda_codegen_gemm_stats writes and shape.a_norm's kernel
+ * reads, packed in enum order; 0 when none or one the pre-pass lacks. */
+unsigned kf_cuda_gemm_norm_stats(const kf_plan *plan, uint32_t group);
 
 /* Dispatches to the entry point of `role` (KF_CUDA_ROLE_GEMM needs a shape:
  * KF_ERR_INVALID_ARGUMENT here). */
