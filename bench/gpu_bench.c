@@ -24,13 +24,26 @@
  * bandwidth, or FLOPs over the measured GEMM rate) and the fraction of it
  * reached. JSON goes to bench/results/<gpu>-<commit>.json (and --out FILE).
  *
- *   gpu_bench [--commit SHA] [--out FILE] [--reps N] [--no-peers] [--quick] [--attention]
- *             [--cases NAME,NAME...] [--no-torch-compile]
+ *   gpu_bench [--commit SHA] [--out FILE] [--reps N] [--no-peers] [--quick]
+ *             [--attention | --block] [--cases NAME,NAME...] [--no-torch-compile]
+ *             [--print-blocks]
  *
  * --cases runs only the named cases (and passes the list to peers.py), then
  * the compile and launch rows as always: a short run on a lent GPU.
  * --no-torch-compile leaves torch.compile out of the peers (its compiles
- * take most of a short run).
+ * take most of a short run). --print-blocks prints the --block graphs (.kfg)
+ * and exits.
+ *
+ * --block runs whole transformer blocks instead (the headline numbers), in
+ * bf16 with random weights, each against PyTorch eager and torch.compile
+ * (default mode) in the same run (peers.py --block): a GPT-2-medium block
+ * (B16 S1024, d 1024, 16 heads of 64, pre-LN, biased projections, causal
+ * attention, gelu_tanh MLP of 4096) and a LLaMA-7B layer (B8 S2048, d 4096,
+ * 32 heads of 128, RMSNorm, causal attention, SwiGLU MLP of 11008; no
+ * rotary embedding: kfuse has no slice op to write rotate_half with, so
+ * neither side applies one). kfuse's run is timed as the other cases (events
+ * around kf_cuda_exec_launch, no host copy inside), then group by group
+ * (kf_cuda_exec_time_groups), so the JSON says which groups cost most.
  *
  * --attention runs the attention cases instead (bf16, B4 H32 S4096 D128:
  * causal fused and unfused, non-causal, GQA 32:8, softcap, ALiBi, sliding
@@ -63,7 +76,7 @@
 #endif
 
 static int g_reps = 30, g_warmup = 5;
-static bool g_quick = false, g_attention = false;
+static bool g_quick = false, g_attention = false, g_block = false;
 static const char *g_cases = NULL;      /* --cases: a comma list, NULL: every case */
 static bool g_no_torch_compile = false; /* --no-torch-compile: peers.py --no-compile */
 
@@ -403,21 +416,21 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     for (int q = 0; q < S; q++)
         win_keys += q + 1 < 1024 ? q + 1 : 1024;
     bcase cases[] = {
-        {"attn_causal", texts[0], io, full / 2, 0, 0, 0, ""},
-        {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, ""},
-        {"attn_noncausal", texts[2], io, full, 0, 0, 0, ""},
-        {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, ""},
-        {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, ""},
-        {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, ""},
-        {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
+        {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO},
         /* the same cases with the FA2 (mma.sync) kernel, --attention fa2
          * (the default above: the sm_90a kernel on sm_90a) */
-        {"attn_causal_fa2", texts[0], io, full / 2, 0, 0, 0, ""},
-        {"attn_noncausal_fa2", texts[2], io, full, 0, 0, 0, ""},
-        {"attn_gqa_fa2", texts[3], io_gqa, full / 2, 0, 0, 0, ""},
-        {"attn_softcap_fa2", texts[4], io, full / 2, 0, 0, 0, ""},
-        {"attn_alibi_fa2", texts[5], io, full / 2, 0, 0, 0, ""},
-        {"attn_window_fa2", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, ""},
+        {"attn_causal_fa2", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_noncausal_fa2", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_gqa_fa2", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_softcap_fa2", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_alibi_fa2", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_window_fa2", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
@@ -548,6 +561,265 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Transformer blocks (--block)                                               */
+/* ------------------------------------------------------------------------ */
+
+/* A GPT-2 block: pre-LN, biased q/k/v/o projections, causal attention over H
+ * heads of D / H, a gelu_tanh MLP of F; bf16 throughout. */
+static void gpt2_text(char *t, size_t size, int B, int S, int D, int H, int F) {
+    int hd = D / H;
+    snprintf(
+        t, size,
+        "kfg 1\nx = input(bf16[%d, %d, %d])\nln1_w = input(bf16[%d])\nln1_b = input(bf16[%d])\n"
+        "wq = input(bf16[%d, %d])\nbq = input(bf16[%d])\nwk = input(bf16[%d, %d])\n"
+        "bk = input(bf16[%d])\nwv = input(bf16[%d, %d])\nbv = input(bf16[%d])\n"
+        "wo = input(bf16[%d, %d])\nbo = input(bf16[%d])\nln2_w = input(bf16[%d])\n"
+        "ln2_b = input(bf16[%d])\nw1 = input(bf16[%d, %d])\nb1 = input(bf16[%d])\n"
+        "w2 = input(bf16[%d, %d])\nb2 = input(bf16[%d])\n"
+        "h = layer_norm(x, ln1_w, ln1_b, eps=1e-5)\n"
+        "q0 = matmul(h, wq)\nq = add(q0, bq)\nk0 = matmul(h, wk)\nk = add(k0, bk)\n"
+        "v0 = matmul(h, wv)\nv = add(v0, bv)\n"
+        "qs = reshape(q, [%d, %d, %d, %d])\nks = reshape(k, [%d, %d, %d, %d])\n"
+        "vs = reshape(v, [%d, %d, %d, %d])\nqh = permute(qs, [0, 2, 1, 3])\n"
+        "kh = permute(ks, [0, 2, 1, 3])\nvh = permute(vs, [0, 2, 1, 3])\n"
+        "scores = matmul(qh, kh, transpose_b=true)\nscale = const(bf16[], %.17g)\n"
+        "scaled = mul(scores, scale)\nrow = iota(i32[%d, %d], axis=0)\n"
+        "col = iota(i32[%d, %d], axis=1)\ncausal = ge(row, col)\n"
+        "neg_inf = const(bf16[], -inf)\nmasked = where(causal, scaled, neg_inf)\n"
+        "probs = softmax(masked, axis=-1)\nctx = matmul(probs, vh)\n"
+        "ctx_t = permute(ctx, [0, 2, 1, 3])\nmerged = reshape(ctx_t, [%d, %d, %d])\n"
+        "proj0 = matmul(merged, wo)\nproj = add(proj0, bo)\nx1 = add(x, proj)\n"
+        "h2 = layer_norm(x1, ln2_w, ln2_b, eps=1e-5)\nup = matmul(h2, w1)\n"
+        "up_b = add(up, b1)\nact = gelu_tanh(up_b)\ndown = matmul(act, w2)\n"
+        "down_b = add(down, b2)\ny = add(x1, down_b)\noutput y\n",
+        B, S, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, F, F, F, D, D, B, S, H, hd, B,
+        S, H, hd, B, S, H, hd, 1.0 / sqrt((double)hd), S, S, S, S, B, S, D);
+}
+
+/* A LLaMA layer: RMSNorm, q/k/v/o projections without bias, causal attention
+ * over H heads of D / H, a SwiGLU MLP of F (silu(h W_gate) * (h W_up)) W_down);
+ * no rotary embedding (see the top of this file). */
+static void llama_text(char *t, size_t size, int B, int S, int D, int H, int F) {
+    int hd = D / H;
+    snprintf(t, size,
+             "kfg 1\nx = input(bf16[%d, %d, %d])\nattn_norm = input(bf16[%d])\n"
+             "wq = input(bf16[%d, %d])\nwk = input(bf16[%d, %d])\nwv = input(bf16[%d, %d])\n"
+             "wo = input(bf16[%d, %d])\nffn_norm = input(bf16[%d])\n"
+             "w_gate = input(bf16[%d, %d])\nw_up = input(bf16[%d, %d])\n"
+             "w_down = input(bf16[%d, %d])\n"
+             "h = rms_norm(x, attn_norm, eps=1e-5)\nq = matmul(h, wq)\nk = matmul(h, wk)\n"
+             "v = matmul(h, wv)\n"
+             "qs = reshape(q, [%d, %d, %d, %d])\nks = reshape(k, [%d, %d, %d, %d])\n"
+             "vs = reshape(v, [%d, %d, %d, %d])\nqh = permute(qs, [0, 2, 1, 3])\n"
+             "kh = permute(ks, [0, 2, 1, 3])\nvh = permute(vs, [0, 2, 1, 3])\n"
+             "scores = matmul(qh, kh, transpose_b=true)\nscale = const(bf16[], %.17g)\n"
+             "scaled = mul(scores, scale)\nrow = iota(i32[%d, %d], axis=0)\n"
+             "col = iota(i32[%d, %d], axis=1)\ncausal = ge(row, col)\n"
+             "neg_inf = const(bf16[], -inf)\nmasked = where(causal, scaled, neg_inf)\n"
+             "probs = softmax(masked, axis=-1)\nctx = matmul(probs, vh)\n"
+             "ctx_t = permute(ctx, [0, 2, 1, 3])\nmerged = reshape(ctx_t, [%d, %d, %d])\n"
+             "attn = matmul(merged, wo)\nx1 = add(x, attn)\n"
+             "h2 = rms_norm(x1, ffn_norm, eps=1e-5)\ngate = matmul(h2, w_gate)\n"
+             "up = matmul(h2, w_up)\ngate_act = silu(gate)\ngated = mul(gate_act, up)\n"
+             "down = matmul(gated, w_down)\ny = add(x1, down)\noutput y\n",
+             B, S, D, D, D, D, D, D, D, D, D, D, D, D, F, D, F, F, D, B, S, H, hd, B, S, H, hd, B,
+             S, H, hd, 1.0 / sqrt((double)hd), S, S, S, S, B, S, D);
+}
+
+typedef struct block_case {
+    const char *name;
+    int B, S, D, H, F;
+    bool llama;
+    double flops; /* the GEMMs and attention's two products (causal: half) */
+    double ms;
+    size_t launches;
+    uint32_t n_groups;
+    char groups[8192]; /* JSON array: each group's name, kind, how, median ms */
+    char report[4096];
+} block_case;
+
+static void run_block(kf_ctx *ctx, block_case *c, char *text, size_t size) {
+    if (c->llama)
+        llama_text(text, size, c->B, c->S, c->D, c->H, c->F);
+    else
+        gpt2_text(text, size, c->B, c->S, c->D, c->H, c->F);
+    double T = (double)c->B * c->S, Dm = c->D, F = c->F, Sq = c->S;
+    double proj = 2.0 * T * Dm * Dm * 4;                       /* q, k, v, o */
+    double mlp = 2.0 * T * Dm * F * (c->llama ? 3 : 2);        /* up (gate), down */
+    double attn = 2.0 * 2.0 * (double)c->B * Sq * Sq * Dm / 2; /* causal: half of QK^T, PV */
+    c->flops = proj + mlp + attn;
+    kf_graph *g = parse(ctx, text);
+    kf_plan *plan = NULL;
+    if (kf_plan_create(g, NULL, &plan) != KF_OK) {
+        fprintf(stderr, "gpu_bench: plan: %s\n", kf_graph_error(g));
+        exit(1);
+    }
+    kf_cuda_exec *ex = NULL;
+    CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+        const kf_tensor *t = g->inputs[i];
+        size_t n = (size_t)kf_ir_numel(t);
+        kf_cu_deviceptr tmp;
+        CHECK(kf_cuda_mem_alloc(&DEV, n * 2, &tmp, err));
+        fill_bf16(tmp, n, 5000 + i * 7919ull);
+        CHECK(kf_cuda_stream_sync(&DEV, S, "fill", err));
+        void *host = malloc(n * 2);
+        CHECK(kf_cuda_copy_to_host(&DEV, host, tmp, n * 2, err));
+        CHECK(kf_cuda_exec_set_input(ex, t->id, host, n * 2, err));
+        free(host);
+        kf_cuda_mem_free(&DEV, tmp);
+    }
+    c->ms = time_ms(run_exec, ex);
+    c->launches = kf_cuda_exec_launch_count(ex);
+    c->n_groups = plan->n_groups;
+    double *gm = calloc(plan->n_groups, sizeof *gm);
+    if (!gm)
+        exit(1);
+    CHECK(kf_cuda_exec_time_groups(ex, g_reps < 11 ? g_reps : 11, gm, err));
+    const kf_cuda_recipes *rs = kf_cuda_exec_recipes(ex);
+    size_t at = 0;
+    at += (size_t)snprintf(c->groups + at, sizeof c->groups - at, "[");
+    double sum = 0;
+    fprintf(stderr, "%s: %.3f ms (%.0f TFLOP/s), %zu launches; by group:\n", c->name, c->ms,
+            c->flops / (c->ms * 1e-3) / 1e12, c->launches);
+    for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
+        const kf_group *grp = &plan->groups[gi];
+        const kf_cuda_recipe *rc = &rs->recipes[gi];
+        uint32_t chosen = 0;
+        float vm[KF_CUDA_MAX_VARIANTS];
+        kf_cuda_exec_choice(ex, gi, &chosen, vm);
+        const char *how = rc->n_variants ? rc->variants[chosen].how : "no steps";
+        sum += gm[gi];
+        if (gm[gi] > 0)
+            fprintf(stderr, "  %7.3f ms %5.1f%%  group %u %s %s: %s\n", gm[gi],
+                    100.0 * gm[gi] / c->ms, gi, kf_group_kind_name(grp->kind), grp->name, how);
+        char hb[512];
+        FILE *hf = fmemopen(hb, sizeof hb - 1, "w");
+        if (hf) {
+            json_str(hf, how);
+            fclose(hf);
+            hb[sizeof hb - 1] = 0;
+        }
+        char nb[256];
+        FILE *nf = fmemopen(nb, sizeof nb - 1, "w");
+        if (nf) {
+            json_str(nf, grp->name);
+            fclose(nf);
+            nb[sizeof nb - 1] = 0;
+        }
+        if (at < sizeof c->groups - 1)
+            at +=
+                (size_t)snprintf(c->groups + at, sizeof c->groups - at,
+                                 "%s{\"group\": %u, \"kind\": \"%s\", \"name\": %s, \"how\": %s, "
+                                 "\"ms\": %.4f}",
+                                 gi ? ", " : "", gi, kf_group_kind_name(grp->kind), nb, hb, gm[gi]);
+    }
+    if (at < sizeof c->groups - 1)
+        snprintf(c->groups + at, sizeof c->groups - at, "]");
+    else
+        snprintf(c->groups, sizeof c->groups, "[\"too many groups for the buffer\"]");
+    fprintf(stderr, "  sum of groups %.3f ms (with an event between steps)\n", sum);
+    FILE *f = fmemopen(c->report, sizeof c->report - 1, "w");
+    if (f) {
+        kf_cuda_exec_report(ex, false, f);
+        fclose(f);
+    }
+    free(gm);
+    kf_cuda_exec_destroy(ex);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+}
+
+static int block_main(const char *commit, const char *out_path, bool peers, double copy_gbs,
+                      double gemm_tflops) {
+    static block_case cases[2] = {
+        {"gpt2_medium_b16_s1024", 16, 1024, 1024, 16, 4096, false, 0, 0, 0, 0, "", ""},
+        {"llama7b_b8_s2048", 8, 2048, 4096, 32, 11008, true, 0, 0, 0, 0, "", ""},
+    };
+    if (g_quick) {
+        cases[0].B = 4;
+        cases[1].B = 1;
+    }
+    static char text[8192];
+    kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);
+    for (int i = 0; i < 2; i++)
+        run_block(ctx, &cases[i], text, sizeof text);
+
+    char peers_json[8192] = "null";
+    if (peers && system("python3 -c 'import torch; assert torch.cuda.is_available()' "
+                        ">/dev/null 2>&1") == 0) {
+        char pf[] = "/tmp/kf_bench_peers_XXXXXX";
+        int fd = mkstemp(pf);
+        if (fd >= 0) {
+            close(fd);
+            char cmd[512];
+            const char *src = getenv("KF_SOURCE_DIR");
+            snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --block --out %s%s",
+                     src ? src : ".", pf, g_quick ? " --quick" : "");
+            fprintf(stderr, "peers: %s\n", cmd);
+            if (system(cmd) == 0) {
+                FILE *f = fopen(pf, "r");
+                if (f) {
+                    size_t n = fread(peers_json, 1, sizeof peers_json - 1, f);
+                    peers_json[n] = 0;
+                    fclose(f);
+                }
+            }
+            unlink(pf);
+        }
+    } else {
+        fprintf(stderr, "peers: skipped (no torch with CUDA, or --no-peers)\n");
+    }
+
+    char name[160];
+    snprintf(name, sizeof name, "%s", DEV.name);
+    for (char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
+            *p = '-';
+    char path[512];
+    const char *src = getenv("KF_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/bench/results", src ? src : ".");
+    mkdir(path, 0755);
+    snprintf(path + strlen(path), sizeof path - strlen(path), "/%s-%s-block.json", name, commit);
+    FILE *outs[2] = {fopen(path, "w"), out_path ? fopen(out_path, "w") : NULL};
+    for (int o = 0; o < 2; o++) {
+        FILE *f = outs[o];
+        if (!f)
+            continue;
+        fprintf(f, "{\n  \"schema\": \"kfuse.bench/1\",\n  \"suite\": \"block\",\n  \"gpu\": ");
+        json_str(f, DEV.name);
+        fprintf(f, ",\n  \"arch\": \"%s\",\n  \"sm_count\": %d,\n  \"driver\": %d,\n", DEV.arch,
+                DEV.sm_count, D->driver_version);
+        fprintf(f, "  \"commit\": ");
+        json_str(f, commit);
+        fprintf(f, ",\n  \"quick\": %s,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
+                g_quick ? "true" : "false", g_reps, g_warmup);
+        fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f},\n", copy_gbs,
+                gemm_tflops);
+        fprintf(f, "  \"cases\": {\n");
+        for (int i = 0; i < 2; i++) {
+            block_case *c = &cases[i];
+            fprintf(f,
+                    "    \"%s\": {\"batch\": %d, \"seq\": %d, \"d_model\": %d, \"heads\": %d, "
+                    "\"mlp\": %d, \"ms\": %.4f, \"flops\": %.4g, \"TFLOPs\": %.1f, "
+                    "\"floor_ms\": %.4f, \"launches\": %zu, \"groups\": %s, \"where\": ",
+                    c->name, c->B, c->S, c->D, c->H, c->F, c->ms, c->flops,
+                    c->flops / (c->ms * 1e-3) / 1e12, c->flops / (gemm_tflops * 1e12) * 1e3,
+                    c->launches, c->groups);
+            json_str(f, c->report);
+            fprintf(f, "}%s\n", i + 1 < 2 ? "," : "");
+        }
+        fprintf(f, "  },\n  \"peers\": %s\n}\n", peers_json);
+        fclose(f);
+    }
+    fprintf(stderr, "gpu_bench: wrote %s\n", path);
+    for (int i = 0; i < 2; i++)
+        fprintf(stderr, "block %-24s kfuse %.3f ms\n", cases[i].name, cases[i].ms);
+    kf_ctx_destroy(ctx);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *commit = KF_BENCH_COMMIT, *out_path = NULL;
     bool peers = true;
@@ -568,10 +840,22 @@ int main(int argc, char **argv) {
             g_no_torch_compile = true;
         else if (!strcmp(argv[i], "--attention"))
             g_attention = true;
+        else if (!strcmp(argv[i], "--block"))
+            g_block = true;
+        else if (!strcmp(argv[i], "--print-blocks")) {
+            /* the --block graphs as .kfg text, for kfuse report / run */
+            static char t[8192];
+            gpt2_text(t, sizeof t, 16, 1024, 1024, 16, 4096);
+            printf("# gpt2_medium_b16_s1024\n%s", t);
+            llama_text(t, sizeof t, 8, 2048, 4096, 32, 11008);
+            printf("# llama7b_b8_s2048\n%s", t);
+            return 0;
+        } else if (!strcmp(argv[i], "--cases") && i + 1 < argc)
+            g_cases = argv[++i];
         else {
             fprintf(stderr, "usage: gpu_bench [--commit SHA] [--out FILE] [--reps N] "
-                            "[--no-peers] [--quick] [--attention] [--cases A,B] "
-                            "[--no-torch-compile]\n");
+                            "[--no-peers] [--quick] [--attention | --block] [--cases A,B] "
+                            "[--no-torch-compile] [--print-blocks]\n");
             return 2;
         }
     }
@@ -680,6 +964,8 @@ int main(int argc, char **argv) {
 
     if (g_attention)
         return attention_main(commit, out_path, peers, copy_gbs, gemm_tflops, GM);
+    if (g_block)
+        return block_main(commit, out_path, peers, copy_gbs, gemm_tflops);
 
     /* The cases. */
     int R = g_quick ? 8192 : 65536, C = 4096;

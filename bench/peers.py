@@ -22,6 +22,17 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
   attn_alibi        ALiBi, causal          FlexAttention with a score_mod
   attn_window       sliding window 1024    FlexAttention with a block mask
 
+With --block, whole transformer blocks instead (bf16, random weights; the
+same math as gpu_bench --block's graphs, written the way a PyTorch user
+writes them, attention through F.scaled_dot_product_attention(is_causal=True)):
+
+  gpt2_medium_b16_s1024  pre-LN, biased projections, causal attention
+                         (16 heads of 64), gelu_tanh MLP of 4096; d 1024
+  llama7b_b8_s2048       RMSNorm, causal attention (32 heads of 128), SwiGLU
+                         MLP of 11008, no rotary embedding; d 4096
+
+each eager and torch.compile'd (default mode).
+
 Timing as the harness does it: CUDA events, warm-up, the median of many runs.
 Writes one JSON object (milliseconds per case and variant) to --out, or stdout.
 The harness (gpu_bench.c) calls this when `import torch` works and embeds the
@@ -59,6 +70,8 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--attention", action="store_true")
     ap.add_argument("--cases", default="")
+    ap.add_argument("--block", action="store_true")
+    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     want = set(c for c in args.cases.split(",") if c)
 
@@ -70,6 +83,8 @@ def main():
 
     if args.attention:
         return attention(args)
+    if args.block:
+        return block(args)
 
     res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
     dev = "cuda"
@@ -209,6 +224,81 @@ def attention(args):
         put("attn_causal", "flex_ms", lambda: flex(q, k, v, block_mask=bm_causal))
     except Exception as e:  # noqa: BLE001
         res["flex_error"] = str(e)[:300]
+    return dump(res, args)
+
+
+def block(args):
+    """The transformer blocks; eager and torch.compile (default mode) each."""
+    import torch
+    import torch.nn.functional as F
+
+    res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
+    bf = torch.bfloat16
+
+    def rnd(*shape):
+        return torch.rand(*shape, device="cuda", dtype=bf) * 2 - 1
+
+    def gpt2(B, S, D, H, Fh):
+        hd = D // H
+        x = rnd(B, S, D)
+        w = {n: rnd(D) for n in ("ln1_w", "ln1_b", "bq", "bk", "bv", "bo", "ln2_w", "ln2_b", "b2")}
+        wq, wk, wv, wo = rnd(D, D), rnd(D, D), rnd(D, D), rnd(D, D)
+        w1, b1, w2 = rnd(D, Fh), rnd(Fh), rnd(Fh, D)
+
+        def fn(x):
+            h = F.layer_norm(x, (D,), w["ln1_w"], w["ln1_b"], 1e-5)
+            q = (h @ wq + w["bq"]).view(B, S, H, hd).transpose(1, 2)
+            k = (h @ wk + w["bk"]).view(B, S, H, hd).transpose(1, 2)
+            v = (h @ wv + w["bv"]).view(B, S, H, hd).transpose(1, 2)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            o = o.transpose(1, 2).reshape(B, S, D)
+            x1 = x + (o @ wo + w["bo"])
+            h2 = F.layer_norm(x1, (D,), w["ln2_w"], w["ln2_b"], 1e-5)
+            return x1 + (F.gelu(h2 @ w1 + b1, approximate="tanh") @ w2 + w["b2"])
+
+        return fn, x
+
+    def llama(B, S, D, H, Fh):
+        hd = D // H
+        x = rnd(B, S, D)
+        an, fnw = rnd(D), rnd(D)
+        wq, wk, wv, wo = rnd(D, D), rnd(D, D), rnd(D, D), rnd(D, D)
+        wg, wu, wd = rnd(D, Fh), rnd(D, Fh), rnd(Fh, D)
+
+        def fn(x):
+            h = F.rms_norm(x, (D,), an, 1e-5)
+            q = (h @ wq).view(B, S, H, hd).transpose(1, 2)
+            k = (h @ wk).view(B, S, H, hd).transpose(1, 2)
+            v = (h @ wv).view(B, S, H, hd).transpose(1, 2)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x1 = x + o.transpose(1, 2).reshape(B, S, D) @ wo
+            h2 = F.rms_norm(x1, (D,), fnw, 1e-5)
+            return x1 + (F.silu(h2 @ wg) * (h2 @ wu)) @ wd
+
+        return fn, x
+
+    cases = [
+        ("gpt2_medium_b16_s1024", gpt2, (4 if args.quick else 16, 1024, 1024, 16, 4096)),
+        ("llama7b_b8_s2048", llama, (1 if args.quick else 8, 2048, 4096, 32, 11008)),
+    ]
+    for name, make, shape in cases:
+        r = res["cases"].setdefault(name, {})
+        with torch.no_grad():
+            fn, x = make(*shape)
+            try:
+                r["eager_ms"] = median_ms(lambda: fn(x), warmup=3, reps=20)
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r["eager_error"] = str(e)[:300]
+            print(f"peers: {name} {r}", file=sys.stderr)
+            if not args.no_compile:
+                try:
+                    cf = torch.compile(fn)
+                    r["compile_ms"] = median_ms(lambda: cf(x), warmup=3, reps=20)
+                except Exception as e:  # noqa: BLE001
+                    r["compile_error"] = str(e)[:300]
+                print(f"peers: {name} {r}", file=sys.stderr)
+            del fn, x
+        torch.cuda.empty_cache()
     return dump(res, args)
 
 

@@ -341,6 +341,39 @@ kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi) {
     return kf_ir_build(g, KF_OP_CLAMP, &a);
 }
 
+kf_tensor *kf_slice(kf_graph *g, kf_tensor *x, int axis, int64_t start, int64_t stop,
+                    int64_t step) {
+    kf_node_args a = {.src = {x}, .axis = axis, .start = start, .stop = stop, .step = step};
+    return kf_ir_build(g, KF_OP_SLICE, &a);
+}
+
+kf_tensor *kf_concat(kf_graph *g, int n, kf_tensor *const *xs, int axis) {
+    if (!g || g->status != KF_OK)
+        return NULL;
+    if (n < 1 || !xs) {
+        kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT, "concat: %s; give n >= 1 tensors",
+                   xs ? "n is less than 1" : "xs is NULL");
+        return NULL;
+    }
+    if (n == 1) {
+        if (!xs[0] || xs[0]->graph != g)
+            kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT, "concat: operand a is %s",
+                       xs[0] ? "of another graph" : "NULL");
+        return g->status == KF_OK ? xs[0] : NULL;
+    }
+    kf_tensor *acc = xs[0];
+    for (int i = 1; i < n && acc; i++) {
+        kf_node_args a = {.src = {acc, xs[i]}, .axis = axis};
+        acc = kf_ir_build(g, KF_OP_CONCAT, &a);
+    }
+    return acc;
+}
+
+kf_tensor *kf_gather(kf_graph *g, kf_tensor *table, kf_tensor *idx, int axis) {
+    kf_node_args a = {.src = {table, idx}, .axis = axis};
+    return kf_ir_build(g, KF_OP_GATHER, &a);
+}
+
 kf_tensor *kf_softmax(kf_graph *g, kf_tensor *x, int axis) {
     kf_node_args a = {.src = {x}, .axis = axis};
     return kf_ir_build(g, KF_OP_SOFTMAX, &a);

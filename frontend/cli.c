@@ -137,6 +137,8 @@ static double random_value(kf_dtype d, uint64_t *state) {
         return (double)(splitmix64(state) % 17) - 8.0;
     case KF_DTYPE_BOOL:
         return (double)(splitmix64(state) >> 63);
+    case KF_DTYPE_I64:
+        return (double)(splitmix64(state) % 17) - 8.0;
     default:
         return (double)(splitmix64(state) >> 40) * 0x1.0p-23 - 1.0;
     }
@@ -160,8 +162,12 @@ bool kf_cli_bindings_make(const kf_graph *g, uint64_t seed, const char *file, kf
         b->in[i].data = malloc(b->in[i].size ? b->in[i].size : 1);
         if (!b->in[i].data)
             goto oom;
+        /* indices of a gather: uniform in its axis's range */
+        int64_t bound = kf_ir_index_bound(g, t);
         for (int64_t e = 0; e < numel; e++)
-            kf_ir_store(b->in[i].data, d, e, random_value(d, &state));
+            kf_ir_store(b->in[i].data, d, e,
+                        bound ? (double)(splitmix64(&state) % (uint64_t)bound)
+                              : random_value(d, &state));
     }
     for (size_t i = 0; i < b->n_out; i++) {
         const kf_tensor *t = kf_graph_output(g, i);

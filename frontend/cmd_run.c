@@ -5,7 +5,9 @@
  * With --check it also judges each output by kf_graph_check's rule and prints
  * err (its normwise error against the graph evaluated in f64 with no
  * intermediate rounding), ref_err (the reference evaluator's own error at the
- * graph's dtypes) and bound (2 max(ref_err, the output dtype's one rounding)
+ * graph's dtypes), fused_err (the same with matmul products unrounded into
+ * their elementwise epilogues) and bound (2 max(ref_err, fused_err, the
+ * output dtype's one rounding)
  * plus a floor of 1e-5, 1e-12 for f64 graphs); an output beyond its bound, or
  * a NaN the reference does not have, fails the run. i32 and bool outputs
  * must equal the reference.
@@ -44,7 +46,9 @@ const char kf_cmd_run_help[] =
     "  --report     print what runs where (per kernel group) to stderr\n"
     "  --check      also judge each output against the graph evaluated in f64\n"
     "               with no intermediate rounding: print err, the reference\n"
-    "               evaluator's own ref_err and the bound (2 x ref_err + floor);\n"
+    "               evaluator's own ref_err, fused_err (the same with matmul\n"
+    "               products unrounded into their epilogues) and the bound\n"
+    "               (2 x the larger + floor);\n"
     "               exit 1 when an output exceeds its bound or has a stray NaN\n"
     "  --seed N     seed of the input generator (default 0)\n"
     "  --gemm MODE  how GEMM groups run on CUDA (kf_options.gemm): auto (the\n"
@@ -108,8 +112,8 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
         const kf_tensor *t = kf_graph_output(g, i);
         kf_cli_print_summary(b.out[i].name, b.name_width, t, b.out[i].data);
         if (check) {
-            printf("  err=%.3g ref_err=%.3g bound=%.3g %s", res[i].err, res[i].ref_err,
-                   res[i].bound, res[i].pass ? "ok" : "MISMATCH");
+            printf("  err=%.3g ref_err=%.3g fused_err=%.3g bound=%.3g %s", res[i].err,
+                   res[i].ref_err, res[i].fused_err, res[i].bound, res[i].pass ? "ok" : "MISMATCH");
             if (!res[i].pass)
                 rc = KF_EXIT_RUNTIME;
         }
@@ -118,7 +122,7 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
     if (rc != KF_EXIT_OK)
         fprintf(stderr,
                 "kfuse: %s: an output is further from the exact value than twice the reference "
-                "evaluator's own error (seed %" PRIu64 ")\n",
+                "evaluator's own error (ref_err, fused_err) (seed %" PRIu64 ")\n",
                 file, seed);
 done:
     kf_program_destroy(p);

@@ -259,10 +259,11 @@ static kf_status check_numerics(kf_program *p, const kf_binding *inputs, size_t 
         if (!res[i].pass)
             st = fail(p, KF_ERR_INTERNAL,
                       "kf_program_run: output '%s' is wrong: its error against the exact value "
-                      "is %g, beyond %g (twice the reference evaluator's own error %g, plus "
-                      "the floor); a kfuse bug, or an input so ill-conditioned that f32 "
-                      "arithmetic amplifies its rounding",
-                      outputs[i].name, res[i].err, res[i].bound, res[i].ref_err);
+                      "is %g, beyond %g (twice the larger of the reference evaluator's own "
+                      "error %g and its GEMM-arithmetic twin's %g, plus the floor); a kfuse "
+                      "bug, or an input so ill-conditioned that f32 arithmetic amplifies its "
+                      "rounding",
+                      outputs[i].name, res[i].err, res[i].bound, res[i].ref_err, res[i].fused_err);
     }
     kf_mem_free(&p->mem, res, n_outputs * sizeof *res);
     return st;

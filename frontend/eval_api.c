@@ -215,6 +215,7 @@ kf_status kf_graph_check(kf_graph *graph, const kf_binding *inputs, size_t n_inp
     for (size_t i = 0; s == KF_OK && i < n_outputs; i++) {
         results[i].err = v[i].err;
         results[i].ref_err = v[i].ref_err;
+        results[i].fused_err = v[i].fused_err;
         results[i].round_err = v[i].round_err;
         results[i].bound = v[i].bound;
         results[i].pass = v[i].pass;

@@ -39,6 +39,7 @@
 #ifndef KF_PARSE_MAX_TENSOR_BYTES
 #define KF_PARSE_MAX_TENSOR_BYTES (INT64_C(1) << 30)
 #endif
+#define KF_PARSE_MAX_CONCAT 64 /* operands of one concat after the second */
 #ifndef KF_PARSE_MAX_CONST_BYTES
 #define KF_PARSE_MAX_CONST_BYTES (INT64_C(1) << 30)
 #endif
@@ -261,6 +262,16 @@ static token peek2(const parser *p) {
     token t;
     lex(&copy, &t);
     return t;
+}
+
+/* Whether the token two after the current one is '=' (current ',', then
+ * NAME '=': an attribute, not another operand). */
+static bool attr_follows(const parser *p) {
+    lexer copy = p->lx;
+    token t;
+    lex(&copy, &t);
+    lex(&copy, &t);
+    return t.kind == TOK_EQ;
 }
 
 static bool tok_is(const parser *p, const token *t, const char *word) {
@@ -513,6 +524,11 @@ static bool parse_value(parser *p, kf_dtype d, double *out) {
         if (!tok_int(p, &v) || v < INT32_MIN || v > INT32_MAX)
             return expected(p, &p->tok, "an i32 value (an integer from -2147483648 to 2147483647)");
         *out = (double)v;
+    } else if (d == KF_DTYPE_I64) {
+        int64_t v;
+        if (!tok_int(p, &v) || v < -(INT64_C(1) << 53) || v > (INT64_C(1) << 53))
+            return expected(p, &p->tok, "an i64 value (an integer of magnitude at most 2^53)");
+        *out = (double)v;
     } else {
         double v;
         snprintf(what, sizeof what, "a value of %s (a number, inf, -inf or nan)", kf_dtype_name(d));
@@ -548,7 +564,7 @@ static bool parse_dtype(parser *p, kf_dtype *out) {
     if (p->tok.kind == TOK_IDENT)
         d = kf_dtype_from_name(p->lx.text + p->tok.pos, p->tok.len);
     if (d == KF_DTYPE_COUNT)
-        return expected(p, &p->tok, "a dtype (f32, f16, bf16, f64, i32 or bool)");
+        return expected(p, &p->tok, "a dtype (f32, f16, bf16, f64, i32, bool or i64)");
     *out = d;
     next(p);
     return true;
@@ -622,16 +638,23 @@ enum {
     ATTR_TRANSPOSE_B,
     ATTR_MIN,
     ATTR_MAX,
+    ATTR_START,
+    ATTR_STOP,
+    ATTR_STEP,
     ATTR_COUNT
 };
-static const char *const attr_names[ATTR_COUNT] = {"axis",        "keepdim", "eps", "transpose_a",
-                                                   "transpose_b", "min",     "max"};
+static const char *const attr_names[ATTR_COUNT] = {
+    "axis", "keepdim", "eps", "transpose_a", "transpose_b", "min", "max", "start", "stop", "step"};
 
 static unsigned form_attrs(kf_form form) {
     switch (form) {
     case KF_FORM_IOTA:
     case KF_FORM_SOFTMAX:
+    case KF_FORM_CONCAT:
+    case KF_FORM_GATHER:
         return 1u << ATTR_AXIS;
+    case KF_FORM_SLICE:
+        return 1u << ATTR_AXIS | 1u << ATTR_START | 1u << ATTR_STOP | 1u << ATTR_STEP;
     case KF_FORM_REDUCE:
         return 1u << ATTR_AXIS | 1u << ATTR_KEEPDIM;
     case KF_FORM_LAYER_NORM:
@@ -647,7 +670,10 @@ static unsigned form_attrs(kf_form form) {
 }
 
 static unsigned form_required_attrs(kf_form form) {
-    return form == KF_FORM_IOTA || form == KF_FORM_REDUCE ? 1u << ATTR_AXIS : 0;
+    return form == KF_FORM_IOTA || form == KF_FORM_REDUCE || form == KF_FORM_SLICE ||
+                   form == KF_FORM_CONCAT || form == KF_FORM_GATHER
+               ? 1u << ATTR_AXIS
+               : 0;
 }
 
 /* Lists the attributes in `mask` ("axis, keepdim") into buf. */
@@ -717,6 +743,13 @@ static bool parse_attrs(parser *p, const kf_op_info *info, kf_node_args *a) {
         case ATTR_TRANSPOSE_B:
             if (!parse_bool(p, &a->transpose_b))
                 return false;
+            break;
+        case ATTR_START:
+        case ATTR_STOP:
+        case ATTR_STEP:
+            if (!parse_int(p, INT64_MIN, INT64_MAX, "an integer", &v))
+                return false;
+            *(k == ATTR_START ? &a->start : k == ATTR_STOP ? &a->stop : &a->step) = v;
             break;
         case ATTR_MIN:
         case ATTR_MAX:
@@ -825,6 +858,8 @@ static bool parse_definition(parser *p) {
     a.eps = op == KF_OP_LAYER_NORM ? KF_LAYER_NORM_EPS : KF_RMS_NORM_EPS;
     a.lo = -INFINITY; /* clamp: an absent bound is unbounded */
     a.hi = INFINITY;
+    a.stop = INT64_MAX; /* slice: to the end unless stop= says otherwise */
+    a.step = 1;
     char namebuf[NAME_MAX_LEN + 1];
     char what[96];
 
@@ -845,6 +880,22 @@ static bool parse_definition(parser *p) {
         snprintf(what, sizeof what, "operand %d of %s (a name)", i + 1, info->name);
         if (!parse_ref(p, what, &a.src[i]))
             return false;
+    }
+
+    /* concat takes two or more operands: each one after the second nests,
+     * concat(concat(a, b), c), the intermediate unnamed. Its axis comes after
+     * the operands, so the extra ones are kept until it is known. */
+    kf_tensor *more[KF_PARSE_MAX_CONCAT];
+    int n_more = 0;
+    while (info->form == KF_FORM_CONCAT && p->tok.kind == TOK_COMMA &&
+           (peek2(p).kind == TOK_PNAME || (peek2(p).kind == TOK_IDENT && !attr_follows(p)))) {
+        if (n_more == KF_PARSE_MAX_CONCAT)
+            return expected(p, &p->tok, "at most 66 operands of concat");
+        next(p);
+        snprintf(what, sizeof what, "operand %d of %s (a name)", n_more + 3, info->name);
+        if (!parse_ref(p, what, &more[n_more]))
+            return false;
+        n_more++;
     }
 
     /* Positional extras. */
@@ -933,6 +984,11 @@ static bool parse_definition(parser *p) {
 
     if (!built) {
         built = kf_ir_build(p->g, op, &a);
+        for (int i = 0; i < n_more && built; i++) {
+            a.src[0] = built;
+            a.src[1] = more[i];
+            built = kf_ir_build(p->g, op, &a);
+        }
         if (!built)
             return builder_failed(p, &optok);
     }

@@ -433,13 +433,15 @@ static size_t storage_bytes(const kf_tensor *t) {
 }
 
 static void fill_random(const kf_tensor *t, void *data, uint64_t *rng) {
-    int64_t n = kf_ir_numel(t);
+    int64_t n = kf_ir_numel(t), bound = kf_ir_index_bound(t->graph, t);
     for (int64_t i = 0; i < n; i++) {
         uint64_t r = splitmix(rng);
         double v;
         if (t->dtype == KF_DTYPE_BOOL)
             v = (double)(r & 1);
-        else if (t->dtype == KF_DTYPE_I32)
+        else if (bound > 0) /* a gather's indices, in range */
+            v = (double)(r % (uint64_t)bound);
+        else if (t->dtype == KF_DTYPE_I32 || t->dtype == KF_DTYPE_I64)
             v = (double)(int)(r % 17) - 8.0;
         else
             v = -2.0 + 4.0 * (double)(r >> 11) * 0x1.0p-53;
@@ -834,8 +836,26 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
             return check_fail(plan, "E2: group %u node %u loads from %%%u, which has no value",
                               x->gi, k, e->base);
         int64_t bn = kf_ir_numel(b);
+        const double *dv[3] = {NULL, NULL, NULL};
+        for (int j = 0; j < 3; j++) {
+            uint32_t src = e->src[j];
+            if (src == KF_NONE)
+                continue;
+            if (src >= k || !shape_fits(x->fake[src].rank, x->fake[src].dims, &s) ||
+                grp->expr[src].dtype != KF_DTYPE_I32)
+                return check_fail(plan,
+                                  "E2: group %u node %u's coordinate %d is node %u: not an "
+                                  "earlier i32 node of its space",
+                                  x->gi, k, j, src);
+            dv[j] = x->v[src];
+        }
         for (int64_t i = 0; i < n; i++) {
-            int64_t off = 0, rem = i;
+            int64_t off = e->offset, rem = i;
+            for (int j = 0; j < 3; j++)
+                if (dv[j])
+                    off += (int64_t)dv[j][bcast_offset(x->fake[e->src[j]].rank,
+                                                       x->fake[e->src[j]].dims, &s, i)] *
+                           e->dyn_strides[j];
             for (int d = s.rank - 1; d >= 0; d--) {
                 off += (rem % s.dims[d]) * e->strides[d];
                 rem /= s.dims[d];
@@ -1172,7 +1192,10 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
         rc = eval_expr_node(&x, k);
         /* A LOAD's tensor is what it reads (through base and strides), which
          * a layout copy re-indexes: LOADs are judged by the nodes they feed. */
-        if (rc == KF_OK && grp->expr[k].tensor != KF_NONE && grp->expr[k].kind != KF_EXPR_LOAD)
+        /* A remapped node computes its tensor at other coordinates (under a
+         * slice, concat or gather): it is judged by the nodes it feeds too. */
+        if (rc == KF_OK && grp->expr[k].tensor != KF_NONE && grp->expr[k].kind != KF_EXPR_LOAD &&
+            !grp->expr[k].remapped)
             rc = compare_node(&x, k, grp->expr[k].tensor, "stands for");
     }
     for (uint32_t i = 0; i < grp->n_writes && rc == KF_OK; i++)

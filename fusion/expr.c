@@ -102,6 +102,12 @@ static void print_node(const kf_plan *plan, const kf_group *g, uint32_t i, FILE 
             for (int d = 0; d < rank; d++)
                 fprintf(out, "%s%s", d ? "," : "", e->strides[d] ? "i" : ".");
         }
+        if (e->offset)
+            fprintf(out, "+%lld", (long long)e->offset);
+        for (int k = 0; k < 3 && e->src[k] != KF_NONE; k++) {
+            fputs(k ? ", " : "; at ", out);
+            print_node(plan, g, e->src[k], out, depth + 1);
+        }
         fputs("]", out);
         return;
     case KF_EXPR_CONST:

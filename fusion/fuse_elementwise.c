@@ -16,6 +16,14 @@
  *     (LAYOUT_CHANGE) [I4];
  *   - the merge keeps the groups acyclic [I3] (else WOULD_CREATE_CYCLE).
  * Recomputing a broadcast producer per element is accepted: it is elementwise.
+ *
+ * A slice, concat or gather (KF_TRAIT_REMAP) joins its consumer's group the
+ * same way, when that group is elementwise or row-wise (its loads then take
+ * the remapped coordinates; a GEMM or attention kernel reads tiles, reason
+ * REMAP_INTO_ANCHOR). An elementwise producer (or another slice, concat or
+ * gather) joins a remap consumer's group whatever its shape, as it is read at
+ * the remapped coordinates -- except a gather's indices, which stay in memory
+ * (GATHER_INDEX), where the CPU target checks them before the kernel runs.
  */
 #include "fusion/pass.h"
 
@@ -45,6 +53,15 @@ static kf_reason check_use(const kf_planner *p, const kf_tensor *t, const kf_ten
         *detail = "a GEMM's norm prologue loads its input from memory";
         return KF_REASON_ANCHOR_BOUNDARY;
     }
+    if (c->op == KF_OP_GATHER && c->src[1] == t)
+        return KF_REASON_GATHER_INDEX;
+    if (kf_op_has(t->op, KF_TRAIT_REMAP) &&
+        (cg->kind == KF_GROUP_GEMM || cg->kind == KF_GROUP_ATTENTION)) {
+        *detail = cg->kind == KF_GROUP_GEMM ? "into a GEMM epilogue" : "into an attention kernel";
+        return KF_REASON_REMAP_INTO_ANCHOR;
+    }
+    if (kf_op_has(c->op, KF_TRAIT_REMAP))
+        return KF_REASON_NONE; /* read at the remapped coordinates, any shape */
     /* A reduction's input space is its operand's shape; others' their own. */
     const kf_tensor *space = kf_op_has(c->op, KF_TRAIT_REDUCTION) ? c->src[0] : c;
     if (!kf_pl_broadcasts_into(t, space->rank, space->dims))
@@ -56,7 +73,7 @@ kf_status kf_fuse_elementwise(kf_planner *p) {
     kf_graph *g = p->g;
     for (uint32_t i = p->n; i-- > 0;) {
         kf_tensor *t = g->nodes[i];
-        if (!p->need[i] || !kf_pl_is_elementwise(t))
+        if (!p->need[i] || (!kf_pl_is_elementwise(t) && !kf_op_has(t->op, KF_TRAIT_REMAP)))
             continue;
         uint32_t uses = kf_pl_uses(p, t);
         if (uses == 0)

@@ -24,6 +24,10 @@
 static void reject_other(kf_planner *p, const kf_tensor *t, const kf_tensor *c, bool gemm) {
     if (kf_op_has(c->op, KF_TRAIT_LAYOUT))
         kf_pl_reject_edge(p, t, c, KF_REASON_LAYOUT_CHANGE, NULL);
+    else if (kf_op_has(c->op, KF_TRAIT_REMAP)) /* read from memory by its own group */
+        kf_pl_reject_edge(p, t, c, KF_REASON_REMAP_INTO_ANCHOR,
+                          gemm ? "a GEMM epilogue writes its tile in place"
+                               : "a row kernel's epilogue writes its row in place");
     else if (kf_op_has(c->op, KF_TRAIT_ROWWISE) && !kf_pl_axis_is_last(c))
         kf_pl_reject_edge(p, t, c, KF_REASON_AXIS_NOT_INNERMOST, NULL);
     else if (gemm && kf_op_has(c->op, KF_TRAIT_ROWWISE) && !kf_op_has(c->op, KF_TRAIT_NORM) &&

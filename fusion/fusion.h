@@ -118,6 +118,8 @@ const char *kf_group_kind_name(kf_group_kind kind);
     X(LAYOUT_CHANGE, "a reshape/permute of a value computed in a kernel needs it in memory")   \
     X(WOULD_CREATE_CYCLE, "fusing would make the group depend on itself")                      \
     X(PASS_DISABLED, "the fusion pass that would fuse it is switched off")                     \
+    X(GATHER_INDEX, "a gather's indices are read from memory (checked there on the CPU)")      \
+    X(REMAP_INTO_ANCHOR, "a slice, concat or gather fuses into elementwise and row-wise kernels only") \
     X(SOURCE, "the producer is a graph input or constant (reserved: never emitted)")
 
 typedef enum kf_reason {
@@ -146,7 +148,10 @@ typedef enum kf_space {
 typedef enum kf_expr_kind {
     KF_EXPR_OP = 0, /* `op` (an ELEMENTWISE op of the table) on src[0..arity) */
     KF_EXPR_LOAD,   /* an element of tensor `tensor`, read from `base`'s buffer at
-                       sum(index[d] * strides[d]) over the node's space (stride 0 = broadcast) */
+                       offset + sum(index[d] * strides[d]) over the node's space (stride 0 =
+                       broadcast) + sum(v(src[k]) * dyn_strides[k]) over the src[k] that are
+                       not KF_NONE: i32 coordinate nodes (a gather's index, a concat's
+                       clamped position), each already within its axis */
     KF_EXPR_CONST,  /* `value` (already rounded to `dtype`) */
     KF_EXPR_INDEX,  /* the index along `axis` of the node's space, as `dtype` (iota) */
     KF_EXPR_ACC,    /* GEMM: the accumulator of anchor `anchor` (0, or 1 for SwiGLU's
@@ -195,6 +200,11 @@ typedef struct kf_expr {
     uint32_t tensor; /* OP: the tensor it computes (or KF_NONE); LOAD: the tensor it reads */
     uint32_t base;   /* LOAD: the tensor whose buffer holds the data (tensor, or a view's base) */
     int64_t strides[KF_MAX_RANK]; /* LOAD: per axis of the node's space, in elements of base */
+    int64_t offset;               /* LOAD: elements of base before index 0 (a slice's start) */
+    int64_t dyn_strides[3];       /* LOAD: the stride of coordinate node src[k] */
+    bool remapped;   /* computes `tensor` (rounded like it) at coordinates remapped by a
+                        slice, concat or gather: not tensor's value at this index, so the
+                        checker does not compare it with the tensor */
     int axis;        /* INDEX: axis of the node's space */
     kf_stat stat;    /* STAT */
     int anchor;      /* ACC */

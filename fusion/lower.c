@@ -29,6 +29,8 @@ typedef struct lowerer {
     uint32_t *view_base; /* per tensor: the buffer a view reads, or KF_NONE */
     int64_t (*view_strides)[KF_MAX_RANK];
     bool *view_contig;
+    struct xmemo_entry *xmemo; /* nodes lowered in a remapped frame, this group */
+    uint32_t n_xmemo, cap_xmemo;
     kf_status st;
 } lowerer;
 
@@ -285,6 +287,306 @@ static uint32_t lower_clamp(lowerer *L, const kf_tensor *t, uint32_t x, kf_space
     return v;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Index remapping: slice, concat, gather                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A slice, concat or gather has no node of its own: its consumer reads its
+ * operand at remapped coordinates. A frame says, per axis of a tensor, which
+ * coordinate of it the current element of the space reads: scale * index
+ * along a space axis + off (SPACE), a constant (CONST: off), or the value of
+ * an i32 node of the expression (NODE: a gather's clamped index, a concat's
+ * clamped position), always within the axis. lower() reads a tensor in the
+ * identity frame (right-aligned, size-1 dims at 0); lower_x() lowers in any
+ * frame: a LOAD gets the frame's strides, offset and coordinate nodes; an
+ * elementwise member passes the frame on to its operands (right-aligned); a
+ * slice scales and shifts its axis, a gather puts the index's value on its
+ * axis, a concat selects per element (or statically, when the axis's range
+ * lies in one source). Nodes computed in a frame other than the identity are
+ * `remapped`. */
+enum { XA_SPACE = 0, XA_CONST, XA_NODE };
+typedef struct xaxis {
+    int kind;
+    int axis;
+    int64_t scale, off;
+    uint32_t node;
+} xaxis;
+typedef struct xform {
+    int rank;
+    xaxis ax[KF_MAX_RANK];
+} xform;
+
+static xaxis xa_const(int64_t off) {
+    xaxis a = {XA_CONST, 0, 0, off, KF_NONE};
+    return a;
+}
+
+static void xf_identity(const lowerer *L, const kf_tensor *t, kf_space sp, xform *xf) {
+    int rank;
+    const int64_t *dims;
+    space_of(L->gr, sp, &rank, &dims);
+    memset(xf, 0, sizeof *xf);
+    xf->rank = t->rank;
+    for (int j = 0; j < t->rank; j++) {
+        if (t->dims[j] == 1)
+            xf->ax[j] = xa_const(0);
+        else
+            xf->ax[j] = (xaxis){XA_SPACE, rank - t->rank + j, 1, 0, KF_NONE};
+    }
+}
+
+/* The frame of operand s of a tensor read in frame xf (numpy broadcasting). */
+static void xf_operand(const xform *xf, const kf_tensor *s, xform *out) {
+    memset(out, 0, sizeof *out);
+    out->rank = s->rank;
+    for (int k = 0; k < s->rank; k++)
+        out->ax[k] = s->dims[k] == 1 ? xa_const(0) : xf->ax[xf->rank - s->rank + k];
+}
+
+static uint32_t iconst(lowerer *L, kf_space sp, int64_t v) {
+    kf_expr c = proto(KF_EXPR_CONST, KF_DTYPE_I32, sp);
+    c.value = (double)v;
+    return emit(L, &c);
+}
+
+/* The coordinate of frame axis a as an i32 node. */
+static uint32_t coord_node(lowerer *L, const xaxis *a, kf_space sp) {
+    if (a->kind == XA_NODE)
+        return a->node;
+    if (a->kind == XA_CONST)
+        return iconst(L, sp, a->off);
+    kf_expr e = proto(KF_EXPR_INDEX, KF_DTYPE_I32, sp);
+    e.axis = a->axis;
+    uint32_t v = emit(L, &e);
+    if (a->scale != 1)
+        v = op2(L, KF_OP_MUL, KF_DTYPE_I32, sp, v, iconst(L, sp, a->scale));
+    if (a->off)
+        v = op2(L, KF_OP_ADD, KF_DTYPE_I32, sp, v, iconst(L, sp, a->off));
+    return v;
+}
+
+/* A LOAD of t (not computed here) in frame xf. */
+static uint32_t load_x(lowerer *L, const kf_tensor *t, kf_space sp, const xform *xf) {
+    kf_expr e = proto(KF_EXPR_LOAD, t->dtype, sp);
+    e.tensor = t->id;
+    int64_t own[KF_MAX_RANK];
+    if (L->view_base[t->id] != KF_NONE) {
+        e.base = L->view_base[t->id];
+        memcpy(own, L->view_strides[t->id], sizeof own);
+    } else {
+        e.base = t->id;
+        contiguous_strides(t->rank, t->dims, own);
+    }
+    int nd = 0;
+    for (int j = 0; j < t->rank; j++) {
+        const xaxis *a = &xf->ax[j];
+        if (t->dims[j] == 1)
+            continue;
+        if (a->kind == XA_SPACE) {
+            e.strides[a->axis] += a->scale * own[j];
+            e.offset += a->off * own[j];
+        } else if (a->kind == XA_CONST) {
+            e.offset += a->off * own[j];
+        } else if (nd < 3) {
+            e.src[nd] = a->node;
+            e.dyn_strides[nd++] = own[j];
+        } else {
+            L->st = kf_ir_note(L->p->g, KF_ERR_UNSUPPORTED,
+                               "plan: a load of %%%u through more than three gathers and "
+                               "concats on different axes; materialize one of them",
+                               t->id);
+            return KF_NONE;
+        }
+    }
+    push_id(L, &L->gr->reads, &L->gr->n_reads, &L->gr->cap_reads, t->id);
+    return emit(L, &e);
+}
+
+static uint32_t lower_x(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf);
+
+/* slice, concat or gather t (a member) read in frame xf (t's own). */
+static uint32_t lower_remap(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf, bool remapped) {
+    int ax = t->attr.axis;
+    xform o;
+    if (t->op == KF_OP_SLICE) {
+        o = *xf;
+        xaxis *a = &o.ax[ax];
+        int64_t st = t->attr.start, step = t->attr.step;
+        if (a->kind == XA_NODE) {
+            uint32_t v = a->node;
+            if (step != 1)
+                v = op2(L, KF_OP_MUL, KF_DTYPE_I32, sp, v, iconst(L, sp, step));
+            if (st)
+                v = op2(L, KF_OP_ADD, KF_DTYPE_I32, sp, v, iconst(L, sp, st));
+            a->node = v;
+        } else {
+            a->scale *= step;
+            a->off = a->off * step + st;
+        }
+        return lower_x(L, t->src[0], sp, &o);
+    }
+    if (t->op == KF_OP_GATHER) {
+        kf_tensor *tb = t->src[0], *ix = t->src[1];
+        int ri = ix->rank;
+        memset(&o, 0, sizeof o);
+        o.rank = ri;
+        for (int k = 0; k < ri; k++)
+            o.ax[k] = ix->dims[k] == 1 ? xa_const(0) : xf->ax[ax + k];
+        uint32_t v = lower_x(L, ix, sp, &o);
+        if (ix->dtype != KF_DTYPE_I32) { /* i64: saturate into i32, then clamp */
+            kf_expr c = proto(KF_EXPR_OP, KF_DTYPE_I32, sp);
+            c.op = KF_OP_CAST;
+            c.src[0] = v;
+            v = emit(L, &c);
+        }
+        /* Clamped into the axis: the CUDA target's contract, and memory
+         * safety everywhere (the CPU target checks the indices first). */
+        v = op2(L, KF_OP_MAX, KF_DTYPE_I32, sp, v, iconst(L, sp, 0));
+        v = op2(L, KF_OP_MIN, KF_DTYPE_I32, sp, v, iconst(L, sp, tb->dims[ax] - 1));
+        memset(&o, 0, sizeof o);
+        o.rank = tb->rank;
+        for (int j = 0; j < tb->rank; j++) {
+            if (tb->dims[j] == 1)
+                o.ax[j] = xa_const(0);
+            else if (j == ax)
+                o.ax[j] = (xaxis){XA_NODE, 0, 0, 0, v};
+            else
+                o.ax[j] = xf->ax[j < ax ? j : j - 1 + ri];
+        }
+        return lower_x(L, tb, sp, &o);
+    }
+    /* concat: a's rows, then b's, along ax */
+    kf_tensor *a = t->src[0], *b = t->src[1];
+    int64_t na = a->dims[ax], nb = b->dims[ax];
+    const xaxis *c = &xf->ax[ax];
+    int rank;
+    const int64_t *dims;
+    space_of(L->gr, sp, &rank, &dims);
+    if (c->kind != XA_NODE) {
+        int64_t lo = c->off,
+                hi = c->kind == XA_SPACE ? c->off + c->scale * (dims[c->axis] - 1) : c->off;
+        if (hi < na || lo >= na) {
+            o = *xf;
+            if (lo >= na)
+                o.ax[ax].off -= na;
+            if ((lo >= na ? nb : na) == 1)
+                o.ax[ax] = xa_const(0);
+            return lower_x(L, lo >= na ? b : a, sp, &o);
+        }
+    }
+    uint32_t pos = coord_node(L, c, sp);
+    uint32_t sel = op2(L, KF_OP_LT, KF_DTYPE_BOOL, sp, pos, iconst(L, sp, na));
+    o = *xf;
+    o.ax[ax] = na == 1 ? xa_const(0)
+                       : (xaxis){XA_NODE, 0, 0, 0,
+                                 op2(L, KF_OP_MIN, KF_DTYPE_I32, sp, pos, iconst(L, sp, na - 1))};
+    uint32_t va = lower_x(L, a, sp, &o);
+    o = *xf;
+    o.ax[ax] = nb == 1 ? xa_const(0)
+                       : (xaxis){XA_NODE, 0, 0, 0,
+                                 op2(L, KF_OP_MAX, KF_DTYPE_I32, sp,
+                                     op2(L, KF_OP_SUB, KF_DTYPE_I32, sp, pos, iconst(L, sp, na)),
+                                     iconst(L, sp, 0))};
+    uint32_t vb = lower_x(L, b, sp, &o);
+    kf_expr w = proto(KF_EXPR_OP, t->dtype, sp);
+    w.op = KF_OP_WHERE;
+    w.src[0] = sel;
+    w.src[1] = va;
+    w.src[2] = vb;
+    w.tensor = t->id;
+    w.remapped = remapped;
+    return emit(L, &w);
+}
+
+typedef struct xmemo_entry {
+    uint32_t t;
+    kf_space sp;
+    xform xf;
+    uint32_t node;
+} xmemo_entry;
+
+static uint32_t lower_x(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf) {
+    if (L->st != KF_OK)
+        return KF_NONE;
+    /* The identity frame of a tensor that broadcasts into the space: t's own
+     * value at this index, the memoized node of lower(). (The same frame of a
+     * tensor longer than the space is a prefix of it: remapped.) */
+    xform id;
+    xf_identity(L, t, sp, &id);
+    int rank;
+    const int64_t *dims;
+    space_of(L->gr, sp, &rank, &dims);
+    bool fits = t->rank <= rank;
+    for (int j = 0; j < t->rank && fits; j++)
+        fits = t->dims[j] == 1 || t->dims[j] == dims[rank - t->rank + j];
+    if (fits && memcmp(&id, xf, sizeof id) == 0)
+        return lower(L, t, sp);
+    for (uint32_t i = 0; i < L->n_xmemo; i++) {
+        const xmemo_entry *m = &L->xmemo[i];
+        if (m->t == t->id && m->sp == sp && memcmp(&m->xf, xf, sizeof *xf) == 0)
+            return m->node;
+    }
+    uint32_t r;
+    if (is_inline_source(L, t)) {
+        L->computed[t->id] = true;
+        if (t->op == KF_OP_CONST) {
+            kf_expr e = proto(KF_EXPR_CONST, t->dtype, sp);
+            e.tensor = t->id;
+            e.value = t->data ? kf_ir_load(t->data, t->dtype, 0) : 0.0;
+            r = emit(L, &e);
+        } else { /* iota: its coordinate, converted */
+            kf_expr e = proto(KF_EXPR_OP, t->dtype, sp);
+            e.op = KF_OP_CAST;
+            e.src[0] = coord_node(L, &xf->ax[t->attr.axis], sp);
+            e.tensor = t->id;
+            e.remapped = true;
+            r = emit(L, &e);
+        }
+    } else if (kf_pl_is_source(t) || !is_member(L, t)) {
+        r = load_x(L, t, sp, xf);
+    } else {
+        L->computed[t->id] = true;
+        xform o;
+        if (kf_op_has(t->op, KF_TRAIT_REMAP)) {
+            r = lower_remap(L, t, sp, xf, true);
+        } else if (t->op == KF_OP_EXPAND) {
+            xf_operand(xf, t->src[0], &o);
+            r = lower_x(L, t->src[0], sp, &o);
+        } else if (t->op == KF_OP_CLAMP) {
+            xf_operand(xf, t->src[0], &o);
+            uint32_t x = lower_x(L, t->src[0], sp, &o);
+            r = lower_clamp(L, t, x, sp);
+            if (r != KF_NONE && r != x)
+                L->gr->expr[r].remapped = true;
+        } else if (kf_pl_is_elementwise(t)) {
+            kf_expr e = proto(KF_EXPR_OP, t->dtype, sp);
+            e.op = t->op;
+            e.tensor = t->id;
+            e.remapped = true;
+            for (int k = 0; k < t->nsrc; k++) {
+                xf_operand(xf, t->src[k], &o);
+                e.src[k] = lower_x(L, t->src[k], sp, &o);
+            }
+            r = emit(L, &e);
+        } else { /* KF_NEVER: the planner fuses only elementwise work under a remap */
+            L->st = kf_ir_note(L->p->g, KF_ERR_INTERNAL,
+                               "plan: %s %%%u read through a slice, concat or gather in one "
+                               "kernel (a kfuse bug)",
+                               kf_op_get(t->op)->name, t->id);
+            return KF_NONE;
+        }
+    }
+    if (r != KF_NONE) {
+        if (!kf_mem_grow(L->p->mem, (void **)&L->xmemo, &L->cap_xmemo, L->n_xmemo + 1,
+                         sizeof *L->xmemo)) {
+            L->st = KF_ERR_OUT_OF_MEMORY;
+            return KF_NONE;
+        }
+        L->xmemo[L->n_xmemo++] = (xmemo_entry){t->id, sp, *xf, r};
+    }
+    return r;
+}
+
 static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
     uint32_t *m = &L->memo[sp][t->id];
     if (*m != KF_NONE)
@@ -339,6 +641,10 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
             r = lower(L, t->src[0], sp);
         } else if (t->op == KF_OP_CLAMP) {
             r = lower_clamp(L, t, lower(L, t->src[0], sp), sp);
+        } else if (kf_op_has(t->op, KF_TRAIT_REMAP)) {
+            xform xf;
+            xf_identity(L, t, sp, &xf);
+            r = lower_remap(L, t, sp, &xf, false);
         } else if (kf_pl_is_elementwise(t)) {
             kf_expr e = proto(KF_EXPR_OP, t->dtype, sp);
             e.op = t->op;
@@ -657,9 +963,26 @@ static void lower_group(lowerer *L) {
         }
         /* Members not reached from a write (a GEMM output consumed only by
          * its row epilogue, say) still count as computed. */
+        bool remaps = false;
         for (uint32_t t = 0; t < p->n; t++) {
-            if (p->gid[t] == L->gi)
+            if (p->gid[t] == L->gi) {
                 L->computed[t] = true;
+                remaps = remaps || kf_op_has(gr->nodes[t]->op, KF_TRAIT_REMAP);
+            }
+        }
+        /* A slice or concat may read only part of its operands' members (a
+         * concat whose consumer's range lies in one source): the others are
+         * still computed, from operands the group then reads, as the contract
+         * at the top of fusion.h says. */
+        for (uint32_t t = 0; remaps && t < p->n && L->st == KF_OK; t++) {
+            const kf_tensor *x = gr->nodes[t];
+            for (int k = 0; p->gid[t] == L->gi && k < x->nsrc; k++) {
+                const kf_tensor *s = x->src[k];
+                if (p->gid[s->id] != L->gi && !is_inline_source(L, s))
+                    push_id(L, &g->reads, &g->n_reads, &g->cap_reads, s->id);
+                else if (is_inline_source(L, s))
+                    L->computed[s->id] = true;
+            }
         }
         if (pg->kind == KF_GROUP_ATTENTION && L->st == KF_OK)
             L->st = kf_attn_classify_mask(L->plan, g);
@@ -794,6 +1117,7 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
         L.gi = order[i];
         L.st = KF_OK;
         L.n_touched = 0;
+        L.n_xmemo = 0;
         lower_group(&L);
         for (uint32_t k = 0; k < L.n_touched; k++)
             L.memo[L.touched[k] >> 31][L.touched[k] & 0x7fffffffu] = KF_NONE;
@@ -871,6 +1195,7 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     kf_mem_free(m, L.view_base, n * sizeof(uint32_t));
     kf_mem_free(m, L.view_strides, n * sizeof *L.view_strides);
     kf_mem_free(m, L.view_contig, n * sizeof(bool));
+    kf_mem_free(m, L.xmemo, L.cap_xmemo * sizeof *L.xmemo);
     kf_mem_free(m, order, (ng + 1) * sizeof(uint32_t));
     kf_mem_free(m, plan_id, (ng + 1) * sizeof(uint32_t));
     kf_mem_free(m, deps, (n + 1) * sizeof(uint32_t));

@@ -81,10 +81,11 @@ typedef enum kf_dtype {
     KF_DTYPE_F64,
     KF_DTYPE_I32,
     KF_DTYPE_BOOL, /* stored as one byte, 0 or 1 */
+    KF_DTYPE_I64,  /* indices only: a graph input or constant read by gather */
     KF_DTYPE_COUNT
 } kf_dtype;
 
-/* "f32", "f16", "bf16", "f64", "i32", "bool"; "?" for an out-of-range value. */
+/* "f32", "f16", "bf16", "f64", "i32", "bool", "i64"; "?" for an out-of-range value. */
 KF_API const char *kf_dtype_name(kf_dtype dtype);
 /* Bytes per element; 0 for an out-of-range value. */
 KF_API size_t kf_dtype_size(kf_dtype dtype);
@@ -338,6 +339,24 @@ KF_API kf_tensor *kf_expand(kf_graph *g, kf_tensor *x, int rank, const int64_t *
  * NaN, when lo > hi, when both sides are unbounded, or when x is i32 and a
  * finite bound is not a whole number. */
 KF_API kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi);
+/* x[..., start:stop:step, ...] along `axis` (Python's slicing rules): a
+ * negative start or stop counts from the end, then both are clamped into
+ * [0, dim]; pass stop = INT64_MAX for "to the end". step must be >= 1
+ * (KF_ERR_INVALID_ARGUMENT); an empty result is refused (KF_ERR_SHAPE), as is
+ * an axis out of range (KF_ERR_AXIS). Any dtype. Fused, it is index arithmetic
+ * in its consumer's loads: no copy. */
+KF_API kf_tensor *kf_slice(kf_graph *g, kf_tensor *x, int axis, int64_t start, int64_t stop,
+                           int64_t step);
+/* The n >= 1 tensors xs[0..n) joined along `axis` (torch.cat): one dtype, one
+ * rank, every other dim equal (KF_ERR_SHAPE naming the dim otherwise). n == 1
+ * returns xs[0]. Fused, a consumer selects per element which source it reads. */
+KF_API kf_tensor *kf_concat(kf_graph *g, int n, kf_tensor *const *xs, int axis);
+/* Rows of `table` picked by `idx` along `axis` (index_select; an embedding
+ * lookup with axis 0): the result's dims are table's before axis, then idx's,
+ * then table's after axis. idx is i32 or i64 (KF_ERR_DTYPE otherwise). An index
+ * outside [0, dim) is an error on the CPU target (the run fails naming it) and
+ * clamped into range on the CUDA target (see the README). */
+KF_API kf_tensor *kf_gather(kf_graph *g, kf_tensor *table, kf_tensor *idx, int axis);
 
 /* ------------------------------------------------------------------------ */
 /* Builder: reductions, normalizations, GEMM, layout                          */
@@ -416,11 +435,14 @@ typedef struct kf_check_result {
     double err;       /* of the output that was checked */
     double ref_err;   /* of kf_graph_eval's output: the reference's own error */
     double round_err; /* of the exact value rounded once to the output's dtype */
-    double bound;     /* 2 * max(ref_err, round_err) + floor: 1e-12 for f64
+    double bound;     /* 2 * max(ref_err, fused_err, round_err) + floor: 1e-12 for f64
                          graphs, else 1e-5 (f32 arithmetic where the reference
                          uses double), plus u / sqrt(numel), u the unit
                          roundoff of the least precise dtype computed */
     int pass;         /* err <= bound; 0 for any NaN the reference does not have */
+    double fused_err; /* of the reference with a GEMM's arithmetic: a matmul's
+                         product unrounded into its elementwise epilogue; the
+                         bound is 2 * max(ref_err, fused_err, round_err) + floor */
 } kf_check_result;
 
 /* Judges a backend's outputs (`outputs`: bindings as for kf_graph_eval, read,

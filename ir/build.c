@@ -23,9 +23,13 @@ static const char *operand_name(kf_form form, int i) {
     static const char *const xwb[] = {"x", "weight", "bias"};
     static const char *const ab[] = {"a", "b"};
     static const char *const cab[] = {"cond", "a", "b"};
+    static const char *const ti[] = {"table", "idx"};
     switch (form) {
+    case KF_FORM_GATHER:
+        return ti[i];
     case KF_FORM_BINARY:
     case KF_FORM_MATMUL:
+    case KF_FORM_CONCAT:
         return ab[i];
     case KF_FORM_WHERE:
         return cab[i];
@@ -157,6 +161,114 @@ static kf_status infer_expand(const kf_tensor *x, const kf_node_args *a, kf_infe
     return KF_OK;
 }
 
+/* slice: Python's rules on one axis. A negative start or stop counts from the
+ * end (dim + v), then both are clamped into [0, dim]; step is >= 1 (no
+ * negative steps); an empty result is refused, since kfuse has no empty
+ * tensors. The attrs keep the normalized start and step; the length is the
+ * result's dim, so stop is implied. */
+static kf_status infer_slice(const kf_tensor *x, const kf_node_args *a, kf_inferred *r,
+                             char *err) {
+    char t0[160];
+    int ax = norm_axis(a->axis, x->rank);
+    if (ax < 0)
+        return kf_msg_set(err, KF_ERR_AXIS, "slice: axis %d is out of range for operand x %s",
+                          a->axis, kf_ir_type_str(x, t0, sizeof t0));
+    if (a->step < 1)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "slice: step %lld is not positive; kfuse slices forward only (step >= 1)",
+                          (long long)a->step);
+    int64_t dim = x->dims[ax], b[2] = {a->start, a->stop};
+    for (int k = 0; k < 2; k++) {
+        if (b[k] < 0)
+            b[k] = b[k] < -dim ? 0 : b[k] + dim;
+        if (b[k] > dim)
+            b[k] = dim;
+    }
+    if (b[1] <= b[0])
+        return kf_msg_set(err, KF_ERR_SHAPE,
+                          "slice: start %lld, stop %lld select nothing along axis %d of operand x "
+                          "%s (normalized: %lld..%lld); kfuse has no empty tensors",
+                          (long long)a->start, (long long)a->stop, ax,
+                          kf_ir_type_str(x, t0, sizeof t0), (long long)b[0], (long long)b[1]);
+    r->dims[ax] = (b[1] - b[0] + a->step - 1) / a->step;
+    r->attr.axis = ax;
+    r->attr.start = b[0];
+    r->attr.step = a->step;
+    return KF_OK;
+}
+
+/* concat of two operands along an axis: same rank, every other dim equal. */
+static kf_status infer_concat(kf_tensor *const *s, const kf_node_args *a, kf_inferred *r,
+                              char *err) {
+    char t0[160], t1[160];
+    const kf_tensor *x = s[0], *y = s[1];
+    int ax = norm_axis(a->axis, x->rank);
+    if (ax < 0)
+        return kf_msg_set(err, KF_ERR_AXIS, "concat: axis %d is out of range for operand a %s",
+                          a->axis, kf_ir_type_str(x, t0, sizeof t0));
+    if (y->rank != x->rank)
+        return kf_msg_set(err, KF_ERR_SHAPE,
+                          "concat: operand b %s has rank %d, operand a %s rank %d; operands "
+                          "need the same rank",
+                          kf_ir_type_str(y, t1, sizeof t1), y->rank,
+                          kf_ir_type_str(x, t0, sizeof t0), x->rank);
+    for (int i = 0; i < x->rank; i++) {
+        if (i != ax && x->dims[i] != y->dims[i])
+            return kf_msg_set(err, KF_ERR_SHAPE,
+                              "concat: dim %d of operand b %s is %lld, of operand a %s %lld; "
+                              "every dim but axis %d must agree",
+                              i, kf_ir_type_str(y, t1, sizeof t1), (long long)y->dims[i],
+                              kf_ir_type_str(x, t0, sizeof t0), (long long)x->dims[i], ax);
+    }
+    if (x->dims[ax] + y->dims[ax] > INT32_MAX)
+        return kf_msg_set(err, KF_ERR_SHAPE,
+                          "concat: the result's axis %d would be longer than 2^31 - 1", ax);
+    r->dims[ax] = x->dims[ax] + y->dims[ax];
+    if (kf_ir_numel(x) + kf_ir_numel(y) > KF_MAX_NUMEL)
+        return kf_msg_set(err, KF_ERR_SHAPE, "concat: the result has more than 2^48 elements");
+    r->attr.axis = ax;
+    return KF_OK;
+}
+
+/* gather (index_select, an embedding lookup): the result's dims are the
+ * table's before axis, then idx's, then the table's after axis. */
+static kf_status infer_gather(kf_tensor *const *s, const kf_node_args *a, kf_inferred *r,
+                              char *err) {
+    char t0[160], t1[160];
+    const kf_tensor *tb = s[0], *ix = s[1];
+    int ax = norm_axis(a->axis, tb->rank);
+    if (ax < 0)
+        return kf_msg_set(err, KF_ERR_AXIS, "gather: axis %d is out of range for operand table %s",
+                          a->axis, kf_ir_type_str(tb, t0, sizeof t0));
+    if (tb->rank - 1 + ix->rank > KF_MAX_RANK)
+        return kf_msg_set(err, KF_ERR_SHAPE,
+                          "gather: the result of table %s and idx %s would have rank %d, more "
+                          "than %d",
+                          kf_ir_type_str(tb, t0, sizeof t0), kf_ir_type_str(ix, t1, sizeof t1),
+                          tb->rank - 1 + ix->rank, KF_MAX_RANK);
+    if (tb->dims[ax] > INT32_MAX)
+        return kf_msg_set(err, KF_ERR_SHAPE,
+                          "gather: axis %d of operand table %s is longer than 2^31 - 1", ax,
+                          kf_ir_type_str(tb, t0, sizeof t0));
+    int n = 0;
+    double numel = 1;
+    for (int i = 0; i < ax; i++)
+        r->dims[n++] = tb->dims[i];
+    for (int i = 0; i < ix->rank; i++)
+        r->dims[n++] = ix->dims[i];
+    for (int i = ax + 1; i < tb->rank; i++)
+        r->dims[n++] = tb->dims[i];
+    for (int i = n; i < KF_MAX_RANK; i++)
+        r->dims[i] = 0;
+    for (int i = 0; i < n; i++)
+        numel *= (double)r->dims[i];
+    if (numel > (double)KF_MAX_NUMEL)
+        return kf_msg_set(err, KF_ERR_SHAPE, "gather: the result has more than 2^48 elements");
+    r->rank = n;
+    r->attr.axis = ax;
+    return KF_OK;
+}
+
 kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err) {
     const kf_op_info *info = kf_op_get(op);
     const char *on = info->name;
@@ -201,6 +313,8 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         unsigned allowed = info->dtypes;
         if (info->form == KF_FORM_WHERE && i == 0)
             allowed = KF_DTMASK(KF_DTYPE_BOOL);
+        if (info->form == KF_FORM_GATHER && i == 1)
+            allowed = KF_DTMASK(KF_DTYPE_I32) | KF_DTMASK(KF_DTYPE_I64);
         if (!(allowed & KF_DTMASK(s[i]->dtype))) {
             dtmask_str(allowed, dts, sizeof dts);
             return kf_msg_set(err, KF_ERR_DTYPE, "%s: operand %s %s has dtype %s; %s takes %s%s", on,
@@ -213,7 +327,8 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
     }
     /* Operands that must share the first operand's dtype. */
     int first_same = info->form == KF_FORM_WHERE ? 1 : 0;
-    for (int i = first_same + 1; i < n && info->form != KF_FORM_CAST; i++) {
+    for (int i = first_same + 1;
+         i < n && info->form != KF_FORM_CAST && info->form != KF_FORM_GATHER; i++) {
         if (s[i]->dtype != s[first_same]->dtype)
             return kf_msg_set(err, KF_ERR_DTYPE,
                               "%s: operand %s %s and operand %s %s have different dtypes; insert "
@@ -235,10 +350,26 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         return infer_clamp(on, x, a, r, err);
     case KF_FORM_EXPAND:
         return infer_expand(x, a, r, err);
+    case KF_FORM_SLICE:
+        return infer_slice(x, a, r, err);
+    case KF_FORM_CONCAT:
+        return infer_concat(s, a, r, err);
+    case KF_FORM_GATHER:
+        return infer_gather(s, a, r, err);
     case KF_FORM_CAST:
         if ((unsigned)a->dtype >= KF_DTYPE_COUNT)
             return kf_msg_set(err, KF_ERR_DTYPE, "cast: target dtype %d is not a kf_dtype",
                               (int)a->dtype);
+        /* i64 holds gather indices only (graph inputs and constants): no op
+         * computes it, and the backends would store a cast's value as another
+         * width. */
+        if (a->dtype == KF_DTYPE_I64) {
+            char t0[160];
+            return kf_msg_set(err, KF_ERR_DTYPE,
+                              "cast: operand x %s: a cast to i64 (i64 is only a gather's index "
+                              "dtype, for graph inputs and constants; cast to i32 instead)",
+                              kf_ir_type_str(x, t0, sizeof t0));
+        }
         r->dtype = a->dtype;
         r->attr.to = a->dtype;
         return KF_OK;

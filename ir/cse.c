@@ -41,6 +41,7 @@ static uint64_t node_hash(const kf_tensor *t, kf_tensor *const *vn) {
     for (int k = 0; k < t->nsrc; k++)
         h = mix(h, vn[t->src[k]->id]->id);
     h = mix(h, (uint64_t)(int64_t)t->attr.axis);
+    h = mix(h, (uint64_t)t->attr.start ^ ((uint64_t)t->attr.step << 32));
     h = mix(h, ((uint64_t)t->attr.keepdim << 2) | ((uint64_t)t->attr.transpose_a << 1) |
                    (uint64_t)t->attr.transpose_b);
     if (t->op == KF_OP_CONST && t->data) {
@@ -66,7 +67,8 @@ static bool same_node(const kf_tensor *a, const kf_tensor *b, kf_tensor *const *
     if (x->axis != y->axis || x->keepdim != y->keepdim || x->transpose_a != y->transpose_a ||
         x->transpose_b != y->transpose_b || x->to != y->to ||
         memcmp(&x->eps, &y->eps, sizeof x->eps) != 0 ||
-        memcmp(&x->lo, &y->lo, sizeof x->lo) != 0 || memcmp(&x->hi, &y->hi, sizeof x->hi) != 0)
+        memcmp(&x->lo, &y->lo, sizeof x->lo) != 0 || memcmp(&x->hi, &y->hi, sizeof x->hi) != 0 ||
+        x->start != y->start || x->step != y->step)
         return false;
     for (int i = 0; i < KF_MAX_RANK; i++)
         if (x->perm[i] != y->perm[i])

@@ -13,6 +13,9 @@
  *         (quiet, sign and the top payload bits kept). +-0 keep their sign.
  *   i32   truncate toward zero, saturate to [INT32_MIN, INT32_MAX], NaN -> 0.
  *   bool  v != 0 (so NaN -> 1, as C's conversion to _Bool does).
+ *   i64   (indices only) truncate toward zero, saturate to +-2^63 (as the
+ *         nearest doubles), NaN -> 0. Values above 2^53 are not exact in a
+ *         double; no index that large addresses a tensor kfuse accepts.
  *
  * Rounding a double to f16 or bf16 is ONE rounding of the double. Going
  * through float first would round twice, and double rounding can differ
@@ -30,12 +33,13 @@
 static const char *const dtype_names[KF_DTYPE_COUNT] = {
     [KF_DTYPE_F32] = "f32", [KF_DTYPE_F16] = "f16", [KF_DTYPE_BF16] = "bf16",
     [KF_DTYPE_F64] = "f64", [KF_DTYPE_I32] = "i32", [KF_DTYPE_BOOL] = "bool",
+    [KF_DTYPE_I64] = "i64",
 };
 static const size_t dtype_sizes[KF_DTYPE_COUNT] = {
-    [KF_DTYPE_F32] = 4, [KF_DTYPE_F16] = 2, [KF_DTYPE_BF16] = 2,
-    [KF_DTYPE_F64] = 8, [KF_DTYPE_I32] = 4, [KF_DTYPE_BOOL] = 1,
+    [KF_DTYPE_F32] = 4, [KF_DTYPE_F16] = 2,  [KF_DTYPE_BF16] = 2, [KF_DTYPE_F64] = 8,
+    [KF_DTYPE_I32] = 4, [KF_DTYPE_BOOL] = 1, [KF_DTYPE_I64] = 8,
 };
-_Static_assert(KF_DTYPE_COUNT == 6, "dtype tables above list every dtype");
+_Static_assert(KF_DTYPE_COUNT == 7, "dtype tables above list every dtype");
 
 const char *kf_dtype_name(kf_dtype dtype) {
     if ((unsigned)dtype >= KF_DTYPE_COUNT)
@@ -195,6 +199,17 @@ static double round_i32(double v) {
     return v;
 }
 
+static double round_i64(double v) {
+    if (isnan(v))
+        return 0.0;
+    v = trunc(v);
+    if (v >= 9223372036854775808.0)
+        return 9223372036854774784.0; /* the largest double below 2^63 */
+    if (v < -9223372036854775808.0)
+        return -9223372036854775808.0;
+    return v;
+}
+
 double kf_ir_round(kf_dtype d, double v) {
     switch (d) {
     case KF_DTYPE_F64:
@@ -209,6 +224,8 @@ double kf_ir_round(kf_dtype d, double v) {
         return round_i32(v);
     case KF_DTYPE_BOOL:
         return v != 0.0 ? 1.0 : 0.0;
+    case KF_DTYPE_I64:
+        return round_i64(v);
     default:
         KF_ASSERT(!"kf_ir_round: bad dtype");
         return v;
@@ -229,6 +246,8 @@ double kf_ir_load(const void *data, kf_dtype d, int64_t i) {
         return (double)((const int32_t *)data)[i];
     case KF_DTYPE_BOOL:
         return ((const uint8_t *)data)[i] != 0 ? 1.0 : 0.0;
+    case KF_DTYPE_I64:
+        return (double)((const int64_t *)data)[i];
     default:
         KF_ASSERT(!"kf_ir_load: bad dtype");
         return 0.0;
@@ -257,6 +276,9 @@ void kf_ir_store(void *data, kf_dtype d, int64_t i, double v) {
         break;
     case KF_DTYPE_BOOL:
         ((uint8_t *)data)[i] = r != 0.0 ? 1u : 0u;
+        break;
+    case KF_DTYPE_I64:
+        ((int64_t *)data)[i] = (int64_t)r;
         break;
     default:
         KF_ASSERT(!"kf_ir_store: bad dtype");

@@ -405,7 +405,7 @@ static void eval_matmul(const kf_eval_state *st, const kf_tensor *t, double *out
                 double acc = 0.0;
                 for (int64_t k = 0; k < K; k++)
                     acc += am[m * a_m + k * a_k] * bm[k * b_k + n * b_n];
-                *o++ = store_round(st, t->dtype, acc);
+                *o++ = st->unrounded && st->unrounded[t->id] ? acc : store_round(st, t->dtype, acc);
             }
         }
     }
@@ -423,6 +423,63 @@ static void eval_permute(const kf_eval_state *st, const kf_tensor *t, double *ou
     int64_t n = kf_ir_numel(t);
     for (int64_t i = 0; i < n; i++, walker_next(&w))
         out[i] = in[w.off[0]];
+}
+
+/* slice: the result's element at i reads x at i, except start + step * i
+ * along the axis. Values are copied: already rounded to the dtype. */
+static void eval_slice(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const kf_tensor *x = t->src[0];
+    const double *in = st->values[x->id];
+    int64_t xs[KF_MAX_RANK];
+    kf_ir_strides(x, xs);
+    walker w;
+    walker_init(&w, t->rank, t->dims, 1);
+    memcpy(w.strides[0], xs, sizeof xs);
+    w.strides[0][t->attr.axis] = xs[t->attr.axis] * t->attr.step;
+    int64_t base = t->attr.start * xs[t->attr.axis], n = kf_ir_numel(t);
+    for (int64_t i = 0; i < n; i++, walker_next(&w))
+        out[i] = in[base + w.off[0]];
+}
+
+/* concat: along the axis, a's rows then b's. */
+static void eval_concat(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    int64_t outer, n, inner;
+    split_axis(t, t->attr.axis, &outer, &n, &inner);
+    int64_t na = t->src[0]->dims[t->attr.axis];
+    const double *a = st->values[t->src[0]->id], *b = st->values[t->src[1]->id];
+    for (int64_t o = 0; o < outer; o++) {
+        memcpy(out + o * n * inner, a + o * na * inner, sizeof(double) * (size_t)(na * inner));
+        memcpy(out + (o * n + na) * inner, b + o * (n - na) * inner,
+               sizeof(double) * (size_t)((n - na) * inner));
+    }
+}
+
+/* gather: out[pre, j, post] = table[pre, idx[j], post]. An index outside
+ * [0, dim) is an error naming it (the CPU target's contract; the CUDA target
+ * clamps instead, which the reference never does). */
+static kf_status eval_gather(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    const kf_tensor *tb = t->src[0], *ix = t->src[1];
+    int ax = t->attr.axis;
+    int64_t outer, len, inner;
+    split_axis(tb, ax, &outer, &len, &inner);
+    int64_t ni = kf_ir_numel(ix);
+    const double *tv = st->values[tb->id], *iv = st->values[ix->id];
+    for (int64_t j = 0; j < ni; j++) {
+        if (!(iv[j] >= 0 && iv[j] < (double)len)) {
+            char ts[160];
+            return kf_ir_note(st->graph, KF_ERR_INVALID_ARGUMENT,
+                              "gather: index %.0f at element %lld of idx is out of range for "
+                              "axis %d of table %s (0 to %lld)",
+                              iv[j], (long long)j, ax, kf_ir_type_str(tb, ts, sizeof ts),
+                              (long long)len - 1);
+        }
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < ni; j++) {
+            const double *row = tv + (o * len + (int64_t)iv[j]) * inner;
+            memcpy(out + (o * ni + j) * inner, row, sizeof(double) * (size_t)inner);
+        }
+    return KF_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -512,6 +569,21 @@ kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
     case KF_FORM_PERMUTE:
         eval_permute(st, t, out);
         break;
+    case KF_FORM_SLICE:
+        eval_slice(st, t, out);
+        break;
+    case KF_FORM_CONCAT:
+        eval_concat(st, t, out);
+        break;
+    case KF_FORM_GATHER: {
+        kf_status gs = eval_gather(st, t, out);
+        if (gs != KF_OK) {
+            if (fresh)
+                kf_mem_free(&g->mem, out, value_bytes(t));
+            return gs;
+        }
+        break;
+    }
     default:
         if (fresh)
             kf_mem_free(&g->mem, out, value_bytes(t));
@@ -535,22 +607,42 @@ void kf_ir_eval_release(kf_eval_state *st) {
     st->values = NULL;
 }
 
+typedef enum eval_mode { EVAL_REF, EVAL_EXACT, EVAL_FUSED } eval_mode;
+
+/* For kf_ir_eval_fused: a matmul's product stays unrounded when it is no
+ * output and every consumer is elementwise (a GEMM's epilogue). */
+static void mark_unrounded(const kf_graph *g, bool *keep) {
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        keep[i] = g->nodes[i]->op == KF_OP_MATMUL && kf_dtype_is_float(g->nodes[i]->dtype);
+    for (uint32_t i = 0; i < g->n_outputs; i++)
+        keep[g->outputs[i].tensor->id] = false;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const kf_tensor *t = g->nodes[i];
+        if (!(kf_op_get(t->op)->traits & KF_TRAIT_ELEMENTWISE))
+            for (int k = 0; k < t->nsrc; k++)
+                keep[t->src[k]->id] = false;
+    }
+}
+
 /* Computes what the outputs need. On failure everything is released and
  * st->values is NULL; the message is noted on the graph (not sticky). Inputs
  * the outputs do not need may have NULL data. */
-static kf_status eval_graph(kf_graph *g, const void *const *input_data, bool exact,
+static kf_status eval_graph(kf_graph *g, const void *const *input_data, eval_mode mode,
                             kf_eval_state *st) {
     if (KF_NEVER(!g || !st))
         return KF_ERR_INVALID_ARGUMENT;
     st->graph = g;
     st->values = NULL;
-    st->exact = exact;
+    st->exact = mode == EVAL_EXACT;
+    st->unrounded = NULL;
     uint32_t n = g->n_nodes;
     if (n == 0)
         return kf_ir_note(g, KF_ERR_INVALID_ARGUMENT, "eval: the graph is empty");
     st->values = kf_mem_calloc(&g->mem, n, sizeof(double *));
     bool *need = kf_mem_calloc(&g->mem, n, sizeof(bool));
-    if (!st->values || !need) {
+    bool *keep = mode == EVAL_FUSED ? kf_mem_calloc(&g->mem, n, sizeof(bool)) : NULL;
+    if (!st->values || !need || (mode == EVAL_FUSED && !keep)) {
+        kf_mem_free(&g->mem, keep, n * sizeof(bool));
         kf_mem_free(&g->mem, need, n * sizeof(bool));
         kf_mem_free(&g->mem, st->values, n * sizeof(double *));
         st->values = NULL;
@@ -570,6 +662,10 @@ static kf_status eval_graph(kf_graph *g, const void *const *input_data, bool exa
             need[t->src[k]->id] = true;
     }
 
+    if (keep) {
+        mark_unrounded(g, keep);
+        st->unrounded = keep;
+    }
     kf_status s = KF_OK;
     for (uint32_t k = 0; k < g->n_inputs && s == KF_OK; k++) {
         const kf_tensor *t = g->inputs[k];
@@ -598,17 +694,23 @@ static kf_status eval_graph(kf_graph *g, const void *const *input_data, bool exa
             s = kf_ir_eval_node(st, g->nodes[i]);
     }
     kf_mem_free(&g->mem, need, n * sizeof(bool));
+    kf_mem_free(&g->mem, keep, n * sizeof(bool));
+    st->unrounded = NULL;
     if (s != KF_OK)
         kf_ir_eval_release(st);
     return s;
 }
 
 kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
-    return eval_graph(g, input_data, false, st);
+    return eval_graph(g, input_data, EVAL_REF, st);
 }
 
 kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
-    return eval_graph(g, input_data, true, st);
+    return eval_graph(g, input_data, EVAL_EXACT, st);
+}
+
+kf_status kf_ir_eval_fused(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
+    return eval_graph(g, input_data, EVAL_FUSED, st);
 }
 
 double kf_ir_tolerance(kf_dtype d) {

@@ -58,6 +58,9 @@ typedef enum kf_form {
     KF_FORM_PERMUTE,    /* permute(x, [PERM]) */
     KF_FORM_CLAMP,      /* clamp(x[, min=V][, max=V]) */
     KF_FORM_EXPAND,     /* expand(x, [DIMS]) */
+    KF_FORM_SLICE,      /* slice(x, axis=A[, start=S][, stop=E][, step=K]) */
+    KF_FORM_CONCAT,     /* concat(a, b, axis=A): binary; concat(a, b, c, ...) nests */
+    KF_FORM_GATHER,     /* gather(table, idx, axis=A) */
     KF_FORM_COUNT
 } kf_form;
 
@@ -80,7 +83,9 @@ enum {
     KF_TRAIT_COMMUTATIVE = 1u << 14,
     KF_TRAIT_LOGSPACE = 1u << 15, /* the log of its op's result (log_softmax: the softmax
                                      statistics, but never an attention kernel's P) */
-    KF_TRAIT_INDEX = 1u << 16     /* the result is an i32 index along the axis (argmax) */
+    KF_TRAIT_INDEX = 1u << 16,    /* the result is an i32 index along the axis (argmax) */
+    KF_TRAIT_REMAP = 1u << 17     /* slice/concat/gather: each result element is one operand
+                                     element at remapped coordinates, no math */
 };
 
 /* Dtype masks for the op table. */
@@ -115,6 +120,8 @@ int kf_form_arity(kf_form form);
 kf_op kf_op_from_name(const char *name, size_t len);
 /* The dtype whose name is `name` (`len` bytes), or KF_DTYPE_COUNT. */
 kf_dtype kf_dtype_from_name(const char *name, size_t len);
+/* gather's index dtypes. */
+static inline bool kf_dtype_is_index(kf_dtype d) { return d == KF_DTYPE_I32 || d == KF_DTYPE_I64; }
 static inline bool kf_dtype_is_float(kf_dtype d) {
     return d == KF_DTYPE_F32 || d == KF_DTYPE_F16 || d == KF_DTYPE_BF16 || d == KF_DTYPE_F64;
 }
@@ -159,6 +166,8 @@ typedef struct kf_attrs {
     kf_dtype to;     /* cast: the target dtype (== the tensor's dtype) */
     int perm[KF_MAX_RANK]; /* permute */
     double lo, hi;         /* clamp: min and max as given (-inf / inf: that side unbounded) */
+    int64_t start, step;   /* slice: normalized, 0 <= start < dim, step >= 1 (the result's
+                              length along axis is the dim; stop is implied) */
 } kf_attrs;
 
 struct kf_tensor {
@@ -191,6 +200,10 @@ struct kf_graph {
     uint32_t n_inputs, cap_inputs;
     kf_graph_output_slot *outputs;
     uint32_t n_outputs, cap_outputs;
+    /* kf_ir_add_output's hash set of output indices by name (open
+     * addressing, UINT32_MAX empty): outputs [0, n_out_set) are in it */
+    uint32_t *out_set;
+    uint32_t cap_out_set, n_out_set;
     kf_status status;       /* the first builder error: sticky */
     char error[KF_MSG_MAX]; /* its message */
     char last[KF_MSG_MAX];  /* the last non-sticky failure's message (verify, eval) */
@@ -223,6 +236,10 @@ kf_status kf_ir_note(kf_graph *g, kf_status status, const char *fmt, ...)
 /* "f32[8, 64]" into buf (always terminated); returns buf. */
 char *kf_ir_type_str(const kf_tensor *t, char *buf, size_t size);
 int64_t kf_ir_numel(const kf_tensor *t);
+/* The shortest gather axis that t indexes (min over the gathers that read t as
+ * idx), or 0 when no gather reads it: random inputs for t are drawn in
+ * [0, bound), so that the CPU target's range check passes. */
+int64_t kf_ir_index_bound(const kf_graph *g, const kf_tensor *t);
 /* Row-major element strides of `t`, and of `t` broadcast into a shape of rank
  * `rank` (right-aligned; stride 0 along broadcast dims). */
 void kf_ir_strides(const kf_tensor *t, int64_t *strides);
@@ -244,6 +261,7 @@ typedef struct kf_node_args {
     double eps;
     int perm[KF_MAX_RANK];
     double lo, hi;    /* clamp */
+    int64_t start, stop, step; /* slice, as given (Python's rules; stop INT64_MAX: the end) */
     const char *name; /* input */
     const void *data; /* const: numel elements in storage format; NULL for zeros */
 } kf_node_args;
@@ -346,6 +364,9 @@ typedef struct kf_eval_state {
     kf_graph *graph;
     double **values; /* graph->n_nodes entries; NULL for tensors not computed */
     bool exact;
+    /* kf_ir_eval_fused: per node, whether its value is kept unrounded (NULL:
+     * none is). */
+    const bool *unrounded;
 } kf_eval_state;
 
 /* Evaluates every tensor the outputs need, given host buffers for every input
@@ -354,6 +375,14 @@ typedef struct kf_eval_state {
 kf_status kf_ir_eval(kf_graph *g, const void *const *input_data, kf_eval_state *st);
 /* The same with st->exact set: every float value kept in double, unrounded. */
 kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_state *st);
+/* The reference with a GEMM's arithmetic: the same as kf_ir_eval, except that
+ * the product of a matmul whose every consumer is elementwise, and which is no
+ * graph output, is kept unrounded -- the epilogue (bias, activation, residual)
+ * applies to the f32 accumulator and only its result is rounded, as
+ * cuBLASLt's epilogues and kfuse's generated GEMM and attention kernels
+ * compute it. Another evaluation at the graph's dtypes, as legitimate as the
+ * per-op one, which kf_ir_judge also measures. */
+kf_status kf_ir_eval_fused(kf_graph *g, const void *const *input_data, kf_eval_state *st);
 /* Computes one tensor from its operands' values (which must be present in `st`).
  * Used by kf_ir_eval and by the planner's checker. */
 kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t);
@@ -398,10 +427,13 @@ double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n);
  * in f64 with no intermediate rounding (kf_ir_eval_exact):
  *   err       the backend's output;
  *   ref_err   the reference evaluator at the graph's dtypes (kf_ir_eval);
+ *   fused_err the reference with a GEMM's arithmetic (kf_ir_eval_fused):
+ *             matmul products unrounded into their elementwise epilogues;
  *   round_err the exact value rounded once to the output's dtype: what no
  *             backend that stores the output can beat;
- *   bound     KF_JUDGE_REF_FACTOR * max(ref_err, round_err) + floor, the
- *             floor kf_ir_judge_floor of the output's compute dtype and size;
+ *   bound     KF_JUDGE_REF_FACTOR * max(ref_err, fused_err, round_err) +
+ *             floor, the floor kf_ir_judge_floor of the output's compute
+ *             dtype and size;
  *   pass      err <= bound.
  * NaN never passes: an output NaN is accepted only where the reference (at
  * the graph's dtypes or exactly) is NaN too, an infinity only where one of
@@ -409,7 +441,7 @@ double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n);
  * bool outputs must equal the reference exactly (bound 0, err the relative
  * distance to it). */
 typedef struct kf_ir_verdict {
-    double err, ref_err, round_err, bound;
+    double err, ref_err, fused_err, round_err, bound;
     bool pass;
 } kf_ir_verdict;
 
@@ -423,13 +455,15 @@ typedef struct kf_ir_verdict {
 double kf_ir_judge_floor(kf_dtype d, int64_t n);
 
 /* Judges n elements of `out` (tensor t's dtype, storage format) against the
- * exact values and the reference's values of t (double). */
+ * exact values and the two references' values of t (double; `fused` may be
+ * NULL: only `ref` then). */
 kf_ir_verdict kf_ir_judge(const kf_graph *g, const kf_tensor *t, const void *out,
-                          const double *exact, const double *ref);
+                          const double *exact, const double *ref, const double *fused);
 
-/* Evaluates g twice on the same inputs (input_data as for kf_ir_eval), at its
- * dtypes and exactly, and judges outputs[i] (g->outputs[which[i]]'s storage)
- * into verdicts[i]. Failures as kf_ir_eval's (noted on the graph). */
+/* Evaluates g three times on the same inputs (input_data as for kf_ir_eval):
+ * at its dtypes per op and with a GEMM's arithmetic, and exactly; and judges outputs[i]
+ * (g->outputs[which[i]]'s storage) into verdicts[i]. Failures as kf_ir_eval's (noted on the graph).
+ */
 kf_status kf_ir_check(kf_graph *g, const void *const *input_data, size_t n,
                       const uint32_t *which, const void *const *outputs,
                       kf_ir_verdict *verdicts);

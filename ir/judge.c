@@ -13,7 +13,25 @@
  * and its error is compared with the reference's own error on the same
  * inputs:
  *
- *     err(out) <= KF_JUDGE_REF_FACTOR * max(err(ref), err(round(exact))) + floor
+ *     err(out) <= KF_JUDGE_REF_FACTOR * max(err(ref), err(fused), err(round(exact)))
+ *                 + floor
+ *
+ * err(fused) is the error of a second evaluation at the graph's dtypes, as
+ * legitimate as the per-op reference: a matmul's product is not rounded
+ * before its elementwise epilogue (kf_ir_eval_fused), which is how every GEMM
+ * with an epilogue computes (cuBLASLt's BIAS/GELU epilogues, kfuse's
+ * generated GEMM and attention kernels). One reference realization is one
+ * sample of the error that rounding at the graph's dtypes makes; where the
+ * graph is ill-conditioned, two equally good roundings land independently
+ * far from the exact value. Measured on examples/gpt2_block.kfg with the
+ * CLI's inputs (uniform [-1, 1) weights: attention scores of a few tens, one
+ * bf16 ulp 0.25, so each score's rounding moves a softmax weight by up to
+ * 13%): the per-op reference with only q, k and v rounded once after their
+ * bias instead of twice -- exactly cuBLASLt's BIAS epilogue -- had
+ * err / err(ref) up to 2.23, over 2 on 2 of 937 seeds, and so failed a rule
+ * that compared with err(ref) alone. Against the two realizations, a real
+ * error still stands out: both agree to a few percent wherever the graph is
+ * well-conditioned (tests/test_numerics.c's injected errors).
  *
  * err(round(exact)) covers an output the reference happened to hit almost
  * exactly (no backend that stores the output in its dtype does better than
@@ -54,7 +72,7 @@ static double normwise(double num, double den) {
 
 /* i32 and bool: the reference's value is the meaning, exactly. */
 static kf_ir_verdict judge_exact(const kf_tensor *t, const void *out, const double *ref) {
-    kf_ir_verdict v = {0.0, 0.0, 0.0, 0.0, true};
+    kf_ir_verdict v = {0.0, 0.0, 0.0, 0.0, 0.0, true};
     double num = 0.0, den = 0.0;
     int64_t n = kf_ir_numel(t);
     for (int64_t i = 0; i < n; i++) {
@@ -68,11 +86,11 @@ static kf_ir_verdict judge_exact(const kf_tensor *t, const void *out, const doub
 }
 
 kf_ir_verdict kf_ir_judge(const kf_graph *g, const kf_tensor *t, const void *out,
-                          const double *exact, const double *ref) {
+                          const double *exact, const double *ref, const double *fused) {
     if (!kf_dtype_is_float(t->dtype))
         return judge_exact(t, out, ref);
-    kf_ir_verdict v = {0.0, 0.0, 0.0, 0.0, true};
-    double num = 0.0, num_ref = 0.0, num_round = 0.0, den = 0.0;
+    kf_ir_verdict v = {0.0, 0.0, 0.0, 0.0, 0.0, true};
+    double num = 0.0, num_ref = 0.0, num_fused = 0.0, num_round = 0.0, den = 0.0;
     bool bad = false;
     int64_t n = kf_ir_numel(t);
     for (int64_t i = 0; i < n && !bad; i++) {
@@ -99,14 +117,17 @@ kf_ir_verdict kf_ir_judge(const kf_graph *g, const kf_tensor *t, const void *out
         num += (o - x) * (o - x);
         if (isfinite(r)) /* the reference overflowed where out did not */
             num_ref += (r - x) * (r - x);
+        if (fused && isfinite(fused[i]))
+            num_fused += (fused[i] - x) * (fused[i] - x);
         if (isfinite(rx))
             num_round += (rx - x) * (rx - x);
         den += x * x;
     }
     v.err = bad ? INFINITY : normwise(num, den);
     v.ref_err = normwise(num_ref, den);
+    v.fused_err = normwise(num_fused, den);
     v.round_err = normwise(num_round, den);
-    v.bound = KF_JUDGE_REF_FACTOR * fmax(v.ref_err, v.round_err) +
+    v.bound = KF_JUDGE_REF_FACTOR * fmax(fmax(v.ref_err, v.fused_err), v.round_err) +
               kf_ir_judge_floor(kf_ir_path_dtype(g, t), n);
     v.pass = !bad && v.err <= v.bound;
     return v;
@@ -114,20 +135,28 @@ kf_ir_verdict kf_ir_judge(const kf_graph *g, const kf_tensor *t, const void *out
 
 kf_status kf_ir_check(kf_graph *g, const void *const *input_data, size_t n, const uint32_t *which,
                       const void *const *outputs, kf_ir_verdict *verdicts) {
-    kf_eval_state ref, exact;
+    kf_eval_state ref, fused, exact;
     kf_status s = kf_ir_eval(g, input_data, &ref);
     if (s != KF_OK)
         return s;
+    s = kf_ir_eval_fused(g, input_data, &fused);
+    if (s != KF_OK) {
+        kf_ir_eval_release(&ref);
+        return s;
+    }
     s = kf_ir_eval_exact(g, input_data, &exact);
     if (s != KF_OK) {
+        kf_ir_eval_release(&fused);
         kf_ir_eval_release(&ref);
         return s;
     }
     for (size_t i = 0; i < n; i++) {
         const kf_tensor *t = g->outputs[which[i]].tensor;
-        verdicts[i] = kf_ir_judge(g, t, outputs[i], exact.values[t->id], ref.values[t->id]);
+        verdicts[i] = kf_ir_judge(g, t, outputs[i], exact.values[t->id], ref.values[t->id],
+                                  fused.values[t->id]);
     }
     kf_ir_eval_release(&exact);
+    kf_ir_eval_release(&fused);
     kf_ir_eval_release(&ref);
     return KF_OK;
 }

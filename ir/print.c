@@ -50,6 +50,8 @@ int kf_ir_format_number(char *buf, size_t size, double v, kf_dtype d) {
         /* i32 values are integers in range; clamp defensively so the cast is defined. */
         double c = v < -2147483648.0 ? -2147483648.0 : v > 2147483647.0 ? 2147483647.0 : v;
         snprintf(tmp, sizeof tmp, "%ld", (long)c);
+    } else if (d == KF_DTYPE_I64) {
+        snprintf(tmp, sizeof tmp, "%lld", (long long)kf_ir_round(d, v));
     } else {
         /* v is a value of dtype d (the caller passes a stored element or an
          * attribute); %.17g always reads back exactly, so the loop ends. Values
@@ -220,6 +222,22 @@ static void put_args(printer *p, const kf_tensor *t) {
     case KF_FORM_EXPAND:
         put(p, ", ");
         put_dims(p, t->dims, t->rank);
+        break;
+    case KF_FORM_SLICE: {
+        /* normalized: start (left out when 0), the smallest stop that gives
+         * the same elements, step (left out when 1) */
+        const kf_attrs *at = &t->attr;
+        putf(p, ", axis=%d", at->axis);
+        if (at->start)
+            putf(p, ", start=%lld", (long long)at->start);
+        putf(p, ", stop=%lld", (long long)(at->start + at->step * (t->dims[at->axis] - 1) + 1));
+        if (at->step != 1)
+            putf(p, ", step=%lld", (long long)at->step);
+        break;
+    }
+    case KF_FORM_CONCAT:
+    case KF_FORM_GATHER:
+        putf(p, ", axis=%d", t->attr.axis);
         break;
     case KF_FORM_CLAMP: {
         char buf[48];

@@ -31,6 +31,11 @@ static kf_node_args args_of(const kf_tensor *t) {
     a.lo = t->attr.lo;
     a.hi = t->attr.hi;
     memcpy(a.perm, t->attr.perm, sizeof a.perm);
+    if (t->op == KF_OP_SLICE) {
+        a.start = t->attr.start;
+        a.step = t->attr.step;
+        a.stop = t->attr.start + t->attr.step * (t->dims[t->attr.axis] - 1) + 1;
+    }
     a.name = t->name;
     a.data = t->data;
     return a;
@@ -41,7 +46,11 @@ static bool same_attrs(const kf_tensor *t, const kf_attrs *want) {
     switch (kf_op_get(t->op)->form) {
     case KF_FORM_IOTA:
     case KF_FORM_SOFTMAX:
+    case KF_FORM_CONCAT:
+    case KF_FORM_GATHER:
         return h->axis == want->axis;
+    case KF_FORM_SLICE:
+        return h->axis == want->axis && h->start == want->start && h->step == want->step;
     case KF_FORM_REDUCE:
         return h->axis == want->axis && h->keepdim == want->keepdim;
     case KF_FORM_LAYER_NORM:

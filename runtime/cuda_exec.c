@@ -1071,6 +1071,46 @@ static kf_status mark_done(kf_cuda_exec *ex, kf_cu_stream stream, bool captured,
     return kf_cuda_event_record(&ex->dev, ex->done, stream, err);
 }
 
+kf_status kf_cuda_exec_time_groups(kf_cuda_exec *ex, int reps, double *ms, char *err) {
+    if (!prepared(ex) || !ms || reps < 1)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_time_groups: bad argument");
+    uint32_t ng = ex->plan->n_groups, n = ex->n_order;
+    kf_cu_event *ev = kf_mem_calloc(&ex->mem, n + 1, sizeof *ev);
+    float *t = kf_mem_calloc(&ex->mem, (size_t)ng * (size_t)reps, sizeof *t);
+    kf_status st = ev && t ? KF_OK : kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+    uint32_t made = 0;
+    while (made <= n && st == KF_OK) {
+        st = kf_cuda_event_create(&ex->dev, &ev[made], err);
+        made += st == KF_OK;
+    }
+    for (int r = 0; r < reps && st == KF_OK; r++) {
+        for (uint32_t i = 0; i < n && st == KF_OK; i++) {
+            st = kf_cuda_event_record(&ex->dev, ev[i], ex->stream, err);
+            if (st == KF_OK)
+                st = launch_step(ex, &ex->steps[ex->order[i]], ex->stream, err);
+        }
+        if (st == KF_OK)
+            st = kf_cuda_event_record(&ex->dev, ev[n], ex->stream, err);
+        if (st == KF_OK)
+            st = kf_cuda_stream_sync(&ex->dev, ex->stream, "timed steps", err);
+        for (uint32_t i = 0; i < n && st == KF_OK; i++) {
+            float e = 0;
+            st = kf_cuda_event_elapsed(&ex->dev, ev[i], ev[i + 1], &e, err);
+            t[(size_t)ex->steps[ex->order[i]].group * (size_t)reps + (size_t)r] += e;
+        }
+    }
+    for (uint32_t g = 0; g < ng && st == KF_OK; g++) {
+        float *v = t + (size_t)g * (size_t)reps;
+        qsort(v, (size_t)reps, sizeof *v, cmp_float);
+        ms[g] = reps % 2 ? v[reps / 2] : 0.5 * ((double)v[reps / 2 - 1] + v[reps / 2]);
+    }
+    for (uint32_t i = 0; i < made && ev; i++)
+        kf_cuda_event_destroy(&ex->dev, ev[i]);
+    kf_mem_free(&ex->mem, t, (size_t)ng * (size_t)reps * sizeof *t);
+    kf_mem_free(&ex->mem, ev, (n + 1) * sizeof *ev);
+    return st;
+}
+
 kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, char *err) {
     if (!prepared(ex) || !bound)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run: NULL argument");

@@ -122,6 +122,14 @@ kf_status kf_cuda_exec_set_input(kf_cuda_exec *ex, uint32_t t, const void *src, 
 /* For the bench: enqueues every step on `stream` (NULL: the exec's) without
  * any copy or synchronization. */
 kf_status kf_cuda_exec_launch(kf_cuda_exec *ex, void *stream, char *err);
+/* For the bench: where a run's time goes. Runs the steps `reps` times on the
+ * exec's stream with an event recorded before each step and after the last,
+ * and writes each group's median milliseconds (the sum of its chosen
+ * variant's steps; plan->n_groups entries, 0 for groups with no step) into
+ * ms. The events sit between the launches, so the sum over groups is the
+ * run's device time plus a few microseconds per step; a CUDA graph is not
+ * used here. */
+kf_status kf_cuda_exec_time_groups(kf_cuda_exec *ex, int reps, double *ms, char *err);
 /* The number of device launches one kf_cuda_exec_launch makes (kernels and
  * cuBLASLt calls), the exec's stream and its device. */
 size_t kf_cuda_exec_launch_count(const kf_cuda_exec *ex);

@@ -74,6 +74,7 @@ __device__ __forceinline__ float kf_round_f16(float x) { return kf_f16_to_f32(kf
 __device__ __forceinline__ float kf_cvt(float v) { return v; }
 __device__ __forceinline__ double kf_cvt(double v) { return v; }
 __device__ __forceinline__ int kf_cvt(int v) { return v; }
+__device__ __forceinline__ long long kf_cvt(long long v) { return v; }
 __device__ __forceinline__ bool kf_cvt(unsigned char v) { return v != 0; }
 __device__ __forceinline__ float kf_cvt(kf_f16 v) { return kf_f16_to_f32(v.x); }
 __device__ __forceinline__ float kf_cvt(kf_bf16 v) { return kf_bf16_to_f32(v.x); }

@@ -479,6 +479,74 @@ static kf_tensor *motif_layout(gen *G) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Indexed reads: slice, concat, gather                                      */
+/* ------------------------------------------------------------------------ */
+
+/* x sliced, concatenated (with a leaf, a function of x, or rotate_half) or
+ * gathered along a random axis; x itself when the shape does not allow it. */
+static kf_tensor *remap(gen *G, kf_tensor *x) {
+    kf_graph *g = G->g;
+    shape s = shape_of(x);
+    if (s.rank == 0)
+        return x;
+    int ax = below(G, s.rank);
+    int neg_ax = chance(G, 30) ? ax - s.rank : ax; /* negative spellings too */
+    int64_t d = s.d[ax];
+    int k = below(G, 4);
+    if (k == 0 && d >= 2) { /* slice, Python's rules (negative bounds now and then) */
+        int64_t start = below(G, (int)d - 1), stop = start + 1 + below(G, (int)(d - start));
+        int64_t step = 1 + below(G, 2);
+        if (chance(G, 25))
+            start -= d;
+        if (chance(G, 20))
+            stop = INT64_MAX;
+        return kf_slice(g, x, neg_ax, start, stop, step);
+    }
+    if (k == 1 && d >= 2 && d % 2 == 0) { /* rotate_half: concat(-x2, x1) */
+        kf_tensor *x1 = kf_slice(g, x, ax, 0, d / 2, 1), *x2 = kf_slice(g, x, ax, d / 2, d, 1);
+        kf_tensor *parts[2] = {kf_neg(g, x2), x1};
+        return kf_concat(g, 2, parts, neg_ax);
+    }
+    if (k <= 2) { /* concat with a leaf and, now and then, a function of x */
+        shape t = s;
+        t.d[ax] = 1 + below(G, 4);
+        if (2 * shape_numel(&s) + shape_numel(&t) > 2 * NUMEL_CAP)
+            return x;
+        kf_tensor *parts[3] = {x, leaf(G, kf_tensor_dtype(x), &t), NULL};
+        int n = 2;
+        if (chance(G, 40))
+            parts[n++] = unary(G, x);
+        if (chance(G, 50)) {
+            kf_tensor *tmp = parts[0];
+            parts[0] = parts[1];
+            parts[1] = tmp;
+        }
+        return kf_concat(g, n, parts, neg_ax);
+    }
+    /* gather with i32 or i64 indices of rank 1 or 2 */
+    shape is = {.rank = 1 + below(G, 2)};
+    for (int i = 0; i < is.rank; i++)
+        is.d[i] = 1 + below(G, 4);
+    if (s.rank - 1 + is.rank > KF_MAX_RANK ||
+        shape_numel(&s) / d * shape_numel(&is) > 2 * NUMEL_CAP)
+        return x;
+    return kf_gather(g, x, input(G, chance(G, 50) ? KF_DTYPE_I32 : KF_DTYPE_I64, &is), neg_ax);
+}
+
+static kf_tensor *motif_remap(gen *G) {
+    kf_tensor *x = start_value(G, 1);
+    if (chance(G, 50))
+        x = chain(G, x, 1 + below(G, 2));
+    x = remap(G, x);
+    if (chance(G, 40))
+        x = remap(G, x);
+    if (chance(G, 25) && kf_tensor_rank(x) > 0)
+        x = chance(G, 50) ? kf_softmax(G->g, x, -1)
+                          : kf_reduce_sum(G->g, x, below(G, kf_tensor_rank(x)), chance(G, 50));
+    return chain(G, x, below(G, 3));
+}
+
+/* ------------------------------------------------------------------------ */
 /* Row-wise: norms, softmax, reductions                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -822,8 +890,10 @@ kf_status kf_gen_graph(kf_ctx *ctx, uint64_t seed, const kf_gen_options *o, kf_g
             y = motif_rowwise(&G);
         else if (r < 88)
             y = motif_attention(&G);
-        else
+        else if (r < 94)
             y = motif_layout(&G);
+        else
+            y = motif_remap(&G);
         if (!y)
             break;
         if (chance(&G, 4)) {

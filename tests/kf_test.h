@@ -132,6 +132,9 @@ static inline void kf_test_store(void *buf, kf_dtype d, size_t i, double v) {
     case KF_DTYPE_BOOL:
         ((uint8_t *)buf)[i] = v != 0.0;
         break;
+    case KF_DTYPE_I64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
     default:
         break;
     }
@@ -144,7 +147,9 @@ static inline void kf_test_fill(void *buf, kf_dtype d, size_t n, kf_test_rng *r,
                                 double hi) {
     for (size_t i = 0; i < n; i++) {
         double v = kf_test_range(r, lo, hi);
-        if (d == KF_DTYPE_I32) {
+        if (d == KF_DTYPE_I64) {
+            v = floor(v);
+        } else if (d == KF_DTYPE_I32) {
             v = floor(v);
             v = v < -2147483648.0 ? -2147483648.0 : v > 2147483647.0 ? 2147483647.0 : v;
         } else if (d == KF_DTYPE_BOOL) {
@@ -152,6 +157,18 @@ static inline void kf_test_fill(void *buf, kf_dtype d, size_t n, kf_test_rng *r,
         }
         kf_test_store(buf, d, i, v);
     }
+}
+
+/* Fills graph input t (n elements): a gather's indices uniformly over the
+ * shortest axis they index (kf_ir_index_bound), so the CPU target's range
+ * check passes; anything else as kf_test_fill(lo, hi). */
+static inline void kf_test_fill_input(void *buf, const kf_tensor *t, size_t n, kf_test_rng *r,
+                                      double lo, double hi) {
+    int64_t bound = kf_ir_index_bound(t->graph, t);
+    if (bound > 0)
+        kf_test_fill(buf, t->dtype, n, r, 0, (double)bound);
+    else
+        kf_test_fill(buf, t->dtype, n, r, lo, hi);
 }
 
 /* Poisons n elements: a quiet NaN for float dtypes, 0xA5 bytes otherwise. */

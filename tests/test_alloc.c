@@ -55,7 +55,7 @@ static void buffers_make(buffers *b, const kf_graph *g, uint64_t seed) {
     for (size_t i = 0; i < b->n_in; i++) {
         const kf_tensor *t = kf_graph_input(g, i);
         b->in[i] = (kf_binding){kf_tensor_name(t), malloc(bytes_of(t)), bytes_of(t)};
-        kf_test_fill(b->in[i].data, kf_tensor_dtype(t), (size_t)kf_tensor_numel(t), &rng, -1, 1);
+        kf_test_fill_input(b->in[i].data, t, (size_t)kf_tensor_numel(t), &rng, -1, 1);
     }
     for (size_t i = 0; i < b->n_out; i++) {
         const kf_tensor *t = kf_graph_output(g, i);

@@ -62,8 +62,8 @@ static kf_binding *make_inputs(kf_graph *g, kf_test_rng *r, double lo, double hi
         in[i].size = numel * kf_dtype_size(d);
         in[i].data = malloc(in[i].size ? in[i].size : 1);
         assert_non_null(in[i].data);
-        if (d == KF_DTYPE_I32)
-            kf_test_fill(in[i].data, d, numel, r, -8, 9);
+        if (d == KF_DTYPE_I32 || d == KF_DTYPE_I64)
+            kf_test_fill_input(in[i].data, t, numel, r, -8, 9);
         else if (d == KF_DTYPE_BOOL)
             kf_test_fill(in[i].data, d, numel, r, 0, 2);
         else
@@ -330,7 +330,7 @@ static bool groups_match(kf_graph *g, const kf_binding *in) {
     char err[KF_MSG_MAX];
     kf_cpu_exec *x = NULL;
     void **bound = calloc(g->n_nodes, sizeof *bound);
-    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false};
+    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false, NULL};
     bool ok = bound && st.values;
     for (uint32_t k = 0; ok && k < g->n_inputs; k++) {
         const kf_tensor *t = g->inputs[k];
@@ -624,6 +624,83 @@ static void test_expand_alone_fused_and_reduced_in_every_dtype(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* slice (steps, negative bounds), concat (nested, along every axis) and
+ * gather (i32 and i64 indices, every axis) alone -- their own kernel -- and
+ * fused into a consumer, in every dtype; and the rotary pattern in the float
+ * dtypes, fused into a softmax's prologue. Outputs poisoned, judged against
+ * the reference on fresh random inputs (indices drawn in range). */
+static void test_slice_concat_gather_alone_and_fused_in_every_dtype(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(33);
+    int n = 0, bad = 0;
+    for (size_t di = 0; di < N_DTYPES; di++) {
+        const char *dn = kf_dtype_name(all_dtypes[di]);
+        bool num = all_dtypes[di] != KF_DTYPE_BOOL;
+        const char *op = num ? "max" : "eq";
+        char text[1024];
+        for (int ax = 0; ax < 3; ax++) {
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[5, 6, 7])\nb = input(%s[5, 6, 7])\n"
+                     "s = slice(x, axis=%d, start=-4, step=2)\nt = slice(b, axis=%d, stop=2)\n"
+                     "c = concat(s, t, s, axis=%d)\nu = slice(c, axis=%d, start=1)\n"
+                     "i = input(%s[3, 2])\ng = gather(x, i, axis=%d)\n"
+                     "h = gather(b, i, axis=%d)\nk = %s(g, h)\n"
+                     "output c\noutput u\noutput g\noutput k\n",
+                     dn, dn, ax, ax, ax, ax, ax % 2 ? "i64" : "i32", ax, ax, op);
+            bad += !check_text(ctx, text, &r);
+            n++;
+        }
+        if (kf_dtype_is_float(all_dtypes[di])) {
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[6, 3, 16])\ncs = input(%s[6, 1, 16])\n"
+                     "sn = input(%s[6, 1, 16])\nx1 = slice(x, axis=-1, stop=8)\n"
+                     "x2 = slice(x, axis=-1, start=8)\nn = neg(x2)\nrh = concat(n, x1, axis=-1)\n"
+                     "a = mul(x, cs)\nq = mul(rh, sn)\ny = add(a, q)\nz = softmax(y)\n"
+                     "output z\n",
+                     dn, dn, dn);
+            bad += !check_text(ctx, text, &r);
+        }
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(n, 18);
+    assert_int_equal(bad, 0);
+}
+
+/* The CPU target's gather contract: an index outside the axis fails the run
+ * with KF_ERR_INVALID_ARGUMENT naming the index and the table; one in range
+ * after it runs again. */
+static void test_gather_index_out_of_range_fails_the_cpu_run(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_graph *g = parse(ctx, "kfg 1\nw = input(f32[10, 4])\ni = input(i64[3])\n"
+                             "e = gather(w, i, axis=0)\ny = mul(e, e)\noutput y\n");
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(ctx, g, &p), KF_OK);
+    float w[40], y[12];
+    for (int k = 0; k < 40; k++)
+        w[k] = (float)k;
+    const int64_t cases[][3] = {{1, 10, 2}, {-1, 0, 0}, {3, 9, 0}};
+    for (int c = 0; c < 3; c++) {
+        kf_binding in[2] = {{"w", w, sizeof w}, {"i", (void *)cases[c], sizeof cases[c]}};
+        kf_binding out = {"y", y, sizeof y};
+        kf_status st = kf_program_run(p, in, 2, &out, 1, NULL);
+        if (c == 2) {
+            assert_int_equal(st, KF_OK);
+            assert_true(y[0] == 144.0f && y[4] == 36.0f * 36.0f && y[11] == 3.0f * 3.0f);
+        } else {
+            assert_int_equal(st, KF_ERR_INVALID_ARGUMENT);
+            const char *msg = kf_program_error(p);
+            if (!strstr(msg, c ? "index -1 at element 0" : "index 10 at element 1") ||
+                !strstr(msg, "out of range for axis 0 of table f32[10, 4] (0 to 9)"))
+                fail_msg("message: %s", msg);
+        }
+    }
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 static void test_every_binary_op_broadcasts_in_every_dtype(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
@@ -788,28 +865,34 @@ static void test_f64_norms_of_rows_whose_squares_overflow(void **state) {
  * as the reference does in double, in a row kernel and as a GEMM's norm
  * prologue. Before, the statistics were summed in f32 and the rows came out
  * as garbage (relative error 0.45 in the random graph). */
-static void test_f32_norms_of_rows_whose_squares_overflow_f32(void **state) {
+/* bf16 has f32's exponent range, so its rows overflow f32 squares too (the
+ * CPU widened only f32 norms until the GPU's test of bf16 rows found it). */
+static void test_f32_and_bf16_norms_of_rows_whose_squares_overflow_f32(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
     kf_test_rng r = kf_test_rng_make(13);
     int bad = 0;
     static const char *const scales[] = {"1e21", "-3e30"};
+    static const char *const dts[] = {"f32", "bf16"};
     char text[1024];
-    for (size_t k = 0; k < 2; k++) {
-        snprintf(text, sizeof text,
-                 "kfg 1\nx = input(f32[5, 39])\nw = input(f32[39])\nb = input(f32[39])\n"
-                 "c = const(f32[], %s)\nh = mul(x, c)\n"
-                 "l = layer_norm(h, w, b, eps=1e-5)\nr = rms_norm(h, w, eps=1e-6)\n"
-                 "half = const(f32[], 0.5)\nel = mul(l, half)\ner = sub(r, w)\n"
-                 "output el\noutput er\n",
-                 scales[k]);
-        bad += !check_text(ctx, text, &r);
-        snprintf(text, sizeof text,
-                 "kfg 1\nx = input(f32[6, 39])\nw = input(f32[39])\nm = input(f32[39, 8])\n"
-                 "c = const(f32[], %s)\nh = mul(x, c)\nn = rms_norm(h, w, eps=1e-6)\n"
-                 "y = matmul(n, m)\noutput y\n",
-                 scales[k]);
-        bad += !check_text(ctx, text, &r);
+    for (size_t d = 0; d < 2; d++) {
+        const char *t = dts[d];
+        for (size_t k = 0; k < 2; k++) {
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[5, 39])\nw = input(%s[39])\nb = input(%s[39])\n"
+                     "c = const(%s[], %s)\nh = mul(x, c)\n"
+                     "l = layer_norm(h, w, b, eps=1e-5)\nr = rms_norm(h, w, eps=1e-6)\n"
+                     "half = const(%s[], 0.5)\nel = mul(l, half)\ner = sub(r, w)\n"
+                     "output el\noutput er\n",
+                     t, t, t, t, scales[k], t);
+            bad += !check_text(ctx, text, &r);
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[6, 39])\nw = input(%s[39])\nm = input(%s[39, 8])\n"
+                     "c = const(%s[], %s)\nh = mul(x, c)\nn = rms_norm(h, w, eps=1e-6)\n"
+                     "y = matmul(n, m)\noutput y\n",
+                     t, t, t, t, scales[k]);
+            bad += !check_text(ctx, text, &r);
+        }
     }
     kf_ctx_destroy(ctx);
     assert_int_equal(bad, 0);
@@ -1488,11 +1571,13 @@ int main(void) {
         cmocka_unit_test(test_every_unary_op_in_every_dtype),
         cmocka_unit_test(test_clamp_in_every_dtype_alone_and_fused),
         cmocka_unit_test(test_expand_alone_fused_and_reduced_in_every_dtype),
+        cmocka_unit_test(test_slice_concat_gather_alone_and_fused_in_every_dtype),
+        cmocka_unit_test(test_gather_index_out_of_range_fails_the_cpu_run),
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_dtype),
         cmocka_unit_test(test_where_cast_and_iota_in_every_dtype),
         cmocka_unit_test(test_reductions_norms_and_softmax_over_every_axis),
         cmocka_unit_test(test_f64_norms_of_rows_whose_squares_overflow),
-        cmocka_unit_test(test_f32_norms_of_rows_whose_squares_overflow_f32),
+        cmocka_unit_test(test_f32_and_bf16_norms_of_rows_whose_squares_overflow_f32),
         cmocka_unit_test(test_gemm_layouts_and_fused_epilogues),
         cmocka_unit_test(test_attention_with_every_mask_class),
         cmocka_unit_test(test_views_copies_and_aliased_outputs),

@@ -139,8 +139,8 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
         in[i].name = kf_tensor_name(t);
         in[i].size = n * kf_dtype_size(d);
         in[i].data = malloc(in[i].size + 1);
-        kf_test_fill(in[i].data, d, n, &rng, d == KF_DTYPE_I32 ? -8 : o->lo,
-                     d == KF_DTYPE_I32 ? 9 : o->hi);
+        bool ints = d == KF_DTYPE_I32 || d == KF_DTYPE_I64;
+        kf_test_fill_input(in[i].data, t, n, &rng, ints ? -8 : o->lo, ints ? 9 : o->hi);
     }
     for (size_t i = 0; i < n_out; i++) {
         const kf_tensor *t = kf_graph_output(g, i);
@@ -297,6 +297,66 @@ static void test_an_elementwise_chain_fuses_into_one_kernel_and_matches(void **s
     }
 }
 
+/* slice, concat and gather read through in elementwise (rotary), row-wise
+ * (an embedding lookup into rms_norm, a gather into softmax) and column-
+ * reduction kernels, every float dtype, i32 and i64 indices. */
+static void test_slices_concats_and_gathers_match_in_their_consumers(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -2, .hi = 2};
+        run_text("kfg 1\nx = input(%s[128, 8, 64])\ncs = input(%s[128, 1, 64])\n"
+                 "sn = input(%s[128, 1, 64])\nx1 = slice(x, axis=-1, stop=32)\n"
+                 "x2 = slice(x, axis=-1, start=32)\nn = neg(x2)\nr = concat(n, x1, axis=-1)\n"
+                 "a = mul(x, cs)\nb = mul(r, sn)\ny = add(a, b)\noutput y\n",
+                 float_dtypes[d], 420, &o, "rotary");
+        run_text("kfg 1\nx = input(%s[64, 300])\nt = input(%s[64, 7])\n"
+                 "s = slice(x, axis=1, start=-250, stop=299, step=3)\n"
+                 "c = concat(t, s, t, axis=1)\ne = exp(c)\nr = reduce_sum(e, axis=0)\n"
+                 "m = softmax(c)\noutput r\noutput m\n",
+                 float_dtypes[d], 421, &o, "stepped slice, concat, column sum, softmax");
+        run_text("kfg 1\nw = input(%s[1000, 256])\nids = input(i64[4, 32])\n"
+                 "nw = input(%s[256])\ne = gather(w, ids, axis=0)\nh = rms_norm(e, nw)\n"
+                 "t = input(%s[3, 50, 40])\nj = input(i32[6])\ng = gather(t, j, axis=1)\n"
+                 "p = softmax(g)\noutput h\noutput p\n",
+                 float_dtypes[d], 422, &o, "embedding into rms_norm, gather into softmax");
+        /* elementwise kernels whose index loads are vectors (contiguous over
+         * the space), i64 and i32, and a gather of a slice of a concat */
+        run_text("kfg 1\nw = input(%s[5000])\nids = input(i64[65536])\ne = gather(w, ids, axis=0)\n"
+                 "y = mul(e, e)\nv = input(%s[300, 5])\nj = input(i32[4096, 2])\n"
+                 "u = input(%s[300, 3])\nc = concat(u, v, axis=1)\nsl = slice(c, axis=1, start=2)\n"
+                 "g = gather(sl, j, axis=0)\nz = exp(g)\noutput y\noutput z\n",
+                 float_dtypes[d], 423, &o, "vector index loads; gather of a slice of a concat");
+    }
+}
+
+/* The CUDA target's gather contract: an index outside the axis is clamped
+ * into it (the CPU target fails the run instead; the reference refuses it). */
+static void test_gather_clamps_an_index_outside_the_axis_on_the_gpu(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_graph *g = NULL;
+    const char *text = "kfg 1\nw = input(f32[10, 4])\ni = input(i64[4])\n"
+                       "e = gather(w, i, axis=0)\noutput e\n";
+    assert_int_equal(kf_graph_parse(G.ctx, text, strlen(text), &g), KF_OK);
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(G.ctx, g, &p), KF_OK);
+    float w[40], e[16];
+    for (int k = 0; k < 40; k++)
+        w[k] = (float)k;
+    const int64_t idx[4] = {-5, 3, 99, INT64_MAX};
+    kf_binding in[2] = {{"w", w, sizeof w}, {"i", (void *)idx, sizeof idx}};
+    kf_binding out = {"e", e, sizeof e};
+    kf_test_poison(e, KF_DTYPE_F32, 16);
+    assert_int_equal(kf_program_run(p, in, 2, &out, 1, NULL), KF_OK);
+    const int rows[4] = {0, 3, 9, 9};
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++)
+            assert_true(e[r * 4 + c] == (float)(rows[r] * 4 + c));
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+}
+
 /* Groups of 128 chunks or more take the bulk path on sm_90 and later
  * (elementwise_bulk): whole chunks through shared memory by bulk copies, then
  * the partial last chunk by the grid-stride loops. Per-column operands whose
@@ -430,6 +490,47 @@ static void test_f64_norms_of_rows_whose_squares_overflow_match(void **state) {
                      lens[l], lens[l], lens[l], lens[l], scales[c]);
             run_opts o = {.lo = -3, .hi = 3};
             run_text(fmt, KF_DTYPE_F64, 700 + l * 2 + c, &o, "f64 norms of huge rows");
+        }
+    }
+}
+
+/* f32 and bf16 rows hold values up to 2^128: a square above 2^64 (or a sum
+ * of values near 2^128) overflows the f32 statistics, and a norm of rows near
+ * 1e21 came out 0 or NaN (the CPU did the same before b954a91). Every row
+ * kernel path: a warp per row in registers (39), staged through shared
+ * memory (layer_norm of 1000), a block per row (5000), re-read per pass
+ * (40000), and a GEMM's norm prologue; sums that overflow (3e37 x 5000) as
+ * well as squares. */
+static void test_f32_and_bf16_norms_of_rows_whose_squares_overflow_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const int lens[] = {39, 1000, 5000, 40000};
+    static const char *const scales[] = {"1e21", "-3e30", "3e37"};
+    static const kf_dtype dts[] = {KF_DTYPE_F32, KF_DTYPE_BF16};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t l = 0; l < N_OF(lens); l++) {
+            for (size_t c = 0; c < N_OF(scales); c++) {
+                char fmt[1024];
+                snprintf(fmt, sizeof fmt,
+                         "kfg 1\nx = input(%%s[9, %d])\nv = input(%%s[9, %d])\n"
+                         "w = input(%%s[%d])\nb = input(%%s[%d])\nc = const(%%s[], %s)\n"
+                         "xs = mul(x, c)\nvs = mul(v, c)\nrn = rms_norm(xs, w, eps=1e-6)\n"
+                         "ln = layer_norm(vs, w, b, eps=1e-5)\nrt = relu(ln)\n"
+                         "output rn\noutput rt\n",
+                         lens[l], lens[l], lens[l], lens[l], scales[c]);
+                run_opts o = {.lo = -3, .hi = 3};
+                run_text(fmt, dts[d], 740 + d * 20 + l * 4 + c, &o, "norms of huge rows");
+            }
+        }
+        for (size_t c = 0; c < N_OF(scales); c++) {
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nx = input(%%s[6, 64])\nw = input(%%s[64])\nm = input(%%s[64, 72])\n"
+                     "c = const(%%s[], %s)\nh = mul(x, c)\nn = rms_norm(h, w, eps=1e-6)\n"
+                     "y = matmul(n, m)\noutput y\n",
+                     scales[c]);
+            run_opts o = {.lo = -3, .hi = 3};
+            run_text(fmt, dts[d], 790 + d * 4 + c, &o, "a GEMM's norm prologue of huge rows");
         }
     }
 }
@@ -1548,10 +1649,13 @@ int main(void) {
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_float_dtype),
         cmocka_unit_test(test_comparisons_where_cast_and_i32_match_exactly),
         cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
+        cmocka_unit_test(test_slices_concats_and_gathers_match_in_their_consumers),
+        cmocka_unit_test(test_gather_clamps_an_index_outside_the_axis_on_the_gpu),
         cmocka_unit_test(test_large_elementwise_groups_take_the_bulk_path_and_match),
         cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),
         cmocka_unit_test(test_every_rowwise_op_in_every_float_dtype_matches),
         cmocka_unit_test(test_f64_norms_of_rows_whose_squares_overflow_match),
+        cmocka_unit_test(test_f32_and_bf16_norms_of_rows_whose_squares_overflow_match),
         cmocka_unit_test(test_f32_gelu_of_large_x_rounds_to_x_as_the_reference),
         cmocka_unit_test(test_column_reductions_and_norm_prologue_epilogue_fusions_match),
         cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),

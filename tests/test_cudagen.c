@@ -404,6 +404,45 @@ static void test_every_elementwise_op_in_one_kernel_per_dtype(void **state) {
                  NULL);
 }
 
+/* slice, concat and gather read through in elementwise, row-wise and
+ * column-reduction kernels (offsets, per-element coordinate nodes, the
+ * saturating i64 -> i32 index), NVRTC-compiled for both archs; the remapped
+ * loads are spelled element by element with the offset and each coordinate. */
+static void test_slices_concats_and_gathers_compile_into_their_consumers(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        /* rotary embedding: x*cos + rotate_half(x)*sin, one kernel */
+        "kfg 1\nx = input(bf16[4, 2, 64])\ncos = input(bf16[4, 1, 64])\nsin = input(bf16[4, 1, "
+        "64])\nx1 = slice(x, axis=2, stop=32)\nx2 = slice(x, axis=2, start=32)\nn = neg(x2)\n"
+        "r = concat(n, x1, axis=2)\na = mul(x, cos)\nb = mul(r, sin)\ny = add(a, b)\noutput y\n",
+        /* embedding lookup with i64 indices, scaled */
+        "kfg 1\nw = input(f16[100, 64])\ni = input(i64[4, 8])\ne = gather(w, i, axis=0)\n"
+        "s = const(f16[], 8)\ny = mul(e, s)\noutput y\n",
+        /* a gather on a middle axis with i32 indices, into a softmax (row-wise prologue) */
+        "kfg 1\nt = input(f32[3, 10, 64])\ni = input(i32[5])\ng = gather(t, i, axis=1)\n"
+        "y = softmax(g, axis=-1)\noutput y\n",
+        /* slices with a step, and a concat into a column reduction */
+        "kfg 1\nx = input(f32[16, 48])\na = slice(x, axis=1, start=1, stop=48, step=3)\n"
+        "b = slice(x, axis=1, stop=16)\nc = concat(a, b, axis=0)\ns = reduce_sum(c, axis=0)\n"
+        "output s\n",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        planned p;
+        plan_text(texts[i], &p);
+        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+        assert_int_equal(compile_all(p.plan, NULL), 2);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        if (getenv("KF_TEST_SHOW_SOURCE"))
+            fprintf(stderr, "%s\n", k.source);
+        assert_non_null(strstr(k.source, "kf_ld(p"));
+        if (i == 1)
+            assert_non_null(strstr(k.source, "2147483647LL")); /* the saturating index */
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+    }
+}
+
 /* Every row-wise op with a prologue and an epilogue, in every float dtype. */
 static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **state) {
     (void)state;
@@ -1327,6 +1366,7 @@ int main(void) {
         cmocka_unit_test(test_unfused_attention_says_why),
         cmocka_unit_test(test_recipes_refuse_argmax_with_a_clear_message),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
+        cmocka_unit_test(test_slices_concats_and_gathers_compile_into_their_consumers),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
         cmocka_unit_test(test_kernel_names_templates_vectors_and_params),

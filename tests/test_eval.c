@@ -619,6 +619,54 @@ static void test_expand_repeats_along_the_broadcast_dims(void **state) {
     assert_memory_equal(y, ((const double[]){1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3}), sizeof y);
 }
 
+/* slice with a step, concat along a middle axis, gather with i32 and i64
+ * indices: hand-computed values. */
+static void test_slice_concat_and_gather_pick_the_right_elements(void **state) {
+    kf_graph *g = G;
+    double x[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}; /* [3, 4] */
+    double b[3] = {-1, -2, -3};                            /* [3, 1] */
+    int32_t i32[3] = {2, 0, 2};
+    int64_t i64[2] = {3, 1};
+    kf_tensor *xt = in64(g, "x", 2, DIMS(3, 4)), *bt = in64(g, "b", 2, DIMS(3, 1));
+    kf_tensor *it = kf_input(g, "i", KF_DTYPE_I32, 1, DIMS(3));
+    kf_tensor *jt = kf_input(g, "j", KF_DTYPE_I64, 2, DIMS(1, 2));
+    out(g, "s", kf_slice(g, xt, 1, -3, INT64_MAX, 2)); /* columns 1, 3 */
+    kf_tensor *parts[3] = {bt, kf_slice(g, xt, 1, 0, 2, 1), bt};
+    out(g, "c", kf_concat(g, 3, parts, 1));
+    out(g, "r", kf_gather(g, xt, it, 0));
+    out(g, "q", kf_gather(g, xt, jt, 1));
+    kf_binding in[4] = {
+        {"x", x, sizeof x}, {"b", b, sizeof b}, {"i", i32, sizeof i32}, {"j", i64, sizeof i64}};
+    double s[6], c[12], r[12], q[6];
+    kf_binding o[4] = {
+        {"s", s, sizeof s}, {"c", c, sizeof c}, {"r", r, sizeof r}, {"q", q, sizeof q}};
+    eval_ok(g, in, 4, o, 4);
+    assert_memory_equal(s, ((const double[]){1, 3, 5, 7, 9, 11}), sizeof s);
+    assert_memory_equal(c, ((const double[]){-1, 0, 1, -1, -2, 4, 5, -2, -3, 8, 9, -3}), sizeof c);
+    assert_memory_equal(r, ((const double[]){8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11}), sizeof r);
+    assert_memory_equal(q, ((const double[]){3, 1, 7, 5, 11, 9}), sizeof q);
+}
+
+/* An index outside the axis is an error naming it, never a read out of
+ * bounds; negative indices are out of range too (no Python wrap-around). */
+static void test_gather_refuses_an_index_outside_the_axis(void **state) {
+    kf_graph *g = G;
+    double x[6] = {0};
+    kf_tensor *xt = in64(g, "x", 2, DIMS(3, 2));
+    kf_tensor *it = kf_input(g, "i", KF_DTYPE_I64, 1, DIMS(2));
+    out(g, "y", kf_gather(g, xt, it, 0));
+    double y[4];
+    kf_binding o = {"y", y, sizeof y};
+    const int64_t cases[][2] = {{0, 3}, {-1, 0}, {INT64_C(1) << 40, 1}};
+    for (size_t k = 0; k < COUNT(cases); k++) {
+        kf_binding in[2] = {{"x", x, sizeof x}, {"i", (void *)cases[k], sizeof cases[k]}};
+        assert_int_equal(kf_graph_eval(g, in, 2, &o, 1), KF_ERR_INVALID_ARGUMENT);
+        if (!strstr(kf_graph_error(g), "gather: index") ||
+            !strstr(kf_graph_error(g), "is out of range for axis 0 of table f64[3, 2] (0 to 2)"))
+            fail_msg("message: %s", kf_graph_error(g));
+    }
+}
+
 /* argmax is i32: the first maximum of a row, or its first NaN (torch.argmax). */
 static void test_argmax_takes_the_first_maximum_or_the_first_nan(void **state) {
     kf_graph *g = G;
@@ -1404,12 +1452,22 @@ static void test_store_and_load_round_trip_every_dtype(void **state) {
     assert_true(kf_ir_load(buf, KF_DTYPE_F64, 1) == 0.1);
     kf_ir_store(buf, KF_DTYPE_F16, 0, NAN);
     assert_true(isnan(kf_ir_load(buf, KF_DTYPE_F16, 0)));
+    /* i64: truncated, exact up to 2^53, saturating at +-2^63, NaN -> 0 */
+    kf_ir_store(buf, KF_DTYPE_I64, 1, -12345.75);
+    assert_true(kf_ir_load(buf, KF_DTYPE_I64, 1) == -12345.0);
+    kf_ir_store(buf, KF_DTYPE_I64, 0, 1e30);
+    assert_true(kf_ir_load(buf, KF_DTYPE_I64, 0) == 9223372036854774784.0);
+    kf_ir_store(buf, KF_DTYPE_I64, 0, -1e30);
+    assert_true(kf_ir_load(buf, KF_DTYPE_I64, 0) == -0x1p63);
+    kf_ir_store(buf, KF_DTYPE_I64, 0, NAN);
+    assert_true(kf_ir_load(buf, KF_DTYPE_I64, 0) == 0);
 }
 
 static void test_dtype_names_and_sizes(void **state) {
     (void)state;
-    static const char *const names[] = {"f32", "f16", "bf16", "f64", "i32", "bool"};
-    static const size_t sizes[] = {4, 2, 2, 8, 4, 1};
+    static const char *const names[] = {"f32", "f16", "bf16", "f64", "i32", "bool", "i64"};
+    static const size_t sizes[] = {4, 2, 2, 8, 4, 1, 8};
+    _Static_assert(sizeof names / sizeof names[0] == KF_DTYPE_COUNT, "every dtype");
     for (int d = 0; d < KF_DTYPE_COUNT; d++) {
         assert_string_equal(kf_dtype_name((kf_dtype)d), names[d]);
         assert_int_equal(kf_dtype_size((kf_dtype)d), sizes[d]);
@@ -1728,6 +1786,8 @@ int main(void) {
         T(test_log_softmax_matches_hand_computed_values_and_does_not_overflow),
         T(test_argmax_takes_the_first_maximum_or_the_first_nan),
         T(test_expand_repeats_along_the_broadcast_dims),
+        T(test_slice_concat_and_gather_pick_the_right_elements),
+        T(test_gather_refuses_an_index_outside_the_axis),
         T(test_reduce_sum_of_i32_saturates),
         T(test_reduce_sum_of_f16_accumulates_in_double),
         T(test_softmax_matches_hand_computed_values),

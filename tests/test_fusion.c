@@ -366,6 +366,115 @@ static void test_expand_fuses_as_a_stride_0_load(void **state) {
     assert_true(seen);
 }
 
+/* Rotary embedding as models write it: x*cos + concat(-x2, x1)*sin. The
+ * slices, the neg and the concat are read through in the one kernel: no node
+ * stands for a slice, the concat is a where over two loads of x at clamped
+ * coordinate nodes, and x is the only operand besides cos and sin. */
+static void test_rotary_embedding_is_one_kernel_reading_x_through_the_remap(void **state) {
+    fixture *f = *state;
+    kf_graph *g = f->g;
+    kf_tensor *x = kf_input(g, "x", KF_DTYPE_F32, 3, DIMS(8, 4, 16));
+    kf_tensor *cs = kf_input(g, "cos", KF_DTYPE_F32, 3, DIMS(8, 1, 16));
+    kf_tensor *sn = kf_input(g, "sin", KF_DTYPE_F32, 3, DIMS(8, 1, 16));
+    kf_tensor *x1 = kf_slice(g, x, -1, 0, 8, 1), *x2 = kf_slice(g, x, -1, 8, INT64_MAX, 1);
+    kf_tensor *parts[2] = {kf_neg(g, x2), x1};
+    kf_tensor *rh = kf_concat(g, 2, parts, -1);
+    kf_tensor *y = kf_add(g, kf_mul(g, x, cs), kf_mul(g, rh, sn));
+    kf_output(g, "y", y);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    assert_int_equal(p->n_edges, 0);
+    const kf_group *gr = group_of(p, y);
+    assert_int_equal(gr->kind, KF_GROUP_ELEMENTWISE);
+    assert_int_equal(gr->n_reads, 3);
+    int dyn_loads = 0, wheres = 0;
+    for (uint32_t i = 0; i < gr->n_expr; i++) {
+        const kf_expr *e = &gr->expr[i];
+        assert_false(e->kind == KF_EXPR_OP && kf_op_has(e->op, KF_TRAIT_REMAP));
+        if (e->kind == KF_EXPR_LOAD && e->tensor == x->id && e->src[0] != KF_NONE) {
+            assert_int_equal(e->dyn_strides[0], 1);
+            assert_int_equal(e->strides[2], 0);
+            dyn_loads++;
+        }
+        if (e->kind == KF_EXPR_OP && e->op == KF_OP_WHERE) {
+            assert_int_equal(e->tensor, rh->id);
+            assert_false(e->remapped);
+            wheres++;
+        }
+    }
+    assert_int_equal(dyn_loads, 2);
+    assert_int_equal(wheres, 1);
+    assert_int_equal(kf_plan_check(p, 7, NULL), KF_OK);
+}
+
+/* A fused QKV projection sliced into thirds: one GEMM writes qkv; each
+ * consumer reads its third through a load at an offset; no slice is a kernel. */
+static void test_qkv_slices_are_offset_loads_in_their_consumers(void **state) {
+    fixture *f = *state;
+    kf_graph *g = f->g;
+    kf_tensor *x = in2(g, "x", 16, 32), *w = in2(g, "w", 32, 96);
+    kf_tensor *qkv = kf_matmul(g, x, w, 0, 0);
+    kf_tensor *q = kf_slice(g, qkv, 1, 0, 32, 1), *k = kf_slice(g, qkv, 1, 32, 64, 1);
+    kf_tensor *v = kf_slice(g, qkv, 1, 64, 96, 1);
+    kf_tensor *ys[3] = {kf_relu(g, q), kf_exp(g, k), kf_neg(g, v)};
+    for (int i = 0; i < 3; i++)
+        kf_output(g, i == 0 ? "q" : i == 1 ? "k" : "v", ys[i]);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 4);
+    for (int i = 0; i < 3; i++) {
+        const kf_group *gr = group_of(p, ys[i]);
+        assert_int_equal(gr->kind, KF_GROUP_ELEMENTWISE);
+        assert_ptr_equal(group_of(p, i == 0 ? q : i == 1 ? k : v), gr);
+        bool seen = false;
+        for (uint32_t n = 0; n < gr->n_expr; n++) {
+            const kf_expr *e = &gr->expr[n];
+            if (e->kind == KF_EXPR_LOAD && e->tensor == qkv->id) {
+                assert_int_equal(e->offset, 32 * i);
+                assert_int_equal(e->strides[0], 96);
+                assert_int_equal(e->strides[1], 1);
+                seen = true;
+            }
+        }
+        assert_true(seen);
+        assert_edge_reason(p, qkv, i == 0 ? q : i == 1 ? k : v, KF_REASON_REMAP_INTO_ANCHOR);
+    }
+    assert_int_equal(kf_plan_check(p, 8, NULL), KF_OK);
+}
+
+/* Where a remap cannot fuse it is its own elementwise kernel, and the report
+ * says why: a GEMM operand (loaded tile by tile), a GEMM epilogue's side
+ * input (REMAP_INTO_ANCHOR), a gather's computed indices (GATHER_INDEX). */
+static void test_remaps_that_cannot_fuse_say_why(void **state) {
+    fixture *f = *state;
+    kf_graph *g = f->g;
+    kf_tensor *x = in2(g, "x", 16, 32), *w = in2(g, "w", 64, 32), *b = in1(g, "b", 64);
+    kf_tensor *ws = kf_slice(g, w, 0, 0, 32, 1);        /* [32, 32]: a GEMM operand */
+    kf_tensor *h = kf_matmul(g, x, ws, 0, 0);           /* [16, 32] */
+    kf_tensor *bs = kf_slice(g, b, 0, 32, 64, 1);       /* [32]: a bias of the epilogue */
+    kf_tensor *y = kf_add(g, h, bs);
+    kf_tensor *idx = kf_cast(g, kf_abs(g, kf_input(g, "t", KF_DTYPE_F32, 1, DIMS(5))), KF_DTYPE_I32);
+    kf_tensor *e = kf_gather(g, x, idx, 0);
+    kf_output(g, "y", y);
+    kf_output(g, "e", e);
+    const kf_plan *p = plan(f);
+    assert_edge_reason(p, ws, h, KF_REASON_ANCHOR_BOUNDARY);
+    assert_edge_reason(p, bs, y, KF_REASON_REMAP_INTO_ANCHOR);
+    assert_edge_reason(p, idx, e, KF_REASON_GATHER_INDEX);
+    assert_int_equal(group_of(p, ws)->kind, KF_GROUP_ELEMENTWISE);
+    assert_int_equal(group_of(p, bs)->kind, KF_GROUP_ELEMENTWISE);
+    assert_true(group_of(p, ws) != group_of(p, h));
+    /* the text report names the reason */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    assert_int_equal(kf_plan_report(p, KF_REPORT_TEXT, m), KF_OK);
+    fclose(m);
+    assert_non_null(strstr(buf, "GATHER_INDEX"));
+    assert_non_null(strstr(buf, "REMAP_INTO_ANCHOR"));
+    free(buf);
+    assert_int_equal(kf_plan_check(p, 9, NULL), KF_OK);
+}
+
 static void test_elementwise_chain_fuses_across_broadcasts_and_casts(void **state) {
     fixture *f = *state;
     kf_tensor *x = in2(f->g, "x", 4, 8), *s = in1(f->g, "s", 8);
@@ -1206,6 +1315,9 @@ int main(void) {
         T(test_softcap_attention_keeps_tanh_in_score_expression),
         T(test_log_softmax_between_matmuls_is_not_attention),
         T(test_expand_fuses_as_a_stride_0_load),
+        T(test_rotary_embedding_is_one_kernel_reading_x_through_the_remap),
+        T(test_qkv_slices_are_offset_loads_in_their_consumers),
+        T(test_remaps_that_cannot_fuse_say_why),
         T(test_alibi_attention_reads_slope_per_head),
         T(test_sliding_window_attention_is_classified_with_its_window),
         T(test_mask_on_a_loaded_tensor_is_general),

@@ -13,6 +13,12 @@
  *     reference evaluator between two ops), a wrong activation and a dropped
  *     bias (both mutations of the graph, compiled and run for the CPU).
  *
+ * Why the bound takes a second reference (matmul products unrounded into
+ * their epilogues): the block with cuBLASLt's BIAS arithmetic for q, k, v
+ * fails a rule with the per-op reference alone on seeds where that is lucky.
+ * On a GPU the sweep runs four ways (default, unfused attention, cuBLASLt
+ * GEMMs, both), KF_NUMERICS_VERBOSE=1 printing each seed.
+ *
  * And the judge's own rules: exact evaluation keeps values unrounded, NaN
  * never passes unless the meaning is NaN, i32 outputs are exact.
  */
@@ -109,7 +115,7 @@ static kf_binding *make_inputs(kf_graph *g, kf_test_rng *r, draw how) {
         } else if (how == DRAW_MODEL && name[0] != 'x') {
             lo = -0.1, hi = 0.1;
         }
-        kf_test_fill(in[i].data, d, numel, r, lo, hi);
+        kf_test_fill_input(in[i].data, t, numel, r, lo, hi);
     }
     return in;
 }
@@ -163,7 +169,7 @@ static double bf16_ulp_up(double v) {
  * of tensor `bad` one bf16 ulp away from zero as it is computed -- a backend
  * with a systematic one-ulp error in one op -- and stores the output. */
 static void eval_with_ulp_error(kf_graph *g, const kf_binding *in, uint32_t bad, kf_binding *out) {
-    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false};
+    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false, NULL};
     assert_non_null(st.values);
     for (uint32_t k = 0; k < g->n_inputs; k++) {
         const kf_tensor *t = g->inputs[k];
@@ -284,8 +290,27 @@ static int seed_count(void) {
     return env && *env ? atoi(env) : 200;
 }
 
-static void sweep(kf_target target, const char *label) {
-    kf_ctx *ctx = new_ctx(target);
+/* KF_NUMERICS_VERBOSE=1 prints every seed's errors (a bisection's table). */
+static bool verbose(void) {
+    const char *env = getenv("KF_NUMERICS_VERBOSE");
+    return env && *env && *env != '0';
+}
+
+/* The bound of the rule before the fused reference: 2 * max(ref_err,
+ * round_err) + floor (the floor is what the bound adds to the larger). */
+static double old_bound(const kf_check_result *r) {
+    double now = KF_JUDGE_REF_FACTOR * fmax(fmax(r->ref_err, r->fused_err), r->round_err);
+    return r->bound - now + KF_JUDGE_REF_FACTOR * fmax(r->ref_err, r->round_err);
+}
+
+static void sweep(kf_target target, unsigned flags, kf_gemm_mode gemm, const char *label) {
+    kf_options o;
+    kf_options_init(&o);
+    o.target = target;
+    o.flags = KF_FLAG_NO_CACHE | flags;
+    o.gemm = gemm;
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
     char *text = block_text();
     kf_graph *g = parse(ctx, text);
     kf_program *p = NULL;
@@ -301,8 +326,8 @@ static void sweep(kf_target target, const char *label) {
     size_t n_in = kf_graph_input_count(g);
     kf_binding *out = make_outputs(g);
     kf_binding *ref = make_outputs(g);
-    int seeds = seed_count(), failed = 0, old_failed = 0;
-    double worst = 0.0, worst_ref = 0.0, ref_max = 0.0, old_worst = 0.0;
+    int seeds = seed_count(), failed = 0, old_failed = 0, judge_failed = 0;
+    double worst = 0.0, worst_ref = 0.0, ref_max = 0.0, old_worst = 0.0, worst_both = 0.0;
     for (int s = 0; s < seeds; s++) {
         kf_test_rng r = kf_test_rng_make(1000u + (uint64_t)s);
         kf_binding *in = make_inputs(g, &r, DRAW_CLI);
@@ -320,11 +345,20 @@ static void sweep(kf_target target, const char *label) {
             old_failed += !(old <= kf_ir_tolerance(KF_DTYPE_BF16));
         }
         double ratio = res.err / res.ref_err;
+        double both = res.err / fmax(res.ref_err, res.fused_err);
         if (!(ratio <= worst)) {
             worst = ratio;
             worst_ref = res.ref_err;
         }
+        worst_both = fmax(worst_both, both);
         ref_max = fmax(ref_max, res.ref_err);
+        judge_failed += !(res.err <= old_bound(&res));
+        if (verbose())
+            print_message("%s: seed %d: err %.4g ref_err %.4g fused_err %.4g err/ref_err %.3f "
+                          "err/max %.3f %s%s\n",
+                          label, s, res.err, res.ref_err, res.fused_err, ratio, both,
+                          res.pass ? "pass" : "FAIL",
+                          res.err <= old_bound(&res) ? "" : " (fails the ref_err-only rule)");
         if (!res.pass) {
             print_error("%s: seed %d: err %g > bound %g (ref_err %g)\n", label, s, res.err,
                         res.bound, res.ref_err);
@@ -333,8 +367,9 @@ static void sweep(kf_target target, const char *label) {
         free_bindings(in, n_in);
     }
     print_message("%s: %d seeds, %d failed; the reference's own error up to %.3g; the worst "
-                  "err/ref_err %.3f (at ref_err %.3g)\n",
-                  label, seeds, failed, ref_max, worst, worst_ref);
+                  "err/ref_err %.3f (at ref_err %.3g), err/max(ref_err, fused_err) %.3f; the "
+                  "rule with ref_err alone would have failed %d\n",
+                  label, seeds, failed, ref_max, worst, worst_ref, worst_both, judge_failed);
     if (target == KF_TARGET_CUDA)
         print_message("%s: the old rule (||out - ref|| / ||ref|| <= %g) would have failed %d "
                       "(worst %.3g)\n",
@@ -350,13 +385,124 @@ static void sweep(kf_target target, const char *label) {
 
 static void test_gpt2_block_passes_200_seeds_on_the_cpu(void **state) {
     (void)state;
-    sweep(KF_TARGET_CPU, "gpt2 block, cpu");
+    sweep(KF_TARGET_CPU, 0, KF_GEMM_AUTO, "gpt2 block, cpu");
 }
 
-/* On a GPU (skipped, visibly, without one). */
+/* On a GPU (skipped, visibly, without one): the default recipes (the fused
+ * attention kernel; each GEMM group measured between the generated kernel
+ * and cuBLASLt), and each of the two turned off, and both -- the bisection
+ * of a failure, one test each (KF_TEST_FILTER picks one). */
 static void test_gpt2_block_passes_200_seeds_on_the_gpu(void **state) {
     (void)state;
-    sweep(KF_TARGET_CUDA, "gpt2 block, cuda");
+    sweep(KF_TARGET_CUDA, 0, KF_GEMM_AUTO, "gpt2 block, cuda");
+}
+
+static void test_gpt2_block_passes_200_seeds_on_the_gpu_unfused_attention(void **state) {
+    (void)state;
+    sweep(KF_TARGET_CUDA, KF_FLAG_UNFUSED_ATTENTION, KF_GEMM_AUTO,
+          "gpt2 block, cuda, unfused attention");
+}
+
+static void test_gpt2_block_passes_200_seeds_on_the_gpu_cublaslt(void **state) {
+    (void)state;
+    sweep(KF_TARGET_CUDA, 0, KF_GEMM_CUBLASLT, "gpt2 block, cuda, gemm cublaslt");
+}
+
+static void test_gpt2_block_passes_200_seeds_on_the_gpu_unfused_cublaslt(void **state) {
+    (void)state;
+    sweep(KF_TARGET_CUDA, KF_FLAG_UNFUSED_ATTENTION, KF_GEMM_CUBLASLT,
+          "gpt2 block, cuda, unfused attention, gemm cublaslt");
+}
+
+/* The block evaluated as the reference does, except that q, k and v are
+ * rounded once after their bias -- the product unrounded into the add, as
+ * cuBLASLt's BIAS epilogue computes it -- and stored into out. */
+static void eval_with_single_rounded_qkv(kf_graph *g, const kf_binding *in, kf_binding *out) {
+    bool *keep = kf_mem_calloc(&g->mem, g->n_nodes, sizeof(bool));
+    assert_non_null(keep);
+    kf_eval_state st = {g, kf_mem_calloc(&g->mem, g->n_nodes, sizeof(double *)), false, keep};
+    assert_non_null(st.values);
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const char *nm = g->nodes[i]->name ? g->nodes[i]->name : "";
+        keep[i] = !strcmp(nm, "q0") || !strcmp(nm, "k0") || !strcmp(nm, "v0");
+    }
+    for (uint32_t k = 0; k < g->n_inputs; k++) {
+        const kf_tensor *t = g->inputs[k];
+        size_t n = (size_t)kf_ir_numel(t);
+        st.values[t->id] = kf_mem_alloc(&g->mem, n * sizeof(double));
+        assert_non_null(st.values[t->id]);
+        for (size_t i = 0; i < kf_graph_input_count(g); i++)
+            if (strcmp(in[i].name, t->name) == 0)
+                for (size_t e = 0; e < n; e++)
+                    st.values[t->id][e] = kf_ir_load(in[i].data, t->dtype, (int64_t)e);
+    }
+    for (uint32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op != KF_OP_INPUT)
+            assert_int_equal(kf_ir_eval_node(&st, g->nodes[i]), KF_OK);
+    const kf_tensor *y = g->outputs[0].tensor;
+    for (int64_t e = 0; e < kf_ir_numel(y); e++)
+        kf_ir_store(out[0].data, y->dtype, e, st.values[y->id][e]);
+    kf_ir_eval_release(&st);
+    kf_mem_free(&g->mem, keep, g->n_nodes * sizeof(bool));
+}
+
+/* Why the bound takes the fused reference too: on the CLI's inputs the
+ * block's attention is ill-conditioned (scores of a few tens, whose bf16 ulp
+ * of 0.25 moves a softmax weight by up to 13%), so one reference realization
+ * is one sample of an error that equally good roundings draw independently.
+ * The block with q, k, v rounded once after the bias (cuBLASLt's BIAS
+ * epilogue; nothing else changed) lands 2.13-2.25x as far from the exact
+ * value as the per-op reference on three of 1,600 seeds (a sweep of
+ * KF_TEST_SEED=7, replayed here), so the rule with ref_err alone fails it
+ * there. The fused reference is the arithmetic kfuse's GPU kernels now
+ * compute (every matmul product unrounded into its epilogue, the attention
+ * scores' included), and on seed 863 it is itself 2.1x as far as the
+ * per-op reference: the old rule failed the exact arithmetic of cuBLASLt's
+ * epilogues. This GEMM-only variant stays a third realization
+ * (its scores rounded before the scale, the fused reference's not): the new
+ * bound is printed for it, not asserted (1568 exceeds it, by 7%). */
+static void test_one_reference_realization_is_one_sample_on_ill_conditioned_seeds(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx(KF_TARGET_CPU);
+    char *text = block_text();
+    kf_graph *g = parse(ctx, text);
+    kf_binding *out = make_outputs(g);
+    const int known[3] = {493, 863, 1568};
+    int fused_over = 0;
+    for (int s = 0; s < 3; s++) {
+        kf_test_rng r = {7u ^ ((1000u + (uint64_t)known[s]) * 0x9E3779B97F4A7C15ull)};
+        kf_binding *in = make_inputs(g, &r, DRAW_CLI);
+        poison(g, out);
+        eval_with_single_rounded_qkv(g, in, out);
+        kf_check_result res = judge(g, in, out);
+        print_message("  seed %d of KF_TEST_SEED=7: err %.4g, ref_err %.4g (x%.2f), "
+                      "fused_err %.4g, bound %.4g (%s)\n",
+                      known[s], res.err, res.ref_err, res.err / res.ref_err, res.fused_err,
+                      res.bound, res.pass ? "pass" : "fail");
+        assert_false(res.err <= old_bound(&res)); /* the old rule's false failure */
+        /* the fused reference's own output, judged */
+        kf_eval_state fz;
+        const void *data[32];
+        assert_true(kf_graph_input_count(g) <= 32);
+        for (size_t i = 0; i < kf_graph_input_count(g); i++)
+            data[i] = in[i].data;
+        assert_int_equal(kf_ir_eval_fused(g, data, &fz), KF_OK);
+        const kf_tensor *y = g->outputs[0].tensor;
+        for (int64_t e = 0; e < kf_ir_numel(y); e++)
+            kf_ir_store(out[0].data, y->dtype, e, fz.values[y->id][e]);
+        kf_ir_eval_release(&fz);
+        res = judge(g, in, out);
+        print_message("  the fused reference itself: err %.4g = x%.2f ref_err\n", res.err,
+                      res.err / res.ref_err);
+        assert_true(res.pass);
+        fused_over += !(res.err <= old_bound(&res));
+        free_bindings(in, kf_graph_input_count(g));
+    }
+    assert_true(fused_over >= 1); /* the old rule failed cuBLASLt's own arithmetic */
+    free_bindings(out, 1);
+    kf_graph_destroy(g);
+    free(text);
+    kf_ctx_destroy(ctx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -479,6 +625,10 @@ int main(void) {
         cmocka_unit_test(test_check_refuses_bad_bindings_like_eval),
         cmocka_unit_test(test_gpt2_block_passes_200_seeds_on_the_cpu),
         cmocka_unit_test(test_gpt2_block_passes_200_seeds_on_the_gpu),
+        cmocka_unit_test(test_gpt2_block_passes_200_seeds_on_the_gpu_unfused_attention),
+        cmocka_unit_test(test_gpt2_block_passes_200_seeds_on_the_gpu_cublaslt),
+        cmocka_unit_test(test_gpt2_block_passes_200_seeds_on_the_gpu_unfused_cublaslt),
+        cmocka_unit_test(test_one_reference_realization_is_one_sample_on_ill_conditioned_seeds),
         cmocka_unit_test(test_one_ulp_systematic_error_in_one_op_is_caught),
         cmocka_unit_test(test_a_wrong_activation_is_caught),
         cmocka_unit_test(test_a_dropped_bias_is_caught),

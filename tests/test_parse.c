@@ -198,6 +198,16 @@ static const char golden[] =
     "am2 = argmax(i, axis=0, keepdim=true)\n"
     "ex = expand(w, [2, 3])\n"
     "ex2 = expand(m, [4, 2, 3])\n"
+    "sl1 = slice(x, axis=1, start=1, stop=3)\n"
+    "sl2 = slice(d, axis=0, stop=3, step=2)\n"
+    "cc1 = concat(x, c1, axis=0)\n"
+    "%83 = concat(i, c8, axis=1)\n"
+    "cc2 = concat(%83, io, axis=1)\n"
+    "ix = input(i64[2, 2])\n"
+    "c10 = const(i64[3], [-9007199254740992, 0, 9007199254740992])\n"
+    "ga1 = gather(x, ix, axis=1)\n"
+    "ga2 = gather(hb, c5, axis=0)\n"
+    "ga3 = gather(d, c10, axis=0)\n"
     "output y = mm1\n"
     "output ab = %22\n"
     "output e\n"
@@ -207,6 +217,19 @@ static const char golden[] =
 static void test_print_of_parsed_golden_text_is_byte_identical(void **state) {
     (void)state;
     assert_prints_as(golden, golden);
+}
+
+/* concat of three or more nests (the inner one unnamed); slice bounds print
+ * normalized: negative ones resolved, start 0 and step 1 left out, the
+ * smallest stop that selects the same elements. */
+static void test_concat_of_three_nests_and_slices_print_normalized(void **state) {
+    (void)state;
+    assert_prints_as("kfg 1\nx = input(f32[4, 10])\na = slice(x, axis=-1, start=-8, stop=100, "
+                     "step=3)\nb = slice(x, axis=0, start=0, stop=-1, step=1)\n"
+                     "c = concat(a, x, a, axis=-1)\noutput c\noutput b\n",
+                     "kfg 1\nx = input(f32[4, 10])\na = slice(x, axis=1, start=2, stop=9, "
+                     "step=3)\nb = slice(x, axis=0, stop=3)\n%3 = concat(a, x, axis=1)\n"
+                     "c = concat(%3, a, axis=1)\noutput c\noutput b\n");
 }
 
 static void test_golden_text_uses_every_op_and_dtype(void **state) {
@@ -469,9 +492,9 @@ static void check_rejects(const char *text, size_t len, kf_status want, const ch
     R(unknown_op_with_line_number, X "y = foo(x)\n", KF_ERR_PARSE,                            \
       "3:5: expected an op name, found 'foo'")                                                 \
     R(unknown_dtype, H "x = input(f8[2])\n", KF_ERR_PARSE,                                     \
-      "2:11: expected a dtype (f32, f16, bf16, f64, i32 or bool), found 'f8'")                 \
+      "2:11: expected a dtype (f32, f16, bf16, f64, i32, bool or i64), found 'f8'")                 \
     R(unknown_cast_dtype, X "y = cast(x, int)\n", KF_ERR_PARSE,                               \
-      "3:13: expected a dtype (f32, f16, bf16, f64, i32 or bool), found 'int'")                \
+      "3:13: expected a dtype (f32, f16, bf16, f64, i32, bool or i64), found 'int'")                \
     R(undefined_name, X "y = neg(z)\n", KF_ERR_PARSE,                                         \
       "3:9: expected a name defined above, found 'z'")                                         \
     R(use_before_definition, H "y = neg(x)\nx = input(f32[2])\n", KF_ERR_PARSE,               \
@@ -636,6 +659,22 @@ static void check_rejects(const char *text, size_t len, kf_status want, const ch
       "3:5: expand: dim 0 of operand x f32[2, 3] is 2, which cannot become 3 *")               \
     R(expand_zero_dim, X "y = expand(x, [0, 3])\n", KF_ERR_PARSE,                             \
       "3:16: expected a dim (a positive integer), found '0'")                                  \
+    R(slice_without_axis, X "y = slice(x, start=1)\n", KF_ERR_PARSE,                          \
+      "3:21: expected ',' and attribute axis=... of slice, found ')'")                          \
+    R(slice_step_not_an_integer, X "y = slice(x, axis=1, step=1.5)\n", KF_ERR_PARSE,          \
+      "3:27: expected an integer, found '1.5'")                                                \
+    R(builder_empty_slice, X "y = slice(x, axis=1, start=2, stop=1)\n", KF_ERR_SHAPE,         \
+      "3:5: slice: start 2, stop 1 select nothing along axis 1 of operand x f32[2, 3] *")       \
+    R(builder_concat_of_mismatched_dims, X "z = input(f32[3, 3])\ny = concat(x, z, axis=1)\n", \
+      KF_ERR_SHAPE, "4:5: concat: dim 0 of operand b f32[3, 3] is 3, of operand a f32[2, 3] 2; every "   \
+      "dim but axis 1 must agree") \
+    R(concat_of_one_operand, X "y = concat(x, axis=0)\n", KF_ERR_PARSE,                       \
+      "3:15: expected a name defined above, found 'axis'")                  \
+    R(builder_gather_float_index, X "y = gather(x, x, axis=0)\n", KF_ERR_DTYPE,               \
+      "3:5: gather: operand idx f32[2, 3] has dtype f32; gather takes i32, i64")               \
+    R(i64_const_beyond_2_53, X "c = const(i64[], 9007199254740993)\n", KF_ERR_PARSE,         \
+      "3:18: expected an i64 value (an integer of magnitude at most 2^53), found "           \
+      "'9007199254740993'")           \
     R(builder_inverted_clamp, X "y = clamp(x, min=2, max=1)\n", KF_ERR_INVALID_ARGUMENT,      \
       "3:5: clamp: min 2 is greater than max 1")                                               \
     R(duplicate_output_name, X "output x\noutput x\n", KF_ERR_INVALID_ARGUMENT, "4:8: output: *")
@@ -921,6 +960,7 @@ int main(void) {
     /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_print_of_parsed_golden_text_is_byte_identical),
+        cmocka_unit_test(test_concat_of_three_nests_and_slices_print_normalized),
         cmocka_unit_test(test_golden_text_uses_every_op_and_dtype),
         cmocka_unit_test(test_parse_accepts_an_input_larger_than_1_gib),
         cmocka_unit_test(test_parse_keeps_constant_values_exactly),

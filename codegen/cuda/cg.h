@@ -191,8 +191,13 @@ acc_class cg_classify(int rank, const int64_t *dims, const int64_t *s, uint32_t 
 void cg_node_strides(const cg *c, uint32_t i, int64_t *s);
 /* Registers the params of every load among the needed nodes (c->param). */
 void cg_load_params(cg *c);
-/* A LOAD, ACC or SCORE leaf: it reads a param. */
+/* A LOAD, ACC or SCORE leaf that the chunk machinery reads (vectors,
+ * broadcasts, staging, hoisting): every one but a remapped LOAD. */
 bool cg_is_load(const kf_expr *e);
+/* A LOAD with an offset or coordinate nodes (a slice, concat or gather read
+ * through): cg_emit_nodes reads it one element at a time, its offset spelled
+ * from the space's coordinates and the coordinate nodes' values. */
+bool cg_is_remapped_load(const kf_expr *e);
 /* The smallest element size, from `start`, among the needed vector loads of
  * space sp; the vector width for it (16 bytes, at most 8 elements), halved
  * until it divides `last_dim` unless a tail is allowed. */

@@ -96,7 +96,12 @@ void cg_load_params(cg *c) {
 }
 
 bool cg_is_load(const kf_expr *e) {
-    return e->kind == KF_EXPR_LOAD || e->kind == KF_EXPR_ACC || e->kind == KF_EXPR_SCORE;
+    return (e->kind == KF_EXPR_LOAD && !cg_is_remapped_load(e)) || e->kind == KF_EXPR_ACC ||
+           e->kind == KF_EXPR_SCORE;
+}
+
+bool cg_is_remapped_load(const kf_expr *e) {
+    return e->kind == KF_EXPR_LOAD && (e->offset != 0 || e->src[0] != KF_NONE);
 }
 
 /* Smallest element size among the contiguous-along-last loads of space sp. */

@@ -63,6 +63,8 @@ const char *cg_storage_type(kf_dtype d) {
         return "int";
     case KF_DTYPE_BOOL:
         return "unsigned char";
+    case KF_DTYPE_I64:
+        return "long long";
     default:
         return "void";
     }
@@ -75,6 +77,8 @@ const char *cg_reg_type(kf_dtype d) {
         return "double";
     case KF_DTYPE_I32:
         return "int";
+    case KF_DTYPE_I64:
+        return "long long";
     case KF_DTYPE_BOOL:
         return "bool";
     default:
@@ -135,7 +139,7 @@ void cg_mark(cg *c, uint32_t root) {
     if (c->ov[root][0])
         return;
     const kf_expr *e = &c->g->expr[root];
-    if (e->kind == KF_EXPR_OP) {
+    if (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_LOAD) { /* a LOAD's coordinate nodes */
         for (int i = 0; i < 3; i++)
             cg_mark(c, e->src[i]);
     }

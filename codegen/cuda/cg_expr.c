@@ -355,6 +355,25 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
                 cg_printf(&c->s, "(%s)(%s)", rt, coord(user, e->space, axis));
             break;
         }
+        case KF_EXPR_LOAD: {
+            if (!cg_is_remapped_load(e)) {
+                cg_fail(c, KF_ERR_INTERNAL, "group %u (%s): load node %u was not emitted", g->id,
+                        g->name, i);
+                break;
+            }
+            /* element by element: offset + coordinates x strides + coordinate
+             * nodes x their strides (each node already within its axis) */
+            cg_printf(&c->s, "kf_ld(p%d + (%" PRId64 "LL", c->param[i], e->offset);
+            for (int d = 0; d < rank; d++)
+                if (e->strides[d] != 0)
+                    cg_printf(&c->s, " + (long long)(%s) * %" PRId64 "LL", coord(user, e->space, d),
+                              e->strides[d]);
+            for (int j = 0; j < 3 && e->src[j] != KF_NONE; j++)
+                cg_printf(&c->s, " + (long long)v%u%s * %" PRId64 "LL", e->src[j], ix,
+                          e->dyn_strides[j]);
+            cg_puts(&c->s, "))");
+            break;
+        }
         case KF_EXPR_STAT:
             if (rnd)
                 cg_printf(&c->s, "%s((float)st.%s)", rnd, cg_stat_field(e->stat));
@@ -375,6 +394,8 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
                     cg_printf(&c->s, "(%s != 0)", a[0]);
                 else if (from == KF_DTYPE_BOOL)
                     cg_printf(&c->s, "(%s)(%s ? 1 : 0)", rt, a[0]);
+                else if (from == KF_DTYPE_I64 && e->dtype == KF_DTYPE_I32) /* saturating */
+                    cg_printf(&c->s, "(int)max(min(%s, 2147483647LL), -2147483648LL)", a[0]);
                 else
                     cg_printf(&c->s, "(%s)%s", rt, a[0]);
             } else if (op == KF_OP_WHERE) {

@@ -32,6 +32,12 @@ void cg_emit_stat_defines(cg *c, unsigned s, double eps, kf_dtype in_dtype, int6
     /* the norms of f64 rows on the row scaled below 2^500 (rowwise.cuh) */
     cg_printf(&c->s, "#define KF_ROW_SCALE %d\n",
               in_dtype == KF_DTYPE_F64 && (s & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD)) != 0);
+    /* f32 and bf16 rows reach 2^128: their statistics are taken again on
+     * the scaled row when they overflow f32 (rowwise.cuh) */
+    cg_printf(&c->s, "#define KF_ROW_RESCUE %d\n",
+              (in_dtype == KF_DTYPE_F32 || in_dtype == KF_DTYPE_BF16) &&
+                  (s & (1u << KF_STAT_SUM | 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD |
+                        1u << KF_STAT_RMS_RSTD)) != 0);
     cg_puts(&c->s, "#define KF_EPS ");
     cg_emit_const(c, dbl ? KF_DTYPE_F64 : KF_DTYPE_F32, eps);
     cg_puts(&c->s, "\n");

@@ -34,6 +34,8 @@ LLVMTypeRef lg_ctype(lg_mod *m, kf_dtype d) {
         return m->f64;
     case KF_DTYPE_I32:
         return m->i32;
+    case KF_DTYPE_I64:
+        return m->i64;
     case KF_DTYPE_BOOL:
         return m->i1;
     default:
@@ -119,6 +121,8 @@ static LLVMTypeRef storage_type(lg_mod *m, kf_dtype d) {
         return m->f64;
     case KF_DTYPE_I32:
         return m->i32;
+    case KF_DTYPE_I64:
+        return m->i64;
     case KF_DTYPE_BOOL:
         return m->i8;
     default:
@@ -497,6 +501,14 @@ LLVMValueRef lg_expr(lg_fn *f, lg_point *pt, uint32_t n) {
     }
     case KF_EXPR_LOAD: {
         LLVMValueRef off = lg_offset(m, pt->rank, pt->idx, e->strides);
+        if (e->offset)
+            off = LLVMBuildNSWAdd(B, off, lg_i64(m, e->offset), "");
+        for (int k = 0; k < 3 && e->src[k] != KF_NONE; k++) {
+            /* a coordinate node (i32, within its axis) times its stride */
+            LLVMValueRef c = LLVMBuildSExt(B, lg_expr(f, pt, e->src[k]), m->i64, "");
+            off = LLVMBuildNSWAdd(B, off, LLVMBuildNSWMul(B, c, lg_i64(m, e->dyn_strides[k]), ""),
+                                  "");
+        }
         v = lg_load_elem(f, e->dtype, lg_buf(f, e->base), off);
         round = false;
         break;
@@ -944,16 +956,19 @@ static void row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, LLVMTypeRe
     }
 }
 
-/* The row statistics in the accumulator type of xdt. An f32 norm's statistics
- * are accumulated in f64 and rounded to f32 once: an f32 row may hold values
- * up to 2^128, whose squares overflow f32 (a row near 1e21, an exp() upstream,
- * normalized to inf/NaN or garbage where the reference, in double, gives the
- * right answer). Other f32 statistics (max, sums, softmax) stay in f32. */
+/* The row statistics in the accumulator type of xdt. An f32 or bf16 norm's
+ * statistics are accumulated in f64 and rounded to f32 once: such a row may
+ * hold values up to 2^128 (bf16 has f32's exponent range), whose squares
+ * overflow f32 (a row near 1e21, an exp() upstream, normalized to inf/NaN or
+ * garbage where the reference, in double, gives the right answer; bf16 rows
+ * did so until the GPU's test of them found it). f16 rows cannot (65504^2
+ * over any row that fits in memory stays below 2^128). Other f32 statistics
+ * (max, sums, softmax) stay in f32. */
 void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at, void *user,
                   LLVMValueRef cache, lg_point *pt) {
     lg_mod *m = f->m;
     bool norm = rs->stats & (1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD);
-    bool widen = xdt == KF_DTYPE_F32 && norm;
+    bool widen = (xdt == KF_DTYPE_F32 || xdt == KF_DTYPE_BF16) && norm;
     LLVMTypeRef at = xdt == KF_DTYPE_I32 ? m->i64 : widen ? m->f64 : lg_acc_type(m, xdt);
     row_stats(f, rs, xdt, at, x_at, user, cache, pt);
     if (!widen)

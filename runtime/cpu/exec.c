@@ -448,6 +448,38 @@ oom:
 /* Below this many element-operations a kernel runs on the calling thread. */
 #define KF_CPU_PARALLEL_MIN 65536.0
 
+/* The CPU target's gather contract: before a group runs, every index of each
+ * gather it computes lies in [0, dim) of the table's axis, else the run fails
+ * naming it (the kernel itself clamps, so it never reads out of bounds). The
+ * indices are in memory (the planner keeps a gather's idx there: GATHER_INDEX)
+ * or an inline iota or one-element constant. */
+static kf_status check_gathers(const kf_cpu_exec *x, const kf_group *grp, char *err) {
+    const kf_graph *g = x->plan->graph;
+    for (uint32_t k = 0; k < grp->n_computed; k++) {
+        const kf_tensor *c = g->nodes[grp->computed[k]];
+        if (c->op != KF_OP_GATHER)
+            continue;
+        const kf_tensor *ix = c->src[1], *tb = c->src[0];
+        int64_t len = tb->dims[c->attr.axis], n = kf_ir_numel(ix);
+        const void *data = x->bufs[ix->id];
+        char ts[160], is[160];
+        for (int64_t i = 0; i < n; i++) {
+            double v = data                   ? kf_ir_load(data, ix->dtype, i)
+                       : ix->op == KF_OP_IOTA ? (double)(ix->dims[ix->attr.axis] - 1)
+                                              : 0.0;
+            if (v >= 0 && v < (double)len)
+                continue;
+            snprintf(err, KF_MSG_MAX,
+                     "gather %%%u: index %.0f at element %lld of idx %s is out of range for "
+                     "axis %d of table %s (0 to %lld)",
+                     c->id, v, (long long)i, kf_ir_type_str(ix, is, sizeof is), c->attr.axis,
+                     kf_ir_type_str(tb, ts, sizeof ts), (long long)len - 1);
+            return KF_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return KF_OK;
+}
+
 kf_status kf_cpu_exec_run(kf_cpu_exec *x, void *const *bound, char *err) {
     const kf_plan *plan = x->plan;
     const kf_graph *g = plan->graph;
@@ -487,6 +519,9 @@ kf_status kf_cpu_exec_run(kf_cpu_exec *x, void *const *bound, char *err) {
     for (uint32_t i = 0; i < plan->n_groups; i++) {
         if (!x->fns[i])
             continue;
+        kf_status gs = check_gathers(x, &plan->groups[i], err);
+        if (gs != KF_OK)
+            return gs;
         const kf_cpu_kernel *k = &x->kernels[i];
         int64_t n = k->outer;
         if (n <= 0)
