@@ -8,6 +8,7 @@
 #   llvm-19-dev                          LLVM-C, for the CPU backend (later issues)
 #   clang, libclang-rt-dev               libFuzzer and its sanitizer runtimes (tests/fuzz)
 #   cuobjdump (pip, when missing)        the SASS checks of the generated GEMM (test_gemmgen)
+#   python3-venv, python3-pip (when python3 lacks venv)  scripts/test_python.sh
 #
 # The CUDA toolkit is not installed here: the machines come with it in
 # /usr/local/cuda, where CMake finds NVRTC (cmake/kf_cuda.cmake). The driver
@@ -30,6 +31,10 @@ if ! have_cuobjdump; then
 fi
 
 packages=(cmake build-essential pkg-config libcmocka-dev llvm-19-dev clang libclang-rt-dev)
+# The Python package's tests run in a venv; Debian's python3 needs python3-venv for it.
+if ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
+    packages+=(python3-venv python3-pip)
+fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
     echo "install-deps.sh: not a Debian-like system; install by hand: ${packages[*]}" >&2

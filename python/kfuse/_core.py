@@ -1,0 +1,529 @@
+"""Contexts, graphs, tensors and programs over the C API (see __init__.py)."""
+import ctypes
+import json as _json
+import threading
+
+from . import _capi
+from ._arrays import Bound, GivenOut, cuda_device_of, output_like
+
+DTYPES = tuple(_capi.DTYPES)
+
+_lib_lock = threading.Lock()
+_lib = None
+
+
+def load_library(path=None):
+    """Opens libkfuse now (`path`: that file; default: the one installed with
+    the package, else the system's). Called on first use otherwise."""
+    global _lib
+    with _lib_lock:
+        if _lib is None or path is not None:
+            _lib = _capi.load(path)
+        return _lib
+
+
+def _L():
+    return _lib if _lib is not None else load_library()
+
+
+def version():
+    """libkfuse's version, "MAJOR.MINOR.PATCH"."""
+    return _L().kf_version().decode()
+
+
+class KfuseError(Exception):
+    """A failed libkfuse call: `status` (e.g. "SHAPE"), `code` (the C kf_status
+    value) and `message` (the C message, naming the op, operand or binding)."""
+
+    def __init__(self, code, message):
+        self.code = int(code)
+        self.status = (_capi.STATUS_NAMES[self.code] if 0 <= self.code < len(_capi.STATUS_NAMES)
+                       else str(self.code))
+        self.message = message
+        super().__init__(f"{self.status.lower().replace('_', ' ')}: {message}" if message
+                         else self.status.lower().replace('_', ' '))
+
+
+def _dtype_code(dtype):
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "name", None)
+    if name not in _capi.DTYPES:
+        raise ValueError(f"kfuse: unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    return _capi.DTYPES.index(name)
+
+
+def _dims(shape):
+    shape = tuple(int(d) for d in shape)
+    return len(shape), (ctypes.c_int64 * max(len(shape), 1))(*shape)
+
+
+class Context:
+    """A libkfuse context: the target and options of every compile in it.
+
+    target: "auto" (CUDA when a device is present, else the CPU), "cuda", "cpu".
+    cache_dir: the kernel cache (default $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse).
+    gemm: "auto", "generated", "cublaslt", "measured" (CUDA GEMM groups).
+    flags: names from kfuse's KF_FLAG_* without the prefix, lower case
+    (e.g. {"no_cache", "unfused_attention"}). arch: e.g. "sm_90a".
+    """
+
+    def __init__(self, target="auto", *, device=0, arch=None, cache_dir=None, flags=(),
+                 gemm="auto", dump_dir=None, num_threads=0, cpu_opt_level=3):
+        lib = _L()
+        if target not in _capi.TARGETS:
+            raise ValueError(f"kfuse: unknown target {target!r}; expected auto, cuda or cpu")
+        if gemm not in _capi.GEMM_MODES:
+            raise ValueError(f"kfuse: unknown gemm mode {gemm!r}; expected "
+                             f"{', '.join(_capi.GEMM_MODES)}")
+        bits = 0
+        for f in ([flags] if isinstance(flags, str) else flags):
+            if f not in _capi.FLAGS:
+                raise ValueError(f"kfuse: unknown flag {f!r}; expected one of "
+                                 f"{', '.join(_capi.FLAGS)}")
+            bits |= _capi.FLAGS[f]
+        o = _capi.kf_options()
+        lib.kf_options_init(ctypes.byref(o))
+        o.target = _capi.TARGETS[target]
+        o.device = device
+        o.arch = arch.encode() if arch else None
+        o.cache_dir = str(cache_dir).encode() if cache_dir else None
+        o.dump_dir = str(dump_dir).encode() if dump_dir else None
+        o.flags = bits
+        o.gemm = _capi.GEMM_MODES[gemm]
+        o.num_threads = num_threads
+        o.cpu_opt_level = cpu_opt_level
+        h = _capi.c_ctx_p()
+        st = lib.kf_ctx_create(ctypes.byref(o), ctypes.byref(h))
+        if st:
+            raise KfuseError(st, "kf_ctx_create refused the options (device and num_threads "
+                                 ">= 0, cpu_opt_level 0-3, arch like sm_90a)")
+        self._h = h
+        self.target = target
+        self._lib = lib
+
+    def __del__(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            self._lib.kf_ctx_destroy(h)
+
+    def graph(self):
+        """A new empty graph in this context."""
+        return Graph(self)
+
+    def parse(self, text):
+        """Parses .kfg text into a Graph (KfuseError "PARSE" with LINE:COL: ...)."""
+        return Graph(self, text=text)
+
+    def compile(self, graph):
+        """Plans, fuses and compiles `graph` for this context's target."""
+        return Program(self, graph)
+
+
+class Tensor:
+    """A node of a Graph. Arithmetic operators build ops in the same graph."""
+
+    __slots__ = ("graph", "_h")
+
+    def __init__(self, graph, h):
+        self.graph = graph
+        self._h = h
+
+    @property
+    def dtype(self):
+        return _capi.DTYPES[self.graph._lib.kf_tensor_dtype(self._h)]
+
+    @property
+    def shape(self):
+        lib = self.graph._lib
+        return tuple(lib.kf_tensor_dim(self._h, i) for i in range(lib.kf_tensor_rank(self._h)))
+
+    @property
+    def name(self):
+        n = self.graph._lib.kf_tensor_name(self._h)
+        return n.decode() if n else None
+
+    @name.setter
+    def name(self, value):
+        self.graph._check(self.graph._lib.kf_tensor_set_name(self._h, value.encode()))
+
+    def __repr__(self):
+        return f"Tensor({self.name or '?'}: {self.dtype}{list(self.shape)})"
+
+    def _other(self, v):
+        return v if isinstance(v, Tensor) else self.graph.scalar(v, self.dtype)
+
+    def __add__(self, o): return self.graph.add(self, self._other(o))
+    def __radd__(self, o): return self.graph.add(self._other(o), self)
+    def __sub__(self, o): return self.graph.sub(self, self._other(o))
+    def __rsub__(self, o): return self.graph.sub(self._other(o), self)
+    def __mul__(self, o): return self.graph.mul(self, self._other(o))
+    def __rmul__(self, o): return self.graph.mul(self._other(o), self)
+    def __truediv__(self, o): return self.graph.div(self, self._other(o))
+    def __rtruediv__(self, o): return self.graph.div(self._other(o), self)
+    def __matmul__(self, o): return self.graph.matmul(self, o)
+    def __neg__(self): return self.graph.neg(self)
+
+
+def _builder(cname, doc):
+    def op(self, *tensors):
+        return self._wrap(getattr(self._lib, cname)(self._h, *(self._t(t) for t in tensors)))
+    op.__name__ = cname[3:]
+    op.__doc__ = doc
+    return op
+
+
+class Graph:
+    """A graph of tensor operations (kf_graph). Build it with the methods named
+    after the C builder (`input`, `matmul`, `gelu`, ...), or with kfuse.parse.
+    A builder error raises KfuseError and, as in C, stays on the graph: later
+    builder calls fail with the first error."""
+
+    def __init__(self, ctx=None, *, text=None):
+        self.ctx = ctx if ctx is not None else Context("cpu")
+        self._lib = self.ctx._lib
+        h = _capi.c_graph_p()
+        if text is None:
+            st = self._lib.kf_graph_create(self.ctx._h, ctypes.byref(h))
+            self._h = h
+            if st:
+                raise KfuseError(st, "kf_graph_create failed")
+            return
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        st = self._lib.kf_graph_parse(self.ctx._h, data, len(data), ctypes.byref(h))
+        self._h = h
+        if st:
+            msg = self._lib.kf_graph_error(h).decode() if h else ""
+            raise KfuseError(st, msg)
+
+    def __del__(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            self._lib.kf_graph_destroy(h)
+
+    # -- plumbing ------------------------------------------------------------
+    def _error(self):
+        return self._lib.kf_graph_error(self._h).decode()
+
+    def _check(self, st):
+        if st:
+            raise KfuseError(st, self._error())
+
+    def _wrap(self, h):
+        if not h:
+            raise KfuseError(self._lib.kf_graph_status(self._h) or 1, self._error())
+        return Tensor(self, h)
+
+    def _t(self, t):
+        if not isinstance(t, Tensor) or t.graph is not self:
+            raise TypeError(f"kfuse: expected a Tensor of this graph, got {t!r}")
+        return t._h
+
+    # -- sources -------------------------------------------------------------
+    def input(self, name, dtype, shape):
+        """A graph input named `name` (an identifier) of `dtype` and `shape`."""
+        rank, dims = _dims(shape)
+        return self._wrap(self._lib.kf_input(self._h, name.encode(), _dtype_code(dtype), rank,
+                                             dims))
+
+    def constant(self, array, dtype=None):
+        """A constant holding `array` (copied), converted to `dtype` (default:
+        the array's own dtype, if kfuse has it)."""
+        from ._arrays import to_storage
+        data, code, shape = to_storage(array, dtype)
+        rank, dims = _dims(shape)
+        return self._wrap(self._lib.kf_constant(self._h, code, rank, dims,
+                                                data.ctypes.data_as(ctypes.c_void_p)))
+
+    def scalar(self, value, dtype="f32"):
+        """A rank-0 constant `value` converted to `dtype`."""
+        return self._wrap(self._lib.kf_scalar(self._h, _dtype_code(dtype), float(value)))
+
+    def iota(self, dtype, shape, axis):
+        """Elements hold their index along `axis`."""
+        rank, dims = _dims(shape)
+        return self._wrap(self._lib.kf_iota(self._h, _dtype_code(dtype), rank, dims, axis))
+
+    # -- ops with arguments ----------------------------------------------------
+    def cast(self, x, dtype):
+        return self._wrap(self._lib.kf_cast(self._h, self._t(x), _dtype_code(dtype)))
+
+    def expand(self, x, shape):
+        rank, dims = _dims(shape)
+        return self._wrap(self._lib.kf_expand(self._h, self._t(x), rank, dims))
+
+    def clamp(self, x, min=None, max=None):
+        lo = float("-inf") if min is None else float(min)
+        hi = float("inf") if max is None else float(max)
+        return self._wrap(self._lib.kf_clamp(self._h, self._t(x), lo, hi))
+
+    def softmax(self, x, axis=-1):
+        return self._wrap(self._lib.kf_softmax(self._h, self._t(x), axis))
+
+    def log_softmax(self, x, axis=-1):
+        return self._wrap(self._lib.kf_log_softmax(self._h, self._t(x), axis))
+
+    def layer_norm(self, x, weight, bias, axis=-1, eps=1e-5):
+        return self._wrap(self._lib.kf_layer_norm(self._h, self._t(x), self._t(weight),
+                                                  self._t(bias), axis, eps))
+
+    def rms_norm(self, x, weight, axis=-1, eps=1e-6):
+        return self._wrap(self._lib.kf_rms_norm(self._h, self._t(x), self._t(weight), axis, eps))
+
+    def matmul(self, a, b, transpose_a=False, transpose_b=False):
+        return self._wrap(self._lib.kf_matmul(self._h, self._t(a), self._t(b), int(transpose_a),
+                                              int(transpose_b)))
+
+    def reshape(self, x, shape):
+        rank, dims = _dims(shape)
+        return self._wrap(self._lib.kf_reshape(self._h, self._t(x), rank, dims))
+
+    def permute(self, x, perm):
+        rank = len(self._t(x) and x.shape)
+        if len(perm) != rank:
+            raise ValueError(f"kfuse: permute of a rank-{rank} tensor takes {rank} axes, "
+                             f"got {list(perm)}")
+        return self._wrap(self._lib.kf_permute(self._h, self._t(x),
+                                               (ctypes.c_int * max(rank, 1))(*perm)))
+
+    def slice(self, x, axis, start=0, stop=None, step=1):
+        """x[..., start:stop:step, ...] along `axis` (Python's rules)."""
+        stop = (1 << 63) - 1 if stop is None else stop
+        return self._wrap(self._lib.kf_slice(self._h, self._t(x), axis, start, stop, step))
+
+    def concat(self, xs, axis=0):
+        """The tensors `xs` joined along `axis`."""
+        xs = list(xs)
+        arr = (_capi.c_tensor_p * max(len(xs), 1))(*[self._t(x) for x in xs])
+        return self._wrap(self._lib.kf_concat(self._h, len(xs), arr, axis))
+
+    def gather(self, table, idx, axis=0):
+        """Rows of `table` picked by the i32/i64 `idx` along `axis`."""
+        return self._wrap(self._lib.kf_gather(self._h, self._t(table), self._t(idx), axis))
+
+    def transpose(self, x, axis0, axis1):
+        return self._wrap(self._lib.kf_transpose(self._h, self._t(x), axis0, axis1))
+
+    def output(self, name, t):
+        """Marks `t` as the graph output `name`."""
+        self._check(self._lib.kf_output(self._h, name.encode(), self._t(t)))
+        return t
+
+    # -- whole-graph calls -------------------------------------------------------
+    @property
+    def inputs(self):
+        lib = self._lib
+        return [Tensor(self, lib.kf_graph_input(self._h, i))
+                for i in range(lib.kf_graph_input_count(self._h))]
+
+    @property
+    def outputs(self):
+        """{output name: Tensor} in creation order."""
+        lib = self._lib
+        return {lib.kf_graph_output_name(self._h, i).decode(): Tensor(self,
+                                                                      lib.kf_graph_output(self._h, i))
+                for i in range(lib.kf_graph_output_count(self._h))}
+
+    def verify(self):
+        self._check(self._lib.kf_graph_verify(self._h))
+
+    def text(self):
+        """The canonical .kfg text of the graph."""
+        st, text = _capi.capture(lambda f: self._lib.kf_graph_print(self._h, f))
+        self._check(st)
+        return text
+
+    __str__ = text
+
+    def _bindings(self, inputs, device=None):
+        ins = {t.name: t for t in self.inputs}
+        unknown = sorted(set(inputs) - set(ins))
+        if unknown:
+            raise KfuseError(8, f"no graph input named {unknown[0]!r} (inputs: "
+                                f"{', '.join(ins)})")
+        missing = [n for n in ins if n not in inputs]
+        if missing:
+            raise KfuseError(8, f"input {missing[0]!r} is not bound")
+        return [Bound(n, inputs[n], ins[n].dtype, ins[n].shape, device) for n in ins]
+
+    def _outputs_like(self, bound, given=None, device=None):
+        outs = self.outputs
+        for n in given or {}:
+            if n not in outs:
+                _raise_unknown_output(n, outs)
+        return {n: (GivenOut(n, given[n], t.dtype, t.shape, device) if given and n in given
+                    else output_like(n, t.dtype, t.shape, bound, device))
+                for n, t in outs.items()}
+
+    def eval(self, **inputs):
+        """The reference evaluator (every op in double, each result rounded to
+        its dtype): {output name: array}."""
+        bound = self._bindings(inputs)
+        outs = self._outputs_like(bound)
+        bi = _binding_array(bound)
+        bo = _binding_array(list(outs.values()))
+        st = self._lib.kf_graph_eval(self._h, bi, len(bound), bo, len(outs))
+        self._check(st)
+        return {n: o.result() for n, o in outs.items()}
+
+    def check(self, outputs, **inputs):
+        """Judges `outputs` ({name: array}, e.g. a Program's results) against
+        the exact value, relative to the reference's own error:
+        {name: dict(err, ref_err, fused_err, round_err, bound, passed)}."""
+        bound = self._bindings(inputs)
+        outs = self.outputs
+        given = [Bound(n, a, outs[n].dtype, outs[n].shape) for n, a in outputs.items()
+                 if n in outs or _raise_unknown_output(n, outs)]
+        res = (_capi.kf_check_result * max(len(given), 1))()
+        st = self._lib.kf_graph_check(self._h, _binding_array(bound), len(bound),
+                                      _binding_array(given), len(given), res)
+        self._check(st)
+        return {b.name: dict(err=r.err, ref_err=r.ref_err, fused_err=r.fused_err,
+                             round_err=r.round_err, bound=r.bound, passed=bool(r.pass_))
+                for b, r in zip(given, res)}
+
+
+def _raise_unknown_output(name, outs):
+    raise KfuseError(8, f"no graph output named {name!r} (outputs: {', '.join(outs)})")
+
+
+for _n in _capi._UNARY:
+    setattr(Graph, _n, _builder("kf_" + _n, f"{_n}(x) elementwise."))
+for _n in _capi._BINARY:
+    setattr(Graph, _n, _builder("kf_" + _n, f"{_n}(a, b) elementwise, numpy broadcasting."))
+Graph.where = _builder("kf_where", "cond ? a : b elementwise (cond bool).")
+
+
+def _reduction(cname):
+    def op(self, x, axis=-1, keepdim=False):
+        return self._wrap(getattr(self._lib, cname)(self._h, self._t(x), axis, int(keepdim)))
+    op.__name__ = cname[3:]
+    op.__doc__ = f"{cname[3:]}(x, axis, keepdim) over one axis."
+    return op
+
+
+for _n in _capi._REDUCE:
+    setattr(Graph, _n, _reduction("kf_" + _n))
+
+
+def _binding_array(bound):
+    arr = (_capi.kf_binding * max(len(bound), 1))()
+    for i, b in enumerate(bound):
+        arr[i].name = b.name.encode()
+        arr[i].data = b.ptr
+        arr[i].size = b.nbytes
+    return arr
+
+
+class Program:
+    """A compiled graph (kf_program)."""
+
+    def __init__(self, ctx, graph):
+        if not isinstance(graph, Graph):
+            raise TypeError(f"kfuse: compile takes a Graph, got {type(graph).__name__}")
+        self.ctx = ctx
+        self._lib = ctx._lib
+        self.graph = graph
+        h = _capi.c_program_p()
+        st = self._lib.kf_compile(ctx._h, graph._h, ctypes.byref(h))
+        if st:
+            raise KfuseError(st, graph._error())
+        self._h = h
+        self._lock = threading.Lock()
+        size = ctypes.c_size_t()
+        # device-resident runs: the CUDA target of a library that has them
+        self._device_runs = (hasattr(self._lib, "kf_program_run_device") and
+                             self._lib.kf_program_workspace_size(h, ctypes.byref(size)) == 0)
+        self._workspace = None
+
+    def __del__(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            self._lib.kf_program_destroy(h)  # waits for its runs before its workspace goes
+
+    @property
+    def kernel_count(self):
+        """Kernels launched per run."""
+        return self._lib.kf_program_kernel_count(self._h)
+
+    def run(self, **inputs):
+        """Runs once: {output name: array}, arrays of the inputs' kind (torch
+        tensors in, torch tensors out, on the first torch input's device;
+        NumPy otherwise). Non-contiguous inputs are copied; host-pointer runs
+        copy device tensors to the host and the outputs back."""
+        return self.run_with(inputs)
+
+    def run_with(self, inputs, out=None):
+        """run() with the inputs as a dict, and `out`: {output name: array}
+        to write into (C-contiguous, the output's dtype and shape; outputs
+        not named there are allocated). Returns every output.
+
+        On the CUDA target, when an input is a torch CUDA tensor, the run is
+        device-resident (kf_program_run_device): every input on that device
+        (others copied there), outputs allocated by PyTorch's allocator,
+        enqueued on PyTorch's current stream without a synchronization."""
+        dev = cuda_device_of(inputs) if self._device_runs else None
+        if dev is not None:
+            return self._run_device(inputs, out, dev)
+        bound = self.graph._bindings(inputs)
+        outs = self.graph._outputs_like(bound, out or {})
+        bi = _binding_array(bound)
+        bo = _binding_array(list(outs.values()))
+        with self._lock:  # one run at a time per program (kfuse.h)
+            st = self._lib.kf_program_run(self._h, bi, len(bound), bo, len(outs), None)
+            if st:
+                raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
+        return {n: o.result() for n, o in outs.items()}
+
+    def _run_device(self, inputs, out, dev):
+        import torch
+
+        bound = self.graph._bindings(inputs, device=dev)
+        outs = self.graph._outputs_like(bound, out or {}, device=dev)
+        bi = _binding_array(bound)
+        bo = _binding_array(list(outs.values()))
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        with self._lock, torch.cuda.device(dev):
+            if self._workspace is None:
+                self._use_torch_workspace(dev)
+            st = self._lib.kf_program_run_device(self._h, bi, len(bound), bo, len(outs),
+                                                 ctypes.c_void_p(stream))
+            if st:
+                raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
+        return {n: o.result() for n, o in outs.items()}
+
+    def _use_torch_workspace(self, dev):
+        """The program's workspace from PyTorch's allocator (kept by the
+        program), so a framework's caching allocator serves kfuse."""
+        import torch
+
+        size = ctypes.c_size_t()
+        self._check_st(self._lib.kf_program_workspace_size(self._h, ctypes.byref(size)))
+        ws = torch.empty(max(size.value, 256), dtype=torch.uint8, device=dev)
+        self._check_st(self._lib.kf_program_set_workspace(self._h, ctypes.c_void_p(ws.data_ptr()),
+                                                          ws.numel()))
+        self._workspace = ws
+
+    def _check_st(self, st):
+        if st:
+            raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
+
+    def report(self, format="text"):
+        """The fusion report: text (str) or, with format="json", a dict
+        (schema kfuse.report/2, docs/report-schema.md)."""
+        if format not in _capi.REPORT_FORMATS:
+            raise ValueError(f"kfuse: unknown report format {format!r}; expected text or json")
+        st, text = _capi.capture(
+            lambda f: self._lib.kf_program_report(self._h, _capi.REPORT_FORMATS[format], f))
+        if st:
+            raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
+        return _json.loads(text) if format == "json" else text
+
+
+def parse(text, ctx=None):
+    """Parses .kfg text into a Graph."""
+    return Graph(ctx if ctx is not None else Context("cpu"), text=text)
+
+
+def compile(graph, target="auto", **options):
+    """Compiles `graph` for `target` ("cpu", "cuda" or "auto"); `options` are
+    Context's (cache_dir, flags, gemm, arch, device, num_threads, ...)."""
+    return Context(target, **options).compile(graph)

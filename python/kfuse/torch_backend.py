@@ -1,0 +1,678 @@
+"""torch.compile(model, backend="kfuse").
+
+Dynamo captures the model; AOTAutograd lowers it to ATen ops; the ops kfuse
+has are grouped into partitions (torch.fx's capability-based partitioner: the
+largest connected groups that keep the graph acyclic), each translated op by op
+into one kfuse graph and compiled into one kfuse Program; every other op stays
+in PyTorch and is listed, by name, in the report (`kfuse.last_report()`, or
+printed to stderr when KFUSE_REPORT=1). Shapes are static: Dynamo recompiles
+on a new shape (its guards), and kfuse's disk cache serves the kernels of a
+shape seen before, also in a new process.
+
+Options (torch.compile(..., options={...})): "target" ("auto": the inputs'
+device), "cache_dir", "gemm", "flags" (as kfuse.Context takes them).
+"""
+import ctypes
+import math
+import os
+import sys
+import threading
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from . import _core
+
+aten = torch.ops.aten
+
+_DT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+       torch.float64: "f64", torch.int32: "i32", torch.bool: "bool", torch.int64: "i64"}
+
+_report_lock = threading.Lock()
+_last_report = [""]
+
+
+def last_report():
+    """The report of the last graph the backend compiled: its kfuse partitions
+    (with kfuse's fusion report of each) and the ops left to PyTorch."""
+    with _report_lock:
+        return _last_report[0]
+
+
+class Unsupported(Exception):
+    """An op (or argument) kfuse cannot take: the node stays in PyTorch."""
+
+
+def _val(node):
+    v = node.meta.get("val") if hasattr(node, "meta") else None
+    if v is None:
+        v = node.meta.get("example_value") if hasattr(node, "meta") else None
+    return v
+
+
+def _static_shape(v):
+    try:
+        return tuple(int(d) for d in v.shape)
+    except (TypeError, ValueError):
+        raise Unsupported("a symbolic shape") from None
+
+
+def _kdt(dtype):
+    if dtype not in _DT:
+        raise Unsupported(f"dtype {dtype}")
+    return _DT[dtype]
+
+
+# ---------------------------------------------------------------------------
+# Translation of ATen ops into the kfuse builder
+# ---------------------------------------------------------------------------
+
+def _key(t):
+    return ctypes.cast(t._h, ctypes.c_void_p).value
+
+
+class _Builder:
+    """The graph being built, and for each reshape result its source, so
+    that view chains fold: ATen writes a linear layer on [B, S, K] as
+    view(mm(view(x, [B*S, K]), W), [B, S, N]), which kfuse fuses best as one
+    batched matmul of x whose epilogue sees [B, S, N] directly."""
+
+    def __init__(self, graph):
+        self.g = graph
+        self.source = {}
+
+    def reshape(self, x, shape):
+        shape = tuple(shape)
+        if tuple(x.shape) == shape:
+            return x
+        src = self.source.get(_key(x))
+        if src is not None and tuple(src.shape) == shape:
+            return src
+        y = self.g.reshape(x, shape)
+        self.source[_key(y)] = src if src is not None else x
+        return y
+
+    def matmul(self, a, b):
+        """a [M, K] @ b: when a is a view of [..., M', K], the batched matmul
+        of its source, viewed as [M, N]."""
+        src = self.source.get(_key(a))
+        if (src is not None and len(a.shape) == 2 and len(b.shape) == 2 and len(src.shape) > 2
+                and src.shape[-1] == a.shape[-1]):
+            full = self.g.matmul(src, b)
+            return self.reshape(full, (a.shape[0], b.shape[1]))
+        return self.g.matmul(a, b)
+
+    def const_like(self, value, like_dtype):
+        return self.g.scalar(value, like_dtype)
+
+    def operand(self, x, dtype):
+        if isinstance(x, _core.Tensor):
+            return x
+        if isinstance(x, (int, float, bool)):
+            return self.g.scalar(float(x), dtype)
+        raise Unsupported(f"operand {type(x).__name__}")
+
+
+def _binary(name):
+    def f(b, node, a, c, *rest, **kw):
+        if rest or kw.get("alpha", 1) != 1 and name not in ("add", "sub"):
+            raise Unsupported("extra arguments")
+        dtype = _kdt(_val(node).dtype)
+        if dtype == "bool" and name not in ("eq", "ne"):
+            pass
+        ta = a if isinstance(a, _core.Tensor) else None
+        tc = c if isinstance(c, _core.Tensor) else None
+        odt = (ta or tc).dtype if (ta or tc) is not None else dtype
+        x, y = b.operand(a, odt), b.operand(c, odt)
+        alpha = kw.get("alpha", 1)
+        if alpha != 1:
+            y = b.g.mul(y, b.g.scalar(alpha, odt))
+        return getattr(b.g, name)(x, y)
+    return f
+
+
+def _unary(name):
+    def f(b, node, x, *rest, **kw):
+        if rest or kw:
+            raise Unsupported("extra arguments")
+        return getattr(b.g, name)(x)
+    return f
+
+
+def _gelu(b, node, x, approximate="none"):
+    return b.g.gelu_tanh(x) if approximate == "tanh" else b.g.gelu(x)
+
+
+def _reshape(b, node, x, *shape_args, **kw):
+    return b.reshape(x, _static_shape(_val(node)))
+
+
+def _identity(b, node, x, *a, **kw):
+    if kw.get("memory_format") not in (None, torch.contiguous_format):
+        raise Unsupported("a memory format")
+    return x
+
+
+def _expand(b, node, x, size, implicit=False):
+    return b.g.expand(x, _static_shape(_val(node)))
+
+
+def _transpose(b, node, x, d0, d1):
+    return b.g.transpose(x, d0, d1)
+
+
+def _t(b, node, x):
+    return x if len(x.shape) < 2 else b.g.transpose(x, -2, -1)
+
+
+def _permute(b, node, x, dims):
+    return b.g.permute(x, list(dims))
+
+
+def _matmul(b, node, x, y):
+    return b.matmul(x, y)
+
+
+def _addmm(b, node, bias, x, y, beta=1, alpha=1):
+    if beta != 1 or alpha != 1:
+        raise Unsupported("addmm with beta or alpha")
+    prod = b.matmul(x, y)
+    src = b.source.get(_key(prod))
+    if src is not None and len(bias.shape) <= 1:
+        # the bias is added on the batched product, so the view stays foldable
+        return b.reshape(b.g.add(src, bias), tuple(prod.shape))
+    return b.g.add(prod, bias)
+
+
+def _softmax(fn):
+    def f(b, node, x, dim, half_to_float=False):
+        if half_to_float:
+            raise Unsupported("half_to_float")
+        return getattr(b.g, fn)(x, dim)
+    return f
+
+
+def _reduce(fn, dims_required=True):
+    def f(b, node, x, dim=None, keepdim=False, dtype=None):
+        if dtype is not None:
+            raise Unsupported("a reduction dtype")
+        if dim is None:
+            raise Unsupported("a full reduction")
+        dims = [dim] if isinstance(dim, int) else list(dim)
+        if len(dims) != 1:
+            raise Unsupported("a reduction over several dims")
+        return getattr(b.g, fn)(x, dims[0], bool(keepdim))
+    return f
+
+
+def _pow_scalar(b, node, x, e):
+    if isinstance(e, (int, float)) and e == 2:
+        return b.g.mul(x, x)
+    return b.g.pow(x, b.g.scalar(float(e), x.dtype))
+
+
+def _rsub(b, node, x, other, alpha=1):
+    if alpha != 1:
+        raise Unsupported("rsub with alpha")
+    return b.g.sub(b.operand(other, x.dtype), x)
+
+
+def _where(b, node, cond, x, y):
+    dt = (x if isinstance(x, _core.Tensor) else y).dtype
+    return b.g.where(cond, b.operand(x, dt), b.operand(y, dt))
+
+
+def _masked_fill(b, node, x, mask, value):
+    if isinstance(value, _core.Tensor):
+        return b.g.where(mask, value, x)
+    return b.g.where(mask, b.g.scalar(float(value), x.dtype), x)
+
+
+def _to_copy(b, node, x, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    if layout not in (None, torch.strided) or memory_format not in (None,
+                                                                     torch.contiguous_format,
+                                                                     torch.preserve_format):
+        raise Unsupported("a layout change")
+    src = _val(node.args[0])
+    if device is not None and torch.device(device) != src.device:
+        raise Unsupported("a device copy")
+    if dtype is None or _kdt(dtype) == x.dtype:
+        return x
+    return b.g.cast(x, _kdt(dtype))
+
+
+def _clamp(b, node, x, min=None, max=None):
+    if isinstance(min, _core.Tensor) or isinstance(max, _core.Tensor):
+        raise Unsupported("tensor bounds")
+    return b.g.clamp(x, min=min, max=max)
+
+
+def _layer_norm(b, node, x, normalized_shape, w, bias, eps):
+    if len(normalized_shape) != 1:
+        raise Unsupported("a layer norm over several dims")
+    n = normalized_shape[0]
+    dt = x.dtype
+    if w is None:
+        w = b.g.expand(b.g.scalar(1.0, dt), (n,))
+    if bias is None:
+        bias = b.g.expand(b.g.scalar(0.0, dt), (n,))
+    return (b.g.layer_norm(x, w, bias, -1, float(eps)),)
+
+
+def _scalar_tensor(b, node, value, **kw):
+    return _full(b, node, (), value)
+
+
+def _full(b, node, size, value, **kw):
+    v = _val(node)
+    t = b.g.scalar(float(value), _kdt(v.dtype))
+    shape = _static_shape(v)
+    return t if not shape else b.g.expand(t, shape)
+
+
+def _arange(b, node, *args, **kw):
+    v = _val(node)
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (
+        args[0], args[1], args[2] if len(args) > 2 else 1)
+    if start != 0 or step != 1:
+        raise Unsupported("arange with a start or step")
+    return b.g.iota(_kdt(v.dtype), (int(end),), 0)
+
+
+def _slice(b, node, x, dim=0, start=None, end=None, step=1):
+    start = 0 if start is None else start
+    end = (1 << 63) - 1 if end is None else end
+    if tuple(_static_shape(_val(node))) == tuple(x.shape):
+        return x
+    return b.g.slice(x, dim, start, end, step)
+
+
+def _cat(b, node, xs, dim=0):
+    return b.g.concat(xs, dim)
+
+
+def _split(b, node, x, split_size, dim=0):
+    n = x.shape[dim]
+    sizes = ([split_size] * (n // split_size) + ([n % split_size] if n % split_size else [])
+             if isinstance(split_size, int) else list(split_size))
+    out, at = [], 0
+    for size in sizes:
+        out.append(b.g.slice(x, dim, at, at + size, 1) if size != n else x)
+        at += size
+    return tuple(out)
+
+
+def _embedding(b, node, weight, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return b.g.gather(weight, idx, 0)
+
+
+def _index_select(b, node, x, dim, idx):
+    return b.g.gather(x, idx, dim)
+
+
+def _sdpa(b, node, q, k, v, *args, **kw):
+    """scaled_dot_product_attention in any of ATen's spellings, written as the
+    primitives kfuse's planner fuses into one attention group."""
+    t = node.target
+    attn_mask, dropout, causal, scale, gqa = None, 0.0, False, None, False
+    a = list(args)
+    if t is aten.scaled_dot_product_attention.default:
+        names = ["attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
+    elif t is aten._scaled_dot_product_flash_attention_for_cpu.default:
+        names = ["dropout_p", "is_causal", "attn_mask", "scale"]
+    elif t is aten._scaled_dot_product_flash_attention.default:
+        names = ["dropout_p", "is_causal", "return_debug_mask", "scale"]
+    elif t is aten._scaled_dot_product_efficient_attention.default:
+        names = ["attn_mask", "compute_log_sumexp", "dropout_p", "is_causal", "scale"]
+    elif t is aten._scaled_dot_product_cudnn_attention.default:
+        names = ["attn_mask", "compute_log_sumexp", "dropout_p", "is_causal",
+                 "return_debug_mask", "scale"]
+    else:
+        raise Unsupported("an attention variant")
+    p = dict(zip(names, a))
+    p.update(kw)
+    attn_mask, dropout = p.get("attn_mask"), p.get("dropout_p", 0.0)
+    causal, scale = bool(p.get("is_causal", False)), p.get("scale")
+    if dropout:
+        raise Unsupported("attention dropout")
+    if attn_mask is not None and causal:
+        raise Unsupported("attention with both a mask and is_causal")
+    qs, ks = q.shape, k.shape
+    if len(qs) != 4 or len(ks) != 4:
+        raise Unsupported("attention of rank other than 4")
+    B, H, L, D = qs
+    Hk, S = ks[1], ks[2]
+    dt = q.dtype
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if H != Hk:
+        if H % Hk:
+            raise Unsupported("query heads not a multiple of key heads")
+        q5 = b.g.reshape(q, (B, Hk, H // Hk, L, D))
+        k5 = b.g.reshape(k, (B, Hk, 1, S, D))
+        v5 = b.g.reshape(v, (B, Hk, 1, S, v.shape[-1]))
+    else:
+        q5, k5, v5 = q, k, v
+    s = b.g.mul(b.g.matmul(q5, k5, transpose_b=True), b.g.scalar(scale, dt))
+    if causal:
+        row = b.g.iota("i32", (L, S), 0)
+        col = b.g.iota("i32", (L, S), 1)
+        s = b.g.where(b.g.ge(row, col), s, b.g.scalar(float("-inf"), dt))
+    elif attn_mask is not None:
+        if H != Hk:
+            raise Unsupported("a mask with grouped-query attention")
+        if attn_mask.dtype == "bool":
+            s = b.g.where(attn_mask, s, b.g.scalar(float("-inf"), dt))
+        else:
+            s = b.g.add(s, attn_mask if attn_mask.dtype == dt else b.g.cast(attn_mask, dt))
+    o = b.g.matmul(b.g.softmax(s, -1), v5)
+    if H != Hk:
+        o = b.g.reshape(o, (B, H, L, v.shape[-1]))
+    return (o,)
+
+
+_OPS = {
+    aten.add.Tensor: _binary("add"), aten.add.Scalar: _binary("add"),
+    aten.sub.Tensor: _binary("sub"), aten.sub.Scalar: _binary("sub"),
+    aten.mul.Tensor: _binary("mul"), aten.mul.Scalar: _binary("mul"),
+    aten.div.Tensor: _binary("div"), aten.div.Scalar: _binary("div"),
+    aten.maximum.default: _binary("max"), aten.minimum.default: _binary("min"),
+    aten.pow.Tensor_Tensor: _binary("pow"), aten.pow.Tensor_Scalar: _pow_scalar,
+    aten.eq.Tensor: _binary("eq"), aten.eq.Scalar: _binary("eq"),
+    aten.ne.Tensor: _binary("ne"), aten.ne.Scalar: _binary("ne"),
+    aten.lt.Tensor: _binary("lt"), aten.lt.Scalar: _binary("lt"),
+    aten.le.Tensor: _binary("le"), aten.le.Scalar: _binary("le"),
+    aten.gt.Tensor: _binary("gt"), aten.gt.Scalar: _binary("gt"),
+    aten.ge.Tensor: _binary("ge"), aten.ge.Scalar: _binary("ge"),
+    aten.rsub.Scalar: _rsub,
+    aten.neg.default: _unary("neg"), aten.abs.default: _unary("abs"),
+    aten.exp.default: _unary("exp"), aten.log.default: _unary("log"),
+    aten.sqrt.default: _unary("sqrt"), aten.rsqrt.default: _unary("rsqrt"),
+    aten.tanh.default: _unary("tanh"), aten.sigmoid.default: _unary("sigmoid"),
+    aten.relu.default: _unary("relu"), aten.silu.default: _unary("silu"),
+    aten.erf.default: _unary("erf"), aten.sin.default: _unary("sin"),
+    aten.cos.default: _unary("cos"), aten.gelu.default: _gelu,
+    aten.where.self: _where, aten.masked_fill.Scalar: _masked_fill,
+    aten.masked_fill.Tensor: _masked_fill,
+    aten.clamp.default: _clamp,
+    aten.view.default: _reshape, aten._unsafe_view.default: _reshape,
+    aten.reshape.default: _reshape, aten.unsqueeze.default: _reshape,
+    aten.squeeze.dim: _reshape, aten.squeeze.default: _reshape,
+    aten.clone.default: _identity, aten.alias.default: _identity,
+    aten.expand.default: _expand, aten.transpose.int: _transpose, aten.t.default: _t,
+    aten.permute.default: _permute,
+    aten.mm.default: _matmul, aten.bmm.default: _matmul, aten.addmm.default: _addmm,
+    aten._softmax.default: _softmax("softmax"), aten._log_softmax.default: _softmax("log_softmax"),
+    aten.mean.dim: _reduce("reduce_mean"), aten.sum.dim_IntList: _reduce("reduce_sum"),
+    aten.amax.default: _reduce("reduce_max"), aten.amin.default: _reduce("reduce_min"),
+    aten._to_copy.default: _to_copy,
+    aten.native_layer_norm.default: _layer_norm,
+    aten.full.default: _full, aten.scalar_tensor.default: _scalar_tensor,
+    aten.arange.default: _arange, aten.arange.start: _arange,
+    aten.arange.start_step: _arange,
+    aten.slice.Tensor: _slice, aten.cat.default: _cat,
+    aten.split.Tensor: _split, aten.split_with_sizes.default: _split,
+    aten.embedding.default: _embedding, aten.index_select.default: _index_select,
+    aten.scaled_dot_product_attention.default: _sdpa,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa,
+    aten._scaled_dot_product_flash_attention.default: _sdpa,
+    aten._scaled_dot_product_efficient_attention.default: _sdpa,
+    aten._scaled_dot_product_cudnn_attention.default: _sdpa,
+}
+# Ops returning tuples: which results kfuse computes (others stay unsupported).
+_TUPLE_OPS = {aten.native_layer_norm.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
+              aten._scaled_dot_product_flash_attention.default,
+              aten._scaled_dot_product_efficient_attention.default,
+              aten._scaled_dot_product_cudnn_attention.default}
+# Ops returning tuples whose every result kfuse computes.
+_ALL_RESULTS = {aten.split.Tensor, aten.split_with_sizes.default}
+
+
+def _node_args(node):
+    return list(node.args), dict(node.kwargs)
+
+
+def _tensor_meta_ok(v):
+    if isinstance(v, (tuple, list)):
+        return all(_tensor_meta_ok(x) for x in v)
+    if not isinstance(v, torch.Tensor):
+        return False
+    _kdt(v.dtype)
+    _static_shape(v)
+    return True
+
+
+class _Support(OperatorSupportBase):
+    """Which nodes kfuse takes: a known op whose tensors have kfuse dtypes and
+    static shapes, and which the builder accepts on a trial translation."""
+
+    def __init__(self):
+        self.reasons = {}
+
+    def is_node_supported(self, submodules, node):
+        if node.op != "call_function":
+            return False
+        try:
+            if node.target.__name__ == "getitem" and node.args[0].target in _ALL_RESULTS:
+                return True
+            if node.target.__name__ == "getitem" and node.args[0].target in _TUPLE_OPS:
+                if node.args[1] != 0:
+                    raise Unsupported(f"result {node.args[1]} of {node.args[0].target}")
+                return True
+            if node.target not in _OPS:
+                raise Unsupported("no kfuse translation")
+            if not _tensor_meta_ok(_val(node)):
+                raise Unsupported("a non-tensor result")
+            if node.target in _TUPLE_OPS:
+                for u in node.users:
+                    if u.target.__name__ != "getitem" or u.args[1] != 0:
+                        raise Unsupported("a result other than the first is used")
+            for a in node.all_input_nodes:
+                if not _tensor_meta_ok(_val(a)):
+                    raise Unsupported("an operand kfuse cannot hold")
+            _trial(node)
+            return True
+        except Unsupported as e:
+            self.reasons[node] = str(e)
+            return False
+
+
+def _trial(node):
+    """Translates `node` alone, its operands as inputs, to catch what the
+    builder refuses (shapes, dtypes, arguments) before partitioning."""
+    g = _core.Graph(_core.Context("cpu"))
+    env = {}
+    try:
+        for i, a in enumerate(node.all_input_nodes):
+            v = _val(a)
+            env[a] = g.input(f"i{i}", _kdt(v.dtype), _static_shape(v))
+        _translate(_Builder(g), node, env)
+    except _core.KfuseError as e:
+        raise Unsupported(f"kfuse refused it: {e}") from None
+    except AttributeError as e:
+        # an op this libkfuse lacks (an older library than the package)
+        raise Unsupported(f"not in this libkfuse ({e})") from None
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        # an argument form the translation does not know: the op stays in PyTorch
+        raise Unsupported(f"arguments kfuse does not translate ({e})") from None
+
+
+def _map_arg(a, env):
+    if isinstance(a, torch.fx.Node):
+        return env[a]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_map_arg(x, env) for x in a)
+    return a
+
+
+def _translate(b, node, env):
+    if node.target.__name__ == "getitem" and not isinstance(node.target, torch._ops.OpOverload):
+        return env[node.args[0]][node.args[1]]
+    args = [_map_arg(a, env) for a in node.args]
+    kwargs = {k: _map_arg(v, env) for k, v in node.kwargs.items()}
+    kwargs.pop("device", None) if node.target in (aten.full.default, aten.scalar_tensor.default,
+                                                  aten.arange.default, aten.arange.start,
+                                                  aten.arange.start_step) else None
+    return _OPS[node.target](b, node, *args, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# A partition: one kfuse graph and program
+# ---------------------------------------------------------------------------
+
+class _KfusePartition(torch.nn.Module):
+    def __init__(self, gm, options):
+        super().__init__()
+        self.gm = gm
+        self.options = options
+        self.graph = _core.Graph(_core.Context("cpu"))
+        b = _Builder(self.graph)
+        env, self.input_names, self.output_names = {}, [], []
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                v = _val(n)
+                name = f"in{len(self.input_names)}"
+                env[n] = self.graph.input(name, _kdt(v.dtype), _static_shape(v))
+                self.input_names.append(name)
+            elif n.op == "call_function":
+                env[n] = _translate(b, n, env)
+            elif n.op == "output":
+                outs = n.args[0]
+                self.single = not isinstance(outs, (tuple, list))
+                for i, o in enumerate([outs] if self.single else outs):
+                    t = env[o]
+                    name = f"out{i}"
+                    self.graph.output(name, t)
+                    self.output_names.append(name)
+        self.programs = {}
+
+    def program(self, device):
+        key = str(device)
+        p = self.programs.get(key)
+        if p is None:
+            target = self.options.get("target", "auto")
+            if target == "auto":
+                target = "cuda" if device.type == "cuda" else "cpu"
+            opts = {k: v for k, v in self.options.items() if k != "target"}
+            p = _core.Context(target, **opts).compile(self.graph)
+            self.programs[key] = p
+        return p
+
+    def forward(self, *args):
+        dev = args[0].device if args else torch.device("cpu")
+        prog = self.program(dev)
+        res = prog.run_with(dict(zip(self.input_names, args)))
+        outs = [res[n] for n in self.output_names]
+        return outs[0] if self.single else tuple(outs)
+
+    def report(self):
+        if not self.programs:
+            return "(not run yet)"
+        return next(iter(self.programs.values())).report()
+
+
+def _symbolic(gm):
+    for n in gm.graph.nodes:
+        v = _val(n)
+        if isinstance(v, torch.Tensor) and any(not isinstance(d, int) for d in v.shape):
+            return True
+    return False
+
+
+def _compile_fx(gm, example_inputs, options):
+    """A callable for an ATen graph: static shapes are compiled now; a graph
+    with symbolic shapes (Dynamo's automatic dynamic shapes) is specialized on
+    each new set of input shapes and dtypes at call time, and kept by them."""
+    if not _symbolic(gm):
+        return _compile_static(gm, options)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    compiled = {}
+
+    def run(*args):
+        key = tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+                    for a in args)
+        fn = compiled.get(key)
+        if fn is None:
+            concrete = make_fx(gm, tracing_mode="fake")(*args)
+            fn = compiled[key] = _compile_static(concrete, options)
+        return fn(*args)
+
+    return run
+
+
+def _compile_static(gm, options):
+    support = _Support()
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    fused = partitioner.fuse_partitions(partitions)
+    parts, fallback = [], {}
+    for n in fused.graph.nodes:
+        if n.op == "call_module" and n.target.startswith("fused_"):
+            sub = getattr(fused, n.target)
+            # the fused submodule's nodes carry the original meta
+            for p in sub.graph.nodes:
+                if p.op == "placeholder" and "val" not in p.meta:
+                    src = next((a for a in n.args if isinstance(a, torch.fx.Node)
+                                and a.name == p.name), None)
+                    if src is not None:
+                        p.meta["val"] = _val(src)
+            part = _KfusePartition(sub, options)
+            setattr(fused, n.target, part)
+            parts.append((n.target, part))
+    for n, why in support.reasons.items():
+        if n.op == "call_function" and n.target.__name__ != "getitem":
+            fallback.setdefault(str(n.target), why)
+    fused.recompile()
+    state = {"parts": parts, "fallback": fallback, "reported": False}
+
+    def run(*args):
+        out = fused(*args)
+        if not state["reported"]:
+            state["reported"] = True
+            _publish(state)
+        return out
+
+    return run
+
+
+def _publish(state):
+    lines = [f"kfuse: {len(state['parts'])} partition(s) compiled by kfuse, "
+             f"{len(state['fallback'])} op kind(s) left to PyTorch"]
+    for op, why in sorted(state["fallback"].items()):
+        lines.append(f"  in PyTorch: {op}: {why}")
+    for name, part in state["parts"]:
+        lines.append(f"-- {name}")
+        lines.append(part.report())
+    text = "\n".join(lines)
+    with _report_lock:
+        _last_report[0] = text
+    if os.environ.get("KFUSE_REPORT") == "1":
+        print(text, file=sys.stderr)
+
+
+def make_backend(**options):
+    """A backend with kfuse options: torch.compile(m, backend=make_backend(target="cpu",
+    cache_dir=..., gemm=..., flags=...))."""
+    return lambda gm, example_inputs: kfuse_backend(gm, example_inputs, options)
+
+
+def kfuse_backend(gm, example_inputs, options=None, mode=None):
+    """The torch.compile backend (registered as "kfuse"): torch.compile(m,
+    backend="kfuse", options={"target": "cpu", "cache_dir": ...})."""
+    if mode not in (None, "default"):
+        raise ValueError(f"kfuse backend: mode {mode!r} is not supported (only the default)")
+    options = dict(options or {})
+    unknown = set(options) - {"target", "device", "arch", "cache_dir", "flags", "gemm",
+                              "dump_dir", "num_threads", "cpu_opt_level"}
+    if unknown:
+        raise ValueError(f"kfuse backend: unknown option {sorted(unknown)[0]!r}")
+    from functorch.compile import make_boxed_func
+
+    def fw(g, ex):
+        return make_boxed_func(_compile_fx(g, ex, options))
+
+    return aot_autograd(fw_compiler=fw, bw_compiler=lambda g, ex: make_boxed_func(g.forward))(
+        gm, example_inputs)
