@@ -265,19 +265,25 @@ typedef struct bcase {
     kf_gemm_mode gemm; /* how its GEMM groups run (KF_GEMM_AUTO: the default) */
 } bcase;
 
-static kf_ctx *make_ctx_gemm(const char *cache_dir, unsigned flags, kf_gemm_mode gemm) {
+static kf_ctx *make_ctx_mode(const char *cache_dir, unsigned flags, kf_gemm_mode gemm,
+                             kf_attention_mode attention) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
     o.cache_dir = cache_dir;
     o.flags = flags;
     o.gemm = gemm;
+    o.attention = attention;
     kf_ctx *c = NULL;
     if (kf_ctx_create(&o, &c) != KF_OK) {
         fprintf(stderr, "gpu_bench: kf_ctx_create failed\n");
         exit(1);
     }
     return c;
+}
+
+static kf_ctx *make_ctx_gemm(const char *cache_dir, unsigned flags, kf_gemm_mode gemm) {
+    return make_ctx_mode(cache_dir, flags, gemm, KF_ATTENTION_AUTO);
 }
 
 static kf_ctx *make_ctx(const char *cache_dir, unsigned flags) {
@@ -417,12 +423,22 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO},
+        /* the same cases with the FA2 (mma.sync) kernel, --attention fa2
+         * (the default above: the sm_90a kernel on sm_90a) */
+        {"attn_causal_fa2", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_noncausal_fa2", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_gqa_fa2", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_softcap_fa2", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_alibi_fa2", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_window_fa2", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
     kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_UNFUSED_ATTENTION);
+    kf_ctx *fa2 = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_FA2);
     for (int i = 0; i < n_cases; i++)
-        run_case(i == 1 ? unf : fa, &cases[i], copy_gbs, gemm_tflops);
+        run_case(i == 1 ? unf : strstr(cases[i].name, "_fa2") ? fa2 : fa, &cases[i], copy_gbs,
+                 gemm_tflops);
 
     /* Cold compile of one fused kernel: a private empty cache (planning and
      * codegen included, as kf_compile does them). */
@@ -541,6 +557,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     fprintf(stderr, "gpu_bench: wrote %s\n", path);
     kf_ctx_destroy(fa);
     kf_ctx_destroy(unf);
+    kf_ctx_destroy(fa2);
     return 0;
 }
 

@@ -165,7 +165,8 @@ else()
     message(WARNING "bash not found: the CLI and install tests are not registered")
 endif()
 
-# test_gemmgen reads the SASS of the generated GEMM kernels with cuobjdump:
+# test_gemmgen and test_attngen read the SASS of the generated sm_90a GEMM and
+# attention kernels with cuobjdump:
 # the toolkit's, else the one pip installs (nvidia-cuda-cuobjdump, which
 # scripts/install-deps.sh adds). Not found, the suite fails: it does not skip.
 if(TARGET test_gemmgen)
@@ -180,5 +181,8 @@ if(TARGET test_gemmgen)
     endif()
     if(KF_CUOBJDUMP)
         target_compile_definitions(test_gemmgen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
+        if(TARGET test_attngen)
+            target_compile_definitions(test_attngen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
+        endif()
     endif()
 endif()

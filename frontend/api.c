@@ -51,7 +51,8 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     if (hooks != 0 && hooks != 3)
         return KF_ERR_INVALID_ARGUMENT; /* a half-set allocator */
     if ((unsigned)o->target >= KF_TARGET_COUNT || (o->flags & ~(unsigned)KF_FLAG_ALL_) ||
-        o->device < 0 || (unsigned)o->gemm >= KF_GEMM_COUNT || o->num_threads < 0 ||
+        o->device < 0 || (unsigned)o->gemm >= KF_GEMM_COUNT ||
+        (unsigned)o->attention >= KF_ATTENTION_COUNT || o->num_threads < 0 ||
         o->cpu_opt_level < 0 || o->cpu_opt_level > 3)
         return KF_ERR_INVALID_ARGUMENT;
     /* An arch override is checked now, not truncated or guessed at compile time. */
@@ -70,6 +71,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     ctx->device = o->device;
     ctx->flags = o->flags;
     ctx->gemm = o->gemm;
+    ctx->attention = o->attention;
     ctx->arch = ctx_strdup(&mem, o->arch);
     ctx->cache_dir = ctx_strdup(&mem, o->cache_dir);
     ctx->dump_dir = ctx_strdup(&mem, o->dump_dir);

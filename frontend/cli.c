@@ -83,6 +83,17 @@ bool kf_cli_gemm_mode(const char *s, kf_gemm_mode *out) {
     return false;
 }
 
+bool kf_cli_attention_mode(const char *s, kf_attention_mode *out) {
+    static const char *const names[KF_ATTENTION_COUNT] = {"auto", "sm90", "fa2", "unfused"};
+    for (int i = 0; i < KF_ATTENTION_COUNT; i++) {
+        if (s && strcmp(s, names[i]) == 0) {
+            *out = (kf_attention_mode)i;
+            return true;
+        }
+    }
+    return false;
+}
+
 int kf_cli_load_graph(kf_ctx *ctx, const char *path, kf_graph **out) {
     char *text = NULL;
     size_t len = 0;

@@ -25,8 +25,8 @@
 
 const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
 const char kf_cmd_aot_help[] =
-    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] [--unfused-attention] "
-    "FILE.kfg... -o DIR\n"
+    "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] [--attention MODE] "
+    "[--unfused-attention] FILE.kfg... -o DIR\n"
     "\n"
     "Plans each graph, makes its CUDA recipes for each ARCH (what `kfuse report`\n"
     "prints and a program runs), compiles every generated kernel they name with\n"
@@ -46,6 +46,8 @@ const char kf_cmd_aot_help[] =
     "  --gemm MODE   the recipes of contexts with this GEMM mode: auto (the\n"
     "                default, as measured), generated, cublaslt, or measured (both\n"
     "                sides compiled; the choice is timed on first use)\n"
+    "  --attention MODE the recipes of contexts with this attention mode: auto\n"
+    "                (sm_90a kernel on sm_90a), sm90 (the same), fa2 or unfused\n"
     "  --unfused-attention the recipes of contexts with KF_FLAG_UNFUSED_ATTENTION\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
@@ -170,6 +172,7 @@ int kf_cmd_aot(int argc, char **argv) {
     }
     int n_files = 0;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
+    kf_attention_mode attention = KF_ATTENTION_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
@@ -193,6 +196,12 @@ int kf_cmd_aot(int argc, char **argv) {
                 return usage("%s", "--gemm takes auto, generated, cublaslt or measured");
             }
             i++;
+        } else if (strcmp(s, "--attention") == 0) {
+            if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &attention)) {
+                free(files);
+                return usage("%s", "--attention takes auto, sm90, fa2 or unfused");
+            }
+            i++;
         } else if (strcmp(s, "--unfused-attention") == 0) {
             a.flags |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
         } else if (strncmp(s, "--arch=", 7) == 0) {
@@ -204,7 +213,7 @@ int kf_cmd_aot(int argc, char **argv) {
             files[n_files++] = s;
         }
     }
-    a.flags |= kf_cuda_recipe_flags(0u, gemm);
+    a.flags |= kf_cuda_recipe_flags(0u, gemm, attention);
     if (!dir || n_files == 0) {
         free(files);
         return usage("%s", !dir ? "missing -o DIR" : "missing FILE.kfg");

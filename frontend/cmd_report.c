@@ -24,7 +24,7 @@
 
 const char kf_cmd_report_help[] =
     "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
-    "                         [--sm-count N] [--no-cublaslt] [--gemm MODE]\n"
+    "                         [--sm-count N] [--no-cublaslt] [--gemm MODE] [--attention MODE]\n"
     "                         [--unfused-attention]\n"
     "\n"
     "Plans FILE (a .kfg graph; `-` reads standard input) into fused kernels and\n"
@@ -51,6 +51,9 @@ const char kf_cmd_report_help[] =
     "                  auto (the default, as measured), generated (kfuse's sm_90a\n"
     "                  GEMM kernel where it takes the group), cublaslt, or measured\n"
     "                  (both, timed once on the device, the faster runs)\n"
+    "  --attention MODE  the recipes of a context with this attention mode\n"
+    "                  (kf_options.attention): auto (the sm_90a kernel on sm_90a, where\n"
+    "                  it takes the group), sm90 (the same), fa2, unfused\n"
     "  --unfused-attention  the recipes of a context with KF_FLAG_UNFUSED_ATTENTION\n"
     "                  (every attention group unfused, also those the fused\n"
     "                  kernel takes)\n"
@@ -65,7 +68,7 @@ static int usage(const char *fmt, const char *arg) {
     fputs("kfuse report: ", stderr);
     fprintf(stderr, fmt, arg);
     fputs("\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
-          "                         [--sm-count N] [--no-cublaslt] [--gemm MODE]\n"
+          "                         [--sm-count N] [--no-cublaslt] [--gemm MODE] [--attention MODE]\n"
           "                         [--unfused-attention]\n"
           "Run 'kfuse help report' for details.\n",
           stderr);
@@ -139,6 +142,7 @@ int kf_cmd_report(int argc, char **argv) {
     long sm_count = 0;
     bool json = false, no_lt = false, unfused_attn = false;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
+    kf_attention_mode attention = KF_ATTENTION_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -171,6 +175,11 @@ int kf_cmd_report(int argc, char **argv) {
             if (!kf_cli_gemm_mode(argv[++i], &gemm))
                 return usage("--gemm takes auto, generated, cublaslt or measured, not '%s'",
                              argv[i]);
+        } else if (strcmp(a, "--attention") == 0) {
+            if (i + 1 >= argc)
+                return usage("option '%s' needs a value", a);
+            if (!kf_cli_attention_mode(argv[++i], &attention))
+                return usage("--attention takes auto, sm90, fa2 or unfused, not '%s'", argv[i]);
         } else if (strcmp(a, "--unfused-attention") == 0) {
             unfused_attn = true;
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -207,7 +216,8 @@ int kf_cmd_report(int argc, char **argv) {
     if (sm_count)
         target.sm_count = (int)sm_count;
     target.flags |= kf_cuda_recipe_flags(
-        (no_lt ? KF_FLAG_NO_CUBLASLT : 0u) | (unfused_attn ? KF_FLAG_UNFUSED_ATTENTION : 0u), gemm);
+        (no_lt ? KF_FLAG_NO_CUBLASLT : 0u) | (unfused_attn ? KF_FLAG_UNFUSED_ATTENTION : 0u), gemm,
+        attention);
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     kf_plan *plan = NULL;

@@ -33,7 +33,7 @@ const char kf_cmd_run_summary[] =
 const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
     "                      [--gemm auto|generated|cublaslt|measured]\n"
-    "                      [--unfused-attention]\n"
+    "                      [--attention auto|sm90|fa2|unfused] [--unfused-attention]\n"
     "                      [--no-cache | --cache-dir DIR]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
@@ -55,6 +55,11 @@ const char kf_cmd_run_help[] =
     "               default, as measured), generated (kfuse's sm_90a GEMM kernel\n"
     "               wherever it takes the group), cublaslt, or measured (both timed\n"
     "               once, the faster runs; --report shows both times)\n"
+    "  --attention MODE  how attention groups run on CUDA (kf_options.attention):\n"
+    "               auto (the default) or sm90: on sm_90a the TMA/wgmma kernel\n"
+    "               where it takes the group, else fa2 (the report says why);\n"
+    "               fa2: the mma.sync kernel on every arch; unfused: as\n"
+    "               --unfused-attention\n"
     "  --unfused-attention  a context with KF_FLAG_UNFUSED_ATTENTION: attention\n"
     "               groups run as two cuBLASLt GEMMs around a softmax kernel even\n"
     "               where the fused kernel takes them (bf16/f16, head dim 64/128)\n"
@@ -133,6 +138,7 @@ int kf_cmd_run(int argc, char **argv) {
     const char *cache_dir = NULL;
     kf_target target = KF_TARGET_AUTO;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
+    kf_attention_mode attention = KF_ATTENTION_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -145,6 +151,13 @@ int kf_cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "--gemm") == 0) {
             if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
                 fprintf(stderr, "kfuse run: --gemm takes auto, generated, cublaslt or measured\n%s",
+                        kf_cmd_run_help);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--attention") == 0) {
+            if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &attention)) {
+                fprintf(stderr, "kfuse run: --attention takes auto, sm90, fa2 or unfused\n%s",
                         kf_cmd_run_help);
                 return 2;
             }
@@ -207,6 +220,7 @@ int kf_cmd_run(int argc, char **argv) {
     kf_cli_options(&o); /* the environment's switches */
     o.target = target;
     o.gemm = gemm;
+    o.attention = attention;
     if (unfused_attn)
         o.flags |= KF_FLAG_UNFUSED_ATTENTION;
     if (cache_dir)

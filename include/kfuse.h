@@ -145,7 +145,7 @@ enum {
                                              cuBLASLt GEMMs around a softmax kernel), also
                                              those the fused kernel takes (bf16/f16, head dim
                                              64 or 128), which by default run as one fused
-                                             kernel (sm_80 mma.sync, on sm_90 too) */
+                                             kernel (kf_attention_mode) */
     KF_FLAG_ALL_ = (1u << 11) - 1
 };
 
@@ -161,6 +161,19 @@ typedef enum kf_gemm_mode {
     KF_GEMM_COUNT
 } kf_gemm_mode;
 
+/* How attention groups run on a CUDA device. */
+typedef enum kf_attention_mode {
+    KF_ATTENTION_AUTO = 0, /* the default: on sm_90a the sm_90a kernel (TMA, wgmma,
+                              warp-specialized) wherever it takes the group, else the FA2
+                              kernel (the report says why); the FA2 kernel on other archs;
+                              unfused where neither takes the group */
+    KF_ATTENTION_SM90,     /* the same as AUTO (named for those who want to say it) */
+    KF_ATTENTION_FA2,      /* the mma.sync kernel (sm_80 and later) wherever it takes the
+                              group, also on sm_90a; else unfused */
+    KF_ATTENTION_UNFUSED,  /* always unfused (as KF_FLAG_UNFUSED_ATTENTION) */
+    KF_ATTENTION_COUNT
+} kf_attention_mode;
+
 typedef struct kf_options {
     kf_target target;      /* default KF_TARGET_AUTO */
     int device;            /* CUDA device ordinal, default 0 */
@@ -170,6 +183,7 @@ typedef struct kf_options {
     unsigned flags;        /* KF_FLAG_* */
     kf_allocator allocator;
     kf_gemm_mode gemm;     /* default KF_GEMM_AUTO */
+    kf_attention_mode attention; /* default KF_ATTENTION_AUTO */
     /* Switches. The library reads no environment variable of its own: the kfuse
      * CLI maps the one named beside each field onto it. */
     const char *dump_dir;     /* KF_DUMP_DIR: every generated CUDA source is written here as
@@ -189,7 +203,7 @@ KF_API void kf_options_init(kf_options *options);
 
 /* Creates a context. `options` may be NULL for the defaults; the strings it
  * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
- * (NULL out, unknown flag, target or gemm mode, negative device or num_threads, a
+ * (NULL out, unknown flag, target, gemm or attention mode, negative device or num_threads, a
  * cpu_opt_level outside 0-3, half-set allocator, an
  * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f'),
  * KF_ERR_OUT_OF_MEMORY. */

@@ -22,6 +22,7 @@ struct kf_ctx {
     int device;
     unsigned flags;
     kf_gemm_mode gemm; /* KF_GEMM_*: how GEMM groups run on CUDA */
+    kf_attention_mode attention; /* KF_ATTENTION_*: how attention groups run on CUDA */
     char *arch;      /* NULL: from the device */
     char *cache_dir; /* NULL: kf_cache_default_dir */
     /* kf_options' switches (copied strings, NULL when unset) */

@@ -813,7 +813,7 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
     memset(&ex->target, 0, sizeof ex->target);
     snprintf(ex->target.arch, sizeof ex->target.arch, "%s", ctx->arch ? ctx->arch : ex->dev.arch);
     ex->target.sm_count = ex->dev.sm_count > 0 ? ex->dev.sm_count : 1;
-    ex->target.flags = kf_cuda_recipe_flags(ctx->flags, ctx->gemm);
+    ex->target.flags = kf_cuda_recipe_flags(ctx->flags, ctx->gemm, ctx->attention);
     *target = ex->target;
     *out = ex;
     return KF_OK;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# gpu_attention.sh -- the fused attention kernel on a GPU machine, in one call
+# gpu_attention.sh -- the fused attention kernels on a GPU machine, in one call
 # (device time is scarce): a Release build of kfuse, the GPU suite's
-# attention tests (fused and fallback, against the reference evaluator),
-# every example and pattern that holds attention with --target cuda --check,
-# compute-sanitizer memcheck and racecheck on ragged fused cases, and with
-# --bench the attention cases of bench/gpu_bench (and their peers).
+# attention tests (FA2, sm_90a and fallback, against the reference
+# evaluator), every example and pattern that holds attention with --target
+# cuda --check (default, and --attention fa2), compute-sanitizer memcheck
+# and racecheck on ragged fused cases (both kernels), and with --bench the
+# attention cases of bench/gpu_bench (and their peers).
 #
 #   scripts/gpu_attention.sh [--commit SHA] [--bench] [--no-tests]
 #
@@ -57,15 +58,17 @@ if [ $tests -eq 1 ]; then
     fi
     n_ok=0
     n_all=0
-    for f in examples/*.kfg examples/patterns/attention_*.kfg; do
-        n_all=$((n_all + 1))
-        if build-gpu/kfuse run "$f" --target cuda --check --report \
-            --seed $((n_all * 7919)) >>"$out/examples.log" 2>&1; then
-            n_ok=$((n_ok + 1))
-        else
-            echo "FAILED: $f" | tee -a "$out/examples.log"
-            fail=1
-        fi
+    for mode in auto fa2; do
+        for f in examples/*.kfg examples/patterns/attention_*.kfg; do
+            n_all=$((n_all + 1))
+            if build-gpu/kfuse run "$f" --target cuda --check --report --attention $mode \
+                --seed $((n_all * 7919)) >>"$out/examples.log" 2>&1; then
+                n_ok=$((n_ok + 1))
+            else
+                echo "FAILED: $f (--attention $mode)" | tee -a "$out/examples.log"
+                fail=1
+            fi
+        done
     done
     note "attention examples --target cuda --check: $n_ok/$n_all passed"
     if command -v compute-sanitizer >/dev/null; then
@@ -96,16 +99,21 @@ p2 = softmax(t2)
 o2 = matmul(p2, v2)
 output o2
 KFG
-        for tool in memcheck racecheck; do
-            if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$g" \
-                --target cuda --check --report >"$out/sanitize_attn_$tool.log" 2>&1 &&
-                grep -q "fused attention (sm_80 mma.sync kernel)" "$out/sanitize_attn_$tool.log"; then
-                note "compute-sanitizer $tool (fused attention, ragged): clean"
-            else
-                fail=1
-                tail -20 "$out/sanitize_attn_$tool.log"
-                note "compute-sanitizer $tool (fused attention): FAILED"
-            fi
+        for mode in fa2 sm90; do
+            want="fused attention (sm_80 mma.sync kernel)"
+            [ $mode = sm90 ] && want="fused attention (sm_90a wgmma/TMA kernel)"
+            for tool in memcheck racecheck; do
+                log="$out/sanitize_attn_${mode}_$tool.log"
+                if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$g" \
+                    --target cuda --check --report --attention $mode >"$log" 2>&1 &&
+                    grep -q "$want" "$log"; then
+                    note "compute-sanitizer $tool ($mode attention, ragged): clean"
+                else
+                    fail=1
+                    tail -20 "$log"
+                    note "compute-sanitizer $tool ($mode attention): FAILED"
+                fi
+            done
         done
     else
         note "compute-sanitizer: not found, not run"

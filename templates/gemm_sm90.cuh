@@ -63,12 +63,10 @@
  * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
  * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, kf_wgmma(d, da, db) and
  * kf_epi<8>(...) (kf_epi<8>(acc, acc1, ...) when KF_DUAL); with KF_A_NORM also
- * KF_A_NSTATS, KF_A_STATS, kf_a_to_f32, kf_f32_to_a and kf_apro<VV>(...).
+ * KF_A_NSTATS, KF_A_STATS, kf_a_to_f32, kf_f32_to_a and kf_apro<VV>(...); all
+ * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
+ * helpers).
  */
-
-struct __align__(64) kf_tmap {
-    unsigned long long opaque[16];
-};
 
 #define KF_BM 128
 #define KF_BK 64
@@ -102,55 +100,15 @@ struct __align__(64) kf_tmap {
 #define KF_EPI_LD 40   /* floats per staged row */
 #define KF_EPI_FLOATS (64 * KF_EPI_LD) /* one consumer's staging area */
 
-__device__ __forceinline__ void kf_gm_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void kf_gm_wait(unsigned bar, unsigned parity) {
-    asm volatile("{\n.reg .pred p;\nkf_gm_wait_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra kf_gm_wait_%=;\n}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void kf_gm_expect(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void kf_gm_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-/* A TMA box at (c0, c1[, c2]) of `map` into shared address dst, counted on bar. */
-__device__ __forceinline__ void kf_gm_tma2(unsigned dst, const kf_tmap *map, int c0, int c1,
-                                           unsigned bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-                 "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
-                 : "memory");
-}
-__device__ __forceinline__ void kf_gm_tma3(unsigned dst, const kf_tmap *map, int c0, int c1, int c2,
-                                           unsigned bar) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
-                 "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-                 : "memory");
-}
 /* A box of an operand: batched maps take the batch as their third coordinate. */
 template <int BATCHED>
 __device__ __forceinline__ void kf_gm_box(unsigned dst, const kf_tmap *map, int c0, int c1, int b,
                                           unsigned bar) {
     if (BATCHED)
-        kf_gm_tma3(dst, map, c0, c1, b, bar);
+        kf_hp_tma3(dst, map, c0, c1, b, bar);
     else
-        kf_gm_tma2(dst, map, c0, c1, bar);
+        kf_hp_tma2(dst, map, c0, c1, bar);
 }
-/* A wgmma shared-memory descriptor, 128-byte swizzle. */
-__device__ __forceinline__ unsigned long long kf_gm_desc(unsigned addr, unsigned lbo,
-                                                         unsigned sbo) {
-    return (unsigned long long)((addr & 0x3ffffu) >> 4) |
-           ((unsigned long long)((lbo >> 4) & 0x3fffu) << 16) |
-           ((unsigned long long)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
-}
-
 /* The 128 threads of consumer warpgroup cw (named barrier 1 + cw). */
 __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
     asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
@@ -265,8 +223,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         for (int s = 0; s < KF_STAGES; s++) {
-            kf_gm_init(full0 + 8 * s, 1);
-            kf_gm_init(empty0 + 8 * s, KF_EMPTY_ARRIVALS); /* lane 0 of each consumer warp */
+            kf_hp_init(full0 + 8 * s, 1);
+            kf_hp_init(empty0 + 8 * s, KF_EMPTY_ARRIVALS); /* lane 0 of each consumer warp */
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -287,9 +245,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
                 int b, mb, nb;
                 kf_gm_tile(t, b, mb, nb);
                 for (int kt = 0; kt < KF_KT; kt++) {
-                    kf_gm_wait(empty0 + 8 * s, ph ^ 1u);
+                    kf_hp_wait(empty0 + 8 * s, ph ^ 1u);
                     const unsigned bar = full0 + 8 * s;
-                    kf_gm_expect(bar, KF_STAGE_BYTES);
+                    kf_hp_expect(bar, KF_STAGE_BYTES);
                     const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
                     if (KF_A_KMAJOR) {
                         kf_gm_box<KF_A_BATCHED>(sa, &ta, kt * KF_BK, mb * KF_BM, b, bar);
@@ -377,7 +335,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
              * (C7517/C7519: serialized). */
 #pragma unroll 1
             for (int kt = 0; kt < KF_KT; kt++) {
-                kf_gm_wait(full0 + 8 * s, ph);
+                kf_hp_wait(full0 + 8 * s, ph);
                 const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
 #if KF_A_NORM
                 kf_gm_norm_a(sa + (KF_PINGPONG ? 0u : (unsigned)cw * 8192u), kt, arow0,
@@ -389,21 +347,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #pragma unroll
                 for (int kk = 0; kk < KF_BK / 16; kk++) {
                     const unsigned long long db =
-                        KF_B_KMAJOR ? kf_gm_desc(sb + kk * 32u, 16u, 1024u)
-                                    : kf_gm_desc(sb + kk * 2048u, 8192u, 1024u);
+                        KF_B_KMAJOR ? kf_hp_desc(sb + kk * 32u, 16u, 1024u)
+                                    : kf_hp_desc(sb + kk * 2048u, 8192u, 1024u);
 #pragma unroll
                     for (int hf = 0; hf < KF_HALVES; hf++) {
                         const unsigned ha = KF_PINGPONG ? hf * 8192u : cw * 8192u;
                         const unsigned long long da =
-                            KF_A_KMAJOR ? kf_gm_desc(sa + ha + kk * 32u, 16u, 1024u)
-                                        : kf_gm_desc(sa + ha + kk * 2048u, 8192u, 1024u);
+                            KF_A_KMAJOR ? kf_hp_desc(sa + ha + kk * 32u, 16u, 1024u)
+                                        : kf_hp_desc(sa + ha + kk * 2048u, 8192u, 1024u);
                         kf_wgmma(d + hf * (KF_BN / 2), da, db);
                     }
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
                 if (prev >= 0 && lane == 0)
-                    kf_gm_arrive(empty0 + 8 * prev);
+                    kf_hp_arrive(empty0 + 8 * prev);
                 prev = s;
                 if (++s == KF_STAGES) {
                     s = 0;
@@ -412,7 +370,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             if (prev >= 0 && lane == 0)
-                kf_gm_arrive(empty0 + 8 * prev);
+                kf_hp_arrive(empty0 + 8 * prev);
 #if KF_PINGPONG
             if (blockIdx.x + (i + 1) * gridDim.x < KF_TILES) /* the other consumer's turn */
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");

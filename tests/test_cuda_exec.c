@@ -932,14 +932,26 @@ static kf_ctx *cuda_ctx(unsigned flags, kf_gemm_mode gemm) {
 
 static kf_ctx *flags_ctx(unsigned flags) { return cuda_ctx(flags, KF_GEMM_AUTO); }
 
-/* Every case in bf16 and f16 runs as the one fused kernel (the report says
- * so) and matches the reference: ragged Sq and Skv, Sq != Skv, each mask
+/* A CUDA context with attention mode `mode` beside G.ctx's. */
+static kf_ctx *attn_ctx(kf_attention_mode mode) {
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.attention = mode;
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    return ctx;
+}
+
+/* Every case in bf16 and f16 runs as the one FA2 (mma.sync) kernel, forced
+ * with KF_ATTENTION_FA2 (the report says so), and matches the reference: ragged Sq and Skv, Sq != Skv, each mask
  * class, softcap, ALiBi, an additive and a bool mask tensor, GQA 8:1 read
  * through a broadcast, permuted views. */
 static void test_fused_attention_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    kf_ctx *ctx = G.ctx;
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_FA2);
     static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
     for (size_t d = 0; d < N_OF(dts); d++) {
         for (size_t i = 0; i < N_OF(fused_cases); i++) {
@@ -959,6 +971,65 @@ static void test_fused_attention_matches_the_reference(void **state) {
             kf_graph_destroy(g);
         }
     }
+    kf_ctx_destroy(ctx);
+}
+
+/* Cases longer than the sm_90a kernel's K/V ring (128-key tiles, 2 stages
+ * for head dim 128, 3 for 64), so its stages and their parities wrap, and
+ * more queries than keys under a causal mask. */
+static const struct {
+    const char *name, *body, *mask;
+} sm90_cases[] = {
+    {"no mask, S 1000 (8 key tiles), head dim 128",
+     "q = input($[1, 2, 1000, 128])\nk = input($[1, 2, 1000, 128])\n"
+     "v = input($[1, 2, 1000, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     "mask none"},
+    {"causal, S 900, head dim 64",
+     "q = input($[2, 1, 900, 64])\nk = input($[2, 1, 900, 64])\nv = input($[2, 1, 900, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[900, 900], axis=0)\ncol = iota(i32[900, 900], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"causal kv <= q with Sq 300 > Skv 130",
+     "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 130, 128])\nv = input($[1, 2, 130, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[300, 130], axis=0)\ncol = iota(i32[300, 130], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+};
+
+/* Every fused case, and the longer ones above, in bf16 and f16 with
+ * KF_ATTENTION_SM90 (the default's kernel): on sm_90 the report names the
+ * sm_90a kernel (report_has_sm90), elsewhere the FA2 kernel runs; both match
+ * the reference. */
+static void test_sm90_attention_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    size_t n_fused = N_OF(fused_cases);
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
+            const char *name = i < n_fused ? fused_cases[i].name : sm90_cases[i - n_fused].name;
+            const char *body = i < n_fused ? fused_cases[i].body : sm90_cases[i - n_fused].body;
+            const char *mask = i < n_fused ? fused_cases[i].mask : sm90_cases[i - n_fused].mask;
+            const char *dn = kf_dtype_name(dts[d]);
+            char text[4096];
+            fused_text(body, dn, text, sizeof text);
+            kf_graph *g = NULL;
+            if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
+                fail_msg("%s: parse: %s\n%s", name, kf_graph_error(g), text);
+            char label[160], has[160];
+            snprintf(label, sizeof label, "sm_90a attention: %s [%s]", name, dn);
+            snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s", mask);
+            run_opts o = {.lo = -2, .hi = 2, .report_has = mask, .report_has_sm90 = has, .ctx = ctx};
+            run_and_compare(g, 1300 + 20 * d + i, &o, label);
+            fprintf(stderr, "  %s: ok\n", label);
+            kf_graph_destroy(g);
+        }
+    }
+    kf_ctx_destroy(ctx);
 }
 
 /* A group the fused kernel does not take runs unfused and the report says
@@ -1591,6 +1662,7 @@ int main(void) {
         cmocka_unit_test(test_batched_and_transposed_gemms_match),
         cmocka_unit_test(test_attention_runs_unfused_with_its_score_expression_and_mask),
         cmocka_unit_test(test_fused_attention_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_falls_back_and_says_why),
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),

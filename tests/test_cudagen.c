@@ -231,7 +231,9 @@ static void test_fused_attention_compiles_every_variant_without_spills(void **st
                 for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) {
                     kf_cuda_target t;
                     kf_cuda_target_for_arch(ARCHS[a], &t);
-                    t.flags = 0; /* the default */
+                    /* the FA2 kernel on both archs (the default on
+                     * sm_90a is the sm_90a kernel: test_attngen) */
+                    t.flags = KF_CUDA_RECIPE_ATTENTION_FA2;
                     kf_cuda_recipes *rec = NULL;
                     char err[KF_MSG_MAX] = "";
                     if (kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err) != KF_OK)
@@ -1053,7 +1055,7 @@ static void check_recipes(const kf_plan *plan, const kf_cuda_recipes *rec, const
                 assert_string_equal(k->kernel.arch, rec->target.arch);
                 assert_true(k->grid[0] >= 1 && k->block[0] >= 32 && k->cluster[0] == 1);
                 assert_true(k->grid[0] <= (uint32_t)rec->target.sm_count * 64);
-                assert_int_equal(k->n_args, k->kernel.n_params);
+                assert_int_equal(k->n_args, k->kernel.n_params + k->n_tmaps); /* TMAP args first */
                 for (uint32_t a = 0; a < k->n_args; a++)
                     check_buf(plan, rc, k->args[a].buf, false, what);
             } else {

@@ -260,10 +260,10 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
               "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
               &p);
     /* the context modes map onto the recipe flags; AUTO measures */
-    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_AUTO), KF_CUDA_RECIPE_GEMM_MEASURED);
-    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_MEASURED), KF_CUDA_RECIPE_GEMM_MEASURED);
-    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_GENERATED), KF_CUDA_RECIPE_GEMM_GENERATED);
-    assert_int_equal(kf_cuda_recipe_flags(KF_FLAG_NO_CUBLASLT, KF_GEMM_CUBLASLT),
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_AUTO, KF_ATTENTION_AUTO), KF_CUDA_RECIPE_GEMM_MEASURED);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_MEASURED, KF_ATTENTION_AUTO), KF_CUDA_RECIPE_GEMM_MEASURED);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_GENERATED, KF_ATTENTION_AUTO), KF_CUDA_RECIPE_GEMM_GENERATED);
+    assert_int_equal(kf_cuda_recipe_flags(KF_FLAG_NO_CUBLASLT, KF_GEMM_CUBLASLT, KF_ATTENTION_AUTO),
                      KF_CUDA_RECIPE_NO_LT_EPILOGUE);
     /* no GEMM flag: cuBLASLt alone */
     kf_cuda_recipes *rec = recipes_for(p.plan, "h100", 0);

@@ -1,8 +1,13 @@
 /*
- * cg_attention.c -- the fused attention kernel of an ATTENTION group
- * (templates/attention.cuh: mma.sync m16n8k16, ldmatrix, cp.async K/V
- * tiles, online softmax in registers), for sm_80 and later; the same source
- * runs on sm_90a until the Hopper kernel exists.
+ * cg_attention.c -- the fused attention kernels of an ATTENTION group:
+ *   FA2  templates/attention.cuh: mma.sync m16n8k16, ldmatrix, cp.async K/V
+ *        tiles, online softmax in registers, for sm_80 and later;
+ *   SM90 templates/attention_sm90.cuh (sm_90a only): Q, K, V by TMA into an
+ *        mbarrier ring, wgmma for Q.K^T and P.V, a producer and two consumer
+ *        warpgroups; it takes what FA2 takes when every operand fits a TMA
+ *        map (at most 3 batch axes that are not broadcast, 16-byte strides),
+ *        and its maps (kf_cuda_attention_sm90_maps) are the recipe's TMAP
+ *        arguments. Both share the parameters and the score functions.
  *
  *   group ──► supported? (kf_cuda_attention_supported: dtypes, head dim,
  *             operand layouts, writes; else the recipe keeps the unfused
@@ -37,6 +42,7 @@
  */
 #include "codegen/cuda/cg.h"
 
+#include "codegen/cuda/cuda_recipe.h"
 #include "codegen/cuda/templates.h"
 
 /* Tile shape: ATTN_BR query rows (warps of 16 rows) x 64 keys per tile.
@@ -51,6 +57,16 @@
 #define ATTN_BR KF_ATTN_BR
 #define ATTN_BC 64
 _Static_assert(ATTN_BR == 64 || ATTN_BR == 128, "64 or 128 query rows a block");
+
+/* The sm_90a kernel: 128 query rows (two consumers of 64) x 128 keys a tile;
+ * a ring of 3 K/V stages for head dim 64 (48 + 96 KiB), 2 for 128 (32 + 128
+ * KiB), as FlashAttention-3 sizes its own for these head dims. */
+#define SM90_BR 128
+#define SM90_BC 128
+static uint32_t sm90_stages(int64_t d) { return d == 64 ? 3u : 2u; }
+static uint32_t sm90_smem(int64_t d) {
+    return 1024u + (uint32_t)(SM90_BR * d * 2) + sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
+}
 
 /* An operand as the kernel reads it: its buffer's tensor and the element
  * strides of its rows (query / key index), its columns (head dim) and of
@@ -163,6 +179,89 @@ bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char
     return unsupported(plan, &plan->groups[group], arch, ops, why, size) == NULL;
 }
 
+/* The TMA map axes of operand o beyond (head dim, rows): its batch axes of
+ * the score space that it does not broadcast, innermost first, into ax[]
+ * (at most 3: a map has 5 dims); -1 when there are more. */
+static int map_axes(const kf_group *g, const attn_op *o, int ax[3]) {
+    int n = 0;
+    for (int d = g->rank - 3; d >= 0; d--) {
+        if (!o->bstride[d])
+            continue;
+        if (n == 3)
+            return -1;
+        ax[n++] = d;
+    }
+    return n;
+}
+
+/* Why the sm_90a kernel cannot run group g (NULL: it can). */
+static const char *unsupported_sm90(const kf_plan *plan, const kf_group *g, const char *arch,
+                                    attn_op ops[3], char *why, size_t size) {
+    if (unsupported(plan, g, arch, ops, why, size))
+        return why;
+    if (strcmp(arch, "sm_90a") != 0)
+        return snprintf(why, size, "%s is not sm_90a (wgmma, TMA)", arch), why;
+    static const char *const names[3] = {"Q", "K", "V"};
+    for (int i = 0; i < 3; i++) {
+        int ax[3];
+        if (map_axes(g, &ops[i], ax) < 0)
+            return snprintf(why, size, "%s has more than 3 batch axes (one TMA map)", names[i]),
+                   why;
+        bool ok = ops[i].s_row * 2 < ((int64_t)1 << 40);
+        for (int d = 0; d < g->rank - 2 && ok; d++)
+            ok = ops[i].bstride[d] * 2 < ((int64_t)1 << 40);
+        if (!ok)
+            return snprintf(why, size, "%s has a stride past 2^40 bytes (TMA)", names[i]), why;
+    }
+    return NULL;
+}
+
+bool kf_cuda_attention_sm90_supported(const kf_plan *plan, uint32_t group, const char *arch,
+                                      char *why, size_t size) {
+    if (!plan || group >= plan->n_groups || !arch || strncmp(arch, "sm_", 3) != 0) {
+        snprintf(why, size, "bad arguments");
+        return false;
+    }
+    attn_op ops[3];
+    return unsupported_sm90(plan, &plan->groups[group], arch, ops, why, size) == NULL;
+}
+
+kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cuda_tmap maps[3],
+                                      uint32_t bases[3]) {
+    char why[160];
+    attn_op ops[3];
+    if (!plan || group >= plan->n_groups || !maps || !bases ||
+        unsupported_sm90(plan, &plan->groups[group], "sm_90a", ops, why, sizeof why))
+        return KF_ERR_UNSUPPORTED;
+    const kf_group *g = &plan->groups[group];
+    const kf_attn_info *at = &g->attn;
+    kf_dtype dt = plan->graph->nodes[at->q]->dtype;
+    for (int i = 0; i < 3; i++) {
+        kf_cuda_tmap *t = &maps[i];
+        memset(t, 0, sizeof *t);
+        int ax[3];
+        int n = map_axes(g, &ops[i], ax);
+        t->dtype = dt;
+        t->rank = 2 + n;
+        t->dims[0] = (uint64_t)at->d;
+        t->dims[1] = (uint64_t)(i == 0 ? at->sq : at->skv);
+        /* a row stride over one row is never taken: any valid one will do */
+        int64_t rs = ops[i].s_row ? ops[i].s_row : at->d;
+        t->strides[0] = (uint64_t)(rs * 2);
+        for (int a = 0; a < n; a++) {
+            t->dims[2 + a] = (uint64_t)g->dims[ax[a]];
+            t->strides[1 + a] = (uint64_t)(ops[i].bstride[ax[a]] * 2);
+        }
+        t->box[0] = 64;
+        t->box[1] = i == 0 ? SM90_BR : SM90_BC;
+        for (int a = 2; a < KF_CUDA_TMAP_MAX_RANK; a++)
+            t->box[a] = 1;
+        t->swizzle = 128;
+        bases[i] = ops[i].base;
+    }
+    return KF_OK;
+}
+
 /* Whether the mask lets the kernel skip tiles: 1 CAUSAL, 2 SLIDING_WINDOW,
  * 0 not. A sliding window whose last rows keep no key at all (sq - window >=
  * skv) is not skipped: those rows are the reference's, over every key. */
@@ -177,7 +276,7 @@ static int mask_skip(const kf_group *g) {
     return 0;
 }
 
-void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, uint64_t *visited,
+void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, bool sm90, uint64_t *visited,
                              uint64_t *total) {
     *visited = *total = 0;
     if (!plan || group >= plan->n_groups || plan->groups[group].kind != KF_GROUP_ATTENTION)
@@ -185,15 +284,16 @@ void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, uint64_t *visi
     const kf_group *g = &plan->groups[group];
     const kf_attn_info *at = &g->attn;
     int skip = mask_skip(g);
-    int64_t nqt = (at->sq + ATTN_BR - 1) / ATTN_BR, nkt = (at->skv + ATTN_BC - 1) / ATTN_BC;
-    /* the kernel's own bounds (templates/attention.cuh) */
+    const int64_t br = sm90 ? SM90_BR : ATTN_BR, bc = sm90 ? SM90_BC : ATTN_BC;
+    int64_t nqt = (at->sq + br - 1) / br, nkt = (at->skv + bc - 1) / bc;
+    /* the kernels' own bounds (templates/attention.cuh, attention_sm90.cuh) */
     for (int64_t qt = 0; qt < nqt; qt++) {
-        int64_t q0 = qt * ATTN_BR, lo = 0, hi = at->skv;
+        int64_t q0 = qt * br, lo = 0, hi = at->skv;
         if (skip >= 1)
-            hi = q0 + ATTN_BR < at->skv ? q0 + ATTN_BR : at->skv;
+            hi = q0 + br < at->skv ? q0 + br : at->skv;
         if (skip == 2)
             lo = q0 - at->window + 1 > 0 ? q0 - at->window + 1 : 0;
-        int64_t t_lo = lo / ATTN_BC, t_hi = (hi + ATTN_BC - 1) / ATTN_BC;
+        int64_t t_lo = lo / bc, t_hi = (hi + bc - 1) / bc;
         *visited += (uint64_t)(t_hi > t_lo ? t_hi - t_lo : 0);
         *total += (uint64_t)nkt;
     }
@@ -233,8 +333,78 @@ static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
               at->score);
 }
 
-kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const char *arch,
-                                    const kf_mem *mem, kf_cuda_kernel *out) {
+/* The wgmma instructions of the sm_90a kernel (their accumulator register
+ * lists are written out): kf_wgmma_qk0 (S = A.B: the first 16-deep step,
+ * whose accumulators are outputs only, so S's old values are dead once P is
+ * packed -- as "+f" operands they stayed live, and with P, O and S all live
+ * at the P.V issue the softcap variant spilled) and kf_wgmma_qk (S += A.B),
+ * m64n{SM90_BC}k16, A and B from shared memory, K-major both; kf_wgmma_pv
+ * (O += P.V, m64n{D}k16, A = P from registers, B = V from shared memory,
+ * MN-major). */
+static void emit_wgmma_sm90(cg *c, int64_t d, kf_dtype dt) {
+    const char *ty = dt == KF_DTYPE_BF16 ? "bf16" : "f16";
+    for (int f = 0; f < 3; f++) { /* qk0, qk, pv */
+        bool pv = f == 2;
+        unsigned n = pv ? (unsigned)d : SM90_BC, nr = n / 2;
+        if (pv)
+            cg_puts(&c->s, "__device__ __forceinline__ void kf_wgmma_pv(float *d, const unsigned "
+                           "*a, unsigned long long db) {\n");
+        else
+            cg_printf(&c->s,
+                      "__device__ __forceinline__ void kf_wgmma_qk%s(float *d, unsigned long "
+                      "long da, unsigned long long db) {\n",
+                      f == 0 ? "0" : "");
+        cg_printf(&c->s,
+                  "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n\"\n"
+                  "        \"wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {\"\n        \"",
+                  pv ? nr + 5 : nr + 2, n, ty, ty);
+        for (unsigned i = 0; i < nr; i++)
+            cg_printf(&c->s, "%%%u%s%s", i, i + 1 < nr ? ", " : "",
+                      (i % 16 == 15) ? "\"\n        \"" : "");
+        if (pv)
+            cg_printf(&c->s, "}, {%%%u, %%%u, %%%u, %%%u}, %%%u, p, 1, 1, 1;\\n}\\n\"\n        : ",
+                      nr, nr + 1, nr + 2, nr + 3, nr + 4);
+        else
+            cg_printf(&c->s, "}, %%%u, %%%u, p, 1, 1, 0, 0;\\n}\\n\"\n        : ", nr, nr + 1);
+        for (unsigned i = 0; i < nr; i++)
+            cg_printf(&c->s, "\"%sf\"(d[%u])%s%s", f == 0 ? "=" : "+", i, i + 1 < nr ? ", " : "",
+                      (i % 8 == 7) ? "\n          " : "");
+        if (pv)
+            cg_puts(&c->s, "\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
+                           "\"l\"(db), \"r\"(1)\n        : \"memory\");\n}\n\n");
+        else
+            cg_printf(&c->s,
+                      "\n        : \"l\"(da), \"l\"(db), \"r\"(%d)\n        : "
+                      "\"memory\");\n}\n\n",
+                      f == 0 ? 0 : 1);
+    }
+}
+
+/* kf_tma_q / _k / _v: box (c0, row) of the operand's map for batch x head bh
+ * (its coordinates on the map's batch axes, innermost first). */
+static void emit_tma_fns(cg *c, const kf_group *g, const attn_op ops[3]) {
+    static const char *const fn[3] = {"kf_tma_q", "kf_tma_k", "kf_tma_v"};
+    for (int i = 0; i < 3; i++) {
+        int ax[3];
+        int n = map_axes(g, &ops[i], ax);
+        cg_printf(&c->s,
+                  "__device__ __forceinline__ void %s(unsigned dst, const kf_tmap *m, int c0, int "
+                  "row, long long bh, unsigned bar) {\n    kf_hp_tma%d(dst, m, c0, row",
+                  fn[i], 2 + n);
+        for (int a = 0; a < n; a++) {
+            int64_t inner = 1;
+            for (int d = ax[a] + 1; d < g->rank - 2; d++)
+                inner *= g->dims[d];
+            cg_printf(&c->s, ", (int)(bh / %lldLL %% %lldLL)", (long long)inner,
+                      (long long)g->dims[ax[a]]);
+        }
+        cg_puts(&c->s, ", bar);\n    (void)bh;\n}\n");
+    }
+    cg_puts(&c->s, "\n");
+}
+
+static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
+                     kf_cuda_kernel *out, bool sm90) {
     cg c;
     kf_status st = cg_begin(&c, plan, group, arch, mem, out);
     if (st != KF_OK)
@@ -242,9 +412,10 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
     const kf_group *g = c.g;
     attn_op ops[3];
     char why[160];
-    if (unsupported(plan, g, arch, ops, why, sizeof why))
-        return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): fused attention: %s",
-                                  g->id, g->name, why));
+    if (sm90 ? unsupported_sm90(plan, g, arch, ops, why, sizeof why)
+             : unsupported(plan, g, arch, ops, why, sizeof why))
+        return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): fused attention%s: %s",
+                                  g->id, g->name, sm90 ? " (sm_90a)" : "", why));
     const kf_attn_info *at = &g->attn;
     const kf_graph *gr = plan->graph;
     kf_dtype dt = gr->nodes[at->q]->dtype;
@@ -252,12 +423,13 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
     int64_t bh = 1;
     for (int d = 0; d < R - 2; d++)
         bh *= g->dims[d];
-    int64_t nqt = (at->sq + ATTN_BR - 1) / ATTN_BR;
+    const int64_t br = sm90 ? SM90_BR : ATTN_BR;
+    int64_t nqt = (at->sq + br - 1) / br;
     int skip = mask_skip(g);
 
-    cg_set_name(&c, "fa_");
+    cg_set_name(&c, sm90 ? "fa3_" : "fa_");
     c.div_by_mul = true;
-    out->tmpl = KF_CUDA_TEMPLATE_ATTENTION_MMA;
+    out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
     out->vec = 8;
     /* Params: Q, K, V, O, then the score expression's loads. */
     int pq = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[0].base, dt, cg_tensor_bytes(&c, ops[0].base));
@@ -273,13 +445,31 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
         return cg_end(&c, c.st);
     uint32_t block = ATTN_BR / 16 * 32;
     uint32_t smem = (uint32_t)(ATTN_BR + 4 * ATTN_BC) * (uint32_t)at->d * 2u;
-    out->launch.block = block;
+    out->launch.block = sm90 ? 384 : block;
     out->launch.work_items = (uint64_t)(bh * nqt);
     out->launch.items_per_block = 1;
     /* every item its own block (the grid-stride loop serves any grid) */
     out->launch.blocks_per_sm = 65535;
-    out->launch.shared_bytes = smem;
+    out->launch.shared_bytes = sm90 ? sm90_smem(at->d) : smem;
 
+    if (sm90) {
+        cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
+        cg_puts(&c.s, kf_cuda_tpl_hopper);
+        cg_printf(&c.s,
+                  "\n#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
+                  "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
+                  "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
+                  "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
+                  (long long)at->d, SM90_BR, SM90_BC, sm90_stages(at->d), (long long)at->sq,
+                  (long long)at->skv, (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16",
+                  cg_storage_type(dt), skip, (long long)(skip == 2 ? at->window : 0), po,
+                  kf_mask_kind_name(at->mask));
+        (void)pq;
+        (void)pk;
+        (void)pvp;
+        emit_tma_fns(&c, g, ops);
+        emit_wgmma_sm90(&c, at->d, dt);
+    } else {
     cg_emit_head(&c, "fused attention (sm_80 mma.sync kernel)");
     cg_printf(
         &c.s,
@@ -320,6 +510,7 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
         "__device__ __forceinline__ bool kf_attn_aligned(KF_PARAMS) {\n"
         "    return kf_aligned(p%d, 16) && kf_aligned(p%d, 16) && kf_aligned(p%d, 16);\n}\n\n",
         pq, pk, pvp);
+    }
 
     cg_puts(&c.s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
                   "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
@@ -341,6 +532,16 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
     else
         cg_puts(&c.s, "#define kf_score_inner kf_score_full\n\n");
     kf_mem_free(c.mem, x, sizeof *x);
-    cg_puts(&c.s, kf_cuda_tpl_attention);
+    cg_puts(&c.s, sm90 ? kf_cuda_tpl_attention_sm90 : kf_cuda_tpl_attention);
     return cg_end(&c, c.st);
+}
+
+kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_mem *mem, kf_cuda_kernel *out) {
+    return gen(plan, group, arch, mem, out, false);
+}
+
+kf_status kf_cuda_codegen_attention_sm90(const kf_plan *plan, uint32_t group, const char *arch,
+                                         const kf_mem *mem, kf_cuda_kernel *out) {
+    return gen(plan, group, arch, mem, out, true);
 }

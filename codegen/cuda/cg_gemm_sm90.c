@@ -529,6 +529,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   rt, rt, val, outs[o].param);
     }
     cg_puts(&c.s, "}\n\n");
+    cg_puts(&c.s, kf_cuda_tpl_hopper);
     cg_puts(&c.s, kf_cuda_tpl_gemm_sm90);
     GEMM_OUT(c.st);
 #undef GEMM_OUT

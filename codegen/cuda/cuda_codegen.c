@@ -35,6 +35,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_ELEMENTWISE_BULK] = "elementwise_bulk",
     [KF_CUDA_TEMPLATE_GEMM_SM90] = "gemm_sm90",
     [KF_CUDA_TEMPLATE_ATTENTION_MMA] = "attention_mma",
+    [KF_CUDA_TEMPLATE_ATTENTION_SM90] = "attention_sm90",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");
@@ -327,7 +328,8 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {
 
 const char *kf_cuda_role_name(kf_cuda_role role) {
     static const char *const names[KF_CUDA_ROLE_COUNT] = {
-        "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm", "attention"};
+        "group",     "gemm_prologue", "epilogue",      "attention_softmax",
+        "gemm",      "attention",     "attention_sm90"};
     return (unsigned)role < KF_CUDA_ROLE_COUNT ? names[role] : "?";
 }
 
@@ -344,6 +346,8 @@ kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role
         return kf_cuda_codegen_attention_softmax(plan, group, arch, mem, out);
     case KF_CUDA_ROLE_ATTENTION:
         return kf_cuda_codegen_attention(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_ATTENTION_SM90:
+        return kf_cuda_codegen_attention_sm90(plan, group, arch, mem, out);
     default:
         memset(out, 0, sizeof *out);
         snprintf(out->error, sizeof out->error, "kf_cuda_codegen: bad role %d", (int)role);

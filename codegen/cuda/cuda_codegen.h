@@ -90,11 +90,13 @@ typedef enum kf_cuda_template {
                                              persistent, the epilogue on the accumulators (sm_90a) */
     KF_CUDA_TEMPLATE_ATTENTION_MMA,       /* fused attention: mma.sync m16n8k16, cp.async K/V
                                              tiles, online softmax (sm_80+) */
+    KF_CUDA_TEMPLATE_ATTENTION_SM90,      /* fused attention: TMA K/V ring on mbarriers, wgmma,
+                                             a producer and two consumer warpgroups (sm_90a) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
 /* "elementwise", "row_warp", "row_block", "row_block_multipass", "colreduce",
- * "row_warp_staged", "elementwise_bulk", "attention_mma". */
+ * "row_warp_staged", "elementwise_bulk", "gemm_sm90", "attention_mma", "attention_sm90". */
 const char *kf_cuda_template_name(kf_cuda_template t);
 
 /* ------------------------------------------------------------------------ */
@@ -204,10 +206,29 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
 bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char *arch, char *why,
                                  size_t size);
 
-/* The (query tile, key tile) pairs the fused attention kernel visits per
- * batch x head for group `group`, and all there are: fewer when a CAUSAL or
+/* For an ATTENTION group on sm_90a: the whole group as one kernel
+ * (templates/attention_sm90.cuh: Q, K, V by TMA into an mbarrier ring, wgmma
+ * for Q.K^T and P.V, a producer and two consumer warpgroups), the score
+ * expression and mask inlined as in kf_cuda_codegen_attention, O written
+ * contiguous. Its arguments are three tensor maps (Q, K, V: see
+ * kf_cuda_attention_sm90_maps) then one pointer per param. KF_ERR_UNSUPPORTED
+ * (the message says why) for a group it does not take: see
+ * kf_cuda_attention_sm90_supported. */
+kf_status kf_cuda_codegen_attention_sm90(const kf_plan *plan, uint32_t group, const char *arch,
+                                         const kf_mem *mem, kf_cuda_kernel *out);
+
+/* Whether kf_cuda_codegen_attention_sm90 takes group `group` for `arch`: what
+ * kf_cuda_attention_supported takes, on sm_90a, with each of Q, K and V one
+ * TMA map (at most 3 batch axes it does not broadcast, strides below 2^40
+ * bytes). When not, `why` (size bytes) says what stops it. */
+bool kf_cuda_attention_sm90_supported(const kf_plan *plan, uint32_t group, const char *arch,
+                                      char *why, size_t size);
+
+/* The (query tile, key tile) pairs the fused attention kernel (the sm_90a one
+ * when `sm90`, else the mma.sync one: their tiles differ) visits per batch x
+ * head for group `group`, and all there are: fewer when a CAUSAL or
  * SLIDING_WINDOW mask lets it skip tiles wholly outside (for the report). */
-void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, uint64_t *visited,
+void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, bool sm90, uint64_t *visited,
                              uint64_t *total);
 
 /* The kernels of a group on the CUDA target, by role: which generator made
@@ -220,10 +241,13 @@ typedef enum kf_cuda_role {
     KF_CUDA_ROLE_ATTENTION_SOFTMAX, /* kf_cuda_codegen_attention_softmax (between the GEMMs) */
     KF_CUDA_ROLE_GEMM,              /* kf_cuda_codegen_gemm_sm90 (the whole GEMM group) */
     KF_CUDA_ROLE_ATTENTION,         /* kf_cuda_codegen_attention (the whole group) */
+    KF_CUDA_ROLE_ATTENTION_SM90,    /* kf_cuda_codegen_attention_sm90 (the whole group; its
+                                       recipe step adds the three tensor maps) */
     KF_CUDA_ROLE_COUNT
 } kf_cuda_role;
 
-/* "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm", "attention". */
+/* "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm", "attention",
+ * "attention_sm90". */
 const char *kf_cuda_role_name(kf_cuda_role role);
 
 /* How a generated GEMM kernel reads its operands (the recipe decides it from

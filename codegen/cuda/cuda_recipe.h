@@ -53,6 +53,10 @@ enum {
     KF_CUDA_RECIPE_UNFUSED_ATTENTION = 1u << 3, /* every attention group runs unfused
                                                    (KF_FLAG_UNFUSED_ATTENTION); without it a
                                                    group the fused kernel takes is one kernel */
+    KF_CUDA_RECIPE_ATTENTION_FA2 = 1u << 4,     /* a fused attention group runs the mma.sync (FA2)
+                                                   kernel also on sm_90a (KF_ATTENTION_FA2);
+                                                   without it the sm_90a kernel runs wherever it
+                                                   takes the group */
 };
 
 /* What the recipes are made for. */
@@ -62,11 +66,14 @@ typedef struct kf_cuda_target {
     unsigned flags;              /* KF_CUDA_RECIPE_* */
 } kf_cuda_target;
 
-/* The recipe flags of a context's KF_FLAG_* flags and GEMM mode (kf_gemm_mode):
- * NO_CUBLASLT gives NO_LT_EPILOGUE; GENERATED gives GEMM_GENERATED; AUTO and
- * MEASURED give GEMM_MEASURED (the generated kernel timed against cuBLASLt
- * wherever it takes the group); CUBLASLT neither. */
-unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode);
+/* The recipe flags of a context's KF_FLAG_* flags, GEMM mode (kf_gemm_mode)
+ * and attention mode (kf_attention_mode): NO_CUBLASLT gives NO_LT_EPILOGUE;
+ * GENERATED gives GEMM_GENERATED; AUTO and MEASURED give GEMM_MEASURED (the
+ * generated kernel timed against cuBLASLt wherever it takes the group);
+ * CUBLASLT neither; KF_FLAG_UNFUSED_ATTENTION and KF_ATTENTION_UNFUSED give
+ * UNFUSED_ATTENTION; KF_ATTENTION_FA2 gives ATTENTION_FA2; AUTO and SM90
+ * neither (the sm_90a kernel where it takes the group). */
+unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode);
 
 /* The target of a device that is not at hand: "h100" and "h200" (sm_90a, 132
  * SMs), "a100" (sm_80, 108 SMs). KF_ERR_NOT_FOUND for another name. */
@@ -134,6 +141,14 @@ typedef struct kf_cuda_arg {
 } kf_cuda_arg;
 
 #define KF_CUDA_MAX_TMAPS 4
+
+/* The tensor maps of the sm_90a attention kernel of group `group`
+ * (kf_cuda_codegen_attention_sm90), Q, K, V in its argument order, each over
+ * the buffer of bases[i] (a view's base): dims {head dim, rows, the batch
+ * axes it does not broadcast, innermost first}, boxes {64, 128}, 128-byte
+ * swizzle. KF_ERR_UNSUPPORTED where the kernel does not take the group. */
+kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cuda_tmap maps[3],
+                                      uint32_t bases[3]);
 
 typedef struct kf_cuda_kstep {
     kf_cuda_kernel kernel;                  /* source, name, arch, template, params */

@@ -61,10 +61,12 @@ const char *kf_cuda_lt_epilogue_name(kf_cuda_lt_epilogue e) {
 /* Steps                                                                      */
 /* ------------------------------------------------------------------------ */
 
-unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode) {
+unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode) {
     unsigned f = (kf_flags & KF_FLAG_NO_CUBLASLT) ? KF_CUDA_RECIPE_NO_LT_EPILOGUE : 0u;
-    if (kf_flags & KF_FLAG_UNFUSED_ATTENTION)
+    if ((kf_flags & KF_FLAG_UNFUSED_ATTENTION) || attention_mode == KF_ATTENTION_UNFUSED)
         f |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
+    else if (attention_mode == KF_ATTENTION_FA2)
+        f |= KF_CUDA_RECIPE_ATTENTION_FA2;
     if (gemm_mode == KF_GEMM_GENERATED)
         f |= KF_CUDA_RECIPE_GEMM_GENERATED;
     else if (gemm_mode == KF_GEMM_MEASURED || gemm_mode == KF_GEMM_AUTO)

@@ -11,7 +11,9 @@ extern const char kf_cuda_tpl_common[];
 extern const char kf_cuda_tpl_elementwise[];
 extern const char kf_cuda_tpl_rowwise[];
 extern const char kf_cuda_tpl_colreduce[];
+extern const char kf_cuda_tpl_hopper[];
 extern const char kf_cuda_tpl_gemm_sm90[];
+extern const char kf_cuda_tpl_attention_sm90[];
 extern const char kf_cuda_tpl_attention[];
 
 #endif /* KF_CODEGEN_CUDA_TEMPLATES_H */

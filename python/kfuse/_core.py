@@ -62,18 +62,24 @@ class Context:
     target: "auto" (CUDA when a device is present, else the CPU), "cuda", "cpu".
     cache_dir: the kernel cache (default $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse).
     gemm: "auto", "generated", "cublaslt", "measured" (CUDA GEMM groups).
+    attention: "auto" (on sm_90a the TMA/wgmma kernel where it takes the group),
+    "sm90" (the same), "fa2" (the mma.sync kernel), "unfused" (CUDA attention).
     flags: names from kfuse's KF_FLAG_* without the prefix, lower case
     (e.g. {"no_cache", "unfused_attention"}). arch: e.g. "sm_90a".
     """
 
     def __init__(self, target="auto", *, device=0, arch=None, cache_dir=None, flags=(),
-                 gemm="auto", dump_dir=None, num_threads=0, cpu_opt_level=3):
+                 gemm="auto", attention="auto", dump_dir=None, num_threads=0,
+                 cpu_opt_level=3):
         lib = _L()
         if target not in _capi.TARGETS:
             raise ValueError(f"kfuse: unknown target {target!r}; expected auto, cuda or cpu")
         if gemm not in _capi.GEMM_MODES:
             raise ValueError(f"kfuse: unknown gemm mode {gemm!r}; expected "
                              f"{', '.join(_capi.GEMM_MODES)}")
+        if attention not in _capi.ATTENTION_MODES:
+            raise ValueError(f"kfuse: unknown attention mode {attention!r}; expected "
+                             f"{', '.join(_capi.ATTENTION_MODES)}")
         bits = 0
         for f in ([flags] if isinstance(flags, str) else flags):
             if f not in _capi.FLAGS:
@@ -89,6 +95,7 @@ class Context:
         o.dump_dir = str(dump_dir).encode() if dump_dir else None
         o.flags = bits
         o.gemm = _capi.GEMM_MODES[gemm]
+        o.attention = _capi.ATTENTION_MODES[attention]
         o.num_threads = num_threads
         o.cpu_opt_level = cpu_opt_level
         h = _capi.c_ctx_p()

@@ -665,7 +665,7 @@ def kfuse_backend(gm, example_inputs, options=None, mode=None):
     if mode not in (None, "default"):
         raise ValueError(f"kfuse backend: mode {mode!r} is not supported (only the default)")
     options = dict(options or {})
-    unknown = set(options) - {"target", "device", "arch", "cache_dir", "flags", "gemm",
+    unknown = set(options) - {"target", "device", "arch", "cache_dir", "flags", "gemm", "attention",
                               "dump_dir", "num_threads", "cpu_opt_level"}
     if unknown:
         raise ValueError(f"kfuse backend: unknown option {sorted(unknown)[0]!r}")

@@ -173,6 +173,8 @@ def test_options_are_checked():
         kfuse.Context("cpu", flags={"fast"})
     with pytest.raises(ValueError, match="gemm"):
         kfuse.Context("cpu", gemm="magic")
+    with pytest.raises(ValueError, match="attention"):
+        kfuse.Context("cpu", attention="magic")
     with pytest.raises(kfuse.KfuseError) as e:
         kfuse.Context("cpu", arch="sm_9000x")
     assert e.value.status == "INVALID_ARGUMENT"

@@ -1,0 +1,404 @@
+/* ---- attention_sm90.cuh: the fused attention kernel for sm_90a -----------
+ *
+ * FlashAttention-3 class: O = softmax(score(Q.K^T)) . V with Q, K and V
+ * moved by TMA and multiplied by wgmma, the score matrix never leaving
+ * registers. The generator (codegen/cuda/cg_attention.c) puts the group's
+ * score expression, the sizes and the TMA coordinate helpers in front of this
+ * text, after common.cuh and hopper.cuh.
+ *
+ * A block is 384 threads, three warpgroups, one block an SM:
+ *
+ *   warpgroup 0, the producer (40 registers): one thread walks the block's
+ *     work items (query tile of KF_BR = 128 rows x one batch-head) and for
+ *     each loads the Q tile (after both consumers said they are done with
+ *     the previous one: kf_qempty), then for each key tile the item sees,
+ *     waits for a free stage of the K/V ring (kf_empty), and loads K into it
+ *     (kf_fullk) and V (kf_fullv) -- separate barriers, so Q.K^T starts
+ *     before V has landed. Boxes are {64 head-dim values, rows} with the
+ *     128-byte swizzle; the map's extents are the real Sq / Skv, so rows past
+ *     the end land as zeros, never as the next head's rows; the batch-head
+ *     coordinates come from kf_coords_{q,k,v} (generated: one per map,
+ *     broadcast axes -- GQA -- have no coordinate at all);
+ *   warpgroups 1 and 2, the consumers (232 registers): consumer c owns query
+ *     rows 64c .. 64c + 63 of the tile. Step j of an item issues, as one
+ *     wgmma group,
+ *       S = Q.K^T(j)    wgmma m64n{KF_BC}k16, Q and K both from shared
+ *                       memory (K-major), KF_D / 16 steps, and
+ *       O += P.V(j-1)   wgmma m64n{KF_D}k16 with P of the previous tile from
+ *                       registers (the S accumulator layout is the A-fragment
+ *                       layout, rounded to bf16/f16 pairs) and V from shared
+ *                       memory (MN-major: the transpose bit), KF_BC / 16 steps,
+ *     waits for both, gives K(j) and V(j-1) back to the producer (kf_emptyk,
+ *     kf_emptyv: a K slot frees a whole step before its V slot), then runs
+ *     the score expression on S (kf_score_full on tiles the mask cuts or
+ *     that run past Skv, kf_score_inner elsewhere: the same rule as
+ *     attention.cuh) and the online softmax in f32 registers (exp2 with
+ *     log2(e) folded into one FFMA; O, which now holds P.V(j-1), is
+ *     rescaled), giving P(j). After the last step P.V(last) runs alone and
+ *     O / l leaves from registers, rows past Sq not stored.
+ *     Ping-pong: the two consumers take turns issuing their wgmma groups
+ *     (named barriers 1 and 2, 256 threads: the one whose turn it is syncs,
+ *     the other arrives once its own group is issued), so one consumer's
+ *     softmax runs while the other's GEMMs keep the tensor cores busy.
+ *     Consumer 1 opens with one arrival for consumer 0's first turn and
+ *     leaves out its arrival after its last issue, so every named-barrier
+ *     phase completes and none is left pending at exit.
+ *
+ * Work items are grid-strided in the FA2 kernel's order: head-major (the
+ * blocks in flight share a few heads' K and V in L2), within a head the last
+ * query tile first (under a causal mask it sees the most keys). The stage
+ * index and its parity run on across items on both sides; the Q barrier's
+ * parity is the item's count.
+ *
+ * All-masked rows: m stays -inf, p = 0, l = 0, the row is 0/0 = NaN: the
+ * reference's softmax of a row of -inf.
+ *
+ * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_SQ,
+ * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
+ * KF_O (param), kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_wgmma_qk0 / qk(s,
+ * da, db), kf_wgmma_pv(o, a, db), kf_score_full / kf_score_inner.
+ */
+#define KF_NQT ((KF_SQ + KF_BR - 1) / KF_BR)
+#define KF_CHUNKS (KF_D / 64)                 /* 64-wide head-dim boxes per tile */
+#define KF_Q_BYTES (KF_BR * KF_D * 2)
+#define KF_KV_BYTES (KF_BC * KF_D * 2)         /* one K (or V) tile */
+#define KF_STAGE_BYTES (2 * KF_KV_BYTES)
+#define KF_LOG2E 1.4426950408889634f
+#define KF_EMPTY_ARRIVALS 8 /* lane 0 of each of the 8 consumer warps */
+
+static_assert(KF_BR == 128, "two consumers of 64 rows");
+static_assert(KF_D == 64 || KF_D == 128, "head dim");
+static_assert(KF_BC % 64 == 0 && KF_BC <= 256, "key tile");
+static_assert(KF_BLOCK == 384, "producer + two consumers");
+/* setmaxnreg moves registers only among the block's own warps: ptxas gives
+ * __launch_bounds__(384, 1) 168 a thread, so the producer's and consumers'
+ * counts must add up to exactly 168 x 384 (32 / 240, at 453a891, asks for
+ * 1024 more than the producer gives back, so the consumers' setmaxnreg.inc
+ * can wait forever: its first H100 run did not finish in 60 s). */
+#define KF_PRODUCER_REGS 40
+#define KF_CONSUMER_REGS 232
+static_assert(KF_PRODUCER_REGS * 128 + KF_CONSUMER_REGS * 256 == 168 * 384, "register budget");
+
+__device__ __forceinline__ float kf_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+/* Two floats as a packed pair (lo in the low half), rounded to nearest even. */
+__device__ __forceinline__ unsigned kf_pack2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn." KF_AB "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    KF_KERNEL(const __grid_constant__ kf_tmap tq, const __grid_constant__ kf_tmap tk,
+              const __grid_constant__ kf_tmap tv, KF_PARAMS) {
+    extern __shared__ __align__(1024) unsigned char kf_dsmem[];
+    __shared__ __align__(8) unsigned long long kf_fullk[KF_STAGES], kf_fullv[KF_STAGES],
+        kf_emptyk[KF_STAGES], kf_emptyv[KF_STAGES], kf_qfull, kf_qempty;
+    KF_SETUP();
+    /* Q, then the ring, from the first 1024-byte boundary (where the
+     * swizzle pattern starts over); launch.shared_bytes has the 1024. */
+    const unsigned raw = (unsigned)__cvta_generic_to_shared(kf_dsmem);
+    const unsigned sq = (raw + 1023u) & ~1023u;
+    const unsigned ring = sq + KF_Q_BYTES;
+    const unsigned fk0 = (unsigned)__cvta_generic_to_shared(&kf_fullk[0]);
+    const unsigned fv0 = (unsigned)__cvta_generic_to_shared(&kf_fullv[0]);
+    const unsigned ek0 = (unsigned)__cvta_generic_to_shared(&kf_emptyk[0]);
+    const unsigned ev0 = (unsigned)__cvta_generic_to_shared(&kf_emptyv[0]);
+    const unsigned qf = (unsigned)__cvta_generic_to_shared(&kf_qfull);
+    const unsigned qe = (unsigned)__cvta_generic_to_shared(&kf_qempty);
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < KF_STAGES; s++) {
+            kf_hp_init(fk0 + 8 * s, 1);
+            kf_hp_init(fv0 + 8 * s, 1);
+            kf_hp_init(ek0 + 8 * s, KF_EMPTY_ARRIVALS);
+            kf_hp_init(ev0 + 8 * s, KF_EMPTY_ARRIVALS);
+        }
+        kf_hp_init(qf, 1);
+        kf_hp_init(qe, KF_EMPTY_ARRIVALS);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tq) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tk) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tv) : "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(KF_PRODUCER_REGS) : "memory");
+        if (threadIdx.x == 0) {
+            int s = 0;
+            unsigned ph = 0, qph = 0;
+            for (long long item = blockIdx.x; item < (long long)KF_BH * KF_NQT;
+                 item += gridDim.x) {
+                const long long bh = item / KF_NQT;
+                const int qt = KF_NQT - 1 - (int)(item % KF_NQT);
+                const int q0 = qt * KF_BR;
+                int kv_lo = 0, kv_hi = KF_SKV;
+#if KF_MASK_SKIP >= 1
+                kv_hi = min(KF_SKV, q0 + KF_BR);
+#endif
+#if KF_MASK_SKIP == 2
+                kv_lo = max(0, q0 - KF_WINDOW + 1);
+#endif
+                const int t_lo = kv_lo / KF_BC, t_hi = (kv_hi + KF_BC - 1) / KF_BC;
+                kf_hp_wait(qe, qph ^ 1u);
+                kf_hp_expect(qf, KF_Q_BYTES);
+#pragma unroll
+                for (int c = 0; c < KF_CHUNKS; c++)
+                    kf_tma_q(sq + c * (KF_BR * 128), &tq, 64 * c, q0, bh, qf);
+                qph ^= 1u;
+                for (int j = t_lo; j < t_hi; j++) {
+                    const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES, vb = kb + KF_KV_BYTES;
+                    kf_hp_wait(ek0 + 8 * s, ph ^ 1u);
+                    kf_hp_expect(fk0 + 8 * s, KF_KV_BYTES);
+#pragma unroll
+                    for (int c = 0; c < KF_CHUNKS; c++)
+                        kf_tma_k(kb + c * (KF_BC * 128), &tk, 64 * c, j * KF_BC, bh, fk0 + 8 * s);
+                    kf_hp_wait(ev0 + 8 * s, ph ^ 1u);
+                    kf_hp_expect(fv0 + 8 * s, KF_KV_BYTES);
+#pragma unroll
+                    for (int c = 0; c < KF_CHUNKS; c++)
+                        kf_tma_v(vb + c * (KF_BC * 128), &tv, 64 * c, j * KF_BC, bh, fv0 + 8 * s);
+                    if (++s == KF_STAGES) {
+                        s = 0;
+                        ph ^= 1u;
+                    }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(KF_CONSUMER_REGS) : "memory");
+        const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const int g4 = lane >> 2, t4 = lane & 3;
+        const bool al_o = kf_aligned(KF_O, 4);
+        const long long n_items = (long long)KF_BH * KF_NQT;
+        int s = 0;
+        unsigned ph = 0, qph = 0;
+        if (cw == 1) /* consumer 0's first turn */
+            asm volatile("bar.arrive 1, 256;" ::: "memory");
+        for (long long item = blockIdx.x; item < n_items; item += gridDim.x) {
+            const long long bh = item / KF_NQT;
+            const int qt = KF_NQT - 1 - (int)(item % KF_NQT);
+            const int q0 = qt * KF_BR;
+            int kv_lo = 0, kv_hi = KF_SKV;
+#if KF_MASK_SKIP >= 1
+            kv_hi = min(KF_SKV, q0 + KF_BR);
+#endif
+#if KF_MASK_SKIP == 2
+            kv_lo = max(0, q0 - KF_WINDOW + 1);
+#endif
+            const int t_lo = kv_lo / KF_BC, t_hi = (kv_hi + KF_BC - 1) / KF_BC;
+            /* This warp's 16 rows start at qw; this lane's are qr, qr + 8. */
+            const int qw = q0 + cw * 64 + warp * 16, qr = qw + g4;
+            const int qa = min(qr, KF_SQ - 1), qb = min(qr + 8, KF_SQ - 1);
+            float o[KF_D / 2];
+#pragma unroll
+            for (int i = 0; i < KF_D / 2; i++)
+                o[i] = 0.0f;
+            float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
+            unsigned pa[KF_BC / 16][4];
+            int sp = 0;       /* the stage of the previous tile (its V) */
+            unsigned php = 0; /* and its parity */
+            kf_hp_wait(qf, qph);
+            qph ^= 1u;
+            const unsigned qbase = sq + cw * 8192u;
+            if (t_lo >= t_hi && lane == 0)
+                kf_hp_arrive(qe);
+            float sc[KF_BC / 2];
+            /* After step j's wgmma group is done: K(j) and V(j - 1) back to
+             * the producer, then the score expression and the online softmax
+             * of S(j), giving P(j) in pa. */
+            auto finish = [&](int j) {
+                if (lane == 0) {
+                    kf_hp_arrive(ek0 + 8 * s);
+                    if (j > t_lo)
+                        kf_hp_arrive(ev0 + 8 * sp);
+                    if (j + 1 == t_hi)
+                        kf_hp_arrive(qe); /* this warp is done with Q */
+                }
+
+                /* The score expression. The accumulator of wgmma m64nN: warp
+                 * w holds rows 16w + lane/4 (+8), columns 8n + 2(lane%4)
+                 * (+1) in sc[4n .. 4n + 3] (rows g4: e 0, 1; g4 + 8: e 2, 3). */
+                const int kv0 = j * KF_BC;
+                bool edge = kv0 + KF_BC > KF_SKV;
+#if KF_MASK_SKIP >= 1
+                edge = edge || kv0 + KF_BC - 1 > qw;
+#endif
+#if KF_MASK_SKIP == 2
+                edge = edge || kv0 <= qw + 15 - KF_WINDOW;
+#endif
+                if (edge) {
+#pragma unroll
+                    for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int kv = kv0 + nt * 8 + 2 * t4 + (e & 1);
+                            sc[4 * nt + e] = kv < KF_SKV ? kf_score_full(sc[4 * nt + e], bh,
+                                                                         e < 2 ? qa : qb, kv,
+                                                                         KF_ARGS)
+                                                         : -KF_INF;
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int kv = kv0 + nt * 8 + 2 * t4 + (e & 1);
+                            sc[4 * nt + e] =
+                                kf_score_inner(sc[4 * nt + e], bh, e < 2 ? qa : qb, kv, KF_ARGS);
+                        }
+                    }
+                }
+                /* Online softmax: the 4 lanes of a quad share a row. */
+                float mx[2] = {m[0], m[1]};
+#pragma unroll
+                for (int nt = 0; nt < KF_BC / 8; nt++) {
+                    mx[0] = fmaxf(mx[0], fmaxf(sc[4 * nt], sc[4 * nt + 1]));
+                    mx[1] = fmaxf(mx[1], fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]));
+                }
+                float ms[2];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    /* m log2(e), 0 while the row has seen only -inf */
+                    ms[r] = mx[r] == -KF_INF ? 0.0f : mx[r] * KF_LOG2E;
+                    const float alpha = kf_ex2(fmaf(m[r], KF_LOG2E, -ms[r]));
+                    m[r] = mx[r];
+                    l[r] *= alpha;
+#pragma unroll
+                    for (int i = 0; i < KF_D / 8; i++) {
+                        o[4 * i + 2 * r] *= alpha;
+                        o[4 * i + 2 * r + 1] *= alpha;
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        sc[4 * nt + e] = kf_ex2(fmaf(sc[4 * nt + e], KF_LOG2E, -ms[e >> 1]));
+                        l[e >> 1] += sc[4 * nt + e];
+                    }
+                }
+                /* P(j) as wgmma A fragments: 16 keys (two 8-column groups)
+                 * per k step, rows g4 / g4 + 8 -- the m16n8k16 A layout. */
+#pragma unroll
+                for (int kk = 0; kk < KF_BC / 16; kk++) {
+                    pa[kk][0] = kf_pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
+                    pa[kk][1] = kf_pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
+                    pa[kk][2] = kf_pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
+                    pa[kk][3] = kf_pack2(sc[8 * kk + 6], sc[8 * kk + 7]);
+                }
+                sp = s;
+                php = ph;
+                if (++s == KF_STAGES) {
+                    s = 0;
+                    ph ^= 1u;
+                }
+            };
+            /* Step t_lo: S = Q . K^T(t_lo) alone. Steps after it issue Q.K^T(j)
+             * and P.V(j - 1) as one group; two loops, so that no wgmma sits
+             * under a branch (ptxas then fences around it: C7519). */
+            const bool last_turn = item + gridDim.x >= n_items; /* no item after this one */
+            if (t_lo < t_hi) {
+                const int j = t_lo;
+                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                kf_hp_wait(fk0 + 8 * s, ph);
+                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < KF_D / 16; kk++) {
+                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+                    if (kk == 0)
+                        kf_wgmma_qk0(sc, kf_hp_desc(qbase + off, 16u, 1024u),
+                                     kf_hp_desc(kb + offk, 16u, 1024u));
+                    else
+                        kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
+                                    kf_hp_desc(kb + offk, 16u, 1024u));
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                /* the other consumer's turn (consumer 1 leaves out its last) */
+                if (cw == 0 || j + 1 < t_hi || !last_turn)
+                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                finish(j);
+            }
+            for (int j = t_lo + 1; j < t_hi; j++) {
+                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                kf_hp_wait(fk0 + 8 * s, ph);
+                kf_hp_wait(fv0 + 8 * sp, php);
+                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                /* S = Q . K^T(j) */
+#pragma unroll
+                for (int kk = 0; kk < KF_D / 16; kk++) {
+                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+                    if (kk == 0)
+                        kf_wgmma_qk0(sc, kf_hp_desc(qbase + off, 16u, 1024u),
+                                     kf_hp_desc(kb + offk, 16u, 1024u));
+                    else
+                        kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
+                                    kf_hp_desc(kb + offk, 16u, 1024u));
+                }
+                /* O += P . V(j - 1) */
+#pragma unroll
+                for (int kk = 0; kk < KF_BC / 16; kk++)
+                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (cw == 0 || j + 1 < t_hi || !last_turn)
+                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                finish(j);
+            }
+            /* O += P . V(last), outside the turns */
+            if (t_lo < t_hi) {
+                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                kf_hp_wait(fv0 + 8 * sp, php);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < KF_BC / 16; kk++)
+                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                if (lane == 0)
+                    kf_hp_arrive(ev0 + 8 * sp);
+            }
+
+            /* O / l, rounded to the output's dtype: [.., sq, KF_D] contiguous. */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            }
+            const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int q = qr + 8 * r;
+                if (q >= KF_SQ)
+                    continue;
+                KF_ELEM *orow = KF_O + ((long long)bh * KF_SQ + q) * KF_D;
+#pragma unroll
+                for (int i = 0; i < KF_D / 8; i++) {
+                    const unsigned w =
+                        kf_pack2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
+                    KF_ELEM *p = orow + i * 8 + 2 * t4;
+                    if (al_o) {
+                        *reinterpret_cast<unsigned *>(p) = w;
+                    } else {
+                        p[0].x = (unsigned short)(w & 0xffffu);
+                        p[1].x = (unsigned short)(w >> 16);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,336 @@
+/*
+ * test_attngen.c -- the sm_90a fused attention kernel (codegen/cuda/
+ * cg_attention.c, templates/attention_sm90.cuh) and its recipes, with no
+ * GPU: every variant (head dim x mask class x bf16/f16, softcap, ALiBi, an
+ * additive mask tensor, GQA through a broadcast head axis, permuted
+ * [B, S, H, D] views) is made through the default recipes for an H100,
+ * compiled by NVRTC for sm_90a, and its SASS read with cuobjdump: HGMMA (the
+ * wgmma path) and UTMALDG (TMA loads) are there, ptxas neither serializes a
+ * wgmma nor ignores setmaxnreg, and nothing goes to local memory (no
+ * spills). The recipes: three tensor maps that agree with the kernel's
+ * boxes, the FA2 kernel where the sm_90a one is not asked for or does not
+ * take the group, and the report saying which and why. Numerics run on the
+ * GPU (test_cuda_exec, forced to the sm_90a kernel).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "codegen/cuda/cuda_codegen.h"
+#include "codegen/cuda/cuda_recipe.h"
+#include "fusion/fusion.h"
+#include "kf_planned.h"
+#include "kf_test.h"
+#include "runtime/cuda_kernel.h"
+
+#ifndef KF_CUOBJDUMP
+#define KF_CUOBJDUMP ""
+#endif
+
+static kf_mem MEM;
+
+static kf_cuda_recipes *recipes_for(const kf_plan *plan, const char *device, const char *arch,
+                                    unsigned flags) {
+    kf_cuda_target t;
+    if (device)
+        assert_int_equal(kf_cuda_target_for_device(device, &t), KF_OK);
+    else
+        kf_cuda_target_for_arch(arch, &t);
+    t.flags = flags;
+    kf_cuda_recipes *rec = NULL;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_recipes_create(plan, &t, &MEM, &rec, err) != KF_OK)
+        fail_msg("recipes: %s", err);
+    return rec;
+}
+
+/* The recipe of the plan's only ATTENTION group. */
+static const kf_cuda_recipe *attn_recipe(const kf_plan *plan, const kf_cuda_recipes *rec) {
+    for (uint32_t gi = 0; gi < plan->n_groups; gi++)
+        if (plan->groups[gi].kind == KF_GROUP_ATTENTION)
+            return &rec->recipes[gi];
+    fail_msg("no ATTENTION group");
+    return NULL;
+}
+
+static void run_cmd(const char *cmd, char *out, size_t size) {
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = 0;
+    int rc = pclose(f);
+    if (rc != 0)
+        fail_msg("`%s` exited %d:\n%.2000s", cmd, rc, out);
+}
+
+/* Compiles the kernel with NVRTC and checks its SASS and resources. */
+static void check_sass(const kf_cuda_kernel *k) {
+    if (!KF_CUOBJDUMP[0])
+        fail_msg("cuobjdump was not found at configure time (pip install nvidia-cuda-cuobjdump; "
+                 "scripts/install-deps.sh does): the SASS of %s cannot be checked",
+                 k->name);
+    int ma, mi;
+    if (kf_nvrtc_version(&ma, &mi) != KF_OK)
+        fail_msg("no NVRTC: the sm_90a attention kernel cannot be compiled");
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_kernel_compile(&MEM, k, &res, err) != KF_OK)
+        fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
+    /* setmaxnreg ignored (C7508), wgmma serialized (C7510, C7515, ...). */
+    if (res.log && (strstr(res.log, "C7508") || strstr(res.log, "C751")))
+        fail_msg("%s: ptxas warns:\n%s", k->name, res.log);
+    char path[] = "/tmp/kf_attngen_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, res.cubin, res.cubin_size), (ssize_t)res.cubin_size);
+    close(fd);
+    kf_nvrtc_result_release(&MEM, &res);
+    static char out[1 << 22];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
+    run_cmd(cmd, out, sizeof out);
+    if (!strstr(out, "HGMMA"))
+        fail_msg("%s: no HGMMA in the SASS (wgmma fell back?)", k->name);
+    if (!strstr(out, "UTMALDG"))
+        fail_msg("%s: no UTMALDG in the SASS (no TMA loads)", k->name);
+    snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
+    run_cmd(cmd, out, sizeof out);
+    unlink(path);
+    const char *r = strstr(out, "REG:");
+    if (!r)
+        fail_msg("%s: no resource line in:\n%s", k->name, out);
+    if (!strstr(r, "LOCAL:0") || !strstr(r, "STACK:0"))
+        fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
+}
+
+/* The variants: a score expression over [.., Sq, Skv] ('$' is the dtype),
+ * its head dim, mask class and batch axes each operand's map keeps. */
+static const struct {
+    const char *name, *body, *mask;
+    int d, map_rank[3];
+} cases[] = {
+    {"causal, ragged S 200, head dim 128",
+     "q = input($[2, 3, 200, 128])\nk = input($[2, 3, 200, 128])\nv = input($[2, 3, 200, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[200, 200], axis=0)\ncol = iota(i32[200, 200], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal",
+     128,
+     {4, 4, 4}},
+    {"no mask, Sq 77 != Skv 333, head dim 64",
+     "q = input($[2, 2, 77, 64])\nk = input($[2, 2, 333, 64])\nv = input($[2, 2, 333, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns1 = mul(qk, sc)\n",
+     "mask none",
+     64,
+     {4, 4, 4}},
+    {"sliding window 50, S 300",
+     "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 300, 128])\nv = input($[1, 2, 300, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[300, 300], axis=0)\ncol = iota(i32[300, 300], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 49)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window",
+     128,
+     {3, 3, 3}},
+    {"softcap 30 tanh(s / 30) + causal",
+     "q = input($[2, 2, 150, 128])\nk = input($[2, 2, 150, 128])\nv = input($[2, 2, 150, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\nt2 = mul(t1, cap)\n"
+     "row = iota(i32[150, 150], axis=0)\ncol = iota(i32[150, 150], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, t2, ninf)\n",
+     "mask causal",
+     128,
+     {4, 4, 4}},
+    {"ALiBi slope[h] (kv - q) + causal, head dim 64",
+     "q = input($[2, 4, 190, 64])\nk = input($[2, 4, 190, 64])\nv = input($[2, 4, 190, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "slope = input($[4, 1, 1])\nrow = iota(i32[190, 190], axis=0)\n"
+     "col = iota(i32[190, 190], axis=1)\ndi = sub(col, row)\ndf = cast(di, $)\n"
+     "bias = mul(slope, df)\nsb = add(s0, bias)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
+     "s1 = where(keep, sb, ninf)\n",
+     "mask causal",
+     64,
+     {4, 4, 4}},
+    {"an additive mask tensor [Sq, Skv]",
+     "q = input($[2, 2, 120, 128])\nk = input($[2, 2, 140, 128])\nv = input($[2, 2, 140, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "am = input($[120, 140])\ns1 = add(s0, am)\n",
+     "mask none",
+     128,
+     {4, 4, 4}},
+    {"GQA 8:1 (K, V broadcast over the head group) + causal",
+     "q = input($[1, 2, 8, 150, 128])\nk = input($[1, 2, 1, 150, 128])\n"
+     "v = input($[1, 2, 1, 150, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\nrow = iota(i32[150, 150], axis=0)\n"
+     "col = iota(i32[150, 150], axis=1)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
+     "s1 = where(keep, s0, ninf)\n",
+     "mask causal",
+     128,
+     {4, 3, 3}},
+    {"Q, K, V permuted views of [B, S, H, D] + causal",
+     "qi = input($[2, 90, 4, 64])\nki = input($[2, 90, 4, 64])\nvi = input($[2, 90, 4, 64])\n"
+     "q = permute(qi, [0, 2, 1, 3])\nk = permute(ki, [0, 2, 1, 3])\nv = permute(vi, [0, 2, 1, 3])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[90, 90], axis=0)\ncol = iota(i32[90, 90], axis=1)\nkeep = ge(row, col)\n"
+     "ninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal",
+     64,
+     {4, 4, 4}},
+};
+
+/* `body` with every '$' replaced by dtype dn, as a whole graph. */
+static void graph_text(const char *body, const char *dn, char *text, size_t size) {
+    size_t n = (size_t)snprintf(text, size, "kfg 1\n");
+    for (const char *c = body; *c && n + 8 < size; c++) {
+        if (*c == '$')
+            n += (size_t)snprintf(text + n, size - n, "%s", dn);
+        else
+            text[n++] = *c;
+    }
+    snprintf(text + n, size - n, "p = softmax(s1)\no = matmul(p, v)\noutput o\n");
+}
+
+/* Every variant in bf16 and f16: one sm_90a step with three tensor maps that
+ * agree with the kernel (boxes {64, 128}, head dim first, a broadcast axis
+ * left out), compiled to HGMMA and UTMALDG with no spills. */
+static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void **state) {
+    (void)state;
+    static const char *const dts[] = {"bf16", "f16"};
+    for (size_t d = 0; d < 2; d++) {
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            char text[4096];
+            graph_text(cases[i].body, dts[d], text, sizeof text);
+            planned p;
+            plan_text(text, &p);
+            kf_cuda_recipes *rec = recipes_for(p.plan, "h100", NULL, 0);
+            const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
+            const char *how = rc->variants[0].how;
+            if (!strstr(how, "fused attention (sm_90a wgmma/TMA kernel)") ||
+                !strstr(how, cases[i].mask))
+                fail_msg("%s [%s]: expected the sm_90a kernel, %s: %s", cases[i].name, dts[d],
+                         cases[i].mask, how);
+            assert_int_equal(rc->n_variants, 1);
+            assert_int_equal(rc->n_steps, 1);
+            const kf_cuda_kstep *ks = rc->steps[0].kernel;
+            assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_ATTENTION_SM90);
+            assert_int_equal(ks->role, KF_CUDA_ROLE_ATTENTION_SM90);
+            assert_int_equal(ks->block[0], 384);
+            assert_true(ks->shared_bytes <= 227u * 1024u);
+            assert_int_equal(ks->n_tmaps, 3);
+            assert_int_equal(ks->n_args, ks->kernel.n_params + 3);
+            for (int m = 0; m < 3; m++) {
+                const kf_cuda_tmap *t = &ks->tmaps[m];
+                assert_int_equal(ks->args[m].kind, KF_CUDA_ARG_TMAP);
+                assert_int_equal(ks->args[m].value, m);
+                assert_int_equal(t->rank, cases[i].map_rank[m]);
+                assert_int_equal(t->dims[0], (uint64_t)cases[i].d);
+                assert_int_equal(t->box[0], 64);
+                assert_int_equal(t->box[1], 128);
+                assert_int_equal(t->swizzle, 128);
+                for (int a = 0; a + 1 < t->rank; a++)
+                    assert_int_equal(t->strides[a] % 16, 0);
+            }
+            assert_non_null(strstr(ks->kernel.name, "fa3_"));
+            check_sass(&ks->kernel);
+            fprintf(stderr, "  %s [%s]: %s ok\n", cases[i].name, dts[d], ks->kernel.name);
+            kf_cuda_recipes_destroy(rec);
+            plan_release(&p);
+        }
+    }
+}
+
+/* Which kernel each mode gives, and why: on sm_90a the default is the sm_90a
+ * kernel, and it visits fewer, larger causal tiles (the report counts them);
+ * ATTENTION_FA2 gives the FA2 kernel there; sm_80 gets the FA2 kernel with
+ * no word about sm_90a; a Q with four batch axes gets the FA2 kernel on
+ * sm_90a and the report says why; UNFUSED wins over everything. */
+static void test_attention_modes_give_the_kernels_they_name(void **state) {
+    (void)state;
+    char text[4096];
+    graph_text(cases[0].body, "bf16", text, sizeof text);
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *r0 = recipes_for(p.plan, "h100", NULL, 0);
+    const char *how = attn_recipe(p.plan, r0)->variants[0].how;
+    /* S 200: two query tiles of 128 rows, two key tiles; causal visits 1 + 2 */
+    if (!strstr(how, "fused attention (sm_90a wgmma/TMA kernel)") ||
+        !strstr(how, "3 of 4 tiles visited"))
+        fail_msg("the default on sm_90a: %s", how);
+    kf_cuda_recipes *r1 = recipes_for(p.plan, NULL, "sm_80", 0);
+    how = attn_recipe(p.plan, r1)->variants[0].how;
+    if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") || strstr(how, "sm_90a"))
+        fail_msg("sm_80: %s", how);
+    kf_cuda_recipes *r2 = recipes_for(p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_FA2);
+    how = attn_recipe(p.plan, r2)->variants[0].how;
+    /* 64-row tiles: 4 x 4, causal visits 1 + 2 + 3 + 4 */
+    if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") ||
+        !strstr(how, "10 of 16 tiles visited"))
+        fail_msg("ATTENTION_FA2: %s", how);
+    kf_cuda_recipes *r3 = recipes_for(p.plan, "h100", NULL,
+                                      KF_CUDA_RECIPE_ATTENTION_FA2 |
+                                          KF_CUDA_RECIPE_UNFUSED_ATTENTION);
+    how = attn_recipe(p.plan, r3)->variants[0].how;
+    if (!strstr(how, "unfused fallback"))
+        fail_msg("unfused wins: %s", how);
+    kf_cuda_recipes_destroy(r0);
+    kf_cuda_recipes_destroy(r1);
+    kf_cuda_recipes_destroy(r2);
+    kf_cuda_recipes_destroy(r3);
+    plan_release(&p);
+
+    plan_text("kfg 1\nq = input(bf16[2, 2, 2, 2, 70, 64])\nk = input(bf16[2, 2, 2, 2, 70, 64])\n"
+              "v = input(bf16[2, 2, 2, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+              "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
+              &p);
+    kf_cuda_recipes *r4 = recipes_for(p.plan, "h100", NULL, 0);
+    how = attn_recipe(p.plan, r4)->variants[0].how;
+    if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") ||
+        !strstr(how, "not the sm_90a kernel: Q has more than 3 batch axes"))
+        fail_msg("four batch axes: %s", how);
+    kf_cuda_recipes_destroy(r4);
+    plan_release(&p);
+
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_AUTO), 0u);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_SM90), 0u);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_FA2),
+                     KF_CUDA_RECIPE_ATTENTION_FA2);
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_CUBLASLT, KF_ATTENTION_UNFUSED),
+                     KF_CUDA_RECIPE_UNFUSED_ATTENTION);
+    assert_int_equal(
+        kf_cuda_recipe_flags(KF_FLAG_UNFUSED_ATTENTION, KF_GEMM_CUBLASLT, KF_ATTENTION_FA2),
+        KF_CUDA_RECIPE_UNFUSED_ATTENTION);
+}
+
+static void test_sm90_attention_source_is_deterministic(void **state) {
+    (void)state;
+    char text[4096];
+    graph_text(cases[3].body, "bf16", text, sizeof text);
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *r1 = recipes_for(p.plan, "h100", NULL, 0);
+    kf_cuda_recipes *r2 = recipes_for(p.plan, "h200", NULL, 0);
+    const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
+    const kf_cuda_kernel *k2 = &attn_recipe(p.plan, r2)->steps[0].kernel->kernel;
+    assert_string_equal(k1->source, k2->source);
+    assert_non_null(strstr(k1->name, "sm90a"));
+    kf_cuda_recipes_destroy(r1);
+    kf_cuda_recipes_destroy(r2);
+    plan_release(&p);
+}
+
+int main(void) {
+    kf_mem_resolve(&MEM, NULL);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_modes_give_the_kernels_they_name),
+        cmocka_unit_test(test_sm90_attention_source_is_deterministic),
+        cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
+    };
+    return kf_test_run(tests);
+}
