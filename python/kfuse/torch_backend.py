@@ -463,7 +463,10 @@ class _Support(OperatorSupportBase):
                 return True
             if node.target not in _OPS:
                 raise Unsupported("no kfuse translation")
-            if not _tensor_meta_ok(_val(node)):
+            v = _val(node)
+            if node.target in _TUPLE_OPS and isinstance(v, (tuple, list)):
+                v = v[0]  # only the first result is computed (the others may be ints, None)
+            if not _tensor_meta_ok(v):
                 raise Unsupported("a non-tensor result")
             if node.target in _TUPLE_OPS:
                 for u in node.users:

@@ -246,3 +246,33 @@ def test_a_new_process_is_served_from_the_disk_cache(cache, tmp_path):
     miss = subprocess.run([sys.executable, str(script), "cache_read_only", "cache_fail_on_miss"],
                           capture_output=True, text=True, env=env)
     assert miss.returncode != 0
+
+
+def test_cuda_attention_forms_are_taken_whatever_their_other_results():
+    """On CUDA, SDPA reaches the backend as _scaled_dot_product_cudnn_attention
+    or _efficient_attention, whose results after the first are ints, None or
+    RNG state: only the first is computed, so the node is kfuse's (the H100
+    run found these left to PyTorch as 'a non-tensor result')."""
+    from kfuse.torch_backend import _Support
+    aten = torch.ops.aten
+    q = torch.randn(2, 4, 24, 16)
+    for target, args, val in [
+        (aten._scaled_dot_product_cudnn_attention.default, (None, False, 0.0, True, False),
+         (q, torch.empty(0), None, None, 24, 24, torch.empty(0), torch.empty(0), None)),
+        (aten._scaled_dot_product_efficient_attention.default, (None, False, 0.0, True),
+         (q, torch.empty(0), torch.empty(0), torch.empty(0))),
+    ]:
+        g = torch.fx.Graph()
+        ph = []
+        for name in "qkv":
+            p = g.placeholder(name)
+            p.meta["val"] = q
+            ph.append(p)
+        n = g.call_function(target, (*ph, *args))
+        n.meta["val"] = val
+        first = g.call_function(__import__("operator").getitem, (n, 0))
+        first.meta["val"] = q
+        g.output(first)
+        sup = _Support()
+        assert sup.is_node_supported({}, n), sup.reasons.get(n)
+        assert sup.is_node_supported({}, first)
