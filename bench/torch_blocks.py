@@ -21,27 +21,12 @@ build/libkfuse.so from a checkout, and a GPU.
 import argparse
 import json
 import os
-import statistics
+import sys
 import tempfile
 import time
 
-
-def median_ms(fn, warmup=3, reps=20):
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import median_ms  # noqa: E402  (the same timing as every other peer row)
 
 
 def blocks(names):
@@ -83,8 +68,6 @@ def main():
                     help="libkfuse.so to load (with python/ on the path when the package "
                          "is not installed)")
     args = ap.parse_args()
-    import sys
-
     import torch
 
     try:

@@ -27,29 +27,11 @@
 #include "codegen/cuda/cuda_recipe.h"
 #include "fusion/fusion.h"
 #include "kf_planned.h"
+#include "kf_sass.h"
 #include "kf_test.h"
 #include "runtime/cuda_kernel.h"
 
-#ifndef KF_CUOBJDUMP
-#define KF_CUOBJDUMP ""
-#endif
-
 static kf_mem MEM;
-
-static kf_cuda_recipes *recipes_for(const kf_plan *plan, const char *device, const char *arch,
-                                    unsigned flags) {
-    kf_cuda_target t;
-    if (device)
-        assert_int_equal(kf_cuda_target_for_device(device, &t), KF_OK);
-    else
-        kf_cuda_target_for_arch(arch, &t);
-    t.flags = flags;
-    kf_cuda_recipes *rec = NULL;
-    char err[KF_MSG_MAX] = "";
-    if (kf_cuda_recipes_create(plan, &t, &MEM, &rec, err) != KF_OK)
-        fail_msg("recipes: %s", err);
-    return rec;
-}
 
 /* The recipe of the plan's only ATTENTION group. */
 static const kf_cuda_recipe *attn_recipe(const kf_plan *plan, const kf_cuda_recipes *rec) {
@@ -58,56 +40,6 @@ static const kf_cuda_recipe *attn_recipe(const kf_plan *plan, const kf_cuda_reci
             return &rec->recipes[gi];
     fail_msg("no ATTENTION group");
     return NULL;
-}
-
-static void run_cmd(const char *cmd, char *out, size_t size) {
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t n = fread(out, 1, size - 1, f);
-    out[n] = 0;
-    int rc = pclose(f);
-    if (rc != 0)
-        fail_msg("`%s` exited %d:\n%.2000s", cmd, rc, out);
-}
-
-/* Compiles the kernel with NVRTC and checks its SASS and resources. */
-static void check_sass(const kf_cuda_kernel *k) {
-    if (!KF_CUOBJDUMP[0])
-        fail_msg("cuobjdump was not found at configure time (pip install nvidia-cuda-cuobjdump; "
-                 "scripts/install-deps.sh does): the SASS of %s cannot be checked",
-                 k->name);
-    int ma, mi;
-    if (kf_nvrtc_version(&ma, &mi) != KF_OK)
-        fail_msg("no NVRTC: the sm_90a attention kernel cannot be compiled");
-    kf_nvrtc_result res;
-    char err[KF_MSG_MAX] = "";
-    if (kf_cuda_kernel_compile(&MEM, k, &res, err) != KF_OK)
-        fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
-    /* setmaxnreg ignored (C7508), wgmma serialized (C7510, C7515, ...). */
-    if (res.log && (strstr(res.log, "C7508") || strstr(res.log, "C751")))
-        fail_msg("%s: ptxas warns:\n%s", k->name, res.log);
-    char path[] = "/tmp/kf_attngen_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, res.cubin, res.cubin_size), (ssize_t)res.cubin_size);
-    close(fd);
-    kf_nvrtc_result_release(&MEM, &res);
-    static char out[1 << 22];
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
-    run_cmd(cmd, out, sizeof out);
-    if (!strstr(out, "HGMMA"))
-        fail_msg("%s: no HGMMA in the SASS (wgmma fell back?)", k->name);
-    if (!strstr(out, "UTMALDG"))
-        fail_msg("%s: no UTMALDG in the SASS (no TMA loads)", k->name);
-    snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
-    run_cmd(cmd, out, sizeof out);
-    unlink(path);
-    const char *r = strstr(out, "REG:");
-    if (!r)
-        fail_msg("%s: no resource line in:\n%s", k->name, out);
-    if (!strstr(r, "LOCAL:0") || !strstr(r, "STACK:0"))
-        fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
 }
 
 /* The variants: a score expression over [.., Sq, Skv] ('$' is the dtype),
@@ -209,7 +141,7 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
             graph_text(cases[i].body, dts[d], text, sizeof text);
             planned p;
             plan_text(text, &p);
-            kf_cuda_recipes *rec = recipes_for(p.plan, "h100", NULL, 0);
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
             const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
             const char *how = rc->variants[0].how;
             if (!strstr(how, "fused attention (sm_90a wgmma/TMA kernel)") ||
@@ -238,7 +170,7 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
                     assert_int_equal(t->strides[a] % 16, 0);
             }
             assert_non_null(strstr(ks->kernel.name, "fa3_"));
-            check_sass(&ks->kernel);
+            kf_sass_check_hopper(&MEM, &ks->kernel);
             fprintf(stderr, "  %s [%s]: %s ok\n", cases[i].name, dts[d], ks->kernel.name);
             kf_cuda_recipes_destroy(rec);
             plan_release(&p);
@@ -257,23 +189,23 @@ static void test_attention_modes_give_the_kernels_they_name(void **state) {
     graph_text(cases[0].body, "bf16", text, sizeof text);
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *r0 = recipes_for(p.plan, "h100", NULL, 0);
+    kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
     const char *how = attn_recipe(p.plan, r0)->variants[0].how;
     /* S 200: two query tiles of 128 rows, two key tiles; causal visits 1 + 2 */
     if (!strstr(how, "fused attention (sm_90a wgmma/TMA kernel)") ||
         !strstr(how, "3 of 4 tiles visited"))
         fail_msg("the default on sm_90a: %s", how);
-    kf_cuda_recipes *r1 = recipes_for(p.plan, NULL, "sm_80", 0);
+    kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, NULL, "sm_80", 0);
     how = attn_recipe(p.plan, r1)->variants[0].how;
     if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") || strstr(how, "sm_90a"))
         fail_msg("sm_80: %s", how);
-    kf_cuda_recipes *r2 = recipes_for(p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_FA2);
+    kf_cuda_recipes *r2 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_FA2);
     how = attn_recipe(p.plan, r2)->variants[0].how;
     /* 64-row tiles: 4 x 4, causal visits 1 + 2 + 3 + 4 */
     if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") ||
         !strstr(how, "10 of 16 tiles visited"))
         fail_msg("ATTENTION_FA2: %s", how);
-    kf_cuda_recipes *r3 = recipes_for(p.plan, "h100", NULL,
+    kf_cuda_recipes *r3 = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
                                       KF_CUDA_RECIPE_ATTENTION_FA2 |
                                           KF_CUDA_RECIPE_UNFUSED_ATTENTION);
     how = attn_recipe(p.plan, r3)->variants[0].how;
@@ -289,7 +221,7 @@ static void test_attention_modes_give_the_kernels_they_name(void **state) {
               "v = input(bf16[2, 2, 2, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
               "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
               &p);
-    kf_cuda_recipes *r4 = recipes_for(p.plan, "h100", NULL, 0);
+    kf_cuda_recipes *r4 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
     how = attn_recipe(p.plan, r4)->variants[0].how;
     if (!strstr(how, "fused attention (sm_80 mma.sync kernel)") ||
         !strstr(how, "not the sm_90a kernel: Q has more than 3 batch axes"))
@@ -314,8 +246,8 @@ static void test_sm90_attention_source_is_deterministic(void **state) {
     graph_text(cases[3].body, "bf16", text, sizeof text);
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *r1 = recipes_for(p.plan, "h100", NULL, 0);
-    kf_cuda_recipes *r2 = recipes_for(p.plan, "h200", NULL, 0);
+    kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+    kf_cuda_recipes *r2 = kf_sass_recipes(&MEM, p.plan, "h200", NULL, 0);
     const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
     const kf_cuda_kernel *k2 = &attn_recipe(p.plan, r2)->steps[0].kernel->kernel;
     assert_string_equal(k1->source, k2->source);

@@ -25,25 +25,11 @@
 #include "codegen/cuda/cuda_recipe.h"
 #include "fusion/fusion.h"
 #include "kf_planned.h"
+#include "kf_sass.h"
 #include "kf_test.h"
 #include "runtime/cuda_kernel.h"
 
-#ifndef KF_CUOBJDUMP
-#define KF_CUOBJDUMP ""
-#endif
-
 static kf_mem MEM;
-
-static kf_cuda_recipes *recipes_for(const kf_plan *plan, const char *device, unsigned flags) {
-    kf_cuda_target t;
-    assert_int_equal(kf_cuda_target_for_device(device, &t), KF_OK);
-    t.flags = flags;
-    kf_cuda_recipes *rec = NULL;
-    char err[KF_MSG_MAX] = "";
-    if (kf_cuda_recipes_create(plan, &t, &MEM, &rec, err) != KF_OK)
-        fail_msg("recipes: %s", err);
-    return rec;
-}
 
 /* The recipe of the plan's only GEMM group. */
 static const kf_cuda_recipe *gemm_recipe(const kf_plan *plan, const kf_cuda_recipes *rec) {
@@ -52,57 +38,6 @@ static const kf_cuda_recipe *gemm_recipe(const kf_plan *plan, const kf_cuda_reci
             return &rec->recipes[gi];
     fail_msg("no GEMM group");
     return NULL;
-}
-
-static void run_cmd(const char *cmd, char *out, size_t size) {
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t n = fread(out, 1, size - 1, f);
-    out[n] = 0;
-    int rc = pclose(f);
-    if (rc != 0)
-        fail_msg("`%s` exited %d:\n%.2000s", cmd, rc, out);
-}
-
-/* Compiles the kernel with NVRTC and checks its SASS and resources. */
-static void check_sass(const kf_cuda_kernel *k) {
-    if (!KF_CUOBJDUMP[0])
-        fail_msg("cuobjdump was not found at configure time (pip install nvidia-cuda-cuobjdump; "
-                 "scripts/install-deps.sh does): the SASS of %s cannot be checked",
-                 k->name);
-    int ma, mi;
-    if (kf_nvrtc_version(&ma, &mi) != KF_OK)
-        fail_msg("no NVRTC: the generated GEMM cannot be compiled");
-    kf_nvrtc_result res;
-    char err[KF_MSG_MAX] = "";
-    if (kf_cuda_kernel_compile(&MEM, k, &res, err) != KF_OK)
-        fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
-    /* ptxas warns when it ignores setmaxnreg (C7508) or serializes wgmma
-     * (C7510, C7515): either costs the speed the kernel exists for. */
-    if (res.log && (strstr(res.log, "C7508") || strstr(res.log, "C751")))
-        fail_msg("%s: ptxas warns:\n%s", k->name, res.log);
-    char path[] = "/tmp/kf_gemmgen_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, res.cubin, res.cubin_size), (ssize_t)res.cubin_size);
-    close(fd);
-    kf_nvrtc_result_release(&MEM, &res);
-    static char out[1 << 22];
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
-    run_cmd(cmd, out, sizeof out);
-    if (!strstr(out, "HGMMA"))
-        fail_msg("%s: no HGMMA in the SASS (wgmma fell back?)", k->name);
-    if (!strstr(out, "UTMALDG"))
-        fail_msg("%s: no UTMALDG in the SASS (no TMA loads)", k->name);
-    snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
-    run_cmd(cmd, out, sizeof out);
-    unlink(path);
-    const char *r = strstr(out, "REG:");
-    if (!r)
-        fail_msg("%s: no resource line in:\n%s", k->name, out);
-    if (!strstr(r, "LOCAL:0") || !strstr(r, "STACK:0"))
-        fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
 }
 
 /* The generated kernel of `text`'s GEMM group with GEMM_GENERATED on an
@@ -114,7 +49,7 @@ static void generated_case(const char *text, const char *want_tile, const char *
     bool norm = strstr(text, "_norm(") != NULL; /* a norm prologue: a statistics step first */
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
         fail_msg("expected the generated kernel alone, got %u variant(s), '%s': %s", rc->n_variants,
@@ -157,7 +92,7 @@ static void generated_case(const char *text, const char *want_tile, const char *
     if (!strstr(rc->variants[0].how, tile) || !strstr(rc->variants[0].how, want_sched))
         fail_msg("expected %s %s: %s", tile, want_sched, rc->variants[0].how);
     assert_true(ks->shared_bytes <= 227u * 1024u);
-    check_sass(&ks->kernel);
+    kf_sass_check_hopper(&MEM, &ks->kernel);
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
 }
@@ -266,13 +201,13 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     assert_int_equal(kf_cuda_recipe_flags(KF_FLAG_NO_CUBLASLT, KF_GEMM_CUBLASLT, KF_ATTENTION_AUTO),
                      KF_CUDA_RECIPE_NO_LT_EPILOGUE);
     /* no GEMM flag: cuBLASLt alone */
-    kf_cuda_recipes *rec = recipes_for(p.plan, "h100", 0);
+    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     assert_int_equal(rc->n_variants, 1);
     assert_string_equal(rc->variants[0].label, "cublaslt");
     kf_cuda_recipes_destroy(rec);
     /* measured: the kernel first, cuBLASLt second */
-    rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_MEASURED);
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_MEASURED);
     rc = gemm_recipe(p.plan, rec);
     assert_int_equal(rc->choice, KF_CUDA_CHOICE_MEASURED);
     assert_int_equal(rc->n_variants, 2);
@@ -286,7 +221,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     assert_non_null(strstr(rc->variants[1].how, "cuBLASLt"));
     kf_cuda_recipes_destroy(rec);
     /* sm_80: no generated kernel yet; the recipe says why */
-    rec = recipes_for(p.plan, "a100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     rc = gemm_recipe(p.plan, rec);
     assert_int_equal(rc->n_variants, 1);
     assert_string_equal(rc->variants[0].label, "cublaslt");
@@ -296,7 +231,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     /* f32 operands and a row epilogue stay on cuBLASLt, with the reason */
     plan_text("kfg 1\nx = input(f32[64, 64])\nw = input(f32[64, 64])\ny = matmul(x, w)\noutput y\n",
               &p);
-    rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     rc = gemm_recipe(p.plan, rec);
     assert_string_equal(rc->variants[0].label, "cublaslt");
     assert_non_null(strstr(rc->variants[0].how, "f32 operands"));
@@ -306,7 +241,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     plan_text("kfg 1\nx = input(bf16[64, 100])\nw = input(bf16[100, 64])\ny = matmul(x, w)\n"
               "output y\n",
               &p);
-    rec = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     rc = gemm_recipe(p.plan, rec);
     assert_string_equal(rc->variants[0].label, "cublaslt");
     assert_non_null(strstr(rc->variants[0].how, "16 bytes"));
@@ -320,8 +255,8 @@ static void test_generated_source_is_deterministic_and_named(void **state) {
     plan_text("kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\nb = input(bf16[512])\n"
               "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
               &p);
-    kf_cuda_recipes *r1 = recipes_for(p.plan, "h100", KF_CUDA_RECIPE_GEMM_GENERATED);
-    kf_cuda_recipes *r2 = recipes_for(p.plan, "h200", KF_CUDA_RECIPE_GEMM_GENERATED);
+    kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    kf_cuda_recipes *r2 = kf_sass_recipes(&MEM, p.plan, "h200", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     const kf_cuda_kernel *k1 = &gemm_recipe(p.plan, r1)->steps[0].kernel->kernel;
     const kf_cuda_kernel *k2 = &gemm_recipe(p.plan, r2)->steps[0].kernel->kernel;
     assert_string_equal(k1->source, k2->source);

@@ -1,0 +1,94 @@
+/*
+ * kf_sass.h -- for the suites that check generated sm_90a kernels
+ * (test_gemmgen, test_attngen): recipes for a named device or arch, and the
+ * check that a kernel compiles with NVRTC into SASS that holds HGMMA and
+ * UTMALDG, with no ptxas warning about setmaxnreg or serialized wgmma and no
+ * local memory. cuobjdump's path comes in as KF_CUOBJDUMP (set by CMake);
+ * a missing one fails the check. Failures end the running cmocka test.
+ */
+#ifndef KF_TESTS_SASS_H
+#define KF_TESTS_SASS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/cuda/cuda_recipe.h"
+#include "runtime/cuda_kernel.h"
+
+#ifndef KF_CUOBJDUMP
+#define KF_CUOBJDUMP ""
+#endif
+
+/* The recipes of `plan` for the device named `device` (e.g. "h100"), or when
+ * it is NULL for `arch` (e.g. "sm_80"), with recipe flags `flags`. */
+static inline kf_cuda_recipes *kf_sass_recipes(kf_mem *mem, const kf_plan *plan,
+                                               const char *device, const char *arch,
+                                               unsigned flags) {
+    kf_cuda_target t;
+    if (device)
+        assert_int_equal(kf_cuda_target_for_device(device, &t), KF_OK);
+    else
+        kf_cuda_target_for_arch(arch, &t);
+    t.flags = flags;
+    kf_cuda_recipes *rec = NULL;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_recipes_create(plan, &t, mem, &rec, err) != KF_OK)
+        fail_msg("recipes: %s", err);
+    return rec;
+}
+
+/* Runs `cmd`, its output into out[size]; a non-zero exit fails the test. */
+static inline void kf_sass_run(const char *cmd, char *out, size_t size) {
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = 0;
+    int rc = pclose(f);
+    if (rc != 0)
+        fail_msg("`%s` exited %d:\n%.2000s", cmd, rc, out);
+}
+
+/* Compiles the sm_90a kernel `k` with NVRTC and checks its SASS and resources. */
+static inline void kf_sass_check_hopper(kf_mem *mem, const kf_cuda_kernel *k) {
+    if (!KF_CUOBJDUMP[0])
+        fail_msg("cuobjdump was not found at configure time (pip install nvidia-cuda-cuobjdump; "
+                 "scripts/install-deps.sh does): the SASS of %s cannot be checked",
+                 k->name);
+    int ma, mi;
+    if (kf_nvrtc_version(&ma, &mi) != KF_OK)
+        fail_msg("no NVRTC: %s cannot be compiled", k->name);
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_kernel_compile(mem, k, &res, err) != KF_OK)
+        fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
+    /* ptxas warns when it ignores setmaxnreg (C7508) or serializes wgmma
+     * (C7510, C7515, ...): either costs the speed the kernel exists for. */
+    if (res.log && (strstr(res.log, "C7508") || strstr(res.log, "C751")))
+        fail_msg("%s: ptxas warns:\n%s", k->name, res.log);
+    char path[] = "/tmp/kf_sass_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, res.cubin, res.cubin_size), (ssize_t)res.cubin_size);
+    close(fd);
+    kf_nvrtc_result_release(mem, &res);
+    static char out[1 << 22];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
+    kf_sass_run(cmd, out, sizeof out);
+    if (!strstr(out, "HGMMA"))
+        fail_msg("%s: no HGMMA in the SASS (wgmma fell back?)", k->name);
+    if (!strstr(out, "UTMALDG"))
+        fail_msg("%s: no UTMALDG in the SASS (no TMA loads)", k->name);
+    snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
+    kf_sass_run(cmd, out, sizeof out);
+    unlink(path);
+    const char *r = strstr(out, "REG:");
+    if (!r)
+        fail_msg("%s: no resource line in:\n%s", k->name, out);
+    if (!strstr(r, "LOCAL:0") || !strstr(r, "STACK:0"))
+        fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
+}
+
+#endif
