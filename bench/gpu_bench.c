@@ -97,6 +97,35 @@ static bool case_on(const char *name) {
     return false;
 }
 
+/* Runs bench/peers.py with `args` (when `peers` and torch with CUDA imports)
+ * and reads the JSON object it writes into json[size]; json keeps "null"
+ * when the peers did not run. */
+static void run_peers(bool peers, const char *args, char *json, size_t size) {
+    if (!peers || system("python3 -c 'import torch; assert torch.cuda.is_available()' "
+                         ">/dev/null 2>&1") != 0) {
+        fprintf(stderr, "peers: skipped (no torch with CUDA, or --no-peers)\n");
+        return;
+    }
+    char pf[] = "/tmp/kf_bench_peers_XXXXXX";
+    int fd = mkstemp(pf);
+    if (fd < 0)
+        return;
+    close(fd);
+    char cmd[768];
+    const char *src = getenv("KF_SOURCE_DIR");
+    snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s %s", src ? src : ".", pf, args);
+    fprintf(stderr, "peers: %s\n", cmd);
+    if (system(cmd) == 0) {
+        FILE *f = fopen(pf, "r");
+        if (f) {
+            size_t n = fread(json, 1, size - 1, f);
+            json[n] = 0;
+            fclose(f);
+        }
+    }
+    unlink(pf);
+}
+
 #define CHECK(call)                                                                                \
     do {                                                                                           \
         kf_status st_ = (call);                                                                    \
@@ -483,30 +512,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     }
 
     char peers_json[8192] = "null";
-    if (peers && system("python3 -c 'import torch; assert torch.cuda.is_available()' "
-                        ">/dev/null 2>&1") == 0) {
-        char pf[] = "/tmp/kf_bench_peers_XXXXXX";
-        int fd = mkstemp(pf);
-        if (fd >= 0) {
-            close(fd);
-            char cmd[512];
-            const char *src = getenv("KF_SOURCE_DIR");
-            snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --attention --out %s",
-                     src ? src : ".", pf);
-            fprintf(stderr, "peers: %s\n", cmd);
-            if (system(cmd) == 0) {
-                FILE *f = fopen(pf, "r");
-                if (f) {
-                    size_t n = fread(peers_json, 1, sizeof peers_json - 1, f);
-                    peers_json[n] = 0;
-                    fclose(f);
-                }
-            }
-            unlink(pf);
-        }
-    } else {
-        fprintf(stderr, "peers: skipped (no torch with CUDA, or --no-peers)\n");
-    }
+    run_peers(peers, "--attention", peers_json, sizeof peers_json);
 
     char name[160];
     snprintf(name, sizeof name, "%s", DEV.name);
@@ -747,30 +753,7 @@ static int block_main(const char *commit, const char *out_path, bool peers, doub
         run_block(ctx, &cases[i], text, sizeof text);
 
     char peers_json[8192] = "null";
-    if (peers && system("python3 -c 'import torch; assert torch.cuda.is_available()' "
-                        ">/dev/null 2>&1") == 0) {
-        char pf[] = "/tmp/kf_bench_peers_XXXXXX";
-        int fd = mkstemp(pf);
-        if (fd >= 0) {
-            close(fd);
-            char cmd[512];
-            const char *src = getenv("KF_SOURCE_DIR");
-            snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --block --out %s%s",
-                     src ? src : ".", pf, g_quick ? " --quick" : "");
-            fprintf(stderr, "peers: %s\n", cmd);
-            if (system(cmd) == 0) {
-                FILE *f = fopen(pf, "r");
-                if (f) {
-                    size_t n = fread(peers_json, 1, sizeof peers_json - 1, f);
-                    peers_json[n] = 0;
-                    fclose(f);
-                }
-            }
-            unlink(pf);
-        }
-    } else {
-        fprintf(stderr, "peers: skipped (no torch with CUDA, or --no-peers)\n");
-    }
+    run_peers(peers, g_quick ? "--block --quick" : "--block", peers_json, sizeof peers_json);
 
     char name[160];
     snprintf(name, sizeof name, "%s", DEV.name);
@@ -1117,32 +1100,11 @@ int main(int argc, char **argv) {
 
     /* Peers, in the same run. */
     char peers_json[8192] = "null";
-    if (peers && system("python3 -c 'import torch; assert torch.cuda.is_available()' "
-                        ">/dev/null 2>&1") == 0) {
-        char pf[] = "/tmp/kf_bench_peers_XXXXXX";
-        int fd = mkstemp(pf);
-        if (fd >= 0) {
-            close(fd);
-            char cmd[512];
-            const char *src = getenv("KF_SOURCE_DIR");
-            snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s%s%s%s%.200s",
-                     src ? src : ".", pf, g_quick ? " --rows 8192" : "",
-                     g_no_torch_compile ? " --no-compile" : "", g_cases ? " --cases " : "",
-                     g_cases ? g_cases : "");
-            fprintf(stderr, "peers: %s\n", cmd);
-            if (system(cmd) == 0) {
-                FILE *f = fopen(pf, "r");
-                if (f) {
-                    size_t n = fread(peers_json, 1, sizeof peers_json - 1, f);
-                    peers_json[n] = 0;
-                    fclose(f);
-                }
-            }
-            unlink(pf);
-        }
-    } else {
-        fprintf(stderr, "peers: skipped (no torch with CUDA, or --no-peers)\n");
-    }
+    char peer_args[400];
+    snprintf(peer_args, sizeof peer_args, "%s%s%s%.200s", g_quick ? " --rows 8192" : "",
+             g_no_torch_compile ? " --no-compile" : "", g_cases ? " --cases " : "",
+             g_cases ? g_cases : "");
+    run_peers(peers, peer_args, peers_json, sizeof peers_json);
 
     /* JSON. */
     char name[160];
