@@ -13,5 +13,7 @@ carries the C status and message.
 from ._core import (DTYPES, Context, Graph, KfuseError, Program, Tensor, compile, load_library,
                     parse, version)
 
+from ._cli import aot, cache, cli_path
+
 __all__ = ["Context", "Graph", "KfuseError", "Program", "Tensor", "compile", "load_library",
-           "parse", "version", "DTYPES"]
+           "parse", "version", "DTYPES", "aot", "cache", "cli_path"]

@@ -240,3 +240,23 @@ def test_run_with_refuses_bad_output_arrays(examples, rng, cache):
         prog.run_with(ins, out={"y": np.empty((256, 8), np.float32).T})
     with pytest.raises(kfuse.KfuseError, match="no graph output named 'z'"):
         prog.run_with(ins, out={"z": np.empty((8, 256), np.float32)})
+
+
+def test_aot_fills_a_cache_that_cache_ls_lists(examples, tmp_path):
+    """kfuse.aot compiles the CUDA kernels of a graph for an arch with no GPU
+    (NVRTC only) into the cache; kfuse.cache lists and verifies it."""
+    cache_dir = tmp_path / "aot"
+    g = kfuse.parse((examples / "mlp.kfg").read_text())
+    text = kfuse.aot([g, examples / "block.kfg"], cache_dir, arch="sm_90a")
+    assert "sm_90a" in text
+    listing = kfuse.cache("ls", cache_dir)
+    entries = [line for line in listing.splitlines() if re.match(r"^[0-9a-f]{16,}", line)]
+    assert entries, listing
+    kfuse.cache("verify", cache_dir)
+    kfuse.cache("clear", cache_dir)
+    assert not [line for line in kfuse.cache("ls", cache_dir).splitlines()
+                if re.match(r"^[0-9a-f]{16,}", line)]
+    with pytest.raises(kfuse.KfuseError, match="aot"):
+        kfuse.aot(tmp_path / "missing.kfg", cache_dir, arch="sm_90a")
+    with pytest.raises(ValueError, match="cache action"):
+        kfuse.cache("shred", cache_dir)
