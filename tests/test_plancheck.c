@@ -522,6 +522,42 @@ static bool is_rms_rstd(const kf_group *grp, const kf_expr *e) {
     return e->kind == KF_EXPR_STAT && e->stat == KF_STAT_RMS_RSTD;
 }
 
+/* A one-element constant that a row group loads as a layer norm's bias and
+ * also inlines where an elementwise op uses it: a right plan (constants are
+ * never written), which the checker refused as "both reads and computes"
+ * (plancheck seed 0x0000788d6b070077). */
+static void test_check_accepts_a_constant_both_loaded_and_inlined(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    kf_tensor *x = kf_input(g, "x", KF_DTYPE_BF16, 2, (int64_t[]){7, 1});
+    kf_tensor *w = kf_input(g, "w", KF_DTYPE_BF16, 1, (int64_t[]){1});
+    uint16_t cbits = kf_f32_to_bf16(0.535f);
+    kf_tensor *c = kf_constant(g, KF_DTYPE_BF16, 1, (int64_t[]){1}, &cbits);
+    kf_tensor *ln = kf_layer_norm(g, x, w, c, -1, 1e-5);
+    kf_tensor *a = kf_add(g, kf_tanh(g, ln), c);
+    assert_int_equal(kf_output(g, "ln", ln), KF_OK);
+    assert_int_equal(kf_output(g, "a", kf_exp(g, a)), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    bool both = false;
+    for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
+        const kf_group *grp = &plan->groups[gi];
+        bool reads = false, computes = false;
+        for (uint32_t r = 0; r < grp->n_reads; r++)
+            reads = reads || grp->reads[r] == c->id;
+        for (uint32_t k = 0; k < grp->n_computed; k++)
+            computes = computes || grp->computed[k] == c->id;
+        both = both || (reads && computes);
+    }
+    assert_true(both); /* the case this test is about */
+    assert_int_equal(kf_plan_check(plan, 11, NULL), KF_OK);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* f64 norms of rows up to 2e184, whose squares overflow: the reference scales
  * such rows by a power of two first, and the checker's statistics must too
  * (they gave rstd 0 and failed a right plan: plancheck seed
@@ -946,6 +982,7 @@ int main(void) {
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
         cmocka_unit_test(test_check_rejects_wrong_expressions),
         cmocka_unit_test(test_check_norms_of_rows_whose_squares_overflow),
+        cmocka_unit_test(test_check_accepts_a_constant_both_loaded_and_inlined),
         cmocka_unit_test(test_check_rejects_wrong_view),
         cmocka_unit_test(test_check_catches_mask_class_wrong_in_one_row),
         cmocka_unit_test(test_check_rejects_mask_class_that_skips_live_scores),
