@@ -387,6 +387,40 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+/* Opens the results file bench/results/<gpu>-<commit><suffix>.json (its path
+ * into path[size]; under $KF_SOURCE_DIR when set) and, when out_path is set,
+ * that file too: outs[0] and outs[1], NULL where fopen failed. */
+static void open_results(const char *commit, const char *suffix, const char *out_path, char *path,
+                         size_t size, FILE *outs[2]) {
+    char name[160];
+    snprintf(name, sizeof name, "%s", DEV.name);
+    for (char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
+            *p = '-';
+    const char *src = getenv("KF_SOURCE_DIR");
+    snprintf(path, size, "%s/bench/results", src ? src : ".");
+    mkdir(path, 0755);
+    snprintf(path + strlen(path), size - strlen(path), "/%s-%s%s.json", name, commit, suffix);
+    outs[0] = fopen(path, "w");
+    outs[1] = out_path ? fopen(out_path, "w") : NULL;
+}
+
+/* The fields every suite's JSON object opens with, through "warmup"; `suite`
+ * NULL for the default suite, which names none. */
+static void json_head(FILE *f, const char *suite, const char *commit) {
+    fprintf(f, "{\n  \"schema\": \"kfuse.bench/1\",\n  ");
+    if (suite)
+        fprintf(f, "\"suite\": \"%s\",\n  ", suite);
+    fprintf(f, "\"gpu\": ");
+    json_str(f, DEV.name);
+    fprintf(f, ",\n  \"arch\": \"%s\",\n  \"sm_count\": %d,\n  \"driver\": %d,\n", DEV.arch,
+            DEV.sm_count, D->driver_version);
+    fprintf(f, "  \"commit\": ");
+    json_str(f, commit);
+    fprintf(f, ",\n  \"quick\": %s,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
+            g_quick ? "true" : "false", g_reps, g_warmup);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Attention (--attention)                                                    */
 /* ------------------------------------------------------------------------ */
@@ -514,30 +548,14 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     char peers_json[8192] = "null";
     run_peers(peers, "--attention", peers_json, sizeof peers_json);
 
-    char name[160];
-    snprintf(name, sizeof name, "%s", DEV.name);
-    for (char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
-            *p = '-';
     char path[512];
-    const char *src = getenv("KF_SOURCE_DIR");
-    snprintf(path, sizeof path, "%s/bench/results", src ? src : ".");
-    mkdir(path, 0755);
-    snprintf(path + strlen(path), sizeof path - strlen(path), "/%s-%s-attention.json", name,
-             commit);
-    FILE *outs[2] = {fopen(path, "w"), out_path ? fopen(out_path, "w") : NULL};
+    FILE *outs[2];
+    open_results(commit, "-attention", out_path, path, sizeof path, outs);
     for (int o = 0; o < 2; o++) {
         FILE *f = outs[o];
         if (!f)
             continue;
-        fprintf(f, "{\n  \"schema\": \"kfuse.bench/1\",\n  \"suite\": \"attention\",\n  \"gpu\": ");
-        json_str(f, DEV.name);
-        fprintf(f, ",\n  \"arch\": \"%s\",\n  \"sm_count\": %d,\n  \"driver\": %d,\n", DEV.arch,
-                DEV.sm_count, D->driver_version);
-        fprintf(f, "  \"commit\": ");
-        json_str(f, commit);
-        fprintf(f, ",\n  \"quick\": %s,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
-                g_quick ? "true" : "false", g_reps, g_warmup);
+        json_head(f, "attention", commit);
         fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f, "
                    "\"gemm_shape\": [%lld, %lld, %lld]},\n",
                 copy_gbs, gemm_tflops, (long long)GM, (long long)GM, (long long)GM);
@@ -755,29 +773,14 @@ static int block_main(const char *commit, const char *out_path, bool peers, doub
     char peers_json[8192] = "null";
     run_peers(peers, g_quick ? "--block --quick" : "--block", peers_json, sizeof peers_json);
 
-    char name[160];
-    snprintf(name, sizeof name, "%s", DEV.name);
-    for (char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
-            *p = '-';
     char path[512];
-    const char *src = getenv("KF_SOURCE_DIR");
-    snprintf(path, sizeof path, "%s/bench/results", src ? src : ".");
-    mkdir(path, 0755);
-    snprintf(path + strlen(path), sizeof path - strlen(path), "/%s-%s-block.json", name, commit);
-    FILE *outs[2] = {fopen(path, "w"), out_path ? fopen(out_path, "w") : NULL};
+    FILE *outs[2];
+    open_results(commit, "-block", out_path, path, sizeof path, outs);
     for (int o = 0; o < 2; o++) {
         FILE *f = outs[o];
         if (!f)
             continue;
-        fprintf(f, "{\n  \"schema\": \"kfuse.bench/1\",\n  \"suite\": \"block\",\n  \"gpu\": ");
-        json_str(f, DEV.name);
-        fprintf(f, ",\n  \"arch\": \"%s\",\n  \"sm_count\": %d,\n  \"driver\": %d,\n", DEV.arch,
-                DEV.sm_count, D->driver_version);
-        fprintf(f, "  \"commit\": ");
-        json_str(f, commit);
-        fprintf(f, ",\n  \"quick\": %s,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
-                g_quick ? "true" : "false", g_reps, g_warmup);
+        json_head(f, "block", commit);
         fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f},\n", copy_gbs,
                 gemm_tflops);
         fprintf(f, "  \"cases\": {\n");
@@ -1107,29 +1110,14 @@ int main(int argc, char **argv) {
     run_peers(peers, peer_args, peers_json, sizeof peers_json);
 
     /* JSON. */
-    char name[160];
-    snprintf(name, sizeof name, "%s", DEV.name);
-    for (char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
-            *p = '-';
     char path[512];
-    const char *src = getenv("KF_SOURCE_DIR");
-    snprintf(path, sizeof path, "%s/bench/results", src ? src : ".");
-    mkdir(path, 0755);
-    snprintf(path + strlen(path), sizeof path - strlen(path), "/%s-%s.json", name, commit);
-    FILE *outs[2] = {fopen(path, "w"), out_path ? fopen(out_path, "w") : NULL};
+    FILE *outs[2];
+    open_results(commit, "", out_path, path, sizeof path, outs);
     for (int o = 0; o < 2; o++) {
         FILE *f = outs[o];
         if (!f)
             continue;
-        fprintf(f, "{\n  \"schema\": \"kfuse.bench/1\",\n  \"gpu\": ");
-        json_str(f, DEV.name);
-        fprintf(f, ",\n  \"arch\": \"%s\",\n  \"sm_count\": %d,\n  \"driver\": %d,\n", DEV.arch,
-                DEV.sm_count, D->driver_version);
-        fprintf(f, "  \"commit\": ");
-        json_str(f, commit);
-        fprintf(f, ",\n  \"quick\": %s,\n  \"reps\": %d,\n  \"warmup\": %d,\n",
-                g_quick ? "true" : "false", g_reps, g_warmup);
+        json_head(f, NULL, commit);
         fprintf(f, "  \"ceilings\": {\"copy_GBps\": %.1f, \"bf16_gemm_TFLOPs\": %.1f, "
                    "\"gemm_shape\": [%lld, %lld, %lld]},\n",
                 copy_gbs, gemm_tflops, (long long)GM, (long long)GM, (long long)GM);
