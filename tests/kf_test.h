@@ -40,6 +40,17 @@
 #include "kfuse.h"
 
 /* ------------------------------------------------------------------------ */
+/* Files                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Removes the directory tree `dir` (a test's scratch cache); 0 on success. */
+static inline int kf_test_remove_dir(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Seed and PRNG                                                              */
 /* ------------------------------------------------------------------------ */
 

@@ -1334,9 +1334,7 @@ static void test_compiled_code_is_cached_and_a_corrupt_entry_is_rebuilt(void **s
     kf_cache_close(cache);
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1345,9 +1345,7 @@ static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state
     kf_cuda_kernel_release(&MEM, &k);
     plan_release(&p);
     /* clean up */
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
 static void test_aot_rejects_bad_usage(void **state) {

@@ -82,12 +82,8 @@ static int group_teardown(void **state) {
         kf_cuda_device_close(&G.dev);
     }
     kf_ctx_destroy(G.ctx);
-    if (G.cache_dir[0]) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", G.cache_dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", G.cache_dir);
-    }
+    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
+        fprintf(stderr, "could not remove %s\n", G.cache_dir);
     return 0;
 }
 
