@@ -284,7 +284,8 @@ class Graph:
         return self._wrap(self._lib.kf_reshape(self._h, self._t(x), rank, dims))
 
     def permute(self, x, perm):
-        rank = len(self._t(x) and x.shape)
+        self._t(x)
+        rank = len(x.shape)
         if len(perm) != rank:
             raise ValueError(f"kfuse: permute of a rank-{rank} tensor takes {rank} axes, "
                              f"got {list(perm)}")

@@ -104,9 +104,6 @@ class _Builder:
             return self.reshape(full, (a.shape[0], b.shape[1]))
         return self.g.matmul(a, b)
 
-    def const_like(self, value, like_dtype):
-        return self.g.scalar(value, like_dtype)
-
     def operand(self, x, dtype):
         if isinstance(x, _core.Tensor):
             return x
@@ -117,16 +114,13 @@ class _Builder:
 
 def _binary(name):
     def f(b, node, a, c, *rest, **kw):
-        if rest or kw.get("alpha", 1) != 1 and name not in ("add", "sub"):
-            raise Unsupported("extra arguments")
-        dtype = _kdt(_val(node).dtype)
-        if dtype == "bool" and name not in ("eq", "ne"):
-            pass
-        ta = a if isinstance(a, _core.Tensor) else None
-        tc = c if isinstance(c, _core.Tensor) else None
-        odt = (ta or tc).dtype if (ta or tc) is not None else dtype
-        x, y = b.operand(a, odt), b.operand(c, odt)
         alpha = kw.get("alpha", 1)
+        if rest or (alpha != 1 and name not in ("add", "sub")):
+            raise Unsupported("extra arguments")
+        # a Python scalar operand takes the tensor operand's dtype
+        t = a if isinstance(a, _core.Tensor) else c
+        odt = t.dtype if isinstance(t, _core.Tensor) else _kdt(_val(node).dtype)
+        x, y = b.operand(a, odt), b.operand(c, odt)
         if alpha != 1:
             y = b.g.mul(y, b.g.scalar(alpha, odt))
         return getattr(b.g, name)(x, y)
@@ -430,10 +424,6 @@ _TUPLE_OPS = {aten.native_layer_norm.default, aten._scaled_dot_product_flash_att
 _ALL_RESULTS = {aten.split.Tensor, aten.split_with_sizes.default}
 
 
-def _node_args(node):
-    return list(node.args), dict(node.kwargs)
-
-
 def _tensor_meta_ok(v):
     if isinstance(v, (tuple, list)):
         return all(_tensor_meta_ok(x) for x in v)
@@ -448,7 +438,8 @@ class _Support(OperatorSupportBase):
     """Which nodes kfuse takes: a known op whose tensors have kfuse dtypes and
     static shapes, and which the builder accepts on a trial translation."""
 
-    def __init__(self):
+    def __init__(self, ctx):
+        self.ctx = ctx  # the context every trial graph is built in
         self.reasons = {}
 
     def is_node_supported(self, submodules, node):
@@ -475,17 +466,17 @@ class _Support(OperatorSupportBase):
             for a in node.all_input_nodes:
                 if not _tensor_meta_ok(_val(a)):
                     raise Unsupported("an operand kfuse cannot hold")
-            _trial(node)
+            _trial(node, self.ctx)
             return True
         except Unsupported as e:
             self.reasons[node] = str(e)
             return False
 
 
-def _trial(node):
+def _trial(node, ctx):
     """Translates `node` alone, its operands as inputs, to catch what the
     builder refuses (shapes, dtypes, arguments) before partitioning."""
-    g = _core.Graph(_core.Context("cpu"))
+    g = _core.Graph(ctx)
     env = {}
     try:
         for i, a in enumerate(node.all_input_nodes):
@@ -515,9 +506,6 @@ def _translate(b, node, env):
         return env[node.args[0]][node.args[1]]
     args = [_map_arg(a, env) for a in node.args]
     kwargs = {k: _map_arg(v, env) for k, v in node.kwargs.items()}
-    kwargs.pop("device", None) if node.target in (aten.full.default, aten.scalar_tensor.default,
-                                                  aten.arange.default, aten.arange.start,
-                                                  aten.arange.start_step) else None
     return _OPS[node.target](b, node, *args, **kwargs)
 
 
@@ -526,11 +514,11 @@ def _translate(b, node, env):
 # ---------------------------------------------------------------------------
 
 class _KfusePartition(torch.nn.Module):
-    def __init__(self, gm, options):
+    def __init__(self, gm, options, ctx):
         super().__init__()
         self.gm = gm
         self.options = options
-        self.graph = _core.Graph(_core.Context("cpu"))
+        self.graph = _core.Graph(ctx)
         b = _Builder(self.graph)
         env, self.input_names, self.output_names = {}, [], []
         for n in gm.graph.nodes:
@@ -607,7 +595,8 @@ def _compile_fx(gm, example_inputs, options):
 
 
 def _compile_static(gm, options):
-    support = _Support()
+    ctx = _core.Context("cpu")  # builds the graphs; each program compiles in its target's
+    support = _Support(ctx)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
@@ -622,7 +611,7 @@ def _compile_static(gm, options):
                                 and a.name == p.name), None)
                     if src is not None:
                         p.meta["val"] = _val(src)
-            part = _KfusePartition(sub, options)
+            part = _KfusePartition(sub, options, ctx)
             setattr(fused, n.target, part)
             parts.append((n.target, part))
     for n, why in support.reasons.items():

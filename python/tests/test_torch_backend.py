@@ -273,6 +273,6 @@ def test_cuda_attention_forms_are_taken_whatever_their_other_results():
         first = g.call_function(__import__("operator").getitem, (n, 0))
         first.meta["val"] = q
         g.output(first)
-        sup = _Support()
+        sup = _Support(kfuse.Context("cpu"))
         assert sup.is_node_supported({}, n), sup.reasons.get(n)
         assert sup.is_node_supported({}, first)
