@@ -7,11 +7,15 @@ beside eager PyTorch and torch.compile's default (Inductor), in one process:
                 (rotary embedding from the model's own LlamaRotaryEmbedding)
 
 Random weights from the configs (nothing downloaded); inference (torch.no_grad).
-Per block and variant: the median of CUDA-event times after warm-up, the first
-call's wall time (capture + compile + run; kfuse with an empty cache directory,
-then again with that cache warm after torch._dynamo.reset()), and the relative
-error against eager (normwise, in f32 arithmetic). kfuse's report (partitions,
-ops left to PyTorch) is stored with the numbers.
+Per block and variant: the median of CUDA-event times after warm-up (each call
+alone, so the host's time up to the first kernel counts), the mean over 20
+calls back to back (_loop_ms: the host's work overlapped with the GPU's), the
+first call's wall time (capture + compile + run; kfuse with an empty cache
+directory, then again with that cache warm after torch._dynamo.reset()), and
+the relative error against eager (normwise, in f32 arithmetic).
+aot_eager_first_call_s is Dynamo's capture and AOTAutograd with no compiler:
+the floor under every backend's first call. kfuse's report (partitions, ops
+left to PyTorch, translation and compile times) is stored with the numbers.
 
   python3 bench/torch_blocks.py --commit ID [--out FILE] [--blocks gpt2_medium,llama7b]
 
@@ -58,6 +62,24 @@ def first(y):
     return y[0] if isinstance(y, tuple) else y
 
 
+def loop_ms(fn, reps=20):
+    """Per call, `reps` calls back to back between two events: the host's
+    per-call work overlaps the GPU's (as in a model's forward), where
+    median_ms's single calls count the host's time up to the first kernel."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    a = torch.cuda.Event(enable_timing=True)
+    b = torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / reps
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--commit", required=True)
@@ -97,10 +119,18 @@ def main():
                 torch.cuda.synchronize()
                 row[label + "_first_call_s"] = time.perf_counter() - t
                 row[label + "_ms"] = median_ms(lambda: fn(*xs, **kw))
+                row[label + "_loop_ms"] = loop_ms(lambda: fn(*xs, **kw))
                 row[label + "_rel_err"] = ((y.float() - ref).norm() / ref.norm()).item()
                 return fn
 
             timed("eager", lambda: mod)
+            # Dynamo's capture and AOTAutograd alone: the floor under every backend's first call
+            torch._dynamo.reset()
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            first(torch.compile(mod, backend="aot_eager")(*xs, **kw))
+            torch.cuda.synchronize()
+            row["aot_eager_first_call_s"] = time.perf_counter() - t
             if not args.no_inductor:
                 try:
                     timed("inductor", lambda: torch.compile(mod))

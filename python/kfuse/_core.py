@@ -1,10 +1,11 @@
 """Contexts, graphs, tensors and programs over the C API (see __init__.py)."""
 import ctypes
 import json as _json
+import math
 import threading
 
 from . import _capi
-from ._arrays import Bound, GivenOut, cuda_device_of, output_like
+from ._arrays import _TORCH_NAMES, Bound, GivenOut, cuda_device_of, output_like
 
 DTYPES = tuple(_capi.DTYPES)
 
@@ -441,6 +442,11 @@ class Program:
         self._device_runs = (hasattr(self._lib, "kf_program_run_device") and
                              self._lib.kf_program_workspace_size(h, ctypes.byref(size)) == 0)
         self._workspace = None
+        # The program's interface, fixed at compile (the graph may grow later):
+        # the fast positional device path binds against it with no C calls.
+        self._in_sig = [(t.name, t.dtype, t.shape) for t in graph.inputs]
+        self._out_sig = [(n, t.dtype, t.shape) for n, t in graph.outputs.items()]
+        self._fast = None  # (binding arrays, torch dtypes), built on the first device run
 
     def __del__(self):
         h, self._h = getattr(self, "_h", None), None
@@ -497,6 +503,73 @@ class Program:
             if st:
                 raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
         return {n: o.result() for n, o in outs.items()}
+
+    def run_device_list(self, args):
+        """The hot path of a framework: the inputs as torch CUDA tensors in
+        the graph's input order, the outputs a list in its output order. When
+        every input already is a contiguous tensor of the input's dtype and
+        shape on one CUDA device, the run binds the pointers into binding
+        arrays kept by the program and enqueues on PyTorch's current stream
+        (no per-call queries of the graph); anything else goes through
+        run_with, which copies or refuses as documented there."""
+        import torch
+
+        if self._device_runs and len(args) == len(self._in_sig) and args:
+            dev = args[0].device if isinstance(args[0], torch.Tensor) else None
+            if dev is not None and dev.type == "cuda":
+                fast = self._fast_bindings()
+                bi, bo, tin, tout = fast
+                for i, (a, want) in enumerate(zip(args, tin)):
+                    if (not isinstance(a, torch.Tensor) or a.dtype != want[0] or a.device != dev
+                            or a.shape != want[1] or not a.is_contiguous()):
+                        break
+                    bi[i].data = a.data_ptr()
+                else:
+                    outs = [torch.empty(shape, dtype=dt, device=dev) for dt, shape in tout]
+                    for i, o in enumerate(outs):
+                        bo[i].data = o.data_ptr()
+                    with self._lock:
+                        if torch.cuda.current_device() != dev.index:
+                            with torch.cuda.device(dev):
+                                self._enqueue(bi, bo, dev)
+                        else:
+                            self._enqueue(bi, bo, dev)
+                    return outs
+        res = self.run_with({n: a for (n, _, _), a in zip(self._in_sig, args)})
+        return [res[n] for n, _, _ in self._out_sig]
+
+    def _fast_bindings(self):
+        if self._fast is None:
+            import torch
+
+            def arrays(sig):
+                arr = (_capi.kf_binding * max(len(sig), 1))()
+                keep = []
+                for i, (n, dt, shape) in enumerate(sig):
+                    keep.append(n.encode())
+                    arr[i].name = keep[-1]
+                    arr[i].size = self._lib.kf_dtype_size(_capi.DTYPES.index(dt)) * math.prod(shape)
+                arr._names = keep  # the name buffers live as long as the array
+                return arr
+
+            def torch_sig(sig):
+                return [(getattr(torch, _TORCH_NAMES[dt]), torch.Size(shape))
+                        for _, dt, shape in sig]
+
+            self._fast = (arrays(self._in_sig), arrays(self._out_sig), torch_sig(self._in_sig),
+                          torch_sig(self._out_sig))
+        return self._fast
+
+    def _enqueue(self, bi, bo, dev):
+        import torch
+
+        if self._workspace is None:
+            self._use_torch_workspace(dev)
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        st = self._lib.kf_program_run_device(self._h, bi, len(self._in_sig), bo,
+                                             len(self._out_sig), ctypes.c_void_p(stream))
+        if st:
+            raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
 
     def _use_torch_workspace(self, dev):
         """The program's workspace from PyTorch's allocator (kept by the

@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import threading
+import time
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -538,6 +539,7 @@ class _KfusePartition(torch.nn.Module):
                     self.graph.output(name, t)
                     self.output_names.append(name)
         self.programs = {}
+        self.compile_s = 0.0  # kf_compile's time (codegen, NVRTC or the cache, choices measured)
 
     def program(self, device):
         key = str(device)
@@ -547,15 +549,15 @@ class _KfusePartition(torch.nn.Module):
             if target == "auto":
                 target = "cuda" if device.type == "cuda" else "cpu"
             opts = {k: v for k, v in self.options.items() if k != "target"}
+            t0 = time.perf_counter()
             p = _core.Context(target, **opts).compile(self.graph)
+            self.compile_s += time.perf_counter() - t0
             self.programs[key] = p
         return p
 
     def forward(self, *args):
         dev = args[0].device if args else torch.device("cpu")
-        prog = self.program(dev)
-        res = prog.run_with(dict(zip(self.input_names, args)))
-        outs = [res[n] for n in self.output_names]
+        outs = self.program(dev).run_device_list(args)
         return outs[0] if self.single else tuple(outs)
 
     def report(self):
@@ -595,6 +597,7 @@ def _compile_fx(gm, example_inputs, options):
 
 
 def _compile_static(gm, options):
+    t0 = time.perf_counter()
     ctx = _core.Context("cpu")  # builds the graphs; each program compiles in its target's
     support = _Support(ctx)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
@@ -618,7 +621,8 @@ def _compile_static(gm, options):
         if n.op == "call_function" and n.target.__name__ != "getitem":
             fallback.setdefault(str(n.target), why)
     fused.recompile()
-    state = {"parts": parts, "fallback": fallback, "reported": False}
+    state = {"parts": parts, "fallback": fallback, "reported": False,
+             "translate_s": time.perf_counter() - t0}
 
     def run(*args):
         out = fused(*args)
@@ -632,7 +636,9 @@ def _compile_static(gm, options):
 
 def _publish(state):
     lines = [f"kfuse: {len(state['parts'])} partition(s) compiled by kfuse, "
-             f"{len(state['fallback'])} op kind(s) left to PyTorch"]
+             f"{len(state['fallback'])} op kind(s) left to PyTorch; translated in "
+             f"{state['translate_s']:.3f} s, compiled in "
+             f"{sum(p.compile_s for _, p in state['parts']):.3f} s"]
     for op, why in sorted(state["fallback"].items()):
         lines.append(f"  in PyTorch: {op}: {why}")
     for name, part in state["parts"]:

@@ -276,3 +276,28 @@ def test_cuda_attention_forms_are_taken_whatever_their_other_results():
         sup = _Support(kfuse.Context("cpu"))
         assert sup.is_node_supported({}, n), sup.reasons.get(n)
         assert sup.is_node_supported({}, first)
+
+
+def test_run_device_list_binds_positionally_and_falls_back_on_odd_inputs():
+    """Program.run_device_list, the backend's per-call path: inputs in graph
+    order, outputs as a list. On CUDA, contiguous tensors of the right dtype
+    and shape bind straight into the program's kept binding arrays; a
+    non-contiguous input goes through run_with (copied), a wrong shape is
+    refused by name. Every result judged against the reference evaluator."""
+    g = kfuse.parse("kfg 1\nx = input(f32[8, 64])\nb = input(f32[64])\n"
+                    "s = add(x, b)\ny = gelu(s)\nz = mul(y, x)\noutput z\noutput y\n")
+    prog = kfuse.compile(g, target="cuda" if DEV.type == "cuda" else "cpu")
+
+    def judged(x, b):
+        z, y = prog.run_device_list([x, b])
+        assert z.device == DEV and y.device == DEV and z.shape == (8, 64)
+        res = g.check({"z": z.cpu(), "y": y.cpu()}, x=x.cpu().contiguous(), b=b.cpu())
+        assert all(r["passed"] for r in res.values()), res
+
+    for _ in range(3):  # the kept arrays are rebound on every call
+        judged(torch.randn(8, 64, device=DEV), torch.randn(64, device=DEV))
+    if DEV.type == "cuda":
+        assert prog._fast is not None  # the fast path ran
+    judged(torch.randn(64, 8, device=DEV).t(), torch.randn(64, device=DEV))
+    with pytest.raises(ValueError, match="'x' has shape"):
+        prog.run_device_list([torch.randn(4, 64, device=DEV), torch.randn(64, device=DEV)])
