@@ -104,49 +104,61 @@ static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *re
             failed[ai]++;
             a->rc = 1;
         }
+        uint32_t n = 0;
         for (uint32_t gi = 0; r && gi < r->n; gi++) {
             const kf_cuda_recipe *rc = &r->recipes[gi];
             groups[ai] += rc->n_steps > 0;
             for (uint32_t s = 0; s < rc->n_steps; s++) {
-                if (rc->steps[s].kind != KF_CUDA_STEP_KERNEL) {
-                    lt_steps[ai]++;
-                    continue;
-                }
-                const kf_cuda_kernel *k = &rc->steps[s].kernel->kernel;
-                a->done++;
-                kernels[ai]++;
-                if (a->tty) {
-                    fprintf(stderr, "\r\033[K[%lu/%lu] %s %s", a->done, a->total, a->archs[ai],
-                            k->name);
-                    fflush(stderr);
-                }
-                void *cubin = NULL;
-                size_t size = 0;
-                bool hit = false;
-                kf_cache_msg msg;
-                char err[KF_MSG_MAX] = "";
-                kf_status st = kf_cuda_kernel_cubin(a->cache, k, &cubin, &size, &hit, &msg, err);
-                if (st != KF_OK) {
-                    fprintf(stderr, "%skfuse aot: %s: %s\n", a->tty ? "\r\033[K" : "", path, err);
-                    failed[ai]++;
-                    a->rc = 1;
-                } else if (msg.store == KF_CACHE_STORE_FAILED) {
-                    /* Compiled, but not in DIR: the product is incomplete. */
-                    fprintf(stderr, "%skfuse aot: %s: kernel '%s' (%s) was not stored: %s\n",
-                            a->tty ? "\r\033[K" : "", path, k->name, a->archs[ai], msg.store_error);
-                    failed[ai]++;
-                    a->not_stored++;
-                    a->rc = 1;
-                    kf_cache_blob_free(a->cache, cubin, size);
-                } else {
-                    cached[ai] += hit;
-                    if (msg.note[0])
-                        fprintf(stderr, "%skfuse aot: note: %s\n", a->tty ? "\r\033[K" : "",
-                                msg.note);
-                    kf_cache_blob_free(a->cache, cubin, size);
-                }
+                n += rc->steps[s].kind == KF_CUDA_STEP_KERNEL;
+                lt_steps[ai] += rc->steps[s].kind != KF_CUDA_STEP_KERNEL;
             }
         }
+        if (n == 0)
+            continue;
+        kf_cuda_cubin *jobs = kf_mem_calloc(&a->mem, n, sizeof *jobs);
+        if (!jobs) {
+            fprintf(stderr, "%skfuse aot: %s: out of memory\n", a->tty ? "\r\033[K" : "", path);
+            failed[ai] += n;
+            a->rc = 1;
+            continue;
+        }
+        uint32_t j = 0;
+        for (uint32_t gi = 0; gi < r->n; gi++)
+            for (uint32_t s = 0; s < r->recipes[gi].n_steps; s++)
+                if (r->recipes[gi].steps[s].kind == KF_CUDA_STEP_KERNEL)
+                    jobs[j++].kernel = &r->recipes[gi].steps[s].kernel->kernel;
+        if (a->tty) {
+            fprintf(stderr, "\r\033[K[%lu/%lu] %s: %u kernels", a->done, a->total, a->archs[ai],
+                    n);
+            fflush(stderr);
+        }
+        /* Concurrently (NVRTC compiles in parallel); each job's outcome below. */
+        char err[KF_MSG_MAX] = "";
+        (void)kf_cuda_kernels_cubins(a->cache, &a->mem, jobs, n, 0, err);
+        for (uint32_t i = 0; i < n; i++) {
+            const kf_cuda_cubin *c = &jobs[i];
+            a->done++;
+            kernels[ai]++;
+            if (c->status != KF_OK) {
+                fprintf(stderr, "%skfuse aot: %s: %s\n", a->tty ? "\r\033[K" : "", path, c->err);
+                failed[ai]++;
+                a->rc = 1;
+            } else if (c->store == KF_CACHE_STORE_FAILED) {
+                /* Compiled, but not in DIR: the product is incomplete. */
+                fprintf(stderr, "%skfuse aot: %s: kernel '%s' (%s) was not stored: %s\n",
+                        a->tty ? "\r\033[K" : "", path, c->kernel->name, a->archs[ai], c->err);
+                failed[ai]++;
+                a->not_stored++;
+                a->rc = 1;
+            } else {
+                cached[ai] += c->hit;
+                if (c->note[0])
+                    fprintf(stderr, "%skfuse aot: note: %s\n", a->tty ? "\r\033[K" : "",
+                            c->note);
+            }
+            kf_cuda_cubin_release(a->cache, &a->mem, &jobs[i]);
+        }
+        kf_mem_free(&a->mem, jobs, n * sizeof *jobs);
     }
     if (a->tty)
         fputs("\r\033[K", stderr);

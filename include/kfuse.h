@@ -192,8 +192,10 @@ typedef struct kf_options {
     const char *cublaslt_lib; /* KF_CUBLASLT_LIB: the cuBLASLt library to open (that file only);
                                  NULL = libcublasLt.so.13, libcublasLt.so, then the build's
                                  toolkit's */
-    int num_threads;          /* KF_NUM_THREADS: threads of the CPU target (at most 64);
-                                 0 = one per online CPU */
+    int num_threads;          /* KF_NUM_THREADS: threads of the CPU target (at most 64),
+                                 and the threads that compile a CUDA program's kernels
+                                 at once; 0 = one per online CPU (for compiles, at
+                                 most 8) */
     int cpu_opt_level;        /* KF_CPU_OPT: LLVM's -O level for the CPU target, 0-3
                                  (kf_options_init: 3; lower compiles faster, same results) */
 } kf_options;

@@ -272,10 +272,63 @@ static kf_status add_step(kf_cuda_exec *ex, xstep **out, char *err) {
     return KF_OK;
 }
 
-/* Compiles (through the cache) and loads a KERNEL step's kernel and maps its
- * arguments to buffers. */
+/* The CUBIN of every KERNEL step of every variant, in the order prepare adds
+ * them, obtained on several threads at once (kf_cuda_kernels_cubins: a cold
+ * program compiles its kernels concurrently rather than one after another).
+ * With kf_options.dump_dir, each source is written first, whether or not it
+ * compiles. *out holds *n jobs (allocated with ex->mem); release them with
+ * release_cubins whatever the status. */
+static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, kf_cuda_cubin **out,
+                              uint32_t *n, char *err) {
+    *out = NULL;
+    *n = 0;
+    uint32_t count = 0;
+    for (uint32_t gi = 0; gi < r->n; gi++)
+        for (uint32_t s = 0; s < r->recipes[gi].n_steps; s++)
+            count += r->recipes[gi].steps[s].kind == KF_CUDA_STEP_KERNEL;
+    if (count == 0)
+        return KF_OK;
+    kf_cuda_cubin *jobs = kf_mem_calloc(&ex->mem, count, sizeof *jobs);
+    if (!jobs)
+        return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory for %u kernels", count);
+    *out = jobs;
+    *n = count;
+    uint32_t j = 0;
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        for (uint32_t v = 0; v < rc->n_variants; v++) {
+            const kf_cuda_variant *va = &rc->variants[v];
+            for (uint32_t s = 0; s < va->n_steps && va->first_step + s < rc->n_steps; s++) {
+                const kf_cuda_step *step = &rc->steps[va->first_step + s];
+                if (step->kind == KF_CUDA_STEP_KERNEL && j < count)
+                    jobs[j++].kernel = &step->kernel->kernel;
+            }
+        }
+    }
+    *n = j;
+    kf_status st = KF_OK;
+    for (uint32_t i = 0; i < j && st == KF_OK && ex->ctx->dump_dir; i++) {
+        const kf_cuda_kernel *k = jobs[i].kernel;
+        st = kf_nvrtc_dump_source(ex->ctx->dump_dir, k->name, k->arch, k->source, k->source_len,
+                                  err);
+    }
+    if (st == KF_OK)
+        st = kf_cuda_kernels_cubins(ex->cache, &ex->mem, jobs, j, ex->ctx->num_threads, err);
+    return st;
+}
+
+static void release_cubins(kf_cuda_exec *ex, kf_cuda_cubin *jobs, uint32_t n, uint32_t cap) {
+    if (!jobs)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        kf_cuda_cubin_release(ex->cache, &ex->mem, &jobs[i]);
+    kf_mem_free(&ex->mem, jobs, cap * sizeof *jobs);
+}
+
+/* Loads a KERNEL step's kernel from its CUBIN (`cb`, from fetch_cubins) and
+ * maps its arguments to buffers. */
 static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_cuda_kstep *ks,
-                            char *err) {
+                            kf_cuda_cubin *cb, char *err) {
     const kf_cuda_kernel *k = &ks->kernel;
     xkernel *xk = kf_mem_calloc(&ex->mem, 1, sizeof *xk);
     if (!xk)
@@ -318,45 +371,15 @@ static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_
     if (st != KF_OK)
         return st;
 
-    /* kf_options.dump_dir: the source, whether or not it is compiled now. */
-    if (ex->ctx->dump_dir &&
-        (st = kf_nvrtc_dump_source(ex->ctx->dump_dir, k->name, k->arch, k->source, k->source_len,
-                                   err)) != KF_OK)
-        return st;
-    /* The CUBIN: through the cache, else NVRTC directly. */
-    void *cubin = NULL;
-    size_t size = 0;
-    bool from_cache = ex->cache != NULL;
-    if (ex->cache) {
-        bool hit = false;
-        kf_cache_msg msg;
-        memset(&msg, 0, sizeof msg);
-        st = kf_cuda_kernel_cubin(ex->cache, k, &cubin, &size, &hit, &msg, err);
-        if (st == KF_OK) {
-            if (hit)
-                ex->hits++;
-            else
-                ex->compiled++;
-        }
-    } else {
-        kf_nvrtc_result r;
-        memset(&r, 0, sizeof r);
-        st = kf_cuda_kernel_compile(&ex->mem, k, &r, err);
-        if (st == KF_OK) {
-            cubin = r.cubin;
-            size = r.cubin_size;
-            r.cubin = NULL;
-            ex->compiled++;
-        }
-        kf_nvrtc_result_release(&ex->mem, &r);
-    }
-    if (st != KF_OK)
-        return st;
-    st = kf_cuda_module_load(&ex->dev, cubin, k->name, &xk->mod, err);
-    if (from_cache)
-        kf_cache_blob_free(ex->cache, cubin, size);
+    /* The CUBIN fetch_cubins obtained (through the cache, else NVRTC). */
+    if (cb->status != KF_OK)
+        return kf_msg_set(err, cb->status, "%s", cb->err);
+    if (cb->hit)
+        ex->hits++;
     else
-        kf_mem_free(&ex->mem, cubin, size);
+        ex->compiled++;
+    st = kf_cuda_module_load(&ex->dev, cb->data, k->name, &xk->mod, err);
+    kf_cuda_cubin_release(ex->cache, &ex->mem, cb);
     if (st == KF_OK)
         st = kf_cuda_function(&ex->dev, xk->mod, k->name, &xk->fn, err);
     /* The device's L2 policy for streamed reads (templates/common.cuh). */
@@ -867,7 +890,15 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         }
     }
 
-    /* Steps, recipe by recipe, every variant; scratch buffers live in their group. */
+    /* Every kernel's CUBIN first, concurrently; then the steps, recipe by
+     * recipe, every variant; scratch buffers live in their group. */
+    kf_cuda_cubin *cubins = NULL;
+    uint32_t n_cubins = 0, cap_cubins = 0, next_cubin = 0;
+    for (uint32_t gi = 0; gi < recipes->n; gi++)
+        for (uint32_t s = 0; s < recipes->recipes[gi].n_steps; s++)
+            cap_cubins += recipes->recipes[gi].steps[s].kind == KF_CUDA_STEP_KERNEL;
+    if (st == KF_OK)
+        st = fetch_cubins(ex, recipes, &cubins, &n_cubins, err);
     for (uint32_t gi = 0; gi < recipes->n && st == KF_OK; gi++) {
         const kf_cuda_recipe *rc = &recipes->recipes[gi];
         ex->scratch0[gi] = ex->n_bufs;
@@ -884,11 +915,17 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
                                 gi, v);
             for (uint32_t s = 0; s < va->n_steps && st == KF_OK; s++) {
                 const kf_cuda_step *step = &rc->steps[va->first_step + s];
-                st = step->kind == KF_CUDA_STEP_KERNEL ? add_kernel(ex, gi, v, step->kernel, err)
-                                                       : add_gemm(ex, gi, v, &step->gemm, err);
+                if (step->kind == KF_CUDA_STEP_KERNEL && next_cubin >= n_cubins)
+                    st = kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a kernel step with no CUBIN",
+                                    gi);
+                else if (step->kind == KF_CUDA_STEP_KERNEL)
+                    st = add_kernel(ex, gi, v, step->kernel, &cubins[next_cubin++], err);
+                else
+                    st = add_gemm(ex, gi, v, &step->gemm, err);
             }
         }
     }
+    release_cubins(ex, cubins, n_cubins, cap_cubins);
     /* Graph outputs that no group writes (an input or constant as an output,
      * an output that is a view) still need their buffer for copy-out. */
     for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {

@@ -45,4 +45,31 @@ kf_status kf_cuda_kernel_compile(const kf_mem *mem, const kf_cuda_kernel *k, kf_
 kf_status kf_cuda_kernel_cubin(kf_cache *cache, const kf_cuda_kernel *k, void **cubin,
                                size_t *size, bool *hit, kf_cache_msg *msg, char *err);
 
+/* One kernel of a batch (kf_cuda_kernels_cubins): `kernel` in, the rest out. */
+typedef struct kf_cuda_cubin {
+    const kf_cuda_kernel *kernel;
+    void *data;        /* the CUBIN: the cache's allocation (from_cache) or `mem`'s */
+    size_t size;
+    bool from_cache;   /* data came through the cache (free with kf_cache_blob_free) */
+    bool hit;          /* nothing was compiled for it */
+    kf_cache_store store; /* the cache's store outcome (STORE_FAILED: the cache lacks it) */
+    kf_status status;
+    char err[KF_MSG_MAX];  /* why status is not KF_OK, or why the store failed */
+    char note[KF_MSG_MAX]; /* the cache's note (a corrupt entry replaced), or "" */
+} kf_cuda_cubin;
+
+/* The CUBINs of jobs[0..n), as kf_cuda_kernel_cubin (through `cache`) or
+ * kf_cuda_kernel_compile (`cache` NULL; allocated with `mem`) would give each,
+ * obtained on up to `threads` threads at once (0: one per online CPU, at most
+ * 8): NVRTC compiles concurrently, and a cold program's kernels compile in
+ * about the time of its slowest one. Kernels with one cache key compile once
+ * (the cache's lock: the second waits and hits). Every job gets its own
+ * status; the call returns the first failed job's (lowest index), its message
+ * in `err`. Threads that cannot be started leave their share to the others
+ * (the calling thread always works). Release every job with
+ * kf_cuda_cubin_release whatever the status. */
+kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *jobs,
+                                 uint32_t n, int threads, char *err);
+void kf_cuda_cubin_release(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *job);
+
 #endif /* KF_RUNTIME_CUDA_KERNEL_H */

@@ -982,6 +982,71 @@ static void test_broken_kernel_status_carries_the_log_and_the_name(void **state)
     plan_release(&p);
 }
 
+/* kf_cuda_kernels_cubins on several threads: every job gets its own outcome
+ * (a broken kernel fails alone, named, and its status is the call's); with a
+ * cache, a kernel twice in the batch compiles once (the other waits on the
+ * cache's lock and hits) and a second batch compiles nothing; with none, each
+ * job gets its own CUBIN. */
+static void test_a_batch_compiles_concurrently_each_job_its_own_outcome(void **state) {
+    (void)state;
+    if (!have_nvrtc())
+        skip();
+    const char *texts[] = {
+        "kfg 1\nx = input(f32[64, 64])\ny = gelu(x)\noutput y\n",
+        "kfg 1\nx = input(f32[64, 64])\ny = sqrt(x)\noutput y\n",
+        "kfg 1\nx = input(f16[33, 7])\ny = relu(x)\noutput y\n",
+    };
+    planned p[3];
+    kf_cuda_kernel k[3];
+    for (int i = 0; i < 3; i++) {
+        plan_text(texts[i], &p[i]);
+        first_kernel(p[i].plan, "sm_80", &k[i]);
+    }
+    char *at = strstr(k[0].source, "kf_gelu(v");
+    assert_non_null(at);
+    memcpy(at, "kf_gelx", 7); /* a codegen bug in job 1 */
+    char dir[] = "/tmp/kf_batch_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_cache_options co = {.dir = dir};
+    kf_cache_msg msg;
+    kf_cache *cache = NULL;
+    assert_int_equal(kf_cache_open(&MEM, &co, &cache, &msg), KF_OK);
+    for (int pass = 0; pass < 3; pass++) {
+        kf_cache *c = pass < 2 ? cache : NULL; /* the last pass: no cache */
+        kf_cuda_cubin jobs[5] = {
+            {.kernel = &k[1]}, {.kernel = &k[0]}, {.kernel = &k[2]}, {.kernel = &k[1]},
+            {.kernel = &k[2]},
+        };
+        char err[KF_MSG_MAX] = "";
+        assert_int_equal(kf_cuda_kernels_cubins(c, &MEM, jobs, 5, 3, err),
+                         KF_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(err, k[0].name));
+        assert_int_equal(jobs[1].status, KF_ERR_INVALID_ARGUMENT);
+        assert_null(jobs[1].data);
+        int computed = 0;
+        for (int j = 0; j < 5; j++) {
+            if (j == 1)
+                continue;
+            if (jobs[j].status != KF_OK)
+                fail_msg("job %d: %s", j, jobs[j].err);
+            assert_true(jobs[j].size > 4);
+            assert_memory_equal(jobs[j].data, "\x7f" "ELF", 4);
+            assert_int_equal(jobs[j].from_cache, c != NULL);
+            computed += !jobs[j].hit;
+        }
+        /* with a cache: two distinct kernels, once each; then none; without: all four */
+        assert_int_equal(computed, pass == 0 ? 2 : pass == 1 ? 0 : 4);
+        for (int j = 0; j < 5; j++)
+            kf_cuda_cubin_release(c, &MEM, &jobs[j]);
+    }
+    kf_cache_close(cache);
+    for (int i = 0; i < 3; i++) {
+        kf_cuda_kernel_release(&MEM, &k[i]);
+        plan_release(&p[i]);
+    }
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 /* `kfuse aot` over every example, twice; then every kernel of every example
  * is found with a fail-on-miss cache (what the execution side does). */
 /* ------------------------------------------------------------------------ */
@@ -1373,6 +1438,7 @@ int main(void) {
         cmocka_unit_test(test_only_f64_norm_rows_are_scaled),
         cmocka_unit_test(test_bf16_gelu_tanh_reads_a_table_of_the_reference),
         cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
+        cmocka_unit_test(test_a_batch_compiles_concurrently_each_job_its_own_outcome),
         cmocka_unit_test(test_recipes_are_a_pure_function_of_plan_and_target),
         cmocka_unit_test(test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
