@@ -515,10 +515,11 @@ def _translate(b, node, env):
 # ---------------------------------------------------------------------------
 
 class _KfusePartition(torch.nn.Module):
-    def __init__(self, gm, options, ctx):
+    def __init__(self, gm, options, ctx, contexts):
         super().__init__()
         self.gm = gm
         self.options = options
+        self.contexts = contexts  # target -> Context, shared by the graph's partitions
         self.graph = _core.Graph(ctx)
         b = _Builder(self.graph)
         env, self.input_names, self.output_names = {}, [], []
@@ -548,9 +549,12 @@ class _KfusePartition(torch.nn.Module):
             target = self.options.get("target", "auto")
             if target == "auto":
                 target = "cuda" if device.type == "cuda" else "cpu"
-            opts = {k: v for k, v in self.options.items() if k != "target"}
             t0 = time.perf_counter()
-            p = _core.Context(target, **opts).compile(self.graph)
+            tctx = self.contexts.get(target)
+            if tctx is None:  # one per target for the graph's partitions
+                opts = {k: v for k, v in self.options.items() if k != "target"}
+                tctx = self.contexts[target] = _core.Context(target, **opts)
+            p = tctx.compile(self.graph)
             self.compile_s += time.perf_counter() - t0
             self.programs[key] = p
         return p
@@ -603,7 +607,7 @@ def _compile_static(gm, options):
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
-    parts, fallback = [], {}
+    parts, fallback, contexts = [], {}, {}
     for n in fused.graph.nodes:
         if n.op == "call_module" and n.target.startswith("fused_"):
             sub = getattr(fused, n.target)
@@ -614,7 +618,7 @@ def _compile_static(gm, options):
                                 and a.name == p.name), None)
                     if src is not None:
                         p.meta["val"] = _val(src)
-            part = _KfusePartition(sub, options, ctx)
+            part = _KfusePartition(sub, options, ctx, contexts)
             setattr(fused, n.target, part)
             parts.append((n.target, part))
     for n, why in support.reasons.items():
