@@ -165,6 +165,42 @@ def test_transformers_llama_layer_with_fallbacks_reported(cache):
     assert "partition(s) compiled by kfuse" in rep
 
 
+class _Logits(torch.nn.Module):
+    """A causal LM as input_ids -> logits (the output agrees() compares)."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids):
+        return self.lm(ids, use_cache=False).logits
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_whole_small_models_with_embedding_and_lm_head(family, cache):
+    """A whole 2-layer GPT-2 / LLaMA (token embedding, every layer, final norm,
+    LM head) through the backend; the position arithmetic on i64 ids stays in
+    PyTorch and is reported."""
+    if family == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=64, n_head=4, n_layer=2, n_positions=64,
+                                      vocab_size=256, bos_token_id=0, eos_token_id=0)
+        lm = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
+                                       num_attention_heads=4, num_key_value_heads=2,
+                                       num_hidden_layers=2, max_position_embeddings=64,
+                                       vocab_size=256, bos_token_id=0, eos_token_id=0)
+        lm = transformers.LlamaForCausalLM(cfg)
+    cfg._attn_implementation = "sdpa"
+    lm.config._attn_implementation = "sdpa"
+    ids = torch.randint(0, 256, (2, 16))
+    out = agrees(_Logits(lm.eval()), [ids], cache)
+    assert out.shape == (2, 16, 256)
+    rep = last_report()
+    assert "partition(s) compiled by kfuse" in rep, rep
+    assert "gather" in rep, rep  # the embedding lookup is kfuse's
+
+
 def test_an_unsupported_op_falls_back_and_is_reported(cache):
     def f(x, y):
         a = torch.relu(x) * 2.0
