@@ -326,7 +326,7 @@ def test_run_device_list_binds_positionally_and_falls_back_on_odd_inputs():
 
     def judged(x, b):
         z, y = prog.run_device_list([x, b])
-        assert z.device == DEV and y.device == DEV and z.shape == (8, 64)
+        assert z.device.type == DEV.type and y.device.type == DEV.type and z.shape == (8, 64)
         res = g.check({"z": z.cpu(), "y": y.cpu()}, x=x.cpu().contiguous(), b=b.cpu())
         assert all(r["passed"] for r in res.values()), res
 
