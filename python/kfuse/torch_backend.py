@@ -84,25 +84,32 @@ class _Builder:
         self.g = graph
         self.source = {}
 
+    def _views(self, x):
+        """x's chain of view sources, nearest first (each a reshape's input)."""
+        src = self.source.get(_key(x))
+        while src is not None:
+            yield src
+            src = self.source.get(_key(src))
+
     def reshape(self, x, shape):
         shape = tuple(shape)
         if tuple(x.shape) == shape:
             return x
-        src = self.source.get(_key(x))
-        if src is not None and tuple(src.shape) == shape:
-            return src
+        for src in self._views(x):  # a round trip back to a shape the chain had
+            if tuple(src.shape) == shape:
+                return src
         y = self.g.reshape(x, shape)
-        self.source[_key(y)] = src if src is not None else x
+        self.source[_key(y)] = x
         return y
 
     def matmul(self, a, b):
-        """a [M, K] @ b: when a is a view of [..., M', K], the batched matmul
-        of its source, viewed as [M, N]."""
-        src = self.source.get(_key(a))
-        if (src is not None and len(a.shape) == 2 and len(b.shape) == 2 and len(src.shape) > 2
-                and src.shape[-1] == a.shape[-1]):
-            full = self.g.matmul(src, b)
-            return self.reshape(full, (a.shape[0], b.shape[1]))
+        """a [M, K] @ b: when a is a view of [..., M', K] (the nearest such
+        in its chain of views), the batched matmul of that, viewed as [M, N]."""
+        if len(a.shape) == 2 and len(b.shape) == 2:
+            for src in self._views(a):
+                if len(src.shape) > 2 and src.shape[-1] == a.shape[-1]:
+                    full = self.g.matmul(src, b)
+                    return self.reshape(full, (a.shape[0], b.shape[1]))
         return self.g.matmul(a, b)
 
     def operand(self, x, dtype):
@@ -174,7 +181,7 @@ def _addmm(b, node, bias, x, y, beta=1, alpha=1):
     if beta != 1 or alpha != 1:
         raise Unsupported("addmm with beta or alpha")
     prod = b.matmul(x, y)
-    src = b.source.get(_key(prod))
+    src = next(b._views(prod), None)
     if src is not None and len(bias.shape) <= 1:
         # the bias is added on the batched product, so the view stays foldable
         return b.reshape(b.g.add(src, bias), tuple(prod.shape))
