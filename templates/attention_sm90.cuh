@@ -44,11 +44,18 @@
  *     leaves out its arrival after its last issue, so every named-barrier
  *     phase completes and none is left pending at exit.
  *
- * Work items are grid-strided in the FA2 kernel's order: head-major (the
- * blocks in flight share a few heads' K and V in L2), within a head the last
- * query tile first (under a causal mask it sees the most keys). The stage
- * index and its parity run on across items on both sides; the Q barrier's
- * parity is the item's count.
+ * Persistent: the grid is one block an SM (at most), and block b takes the
+ * units b, b + grid, ... A unit is a batch-head's pair of query tiles
+ * NQT - 1 - p and p (p < NQT / 2; the middle tile alone when NQT is odd),
+ * the longer first: under a causal mask the pair sees NQT + 1 key tiles
+ * whatever p is, so equal shares of units are equal shares of work and no
+ * block is left with the long tiles at the end (a grid of one block an item
+ * left that to the block scheduler, and paid every item's start -- barrier
+ * setup, the Q load, the ring's fill -- in full, where here the producer
+ * loads the next item's Q and first K/V tiles while the consumers finish the
+ * last one). Units are head-major, so the blocks in flight share a few
+ * heads' K and V in L2. The stage index and its parity run on across items
+ * on both sides; the Q barrier's parity is the item's count.
  *
  * All-masked rows: m stays -inf, p = 0, l = 0, the row is 0/0 = NaN: the
  * reference's softmax of a row of -inf.
@@ -59,6 +66,8 @@
  * da, db), kf_wgmma_pv(o, a, db), kf_score_full / kf_score_inner.
  */
 #define KF_NQT ((KF_SQ + KF_BR - 1) / KF_BR)
+#define KF_HALF ((KF_NQT + 1) / 2)            /* units a batch-head */
+#define KF_UNITS ((long long)KF_BH * KF_HALF)
 #define KF_CHUNKS (KF_D / 64)                 /* 64-wide head-dim boxes per tile */
 #define KF_Q_BYTES (KF_BR * KF_D * 2)
 #define KF_KV_BYTES (KF_BC * KF_D * 2)         /* one K (or V) tile */
@@ -89,6 +98,15 @@ __device__ __forceinline__ unsigned kf_pack2(float lo, float hi) {
     unsigned r;
     asm("cvt.rn." KF_AB "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+/* Item h (0: the longer, 1: the shorter) of unit u: its batch-head and query
+ * tile; false when the unit has no item h (the middle tile of an odd NQT). */
+__device__ __forceinline__ bool kf_unit_item(long long u, int h, long long &bh, int &qt) {
+    const int p = (int)(u % KF_HALF);
+    bh = u / KF_HALF;
+    qt = h ? p : KF_NQT - 1 - p;
+    return h == 0 || 2 * p + 1 != KF_NQT;
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -132,10 +150,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0, qph = 0;
-            for (long long item = blockIdx.x; item < (long long)KF_BH * KF_NQT;
-                 item += gridDim.x) {
-                const long long bh = item / KF_NQT;
-                const int qt = KF_NQT - 1 - (int)(item % KF_NQT);
+            for (int t = 0;; t++) {
+                const long long u = blockIdx.x + (long long)(t >> 1) * gridDim.x;
+                if (u >= KF_UNITS)
+                    break;
+                long long bh;
+                int qt;
+                if (!kf_unit_item(u, t & 1, bh, qt))
+                    continue;
                 const int q0 = qt * KF_BR;
                 int kv_lo = 0, kv_hi = KF_SKV;
 #if KF_MASK_SKIP >= 1
@@ -175,14 +197,22 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         const int g4 = lane >> 2, t4 = lane & 3;
         const bool al_o = kf_aligned(KF_O, 4);
-        const long long n_items = (long long)KF_BH * KF_NQT;
         int s = 0;
         unsigned ph = 0, qph = 0;
         if (cw == 1) /* consumer 0's first turn */
             asm volatile("bar.arrive 1, 256;" ::: "memory");
-        for (long long item = blockIdx.x; item < n_items; item += gridDim.x) {
-            const long long bh = item / KF_NQT;
-            const int qt = KF_NQT - 1 - (int)(item % KF_NQT);
+        for (int t = 0;; t++) {
+            const long long u = blockIdx.x + (long long)(t >> 1) * gridDim.x;
+            if (u >= KF_UNITS)
+                break;
+            long long bh;
+            int qt;
+            if (!kf_unit_item(u, t & 1, bh, qt))
+                continue;
+            /* no item after this one: the last unit's second item, or its
+             * first where it has no second */
+            const bool last_turn =
+                u + gridDim.x >= KF_UNITS && ((t & 1) || 2 * (int)(u % KF_HALF) + 1 == KF_NQT);
             const int q0 = qt * KF_BR;
             int kv_lo = 0, kv_hi = KF_SKV;
 #if KF_MASK_SKIP >= 1
@@ -305,7 +335,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* Step t_lo: S = Q . K^T(t_lo) alone. Steps after it issue Q.K^T(j)
              * and P.V(j - 1) as one group; two loops, so that no wgmma sits
              * under a branch (ptxas then fences around it: C7519). */
-            const bool last_turn = item + gridDim.x >= n_items; /* no item after this one */
             if (t_lo < t_hi) {
                 const int j = t_lo;
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
