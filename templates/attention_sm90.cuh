@@ -20,21 +20,25 @@
  *     coordinates come from kf_coords_{q,k,v} (generated: one per map,
  *     broadcast axes -- GQA -- have no coordinate at all);
  *   warpgroups 1 and 2, the consumers (232 registers): consumer c owns query
- *     rows 64c .. 64c + 63 of the tile. Step j of an item issues, as one
- *     wgmma group,
+ *     rows 64c .. 64c + 63 of the tile. Step j of an item issues, as two
+ *     wgmma groups,
  *       S = Q.K^T(j)    wgmma m64n{KF_BC}k16, Q and K both from shared
  *                       memory (K-major), KF_D / 16 steps, and
  *       O += P.V(j-1)   wgmma m64n{KF_D}k16 with P of the previous tile from
  *                       registers (the S accumulator layout is the A-fragment
  *                       layout, rounded to bf16/f16 pairs) and V from shared
  *                       memory (MN-major: the transpose bit), KF_BC / 16 steps,
- *     waits for both, gives K(j) and V(j-1) back to the producer (kf_emptyk,
- *     kf_emptyv: a K slot frees a whole step before its V slot), then runs
- *     the score expression on S (kf_score_full on tiles the mask cuts or
- *     that run past Skv, kf_score_inner elsewhere: the same rule as
- *     attention.cuh) and the online softmax in f32 registers (exp2 with
- *     log2(e) folded into one FFMA; O, which now holds P.V(j-1), is
- *     rescaled), giving P(j). After the last step P.V(last) runs alone and
+ *     waits for the first, gives K(j) back to the producer (kf_emptyk; its
+ *     V slot, kf_emptyv, frees a step later), then runs the score
+ *     expression on S (kf_score_full on tiles the mask cuts or that run past
+ *     Skv, kf_score_inner elsewhere: the same rule as attention.cuh) and the
+ *     online softmax in f32 registers (exp2 with log2(e) folded into one
+ *     FFMA) while P.V(j-1) may still run; then waits for the second, gives
+ *     V(j-1) back, rescales O (which now holds P.V(j-1)) and packs P(j).
+ *     The score's bf16/f16 roundings are packed conversions (F2FP, the ALU
+ *     pipe; cg_attention.c's kf_round_*_alu): the scalar ones are F2F on
+ *     the XU pipe, which the exp2s already fill. After the last step
+ *     P.V(last) runs alone and
  *     O / l leaves from registers, rows past Sq not stored.
  *     Ping-pong: the two consumers take turns issuing their wgmma groups
  *     (named barriers 1 and 2, 256 threads: the one whose turn it is syncs,
@@ -239,14 +243,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             if (t_lo >= t_hi && lane == 0)
                 kf_hp_arrive(qe);
             float sc[KF_BC / 2];
-            /* After step j's wgmma group is done: K(j) and V(j - 1) back to
-             * the producer, then the score expression and the online softmax
-             * of S(j), giving P(j) in pa. */
+            /* After step j's Q.K^T is done (wait_group 1: P.V(j - 1), the
+             * step's second group, may still run): K(j) back to the
+             * producer, the score expression and the online softmax of S(j)
+             * -- under P.V(j - 1), which reads pa and accumulates into o, so
+             * neither is touched -- then wait_group 0, V(j - 1) back, O
+             * rescaled and P(j) packed into pa. */
             auto finish = [&](int j) {
                 if (lane == 0) {
                     kf_hp_arrive(ek0 + 8 * s);
-                    if (j > t_lo)
-                        kf_hp_arrive(ev0 + 8 * sp);
                     if (j + 1 == t_hi)
                         kf_hp_arrive(qe); /* this warp is done with Q */
                 }
@@ -292,21 +297,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     mx[0] = fmaxf(mx[0], fmaxf(sc[4 * nt], sc[4 * nt + 1]));
                     mx[1] = fmaxf(mx[1], fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]));
                 }
-                float ms[2];
+                float ms[2], alpha[2];
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
                     /* m log2(e), 0 while the row has seen only -inf */
                     ms[r] = mx[r] == -KF_INF ? 0.0f : mx[r] * KF_LOG2E;
-                    const float alpha = kf_ex2(fmaf(m[r], KF_LOG2E, -ms[r]));
+                    alpha[r] = kf_ex2(fmaf(m[r], KF_LOG2E, -ms[r]));
                     m[r] = mx[r];
-                    l[r] *= alpha;
-#pragma unroll
-                    for (int i = 0; i < KF_D / 8; i++) {
-                        o[4 * i + 2 * r] *= alpha;
-                        o[4 * i + 2 * r + 1] *= alpha;
-                    }
+                    l[r] *= alpha[r];
                 }
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
@@ -314,6 +314,28 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     for (int e = 0; e < 4; e++) {
                         sc[4 * nt + e] = kf_ex2(fmaf(sc[4 * nt + e], KF_LOG2E, -ms[e >> 1]));
                         l[e >> 1] += sc[4 * nt + e];
+                    }
+                }
+                /* P.V(j - 1) done: its V back, O rescaled, pa free for P(j).
+                 * The empty asm statements keep the compiler from moving O's
+                 * rescale above the wait (O is P.V's accumulator). ptxas
+                 * still places the wait where it likes: in the SASS of
+                 * a5b035c's successor it sits after the score expression and
+                 * the row max's first half, so that much of the softmax runs
+                 * under P.V, the rest after it (an FFMA tying alpha to l's
+                 * sum, so to every exp2, did not move it). */
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+                for (int i = 0; i < KF_D / 2; i++)
+                    asm volatile("" : "+f"(o[i])::"memory");
+                if (j > t_lo && lane == 0)
+                    kf_hp_arrive(ev0 + 8 * sp);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+#pragma unroll
+                    for (int i = 0; i < KF_D / 8; i++) {
+                        o[4 * i + 2 * r] *= alpha[r];
+                        o[4 * i + 2 * r + 1] *= alpha[r];
                     }
                 }
                 /* P(j) as wgmma A fragments: 16 keys (two 8-column groups)
@@ -378,14 +400,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
                                     kf_hp_desc(kb + offk, 16u, 1024u));
                 }
-                /* O += P . V(j - 1) */
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                /* O += P . V(j - 1), a second group */
 #pragma unroll
                 for (int kk = 0; kk < KF_BC / 16; kk++)
                     kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 if (cw == 0 || j + 1 < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
                 finish(j);
             }
             /* O += P . V(last), outside the turns */
