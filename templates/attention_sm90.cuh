@@ -20,21 +20,25 @@
  *     coordinates come from kf_coords_{q,k,v} (generated: one per map,
  *     broadcast axes -- GQA -- have no coordinate at all);
  *   warpgroups 1 and 2, the consumers (232 registers): consumer c owns query
- *     rows 64c .. 64c + 63 of the tile. Step j of an item issues, as one
- *     wgmma group,
+ *     rows 64c .. 64c + 63 of the tile. Step j of an item issues, as two
+ *     wgmma groups,
  *       S = Q.K^T(j)    wgmma m64n{KF_BC}k16, Q and K both from shared
  *                       memory (K-major), KF_D / 16 steps, and
  *       O += P.V(j-1)   wgmma m64n{KF_D}k16 with P of the previous tile from
  *                       registers (the S accumulator layout is the A-fragment
  *                       layout, rounded to bf16/f16 pairs) and V from shared
  *                       memory (MN-major: the transpose bit), KF_BC / 16 steps,
- *     waits for both, gives K(j) and V(j-1) back to the producer (kf_emptyk,
- *     kf_emptyv: a K slot frees a whole step before its V slot), then runs
- *     the score expression on S (kf_score_full on tiles the mask cuts or
- *     that run past Skv, kf_score_inner elsewhere: the same rule as
- *     attention.cuh) and the online softmax in f32 registers (exp2 with
- *     log2(e) folded into one FFMA; O, which now holds P.V(j-1), is
- *     rescaled), giving P(j). After the last step P.V(last) runs alone and
+ *     waits for the first, gives K(j) back to the producer (kf_emptyk; its
+ *     V slot, kf_emptyv, frees a step later), then runs the score
+ *     expression on S (kf_score_full on tiles the mask cuts or that run past
+ *     Skv, kf_score_inner elsewhere: the same rule as attention.cuh) and the
+ *     online softmax in f32 registers (exp2 with log2(e) folded into one
+ *     FFMA) while P.V(j-1) may still run; then waits for the second, gives
+ *     V(j-1) back, rescales O (which now holds P.V(j-1)) and packs P(j).
+ *     The score's bf16/f16 roundings are packed conversions (F2FP, the ALU
+ *     pipe; cg_attention.c's kf_round_*_alu): the scalar ones are F2F on
+ *     the XU pipe, which the exp2s already fill. After the last step
+ *     P.V(last) runs alone and
  *     O / l leaves from registers, rows past Sq not stored.
  *     Ping-pong: the two consumers take turns issuing their wgmma groups
  *     (named barriers 1 and 2, 256 threads: the one whose turn it is syncs,
@@ -44,11 +48,18 @@
  *     leaves out its arrival after its last issue, so every named-barrier
  *     phase completes and none is left pending at exit.
  *
- * Work items are grid-strided in the FA2 kernel's order: head-major (the
- * blocks in flight share a few heads' K and V in L2), within a head the last
- * query tile first (under a causal mask it sees the most keys). The stage
- * index and its parity run on across items on both sides; the Q barrier's
- * parity is the item's count.
+ * Persistent: the grid is one block an SM (at most), and block b takes the
+ * units b, b + grid, ... A unit is a batch-head's pair of query tiles
+ * NQT - 1 - p and p (p < NQT / 2; the middle tile alone when NQT is odd),
+ * the longer first: under a causal mask the pair sees NQT + 1 key tiles
+ * whatever p is, so equal shares of units are equal shares of work and no
+ * block is left with the long tiles at the end (a grid of one block an item
+ * left that to the block scheduler, and paid every item's start -- barrier
+ * setup, the Q load, the ring's fill -- in full, where here the producer
+ * loads the next item's Q and first K/V tiles while the consumers finish the
+ * last one). Units are head-major, so the blocks in flight share a few
+ * heads' K and V in L2. The stage index and its parity run on across items
+ * on both sides; the Q barrier's parity is the item's count.
  *
  * All-masked rows: m stays -inf, p = 0, l = 0, the row is 0/0 = NaN: the
  * reference's softmax of a row of -inf.
@@ -59,6 +70,8 @@
  * da, db), kf_wgmma_pv(o, a, db), kf_score_full / kf_score_inner.
  */
 #define KF_NQT ((KF_SQ + KF_BR - 1) / KF_BR)
+#define KF_HALF ((KF_NQT + 1) / 2)            /* units a batch-head */
+#define KF_UNITS ((long long)KF_BH * KF_HALF)
 #define KF_CHUNKS (KF_D / 64)                 /* 64-wide head-dim boxes per tile */
 #define KF_Q_BYTES (KF_BR * KF_D * 2)
 #define KF_KV_BYTES (KF_BC * KF_D * 2)         /* one K (or V) tile */
@@ -89,6 +102,15 @@ __device__ __forceinline__ unsigned kf_pack2(float lo, float hi) {
     unsigned r;
     asm("cvt.rn." KF_AB "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+/* Item h (0: the longer, 1: the shorter) of unit u: its batch-head and query
+ * tile; false when the unit has no item h (the middle tile of an odd NQT). */
+__device__ __forceinline__ bool kf_unit_item(long long u, int h, long long &bh, int &qt) {
+    const int p = (int)(u % KF_HALF);
+    bh = u / KF_HALF;
+    qt = h ? p : KF_NQT - 1 - p;
+    return h == 0 || 2 * p + 1 != KF_NQT;
 }
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -132,10 +154,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0, qph = 0;
-            for (long long item = blockIdx.x; item < (long long)KF_BH * KF_NQT;
-                 item += gridDim.x) {
-                const long long bh = item / KF_NQT;
-                const int qt = KF_NQT - 1 - (int)(item % KF_NQT);
+            for (int t = 0;; t++) {
+                const long long u = blockIdx.x + (long long)(t >> 1) * gridDim.x;
+                if (u >= KF_UNITS)
+                    break;
+                long long bh;
+                int qt;
+                if (!kf_unit_item(u, t & 1, bh, qt))
+                    continue;
                 const int q0 = qt * KF_BR;
                 int kv_lo = 0, kv_hi = KF_SKV;
 #if KF_MASK_SKIP >= 1
@@ -175,14 +201,22 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         const int g4 = lane >> 2, t4 = lane & 3;
         const bool al_o = kf_aligned(KF_O, 4);
-        const long long n_items = (long long)KF_BH * KF_NQT;
         int s = 0;
         unsigned ph = 0, qph = 0;
         if (cw == 1) /* consumer 0's first turn */
             asm volatile("bar.arrive 1, 256;" ::: "memory");
-        for (long long item = blockIdx.x; item < n_items; item += gridDim.x) {
-            const long long bh = item / KF_NQT;
-            const int qt = KF_NQT - 1 - (int)(item % KF_NQT);
+        for (int t = 0;; t++) {
+            const long long u = blockIdx.x + (long long)(t >> 1) * gridDim.x;
+            if (u >= KF_UNITS)
+                break;
+            long long bh;
+            int qt;
+            if (!kf_unit_item(u, t & 1, bh, qt))
+                continue;
+            /* no item after this one: the last unit's second item, or its
+             * first where it has no second */
+            const bool last_turn =
+                u + gridDim.x >= KF_UNITS && ((t & 1) || 2 * (int)(u % KF_HALF) + 1 == KF_NQT);
             const int q0 = qt * KF_BR;
             int kv_lo = 0, kv_hi = KF_SKV;
 #if KF_MASK_SKIP >= 1
@@ -209,14 +243,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             if (t_lo >= t_hi && lane == 0)
                 kf_hp_arrive(qe);
             float sc[KF_BC / 2];
-            /* After step j's wgmma group is done: K(j) and V(j - 1) back to
-             * the producer, then the score expression and the online softmax
-             * of S(j), giving P(j) in pa. */
+            /* After step j's Q.K^T is done (wait_group 1: P.V(j - 1), the
+             * step's second group, may still run): K(j) back to the
+             * producer, the score expression and the online softmax of S(j)
+             * -- under P.V(j - 1), which reads pa and accumulates into o, so
+             * neither is touched -- then wait_group 0, V(j - 1) back, O
+             * rescaled and P(j) packed into pa. */
             auto finish = [&](int j) {
                 if (lane == 0) {
                     kf_hp_arrive(ek0 + 8 * s);
-                    if (j > t_lo)
-                        kf_hp_arrive(ev0 + 8 * sp);
                     if (j + 1 == t_hi)
                         kf_hp_arrive(qe); /* this warp is done with Q */
                 }
@@ -262,21 +297,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     mx[0] = fmaxf(mx[0], fmaxf(sc[4 * nt], sc[4 * nt + 1]));
                     mx[1] = fmaxf(mx[1], fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]));
                 }
-                float ms[2];
+                float ms[2], alpha[2];
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
                     /* m log2(e), 0 while the row has seen only -inf */
                     ms[r] = mx[r] == -KF_INF ? 0.0f : mx[r] * KF_LOG2E;
-                    const float alpha = kf_ex2(fmaf(m[r], KF_LOG2E, -ms[r]));
+                    alpha[r] = kf_ex2(fmaf(m[r], KF_LOG2E, -ms[r]));
                     m[r] = mx[r];
-                    l[r] *= alpha;
-#pragma unroll
-                    for (int i = 0; i < KF_D / 8; i++) {
-                        o[4 * i + 2 * r] *= alpha;
-                        o[4 * i + 2 * r + 1] *= alpha;
-                    }
+                    l[r] *= alpha[r];
                 }
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
@@ -284,6 +314,28 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     for (int e = 0; e < 4; e++) {
                         sc[4 * nt + e] = kf_ex2(fmaf(sc[4 * nt + e], KF_LOG2E, -ms[e >> 1]));
                         l[e >> 1] += sc[4 * nt + e];
+                    }
+                }
+                /* P.V(j - 1) done: its V back, O rescaled, pa free for P(j).
+                 * The empty asm statements keep the compiler from moving O's
+                 * rescale above the wait (O is P.V's accumulator). ptxas
+                 * still places the wait where it likes: in the SASS of
+                 * a5b035c's successor it sits after the score expression and
+                 * the row max's first half, so that much of the softmax runs
+                 * under P.V, the rest after it (an FFMA tying alpha to l's
+                 * sum, so to every exp2, did not move it). */
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+                for (int i = 0; i < KF_D / 2; i++)
+                    asm volatile("" : "+f"(o[i])::"memory");
+                if (j > t_lo && lane == 0)
+                    kf_hp_arrive(ev0 + 8 * sp);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+#pragma unroll
+                    for (int i = 0; i < KF_D / 8; i++) {
+                        o[4 * i + 2 * r] *= alpha[r];
+                        o[4 * i + 2 * r + 1] *= alpha[r];
                     }
                 }
                 /* P(j) as wgmma A fragments: 16 keys (two 8-column groups)
@@ -305,7 +357,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* Step t_lo: S = Q . K^T(t_lo) alone. Steps after it issue Q.K^T(j)
              * and P.V(j - 1) as one group; two loops, so that no wgmma sits
              * under a branch (ptxas then fences around it: C7519). */
-            const bool last_turn = item + gridDim.x >= n_items; /* no item after this one */
             if (t_lo < t_hi) {
                 const int j = t_lo;
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
@@ -349,14 +400,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
                                     kf_hp_desc(kb + offk, 16u, 1024u));
                 }
-                /* O += P . V(j - 1) */
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                /* O += P . V(j - 1), a second group */
 #pragma unroll
                 for (int kk = 0; kk < KF_BC / 16; kk++)
                     kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 if (cw == 0 || j + 1 < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
                 finish(j);
             }
             /* O += P . V(last), outside the turns */

@@ -50,8 +50,10 @@ static inline void kf_sass_run(const char *cmd, char *out, size_t size) {
         fail_msg("`%s` exited %d:\n%.2000s", cmd, rc, out);
 }
 
-/* Compiles the sm_90a kernel `k` with NVRTC and checks its SASS and resources. */
-static inline void kf_sass_check_hopper(kf_mem *mem, const kf_cuda_kernel *k) {
+/* Compiles the sm_90a kernel `k` with NVRTC and checks its SASS and
+ * resources; `absent` (NULL: none) is an opcode the SASS must not hold. */
+static inline void kf_sass_check_hopper_without(kf_mem *mem, const kf_cuda_kernel *k,
+                                                const char *absent) {
     if (!KF_CUOBJDUMP[0])
         fail_msg("cuobjdump was not found at configure time (pip install nvidia-cuda-cuobjdump; "
                  "scripts/install-deps.sh does): the SASS of %s cannot be checked",
@@ -81,6 +83,9 @@ static inline void kf_sass_check_hopper(kf_mem *mem, const kf_cuda_kernel *k) {
         fail_msg("%s: no HGMMA in the SASS (wgmma fell back?)", k->name);
     if (!strstr(out, "UTMALDG"))
         fail_msg("%s: no UTMALDG in the SASS (no TMA loads)", k->name);
+    const char *bad = absent ? strstr(out, absent) : NULL;
+    if (bad)
+        fail_msg("%s: %s in the SASS: %.120s", k->name, absent, bad);
     snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
     kf_sass_run(cmd, out, sizeof out);
     unlink(path);
@@ -89,6 +94,10 @@ static inline void kf_sass_check_hopper(kf_mem *mem, const kf_cuda_kernel *k) {
         fail_msg("%s: no resource line in:\n%s", k->name, out);
     if (!strstr(r, "LOCAL:0") || !strstr(r, "STACK:0"))
         fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
+}
+
+static inline void kf_sass_check_hopper(kf_mem *mem, const kf_cuda_kernel *k) {
+    kf_sass_check_hopper_without(mem, k, NULL);
 }
 
 #endif

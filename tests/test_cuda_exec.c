@@ -993,6 +993,20 @@ static const struct {
      "row = iota(i32[300, 130], axis=0)\ncol = iota(i32[300, 130], axis=1)\n"
      "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
      "mask causal"},
+    /* 80 batch-heads x 2 units (query tiles 2 + 0, then 1 alone): 160 units,
+     * more than an H100's or H200's 132 SMs, so some blocks of the
+     * persistent grid take two units, five items */
+    {"causal, S 300, 80 heads: more units than SMs",
+     "q = input($[2, 40, 300, 64])\nk = input($[2, 40, 300, 64])\nv = input($[2, 40, 300, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[300, 300], axis=0)\ncol = iota(i32[300, 300], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"no mask, Sq 520 Skv 260, 72 heads: more units than SMs",
+     "q = input($[1, 72, 520, 128])\nk = input($[1, 72, 260, 128])\n"
+     "v = input($[1, 72, 260, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     "mask none"},
 };
 
 /* Every fused case, and the longer ones above, in bf16 and f16 with

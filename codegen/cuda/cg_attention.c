@@ -380,6 +380,29 @@ static void emit_wgmma_sm90(cg *c, int64_t d, kf_dtype dt) {
     }
 }
 
+/* The score nodes' rounding to bf16 / f16 (every node that stands for a
+ * tensor rounds as the reference stores it) through the packed conversion,
+ * cvt.rn.{bf16,f16}x2.f32 with a zero high half: ptxas makes the scalar
+ * cvt.rn.bf16.f32 of common.cuh an F2F, which runs on the XU pipe (16 a
+ * clock an SM) beside the softmax's exp2 (MUFU, the same pipe), while the
+ * packed one is an F2FP on the ALU pipe. The same rounding, bit for bit
+ * (round to nearest even, NaN stays NaN, overflow to inf). Read from the
+ * SASS of cf02bc2's non-causal B4 H32 S4096 kernel: per thread and key tile
+ * 128 F2F (two rounded score nodes) + 66 MUFU on the XU pipe against 64
+ * MUFU for the softmax alone. */
+static void emit_round_sm90(cg *c) {
+    cg_puts(&c->s,
+            "__device__ __forceinline__ float kf_round_bf16_alu(float x) {\n"
+            "    unsigned r;\n    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(0.0f), "
+            "\"f\"(x));\n"
+            "    return __uint_as_float(r << 16);\n}\n"
+            "__device__ __forceinline__ float kf_round_f16_alu(float x) {\n"
+            "    unsigned r;\n    asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(0.0f), "
+            "\"f\"(x));\n"
+            "    return kf_f16_to_f32((unsigned short)(r & 0xffffu));\n}\n"
+            "#define kf_round_bf16 kf_round_bf16_alu\n#define kf_round_f16 kf_round_f16_alu\n\n");
+}
+
 /* kf_tma_q / _k / _v: box (c0, row) of the operand's map for batch x head bh
  * (its coordinates on the map's batch axes, innermost first). */
 static void emit_tma_fns(cg *c, const kf_group *g, const attn_op ops[3]) {
@@ -446,10 +469,17 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     uint32_t block = ATTN_BR / 16 * 32;
     uint32_t smem = (uint32_t)(ATTN_BR + 4 * ATTN_BC) * (uint32_t)at->d * 2u;
     out->launch.block = sm90 ? 384 : block;
-    out->launch.work_items = (uint64_t)(bh * nqt);
     out->launch.items_per_block = 1;
-    /* every item its own block (the grid-stride loop serves any grid) */
-    out->launch.blocks_per_sm = 65535;
+    if (sm90) {
+        /* persistent: at most one block an SM, each taking units (pairs of
+         * query tiles, templates/attention_sm90.cuh) grid-strided */
+        out->launch.work_items = (uint64_t)(bh * ((nqt + 1) / 2));
+        out->launch.blocks_per_sm = 1;
+    } else {
+        /* every item its own block (the grid-stride loop serves any grid) */
+        out->launch.work_items = (uint64_t)(bh * nqt);
+        out->launch.blocks_per_sm = 65535;
+    }
     out->launch.shared_bytes = sm90 ? sm90_smem(at->d) : smem;
 
     if (sm90) {
@@ -469,6 +499,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         (void)pvp;
         emit_tma_fns(&c, g, ops);
         emit_wgmma_sm90(&c, at->d, dt);
+        emit_round_sm90(&c);
     } else {
     cg_emit_head(&c, "fused attention (sm_80 mma.sync kernel)");
     cg_printf(
