@@ -292,6 +292,8 @@ typedef struct bcase {
     size_t launches;
     char report[2048];
     kf_gemm_mode gemm; /* how its GEMM groups run (KF_GEMM_AUTO: the default) */
+    unsigned rflags;   /* recipe flags added to the context's (KF_CUDA_RECIPE_GEMM_PINGPONG,
+                          ..._STAGED_EPI: the generated GEMM's other schedules), or 0 */
 } bcase;
 
 static kf_ctx *make_ctx_mode(const char *cache_dir, unsigned flags, kf_gemm_mode gemm,
@@ -337,7 +339,16 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
         exit(1);
     }
     kf_cuda_exec *ex = NULL;
-    CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
+    if (c->rflags) { /* kf_cuda_exec_build with the target's flags amended */
+        kf_cuda_target tg;
+        CHECK(kf_cuda_exec_open(ctx, &ex, &tg, err));
+        tg.flags |= c->rflags;
+        kf_cuda_recipes *rec = NULL;
+        CHECK(kf_cuda_recipes_create(plan, &tg, &ctx->mem, &rec, err));
+        CHECK(kf_cuda_exec_prepare(ex, plan, rec, err));
+    } else {
+        CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
+    }
     /* Random inputs, on the device. */
     for (uint32_t i = 0; i < g->n_inputs; i++) {
         const kf_tensor *t = g->inputs[i];
@@ -1014,6 +1025,18 @@ int main(int argc, char **argv) {
          * choice does not offer the dual kernel yet) and the dual kernel */
         {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED},
+        /* the generated kernel's other schedules, same run: ping-pong 128-wide
+         * tiles, and the epilogue staged through shared memory */
+        {"gemm_bias_gelu_generated_pingpong", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"gemm_bias_gelu_generated_staged", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_STAGED_EPI},
+        {"swiglu_generated_pingpong", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"swiglu_generated_staged", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_STAGED_EPI},
+        {"gemm_plain_generated_pingpong", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_PINGPONG},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);

@@ -114,6 +114,7 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
     asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
 }
 
+#if !KF_EPI_DIRECT
 /* The epilogue of one staged chunk: rows r0.. (64), columns c0.. (KF_EPI_COLS)
  * of batch b, 8 columns per thread and step. */
 __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long r0, long long c0,
@@ -136,12 +137,101 @@ __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long 
         const float4 hi1 =
             *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + 16 + cg * 8 + 4);
         const float a1[8] = {lo1.x, lo1.y, lo1.z, lo1.w, hi1.x, hi1.y, hi1.z, hi1.w};
-        kf_epi<8>(a, a1, (long long)b, r, c, KF_ARGS);
+        kf_epi<8, false>(a, a1, (long long)b, r, c, true, KF_ARGS);
 #else
-        kf_epi<8>(a, (long long)b, r, c, KF_ARGS);
+        kf_epi<8, false>(a, (long long)b, r, c, true, KF_ARGS);
 #endif
     }
 }
+#endif
+
+#if KF_EPI_DIRECT
+/* Column groups j0 .. j0 + 3 of one accumulator row (x[2i + e]: group
+ * j0 + i, columns 2 (lane % 4) + e) become, in lane t of the quad, the 8
+ * columns of group j0 + t: a 4 x 4 transpose of pairs across the quad's
+ * lanes in two exchanges (lane ^ 2 swaps the off-diagonal 2 x 2 blocks,
+ * lane ^ 1 the off-diagonal pairs within them). Every index is a constant:
+ * the choices are selects, the array stays in registers. */
+__device__ __forceinline__ void kf_gm_quad_t(float (&x)[8], int t) {
+    const bool hi = (t & 2) != 0, odd = (t & 1) != 0;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float snd = hi ? x[2 * k + e] : x[2 * (k + 2) + e];
+            const float rcv = __shfl_xor_sync(0xffffffffu, snd, 2);
+            if (hi)
+                x[2 * k + e] = rcv;
+            else
+                x[2 * (k + 2) + e] = rcv;
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float snd = odd ? x[4 * m + e] : x[4 * m + 2 + e];
+            const float rcv = __shfl_xor_sync(0xffffffffu, snd, 1);
+            if (odd)
+                x[4 * m + e] = rcv;
+            else
+                x[4 * m + 2 + e] = rcv;
+        }
+    }
+}
+#endif
+
+#if KF_EPI_DIRECT
+/* The epilogue from the registers: per 4 column groups and row, a transpose
+ * within the quad gives each lane 8 adjacent columns, which go through
+ * kf_epi<8> (vector loads of a bias or residual, one 16-byte store of
+ * bf16), no shared memory and no barrier, and no branch between calls, so
+ * the compiler overlaps the whole tile's loads and math (H100: the staged
+ * epilogue's chunks each waited on their own loads between two barriers).
+ * d: the consumer's accumulators of tile (b, mb, nb); cw its index. */
+template <bool AL>
+__device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b, int mb, int nb,
+                                                 int cw, int warp, int lane, KF_PARAMS) {
+#pragma unroll
+    for (int hf = 0; hf < KF_HALVES; hf++) {
+        const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#pragma unroll
+        for (int j0 = 0; j0 < KF_ON / 8; j0 += 4) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float a[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    a[2 * i] = d[hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h];
+                    a[2 * i + 1] = d[hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h + 1];
+                }
+                kf_gm_quad_t(a, lane % 4);
+#if KF_DUAL
+                float a1[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    a1[2 * i] = d[hf * (KF_BN / 2) + 4 * (j0 + i + KF_ON / 8) + 2 * h];
+                    a1[2 * i + 1] =
+                        d[hf * (KF_BN / 2) + 4 * (j0 + i + KF_ON / 8) + 2 * h + 1];
+                }
+                kf_gm_quad_t(a1, lane % 4);
+#endif
+                /* A row past M runs at row M - 1 and stores nothing:
+                 * no branch around the call (a column past N loads
+                 * and stores nothing by kf_epi's own tests). */
+                const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+                const long long c = (long long)nb * KF_ON + 8 * (j0 + lane % 4);
+                const bool ok = r < KF_M;
+#if KF_DUAL
+                kf_epi<8, AL>(a, a1, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+#else
+                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+#endif
+            }
+        }
+    }
+}
+#endif
 
 #if KF_A_NORM
 /* Rows of the A tile a consumer normalizes: its half (cooperative) or the
@@ -291,6 +381,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const bool al = kf_epi_al(KF_ARGS);
+        (void)al;
         float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
                                                KF_STAGES * KF_STAGE_BYTES) +
                      cw * KF_EPI_FLOATS;
@@ -378,7 +470,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             /* The accumulator fragment of wgmma m64nN: warp w of the group
              * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1).
              * Dual: column group j + KF_ON / 8 is the up projection of the
-             * gate's group j, staged 16 columns to its right. */
+             * gate's group j (staged: 16 columns to its right). */
+#if KF_EPI_DIRECT
+            /* From the registers (kf_gm_epi_direct), the variant without
+             * alignment tests when the bases allow. */
+            if (al)
+                kf_gm_epi_direct<true>(d, b, mb, nb, cw, warp, lane, KF_ARGS);
+            else
+                kf_gm_epi_direct<false>(d, b, mb, nb, cw, warp, lane, KF_ARGS);
+            (void)stg;
+#else
 #pragma unroll
             for (int hf = 0; hf < KF_HALVES; hf++) {
                 const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
@@ -407,6 +508,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
                     kf_gm_wg_sync(cw);
                 }
             }
+#endif
         }
     }
 }
