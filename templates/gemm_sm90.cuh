@@ -19,25 +19,32 @@
  *       waits on its first stage only once every earlier stage is consumed.
  *     Per stage: wait kf_full, the wgmmas from shared-memory descriptors,
  *     commit; once the previous stage's group is done (wait_group 1) its
- *     stage goes back to the producer. After
- *     the last K step the f32 accumulators leave 32 columns at a time
- *     through a staging area in shared memory (one per consumer, 64 x 32
- *     floats, rows padded to 40 so neither side conflicts much): each thread
- *     then takes 8 adjacent columns of a row through the group's epilogue
- *     (kf_epi, generated: the plan's scalar expressions) and stores them as
- *     one vector, the row and column predicated, so M and N need not be tile
- *     multiples. The epilogue's code is emitted once (kf_gm_epi_chunk, not
- *     inlined): unrolled over a 128 x 256 tile it ran to 150 KB of SASS, and
- *     the tanh-GELU tile spent longer fetching it than multiplying.
+ *     stage goes back to the producer. After the last K step the group's
+ *     epilogue (kf_epi<8>, generated: the plan's scalar expressions) runs on
+ *     8 adjacent columns of a row at a time and stores them as one vector,
+ *     the row and column predicated, so M and N need not be tile multiples.
+ *     The 8 columns come (KF_EPI_DIRECT 1, the default) from the registers:
+ *     per 4 column groups and row, a 4 x 4 transpose of accumulator pairs
+ *     across the quad of lanes (kf_gm_quad_t, two shfl.xor exchanges), no
+ *     shared memory, barrier or call, and no branch between calls, so the
+ *     compiler overlaps the whole tile's loads and math (kf_gm_epi_direct;
+ *     AL: every base 16-byte aligned, tested once, and the vector accesses
+ *     carry no alignment test). Or (KF_EPI_DIRECT 0, the schedule before)
+ *     through a staging area in shared memory, 32 columns at a time (one
+ *     per consumer, 64 x 32 floats, rows padded to 40), between warpgroup
+ *     barriers, the epilogue emitted once (kf_gm_epi_chunk, not inlined).
+ *     The register epilogue is inlined: it stays small because its ops have
+ *     no branch per element (cg_gemm_sm90.c's kf_gm_sigmoid family); with
+ *     common.cuh's branchy sigmoid an inlined tile ran to 150 KB of SASS.
  *
  * Dual (KF_DUAL 1, the SwiGLU pair silu(A.Bg) * (A.Bu)): two B operands
  * against the one A tile stream. The B tile of a stage is Bg's KF_ON
  * columns then Bu's (KF_ON = KF_BN / 2, from the maps tb and tb2), so one
  * wgmma m64nBNk16 computes both products of an output tile KF_ON wide: the
  * accumulator's column groups j < KF_BN / 16 are the gate's, the rest the
- * up projection's, at the same output columns. The epilogue stages 16
- * columns of each (KF_EPI_COLS 16, the staging area's size unchanged) and
- * kf_epi takes both (acc, acc1).
+ * up projection's, at the same output columns, so a thread holds both of
+ * every output element it computes. kf_epi takes both (acc, acc1); the
+ * staged epilogue stages 16 columns of each (KF_EPI_COLS 16).
  *
  * Norm prologue (KF_A_NORM 1): A's rows are LayerNorm'd / RMSNorm'd in the
  * ring. A pre-pass kernel wrote each row's statistics (KF_A_STATS, f32,
@@ -61,8 +68,9 @@
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
- * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, kf_wgmma(d, da, db) and
- * kf_epi<8>(...) (kf_epi<8>(acc, acc1, ...) when KF_DUAL); with KF_A_NORM also
+ * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, KF_EPI_DIRECT, kf_wgmma(d, da, db),
+ * kf_epi<8, AL>(acc, b, r, c0, ok, ...) (acc, acc1, ... when KF_DUAL) and
+ * kf_epi_al(...); with KF_A_NORM also
  * KF_A_NSTATS, KF_A_STATS, kf_a_to_f32, kf_f32_to_a and kf_apro<VV>(...); all
  * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
  * helpers).

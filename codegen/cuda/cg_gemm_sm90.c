@@ -586,7 +586,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
               " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
               " * strides and N are multiples of 8 needs no alignment test). */\n"
-              "template <int VV, bool AL>\n__device__ __forceinline__ void kf_epi(const float *acc, %s"
+              "template <int VV, bool AL>\n"
+              "__device__ __forceinline__ void kf_epi(const float *acc, %s"
               "long long b, long long r, long long c0, bool ok, KF_PARAMS) {\n"
               "    const long long q = b * KF_M + r;\n    (void)q;\n",
               sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)" : "",
@@ -618,7 +619,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   "            if (ok && c0 < KF_N)\n"
                   "                kf_stv<VV>(dst, o);\n"
                   "        } else {\n"
-                  "            const bool vec = c0 + VV <= KF_N && kf_aligned(dst, kf_gm_vbytes<VV>(dst));\n"
+                  "            const bool vec =\n"
+                  "                c0 + VV <= KF_N && kf_aligned(dst, kf_gm_vbytes<VV>(dst));\n"
                   "            if (ok && vec)\n"
                   "                kf_stv<VV>(dst, o);\n"
                   "#pragma unroll\n"
