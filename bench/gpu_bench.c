@@ -111,7 +111,7 @@ static void run_peers(bool peers, const char *args, char *json, size_t size) {
     if (fd < 0)
         return;
     close(fd);
-    char cmd[768];
+    char cmd[2048];
     const char *src = getenv("KF_SOURCE_DIR");
     snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s %s", src ? src : ".", pf, args);
     fprintf(stderr, "peers: %s\n", cmd);
@@ -292,6 +292,8 @@ typedef struct bcase {
     size_t launches;
     char report[2048];
     kf_gemm_mode gemm; /* how its GEMM groups run (KF_GEMM_AUTO: the default) */
+    unsigned rflags;   /* recipe flags added to the context's (KF_CUDA_RECIPE_GEMM_PINGPONG,
+                          ..._STAGED_EPI: the generated GEMM's other schedules), or 0 */
 } bcase;
 
 static kf_ctx *make_ctx_mode(const char *cache_dir, unsigned flags, kf_gemm_mode gemm,
@@ -337,7 +339,16 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
         exit(1);
     }
     kf_cuda_exec *ex = NULL;
-    CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
+    if (c->rflags) { /* kf_cuda_exec_build with the target's flags amended */
+        kf_cuda_target tg;
+        CHECK(kf_cuda_exec_open(ctx, &ex, &tg, err));
+        tg.flags |= c->rflags;
+        kf_cuda_recipes *rec = NULL;
+        CHECK(kf_cuda_recipes_create(plan, &tg, &ctx->mem, &rec, err));
+        CHECK(kf_cuda_exec_prepare(ex, plan, rec, err));
+    } else {
+        CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
+    }
     /* Random inputs, on the device. */
     for (uint32_t i = 0; i < g->n_inputs; i++) {
         const kf_tensor *t = g->inputs[i];
@@ -479,21 +490,21 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     for (int q = 0; q < S; q++)
         win_keys += q + 1 < 1024 ? q + 1 : 1024;
     bcase cases[] = {
-        {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the same cases with the FA2 (mma.sync) kernel, --attention fa2
          * (the default above: the sm_90a kernel on sm_90a) */
-        {"attn_causal_fa2", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_noncausal_fa2", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_gqa_fa2", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_softcap_fa2", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_alibi_fa2", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"attn_window_fa2", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"attn_causal_fa2", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_noncausal_fa2", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_gqa_fa2", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_softcap_fa2", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_alibi_fa2", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_window_fa2", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
@@ -996,32 +1007,49 @@ int main(int argc, char **argv) {
     double gbytes = 2.0 * ((double)M * K + (double)K * N + N + (double)M * N);
     double pbytes = 2.0 * 3.0 * (double)P * P;
     bcase cases[] = {
-        {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"gemm_bias_gelu", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"gemm_bias_gelu_erf", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO},
+        {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"gemm_bias_gelu", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"gemm_bias_gelu_erf", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* kfuse's generated sm_90a GEMM (one kernel, the epilogue on the
          * accumulators) against the cuBLASLt rows above, in the same run */
         {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
-         KF_GEMM_GENERATED},
+         KF_GEMM_GENERATED, 0},
         {"gemm_bias_gelu_erf_generated", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
-         KF_GEMM_GENERATED},
-        {"gemm_plain", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "", KF_GEMM_CUBLASLT},
+         KF_GEMM_GENERATED, 0},
+        {"gemm_plain", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"gemm_plain_generated", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
-         KF_GEMM_GENERATED},
+         KF_GEMM_GENERATED, 0},
         /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
          * choice does not offer the dual kernel yet) and the dual kernel */
-        {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO},
-        {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED},
+        {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        /* the generated kernel's other schedules, same run: ping-pong 128-wide
+         * tiles, and the epilogue staged through shared memory */
+        {"gemm_bias_gelu_generated_pingpong", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"gemm_bias_gelu_generated_staged", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_STAGED_EPI},
+        {"swiglu_generated_pingpong", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"swiglu_generated_staged", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_STAGED_EPI},
+        {"gemm_plain_generated_pingpong", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_PINGPONG},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);
     kf_ctx *ctx_gen = make_ctx_gemm(NULL, KF_FLAG_NO_CACHE, KF_GEMM_GENERATED);
+    /* gemm_plain is cuBLASLt's row: a KF_GEMM_CUBLASLT context (the default
+     * one measured it against the generated kernel and could run either) */
+    kf_ctx *ctx_lt = make_ctx_gemm(NULL, KF_FLAG_NO_CACHE, KF_GEMM_CUBLASLT);
     for (int i = 0; i < n_cases; i++)
         if (case_on(cases[i].name))
-            run_case(cases[i].gemm == KF_GEMM_GENERATED ? ctx_gen : ctx, &cases[i], copy_gbs,
-                     gemm_tflops);
+            run_case(cases[i].gemm == KF_GEMM_GENERATED  ? ctx_gen
+                     : cases[i].gemm == KF_GEMM_CUBLASLT ? ctx_lt
+                                                         : ctx,
+                     &cases[i], copy_gbs, gemm_tflops);
 
     /* Compile times: a private empty cache, cold then warm. */
     char dir[] = "/tmp/kf_bench_cache_XXXXXX";
@@ -1103,8 +1131,10 @@ int main(int argc, char **argv) {
 
     /* Peers, in the same run. */
     char peers_json[8192] = "null";
-    char peer_args[400];
-    snprintf(peer_args, sizeof peer_args, "%s%s%s%.200s", g_quick ? " --rows 8192" : "",
+    /* The whole --cases list: cut at 200 characters, a long list lost its
+     * last cases' peers (swiglu, in a run of 13 GEMM cases). */
+    char peer_args[1400];
+    snprintf(peer_args, sizeof peer_args, "%s%s%s%.1200s", g_quick ? " --rows 8192" : "",
              g_no_torch_compile ? " --no-compile" : "", g_cases ? " --cases " : "",
              g_cases ? g_cases : "");
     run_peers(peers, peer_args, peers_json, sizeof peers_json);
@@ -1155,6 +1185,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gpu_bench: wrote %s\n", path);
     kf_ctx_destroy(ctx);
     kf_ctx_destroy(ctx_gen);
+    kf_ctx_destroy(ctx_lt);
     kf_cuda_event_destroy(&DEV, E0);
     kf_cuda_event_destroy(&DEV, E1);
     kf_cuda_stream_destroy(&DEV, S);

@@ -19,25 +19,32 @@
  *       waits on its first stage only once every earlier stage is consumed.
  *     Per stage: wait kf_full, the wgmmas from shared-memory descriptors,
  *     commit; once the previous stage's group is done (wait_group 1) its
- *     stage goes back to the producer. After
- *     the last K step the f32 accumulators leave 32 columns at a time
- *     through a staging area in shared memory (one per consumer, 64 x 32
- *     floats, rows padded to 40 so neither side conflicts much): each thread
- *     then takes 8 adjacent columns of a row through the group's epilogue
- *     (kf_epi, generated: the plan's scalar expressions) and stores them as
- *     one vector, the row and column predicated, so M and N need not be tile
- *     multiples. The epilogue's code is emitted once (kf_gm_epi_chunk, not
- *     inlined): unrolled over a 128 x 256 tile it ran to 150 KB of SASS, and
- *     the tanh-GELU tile spent longer fetching it than multiplying.
+ *     stage goes back to the producer. After the last K step the group's
+ *     epilogue (kf_epi<8>, generated: the plan's scalar expressions) runs on
+ *     8 adjacent columns of a row at a time and stores them as one vector,
+ *     the row and column predicated, so M and N need not be tile multiples.
+ *     The 8 columns come (KF_EPI_DIRECT 1, the default) from the registers:
+ *     per 4 column groups and row, a 4 x 4 transpose of accumulator pairs
+ *     across the quad of lanes (kf_gm_quad_t, two shfl.xor exchanges), no
+ *     shared memory, barrier or call, and no branch between calls, so the
+ *     compiler overlaps the whole tile's loads and math (kf_gm_epi_direct;
+ *     AL: every base 16-byte aligned, tested once, and the vector accesses
+ *     carry no alignment test). Or (KF_EPI_DIRECT 0, the schedule before)
+ *     through a staging area in shared memory, 32 columns at a time (one
+ *     per consumer, 64 x 32 floats, rows padded to 40), between warpgroup
+ *     barriers, the epilogue emitted once (kf_gm_epi_chunk, not inlined).
+ *     The register epilogue is inlined: it stays small because its ops have
+ *     no branch per element (cg_gemm_sm90.c's kf_gm_sigmoid family); with
+ *     common.cuh's branchy sigmoid an inlined tile ran to 150 KB of SASS.
  *
  * Dual (KF_DUAL 1, the SwiGLU pair silu(A.Bg) * (A.Bu)): two B operands
  * against the one A tile stream. The B tile of a stage is Bg's KF_ON
  * columns then Bu's (KF_ON = KF_BN / 2, from the maps tb and tb2), so one
  * wgmma m64nBNk16 computes both products of an output tile KF_ON wide: the
  * accumulator's column groups j < KF_BN / 16 are the gate's, the rest the
- * up projection's, at the same output columns. The epilogue stages 16
- * columns of each (KF_EPI_COLS 16, the staging area's size unchanged) and
- * kf_epi takes both (acc, acc1).
+ * up projection's, at the same output columns, so a thread holds both of
+ * every output element it computes. kf_epi takes both (acc, acc1); the
+ * staged epilogue stages 16 columns of each (KF_EPI_COLS 16).
  *
  * Norm prologue (KF_A_NORM 1): A's rows are LayerNorm'd / RMSNorm'd in the
  * ring. A pre-pass kernel wrote each row's statistics (KF_A_STATS, f32,
@@ -61,8 +68,9 @@
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
- * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, kf_wgmma(d, da, db) and
- * kf_epi<8>(...) (kf_epi<8>(acc, acc1, ...) when KF_DUAL); with KF_A_NORM also
+ * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, KF_EPI_DIRECT, kf_wgmma(d, da, db),
+ * kf_epi<8, AL>(acc, b, r, c0, ok, ...) (acc, acc1, ... when KF_DUAL) and
+ * kf_epi_al(...); with KF_A_NORM also
  * KF_A_NSTATS, KF_A_STATS, kf_a_to_f32, kf_f32_to_a and kf_apro<VV>(...); all
  * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
  * helpers).
@@ -114,6 +122,7 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
     asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
 }
 
+#if !KF_EPI_DIRECT
 /* The epilogue of one staged chunk: rows r0.. (64), columns c0.. (KF_EPI_COLS)
  * of batch b, 8 columns per thread and step. */
 __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long r0, long long c0,
@@ -136,12 +145,101 @@ __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long 
         const float4 hi1 =
             *reinterpret_cast<const float4 *>(stg + row * KF_EPI_LD + 16 + cg * 8 + 4);
         const float a1[8] = {lo1.x, lo1.y, lo1.z, lo1.w, hi1.x, hi1.y, hi1.z, hi1.w};
-        kf_epi<8>(a, a1, (long long)b, r, c, KF_ARGS);
+        kf_epi<8, false>(a, a1, (long long)b, r, c, true, KF_ARGS);
 #else
-        kf_epi<8>(a, (long long)b, r, c, KF_ARGS);
+        kf_epi<8, false>(a, (long long)b, r, c, true, KF_ARGS);
 #endif
     }
 }
+#endif
+
+#if KF_EPI_DIRECT
+/* Column groups j0 .. j0 + 3 of one accumulator row (x[2i + e]: group
+ * j0 + i, columns 2 (lane % 4) + e) become, in lane t of the quad, the 8
+ * columns of group j0 + t: a 4 x 4 transpose of pairs across the quad's
+ * lanes in two exchanges (lane ^ 2 swaps the off-diagonal 2 x 2 blocks,
+ * lane ^ 1 the off-diagonal pairs within them). Every index is a constant:
+ * the choices are selects, the array stays in registers. */
+__device__ __forceinline__ void kf_gm_quad_t(float (&x)[8], int t) {
+    const bool hi = (t & 2) != 0, odd = (t & 1) != 0;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float snd = hi ? x[2 * k + e] : x[2 * (k + 2) + e];
+            const float rcv = __shfl_xor_sync(0xffffffffu, snd, 2);
+            if (hi)
+                x[2 * k + e] = rcv;
+            else
+                x[2 * (k + 2) + e] = rcv;
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float snd = odd ? x[4 * m + e] : x[4 * m + 2 + e];
+            const float rcv = __shfl_xor_sync(0xffffffffu, snd, 1);
+            if (odd)
+                x[4 * m + e] = rcv;
+            else
+                x[4 * m + 2 + e] = rcv;
+        }
+    }
+}
+#endif
+
+#if KF_EPI_DIRECT
+/* The epilogue from the registers: per 4 column groups and row, a transpose
+ * within the quad gives each lane 8 adjacent columns, which go through
+ * kf_epi<8> (vector loads of a bias or residual, one 16-byte store of
+ * bf16), no shared memory and no barrier, and no branch between calls, so
+ * the compiler overlaps the whole tile's loads and math (H100: the staged
+ * epilogue's chunks each waited on their own loads between two barriers).
+ * d: the consumer's accumulators of tile (b, mb, nb); cw its index. */
+template <bool AL>
+__device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b, int mb, int nb,
+                                                 int cw, int warp, int lane, KF_PARAMS) {
+#pragma unroll
+    for (int hf = 0; hf < KF_HALVES; hf++) {
+        const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#pragma unroll
+        for (int j0 = 0; j0 < KF_ON / 8; j0 += 4) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float a[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    a[2 * i] = d[hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h];
+                    a[2 * i + 1] = d[hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h + 1];
+                }
+                kf_gm_quad_t(a, lane % 4);
+#if KF_DUAL
+                float a1[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    a1[2 * i] = d[hf * (KF_BN / 2) + 4 * (j0 + i + KF_ON / 8) + 2 * h];
+                    a1[2 * i + 1] =
+                        d[hf * (KF_BN / 2) + 4 * (j0 + i + KF_ON / 8) + 2 * h + 1];
+                }
+                kf_gm_quad_t(a1, lane % 4);
+#endif
+                /* A row past M runs at row M - 1 and stores nothing:
+                 * no branch around the call (a column past N loads
+                 * and stores nothing by kf_epi's own tests). */
+                const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+                const long long c = (long long)nb * KF_ON + 8 * (j0 + lane % 4);
+                const bool ok = r < KF_M;
+#if KF_DUAL
+                kf_epi<8, AL>(a, a1, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+#else
+                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+#endif
+            }
+        }
+    }
+}
+#endif
 
 #if KF_A_NORM
 /* Rows of the A tile a consumer normalizes: its half (cooperative) or the
@@ -291,6 +389,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const bool al = kf_epi_al(KF_ARGS);
+        (void)al;
         float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
                                                KF_STAGES * KF_STAGE_BYTES) +
                      cw * KF_EPI_FLOATS;
@@ -378,7 +478,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             /* The accumulator fragment of wgmma m64nN: warp w of the group
              * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1).
              * Dual: column group j + KF_ON / 8 is the up projection of the
-             * gate's group j, staged 16 columns to its right. */
+             * gate's group j (staged: 16 columns to its right). */
+#if KF_EPI_DIRECT
+            /* From the registers (kf_gm_epi_direct), the variant without
+             * alignment tests when the bases allow. */
+            if (al)
+                kf_gm_epi_direct<true>(d, b, mb, nb, cw, warp, lane, KF_ARGS);
+            else
+                kf_gm_epi_direct<false>(d, b, mb, nb, cw, warp, lane, KF_ARGS);
+            (void)stg;
+#else
 #pragma unroll
             for (int hf = 0; hf < KF_HALVES; hf++) {
                 const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
@@ -407,6 +516,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
                     kf_gm_wg_sync(cw);
                 }
             }
+#endif
         }
     }
 }

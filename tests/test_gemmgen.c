@@ -188,6 +188,49 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
     }
 }
 
+/* The generated GEMM's other schedules, reachable by the internal recipe
+ * flags (the bench times them): the staged epilogue and forced ping-pong
+ * tiles compile to HGMMA + UTMALDG with no local memory, the default is the
+ * register epilogue, and the recipe line names what it took. */
+static void test_staged_and_pingpong_schedules_compile(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        /* bias + tanh gelu, 64 x 16 tiles of 128 x 256 */
+        "kfg 1\nx = input(bf16[8192, 512])\nw = input(bf16[512, 4096])\nb = input(bf16[4096])\n"
+        "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+        /* SwiGLU dual, ragged, a residual after the gated product */
+        "kfg 1\nx = input(f16[4000, 264])\nwg = input(f16[264, 4104])\nwu = input(f16[264, 4104])\n"
+        "r = input(f16[4000, 4104])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
+        "h = mul(a, u)\ny = add(h, r)\noutput y\n"};
+    static const unsigned flags[] = {
+        0, KF_CUDA_RECIPE_GEMM_STAGED_EPI, KF_CUDA_RECIPE_GEMM_PINGPONG,
+        KF_CUDA_RECIPE_GEMM_PINGPONG | KF_CUDA_RECIPE_GEMM_STAGED_EPI};
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        planned p;
+        plan_text(texts[t], &p);
+        for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                                   KF_CUDA_RECIPE_GEMM_GENERATED | flags[f]);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            assert_string_equal(rc->variants[0].label, "generated");
+            const char *how = rc->variants[0].how;
+            bool staged = (flags[f] & KF_CUDA_RECIPE_GEMM_STAGED_EPI) != 0;
+            bool pp = (flags[f] & KF_CUDA_RECIPE_GEMM_PINGPONG) != 0;
+            if ((strstr(how, "staged in shared memory") != NULL) != staged ||
+                (strstr(how, "ping-pong") != NULL) != pp)
+                fail_msg("flags 0x%x: %s", flags[f], how);
+            const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+            assert_non_null(strstr(k->source, staged ? "#define KF_EPI_DIRECT 0"
+                                                     : "#define KF_EPI_DIRECT 1"));
+            /* the sigmoid family is the epilogue's branch-free one */
+            assert_non_null(strstr(k->source, "#define kf_silu kf_gm_silu"));
+            kf_sass_check_hopper(&MEM, k);
+            kf_cuda_recipes_destroy(rec);
+        }
+        plan_release(&p);
+    }
+}
+
 static void test_gemm_modes_give_the_sides_they_name(void **state) {
     (void)state;
     planned p;
@@ -220,6 +263,36 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_GEMM);
     assert_non_null(strstr(rc->variants[1].how, "cuBLASLt"));
     kf_cuda_recipes_destroy(rec);
+    /* the SwiGLU pair is measured too (variant 0 the dual kernel, variant 1
+     * cuBLASLt); a norm prologue only forced, and the recipe says why */
+    {
+        static const char *const both[] = {
+            "kfg 1\nx = input(bf16[512, 256])\nwg = input(bf16[256, 512])\n"
+            "wu = input(bf16[256, 512])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
+            "y = mul(a, u)\noutput y\n",
+            "kfg 1\nx = input(bf16[512, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
+            "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n"};
+        for (int i = 0; i < 2; i++) {
+            planned q;
+            plan_text(both[i], &q);
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                                                 KF_CUDA_RECIPE_GEMM_MEASURED);
+            const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
+            if (i == 0) {
+                assert_int_equal(c->choice, KF_CUDA_CHOICE_MEASURED);
+                assert_int_equal(c->n_variants, 2);
+                assert_string_equal(c->variants[0].label, "generated");
+                assert_string_equal(c->variants[1].label, "cublaslt");
+                assert_non_null(strstr(c->variants[0].how, "dual"));
+            } else {
+                assert_int_equal(c->n_variants, 1);
+                assert_string_equal(c->variants[0].label, "cublaslt");
+                assert_non_null(strstr(c->variants[0].how, "taken only with --gemm generated"));
+            }
+            kf_cuda_recipes_destroy(r);
+            plan_release(&q);
+        }
+    }
     /* sm_80: no generated kernel yet; the recipe says why */
     rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     rc = gemm_recipe(p.plan, rec);
@@ -273,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
+        cmocka_unit_test(test_staged_and_pingpong_schedules_compile),
     };
     return kf_test_run(tests);
 }

@@ -227,6 +227,67 @@ static void epi_coords(chunk_ctx *x, const kf_group *g) {
     x->vrank[KF_SPACE_ROW] = 0;
 }
 
+/* The epilogue's ops without a branch. In the register epilogue the
+ * compiler can overlap the elements of a tile (8 adjacent columns a call,
+ * 8 to 16 calls a thread) only where no element has a branch of its own:
+ * a branch region (BSSY/BSYNC in SASS) is a wall it schedules nothing
+ * across. common.cuh's kf_sigmoid branches on the sign of x (the lanes of a
+ * warp hold both: the warp ran both paths) and divides with IEEE division
+ * (a slow-path call after FCHK, one region per element); the SwiGLU dual
+ * kernel's epilogue took ~17 us a tile on an H100 (b112146) of a ~62 us
+ * tile. Here e = exp(-|x|) (expf, no branch), 1 / (1 + e) by rcp.approx
+ * and one Newton step (1 + e is in [1, 2]: no denormal, no overflow; within
+ * an ulp of the quotient), times 1 or e by a select: kf_sigmoid's value to
+ * an ulp or two of f32, NaN in, NaN out, 0 and 1 at -inf and +inf.
+ * kf_silu and kf_gelu_tanh are re-pointed too (common.cuh's call its
+ * kf_sigmoid). Doubles keep common.cuh's. */
+static const char gemm_fast_ops[] =
+    "/* The sigmoid family without a branch (cg_gemm_sm90.c says why). */\n"
+    "__device__ __forceinline__ float kf_gm_sigmoid(float x) {\n"
+    "    const float e = expf(-fabsf(x)), y = 1.0f + e;\n"
+    "    float r;\n"
+    "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(y));\n"
+    "    r = fmaf(fmaf(-y, r, 1.0f), r, r);\n"
+    "    return (x >= 0.0f ? 1.0f : e) * r;\n"
+    "}\n"
+    "__device__ __forceinline__ double kf_gm_sigmoid(double x) { return kf_sigmoid(x); }\n"
+    "__device__ __forceinline__ float kf_gm_silu(float x) { return x * kf_gm_sigmoid(x); }\n"
+    "__device__ __forceinline__ double kf_gm_silu(double x) { return kf_silu(x); }\n"
+    "__device__ __forceinline__ float kf_gm_gelu_tanh(float x) {\n"
+    "    float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);\n"
+    "    return x * kf_gm_sigmoid(2.0f * u);\n"
+    "}\n"
+    "__device__ __forceinline__ double kf_gm_gelu_tanh(double x) { return kf_gelu_tanh(x); }\n"
+    "#define kf_sigmoid kf_gm_sigmoid\n#define kf_silu kf_gm_silu\n"
+    "#define kf_gelu_tanh kf_gm_gelu_tanh\n\n"
+    "/* The alignment kf_ldv / kf_stv need for VV elements at p: min(16, VV * size). */\n"
+    "template <int VV, typename T> __device__ __forceinline__ unsigned kf_gm_vbytes(const T *) {\n"
+    "    return VV * sizeof(T) < 16 ? (unsigned)(VV * sizeof(T)) : 16u;\n}\n\n";
+
+/* With a gelu table (cg_emit_gelu_table): kf_gelu_bf16_v with kf_gelu_bf16's
+ * cases for a value outside the table as selects instead of a call behind a
+ * branch per element; the same values in the same order of cases. */
+static void emit_gelu_tab_v(cg *c) {
+    if (!c->s.p || !strstr(c->s.p, "kf_gelu_tab_src"))
+        return;
+    cg_printf(&c->s,
+              "/* kf_gelu_bf16_v without a branch per element (cg_gemm_sm90.c). */\n"
+              "template <int VV> __device__ __forceinline__ void kf_gm_gelu_bf16_v(float *d, "
+              "const float *a) {\n"
+              "#pragma unroll\n"
+              "    for (int k = 0; k < VV; k++) {\n"
+              "        const float x = a[k];\n"
+              "        const unsigned u = __float_as_uint(x) >> 16, i = kf_gelu_idx(u), "
+              "m = u & 0x7fffu;\n"
+              "        const float t = __uint_as_float((unsigned)kf_gelu_tab[min(i, %uu)] << 16);\n"
+              "        const float big = (u < 0x8000u || m > 0x7f80u) ? x\n"
+              "                          : (m == 0x7f80u ? __int_as_float(0x7fc00000) : -0.0f);\n"
+              "        const float out = m < 0x%xu ? kf_round_bf16(0.5f * x) : big;\n"
+              "        d[k] = i < %uu ? t : out;\n"
+              "    }\n}\n#define kf_gelu_bf16_v kf_gm_gelu_bf16_v\n\n",
+              GELU_TAB_N - 1, GELU_TAB_LO, GELU_TAB_N);
+}
+
 /* The wgmma of one 16-deep K step: d (BN/2 floats) += A(da) . B(db). */
 static void emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
     uint32_t nr = sh->bn / 2;
@@ -406,11 +467,14 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     /* The loads, at their coordinates (column c0 + k). One contiguous along
      * the row (a bias, a residual) is one vector load of the VV columns
      * before the expressions (kf_ldv, when they are all inside and the
-     * address is 16-byte aligned), so a chunk's loads are all in flight at
+     * address is aligned for it), so a chunk's loads are all in flight at
      * once; the others one element each. A column past N is never read: a
      * ragged N (K-major B allows any) left the last vector's tail reading
      * past the operand. */
     sbuf vl = {.mem = c.mem};
+    /* kf_epi_al: the bases the register epilogue's unchecked vector
+     * accesses need 16-byte aligned (checked once per kernel). */
+    char al_conds[1024] = "";
     for (uint32_t i = 0; i < c.n; i++) {
         const kf_expr *e = &g->expr[i];
         if (!c.need[i] || c.ov[i][0] || e->kind != KF_EXPR_LOAD)
@@ -435,15 +499,35 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         if (!off[0])
             snprintf(off, sizeof off, "0");
         if (vector) {
+            /* Aligned by construction when the base is (AL) and every other
+             * stride and N are multiples of 8 elements (c0 is): then one
+             * predicated vector load, with no branch. */
+            bool stat = sh->n % 8 == 0;
+            for (int d = 0; d < last; d++)
+                if (s[d] != 0 && g->dims[d] != 1 && s[d] % 8 != 0)
+                    stat = false;
+            if (stat) {
+                char cond[32];
+                snprintf(cond, sizeof cond, " && kf_aligned(p%d, 16)", c.param[i]);
+                if (!strstr(al_conds, cond) && strlen(al_conds) + strlen(cond) < sizeof al_conds)
+                    strcat(al_conds, cond);
+            }
             cg_printf(
                 &vl,
                 "    %s l%u[VV];\n    {\n        const auto *lp = p%d + (%s);\n"
-                "        if (c0 + VV <= KF_N && kf_aligned(lp, 16))\n"
-                "            kf_ldv<VV>(lp, l%u);\n        else\n"
+                "        if (%s) {\n"
+                "#pragma unroll\n"
+                "            for (int k = 0; k < VV; k++)\n"
+                "                l%u[k] = 0;\n"
+                "            if (c0 < KF_N)\n"
+                "                kf_ldv<VV>(lp, l%u);\n"
+                "        } else if (c0 + VV <= KF_N && kf_aligned(lp, kf_gm_vbytes<VV>(lp))) {\n"
+                "            kf_ldv<VV>(lp, l%u);\n        } else {\n"
                 "            for (int k = 0; k < VV; k++)\n"
                 "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
-                "    }\n",
-                cg_reg_type(e->dtype), i, c.param[i], off, i, i);
+                "        }\n    }\n",
+                cg_reg_type(e->dtype), i, c.param[i], off, stat ? "AL && VV == 8" : "false", i,
+                i, i, i);
             snprintf(c.ov[i], OV_MAX, "l%u[k]", i);
         } else if (along) {
             snprintf(c.ov[i], OV_MAX,
@@ -470,10 +554,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "LL\n#define KF_BATCH %" PRId64 "LL\n#define KF_BN %u\n#define KF_STAGES %u\n"
               "#define KF_PINGPONG %d\n"
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
-              "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n#define KF_A_NORM %d\n",
+              "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n#define KF_A_NORM %d\n"
+              "#define KF_EPI_DIRECT %d\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
-              sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0);
+              sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1);
     if (sh->a_norm) {
         bool bf = mm->dtype == KF_DTYPE_BF16;
         cg_printf(&c.s,
@@ -483,6 +568,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   bf ? "kf_f32_to_bf16" : "kf_f32_to_f16");
     }
     cg_puts(&c.s, "\n");
+    cg_puts(&c.s, gemm_fast_ops);
+    emit_gelu_tab_v(&c);
     emit_wgmma(&c, sh, mm->dtype);
     if (sh->a_norm) {
         bool *epi_need = kf_mem_alloc(c.mem, (c.n + 1) * sizeof *epi_need);
@@ -495,9 +582,13 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     }
 
     cg_printf(&c.s,
-              "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s. */\n"
-              "template <int VV>\n__device__ __forceinline__ void kf_epi(const float *acc, %s"
-              "long long b, long long r, long long c0, KF_PARAMS) {\n"
+              "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
+              " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
+              " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
+              " * strides and N are multiples of 8 needs no alignment test). */\n"
+              "template <int VV, bool AL>\n"
+              "__device__ __forceinline__ void kf_epi(const float *acc, %s"
+              "long long b, long long r, long long c0, bool ok, KF_PARAMS) {\n"
               "    const long long q = b * KF_M + r;\n    (void)q;\n",
               sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)" : "",
               sh->dual ? "const float *acc1, " : "");
@@ -509,7 +600,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         c.st = cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
     cg_emit_nodes(&c, cg_coord_of, x, "    ", true);
     /* Each output: one vector store when the VV columns are all inside and
-     * the address is 16-byte aligned, else element by element. */
+     * the address is aligned for it (min(16, VV * size) bytes), else element
+     * by element; two ifs rather than if/else, so both are predicated stores
+     * and no branch region stands between one call's code and the next's. */
     for (uint32_t o = 0; o < n_outs; o++) {
         const char *rt = cg_reg_type(outs[o].dtype);
         char val[48];
@@ -522,13 +615,31 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   "    {\n        %s o[VV];\n#pragma unroll\n        for (int k = 0; k < VV; k++)\n"
                   "            o[k] = (%s)%s[k];\n"
                   "        auto *dst = p%d + (q * KF_N + c0);\n"
-                  "        if (c0 + VV <= KF_N && kf_aligned(dst, 16))\n"
-                  "            kf_stv<VV>(dst, o);\n        else\n"
-                  "            for (int k = 0; k < VV && c0 + k < KF_N; k++)\n"
-                  "                kf_st(dst + k, o[k]);\n    }\n",
+                  "        if (AL && VV == 8 && KF_N %% 8 == 0) {\n"
+                  "            if (ok && c0 < KF_N)\n"
+                  "                kf_stv<VV>(dst, o);\n"
+                  "        } else {\n"
+                  "            const bool vec =\n"
+                  "                c0 + VV <= KF_N && kf_aligned(dst, kf_gm_vbytes<VV>(dst));\n"
+                  "            if (ok && vec)\n"
+                  "                kf_stv<VV>(dst, o);\n"
+                  "#pragma unroll\n"
+                  "            for (int k = 0; k < VV; k++)\n"
+                  "                if (ok && !vec && c0 + k < KF_N)\n"
+                  "                    kf_st(dst + k, o[k]);\n"
+                  "        }\n    }\n",
                   rt, rt, val, outs[o].param);
+        char cond[32];
+        snprintf(cond, sizeof cond, " && kf_aligned(p%d, 16)", outs[o].param);
+        if (sh->n % 8 == 0 && !strstr(al_conds, cond) &&
+            strlen(al_conds) + strlen(cond) < sizeof al_conds)
+            strcat(al_conds, cond);
     }
     cg_puts(&c.s, "}\n\n");
+    cg_printf(&c.s,
+              "/* Whether kf_epi may run with AL: the bases it reads and writes unchecked. */\n"
+              "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS) {\n    return true%s;\n}\n\n",
+              al_conds);
     cg_puts(&c.s, kf_cuda_tpl_hopper);
     cg_puts(&c.s, kf_cuda_tpl_gemm_sm90);
     GEMM_OUT(c.st);

@@ -268,6 +268,10 @@ typedef struct kf_cuda_gemm_shape {
     bool a_norm;               /* the group's norm prologue applied to A's tiles in shared
                                   memory, from the row statistics kf_cuda_codegen_gemm_stats
                                   writes (A: the norm's loaded input, K-major, batch 1) */
+    bool epi_staged;           /* the epilogue leaves the accumulators through shared memory
+                                  (a warpgroup barrier per chunk); else from the registers,
+                                  8 adjacent columns a thread after a shuffle within each quad
+                                  of lanes (the default) */
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for

@@ -57,6 +57,13 @@ enum {
                                                    kernel also on sm_90a (KF_ATTENTION_FA2);
                                                    without it the sm_90a kernel runs wherever it
                                                    takes the group */
+    /* Internal (no kf_options field): the bench and the tests set these on
+     * a target to compare the generated GEMM's schedules on one device. */
+    KF_CUDA_RECIPE_GEMM_PINGPONG = 1u << 5,   /* generated GEMMs take ping-pong 128-wide tiles
+                                                 wherever some block gets two tiles */
+    KF_CUDA_RECIPE_GEMM_STAGED_EPI = 1u << 6, /* generated GEMMs stage the accumulators
+                                                 through shared memory for the epilogue (the
+                                                 schedule before the register epilogue) */
 };
 
 /* What the recipes are made for. */
