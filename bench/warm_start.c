@@ -2,12 +2,21 @@
  * warm_start.c -- what a new process pays to start a program whose kernels
  * are all in the disk cache (issue 15, item 5). Measured, never asserted.
  *
- *   warm_start FILE --cache-dir DIR [--target cuda|cpu]
+ *   warm_start FILE --cache-dir DIR [--target cuda|cpu] [--preinit]
  *       one JSON line: the wall time (CLOCK_MONOTONIC, ms) of kf_ctx_create,
  *       kf_graph_parse, kf_compile (plan, recipes, the cache reads, the
- *       driver, the device's context and cuBLASLt when a recipe has a GEMM),
- *       the first kf_program_run and a second one. Run it once to fill the
- *       cache, then again in new processes: those are warm starts.
+ *       driver, the device's context and cuBLASLt when a step that runs
+ *       calls it), the first kf_program_run and a second one; on CUDA also
+ *       where compile's open and prepare went ("prepare_ms", from the
+ *       report's JSON: driver = loading libcuda + cuInit, device = the
+ *       primary context + a stream, kernels = cache reads + module loads,
+ *       measure = timing runs of measured choices not found in the cache),
+ *       whether cuBLASLt was loaded, and "ours_ms": compile_ms less the
+ *       driver's two first-use costs. Run it once to fill the cache, then
+ *       again in new processes: those are warm starts.
+ *       --preinit: before the clock starts, load the driver and retain
+ *       device 0's primary context the way a framework that embeds kfuse
+ *       already has (kf_compile then finds them paid).
  *   warm_start --phases
  *       the first-use costs compile pays on CUDA, each timed once in this
  *       process in order: loading libcuda and cuInit, opening device 0 (its
@@ -79,12 +88,47 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* The object or value after `"name": ` in a report's JSON (up to its
+ * matching brace, or the next comma), into out; "null" when absent. */
+static void json_member(const char *json, const char *name, char *out, size_t cap) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", name);
+    const char *s = json ? strstr(json, pat) : NULL;
+    snprintf(out, cap, "null");
+    if (!s)
+        return;
+    s += strlen(pat);
+    size_t n = 0;
+    if (*s == '{') {
+        int depth = 0;
+        do {
+            depth += (s[n] == '{') - (s[n] == '}');
+            n++;
+        } while (s[n] && depth > 0);
+    } else {
+        while (s[n] && s[n] != ',' && s[n] != '}')
+            n++;
+    }
+    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), s);
+}
+
+static double member_ms(const char *obj, const char *name) {
+    char v[64];
+    json_member(obj, name, v, sizeof v);
+    return strcmp(v, "null") == 0 ? 0.0 : atof(v);
+}
+
 int main(int argc, char **argv) {
     const char *file = NULL, *cache = NULL;
     kf_target target = KF_TARGET_CUDA;
+    bool preinit = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--phases") == 0)
             return phases();
+        if (strcmp(argv[i], "--preinit") == 0) {
+            preinit = true;
+            continue;
+        }
         if (strcmp(argv[i], "--cache-dir") == 0 && i + 1 < argc)
             cache = argv[++i];
         else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
@@ -92,7 +136,8 @@ int main(int argc, char **argv) {
         else if (argv[i][0] != '-' && !file)
             file = argv[i];
         else {
-            fprintf(stderr, "usage: warm_start FILE --cache-dir DIR [--target cuda|cpu]\n"
+            fprintf(stderr, "usage: warm_start FILE --cache-dir DIR [--target cuda|cpu] "
+                            "[--preinit]\n"
                             "       warm_start --phases\n");
             return 2;
         }
@@ -104,6 +149,22 @@ int main(int argc, char **argv) {
         free(text);
         return 2;
     }
+    /* A framework's process: the driver loaded, the primary context retained. */
+    kf_mem pmem;
+    kf_mem_resolve(&pmem, NULL);
+    kf_cuda_driver *pdrv = NULL;
+    kf_cuda_device pdev;
+    memset(&pdev, 0, sizeof pdev);
+    char perr[KF_MSG_MAX] = "";
+    double tp = now_ms();
+    if (preinit && (kf_cuda_driver_load(&pmem, NULL, &pdrv, perr) != KF_OK ||
+                    kf_cuda_device_open(pdrv, 0, &pdev, perr) != KF_OK)) {
+        fprintf(stderr, "warm_start: --preinit: %s\n", perr);
+        kf_cuda_driver_release(&pmem, pdrv);
+        free(text);
+        return 1;
+    }
+    double preinit_ms = now_ms() - tp;
     kf_options o;
     kf_options_init(&o);
     o.target = target;
@@ -148,10 +209,32 @@ int main(int argc, char **argv) {
     if (st == KF_OK)
         st = kf_program_run(p, in, n_in, out, n_out, NULL);
     double t6 = now_ms();
-    printf("{\"file\": \"%s\", \"ctx_ms\": %.2f, \"parse_ms\": %.2f, \"compile_ms\": %.2f, "
-           "\"run1_ms\": %.2f, \"run2_ms\": %.2f, \"kernels\": %zu, \"ok\": %s}\n",
-           file, t1 - t0, t2 - t1, t3 - t2, t5 - t4, t6 - t5, kf_program_kernel_count(p),
+    /* Where compile went, from the report (CUDA only). */
+    char *rep = NULL;
+    size_t rlen = 0;
+    FILE *mf = open_memstream(&rep, &rlen);
+    if (mf) {
+        (void)kf_program_report(p, KF_REPORT_JSON, mf);
+        fclose(mf);
+    }
+    char phase[512], lt[16], cached[16] = "0";
+    json_member(rep, "prepare_ms", phase, sizeof phase);
+    json_member(rep, "cublaslt", lt, sizeof lt);
+    unsigned n_cached = 0, n_measured = 0;
+    for (const char *c = rep; c && (c = strstr(c, "\"cached\": ")) != NULL; c++) {
+        n_measured++;
+        n_cached += strncmp(c + 10, "true", 4) == 0;
+    }
+    snprintf(cached, sizeof cached, "%u/%u", n_cached, n_measured);
+    double driver = member_ms(phase, "driver") + member_ms(phase, "device");
+    printf("{\"file\": \"%s\", \"preinit\": %s, \"preinit_ms\": %.2f, \"ctx_ms\": %.2f, "
+           "\"parse_ms\": %.2f, \"compile_ms\": %.2f, \"ours_ms\": %.2f, \"run1_ms\": %.2f, "
+           "\"run2_ms\": %.2f, \"kernels\": %zu, \"cublaslt\": %s, \"choices_cached\": \"%s\", "
+           "\"prepare_ms\": %s, \"ok\": %s}\n",
+           file, preinit ? "true" : "false", preinit_ms, t1 - t0, t2 - t1, t3 - t2,
+           t3 - t2 - driver, t5 - t4, t6 - t5, kf_program_kernel_count(p), lt, cached, phase,
            st == KF_OK ? "true" : "false");
+    free(rep);
     for (size_t i = 0; i < n_in; i++)
         free(in[i].data);
     for (size_t i = 0; i < n_out; i++)
@@ -161,6 +244,10 @@ int main(int argc, char **argv) {
     kf_program_destroy(p);
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
+    if (preinit) {
+        kf_cuda_device_close(&pdev);
+        kf_cuda_driver_release(&pmem, pdrv);
+    }
     free(text);
     return st == KF_OK ? 0 : 1;
 }

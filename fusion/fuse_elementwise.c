@@ -27,13 +27,6 @@
  */
 #include "fusion/pass.h"
 
-static uint32_t group_size(const kf_planner *p, uint32_t gi) {
-    uint32_t n = 0;
-    for (uint32_t t = 0; t < p->n; t++)
-        n += p->gid[t] == gi;
-    return n;
-}
-
 /* Why producer t may not be computed inside consumer c's group (NONE: it may). */
 static kf_reason check_use(const kf_planner *p, const kf_tensor *t, const kf_tensor *c,
                            const char **detail) {
@@ -96,7 +89,7 @@ kf_status kf_fuse_elementwise(kf_planner *p) {
         }
         if (gc == gt)
             continue;
-        if (p->groups[gt].kind != KF_GROUP_ELEMENTWISE || group_size(p, gt) != 1)
+        if (p->groups[gt].kind != KF_GROUP_ELEMENTWISE || p->groups[gt].size != 1)
             continue; /* already placed by an anchored rule; that rule gave the reason */
         kf_reason r = KF_REASON_NONE;
         for (uint32_t u = 0; u < uses && r == KF_REASON_NONE; u++) {

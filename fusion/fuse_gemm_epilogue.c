@@ -43,12 +43,8 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
     kf_pgroup *pg = &p->groups[gi];
     bool gemm = pg->kind == KF_GROUP_GEMM;
     /* Work list: members in id order; new members are appended. */
-    uint32_t top = 0;
     uint32_t *work = p->list;
-    for (uint32_t t = 0; t < p->n; t++) {
-        if (p->gid[t] == gi)
-            work[top++] = t;
-    }
+    uint32_t top = kf_pl_members(p, gi, work);
     for (uint32_t w = 0; w < top; w++) {
         kf_tensor *t = g->nodes[work[w]];
         /* Only members on the anchor's output shape continue the epilogue. */

@@ -12,6 +12,7 @@
  * and anything else becomes a LOAD with its broadcast strides. Memoized per
  * (tensor, space), so shared subexpressions are one node.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "fusion/expr.h"
@@ -25,14 +26,30 @@ typedef struct lowerer {
     uint32_t *memo[KF_SPACE_COUNT];
     uint32_t *touched; /* (space << 31) | id, to reset memo */
     uint32_t n_touched;
-    bool *computed;      /* per tensor, for the current group */
-    uint32_t *view_base; /* per tensor: the buffer a view reads, or KF_NONE */
+    bool *computed;  /* per tensor, for the current group */
+    uint32_t *clist; /* the tensors marked in computed, in marking order */
+    uint32_t n_clist;
+    uint32_t *moff, *mem; /* members of planning group g: mem[moff[g] .. moff[g+1]), id order */
+    uint32_t *view_base;  /* per tensor: the buffer a view reads, or KF_NONE */
     int64_t (*view_strides)[KF_MAX_RANK];
     bool *view_contig;
     struct xmemo_entry *xmemo; /* nodes lowered in a remapped frame, this group */
     uint32_t n_xmemo, cap_xmemo;
     kf_status st;
 } lowerer;
+
+/* Marks t computed by the current group (once). */
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void set_computed(lowerer *L, uint32_t t) {
+    if (!L->computed[t]) {
+        L->computed[t] = true;
+        L->clist[L->n_clist++] = t;
+    }
+}
 
 static bool push_id(lowerer *L, uint32_t **arr, uint32_t *n, uint32_t *cap, uint32_t id) {
     for (uint32_t i = 0; i < *n; i++) {
@@ -528,7 +545,7 @@ static uint32_t lower_x(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf) 
     }
     uint32_t r;
     if (is_inline_source(L, t)) {
-        L->computed[t->id] = true;
+        set_computed(L, t->id);
         if (t->op == KF_OP_CONST) {
             kf_expr e = proto(KF_EXPR_CONST, t->dtype, sp);
             e.tensor = t->id;
@@ -545,7 +562,7 @@ static uint32_t lower_x(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf) 
     } else if (kf_pl_is_source(t) || !is_member(L, t)) {
         r = load_x(L, t, sp, xf);
     } else {
-        L->computed[t->id] = true;
+        set_computed(L, t->id);
         xform o;
         if (kf_op_has(t->op, KF_TRAIT_REMAP)) {
             r = lower_remap(L, t, sp, xf, true);
@@ -598,7 +615,7 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
     space_of(g, sp, &rank, &dims);
     uint32_t r;
     if (is_inline_source(L, t)) {
-        L->computed[t->id] = true;
+        set_computed(L, t->id);
         if (t->op == KF_OP_CONST) {
             kf_expr e = proto(KF_EXPR_CONST, t->dtype, sp);
             e.tensor = t->id;
@@ -628,7 +645,7 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
     } else if (kf_pl_is_source(t) || !is_member(L, t)) {
         r = load(L, t, sp, -1);
     } else {
-        L->computed[t->id] = true;
+        set_computed(L, t->id);
         if (kf_op_has(t->op, KF_TRAIT_GEMM)) {
             kf_expr e =
                 proto(g->kind == KF_GROUP_ATTENTION ? KF_EXPR_SCORE : KF_EXPR_ACC, t->dtype, sp);
@@ -720,7 +737,7 @@ static void lower_view(lowerer *L, kf_tensor *t) {
         contig = contig && (t->dims[i] == 1 || ts[i] == cs[i]);
     set_space(&g->rank, g->dims, t);
     g->layout_copy_of = x->id;
-    L->computed[t->id] = true;
+    set_computed(L, t->id);
     push_id(L, &g->reads, &g->n_reads, &g->cap_reads, x->id);
     /* A graph output that is a contiguous view stays a view: the output
      * aliases the bytes its base already holds. A non-contiguous one needs a
@@ -870,12 +887,10 @@ static void lower_group(lowerer *L) {
     g->attn.score = g->attn.mask_node = KF_NONE;
     g->row.input = g->row.tensor = KF_NONE;
 
-    /* The members, and the sink of an elementwise group. */
-    uint32_t last = KF_NONE;
-    for (uint32_t t = 0; t < p->n; t++) {
-        if (p->gid[t] == L->gi)
-            last = t;
-    }
+    /* The members (in id order), and the sink of an elementwise group. */
+    const uint32_t *mem = L->mem + L->moff[L->gi];
+    uint32_t n_mem = L->moff[L->gi + 1] - L->moff[L->gi];
+    uint32_t last = n_mem ? mem[n_mem - 1] : KF_NONE;
     g->anchor = pg->anchor != KF_NONE ? pg->anchor : last;
     kf_tensor *anchor = gr->nodes[g->anchor];
     g->dtype = anchor->dtype;
@@ -902,7 +917,7 @@ static void lower_group(lowerer *L) {
             gm->row_epilogue = pg->row_op != KF_NONE;
             for (int i = 0; i < gm->n_anchors; i++) {
                 kf_tensor *mm = gr->nodes[gm->anchor[i]];
-                L->computed[mm->id] = true;
+                set_computed(L, mm->id);
                 gm->a[i] = mm->src[0]->id;
                 gm->b[i] = mm->src[1]->id;
                 gm->transpose_a[i] = mm->attr.transpose_a;
@@ -949,12 +964,15 @@ static void lower_group(lowerer *L) {
             push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->q);
             push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->k);
             push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->v);
-            L->computed[qk->id] = L->computed[pv->id] = L->computed[pg->softmax] = true;
+            set_computed(L, qk->id);
+            set_computed(L, pv->id);
+            set_computed(L, pg->softmax);
             at->score = lower(L, gr->nodes[pg->softmax]->src[0], KF_SPACE_OUT);
         }
         /* Writes and their roots. */
-        for (uint32_t t = 0; t < p->n && L->st == KF_OK; t++) {
-            if (p->gid[t] != L->gi || !written(L, gr->nodes[t]))
+        for (uint32_t i = 0; i < n_mem && L->st == KF_OK; i++) {
+            uint32_t t = mem[i];
+            if (!written(L, gr->nodes[t]))
                 continue;
             uint32_t root = KF_NONE;
             if (pg->kind != KF_GROUP_ATTENTION)
@@ -964,34 +982,33 @@ static void lower_group(lowerer *L) {
         /* Members not reached from a write (a GEMM output consumed only by
          * its row epilogue, say) still count as computed. */
         bool remaps = false;
-        for (uint32_t t = 0; t < p->n; t++) {
-            if (p->gid[t] == L->gi) {
-                L->computed[t] = true;
-                remaps = remaps || kf_op_has(gr->nodes[t]->op, KF_TRAIT_REMAP);
-            }
+        for (uint32_t i = 0; i < n_mem; i++) {
+            set_computed(L, mem[i]);
+            remaps = remaps || kf_op_has(gr->nodes[mem[i]]->op, KF_TRAIT_REMAP);
         }
         /* A slice or concat may read only part of its operands' members (a
          * concat whose consumer's range lies in one source): the others are
          * still computed, from operands the group then reads, as the contract
          * at the top of fusion.h says. */
-        for (uint32_t t = 0; remaps && t < p->n && L->st == KF_OK; t++) {
-            const kf_tensor *x = gr->nodes[t];
-            for (int k = 0; p->gid[t] == L->gi && k < x->nsrc; k++) {
+        for (uint32_t i = 0; remaps && i < n_mem && L->st == KF_OK; i++) {
+            const kf_tensor *x = gr->nodes[mem[i]];
+            for (int k = 0; k < x->nsrc; k++) {
                 const kf_tensor *s = x->src[k];
                 if (p->gid[s->id] != L->gi && !is_inline_source(L, s))
                     push_id(L, &g->reads, &g->n_reads, &g->cap_reads, s->id);
                 else if (is_inline_source(L, s))
-                    L->computed[s->id] = true;
+                    set_computed(L, s->id);
             }
         }
         if (pg->kind == KF_GROUP_ATTENTION && L->st == KF_OK)
             L->st = kf_attn_classify_mask(L->plan, g);
     }
     /* computed, in id order; reset the marks. */
-    for (uint32_t t = 0; t < p->n && L->st == KF_OK; t++) {
-        if (!L->computed[t])
-            continue;
-        L->computed[t] = false;
+    qsort(L->clist, L->n_clist, sizeof *L->clist, cmp_u32);
+    for (uint32_t i = 0; i < L->n_clist; i++)
+        L->computed[L->clist[i]] = false;
+    for (uint32_t i = 0; i < L->n_clist && L->st == KF_OK; i++) {
+        uint32_t t = L->clist[i];
         if (!kf_mem_grow(p->mem, (void **)&g->computed, &g->cap_computed, g->n_computed + 1,
                          sizeof *g->computed)) {
             L->st = KF_ERR_OUT_OF_MEMORY;
@@ -1006,20 +1023,23 @@ static void lower_group(lowerer *L) {
 /* ------------------------------------------------------------------------ */
 
 /* Group dependencies: for every member (and recomputed prologue) of G, every
- * operand computed in another group H gives H -> G. */
-static uint32_t deps_of(const kf_planner *p, uint32_t gi, uint32_t *out, bool *seen) {
+ * operand computed in another group H gives H -> G. Written to out (distinct;
+ * `seen` is all false before and after). */
+static uint32_t deps_of(const lowerer *L, uint32_t gi, uint32_t *out, bool *seen) {
+    const kf_planner *p = L->p;
     uint32_t n = 0;
     const kf_pgroup *pg = &p->groups[gi];
-    for (uint32_t t = 0; t < p->n; t++) {
-        if (p->gid[t] != gi && !(pg->kind == KF_GROUP_GEMM && pg->prologue == t))
-            continue;
+    bool pro = pg->kind == KF_GROUP_GEMM && pg->prologue != KF_NONE;
+    uint32_t n_mem = L->moff[gi + 1] - L->moff[gi];
+    for (uint32_t i = 0; i < n_mem + pro; i++) {
+        uint32_t t = i < n_mem ? L->mem[L->moff[gi] + i] : pg->prologue;
         const kf_tensor *x = p->g->nodes[t];
         for (int k = 0; k < x->nsrc; k++) {
             uint32_t s = x->src[k]->id;
             uint32_t h = p->gid[s];
             if (h == KF_NONE || h == gi || seen[h])
                 continue;
-            if (pg->kind == KF_GROUP_GEMM && pg->prologue == s)
+            if (pro && pg->prologue == s)
                 continue;
             seen[h] = true;
             out[n++] = h;
@@ -1028,6 +1048,34 @@ static uint32_t deps_of(const kf_planner *p, uint32_t gi, uint32_t *out, bool *s
     for (uint32_t i = 0; i < n; i++)
         seen[out[i]] = false;
     return n;
+}
+
+/* A binary min-heap of ready groups keyed by their first member. */
+static void heap_push(uint32_t *h, uint32_t *n, const uint32_t *key, uint32_t g) {
+    uint32_t i = (*n)++;
+    while (i > 0 && key[h[(i - 1) / 2]] > key[g]) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = g;
+}
+
+static uint32_t heap_pop(uint32_t *h, uint32_t *n, const uint32_t *key) {
+    uint32_t top = h[0], last = h[--*n], i = 0;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && key[h[c + 1]] < key[h[c]])
+            c++;
+        if (key[h[c]] >= key[last])
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n)
+        h[i] = last;
+    return top;
 }
 
 kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
@@ -1051,12 +1099,34 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     bool *seen = kf_mem_calloc(m, ng + 1, sizeof(bool));
     bool *done = kf_mem_calloc(m, ng + 1, sizeof(bool));
     uint32_t *first = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
+    L.clist = kf_mem_alloc(m, (n + 1) * sizeof(uint32_t));
+    L.moff = kf_mem_calloc(m, ng + 2, sizeof(uint32_t));
+    L.mem = kf_mem_alloc(m, (n + 1) * sizeof(uint32_t));
+    /* The group graph for Kahn's algorithm: successors in CSR form. */
+    uint32_t *soff = kf_mem_calloc(m, ng + 2, sizeof(uint32_t));
+    uint32_t *indeg = kf_mem_calloc(m, ng + 1, sizeof(uint32_t));
+    uint32_t *heap = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
+    uint32_t *succ = NULL, n_succ = 0;
     plan->group_of = kf_mem_alloc(m, n * sizeof(uint32_t));
     kf_status st = KF_OK;
     if (!L.memo[0] || !L.memo[1] || !L.touched || !L.computed || !L.view_base || !L.view_strides ||
         !L.view_contig || !order || !plan_id || !deps || !seen || !done || !first ||
-        !plan->group_of)
+        !plan->group_of || !L.clist || !L.moff || !L.mem || !soff || !indeg || !heap)
         st = KF_ERR_OUT_OF_MEMORY;
+    if (st == KF_OK) {
+        /* Members of every group in id order: a counting sort by group. */
+        for (uint32_t t = 0; t < n; t++)
+            if (p->gid[t] != KF_NONE)
+                L.moff[p->gid[t] + 1]++;
+        for (uint32_t gi = 0; gi < ng; gi++)
+            L.moff[gi + 1] += L.moff[gi];
+        for (uint32_t t = 0; t < n; t++)
+            if (p->gid[t] != KF_NONE)
+                L.mem[L.moff[p->gid[t]]++] = t;
+        for (uint32_t gi = ng; gi > 0; gi--)
+            L.moff[gi] = L.moff[gi - 1];
+        L.moff[0] = 0;
+    }
 
     uint32_t n_order = 0;
     if (st == KF_OK) {
@@ -1074,32 +1144,59 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
                 first[p->gid[t]] = t;
         }
         /* Kahn's algorithm; among ready groups the one whose first member
-         * comes first, so plans are deterministic and read in graph order. */
+         * comes first, so plans are deterministic and read in graph order.
+         * Each group's dependencies are found once (a sweep of its members):
+         * linear in the graph. */
         uint32_t live = 0;
         for (uint32_t gi = 0; gi < ng; gi++)
             live += p->groups[gi].alive && first[gi] != KF_NONE;
-        while (n_order < live) {
-            uint32_t best = KF_NONE;
+        for (int pass = 0; pass < 2 && st == KF_OK; pass++) {
+            /* pass 0 counts each group's successors, pass 1 fills them. */
             for (uint32_t gi = 0; gi < ng; gi++) {
-                if (!p->groups[gi].alive || first[gi] == KF_NONE || done[gi])
+                if (!p->groups[gi].alive || first[gi] == KF_NONE)
                     continue;
-                if (best != KF_NONE && first[gi] >= first[best])
-                    continue;
-                uint32_t nd = deps_of(p, gi, deps, seen);
-                bool ready = true;
-                for (uint32_t k = 0; k < nd && ready; k++)
-                    ready = done[deps[k]];
-                if (ready)
-                    best = gi;
+                uint32_t nd = deps_of(&L, gi, deps, seen);
+                for (uint32_t k = 0; k < nd; k++) {
+                    if (!p->groups[deps[k]].alive || first[deps[k]] == KF_NONE)
+                        continue;
+                    if (pass == 0) {
+                        soff[deps[k] + 1]++;
+                        indeg[gi]++;
+                    } else {
+                        succ[soff[deps[k]]++] = gi;
+                    }
+                }
             }
-            if (KF_NEVER(best == KF_NONE)) {
+            if (pass == 0) {
+                for (uint32_t gi = 0; gi < ng; gi++)
+                    soff[gi + 1] += soff[gi];
+                n_succ = soff[ng];
+                succ = kf_mem_alloc(m, (n_succ + 1) * sizeof(uint32_t));
+                if (!succ)
+                    st = KF_ERR_OUT_OF_MEMORY;
+            } else {
+                for (uint32_t gi = ng; gi > 0; gi--)
+                    soff[gi] = soff[gi - 1];
+                soff[0] = 0;
+            }
+        }
+        uint32_t n_heap = 0;
+        for (uint32_t gi = 0; gi < ng && st == KF_OK; gi++)
+            if (p->groups[gi].alive && first[gi] != KF_NONE && indeg[gi] == 0)
+                heap_push(heap, &n_heap, first, gi);
+        while (st == KF_OK && n_order < live) {
+            if (KF_NEVER(n_heap == 0)) {
                 st = KF_ERR_INTERNAL; /* a cycle: [I3] was broken */
                 kf_ir_note(gr, st, "plan: the kernel groups form a cycle (a kfuse bug)");
                 break;
             }
+            uint32_t best = heap_pop(heap, &n_heap, first);
             done[best] = true;
             plan_id[best] = n_order;
             order[n_order++] = best;
+            for (uint32_t k = soff[best]; k < soff[best + 1]; k++)
+                if (--indeg[succ[k]] == 0)
+                    heap_push(heap, &n_heap, first, succ[k]);
         }
     }
     if (st == KF_OK) {
@@ -1118,6 +1215,7 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
         L.st = KF_OK;
         L.n_touched = 0;
         L.n_xmemo = 0;
+        L.n_clist = 0;
         lower_group(&L);
         for (uint32_t k = 0; k < L.n_touched; k++)
             L.memo[L.touched[k] >> 31][L.touched[k] & 0x7fffffffu] = KF_NONE;
@@ -1202,5 +1300,12 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     kf_mem_free(m, seen, (ng + 1) * sizeof(bool));
     kf_mem_free(m, done, (ng + 1) * sizeof(bool));
     kf_mem_free(m, first, (ng + 1) * sizeof(uint32_t));
+    kf_mem_free(m, L.clist, (n + 1) * sizeof(uint32_t));
+    kf_mem_free(m, L.moff, (ng + 2) * sizeof(uint32_t));
+    kf_mem_free(m, L.mem, (n + 1) * sizeof(uint32_t));
+    kf_mem_free(m, soff, (ng + 2) * sizeof(uint32_t));
+    kf_mem_free(m, indeg, (ng + 1) * sizeof(uint32_t));
+    kf_mem_free(m, heap, (ng + 1) * sizeof(uint32_t));
+    kf_mem_free(m, succ, (n_succ + 1) * sizeof(uint32_t));
     return st;
 }

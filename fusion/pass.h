@@ -24,6 +24,11 @@ typedef struct kf_pgroup {
     uint32_t prologue; /* GEMM: the norm fused as operand A's prologue, else KF_NONE */
     uint32_t softmax;  /* ATTENTION */
     uint32_t qk;       /* ATTENTION */
+    /* Members: a list through kf_planner.mnext (in no particular order; see
+     * kf_pl_members), so a merge, a size or a legality check costs the
+     * groups involved and never a sweep of the graph. */
+    uint32_t head, tail, size;
+    uint32_t mark; /* epoch stamp: in the set kf_pl_can_merge_set checks */
 } kf_pgroup;
 
 typedef struct kf_planner {
@@ -44,8 +49,9 @@ typedef struct kf_planner {
     uint32_t *stack;           /* scratch: n entries */
     uint32_t *mark;            /* scratch: n entries, epoch-stamped */
     uint32_t *list;            /* scratch for rules: n entries */
-    uint32_t *saved;           /* scratch: a copy of gid for kf_pl_try_merge_list */
-    uint32_t epoch;
+    uint32_t *mnext;           /* per tensor: the next member of its group, KF_NONE */
+    uint32_t *gset;            /* scratch: groups for kf_pl_try_merge_list (n + 1 entries) */
+    uint32_t epoch, gepoch;
 } kf_planner;
 
 /* Tensors that no kernel computes on its own: inputs, constants, iota. */
@@ -59,10 +65,18 @@ kf_tensor *kf_pl_consumer(const kf_planner *p, const kf_tensor *t, uint32_t i);
 /* True when t has exactly one consumer slot and is not a graph output. */
 bool kf_pl_single_use(const kf_planner *p, const kf_tensor *t);
 
+/* Writes group gi's members into out in id order (a sort of that group's
+ * members only); returns how many. */
+uint32_t kf_pl_members(const kf_planner *p, uint32_t gi, uint32_t *out);
 /* Creates a new planning group holding `t` (moving it out of its old group). */
 uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor);
 /* True when merging group b into a keeps the group graph acyclic (invariant 3). */
 bool kf_pl_can_merge(kf_planner *p, uint32_t a, uint32_t b);
+/* The same for the union of n groups (repeats allowed). The search walks
+ * consumers only up to the largest member id (tensors are in topological
+ * order, so no path beyond it comes back), so it costs the neighbourhood of
+ * the groups, not the graph. */
+bool kf_pl_can_merge_set(kf_planner *p, const uint32_t *groups, uint32_t n);
 /* Merges the groups of the `n` tensors in `ids` into group `gi` when the
  * result keeps the groups acyclic [I3]; else changes nothing. */
 bool kf_pl_try_merge_list(kf_planner *p, uint32_t gi, const uint32_t *ids, uint32_t n);

@@ -125,6 +125,49 @@ bool kf_pl_same_shape(const kf_tensor *a, const kf_tensor *b) {
     return a->rank == b->rank && memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) == 0;
 }
 
+static void member_add(kf_planner *p, uint32_t gi, uint32_t t) {
+    kf_pgroup *pg = &p->groups[gi];
+    p->mnext[t] = KF_NONE;
+    if (pg->head == KF_NONE)
+        pg->head = t;
+    else
+        p->mnext[pg->tail] = t;
+    pg->tail = t;
+    pg->size++;
+    p->gid[t] = gi;
+}
+
+/* Takes t out of its group's list (a walk of that group only). */
+static void member_remove(kf_planner *p, uint32_t gi, uint32_t t) {
+    kf_pgroup *pg = &p->groups[gi];
+    uint32_t prev = KF_NONE;
+    for (uint32_t x = pg->head; x != KF_NONE; prev = x, x = p->mnext[x]) {
+        if (x != t)
+            continue;
+        if (prev == KF_NONE)
+            pg->head = p->mnext[x];
+        else
+            p->mnext[prev] = p->mnext[x];
+        if (pg->tail == x)
+            pg->tail = prev;
+        pg->size--;
+        break;
+    }
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+uint32_t kf_pl_members(const kf_planner *p, uint32_t gi, uint32_t *out) {
+    uint32_t n = 0;
+    for (uint32_t x = p->groups[gi].head; x != KF_NONE; x = p->mnext[x])
+        out[n++] = x;
+    qsort(out, n, sizeof *out, cmp_u32);
+    return n;
+}
+
 uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor) {
     if (!kf_mem_grow(p->mem, (void **)&p->groups, &p->cap_groups, p->n_groups + 1,
                      sizeof *p->groups))
@@ -136,33 +179,39 @@ uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor) {
     pg->kind = kind;
     pg->anchor = anchor ? anchor->id : KF_NONE;
     pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = KF_NONE;
+    pg->head = pg->tail = KF_NONE;
     if (anchor) {
         uint32_t old = p->gid[anchor->id];
-        p->gid[anchor->id] = gi;
         if (old != KF_NONE) {
-            bool empty = true;
-            for (uint32_t i = 0; i < p->n && empty; i++)
-                empty = p->gid[i] != old;
-            if (empty)
+            member_remove(p, old, anchor->id);
+            if (p->groups[old].size == 0)
                 p->groups[old].alive = false;
         }
+        member_add(p, gi, anchor->id);
     }
     return gi;
 }
 
-/* [I3] Merging a and b is legal when no path leaves {a, b} through a third
- * group and comes back into {a, b}. */
-bool kf_pl_can_merge(kf_planner *p, uint32_t a, uint32_t b) {
-    uint32_t epoch = ++p->epoch;
-    uint32_t top = 0;
-    for (uint32_t t = 0; t < p->n; t++) {
-        if (p->gid[t] != a && p->gid[t] != b)
-            continue;
-        for (uint32_t k = p->cons_off[t]; k < p->cons_off[t + 1]; k++) {
-            uint32_t c = p->cons[k];
-            if (p->gid[c] != a && p->gid[c] != b && p->mark[c] != epoch) {
-                p->mark[c] = epoch;
-                p->stack[top++] = c;
+/* [I3] Merging the groups is legal when no path leaves their union through a
+ * third group and comes back into it. */
+bool kf_pl_can_merge_set(kf_planner *p, const uint32_t *groups, uint32_t n) {
+    uint32_t epoch = ++p->epoch, gepoch = ++p->gepoch;
+    uint32_t top = 0, maxid = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        kf_pgroup *pg = &p->groups[groups[i]];
+        pg->mark = gepoch;
+        for (uint32_t t = pg->head; t != KF_NONE; t = p->mnext[t])
+            maxid = t > maxid ? t : maxid;
+    }
+#define IN_SET(t) (p->gid[t] != KF_NONE && p->groups[p->gid[t]].mark == gepoch)
+    for (uint32_t i = 0; i < n; i++) {
+        for (uint32_t t = p->groups[groups[i]].head; t != KF_NONE; t = p->mnext[t]) {
+            for (uint32_t k = p->cons_off[t]; k < p->cons_off[t + 1]; k++) {
+                uint32_t c = p->cons[k];
+                if (c < maxid && !IN_SET(c) && p->mark[c] != epoch) {
+                    p->mark[c] = epoch;
+                    p->stack[top++] = c;
+                }
             }
         }
     }
@@ -170,42 +219,55 @@ bool kf_pl_can_merge(kf_planner *p, uint32_t a, uint32_t b) {
         uint32_t t = p->stack[--top];
         for (uint32_t k = p->cons_off[t]; k < p->cons_off[t + 1]; k++) {
             uint32_t c = p->cons[k];
-            if (p->gid[c] == a || p->gid[c] == b)
+            if (IN_SET(c))
                 return false;
-            if (p->mark[c] != epoch) {
+            if (c < maxid && p->mark[c] != epoch) {
                 p->mark[c] = epoch;
                 p->stack[top++] = c;
             }
         }
     }
+#undef IN_SET
     return true;
 }
 
+bool kf_pl_can_merge(kf_planner *p, uint32_t a, uint32_t b) {
+    uint32_t set[2] = {a, b};
+    return kf_pl_can_merge_set(p, set, 2);
+}
+
 bool kf_pl_try_merge_list(kf_planner *p, uint32_t gi, const uint32_t *ids, uint32_t n) {
-    memcpy(p->saved, p->gid, p->n * sizeof *p->gid);
+    uint32_t k = 0;
+    p->gset[k++] = gi;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t o = p->gid[ids[i]];
         if (o != gi && o != KF_NONE)
-            kf_pl_merge(p, gi, o);
+            p->gset[k++] = o;
     }
-    if (kf_pl_can_merge(p, gi, gi))
-        return true;
-    for (uint32_t i = 0; i < p->n; i++) {
-        if (p->saved[i] != KF_NONE)
-            p->groups[p->saved[i]].alive = true;
-    }
-    memcpy(p->gid, p->saved, p->n * sizeof *p->gid);
-    return false;
+    if (!kf_pl_can_merge_set(p, p->gset, k))
+        return false;
+    for (uint32_t i = 1; i < k; i++)
+        kf_pl_merge(p, gi, p->gset[i]);
+    return true;
 }
 
 void kf_pl_merge(kf_planner *p, uint32_t a, uint32_t b) {
-    if (a == b)
+    if (a == b || !p->groups[b].alive)
         return;
-    for (uint32_t t = 0; t < p->n; t++) {
-        if (p->gid[t] == b)
-            p->gid[t] = a;
+    kf_pgroup *ga = &p->groups[a], *gb = &p->groups[b];
+    for (uint32_t t = gb->head; t != KF_NONE; t = p->mnext[t])
+        p->gid[t] = a;
+    if (gb->head != KF_NONE) {
+        if (ga->head == KF_NONE)
+            ga->head = gb->head;
+        else
+            p->mnext[ga->tail] = gb->head;
+        ga->tail = gb->tail;
+        ga->size += gb->size;
     }
-    p->groups[b].alive = false;
+    gb->head = gb->tail = KF_NONE;
+    gb->size = 0;
+    gb->alive = false;
 }
 
 static void set_reason(kf_planner *p, uint32_t edge, kf_reason r, const char *detail) {
@@ -302,7 +364,8 @@ static void planner_free(kf_planner *p) {
     kf_mem_free(m, p->stack, n * sizeof *p->stack);
     kf_mem_free(m, p->mark, n * sizeof *p->mark);
     kf_mem_free(m, p->list, n * sizeof *p->list);
-    kf_mem_free(m, p->saved, n * sizeof *p->saved);
+    kf_mem_free(m, p->mnext, n * sizeof *p->mnext);
+    kf_mem_free(m, p->gset, (n + 1) * sizeof *p->gset);
 }
 
 static kf_status planner_init(kf_planner *p, kf_graph *g, const kf_plan_options *opt) {
@@ -323,9 +386,10 @@ static kf_status planner_init(kf_planner *p, kf_graph *g, const kf_plan_options 
     p->stack = kf_mem_alloc(p->mem, n * sizeof *p->stack);
     p->mark = kf_mem_calloc(p->mem, n, sizeof *p->mark);
     p->list = kf_mem_alloc(p->mem, n * sizeof *p->list);
-    p->saved = kf_mem_alloc(p->mem, n * sizeof *p->saved);
-    if (!p->list || !p->saved || !p->need || !p->is_output || !p->gid || !p->cons_off || !p->cons ||
-        !p->shared_prologue || !p->reason || !p->detail || !p->stack || !p->mark)
+    p->mnext = kf_mem_alloc(p->mem, n * sizeof *p->mnext);
+    p->gset = kf_mem_alloc(p->mem, (n + 1) * sizeof *p->gset);
+    if (!p->list || !p->mnext || !p->gset || !p->need || !p->is_output || !p->gid || !p->cons_off ||
+        !p->cons || !p->shared_prologue || !p->reason || !p->detail || !p->stack || !p->mark)
         return KF_ERR_OUT_OF_MEMORY;
 
     for (uint32_t i = 0; i < g->n_outputs; i++) {

@@ -157,7 +157,8 @@ typedef enum kf_gemm_mode {
                            epilogue in one kernel) wherever it takes the group; cuBLASLt
                            elsewhere, and the report says why */
     KF_GEMM_CUBLASLT,   /* cuBLASLt always */
-    KF_GEMM_MEASURED,   /* both, each timed once on the device; the faster runs */
+    KF_GEMM_MEASURED,   /* both, timed once per device and shape (the winner is kept in the
+                           cache, so a later process times nothing); the faster runs */
     KF_GEMM_COUNT
 } kf_gemm_mode;
 

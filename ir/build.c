@@ -565,8 +565,8 @@ kf_tensor *kf_ir_build(kf_graph *g, kf_op op, const kf_node_args *a) {
                        a->name ? a->name : "(null)");
             return NULL;
         }
-        if (kf_ir_find_name(g, a->name, name_len)) {
-            kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT,
+        if (kf_ir_find_name(g, a->name, name_len) || g->status != KF_OK) {
+            kf_ir_fail(g, KF_ERR_INVALID_ARGUMENT, /* not the first error after an OOM */
                        "input: name '%s' is already used in this graph; names are unique",
                        a->name);
             return NULL;

@@ -59,6 +59,7 @@ void kf_ir_graph_destroy(kf_graph *g) {
     kf_mem_free(&mem, g->inputs, (size_t)g->cap_inputs * sizeof *g->inputs);
     kf_mem_free(&mem, g->outputs, (size_t)g->cap_outputs * sizeof *g->outputs);
     kf_mem_free(&mem, g->out_set, (size_t)g->cap_out_set * sizeof *g->out_set);
+    kf_mem_free(&mem, g->name_set, (size_t)g->cap_name_set * sizeof *g->name_set);
     kf_mem_free(&mem, g, sizeof *g);
 }
 
@@ -207,15 +208,84 @@ bool kf_ir_is_identifier(const char *name, size_t len) {
     return true;
 }
 
-kf_tensor *kf_ir_find_name(const kf_graph *g, const char *name, size_t len) {
-    /* Names are few and graphs small; a linear scan keeps the graph a plain
-     * array. The parser is the heavy user and looks each name up once. */
-    for (uint32_t i = 0; i < g->n_nodes; i++) {
-        const char *n = g->nodes[i]->name;
-        if (n && strlen(n) == len && memcmp(n, name, len) == 0)
-            return g->nodes[i];
+static size_t name_hash_n(const char *name, size_t len) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
+    return (size_t)h;
+}
+
+static bool name_is(const kf_tensor *t, const char *name, size_t len) {
+    return t->name && strncmp(t->name, name, len) == 0 && t->name[len] == '\0';
+}
+
+/* The slot of `name` in the name set: the id of the tensor holding it, or
+ * the empty one where it would go. */
+static uint32_t *name_slot(const kf_graph *g, const char *name, size_t len) {
+    size_t mask = (size_t)g->cap_name_set - 1, i = name_hash_n(name, len) & mask;
+    while (g->name_set[i] != UINT32_MAX && !name_is(g->nodes[g->name_set[i]], name, len))
+        i = (i + 1) & mask;
+    return &g->name_set[i];
+}
+
+/* Adds t's current name (a rename leaves the old slot, which no longer
+ * matches); rebuilds the set at twice the size past a load of one half.
+ * false on OOM. */
+static bool name_index(kf_graph *g, const kf_tensor *t) {
+    if (2 * ((size_t)g->n_named + 1) > g->cap_name_set) {
+        size_t cap = 64;
+        while (cap < 4 * ((size_t)g->n_named + 1))
+            cap <<= 1;
+        if (cap > UINT32_MAX)
+            return false;
+        uint32_t *set = kf_mem_alloc(&g->mem, cap * sizeof *set);
+        if (!set)
+            return false;
+        uint32_t *old = g->name_set;
+        size_t old_cap = g->cap_name_set;
+        memset(set, 0xff, cap * sizeof *set);
+        g->name_set = set;
+        g->cap_name_set = (uint32_t)cap;
+        g->n_named = 0;
+        for (size_t i = 0; i < old_cap; i++) {
+            const kf_tensor *x = old[i] == UINT32_MAX ? NULL : g->nodes[old[i]];
+            if (x && x->name) {
+                uint32_t *slot = name_slot(g, x->name, strlen(x->name));
+                if (*slot == UINT32_MAX) {
+                    *slot = x->id;
+                    g->n_named++;
+                }
+            }
+        }
+        kf_mem_free(&g->mem, old, old_cap * sizeof *old);
     }
-    return NULL;
+    uint32_t *slot = name_slot(g, t->name, strlen(t->name));
+    if (*slot == UINT32_MAX) {
+        *slot = t->id;
+        g->n_named++;
+    }
+    return true;
+}
+
+kf_tensor *kf_ir_find_name(kf_graph *g, const char *name, size_t len) {
+    bool ok = true;
+    for (; ok && g->n_name_set < g->n_nodes; g->n_name_set++) {
+        const kf_tensor *t = g->nodes[g->n_name_set];
+        ok = !t->name || name_index(g, t);
+    }
+    if (!ok) {
+        /* Out of memory for the set: the graph fails (sticky), and the
+         * linear scan still answers this lookup. */
+        kf_ir_fail(g, KF_ERR_OUT_OF_MEMORY, "name: out of memory for the name index");
+        for (uint32_t i = 0; i < g->n_nodes; i++)
+            if (name_is(g->nodes[i], name, len))
+                return g->nodes[i];
+        return NULL;
+    }
+    if (!g->cap_name_set)
+        return NULL;
+    uint32_t id = *name_slot(g, name, len);
+    return id == UINT32_MAX ? NULL : g->nodes[id];
 }
 
 kf_status kf_ir_set_name(kf_graph *g, kf_tensor *t, const char *name, size_t len) {
@@ -225,6 +295,8 @@ kf_status kf_ir_set_name(kf_graph *g, kf_tensor *t, const char *name, size_t len
                           "characters)",
                           (int)(len > 64 ? 64 : len), name ? name : "");
     kf_tensor *other = kf_ir_find_name(g, name, len);
+    if (g->status != KF_OK)
+        return g->status; /* out of memory for the name index */
     if (other == t)
         return KF_OK;
     if (other)
@@ -238,6 +310,8 @@ kf_status kf_ir_set_name(kf_graph *g, kf_tensor *t, const char *name, size_t len
     if (!copy)
         return kf_ir_fail(g, KF_ERR_OUT_OF_MEMORY, "name: out of memory");
     t->name = copy;
+    if (t->id < g->n_name_set && !name_index(g, t))
+        return kf_ir_fail(g, KF_ERR_OUT_OF_MEMORY, "name: out of memory");
     return KF_OK;
 }
 

@@ -204,6 +204,12 @@ struct kf_graph {
      * addressing, UINT32_MAX empty): outputs [0, n_out_set) are in it */
     uint32_t *out_set;
     uint32_t cap_out_set, n_out_set;
+    /* kf_ir_find_name's hash set of named tensors' ids, filled lazily: the
+     * names of nodes [0, n_name_set) as they were when indexed, plus every
+     * later kf_ir_set_name (a lookup compares the current name, so a renamed
+     * tensor's old slot never matches) */
+    uint32_t *name_set;
+    uint32_t cap_name_set, n_name_set, n_named;
     kf_status status;       /* the first builder error: sticky */
     char error[KF_MSG_MAX]; /* its message */
     char last[KF_MSG_MAX];  /* the last non-sticky failure's message (verify, eval) */
@@ -246,8 +252,11 @@ void kf_ir_strides(const kf_tensor *t, int64_t *strides);
 void kf_ir_broadcast_strides(const kf_tensor *t, int rank, int64_t *strides);
 /* True when `name` is an identifier ([A-Za-z_][A-Za-z0-9_]*), at most 64 chars. */
 bool kf_ir_is_identifier(const char *name, size_t len);
-/* The tensor named `name`, or NULL. */
-kf_tensor *kf_ir_find_name(const kf_graph *g, const char *name, size_t len);
+/* The tensor named `name`, or NULL: a hash lookup (the nodes added since the
+ * last call are indexed first), so building or parsing N named tensors costs
+ * O(N). A name must be given through kf_ir_build or kf_ir_set_name, or be
+ * assigned before the next lookup (the parser's). */
+kf_tensor *kf_ir_find_name(kf_graph *g, const char *name, size_t len);
 
 /* Everything a builder call says; ir_build reads the fields its op's form uses. */
 typedef struct kf_node_args {

@@ -10,6 +10,7 @@
  *     cuTensorMapEncodeTiled
  */
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -782,4 +783,68 @@ kf_status kf_cuda_event_elapsed(const kf_cuda_device *dev, kf_cu_event start, kf
 void kf_cuda_event_destroy(const kf_cuda_device *dev, kf_cu_event ev) {
     if (ev && bind(dev, NULL) == KF_OK)
         dev->drv->cuEventDestroy(ev);
+}
+
+kf_status kf_cuda_check_pointer(const kf_cuda_device *dev, const void *ptr, size_t bytes,
+                                bool device, size_t align, char *err) {
+    const kf_cuda_driver *drv = dev->drv;
+    uintptr_t p = (uintptr_t)ptr;
+    if (device && align > 1 && (p & (align - 1)) != 0)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR " is not %zu-byte aligned (it is %u-byte aligned); the "
+                          "kernels' vector loads and tensor maps need %zu",
+                          p, align, (unsigned)(p & (~p + 1)), align);
+    if (!drv->cuPointerGetAttributes)
+        return KF_OK; /* a driver that cannot tell: unchecked (documented) */
+    kf_status st = bind(dev, err);
+    if (st != KF_OK)
+        return st;
+    unsigned type = 0, managed = 0;
+    kf_cu_context c = NULL;
+    int ordinal = -1;
+    kf_cu_deviceptr start = 0;
+    size_t size = 0;
+    static const int attrs[6] = {
+        KF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      KF_CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        KF_CU_POINTER_ATTRIBUTE_CONTEXT,          KF_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        KF_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, KF_CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[6] = {&type, &managed, &c, &ordinal, &start, &size};
+    /* A host binding needs only to be no device memory: two attributes. */
+    kf_cu_result r = drv->cuPointerGetAttributes(device ? 6u : 2u, attrs, data, (kf_cu_deviceptr)p);
+    if (!device) {
+        if (r == 0 && type == KF_CU_MEMORYTYPE_DEVICE && !managed)
+            return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                              "0x%" PRIxPTR " is device memory, but kf_program_run takes host "
+                              "pointers (pass device pointers to kf_program_run_device)",
+                              p);
+        return KF_OK;
+    }
+    if (r != 0 || type == 0)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR " is not CUDA memory (a host pointer? pass host pointers "
+                          "to kf_program_run)",
+                          p);
+    if (type == KF_CU_MEMORYTYPE_HOST && !managed)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR " is page-locked host memory, not device memory (pass it "
+                          "to kf_program_run, or copy it to the device first)",
+                          p);
+    if (c && c != dev->ctx)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR " belongs to another CUDA context than the program's (the "
+                          "primary context of device %d); allocate it there",
+                          p, dev->ordinal);
+    if (ordinal >= 0 && ordinal != dev->ordinal && !managed)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "0x%" PRIxPTR
+                          " is memory of device %d, but the program runs on device %d",
+                          p, ordinal, dev->ordinal);
+    if (size && (start > p || (size_t)(p - start) > size || size - (size_t)(p - start) < bytes))
+        return kf_msg_set(
+            err, KF_ERR_INVALID_ARGUMENT,
+            "0x%" PRIxPTR " lies in an allocation that holds %zu bytes from it, "
+            "shorter than the tensor's %zu",
+            p, start <= p && (size_t)(p - start) <= size ? size - (size_t)(p - start) : (size_t)0,
+            bytes);
+    return KF_OK;
 }

@@ -450,6 +450,11 @@ kf_status kf_cuda_tensor_map_encode(const kf_cuda_device *dev, const kf_cuda_tma
 
 kf_status kf_cuda_mem_alloc(const kf_cuda_device *dev, size_t bytes, kf_cu_deviceptr *out,
                             char *err);
+
+/* Checks a caller's pointer for the device with one cuPointerGetAttributes
+ * call (the contract is kf_cuda_exec_check_pointer's, runtime/cuda_exec.h). */
+kf_status kf_cuda_check_pointer(const kf_cuda_device *dev, const void *ptr, size_t bytes,
+                                bool device, size_t align, char *err);
 void kf_cuda_mem_free(const kf_cuda_device *dev, kf_cu_deviceptr ptr);
 kf_status kf_cuda_copy_to_device(const kf_cuda_device *dev, kf_cu_deviceptr dst, const void *src,
                                  size_t bytes, char *err);

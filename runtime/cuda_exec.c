@@ -26,11 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/arena.h"
 #include "runtime/cache.h"
 #include "runtime/ctx.h"
 #include "runtime/cublaslt.h"
+#include "runtime/cuda_choice.h"
 #include "runtime/cuda_exec.h"
 #include "runtime/cuda_kernel.h"
 
@@ -81,11 +83,39 @@ typedef struct xstep {
     xgemm gm;   /* GEMM */
 } xstep;
 
-/* What a measured choice found: milliseconds per variant and the winner. */
+/* What a measured choice found: milliseconds per variant and the winner;
+ * cached: read from the disk cache (only the winner's steps exist then). */
 typedef struct xchoice {
     float ms[KF_CUDA_MAX_VARIANTS];
     uint32_t chosen;
+    bool cached, keyed; /* keyed: `key` holds the choice's cache key */
+    kf_cache_key key;
 } xchoice;
+
+/* Where open and prepare spend their time (the warm-start bench reads them
+ * from the report's JSON). */
+typedef enum xphase {
+    XPH_DRIVER,
+    XPH_DEVICE,
+    XPH_CACHE,
+    XPH_CHOICES,
+    XPH_CUBLASLT,
+    XPH_KERNELS,
+    XPH_MEMORY,
+    XPH_MEASURE,
+    XPH_CONSTANTS,
+    XPH_GRAPH,
+    XPH_COUNT
+} xphase;
+static const char *const xphase_names[XPH_COUNT] = {
+    "driver",  "device", "cache_open", "choices_read", "cublaslt",
+    "kernels", "memory", "measure",    "constants",    "cuda_graph"};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 struct kf_cuda_exec {
     kf_ctx *ctx;
@@ -99,6 +129,7 @@ struct kf_cuda_exec {
     kf_cu_stream stream;
     kf_blt *lt;
     kf_cache *cache;
+    double phase_ms[XPH_COUNT];
 
     xbuf *bufs;
     uint32_t n_bufs, cap_bufs;
@@ -272,7 +303,13 @@ static kf_status add_step(kf_cuda_exec *ex, xstep **out, char *err) {
     return KF_OK;
 }
 
-/* The CUBIN of every KERNEL step of every variant, in the order prepare adds
+/* Whether variant v of recipe gi gets steps: every variant, except where a
+ * cached choice already named the winner. */
+static bool variant_in_use(const kf_cuda_exec *ex, uint32_t gi, uint32_t v) {
+    return !ex->choices[gi].cached || ex->choices[gi].chosen == v;
+}
+
+/* The CUBIN of every KERNEL step of every variant in use, in the order prepare adds
  * them, obtained on several threads at once (kf_cuda_kernels_cubins: a cold
  * program compiles its kernels concurrently rather than one after another).
  * With kf_options.dump_dir, each source is written first, whether or not it
@@ -298,6 +335,8 @@ static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, kf_cud
         const kf_cuda_recipe *rc = &r->recipes[gi];
         for (uint32_t v = 0; v < rc->n_variants; v++) {
             const kf_cuda_variant *va = &rc->variants[v];
+            if (!variant_in_use(ex, gi, v))
+                continue; /* a cached choice's loser: prepare adds no step for it */
             for (uint32_t s = 0; s < va->n_steps && va->first_step + s < rc->n_steps; s++) {
                 const kf_cuda_step *step = &rc->steps[va->first_step + s];
                 if (step->kind == KF_CUDA_STEP_KERNEL && j < count)
@@ -693,7 +732,7 @@ static kf_status measure_choices(kf_cuda_exec *ex, char *err) {
     bool any = false;
     for (uint32_t gi = 0; gi < ex->recipes->n; gi++)
         any |= ex->recipes->recipes[gi].choice == KF_CUDA_CHOICE_MEASURED &&
-               ex->recipes->recipes[gi].n_variants > 1;
+               ex->recipes->recipes[gi].n_variants > 1 && !ex->choices[gi].cached;
     if (!any)
         return KF_OK;
     kf_cu_event e0 = NULL, e1 = NULL;
@@ -713,14 +752,18 @@ static kf_status measure_choices(kf_cuda_exec *ex, char *err) {
         st = kf_cuda_event_create(&ex->dev, &e1, err);
     for (uint32_t gi = 0; gi < ex->recipes->n && st == KF_OK; gi++) {
         const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
-        if (rc->choice != KF_CUDA_CHOICE_MEASURED || rc->n_variants < 2)
-            continue;
         xchoice *c = &ex->choices[gi];
+        if (rc->choice != KF_CUDA_CHOICE_MEASURED || rc->n_variants < 2 || c->cached)
+            continue;
         for (uint32_t v = 0; v < rc->n_variants && st == KF_OK; v++) {
             st = time_variant(ex, gi, v, e0, e1, &c->ms[v], err);
             if (st == KF_OK && c->ms[v] < c->ms[c->chosen])
                 c->chosen = v;
         }
+        /* Kept for the next process on this device (a store that fails
+         * costs that process a measurement, nothing else). */
+        if (st == KF_OK && c->keyed)
+            (void)kf_cuda_choice_store(ex->cache, &c->key, rc->n_variants, c->chosen, c->ms);
     }
     if (e0)
         kf_cuda_event_destroy(&ex->dev, e0);
@@ -814,6 +857,7 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_open: NULL argument");
     *out = NULL;
     const kf_cuda_driver *drv;
+    double t0 = now_ms();
     kf_status st = kf_ctx_cuda_driver(ctx, &drv, err);
     if (st != KF_OK)
         return st;
@@ -822,13 +866,18 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
     ex->ctx = ctx;
     ex->mem = ctx->mem;
+    double t1 = now_ms();
     st = kf_cuda_device_open(drv, ctx->device, &ex->dev, err);
     if (st == KF_OK) {
         ex->dev_open = true;
         st = kf_cuda_stream_create(&ex->dev, &ex->stream, err);
     }
+    double t2 = now_ms();
     if (st == KF_OK)
         st = kf_ctx_cache(ctx, &ex->cache, err);
+    ex->phase_ms[XPH_DRIVER] = t1 - t0;
+    ex->phase_ms[XPH_DEVICE] = t2 - t1;
+    ex->phase_ms[XPH_CACHE] = now_ms() - t2;
     if (st != KF_OK) {
         kf_cuda_exec_destroy(ex);
         return st;
@@ -842,12 +891,33 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
     return KF_OK;
 }
 
-static bool recipes_have_gemm(const kf_cuda_recipes *r) {
-    for (uint32_t i = 0; i < r->n; i++)
-        for (uint32_t s = 0; s < r->recipes[i].n_steps; s++)
-            if (r->recipes[i].steps[s].kind == KF_CUDA_STEP_GEMM)
+/* Whether a variant in use of recipe gi has a library GEMM step. */
+static bool recipe_uses_lt(const kf_cuda_exec *ex, uint32_t gi) {
+    const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
+    for (uint32_t v = 0; v < rc->n_variants; v++)
+        for (uint32_t s = 0; variant_in_use(ex, gi, v) && s < rc->variants[v].n_steps; s++) {
+            uint32_t i = rc->variants[v].first_step + s;
+            if (i < rc->n_steps && rc->steps[i].kind == KF_CUDA_STEP_GEMM)
                 return true;
+        }
     return false;
+}
+
+/* Each MEASURED recipe's choice from the disk cache, where an earlier
+ * process on this device stored it; a miss keeps the key for the store
+ * after measuring. A key that cannot be built only costs a measurement. */
+static void read_choices(kf_cuda_exec *ex) {
+    for (uint32_t gi = 0; ex->cache && gi < ex->recipes->n; gi++) {
+        const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
+        xchoice *c = &ex->choices[gi];
+        char err[KF_MSG_MAX];
+        if (rc->choice != KF_CUDA_CHOICE_MEASURED || rc->n_variants < 2 ||
+            kf_cuda_choice_key(&ex->mem, rc, &ex->dev, ex->target.arch, ex->ctx->cublaslt_lib,
+                               &c->key, err) != KF_OK)
+            continue;
+        c->keyed = true;
+        c->cached = kf_cuda_choice_load(ex->cache, &c->key, rc->n_variants, &c->chosen, c->ms);
+    }
 }
 
 kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_recipes *recipes,
@@ -878,7 +948,14 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         ex->buf_of[i] = KF_NONE;
 
     kf_status st = KF_OK;
-    if (recipes_have_gemm(recipes)) {
+    double t0 = now_ms();
+    read_choices(ex);
+    bool need_lt = false;
+    for (uint32_t gi = 0; gi < recipes->n && !need_lt; gi++)
+        need_lt = recipe_uses_lt(ex, gi);
+    double t1 = now_ms();
+    ex->phase_ms[XPH_CHOICES] = t1 - t0;
+    if (need_lt) {
         st = kf_blt_create(&ex->mem, &ex->dev, ex->ctx->cublaslt_lib, &ex->lt, err);
         if (st != KF_OK) {
             char why[KF_MSG_MAX];
@@ -889,9 +966,11 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
                               why);
         }
     }
+    double t2 = now_ms();
+    ex->phase_ms[XPH_CUBLASLT] = t2 - t1;
 
     /* Every kernel's CUBIN first, concurrently; then the steps, recipe by
-     * recipe, every variant; scratch buffers live in their group. */
+     * recipe, every variant in use; scratch buffers live in their group. */
     kf_cuda_cubin *cubins = NULL;
     uint32_t n_cubins = 0, cap_cubins = 0, next_cubin = 0;
     for (uint32_t gi = 0; gi < recipes->n; gi++)
@@ -908,6 +987,8 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         }
         for (uint32_t v = 0; v < rc->n_variants && st == KF_OK; v++) {
             const kf_cuda_variant *va = &rc->variants[v];
+            if (!variant_in_use(ex, gi, v))
+                continue;
             if (va->first_step + va->n_steps > rc->n_steps)
                 st = kf_msg_set(err, KF_ERR_INTERNAL,
                                 "group %u: variant %u names steps past "
@@ -941,15 +1022,16 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
      * groups with GEMMs, so a run allocates nothing (and a caller's
      * workspace covers it). */
     ex->lt_ws_buf = KF_NONE;
+    double t3 = now_ms();
+    ex->phase_ms[XPH_KERNELS] = t3 - t2;
     if (st == KF_OK && ex->lt) {
         int first = -1, last = -1;
         for (uint32_t gi = 0; gi < recipes->n; gi++)
-            for (uint32_t s = 0; s < recipes->recipes[gi].n_steps; s++)
-                if (recipes->recipes[gi].steps[s].kind == KF_CUDA_STEP_GEMM) {
-                    if (first < 0)
-                        first = (int)gi;
-                    last = (int)gi;
-                }
+            if (recipe_uses_lt(ex, gi)) {
+                if (first < 0)
+                    first = (int)gi;
+                last = (int)gi;
+            }
         st = add_buf(ex, KF_NONE, KF_BLT_WORKSPACE_BYTES, first, last, &ex->lt_ws_buf, err);
     }
 
@@ -982,9 +1064,13 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         st = kf_cuda_event_create(&ex->dev, &ex->done, err);
     if (st == KF_OK)
         st = bind_steps(ex, err);
+    double t4 = now_ms();
+    ex->phase_ms[XPH_MEMORY] = t4 - t3;
     /* Measured choices run on a zeroed arena, so before the constants. */
     if (st == KF_OK)
         st = measure_choices(ex, err);
+    double t5 = now_ms();
+    ex->phase_ms[XPH_MEASURE] = t5 - t4;
     /* Constants, once. */
     for (uint32_t t = 0; t < g->n_nodes && st == KF_OK; t++) {
         const kf_tensor *x = g->nodes[t];
@@ -995,8 +1081,11 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     }
     if (st == KF_OK)
         st = make_order(ex, err);
+    double t6 = now_ms();
+    ex->phase_ms[XPH_CONSTANTS] = t6 - t5;
     if (st == KF_OK)
         build_graph(ex);
+    ex->phase_ms[XPH_GRAPH] = now_ms() - t6;
     return st;
 }
 
@@ -1265,66 +1354,7 @@ kf_status kf_cuda_exec_copy_device(kf_cuda_exec *ex, uint32_t t, kf_cu_deviceptr
 
 kf_status kf_cuda_exec_check_pointer(kf_cuda_exec *ex, const void *ptr, size_t bytes, bool device,
                                      size_t align, char *err) {
-    const kf_cuda_driver *drv = ex->dev.drv;
-    uintptr_t p = (uintptr_t)ptr;
-    if (device && align > 1 && (p & (align - 1)) != 0)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "0x%" PRIxPTR " is not %zu-byte aligned (it is %u-byte aligned); the "
-                          "kernels' vector loads and tensor maps need %zu",
-                          p, align, (unsigned)(p & (~p + 1)), align);
-    if (!drv->cuPointerGetAttributes)
-        return KF_OK; /* a driver that cannot tell: unchecked (documented) */
-    kf_status st = make_current(ex, err);
-    if (st != KF_OK)
-        return st;
-    unsigned type = 0, managed = 0;
-    kf_cu_context c = NULL;
-    int ordinal = -1;
-    kf_cu_deviceptr start = 0;
-    size_t size = 0;
-    static const int attrs[6] = {
-        KF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      KF_CU_POINTER_ATTRIBUTE_IS_MANAGED,
-        KF_CU_POINTER_ATTRIBUTE_CONTEXT,          KF_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        KF_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, KF_CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-    void *data[6] = {&type, &managed, &c, &ordinal, &start, &size};
-    /* A host binding needs only to be no device memory: two attributes. */
-    kf_cu_result r = drv->cuPointerGetAttributes(device ? 6u : 2u, attrs, data, (kf_cu_deviceptr)p);
-    if (!device) {
-        if (r == 0 && type == KF_CU_MEMORYTYPE_DEVICE && !managed)
-            return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                              "0x%" PRIxPTR " is device memory, but kf_program_run takes host "
-                              "pointers (pass device pointers to kf_program_run_device)",
-                              p);
-        return KF_OK;
-    }
-    if (r != 0 || type == 0)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "0x%" PRIxPTR " is not CUDA memory (a host pointer? pass host pointers "
-                          "to kf_program_run)",
-                          p);
-    if (type == KF_CU_MEMORYTYPE_HOST && !managed)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "0x%" PRIxPTR " is page-locked host memory, not device memory (pass it "
-                          "to kf_program_run, or copy it to the device first)",
-                          p);
-    if (c && c != ex->dev.ctx)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "0x%" PRIxPTR " belongs to another CUDA context than the program's (the "
-                          "primary context of device %d); allocate it there",
-                          p, ex->dev.ordinal);
-    if (ordinal >= 0 && ordinal != ex->dev.ordinal && !managed)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "0x%" PRIxPTR
-                          " is memory of device %d, but the program runs on device %d",
-                          p, ordinal, ex->dev.ordinal);
-    if (size && (start > p || (size_t)(p - start) > size || size - (size_t)(p - start) < bytes))
-        return kf_msg_set(
-            err, KF_ERR_INVALID_ARGUMENT,
-            "0x%" PRIxPTR " lies in an allocation that holds %zu bytes from it, "
-            "shorter than the tensor's %zu",
-            p, start <= p && (size_t)(p - start) <= size ? size - (size_t)(p - start) : (size_t)0,
-            bytes);
-    return KF_OK;
+    return kf_cuda_check_pointer(&ex->dev, ptr, bytes, device, align, err);
 }
 
 size_t kf_cuda_exec_workspace_size(const kf_cuda_exec *ex) { return ex ? ex->arena_bytes : 0; }
@@ -1412,6 +1442,11 @@ void kf_cuda_exec_arena_stats(const kf_cuda_exec *ex, size_t *arena, size_t *uns
         *unshared = ex ? ex->unshared_bytes : 0;
 }
 
+bool kf_cuda_exec_choice_cached(const kf_cuda_exec *ex, uint32_t group) {
+    return prepared(ex) && group < ex->recipes->n && ex->choices[group].cached;
+}
+bool kf_cuda_exec_uses_cublaslt(const kf_cuda_exec *ex) { return ex && ex->lt; }
+
 bool kf_cuda_exec_choice(const kf_cuda_exec *ex, uint32_t group, uint32_t *chosen, float *ms) {
     if (!prepared(ex) || group >= ex->recipes->n ||
         ex->recipes->recipes[group].choice != KF_CUDA_CHOICE_MEASURED)
@@ -1438,8 +1473,9 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
             if (rc->choice != KF_CUDA_CHOICE_MEASURED)
                 continue;
-            fprintf(out, "%s{\"group\": %u, \"chosen\": \"%s\", \"ms\": [", first ? "" : ", ", gi,
-                    rc->variants[ex->choices[gi].chosen].label);
+            fprintf(out, "%s{\"group\": %u, \"chosen\": \"%s\", \"cached\": %s, \"ms\": [",
+                    first ? "" : ", ", gi, rc->variants[ex->choices[gi].chosen].label,
+                    ex->choices[gi].cached ? "true" : "false");
             for (uint32_t v = 0; v < rc->n_variants; v++)
                 fprintf(out, "%s%.6f", v ? ", " : "", (double)ex->choices[gi].ms[v]);
             fputs("]}", out);
@@ -1447,8 +1483,13 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
         }
         fprintf(out,
                 "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"constant_bytes\": %zu, "
-                "\"kernels_compiled\": %u, \"kernels_cached\": %u}",
-                ex->n_order, ex->arena_bytes, ex->consts_bytes, ex->compiled, ex->hits);
+                "\"kernels_compiled\": %u, \"kernels_cached\": %u, \"cublaslt\": %s, "
+                "\"prepare_ms\": {",
+                ex->n_order, ex->arena_bytes, ex->consts_bytes, ex->compiled, ex->hits,
+                ex->lt ? "true" : "false");
+        for (int i = 0; i < XPH_COUNT; i++)
+            fprintf(out, "%s\"%s\": %.3f", i ? ", " : "", xphase_names[i], ex->phase_ms[i]);
+        fputs("}}", out);
         return;
     }
     fprintf(out, "cuda: %s (%s, %d SMs), arch %s, streamed reads %s in L2\n", ex->dev.name,
@@ -1466,7 +1507,7 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             for (uint32_t v = 0; v < rc->n_variants; v++)
                 fprintf(out, " %s %.4f ms%s", rc->variants[v].label, (double)c->ms[v],
                         v == c->chosen ? " (chosen)" : "");
-            fputc(']', out);
+            fputs(c->cached ? ", from the cache]" : "]", out);
         }
         fputc('\n', out);
     }

@@ -70,6 +70,12 @@ const char *kf_cuda_exec_device_name(const kf_cuda_exec *ex);
 /* For a MEASURED recipe of `group`: the variant chosen and each variant's
  * milliseconds (KF_CUDA_MAX_VARIANTS entries); false for other groups. */
 bool kf_cuda_exec_choice(const kf_cuda_exec *ex, uint32_t group, uint32_t *chosen, float *ms);
+/* Whether group's choice was read from the disk cache (an earlier process
+ * measured it on this device; only the winner's steps were loaded). */
+bool kf_cuda_exec_choice_cached(const kf_cuda_exec *ex, uint32_t group);
+/* Whether the exec loaded cuBLASLt: only when a step it may launch, or a
+ * variant it still measures, calls the library. */
+bool kf_cuda_exec_uses_cublaslt(const kf_cuda_exec *ex);
 
 /* Runs the plan once. bound[t] (graph->n_nodes entries) is a host pointer for
  * every graph input t (read) and may be one for a graph output t (written);
@@ -143,7 +149,9 @@ void kf_cuda_exec_arena_stats(const kf_cuda_exec *ex, size_t *arena, size_t *uns
 
 /* Text: one line per group (what runs where and why, the measured times);
  * then the arena. JSON: the value of the report's "cuda_run" member: the
- * device, each measured choice with its times, launches, arena, cache. */
+ * device, each measured choice with its times (and whether the cache gave
+ * it), launches, arena, cache, whether cuBLASLt was loaded, and where open
+ * and prepare spent their milliseconds ("prepare_ms"). */
 void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out);
 
 #endif /* KF_RUNTIME_CUDA_EXEC_H */

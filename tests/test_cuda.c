@@ -21,6 +21,7 @@
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda.h"
+#include "runtime/cuda_choice.h"
 
 static void test_a_missing_driver_is_unsupported_with_a_clear_message(void **state) {
     (void)state;
@@ -576,6 +577,114 @@ static void test_declared_driver_types_match_the_toolkit_header(void **state) {
 #endif
 }
 
+/* Issue 15 item 5: a measured choice in the disk cache (runtime/cuda_choice.c),
+ * without a GPU: the key moves with every input that could change the
+ * winner and only with those, an entry round-trips, and an entry that does
+ * not fit the recipe is a miss (the caller then measures again). */
+static void test_a_measured_choice_round_trips_through_the_cache_under_a_key_of_all_it_depends_on(
+    void **state) {
+    (void)state;
+    kf_mem m;
+    kf_mem_resolve(&m, NULL);
+    static char src[] = "extern \"C\" __global__ void k_gen(float *p) { p[0] = 1.0f; }\n";
+    kf_cuda_kstep ks;
+    memset(&ks, 0, sizeof ks);
+    snprintf(ks.kernel.name, sizeof ks.kernel.name, "k_gen");
+    snprintf(ks.kernel.arch, sizeof ks.kernel.arch, "sm_90a");
+    ks.kernel.source = src;
+    ks.kernel.source_len = strlen(src);
+    ks.grid[0] = ks.grid[1] = ks.grid[2] = ks.block[1] = ks.block[2] = 1;
+    ks.block[0] = 128;
+    ks.cluster[0] = ks.cluster[1] = ks.cluster[2] = 1;
+    kf_cuda_step steps[2];
+    memset(steps, 0, sizeof steps);
+    steps[0].kind = KF_CUDA_STEP_KERNEL;
+    steps[0].kernel = &ks;
+    steps[1].kind = KF_CUDA_STEP_GEMM;
+    steps[1].gemm.dtype = KF_DTYPE_BF16;
+    steps[1].gemm.m = 512, steps[1].gemm.n = 512, steps[1].gemm.k = 256, steps[1].gemm.batch = 1;
+    kf_cuda_recipe rc;
+    memset(&rc, 0, sizeof rc);
+    rc.choice = KF_CUDA_CHOICE_MEASURED;
+    rc.n_variants = 2;
+    rc.variants[0] = (kf_cuda_variant){.label = "generated", .first_step = 0, .n_steps = 1};
+    rc.variants[1] = (kf_cuda_variant){.label = "cublaslt", .first_step = 1, .n_steps = 1};
+    rc.steps = steps;
+    rc.n_steps = 2;
+    kf_cuda_driver drv;
+    memset(&drv, 0, sizeof drv);
+    drv.driver_version = 13000;
+    kf_cuda_device dev;
+    memset(&dev, 0, sizeof dev);
+    dev.drv = &drv;
+    dev.cc_major = 9;
+    dev.sm_count = 132;
+    snprintf(dev.name, sizeof dev.name, "NVIDIA H100 80GB HBM3");
+    char err[KF_MSG_MAX] = "";
+    kf_cache_key k0, k;
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k0, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_memory_equal(&k, &k0, sizeof k); /* deterministic */
+    /* Each input moves the key. */
+    steps[1].gemm.n = 1024;
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_memory_not_equal(&k, &k0, sizeof k);
+    steps[1].gemm.n = 512;
+    ks.block[0] = 256;
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_memory_not_equal(&k, &k0, sizeof k);
+    ks.block[0] = 128;
+    char *one = strstr(src, "1.0f");
+    *one = '2'; /* p[0] = 2.0f: another kernel */
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_memory_not_equal(&k, &k0, sizeof k);
+    *one = '1';
+    snprintf(dev.name, sizeof dev.name, "NVIDIA H200");
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_memory_not_equal(&k, &k0, sizeof k);
+    snprintf(dev.name, sizeof dev.name, "NVIDIA H100 80GB HBM3");
+    drv.driver_version = 13010;
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_memory_not_equal(&k, &k0, sizeof k);
+    drv.driver_version = 13000;
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", "/opt/libcublasLt.so.13", &k, err),
+                     KF_OK);
+    assert_memory_not_equal(&k, &k0, sizeof k);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_memory_equal(&k, &k0, sizeof k); /* everything restored: the same key */
+
+    /* Round trip through a private cache. */
+    char dir[] = "/tmp/kf_choice_cpu_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_cache_options co = {.dir = dir};
+    kf_cache *cache = NULL;
+    kf_cache_msg msg;
+    memset(&msg, 0, sizeof msg);
+    assert_int_equal(kf_cache_open(&m, &co, &cache, &msg), KF_OK);
+    uint32_t chosen = 7;
+    float ms[KF_CUDA_MAX_VARIANTS] = {0};
+    assert_false(kf_cuda_choice_load(cache, &k0, 2, &chosen, ms)); /* nothing yet */
+    const float want[KF_CUDA_MAX_VARIANTS] = {0.125f, 0.0625f};
+    assert_int_equal(kf_cuda_choice_store(cache, &k0, 2, 1, want), KF_CACHE_STORE_DONE);
+    assert_true(kf_cuda_choice_load(cache, &k0, 2, &chosen, ms));
+    assert_int_equal(chosen, 1);
+    assert_memory_equal(ms, want, sizeof want);
+    steps[1].gemm.n = 1024; /* another shape: a miss */
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_false(kf_cuda_choice_load(cache, &k, 2, &chosen, ms));
+    /* An entry that does not fit the recipe is a miss, never a choice. */
+    assert_false(kf_cuda_choice_load(cache, &k0, 3, &chosen, ms));
+    const char junk[24] = "kfchoic1\x02\0\0\0\x09";
+    memset(&msg, 0, sizeof msg);
+    assert_int_equal(kf_cache_put(cache, &k0, junk, sizeof junk, &msg), KF_OK); /* winner 9 of 2 */
+    assert_false(kf_cuda_choice_load(cache, &k0, 2, &chosen, ms));
+    memset(&msg, 0, sizeof msg);
+    assert_int_equal(kf_cache_put(cache, &k0, "short", 5, &msg), KF_OK);
+    assert_false(kf_cuda_choice_load(cache, &k0, 2, &chosen, ms));
+    kf_cache_close(cache);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_missing_driver_is_unsupported_with_a_clear_message),
@@ -595,6 +704,8 @@ int main(void) {
         cmocka_unit_test(test_each_bad_tensor_map_field_is_refused_by_name),
         cmocka_unit_test(test_the_cluster_probe_kernel_compiles_for_sm90a),
         cmocka_unit_test(test_the_tma_tile_kernel_compiles_for_sm90a),
+        cmocka_unit_test(
+            test_a_measured_choice_round_trips_through_the_cache_under_a_key_of_all_it_depends_on),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

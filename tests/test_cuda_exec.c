@@ -1625,6 +1625,92 @@ static void test_a_measured_choice_times_both_variants_and_runs_the_faster(void 
     kf_graph_destroy(g);
 }
 
+/* Issue 15 item 5: a measured choice is timed once per device and shape and
+ * kept in the cache; a new process (here: a new context and exec on the same
+ * directory) reads it, times nothing, loads only the winner's steps, and
+ * loads cuBLASLt only when the winner calls it. Before the fix every compile
+ * timed both variants again and always loaded cuBLASLt. */
+static void prepare_gemm(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **ex) {
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_target t;
+    kf_cuda_recipes *r = NULL;
+    if (kf_cuda_exec_open(ctx, ex, &t, err) != KF_OK ||
+        kf_cuda_recipes_create(plan, &t, &plan->graph->mem, &r, err) != KF_OK ||
+        kf_cuda_exec_prepare(*ex, plan, r, err) != KF_OK)
+        fail_msg("prepare: %s", err);
+}
+
+static void test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
+                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
+                       "y = gelu_tanh(a)\noutput y\n";
+    char dir[] = "/tmp/kf_choice_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_ctx *ctx[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        kf_options o;
+        kf_options_init(&o);
+        o.target = KF_TARGET_CUDA;
+        o.cache_dir = dir;
+        assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
+    }
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_cuda_exec *cold = NULL, *warm = NULL;
+    prepare_gemm(ctx[0], plan, &cold);
+    uint32_t gi = KF_NONE;
+    for (uint32_t i = 0; i < plan->n_groups; i++)
+        if (kf_cuda_exec_choice(cold, i, NULL, NULL))
+            gi = i;
+    if (gi == KF_NONE)
+        fail_msg("the bf16 GEMM group has no measured choice on this device (%s): the test "
+                 "needs the generated GEMM kernel (sm_90a)",
+                 kf_cuda_exec_device_name(cold));
+    uint32_t c0 = 9, c1 = 9;
+    float ms0[KF_CUDA_MAX_VARIANTS] = {0}, ms1[KF_CUDA_MAX_VARIANTS] = {0};
+    assert_true(kf_cuda_exec_choice(cold, gi, &c0, ms0));
+    assert_false(kf_cuda_exec_choice_cached(cold, gi));
+    assert_true(kf_cuda_exec_uses_cublaslt(cold)); /* one side of the measurement */
+    assert_true(ms0[0] > 0 && ms0[1] > 0);
+    kf_cuda_exec_destroy(cold);
+
+    prepare_gemm(ctx[1], plan, &warm);
+    assert_true(kf_cuda_exec_choice(warm, gi, &c1, ms1));
+    assert_true(kf_cuda_exec_choice_cached(warm, gi));
+    assert_int_equal(c1, c0);
+    assert_memory_equal(ms1, ms0, sizeof ms0);
+    const kf_cuda_recipe *rc = &kf_cuda_exec_recipes(warm)->recipes[gi];
+    bool winner_calls_lt = false;
+    for (uint32_t s = 0; s < rc->variants[c1].n_steps; s++)
+        winner_calls_lt |= rc->steps[rc->variants[c1].first_step + s].kind == KF_CUDA_STEP_GEMM;
+    assert_int_equal(kf_cuda_exec_uses_cublaslt(warm), winner_calls_lt);
+    char *rep = NULL;
+    size_t rlen = 0;
+    FILE *f = open_memstream(&rep, &rlen);
+    kf_cuda_exec_report(warm, true, f);
+    fclose(f);
+    assert_non_null(strstr(rep, "\"cached\": true"));
+    assert_non_null(strstr(rep, "\"measure\": "));
+    fprintf(stderr, "  choice %s (%.4f / %.4f ms) from the cache; cuBLASLt %s\n  %s\n",
+            rc->variants[c1].label, (double)ms1[0], (double)ms1[1],
+            winner_calls_lt ? "loaded" : "not loaded", rep);
+    free(rep);
+    kf_cuda_exec_destroy(warm);
+    kf_plan_destroy(plan);
+
+    /* The warm program through the public API computes the right values. */
+    run_opts o = {.lo = -1, .hi = 1, .ctx = ctx[2], .report_has = "from the cache]"};
+    run_and_compare(g, 1500, &o, "warm measured choice");
+    kf_graph_destroy(g);
+    for (int i = 0; i < 3; i++)
+        kf_ctx_destroy(ctx[i]);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 static void test_intermediates_share_device_memory_by_liveness(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -1679,6 +1765,7 @@ int main(void) {
         cmocka_unit_test(test_intermediates_share_device_memory_by_liveness),
         cmocka_unit_test(test_recipes_of_the_report_are_the_executors_and_aot_serves_them),
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
+        cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
     };

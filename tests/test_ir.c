@@ -856,6 +856,59 @@ static void test_op_table_names_round_trip_and_traits_are_consistent(void **stat
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
+/* Issue 15 item 12: names are looked up through a hash index (building N
+ * named tensors was O(N^2) through a scan per name), and the index keeps the
+ * uniqueness rules: a taken name is refused however many names came before,
+ * a renamed tensor frees its old name, and a clone answers the same. */
+static void test_names_stay_unique_through_thousands_of_tensors_and_renames(void **state) {
+    (void)state;
+    kf_ctx *ctx = NULL;
+    kf_graph *g = NULL;
+    assert_int_equal(kf_ctx_create(NULL, &ctx), KF_OK);
+    assert_int_equal(kf_graph_create(ctx, &g), KF_OK);
+    int64_t d[1] = {4};
+    char name[32];
+    kf_tensor *last = NULL;
+    for (int i = 0; i < 3000; i++) {
+        snprintf(name, sizeof name, "x%d", i);
+        kf_tensor *x = kf_input(g, name, KF_DTYPE_F32, 1, d);
+        assert_non_null(x);
+        kf_tensor *y = kf_relu(g, x);
+        snprintf(name, sizeof name, "r%d", i);
+        assert_int_equal(kf_tensor_set_name(y, name), KF_OK);
+        last = y;
+    }
+    assert_ptr_equal(kf_ir_find_name(g, "x1234", 5), g->nodes[2 * 1234]);
+    assert_ptr_equal(kf_ir_find_name(g, "r2999", 5), last);
+    assert_null(kf_ir_find_name(g, "x3000", 5));
+    assert_null(kf_ir_find_name(g, "x1234", 1)); /* "x": a prefix is another name */
+    /* A taken name: refused for an op's rename and for an input. */
+    assert_int_equal(kf_tensor_set_name(last, "x17"), KF_ERR_INVALID_ARGUMENT);
+    kf_graph *g2 = NULL;
+    assert_int_equal(kf_graph_create(ctx, &g2), KF_OK);
+    /* A rename frees the old name (in a fresh graph: the error is sticky). */
+    kf_tensor *a = kf_input(g2, "a", KF_DTYPE_F32, 1, d);
+    kf_tensor *b = kf_neg(g2, a);
+    assert_int_equal(kf_tensor_set_name(b, "old"), KF_OK);
+    for (int i = 0; i < 200; i++) { /* grow the index past its first rebuilds */
+        snprintf(name, sizeof name, "in%d", i);
+        assert_non_null(kf_input(g2, name, KF_DTYPE_F32, 1, d));
+    }
+    assert_int_equal(kf_tensor_set_name(b, "new"), KF_OK);
+    assert_ptr_equal(kf_ir_find_name(g2, "new", 3), b);
+    assert_null(kf_ir_find_name(g2, "old", 3));
+    assert_non_null(kf_input(g2, "old", KF_DTYPE_F32, 1, d));
+    assert_null(kf_input(g2, "new", KF_DTYPE_F32, 1, d));
+    assert_int_equal(kf_graph_status(g2), KF_ERR_INVALID_ARGUMENT);
+    kf_graph *c = kf_ir_graph_clone(g);
+    assert_non_null(c);
+    assert_ptr_equal(kf_ir_find_name(c, "r2999", 5), c->nodes[last->id]);
+    kf_ir_graph_destroy(c);
+    kf_graph_destroy(g2);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_unary_ops_keep_shape_and_dtype),
@@ -912,6 +965,7 @@ int main(void) {
         cmocka_unit_test(test_ctx_rejects_half_set_allocator_and_bad_options),
         cmocka_unit_test(test_every_status_has_a_distinct_string),
         cmocka_unit_test(test_op_table_names_round_trip_and_traits_are_consistent),
+        cmocka_unit_test(test_names_stay_unique_through_thousands_of_tensors_and_renames),
     };
     return cmocka_run_group_tests_name("ir", tests, NULL, NULL);
 }

@@ -222,7 +222,8 @@ typedef struct kf_cuda_step {
 /* How the executor picks among a recipe's variants. */
 typedef enum kf_cuda_choice {
     KF_CUDA_CHOICE_ONLY = 0, /* one variant */
-    KF_CUDA_CHOICE_MEASURED, /* each variant is timed once on the device; the fastest runs */
+    KF_CUDA_CHOICE_MEASURED, /* each variant is timed once per device (the winner is kept in
+                                the cache: runtime/cuda_choice.h); the fastest runs */
     KF_CUDA_CHOICE_COUNT
 } kf_cuda_choice;
 

@@ -32,6 +32,8 @@ typedef struct lg_fn {
     LLVMValueRef fn, bufs, begin, end, scratch;
     LLVMBuilderRef alloca_b; /* positioned in the entry block, before its terminator */
     LLVMValueRef *bufptr;    /* per tensor id: the loaded bufs[t], or NULL */
+    uint32_t *bufptr_set;    /* the ids set in bufptr, to clear them after the group: */
+    uint32_t n_bufptr_set;   /* clearing all n per group made codegen quadratic */
     size_t scratch_used;
 } lg_fn;
 

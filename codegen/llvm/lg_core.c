@@ -109,6 +109,7 @@ LLVMValueRef lg_buf(lg_fn *f, uint32_t t) {
         char name[32];
         snprintf(name, sizeof name, "t%u", t);
         f->bufptr[t] = LLVMBuildLoad2(f->alloca_b, m->ptr, slot, name);
+        f->bufptr_set[f->n_bufptr_set++] = t;
     }
     return f->bufptr[t];
 }

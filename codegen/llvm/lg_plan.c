@@ -14,7 +14,8 @@ static void add_attr(lg_mod *m, LLVMValueRef fn, const char *name) {
     LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(m->C, kind, 0));
 }
 
-static void emit_group(lg_mod *m, const kf_group *g, kf_cpu_kernel *k, LLVMValueRef *bufptr) {
+static void emit_group(lg_mod *m, const kf_group *g, kf_cpu_kernel *k, LLVMValueRef *bufptr,
+                       uint32_t *bufptr_set) {
     memset(k, 0, sizeof *k);
     if (!g->is_kernel || g->kind == KF_GROUP_VIEW)
         return;
@@ -29,8 +30,8 @@ static void emit_group(lg_mod *m, const kf_group *g, kf_cpu_kernel *k, LLVMValue
     f.m = m;
     f.g = g;
     f.k = k;
-    f.bufptr = bufptr;
-    memset(bufptr, 0, sizeof(LLVMValueRef) * m->graph->n_nodes);
+    f.bufptr = bufptr; /* all NULL: each group clears what it set */
+    f.bufptr_set = bufptr_set;
     f.fn = LLVMAddFunction(m->M, k->symbol, m->kernel_t);
     add_attr(m, f.fn, "nounwind");
     /* The scratch area is the calling thread's alone: nothing else points into it. */
@@ -67,6 +68,8 @@ static void emit_group(lg_mod *m, const kf_group *g, kf_cpu_kernel *k, LLVMValue
     LLVMBuildRetVoid(m->B);
     LLVMBuildBr(f.alloca_b, start);
     LLVMDisposeBuilder(f.alloca_b);
+    for (uint32_t i = 0; i < f.n_bufptr_set; i++)
+        bufptr[f.bufptr_set[i]] = NULL;
 }
 
 kf_status kf_llvm_emit_plan(const kf_plan *plan, LLVMModuleRef mod, kf_cpu_kernel *kernels,
@@ -94,14 +97,18 @@ kf_status kf_llvm_emit_plan(const kf_plan *plan, LLVMModuleRef mod, kf_cpu_kerne
     m.B = LLVMCreateBuilderInContext(m.C);
     size_t nb = plan->graph->n_nodes ? plan->graph->n_nodes : 1;
     LLVMValueRef *bufptr = kf_mem_calloc(&plan->graph->mem, nb, sizeof *bufptr); /* ctx hooks */
-    if (!bufptr) {
+    uint32_t *bufptr_set = kf_mem_alloc(&plan->graph->mem, nb * sizeof *bufptr_set);
+    if (!bufptr || !bufptr_set) {
+        kf_mem_free(&plan->graph->mem, bufptr, nb * sizeof *bufptr);
+        kf_mem_free(&plan->graph->mem, bufptr_set, nb * sizeof *bufptr_set);
         LLVMDisposeBuilder(m.B);
         snprintf(err, KF_MSG_MAX, "codegen/llvm: out of memory");
         return KF_ERR_OUT_OF_MEMORY;
     }
     for (uint32_t i = 0; i < plan->n_groups && m.st == KF_OK; i++)
-        emit_group(&m, &plan->groups[i], &kernels[i], bufptr);
+        emit_group(&m, &plan->groups[i], &kernels[i], bufptr, bufptr_set);
     kf_mem_free(&plan->graph->mem, bufptr, nb * sizeof *bufptr);
+    kf_mem_free(&plan->graph->mem, bufptr_set, nb * sizeof *bufptr_set);
     LLVMDisposeBuilder(m.B);
     return m.st;
 }

@@ -1,0 +1,48 @@
+/*
+ * cuda_choice.h -- a MEASURED recipe's choice, kept in the disk cache beside
+ * its kernels (DESIGN.md: "the choice is measured once per device and shape
+ * and stored in the cache beside the kernel").
+ *
+ * A warm start must not time anything: a new process that compiles a program
+ * whose kernels are all cached reads each measured recipe's winner here, then
+ * loads only that variant's kernels, and cuBLASLt only when the winner (or a
+ * variant still to be measured) calls it.
+ *
+ * The key covers everything that can change which variant is faster: every
+ * step of every variant (a kernel step by its own CUBIN key -- source,
+ * options, arch, compiler, codegen version -- and its launch shape; a library
+ * step by its dtype, sizes, strides, beta and epilogue), the device's name,
+ * compute capability and SM count, the driver version and the cuBLASLt
+ * library the context names. An entry is 24 bytes: a tag, the variant count,
+ * the winner and each variant's milliseconds.
+ */
+#ifndef KF_RUNTIME_CUDA_CHOICE_H
+#define KF_RUNTIME_CUDA_CHOICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codegen/cuda/cuda_recipe.h"
+#include "runtime/cache.h"
+#include "runtime/cuda.h"
+
+/* The key of recipe rc's choice on `dev` (arch: the target's, "sm_90a";
+ * blt_lib: the context's cuBLASLt library, NULL for the default). Errors
+ * (err, KF_MSG_MAX): KF_ERR_OUT_OF_MEMORY, or a kernel step's key failing
+ * (kf_cuda_kernel_cache_key). */
+kf_status kf_cuda_choice_key(const kf_mem *mem, const kf_cuda_recipe *rc, const kf_cuda_device *dev,
+                             const char *arch, const char *blt_lib, kf_cache_key *key, char *err);
+
+/* Reads a stored choice of a recipe of n_variants: true and *chosen, ms[0..n)
+ * on a well-formed hit; false on a miss or an entry that does not fit (which
+ * the caller then measures again and overwrites). */
+bool kf_cuda_choice_load(kf_cache *cache, const kf_cache_key *key, uint32_t n_variants,
+                         uint32_t *chosen, float *ms);
+
+/* Stores a measured choice. A cache that cannot store (read-only, a full
+ * disk) costs only the next process a new measurement: the result is
+ * KF_CACHE_STORE_DONE or the reason it was not stored. */
+kf_cache_store kf_cuda_choice_store(kf_cache *cache, const kf_cache_key *key, uint32_t n_variants,
+                                    uint32_t chosen, const float *ms);
+
+#endif /* KF_RUNTIME_CUDA_CHOICE_H */
