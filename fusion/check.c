@@ -1138,8 +1138,7 @@ static kf_status check_view(const kf_plan *plan, uint32_t gi, const kf_eval_stat
     if ((!kf_op_has(v->op, KF_TRAIT_LAYOUT) && v->op != KF_OP_SLICE) ||
         grp->layout_copy_of != v->src[0]->id)
         return check_fail(plan, "E9: VIEW group %u's view %%%u is no reshape/permute/slice of %%%u",
-                          gi,
-                          v->id, grp->layout_copy_of);
+                          gi, v->id, grp->layout_copy_of);
     if (!bv)
         return check_fail(plan, "E9: VIEW group %u's base %%%u is not in memory", gi, b->id);
     if (!vv || b->dtype != v->dtype)

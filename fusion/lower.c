@@ -446,6 +446,8 @@ static uint32_t lower_remap(lowerer *L, kf_tensor *t, kf_space sp, const xform *
          * safety everywhere (the CPU target checks the indices first). */
         v = op2(L, KF_OP_MAX, KF_DTYPE_I32, sp, v, iconst(L, sp, 0));
         v = op2(L, KF_OP_MIN, KF_DTYPE_I32, sp, v, iconst(L, sp, tb->dims[ax] - 1));
+        if (v != KF_NONE)
+            L->gr->expr[v].clamp_report = true; /* reported by the CUDA target */
         memset(&o, 0, sizeof o);
         o.rank = tb->rank;
         for (int j = 0; j < tb->rank; j++) {
@@ -1087,8 +1089,8 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     plan->group_of = kf_mem_alloc(m, n * sizeof(uint32_t));
     kf_status st = KF_OK;
     if (!L.memo[0] || !L.memo[1] || !L.touched || !L.computed || !L.view_base || !L.view_strides ||
-        !L.view_contig || !L.view_offset || !order || !plan_id || !deps || !seen || !done || !first ||
-        !plan->group_of)
+        !L.view_contig || !L.view_offset || !order || !plan_id || !deps || !seen || !done ||
+        !first || !plan->group_of)
         st = KF_ERR_OUT_OF_MEMORY;
 
     uint32_t n_order = 0;

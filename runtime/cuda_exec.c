@@ -118,6 +118,13 @@ struct kf_cuda_exec {
     kf_cu_deviceptr consts, own_ws, ws;
     size_t consts_bytes, arena_bytes, unshared_bytes;
     uint32_t lt_ws_buf; /* the buffer of cuBLASLt's workspace (KF_NONE: no GEMM) */
+    /* The clamp flag word (KF_CUDA_BUF_FLAGS): one unsigned in the constants
+     * region, which kernels that clamp a gather index set. It outlives runs
+     * (nothing resets it inside a run, so a run's steps, its CUDA graph and a
+     * caller's capture are what they were); host-pointer runs read it after
+     * their synchronization, kf_cuda_exec_index_clamps on demand. */
+    uint32_t flags_buf; /* KF_NONE: no kernel clamps */
+    bool clamp_seen;    /* a host-pointer run found it set (and cleared it) */
     unsigned compiled, hits;
 
     /* Re-pointing. cur[b] is the address every launched step is bound to
@@ -141,6 +148,8 @@ struct kf_cuda_exec {
     kf_cu_stream last_stream;
     bool ran;
 };
+
+static kf_status clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err);
 
 static size_t tensor_bytes(const kf_tensor *t) {
     return (size_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
@@ -206,6 +215,16 @@ static kf_status buf_of_ref(kf_cuda_exec *ex, uint32_t gi, kf_cuda_buf ref, uint
         return KF_OK;
     case KF_CUDA_BUF_TENSOR:
         return buf_for(ex, ref.id, (int)gi, out, err);
+    case KF_CUDA_BUF_FLAGS:
+        if (ex->flags_buf == KF_NONE) {
+            kf_status st =
+                add_buf(ex, KF_NONE, 4, -1, (int)ex->plan->n_groups, &ex->flags_buf, err);
+            if (st != KF_OK)
+                return st;
+            ex->bufs[ex->flags_buf].constant = true;
+        }
+        *out = ex->flags_buf;
+        return KF_OK;
     case KF_CUDA_BUF_SCRATCH:
         if (ref.id >= ex->recipes->recipes[gi].n_scratch)
             return kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a step names scratch s%u of %u", gi,
@@ -853,6 +872,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
     for (uint32_t i = 0; i < nn; i++)
         ex->buf_of[i] = KF_NONE;
+    ex->flags_buf = KF_NONE;
 
     kf_status st = KF_OK;
     if (recipes_have_gemm(recipes)) {
@@ -945,9 +965,12 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         st = kf_cuda_event_create(&ex->dev, &ex->done, err);
     if (st == KF_OK)
         st = bind_steps(ex, err);
-    /* Measured choices run on a zeroed arena, so before the constants. */
+    /* Measured choices run on a zeroed arena, so before the constants; the
+     * clamp flag starts clear after them. */
     if (st == KF_OK)
         st = measure_choices(ex, err);
+    if (st == KF_OK)
+        st = clear_flags(ex, ex->stream, err);
     /* Constants, once. */
     for (uint32_t t = 0; t < g->n_nodes && st == KF_OK; t++) {
         const kf_tensor *x = g->nodes[t];
@@ -1039,6 +1062,57 @@ static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
 }
 
 static bool prepared(const kf_cuda_exec *ex) { return ex && ex->order; }
+
+/* Zeroes the clamp flag word on `stream` and waits for it (rarely: at
+ * prepare, and after a clamp was seen). */
+static kf_status clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
+    const kf_cuda_driver *drv = ex->dev.drv;
+    if (ex->flags_buf == KF_NONE)
+        return KF_OK;
+    if (!drv->cuMemsetD8Async)
+        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
+                          "the CUDA driver has no cuMemsetD8Async (to clear the clamp flag)");
+    kf_status st =
+        kf_cuda_check(drv, drv->cuMemsetD8Async(buf_ptr(ex, ex->flags_buf), 0, 4, stream),
+                      "cuMemsetD8Async", NULL, err);
+    return st == KF_OK ? kf_cuda_stream_sync(&ex->dev, stream, "clearing the clamp flag", err) : st;
+}
+
+/* Reads the flag word (the caller has synchronized `stream`'s work that may
+ * set it); a set flag is remembered in clamp_seen and cleared. */
+static kf_status take_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
+    if (ex->flags_buf == KF_NONE)
+        return KF_OK;
+    unsigned v = 0;
+    kf_status st = kf_cuda_copy_to_host(&ex->dev, &v, buf_ptr(ex, ex->flags_buf), sizeof v, err);
+    if (st != KF_OK || v == 0)
+        return st;
+    ex->clamp_seen = true;
+    return clear_flags(ex, stream, err);
+}
+
+kf_status kf_cuda_exec_index_clamps(kf_cuda_exec *ex, void *stream, bool *clamped, char *err) {
+    if (!clamped)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_index_clamps: NULL argument");
+    *clamped = false;
+    if (!prepared(ex))
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "kf_cuda_exec_index_clamps: no prepared exec");
+    kf_cu_stream s = stream ? (kf_cu_stream)stream : ex->stream;
+    kf_status st = KF_OK;
+    if (ex->flags_buf != KF_NONE) {
+        st = make_current(ex, err);
+        if (st == KF_OK)
+            st = kf_cuda_stream_sync(&ex->dev, s, "the runs before reading the clamp flag", err);
+        if (st == KF_OK)
+            st = take_flags(ex, s, err);
+    }
+    if (st == KF_OK) {
+        *clamped = ex->clamp_seen;
+        ex->clamp_seen = false;
+    }
+    return st;
+}
 
 kf_status kf_cuda_exec_launch(kf_cuda_exec *ex, void *stream, char *err) {
     if (!prepared(ex))
@@ -1137,6 +1211,8 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
     const char *last = ex->n_order ? step_name(ex, &ex->steps[ex->order[ex->n_order - 1]]) : NULL;
     if (st == KF_OK)
         st = kf_cuda_stream_sync(&ex->dev, s, last, err);
+    if (st == KF_OK)
+        st = take_flags(ex, s, err); /* synchronized already: one 4-byte read */
     for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
         const kf_tensor *t = g->outputs[i].tensor;
         if (!bound[t->id] || t->op == KF_OP_INPUT)

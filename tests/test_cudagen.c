@@ -438,6 +438,10 @@ static void test_slices_concats_and_gathers_compile_into_their_consumers(void **
         assert_non_null(strstr(k.source, "kf_ld(p"));
         if (i == 1)
             assert_non_null(strstr(k.source, "2147483647LL")); /* the saturating index */
+        /* a gather's clamped index sets the program's flag word (issue 16 item 4) */
+        bool gathers = strstr(texts[i], "gather(") != NULL;
+        assert_true(gathers == (strstr(k.source, "kf_note_clamp(p") != NULL));
+        assert_true(gathers == (strstr(k.source, "unsigned *__restrict__ p") != NULL));
         kf_cuda_kernel_release(&MEM, &k);
         plan_release(&p);
     }

@@ -93,6 +93,7 @@ typedef enum kf_cuda_buf_kind {
     KF_CUDA_BUF_NONE = 0, /* no buffer (an absent bias or residual) */
     KF_CUDA_BUF_TENSOR,   /* the buffer of plan tensor `id` (never a VIEW: its base) */
     KF_CUDA_BUF_SCRATCH,  /* scratch buffer `id` of the recipe, live only in its group */
+    KF_CUDA_BUF_FLAGS,    /* the program's clamp flag word (one per program, kept across runs) */
     KF_CUDA_BUF_COUNT
 } kf_cuda_buf_kind;
 

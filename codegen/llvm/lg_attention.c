@@ -98,8 +98,10 @@ void lg_emit_attention(lg_fn *f) {
     LLVMValueRef qoff = LLVMBuildNSWAdd(
         B, LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, Q.bstride), lg_i64(m, Q.off), ""),
         LLVMBuildNSWMul(B, q, lg_i64(m, Q.s_row), ""), "");
-    LLVMValueRef koff = LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, Kk.bstride), lg_i64(m, Kk.off), "");
-    LLVMValueRef voff = LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, V.bstride), lg_i64(m, V.off), "");
+    LLVMValueRef koff =
+        LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, Kk.bstride), lg_i64(m, Kk.off), "");
+    LLVMValueRef voff =
+        LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, V.bstride), lg_i64(m, V.off), "");
     LLVMValueRef lo = lg_i64(m, 0), hi = lg_i64(m, skv);
     if (at->mask == KF_MASK_CAUSAL || at->mask == KF_MASK_SLIDING_WINDOW)
         hi = lg_min_i64(m, hi, LLVMBuildNSWAdd(B, q, lg_i64(m, 1), ""));

@@ -153,8 +153,8 @@ static void emit_generic(lg_fn *f) {
         if (!gm->a_prologue)
             aoff[a] = LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, A[a].bstride),
                                       lg_i64(m, A[a].off), "");
-        boff[a] = LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, Bo[a].bstride),
-                                  lg_i64(m, Bo[a].off), "");
+        boff[a] =
+            LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, Bo[a].bstride), lg_i64(m, Bo[a].off), "");
     }
 
     /* Norm prologue: rows m0 .. m0+mb of A into atile (acc type, rounded to A's dtype). */
@@ -525,10 +525,10 @@ static void emit_packed(lg_fn *f) {
         lg_unflatten(m, b, R - 2, g->dims, bidx);
     LLVMValueRef aoff[2], boff[2];
     for (int a = 0; a < na; a++) {
-        aoff[a] = LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, A[a].bstride),
-                                      lg_i64(m, A[a].off), "");
-        boff[a] = LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, Bo[a].bstride),
-                                  lg_i64(m, Bo[a].off), "");
+        aoff[a] =
+            LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, A[a].bstride), lg_i64(m, A[a].off), "");
+        boff[a] =
+            LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, Bo[a].bstride), lg_i64(m, Bo[a].off), "");
     }
     if (gm->a_prologue)
         emit_prologue(f, &pr, bidx, m0, mb, ni, atile, rowcache);
