@@ -41,6 +41,8 @@ const char *cg_stat_field(kf_stat s) {
         return "rms_rstd";
     case KF_STAT_SUMEXP:
         return "sumexp";
+    case KF_STAT_ARGMAX:
+        return "argmax";
     default:
         return "sum";
     }

@@ -92,6 +92,8 @@ typedef enum kf_cuda_template {
                                              tiles, online softmax (sm_80+) */
     KF_CUDA_TEMPLATE_ATTENTION_SM90,      /* fused attention: TMA K/V ring on mbarriers, wgmma,
                                              a producer and two consumer warpgroups (sm_90a) */
+    KF_CUDA_TEMPLATE_ROW_ARGMAX,          /* argmax over the last axis: one warp per row, the
+                                             (value, index) pairs reduced by shuffles */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
