@@ -118,11 +118,9 @@ struct kf_cuda_exec {
     kf_cu_deviceptr consts, own_ws, ws;
     size_t consts_bytes, arena_bytes, unshared_bytes;
     uint32_t lt_ws_buf; /* the buffer of cuBLASLt's workspace (KF_NONE: no GEMM) */
-    /* The clamp flag word (KF_CUDA_BUF_FLAGS): one unsigned in the constants
-     * region, which kernels that clamp a gather index set. It outlives runs
-     * (nothing resets it inside a run, so a run's steps, its CUDA graph and a
-     * caller's capture are what they were); host-pointer runs read it after
-     * their synchronization, kf_cuda_exec_index_clamps on demand. */
+    /* The clamp flag word (KF_CUDA_BUF_FLAGS) in the constants region, set by
+     * kernels that clamp a gather index; no run resets it (steps, graphs and
+     * captures unchanged). Host runs read it after their sync. */
     uint32_t flags_buf; /* KF_NONE: no kernel clamps */
     bool clamp_seen;    /* a host-pointer run found it set (and cleared it) */
     unsigned compiled, hits;
@@ -1063,28 +1061,25 @@ static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
 
 static bool prepared(const kf_cuda_exec *ex) { return ex && ex->order; }
 
-/* Zeroes the clamp flag word on `stream` and waits for it (rarely: at
- * prepare, and after a clamp was seen). */
+/* The clamp flag word: zeroed on `stream`, waited for (at prepare, and after
+ * a clamp was seen); read once the caller synchronized what may set it. */
 static kf_status clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
     const kf_cuda_driver *drv = ex->dev.drv;
     if (ex->flags_buf == KF_NONE)
         return KF_OK;
-    if (!drv->cuMemsetD8Async)
-        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                          "the CUDA driver has no cuMemsetD8Async (to clear the clamp flag)");
     kf_status st =
-        kf_cuda_check(drv, drv->cuMemsetD8Async(buf_ptr(ex, ex->flags_buf), 0, 4, stream),
-                      "cuMemsetD8Async", NULL, err);
-    return st == KF_OK ? kf_cuda_stream_sync(&ex->dev, stream, "clearing the clamp flag", err) : st;
+        !drv->cuMemsetD8Async
+            ? kf_msg_set(err, KF_ERR_UNSUPPORTED, "the driver has no cuMemsetD8Async")
+            : kf_cuda_check(drv, drv->cuMemsetD8Async(buf_ptr(ex, ex->flags_buf), 0, 4, stream),
+                            "cuMemsetD8Async", NULL, err);
+    return st == KF_OK ? kf_cuda_stream_sync(&ex->dev, stream, "the clamp flag", err) : st;
 }
-
-/* Reads the flag word (the caller has synchronized `stream`'s work that may
- * set it); a set flag is remembered in clamp_seen and cleared. */
 static kf_status take_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
-    if (ex->flags_buf == KF_NONE)
-        return KF_OK;
     unsigned v = 0;
-    kf_status st = kf_cuda_copy_to_host(&ex->dev, &v, buf_ptr(ex, ex->flags_buf), sizeof v, err);
+    kf_status st =
+        ex->flags_buf == KF_NONE
+            ? KF_OK
+            : kf_cuda_copy_to_host(&ex->dev, &v, buf_ptr(ex, ex->flags_buf), sizeof v, err);
     if (st != KF_OK || v == 0)
         return st;
     ex->clamp_seen = true;
@@ -1092,25 +1087,16 @@ static kf_status take_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
 }
 
 kf_status kf_cuda_exec_index_clamps(kf_cuda_exec *ex, void *stream, bool *clamped, char *err) {
-    if (!clamped)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_index_clamps: NULL argument");
-    *clamped = false;
-    if (!prepared(ex))
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "kf_cuda_exec_index_clamps: no prepared exec");
+    if (!prepared(ex) || !clamped)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_index_clamps: bad argument");
     kf_cu_stream s = stream ? (kf_cu_stream)stream : ex->stream;
-    kf_status st = KF_OK;
-    if (ex->flags_buf != KF_NONE) {
-        st = make_current(ex, err);
-        if (st == KF_OK)
-            st = kf_cuda_stream_sync(&ex->dev, s, "the runs before reading the clamp flag", err);
-        if (st == KF_OK)
-            st = take_flags(ex, s, err);
-    }
-    if (st == KF_OK) {
-        *clamped = ex->clamp_seen;
-        ex->clamp_seen = false;
-    }
+    kf_status st = ex->flags_buf == KF_NONE ? KF_OK : make_current(ex, err);
+    if (st == KF_OK && ex->flags_buf != KF_NONE)
+        st = kf_cuda_stream_sync(&ex->dev, s, "the runs before the clamp flag", err);
+    if (st == KF_OK)
+        st = take_flags(ex, s, err);
+    *clamped = st == KF_OK && ex->clamp_seen;
+    ex->clamp_seen = ex->clamp_seen && st != KF_OK;
     return st;
 }
 
