@@ -99,6 +99,12 @@ static int run_graph(kf_ctx *ctx, kf_graph *g, const char *file, uint64_t seed, 
         rc = KF_EXIT_RUNTIME;
         goto done;
     }
+    int clamped = 0;
+    if (kf_program_index_clamps(p, NULL, &clamped) == KF_OK && clamped)
+        fprintf(stderr,
+                "kfuse: %s: warning: a gather index was outside its axis; the GPU clamped it "
+                "into range (the nearest row was read)\n",
+                file);
     if (check) {
         st = kf_graph_check(g, b.in, b.n_in, b.out, b.n_out, res);
         if (st != KF_OK) {

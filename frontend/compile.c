@@ -456,6 +456,25 @@ kf_status kf_program_workspace_size(const kf_program *p, size_t *bytes) {
     return KF_OK;
 }
 
+kf_status kf_program_index_clamps(kf_program *p, void *stream, int *clamped) {
+    if (clamped)
+        *clamped = 0;
+    if (!p || !clamped)
+        return KF_ERR_INVALID_ARGUMENT;
+    if (!p->cuda)
+        return KF_OK; /* the CPU target fails a run on such an index instead */
+    if (atomic_exchange(&p->running, true))
+        return KF_ERR_BUSY;
+    char err[KF_MSG_MAX];
+    bool seen = false;
+    kf_status st = kf_cuda_exec_index_clamps(p->cuda, stream, &seen, err);
+    if (st != KF_OK)
+        fail(p, st, "kf_program_index_clamps: %s", err);
+    *clamped = seen;
+    atomic_store(&p->running, false);
+    return st;
+}
+
 kf_status kf_program_set_workspace(kf_program *p, void *workspace, size_t bytes) {
     if (!p)
         return KF_ERR_INVALID_ARGUMENT;

@@ -265,8 +265,9 @@ static kf_status check_reason(const kf_plan *plan, const scratch *s, const kf_pl
     case KF_REASON_SOURCE:
         ok = kf_op_has(p->op, KF_TRAIT_SOURCE);
         break;
-    case KF_REASON_LAYOUT_CHANGE:
-        ok = kf_op_has(p->op, KF_TRAIT_LAYOUT) || kf_op_has(c->op, KF_TRAIT_LAYOUT);
+    case KF_REASON_LAYOUT_CHANGE: /* a layout op, or a slice the plan made a view */
+        ok = kf_op_has(p->op, KF_TRAIT_LAYOUT) || kf_op_has(c->op, KF_TRAIT_LAYOUT) ||
+             p->op == KF_OP_SLICE || c->op == KF_OP_SLICE;
         break;
     case KF_REASON_AXIS_NOT_INNERMOST:
         ok = (kf_op_has(p->op, KF_TRAIT_ROWWISE) && p->attr.axis != p->src[0]->rank - 1) ||
@@ -498,11 +499,13 @@ static void free_value(kf_eval_state *st, uint32_t id) {
  *       batch (SwiGLU's two share A; an A prologue is a norm it computes, and
  *       its root node equals that norm); attention is matmul -> softmax over
  *       the last axis -> matmul(P, V) with the right q/k/v, transposes and
- *       sizes, and its score root equals the softmax's operand; a row stage
+ *       sizes, its score root equals the softmax's operand, and it writes
+ *       P.V (or an absorbed permute of it) at row-major strides; a row stage
  *       names a row-wise op it computes, with that op's axis, length and eps,
  *       and its input node equals the op's operand.
- *   E9  a VIEW's values are its base's buffer read through view_strides, in
- *       bounds, and a view called contiguous has row-major strides.
+ *   E9  a VIEW's values are its base's buffer read through view_offset and
+ *       view_strides, in bounds, and a view called contiguous has row-major
+ *       strides and no offset.
  */
 
 typedef struct xspace {
@@ -1080,6 +1083,23 @@ static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
                               "E8: attention group %u's sizes (sq %lld, skv %lld, dv %lld) "
                               "do not match its matmuls",
                               gi, (long long)at->sq, (long long)at->skv, (long long)at->dv);
+        /* The output is pv, or a permute of pv (keeping its last axis) the
+         * group computes, whose row-major strides o_strides gives per pv axis. */
+        const kf_tensor *o = at->out < n ? g->nodes[at->out] : NULL;
+        bool out_ok = o && group_computes(grp, o->id) &&
+                      (o == pv || (o->op == KF_OP_PERMUTE && o->src[0] == pv &&
+                                   o->attr.perm[o->rank - 1] == o->rank - 1));
+        int64_t acc = 1;
+        for (int d = o && out_ok ? o->rank - 1 : -1; d >= 0 && out_ok; d--) {
+            int a = o == pv ? d : o->attr.perm[d];
+            out_ok = o->dims[d] == 1 || at->o_strides[a] == acc;
+            acc *= o->dims[d];
+        }
+        if (!out_ok)
+            return check_fail(plan,
+                              "E8: attention group %u's output %u is not its P.V (or a permute "
+                              "of it keeping the last axis) at that tensor's row-major strides",
+                              gi, at->out);
     }
     if (grp->row.present) {
         const kf_row_stage *row = &grp->row;
@@ -1115,9 +1135,10 @@ static kf_status check_view(const kf_plan *plan, uint32_t gi, const kf_eval_stat
                           grp->n_computed, grp->view_base);
     const kf_tensor *v = g->nodes[grp->computed[0]], *b = g->nodes[grp->view_base];
     const double *vv = vals->values[v->id], *bv = vals->values[b->id];
-    if (!kf_op_has(v->op, KF_TRAIT_LAYOUT) || grp->layout_copy_of != v->src[0]->id)
-        return check_fail(plan, "E9: VIEW group %u's view %%%u is no reshape/permute of %%%u", gi,
-                          v->id, grp->layout_copy_of);
+    if ((!kf_op_has(v->op, KF_TRAIT_LAYOUT) && v->op != KF_OP_SLICE) ||
+        grp->layout_copy_of != v->src[0]->id)
+        return check_fail(plan, "E9: VIEW group %u's view %%%u is no reshape/permute/slice of %%%u",
+                          gi, v->id, grp->layout_copy_of);
     if (!bv)
         return check_fail(plan, "E9: VIEW group %u's base %%%u is not in memory", gi, b->id);
     if (!vv || b->dtype != v->dtype)
@@ -1133,8 +1154,11 @@ static kf_status check_view(const kf_plan *plan, uint32_t gi, const kf_eval_stat
                               gi, v->id, d, (long long)grp->view_strides[d], (long long)expect);
         expect *= v->dims[d];
     }
+    if (grp->view_contiguous && grp->view_offset != 0)
+        return check_fail(plan, "E9: VIEW group %u calls %%%u contiguous at offset %lld", gi, v->id,
+                          (long long)grp->view_offset);
     for (int64_t i = 0; i < n; i++) {
-        int64_t off = 0, rem = i;
+        int64_t off = grp->view_offset, rem = i;
         for (int d = s.rank - 1; d >= 0; d--) {
             off += (rem % s.dims[d]) * grp->view_strides[d];
             rem /= s.dims[d];
@@ -1168,7 +1192,7 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
             return check_fail(plan, "E6: group %u's root of %%%u is node %u of %u", gi, w, r,
                               grp->n_expr);
         if (r == KF_NONE && !kf_op_has(g->nodes[w]->op, KF_TRAIT_GEMM) &&
-            grp->kind != KF_GROUP_VIEW && !(grp->kind == KF_GROUP_ATTENTION && w == grp->attn.pv))
+            grp->kind != KF_GROUP_VIEW && !(grp->kind == KF_GROUP_ATTENTION && w == grp->attn.out))
             return check_fail(plan,
                               "E6: group %u (%s %s) writes %%%u (%s) but has no expression "
                               "root for it",

@@ -15,6 +15,15 @@
  *   - the merge keeps the groups acyclic [I3].
  * Score-chain tensors that do not depend on QK (ALiBi slopes times a distance,
  * a mask) join too when they are used once; the rest are loaded.
+ *
+ * The output's permute: when PV's one use is a permute that keeps the last
+ * (head-dim) axis -- [B, H, S, D] back to [B, S, H, D] before the heads are
+ * merged -- the group absorbs it and stores O at the permute's row-major
+ * strides (kf_attn_info.out, o_strides). The reshape to [B, S, H*D] that
+ * follows is then a view of a contiguous tensor, not a copy kernel. Legal when
+ * PV is used once and is not an output [I2]; the kernels write rows of D
+ * contiguous elements, hence the last axis [I4]; the merge keeps the groups
+ * acyclic [I3].
  */
 #include "fusion/pass.h"
 
@@ -83,6 +92,12 @@ kf_status kf_fuse_attention(kf_planner *p) {
         pg->anchor = pv->id;
         pg->softmax = sm->id;
         pg->qk = qk->id;
+        if (kf_pl_single_use(p, pv)) {
+            kf_tensor *pm = kf_pl_consumer(p, pv, 0);
+            if (pm->op == KF_OP_PERMUTE && pm->attr.perm[pm->rank - 1] == pm->rank - 1 &&
+                p->gid[pm->id] != KF_NONE)
+                (void)kf_pl_try_merge_list(p, gi, &pm->id, 1);
+        }
     }
     return KF_OK;
 }

@@ -52,7 +52,12 @@
  *              masks) -> softmax(last axis) -> matmul(P, V).
  * VIEW         a reshape or permute of a value that is in memory and laid out
  *              so the view is a pure re-indexing: no kernel (is_kernel=false),
- *              no bytes; consumers LOAD it through `base` and strides.
+ *              no bytes; consumers LOAD it through `base`, strides and
+ *              view_offset. A slice of a value in memory whose consumers all
+ *              read through loads or attention operand maps (fusion/view_slices.c)
+ *              is a VIEW too: its start is the offset, its step scales a stride.
+ *              A view with an offset is never called contiguous, so a graph
+ *              output never aliases it (it gets a LAYOUT copy).
  * LAYOUT       a copy kernel: a permute or reshape whose result must be
  *              contiguous (a non-contiguous view that is a graph output, or a
  *              reshape of a non-contiguous view). Expression: one LOAD of
@@ -177,7 +182,8 @@ typedef enum kf_stat {
     KF_STAT_RMS_RSTD, /* 1 / sqrt(sum x^2 / L + eps)             (rms_norm) */
     KF_STAT_SUMEXP,   /* sum exp(x - max)                         (softmax) */
     KF_STAT_ARGMAX,   /* the index of the first NaN, else of the first max (argmax;
-                         the CPU backend only: CUDA recipes refuse it) */
+                         CUDA: over the last axis (templates/argmax.cuh); its recipes
+                         refuse a COLREDUCE one) */
     KF_STAT_COUNT
 } kf_stat;
 
@@ -202,6 +208,9 @@ typedef struct kf_expr {
     int64_t strides[KF_MAX_RANK]; /* LOAD: per axis of the node's space, in elements of base */
     int64_t offset;               /* LOAD: elements of base before index 0 (a slice's start) */
     int64_t dyn_strides[3];       /* LOAD: the stride of coordinate node src[k] */
+    bool clamp_report;            /* OP: the min() ending a gather index's clamp into its axis
+                                     (min(max(i, 0), dim - 1)): where it changes the index, the CUDA
+                                     target sets the program's clamp flag word (kf_program_index_clamps) */
     bool remapped;   /* computes `tensor` (rounded like it) at coordinates remapped by a
                         slice, concat or gather: not tensor's value at this index, so the
                         checker does not compare it with the tensor */
@@ -252,6 +261,11 @@ const char *kf_mask_kind_name(kf_mask_kind kind);
 typedef struct kf_attn_info {
     uint32_t qk, softmax, pv; /* the three anchor tensors */
     uint32_t q, k, v;         /* operand tensors read (graph ids; views allowed) */
+    uint32_t out;             /* the tensor the group writes: pv, or a permute of pv that
+                                 keeps its last axis (the group absorbed it: [B,H,S,D]
+                                 stored as [B,S,H,D], so a reshape after it is a view) */
+    int64_t o_strides[KF_MAX_RANK];                /* element strides of pv's axes in out's buffer
+                                                      (row-major pv's own when out == pv) */
     bool q_transposed, k_transposed, v_transposed; /* the matmuls' transpose flags */
     uint32_t score;           /* root of the score expression (leaves SCORE, BATCH, HEAD,
                                  Q_IDX, KV_IDX, LOAD, CONST), the softmax's input */
@@ -294,6 +308,8 @@ typedef struct kf_group {
     uint32_t layout_copy_of; /* LAYOUT/VIEW: the operand tensor */
     uint32_t view_base;      /* VIEW: the materialized tensor whose buffer it aliases */
     int64_t view_strides[KF_MAX_RANK]; /* VIEW: strides of the view's dims in base */
+    int64_t view_offset; /* VIEW: elements of base before the view's index 0 (a slice's
+                            start; 0 for reshape / permute of a contiguous value) */
     bool view_contiguous;
 
     /* Cost (filled by kf_plan_estimate; 0 until then). */
@@ -317,13 +333,14 @@ typedef struct kf_plan_edge {
 } kf_plan_edge;
 
 /* The passes, in pipeline order (fusion/plan.c holds the table). */
-#define KF_PASSES(X)                                                                           \
-    X(ATTENTION, "fuse_attention")                                                             \
-    X(SWIGLU, "fuse_swiglu")                                                                   \
-    X(GEMM_EPILOGUE, "fuse_gemm_epilogue")                                                     \
-    X(NORM_PROLOGUE, "fuse_norm_prologue")                                                     \
-    X(ROWWISE, "fuse_rowwise")                                                                 \
-    X(ELEMENTWISE, "fuse_elementwise")
+#define KF_PASSES(X)                                                                               \
+    X(ATTENTION, "fuse_attention")                                                                 \
+    X(SWIGLU, "fuse_swiglu")                                                                       \
+    X(GEMM_EPILOGUE, "fuse_gemm_epilogue")                                                         \
+    X(NORM_PROLOGUE, "fuse_norm_prologue")                                                         \
+    X(ROWWISE, "fuse_rowwise")                                                                     \
+    X(ELEMENTWISE, "fuse_elementwise")                                                             \
+    X(VIEW_SLICES, "view_slices")
 
 typedef enum kf_pass_id {
 #define KF_X(NAME, TEXT) KF_PASS_##NAME,

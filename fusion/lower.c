@@ -32,6 +32,7 @@ typedef struct lowerer {
     uint32_t *moff, *mem; /* members of planning group g: mem[moff[g] .. moff[g+1]), id order */
     uint32_t *view_base;  /* per tensor: the buffer a view reads, or KF_NONE */
     int64_t (*view_strides)[KF_MAX_RANK];
+    int64_t *view_offset; /* per tensor: elements of the base before the view's index 0 */
     bool *view_contig;
     struct xmemo_entry *xmemo; /* nodes lowered in a remapped frame, this group */
     uint32_t n_xmemo, cap_xmemo;
@@ -138,6 +139,7 @@ static uint32_t load(lowerer *L, const kf_tensor *t, kf_space sp, int along) {
     int64_t own[KF_MAX_RANK];
     if (L->view_base[t->id] != KF_NONE) {
         e.base = L->view_base[t->id];
+        e.offset = L->view_offset[t->id];
         memcpy(own, L->view_strides[t->id], sizeof own);
     } else {
         e.base = t->id;
@@ -389,6 +391,7 @@ static uint32_t load_x(lowerer *L, const kf_tensor *t, kf_space sp, const xform 
     int64_t own[KF_MAX_RANK];
     if (L->view_base[t->id] != KF_NONE) {
         e.base = L->view_base[t->id];
+        e.offset = L->view_offset[t->id];
         memcpy(own, L->view_strides[t->id], sizeof own);
     } else {
         e.base = t->id;
@@ -460,6 +463,8 @@ static uint32_t lower_remap(lowerer *L, kf_tensor *t, kf_space sp, const xform *
          * safety everywhere (the CPU target checks the indices first). */
         v = op2(L, KF_OP_MAX, KF_DTYPE_I32, sp, v, iconst(L, sp, 0));
         v = op2(L, KF_OP_MIN, KF_DTYPE_I32, sp, v, iconst(L, sp, tb->dims[ax] - 1));
+        if (v != KF_NONE)
+            L->gr->expr[v].clamp_report = true; /* reported by the CUDA target */
         memset(&o, 0, sizeof o);
         o.rank = tb->rank;
         for (int j = 0; j < tb->rank; j++) {
@@ -710,12 +715,13 @@ static bool written(const lowerer *L, const kf_tensor *t) {
 static void lower_view(lowerer *L, kf_tensor *t) {
     kf_group *g = L->gr;
     kf_tensor *x = t->src[0];
-    int64_t xs[KF_MAX_RANK];
+    int64_t xs[KF_MAX_RANK], off = 0;
     uint32_t base;
     bool xcontig;
     if (L->view_base[x->id] != KF_NONE) {
         base = L->view_base[x->id];
         memcpy(xs, L->view_strides[x->id], sizeof xs);
+        off = L->view_offset[x->id];
         xcontig = L->view_contig[x->id];
     } else {
         base = x->id;
@@ -725,7 +731,14 @@ static void lower_view(lowerer *L, kf_tensor *t) {
     int64_t ts[KF_MAX_RANK] = {0}, cs[KF_MAX_RANK];
     contiguous_strides(t->rank, t->dims, cs);
     bool expressible = true;
-    if (t->op == KF_OP_RESHAPE) {
+    int64_t toff = off; /* the view's offset in base */
+    if (t->op == KF_OP_SLICE) {
+        /* view_slices: the operand's strides, the sliced axis's scaled by
+         * the step, the start's elements before index 0 */
+        memcpy(ts, xs, sizeof ts);
+        ts[t->attr.axis] = xs[t->attr.axis] * t->attr.step;
+        toff = off + t->attr.start * xs[t->attr.axis];
+    } else if (t->op == KF_OP_RESHAPE) {
         expressible = xcontig;
         memcpy(ts, cs, sizeof ts);
     } else {
@@ -742,14 +755,19 @@ static void lower_view(lowerer *L, kf_tensor *t) {
     /* A graph output that is a contiguous view stays a view: the output
      * aliases the bytes its base already holds. A non-contiguous one needs a
      * copy into the output's row-major layout. */
-    if (expressible && (!L->p->is_output[t->id] || (contig && xcontig))) {
+    /* A view at an offset is never called contiguous: a graph output (or a
+     * reshape) of it gets a copy, as nothing aliases a buffer's middle. */
+    bool vcontig = contig && xcontig && toff == 0 && t->op != KF_OP_SLICE;
+    if (expressible && (!L->p->is_output[t->id] || vcontig)) {
         g->kind = KF_GROUP_VIEW;
         g->is_kernel = false;
         g->view_base = base;
         memcpy(g->view_strides, ts, sizeof ts);
-        g->view_contiguous = contig && xcontig;
+        g->view_offset = toff;
+        g->view_contiguous = vcontig;
         L->view_base[t->id] = base;
         memcpy(L->view_strides[t->id], ts, sizeof ts);
+        L->view_offset[t->id] = toff;
         L->view_contig[t->id] = g->view_contiguous;
         add_write(L, t->id, KF_NONE);
         return;
@@ -761,7 +779,9 @@ static void lower_view(lowerer *L, kf_tensor *t) {
     kf_expr e = proto(KF_EXPR_LOAD, x->dtype, KF_SPACE_OUT);
     e.tensor = x->id;
     e.base = base;
-    if (t->op == KF_OP_PERMUTE && expressible) {
+    e.offset = off;
+    if ((t->op == KF_OP_PERMUTE || t->op == KF_OP_SLICE) && expressible) {
+        e.offset = toff;
         memcpy(e.strides, ts, sizeof ts);
     } else {
         set_space(&g->row_rank, g->row_dims, x);
@@ -884,7 +904,7 @@ static void lower_group(lowerer *L) {
     g->layout_copy_of = g->view_base = KF_NONE;
     g->gemm.a_root = KF_NONE;
     g->gemm.anchor[0] = g->gemm.anchor[1] = KF_NONE;
-    g->attn.score = g->attn.mask_node = KF_NONE;
+    g->attn.score = g->attn.mask_node = g->attn.out = KF_NONE;
     g->row.input = g->row.tensor = KF_NONE;
 
     /* The members (in id order), and the sink of an elementwise group. */
@@ -961,6 +981,20 @@ static void lower_group(lowerer *L) {
             const kf_tensor *q = qk->src[0];
             at->d = qk->attr.transpose_a ? q->dims[q->rank - 2] : q->dims[q->rank - 1];
             at->dv = pv->dims[pv->rank - 1];
+            /* The output: pv, or the permute of pv the group absorbed, which
+             * stores pv's axes at that permute's row-major strides. */
+            at->out = pv->id;
+            contiguous_strides(pv->rank, pv->dims, at->o_strides);
+            for (uint32_t t = pv->id + 1; t < p->n; t++) {
+                const kf_tensor *x = gr->nodes[t];
+                if (p->gid[t] == L->gi && x->op == KF_OP_PERMUTE && x->src[0] == pv) {
+                    int64_t cs[KF_MAX_RANK];
+                    contiguous_strides(x->rank, x->dims, cs);
+                    for (int d = 0; d < x->rank; d++)
+                        at->o_strides[x->attr.perm[d]] = cs[d];
+                    at->out = t;
+                }
+            }
             push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->q);
             push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->k);
             push_id(L, &g->reads, &g->n_reads, &g->cap_reads, at->v);
@@ -1093,6 +1127,7 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     L.view_base = kf_mem_alloc(m, n * sizeof(uint32_t));
     L.view_strides = kf_mem_calloc(m, n, sizeof *L.view_strides);
     L.view_contig = kf_mem_calloc(m, n, sizeof(bool));
+    L.view_offset = kf_mem_calloc(m, n, sizeof(int64_t));
     uint32_t *order = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
     uint32_t *plan_id = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
     uint32_t *deps = kf_mem_alloc(m, (n + 1) * sizeof(uint32_t));
@@ -1110,8 +1145,8 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     plan->group_of = kf_mem_alloc(m, n * sizeof(uint32_t));
     kf_status st = KF_OK;
     if (!L.memo[0] || !L.memo[1] || !L.touched || !L.computed || !L.view_base || !L.view_strides ||
-        !L.view_contig || !order || !plan_id || !deps || !seen || !done || !first ||
-        !plan->group_of || !L.clist || !L.moff || !L.mem || !soff || !indeg || !heap)
+        !L.view_contig || !L.view_offset || !order || !plan_id || !deps || !seen || !done ||
+        !first || !plan->group_of || !L.clist || !L.moff || !L.mem || !soff || !indeg || !heap)
         st = KF_ERR_OUT_OF_MEMORY;
     if (st == KF_OK) {
         /* Members of every group in id order: a counting sort by group. */
@@ -1293,6 +1328,7 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     kf_mem_free(m, L.view_base, n * sizeof(uint32_t));
     kf_mem_free(m, L.view_strides, n * sizeof *L.view_strides);
     kf_mem_free(m, L.view_contig, n * sizeof(bool));
+    kf_mem_free(m, L.view_offset, n * sizeof(int64_t));
     kf_mem_free(m, L.xmemo, L.cap_xmemo * sizeof *L.xmemo);
     kf_mem_free(m, order, (ng + 1) * sizeof(uint32_t));
     kf_mem_free(m, plan_id, (ng + 1) * sizeof(uint32_t));

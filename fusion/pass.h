@@ -105,6 +105,7 @@ kf_status kf_fuse_norm_prologue(kf_planner *p);
 kf_status kf_fuse_gemm_epilogue(kf_planner *p);
 kf_status kf_fuse_rowwise(kf_planner *p);
 kf_status kf_fuse_elementwise(kf_planner *p);
+kf_status kf_view_slices(kf_planner *p);
 
 /* Grows a group's epilogue greedily: absorbs every elementwise consumer of a
  * member that has the anchor's shape `dims` and keeps invariants 1-5 (shared

@@ -7,7 +7,8 @@
  *        │           (matmul=GEMM, row op=ROWWISE|COLREDUCE, layout=VIEW, rest=ELEMENTWISE)
  *        ▼
  *   fuse_attention ─► fuse_swiglu ─► fuse_norm_prologue ─► fuse_gemm_epilogue
- *        ─► fuse_rowwise ─► fuse_elementwise          (each switchable; KF_DEBUG=1 dumps)
+ *        ─► fuse_rowwise ─► fuse_elementwise ─► view_slices
+ *                                                     (each switchable; KF_DEBUG=1 dumps)
  *        ▼
  *   lower: order groups, build expressions, reads/writes, name kernels, list
  *          every unfused edge with its reason ─► kf_plan
@@ -15,7 +16,8 @@
  * Anchors claim first (attention before the GEMMs it contains, SwiGLU before
  * the single-GEMM epilogue, norm prologues before GEMM epilogues so that a norm
  * feeding only GEMMs is recomputed in them rather than written), then row-wise
- * kernels take what the GEMMs left, and elementwise chains fuse last.
+ * kernels take what the GEMMs left, and elementwise chains fuse; a slice
+ * left on its own then becomes a view where its consumers can read one.
  *
  * THE INVARIANTS every rule keeps (rules cite them as [I1]..[I7]):
  *
@@ -319,6 +321,7 @@ static const pass_entry pipeline[] = {
     {KF_PASS_GEMM_EPILOGUE, kf_fuse_gemm_epilogue},
     {KF_PASS_ROWWISE, kf_fuse_rowwise},
     {KF_PASS_ELEMENTWISE, kf_fuse_elementwise},
+    {KF_PASS_VIEW_SLICES, kf_view_slices},
 };
 _Static_assert(sizeof pipeline / sizeof *pipeline == KF_PASS_COUNT, "every pass in the pipeline");
 

@@ -565,6 +565,21 @@ KF_API kf_status kf_program_workspace_size(const kf_program *program, size_t *by
  * KF_ERR_UNSUPPORTED (the CPU target). */
 KF_API kf_status kf_program_set_workspace(kf_program *program, void *workspace, size_t bytes);
 
+/* Whether a gather index outside its axis was met, and clamped, by a run of
+ * the program since the last call: *clamped is 1 (and the flag is cleared)
+ * or 0. The CUDA target clamps such an index into [0, dim) (the row read is
+ * the nearest one) and sets a flag word in device memory; no run waits to
+ * read it. A host-pointer run (kf_program_run) reads it after its own
+ * synchronization at no extra wait; for device-resident runs this call
+ * first waits for `stream` (a CUstream, NULL: the legacy default stream) to
+ * finish what it holds, so call it where your code synchronizes anyway (or
+ * every N steps). A run replayed from a captured CUDA graph sets the same
+ * flag. The CPU target never clamps (the run fails, naming the index):
+ * *clamped is 0. Errors: KF_ERR_INVALID_ARGUMENT, KF_ERR_BUSY (a run is in
+ * progress on another thread), KF_ERR_INTERNAL (the driver's message, in
+ * kf_program_error). */
+KF_API kf_status kf_program_index_clamps(kf_program *program, void *stream, int *clamped);
+
 /* ---- end of device-resident runs ---------------------------------------- */
 
 /* The message of the program's last failed call ("" if none). Never NULL. */

@@ -149,6 +149,11 @@ struct kf_cuda_exec {
     kf_cu_deviceptr consts, own_ws, ws;
     size_t consts_bytes, arena_bytes, unshared_bytes;
     uint32_t lt_ws_buf; /* the buffer of cuBLASLt's workspace (KF_NONE: no GEMM) */
+    /* The clamp flag word (KF_CUDA_BUF_FLAGS) in the constants region, set by
+     * kernels that clamp a gather index; no run resets it (steps, graphs and
+     * captures unchanged). Host runs read it after their sync. */
+    uint32_t flags_buf; /* KF_NONE: no kernel clamps */
+    bool clamp_seen;    /* a host-pointer run found it set (and cleared it) */
     unsigned compiled, hits;
 
     /* Re-pointing. cur[b] is the address every launched step is bound to
@@ -172,6 +177,8 @@ struct kf_cuda_exec {
     kf_cu_stream last_stream;
     bool ran;
 };
+
+static kf_status clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err);
 
 static size_t tensor_bytes(const kf_tensor *t) {
     return (size_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
@@ -237,6 +244,16 @@ static kf_status buf_of_ref(kf_cuda_exec *ex, uint32_t gi, kf_cuda_buf ref, uint
         return KF_OK;
     case KF_CUDA_BUF_TENSOR:
         return buf_for(ex, ref.id, (int)gi, out, err);
+    case KF_CUDA_BUF_FLAGS:
+        if (ex->flags_buf == KF_NONE) {
+            kf_status st =
+                add_buf(ex, KF_NONE, 4, -1, (int)ex->plan->n_groups, &ex->flags_buf, err);
+            if (st != KF_OK)
+                return st;
+            ex->bufs[ex->flags_buf].constant = true;
+        }
+        *out = ex->flags_buf;
+        return KF_OK;
     case KF_CUDA_BUF_SCRATCH:
         if (ref.id >= ex->recipes->recipes[gi].n_scratch)
             return kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a step names scratch s%u of %u", gi,
@@ -946,6 +963,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
     for (uint32_t i = 0; i < nn; i++)
         ex->buf_of[i] = KF_NONE;
+    ex->flags_buf = KF_NONE;
 
     kf_status st = KF_OK;
     double t0 = now_ms();
@@ -1066,9 +1084,12 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         st = bind_steps(ex, err);
     double t4 = now_ms();
     ex->phase_ms[XPH_MEMORY] = t4 - t3;
-    /* Measured choices run on a zeroed arena, so before the constants. */
+    /* Measured choices run on a zeroed arena, so before the constants; the
+     * clamp flag starts clear after them. */
     if (st == KF_OK)
         st = measure_choices(ex, err);
+    if (st == KF_OK)
+        st = clear_flags(ex, ex->stream, err);
     double t5 = now_ms();
     ex->phase_ms[XPH_MEASURE] = t5 - t4;
     /* Constants, once. */
@@ -1165,6 +1186,45 @@ static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
 }
 
 static bool prepared(const kf_cuda_exec *ex) { return ex && ex->order; }
+
+/* The clamp flag word: zeroed on `stream`, waited for (at prepare, and after
+ * a clamp was seen); read once the caller synchronized what may set it. */
+static kf_status clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
+    const kf_cuda_driver *drv = ex->dev.drv;
+    if (ex->flags_buf == KF_NONE)
+        return KF_OK;
+    kf_status st =
+        !drv->cuMemsetD8Async
+            ? kf_msg_set(err, KF_ERR_UNSUPPORTED, "the driver has no cuMemsetD8Async")
+            : kf_cuda_check(drv, drv->cuMemsetD8Async(buf_ptr(ex, ex->flags_buf), 0, 4, stream),
+                            "cuMemsetD8Async", NULL, err);
+    return st == KF_OK ? kf_cuda_stream_sync(&ex->dev, stream, "the clamp flag", err) : st;
+}
+static kf_status take_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
+    unsigned v = 0;
+    kf_status st =
+        ex->flags_buf == KF_NONE
+            ? KF_OK
+            : kf_cuda_copy_to_host(&ex->dev, &v, buf_ptr(ex, ex->flags_buf), sizeof v, err);
+    if (st != KF_OK || v == 0)
+        return st;
+    ex->clamp_seen = true;
+    return clear_flags(ex, stream, err);
+}
+
+kf_status kf_cuda_exec_index_clamps(kf_cuda_exec *ex, void *stream, bool *clamped, char *err) {
+    if (!prepared(ex) || !clamped)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_index_clamps: bad argument");
+    kf_cu_stream s = stream ? (kf_cu_stream)stream : ex->stream;
+    kf_status st = ex->flags_buf == KF_NONE ? KF_OK : make_current(ex, err);
+    if (st == KF_OK && ex->flags_buf != KF_NONE)
+        st = kf_cuda_stream_sync(&ex->dev, s, "the runs before the clamp flag", err);
+    if (st == KF_OK)
+        st = take_flags(ex, s, err);
+    *clamped = st == KF_OK && ex->clamp_seen;
+    ex->clamp_seen = ex->clamp_seen && st != KF_OK;
+    return st;
+}
 
 kf_status kf_cuda_exec_launch(kf_cuda_exec *ex, void *stream, char *err) {
     if (!prepared(ex))
@@ -1263,6 +1323,8 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
     const char *last = ex->n_order ? step_name(ex, &ex->steps[ex->order[ex->n_order - 1]]) : NULL;
     if (st == KF_OK)
         st = kf_cuda_stream_sync(&ex->dev, s, last, err);
+    if (st == KF_OK)
+        st = take_flags(ex, s, err); /* synchronized already: one 4-byte read */
     for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
         const kf_tensor *t = g->outputs[i].tensor;
         if (!bound[t->id] || t->op == KF_OP_INPUT)

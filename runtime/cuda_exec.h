@@ -118,6 +118,15 @@ size_t kf_cuda_exec_workspace_size(const kf_cuda_exec *ex);
  * again. Waits for the last run first. The next run rebinds. */
 kf_status kf_cuda_exec_set_workspace(kf_cuda_exec *ex, kf_cu_deviceptr ws, size_t bytes, char *err);
 
+/* Whether a kernel clamped a gather index into its axis since the last call
+ * (the CUDA target's contract: an out-of-range index reads the nearest
+ * row, and is reported here). Waits for `stream` (NULL: the exec's own)
+ * first, so the device-resident runs enqueued on it are counted; a
+ * host-pointer run has read the flag word already, after its own
+ * synchronization. Clears what it reports. *clamped is false for a plan
+ * with no gather. */
+kf_status kf_cuda_exec_index_clamps(kf_cuda_exec *ex, void *stream, bool *clamped, char *err);
+
 /* Copies tensor t's device buffer (an output, input or anything materialized)
  * to `dst` (`bytes`). KF_ERR_NOT_FOUND when t has no buffer. */
 kf_status kf_cuda_exec_copy_out(kf_cuda_exec *ex, uint32_t t, void *dst, size_t bytes, char *err);

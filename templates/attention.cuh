@@ -48,6 +48,7 @@
  *   KF_MASK_SKIP, KF_WINDOW
  *   KF_Q, KF_K, KF_V, KF_O the params; KF_Q_RS, KF_K_RS, KF_V_RS row strides
  *   kf_bh_offsets(bh, oq, ok, ov)  element offsets of batch x head bh
+ *   kf_o_offset(bh, q)    element offset of O's row q of batch x head bh
  *   kf_attn_aligned(KF_ARGS)      Q, K, V bases 16-byte aligned
  *   kf_score_full / kf_score_inner(s, bh, q, kv, KF_ARGS)
  */
@@ -321,7 +322,7 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
             const int q = qr + 8 * r;
             if (q >= KF_SQ)
                 continue;
-            KF_ELEM *orow = KF_O + ((long long)bh * KF_SQ + q) * KF_D;
+            KF_ELEM *orow = KF_O + kf_o_offset(bh, q);
 #pragma unroll
             for (int i = 0; i < KF_D / 8; i++) {
                 const unsigned w = kf_pack2(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);

@@ -66,7 +66,8 @@
  *
  * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_SQ,
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
- * KF_O (param), kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_wgmma_qk0 / qk(s,
+ * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
+ * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_wgmma_qk0 / qk(s,
  * da, db), kf_wgmma_pv(o, a, db), kf_score_full / kf_score_inner.
  */
 #define KF_NQT ((KF_SQ + KF_BR - 1) / KF_BR)
@@ -437,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const int q = qr + 8 * r;
                 if (q >= KF_SQ)
                     continue;
-                KF_ELEM *orow = KF_O + ((long long)bh * KF_SQ + q) * KF_D;
+                KF_ELEM *orow = KF_O + kf_o_offset(bh, q);
 #pragma unroll
                 for (int i = 0; i < KF_D / 8; i++) {
                     const unsigned w =

@@ -25,6 +25,9 @@
  *                          N elements back from shared address sa
  *   kf_mb_*, kf_bulk_*     sm_90+: bulk copies (cp.async.bulk) between global
  *                          and shared memory, completed on an mbarrier
+ *   kf_note_clamp(flag)    a gather index was clamped into its axis: set the
+ *                          program's flag word (read first, so a warp of
+ *                          clamped lookups costs one atomic at most per lane)
  *   kf_op_<name>(...)      the ops (kf_gelu, kf_add_i32, ...)
  *   kf_bf16x2<OP, VV>(d, a, b)
  *                          VV results of a bf16 add/sub/mul (OP 0/1/2), two per
@@ -90,6 +93,10 @@ template <typename T> __device__ __forceinline__ auto kf_ld(const T *p) -> declt
     return kf_cvt(*p);
 }
 template <typename T, typename R> __device__ __forceinline__ void kf_st(T *p, R v) { kf_pack(p, v); }
+__device__ __forceinline__ void kf_note_clamp(unsigned *flag) {
+    if (*(volatile unsigned *)flag == 0u)
+        atomicOr(flag, 1u);
+}
 
 /* ---- vector loads and stores ---------------------------------------- */
 

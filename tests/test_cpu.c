@@ -696,6 +696,12 @@ static void test_gather_index_out_of_range_fails_the_cpu_run(void **state) {
                 fail_msg("message: %s", msg);
         }
     }
+    /* The CPU target never clamps: kf_program_index_clamps says 0. */
+    int clamped = 7;
+    assert_int_equal(kf_program_index_clamps(p, NULL, &clamped), KF_OK);
+    assert_int_equal(clamped, 0);
+    assert_int_equal(kf_program_index_clamps(NULL, NULL, &clamped), KF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kf_program_index_clamps(p, NULL, NULL), KF_ERR_INVALID_ARGUMENT);
     kf_program_destroy(p);
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);

@@ -174,6 +174,8 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
     compile_text("kfg 1\nx = input(f32[16, 8])\ny = softmax(x, axis=0)\noutput y\n", seen);
     compile_text(
         "kfg 1\nx = input(f32[4, 8, 16])\ne = exp(x)\ny = permute(e, [0, 2, 1])\noutput y\n", seen);
+    /* argmax over the last axis */
+    compile_text("kfg 1\nx = input(f32[16, 300])\ny = argmax(x, axis=-1)\noutput y\n", seen);
     /* the fused attention kernel; unfused, the row-wise softmax between GEMMs */
     compile_text("kfg 1\nq = input(bf16[1, 2, 70, 64])\nk = input(bf16[1, 2, 70, 64])\n"
                  "v = input(bf16[1, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
@@ -328,17 +330,17 @@ static void test_unfused_attention_says_why(void **state) {
     }
 }
 
-/* argmax has no CUDA kernel yet: the recipes refuse its group, row-wise or a
- * column reduction, with a status and a message that say what to do, on both
- * architectures (never a kernel that computes something else). */
+/* argmax over a non-last axis (a column reduction) has no CUDA kernel yet:
+ * the recipes refuse its group with a status and a message that say what to
+ * do, on both architectures (never a kernel that computes something else).
+ * Over the last axis it compiles (test_argmax_over_the_last_axis_compiles). */
 static void test_recipes_refuse_argmax_with_a_clear_message(void **state) {
     (void)state;
     static const char *const texts[] = {
-        "kfg 1\nx = input(f32[64, 256])\ny = argmax(x, axis=1)\noutput y\n",
         "kfg 1\nx = input(bf16[64, 256])\ne = exp(x)\ny = argmax(e, axis=0, keepdim=true)\n"
         "z = cast(y, f32)\noutput z\n",
-        "kfg 1\nx = input(i32[8, 4096])\nb = input(i32[4096])\na = add(x, b)\n"
-        "y = argmax(a, axis=-1)\noutput y\n",
+        "kfg 1\nx = input(i32[8, 4096])\nb = input(i32[8, 1])\na = add(x, b)\n"
+        "y = argmax(a, axis=0)\noutput y\n",
     };
     static const char *const archs[] = {"sm_80", "sm_90a"};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
@@ -352,10 +354,37 @@ static void test_recipes_refuse_argmax_with_a_clear_message(void **state) {
             assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err),
                              KF_ERR_UNSUPPORTED);
             assert_null(rec);
-            if (!strstr(err, "argmax has no CUDA kernel yet") || !strstr(err, "KF_TARGET_CPU"))
+            if (!strstr(err, "argmax over a non-last axis has no CUDA kernel yet") ||
+                !strstr(err, "KF_TARGET_CPU"))
                 fail_msg("case %zu %s: %s", i, archs[a], err);
             plan_release(&p);
         }
+    }
+}
+
+/* argmax over the last axis: one kernel (templates/argmax.cuh) with its
+ * prologue fused, NVRTC-compiled for both architectures, on rows shorter
+ * and longer than a warp and in f32, bf16 and i32. */
+static void test_argmax_over_the_last_axis_compiles(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "kfg 1\nx = input(f32[64, 256])\ny = argmax(x, axis=1)\noutput y\n",
+        "kfg 1\nx = input(bf16[3, 5, 7])\ne = exp(x)\ny = argmax(e, axis=-1, keepdim=true)\n"
+        "output y\n",
+        "kfg 1\nx = input(i32[8, 4096])\nb = input(i32[4096])\na = add(x, b)\n"
+        "y = argmax(a, axis=-1)\noutput y\n",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        planned p;
+        plan_text(texts[i], &p);
+        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+        assert_int_equal(compile_all(p.plan, NULL), 2);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ROW_ARGMAX);
+        assert_non_null(strstr(k.source, "kf_amax_before"));
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
     }
 }
 
@@ -438,6 +467,10 @@ static void test_slices_concats_and_gathers_compile_into_their_consumers(void **
         assert_non_null(strstr(k.source, "kf_ld(p"));
         if (i == 1)
             assert_non_null(strstr(k.source, "2147483647LL")); /* the saturating index */
+        /* a gather's clamped index sets the program's flag word (issue 16 item 4) */
+        bool gathers = strstr(texts[i], "gather(") != NULL;
+        assert_true(gathers == (strstr(k.source, "kf_note_clamp(p") != NULL));
+        assert_true(gathers == (strstr(k.source, "unsigned *__restrict__ p") != NULL));
         kf_cuda_kernel_release(&MEM, &k);
         plan_release(&p);
     }
@@ -1088,6 +1121,10 @@ static void check_buf(const kf_plan *plan, const kf_cuda_recipe *rc, kf_cuda_buf
         assert_true((uint64_t)b.offset < rc->scratch[b.id].bytes);
         return;
     }
+    if (b.kind == KF_CUDA_BUF_FLAGS) { /* the program's clamp flag word: one, 4 bytes */
+        assert_true(b.id == 0 && b.offset == 0);
+        return;
+    }
     assert_int_equal(b.kind, KF_CUDA_BUF_TENSOR);
     assert_true(b.id < plan->graph->n_nodes);
     uint32_t g = plan->group_of[b.id];
@@ -1428,6 +1465,7 @@ int main(void) {
         cmocka_unit_test(test_fused_attention_compiles_every_variant_without_spills),
         cmocka_unit_test(test_unfused_attention_says_why),
         cmocka_unit_test(test_recipes_refuse_argmax_with_a_clear_message),
+        cmocka_unit_test(test_argmax_over_the_last_axis_compiles),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
         cmocka_unit_test(test_slices_concats_and_gathers_compile_into_their_consumers),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),

@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE /* mkdtemp, open_memstream */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -675,9 +676,78 @@ static void test_bad_pointers_are_refused_naming_the_binding(void **state) {
     kf_graph_destroy(g);
 }
 
+/* Issue 16 item 4: the CUDA target clamps a gather index outside its axis
+ * into it (the nearest row is read) and reports it through
+ * kf_program_index_clamps: after a host-pointer run (read at its own
+ * synchronization) and after a device-resident run (the call waits for the
+ * stream), once each (the call clears the flag); in-range indices report
+ * nothing. */
+static void test_in_place_gather_clamps_out_of_range_indices_and_reports_them(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_graph *g = parse("kfg 1\nw = input(f32[8, 16])\ni = input(i32[5])\n"
+                        "e = gather(w, i, axis=0)\ntwo = const(f32[], 2)\ny = mul(e, two)\n"
+                        "output y\n");
+    kf_program *p = NULL;
+    CK(kf_compile(G.ctx, g, &p));
+    float w[128], y[80];
+    for (int k = 0; k < 128; k++)
+        w[k] = (float)(k / 16 * 100 + k % 16);
+    const int32_t bad[5] = {0, 7, 9, -3, 2}, good[5] = {1, 2, 3, 4, 5};
+    const int rows_bad[5] = {0, 7, 7, 0, 2};
+    int clamped = -1;
+    /* host-pointer runs */
+    for (int pass = 0; pass < 2; pass++) {
+        const int32_t *ids = pass ? good : bad;
+        kf_binding in[2] = {{"w", w, sizeof w}, {"i", (void *)ids, sizeof bad}};
+        kf_binding out = {"y", y, sizeof y};
+        for (int k = 0; k < 80; k++)
+            y[k] = NAN;
+        CK(kf_program_run(p, in, 2, &out, 1, NULL));
+        for (int r = 0; r < 5; r++)
+            for (int k = 0; k < 16; k++) {
+                int row = pass ? good[r] : rows_bad[r];
+                if (!(y[r * 16 + k] == 2.0f * (float)(row * 100 + k)))
+                    fail_msg("host run %d: y[%d][%d] = %g, want row %d", pass, r, k,
+                             (double)y[r * 16 + k], row);
+            }
+        CK(kf_program_index_clamps(p, NULL, &clamped));
+        assert_int_equal(clamped, pass ? 0 : 1);
+        CK(kf_program_index_clamps(p, NULL, &clamped));
+        assert_int_equal(clamped, 0); /* cleared by the call */
+    }
+    /* device-resident runs on the caller's stream */
+    kf_cu_deviceptr dw = 0, di = 0, dy = 0;
+    CK(kf_cuda_mem_alloc(&G.dev, sizeof w, &dw, E));
+    CK(kf_cuda_mem_alloc(&G.dev, sizeof bad, &di, E));
+    CK(kf_cuda_mem_alloc(&G.dev, sizeof y, &dy, E));
+    CK(kf_cuda_copy_to_device(&G.dev, dw, w, sizeof w, E));
+    for (int pass = 0; pass < 2; pass++) {
+        CK(kf_cuda_copy_to_device(&G.dev, di, pass ? good : bad, sizeof bad, E));
+        kf_binding in[2] = {{"w", dptr_data(dw), sizeof w}, {"i", dptr_data(di), sizeof bad}};
+        kf_binding out = {"y", dptr_data(dy), sizeof y};
+        CK(kf_program_run_device(p, in, 2, &out, 1, G.s1));
+        CK(kf_program_index_clamps(p, G.s1, &clamped)); /* waits for s1 */
+        assert_int_equal(clamped, pass ? 0 : 1);
+        CK(kf_cuda_copy_to_host(&G.dev, y, dy, sizeof y, E));
+        for (int r = 0; r < 5; r++) {
+            int row = pass ? good[r] : rows_bad[r];
+            if (!(y[r * 16 + 5] == 2.0f * (float)(row * 100 + 5)))
+                fail_msg("device run %d: y[%d][5] = %g, want row %d", pass, r,
+                         (double)y[r * 16 + 5], row);
+        }
+    }
+    kf_cuda_mem_free(&G.dev, dw);
+    kf_cuda_mem_free(&G.dev, di);
+    kf_cuda_mem_free(&G.dev, dy);
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_in_place_ragged_shapes_in_exact_buffers_match),
+        cmocka_unit_test(test_in_place_gather_clamps_out_of_range_indices_and_reports_them),
         cmocka_unit_test(test_in_place_captured_run_replays_with_new_inputs_and_the_same_bits),
         cmocka_unit_test(test_bad_pointers_are_refused_naming_the_binding),
         cmocka_unit_test(test_a_caller_workspace_serves_host_and_device_runs),

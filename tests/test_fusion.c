@@ -1093,6 +1093,46 @@ static void test_block_example_is_seven_kernels(void **state) {
     assert_int_equal(attention, 1);
 }
 
+/* Issue 16 item 5: the Llama block plans with no copy kernel. V's slice of the
+ * fused QKV output is a view at V's offset that the attention group reads, and
+ * the attention group absorbs the permute of its output back to [B, S, H, D],
+ * so the reshape merging the heads is a view the output projection reads. */
+static void test_llama_block_plans_no_copy_kernels(void **state) {
+    fixture *f = *state;
+    kf_graph_destroy(f->g);
+    f->g = parse_file(f->ctx, "examples/llama_block.kfg");
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 7);
+    const kf_group *attn = NULL;
+    int slice_views = 0;
+    for (uint32_t i = 0; i < p->n_groups; i++) {
+        const kf_group *g = &p->groups[i];
+        assert_int_not_equal(g->kind, KF_GROUP_LAYOUT);
+        /* no kernel is a lone slice (a copy) */
+        assert_false(g->kind == KF_GROUP_ELEMENTWISE && g->n_computed == 1 &&
+                     p->graph->nodes[g->computed[0]]->op == KF_OP_SLICE);
+        if (g->kind == KF_GROUP_ATTENTION)
+            attn = g;
+        if (g->kind == KF_GROUP_VIEW && p->graph->nodes[g->computed[0]]->op == KF_OP_SLICE) {
+            slice_views++;
+            /* v = qkv_heads[:, :, 8:, :] of [2, 16, 12, 16]: 8 heads of 16 in */
+            assert_int_equal(g->view_offset, 128);
+            assert_false(g->view_contiguous);
+        }
+    }
+    assert_int_equal(slice_views, 1);
+    assert_non_null(attn);
+    const kf_tensor *out = p->graph->nodes[attn->attn.out];
+    assert_int_equal(out->op, KF_OP_PERMUTE);
+    assert_int_equal(out->src[0]->id, attn->attn.pv);
+    /* pv [B=2, H=4, S=16, D=16] stored as [B, S, H, D] */
+    assert_int_equal(attn->attn.o_strides[0], 1024);
+    assert_int_equal(attn->attn.o_strides[1], 16);
+    assert_int_equal(attn->attn.o_strides[2], 64);
+    assert_int_equal(attn->attn.o_strides[3], 1);
+    assert_int_equal(kf_plan_check(p, 0x1a7u, NULL), KF_OK);
+}
+
 /* Every .kfg file in examples/patterns says how many kernels it plans to on a line
  * "# expect: N kernels"; each is planned, checked and counted. */
 static void test_pattern_examples_plan_to_their_stated_kernel_counts(void **state) {
@@ -1338,6 +1378,7 @@ int main(void) {
         T(test_report_lists_groups_types_costs_and_reasons),
         T(test_planning_survives_every_allocation_failure_without_leaks),
         T(test_plan_create_rejects_bad_arguments_and_unverified_graphs),
+        T(test_llama_block_plans_no_copy_kernels),
         T(test_block_example_is_seven_kernels),
         T(test_pattern_examples_plan_to_their_stated_kernel_counts),
         T(test_report_command_exits_2_on_a_parse_error_and_bad_usage),

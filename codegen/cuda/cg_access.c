@@ -91,6 +91,8 @@ void cg_load_params(cg *c) {
             uint32_t t = g->attn.qk;
             c->param[i] = cg_param_add(c, KF_CUDA_PARAM_SCORES, t, cg_tensor(c, t)->dtype,
                                        cg_tensor_bytes(c, t));
+        } else if (e->kind == KF_EXPR_OP && e->clamp_report) {
+            c->param[i] = cg_param_add(c, KF_CUDA_PARAM_FLAGS, KF_NONE, KF_DTYPE_I32, 4);
         }
     }
 }

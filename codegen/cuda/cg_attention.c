@@ -73,15 +73,18 @@ static uint32_t sm90_smem(int64_t d) {
  * each batch axis of the score space (0 where it broadcasts). */
 typedef struct attn_op {
     uint32_t base;
+    int64_t off; /* elements of base before index 0 (a sliced view's start) */
     int64_t s_row, s_col;
     int64_t bstride[KF_MAX_RANK];
 } attn_op;
 
-static uint32_t base_of(const kf_plan *plan, uint32_t t, int64_t *strides) {
+static uint32_t base_of(const kf_plan *plan, uint32_t t, int64_t *strides, int64_t *off) {
     const kf_tensor *x = plan->graph->nodes[t];
     uint32_t g = plan->group_of ? plan->group_of[t] : KF_NONE;
+    *off = 0;
     if (g != KF_NONE && plan->groups[g].kind == KF_GROUP_VIEW) {
         memcpy(strides, plan->groups[g].view_strides, sizeof(int64_t) * KF_MAX_RANK);
+        *off = plan->groups[g].view_offset;
         return kf_plan_buffer_of(plan, plan->groups[g].view_base);
     }
     int64_t acc = 1;
@@ -98,7 +101,7 @@ static void op_layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plai
                       int R, attn_op *o) {
     const kf_tensor *x = plan->graph->nodes[t];
     int64_t s[KF_MAX_RANK] = {0};
-    o->base = base_of(plan, t, s);
+    o->base = base_of(plan, t, s, &o->off);
     int r = x->rank;
     bool rows_first = rows_first_when_plain != trans;
     o->s_row = rows_first ? s[r - 2] : s[r - 1];
@@ -143,8 +146,12 @@ static const char *unsupported(const kf_plan *plan, const kf_group *g, const cha
     if (R < 2 || pv->rank != R || memcmp(pv->dims, g->dims, sizeof(int64_t) * (size_t)(R - 2)))
         return snprintf(why, size, "the output's batch dims differ from the scores'"), why;
     for (uint32_t w = 0; w < g->n_writes; w++)
-        if (g->writes[w] != at->pv)
+        if (g->writes[w] != at->out)
             return snprintf(why, size, "the group writes a tensor besides its output"), why;
+    /* O is stored as rows of D contiguous elements, two at a time */
+    for (int d = 0; d < R - 1; d++)
+        if (at->o_strides[d] % 2 != 0 || at->o_strides[R - 1] != 1)
+            return snprintf(why, size, "O's strides are not even with a unit last one"), why;
     int64_t bh = 1;
     for (int d = 0; d < R - 2; d++)
         bh *= g->dims[d];
@@ -156,13 +163,13 @@ static const char *unsupported(const kf_plan *plan, const kf_group *g, const cha
     op_layout(plan, at->v, true, at->v_transposed, R, &ops[2]);
     static const char *const names[3] = {"Q", "K", "V"};
     for (int i = 0; i < 3; i++) {
-        bool ok = ops[i].s_col == 1 && (ops[i].s_row * 2) % 16 == 0;
+        bool ok = ops[i].s_col == 1 && (ops[i].s_row * 2) % 16 == 0 && (ops[i].off * 2) % 16 == 0;
         for (int d = 0; d < R - 2 && ok; d++)
             ok = (ops[i].bstride[d] * 2) % 16 == 0;
         if (!ok)
             return snprintf(why, size,
                             "%s is not read as 16-byte rows (its head dim must have stride 1 "
-                            "and its other strides be multiples of 8 elements)",
+                            "and its other strides and offset be multiples of 8 elements)",
                             names[i]),
                    why;
     }
@@ -227,10 +234,10 @@ bool kf_cuda_attention_sm90_supported(const kf_plan *plan, uint32_t group, const
 }
 
 kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cuda_tmap maps[3],
-                                      uint32_t bases[3]) {
+                                      uint32_t bases[3], int64_t offsets[3]) {
     char why[160];
     attn_op ops[3];
-    if (!plan || group >= plan->n_groups || !maps || !bases ||
+    if (!plan || group >= plan->n_groups || !maps || !bases || !offsets ||
         unsupported_sm90(plan, &plan->groups[group], "sm_90a", ops, why, sizeof why))
         return KF_ERR_UNSUPPORTED;
     const kf_group *g = &plan->groups[group];
@@ -258,6 +265,7 @@ kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cu
             t->box[a] = 1;
         t->swizzle = 128;
         bases[i] = ops[i].base;
+        offsets[i] = ops[i].off;
     }
     return KF_OK;
 }
@@ -426,6 +434,29 @@ static void emit_tma_fns(cg *c, const kf_group *g, const attn_op ops[3]) {
     cg_puts(&c->s, "\n");
 }
 
+/* kf_o_offset(bh, q): the element offset in O's buffer of row q of batch x
+ * head bh. Row-major [.., sq, d] when the group writes P.V itself; at the
+ * strides of the permute it absorbed ([B, H, S, D] stored as [B, S, H, D])
+ * otherwise, so the reshape that merges the heads is a view. */
+static void emit_o_offset(cg *c, const kf_group *g) {
+    const kf_attn_info *at = &g->attn;
+    int R = g->rank;
+    cg_puts(&c->s, "__device__ __forceinline__ long long kf_o_offset(long long bh, int q) {\n");
+    if (at->out == at->pv) {
+        cg_puts(&c->s, "    return (bh * KF_SQ + q) * KF_D;\n}\n\n");
+        return;
+    }
+    cg_printf(&c->s, "    long long o = (long long)q * %lldLL;\n", (long long)at->o_strides[R - 2]);
+    int64_t inner = 1;
+    for (int d = R - 3; d >= 0; d--) {
+        if (g->dims[d] != 1)
+            cg_printf(&c->s, "    o += bh / %lldLL %% %lldLL * %lldLL;\n", (long long)inner,
+                      (long long)g->dims[d], (long long)at->o_strides[d]);
+        inner *= g->dims[d];
+    }
+    cg_puts(&c->s, "    (void)bh;\n    return o;\n}\n\n");
+}
+
 static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
                      kf_cuda_kernel *out, bool sm90) {
     cg c;
@@ -458,7 +489,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     int pq = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[0].base, dt, cg_tensor_bytes(&c, ops[0].base));
     int pk = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[1].base, dt, cg_tensor_bytes(&c, ops[1].base));
     int pvp = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[2].base, dt, cg_tensor_bytes(&c, ops[2].base));
-    int po = cg_param_add(&c, KF_CUDA_PARAM_OUT, at->pv, dt, cg_tensor_bytes(&c, at->pv));
+    int po = cg_param_add(&c, KF_CUDA_PARAM_OUT, at->out, dt, cg_tensor_bytes(&c, at->out));
     for (uint32_t i = 0; i < c.n; i++)
         if (g->expr[i].kind == KF_EXPR_SCORE)
             snprintf(c.ov[i], OV_MAX, "s");
@@ -507,12 +538,14 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_SQ %lld\n"
         "#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n#define KF_MINB %d\n"
         "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
-        "#define KF_Q p%d\n#define KF_K p%d\n#define KF_V p%d\n#define KF_O p%d\n"
+        "#define KF_Q (p%d + %lldLL)\n#define KF_K (p%d + %lldLL)\n#define KF_V (p%d + %lldLL)\n"
+        "#define KF_O p%d\n"
         "#define KF_Q_RS %lldLL\n#define KF_K_RS %lldLL\n#define KF_V_RS %lldLL\n"
         "/* mask %s; dynamic shared memory: Q %d x %lld, K and V 2 x %d x %lld each */\n\n",
         (long long)at->d, ATTN_BR, ATTN_BC, (long long)at->sq, (long long)at->skv, (long long)bh,
         dt == KF_DTYPE_BF16 ? "bf16" : "f16", ATTN_BR == 64 ? 2 : 1, cg_storage_type(dt), skip,
-        (long long)(skip == 2 ? at->window : 0), pq, pk, pvp, po, (long long)ops[0].s_row,
+        (long long)(skip == 2 ? at->window : 0), pq, (long long)ops[0].off, pk,
+        (long long)ops[1].off, pvp, (long long)ops[2].off, po, (long long)ops[0].s_row,
         (long long)ops[1].s_row, (long long)ops[2].s_row, kf_mask_kind_name(at->mask), ATTN_BR,
         (long long)at->d, ATTN_BC, (long long)at->d);
 
@@ -536,12 +569,11 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         inner *= g->dims[d];
     }
     cg_puts(&c.s, "    (void)bh;\n}\n\n");
-    cg_printf(
-        &c.s,
-        "__device__ __forceinline__ bool kf_attn_aligned(KF_PARAMS) {\n"
-        "    return kf_aligned(p%d, 16) && kf_aligned(p%d, 16) && kf_aligned(p%d, 16);\n}\n\n",
-        pq, pk, pvp);
+    cg_puts(&c.s, "__device__ __forceinline__ bool kf_attn_aligned(KF_PARAMS) {\n"
+                  "    return kf_aligned(KF_Q, 16) && kf_aligned(KF_K, 16) && kf_aligned(KF_V, 16);"
+                  "\n}\n\n");
     }
+    emit_o_offset(&c, g);
 
     cg_puts(&c.s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
                   "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"

@@ -170,6 +170,10 @@ static void emit_params(cg *c, bool args) {
             cg_printf(&c->s, "%sp%u", i ? ", " : "", i);
             continue;
         }
+        if (p->kind == KF_CUDA_PARAM_FLAGS) {
+            cg_printf(&c->s, "%sunsigned *__restrict__ p%u", i ? ", " : "", i);
+            continue;
+        }
         bool in = p->kind == KF_CUDA_PARAM_IN || p->kind == KF_CUDA_PARAM_ACC ||
                   p->kind == KF_CUDA_PARAM_SCORES;
         cg_printf(&c->s, "%s%s%s *__restrict__ p%u", i ? ", " : "", in ? "const " : "",
@@ -185,9 +189,14 @@ void cg_emit_head(cg *c, const char *what) {
               " * Parameters:\n",
               k->name, what, c->g->id, c->g->name, kf_cuda_template_name(k->tmpl), k->arch,
               KF_CUDA_CODEGEN_VERSION);
-    static const char *const kinds[] = {"in", "out", "acc", "scores", "scratch", "i64"};
+    static const char *const kinds[] = {"in", "out", "acc", "scores", "scratch", "i64", "flags"};
+    _Static_assert(sizeof kinds / sizeof kinds[0] == KF_CUDA_PARAM_COUNT, "one name per kind");
     for (uint32_t i = 0; i < k->n_params; i++) {
         const kf_cuda_param *p = &k->params[i];
+        if (p->kind == KF_CUDA_PARAM_FLAGS) {
+            cg_printf(&c->s, " *   p%u %-7s the program's clamp flag word\n", i, kinds[p->kind]);
+            continue;
+        }
         const kf_tensor *t = cg_tensor(c, p->tensor);
         char ty[96];
         kf_ir_type_str(t, ty, sizeof ty);

@@ -41,6 +41,8 @@ const char *cg_stat_field(kf_stat s) {
         return "rms_rstd";
     case KF_STAT_SUMEXP:
         return "sumexp";
+    case KF_STAT_ARGMAX:
+        return "argmax";
     default:
         return "sum";
     }
@@ -428,6 +430,18 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
             break;
         }
         cg_puts(&c->s, ";\n");
+        if (e->kind == KF_EXPR_OP && e->clamp_report && c->param[i] >= 0 && !raw) {
+            /* a gather index clamped into its axis: note it in the flag word
+             * (min(max(x, 0), n - 1) differs from x only when x was outside) */
+            uint32_t x = g->expr[e->src[0]].src[0];
+            if (arr)
+                cg_printf(&c->s,
+                          "#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    if (v%u[k] != "
+                          "v%u[k]) kf_note_clamp(p%d);\n",
+                          ind, ind, i, x, c->param[i]);
+            else
+                cg_printf(&c->s, "%sif (v%u != v%u) kf_note_clamp(p%d);\n", ind, i, x, c->param[i]);
+        }
         if (raw && arr)
             cg_printf(&c->s,
                       "%s%s v%u[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    v%u[k] "

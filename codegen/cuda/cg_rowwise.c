@@ -241,6 +241,13 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
      * (stage_plan). */
     uint32_t block;
     bool warp = row_warp_for(L, dbl), multipass = false;
+    /* argmax: templates/argmax.cuh, a warp per row of any length, one
+     * element at a time (its (value, index) pairs are compared, not summed) */
+    bool amax = (rs->stats & (1u << KF_STAT_ARGMAX)) != 0;
+    if (amax) {
+        warp = true;
+        vec = 1;
+    }
     if (warp) {
         block = 256;
     } else {
@@ -252,7 +259,7 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
     /* Staged only with two dependent statistics steps (see row_warp_staged). */
     stage_cfg scfg = {0};
     bool two_step = (stats & (1u << KF_STAT_RSTD | 1u << KF_STAT_SUMEXP)) != 0;
-    bool staged = warp && two_step && !dbl && vec > 1 && c->st == KF_OK &&
+    bool staged = !amax && warp && two_step && !dbl && vec > 1 && c->st == KF_OK &&
                   stage_plan(c, rs, outs, n_outs, pro, &scfg);
     if (staged)
         block = scfg.warps * 32;
@@ -261,7 +268,8 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
         if (!outs[o].stat_pack)
             cg_mark(c, outs[o].node);
     cg_mark(c, rs->input);
-    k->tmpl = staged      ? KF_CUDA_TEMPLATE_ROW_WARP_STAGED
+    k->tmpl = amax        ? KF_CUDA_TEMPLATE_ROW_ARGMAX
+              : staged    ? KF_CUDA_TEMPLATE_ROW_WARP_STAGED
               : warp      ? KF_CUDA_TEMPLATE_ROW_WARP
               : multipass ? KF_CUDA_TEMPLATE_ROW_BLOCK_MULTIPASS
                           : KF_CUDA_TEMPLATE_ROW_BLOCK;
@@ -451,6 +459,6 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
     }
     cg_puts(&c->s, "    (void)row; (void)st;\n}\n\n");
     kf_mem_free(c->mem, x, sizeof *x);
-    cg_puts(&c->s, kf_cuda_tpl_rowwise);
+    cg_puts(&c->s, amax ? kf_cuda_tpl_argmax : kf_cuda_tpl_rowwise);
     return c->st;
 }

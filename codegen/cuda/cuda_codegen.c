@@ -36,6 +36,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_GEMM_SM90] = "gemm_sm90",
     [KF_CUDA_TEMPLATE_ATTENTION_MMA] = "attention_mma",
     [KF_CUDA_TEMPLATE_ATTENTION_SM90] = "attention_sm90",
+    [KF_CUDA_TEMPLATE_ROW_ARGMAX] = "row_argmax",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");
@@ -115,12 +116,7 @@ kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char 
                                 g->kind == KF_GROUP_LAYOUT ? "layout copy" : "elementwise group");
         break;
     }
-    case KF_GROUP_ROWWISE: {
-        if (g->row.stats & (1u << KF_STAT_ARGMAX)) { /* KF_NEVER: recipes refuse it first */
-            st = cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): argmax has no CUDA kernel yet",
-                         g->id, g->name);
-            break;
-        }
+    case KF_GROUP_ROWWISE: { /* argmax too: cg_gen_rowwise takes templates/argmax.cuh */
         cg_set_name(&c, "");
         row_spec rs = row_of_group(&c);
         for (uint32_t o = 0; o < n; o++)
@@ -134,7 +130,8 @@ kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char 
     }
     case KF_GROUP_COLREDUCE:
         if (g->row.stats & (1u << KF_STAT_ARGMAX)) { /* KF_NEVER: recipes refuse it first */
-            st = cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): argmax has no CUDA kernel yet",
+            st = cg_fail(&c, KF_ERR_UNSUPPORTED,
+                         "group %u (%s): argmax over a non-last axis has no CUDA kernel yet",
                          g->id, g->name);
             break;
         }

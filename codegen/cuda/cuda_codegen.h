@@ -92,6 +92,8 @@ typedef enum kf_cuda_template {
                                              tiles, online softmax (sm_80+) */
     KF_CUDA_TEMPLATE_ATTENTION_SM90,      /* fused attention: TMA K/V ring on mbarriers, wgmma,
                                              a producer and two consumer warpgroups (sm_90a) */
+    KF_CUDA_TEMPLATE_ROW_ARGMAX,          /* argmax over the last axis: one warp per row, the
+                                             (value, index) pairs reduced by shuffles */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
@@ -113,6 +115,9 @@ typedef enum kf_cuda_param_kind {
     KF_CUDA_PARAM_SCRATCH, /* pointer: a temporary, contiguous, `bytes` long, dtype `dtype`,
                               for tensor `tensor` (a GEMM's A computed by its norm prologue) */
     KF_CUDA_PARAM_I64,     /* scalar (none emitted yet; reserved for shape-generic kernels) */
+    KF_CUDA_PARAM_FLAGS,   /* pointer: the program's clamp flag word (one unsigned, `tensor`
+                              KF_NONE), set by a kernel that clamped a gather index
+                              (kf_expr.clamp_report; read by kf_program_index_clamps) */
     KF_CUDA_PARAM_COUNT
 } kf_cuda_param_kind;
 

@@ -100,6 +100,7 @@ typedef enum kf_cuda_buf_kind {
     KF_CUDA_BUF_NONE = 0, /* no buffer (an absent bias or residual) */
     KF_CUDA_BUF_TENSOR,   /* the buffer of plan tensor `id` (never a VIEW: its base) */
     KF_CUDA_BUF_SCRATCH,  /* scratch buffer `id` of the recipe, live only in its group */
+    KF_CUDA_BUF_FLAGS,    /* the program's clamp flag word (one per program, kept across runs) */
     KF_CUDA_BUF_COUNT
 } kf_cuda_buf_kind;
 
@@ -151,11 +152,12 @@ typedef struct kf_cuda_arg {
 
 /* The tensor maps of the sm_90a attention kernel of group `group`
  * (kf_cuda_codegen_attention_sm90), Q, K, V in its argument order, each over
- * the buffer of bases[i] (a view's base): dims {head dim, rows, the batch
+ * the buffer of bases[i] (a view's base) from element offsets[i] of it (a
+ * sliced view's start; 16-byte aligned): dims {head dim, rows, the batch
  * axes it does not broadcast, innermost first}, boxes {64, 128}, 128-byte
  * swizzle. KF_ERR_UNSUPPORTED where the kernel does not take the group. */
 kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cuda_tmap maps[3],
-                                      uint32_t bases[3]);
+                                      uint32_t bases[3], int64_t offsets[3]);
 
 typedef struct kf_cuda_kstep {
     kf_cuda_kernel kernel;                  /* source, name, arch, template, params */

@@ -121,7 +121,8 @@ kf_status kf_cuda_kstep_from_kernel(kf_cuda_kstep *ks, kf_cuda_role role, kf_cud
         const kf_cuda_param *p = &k->params[i];
         kf_cuda_arg *a = &ks->args[i];
         a->kind = KF_CUDA_ARG_PTR;
-        a->written = p->kind == KF_CUDA_PARAM_OUT || p->kind == KF_CUDA_PARAM_SCRATCH;
+        a->written = p->kind == KF_CUDA_PARAM_OUT || p->kind == KF_CUDA_PARAM_SCRATCH ||
+                     p->kind == KF_CUDA_PARAM_FLAGS;
         kf_status st = resolve(user, p, &a->buf, err);
         if (st != KF_OK)
             return st;
@@ -191,6 +192,11 @@ static kf_status resolve_param(void *user, const kf_cuda_param *p, kf_cuda_buf *
     case KF_CUDA_PARAM_SCORES:
     case KF_CUDA_PARAM_SCRATCH:
         return kf_rb_get(b, p->kind, p->tensor, p->bytes, out);
+    case KF_CUDA_PARAM_FLAGS: {
+        kf_cuda_buf f = {KF_CUDA_BUF_FLAGS, 0, 0};
+        *out = f;
+        return KF_OK;
+    }
     default:
         return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                           "group %u: a kernel parameter of kind %d has no buffer", b->gi,
@@ -269,10 +275,12 @@ static kf_status build_group(rb *b) {
     case KF_GROUP_ROWWISE:
     case KF_GROUP_COLREDUCE:
     case KF_GROUP_LAYOUT: {
-        if (grp->row.present && (grp->row.stats & (1u << KF_STAT_ARGMAX)))
+        if (grp->kind == KF_GROUP_COLREDUCE && grp->row.present &&
+            (grp->row.stats & (1u << KF_STAT_ARGMAX)))
             return kf_msg_set(b->err, KF_ERR_UNSUPPORTED,
-                              "group %u (%s): argmax has no CUDA kernel yet; compile this graph "
-                              "for the CPU target (kf_options.target = KF_TARGET_CPU)",
+                              "group %u (%s): argmax over a non-last axis has no CUDA kernel yet "
+                              "(over the last axis it has); compile this graph for the CPU target "
+                              "(kf_options.target = KF_TARGET_CPU), or permute the axis last",
                               b->gi, grp->name);
         char name[KF_CUDA_NAME_MAX] = "";
         kf_cuda_template tmpl = KF_CUDA_TEMPLATE_COUNT;

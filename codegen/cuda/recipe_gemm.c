@@ -51,11 +51,15 @@ static mref mref_of(const rb *b, uint32_t t) {
     r.rank = x->rank;
     memcpy(r.dims, x->dims, sizeof r.dims);
     uint32_t g = b->plan->group_of[t];
-    if (g != KF_NONE && b->plan->groups[g].kind == KF_GROUP_VIEW)
+    int64_t off = 0;
+    if (g != KF_NONE && b->plan->groups[g].kind == KF_GROUP_VIEW) {
         memcpy(r.strides, b->plan->groups[g].view_strides, sizeof r.strides);
-    else
+        off = b->plan->groups[g].view_offset; /* a sliced view's start */
+    } else {
         contiguous(x->rank, x->dims, r.strides);
+    }
     r.buf = kf_rb_tensor(b, t);
+    r.buf.offset += off * (int64_t)kf_dtype_size(x->dtype);
     return r;
 }
 
@@ -144,7 +148,9 @@ static bool operand_ok(const kf_cuda_operand *op, int64_t rows, int64_t cols) {
 typedef struct gemm_req {
     const kf_tensor *mm; /* the matmul */
     mref a, b;           /* its operands */
-    kf_cuda_buf d;       /* contiguous output of mm's shape */
+    kf_cuda_buf d;       /* output of mm's shape: contiguous, or at d_strides */
+    const int64_t *d_strides; /* NULL, or D's element strides per axis of mm (last 1):
+                                 an attention output stored permuted */
     kf_cuda_buf c;       /* residual (contiguous, mm's shape) or NONE */
     kf_cuda_buf bias;    /* bias (n elements) or NONE */
     kf_cuda_lt_epilogue epi;
@@ -181,21 +187,38 @@ static kf_status add_gemm(rb *b, const gemm_req *r) {
     g.beta = r->c.kind != KF_CUDA_BUF_NONE ? 1.0 : 0.0;
     g.epilogue = r->epi;
     g.bias = r->bias;
-    if (!operand_ok(&g.a, g.m, g.k) || !operand_ok(&g.b, g.k, g.n))
+    mref dm; /* D as an operand-like reference, for its batch strides */
+    memset(&dm, 0, sizeof dm);
+    dm.rank = rank;
+    memcpy(dm.dims, mm->dims, sizeof dm.dims);
+    if (r->d_strides) {
+        memcpy(dm.strides, r->d_strides, sizeof(int64_t) * (size_t)rank);
+        g.d.row_stride = g.c.row_stride = g.m == 1 ? g.n : r->d_strides[rank - 2];
+    } else {
+        contiguous(rank, mm->dims, dm.strides);
+    }
+    if (!operand_ok(&g.a, g.m, g.k) || !operand_ok(&g.b, g.k, g.n) ||
+        (r->d_strides && (r->d_strides[rank - 1] != 1 || g.d.row_stride < g.n)))
         return kf_msg_set(b->err, KF_ERR_UNSUPPORTED,
                           "GEMM '%s': an operand is a view with no unit stride in its last two "
                           "dims; cuBLASLt cannot read it (a copy kernel for this case is not "
                           "written yet)",
                           grp->name);
-    int64_t sa, sb;
+    int64_t sa, sb, sd = g.m * g.n;
     bool uniform = batch_stride(&r->a, nb, mm->dims, &sa) && batch_stride(&r->b, nb, mm->dims, &sb);
+    /* A strided D takes one call for the batch only where its matrices do
+     * not interleave (a permuted attention output's heads do: one call each). */
+    if (r->d_strides && uniform && g.batch > 1)
+        uniform = batch_stride(&dm, nb, mm->dims, &sd) && sd >= g.m * g.d.row_stride;
     int64_t calls = uniform ? 1 : g.batch;
     if (uniform) {
         g.a.batch_stride = sa;
         g.b.batch_stride = sb;
+        g.d.batch_stride = g.c.batch_stride = sd;
         /* Fold the batch into M when B is shared and A's rows run on through
          * the batch (x[B, S, D] . w[D, N]): one larger GEMM. */
-        if (g.batch > 1 && sb == 0 && g.a.col_stride == 1 && sa == g.m * g.a.row_stride) {
+        if (g.batch > 1 && sb == 0 && g.a.col_stride == 1 && sa == g.m * g.a.row_stride &&
+            !r->d_strides) {
             g.m *= g.batch;
             g.batch = 1;
             g.d.batch_stride = g.c.batch_stride = 0;
@@ -215,7 +238,7 @@ static kf_status add_gemm(rb *b, const gemm_req *r) {
         if (!uniform) {
             s->gemm.a.buf = at_offset(g.a.buf, batch_offset(&r->a, nb, mm->dims, i), es);
             s->gemm.b.buf = at_offset(g.b.buf, batch_offset(&r->b, nb, mm->dims, i), es);
-            s->gemm.d.buf = at_offset(g.d.buf, i * g.m * g.n, es);
+            s->gemm.d.buf = at_offset(g.d.buf, batch_offset(&dm, nb, mm->dims, i), es);
             s->gemm.c.buf = at_offset(g.c.buf, i * g.m * g.n, es);
         }
     }
@@ -895,7 +918,8 @@ static kf_status sm90_attention(rb *b, char *name, size_t name_size) {
     const kf_group *grp = &b->plan->groups[b->gi];
     kf_cuda_tmap maps[3];
     uint32_t bases[3];
-    kf_status st = kf_cuda_attention_sm90_maps(b->plan, b->gi, maps, bases);
+    int64_t offsets[3];
+    kf_status st = kf_cuda_attention_sm90_maps(b->plan, b->gi, maps, bases, offsets);
     if (st != KF_OK)
         return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no tensor maps for the sm_90a kernel",
                           b->gi);
@@ -920,7 +944,7 @@ static kf_status sm90_attention(rb *b, char *name, size_t name_size) {
     memset(&ks->args[0], 0, 3 * sizeof ks->args[0]);
     for (int i = 0; i < 3; i++) {
         ks->args[i].kind = KF_CUDA_ARG_TMAP;
-        ks->args[i].buf = kf_rb_tensor(b, bases[i]);
+        ks->args[i].buf = at_offset(kf_rb_tensor(b, bases[i]), offsets[i], 2);
         ks->args[i].value = i;
         ks->tmaps[i] = maps[i];
     }
@@ -1015,7 +1039,8 @@ kf_status kf_rb_attention(rb *b) {
     r.mm = pv;
     r.a = mref_contiguous(b, at->softmax, kf_rb_tensor(b, at->softmax));
     r.b = mref_of(b, at->v);
-    r.d = kf_rb_tensor(b, at->pv);
+    r.d = kf_rb_tensor(b, at->out); /* pv, or the permute of it the group absorbed */
+    r.d_strides = at->o_strides;
     if ((st = add_gemm(b, &r)) != KF_OK)
         return st;
     kf_rb_how(b, 0,

@@ -48,6 +48,9 @@ static void buf_str(kf_cuda_buf b, const kf_plan *names, char *out, size_t size)
     case KF_CUDA_BUF_SCRATCH:
         snprintf(out, size, "s%" PRIu32, b.id);
         break;
+    case KF_CUDA_BUF_FLAGS:
+        snprintf(out, size, "flags");
+        break;
     default:
         snprintf(out, size, "-");
         return;

@@ -11,6 +11,7 @@ extern const char kf_cuda_tpl_common[];
 extern const char kf_cuda_tpl_elementwise[];
 extern const char kf_cuda_tpl_rowwise[];
 extern const char kf_cuda_tpl_colreduce[];
+extern const char kf_cuda_tpl_argmax[];
 extern const char kf_cuda_tpl_hopper[];
 extern const char kf_cuda_tpl_gemm_sm90[];
 extern const char kf_cuda_tpl_attention_sm90[];

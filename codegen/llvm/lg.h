@@ -125,8 +125,10 @@ typedef LLVMValueRef (*lg_row_fn)(lg_fn *f, void *user, LLVMValueRef j);
 void lg_row_stats(lg_fn *f, const kf_row_stage *rs, kf_dtype xdt, lg_row_fn x_at, void *user,
                   LLVMValueRef cache, lg_point *pt);
 
-/* Where operand tensor t lives: its buffer's tensor and its strides there. */
-void lg_operand_layout(const kf_plan *plan, uint32_t t, uint32_t *base, int64_t *strides);
+/* Where operand tensor t lives: its buffer's tensor, its strides there and
+ * the elements before its index 0 (a sliced view's offset). */
+void lg_operand_layout(const kf_plan *plan, uint32_t t, uint32_t *base, int64_t *strides,
+                       int64_t *offset);
 
 /* The kernel kinds. Each sets f->k->outer/scratch/cost and emits the body
  * between the entry block and the return. */

@@ -23,13 +23,14 @@ typedef struct aop {
     kf_dtype dt;
     int64_t bstride[KF_MAX_RANK];
     int64_t s_row, s_col; /* Q: (q, d); K: (kv, d); V: (kv, dv) */
+    int64_t off;          /* elements of base before index 0 (a sliced view's offset) */
 } aop;
 
 static void layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans, int R,
                    aop *o) {
     const kf_tensor *x = plan->graph->nodes[t];
     int64_t s[KF_MAX_RANK] = {0};
-    lg_operand_layout(plan, t, &o->base, s);
+    lg_operand_layout(plan, t, &o->base, s, &o->off);
     o->dt = x->dtype;
     int r = x->rank;
     /* plain layout [.., rows, cols] when rows_first_when_plain, else [.., cols, rows] */
@@ -60,7 +61,7 @@ void lg_emit_attention(lg_fn *f) {
         return;
     }
     for (uint32_t w = 0; w < g->n_writes; w++) {
-        if (g->writes[w] != at->pv) {
+        if (g->writes[w] != at->out) {
             lg_fail(m, KF_ERR_UNSUPPORTED,
                     "codegen/llvm: attention group %u writes tensor %u besides its output", g->id,
                     g->writes[w]);
@@ -94,10 +95,13 @@ void lg_emit_attention(lg_fn *f) {
     LLVMValueRef idx[KF_MAX_RANK];
     lg_unflatten(m, t, R - 1, g->dims, idx);
     LLVMValueRef q = idx[R - 2];
-    LLVMValueRef qoff = LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, Q.bstride),
-                                        LLVMBuildNSWMul(B, q, lg_i64(m, Q.s_row), ""), "");
-    LLVMValueRef koff = lg_offset(m, R - 2, idx, Kk.bstride);
-    LLVMValueRef voff = lg_offset(m, R - 2, idx, V.bstride);
+    LLVMValueRef qoff = LLVMBuildNSWAdd(
+        B, LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, Q.bstride), lg_i64(m, Q.off), ""),
+        LLVMBuildNSWMul(B, q, lg_i64(m, Q.s_row), ""), "");
+    LLVMValueRef koff =
+        LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, Kk.bstride), lg_i64(m, Kk.off), "");
+    LLVMValueRef voff =
+        LLVMBuildNSWAdd(B, lg_offset(m, R - 2, idx, V.bstride), lg_i64(m, V.off), "");
     LLVMValueRef lo = lg_i64(m, 0), hi = lg_i64(m, skv);
     if (at->mask == KF_MASK_CAUSAL || at->mask == KF_MASK_SLIDING_WINDOW)
         hi = lg_min_i64(m, hi, LLVMBuildNSWAdd(B, q, lg_i64(m, 1), ""));
@@ -187,21 +191,16 @@ void lg_emit_attention(lg_fn *f) {
     }
     lg_loop_end(f, &lt);
     {
-        /* out[.., q, c] = acc[c] / l, contiguous [.., sq, dv] */
-        int64_t ost[KF_MAX_RANK] = {0};
-        int64_t a = DV;
-        for (int d = R - 2; d >= 0; d--) {
-            ost[d] = a;
-            a *= pv->dims[d];
-        }
-        LLVMValueRef obase = lg_offset(m, R - 1, idx, ost);
+        /* out[.., q, c] = acc[c] / l, at the output's strides (row-major
+         * [.., sq, dv], or an absorbed permute's: kf_attn_info.o_strides) */
+        LLVMValueRef obase = lg_offset(m, R - 1, idx, at->o_strides);
         LLVMValueRef l = LLVMBuildLoad2(B, ft, vl, "");
         lg_loop lc;
         LLVMValueRef c = lg_loop_begin(f, &lc, lg_i64(m, 0), lg_i64(m, DV), "out");
         LLVMValueRef v = LLVMBuildFDiv(
             B, LLVMBuildLoad2(B, ft, LLVMBuildInBoundsGEP2(B, ft, acc, &c, 1, ""), ""), l, "");
         v = lg_convert(m, v, adt, pv->dtype);
-        lg_store_elem(f, pv->dtype, lg_buf(f, pv->id), LLVMBuildNSWAdd(B, obase, c, ""), v);
+        lg_store_elem(f, pv->dtype, lg_buf(f, at->out), LLVMBuildNSWAdd(B, obase, c, ""), v);
         lg_loop_end(f, &lc);
     }
     lg_loop_end(f, &lr);

@@ -623,15 +623,18 @@ void lg_store_writes(lg_fn *f, lg_point *pt) {
     }
 }
 
-void lg_operand_layout(const kf_plan *plan, uint32_t t, uint32_t *base, int64_t *strides) {
+void lg_operand_layout(const kf_plan *plan, uint32_t t, uint32_t *base, int64_t *strides,
+                       int64_t *offset) {
     const kf_tensor *x = plan->graph->nodes[t];
     uint32_t gi = plan->group_of ? plan->group_of[t] : KF_NONE;
     if (gi != KF_NONE && plan->groups[gi].kind == KF_GROUP_VIEW) {
         *base = plan->groups[gi].view_base;
         memcpy(strides, plan->groups[gi].view_strides, sizeof(int64_t) * KF_MAX_RANK);
+        *offset = plan->groups[gi].view_offset;
         return;
     }
     *base = t;
+    *offset = 0;
     int64_t acc = 1;
     for (int d = x->rank - 1; d >= 0; d--) {
         strides[d] = acc;

@@ -26,12 +26,13 @@ typedef struct opnd {
     kf_dtype dt;
     int64_t bstride[KF_MAX_RANK]; /* per OUT batch axis */
     int64_t s0, s1;               /* A: (m, k); B: (k, n) */
+    int64_t off;                  /* elements of base before index 0 (a view's offset) */
 } opnd;
 
 static void layout(const kf_plan *plan, uint32_t t, bool is_a, bool trans, int out_rank, opnd *o) {
     const kf_tensor *x = plan->graph->nodes[t];
     int64_t s[KF_MAX_RANK] = {0};
-    lg_operand_layout(plan, t, &o->base, s);
+    lg_operand_layout(plan, t, &o->base, s, &o->off);
     o->dt = x->dtype;
     int r = x->rank;
     int64_t outer_s = s[r - 2], inner_s = s[r - 1];
@@ -150,8 +151,10 @@ static void emit_generic(lg_fn *f) {
     LLVMValueRef aoff[2], boff[2];
     for (int a = 0; a < gm->n_anchors; a++) {
         if (!gm->a_prologue)
-            aoff[a] = lg_offset(m, R - 2, bidx, A[a].bstride);
-        boff[a] = lg_offset(m, R - 2, bidx, Bo[a].bstride);
+            aoff[a] = LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, A[a].bstride),
+                                      lg_i64(m, A[a].off), "");
+        boff[a] =
+            LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, Bo[a].bstride), lg_i64(m, Bo[a].off), "");
     }
 
     /* Norm prologue: rows m0 .. m0+mb of A into atile (acc type, rounded to A's dtype). */
@@ -522,8 +525,10 @@ static void emit_packed(lg_fn *f) {
         lg_unflatten(m, b, R - 2, g->dims, bidx);
     LLVMValueRef aoff[2], boff[2];
     for (int a = 0; a < na; a++) {
-        aoff[a] = lg_offset(m, R - 2, bidx, A[a].bstride);
-        boff[a] = lg_offset(m, R - 2, bidx, Bo[a].bstride);
+        aoff[a] =
+            LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, A[a].bstride), lg_i64(m, A[a].off), "");
+        boff[a] =
+            LLVMBuildNSWAdd(B, lg_offset(m, R - 2, bidx, Bo[a].bstride), lg_i64(m, Bo[a].off), "");
     }
     if (gm->a_prologue)
         emit_prologue(f, &pr, bidx, m0, mb, ni, atile, rowcache);
