@@ -165,7 +165,7 @@ else()
     message(WARNING "bash not found: the CLI and install tests are not registered")
 endif()
 
-# test_gemmgen and test_attngen read the SASS of the generated sm_90a GEMM and
+# test_gemmgen, test_attngen and test_attndec read the SASS of the generated sm_90a GEMM and
 # attention kernels with cuobjdump:
 # the toolkit's, else the one pip installs (nvidia-cuda-cuobjdump, which
 # scripts/install-deps.sh adds). Not found, the suite fails: it does not skip.
@@ -181,8 +181,10 @@ if(TARGET test_gemmgen)
     endif()
     if(KF_CUOBJDUMP)
         target_compile_definitions(test_gemmgen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
-        if(TARGET test_attngen)
-            target_compile_definitions(test_attngen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
-        endif()
+        foreach(_t test_attngen test_attndec)
+            if(TARGET ${_t})
+                target_compile_definitions(${_t} PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
+            endif()
+        endforeach()
     endif()
 endif()

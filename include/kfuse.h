@@ -171,6 +171,10 @@ typedef enum kf_attention_mode {
     KF_ATTENTION_FA2,      /* the mma.sync kernel (sm_80 and later) wherever it takes the
                               group, also on sm_90a; else unfused */
     KF_ATTENTION_UNFUSED,  /* always unfused (as KF_FLAG_UNFUSED_ATTENTION) */
+    KF_ATTENTION_DECODE,   /* the split-KV decode kernels (a kernel of partials over chunks of
+                              the keys, spread over every SM, and a combine kernel; sm_80 and
+                              later) wherever they take the group, whatever its query length;
+                              else as AUTO */
     KF_ATTENTION_COUNT
 } kf_attention_mode;
 

@@ -57,6 +57,10 @@ enum {
                                                    kernel also on sm_90a (KF_ATTENTION_FA2);
                                                    without it the sm_90a kernel runs wherever it
                                                    takes the group */
+    KF_CUDA_RECIPE_ATTENTION_DECODE = 1u << 5,  /* a fused attention group runs the split-KV
+                                                   decode kernels whatever its query length
+                                                   (KF_ATTENTION_DECODE); without it they run
+                                                   where the query is short (Sq <= 16) */
 };
 
 /* What the recipes are made for. */
@@ -71,8 +75,9 @@ typedef struct kf_cuda_target {
  * GENERATED gives GEMM_GENERATED; AUTO and MEASURED give GEMM_MEASURED (the
  * generated kernel timed against cuBLASLt wherever it takes the group);
  * CUBLASLT neither; KF_FLAG_UNFUSED_ATTENTION and KF_ATTENTION_UNFUSED give
- * UNFUSED_ATTENTION; KF_ATTENTION_FA2 gives ATTENTION_FA2; AUTO and SM90
- * neither (the sm_90a kernel where it takes the group). */
+ * UNFUSED_ATTENTION; KF_ATTENTION_FA2 gives ATTENTION_FA2; KF_ATTENTION_DECODE
+ * gives ATTENTION_DECODE; AUTO and SM90 none (the sm_90a kernel where it takes
+ * the group). */
 unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode);
 
 /* The target of a device that is not at hand: "h100" and "h200" (sm_90a, 132

@@ -63,7 +63,8 @@ class Context:
     cache_dir: the kernel cache (default $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse).
     gemm: "auto", "generated", "cublaslt", "measured" (CUDA GEMM groups).
     attention: "auto" (on sm_90a the TMA/wgmma kernel where it takes the group),
-    "sm90" (the same), "fa2" (the mma.sync kernel), "unfused" (CUDA attention).
+    "sm90" (the same), "fa2" (the mma.sync kernel), "unfused", "decode" (the split-KV
+    decode kernels) (CUDA attention).
     flags: names from kfuse's KF_FLAG_* without the prefix, lower case
     (e.g. {"no_cache", "unfused_attention"}). arch: e.g. "sm_90a".
     """
