@@ -95,6 +95,11 @@ foreach(_src IN LISTS KF_SUITE_SOURCES)
     set_tests_properties(${_stem} PROPERTIES ENVIRONMENT "${KF_TEST_ENV}" TIMEOUT 300
                                              SKIP_RETURN_CODE 77)
 endforeach()
+# test_attndec NVRTC-compiles 21 split-KV decode variants and reads their SASS:
+# about 2 minutes with the sanitizers, nearly 3 on a loaded machine.
+if(TARGET test_attndec)
+    set_tests_properties(test_attndec PROPERTIES TIMEOUT 600)
+endif()
 # test_cudagen NVRTC-compiles every template and example kernel and 32 fused
 # attention variants for two archs: about 2.5 minutes alone on two cores, over
 # 300 s beside test_cpu under ctest -j2 on a loaded machine.

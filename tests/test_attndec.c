@@ -146,8 +146,8 @@ static void check_sass(const kf_cuda_kernel *k, const char *want, const char *wa
 }
 
 /* Every decode variant in bf16 and f16 for an H100 (sm_90a), in bf16 for
- * sm_80 (the f16 source differs only in its operand type), with the decode
- * kernels asked for: two steps, the split kernel (mma.sync:
+ * sm_80 (the f16 source differs only in its operand type), as the default
+ * for its short query: two steps, the split kernel (mma.sync:
  * HMMA, cp.async: LDGSTS, no spills) over kv items x splits with the split
  * count as its last argument, then the combine with the same count, both on
  * one workspace sized for that count. */
@@ -162,8 +162,7 @@ static void test_every_decode_attention_variant_compiles(void **state) {
                 graph_text(dec_cases[i].body, dts[d], text, sizeof text);
                 planned p;
                 plan_text(text, &p);
-                kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, devs[a][0], devs[a][1],
-                                                       KF_CUDA_RECIPE_ATTENTION_DECODE);
+                kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, devs[a][0], devs[a][1], 0);
                 const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
                 const char *how = rc->variants[0].how;
                 if (!strstr(how, "decode attention (split-KV mma.sync kernel)") ||
@@ -247,10 +246,9 @@ static void test_decode_split_count_fills_the_device(void **state) {
     assert_int_equal(n, 150);
 }
 
-/* The decode kernels run where KF_CUDA_RECIPE_ATTENTION_DECODE asks for
- * them, at any query length; by default (until their GPU numerics pass on a
- * device) the sm_90a kernel runs; ATTENTION_FA2 keeps the FA2 kernel; the
- * mode maps to the flag. */
+/* The decode kernels run by default for short queries: Sq 16 takes them,
+ * Sq 17 the sm_90a kernel; KF_CUDA_RECIPE_ATTENTION_DECODE forces them at any
+ * length; ATTENTION_FA2 keeps the FA2 kernel; the mode maps to the flag. */
 static void test_decode_attention_is_chosen_for_short_queries(void **state) {
     (void)state;
     static const int sqs[] = {16, 17};
@@ -266,7 +264,7 @@ static void test_decode_attention_is_chosen_for_short_queries(void **state) {
         plan_text(text, &p);
         kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
         const char *how = attn_recipe(p.plan, r0)->variants[0].how;
-        if (!strstr(how, "fused attention (sm_90a wgmma/TMA kernel)"))
+        if (!strstr(how, i == 0 ? "decode attention" : "fused attention (sm_90a wgmma/TMA kernel)"))
             fail_msg("Sq %d by default: %s", sqs[i], how);
         kf_cuda_recipes *r1 =
             kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_DECODE);

@@ -1122,6 +1122,20 @@ static void test_decode_attention_matches_the_reference(void **state) {
     decode_runs(0, N_OF(decode_cases), 0, 2);
 }
 
+/* The default context runs a short query through the decode kernels (the
+ * report says so) and matches the reference: GQA 4:1, Sq 3, softcap, bf16. */
+static void test_decode_attention_is_the_default_for_short_queries(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    char text[4096];
+    fused_text(decode_cases[1].body, "bf16", text, sizeof text);
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(G.ctx, text, strlen(text), &g), KF_OK);
+    run_opts o = {.lo = -2, .hi = 2, .report_has = "decode attention (split-KV mma.sync kernel)"};
+    run_and_compare(g, 1590, &o, "decode attention by default");
+    kf_graph_destroy(g);
+}
+
 /* Every fused case (Sq up to 300, GQA 8:1 of 150 rows: many row blocks) in
  * bf16 through the decode kernels, which take any query length. */
 static void test_decode_attention_takes_long_queries_too(void **state) {
@@ -1763,6 +1777,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_matches_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_decode_attention_takes_long_queries_too),
+        cmocka_unit_test(test_decode_attention_is_the_default_for_short_queries),
         cmocka_unit_test(test_fused_attention_falls_back_and_says_why),
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),

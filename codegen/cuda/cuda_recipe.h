@@ -60,7 +60,8 @@ enum {
     KF_CUDA_RECIPE_ATTENTION_DECODE = 1u << 5,  /* a fused attention group runs the split-KV
                                                    decode kernels whatever its query length
                                                    (KF_ATTENTION_DECODE); without it they run
-                                                   where the query is short (Sq <= 16) */
+                                                   where the query is short (Sq <= 16) and
+                                                   ATTENTION_FA2 is not asked for */
 };
 
 /* What the recipes are made for. */
