@@ -62,52 +62,45 @@ static const struct {
     {"Sq 1, Skv 1000, no mask, head dim 128",
      "q = input($[2, 4, 1, 128])\nk = input($[2, 4, 1000, 128])\nv = input($[2, 4, 1000, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
-     "mask none",
-     128},
+     "mask none", 128},
     {"Sq 3, GQA 4:1, softcap, Skv 777",
      "q = input($[2, 2, 4, 3, 128])\nk = input($[2, 2, 1, 777, 128])\n"
      "v = input($[2, 2, 1, 777, 128])\nqk = matmul(q, k, transpose_b=true)\n"
      "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\ncap = const($[], 30)\n"
      "t0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
-     "mask none",
-     128},
+     "mask none", 128},
     {"Sq 16, bottom-right causal kv <= q + Skv - Sq, head dim 64",
      "q = input($[1, 4, 16, 64])\nk = input($[1, 4, 650, 64])\nv = input($[1, 4, 650, 64])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
      "row = iota(i32[16, 650], axis=0)\ncol = iota(i32[16, 650], axis=1)\n"
      "off = const(i32[], 634)\nrq = add(row, off)\nkeep = ge(rq, col)\n"
      "ninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
-     "mask general",
-     64},
+     "mask general", 64},
     {"Sq 16, causal kv <= q (the planner's), Skv 300",
      "q = input($[2, 2, 16, 128])\nk = input($[2, 2, 300, 128])\nv = input($[2, 2, 300, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
      "row = iota(i32[16, 300], axis=0)\ncol = iota(i32[16, 300], axis=1)\n"
      "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
-     "mask causal",
-     128},
+     "mask causal", 128},
     {"Sq 16, sliding window 5, Skv 300",
      "q = input($[1, 2, 16, 128])\nk = input($[1, 2, 300, 128])\nv = input($[1, 2, 300, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
      "row = iota(i32[16, 300], axis=0)\ncol = iota(i32[16, 300], axis=1)\nd = sub(row, col)\n"
      "w = const(i32[], 4)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
      "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
-     "mask sliding_window",
-     128},
+     "mask sliding_window", 128},
     {"Sq 1, MQA (one K/V head for 8), ALiBi, head dim 64",
      "q = input($[3, 8, 1, 64])\nk = input($[3, 1, 1500, 64])\nv = input($[3, 1, 1500, 64])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
      "slope = input($[8, 1, 1])\ncol = iota(i32[1, 1500], axis=1)\ndf = cast(col, $)\n"
      "bias = mul(slope, df)\ns1 = add(s0, bias)\n",
-     "mask none",
-     64},
+     "mask none", 64},
     {"Sq 4, GQA 32:8 KV cache views of [B, S, Hkv, 1, D]",
      "q = input($[2, 8, 4, 4, 128])\nki = input($[2, 999, 8, 1, 128])\n"
      "vi = input($[2, 999, 8, 1, 128])\nk = permute(ki, [0, 2, 3, 1, 4])\n"
      "v = permute(vi, [0, 2, 3, 1, 4])\nqk = matmul(q, k, transpose_b=true)\n"
      "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
-     "mask none",
-     128},
+     "mask none", 128},
 };
 
 /* Compiles `k` with NVRTC for its arch and checks the SASS: `want` and
@@ -184,9 +177,8 @@ static void test_every_decode_attention_variant_compiles(void **state) {
                 assert_int_equal(kc->args[kc->n_args - 1].kind, KF_CUDA_ARG_I64);
                 assert_int_equal(kc->args[kc->n_args - 1].value, na->value);
                 kf_cuda_decode_shape sh;
-                assert_int_equal(kf_cuda_attention_decode_shape(p.plan, rc->group,
-                                                                ks->kernel.arch, &sh),
-                                 KF_OK);
+                assert_int_equal(
+                    kf_cuda_attention_decode_shape(p.plan, rc->group, ks->kernel.arch, &sh), KF_OK);
                 assert_int_equal(na->value,
                                  kf_cuda_attention_decode_splits(&sh, rec->target.sm_count));
                 assert_true(na->value >= 1 && na->value <= sh.tiles);
@@ -210,8 +202,8 @@ static void test_every_decode_attention_variant_compiles(void **state) {
                 assert_true(ks->shared_bytes <= (a == 0 ? 227u : 99u) * 1024u);
                 check_sass(&ks->kernel, "LDGSTS", "HMMA");
                 check_sass(&kc->kernel, NULL, NULL);
-                fprintf(stderr, "  %s [%s, %s]: %s (%lld splits) ok\n", dec_cases[i].name,
-                        dts[d], ks->kernel.arch, ks->kernel.name, (long long)na->value);
+                fprintf(stderr, "  %s [%s, %s]: %s (%lld splits) ok\n", dec_cases[i].name, dts[d],
+                        ks->kernel.arch, ks->kernel.name, (long long)na->value);
                 kf_cuda_recipes_destroy(rec);
                 plan_release(&p);
             }

@@ -30,7 +30,8 @@
 #define DECODE_MAX_SQ 16
 
 uint32_t kf_cuda_attention_decode_splits(const kf_cuda_decode_shape *s, int sm_count) {
-    uint64_t slots = (uint64_t)(sm_count > 0 ? sm_count : 1) * (s->blocks_per_sm ? s->blocks_per_sm : 1);
+    uint64_t slots =
+        (uint64_t)(sm_count > 0 ? sm_count : 1) * (s->blocks_per_sm ? s->blocks_per_sm : 1);
     int64_t max = s->tiles < 256 ? s->tiles : 256;
     uint64_t items = s->kv_items > 0 ? (uint64_t)s->kv_items : 1;
     uint32_t best = 1;
@@ -100,9 +101,9 @@ kf_status kf_rb_attention_decode(rb *b) {
     char names[2][KF_CUDA_NAME_MAX];
     for (int i = 0; i < 2; i++) {
         memset(&k, 0, sizeof k);
-        st = i == 0 ? kf_cuda_codegen_attention_decode(b->plan, b->gi, b->target->arch, b->mem, &k)
-                    : kf_cuda_codegen_attention_combine(b->plan, b->gi, b->target->arch, b->mem,
-                                                        &k);
+        st = i == 0
+                 ? kf_cuda_codegen_attention_decode(b->plan, b->gi, b->target->arch, b->mem, &k)
+                 : kf_cuda_codegen_attention_combine(b->plan, b->gi, b->target->arch, b->mem, &k);
         if (st != KF_OK) {
             kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
                        k.error[0] ? k.error : kf_status_str(st));
@@ -110,8 +111,9 @@ kf_status kf_rb_attention_decode(rb *b) {
             return st;
         }
         snprintf(names[i], sizeof names[i], "%s", k.name);
-        st = add_step(b, &k, i == 0 ? KF_CUDA_ROLE_ATTENTION_DECODE : KF_CUDA_ROLE_ATTENTION_COMBINE,
-                      n, i == 0 ? (uint64_t)sh.kv_items * n : 0, ws);
+        st =
+            add_step(b, &k, i == 0 ? KF_CUDA_ROLE_ATTENTION_DECODE : KF_CUDA_ROLE_ATTENTION_COMBINE,
+                     n, i == 0 ? (uint64_t)sh.kv_items * n : 0, ws);
         if (st != KF_OK)
             return st;
     }
