@@ -47,9 +47,11 @@
  *
  * --attention runs the attention cases instead (bf16, B4 H32 S4096 D128:
  * causal fused and unfused, non-causal, GQA 32:8, softcap, ALiBi, sliding
- * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION), the cold
- * compile of one fused kernel, and peers.py --attention (cuDNN SDPA,
- * FlexAttention).
+ * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION), decode (B16 H32,
+ * one query token, Skv 8192: the split-KV kernels and the default's kernel;
+ * GQA 32:8; B64), the cold compile of one fused kernel, and peers.py
+ * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
+ * among them too (the cold compile and planning run with attn_causal).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -459,6 +461,27 @@ static void attn_text(char *t, size_t size, int S, int hkv, const char *body) {
              S, S, S, S, body);
 }
 
+/* Decode: B x 32 query heads of one token against Skv 8192 keys, D 128,
+ * bf16, no mask; kv heads `hkv` (< 32: GQA, K and V broadcast over the head
+ * group). */
+static void decode_text(char *t, size_t size, int B, int hkv) {
+    int H = 32, S = 8192, D = 128;
+    if (hkv < H)
+        snprintf(t, size,
+                 "kfg 1\nq = input(bf16[%d, %d, %d, 1, %d])\nk = input(bf16[%d, %d, 1, %d, %d])\n"
+                 "v = input(bf16[%d, %d, 1, %d, %d])\n",
+                 B, hkv, H / hkv, D, B, hkv, S, D, B, hkv, S, D);
+    else
+        snprintf(t, size,
+                 "kfg 1\nq = input(bf16[%d, %d, 1, %d])\nk = input(bf16[%d, %d, %d, %d])\n"
+                 "v = input(bf16[%d, %d, %d, %d])\n",
+                 B, H, D, B, H, S, D, B, H, S, D);
+    size_t n = strlen(t);
+    snprintf(t + n, size - n,
+             "qk = matmul(q, k, transpose_b=true)\nsc = const(bf16[], 0.08838834764)\n"
+             "s1 = mul(qk, sc)\np = softmax(s1)\no = matmul(p, v)\noutput o\n");
+}
+
 static int attention_main(const char *commit, const char *out_path, bool peers, double copy_gbs,
                           double gemm_tflops, int64_t GM) {
     int S = g_quick ? 2048 : 4096;
@@ -474,7 +497,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const char *window = "d = sub(row, col)\nw = const(i32[], 1023)\nzero = const(i32[], 0)\n"
                          "rest = sub(w, d)\nm = min(d, rest)\nkeep = ge(m, zero)\n"
                          "ninf = const(bf16[], -inf)\ns1 = where(keep, s0, ninf)\n";
-    static char texts[7][2048];
+    static char texts[10][2048];
     attn_text(texts[0], sizeof texts[0], S, 32, causal);
     attn_text(texts[1], sizeof texts[1], S, 32, causal);
     attn_text(texts[2], sizeof texts[2], S, 32, none);
@@ -482,6 +505,13 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     attn_text(texts[4], sizeof texts[4], S, 32, softcap);
     attn_text(texts[5], sizeof texts[5], S, 32, alibi);
     attn_text(texts[6], sizeof texts[6], S, 32, window);
+    decode_text(texts[7], sizeof texts[7], 16, 32);
+    decode_text(texts[8], sizeof texts[8], 16, 8);
+    decode_text(texts[9], sizeof texts[9], 64, 32);
+    /* decode moves K and V once (Q and O are 1/8192 of them) */
+    double kv16 = 2.0 * 16 * 32 * 8192 * 128 * 2, kv16g = kv16 / 4, kv64 = kv16 * 4;
+    double qo16 = 2.0 * 16 * 32 * 128 * 2;
+    double fl16 = 4.0 * 16 * 32 * 8192 * 128;
     double bh = 4.0 * 32, ss = (double)S * S, d = 128;
     double io = 4.0 * bh * S * d * 2;            /* Q, K, V, O once */
     double io_gqa = 2.0 * bh * S * d * 2 + 2.0 * 4 * 8 * S * d * 2;
@@ -505,19 +535,35 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_fa2", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_alibi_fa2", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_window_fa2", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* decode, B16 H32 Sq1 Skv8192 D128: the split-KV kernels (--attention
+         * decode), and the default's kernel (_sm90) for comparison; GQA 32:8;
+         * B64 (the issue's target row) */
+        {"attn_decode", texts[7], kv16 + qo16, fl16, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_decode_sm90", texts[7], kv16 + qo16, fl16, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_decode_gqa", texts[8], kv16g + qo16, fl16, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_decode_gqa_sm90", texts[8], kv16g + qo16, fl16, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_decode_b64", texts[9], kv64 + 4 * qo16, 4 * fl16, 0, 0, 0, "", KF_GEMM_AUTO, 0},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
     kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_UNFUSED_ATTENTION);
     kf_ctx *fa2 = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_FA2);
-    for (int i = 0; i < n_cases; i++)
-        run_case(i == 1 ? unf : strstr(cases[i].name, "_fa2") ? fa2 : fa, &cases[i], copy_gbs,
-                 gemm_tflops);
+    kf_ctx *dec = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_DECODE);
+    for (int i = 0; i < n_cases; i++) {
+        if (!case_on(cases[i].name))
+            continue;
+        bool decode = !strncmp(cases[i].name, "attn_decode", 11) && !strstr(cases[i].name, "_sm90");
+        run_case(i == 1                             ? unf
+                 : strstr(cases[i].name, "_fa2") ? fa2
+                 : decode                         ? dec
+                                                  : fa,
+                 &cases[i], copy_gbs, gemm_tflops);
+    }
 
     /* Cold compile of one fused kernel: a private empty cache (planning and
      * codegen included, as kf_compile does them). */
     double cold_ms = 0;
-    {
+    if (case_on("attn_causal")) {
         char dir[] = "/tmp/kf_bench_cache_XXXXXX";
         if (!mkdtemp(dir)) {
             perror("mkdtemp");
@@ -544,7 +590,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     }
     /* Planning alone (the mask proved cell by cell today). */
     double plan_ms = 0;
-    {
+    if (case_on("attn_causal")) {
         kf_graph *g = parse(fa, texts[0]);
         double t0 = now_s();
         kf_plan *plan = NULL;
@@ -557,7 +603,11 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     }
 
     char peers_json[8192] = "null";
-    run_peers(peers, "--attention", peers_json, sizeof peers_json);
+    char peer_args[400];
+    snprintf(peer_args, sizeof peer_args, "--attention%s%s%.200s",
+             g_no_torch_compile ? " --no-compile" : "", g_cases ? " --cases " : "",
+             g_cases ? g_cases : "");
+    run_peers(peers, peer_args, peers_json, sizeof peers_json);
 
     char path[512];
     FILE *outs[2];
@@ -573,17 +623,22 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         fprintf(f, "  \"shape\": {\"batch\": 4, \"heads\": 32, \"seq\": %d, \"head_dim\": 128},\n",
                 S);
         fprintf(f, "  \"cases\": {\n");
+        bool first = true;
         for (int i = 0; i < n_cases; i++) {
             bcase *c = &cases[i];
+            if (!case_on(c->name))
+                continue;
             fprintf(f,
-                    "    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
+                    "%s    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
                     "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, \"where\": ",
-                    c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
+                    first ? "" : ",\n", c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
                     c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
                     c->launches);
             json_str(f, c->report);
-            fprintf(f, "}%s\n", i + 1 < n_cases ? "," : "");
+            fputs("}", f);
+            first = false;
         }
+        fputs("\n", f);
         fprintf(f, "  },\n  \"compile\": {\"attn_causal\": {\"cold_ms\": %.1f}},\n", cold_ms);
         fprintf(f, "  \"plan_ms\": {\"attn_causal\": %.1f},\n", plan_ms);
         fprintf(f, "  \"peers\": %s\n}\n", peers_json);
@@ -593,6 +648,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     kf_ctx_destroy(fa);
     kf_ctx_destroy(unf);
     kf_ctx_destroy(fa2);
+    kf_ctx_destroy(dec);
     return 0;
 }
 

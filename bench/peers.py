@@ -21,6 +21,10 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
   attn_softcap      30 tanh(s/30), causal  FlexAttention (torch.compile'd) with a score_mod
   attn_alibi        ALiBi, causal          FlexAttention with a score_mod
   attn_window       sliding window 1024    FlexAttention with a block mask
+  attn_decode       B16 H32, 1 query, Skv 8192, no mask   SDPA (its own choice), and
+                                           with the cuDNN and the flash backend
+  attn_decode_gqa   the same, GQA 32:8     SDPA with enable_gqa (the same three)
+  attn_decode_b64   B64 H32 decode         the same three
 
 With --block, whole transformer blocks instead (bf16, random weights; the
 same math as gpu_bench --block's graphs, written the way a PyTorch user
@@ -171,12 +175,16 @@ def attention(args):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
+    want = set(c for c in args.cases.split(",") if c)
     B, H, S, D = 4, 32, 4096, 128
     bf = torch.bfloat16
-    q, k, v = (torch.rand(B, H, S, D, device="cuda", dtype=bf) * 2 - 1 for _ in range(3))
-    kg, vg = (torch.rand(B, 8, S, D, device="cuda", dtype=bf) * 2 - 1 for _ in range(2))
+
+    def rnd(*shape):
+        return torch.rand(*shape, device="cuda", dtype=bf) * 2 - 1
 
     def put(name, key, fn):
+        if want and name not in want:
+            return
         r = res["cases"].setdefault(name, {})
         try:
             r[key] = median_ms(fn)
@@ -190,6 +198,33 @@ def attention(args):
                 return fn()
         return run
 
+    def flash(fn):
+        def run():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return fn()
+        return run
+
+    # Decode (B16 / B64 x 32 heads of one token, Skv 8192, D 128; GQA 32:8):
+    # SDPA as it chooses, and cuDNN and flash forced.
+    for name, Bd, hkv in (("attn_decode", 16, 32), ("attn_decode_gqa", 16, 8),
+                          ("attn_decode_b64", 64, 32)):
+        if want and name not in want:
+            continue
+        qd, kd, vd = rnd(Bd, H, 1, D), rnd(Bd, hkv, 8192, D), rnd(Bd, hkv, 8192, D)
+        gqa = hkv < H
+
+        def sdpa(qd=qd, kd=kd, vd=vd, gqa=gqa):
+            return F.scaled_dot_product_attention(qd, kd, vd, enable_gqa=gqa)
+        put(name, "sdpa_ms", sdpa)
+        put(name, "cudnn_sdpa_ms", cudnn(sdpa))
+        put(name, "flash_sdpa_ms", flash(sdpa))
+        del qd, kd, vd
+        torch.cuda.empty_cache()
+    if want and not want & {"attn_causal", "attn_noncausal", "attn_gqa", "attn_softcap",
+                            "attn_alibi", "attn_window"}:
+        return dump(res, args)
+    q, k, v = (rnd(B, H, S, D) for _ in range(3))
+    kg, vg = (rnd(B, 8, S, D) for _ in range(2))
     put("attn_causal", "cudnn_sdpa_ms", cudnn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)))
     put("attn_causal", "flash_sdpa_ms", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     put("attn_noncausal", "cudnn_sdpa_ms", cudnn(lambda: F.scaled_dot_product_attention(q, k, v)))

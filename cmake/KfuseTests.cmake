@@ -95,6 +95,11 @@ foreach(_src IN LISTS KF_SUITE_SOURCES)
     set_tests_properties(${_stem} PROPERTIES ENVIRONMENT "${KF_TEST_ENV}" TIMEOUT 300
                                              SKIP_RETURN_CODE 77)
 endforeach()
+# test_attndec NVRTC-compiles 21 split-KV decode variants and reads their SASS:
+# about 2 minutes with the sanitizers, nearly 3 on a loaded machine.
+if(TARGET test_attndec)
+    set_tests_properties(test_attndec PROPERTIES TIMEOUT 600)
+endif()
 # test_cudagen NVRTC-compiles every template and example kernel and 32 fused
 # attention variants for two archs: about 2.5 minutes alone on two cores, over
 # 300 s beside test_cpu under ctest -j2 on a loaded machine.
@@ -165,7 +170,7 @@ else()
     message(WARNING "bash not found: the CLI and install tests are not registered")
 endif()
 
-# test_gemmgen and test_attngen read the SASS of the generated sm_90a GEMM and
+# test_gemmgen, test_attngen and test_attndec read the SASS of the generated sm_90a GEMM and
 # attention kernels with cuobjdump:
 # the toolkit's, else the one pip installs (nvidia-cuda-cuobjdump, which
 # scripts/install-deps.sh adds). Not found, the suite fails: it does not skip.
@@ -181,8 +186,10 @@ if(TARGET test_gemmgen)
     endif()
     if(KF_CUOBJDUMP)
         target_compile_definitions(test_gemmgen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
-        if(TARGET test_attngen)
-            target_compile_definitions(test_attngen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
-        endif()
+        foreach(_t test_attngen test_attndec)
+            if(TARGET ${_t})
+                target_compile_definitions(${_t} PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
+            endif()
+        endforeach()
     endif()
 endif()

@@ -84,7 +84,8 @@ bool kf_cli_gemm_mode(const char *s, kf_gemm_mode *out) {
 }
 
 bool kf_cli_attention_mode(const char *s, kf_attention_mode *out) {
-    static const char *const names[KF_ATTENTION_COUNT] = {"auto", "sm90", "fa2", "unfused"};
+    static const char *const names[KF_ATTENTION_COUNT] = {"auto", "sm90", "fa2", "unfused",
+                                                                 "decode"};
     for (int i = 0; i < KF_ATTENTION_COUNT; i++) {
         if (s && strcmp(s, names[i]) == 0) {
             *out = (kf_attention_mode)i;

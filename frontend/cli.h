@@ -31,7 +31,7 @@ bool kf_cli_read_file(const char *path, char **text, size_t *len);
 /* The GEMM mode named `s` ("auto", "generated", "cublaslt", "measured");
  * false for another name. */
 bool kf_cli_gemm_mode(const char *s, kf_gemm_mode *out);
-/* --attention's value: "auto", "sm90", "fa2" or "unfused"; false for another. */
+/* --attention's value: "auto", "sm90", "fa2", "unfused" or "decode"; false for another. */
 bool kf_cli_attention_mode(const char *s, kf_attention_mode *out);
 
 /* Reads and parses `path` in `ctx`. Returns -1 with *out set, else the exit

@@ -47,7 +47,9 @@ const char kf_cmd_aot_help[] =
     "                default, as measured), generated, cublaslt, or measured (both\n"
     "                sides compiled; the choice is timed on first use)\n"
     "  --attention MODE the recipes of contexts with this attention mode: auto\n"
-    "                (sm_90a kernel on sm_90a), sm90 (the same), fa2 or unfused\n"
+    "                (decode kernels for 16 query rows or fewer, else the sm_90a kernel\n"
+    "                on sm_90a), sm90 (the same), fa2, unfused or decode (the split-KV\n"
+    "                decode kernels at any query length)\n"
     "  --unfused-attention the recipes of contexts with KF_FLAG_UNFUSED_ATTENTION\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
@@ -211,7 +213,7 @@ int kf_cmd_aot(int argc, char **argv) {
         } else if (strcmp(s, "--attention") == 0) {
             if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &attention)) {
                 free(files);
-                return usage("%s", "--attention takes auto, sm90, fa2 or unfused");
+                return usage("%s", "--attention takes auto, sm90, fa2, unfused or decode");
             }
             i++;
         } else if (strcmp(s, "--unfused-attention") == 0) {

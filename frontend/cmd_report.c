@@ -52,8 +52,10 @@ const char kf_cmd_report_help[] =
     "                  GEMM kernel where it takes the group), cublaslt, or measured\n"
     "                  (both, timed once on the device, the faster runs)\n"
     "  --attention MODE  the recipes of a context with this attention mode\n"
-    "                  (kf_options.attention): auto (the sm_90a kernel on sm_90a, where\n"
-    "                  it takes the group), sm90 (the same), fa2, unfused\n"
+    "                  (kf_options.attention): auto (the decode kernels for 16 query\n"
+    "                  rows or fewer, else the sm_90a kernel on sm_90a, where it takes\n"
+    "                  the group), sm90 (the same), fa2, unfused, decode (the split-KV\n"
+    "                  decode kernels and their combine at any query length)\n"
     "  --unfused-attention  the recipes of a context with KF_FLAG_UNFUSED_ATTENTION\n"
     "                  (every attention group unfused, also those the fused\n"
     "                  kernel takes)\n"
@@ -179,7 +181,7 @@ int kf_cmd_report(int argc, char **argv) {
             if (i + 1 >= argc)
                 return usage("option '%s' needs a value", a);
             if (!kf_cli_attention_mode(argv[++i], &attention))
-                return usage("--attention takes auto, sm90, fa2 or unfused, not '%s'", argv[i]);
+                return usage("--attention takes auto, sm90, fa2, unfused or decode, not '%s'", argv[i]);
         } else if (strcmp(a, "--unfused-attention") == 0) {
             unfused_attn = true;
         } else if (a[0] == '-' && a[1] != '\0') {

@@ -33,7 +33,7 @@ const char kf_cmd_run_summary[] =
 const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
     "                      [--gemm auto|generated|cublaslt|measured]\n"
-    "                      [--attention auto|sm90|fa2|unfused] [--unfused-attention]\n"
+    "                      [--attention auto|sm90|fa2|unfused|decode] [--unfused-attention]\n"
     "                      [--no-cache | --cache-dir DIR]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
@@ -56,10 +56,13 @@ const char kf_cmd_run_help[] =
     "               wherever it takes the group), cublaslt, or measured (both timed\n"
     "               once, the faster runs; --report shows both times)\n"
     "  --attention MODE  how attention groups run on CUDA (kf_options.attention):\n"
-    "               auto (the default) or sm90: on sm_90a the TMA/wgmma kernel\n"
-    "               where it takes the group, else fa2 (the report says why);\n"
+    "               auto (the default) or sm90: the decode kernels for 16 query\n"
+    "               rows or fewer, else on sm_90a the TMA/wgmma kernel where it\n"
+    "               takes the group, else fa2 (the report says why);\n"
     "               fa2: the mma.sync kernel on every arch; unfused: as\n"
-    "               --unfused-attention\n"
+    "               --unfused-attention; decode: the split-KV decode kernels\n"
+    "               (partials over key chunks on every SM, then a combine) at any\n"
+    "               query length\n"
     "  --unfused-attention  a context with KF_FLAG_UNFUSED_ATTENTION: attention\n"
     "               groups run as two cuBLASLt GEMMs around a softmax kernel even\n"
     "               where the fused kernel takes them (bf16/f16, head dim 64/128)\n"
@@ -163,7 +166,7 @@ int kf_cmd_run(int argc, char **argv) {
             i++;
         } else if (strcmp(a, "--attention") == 0) {
             if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &attention)) {
-                fprintf(stderr, "kfuse run: --attention takes auto, sm90, fa2 or unfused\n%s",
+                fprintf(stderr, "kfuse run: --attention takes auto, sm90, fa2, unfused or decode\n%s",
                         kf_cmd_run_help);
                 return 2;
             }

@@ -164,14 +164,19 @@ typedef enum kf_gemm_mode {
 
 /* How attention groups run on a CUDA device. */
 typedef enum kf_attention_mode {
-    KF_ATTENTION_AUTO = 0, /* the default: on sm_90a the sm_90a kernel (TMA, wgmma,
-                              warp-specialized) wherever it takes the group, else the FA2
-                              kernel (the report says why); the FA2 kernel on other archs;
-                              unfused where neither takes the group */
+    KF_ATTENTION_AUTO = 0, /* the default: a query of at most 16 rows (decode) runs the
+                              split-KV decode kernels; else on sm_90a the sm_90a kernel (TMA,
+                              wgmma, warp-specialized) wherever it takes the group, else the
+                              FA2 kernel (the report says why); the FA2 kernel on other archs;
+                              unfused where none takes the group */
     KF_ATTENTION_SM90,     /* the same as AUTO (named for those who want to say it) */
     KF_ATTENTION_FA2,      /* the mma.sync kernel (sm_80 and later) wherever it takes the
                               group, also on sm_90a; else unfused */
     KF_ATTENTION_UNFUSED,  /* always unfused (as KF_FLAG_UNFUSED_ATTENTION) */
+    KF_ATTENTION_DECODE,   /* the split-KV decode kernels (a kernel of partials over chunks of
+                              the keys, spread over every SM, and a combine kernel; sm_80 and
+                              later) wherever they take the group, whatever its query length
+                              (AUTO takes them for 16 query rows or fewer); else as AUTO */
     KF_ATTENTION_COUNT
 } kf_attention_mode;
 

@@ -1042,6 +1042,122 @@ static void test_sm90_attention_matches_the_reference(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* Decode shapes: few query rows (1, 3, 4, 16) against a K/V whose length is
+ * no multiple of the 64-key tile, split over many chunks (a small batch:
+ * up to 65 splits), GQA 4:1 and 32:8 through a broadcast head axis (one a
+ * [B, S, Hkv, 1, D] KV cache view), MQA, the planner's causal and sliding
+ * window, a bottom-right causal (a general mask), softcap, ALiBi. */
+static const struct {
+    const char *name, *body, *mask;
+} decode_cases[] = {
+    {"Sq 1, Skv 4100 (65 splits), head dim 128",
+     "q = input($[1, 2, 1, 128])\nk = input($[1, 2, 4100, 128])\nv = input($[1, 2, 4100, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     "mask none"},
+    {"Sq 3, GQA 4:1, softcap, Skv 777",
+     "q = input($[2, 2, 4, 3, 128])\nk = input($[2, 2, 1, 777, 128])\n"
+     "v = input($[2, 2, 1, 777, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\ncap = const($[], 30)\n"
+     "t0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
+     "mask none"},
+    {"Sq 16, bottom-right causal kv <= q + Skv - Sq, head dim 64",
+     "q = input($[1, 4, 16, 64])\nk = input($[1, 4, 650, 64])\nv = input($[1, 4, 650, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[16, 650], axis=0)\ncol = iota(i32[16, 650], axis=1)\n"
+     "off = const(i32[], 634)\nrq = add(row, off)\nkeep = ge(rq, col)\n"
+     "ninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask general"},
+    {"Sq 16, causal kv <= q, Skv 300",
+     "q = input($[2, 2, 16, 128])\nk = input($[2, 2, 300, 128])\nv = input($[2, 2, 300, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[16, 300], axis=0)\ncol = iota(i32[16, 300], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"Sq 16, sliding window 5, Skv 300",
+     "q = input($[1, 2, 16, 128])\nk = input($[1, 2, 300, 128])\nv = input($[1, 2, 300, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[16, 300], axis=0)\ncol = iota(i32[16, 300], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 4)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"Sq 1, MQA (one K/V head for 8), ALiBi, head dim 64",
+     "q = input($[3, 8, 1, 64])\nk = input($[3, 1, 1500, 64])\nv = input($[3, 1, 1500, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "slope = input($[8, 1, 1])\ncol = iota(i32[1, 1500], axis=1)\ndf = cast(col, $)\n"
+     "bias = mul(slope, df)\ns1 = add(s0, bias)\n",
+     "mask none"},
+    {"Sq 4, GQA 32:8 KV cache views of [B, S, Hkv, 1, D]",
+     "q = input($[2, 8, 4, 4, 128])\nki = input($[2, 999, 8, 1, 128])\n"
+     "vi = input($[2, 999, 8, 1, 128])\nk = permute(ki, [0, 2, 3, 1, 4])\n"
+     "v = permute(vi, [0, 2, 3, 1, 4])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     "mask none"},
+    {"Sq 16, GQA 8:1 (128 rows: two row blocks), Skv 200",
+     "q = input($[1, 1, 8, 16, 64])\nk = input($[1, 1, 1, 200, 64])\n"
+     "v = input($[1, 1, 1, 200, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\ns1 = mul(qk, sc)\n",
+     "mask none"},
+};
+
+/* Decode cases (i < n_dec) and fused cases (long queries: many row blocks
+ * of 64, each re-reading the chunk) with KF_ATTENTION_DECODE in dtypes
+ * dts[0 .. n_dts): the report names the split-KV kernels and the mask, and
+ * O matches the reference. */
+static void decode_runs(size_t first, size_t n_dec, size_t n_fused, size_t n_dts) {
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_DECODE);
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < n_dts; d++) {
+        for (size_t i = first; i < n_dec + n_fused; i++) {
+            const char *name = i < n_dec ? decode_cases[i].name : fused_cases[i - n_dec].name;
+            const char *body = i < n_dec ? decode_cases[i].body : fused_cases[i - n_dec].body;
+            const char *mask = i < n_dec ? decode_cases[i].mask : fused_cases[i - n_dec].mask;
+            const char *dn = kf_dtype_name(dts[d]);
+            char text[4096];
+            fused_text(body, dn, text, sizeof text);
+            kf_graph *g = NULL;
+            if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
+                fail_msg("%s: parse: %s\n%s", name, kf_graph_error(g), text);
+            char label[160], has[160];
+            snprintf(label, sizeof label, "decode attention: %s [%s]", name, dn);
+            snprintf(has, sizeof has, "decode attention (split-KV mma.sync kernel)|%s", mask);
+            run_opts o = {.lo = -2, .hi = 2, .report_has = has, .ctx = ctx};
+            run_and_compare(g, 1500 + 40 * d + i, &o, label);
+            fprintf(stderr, "  %s: ok\n", label);
+            kf_graph_destroy(g);
+        }
+    }
+    kf_ctx_destroy(ctx);
+}
+
+/* Every decode case in bf16 and f16. */
+static void test_decode_attention_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    decode_runs(0, N_OF(decode_cases), 0, 2);
+}
+
+/* The default context runs a short query through the decode kernels (the
+ * report says so) and matches the reference: GQA 4:1, Sq 3, softcap, bf16. */
+static void test_decode_attention_is_the_default_for_short_queries(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    char text[4096];
+    fused_text(decode_cases[1].body, "bf16", text, sizeof text);
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(G.ctx, text, strlen(text), &g), KF_OK);
+    run_opts o = {.lo = -2, .hi = 2, .report_has = "decode attention (split-KV mma.sync kernel)"};
+    run_and_compare(g, 1590, &o, "decode attention by default");
+    kf_graph_destroy(g);
+}
+
+/* Every fused case (Sq up to 300, GQA 8:1 of 150 rows: many row blocks) in
+ * bf16 through the decode kernels, which take any query length. */
+static void test_decode_attention_takes_long_queries_too(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    decode_runs(N_OF(decode_cases), N_OF(decode_cases), N_OF(fused_cases), 1);
+}
+
 /* A group the fused kernel does not take runs unfused and the report says
  * why: f32, a head dim of 32; and with KF_FLAG_UNFUSED_ATTENTION, one it
  * takes (bf16, head dim 128, causal) runs unfused too. */
@@ -1759,6 +1875,9 @@ int main(void) {
         cmocka_unit_test(test_attention_runs_unfused_with_its_score_expression_and_mask),
         cmocka_unit_test(test_fused_attention_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_matches_the_reference),
+        cmocka_unit_test(test_decode_attention_matches_the_reference),
+        cmocka_unit_test(test_decode_attention_takes_long_queries_too),
+        cmocka_unit_test(test_decode_attention_is_the_default_for_short_queries),
         cmocka_unit_test(test_fused_attention_falls_back_and_says_why),
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),

@@ -181,6 +181,12 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
                  "v = input(bf16[1, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
                  "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
                  seen);
+    /* decode: one query row against 300 keys, the split-KV kernels (test_attndec
+     * compiles every variant) */
+    compile_text("kfg 1\nq = input(bf16[1, 2, 1, 64])\nk = input(bf16[1, 2, 300, 64])\n"
+                 "v = input(bf16[1, 2, 300, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+                 "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
+                 seen);
     for (int t = 0; t < KF_CUDA_TEMPLATE_COUNT; t++) {
         if (!seen[t])
             fail_msg("template %s never instantiated", kf_cuda_template_name((kf_cuda_template)t));
@@ -1156,10 +1162,21 @@ static void check_recipes(const kf_plan *plan, const kf_cuda_recipes *rec, const
                 const kf_cuda_kstep *k = st->kernel;
                 assert_string_equal(k->kernel.arch, rec->target.arch);
                 assert_true(k->grid[0] >= 1 && k->block[0] >= 32 && k->cluster[0] == 1);
-                assert_true(k->grid[0] <= (uint32_t)rec->target.sm_count * 64);
-                assert_int_equal(k->n_args, k->kernel.n_params + k->n_tmaps); /* TMAP args first */
-                for (uint32_t a = 0; a < k->n_args; a++)
+                /* the decode kernel's grid is its kv items x splits, a block each */
+                assert_true(k->role == KF_CUDA_ROLE_ATTENTION_DECODE ||
+                            k->grid[0] <= (uint32_t)rec->target.sm_count * 64);
+                /* TMAP args first, one per param, by-value scalars (the decode
+                 * kernels' split count) last */
+                uint32_t n_i64 = 0;
+                for (uint32_t a = 0; a < k->n_args; a++) {
+                    if (k->args[a].kind == KF_CUDA_ARG_I64) {
+                        assert_true(a >= k->n_tmaps + k->kernel.n_params);
+                        n_i64++;
+                        continue;
+                    }
                     check_buf(plan, rc, k->args[a].buf, false, what);
+                }
+                assert_int_equal(k->n_args, k->kernel.n_params + k->n_tmaps + n_i64);
             } else {
                 const kf_cuda_gstep *g = &st->gemm;
                 assert_true(g->m >= 1 && g->n >= 1 && g->k >= 1 && g->batch >= 1);

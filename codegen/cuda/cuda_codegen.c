@@ -37,6 +37,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_ATTENTION_MMA] = "attention_mma",
     [KF_CUDA_TEMPLATE_ATTENTION_SM90] = "attention_sm90",
     [KF_CUDA_TEMPLATE_ROW_ARGMAX] = "row_argmax",
+    [KF_CUDA_TEMPLATE_ATTENTION_DECODE] = "attention_decode",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");
@@ -326,7 +327,8 @@ uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {
 const char *kf_cuda_role_name(kf_cuda_role role) {
     static const char *const names[KF_CUDA_ROLE_COUNT] = {
         "group",     "gemm_prologue", "epilogue",      "attention_softmax",
-        "gemm",      "attention",     "attention_sm90"};
+        "gemm",      "attention",     "attention_sm90", "attention_decode",
+        "attention_combine"};
     return (unsigned)role < KF_CUDA_ROLE_COUNT ? names[role] : "?";
 }
 
@@ -345,6 +347,10 @@ kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role
         return kf_cuda_codegen_attention(plan, group, arch, mem, out);
     case KF_CUDA_ROLE_ATTENTION_SM90:
         return kf_cuda_codegen_attention_sm90(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_ATTENTION_DECODE:
+        return kf_cuda_codegen_attention_decode(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_ATTENTION_COMBINE:
+        return kf_cuda_codegen_attention_combine(plan, group, arch, mem, out);
     default:
         memset(out, 0, sizeof *out);
         snprintf(out->error, sizeof out->error, "kf_cuda_codegen: bad role %d", (int)role);

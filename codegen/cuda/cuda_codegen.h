@@ -94,11 +94,14 @@ typedef enum kf_cuda_template {
                                              a producer and two consumer warpgroups (sm_90a) */
     KF_CUDA_TEMPLATE_ROW_ARGMAX,          /* argmax over the last axis: one warp per row, the
                                              (value, index) pairs reduced by shuffles */
+    KF_CUDA_TEMPLATE_ATTENTION_DECODE,    /* decode attention: split-KV partials (mma.sync,
+                                             cp.async ring) and their combine (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
 /* "elementwise", "row_warp", "row_block", "row_block_multipass", "colreduce",
- * "row_warp_staged", "elementwise_bulk", "gemm_sm90", "attention_mma", "attention_sm90". */
+ * "row_warp_staged", "elementwise_bulk", "gemm_sm90", "attention_mma", "attention_sm90",
+ * "attention_decode". */
 const char *kf_cuda_template_name(kf_cuda_template t);
 
 /* ------------------------------------------------------------------------ */
@@ -236,6 +239,53 @@ bool kf_cuda_attention_sm90_supported(const kf_plan *plan, uint32_t group, const
 void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, bool sm90, uint64_t *visited,
                              uint64_t *total);
 
+/* The split-KV decode path of an ATTENTION group (cg_attention_decode.c,
+ * templates/attention_decode.cuh): for a few query rows against a long K/V.
+ * Its kv items are the batch axes along which K or V moves; the query heads
+ * that share one K/V head (the axes where K and V both broadcast: GQA / MQA)
+ * and their Sq rows are one item's rows, read against one pass over its K/V
+ * chunk. */
+typedef struct kf_cuda_decode_shape {
+    int64_t kv_items;            /* (kv item, row block of <= 64 rows) pairs: blocks a split */
+    int64_t rows;                /* output rows: kv items x query heads a K/V head x Sq */
+    int64_t group_heads;         /* query heads sharing a K/V head (1 without GQA) */
+    int64_t tiles;               /* 64-key tiles the mask lets any row see */
+    uint64_t ws_bytes_per_split; /* f32 workspace (partial O and lse) one split needs */
+    uint32_t shared_bytes;       /* dynamic shared memory of the split kernel */
+    uint32_t blocks_per_sm;      /* split-kernel blocks an SM of the arch holds (1..4) */
+} kf_cuda_decode_shape;
+
+/* Whether the decode kernels take group `group` for `arch`: what
+ * kf_cuda_attention_supported takes (bf16/f16, head dim 64 or 128, 16-byte
+ * rows), any Sq and Skv. When not, `why` (size bytes) says what stops it. */
+bool kf_cuda_attention_decode_supported(const kf_plan *plan, uint32_t group, const char *arch,
+                                        char *why, size_t size);
+
+/* The decode shape of group `group` (KF_ERR_UNSUPPORTED where the decode
+ * kernels do not take it). */
+kf_status kf_cuda_attention_decode_shape(const kf_plan *plan, uint32_t group, const char *arch,
+                                         kf_cuda_decode_shape *out);
+
+/* The split count the decode recipe gives shape `s` on a device of
+ * `sm_count` SMs: the smallest that fills the block slots to 90% over whole
+ * waves (else the best fill), at most the key tiles and 256. */
+uint32_t kf_cuda_attention_decode_splits(const kf_cuda_decode_shape *s, int sm_count);
+
+/* The split kernel: per (kv item, row block, split) the partial O / l and
+ * lse of its key chunk into a SCRATCH param (f32, keyed by attn.pv, whose
+ * `bytes` is one split's: the recipe grows it to n splits), the score
+ * expression and mask inlined as in kf_cuda_codegen_attention. Its arguments
+ * are one pointer per param, then the split count n (an int64 the recipe
+ * adds: any n >= 1, the same n as the combine's; grid any size). */
+kf_status kf_cuda_codegen_attention_decode(const kf_plan *plan, uint32_t group, const char *arch,
+                                           const kf_mem *mem, kf_cuda_kernel *out);
+
+/* The combine kernel: merges the n splits' partials of each row by their lse
+ * and writes O (param OUT, tensor attn.pv, contiguous). Arguments: O, the
+ * workspace, then the split count n. */
+kf_status kf_cuda_codegen_attention_combine(const kf_plan *plan, uint32_t group, const char *arch,
+                                            const kf_mem *mem, kf_cuda_kernel *out);
+
 /* The kernels of a group on the CUDA target, by role: which generator made
  * a kernel. Which roles a group runs, in which order and with which library
  * calls between them, is its recipe's business (cuda_recipe.h). */
@@ -248,11 +298,14 @@ typedef enum kf_cuda_role {
     KF_CUDA_ROLE_ATTENTION,         /* kf_cuda_codegen_attention (the whole group) */
     KF_CUDA_ROLE_ATTENTION_SM90,    /* kf_cuda_codegen_attention_sm90 (the whole group; its
                                        recipe step adds the three tensor maps) */
+    KF_CUDA_ROLE_ATTENTION_DECODE,  /* kf_cuda_codegen_attention_decode (the split-KV partials;
+                                       its recipe step adds the split count) */
+    KF_CUDA_ROLE_ATTENTION_COMBINE, /* kf_cuda_codegen_attention_combine (after the partials) */
     KF_CUDA_ROLE_COUNT
 } kf_cuda_role;
 
 /* "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm", "attention",
- * "attention_sm90". */
+ * "attention_sm90", "attention_decode", "attention_combine". */
 const char *kf_cuda_role_name(kf_cuda_role role);
 
 /* How a generated GEMM kernel reads its operands (the recipe decides it from

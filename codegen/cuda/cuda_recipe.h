@@ -64,6 +64,11 @@ enum {
     KF_CUDA_RECIPE_GEMM_STAGED_EPI = 1u << 6, /* generated GEMMs stage the accumulators
                                                  through shared memory for the epilogue (the
                                                  schedule before the register epilogue) */
+    KF_CUDA_RECIPE_ATTENTION_DECODE = 1u << 7,  /* a fused attention group runs the split-KV
+                                                   decode kernels whatever its query length
+                                                   (KF_ATTENTION_DECODE); without it they run
+                                                   where the query is short (Sq <= 16) and
+                                                   ATTENTION_FA2 is not asked for */
 };
 
 /* What the recipes are made for. */
@@ -78,8 +83,9 @@ typedef struct kf_cuda_target {
  * GENERATED gives GEMM_GENERATED; AUTO and MEASURED give GEMM_MEASURED (the
  * generated kernel timed against cuBLASLt wherever it takes the group);
  * CUBLASLT neither; KF_FLAG_UNFUSED_ATTENTION and KF_ATTENTION_UNFUSED give
- * UNFUSED_ATTENTION; KF_ATTENTION_FA2 gives ATTENTION_FA2; AUTO and SM90
- * neither (the sm_90a kernel where it takes the group). */
+ * UNFUSED_ATTENTION; KF_ATTENTION_FA2 gives ATTENTION_FA2; KF_ATTENTION_DECODE
+ * gives ATTENTION_DECODE; AUTO and SM90 none (the sm_90a kernel where it takes
+ * the group). */
 unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode);
 
 /* The target of a device that is not at hand: "h100" and "h200" (sm_90a, 132

@@ -67,6 +67,8 @@ unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mo
         f |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
     else if (attention_mode == KF_ATTENTION_FA2)
         f |= KF_CUDA_RECIPE_ATTENTION_FA2;
+    else if (attention_mode == KF_ATTENTION_DECODE)
+        f |= KF_CUDA_RECIPE_ATTENTION_DECODE;
     if (gemm_mode == KF_GEMM_GENERATED)
         f |= KF_CUDA_RECIPE_GEMM_GENERATED;
     else if (gemm_mode == KF_GEMM_MEASURED || gemm_mode == KF_GEMM_AUTO)

@@ -1001,6 +1001,10 @@ kf_status kf_rb_attention(rb *b) {
     if (b->target->flags & KF_CUDA_RECIPE_UNFUSED_ATTENTION)
         snprintf(why, sizeof why, "the fused kernel is off: KF_FLAG_UNFUSED_ATTENTION");
     else if (kf_cuda_attention_supported(plan, b->gi, b->target->arch, why, sizeof why)) {
+        /* short queries: the split-KV decode kernels (recipe_attention_decode.c) */
+        if (kf_rb_attention_wants_decode(b) &&
+            kf_cuda_attention_decode_supported(plan, b->gi, b->target->arch, why, sizeof why))
+            return kf_rb_attention_decode(b);
         /* the sm_90a kernel where it takes the group; the report says why
          * not where the arch is sm_90a and it does not */
         if ((b->target->flags & KF_CUDA_RECIPE_ATTENTION_FA2) ||

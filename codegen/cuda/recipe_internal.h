@@ -5,6 +5,7 @@
  *                  (elementwise, row-wise, column reduction, layout, view)
  *   recipe_gemm.c  GEMM groups (what cuBLASLt applies natively, the kernels
  *                  around it) and the unfused attention fallback
+ *   recipe_attention_decode.c  the split-KV decode steps of an attention group
  *   recipe_print.c text and JSON
  *
  * A builder works on one group: `rb` maps the buffers its kernels name by
@@ -64,5 +65,11 @@ void kf_rb_how(rb *b, uint32_t v, const char *fmt, ...) __attribute__((format(pr
 /* recipe_gemm.c: the steps of a GEMM / ATTENTION group (variant 0). */
 kf_status kf_rb_gemm(rb *b);
 kf_status kf_rb_attention(rb *b);
+
+/* recipe_attention_decode.c: whether group b->gi (one the fused kernels take)
+ * runs the split-KV decode kernels (KF_CUDA_RECIPE_ATTENTION_DECODE, or a
+ * short query where ATTENTION_FA2 is not asked for), and their two steps. */
+bool kf_rb_attention_wants_decode(const rb *b);
+kf_status kf_rb_attention_decode(rb *b);
 
 #endif /* KF_CODEGEN_CUDA_RECIPE_INTERNAL_H */

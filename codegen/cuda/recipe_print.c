@@ -136,7 +136,7 @@ static void print_json(const kf_cuda_recipes *r, FILE *out) {
     fputs("{\"arch\": ", out);
     kf_ir_json_string(out, r->target.arch);
     unsigned f = r->target.flags;
-    const char *names[5];
+    const char *names[6];
     int n = 0;
     if (f & KF_CUDA_RECIPE_NO_LT_EPILOGUE)
         names[n++] = "no_lt_epilogue";
@@ -148,6 +148,8 @@ static void print_json(const kf_cuda_recipes *r, FILE *out) {
         names[n++] = "unfused_attention";
     if (f & KF_CUDA_RECIPE_ATTENTION_FA2)
         names[n++] = "attention_fa2";
+    if (f & KF_CUDA_RECIPE_ATTENTION_DECODE)
+        names[n++] = "attention_decode";
     fprintf(out, ", \"sm_count\": %d, \"flags\": [", r->target.sm_count);
     for (int i = 0; i < n; i++)
         fprintf(out, "%s\"%s\"", i ? ", " : "", names[i]);

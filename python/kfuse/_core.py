@@ -63,8 +63,10 @@ class Context:
     target: "auto" (CUDA when a device is present, else the CPU), "cuda", "cpu".
     cache_dir: the kernel cache (default $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse).
     gemm: "auto", "generated", "cublaslt", "measured" (CUDA GEMM groups).
-    attention: "auto" (on sm_90a the TMA/wgmma kernel where it takes the group),
-    "sm90" (the same), "fa2" (the mma.sync kernel), "unfused" (CUDA attention).
+    attention: "auto" (the split-KV decode kernels for 16 query rows or fewer, else on
+    sm_90a the TMA/wgmma kernel where it takes the group), "sm90" (the same), "fa2"
+    (the mma.sync kernel), "unfused", "decode" (the decode kernels at any query
+    length) (CUDA attention).
     flags: names from kfuse's KF_FLAG_* without the prefix, lower case
     (e.g. {"no_cache", "unfused_attention"}). arch: e.g. "sm_90a".
     """
