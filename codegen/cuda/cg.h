@@ -277,4 +277,30 @@ kf_status cg_gen_rowwise(cg *c, const row_spec *rs, out_spec *outs, uint32_t n_o
 /* The column reduction of the group's row stage (cg_colreduce.c). */
 kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs);
 
+/* ---- attention (cg_attention.c), shared with the decode generator ---------- */
+
+/* An operand as an attention kernel reads it: its buffer's tensor, the
+ * elements before index 0 (a sliced view's start) and the element strides of
+ * its rows (query / key index), its columns (head dim) and of each batch axis
+ * of the score space (0 where it broadcasts). */
+typedef struct cg_attn_op {
+    uint32_t base;
+    int64_t off;
+    int64_t s_row, s_col;
+    int64_t bstride[KF_MAX_RANK];
+} cg_attn_op;
+
+/* Operand t of an R-axis score space; rows_first_when_plain: its logical
+ * layout is [.., rows, cols] without its transpose flag (Q, V), else
+ * [.., cols, rows] (K as matmul's B). */
+void cg_attn_op_layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans,
+                       int R, cg_attn_op *o);
+/* One score function: the group's score expression at (bh, q, kv) with `s`
+ * the f32 Q.K^T dot product; `inner` drops the mask's where() (tiles the
+ * mask does not cut). */
+void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner);
+/* kf_tanh_approx, then kf_score_full and kf_score_inner (a #define of the
+ * full one unless `skip`: a mask whose tiles are skipped), over c's group. */
+kf_status cg_attn_emit_score_fns(cg *c, bool skip);
+
 #endif /* KF_CODEGEN_CUDA_CG_H */

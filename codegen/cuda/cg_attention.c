@@ -68,15 +68,6 @@ static uint32_t sm90_smem(int64_t d) {
     return 1024u + (uint32_t)(SM90_BR * d * 2) + sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
 }
 
-/* An operand as the kernel reads it: its buffer's tensor and the element
- * strides of its rows (query / key index), its columns (head dim) and of
- * each batch axis of the score space (0 where it broadcasts). */
-typedef struct attn_op {
-    uint32_t base;
-    int64_t off; /* elements of base before index 0 (a sliced view's start) */
-    int64_t s_row, s_col;
-    int64_t bstride[KF_MAX_RANK];
-} attn_op;
 
 static uint32_t base_of(const kf_plan *plan, uint32_t t, int64_t *strides, int64_t *off) {
     const kf_tensor *x = plan->graph->nodes[t];
@@ -97,8 +88,8 @@ static uint32_t base_of(const kf_plan *plan, uint32_t t, int64_t *strides, int64
 
 /* rows_first_when_plain: the operand's logical layout is [.., rows, cols]
  * without its transpose flag (Q, V), else [.., cols, rows] (K as matmul's B). */
-static void op_layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans,
-                      int R, attn_op *o) {
+void cg_attn_op_layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans,
+                       int R, cg_attn_op *o) {
     const kf_tensor *x = plan->graph->nodes[t];
     int64_t s[KF_MAX_RANK] = {0};
     o->base = base_of(plan, t, s, &o->off);
@@ -119,7 +110,7 @@ static void op_layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plai
 
 /* Why the fused kernel cannot run group g for arch (NULL: it can). */
 static const char *unsupported(const kf_plan *plan, const kf_group *g, const char *arch,
-                               attn_op ops[3], char *why, size_t size) {
+                               cg_attn_op ops[3], char *why, size_t size) {
     const kf_attn_info *at = &g->attn;
     const kf_graph *gr = plan->graph;
     if (g->kind != KF_GROUP_ATTENTION || at->score == KF_NONE)
@@ -158,9 +149,9 @@ static const char *unsupported(const kf_plan *plan, const kf_group *g, const cha
     if (at->sq > INT32_MAX - ATTN_BR || at->skv > INT32_MAX - ATTN_BC ||
         bh > INT64_MAX / (at->sq + ATTN_BR))
         return snprintf(why, size, "too large for 32-bit row indices"), why;
-    op_layout(plan, at->q, true, at->q_transposed, R, &ops[0]);
-    op_layout(plan, at->k, false, at->k_transposed, R, &ops[1]);
-    op_layout(plan, at->v, true, at->v_transposed, R, &ops[2]);
+    cg_attn_op_layout(plan, at->q, true, at->q_transposed, R, &ops[0]);
+    cg_attn_op_layout(plan, at->k, false, at->k_transposed, R, &ops[1]);
+    cg_attn_op_layout(plan, at->v, true, at->v_transposed, R, &ops[2]);
     static const char *const names[3] = {"Q", "K", "V"};
     for (int i = 0; i < 3; i++) {
         bool ok = ops[i].s_col == 1 && (ops[i].s_row * 2) % 16 == 0 && (ops[i].off * 2) % 16 == 0;
@@ -182,14 +173,14 @@ bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char
         snprintf(why, size, "bad arguments");
         return false;
     }
-    attn_op ops[3];
+    cg_attn_op ops[3];
     return unsupported(plan, &plan->groups[group], arch, ops, why, size) == NULL;
 }
 
 /* The TMA map axes of operand o beyond (head dim, rows): its batch axes of
  * the score space that it does not broadcast, innermost first, into ax[]
  * (at most 3: a map has 5 dims); -1 when there are more. */
-static int map_axes(const kf_group *g, const attn_op *o, int ax[3]) {
+static int map_axes(const kf_group *g, const cg_attn_op *o, int ax[3]) {
     int n = 0;
     for (int d = g->rank - 3; d >= 0; d--) {
         if (!o->bstride[d])
@@ -203,7 +194,7 @@ static int map_axes(const kf_group *g, const attn_op *o, int ax[3]) {
 
 /* Why the sm_90a kernel cannot run group g (NULL: it can). */
 static const char *unsupported_sm90(const kf_plan *plan, const kf_group *g, const char *arch,
-                                    attn_op ops[3], char *why, size_t size) {
+                                    cg_attn_op ops[3], char *why, size_t size) {
     if (unsupported(plan, g, arch, ops, why, size))
         return why;
     if (strcmp(arch, "sm_90a") != 0)
@@ -229,14 +220,14 @@ bool kf_cuda_attention_sm90_supported(const kf_plan *plan, uint32_t group, const
         snprintf(why, size, "bad arguments");
         return false;
     }
-    attn_op ops[3];
+    cg_attn_op ops[3];
     return unsupported_sm90(plan, &plan->groups[group], arch, ops, why, size) == NULL;
 }
 
 kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cuda_tmap maps[3],
                                       uint32_t bases[3], int64_t offsets[3]) {
     char why[160];
-    attn_op ops[3];
+    cg_attn_op ops[3];
     if (!plan || group >= plan->n_groups || !maps || !bases || !offsets ||
         unsupported_sm90(plan, &plan->groups[group], "sm_90a", ops, why, sizeof why))
         return KF_ERR_UNSUPPORTED;
@@ -316,7 +307,7 @@ static uint32_t kept_branch(const kf_group *g) {
 
 /* One score function: the score expression at (bh, q, kv) with `s` the f32
  * Q.K^T dot product. */
-static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
+void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     memset(c->need, 0, c->n * sizeof *c->need);
@@ -339,6 +330,33 @@ static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
     cg_emit_nodes(c, cg_coord_of, x, "    ", false);
     cg_printf(&c->s, "    (void)s; (void)bh; (void)q; (void)kv;\n    return (float)v%u;\n}\n\n",
               at->score);
+}
+
+kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
+    const kf_group *g = c->g;
+    const kf_attn_info *at = &g->attn;
+    int R = g->rank;
+    cg_puts(&c->s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
+                   "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
+                   "    return y;\n}\n#define kf_tanh kf_tanh_approx\n\n");
+    /* The score functions: coordinates of the score space from (bh, q, kv). */
+    chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
+    if (!x)
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    cg_coords_linear(x, KF_SPACE_OUT, R - 2, g->dims, "bh");
+    snprintf(x->coord[KF_SPACE_OUT][R - 2], sizeof x->coord[0][0], "(long long)q");
+    snprintf(x->coord[KF_SPACE_OUT][R - 1], sizeof x->coord[0][0], "(long long)kv");
+    snprintf(x->lin[KF_SPACE_OUT], sizeof x->lin[0], "(bh * %lldLL + q) * %lldLL + kv",
+             (long long)at->sq, (long long)at->skv);
+    x->vrank[KF_SPACE_OUT] = 0;
+    x->vrank[KF_SPACE_ROW] = 0;
+    cg_attn_emit_score_fn(c, x, "kf_score_full", false);
+    if (skip)
+        cg_attn_emit_score_fn(c, x, "kf_score_inner", true);
+    else
+        cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
+    kf_mem_free(c->mem, x, sizeof *x);
+    return KF_OK;
 }
 
 /* The wgmma instructions of the sm_90a kernel (their accumulator register
@@ -413,7 +431,7 @@ static void emit_round_sm90(cg *c) {
 
 /* kf_tma_q / _k / _v: box (c0, row) of the operand's map for batch x head bh
  * (its coordinates on the map's batch axes, innermost first). */
-static void emit_tma_fns(cg *c, const kf_group *g, const attn_op ops[3]) {
+static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3]) {
     static const char *const fn[3] = {"kf_tma_q", "kf_tma_k", "kf_tma_v"};
     for (int i = 0; i < 3; i++) {
         int ax[3];
@@ -464,7 +482,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (st != KF_OK)
         return cg_end(&c, st);
     const kf_group *g = c.g;
-    attn_op ops[3];
+    cg_attn_op ops[3];
     char why[160];
     if (sm90 ? unsupported_sm90(plan, g, arch, ops, why, sizeof why)
              : unsupported(plan, g, arch, ops, why, sizeof why))
@@ -575,26 +593,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     }
     emit_o_offset(&c, g);
 
-    cg_puts(&c.s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
-                  "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
-                  "    return y;\n}\n#define kf_tanh kf_tanh_approx\n\n");
-    /* The score functions: coordinates of the score space from (bh, q, kv). */
-    chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
-    if (!x)
-        return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
-    cg_coords_linear(x, KF_SPACE_OUT, R - 2, g->dims, "bh");
-    snprintf(x->coord[KF_SPACE_OUT][R - 2], sizeof x->coord[0][0], "(long long)q");
-    snprintf(x->coord[KF_SPACE_OUT][R - 1], sizeof x->coord[0][0], "(long long)kv");
-    snprintf(x->lin[KF_SPACE_OUT], sizeof x->lin[0], "(bh * %lldLL + q) * %lldLL + kv",
-             (long long)at->sq, (long long)at->skv);
-    x->vrank[KF_SPACE_OUT] = 0;
-    x->vrank[KF_SPACE_ROW] = 0;
-    emit_score_fn(&c, x, "kf_score_full", false);
-    if (skip)
-        emit_score_fn(&c, x, "kf_score_inner", true);
-    else
-        cg_puts(&c.s, "#define kf_score_inner kf_score_full\n\n");
-    kf_mem_free(c.mem, x, sizeof *x);
+    st = cg_attn_emit_score_fns(&c, skip != 0);
+    if (st != KF_OK)
+        return cg_end(&c, st);
     cg_puts(&c.s, sm90 ? kf_cuda_tpl_attention_sm90 : kf_cuda_tpl_attention);
     return cg_end(&c, c.st);
 }

@@ -42,49 +42,9 @@
 #define DEC_BC 64
 #define DEC_STAGES_MAX 3
 
-/* An operand as the kernel reads it (cg_attention.c's attn_op). */
-typedef struct dec_op {
-    uint32_t base;
-    int64_t off; /* elements of base before index 0 (a sliced view's start) */
-    int64_t s_row, s_col;
-    int64_t bstride[KF_MAX_RANK];
-} dec_op;
-
-static void dec_layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans,
-                       int R, dec_op *o) {
-    const kf_tensor *x = plan->graph->nodes[t];
-    int64_t s[KF_MAX_RANK] = {0};
-    uint32_t g = plan->group_of ? plan->group_of[t] : KF_NONE;
-    o->off = 0;
-    if (g != KF_NONE && plan->groups[g].kind == KF_GROUP_VIEW) {
-        memcpy(s, plan->groups[g].view_strides, sizeof(int64_t) * KF_MAX_RANK);
-        o->base = kf_plan_buffer_of(plan, plan->groups[g].view_base);
-        o->off = plan->groups[g].view_offset;
-    } else {
-        int64_t acc = 1;
-        for (int d = x->rank - 1; d >= 0; d--) {
-            s[d] = acc;
-            acc *= x->dims[d];
-        }
-        o->base = t;
-    }
-    int r = x->rank;
-    bool rows_first = rows_first_when_plain != trans;
-    o->s_row = rows_first ? s[r - 2] : s[r - 1];
-    o->s_col = rows_first ? s[r - 1] : s[r - 2];
-    if ((rows_first ? x->dims[r - 2] : x->dims[r - 1]) == 1)
-        o->s_row = 0;
-    memset(o->bstride, 0, sizeof o->bstride);
-    for (int d = 0; d < R - 2; d++) {
-        int ax = d - (R - r);
-        if (ax >= 0 && x->dims[ax] != 1)
-            o->bstride[d] = s[ax];
-    }
-}
-
 /* Everything the two kernels and the recipe need to know of group g. */
 typedef struct dec_info {
-    dec_op ops[3];
+    cg_attn_op ops[3];
     bool group_axis[KF_MAX_RANK]; /* batch axis where K and V both broadcast */
     kf_cuda_decode_shape shape;
     int64_t g, m, mp, rb;
@@ -102,9 +62,9 @@ static const char *analyze(const kf_plan *plan, uint32_t group, const char *arch
     const kf_group *g = &plan->groups[group];
     const kf_attn_info *at = &g->attn;
     int R = g->rank;
-    dec_layout(plan, at->q, true, at->q_transposed, R, &di->ops[0]);
-    dec_layout(plan, at->k, false, at->k_transposed, R, &di->ops[1]);
-    dec_layout(plan, at->v, true, at->v_transposed, R, &di->ops[2]);
+    cg_attn_op_layout(plan, at->q, true, at->q_transposed, R, &di->ops[0]);
+    cg_attn_op_layout(plan, at->k, false, at->k_transposed, R, &di->ops[1]);
+    cg_attn_op_layout(plan, at->v, true, at->v_transposed, R, &di->ops[2]);
     static const char *const names[3] = {"Q", "K", "V"};
     /* The decode kernels read from each operand's buffer start and store O
      * row-major: a sliced operand or an absorbed output permute (the other
@@ -196,40 +156,6 @@ kf_status kf_cuda_attention_decode_shape(const kf_plan *plan, uint32_t group, co
         return KF_ERR_UNSUPPORTED;
     *out = di.shape;
     return KF_OK;
-}
-
-/* The kept branch of the mask's where(): the one that is not the fill. */
-static uint32_t kept_branch(const kf_group *g) {
-    const kf_expr *w = &g->expr[g->attn.mask_node];
-    const kf_expr *f = &g->expr[w->src[2]];
-    return f->kind == KF_EXPR_CONST && f->value <= -1e4 ? w->src[1] : w->src[2];
-}
-
-/* One score function (cg_attention.c's): the score expression at (bh, q, kv)
- * with `s` the f32 Q.K^T dot product; `inner` drops the mask's where(). */
-static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
-    const kf_group *g = c->g;
-    const kf_attn_info *at = &g->attn;
-    memset(c->need, 0, c->n * sizeof *c->need);
-    for (uint32_t i = 0; i < c->n; i++) {
-        c->ov[i][0] = 0;
-        if (g->expr[i].kind == KF_EXPR_SCORE)
-            snprintf(c->ov[i], OV_MAX, "s");
-    }
-    if (inner) {
-        uint32_t k = kept_branch(g);
-        snprintf(c->ov[at->mask_node], OV_MAX, "v%u", k);
-        cg_mark(c, k);
-    }
-    cg_mark(c, at->score);
-    cg_printf(&c->s,
-              "__device__ __forceinline__ float %s(float s, long long bh, int q, int kv, "
-              "KF_PARAMS) {\n",
-              name);
-    cg_emit_loads(c, x, 1, "    ", NULL, NULL);
-    cg_emit_nodes(c, cg_coord_of, x, "    ", false);
-    cg_printf(&c->s, "    (void)s; (void)bh; (void)q; (void)kv;\n    return (float)v%u;\n}\n\n",
-              at->score);
 }
 
 /* kf_dec_bh(kvi, gi): the kv item's coordinates on the axes where K or V
@@ -363,25 +289,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         "__device__ __forceinline__ bool kf_attn_aligned(KF_PARAMS) {\n"
         "    return kf_aligned(p%d, 16) && kf_aligned(p%d, 16) && kf_aligned(p%d, 16);\n}\n\n",
         pq, pk, pvp);
-    cg_puts(&c.s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
-                  "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
-                  "    return y;\n}\n#define kf_tanh kf_tanh_approx\n\n");
-    chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
-    if (!x)
-        return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
-    cg_coords_linear(x, KF_SPACE_OUT, R - 2, g->dims, "bh");
-    snprintf(x->coord[KF_SPACE_OUT][R - 2], sizeof x->coord[0][0], "(long long)q");
-    snprintf(x->coord[KF_SPACE_OUT][R - 1], sizeof x->coord[0][0], "(long long)kv");
-    snprintf(x->lin[KF_SPACE_OUT], sizeof x->lin[0], "(bh * %lldLL + q) * %lldLL + kv",
-             (long long)at->sq, (long long)at->skv);
-    x->vrank[KF_SPACE_OUT] = 0;
-    x->vrank[KF_SPACE_ROW] = 0;
-    emit_score_fn(&c, x, "kf_score_full", false);
-    if (di.skip)
-        emit_score_fn(&c, x, "kf_score_inner", true);
-    else
-        cg_puts(&c.s, "#define kf_score_inner kf_score_full\n\n");
-    kf_mem_free(c.mem, x, sizeof *x);
+    st = cg_attn_emit_score_fns(&c, di.skip != 0);
+    if (st != KF_OK)
+        return cg_end(&c, st);
     cg_puts(&c.s, kf_cuda_tpl_attention_decode);
     return cg_end(&c, c.st);
 }
