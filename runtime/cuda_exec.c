@@ -34,153 +34,10 @@
 #include "runtime/cublaslt.h"
 #include "runtime/cuda_choice.h"
 #include "runtime/cuda_exec.h"
+#include "runtime/cuda_exec_internal.h"
 #include "runtime/cuda_kernel.h"
 
-#define ARENA_ALIGN 256u
-
-/* Timing a measured choice: warm-up runs, then timed runs (median). */
-#define MEASURE_WARMUP 2
-#define MEASURE_RUNS 5
-
-/* A device buffer: a materialized tensor or a recipe's scratch. */
-typedef struct xbuf {
-    uint32_t tensor; /* the tensor it holds, or KF_NONE for scratch */
-    size_t bytes;
-    int first, last; /* live range in group indices; -1 / n_groups for pinned */
-    size_t offset;   /* in its region: the constants, or the workspace */
-    bool constant;   /* a constant's: in the program's own constant region */
-} xbuf;
-
-typedef struct xkernel {
-    const kf_cuda_kstep *ks; /* the recipe's step */
-    kf_cu_module mod;
-    kf_cu_function fn;
-    uint32_t arg_buf[KF_CUDA_MAX_PARAMS]; /* buffer index per argument */
-    uint64_t slots[KF_CUDA_MAX_PARAMS];
-    void *args[KF_CUDA_MAX_PARAMS];
-    /* The tensor maps, encoded once the arena is placed, at the first 128-byte
-     * boundary of tmap_raw (xk_tmap): the driver wants them aligned, and the
-     * allocator that made this struct promises less than kf_cu_tensor_map's
-     * alignas(128). */
-    unsigned char tmap_raw[(KF_CUDA_MAX_TMAPS + 1) * sizeof(kf_cu_tensor_map)];
-} xkernel;
-
-static kf_cu_tensor_map *xk_tmap(xkernel *xk, int64_t i) {
-    uintptr_t p = ((uintptr_t)xk->tmap_raw + 127u) & ~(uintptr_t)127u;
-    return (kf_cu_tensor_map *)p + i;
-}
-
-typedef struct xgemm {
-    const kf_cuda_gstep *gs; /* the recipe's step */
-    kf_blt_gemm g;
-    uint32_t a_buf, b_buf, c_buf, d_buf, bias_buf; /* buffer indices (KF_NONE: none) */
-} xgemm;
-
-typedef struct xstep {
-    kf_cuda_step_kind kind;
-    uint32_t group, variant;
-    xkernel *k; /* KERNEL */
-    xgemm gm;   /* GEMM */
-} xstep;
-
-/* What a measured choice found: milliseconds per variant and the winner;
- * cached: read from the disk cache (only the winner's steps exist then). */
-typedef struct xchoice {
-    float ms[KF_CUDA_MAX_VARIANTS];
-    uint32_t chosen;
-    bool cached, keyed; /* keyed: `key` holds the choice's cache key */
-    kf_cache_key key;
-} xchoice;
-
-/* Where open and prepare spend their time (the warm-start bench reads them
- * from the report's JSON). */
-typedef enum xphase {
-    XPH_DRIVER,
-    XPH_DEVICE,
-    XPH_CACHE,
-    XPH_CHOICES,
-    XPH_CUBLASLT,
-    XPH_KERNELS,
-    XPH_MEMORY,
-    XPH_MEASURE,
-    XPH_CONSTANTS,
-    XPH_GRAPH,
-    XPH_COUNT
-} xphase;
-static const char *const xphase_names[XPH_COUNT] = {
-    "driver",  "device", "cache_open", "choices_read", "cublaslt",
-    "kernels", "memory", "measure",    "constants",    "cuda_graph"};
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-struct kf_cuda_exec {
-    kf_ctx *ctx;
-    kf_mem mem;
-    const kf_plan *plan;
-    const kf_graph *graph;
-    kf_cuda_recipes *recipes; /* owned */
-    kf_cuda_target target;
-    kf_cuda_device dev;
-    bool dev_open;
-    kf_cu_stream stream;
-    kf_blt *lt;
-    kf_cache *cache;
-    double phase_ms[XPH_COUNT];
-
-    xbuf *bufs;
-    uint32_t n_bufs, cap_bufs;
-    uint32_t *buf_of;   /* tensor -> buffer (views: their base's), KF_NONE */
-    uint32_t *scratch0; /* per recipe: the buffer index of its scratch s0 */
-    xstep *steps;       /* every step of every variant */
-    uint32_t n_steps, cap_steps;
-    uint32_t *order; /* the steps a run launches, in order */
-    uint32_t n_order;
-    xchoice *choices; /* per recipe */
-    /* Device memory, two regions. The constants (consts, consts_bytes) are
-     * the program's for its whole life. Everything else -- input and output
-     * staging, intermediates shared by liveness, scratch, cuBLASLt's
-     * workspace -- lies in the workspace (arena_bytes): the program's own
-     * (own_ws) or, after kf_cuda_exec_set_workspace, the caller's; `ws` is
-     * the one in use. */
-    kf_cu_deviceptr consts, own_ws, ws;
-    size_t consts_bytes, arena_bytes, unshared_bytes;
-    uint32_t lt_ws_buf; /* the buffer of cuBLASLt's workspace (KF_NONE: no GEMM) */
-    /* The clamp flag word (KF_CUDA_BUF_FLAGS) in the constants region, set by
-     * kernels that clamp a gather index; no run resets it (steps, graphs and
-     * captures unchanged). Host runs read it after their sync. */
-    uint32_t flags_buf; /* KF_NONE: no kernel clamps */
-    bool clamp_seen;    /* a host-pointer run found it set (and cleared it) */
-    unsigned compiled, hits;
-
-    /* Re-pointing. cur[b] is the address every launched step is bound to
-     * for buffer b: its home in a region, or the caller's pointer during
-     * device-resident runs. A run computes want[] and rebinds (kernel
-     * arguments, tensor maps, graph nodes) only the steps of buffers that
-     * moved (moved[b]). */
-    kf_cu_deviceptr *cur, *want;
-    unsigned char *moved;
-
-    /* All-kernel programs of 2+ steps: one CUDA graph, launched with one
-     * cuGraphLaunch (NULL: direct launches); nodes[i] is order[i]'s node. */
-    kf_cu_graph_exec graph_exec;
-    kf_cu_graph cu_graph;
-    kf_cu_graph_node *nodes;
-
-    /* The one-stream contract: `done` is recorded after every run that is
-     * not captured; a run on another stream than last_stream is refused
-     * while it has not completed. */
-    kf_cu_event done;
-    kf_cu_stream last_stream;
-    bool ran;
-};
-
-static kf_status clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err);
-
-static size_t tensor_bytes(const kf_tensor *t) {
+size_t kf_cx_tensor_bytes(const kf_tensor *t) {
     return (size_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
 }
 
@@ -226,7 +83,7 @@ static kf_status buf_for(kf_cuda_exec *ex, uint32_t t, int gi, uint32_t *out, ch
     bool pinned = x->op == KF_OP_INPUT || x->op == KF_OP_CONST;
     for (uint32_t i = 0; i < g->n_outputs && !pinned; i++)
         pinned = g->outputs[i].tensor->id == t;
-    kf_status st = add_buf(ex, t, tensor_bytes(x), pinned ? -1 : gi,
+    kf_status st = add_buf(ex, t, kf_cx_tensor_bytes(x), pinned ? -1 : gi,
                            pinned ? (int)ex->plan->n_groups : gi, out, err);
     if (st == KF_OK) {
         ex->buf_of[t] = *out;
@@ -303,7 +160,7 @@ static kf_status arena_layout(kf_cuda_exec *ex, char *err) {
 }
 
 /* Buffer b's home: its place in the constant region or the workspace. */
-static kf_cu_deviceptr buf_ptr(const kf_cuda_exec *ex, uint32_t b) {
+kf_cu_deviceptr kf_cx_buf_ptr(const kf_cuda_exec *ex, uint32_t b) {
     return (ex->bufs[b].constant ? ex->consts : ex->ws) + ex->bufs[b].offset;
 }
 
@@ -603,7 +460,7 @@ static kf_status bind_step(kf_cuda_exec *ex, xstep *s, char *err) {
  * heuristic asked now, so a run only launches. */
 static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
     for (uint32_t b = 0; b < ex->n_bufs; b++)
-        ex->cur[b] = buf_ptr(ex, b);
+        ex->cur[b] = kf_cx_buf_ptr(ex, b);
     for (uint32_t i = 0; i < ex->n_steps; i++) {
         xstep *s = &ex->steps[i];
         kf_status st = bind_step(ex, s, err);
@@ -640,7 +497,7 @@ static void drop_graph(kf_cuda_exec *ex);
  * address changed is bound again (argument slots rebuilt, its tensor maps
  * re-encoded) and its CUDA graph node updated. Nothing moved: nothing done,
  * the cost is one compare per buffer. */
-static kf_status repoint(kf_cuda_exec *ex, char *err) {
+kf_status kf_cx_repoint(kf_cuda_exec *ex, char *err) {
     bool any = false;
     for (uint32_t b = 0; b < ex->n_bufs; b++) {
         ex->moved[b] = ex->want[b] != ex->cur[b];
@@ -676,7 +533,7 @@ static kf_status repoint(kf_cuda_exec *ex, char *err) {
 /* Launching                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static kf_status make_current(kf_cuda_exec *ex, char *err) {
+kf_status kf_cx_make_current(kf_cuda_exec *ex, char *err) {
     const kf_cuda_driver *drv = ex->dev.drv;
     kf_cu_context cur = NULL;
     if (drv->cuCtxGetCurrent(&cur) != 0 || cur != ex->dev.ctx)
@@ -684,7 +541,7 @@ static kf_status make_current(kf_cuda_exec *ex, char *err) {
     return KF_OK;
 }
 
-static kf_status launch_step(kf_cuda_exec *ex, const xstep *s, kf_cu_stream stream, char *err) {
+kf_status kf_cx_launch_step(kf_cuda_exec *ex, const xstep *s, kf_cu_stream stream, char *err) {
     const kf_cuda_driver *drv = ex->dev.drv;
     if (s->kind == KF_CUDA_STEP_GEMM)
         return kf_blt_matmul(ex->lt, &s->gm.g, stream, err);
@@ -705,7 +562,7 @@ static kf_status launch_step(kf_cuda_exec *ex, const xstep *s, kf_cu_stream stre
     return r ? kf_cuda_check(drv, r, "cuLaunchKernel", ks->kernel.name, err) : KF_OK;
 }
 
-static const char *step_name(const kf_cuda_exec *ex, const xstep *s) {
+const char *kf_cx_step_name(const kf_cuda_exec *ex, const xstep *s) {
     return s->kind == KF_CUDA_STEP_KERNEL ? s->k->ks->kernel.name : ex->plan->groups[s->group].name;
 }
 
@@ -713,7 +570,7 @@ static const char *step_name(const kf_cuda_exec *ex, const xstep *s) {
 /* Measured choices                                                           */
 /* ------------------------------------------------------------------------ */
 
-static int cmp_float(const void *a, const void *b) {
+int kf_cx_cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
 }
@@ -729,7 +586,7 @@ static kf_status time_variant(kf_cuda_exec *ex, uint32_t gi, uint32_t v, kf_cu_e
             st = kf_cuda_event_record(&ex->dev, e0, ex->stream, err);
         for (uint32_t i = 0; i < ex->n_steps && st == KF_OK; i++)
             if (ex->steps[i].group == gi && ex->steps[i].variant == v)
-                st = launch_step(ex, &ex->steps[i], ex->stream, err);
+                st = kf_cx_launch_step(ex, &ex->steps[i], ex->stream, err);
         if (st == KF_OK && run >= MEASURE_WARMUP) {
             st = kf_cuda_event_record(&ex->dev, e1, ex->stream, err);
             if (st == KF_OK)
@@ -738,7 +595,7 @@ static kf_status time_variant(kf_cuda_exec *ex, uint32_t gi, uint32_t v, kf_cu_e
     }
     if (st != KF_OK)
         return st;
-    qsort(t, MEASURE_RUNS, sizeof t[0], cmp_float);
+    qsort(t, MEASURE_RUNS, sizeof t[0], kf_cx_cmp_float);
     *ms = t[MEASURE_RUNS / 2];
     return KF_OK;
 }
@@ -753,7 +610,7 @@ static kf_status measure_choices(kf_cuda_exec *ex, char *err) {
     if (!any)
         return KF_OK;
     kf_cu_event e0 = NULL, e1 = NULL;
-    kf_status st = make_current(ex, err);
+    kf_status st = kf_cx_make_current(ex, err);
     /* Defined inputs for the timing runs: zeros (a driver without the memset
      * times whatever the arena holds). */
     const kf_cuda_driver *drv = ex->dev.drv;
@@ -808,9 +665,9 @@ static kf_status make_order(kf_cuda_exec *ex, char *err) {
  * launches; KF_FLAG_NO_CUDA_GRAPH turns the graph off. */
 static void build_graph(kf_cuda_exec *ex) {
     const kf_cuda_driver *drv = ex->dev.drv;
-    if ((ex->ctx->flags & KF_FLAG_NO_CUDA_GRAPH) || ex->n_order < 2 || !drv || !drv->cuGraphCreate ||
-        !drv->cuGraphAddKernelNode || !drv->cuGraphInstantiateWithFlags || !drv->cuGraphLaunch ||
-        !drv->cuGraphExecDestroy || !drv->cuGraphDestroy)
+    if ((ex->ctx->flags & KF_FLAG_NO_CUDA_GRAPH) || ex->n_order < 2 || !drv ||
+        !drv->cuGraphCreate || !drv->cuGraphAddKernelNode || !drv->cuGraphInstantiateWithFlags ||
+        !drv->cuGraphLaunch || !drv->cuGraphExecDestroy || !drv->cuGraphDestroy)
         return;
     for (uint32_t i = 0; i < ex->n_order; i++) {
         const xstep *s = &ex->steps[ex->order[i]];
@@ -818,7 +675,7 @@ static void build_graph(kf_cuda_exec *ex) {
             s->k->ks->cluster[0] * s->k->ks->cluster[1] * s->k->ks->cluster[2] > 1)
             return;
     }
-    if (make_current(ex, NULL) != KF_OK)
+    if (kf_cx_make_current(ex, NULL) != KF_OK)
         return;
     kf_cu_graph graph = NULL;
     kf_cu_graph_node prev = NULL;
@@ -1077,7 +934,8 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         ex->ws = ex->own_ws;
     }
     if (st == KF_OK && ex->lt)
-        st = kf_blt_set_workspace(ex->lt, buf_ptr(ex, ex->lt_ws_buf), KF_BLT_WORKSPACE_BYTES, err);
+        st = kf_blt_set_workspace(ex->lt, kf_cx_buf_ptr(ex, ex->lt_ws_buf), KF_BLT_WORKSPACE_BYTES,
+                                  err);
     if (st == KF_OK)
         st = kf_cuda_event_create(&ex->dev, &ex->done, err);
     if (st == KF_OK)
@@ -1089,7 +947,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     if (st == KF_OK)
         st = measure_choices(ex, err);
     if (st == KF_OK)
-        st = clear_flags(ex, ex->stream, err);
+        st = kf_cx_clear_flags(ex, ex->stream, err);
     double t5 = now_ms();
     ex->phase_ms[XPH_MEASURE] = t5 - t4;
     /* Constants, once. */
@@ -1097,8 +955,8 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         const kf_tensor *x = g->nodes[t];
         if (x->op != KF_OP_CONST || ex->buf_of[t] == KF_NONE)
             continue;
-        st = kf_cuda_copy_to_device(&ex->dev, buf_ptr(ex, ex->buf_of[t]), x->data, tensor_bytes(x),
-                                    err);
+        st = kf_cuda_copy_to_device(&ex->dev, kf_cx_buf_ptr(ex, ex->buf_of[t]), x->data,
+                                    kf_cx_tensor_bytes(x), err);
     }
     if (st == KF_OK)
         st = make_order(ex, err);
@@ -1155,432 +1013,4 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     }
     kf_mem m = ex->mem;
     kf_mem_free(&m, ex, sizeof *ex);
-}
-
-/* Whether `stream` is capturing into a CUDA graph (a driver that cannot
- * say: no). */
-static bool capturing(const kf_cuda_exec *ex, kf_cu_stream stream) {
-    int status = KF_CU_STREAM_CAPTURE_STATUS_NONE;
-    return ex->dev.drv->cuStreamIsCapturing &&
-           ex->dev.drv->cuStreamIsCapturing(stream, &status) == 0 &&
-           status != KF_CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-/* Every step of the run on `stream`. The device's context is made current
- * once, then each kernel is one cuLaunchKernel with arguments bound at
- * prepare time: the host cost per kernel is the driver's launch itself.
- * While the stream captures, the steps are launched one by one, so the
- * caller's graph gets plain kernel nodes. */
-static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
-    kf_status st = make_current(ex, err);
-    if (st == KF_OK && ex->graph_exec && !capturing(ex, stream)) {
-        kf_cu_result r = ex->dev.drv->cuGraphLaunch(ex->graph_exec, stream);
-        if (r != 0)
-            st = kf_cuda_check(ex->dev.drv, r, "cuGraphLaunch",
-                               step_name(ex, &ex->steps[ex->order[0]]), err);
-        return st;
-    }
-    for (uint32_t i = 0; i < ex->n_order && st == KF_OK; i++)
-        st = launch_step(ex, &ex->steps[ex->order[i]], stream, err);
-    return st;
-}
-
-static bool prepared(const kf_cuda_exec *ex) { return ex && ex->order; }
-
-/* The clamp flag word: zeroed on `stream`, waited for (at prepare, and after
- * a clamp was seen); read once the caller synchronized what may set it. */
-static kf_status clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
-    const kf_cuda_driver *drv = ex->dev.drv;
-    if (ex->flags_buf == KF_NONE)
-        return KF_OK;
-    kf_status st =
-        !drv->cuMemsetD8Async
-            ? kf_msg_set(err, KF_ERR_UNSUPPORTED, "the driver has no cuMemsetD8Async")
-            : kf_cuda_check(drv, drv->cuMemsetD8Async(buf_ptr(ex, ex->flags_buf), 0, 4, stream),
-                            "cuMemsetD8Async", NULL, err);
-    return st == KF_OK ? kf_cuda_stream_sync(&ex->dev, stream, "the clamp flag", err) : st;
-}
-static kf_status take_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
-    unsigned v = 0;
-    kf_status st =
-        ex->flags_buf == KF_NONE
-            ? KF_OK
-            : kf_cuda_copy_to_host(&ex->dev, &v, buf_ptr(ex, ex->flags_buf), sizeof v, err);
-    if (st != KF_OK || v == 0)
-        return st;
-    ex->clamp_seen = true;
-    return clear_flags(ex, stream, err);
-}
-
-kf_status kf_cuda_exec_index_clamps(kf_cuda_exec *ex, void *stream, bool *clamped, char *err) {
-    if (!prepared(ex) || !clamped)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_index_clamps: bad argument");
-    kf_cu_stream s = stream ? (kf_cu_stream)stream : ex->stream;
-    kf_status st = ex->flags_buf == KF_NONE ? KF_OK : make_current(ex, err);
-    if (st == KF_OK && ex->flags_buf != KF_NONE)
-        st = kf_cuda_stream_sync(&ex->dev, s, "the runs before the clamp flag", err);
-    if (st == KF_OK)
-        st = take_flags(ex, s, err);
-    *clamped = st == KF_OK && ex->clamp_seen;
-    ex->clamp_seen = ex->clamp_seen && st != KF_OK;
-    return st;
-}
-
-kf_status kf_cuda_exec_launch(kf_cuda_exec *ex, void *stream, char *err) {
-    if (!prepared(ex))
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_launch: no prepared exec");
-    return launch_all(ex, stream ? (kf_cu_stream)stream : ex->stream, err);
-}
-
-/* The one-stream contract: a run on another stream than the last run's is
- * refused while that run has not completed (a captured run is not
- * executed, so it neither waits nor counts). */
-static kf_status check_idle(kf_cuda_exec *ex, kf_cu_stream stream, bool captured, char *err) {
-    const kf_cuda_driver *drv = ex->dev.drv;
-    if (!ex->ran || captured || stream == ex->last_stream || !drv->cuEventQuery)
-        return KF_OK;
-    kf_cu_result r = drv->cuEventQuery(ex->done);
-    if (r == KF_CU_ERROR_NOT_READY)
-        return kf_msg_set(err, KF_ERR_BUSY,
-                          "the program's last run, on another stream, has not completed; a "
-                          "program runs on one stream at a time (synchronize that stream first, "
-                          "or compile a second program for the second stream)");
-    return r ? kf_cuda_check(drv, r, "cuEventQuery", NULL, err) : KF_OK;
-}
-
-/* After the steps: the event the next run on another stream checks. */
-static kf_status mark_done(kf_cuda_exec *ex, kf_cu_stream stream, bool captured, char *err) {
-    if (captured)
-        return KF_OK;
-    ex->ran = true;
-    ex->last_stream = stream;
-    return kf_cuda_event_record(&ex->dev, ex->done, stream, err);
-}
-
-kf_status kf_cuda_exec_time_groups(kf_cuda_exec *ex, int reps, double *ms, char *err) {
-    if (!prepared(ex) || !ms || reps < 1)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_time_groups: bad argument");
-    uint32_t ng = ex->plan->n_groups, n = ex->n_order;
-    kf_cu_event *ev = kf_mem_calloc(&ex->mem, n + 1, sizeof *ev);
-    float *t = kf_mem_calloc(&ex->mem, (size_t)ng * (size_t)reps, sizeof *t);
-    kf_status st = ev && t ? KF_OK : kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
-    uint32_t made = 0;
-    while (made <= n && st == KF_OK) {
-        st = kf_cuda_event_create(&ex->dev, &ev[made], err);
-        made += st == KF_OK;
-    }
-    for (int r = 0; r < reps && st == KF_OK; r++) {
-        for (uint32_t i = 0; i < n && st == KF_OK; i++) {
-            st = kf_cuda_event_record(&ex->dev, ev[i], ex->stream, err);
-            if (st == KF_OK)
-                st = launch_step(ex, &ex->steps[ex->order[i]], ex->stream, err);
-        }
-        if (st == KF_OK)
-            st = kf_cuda_event_record(&ex->dev, ev[n], ex->stream, err);
-        if (st == KF_OK)
-            st = kf_cuda_stream_sync(&ex->dev, ex->stream, "timed steps", err);
-        for (uint32_t i = 0; i < n && st == KF_OK; i++) {
-            float e = 0;
-            st = kf_cuda_event_elapsed(&ex->dev, ev[i], ev[i + 1], &e, err);
-            t[(size_t)ex->steps[ex->order[i]].group * (size_t)reps + (size_t)r] += e;
-        }
-    }
-    for (uint32_t g = 0; g < ng && st == KF_OK; g++) {
-        float *v = t + (size_t)g * (size_t)reps;
-        qsort(v, (size_t)reps, sizeof *v, cmp_float);
-        ms[g] = reps % 2 ? v[reps / 2] : 0.5 * ((double)v[reps / 2 - 1] + v[reps / 2]);
-    }
-    for (uint32_t i = 0; i < made && ev; i++)
-        kf_cuda_event_destroy(&ex->dev, ev[i]);
-    kf_mem_free(&ex->mem, t, (size_t)ng * (size_t)reps * sizeof *t);
-    kf_mem_free(&ex->mem, ev, (n + 1) * sizeof *ev);
-    return st;
-}
-
-kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, char *err) {
-    if (!prepared(ex) || !bound)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run: NULL argument");
-    const kf_graph *g = ex->graph;
-    kf_cu_stream s = stream ? (kf_cu_stream)stream : ex->stream;
-    kf_status st = make_current(ex, err);
-    if (st == KF_OK)
-        st = check_idle(ex, s, false, err);
-    /* Every buffer at home (a device-resident run may have moved some). */
-    for (uint32_t b = 0; b < ex->n_bufs; b++)
-        ex->want[b] = buf_ptr(ex, b);
-    if (st == KF_OK)
-        st = repoint(ex, err);
-    for (uint32_t i = 0; i < g->n_inputs && st == KF_OK; i++) {
-        const kf_tensor *t = g->inputs[i];
-        if (bound[t->id] && ex->buf_of[t->id] != KF_NONE)
-            st = kf_cuda_copy_to_device(&ex->dev, buf_ptr(ex, ex->buf_of[t->id]), bound[t->id],
-                                        tensor_bytes(t), err);
-    }
-    if (st == KF_OK)
-        st = launch_all(ex, s, err);
-    if (st == KF_OK)
-        st = mark_done(ex, s, false, err);
-    const char *last = ex->n_order ? step_name(ex, &ex->steps[ex->order[ex->n_order - 1]]) : NULL;
-    if (st == KF_OK)
-        st = kf_cuda_stream_sync(&ex->dev, s, last, err);
-    if (st == KF_OK)
-        st = take_flags(ex, s, err); /* synchronized already: one 4-byte read */
-    for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
-        const kf_tensor *t = g->outputs[i].tensor;
-        if (!bound[t->id] || t->op == KF_OP_INPUT)
-            continue;
-        st = kf_cuda_exec_copy_out(ex, t->id, bound[t->id], tensor_bytes(t), err);
-    }
-    return st;
-}
-
-/* The buffer that holds tensor t's bytes (a view's: its base's), KF_NONE. */
-static uint32_t buf_of_tensor(const kf_cuda_exec *ex, uint32_t t) {
-    return ex->buf_of[kf_plan_buffer_of(ex->plan, t)];
-}
-
-/* Whether output t may be written straight into the caller's buffer: its
- * buffer holds t itself (not a view's base, an input or a constant). */
-static bool output_in_place(const kf_cuda_exec *ex, uint32_t t) {
-    uint32_t b = buf_of_tensor(ex, t);
-    return b != KF_NONE && ex->bufs[b].tensor == t && !ex->bufs[b].constant &&
-           ex->graph->nodes[t]->op != KF_OP_INPUT;
-}
-
-kf_status kf_cuda_exec_run_device(kf_cuda_exec *ex, void *const *bound, void *stream, char *err) {
-    if (!prepared(ex) || !bound)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run_device: NULL argument");
-    const kf_graph *g = ex->graph;
-    kf_cu_stream s = (kf_cu_stream)stream;
-    bool cap = capturing(ex, s);
-    kf_status st = make_current(ex, err);
-    if (st == KF_OK)
-        st = check_idle(ex, s, cap, err);
-    if (st != KF_OK)
-        return st;
-    for (uint32_t b = 0; b < ex->n_bufs; b++)
-        ex->want[b] = buf_ptr(ex, b);
-    for (uint32_t i = 0; i < g->n_inputs; i++) {
-        uint32_t t = g->inputs[i]->id;
-        if (bound[t] && ex->buf_of[t] != KF_NONE)
-            ex->want[ex->buf_of[t]] = (kf_cu_deviceptr)(uintptr_t)bound[t];
-    }
-    /* Outputs in place where their buffer is their own; the rest are copied
-     * after the steps, on the stream. */
-    for (uint32_t i = 0; i < g->n_outputs; i++) {
-        uint32_t t = g->outputs[i].tensor->id;
-        if (bound[t] && output_in_place(ex, t))
-            ex->want[buf_of_tensor(ex, t)] = (kf_cu_deviceptr)(uintptr_t)bound[t];
-    }
-    st = repoint(ex, err);
-    if (st == KF_OK)
-        st = launch_all(ex, s, err);
-    for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
-        const kf_tensor *t = g->outputs[i].tensor;
-        if (!bound[t->id] || output_in_place(ex, t->id))
-            continue;
-        uint32_t b = buf_of_tensor(ex, t->id);
-        if (b == KF_NONE || ex->cur[b] != (kf_cu_deviceptr)(uintptr_t)bound[t->id])
-            st = kf_cuda_exec_copy_device(ex, t->id, (kf_cu_deviceptr)(uintptr_t)bound[t->id],
-                                          tensor_bytes(t), stream, err);
-    }
-    if (st == KF_OK)
-        st = mark_done(ex, s, cap, err);
-    return st;
-}
-
-kf_status kf_cuda_exec_copy_device(kf_cuda_exec *ex, uint32_t t, kf_cu_deviceptr dst, size_t bytes,
-                                   void *stream, char *err) {
-    if (!prepared(ex) || !dst || t >= ex->graph->n_nodes)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_copy_device: bad argument");
-    uint32_t b = buf_of_tensor(ex, t);
-    if (b == KF_NONE)
-        return kf_msg_set(err, KF_ERR_NOT_FOUND, "tensor %%%u has no device buffer", t);
-    uint32_t vg = ex->plan->group_of[t];
-    if (vg != KF_NONE && ex->plan->groups[vg].kind == KF_GROUP_VIEW &&
-        !ex->plan->groups[vg].view_contiguous)
-        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                          "output %%%u is a non-contiguous view; the plan should have copied it",
-                          t);
-    const kf_cuda_driver *drv = ex->dev.drv;
-    if (!drv->cuMemcpyDtoDAsync)
-        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                          "the CUDA driver has no cuMemcpyDtoDAsync (needed to copy output %%%u)",
-                          t);
-    kf_status st = make_current(ex, err);
-    if (st != KF_OK)
-        return st;
-    return kf_cuda_check(drv, drv->cuMemcpyDtoDAsync(dst, ex->cur[b], bytes, (kf_cu_stream)stream),
-                         "cuMemcpyDtoDAsync", NULL, err);
-}
-
-kf_status kf_cuda_exec_check_pointer(kf_cuda_exec *ex, const void *ptr, size_t bytes, bool device,
-                                     size_t align, char *err) {
-    return kf_cuda_check_pointer(&ex->dev, ptr, bytes, device, align, err);
-}
-
-size_t kf_cuda_exec_workspace_size(const kf_cuda_exec *ex) { return ex ? ex->arena_bytes : 0; }
-
-kf_status kf_cuda_exec_set_workspace(kf_cuda_exec *ex, kf_cu_deviceptr ws, size_t bytes,
-                                     char *err) {
-    if (!prepared(ex))
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "no prepared exec");
-    if (ws && bytes < ex->arena_bytes)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "a workspace of %zu bytes, but the program needs %zu "
-                          "(kf_program_workspace_size)",
-                          bytes, ex->arena_bytes);
-    if (ws && (ws & (ARENA_ALIGN - 1)) != 0)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
-                          "the workspace 0x%llx is not %u-byte aligned", ws, ARENA_ALIGN);
-    kf_status st = ws ? kf_cuda_exec_check_pointer(ex, (const void *)(uintptr_t)ws, ex->arena_bytes,
-                                                   true, ARENA_ALIGN, err)
-                      : make_current(ex, err);
-    /* The last run may still use the workspace being replaced. */
-    if (st == KF_OK && ex->ran)
-        st = kf_cuda_check(ex->dev.drv, ex->dev.drv->cuEventSynchronize(ex->done),
-                           "cuEventSynchronize", NULL, err);
-    if (st != KF_OK)
-        return st;
-    if (ws) {
-        if (ex->own_ws)
-            kf_cuda_mem_free(&ex->dev, ex->own_ws);
-        ex->own_ws = 0;
-        ex->ws = ws;
-    } else {
-        if (!ex->own_ws)
-            st = kf_cuda_mem_alloc(&ex->dev, ex->arena_bytes ? ex->arena_bytes : 1, &ex->own_ws,
-                                   err);
-        if (st != KF_OK)
-            return st;
-        ex->ws = ex->own_ws;
-    }
-    /* The next run rebinds every step of a buffer that moved. */
-    if (ex->lt)
-        st = kf_blt_set_workspace(ex->lt, buf_ptr(ex, ex->lt_ws_buf), KF_BLT_WORKSPACE_BYTES, err);
-    return st;
-}
-
-kf_status kf_cuda_exec_copy_out(kf_cuda_exec *ex, uint32_t t, void *dst, size_t bytes, char *err) {
-    if (!prepared(ex) || !dst || t >= ex->graph->n_nodes)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_copy_out: bad argument");
-    uint32_t b = ex->buf_of[kf_plan_buffer_of(ex->plan, t)];
-    if (b == KF_NONE)
-        return kf_msg_set(err, KF_ERR_NOT_FOUND, "tensor %%%u has no device buffer", t);
-    uint32_t vg = ex->plan->group_of[t];
-    if (vg != KF_NONE && ex->plan->groups[vg].kind == KF_GROUP_VIEW &&
-        !ex->plan->groups[vg].view_contiguous)
-        return kf_msg_set(err, KF_ERR_UNSUPPORTED,
-                          "output %%%u is a non-contiguous view; the plan should have copied it",
-                          t);
-    return kf_cuda_copy_to_host(&ex->dev, dst, ex->cur[b], bytes, err);
-}
-
-kf_status kf_cuda_exec_set_input(kf_cuda_exec *ex, uint32_t t, const void *src, size_t bytes,
-                                 char *err) {
-    if (!prepared(ex) || !src || t >= ex->graph->n_nodes || ex->buf_of[t] == KF_NONE)
-        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_set_input: bad argument");
-    return kf_cuda_copy_to_device(&ex->dev, buf_ptr(ex, ex->buf_of[t]), src, bytes, err);
-}
-
-size_t kf_cuda_exec_launch_count(const kf_cuda_exec *ex) { return ex ? ex->n_order : 0; }
-void *kf_cuda_exec_stream(const kf_cuda_exec *ex) { return ex ? (void *)ex->stream : NULL; }
-const kf_cuda_device *kf_cuda_exec_device(const kf_cuda_exec *ex) { return ex ? &ex->dev : NULL; }
-const kf_cuda_recipes *kf_cuda_exec_recipes(const kf_cuda_exec *ex) {
-    return ex ? ex->recipes : NULL;
-}
-
-void kf_cuda_exec_cache_stats(const kf_cuda_exec *ex, unsigned *compiled, unsigned *hits) {
-    if (compiled)
-        *compiled = ex ? ex->compiled : 0;
-    if (hits)
-        *hits = ex ? ex->hits : 0;
-}
-
-void kf_cuda_exec_arena_stats(const kf_cuda_exec *ex, size_t *arena, size_t *unshared) {
-    if (arena)
-        *arena = ex ? ex->arena_bytes : 0;
-    if (unshared)
-        *unshared = ex ? ex->unshared_bytes : 0;
-}
-
-bool kf_cuda_exec_choice_cached(const kf_cuda_exec *ex, uint32_t group) {
-    return prepared(ex) && group < ex->recipes->n && ex->choices[group].cached;
-}
-bool kf_cuda_exec_uses_cublaslt(const kf_cuda_exec *ex) { return ex && ex->lt; }
-
-bool kf_cuda_exec_choice(const kf_cuda_exec *ex, uint32_t group, uint32_t *chosen, float *ms) {
-    if (!prepared(ex) || group >= ex->recipes->n ||
-        ex->recipes->recipes[group].choice != KF_CUDA_CHOICE_MEASURED)
-        return false;
-    if (chosen)
-        *chosen = ex->choices[group].chosen;
-    for (uint32_t v = 0; ms && v < KF_CUDA_MAX_VARIANTS; v++)
-        ms[v] = ex->choices[group].ms[v];
-    return true;
-}
-
-void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
-    if (!prepared(ex) || !out)
-        return;
-    if (json) {
-        fprintf(out, "{\"device\": ");
-        fputc('"', out);
-        for (const char *c = ex->dev.name; *c; c++)
-            if (*c != '"' && *c != '\\' && (unsigned char)*c >= 0x20)
-                fputc(*c, out);
-        fprintf(out, "\", \"measured\": [");
-        bool first = true;
-        for (uint32_t gi = 0; gi < ex->recipes->n; gi++) {
-            const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
-            if (rc->choice != KF_CUDA_CHOICE_MEASURED)
-                continue;
-            fprintf(out, "%s{\"group\": %u, \"chosen\": \"%s\", \"cached\": %s, \"ms\": [",
-                    first ? "" : ", ", gi, rc->variants[ex->choices[gi].chosen].label,
-                    ex->choices[gi].cached ? "true" : "false");
-            for (uint32_t v = 0; v < rc->n_variants; v++)
-                fprintf(out, "%s%.6f", v ? ", " : "", (double)ex->choices[gi].ms[v]);
-            fputs("]}", out);
-            first = false;
-        }
-        fprintf(out,
-                "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"constant_bytes\": %zu, "
-                "\"kernels_compiled\": %u, \"kernels_cached\": %u, \"cublaslt\": %s, "
-                "\"prepare_ms\": {",
-                ex->n_order, ex->arena_bytes, ex->consts_bytes, ex->compiled, ex->hits,
-                ex->lt ? "true" : "false");
-        for (int i = 0; i < XPH_COUNT; i++)
-            fprintf(out, "%s\"%s\": %.3f", i ? ", " : "", xphase_names[i], ex->phase_ms[i]);
-        fputs("}}", out);
-        return;
-    }
-    fprintf(out, "cuda: %s (%s, %d SMs), arch %s, streamed reads %s in L2\n", ex->dev.name,
-            ex->dev.arch, ex->dev.sm_count, ex->target.arch,
-            ex->dev.stream_evict_first ? "evict-first" : "evict-normal");
-    for (uint32_t gi = 0; gi < ex->plan->n_groups; gi++) {
-        const kf_group *grp = &ex->plan->groups[gi];
-        const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
-        const xchoice *c = &ex->choices[gi];
-        const char *how = rc->n_variants ? rc->variants[c->chosen].how : "no steps";
-        fprintf(out, "  group %u %-11s %-40s %s", gi, kf_group_kind_name(grp->kind), grp->name,
-                how);
-        if (rc->choice == KF_CUDA_CHOICE_MEASURED) {
-            fprintf(out, " [measured:");
-            for (uint32_t v = 0; v < rc->n_variants; v++)
-                fprintf(out, " %s %.4f ms%s", rc->variants[v].label, (double)c->ms[v],
-                        v == c->chosen ? " (chosen)" : "");
-            fputs(c->cached ? ", from the cache]" : "]", out);
-        }
-        fputc('\n', out);
-    }
-    fprintf(out,
-            "  device memory: %zu bytes in one arena (%zu without reuse by liveness) -- the "
-            "workspace (%s) --, plus %zu bytes of constants; "
-            "%zu launches per run; kernels compiled %u, from the cache %u\n",
-            ex->arena_bytes, ex->unshared_bytes, ex->own_ws ? "the program's own" : "the caller's",
-            ex->consts_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
-}
-
-const char *kf_cuda_exec_device_name(const kf_cuda_exec *ex) {
-    return ex && ex->dev_open ? ex->dev.name : "";
 }

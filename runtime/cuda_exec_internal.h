@@ -1,0 +1,174 @@
+/*
+ * cuda_exec_internal.h -- the CUDA executor's state, shared by its two
+ * files: cuda_exec.c (open, prepare: buffers, kernels, steps, measured
+ * choices, the CUDA graph) and cuda_exec_run.c (runs, device-resident runs,
+ * the clamp flag, workspace, copies, statistics and the report). Nothing
+ * outside runtime/cuda_exec*.c includes it; the contract is cuda_exec.h.
+ */
+#ifndef KF_RUNTIME_CUDA_EXEC_INTERNAL_H
+#define KF_RUNTIME_CUDA_EXEC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "runtime/arena.h"
+#include "runtime/cache.h"
+#include "runtime/ctx.h"
+#include "runtime/cublaslt.h"
+#include "runtime/cuda_choice.h"
+#include "runtime/cuda_exec.h"
+#include "runtime/cuda_kernel.h"
+
+#define ARENA_ALIGN 256u
+
+/* Timing a measured choice: warm-up runs, then timed runs (median). */
+#define MEASURE_WARMUP 2
+#define MEASURE_RUNS 5
+
+/* A device buffer: a materialized tensor or a recipe's scratch. */
+typedef struct xbuf {
+    uint32_t tensor; /* the tensor it holds, or KF_NONE for scratch */
+    size_t bytes;
+    int first, last; /* live range in group indices; -1 / n_groups for pinned */
+    size_t offset;   /* in its region: the constants, or the workspace */
+    bool constant;   /* a constant's: in the program's own constant region */
+} xbuf;
+
+typedef struct xkernel {
+    const kf_cuda_kstep *ks; /* the recipe's step */
+    kf_cu_module mod;
+    kf_cu_function fn;
+    uint32_t arg_buf[KF_CUDA_MAX_PARAMS]; /* buffer index per argument */
+    uint64_t slots[KF_CUDA_MAX_PARAMS];
+    void *args[KF_CUDA_MAX_PARAMS];
+    /* The tensor maps, encoded once the arena is placed, at the first 128-byte
+     * boundary of tmap_raw (xk_tmap): the driver wants them aligned, and the
+     * allocator that made this struct promises less than kf_cu_tensor_map's
+     * alignas(128). */
+    unsigned char tmap_raw[(KF_CUDA_MAX_TMAPS + 1) * sizeof(kf_cu_tensor_map)];
+} xkernel;
+
+static inline kf_cu_tensor_map *xk_tmap(xkernel *xk, int64_t i) {
+    uintptr_t p = ((uintptr_t)xk->tmap_raw + 127u) & ~(uintptr_t)127u;
+    return (kf_cu_tensor_map *)p + i;
+}
+
+typedef struct xgemm {
+    const kf_cuda_gstep *gs; /* the recipe's step */
+    kf_blt_gemm g;
+    uint32_t a_buf, b_buf, c_buf, d_buf, bias_buf; /* buffer indices (KF_NONE: none) */
+} xgemm;
+
+typedef struct xstep {
+    kf_cuda_step_kind kind;
+    uint32_t group, variant;
+    xkernel *k; /* KERNEL */
+    xgemm gm;   /* GEMM */
+} xstep;
+
+/* What a measured choice found: milliseconds per variant and the winner;
+ * cached: read from the disk cache (only the winner's steps exist then). */
+typedef struct xchoice {
+    float ms[KF_CUDA_MAX_VARIANTS];
+    uint32_t chosen;
+    bool cached, keyed; /* keyed: `key` holds the choice's cache key */
+    kf_cache_key key;
+} xchoice;
+
+/* Where open and prepare spend their time (the warm-start bench reads them
+ * from the report's JSON). */
+typedef enum xphase {
+    XPH_DRIVER,
+    XPH_DEVICE,
+    XPH_CACHE,
+    XPH_CHOICES,
+    XPH_CUBLASLT,
+    XPH_KERNELS,
+    XPH_MEMORY,
+    XPH_MEASURE,
+    XPH_CONSTANTS,
+    XPH_GRAPH,
+    XPH_COUNT
+} xphase;
+
+static inline double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+struct kf_cuda_exec {
+    kf_ctx *ctx;
+    kf_mem mem;
+    const kf_plan *plan;
+    const kf_graph *graph;
+    kf_cuda_recipes *recipes; /* owned */
+    kf_cuda_target target;
+    kf_cuda_device dev;
+    bool dev_open;
+    kf_cu_stream stream;
+    kf_blt *lt;
+    kf_cache *cache;
+    double phase_ms[XPH_COUNT];
+
+    xbuf *bufs;
+    uint32_t n_bufs, cap_bufs;
+    uint32_t *buf_of;   /* tensor -> buffer (views: their base's), KF_NONE */
+    uint32_t *scratch0; /* per recipe: the buffer index of its scratch s0 */
+    xstep *steps;       /* every step of every variant */
+    uint32_t n_steps, cap_steps;
+    uint32_t *order; /* the steps a run launches, in order */
+    uint32_t n_order;
+    xchoice *choices; /* per recipe */
+    /* Device memory, two regions. The constants (consts, consts_bytes) are
+     * the program's for its whole life. Everything else -- input and output
+     * staging, intermediates shared by liveness, scratch, cuBLASLt's
+     * workspace -- lies in the workspace (arena_bytes): the program's own
+     * (own_ws) or, after kf_cuda_exec_set_workspace, the caller's; `ws` is
+     * the one in use. */
+    kf_cu_deviceptr consts, own_ws, ws;
+    size_t consts_bytes, arena_bytes, unshared_bytes;
+    uint32_t lt_ws_buf; /* the buffer of cuBLASLt's workspace (KF_NONE: no GEMM) */
+    /* The clamp flag word (KF_CUDA_BUF_FLAGS) in the constants region, set by
+     * kernels that clamp a gather index; no run resets it (steps, graphs and
+     * captures unchanged). Host runs read it after their sync. */
+    uint32_t flags_buf; /* KF_NONE: no kernel clamps */
+    bool clamp_seen;    /* a host-pointer run found it set (and cleared it) */
+    unsigned compiled, hits;
+
+    /* Re-pointing. cur[b] is the address every launched step is bound to
+     * for buffer b: its home in a region, or the caller's pointer during
+     * device-resident runs. A run computes want[] and rebinds (kernel
+     * arguments, tensor maps, graph nodes) only the steps of buffers that
+     * moved (moved[b]). */
+    kf_cu_deviceptr *cur, *want;
+    unsigned char *moved;
+
+    /* All-kernel programs of 2+ steps: one CUDA graph, launched with one
+     * cuGraphLaunch (NULL: direct launches); nodes[i] is order[i]'s node. */
+    kf_cu_graph_exec graph_exec;
+    kf_cu_graph cu_graph;
+    kf_cu_graph_node *nodes;
+
+    /* The one-stream contract: `done` is recorded after every run that is
+     * not captured; a run on another stream than last_stream is refused
+     * while it has not completed. */
+    kf_cu_event done;
+    kf_cu_stream last_stream;
+    bool ran;
+};
+
+/* Helpers of cuda_exec.c that cuda_exec_run.c calls, and the reverse. */
+kf_cu_deviceptr kf_cx_buf_ptr(const kf_cuda_exec *ex, uint32_t b);
+kf_status kf_cx_clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err);
+kf_status kf_cx_launch_step(kf_cuda_exec *ex, const xstep *s, kf_cu_stream stream, char *err);
+kf_status kf_cx_make_current(kf_cuda_exec *ex, char *err);
+kf_status kf_cx_repoint(kf_cuda_exec *ex, char *err);
+const char *kf_cx_step_name(const kf_cuda_exec *ex, const xstep *s);
+size_t kf_cx_tensor_bytes(const kf_tensor *t);
+/* qsort's comparison of two floats, ascending (medians of timings). */
+int kf_cx_cmp_float(const void *a, const void *b);
+
+#endif /* KF_RUNTIME_CUDA_EXEC_INTERNAL_H */
