@@ -183,16 +183,21 @@ static bool variant_in_use(const kf_cuda_exec *ex, uint32_t gi, uint32_t v) {
     return !ex->choices[gi].cached || ex->choices[gi].chosen == v;
 }
 
+/* The CUBINs of a program's kernel steps: jobs[0 .. n) of an allocation of
+ * cap (every KERNEL step of the recipes; n counts the variants in use). */
+typedef struct cubin_batch {
+    kf_cuda_cubin *jobs;
+    uint32_t n, cap;
+} cubin_batch;
+
 /* The CUBIN of every KERNEL step of every variant in use, in the order prepare adds
  * them, obtained on several threads at once (kf_cuda_kernels_cubins: a cold
  * program compiles its kernels concurrently rather than one after another).
  * With kf_options.dump_dir, each source is written first, whether or not it
- * compiles. *out holds *n jobs (allocated with ex->mem); release them with
- * release_cubins whatever the status. */
-static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, kf_cuda_cubin **out,
-                              uint32_t *n, char *err) {
-    *out = NULL;
-    *n = 0;
+ * compiles. Release `b` with release_cubins whatever the status. */
+static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, cubin_batch *b,
+                              char *err) {
+    memset(b, 0, sizeof *b);
     uint32_t count = 0;
     for (uint32_t gi = 0; gi < r->n; gi++)
         for (uint32_t s = 0; s < r->recipes[gi].n_steps; s++)
@@ -202,8 +207,8 @@ static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, kf_cud
     kf_cuda_cubin *jobs = kf_mem_calloc(&ex->mem, count, sizeof *jobs);
     if (!jobs)
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory for %u kernels", count);
-    *out = jobs;
-    *n = count;
+    b->jobs = jobs;
+    b->cap = count;
     uint32_t j = 0;
     for (uint32_t gi = 0; gi < r->n; gi++) {
         const kf_cuda_recipe *rc = &r->recipes[gi];
@@ -218,7 +223,7 @@ static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, kf_cud
             }
         }
     }
-    *n = j;
+    b->n = j;
     kf_status st = KF_OK;
     for (uint32_t i = 0; i < j && st == KF_OK && ex->ctx->dump_dir; i++) {
         const kf_cuda_kernel *k = jobs[i].kernel;
@@ -230,12 +235,13 @@ static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, kf_cud
     return st;
 }
 
-static void release_cubins(kf_cuda_exec *ex, kf_cuda_cubin *jobs, uint32_t n, uint32_t cap) {
-    if (!jobs)
+static void release_cubins(kf_cuda_exec *ex, cubin_batch *b) {
+    if (!b->jobs)
         return;
-    for (uint32_t i = 0; i < n; i++)
-        kf_cuda_cubin_release(ex->cache, &ex->mem, &jobs[i]);
-    kf_mem_free(&ex->mem, jobs, cap * sizeof *jobs);
+    for (uint32_t i = 0; i < b->n; i++)
+        kf_cuda_cubin_release(ex->cache, &ex->mem, &b->jobs[i]);
+    kf_mem_free(&ex->mem, b->jobs, b->cap * sizeof *b->jobs);
+    b->jobs = NULL;
 }
 
 /* Loads a KERNEL step's kernel from its CUBIN (`cb`, from fetch_cubins) and
@@ -846,13 +852,10 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
 
     /* Every kernel's CUBIN first, concurrently; then the steps, recipe by
      * recipe, every variant in use; scratch buffers live in their group. */
-    kf_cuda_cubin *cubins = NULL;
-    uint32_t n_cubins = 0, cap_cubins = 0, next_cubin = 0;
-    for (uint32_t gi = 0; gi < recipes->n; gi++)
-        for (uint32_t s = 0; s < recipes->recipes[gi].n_steps; s++)
-            cap_cubins += recipes->recipes[gi].steps[s].kind == KF_CUDA_STEP_KERNEL;
+    cubin_batch cubins = {0};
+    uint32_t next_cubin = 0;
     if (st == KF_OK)
-        st = fetch_cubins(ex, recipes, &cubins, &n_cubins, err);
+        st = fetch_cubins(ex, recipes, &cubins, err);
     for (uint32_t gi = 0; gi < recipes->n && st == KF_OK; gi++) {
         const kf_cuda_recipe *rc = &recipes->recipes[gi];
         ex->scratch0[gi] = ex->n_bufs;
@@ -871,17 +874,17 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
                                 gi, v);
             for (uint32_t s = 0; s < va->n_steps && st == KF_OK; s++) {
                 const kf_cuda_step *step = &rc->steps[va->first_step + s];
-                if (step->kind == KF_CUDA_STEP_KERNEL && next_cubin >= n_cubins)
+                if (step->kind == KF_CUDA_STEP_KERNEL && next_cubin >= cubins.n)
                     st = kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a kernel step with no CUBIN",
                                     gi);
                 else if (step->kind == KF_CUDA_STEP_KERNEL)
-                    st = add_kernel(ex, gi, v, step->kernel, &cubins[next_cubin++], err);
+                    st = add_kernel(ex, gi, v, step->kernel, &cubins.jobs[next_cubin++], err);
                 else
                     st = add_gemm(ex, gi, v, &step->gemm, err);
             }
         }
     }
-    release_cubins(ex, cubins, n_cubins, cap_cubins);
+    release_cubins(ex, &cubins);
     /* Graph outputs that no group writes (an input or constant as an output,
      * an output that is a view) still need their buffer for copy-out. */
     for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
