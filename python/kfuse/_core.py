@@ -1,4 +1,5 @@
 """Contexts, graphs, tensors and programs over the C API (see __init__.py)."""
+import contextlib
 import ctypes
 import json as _json
 import math
@@ -490,20 +491,10 @@ class Program:
         return {n: o.result() for n, o in outs.items()}
 
     def _run_device(self, inputs, out, dev):
-        import torch
-
         bound = self.graph._bindings(inputs, device=dev)
         outs = self.graph._outputs_like(bound, out or {}, device=dev)
-        bi = _binding_array(bound)
-        bo = _binding_array(list(outs.values()))
-        stream = torch.cuda.current_stream(dev).cuda_stream
-        with self._lock, torch.cuda.device(dev):
-            if self._workspace is None:
-                self._use_torch_workspace(dev)
-            st = self._lib.kf_program_run_device(self._h, bi, len(bound), bo, len(outs),
-                                                 ctypes.c_void_p(stream))
-            if st:
-                raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
+        self._enqueue(_binding_array(bound), len(bound), _binding_array(list(outs.values())),
+                      len(outs), dev)
         return {n: o.result() for n, o in outs.items()}
 
     def run_device_list(self, args):
@@ -530,12 +521,7 @@ class Program:
                     outs = [torch.empty(shape, dtype=dt, device=dev) for dt, shape in tout]
                     for i, o in enumerate(outs):
                         bo[i].data = o.data_ptr()
-                    with self._lock:
-                        if torch.cuda.current_device() != dev.index:
-                            with torch.cuda.device(dev):
-                                self._enqueue(bi, bo, dev)
-                        else:
-                            self._enqueue(bi, bo, dev)
+                    self._enqueue(bi, len(self._in_sig), bo, len(self._out_sig), dev)
                     return outs
         res = self.run_with({n: a for (n, _, _), a in zip(self._in_sig, args)})
         return [res[n] for n, _, _ in self._out_sig]
@@ -562,16 +548,19 @@ class Program:
                           torch_sig(self._out_sig))
         return self._fast
 
-    def _enqueue(self, bi, bo, dev):
+    def _enqueue(self, bi, n_in, bo, n_out, dev):
+        """kf_program_run_device on PyTorch's current stream of `dev`, one run
+        at a time (kfuse.h), the workspace from PyTorch's allocator on the
+        first; `dev` made current only when it is not."""
         import torch
 
-        if self._workspace is None:
-            self._use_torch_workspace(dev)
-        stream = torch.cuda.current_stream(dev).cuda_stream
-        st = self._lib.kf_program_run_device(self._h, bi, len(self._in_sig), bo,
-                                             len(self._out_sig), ctypes.c_void_p(stream))
-        if st:
-            raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
+        with self._lock, (torch.cuda.device(dev) if torch.cuda.current_device() != dev.index
+                          else contextlib.nullcontext()):
+            if self._workspace is None:
+                self._use_torch_workspace(dev)
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            self._check_st(self._lib.kf_program_run_device(self._h, bi, n_in, bo, n_out,
+                                                           ctypes.c_void_p(stream)))
 
     def _use_torch_workspace(self, dev):
         """The program's workspace from PyTorch's allocator (kept by the
