@@ -128,6 +128,22 @@ static void contiguous_strides(int rank, const int64_t *dims, int64_t *s) {
     }
 }
 
+/* What a LOAD of t reads: t itself, row-major, or the buffer t is a view of
+ * (its base, offset and strides). Sets e's tensor, base and offset and t's
+ * element strides in that buffer. */
+static void load_source(const lowerer *L, const kf_tensor *t, kf_expr *e,
+                        int64_t own[KF_MAX_RANK]) {
+    e->tensor = t->id;
+    if (L->view_base[t->id] != KF_NONE) {
+        e->base = L->view_base[t->id];
+        e->offset = L->view_offset[t->id];
+        memcpy(own, L->view_strides[t->id], sizeof(int64_t) * KF_MAX_RANK);
+    } else {
+        e->base = t->id;
+        contiguous_strides(t->rank, t->dims, own);
+    }
+}
+
 /* A LOAD of t in space sp; `along` >= 0 aligns a rank-1 t with that axis of
  * the space (norm weights over a non-last axis) instead of the last one. */
 static uint32_t load(lowerer *L, const kf_tensor *t, kf_space sp, int along) {
@@ -135,16 +151,8 @@ static uint32_t load(lowerer *L, const kf_tensor *t, kf_space sp, int along) {
     const int64_t *dims;
     space_of(L->gr, sp, &rank, &dims);
     kf_expr e = proto(KF_EXPR_LOAD, t->dtype, sp);
-    e.tensor = t->id;
     int64_t own[KF_MAX_RANK];
-    if (L->view_base[t->id] != KF_NONE) {
-        e.base = L->view_base[t->id];
-        e.offset = L->view_offset[t->id];
-        memcpy(own, L->view_strides[t->id], sizeof own);
-    } else {
-        e.base = t->id;
-        contiguous_strides(t->rank, t->dims, own);
-    }
+    load_source(L, t, &e, own);
     if (along >= 0 && t->rank == 1) {
         e.strides[along] = t->dims[0] == 1 ? 0 : own[0];
     } else {
@@ -387,16 +395,8 @@ static uint32_t coord_node(lowerer *L, const xaxis *a, kf_space sp) {
 /* A LOAD of t (not computed here) in frame xf. */
 static uint32_t load_x(lowerer *L, const kf_tensor *t, kf_space sp, const xform *xf) {
     kf_expr e = proto(KF_EXPR_LOAD, t->dtype, sp);
-    e.tensor = t->id;
     int64_t own[KF_MAX_RANK];
-    if (L->view_base[t->id] != KF_NONE) {
-        e.base = L->view_base[t->id];
-        e.offset = L->view_offset[t->id];
-        memcpy(own, L->view_strides[t->id], sizeof own);
-    } else {
-        e.base = t->id;
-        contiguous_strides(t->rank, t->dims, own);
-    }
+    load_source(L, t, &e, own);
     int nd = 0;
     for (int j = 0; j < t->rank; j++) {
         const xaxis *a = &xf->ax[j];
