@@ -368,6 +368,7 @@ typedef struct kf_plan {
                            (the first, for inline sources), or KF_NONE */
     char device[32];    /* kf_plan_estimate's device ("" before) */
     double total_bytes, total_unfused_bytes, total_time_s;
+    kf_ir_idiom_counts idioms; /* ops recognized in primitives (kf_ir_idioms) */
     char error[KF_MSG_MAX];
 } kf_plan;
 
@@ -377,8 +378,10 @@ void kf_plan_options_init(kf_plan_options *o);
 /* Plans `g` (which must verify). `options` may be NULL. First folds g's common
  * subexpressions in place (kf_ir_cse: operands and outputs are redirected to
  * the first of equal tensors, every value unchanged), so a plan computes the
- * same op on the same operands once, and every caller (kf_compile on its
- * private copy, `kfuse report`, `kfuse aot`) plans the same groups. On
+ * same op on the same operands once, then rewrites norms and activations
+ * written in primitives as their ops (kf_ir_idioms: values change by rounding
+ * only), and every caller (kf_compile on its private copy, `kfuse report`,
+ * `kfuse aot`) plans the same groups. On
  * failure *out is NULL and the message is on the graph (kf_graph_error); nothing leaks. Every
  * allocation goes through g->mem. Errors: KF_ERR_INVALID_ARGUMENT,
  * KF_ERR_VERIFY (and the verifier's own), KF_ERR_OUT_OF_MEMORY. */

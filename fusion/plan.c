@@ -475,6 +475,9 @@ kf_status kf_plan_create(kf_graph *g, const kf_plan_options *options, kf_plan **
         return st;
     if ((st = kf_ir_cse(g, NULL)) != KF_OK) /* the same op on the same operands, once */
         return st;
+    kf_ir_idiom_counts idioms;
+    if ((st = kf_ir_idioms(g, &idioms)) != KF_OK) /* norms and activations in primitives */
+        return st;
     kf_plan_options opt;
     if (options)
         opt = *options;
@@ -501,6 +504,7 @@ kf_status kf_plan_create(kf_graph *g, const kf_plan_options *options, kf_plan **
         plan->graph = g;
         plan->mem = g->mem;
         plan->options = opt;
+        plan->idioms = idioms;
         st = kf_pl_lower(&p, plan);
         if (st == KF_OK && opt.debug) {
             fprintf(stderr, "kfuse: plan after lower:\n");

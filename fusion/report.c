@@ -73,7 +73,19 @@ static void report_text(const kf_plan *plan, FILE *out) {
     fprintf(out, " for %u tensors", plan->graph->n_nodes);
     if (cost)
         fprintf(out, "; device %s", plan->device);
-    fputs("\n\n", out);
+    fputc('\n', out);
+    if (plan->idioms.rms_norm || plan->idioms.gelu_tanh) {
+        fputs("recognized in primitives:", out);
+        const char *sep = " ";
+        if (plan->idioms.rms_norm) {
+            fprintf(out, "%s%u rms_norm", sep, plan->idioms.rms_norm);
+            sep = ", ";
+        }
+        if (plan->idioms.gelu_tanh)
+            fprintf(out, "%s%u gelu_tanh", sep, plan->idioms.gelu_tanh);
+        fputc('\n', out);
+    }
+    fputc('\n', out);
     fprintf(out, "%-3s %-11s %-44s %-12s %-11s %s\n", "#", "kind", "kernel", "saved", "est. time",
             "ops absorbed");
     for (uint32_t i = 0; i < plan->n_groups; i++) {
@@ -209,8 +221,11 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
         kf_ir_json_string(out, plan->device);
     else
         fputs("null", out);
-    fprintf(out, ",\n  \"tensors\": %u,\n  \"kernels\": %u,\n  \"groups\": [", plan->graph->n_nodes,
-            kf_plan_kernel_count(plan));
+    fprintf(out,
+            ",\n  \"tensors\": %u,\n  \"kernels\": %u,\n  \"idioms\": {\"rms_norm\": %u, "
+            "\"gelu_tanh\": %u},\n  \"groups\": [",
+            plan->graph->n_nodes, kf_plan_kernel_count(plan), plan->idioms.rms_norm,
+            plan->idioms.gelu_tanh);
     for (uint32_t i = 0; i < plan->n_groups; i++) {
         const kf_group *g = &plan->groups[i];
         fprintf(out, "%s\n    {\"id\": %u, \"kind\": ", i ? "," : "", i);

@@ -313,6 +313,16 @@ kf_status kf_ir_verify(kf_graph *g);
  * Errors: KF_ERR_OUT_OF_MEMORY (nothing changed). */
 kf_status kf_ir_cse(kf_graph *g, uint32_t *folded);
 
+/* Ops written out in primitives, recognized (idiom.c): the root tensor of each
+ * match is rewritten in place as the op (id, name, shape and dtype kept), the
+ * primitives left unneeded. *counts (may be NULL) receives what was found.
+ * Errors: KF_ERR_OUT_OF_MEMORY (nothing changed). */
+typedef struct kf_ir_idiom_counts {
+    uint32_t rms_norm;  /* w * cast(x * rsqrt(mean(x^2) + eps)) */
+    uint32_t gelu_tanh; /* x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+} kf_ir_idiom_counts;
+kf_status kf_ir_idioms(kf_graph *g, kf_ir_idiom_counts *counts);
+
 /* Canonical .kfg text. Tensors without a name print as %ID. */
 kf_status kf_ir_print(const kf_graph *g, FILE *out);
 /* Writes s as a JSON string literal: quotes, backslashes and control
