@@ -128,6 +128,63 @@ static void contiguous_strides(int rank, const int64_t *dims, int64_t *s) {
     }
 }
 
+/* Strides for a reshape of a strided tensor (x's dims and strides) into
+ * tdims, without a copy: the dims of both shapes fall into runs of equal
+ * element count; a run of x must be one block (each dim's stride its inner
+ * neighbour's stride times that neighbour's dim; dims of 1 are free), and the
+ * run's dims in t then take strides down from the run's innermost stride.
+ * False when some run is not one block (a copy is needed). */
+static bool reshape_strides(int xrank, const int64_t *xdims, const int64_t *xs, int trank,
+                            const int64_t *tdims, int64_t *ts) {
+    int i = xrank, j = trank; /* from the innermost dims outwards */
+    while (i > 0 || j > 0) {
+        /* dims of 1 carry no stride question */
+        if (j > 0 && tdims[j - 1] == 1) {
+            ts[j - 1] = 1;
+            j--;
+            continue;
+        }
+        if (i > 0 && xdims[i - 1] == 1) {
+            i--;
+            continue;
+        }
+        if (i == 0 || j == 0)
+            return false;
+        /* one run: grow whichever side has the smaller count */
+        int i0 = i - 1, j0 = j - 1;
+        int64_t nx = xdims[i0], nt = tdims[j0];
+        int64_t inner = xs[i0]; /* the run's innermost stride */
+        while (nx != nt) {
+            if (nx < nt) {
+                if (i0 == 0)
+                    return false;
+                i0--;
+                if (xdims[i0] == 1)
+                    continue;
+                int k = i0 + 1;
+                while (xdims[k] == 1)
+                    k++;
+                if (xs[i0] != xs[k] * xdims[k])
+                    return false;
+                nx *= xdims[i0];
+            } else {
+                if (j0 == 0)
+                    return false;
+                j0--;
+                nt *= tdims[j0];
+            }
+        }
+        int64_t st = inner;
+        for (int k = j - 1; k >= j0; k--) {
+            ts[k] = st;
+            st *= tdims[k];
+        }
+        i = i0;
+        j = j0;
+    }
+    return true;
+}
+
 /* What a LOAD of t reads: t itself, row-major, or the buffer t is a view of
  * (its base, offset and strides). Sets e's tensor, base and offset and t's
  * element strides in that buffer. */
@@ -739,8 +796,12 @@ static void lower_view(lowerer *L, kf_tensor *t) {
         ts[t->attr.axis] = xs[t->attr.axis] * t->attr.step;
         toff = off + t->attr.start * xs[t->attr.axis];
     } else if (t->op == KF_OP_RESHAPE) {
-        expressible = xcontig;
-        memcpy(ts, cs, sizeof ts);
+        /* row-major strides of a contiguous operand; of a strided view
+         * (a slice's), the strides its runs of dims allow, or a copy */
+        if (xcontig)
+            memcpy(ts, cs, sizeof ts);
+        else
+            expressible = reshape_strides(x->rank, x->dims, xs, t->rank, t->dims, ts);
     } else {
         for (int i = 0; i < t->rank; i++)
             ts[i] = xs[t->attr.perm[i]];
@@ -780,7 +841,9 @@ static void lower_view(lowerer *L, kf_tensor *t) {
     e.tensor = x->id;
     e.base = base;
     e.offset = off;
-    if ((t->op == KF_OP_PERMUTE || t->op == KF_OP_SLICE) && expressible) {
+    if ((t->op == KF_OP_PERMUTE || t->op == KF_OP_SLICE ||
+         (t->op == KF_OP_RESHAPE && !xcontig)) &&
+        expressible) {
         e.offset = toff;
         memcpy(e.strides, ts, sizeof ts);
     } else {
