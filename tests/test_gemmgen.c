@@ -264,7 +264,8 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     assert_non_null(strstr(rc->variants[1].how, "cuBLASLt"));
     kf_cuda_recipes_destroy(rec);
     /* the SwiGLU pair is measured too (variant 0 the dual kernel, variant 1
-     * cuBLASLt); a norm prologue only forced, and the recipe says why */
+     * cuBLASLt); a norm prologue in the kernel only forced (below it is the
+     * prologue kernel's scratch on both sides) */
     {
         static const char *const both[] = {
             "kfg 1\nx = input(bf16[512, 256])\nwg = input(bf16[256, 512])\n"
@@ -285,13 +286,50 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
                 assert_string_equal(c->variants[1].label, "cublaslt");
                 assert_non_null(strstr(c->variants[0].how, "dual"));
             } else {
-                assert_int_equal(c->n_variants, 1);
-                assert_string_equal(c->variants[0].label, "cublaslt");
-                assert_non_null(strstr(c->variants[0].how, "taken only with --gemm generated"));
+                /* measured, the prologue kernel writing A to scratch on
+                 * both sides: in front of the generated GEMM (variant 0),
+                 * in front of cuBLASLt (variant 1) */
+                assert_int_equal(c->choice, KF_CUDA_CHOICE_MEASURED);
+                assert_int_equal(c->n_variants, 2);
+                assert_string_equal(c->variants[0].label, "generated");
+                assert_non_null(strstr(c->variants[0].how, "A from the prologue kernel's scratch"));
+                assert_int_equal(c->variants[0].n_steps, 2);
+                assert_int_equal(c->steps[0].kernel->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+                assert_int_equal(c->steps[1].kernel->role, KF_CUDA_ROLE_GEMM);
+                assert_int_equal(c->steps[1].kernel->args[0].buf.kind, KF_CUDA_BUF_SCRATCH);
+                assert_string_equal(c->variants[1].label, "cublaslt");
+                assert_int_equal(c->steps[c->variants[1].first_step].kernel->role,
+                                 KF_CUDA_ROLE_GEMM_PROLOGUE);
             }
             kf_cuda_recipes_destroy(r);
             plan_release(&q);
         }
+    }
+    /* a norm prologue on a SwiGLU pair (which the kernel cannot apply
+     * itself), forced: the prologue kernel writes A to scratch and the dual
+     * kernel reads it there; it compiles to HGMMA and UTMALDG */
+    {
+        planned q;
+        plan_text("kfg 1\nx = input(bf16[1000, 264])\ng = input(bf16[264])\n"
+                  "wg = input(bf16[264, 1096])\nwu = input(bf16[264, 1096])\n"
+                  "n = rms_norm(x, g)\ngt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\n"
+                  "y = mul(a, u)\noutput y\n",
+                  &q);
+        kf_cuda_recipes *r = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                                             KF_CUDA_RECIPE_GEMM_GENERATED);
+        const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
+        assert_int_equal(c->n_variants, 1);
+        assert_string_equal(c->variants[0].label, "generated");
+        assert_non_null(strstr(c->variants[0].how, "dual"));
+        assert_non_null(strstr(c->variants[0].how, "A from the prologue kernel's scratch"));
+        assert_int_equal(c->n_steps, 2);
+        assert_int_equal(c->steps[0].kernel->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+        const kf_cuda_kstep *ks = c->steps[1].kernel;
+        assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_SCRATCH);
+        assert_non_null(strstr(ks->kernel.source, "#define KF_A_NORM 0"));
+        kf_sass_check_hopper(&MEM, &ks->kernel);
+        kf_cuda_recipes_destroy(r);
+        plan_release(&q);
     }
     /* sm_80: no generated kernel yet; the recipe says why */
     rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);

@@ -36,8 +36,12 @@
  * diag(gamma) folded into B: that product would round where the reference
  * does not.
  *
+ * Where a_norm does not take the prologue (a SwiGLU pair, a transposed A),
+ * shape.a_scratch reads A from the scratch the recipe's prologue kernel
+ * wrote, normalized, and the kernel is the plain (or dual) one.
+ *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
- * a norm prologue without shape.a_norm or on an A the kernel cannot load
+ * a norm prologue with neither shape.a_norm nor shape.a_scratch, or on an A the kernel cannot load
  * as it is, a row epilogue, a write that is not the whole output, an
  * expression outside the output space.
  */
@@ -349,8 +353,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (gm->n_anchors != (sh->dual ? 2 : 1))
         why = sh->dual ? "a dual kernel needs two GEMMs sharing A"
                        : "two GEMMs share A (SwiGLU): the shape must be dual";
-    else if (gm->a_prologue != sh->a_norm)
-        why = sh->a_norm ? "no norm prologue on A" : "a norm prologue on A (shape.a_norm)";
+    else if (sh->a_norm && sh->a_scratch)
+        why = "a norm prologue both in the kernel and in scratch";
+    else if (gm->a_prologue != (sh->a_norm || sh->a_scratch))
+        why = gm->a_prologue ? "a norm prologue on A (shape.a_norm or shape.a_scratch)"
+                             : "no norm prologue on A";
     else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
         why = "a row-wise stage follows the GEMM";
     else if (!gemm_dtype_ok(mm->dtype))

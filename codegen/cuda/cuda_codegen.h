@@ -326,6 +326,10 @@ typedef struct kf_cuda_gemm_shape {
     bool a_norm;               /* the group's norm prologue applied to A's tiles in shared
                                   memory, from the row statistics kf_cuda_codegen_gemm_stats
                                   writes (A: the norm's loaded input, K-major, batch 1) */
+    bool a_scratch;            /* the group's norm prologue already ran (the recipe's prologue
+                                  kernel wrote A, normalized, to scratch): A is read as it is,
+                                  and the norm is not the kernel's (a SwiGLU pair, a transposed
+                                  A: what a_norm does not take) */
     bool epi_staged;           /* the epilogue leaves the accumulators through shared memory
                                   (a warpgroup barrier per chunk); else from the registers,
                                   8 adjacent columns a thread after a shuffle within each quad

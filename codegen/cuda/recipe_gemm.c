@@ -495,8 +495,13 @@ static void set_tmap(kf_cuda_tmap *t, kf_dtype dt, bool batched, uint64_t d0, ui
 
 /* The generated kernel of the group as one KERNEL step of the current
  * variant; KF_ERR_UNSUPPORTED with the reason in `why` (and no step) when the
- * group or its operands are outside what the kernel takes. */
-static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
+ * group or its operands are outside what the kernel takes. A norm prologue
+ * runs in the kernel (a statistics pre-pass, then A normalized in shared
+ * memory) when `norm_in_kernel` allows it and the kernel takes it; else the
+ * prologue kernel writes A, normalized, to scratch (a step before the GEMM,
+ * as on the cuBLASLt side) and the kernel reads that. */
+static kf_status add_generated(rb *b, bool norm_in_kernel, char *why, size_t why_size, char *name,
+                               size_t name_size) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
     const kf_gemm_info *gm = &grp->gemm;
@@ -509,27 +514,28 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     if (strcmp(b->target->arch, "sm_90a") != 0)
         GEN_NO("the generated GEMM is sm_90a only");
     bool dual = gm->n_anchors == 2;
-    /* A norm prologue: the kernel reads the norm's input (TMA) and normalizes
-     * its tiles in shared memory, after a statistics pre-pass (below). */
-    bool norm = gm->a_prologue;
-    uint32_t norm_in = KF_NONE;
-    if (norm) {
-        const kf_expr *in = grp->row.present ? &grp->expr[grp->row.input] : NULL;
-        if (!in || in->kind != KF_EXPR_LOAD || gm->a_root == KF_NONE)
-            GEN_NO("a norm prologue whose input is not a loaded tensor");
-        if (dual)
-            GEN_NO("a norm prologue on a SwiGLU pair");
-        norm_in = in->base;
-    }
+    const kf_tensor *mm = g->nodes[gm->anchor[0]];
+    /* A norm prologue: in the kernel, which reads the norm's input (TMA) and
+     * normalizes its tiles in shared memory after a statistics pre-pass
+     * (below), where it takes it (a loaded input, one GEMM, A not
+     * transposed); else from the prologue kernel's scratch. */
+    const kf_expr *pin = gm->a_prologue && grp->row.present ? &grp->expr[grp->row.input] : NULL;
+    bool norm = norm_in_kernel && pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE &&
+                !dual && !mm->attr.transpose_a;
+    bool scratch = gm->a_prologue && !norm;
+    uint32_t norm_in = norm ? pin->base : KF_NONE;
     if (gm->row_epilogue)
         GEN_NO("a row-wise norm follows the GEMM");
-    const kf_tensor *mm = g->nodes[gm->anchor[0]];
     if (mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
         GEN_NO("%s operands (the kernel takes bf16 and f16)", kf_dtype_name(mm->dtype));
-    mref a = norm ? mref_contiguous(b, gm->a[0], kf_rb_tensor(b, norm_in)) : mref_of(b, gm->a[0]);
+    /* the scratch is contiguous, 256-byte aligned; its buffer is known once
+     * the prologue kernel's step exists (added below, when nothing refused) */
+    kf_cuda_buf none;
+    memset(&none, 0, sizeof none);
+    mref a = norm      ? mref_contiguous(b, gm->a[0], kf_rb_tensor(b, norm_in))
+             : scratch ? mref_contiguous(b, gm->a[0], none)
+                       : mref_of(b, gm->a[0]);
     mref bm = mref_of(b, gm->b[0]);
-    if (norm && mm->attr.transpose_a)
-        GEN_NO("a norm prologue on a transposed A");
     if (g->nodes[gm->a[0]]->dtype != mm->dtype || g->nodes[gm->b[0]]->dtype != mm->dtype)
         GEN_NO("the operands' dtypes differ from the product's");
     /* Dual (SwiGLU): the second product reads the same A the same way, and a
@@ -626,6 +632,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.epi_staged = (b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) != 0;
     sh.dual = dual;
     sh.a_norm = norm;
+    sh.a_scratch = scratch;
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
     sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
     if (sh.stages > GEN_MAX_STAGES)
@@ -651,6 +658,18 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
     }
     snprintf(name, name_size, "%s", k.name);
+    if (scratch) { /* the prologue kernel, a step before the GEMM; A is its scratch */
+        char pro[KF_CUDA_NAME_MAX];
+        mref sa;
+        st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
+        if (st == KF_OK)
+            st = a_operand(b, 0, &sa);
+        if (st != KF_OK) {
+            kf_cuda_kernel_release(b->mem, &k);
+            return st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
+        }
+        a.buf = sa.buf;
+    }
     if (norm) { /* the statistics pre-pass, a step before the GEMM */
         kf_cuda_kernel sk;
         memset(&sk, 0, sizeof sk);
@@ -711,8 +730,9 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
              sh.pingpong ? "ping-pong" : "cooperative", sh.stages, sh.a_kmajor ? "K" : "M",
              sh.b_kmajor ? "K" : "N", sh.epi_staged ? ", epilogue staged in shared memory" : "",
              sh.batch > 1 ? ", batched in one launch" : "",
-             norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
-                  : "");
+             norm      ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
+             : scratch ? ", A from the prologue kernel's scratch"
+                       : "");
     return KF_OK;
 #undef GEN_NO
 }
@@ -736,17 +756,14 @@ kf_status kf_rb_gemm(rb *b) {
      * it ran there (bench swiglu: generated 1.83 ms against cuBLASLt x2 +
      * the epilogue kernel's 1.93, chosen; every example --check). Until the
      * epilogue lost its per-element branches it was the slower side. The
-     * norm-prologue kernel passed its numerics forced, but its measured
-     * choice (a two-step variant: the statistics pre-pass, then the GEMM)
-     * has not run on a GPU: only a forced generated side takes it. */
-    if (gm->a_prologue && !(want & KF_CUDA_RECIPE_GEMM_GENERATED)) {
-        want = 0;
-        snprintf(gen_why, sizeof gen_why,
-                 "the norm-prologue kernel is taken only with --gemm generated (its measured "
-                 "choice has not run on a GPU)");
-    }
+     * norm prologue in the kernel passed its numerics forced, but its
+     * measured choice (a two-step variant: the statistics pre-pass, then the
+     * GEMM) has not run on a GPU: only a forced generated side takes it; the
+     * measured side runs the prologue kernel into scratch in front of the
+     * generated GEMM, as the cuBLASLt side does in front of cuBLASLt. */
+    bool norm_in_kernel = (want & KF_CUDA_RECIPE_GEMM_GENERATED) != 0;
     if (want) {
-        st = add_generated(b, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
+        st = add_generated(b, norm_in_kernel, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
         if (st == KF_OK) {
             kf_cuda_recipe *rc = b->rc;
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
