@@ -561,6 +561,49 @@ static void test_column_reductions_and_norm_prologue_epilogue_fusions_match(void
     }
 }
 
+/* argmax along every axis (the last: a warp per row; another: the column
+ * kernel), ragged sizes, keepdim both ways, against the reference: ties
+ * (i32 inputs from 17 values; f16/bf16 near the top of [-2, 2]) go to the
+ * first index, a NaN (sqrt of the rare negative input) to the first NaN, and
+ * an i32 index that is off by one fails (outputs are exact). */
+static void test_argmax_over_every_axis_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    typedef struct {
+        const char *shape;
+        int axis, keepdim;
+    } amax_case;
+    static const amax_case cases[] = {
+        {"[37, 70]", 0, 1},      {"[37, 70]", 1, 0},      {"[300, 33]", 0, 0},
+        {"[5, 301, 9]", 1, 1},   {"[5, 301, 9]", -1, 0},  {"[3, 5000, 2]", 1, 0},
+        {"[2, 33, 7, 5]", 2, 0}, {"[2, 33, 7, 5]", 0, 1}, {"[1, 13]", 0, 0},
+        {"[4097, 3]", 0, 1},
+    };
+    static const kf_dtype dts[] = {KF_DTYPE_F32, KF_DTYPE_BF16, KF_DTYPE_F16, KF_DTYPE_F64};
+    for (size_t c = 0; c < N_OF(cases); c++) {
+        const amax_case *k = &cases[c];
+        for (size_t d = 0; d < N_OF(dts); d++) {
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nx = input(%%s%s)\ny = argmax(x, axis=%d, keepdim=%s)\n"
+                     "r = sqrt(x)\nn = argmax(r, axis=%d, keepdim=%s)\nf = cast(n, f32)\n"
+                     "output y\noutput n\noutput f\n",
+                     k->shape, k->axis, k->keepdim ? "true" : "false", k->axis,
+                     k->keepdim ? "true" : "false");
+            /* about 1 input in 1500 negative: some lines hold a NaN, most not */
+            run_opts o = {.lo = -0.002, .hi = 3};
+            run_text(fmt, dts[d], 950 + c * 8 + d, &o, "argmax (NaN, ties)");
+        }
+        char fmt[1024];
+        snprintf(fmt, sizeof fmt,
+                 "kfg 1\nx = input(%%s%s)\nb = const(%%s[], 3)\nm = mul(x, b)\n"
+                 "y = argmax(m, axis=%d, keepdim=%s)\noutput y\n",
+                 k->shape, k->axis, k->keepdim ? "true" : "false");
+        run_opts o = {.lo = -8, .hi = 9};
+        run_text(fmt, KF_DTYPE_I32, 950 + c * 8 + 5, &o, "argmax of i32 (ties)");
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* GEMMs through cuBLASLt                                                     */
 /* ------------------------------------------------------------------------ */
@@ -1870,6 +1913,7 @@ int main(void) {
         cmocka_unit_test(test_f32_and_bf16_norms_of_rows_whose_squares_overflow_match),
         cmocka_unit_test(test_f32_gelu_of_large_x_rounds_to_x_as_the_reference),
         cmocka_unit_test(test_column_reductions_and_norm_prologue_epilogue_fusions_match),
+        cmocka_unit_test(test_argmax_over_every_axis_matches_the_reference),
         cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),
         cmocka_unit_test(test_batched_and_transposed_gemms_match),
         cmocka_unit_test(test_attention_runs_unfused_with_its_score_expression_and_mask),

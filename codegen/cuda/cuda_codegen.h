@@ -96,6 +96,8 @@ typedef enum kf_cuda_template {
                                              (value, index) pairs reduced by shuffles */
     KF_CUDA_TEMPLATE_ATTENTION_DECODE,    /* decode attention: split-KV partials (mma.sync,
                                              cp.async ring) and their combine (sm_80+) */
+    KF_CUDA_TEMPLATE_COL_ARGMAX,          /* argmax over another axis: columns across threads, the
+                                             axis split over warps (templates/argmax.cuh) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 

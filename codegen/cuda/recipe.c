@@ -277,13 +277,6 @@ static kf_status build_group(rb *b) {
     case KF_GROUP_ROWWISE:
     case KF_GROUP_COLREDUCE:
     case KF_GROUP_LAYOUT: {
-        if (grp->kind == KF_GROUP_COLREDUCE && grp->row.present &&
-            (grp->row.stats & (1u << KF_STAT_ARGMAX)))
-            return kf_msg_set(b->err, KF_ERR_UNSUPPORTED,
-                              "group %u (%s): argmax over a non-last axis has no CUDA kernel yet "
-                              "(over the last axis it has); compile this graph for the CPU target "
-                              "(kf_options.target = KF_TARGET_CPU), or permute the axis last",
-                              b->gi, grp->name);
         char name[KF_CUDA_NAME_MAX] = "";
         kf_cuda_template tmpl = KF_CUDA_TEMPLATE_COUNT;
         kf_status st = kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GROUP, name, sizeof name, &tmpl);
