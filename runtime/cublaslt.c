@@ -2,15 +2,18 @@
  * cublaslt.c -- cuBLASLt through dlopen (the contract is in cublaslt.h).
  *
  *   kf_blt_create: dlopen (env, soname, toolkit path) -> dlsym every entry
- *     point -> cublasLtCreate on the device's context
+ *     point -> cublasLtCreate on the device's context (the dlopen and dlsym
+ *     possibly done already on a thread of kf_blt_preload_start's)
  *   kf_blt_matmul: find or build the plan for this shape (matmul descriptor,
  *     four layouts, the heuristic's best algorithm) -> set the bias pointer ->
  *     cublasLtMatmul on the caller's stream with the kf_blt's workspace
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/cublaslt.h"
 
@@ -253,17 +256,118 @@ static kf_status lt_check(const kf_blt *lt, kf_blt_status s, const char *call, c
                 name ? name : "", str ? ": " : "", str ? str : "", s);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Preloading: the library opened on a thread of its own                     */
+/* ------------------------------------------------------------------------ */
+
+struct kf_blt_preload {
+    kf_mem mem;
+    pthread_t thread;
+    bool running; /* the thread is not joined yet */
+    char *lib;    /* the caller's name, copied (NULL: the lookup order) */
+    kf_blt_lib L; /* the thread's result: valid when st is KF_OK */
+    kf_status st;
+    char err[KF_MSG_MAX];
+    double ms; /* the thread's time */
+};
+
+static double lt_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void *lt_preload_main(void *arg) {
+    kf_blt_preload *p = arg;
+    double t0 = lt_now_ms();
+    p->st = lt_lib_open(&p->L, p->lib, NULL, 0, p->err);
+    p->ms = lt_now_ms() - t0;
+    return NULL;
+}
+
+kf_status kf_blt_preload_start(const kf_mem *mem, const char *lib, kf_blt_preload **out) {
+    if (!mem || !out)
+        return KF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    kf_blt_preload *p = kf_mem_calloc(mem, 1, sizeof *p);
+    if (!p)
+        return KF_OK; /* no preload: kf_blt_create_preloaded opens it itself */
+    p->mem = *mem;
+    if (lib) {
+        size_t n = strlen(lib) + 1;
+        p->lib = kf_mem_alloc(mem, n);
+        if (!p->lib) {
+            kf_mem_free(mem, p, sizeof *p);
+            return KF_OK;
+        }
+        memcpy(p->lib, lib, n);
+    }
+    if (pthread_create(&p->thread, NULL, lt_preload_main, p) != 0) {
+        if (p->lib)
+            kf_mem_free(mem, p->lib, strlen(p->lib) + 1);
+        kf_mem_free(mem, p, sizeof *p);
+        return KF_OK;
+    }
+    p->running = true;
+    *out = p;
+    return KF_OK;
+}
+
+/* Waits for the thread; the preload stays allocated. */
+static void lt_preload_join(kf_blt_preload *p) {
+    if (p->running) {
+        pthread_join(p->thread, NULL);
+        p->running = false;
+    }
+}
+
+double kf_blt_preload_finish(kf_blt_preload *pre) {
+    if (!pre)
+        return 0;
+    lt_preload_join(pre);
+    double ms = pre->ms;
+    kf_mem m = pre->mem;
+    if (pre->lib)
+        kf_mem_free(&m, pre->lib, strlen(pre->lib) + 1);
+    kf_mem_free(&m, pre, sizeof *pre);
+    return ms;
+}
+
 kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, const char *lib, kf_blt **out,
                         char *err) {
-    if (!mem || !dev || !out)
+    return kf_blt_create_preloaded(mem, dev, lib, NULL, NULL, out, err);
+}
+
+kf_status kf_blt_create_preloaded(const kf_mem *mem, const kf_cuda_device *dev, const char *lib,
+                                  kf_blt_preload *pre, double *thread_ms, kf_blt **out, char *err) {
+    if (thread_ms)
+        *thread_ms = 0;
+    if (!mem || !dev || !out) {
+        kf_blt_preload_finish(pre);
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_create: NULL argument");
+    }
     *out = NULL;
     kf_blt *lt = kf_mem_calloc(mem, 1, sizeof *lt);
-    if (!lt)
+    if (!lt) {
+        kf_blt_preload_finish(pre);
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory creating the cuBLASLt state");
+    }
     lt->mem = *mem;
     lt->dev = dev;
-    kf_status st = lt_lib_open(&lt->lib, lib, NULL, 0, err);
+    kf_status st;
+    if (pre) {
+        lt_preload_join(pre);
+        st = pre->st;
+        if (st == KF_OK)
+            lt->lib = pre->L;
+        else
+            kf_msg_set(err, st, "%s", pre->err);
+        double ms = kf_blt_preload_finish(pre);
+        if (thread_ms)
+            *thread_ms = ms;
+    } else {
+        st = lt_lib_open(&lt->lib, lib, NULL, 0, err);
+    }
     if (st == KF_OK) {
         /* cuBLASLt works on the current context: make the device's current
          * through a harmless driver call. */

@@ -13,8 +13,8 @@
 #include "runtime/cuda_exec_internal.h"
 
 static const char *const xphase_names[XPH_COUNT] = {
-    "driver",  "device", "cache_open", "choices_read", "cublaslt",
-    "kernels", "memory", "measure",    "constants",    "cuda_graph"};
+    "driver", "device",  "cache_open", "choices_read", "cublaslt", "kernels",
+    "memory", "measure", "constants",  "cuda_graph",   "bind",     "cublaslt_thread"};
 
 /* Whether `stream` is capturing into a CUDA graph (a driver that cannot
  * say: no). */
