@@ -139,4 +139,18 @@ kf_status kf_blt_set_workspace(kf_blt *lt, kf_cu_deviceptr ptr, size_t bytes, ch
 /* Whether cuBLASLt has an algorithm for `g` (asks the heuristic once; cached). */
 bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g);
 
+/* Keeps the heuristic's algorithms in `cache` (NULL: none), keyed on the
+ * GEMM's shape, strides, alignments and epilogue, the workspace limit, the
+ * library's version and `device` (a string naming the device and driver),
+ * so a later process takes them from there instead of asking the heuristic
+ * (cuBLASLt documents its algorithm struct as serializable for reuse with
+ * the same library version). A cached algorithm the library refuses at its
+ * first matmul is replaced by the heuristic's once. `cache` must outlive
+ * the kf_blt. */
+struct kf_cache;
+void kf_blt_set_cache(kf_blt *lt, struct kf_cache *cache, const char *device);
+/* How many plans took their algorithm from the cache, and how many times the
+ * heuristic was asked. */
+void kf_blt_algo_counts(const kf_blt *lt, uint32_t *cached, uint32_t *heuristics);
+
 #endif /* KF_RUNTIME_CUBLASLT_H */

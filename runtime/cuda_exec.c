@@ -874,6 +874,13 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
                               "target: %s",
                               why);
         }
+        /* the heuristic's algorithms kept beside the kernels: a warm start
+         * asks it nothing */
+        char device[256];
+        snprintf(device, sizeof device, "%s cc %d.%d sms %d driver %d", ex->dev.name,
+                 ex->dev.cc_major, ex->dev.cc_minor, ex->dev.sm_count,
+                 ex->dev.drv ? ex->dev.drv->driver_version : 0);
+        kf_blt_set_cache(ex->lt, ex->cache, device);
     }
     double t2 = now_ms();
     ex->phase_ms[XPH_CUBLASLT] = t2 - t1;
