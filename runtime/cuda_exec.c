@@ -749,20 +749,19 @@ kf_status kf_cuda_exec_open_for(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec *
     if (!ctx || !out || !target)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_open: NULL argument");
     *out = NULL;
-    /* cuBLASLt's dlopen needs no device: begun first, it overlaps the
-     * driver's load and the device's context (a new process's first ~200
-     * ms); a plan whose recipes turn out not to call it only waits for the
-     * thread at prepare. */
-    kf_blt_preload *pre = NULL;
-    if (plan_may_use_lt(plan))
-        (void)kf_blt_preload_start(&ctx->mem, ctx->cublaslt_lib, &pre);
     const kf_cuda_driver *drv;
     double t0 = now_ms();
     kf_status st = kf_ctx_cuda_driver(ctx, &drv, err);
-    if (st != KF_OK) {
-        kf_blt_preload_finish(pre);
+    if (st != KF_OK)
         return st;
-    }
+    /* cuBLASLt's dlopen needs no device: begun now, it overlaps the device's
+     * primary context (a new process's ~130 ms). Not before the driver:
+     * the loader's lock would make libcuda's own dlopen wait for it. A plan
+     * whose recipes turn out not to call it only waits for the thread at
+     * the end of prepare. */
+    kf_blt_preload *pre = NULL;
+    if (plan_may_use_lt(plan))
+        (void)kf_blt_preload_start(&ctx->mem, ctx->cublaslt_lib, &pre);
     kf_cuda_exec *ex = kf_mem_calloc(&ctx->mem, 1, sizeof *ex);
     if (!ex) {
         kf_blt_preload_finish(pre);

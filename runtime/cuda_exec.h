@@ -51,8 +51,8 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
 
 /* kf_cuda_exec_open for `plan` (NULL: as kf_cuda_exec_open): when the plan
  * has a GEMM or attention group (whose recipes may call cuBLASLt), the
- * library starts opening on a thread of its own before the driver and the
- * device do, so its dlopen overlaps theirs; kf_cuda_exec_prepare takes it
+ * library starts opening on a thread of its own once the driver is loaded,
+ * so its dlopen overlaps the device's start-up; kf_cuda_exec_prepare takes it
  * when a recipe in use calls cuBLASLt and waits for the thread either way
  * (no thread outlives prepare; destroy waits too). */
 kf_status kf_cuda_exec_open_for(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out,
