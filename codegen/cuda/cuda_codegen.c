@@ -296,7 +296,7 @@ void kf_cuda_kernel_release(const kf_mem *mem, kf_cuda_kernel *k) {
     if (k->source && mem)
         kf_mem_free(mem, k->source, k->source_cap);
     k->source = NULL;
-    k->source_len = k->source_cap = 0;
+    k->source_len = k->source_cap = k->body = 0;
 }
 
 uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {

@@ -111,7 +111,8 @@ kf_status kf_cuda_kstep_from_kernel(kf_cuda_kstep *ks, kf_cuda_role role, kf_cud
     memset(k, 0, sizeof *k);
     k = &ks->kernel;
     ks->role = role;
-    ks->digest = fnv1a64(k->source, k->source_len);
+    size_t body = k->body < k->source_len ? k->body : 0;
+    ks->digest = fnv1a64(k->source + body, k->source_len - body); /* what the key covers */
     ks->grid[0] = kf_cuda_kernel_grid(k, sm_count);
     ks->grid[1] = ks->grid[2] = 1;
     ks->block[0] = k->launch.block;
