@@ -20,7 +20,10 @@
  *   warm_start --phases
  *       the first-use costs compile pays on CUDA, each timed once in this
  *       process in order: loading libcuda and cuInit, opening device 0 (its
- *       primary context), and cuBLASLt (dlopen and cublasLtCreate).
+ *       primary context), cuBLASLt's dlopen, the context's first and second
+ *       cuMemAlloc, cublasLtCreate, then a first f32 GEMM (the heuristic's
+ *       first call and the first cublasLtMatmul), one of another shape (a
+ *       heuristic call) and the same again (neither).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -39,6 +42,28 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* One f32 GEMM of n x n x n on `lt` (operands as they are: only the time
+ * counts), its time in ms:
+ * the first for a shape asks cuBLASLt's heuristic, then runs and waits. */
+static double one_gemm(kf_blt *lt, const kf_cuda_device *dev, kf_cu_deviceptr buf, int64_t n,
+                       char *err, kf_status *st) {
+    kf_blt_gemm g;
+    memset(&g, 0, sizeof g);
+    g.dtype = KF_DTYPE_F32;
+    g.m = g.n = g.k = n;
+    g.batch = 1;
+    g.a = (kf_blt_operand){buf, n, 1, 0};
+    g.b = (kf_blt_operand){buf + (kf_cu_deviceptr)(n * n * 4), n, 1, 0};
+    g.d = (kf_blt_operand){buf + (kf_cu_deviceptr)(2 * n * n * 4), n, 1, 0};
+    g.epilogue = KF_BLT_EPI_NONE;
+    g.what = "phases";
+    double t0 = now_ms();
+    *st = kf_blt_matmul(lt, &g, NULL, err);
+    if (*st == KF_OK)
+        *st = kf_cuda_stream_sync(dev, NULL, "phases", err);
+    return now_ms() - t0;
+}
+
 static int phases(void) {
     char err[KF_MSG_MAX] = "";
     kf_mem mem;
@@ -47,23 +72,50 @@ static int phases(void) {
     kf_cuda_device dev;
     memset(&dev, 0, sizeof dev);
     kf_blt *lt = NULL;
-    double t0 = now_ms();
-    kf_status st = kf_cuda_driver_load(&mem, NULL, &drv, err);
-    double t1 = now_ms();
+    kf_cu_deviceptr a1 = 0, a2 = 0;
+    double t[12] = {0};
+    kf_status st;
+    int i = 0;
+    t[i++] = now_ms();
+    st = kf_cuda_driver_load(&mem, NULL, &drv, err);
+    t[i++] = now_ms(); /* 1: libcuda + cuInit */
     if (st == KF_OK)
         st = kf_cuda_device_open(drv, 0, &dev, err);
-    double t2 = now_ms();
+    t[i++] = now_ms(); /* 2: the primary context */
+    if (st == KF_OK)
+        st = kf_blt_library_check(NULL, NULL, 0, err);
+    t[i++] = now_ms(); /* 3: cuBLASLt's dlopen + dlsym */
+    if (st == KF_OK)
+        st = kf_cuda_mem_alloc(&dev, (size_t)64 << 20, &a1, err);
+    t[i++] = now_ms(); /* 4: the context's first cuMemAlloc (64 MiB) */
+    if (st == KF_OK)
+        st = kf_cuda_mem_alloc(&dev, (size_t)64 << 20, &a2, err);
+    t[i++] = now_ms(); /* 5: a second one */
     if (st == KF_OK)
         st = kf_blt_create(&mem, &dev, NULL, &lt, err);
-    double t3 = now_ms();
+    t[i++] = now_ms(); /* 6: cublasLtCreate (the library open already) */
+    if (st == KF_OK)
+        st = kf_blt_set_workspace(lt, a2, (size_t)64 << 20, err);
+    double g1 = 0, g2 = 0, g3 = 0;
+    if (st == KF_OK)
+        g1 = one_gemm(lt, &dev, a1, 64, err, &st);
+    if (st == KF_OK)
+        g2 = one_gemm(lt, &dev, a1, 96, err, &st);
+    if (st == KF_OK)
+        g3 = one_gemm(lt, &dev, a1, 96, err, &st);
     if (st != KF_OK) {
         fprintf(stderr, "warm_start: %s\n", err);
         return 1;
     }
-    printf("{\"phases\": {\"driver_ms\": %.2f, \"device_ms\": %.2f, \"cublaslt_ms\": %.2f}, "
-           "\"device\": \"%s\"}\n",
-           t1 - t0, t2 - t1, t3 - t2, dev.name);
+    printf("{\"phases\": {\"driver_ms\": %.2f, \"device_ms\": %.2f, \"cublaslt_dlopen_ms\": %.2f, "
+           "\"first_alloc_ms\": %.2f, \"second_alloc_ms\": %.2f, \"cublaslt_create_ms\": %.2f, "
+           "\"first_gemm_ms\": %.2f, \"second_shape_gemm_ms\": %.2f, \"same_shape_again_ms\": "
+           "%.2f}, \"device\": \"%s\"}\n",
+           t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], t[5] - t[4], t[6] - t[5], g1, g2, g3,
+           dev.name);
     kf_blt_destroy(lt);
+    kf_cuda_mem_free(&dev, a1);
+    kf_cuda_mem_free(&dev, a2);
     kf_cuda_device_close(&dev);
     kf_cuda_driver_release(&mem, drv);
     return 0;

@@ -40,7 +40,7 @@ struct kf_program {
 #ifdef KF_HAVE_LLVM
     kf_cpu_exec *exec;
 #endif
-    void **bound; /* graph->n_nodes entries, rebuilt by each run */
+    void **bound;        /* graph->n_nodes entries, rebuilt by each run */
     atomic_bool running; /* a thread is inside a run (a second one is KF_ERR_BUSY) */
     char error[KF_MSG_MAX];
 };
@@ -169,7 +169,7 @@ kf_status kf_cuda_exec_build(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **ou
     *out = NULL;
     kf_cuda_exec *ex = NULL;
     kf_cuda_target target;
-    kf_status st = kf_cuda_exec_open(ctx, &ex, &target, err);
+    kf_status st = kf_cuda_exec_open_for(ctx, plan, &ex, &target, err);
     if (st != KF_OK)
         return st;
     kf_cuda_recipes *recipes = NULL;

@@ -182,8 +182,8 @@ typedef enum kf_stat {
     KF_STAT_RMS_RSTD, /* 1 / sqrt(sum x^2 / L + eps)             (rms_norm) */
     KF_STAT_SUMEXP,   /* sum exp(x - max)                         (softmax) */
     KF_STAT_ARGMAX,   /* the index of the first NaN, else of the first max (argmax;
-                         CUDA: over the last axis (templates/argmax.cuh); its recipes
-                         refuse a COLREDUCE one) */
+                         CUDA: templates/argmax.cuh, a warp per row over the last axis,
+                         the column kernel over another) */
     KF_STAT_COUNT
 } kf_stat;
 

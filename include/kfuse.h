@@ -380,7 +380,7 @@ KF_API kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdi
 KF_API kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 /* The i32 index along `axis` of the first maximum (of the first NaN, if the
  * row has one), like torch.argmax; float dtypes and i32; keepdim as above.
- * The CPU target only for now: compiling it for CUDA is KF_ERR_UNSUPPORTED. */
+ * Every target, over any axis. */
 KF_API kf_tensor *kf_argmax(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 
 /* Softmax along `axis` (float dtypes). */

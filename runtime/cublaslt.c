@@ -2,17 +2,24 @@
  * cublaslt.c -- cuBLASLt through dlopen (the contract is in cublaslt.h).
  *
  *   kf_blt_create: dlopen (env, soname, toolkit path) -> dlsym every entry
- *     point -> cublasLtCreate on the device's context
+ *     point -> cublasLtCreate on the device's context (the dlopen and dlsym
+ *     possibly done already on a thread of kf_blt_preload_start's)
  *   kf_blt_matmul: find or build the plan for this shape (matmul descriptor,
  *     four layouts, the heuristic's best algorithm) -> set the bias pointer ->
  *     cublasLtMatmul on the caller's stream with the kf_blt's workspace
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/cublaslt.h"
+
+#include <inttypes.h>
+
+#include "runtime/cache.h"
 
 /* ------------------------------------------------------------------------ */
 /* The ABI subset (values from cublasLt.h / cublas_api.h / library_types.h)  */
@@ -121,6 +128,7 @@ typedef struct kf_blt_plan {
     kf_blt_layout la, lb, lc, ld;
     kf_blt_algo algo;
     size_t workspace;
+    bool algo_cached; /* algo came from the disk cache, not this process's heuristic */
 } kf_blt_plan;
 
 struct kf_blt {
@@ -133,6 +141,10 @@ struct kf_blt {
     bool workspace_borrowed; /* kf_blt_set_workspace: the caller's, not freed here */
     kf_blt_plan *plans;
     uint32_t n_plans, cap_plans;
+    kf_cache *cache;          /* kf_blt_set_cache: the heuristic's algorithms kept there */
+    char cache_device[256];   /* the device part of their keys */
+    uint32_t algos_cached;    /* plans whose algorithm came from the cache */
+    uint32_t heuristics;      /* heuristic calls */
 };
 
 const char *kf_blt_epilogue_name(kf_blt_epilogue e) {
@@ -253,17 +265,118 @@ static kf_status lt_check(const kf_blt *lt, kf_blt_status s, const char *call, c
                 name ? name : "", str ? ": " : "", str ? str : "", s);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Preloading: the library opened on a thread of its own                     */
+/* ------------------------------------------------------------------------ */
+
+struct kf_blt_preload {
+    kf_mem mem;
+    pthread_t thread;
+    bool running; /* the thread is not joined yet */
+    char *lib;    /* the caller's name, copied (NULL: the lookup order) */
+    kf_blt_lib L; /* the thread's result: valid when st is KF_OK */
+    kf_status st;
+    char err[KF_MSG_MAX];
+    double ms; /* the thread's time */
+};
+
+static double lt_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void *lt_preload_main(void *arg) {
+    kf_blt_preload *p = arg;
+    double t0 = lt_now_ms();
+    p->st = lt_lib_open(&p->L, p->lib, NULL, 0, p->err);
+    p->ms = lt_now_ms() - t0;
+    return NULL;
+}
+
+kf_status kf_blt_preload_start(const kf_mem *mem, const char *lib, kf_blt_preload **out) {
+    if (!mem || !out)
+        return KF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    kf_blt_preload *p = kf_mem_calloc(mem, 1, sizeof *p);
+    if (!p)
+        return KF_OK; /* no preload: kf_blt_create_preloaded opens it itself */
+    p->mem = *mem;
+    if (lib) {
+        size_t n = strlen(lib) + 1;
+        p->lib = kf_mem_alloc(mem, n);
+        if (!p->lib) {
+            kf_mem_free(mem, p, sizeof *p);
+            return KF_OK;
+        }
+        memcpy(p->lib, lib, n);
+    }
+    if (pthread_create(&p->thread, NULL, lt_preload_main, p) != 0) {
+        if (p->lib)
+            kf_mem_free(mem, p->lib, strlen(p->lib) + 1);
+        kf_mem_free(mem, p, sizeof *p);
+        return KF_OK;
+    }
+    p->running = true;
+    *out = p;
+    return KF_OK;
+}
+
+/* Waits for the thread; the preload stays allocated. */
+static void lt_preload_join(kf_blt_preload *p) {
+    if (p->running) {
+        pthread_join(p->thread, NULL);
+        p->running = false;
+    }
+}
+
+double kf_blt_preload_finish(kf_blt_preload *pre) {
+    if (!pre)
+        return 0;
+    lt_preload_join(pre);
+    double ms = pre->ms;
+    kf_mem m = pre->mem;
+    if (pre->lib)
+        kf_mem_free(&m, pre->lib, strlen(pre->lib) + 1);
+    kf_mem_free(&m, pre, sizeof *pre);
+    return ms;
+}
+
 kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, const char *lib, kf_blt **out,
                         char *err) {
-    if (!mem || !dev || !out)
+    return kf_blt_create_preloaded(mem, dev, lib, NULL, NULL, out, err);
+}
+
+kf_status kf_blt_create_preloaded(const kf_mem *mem, const kf_cuda_device *dev, const char *lib,
+                                  kf_blt_preload *pre, double *thread_ms, kf_blt **out, char *err) {
+    if (thread_ms)
+        *thread_ms = 0;
+    if (!mem || !dev || !out) {
+        kf_blt_preload_finish(pre);
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_blt_create: NULL argument");
+    }
     *out = NULL;
     kf_blt *lt = kf_mem_calloc(mem, 1, sizeof *lt);
-    if (!lt)
+    if (!lt) {
+        kf_blt_preload_finish(pre);
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory creating the cuBLASLt state");
+    }
     lt->mem = *mem;
     lt->dev = dev;
-    kf_status st = lt_lib_open(&lt->lib, lib, NULL, 0, err);
+    kf_status st;
+    if (pre) {
+        lt_preload_join(pre);
+        st = pre->st;
+        if (st == KF_OK)
+            lt->lib = pre->L;
+        else
+            kf_msg_set(err, st, "%s", pre->err);
+        double ms = kf_blt_preload_finish(pre);
+        if (thread_ms)
+            *thread_ms = ms;
+    } else {
+        st = lt_lib_open(&lt->lib, lib, NULL, 0, err);
+    }
     if (st == KF_OK) {
         /* cuBLASLt works on the current context: make the device's current
          * through a harmless driver call. */
@@ -421,7 +534,95 @@ static kf_status layout(kf_blt *lt, kf_blt_layout *out, int type, int64_t rows, 
     return st;
 }
 
-/* Builds descriptors and asks the heuristic for `p` (its key filled). */
+/* ---- The heuristic's algorithms in the disk cache ---------------------------
+ * cuBLASLt documents its cublasLtMatmulAlgo_t as trivially serializable for
+ * reuse with the same library version. Asking the heuristic is part of what a
+ * new process pays before its first GEMM, so an algorithm it chose is kept in
+ * the kfuse cache (kf_blt_set_cache) under a key of the plan's key, the
+ * workspace limit, the library's version and the device (name, cc, SMs,
+ * driver); a later process takes it from there. A cached algorithm that the
+ * library refuses at its first matmul is replaced by the heuristic's, once. */
+
+#define ALGO_TAG "kfltalg1"
+
+typedef struct algo_rec {
+    char tag[8];
+    uint64_t workspace;
+    kf_blt_algo algo;
+} algo_rec;
+
+static bool algo_key(const kf_blt *lt, const kf_blt_plan *p, kf_cache_key *key) {
+    char text[640], compiler[64];
+    int n = snprintf(text, sizeof text,
+                     "cublaslt algo\ndtype %d m %" PRId64 " n %" PRId64 " k %" PRId64
+                     " batch %" PRId64 "\na %" PRId64 " %" PRId64 " %" PRId64 " b %" PRId64
+                     " %" PRId64 " %" PRId64 "\nc %d %" PRId64 " %" PRId64 " d %" PRId64
+                     " %" PRId64 "\nepi %d align %u %u %u %u workspace %zu\n",
+                     (int)p->dtype, p->m, p->n, p->k, p->batch, p->a_rs, p->a_cs, p->a_bs,
+                     p->b_rs, p->b_cs, p->b_bs, (int)p->has_c, p->c_rs, p->c_bs, p->d_rs, p->d_bs,
+                     (int)p->epilogue, p->align[0], p->align[1], p->align[2], p->align[3],
+                     (size_t)KF_BLT_WORKSPACE_BYTES);
+    if (n < 0 || (size_t)n >= sizeof text)
+        return false;
+    snprintf(compiler, sizeof compiler, "cublaslt %zu", lt->lib.GetVersion());
+    kf_cache_key_parts parts = {
+        .source = text,
+        .source_len = (size_t)n,
+        .options = lt->cache_device,
+        .arch = NULL,
+        .compiler = compiler,
+        .codegen_version = 1,
+    };
+    kf_cache_key_build(&parts, key);
+    return true;
+}
+
+/* p's algorithm from the cache; false on a miss or a record that does not
+ * check out (then the heuristic decides). */
+static bool algo_load(kf_blt *lt, kf_blt_plan *p) {
+    kf_cache_key key;
+    if (!lt->cache || !algo_key(lt, p, &key))
+        return false;
+    void *data = NULL;
+    size_t len = 0;
+    kf_cache_msg msg;
+    memset(&msg, 0, sizeof msg);
+    if (kf_cache_get(lt->cache, &key, &data, &len, &msg) != KF_OK)
+        return false;
+    algo_rec r;
+    bool ok = len == sizeof r;
+    if (ok) {
+        memcpy(&r, data, sizeof r);
+        ok = memcmp(r.tag, ALGO_TAG, sizeof r.tag) == 0 && r.workspace <= KF_BLT_WORKSPACE_BYTES;
+    }
+    kf_cache_blob_free(lt->cache, data, len);
+    if (!ok)
+        return false;
+    p->algo = r.algo;
+    p->workspace = (size_t)r.workspace;
+    p->algo_cached = true;
+    lt->algos_cached++;
+    return true;
+}
+
+static void algo_store(kf_blt *lt, const kf_blt_plan *p) {
+    kf_cache_key key;
+    if (!lt->cache || !algo_key(lt, p, &key))
+        return;
+    algo_rec r;
+    memset(&r, 0, sizeof r);
+    memcpy(r.tag, ALGO_TAG, sizeof r.tag);
+    r.workspace = p->workspace;
+    r.algo = p->algo;
+    kf_cache_msg msg;
+    memset(&msg, 0, sizeof msg);
+    (void)kf_cache_put(lt->cache, &key, &r, sizeof r, &msg); /* a failed store costs a heuristic */
+}
+
+static kf_status plan_heuristic(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, char *err);
+
+/* Builds descriptors and finds the algorithm for `p` (its key filled): from
+ * the cache, else the heuristic's. */
 static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, char *err) {
     const char *what = g->what;
     int type = lt_type(g->dtype);
@@ -461,6 +662,21 @@ static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, ch
                                g->batch, g->c.batch_stride, what, err)
                       : layout(lt, &p->lc, type, g->n, g->m, g->m == 1 ? g->n : g->d.row_stride,
                                g->batch, g->d.batch_stride, what, err);
+    if (st != KF_OK)
+        return st;
+    if (algo_load(lt, p))
+        return KF_OK;
+    st = plan_heuristic(lt, p, g, err);
+    if (st == KF_OK)
+        algo_store(lt, p);
+    return st;
+}
+
+/* Asks cuBLASLt's heuristic for p's algorithm (its descriptors built). */
+static kf_status plan_heuristic(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, char *err) {
+    const char *what = g->what;
+    kf_status st = KF_OK;
+    lt->heuristics++;
     kf_blt_pref pref = NULL;
     if (st == KF_OK)
         st = lt_check(lt, lt->lib.PrefCreate(&pref), "cublasLtMatmulPreferenceCreate", what, err);
@@ -497,6 +713,7 @@ static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, ch
     if (st == KF_OK) {
         p->algo = res.algo;
         p->workspace = res.workspace_size;
+        p->algo_cached = false;
     }
     return st;
 }
@@ -608,9 +825,37 @@ kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, c
     void *A = (void *)(uintptr_t)g->b.ptr, *B = (void *)(uintptr_t)g->a.ptr;
     void *D = (void *)(uintptr_t)g->d.ptr;
     void *C = p->has_c ? (void *)(uintptr_t)g->c.ptr : D;
-    return lt_check(lt,
-                    lt->lib.Matmul(lt->handle, p->desc, alpha, A, p->la, B, p->lb, beta, C, p->lc,
-                                   D, p->ld, &p->algo, (void *)(uintptr_t)lt->workspace,
-                                   p->workspace ? lt->workspace_bytes : 0, (void *)stream),
-                    "cublasLtMatmul", g->what, err);
+    kf_blt_status s = lt->lib.Matmul(lt->handle, p->desc, alpha, A, p->la, B, p->lb, beta, C,
+                                     p->lc, D, p->ld, &p->algo, (void *)(uintptr_t)lt->workspace,
+                                     p->workspace ? lt->workspace_bytes : 0, (void *)stream);
+    if (s != LT_SUCCESS && p->algo_cached) {
+        /* The cached algorithm refused: the heuristic's, once, and that one
+         * replaces the entry. (A refused call launched nothing.) */
+        st = plan_heuristic(lt, p, g, err);
+        if (st != KF_OK)
+            return st;
+        algo_store(lt, p);
+        if (p->workspace && !lt->workspace) {
+            st = kf_cuda_mem_alloc(lt->dev, KF_BLT_WORKSPACE_BYTES, &lt->workspace, err);
+            if (st != KF_OK)
+                return st;
+            lt->workspace_bytes = KF_BLT_WORKSPACE_BYTES;
+        }
+        s = lt->lib.Matmul(lt->handle, p->desc, alpha, A, p->la, B, p->lb, beta, C, p->lc, D,
+                           p->ld, &p->algo, (void *)(uintptr_t)lt->workspace,
+                           p->workspace ? lt->workspace_bytes : 0, (void *)stream);
+    }
+    return lt_check(lt, s, "cublasLtMatmul", g->what, err);
+}
+
+void kf_blt_set_cache(kf_blt *lt, kf_cache *cache, const char *device) {
+    if (!lt)
+        return;
+    lt->cache = cache;
+    snprintf(lt->cache_device, sizeof lt->cache_device, "%s", device ? device : "");
+}
+
+void kf_blt_algo_counts(const kf_blt *lt, uint32_t *cached, uint32_t *heuristics) {
+    *cached = lt ? lt->algos_cached : 0;
+    *heuristics = lt ? lt->heuristics : 0;
 }

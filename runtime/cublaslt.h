@@ -74,7 +74,7 @@ typedef struct kf_blt_gemm {
     kf_blt_operand a, b; /* logical [m, k] and [k, n] */
     kf_blt_operand c;    /* logical [m, n]; ptr 0 (or beta 0) when there is none */
     kf_blt_operand d;    /* logical [m, n]; col_stride must be 1 */
-    double beta;        /* 0 or 1 */
+    double beta;         /* 0 or 1 */
     kf_blt_epilogue epilogue;
     kf_cu_deviceptr bias; /* n elements, when the epilogue has a bias */
     const char *what;     /* names the GEMM in messages (the group's kernel name) */
@@ -95,9 +95,29 @@ kf_status kf_blt_library_check(const char *lib, char *path_out, size_t path_size
 /* Creates a kf_blt for `dev` (the library `lib` is opened -- NULL: the lookup
  * order above --, a handle created on the device's context, the workspace
  * allocated lazily). */
-kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, const char *lib,
-                        kf_blt **out, char *err);
+kf_status kf_blt_create(const kf_mem *mem, const kf_cuda_device *dev, const char *lib, kf_blt **out,
+                        char *err);
 void kf_blt_destroy(kf_blt *lt);
+
+/* Opening the library (dlopen + dlsym, tens of milliseconds for cuBLASLt's
+ * size) needs no device, so it can overlap the driver's and the device's
+ * start-up: kf_blt_preload_start begins it on a thread of its own, and
+ * kf_blt_create_preloaded takes the result (waiting for it first). The
+ * thread touches nothing but the loader; kf_blt_preload_finish waits for it
+ * and frees the preload whether or not a kf_blt took the library (which,
+ * like every kf_blt's, stays open: reference-counted by the loader). *out
+ * is NULL when no thread could be started: kf_blt_create_preloaded then
+ * opens the library itself. Errors: KF_ERR_INVALID_ARGUMENT. */
+typedef struct kf_blt_preload kf_blt_preload;
+kf_status kf_blt_preload_start(const kf_mem *mem, const char *lib, kf_blt_preload **out);
+/* Waits for the thread and frees `pre` (NULL: nothing). Returns the
+ * milliseconds the thread spent opening the library. */
+double kf_blt_preload_finish(kf_blt_preload *pre);
+/* kf_blt_create, with the library from `pre` (NULL: opened here, as
+ * kf_blt_create does); `pre` is finished and freed either way, and its
+ * thread's milliseconds go to *thread_ms (may be NULL; 0 without `pre`). */
+kf_status kf_blt_create_preloaded(const kf_mem *mem, const kf_cuda_device *dev, const char *lib,
+                                  kf_blt_preload *pre, double *thread_ms, kf_blt **out, char *err);
 /* cuBLASLt's version (cublasLtGetVersion), e.g. 130100. */
 size_t kf_blt_version(const kf_blt *lt);
 
@@ -118,5 +138,19 @@ kf_status kf_blt_set_workspace(kf_blt *lt, kf_cu_deviceptr ptr, size_t bytes, ch
 
 /* Whether cuBLASLt has an algorithm for `g` (asks the heuristic once; cached). */
 bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g);
+
+/* Keeps the heuristic's algorithms in `cache` (NULL: none), keyed on the
+ * GEMM's shape, strides, alignments and epilogue, the workspace limit, the
+ * library's version and `device` (a string naming the device and driver),
+ * so a later process takes them from there instead of asking the heuristic
+ * (cuBLASLt documents its algorithm struct as serializable for reuse with
+ * the same library version). A cached algorithm the library refuses at its
+ * first matmul is replaced by the heuristic's once. `cache` must outlive
+ * the kf_blt. */
+struct kf_cache;
+void kf_blt_set_cache(kf_blt *lt, struct kf_cache *cache, const char *device);
+/* How many plans took their algorithm from the cache, and how many times the
+ * heuristic was asked. */
+void kf_blt_algo_counts(const kf_blt *lt, uint32_t *cached, uint32_t *heuristics);
 
 #endif /* KF_RUNTIME_CUBLASLT_H */

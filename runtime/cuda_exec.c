@@ -733,6 +733,19 @@ bool kf_cuda_exec_available(kf_ctx *ctx) {
 }
 
 kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *target, char *err) {
+    return kf_cuda_exec_open_for(ctx, NULL, out, target, err);
+}
+
+/* Whether the plan has a group whose recipes may call cuBLASLt. */
+static bool plan_may_use_lt(const kf_plan *plan) {
+    for (uint32_t gi = 0; plan && gi < plan->n_groups; gi++)
+        if (plan->groups[gi].kind == KF_GROUP_GEMM || plan->groups[gi].kind == KF_GROUP_ATTENTION)
+            return true;
+    return false;
+}
+
+kf_status kf_cuda_exec_open_for(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out,
+                                kf_cuda_target *target, char *err) {
     if (!ctx || !out || !target)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_open: NULL argument");
     *out = NULL;
@@ -741,11 +754,22 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
     kf_status st = kf_ctx_cuda_driver(ctx, &drv, err);
     if (st != KF_OK)
         return st;
+    /* cuBLASLt's dlopen needs no device: begun now, it overlaps the device's
+     * primary context (a new process's ~130 ms). Not before the driver:
+     * the loader's lock would make libcuda's own dlopen wait for it. A plan
+     * whose recipes turn out not to call it only waits for the thread at
+     * the end of prepare. */
+    kf_blt_preload *pre = NULL;
+    if (plan_may_use_lt(plan))
+        (void)kf_blt_preload_start(&ctx->mem, ctx->cublaslt_lib, &pre);
     kf_cuda_exec *ex = kf_mem_calloc(&ctx->mem, 1, sizeof *ex);
-    if (!ex)
+    if (!ex) {
+        kf_blt_preload_finish(pre);
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     ex->ctx = ctx;
     ex->mem = ctx->mem;
+    ex->lt_pre = pre;
     double t1 = now_ms();
     st = kf_cuda_device_open(drv, ctx->device, &ex->dev, err);
     if (st == KF_OK) {
@@ -837,7 +861,10 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     double t1 = now_ms();
     ex->phase_ms[XPH_CHOICES] = t1 - t0;
     if (need_lt) {
-        st = kf_blt_create(&ex->mem, &ex->dev, ex->ctx->cublaslt_lib, &ex->lt, err);
+        kf_blt_preload *pre = ex->lt_pre;
+        ex->lt_pre = NULL; /* finished by the create, whatever it returns */
+        st = kf_blt_create_preloaded(&ex->mem, &ex->dev, ex->ctx->cublaslt_lib, pre,
+                                     &ex->phase_ms[XPH_LT_THREAD], &ex->lt, err);
         if (st != KF_OK) {
             char why[KF_MSG_MAX];
             snprintf(why, sizeof why, "%s", err);
@@ -846,6 +873,13 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
                               "target: %s",
                               why);
         }
+        /* the heuristic's algorithms kept beside the kernels: a warm start
+         * asks it nothing */
+        char device[256];
+        snprintf(device, sizeof device, "%s cc %d.%d sms %d driver %d", ex->dev.name,
+                 ex->dev.cc_major, ex->dev.cc_minor, ex->dev.sm_count,
+                 ex->dev.drv ? ex->dev.drv->driver_version : 0);
+        kf_blt_set_cache(ex->lt, ex->cache, device);
     }
     double t2 = now_ms();
     ex->phase_ms[XPH_CUBLASLT] = t2 - t1;
@@ -941,10 +975,12 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
                                   err);
     if (st == KF_OK)
         st = kf_cuda_event_create(&ex->dev, &ex->done, err);
+    double tb = now_ms();
     if (st == KF_OK)
         st = bind_steps(ex, err);
     double t4 = now_ms();
     ex->phase_ms[XPH_MEMORY] = t4 - t3;
+    ex->phase_ms[XPH_BIND] = t4 - tb;
     /* Measured choices run on a zeroed arena, so before the constants; the
      * clamp flag starts clear after them. */
     if (st == KF_OK)
@@ -968,6 +1004,12 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     if (st == KF_OK)
         build_graph(ex);
     ex->phase_ms[XPH_GRAPH] = now_ms() - t6;
+    /* No recipe in use calls cuBLASLt: the preload's thread only ends (it
+     * opened the library for nothing; last, so it overlapped all the above). */
+    if (ex->lt_pre) {
+        ex->phase_ms[XPH_LT_THREAD] = kf_blt_preload_finish(ex->lt_pre);
+        ex->lt_pre = NULL;
+    }
     return st;
 }
 
@@ -1003,6 +1045,7 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
         kf_mem_free(&ex->mem, ex->choices, (ex->recipes->n + 1) * sizeof *ex->choices);
     }
     kf_cuda_recipes_destroy(ex->recipes);
+    kf_blt_preload_finish(ex->lt_pre);
     kf_blt_destroy(ex->lt);
     if (ex->dev_open) {
         if (ex->own_ws)

@@ -49,6 +49,15 @@ bool kf_cuda_exec_available(kf_ctx *ctx);
  * KF_ERR_OUT_OF_MEMORY, KF_ERR_INTERNAL (the driver's message). */
 kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *target, char *err);
 
+/* kf_cuda_exec_open for `plan` (NULL: as kf_cuda_exec_open): when the plan
+ * has a GEMM or attention group (whose recipes may call cuBLASLt), the
+ * library starts opening on a thread of its own once the driver is loaded,
+ * so its dlopen overlaps the device's start-up; kf_cuda_exec_prepare takes it
+ * when a recipe in use calls cuBLASLt and waits for the thread either way
+ * (no thread outlives prepare; destroy waits too). */
+kf_status kf_cuda_exec_open_for(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out,
+                                kf_cuda_target *target, char *err);
+
 /* Prepares an opened exec to run `plan` (which must outlive it) by `recipes`
  * (made for the target kf_cuda_exec_open gave; the exec owns them from here,
  * also on failure). Called once. On failure destroy the exec. Errors:

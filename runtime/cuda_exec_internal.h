@@ -90,6 +90,8 @@ typedef enum xphase {
     XPH_MEASURE,
     XPH_CONSTANTS,
     XPH_GRAPH,
+    XPH_BIND,      /* part of MEMORY: every step bound (GEMMs: cuBLASLt's heuristic) */
+    XPH_LT_THREAD, /* the preload thread's own time opening cuBLASLt (overlapped) */
     XPH_COUNT
 } xphase;
 
@@ -110,6 +112,7 @@ struct kf_cuda_exec {
     bool dev_open;
     kf_cu_stream stream;
     kf_blt *lt;
+    kf_blt_preload *lt_pre; /* cuBLASLt being opened on a thread, until prepare takes it */
     kf_cache *cache;
     double phase_ms[XPH_COUNT];
 

@@ -13,8 +13,8 @@
 #include "runtime/cuda_exec_internal.h"
 
 static const char *const xphase_names[XPH_COUNT] = {
-    "driver",  "device", "cache_open", "choices_read", "cublaslt",
-    "kernels", "memory", "measure",    "constants",    "cuda_graph"};
+    "driver", "device",  "cache_open", "choices_read", "cublaslt", "kernels",
+    "memory", "measure", "constants",  "cuda_graph",   "bind",     "cublaslt_thread"};
 
 /* Whether `stream` is capturing into a CUDA graph (a driver that cannot
  * say: no). */
@@ -405,12 +405,14 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             fputs("]}", out);
             first = false;
         }
+        uint32_t algos_cached = 0, heuristics = 0;
+        kf_blt_algo_counts(ex->lt, &algos_cached, &heuristics);
         fprintf(out,
                 "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"constant_bytes\": %zu, "
                 "\"kernels_compiled\": %u, \"kernels_cached\": %u, \"cublaslt\": %s, "
-                "\"prepare_ms\": {",
+                "\"cublaslt_algos_cached\": %u, \"cublaslt_heuristics\": %u, \"prepare_ms\": {",
                 ex->n_order, ex->arena_bytes, ex->consts_bytes, ex->compiled, ex->hits,
-                ex->lt ? "true" : "false");
+                ex->lt ? "true" : "false", algos_cached, heuristics);
         for (int i = 0; i < XPH_COUNT; i++)
             fprintf(out, "%s\"%s\": %.3f", i ? ", " : "", xphase_names[i], ex->phase_ms[i]);
         fputs("}}", out);

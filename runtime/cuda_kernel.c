@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -42,9 +43,10 @@ kf_status kf_cuda_kernel_cache_key(const kf_cuda_kernel *k, const char *compiler
     kf_status st = kf_nvrtc_options_string(&o, opts, sizeof opts, err);
     if (st != KF_OK)
         return st;
+    size_t body = k->body < k->source_len ? k->body : 0; /* the header comment is not keyed */
     kf_cache_key_parts parts = {
-        .source = k->source,
-        .source_len = k->source_len,
+        .source = k->source + body,
+        .source_len = k->source_len - body,
         .options = opts,
         .arch = k->arch,
         .compiler = compiler,
@@ -110,8 +112,53 @@ typedef struct batch {
     const kf_mem *mem;
     kf_cuda_cubin *jobs;
     uint32_t n;
+    uint32_t *leader; /* per job: the first job with its cache key (itself if none); NULL:
+                         every job on its own */
     atomic_uint next; /* the next job nobody has taken */
 } batch;
+
+typedef struct keyed_job {
+    kf_cache_key key;
+    uint32_t index;
+} keyed_job;
+
+static int keyed_job_cmp(const void *a, const void *b) {
+    const keyed_job *x = a, *y = b;
+    int c = memcmp(x->key.bytes, y->key.bytes, sizeof x->key.bytes);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* b->leader: jobs whose kernels have one cache key (two groups that generate
+ * the same code) compile once; the others copy or re-read the result. Left
+ * NULL when the keys cannot be made (each job then reports its own error). */
+static void find_leaders(batch *b) {
+    if (b->n < 2)
+        return;
+    char comp[64], err[KF_MSG_MAX];
+    if (kf_nvrtc_compiler_id(comp, sizeof comp) != KF_OK)
+        return;
+    keyed_job *kj = kf_mem_alloc(b->mem, b->n * sizeof *kj);
+    uint32_t *leader = kf_mem_alloc(b->mem, b->n * sizeof *leader);
+    bool ok = kj && leader;
+    for (uint32_t i = 0; ok && i < b->n; i++) {
+        kj[i].index = i;
+        ok = kf_cuda_kernel_cache_key(b->jobs[i].kernel, comp, &kj[i].key, err) == KF_OK;
+    }
+    if (ok) {
+        qsort(kj, b->n, sizeof *kj, keyed_job_cmp);
+        for (uint32_t i = 0; i < b->n; i++) {
+            bool same =
+                i > 0 && memcmp(kj[i].key.bytes, kj[i - 1].key.bytes, sizeof kj[i].key.bytes) == 0;
+            leader[kj[i].index] = same ? leader[kj[i - 1].index] : kj[i].index;
+        }
+        b->leader = leader;
+        leader = NULL;
+    }
+    if (kj)
+        kf_mem_free(b->mem, kj, b->n * sizeof *kj);
+    if (leader)
+        kf_mem_free(b->mem, leader, b->n * sizeof *leader);
+}
 
 static void run_job(const batch *b, kf_cuda_cubin *j) {
     j->data = NULL;
@@ -124,8 +171,8 @@ static void run_job(const batch *b, kf_cuda_cubin *j) {
     if (b->cache) {
         kf_cache_msg msg;
         memset(&msg, 0, sizeof msg);
-        j->status = kf_cuda_kernel_cubin(b->cache, j->kernel, &j->data, &j->size, &j->hit, &msg,
-                                         j->err);
+        j->status =
+            kf_cuda_kernel_cubin(b->cache, j->kernel, &j->data, &j->size, &j->hit, &msg, j->err);
         j->store = msg.store;
         snprintf(j->note, sizeof j->note, "%s", msg.note);
         if (j->status == KF_OK && msg.store == KF_CACHE_STORE_FAILED)
@@ -145,8 +192,38 @@ static void run_job(const batch *b, kf_cuda_cubin *j) {
 static void *worker(void *arg) {
     batch *b = arg;
     for (uint32_t i; (i = atomic_fetch_add(&b->next, 1u)) < b->n;)
-        run_job(b, &b->jobs[i]);
+        if (!b->leader || b->leader[i] == i)
+            run_job(b, &b->jobs[i]);
     return NULL;
+}
+
+/* A job whose kernel has the key of an earlier one, after that one ran:
+ * through the cache, the entry it stored (a hit; a failed store: compiled
+ * again); without a cache, a copy of its CUBIN. */
+static void follow_job(const batch *b, kf_cuda_cubin *j, const kf_cuda_cubin *l) {
+    if (b->cache || l->status != KF_OK) {
+        if (b->cache && l->status == KF_OK) {
+            run_job(b, j);
+            return;
+        }
+        j->status = l->status;
+        snprintf(j->err, sizeof j->err, "%s", l->err);
+        return;
+    }
+    j->data = kf_mem_alloc(b->mem, l->size ? l->size : 1);
+    if (!j->data) {
+        j->status = KF_ERR_OUT_OF_MEMORY;
+        snprintf(j->err, sizeof j->err, "kernel '%s': out of memory copying its CUBIN",
+                 j->kernel->name);
+        return;
+    }
+    memcpy(j->data, l->data, l->size);
+    j->size = l->size;
+    j->from_cache = false;
+    j->hit = true; /* nothing compiled for it */
+    j->store = KF_CACHE_STORE_NONE;
+    j->err[0] = j->note[0] = '\0';
+    j->status = KF_OK;
 }
 
 kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *jobs,
@@ -155,9 +232,11 @@ kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cub
     atomic_init(&b.next, 0u);
     for (uint32_t i = 0; i < n; i++) {
         jobs[i].data = NULL;
+        jobs[i].size = 0;
         jobs[i].status = KF_ERR_INTERNAL;
         snprintf(jobs[i].err, sizeof jobs[i].err, "kernel %u of the batch never ran", i);
     }
+    find_leaders(&b);
     long want = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
     if (want > 8 && threads <= 0)
         want = 8; /* an NVRTC compile of a big template holds hundreds of MB */
@@ -171,6 +250,11 @@ kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cub
     worker(&b);
     for (int t = 0; t < started; t++)
         pthread_join(th[t], NULL);
+    for (uint32_t i = 0; b.leader && i < n; i++)
+        if (b.leader[i] != i)
+            follow_job(&b, &jobs[i], &jobs[b.leader[i]]);
+    if (b.leader)
+        kf_mem_free(mem, b.leader, n * sizeof *b.leader);
     for (uint32_t i = 0; i < n; i++)
         if (jobs[i].status != KF_OK) {
             snprintf(err, KF_MSG_MAX, "%s", jobs[i].err);

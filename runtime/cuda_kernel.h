@@ -19,7 +19,9 @@
  * arch and name, no fast math, no line info; dump_dir NULL ($KF_DUMP_DIR). */
 void kf_cuda_kernel_compile_options(const kf_cuda_kernel *k, kf_nvrtc_options *opts);
 
-/* The disk-cache key of the kernel's CUBIN: kf_cache_key_build over the source,
+/* The disk-cache key of the kernel's CUBIN: kf_cache_key_build over the source
+ * from k->body on (not the header comment naming the group and its tensors,
+ * so groups that generate the same code share a key, and compile once),
  * the canonical options string (kf_nvrtc_options_string of the options above),
  * the arch, `compiler` (kf_nvrtc_compiler_id; NULL: asks NVRTC) and
  * KF_CUDA_CODEGEN_VERSION. `err` (KF_MSG_MAX) on failure: a bad arch,
@@ -62,8 +64,11 @@ typedef struct kf_cuda_cubin {
  * kf_cuda_kernel_compile (`cache` NULL; allocated with `mem`) would give each,
  * obtained on up to `threads` threads at once (0: one per online CPU, at most
  * 8): NVRTC compiles concurrently, and a cold program's kernels compile in
- * about the time of its slowest one. Kernels with one cache key compile once
- * (the cache's lock: the second waits and hits). Every job gets its own
+ * about the time of its slowest one. Kernels with one cache key (two groups
+ * that generate the same code: the key skips the header comment) compile
+ * once: the first of them runs, the others then read the entry it stored (a
+ * hit) or, without a cache, get a copy of its CUBIN (hit true, from_cache
+ * false); a failure of the first is theirs too. Every job gets its own
  * status; the call returns the first failed job's (lowest index), its message
  * in `err`. Threads that cannot be started leave their share to the others
  * (the calling thread always works). Release every job with

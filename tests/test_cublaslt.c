@@ -35,6 +35,45 @@ static void test_a_missing_library_is_unsupported_and_says_what_to_do(void **sta
     assert_non_null(strstr(err, "KF_CUBLASLT_LIB"));
 }
 
+/* The library opened on a preload thread (kf_compile starts one before the
+ * driver, so cuBLASLt's dlopen overlaps the device's start-up): the thread
+ * runs and is waited for, whether or not a kf_blt takes its result; a
+ * library it could not open is the same KF_ERR_UNSUPPORTED, message and
+ * all, from kf_blt_create_preloaded (which never reaches the device then).
+ * Under ASan: nothing leaks either way. */
+static void test_a_preloaded_library_is_waited_for_and_its_failure_reported(void **state) {
+    (void)state;
+    kf_mem mem;
+    kf_mem_resolve(&mem, NULL);
+    char err[KF_MSG_MAX] = "";
+    if (kf_blt_library_check(NULL, NULL, 0, err) != KF_OK) {
+        fprintf(stderr, "no libcublasLt on this machine: skipped (%s)\n", err);
+        skip();
+    }
+    kf_blt_preload *pre = NULL;
+    assert_int_equal(kf_blt_preload_start(&mem, NULL, &pre), KF_OK);
+    assert_non_null(pre);
+    double ms = kf_blt_preload_finish(pre);
+    assert_true(ms >= 0 && ms < 60e3);
+    assert_true(kf_blt_preload_finish(NULL) == 0);
+    assert_int_equal(kf_blt_preload_start(NULL, NULL, &pre), KF_ERR_INVALID_ARGUMENT);
+
+    pre = NULL;
+    assert_int_equal(kf_blt_preload_start(&mem, "libkf_no_such_cublaslt.so.99", &pre), KF_OK);
+    assert_non_null(pre);
+    kf_cuda_device dev; /* never used: the library fails first */
+    memset(&dev, 0, sizeof dev);
+    kf_blt *lt = (kf_blt *)&dev;
+    double tms = -1;
+    err[0] = 0;
+    assert_int_equal(kf_blt_create_preloaded(&mem, &dev, NULL, pre, &tms, &lt, err),
+                     KF_ERR_UNSUPPORTED);
+    assert_null(lt);
+    assert_true(tms >= 0);
+    assert_non_null(strstr(err, "cuBLASLt not found"));
+    assert_non_null(strstr(err, "libkf_no_such_cublaslt.so.99"));
+}
+
 static void test_an_operand_needs_one_unit_stride_spanning_the_other(void **state) {
     (void)state;
     kf_blt_operand rm = {.row_stride = 64, .col_stride = 1};   /* row-major [*, 64] */
@@ -66,6 +105,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_library_opens_and_resolves_without_a_driver),
         cmocka_unit_test(test_a_missing_library_is_unsupported_and_says_what_to_do),
+        cmocka_unit_test(test_a_preloaded_library_is_waited_for_and_its_failure_reported),
         cmocka_unit_test(test_an_operand_needs_one_unit_stride_spanning_the_other),
         cmocka_unit_test(test_epilogue_names_and_bias_variants),
     };

@@ -561,6 +561,49 @@ static void test_column_reductions_and_norm_prologue_epilogue_fusions_match(void
     }
 }
 
+/* argmax along every axis (the last: a warp per row; another: the column
+ * kernel), ragged sizes, keepdim both ways, against the reference: ties
+ * (i32 inputs from 17 values; f16/bf16 near the top of [-2, 2]) go to the
+ * first index, a NaN (sqrt of the rare negative input) to the first NaN, and
+ * an i32 index that is off by one fails (outputs are exact). */
+static void test_argmax_over_every_axis_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    typedef struct {
+        const char *shape;
+        int axis, keepdim;
+    } amax_case;
+    static const amax_case cases[] = {
+        {"[37, 70]", 0, 1},      {"[37, 70]", 1, 0},      {"[300, 33]", 0, 0},
+        {"[5, 301, 9]", 1, 1},   {"[5, 301, 9]", -1, 0},  {"[3, 5000, 2]", 1, 0},
+        {"[2, 33, 7, 5]", 2, 0}, {"[2, 33, 7, 5]", 0, 1}, {"[1, 13]", 0, 0},
+        {"[4097, 3]", 0, 1},
+    };
+    static const kf_dtype dts[] = {KF_DTYPE_F32, KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t c = 0; c < N_OF(cases); c++) {
+        const amax_case *k = &cases[c];
+        for (size_t d = 0; d < N_OF(dts); d++) {
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nx = input(%%s%s)\ny = argmax(x, axis=%d, keepdim=%s)\n"
+                     "r = sqrt(x)\nn = argmax(r, axis=%d, keepdim=%s)\nf = cast(n, f32)\n"
+                     "output y\noutput n\noutput f\n",
+                     k->shape, k->axis, k->keepdim ? "true" : "false", k->axis,
+                     k->keepdim ? "true" : "false");
+            /* about 1 input in 1500 negative: some lines hold a NaN, most not */
+            run_opts o = {.lo = -0.002, .hi = 3};
+            run_text(fmt, dts[d], 950 + c * 8 + d, &o, "argmax (NaN, ties)");
+        }
+        char fmt[1024];
+        snprintf(fmt, sizeof fmt,
+                 "kfg 1\nx = input(%%s%s)\nb = const(%%s[], 3)\nm = mul(x, b)\n"
+                 "y = argmax(m, axis=%d, keepdim=%s)\noutput y\n",
+                 k->shape, k->axis, k->keepdim ? "true" : "false");
+        run_opts o = {.lo = -8, .hi = 9};
+        run_text(fmt, KF_DTYPE_I32, 950 + c * 8 + 5, &o, "argmax of i32 (ties)");
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* GEMMs through cuBLASLt                                                     */
 /* ------------------------------------------------------------------------ */
@@ -1827,6 +1870,99 @@ static void test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing(vo
     assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
+/* The member `name`'s unsigned value in a report's JSON (-1: absent). */
+static long json_count(const char *json, const char *name) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\": ", name);
+    const char *s = strstr(json, pat);
+    return s ? strtol(s + strlen(pat), NULL, 10) : -1;
+}
+
+static void exec_lt_counts(kf_cuda_exec *ex, long *cached, long *heuristics) {
+    char *rep = NULL;
+    size_t rlen = 0;
+    FILE *f = open_memstream(&rep, &rlen);
+    kf_cuda_exec_report(ex, true, f);
+    fclose(f);
+    *cached = json_count(rep, "cublaslt_algos_cached");
+    *heuristics = json_count(rep, "cublaslt_heuristics");
+    free(rep);
+}
+
+/* cuBLASLt's heuristic is asked once per GEMM shape and device: a process
+ * that finds the algorithms in the cache (the same directory, a new
+ * context, so nothing in memory) asks it nothing, on the prepare path
+ * (kf_cuda_exec_prepare binds the steps) and through kf_compile, and the
+ * program computes the right values with them (f32 GEMMs, cuBLASLt's only:
+ * a bias epilogue, a batched product with a residual). A cache-less context
+ * asks the heuristic every time. */
+static void test_cublaslt_algorithms_come_from_the_cache_in_a_warm_start(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *text = "kfg 1\nx = input(f32[96, 80])\nw = input(f32[80, 136])\n"
+                       "b = input(f32[136])\nh = matmul(x, w)\ny = add(h, b)\noutput y\n"
+                       "p = input(f32[3, 40, 24])\nq = input(f32[3, 24, 56])\n"
+                       "r = input(f32[3, 40, 56])\npq = matmul(p, q)\nz = add(pq, r)\n"
+                       "output z\n";
+    char dir[] = "/tmp/kf_ltalgo_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_ctx *ctx[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++) {
+        kf_options o;
+        kf_options_init(&o);
+        o.target = KF_TARGET_CUDA;
+        o.cache_dir = dir;
+        o.flags = i == 3 ? KF_FLAG_NO_CACHE : 0;
+        assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
+    }
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_cuda_exec *ex = NULL;
+    long cached = -1, asked = -1;
+    prepare_gemm(ctx[0], plan, &ex);
+    assert_true(kf_cuda_exec_uses_cublaslt(ex));
+    exec_lt_counts(ex, &cached, &asked);
+    fprintf(stderr, "  cold: %ld algorithms from the cache, %ld heuristic calls\n", cached, asked);
+    assert_int_equal(cached, 0);
+    assert_true(asked >= 2);
+    long cold_asked = asked;
+    kf_cuda_exec_destroy(ex);
+
+    prepare_gemm(ctx[1], plan, &ex);
+    exec_lt_counts(ex, &cached, &asked);
+    fprintf(stderr, "  warm: %ld algorithms from the cache, %ld heuristic calls\n", cached, asked);
+    assert_int_equal(asked, 0);
+    assert_int_equal(cached, cold_asked);
+    kf_cuda_exec_destroy(ex);
+
+    prepare_gemm(ctx[3], plan, &ex); /* no cache: the heuristic decides */
+    exec_lt_counts(ex, &cached, &asked);
+    assert_int_equal(cached, 0);
+    assert_int_equal(asked, cold_asked);
+    kf_cuda_exec_destroy(ex);
+    kf_plan_destroy(plan);
+
+    run_opts o = {.lo = -1, .hi = 1, .ctx = ctx[2]};
+    run_and_compare(g, 1550, &o, "cuBLASLt algorithms from the cache");
+    kf_program *p = NULL;
+    assert_int_equal(kf_compile(ctx[2], g, &p), KF_OK);
+    char *json = NULL;
+    size_t jlen = 0;
+    FILE *f = open_memstream(&json, &jlen);
+    assert_int_equal(kf_program_report(p, KF_REPORT_JSON, f), KF_OK);
+    fclose(f);
+    assert_int_equal(json_count(json, "cublaslt_heuristics"), 0);
+    assert_int_equal(json_count(json, "cublaslt_algos_cached"), cold_asked);
+    free(json);
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+    for (int i = 0; i < 4; i++)
+        kf_ctx_destroy(ctx[i]);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 static void test_intermediates_share_device_memory_by_liveness(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -1870,6 +2006,7 @@ int main(void) {
         cmocka_unit_test(test_f32_and_bf16_norms_of_rows_whose_squares_overflow_match),
         cmocka_unit_test(test_f32_gelu_of_large_x_rounds_to_x_as_the_reference),
         cmocka_unit_test(test_column_reductions_and_norm_prologue_epilogue_fusions_match),
+        cmocka_unit_test(test_argmax_over_every_axis_matches_the_reference),
         cmocka_unit_test(test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations),
         cmocka_unit_test(test_batched_and_transposed_gemms_match),
         cmocka_unit_test(test_attention_runs_unfused_with_its_score_expression_and_mask),
@@ -1881,6 +2018,7 @@ int main(void) {
         cmocka_unit_test(test_fused_attention_falls_back_and_says_why),
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),
+        cmocka_unit_test(test_cublaslt_algorithms_come_from_the_cache_in_a_warm_start),
         cmocka_unit_test(test_intermediates_share_device_memory_by_liveness),
         cmocka_unit_test(test_recipes_of_the_report_are_the_executors_and_aot_serves_them),
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),

@@ -174,8 +174,9 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
     compile_text("kfg 1\nx = input(f32[16, 8])\ny = softmax(x, axis=0)\noutput y\n", seen);
     compile_text(
         "kfg 1\nx = input(f32[4, 8, 16])\ne = exp(x)\ny = permute(e, [0, 2, 1])\noutput y\n", seen);
-    /* argmax over the last axis */
+    /* argmax over the last axis, and over another */
     compile_text("kfg 1\nx = input(f32[16, 300])\ny = argmax(x, axis=-1)\noutput y\n", seen);
+    compile_text("kfg 1\nx = input(f32[300, 16])\ny = argmax(x, axis=0)\noutput y\n", seen);
     /* the fused attention kernel; unfused, the row-wise softmax between GEMMs */
     compile_text("kfg 1\nq = input(bf16[1, 2, 70, 64])\nk = input(bf16[1, 2, 70, 64])\n"
                  "v = input(bf16[1, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
@@ -336,35 +337,32 @@ static void test_unfused_attention_says_why(void **state) {
     }
 }
 
-/* argmax over a non-last axis (a column reduction) has no CUDA kernel yet:
- * the recipes refuse its group with a status and a message that say what to
- * do, on both architectures (never a kernel that computes something else).
- * Over the last axis it compiles (test_argmax_over_the_last_axis_compiles). */
-static void test_recipes_refuse_argmax_with_a_clear_message(void **state) {
+/* argmax over a non-last axis (a COLREDUCE group): one kernel, the column
+ * kernel of templates/argmax.cuh, its prologue fused, NVRTC-compiled for both
+ * architectures: axis 0 and a middle axis, keepdim both ways, f32, bf16, f16
+ * and i32, an axis longer and shorter than the warps that split it. */
+static void test_argmax_over_another_axis_compiles_to_the_column_kernel(void **state) {
     (void)state;
     static const char *const texts[] = {
         "kfg 1\nx = input(bf16[64, 256])\ne = exp(x)\ny = argmax(e, axis=0, keepdim=true)\n"
-        "z = cast(y, f32)\noutput z\n",
+        "output y\n",
         "kfg 1\nx = input(i32[8, 4096])\nb = input(i32[8, 1])\na = add(x, b)\n"
         "y = argmax(a, axis=0)\noutput y\n",
+        "kfg 1\nx = input(f16[3, 5, 7])\ny = argmax(x, axis=1)\noutput y\n",
+        "kfg 1\nx = input(f32[2, 1000, 3, 9])\ny = argmax(x, axis=-3, keepdim=true)\noutput y\n",
     };
-    static const char *const archs[] = {"sm_80", "sm_90a"};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        for (size_t a = 0; a < 2; a++) {
-            planned p;
-            plan_text(texts[i], &p);
-            kf_cuda_target t;
-            kf_cuda_target_for_arch(archs[a], &t);
-            kf_cuda_recipes *rec = NULL;
-            char err[KF_MSG_MAX] = "";
-            assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err),
-                             KF_ERR_UNSUPPORTED);
-            assert_null(rec);
-            if (!strstr(err, "argmax over a non-last axis has no CUDA kernel yet") ||
-                !strstr(err, "KF_TARGET_CPU"))
-                fail_msg("case %zu %s: %s", i, archs[a], err);
-            plan_release(&p);
-        }
+        planned p;
+        plan_text(texts[i], &p);
+        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+        assert_int_equal(compile_all(p.plan, NULL), 2);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_COL_ARGMAX);
+        assert_non_null(strstr(k.source, "#define KF_ARGMAX_COLS 1"));
+        assert_non_null(strstr(k.source, "kf_amax_before"));
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
     }
 }
 
@@ -389,6 +387,7 @@ static void test_argmax_over_the_last_axis_compiles(void **state) {
         first_kernel(p.plan, "sm_90a", &k);
         assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ROW_ARGMAX);
         assert_non_null(strstr(k.source, "kf_amax_before"));
+        assert_null(strstr(k.source, "#define KF_ARGMAX_COLS 1"));
         kf_cuda_kernel_release(&MEM, &k);
         plan_release(&p);
     }
@@ -564,6 +563,59 @@ static void test_same_plan_gives_the_same_source_bytes(void **state) {
     kf_cuda_kernel_release(&MEM, &b);
     plan_release(&p1);
     plan_release(&p2);
+}
+
+/* Two groups that compute the same thing on different tensors (here: the
+ * same chain on two inputs, and a third on another shape) generate the same
+ * code under different header comments (which name the group and its
+ * tensors): the cache key covers the code from k.body on, so the first two
+ * share one key -- and so one compile, the cache's lock making the second
+ * wait and hit -- and the third has its own. The digest the recipes print
+ * follows the key. */
+static void test_groups_with_the_same_code_share_a_cache_key(void **state) {
+    (void)state;
+    planned p;
+    plan_text("kfg 1\na = input(f32[64, 300])\nb = input(f32[64, 300])\nc = input(f32[64, 301])\n"
+              "ea = exp(a)\nya = relu(ea)\neb = exp(b)\nyb = relu(eb)\nec = exp(c)\nyc = relu(ec)\n"
+              "output ya\noutput yb\noutput yc\n",
+              &p);
+    assert_int_equal(kf_plan_kernel_count(p.plan), 3);
+    for (size_t a = 0; a < 2; a++) {
+        kf_cuda_kernel k[3];
+        kf_cache_key key[3];
+        char err[KF_MSG_MAX];
+        for (uint32_t g = 0; g < 3; g++) {
+            assert_int_equal(kf_cuda_codegen_group(p.plan, g, ARCHS[a], &MEM, &k[g]), KF_OK);
+            assert_true(k[g].body > 0 && k[g].body < k[g].source_len);
+            assert_non_null(strstr(k[g].source, "kfuse generated kernel"));
+            assert_null(strstr(k[g].source + k[g].body, "of plan group"));
+            assert_int_equal(kf_cuda_kernel_cache_key(&k[g], "nvrtc 12.0", &key[g], err), KF_OK);
+        }
+        /* the sources differ (the comment), the keyed code does not */
+        assert_int_not_equal(memcmp(k[0].source, k[1].source, k[0].body), 0);
+        assert_int_equal(k[0].source_len - k[0].body, k[1].source_len - k[1].body);
+        assert_memory_equal(k[0].source + k[0].body, k[1].source + k[1].body,
+                            k[0].source_len - k[0].body);
+        assert_memory_equal(&key[0], &key[1], sizeof key[0]);
+        assert_memory_not_equal(&key[0], &key[2], sizeof key[0]);
+        for (uint32_t g = 0; g < 3; g++)
+            kf_cuda_kernel_release(&MEM, &k[g]);
+    }
+    /* the recipes: one digest for the first two */
+    kf_cuda_target t;
+    kf_cuda_target_for_arch("sm_90a", &t);
+    kf_cuda_recipes *rec = NULL;
+    char err[KF_MSG_MAX] = "";
+    assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err), KF_OK);
+    uint64_t d[3] = {0, 0, 0};
+    for (uint32_t g = 0; g < 3; g++) {
+        assert_int_equal(rec->recipes[g].n_steps, 1);
+        assert_int_equal(rec->recipes[g].steps[0].kind, KF_CUDA_STEP_KERNEL);
+        d[g] = rec->recipes[g].steps[0].kernel->digest;
+    }
+    assert_true(d[0] == d[1] && d[0] != d[2]);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
 }
 
 static void test_kernel_names_templates_vectors_and_params(void **state) {
@@ -1073,8 +1125,12 @@ static void test_a_batch_compiles_concurrently_each_job_its_own_outcome(void **s
             assert_int_equal(jobs[j].from_cache, c != NULL);
             computed += !jobs[j].hit;
         }
-        /* with a cache: two distinct kernels, once each; then none; without: all four */
-        assert_int_equal(computed, pass == 0 ? 2 : pass == 1 ? 0 : 4);
+        /* with a cache: two distinct kernels, once each; then none; without: the
+         * two again (a key that repeats in a batch compiles once, the others
+         * copy its CUBIN) */
+        assert_int_equal(computed, pass == 0 ? 2 : pass == 1 ? 0 : 2);
+        if (!c)
+            assert_memory_equal(jobs[3].data, jobs[0].data, jobs[0].size);
         for (int j = 0; j < 5; j++)
             kf_cuda_cubin_release(c, &MEM, &jobs[j]);
     }
@@ -1481,12 +1537,13 @@ int main(void) {
         cmocka_unit_test(test_every_template_compiles_for_sm80_and_sm90a),
         cmocka_unit_test(test_fused_attention_compiles_every_variant_without_spills),
         cmocka_unit_test(test_unfused_attention_says_why),
-        cmocka_unit_test(test_recipes_refuse_argmax_with_a_clear_message),
+        cmocka_unit_test(test_argmax_over_another_axis_compiles_to_the_column_kernel),
         cmocka_unit_test(test_argmax_over_the_last_axis_compiles),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
         cmocka_unit_test(test_slices_concats_and_gathers_compile_into_their_consumers),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
+        cmocka_unit_test(test_groups_with_the_same_code_share_a_cache_key),
         cmocka_unit_test(test_kernel_names_templates_vectors_and_params),
         cmocka_unit_test(test_row_warp_staged_is_chosen_where_it_fits),
         cmocka_unit_test(test_rounded_results_store_their_unrounded_value),

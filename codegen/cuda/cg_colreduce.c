@@ -2,7 +2,8 @@
  * cg_colreduce.c -- the column reduction kernel (templates/colreduce.cuh): a
  * group whose row stage reduces an axis other than the last; the prologue
  * gives the reduced value per element, the epilogue and the once-per-column
- * outputs read the statistics.
+ * outputs read the statistics. An argmax over such an axis takes the column
+ * kernel of templates/argmax.cuh instead, with the same hooks.
  */
 #include "codegen/cuda/cg.h"
 
@@ -45,7 +46,19 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     cg_mark(c, r->input);
     cg_load_params(c);
     unsigned stats = cg_stats_used(c, r->stats);
-    k->tmpl = KF_CUDA_TEMPLATE_COLREDUCE;
+    /* argmax: (value, index) pairs compared, never summed; no other
+     * statistic shares its kernel (a group has one row op) */
+    bool amax = (stats & (1u << KF_STAT_ARGMAX)) != 0;
+    if (amax && (stats & ~(1u << KF_STAT_ARGMAX | 1u << KF_STAT_MAX)))
+        return cg_fail(c, KF_ERR_UNSUPPORTED,
+                       "group %u (%s): argmax with another column statistic (not generated)", g->id,
+                       g->name);
+    if (amax && A > INT32_MAX)
+        return cg_fail(c, KF_ERR_UNSUPPORTED,
+                       "group %u (%s): argmax over an axis of %" PRId64 " elements (an i32 "
+                       "index holds at most 2^31 - 1)",
+                       g->id, g->name, A);
+    k->tmpl = amax ? KF_CUDA_TEMPLATE_COL_ARGMAX : KF_CUDA_TEMPLATE_COLREDUCE;
     k->vec = 1;
     k->launch.block = 256;
     k->launch.work_items = (uint64_t)(O * I);
@@ -53,10 +66,12 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     k->launch.blocks_per_sm = 8;
     if (c->st != KF_OK)
         return c->st;
-    cg_emit_head(c, "column reduction");
+    cg_emit_head(c, amax ? "column argmax" : "column reduction");
     cg_printf(&c->s,
               "#define KF_COLS %" PRId64 "LL\n#define KF_A %" PRId64 "LL\n#define KF_YSPLIT 8\n",
               O * I, A);
+    if (amax)
+        cg_puts(&c->s, "#define KF_ARGMAX_COLS 1\n");
     cg_emit_stat_defines(c, stats, r->eps, g->expr[r->input].dtype, A);
     cg_printf(&c->s, "#define KF_HAS_EPILOGUE %d\n\n", has_epi);
 
@@ -135,6 +150,6 @@ kf_status cg_gen_colreduce(cg *c, out_spec *outs, uint32_t n_outs) {
     }
     cg_puts(&c->s, "    (void)st;\n}\n\n");
     kf_mem_free(c->mem, x, sizeof *x);
-    cg_puts(&c->s, kf_cuda_tpl_colreduce);
+    cg_puts(&c->s, amax ? kf_cuda_tpl_argmax : kf_cuda_tpl_colreduce);
     return c->st;
 }

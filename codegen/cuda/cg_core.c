@@ -203,6 +203,9 @@ void cg_emit_head(cg *c, const char *what) {
         cg_printf(&c->s, " *   p%u %-7s %s %s\n", i, kinds[p->kind], t->name ? t->name : "%", ty);
     }
     cg_puts(&c->s, " */\n");
+    /* Everything from here on is a function of what the kernel computes, not
+     * of which group or tensors it serves: the cache key starts here. */
+    c->k->body = c->s.len;
     cg_puts(&c->s, kf_cuda_tpl_common);
     cg_printf(&c->s,
               "\n/* ---- generated ---- */\n#define KF_KERNEL %s\n#define KF_BLOCK %u\n#define "
@@ -356,7 +359,7 @@ kf_status cg_end(cg *c, kf_status st) {
         if (c->s.p)
             kf_mem_free(c->mem, c->s.p, c->s.cap);
         c->k->source = NULL;
-        c->k->source_len = c->k->source_cap = 0;
+        c->k->source_len = c->k->source_cap = c->k->body = 0;
         return st;
     }
     c->k->source = c->s.p;

@@ -38,6 +38,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_ATTENTION_SM90] = "attention_sm90",
     [KF_CUDA_TEMPLATE_ROW_ARGMAX] = "row_argmax",
     [KF_CUDA_TEMPLATE_ATTENTION_DECODE] = "attention_decode",
+    [KF_CUDA_TEMPLATE_COL_ARGMAX] = "col_argmax",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");
@@ -129,13 +130,7 @@ kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char 
         st = cg_gen_rowwise(&c, &rs, outs, n, "row-wise group");
         break;
     }
-    case KF_GROUP_COLREDUCE:
-        if (g->row.stats & (1u << KF_STAT_ARGMAX)) { /* KF_NEVER: recipes refuse it first */
-            st = cg_fail(&c, KF_ERR_UNSUPPORTED,
-                         "group %u (%s): argmax over a non-last axis has no CUDA kernel yet",
-                         g->id, g->name);
-            break;
-        }
+    case KF_GROUP_COLREDUCE: /* argmax too: cg_gen_colreduce takes templates/argmax.cuh */
         cg_set_name(&c, "");
         for (uint32_t o = 0; o < n; o++)
             cg_mark(&c, outs[o].node);
@@ -301,7 +296,7 @@ void kf_cuda_kernel_release(const kf_mem *mem, kf_cuda_kernel *k) {
     if (k->source && mem)
         kf_mem_free(mem, k->source, k->source_cap);
     k->source = NULL;
-    k->source_len = k->source_cap = 0;
+    k->source_len = k->source_cap = k->body = 0;
 }
 
 uint32_t kf_cuda_kernel_grid(const kf_cuda_kernel *k, int sm_count) {

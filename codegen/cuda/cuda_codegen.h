@@ -96,6 +96,8 @@ typedef enum kf_cuda_template {
                                              (value, index) pairs reduced by shuffles */
     KF_CUDA_TEMPLATE_ATTENTION_DECODE,    /* decode attention: split-KV partials (mma.sync,
                                              cp.async ring) and their combine (sm_80+) */
+    KF_CUDA_TEMPLATE_COL_ARGMAX,          /* argmax over another axis: columns across threads, the
+                                             axis split over warps (templates/argmax.cuh) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
@@ -153,6 +155,10 @@ typedef struct kf_cuda_kernel {
     char *source;      /* NUL-terminated CUDA C, allocated with `mem` */
     size_t source_len; /* strlen(source) */
     size_t source_cap; /* bytes allocated */
+    size_t body;       /* where the part the cache key covers begins: after the header
+                          comment that names the plan group and its tensors, so two
+                          groups that generate the same code share one key (and one
+                          compile); 0: the whole source */
     kf_cuda_param params[KF_CUDA_MAX_PARAMS];
     uint32_t n_params;
     kf_cuda_launch_rule launch;

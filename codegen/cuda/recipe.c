@@ -111,7 +111,8 @@ kf_status kf_cuda_kstep_from_kernel(kf_cuda_kstep *ks, kf_cuda_role role, kf_cud
     memset(k, 0, sizeof *k);
     k = &ks->kernel;
     ks->role = role;
-    ks->digest = fnv1a64(k->source, k->source_len);
+    size_t body = k->body < k->source_len ? k->body : 0;
+    ks->digest = fnv1a64(k->source + body, k->source_len - body); /* what the key covers */
     ks->grid[0] = kf_cuda_kernel_grid(k, sm_count);
     ks->grid[1] = ks->grid[2] = 1;
     ks->block[0] = k->launch.block;
@@ -277,13 +278,6 @@ static kf_status build_group(rb *b) {
     case KF_GROUP_ROWWISE:
     case KF_GROUP_COLREDUCE:
     case KF_GROUP_LAYOUT: {
-        if (grp->kind == KF_GROUP_COLREDUCE && grp->row.present &&
-            (grp->row.stats & (1u << KF_STAT_ARGMAX)))
-            return kf_msg_set(b->err, KF_ERR_UNSUPPORTED,
-                              "group %u (%s): argmax over a non-last axis has no CUDA kernel yet "
-                              "(over the last axis it has); compile this graph for the CPU target "
-                              "(kf_options.target = KF_TARGET_CPU), or permute the axis last",
-                              b->gi, grp->name);
         char name[KF_CUDA_NAME_MAX] = "";
         kf_cuda_template tmpl = KF_CUDA_TEMPLATE_COUNT;
         kf_status st = kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GROUP, name, sizeof name, &tmpl);
