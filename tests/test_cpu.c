@@ -944,11 +944,21 @@ static void test_gemm_layouts_and_fused_epilogues(void **state) {
                  "u = matmul(h, wu)\nsg = silu(g)\ny = mul(sg, u)\noutput y\n",
                  dn, dn, dn, dn);
         bad += !check_text(ctx, text, &r);
-        /* a row longer than a tile: the norm becomes its own row-wise kernel */
+        /* a row longer than a tile: the split row form (gemm.row_split), its
+         * tiles holding whole rows on the CPU; the product is written too */
         snprintf(text, sizeof text,
                  "kfg 1\na = input(%s[6, 20])\nb = input(%s[20, 700])\nw = input(%s[700])\n"
                  "c = matmul(a, b)\nn = rms_norm(c, w, eps=1e-5)\noutput n\noutput c\n",
                  dn, dn, dn);
+        bad += !check_text(ctx, text, &r);
+        /* split: GEMM + bias + residual + LayerNorm, ragged M, N, K, the
+         * pre-norm sum also written (a residual stream) */
+        snprintf(text, sizeof text,
+                 "kfg 1\na = input(%s[37, 29])\nb = input(%s[29, 1001])\nbias = input(%s[1001])\n"
+                 "res = input(%s[37, 1001])\nw = input(%s[1001])\nlb = input(%s[1001])\n"
+                 "c = matmul(a, b)\nd = add(c, bias)\nh = add(d, res)\n"
+                 "n = layer_norm(h, w, lb, eps=1e-5)\ny = mul(n, w)\noutput y\noutput h\n",
+                 dn, dn, dn, dn, dn, dn);
         bad += !check_text(ctx, text, &r);
     }
     kf_ctx_destroy(ctx);

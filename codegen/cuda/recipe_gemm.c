@@ -521,6 +521,9 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
             GEN_NO("a norm prologue on a SwiGLU pair");
         norm_in = in->base;
     }
+    if (gm->row_split)
+        GEN_NO("a norm over rows longer than one tile follows the GEMM (the split row form: "
+               "no generated kernel writes partial row statistics yet)");
     if (gm->row_epilogue)
         GEN_NO("a row-wise norm follows the GEMM");
     const kf_tensor *mm = g->nodes[gm->anchor[0]];
@@ -794,6 +797,11 @@ kf_status kf_rb_gemm(rb *b) {
         match_epilogue(grp, g, acc, uses, &m);
     else if (gm->n_anchors == 2)
         snprintf(m.why, sizeof m.why, "two GEMMs share A (SwiGLU): cuBLASLt runs each bare");
+    else if (gm->row_split)
+        snprintf(m.why, sizeof m.why,
+                 "a norm over rows of N=%lld follows the GEMM (split row form: the row pass "
+                 "computes its statistics)",
+                 (long long)gm->n);
     else if (gm->row_epilogue)
         snprintf(m.why, sizeof m.why, "a row-wise norm follows the GEMM");
     else if (no_lt_epi)
