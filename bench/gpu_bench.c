@@ -12,7 +12,9 @@
  *                 gelu, which needs the leftover kernel); SwiGLU
  *                 silu(x.Wg) * (x.Wu) 8192x4096 -> 2x11008 (the default path:
  *                 two cuBLASLt GEMMs and an epilogue kernel; and the dual
- *                 generated kernel)
+ *                 generated kernel); GEMM + bias + residual + LayerNorm
+ *                 8192x4096x4096 (gemm_res_ln: the split row form, N = 4096
+ *                 past one tile row; measured, and each side forced)
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
@@ -1057,6 +1059,18 @@ int main(int argc, char **argv) {
              "kfg 1\nx = input(bf16[%d, %d])\nwg = input(bf16[%d, %d])\nwu = input(bf16[%d, %d])\n"
              "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\noutput y\n",
              SM, SD, SD, SF, SD, SF);
+    /* GEMM + bias + residual + LayerNorm, N = 4096 > one tile row: the split
+     * row form (gemm.row_split), 8192 x 4096 x 4096 */
+    int LM = g_quick ? 2048 : 8192, LN = 4096, LK = 4096;
+    char t_res_ln[640];
+    snprintf(t_res_ln, sizeof t_res_ln,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "r = input(bf16[%d, %d])\ng = input(bf16[%d])\nc = input(bf16[%d])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+             "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+             LM, LK, LK, LN, LN, LM, LN, LN, LN);
+    double lbytes = 2.0 * ((double)LM * LK + (double)LK * LN + 2.0 * (double)LM * LN + 3.0 * LN);
+    double lflops = 2.0 * (double)LM * LN * LK;
     double sbytes = 2.0 * ((double)SM * SD + 2.0 * SD * SF + (double)SM * SF);
     double sflops = 4.0 * (double)SM * SD * SF;
     double rc = (double)R * C * 2;
@@ -1080,6 +1094,11 @@ int main(int argc, char **argv) {
         /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
          * choice does not offer the dual kernel yet) and the dual kernel */
         {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the split row form: measured (generated GEMM + row pass against
+         * cuBLASLt + the row-epilogue kernel), and each side forced */
+        {"gemm_res_ln", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"gemm_res_ln_generated", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"gemm_res_ln_cublaslt", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         /* the generated kernel's other schedules, same run: ping-pong 128-wide
          * tiles, and the epilogue staged through shared memory */

@@ -1059,7 +1059,7 @@ static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
                               (long long)gm->batch, mm->id, (long long)mm->dims[mm->rank - 2],
                               (long long)mm->dims[mm->rank - 1], (long long)k, (long long)batch);
         /* A row epilogue normalizes the output's rows: whole tile rows, or
-         * split (partial statistics per tile, merged) past the tile row,
+         * split (reduced apart from the tiles) past the tile row,
          * which only a norm's mergeable statistics allow. */
         if (gm->row_epilogue && (!grp->row.present || grp->row.space != KF_SPACE_OUT ||
                                  grp->row.length != gm->n))

@@ -15,11 +15,10 @@
  *   - or, past that limit, is such a NORM (LayerNorm / RMSNorm, not softmax)
  *     with N <= options.gemm_row_split_max_n that no GEMM took as its
  *     prologue: the split row form (gemm.row_split). No CTA owns a whole row
- *     any more, but a norm's statistics merge: each tile's epilogue can
- *     reduce its part of every row (a sum of squares, or a mean and M2 that
- *     Chan's formula combines) and a light row pass applies the merged
- *     statistics, so the pre-norm value never needs a kernel of its own
- *     (else ROW_TOO_LONG_FOR_GEMM_EPILOGUE, with the limit that refused).
+ *     any more, but a norm's statistics merge (a sum of squares, or a mean
+ *     and M2 that Chan's formula combines), so the row stage can be reduced
+ *     apart from the tiles, after the GEMM's epilogue computed its input
+ *     rows (else ROW_TOO_LONG_FOR_GEMM_EPILOGUE, with the limit that refused).
  * Members with other uses or that are graph outputs are written by the group
  * and fusion goes on past them (multi-output epilogue, [I2]).
  * A GEMM whose dtype is not f32/f16/bf16 runs unfused (DTYPE_UNSUPPORTED) [I1].

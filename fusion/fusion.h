@@ -250,12 +250,16 @@ typedef struct kf_gemm_info {
     bool row_epilogue;    /* the row stage normalizes the output rows */
     bool row_split;       /* row_epilogue with rows longer than one tile row (N >
                              gemm_row_epilogue_max_n; a LayerNorm / RMSNorm): the split row
-                             form. The GEMM's epilogue computes the norm's input (row.input)
-                             and each output tile's partial row statistics (Chan-mergeable
-                             mean / M2, or the sum of squares); a row pass merges them and
-                             applies the rest of the epilogue. The plan's semantics are those
-                             of row_epilogue: a backend may compute the statistics its own
-                             way (the CPU's tiles hold whole rows) */
+                             form. No output tile holds a whole row, but a norm's statistics
+                             merge across tiles (sums of squares; Chan's mean / M2), so the
+                             row stage may be reduced apart from the tiles: the GEMM's
+                             epilogue computes the norm's input rows (row.input) and a row
+                             pass normalizes them (CUDA's generated side today: the pass
+                             reduces the whole rows itself; per-tile partial statistics
+                             written by the epilogue are the refinement this form allows).
+                             The plan's semantics are those of row_epilogue: a backend may
+                             compute the statistics its own way (the CPU's tiles hold whole
+                             rows) */
 } kf_gemm_info;
 
 typedef enum kf_mask_kind {

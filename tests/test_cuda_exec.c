@@ -1440,6 +1440,44 @@ static void test_measured_gemm_names_both_sides(void **state) {
              KF_DTYPE_F16, 1901, &d, "default mode");
 }
 
+/* The split row form (gemm.row_split): a norm on a GEMM output whose rows
+ * are longer than one tile row, fused into the GEMM's group; ragged M, N, K;
+ * the pre-norm residual stream written too (the generated GEMM writes it
+ * once, into the output) or not (into a scratch the row pass reads). In the
+ * default mode (bf16/f16 on sm_90a: measured, generated GEMM + row pass
+ * against cuBLASLt + the row-epilogue kernel) and forced to the generated
+ * side (f32: cuBLASLt, and the recipe says why). */
+static void test_split_row_norms_after_a_gemm_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *gen = ctx_gemm(KF_GEMM_GENERATED);
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16, KF_DTYPE_F32};
+    for (size_t i = 0; i < N_OF(dts); i++) {
+        for (int forced = 0; forced < 2; forced++) {
+            bool f32 = dts[i] == KF_DTYPE_F32;
+            run_opts o = {.lo = -1,
+                          .hi = 1,
+                          .report_has = "split row form",
+                          .report_has_sm90 = f32      ? NULL
+                                             : forced ? "the epilogue writes the norm's input rows"
+                                                      : "generated |cublaslt ",
+                          .ctx = forced ? gen : NULL};
+            run_text("kfg 1\nx = input(%s[1000, 264])\nw = input(%s[264, 1096])\n"
+                     "b = input(%s[1096])\nr = input(%s[1000, 1096])\ng = input(%s[1096])\n"
+                     "c = input(%s[1096])\nh = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+                     "y = layer_norm(s, g, c, eps=1e-5)\noutput y\noutput s\n",
+                     dts[i], 1950 + i * 4 + (uint64_t)forced * 2, &o,
+                     "split row: bias + residual + layer_norm, ragged");
+            run_text("kfg 1\nx = input(%s[3, 70, 136])\nw = input(%s[136, 4100])\n"
+                     "r = input(%s[3, 70, 4100])\ng = input(%s[4100])\nh = matmul(x, w)\n"
+                     "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\nz = mul(y, g)\noutput z\n",
+                     dts[i], 1951 + i * 4 + (uint64_t)forced * 2, &o,
+                     "split row: residual + rms_norm, N = 4100, batch folded");
+        }
+    }
+    kf_ctx_destroy(gen);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Cache flags, arena                                                         */
 /* ------------------------------------------------------------------------ */
@@ -1887,6 +1925,7 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
+        cmocka_unit_test(test_split_row_norms_after_a_gemm_match_the_reference),
     };
     kf_test_filter();
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);

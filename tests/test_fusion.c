@@ -218,7 +218,7 @@ static void test_gemm_fuses_rms_norm_when_row_fits_one_tile(void **state) {
     assert_true(group_of(p, y)->row.stats & (1u << KF_STAT_RMS_RSTD));
 }
 
-static void test_norm_on_long_gemm_row_fuses_split_with_partial_row_statistics(void **state) {
+static void test_norm_on_long_gemm_row_fuses_in_the_split_row_form(void **state) {
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 512, false, &h, &y);
@@ -1073,7 +1073,7 @@ static void test_report_names_the_split_row_form(void **state) {
     kf_plan *p = plan(f);
     char *text = report_string(p, KF_REPORT_TEXT);
     assert_non_null(strstr(text, "1 kernel"));
-    assert_non_null(strstr(text, "norm epilogue split over the output tiles"));
+    assert_non_null(strstr(text, "norm epilogue split from the output tiles"));
     free(text);
     char *json = report_string(p, KF_REPORT_JSON);
     assert_non_null(strstr(json, "\"norm_epilogue\": true, \"norm_epilogue_split\": true"));
@@ -1424,7 +1424,7 @@ int main(void) {
         T(test_gemm_absorbs_bias_residual_and_scale),
         T(test_gemm_fuses_layer_norm_when_row_fits_one_tile),
         T(test_gemm_fuses_rms_norm_when_row_fits_one_tile),
-        T(test_norm_on_long_gemm_row_fuses_split_with_partial_row_statistics),
+        T(test_norm_on_long_gemm_row_fuses_in_the_split_row_form),
         T(test_norm_past_the_split_limit_is_a_rowwise_kernel_reading_the_output_once),
         T(test_softmax_on_long_gemm_row_is_never_split),
         T(test_long_norm_feeding_only_gemms_stays_their_prologue_not_split),

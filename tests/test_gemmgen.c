@@ -188,6 +188,74 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
     }
 }
 
+/* The split row form (gemm.row_split) on the generated side: the GEMM
+ * kernel (HGMMA, UTMALDG, no local memory) writing the norm's input rows --
+ * to a SCRATCH when the plan does not materialize them -- then the row pass
+ * reading them as its accumulator, compiled; the recipe line says so. */
+static void split_case(const char *text, bool x_written, const char *want_tile) {
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    const kf_group *g = &p.plan->groups[rc->group];
+    assert_true(g->gemm.row_split);
+    if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
+        fail_msg("expected the generated side, got '%s': %s", rc->variants[0].label,
+                 rc->variants[0].how);
+    assert_int_equal(rc->n_steps, 2);
+    const kf_cuda_kstep *gk = rc->steps[0].kernel, *rk = rc->steps[1].kernel;
+    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+    assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_KERNEL);
+    assert_int_equal(gk->role, KF_CUDA_ROLE_GEMM);
+    assert_int_equal(rk->role, KF_CUDA_ROLE_EPILOGUE);
+    const char *how = rc->variants[0].how;
+    if (!strstr(how, "split row form") || !strstr(how, want_tile))
+        fail_msg("expected the split row form on %s tiles: %s", want_tile, how);
+    /* the GEMM's last param is X's buffer; the row pass's first is the same one */
+    const kf_cuda_arg *gx = &gk->args[gk->n_args - 1], *rx = &rk->args[0];
+    assert_true(gx->written);
+    assert_false(rx->written);
+    assert_int_equal(gx->buf.kind, x_written ? KF_CUDA_BUF_TENSOR : KF_CUDA_BUF_SCRATCH);
+    assert_int_equal(gx->buf.kind, rx->buf.kind);
+    assert_int_equal(gx->buf.id, rx->buf.id);
+    assert_int_equal(gk->kernel.params[gk->kernel.n_params - 1].kind,
+                     x_written ? KF_CUDA_PARAM_OUT : KF_CUDA_PARAM_SCRATCH);
+    assert_int_equal(rk->kernel.params[0].kind, KF_CUDA_PARAM_ACC);
+    /* no statistic in the GEMM's epilogue; the row pass computes them */
+    assert_non_null(strstr(gk->kernel.source, "#define KF_A_NORM 0"));
+    kf_sass_check_hopper(&MEM, &gk->kernel);
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_kernel_compile(&MEM, &rk->kernel, &res, err) != KF_OK)
+        fail_msg("%s: %s\n%s", rk->kernel.name, err, res.log ? res.log : "");
+    kf_nvrtc_result_release(&MEM, &res);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_split_row_norms_compile_to_a_gemm_and_a_row_pass(void **state) {
+    (void)state;
+    static const char *const dts[] = {"bf16", "f16"};
+    for (int d = 0; d < 2; d++) {
+        char t[1024];
+        /* the bench's shape: bias + residual + LayerNorm, 8192 x 4096 x 4096 */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8192, 4096])\nw = input(%s[4096, 4096])\n"
+                 "b = input(%s[4096])\nr = input(%s[8192, 4096])\ng = input(%s[4096])\n"
+                 "c = input(%s[4096])\nh = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+                 "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+                 dts[d], dts[d], dts[d], dts[d], dts[d], dts[d]);
+        split_case(t, false, "128x256");
+        /* ragged, the pre-norm rows written (a residual stream), RMSNorm */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[1000, 264])\nw = input(%s[264, 1096])\n"
+                 "r = input(%s[1000, 1096])\ng = input(%s[1096])\nh = matmul(x, w)\n"
+                 "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\noutput y\noutput s\n",
+                 dts[d], dts[d], dts[d], dts[d]);
+        split_case(t, true, "128x128");
+    }
+}
+
 /* The generated GEMM's other schedules, reachable by the internal recipe
  * flags (the bench times them): the staged epilogue and forced ping-pong
  * tiles compile to HGMMA + UTMALDG with no local memory, the default is the
@@ -347,6 +415,7 @@ int main(void) {
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_staged_and_pingpong_schedules_compile),
+        cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
     };
     return kf_test_run(tests);
 }
