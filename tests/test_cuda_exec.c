@@ -1438,6 +1438,28 @@ static void test_measured_gemm_names_both_sides(void **state) {
     run_text("kfg 1\nx = input(%s[256, 128])\nw = input(%s[128, 256])\ny = matmul(x, w)\n"
              "output y\n",
              KF_DTYPE_F16, 1901, &d, "default mode");
+    /* a norm prologue, measured: the statistics pre-pass + the generated GEMM
+     * against the prologue kernel + cuBLASLt, whichever wins computing the
+     * reference's values; ragged M, N, K, bf16 and f16; default and measured */
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    kf_ctx *mc = ctx_gemm(KF_GEMM_MEASURED);
+    for (size_t i = 0; i < N_OF(dts); i++) {
+        run_opts m = {.lo = -1, .hi = 1, .report_has_sm90 = "generated |cublaslt ", .ctx = mc};
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[i], 1902 + i, &m, "measured norm prologue: rms_norm, ragged");
+        run_opts dd = {.lo = 0.5, .hi = 3, .report_has_sm90 = "generated |cublaslt "};
+        run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+                 dts[i], 1904 + i, &dd, "default norm prologue: layer_norm, batch folded, bias");
+        /* one norm, the prologue of two GEMMs (Q and K projections) */
+        run_text("kfg 1\nx = input(%s[520, 136])\ng = input(%s[136])\nwq = input(%s[136, 264])\n"
+                 "wk = input(%s[136, 200])\nn = rms_norm(x, g)\nq = matmul(n, wq)\n"
+                 "k = matmul(n, wk)\noutput q\noutput k\n",
+                 dts[i], 1906 + i, &dd, "default norm prologue shared by two GEMMs");
+    }
+    kf_ctx_destroy(mc);
 }
 
 /* The split row form (gemm.row_split): a norm on a GEMM output whose rows

@@ -331,8 +331,8 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_GEMM);
     assert_non_null(strstr(rc->variants[1].how, "cuBLASLt"));
     kf_cuda_recipes_destroy(rec);
-    /* the SwiGLU pair is measured too (variant 0 the dual kernel, variant 1
-     * cuBLASLt); a norm prologue only forced, and the recipe says why */
+    /* the SwiGLU pair and a norm prologue are measured too (variant 0 the
+     * generated kernel(s), variant 1 cuBLASLt and the kernels around it) */
     {
         static const char *const both[] = {
             "kfg 1\nx = input(bf16[512, 256])\nwg = input(bf16[256, 512])\n"
@@ -346,16 +346,24 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
             kf_cuda_recipes *r = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
                                                  KF_CUDA_RECIPE_GEMM_MEASURED);
             const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
+            assert_int_equal(c->choice, KF_CUDA_CHOICE_MEASURED);
+            assert_int_equal(c->n_variants, 2);
+            assert_string_equal(c->variants[0].label, "generated");
+            assert_string_equal(c->variants[1].label, "cublaslt");
             if (i == 0) {
-                assert_int_equal(c->choice, KF_CUDA_CHOICE_MEASURED);
-                assert_int_equal(c->n_variants, 2);
-                assert_string_equal(c->variants[0].label, "generated");
-                assert_string_equal(c->variants[1].label, "cublaslt");
                 assert_non_null(strstr(c->variants[0].how, "dual"));
             } else {
-                assert_int_equal(c->n_variants, 1);
-                assert_string_equal(c->variants[0].label, "cublaslt");
-                assert_non_null(strstr(c->variants[0].how, "taken only with --gemm generated"));
+                /* generated: the statistics pre-pass, then the GEMM; cuBLASLt:
+                 * the prologue kernel writing A, then the library GEMM */
+                assert_int_equal(c->variants[0].n_steps, 2);
+                assert_int_equal(c->steps[c->variants[0].first_step].kind, KF_CUDA_STEP_KERNEL);
+                assert_int_equal(c->steps[c->variants[0].first_step + 1].kind,
+                                 KF_CUDA_STEP_KERNEL);
+                assert_non_null(strstr(c->variants[0].how, "norm prologue on A's tiles"));
+                assert_int_equal(c->variants[1].n_steps, 2);
+                assert_int_equal(c->steps[c->variants[1].first_step].kind, KF_CUDA_STEP_KERNEL);
+                assert_int_equal(c->steps[c->variants[1].first_step + 1].kind, KF_CUDA_STEP_GEMM);
+                assert_non_null(strstr(c->variants[1].how, "prologue kernel"));
             }
             kf_cuda_recipes_destroy(r);
             plan_release(&q);

@@ -918,21 +918,19 @@ kf_status kf_rb_gemm(rb *b) {
         b->target->flags & (KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED);
     uint32_t vi = 0; /* the variant the cuBLASLt steps go to */
     char gen_why[200] = "", gen_name[KF_CUDA_NAME_MAX] = "";
-    /* The dual (SwiGLU) kernel is measured against cuBLASLt like every
-     * other generated kernel: its GPU numerics passed forced (H100, b112146,
-     * and 3564041 with the register epilogue), and the measured choice with
-     * it ran there (bench swiglu: generated 1.83 ms against cuBLASLt x2 +
-     * the epilogue kernel's 1.93, chosen; every example --check). Until the
-     * epilogue lost its per-element branches it was the slower side. The
-     * norm-prologue kernel passed its numerics forced, but its measured
-     * choice (a two-step variant: the statistics pre-pass, then the GEMM)
-     * has not run on a GPU: only a forced generated side takes it. */
-    if (gm->a_prologue && !(want & KF_CUDA_RECIPE_GEMM_GENERATED)) {
-        want = 0;
-        snprintf(gen_why, sizeof gen_why,
-                 "the norm-prologue kernel is taken only with --gemm generated (its measured "
-                 "choice has not run on a GPU)");
-    }
+    /* Every generated kernel is measured against cuBLASLt unless a side is
+     * forced. The dual (SwiGLU) kernel: its GPU numerics passed forced (H100,
+     * b112146, and 3564041 with the register epilogue), and the measured
+     * choice with it ran there (bench swiglu: generated 1.83 ms against
+     * cuBLASLt x2 + the epilogue kernel's 1.93, chosen). The norm-prologue
+     * kernel's measured choice is a two-step variant (the statistics
+     * pre-pass, then the GEMM) against the prologue kernel + cuBLASLt; it
+     * ran on an H100 (branch rowgemm, b09758b + this change) with the chosen
+     * side's numerics checked against the reference: test_cuda_exec's
+     * test_measured_gemm_names_both_sides, RMSNorm ragged 1000x264x1096 and
+     * LayerNorm batch-folded with a bias, measured and default, and one norm
+     * shared by two GEMMs, bf16 and f16; the kernel itself passed forced
+     * before (test_generated_gemms_match_the_reference). */
     if (want) {
         st = add_generated(b, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
         if (st == KF_OK) {
