@@ -13,8 +13,10 @@
  *                 silu(x.Wg) * (x.Wu) 8192x4096 -> 2x11008 (the default path:
  *                 two cuBLASLt GEMMs and an epilogue kernel; and the dual
  *                 generated kernel); GEMM + bias + residual + LayerNorm
- *                 8192x4096x4096 (gemm_res_ln: the split row form, N = 4096
- *                 past one tile row; measured, and each side forced)
+ *                 8192x4096x4096 (gemm_res_ln: the default plan, a GEMM group
+ *                 and a row-wise LayerNorm; gemm_res_ln_split*: with
+ *                 KF_FLAG_SPLIT_ROW_NORMS, the split row form, N = 4096 past
+ *                 one tile row, measured and each side forced)
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
@@ -1094,11 +1096,15 @@ int main(int argc, char **argv) {
         /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
          * choice does not offer the dual kernel yet) and the dual kernel */
         {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        /* the split row form: measured (generated GEMM + row pass against
-         * cuBLASLt + the row-epilogue kernel), and each side forced */
+        /* the default plan (the GEMM group, then a row-wise LayerNorm), and
+         * with KF_FLAG_SPLIT_ROW_NORMS the split row form: measured
+         * (generated GEMM + row pass against cuBLASLt + the row-epilogue
+         * kernel), and each side forced (the gemm_res_ln_* names) */
         {"gemm_res_ln", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"gemm_res_ln_generated", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
-        {"gemm_res_ln_cublaslt", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"gemm_res_ln_split", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"gemm_res_ln_split_generated", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         0},
+        {"gemm_res_ln_split_cublaslt", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         /* the generated kernel's other schedules, same run: ping-pong 128-wide
          * tiles, and the epilogue staged through shared memory */
@@ -1119,12 +1125,24 @@ int main(int argc, char **argv) {
     /* gemm_plain is cuBLASLt's row: a KF_GEMM_CUBLASLT context (the default
      * one measured it against the generated kernel and could run either) */
     kf_ctx *ctx_lt = make_ctx_gemm(NULL, KF_FLAG_NO_CACHE, KF_GEMM_CUBLASLT);
-    for (int i = 0; i < n_cases; i++)
-        if (case_on(cases[i].name))
-            run_case(cases[i].gemm == KF_GEMM_GENERATED  ? ctx_gen
-                     : cases[i].gemm == KF_GEMM_CUBLASLT ? ctx_lt
-                                                         : ctx,
-                     &cases[i], copy_gbs, gemm_tflops);
+    /* the gemm_res_ln_split* cases: the split row form's contexts */
+    unsigned sf = KF_FLAG_NO_CACHE | KF_FLAG_SPLIT_ROW_NORMS;
+    kf_ctx *sctx = make_ctx_gemm(NULL, sf, KF_GEMM_AUTO);
+    kf_ctx *sctx_gen = make_ctx_gemm(NULL, sf, KF_GEMM_GENERATED);
+    kf_ctx *sctx_lt = make_ctx_gemm(NULL, sf, KF_GEMM_CUBLASLT);
+    for (int i = 0; i < n_cases; i++) {
+        if (!case_on(cases[i].name))
+            continue;
+        bool split = strncmp(cases[i].name, "gemm_res_ln_split", 17) == 0;
+        run_case(cases[i].gemm == KF_GEMM_GENERATED  ? (split ? sctx_gen : ctx_gen)
+                 : cases[i].gemm == KF_GEMM_CUBLASLT ? (split ? sctx_lt : ctx_lt)
+                 : split                             ? sctx
+                                                     : ctx,
+                 &cases[i], copy_gbs, gemm_tflops);
+    }
+    kf_ctx_destroy(sctx);
+    kf_ctx_destroy(sctx_gen);
+    kf_ctx_destroy(sctx_lt);
 
     /* Compile times: a private empty cache, cold then warm. */
     char dir[] = "/tmp/kf_bench_cache_XXXXXX";

@@ -141,7 +141,7 @@ def main():
         print(f"peers: gemm_bias_gelu {r}", file=sys.stderr)
         del a, wt, bias
 
-    if on("gemm_res_ln"):
+    if any(on(n) for n in ("gemm_res_ln", "gemm_res_ln_split")):
         M, D = (2048 if args.rows < 65536 else 8192), 4096
         xa = torch.rand(M, D, device=dev, dtype=bf) * 2 - 1
         wt = torch.rand(D, D, device=dev, dtype=bf) * 2 - 1

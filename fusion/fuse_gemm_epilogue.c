@@ -13,7 +13,8 @@
  *   - or, for a GEMM without a row stage [I5], is a last-axis [I6] norm or
  *     softmax of a member with the anchor's shape and N within the limit;
  *   - or, past that limit, is such a NORM (LayerNorm / RMSNorm, not softmax)
- *     with N <= options.gemm_row_split_max_n that no GEMM took as its
+ *     with N <= options.gemm_row_split_max_n (0 by default: asked for with
+ *     KF_FLAG_SPLIT_ROW_NORMS) that no GEMM took as its
  *     prologue: the split row form (gemm.row_split). No CTA owns a whole row
  *     any more, but a norm's statistics merge (a sum of squares, or a mean
  *     and M2 that Chan's formula combines), so the row stage can be reduced
@@ -103,7 +104,8 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
                             p->groups[p->gid[c->id]].kind == KF_GROUP_ROWWISE;
                     if (!split) {
                         char d[96];
-                        if (kf_op_has(c->op, KF_TRAIT_NORM) && nn > p->opt->gemm_row_split_max_n)
+                        if (kf_op_has(c->op, KF_TRAIT_NORM) && p->opt->gemm_row_split_max_n > 0 &&
+                            nn > p->opt->gemm_row_split_max_n)
                             snprintf(d, sizeof d, "N=%lld > %lld (split row statistics)",
                                      (long long)nn, (long long)p->opt->gemm_row_split_max_n);
                         else

@@ -87,7 +87,8 @@
 /* Planner limits (the defaults of kf_plan_options). */
 #define KF_GEMM_ROW_EPILOGUE_MAX_N 256 /* a norm on a GEMM output fuses when N fits one tile row */
 #define KF_NORM_PROLOGUE_MAX_K 8192    /* a norm -> matmul prologue needs its row stats pre-pass */
-#define KF_GEMM_ROW_SPLIT_MAX_N 65536  /* a longer norm on a GEMM output fuses split (row_split) */
+#define KF_GEMM_ROW_SPLIT_MAX_N 65536  /* a longer norm on a GEMM output fuses split (row_split),
+                                          when asked for (KF_FLAG_SPLIT_ROW_NORMS) */
 
 /* ------------------------------------------------------------------------ */
 /* Group kinds                                                                */
@@ -369,9 +370,10 @@ typedef struct kf_plan_options {
     unsigned disabled;                /* bitmask of 1u << KF_PASS_* */
     int64_t gemm_row_epilogue_max_n;  /* default KF_GEMM_ROW_EPILOGUE_MAX_N */
     int64_t norm_prologue_max_k;      /* default KF_NORM_PROLOGUE_MAX_K */
-    int64_t gemm_row_split_max_n;     /* default KF_GEMM_ROW_SPLIT_MAX_N; a norm on a GEMM output
-                                         with gemm_row_epilogue_max_n < N <= this fuses in the
-                                         split row form (0: never) */
+    int64_t gemm_row_split_max_n;     /* default 0 (never); a norm on a GEMM output with
+                                         gemm_row_epilogue_max_n < N <= this fuses in the split
+                                         row form. kf_compile, `kfuse report` and `kfuse aot` set
+                                         KF_GEMM_ROW_SPLIT_MAX_N under KF_FLAG_SPLIT_ROW_NORMS */
     bool debug;                       /* dump after each pass to stderr (also KF_DEBUG=1) */
 } kf_plan_options;
 

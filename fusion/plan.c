@@ -307,7 +307,7 @@ void kf_pl_reject_edge(kf_planner *p, const kf_tensor *producer, const kf_tensor
 void kf_plan_options_init(kf_plan_options *o) {
     memset(o, 0, sizeof *o);
     o->gemm_row_epilogue_max_n = KF_GEMM_ROW_EPILOGUE_MAX_N;
-    o->gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    o->gemm_row_split_max_n = 0; /* the split row form is asked for (KF_FLAG_SPLIT_ROW_NORMS) */
     o->norm_prologue_max_k = KF_NORM_PROLOGUE_MAX_K;
 }
 

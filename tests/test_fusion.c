@@ -218,11 +218,36 @@ static void test_gemm_fuses_rms_norm_when_row_fits_one_tile(void **state) {
     assert_true(group_of(p, y)->row.stats & (1u << KF_STAT_RMS_RSTD));
 }
 
+static void test_norm_on_long_gemm_row_is_a_rowwise_kernel_reading_the_output_once(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 512, false, &h, &y);
+    const kf_plan *p = plan(f); /* the split row form is off by default */
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_int_equal(group_of(p, h)->kind, KF_GROUP_GEMM);
+    assert_false(group_of(p, h)->gemm.row_split);
+    const kf_group *row = group_of(p, y);
+    assert_int_equal(row->kind, KF_GROUP_ROWWISE);
+    assert_true(reads(row, h));
+    assert_int_equal(row->n_reads, 3); /* h, gw, gb: the GEMM output once */
+    assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
+    assert_string_equal(kf_plan_find_edge(p, h, y)->detail, "N=512 > 256");
+}
+
+/* Options with the split row form on, as KF_FLAG_SPLIT_ROW_NORMS sets them. */
+static kf_plan_options split_on(void) {
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    return o;
+}
+
 static void test_norm_on_long_gemm_row_fuses_in_the_split_row_form(void **state) {
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 512, false, &h, &y);
-    const kf_plan *p = plan(f);
+    kf_plan_options o = split_on();
+    const kf_plan *p = plan_with(f, &o);
     assert_int_equal(kf_plan_kernel_count(p), 1);
     const kf_group *g = group_of(p, y);
     assert_int_equal(g->kind, KF_GROUP_GEMM);
@@ -264,7 +289,8 @@ static void test_softmax_on_long_gemm_row_is_never_split(void **state) {
     kf_tensor *h = kf_matmul(f->g, x, w, 0, 0);
     kf_tensor *y = kf_softmax(f->g, h, -1);
     kf_output(f->g, "y", y);
-    const kf_plan *p = plan(f);
+    kf_plan_options o = split_on();
+    const kf_plan *p = plan_with(f, &o);
     assert_int_equal(kf_plan_kernel_count(p), 2);
     assert_false(group_of(p, h)->gemm.row_epilogue);
     assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
@@ -279,7 +305,8 @@ static void test_long_norm_feeding_only_gemms_stays_their_prologue_not_split(voi
     kf_tensor *n = kf_rms_norm(f->g, h, gw, -1, 1e-6);
     kf_tensor *y = kf_matmul(f->g, n, w2, 0, 0);
     kf_output(f->g, "y", y);
-    const kf_plan *p = plan(f);
+    kf_plan_options o = split_on();
+    const kf_plan *p = plan_with(f, &o);
     assert_int_equal(kf_plan_kernel_count(p), 2);
     assert_false(group_of(p, h)->gemm.row_epilogue);
     assert_true(group_of(p, y)->gemm.a_prologue);
@@ -290,8 +317,7 @@ static void test_row_epilogue_limit_is_an_option(void **state) {
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 64, true, &h, &y);
-    kf_plan_options o;
-    kf_plan_options_init(&o);
+    kf_plan_options o = split_on();
     o.gemm_row_epilogue_max_n = 32;
     const kf_plan *p = plan_with(f, &o);
     assert_int_equal(kf_plan_kernel_count(p), 1); /* past the tile row: split */
@@ -303,13 +329,13 @@ static void test_split_row_limit_is_an_option(void **state) {
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 64, true, &h, &y);
-    kf_plan_options o;
-    kf_plan_options_init(&o);
+    kf_plan_options o = split_on();
     o.gemm_row_epilogue_max_n = 32;
-    o.gemm_row_split_max_n = 0;
+    o.gemm_row_split_max_n = 48;
     const kf_plan *p = plan_with(f, &o);
     assert_int_equal(kf_plan_kernel_count(p), 2);
     assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
+    assert_string_equal(kf_plan_find_edge(p, h, y)->detail, "N=64 > 48 (split row statistics)");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1043,17 +1069,14 @@ static void test_report_lists_groups_types_costs_and_reasons(void **state) {
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 512, false, &h, &y);
-    kf_plan_options o;
-    kf_plan_options_init(&o);
-    o.gemm_row_split_max_n = 0; /* the row-wise kernel, and its reason */
-    kf_plan *p = plan_with(f, &o);
+    kf_plan *p = plan(f);
     assert_int_equal(kf_plan_estimate(p, "h100"), KF_OK);
     char *text = report_string(p, KF_REPORT_TEXT);
     assert_non_null(strstr(text, "2 kernels"));
     assert_non_null(strstr(text, "gemm_bias_residual_f32_4x512"));
     assert_non_null(strstr(text, "x f32[4, 32]"));
     assert_non_null(strstr(text, "ROW_TOO_LONG_FOR_GEMM_EPILOGUE"));
-    assert_non_null(strstr(text, "N=512 > 0 (split row statistics)"));
+    assert_non_null(strstr(text, "N=512 > 256"));
     assert_non_null(strstr(text, "est."));
     free(text);
     char *json = report_string(p, KF_REPORT_JSON);
@@ -1070,7 +1093,8 @@ static void test_report_names_the_split_row_form(void **state) {
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 512, true, &h, &y);
-    kf_plan *p = plan(f);
+    kf_plan_options o = split_on();
+    kf_plan *p = plan_with(f, &o);
     char *text = report_string(p, KF_REPORT_TEXT);
     assert_non_null(strstr(text, "1 kernel"));
     assert_non_null(strstr(text, "norm epilogue split from the output tiles"));
@@ -1425,6 +1449,7 @@ int main(void) {
         T(test_gemm_fuses_layer_norm_when_row_fits_one_tile),
         T(test_gemm_fuses_rms_norm_when_row_fits_one_tile),
         T(test_norm_on_long_gemm_row_fuses_in_the_split_row_form),
+        T(test_norm_on_long_gemm_row_is_a_rowwise_kernel_reading_the_output_once),
         T(test_norm_past_the_split_limit_is_a_rowwise_kernel_reading_the_output_once),
         T(test_softmax_on_long_gemm_row_is_never_split),
         T(test_long_norm_feeding_only_gemms_stays_their_prologue_not_split),

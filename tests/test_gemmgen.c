@@ -194,7 +194,10 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
  * reading them as its accumulator, compiled; the recipe line says so. */
 static void split_case(const char *text, bool x_written, const char *want_tile) {
     planned p;
-    plan_text(text, &p);
+    kf_plan_options o; /* as KF_FLAG_SPLIT_ROW_NORMS plans */
+    kf_plan_options_init(&o);
+    o.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    plan_text_with(text, &o, &p);
     kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     const kf_group *g = &p.plan->groups[rc->group];
