@@ -917,7 +917,7 @@ kf_status kf_rb_gemm(rb *b) {
     unsigned want =
         b->target->flags & (KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED);
     uint32_t vi = 0; /* the variant the cuBLASLt steps go to */
-    char gen_why[200] = "", gen_name[KF_CUDA_NAME_MAX] = "";
+    char gen_why[300] = "", gen_name[KF_CUDA_NAME_MAX] = "";
     /* Every generated kernel is measured against cuBLASLt unless a side is
      * forced. The dual (SwiGLU) kernel: its GPU numerics passed forced (H100,
      * b112146, and 3564041 with the register epilogue), and the measured
@@ -1086,7 +1086,7 @@ kf_status kf_rb_gemm(rb *b) {
     char epi_desc[96];
     snprintf(epi_desc, sizeof epi_desc, "%s%s", kf_cuda_lt_epilogue_name(m.epi),
              m.residual != KF_NONE ? "+beta*C" : "");
-    char gen_note[240] = "";
+    char gen_note[340] = "";
     if (gen_why[0])
         snprintf(gen_note, sizeof gen_note, "; no generated GEMM: %s", gen_why);
     if (all_native)
