@@ -72,11 +72,12 @@ const char kf_cmd_report_help[] =
 static int usage(const char *fmt, const char *arg) {
     fputs("kfuse report: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
-          "                         [--sm-count N] [--no-cublaslt] [--gemm MODE] [--attention MODE]\n"
-          "                         [--unfused-attention] [--split-row-norms]\n"
-          "Run 'kfuse help report' for details.\n",
-          stderr);
+    fputs(
+        "\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
+        "                         [--sm-count N] [--no-cublaslt] [--gemm MODE] [--attention MODE]\n"
+        "                         [--unfused-attention] [--split-row-norms]\n"
+        "Run 'kfuse help report' for details.\n",
+        stderr);
     return 2;
 }
 

@@ -1061,27 +1061,25 @@ static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
         /* A row epilogue normalizes the output's rows: whole tile rows, or
          * split (reduced apart from the tiles) past the tile row,
          * which only a norm's mergeable statistics allow. */
-        if (gm->row_epilogue && (!grp->row.present || grp->row.space != KF_SPACE_OUT ||
-                                 grp->row.length != gm->n))
+        if (gm->row_epilogue &&
+            (!grp->row.present || grp->row.space != KF_SPACE_OUT || grp->row.length != gm->n))
             return check_fail(plan,
                               "E8: GEMM group %u has a row epilogue but no row stage over its "
                               "output rows of N=%lld",
                               gi, (long long)gm->n);
         if (gm->row_split && !gm->row_epilogue)
             return check_fail(plan, "E8: GEMM group %u is split-row without a row epilogue", gi);
-        if (gm->row_epilogue &&
-            gm->row_split != (gm->n > plan->options.gemm_row_epilogue_max_n))
+        if (gm->row_epilogue && gm->row_split != (gm->n > plan->options.gemm_row_epilogue_max_n))
             return check_fail(plan,
                               "E8: GEMM group %u's row epilogue over N=%lld is %s, but the tile "
                               "row limit is %lld",
                               gi, (long long)gm->n, gm->row_split ? "split" : "whole-row",
                               (long long)plan->options.gemm_row_epilogue_max_n);
         if (gm->row_split) {
-            unsigned mergeable =
-                1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD | 1u << KF_STAT_SUM;
+            unsigned mergeable = 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD |
+                                 1u << KF_STAT_SUM;
             if (grp->row.tensor >= n || !kf_op_has(g->nodes[grp->row.tensor]->op, KF_TRAIT_NORM) ||
-                (grp->row.stats & ~mergeable) != 0 ||
-                gm->n > plan->options.gemm_row_split_max_n)
+                (grp->row.stats & ~mergeable) != 0 || gm->n > plan->options.gemm_row_split_max_n)
                 return check_fail(plan,
                                   "E8: GEMM group %u is split-row but its row stage is not a norm "
                                   "with mergeable statistics and N=%lld <= %lld",

@@ -99,8 +99,7 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
                 if (nn > p->opt->gemm_row_epilogue_max_n) {
                     /* The split form: a norm whose statistics merge across
                      * tiles, not already the prologue of the GEMM it feeds. */
-                    split = kf_op_has(c->op, KF_TRAIT_NORM) &&
-                            nn <= p->opt->gemm_row_split_max_n &&
+                    split = kf_op_has(c->op, KF_TRAIT_NORM) && nn <= p->opt->gemm_row_split_max_n &&
                             p->groups[p->gid[c->id]].kind == KF_GROUP_ROWWISE;
                     if (!split) {
                         char d[96];

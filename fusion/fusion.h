@@ -87,8 +87,9 @@
 /* Planner limits (the defaults of kf_plan_options). */
 #define KF_GEMM_ROW_EPILOGUE_MAX_N 256 /* a norm on a GEMM output fuses when N fits one tile row */
 #define KF_NORM_PROLOGUE_MAX_K 8192    /* a norm -> matmul prologue needs its row stats pre-pass */
-#define KF_GEMM_ROW_SPLIT_MAX_N 65536  /* a longer norm on a GEMM output fuses split (row_split),
-                                          when asked for (KF_FLAG_SPLIT_ROW_NORMS) */
+/* A longer norm on a GEMM output fuses split (row_split), when asked for
+ * (KF_FLAG_SPLIT_ROW_NORMS sets kf_plan_options.gemm_row_split_max_n to this). */
+#define KF_GEMM_ROW_SPLIT_MAX_N 65536
 
 /* ------------------------------------------------------------------------ */
 /* Group kinds                                                                */

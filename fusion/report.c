@@ -124,8 +124,8 @@ static void report_text(const kf_plan *plan, FILE *out) {
                     (long long)g->gemm.n, (long long)g->gemm.k, (long long)g->gemm.batch,
                     g->gemm.n_anchors == 2 ? ", two GEMMs sharing A (gated)" : "",
                     g->gemm.a_prologue ? ", norm prologue on A (row stats pre-pass)" : "",
-                    g->gemm.row_split ? ", norm epilogue split from the output tiles (the "
-                                        "norm's input rows, then a row pass)"
+                    g->gemm.row_split      ? ", norm epilogue split from the output tiles (the "
+                                             "norm's input rows, then a row pass)"
                     : g->gemm.row_epilogue ? ", norm epilogue on whole output rows"
                                            : "");
             if (g->gemm.a_prologue) {

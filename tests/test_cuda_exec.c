@@ -1506,8 +1506,7 @@ static void test_split_row_norms_after_a_gemm_match_the_reference(void **state) 
             run_text("kfg 1\nx = input(%s[200, 136])\nw = input(%s[136, 4100])\n"
                      "r = input(%s[200, 4100])\ng = input(%s[4100])\nh = matmul(x, w)\n"
                      "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\noutput y\n",
-                     dts[i], 1962 + i * 4 + (uint64_t)forced, &t,
-                     "split row: N = 4100, cuBLASLt");
+                     dts[i], 1962 + i * 4 + (uint64_t)forced, &t, "split row: N = 4100, cuBLASLt");
         }
     }
     kf_ctx_destroy(def);

@@ -262,8 +262,8 @@ static void test_norm_on_long_gemm_row_fuses_in_the_split_row_form(void **state)
     assert_int_equal(kf_plan_check(p, 11, NULL), KF_OK);
 }
 
-static void test_norm_past_the_split_limit_is_a_rowwise_kernel_reading_the_output_once(
-    void **state) {
+static void
+test_norm_past_the_split_limit_is_a_rowwise_kernel_reading_the_output_once(void **state) {
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 512, false, &h, &y);
@@ -279,8 +279,7 @@ static void test_norm_past_the_split_limit_is_a_rowwise_kernel_reading_the_outpu
     assert_true(reads(row, h));
     assert_int_equal(row->n_reads, 3); /* h, gw, gb: the GEMM output once */
     assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
-    assert_string_equal(kf_plan_find_edge(p, h, y)->detail,
-                        "N=512 > 256 (split row statistics)");
+    assert_string_equal(kf_plan_find_edge(p, h, y)->detail, "N=512 > 256 (split row statistics)");
 }
 
 static void test_softmax_on_long_gemm_row_is_never_split(void **state) {

@@ -198,7 +198,8 @@ static void split_case(const char *text, bool x_written, const char *want_tile) 
     kf_plan_options_init(&o);
     o.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
     plan_text_with(text, &o, &p);
-    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     const kf_group *g = &p.plan->groups[rc->group];
     assert_true(g->gemm.row_split);
@@ -354,8 +355,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
                  * the prologue kernel writing A, then the library GEMM */
                 assert_int_equal(c->variants[0].n_steps, 2);
                 assert_int_equal(c->steps[c->variants[0].first_step].kind, KF_CUDA_STEP_KERNEL);
-                assert_int_equal(c->steps[c->variants[0].first_step + 1].kind,
-                                 KF_CUDA_STEP_KERNEL);
+                assert_int_equal(c->steps[c->variants[0].first_step + 1].kind, KF_CUDA_STEP_KERNEL);
                 assert_non_null(strstr(c->variants[0].how, "norm prologue on A's tiles"));
                 assert_int_equal(c->variants[1].n_steps, 2);
                 assert_int_equal(c->steps[c->variants[1].first_step].kind, KF_CUDA_STEP_KERNEL);

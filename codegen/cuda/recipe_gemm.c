@@ -870,16 +870,16 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
                                       : kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, sc.x_tensor);
         st = xb.kind == KF_CUDA_BUF_NONE
                  ? kf_msg_set(b->err, KF_ERR_INTERNAL,
-                              "group %u (%s): the split GEMM wrote no scratch for its rows",
-                              b->gi, grp->name)
+                              "group %u (%s): the split GEMM wrote no scratch for its rows", b->gi,
+                              grp->name)
                  : kf_rb_set(b, KF_CUDA_PARAM_ACC, sc.x_tensor, xb);
         if (st == KF_OK)
             st = kf_rb_add_kernel(b, &sc.rplan, KF_CUDA_ROLE_EPILOGUE, row_name, sizeof row_name,
                                   NULL);
         split_free(b->mem, &sc);
         if (st == KF_ERR_NOT_FOUND)
-            st = kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u (%s): no row pass for the split "
-                            "row form", b->gi, grp->name);
+            st = kf_msg_set(b->err, KF_ERR_INTERNAL,
+                            "group %u (%s): no row pass for the split row form", b->gi, grp->name);
         if (st != KF_OK)
             return st;
     }
