@@ -12,7 +12,11 @@
  *                 gelu, which needs the leftover kernel); SwiGLU
  *                 silu(x.Wg) * (x.Wu) 8192x4096 -> 2x11008 (the default path:
  *                 two cuBLASLt GEMMs and an epilogue kernel; and the dual
- *                 generated kernel)
+ *                 generated kernel); GEMM + bias + residual + LayerNorm
+ *                 8192x4096x4096 (gemm_res_ln: the default plan, a GEMM group
+ *                 and a row-wise LayerNorm; gemm_res_ln_split*: with
+ *                 KF_FLAG_SPLIT_ROW_NORMS, the split row form, N = 4096 past
+ *                 one tile row, measured and each side forced)
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
@@ -1057,6 +1061,18 @@ int main(int argc, char **argv) {
              "kfg 1\nx = input(bf16[%d, %d])\nwg = input(bf16[%d, %d])\nwu = input(bf16[%d, %d])\n"
              "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\noutput y\n",
              SM, SD, SD, SF, SD, SF);
+    /* GEMM + bias + residual + LayerNorm, N = 4096 > one tile row: the split
+     * row form (gemm.row_split), 8192 x 4096 x 4096 */
+    int LM = g_quick ? 2048 : 8192, LN = 4096, LK = 4096;
+    char t_res_ln[640];
+    snprintf(t_res_ln, sizeof t_res_ln,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "r = input(bf16[%d, %d])\ng = input(bf16[%d])\nc = input(bf16[%d])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+             "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+             LM, LK, LK, LN, LN, LM, LN, LN, LN);
+    double lbytes = 2.0 * ((double)LM * LK + (double)LK * LN + 2.0 * (double)LM * LN + 3.0 * LN);
+    double lflops = 2.0 * (double)LM * LN * LK;
     double sbytes = 2.0 * ((double)SM * SD + 2.0 * SD * SF + (double)SM * SF);
     double sflops = 4.0 * (double)SM * SD * SF;
     double rc = (double)R * C * 2;
@@ -1080,6 +1096,15 @@ int main(int argc, char **argv) {
         /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
          * choice does not offer the dual kernel yet) and the dual kernel */
         {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the default plan (the GEMM group, then a row-wise LayerNorm), and
+         * with KF_FLAG_SPLIT_ROW_NORMS the split row form: measured
+         * (generated GEMM + row pass against cuBLASLt + the row-epilogue
+         * kernel), and each side forced (the gemm_res_ln_* names) */
+        {"gemm_res_ln", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"gemm_res_ln_split", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"gemm_res_ln_split_generated", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         0},
+        {"gemm_res_ln_split_cublaslt", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         /* the generated kernel's other schedules, same run: ping-pong 128-wide
          * tiles, and the epilogue staged through shared memory */
@@ -1100,12 +1125,24 @@ int main(int argc, char **argv) {
     /* gemm_plain is cuBLASLt's row: a KF_GEMM_CUBLASLT context (the default
      * one measured it against the generated kernel and could run either) */
     kf_ctx *ctx_lt = make_ctx_gemm(NULL, KF_FLAG_NO_CACHE, KF_GEMM_CUBLASLT);
-    for (int i = 0; i < n_cases; i++)
-        if (case_on(cases[i].name))
-            run_case(cases[i].gemm == KF_GEMM_GENERATED  ? ctx_gen
-                     : cases[i].gemm == KF_GEMM_CUBLASLT ? ctx_lt
-                                                         : ctx,
-                     &cases[i], copy_gbs, gemm_tflops);
+    /* the gemm_res_ln_split* cases: the split row form's contexts */
+    unsigned sf = KF_FLAG_NO_CACHE | KF_FLAG_SPLIT_ROW_NORMS;
+    kf_ctx *sctx = make_ctx_gemm(NULL, sf, KF_GEMM_AUTO);
+    kf_ctx *sctx_gen = make_ctx_gemm(NULL, sf, KF_GEMM_GENERATED);
+    kf_ctx *sctx_lt = make_ctx_gemm(NULL, sf, KF_GEMM_CUBLASLT);
+    for (int i = 0; i < n_cases; i++) {
+        if (!case_on(cases[i].name))
+            continue;
+        bool split = strncmp(cases[i].name, "gemm_res_ln_split", 17) == 0;
+        run_case(cases[i].gemm == KF_GEMM_GENERATED  ? (split ? sctx_gen : ctx_gen)
+                 : cases[i].gemm == KF_GEMM_CUBLASLT ? (split ? sctx_lt : ctx_lt)
+                 : split                             ? sctx
+                                                     : ctx,
+                 &cases[i], copy_gbs, gemm_tflops);
+    }
+    kf_ctx_destroy(sctx);
+    kf_ctx_destroy(sctx_gen);
+    kf_ctx_destroy(sctx_lt);
 
     /* Compile times: a private empty cache, cold then warm. */
     char dir[] = "/tmp/kf_bench_cache_XXXXXX";

@@ -10,6 +10,8 @@ process run, so kfuse's numbers sit beside its peers':
                                                        F.gelu(x@w + b, approximate='tanh')
   swiglu      silu(x@wg) * (x@wu), 8192x4096 -> 2x11008 bf16   eager, torch.compile, and the
                                                        two GEMMs alone (mm_ms)
+  gemm_res_ln layer_norm(x@w + b + r), 8192x4096x4096 bf16   eager, torch.compile, and the
+                                                       GEMM alone (mm_ms)
 
 --cases a,b runs only those cases (the harness passes its own --cases on).
 
@@ -138,6 +140,28 @@ def main():
         res["cases"]["gemm_bias_gelu"] = r
         print(f"peers: gemm_bias_gelu {r}", file=sys.stderr)
         del a, wt, bias
+
+    if any(on(n) for n in ("gemm_res_ln", "gemm_res_ln_split")):
+        M, D = (2048 if args.rows < 65536 else 8192), 4096
+        xa = torch.rand(M, D, device=dev, dtype=bf) * 2 - 1
+        wt = torch.rand(D, D, device=dev, dtype=bf) * 2 - 1
+        bias = torch.rand(D, device=dev, dtype=bf) * 2 - 1
+        res_ = torch.rand(M, D, device=dev, dtype=bf) * 2 - 1
+        lw = torch.rand(D, device=dev, dtype=bf) * 2 - 1
+        lb = torch.rand(D, device=dev, dtype=bf) * 2 - 1
+
+        def res_ln():
+            return F.layer_norm(xa @ wt + bias + res_, (D,), lw, lb, 1e-5)
+
+        r = {"eager_ms": median_ms(res_ln), "mm_ms": median_ms(lambda: xa @ wt)}
+        if not args.no_compile:
+            try:
+                r["compile_ms"] = median_ms(torch.compile(res_ln))
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r["compile_error"] = str(e)[:200]
+        res["cases"]["gemm_res_ln"] = r
+        print(f"peers: gemm_res_ln {r}", file=sys.stderr)
+        del xa, wt, bias, res_, lw, lb
 
     if on("swiglu"):
         M, D, F_ = 8192, 4096, 11008

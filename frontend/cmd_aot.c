@@ -26,7 +26,7 @@
 const char kf_cmd_aot_summary[] = "compile every CUDA kernel of some graphs into a cache directory";
 const char kf_cmd_aot_help[] =
     "usage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] [--attention MODE] "
-    "[--unfused-attention] FILE.kfg... -o DIR\n"
+    "[--unfused-attention] [--split-row-norms] FILE.kfg... -o DIR\n"
     "\n"
     "Plans each graph, makes its CUDA recipes for each ARCH (what `kfuse report`\n"
     "prints and a program runs), compiles every generated kernel they name with\n"
@@ -51,6 +51,7 @@ const char kf_cmd_aot_help[] =
     "                on sm_90a), sm90 (the same), fa2, unfused or decode (the split-KV\n"
     "                decode kernels at any query length)\n"
     "  --unfused-attention the recipes of contexts with KF_FLAG_UNFUSED_ATTENTION\n"
+    "  --split-row-norms the plans and recipes of contexts with KF_FLAG_SPLIT_ROW_NORMS\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
     "\n"
@@ -63,7 +64,7 @@ static int usage(const char *fmt, const char *arg) {
     fputs("kfuse aot: ", stderr);
     fprintf(stderr, fmt, arg);
     fputs("\nusage: kfuse aot [--arch ARCH[,ARCH...]] [--no-cublaslt] [--gemm MODE] "
-          "[--unfused-attention] FILE.kfg... -o DIR\n"
+          "[--unfused-attention] [--split-row-norms] FILE.kfg... -o DIR\n"
           "Run 'kfuse help aot' for details.\n",
           stderr);
     return 2;
@@ -186,6 +187,7 @@ int kf_cmd_aot(int argc, char **argv) {
     }
     int n_files = 0;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
+    bool split_rows = false;
     kf_attention_mode attention = KF_ATTENTION_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -218,6 +220,8 @@ int kf_cmd_aot(int argc, char **argv) {
             i++;
         } else if (strcmp(s, "--unfused-attention") == 0) {
             a.flags |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
+        } else if (strcmp(s, "--split-row-norms") == 0) {
+            split_rows = true;
         } else if (strncmp(s, "--arch=", 7) == 0) {
             snprintf(archbuf, sizeof archbuf, "%s", s + 7);
         } else if (s[0] == '-' && s[1] != '\0') {
@@ -287,6 +291,8 @@ int kf_cmd_aot(int argc, char **argv) {
         kf_plan_options popt;
         kf_plan_options_init(&popt);
         popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
+        if (split_rows || (o.flags & KF_FLAG_SPLIT_ROW_NORMS))
+            popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
         st = kf_plan_create(graphs[f], &popt, &plans[f]);
         if (st != KF_OK) {
             fprintf(stderr, "kfuse aot: %s: planning failed: %s: %s\n", files[f], kf_status_str(st),

@@ -25,7 +25,7 @@
 const char kf_cmd_report_help[] =
     "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
     "                         [--sm-count N] [--no-cublaslt] [--gemm MODE] [--attention MODE]\n"
-    "                         [--unfused-attention]\n"
+    "                         [--unfused-attention] [--split-row-norms]\n"
     "\n"
     "Plans FILE (a .kfg graph; `-` reads standard input) into fused kernels and\n"
     "prints the plan: one row per kernel group (kind, generated kernel name, ops\n"
@@ -59,6 +59,9 @@ const char kf_cmd_report_help[] =
     "  --unfused-attention  the recipes of a context with KF_FLAG_UNFUSED_ATTENTION\n"
     "                  (every attention group unfused, also those the fused\n"
     "                  kernel takes)\n"
+    "  --split-row-norms  the plan and recipes of a context with\n"
+    "                  KF_FLAG_SPLIT_ROW_NORMS (a norm after a GEMM whose row is\n"
+    "                  longer than one tile row in the GEMM's group, split)\n"
     "  -h, --help      show this help\n"
     "\n"
     "environment: KF_DEBUG=1 dumps the plan after each fusion pass to stderr\n"
@@ -69,11 +72,12 @@ const char kf_cmd_report_help[] =
 static int usage(const char *fmt, const char *arg) {
     fputs("kfuse report: ", stderr);
     fprintf(stderr, fmt, arg);
-    fputs("\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
-          "                         [--sm-count N] [--no-cublaslt] [--gemm MODE] [--attention MODE]\n"
-          "                         [--unfused-attention]\n"
-          "Run 'kfuse help report' for details.\n",
-          stderr);
+    fputs(
+        "\nusage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
+        "                         [--sm-count N] [--no-cublaslt] [--gemm MODE] [--attention MODE]\n"
+        "                         [--unfused-attention] [--split-row-norms]\n"
+        "Run 'kfuse help report' for details.\n",
+        stderr);
     return 2;
 }
 
@@ -142,7 +146,7 @@ static const char *default_device(char *gpu_arch, size_t arch_size, int *gpu_sms
 int kf_cmd_report(int argc, char **argv) {
     const char *file = NULL, *device = NULL, *arch = NULL;
     long sm_count = 0;
-    bool json = false, no_lt = false, unfused_attn = false;
+    bool json = false, no_lt = false, unfused_attn = false, split_rows = false;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
     kf_attention_mode attention = KF_ATTENTION_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -184,6 +188,8 @@ int kf_cmd_report(int argc, char **argv) {
                 return usage("--attention takes auto, sm90, fa2, unfused or decode, not '%s'", argv[i]);
         } else if (strcmp(a, "--unfused-attention") == 0) {
             unfused_attn = true;
+        } else if (strcmp(a, "--split-row-norms") == 0) {
+            split_rows = true;
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage("unknown option '%s'", a);
         } else if (file) {
@@ -229,6 +235,8 @@ int kf_cmd_report(int argc, char **argv) {
     kf_plan_options popt;
     kf_plan_options_init(&popt);
     popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
+    if (split_rows)
+        popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
     kf_status st = kf_ctx_create(&o, &ctx);
     if (st == KF_OK) {
         int loaded = kf_cli_load_graph(ctx, file, &g); /* -1: loaded; else why not is printed */

@@ -34,7 +34,7 @@ const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
     "                      [--gemm auto|generated|cublaslt|measured]\n"
     "                      [--attention auto|sm90|fa2|unfused|decode] [--unfused-attention]\n"
-    "                      [--no-cache | --cache-dir DIR]\n"
+    "                      [--split-row-norms] [--no-cache | --cache-dir DIR]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
     "once on random inputs (the same inputs `kfuse eval --seed N` uses) and prints\n"
@@ -66,6 +66,9 @@ const char kf_cmd_run_help[] =
     "  --unfused-attention  a context with KF_FLAG_UNFUSED_ATTENTION: attention\n"
     "               groups run as two cuBLASLt GEMMs around a softmax kernel even\n"
     "               where the fused kernel takes them (bf16/f16, head dim 64/128)\n"
+    "  --split-row-norms  a context with KF_FLAG_SPLIT_ROW_NORMS: a norm after a\n"
+    "               GEMM whose row is longer than one tile row joins the GEMM's\n"
+    "               group (the split row form)\n"
     "  --no-cache   compile everything, read and write no kernel cache\n"
     "  --cache-dir DIR\n"
     "               the kernel cache to use (default $KF_CACHE_DIR, else\n"
@@ -144,6 +147,7 @@ int kf_cmd_run(int argc, char **argv) {
     const char *file = NULL;
     uint64_t seed = 0;
     bool check = false, report = false, unfused_attn = false, no_cache = false;
+    bool split_rows = false;
     const char *cache_dir = NULL;
     kf_target target = KF_TARGET_AUTO;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
@@ -173,6 +177,8 @@ int kf_cmd_run(int argc, char **argv) {
             i++;
         } else if (strcmp(a, "--unfused-attention") == 0) {
             unfused_attn = true;
+        } else if (strcmp(a, "--split-row-norms") == 0) {
+            split_rows = true;
         } else if (strcmp(a, "--no-cache") == 0) {
             no_cache = true;
         } else if (strcmp(a, "--cache-dir") == 0) {
@@ -232,6 +238,8 @@ int kf_cmd_run(int argc, char **argv) {
     o.attention = attention;
     if (unfused_attn)
         o.flags |= KF_FLAG_UNFUSED_ATTENTION;
+    if (split_rows)
+        o.flags |= KF_FLAG_SPLIT_ROW_NORMS;
     if (cache_dir)
         o.cache_dir = cache_dir;
     if (no_cache)

@@ -502,7 +502,11 @@ static void free_value(kf_eval_state *st, uint32_t id) {
  *       sizes, its score root equals the softmax's operand, and it writes
  *       P.V (or an absorbed permute of it) at row-major strides; a row stage
  *       names a row-wise op it computes, with that op's axis, length and eps,
- *       and its input node equals the op's operand.
+ *       and its input node equals the op's operand; a GEMM's row epilogue is
+ *       over its output rows (length N), split (gemm.row_split) exactly when
+ *       N passes the plan's tile-row limit, and a split one is a norm whose
+ *       statistics merge across tiles (mean, rstd, rms_rstd) within
+ *       gemm_row_split_max_n.
  *   E9  a VIEW's values are its base's buffer read through view_offset and
  *       view_strides, in bounds, and a view called contiguous has row-major
  *       strides and no offset.
@@ -1054,6 +1058,34 @@ static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
                               gi, (long long)gm->m, (long long)gm->n, (long long)gm->k,
                               (long long)gm->batch, mm->id, (long long)mm->dims[mm->rank - 2],
                               (long long)mm->dims[mm->rank - 1], (long long)k, (long long)batch);
+        /* A row epilogue normalizes the output's rows: whole tile rows, or
+         * split (reduced apart from the tiles) past the tile row,
+         * which only a norm's mergeable statistics allow. */
+        if (gm->row_epilogue &&
+            (!grp->row.present || grp->row.space != KF_SPACE_OUT || grp->row.length != gm->n))
+            return check_fail(plan,
+                              "E8: GEMM group %u has a row epilogue but no row stage over its "
+                              "output rows of N=%lld",
+                              gi, (long long)gm->n);
+        if (gm->row_split && !gm->row_epilogue)
+            return check_fail(plan, "E8: GEMM group %u is split-row without a row epilogue", gi);
+        if (gm->row_epilogue && gm->row_split != (gm->n > plan->options.gemm_row_epilogue_max_n))
+            return check_fail(plan,
+                              "E8: GEMM group %u's row epilogue over N=%lld is %s, but the tile "
+                              "row limit is %lld",
+                              gi, (long long)gm->n, gm->row_split ? "split" : "whole-row",
+                              (long long)plan->options.gemm_row_epilogue_max_n);
+        if (gm->row_split) {
+            unsigned mergeable = 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD |
+                                 1u << KF_STAT_SUM;
+            if (grp->row.tensor >= n || !kf_op_has(g->nodes[grp->row.tensor]->op, KF_TRAIT_NORM) ||
+                (grp->row.stats & ~mergeable) != 0 || gm->n > plan->options.gemm_row_split_max_n)
+                return check_fail(plan,
+                                  "E8: GEMM group %u is split-row but its row stage is not a norm "
+                                  "with mergeable statistics and N=%lld <= %lld",
+                                  gi, (long long)gm->n,
+                                  (long long)plan->options.gemm_row_split_max_n);
+        }
     }
     if (grp->kind == KF_GROUP_ATTENTION) {
         const kf_attn_info *at = &grp->attn;

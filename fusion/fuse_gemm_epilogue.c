@@ -11,8 +11,15 @@
  *     (else NO_BROADCAST_INTO_ANCHOR);
  *   - keeps the group acyclic [I3] (else WOULD_CREATE_CYCLE);
  *   - or, for a GEMM without a row stage [I5], is a last-axis [I6] norm or
- *     softmax of a member with the anchor's shape and N within the limit
- *     (else ROW_TOO_LONG_FOR_GEMM_EPILOGUE).
+ *     softmax of a member with the anchor's shape and N within the limit;
+ *   - or, past that limit, is such a NORM (LayerNorm / RMSNorm, not softmax)
+ *     with N <= options.gemm_row_split_max_n (0 by default: asked for with
+ *     KF_FLAG_SPLIT_ROW_NORMS) that no GEMM took as its
+ *     prologue: the split row form (gemm.row_split). No CTA owns a whole row
+ *     any more, but a norm's statistics merge (a sum of squares, or a mean
+ *     and M2 that Chan's formula combines), so the row stage can be reduced
+ *     apart from the tiles, after the GEMM's epilogue computed its input
+ *     rows (else ROW_TOO_LONG_FOR_GEMM_EPILOGUE, with the limit that refused).
  * Members with other uses or that are graph outputs are written by the group
  * and fusion goes on past them (multi-output epilogue, [I2]).
  * A GEMM whose dtype is not f32/f16/bf16 runs unfused (DTYPE_UNSUPPORTED) [I1].
@@ -88,12 +95,24 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
                                       "the GEMM already has a row stage");
                     continue;
                 }
+                bool split = false;
                 if (nn > p->opt->gemm_row_epilogue_max_n) {
-                    char d[96];
-                    snprintf(d, sizeof d, "N=%lld > %lld", (long long)nn,
-                             (long long)p->opt->gemm_row_epilogue_max_n);
-                    kf_pl_reject_edge(p, t, c, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE, d);
-                    continue;
+                    /* The split form: a norm whose statistics merge across
+                     * tiles, not already the prologue of the GEMM it feeds. */
+                    split = kf_op_has(c->op, KF_TRAIT_NORM) && nn <= p->opt->gemm_row_split_max_n &&
+                            p->groups[p->gid[c->id]].kind == KF_GROUP_ROWWISE;
+                    if (!split) {
+                        char d[96];
+                        if (kf_op_has(c->op, KF_TRAIT_NORM) && p->opt->gemm_row_split_max_n > 0 &&
+                            nn > p->opt->gemm_row_split_max_n)
+                            snprintf(d, sizeof d, "N=%lld > %lld (split row statistics)",
+                                     (long long)nn, (long long)p->opt->gemm_row_split_max_n);
+                        else
+                            snprintf(d, sizeof d, "N=%lld > %lld", (long long)nn,
+                                     (long long)p->opt->gemm_row_epilogue_max_n);
+                        kf_pl_reject_edge(p, t, c, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE, d);
+                        continue;
+                    }
                 }
                 if (p->groups[p->gid[c->id]].kind != KF_GROUP_ROWWISE) {
                     kf_pl_reject_edge(p, t, c, KF_REASON_ANCHOR_BOUNDARY,
@@ -107,6 +126,7 @@ void kf_pl_grow_epilogue(kf_planner *p, uint32_t gi, int rank, const int64_t *di
                 kf_pl_merge(p, gi, p->gid[c->id]);
                 pg = &p->groups[gi];
                 pg->row_op = c->id;
+                pg->row_split = split;
                 work[top++] = c->id;
                 continue;
             }

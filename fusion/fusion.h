@@ -47,7 +47,8 @@
  *              (row.axis says which), not rows.
  * GEMM         one matmul (or two sharing operand A: SwiGLU) with an epilogue
  *              over the accumulator, optionally a row stage on the output (a
- *              norm whose row fits in one tile row), or a norm prologue on A.
+ *              norm whose row fits in one tile row, or a longer norm in the
+ *              split row form: gemm.row_split), or a norm prologue on A.
  * ATTENTION    matmul(Q, K^T) -> score expression (scale, softcap, ALiBi,
  *              masks) -> softmax(last axis) -> matmul(P, V).
  * VIEW         a reshape or permute of a value that is in memory and laid out
@@ -86,6 +87,9 @@
 /* Planner limits (the defaults of kf_plan_options). */
 #define KF_GEMM_ROW_EPILOGUE_MAX_N 256 /* a norm on a GEMM output fuses when N fits one tile row */
 #define KF_NORM_PROLOGUE_MAX_K 8192    /* a norm -> matmul prologue needs its row stats pre-pass */
+/* A longer norm on a GEMM output fuses split (row_split), when asked for
+ * (KF_FLAG_SPLIT_ROW_NORMS sets kf_plan_options.gemm_row_split_max_n to this). */
+#define KF_GEMM_ROW_SPLIT_MAX_N 65536
 
 /* ------------------------------------------------------------------------ */
 /* Group kinds                                                                */
@@ -245,7 +249,19 @@ typedef struct kf_gemm_info {
     bool transpose_a[2], transpose_b[2];
     int64_t m, n, k, batch; /* batch = product of the output's batch dims */
     bool a_prologue;      /* operand A is computed by the norm prologue (row stage, space ROW) */
-    bool row_epilogue;    /* the row stage normalizes the output rows (N <= tile row) */
+    bool row_epilogue;    /* the row stage normalizes the output rows */
+    bool row_split;       /* row_epilogue with rows longer than one tile row (N >
+                             gemm_row_epilogue_max_n; a LayerNorm / RMSNorm): the split row
+                             form. No output tile holds a whole row, but a norm's statistics
+                             merge across tiles (sums of squares; Chan's mean / M2), so the
+                             row stage may be reduced apart from the tiles: the GEMM's
+                             epilogue computes the norm's input rows (row.input) and a row
+                             pass normalizes them (CUDA's generated side today: the pass
+                             reduces the whole rows itself; per-tile partial statistics
+                             written by the epilogue are the refinement this form allows).
+                             The plan's semantics are those of row_epilogue: a backend may
+                             compute the statistics its own way (the CPU's tiles hold whole
+                             rows) */
 } kf_gemm_info;
 
 typedef enum kf_mask_kind {
@@ -355,6 +371,10 @@ typedef struct kf_plan_options {
     unsigned disabled;                /* bitmask of 1u << KF_PASS_* */
     int64_t gemm_row_epilogue_max_n;  /* default KF_GEMM_ROW_EPILOGUE_MAX_N */
     int64_t norm_prologue_max_k;      /* default KF_NORM_PROLOGUE_MAX_K */
+    int64_t gemm_row_split_max_n;     /* default 0 (never); a norm on a GEMM output with
+                                         gemm_row_epilogue_max_n < N <= this fuses in the split
+                                         row form. kf_compile, `kfuse report` and `kfuse aot` set
+                                         KF_GEMM_ROW_SPLIT_MAX_N under KF_FLAG_SPLIT_ROW_NORMS */
     bool debug;                       /* dump after each pass to stderr (also KF_DEBUG=1) */
 } kf_plan_options;
 

@@ -998,6 +998,7 @@ static void lower_group(lowerer *L) {
             gm->anchor[1] = pg->anchor2;
             gm->a_prologue = pg->prologue != KF_NONE;
             gm->row_epilogue = pg->row_op != KF_NONE;
+            gm->row_split = gm->row_epilogue && pg->row_split;
             for (int i = 0; i < gm->n_anchors; i++) {
                 kf_tensor *mm = gr->nodes[gm->anchor[i]];
                 set_computed(L, mm->id);

@@ -21,6 +21,7 @@ typedef struct kf_pgroup {
     uint32_t anchor;   /* KF_NONE for ELEMENTWISE */
     uint32_t anchor2;  /* SwiGLU's second matmul */
     uint32_t row_op;   /* GEMM: the norm fused on the output (row epilogue), else KF_NONE */
+    bool row_split;    /* GEMM: row_op's row is longer than one tile row (gemm.row_split) */
     uint32_t prologue; /* GEMM: the norm fused as operand A's prologue, else KF_NONE */
     uint32_t softmax;  /* ATTENTION */
     uint32_t qk;       /* ATTENTION */

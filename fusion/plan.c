@@ -38,7 +38,8 @@
  *      its space. A value larger than the anchor is never fused into it.
  *  I5  One anchor per kernel: a GEMM (or SwiGLU's pair sharing A), an attention
  *      chain, or one row stage (a row-wise op, a norm epilogue on a GEMM whose
- *      N fits one tile row, or a norm prologue on operand A). Two anchors in a
+ *      N fits one tile row -- or, split, whose statistics merge across tiles --
+ *      or a norm prologue on operand A). Two anchors in a
  *      chain meet at a materialized tensor.
  *  I6  Row-wise ops fuse only when their axis is the last (innermost) one;
  *      reductions over another axis are COLREDUCE groups.
@@ -306,6 +307,7 @@ void kf_pl_reject_edge(kf_planner *p, const kf_tensor *producer, const kf_tensor
 void kf_plan_options_init(kf_plan_options *o) {
     memset(o, 0, sizeof *o);
     o->gemm_row_epilogue_max_n = KF_GEMM_ROW_EPILOGUE_MAX_N;
+    o->gemm_row_split_max_n = 0; /* the split row form is asked for (KF_FLAG_SPLIT_ROW_NORMS) */
     o->norm_prologue_max_k = KF_NORM_PROLOGUE_MAX_K;
 }
 

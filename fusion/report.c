@@ -136,7 +136,10 @@ static void report_text(const kf_plan *plan, FILE *out) {
                     (long long)g->gemm.n, (long long)g->gemm.k, (long long)g->gemm.batch,
                     g->gemm.n_anchors == 2 ? ", two GEMMs sharing A (gated)" : "",
                     g->gemm.a_prologue ? ", norm prologue on A (row stats pre-pass)" : "",
-                    g->gemm.row_epilogue ? ", norm epilogue on whole output rows" : "");
+                    g->gemm.row_split      ? ", norm epilogue split from the output tiles (the "
+                                             "norm's input rows, then a row pass)"
+                    : g->gemm.row_epilogue ? ", norm epilogue on whole output rows"
+                                           : "");
             if (g->gemm.a_prologue) {
                 fputs("  A = ", out);
                 kf_expr_print(plan, g, g->gemm.a_root, out);
@@ -258,10 +261,12 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
         if (g->kind == KF_GROUP_GEMM) {
             fprintf(out,
                     ",\n     \"gemm\": {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"batch\": %lld, "
-                    "\"gemms\": %d, \"norm_prologue\": %s, \"norm_epilogue\": %s}",
+                    "\"gemms\": %d, \"norm_prologue\": %s, \"norm_epilogue\": %s, "
+                    "\"norm_epilogue_split\": %s}",
                     (long long)g->gemm.m, (long long)g->gemm.n, (long long)g->gemm.k,
                     (long long)g->gemm.batch, g->gemm.n_anchors,
-                    g->gemm.a_prologue ? "true" : "false", g->gemm.row_epilogue ? "true" : "false");
+                    g->gemm.a_prologue ? "true" : "false", g->gemm.row_epilogue ? "true" : "false",
+                    g->gemm.row_split ? "true" : "false");
         }
         if (g->kind == KF_GROUP_ATTENTION) {
             fputs(",\n     \"attention\": {\"mask\": ", out);

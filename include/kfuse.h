@@ -146,7 +146,14 @@ enum {
                                              those the fused kernel takes (bf16/f16, head dim
                                              64 or 128), which by default run as one fused
                                              kernel (kf_attention_mode) */
-    KF_FLAG_ALL_ = (1u << 11) - 1
+    KF_FLAG_SPLIT_ROW_NORMS = 1u << 11,   /* plan a LayerNorm/RMSNorm on a GEMM output whose row is
+                                             longer than one tile row (N > 256) into the GEMM's
+                                             group, in the split row form (on CUDA: a measured
+                                             choice of the generated GEMM + a row pass and cuBLASLt
+                                             + the row-epilogue kernel); off, it is a row-wise
+                                             kernel of its own. Off by default until its GPU
+                                             numerics have all run (kfuse --split-row-norms) */
+    KF_FLAG_ALL_ = (1u << 12) - 1
 };
 
 /* How GEMM groups run on a CUDA device. */

@@ -11,13 +11,15 @@
 
 #include <cmocka.h>
 
-void plan_text(const char *text, planned *p) {
+void plan_text(const char *text, planned *p) { plan_text_with(text, NULL, p); }
+
+void plan_text_with(const char *text, const kf_plan_options *o, planned *p) {
     memset(p, 0, sizeof *p);
     assert_int_equal(kf_ctx_create(NULL, &p->ctx), KF_OK);
     kf_status st = kf_graph_parse(p->ctx, text, strlen(text), &p->g);
     if (st != KF_OK)
         fail_msg("parse: %s", p->g ? kf_graph_error(p->g) : kf_status_str(st));
-    st = kf_plan_create(p->g, NULL, &p->plan);
+    st = kf_plan_create(p->g, o, &p->plan);
     if (st != KF_OK)
         fail_msg("plan: %s", kf_graph_error(p->g));
 }

@@ -17,6 +17,8 @@ typedef struct planned {
 
 /* Parses `text` in a fresh default context and plans it (default options). */
 void plan_text(const char *text, planned *p);
+/* The same with planner options `o` (NULL: the defaults). */
+void plan_text_with(const char *text, const kf_plan_options *o, planned *p);
 void plan_release(planned *p);
 
 #endif /* KF_TESTS_PLANNED_H */

@@ -911,6 +911,12 @@ static void test_f32_and_bf16_norms_of_rows_whose_squares_overflow_f32(void **st
 static void test_gemm_layouts_and_fused_epilogues(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
+    kf_options so;
+    kf_options_init(&so);
+    so.target = KF_TARGET_CPU;
+    so.flags = KF_FLAG_NO_CACHE | KF_FLAG_SPLIT_ROW_NORMS;
+    kf_ctx *split = NULL;
+    assert_int_equal(kf_ctx_create(&so, &split), KF_OK);
     kf_test_rng r = kf_test_rng_make(7);
     int bad = 0;
     static const kf_dtype fl[] = {KF_DTYPE_F32, KF_DTYPE_F16, KF_DTYPE_BF16, KF_DTYPE_F64};
@@ -944,13 +950,34 @@ static void test_gemm_layouts_and_fused_epilogues(void **state) {
                  "u = matmul(h, wu)\nsg = silu(g)\ny = mul(sg, u)\noutput y\n",
                  dn, dn, dn, dn);
         bad += !check_text(ctx, text, &r);
-        /* a row longer than a tile: the norm becomes its own row-wise kernel */
+        /* a row longer than a tile: its own row-wise kernel, or with
+         * KF_FLAG_SPLIT_ROW_NORMS the split row form (gemm.row_split), its
+         * tiles holding whole rows on the CPU; the product is written too */
         snprintf(text, sizeof text,
                  "kfg 1\na = input(%s[6, 20])\nb = input(%s[20, 700])\nw = input(%s[700])\n"
                  "c = matmul(a, b)\nn = rms_norm(c, w, eps=1e-5)\noutput n\noutput c\n",
                  dn, dn, dn);
         bad += !check_text(ctx, text, &r);
+        bad += !check_text(split, text, &r);
+        /* split: GEMM + bias + residual + LayerNorm, ragged M, N, K, the
+         * pre-norm sum also written (a residual stream) */
+        snprintf(text, sizeof text,
+                 "kfg 1\na = input(%s[37, 29])\nb = input(%s[29, 1001])\nbias = input(%s[1001])\n"
+                 "res = input(%s[37, 1001])\nw = input(%s[1001])\nlb = input(%s[1001])\n"
+                 "c = matmul(a, b)\nd = add(c, bias)\nh = add(d, res)\n"
+                 "n = layer_norm(h, w, lb, eps=1e-5)\ny = mul(n, w)\noutput y\noutput h\n",
+                 dn, dn, dn, dn, dn, dn);
+        bad += !check_text(split, text, &r);
+        if (di == 0) { /* the flag plans the split form: one kernel group */
+            kf_graph *g = parse(split, text);
+            kf_program *p = NULL;
+            assert_int_equal(kf_compile(split, g, &p), KF_OK);
+            assert_int_equal(kf_program_kernel_count(p), 1);
+            kf_program_destroy(p);
+            kf_graph_destroy(g);
+        }
     }
+    kf_ctx_destroy(split);
     kf_ctx_destroy(ctx);
     assert_int_equal(bad, 0);
 }

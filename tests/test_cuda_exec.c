@@ -1481,6 +1481,79 @@ static void test_measured_gemm_names_both_sides(void **state) {
     run_text("kfg 1\nx = input(%s[256, 128])\nw = input(%s[128, 256])\ny = matmul(x, w)\n"
              "output y\n",
              KF_DTYPE_F16, 1901, &d, "default mode");
+    /* a norm prologue, measured: the statistics pre-pass + the generated GEMM
+     * against the prologue kernel + cuBLASLt, whichever wins computing the
+     * reference's values; ragged M, N, K, bf16 and f16; default and measured */
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    kf_ctx *mc = ctx_gemm(KF_GEMM_MEASURED);
+    for (size_t i = 0; i < N_OF(dts); i++) {
+        run_opts m = {.lo = -1, .hi = 1, .report_has_sm90 = "generated |cublaslt ", .ctx = mc};
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[i], 1902 + i, &m, "measured norm prologue: rms_norm, ragged");
+        run_opts dd = {.lo = 0.5, .hi = 3, .report_has_sm90 = "generated |cublaslt "};
+        run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+                 dts[i], 1904 + i, &dd, "default norm prologue: layer_norm, batch folded, bias");
+        /* one norm, the prologue of two GEMMs (Q and K projections) */
+        run_text("kfg 1\nx = input(%s[520, 136])\ng = input(%s[136])\nwq = input(%s[136, 264])\n"
+                 "wk = input(%s[136, 200])\nn = rms_norm(x, g)\nq = matmul(n, wq)\n"
+                 "k = matmul(n, wk)\noutput q\noutput k\n",
+                 dts[i], 1906 + i, &dd, "default norm prologue shared by two GEMMs");
+    }
+    kf_ctx_destroy(mc);
+}
+
+/* The split row form (gemm.row_split): a norm on a GEMM output whose rows
+ * are longer than one tile row, fused into the GEMM's group; ragged M, N, K;
+ * the pre-norm residual stream written too (the generated GEMM writes it
+ * once, into the output) or not (into a scratch the row pass reads). In the
+ * default mode (bf16/f16 on sm_90a: measured, generated GEMM + row pass
+ * against cuBLASLt + the row-epilogue kernel) and forced to the generated
+ * side (f32: cuBLASLt, and the recipe says why). */
+static void test_split_row_norms_after_a_gemm_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *gen = cuda_ctx(KF_FLAG_SPLIT_ROW_NORMS, KF_GEMM_GENERATED);
+    kf_ctx *def = cuda_ctx(KF_FLAG_SPLIT_ROW_NORMS, KF_GEMM_AUTO);
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16, KF_DTYPE_F32};
+    for (size_t i = 0; i < N_OF(dts); i++) {
+        for (int forced = 0; forced < 2; forced++) {
+            bool f32 = dts[i] == KF_DTYPE_F32;
+            run_opts o = {.lo = -1,
+                          .hi = 1,
+                          .report_has = "split row form",
+                          .report_has_sm90 = f32      ? NULL
+                                             : forced ? "the epilogue writes the norm's input rows"
+                                                      : "generated |cublaslt ",
+                          .ctx = forced ? gen : def};
+            run_text("kfg 1\nx = input(%s[1000, 264])\nw = input(%s[264, 1096])\n"
+                     "b = input(%s[1096])\nr = input(%s[1000, 1096])\ng = input(%s[1096])\n"
+                     "c = input(%s[1096])\nh = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+                     "y = layer_norm(s, g, c, eps=1e-5)\noutput y\noutput s\n",
+                     dts[i], 1950 + i * 4 + (uint64_t)forced * 2, &o,
+                     "split row: bias + residual + layer_norm, ragged");
+            run_text("kfg 1\nx = input(%s[3, 70, 136])\nw = input(%s[136, 4104])\n"
+                     "r = input(%s[3, 70, 4104])\ng = input(%s[4104])\nh = matmul(x, w)\n"
+                     "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\nz = mul(y, g)\noutput z\n",
+                     dts[i], 1951 + i * 4 + (uint64_t)forced * 2, &o,
+                     "split row: residual + rms_norm, N = 4104, batch folded");
+            /* N = 4100: a row of 8200 bytes, which TMA cannot stride: cuBLASLt
+             * on either mode, and the recipe says why */
+            run_opts t = {.lo = -1,
+                          .hi = 1,
+                          .report_has = "split row form",
+                          .report_has_sm90 = f32 ? NULL : "16 bytes",
+                          .ctx = forced ? gen : def};
+            run_text("kfg 1\nx = input(%s[200, 136])\nw = input(%s[136, 4100])\n"
+                     "r = input(%s[200, 4100])\ng = input(%s[4100])\nh = matmul(x, w)\n"
+                     "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\noutput y\n",
+                     dts[i], 1962 + i * 4 + (uint64_t)forced, &t, "split row: N = 4100, cuBLASLt");
+        }
+    }
+    kf_ctx_destroy(def);
+    kf_ctx_destroy(gen);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2025,6 +2098,7 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
+        cmocka_unit_test(test_split_row_norms_after_a_gemm_match_the_reference),
     };
     kf_test_filter();
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);

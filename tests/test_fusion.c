@@ -222,9 +222,10 @@ static void test_norm_on_long_gemm_row_is_a_rowwise_kernel_reading_the_output_on
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 512, false, &h, &y);
-    const kf_plan *p = plan(f);
+    const kf_plan *p = plan(f); /* the split row form is off by default */
     assert_int_equal(kf_plan_kernel_count(p), 2);
     assert_int_equal(group_of(p, h)->kind, KF_GROUP_GEMM);
+    assert_false(group_of(p, h)->gemm.row_split);
     const kf_group *row = group_of(p, y);
     assert_int_equal(row->kind, KF_GROUP_ROWWISE);
     assert_true(reads(row, h));
@@ -233,16 +234,107 @@ static void test_norm_on_long_gemm_row_is_a_rowwise_kernel_reading_the_output_on
     assert_string_equal(kf_plan_find_edge(p, h, y)->detail, "N=512 > 256");
 }
 
+/* Options with the split row form on, as KF_FLAG_SPLIT_ROW_NORMS sets them. */
+static kf_plan_options split_on(void) {
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    return o;
+}
+
+static void test_norm_on_long_gemm_row_fuses_in_the_split_row_form(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 512, false, &h, &y);
+    kf_plan_options o = split_on();
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    const kf_group *g = group_of(p, y);
+    assert_int_equal(g->kind, KF_GROUP_GEMM);
+    assert_ptr_equal(group_of(p, h), g);
+    assert_true(g->gemm.row_epilogue);
+    assert_true(g->gemm.row_split);
+    assert_true(g->row.present);
+    assert_int_equal(g->row.space, KF_SPACE_OUT);
+    assert_int_equal(g->row.length, 512);
+    assert_true(g->row.stats & (1u << KF_STAT_RSTD));
+    assert_null(kf_plan_find_edge(p, h, y));
+    assert_int_equal(kf_plan_check(p, 11, NULL), KF_OK);
+}
+
+static void
+test_norm_past_the_split_limit_is_a_rowwise_kernel_reading_the_output_once(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 512, false, &h, &y);
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.gemm_row_split_max_n = 256;
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_int_equal(group_of(p, h)->kind, KF_GROUP_GEMM);
+    assert_false(group_of(p, h)->gemm.row_split);
+    const kf_group *row = group_of(p, y);
+    assert_int_equal(row->kind, KF_GROUP_ROWWISE);
+    assert_true(reads(row, h));
+    assert_int_equal(row->n_reads, 3); /* h, gw, gb: the GEMM output once */
+    assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
+    assert_string_equal(kf_plan_find_edge(p, h, y)->detail, "N=512 > 256 (split row statistics)");
+}
+
+static void test_softmax_on_long_gemm_row_is_never_split(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 32), *w = in2(f->g, "w", 32, 512);
+    kf_tensor *h = kf_matmul(f->g, x, w, 0, 0);
+    kf_tensor *y = kf_softmax(f->g, h, -1);
+    kf_output(f->g, "y", y);
+    kf_plan_options o = split_on();
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_false(group_of(p, h)->gemm.row_epilogue);
+    assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
+    assert_string_equal(kf_plan_find_edge(p, h, y)->detail, "N=512 > 256");
+}
+
+static void test_long_norm_feeding_only_gemms_stays_their_prologue_not_split(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 8, 32), *w1 = in2(f->g, "w1", 32, 512);
+    kf_tensor *gw = in1(f->g, "gw", 512), *w2 = in2(f->g, "w2", 512, 16);
+    kf_tensor *h = kf_matmul(f->g, x, w1, 0, 0);
+    kf_tensor *n = kf_rms_norm(f->g, h, gw, -1, 1e-6);
+    kf_tensor *y = kf_matmul(f->g, n, w2, 0, 0);
+    kf_output(f->g, "y", y);
+    kf_plan_options o = split_on();
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    assert_false(group_of(p, h)->gemm.row_epilogue);
+    assert_true(group_of(p, y)->gemm.a_prologue);
+    assert_edge_reason(p, h, n, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
+}
+
 static void test_row_epilogue_limit_is_an_option(void **state) {
     fixture *f = *state;
     kf_tensor *h, *y;
     build_residual_norm(f, 64, true, &h, &y);
-    kf_plan_options o;
-    kf_plan_options_init(&o);
+    kf_plan_options o = split_on();
     o.gemm_row_epilogue_max_n = 32;
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 1); /* past the tile row: split */
+    assert_true(group_of(p, y)->gemm.row_split);
+    assert_int_equal(kf_plan_check(p, 12, NULL), KF_OK);
+}
+
+static void test_split_row_limit_is_an_option(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 64, true, &h, &y);
+    kf_plan_options o = split_on();
+    o.gemm_row_epilogue_max_n = 32;
+    o.gemm_row_split_max_n = 48;
     const kf_plan *p = plan_with(f, &o);
     assert_int_equal(kf_plan_kernel_count(p), 2);
     assert_edge_reason(p, h, y, KF_REASON_ROW_TOO_LONG_FOR_GEMM_EPILOGUE);
+    assert_string_equal(kf_plan_find_edge(p, h, y)->detail, "N=64 > 48 (split row statistics)");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -996,6 +1088,21 @@ static void test_report_lists_groups_types_costs_and_reasons(void **state) {
     assert_int_equal(kf_plan_report(p, (kf_report_format)7, stdout), KF_ERR_INVALID_ARGUMENT);
 }
 
+static void test_report_names_the_split_row_form(void **state) {
+    fixture *f = *state;
+    kf_tensor *h, *y;
+    build_residual_norm(f, 512, true, &h, &y);
+    kf_plan_options o = split_on();
+    kf_plan *p = plan_with(f, &o);
+    char *text = report_string(p, KF_REPORT_TEXT);
+    assert_non_null(strstr(text, "1 kernel"));
+    assert_non_null(strstr(text, "norm epilogue split from the output tiles"));
+    free(text);
+    char *json = report_string(p, KF_REPORT_JSON);
+    assert_non_null(strstr(json, "\"norm_epilogue\": true, \"norm_epilogue_split\": true"));
+    free(json);
+}
+
 /* Builds a transformer-block-like graph (norm prologue, attention, residual,
  * MLP) in `g`. */
 static void build_block(kf_graph *g) {
@@ -1340,8 +1447,13 @@ int main(void) {
         T(test_gemm_absorbs_bias_residual_and_scale),
         T(test_gemm_fuses_layer_norm_when_row_fits_one_tile),
         T(test_gemm_fuses_rms_norm_when_row_fits_one_tile),
+        T(test_norm_on_long_gemm_row_fuses_in_the_split_row_form),
         T(test_norm_on_long_gemm_row_is_a_rowwise_kernel_reading_the_output_once),
+        T(test_norm_past_the_split_limit_is_a_rowwise_kernel_reading_the_output_once),
+        T(test_softmax_on_long_gemm_row_is_never_split),
+        T(test_long_norm_feeding_only_gemms_stays_their_prologue_not_split),
         T(test_row_epilogue_limit_is_an_option),
+        T(test_split_row_limit_is_an_option),
         T(test_norm_feeding_only_a_gemm_becomes_its_prologue),
         T(test_norm_feeding_three_projections_is_recomputed_in_each),
         T(test_norm_with_row_longer_than_prologue_limit_is_its_own_kernel),
@@ -1376,6 +1488,7 @@ int main(void) {
         T(test_switching_off_the_gemm_epilogue_pass_keeps_the_epilogue_apart),
         T(test_every_reason_and_kind_has_a_name),
         T(test_report_lists_groups_types_costs_and_reasons),
+        T(test_report_names_the_split_row_form),
         T(test_planning_survives_every_allocation_failure_without_leaks),
         T(test_plan_create_rejects_bad_arguments_and_unverified_graphs),
         T(test_llama_block_plans_no_copy_kernels),

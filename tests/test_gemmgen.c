@@ -188,6 +188,72 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
     }
 }
 
+/* The split row form (gemm.row_split) on the generated side: the GEMM
+ * kernel (HGMMA, UTMALDG, no local memory) writing the norm's input rows --
+ * to a SCRATCH when the plan does not materialize them -- then the row pass
+ * reading them as its accumulator, compiled; the recipe line says so. */
+static void split_case(const char *text, bool x_written, const char *want_tile) {
+    planned p;
+    kf_plan_options o; /* as KF_FLAG_SPLIT_ROW_NORMS plans */
+    kf_plan_options_init(&o);
+    o.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    plan_text_with(text, &o, &p);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    const kf_group *g = &p.plan->groups[rc->group];
+    assert_true(g->gemm.row_split);
+    if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
+        fail_msg("expected the generated side, got '%s': %s", rc->variants[0].label,
+                 rc->variants[0].how);
+    assert_int_equal(rc->n_steps, 2);
+    const kf_cuda_kstep *gk = rc->steps[0].kernel, *rk = rc->steps[1].kernel;
+    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+    assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_KERNEL);
+    assert_int_equal(gk->role, KF_CUDA_ROLE_GEMM);
+    assert_int_equal(rk->role, KF_CUDA_ROLE_EPILOGUE);
+    const char *how = rc->variants[0].how;
+    if (!strstr(how, "split row form") || !strstr(how, want_tile))
+        fail_msg("expected the split row form on %s tiles: %s", want_tile, how);
+    /* the GEMM's last param is X's buffer; the row pass's first is the same one */
+    const kf_cuda_arg *gx = &gk->args[gk->n_args - 1], *rx = &rk->args[0];
+    assert_true(gx->written);
+    assert_false(rx->written);
+    assert_int_equal(gx->buf.kind, x_written ? KF_CUDA_BUF_TENSOR : KF_CUDA_BUF_SCRATCH);
+    assert_int_equal(gx->buf.kind, rx->buf.kind);
+    assert_int_equal(gx->buf.id, rx->buf.id);
+    assert_int_equal(gk->kernel.params[gk->kernel.n_params - 1].kind,
+                     x_written ? KF_CUDA_PARAM_OUT : KF_CUDA_PARAM_SCRATCH);
+    assert_int_equal(rk->kernel.params[0].kind, KF_CUDA_PARAM_ACC);
+    /* no statistic in the GEMM's epilogue; the row pass computes them */
+    assert_non_null(strstr(gk->kernel.source, "#define KF_A_NORM 0"));
+    kf_sass_check_hopper(&MEM, &gk->kernel);
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_kernel_compile(&MEM, &rk->kernel, &res, err) != KF_OK)
+        fail_msg("%s: %s\n%s", rk->kernel.name, err, res.log ? res.log : "");
+    kf_nvrtc_result_release(&MEM, &res);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_split_row_norms_compile_to_a_gemm_and_a_row_pass(void **state) {
+    (void)state;
+    /* two cases (each a GEMM kernel and a row kernel through NVRTC): the
+     * bench's shape, bf16 bias + residual + LayerNorm 8192 x 4096 x 4096, its
+     * pre-norm rows in a scratch; and f16 ragged RMSNorm whose pre-norm rows
+     * are written (a residual stream) */
+    split_case("kfg 1\nx = input(bf16[8192, 4096])\nw = input(bf16[4096, 4096])\n"
+               "b = input(bf16[4096])\nr = input(bf16[8192, 4096])\ng = input(bf16[4096])\n"
+               "c = input(bf16[4096])\nh = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+               "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+               false, "128x256");
+    split_case("kfg 1\nx = input(f16[1000, 264])\nw = input(f16[264, 1096])\n"
+               "r = input(f16[1000, 1096])\ng = input(f16[1096])\nh = matmul(x, w)\n"
+               "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\noutput y\noutput s\n",
+               true, "128x128");
+}
+
 /* The generated GEMM's other schedules, reachable by the internal recipe
  * flags (the bench times them): the staged epilogue and forced ping-pong
  * tiles compile to HGMMA + UTMALDG with no local memory, the default is the
@@ -263,9 +329,8 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_GEMM);
     assert_non_null(strstr(rc->variants[1].how, "cuBLASLt"));
     kf_cuda_recipes_destroy(rec);
-    /* the SwiGLU pair is measured too (variant 0 the dual kernel, variant 1
-     * cuBLASLt); a norm prologue in the kernel only forced (below it is the
-     * prologue kernel's scratch on both sides) */
+    /* the SwiGLU pair and a norm prologue are measured too (variant 0 the
+     * generated kernel(s), variant 1 cuBLASLt and the kernels around it) */
     {
         static const char *const both[] = {
             "kfg 1\nx = input(bf16[512, 256])\nwg = input(bf16[256, 512])\n"
@@ -279,27 +344,23 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
             kf_cuda_recipes *r = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
                                                  KF_CUDA_RECIPE_GEMM_MEASURED);
             const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
+            assert_int_equal(c->choice, KF_CUDA_CHOICE_MEASURED);
+            assert_int_equal(c->n_variants, 2);
+            assert_string_equal(c->variants[0].label, "generated");
+            assert_string_equal(c->variants[1].label, "cublaslt");
             if (i == 0) {
-                assert_int_equal(c->choice, KF_CUDA_CHOICE_MEASURED);
-                assert_int_equal(c->n_variants, 2);
-                assert_string_equal(c->variants[0].label, "generated");
-                assert_string_equal(c->variants[1].label, "cublaslt");
                 assert_non_null(strstr(c->variants[0].how, "dual"));
             } else {
-                /* measured, the prologue kernel writing A to scratch on
-                 * both sides: in front of the generated GEMM (variant 0),
-                 * in front of cuBLASLt (variant 1) */
-                assert_int_equal(c->choice, KF_CUDA_CHOICE_MEASURED);
-                assert_int_equal(c->n_variants, 2);
-                assert_string_equal(c->variants[0].label, "generated");
-                assert_non_null(strstr(c->variants[0].how, "A from the prologue kernel's scratch"));
+                /* generated: the statistics pre-pass, then the GEMM; cuBLASLt:
+                 * the prologue kernel writing A, then the library GEMM */
                 assert_int_equal(c->variants[0].n_steps, 2);
-                assert_int_equal(c->steps[0].kernel->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
-                assert_int_equal(c->steps[1].kernel->role, KF_CUDA_ROLE_GEMM);
-                assert_int_equal(c->steps[1].kernel->args[0].buf.kind, KF_CUDA_BUF_SCRATCH);
-                assert_string_equal(c->variants[1].label, "cublaslt");
-                assert_int_equal(c->steps[c->variants[1].first_step].kernel->role,
-                                 KF_CUDA_ROLE_GEMM_PROLOGUE);
+                assert_int_equal(c->steps[c->variants[0].first_step].kind, KF_CUDA_STEP_KERNEL);
+                assert_int_equal(c->steps[c->variants[0].first_step + 1].kind, KF_CUDA_STEP_KERNEL);
+                assert_non_null(strstr(c->variants[0].how, "norm prologue on A's tiles"));
+                assert_int_equal(c->variants[1].n_steps, 2);
+                assert_int_equal(c->steps[c->variants[1].first_step].kind, KF_CUDA_STEP_KERNEL);
+                assert_int_equal(c->steps[c->variants[1].first_step + 1].kind, KF_CUDA_STEP_GEMM);
+                assert_non_null(strstr(c->variants[1].how, "prologue kernel"));
             }
             kf_cuda_recipes_destroy(r);
             plan_release(&q);
@@ -385,6 +446,7 @@ int main(void) {
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_staged_and_pingpong_schedules_compile),
+        cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
     };
     return kf_test_run(tests);
 }

@@ -191,7 +191,7 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
             continue;
         }
         /* One graph in four plans under random options: passes switched off,
-         * row and prologue limits inside the generator's dims. */
+         * row, split-row and prologue limits inside the generator's dims. */
         kf_plan_options opt;
         kf_plan_options_init(&opt);
         uint64_t os = gseed ^ UINT64_C(0x0B7105);
@@ -200,6 +200,9 @@ static void test_random_graphs_plan_matches_unfused(void **state) {
                            (unsigned)(kf_gen_next(&os) % (1u << KF_PASS_COUNT));
             opt.gemm_row_epilogue_max_n = 1 + (int64_t)(kf_gen_next(&os) % 24);
             opt.norm_prologue_max_k = 1 + (int64_t)(kf_gen_next(&os) % 24);
+            /* the split row form, on for half of them, up to a limit inside the dims */
+            if (kf_gen_next(&os) % 2)
+                opt.gemm_row_split_max_n = 1 + (int64_t)(kf_gen_next(&os) % 48);
         }
         kf_plan *plan = NULL;
         st = kf_plan_create(g, &opt, &plan);

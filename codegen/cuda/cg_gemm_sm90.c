@@ -453,8 +453,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     }
     cg_load_params(&c);
     for (uint32_t o = 0; o < n_outs; o++)
-        outs[o].param = cg_param_add(&c, KF_CUDA_PARAM_OUT, outs[o].tensor, outs[o].dtype,
-                                     cg_tensor_bytes(&c, outs[o].tensor));
+        outs[o].param =
+            cg_param_add(&c,
+                         sh->x_scratch && outs[o].tensor == sh->x_tensor ? KF_CUDA_PARAM_SCRATCH
+                                                                         : KF_CUDA_PARAM_OUT,
+                         outs[o].tensor, outs[o].dtype, cg_tensor_bytes(&c, outs[o].tensor));
     out_spec os[MAX_OUTS];
     uint32_t n_os = 0;
     for (uint32_t o = 0; o < n_outs; o++) {

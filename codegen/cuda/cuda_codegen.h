@@ -340,6 +340,11 @@ typedef struct kf_cuda_gemm_shape {
                                   (a warpgroup barrier per chunk); else from the registers,
                                   8 adjacent columns a thread after a shuffle within each quad
                                   of lanes (the default) */
+    bool x_scratch;            /* the write of tensor x_tensor goes to a SCRATCH param keyed by
+                                  it (a value the plan does not materialize: the split row
+                                  form's pre-norm rows, which the row pass after the GEMM
+                                  reads), not to its OUT buffer */
+    uint32_t x_tensor;
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for

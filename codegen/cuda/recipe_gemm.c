@@ -463,6 +463,143 @@ static kf_status a_operand(rb *b, int i, mref *out) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The split row form on the generated side                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A GEMM group in the split row form (fusion.h, gemm.row_split) runs on the
+ * generated side as two kernels, each generated from a rewritten copy of the
+ * plan that lives only for the generators' calls:
+ *   gemm copy  the group without its row stage, writing every write that no
+ *              row statistic reaches and the norm's input X (row.input's
+ *              tensor; into a SCRATCH keyed by it where the plan does not
+ *              materialize X): the generated GEMM kernel, epilogue in registers;
+ *   row copy   X turned into the accumulator (an ACC node of "anchor" X's
+ *              tensor, so the row kernel reads it through an ACC param keyed
+ *              by X) and only the writes the statistics reach: the row-epilogue
+ *              kernel cuBLASLt's side runs too, here reading X once.
+ * X is rounded to its dtype where the reference rounds it, so the row pass
+ * sees exactly the reference's values. */
+typedef struct split_copies {
+    kf_plan gplan, rplan;
+    kf_group *groups[2];
+    kf_expr *rexpr;
+    uint32_t *arr[4]; /* gemm writes, roots; row writes, roots */
+    uint32_t n_groups, n_expr, cap;
+    uint32_t x, x_tensor; /* X's node and tensor */
+    bool x_written;       /* the plan materializes X */
+} split_copies;
+
+static void split_free(const kf_mem *mem, split_copies *sc) {
+    for (int i = 0; i < 2; i++)
+        kf_mem_free(mem, sc->groups[i], sc->n_groups * sizeof *sc->groups[i]);
+    kf_mem_free(mem, sc->rexpr, sc->n_expr * sizeof *sc->rexpr);
+    for (int i = 0; i < 4; i++)
+        kf_mem_free(mem, sc->arr[i], sc->cap * sizeof *sc->arr[i]);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* Builds both copies; NULL, or why the form cannot take the group (then
+ * nothing is allocated). KF_ERR_OUT_OF_MEMORY goes to *st. */
+static const char *split_make(rb *b, split_copies *sc, kf_status *st) {
+    const kf_plan *plan = b->plan;
+    const kf_group *grp = &plan->groups[b->gi];
+    memset(sc, 0, sizeof *sc);
+    *st = KF_OK;
+    uint32_t x = grp->row.input;
+    if (!grp->row.present || x >= grp->n_expr || grp->expr[x].space != KF_SPACE_OUT ||
+        grp->expr[x].tensor == KF_NONE)
+        return "the norm's input is not a tensor of the output space";
+    const kf_tensor *mm = plan->graph->nodes[grp->gemm.anchor[0]];
+    uint32_t xt = grp->expr[x].tensor;
+    if (plan->graph->nodes[xt]->dtype != mm->dtype)
+        return "the norm's input has another dtype than the product";
+    /* dep[k]: node k is reached by a row statistic */
+    bool *dep = kf_mem_calloc(b->mem, grp->n_expr + 1, sizeof *dep);
+    sc->n_groups = plan->n_groups;
+    sc->n_expr = grp->n_expr;
+    sc->cap = grp->n_writes + 1;
+    for (int i = 0; i < 2; i++)
+        sc->groups[i] = kf_mem_alloc(b->mem, sc->n_groups * sizeof *sc->groups[i]);
+    sc->rexpr = kf_mem_alloc(b->mem, sc->n_expr * sizeof *sc->rexpr);
+    for (int i = 0; i < 4; i++)
+        sc->arr[i] = kf_mem_alloc(b->mem, sc->cap * sizeof *sc->arr[i]);
+    bool ok = dep && sc->groups[0] && sc->groups[1] && sc->rexpr;
+    for (int i = 0; i < 4; i++)
+        ok = ok && sc->arr[i];
+    if (!ok) {
+        kf_mem_free(b->mem, dep, (grp->n_expr + 1) * sizeof *dep);
+        split_free(b->mem, sc);
+        *st = kf_msg_set(b->err, KF_ERR_OUT_OF_MEMORY, "out of memory");
+        return "out of memory";
+    }
+    for (uint32_t k = 0; k < grp->n_expr; k++) {
+        const kf_expr *e = &grp->expr[k];
+        dep[k] = e->kind == KF_EXPR_STAT;
+        for (int j = 0; j < 3 && !dep[k]; j++)
+            dep[k] = e->src[j] != KF_NONE && e->src[j] < k && dep[e->src[j]];
+    }
+    uint32_t ng = 0, nr = 0;
+    sc->x = x;
+    sc->x_tensor = xt;
+    for (uint32_t w = 0; w < grp->n_writes; w++) {
+        uint32_t rt = grp->roots ? grp->roots[w] : KF_NONE;
+        bool stat = rt != KF_NONE && rt < grp->n_expr && dep[rt];
+        if (grp->writes[w] == xt)
+            sc->x_written = true;
+        if (stat) {
+            sc->arr[2][nr] = grp->writes[w];
+            sc->arr[3][nr++] = rt;
+        } else {
+            sc->arr[0][ng] = grp->writes[w];
+            sc->arr[1][ng++] = rt;
+        }
+    }
+    kf_mem_free(b->mem, dep, (grp->n_expr + 1) * sizeof *dep);
+    if (!sc->x_written) {
+        sc->arr[0][ng] = xt;
+        sc->arr[1][ng++] = x;
+    }
+    if (nr == 0) {
+        split_free(b->mem, sc);
+        return "no write of the group reads the row statistics";
+    }
+    /* the GEMM's copy: no row stage */
+    memcpy(sc->groups[0], plan->groups, sc->n_groups * sizeof *sc->groups[0]);
+    kf_group *gg = &sc->groups[0][b->gi];
+    gg->row.present = false;
+    gg->gemm.row_epilogue = gg->gemm.row_split = false;
+    gg->writes = sc->arr[0];
+    gg->roots = sc->arr[1];
+    gg->n_writes = ng;
+    sc->gplan = *plan;
+    sc->gplan.groups = sc->groups[0];
+    /* the row pass's copy: X is the accumulator */
+    memcpy(sc->groups[1], plan->groups, sc->n_groups * sizeof *sc->groups[1]);
+    memcpy(sc->rexpr, grp->expr, sc->n_expr * sizeof *sc->rexpr);
+    kf_expr *ex = &sc->rexpr[x];
+    kf_expr acc;
+    memset(&acc, 0, sizeof acc);
+    acc.kind = KF_EXPR_ACC;
+    acc.dtype = ex->dtype;
+    acc.space = KF_SPACE_OUT;
+    acc.src[0] = acc.src[1] = acc.src[2] = KF_NONE;
+    acc.tensor = xt;
+    acc.base = KF_NONE;
+    acc.anchor = 0;
+    *ex = acc;
+    kf_group *rg = &sc->groups[1][b->gi];
+    rg->expr = sc->rexpr;
+    rg->writes = sc->arr[2];
+    rg->roots = sc->arr[3];
+    rg->n_writes = nr;
+    rg->gemm.n_anchors = 1;
+    rg->gemm.anchor[0] = xt;
+    sc->rplan = *plan;
+    sc->rplan.groups = sc->groups[1];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
 /* The generated GEMM kernel (sm_90a)                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -497,11 +634,10 @@ static void set_tmap(kf_cuda_tmap *t, kf_dtype dt, bool batched, uint64_t d0, ui
  * variant; KF_ERR_UNSUPPORTED with the reason in `why` (and no step) when the
  * group or its operands are outside what the kernel takes. A norm prologue
  * runs in the kernel (a statistics pre-pass, then A normalized in shared
- * memory) when `norm_in_kernel` allows it and the kernel takes it; else the
+ * memory) where the kernel takes it; else the
  * prologue kernel writes A, normalized, to scratch (a step before the GEMM,
  * as on the cuBLASLt side) and the kernel reads that. */
-static kf_status add_generated(rb *b, bool norm_in_kernel, char *why, size_t why_size, char *name,
-                               size_t name_size) {
+static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
     const kf_gemm_info *gm = &grp->gemm;
@@ -520,12 +656,14 @@ static kf_status add_generated(rb *b, bool norm_in_kernel, char *why, size_t why
      * (below), where it takes it (a loaded input, one GEMM, A not
      * transposed); else from the prologue kernel's scratch. */
     const kf_expr *pin = gm->a_prologue && grp->row.present ? &grp->expr[grp->row.input] : NULL;
-    bool norm = norm_in_kernel && pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE &&
-                !dual && !mm->attr.transpose_a;
+    bool norm = pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE && !dual &&
+                !mm->attr.transpose_a;
     bool scratch = gm->a_prologue && !norm;
     uint32_t norm_in = norm ? pin->base : KF_NONE;
-    if (gm->row_epilogue)
+    if (gm->row_epilogue && !gm->row_split)
         GEN_NO("a row-wise norm follows the GEMM");
+    if (gm->row_split && (dual || gm->a_prologue))
+        GEN_NO("the split row form on a SwiGLU pair or a norm prologue");
     if (mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
         GEN_NO("%s operands (the kernel takes bf16 and f16)", kf_dtype_name(mm->dtype));
     /* the scratch is contiguous, 256-byte aligned; its buffer is known once
@@ -638,23 +776,42 @@ static kf_status add_generated(rb *b, bool norm_in_kernel, char *why, size_t why
     if (sh.stages > GEN_MAX_STAGES)
         sh.stages = GEN_MAX_STAGES;
 
+    /* The split row form: the GEMM computes the copy without the row stage
+     * (split_make), and a row pass follows (below). */
+    split_copies sc;
+    memset(&sc, 0, sizeof sc);
+    const kf_plan *gplan = plan;
+    if (gm->row_split) {
+        kf_status sst = KF_OK;
+        const char *sw = split_make(b, &sc, &sst);
+        if (sst != KF_OK)
+            return sst;
+        if (sw)
+            GEN_NO("the split row form: %s", sw);
+        gplan = &sc.gplan;
+        sh.x_scratch = !sc.x_written;
+        sh.x_tensor = sc.x_tensor;
+    }
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
-    kf_status st = kf_cuda_codegen_gemm_sm90(plan, b->gi, b->target->arch, &sh, b->mem, &k);
+    kf_status st = kf_cuda_codegen_gemm_sm90(gplan, b->gi, b->target->arch, &sh, b->mem, &k);
     if (st == KF_ERR_UNSUPPORTED) {
         snprintf(why, why_size, "%.190s", k.error);
         kf_cuda_kernel_release(b->mem, &k);
+        split_free(b->mem, &sc);
         return st;
     }
     if (st != KF_OK) {
         kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
                    k.error[0] ? k.error : kf_status_str(st));
         kf_cuda_kernel_release(b->mem, &k);
+        split_free(b->mem, &sc);
         return st;
     }
     uint32_t n_maps = dual ? 3 : 2;
     if (k.n_params + n_maps > KF_CUDA_MAX_PARAMS) {
         kf_cuda_kernel_release(b->mem, &k);
+        split_free(b->mem, &sc);
         GEN_NO("more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
     }
     snprintf(name, name_size, "%s", k.name);
@@ -689,8 +846,10 @@ static kf_status add_generated(rb *b, bool norm_in_kernel, char *why, size_t why
         }
     }
     kf_cuda_kstep *ks = NULL;
-    if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK)
+    if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK) {
+        split_free(b->mem, &sc);
         return st;
+    }
     /* Arguments: the tensor maps (A, B, and the second B of a pair), then
      * the params. */
     memmove(&ks->args[n_maps], &ks->args[0], ks->n_args * sizeof ks->args[0]);
@@ -721,6 +880,27 @@ static kf_status add_generated(rb *b, bool norm_in_kernel, char *why, size_t why
             set_tmap(&ks->tmaps[i], mm->dtype, sh.b_batched, (uint64_t)sh.n, (uint64_t)sh.k,
                      (uint64_t)sh.batch, lead, bs, 64, 64, es);
     }
+    /* The split row form's row pass: X (the GEMM's write, or its scratch)
+     * is the row kernel's accumulator, keyed by X's tensor. */
+    char row_name[KF_CUDA_NAME_MAX] = "";
+    if (gm->row_split) {
+        kf_cuda_buf xb = sc.x_written ? kf_rb_tensor(b, sc.x_tensor)
+                                      : kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, sc.x_tensor);
+        st = xb.kind == KF_CUDA_BUF_NONE
+                 ? kf_msg_set(b->err, KF_ERR_INTERNAL,
+                              "group %u (%s): the split GEMM wrote no scratch for its rows", b->gi,
+                              grp->name)
+                 : kf_rb_set(b, KF_CUDA_PARAM_ACC, sc.x_tensor, xb);
+        if (st == KF_OK)
+            st = kf_rb_add_kernel(b, &sc.rplan, KF_CUDA_ROLE_EPILOGUE, row_name, sizeof row_name,
+                                  NULL);
+        split_free(b->mem, &sc);
+        if (st == KF_ERR_NOT_FOUND)
+            st = kf_msg_set(b->err, KF_ERR_INTERNAL,
+                            "group %u (%s): no row pass for the split row form", b->gi, grp->name);
+        if (st != KF_OK)
+            return st;
+    }
     char tile[48];
     if (dual)
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
@@ -733,6 +913,13 @@ static kf_status add_generated(rb *b, bool norm_in_kernel, char *why, size_t why
              norm      ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
              : scratch ? ", A from the prologue kernel's scratch"
                        : "");
+    if (row_name[0]) {
+        size_t len = strlen(why);
+        snprintf(why + len, why_size - len,
+                 "; split row form: the epilogue writes the norm's input rows, then the row "
+                 "pass %s",
+                 row_name);
+    }
     return KF_OK;
 #undef GEN_NO
 }
@@ -749,21 +936,24 @@ kf_status kf_rb_gemm(rb *b) {
     unsigned want =
         b->target->flags & (KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED);
     uint32_t vi = 0; /* the variant the cuBLASLt steps go to */
-    char gen_why[200] = "", gen_name[KF_CUDA_NAME_MAX] = "";
-    /* The dual (SwiGLU) kernel is measured against cuBLASLt like every
-     * other generated kernel: its GPU numerics passed forced (H100, b112146,
-     * and 3564041 with the register epilogue), and the measured choice with
-     * it ran there (bench swiglu: generated 1.83 ms against cuBLASLt x2 +
-     * the epilogue kernel's 1.93, chosen; every example --check). Until the
-     * epilogue lost its per-element branches it was the slower side. The
-     * norm prologue in the kernel passed its numerics forced, but its
-     * measured choice (a two-step variant: the statistics pre-pass, then the
-     * GEMM) has not run on a GPU: only a forced generated side takes it; the
-     * measured side runs the prologue kernel into scratch in front of the
-     * generated GEMM, as the cuBLASLt side does in front of cuBLASLt. */
-    bool norm_in_kernel = (want & KF_CUDA_RECIPE_GEMM_GENERATED) != 0;
+    char gen_why[300] = "", gen_name[KF_CUDA_NAME_MAX] = "";
+    /* Every generated kernel is measured against cuBLASLt unless a side is
+     * forced. The dual (SwiGLU) kernel: its GPU numerics passed forced (H100,
+     * b112146, and 3564041 with the register epilogue), and the measured
+     * choice with it ran there (bench swiglu: generated 1.83 ms against
+     * cuBLASLt x2 + the epilogue kernel's 1.93, chosen). The norm-prologue
+     * kernel's measured choice is a two-step variant (the statistics
+     * pre-pass, then the GEMM) against the prologue kernel + cuBLASLt; it
+     * ran on an H100 (branch rowgemm, b09758b + this change) with the chosen
+     * side's numerics checked against the reference: test_cuda_exec's
+     * test_measured_gemm_names_both_sides, RMSNorm ragged 1000x264x1096 and
+     * LayerNorm batch-folded with a bias, measured and default, and one norm
+     * shared by two GEMMs, bf16 and f16; the kernel itself passed forced
+     * before (test_generated_gemms_match_the_reference). A prologue the
+     * kernel cannot apply itself (a SwiGLU pair, a transposed A) runs as
+     * the prologue kernel into scratch, then the generated GEMM on it. */
     if (want) {
-        st = add_generated(b, norm_in_kernel, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
+        st = add_generated(b, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
         if (st == KF_OK) {
             kf_cuda_recipe *rc = b->rc;
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
@@ -811,6 +1001,11 @@ kf_status kf_rb_gemm(rb *b) {
         match_epilogue(grp, g, acc, uses, &m);
     else if (gm->n_anchors == 2)
         snprintf(m.why, sizeof m.why, "two GEMMs share A (SwiGLU): cuBLASLt runs each bare");
+    else if (gm->row_split)
+        snprintf(m.why, sizeof m.why,
+                 "a norm over rows of N=%lld follows the GEMM (split row form: the row pass "
+                 "computes its statistics)",
+                 (long long)gm->n);
     else if (gm->row_epilogue)
         snprintf(m.why, sizeof m.why, "a row-wise norm follows the GEMM");
     else if (no_lt_epi)
@@ -912,7 +1107,7 @@ kf_status kf_rb_gemm(rb *b) {
     char epi_desc[96];
     snprintf(epi_desc, sizeof epi_desc, "%s%s", kf_cuda_lt_epilogue_name(m.epi),
              m.residual != KF_NONE ? "+beta*C" : "");
-    char gen_note[240] = "";
+    char gen_note[340] = "";
     if (gen_why[0])
         snprintf(gen_note, sizeof gen_note, "; no generated GEMM: %s", gen_why);
     if (all_native)
