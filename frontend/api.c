@@ -347,6 +347,11 @@ kf_tensor *kf_slice(kf_graph *g, kf_tensor *x, int axis, int64_t start, int64_t 
     return kf_ir_build(g, KF_OP_SLICE, &a);
 }
 
+kf_tensor *kf_repeat(kf_graph *g, kf_tensor *x, int axis, int64_t times) {
+    kf_node_args a = {.src = {x}, .axis = axis, .times = times};
+    return kf_ir_build(g, KF_OP_REPEAT, &a);
+}
+
 kf_tensor *kf_concat(kf_graph *g, int n, kf_tensor *const *xs, int axis) {
     if (!g || g->status != KF_OK)
         return NULL;

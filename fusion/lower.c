@@ -384,6 +384,16 @@ static uint32_t coord_node(lowerer *L, const xaxis *a, kf_space sp) {
         return iconst(L, sp, a->off);
     kf_expr e = proto(KF_EXPR_INDEX, KF_DTYPE_I32, sp);
     e.axis = a->axis;
+    if (L->gr->kind == KF_GROUP_ATTENTION && sp == KF_SPACE_OUT) {
+        /* the score space's own leaves, as lower() makes an iota's: the
+         * mask classifier reads q and kv off them (fusion/mask.c) */
+        int r = L->gr->rank;
+        e.kind = a->axis == r - 1   ? KF_EXPR_KV_IDX
+                 : a->axis == r - 2 ? KF_EXPR_Q_IDX
+                 : a->axis == r - 3 ? KF_EXPR_HEAD
+                 : a->axis == r - 4 ? KF_EXPR_BATCH
+                                    : KF_EXPR_INDEX;
+    }
     uint32_t v = emit(L, &e);
     if (a->scale != 1)
         v = op2(L, KF_OP_MUL, KF_DTYPE_I32, sp, v, iconst(L, sp, a->scale));
@@ -443,6 +453,23 @@ static uint32_t lower_remap(lowerer *L, kf_tensor *t, kf_space sp, const xform *
             a->scale *= step;
             a->off = a->off * step + st;
         }
+        return lower_x(L, t->src[0], sp, &o);
+    }
+    if (t->op == KF_OP_REPEAT) {
+        /* x's coordinate along the axis is the result's / times: an i32
+         * division node (a coordinate is never negative, so truncation is the
+         * floor), or a constant */
+        o = *xf;
+        xaxis *a = &o.ax[ax];
+        int64_t n = t->attr.times;
+        if (t->src[0]->dims[ax] == 1)
+            *a = xa_const(0);
+        else if (a->kind == XA_CONST)
+            a->off /= n;
+        else if (n != 1)
+            *a = (xaxis){XA_NODE, 0, 0, 0,
+                         op2(L, KF_OP_DIV, KF_DTYPE_I32, sp, coord_node(L, a, sp),
+                             iconst(L, sp, n))};
         return lower_x(L, t->src[0], sp, &o);
     }
     if (t->op == KF_OP_GATHER) {
