@@ -497,7 +497,17 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const char *window = "d = sub(row, col)\nw = const(i32[], 1023)\nzero = const(i32[], 0)\n"
                          "rest = sub(w, d)\nm = min(d, rest)\nkeep = ge(m, zero)\n"
                          "ninf = const(bf16[], -inf)\ns1 = where(keep, s0, ninf)\n";
-    static char texts[10][2048];
+    /* block-sparse: a 32 x 32 keep map of 128 x 128 tiles, random (the
+     * harness's bool inputs are fair coins) with the diagonal kept, so
+     * 1/2 + 1/64 of the tiles (51.6%); an output too, so the map is a
+     * loaded tensor (a 32 x 32 kernel beside the attention) */
+    const char *block_sparse = "kin = input(bool[32, 32])\nbi = iota(i32[32, 32], axis=0)\n"
+                               "bj = iota(i32[32, 32], axis=1)\ndiag = eq(bi, bj)\n"
+                               "bm = where(diag, diag, kin)\noutput bm\n"
+                               "r0 = repeat(bm, axis=0, times=128)\n"
+                               "mk = repeat(r0, axis=1, times=128)\n"
+                               "ninf = const(bf16[], -inf)\ns1 = where(mk, s0, ninf)\n";
+    static char texts[11][2048];
     attn_text(texts[0], sizeof texts[0], S, 32, causal);
     attn_text(texts[1], sizeof texts[1], S, 32, causal);
     attn_text(texts[2], sizeof texts[2], S, 32, none);
@@ -508,6 +518,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     decode_text(texts[7], sizeof texts[7], 16, 32);
     decode_text(texts[8], sizeof texts[8], 16, 8);
     decode_text(texts[9], sizeof texts[9], 64, 32);
+    attn_text(texts[10], sizeof texts[10], S, 32, block_sparse);
     /* decode moves K and V once (Q and O are 1/8192 of them) */
     double kv16 = 2.0 * 16 * 32 * 8192 * 128 * 2, kv16g = kv16 / 4, kv64 = kv16 * 4;
     double qo16 = 2.0 * 16 * 32 * 128 * 2;
@@ -527,6 +538,10 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
+         0},
+        {"attn_block_sparse_fa2", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
         /* the same cases with the FA2 (mma.sync) kernel, --attention fa2
          * (the default above: the sm_90a kernel on sm_90a) */
         {"attn_causal_fa2", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},

@@ -977,12 +977,24 @@ static void test_attention_with_every_mask_class(void **state) {
         "neg = const(%1$s[], -1e4)\nm = where(kk, t, neg)\n",
         /* general: an additive bias tensor */
         "t = mul(s, sc)\nbias = input(%1$s[37, 37])\nm = add(t, bias)\n",
+        /* block-sparse: a keep map of 8 x 13 tiles (ragged: sliced), finite fill */
+        "t = mul(s, sc)\nbm = input(bool[5, 3])\nr0 = repeat(bm, axis=0, times=8)\n"
+        "r1 = repeat(r0, axis=1, times=13)\nm0 = slice(r1, axis=0, stop=37)\n"
+        "mk = slice(m0, axis=1, stop=37)\nneg = const(%1$s[], -1e4)\nm = where(mk, t, neg)\n",
+        /* block-sparse, the map dropping where true, row 1 dropped whole (an output, so the map is
+         * a loaded tensor): those rows are the reference's all-masked rows,
+         * NaN under a -inf fill; 4 x 32 tiles, wider than the CPU's key tile */
+        "t = mul(s, sc)\nkin = input(bool[10, 2])\nri = iota(i32[10, 1], axis=0)\n"
+        "one = const(i32[], 1)\nrok = ne(ri, one)\nyes = const(bool[], 1)\n"
+        "bm = where(rok, kin, yes)\noutput bm\nr0 = repeat(bm, axis=0, times=4)\n"
+        "r1 = repeat(r0, axis=1, times=32)\nm0 = slice(r1, axis=0, stop=37)\n"
+        "mk = slice(m0, axis=1, stop=37)\nneg = const(%1$s[], -inf)\nm = where(mk, neg, t)\n",
     };
     for (size_t di = 0; di < 4; di++) {
         const char *dn = kf_dtype_name(fl[di]);
         for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; mi++) {
             for (int gqa = 0; gqa < 2; gqa++) {
-                char mask[600], text[1400];
+                char mask[900], text[1800];
                 snprintf(mask, sizeof mask, masks[mi], dn);
                 snprintf(text, sizeof text,
                          "kfg 1\nq = input(%s[2, 4, 37, 16])\nkm = input(%s[2, %d, 37, 16])\n"
