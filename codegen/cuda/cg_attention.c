@@ -495,13 +495,16 @@ static void emit_wgmma_sm90(cg *c, int64_t d, kf_dtype dt) {
  * (round to nearest even, NaN stays NaN, overflow to inf). Read from the
  * SASS of cf02bc2's non-causal B4 H32 S4096 kernel: per thread and key tile
  * 128 F2F (two rounded score nodes) + 66 MUFU on the XU pipe against 64
- * MUFU for the softmax alone. */
+ * MUFU for the softmax alone. The bf16 one converts x into the high half
+ * (cvt's first source) beside a zero: the pair's bits are then the rounded
+ * float itself, where converting into the low half needed a shift after it
+ * (an IMAD.U32 per rounding, four an element of the ALiBi score). */
 static void emit_round_sm90(cg *c) {
     cg_puts(&c->s,
             "__device__ __forceinline__ float kf_round_bf16_alu(float x) {\n"
-            "    unsigned r;\n    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(0.0f), "
-            "\"f\"(x));\n"
-            "    return __uint_as_float(r << 16);\n}\n"
+            "    unsigned r;\n    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(x), "
+            "\"f\"(0.0f));\n"
+            "    return __uint_as_float(r);\n}\n"
             "__device__ __forceinline__ float kf_round_f16_alu(float x) {\n"
             "    unsigned r;\n    asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(0.0f), "
             "\"f\"(x));\n"
