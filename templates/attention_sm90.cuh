@@ -278,8 +278,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
                 edge = edge || kv0 + KF_BC - 1 > qw;
 #endif
+#if KF_MASK_SKIP == 3 && KF_BS_WHOLE
+                /* whole map tiles: a visited tile is kept, or (a query tile
+                 * of an all-masked row) dropped whole: its scores the fill */
+                const bool bs_kept = !bs_dense || kf_bs_kept(bh, q0, j, KF_ARGS);
+                edge = edge || !bs_kept;
+#define KF_SCORE_EDGE(s_, q_, kv_)                                                   \
+    (bs_kept ? kf_score_inner(s_, bh, q_, kv_, KF_ARGS) : kf_score_fill(s_, bh, q_, kv_, KF_ARGS))
+#else
 #if KF_MASK_SKIP == 3
                 edge = edge || kf_bs_mixed(bh, q0, bs_dense, j, KF_ARGS);
+#endif
+#define KF_SCORE_EDGE(s_, q_, kv_) kf_score_full(s_, bh, q_, kv_, KF_ARGS)
 #endif
 #if KF_MASK_SKIP == 2
                 edge = edge || kv0 <= qw + 15 - KF_WINDOW;
@@ -290,10 +300,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
                             const int kv = kv0 + nt * 8 + 2 * t4 + (e & 1);
-                            sc[4 * nt + e] = kv < KF_SKV ? kf_score_full(sc[4 * nt + e], bh,
-                                                                         e < 2 ? qa : qb, kv,
-                                                                         KF_ARGS)
-                                                         : -KF_INF;
+                            sc[4 * nt + e] =
+                                kv < KF_SKV ? KF_SCORE_EDGE(sc[4 * nt + e], e < 2 ? qa : qb, kv)
+                                            : -KF_INF;
                         }
                     }
                 } else {

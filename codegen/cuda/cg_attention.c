@@ -199,6 +199,14 @@ static const char *unsupported_sm90(const kf_plan *plan, const kf_group *g, cons
         return why;
     if (strcmp(arch, "sm_90a") != 0)
         return snprintf(why, size, "%s is not sm_90a (wgmma, TMA)", arch), why;
+    const kf_attn_info *at = &g->attn;
+    if (at->mask == KF_MASK_BLOCK_SPARSE && at->mask_node == at->score &&
+        (at->keep_bq % SM90_BR != 0 || at->keep_bk % SM90_BC != 0))
+        return snprintf(why, size,
+                        "block-sparse keep map tiles %lldx%lld are not whole %dx%d kernel tiles "
+                        "(the mma.sync kernel tests tiles that mix kept and dropped keys)",
+                        (long long)at->keep_bq, (long long)at->keep_bk, SM90_BR, SM90_BC),
+               why;
     static const char *const names[3] = {"Q", "K", "V"};
     for (int i = 0; i < 3; i++) {
         int ax[3];
@@ -326,7 +334,7 @@ static void emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, in
                 "__device__ __forceinline__ int kf_bs_next(long long, int, bool, int j, int, "
                 "KF_PARAMS) { return j; }\n"
                 "__device__ __forceinline__ bool kf_bs_mixed(long long, int, bool, int, KF_PARAMS) "
-                "{ return false; }\n\n");
+                "{ return false; }\n#define KF_BS_WHOLE 0\n\n");
         return;
     }
     const kf_expr *e = &g->expr[at->keep_node];
@@ -347,6 +355,30 @@ static void emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, in
     }
     cg_printf(&c->s, "    (void)bh;\n    return (kf_ld(p%d + o) != 0) == %s;\n}\n",
               c->param[at->keep_node], at->keep_when_true ? "true" : "false");
+    if (at->keep_bq % br == 0 && at->keep_bk % bc == 0) {
+        /* Map tiles in whole kernel tiles: a query tile reads one map row,
+         * a key tile one entry, and no tile is mixed. (The general form
+         * below held more registers: in the sm_90a consumer it spilled.) */
+        cg_printf(&c->s,
+                  "#define KF_BS_NK ((KF_SKV + %lld - 1) / %lld)\n"
+                  "__device__ __forceinline__ bool kf_bs_dense(long long bh, int q0, KF_PARAMS) {\n"
+                  "    const int qb = q0 / %lld;\n    bool any = false;\n"
+                  "#pragma unroll 8\n"
+                  "    for (int kb = 0; kb < KF_BS_NK; kb++)\n"
+                  "        any = any | kf_bs_keep(bh, qb, kb, KF_ARGS);\n"
+                  "    return !any;\n}\n"
+                  "__device__ __forceinline__ int kf_bs_next(long long bh, int q0, bool dense, int j, "
+                  "int hi, KF_PARAMS) {\n"
+                  "    if (!dense)\n        while (j < hi && !kf_bs_keep(bh, q0 / %lld, j / %lld, "
+                  "KF_ARGS))\n            j++;\n    return j;\n}\n"
+                  "__device__ __forceinline__ bool kf_bs_kept(long long bh, int q0, int j, KF_PARAMS) "
+                  "{\n    return kf_bs_keep(bh, q0 / %lld, j / %lld, KF_ARGS);\n}\n"
+                  "#define KF_BS_WHOLE 1\n\n",
+                  (long long)at->keep_bk, (long long)at->keep_bk, (long long)at->keep_bq,
+                  (long long)at->keep_bq, (long long)(at->keep_bk / bc), (long long)at->keep_bq,
+                  (long long)(at->keep_bk / bc));
+        return;
+    }
     cg_printf(&c->s,
               "#define KF_BS_BQ %lld\n#define KF_BS_BK %lld\n"
               "#define KF_BS_NK ((KF_SKV + KF_BS_BK - 1) / KF_BS_BK)\n"
@@ -373,7 +405,8 @@ static void emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, in
               "    if (!dense)\n        while (j < hi && kf_bs_state(bh, q0, j, KF_ARGS) == 0)\n"
               "            j++;\n    return j;\n}\n"
               "__device__ __forceinline__ bool kf_bs_mixed(long long bh, int q0, bool dense, int j, "
-              "KF_PARAMS) {\n    return dense || kf_bs_state(bh, q0, j, KF_ARGS) == 2;\n}\n\n",
+              "KF_PARAMS) {\n    return dense || kf_bs_state(bh, q0, j, KF_ARGS) == 2;\n}\n"
+              "#define KF_BS_WHOLE 0\n\n",
               (long long)at->keep_bq, (long long)at->keep_bk, (long long)br, (long long)br,
               (long long)bc, (long long)bc, (long long)bc);
 }
@@ -385,9 +418,17 @@ static uint32_t kept_branch(const kf_group *g) {
     return f->kind == KF_EXPR_CONST && f->value <= -1e4 ? w->src[1] : w->src[2];
 }
 
+/* The fill branch of the mask's where(). */
+static uint32_t fill_branch(const kf_group *g) {
+    const kf_expr *w = &g->expr[g->attn.mask_node];
+    const kf_expr *f = &g->expr[w->src[2]];
+    return f->kind == KF_EXPR_CONST && f->value <= -1e4 ? w->src[2] : w->src[1];
+}
+
 /* One score function: the score expression at (bh, q, kv) with `s` the f32
- * Q.K^T dot product. */
-void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
+ * Q.K^T dot product; `inner` 1: the mask's where() replaced by its kept
+ * branch, 2: by its fill (a dropped element's score). */
+void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     memset(c->need, 0, c->n * sizeof *c->need);
@@ -397,7 +438,7 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
             snprintf(c->ov[i], OV_MAX, "s"); /* unrounded: see the top of this file */
     }
     if (inner) {
-        uint32_t k = kept_branch(g);
+        uint32_t k = inner == 2 ? fill_branch(g) : kept_branch(g);
         snprintf(c->ov[at->mask_node], OV_MAX, "v%u", k);
         cg_mark(c, k);
     }
@@ -430,9 +471,11 @@ kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
              (long long)at->sq, (long long)at->skv);
     x->vrank[KF_SPACE_OUT] = 0;
     x->vrank[KF_SPACE_ROW] = 0;
-    cg_attn_emit_score_fn(c, x, "kf_score_full", false);
+    cg_attn_emit_score_fn(c, x, "kf_score_full", 0);
+    if (at->mask == KF_MASK_BLOCK_SPARSE && at->mask_node == at->score)
+        cg_attn_emit_score_fn(c, x, "kf_score_fill", 2);
     if (skip)
-        cg_attn_emit_score_fn(c, x, "kf_score_inner", true);
+        cg_attn_emit_score_fn(c, x, "kf_score_inner", 1);
     else
         cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
     kf_mem_free(c->mem, x, sizeof *x);
