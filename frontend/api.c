@@ -332,6 +332,9 @@ kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
 kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
     return reduce(g, KF_OP_REDUCE_MIN, x, axis, keepdim);
 }
+kf_tensor *kf_logsumexp(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
+    return reduce(g, KF_OP_LOGSUMEXP, x, axis, keepdim);
+}
 kf_tensor *kf_argmax(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
     return reduce(g, KF_OP_ARGMAX, x, axis, keepdim);
 }

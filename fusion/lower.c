@@ -12,6 +12,7 @@
  * and anything else becomes a LOAD with its broadcast strides. Memoized per
  * (tensor, space), so shared subexpressions are one node.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,6 +218,31 @@ static uint32_t lower_min(lowerer *L, const kf_tensor *t, kf_space sp) {
     return KF_NONE; /* KF_NEVER */
 }
 
+/* logsumexp from the softmax's statistics: m + log(sumexp), or m itself where
+ * m = +-inf (ir/eval.c's definition: sumexp is then NaN or 0). */
+static uint32_t lower_logsumexp(lowerer *L, const kf_tensor *t, kf_space sp) {
+    kf_dtype dt = t->dtype;
+    L->gr->row.stats = 1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP;
+    uint32_t m = stat(L, KF_STAT_MAX, dt, sp);
+    kf_expr e = proto(KF_EXPR_OP, dt, sp);
+    e.op = KF_OP_LOG;
+    e.src[0] = stat(L, KF_STAT_SUMEXP, dt, sp);
+    uint32_t lse = op2(L, KF_OP_ADD, dt, sp, m, emit(L, &e));
+    e = proto(KF_EXPR_OP, dt, sp);
+    e.op = KF_OP_ABS;
+    e.src[0] = m;
+    kf_expr inf = proto(KF_EXPR_CONST, dt, sp);
+    inf.value = INFINITY;
+    uint32_t edge = op2(L, KF_OP_EQ, KF_DTYPE_BOOL, sp, emit(L, &e), emit(L, &inf));
+    kf_expr w = proto(KF_EXPR_OP, dt, sp);
+    w.op = KF_OP_WHERE;
+    w.src[0] = edge;
+    w.src[1] = m;
+    w.src[2] = lse;
+    w.tensor = t->id;
+    return emit(L, &w);
+}
+
 /* Expands a norm or softmax (or a reduction) around its row statistics and
  * records the group's row stage. */
 static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
@@ -247,6 +273,8 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
         rs->stats = 1u << s;
         if (t->op == KF_OP_REDUCE_MIN)
             return lower_min(L, t, sp);
+        if (t->op == KF_OP_LOGSUMEXP)
+            return lower_logsumexp(L, t, sp);
         kf_expr e = proto(KF_EXPR_STAT, dt, sp);
         e.stat = s;
         e.tensor = t->id;

@@ -252,6 +252,20 @@ static void eval_reduce(const kf_eval_state *st, const kf_tensor *t, double *out
                         acc = (double)j;
                     }
                 }
+            } else if (t->op == KF_OP_LOGSUMEXP) { /* m + log(sum exp(x - m)); m if +-inf */
+                double m = -INFINITY;
+                for (int64_t j = 0; j < n && !isnan(m); j++) {
+                    double v = row[j * inner];
+                    if (isnan(v) || v > m)
+                        m = v;
+                }
+                acc = m;
+                if (!isnan(m) && !isinf(m)) {
+                    double sum = 0.0;
+                    for (int64_t j = 0; j < n; j++)
+                        sum += exp(row[j * inner] - m);
+                    acc = m + log(sum);
+                }
             } else if (t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN) {
                 bool mx = t->op == KF_OP_REDUCE_MAX; /* the first of equal values wins */
                 acc = mx ? -INFINITY : INFINITY;

@@ -13,7 +13,7 @@ const kf_op_info kf_op_table[KF_OP_COUNT] = {
 
 /* Every op has an entry: the X-macro and the enum agree by construction; this
  * guards the hand-written tables that are indexed by op or form. */
-_Static_assert(KF_OP_COUNT == 51, "ops.def changed: update kf_form_arity users and tests");
+_Static_assert(KF_OP_COUNT == 52, "ops.def changed: update kf_form_arity users and tests");
 _Static_assert(KF_FORM_COUNT == 20, "kf_form changed: update kf_form_arity");
 _Static_assert(KF_DTYPE_COUNT == 7, "kf_dtype changed: update the dtype tables");
 
