@@ -236,6 +236,33 @@ static void fill_bf16(kf_cu_deviceptr ptr, unsigned long long n, unsigned long l
     CHECK(kf_cuda_launch(&DEV, FILL, &cfg, args, err));
 }
 
+/* Input t of `ex` from the hash fill: bf16 values in [-1, 1) for the 16-bit
+ * dtypes; for a bool input (a block-sparse keep map) the values' signs, a
+ * fair coin each. (Passing the bf16 bytes as bools, as the first version did,
+ * kept nearly every tile: the 151d057 block-sparse row on an H100 timed a
+ * ~100% map, 2.000 ms against 1.870 dense.) */
+static void set_random_input(kf_cuda_exec *ex, const kf_tensor *t, unsigned long long seed) {
+    size_t n = (size_t)kf_ir_numel(t);
+    kf_cu_deviceptr tmp;
+    CHECK(kf_cuda_mem_alloc(&DEV, n * 2, &tmp, err));
+    fill_bf16(tmp, n, seed);
+    CHECK(kf_cuda_stream_sync(&DEV, S, "fill", err));
+    unsigned short *host = malloc(n * 2);
+    if (!host)
+        exit(1);
+    CHECK(kf_cuda_copy_to_host(&DEV, host, tmp, n * 2, err));
+    if (t->dtype == KF_DTYPE_BOOL) {
+        unsigned char *b = (unsigned char *)host; /* in place: byte i <= element i */
+        for (size_t k = 0; k < n; k++)
+            b[k] = (unsigned char)(host[k] >> 15);
+        CHECK(kf_cuda_exec_set_input(ex, t->id, host, n, err));
+    } else {
+        CHECK(kf_cuda_exec_set_input(ex, t->id, host, n * 2, err));
+    }
+    free(host);
+    kf_cuda_mem_free(&DEV, tmp);
+}
+
 typedef kf_status (*run_fn)(void *user);
 
 /* Median milliseconds of `fn` over g_reps runs timed with events. */
@@ -356,19 +383,8 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
         CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
     }
     /* Random inputs, on the device. */
-    for (uint32_t i = 0; i < g->n_inputs; i++) {
-        const kf_tensor *t = g->inputs[i];
-        size_t n = (size_t)kf_ir_numel(t);
-        kf_cu_deviceptr tmp;
-        CHECK(kf_cuda_mem_alloc(&DEV, n * 2, &tmp, err));
-        fill_bf16(tmp, n, 1000 + i * 7919ull);
-        CHECK(kf_cuda_stream_sync(&DEV, S, "fill", err));
-        void *host = malloc(n * 2);
-        CHECK(kf_cuda_copy_to_host(&DEV, host, tmp, n * 2, err));
-        CHECK(kf_cuda_exec_set_input(ex, t->id, host, n * 2, err));
-        free(host);
-        kf_cuda_mem_free(&DEV, tmp);
-    }
+    for (uint32_t i = 0; i < g->n_inputs; i++)
+        set_random_input(ex, g->inputs[i], 1000 + i * 7919ull);
     c->ms = time_ms(run_exec, ex);
     c->launches = kf_cuda_exec_launch_count(ex);
     double fb = c->bytes / (copy_gbs * 1e9) * 1e3, ff = c->flops / (gemm_tflops * 1e12) * 1e3;
@@ -501,7 +517,17 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const char *window = "d = sub(row, col)\nw = const(i32[], 1023)\nzero = const(i32[], 0)\n"
                          "rest = sub(w, d)\nm = min(d, rest)\nkeep = ge(m, zero)\n"
                          "ninf = const(bf16[], -inf)\ns1 = where(keep, s0, ninf)\n";
-    static char texts[10][2048];
+    /* block-sparse: a 32 x 32 keep map of 128 x 128 tiles, random (the
+     * harness's bool inputs are fair coins) with the diagonal kept, so
+     * 1/2 + 1/64 of the tiles (51.6%); an output too, so the map is a
+     * loaded tensor (a 32 x 32 kernel beside the attention) */
+    const char *block_sparse = "kin = input(bool[32, 32])\nbi = iota(i32[32, 32], axis=0)\n"
+                               "bj = iota(i32[32, 32], axis=1)\ndiag = eq(bi, bj)\n"
+                               "bm = where(diag, diag, kin)\noutput bm\n"
+                               "r0 = repeat(bm, axis=0, times=128)\n"
+                               "mk = repeat(r0, axis=1, times=128)\n"
+                               "ninf = const(bf16[], -inf)\ns1 = where(mk, s0, ninf)\n";
+    static char texts[11][2048];
     attn_text(texts[0], sizeof texts[0], S, 32, causal);
     attn_text(texts[1], sizeof texts[1], S, 32, causal);
     attn_text(texts[2], sizeof texts[2], S, 32, none);
@@ -512,6 +538,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     decode_text(texts[7], sizeof texts[7], 16, 32);
     decode_text(texts[8], sizeof texts[8], 16, 8);
     decode_text(texts[9], sizeof texts[9], 64, 32);
+    attn_text(texts[10], sizeof texts[10], S, 32, block_sparse);
     /* decode moves K and V once (Q and O are 1/8192 of them) */
     double kv16 = 2.0 * 16 * 32 * 8192 * 128 * 2, kv16g = kv16 / 4, kv64 = kv16 * 4;
     double qo16 = 2.0 * 16 * 32 * 128 * 2;
@@ -531,6 +558,10 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
+         0},
+        {"attn_block_sparse_fa2", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
         /* the same cases with the FA2 (mma.sync) kernel, --attention fa2
          * (the default above: the sm_90a kernel on sm_90a) */
         {"attn_causal_fa2", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -752,19 +783,8 @@ static void run_block(kf_ctx *ctx, block_case *c, char *text, size_t size) {
     }
     kf_cuda_exec *ex = NULL;
     CHECK(kf_cuda_exec_build(ctx, plan, &ex, err));
-    for (uint32_t i = 0; i < g->n_inputs; i++) {
-        const kf_tensor *t = g->inputs[i];
-        size_t n = (size_t)kf_ir_numel(t);
-        kf_cu_deviceptr tmp;
-        CHECK(kf_cuda_mem_alloc(&DEV, n * 2, &tmp, err));
-        fill_bf16(tmp, n, 5000 + i * 7919ull);
-        CHECK(kf_cuda_stream_sync(&DEV, S, "fill", err));
-        void *host = malloc(n * 2);
-        CHECK(kf_cuda_copy_to_host(&DEV, host, tmp, n * 2, err));
-        CHECK(kf_cuda_exec_set_input(ex, t->id, host, n * 2, err));
-        free(host);
-        kf_cuda_mem_free(&DEV, tmp);
-    }
+    for (uint32_t i = 0; i < g->n_inputs; i++)
+        set_random_input(ex, g->inputs[i], 5000 + i * 7919ull);
     c->ms = time_ms(run_exec, ex);
     c->launches = kf_cuda_exec_launch_count(ex);
     c->n_groups = plan->n_groups;

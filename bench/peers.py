@@ -23,6 +23,8 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
   attn_softcap      30 tanh(s/30), causal  FlexAttention (torch.compile'd) with a score_mod
   attn_alibi        ALiBi, causal          FlexAttention with a score_mod
   attn_window       sliding window 1024    FlexAttention with a block mask
+  attn_block_sparse 52% of 128x128 tiles kept (random, diagonal kept), non-causal
+                                           FlexAttention with that block mask
   attn_decode       B16 H32, 1 query, Skv 8192, no mask   SDPA (its own choice), and
                                            with the cuDNN and the flash backend
   attn_decode_gqa   the same, GQA 32:8     SDPA with enable_gqa (the same three)
@@ -245,7 +247,7 @@ def attention(args):
         del qd, kd, vd
         torch.cuda.empty_cache()
     if want and not want & {"attn_causal", "attn_noncausal", "attn_gqa", "attn_softcap",
-                            "attn_alibi", "attn_window"}:
+                            "attn_alibi", "attn_window", "attn_block_sparse"}:
         return dump(res, args)
     q, k, v = (rnd(B, H, S, D) for _ in range(3))
     kg, vg = (rnd(B, 8, S, D) for _ in range(2))
@@ -281,6 +283,18 @@ def attention(args):
         put("attn_alibi", "flex_ms", lambda: flex(q, k, v, score_mod=alibi, block_mask=bm_causal))
         put("attn_window", "flex_ms", lambda: flex(q, k, v, block_mask=bm_window))
         put("attn_causal", "flex_ms", lambda: flex(q, k, v, block_mask=bm_causal))
+        # a random keep map of 128 x 128 tiles with the diagonal kept (kfuse's
+        # is drawn by the harness: the same density, 1/2 + 1/64)
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        nb = S // 128
+        keep = torch.rand(nb, nb, device="cuda", generator=gen) < 0.5
+        keep |= torch.eye(nb, dtype=torch.bool, device="cuda")
+
+        def sparse(b, h, qi, ki):
+            return keep[qi // 128, ki // 128]
+        bm_sparse = create_block_mask(sparse, None, None, S, S, BLOCK_SIZE=128)
+        put("attn_block_sparse", "flex_ms", lambda: flex(q, k, v, block_mask=bm_sparse))
+        res["cases"].setdefault("attn_block_sparse", {})["kept_fraction"] = float(keep.float().mean())
     except Exception as e:  # noqa: BLE001
         res["flex_error"] = str(e)[:300]
     return dump(res, args)

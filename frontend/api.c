@@ -332,6 +332,9 @@ kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
 kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
     return reduce(g, KF_OP_REDUCE_MIN, x, axis, keepdim);
 }
+kf_tensor *kf_logsumexp(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
+    return reduce(g, KF_OP_LOGSUMEXP, x, axis, keepdim);
+}
 kf_tensor *kf_argmax(kf_graph *g, kf_tensor *x, int axis, int keepdim) {
     return reduce(g, KF_OP_ARGMAX, x, axis, keepdim);
 }
@@ -345,6 +348,11 @@ kf_tensor *kf_slice(kf_graph *g, kf_tensor *x, int axis, int64_t start, int64_t 
                     int64_t step) {
     kf_node_args a = {.src = {x}, .axis = axis, .start = start, .stop = stop, .step = step};
     return kf_ir_build(g, KF_OP_SLICE, &a);
+}
+
+kf_tensor *kf_repeat(kf_graph *g, kf_tensor *x, int axis, int64_t times) {
+    kf_node_args a = {.src = {x}, .axis = axis, .times = times};
+    return kf_ir_build(g, KF_OP_REPEAT, &a);
 }
 
 kf_tensor *kf_concat(kf_graph *g, int n, kf_tensor *const *xs, int axis) {

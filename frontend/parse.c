@@ -641,10 +641,11 @@ enum {
     ATTR_START,
     ATTR_STOP,
     ATTR_STEP,
+    ATTR_TIMES,
     ATTR_COUNT
 };
 static const char *const attr_names[ATTR_COUNT] = {
-    "axis", "keepdim", "eps", "transpose_a", "transpose_b", "min", "max", "start", "stop", "step"};
+    "axis", "keepdim", "eps", "transpose_a", "transpose_b", "min", "max", "start", "stop", "step", "times"};
 
 static unsigned form_attrs(kf_form form) {
     switch (form) {
@@ -655,6 +656,8 @@ static unsigned form_attrs(kf_form form) {
         return 1u << ATTR_AXIS;
     case KF_FORM_SLICE:
         return 1u << ATTR_AXIS | 1u << ATTR_START | 1u << ATTR_STOP | 1u << ATTR_STEP;
+    case KF_FORM_REPEAT:
+        return 1u << ATTR_AXIS | 1u << ATTR_TIMES;
     case KF_FORM_REDUCE:
         return 1u << ATTR_AXIS | 1u << ATTR_KEEPDIM;
     case KF_FORM_LAYER_NORM:
@@ -670,6 +673,8 @@ static unsigned form_attrs(kf_form form) {
 }
 
 static unsigned form_required_attrs(kf_form form) {
+    if (form == KF_FORM_REPEAT)
+        return 1u << ATTR_AXIS | 1u << ATTR_TIMES;
     return form == KF_FORM_IOTA || form == KF_FORM_REDUCE || form == KF_FORM_SLICE ||
                    form == KF_FORM_CONCAT || form == KF_FORM_GATHER
                ? 1u << ATTR_AXIS
@@ -750,6 +755,11 @@ static bool parse_attrs(parser *p, const kf_op_info *info, kf_node_args *a) {
             if (!parse_int(p, INT64_MIN, INT64_MAX, "an integer", &v))
                 return false;
             *(k == ATTR_START ? &a->start : k == ATTR_STOP ? &a->stop : &a->step) = v;
+            break;
+        case ATTR_TIMES:
+            if (!parse_int(p, INT64_MIN, INT64_MAX, "an integer", &v))
+                return false;
+            a->times = v;
             break;
         case ATTR_MIN:
         case ATTR_MAX:

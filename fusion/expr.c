@@ -20,7 +20,7 @@ static const char *const expr_names[KF_EXPR_COUNT] = {"op",    "LOAD",   "CONST"
 static const char *const stat_names[KF_STAT_COUNT] = {"MAX",      "SUM",    "MEAN",  "RSTD",
                                                       "RMS_RSTD", "SUMEXP", "ARGMAX"};
 static const char *const mask_names[KF_MASK_COUNT] = {"none", "causal", "sliding_window",
-                                                      "general"};
+                                                      "general", "block_sparse"};
 
 const char *kf_group_kind_name(kf_group_kind k) {
     return (unsigned)k < KF_GROUP_COUNT ? kind_names[k] : "?";
@@ -161,6 +161,8 @@ void kf_plan_dump(const kf_plan *plan, FILE *out) {
             fputs("    score = ", out);
             kf_expr_print(plan, g, g->attn.score, out);
             fprintf(out, "\n    mask = %s", kf_mask_kind_name(g->attn.mask));
+            if (g->attn.mask == KF_MASK_BLOCK_SPARSE)
+                fprintf(out, " %lldx%lld", (long long)g->attn.keep_bq, (long long)g->attn.keep_bk);
             if (g->attn.mask == KF_MASK_SLIDING_WINDOW)
                 fprintf(out, " (window %lld)", (long long)g->attn.window);
             fputc('\n', out);

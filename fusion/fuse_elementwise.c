@@ -24,6 +24,10 @@
  * gather) joins a remap consumer's group whatever its shape, as it is read at
  * the remapped coordinates -- except a gather's indices, which stay in memory
  * (GATHER_INDEX), where the CPU target checks them before the kernel runs.
+ * A repeat or slice does join an attention group's score expression: its
+ * elements are read one by one there, not as tiles, and a keep map of tiles
+ * repeated to elements (sliced to a ragged length) is how a block-sparse
+ * mask is written (fusion/mask.c).
  */
 #include "fusion/pass.h"
 
@@ -49,7 +53,8 @@ static kf_reason check_use(const kf_planner *p, const kf_tensor *t, const kf_ten
     if (c->op == KF_OP_GATHER && c->src[1] == t)
         return KF_REASON_GATHER_INDEX;
     if (kf_op_has(t->op, KF_TRAIT_REMAP) &&
-        (cg->kind == KF_GROUP_GEMM || cg->kind == KF_GROUP_ATTENTION)) {
+        (cg->kind == KF_GROUP_GEMM ||
+         (cg->kind == KF_GROUP_ATTENTION && t->op != KF_OP_REPEAT && t->op != KF_OP_SLICE))) {
         *detail = cg->kind == KF_GROUP_GEMM ? "into a GEMM epilogue" : "into an attention kernel";
         return KF_REASON_REMAP_INTO_ANCHOR;
     }

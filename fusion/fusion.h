@@ -269,6 +269,8 @@ typedef enum kf_mask_kind {
     KF_MASK_CAUSAL,         /* kv <= q */
     KF_MASK_SLIDING_WINDOW, /* kv <= q && q - kv < window */
     KF_MASK_GENERAL,        /* anything else: evaluated per element, no tile skipping */
+    KF_MASK_BLOCK_SPARSE,   /* a bool keep map of bq x bk tiles repeated to elements
+                               (kf_repeat): dropped tiles are skipped */
     KF_MASK_COUNT
 } kf_mask_kind;
 
@@ -288,6 +290,13 @@ typedef struct kf_attn_info {
     kf_mask_kind mask;
     int64_t window;           /* SLIDING_WINDOW: keys q-window+1 .. q are kept */
     uint32_t mask_node;       /* the where() node applying the mask, or KF_NONE */
+    /* BLOCK_SPARSE: keep(bh, q, kv) = map[q / keep_bq, kv / keep_bk] (== keep_when_true),
+     * read by LOAD node keep_node (its base, offset and batch-axis strides) whose
+     * coordinate sources keep_src_q / keep_src_k are those two divisions */
+    uint32_t keep_node;
+    int keep_src_q, keep_src_k;
+    int64_t keep_bq, keep_bk;
+    bool keep_when_true;
     int64_t batch, heads, sq, skv, d, dv; /* score space [batch, heads, sq, skv] */
 } kf_attn_info;
 

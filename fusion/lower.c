@@ -12,6 +12,7 @@
  * and anything else becomes a LOAD with its broadcast strides. Memoized per
  * (tensor, space), so shared subexpressions are one node.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -274,6 +275,31 @@ static uint32_t lower_min(lowerer *L, const kf_tensor *t, kf_space sp) {
     return KF_NONE; /* KF_NEVER */
 }
 
+/* logsumexp from the softmax's statistics: m + log(sumexp), or m itself where
+ * m = +-inf (ir/eval.c's definition: sumexp is then NaN or 0). */
+static uint32_t lower_logsumexp(lowerer *L, const kf_tensor *t, kf_space sp) {
+    kf_dtype dt = t->dtype;
+    L->gr->row.stats = 1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP;
+    uint32_t m = stat(L, KF_STAT_MAX, dt, sp);
+    kf_expr e = proto(KF_EXPR_OP, dt, sp);
+    e.op = KF_OP_LOG;
+    e.src[0] = stat(L, KF_STAT_SUMEXP, dt, sp);
+    uint32_t lse = op2(L, KF_OP_ADD, dt, sp, m, emit(L, &e));
+    e = proto(KF_EXPR_OP, dt, sp);
+    e.op = KF_OP_ABS;
+    e.src[0] = m;
+    kf_expr inf = proto(KF_EXPR_CONST, dt, sp);
+    inf.value = INFINITY;
+    uint32_t edge = op2(L, KF_OP_EQ, KF_DTYPE_BOOL, sp, emit(L, &e), emit(L, &inf));
+    kf_expr w = proto(KF_EXPR_OP, dt, sp);
+    w.op = KF_OP_WHERE;
+    w.src[0] = edge;
+    w.src[1] = m;
+    w.src[2] = lse;
+    w.tensor = t->id;
+    return emit(L, &w);
+}
+
 /* Expands a norm or softmax (or a reduction) around its row statistics and
  * records the group's row stage. */
 static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
@@ -304,6 +330,8 @@ static uint32_t lower_row(lowerer *L, kf_tensor *t, kf_space sp) {
         rs->stats = 1u << s;
         if (t->op == KF_OP_REDUCE_MIN)
             return lower_min(L, t, sp);
+        if (t->op == KF_OP_LOGSUMEXP)
+            return lower_logsumexp(L, t, sp);
         kf_expr e = proto(KF_EXPR_STAT, dt, sp);
         e.stat = s;
         e.tensor = t->id;
@@ -441,6 +469,16 @@ static uint32_t coord_node(lowerer *L, const xaxis *a, kf_space sp) {
         return iconst(L, sp, a->off);
     kf_expr e = proto(KF_EXPR_INDEX, KF_DTYPE_I32, sp);
     e.axis = a->axis;
+    if (L->gr->kind == KF_GROUP_ATTENTION && sp == KF_SPACE_OUT) {
+        /* the score space's own leaves, as lower() makes an iota's: the
+         * mask classifier reads q and kv off them (fusion/mask.c) */
+        int r = L->gr->rank;
+        e.kind = a->axis == r - 1   ? KF_EXPR_KV_IDX
+                 : a->axis == r - 2 ? KF_EXPR_Q_IDX
+                 : a->axis == r - 3 ? KF_EXPR_HEAD
+                 : a->axis == r - 4 ? KF_EXPR_BATCH
+                                    : KF_EXPR_INDEX;
+    }
     uint32_t v = emit(L, &e);
     if (a->scale != 1)
         v = op2(L, KF_OP_MUL, KF_DTYPE_I32, sp, v, iconst(L, sp, a->scale));
@@ -500,6 +538,23 @@ static uint32_t lower_remap(lowerer *L, kf_tensor *t, kf_space sp, const xform *
             a->scale *= step;
             a->off = a->off * step + st;
         }
+        return lower_x(L, t->src[0], sp, &o);
+    }
+    if (t->op == KF_OP_REPEAT) {
+        /* x's coordinate along the axis is the result's / times: an i32
+         * division node (a coordinate is never negative, so truncation is the
+         * floor), or a constant */
+        o = *xf;
+        xaxis *a = &o.ax[ax];
+        int64_t n = t->attr.times;
+        if (t->src[0]->dims[ax] == 1)
+            *a = xa_const(0);
+        else if (a->kind == XA_CONST)
+            a->off /= n;
+        else if (n != 1)
+            *a = (xaxis){XA_NODE, 0, 0, 0,
+                         op2(L, KF_OP_DIV, KF_DTYPE_I32, sp, coord_node(L, a, sp),
+                             iconst(L, sp, n))};
         return lower_x(L, t->src[0], sp, &o);
     }
     if (t->op == KF_OP_GATHER) {

@@ -25,6 +25,13 @@
  * [-(skv - 1), sq - 1] (every cell has one of them, and each is some cell's)
  * proves the same classes as the whole grid, in O(sq + skv): an S = 4096
  * graph planned in 513 ms with the grid (an H100's host, c281d14).
+ *
+ * BLOCK_SPARSE is read off the expression, not proved by evaluation: cond is
+ * a bool LOAD whose only coordinates along the score's q and kv axes are
+ * q / bq and kv / bk (what fusion/lower.c makes of a keep map repeated to
+ * elements, kf_repeat), so every element of a bq x bk tile reads the same
+ * map entry, and a tile whose entry drops it can be skipped whatever the
+ * map holds at run time.
  */
 #include <math.h>
 #include <string.h>
@@ -145,11 +152,54 @@ static bool is_fill(const kf_group *g, uint32_t i) {
     return e->kind == KF_EXPR_CONST && e->value <= -1e4;
 }
 
+/* The block size when node i is idx / n with idx a leaf of kind `kind` and n
+ * a positive i32 constant; 0 otherwise. */
+static int64_t block_of(const kf_group *g, uint32_t i, kf_expr_kind kind) {
+    const kf_expr *e = &g->expr[i];
+    if (e->kind != KF_EXPR_OP || e->op != KF_OP_DIV || e->dtype != KF_DTYPE_I32)
+        return 0;
+    const kf_expr *x = &g->expr[e->src[0]], *n = &g->expr[e->src[1]];
+    if (x->kind != kind || n->kind != KF_EXPR_CONST || n->value < 1)
+        return 0;
+    return (int64_t)n->value;
+}
+
+/* Whether cond (node c) is a keep map of tiles read at (q / bq, kv / bk);
+ * fills the BLOCK_SPARSE fields. */
+static bool block_keep_map(const kf_group *g, uint32_t c, kf_attn_info *at) {
+    const kf_expr *e = &g->expr[c];
+    int R = g->rank;
+    if (e->kind != KF_EXPR_LOAD || e->dtype != KF_DTYPE_BOOL || R < 2 || e->strides[R - 2] ||
+        e->strides[R - 1] || e->src[2] != KF_NONE)
+        return false;
+    int sq = -1, sk = -1;
+    int64_t bq = 0, bk = 0;
+    for (int k = 0; k < 2; k++) {
+        if (e->src[k] == KF_NONE)
+            return false;
+        int64_t b;
+        if ((b = block_of(g, e->src[k], KF_EXPR_Q_IDX)) > 0 && sq < 0)
+            sq = k, bq = b;
+        else if ((b = block_of(g, e->src[k], KF_EXPR_KV_IDX)) > 0 && sk < 0)
+            sk = k, bk = b;
+        else
+            return false;
+    }
+    at->keep_node = c;
+    at->keep_src_q = sq;
+    at->keep_src_k = sk;
+    at->keep_bq = bq;
+    at->keep_bk = bk;
+    return true;
+}
+
 kf_status kf_attn_classify_mask(const kf_plan *plan, kf_group *g) {
     kf_attn_info *at = &g->attn;
     at->mask = KF_MASK_NONE;
     at->mask_node = KF_NONE;
     at->window = 0;
+    at->keep_node = KF_NONE;
+    at->keep_bq = at->keep_bk = 0;
     /* Any where() in the score expression. */
     uint32_t where = KF_NONE;
     for (uint32_t i = 0; i <= at->score && i < g->n_expr; i++) {
@@ -160,6 +210,13 @@ kf_status kf_attn_classify_mask(const kf_plan *plan, kf_group *g) {
         return KF_OK;
     const kf_expr *w = &g->expr[where];
     bool keep_when_true;
+    if (where == at->score && (is_fill(g, w->src[2]) || is_fill(g, w->src[1])) &&
+        block_keep_map(g, w->src[0], at)) {
+        at->mask = KF_MASK_BLOCK_SPARSE;
+        at->mask_node = where;
+        at->keep_when_true = is_fill(g, w->src[2]);
+        return KF_OK;
+    }
     if (where != at->score || !index_only(g, w->src[0])) {
         at->mask = KF_MASK_GENERAL;
         at->mask_node = where;

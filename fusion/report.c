@@ -22,6 +22,20 @@ static const char *tname(const kf_plan *plan, uint32_t id, char *buf, size_t siz
     return buf;
 }
 
+/* The bytes an ATTENTION group keeps on chip against the unfused path, which
+ * writes the [Sq x Skv] scores of every head and reads them back (softmax),
+ * then writes P and reads it back (P.V): 4 x Sq x Skv x the scores' element
+ * size per head; *per_head gets one head's share. */
+static double attn_bytes_saved(const kf_plan *plan, const kf_group *g, double *per_head) {
+    const kf_attn_info *at = &g->attn;
+    double heads = 1.0;
+    for (int d = 0; d < g->rank - 2; d++)
+        heads *= (double)g->dims[d];
+    *per_head = 4.0 * (double)at->sq * (double)at->skv *
+                (double)kf_dtype_size(plan->graph->nodes[at->qk]->dtype);
+    return *per_head * heads;
+}
+
 static void put_bytes(FILE *out, double b) {
     static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
@@ -152,9 +166,18 @@ static void report_text(const kf_plan *plan, FILE *out) {
             fprintf(out, "\n  mask: %s", kf_mask_kind_name(g->attn.mask));
             if (g->attn.mask == KF_MASK_SLIDING_WINDOW)
                 fprintf(out, " (window %lld)", (long long)g->attn.window);
+            if (g->attn.mask == KF_MASK_BLOCK_SPARSE)
+                fprintf(out, " (keep map tiles %lldx%lld)", (long long)g->attn.keep_bq,
+                        (long long)g->attn.keep_bk);
             fprintf(out, "; batch=%lld heads=%lld q=%lld kv=%lld d=%lld\n",
                     (long long)g->attn.batch, (long long)g->attn.heads, (long long)g->attn.sq,
                     (long long)g->attn.skv, (long long)g->attn.d);
+            double per_head, saved = attn_bytes_saved(plan, g, &per_head);
+            fputs("  scores on chip: ", out);
+            put_bytes(out, saved);
+            fputs(" saved against the unfused path (the scores and P written and read: ", out);
+            put_bytes(out, per_head);
+            fputs(" a head; tiles skipped: see the recipe)\n", out);
         }
         if (cost) {
             fputs("  cost: ", out);
@@ -275,9 +298,15 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
             kf_expr_print(plan, g, g->attn.score, out);
             fprintf(out,
                     "\", \"batch\": %lld, \"heads\": %lld, \"q_len\": %lld, \"kv_len\": %lld, "
-                    "\"head_dim\": %lld}",
+                    "\"head_dim\": %lld, \"keep_tile\": [%lld, %lld], \"bytes_saved\": ",
                     (long long)g->attn.batch, (long long)g->attn.heads, (long long)g->attn.sq,
-                    (long long)g->attn.skv, (long long)g->attn.d);
+                    (long long)g->attn.skv, (long long)g->attn.d, (long long)g->attn.keep_bq,
+                    (long long)g->attn.keep_bk);
+            double per_head, saved = attn_bytes_saved(plan, g, &per_head);
+            json_num(out, saved);
+            fputs(", \"bytes_saved_per_head\": ", out);
+            json_num(out, per_head);
+            fputc('}', out);
         }
         if (g->row.present) {
             fputs(",\n     \"row_stage\": {\"op\": ", out);

@@ -362,6 +362,14 @@ KF_API kf_tensor *kf_clamp(kf_graph *g, kf_tensor *x, double lo, double hi);
  * in its consumer's loads: no copy. */
 KF_API kf_tensor *kf_slice(kf_graph *g, kf_tensor *x, int axis, int64_t start, int64_t stop,
                            int64_t step);
+/* Every element of x `times` times along `axis` (numpy.repeat,
+ * torch.repeat_interleave with a count): the result's dim is times x x's, its
+ * element i along the axis is x's element i / times. times must be >= 1
+ * (KF_ERR_INVALID_ARGUMENT); an axis out of range is KF_ERR_AXIS. Any dtype.
+ * Fused, it is index arithmetic in its consumer's loads: no copy. A bool keep
+ * map of tiles repeated along both score axes is a block-sparse attention
+ * mask: the fused attention kernels skip the tiles it drops (README). */
+KF_API kf_tensor *kf_repeat(kf_graph *g, kf_tensor *x, int axis, int64_t times);
 /* The n >= 1 tensors xs[0..n) joined along `axis` (torch.cat): one dtype, one
  * rank, every other dim equal (KF_ERR_SHAPE naming the dim otherwise). n == 1
  * returns xs[0]. Fused, a consumer selects per element which source it reads. */
@@ -385,6 +393,13 @@ KF_API kf_tensor *kf_reduce_sum(kf_graph *g, kf_tensor *x, int axis, int keepdim
 KF_API kf_tensor *kf_reduce_max(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 KF_API kf_tensor *kf_reduce_mean(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 KF_API kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim);
+/* log(sum(exp(x))) along `axis` (torch.logsumexp), float dtypes, keepdim as
+ * above; computed as m + log(sum(exp(x - m))) with m the row's maximum, so no
+ * exp overflows: a row whose maximum is +inf or -inf (every element -inf)
+ * gives that maximum, a NaN anywhere gives NaN. The log-sum-exp of attention
+ * scores is what a backward pass keeps beside the output. The CPU target only
+ * for now: compiling it for CUDA is KF_ERR_UNSUPPORTED. */
+KF_API kf_tensor *kf_logsumexp(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 /* The i32 index along `axis` of the first maximum (of the first NaN, if the
  * row has one), like torch.argmax; float dtypes and i32; keepdim as above.
  * Every target, over any axis. */

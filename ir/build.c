@@ -197,6 +197,29 @@ static kf_status infer_slice(const kf_tensor *x, const kf_node_args *a, kf_infer
     return KF_OK;
 }
 
+/* repeat: every element of x `times` times along one axis (numpy.repeat,
+ * torch.repeat_interleave with a count): the result's element i along the
+ * axis is x's element i / times. A block-sparse attention mask is a keep map
+ * of tiles repeated to elements (README: block-sparse masks). */
+static kf_status infer_repeat(const kf_tensor *x, const kf_node_args *a, kf_inferred *r,
+                              char *err) {
+    char t0[160];
+    int ax = norm_axis(a->axis, x->rank);
+    if (ax < 0)
+        return kf_msg_set(err, KF_ERR_AXIS, "repeat: axis %d is out of range for operand x %s",
+                          a->axis, kf_ir_type_str(x, t0, sizeof t0));
+    if (a->times < 1 || a->times > (INT64_C(1) << 31) ||
+        x->dims[ax] > KF_MAX_NUMEL / a->times)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT,
+                          "repeat: times %lld for operand x %s; it must be at least 1 and keep "
+                          "the axis under 2^48 elements",
+                          (long long)a->times, kf_ir_type_str(x, t0, sizeof t0));
+    r->dims[ax] = x->dims[ax] * a->times;
+    r->attr.axis = ax;
+    r->attr.times = a->times;
+    return KF_OK;
+}
+
 /* concat of two operands along an axis: same rank, every other dim equal. */
 static kf_status infer_concat(kf_tensor *const *s, const kf_node_args *a, kf_inferred *r,
                               char *err) {
@@ -352,6 +375,8 @@ kf_status kf_ir_infer(kf_op op, const kf_node_args *a, kf_inferred *r, char *err
         return infer_expand(x, a, r, err);
     case KF_FORM_SLICE:
         return infer_slice(x, a, r, err);
+    case KF_FORM_REPEAT:
+        return infer_repeat(x, a, r, err);
     case KF_FORM_CONCAT:
         return infer_concat(s, a, r, err);
     case KF_FORM_GATHER:

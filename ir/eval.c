@@ -145,6 +145,10 @@ double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c) {
     case KF_OP_MUL:
         return a * b;
     case KF_OP_DIV:
+        /* i32: only the planner's index division (a repeat's coordinate,
+         * fusion/lower.c), truncating as C does; the graph's div is float */
+        if (dtype == KF_DTYPE_I32)
+            return b == 0.0 ? 0.0 : trunc(a / b);
         return a / b;
     case KF_OP_MAX:
         return isnan(a) || isnan(b) ? a + b : (a > b ? a : b);
@@ -247,6 +251,20 @@ static void eval_reduce(const kf_eval_state *st, const kf_tensor *t, double *out
                         best = v;
                         acc = (double)j;
                     }
+                }
+            } else if (t->op == KF_OP_LOGSUMEXP) { /* m + log(sum exp(x - m)); m if +-inf */
+                double m = -INFINITY;
+                for (int64_t j = 0; j < n && !isnan(m); j++) {
+                    double v = row[j * inner];
+                    if (isnan(v) || v > m)
+                        m = v;
+                }
+                acc = m;
+                if (!isnan(m) && !isinf(m)) {
+                    double sum = 0.0;
+                    for (int64_t j = 0; j < n; j++)
+                        sum += exp(row[j * inner] - m);
+                    acc = m + log(sum);
                 }
             } else if (t->op == KF_OP_REDUCE_MAX || t->op == KF_OP_REDUCE_MIN) {
                 bool mx = t->op == KF_OP_REDUCE_MAX; /* the first of equal values wins */
@@ -441,6 +459,18 @@ static void eval_slice(const kf_eval_state *st, const kf_tensor *t, double *out)
         out[i] = in[base + w.off[0]];
 }
 
+/* repeat: the result's element i along the axis reads x at i / times. */
+static void eval_repeat(const kf_eval_state *st, const kf_tensor *t, double *out) {
+    int64_t outer, n, inner;
+    split_axis(t, t->attr.axis, &outer, &n, &inner);
+    const double *in = st->values[t->src[0]->id];
+    int64_t nx = n / t->attr.times;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < n; i++)
+            memcpy(out + (o * n + i) * inner, in + (o * nx + i / t->attr.times) * inner,
+                   sizeof(double) * (size_t)inner);
+}
+
 /* concat: along the axis, a's rows then b's. */
 static void eval_concat(const kf_eval_state *st, const kf_tensor *t, double *out) {
     int64_t outer, n, inner;
@@ -571,6 +601,9 @@ kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t) {
         break;
     case KF_FORM_SLICE:
         eval_slice(st, t, out);
+        break;
+    case KF_FORM_REPEAT:
+        eval_repeat(st, t, out);
         break;
     case KF_FORM_CONCAT:
         eval_concat(st, t, out);

@@ -61,6 +61,7 @@ typedef enum kf_form {
     KF_FORM_SLICE,      /* slice(x, axis=A[, start=S][, stop=E][, step=K]) */
     KF_FORM_CONCAT,     /* concat(a, b, axis=A): binary; concat(a, b, c, ...) nests */
     KF_FORM_GATHER,     /* gather(table, idx, axis=A) */
+    KF_FORM_REPEAT,     /* repeat(x, axis=A, times=N) */
     KF_FORM_COUNT
 } kf_form;
 
@@ -84,7 +85,7 @@ enum {
     KF_TRAIT_LOGSPACE = 1u << 15, /* the log of its op's result (log_softmax: the softmax
                                      statistics, but never an attention kernel's P) */
     KF_TRAIT_INDEX = 1u << 16,    /* the result is an i32 index along the axis (argmax) */
-    KF_TRAIT_REMAP = 1u << 17     /* slice/concat/gather: each result element is one operand
+    KF_TRAIT_REMAP = 1u << 17     /* slice/concat/gather/repeat: each result element is one operand
                                      element at remapped coordinates, no math */
 };
 
@@ -168,6 +169,7 @@ typedef struct kf_attrs {
     double lo, hi;         /* clamp: min and max as given (-inf / inf: that side unbounded) */
     int64_t start, step;   /* slice: normalized, 0 <= start < dim, step >= 1 (the result's
                               length along axis is the dim; stop is implied) */
+    int64_t times;         /* repeat: each element of x along axis, times >= 1 */
 } kf_attrs;
 
 struct kf_tensor {
@@ -271,6 +273,7 @@ typedef struct kf_node_args {
     int perm[KF_MAX_RANK];
     double lo, hi;    /* clamp */
     int64_t start, stop, step; /* slice, as given (Python's rules; stop INT64_MAX: the end) */
+    int64_t times;    /* repeat */
     const char *name; /* input */
     const void *data; /* const: numel elements in storage format; NULL for zeros */
 } kf_node_args;

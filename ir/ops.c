@@ -13,8 +13,8 @@ const kf_op_info kf_op_table[KF_OP_COUNT] = {
 
 /* Every op has an entry: the X-macro and the enum agree by construction; this
  * guards the hand-written tables that are indexed by op or form. */
-_Static_assert(KF_OP_COUNT == 50, "ops.def changed: update kf_form_arity users and tests");
-_Static_assert(KF_FORM_COUNT == 19, "kf_form changed: update kf_form_arity");
+_Static_assert(KF_OP_COUNT == 52, "ops.def changed: update kf_form_arity users and tests");
+_Static_assert(KF_FORM_COUNT == 20, "kf_form changed: update kf_form_arity");
 _Static_assert(KF_DTYPE_COUNT == 7, "kf_dtype changed: update the dtype tables");
 
 int kf_form_arity(kf_form form) {
@@ -32,6 +32,7 @@ int kf_form_arity(kf_form form) {
     case KF_FORM_CLAMP:
     case KF_FORM_EXPAND:
     case KF_FORM_SLICE:
+    case KF_FORM_REPEAT:
         return 1;
     case KF_FORM_BINARY:
     case KF_FORM_CONCAT:

@@ -239,6 +239,9 @@ static void put_args(printer *p, const kf_tensor *t) {
     case KF_FORM_GATHER:
         putf(p, ", axis=%d", t->attr.axis);
         break;
+    case KF_FORM_REPEAT:
+        putf(p, ", axis=%d, times=%lld", t->attr.axis, (long long)t->attr.times);
+        break;
     case KF_FORM_CLAMP: {
         char buf[48];
         if (kf_ir_clamp_has_lo(t->attr.lo)) {

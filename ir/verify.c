@@ -36,6 +36,7 @@ static kf_node_args args_of(const kf_tensor *t) {
         a.step = t->attr.step;
         a.stop = t->attr.start + t->attr.step * (t->dims[t->attr.axis] - 1) + 1;
     }
+    a.times = t->attr.times;
     a.name = t->name;
     a.data = t->data;
     return a;
@@ -51,6 +52,8 @@ static bool same_attrs(const kf_tensor *t, const kf_attrs *want) {
         return h->axis == want->axis;
     case KF_FORM_SLICE:
         return h->axis == want->axis && h->start == want->start && h->step == want->step;
+    case KF_FORM_REPEAT:
+        return h->axis == want->axis && h->times == want->times;
     case KF_FORM_REDUCE:
         return h->axis == want->axis && h->keepdim == want->keepdim;
     case KF_FORM_LAYER_NORM:

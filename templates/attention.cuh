@@ -29,8 +29,12 @@
  *     tiles wholly outside the mask are never visited, tiles wholly inside
  *     evaluate the score expression without its mask (kf_score_inner), and
  *     only the tiles on the boundary (or past the last key) test elements
- *     (kf_score_full). Any other mask is part of the score expression and
- *     is evaluated per element.
+ *     (kf_score_full). A BLOCK_SPARSE keep map (3) drops the tiles it drops
+ *     for the whole query tile and tests elements where a kernel tile spans
+ *     kept and dropped map tiles (kf_bs_*), except in a query tile holding a
+ *     row the map drops entirely, which visits every tile (that row is the
+ *     reference's all-masked row). Any other mask is part of the score
+ *     expression and is evaluated per element.
  *
  * Shared memory rows are KF_D elements; 16-byte chunk c of row r is stored
  * at chunk c ^ (r & 7), so the 8 row addresses of an ldmatrix (and the
@@ -156,20 +160,25 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
 
         /* The key tiles this query tile sees: [t_lo, t_hi). */
         int kv_lo = 0, kv_hi = KF_SKV;
-#if KF_MASK_SKIP >= 1
+#if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
         kv_hi = min(KF_SKV, q0 + KF_BR);
 #endif
 #if KF_MASK_SKIP == 2
         kv_lo = max(0, q0 - KF_WINDOW + 1);
 #endif
         const int t_lo = kv_lo / KF_BC, t_hi = (kv_hi + KF_BC - 1) / KF_BC;
+        /* Block-sparse (KF_MASK_SKIP 3): only the key tiles the keep map
+         * keeps, from t_first on (kf_bs_*: the generator's; constants
+         * otherwise, so t_first = t_lo and every tile is visited). */
+        const bool bs_dense = kf_bs_dense(bh, q0, KF_ARGS);
+        const int t_first = kf_bs_next(bh, q0, bs_dense, t_lo, t_hi, KF_ARGS);
 
         kf_tile_load<KF_BR>(offQ, gq, KF_Q_RS, KF_SQ - q0, al, tid);
-        kf_tile_load<KF_BC>(offK, gk + (long long)t_lo * KF_BC * KF_K_RS, KF_K_RS,
-                            KF_SKV - t_lo * KF_BC, al, tid);
+        kf_tile_load<KF_BC>(offK, gk + (long long)t_first * KF_BC * KF_K_RS, KF_K_RS,
+                            KF_SKV - t_first * KF_BC, al, tid);
         kf_cp_commit();
-        kf_tile_load<KF_BC>(offV, gv + (long long)t_lo * KF_BC * KF_V_RS, KF_V_RS,
-                            KF_SKV - t_lo * KF_BC, al, tid);
+        kf_tile_load<KF_BC>(offV, gv + (long long)t_first * KF_BC * KF_V_RS, KF_V_RS,
+                            KF_SKV - t_first * KF_BC, al, tid);
         kf_cp_commit();
 
         float o[KF_D / 8][4];
@@ -181,11 +190,12 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
         /* The warp's rows: qw .. qw + 15; this lane's: qr and qr + 8. */
         const int qw = q0 + warp * 16, qr = qw + g4;
 
-        for (int j = t_lo; j < t_hi; j++) {
-            const int buf = (j - t_lo) & 1;
+        int buf = 0;
+        for (int j = t_first, jn; j < t_hi; j = jn, buf ^= 1) {
+            jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS); /* the next tile visited */
             kf_cp_wait<1>();
             __syncthreads();
-            if (j == t_lo) {
+            if (j == t_first) {
 #pragma unroll
                 for (int kk = 0; kk < KF_D / 16; kk++)
                     kf_ldsm4(sb + offQ +
@@ -213,17 +223,29 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
             }
             /* The next K tile into the other buffer (its last readers passed
              * this iteration's barrier). */
-            if (j + 1 < t_hi)
+            if (jn < t_hi)
                 kf_tile_load<KF_BC>(offK + (buf ^ 1) * KF_KV_TILE_BYTES,
-                                    gk + (long long)(j + 1) * KF_BC * KF_K_RS, KF_K_RS,
-                                    KF_SKV - (j + 1) * KF_BC, al, tid);
+                                    gk + (long long)jn * KF_BC * KF_K_RS, KF_K_RS,
+                                    KF_SKV - jn * KF_BC, al, tid);
             kf_cp_commit();
 
             /* The score expression. */
             const int kv0 = j * KF_BC;
             bool edge = kv0 + KF_BC > KF_SKV;
-#if KF_MASK_SKIP >= 1
+#if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
             edge = edge || kv0 + KF_BC - 1 > qw;
+#endif
+#if KF_MASK_SKIP == 3 && KF_BS_WHOLE
+            /* whole map tiles: kept, or dropped whole (attention_sm90.cuh) */
+            const bool bs_kept = !bs_dense || kf_bs_kept(bh, q0, j, KF_ARGS);
+            edge = edge || !bs_kept;
+#define KF_SCORE_EDGE(s_, q_, kv_)                                                   \
+    (bs_kept ? kf_score_inner(s_, bh, q_, kv_, KF_ARGS) : kf_score_fill(s_, bh, q_, kv_, KF_ARGS))
+#else
+#if KF_MASK_SKIP == 3
+            edge = edge || kf_bs_mixed(bh, q0, bs_dense, j, KF_ARGS);
+#endif
+#define KF_SCORE_EDGE(s_, q_, kv_) kf_score_full(s_, bh, q_, kv_, KF_ARGS)
 #endif
 #if KF_MASK_SKIP == 2
             edge = edge || kv0 <= qw + 15 - KF_WINDOW;
@@ -235,9 +257,8 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int kv = kv0 + nt * 8 + 2 * t4 + (e & 1);
-                        s[nt][e] =
-                            kv < KF_SKV ? kf_score_full(s[nt][e], bh, e < 2 ? qa : qb, kv, KF_ARGS)
-                                        : -KF_INF;
+                        s[nt][e] = kv < KF_SKV ? KF_SCORE_EDGE(s[nt][e], e < 2 ? qa : qb, kv)
+                                               : -KF_INF;
                     }
                 }
             } else {
@@ -303,10 +324,10 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
                     kf_mma(o[2 * dd + 1], a, b[2], b[3]);
                 }
             }
-            if (j + 1 < t_hi)
+            if (jn < t_hi)
                 kf_tile_load<KF_BC>(offV + (buf ^ 1) * KF_KV_TILE_BYTES,
-                                    gv + (long long)(j + 1) * KF_BC * KF_V_RS, KF_V_RS,
-                                    KF_SKV - (j + 1) * KF_BC, al, tid);
+                                    gv + (long long)jn * KF_BC * KF_V_RS, KF_V_RS,
+                                    KF_SKV - jn * KF_BC, al, tid);
             kf_cp_commit();
         }
 

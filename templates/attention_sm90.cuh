@@ -61,6 +61,11 @@
  * heads' K and V in L2. The stage index and its parity run on across items
  * on both sides; the Q barrier's parity is the item's count.
  *
+ * Block-sparse keep maps (KF_MASK_SKIP 3): producer and consumers walk the
+ * same kept key tiles (kf_bs_next, generated, reading the map), so the ring's
+ * stage order agrees; the first and last tiles are j0 and the last jn < t_hi
+ * rather than t_lo and t_hi - 1 (attention.cuh says which tiles are kept).
+ *
  * All-masked rows: m stays -inf, p = 0, l = 0, the row is 0/0 = NaN: the
  * reference's softmax of a row of -inf.
  *
@@ -165,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     continue;
                 const int q0 = qt * KF_BR;
                 int kv_lo = 0, kv_hi = KF_SKV;
-#if KF_MASK_SKIP >= 1
+#if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
                 kv_hi = min(KF_SKV, q0 + KF_BR);
 #endif
 #if KF_MASK_SKIP == 2
@@ -178,7 +183,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int c = 0; c < KF_CHUNKS; c++)
                     kf_tma_q(sq + c * (KF_BR * 128), &tq, 64 * c, q0, bh, qf);
                 qph ^= 1u;
-                for (int j = t_lo; j < t_hi; j++) {
+                const bool bs_dense = kf_bs_dense(bh, q0, KF_ARGS);
+                for (int j = kf_bs_next(bh, q0, bs_dense, t_lo, t_hi, KF_ARGS); j < t_hi;
+                     j = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS)) {
                     const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES, vb = kb + KF_KV_BYTES;
                     kf_hp_wait(ek0 + 8 * s, ph ^ 1u);
                     kf_hp_expect(fk0 + 8 * s, KF_KV_BYTES);
@@ -220,13 +227,19 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 u + gridDim.x >= KF_UNITS && ((t & 1) || 2 * (int)(u % KF_HALF) + 1 == KF_NQT);
             const int q0 = qt * KF_BR;
             int kv_lo = 0, kv_hi = KF_SKV;
-#if KF_MASK_SKIP >= 1
+#if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
             kv_hi = min(KF_SKV, q0 + KF_BR);
 #endif
 #if KF_MASK_SKIP == 2
             kv_lo = max(0, q0 - KF_WINDOW + 1);
 #endif
             const int t_lo = kv_lo / KF_BC, t_hi = (kv_hi + KF_BC - 1) / KF_BC;
+            /* The tiles visited: j0, j1, ... (every one in [t_lo, t_hi) but
+             * where a block-sparse keep map drops it: kf_bs_*, the producer's
+             * same walk) */
+            const bool bs_dense = kf_bs_dense(bh, q0, KF_ARGS);
+            const int j0 = kf_bs_next(bh, q0, bs_dense, t_lo, t_hi, KF_ARGS);
+            const int j1 = j0 < t_hi ? kf_bs_next(bh, q0, bs_dense, j0 + 1, t_hi, KF_ARGS) : t_hi;
             /* This warp's 16 rows start at qw; this lane's are qr, qr + 8. */
             const int qw = q0 + cw * 64 + warp * 16, qr = qw + g4;
             const int qa = min(qr, KF_SQ - 1), qb = min(qr + 8, KF_SQ - 1);
@@ -241,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             kf_hp_wait(qf, qph);
             qph ^= 1u;
             const unsigned qbase = sq + cw * 8192u;
-            if (t_lo >= t_hi && lane == 0)
+            if (j0 >= t_hi && lane == 0)
                 kf_hp_arrive(qe);
             float sc[KF_BC / 2];
             /* After step j's Q.K^T is done (wait_group 1: P.V(j - 1), the
@@ -250,10 +263,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * -- under P.V(j - 1), which reads pa and accumulates into o, so
              * neither is touched -- then wait_group 0, V(j - 1) back, O
              * rescaled and P(j) packed into pa. */
-            auto finish = [&](int j) {
+            auto finish = [&](int j, int jn) {
                 if (lane == 0) {
                     kf_hp_arrive(ek0 + 8 * s);
-                    if (j + 1 == t_hi)
+                    if (jn >= t_hi)
                         kf_hp_arrive(qe); /* this warp is done with Q */
                 }
 
@@ -262,8 +275,21 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * (+1) in sc[4n .. 4n + 3] (rows g4: e 0, 1; g4 + 8: e 2, 3). */
                 const int kv0 = j * KF_BC;
                 bool edge = kv0 + KF_BC > KF_SKV;
-#if KF_MASK_SKIP >= 1
+#if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
                 edge = edge || kv0 + KF_BC - 1 > qw;
+#endif
+#if KF_MASK_SKIP == 3 && KF_BS_WHOLE
+                /* whole map tiles: a visited tile is kept, or (a query tile
+                 * of an all-masked row) dropped whole: its scores the fill */
+                const bool bs_kept = !bs_dense || kf_bs_kept(bh, q0, j, KF_ARGS);
+                edge = edge || !bs_kept;
+#define KF_SCORE_EDGE(s_, q_, kv_)                                                   \
+    (bs_kept ? kf_score_inner(s_, bh, q_, kv_, KF_ARGS) : kf_score_fill(s_, bh, q_, kv_, KF_ARGS))
+#else
+#if KF_MASK_SKIP == 3
+                edge = edge || kf_bs_mixed(bh, q0, bs_dense, j, KF_ARGS);
+#endif
+#define KF_SCORE_EDGE(s_, q_, kv_) kf_score_full(s_, bh, q_, kv_, KF_ARGS)
 #endif
 #if KF_MASK_SKIP == 2
                 edge = edge || kv0 <= qw + 15 - KF_WINDOW;
@@ -274,10 +300,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
                             const int kv = kv0 + nt * 8 + 2 * t4 + (e & 1);
-                            sc[4 * nt + e] = kv < KF_SKV ? kf_score_full(sc[4 * nt + e], bh,
-                                                                         e < 2 ? qa : qb, kv,
-                                                                         KF_ARGS)
-                                                         : -KF_INF;
+                            sc[4 * nt + e] =
+                                kv < KF_SKV ? KF_SCORE_EDGE(sc[4 * nt + e], e < 2 ? qa : qb, kv)
+                                            : -KF_INF;
                         }
                     }
                 } else {
@@ -329,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int i = 0; i < KF_D / 2; i++)
                     asm volatile("" : "+f"(o[i])::"memory");
-                if (j > t_lo && lane == 0)
+                if (j != j0 && lane == 0)
                     kf_hp_arrive(ev0 + 8 * sp);
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
@@ -358,8 +383,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* Step t_lo: S = Q . K^T(t_lo) alone. Steps after it issue Q.K^T(j)
              * and P.V(j - 1) as one group; two loops, so that no wgmma sits
              * under a branch (ptxas then fences around it: C7519). */
-            if (t_lo < t_hi) {
-                const int j = t_lo;
+            if (j0 < t_hi) {
+                const int j = j0, jn = j1;
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
                 kf_hp_wait(fk0 + 8 * s, ph);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
@@ -377,12 +402,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* the other consumer's turn (consumer 1 leaves out its last) */
-                if (cw == 0 || j + 1 < t_hi || !last_turn)
+                if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                finish(j);
+                finish(j, jn);
             }
-            for (int j = t_lo + 1; j < t_hi; j++) {
+            for (int j = j1, jn; j < t_hi; j = jn) {
+                jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
                 const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
                 kf_hp_wait(fk0 + 8 * s, ph);
@@ -407,13 +433,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int kk = 0; kk < KF_BC / 16; kk++)
                     kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                if (cw == 0 || j + 1 < t_hi || !last_turn)
+                if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j);
+                finish(j, jn);
             }
             /* O += P . V(last), outside the turns */
-            if (t_lo < t_hi) {
+            if (j0 < t_hi) {
                 const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");

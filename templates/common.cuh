@@ -417,6 +417,8 @@ __device__ __forceinline__ double kf_sub(double a, double b) { return a - b; }
 __device__ __forceinline__ float kf_mul(float a, float b) { return a * b; }
 __device__ __forceinline__ double kf_mul(double a, double b) { return a * b; }
 __device__ __forceinline__ float kf_div(float a, float b) { return a / b; }
+/* i32: a repeat's coordinate divided by its count (a positive constant) */
+__device__ __forceinline__ int kf_div(int a, int b) { return b ? a / b : 0; }
 __device__ __forceinline__ double kf_div(double a, double b) { return a / b; }
 
 /* ---- packed bf16 pairs --------------------------------------------------

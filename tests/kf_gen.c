@@ -482,8 +482,9 @@ static kf_tensor *motif_layout(gen *G) {
 /* Indexed reads: slice, concat, gather                                      */
 /* ------------------------------------------------------------------------ */
 
-/* x sliced, concatenated (with a leaf, a function of x, or rotate_half) or
- * gathered along a random axis; x itself when the shape does not allow it. */
+/* x sliced, concatenated (with a leaf, a function of x, or rotate_half),
+ * repeated or gathered along a random axis; x itself when the shape does not
+ * allow it. */
 static kf_tensor *remap(gen *G, kf_tensor *x) {
     kf_graph *g = G->g;
     shape s = shape_of(x);
@@ -492,7 +493,13 @@ static kf_tensor *remap(gen *G, kf_tensor *x) {
     int ax = below(G, s.rank);
     int neg_ax = chance(G, 30) ? ax - s.rank : ax; /* negative spellings too */
     int64_t d = s.d[ax];
-    int k = below(G, 4);
+    int k = below(G, 5);
+    if (k == 4) { /* repeat: every element 2 or 3 times along the axis */
+        int64_t times = 2 + below(G, 2);
+        if (shape_numel(&s) * times > 2 * NUMEL_CAP)
+            return x;
+        return kf_repeat(g, x, neg_ax, times);
+    }
     if (k == 0 && d >= 2) { /* slice, Python's rules (negative bounds now and then) */
         int64_t start = below(G, (int)d - 1), stop = start + 1 + below(G, (int)(d - start));
         int64_t step = 1 + below(G, 2);
@@ -587,11 +594,14 @@ static kf_tensor *motif_rowwise(gen *G) {
         y = kf_reduce_sum(g, x, 0, 0);
     } else {
         bool keep = chance(G, 50);
-        int which = below(G, 5);
+        int which = below(G, 6);
+        if (which == 5 && kf_tensor_dtype(x) == KF_DTYPE_I32)
+            which = 0; /* logsumexp takes float dtypes */
         y = which == 0   ? kf_reduce_sum(g, x, axis, keep)
             : which == 1 ? kf_reduce_max(g, x, axis, keep)
             : which == 2 ? kf_reduce_min(g, x, axis, keep)
             : which == 3 ? kf_reduce_mean(g, x, axis, keep)
+            : which == 5 ? kf_logsumexp(g, x, axis, keep)
                          : kf_argmax(g, x, axis, keep);
         if (which == 4 && kf_tensor_dtype(x) != KF_DTYPE_I32)
             y = kf_cast(g, y, kf_tensor_dtype(x)); /* the index as a number the pool can use */

@@ -19,7 +19,7 @@
  *              bias, activation, residual, scale and cast steps, sometimes a
  *              layer/rms norm after it; sometimes a norm before it (prologue),
  *              sometimes SwiGLU (silu(x.Wg) * (x.Wu))
- *   rowwise    softmax, layer_norm, rms_norm, reduce_sum/max/mean over the
+ *   rowwise    softmax, layer_norm, rms_norm, reduce_sum/max/mean, logsumexp over the
  *              last or a non-last axis, with elementwise prologue and epilogue
  *              (including x - reduce(x, keepdim) style broadcasts back)
  *   attention  q.k^T, scale, softcap c*tanh(s/c), ALiBi slope[h]*(kv - q),

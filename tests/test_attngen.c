@@ -97,6 +97,15 @@ static const struct {
      "mask none",
      128,
      {4, 4, 4}},
+    {"block-sparse per-head keep maps of 128x128 tiles, Sq 500 != Skv 700",
+     "q = input($[2, 3, 500, 64])\nk = input($[2, 3, 700, 64])\nv = input($[2, 3, 700, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "bm = input(bool[3, 4, 6])\nr0 = repeat(bm, axis=1, times=128)\n"
+     "r1 = repeat(r0, axis=2, times=128)\nm0 = slice(r1, axis=1, stop=500)\n"
+     "mk = slice(m0, axis=2, stop=700)\nninf = const($[], -inf)\ns1 = where(mk, s0, ninf)\n",
+     "mask block_sparse",
+     64,
+     {4, 4, 4}},
     {"GQA 8:1 (K, V broadcast over the head group) + causal",
      "q = input($[1, 2, 8, 150, 128])\nk = input($[1, 2, 1, 150, 128])\n"
      "v = input($[1, 2, 1, 150, 128])\nqk = matmul(q, k, transpose_b=true)\n"

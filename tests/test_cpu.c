@@ -624,8 +624,8 @@ static void test_expand_alone_fused_and_reduced_in_every_dtype(void **state) {
     assert_int_equal(bad, 0);
 }
 
-/* slice (steps, negative bounds), concat (nested, along every axis) and
- * gather (i32 and i64 indices, every axis) alone -- their own kernel -- and
+/* slice (steps, negative bounds), concat (nested, along every axis),
+ * repeat (every axis, twice, sliced) and gather (i32 and i64 indices, every axis) alone -- their own kernel -- and
  * fused into a consumer, in every dtype; and the rotary pattern in the float
  * dtypes, fused into a softmax's prologue. Outputs poisoned, judged against
  * the reference on fresh random inputs (indices drawn in range). */
@@ -650,6 +650,18 @@ static void test_slice_concat_gather_alone_and_fused_in_every_dtype(void **state
                      dn, dn, ax, ax, ax, ax, ax % 2 ? "i64" : "i32", ax, ax, op);
             bad += !check_text(ctx, text, &r);
             n++;
+            /* repeat: alone, fused into an elementwise consumer through a
+             * slice, and repeated along two axes (a slice of a repeat of a
+             * repeat: coordinates divided, then offset) */
+            snprintf(text, sizeof text,
+                     "kfg 1\nx = input(%s[5, 6, 7])\nb = input(%s[5, 18, 7])\n"
+                     "rp = repeat(x, axis=%d, times=3)\nr1 = repeat(x, axis=1, times=3)\n"
+                     "k = %s(r1, b)\nr2 = repeat(r1, axis=2, times=2)\n"
+                     "s = slice(r2, axis=2, start=3, stop=12)\nt = %s(s, s)\n"
+                     "output rp\noutput k\noutput t\n",
+                     dn, dn, ax, op, op);
+            bad += !check_text(ctx, text, &r);
+            n++;
         }
         if (kf_dtype_is_float(all_dtypes[di])) {
             snprintf(text, sizeof text,
@@ -663,7 +675,7 @@ static void test_slice_concat_gather_alone_and_fused_in_every_dtype(void **state
         }
     }
     kf_ctx_destroy(ctx);
-    assert_int_equal(n, 18);
+    assert_int_equal(n, 36);
     assert_int_equal(bad, 0);
 }
 
@@ -776,13 +788,14 @@ static void test_reductions_norms_and_softmax_over_every_axis(void **state) {
     kf_ctx *ctx = new_ctx();
     kf_test_rng r = kf_test_rng_make(6);
     int bad = 0;
-    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean", "reduce_min", "argmax"};
+    static const char *reds[] = {"reduce_sum", "reduce_max", "reduce_mean",
+                                 "reduce_min", "argmax",     "logsumexp"};
     for (size_t di = 0; di < N_DTYPES; di++) {
         kf_dtype d = all_dtypes[di];
         const char *dn = kf_dtype_name(d);
         char text[512];
         for (int axis = 0; axis < 3; axis++) {
-            for (size_t k = 0; k < 5; k++) {
+            for (size_t k = 0; k < sizeof reds / sizeof reds[0]; k++) {
                 if (!takes(kf_op_from_name(reds[k], strlen(reds[k])), d))
                     continue;
                 for (int keep = 0; keep < 2; keep++) {
@@ -1004,12 +1017,24 @@ static void test_attention_with_every_mask_class(void **state) {
         "neg = const(%1$s[], -1e4)\nm = where(kk, t, neg)\n",
         /* general: an additive bias tensor */
         "t = mul(s, sc)\nbias = input(%1$s[37, 37])\nm = add(t, bias)\n",
+        /* block-sparse: a keep map of 8 x 13 tiles (ragged: sliced), finite fill */
+        "t = mul(s, sc)\nbm = input(bool[5, 3])\nr0 = repeat(bm, axis=0, times=8)\n"
+        "r1 = repeat(r0, axis=1, times=13)\nm0 = slice(r1, axis=0, stop=37)\n"
+        "mk = slice(m0, axis=1, stop=37)\nneg = const(%1$s[], -1e4)\nm = where(mk, t, neg)\n",
+        /* block-sparse, the map dropping where true, row 1 dropped whole (an output, so the map is
+         * a loaded tensor): those rows are the reference's all-masked rows,
+         * NaN under a -inf fill; 4 x 32 tiles, wider than the CPU's key tile */
+        "t = mul(s, sc)\nkin = input(bool[10, 2])\nri = iota(i32[10, 1], axis=0)\n"
+        "one = const(i32[], 1)\nrok = ne(ri, one)\nyes = const(bool[], 1)\n"
+        "bm = where(rok, kin, yes)\noutput bm\nr0 = repeat(bm, axis=0, times=4)\n"
+        "r1 = repeat(r0, axis=1, times=32)\nm0 = slice(r1, axis=0, stop=37)\n"
+        "mk = slice(m0, axis=1, stop=37)\nneg = const(%1$s[], -inf)\nm = where(mk, neg, t)\n",
     };
     for (size_t di = 0; di < 4; di++) {
         const char *dn = kf_dtype_name(fl[di]);
         for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; mi++) {
             for (int gqa = 0; gqa < 2; gqa++) {
-                char mask[600], text[1400];
+                char mask[900], text[1800];
                 snprintf(mask, sizeof mask, masks[mi], dn);
                 snprintf(text, sizeof text,
                          "kfg 1\nq = input(%s[2, 4, 37, 16])\nkm = input(%s[2, %d, 37, 16])\n"

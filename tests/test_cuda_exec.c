@@ -925,6 +925,29 @@ static const attn_case fused_cases[] = {
      "ninf = const($[], -inf)\n"
      "s1 = where(keep, s0, ninf)\n",
      "mask causal"},
+    /* Block-sparse keep maps (README: block-sparse masks). Map row 1 is
+     * dropped whole (the map is an output too, so a loaded tensor): its query
+     * rows are the reference's all-masked rows, which every kernel tile
+     * holding them visits in full. */
+    {"block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
+     "q = input($[1, 2, 520, 128])\nk = input($[1, 2, 520, 128])\n"
+     "v = input($[1, 2, 520, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "kin = input(bool[5, 5])\nri = iota(i32[5, 1], axis=0)\none = const(i32[], 1)\n"
+     "rok = ne(ri, one)\nno = const(bool[], 0)\nbm = where(rok, kin, no)\noutput bm\n"
+     "r0 = repeat(bm, axis=0, times=128)\nr1 = repeat(r0, axis=1, times=128)\n"
+     "m0 = slice(r1, axis=0, stop=520)\nmk = slice(m0, axis=1, stop=520)\n"
+     "fill = const($[], -30000)\ns1 = where(mk, s0, fill)\n",
+     "mask block_sparse"},
+    {"block-sparse per-head keep maps [H, 4, 6] of 128x128, dropping where true",
+     "q = input($[2, 3, 500, 64])\nk = input($[2, 3, 700, 64])\n"
+     "v = input($[2, 3, 700, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "bm = input(bool[3, 4, 6])\n"
+     "r0 = repeat(bm, axis=1, times=128)\nr1 = repeat(r0, axis=2, times=128)\n"
+     "m0 = slice(r1, axis=1, stop=500)\nmk = slice(m0, axis=2, stop=700)\n"
+     "ninf = const($[], -inf)\ns1 = where(mk, ninf, s0)\n",
+     "mask block_sparse"},
     {"Q, K, V permuted views of [B, S, H, D] + causal",
      "qi = input($[2, 90, 4, 64])\n"
      "ki = input($[2, 90, 4, 64])\n"
@@ -941,6 +964,22 @@ static const attn_case fused_cases[] = {
      "ninf = const($[], -inf)\n"
      "s1 = where(keep, s0, ninf)\n",
      "mask causal"},
+};
+
+/* Block-sparse keep maps whose tiles are not whole 128x128 kernel tiles: the
+ * mma.sync kernel tests the tiles that mix kept and dropped keys per element
+ * (the sm_90a kernel declines them, and the recipe says why). */
+static const attn_case fa2_only_cases[] = {
+    {"block-sparse 64x32 keep map (tiles inside the kernel's, mixed), Sq 300 != Skv 440, -inf",
+     "q = input($[2, 1, 300, 64])\nk = input($[2, 1, 440, 64])\n"
+     "v = input($[2, 1, 440, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "kin = input(bool[5, 14])\nri = iota(i32[5, 1], axis=0)\nthree = const(i32[], 3)\n"
+     "rok = ne(ri, three)\nno = const(bool[], 0)\nbm = where(rok, kin, no)\noutput bm\n"
+     "r0 = repeat(bm, axis=0, times=64)\nr1 = repeat(r0, axis=1, times=32)\n"
+     "m0 = slice(r1, axis=0, stop=300)\nmk = slice(m0, axis=1, stop=440)\n"
+     "ninf = const($[], -inf)\ns1 = where(mk, s0, ninf)\n",
+     "mask block_sparse"},
 };
 
 /* `body` with every '$' replaced by the dtype's name, as a whole graph. */
@@ -993,17 +1032,18 @@ static void test_fused_attention_matches_the_reference(void **state) {
     kf_ctx *ctx = attn_ctx(KF_ATTENTION_FA2);
     static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
     for (size_t d = 0; d < N_OF(dts); d++) {
-        for (size_t i = 0; i < N_OF(fused_cases); i++) {
+        size_t n_fused = N_OF(fused_cases);
+        for (size_t i = 0; i < n_fused + N_OF(fa2_only_cases); i++) {
+            const attn_case *fc = i < n_fused ? &fused_cases[i] : &fa2_only_cases[i - n_fused];
             const char *dn = kf_dtype_name(dts[d]);
             char text[4096];
-            fused_text(fused_cases[i].body, dn, text, sizeof text);
+            fused_text(fc->body, dn, text, sizeof text);
             kf_graph *g = NULL;
             if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
-                fail_msg("%s: parse: %s\n%s", fused_cases[i].name, kf_graph_error(g), text);
+                fail_msg("%s: parse: %s\n%s", fc->name, kf_graph_error(g), text);
             char label[160], has[160];
-            snprintf(label, sizeof label, "fused attention: %s [%s]", fused_cases[i].name, dn);
-            snprintf(has, sizeof has, "fused attention (sm_80 mma.sync kernel)|%s",
-                     fused_cases[i].mask);
+            snprintf(label, sizeof label, "fused attention: %s [%s]", fc->name, dn);
+            snprintf(has, sizeof has, "fused attention (sm_80 mma.sync kernel)|%s", fc->mask);
             run_opts o = {.lo = -2, .hi = 2, .report_has = has, .ctx = ctx};
             run_and_compare(g, 1100 + 20 * d + i, &o, label);
             fprintf(stderr, "  %s: ok\n", label);

@@ -693,6 +693,21 @@ static void test_log_softmax_matches_hand_computed_values_and_does_not_overflow(
     assert_true(y[3] == 0 && y[4] == -0x1p60 && y[5] == -0x1p101);
 }
 
+/* logsumexp: log(e + e^2 + e^3) = 3 + log(1 + e^-1 + e^-2); a row of 2^100s
+ * does not overflow (2^100 + log 2); every element -inf gives -inf, a +inf
+ * gives +inf, a NaN gives NaN. */
+static void test_logsumexp_matches_hand_computed_values_and_its_edge_rows(void **state) {
+    kf_graph *g = G;
+    double x[15] = {1, 2, 3,          0x1p100, 0x1p100, -INFINITY, -INFINITY, -INFINITY,
+                    -INFINITY, 1,     INFINITY, 5,      NAN,       1,         2};
+    out(g, "y", kf_logsumexp(g, in64(g, "x", 2, DIMS(5, 3)), 1, 0));
+    kf_binding in = {"x", x, sizeof x};
+    double y[5];
+    eval1(g, &in, 1, "y", y, sizeof y);
+    expect_near(y, (const double[]){3.4076059644443806}, 1, 1e-15);
+    assert_true(y[1] == 0x1p100 && y[2] == -INFINITY && y[3] == INFINITY && isnan(y[4]));
+}
+
 static void test_softmax_of_large_values_does_not_overflow(void **state) {
     kf_graph *g = G;
     /* Rows: a 1e4 shift of [0, 1, 2]; 1e30 twice; -1e30 against 1e30 and 0. */
@@ -1784,6 +1799,7 @@ int main(void) {
         T(test_reductions_over_each_axis_of_a_rank3_tensor),
         T(test_reduce_max_propagates_nan_and_handles_all_negative_rows),
         T(test_log_softmax_matches_hand_computed_values_and_does_not_overflow),
+        T(test_logsumexp_matches_hand_computed_values_and_its_edge_rows),
         T(test_argmax_takes_the_first_maximum_or_the_first_nan),
         T(test_expand_repeats_along_the_broadcast_dims),
         T(test_slice_concat_and_gather_pick_the_right_elements),

@@ -774,6 +774,42 @@ static void test_mask_on_a_loaded_tensor_is_general(void **state) {
     assert_int_equal(group_of(p, o)->attn.mask, KF_MASK_GENERAL);
 }
 
+/* A keep map of 4 x 2 tiles repeated to elements (and sliced to a ragged
+ * length) is BLOCK_SPARSE with its tile size, the repeats and slices fused
+ * into the group, the map loaded and never expanded in memory; the same map
+ * with the where() branches swapped drops where it is true; a map repeated
+ * only along the keys is GENERAL (rows do not come in tiles). */
+static void test_repeated_keep_map_is_block_sparse(void **state) {
+    for (int variant = 0; variant < 3; variant++) {
+        fixture *f = *state;
+        kf_graph *g = f->g;
+        kf_tensor *q = in2(g, "q", 30, 16), *k = in2(g, "k", 40, 16), *v = in2(g, "v", 40, 16);
+        kf_tensor *keep = kf_input(g, "keep", KF_DTYPE_BOOL, 2, DIMS(variant == 2 ? 30 : 4, 2));
+        kf_tensor *m = variant == 2 ? keep : kf_repeat(g, keep, 0, 8);
+        m = kf_slice(g, kf_repeat(g, m, 1, 20), 0, 0, 30, 1);
+        kf_tensor *s = kf_matmul(g, q, k, 0, 1), *ninf = kf_scalar(g, KF_DTYPE_F32, -INFINITY);
+        s = variant == 1 ? kf_where(g, m, ninf, s) : kf_where(g, m, s, ninf);
+        kf_tensor *o = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+        kf_output(g, "o", o);
+        const kf_plan *p = plan(f);
+        const kf_group *grp = group_of(p, o);
+        if (variant == 2) {
+            assert_int_equal(grp->attn.mask, KF_MASK_GENERAL);
+        } else {
+            assert_int_equal(grp->attn.mask, KF_MASK_BLOCK_SPARSE);
+            assert_int_equal(grp->attn.keep_bq, 8);
+            assert_int_equal(grp->attn.keep_bk, 20);
+            assert_int_equal(grp->attn.keep_when_true, variant == 0);
+            assert_int_equal(p->n_groups, 1);
+            assert_int_equal(grp->n_reads, 4); /* q, k, v and the map itself */
+        }
+        kf_plan_destroy(f->plan);
+        f->plan = NULL;
+        kf_graph_destroy(f->g);
+        assert_int_equal(kf_graph_create(f->ctx, &f->g), KF_OK);
+    }
+}
+
 /* Masks built from iota comparisons are proved by d = q - kv alone
  * (fusion/mask.c), so grids far above the 2^26 cells the classifier would
  * evaluate get their class: causal and a sliding window on 16384 x 16384;
@@ -1473,6 +1509,7 @@ int main(void) {
         T(test_alibi_attention_reads_slope_per_head),
         T(test_sliding_window_attention_is_classified_with_its_window),
         T(test_mask_on_a_loaded_tensor_is_general),
+        T(test_repeated_keep_map_is_block_sparse),
         T(test_iota_masks_are_classified_without_the_grid),
         T(test_dgelu_epilogue_fuses_into_the_backward_gemm),
         T(test_bias_gradient_is_a_column_reduction_with_prologue),

@@ -296,11 +296,13 @@ typedef struct cg_attn_op {
 void cg_attn_op_layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans,
                        int R, cg_attn_op *o);
 /* One score function: the group's score expression at (bh, q, kv) with `s`
- * the f32 Q.K^T dot product; `inner` drops the mask's where() (tiles the
- * mask does not cut). */
-void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner);
-/* kf_tanh_approx, then kf_score_full and kf_score_inner (a #define of the
- * full one unless `skip`: a mask whose tiles are skipped), over c's group. */
+ * the f32 Q.K^T dot product; `inner` 1 replaces the mask's where() by its
+ * kept branch (tiles the mask does not cut), 2 by its fill (a block-sparse
+ * tile the keep map drops, visited for an all-masked row). */
+void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner);
+/* kf_tanh_approx, then kf_score_full, kf_score_fill (BLOCK_SPARSE masks) and
+ * kf_score_inner (a #define of the full one unless `skip`: a mask whose tiles
+ * are skipped), over c's group. */
 kf_status cg_attn_emit_score_fns(cg *c, bool skip);
 
 #endif /* KF_CODEGEN_CUDA_CG_H */

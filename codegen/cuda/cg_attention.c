@@ -199,6 +199,14 @@ static const char *unsupported_sm90(const kf_plan *plan, const kf_group *g, cons
         return why;
     if (strcmp(arch, "sm_90a") != 0)
         return snprintf(why, size, "%s is not sm_90a (wgmma, TMA)", arch), why;
+    const kf_attn_info *at = &g->attn;
+    if (at->mask == KF_MASK_BLOCK_SPARSE && at->mask_node == at->score &&
+        (at->keep_bq % SM90_BR != 0 || at->keep_bk % SM90_BC != 0))
+        return snprintf(why, size,
+                        "block-sparse keep map tiles %lldx%lld are not whole %dx%d kernel tiles "
+                        "(the mma.sync kernel tests tiles that mix kept and dropped keys)",
+                        (long long)at->keep_bq, (long long)at->keep_bk, SM90_BR, SM90_BC),
+               why;
     static const char *const names[3] = {"Q", "K", "V"};
     for (int i = 0; i < 3; i++) {
         int ax[3];
@@ -262,12 +270,15 @@ kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cu
 }
 
 /* Whether the mask lets the kernel skip tiles: 1 CAUSAL, 2 SLIDING_WINDOW,
- * 0 not. A sliding window whose last rows keep no key at all (sq - window >=
- * skv) is not skipped: those rows are the reference's, over every key. */
+ * 3 BLOCK_SPARSE, 0 not. A sliding window whose last rows keep no key at all
+ * (sq - window >= skv) is not skipped: those rows are the reference's, over
+ * every key. */
 static int mask_skip(const kf_group *g) {
     const kf_attn_info *at = &g->attn;
     if (at->mask_node != at->score)
         return 0;
+    if (at->mask == KF_MASK_BLOCK_SPARSE && at->keep_node != KF_NONE)
+        return 3;
     if (at->mask == KF_MASK_CAUSAL)
         return 1;
     if (at->mask == KF_MASK_SLIDING_WINDOW && at->window > 0 && at->sq - at->window < at->skv)
@@ -288,7 +299,7 @@ void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, bool sm90, uin
     /* the kernels' own bounds (templates/attention.cuh, attention_sm90.cuh) */
     for (int64_t qt = 0; qt < nqt; qt++) {
         int64_t q0 = qt * br, lo = 0, hi = at->skv;
-        if (skip >= 1)
+        if (skip == 1 || skip == 2) /* block-sparse (3): the map's, known at run time */
             hi = q0 + br < at->skv ? q0 + br : at->skv;
         if (skip == 2)
             lo = q0 - at->window + 1 > 0 ? q0 - at->window + 1 : 0;
@@ -298,6 +309,108 @@ void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, bool sm90, uin
     }
 }
 
+/* The block-sparse tile functions (templates/attention.cuh and
+ * attention_sm90.cuh call them whatever the mask; without a keep map they
+ * are constants the compiler folds away):
+ *   kf_bs_dense(bh, q0): the query tile at row q0 holds a row whose keep-map
+ *     row drops every tile, so the tile visits every key tile (the dropped
+ *     ones through kf_score_full, which gives the fill): such a row is the
+ *     reference's all-masked row (NaN with a -inf fill, a uniform average
+ *     with a finite one), never a softmax over the kept keys alone;
+ *   kf_bs_state(bh, q0, j): 0 when key tile j is dropped for every row of the
+ *     query tile, 1 when every element is kept, 2 when mixed (the kernel
+ *     tile spans several keep-map tiles);
+ *   kf_bs_next(bh, q0, dense, j, hi): the first key tile >= j (< hi) the
+ *     query tile visits, else hi;
+ *   kf_bs_mixed(bh, q0, dense, j): whether tile j needs kf_score_full.
+ * The producer and the consumers of the sm_90a kernel each call them and get
+ * the same tiles: the map is read-only during the run. */
+static void emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, int64_t bc) {
+    const kf_attn_info *at = &g->attn;
+    if (skip != 3) {
+        cg_puts(&c->s,
+                "__device__ __forceinline__ bool kf_bs_dense(long long, int, KF_PARAMS) { return "
+                "true; }\n"
+                "__device__ __forceinline__ int kf_bs_next(long long, int, bool, int j, int, "
+                "KF_PARAMS) { return j; }\n"
+                "__device__ __forceinline__ bool kf_bs_mixed(long long, int, bool, int, KF_PARAMS) "
+                "{ return false; }\n#define KF_BS_WHOLE 0\n\n");
+        return;
+    }
+    const kf_expr *e = &g->expr[at->keep_node];
+    int R = g->rank;
+    cg_printf(&c->s,
+              "/* block-sparse: keep map tiles of %lld x %lld; kernel tiles of %lld x %lld */\n"
+              "__device__ __forceinline__ bool kf_bs_keep(long long bh, int qb, int kb, KF_PARAMS) "
+              "{\n    long long o = %lldLL + (long long)qb * %lldLL + (long long)kb * %lldLL;\n",
+              (long long)at->keep_bq, (long long)at->keep_bk, (long long)br, (long long)bc,
+              (long long)e->offset, (long long)e->dyn_strides[at->keep_src_q],
+              (long long)e->dyn_strides[at->keep_src_k]);
+    int64_t inner = 1;
+    for (int d = R - 3; d >= 0; d--) {
+        if (g->dims[d] != 1 && e->strides[d] != 0)
+            cg_printf(&c->s, "    o += bh / %lldLL %% %lldLL * %lldLL;\n", (long long)inner,
+                      (long long)g->dims[d], (long long)e->strides[d]);
+        inner *= g->dims[d];
+    }
+    cg_printf(&c->s, "    (void)bh;\n    return (kf_ld(p%d + o) != 0) == %s;\n}\n",
+              c->param[at->keep_node], at->keep_when_true ? "true" : "false");
+    if (at->keep_bq % br == 0 && at->keep_bk % bc == 0) {
+        /* Map tiles in whole kernel tiles: a query tile reads one map row,
+         * a key tile one entry, and no tile is mixed. (The general form
+         * below held more registers: in the sm_90a consumer it spilled.) */
+        cg_printf(&c->s,
+                  "#define KF_BS_NK ((KF_SKV + %lld - 1) / %lld)\n"
+                  "__device__ __forceinline__ bool kf_bs_dense(long long bh, int q0, KF_PARAMS) {\n"
+                  "    const int qb = q0 / %lld;\n    bool any = false;\n"
+                  "#pragma unroll 8\n"
+                  "    for (int kb = 0; kb < KF_BS_NK; kb++)\n"
+                  "        any = any | kf_bs_keep(bh, qb, kb, KF_ARGS);\n"
+                  "    return !any;\n}\n"
+                  "__device__ __forceinline__ int kf_bs_next(long long bh, int q0, bool dense, int j, "
+                  "int hi, KF_PARAMS) {\n"
+                  "    if (!dense)\n        while (j < hi && !kf_bs_keep(bh, q0 / %lld, j / %lld, "
+                  "KF_ARGS))\n            j++;\n    return j;\n}\n"
+                  "__device__ __forceinline__ bool kf_bs_kept(long long bh, int q0, int j, KF_PARAMS) "
+                  "{\n    return kf_bs_keep(bh, q0 / %lld, j / %lld, KF_ARGS);\n}\n"
+                  "#define KF_BS_WHOLE 1\n\n",
+                  (long long)at->keep_bk, (long long)at->keep_bk, (long long)at->keep_bq,
+                  (long long)at->keep_bq, (long long)(at->keep_bk / bc), (long long)at->keep_bq,
+                  (long long)(at->keep_bk / bc));
+        return;
+    }
+    cg_printf(&c->s,
+              "#define KF_BS_BQ %lld\n#define KF_BS_BK %lld\n"
+              "#define KF_BS_NK ((KF_SKV + KF_BS_BK - 1) / KF_BS_BK)\n"
+              "__device__ __forceinline__ bool kf_bs_dense(long long bh, int q0, KF_PARAMS) {\n"
+              "    const int qb1 = (min(q0 + %lld, KF_SQ) - 1) / KF_BS_BQ;\n"
+              "    for (int qb = q0 / KF_BS_BQ; qb <= qb1; qb++) {\n"
+              "        bool any = false;\n"
+              "#pragma unroll 8\n"
+              "        for (int kb = 0; kb < KF_BS_NK; kb++)\n"
+              "            any = any | kf_bs_keep(bh, qb, kb, KF_ARGS);\n"
+              "        if (!any)\n            return true;\n    }\n    return false;\n}\n"
+              "__device__ __forceinline__ int kf_bs_state(long long bh, int q0, int j, KF_PARAMS) {\n"
+              "    const int qb0 = q0 / KF_BS_BQ, qb1 = (min(q0 + %lld, KF_SQ) - 1) / KF_BS_BQ;\n"
+              "    const int kb0 = j * %lld / KF_BS_BK, kb1 = (min(j * %lld + %lld, KF_SKV) - 1) / "
+              "KF_BS_BK;\n"
+              "    bool any = false, all = true;\n"
+              "    for (int qb = qb0; qb <= qb1; qb++)\n"
+              "        for (int kb = kb0; kb <= kb1; kb++) {\n"
+              "            const bool k = kf_bs_keep(bh, qb, kb, KF_ARGS);\n"
+              "            any = any | k;\n            all = all & k;\n        }\n"
+              "    return any ? (all ? 1 : 2) : 0;\n}\n"
+              "__device__ __forceinline__ int kf_bs_next(long long bh, int q0, bool dense, int j, "
+              "int hi, KF_PARAMS) {\n"
+              "    if (!dense)\n        while (j < hi && kf_bs_state(bh, q0, j, KF_ARGS) == 0)\n"
+              "            j++;\n    return j;\n}\n"
+              "__device__ __forceinline__ bool kf_bs_mixed(long long bh, int q0, bool dense, int j, "
+              "KF_PARAMS) {\n    return dense || kf_bs_state(bh, q0, j, KF_ARGS) == 2;\n}\n"
+              "#define KF_BS_WHOLE 0\n\n",
+              (long long)at->keep_bq, (long long)at->keep_bk, (long long)br, (long long)br,
+              (long long)bc, (long long)bc, (long long)bc);
+}
+
 /* The kept branch of the mask's where(): the one that is not the fill. */
 static uint32_t kept_branch(const kf_group *g) {
     const kf_expr *w = &g->expr[g->attn.mask_node];
@@ -305,9 +418,17 @@ static uint32_t kept_branch(const kf_group *g) {
     return f->kind == KF_EXPR_CONST && f->value <= -1e4 ? w->src[1] : w->src[2];
 }
 
+/* The fill branch of the mask's where(). */
+static uint32_t fill_branch(const kf_group *g) {
+    const kf_expr *w = &g->expr[g->attn.mask_node];
+    const kf_expr *f = &g->expr[w->src[2]];
+    return f->kind == KF_EXPR_CONST && f->value <= -1e4 ? w->src[2] : w->src[1];
+}
+
 /* One score function: the score expression at (bh, q, kv) with `s` the f32
- * Q.K^T dot product. */
-void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
+ * Q.K^T dot product; `inner` 1: the mask's where() replaced by its kept
+ * branch, 2: by its fill (a dropped element's score). */
+void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     memset(c->need, 0, c->n * sizeof *c->need);
@@ -317,7 +438,7 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, bool inner) {
             snprintf(c->ov[i], OV_MAX, "s"); /* unrounded: see the top of this file */
     }
     if (inner) {
-        uint32_t k = kept_branch(g);
+        uint32_t k = inner == 2 ? fill_branch(g) : kept_branch(g);
         snprintf(c->ov[at->mask_node], OV_MAX, "v%u", k);
         cg_mark(c, k);
     }
@@ -350,9 +471,11 @@ kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
              (long long)at->sq, (long long)at->skv);
     x->vrank[KF_SPACE_OUT] = 0;
     x->vrank[KF_SPACE_ROW] = 0;
-    cg_attn_emit_score_fn(c, x, "kf_score_full", false);
+    cg_attn_emit_score_fn(c, x, "kf_score_full", 0);
+    if (at->mask == KF_MASK_BLOCK_SPARSE && at->mask_node == at->score)
+        cg_attn_emit_score_fn(c, x, "kf_score_fill", 2);
     if (skip)
-        cg_attn_emit_score_fn(c, x, "kf_score_inner", true);
+        cg_attn_emit_score_fn(c, x, "kf_score_inner", 1);
     else
         cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
     kf_mem_free(c->mem, x, sizeof *x);
@@ -415,13 +538,16 @@ static void emit_wgmma_sm90(cg *c, int64_t d, kf_dtype dt) {
  * (round to nearest even, NaN stays NaN, overflow to inf). Read from the
  * SASS of cf02bc2's non-causal B4 H32 S4096 kernel: per thread and key tile
  * 128 F2F (two rounded score nodes) + 66 MUFU on the XU pipe against 64
- * MUFU for the softmax alone. */
+ * MUFU for the softmax alone. The bf16 one converts x into the high half
+ * (cvt's first source) beside a zero: the pair's bits are then the rounded
+ * float itself, where converting into the low half needed a shift after it
+ * (an IMAD.U32 per rounding, four an element of the ALiBi score). */
 static void emit_round_sm90(cg *c) {
     cg_puts(&c->s,
             "__device__ __forceinline__ float kf_round_bf16_alu(float x) {\n"
-            "    unsigned r;\n    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(0.0f), "
-            "\"f\"(x));\n"
-            "    return __uint_as_float(r << 16);\n}\n"
+            "    unsigned r;\n    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(x), "
+            "\"f\"(0.0f));\n"
+            "    return __uint_as_float(r);\n}\n"
             "__device__ __forceinline__ float kf_round_f16_alu(float x) {\n"
             "    unsigned r;\n    asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(0.0f), "
             "\"f\"(x));\n"
@@ -596,6 +722,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     st = cg_attn_emit_score_fns(&c, skip != 0);
     if (st != KF_OK)
         return cg_end(&c, st);
+    emit_block_sparse(&c, g, skip, br, sm90 ? SM90_BC : ATTN_BC);
     cg_puts(&c.s, sm90 ? kf_cuda_tpl_attention_sm90 : kf_cuda_tpl_attention);
     return cg_end(&c, c.st);
 }

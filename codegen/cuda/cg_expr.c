@@ -292,6 +292,102 @@ bool cg_raw_of(const cg *c, uint32_t i, bool arr) {
  * compiler unrolls both to the same straight-line code, less the packed
  * pairs. */
 
+/* The values an i32 node can take, [*lo, *hi], when its operands' are known:
+ * indices of the node's space, constants, and +, -, x, negation, min, max
+ * and division of such nodes; false otherwise (a load, a deep or wide
+ * expression). A sum or difference of two indices (an ALiBi distance kv - q)
+ * then never saturates, and is written as the plain operator: kf_sub's
+ * 64-bit compare-and-select was 9 of the ~30 instructions an element of the
+ * sm_90a kernel's ALiBi score took (the SASS of 2fbdbfe's B4 H32 S4096 ALiBi
+ * kernel). */
+static bool i32_range(const kf_group *g, uint32_t i, int depth, int64_t *lo, int64_t *hi) {
+    const kf_expr *e = &g->expr[i];
+    const int64_t lim = INT64_C(1) << 40;
+    if (depth > 8 || e->dtype != KF_DTYPE_I32)
+        return false;
+    int rank = e->space == KF_SPACE_ROW ? g->row_rank : g->rank;
+    const int64_t *dims = e->space == KF_SPACE_ROW ? g->row_dims : g->dims;
+    int axis = -1;
+    switch (e->kind) {
+    case KF_EXPR_CONST:
+        *lo = *hi = (int64_t)e->value;
+        return true;
+    case KF_EXPR_INDEX:
+        axis = e->axis;
+        break;
+    case KF_EXPR_KV_IDX:
+    case KF_EXPR_COL:
+        axis = rank - 1;
+        break;
+    case KF_EXPR_Q_IDX:
+    case KF_EXPR_ROW:
+        axis = rank - 2;
+        break;
+    case KF_EXPR_HEAD:
+        axis = rank - 3;
+        break;
+    case KF_EXPR_BATCH:
+        axis = rank - 4;
+        break;
+    case KF_EXPR_OP:
+        break;
+    default:
+        return false;
+    }
+    if (e->kind != KF_EXPR_OP) {
+        if (axis < 0 || axis >= rank || dims[axis] < 1 || dims[axis] > lim)
+            return false;
+        *lo = 0;
+        *hi = dims[axis] - 1;
+        return true;
+    }
+    int64_t a0, a1, b0 = 0, b1 = 0;
+    int arity = kf_form_arity(kf_op_get(e->op)->form);
+    if (arity < 1 || arity > 2 || !i32_range(g, e->src[0], depth + 1, &a0, &a1) ||
+        (arity == 2 && !i32_range(g, e->src[1], depth + 1, &b0, &b1)))
+        return false;
+    if (a0 < -lim || a1 > lim || b0 < -lim || b1 > lim)
+        return false;
+    switch (e->op) {
+    case KF_OP_NEG:
+        *lo = -a1, *hi = -a0;
+        return true;
+    case KF_OP_ADD:
+        *lo = a0 + b0, *hi = a1 + b1;
+        return true;
+    case KF_OP_SUB:
+        *lo = a0 - b1, *hi = a1 - b0;
+        return true;
+    case KF_OP_MUL: {
+        int64_t p[4] = {a0 * b0, a0 * b1, a1 * b0, a1 * b1};
+        if (a0 < -(INT64_C(1) << 20) || a1 > (INT64_C(1) << 20) || b0 < -(INT64_C(1) << 20) ||
+            b1 > (INT64_C(1) << 20))
+            return false;
+        *lo = *hi = p[0];
+        for (int k = 1; k < 4; k++) {
+            *lo = p[k] < *lo ? p[k] : *lo;
+            *hi = p[k] > *hi ? p[k] : *hi;
+        }
+        return true;
+    }
+    case KF_OP_MAX:
+        *lo = a0 > b0 ? a0 : b0, *hi = a1 > b1 ? a1 : b1;
+        return true;
+    case KF_OP_MIN:
+        *lo = a0 < b0 ? a0 : b0, *hi = a1 < b1 ? a1 : b1;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Whether i32 node i (+, -, x, negation) provably stays inside i32, so its
+ * saturating form is the plain operator. */
+static bool i32_exact(const kf_group *g, uint32_t i) {
+    int64_t lo, hi;
+    return i32_range(g, i, 0, &lo, &hi) && lo >= INT32_MIN && hi <= INT32_MAX;
+}
+
 void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr) {
     const kf_group *g = c->g;
     const char *ix = arr ? "[k]" : "";
@@ -410,6 +506,13 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
                 cg_printf(&c->s, "kf_mul(%s, ", a[0]);
                 cg_emit_const(c, e->dtype, 1.0 / g->expr[e->src[1]].value);
                 cg_puts(&c->s, ")");
+            } else if (e->dtype == KF_DTYPE_I32 &&
+                       (op == KF_OP_ADD || op == KF_OP_SUB || op == KF_OP_MUL) &&
+                       i32_exact(g, i)) {
+                cg_printf(&c->s, "(%s %c %s)", a[0],
+                          op == KF_OP_ADD ? '+' : op == KF_OP_SUB ? '-' : '*', a[1]);
+            } else if (e->dtype == KF_DTYPE_I32 && op == KF_OP_NEG && i32_exact(g, i)) {
+                cg_printf(&c->s, "(-%s)", a[0]);
             } else if (kf_op_has(op, KF_TRAIT_COMPARE)) {
                 cg_printf(&c->s, "(%s %s %s)", a[0], op_fn(op), a[1]);
             } else if (kf_op_has(op, KF_TRAIT_BINARY) && op_fn(op)) {

@@ -1181,7 +1181,11 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     uint64_t visited, total;
     kf_cuda_attention_tiles(b->plan, b->gi, sm90, &visited, &total);
     char tiles[96];
-    if (visited < total)
+    if (grp->attn.mask == KF_MASK_BLOCK_SPARSE)
+        snprintf(tiles, sizeof tiles,
+                 "the key tiles the %lldx%lld keep map drops skipped (read at run time)",
+                 (long long)grp->attn.keep_bq, (long long)grp->attn.keep_bk);
+    else if (visited < total)
         snprintf(tiles, sizeof tiles,
                  "%llu of %llu tiles visited (%.0f%% outside the mask skipped)",
                  (unsigned long long)visited, (unsigned long long)total,

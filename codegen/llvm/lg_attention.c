@@ -10,7 +10,10 @@
  *
  * A causal mask bounds the keys at q, a sliding window also below at
  * q - window + 1: those tiles are never visited. The score expression still
- * applies the mask inside the bounds, so any other mask stays exact.
+ * applies the mask inside the bounds, so any other mask stays exact. A
+ * BLOCK_SPARSE keep map (fusion/mask.c) skips each key tile whose map tiles
+ * all drop it for this row, unless the row's map row drops every tile: that
+ * row is the reference's all-masked row, so it visits every key.
  */
 #include <math.h>
 
@@ -25,6 +28,33 @@ typedef struct aop {
     int64_t s_row, s_col; /* Q: (q, d); K: (kv, d); V: (kv, dv) */
     int64_t off;          /* elements of base before index 0 (a sliced view's offset) */
 } aop;
+
+/* The keep map's entry (an i1: kept) at map row offset `roff` plus map
+ * column kb. */
+static LLVMValueRef keep_at(lg_fn *f, const kf_expr *e, const kf_attn_info *at, LLVMValueRef roff,
+                            LLVMValueRef kb) {
+    lg_mod *m = f->m;
+    LLVMBuilderRef B = m->B;
+    LLVMValueRef o =
+        LLVMBuildNSWAdd(B, roff, LLVMBuildNSWMul(B, kb, lg_i64(m, e->dyn_strides[at->keep_src_k]), ""), "");
+    LLVMValueRef v = lg_load_elem(f, KF_DTYPE_BOOL, lg_buf(f, e->base), o);
+    return at->keep_when_true ? v : LLVMBuildNot(B, v, "");
+}
+
+/* Whether any of map columns [kb0, kb1) keeps (an i1), through var (i8). */
+static LLVMValueRef keep_any(lg_fn *f, const kf_expr *e, const kf_attn_info *at, LLVMValueRef roff,
+                             LLVMValueRef kb0, LLVMValueRef kb1, LLVMValueRef var) {
+    lg_mod *m = f->m;
+    LLVMBuilderRef B = m->B;
+    LLVMBuildStore(B, LLVMConstInt(m->i8, 0, 0), var);
+    lg_loop l;
+    LLVMValueRef kb = lg_loop_begin(f, &l, kb0, kb1, "keep");
+    LLVMValueRef k = LLVMBuildZExt(B, keep_at(f, e, at, roff, kb), m->i8, "");
+    LLVMBuildStore(B, LLVMBuildOr(B, LLVMBuildLoad2(B, m->i8, var, ""), k, ""), var);
+    lg_loop_end(f, &l);
+    return LLVMBuildICmp(B, LLVMIntNE, LLVMBuildLoad2(B, m->i8, var, ""), LLVMConstInt(m->i8, 0, 0),
+                         "");
+}
 
 static void layout(const kf_plan *plan, uint32_t t, bool rows_first_when_plain, bool trans, int R,
                    aop *o) {
@@ -108,6 +138,20 @@ void lg_emit_attention(lg_fn *f) {
     if (at->mask == KF_MASK_SLIDING_WINDOW)
         lo = lg_max_i64(m, lo, LLVMBuildNSWSub(B, q, lg_i64(m, at->window - 1), ""));
     (void)sq;
+    /* block-sparse: this row's map row, and whether it keeps any tile */
+    const bool bs = at->mask == KF_MASK_BLOCK_SPARSE && at->mask_node == at->score &&
+                    at->keep_node != KF_NONE;
+    const kf_expr *ke = bs ? &g->expr[at->keep_node] : NULL;
+    LLVMValueRef bs_roff = NULL, bs_dense = NULL, bs_var = bs ? lg_var(f, m->i8, "kany") : NULL;
+    if (bs) {
+        LLVMValueRef qb = LLVMBuildSDiv(B, q, lg_i64(m, at->keep_bq), "");
+        bs_roff = LLVMBuildNSWAdd(
+            B, LLVMBuildNSWAdd(B, lg_i64(m, ke->offset), lg_offset(m, R - 2, idx, ke->strides), ""),
+            LLVMBuildNSWMul(B, qb, lg_i64(m, ke->dyn_strides[at->keep_src_q]), ""), "");
+        LLVMValueRef any = keep_any(f, ke, at, bs_roff, lg_i64(m, 0),
+                                    lg_i64(m, (skv + at->keep_bk - 1) / at->keep_bk), bs_var);
+        bs_dense = LLVMBuildNot(B, any, "");
+    }
     LLVMBuildStore(B, ninf, vm);
     LLVMBuildStore(B, zero, vl);
     {
@@ -123,6 +167,17 @@ void lg_emit_attention(lg_fn *f) {
     LLVMValueRef ti = lg_loop_begin(f, &lt, lg_i64(m, 0), ntiles, "kvtile");
     LLVMValueRef kv0 = LLVMBuildNSWAdd(B, lo, LLVMBuildNSWMul(B, ti, lg_i64(m, ATTN_T), ""), "");
     LLVMValueRef tn = lg_min_i64(m, lg_i64(m, ATTN_T), LLVMBuildNSWSub(B, hi, kv0, ""));
+    LLVMBasicBlockRef bs_after = NULL;
+    if (bs) { /* the tile's map columns kv0 / bk .. (kv0 + tn - 1) / bk */
+        LLVMValueRef kb0 = LLVMBuildSDiv(B, kv0, lg_i64(m, at->keep_bk), "");
+        LLVMValueRef kb1 = LLVMBuildNSWAdd(
+            B,
+            LLVMBuildSDiv(B, LLVMBuildNSWSub(B, LLVMBuildNSWAdd(B, kv0, tn, ""), lg_i64(m, 1), ""),
+                          lg_i64(m, at->keep_bk), ""),
+            lg_i64(m, 1), "");
+        bs_after =
+            lg_if_begin(f, LLVMBuildOr(B, bs_dense, keep_any(f, ke, at, bs_roff, kb0, kb1, bs_var), ""));
+    }
     LLVMBuildStore(B, ninf, vbm);
     {
         lg_loop ls, ld;
@@ -189,6 +244,8 @@ void lg_emit_attention(lg_fn *f) {
         lg_loop_end(f, &lc);
         lg_loop_end(f, &ls);
     }
+    if (bs)
+        lg_if_end(f, bs_after);
     lg_loop_end(f, &lt);
     {
         /* out[.., q, c] = acc[c] / l, at the output's strides (row-major

@@ -420,6 +420,12 @@ static LLVMValueRef emit_binary(lg_mod *m, kf_op op, kf_dtype sdt, LLVMValueRef 
         return LLVMBuildICmp(B, p, a, b, "");
     }
     if (sdt == KF_DTYPE_I32) {
+        if (op == KF_OP_DIV) { /* a repeat's coordinate (kf_ir_scalar: truncating, x / 0 = 0) */
+            LLVMValueRef zero = LLVMConstInt(m->i32, 0, 0);
+            LLVMValueRef bz = LLVMBuildICmp(B, LLVMIntEQ, b, zero, "");
+            LLVMValueRef d = LLVMBuildSelect(B, bz, LLVMConstInt(m->i32, 1, 0), b, "");
+            return LLVMBuildSelect(B, bz, zero, LLVMBuildSDiv(B, a, d, ""), "");
+        }
         if (op == KF_OP_MAX || op == KF_OP_MIN)
             return LLVMBuildSelect(
                 B, LLVMBuildICmp(B, op == KF_OP_MAX ? LLVMIntSGT : LLVMIntSLT, a, b, ""), a, b, "");

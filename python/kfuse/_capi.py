@@ -80,12 +80,12 @@ FLAGS = {
 _UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu",
           "gelu_tanh", "silu", "erf", "sin", "cos"]
 _BINARY = ["add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge"]
-_REDUCE = ["reduce_sum", "reduce_max", "reduce_mean", "reduce_min", "argmax"]
+_REDUCE = ["reduce_sum", "reduce_max", "reduce_mean", "reduce_min", "argmax", "logsumexp"]
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
 # Symbols of newer libkfuse versions (device-resident runs).
 _OPTIONAL = {"kf_program_run_device", "kf_program_workspace_size", "kf_program_set_workspace",
-             "kf_slice", "kf_concat", "kf_gather"}
+             "kf_slice", "kf_concat", "kf_gather", "kf_logsumexp", "kf_repeat"}
 
 
 def _declare(lib):
@@ -154,6 +154,7 @@ def _declare(lib):
         "kf_slice": (T, [G, T, i, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]),
         "kf_concat": (T, [G, i, ctypes.POINTER(T), i]),
         "kf_gather": (T, [G, T, T, i]),
+        "kf_repeat": (T, [G, T, i, ctypes.c_int64]),
     })
     for name in _UNARY:
         sigs["kf_" + name] = (T, [G, T])

@@ -311,6 +311,10 @@ class Graph:
         """Rows of `table` picked by the i32/i64 `idx` along `axis`."""
         return self._wrap(self._lib.kf_gather(self._h, self._t(table), self._t(idx), axis))
 
+    def repeat(self, x, axis, times):
+        """Every element of x `times` times along `axis` (numpy.repeat)."""
+        return self._wrap(self._lib.kf_repeat(self._h, self._t(x), axis, times))
+
     def transpose(self, x, axis0, axis1):
         return self._wrap(self._lib.kf_transpose(self._h, self._t(x), axis0, axis1))
 
