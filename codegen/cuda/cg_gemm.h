@@ -40,7 +40,8 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
  * gelu table, kf_gelu_bf16_v; after the head, before any expression. */
 void cg_gemm_emit_fast_ops(cg *c);
 
-/* kf_epi<VV, AL> and kf_epi_al; frees ep's buffers. */
+/* kf_epi<VV, AL>, kf_epi_al and templates/gemm_common.cuh; frees ep's
+ * buffers. */
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep);
 
 #endif /* KF_CODEGEN_CUDA_CG_GEMM_H */

@@ -10,8 +10,9 @@
  *     params, and the loads of the epilogue at their output coordinates;
  *   cg_gemm_emit_fast_ops: the branch-free sigmoid family and kf_gelu_bf16_v;
  *   cg_gemm_epi_emit: kf_epi<VV, AL>(acc[, acc1], b, r, c0, ok, ...), the
- *     epilogue of VV adjacent columns c0.. of row r of batch b, and
- *     kf_epi_al(...), whether the bases are 16-byte aligned.
+ *     epilogue of VV adjacent columns c0.. of row r of batch b,
+ *     kf_epi_al(...), whether the bases are 16-byte aligned, and
+ *     templates/gemm_common.cuh (kf_gm_quad_t).
  *
  * A template calls kf_epi with 8 adjacent columns of one row per thread (both
  * templates get there by a transpose of accumulator pairs within each quad of
@@ -20,6 +21,7 @@
 #include "codegen/cuda/cg.h"
 
 #include "codegen/cuda/cg_gemm.h"
+#include "codegen/cuda/templates.h"
 
 /* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
  * the row of the contiguous [batch * M, N] output. */
@@ -326,4 +328,5 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "/* Whether kf_epi may run with AL: the bases it reads and writes unchecked. */\n"
               "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS) {\n    return true%s;\n}\n\n",
               ep->al_conds);
+    cg_puts(&c->s, kf_cuda_tpl_gemm_common);
 }
