@@ -66,10 +66,11 @@ static unsigned compile_flags(const kf_plan *plan, unsigned *seen, const unsigne
                     if (rc->steps[si].kind != KF_CUDA_STEP_KERNEL)
                         continue;
                     const kf_cuda_kernel *k = &rc->steps[si].kernel->kernel;
-                    if (seen && (fi == 0 || k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM90))
+                    bool gen = k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM90 ||
+                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM80;
+                    if (seen && (fi == 0 || gen))
                         seen[k->tmpl]++;
-                    if (fi > 0 && k->tmpl != KF_CUDA_TEMPLATE_GEMM_SM90 &&
-                        flags == KF_CUDA_RECIPE_GEMM_MEASURED)
+                    if (fi > 0 && !gen && flags == KF_CUDA_RECIPE_GEMM_MEASURED)
                         continue; /* compiled already, with the first flags */
                     n += fi == 0; /* counted once per arch */
                     if (have_nvrtc()) {
