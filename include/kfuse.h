@@ -151,9 +151,9 @@ enum {
 
 /* How GEMM groups run on a CUDA device. */
 typedef enum kf_gemm_mode {
-    KF_GEMM_AUTO = 0,   /* the default: KF_GEMM_MEASURED (the generated kernel on sm_80 to
-                           sm_89 and sm_90a against cuBLASLt, wherever the kernel takes the
-                           group) */
+    KF_GEMM_AUTO = 0,   /* the default: KF_GEMM_MEASURED (the generated kernel on sm_90a
+                           against cuBLASLt, wherever the kernel takes the group; on sm_80 to
+                           sm_89 cuBLASLt until the sm_80 kernel's GPU numerics have passed) */
     KF_GEMM_GENERATED,  /* kfuse's generated GEMM kernel (sm_90a: wgmma, TMA; sm_80 to sm_89:
                            mma.sync, cp.async; the whole epilogue in one kernel) wherever it
                            takes the group; cuBLASLt elsewhere, and the report says why */
