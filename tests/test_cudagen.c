@@ -170,6 +170,18 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
         "kfg 1\nx = input(bf16[256, 128])\nw = input(bf16[128, 256])\nb = input(bf16[256])\n"
         "h = matmul(x, w)\na = add(h, b)\ny = relu(a)\noutput y\n",
         seen);
+    /* the generated GEMM forced, so sm_80 gets its mma.sync form (the
+     * measured default keeps cuBLASLt there until its GPU numerics pass) */
+    {
+        static const unsigned gen[] = {KF_CUDA_RECIPE_GEMM_GENERATED};
+        planned p;
+        plan_text("kfg 1\nx = input(f16[200, 136])\nw = input(f16[136, 264])\n"
+                  "b = input(f16[264])\nh = matmul(x, w)\na = add(h, b)\ny = gelu(a)\n"
+                  "output y\n",
+                  &p);
+        compile_flags(p.plan, seen, gen, 1);
+        plan_release(&p);
+    }
     /* column reduction; a softmax over a non-last axis; a layout copy */
     compile_text("kfg 1\nx = input(f32[64, 32])\ny = reduce_sum(x, axis=0)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(f32[16, 8])\ny = softmax(x, axis=0)\noutput y\n", seen);
