@@ -1138,6 +1138,13 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_STAGED_EPI},
         {"gemm_plain_generated_pingpong", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_PINGPONG},
+        /* the sm_80 kernel (mma.sync, cp.async; KF_GEMM_SM80) on this GPU:
+         * on an H100 for information (the wgmma kernel is the one that runs
+         * there), on an A100 against cuBLASLt's rows above */
+        {"gemm_bias_gelu_sm80", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_SM80},
+        {"gemm_plain_sm80", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SM80},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);

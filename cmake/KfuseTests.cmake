@@ -100,6 +100,12 @@ endforeach()
 if(TARGET test_attndec)
     set_tests_properties(test_attndec PROPERTIES TIMEOUT 600)
 endif()
+# test_cuda_exec (on a GPU) compiles a kernel for every case, the generated
+# GEMM's twice over (its sm_90a and sm_80 forms, forced): the two GEMM tests
+# alone took 133 s and over 90 s on an H100 (2026-11-25).
+if(TARGET test_cuda_exec)
+    set_tests_properties(test_cuda_exec PROPERTIES TIMEOUT 900)
+endif()
 # test_cudagen NVRTC-compiles every template and example kernel and 32 fused
 # attention variants for two archs: about 2.5 minutes alone on two cores, over
 # 300 s beside test_cpu under ctest -j2 on a loaded machine.

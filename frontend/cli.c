@@ -73,7 +73,8 @@ fail:
 }
 
 bool kf_cli_gemm_mode(const char *s, kf_gemm_mode *out) {
-    static const char *const names[KF_GEMM_COUNT] = {"auto", "generated", "cublaslt", "measured"};
+    static const char *const names[KF_GEMM_COUNT] = {"auto", "generated", "cublaslt",
+                                                         "measured", "sm80"};
     for (int i = 0; i < KF_GEMM_COUNT; i++) {
         if (s && strcmp(s, names[i]) == 0) {
             *out = (kf_gemm_mode)i;

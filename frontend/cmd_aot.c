@@ -44,8 +44,9 @@ const char kf_cmd_aot_help[] =
     "  --no-cublaslt the recipes of contexts with KF_FLAG_NO_CUBLASLT (generated\n"
     "                kernels apply every GEMM epilogue)\n"
     "  --gemm MODE   the recipes of contexts with this GEMM mode: auto (the\n"
-    "                default, as measured), generated, cublaslt, or measured (both\n"
-    "                sides compiled; the choice is timed on first use)\n"
+    "                default, as measured), generated, cublaslt, measured (both\n"
+    "                sides compiled; the choice is timed on first use), or sm80 (the\n"
+    "                sm_80 mma.sync kernel on every arch, also sm_90a)\n"
     "  --attention MODE the recipes of contexts with this attention mode: auto\n"
     "                (decode kernels for 16 query rows or fewer, else the sm_90a kernel\n"
     "                on sm_90a), sm90 (the same), fa2, unfused or decode (the split-KV\n"
@@ -209,7 +210,7 @@ int kf_cmd_aot(int argc, char **argv) {
         } else if (strcmp(s, "--gemm") == 0) {
             if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
                 free(files);
-                return usage("%s", "--gemm takes auto, generated, cublaslt or measured");
+                return usage("%s", "--gemm takes auto, generated, cublaslt, measured or sm80");
             }
             i++;
         } else if (strcmp(s, "--attention") == 0) {

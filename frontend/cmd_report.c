@@ -48,9 +48,11 @@ const char kf_cmd_report_help[] =
     "  --sm-count N    size the recipes' grids for N SMs instead\n"
     "  --no-cublaslt   the recipes of a context with KF_FLAG_NO_CUBLASLT\n"
     "  --gemm MODE     the recipes of a context with this GEMM mode (kf_options.gemm):\n"
-    "                  auto (the default, as measured), generated (kfuse's sm_90a\n"
-    "                  GEMM kernel where it takes the group), cublaslt, or measured\n"
-    "                  (both, timed once on the device, the faster runs)\n"
+    "                  auto (the default, as measured), generated (kfuse's GEMM\n"
+    "                  kernel where it takes the group: wgmma on sm_90a, mma.sync on\n"
+    "                  sm_80 to sm_89), cublaslt, measured (both, timed once on the\n"
+    "                  device, the faster runs), or sm80 (the mma.sync kernel on\n"
+    "                  every arch from sm_80, also sm_90a)\n"
     "  --attention MODE  the recipes of a context with this attention mode\n"
     "                  (kf_options.attention): auto (the decode kernels for 16 query\n"
     "                  rows or fewer, else the sm_90a kernel on sm_90a, where it takes\n"
@@ -179,7 +181,7 @@ int kf_cmd_report(int argc, char **argv) {
             if (i + 1 >= argc)
                 return usage("option '%s' needs a value", a);
             if (!kf_cli_gemm_mode(argv[++i], &gemm))
-                return usage("--gemm takes auto, generated, cublaslt or measured, not '%s'",
+                return usage("--gemm takes auto, generated, cublaslt, measured or sm80, not '%s'",
                              argv[i]);
         } else if (strcmp(a, "--attention") == 0) {
             if (i + 1 >= argc)

@@ -32,7 +32,7 @@ const char kf_cmd_run_summary[] =
 
 const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
-    "                      [--gemm auto|generated|cublaslt|measured]\n"
+    "                      [--gemm auto|generated|cublaslt|measured|sm80]\n"
     "                      [--attention auto|sm90|fa2|unfused|decode] [--unfused-attention]\n"
     "                      [--split-row-norms] [--no-cache | --cache-dir DIR]\n"
     "\n"
@@ -52,9 +52,11 @@ const char kf_cmd_run_help[] =
     "               exit 1 when an output exceeds its bound or has a stray NaN\n"
     "  --seed N     seed of the input generator (default 0)\n"
     "  --gemm MODE  how GEMM groups run on CUDA (kf_options.gemm): auto (the\n"
-    "               default, as measured), generated (kfuse's sm_90a GEMM kernel\n"
-    "               wherever it takes the group), cublaslt, or measured (both timed\n"
-    "               once, the faster runs; --report shows both times)\n"
+    "               default, as measured), generated (kfuse's GEMM kernel wherever\n"
+    "               it takes the group: wgmma on sm_90a, mma.sync on sm_80 to\n"
+    "               sm_89), cublaslt, measured (both timed once, the faster runs;\n"
+    "               --report shows both times), or sm80 (the mma.sync kernel on any\n"
+    "               GPU from sm_80, also an H100: to test it there)\n"
     "  --attention MODE  how attention groups run on CUDA (kf_options.attention):\n"
     "               auto (the default) or sm90: the decode kernels for 16 query\n"
     "               rows or fewer, else on sm_90a the TMA/wgmma kernel where it\n"
@@ -163,7 +165,7 @@ int kf_cmd_run(int argc, char **argv) {
             report = true;
         } else if (strcmp(a, "--gemm") == 0) {
             if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
-                fprintf(stderr, "kfuse run: --gemm takes auto, generated, cublaslt or measured\n%s",
+                fprintf(stderr, "kfuse run: --gemm takes auto, generated, cublaslt, measured or sm80\n%s",
                         kf_cmd_run_help);
                 return 2;
             }

@@ -159,13 +159,18 @@ enum {
 /* How GEMM groups run on a CUDA device. */
 typedef enum kf_gemm_mode {
     KF_GEMM_AUTO = 0,   /* the default: KF_GEMM_MEASURED (the generated kernel on sm_90a
-                           against cuBLASLt, wherever the kernel takes the group) */
-    KF_GEMM_GENERATED,  /* kfuse's generated GEMM kernel (sm_90a: wgmma, TMA, the whole
-                           epilogue in one kernel) wherever it takes the group; cuBLASLt
-                           elsewhere, and the report says why */
+                           against cuBLASLt, wherever the kernel takes the group; on sm_80 to
+                           sm_89 cuBLASLt until the sm_80 kernel's GPU numerics have passed) */
+    KF_GEMM_GENERATED,  /* kfuse's generated GEMM kernel (sm_90a: wgmma, TMA; sm_80 to sm_89:
+                           mma.sync, cp.async; the whole epilogue in one kernel) wherever it
+                           takes the group; cuBLASLt elsewhere, and the report says why */
     KF_GEMM_CUBLASLT,   /* cuBLASLt always */
     KF_GEMM_MEASURED,   /* both, timed once per device and shape (the winner is kept in the
                            cache, so a later process times nothing); the faster runs */
+    KF_GEMM_SM80,       /* kfuse's sm_80 GEMM kernel (mma.sync, cp.async, the whole epilogue
+                           in one kernel) wherever it takes the group, on any arch from 8.0
+                           (also 9.x, where GENERATED would take the wgmma kernel: to test it);
+                           cuBLASLt elsewhere, and the report says why */
     KF_GEMM_COUNT
 } kf_gemm_mode;
 

@@ -99,6 +99,22 @@ for f in examples/*.kfg examples/patterns/*.kfg; do
 done
 note "examples --target cuda --gemm generated --check: $n_ok/$n_all passed"
 
+# And forced to the sm_80 form (mma.sync, cp.async), which runs on any GPU
+# from sm_80: the only way to run it where no A100 is at hand.
+n_ok=0
+n_all=0
+for f in examples/*.kfg examples/patterns/*.kfg; do
+    n_all=$((n_all + 1))
+    if build-gpu/kfuse run "$f" --target cuda --gemm sm80 --check \
+        --seed $((n_all * 15485863 + RANDOM)) >>"$out/examples_sm80.log" 2>&1; then
+        n_ok=$((n_ok + 1))
+    else
+        echo "FAILED (--gemm sm80): $f" | tee -a "$out/examples_sm80.log"
+        fail=1
+    fi
+done
+note "examples --target cuda --gemm sm80 --check: $n_ok/$n_all passed"
+
 # compute-sanitizer on graphs whose sizes leave tails: an elementwise chain
 # (on sm_90+ the bulk path's 259 whole chunks, then the vector loops for the
 # rest), staged layer_norm and softmax rows, register-path rms_norm with a
@@ -158,6 +174,18 @@ EOF
                 note "compute-sanitizer $tool (generated GEMM, $b): FAILED (${b}_$tool.log)"
             fi
         done
+    done
+    # The sm_80 form on the ragged GEMM (its cp.async copies zero-fill past
+    # every edge; 128 x 128 tiles, 153 of them).
+    for tool in memcheck racecheck; do
+        if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$gg" \
+            --target cuda --gemm sm80 --check >"$out/sanitize_gemm_sm80_$tool.log" 2>&1; then
+            note "compute-sanitizer $tool (sm_80 GEMM, sanitize_gemm): clean"
+        else
+            fail=1
+            tail -20 "$out/sanitize_gemm_sm80_$tool.log"
+            note "compute-sanitizer $tool (sm_80 GEMM, sanitize_gemm): FAILED (sanitize_gemm_sm80_$tool.log)"
+        fi
     done
     # Device-resident runs: the caller's exact-size buffers bound in place
     # (ragged shapes, both GEMM paths) and a run captured into a CUDA graph.

@@ -70,7 +70,7 @@
  * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
  * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, KF_EPI_DIRECT, kf_wgmma(d, da, db),
  * kf_epi<8, AL>(acc, b, r, c0, ok, ...) (acc, acc1, ... when KF_DUAL) and
- * kf_epi_al(...); with KF_A_NORM also
+ * kf_epi_al(...) and gemm_common.cuh's kf_gm_quad_t; with KF_A_NORM also
  * KF_A_NSTATS, KF_A_STATS, kf_a_to_f32, kf_f32_to_a and kf_apro<VV>(...); all
  * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
  * helpers).
@@ -149,42 +149,6 @@ __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long 
 #else
         kf_epi<8, false>(a, (long long)b, r, c, true, KF_ARGS);
 #endif
-    }
-}
-#endif
-
-#if KF_EPI_DIRECT
-/* Column groups j0 .. j0 + 3 of one accumulator row (x[2i + e]: group
- * j0 + i, columns 2 (lane % 4) + e) become, in lane t of the quad, the 8
- * columns of group j0 + t: a 4 x 4 transpose of pairs across the quad's
- * lanes in two exchanges (lane ^ 2 swaps the off-diagonal 2 x 2 blocks,
- * lane ^ 1 the off-diagonal pairs within them). Every index is a constant:
- * the choices are selects, the array stays in registers. */
-__device__ __forceinline__ void kf_gm_quad_t(float (&x)[8], int t) {
-    const bool hi = (t & 2) != 0, odd = (t & 1) != 0;
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const float snd = hi ? x[2 * k + e] : x[2 * (k + 2) + e];
-            const float rcv = __shfl_xor_sync(0xffffffffu, snd, 2);
-            if (hi)
-                x[2 * k + e] = rcv;
-            else
-                x[2 * (k + 2) + e] = rcv;
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < 2; m++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const float snd = odd ? x[4 * m + e] : x[4 * m + 2 + e];
-            const float rcv = __shfl_xor_sync(0xffffffffu, snd, 1);
-            if (odd)
-                x[4 * m + e] = rcv;
-            else
-                x[4 * m + 2 + e] = rcv;
-        }
     }
 }
 #endif

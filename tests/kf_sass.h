@@ -1,9 +1,9 @@
 /*
- * kf_sass.h -- for the suites that check generated sm_90a kernels
+ * kf_sass.h -- for the suites that check generated sm_90a and sm_80 kernels
  * (test_gemmgen, test_attngen): recipes for a named device or arch, and the
  * check that a kernel compiles with NVRTC into SASS that holds HGMMA and
- * UTMALDG, with no ptxas warning about setmaxnreg or serialized wgmma and no
- * local memory. cuobjdump's path comes in as KF_CUOBJDUMP (set by CMake);
+ * UTMALDG (sm_90a) or HMMA, LDGSTS and LDSM (sm_80), with no ptxas warning
+ * about setmaxnreg or serialized wgmma and no local memory. cuobjdump's path comes in as KF_CUOBJDUMP (set by CMake);
  * a missing one fails the check. Failures end the running cmocka test.
  */
 #ifndef KF_TESTS_SASS_H
@@ -50,10 +50,13 @@ static inline void kf_sass_run(const char *cmd, char *out, size_t size) {
         fail_msg("`%s` exited %d:\n%.2000s", cmd, rc, out);
 }
 
-/* Compiles the sm_90a kernel `k` with NVRTC and checks its SASS and
- * resources; `absent` (NULL: none) is an opcode the SASS must not hold. */
-static inline void kf_sass_check_hopper_without(kf_mem *mem, const kf_cuda_kernel *k,
-                                                const char *absent) {
+/* Compiles kernel `k` with NVRTC for its arch and checks its SASS and
+ * resources: every opcode of the NULL-ended `want` is there (each with the
+ * reason it must be, `why`), `absent` (NULL: none) is not, and there is no
+ * local memory. */
+static inline void kf_sass_check_ops(kf_mem *mem, const kf_cuda_kernel *k,
+                                     const char *const *want, const char *const *why,
+                                     const char *absent) {
     if (!KF_CUOBJDUMP[0])
         fail_msg("cuobjdump was not found at configure time (pip install nvidia-cuda-cuobjdump; "
                  "scripts/install-deps.sh does): the SASS of %s cannot be checked",
@@ -79,10 +82,9 @@ static inline void kf_sass_check_hopper_without(kf_mem *mem, const kf_cuda_kerne
     char cmd[512];
     snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
     kf_sass_run(cmd, out, sizeof out);
-    if (!strstr(out, "HGMMA"))
-        fail_msg("%s: no HGMMA in the SASS (wgmma fell back?)", k->name);
-    if (!strstr(out, "UTMALDG"))
-        fail_msg("%s: no UTMALDG in the SASS (no TMA loads)", k->name);
+    for (int i = 0; want[i]; i++)
+        if (!strstr(out, want[i]))
+            fail_msg("%s: no %s in the SASS (%s)", k->name, want[i], why[i]);
     const char *bad = absent ? strstr(out, absent) : NULL;
     if (bad)
         fail_msg("%s: %s in the SASS: %.120s", k->name, absent, bad);
@@ -96,8 +98,25 @@ static inline void kf_sass_check_hopper_without(kf_mem *mem, const kf_cuda_kerne
         fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
 }
 
+/* The sm_90a kernel `k`: HGMMA (not a fallback to HMMA) and UTMALDG (TMA
+ * loads), and not `absent` (NULL: none). */
+static inline void kf_sass_check_hopper_without(kf_mem *mem, const kf_cuda_kernel *k,
+                                                const char *absent) {
+    static const char *const want[] = {"HGMMA", "UTMALDG", NULL};
+    static const char *const why[] = {"wgmma fell back?", "no TMA loads"};
+    kf_sass_check_ops(mem, k, want, why, absent);
+}
+
 static inline void kf_sass_check_hopper(kf_mem *mem, const kf_cuda_kernel *k) {
     kf_sass_check_hopper_without(mem, k, NULL);
+}
+
+/* The sm_80 GEMM kernel `k`: HMMA (mma.sync), LDGSTS (cp.async) and LDSM
+ * (ldmatrix), no HGMMA. */
+static inline void kf_sass_check_ampere(kf_mem *mem, const kf_cuda_kernel *k) {
+    static const char *const want[] = {"HMMA", "LDGSTS", "LDSM", NULL};
+    static const char *const why[] = {"no mma.sync", "no cp.async loads", "no ldmatrix"};
+    kf_sass_check_ops(mem, k, want, why, "HGMMA");
 }
 
 #endif

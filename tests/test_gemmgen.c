@@ -392,14 +392,72 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
         kf_cuda_recipes_destroy(r);
         plan_release(&q);
     }
-    /* sm_80: no generated kernel yet; the recipe says why */
-    rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    /* sm_80 (an A100): the mma.sync kernel alone when asked for; the
+     * measured default keeps cuBLASLt until the kernel's GPU numerics pass
+     * on a GPU, and says why */
+    rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_MEASURED);
     rc = gemm_recipe(p.plan, rec);
     assert_int_equal(rc->n_variants, 1);
     assert_string_equal(rc->variants[0].label, "cublaslt");
-    assert_non_null(strstr(rc->variants[0].how, "no generated GEMM: the generated GEMM is sm_90a"));
+    assert_non_null(strstr(rc->variants[0].how, "taken only with --gemm generated or sm80"));
+    kf_cuda_recipes_destroy(rec);
+    rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_variants, 1);
+    assert_string_equal(rc->variants[0].label, "generated");
+    assert_non_null(strstr(rc->variants[0].how, "mma.sync"));
+    kf_cuda_recipes_destroy(rec);
+    /* sm_86 and sm_89 take it too; sm_75 keeps cuBLASLt and says why */
+    static const char *const a8x[] = {"sm_86", "sm_89"};
+    for (int i = 0; i < 2; i++) {
+        rec = kf_sass_recipes(&MEM, p.plan, NULL, a8x[i], KF_CUDA_RECIPE_GEMM_GENERATED);
+        assert_int_equal(gemm_recipe(p.plan, rec)->steps[0].kernel->kernel.tmpl,
+                         KF_CUDA_TEMPLATE_GEMM_SM80);
+        kf_cuda_recipes_destroy(rec);
+    }
+    rec = kf_sass_recipes(&MEM, p.plan, NULL, "sm_75", KF_CUDA_RECIPE_GEMM_GENERATED);
+    rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_variants, 1);
+    assert_string_equal(rc->variants[0].label, "cublaslt");
+    assert_non_null(strstr(rc->variants[0].how, "no generated GEMM: the generated GEMM is for "
+                                                "sm_80 to sm_89"));
+    kf_cuda_recipes_destroy(rec);
+    /* KF_GEMM_SM80 forces the mma.sync kernel on sm_90a, alone */
+    assert_int_equal(kf_cuda_recipe_flags(0, KF_GEMM_SM80, KF_ATTENTION_AUTO),
+                     KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80);
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                          kf_cuda_recipe_flags(0, KF_GEMM_SM80, KF_ATTENTION_AUTO));
+    rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_variants, 1);
+    assert_string_equal(rc->variants[0].label, "generated");
+    assert_int_equal(rc->steps[0].kernel->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+    assert_string_equal(rc->steps[0].kernel->kernel.arch, "sm_90a");
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
+    /* what the sm_80 kernel does not take yet: a SwiGLU pair, a norm
+     * prologue (cuBLASLt, and the recipe says why) */
+    {
+        static const char *const texts[] = {
+            "kfg 1\nx = input(bf16[512, 256])\nwg = input(bf16[256, 512])\n"
+            "wu = input(bf16[256, 512])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
+            "y = mul(a, u)\noutput y\n",
+            "kfg 1\nx = input(bf16[512, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
+            "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n"};
+        static const char *const whys[] = {"does not take a SwiGLU pair yet",
+                                           "does not take a norm prologue yet"};
+        for (int i = 0; i < 2; i++) {
+            planned q;
+            plan_text(texts[i], &q);
+            kf_cuda_recipes *r =
+                kf_sass_recipes(&MEM, q.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+            const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
+            assert_string_equal(c->variants[0].label, "cublaslt");
+            if (!strstr(c->variants[0].how, whys[i]))
+                fail_msg("expected '%s': %s", whys[i], c->variants[0].how);
+            kf_cuda_recipes_destroy(r);
+            plan_release(&q);
+        }
+    }
     /* f32 operands and a row epilogue stay on cuBLASLt, with the reason */
     plan_text("kfg 1\nx = input(f32[64, 64])\nw = input(f32[64, 64])\ny = matmul(x, w)\noutput y\n",
               &p);
@@ -419,6 +477,117 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     assert_non_null(strstr(rc->variants[0].how, "16 bytes"));
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
+}
+
+/* The sm_80 kernel of `text`'s GEMM group for `device` ("a100": sm_80) or
+ * forced on an H100 (device "h100": compiled for sm_90a): one KERNEL step,
+ * A and B's addresses before the params, one block per tile with the batch
+ * in grid z, the tile the recipe names, and SASS with HMMA, LDGSTS and LDSM
+ * and no local memory. */
+static void sm80_case(const char *text, const char *device, const char *want_tile,
+                      int64_t batch) {
+    planned p;
+    plan_text(text, &p);
+    unsigned flags = strcmp(device, "a100") == 0
+                         ? KF_CUDA_RECIPE_GEMM_GENERATED
+                         : KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80;
+    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, device, NULL, flags);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
+        fail_msg("expected the mma.sync kernel alone, got %u variant(s), '%s': %s",
+                 rc->n_variants, rc->variants[0].label, rc->variants[0].how);
+    assert_int_equal(rc->n_steps, 1);
+    const kf_cuda_kstep *ks = rc->steps[0].kernel;
+    assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+    assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+    assert_int_equal(ks->n_tmaps, 0);
+    assert_int_equal(ks->n_args, ks->kernel.n_params + 2);
+    assert_int_equal(ks->args[0].kind, KF_CUDA_ARG_PTR);
+    assert_int_equal(ks->args[1].kind, KF_CUDA_ARG_PTR);
+    assert_false(ks->args[0].written || ks->args[1].written);
+    assert_int_equal(ks->grid[2], (uint32_t)batch);
+    assert_int_equal(ks->block[0], strstr(want_tile, "128x128") ? 256 : 128);
+    assert_true(ks->shared_bytes <= 99u * 1024u); /* fits sm_86/89's 99 KiB too */
+    char tile[48];
+    snprintf(tile, sizeof tile, "mma.sync %s", want_tile);
+    if (!strstr(rc->variants[0].how, tile))
+        fail_msg("expected %s: %s", tile, rc->variants[0].how);
+    assert_non_null(strstr(ks->kernel.name, "mma_"));
+    kf_sass_check_ampere(&MEM, &ks->kernel);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts(void **state) {
+    (void)state;
+    static const char *const dts[] = {"bf16", "f16"};
+    for (int d = 0; d < 2; d++) {
+        const char *t = dts[d];
+        char s[1024];
+        /* a bare product, 128 x 128 tiles (256 of them for 108 SMs) */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[2048, 512])\nw = input(%s[512, 2048])\n"
+                 "y = matmul(x, w)\noutput y\n",
+                 t, t);
+        sm80_case(s, "a100", "128x128x32", 1);
+        /* bias + gelu (erf; the bf16 table), ragged M/N/K, 64 x 64 tiles */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\n"
+                 "b = input(%s[1000])\nh = matmul(x, w)\na = add(h, b)\ny = gelu(a)\n"
+                 "output y\n",
+                 t, t, t);
+        sm80_case(s, "a100", "64x64x32 tiles, 4 stages (cp.async), A K-major, B N-major", 1);
+        /* bias + tanh gelu, B transposed (K-major), 128 x 128 */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[2048, 256])\nw = input(%s[2048, 256])\nb = input(%s[2048])\n"
+                 "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\n"
+                 "output y\n",
+                 t, t, t);
+        sm80_case(s, "a100", "128x128x32 tiles, 4 stages (cp.async), A K-major, B K-major", 1);
+        /* bias, relu, residual, scale, then a cast to f32; B transposed */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[256, 512])\nw = input(%s[384, 512])\nb = input(%s[384])\n"
+                 "r = input(%s[256, 384])\ns = input(%s[])\n"
+                 "h = matmul(x, w, transpose_b=true)\na = add(h, b)\nu = relu(a)\nv = add(u, r)\n"
+                 "z = mul(v, s)\ny = cast(z, f32)\noutput y\n",
+                 t, t, t, t, t);
+        sm80_case(s, "a100", "64x64x32", 1);
+        /* silu and sigmoid, the product also written */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[300, 200])\nw = input(%s[200, 136])\n"
+                 "h = matmul(x, w)\na = silu(h)\ny = sigmoid(a)\noutput y\noutput h\n",
+                 t, t);
+        sm80_case(s, "a100", "64x64x32", 1);
+        /* A transposed (M-major), both transposed, 128 x 128 */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[256, 2048])\nw = input(%s[2048, 256])\n"
+                 "y = matmul(x, w, transpose_a=true, transpose_b=true)\noutput y\n",
+                 t, t);
+        sm80_case(s, "a100", "128x128x32 tiles, 4 stages (cp.async), A M-major, B K-major", 1);
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[200, 1000])\nw = input(%s[200, 264])\n"
+                 "y = matmul(x, w, transpose_a=true)\noutput y\n",
+                 t, t);
+        sm80_case(s, "a100", "64x64x32 tiles, 4 stages (cp.async), A M-major, B N-major", 1);
+        /* batched in one launch (grid z), M = 1 */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[4, 1, 64])\nw = input(%s[4, 64, 256])\n"
+                 "y = matmul(x, w)\noutput y\n",
+                 t, t);
+        sm80_case(s, "a100", "64x64x32", 4);
+        /* batched, A broadcast, B per batch and transposed */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[136, 64])\nw = input(%s[3, 200, 64])\nr = input(%s[3, 136, 200])\n"
+                 "h = matmul(x, w, transpose_b=true)\ny = add(h, r)\noutput y\n",
+                 t, t, t);
+        sm80_case(s, "a100", "64x64x32", 3);
+        /* forced on an H100 (compiled for sm_90a): HMMA, not HGMMA */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[4096, 512])\nw = input(%s[512, 4096])\nb = input(%s[4096])\n"
+                 "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+                 t, t, t);
+        sm80_case(s, "h100", "128x128x32", 1);
+    }
 }
 
 static void test_generated_source_is_deterministic_and_named(void **state) {
@@ -447,6 +616,7 @@ int main(void) {
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_staged_and_pingpong_schedules_compile),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
+        cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),
     };
     return kf_test_run(tests);
 }

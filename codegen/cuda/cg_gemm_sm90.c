@@ -44,8 +44,13 @@
  * a norm prologue with neither shape.a_norm nor shape.a_scratch, or on an A the kernel cannot load
  * as it is, a row epilogue, a write that is not the whole output, an
  * expression outside the output space.
+ *
+ * The epilogue (kf_epi, the writes, the loads, the branch-free sigmoid
+ * family) is cg_gemm_epi.c's, shared with the sm_80 kernel.
  */
 #include "codegen/cuda/cg.h"
+
+#include "codegen/cuda/cg_gemm.h"
 
 #include "codegen/cuda/templates.h"
 
@@ -212,86 +217,6 @@ static void apro_emit(cg *c, chunk_ctx *x, const bool *need) {
     memset(c->need, 0, c->n * sizeof *c->need);
 }
 
-/* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
- * the row of the contiguous [batch * M, N] output. */
-static void epi_coords(chunk_ctx *x, const kf_group *g) {
-    int rank = g->rank;
-    const int64_t *dims = g->dims;
-    snprintf(x->coord[KF_SPACE_OUT][rank - 1], COORD_MAX, "c0");
-    int64_t inner = 1;
-    for (int d = rank - 2; d >= 0; d--) {
-        if (inner == 1)
-            snprintf(x->coord[KF_SPACE_OUT][d], COORD_MAX, "(q %% %" PRId64 "LL)", dims[d]);
-        else
-            snprintf(x->coord[KF_SPACE_OUT][d], COORD_MAX, "(q / %" PRId64 "LL %% %" PRId64 "LL)",
-                     inner, dims[d]);
-        inner *= dims[d];
-    }
-    x->vrank[KF_SPACE_OUT] = rank;
-    x->vrank[KF_SPACE_ROW] = 0;
-}
-
-/* The epilogue's ops without a branch. In the register epilogue the
- * compiler can overlap the elements of a tile (8 adjacent columns a call,
- * 8 to 16 calls a thread) only where no element has a branch of its own:
- * a branch region (BSSY/BSYNC in SASS) is a wall it schedules nothing
- * across. common.cuh's kf_sigmoid branches on the sign of x (the lanes of a
- * warp hold both: the warp ran both paths) and divides with IEEE division
- * (a slow-path call after FCHK, one region per element); the SwiGLU dual
- * kernel's epilogue took ~17 us a tile on an H100 (b112146) of a ~62 us
- * tile. Here e = exp(-|x|) (expf, no branch), 1 / (1 + e) by rcp.approx
- * and one Newton step (1 + e is in [1, 2]: no denormal, no overflow; within
- * an ulp of the quotient), times 1 or e by a select: kf_sigmoid's value to
- * an ulp or two of f32, NaN in, NaN out, 0 and 1 at -inf and +inf.
- * kf_silu and kf_gelu_tanh are re-pointed too (common.cuh's call its
- * kf_sigmoid). Doubles keep common.cuh's. */
-static const char gemm_fast_ops[] =
-    "/* The sigmoid family without a branch (cg_gemm_sm90.c says why). */\n"
-    "__device__ __forceinline__ float kf_gm_sigmoid(float x) {\n"
-    "    const float e = expf(-fabsf(x)), y = 1.0f + e;\n"
-    "    float r;\n"
-    "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(y));\n"
-    "    r = fmaf(fmaf(-y, r, 1.0f), r, r);\n"
-    "    return (x >= 0.0f ? 1.0f : e) * r;\n"
-    "}\n"
-    "__device__ __forceinline__ double kf_gm_sigmoid(double x) { return kf_sigmoid(x); }\n"
-    "__device__ __forceinline__ float kf_gm_silu(float x) { return x * kf_gm_sigmoid(x); }\n"
-    "__device__ __forceinline__ double kf_gm_silu(double x) { return kf_silu(x); }\n"
-    "__device__ __forceinline__ float kf_gm_gelu_tanh(float x) {\n"
-    "    float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);\n"
-    "    return x * kf_gm_sigmoid(2.0f * u);\n"
-    "}\n"
-    "__device__ __forceinline__ double kf_gm_gelu_tanh(double x) { return kf_gelu_tanh(x); }\n"
-    "#define kf_sigmoid kf_gm_sigmoid\n#define kf_silu kf_gm_silu\n"
-    "#define kf_gelu_tanh kf_gm_gelu_tanh\n\n"
-    "/* The alignment kf_ldv / kf_stv need for VV elements at p: min(16, VV * size). */\n"
-    "template <int VV, typename T> __device__ __forceinline__ unsigned kf_gm_vbytes(const T *) {\n"
-    "    return VV * sizeof(T) < 16 ? (unsigned)(VV * sizeof(T)) : 16u;\n}\n\n";
-
-/* With a gelu table (cg_emit_gelu_table): kf_gelu_bf16_v with kf_gelu_bf16's
- * cases for a value outside the table as selects instead of a call behind a
- * branch per element; the same values in the same order of cases. */
-static void emit_gelu_tab_v(cg *c) {
-    if (!c->s.p || !strstr(c->s.p, "kf_gelu_tab_src"))
-        return;
-    cg_printf(&c->s,
-              "/* kf_gelu_bf16_v without a branch per element (cg_gemm_sm90.c). */\n"
-              "template <int VV> __device__ __forceinline__ void kf_gm_gelu_bf16_v(float *d, "
-              "const float *a) {\n"
-              "#pragma unroll\n"
-              "    for (int k = 0; k < VV; k++) {\n"
-              "        const float x = a[k];\n"
-              "        const unsigned u = __float_as_uint(x) >> 16, i = kf_gelu_idx(u), "
-              "m = u & 0x7fffu;\n"
-              "        const float t = __uint_as_float((unsigned)kf_gelu_tab[min(i, %uu)] << 16);\n"
-              "        const float big = (u < 0x8000u || m > 0x7f80u) ? x\n"
-              "                          : (m == 0x7f80u ? __int_as_float(0x7fc00000) : -0.0f);\n"
-              "        const float out = m < 0x%xu ? kf_round_bf16(0.5f * x) : big;\n"
-              "        d[k] = i < %uu ? t : out;\n"
-              "    }\n}\n#define kf_gelu_bf16_v kf_gm_gelu_bf16_v\n\n",
-              GELU_TAB_N - 1, GELU_TAB_LO, GELU_TAB_N);
-}
-
 /* The wgmma of one 16-deep K step: d (BN/2 floats) += A(da) . B(db). */
 static void emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
     uint32_t nr = sh->bn / 2;
@@ -312,14 +237,6 @@ static void emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
                   (i % 8 == 7) ? "\n          " : "");
     cg_puts(&c->s, "\n        : \"l\"(da), \"l\"(db), \"r\"(1)\n        : \"memory\");\n}\n\n");
 }
-
-typedef struct gout {
-    uint32_t node; /* KF_NONE: the bare product */
-    bool bare1;    /* the bare product of anchor 1 (dual) */
-    int param;
-    kf_dtype dtype;
-    uint32_t tensor;
-} gout;
 
 kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const char *arch,
                                     const kf_cuda_gemm_shape *sh, const kf_mem *mem,
@@ -390,163 +307,10 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     unsigned n_stats = 0;
     if (sh->a_norm && (why = apro_prepare(&c, sh, x, apro_need, &stats_param, &n_stats)))
         GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
-    /* Each ACC node: its accumulator (acc: anchor 0, acc1: anchor 1), rounded
-     * to the product's dtype only where the product itself is written; into
-     * the epilogue it goes unrounded (f32), as the judge's fused reference
-     * computes it. */
-    for (uint32_t k = 0; k < g->n_expr; k++) {
-        const kf_expr *e = &g->expr[k];
-        if (e->kind != KF_EXPR_ACC)
-            continue;
-        const char *arr = e->anchor == 1 ? "acc1" : "acc";
-        const char *rnd = cg_round_fn(e->dtype);
-        bool written = false;
-        for (uint32_t w = 0; w < g->n_writes; w++)
-            written = written || g->writes[w] == e->tensor;
-        if (rnd && e->tensor != KF_NONE && written)
-            snprintf(c.ov[k], OV_MAX, "%s(%s[k])", rnd, arr);
-        else
-            snprintf(c.ov[k], OV_MAX, "%s[k]", arr);
-    }
-
-    /* The writes: every one the whole output, in the output space. */
-    gout outs[MAX_OUTS];
-    uint32_t n_outs = 0;
-    int64_t total = sh->batch * sh->m * sh->n;
-    for (uint32_t w = 0; w < g->n_writes && n_outs < MAX_OUTS; w++) {
-        uint32_t root = g->roots ? g->roots[w] : KF_NONE;
-        uint32_t t = g->writes[w];
-        if (root == KF_NONE && t != gm->anchor[0] && (!sh->dual || t != gm->anchor[1]))
-            continue;
-        const kf_tensor *tt = cg_tensor(&c, t);
-        if (kf_ir_numel(tt) != total || (root != KF_NONE && g->expr[root].space != KF_SPACE_OUT))
-            GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED,
-                             "group %u (%s): write %%%u is not the whole GEMM output", g->id,
-                             g->name, t));
-        outs[n_outs].node = root;
-        outs[n_outs].bare1 = root == KF_NONE && sh->dual && t == gm->anchor[1];
-        outs[n_outs].tensor = t;
-        outs[n_outs].dtype = tt->dtype;
-        n_outs++;
-    }
-    if (n_outs == 0)
-        GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): no writes", g->id, g->name));
-    for (uint32_t o = 0; o < n_outs; o++)
-        if (outs[o].node != KF_NONE)
-            cg_mark(&c, outs[o].node);
-    for (uint32_t i = 0; i < c.n; i++) {
-        const kf_expr *e = &g->expr[i];
-        if (!c.need[i])
-            continue;
-        bool ok = e->space == KF_SPACE_OUT &&
-                  (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_CONST || e->kind == KF_EXPR_LOAD ||
-                   e->kind == KF_EXPR_ACC || e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_ROW ||
-                   e->kind == KF_EXPR_COL || e->kind == KF_EXPR_BATCH);
-        if (e->kind == KF_EXPR_ACC && e->anchor != 0 && !(sh->dual && e->anchor == 1))
-            ok = false;
-        if (!ok)
-            GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED,
-                             "group %u (%s): a %s node in the %s space is not an accumulator "
-                             "expression",
-                             g->id, g->name, kf_expr_kind_name(e->kind),
-                             e->space == KF_SPACE_OUT ? "output" : "row"));
-    }
-    cg_load_params(&c);
-    for (uint32_t o = 0; o < n_outs; o++)
-        outs[o].param =
-            cg_param_add(&c,
-                         sh->x_scratch && outs[o].tensor == sh->x_tensor ? KF_CUDA_PARAM_SCRATCH
-                                                                         : KF_CUDA_PARAM_OUT,
-                         outs[o].tensor, outs[o].dtype, cg_tensor_bytes(&c, outs[o].tensor));
-    out_spec os[MAX_OUTS];
-    uint32_t n_os = 0;
-    for (uint32_t o = 0; o < n_outs; o++) {
-        if (outs[o].node == KF_NONE)
-            continue;
-        os[n_os].node = outs[o].node;
-        os[n_os].param = outs[o].param;
-        os[n_os].dtype = outs[o].dtype;
-        os[n_os].tensor = outs[o].tensor;
-        os[n_os].synth_softmax = false;
-        os[n_os].stat_pack = 0;
-        n_os++;
-    }
-    cg_mark_stored(&c, os, n_os);
-
-    epi_coords(x, g);
-    /* The loads, at their coordinates (column c0 + k). One contiguous along
-     * the row (a bias, a residual) is one vector load of the VV columns
-     * before the expressions (kf_ldv, when they are all inside and the
-     * address is aligned for it), so a chunk's loads are all in flight at
-     * once; the others one element each. A column past N is never read: a
-     * ragged N (K-major B allows any) left the last vector's tail reading
-     * past the operand. */
-    sbuf vl = {.mem = c.mem};
-    /* kf_epi_al: the bases the register epilogue's unchecked vector
-     * accesses need 16-byte aligned (checked once per kernel). */
-    char al_conds[1024] = "";
-    for (uint32_t i = 0; i < c.n; i++) {
-        const kf_expr *e = &g->expr[i];
-        if (!c.need[i] || c.ov[i][0] || e->kind != KF_EXPR_LOAD)
-            continue;
-        int64_t s[KF_MAX_RANK];
-        cg_node_strides(&c, i, s);
-        char off[OV_MAX - 64];
-        size_t n = 0;
-        off[0] = 0;
-        int last = g->rank - 1;
-        bool along = s[last] != 0 && g->dims[last] != 1; /* varies with k */
-        bool vector = along && s[last] == 1;
-        for (int d = 0; d < g->rank; d++) {
-            if (s[d] == 0 || g->dims[d] == 1)
-                continue;
-            int w = snprintf(off + n, sizeof off - n, "%s(%s%s) * %" PRId64 "LL", n ? " + " : "",
-                             x->coord[KF_SPACE_OUT][d], d == last && !vector ? " + k" : "", s[d]);
-            n += w > 0 ? (size_t)w : 0;
-            if (n >= sizeof off)
-                break;
-        }
-        if (!off[0])
-            snprintf(off, sizeof off, "0");
-        if (vector) {
-            /* Aligned by construction when the base is (AL) and every other
-             * stride and N are multiples of 8 elements (c0 is): then one
-             * predicated vector load, with no branch. */
-            bool stat = sh->n % 8 == 0;
-            for (int d = 0; d < last; d++)
-                if (s[d] != 0 && g->dims[d] != 1 && s[d] % 8 != 0)
-                    stat = false;
-            if (stat) {
-                char cond[32];
-                snprintf(cond, sizeof cond, " && kf_aligned(p%d, 16)", c.param[i]);
-                if (!strstr(al_conds, cond) && strlen(al_conds) + strlen(cond) < sizeof al_conds)
-                    strcat(al_conds, cond);
-            }
-            cg_printf(
-                &vl,
-                "    %s l%u[VV];\n    {\n        const auto *lp = p%d + (%s);\n"
-                "        if (%s) {\n"
-                "#pragma unroll\n"
-                "            for (int k = 0; k < VV; k++)\n"
-                "                l%u[k] = 0;\n"
-                "            if (c0 < KF_N)\n"
-                "                kf_ldv<VV>(lp, l%u);\n"
-                "        } else if (c0 + VV <= KF_N && kf_aligned(lp, kf_gm_vbytes<VV>(lp))) {\n"
-                "            kf_ldv<VV>(lp, l%u);\n        } else {\n"
-                "            for (int k = 0; k < VV; k++)\n"
-                "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
-                "        }\n    }\n",
-                cg_reg_type(e->dtype), i, c.param[i], off, stat ? "AL && VV == 8" : "false", i,
-                i, i, i);
-            snprintf(c.ov[i], OV_MAX, "l%u[k]", i);
-        } else if (along) {
-            snprintf(c.ov[i], OV_MAX,
-                     "(c0 + k < KF_N ? kf_ld(p%d + (%s)) : decltype(kf_ld(p%d))(0))", c.param[i],
-                     off, c.param[i]);
-        } else {
-            snprintf(c.ov[i], OV_MAX, "kf_ld(p%d + (%s))", c.param[i], off);
-        }
-    }
+    cg_gemm_epi epi;
+    st = cg_gemm_epi_prepare(&c, sh, x, &epi);
+    if (st != KF_OK)
+        GEMM_OUT(st);
 
     kf_cuda_kernel *k = c.k;
     k->vec = 1;
@@ -578,78 +342,21 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   bf ? "kf_f32_to_bf16" : "kf_f32_to_f16");
     }
     cg_puts(&c.s, "\n");
-    cg_puts(&c.s, gemm_fast_ops);
-    emit_gelu_tab_v(&c);
+    cg_gemm_emit_fast_ops(&c);
     emit_wgmma(&c, sh, mm->dtype);
     if (sh->a_norm) {
         bool *epi_need = kf_mem_alloc(c.mem, (c.n + 1) * sizeof *epi_need);
-        if (!epi_need)
+        if (!epi_need) {
+            kf_mem_free(c.mem, epi.vl.p, epi.vl.cap);
             GEMM_OUT(cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
+        }
         memcpy(epi_need, c.need, c.n * sizeof *epi_need);
         apro_emit(&c, x, apro_need);
         memcpy(c.need, epi_need, c.n * sizeof *epi_need);
         kf_mem_free(c.mem, epi_need, (c.n + 1) * sizeof *epi_need);
     }
 
-    cg_printf(&c.s,
-              "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
-              " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
-              " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
-              " * strides and N are multiples of 8 needs no alignment test). */\n"
-              "template <int VV, bool AL>\n"
-              "__device__ __forceinline__ void kf_epi(const float *acc, %s"
-              "long long b, long long r, long long c0, bool ok, KF_PARAMS) {\n"
-              "    const long long q = b * KF_M + r;\n    (void)q;\n",
-              sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)" : "",
-              sh->dual ? "const float *acc1, " : "");
-    if (vl.p) {
-        cg_puts(&c.s, vl.p);
-        kf_mem_free(c.mem, vl.p, vl.cap);
-    }
-    if (vl.oom)
-        c.st = cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
-    cg_emit_nodes(&c, cg_coord_of, x, "    ", true);
-    /* Each output: one vector store when the VV columns are all inside and
-     * the address is aligned for it (min(16, VV * size) bytes), else element
-     * by element; two ifs rather than if/else, so both are predicated stores
-     * and no branch region stands between one call's code and the next's. */
-    for (uint32_t o = 0; o < n_outs; o++) {
-        const char *rt = cg_reg_type(outs[o].dtype);
-        char val[48];
-        if (outs[o].node == KF_NONE)
-            snprintf(val, sizeof val, "%s", outs[o].bare1 ? "acc1" : "acc");
-        else
-            snprintf(val, sizeof val, "v%u%s", outs[o].node,
-                     cg_raw_of(&c, outs[o].node, true) ? "u" : "");
-        cg_printf(&c.s,
-                  "    {\n        %s o[VV];\n#pragma unroll\n        for (int k = 0; k < VV; k++)\n"
-                  "            o[k] = (%s)%s[k];\n"
-                  "        auto *dst = p%d + (q * KF_N + c0);\n"
-                  "        if (AL && VV == 8 && KF_N %% 8 == 0) {\n"
-                  "            if (ok && c0 < KF_N)\n"
-                  "                kf_stv<VV>(dst, o);\n"
-                  "        } else {\n"
-                  "            const bool vec =\n"
-                  "                c0 + VV <= KF_N && kf_aligned(dst, kf_gm_vbytes<VV>(dst));\n"
-                  "            if (ok && vec)\n"
-                  "                kf_stv<VV>(dst, o);\n"
-                  "#pragma unroll\n"
-                  "            for (int k = 0; k < VV; k++)\n"
-                  "                if (ok && !vec && c0 + k < KF_N)\n"
-                  "                    kf_st(dst + k, o[k]);\n"
-                  "        }\n    }\n",
-                  rt, rt, val, outs[o].param);
-        char cond[32];
-        snprintf(cond, sizeof cond, " && kf_aligned(p%d, 16)", outs[o].param);
-        if (sh->n % 8 == 0 && !strstr(al_conds, cond) &&
-            strlen(al_conds) + strlen(cond) < sizeof al_conds)
-            strcat(al_conds, cond);
-    }
-    cg_puts(&c.s, "}\n\n");
-    cg_printf(&c.s,
-              "/* Whether kf_epi may run with AL: the bases it reads and writes unchecked. */\n"
-              "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS) {\n    return true%s;\n}\n\n",
-              al_conds);
+    cg_gemm_epi_emit(&c, sh, x, &epi);
     cg_puts(&c.s, kf_cuda_tpl_hopper);
     cg_puts(&c.s, kf_cuda_tpl_gemm_sm90);
     GEMM_OUT(c.st);

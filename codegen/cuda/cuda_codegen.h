@@ -98,12 +98,15 @@ typedef enum kf_cuda_template {
                                              cp.async ring) and their combine (sm_80+) */
     KF_CUDA_TEMPLATE_COL_ARGMAX,          /* argmax over another axis: columns across threads, the
                                              axis split over warps (templates/argmax.cuh) */
+    KF_CUDA_TEMPLATE_GEMM_SM80,           /* a whole GEMM group: cp.async ring, ldmatrix,
+                                             mma.sync m16n8k16, the epilogue on the
+                                             accumulators (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
 /* "elementwise", "row_warp", "row_block", "row_block_multipass", "colreduce",
  * "row_warp_staged", "elementwise_bulk", "gemm_sm90", "attention_mma", "attention_sm90",
- * "attention_decode". */
+ * "attention_decode", "gemm_sm80". */
 const char *kf_cuda_template_name(kf_cuda_template t);
 
 /* ------------------------------------------------------------------------ */
@@ -300,7 +303,8 @@ typedef enum kf_cuda_role {
     KF_CUDA_ROLE_GEMM_PROLOGUE,     /* kf_cuda_codegen_gemm_prologue (before the GEMM) */
     KF_CUDA_ROLE_EPILOGUE,          /* kf_cuda_codegen_epilogue (after the GEMM) */
     KF_CUDA_ROLE_ATTENTION_SOFTMAX, /* kf_cuda_codegen_attention_softmax (between the GEMMs) */
-    KF_CUDA_ROLE_GEMM,              /* kf_cuda_codegen_gemm_sm90 (the whole GEMM group) */
+    KF_CUDA_ROLE_GEMM,              /* kf_cuda_codegen_gemm_sm90 or _sm80 (the whole GEMM
+                                       group) */
     KF_CUDA_ROLE_ATTENTION,         /* kf_cuda_codegen_attention (the whole group) */
     KF_CUDA_ROLE_ATTENTION_SM90,    /* kf_cuda_codegen_attention_sm90 (the whole group; its
                                        recipe step adds the three tensor maps) */
@@ -345,6 +349,13 @@ typedef struct kf_cuda_gemm_shape {
                                   form's pre-norm rows, which the row pass after the GEMM
                                   reads), not to its OUT buffer */
     uint32_t x_tensor;
+    /* The sm_80 kernel (kf_cuda_codegen_gemm_sm80) reads A and B through
+     * pointers; bn above is its tile's columns too (bm x bn: 128 x 128 or
+     * 64 x 64), stages its ring's depth. */
+    uint32_t bm;     /* tile rows: 128 (8 warps) or 64 (4 warps) */
+    int64_t lda;     /* elements between the stored rows of A (M rows when a_kmajor, else K) */
+    int64_t ldb;     /* elements between the stored rows of B (N rows when b_kmajor, else K) */
+    int64_t sa, sb;  /* elements between batches of A and B; 0: shared by every batch */
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
@@ -364,6 +375,26 @@ uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages);
  * prologue, a row epilogue, a write that is not the full output, an
  * expression outside the output space: the message says which). */
 kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_cuda_gemm_shape *shape, const kf_mem *mem,
+                                    kf_cuda_kernel *out);
+
+/* Shared memory the sm_80 GEMM kernel of a bm x bn tile and `stages`
+ * stages asks for (its ring; K steps of 32). */
+uint32_t kf_cuda_gemm_sm80_smem(uint32_t bm, uint32_t bn, uint32_t stages);
+
+/* For a GEMM group on sm_80 or later (8.x, and 9.x when asked for): ONE
+ * kernel computing the whole group -- the matmul by mma.sync m16n8k16 from a
+ * cp.async ring in shared memory, and every write of the group from the f32
+ * accumulators through the same epilogue as the sm_90a kernel's
+ * (cg_gemm_epi.c; templates/gemm_sm80.cuh). Its arguments are A's and B's
+ * addresses (each at its first element; the strides are in `shape`: lda,
+ * ldb, sa, sb, each a multiple of 8 elements, or the extent along it 1),
+ * then one pointer per param; one block per tile (launch.work_items: the
+ * tiles of one batch) of 256 threads (128 x 128) or 128 (64 x 64), the batch
+ * in grid z. Errors as
+ * kf_cuda_codegen_gemm_sm90's, and KF_ERR_UNSUPPORTED for a SwiGLU pair or a
+ * norm prologue (the sm_80 kernel takes neither yet) or an arch below sm_80. */
+kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const char *arch,
                                     const kf_cuda_gemm_shape *shape, const kf_mem *mem,
                                     kf_cuda_kernel *out);
 

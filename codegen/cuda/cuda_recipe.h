@@ -69,6 +69,11 @@ enum {
                                                    (KF_ATTENTION_DECODE); without it they run
                                                    where the query is short (Sq <= 16) and
                                                    ATTENTION_FA2 is not asked for */
+    KF_CUDA_RECIPE_GEMM_SM80 = 1u << 8,         /* with GEMM_GENERATED or GEMM_MEASURED: the
+                                                   generated GEMM is the sm_80 (mma.sync)
+                                                   kernel on any arch from sm_80, also 9.x
+                                                   (KF_GEMM_SM80); without it the sm_80 kernel
+                                                   on 8.x and the sm_90a one on sm_90a */
 };
 
 /* What the recipes are made for. */
@@ -80,8 +85,9 @@ typedef struct kf_cuda_target {
 
 /* The recipe flags of a context's KF_FLAG_* flags, GEMM mode (kf_gemm_mode)
  * and attention mode (kf_attention_mode): NO_CUBLASLT gives NO_LT_EPILOGUE;
- * GENERATED gives GEMM_GENERATED; AUTO and MEASURED give GEMM_MEASURED (the
- * generated kernel timed against cuBLASLt wherever it takes the group);
+ * GENERATED gives GEMM_GENERATED; SM80 gives GEMM_GENERATED | GEMM_SM80;
+ * AUTO and MEASURED give GEMM_MEASURED (the generated kernel timed against
+ * cuBLASLt wherever it takes the group);
  * CUBLASLT neither; KF_FLAG_UNFUSED_ATTENTION and KF_ATTENTION_UNFUSED give
  * UNFUSED_ATTENTION; KF_ATTENTION_FA2 gives ATTENTION_FA2; KF_ATTENTION_DECODE
  * gives ATTENTION_DECODE; AUTO and SM90 none (the sm_90a kernel where it takes

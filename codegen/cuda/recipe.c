@@ -71,6 +71,8 @@ unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mo
         f |= KF_CUDA_RECIPE_ATTENTION_DECODE;
     if (gemm_mode == KF_GEMM_GENERATED)
         f |= KF_CUDA_RECIPE_GEMM_GENERATED;
+    else if (gemm_mode == KF_GEMM_SM80)
+        f |= KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80;
     else if (gemm_mode == KF_GEMM_MEASURED || gemm_mode == KF_GEMM_AUTO)
         f |= KF_CUDA_RECIPE_GEMM_MEASURED;
     return f;

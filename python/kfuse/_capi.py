@@ -66,7 +66,7 @@ STATUS_NAMES = ["OK", "INVALID_ARGUMENT", "SHAPE", "DTYPE", "AXIS", "OUT_OF_MEMO
                 "VERIFY", "NOT_FOUND", "UNSUPPORTED", "IO", "INTERNAL", "BUSY"]
 DTYPES = ["f32", "f16", "bf16", "f64", "i32", "bool", "i64"]
 TARGETS = {"auto": 0, "cuda": 1, "cpu": 2}
-GEMM_MODES = {"auto": 0, "generated": 1, "cublaslt": 2, "measured": 3}
+GEMM_MODES = {"auto": 0, "generated": 1, "cublaslt": 2, "measured": 3, "sm80": 4}
 ATTENTION_MODES = {"auto": 0, "sm90": 1, "fa2": 2, "unfused": 3, "decode": 4}
 REPORT_FORMATS = {"text": 0, "json": 1}
 FLAGS = {

@@ -63,7 +63,8 @@ class Context:
 
     target: "auto" (CUDA when a device is present, else the CPU), "cuda", "cpu".
     cache_dir: the kernel cache (default $XDG_CACHE_HOME/kfuse or ~/.cache/kfuse).
-    gemm: "auto", "generated", "cublaslt", "measured" (CUDA GEMM groups).
+    gemm: "auto", "generated", "cublaslt", "measured", "sm80" (CUDA GEMM groups;
+    "sm80" forces the mma.sync kernel, also on sm_90a).
     attention: "auto" (the split-KV decode kernels for 16 query rows or fewer, else on
     sm_90a the TMA/wgmma kernel where it takes the group), "sm90" (the same), "fa2"
     (the mma.sync kernel), "unfused", "decode" (the decode kernels at any query

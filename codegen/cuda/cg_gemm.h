@@ -1,0 +1,47 @@
+/*
+ * cg_gemm.h -- internals the generated GEMM kernels share (cg_gemm_epi.c):
+ * the epilogue on the accumulators, prepared before the source's head (it
+ * adds the params) and emitted after the template's own helpers.
+ */
+#ifndef KF_CODEGEN_CUDA_CG_GEMM_H
+#define KF_CODEGEN_CUDA_CG_GEMM_H
+
+#include "codegen/cuda/cg.h"
+
+/* One write of a GEMM group's kernel. */
+typedef struct gout {
+    uint32_t node; /* KF_NONE: the bare product */
+    bool bare1;    /* the bare product of anchor 1 (dual) */
+    int param;
+    kf_dtype dtype;
+    uint32_t tensor;
+} gout;
+
+/* The epilogue between prepare and emit. */
+typedef struct cg_gemm_epi {
+    gout outs[MAX_OUTS];
+    uint32_t n_outs;
+    sbuf vl;             /* the vector loads at the top of kf_epi */
+    char al_conds[1024]; /* " && kf_aligned(pN, 16)" for each base AL assumes */
+} cg_gemm_epi;
+
+/* The output-space coordinates of element (q, c0 + k), q = b * M + r the row
+ * of the contiguous [batch * M, N] output. */
+void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g);
+
+/* Overrides the ACC nodes, collects and checks the writes (each the whole
+ * output, every node of theirs an accumulator expression in the output
+ * space), adds the load and OUT params, and prepares the loads at x's
+ * coordinates (cg_gemm_epi_coords). KF_ERR_UNSUPPORTED (through cg_fail)
+ * when the group's epilogue is outside what the kernels take. */
+kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep);
+
+/* The branch-free sigmoid family (#defined over common.cuh's) and, with a
+ * gelu table, kf_gelu_bf16_v; after the head, before any expression. */
+void cg_gemm_emit_fast_ops(cg *c);
+
+/* kf_epi<VV, AL>, kf_epi_al and templates/gemm_common.cuh; frees ep's
+ * buffers. */
+void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep);
+
+#endif /* KF_CODEGEN_CUDA_CG_GEMM_H */

@@ -1,0 +1,335 @@
+/*
+ * cg_gemm_epi.c -- what the generated GEMM kernels (cg_gemm_sm90.c: wgmma and
+ * TMA; cg_gemm_sm80.c: mma.sync and cp.async) share: the group's epilogue on
+ * the f32 accumulators, emitted once for both templates.
+ *
+ *   cg_gemm_epi_prepare: the ACC overrides (the accumulator, unrounded into
+ *     the epilogue, as cuBLASLt's epilogues and the judge's fused reference
+ *     take it; rounded to the matmul's dtype only where the product itself is
+ *     written), the writes (every one the whole [batch, M, N] output), the
+ *     params, and the loads of the epilogue at their output coordinates;
+ *   cg_gemm_emit_fast_ops: the branch-free sigmoid family and kf_gelu_bf16_v;
+ *   cg_gemm_epi_emit: kf_epi<VV, AL>(acc[, acc1], b, r, c0, ok, ...), the
+ *     epilogue of VV adjacent columns c0.. of row r of batch b,
+ *     kf_epi_al(...), whether the bases are 16-byte aligned, and
+ *     templates/gemm_common.cuh (kf_gm_quad_t).
+ *
+ * A template calls kf_epi with 8 adjacent columns of one row per thread (both
+ * templates get there by a transpose of accumulator pairs within each quad of
+ * lanes: the mma.sync m16n8 and wgmma m64nN fragments place columns alike).
+ */
+#include "codegen/cuda/cg.h"
+
+#include "codegen/cuda/cg_gemm.h"
+#include "codegen/cuda/templates.h"
+
+/* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
+ * the row of the contiguous [batch * M, N] output. */
+void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g) {
+    int rank = g->rank;
+    const int64_t *dims = g->dims;
+    snprintf(x->coord[KF_SPACE_OUT][rank - 1], COORD_MAX, "c0");
+    int64_t inner = 1;
+    for (int d = rank - 2; d >= 0; d--) {
+        if (inner == 1)
+            snprintf(x->coord[KF_SPACE_OUT][d], COORD_MAX, "(q %% %" PRId64 "LL)", dims[d]);
+        else
+            snprintf(x->coord[KF_SPACE_OUT][d], COORD_MAX, "(q / %" PRId64 "LL %% %" PRId64 "LL)",
+                     inner, dims[d]);
+        inner *= dims[d];
+    }
+    x->vrank[KF_SPACE_OUT] = rank;
+    x->vrank[KF_SPACE_ROW] = 0;
+}
+
+/* The epilogue's ops without a branch. In the register epilogue the
+ * compiler can overlap the elements of a tile (8 adjacent columns a call,
+ * 8 to 16 calls a thread) only where no element has a branch of its own:
+ * a branch region (BSSY/BSYNC in SASS) is a wall it schedules nothing
+ * across. common.cuh's kf_sigmoid branches on the sign of x (the lanes of a
+ * warp hold both: the warp ran both paths) and divides with IEEE division
+ * (a slow-path call after FCHK, one region per element); the SwiGLU dual
+ * kernel's epilogue took ~17 us a tile on an H100 (b112146) of a ~62 us
+ * tile. Here e = exp(-|x|) (expf, no branch), 1 / (1 + e) by rcp.approx
+ * and one Newton step (1 + e is in [1, 2]: no denormal, no overflow; within
+ * an ulp of the quotient), times 1 or e by a select: kf_sigmoid's value to
+ * an ulp or two of f32, NaN in, NaN out, 0 and 1 at -inf and +inf.
+ * kf_silu and kf_gelu_tanh are re-pointed too (common.cuh's call its
+ * kf_sigmoid). Doubles keep common.cuh's. */
+static const char gemm_fast_ops[] =
+    "/* The sigmoid family without a branch (cg_gemm_epi.c says why). */\n"
+    "__device__ __forceinline__ float kf_gm_sigmoid(float x) {\n"
+    "    const float e = expf(-fabsf(x)), y = 1.0f + e;\n"
+    "    float r;\n"
+    "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(y));\n"
+    "    r = fmaf(fmaf(-y, r, 1.0f), r, r);\n"
+    "    return (x >= 0.0f ? 1.0f : e) * r;\n"
+    "}\n"
+    "__device__ __forceinline__ double kf_gm_sigmoid(double x) { return kf_sigmoid(x); }\n"
+    "__device__ __forceinline__ float kf_gm_silu(float x) { return x * kf_gm_sigmoid(x); }\n"
+    "__device__ __forceinline__ double kf_gm_silu(double x) { return kf_silu(x); }\n"
+    "__device__ __forceinline__ float kf_gm_gelu_tanh(float x) {\n"
+    "    float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);\n"
+    "    return x * kf_gm_sigmoid(2.0f * u);\n"
+    "}\n"
+    "__device__ __forceinline__ double kf_gm_gelu_tanh(double x) { return kf_gelu_tanh(x); }\n"
+    "#define kf_sigmoid kf_gm_sigmoid\n#define kf_silu kf_gm_silu\n"
+    "#define kf_gelu_tanh kf_gm_gelu_tanh\n\n"
+    "/* The alignment kf_ldv / kf_stv need for VV elements at p: min(16, VV * size). */\n"
+    "template <int VV, typename T> __device__ __forceinline__ unsigned kf_gm_vbytes(const T *) {\n"
+    "    return VV * sizeof(T) < 16 ? (unsigned)(VV * sizeof(T)) : 16u;\n}\n\n";
+
+/* With a gelu table (cg_emit_gelu_table): kf_gelu_bf16_v with kf_gelu_bf16's
+ * cases for a value outside the table as selects instead of a call behind a
+ * branch per element; the same values in the same order of cases. */
+static void emit_gelu_tab_v(cg *c) {
+    if (!c->s.p || !strstr(c->s.p, "kf_gelu_tab_src"))
+        return;
+    cg_printf(&c->s,
+              "/* kf_gelu_bf16_v without a branch per element (cg_gemm_epi.c). */\n"
+              "template <int VV> __device__ __forceinline__ void kf_gm_gelu_bf16_v(float *d, "
+              "const float *a) {\n"
+              "#pragma unroll\n"
+              "    for (int k = 0; k < VV; k++) {\n"
+              "        const float x = a[k];\n"
+              "        const unsigned u = __float_as_uint(x) >> 16, i = kf_gelu_idx(u), "
+              "m = u & 0x7fffu;\n"
+              "        const float t = __uint_as_float((unsigned)kf_gelu_tab[min(i, %uu)] << 16);\n"
+              "        const float big = (u < 0x8000u || m > 0x7f80u) ? x\n"
+              "                          : (m == 0x7f80u ? __int_as_float(0x7fc00000) : -0.0f);\n"
+              "        const float out = m < 0x%xu ? kf_round_bf16(0.5f * x) : big;\n"
+              "        d[k] = i < %uu ? t : out;\n"
+              "    }\n}\n#define kf_gelu_bf16_v kf_gm_gelu_bf16_v\n\n",
+              GELU_TAB_N - 1, GELU_TAB_LO, GELU_TAB_N);
+}
+
+void cg_gemm_emit_fast_ops(cg *c) {
+    cg_puts(&c->s, gemm_fast_ops);
+    emit_gelu_tab_v(c);
+}
+
+kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
+    const kf_group *g = c->g;
+    const kf_gemm_info *gm = &g->gemm;
+    memset(ep, 0, sizeof *ep);
+    /* Each ACC node: its accumulator (acc: anchor 0, acc1: anchor 1), rounded
+     * to the product's dtype only where the product itself is written; into
+     * the epilogue it goes unrounded (f32), as the judge's fused reference
+     * computes it. */
+    for (uint32_t k = 0; k < g->n_expr; k++) {
+        const kf_expr *e = &g->expr[k];
+        if (e->kind != KF_EXPR_ACC)
+            continue;
+        const char *arr = e->anchor == 1 ? "acc1" : "acc";
+        const char *rnd = cg_round_fn(e->dtype);
+        bool written = false;
+        for (uint32_t w = 0; w < g->n_writes; w++)
+            written = written || g->writes[w] == e->tensor;
+        if (rnd && e->tensor != KF_NONE && written)
+            snprintf(c->ov[k], OV_MAX, "%s(%s[k])", rnd, arr);
+        else
+            snprintf(c->ov[k], OV_MAX, "%s[k]", arr);
+    }
+
+    /* The writes: every one the whole output, in the output space. */
+    int64_t total = sh->batch * sh->m * sh->n;
+    for (uint32_t w = 0; w < g->n_writes && ep->n_outs < MAX_OUTS; w++) {
+        uint32_t root = g->roots ? g->roots[w] : KF_NONE;
+        uint32_t t = g->writes[w];
+        if (root == KF_NONE && t != gm->anchor[0] && (!sh->dual || t != gm->anchor[1]))
+            continue;
+        const kf_tensor *tt = cg_tensor(c, t);
+        if (kf_ir_numel(tt) != total || (root != KF_NONE && g->expr[root].space != KF_SPACE_OUT))
+            return cg_fail(c, KF_ERR_UNSUPPORTED,
+                           "group %u (%s): write %%%u is not the whole GEMM output", g->id, g->name,
+                           t);
+        ep->outs[ep->n_outs].node = root;
+        ep->outs[ep->n_outs].bare1 = root == KF_NONE && sh->dual && t == gm->anchor[1];
+        ep->outs[ep->n_outs].tensor = t;
+        ep->outs[ep->n_outs].dtype = tt->dtype;
+        ep->n_outs++;
+    }
+    if (ep->n_outs == 0)
+        return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): no writes", g->id, g->name);
+    for (uint32_t o = 0; o < ep->n_outs; o++)
+        if (ep->outs[o].node != KF_NONE)
+            cg_mark(c, ep->outs[o].node);
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i])
+            continue;
+        bool ok = e->space == KF_SPACE_OUT &&
+                  (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_CONST || e->kind == KF_EXPR_LOAD ||
+                   e->kind == KF_EXPR_ACC || e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_ROW ||
+                   e->kind == KF_EXPR_COL || e->kind == KF_EXPR_BATCH);
+        if (e->kind == KF_EXPR_ACC && e->anchor != 0 && !(sh->dual && e->anchor == 1))
+            ok = false;
+        if (!ok)
+            return cg_fail(c, KF_ERR_UNSUPPORTED,
+                           "group %u (%s): a %s node in the %s space is not an accumulator "
+                           "expression",
+                           g->id, g->name, kf_expr_kind_name(e->kind),
+                           e->space == KF_SPACE_OUT ? "output" : "row");
+    }
+    cg_load_params(c);
+    for (uint32_t o = 0; o < ep->n_outs; o++)
+        ep->outs[o].param = cg_param_add(
+            c,
+            sh->x_scratch && ep->outs[o].tensor == sh->x_tensor ? KF_CUDA_PARAM_SCRATCH
+                                                                : KF_CUDA_PARAM_OUT,
+            ep->outs[o].tensor, ep->outs[o].dtype, cg_tensor_bytes(c, ep->outs[o].tensor));
+    out_spec os[MAX_OUTS];
+    uint32_t n_os = 0;
+    for (uint32_t o = 0; o < ep->n_outs; o++) {
+        if (ep->outs[o].node == KF_NONE)
+            continue;
+        os[n_os].node = ep->outs[o].node;
+        os[n_os].param = ep->outs[o].param;
+        os[n_os].dtype = ep->outs[o].dtype;
+        os[n_os].tensor = ep->outs[o].tensor;
+        os[n_os].synth_softmax = false;
+        os[n_os].stat_pack = 0;
+        n_os++;
+    }
+    cg_mark_stored(c, os, n_os);
+
+    cg_gemm_epi_coords(x, g);
+    /* The loads, at their coordinates (column c0 + k). One contiguous along
+     * the row (a bias, a residual) is one vector load of the VV columns
+     * before the expressions (kf_ldv, when they are all inside and the
+     * address is aligned for it), so a chunk's loads are all in flight at
+     * once; the others one element each. A column past N is never read: a
+     * ragged N (K-major B allows any) left the last vector's tail reading
+     * past the operand. */
+    ep->vl.mem = c->mem;
+    /* kf_epi_al: the bases the register epilogue's unchecked vector
+     * accesses need 16-byte aligned (checked once per kernel). */
+    ep->al_conds[0] = 0;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || c->ov[i][0] || e->kind != KF_EXPR_LOAD)
+            continue;
+        int64_t s[KF_MAX_RANK];
+        cg_node_strides(c, i, s);
+        char off[OV_MAX - 64];
+        size_t n = 0;
+        off[0] = 0;
+        int last = g->rank - 1;
+        bool along = s[last] != 0 && g->dims[last] != 1; /* varies with k */
+        bool vector = along && s[last] == 1;
+        for (int d = 0; d < g->rank; d++) {
+            if (s[d] == 0 || g->dims[d] == 1)
+                continue;
+            int w = snprintf(off + n, sizeof off - n, "%s(%s%s) * %" PRId64 "LL", n ? " + " : "",
+                             x->coord[KF_SPACE_OUT][d], d == last && !vector ? " + k" : "", s[d]);
+            n += w > 0 ? (size_t)w : 0;
+            if (n >= sizeof off)
+                break;
+        }
+        if (!off[0])
+            snprintf(off, sizeof off, "0");
+        if (vector) {
+            /* Aligned by construction when the base is (AL) and every other
+             * stride and N are multiples of 8 elements (c0 is): then one
+             * predicated vector load, with no branch. */
+            bool stat = sh->n % 8 == 0;
+            for (int d = 0; d < last; d++)
+                if (s[d] != 0 && g->dims[d] != 1 && s[d] % 8 != 0)
+                    stat = false;
+            if (stat) {
+                char cond[32];
+                snprintf(cond, sizeof cond, " && kf_aligned(p%d, 16)", c->param[i]);
+                if (!strstr(ep->al_conds, cond) &&
+                    strlen(ep->al_conds) + strlen(cond) < sizeof ep->al_conds)
+                    strcat(ep->al_conds, cond);
+            }
+            cg_printf(
+                &ep->vl,
+                "    %s l%u[VV];\n    {\n        const auto *lp = p%d + (%s);\n"
+                "        if (%s) {\n"
+                "#pragma unroll\n"
+                "            for (int k = 0; k < VV; k++)\n"
+                "                l%u[k] = 0;\n"
+                "            if (c0 < KF_N)\n"
+                "                kf_ldv<VV>(lp, l%u);\n"
+                "        } else if (c0 + VV <= KF_N && kf_aligned(lp, kf_gm_vbytes<VV>(lp))) {\n"
+                "            kf_ldv<VV>(lp, l%u);\n        } else {\n"
+                "            for (int k = 0; k < VV; k++)\n"
+                "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
+                "        }\n    }\n",
+                cg_reg_type(e->dtype), i, c->param[i], off, stat ? "AL && VV == 8" : "false", i, i,
+                i, i);
+            snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+        } else if (along) {
+            snprintf(c->ov[i], OV_MAX,
+                     "(c0 + k < KF_N ? kf_ld(p%d + (%s)) : decltype(kf_ld(p%d))(0))", c->param[i],
+                     off, c->param[i]);
+        } else {
+            snprintf(c->ov[i], OV_MAX, "kf_ld(p%d + (%s))", c->param[i], off);
+        }
+    }
+    return KF_OK;
+}
+
+void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
+    cg_printf(&c->s,
+              "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
+              " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
+              " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
+              " * strides and N are multiples of 8 needs no alignment test). */\n"
+              "template <int VV, bool AL>\n"
+              "__device__ __forceinline__ void kf_epi(const float *acc, %s"
+              "long long b, long long r, long long c0, bool ok, KF_PARAMS) {\n"
+              "    const long long q = b * KF_M + r;\n    (void)q;\n",
+              sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)" : "",
+              sh->dual ? "const float *acc1, " : "");
+    if (ep->vl.p) {
+        cg_puts(&c->s, ep->vl.p);
+        kf_mem_free(c->mem, ep->vl.p, ep->vl.cap);
+    }
+    if (ep->vl.oom)
+        c->st = cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    cg_emit_nodes(c, cg_coord_of, x, "    ", true);
+    /* Each output: one vector store when the VV columns are all inside and
+     * the address is aligned for it (min(16, VV * size) bytes), else element
+     * by element; two ifs rather than if/else, so both are predicated stores
+     * and no branch region stands between one call's code and the next's. */
+    for (uint32_t o = 0; o < ep->n_outs; o++) {
+        const char *rt = cg_reg_type(ep->outs[o].dtype);
+        char val[48];
+        if (ep->outs[o].node == KF_NONE)
+            snprintf(val, sizeof val, "%s", ep->outs[o].bare1 ? "acc1" : "acc");
+        else
+            snprintf(val, sizeof val, "v%u%s", ep->outs[o].node,
+                     cg_raw_of(c, ep->outs[o].node, true) ? "u" : "");
+        cg_printf(&c->s,
+                  "    {\n        %s o[VV];\n#pragma unroll\n        for (int k = 0; k < VV; k++)\n"
+                  "            o[k] = (%s)%s[k];\n"
+                  "        auto *dst = p%d + (q * KF_N + c0);\n"
+                  "        if (AL && VV == 8 && KF_N %% 8 == 0) {\n"
+                  "            if (ok && c0 < KF_N)\n"
+                  "                kf_stv<VV>(dst, o);\n"
+                  "        } else {\n"
+                  "            const bool vec =\n"
+                  "                c0 + VV <= KF_N && kf_aligned(dst, kf_gm_vbytes<VV>(dst));\n"
+                  "            if (ok && vec)\n"
+                  "                kf_stv<VV>(dst, o);\n"
+                  "#pragma unroll\n"
+                  "            for (int k = 0; k < VV; k++)\n"
+                  "                if (ok && !vec && c0 + k < KF_N)\n"
+                  "                    kf_st(dst + k, o[k]);\n"
+                  "        }\n    }\n",
+                  rt, rt, val, ep->outs[o].param);
+        char cond[32];
+        snprintf(cond, sizeof cond, " && kf_aligned(p%d, 16)", ep->outs[o].param);
+        if (sh->n % 8 == 0 && !strstr(ep->al_conds, cond) &&
+            strlen(ep->al_conds) + strlen(cond) < sizeof ep->al_conds)
+            strcat(ep->al_conds, cond);
+    }
+    cg_puts(&c->s, "}\n\n");
+    cg_printf(&c->s,
+              "/* Whether kf_epi may run with AL: the bases it reads and writes unchecked. */\n"
+              "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS) {\n    return true%s;\n}\n\n",
+              ep->al_conds);
+    cg_puts(&c->s, kf_cuda_tpl_gemm_common);
+}

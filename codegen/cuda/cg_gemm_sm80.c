@@ -1,0 +1,128 @@
+/*
+ * cg_gemm_sm80.c -- a whole GEMM group as one sm_80 kernel
+ * (templates/gemm_sm80.cuh): the matmul by mma.sync m16n8k16 from a cp.async
+ * ring in shared memory (ldmatrix, XOR-swizzled tiles), and every write of
+ * the group computed from the f32 accumulator registers by the group's own
+ * scalar expressions -- the same epilogue as the sm_90a kernel's, emitted by
+ * cg_gemm_epi.c -- so the epilogue costs no pass over memory.
+ *
+ *   plan group + kf_cuda_gemm_shape (from the recipe: sizes, operand majors
+ *   and strides, batching, tile, ring depth)
+ *     --> params: one IN per tensor the epilogue loads, one OUT per write
+ *         (A and B are not params: the recipe puts their addresses first)
+ *     --> source: the head (common.cuh, KF_PARAMS, the gelu table), the
+ *         problem defines (sizes and strides are constants: one kernel per
+ *         shape, as the sm_90a kernel), the branch-free sigmoid family,
+ *         kf_epi, then the template.
+ *
+ * Runs on any arch from sm_80 (mma.sync, ldmatrix and cp.async are there
+ * from 8.0 on): the recipe takes it on 8.x with KF_GEMM_GENERATED (the
+ * measured default keeps cuBLASLt there until its GPU numerics suite has
+ * passed), and on 9.x when forced (KF_GEMM_SM80), which is how it is tested
+ * on the H100s at hand.
+ *
+ * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
+ * a SwiGLU pair or a norm prologue (not written for this template yet), a
+ * row epilogue, a write that is not the whole output, an expression outside
+ * the output space.
+ */
+#include "codegen/cuda/cg.h"
+
+#include "codegen/cuda/cg_gemm.h"
+#include "codegen/cuda/templates.h"
+
+uint32_t kf_cuda_gemm_sm80_smem(uint32_t bm, uint32_t bn, uint32_t stages) {
+    return stages * (bm + bn) * 32u * 2u;
+}
+
+/* The compute capability of "sm_NN[a|f]" (0 when it is not one). */
+static int arch_number(const char *arch) {
+    if (strncmp(arch, "sm_", 3) != 0)
+        return 0;
+    return atoi(arch + 3);
+}
+
+kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_cuda_gemm_shape *sh, const kf_mem *mem,
+                                    kf_cuda_kernel *out) {
+    cg c;
+    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    const kf_group *g = c.g;
+    if (!sh || g->kind != KF_GROUP_GEMM)
+        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                                  "group %u (%s): kf_cuda_codegen_gemm_sm80 takes a GEMM group "
+                                  "and its shape",
+                                  g->id, g->name));
+    if (arch_number(arch) < 80)
+        return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
+                                  "group %u (%s): the mma.sync GEMM needs sm_80 or later, not %s",
+                                  g->id, g->name, arch));
+    bool tile_ok = (sh->bm == 128 && sh->bn == 128) || (sh->bm == 64 && sh->bn == 64);
+    if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || !tile_ok || sh->stages < 2 ||
+        sh->stages > 8 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
+        sh->batch > 65535 || sh->lda < 1 || sh->ldb < 1 || sh->sa < 0 || sh->sb < 0)
+        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                                  "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
+                                  " batch %" PRId64 ", tile %ux%u, %u stages",
+                                  g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bm, sh->bn,
+                                  sh->stages));
+    const kf_gemm_info *gm = &g->gemm;
+    const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
+    const char *why = NULL;
+    if (gm->n_anchors != 1 || sh->dual)
+        why = "two GEMMs share A (SwiGLU): the sm_80 kernel does not take the pair yet";
+    else if (gm->a_prologue || sh->a_norm)
+        why = "a norm prologue on A: the sm_80 kernel does not take it yet";
+    else if (gm->row_epilogue || g->row.present)
+        why = "a row-wise stage follows the GEMM";
+    else if (mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
+        why = "the operands are not bf16 or f16";
+    else if (g->rank < 2 || g->dims[g->rank - 1] != sh->n ||
+             cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
+        why = "the output space is not the product's [batch, M, N]";
+    if (why)
+        return cg_end(&c,
+                      cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
+
+    c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM80;
+    cg_set_name(&c, "mma_");
+    chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
+    if (!x)
+        return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
+    cg_gemm_epi epi;
+    st = cg_gemm_epi_prepare(&c, sh, x, &epi);
+    if (st != KF_OK) {
+        kf_mem_free(c.mem, x, sizeof *x);
+        return cg_end(&c, st);
+    }
+
+    bool big = sh->bm == 128;
+    kf_cuda_kernel *k = c.k;
+    k->vec = 1;
+    k->launch.block = big ? 256 : 128;
+    int64_t tiles = ((sh->m + sh->bm - 1) / sh->bm) * ((sh->n + sh->bn - 1) / sh->bn);
+    k->launch.work_items = (uint64_t)tiles;
+    k->launch.items_per_block = 1;
+    k->launch.blocks_per_sm = big ? 2 : 4;
+    k->launch.shared_bytes = kf_cuda_gemm_sm80_smem(sh->bm, sh->bn, sh->stages);
+
+    cg_emit_head(&c, "GEMM group (mma.sync, cp.async, epilogue on the accumulators)");
+    cg_printf(&c.s,
+              "#define KF_M %" PRId64 "LL\n#define KF_N %" PRId64 "LL\n#define KF_K %" PRId64
+              "LL\n#define KF_BM %u\n#define KF_BN %u\n#define KF_WM 2\n#define KF_WN %u\n"
+              "#define KF_STAGES %u\n#define KF_MINB %u\n#define KF_A_KMAJOR %d\n"
+              "#define KF_B_KMAJOR %d\n#define KF_LDA %" PRId64 "LL\n#define KF_LDB %" PRId64
+              "LL\n#define KF_SA %" PRId64 "LL\n#define KF_SB %" PRId64
+              "LL\n#define KF_AB \"%s\"\n",
+              sh->m, sh->n, sh->k, sh->bm, sh->bn, big ? 4u : 2u, sh->stages, big ? 2u : 4u,
+              sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->lda, sh->ldb, sh->sa, sh->sb,
+              mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16");
+    cg_puts(&c.s, "\n");
+    cg_gemm_emit_fast_ops(&c);
+    cg_gemm_epi_emit(&c, sh, x, &epi);
+    cg_puts(&c.s, kf_cuda_tpl_gemm_sm80);
+    kf_mem_free(c.mem, x, sizeof *x);
+    return cg_end(&c, c.st);
+}

@@ -1,0 +1,244 @@
+/* ---- gemm_sm80.cuh: the sm_80 GEMM template (also 8.6, 8.9, and 9.x forced) -
+ *
+ * One block per output tile of KF_BM x KF_BN (128 x 128 with 8 warps, 64 x 64
+ * with 4 for small problems), KF_WM x KF_WN warps each computing a warp tile
+ * of KF_WTM x KF_WTN by mma.sync m16n8k16 (bf16 or f16 in, f32 accumulate).
+ *
+ *   K steps of KF_BK = 32: a ring of KF_STAGES stages in shared memory, filled
+ *     by cp.async (16 bytes a thread and copy, .cg: around L1); a copy that
+ *     reaches past the operand's extent copies only what is inside and fills
+ *     the rest with zeros (the src-size operand), so ragged M, N and K add
+ *     nothing and need no other test; rows past the end copy nothing.
+ *     Per step: wait for the step's group (cp.async.wait_group STAGES - 2),
+ *     one block barrier (it also frees the stage read in the previous step),
+ *     issue the copies of step kt + STAGES - 1 into that freed stage, then
+ *     the MMAs of step kt; the copies run under STAGES - 1 steps of math.
+ *   Operand tiles are stored as their memory is: a K-major operand as rows
+ *     of 32 K values (64 bytes, 4 chunks of 16), an M/N-major one as 32 rows
+ *     of BM / BN values. Chunk c of row r sits at chunk c ^ (r & 7) (rows of 8
+ *     or more chunks) or c ^ ((r >> 1) & 3) (rows of 4): the 8 row addresses
+ *     of one ldmatrix (8 consecutive rows, one chunk) then fall in 8
+ *     different 16-byte bank groups, so ldmatrix is conflict free.
+ *   Fragments: ldmatrix.x4 (A: one 16 x 16 fragment; B: two n8 fragments),
+ *     .trans for an M-major A or an N-major B (then the 8 x 8 matrices are
+ *     read K-row by K-row and transposed in flight).
+ *   Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time,
+ *     so the blocks in flight share A rows and B columns in L2); the batch is
+ *     blockIdx.z, each operand at its uniform batch stride (0: shared).
+ *   Epilogue from the registers: the m16n8 accumulator fragment holds, per 8
+ *     columns, 2 adjacent columns of rows lane / 4 and + 8 -- the layout of
+ *     wgmma's -- so kf_gm_quad_t gives each lane 8 adjacent columns of a row
+ *     and the group's kf_epi<8> (cg_gemm_epi.c) runs on them: vector loads of
+ *     a bias or residual, one 16-byte store, rows past M store nothing.
+ *
+ * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
+ * KF_N, KF_K, KF_BM, KF_BN, KF_WM, KF_WN, KF_STAGES, KF_MINB (blocks per SM
+ * for __launch_bounds__), KF_A_KMAJOR, KF_B_KMAJOR, KF_LDA, KF_LDB (elements
+ * between the rows of the operand as stored: between M rows of a K-major A,
+ * between K rows of an M-major one), KF_SA, KF_SB (batch strides in
+ * elements, 0 when shared), KF_AB ("bf16" or "f16"), kf_epi<8, AL>(acc, b,
+ * r, c0, ok, ...) and kf_epi_al(...).
+ */
+
+#define KF_BK 32
+#define KF_THREADS (KF_WM * KF_WN * 32)
+#define KF_WTM (KF_BM / KF_WM)
+#define KF_WTN (KF_BN / KF_WN)
+#define KF_MI (KF_WTM / 16) /* m16 fragments of a warp tile */
+#define KF_NI (KF_WTN / 8)  /* n8 fragments of a warp tile */
+#define KF_A_TILE (KF_BM * KF_BK * 2)
+#define KF_B_TILE (KF_BN * KF_BK * 2)
+#define KF_STAGE (KF_A_TILE + KF_B_TILE)
+#define KF_TILES_M ((KF_M + KF_BM - 1) / KF_BM)
+#define KF_TILES_N ((KF_N + KF_BN - 1) / KF_BN)
+#define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
+#define KF_RASTER 8
+
+static_assert(KF_NI % 4 == 0, "the epilogue transposes 4 column groups at a time");
+static_assert(KF_WTM % 16 == 0, "a warp tile is whole m16 fragments");
+
+/* Byte offset of 16-byte chunk c of row r in a tile of C chunks a row. */
+template <int C> __device__ __forceinline__ unsigned kf_s8_off(int r, int c) {
+    const int x = C >= 8 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
+    return (unsigned)(r * C + x) * 16u;
+}
+
+/* The copies of one operand tile: R rows of C chunks from the operand as
+ * stored (rows `ld` elements apart, the tile's origin at row r0, column c0
+ * of an extent rows x cols), into the tile at shared address dst. */
+template <int R, int C>
+__device__ __forceinline__ void kf_s8_load(unsigned dst, const unsigned short *base, long long ld,
+                                           long long r0, long long c0, long long rows,
+                                           long long cols, int tid) {
+    static_assert((R * C) % KF_THREADS == 0, "whole copies a thread");
+#pragma unroll
+    for (int i = 0; i < R * C / KF_THREADS; i++) {
+        const int q = tid + i * KF_THREADS, r = q / C, c = q % C;
+        const long long gr = r0 + r, gc = c0 + c * 8;
+        long long left = gr < rows ? cols - gc : 0;
+        left = left < 0 ? 0 : (left > 8 ? 8 : left);
+        const unsigned short *src = left ? base + gr * ld + gc : base;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + kf_s8_off<C>(r, c)),
+                     "l"(src), "r"((int)left * 2)
+                     : "memory");
+    }
+}
+
+__device__ __forceinline__ void kf_s8_ldsm(unsigned a, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void kf_s8_ldsm_t(unsigned a, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void kf_s8_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." KF_AB "." KF_AB
+                 ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The copies of K step kt of tile (mb, nb) into the stage at sa. */
+__device__ __forceinline__ void kf_s8_stage(unsigned sa, const unsigned short *pa,
+                                            const unsigned short *pb, int mb, int nb, int kt,
+                                            int tid) {
+    const long long m0 = (long long)mb * KF_BM, n0 = (long long)nb * KF_BN,
+                    k0 = (long long)kt * KF_BK;
+    const unsigned sb = sa + KF_A_TILE;
+    if (KF_A_KMAJOR)
+        kf_s8_load<KF_BM, KF_BK / 8>(sa, pa, KF_LDA, m0, k0, KF_M, KF_K, tid);
+    else
+        kf_s8_load<KF_BK, KF_BM / 8>(sa, pa, KF_LDA, k0, m0, KF_K, KF_M, tid);
+    if (KF_B_KMAJOR)
+        kf_s8_load<KF_BN, KF_BK / 8>(sb, pb, KF_LDB, n0, k0, KF_N, KF_K, tid);
+    else
+        kf_s8_load<KF_BK, KF_BN / 8>(sb, pb, KF_LDB, k0, n0, KF_K, KF_N, tid);
+}
+
+/* The MMAs of one stage: acc[mi][ni] += A(rows wm) . B(columns wn). */
+__device__ __forceinline__ void kf_s8_math(float (&acc)[KF_MI][KF_NI][4], unsigned sa, int wm,
+                                           int wn, int lane) {
+    const unsigned sb = sa + KF_A_TILE;
+#pragma unroll
+    for (int kk = 0; kk < KF_BK / 16; kk++) {
+        unsigned a[KF_MI][4], b[KF_NI][2];
+#pragma unroll
+        for (int mi = 0; mi < KF_MI; mi++) {
+            const int m = wm * KF_WTM + mi * 16;
+            if (KF_A_KMAJOR)
+                kf_s8_ldsm(sa + kf_s8_off<KF_BK / 8>(m + lane % 16, kk * 2 + lane / 16), a[mi]);
+            else
+                kf_s8_ldsm_t(sa + kf_s8_off<KF_BM / 8>(kk * 16 + lane % 8 + (lane / 16) * 8,
+                                                       m / 8 + (lane / 8) % 2),
+                             a[mi]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < KF_NI; ni += 2) {
+            const int n = wn * KF_WTN + ni * 8;
+            unsigned r[4];
+            if (KF_B_KMAJOR)
+                kf_s8_ldsm(sb + kf_s8_off<KF_BK / 8>(n + lane % 8 + (lane / 16) * 8,
+                                                     kk * 2 + (lane / 8) % 2),
+                           r);
+            else
+                kf_s8_ldsm_t(sb + kf_s8_off<KF_BN / 8>(kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
+                                                       n / 8 + lane / 16),
+                             r);
+            b[ni][0] = r[0];
+            b[ni][1] = r[1];
+            b[ni + 1][0] = r[2];
+            b[ni + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < KF_MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < KF_NI; ni++)
+                kf_s8_mma(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+    }
+}
+
+/* The epilogue of a warp tile from the registers (see the file's head). */
+template <bool AL>
+__device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], int b, int mb,
+                                          int nb, int wm, int wn, int lane, KF_PARAMS) {
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int j0 = 0; j0 < KF_NI; j0 += 4) {
+                float a[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    a[2 * i] = acc[mi][j0 + i][2 * h];
+                    a[2 * i + 1] = acc[mi][j0 + i][2 * h + 1];
+                }
+                kf_gm_quad_t(a, lane % 4);
+                const long long r =
+                    (long long)mb * KF_BM + wm * KF_WTM + mi * 16 + lane / 4 + 8 * h;
+                const long long c = (long long)nb * KF_BN + wn * KF_WTN + 8 * (j0 + lane % 4);
+                const bool ok = r < KF_M;
+                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
+    KF_KERNEL(const unsigned short *__restrict__ kf_pa, const unsigned short *__restrict__ kf_pb,
+              KF_PARAMS) {
+    extern __shared__ __align__(128) unsigned char kf_dsmem[];
+    KF_SETUP();
+    const unsigned ring = (unsigned)__cvta_generic_to_shared(kf_dsmem);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wm = warp / KF_WN, wn = warp % KF_WN;
+    /* the swizzled raster: KF_RASTER tile rows at a time, down then across */
+    int mb, nb;
+    {
+        const int t = blockIdx.x, span = KF_RASTER * KF_TILES_N, g = t / span;
+        const int first = g * KF_RASTER;
+        const int rows = KF_TILES_M - first < KF_RASTER ? KF_TILES_M - first : KF_RASTER;
+        const int r = t - g * span;
+        mb = first + r % rows;
+        nb = r / rows;
+    }
+    const int b = blockIdx.z;
+    const unsigned short *pa = kf_pa + (long long)b * KF_SA;
+    const unsigned short *pb = kf_pb + (long long)b * KF_SB;
+
+    float acc[KF_MI][KF_NI][4];
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < KF_NI; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mi][ni][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < KF_STAGES - 1; s++) {
+        if (s < KF_KT)
+            kf_s8_stage(ring + s * KF_STAGE, pa, pb, mb, nb, s, tid);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+#pragma unroll 1
+    for (int kt = 0; kt < KF_KT; kt++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2) : "memory");
+        __syncthreads();
+        const int nk = kt + KF_STAGES - 1;
+        if (nk < KF_KT)
+            kf_s8_stage(ring + (nk % KF_STAGES) * KF_STAGE, pa, pb, mb, nb, nk, tid);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        kf_s8_math(acc, ring + (kt % KF_STAGES) * KF_STAGE, wm, wn, lane);
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+
+    if (kf_epi_al(KF_ARGS))
+        kf_s8_epi<true>(acc, b, mb, nb, wm, wn, lane, KF_ARGS);
+    else
+        kf_s8_epi<false>(acc, b, mb, nb, wm, wn, lane, KF_ARGS);
+}
