@@ -35,22 +35,20 @@
 
 #include "ir/ir.h"
 
-/* Whether t is a one-element constant whose value is `want` as t's dtype
- * rounds it (a bf16 graph holds 0.044715 as 0.044677734375). */
-static bool const_is(const kf_tensor *t, double want) {
-    if (t->op != KF_OP_CONST || !t->data || kf_ir_numel(t) != 1)
-        return false;
-    double v = kf_ir_load(t->data, t->dtype, 0);
-    double r = kf_ir_round(t->dtype, want);
-    return v == r || fabs(v - want) <= 1e-6 * fabs(want);
-}
-
 /* A one-element constant's value in *v. */
 static bool const_value(const kf_tensor *t, double *v) {
     if (t->op != KF_OP_CONST || !t->data || kf_ir_numel(t) != 1)
         return false;
     *v = kf_ir_load(t->data, t->dtype, 0);
     return true;
+}
+
+/* Whether t is a one-element constant whose value is `want` as t's dtype
+ * rounds it (a bf16 graph holds 0.044715 as 0.044677734375). */
+static bool const_is(const kf_tensor *t, double want) {
+    double v;
+    return const_value(t, &v) &&
+           (v == kf_ir_round(t->dtype, want) || fabs(v - want) <= 1e-6 * fabs(want));
 }
 
 /* An intermediate the rewrite may drop: used once (by the pattern) and not
@@ -150,7 +148,8 @@ static bool match_rms_norm(kf_tensor *y, const bool *is_output) {
         const kf_tensor *sq = ms->src[0];
         if (!inner(sq, is_output) || !power_of(sq, 2, x32, is_output))
             continue;
-        const kf_tensor *x = x32->op == KF_OP_CAST && x32->dtype == KF_DTYPE_F32 ? x32->src[0] : x32;
+        const kf_tensor *x =
+            x32->op == KF_OP_CAST && x32->dtype == KF_DTYPE_F32 ? x32->src[0] : x32;
         if (x->dtype != y->dtype || x->rank != y->rank ||
             memcmp(x->dims, y->dims, sizeof(int64_t) * (size_t)y->rank) != 0)
             continue;

@@ -1,7 +1,9 @@
 /*
  * kf_planned.h -- a graph parsed from .kfg text and planned, with the context
  * that owns it: the fixture the codegen suites (test_cudagen, test_gemmgen)
- * build their recipes and kernels from. Failures end the running cmocka test.
+ * build their recipes and kernels from; and the same fixture for the suites
+ * that build a graph through the builder and plan it (test_fusion,
+ * test_idiom, test_eval). Failures end the running cmocka test.
  */
 #ifndef KF_TESTS_PLANNED_H
 #define KF_TESTS_PLANNED_H
@@ -20,5 +22,14 @@ void plan_text(const char *text, planned *p);
 /* The same with planner options `o` (NULL: the defaults). */
 void plan_text_with(const char *text, const kf_plan_options *o, planned *p);
 void plan_release(planned *p);
+
+/* cmocka setup and teardown: *state a planned with a fresh default context and
+ * an empty graph to build into (no plan yet); the teardown releases it all. */
+int planned_setup(void **state);
+int planned_teardown(void **state);
+/* Plans p->g with options `o` (NULL: the defaults), replacing an earlier
+ * plan, and checks the plan group by group against the reference evaluator
+ * (kf_plan_check, the test seed); the plan stays p's. */
+kf_plan *planned_plan(planned *p, const kf_plan_options *o);
 
 #endif /* KF_TESTS_PLANNED_H */

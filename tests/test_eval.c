@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kf_planned.h"
 #include "kf_test.h"
 
 #include "ir/ir.h"
@@ -25,26 +26,8 @@
 /* Fixture and helpers                                                        */
 /* ------------------------------------------------------------------------ */
 
-typedef struct fixture {
-    kf_ctx *ctx;
-    kf_graph *g;
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f || kf_ctx_create(NULL, &f->ctx) != KF_OK || kf_graph_create(f->ctx, &f->g) != KF_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    kf_graph_destroy(f->g);
-    kf_ctx_destroy(f->ctx);
-    free(f);
-    return 0;
-}
+/* A context and the graph the test builds (kf_planned.h's fixture; no plan). */
+typedef planned fixture;
 
 #define G (((fixture *)*state)->g)
 
@@ -1776,7 +1759,7 @@ static void test_failing_allocator_fails_the_nth_call_and_checks_sizes(void **st
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(name, planned_setup, planned_teardown)
         T(test_unary_ops_match_hand_computed_values),
         T(test_log_sqrt_and_rsqrt_match_hand_computed_values),
         T(test_clamp_rounds_its_bounds_to_the_dtype_and_passes_nan_through),

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kf_planned.h"
 #include "kf_test.h"
 
 #include "frontend/cmd_report.h"
@@ -25,28 +26,9 @@
 /* Fixture and helpers                                                        */
 /* ------------------------------------------------------------------------ */
 
-typedef struct fixture {
-    kf_ctx *ctx;
-    kf_graph *g;
-    kf_plan *plan;
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f || kf_ctx_create(NULL, &f->ctx) != KF_OK || kf_graph_create(f->ctx, &f->g) != KF_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    kf_plan_destroy(f->plan);
-    kf_graph_destroy(f->g);
-    kf_ctx_destroy(f->ctx);
-    free(f);
-    return 0;
-}
+/* The builder suites' fixture (kf_planned.h): a context, the graph the test
+ * builds and its plan. */
+typedef planned fixture;
 
 static kf_tensor *in2(kf_graph *g, const char *name, int64_t a, int64_t b) {
     return kf_input(g, name, KF_DTYPE_F32, 2, DIMS(a, b));
@@ -57,20 +39,7 @@ static kf_tensor *in1(kf_graph *g, const char *name, int64_t a) {
 
 /* Plans the fixture's graph with `opt` (NULL: defaults), checks the plan with
  * the reference evaluator, and returns it (owned by the fixture). */
-static kf_plan *plan_with(fixture *f, const kf_plan_options *opt) {
-    assert_int_equal(kf_graph_status(f->g), KF_OK);
-    kf_plan_destroy(f->plan);
-    f->plan = NULL;
-    kf_status st = kf_plan_create(f->g, opt, &f->plan);
-    if (st != KF_OK)
-        fail_msg("kf_plan_create: %s: %s", kf_status_str(st), kf_graph_error(f->g));
-    st = kf_plan_check(f->plan, kf_test_seed(), NULL);
-    if (st != KF_OK) {
-        kf_plan_dump(f->plan, stderr);
-        fail_msg("kf_plan_check: %s", kf_graph_error(f->g));
-    }
-    return f->plan;
-}
+static kf_plan *plan_with(fixture *f, const kf_plan_options *opt) { return planned_plan(f, opt); }
 static kf_plan *plan(fixture *f) { return plan_with(f, NULL); }
 
 static const kf_group *group_of(const kf_plan *p, const kf_tensor *t) {
@@ -1475,7 +1444,7 @@ static void test_cse_keeps_clamps_with_other_bounds_apart(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(name, planned_setup, planned_teardown)
         T(test_the_same_op_on_the_same_operands_is_planned_once),
         T(test_cse_folds_what_saves_work_but_not_inputs_or_other_attributes),
         T(test_cse_keeps_clamps_with_other_bounds_apart),

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kf_planned.h"
 #include "kf_test.h"
 
 #include "fusion/fusion.h"
@@ -21,45 +22,11 @@
 
 #define DIMS(...) ((const int64_t[]){__VA_ARGS__})
 
-typedef struct fixture {
-    kf_ctx *ctx;
-    kf_graph *g;
-    kf_plan *plan;
-} fixture;
+/* The builder suites' fixture (kf_planned.h): a context, the graph the test
+ * builds and its plan, checked group by group against the reference. */
+typedef planned fixture;
 
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f || kf_ctx_create(NULL, &f->ctx) != KF_OK || kf_graph_create(f->ctx, &f->g) != KF_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    kf_plan_destroy(f->plan);
-    kf_graph_destroy(f->g);
-    kf_ctx_destroy(f->ctx);
-    free(f);
-    return 0;
-}
-
-static kf_plan *plan(fixture *f) {
-    assert_int_equal(kf_graph_status(f->g), KF_OK);
-    kf_plan_destroy(f->plan);
-    f->plan = NULL;
-    kf_status st = kf_plan_create(f->g, NULL, &f->plan);
-    if (st != KF_OK)
-        fail_msg("kf_plan_create: %s: %s", kf_status_str(st), kf_graph_error(f->g));
-    st = kf_plan_check(f->plan, kf_test_seed(), NULL);
-    if (st != KF_OK) {
-        kf_plan_dump(f->plan, stderr);
-        fail_msg("kf_plan_check: %s", kf_graph_error(f->g));
-    }
-    return f->plan;
-}
-
-static kf_tensor *scalar(kf_graph *g, kf_dtype d, double v) { return kf_scalar(g, d, v); }
+static kf_plan *plan(fixture *f) { return planned_plan(f, NULL); }
 
 /* "prefix" followed by i: the builder wants every input and output named. */
 static const char *nm(char *buf, const char *prefix, int i) {
@@ -69,12 +36,12 @@ static const char *nm(char *buf, const char *prefix, int i) {
 
 /* How the RMSNorm is spelled. */
 typedef struct rms_spelling {
-    kf_dtype dtype;   /* x, g and the result (f32: no casts) */
-    bool pow_square;  /* pow(x, 2) instead of x * x */
-    bool eps_first;   /* eps + mean instead of mean + eps */
-    bool rs_first;    /* rsqrt(.) * x instead of x * rsqrt(.) */
-    bool w_last;      /* cast(.) * w instead of w * cast(.) */
-    int mean_axis;    /* -1: the last (the idiom) */
+    kf_dtype dtype;  /* x, g and the result (f32: no casts) */
+    bool pow_square; /* pow(x, 2) instead of x * x */
+    bool eps_first;  /* eps + mean instead of mean + eps */
+    bool rs_first;   /* rsqrt(.) * x instead of x * rsqrt(.) */
+    bool w_last;     /* cast(.) * w instead of w * cast(.) */
+    int mean_axis;   /* -1: the last (the idiom) */
     double eps;
 } rms_spelling;
 
@@ -84,9 +51,10 @@ static kf_tensor *rms_in_primitives(kf_graph *g, kf_tensor *x, kf_tensor *w, rms
                                     kf_tensor **rs_out) {
     bool cast = s.dtype != KF_DTYPE_F32;
     kf_tensor *x32 = cast ? kf_cast(g, x, KF_DTYPE_F32) : x;
-    kf_tensor *sq = s.pow_square ? kf_pow(g, x32, scalar(g, KF_DTYPE_F32, 2.0)) : kf_mul(g, x32, x32);
+    kf_tensor *sq =
+        s.pow_square ? kf_pow(g, x32, kf_scalar(g, KF_DTYPE_F32, 2.0)) : kf_mul(g, x32, x32);
     kf_tensor *ms = kf_reduce_mean(g, sq, s.mean_axis, 1);
-    kf_tensor *e = scalar(g, KF_DTYPE_F32, s.eps);
+    kf_tensor *e = kf_scalar(g, KF_DTYPE_F32, s.eps);
     kf_tensor *var = s.eps_first ? kf_add(g, e, ms) : kf_add(g, ms, e);
     kf_tensor *rs = kf_rsqrt(g, var);
     kf_tensor *xn = s.rs_first ? kf_mul(g, rs, x32) : kf_mul(g, x32, rs);
@@ -124,8 +92,8 @@ static void test_rms_norm_is_found_in_every_operand_order_and_spelling(void **st
     fixture *f = *state;
     kf_graph *g = f->g;
     for (int m = 0; m < 32; m++) {
-        rms_spelling s = {m & 16 ? KF_DTYPE_F32 : KF_DTYPE_BF16, m & 1, m & 2, m & 4, m & 8, -1,
-                          1e-5};
+        rms_spelling s = {
+            m & 16 ? KF_DTYPE_F32 : KF_DTYPE_BF16, m & 1, m & 2, m & 4, m & 8, -1, 1e-5};
         char b[32];
         kf_tensor *x = kf_input(g, nm(b, "x", m), s.dtype, 3, DIMS(2, 8, 48));
         kf_tensor *w = kf_input(g, nm(b, "w", m), s.dtype, 1, DIMS(48));
@@ -165,15 +133,16 @@ static void test_rms_norm_near_misses_stay_primitives(void **state) {
 /* GPT-2's NewGELUActivation: (x * 0.5) * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 static kf_tensor *gelu_in_primitives(kf_graph *g, kf_tensor *x, int spelling, double k) {
     kf_dtype d = kf_tensor_dtype(x);
-    kf_tensor *cube = spelling & 1 ? kf_mul(g, kf_mul(g, x, x), x)
-                                   : kf_pow(g, x, scalar(g, d, 3.0));
-    kf_tensor *kc = spelling & 2 ? kf_mul(g, scalar(g, d, k), cube) : kf_mul(g, cube, scalar(g, d, k));
+    kf_tensor *cube =
+        spelling & 1 ? kf_mul(g, kf_mul(g, x, x), x) : kf_pow(g, x, kf_scalar(g, d, 3.0));
+    kf_tensor *kc =
+        spelling & 2 ? kf_mul(g, kf_scalar(g, d, k), cube) : kf_mul(g, cube, kf_scalar(g, d, k));
     kf_tensor *in = spelling & 4 ? kf_add(g, kc, x) : kf_add(g, x, kc);
-    kf_tensor *t = kf_tanh(g, kf_mul(g, in, scalar(g, d, 0.7978845608028654)));
-    kf_tensor *tp = kf_add(g, t, scalar(g, d, 1.0));
+    kf_tensor *t = kf_tanh(g, kf_mul(g, in, kf_scalar(g, d, 0.7978845608028654)));
+    kf_tensor *tp = kf_add(g, t, kf_scalar(g, d, 1.0));
     if (spelling & 8) /* 0.5 * (x * (1 + tanh)) */
-        return kf_mul(g, scalar(g, d, 0.5), kf_mul(g, x, tp));
-    return kf_mul(g, kf_mul(g, x, scalar(g, d, 0.5)), tp);
+        return kf_mul(g, kf_scalar(g, d, 0.5), kf_mul(g, x, tp));
+    return kf_mul(g, kf_mul(g, x, kf_scalar(g, d, 0.5)), tp);
 }
 
 /* After a GEMM and its bias: one GEMM kernel with gelu_tanh in its epilogue,
@@ -208,11 +177,12 @@ static void test_gelu_near_misses_stay_primitives(void **state) {
     kf_tensor *a = gelu_in_primitives(g, x, 0, 0.04);
     kf_output(g, "a", a);
     kf_tensor *y = kf_exp(g, x);
-    kf_tensor *cube = kf_pow(g, y, scalar(g, KF_DTYPE_F32, 3.0));
-    kf_tensor *kc = kf_mul(g, cube, scalar(g, KF_DTYPE_F32, 0.044715));
-    kf_tensor *t = kf_tanh(g, kf_mul(g, kf_add(g, y, kc), scalar(g, KF_DTYPE_F32, 0.7978845608)));
-    kf_tensor *b = kf_mul(g, kf_mul(g, y, scalar(g, KF_DTYPE_F32, 0.5)),
-                          kf_add(g, t, scalar(g, KF_DTYPE_F32, 1.0)));
+    kf_tensor *cube = kf_pow(g, y, kf_scalar(g, KF_DTYPE_F32, 3.0));
+    kf_tensor *kc = kf_mul(g, cube, kf_scalar(g, KF_DTYPE_F32, 0.044715));
+    kf_tensor *t =
+        kf_tanh(g, kf_mul(g, kf_add(g, y, kc), kf_scalar(g, KF_DTYPE_F32, 0.7978845608)));
+    kf_tensor *b = kf_mul(g, kf_mul(g, y, kf_scalar(g, KF_DTYPE_F32, 0.5)),
+                          kf_add(g, t, kf_scalar(g, KF_DTYPE_F32, 1.0)));
     kf_output(g, "b", b);
     kf_output(g, "cube", cube);
     kf_plan *p = plan(f);
@@ -270,7 +240,7 @@ static void test_a_compiled_program_matches_the_primitives_reference(void **stat
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(name, planned_setup, planned_teardown)
         T(test_llama_rms_norm_is_one_rms_norm_in_the_gemms_prologue),
         T(test_rms_norm_is_found_in_every_operand_order_and_spelling),
         T(test_rms_norm_near_misses_stay_primitives),
