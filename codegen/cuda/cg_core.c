@@ -384,6 +384,10 @@ void cg_mark_stored(cg *c, const out_spec *outs, uint32_t n_outs) {
 /* Shared memory                                                              */
 /* ------------------------------------------------------------------------ */
 
+int kf_cuda_arch_cc(const char *arch) {
+    return arch && strncmp(arch, "sm_", 3) == 0 ? atoi(arch + 3) : 0;
+}
+
 /* Shared memory a block may use (dynamic + static) and an SM holds, for the
  * devices a binary of `arch` runs on (runtime/cuda.c: sm_80 serves every 8.x,
  * so its per-block limit is the 99 KiB of 8.6/8.9, not A100's 163 KiB; the

@@ -25,6 +25,12 @@ typedef struct cg_gemm_epi {
     char al_conds[1024]; /* " && kf_aligned(pN, 16)" for each base AL assumes */
 } cg_gemm_epi;
 
+/* Coordinates in space `sp` (rank dims) of element (`row`, `col` + k) of a
+ * contiguous [rows, dims[rank - 1]] matrix: the outer dims from the row
+ * variable, the last from the column expression; vrank[sp] = rank. */
+void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *row,
+                    const char *col);
+
 /* The output-space coordinates of element (q, c0 + k), q = b * M + r the row
  * of the contiguous [batch * M, N] output. */
 void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g);

@@ -23,22 +23,25 @@
 #include "codegen/cuda/cg_gemm.h"
 #include "codegen/cuda/templates.h"
 
-/* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
- * the row of the contiguous [batch * M, N] output. */
-void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g) {
-    int rank = g->rank;
-    const int64_t *dims = g->dims;
-    snprintf(x->coord[KF_SPACE_OUT][rank - 1], COORD_MAX, "c0");
+void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *row,
+                    const char *col) {
+    snprintf(x->coord[sp][rank - 1], COORD_MAX, "%s", col);
     int64_t inner = 1;
     for (int d = rank - 2; d >= 0; d--) {
         if (inner == 1)
-            snprintf(x->coord[KF_SPACE_OUT][d], COORD_MAX, "(q %% %" PRId64 "LL)", dims[d]);
+            snprintf(x->coord[sp][d], COORD_MAX, "(%s %% %" PRId64 "LL)", row, dims[d]);
         else
-            snprintf(x->coord[KF_SPACE_OUT][d], COORD_MAX, "(q / %" PRId64 "LL %% %" PRId64 "LL)",
+            snprintf(x->coord[sp][d], COORD_MAX, "(%s / %" PRId64 "LL %% %" PRId64 "LL)", row,
                      inner, dims[d]);
         inner *= dims[d];
     }
-    x->vrank[KF_SPACE_OUT] = rank;
+    x->vrank[sp] = rank;
+}
+
+/* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
+ * the row of the contiguous [batch * M, N] output. */
+void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g) {
+    cg_gemm_coords(x, KF_SPACE_OUT, g->rank, g->dims, "q", "c0");
     x->vrank[KF_SPACE_ROW] = 0;
 }
 

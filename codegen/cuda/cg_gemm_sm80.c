@@ -35,13 +35,6 @@ uint32_t kf_cuda_gemm_sm80_smem(uint32_t bm, uint32_t bn, uint32_t stages) {
     return stages * (bm + bn) * 32u * 2u;
 }
 
-/* The compute capability of "sm_NN[a|f]" (0 when it is not one). */
-static int arch_number(const char *arch) {
-    if (strncmp(arch, "sm_", 3) != 0)
-        return 0;
-    return atoi(arch + 3);
-}
-
 kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const char *arch,
                                     const kf_cuda_gemm_shape *sh, const kf_mem *mem,
                                     kf_cuda_kernel *out) {
@@ -55,7 +48,7 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
                                   "group %u (%s): kf_cuda_codegen_gemm_sm80 takes a GEMM group "
                                   "and its shape",
                                   g->id, g->name));
-    if (arch_number(arch) < 80)
+    if (kf_cuda_arch_cc(arch) < 80)
         return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
                                   "group %u (%s): the mma.sync GEMM needs sm_80 or later, not %s",
                                   g->id, g->name, arch));

@@ -62,23 +62,6 @@ uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages) {
 
 static bool gemm_dtype_ok(kf_dtype d) { return d == KF_DTYPE_BF16 || d == KF_DTYPE_F16; }
 
-/* The norm prologue's row-space coordinates of element (row, k0 + k) of the
- * contiguous [rows, K] A. */
-static void apro_coords(chunk_ctx *x, const kf_group *g) {
-    int rank = g->row_rank;
-    const int64_t *dims = g->row_dims;
-    snprintf(x->coord[KF_SPACE_ROW][rank - 1], COORD_MAX, "k0");
-    int64_t inner = 1;
-    for (int d = rank - 2; d >= 0; d--) {
-        if (inner == 1)
-            snprintf(x->coord[KF_SPACE_ROW][d], COORD_MAX, "(row %% %" PRId64 "LL)", dims[d]);
-        else
-            snprintf(x->coord[KF_SPACE_ROW][d], COORD_MAX, "(row / %" PRId64 "LL %% %" PRId64 "LL)",
-                     inner, dims[d]);
-        inner *= dims[d];
-    }
-    x->vrank[KF_SPACE_ROW] = rank;
-}
 
 /* The statistics the expression under `root` reads (1u << KF_STAT_*); ~0u
  * when one is not the pre-pass's (mean, rstd, rms_rstd). */
@@ -174,7 +157,9 @@ static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *
     }
     *n_stats = j;
     cg_load_params(c);
-    apro_coords(x, g);
+    /* the norm prologue's row space: element (row, k0 + k) of the contiguous
+     * [rows, K] A */
+    cg_gemm_coords(x, KF_SPACE_ROW, g->row_rank, g->row_dims, "row", "k0");
     for (uint32_t i = 0; i < c->n; i++) {
         const kf_expr *e = &g->expr[i];
         if (!c->need[i] || c->ov[i][0] || e->kind != KF_EXPR_LOAD)

@@ -66,6 +66,10 @@
 
 /* Longest kernel name, with the NUL. */
 #define KF_CUDA_NAME_MAX 160
+/* The compute capability of "sm_NN[a|f]" (80 for "sm_80", 90 for "sm_90a"),
+ * 0 when `arch` is not one. */
+int kf_cuda_arch_cc(const char *arch);
+
 /* Longest arch string, with the NUL (runtime/nvrtc.h's KF_ARCH_MAX). */
 #define KF_CUDA_ARCH_MAX 16
 

@@ -19,7 +19,6 @@
  * batch); otherwise one call per batch, each at its operands' offsets.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/cuda/recipe_internal.h"
@@ -631,11 +630,6 @@ static void set_tmap(kf_cuda_tmap *t, kf_dtype dt, bool batched, uint64_t d0, ui
     t->swizzle = 128;
 }
 
-/* The compute capability of "sm_NN[a|f]" (0 when it is not one). */
-static int arch_number(const char *arch) {
-    return strncmp(arch, "sm_", 3) == 0 ? atoi(arch + 3) : 0;
-}
-
 /* The sm_80 kernel of the group (its majors, batching and sizes in sh; the
  * operands' leading and batch strides checked 16-byte multiples): one block
  * per 128 x 128 tile where they give every SM one, else per 64 x 64 tile,
@@ -715,7 +709,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     } while (0)
     /* The mma.sync kernel (sm_80) on 8.x, or anywhere from 8.0 when asked
      * for (KF_GEMM_SM80); the wgmma/TMA kernel on sm_90a. */
-    int cc = arch_number(b->target->arch);
+    int cc = kf_cuda_arch_cc(b->target->arch);
     bool sm80 = (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80) ? cc >= 80 : (cc >= 80 && cc < 90);
     if (!sm80 && strcmp(b->target->arch, "sm_90a") != 0)
         GEN_NO("the generated GEMM is for sm_80 to sm_89 (mma.sync) and sm_90a (wgmma), not %s",
@@ -1037,7 +1031,7 @@ kf_status kf_rb_gemm(rb *b) {
      * test_sm80_gemms_match_the_reference, forced on an H100) has not yet
      * run to its end on a GPU: until it passes there, the measured default
      * on 8.x keeps cuBLASLt, and the kernel runs only when asked for. */
-    int cc = arch_number(b->target->arch);
+    int cc = kf_cuda_arch_cc(b->target->arch);
     if (want == KF_CUDA_RECIPE_GEMM_MEASURED && cc >= 80 && cc < 90) {
         want = 0;
         snprintf(gen_why, sizeof gen_why,
