@@ -68,52 +68,31 @@ else
     note "ctest: $(grep -E '^[0-9]+% tests passed' "$out/ctest.log")"
 fi
 
-# Every example on the GPU against the reference evaluator.
-n_ok=0
-n_all=0
-for f in examples/*.kfg examples/patterns/*.kfg; do
-    n_all=$((n_all + 1))
-    if build-gpu/kfuse run "$f" --target cuda --check --seed $((n_all * 7919 + RANDOM)) \
-        >>"$out/examples.log" 2>&1; then
-        n_ok=$((n_ok + 1))
-    else
-        echo "FAILED: $f" | tee -a "$out/examples.log"
-        fail=1
-    fi
-done
-note "examples --target cuda --check: $n_ok/$n_all passed"
-
+# Every example and pattern on the GPU against the reference evaluator, with
+# the extra `kfuse run` options after the first three arguments: the log, a
+# prime that spreads the seeds, and the label the summary and failures carry.
+run_examples() {
+    local log="$1" prime="$2" label="$3" f n_ok=0 n_all=0
+    shift 3
+    for f in examples/*.kfg examples/patterns/*.kfg; do
+        n_all=$((n_all + 1))
+        if build-gpu/kfuse run "$f" --target cuda "$@" --check \
+            --seed $((n_all * prime + RANDOM)) >>"$out/$log" 2>&1; then
+            n_ok=$((n_ok + 1))
+        else
+            echo "FAILED${label:+ ($label)}: $f" | tee -a "$out/$log"
+            fail=1
+        fi
+    done
+    note "examples --target cuda${label:+ $label} --check: $n_ok/$n_all passed"
+}
+run_examples examples.log 7919 ""
 # The same, every GEMM group forced to kfuse's generated kernel (sm_90a; on
 # other archs the recipes keep cuBLASLt and say why).
-n_ok=0
-n_all=0
-for f in examples/*.kfg examples/patterns/*.kfg; do
-    n_all=$((n_all + 1))
-    if build-gpu/kfuse run "$f" --target cuda --gemm generated --check \
-        --seed $((n_all * 104729 + RANDOM)) >>"$out/examples_generated.log" 2>&1; then
-        n_ok=$((n_ok + 1))
-    else
-        echo "FAILED (--gemm generated): $f" | tee -a "$out/examples_generated.log"
-        fail=1
-    fi
-done
-note "examples --target cuda --gemm generated --check: $n_ok/$n_all passed"
-
+run_examples examples_generated.log 104729 "--gemm generated" --gemm generated
 # And forced to the sm_80 form (mma.sync, cp.async), which runs on any GPU
 # from sm_80: the only way to run it where no A100 is at hand.
-n_ok=0
-n_all=0
-for f in examples/*.kfg examples/patterns/*.kfg; do
-    n_all=$((n_all + 1))
-    if build-gpu/kfuse run "$f" --target cuda --gemm sm80 --check \
-        --seed $((n_all * 15485863 + RANDOM)) >>"$out/examples_sm80.log" 2>&1; then
-        n_ok=$((n_ok + 1))
-    else
-        echo "FAILED (--gemm sm80): $f" | tee -a "$out/examples_sm80.log"
-        fail=1
-    fi
-done
-note "examples --target cuda --gemm sm80 --check: $n_ok/$n_all passed"
+run_examples examples_sm80.log 15485863 "--gemm sm80" --gemm sm80
 
 # compute-sanitizer on graphs whose sizes leave tails: an elementwise chain
 # (on sm_90+ the bulk path's 259 whole chunks, then the vector loops for the

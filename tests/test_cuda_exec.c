@@ -646,6 +646,21 @@ static const epi_case epi_cases[] = {
     {"h and relu(h+b)", "hb = add(h, b)\ny = relu(hb)\noutput h\n", "then kernel", NULL},
 };
 
+/* Case c's graph: x[96, 72] . w[72, 80] with its epilogue (its %s the
+ * dtypes of the 4 inputs, then of its constant), or the bare product as the
+ * output (`y = h` is not .kfg). */
+static void epi_case_text(const epi_case *c, char *fmt, size_t size) {
+    if (strcmp(c->name, "bare") == 0)
+        snprintf(fmt, size,
+                 "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\n"
+                 "y = matmul(x, w)\noutput y\n");
+    else
+        snprintf(fmt, size,
+                 "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\nb = input(%%s[80])\n"
+                 "r = input(%%s[96, 80])\nh = matmul(x, w)\n%soutput y\n",
+                 c->body);
+}
+
 static kf_ctx *ctx_gemm(kf_gemm_mode mode);
 
 static void test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations(void **state) {
@@ -658,15 +673,7 @@ static void test_gemm_epilogues_map_to_cublaslt_only_in_its_order_of_operations(
         for (size_t i = 0; i < N_OF(epi_cases); i++) {
             const epi_case *c = &epi_cases[i];
             char fmt[1024];
-            snprintf(fmt, sizeof fmt,
-                     "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\nb = input(%%s[80])\n"
-                     "r = input(%%s[96, 80])\nh = matmul(x, w)\n%soutput y\n",
-                     c->body);
-            /* `y = h` is not .kfg: make the bare case an output of h. */
-            if (strcmp(c->name, "bare") == 0)
-                snprintf(fmt, sizeof fmt,
-                         "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\n"
-                         "y = matmul(x, w)\noutput y\n");
+            epi_case_text(c, fmt, sizeof fmt);
             run_opts o = {
                 .lo = -1, .hi = 1, .report_has = c->has, .report_lacks = c->lacks, .ctx = lt};
             /* The constant's dtype: the body's %s comes after the 4 inputs. */
@@ -1366,14 +1373,7 @@ static void test_generated_gemms_match_the_reference(void **state) {
         for (size_t i = 0; i < N_OF(epi_cases); i++) {
             const epi_case *c = &epi_cases[i];
             char fmt[1024];
-            snprintf(fmt, sizeof fmt,
-                     "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\nb = input(%%s[80])\n"
-                     "r = input(%%s[96, 80])\nh = matmul(x, w)\n%soutput y\n",
-                     c->body);
-            if (strcmp(c->name, "bare") == 0)
-                snprintf(fmt, sizeof fmt,
-                         "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\n"
-                         "y = matmul(x, w)\noutput y\n");
+            epi_case_text(c, fmt, sizeof fmt);
             run_opts o = {.lo = -1, .hi = 1, .report_has_sm90 = gen, .ctx = ctx};
             run_text(fmt, dts[d], 1700 + i, &o, c->name);
         }
@@ -1519,14 +1519,7 @@ static void test_sm80_gemms_match_the_reference(void **state) {
         for (size_t i = 0; i < N_OF(epi_cases); i++) {
             const epi_case *c = &epi_cases[i];
             char fmt[1024];
-            snprintf(fmt, sizeof fmt,
-                     "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\nb = input(%%s[80])\n"
-                     "r = input(%%s[96, 80])\nh = matmul(x, w)\n%soutput y\n",
-                     c->body);
-            if (strcmp(c->name, "bare") == 0)
-                snprintf(fmt, sizeof fmt,
-                         "kfg 1\nx = input(%%s[96, 72])\nw = input(%%s[72, 80])\n"
-                         "y = matmul(x, w)\noutput y\n");
+            epi_case_text(c, fmt, sizeof fmt);
             run_opts o = {.lo = -1, .hi = 1, .report_has = mma, .ctx = ctx};
             run_text(fmt, dts[d], 2700 + i, &o, c->name);
         }

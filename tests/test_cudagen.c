@@ -350,6 +350,28 @@ static void test_unfused_attention_says_why(void **state) {
     }
 }
 
+/* Each text plans to one argmax kernel that NVRTC compiles for both
+ * architectures, made from template `tmpl` (the column form defines
+ * KF_ARGMAX_COLS, the row form does not). */
+static void argmax_kernels(const char *const *texts, size_t n, kf_cuda_template tmpl) {
+    for (size_t i = 0; i < n; i++) {
+        planned p;
+        plan_text(texts[i], &p);
+        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+        assert_int_equal(compile_all(p.plan, NULL), 2);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        assert_int_equal(k.tmpl, tmpl);
+        assert_non_null(strstr(k.source, "kf_amax_before"));
+        if (tmpl == KF_CUDA_TEMPLATE_COL_ARGMAX)
+            assert_non_null(strstr(k.source, "#define KF_ARGMAX_COLS 1"));
+        else
+            assert_null(strstr(k.source, "#define KF_ARGMAX_COLS 1"));
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+    }
+}
+
 /* argmax over a non-last axis (a COLREDUCE group): one kernel, the column
  * kernel of templates/argmax.cuh, its prologue fused, NVRTC-compiled for both
  * architectures: axis 0 and a middle axis, keepdim both ways, f32, bf16, f16
@@ -364,19 +386,7 @@ static void test_argmax_over_another_axis_compiles_to_the_column_kernel(void **s
         "kfg 1\nx = input(f16[3, 5, 7])\ny = argmax(x, axis=1)\noutput y\n",
         "kfg 1\nx = input(f32[2, 1000, 3, 9])\ny = argmax(x, axis=-3, keepdim=true)\noutput y\n",
     };
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        planned p;
-        plan_text(texts[i], &p);
-        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
-        assert_int_equal(compile_all(p.plan, NULL), 2);
-        kf_cuda_kernel k;
-        first_kernel(p.plan, "sm_90a", &k);
-        assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_COL_ARGMAX);
-        assert_non_null(strstr(k.source, "#define KF_ARGMAX_COLS 1"));
-        assert_non_null(strstr(k.source, "kf_amax_before"));
-        kf_cuda_kernel_release(&MEM, &k);
-        plan_release(&p);
-    }
+    argmax_kernels(texts, sizeof texts / sizeof texts[0], KF_CUDA_TEMPLATE_COL_ARGMAX);
 }
 
 /* argmax over the last axis: one kernel (templates/argmax.cuh) with its
@@ -391,19 +401,7 @@ static void test_argmax_over_the_last_axis_compiles(void **state) {
         "kfg 1\nx = input(i32[8, 4096])\nb = input(i32[4096])\na = add(x, b)\n"
         "y = argmax(a, axis=-1)\noutput y\n",
     };
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        planned p;
-        plan_text(texts[i], &p);
-        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
-        assert_int_equal(compile_all(p.plan, NULL), 2);
-        kf_cuda_kernel k;
-        first_kernel(p.plan, "sm_90a", &k);
-        assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ROW_ARGMAX);
-        assert_non_null(strstr(k.source, "kf_amax_before"));
-        assert_null(strstr(k.source, "#define KF_ARGMAX_COLS 1"));
-        kf_cuda_kernel_release(&MEM, &k);
-        plan_release(&p);
-    }
+    argmax_kernels(texts, sizeof texts / sizeof texts[0], KF_CUDA_TEMPLATE_ROW_ARGMAX);
 }
 
 /* One chain through every elementwise op the dtype takes. */
