@@ -1017,6 +1017,7 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     if (!ex)
         return;
     drop_graph(ex);
+    kf_cx_capture_free(ex); /* before the modules its graphs launch are unloaded */
     if (ex->nodes)
         kf_mem_free(&ex->mem, ex->nodes, ex->n_order * sizeof *ex->nodes);
     if (ex->cur) {

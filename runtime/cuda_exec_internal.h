@@ -61,6 +61,15 @@ typedef struct xgemm {
     uint32_t a_buf, b_buf, c_buf, d_buf, bias_buf; /* buffer indices (KF_NONE: none) */
 } xgemm;
 
+/* A graph captured from the run's own launches (cuda_exec_capture.c),
+ * valid for the buffer addresses `key` (n_bufs of them). */
+typedef struct xcapture {
+    kf_cu_deviceptr *key;
+    kf_cu_graph_exec exec; /* NULL: the slot is free */
+    uint64_t used;         /* cap_clock at its last replay */
+} xcapture;
+#define XCAP_SLOTS 4
+
 typedef struct xstep {
     kf_cuda_step_kind kind;
     uint32_t group, variant;
@@ -155,6 +164,18 @@ struct kf_cuda_exec {
     kf_cu_graph cu_graph;
     kf_cu_graph_node *nodes;
 
+    /* Programs without that graph: graphs captured from their own launches,
+     * one per set of buffer addresses that came back among the last
+     * XCAP_SLOTS direct runs' (cuda_exec_capture.c). cap_prev: those runs'
+     * cur[] (a ring; its allocation also holds the slots' keys). */
+    xcapture caps[XCAP_SLOTS];
+    kf_cu_deviceptr *cap_prev;
+    unsigned cap_hist_n, cap_hist_next;
+    bool cap_off;
+    kf_cu_stream cap_stream;
+    uint64_t cap_clock;
+    unsigned cap_made, cap_replays;
+
     /* The one-stream contract: `done` is recorded after every run that is
      * not captured; a run on another stream than last_stream is refused
      * while it has not completed. */
@@ -169,6 +190,12 @@ kf_status kf_cx_clear_flags(kf_cuda_exec *ex, kf_cu_stream stream, char *err);
 kf_status kf_cx_launch_step(kf_cuda_exec *ex, const xstep *s, kf_cu_stream stream, char *err);
 kf_status kf_cx_make_current(kf_cuda_exec *ex, char *err);
 kf_status kf_cx_repoint(kf_cuda_exec *ex, char *err);
+/* cuda_exec_capture.c: the run replayed from a captured graph (*done), or
+ * nothing done (the caller launches the steps); drop: every captured graph
+ * destroyed (the workspace moved); free: that and the capture's memory. */
+kf_status kf_cx_launch_captured(kf_cuda_exec *ex, kf_cu_stream stream, bool *done, char *err);
+void kf_cx_capture_drop(kf_cuda_exec *ex);
+void kf_cx_capture_free(kf_cuda_exec *ex);
 const char *kf_cx_step_name(const kf_cuda_exec *ex, const xstep *s);
 size_t kf_cx_tensor_bytes(const kf_tensor *t);
 /* qsort's comparison of two floats, ascending (medians of timings). */

@@ -29,7 +29,8 @@ static bool capturing(const kf_cuda_exec *ex, kf_cu_stream stream) {
  * once, then each kernel is one cuLaunchKernel with arguments bound at
  * prepare time: the host cost per kernel is the driver's launch itself.
  * While the stream captures, the steps are launched one by one, so the
- * caller's graph gets plain kernel nodes. */
+ * caller's graph gets plain kernel nodes. Otherwise a program without the
+ * hand-built graph may replay one captured from its own launches. */
 static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
     kf_status st = kf_cx_make_current(ex, err);
     if (st == KF_OK && ex->graph_exec && !capturing(ex, stream)) {
@@ -38,6 +39,12 @@ static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
             st = kf_cuda_check(ex->dev.drv, r, "cuGraphLaunch",
                                kf_cx_step_name(ex, &ex->steps[ex->order[0]]), err);
         return st;
+    }
+    if (st == KF_OK && !capturing(ex, stream)) {
+        bool done = false;
+        st = kf_cx_launch_captured(ex, stream, &done, err);
+        if (st != KF_OK || done)
+            return st;
     }
     for (uint32_t i = 0; i < ex->n_order && st == KF_OK; i++)
         st = kf_cx_launch_step(ex, &ex->steps[ex->order[i]], stream, err);
@@ -316,7 +323,9 @@ kf_status kf_cuda_exec_set_workspace(kf_cuda_exec *ex, kf_cu_deviceptr ws, size_
             return st;
         ex->ws = ex->own_ws;
     }
-    /* The next run rebinds every step of a buffer that moved. */
+    /* The next run rebinds every step of a buffer that moved; graphs
+     * captured with the old workspace are dropped. */
+    kf_cx_capture_drop(ex);
     if (ex->lt)
         st = kf_blt_set_workspace(ex->lt, kf_cx_buf_ptr(ex, ex->lt_ws_buf), KF_BLT_WORKSPACE_BYTES,
                                   err);
@@ -410,9 +419,11 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
         fprintf(out,
                 "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"constant_bytes\": %zu, "
                 "\"kernels_compiled\": %u, \"kernels_cached\": %u, \"cublaslt\": %s, "
-                "\"cublaslt_algos_cached\": %u, \"cublaslt_heuristics\": %u, \"prepare_ms\": {",
+                "\"cublaslt_algos_cached\": %u, \"cublaslt_heuristics\": %u, "
+                "\"captured_graphs\": %u, \"captured_replays\": %u, \"prepare_ms\": {",
                 ex->n_order, ex->arena_bytes, ex->consts_bytes, ex->compiled, ex->hits,
-                ex->lt ? "true" : "false", algos_cached, heuristics);
+                ex->lt ? "true" : "false", algos_cached, heuristics, ex->cap_made,
+                ex->cap_replays);
         for (int i = 0; i < XPH_COUNT; i++)
             fprintf(out, "%s\"%s\": %.3f", i ? ", " : "", xphase_names[i], ex->phase_ms[i]);
         fputs("}}", out);
@@ -443,6 +454,9 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             "%zu launches per run; kernels compiled %u, from the cache %u\n",
             ex->arena_bytes, ex->unshared_bytes, ex->own_ws ? "the program's own" : "the caller's",
             ex->consts_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
+    if (ex->cap_made)
+        fprintf(out, "  runs so far: %u replayed from %u CUDA graph%s captured from the run's own "
+                "launches\n", ex->cap_replays, ex->cap_made, ex->cap_made == 1 ? "" : "s");
 }
 
 const char *kf_cuda_exec_device_name(const kf_cuda_exec *ex) {

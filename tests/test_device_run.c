@@ -519,6 +519,99 @@ static void test_in_place_captured_run_replays_with_new_inputs_and_the_same_bits
 }
 
 /* ------------------------------------------------------------------------ */
+/* Graphs the program captures from its own launches                          */
+/* ------------------------------------------------------------------------ */
+
+static char *report_json(kf_program *p) {
+    char *r = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&r, &len);
+    assert_non_null(f);
+    assert_int_equal(kf_program_report(p, KF_REPORT_JSON, f), KF_OK);
+    fclose(f);
+    return r;
+}
+
+static void expect_in_report(kf_program *p, const char *want, const char *what) {
+    char *r = report_json(p);
+    if (!strstr(r, want))
+        fail_msg("%s: the report lacks '%s':\n%s", what, want, r);
+    free(r);
+}
+
+/* One device run on buffer set `set`: fresh inputs, poisoned outputs,
+ * judged against the exact value. */
+static void judged_run(tcase *c, int set, uint64_t seed, const char *when) {
+    new_inputs(c, set, seed);
+    poison_outputs(c, set);
+    run_device(c, set, G.s1, when);
+    CK(kf_cuda_stream_sync(&G.dev, G.s1, NULL, E));
+    fetch_outputs(c, set);
+    judge(c, when);
+}
+
+/* A program with a cuBLASLt call (so prepare built no graph of its own)
+ * replays a graph captured from its launches once the same buffers come
+ * twice in a row: sets 0 0 0 1 1 0 1 0 are two captures and six replays,
+ * each run judged with fresh inputs and poisoned outputs; a workspace
+ * change drops the graphs (their pointers are the old workspace's); host
+ * runs replay too and give the device runs' bits; KF_FLAG_NO_CUDA_GRAPH
+ * captures nothing. */
+static void test_repeated_runs_replay_a_graph_captured_from_their_own_launches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *text = "kfg 1\nx = input(bf16[200, 96])\nw = input(bf16[96, 136])\n"
+                       "b = input(bf16[136])\nh = matmul(x, w)\nhb = add(h, b)\ny = gelu(hb)\n"
+                       "output y\nz = softmax(y)\noutput z\n";
+    kf_ctx *lt = cuda_ctx(KF_GEMM_CUBLASLT);
+    kf_graph *g = parse(text);
+    tcase *c = case_open(lt, g, "captured by the program");
+    const int sets[] = {0, 0, 0, 1, 1, 0, 1, 0};
+    for (int k = 0; k < 8; k++) {
+        char when[64];
+        snprintf(when, sizeof when, "run %d on set %d", k, sets[k]);
+        judged_run(c, sets[k], 1400 + (uint64_t)k, when);
+    }
+    expect_in_report(c->p, "\"captured_graphs\": 2, \"captured_replays\": 6", c->what);
+    /* The caller's workspace: old graphs dropped, new ones captured. */
+    size_t need = 0;
+    assert_int_equal(kf_program_workspace_size(c->p, &need), KF_OK);
+    kf_cu_deviceptr ws = 0;
+    CK(kf_cuda_mem_alloc(&G.dev, need, &ws, E));
+    assert_int_equal(kf_program_set_workspace(c->p, dptr_data(ws), need), KF_OK);
+    for (int k = 0; k < 3; k++)
+        judged_run(c, 0, 1500 + (uint64_t)k, "after a workspace change");
+    expect_in_report(c->p, "\"captured_graphs\": 3, \"captured_replays\": 8", c->what);
+    /* Host runs (the program's staging buffers) replay as well, with the
+     * device runs' bits on the same inputs. */
+    for (int k = 0; k < 3; k++) {
+        poison_outputs(c, 0);
+        run_host(c, "host run");
+    }
+    same_bits_as_host(c, "host runs replayed vs the device run");
+    expect_in_report(c->p, "\"captured_graphs\": 4, \"captured_replays\": 10", c->what);
+    case_close(c);
+    kf_cuda_mem_free(&G.dev, ws);
+
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.gemm = KF_GEMM_CUBLASLT;
+    o.flags = KF_FLAG_NO_CUDA_GRAPH;
+    kf_ctx *plain = NULL;
+    assert_int_equal(kf_ctx_create(&o, &plain), KF_OK);
+    c = case_open(plain, g, "no CUDA graph");
+    for (int k = 0; k < 3; k++)
+        judged_run(c, 0, 1600 + (uint64_t)k, "KF_FLAG_NO_CUDA_GRAPH");
+    expect_in_report(c->p, "\"captured_graphs\": 0, \"captured_replays\": 0", c->what);
+    case_close(c);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(plain);
+    kf_ctx_destroy(lt);
+}
+
+/* ------------------------------------------------------------------------ */
 /* The caller's workspace                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -749,6 +842,7 @@ int main(void) {
         cmocka_unit_test(test_in_place_ragged_shapes_in_exact_buffers_match),
         cmocka_unit_test(test_in_place_gather_clamps_out_of_range_indices_and_reports_them),
         cmocka_unit_test(test_in_place_captured_run_replays_with_new_inputs_and_the_same_bits),
+        cmocka_unit_test(test_repeated_runs_replay_a_graph_captured_from_their_own_launches),
         cmocka_unit_test(test_bad_pointers_are_refused_naming_the_binding),
         cmocka_unit_test(test_a_caller_workspace_serves_host_and_device_runs),
         cmocka_unit_test(test_a_run_on_a_second_stream_is_refused_while_the_first_is_in_flight),

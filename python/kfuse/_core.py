@@ -515,13 +515,16 @@ class Program:
         if self._device_runs and len(args) == len(self._in_sig) and args:
             dev = args[0].device if isinstance(args[0], torch.Tensor) else None
             if dev is not None and dev.type == "cuda":
-                fast = self._fast_bindings()
-                bi, bo, tin, tout = fast
-                for i, (a, want) in enumerate(zip(args, tin)):
-                    if (not isinstance(a, torch.Tensor) or a.dtype != want[0] or a.device != dev
-                            or a.shape != want[1] or not a.is_contiguous()):
+                bi, bo, tin, tout = self._fast_bindings()
+                idx = dev.index if dev.index is not None else torch.cuda.current_device()
+                # dtypes are singletons (`is`); get_device() is an int, cheaper
+                # than comparing torch.device objects
+                for b, a, (dt, shape) in zip(bi, args, tin):
+                    if (not isinstance(a, torch.Tensor) or a.dtype is not dt
+                            or a.get_device() != idx or a.shape != shape
+                            or not a.is_contiguous()):
                         break
-                    bi[i].data = a.data_ptr()
+                    b.data = a.data_ptr()
                 else:
                     outs = [torch.empty(shape, dtype=dt, device=dev) for dt, shape in tout]
                     for i, o in enumerate(outs):
@@ -563,7 +566,7 @@ class Program:
                           else contextlib.nullcontext()):
             if self._workspace is None:
                 self._use_torch_workspace(dev)
-            stream = torch.cuda.current_stream(dev).cuda_stream
+            stream = _raw_stream(dev)
             self._check_st(self._lib.kf_program_run_device(self._h, bi, n_in, bo, n_out,
                                                            ctypes.c_void_p(stream)))
 
@@ -593,6 +596,19 @@ class Program:
         if st:
             raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
         return _json.loads(text) if format == "json" else text
+
+
+def _raw_stream(dev):
+    """PyTorch's current stream of `dev` as a CUstream handle (an int).
+    torch._C._cuda_getCurrentRawStream is what Inductor's own generated code
+    calls (a tenth of torch.cuda.current_stream's cost); the public call where
+    it is absent."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(dev.index if dev.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(dev).cuda_stream
 
 
 def parse(text, ctx=None):
