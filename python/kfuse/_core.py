@@ -1,6 +1,7 @@
 """Contexts, graphs, tensors and programs over the C API (see __init__.py)."""
 import contextlib
 import ctypes
+import functools
 import json as _json
 import math
 import threading
@@ -517,16 +518,17 @@ class Program:
             if dev is not None and dev.type == "cuda":
                 bi, bo, tin, tout = self._fast_bindings()
                 idx = dev.index if dev.index is not None else torch.cuda.current_device()
+                same = _size_stride_check()
                 # dtypes are singletons (`is`); get_device() is an int, cheaper
-                # than comparing torch.device objects
-                for b, a, (dt, shape) in zip(bi, args, tin):
+                # than comparing torch.device objects; sizes and strides in one
+                # C++ call (what Inductor's own code checks its inputs with)
+                for b, a, (dt, shape, stride) in zip(bi, args, tin):
                     if (not isinstance(a, torch.Tensor) or a.dtype is not dt
-                            or a.get_device() != idx or a.shape != shape
-                            or not a.is_contiguous()):
+                            or a.get_device() != idx or not same(a, shape, stride)):
                         break
                     b.data = a.data_ptr()
                 else:
-                    outs = [torch.empty(shape, dtype=dt, device=dev) for dt, shape in tout]
+                    outs = [torch.empty(shape, dtype=dt, device=dev) for dt, shape, _ in tout]
                     for i, o in enumerate(outs):
                         bo[i].data = o.data_ptr()
                     self._enqueue(bi, len(self._in_sig), bo, len(self._out_sig), dev)
@@ -549,7 +551,7 @@ class Program:
                 return arr
 
             def torch_sig(sig):
-                return [(getattr(torch, _TORCH_NAMES[dt]), torch.Size(shape))
+                return [(getattr(torch, _TORCH_NAMES[dt]), tuple(shape), _contiguous(shape))
                         for _, dt, shape in sig]
 
             self._fast = (arrays(self._in_sig), arrays(self._out_sig), torch_sig(self._in_sig),
@@ -596,6 +598,36 @@ class Program:
         if st:
             raise KfuseError(st, self._lib.kf_program_error(self._h).decode())
         return _json.loads(text) if format == "json" else text
+
+
+def _contiguous(shape):
+    """The strides of a contiguous tensor of `shape` (PyTorch's convention:
+    a dim of size 1 keeps the stride it would have)."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+@functools.cache
+def _size_stride_check():
+    """f(tensor, shape, stride) -> whether the tensor has exactly that shape
+    and those strides: torch._C._dynamo.guards.assert_size_stride where it
+    exists (one C++ call), else the same test in Python. A dim of size 1
+    may have any stride (PyTorch calls such a tensor contiguous too)."""
+    try:
+        from torch._C._dynamo.guards import assert_size_stride
+    except ImportError:
+        return lambda a, shape, stride: a.shape == shape and a.is_contiguous()
+
+    def same(a, shape, stride):
+        try:
+            assert_size_stride(a, shape, stride)
+            return True
+        except AssertionError:
+            return a.shape == shape and a.is_contiguous()
+    return same
 
 
 def _raw_stream(dev):
