@@ -212,8 +212,8 @@ typedef struct kf_options {
                                  toolkit's */
     int num_threads;          /* KF_NUM_THREADS: threads of the CPU target (at most 64),
                                  and the threads that compile a CUDA program's kernels
-                                 at once; 0 = one per online CPU (for compiles, at
-                                 most 8) */
+                                 at once; 0 = one per online CPU (for compiles, also
+                                 at most one per 256 MiB of memory, and 32) */
     int cpu_opt_level;        /* KF_CPU_OPT: LLVM's -O level for the CPU target, 0-3
                                  (kf_options_init: 3; lower compiles faster, same results) */
 } kf_options;

@@ -114,7 +114,9 @@ typedef struct batch {
     uint32_t n;
     uint32_t *leader; /* per job: the first job with its cache key (itself if none); NULL:
                          every job on its own */
-    atomic_uint next; /* the next job nobody has taken */
+    uint32_t *order;  /* the jobs that run, longest source first; NULL: 0..n-1 */
+    uint32_t n_run;   /* how many of them */
+    atomic_uint next; /* the next entry of order nobody has taken */
 } batch;
 
 typedef struct keyed_job {
@@ -191,10 +193,37 @@ static void run_job(const batch *b, kf_cuda_cubin *j) {
 
 static void *worker(void *arg) {
     batch *b = arg;
-    for (uint32_t i; (i = atomic_fetch_add(&b->next, 1u)) < b->n;)
-        if (!b->leader || b->leader[i] == i)
-            run_job(b, &b->jobs[i]);
+    for (uint32_t i; (i = atomic_fetch_add(&b->next, 1u)) < b->n_run;) {
+        uint32_t j = b->order ? b->order[i] : i;
+        if (b->order || !b->leader || b->leader[j] == j)
+            run_job(b, &b->jobs[j]);
+    }
     return NULL;
+}
+
+/* The jobs that compile (leaders), the biggest source first: a big template
+ * takes seconds where a small kernel takes a tenth, so starting the big ones
+ * first keeps the last thread from starting one at the end (an insertion
+ * sort: a batch is a program's kernels, tens at most). Without memory for
+ * the order, every job in index order. */
+static void order_jobs(batch *b) {
+    b->n_run = 0;
+    b->order = kf_mem_alloc(b->mem, (b->n ? b->n : 1) * sizeof *b->order);
+    if (!b->order) {
+        b->n_run = b->n; /* the worker skips the followers */
+        return;
+    }
+    for (uint32_t i = 0; i < b->n; i++) {
+        if (b->leader && b->leader[i] != i)
+            continue;
+        size_t len = b->jobs[i].kernel->source_len;
+        uint32_t k = b->n_run++;
+        while (k > 0 && b->jobs[b->order[k - 1]].kernel->source_len < len) {
+            b->order[k] = b->order[k - 1];
+            k--;
+        }
+        b->order[k] = i;
+    }
 }
 
 /* A job whose kernel has the key of an earlier one, after that one ran:
@@ -226,6 +255,23 @@ static void follow_job(const batch *b, kf_cuda_cubin *j, const kf_cuda_cubin *l)
     j->status = KF_OK;
 }
 
+/* Threads for a batch when the caller names none: one a CPU, as many as
+ * the memory holds at 256 MiB each (an NVRTC compile of a big template
+ * peaks at about 120 MiB, measured on the GEMM and attention templates),
+ * at most 32. Big templates take 1-2 s each, so a LLaMA layer's ten
+ * distinct kernels in one round instead of two is most of a cold compile. */
+static long compile_threads(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    long want = cpus > 0 ? cpus : 1;
+    if (pages > 0 && page > 0) {
+        long by_mem = (long)((double)pages * (double)page / (256.0 * 1024 * 1024));
+        if (want > by_mem)
+            want = by_mem > 0 ? by_mem : 1;
+    }
+    return want > 32 ? 32 : want;
+}
+
 kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *jobs,
                                  uint32_t n, int threads, char *err) {
     batch b = {.cache = cache, .mem = mem, .jobs = jobs, .n = n};
@@ -237,11 +283,10 @@ kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cub
         snprintf(jobs[i].err, sizeof jobs[i].err, "kernel %u of the batch never ran", i);
     }
     find_leaders(&b);
-    long want = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
-    if (want > 8 && threads <= 0)
-        want = 8; /* an NVRTC compile of a big template holds hundreds of MB */
-    if (want > (long)n)
-        want = (long)n;
+    order_jobs(&b);
+    long want = threads > 0 ? threads : compile_threads();
+    if (want > (long)b.n_run)
+        want = (long)b.n_run;
     pthread_t th[64];
     int started = 0;
     for (long t = 1; t < want && started < 64; t++)
@@ -255,6 +300,8 @@ kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cub
             follow_job(&b, &jobs[i], &jobs[b.leader[i]]);
     if (b.leader)
         kf_mem_free(mem, b.leader, n * sizeof *b.leader);
+    if (b.order)
+        kf_mem_free(mem, b.order, (n ? n : 1) * sizeof *b.order);
     for (uint32_t i = 0; i < n; i++)
         if (jobs[i].status != KF_OK) {
             snprintf(err, KF_MSG_MAX, "%s", jobs[i].err);
