@@ -7,8 +7,10 @@
  * argument); the floor under both, the executor's launches alone (one
  * CUDA graph launch, no binding); and the cost of checking one device
  * binding's pointer
- * (cuPointerGetAttributes, alignment, range). Speed is measured here, never
- * asserted by a test.
+ * (cuPointerGetAttributes, alignment, range). Then a program with two
+ * cuBLASLt GEMMs (no hand-built CUDA graph): device runs replayed from the
+ * graph it captures from its own launches, against each step launched
+ * (KF_FLAG_NO_CUDA_GRAPH). Speed is measured here, never asserted by a test.
  *
  * Host time is wall-clock around the calls (CLOCK_MONOTONIC), the median of
  * 9 rounds of 200 runs each; device runs are enqueued on a stream the GPU
@@ -104,6 +106,97 @@ static double per_run_us(bench *b, int mode) {
     return v[ROUNDS / 2];
 }
 
+/* A compiled program of g and two sets of device buffers for its bindings
+ * (plus host ones), on `dev` and `stream`. */
+static void open_bench(kf_ctx *ctx, kf_graph *g, const kf_cuda_device *dev, kf_cu_stream stream,
+                       bench *b) {
+    memset(b, 0, sizeof *b);
+    if (kf_compile(ctx, g, &b->p) != KF_OK) {
+        fprintf(stderr, "run_overhead: %s\n", kf_graph_error(g));
+        exit(1);
+    }
+    b->dev = dev;
+    b->s = stream;
+    b->n_in = kf_graph_input_count(g);
+    b->n_out = kf_graph_output_count(g);
+    b->hin = calloc(b->n_in, sizeof *b->hin);
+    b->hout = calloc(b->n_out, sizeof *b->hout);
+    for (int s = 0; s < 2; s++) {
+        b->din[s] = calloc(b->n_in, sizeof *b->din[s]);
+        b->dout[s] = calloc(b->n_out, sizeof *b->dout[s]);
+    }
+    for (size_t i = 0; i < b->n_in + b->n_out; i++) {
+        bool in = i < b->n_in;
+        const kf_tensor *t = in ? kf_graph_input(g, i) : kf_graph_output(g, i - b->n_in);
+        const char *name = in ? kf_tensor_name(t) : kf_graph_output_name(g, i - b->n_in);
+        size_t bytes = (size_t)kf_tensor_numel(t) * kf_dtype_size(kf_tensor_dtype(t));
+        kf_binding *h = in ? &b->hin[i] : &b->hout[i - b->n_in];
+        *h = (kf_binding){name, calloc(1, bytes), bytes};
+        for (int s = 0; s < 2; s++) {
+            kf_cu_deviceptr d = 0;
+            CHECK(kf_cuda_mem_alloc(dev, bytes, &d, err));
+            CHECK(kf_cuda_copy_to_device(dev, d, h->data, bytes, err));
+            kf_binding *db = in ? &b->din[s][i] : &b->dout[s][i - b->n_in];
+            *db = (kf_binding){name, (void *)(uintptr_t)d, bytes};
+        }
+    }
+}
+
+static void close_bench(bench *b) {
+    for (size_t i = 0; i < b->n_in + b->n_out; i++) {
+        bool in = i < b->n_in;
+        free(in ? b->hin[i].data : b->hout[i - b->n_in].data);
+        for (int s = 0; s < 2; s++)
+            kf_cuda_mem_free(b->dev,
+                             (kf_cu_deviceptr)(uintptr_t)(in ? b->din[s][i].data
+                                                             : b->dout[s][i - b->n_in].data));
+    }
+    for (int s = 0; s < 2; s++) {
+        free(b->din[s]);
+        free(b->dout[s]);
+    }
+    free(b->hin);
+    free(b->hout);
+    kf_program_destroy(b->p);
+}
+
+/* A program with cuBLASLt calls (prepare builds no CUDA graph of its own):
+ * device runs with the graph it captures from its launches, and with
+ * KF_FLAG_NO_CUDA_GRAPH (each step launched), same buffers and alternating. */
+typedef struct lt_row {
+    size_t steps;
+    double same_us, alt_us, direct_same_us, direct_alt_us;
+} lt_row;
+
+static const char *const lt_text =
+    "kfg 1\nx = input(bf16[64, 256])\nw1 = input(bf16[256, 512])\nb1 = input(bf16[512])\n"
+    "w2 = input(bf16[512, 256])\nh = matmul(x, w1)\nhb = add(h, b1)\ng = gelu(hb)\n"
+    "o = matmul(g, w2)\ny = add(o, x)\noutput y\ns = softmax(y)\noutput s\n";
+
+static lt_row measure_cublaslt(const kf_cuda_device *dev, kf_cu_stream stream) {
+    lt_row row = {0};
+    for (int direct = 0; direct < 2; direct++) {
+        kf_options o;
+        kf_options_init(&o);
+        o.target = KF_TARGET_CUDA;
+        o.gemm = KF_GEMM_CUBLASLT;
+        o.flags = KF_FLAG_NO_CACHE | (direct ? KF_FLAG_NO_CUDA_GRAPH : 0);
+        kf_ctx *ctx = NULL;
+        CHECK(kf_ctx_create(&o, &ctx));
+        kf_graph *g = NULL;
+        CHECK(kf_graph_parse(ctx, lt_text, strlen(lt_text), &g));
+        bench b;
+        open_bench(ctx, g, dev, stream, &b);
+        row.steps = kf_program_kernel_count(b.p);
+        *(direct ? &row.direct_same_us : &row.same_us) = per_run_us(&b, 1);
+        *(direct ? &row.direct_alt_us : &row.alt_us) = per_run_us(&b, 2);
+        close_bench(&b);
+        kf_graph_destroy(g);
+        kf_ctx_destroy(ctx);
+    }
+    return row;
+}
+
 int main(int argc, char **argv) {
     const char *commit = KF_BENCH_COMMIT, *out_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -131,44 +224,15 @@ int main(int argc, char **argv) {
                        "m = reduce_max(s, axis=1)\noutput m\noutput s\n";
     kf_graph *g = NULL;
     CHECK(kf_graph_parse(ctx, text, strlen(text), &g));
-    bench b;
-    memset(&b, 0, sizeof b);
-    if (kf_compile(ctx, g, &b.p) != KF_OK) {
-        fprintf(stderr, "run_overhead: %s\n", kf_graph_error(g));
-        return 1;
-    }
-    size_t kernels = kf_program_kernel_count(b.p);
-
-    /* A second handle on the device for buffers and the stream. */
     const kf_cuda_driver *drv = NULL;
     CHECK(kf_ctx_cuda_driver(ctx, &drv, err));
     kf_cuda_device dev;
     CHECK(kf_cuda_device_open(drv, 0, &dev, err));
-    b.dev = &dev;
-    CHECK(kf_cuda_stream_create(&dev, &b.s, err));
-    b.n_in = kf_graph_input_count(g);
-    b.n_out = kf_graph_output_count(g);
-    b.hin = calloc(b.n_in, sizeof *b.hin);
-    b.hout = calloc(b.n_out, sizeof *b.hout);
-    for (int s = 0; s < 2; s++) {
-        b.din[s] = calloc(b.n_in, sizeof *b.din[s]);
-        b.dout[s] = calloc(b.n_out, sizeof *b.dout[s]);
-    }
-    for (size_t i = 0; i < b.n_in + b.n_out; i++) {
-        bool in = i < b.n_in;
-        const kf_tensor *t = in ? kf_graph_input(g, i) : kf_graph_output(g, i - b.n_in);
-        const char *name = in ? kf_tensor_name(t) : kf_graph_output_name(g, i - b.n_in);
-        size_t bytes = (size_t)kf_tensor_numel(t) * kf_dtype_size(kf_tensor_dtype(t));
-        kf_binding *h = in ? &b.hin[i] : &b.hout[i - b.n_in];
-        *h = (kf_binding){name, calloc(1, bytes), bytes};
-        for (int s = 0; s < 2; s++) {
-            kf_cu_deviceptr d = 0;
-            CHECK(kf_cuda_mem_alloc(&dev, bytes, &d, err));
-            CHECK(kf_cuda_copy_to_device(&dev, d, h->data, bytes, err));
-            kf_binding *db = in ? &b.din[s][i] : &b.dout[s][i - b.n_in];
-            *db = (kf_binding){name, (void *)(uintptr_t)d, bytes};
-        }
-    }
+    kf_cu_stream stream = NULL;
+    CHECK(kf_cuda_stream_create(&dev, &stream, err));
+    bench b;
+    open_bench(ctx, g, &dev, stream, &b);
+    size_t kernels = kf_program_kernel_count(b.p);
     double host_us = per_run_us(&b, 0);
     double dev_same_us = per_run_us(&b, 1);
     double dev_alt_us = per_run_us(&b, 2);
@@ -209,6 +273,7 @@ int main(int argc, char **argv) {
         kf_cuda_exec_destroy(ex);
         kf_plan_destroy(plan);
     }
+    lt_row lt = measure_cublaslt(&dev, stream);
     double budget = 3.0 + 1.0 * (double)kernels;
     fprintf(stderr, "run_overhead: %s, %zu kernels, %zu bindings, commit %s\n", dev.name, kernels,
             bindings, commit);
@@ -221,6 +286,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "  the launches alone (kf_cuda_exec_launch, no binding):  %8.2f us per run\n",
             launch_us);
     fprintf(stderr, "  pointer check per binding:                            %8.3f us\n", check_us);
+    fprintf(stderr,
+            "  cuBLASLt program (%zu kernel steps + 2 cuBLASLt calls), device-pointer runs:\n"
+            "    replayed from the graph it captured:  same buffers %8.2f us, alternating %8.2f us\n"
+            "    each step launched (NO_CUDA_GRAPH):   same buffers %8.2f us, alternating %8.2f us\n",
+            lt.steps, lt.same_us, lt.alt_us, lt.direct_same_us, lt.direct_alt_us);
     fprintf(stderr, "  budget for a device run of %zu kernels: %.1f us (same buffers: %s)\n",
             kernels, budget, dev_same_us <= budget ? "met" : "NOT met");
 
@@ -245,28 +315,22 @@ int main(int argc, char **argv) {
                 "reduce_max, f32[64, 256]\",\n  \"kernels\": %zu,\n  \"bindings\": %zu,\n"
                 "  \"host_pointer_run_us\": %.3f,\n  \"device_pointer_run_us\": %.3f,\n"
                 "  \"device_pointer_run_repointed_us\": %.3f,\n  \"launch_only_us\": %.3f,\n"
-                "  \"pointer_check_us_per_binding\": %.4f,\n  \"budget_us\": %.1f\n}\n",
+                "  \"pointer_check_us_per_binding\": %.4f,\n  \"budget_us\": %.1f,\n"
+                "  \"cublaslt_graph\": \"matmul+bias+gelu -> matmul+residual -> softmax, bf16, "
+                "x[64, 256], cuBLASLt GEMMs\",\n  \"cublaslt_kernel_steps\": %zu,\n"
+                "  \"cublaslt_device_run_captured_us\": %.3f,\n"
+                "  \"cublaslt_device_run_captured_alternating_us\": %.3f,\n"
+                "  \"cublaslt_device_run_direct_us\": %.3f,\n"
+                "  \"cublaslt_device_run_direct_alternating_us\": %.3f\n}\n",
                 name, commit, drv->driver_version, kernels, bindings, host_us, dev_same_us,
-                dev_alt_us, launch_us, check_us, budget);
+                dev_alt_us, launch_us, check_us, budget, lt.steps, lt.same_us, lt.alt_us,
+                lt.direct_same_us, lt.direct_alt_us);
         fclose(outs[i]);
     }
     fprintf(stderr, "run_overhead: wrote %s\n", path);
 
-    for (size_t i = 0; i < b.n_in + b.n_out; i++) {
-        bool in = i < b.n_in;
-        free(in ? b.hin[i].data : b.hout[i - b.n_in].data);
-        for (int s = 0; s < 2; s++)
-            kf_cuda_mem_free(&dev, (kf_cu_deviceptr)(uintptr_t)(in ? b.din[s][i].data
-                                                                   : b.dout[s][i - b.n_in].data));
-    }
-    for (int s = 0; s < 2; s++) {
-        free(b.din[s]);
-        free(b.dout[s]);
-    }
-    free(b.hin);
-    free(b.hout);
-    kf_program_destroy(b.p);
-    kf_cuda_stream_destroy(&dev, b.s);
+    close_bench(&b);
+    kf_cuda_stream_destroy(&dev, stream);
     kf_cuda_device_close(&dev);
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
