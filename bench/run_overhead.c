@@ -217,6 +217,7 @@ int main(int argc, char **argv) {
     CHECK(kf_ctx_create(&o, &ctx));
     if (!kf_cuda_exec_available(ctx)) {
         fprintf(stderr, "run_overhead: no GPU\n");
+        kf_ctx_destroy(ctx);
         return 77;
     }
     /* The small program of gpu_bench's launch row: three kernels. */
