@@ -10,8 +10,13 @@
  *
  *   warpgroup 0, the producer (40 registers): one thread walks the block's
  *     work items (query tile of KF_BR = 128 rows x one batch-head) and for
- *     each loads the Q tile (after both consumers said they are done with
- *     the previous one: kf_qempty), then for each key tile the item sees,
+ *     each loads the Q tile into the next of KF_QBUF (2) Q buffers (after
+ *     both consumers said they are done with that buffer's last item:
+ *     kf_qempty; with one buffer the next item's Q could only be asked for
+ *     once the slower consumer's last Q.K^T was done, and its TMA latency
+ *     then fell between the items, where the faster consumer waited for it
+ *     and the other consumer for the faster one's turn: at S = 1024 an item
+ *     sees 4.5 key tiles on average), then for each key tile the item sees,
  *     waits for a free stage of the K/V ring (kf_empty), and loads K into it
  *     (kf_fullk) and V (kf_fullv) -- separate barriers, so Q.K^T starts
  *     before V has landed. Boxes are {64 head-dim values, rows} with the
@@ -59,7 +64,8 @@
  * loads the next item's Q and first K/V tiles while the consumers finish the
  * last one). Units are head-major, so the blocks in flight share a few
  * heads' K and V in L2. The stage index and its parity run on across items
- * on both sides; the Q barrier's parity is the item's count.
+ * on both sides; item n takes Q buffer n % KF_QBUF, whose barriers' parity
+ * is (n / KF_QBUF) & 1.
  *
  * Block-sparse keep maps (KF_MASK_SKIP 3): producer and consumers walk the
  * same kept key tiles (kf_bs_next, generated, reading the map), so the ring's
@@ -69,7 +75,7 @@
  * All-masked rows: m stays -inf, p = 0, l = 0, the row is 0/0 = NaN: the
  * reference's softmax of a row of -inf.
  *
- * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_SQ,
+ * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_QBUF, KF_SQ,
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_wgmma_qk0 / qk(s,
@@ -124,19 +130,19 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const __grid_constant__ kf_tmap tv, KF_PARAMS) {
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_fullk[KF_STAGES], kf_fullv[KF_STAGES],
-        kf_emptyk[KF_STAGES], kf_emptyv[KF_STAGES], kf_qfull, kf_qempty;
+        kf_emptyk[KF_STAGES], kf_emptyv[KF_STAGES], kf_qfull[KF_QBUF], kf_qempty[KF_QBUF];
     KF_SETUP();
     /* Q, then the ring, from the first 1024-byte boundary (where the
      * swizzle pattern starts over); launch.shared_bytes has the 1024. */
     const unsigned raw = (unsigned)__cvta_generic_to_shared(kf_dsmem);
     const unsigned sq = (raw + 1023u) & ~1023u;
-    const unsigned ring = sq + KF_Q_BYTES;
+    const unsigned ring = sq + KF_QBUF * KF_Q_BYTES;
     const unsigned fk0 = (unsigned)__cvta_generic_to_shared(&kf_fullk[0]);
     const unsigned fv0 = (unsigned)__cvta_generic_to_shared(&kf_fullv[0]);
     const unsigned ek0 = (unsigned)__cvta_generic_to_shared(&kf_emptyk[0]);
     const unsigned ev0 = (unsigned)__cvta_generic_to_shared(&kf_emptyv[0]);
-    const unsigned qf = (unsigned)__cvta_generic_to_shared(&kf_qfull);
-    const unsigned qe = (unsigned)__cvta_generic_to_shared(&kf_qempty);
+    const unsigned qf0 = (unsigned)__cvta_generic_to_shared(&kf_qfull[0]);
+    const unsigned qe0 = (unsigned)__cvta_generic_to_shared(&kf_qempty[0]);
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         for (int s = 0; s < KF_STAGES; s++) {
@@ -145,8 +151,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             kf_hp_init(ek0 + 8 * s, KF_EMPTY_ARRIVALS);
             kf_hp_init(ev0 + 8 * s, KF_EMPTY_ARRIVALS);
         }
-        kf_hp_init(qf, 1);
-        kf_hp_init(qe, KF_EMPTY_ARRIVALS);
+        for (int b = 0; b < KF_QBUF; b++) {
+            kf_hp_init(qf0 + 8 * b, 1);
+            kf_hp_init(qe0 + 8 * b, KF_EMPTY_ARRIVALS);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tq) : "memory");
@@ -159,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(KF_PRODUCER_REGS) : "memory");
         if (threadIdx.x == 0) {
             int s = 0;
-            unsigned ph = 0, qph = 0;
+            unsigned ph = 0, nq = 0;
             for (int t = 0;; t++) {
                 const long long u = blockIdx.x + (long long)(t >> 1) * gridDim.x;
                 if (u >= KF_UNITS)
@@ -177,12 +185,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 kv_lo = max(0, q0 - KF_WINDOW + 1);
 #endif
                 const int t_lo = kv_lo / KF_BC, t_hi = (kv_hi + KF_BC - 1) / KF_BC;
-                kf_hp_wait(qe, qph ^ 1u);
+                /* Q buffer nq % KF_QBUF, its (nq / KF_QBUF)-th use */
+                const unsigned qbuf = nq % KF_QBUF, qph = (nq / KF_QBUF) & 1u;
+                const unsigned qf = qf0 + 8 * qbuf;
+                kf_hp_wait(qe0 + 8 * qbuf, qph ^ 1u);
                 kf_hp_expect(qf, KF_Q_BYTES);
 #pragma unroll
                 for (int c = 0; c < KF_CHUNKS; c++)
-                    kf_tma_q(sq + c * (KF_BR * 128), &tq, 64 * c, q0, bh, qf);
-                qph ^= 1u;
+                    kf_tma_q(sq + qbuf * KF_Q_BYTES + c * (KF_BR * 128), &tq, 64 * c, q0, bh, qf);
+                nq++;
                 const bool bs_dense = kf_bs_dense(bh, q0, KF_ARGS);
                 for (int j = kf_bs_next(bh, q0, bs_dense, t_lo, t_hi, KF_ARGS); j < t_hi;
                      j = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS)) {
@@ -210,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const int g4 = lane >> 2, t4 = lane & 3;
         const bool al_o = kf_aligned(KF_O, 4);
         int s = 0;
-        unsigned ph = 0, qph = 0;
+        unsigned ph = 0, nq = 0;
         if (cw == 1) /* consumer 0's first turn */
             asm volatile("bar.arrive 1, 256;" ::: "memory");
         for (int t = 0;; t++) {
@@ -251,9 +262,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             unsigned pa[KF_BC / 16][4];
             int sp = 0;       /* the stage of the previous tile (its V) */
             unsigned php = 0; /* and its parity */
-            kf_hp_wait(qf, qph);
-            qph ^= 1u;
-            const unsigned qbase = sq + cw * 8192u;
+            const unsigned qbuf = nq % KF_QBUF;
+            const unsigned qe = qe0 + 8 * qbuf;
+            kf_hp_wait(qf0 + 8 * qbuf, (nq / KF_QBUF) & 1u);
+            nq++;
+            const unsigned qbase = sq + qbuf * KF_Q_BYTES + cw * 8192u;
             if (j0 >= t_hi && lane == 0)
                 kf_hp_arrive(qe);
             float sc[KF_BC / 2];

@@ -59,13 +59,22 @@
 _Static_assert(ATTN_BR == 64 || ATTN_BR == 128, "64 or 128 query rows a block");
 
 /* The sm_90a kernel: 128 query rows (two consumers of 64) x 128 keys a tile;
- * a ring of 3 K/V stages for head dim 64 (48 + 96 KiB), 2 for 128 (32 + 128
- * KiB), as FlashAttention-3 sizes its own for these head dims. */
+ * a ring of 3 K/V stages for head dim 64 (two Q buffers of 16 KiB + 96 KiB),
+ * 2 for 128 (2 x 32 + 128 KiB: 193 KiB of the 227 an SM gives a block), as
+ * FlashAttention-3 sizes its own ring for these head dims. */
 #define SM90_BR 128
 #define SM90_BC 128
+/* Q buffers: 2, so that the next item's Q lands while the block still runs
+ * the last one (templates/attention_sm90.cuh). KF_SM90_QBUF (a build-time
+ * define, for measuring) may set 1, the kernel before 2 buffers. */
+#ifndef KF_SM90_QBUF
+#define KF_SM90_QBUF 2
+#endif
+_Static_assert(KF_SM90_QBUF == 1 || KF_SM90_QBUF == 2, "one or two Q buffers");
 static uint32_t sm90_stages(int64_t d) { return d == 64 ? 3u : 2u; }
 static uint32_t sm90_smem(int64_t d) {
-    return 1024u + (uint32_t)(SM90_BR * d * 2) + sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
+    return 1024u + KF_SM90_QBUF * (uint32_t)(SM90_BR * d * 2) +
+           sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
 }
 
 
@@ -662,10 +671,12 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         cg_puts(&c.s, kf_cuda_tpl_hopper);
         cg_printf(&c.s,
                   "\n#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
+                  "#define KF_QBUF %d\n"
                   "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
                   "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
                   "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
-                  (long long)at->d, SM90_BR, SM90_BC, sm90_stages(at->d), (long long)at->sq,
+                  (long long)at->d, SM90_BR, SM90_BC, sm90_stages(at->d), KF_SM90_QBUF,
+                  (long long)at->sq,
                   (long long)at->skv, (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16",
                   cg_storage_type(dt), skip, (long long)(skip == 2 ? at->window : 0), po,
                   kf_mask_kind_name(at->mask));
