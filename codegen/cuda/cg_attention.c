@@ -146,8 +146,11 @@ static const char *unsupported(const kf_plan *plan, const kf_group *g, const cha
     if (R < 2 || pv->rank != R || memcmp(pv->dims, g->dims, sizeof(int64_t) * (size_t)(R - 2)))
         return snprintf(why, size, "the output's batch dims differ from the scores'"), why;
     for (uint32_t w = 0; w < g->n_writes; w++)
-        if (g->writes[w] != at->out)
+        if (g->writes[w] != at->out && g->writes[w] != at->lse)
             return snprintf(why, size, "the group writes a tensor besides its output"), why;
+    if (at->lse != KF_NONE && gr->nodes[at->lse]->dtype == KF_DTYPE_F64)
+        return snprintf(why, size, "the log-sum-exp is f64 (the kernels write f32, bf16, f16)"),
+               why;
     /* O is stored as rows of D contiguous elements, two at a time */
     for (int d = 0; d < R - 1; d++)
         if (at->o_strides[d] % 2 != 0 || at->o_strides[R - 1] != 1)
@@ -643,6 +646,11 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     int pk = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[1].base, dt, cg_tensor_bytes(&c, ops[1].base));
     int pvp = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[2].base, dt, cg_tensor_bytes(&c, ops[2].base));
     int po = cg_param_add(&c, KF_CUDA_PARAM_OUT, at->out, dt, cg_tensor_bytes(&c, at->out));
+    /* the log-sum-exp, a row-major row each (templates: KF_LSE) */
+    int pl = at->lse == KF_NONE ? -1
+                                : cg_param_add(&c, KF_CUDA_PARAM_OUT, at->lse,
+                                               gr->nodes[at->lse]->dtype,
+                                               cg_tensor_bytes(&c, at->lse));
     for (uint32_t i = 0; i < c.n; i++)
         if (g->expr[i].kind == KF_EXPR_SCORE)
             snprintf(c.ov[i], OV_MAX, "s");
@@ -729,6 +737,8 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n}\n\n");
     }
     emit_o_offset(&c, g);
+    if (pl >= 0)
+        cg_printf(&c.s, "#define KF_LSE p%d /* the scores' log-sum-exp, [.., sq] */\n\n", pl);
 
     st = cg_attn_emit_score_fns(&c, skip != 0);
     if (st != KF_OK)
