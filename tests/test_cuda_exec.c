@@ -1136,9 +1136,9 @@ static void test_sm90_attention_matches_the_reference(void **state) {
  * planner puts the logsumexp into the attention group): every fused case,
  * in bf16 with the log-sum-exp of the scores cast to f32 (what a backward
  * pass keeps) and in f16 with it in f16 (keepdim), through the sm_90a kernel
- * (the default on sm_90) and the FA2 kernel; both outputs against the
- * reference, poisoned first. A decode-length query (4 rows) takes the fused
- * kernel, not the decode kernels, which write O alone. */
+ * (the default on sm_90) and, for a third of them, the FA2 kernel; both
+ * outputs against the reference, poisoned first. A decode-length query (4
+ * rows) takes the fused kernel, not the decode kernels, which write O alone. */
 static void test_fused_attention_writes_the_scores_log_sum_exp(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -1149,6 +1149,8 @@ static void test_fused_attention_writes_the_scores_log_sum_exp(void **state) {
         kf_ctx *ctx = attn_ctx(modes[m]);
         for (size_t i = 0; i < N_OF(fused_cases) + 1; i++) {
             const bool dec = i == N_OF(fused_cases);
+            if (m == 1 && !dec && i % 3 != 0)
+                continue; /* FA2: a third of the cases (the lse store is the same code) */
             const char *name = dec ? "decode length: 4 queries, 300 keys, head dim 128"
                                    : fused_cases[i].name;
             const char *body =
