@@ -15,9 +15,10 @@
 # default *attention*); --modes: the --attention modes the examples run in
 # (default auto,fa2); --sanitizer: the compute-sanitizer tools (default both);
 # --cases, --no-torch-compile: passed to gpu_bench (and its peers);
-# --ab-define: also builds gpu_bench with -DNAME=VALUE (a build-time switch
-# kept for measuring, e.g. KF_SM90_QBUF=1) in build-gpu-ab/ and benches the
-# same cases without peers, so both kernels are timed on the same machine.
+# --ab-define (repeatable): also builds gpu_bench with -DNAME=VALUE (a
+# build-time switch kept for measuring, e.g. KF_SM90_QBUF=1) in build-gpu-abN/
+# and benches the same cases without peers, so both kernels are timed on the
+# same machine (bench_attn_abN.json).
 #
 # Logs go to $OUT (default build-gpu/out); the last lines are a summary; exit 1
 # on any failure. scripts/gpu_check.sh remains the whole check.
@@ -31,7 +32,7 @@ modes="auto,fa2"
 tools="memcheck,racecheck"
 cases=()
 nocompile=()
-abdef=""
+abdefs=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --commit) commit="$2"; shift 2 ;;
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --sanitizer) tools="$2"; shift 2 ;;
     --cases) cases=(--cases "$2"); shift 2 ;;
     --no-torch-compile) nocompile=(--no-torch-compile); shift ;;
-    --ab-define) abdef="$2"; shift 2 ;;
+    --ab-define) abdefs+=("$2"); shift 2 ;;
     *) echo "gpu_attention.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -160,21 +161,24 @@ if [ $bench -eq 1 ]; then
     fi
     grep -vE "^peers: " "$out/bench_attn.log" | tail -30
 fi
-if [ $bench -eq 1 ] && [ -n "$abdef" ]; then
-    if { cmake -S . -B build-gpu-ab -DCMAKE_BUILD_TYPE=Release -DKF_BUILD_BENCH=ON \
+n_ab=0
+for abdef in "${abdefs[@]}"; do
+    [ $bench -eq 1 ] || break
+    n_ab=$((n_ab + 1))
+    if { cmake -S . -B build-gpu-ab$n_ab -DCMAKE_BUILD_TYPE=Release -DKF_BUILD_BENCH=ON \
         -DKF_BUILD_TESTS=OFF -DKF_BENCH_COMMIT="$commit-$abdef" -DCMAKE_C_FLAGS="-D$abdef" &&
-        cmake --build build-gpu-ab --parallel "$jobs" --target gpu_bench; } \
-        >"$out/build_ab.log" 2>&1 &&
-        build-gpu-ab/gpu_bench --attention --no-peers --commit "$commit-$abdef" \
-            --out "$out/bench_attn_ab.json" "${cases[@]}" >"$out/bench_ab.log" 2>&1; then
-        note "bench with -D$abdef: $out/bench_attn_ab.json"
-        grep -E "^attn_" "$out/bench_ab.log" | tail -12
+        cmake --build build-gpu-ab$n_ab --parallel "$jobs" --target gpu_bench; } \
+        >"$out/build_ab$n_ab.log" 2>&1 &&
+        build-gpu-ab$n_ab/gpu_bench --attention --no-peers --commit "$commit-$abdef" \
+            --out "$out/bench_attn_ab$n_ab.json" "${cases[@]}" >"$out/bench_ab$n_ab.log" 2>&1; then
+        note "bench with -D$abdef: $out/bench_attn_ab$n_ab.json"
+        grep -E "^attn_" "$out/bench_ab$n_ab.log" | tail -12
     else
         fail=1
-        tail -20 "$out/build_ab.log" "$out/bench_ab.log" 2>/dev/null
+        tail -20 "$out/build_ab$n_ab.log" "$out/bench_ab$n_ab.log" 2>/dev/null
         note "bench with -D$abdef: FAILED"
     fi
-fi
+done
 echo "== summary"
 printf '%s\n' "${summary[@]}"
 exit $fail

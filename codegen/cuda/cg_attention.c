@@ -71,7 +71,13 @@ _Static_assert(ATTN_BR == 64 || ATTN_BR == 128, "64 or 128 query rows a block");
 #define KF_SM90_QBUF 2
 #endif
 _Static_assert(KF_SM90_QBUF == 1 || KF_SM90_QBUF == 2, "one or two Q buffers");
-static uint32_t sm90_stages(int64_t d) { return d == 64 ? 3u : 2u; }
+/* KF_SM90_STAGES_D64 (build-time, for measuring): the ring's stages at head
+ * dim 64 (3; at 128, two Q buffers leave room for 2). */
+#ifndef KF_SM90_STAGES_D64
+#define KF_SM90_STAGES_D64 3
+#endif
+_Static_assert(KF_SM90_STAGES_D64 >= 2 && KF_SM90_STAGES_D64 <= 6, "2 to 6 stages at head dim 64");
+static uint32_t sm90_stages(int64_t d) { return d == 64 ? KF_SM90_STAGES_D64 : 2u; }
 static uint32_t sm90_smem(int64_t d) {
     return 1024u + KF_SM90_QBUF * (uint32_t)(SM90_BR * d * 2) +
            sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
