@@ -608,7 +608,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         if (!case_on(cases[i].name))
             continue;
         bool decode = !strncmp(cases[i].name, "attn_decode", 11) && !strstr(cases[i].name, "_sm90");
-        run_case(i == 1                             ? unf
+        run_case(!strcmp(cases[i].name, "attn_causal_unfused") ? unf
                  : strstr(cases[i].name, "_fa2") ? fa2
                  : decode                         ? dec
                                                   : fa,
