@@ -116,6 +116,26 @@ __device__ __forceinline__ unsigned kf_pack2(float lo, float hi) {
     return r;
 }
 
+/* The wgmma descriptor of base + off (off a multiple of 16 bytes, base + off
+ * inside shared memory): with KF_DESC_ADD (a generator switch, for
+ * measuring) the tile's descriptor d0 = kf_hp_desc(base) plus off / 16 --
+ * the same bits, since the address field is the byte address / 16 in the
+ * low 14 bits and base + off < 256 KiB never carries out of it -- one add
+ * where kf_hp_desc masks, shifts and ORs again: the loop's uniform-datapath
+ * work (about 90 instructions a thread and key tile beside 12 HGMMA at head
+ * dim 64) takes issue slots the consumers' softmax needs. */
+__device__ __forceinline__ unsigned long long kf_desc_at(unsigned long long d0, unsigned base,
+                                                         unsigned off, unsigned lbo) {
+#if KF_DESC_ADD
+    (void)base;
+    (void)lbo;
+    return d0 + (off >> 4);
+#else
+    (void)d0;
+    return kf_hp_desc(base + off, lbo, 1024u);
+#endif
+}
+
 /* Item h (0: the longer, 1: the shorter) of unit u: its batch-head and query
  * tile; false when the unit has no item h (the middle tile of an odd NQT). */
 __device__ __forceinline__ bool kf_unit_item(long long u, int h, long long &bh, int &qt) {
@@ -267,6 +287,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             kf_hp_wait(qf0 + 8 * qbuf, (nq / KF_QBUF) & 1u);
             nq++;
             const unsigned qbase = sq + qbuf * KF_Q_BYTES + cw * 8192u;
+            const unsigned long long dq0 = kf_hp_desc(qbase, 16u, 1024u);
             if (j0 >= t_hi && lane == 0)
                 kf_hp_arrive(qe);
             float sc[KF_BC / 2];
@@ -399,6 +420,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             if (j0 < t_hi) {
                 const int j = j0, jn = j1;
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
                 kf_hp_wait(fk0 + 8 * s, ph);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -407,11 +429,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
                     const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
                     if (kk == 0)
-                        kf_wgmma_qk0(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                     kf_hp_desc(kb + offk, 16u, 1024u));
+                        kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                     kf_desc_at(dk0, kb, offk, 16u));
                     else
-                        kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                    kf_hp_desc(kb + offk, 16u, 1024u));
+                        kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                    kf_desc_at(dk0, kb, offk, 16u));
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* the other consumer's turn (consumer 1 leaves out its last) */
@@ -423,7 +445,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int j = j1, jn; j < t_hi; j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
                 const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
                 kf_hp_wait(fk0 + 8 * s, ph);
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
@@ -434,17 +458,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
                     const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
                     if (kk == 0)
-                        kf_wgmma_qk0(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                     kf_hp_desc(kb + offk, 16u, 1024u));
+                        kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                     kf_desc_at(dk0, kb, offk, 16u));
                     else
-                        kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                    kf_hp_desc(kb + offk, 16u, 1024u));
+                        kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                    kf_desc_at(dk0, kb, offk, 16u));
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* O += P . V(j - 1), a second group */
 #pragma unroll
                 for (int kk = 0; kk < KF_BC / 16; kk++)
-                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
+                    kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
@@ -454,11 +478,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* O += P . V(last), outside the turns */
             if (j0 < t_hi) {
                 const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
                 for (int kk = 0; kk < KF_BC / 16; kk++)
-                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
+                    kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
                 if (lane == 0)

@@ -78,6 +78,13 @@ _Static_assert(KF_SM90_QBUF == 1 || KF_SM90_QBUF == 2, "one or two Q buffers");
 #endif
 _Static_assert(KF_SM90_STAGES_D64 >= 2 && KF_SM90_STAGES_D64 <= 6, "2 to 6 stages at head dim 64");
 static uint32_t sm90_stages(int64_t d) { return d == 64 ? KF_SM90_STAGES_D64 : 2u; }
+/* KF_SM90_DESC_ADD (build-time, for measuring; 0 until its GPU numerics have
+ * run): the kernel's wgmma descriptors as one per tile plus each step's
+ * offset (templates/attention_sm90.cuh, kf_desc_at) -- the same bits, fewer
+ * uniform instructions a key tile. */
+#ifndef KF_SM90_DESC_ADD
+#define KF_SM90_DESC_ADD 0
+#endif
 static uint32_t sm90_smem(int64_t d) {
     return 1024u + KF_SM90_QBUF * (uint32_t)(SM90_BR * d * 2) +
            sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
@@ -685,11 +692,11 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         cg_puts(&c.s, kf_cuda_tpl_hopper);
         cg_printf(&c.s,
                   "\n#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
-                  "#define KF_QBUF %d\n"
+                  "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
                   "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
                   "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
                   "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
-                  (long long)at->d, SM90_BR, SM90_BC, sm90_stages(at->d), KF_SM90_QBUF,
+                  (long long)at->d, SM90_BR, SM90_BC, sm90_stages(at->d), KF_SM90_QBUF, KF_SM90_DESC_ADD,
                   (long long)at->sq,
                   (long long)at->skv, (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16",
                   cg_storage_type(dt), skip, (long long)(skip == 2 ? at->window : 0), po,
