@@ -51,7 +51,9 @@
  *
  * --attention runs the attention cases instead (bf16, B4 H32 S4096 D128:
  * causal fused and unfused, non-causal, GQA 32:8, softcap, ALiBi, sliding
- * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION), decode (B16 H32,
+ * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION; causal with the
+ * scores' log-sum-exp as a second output; the blocks' causal attention, B16
+ * H16 S1024 D64 and B8 H32 S2048 D128), decode (B16 H32,
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
  * GQA 32:8; B64), the cold compile of one fused kernel, and peers.py
  * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
@@ -458,11 +460,11 @@ static void json_head(FILE *f, const char *suite, const char *commit) {
 /* Attention (--attention)                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* B4 H32 S4096 D128 bf16 attention with score body `body` (defines s1 from s0
- * = Q.K^T / sqrt(D)); kv heads `hkv` (< 32: GQA, K and V broadcast over a
- * head-group axis). */
-static void attn_text(char *t, size_t size, int S, int hkv, const char *body) {
-    int B = 4, H = 32, D = 128;
+/* B x H x S x D bf16 attention with score body `body` (defines s1 from s0
+ * = Q.K^T / sqrt(D)); kv heads `hkv` (< H: GQA, K and V broadcast over a
+ * head-group axis); `tail`: more lines before the output (an lse output). */
+static void attn_text_shape(char *t, size_t size, int B, int H, int S, int D, int hkv,
+                            const char *body, const char *tail) {
     if (hkv < H)
         snprintf(t, size,
                  "kfg 1\nq = input(bf16[%d, %d, %d, %d, %d])\nk = input(bf16[%d, %d, 1, %d, %d])\n"
@@ -475,10 +477,15 @@ static void attn_text(char *t, size_t size, int S, int hkv, const char *body) {
                  B, H, S, D, B, H, S, D, B, H, S, D);
     size_t n = strlen(t);
     snprintf(t + n, size - n,
-             "qk = matmul(q, k, transpose_b=true)\nsc = const(bf16[], 0.08838834764)\n"
+             "qk = matmul(q, k, transpose_b=true)\nsc = const(bf16[], %.11g)\n"
              "s0 = mul(qk, sc)\nrow = iota(i32[%d, %d], axis=0)\ncol = iota(i32[%d, %d], axis=1)\n"
-             "%sp = softmax(s1)\no = matmul(p, v)\noutput o\n",
-             S, S, S, S, body);
+             "%sp = softmax(s1)\no = matmul(p, v)\noutput o\n%s",
+             1.0 / sqrt((double)D), S, S, S, S, body, tail);
+}
+
+/* B4 H32 S x D128, the shape. */
+static void attn_text(char *t, size_t size, int S, int hkv, const char *body) {
+    attn_text_shape(t, size, 4, 32, S, 128, hkv, body, "");
 }
 
 /* Decode: B x 32 query heads of one token against Skv 8192 keys, D 128,
@@ -527,7 +534,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
                                "r0 = repeat(bm, axis=0, times=128)\n"
                                "mk = repeat(r0, axis=1, times=128)\n"
                                "ninf = const(bf16[], -inf)\ns1 = where(mk, s0, ninf)\n";
-    static char texts[11][2048];
+    static char texts[14][2048];
     attn_text(texts[0], sizeof texts[0], S, 32, causal);
     attn_text(texts[1], sizeof texts[1], S, 32, causal);
     attn_text(texts[2], sizeof texts[2], S, 32, none);
@@ -539,6 +546,13 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     decode_text(texts[8], sizeof texts[8], 16, 8);
     decode_text(texts[9], sizeof texts[9], 64, 32);
     attn_text(texts[10], sizeof texts[10], S, 32, block_sparse);
+    /* the attention of the transformer blocks (--block): GPT-2-medium's B16
+     * H16 S1024 D64 and LLaMA-7B's B8 H32 S2048 D128, causal; and the issue's
+     * causal shape writing the scores' log-sum-exp (f32) too */
+    attn_text_shape(texts[11], sizeof texts[11], 16, 16, 1024, 64, 16, causal, "");
+    attn_text_shape(texts[12], sizeof texts[12], 8, 32, 2048, 128, 32, causal, "");
+    attn_text_shape(texts[13], sizeof texts[13], 4, 32, S, 128, 32, causal,
+                    "s32 = cast(s1, f32)\nlse = logsumexp(s32, axis=-1)\noutput lse\n");
     /* decode moves K and V once (Q and O are 1/8192 of them) */
     double kv16 = 2.0 * 16 * 32 * 8192 * 128 * 2, kv16g = kv16 / 4, kv64 = kv16 * 4;
     double qo16 = 2.0 * 16 * 32 * 128 * 2;
@@ -550,8 +564,14 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     double win_keys = 0;                          /* keys per row under the window */
     for (int q = 0; q < S; q++)
         win_keys += q + 1 < 1024 ? q + 1 : 1024;
+    /* the blocks' shapes: Q, K, V, O once; causal: half of the two GEMMs */
+    double io_g2 = 4.0 * 16 * 16 * 1024 * 64 * 2, fl_g2 = 4.0 * 16 * 16 * 1024.0 * 1024 * 64 / 2;
+    double io_ll = 4.0 * 8 * 32 * 2048 * 128 * 2, fl_ll = 4.0 * 8 * 32 * 2048.0 * 2048 * 128 / 2;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_lse", texts[13], io + bh * S * 4, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -588,7 +608,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         if (!case_on(cases[i].name))
             continue;
         bool decode = !strncmp(cases[i].name, "attn_decode", 11) && !strstr(cases[i].name, "_sm90");
-        run_case(i == 1                             ? unf
+        run_case(!strcmp(cases[i].name, "attn_causal_unfused") ? unf
                  : strstr(cases[i].name, "_fa2") ? fa2
                  : decode                         ? dec
                                                   : fa,

@@ -25,6 +25,8 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
   attn_window       sliding window 1024    FlexAttention with a block mask
   attn_block_sparse 52% of 128x128 tiles kept (random, diagonal kept), non-causal
                                            FlexAttention with that block mask
+  attn_causal_b16h16s1024d64, attn_causal_b8h32s2048d128
+                    the blocks' causal attention shapes: cuDNN and flash SDPA
   attn_decode       B16 H32, 1 query, Skv 8192, no mask   SDPA (its own choice), and
                                            with the cuDNN and the flash backend
   attn_decode_gqa   the same, GQA 32:8     SDPA with enable_gqa (the same three)
@@ -245,6 +247,20 @@ def attention(args):
         put(name, "cudnn_sdpa_ms", cudnn(sdpa))
         put(name, "flash_sdpa_ms", flash(sdpa))
         del qd, kd, vd
+        torch.cuda.empty_cache()
+    # The transformer blocks' causal attention (GPT-2-medium B16 H16 S1024
+    # D64, LLaMA-7B B8 H32 S2048 D128): cuDNN and flash SDPA.
+    for name, Bb, Hb, Sb, Db in (("attn_causal_b16h16s1024d64", 16, 16, 1024, 64),
+                                 ("attn_causal_b8h32s2048d128", 8, 32, 2048, 128)):
+        if want and name not in want:
+            continue
+        qb, kb, vb = (rnd(Bb, Hb, Sb, Db) for _ in range(3))
+
+        def sdpa_c(qb=qb, kb=kb, vb=vb):
+            return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
+        put(name, "cudnn_sdpa_ms", cudnn(sdpa_c))
+        put(name, "flash_sdpa_ms", flash(sdpa_c))
+        del qb, kb, vb
         torch.cuda.empty_cache()
     if want and not want & {"attn_causal", "attn_noncausal", "attn_gqa", "attn_softcap",
                             "attn_alibi", "attn_window", "attn_block_sparse"}:

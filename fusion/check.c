@@ -1132,6 +1132,22 @@ static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
                               "E8: attention group %u's output %u is not its P.V (or a permute "
                               "of it keeping the last axis) at that tensor's row-major strides",
                               gi, at->out);
+        /* The log-sum-exp: a logsumexp over the last axis of the softmax's
+         * operand, or of a cast of it to f32, that the group computes. */
+        if (at->lse != KF_NONE) {
+            const kf_tensor *l = at->lse < n ? g->nodes[at->lse] : NULL;
+            const kf_tensor *ls = l ? l->src[0] : NULL;
+            if (ls && ls != sm->src[0] && ls->op == KF_OP_CAST && ls->dtype == KF_DTYPE_F32 &&
+                group_computes(grp, ls->id))
+                ls = ls->src[0];
+            if (!l || !group_computes(grp, l->id) || l->op != KF_OP_LOGSUMEXP ||
+                l->attr.axis != l->src[0]->rank - 1 || ls != sm->src[0])
+                return check_fail(plan,
+                                  "E8: attention group %u's log-sum-exp %u is not a logsumexp "
+                                  "over the last axis of its scores (or of their cast to f32) "
+                                  "that it computes",
+                                  gi, at->lse);
+        }
     }
     if (grp->row.present) {
         const kf_row_stage *row = &grp->row;
@@ -1224,7 +1240,8 @@ static kf_status check_group_exprs(const kf_plan *plan, uint32_t gi, const kf_ev
             return check_fail(plan, "E6: group %u's root of %%%u is node %u of %u", gi, w, r,
                               grp->n_expr);
         if (r == KF_NONE && !kf_op_has(g->nodes[w]->op, KF_TRAIT_GEMM) &&
-            grp->kind != KF_GROUP_VIEW && !(grp->kind == KF_GROUP_ATTENTION && w == grp->attn.out))
+            grp->kind != KF_GROUP_VIEW &&
+            !(grp->kind == KF_GROUP_ATTENTION && (w == grp->attn.out || w == grp->attn.lse)))
             return check_fail(plan,
                               "E6: group %u (%s %s) writes %%%u (%s) but has no expression "
                               "root for it",

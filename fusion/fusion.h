@@ -285,6 +285,10 @@ typedef struct kf_attn_info {
     int64_t o_strides[KF_MAX_RANK];                /* element strides of pv's axes in out's buffer
                                                       (row-major pv's own when out == pv) */
     bool q_transposed, k_transposed, v_transposed; /* the matmuls' transpose flags */
+    uint32_t lse;             /* the logsumexp of the scores over the last axis (through a
+                                 cast to f32 or not) the group writes too: per score row
+                                 m + log l, row-major [.., sq] (or [.., sq, 1]); KF_NONE when
+                                 the graph asks for none (fusion/fuse_attention.c) */
     uint32_t score;           /* root of the score expression (leaves SCORE, BATCH, HEAD,
                                  Q_IDX, KV_IDX, LOAD, CONST), the softmax's input */
     kf_mask_kind mask;

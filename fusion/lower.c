@@ -1083,6 +1083,7 @@ static void lower_group(lowerer *L) {
             kf_tensor *qk = gr->nodes[pg->qk], *pv = gr->nodes[pg->anchor];
             at->qk = qk->id;
             at->softmax = pg->softmax;
+            at->lse = pg->lse;
             at->pv = pv->id;
             at->q = qk->src[0]->id;
             at->k = qk->src[1]->id;

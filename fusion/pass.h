@@ -25,6 +25,7 @@ typedef struct kf_pgroup {
     uint32_t prologue; /* GEMM: the norm fused as operand A's prologue, else KF_NONE */
     uint32_t softmax;  /* ATTENTION */
     uint32_t qk;       /* ATTENTION */
+    uint32_t lse;      /* ATTENTION: the logsumexp of the scores it writes too, else KF_NONE */
     /* Members: a list through kf_planner.mnext (in no particular order; see
      * kf_pl_members), so a merge, a size or a legality check costs the
      * groups involved and never a sweep of the graph. */

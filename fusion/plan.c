@@ -181,7 +181,7 @@ uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor) {
     pg->alive = true;
     pg->kind = kind;
     pg->anchor = anchor ? anchor->id : KF_NONE;
-    pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = KF_NONE;
+    pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = pg->lse = KF_NONE;
     pg->head = pg->tail = KF_NONE;
     if (anchor) {
         uint32_t old = p->gid[anchor->id];

@@ -172,6 +172,9 @@ static void report_text(const kf_plan *plan, FILE *out) {
             fprintf(out, "; batch=%lld heads=%lld q=%lld kv=%lld d=%lld\n",
                     (long long)g->attn.batch, (long long)g->attn.heads, (long long)g->attn.sq,
                     (long long)g->attn.skv, (long long)g->attn.d);
+            if (g->attn.lse != KF_NONE)
+                fprintf(out, "  log-sum-exp of the scores written too: %%%u (m + log l a row)\n",
+                        g->attn.lse);
             double per_head, saved = attn_bytes_saved(plan, g, &per_head);
             fputs("  scores on chip: ", out);
             put_bytes(out, saved);
@@ -306,6 +309,10 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
             json_num(out, saved);
             fputs(", \"bytes_saved_per_head\": ", out);
             json_num(out, per_head);
+            if (g->attn.lse != KF_NONE)
+                fprintf(out, ", \"lse\": %u", g->attn.lse);
+            else
+                fputs(", \"lse\": null", out);
             fputc('}', out);
         }
         if (g->row.present) {

@@ -402,8 +402,11 @@ KF_API kf_tensor *kf_reduce_min(kf_graph *g, kf_tensor *x, int axis, int keepdim
  * above; computed as m + log(sum(exp(x - m))) with m the row's maximum, so no
  * exp overflows: a row whose maximum is +inf or -inf (every element -inf)
  * gives that maximum, a NaN anywhere gives NaN. The log-sum-exp of attention
- * scores is what a backward pass keeps beside the output. The CPU target only
- * for now: compiling it for CUDA is KF_ERR_UNSUPPORTED. */
+ * scores is what a backward pass keeps beside the output: written over the
+ * keys of a softmax's input that feeds an attention (of the scores, or of
+ * their cast to f32), it is a second output of the attention kernel (README,
+ * "The log-sum-exp of attention"). On CUDA over the last axis only: over
+ * another axis compiling it for CUDA is KF_ERR_UNSUPPORTED. */
 KF_API kf_tensor *kf_logsumexp(kf_graph *g, kf_tensor *x, int axis, int keepdim);
 /* The i32 index along `axis` of the first maximum (of the first NaN, if the
  * row has one), like torch.argmax; float dtypes and i32; keepdim as above.

@@ -8,6 +8,17 @@
 # attention cases of bench/gpu_bench (and their peers).
 #
 #   scripts/gpu_attention.sh [--commit SHA] [--bench] [--no-tests]
+#       [--filter PAT[,PAT...]] [--modes auto[,fa2]] [--sanitizer memcheck[,racecheck]]
+#       [--cases A,B] [--no-torch-compile] [--ab-define NAME=VALUE]
+#
+# --filter: the test_cuda_exec tests to run (cmocka wildcards, one run each;
+# default *attention*); --modes: the --attention modes the examples run in
+# (default auto,fa2); --sanitizer: the compute-sanitizer tools (default both);
+# --cases, --no-torch-compile: passed to gpu_bench (and its peers);
+# --ab-define (repeatable): also builds gpu_bench with -DNAME=VALUE (a
+# build-time switch kept for measuring, e.g. KF_SM90_QBUF=1) in build-gpu-abN/
+# and benches the same cases without peers, so both kernels are timed on the
+# same machine (bench_attn_abN.json).
 #
 # Logs go to $OUT (default build-gpu/out); the last lines are a summary; exit 1
 # on any failure. scripts/gpu_check.sh remains the whole check.
@@ -16,11 +27,23 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 commit=unknown
 bench=0
 tests=1
+filters="*attention*"
+modes="auto,fa2"
+tools="memcheck,racecheck"
+cases=()
+nocompile=()
+abdefs=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --commit) commit="$2"; shift 2 ;;
     --bench) bench=1; shift ;;
     --no-tests) tests=0; shift ;;
+    --filter) filters="$2"; shift 2 ;;
+    --modes) modes="$2"; shift 2 ;;
+    --sanitizer) tools="$2"; shift 2 ;;
+    --cases) cases=(--cases "$2"); shift 2 ;;
+    --no-torch-compile) nocompile=(--no-torch-compile); shift ;;
+    --ab-define) abdefs+=("$2"); shift 2 ;;
     *) echo "gpu_attention.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -48,17 +71,22 @@ note "build: ok ($(nvidia-smi --query-gpu=name,driver_version --format=csv,nohea
 export KF_SOURCE_DIR="$PWD"
 
 if [ $tests -eq 1 ]; then
-    if KF_TEST_FILTER='*attention*' build-gpu/tests/test_cuda_exec >"$out/attn_tests.log" 2>&1 &&
-        ! grep -q SKIPPED "$out/attn_tests.log"; then
-        note "attention GPU tests: $(grep -c '^\[       OK \]' "$out/attn_tests.log") passed"
-    else
-        fail=1
-        grep -E "FAILED|error|exceeds|SKIPPED" "$out/attn_tests.log" | head -20
-        note "attention GPU tests: FAILED (attn_tests.log)"
-    fi
+    : >"$out/attn_tests.log"
+    IFS=, read -ra pats <<<"$filters"
+    for pat in "${pats[@]}"; do
+        if KF_TEST_FILTER="$pat" build-gpu/tests/test_cuda_exec >>"$out/attn_tests.log" 2>&1 &&
+            ! grep -q SKIPPED "$out/attn_tests.log"; then
+            note "GPU tests $pat: ok ($(grep -c '^\[       OK \]' "$out/attn_tests.log") so far)"
+        else
+            fail=1
+            grep -E "FAILED|error|exceeds|SKIPPED" "$out/attn_tests.log" | head -20
+            note "GPU tests $pat: FAILED (attn_tests.log)"
+        fi
+    done
     n_ok=0
     n_all=0
-    for mode in auto fa2; do
+    IFS=, read -ra mlist <<<"$modes"
+    for mode in "${mlist[@]}"; do
         for f in examples/*.kfg examples/patterns/attention_*.kfg; do
             n_all=$((n_all + 1))
             if build-gpu/kfuse run "$f" --target cuda --check --report --attention $mode \
@@ -98,11 +126,15 @@ t2 = mul(qk2, sc2)
 p2 = softmax(t2)
 o2 = matmul(p2, v2)
 output o2
+l32 = cast(s1, f32)
+lse = logsumexp(l32, axis=-1)
+output lse
 KFG
+        IFS=, read -ra tlist <<<"$tools"
         for mode in fa2 sm90; do
             want="fused attention (sm_80 mma.sync kernel)"
             [ $mode = sm90 ] && want="fused attention (sm_90a wgmma/TMA kernel)"
-            for tool in memcheck racecheck; do
+            for tool in "${tlist[@]}"; do
                 log="$out/sanitize_attn_${mode}_$tool.log"
                 if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$g" \
                     --target cuda --check --report --attention $mode >"$log" 2>&1 &&
@@ -121,7 +153,7 @@ KFG
 fi
 if [ $bench -eq 1 ]; then
     if build-gpu/gpu_bench --attention --commit "$commit" --out "$out/bench_attn.json" \
-        >"$out/bench_attn.log" 2>&1; then
+        "${cases[@]}" "${nocompile[@]}" >"$out/bench_attn.log" 2>&1; then
         note "bench: $out/bench_attn.json"
     else
         fail=1
@@ -129,6 +161,24 @@ if [ $bench -eq 1 ]; then
     fi
     grep -vE "^peers: " "$out/bench_attn.log" | tail -30
 fi
+n_ab=0
+for abdef in "${abdefs[@]}"; do
+    [ $bench -eq 1 ] || break
+    n_ab=$((n_ab + 1))
+    if { cmake -S . -B build-gpu-ab$n_ab -DCMAKE_BUILD_TYPE=Release -DKF_BUILD_BENCH=ON \
+        -DKF_BUILD_TESTS=OFF -DKF_BENCH_COMMIT="$commit-$abdef" -DCMAKE_C_FLAGS="-D$abdef" &&
+        cmake --build build-gpu-ab$n_ab --parallel "$jobs" --target gpu_bench; } \
+        >"$out/build_ab$n_ab.log" 2>&1 &&
+        build-gpu-ab$n_ab/gpu_bench --attention --no-peers --commit "$commit-$abdef" \
+            --out "$out/bench_attn_ab$n_ab.json" "${cases[@]}" >"$out/bench_ab$n_ab.log" 2>&1; then
+        note "bench with -D$abdef: $out/bench_attn_ab$n_ab.json"
+        grep -E "^attn_" "$out/bench_ab$n_ab.log" | tail -12
+    else
+        fail=1
+        tail -20 "$out/build_ab$n_ab.log" "$out/bench_ab$n_ab.log" 2>/dev/null
+        note "bench with -D$abdef: FAILED"
+    fi
+done
 echo "== summary"
 printf '%s\n' "${summary[@]}"
 exit $fail

@@ -10,8 +10,13 @@
  *
  *   warpgroup 0, the producer (40 registers): one thread walks the block's
  *     work items (query tile of KF_BR = 128 rows x one batch-head) and for
- *     each loads the Q tile (after both consumers said they are done with
- *     the previous one: kf_qempty), then for each key tile the item sees,
+ *     each loads the Q tile into the next of KF_QBUF (2) Q buffers (after
+ *     both consumers said they are done with that buffer's last item:
+ *     kf_qempty; with one buffer the next item's Q could only be asked for
+ *     once the slower consumer's last Q.K^T was done, and its TMA latency
+ *     then fell between the items, where the faster consumer waited for it
+ *     and the other consumer for the faster one's turn: at S = 1024 an item
+ *     sees 4.5 key tiles on average), then for each key tile the item sees,
  *     waits for a free stage of the K/V ring (kf_empty), and loads K into it
  *     (kf_fullk) and V (kf_fullv) -- separate barriers, so Q.K^T starts
  *     before V has landed. Boxes are {64 head-dim values, rows} with the
@@ -59,7 +64,8 @@
  * loads the next item's Q and first K/V tiles while the consumers finish the
  * last one). Units are head-major, so the blocks in flight share a few
  * heads' K and V in L2. The stage index and its parity run on across items
- * on both sides; the Q barrier's parity is the item's count.
+ * on both sides; item n takes Q buffer n % KF_QBUF, whose barriers' parity
+ * is (n / KF_QBUF) & 1.
  *
  * Block-sparse keep maps (KF_MASK_SKIP 3): producer and consumers walk the
  * same kept key tiles (kf_bs_next, generated, reading the map), so the ring's
@@ -69,7 +75,7 @@
  * All-masked rows: m stays -inf, p = 0, l = 0, the row is 0/0 = NaN: the
  * reference's softmax of a row of -inf.
  *
- * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_SQ,
+ * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_QBUF, KF_SQ,
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_wgmma_qk0 / qk(s,
@@ -110,6 +116,26 @@ __device__ __forceinline__ unsigned kf_pack2(float lo, float hi) {
     return r;
 }
 
+/* The wgmma descriptor of base + off (off a multiple of 16 bytes, base + off
+ * inside shared memory): with KF_DESC_ADD (a generator switch, for
+ * measuring) the tile's descriptor d0 = kf_hp_desc(base) plus off / 16 --
+ * the same bits, since the address field is the byte address / 16 in the
+ * low 14 bits and base + off < 256 KiB never carries out of it -- one add
+ * where kf_hp_desc masks, shifts and ORs again: the loop's uniform-datapath
+ * work (about 90 instructions a thread and key tile beside 12 HGMMA at head
+ * dim 64) takes issue slots the consumers' softmax needs. */
+__device__ __forceinline__ unsigned long long kf_desc_at(unsigned long long d0, unsigned base,
+                                                         unsigned off, unsigned lbo) {
+#if KF_DESC_ADD
+    (void)base;
+    (void)lbo;
+    return d0 + (off >> 4);
+#else
+    (void)d0;
+    return kf_hp_desc(base + off, lbo, 1024u);
+#endif
+}
+
 /* Item h (0: the longer, 1: the shorter) of unit u: its batch-head and query
  * tile; false when the unit has no item h (the middle tile of an odd NQT). */
 __device__ __forceinline__ bool kf_unit_item(long long u, int h, long long &bh, int &qt) {
@@ -124,19 +150,19 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const __grid_constant__ kf_tmap tv, KF_PARAMS) {
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_fullk[KF_STAGES], kf_fullv[KF_STAGES],
-        kf_emptyk[KF_STAGES], kf_emptyv[KF_STAGES], kf_qfull, kf_qempty;
+        kf_emptyk[KF_STAGES], kf_emptyv[KF_STAGES], kf_qfull[KF_QBUF], kf_qempty[KF_QBUF];
     KF_SETUP();
     /* Q, then the ring, from the first 1024-byte boundary (where the
      * swizzle pattern starts over); launch.shared_bytes has the 1024. */
     const unsigned raw = (unsigned)__cvta_generic_to_shared(kf_dsmem);
     const unsigned sq = (raw + 1023u) & ~1023u;
-    const unsigned ring = sq + KF_Q_BYTES;
+    const unsigned ring = sq + KF_QBUF * KF_Q_BYTES;
     const unsigned fk0 = (unsigned)__cvta_generic_to_shared(&kf_fullk[0]);
     const unsigned fv0 = (unsigned)__cvta_generic_to_shared(&kf_fullv[0]);
     const unsigned ek0 = (unsigned)__cvta_generic_to_shared(&kf_emptyk[0]);
     const unsigned ev0 = (unsigned)__cvta_generic_to_shared(&kf_emptyv[0]);
-    const unsigned qf = (unsigned)__cvta_generic_to_shared(&kf_qfull);
-    const unsigned qe = (unsigned)__cvta_generic_to_shared(&kf_qempty);
+    const unsigned qf0 = (unsigned)__cvta_generic_to_shared(&kf_qfull[0]);
+    const unsigned qe0 = (unsigned)__cvta_generic_to_shared(&kf_qempty[0]);
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         for (int s = 0; s < KF_STAGES; s++) {
@@ -145,8 +171,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             kf_hp_init(ek0 + 8 * s, KF_EMPTY_ARRIVALS);
             kf_hp_init(ev0 + 8 * s, KF_EMPTY_ARRIVALS);
         }
-        kf_hp_init(qf, 1);
-        kf_hp_init(qe, KF_EMPTY_ARRIVALS);
+        for (int b = 0; b < KF_QBUF; b++) {
+            kf_hp_init(qf0 + 8 * b, 1);
+            kf_hp_init(qe0 + 8 * b, KF_EMPTY_ARRIVALS);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tq) : "memory");
@@ -159,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(KF_PRODUCER_REGS) : "memory");
         if (threadIdx.x == 0) {
             int s = 0;
-            unsigned ph = 0, qph = 0;
+            unsigned ph = 0, nq = 0;
             for (int t = 0;; t++) {
                 const long long u = blockIdx.x + (long long)(t >> 1) * gridDim.x;
                 if (u >= KF_UNITS)
@@ -177,12 +205,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 kv_lo = max(0, q0 - KF_WINDOW + 1);
 #endif
                 const int t_lo = kv_lo / KF_BC, t_hi = (kv_hi + KF_BC - 1) / KF_BC;
-                kf_hp_wait(qe, qph ^ 1u);
+                /* Q buffer nq % KF_QBUF, its (nq / KF_QBUF)-th use */
+                const unsigned qbuf = nq % KF_QBUF, qph = (nq / KF_QBUF) & 1u;
+                const unsigned qf = qf0 + 8 * qbuf;
+                kf_hp_wait(qe0 + 8 * qbuf, qph ^ 1u);
                 kf_hp_expect(qf, KF_Q_BYTES);
 #pragma unroll
                 for (int c = 0; c < KF_CHUNKS; c++)
-                    kf_tma_q(sq + c * (KF_BR * 128), &tq, 64 * c, q0, bh, qf);
-                qph ^= 1u;
+                    kf_tma_q(sq + qbuf * KF_Q_BYTES + c * (KF_BR * 128), &tq, 64 * c, q0, bh, qf);
+                nq++;
                 const bool bs_dense = kf_bs_dense(bh, q0, KF_ARGS);
                 for (int j = kf_bs_next(bh, q0, bs_dense, t_lo, t_hi, KF_ARGS); j < t_hi;
                      j = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS)) {
@@ -210,7 +241,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const int g4 = lane >> 2, t4 = lane & 3;
         const bool al_o = kf_aligned(KF_O, 4);
         int s = 0;
-        unsigned ph = 0, qph = 0;
+        unsigned ph = 0, nq = 0;
         if (cw == 1) /* consumer 0's first turn */
             asm volatile("bar.arrive 1, 256;" ::: "memory");
         for (int t = 0;; t++) {
@@ -251,9 +282,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             unsigned pa[KF_BC / 16][4];
             int sp = 0;       /* the stage of the previous tile (its V) */
             unsigned php = 0; /* and its parity */
-            kf_hp_wait(qf, qph);
-            qph ^= 1u;
-            const unsigned qbase = sq + cw * 8192u;
+            const unsigned qbuf = nq % KF_QBUF;
+            const unsigned qe = qe0 + 8 * qbuf;
+            kf_hp_wait(qf0 + 8 * qbuf, (nq / KF_QBUF) & 1u);
+            nq++;
+            const unsigned qbase = sq + qbuf * KF_Q_BYTES + cw * 8192u;
+            const unsigned long long dq0 = kf_hp_desc(qbase, 16u, 1024u);
             if (j0 >= t_hi && lane == 0)
                 kf_hp_arrive(qe);
             float sc[KF_BC / 2];
@@ -386,6 +420,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             if (j0 < t_hi) {
                 const int j = j0, jn = j1;
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
                 kf_hp_wait(fk0 + 8 * s, ph);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -394,11 +429,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
                     const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
                     if (kk == 0)
-                        kf_wgmma_qk0(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                     kf_hp_desc(kb + offk, 16u, 1024u));
+                        kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                     kf_desc_at(dk0, kb, offk, 16u));
                     else
-                        kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                    kf_hp_desc(kb + offk, 16u, 1024u));
+                        kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                    kf_desc_at(dk0, kb, offk, 16u));
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* the other consumer's turn (consumer 1 leaves out its last) */
@@ -410,7 +445,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int j = j1, jn; j < t_hi; j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
                 const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
                 kf_hp_wait(fk0 + 8 * s, ph);
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
@@ -421,17 +458,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
                     const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
                     if (kk == 0)
-                        kf_wgmma_qk0(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                     kf_hp_desc(kb + offk, 16u, 1024u));
+                        kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                     kf_desc_at(dk0, kb, offk, 16u));
                     else
-                        kf_wgmma_qk(sc, kf_hp_desc(qbase + off, 16u, 1024u),
-                                    kf_hp_desc(kb + offk, 16u, 1024u));
+                        kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                    kf_desc_at(dk0, kb, offk, 16u));
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* O += P . V(j - 1), a second group */
 #pragma unroll
                 for (int kk = 0; kk < KF_BC / 16; kk++)
-                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
+                    kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
@@ -441,11 +478,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* O += P . V(last), outside the turns */
             if (j0 < t_hi) {
                 const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
                 for (int kk = 0; kk < KF_BC / 16; kk++)
-                    kf_wgmma_pv(o, pa[kk], kf_hp_desc(vbp + kk * 2048u, KF_BC * 128u, 1024u));
+                    kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
                 if (lane == 0)
@@ -459,6 +497,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
             }
             const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+
+#ifdef KF_LSE
+            /* The log-sum-exp of the row's scores, m + log l (m itself where
+             * m = +-inf, as the logsumexp op defines it): one lane of the quad. */
+            if (t4 == 0) {
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int q = qr + 8 * r;
+                    if (q < KF_SQ)
+                        kf_pack(KF_LSE + (bh * KF_SQ + q),
+                                fabsf(m[r]) == KF_INF ? m[r] : m[r] + logf(l[r]));
+                }
+            }
+#endif
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int q = qr + 8 * r;

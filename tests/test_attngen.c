@@ -259,6 +259,80 @@ static void test_attention_modes_give_the_kernels_they_name(void **state) {
         KF_CUDA_RECIPE_UNFUSED_ATTENTION);
 }
 
+/* The log-sum-exp as a second output (item 7 of issue 14): a logsumexp of
+ * the scores over the keys, of the scores themselves or of their cast to
+ * f32, joins the attention group (its plan writes O and lse, the plan check
+ * passes); the sm_90a kernel (HGMMA, UTMALDG, no spills) and the FA2 kernel
+ * for sm_80 write it, each with an lse parameter; a short query takes the
+ * FA2 kernel rather than the decode kernels, which write O alone; the
+ * unfused path, which writes O alone, refuses the group and says why. */
+static void test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels(void **state) {
+    (void)state;
+    static const struct {
+        const char *graph;
+        int sq;
+    } lse_cases[] = {
+        {"kfg 1\nq = input(bf16[1, 3, 200, 64])\nk = input(bf16[1, 3, 200, 64])\n"
+         "v = input(bf16[1, 3, 200, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+         "sc = const(bf16[], 0.125)\ns0 = mul(qk, sc)\nrow = iota(i32[200, 200], axis=0)\n"
+         "col = iota(i32[200, 200], axis=1)\nkeep = ge(row, col)\nninf = const(bf16[], -inf)\n"
+         "s1 = where(keep, s0, ninf)\np = softmax(s1)\no = matmul(p, v)\n"
+         "s32 = cast(s1, f32)\nlse = logsumexp(s32, axis=-1)\noutput o\noutput lse\n",
+         200},
+        {"kfg 1\nq = input(f16[2, 2, 4, 128])\nk = input(f16[2, 2, 333, 128])\n"
+         "v = input(f16[2, 2, 333, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+         "sc = const(f16[], 0.08838834764)\ns1 = mul(qk, sc)\np = softmax(s1)\n"
+         "o = matmul(p, v)\nlse = logsumexp(s1, axis=-1, keepdim=true)\noutput lse\n"
+         "output o\n",
+         4},
+    };
+    for (size_t i = 0; i < sizeof lse_cases / sizeof lse_cases[0]; i++) {
+        planned p;
+        plan_text(lse_cases[i].graph, &p);
+        const kf_group *g = NULL;
+        for (uint32_t gi = 0; gi < p.plan->n_groups; gi++)
+            if (p.plan->groups[gi].kind == KF_GROUP_ATTENTION)
+                g = &p.plan->groups[gi];
+        assert_non_null(g);
+        assert_int_equal(p.plan->n_groups, 1);
+        assert_int_not_equal(g->attn.lse, KF_NONE);
+        assert_int_equal(p.plan->graph->nodes[g->attn.lse]->op, KF_OP_LOGSUMEXP);
+        assert_int_equal(g->n_writes, 2);
+        assert_int_equal(kf_plan_check(p.plan, 7, NULL), KF_OK);
+        /* sm_90a: its own kernel (a decode-length query too), writing lse */
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        const kf_cuda_recipe *rc = attn_recipe(p.plan, r0);
+        if (!strstr(rc->variants[0].how, "fused attention (sm_90a wgmma/TMA kernel)"))
+            fail_msg("case %zu, sm_90a: %s", i, rc->variants[0].how);
+        const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+        assert_non_null(strstr(k->source, "#define KF_LSE p"));
+        assert_int_equal(k->n_params, 5);
+        kf_sass_check_hopper(&MEM, k);
+        /* sm_80: the FA2 kernel, never the decode kernels */
+        kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, NULL, "sm_80", 0);
+        rc = attn_recipe(p.plan, r1);
+        if (!strstr(rc->variants[0].how, "fused attention (sm_80 mma.sync kernel)"))
+            fail_msg("case %zu, sm_80: %s", i, rc->variants[0].how);
+        k = &rc->steps[0].kernel->kernel;
+        assert_non_null(strstr(k->source, "#define KF_LSE p"));
+        kf_sass_check_ampere(&MEM, k);
+        /* unfused: refused, with the reason */
+        kf_cuda_target t;
+        assert_int_equal(kf_cuda_target_for_device("h100", &t), KF_OK);
+        t.flags = KF_CUDA_RECIPE_UNFUSED_ATTENTION;
+        kf_cuda_recipes *r2 = NULL;
+        char err[KF_MSG_MAX] = "";
+        assert_int_equal(kf_cuda_recipes_create(p.plan, &t, &MEM, &r2, err), KF_ERR_UNSUPPORTED);
+        assert_null(r2);
+        if (!strstr(err, "log-sum-exp") || !strstr(err, "KF_FLAG_UNFUSED_ATTENTION"))
+            fail_msg("case %zu, unfused: %s", i, err);
+        fprintf(stderr, "  lse case %zu (sq %d): ok\n", i, lse_cases[i].sq);
+        kf_cuda_recipes_destroy(r0);
+        kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
 static void test_sm90_attention_source_is_deterministic(void **state) {
     (void)state;
     char text[4096];
@@ -282,6 +356,7 @@ int main(void) {
         cmocka_unit_test(test_attention_modes_give_the_kernels_they_name),
         cmocka_unit_test(test_sm90_attention_source_is_deterministic),
         cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
+        cmocka_unit_test(test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels),
     };
     return kf_test_run(tests);
 }

@@ -1033,14 +1033,22 @@ static void test_attention_with_every_mask_class(void **state) {
     for (size_t di = 0; di < 4; di++) {
         const char *dn = kf_dtype_name(fl[di]);
         for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; mi++) {
-            for (int gqa = 0; gqa < 2; gqa++) {
+            /* without GQA, with it, and each with the scores' log-sum-exp as
+             * a second output of the attention group (of the scores; of
+             * their cast to f32) */
+            for (int var = 0; var < 4; var++) {
+                const int gqa = var & 1;
+                static const char *const lse[] = {
+                    "", "", "lse = logsumexp(m, axis=-1)\noutput lse\n",
+                    "m32 = cast(m, f32)\nlse = logsumexp(m32, axis=-1, keepdim=true)\n"
+                    "output lse\n"};
                 char mask[900], text[1800];
                 snprintf(mask, sizeof mask, masks[mi], dn);
                 snprintf(text, sizeof text,
                          "kfg 1\nq = input(%s[2, 4, 37, 16])\nkm = input(%s[2, %d, 37, 16])\n"
                          "v = input(%s[2, %d, 37, 24])\ns = matmul(q, km, transpose_b=true)\n"
-                         "sc = const(%s[], 0.25)\n%sp = softmax(m)\no = matmul(p, v)\noutput o\n",
-                         dn, dn, gqa ? 1 : 4, dn, gqa ? 1 : 4, dn, mask);
+                         "sc = const(%s[], 0.25)\n%sp = softmax(m)\no = matmul(p, v)\noutput o\n%s",
+                         dn, dn, gqa ? 1 : 4, dn, gqa ? 1 : 4, dn, mask, lse[var]);
                 bad += !check_text(ctx, text, &r);
             }
         }

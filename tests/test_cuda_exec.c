@@ -1132,6 +1132,80 @@ static void test_sm90_attention_matches_the_reference(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* The scores' log-sum-exp as a second output of the fused kernels (the
+ * planner puts the logsumexp into the attention group): every fused case,
+ * in bf16 with the log-sum-exp of the scores cast to f32 (what a backward
+ * pass keeps) and in f16 with it in f16 (keepdim), through the sm_90a kernel
+ * (the default on sm_90) and, for a third of them, the FA2 kernel; both
+ * outputs against the reference, poisoned first. A decode-length query (4
+ * rows) takes the fused kernel, not the decode kernels, which write O alone. */
+static void test_fused_attention_writes_the_scores_log_sum_exp(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const kf_attention_mode modes[] = {KF_ATTENTION_SM90, KF_ATTENTION_FA2};
+    static const char *const kernel[] = {"fused attention (sm_90a wgmma/TMA kernel)",
+                                         "fused attention (sm_80 mma.sync kernel)"};
+    for (size_t m = 0; m < N_OF(modes); m++) {
+        kf_ctx *ctx = attn_ctx(modes[m]);
+        for (size_t i = 0; i < N_OF(fused_cases) + 1; i++) {
+            const bool dec = i == N_OF(fused_cases);
+            if (m == 1 && !dec && i % 3 != 0)
+                continue; /* FA2: a third of the cases (the lse store is the same code) */
+            const char *name = dec ? "decode length: 4 queries, 300 keys, head dim 128"
+                                   : fused_cases[i].name;
+            const char *body =
+                dec ? "q = input($[2, 4, 4, 128])\nk = input($[2, 4, 300, 128])\n"
+                      "v = input($[2, 4, 300, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+                      "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n"
+                    : fused_cases[i].body;
+            const bool f16 = i % 2 == 1;
+            char text[4096];
+            fused_text(body, f16 ? "f16" : "bf16", text, sizeof text);
+            strncat(text,
+                    f16 ? "lse = logsumexp(s1, axis=-1, keepdim=true)\noutput lse\n"
+                        : "s32 = cast(s1, f32)\nlse = logsumexp(s32, axis=-1)\noutput lse\n",
+                    sizeof text - strlen(text) - 1);
+            kf_graph *g = NULL;
+            if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
+                fail_msg("%s: parse: %s\n%s", name, kf_graph_error(g), text);
+            char label[200], has[200];
+            snprintf(label, sizeof label, "attention + lse (%s): %s [%s]",
+                     m == 0 ? "sm90" : "fa2", name, f16 ? "f16" : "bf16");
+            snprintf(has, sizeof has, "%s|log-sum-exp of the scores written too", kernel[m]);
+            run_opts o = {.lo = -2,
+                          .hi = 2,
+                          .report_has = m == 1 ? has : "log-sum-exp of the scores written too",
+                          .report_has_sm90 = has,
+                          .ctx = ctx};
+            run_and_compare(g, 1700 + 40 * m + i, &o, label);
+            fprintf(stderr, "  %s: ok\n", label);
+            kf_graph_destroy(g);
+        }
+        kf_ctx_destroy(ctx);
+    }
+}
+
+/* logsumexp over the last axis as a row kernel of its own (the softmax's
+ * statistics), with a prologue and an epilogue, in every float dtype, ragged
+ * rows; a row of -inf gives -inf and a row holding +inf gives +inf (the
+ * op's definition: the maximum itself where it is +-inf). */
+static void test_logsumexp_rows_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -3, .hi = 3, .report_has = "logsumexp"};
+        run_text("kfg 1\nx = input(%s[37, 300])\nsc = const(%s[], 3)\nxs = mul(x, sc)\n"
+                 "ri = iota(i32[37, 300], axis=0)\nci = iota(i32[37, 300], axis=1)\n"
+                 "c1000 = const(i32[], 1000)\nkk = mul(ri, c1000)\nkey = add(kk, ci)\n"
+                 "r3 = const(i32[], 3)\nisr3 = eq(ri, r3)\nninf = const(%s[], -inf)\n"
+                 "x1 = where(isr3, ninf, xs)\nk5 = const(i32[], 5007)\nis5 = eq(key, k5)\n"
+                 "pinf = const(%s[], inf)\nx2 = where(is5, pinf, x1)\n"
+                 "lse = logsumexp(x2, axis=-1, keepdim=true)\ny = mul(lse, sc)\noutput y\n"
+                 "z = input(%s[3, 5, 2049])\nlz = logsumexp(z, axis=2)\noutput lz\n",
+                 float_dtypes[d], 1790, &o, "logsumexp rows (-inf, +inf rows)");
+    }
+}
+
 /* Decode shapes: few query rows (1, 3, 4, 16) against a K/V whose length is
  * no multiple of the 64-key tile, split over many chunks (a small batch:
  * up to 65 splits), GQA 4:1 and 32:8 through a broadcast head axis (one a
@@ -2221,6 +2295,8 @@ int main(void) {
         cmocka_unit_test(test_fused_attention_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_matches_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
+        cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
+        cmocka_unit_test(test_logsumexp_rows_match_the_reference),
         cmocka_unit_test(test_decode_attention_takes_long_queries_too),
         cmocka_unit_test(test_decode_attention_is_the_default_for_short_queries),
         cmocka_unit_test(test_fused_attention_falls_back_and_says_why),

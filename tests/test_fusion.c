@@ -691,6 +691,49 @@ static void test_log_softmax_between_matmuls_is_not_attention(void **state) {
     assert_int_equal(group_of(p, o)->kind, KF_GROUP_GEMM);
 }
 
+/* The scores' log-sum-exp over the keys (of the scores; of their cast to
+ * f32, used once) joins the attention group as its second write, and the
+ * plan checks; a logsumexp over the query axis, or one whose cast is also an
+ * output, is no second output: the scores then have a use the group cannot
+ * keep, and the softmax is no attention's P. */
+static void test_attention_takes_the_log_sum_exp_of_its_scores_as_a_second_output(void **state) {
+    fixture *f = *state;
+    for (int var = 0; var < 4; var++) {
+        kf_graph *g = NULL;
+        assert_int_equal(kf_graph_create(f->ctx, &g), KF_OK);
+        const int64_t hsd[] = {2, 8, 16};
+        kf_tensor *q = kf_input(g, "q", KF_DTYPE_BF16, 3, hsd),
+                  *k = kf_input(g, "k", KF_DTYPE_BF16, 3, hsd),
+                  *v = kf_input(g, "v", KF_DTYPE_BF16, 3, hsd);
+        kf_tensor *s = kf_mul(g, kf_matmul(g, q, k, 0, 1), kf_scalar(g, KF_DTYPE_BF16, 0.25));
+        kf_tensor *o = kf_matmul(g, kf_softmax(g, s, -1), v, 0, 0);
+        kf_tensor *x = var == 0 || var == 2 ? s : kf_cast(g, s, KF_DTYPE_F32);
+        kf_tensor *lse = kf_logsumexp(g, x, var == 2 ? 1 : 2, 0);
+        kf_output(g, "o", o);
+        kf_output(g, "lse", lse);
+        if (var == 3)
+            kf_output(g, "s32", x);
+        assert_int_equal(kf_graph_status(g), KF_OK);
+        kf_plan *p = NULL;
+        assert_int_equal(kf_plan_create(g, NULL, &p), KF_OK);
+        assert_int_equal(kf_plan_check(p, kf_test_seed(), NULL), KF_OK);
+        const kf_group *ga = NULL;
+        for (uint32_t i = 0; i < p->n_groups; i++)
+            if (p->groups[i].kind == KF_GROUP_ATTENTION)
+                ga = &p->groups[i];
+        if (var < 2) {
+            assert_non_null(ga);
+            assert_int_equal(kf_plan_kernel_count(p), 1);
+            assert_int_equal(ga->attn.lse, lse->id);
+            assert_int_equal(ga->n_writes, 2);
+        } else {
+            assert_null(ga);
+        }
+        kf_plan_destroy(p);
+        kf_graph_destroy(g);
+    }
+}
+
 static void test_attention_without_mask_is_one_kernel_with_no_mask(void **state) {
     const kf_group *g = plan_attention(*state, ATTN_PLAIN);
     assert_int_equal(g->attn.mask, KF_MASK_NONE);
@@ -1467,6 +1510,7 @@ int main(void) {
         T(test_elementwise_chain_fuses_across_broadcasts_and_casts),
         T(test_value_used_twice_inside_one_group_is_one_shared_node),
         T(test_rowwise_ops_take_elementwise_prologue_and_epilogue),
+        T(test_attention_takes_the_log_sum_exp_of_its_scores_as_a_second_output),
         T(test_attention_without_mask_is_one_kernel_with_no_mask),
         T(test_causal_attention_from_primitives_is_one_kernel_with_causal_mask),
         T(test_softcap_attention_keeps_tanh_in_score_expression),

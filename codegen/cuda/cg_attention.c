@@ -59,13 +59,35 @@
 _Static_assert(ATTN_BR == 64 || ATTN_BR == 128, "64 or 128 query rows a block");
 
 /* The sm_90a kernel: 128 query rows (two consumers of 64) x 128 keys a tile;
- * a ring of 3 K/V stages for head dim 64 (48 + 96 KiB), 2 for 128 (32 + 128
- * KiB), as FlashAttention-3 sizes its own for these head dims. */
+ * a ring of 3 K/V stages for head dim 64 (two Q buffers of 16 KiB + 96 KiB),
+ * 2 for 128 (2 x 32 + 128 KiB: 193 KiB of the 227 an SM gives a block), as
+ * FlashAttention-3 sizes its own ring for these head dims. */
 #define SM90_BR 128
 #define SM90_BC 128
-static uint32_t sm90_stages(int64_t d) { return d == 64 ? 3u : 2u; }
+/* Q buffers: 2, so that the next item's Q lands while the block still runs
+ * the last one (templates/attention_sm90.cuh). KF_SM90_QBUF (a build-time
+ * define, for measuring) may set 1, the kernel before 2 buffers. */
+#ifndef KF_SM90_QBUF
+#define KF_SM90_QBUF 2
+#endif
+_Static_assert(KF_SM90_QBUF == 1 || KF_SM90_QBUF == 2, "one or two Q buffers");
+/* KF_SM90_STAGES_D64 (build-time, for measuring): the ring's stages at head
+ * dim 64 (3; at 128, two Q buffers leave room for 2). */
+#ifndef KF_SM90_STAGES_D64
+#define KF_SM90_STAGES_D64 3
+#endif
+_Static_assert(KF_SM90_STAGES_D64 >= 2 && KF_SM90_STAGES_D64 <= 6, "2 to 6 stages at head dim 64");
+static uint32_t sm90_stages(int64_t d) { return d == 64 ? KF_SM90_STAGES_D64 : 2u; }
+/* KF_SM90_DESC_ADD (build-time, for measuring; 0 until its GPU numerics have
+ * run): the kernel's wgmma descriptors as one per tile plus each step's
+ * offset (templates/attention_sm90.cuh, kf_desc_at) -- the same bits, fewer
+ * uniform instructions a key tile. */
+#ifndef KF_SM90_DESC_ADD
+#define KF_SM90_DESC_ADD 0
+#endif
 static uint32_t sm90_smem(int64_t d) {
-    return 1024u + (uint32_t)(SM90_BR * d * 2) + sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
+    return 1024u + KF_SM90_QBUF * (uint32_t)(SM90_BR * d * 2) +
+           sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
 }
 
 
@@ -137,8 +159,11 @@ static const char *unsupported(const kf_plan *plan, const kf_group *g, const cha
     if (R < 2 || pv->rank != R || memcmp(pv->dims, g->dims, sizeof(int64_t) * (size_t)(R - 2)))
         return snprintf(why, size, "the output's batch dims differ from the scores'"), why;
     for (uint32_t w = 0; w < g->n_writes; w++)
-        if (g->writes[w] != at->out)
+        if (g->writes[w] != at->out && g->writes[w] != at->lse)
             return snprintf(why, size, "the group writes a tensor besides its output"), why;
+    if (at->lse != KF_NONE && gr->nodes[at->lse]->dtype == KF_DTYPE_F64)
+        return snprintf(why, size, "the log-sum-exp is f64 (the kernels write f32, bf16, f16)"),
+               why;
     /* O is stored as rows of D contiguous elements, two at a time */
     for (int d = 0; d < R - 1; d++)
         if (at->o_strides[d] % 2 != 0 || at->o_strides[R - 1] != 1)
@@ -634,6 +659,11 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     int pk = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[1].base, dt, cg_tensor_bytes(&c, ops[1].base));
     int pvp = cg_param_add(&c, KF_CUDA_PARAM_IN, ops[2].base, dt, cg_tensor_bytes(&c, ops[2].base));
     int po = cg_param_add(&c, KF_CUDA_PARAM_OUT, at->out, dt, cg_tensor_bytes(&c, at->out));
+    /* the log-sum-exp, a row-major row each (templates: KF_LSE) */
+    int pl = at->lse == KF_NONE ? -1
+                                : cg_param_add(&c, KF_CUDA_PARAM_OUT, at->lse,
+                                               gr->nodes[at->lse]->dtype,
+                                               cg_tensor_bytes(&c, at->lse));
     for (uint32_t i = 0; i < c.n; i++)
         if (g->expr[i].kind == KF_EXPR_SCORE)
             snprintf(c.ov[i], OV_MAX, "s");
@@ -662,10 +692,12 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         cg_puts(&c.s, kf_cuda_tpl_hopper);
         cg_printf(&c.s,
                   "\n#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
+                  "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
                   "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
                   "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
                   "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
-                  (long long)at->d, SM90_BR, SM90_BC, sm90_stages(at->d), (long long)at->sq,
+                  (long long)at->d, SM90_BR, SM90_BC, sm90_stages(at->d), KF_SM90_QBUF, KF_SM90_DESC_ADD,
+                  (long long)at->sq,
                   (long long)at->skv, (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16",
                   cg_storage_type(dt), skip, (long long)(skip == 2 ? at->window : 0), po,
                   kf_mask_kind_name(at->mask));
@@ -718,6 +750,8 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n}\n\n");
     }
     emit_o_offset(&c, g);
+    if (pl >= 0)
+        cg_printf(&c.s, "#define KF_LSE p%d /* the scores' log-sum-exp, [.., sq] */\n\n", pl);
 
     st = cg_attn_emit_score_fns(&c, skip != 0);
     if (st != KF_OK)

@@ -74,6 +74,11 @@ static const char *analyze(const kf_plan *plan, uint32_t group, const char *arch
             return snprintf(why, size, "%s is a slice (the decode kernels read no view offset)",
                             names[i]),
                    why;
+    if (at->lse != KF_NONE)
+        return snprintf(why, size,
+                        "the group writes the log-sum-exp of its scores too (the decode kernels "
+                        "write O alone)"),
+               why;
     if (at->out != at->pv)
         return snprintf(why, size,
                         "the group stores its output through a permute (the decode kernels "

@@ -271,12 +271,14 @@ static kf_status build_group(rb *b) {
     snprintf(v->label, sizeof v->label, "%s",
              grp->kind == KF_GROUP_GEMM || grp->kind == KF_GROUP_ATTENTION ? "cublaslt"
                                                                            : "generated");
-    if (grp->row.present && grp->row.op == KF_OP_LOGSUMEXP)
+    /* over the last axis the row kernel (the softmax's statistics) runs it,
+     * checked on a GPU (test_cuda_exec); the column kernel has not run it */
+    if (grp->row.present && grp->row.op == KF_OP_LOGSUMEXP && grp->kind != KF_GROUP_ROWWISE)
         return kf_msg_set(b->err, KF_ERR_UNSUPPORTED,
-                          "group %u (%s): logsumexp has no GPU-checked CUDA kernel yet (its row "
-                          "kernel, the softmax's statistics, compiles but has not run on a GPU); "
-                          "compile this graph for the CPU target (kf_options.target = "
-                          "KF_TARGET_CPU)",
+                          "group %u (%s): logsumexp over an axis that is not the last has no "
+                          "GPU-checked CUDA kernel yet (the column kernel has not run it); "
+                          "take it over the last axis (permute first), or compile this graph "
+                          "for the CPU target (kf_options.target = KF_TARGET_CPU)",
                           b->gi, grp->name);
     switch (grp->kind) {
     case KF_GROUP_VIEW:

@@ -1318,6 +1318,14 @@ kf_status kf_rb_attention(rb *b) {
         return fused_attention(b, sm90, sm90 ? NULL : why90);
     }
 
+    /* The unfused steps write O alone. */
+    if (at->lse != KF_NONE)
+        return kf_msg_set(b->err, KF_ERR_UNSUPPORTED,
+                          "group %u (%s): the attention group also writes the log-sum-exp of its "
+                          "scores (%%%u), which only the fused kernels write, and they do not "
+                          "take it: %s",
+                          b->gi, grp->name, at->lse, why);
+
     /* 1. S = Q . K^T into the scores scratch. */
     gemm_req r;
     memset(&r, 0, sizeof r);

@@ -101,6 +101,7 @@ LLVMValueRef lg_call_intrinsic(lg_mod *m, const char *name, LLVMTypeRef t, LLVMV
                                unsigned n);
 LLVMValueRef lg_fmax_nan(lg_mod *m, LLVMValueRef a, LLVMValueRef b); /* NaN-propagating */
 LLVMValueRef lg_exp(lg_mod *m, LLVMValueRef x);
+LLVMValueRef lg_log(lg_mod *m, LLVMValueRef x);
 LLVMValueRef lg_min_i64(lg_mod *m, LLVMValueRef a, LLVMValueRef b);
 LLVMValueRef lg_max_i64(lg_mod *m, LLVMValueRef a, LLVMValueRef b);
 /* Marks an fadd/fmul as reassociable, so reduction loops vectorize. */

@@ -7,6 +7,8 @@
  *                  m' = max(m, max s); rescale l and acc by exp(m - m')
  *                  p[t] = exp(s[t] - m'); l += sum p; acc += p[t] * V[kv, :]
  *   out[q, :] = acc / l                            (f32; f64 for f64)
+ *   lse[q] = m + log l, or m where m = +-inf       (when the group writes the
+ *                                                   scores' log-sum-exp too)
  *
  * A causal mask bounds the keys at q, a sliding window also below at
  * q - window + 1: those tiles are never visited. The score expression still
@@ -91,7 +93,7 @@ void lg_emit_attention(lg_fn *f) {
         return;
     }
     for (uint32_t w = 0; w < g->n_writes; w++) {
-        if (g->writes[w] != at->out) {
+        if (g->writes[w] != at->out && g->writes[w] != at->lse) {
             lg_fail(m, KF_ERR_UNSUPPORTED,
                     "codegen/llvm: attention group %u writes tensor %u besides its output", g->id,
                     g->writes[w]);
@@ -259,6 +261,18 @@ void lg_emit_attention(lg_fn *f) {
         v = lg_convert(m, v, adt, pv->dtype);
         lg_store_elem(f, pv->dtype, lg_buf(f, at->out), LLVMBuildNSWAdd(B, obase, c, ""), v);
         lg_loop_end(f, &lc);
+    }
+    if (at->lse != KF_NONE) {
+        /* lse[row] = m + log l: the logsumexp's definition (ir/eval.c), m
+         * itself where m = +-inf (l is then 0 or NaN); row-major, so the
+         * row's flat index t */
+        const kf_tensor *lt = gr->nodes[at->lse];
+        LLVMValueRef mv = LLVMBuildLoad2(B, ft, vm, "");
+        LLVMValueRef v = LLVMBuildFAdd(B, mv, lg_log(m, LLVMBuildLoad2(B, ft, vl, "")), "");
+        LLVMValueRef inf = lg_call_intrinsic(m, "llvm.fabs", ft, &mv, 1);
+        v = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOEQ, inf, lg_fconst(ft, INFINITY), ""),
+                            mv, v, "");
+        lg_store_elem(f, lt->dtype, lg_buf(f, at->lse), t, lg_convert(m, v, adt, lt->dtype));
     }
     lg_loop_end(f, &lr);
     lg_point_done(f, &pt);

@@ -224,6 +224,7 @@ static LLVMValueRef libm(lg_mod *m, const char *name, LLVMValueRef *args, unsign
 }
 
 LLVMValueRef lg_exp(lg_mod *m, LLVMValueRef x) { return libm(m, "exp", &x, 1); }
+LLVMValueRef lg_log(lg_mod *m, LLVMValueRef x) { return libm(m, "log", &x, 1); }
 
 LLVMValueRef lg_fmax_nan(lg_mod *m, LLVMValueRef a, LLVMValueRef b) {
     LLVMBuilderRef B = m->B;
