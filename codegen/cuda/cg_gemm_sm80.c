@@ -52,15 +52,16 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
         return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
                                   "group %u (%s): the mma.sync GEMM needs sm_80 or later, not %s",
                                   g->id, g->name, arch));
-    bool tile_ok = (sh->bm == 128 && sh->bn == 128) || (sh->bm == 64 && sh->bn == 64);
+    bool tile_ok = (sh->bm == 128 && sh->bn == 128 && (sh->warps == 4 || sh->warps == 8)) ||
+                   (sh->bm == 64 && sh->bn == 64 && sh->warps == 4);
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || !tile_ok || sh->stages < 2 ||
         sh->stages > 8 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
         sh->batch > 65535 || sh->lda < 1 || sh->ldb < 1 || sh->sa < 0 || sh->sb < 0)
         return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                                   "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
-                                  " batch %" PRId64 ", tile %ux%u, %u stages",
+                                  " batch %" PRId64 ", tile %ux%u on %u warps, %u stages",
                                   g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bm, sh->bn,
-                                  sh->stages));
+                                  sh->warps, sh->stages));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
@@ -91,10 +92,17 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
         return cg_end(&c, st);
     }
 
+    /* Warps 2 x (warps / 2): a 128 x 128 tile on 4 warps of 64 x 64 (128
+     * accumulators a thread; per 16 K values a warp reads 4 KiB of shared
+     * memory for 32 MMAs) or 8 of 64 x 32 (3 KiB for 16 MMAs: at two
+     * blocks an SM, shared-memory reads then take ~3/4 of the MMAs' time
+     * on an A100, 128 bytes a clock against 1024 FMAs). Both fit two blocks
+     * an SM (ptxas, sm_80: 242 registers and no local memory; 128, capped,
+     * and an 8-byte stack frame with a residual epilogue). */
     bool big = sh->bm == 128;
     kf_cuda_kernel *k = c.k;
     k->vec = 1;
-    k->launch.block = big ? 256 : 128;
+    k->launch.block = 32u * sh->warps;
     int64_t tiles = ((sh->m + sh->bm - 1) / sh->bm) * ((sh->n + sh->bn - 1) / sh->bn);
     k->launch.work_items = (uint64_t)tiles;
     k->launch.items_per_block = 1;
@@ -109,7 +117,7 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
               "#define KF_B_KMAJOR %d\n#define KF_LDA %" PRId64 "LL\n#define KF_LDB %" PRId64
               "LL\n#define KF_SA %" PRId64 "LL\n#define KF_SB %" PRId64
               "LL\n#define KF_AB \"%s\"\n",
-              sh->m, sh->n, sh->k, sh->bm, sh->bn, big ? 4u : 2u, sh->stages, big ? 2u : 4u,
+              sh->m, sh->n, sh->k, sh->bm, sh->bn, sh->warps / 2u, sh->stages, big ? 2u : 4u,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->lda, sh->ldb, sh->sa, sh->sb,
               mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16");
     cg_puts(&c.s, "\n");

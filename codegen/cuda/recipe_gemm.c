@@ -644,6 +644,7 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     }
     int64_t tiles128 = ((sh->m + 127) / 128) * ((sh->n + 127) / 128) * sh->batch;
     sh->bm = sh->bn = tiles128 >= b->target->sm_count ? 128 : 64;
+    sh->warps = sh->bm == 128 && (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80_8WARPS) ? 8 : 4;
     sh->stages = 4;
     sh->lda = a_lead;
     sh->ldb = b_lead;
@@ -684,9 +685,9 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     ks->args[0].buf = a->buf;
     ks->args[1].buf = bm->buf;
     snprintf(why, why_size,
-             "mma.sync %ux%ux32 tiles, %u stages (cp.async), A %s-major, B %s-major%s", sh->bm,
-             sh->bn, sh->stages, sh->a_kmajor ? "K" : "M", sh->b_kmajor ? "K" : "N",
-             sh->batch > 1 ? ", batched in one launch (grid z)" : "");
+             "mma.sync %ux%ux32 tiles on %u warps, %u stages (cp.async), A %s-major, B %s-major%s",
+             sh->bm, sh->bn, sh->warps, sh->stages, sh->a_kmajor ? "K" : "M",
+             sh->b_kmajor ? "K" : "N", sh->batch > 1 ? ", batched in one launch (grid z)" : "");
     return KF_OK;
 }
 
