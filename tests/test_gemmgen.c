@@ -392,15 +392,29 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
         kf_cuda_recipes_destroy(r);
         plan_release(&q);
     }
-    /* sm_80 (an A100): the mma.sync kernel alone when asked for; the
-     * measured default keeps cuBLASLt until the kernel's GPU numerics pass
-     * on a GPU, and says why */
-    rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_MEASURED);
-    rc = gemm_recipe(p.plan, rec);
-    assert_int_equal(rc->n_variants, 1);
-    assert_string_equal(rc->variants[0].label, "cublaslt");
-    assert_non_null(strstr(rc->variants[0].how, "taken only with --gemm generated or sm80"));
-    kf_cuda_recipes_destroy(rec);
+    /* sm_80 (an A100), sm_86, sm_89: the measured default is the pair, as
+     * on sm_90a -- variant 0 the mma.sync kernel alone, variant 1 cuBLASLt
+     * and the epilogue kernel after it -- timed on the device */
+    static const char *const m8x[] = {"sm_80", "sm_86", "sm_89"};
+    for (int i = 0; i < 3; i++) {
+        rec = kf_sass_recipes(&MEM, p.plan, i == 0 ? "a100" : NULL, i == 0 ? NULL : m8x[i],
+                              KF_CUDA_RECIPE_GEMM_MEASURED);
+        rc = gemm_recipe(p.plan, rec);
+        assert_int_equal(rc->choice, KF_CUDA_CHOICE_MEASURED);
+        assert_int_equal(rc->n_variants, 2);
+        assert_string_equal(rc->variants[0].label, "generated");
+        assert_string_equal(rc->variants[1].label, "cublaslt");
+        assert_int_equal(rc->variants[0].first_step, 0);
+        assert_int_equal(rc->variants[0].n_steps, 1);
+        assert_int_equal(rc->steps[0].kernel->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+        assert_string_equal(rc->steps[0].kernel->kernel.arch, m8x[i]);
+        assert_non_null(strstr(rc->variants[0].how, "mma.sync"));
+        assert_int_equal(rc->variants[1].first_step, 1);
+        assert_true(rc->variants[1].n_steps >= 1);
+        assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_GEMM);
+        assert_non_null(strstr(rc->variants[1].how, "cuBLASLt"));
+        kf_cuda_recipes_destroy(rec);
+    }
     rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     rc = gemm_recipe(p.plan, rec);
     assert_int_equal(rc->n_variants, 1);

@@ -16,10 +16,10 @@
  *         kf_epi, then the template.
  *
  * Runs on any arch from sm_80 (mma.sync, ldmatrix and cp.async are there
- * from 8.0 on): the recipe takes it on 8.x with KF_GEMM_GENERATED (the
- * measured default keeps cuBLASLt there until its GPU numerics suite has
- * passed), and on 9.x when forced (KF_GEMM_SM80), which is how it is tested
- * on the H100s at hand.
+ * from 8.0 on): the recipe takes it on 8.x, measured against cuBLASLt by
+ * default (KF_GEMM_AUTO) or alone (KF_GEMM_GENERATED), and on 9.x when
+ * forced (KF_GEMM_SM80), which is how its numerics are tested on the H100s
+ * at hand.
  *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
  * a SwiGLU pair or a norm prologue (not written for this template yet), a
