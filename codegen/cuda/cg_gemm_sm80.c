@@ -25,6 +25,16 @@
  * a SwiGLU pair or a norm prologue (not written for this template yet), a
  * row epilogue, a write that is not the whole output, an expression outside
  * the output space.
+ *
+ * Speed, read from the SASS (sm_80, 128 x 128 on 4 warps): the main loop is
+ * ~340 instructions per K step of 32 for its 64 HMMA and 16 LDSM, ~250 of
+ * them the 8 cp.async copies' 64-bit addresses and zero-fill bounds, redone
+ * every step. Where mma.sync is fast next to the issue rate (Hopper: 313
+ * TFLOP/s on an H200 against cuBLASLt's 796), that issue work, one barrier
+ * a step and fragments not double-buffered across steps set the pace. The
+ * next step: row pointers and row predicates computed once a tile, K's
+ * residue only in the last step, and the next step's fragments loaded under
+ * this step's MMAs.
  */
 #include "codegen/cuda/cg.h"
 
