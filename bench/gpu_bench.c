@@ -1165,6 +1165,10 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_SM80},
         {"gemm_plain_sm80", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SM80},
+        /* its 128 x 128 tile on 8 warps of 64 x 32 (the layout before the
+         * 4 warps of 64 x 64), same run */
+        {"gemm_plain_sm80_8warps", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SM80 | KF_CUDA_RECIPE_GEMM_SM80_8WARPS},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);

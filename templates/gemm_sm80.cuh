@@ -1,8 +1,9 @@
 /* ---- gemm_sm80.cuh: the sm_80 GEMM template (also 8.6, 8.9, and 9.x forced) -
  *
- * One block per output tile of KF_BM x KF_BN (128 x 128 with 8 warps, 64 x 64
- * with 4 for small problems), KF_WM x KF_WN warps each computing a warp tile
- * of KF_WTM x KF_WTN by mma.sync m16n8k16 (bf16 or f16 in, f32 accumulate).
+ * One block per output tile of KF_BM x KF_BN (128 x 128, or 64 x 64 for small
+ * problems), KF_WM x KF_WN warps (2 x 2; a 128 x 128 tile also 2 x 4) each
+ * computing a warp tile of KF_WTM x KF_WTN by mma.sync m16n8k16 (bf16 or f16
+ * in, f32 accumulate).
  *
  *   K steps of KF_BK = 32: a ring of KF_STAGES stages in shared memory, filled
  *     by cp.async (16 bytes a thread and copy, .cg: around L1); a copy that

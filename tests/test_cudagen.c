@@ -170,8 +170,8 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
         "kfg 1\nx = input(bf16[256, 128])\nw = input(bf16[128, 256])\nb = input(bf16[256])\n"
         "h = matmul(x, w)\na = add(h, b)\ny = relu(a)\noutput y\n",
         seen);
-    /* the generated GEMM forced, so sm_80 gets its mma.sync form (the
-     * measured default keeps cuBLASLt there until its GPU numerics pass) */
+    /* the generated GEMM forced, so sm_80 gets its mma.sync form alone
+     * (the measured default makes it variant 0 of a pair there) */
     {
         static const unsigned gen[] = {KF_CUDA_RECIPE_GEMM_GENERATED};
         planned p;

@@ -392,15 +392,29 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
         kf_cuda_recipes_destroy(r);
         plan_release(&q);
     }
-    /* sm_80 (an A100): the mma.sync kernel alone when asked for; the
-     * measured default keeps cuBLASLt until the kernel's GPU numerics pass
-     * on a GPU, and says why */
-    rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_MEASURED);
-    rc = gemm_recipe(p.plan, rec);
-    assert_int_equal(rc->n_variants, 1);
-    assert_string_equal(rc->variants[0].label, "cublaslt");
-    assert_non_null(strstr(rc->variants[0].how, "taken only with --gemm generated or sm80"));
-    kf_cuda_recipes_destroy(rec);
+    /* sm_80 (an A100), sm_86, sm_89: the measured default is the pair, as
+     * on sm_90a -- variant 0 the mma.sync kernel alone, variant 1 cuBLASLt
+     * and the epilogue kernel after it -- timed on the device */
+    static const char *const m8x[] = {"sm_80", "sm_86", "sm_89"};
+    for (int i = 0; i < 3; i++) {
+        rec = kf_sass_recipes(&MEM, p.plan, i == 0 ? "a100" : NULL, i == 0 ? NULL : m8x[i],
+                              KF_CUDA_RECIPE_GEMM_MEASURED);
+        rc = gemm_recipe(p.plan, rec);
+        assert_int_equal(rc->choice, KF_CUDA_CHOICE_MEASURED);
+        assert_int_equal(rc->n_variants, 2);
+        assert_string_equal(rc->variants[0].label, "generated");
+        assert_string_equal(rc->variants[1].label, "cublaslt");
+        assert_int_equal(rc->variants[0].first_step, 0);
+        assert_int_equal(rc->variants[0].n_steps, 1);
+        assert_int_equal(rc->steps[0].kernel->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+        assert_string_equal(rc->steps[0].kernel->kernel.arch, m8x[i]);
+        assert_non_null(strstr(rc->variants[0].how, "mma.sync"));
+        assert_int_equal(rc->variants[1].first_step, 1);
+        assert_true(rc->variants[1].n_steps >= 1);
+        assert_int_equal(rc->steps[1].kind, KF_CUDA_STEP_GEMM);
+        assert_non_null(strstr(rc->variants[1].how, "cuBLASLt"));
+        kf_cuda_recipes_destroy(rec);
+    }
     rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     rc = gemm_recipe(p.plan, rec);
     assert_int_equal(rc->n_variants, 1);
@@ -483,14 +497,15 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
  * forced on an H100 (device "h100": compiled for sm_90a): one KERNEL step,
  * A and B's addresses before the params, one block per tile with the batch
  * in grid z, the tile the recipe names, and SASS with HMMA, LDGSTS and LDSM
- * and no local memory. */
-static void sm80_case(const char *text, const char *device, const char *want_tile,
-                      int64_t batch) {
+ * and no local memory; `extra` recipe flags added (GEMM_SM80_8WARPS). */
+static void sm80_case_flags(const char *text, const char *device, const char *want_tile,
+                            int64_t batch, unsigned extra) {
     planned p;
     plan_text(text, &p);
     unsigned flags = strcmp(device, "a100") == 0
                          ? KF_CUDA_RECIPE_GEMM_GENERATED
                          : KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80;
+    flags |= extra;
     kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, device, NULL, flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
@@ -506,7 +521,8 @@ static void sm80_case(const char *text, const char *device, const char *want_til
     assert_int_equal(ks->args[1].kind, KF_CUDA_ARG_PTR);
     assert_false(ks->args[0].written || ks->args[1].written);
     assert_int_equal(ks->grid[2], (uint32_t)batch);
-    assert_int_equal(ks->block[0], strstr(want_tile, "128x128") ? 256 : 128);
+    /* 4 warps, or 8 for a 128 x 128 tile when asked for */
+    assert_int_equal(ks->block[0], strstr(want_tile, "on 8 warps") ? 256 : 128);
     assert_true(ks->shared_bytes <= 99u * 1024u); /* fits sm_86/89's 99 KiB too */
     char tile[48];
     snprintf(tile, sizeof tile, "mma.sync %s", want_tile);
@@ -516,6 +532,11 @@ static void sm80_case(const char *text, const char *device, const char *want_til
     kf_sass_check_ampere(&MEM, &ks->kernel);
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
+}
+
+static void sm80_case(const char *text, const char *device, const char *want_tile,
+                      int64_t batch) {
+    sm80_case_flags(text, device, want_tile, batch, 0);
 }
 
 static void test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts(void **state) {
@@ -536,14 +557,14 @@ static void test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts(void **stat
                  "b = input(%s[1000])\nh = matmul(x, w)\na = add(h, b)\ny = gelu(a)\n"
                  "output y\n",
                  t, t, t);
-        sm80_case(s, "a100", "64x64x32 tiles, 4 stages (cp.async), A K-major, B N-major", 1);
+        sm80_case(s, "a100", "64x64x32 tiles on 4 warps, 4 stages (cp.async), A K-major, B N-major", 1);
         /* bias + tanh gelu, B transposed (K-major), 128 x 128 */
         snprintf(s, sizeof s,
                  "kfg 1\nx = input(%s[2048, 256])\nw = input(%s[2048, 256])\nb = input(%s[2048])\n"
                  "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\n"
                  "output y\n",
                  t, t, t);
-        sm80_case(s, "a100", "128x128x32 tiles, 4 stages (cp.async), A K-major, B K-major", 1);
+        sm80_case(s, "a100", "128x128x32 tiles on 4 warps, 4 stages (cp.async), A K-major, B K-major", 1);
         /* bias, relu, residual, scale, then a cast to f32; B transposed */
         snprintf(s, sizeof s,
                  "kfg 1\nx = input(%s[256, 512])\nw = input(%s[384, 512])\nb = input(%s[384])\n"
@@ -563,12 +584,12 @@ static void test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts(void **stat
                  "kfg 1\nx = input(%s[256, 2048])\nw = input(%s[2048, 256])\n"
                  "y = matmul(x, w, transpose_a=true, transpose_b=true)\noutput y\n",
                  t, t);
-        sm80_case(s, "a100", "128x128x32 tiles, 4 stages (cp.async), A M-major, B K-major", 1);
+        sm80_case(s, "a100", "128x128x32 tiles on 4 warps, 4 stages (cp.async), A M-major, B K-major", 1);
         snprintf(s, sizeof s,
                  "kfg 1\nx = input(%s[200, 1000])\nw = input(%s[200, 264])\n"
                  "y = matmul(x, w, transpose_a=true)\noutput y\n",
                  t, t);
-        sm80_case(s, "a100", "64x64x32 tiles, 4 stages (cp.async), A M-major, B N-major", 1);
+        sm80_case(s, "a100", "64x64x32 tiles on 4 warps, 4 stages (cp.async), A M-major, B N-major", 1);
         /* batched in one launch (grid z), M = 1 */
         snprintf(s, sizeof s,
                  "kfg 1\nx = input(%s[4, 1, 64])\nw = input(%s[4, 64, 256])\n"
@@ -586,7 +607,35 @@ static void test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts(void **stat
                  "kfg 1\nx = input(%s[4096, 512])\nw = input(%s[512, 4096])\nb = input(%s[4096])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
                  t, t, t);
-        sm80_case(s, "h100", "128x128x32", 1);
+        sm80_case(s, "h100", "128x128x32 tiles on 4 warps", 1);
+        /* the 128 x 128 tile on 8 warps of 64 x 32 (GEMM_SM80_8WARPS, which
+         * the bench compares; bare: with a residual its 128 registers leave
+         * an 8-byte stack frame on sm_80), on sm_80 and forced on sm_90a;
+         * the 64 x 64 tile keeps its 4 warps (bf16 only: the layout is
+         * the same for f16). The 4-warp 128 x 128 tile takes the residual
+         * with no local memory. */
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[2048, 512])\nw = input(%s[512, 2048])\ny = matmul(x, w)\n"
+                 "output y\n",
+                 t, t);
+        if (d == 0) {
+            sm80_case_flags(s, "h100", "128x128x32 tiles on 8 warps", 1,
+                            KF_CUDA_RECIPE_GEMM_SM80_8WARPS);
+            sm80_case_flags(s, "a100", "128x128x32 tiles on 8 warps", 1,
+                            KF_CUDA_RECIPE_GEMM_SM80_8WARPS);
+        }
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[2048, 512])\nw = input(%s[512, 2048])\nb = input(%s[2048])\n"
+                 "r = input(%s[2048, 2048])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+                 "y = add(g, r)\noutput y\n",
+                 t, t, t, t);
+        sm80_case(s, "a100", "128x128x32 tiles on 4 warps", 1);
+        snprintf(s, sizeof s,
+                 "kfg 1\nx = input(%s[300, 64])\nw = input(%s[64, 200])\ny = matmul(x, w)\noutput y\n",
+                 t, t);
+        if (d == 0)
+            sm80_case_flags(s, "a100", "64x64x32 tiles on 4 warps", 1,
+                            KF_CUDA_RECIPE_GEMM_SM80_8WARPS);
     }
 }
 

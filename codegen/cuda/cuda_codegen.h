@@ -356,10 +356,12 @@ typedef struct kf_cuda_gemm_shape {
     /* The sm_80 kernel (kf_cuda_codegen_gemm_sm80) reads A and B through
      * pointers; bn above is its tile's columns too (bm x bn: 128 x 128 or
      * 64 x 64), stages its ring's depth. */
-    uint32_t bm;     /* tile rows: 128 (8 warps) or 64 (4 warps) */
-    int64_t lda;     /* elements between the stored rows of A (M rows when a_kmajor, else K) */
-    int64_t ldb;     /* elements between the stored rows of B (N rows when b_kmajor, else K) */
-    int64_t sa, sb;  /* elements between batches of A and B; 0: shared by every batch */
+    uint32_t bm;    /* tile rows: 128 or 64 */
+    uint32_t warps; /* of a 128 x 128 tile: 4 (2 x 2 warp tiles of 64 x 64, the default) or
+                       8 (2 x 4 of 64 x 32); a 64 x 64 tile has 4 (of 32 x 32) */
+    int64_t lda;    /* elements between the stored rows of A (M rows when a_kmajor, else K) */
+    int64_t ldb;    /* elements between the stored rows of B (N rows when b_kmajor, else K) */
+    int64_t sa, sb; /* elements between batches of A and B; 0: shared by every batch */
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
@@ -394,8 +396,8 @@ uint32_t kf_cuda_gemm_sm80_smem(uint32_t bm, uint32_t bn, uint32_t stages);
  * addresses (each at its first element; the strides are in `shape`: lda,
  * ldb, sa, sb, each a multiple of 8 elements, or the extent along it 1),
  * then one pointer per param; one block per tile (launch.work_items: the
- * tiles of one batch) of 256 threads (128 x 128) or 128 (64 x 64), the batch
- * in grid z. Errors as
+ * tiles of one batch) of 32 x shape->warps threads (128 x 128) or 128
+ * (64 x 64), the batch in grid z. Errors as
  * kf_cuda_codegen_gemm_sm90's, and KF_ERR_UNSUPPORTED for a SwiGLU pair or a
  * norm prologue (the sm_80 kernel takes neither yet) or an arch below sm_80. */
 kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const char *arch,

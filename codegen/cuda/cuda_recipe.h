@@ -74,6 +74,10 @@ enum {
                                                    kernel on any arch from sm_80, also 9.x
                                                    (KF_GEMM_SM80); without it the sm_80 kernel
                                                    on 8.x and the sm_90a one on sm_90a */
+    KF_CUDA_RECIPE_GEMM_SM80_8WARPS = 1u << 9,  /* internal: the sm_80 kernel's 128 x 128 tile
+                                                   on 8 warps of 64 x 32 (the layout before
+                                                   the 4 warps of 64 x 64; the bench compares
+                                                   them) */
 };
 
 /* What the recipes are made for. */
