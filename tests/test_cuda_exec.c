@@ -293,6 +293,39 @@ static void test_an_elementwise_chain_fuses_into_one_kernel_and_matches(void **s
     }
 }
 
+/* Sibling elementwise groups (fuse_siblings) as one multi-output kernel:
+ * outputs poisoned, each judged against the exact value; a sibling reading
+ * another's output, a broadcast operand, a cast; the bulk path with two
+ * outputs (sm_90), and 40 siblings split at the output bound (3 kernels). */
+static void test_sibling_groups_run_as_one_multi_output_kernel_and_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -2, .hi = 2,
+                      .report_has = "siblings: 5 elementwise groups reading x, one kernel writing 5"};
+        run_text("kfg 1\nx = input(%s[37, 1031])\nb = input(%s[1031])\nc2 = const(%s[], 2)\n"
+                 "a = mul(x, c2)\ny = add(x, a)\nxb = add(x, b)\nz = tanh(xb)\nw = relu(x)\n"
+                 "h = cast(x, f32)\noutput a\noutput y\noutput z\noutput w\noutput h\n",
+                 float_dtypes[d], 470, &o, "siblings of x");
+    }
+    run_opts ob = {.lo = -2, .hi = 2, .report_has = "siblings: 2 elementwise groups",
+                   .report_has_sm90 = "elementwise_bulk"};
+    run_text("kfg 1\nx = input(%s[1024, 4096])\nb = input(%s[4096])\nc2 = const(%s[], 2)\n"
+             "a = mul(x, c2)\nxb = add(x, b)\nz = gelu(xb)\noutput a\noutput z\n",
+             KF_DTYPE_BF16, 471, &ob, "two siblings on the bulk path");
+    run_opts os = {.lo = -2, .hi = 2, .report_has = "part 3 of 3: the siblings were split at 16"};
+    char body[8192];
+    int n = snprintf(body, sizeof body, "kfg 1\nx = input(f32[61, 333])\n");
+    for (int i = 0; i < 40; i++)
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "s%d = const(f32[], %d)\ny%d = mul(x, s%d)\noutput y%d\n", i, i + 1, i, i, i);
+    kf_graph *g = NULL;
+    if (kf_graph_parse(G.ctx, body, strlen(body), &g) != KF_OK)
+        fail_msg("40 siblings: parse: %s", g ? kf_graph_error(g) : "no graph");
+    run_and_compare(g, 472, &os, "40 siblings of x");
+    kf_graph_destroy(g);
+}
+
 /* slice, concat and gather read through in elementwise (rotary), row-wise
  * (an embedding lookup into rms_norm, a gather into softmax) and column-
  * reduction kernels, every float dtype, i32 and i64 indices. */
@@ -2205,6 +2238,7 @@ int main(void) {
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_float_dtype),
         cmocka_unit_test(test_comparisons_where_cast_and_i32_match_exactly),
         cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
+        cmocka_unit_test(test_sibling_groups_run_as_one_multi_output_kernel_and_match),
         cmocka_unit_test(test_slices_concats_and_gathers_match_in_their_consumers),
         cmocka_unit_test(test_gather_clamps_an_index_outside_the_axis_on_the_gpu),
         cmocka_unit_test(test_large_elementwise_groups_take_the_bulk_path_and_match),

@@ -629,6 +629,50 @@ static void test_groups_with_the_same_code_share_a_cache_key(void **state) {
     plan_release(&p);
 }
 
+/* Sibling elementwise groups (fuse_siblings) are one kernel with an output
+ * param per write and the shared input once; it compiles for sm_80 and
+ * sm_90a (bulk path with two outputs, plain loops past BULK_MAX outputs). */
+static void test_sibling_groups_compile_to_one_multi_output_kernel(void **state) {
+    (void)state;
+    planned p;
+    kf_cuda_kernel k;
+    plan_text("kfg 1\nx = input(bf16[4096, 4096])\nb = input(bf16[4096])\n"
+              "c2 = const(bf16[], 2)\na = mul(x, c2)\nxb = add(x, b)\nz = gelu(xb)\n"
+              "output a\noutput z\n",
+              &p);
+    assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+    first_kernel(p.plan, "sm_80", &k);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE);
+    assert_int_equal(k.n_params, 4); /* x, b, a, z */
+    assert_int_equal(k.params[0].kind, KF_CUDA_PARAM_IN);
+    assert_int_equal(k.params[1].kind, KF_CUDA_PARAM_IN);
+    assert_int_equal(k.params[2].kind, KF_CUDA_PARAM_OUT);
+    assert_int_equal(k.params[3].kind, KF_CUDA_PARAM_OUT);
+    kf_cuda_kernel_release(&MEM, &k);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE_BULK);
+    assert_non_null(strstr(k.source, "kf_bulk_st(p2 + c * KF_BULK_E"));
+    assert_non_null(strstr(k.source, "kf_bulk_st(p3 + c * KF_BULK_E"));
+    kf_cuda_kernel_release(&MEM, &k);
+    assert_int_equal(compile_all(p.plan, NULL), 2); /* one kernel, two arches */
+    plan_release(&p);
+
+    char text[4096];
+    int n = snprintf(text, sizeof text, "kfg 1\nx = input(f16[1024, 1000])\n");
+    for (int i = 0; i < 6; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "s%d = const(f16[], %d)\ny%d = mul(x, s%d)\nt%d = tanh(y%d)\noutput t%d\n", i,
+                      i + 2, i, i, i, i, i);
+    plan_text(text, &p);
+    assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_int_equal(k.n_params, 7);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE); /* 6 outputs > the bulk path's 4 */
+    kf_cuda_kernel_release(&MEM, &k);
+    assert_int_equal(compile_all(p.plan, NULL), 2);
+    plan_release(&p);
+}
+
 static void test_kernel_names_templates_vectors_and_params(void **state) {
     (void)state;
     planned p;
@@ -1551,6 +1595,7 @@ int main(void) {
         cmocka_unit_test(test_argmax_over_another_axis_compiles_to_the_column_kernel),
         cmocka_unit_test(test_argmax_over_the_last_axis_compiles),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
+        cmocka_unit_test(test_sibling_groups_compile_to_one_multi_output_kernel),
         cmocka_unit_test(test_slices_concats_and_gathers_compile_into_their_consumers),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
