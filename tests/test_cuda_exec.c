@@ -1804,6 +1804,48 @@ static char *cuda_member(const char *json, const char *what) {
     return strndup(a, (size_t)(b - a));
 }
 
+/* The program's report in `fmt` (free it). */
+__attribute__((noinline)) static char *program_report_as(kf_program *p, kf_report_format fmt) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(kf_program_report(p, fmt, f), KF_OK);
+    fclose(f);
+    return buf;
+}
+
+/* Warm start (issue 15 item 5): cuBLASLt is opened (its dlopen thread
+ * started) only when a recipe in use calls it -- not for a GEMM that the
+ * generated kernel runs -- and still when one does. Failed before: the thread
+ * started for every plan with a GEMM group. */
+static void test_cublaslt_is_loaded_only_when_a_recipe_in_use_calls_it(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char text[] = "kfg 1\nx = input(bf16[256, 512])\nw = input(bf16[512, 256])\n"
+                               "b = input(bf16[256])\nm = matmul(x, w)\ny = add(m, b)\n"
+                               "output y\n";
+    static const kf_gemm_mode modes[] = {KF_GEMM_GENERATED, KF_GEMM_CUBLASLT};
+    for (size_t i = 0; i < N_OF(modes); i++) {
+        kf_ctx *c = cuda_ctx(KF_FLAG_NO_CACHE, modes[i]);
+        kf_graph *g = NULL;
+        assert_int_equal(kf_graph_parse(c, text, strlen(text), &g), KF_OK);
+        kf_program *p = NULL;
+        assert_int_equal(kf_compile(c, g, &p), KF_OK);
+        char *txt = program_report_as(p, KF_REPORT_TEXT);
+        char *js = program_report_as(p, KF_REPORT_JSON);
+        bool generated = modes[i] == KF_GEMM_GENERATED && report_sm(txt) >= 80;
+        const char *want = generated ? "\"cublaslt_loaded\": false" : "\"cublaslt_loaded\": true";
+        if (!strstr(js, want))
+            fail_msg("gemm mode %d: the report lacks %s:\n%s", (int)modes[i], want, js);
+        free(txt);
+        free(js);
+        kf_program_destroy(p);
+        kf_graph_destroy(g);
+        kf_ctx_destroy(c);
+    }
+}
+
 /* Everything `cmd` writes to stdout; its exit status must be 0. */
 static char *command_output(const char *cmd) {
     FILE *f = popen(cmd, "r");
@@ -2261,6 +2303,7 @@ int main(void) {
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),
         cmocka_unit_test(test_cublaslt_algorithms_come_from_the_cache_in_a_warm_start),
+        cmocka_unit_test(test_cublaslt_is_loaded_only_when_a_recipe_in_use_calls_it),
         cmocka_unit_test(test_intermediates_share_device_memory_by_liveness),
         cmocka_unit_test(test_recipes_of_the_report_are_the_executors_and_aot_serves_them),
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
