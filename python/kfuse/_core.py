@@ -352,6 +352,11 @@ class Graph:
     __str__ = text
 
     def _bindings(self, inputs, device=None):
+        ins = self._input_names(inputs)
+        return [Bound(n, inputs[n], ins[n].dtype, ins[n].shape, device) for n in ins]
+
+    def _input_names(self, inputs):
+        """{name: input tensor}, after refusing unknown and missing names."""
         ins = {t.name: t for t in self.inputs}
         unknown = sorted(set(inputs) - set(ins))
         if unknown:
@@ -360,7 +365,7 @@ class Graph:
         missing = [n for n in ins if n not in inputs]
         if missing:
             raise KfuseError(8, f"input {missing[0]!r} is not bound")
-        return [Bound(n, inputs[n], ins[n].dtype, ins[n].shape, device) for n in ins]
+        return ins
 
     def _outputs_like(self, bound, given=None, device=None):
         outs = self.outputs
@@ -513,8 +518,7 @@ class Program:
         bits), enqueued on CuPy's current stream without a synchronization."""
         import cupy as cp
 
-        ins = {t.name: t for t in self.graph.inputs}
-        self.graph._bindings(inputs)  # the names: unknown and missing inputs refused
+        ins = self.graph._input_names(inputs)  # unknown and missing inputs refused
         bound = [CupyBound(n, inputs[n], ins[n].dtype, ins[n].shape, dev) for n in ins]
         given = out or {}
         outs = self.graph.outputs
