@@ -7,6 +7,9 @@
  *            elimination folds them into one tensor, one kernel
  *   chains   N ops in N/8 independent chains of 8 elementwise ops over
  *            f32[16, 16] inputs of their own: N/8 kernels
+ *   siblings N outputs y_i = x * s_i, each with a scalar of its own (CSE
+ *            keeps them apart): fuse_siblings gathers them into N/16
+ *            multi-output kernels (KF_SIBLING_MAX_OUTPUTS)
  *
  * For each family and size: the build time (public builder API), kf_plan_create
  * (CSE + planning), and -- with the CPU backend -- kf_compile for the CPU at
@@ -42,6 +45,13 @@ static kf_graph *build(kf_ctx *ctx, const char *fam, int n) {
         for (int i = 0; i < n; i++) {
             snprintf(name, sizeof name, "y%d", i);
             kf_output(g, name, kf_relu(g, x));
+        }
+    } else if (strcmp(fam, "siblings") == 0) {
+        int64_t d[2] = {16, 16};
+        kf_tensor *x = kf_input(g, "x", KF_DTYPE_F32, 2, d);
+        for (int i = 0; i < n; i++) {
+            snprintf(name, sizeof name, "y%d", i);
+            kf_output(g, name, kf_mul(g, x, kf_scalar(g, KF_DTYPE_F32, 1.0 + i)));
         }
     } else {
         int64_t d[2] = {16, 16};
@@ -93,8 +103,8 @@ int main(int argc, char **argv) {
     if (kf_ctx_create(&o, &ctx) != KF_OK)
         return 1;
     static const int sizes[] = {1000, 2000, 5000, 10000, 20000};
-    static const char *const fams[] = {"dup", "chains"};
-    for (int fi = 0; fi < 2; fi++) {
+    static const char *const fams[] = {"dup", "chains", "siblings"};
+    for (int fi = 0; fi < 3; fi++) {
         for (size_t si = 0; si < sizeof sizes / sizeof *sizes && sizes[si] <= max; si++) {
             int n = sizes[si];
             double t0 = now_ms();

@@ -2,7 +2,7 @@
  * warm_start.c -- what a new process pays to start a program whose kernels
  * are all in the disk cache (issue 15, item 5). Measured, never asserted.
  *
- *   warm_start FILE --cache-dir DIR [--target cuda|cpu] [--preinit]
+ *   warm_start FILE --cache-dir DIR [--target cuda|cpu] [--preinit] [--gemm MODE]
  *       one JSON line: the wall time (CLOCK_MONOTONIC, ms) of kf_ctx_create,
  *       kf_graph_parse, kf_compile (plan, recipes, the cache reads, the
  *       driver, the device's context and cuBLASLt when a step that runs
@@ -11,12 +11,17 @@
  *       report's JSON: driver = loading libcuda + cuInit, device = the
  *       primary context + a stream, kernels = cache reads + module loads,
  *       measure = timing runs of measured choices not found in the cache),
- *       whether cuBLASLt was loaded, and "ours_ms": compile_ms less the
+ *       whether cuBLASLt was used ("cublaslt") and loaded at all
+ *       ("cublaslt_loaded": its dlopen thread started, which happens only
+ *       when a recipe in use calls it), and "ours_ms": compile_ms less the
  *       driver's two first-use costs. Run it once to fill the cache, then
  *       again in new processes: those are warm starts.
  *       --preinit: before the clock starts, load the driver and retain
  *       device 0's primary context the way a framework that embeds kfuse
  *       already has (kf_compile then finds them paid).
+ *       --gemm auto|generated|cublaslt: kf_options.gemm (generated: every
+ *       GEMM the generated kernel takes runs it, so no cached winner calls
+ *       cuBLASLt).
  *   warm_start --phases
  *       the first-use costs compile pays on CUDA, each timed once in this
  *       process in order: loading libcuda and cuInit, opening device 0 (its
@@ -174,6 +179,7 @@ int main(int argc, char **argv) {
     const char *file = NULL, *cache = NULL;
     kf_target target = KF_TARGET_CUDA;
     bool preinit = false;
+    kf_gemm_mode gemm = KF_GEMM_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--phases") == 0)
             return phases();
@@ -183,13 +189,19 @@ int main(int argc, char **argv) {
         }
         if (strcmp(argv[i], "--cache-dir") == 0 && i + 1 < argc)
             cache = argv[++i];
+        else if (strcmp(argv[i], "--gemm") == 0 && i + 1 < argc) {
+            const char *m = argv[++i];
+            gemm = strcmp(m, "generated") == 0  ? KF_GEMM_GENERATED
+                   : strcmp(m, "cublaslt") == 0 ? KF_GEMM_CUBLASLT
+                                                : KF_GEMM_AUTO;
+        }
         else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
             target = strcmp(argv[++i], "cpu") == 0 ? KF_TARGET_CPU : KF_TARGET_CUDA;
         else if (argv[i][0] != '-' && !file)
             file = argv[i];
         else {
             fprintf(stderr, "usage: warm_start FILE --cache-dir DIR [--target cuda|cpu] "
-                            "[--preinit]\n"
+                            "[--preinit] [--gemm auto|generated|cublaslt]\n"
                             "       warm_start --phases\n");
             return 2;
         }
@@ -221,6 +233,7 @@ int main(int argc, char **argv) {
     kf_options_init(&o);
     o.target = target;
     o.cache_dir = cache;
+    o.gemm = gemm;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     kf_program *p = NULL;
@@ -269,9 +282,10 @@ int main(int argc, char **argv) {
         (void)kf_program_report(p, KF_REPORT_JSON, mf);
         fclose(mf);
     }
-    char phase[512], lt[16], cached[16] = "0";
+    char phase[512], lt[16], loaded[16], cached[16] = "0";
     json_member(rep, "prepare_ms", phase, sizeof phase);
     json_member(rep, "cublaslt", lt, sizeof lt);
+    json_member(rep, "cublaslt_loaded", loaded, sizeof loaded);
     unsigned n_cached = 0, n_measured = 0;
     for (const char *c = rep; c && (c = strstr(c, "\"cached\": ")) != NULL; c++) {
         n_measured++;
@@ -281,10 +295,12 @@ int main(int argc, char **argv) {
     double driver = member_ms(phase, "driver") + member_ms(phase, "device");
     printf("{\"file\": \"%s\", \"preinit\": %s, \"preinit_ms\": %.2f, \"ctx_ms\": %.2f, "
            "\"parse_ms\": %.2f, \"compile_ms\": %.2f, \"ours_ms\": %.2f, \"run1_ms\": %.2f, "
-           "\"run2_ms\": %.2f, \"kernels\": %zu, \"cublaslt\": %s, \"choices_cached\": \"%s\", "
-           "\"prepare_ms\": %s, \"ok\": %s}\n",
+           "\"run2_ms\": %.2f, \"kernels\": %zu, \"gemm\": %d, \"cublaslt\": %s, "
+           "\"cublaslt_loaded\": %s, \"choices_cached\": \"%s\", \"prepare_ms\": %s, "
+           "\"ok\": %s}\n",
            file, preinit ? "true" : "false", preinit_ms, t1 - t0, t2 - t1, t3 - t2,
-           t3 - t2 - driver, t5 - t4, t6 - t5, kf_program_kernel_count(p), lt, cached, phase,
+           t3 - t2 - driver, t5 - t4, t6 - t5, kf_program_kernel_count(p), (int)gemm, lt,
+           loaded, cached, phase,
            st == KF_OK ? "true" : "false");
     free(rep);
     for (size_t i = 0; i < n_in; i++)

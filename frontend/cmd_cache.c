@@ -13,11 +13,10 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "frontend/cli.h"
 #include "frontend/cmd_cache.h"
-#include "runtime/cache.h"
+#include "kfuse.h"
 
 enum { EXIT_OK_ = 0, EXIT_RUNTIME_ = 1, EXIT_USAGE_ = 2 };
 
@@ -44,32 +43,6 @@ static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "\nusage: kfuse cache ls|verify|clear [--dir DIR]\n"
                     "Run 'kfuse help cache' for details.\n");
     return EXIT_USAGE_;
-}
-
-typedef struct totals {
-    size_t entries, corrupt;
-    unsigned long long bytes;
-    bool print_ok; /* ls prints every entry; verify only the corrupt ones */
-} totals;
-
-static void print_entry(void *user, const kf_cache_entry_info *e) {
-    totals *t = user;
-    t->entries++;
-    t->bytes += e->file_bytes;
-    if (e->state == KF_CACHE_ENTRY_CORRUPT) {
-        t->corrupt++;
-        printf("corrupt  %s  %s\n", e->key_hex, e->problem);
-        return;
-    }
-    if (!t->print_ok)
-        return;
-    time_t secs = (time_t)(e->mtime_ns / 1000000000);
-    struct tm tm;
-    char when[32] = "?";
-    if (gmtime_r(&secs, &tm))
-        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    printf("%s  %10llu  %10llu  %s\n", e->key_hex, (unsigned long long)e->payload_bytes,
-           (unsigned long long)e->file_bytes, when);
 }
 
 int kf_cmd_cache(int argc, char **argv) {
@@ -104,50 +77,34 @@ int kf_cmd_cache(int argc, char **argv) {
 
     if (!dir)
         dir = kf_cli_env("KF_CACHE_DIR"); /* the CLI's; the library reads none */
-    kf_mem mem;
-    kf_mem_resolve(&mem, NULL);
-    /* Only looking never creates the directory. */
-    kf_cache_options o = {.dir = dir, .flags = ls ? KF_CACHE_READ_ONLY : 0};
-    kf_cache *cache = NULL;
-    kf_cache_msg msg;
-    kf_status st = kf_cache_open(&mem, &o, &cache, &msg);
-    if (st == KF_ERR_NOT_FOUND && ls) {
-        printf("0 entries, 0 bytes (%s)\n", msg.error);
-        return EXIT_OK_;
-    }
+    /* The public API's calls (frontend/aot_api.c) print what this command does. */
+    kf_options o;
+    kf_options_init(&o);
+    o.cache_dir = dir;
+    kf_ctx *ctx = NULL;
+    kf_status st = kf_ctx_create(&o, &ctx);
     if (st != KF_OK) {
-        fprintf(stderr, "kfuse cache: %s\n", msg.error);
-        return st == KF_ERR_INVALID_ARGUMENT ? EXIT_USAGE_ : EXIT_RUNTIME_;
+        fprintf(stderr, "kfuse cache: %s\n", kf_status_str(st));
+        return EXIT_RUNTIME_;
     }
+    kf_cache_summary sum;
     int rc = EXIT_OK_;
-    totals t = {.print_ok = ls};
     if (ls) {
-        /* The columns print_entry writes, named once. */
-        printf("%-*s  %10s  %10s  %s\n", KF_CACHE_KEY_HEX - 1, "key", "payload", "bytes",
-               "modified (UTC)");
-        st = kf_cache_list(cache, print_entry, &t, &msg);
-        if (st == KF_OK)
-            printf("%zu entries, %llu bytes in %s\n", t.entries, t.bytes, kf_cache_dir(cache));
+        st = kf_cache_list_entries(ctx, stdout, &sum);
     } else if (verify) {
-        size_t bad = 0;
-        st = kf_cache_verify(cache, print_entry, &t, &bad, &msg);
-        if (st == KF_OK) {
-            printf("%zu entries verified in %s: %zu corrupt%s\n", t.entries, kf_cache_dir(cache),
-                   bad, bad ? " (removed)" : "");
-            if (bad)
-                rc = EXIT_RUNTIME_;
-        }
+        st = kf_cache_verify_entries(ctx, stdout, &sum);
+        if (st == KF_OK && sum.corrupt)
+            rc = EXIT_RUNTIME_;
     } else {
-        size_t removed = 0;
-        st = kf_cache_clear(cache, &removed, &msg);
+        st = kf_cache_clear_entries(ctx, &sum);
         if (st == KF_OK)
-            printf("removed %zu entries from %s\n", removed, kf_cache_dir(cache));
+            printf("removed %zu entries from %s\n", sum.removed, sum.dir);
     }
     if (st != KF_OK) {
-        fprintf(stderr, "kfuse cache %s: %s\n", sub, msg.error);
-        rc = EXIT_RUNTIME_;
+        fprintf(stderr, "kfuse cache %s: %s\n", sub, sum.error);
+        rc = st == KF_ERR_INVALID_ARGUMENT ? EXIT_USAGE_ : EXIT_RUNTIME_;
     }
-    kf_cache_close(cache);
+    kf_ctx_destroy(ctx);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "kfuse cache: cannot write the output\n");
         rc = EXIT_RUNTIME_;

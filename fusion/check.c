@@ -45,6 +45,11 @@
  *       uses, outputs included), SOURCE, LAYOUT_CHANGE (an end is a reshape
  *       or permute), AXIS_NOT_INNERMOST (an end is row-wise over a non-last
  *       axis).
+ *   S9  an ELEMENTWISE group that writes several tensors (siblings gathered
+ *       by fuse_siblings) writes each at the group's space -- every write has
+ *       exactly the group's shape, as its flat loop stores every element --
+ *       and stays within the plan options' bounds: at most
+ *       sibling_max_outputs writes and sibling_max_args reads + writes.
  *
  * Values (kf_plan_check): the inputs are filled from `seed` (floats uniform in
  * [-2, 2], i32 in [-8, 8], bool 0/1), the unfused graph is evaluated by
@@ -238,6 +243,26 @@ static kf_status check_group(const kf_plan *plan, scratch *s, uint32_t gi) {
             return check_fail(plan, "S5: %%%u is written by group %u and again by group %u", w,
                               s->written_by[w], gi);
         s->written_by[w] = gi;
+    }
+    if (grp->kind == KF_GROUP_ELEMENTWISE && grp->n_writes > 1) {
+        uint32_t max_out = plan->options.sibling_max_outputs ? plan->options.sibling_max_outputs
+                                                             : KF_SIBLING_MAX_OUTPUTS;
+        uint32_t max_args =
+            plan->options.sibling_max_args ? plan->options.sibling_max_args : KF_SIBLING_MAX_ARGS;
+        if (grp->n_writes > max_out || grp->n_writes + grp->n_reads > max_args)
+            return check_fail(plan,
+                              "S9: elementwise group %u writes %u tensors and reads %u; the bounds "
+                              "are %u outputs and %u arguments",
+                              gi, grp->n_writes, grp->n_reads, max_out, max_args);
+        for (uint32_t i = 0; i < grp->n_writes; i++) {
+            const kf_tensor *t = g->nodes[grp->writes[i]];
+            if (t->rank != grp->rank ||
+                memcmp(t->dims, grp->dims, sizeof(int64_t) * (size_t)t->rank) != 0)
+                return check_fail(plan,
+                                  "S9: elementwise group %u writes %%%u, whose shape is not the "
+                                  "group's space",
+                                  gi, grp->writes[i]);
+        }
     }
     /* A VIEW group's views are readable by later groups (they alias a buffer). */
     if (grp->kind == KF_GROUP_VIEW)

@@ -90,6 +90,12 @@
 /* A longer norm on a GEMM output fuses split (row_split), when asked for
  * (KF_FLAG_SPLIT_ROW_NORMS sets kf_plan_options.gemm_row_split_max_n to this). */
 #define KF_GEMM_ROW_SPLIT_MAX_N 65536
+/* Sibling elementwise groups (fusion/fuse_siblings.c) share one kernel up to
+ * these bounds (the defaults of kf_plan_options): outputs per kernel, which
+ * hold a vector of registers each in the CUDA loop, and kernel arguments
+ * (reads + writes), kept well under the CUDA launch's KF_CUDA_MAX_PARAMS (64). */
+#define KF_SIBLING_MAX_OUTPUTS 16
+#define KF_SIBLING_MAX_ARGS 32
 
 /* ------------------------------------------------------------------------ */
 /* Group kinds                                                                */
@@ -340,6 +346,13 @@ typedef struct kf_group {
     int64_t view_offset; /* VIEW: elements of base before the view's index 0 (a slice's
                             start; 0 for reshape / permute of a contiguous value) */
     bool view_contiguous;
+    /* ELEMENTWISE: sibling groups fused into this one (fusion/fuse_siblings.c):
+     * they each read sibling_of from memory; 0 siblings when none were. When a
+     * bound split the siblings of one tensor and one space into several kernels,
+     * sibling_parts > 1, this is part sibling_part (1-based), and sibling_bound
+     * says which bound: "outputs" or "arguments" ("" when none split them). */
+    uint32_t sibling_of, siblings, sibling_part, sibling_parts;
+    const char *sibling_bound;
 
     /* Cost (filled by kf_plan_estimate; 0 until then). */
     double flops;
@@ -369,6 +382,7 @@ typedef struct kf_plan_edge {
     X(NORM_PROLOGUE, "fuse_norm_prologue")                                                         \
     X(ROWWISE, "fuse_rowwise")                                                                     \
     X(ELEMENTWISE, "fuse_elementwise")                                                             \
+    X(SIBLINGS, "fuse_siblings")                                                                   \
     X(VIEW_SLICES, "view_slices")
 
 typedef enum kf_pass_id {
@@ -388,6 +402,8 @@ typedef struct kf_plan_options {
                                          gemm_row_epilogue_max_n < N <= this fuses in the split
                                          row form. kf_compile, `kfuse report` and `kfuse aot` set
                                          KF_GEMM_ROW_SPLIT_MAX_N under KF_FLAG_SPLIT_ROW_NORMS */
+    uint32_t sibling_max_outputs;     /* default KF_SIBLING_MAX_OUTPUTS (0: the default) */
+    uint32_t sibling_max_args;        /* default KF_SIBLING_MAX_ARGS (0: the default) */
     bool debug;                       /* dump after each pass to stderr (also KF_DEBUG=1) */
 } kf_plan_options;
 

@@ -1024,6 +1024,11 @@ static void lower_group(lowerer *L) {
     g->gemm.anchor[0] = g->gemm.anchor[1] = KF_NONE;
     g->attn.score = g->attn.mask_node = g->attn.out = KF_NONE;
     g->row.input = g->row.tensor = KF_NONE;
+    g->sibling_of = pg->sib_of;
+    g->siblings = pg->sib_of == KF_NONE ? 0 : pg->sib_count;
+    g->sibling_part = pg->sib_part;
+    g->sibling_parts = pg->sib_parts;
+    g->sibling_bound = pg->sib_bound ? pg->sib_bound : "";
 
     /* The members (in id order), and the sink of an elementwise group. */
     const uint32_t *mem = L->mem + L->moff[L->gi];

@@ -31,6 +31,11 @@ typedef struct kf_pgroup {
      * groups involved and never a sweep of the graph. */
     uint32_t head, tail, size;
     uint32_t mark; /* epoch stamp: in the set kf_pl_can_merge_set checks */
+    /* fuse_siblings: the tensor whose sibling consumers this group gathered
+     * (KF_NONE), how many groups it holds, its part of how many, the bound
+     * that split them (NULL: none) */
+    uint32_t sib_of, sib_count, sib_part, sib_parts;
+    const char *sib_bound;
 } kf_pgroup;
 
 typedef struct kf_planner {
@@ -107,6 +112,7 @@ kf_status kf_fuse_norm_prologue(kf_planner *p);
 kf_status kf_fuse_gemm_epilogue(kf_planner *p);
 kf_status kf_fuse_rowwise(kf_planner *p);
 kf_status kf_fuse_elementwise(kf_planner *p);
+kf_status kf_fuse_siblings(kf_planner *p);
 kf_status kf_view_slices(kf_planner *p);
 
 /* Grows a group's epilogue greedily: absorbs every elementwise consumer of a

@@ -7,7 +7,7 @@
  *        │           (matmul=GEMM, row op=ROWWISE|COLREDUCE, layout=VIEW, rest=ELEMENTWISE)
  *        ▼
  *   fuse_attention ─► fuse_swiglu ─► fuse_norm_prologue ─► fuse_gemm_epilogue
- *        ─► fuse_rowwise ─► fuse_elementwise ─► view_slices
+ *        ─► fuse_rowwise ─► fuse_elementwise ─► fuse_siblings ─► view_slices
  *                                                     (each switchable; KF_DEBUG=1 dumps)
  *        ▼
  *   lower: order groups, build expressions, reads/writes, name kernels, list
@@ -26,10 +26,13 @@
  *      where the rule is about one op's math, and then through the expression.
  *  I2  Single materialization. A tensor that is a graph output or has a
  *      consumer outside its group is written exactly once, by its group.
- *      Elementwise groups have one output: a producer joins its consumer's
- *      group only when every use of it is in that group (one shared node) and
- *      it is not a graph output. Anchored groups (GEMM, ROWWISE) may write
- *      several tensors of the anchor's output shape (multi-output epilogues).
+ *      A producer joins its consumer's elementwise group only when every use
+ *      of it is in that group (one shared node) and it is not a graph output.
+ *      Anchored groups (GEMM, ROWWISE) may write several tensors of the
+ *      anchor's output shape (multi-output epilogues); so may an elementwise
+ *      group that gathered sibling groups (fuse_siblings: consumers of one
+ *      tensor in memory, each writing a tensor of the same shape), within the
+ *      bounds on outputs and kernel arguments of kf_plan_options.
  *  I3  Acyclic groups. Merging two groups never creates a path that leaves a
  *      group and comes back to it (kf_pl_can_merge); groups execute in a
  *      topological order.
@@ -181,7 +184,8 @@ uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor) {
     pg->alive = true;
     pg->kind = kind;
     pg->anchor = anchor ? anchor->id : KF_NONE;
-    pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = pg->lse = KF_NONE;
+    pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = pg->lse = pg->sib_of =
+        KF_NONE;
     pg->head = pg->tail = KF_NONE;
     if (anchor) {
         uint32_t old = p->gid[anchor->id];
@@ -309,6 +313,8 @@ void kf_plan_options_init(kf_plan_options *o) {
     o->gemm_row_epilogue_max_n = KF_GEMM_ROW_EPILOGUE_MAX_N;
     o->gemm_row_split_max_n = 0; /* the split row form is asked for (KF_FLAG_SPLIT_ROW_NORMS) */
     o->norm_prologue_max_k = KF_NORM_PROLOGUE_MAX_K;
+    o->sibling_max_outputs = KF_SIBLING_MAX_OUTPUTS;
+    o->sibling_max_args = KF_SIBLING_MAX_ARGS;
 }
 
 typedef struct pass_entry {
@@ -323,6 +329,7 @@ static const pass_entry pipeline[] = {
     {KF_PASS_GEMM_EPILOGUE, kf_fuse_gemm_epilogue},
     {KF_PASS_ROWWISE, kf_fuse_rowwise},
     {KF_PASS_ELEMENTWISE, kf_fuse_elementwise},
+    {KF_PASS_SIBLINGS, kf_fuse_siblings},
     {KF_PASS_VIEW_SLICES, kf_view_slices},
 };
 _Static_assert(sizeof pipeline / sizeof *pipeline == KF_PASS_COUNT, "every pass in the pipeline");

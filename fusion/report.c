@@ -54,6 +54,15 @@ static void put_time(FILE *out, double s) {
 }
 
 /* The ops a group absorbed, as "op(name), ...". */
+/* The bound fuse_siblings applied, as "16 outputs" or "32 arguments". */
+static void sibling_bound_text(const kf_plan *plan, const kf_group *g, char *buf, size_t size) {
+    bool outs = strcmp(g->sibling_bound, "outputs") == 0;
+    uint32_t v = outs ? plan->options.sibling_max_outputs : plan->options.sibling_max_args;
+    if (v == 0)
+        v = outs ? KF_SIBLING_MAX_OUTPUTS : KF_SIBLING_MAX_ARGS;
+    snprintf(buf, size, "%u %s", v, outs ? "outputs" : "arguments");
+}
+
 static void put_ops(const kf_plan *plan, const kf_group *g, FILE *out, size_t max) {
     size_t shown = 0;
     for (uint32_t i = 0; i < g->n_computed; i++) {
@@ -143,6 +152,17 @@ static void report_text(const kf_plan *plan, FILE *out) {
                 continue;
             fprintf(out, "  %s = ", tname(plan, g->writes[k], nb, sizeof nb));
             kf_expr_print(plan, g, g->roots[k], out);
+            fputc('\n', out);
+        }
+        if (g->siblings > 0) {
+            fprintf(out, "  siblings: %u elementwise groups reading %s, one kernel writing %u tensors",
+                    g->siblings, tname(plan, g->sibling_of, nb, sizeof nb), g->n_writes);
+            if (g->sibling_parts > 1 && g->sibling_bound && *g->sibling_bound) {
+                char b[48];
+                sibling_bound_text(plan, g, b, sizeof b);
+                fprintf(out, "; part %u of %u: the siblings were split at %s per kernel",
+                        g->sibling_part, g->sibling_parts, b);
+            }
             fputc('\n', out);
         }
         if (g->kind == KF_GROUP_GEMM) {
@@ -284,6 +304,21 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
             fputc('"', out);
         }
         fputc('}', out);
+        if (g->siblings > 0) {
+            fputs(",\n     \"siblings\": {\"of\": ", out);
+            kf_ir_json_string(out, tname(plan, g->sibling_of, nb, sizeof nb));
+            fprintf(out, ", \"groups\": %u, \"part\": %u, \"parts\": %u, \"bound\": ",
+                    g->siblings, g->sibling_parts > 1 ? g->sibling_part : 1,
+                    g->sibling_parts > 1 ? g->sibling_parts : 1);
+            if (g->sibling_parts > 1 && g->sibling_bound && *g->sibling_bound) {
+                char b[48];
+                sibling_bound_text(plan, g, b, sizeof b);
+                kf_ir_json_string(out, b);
+            } else {
+                fputs("null", out);
+            }
+            fputc('}', out);
+        }
         if (g->kind == KF_GROUP_GEMM) {
             fprintf(out,
                     ",\n     \"gemm\": {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"batch\": %lld, "

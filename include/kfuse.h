@@ -642,6 +642,64 @@ typedef enum kf_report_format {
  * when the stream fails. */
 KF_API kf_status kf_program_report(const kf_program *program, kf_report_format format, FILE *out);
 
+/* ------------------------------------------------------------------------ */
+/* Ahead-of-time compilation and the kernel cache                             */
+/* ------------------------------------------------------------------------ */
+
+/* What kf_aot did, summed over its archs. */
+typedef struct kf_aot_summary {
+    size_t kernels;  /* generated kernels the recipes name (the recipes' KERNEL steps) */
+    size_t cached;   /* of which were in the cache already */
+    size_t compiled; /* compiled by NVRTC and stored now */
+    size_t failed;   /* did not generate, compile or store (the cache lacks them) */
+    size_t groups;   /* kernel groups of the plan, per arch, summed */
+    size_t library_steps; /* cuBLASLt steps, which need no kernel */
+} kf_aot_summary;
+
+/* Fills the context's kernel cache ahead of time, as `kfuse aot` does: plans
+ * `graph` (a private copy; the graph is not modified) with the context's flags,
+ * makes its CUDA recipes for each of the n_archs archs ("sm_80", "sm_90a", ...)
+ * with the context's flags, GEMM and attention modes -- the recipes a program
+ * compiled with this context on such a GPU runs -- and compiles every generated
+ * kernel they name with NVRTC into the cache (options.cache_dir, else the
+ * default). No GPU is needed: a program whose context points at that cache
+ * (with KF_FLAG_CACHE_FAIL_ON_MISS, to be sure) then compiles nothing.
+ * `summary` (may be NULL) receives the counts. KF_OK only when every kernel is
+ * in the cache; otherwise the first failure's status, its message on the graph
+ * (kf_graph_error), and summary->failed counts every kernel the cache lacks.
+ * Errors: KF_ERR_INVALID_ARGUMENT (NULL, no arch, an arch NVRTC does not know,
+ * KF_FLAG_NO_CACHE or KF_FLAG_CACHE_READ_ONLY: nothing could be stored), the
+ * planner's, KF_ERR_UNSUPPORTED (a recipe that cannot be made), KF_ERR_IO
+ * (the cache), KF_ERR_INTERNAL (NVRTC), KF_ERR_OUT_OF_MEMORY. */
+KF_API kf_status kf_aot(kf_ctx *ctx, kf_graph *graph, const char *const *archs, size_t n_archs,
+                        kf_aot_summary *summary);
+
+/* A look at the context's kernel cache (options.cache_dir, else the default). */
+typedef struct kf_cache_summary {
+    size_t entries;     /* entries seen */
+    uint64_t bytes;     /* their files' bytes */
+    size_t corrupt;     /* kf_cache_verify_entries: corrupt entries (reported and removed) */
+    size_t removed;     /* kf_cache_clear_entries: entries removed */
+    char dir[512];      /* the directory (cut to fit) */
+    char error[512];    /* why the call failed ("" when it did not) */
+} kf_cache_summary;
+
+/* Lists the cache as `kfuse cache ls` prints it: to `out` (NULL: nothing
+ * printed) a header and one line per entry, least recently used first (key,
+ * payload bytes, file bytes, last use in UTC); the counts in *summary. Reads
+ * headers only and never creates the directory (one that does not exist is 0
+ * entries). Errors (the message in summary->error): KF_ERR_INVALID_ARGUMENT,
+ * KF_ERR_IO. */
+KF_API kf_status kf_cache_list_entries(kf_ctx *ctx, FILE *out, kf_cache_summary *summary);
+/* Reads every entry in full, as `kfuse cache verify` does: a corrupt one
+ * (header, length, key or checksum wrong, or not a regular file of this user)
+ * is written to `out` as "corrupt  KEY  PROBLEM", counted in summary->corrupt
+ * and removed (the entry, never what a link points to). KF_OK even when some
+ * were corrupt: read summary->corrupt. */
+KF_API kf_status kf_cache_verify_entries(kf_ctx *ctx, FILE *out, kf_cache_summary *summary);
+/* Removes every entry (`kfuse cache clear`); summary->removed counts them. */
+KF_API kf_status kf_cache_clear_entries(kf_ctx *ctx, kf_cache_summary *summary);
+
 #ifdef __cplusplus
 }
 #endif

@@ -239,8 +239,8 @@ static kf_status bind(const kf_cuda_device *dev, char *err) {
                          err);
 }
 
-kf_status kf_cuda_device_open(const kf_cuda_driver *drv, int ordinal, kf_cuda_device *out,
-                              char *err) {
+kf_status kf_cuda_device_query(const kf_cuda_driver *drv, int ordinal, kf_cuda_device *out,
+                               char *err) {
     if (!out)
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_device_open: NULL argument");
     memset(out, 0, sizeof *out);
@@ -269,19 +269,35 @@ kf_status kf_cuda_device_open(const kf_cuda_driver *drv, int ordinal, kf_cuda_de
     if (st == KF_OK)
         st = kf_cuda_check(drv, drv->cuDeviceGetName(out->name, (int)sizeof out->name, out->dev),
                            "cuDeviceGetName", NULL, err);
-    if (st == KF_OK)
-        st = kf_cuda_check(drv, drv->cuDevicePrimaryCtxRetain(&out->ctx, out->dev),
-                           "cuDevicePrimaryCtxRetain", NULL, err);
-    if (st == KF_OK)
-        st = bind(out, err);
-    if (st != KF_OK) {
-        kf_cuda_device_close(out);
+    if (st != KF_OK)
         return st;
-    }
     out->name[sizeof out->name - 1] = 0;
     kf_cuda_arch_for(out->cc_major, out->cc_minor, out->arch);
     out->stream_evict_first = kf_cuda_stream_evict_first(out->name);
     return KF_OK;
+}
+
+kf_status kf_cuda_device_attach(kf_cuda_device *dev, char *err) {
+    if (!dev || !dev->drv)
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_device_attach: no device");
+    if (dev->ctx)
+        return KF_OK;
+    const kf_cuda_driver *drv = dev->drv;
+    kf_status st = kf_cuda_check(drv, drv->cuDevicePrimaryCtxRetain(&dev->ctx, dev->dev),
+                                 "cuDevicePrimaryCtxRetain", NULL, err);
+    if (st == KF_OK)
+        st = bind(dev, err);
+    if (st != KF_OK)
+        kf_cuda_device_close(dev);
+    return st;
+}
+
+kf_status kf_cuda_device_open(const kf_cuda_driver *drv, int ordinal, kf_cuda_device *out,
+                              char *err) {
+    kf_status st = kf_cuda_device_query(drv, ordinal, out, err);
+    if (st == KF_OK)
+        st = kf_cuda_device_attach(out, err);
+    return st;
 }
 
 bool kf_cuda_stream_evict_first(const char *name) {

@@ -335,8 +335,17 @@ bool kf_cuda_stream_evict_first(const char *name);
 kf_status kf_cuda_module_set_u32(const kf_cuda_device *dev, kf_cu_module mod, const char *symbol,
                                  unsigned value, const char *kernel, char *err);
 
+/* Opens device `ordinal`: kf_cuda_device_query, then kf_cuda_device_attach. */
 kf_status kf_cuda_device_open(const kf_cuda_driver *drv, int ordinal, kf_cuda_device *out,
                               char *err);
+/* What a device is (name, compute capability, SMs, arch) without its primary
+ * context: attribute queries only, so a caller can decide what to load while
+ * the context (a new process's ~110-130 ms) is still to come. */
+kf_status kf_cuda_device_query(const kf_cuda_driver *drv, int ordinal, kf_cuda_device *out,
+                               char *err);
+/* Retains the queried device's primary context and makes it current (KF_OK
+ * at once when attached already). */
+kf_status kf_cuda_device_attach(kf_cuda_device *dev, char *err);
 /* Releases the primary context. Accepts a device that failed to open. */
 void kf_cuda_device_close(kf_cuda_device *dev);
 

@@ -736,14 +736,6 @@ kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *tar
     return kf_cuda_exec_open_for(ctx, NULL, out, target, err);
 }
 
-/* Whether the plan has a group whose recipes may call cuBLASLt. */
-static bool plan_may_use_lt(const kf_plan *plan) {
-    for (uint32_t gi = 0; plan && gi < plan->n_groups; gi++)
-        if (plan->groups[gi].kind == KF_GROUP_GEMM || plan->groups[gi].kind == KF_GROUP_ATTENTION)
-            return true;
-    return false;
-}
-
 kf_status kf_cuda_exec_open_for(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out,
                                 kf_cuda_target *target, char *err) {
     if (!ctx || !out || !target)
@@ -754,25 +746,19 @@ kf_status kf_cuda_exec_open_for(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec *
     kf_status st = kf_ctx_cuda_driver(ctx, &drv, err);
     if (st != KF_OK)
         return st;
-    /* cuBLASLt's dlopen needs no device: begun now, it overlaps the device's
-     * primary context (a new process's ~130 ms). Not before the driver:
-     * the loader's lock would make libcuda's own dlopen wait for it. A plan
-     * whose recipes turn out not to call it only waits for the thread at
-     * the end of prepare. */
-    kf_blt_preload *pre = NULL;
-    if (plan_may_use_lt(plan))
-        (void)kf_blt_preload_start(&ctx->mem, ctx->cublaslt_lib, &pre);
+    /* With a plan (kf_compile's path), the device is only queried here: its
+     * primary context is attached by kf_cuda_exec_prepare once the cached
+     * choices say whether cuBLASLt is needed at all, so its dlopen (begun on a
+     * thread just before the context, to overlap it) happens only then. */
     kf_cuda_exec *ex = kf_mem_calloc(&ctx->mem, 1, sizeof *ex);
-    if (!ex) {
-        kf_blt_preload_finish(pre);
+    if (!ex)
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory");
-    }
     ex->ctx = ctx;
     ex->mem = ctx->mem;
-    ex->lt_pre = pre;
     double t1 = now_ms();
-    st = kf_cuda_device_open(drv, ctx->device, &ex->dev, err);
-    if (st == KF_OK) {
+    st = plan ? kf_cuda_device_query(drv, ctx->device, &ex->dev, err)
+              : kf_cuda_device_open(drv, ctx->device, &ex->dev, err);
+    if (st == KF_OK && !plan) {
         ex->dev_open = true;
         st = kf_cuda_stream_create(&ex->dev, &ex->stream, err);
     }
@@ -860,6 +846,25 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         need_lt = recipe_uses_lt(ex, gi);
     double t1 = now_ms();
     ex->phase_ms[XPH_CHOICES] = t1 - t0;
+    if (!ex->dev_open) {
+        /* Opened for a plan: cuBLASLt's dlopen (a thread) overlaps the
+         * primary context only when a recipe in use calls it. */
+        if (need_lt) {
+            (void)kf_blt_preload_start(&ex->mem, ex->ctx->cublaslt_lib, &ex->lt_pre);
+            ex->lt_preloaded = true;
+        }
+        double ta = now_ms();
+        st = kf_cuda_device_attach(&ex->dev, err);
+        if (st == KF_OK) {
+            ex->dev_open = true;
+            st = kf_cuda_stream_create(&ex->dev, &ex->stream, err);
+        }
+        double tb = now_ms();
+        ex->phase_ms[XPH_DEVICE] += tb - ta;
+        t1 = tb;
+        if (st != KF_OK)
+            return st;
+    }
     if (need_lt) {
         kf_blt_preload *pre = ex->lt_pre;
         ex->lt_pre = NULL; /* finished by the create, whatever it returns */
@@ -1004,8 +1009,8 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     if (st == KF_OK)
         build_graph(ex);
     ex->phase_ms[XPH_GRAPH] = now_ms() - t6;
-    /* No recipe in use calls cuBLASLt: the preload's thread only ends (it
-     * opened the library for nothing; last, so it overlapped all the above). */
+    /* Defensive: the preload starts only when a recipe in use calls cuBLASLt,
+     * which then takes it; a thread left over only ends here. */
     if (ex->lt_pre) {
         ex->phase_ms[XPH_LT_THREAD] = kf_blt_preload_finish(ex->lt_pre);
         ex->lt_pre = NULL;

@@ -49,12 +49,13 @@ bool kf_cuda_exec_available(kf_ctx *ctx);
  * KF_ERR_OUT_OF_MEMORY, KF_ERR_INTERNAL (the driver's message). */
 kf_status kf_cuda_exec_open(kf_ctx *ctx, kf_cuda_exec **out, kf_cuda_target *target, char *err);
 
-/* kf_cuda_exec_open for `plan` (NULL: as kf_cuda_exec_open): when the plan
- * has a GEMM or attention group (whose recipes may call cuBLASLt), the
- * library starts opening on a thread of its own once the driver is loaded,
- * so its dlopen overlaps the device's start-up; kf_cuda_exec_prepare takes it
- * when a recipe in use calls cuBLASLt and waits for the thread either way
- * (no thread outlives prepare; destroy waits too). */
+/* kf_cuda_exec_open for `plan` (NULL: as kf_cuda_exec_open): the device is
+ * only queried (kf_cuda_device_query: the target needs its arch and SMs, not
+ * its context); kf_cuda_exec_prepare, once the cached choices say which
+ * recipes run, starts cuBLASLt's dlopen on a thread of its own only when a
+ * recipe in use calls it, then attaches the primary context while that runs
+ * (the overlap), and takes the library (no thread outlives prepare; destroy
+ * waits too). A plan whose recipes in use call no cuBLASLt never opens it. */
 kf_status kf_cuda_exec_open_for(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **out,
                                 kf_cuda_target *target, char *err);
 

@@ -119,6 +119,7 @@ struct kf_cuda_exec {
     kf_cuda_target target;
     kf_cuda_device dev;
     bool dev_open;
+    bool lt_preloaded; /* cuBLASLt's dlopen thread was started (a recipe in use calls it) */
     kf_cu_stream stream;
     kf_blt *lt;
     kf_blt_preload *lt_pre; /* cuBLASLt being opened on a thread, until prepare takes it */

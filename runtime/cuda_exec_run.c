@@ -419,11 +419,12 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
         fprintf(out,
                 "], \"launches_per_run\": %u, \"arena_bytes\": %zu, \"constant_bytes\": %zu, "
                 "\"kernels_compiled\": %u, \"kernels_cached\": %u, \"cublaslt\": %s, "
-                "\"cublaslt_algos_cached\": %u, \"cublaslt_heuristics\": %u, "
-                "\"captured_graphs\": %u, \"captured_replays\": %u, \"prepare_ms\": {",
+                "\"cublaslt_loaded\": %s, \"cublaslt_algos_cached\": %u, "
+                "\"cublaslt_heuristics\": %u, \"captured_graphs\": %u, "
+                "\"captured_replays\": %u, \"prepare_ms\": {",
                 ex->n_order, ex->arena_bytes, ex->consts_bytes, ex->compiled, ex->hits,
-                ex->lt ? "true" : "false", algos_cached, heuristics, ex->cap_made,
-                ex->cap_replays);
+                ex->lt ? "true" : "false", ex->lt_preloaded || ex->lt ? "true" : "false",
+                algos_cached, heuristics, ex->cap_made, ex->cap_replays);
         for (int i = 0; i < XPH_COUNT; i++)
             fprintf(out, "%s\"%s\": %.3f", i ? ", " : "", xphase_names[i], ex->phase_ms[i]);
         fputs("}}", out);

@@ -1061,6 +1061,37 @@ static void test_attention_with_every_mask_class(void **state) {
 /* Layout: views, copies, outputs that alias                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Sibling elementwise groups fused into one multi-output kernel (fuse_siblings):
+ * outputs poisoned, each judged against the exact value, in every float dtype;
+ * a sibling that reads another's output, a broadcast operand, and 40 siblings
+ * split at the output bound. */
+static void test_sibling_multi_output_kernels_in_every_float_dtype(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(15);
+    static const char *const dts[] = {"f32", "f16", "bf16", "f64"};
+    int bad = 0;
+    char text[4096];
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+        const char *d = dts[i];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[37, 67])\nb = input(%s[67])\nc2 = const(%s[], 2)\n"
+                 "c1 = const(%s[], 1)\na = mul(x, c2)\ny = add(x, a)\nxb = add(x, b)\n"
+                 "z = tanh(xb)\nw = relu(x)\nh = cast(x, f32)\noutput a\noutput y\n"
+                 "output z\noutput w\noutput h\n",
+                 d, d, d, d);
+        bad += !check_text(ctx, text, &r);
+        int n = snprintf(text, sizeof text, "kfg 1\nx = input(%s[5, 129])\n", d);
+        for (int k = 0; k < 40; k++)
+            n += snprintf(text + n, sizeof text - (size_t)n,
+                          "s%d = const(%s[], %d)\ny%d = mul(x, s%d)\noutput y%d\n", k, d, k + 1, k,
+                          k, k);
+        bad += !check_text(ctx, text, &r);
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(bad, 0);
+}
+
 static void test_views_copies_and_aliased_outputs(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
@@ -1645,6 +1676,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_layouts_and_fused_epilogues),
         cmocka_unit_test(test_attention_with_every_mask_class),
         cmocka_unit_test(test_views_copies_and_aliased_outputs),
+        cmocka_unit_test(test_sibling_multi_output_kernels_in_every_float_dtype),
         cmocka_unit_test(test_run_checks_bindings_like_eval),
         cmocka_unit_test(test_device_runs_and_workspaces_are_refused_on_the_cpu),
         cmocka_unit_test(test_a_run_entered_during_a_run_of_the_same_program_is_busy),

@@ -293,6 +293,39 @@ static void test_an_elementwise_chain_fuses_into_one_kernel_and_matches(void **s
     }
 }
 
+/* Sibling elementwise groups (fuse_siblings) as one multi-output kernel:
+ * outputs poisoned, each judged against the exact value; a sibling reading
+ * another's output, a broadcast operand, a cast; the bulk path with two
+ * outputs (sm_90), and 40 siblings split at the output bound (3 kernels). */
+static void test_sibling_groups_run_as_one_multi_output_kernel_and_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -2, .hi = 2,
+                      .report_has = "siblings: 5 elementwise groups reading x, one kernel writing 5"};
+        run_text("kfg 1\nx = input(%s[37, 1031])\nb = input(%s[1031])\nc2 = const(%s[], 2)\n"
+                 "a = mul(x, c2)\ny = add(x, a)\nxb = add(x, b)\nz = tanh(xb)\nw = relu(x)\n"
+                 "h = cast(x, f32)\noutput a\noutput y\noutput z\noutput w\noutput h\n",
+                 float_dtypes[d], 470, &o, "siblings of x");
+    }
+    run_opts ob = {.lo = -2, .hi = 2, .report_has = "siblings: 2 elementwise groups",
+                   .report_has_sm90 = "elementwise_bulk"};
+    run_text("kfg 1\nx = input(%s[1024, 4096])\nb = input(%s[4096])\nc2 = const(%s[], 2)\n"
+             "a = mul(x, c2)\nxb = add(x, b)\nz = gelu(xb)\noutput a\noutput z\n",
+             KF_DTYPE_BF16, 471, &ob, "two siblings on the bulk path");
+    run_opts os = {.lo = -2, .hi = 2, .report_has = "part 3 of 3: the siblings were split at 16"};
+    char body[8192];
+    int n = snprintf(body, sizeof body, "kfg 1\nx = input(f32[61, 333])\n");
+    for (int i = 0; i < 40; i++)
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "s%d = const(f32[], %d)\ny%d = mul(x, s%d)\noutput y%d\n", i, i + 1, i, i, i);
+    kf_graph *g = NULL;
+    if (kf_graph_parse(G.ctx, body, strlen(body), &g) != KF_OK)
+        fail_msg("40 siblings: parse: %s", g ? kf_graph_error(g) : "no graph");
+    run_and_compare(g, 472, &os, "40 siblings of x");
+    kf_graph_destroy(g);
+}
+
 /* slice, concat and gather read through in elementwise (rotary), row-wise
  * (an embedding lookup into rms_norm, a gather into softmax) and column-
  * reduction kernels, every float dtype, i32 and i64 indices. */
@@ -1849,6 +1882,48 @@ static char *cuda_member(const char *json, const char *what) {
     return strndup(a, (size_t)(b - a));
 }
 
+/* The program's report in `fmt` (free it). */
+__attribute__((noinline)) static char *program_report_as(kf_program *p, kf_report_format fmt) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(kf_program_report(p, fmt, f), KF_OK);
+    fclose(f);
+    return buf;
+}
+
+/* Warm start (issue 15 item 5): cuBLASLt is opened (its dlopen thread
+ * started) only when a recipe in use calls it -- not for a GEMM that the
+ * generated kernel runs -- and still when one does. Failed before: the thread
+ * started for every plan with a GEMM group. */
+static void test_cublaslt_is_loaded_only_when_a_recipe_in_use_calls_it(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char text[] = "kfg 1\nx = input(bf16[256, 512])\nw = input(bf16[512, 256])\n"
+                               "b = input(bf16[256])\nm = matmul(x, w)\ny = add(m, b)\n"
+                               "output y\n";
+    static const kf_gemm_mode modes[] = {KF_GEMM_GENERATED, KF_GEMM_CUBLASLT};
+    for (size_t i = 0; i < N_OF(modes); i++) {
+        kf_ctx *c = cuda_ctx(KF_FLAG_NO_CACHE, modes[i]);
+        kf_graph *g = NULL;
+        assert_int_equal(kf_graph_parse(c, text, strlen(text), &g), KF_OK);
+        kf_program *p = NULL;
+        assert_int_equal(kf_compile(c, g, &p), KF_OK);
+        char *txt = program_report_as(p, KF_REPORT_TEXT);
+        char *js = program_report_as(p, KF_REPORT_JSON);
+        bool generated = modes[i] == KF_GEMM_GENERATED && report_sm(txt) >= 80;
+        const char *want = generated ? "\"cublaslt_loaded\": false" : "\"cublaslt_loaded\": true";
+        if (!strstr(js, want))
+            fail_msg("gemm mode %d: the report lacks %s:\n%s", (int)modes[i], want, js);
+        free(txt);
+        free(js);
+        kf_program_destroy(p);
+        kf_graph_destroy(g);
+        kf_ctx_destroy(c);
+    }
+}
+
 /* Everything `cmd` writes to stdout; its exit status must be 0. */
 static char *command_output(const char *cmd) {
     FILE *f = popen(cmd, "r");
@@ -2283,6 +2358,7 @@ int main(void) {
         cmocka_unit_test(test_every_binary_op_broadcasts_in_every_float_dtype),
         cmocka_unit_test(test_comparisons_where_cast_and_i32_match_exactly),
         cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
+        cmocka_unit_test(test_sibling_groups_run_as_one_multi_output_kernel_and_match),
         cmocka_unit_test(test_slices_concats_and_gathers_match_in_their_consumers),
         cmocka_unit_test(test_gather_clamps_an_index_outside_the_axis_on_the_gpu),
         cmocka_unit_test(test_large_elementwise_groups_take_the_bulk_path_and_match),
@@ -2307,6 +2383,7 @@ int main(void) {
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),
         cmocka_unit_test(test_cublaslt_algorithms_come_from_the_cache_in_a_warm_start),
+        cmocka_unit_test(test_cublaslt_is_loaded_only_when_a_recipe_in_use_calls_it),
         cmocka_unit_test(test_intermediates_share_device_memory_by_liveness),
         cmocka_unit_test(test_recipes_of_the_report_are_the_executors_and_aot_serves_them),
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),

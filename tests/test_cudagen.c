@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -626,6 +627,50 @@ static void test_groups_with_the_same_code_share_a_cache_key(void **state) {
     }
     assert_true(d[0] == d[1] && d[0] != d[2]);
     kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+/* Sibling elementwise groups (fuse_siblings) are one kernel with an output
+ * param per write and the shared input once; it compiles for sm_80 and
+ * sm_90a (bulk path with two outputs, plain loops past BULK_MAX outputs). */
+static void test_sibling_groups_compile_to_one_multi_output_kernel(void **state) {
+    (void)state;
+    planned p;
+    kf_cuda_kernel k;
+    plan_text("kfg 1\nx = input(bf16[4096, 4096])\nb = input(bf16[4096])\n"
+              "c2 = const(bf16[], 2)\na = mul(x, c2)\nxb = add(x, b)\nz = gelu(xb)\n"
+              "output a\noutput z\n",
+              &p);
+    assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+    first_kernel(p.plan, "sm_80", &k);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE);
+    assert_int_equal(k.n_params, 4); /* x, b, a, z */
+    assert_int_equal(k.params[0].kind, KF_CUDA_PARAM_IN);
+    assert_int_equal(k.params[1].kind, KF_CUDA_PARAM_IN);
+    assert_int_equal(k.params[2].kind, KF_CUDA_PARAM_OUT);
+    assert_int_equal(k.params[3].kind, KF_CUDA_PARAM_OUT);
+    kf_cuda_kernel_release(&MEM, &k);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE_BULK);
+    assert_non_null(strstr(k.source, "kf_bulk_st(p2 + c * KF_BULK_E"));
+    assert_non_null(strstr(k.source, "kf_bulk_st(p3 + c * KF_BULK_E"));
+    kf_cuda_kernel_release(&MEM, &k);
+    assert_int_equal(compile_all(p.plan, NULL), 2); /* one kernel, two arches */
+    plan_release(&p);
+
+    char text[4096];
+    int n = snprintf(text, sizeof text, "kfg 1\nx = input(f16[1024, 1000])\n");
+    for (int i = 0; i < 6; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n,
+                      "s%d = const(f16[], %d)\ny%d = mul(x, s%d)\nt%d = tanh(y%d)\noutput t%d\n", i,
+                      i + 2, i, i, i, i, i);
+    plan_text(text, &p);
+    assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+    first_kernel(p.plan, "sm_90a", &k);
+    assert_int_equal(k.n_params, 7);
+    assert_int_equal(k.tmpl, KF_CUDA_TEMPLATE_ELEMENTWISE); /* 6 outputs > the bulk path's 4 */
+    kf_cuda_kernel_release(&MEM, &k);
+    assert_int_equal(compile_all(p.plan, NULL), 2);
     plan_release(&p);
 }
 
@@ -1383,6 +1428,137 @@ static void test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies(void *
     plan_release(&p);
 }
 
+/* Garbles the middle of the first regular entry file under `dir` (any depth). */
+static bool garble_one_entry(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool done = false;
+    struct dirent *e;
+    while (!done && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0)
+            continue;
+        if (S_ISDIR(sb.st_mode)) {
+            done = garble_one_entry(path);
+        } else if (S_ISREG(sb.st_mode) && sb.st_size > 64 && !strstr(e->d_name, ".lock")) {
+            FILE *f = fopen(path, "r+b");
+            if (f) {
+                fseek(f, sb.st_size / 2, SEEK_SET);
+                fputs("kfuse-test-garbage", f);
+                fclose(f);
+                done = true;
+            }
+        }
+    }
+    closedir(d);
+    return done;
+}
+
+/* kf_aot and the cache calls of the public API (what the Python package uses
+ * instead of the CLI): fill, a second fill compiles nothing, list, verify
+ * finds and removes a garbled entry, a refill compiles it alone, clear. */
+static void test_kf_aot_and_the_cache_calls_of_the_public_api(void **state) {
+    (void)state;
+    if (!have_nvrtc())
+        skip();
+    char dir[] = "/tmp/kf_aotapi_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cdir[64];
+    snprintf(cdir, sizeof cdir, "%s/cache", dir);
+    kf_options o;
+    kf_options_init(&o);
+    o.cache_dir = cdir;
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    /* nothing there yet: 0 entries, and looking creates nothing */
+    kf_cache_summary cs;
+    assert_int_equal(kf_cache_list_entries(ctx, NULL, &cs), KF_OK);
+    assert_int_equal(cs.entries, 0);
+    assert_int_not_equal(access(cdir, F_OK), 0);
+
+    static const char text[] = "kfg 1\nx = input(bf16[64, 256])\nw = input(bf16[256, 128])\n"
+                               "b = input(bf16[128])\nm = matmul(x, w)\ny = add(m, b)\n"
+                               "g = gelu(y)\nz = exp(x)\nt = tanh(x)\noutput g\noutput z\n"
+                               "output t\n";
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(ctx, text, strlen(text), &g), KF_OK);
+    const char *archs[] = {"sm_80", "sm_90a"};
+    kf_aot_summary a;
+    assert_int_equal(kf_aot(ctx, g, archs, 2, &a), KF_OK);
+    assert_true(a.kernels >= 2);
+    assert_int_equal(a.compiled + a.cached, a.kernels);
+    assert_int_equal(a.failed, 0);
+    assert_true(a.groups >= 4); /* the GEMM and the siblings' kernel, per arch */
+    size_t kernels = a.kernels;
+    assert_int_equal(kf_aot(ctx, g, archs, 2, &a), KF_OK);
+    assert_int_equal(a.kernels, kernels);
+    assert_int_equal(a.cached, kernels);
+    assert_int_equal(a.compiled, 0);
+
+    FILE *out = tmpfile();
+    assert_non_null(out);
+    assert_int_equal(kf_cache_list_entries(ctx, out, &cs), KF_OK);
+    size_t entries = cs.entries;
+    assert_true(entries >= 1 && entries <= kernels);
+    assert_true(cs.bytes > 0);
+    assert_string_equal(cs.error, "");
+    char buf[4096] = "";
+    rewind(out);
+    size_t nr = fread(buf, 1, sizeof buf - 1, out);
+    buf[nr] = 0;
+    fclose(out);
+    assert_non_null(strstr(buf, "modified (UTC)"));
+    char want[96];
+    snprintf(want, sizeof want, "%zu entries, ", entries);
+    assert_non_null(strstr(buf, want));
+
+    assert_true(garble_one_entry(cdir));
+    out = tmpfile();
+    assert_int_equal(kf_cache_verify_entries(ctx, out, &cs), KF_OK);
+    assert_int_equal(cs.corrupt, 1);
+    rewind(out);
+    nr = fread(buf, 1, sizeof buf - 1, out);
+    buf[nr] = 0;
+    fclose(out);
+    assert_non_null(strstr(buf, "corrupt  "));
+    assert_int_equal(kf_cache_list_entries(ctx, NULL, &cs), KF_OK);
+    assert_int_equal(cs.entries, entries - 1);
+    assert_int_equal(kf_aot(ctx, g, archs, 2, &a), KF_OK);
+    assert_true(a.compiled >= 1);
+    assert_int_equal(kf_cache_verify_entries(ctx, NULL, &cs), KF_OK);
+    assert_int_equal(cs.corrupt, 0);
+    assert_int_equal(cs.entries, entries);
+
+    assert_int_equal(kf_cache_clear_entries(ctx, &cs), KF_OK);
+    assert_int_equal(cs.removed, entries);
+    assert_int_equal(kf_cache_list_entries(ctx, NULL, &cs), KF_OK);
+    assert_int_equal(cs.entries, 0);
+
+    /* refused: no arch, an unknown arch, a context that cannot store */
+    assert_int_equal(kf_aot(ctx, g, archs, 0, &a), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(kf_graph_error(g), "no arch"));
+    const char *bad[] = {"sm80"};
+    assert_int_equal(kf_aot(ctx, g, bad, 1, &a), KF_ERR_INVALID_ARGUMENT);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    o.flags = KF_FLAG_NO_CACHE;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    assert_int_equal(kf_graph_parse(ctx, text, strlen(text), &g), KF_OK);
+    assert_int_equal(kf_aot(ctx, g, archs, 2, &a), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(kf_graph_error(g), "KF_FLAG_NO_CACHE"));
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    assert_int_equal(kf_cache_list_entries(NULL, NULL, &cs), KF_ERR_INVALID_ARGUMENT);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state) {
     (void)state;
     if (!have_nvrtc())
@@ -1551,6 +1727,7 @@ int main(void) {
         cmocka_unit_test(test_argmax_over_another_axis_compiles_to_the_column_kernel),
         cmocka_unit_test(test_argmax_over_the_last_axis_compiles),
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
+        cmocka_unit_test(test_sibling_groups_compile_to_one_multi_output_kernel),
         cmocka_unit_test(test_slices_concats_and_gathers_compile_into_their_consumers),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
@@ -1565,6 +1742,7 @@ int main(void) {
         cmocka_unit_test(test_recipes_are_a_pure_function_of_plan_and_target),
         cmocka_unit_test(test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
+        cmocka_unit_test(test_kf_aot_and_the_cache_calls_of_the_public_api),
         cmocka_unit_test(test_aot_rejects_bad_usage),
     };
     return kf_test_run(tests);

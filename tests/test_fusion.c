@@ -941,10 +941,167 @@ static void test_value_with_two_consumers_is_materialized_once(void **state) {
     kf_output(f->g, "b", b);
     kf_output(f->g, "c", c);
     const kf_plan *p = plan(f);
-    assert_int_equal(kf_plan_kernel_count(p), 3);
+    /* a is written once; b and c, siblings reading it, share one kernel. */
+    assert_int_equal(kf_plan_kernel_count(p), 2);
     assert_edge_reason(p, a, b, KF_REASON_MULTIPLE_CONSUMERS);
     assert_edge_reason(p, a, c, KF_REASON_MULTIPLE_CONSUMERS);
     assert_int_equal(group_of(p, a)->n_writes, 1);
+    assert_same_group(p, b, c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sibling elementwise groups (fuse_siblings)                                 */
+/* ------------------------------------------------------------------------ */
+
+static char *report_string(const kf_plan *p, kf_report_format fmt);
+
+/* A tensor as the report names it: its name, else %id. */
+static const char *report_name(const kf_tensor *t, char *buf, size_t size) {
+    if (kf_tensor_name(t))
+        return kf_tensor_name(t);
+    snprintf(buf, size, "%%%u", t->id);
+    return buf;
+}
+
+static bool group_reads(const kf_group *g, const kf_tensor *t) {
+    for (uint32_t i = 0; i < g->n_reads; i++)
+        if (g->reads[i] == t->id)
+            return true;
+    return false;
+}
+
+static void test_siblings_of_one_input_fuse_into_one_kernel_that_reads_it_once(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8), *b = in1(f->g, "b", 8);
+    kf_tensor *a = kf_mul(f->g, x, kf_scalar(f->g, KF_DTYPE_F32, 2.0));
+    kf_tensor *y = kf_add(f->g, x, kf_scalar(f->g, KF_DTYPE_F32, 1.0));
+    kf_tensor *z = kf_tanh(f->g, kf_add(f->g, x, b));
+    kf_output(f->g, "a", a);
+    kf_output(f->g, "y", y);
+    kf_output(f->g, "z", z);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    const kf_group *g = group_of(p, a);
+    assert_int_equal(g->kind, KF_GROUP_ELEMENTWISE);
+    assert_same_group(p, a, y);
+    assert_same_group(p, a, z);
+    assert_int_equal(g->n_writes, 3);
+    assert_int_equal(g->n_reads, 2); /* x once, b */
+    assert_true(group_reads(g, x) && group_reads(g, b));
+    assert_int_equal(g->siblings, 3);
+    assert_int_equal(g->sibling_of, x->id);
+    assert_int_equal(g->sibling_parts, 0);
+    char *txt = report_string(p, KF_REPORT_TEXT);
+    char want[128], na[24], ny[24], nz[24];
+    snprintf(want, sizeof want, "writes: %s f32[4, 8], %s f32[4, 8], %s f32[4, 8]\n",
+             report_name(a, na, sizeof na), report_name(y, ny, sizeof ny),
+             report_name(z, nz, sizeof nz));
+    assert_non_null(strstr(txt, want));
+    assert_non_null(strstr(txt, "siblings: 3 elementwise groups reading x, one kernel writing 3"));
+    assert_null(strstr(txt, "split at"));
+    free(txt);
+    char *js = report_string(p, KF_REPORT_JSON);
+    assert_non_null(strstr(js, "\"siblings\": {\"of\": \"x\", \"groups\": 3, \"part\": 1, "
+                               "\"parts\": 1, \"bound\": null}"));
+    free(js);
+}
+
+static void test_siblings_are_split_at_the_output_bound_and_the_report_says_so(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    kf_tensor *y[40];
+    char name[16];
+    for (int i = 0; i < 40; i++) { /* not identical: CSE keeps them apart */
+        y[i] = kf_mul(f->g, x, kf_scalar(f->g, KF_DTYPE_F32, 1.0 + i));
+        snprintf(name, sizeof name, "y%d", i);
+        kf_output(f->g, name, y[i]);
+    }
+    const kf_plan *p = plan(f);
+    /* 40 outputs at most 16 a kernel: 16 + 16 + 8. */
+    assert_int_equal(kf_plan_kernel_count(p), 3);
+    uint32_t total = 0;
+    for (uint32_t gi = 0; gi < p->n_groups; gi++) {
+        const kf_group *g = &p->groups[gi];
+        assert_true(g->n_writes <= KF_SIBLING_MAX_OUTPUTS);
+        assert_int_equal(g->sibling_parts, 3);
+        assert_string_equal(g->sibling_bound, "outputs");
+        total += g->n_writes;
+    }
+    assert_int_equal(total, 40);
+    char *txt = report_string(p, KF_REPORT_TEXT);
+    assert_non_null(strstr(txt, "part 1 of 3: the siblings were split at 16 outputs per kernel"));
+    assert_non_null(strstr(txt, "part 3 of 3"));
+    free(txt);
+    char *js = report_string(p, KF_REPORT_JSON);
+    assert_non_null(strstr(js, "\"parts\": 3, \"bound\": \"16 outputs\"}"));
+    free(js);
+
+    /* A tighter bound from the options. */
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.sibling_max_outputs = 4;
+    kf_plan_destroy(f->plan);
+    f->plan = NULL;
+    p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 10);
+    assert_string_equal(group_of(p, y[39])->sibling_bound, "outputs");
+}
+
+static void test_siblings_are_split_at_the_argument_bound(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    char name[16];
+    for (int i = 0; i < 6; i++) { /* each reads x and an input of its own */
+        snprintf(name, sizeof name, "w%d", i);
+        kf_tensor *w = in2(f->g, name, 4, 8);
+        snprintf(name, sizeof name, "y%d", i);
+        kf_output(f->g, name, kf_add(f->g, x, w));
+    }
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.sibling_max_args = 7; /* x + 2 x (w, y) + (w, y): 3 siblings a kernel */
+    const kf_plan *p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 2);
+    for (uint32_t gi = 0; gi < p->n_groups; gi++) {
+        const kf_group *g = &p->groups[gi];
+        assert_true(g->n_reads + g->n_writes <= 7);
+        assert_string_equal(g->sibling_bound, "arguments");
+    }
+    char *txt = report_string(p, KF_REPORT_TEXT);
+    assert_non_null(strstr(txt, "split at 7 arguments per kernel"));
+    free(txt);
+}
+
+static void test_siblings_of_different_spaces_or_through_a_reduction_stay_apart(void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 4, 8);
+    kf_tensor *r3 = kf_input(f->g, "r", KF_DTYPE_F32, 3, DIMS(3, 4, 8));
+    kf_tensor *e = kf_exp(f->g, x);          /* space [4, 8] */
+    kf_tensor *big = kf_add(f->g, x, r3);    /* space [3, 4, 8] */
+    kf_tensor *s1 = kf_mul(f->g, x, kf_scalar(f->g, KF_DTYPE_F32, 3.0)); /* [4, 8] */
+    kf_tensor *m = kf_reduce_sum(f->g, s1, 1, true);                    /* reads s1 */
+    kf_tensor *s2 = kf_sub(f->g, x, m); /* [4, 8], after the reduction of s1 */
+    kf_output(f->g, "e", e);
+    kf_output(f->g, "big", big);
+    kf_output(f->g, "s1", s1);
+    kf_output(f->g, "s2", s2);
+    const kf_plan *p = plan(f);
+    assert_ptr_not_equal(group_of(p, e), group_of(p, big));
+    /* s2 needs the reduction of s1: one kernel would depend on itself [I3]. */
+    assert_ptr_not_equal(group_of(p, s1), group_of(p, s2));
+    assert_true(group_of(p, e) == group_of(p, s1) || group_of(p, e) == group_of(p, s2));
+    assert_int_equal(kf_plan_kernel_count(p), 4); /* {e, s1|s2}, big, reduce, s2|s1 */
+
+    /* Switched off, every sibling keeps its own kernel. */
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.disabled = 1u << KF_PASS_SIBLINGS;
+    kf_plan_destroy(f->plan);
+    f->plan = NULL;
+    p = plan_with(f, &o);
+    assert_int_equal(kf_plan_kernel_count(p), 5);
+    assert_int_equal(group_of(p, e)->siblings, 0);
+    assert_string_equal(kf_pass_name(KF_PASS_SIBLINGS), "fuse_siblings");
 }
 
 static void test_graph_output_in_the_middle_of_a_chain_stops_the_chain(void **state) {
@@ -1527,6 +1684,10 @@ int main(void) {
         T(test_dgelu_epilogue_fuses_into_the_backward_gemm),
         T(test_bias_gradient_is_a_column_reduction_with_prologue),
         T(test_value_with_two_consumers_is_materialized_once),
+        T(test_siblings_of_one_input_fuse_into_one_kernel_that_reads_it_once),
+        T(test_siblings_are_split_at_the_output_bound_and_the_report_says_so),
+        T(test_siblings_are_split_at_the_argument_bound),
+        T(test_siblings_of_different_spaces_or_through_a_reduction_stay_apart),
         T(test_graph_output_in_the_middle_of_a_chain_stops_the_chain),
         T(test_softmax_over_a_non_last_axis_is_not_fused),
         T(test_norm_over_a_non_last_axis_is_not_fused),

@@ -384,6 +384,43 @@ static void test_check_rejects_read_of_unmaterialized_tensor(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* S9: a multi-write elementwise group (siblings) writes its space's shape,
+ * within the plan options' bounds. */
+static void test_check_rejects_sibling_writes_out_of_space_or_bounds(void **state) {
+    (void)state;
+    kf_ctx *ctx = ctx_new();
+    static const char text[] = "kfg 1\nx = input(f32[4, 8])\nc2 = const(f32[], 2)\n"
+                               "c1 = const(f32[], 1)\na = mul(x, c2)\ny = add(x, c1)\n"
+                               "z = exp(x)\noutput a\noutput y\noutput z\n";
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(ctx, text, sizeof text - 1, &g), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    assert_int_equal(kf_plan_kernel_count(plan), 1);
+    kf_group *grp = &plan->groups[0];
+    assert_int_equal(grp->n_writes, 3);
+    assert_int_equal(kf_plan_check(plan, 1, NULL), KF_OK);
+
+    plan->options.sibling_max_outputs = 2; /* a bound the plan exceeds */
+    assert_int_equal(kf_plan_check_structure(plan), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "S9"));
+    plan->options.sibling_max_outputs = 0; /* the default */
+    plan->options.sibling_max_args = 3;
+    assert_int_equal(kf_plan_check_structure(plan), KF_ERR_INTERNAL);
+    plan->options.sibling_max_args = 0;
+    assert_int_equal(kf_plan_check_structure(plan), KF_OK);
+
+    grp->dims[0] = 2; /* the writes are no longer the group's space */
+    assert_int_equal(kf_plan_check_structure(plan), KF_ERR_INTERNAL);
+    assert_true(contains(kf_graph_error(g), "shape is not the group's space"));
+    grp->dims[0] = 4;
+    assert_int_equal(kf_plan_check(plan, 2, NULL), KF_OK);
+
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 static void test_check_rejects_missing_reason_and_unwritten_output(void **state) {
     (void)state;
     kf_ctx *ctx = ctx_new();
@@ -983,6 +1020,7 @@ int main(void) {
         cmocka_unit_test(test_cost_unknown_device_is_not_found_and_lists_devices),
         cmocka_unit_test(test_check_rejects_read_of_unmaterialized_tensor),
         cmocka_unit_test(test_check_rejects_missing_reason_and_unwritten_output),
+        cmocka_unit_test(test_check_rejects_sibling_writes_out_of_space_or_bounds),
         cmocka_unit_test(test_check_rejects_wrong_expressions),
         cmocka_unit_test(test_check_norms_of_rows_whose_squares_overflow),
         cmocka_unit_test(test_check_accepts_a_constant_both_loaded_and_inlined),

@@ -13,7 +13,8 @@ carries the C status and message.
 from ._core import (DTYPES, Context, Graph, KfuseError, Program, Tensor, compile, load_library,
                     parse, version)
 
-from ._cli import aot, cache, cli_path
+from ._aot import aot, cache
+from ._cli import cli_path
 
 __all__ = ["Context", "Graph", "KfuseError", "Program", "Tensor", "compile", "load_library",
            "parse", "version", "DTYPES", "aot", "cache", "cli_path"]

@@ -1,6 +1,7 @@
-"""Arrays in and out of kfuse: NumPy arrays, torch tensors and anything with
-__dlpack__ or the array interface, without a copy where the memory already has
-kfuse's layout (row-major, contiguous, the tensor's dtype)."""
+"""Arrays in and out of kfuse: NumPy arrays, torch tensors, CuPy arrays (and any
+CUDA array that speaks DLPack) and anything with __dlpack__ or the array
+interface, without a copy where the memory already has kfuse's layout
+(row-major, contiguous, the tensor's dtype)."""
 import numpy as np
 
 from . import _capi
@@ -208,3 +209,100 @@ def _f32_to_bf16_bits(a):
     nan = np.isnan(a)
     r[nan] = 0x7FC0
     return r
+
+
+# ---- CuPy (and other CUDA DLPack producers) --------------------------------
+
+_KDL_CUDA = 2  # DLDeviceType kDLCUDA
+# CuPy has no bfloat16: bf16 arrays are uint16 holding the bits.
+_CUPY_NAMES = {"f32": "float32", "f16": "float16", "bf16": "uint16", "f64": "float64",
+               "i32": "int32", "bool": "bool", "i64": "int64"}
+
+
+def _is_cupy(x):
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def _dlpack_cuda_device(x):
+    """The CUDA device ordinal of a DLPack producer in CUDA memory (a CuPy
+    array, or any object whose __dlpack_device__ says kDLCUDA), else None.
+    torch tensors take their own path."""
+    if _is_torch(x) or isinstance(x, np.ndarray) or not hasattr(x, "__dlpack_device__"):
+        return None
+    try:
+        kind, ordinal = x.__dlpack_device__()
+    except Exception:  # pragma: no cover - a producer that cannot say
+        return None
+    return int(ordinal) if int(kind) == _KDL_CUDA else None
+
+
+def cupy_device_of(inputs):
+    """The CUDA ordinal of the first input in CUDA memory that is not a torch
+    tensor (CuPy, or another DLPack producer), or None."""
+    for v in inputs.values():
+        d = _dlpack_cuda_device(v)
+        if d is not None:
+            return d
+    return None
+
+
+class CupyBound:
+    """An input for a device-resident run with CuPy: imported through DLPack
+    (cupy.from_dlpack, no copy) when it is CUDA memory on `device`, copied there
+    otherwise (host arrays, another device), made contiguous when strided."""
+
+    def __init__(self, name, obj, kf_dtype, shape, device):
+        import cupy as cp
+
+        self.name, self.kf_dtype, self.shape = name, kf_dtype, tuple(shape)
+        self.is_torch = False
+        want = np.dtype(_CUPY_NAMES[kf_dtype])
+        with cp.cuda.Device(device):
+            if _dlpack_cuda_device(obj) is not None:
+                a = obj if _is_cupy(obj) else cp.from_dlpack(obj)
+                if a.device.id != device:
+                    a = cp.asarray(a)  # a peer copy onto this run's device
+            else:
+                h = np.asarray(obj)
+                if h.dtype != want and not (isinstance(obj, np.ndarray) or
+                                            hasattr(obj, "__dlpack__")):
+                    h = np.asarray(obj, dtype=want)  # Python scalars and lists convert
+                a = cp.asarray(h)
+            if a.dtype != want:
+                raise _dtype_mismatch(name, kf_dtype, a.dtype)
+            a = cp.ascontiguousarray(a)
+        if tuple(a.shape) != self.shape:
+            raise ValueError(f"kfuse: input {name!r} has shape {list(self.shape)}, got "
+                             f"{list(a.shape)}")
+        self.keep, self.ptr, self.nbytes = a, a.data.ptr, a.nbytes
+
+
+class CupyOut:
+    """An output of a CuPy run: allocated by CuPy's allocator on the run's
+    device, or the caller's CuPy array (C-contiguous, dtype and shape exact),
+    written in place."""
+
+    def __init__(self, name, kf_dtype, shape, device, given=None):
+        import cupy as cp
+
+        self.name, self.shape = name, tuple(shape)
+        want = np.dtype(_CUPY_NAMES[kf_dtype])
+        if given is None:
+            with cp.cuda.Device(device):
+                a = cp.empty(self.shape, dtype=want)
+        else:
+            a = given
+            if not _is_cupy(a) or a.device.id != device:
+                raise ValueError(f"kfuse: output {name!r} must be a CuPy array on device "
+                                 f"{device} for this run")
+            if a.dtype != want:
+                raise TypeError(f"kfuse: output {name!r} is {kf_dtype}, got dtype {a.dtype}")
+            if tuple(a.shape) != self.shape:
+                raise ValueError(f"kfuse: output {name!r} has shape {list(self.shape)}, got "
+                                 f"{list(a.shape)}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"kfuse: output {name!r} must be C-contiguous")
+        self.keep, self.ptr, self.nbytes = a, a.data.ptr, a.nbytes
+
+    def result(self):
+        return self.keep

@@ -61,6 +61,18 @@ class kf_check_result(ctypes.Structure):
                 ("pass_", ctypes.c_int), ("fused_err", ctypes.c_double)]
 
 
+class kf_aot_summary(ctypes.Structure):
+    _fields_ = [("kernels", ctypes.c_size_t), ("cached", ctypes.c_size_t),
+                ("compiled", ctypes.c_size_t), ("failed", ctypes.c_size_t),
+                ("groups", ctypes.c_size_t), ("library_steps", ctypes.c_size_t)]
+
+
+class kf_cache_summary(ctypes.Structure):
+    _fields_ = [("entries", ctypes.c_size_t), ("bytes", ctypes.c_uint64),
+                ("corrupt", ctypes.c_size_t), ("removed", ctypes.c_size_t),
+                ("dir", ctypes.c_char * 512), ("error", ctypes.c_char * 512)]
+
+
 # Enums (include/kfuse.h).
 STATUS_NAMES = ["OK", "INVALID_ARGUMENT", "SHAPE", "DTYPE", "AXIS", "OUT_OF_MEMORY", "PARSE",
                 "VERIFY", "NOT_FOUND", "UNSUPPORTED", "IO", "INTERNAL", "BUSY"]
@@ -85,7 +97,8 @@ _REDUCE = ["reduce_sum", "reduce_max", "reduce_mean", "reduce_min", "argmax", "l
 _I64P = ctypes.POINTER(ctypes.c_int64)
 # Symbols of newer libkfuse versions (device-resident runs).
 _OPTIONAL = {"kf_program_run_device", "kf_program_workspace_size", "kf_program_set_workspace",
-             "kf_slice", "kf_concat", "kf_gather", "kf_logsumexp", "kf_repeat"}
+             "kf_slice", "kf_concat", "kf_gather", "kf_logsumexp", "kf_repeat", "kf_aot",
+             "kf_cache_list_entries", "kf_cache_verify_entries", "kf_cache_clear_entries"}
 
 
 def _declare(lib):
@@ -155,6 +168,10 @@ def _declare(lib):
         "kf_concat": (T, [G, i, ctypes.POINTER(T), i]),
         "kf_gather": (T, [G, T, T, i]),
         "kf_repeat": (T, [G, T, i, ctypes.c_int64]),
+        "kf_aot": (i, [C, G, ctypes.POINTER(cp), s, ctypes.POINTER(kf_aot_summary)]),
+        "kf_cache_list_entries": (i, [C, vp, ctypes.POINTER(kf_cache_summary)]),
+        "kf_cache_verify_entries": (i, [C, vp, ctypes.POINTER(kf_cache_summary)]),
+        "kf_cache_clear_entries": (i, [C, ctypes.POINTER(kf_cache_summary)]),
     })
     for name in _UNARY:
         sigs["kf_" + name] = (T, [G, T])

@@ -7,7 +7,8 @@ import math
 import threading
 
 from . import _capi
-from ._arrays import _TORCH_NAMES, Bound, GivenOut, cuda_device_of, output_like
+from ._arrays import (_TORCH_NAMES, Bound, CupyBound, CupyOut, GivenOut, cuda_device_of,
+                      cupy_device_of, output_like)
 
 DTYPES = tuple(_capi.DTYPES)
 
@@ -352,6 +353,11 @@ class Graph:
     __str__ = text
 
     def _bindings(self, inputs, device=None):
+        ins = self._input_names(inputs)
+        return [Bound(n, inputs[n], ins[n].dtype, ins[n].shape, device) for n in ins]
+
+    def _input_names(self, inputs):
+        """{name: input tensor}, after refusing unknown and missing names."""
         ins = {t.name: t for t in self.inputs}
         unknown = sorted(set(inputs) - set(ins))
         if unknown:
@@ -360,7 +366,7 @@ class Graph:
         missing = [n for n in ins if n not in inputs]
         if missing:
             raise KfuseError(8, f"input {missing[0]!r} is not bound")
-        return [Bound(n, inputs[n], ins[n].dtype, ins[n].shape, device) for n in ins]
+        return ins
 
     def _outputs_like(self, bound, given=None, device=None):
         outs = self.outputs
@@ -486,6 +492,9 @@ class Program:
         dev = cuda_device_of(inputs) if self._device_runs else None
         if dev is not None:
             return self._run_device(inputs, out, dev)
+        cdev = cupy_device_of(inputs) if self._device_runs else None
+        if cdev is not None:
+            return self._run_cupy(inputs, out, cdev)
         bound = self.graph._bindings(inputs)
         outs = self.graph._outputs_like(bound, out or {})
         bi = _binding_array(bound)
@@ -502,6 +511,35 @@ class Program:
         self._enqueue(_binding_array(bound), len(bound), _binding_array(list(outs.values())),
                       len(outs), dev)
         return {n: o.result() for n, o in outs.items()}
+
+    def _run_cupy(self, inputs, out, dev):
+        """A device-resident run with CuPy arrays (or another CUDA DLPack
+        producer): inputs imported through DLPack (others copied to device
+        `dev`), outputs CuPy arrays from CuPy's allocator (bf16 as uint16
+        bits), enqueued on CuPy's current stream without a synchronization."""
+        import cupy as cp
+
+        ins = self.graph._input_names(inputs)  # unknown and missing inputs refused
+        bound = [CupyBound(n, inputs[n], ins[n].dtype, ins[n].shape, dev) for n in ins]
+        given = out or {}
+        outs = self.graph.outputs
+        for n in given:
+            if n not in outs:
+                _raise_unknown_output(n, outs)
+        res = {n: CupyOut(n, t.dtype, t.shape, dev, given.get(n)) for n, t in outs.items()}
+        bi, bo = _binding_array(bound), _binding_array(list(res.values()))
+        with self._lock, cp.cuda.Device(dev):
+            if self._workspace is None:
+                size = ctypes.c_size_t()
+                self._check_st(self._lib.kf_program_workspace_size(self._h, ctypes.byref(size)))
+                ws = cp.empty(max(size.value, 256), dtype=cp.uint8)
+                self._check_st(self._lib.kf_program_set_workspace(
+                    self._h, ctypes.c_void_p(ws.data.ptr), ws.nbytes))
+                self._workspace = ws
+            stream = cp.cuda.get_current_stream().ptr
+            self._check_st(self._lib.kf_program_run_device(self._h, bi, len(bound), bo, len(res),
+                                                           ctypes.c_void_p(stream)))
+        return {n: o.result() for n, o in res.items()}
 
     def run_device_list(self, args):
         """The hot path of a framework: the inputs as torch CUDA tensors in

@@ -258,5 +258,33 @@ def test_aot_fills_a_cache_that_cache_ls_lists(examples, tmp_path):
                 if re.match(r"^[0-9a-f]{16,}", line)]
     with pytest.raises(kfuse.KfuseError, match="aot"):
         kfuse.aot(tmp_path / "missing.kfg", cache_dir, arch="sm_90a")
+    with pytest.raises(kfuse.KfuseError, match="arch"):
+        kfuse.aot(g, cache_dir, arch="sm80")
     with pytest.raises(ValueError, match="cache action"):
         kfuse.cache("shred", cache_dir)
+
+
+def test_aot_and_cache_go_through_the_c_api(examples, tmp_path, monkeypatch):
+    """No CLI: kf_aot fills, a second fill compiles nothing, verify reports and
+    removes a garbled entry, a refill compiles only it."""
+    monkeypatch.setenv("KFUSE_CLI", "/nonexistent/kfuse")  # would break a CLI path
+    monkeypatch.setenv("PATH", "/nonexistent")
+    cache_dir = tmp_path / "aot"
+    g = kfuse.parse((examples / "mlp.kfg").read_text())
+    counts = re.compile(r"(\d+) kernels\s+(\d+) cached\s+(\d+) compiled")
+    first = counts.search(kfuse.aot(g, cache_dir, arch=["sm_80", "sm_90a"])).groups()
+    n = int(first[0])
+    assert n > 0 and first[1:] == ("0", str(n)), first
+    again = counts.search(kfuse.aot(g, cache_dir, arch=["sm_80", "sm_90a"])).groups()
+    assert again == (str(n), str(n), "0"), again
+    files = [p for p in cache_dir.rglob("*") if p.is_file() and p.stat().st_size > 64
+             and ".lock" not in p.name]
+    assert files
+    data = bytearray(files[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    with pytest.raises(kfuse.KfuseError, match="corrupt"):
+        kfuse.cache("verify", cache_dir)
+    kfuse.cache("verify", cache_dir)  # removed: clean now
+    refill = counts.search(kfuse.aot(g, cache_dir, arch=["sm_80", "sm_90a"])).groups()
+    assert refill == (str(n), str(n - 1), "1"), refill
