@@ -181,7 +181,7 @@ uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor) {
     pg->alive = true;
     pg->kind = kind;
     pg->anchor = anchor ? anchor->id : KF_NONE;
-    pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = KF_NONE;
+    pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = pg->head_view = KF_NONE;
     pg->head = pg->tail = KF_NONE;
     if (anchor) {
         uint32_t old = p->gid[anchor->id];
@@ -323,6 +323,7 @@ static const pass_entry pipeline[] = {
     {KF_PASS_GEMM_EPILOGUE, kf_fuse_gemm_epilogue},
     {KF_PASS_ROWWISE, kf_fuse_rowwise},
     {KF_PASS_ELEMENTWISE, kf_fuse_elementwise},
+    {KF_PASS_HEAD_EPILOGUE, kf_fuse_head_epilogue},
     {KF_PASS_VIEW_SLICES, kf_view_slices},
 };
 _Static_assert(sizeof pipeline / sizeof *pipeline == KF_PASS_COUNT, "every pass in the pipeline");
