@@ -98,10 +98,6 @@ kf_status kf_fuse_head_epilogue(kf_planner *p) {
         if (pg->kind != KF_GROUP_GEMM || pg->anchor != mm->id || pg->anchor2 != KF_NONE ||
             pg->row_op != KF_NONE || pg->head_view != KF_NONE || kf_pl_uses(p, mm) == 0)
             continue;
-        /* No epilogue member yet (members before the product are A's prologue). */
-        uint32_t nm = kf_pl_members(p, gi, p->list);
-        if (nm == 0 || p->list[nm - 1] != mm->id)
-            continue;
         /* The head view: reshape(mm) splitting only the last axis. */
         kf_tensor *rs = NULL;
         for (uint32_t u = 0; u < kf_pl_uses(p, mm); u++) {
@@ -120,6 +116,10 @@ kf_status kf_fuse_head_epilogue(kf_planner *p) {
                      "the product is also needed unrotated: no head-split epilogue");
             continue;
         }
+        /* No epilogue member (members before the product are A's prologue). */
+        uint32_t nm = kf_pl_members(p, gi, p->list);
+        if (nm == 0 || p->list[nm - 1] != mm->id)
+            continue;
         kf_tensor *hv = rs;
         if (kf_pl_single_use(p, rs)) {
             kf_tensor *c = kf_pl_consumer(p, rs, 0);
