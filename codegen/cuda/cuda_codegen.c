@@ -163,12 +163,6 @@ kf_status kf_cuda_codegen_epilogue(const kf_plan *plan, uint32_t group, const ch
         return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                                   "group %u (%s) is a %s group, not a GEMM", g->id, g->name,
                                   kf_group_kind_name(g->kind)));
-    if (g->gemm.head_dim)
-        return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
-                                  "a head-split epilogue "
-                                  "(KF_FLAG_GEMM_HEAD_EPILOGUE) has no CUDA lowering yet: its "
-                                  "accumulator reads are not the product's row-major layout; "
-                                  "plan without the flag for the CUDA target"));
     cg_set_name(&c, "epi_");
     out_spec outs[MAX_OUTS];
     uint32_t n = 0;
