@@ -54,7 +54,11 @@ void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g) {
         pd[r - 3] = gm->m;
         pd[r - 2] = gm->n;
         cg_gemm_coords(x, KF_SPACE_OUT, r - 1, pd, "q", "c0");
-        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 2 : r - 3], COORD_MAX, "r");
+        /* m: the product's row coordinate from q (q % M: a kernel may fold
+         * the batch into its rows, so r alone is not the row) */
+        char mc[COORD_MAX];
+        snprintf(mc, sizeof mc, "(long long)((unsigned long long)q %% %" PRId64 "ull)", gm->m);
+        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 2 : r - 3], COORD_MAX, "%s", mc);
         snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 3 : r - 2], COORD_MAX,
                  "(c0 / %" PRId64 "LL)", gm->head_dim);
         snprintf(x->coord[KF_SPACE_OUT][r - 1], COORD_MAX, "(c0 %% %" PRId64 "LL)", gm->head_dim);
@@ -423,14 +427,19 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
      * by element; two ifs rather than if/else, so both are predicated stores
      * and no branch region stands between one call's code and the next's. */
     /* A head-split group writes its head view row-major: with heads first,
-     * row r of head h of batch b at ((b * H + h) * M + r) * D + d. */
-    char dst_off[160] = "q * KF_N + c0";
-    if (c->g->gemm.head_dim && c->g->gemm.heads_first)
+     * row m of head h of batch b at ((b * H + h) * M + m) * D + d, where
+     * b = q / M and m = q % M with the product's M (KF_M may hold the batch
+     * folded into the rows). */
+    char dst_off[200] = "q * KF_N + c0";
+    const kf_gemm_info *hg = &c->g->gemm;
+    if (hg->head_dim && hg->heads_first)
         snprintf(dst_off, sizeof dst_off,
-                 "((b * %" PRId64 "LL + c0 / %" PRId64 "LL) * KF_M + r) * %" PRId64
-                 "LL + c0 %% %" PRId64 "LL",
-                 c->g->gemm.n / c->g->gemm.head_dim, c->g->gemm.head_dim, c->g->gemm.head_dim,
-                 c->g->gemm.head_dim);
+                 "(long long)(((unsigned long long)q / %" PRId64 "ull * %" PRId64
+                 "ull + (unsigned long long)c0 / %" PRId64 "ull) * %" PRId64
+                 "ull + (unsigned long long)q %% %" PRId64 "ull) * %" PRId64 "LL + c0 %% %" PRId64
+                 "LL",
+                 hg->m, hg->n / hg->head_dim, hg->head_dim, hg->m, hg->m, hg->head_dim,
+                 hg->head_dim);
     for (uint32_t o = 0; o < ep->n_outs; o++) {
         const char *rt = cg_reg_type(ep->outs[o].dtype);
         char val[48];
