@@ -157,8 +157,9 @@ enum {
                                              (reshape [.., N] to [.., H, D], maybe a permute of
                                              M and H: a rotary embedding of q or k, slices and
                                              concats along D) into the GEMM's group, over the
-                                             head view. CPU target only for now: the CUDA
-                                             codegen refuses such a group. Off by default
+                                             head view (on sm_90a the generated GEMM applies
+                                             it on the accumulators, measured against
+                                             cuBLASLt + an epilogue kernel). Off by default
                                              (kfuse --gemm-head-epilogue) */
     KF_FLAG_ALL_ = (1u << 13) - 1
 };
