@@ -369,7 +369,10 @@ static kf_graph *parse(kf_ctx *ctx, const char *text) {
 static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops) {
     kf_graph *g = parse(ctx, c->text);
     kf_plan *plan = NULL;
-    if (kf_plan_create(g, NULL, &plan) != KF_OK) {
+    kf_plan_options po; /* the head-split epilogue as its context asks (kf_compile's rule) */
+    kf_plan_options_init(&po);
+    po.gemm_head_epilogue = (ctx->flags & KF_FLAG_GEMM_HEAD_EPILOGUE) != 0;
+    if (kf_plan_create(g, &po, &plan) != KF_OK) {
         fprintf(stderr, "gpu_bench: plan: %s\n", kf_graph_error(g));
         exit(1);
     }
@@ -1111,6 +1114,23 @@ int main(int argc, char **argv) {
              "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
              "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
              LM, LK, LK, LN, LN, LM, LN, LN, LN);
+    /* LLaMA-7B's q projection with its rotary embedding (rotate_half, heads
+     * of 128 permuted to [B, H, S, D]) behind the RMSNorm prologue, B8 S2048:
+     * by default the GEMM writes q and the rotation is its own kernel; with
+     * KF_FLAG_GEMM_HEAD_EPILOGUE (the rope_q_head* names) one kernel */
+    int QB = g_quick ? 2 : 8, QS = 2048, QD = 4096;
+    char t_rope[1024];
+    snprintf(t_rope, sizeof t_rope,
+             "kfg 1\nx = input(bf16[%d, %d, %d])\ng = input(bf16[%d])\nw = input(bf16[%d, %d])\n"
+             "c = input(bf16[%d, 128])\ns = input(bf16[%d, 128])\n"
+             "n = rms_norm(x, g, eps=1e-6)\np = matmul(n, w)\n"
+             "h = reshape(p, [%d, %d, 32, 128])\nq = permute(h, [0, 2, 1, 3])\n"
+             "q1 = slice(q, axis=-1, stop=64)\nq2 = slice(q, axis=-1, start=64)\n"
+             "n2 = neg(q2)\nr = concat(n2, q1, axis=-1)\nqc = mul(q, c)\nrs = mul(r, s)\n"
+             "y = add(qc, rs)\noutput y\n",
+             QB, QS, QD, QD, QD, QD, QS, QS, QB, QS);
+    double qbytes = 2.0 * (2.0 * QB * QS * QD + (double)QD * QD + QD + 2.0 * QS * 128);
+    double qflops = 2.0 * (double)QB * QS * QD * QD;
     double lbytes = 2.0 * ((double)LM * LK + (double)LK * LN + 2.0 * (double)LM * LN + 3.0 * LN);
     double lflops = 2.0 * (double)LM * LN * LK;
     double sbytes = 2.0 * ((double)SM * SD + 2.0 * SD * SF + (double)SM * SF);
@@ -1146,6 +1166,13 @@ int main(int argc, char **argv) {
          0},
         {"gemm_res_ln_split_cublaslt", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        /* q projection + rotary: the default plan (measured GEMM, then the
+         * rotation kernel), forced generated; the head-split epilogue
+         * measured and forced generated (one kernel) */
+        {"rope_q", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"rope_q_generated", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"rope_q_head", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"rope_q_head_generated", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         /* the generated kernel's other schedules, same run: ping-pong 128-wide
          * tiles, and the epilogue staged through shared memory */
         {"gemm_bias_gelu_generated_pingpong", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
@@ -1181,10 +1208,19 @@ int main(int argc, char **argv) {
     kf_ctx *sctx = make_ctx_gemm(NULL, sf, KF_GEMM_AUTO);
     kf_ctx *sctx_gen = make_ctx_gemm(NULL, sf, KF_GEMM_GENERATED);
     kf_ctx *sctx_lt = make_ctx_gemm(NULL, sf, KF_GEMM_CUBLASLT);
+    /* the rope_q_head* cases: the head-split epilogue's contexts */
+    unsigned hf = KF_FLAG_NO_CACHE | KF_FLAG_GEMM_HEAD_EPILOGUE;
+    kf_ctx *hctx = make_ctx_gemm(NULL, hf, KF_GEMM_AUTO);
+    kf_ctx *hctx_gen = make_ctx_gemm(NULL, hf, KF_GEMM_GENERATED);
     for (int i = 0; i < n_cases; i++) {
         if (!case_on(cases[i].name))
             continue;
         bool split = strncmp(cases[i].name, "gemm_res_ln_split", 17) == 0;
+        if (strncmp(cases[i].name, "rope_q_head", 11) == 0) {
+            run_case(cases[i].gemm == KF_GEMM_GENERATED ? hctx_gen : hctx, &cases[i], copy_gbs,
+                     gemm_tflops);
+            continue;
+        }
         run_case(cases[i].gemm == KF_GEMM_GENERATED  ? (split ? sctx_gen : ctx_gen)
                  : cases[i].gemm == KF_GEMM_CUBLASLT ? (split ? sctx_lt : ctx_lt)
                  : split                             ? sctx
@@ -1194,6 +1230,8 @@ int main(int argc, char **argv) {
     kf_ctx_destroy(sctx);
     kf_ctx_destroy(sctx_gen);
     kf_ctx_destroy(sctx_lt);
+    kf_ctx_destroy(hctx);
+    kf_ctx_destroy(hctx_gen);
 
     /* Compile times: a private empty cache, cold then warm. */
     char dir[] = "/tmp/kf_bench_cache_XXXXXX";

@@ -90,6 +90,16 @@ if(KF_BUILD_TESTS AND KF_HAVE_LLVM)
                  WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
         set_tests_properties(cli_run_${_stem} PROPERTIES
             ENVIRONMENT "KF_CACHE_DIR=${PROJECT_BINARY_DIR}/kf-test-cache" TIMEOUT 120)
+        # a pattern that states its head-split count runs that plan too
+        file(STRINGS "${_example}" _kf_head REGEX "# expect head epilogue:")
+        if(_kf_head)
+            add_test(NAME cli_run_${_stem}_head_epilogue
+                     COMMAND kfuse_cli run "${_example}" --target cpu --check --seed 7
+                             --gemm-head-epilogue
+                     WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
+            set_tests_properties(cli_run_${_stem}_head_epilogue PROPERTIES
+                ENVIRONMENT "KF_CACHE_DIR=${PROJECT_BINARY_DIR}/kf-test-cache" TIMEOUT 120)
+        endif()
     endforeach()
 endif()
 

@@ -53,6 +53,8 @@ const char kf_cmd_aot_help[] =
     "                decode kernels at any query length)\n"
     "  --unfused-attention the recipes of contexts with KF_FLAG_UNFUSED_ATTENTION\n"
     "  --split-row-norms the plans and recipes of contexts with KF_FLAG_SPLIT_ROW_NORMS\n"
+    "  --gemm-head-epilogue the plans and recipes of contexts with\n"
+    "                KF_FLAG_GEMM_HEAD_EPILOGUE\n"
     "  -o DIR        the cache directory (required)\n"
     "  -h, --help    show this help\n"
     "\n"
@@ -188,7 +190,7 @@ int kf_cmd_aot(int argc, char **argv) {
     }
     int n_files = 0;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
-    bool split_rows = false;
+    bool split_rows = false, head_epi = false;
     kf_attention_mode attention = KF_ATTENTION_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -223,6 +225,8 @@ int kf_cmd_aot(int argc, char **argv) {
             a.flags |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
         } else if (strcmp(s, "--split-row-norms") == 0) {
             split_rows = true;
+        } else if (strcmp(s, "--gemm-head-epilogue") == 0) {
+            head_epi = true;
         } else if (strncmp(s, "--arch=", 7) == 0) {
             snprintf(archbuf, sizeof archbuf, "%s", s + 7);
         } else if (s[0] == '-' && s[1] != '\0') {
@@ -294,6 +298,7 @@ int kf_cmd_aot(int argc, char **argv) {
         popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
         if (split_rows || (o.flags & KF_FLAG_SPLIT_ROW_NORMS))
             popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+        popt.gemm_head_epilogue = head_epi || (o.flags & KF_FLAG_GEMM_HEAD_EPILOGUE);
         st = kf_plan_create(graphs[f], &popt, &plans[f]);
         if (st != KF_OK) {
             fprintf(stderr, "kfuse aot: %s: planning failed: %s: %s\n", files[f], kf_status_str(st),

@@ -26,6 +26,7 @@ const char kf_cmd_report_help[] =
     "usage: kfuse report FILE [--json] [--device h100|h200|a100|cpu] [--arch ARCH]\n"
     "                         [--sm-count N] [--no-cublaslt] [--gemm MODE] [--attention MODE]\n"
     "                         [--unfused-attention] [--split-row-norms]\n"
+    "                         [--gemm-head-epilogue]\n"
     "\n"
     "Plans FILE (a .kfg graph; `-` reads standard input) into fused kernels and\n"
     "prints the plan: one row per kernel group (kind, generated kernel name, ops\n"
@@ -64,6 +65,9 @@ const char kf_cmd_report_help[] =
     "  --split-row-norms  the plan and recipes of a context with\n"
     "                  KF_FLAG_SPLIT_ROW_NORMS (a norm after a GEMM whose row is\n"
     "                  longer than one tile row in the GEMM's group, split)\n"
+    "  --gemm-head-epilogue  the plan and recipes of a context with\n"
+    "                  KF_FLAG_GEMM_HEAD_EPILOGUE (the rotary embedding of a GEMM's\n"
+    "                  head view in the GEMM's group)\n"
     "  -h, --help      show this help\n"
     "\n"
     "environment: KF_DEBUG=1 dumps the plan after each fusion pass to stderr\n"
@@ -148,7 +152,7 @@ static const char *default_device(char *gpu_arch, size_t arch_size, int *gpu_sms
 int kf_cmd_report(int argc, char **argv) {
     const char *file = NULL, *device = NULL, *arch = NULL;
     long sm_count = 0;
-    bool json = false, no_lt = false, unfused_attn = false, split_rows = false;
+    bool json = false, no_lt = false, unfused_attn = false, split_rows = false, head_epi = false;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
     kf_attention_mode attention = KF_ATTENTION_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -192,6 +196,8 @@ int kf_cmd_report(int argc, char **argv) {
             unfused_attn = true;
         } else if (strcmp(a, "--split-row-norms") == 0) {
             split_rows = true;
+        } else if (strcmp(a, "--gemm-head-epilogue") == 0) {
+            head_epi = true;
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage("unknown option '%s'", a);
         } else if (file) {
@@ -239,6 +245,7 @@ int kf_cmd_report(int argc, char **argv) {
     popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
     if (split_rows)
         popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    popt.gemm_head_epilogue = head_epi;
     kf_status st = kf_ctx_create(&o, &ctx);
     if (st == KF_OK) {
         int loaded = kf_cli_load_graph(ctx, file, &g); /* -1: loaded; else why not is printed */

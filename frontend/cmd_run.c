@@ -34,7 +34,8 @@ const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
     "                      [--gemm auto|generated|cublaslt|measured|sm80]\n"
     "                      [--attention auto|sm90|fa2|unfused|decode] [--unfused-attention]\n"
-    "                      [--split-row-norms] [--no-cache | --cache-dir DIR]\n"
+    "                      [--split-row-norms] [--gemm-head-epilogue]\n"
+    "                      [--no-cache | --cache-dir DIR]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
     "once on random inputs (the same inputs `kfuse eval --seed N` uses) and prints\n"
@@ -71,6 +72,8 @@ const char kf_cmd_run_help[] =
     "  --split-row-norms  a context with KF_FLAG_SPLIT_ROW_NORMS: a norm after a\n"
     "               GEMM whose row is longer than one tile row joins the GEMM's\n"
     "               group (the split row form)\n"
+    "  --gemm-head-epilogue  a context with KF_FLAG_GEMM_HEAD_EPILOGUE: the\n"
+    "               rotary embedding of a GEMM's head view joins the GEMM's group\n"
     "  --no-cache   compile everything, read and write no kernel cache\n"
     "  --cache-dir DIR\n"
     "               the kernel cache to use (default $KF_CACHE_DIR, else\n"
@@ -149,7 +152,7 @@ int kf_cmd_run(int argc, char **argv) {
     const char *file = NULL;
     uint64_t seed = 0;
     bool check = false, report = false, unfused_attn = false, no_cache = false;
-    bool split_rows = false;
+    bool split_rows = false, head_epi = false;
     const char *cache_dir = NULL;
     kf_target target = KF_TARGET_AUTO;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
@@ -181,6 +184,8 @@ int kf_cmd_run(int argc, char **argv) {
             unfused_attn = true;
         } else if (strcmp(a, "--split-row-norms") == 0) {
             split_rows = true;
+        } else if (strcmp(a, "--gemm-head-epilogue") == 0) {
+            head_epi = true;
         } else if (strcmp(a, "--no-cache") == 0) {
             no_cache = true;
         } else if (strcmp(a, "--cache-dir") == 0) {
@@ -242,6 +247,8 @@ int kf_cmd_run(int argc, char **argv) {
         o.flags |= KF_FLAG_UNFUSED_ATTENTION;
     if (split_rows)
         o.flags |= KF_FLAG_SPLIT_ROW_NORMS;
+    if (head_epi)
+        o.flags |= KF_FLAG_GEMM_HEAD_EPILOGUE;
     if (cache_dir)
         o.cache_dir = cache_dir;
     if (no_cache)

@@ -109,6 +109,7 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
     popt.debug = (ctx->flags & KF_FLAG_DEBUG_PASSES) != 0;
     if (ctx->flags & KF_FLAG_SPLIT_ROW_NORMS)
         popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    popt.gemm_head_epilogue = (ctx->flags & KF_FLAG_GEMM_HEAD_EPILOGUE) != 0;
     kf_status st = kf_plan_create(p->graph, &popt, &p->plan);
     if (st != KF_OK) {
         /* The planner put its message on the copy; the caller reads its own graph. */

@@ -784,6 +784,58 @@ static kf_status eval_stat(xstate *x, uint32_t k, const xspace *s, double *out) 
     return KF_OK;
 }
 
+/* E3 for a head-split GEMM group (gemm.head_dim): ACC at (batch.., m, h, d)
+ * (heads_first: (batch.., h, m, d)) is the product at (batch.., m, h * D + c),
+ * c = d, or the value of its column node, which must lie in [0, D): the
+ * partner a backend reads from the accumulators of the same head. */
+static kf_status eval_head_acc(xstate *x, uint32_t k, const xspace *s, double *out) {
+    const kf_plan *plan = x->plan;
+    const kf_group *grp = x->grp;
+    const kf_gemm_info *gm = &grp->gemm;
+    const kf_expr *e = &grp->expr[k];
+    uint32_t t = gm->anchor[0];
+    const double *tv = t < plan->graph->n_nodes ? tensor_value(x, t) : NULL;
+    int r = s->rank;
+    int64_t D = gm->head_dim;
+    if (!tv || e->anchor != 0 || e->space != KF_SPACE_OUT || r < 3 || s->dims[r - 1] != D ||
+        kf_ir_numel(plan->graph->nodes[t]) != space_numel(s))
+        return check_fail(plan,
+                          "E3: group %u node %u is a head-split accumulator that does not "
+                          "fit the product %%%u",
+                          x->gi, k, t);
+    const double *cv = NULL;
+    if (e->src[0] != KF_NONE) {
+        uint32_t src = e->src[0];
+        if (src >= k || grp->expr[src].dtype != KF_DTYPE_I32 ||
+            !shape_fits(x->fake[src].rank, x->fake[src].dims, s))
+            return check_fail(plan,
+                              "E3: group %u node %u's column is node %u: not an earlier i32 "
+                              "node of its space",
+                              x->gi, k, src);
+        cv = x->v[src];
+    }
+    int ma = gm->heads_first ? r - 2 : r - 3, ha = gm->heads_first ? r - 3 : r - 2;
+    int64_t n = space_numel(s);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t c = index_along(s, i, r - 1);
+        if (cv) {
+            double v = cv[bcast_offset(x->fake[e->src[0]].rank, x->fake[e->src[0]].dims, s, i)];
+            if (!(v >= 0 && v < (double)D))
+                return check_fail(plan,
+                                  "E3: group %u node %u reads column %g of a head of %lld: "
+                                  "outside the head",
+                                  x->gi, k, v, (long long)D);
+            c = (int64_t)v;
+        }
+        int64_t bflat = 0;
+        for (int d = 0; d < r - 3; d++)
+            bflat = bflat * s->dims[d] + index_along(s, i, d);
+        int64_t row = bflat * gm->m + index_along(s, i, ma);
+        out[i] = tv[row * gm->n + index_along(s, i, ha) * D + c];
+    }
+    return KF_OK;
+}
+
 /* Evaluates node k into x->v[k]. */
 static kf_status eval_expr_node(xstate *x, uint32_t k) {
     const kf_plan *plan = x->plan;
@@ -931,6 +983,14 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
         break;
     }
     case KF_EXPR_ACC:
+        if (grp->kind == KF_GROUP_GEMM && grp->gemm.head_dim > 0)
+            return eval_head_acc(x, k, &s, out);
+        if (e->src[0] != KF_NONE)
+            return check_fail(plan,
+                              "E3: group %u node %u reads the accumulator at a column node "
+                              "outside a head-split GEMM group",
+                              x->gi, k);
+        /* fall through */
     case KF_EXPR_SCORE: {
         uint32_t t = e->kind == KF_EXPR_SCORE          ? grp->attn.qk
                      : e->anchor >= 0 && e->anchor < 2 ? grp->gemm.anchor[e->anchor]
@@ -1083,6 +1143,21 @@ static kf_status check_descriptors(const kf_plan *plan, uint32_t gi) {
                               gi, (long long)gm->m, (long long)gm->n, (long long)gm->k,
                               (long long)gm->batch, mm->id, (long long)mm->dims[mm->rank - 2],
                               (long long)mm->dims[mm->rank - 1], (long long)k, (long long)batch);
+        /* A head-split epilogue runs over the product's head view. */
+        if (gm->head_dim > 0) {
+            int r = grp->rank;
+            bool ok = r == mm->rank + 1 && gm->n_anchors == 1 && !gm->row_epilogue &&
+                      grp->dims[r - 1] == gm->head_dim && gm->n % gm->head_dim == 0 &&
+                      grp->dims[gm->heads_first ? r - 3 : r - 2] == gm->n / gm->head_dim &&
+                      grp->dims[gm->heads_first ? r - 2 : r - 3] == gm->m;
+            for (int d = 0; ok && d < r - 3; d++)
+                ok = grp->dims[d] == mm->dims[d];
+            if (!ok)
+                return check_fail(plan,
+                                  "E8: GEMM group %u's head-split space (head_dim %lld) is not "
+                                  "a head view of its matmul %%%u",
+                                  gi, (long long)gm->head_dim, mm->id);
+        }
         /* A row epilogue normalizes the output's rows: whole tile rows, or
          * split (reduced apart from the tiles) past the tile row,
          * which only a norm's mergeable statistics allow. */

@@ -118,6 +118,11 @@ static void print_node(const kf_plan *plan, const kf_group *g, uint32_t i, FILE 
         return;
     case KF_EXPR_ACC:
         fprintf(out, e->anchor ? "ACC%d" : "ACC", e->anchor);
+        if (e->src[0] != KF_NONE) { /* a head-split group's in-head column */
+            fputs("[at ", out);
+            print_node(plan, g, e->src[0], out, depth + 1);
+            fputs("]", out);
+        }
         return;
     case KF_EXPR_STAT:
         fprintf(out, "%s", kf_stat_name(e->stat));

@@ -135,6 +135,7 @@ const char *kf_group_kind_name(kf_group_kind kind);
     X(PASS_DISABLED, "the fusion pass that would fuse it is switched off")                     \
     X(GATHER_INDEX, "a gather's indices are read from memory (checked there on the CPU)")      \
     X(REMAP_INTO_ANCHOR, "a slice, concat or gather fuses into elementwise and row-wise kernels only") \
+    X(NOT_HEAD_LOCAL, "a GEMM's head-split epilogue reads its head view only within each head") \
     X(SOURCE, "the producer is a graph input or constant (reserved: never emitted)")
 
 typedef enum kf_reason {
@@ -170,7 +171,10 @@ typedef enum kf_expr_kind {
     KF_EXPR_CONST,  /* `value` (already rounded to `dtype`) */
     KF_EXPR_INDEX,  /* the index along `axis` of the node's space, as `dtype` (iota) */
     KF_EXPR_ACC,    /* GEMM: the accumulator of anchor `anchor` (0, or 1 for SwiGLU's
-                       second GEMM) at this output element, rounded to its dtype */
+                       second GEMM) at this output element, rounded to its dtype; in a
+                       head-split group (gemm.head_dim), src[0] may name an i32 node: the
+                       accumulator of the same row and head at in-head column v(src[0])
+                       (0 <= v < head_dim: the partner of a rotate-half) */
     KF_EXPR_ROW,    /* GEMM: the output row index (axis rank-2), as `dtype` */
     KF_EXPR_COL,    /* GEMM: the output column index (axis rank-1), as `dtype` */
     KF_EXPR_SCORE,  /* ATTENTION: the Q.K^T dot product at (batch, head, q, kv) */
@@ -268,6 +272,12 @@ typedef struct kf_gemm_info {
                              The plan's semantics are those of row_epilogue: a backend may
                              compute the statistics its own way (the CPU's tiles hold whole
                              rows) */
+    int64_t head_dim;     /* 0, or the head-split epilogue (KF_PASS_HEAD_EPILOGUE): the space
+                             is the product's head view, [batch..., M, N/head_dim, head_dim]
+                             (heads_first: [batch..., N/head_dim, M, head_dim]), so rank is
+                             the product's + 1; ACC at (.., m, h, d) is the product at
+                             (.., m, h * head_dim + d). The product itself is not written */
+    bool heads_first;
 } kf_gemm_info;
 
 typedef enum kf_mask_kind {
@@ -382,6 +392,7 @@ typedef struct kf_plan_edge {
     X(NORM_PROLOGUE, "fuse_norm_prologue")                                                         \
     X(ROWWISE, "fuse_rowwise")                                                                     \
     X(ELEMENTWISE, "fuse_elementwise")                                                             \
+    X(HEAD_EPILOGUE, "fuse_head_epilogue")                                                         \
     X(SIBLINGS, "fuse_siblings")                                                                   \
     X(VIEW_SLICES, "view_slices")
 
@@ -404,6 +415,10 @@ typedef struct kf_plan_options {
                                          KF_GEMM_ROW_SPLIT_MAX_N under KF_FLAG_SPLIT_ROW_NORMS */
     uint32_t sibling_max_outputs;     /* default KF_SIBLING_MAX_OUTPUTS (0: the default) */
     uint32_t sibling_max_args;        /* default KF_SIBLING_MAX_ARGS (0: the default) */
+    bool gemm_head_epilogue;          /* default false: fuse_head_epilogue may move the elementwise
+                                         consumer of a GEMM's head view (reshape [.., N] to
+                                         [.., H, D], maybe a permute of M and H: a rotary
+                                         embedding) into the GEMM (KF_FLAG_GEMM_HEAD_EPILOGUE) */
     bool debug;                       /* dump after each pass to stderr (also KF_DEBUG=1) */
 } kf_plan_options;
 

@@ -639,6 +639,28 @@ typedef struct xmemo_entry {
     uint32_t node;
 } xmemo_entry;
 
+/* The head view of a head-split GEMM group (fuse_head_epilogue.c) read in
+ * frame xf: the identity on every axis but D, so the accumulator of this row
+ * and head, at the in-head column the frame names. */
+static uint32_t head_acc(lowerer *L, const kf_tensor *t, kf_space sp, const xform *xf) {
+    xform id;
+    xf_identity(L, t, sp, &id);
+    int r = t->rank;
+    if (sp != KF_SPACE_OUT || memcmp(id.ax, xf->ax, sizeof(xaxis) * (size_t)(r - 1)) != 0) {
+        L->st = kf_ir_note(L->p->g, KF_ERR_INTERNAL,
+                           "plan: the head view %%%u is read across heads in its GEMM's "
+                           "epilogue (a kfuse bug: fuse_head_epilogue admits only slices and "
+                           "concats along its last axis)",
+                           t->id);
+        return KF_NONE;
+    }
+    kf_expr e = proto(KF_EXPR_ACC, t->dtype, sp);
+    e.tensor = t->id;
+    e.remapped = true;
+    e.src[0] = coord_node(L, &xf->ax[r - 1], sp);
+    return emit(L, &e);
+}
+
 static uint32_t lower_x(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf) {
     if (L->st != KF_OK)
         return KF_NONE;
@@ -681,7 +703,9 @@ static uint32_t lower_x(lowerer *L, kf_tensor *t, kf_space sp, const xform *xf) 
     } else {
         set_computed(L, t->id);
         xform o;
-        if (kf_op_has(t->op, KF_TRAIT_REMAP)) {
+        if (t->id == L->p->groups[L->gi].head_view) {
+            r = head_acc(L, t, sp, xf);
+        } else if (kf_op_has(t->op, KF_TRAIT_REMAP)) {
             r = lower_remap(L, t, sp, xf, true);
         } else if (t->op == KF_OP_EXPAND) {
             xf_operand(xf, t->src[0], &o);
@@ -752,7 +776,7 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
                          : axis == rank - 3 ? KF_EXPR_HEAD
                          : axis == rank - 4 ? KF_EXPR_BATCH
                                             : KF_EXPR_INDEX;
-            } else if (g->kind == KF_GROUP_GEMM && sp == KF_SPACE_OUT) {
+            } else if (g->kind == KF_GROUP_GEMM && sp == KF_SPACE_OUT && !g->gemm.head_dim) {
                 e.kind = axis == rank - 1   ? KF_EXPR_COL
                          : axis == rank - 2 ? KF_EXPR_ROW
                                             : KF_EXPR_INDEX;
@@ -763,7 +787,12 @@ static uint32_t lower(lowerer *L, kf_tensor *t, kf_space sp) {
         r = load(L, t, sp, -1);
     } else {
         set_computed(L, t->id);
-        if (kf_op_has(t->op, KF_TRAIT_GEMM)) {
+        if (t->id == pg->head_view) {
+            /* the product at this element of its head view (gemm.head_dim) */
+            kf_expr e = proto(KF_EXPR_ACC, t->dtype, sp);
+            e.tensor = t->id;
+            r = emit(L, &e);
+        } else if (kf_op_has(t->op, KF_TRAIT_GEMM)) {
             kf_expr e =
                 proto(g->kind == KF_GROUP_ATTENTION ? KF_EXPR_SCORE : KF_EXPR_ACC, t->dtype, sp);
             e.tensor = t->id;
@@ -1044,6 +1073,12 @@ static void lower_group(lowerer *L) {
         kf_tensor *space = anchor;
         if (pg->kind == KF_GROUP_ATTENTION)
             space = gr->nodes[pg->qk];
+        if (pg->kind == KF_GROUP_GEMM && pg->head_view != KF_NONE) {
+            /* the epilogue runs over the product's head view */
+            space = gr->nodes[pg->head_view];
+            g->gemm.head_dim = space->dims[space->rank - 1];
+            g->gemm.heads_first = space->op == KF_OP_PERMUTE;
+        }
         set_space(&g->rank, g->dims, space);
         if ((pg->kind == KF_GROUP_ROWWISE || pg->kind == KF_GROUP_COLREDUCE) &&
             kf_op_has(anchor->op, KF_TRAIT_REDUCTION))

@@ -23,6 +23,8 @@ typedef struct kf_pgroup {
     uint32_t row_op;   /* GEMM: the norm fused on the output (row epilogue), else KF_NONE */
     bool row_split;    /* GEMM: row_op's row is longer than one tile row (gemm.row_split) */
     uint32_t prologue; /* GEMM: the norm fused as operand A's prologue, else KF_NONE */
+    uint32_t head_view; /* GEMM: the head view of the product its epilogue runs over
+                           (fuse_head_epilogue), else KF_NONE */
     uint32_t softmax;  /* ATTENTION */
     uint32_t qk;       /* ATTENTION */
     uint32_t lse;      /* ATTENTION: the logsumexp of the scores it writes too, else KF_NONE */
@@ -114,6 +116,7 @@ kf_status kf_fuse_rowwise(kf_planner *p);
 kf_status kf_fuse_elementwise(kf_planner *p);
 kf_status kf_fuse_siblings(kf_planner *p);
 kf_status kf_view_slices(kf_planner *p);
+kf_status kf_fuse_head_epilogue(kf_planner *p);
 
 /* Grows a group's epilogue greedily: absorbs every elementwise consumer of a
  * member that has the anchor's shape `dims` and keeps invariants 1-5 (shared

@@ -185,7 +185,7 @@ uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor) {
     pg->kind = kind;
     pg->anchor = anchor ? anchor->id : KF_NONE;
     pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = pg->lse = pg->sib_of =
-        KF_NONE;
+        pg->head_view = KF_NONE;
     pg->head = pg->tail = KF_NONE;
     if (anchor) {
         uint32_t old = p->gid[anchor->id];
@@ -329,6 +329,7 @@ static const pass_entry pipeline[] = {
     {KF_PASS_GEMM_EPILOGUE, kf_fuse_gemm_epilogue},
     {KF_PASS_ROWWISE, kf_fuse_rowwise},
     {KF_PASS_ELEMENTWISE, kf_fuse_elementwise},
+    {KF_PASS_HEAD_EPILOGUE, kf_fuse_head_epilogue},
     {KF_PASS_SIBLINGS, kf_fuse_siblings},
     {KF_PASS_VIEW_SLICES, kf_view_slices},
 };

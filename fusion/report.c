@@ -174,6 +174,10 @@ static void report_text(const kf_plan *plan, FILE *out) {
                                              "norm's input rows, then a row pass)"
                     : g->gemm.row_epilogue ? ", norm epilogue on whole output rows"
                                            : "");
+            if (g->gemm.head_dim)
+                fprintf(out,
+                        "  head-split epilogue: over the product's head view [%s, head %lld]\n",
+                        g->gemm.heads_first ? "heads, M" : "M, heads", (long long)g->gemm.head_dim);
             if (g->gemm.a_prologue) {
                 fputs("  A = ", out);
                 kf_expr_print(plan, g, g->gemm.a_root, out);
@@ -323,11 +327,12 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
             fprintf(out,
                     ",\n     \"gemm\": {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"batch\": %lld, "
                     "\"gemms\": %d, \"norm_prologue\": %s, \"norm_epilogue\": %s, "
-                    "\"norm_epilogue_split\": %s}",
+                    "\"norm_epilogue_split\": %s, \"head_dim\": %lld, \"heads_first\": %s}",
                     (long long)g->gemm.m, (long long)g->gemm.n, (long long)g->gemm.k,
                     (long long)g->gemm.batch, g->gemm.n_anchors,
                     g->gemm.a_prologue ? "true" : "false", g->gemm.row_epilogue ? "true" : "false",
-                    g->gemm.row_split ? "true" : "false");
+                    g->gemm.row_split ? "true" : "false", (long long)g->gemm.head_dim,
+                    g->gemm.heads_first ? "true" : "false");
         }
         if (g->kind == KF_GROUP_ATTENTION) {
             fputs(",\n     \"attention\": {\"mask\": ", out);

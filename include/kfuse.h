@@ -153,7 +153,15 @@ enum {
                                              + the row-epilogue kernel); off, it is a row-wise
                                              kernel of its own. Off by default until its GPU
                                              numerics have all run (kfuse --split-row-norms) */
-    KF_FLAG_ALL_ = (1u << 12) - 1
+    KF_FLAG_GEMM_HEAD_EPILOGUE = 1u << 12, /* plan the elementwise consumer of a GEMM's head view
+                                             (reshape [.., N] to [.., H, D], maybe a permute of
+                                             M and H: a rotary embedding of q or k, slices and
+                                             concats along D) into the GEMM's group, over the
+                                             head view (on sm_90a the generated GEMM applies
+                                             it on the accumulators, measured against
+                                             cuBLASLt + an epilogue kernel). Off by default
+                                             (kfuse --gemm-head-epilogue) */
+    KF_FLAG_ALL_ = (1u << 13) - 1
 };
 
 /* How GEMM groups run on a CUDA device. */

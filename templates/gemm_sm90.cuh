@@ -67,7 +67,8 @@
  *     apart (LBO).
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
- * KF_N, KF_K, KF_BATCH, KF_BN, KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
+ * KF_N, KF_K, KF_BATCH, KF_BN, KF_HEAD_D (a head-split epilogue: kf_epi also gets the
+ * rotate-half partners accp), KF_STAGES, KF_PINGPONG, KF_A_KMAJOR, KF_B_KMAJOR,
  * KF_A_BATCHED, KF_B_BATCHED, KF_DUAL, KF_A_NORM, KF_EPI_DIRECT, kf_wgmma(d, da, db),
  * kf_epi<8, AL>(acc, b, r, c0, ok, ...) (acc, acc1, ... when KF_DUAL) and
  * kf_epi_al(...) and gemm_common.cuh's kf_gm_quad_t; with KF_A_NORM also
@@ -188,6 +189,20 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
                 }
                 kf_gm_quad_t(a1, lane % 4);
 #endif
+#if KF_HEAD_D
+                /* Head-split (KF_HEAD_D): the rotate-half partners of these
+                 * columns, c ^ KF_HEAD_D / 2: column groups j0 ^ KF_HEAD_D / 16
+                 * (a tile holds whole heads), the same lane after the
+                 * transpose. */
+                float ap[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int jp = (j0 ^ (KF_HEAD_D / 16)) + i;
+                    ap[2 * i] = d[hf * (KF_BN / 2) + 4 * jp + 2 * h];
+                    ap[2 * i + 1] = d[hf * (KF_BN / 2) + 4 * jp + 2 * h + 1];
+                }
+                kf_gm_quad_t(ap, lane % 4);
+#endif
                 /* A row past M runs at row M - 1 and stores nothing:
                  * no branch around the call (a column past N loads
                  * and stores nothing by kf_epi's own tests). */
@@ -196,6 +211,8 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
                 const bool ok = r < KF_M;
 #if KF_DUAL
                 kf_epi<8, AL>(a, a1, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+#elif KF_HEAD_D
+                kf_epi<8, AL>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
 #else
                 kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
 #endif

@@ -1802,6 +1802,47 @@ static void test_split_row_norms_after_a_gemm_match_the_reference(void **state) 
     kf_ctx_destroy(gen);
 }
 
+/* The head-split epilogue (KF_FLAG_GEMM_HEAD_EPILOGUE): a rotary embedding of
+ * the product's head view in the GEMM's group, forced to the generated kernel
+ * (the partners from the registers), to cuBLASLt (its epilogue kernel reads
+ * the partner column from the product), and the measured default; heads
+ * first (permuted) and last, head dims 128 and 64, ragged M, batch > 1. */
+static void test_head_split_rotary_epilogues_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const kf_gemm_mode modes[] = {KF_GEMM_GENERATED, KF_GEMM_CUBLASLT, KF_GEMM_AUTO};
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16, KF_DTYPE_F32};
+    for (size_t mi = 0; mi < N_OF(modes); mi++) {
+        kf_ctx *ctx = cuda_ctx(KF_FLAG_GEMM_HEAD_EPILOGUE, modes[mi]);
+        for (size_t i = 0; i < N_OF(dts); i++) {
+            bool gen = modes[mi] == KF_GEMM_GENERATED && dts[i] != KF_DTYPE_F32;
+            run_opts o = {.lo = -1,
+                          .hi = 1,
+                          .report_has = "head-split epilogue",
+                          .report_has_sm90 = gen ? "generated kernel" : NULL,
+                          .ctx = ctx};
+            run_text("kfg 1\nx = input(%s[2, 1000, 136])\nw = input(%s[136, 512])\n"
+                     "c = input(%s[1000, 128])\ns = input(%s[1000, 128])\n"
+                     "p = matmul(x, w)\nh = reshape(p, [2, 1000, 4, 128])\n"
+                     "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=-1, stop=64)\n"
+                     "q2 = slice(q, axis=-1, start=64)\nn2 = neg(q2)\n"
+                     "r = concat(n2, q1, axis=-1)\nqc = mul(q, c)\nrs = mul(r, s)\n"
+                     "y = add(qc, rs)\noutput y\n",
+                     dts[i], 2300 + mi * 8 + i * 2, &o,
+                     "head-split rotary: [B, H, S, 128], ragged M, batch 2");
+            run_text("kfg 1\nx = input(%s[3, 77, 64])\nw = input(%s[64, 512])\n"
+                     "c = input(%s[77, 1, 64])\ns = input(%s[77, 1, 64])\n"
+                     "p = matmul(x, w)\nq = reshape(p, [3, 77, 8, 64])\n"
+                     "q1 = slice(q, axis=-1, stop=32)\nq2 = slice(q, axis=-1, start=32)\n"
+                     "n2 = neg(q2)\nr = concat(n2, q1, axis=-1)\nqc = mul(q, c)\n"
+                     "rs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+                     dts[i], 2301 + mi * 8 + i * 2, &o,
+                     "head-split rotary: [B, S, H, 64], ragged M, batch 3");
+        }
+        kf_ctx_destroy(ctx);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Cache flags, arena                                                         */
 /* ------------------------------------------------------------------------ */
@@ -2392,6 +2433,7 @@ int main(void) {
         cmocka_unit_test(test_sm80_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
         cmocka_unit_test(test_split_row_norms_after_a_gemm_match_the_reference),
+        cmocka_unit_test(test_head_split_rotary_epilogues_match_the_reference),
     };
     kf_test_filter();
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);

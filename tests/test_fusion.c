@@ -1452,7 +1452,7 @@ static void test_pattern_examples_plan_to_their_stated_kernel_counts(void **stat
     DIR *d = opendir("examples/patterns");
     assert_non_null(d);
     struct dirent *ent;
-    int files = 0;
+    int files = 0, head_files = 0;
     while ((ent = readdir(d))) {
         size_t len = strlen(ent->d_name);
         if (len < 5 || strcmp(ent->d_name + len - 4, ".kfg") != 0)
@@ -1462,11 +1462,14 @@ static void test_pattern_examples_plan_to_their_stated_kernel_counts(void **stat
         FILE *fp = fopen(path, "rb");
         assert_non_null(fp);
         char line[256];
-        int expect = -1;
+        int expect = -1, expect_head = -1;
         while (fgets(line, sizeof line, fp)) {
             const char *m = strstr(line, "# expect: ");
             if (m)
                 expect = atoi(m + 10);
+            m = strstr(line, "# expect head epilogue: ");
+            if (m)
+                expect_head = atoi(m + 24);
         }
         fclose(fp);
         if (expect < 0)
@@ -1480,11 +1483,158 @@ static void test_pattern_examples_plan_to_their_stated_kernel_counts(void **stat
             kf_plan_dump(p, stderr);
             fail_msg("%s: %u kernels, expected %d", path, kf_plan_kernel_count(p), expect);
         }
+        if (expect_head >= 0) { /* the same graph with the head-split epilogue asked for */
+            kf_plan_options o;
+            kf_plan_options_init(&o);
+            o.gemm_head_epilogue = true;
+            const kf_plan *ph = plan_with(f, &o);
+            if ((int)kf_plan_kernel_count(ph) != expect_head) {
+                kf_plan_dump(ph, stderr);
+                fail_msg("%s with the head-split epilogue: %u kernels, expected %d", path,
+                         kf_plan_kernel_count(ph), expect_head);
+            }
+            head_files++;
+        }
         files++;
     }
     closedir(d);
     assert_true(files >= 9);
+    assert_true(head_files >= 2);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The head-split GEMM epilogue (fuse_head_epilogue.c)                        */
+/* ------------------------------------------------------------------------ */
+
+/* q = x . w viewed as heads [2, 12, 2, 16] (permuted to [2, 2, 12, 16] when
+ * `permute`), then `body` (reading q, writing y), planned and checked. */
+static const kf_plan *plan_head_case(fixture *f, bool permute, const char *body, bool on) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "kfg 1\n"
+             "x = input(f32[2, 12, 24])\n"
+             "w = input(f32[24, 32])\n"
+             "cs = input(f32[%s])\n"
+             "p = matmul(x, w)\n"
+             "%s"
+             "%s"
+             "output y\n",
+             permute ? "12, 16" : "12, 1, 16",
+             permute ? "qh = reshape(p, [2, 12, 2, 16])\nq = permute(qh, [0, 2, 1, 3])\n"
+                     : "q = reshape(p, [2, 12, 2, 16])\n",
+             body);
+    kf_plan_destroy(f->plan);
+    f->plan = NULL;
+    kf_graph_destroy(f->g);
+    f->g = NULL;
+    kf_status st = kf_graph_parse(f->ctx, text, strlen(text), &f->g);
+    if (st != KF_OK)
+        fail_msg("parse: %s", f->g ? kf_graph_error(f->g) : "?");
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.gemm_head_epilogue = on;
+    return plan_with(f, &o);
+}
+
+static const kf_tensor *node_named(const kf_plan *p, const char *name) {
+    for (uint32_t i = 0; i < p->graph->n_nodes; i++) {
+        const char *n = kf_tensor_name(p->graph->nodes[i]);
+        if (n && strcmp(n, name) == 0)
+            return p->graph->nodes[i];
+    }
+    fail_msg("no tensor named %s", name);
+    return NULL;
+}
+
+static const char rotate_half_body[] = "q1 = slice(q, axis=-1, stop=8)\n"
+                                       "q2 = slice(q, axis=-1, start=8)\n"
+                                       "nq2 = neg(q2)\n"
+                                       "r = concat(nq2, q1, axis=-1)\n"
+                                       "qc = mul(q, cs)\n"
+                                       "rs = mul(r, cs)\n"
+                                       "y = add(qc, rs)\n";
+
+static void test_head_epilogue_absorbs_a_rotary_embedding_over_the_head_view(void **state) {
+    fixture *f = *state;
+    for (int perm = 0; perm < 2; perm++) {
+        const kf_plan *p = plan_head_case(f, perm, rotate_half_body, true);
+        assert_int_equal(kf_plan_kernel_count(p), 1);
+        const kf_group *g = group_of(p, node_named(p, "y"));
+        assert_int_equal(g->kind, KF_GROUP_GEMM);
+        assert_ptr_equal(group_of(p, node_named(p, "p")), g);
+        assert_int_equal(g->gemm.head_dim, 16);
+        assert_int_equal(g->gemm.heads_first, perm == 1);
+        assert_int_equal(g->rank, 4);
+        assert_int_equal(g->n_writes, 1); /* only the rotated value: the product is not */
+        assert_int_equal(g->writes[0], node_named(p, "y")->id);
+        /* the rotate-half partner: an ACC at an in-head column node */
+        bool partner = false;
+        for (uint32_t k = 0; k < g->n_expr; k++)
+            partner = partner || (g->expr[k].kind == KF_EXPR_ACC && g->expr[k].src[0] != KF_NONE);
+        assert_true(partner);
+        /* off (the default): the product is written, the rotation is its own kernel */
+        p = plan_head_case(f, perm, rotate_half_body, false);
+        assert_int_equal(kf_plan_kernel_count(p), 2);
+        assert_int_equal(group_of(p, node_named(p, "p"))->gemm.head_dim, 0);
+    }
+}
+
+static void test_head_epilogue_partial_rotary_stays_in_head_and_fuses(void **state) {
+    fixture *f = *state;
+    /* rotate the first 8 of 16 columns, pass the other 8 through */
+    const kf_plan *p = plan_head_case(f, true,
+                                      "a = slice(q, axis=-1, stop=4)\n"
+                                      "b = slice(q, axis=-1, start=4, stop=8)\n"
+                                      "t = slice(q, axis=-1, start=8)\n"
+                                      "nb = neg(b)\n"
+                                      "r = concat(nb, a, axis=-1)\n"
+                                      "rr = concat(r, t, axis=-1)\n"
+                                      "qc = mul(q, cs)\n"
+                                      "rc = mul(rr, cs)\n"
+                                      "y = add(qc, rc)\n",
+                                      true);
+    assert_int_equal(kf_plan_kernel_count(p), 1);
+    assert_int_equal(group_of(p, node_named(p, "y"))->gemm.head_dim, 16);
+}
+
+static void test_head_epilogue_refuses_a_product_needed_unrotated(void **state) {
+    fixture *f = *state;
+    char body[600];
+    snprintf(body, sizeof body, "%sz = add(p, p)\noutput z\n", rotate_half_body);
+    const kf_plan *p = plan_head_case(f, true, body, true);
+    const kf_tensor *pp = node_named(p, "p"), *qh = node_named(p, "qh");
+    assert_int_equal(group_of(p, pp)->gemm.head_dim, 0);
+    assert_edge_reason(p, pp, qh, KF_REASON_MULTIPLE_CONSUMERS);
+    assert_non_null(strstr(kf_plan_find_edge(p, pp, qh)->detail, "unrotated"));
+}
+
+static void test_head_epilogue_refuses_reads_across_heads_with_a_reason(void **state) {
+    fixture *f = *state;
+    /* a slice over the heads axis; interleaved pairs (GPT-J: even and odd
+     * columns rotated, stacked and flattened back: a reshape of the halves) */
+    static const char *const bodies[] = {
+        "h0 = slice(q, axis=1, stop=1)\n"
+        "qc = mul(q, cs)\n"
+        "y = add(qc, h0)\n",
+        "e = slice(q, axis=-1, step=2)\n"
+        "o = slice(q, axis=-1, start=1, step=2)\n"
+        "no = neg(o)\n"
+        "e5 = reshape(e, [2, 2, 12, 8, 1])\n"
+        "o5 = reshape(no, [2, 2, 12, 8, 1])\n"
+        "st = concat(o5, e5, axis=-1)\n"
+        "r = reshape(st, [2, 2, 12, 16])\n"
+        "qc = mul(q, cs)\n"
+        "rc = mul(r, cs)\n"
+        "y = add(qc, rc)\n",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        const kf_plan *p = plan_head_case(f, true, bodies[i], true);
+        const kf_tensor *pp = node_named(p, "p"), *qh = node_named(p, "qh");
+        assert_int_equal(group_of(p, pp)->gemm.head_dim, 0);
+        assert_edge_reason(p, pp, qh, KF_REASON_NOT_HEAD_LOCAL);
+    }
+}
+
 
 static void test_report_command_exits_2_on_a_parse_error_and_bad_usage(void **state) {
     (void)state;
@@ -1705,6 +1855,10 @@ int main(void) {
         T(test_llama_block_plans_no_copy_kernels),
         T(test_block_example_is_seven_kernels),
         T(test_pattern_examples_plan_to_their_stated_kernel_counts),
+        T(test_head_epilogue_absorbs_a_rotary_embedding_over_the_head_view),
+        T(test_head_epilogue_partial_rotary_stays_in_head_and_fuses),
+        T(test_head_epilogue_refuses_a_product_needed_unrotated),
+        T(test_head_epilogue_refuses_reads_across_heads_with_a_reason),
         T(test_report_command_exits_2_on_a_parse_error_and_bad_usage),
         T(test_kf_debug_dumps_the_plan_after_each_pass_to_stderr),
 #undef T

@@ -539,6 +539,76 @@ static void sm80_case(const char *text, const char *device, const char *want_til
     sm80_case_flags(text, device, want_tile, batch, 0);
 }
 
+/* The head-split epilogue (KF_FLAG_GEMM_HEAD_EPILOGUE): a rotary embedding over
+ * the product's head view, generated with the rotate-half partners from the
+ * registers (KF_HEAD_D, accp), HGMMA + UTMALDG and no local memory, for heads
+ * of 128 (permuted to [B, H, S, D], LLaMA's q/k) and 64; the cuBLASLt side's
+ * epilogue kernel compiles too; a column that is not the partner (partial
+ * rotary) keeps the group on cuBLASLt and says why. */
+static void test_head_split_epilogue_compiles_to_hgmma_without_local_memory(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "kfg 1\nx = input(bf16[2, 2048, 4096])\nw = input(bf16[4096, 4096])\n"
+        "c = input(bf16[2048, 128])\ns = input(bf16[2048, 128])\np = matmul(x, w)\n"
+        "h = reshape(p, [2, 2048, 32, 128])\nq = permute(h, [0, 2, 1, 3])\n"
+        "q1 = slice(q, axis=-1, stop=64)\nq2 = slice(q, axis=-1, start=64)\nn2 = neg(q2)\n"
+        "r = concat(n2, q1, axis=-1)\nqc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+        "kfg 1\nx = input(f16[3, 1000, 256])\nw = input(f16[256, 1024])\n"
+        "c = input(f16[1000, 1, 64])\ns = input(f16[1000, 1, 64])\np = matmul(x, w)\n"
+        "q = reshape(p, [3, 1000, 16, 64])\nq1 = slice(q, axis=-1, stop=32)\n"
+        "q2 = slice(q, axis=-1, start=32)\nn2 = neg(q2)\nr = concat(n2, q1, axis=-1)\n"
+        "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+    };
+    static const char *const heads[] = {"#define KF_HEAD_D 128", "#define KF_HEAD_D 64"};
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.gemm_head_epilogue = true;
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        planned p;
+        plan_text_with(texts[i], &o, &p);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+        if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
+            fail_msg("expected the generated kernel, got '%s': %s", rc->variants[0].label,
+                     rc->variants[0].how);
+        const kf_cuda_kernel *k = &rc->steps[rc->n_steps - 1].kernel->kernel;
+        assert_non_null(strstr(k->source, heads[i]));
+        assert_non_null(strstr(k->source, "accp[k]"));
+        kf_sass_check_hopper(&MEM, k);
+        kf_cuda_recipes_destroy(rec);
+        /* the cuBLASLt side: the product into scratch, then the epilogue kernel */
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        rc = gemm_recipe(p.plan, rec);
+        const kf_cuda_kernel *e = &rc->steps[rc->n_steps - 1].kernel->kernel;
+        assert_int_equal(rc->steps[rc->n_steps - 1].kind, KF_CUDA_STEP_KERNEL);
+        assert_non_null(strstr(e->name, "epi_"));
+        kf_nvrtc_result res;
+        char err[KF_MSG_MAX] = "";
+        if (kf_cuda_kernel_compile(&MEM, e, &res, err) != KF_OK)
+            fail_msg("%s: %s\n%s", e->name, err, res.log ? res.log : "");
+        kf_nvrtc_result_release(&MEM, &res);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+    /* partial rotary: the first 32 of 64 columns rotated: not d ^ 32 */
+    planned p;
+    plan_text_with("kfg 1\nx = input(bf16[2, 256, 64])\nw = input(bf16[64, 256])\n"
+                   "c = input(bf16[256, 1, 64])\np = matmul(x, w)\n"
+                   "q = reshape(p, [2, 256, 4, 64])\na = slice(q, axis=-1, stop=16)\n"
+                   "b = slice(q, axis=-1, start=16, stop=32)\nt = slice(q, axis=-1, start=32)\n"
+                   "nb = neg(b)\nr = concat(nb, a, axis=-1)\nrr = concat(r, t, axis=-1)\n"
+                   "qc = mul(q, c)\nrc = mul(rr, c)\ny = add(qc, rc)\noutput y\n",
+                   &o, &p);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    if (!strstr(rc->variants[0].how, "not proven the rotate-half partner"))
+        fail_msg("expected cuBLASLt and why: %s", rc->variants[0].how);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
 static void test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts(void **state) {
     (void)state;
     static const char *const dts[] = {"bf16", "f16"};
@@ -663,6 +733,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
+        cmocka_unit_test(test_head_split_epilogue_compiles_to_hgmma_without_local_memory),
         cmocka_unit_test(test_staged_and_pingpong_schedules_compile),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
         cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),

@@ -189,6 +189,9 @@ int64_t cg_numel_of(int rank, const int64_t *dims);
 acc_class cg_classify(int rank, const int64_t *dims, const int64_t *s, uint32_t vec);
 /* The strides of a LOAD / ACC / SCORE node in its space. */
 void cg_node_strides(const cg *c, uint32_t i, int64_t *s);
+/* The element strides of a head-split GEMM group's ACC (gemm.head_dim) over its
+ * space: the product's row-major layout read through its head view. */
+void cg_head_acc_strides(const kf_group *g, int64_t *s);
 /* Registers the params of every load among the needed nodes (c->param). */
 void cg_load_params(cg *c);
 /* A LOAD, ACC or SCORE leaf that the chunk machinery reads (vectors,

@@ -69,8 +69,26 @@ void cg_node_strides(const cg *c, uint32_t i, int64_t *s) {
     cg_space_dims(c->g, e->space, &rank, &dims);
     if (e->kind == KF_EXPR_LOAD)
         memcpy(s, e->strides, sizeof(int64_t) * KF_MAX_RANK);
+    else if (e->kind == KF_EXPR_ACC && c->g->gemm.head_dim)
+        cg_head_acc_strides(c->g, s);
     else
         contig_strides(rank, dims, s);
+}
+
+void cg_head_acc_strides(const kf_group *g, int64_t *s) {
+    /* the product [batch..., M, N] row-major, read over its head view
+     * [batch..., M, H, D] ([batch..., H, M, D] when heads_first) */
+    const kf_gemm_info *gm = &g->gemm;
+    int r = g->rank;
+    memset(s, 0, sizeof(int64_t) * KF_MAX_RANK);
+    s[r - 1] = 1;
+    s[gm->heads_first ? r - 3 : r - 2] = gm->head_dim;
+    s[gm->heads_first ? r - 2 : r - 3] = gm->n;
+    int64_t inner = gm->m * gm->n;
+    for (int d = r - 4; d >= 0; d--) {
+        s[d] = g->dims[d] == 1 ? 0 : inner;
+        inner *= g->dims[d];
+    }
 }
 
 /* Registers the params of every load among the needed nodes. */
@@ -98,7 +116,8 @@ void cg_load_params(cg *c) {
 }
 
 bool cg_is_load(const kf_expr *e) {
-    return (e->kind == KF_EXPR_LOAD && !cg_is_remapped_load(e)) || e->kind == KF_EXPR_ACC ||
+    return (e->kind == KF_EXPR_LOAD && !cg_is_remapped_load(e)) ||
+           (e->kind == KF_EXPR_ACC && e->src[0] == KF_NONE) ||
            e->kind == KF_EXPR_SCORE;
 }
 

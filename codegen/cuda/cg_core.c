@@ -139,7 +139,8 @@ void cg_mark(cg *c, uint32_t root) {
     if (c->ov[root][0])
         return;
     const kf_expr *e = &c->g->expr[root];
-    if (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_LOAD) { /* a LOAD's coordinate nodes */
+    if (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_LOAD ||
+        e->kind == KF_EXPR_ACC) { /* a LOAD's coordinate nodes, an in-head ACC's column */
         for (int i = 0; i < 3; i++)
             cg_mark(c, e->src[i]);
     }

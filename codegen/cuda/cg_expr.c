@@ -472,6 +472,24 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
             cg_puts(&c->s, "))");
             break;
         }
+        case KF_EXPR_ACC: {
+            if (e->src[0] == KF_NONE || !g->gemm.head_dim) {
+                cg_fail(c, KF_ERR_INTERNAL, "group %u (%s): accumulator node %u was not emitted",
+                        g->id, g->name, i);
+                break;
+            }
+            /* a head-split group's in-head column (epilogue kernel after
+             * cuBLASLt): the product at this row and head, column v(src) */
+            int64_t s[KF_MAX_RANK];
+            cg_head_acc_strides(g, s);
+            cg_printf(&c->s, "%s(kf_ld(p%d + (0LL", rnd ? rnd : "", c->param[i]);
+            for (int d = 0; d < rank - 1; d++)
+                if (s[d] != 0)
+                    cg_printf(&c->s, " + (long long)(%s) * %" PRId64 "LL", coord(user, e->space, d),
+                              s[d]);
+            cg_printf(&c->s, " + (long long)v%u%s)))", e->src[0], ix);
+            break;
+        }
         case KF_EXPR_STAT:
             if (rnd)
                 cg_printf(&c->s, "%s((float)st.%s)", rnd, cg_stat_field(e->stat));

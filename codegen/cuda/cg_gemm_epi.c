@@ -39,10 +39,123 @@ void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, co
 }
 
 /* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
- * the row of the contiguous [batch * M, N] output. */
+ * the row of the contiguous [batch * M, N] output. A head-split group
+ * (gemm.head_dim D) runs over the head view [batch.., M, H, D] (heads_first:
+ * [batch.., H, M, D]): the batch coordinates from q as the product's, then
+ * m = r, h = c0 / D, d = c0 % D (the 8 columns of a call lie in one head). */
 void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g) {
-    cg_gemm_coords(x, KF_SPACE_OUT, g->rank, g->dims, "q", "c0");
+    const kf_gemm_info *gm = &g->gemm;
+    if (!gm->head_dim) {
+        cg_gemm_coords(x, KF_SPACE_OUT, g->rank, g->dims, "q", "c0");
+    } else {
+        int r = g->rank;
+        int64_t pd[KF_MAX_RANK];
+        memcpy(pd, g->dims, sizeof pd);
+        pd[r - 3] = gm->m;
+        pd[r - 2] = gm->n;
+        cg_gemm_coords(x, KF_SPACE_OUT, r - 1, pd, "q", "c0");
+        /* m: the product's row coordinate from q (q % M: a kernel may fold
+         * the batch into its rows, so r alone is not the row) */
+        char mc[COORD_MAX];
+        snprintf(mc, sizeof mc, "(long long)((unsigned long long)q %% %" PRId64 "ull)", gm->m);
+        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 2 : r - 3], COORD_MAX, "%s", mc);
+        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 3 : r - 2], COORD_MAX,
+                 "(c0 / %" PRId64 "LL)", gm->head_dim);
+        snprintf(x->coord[KF_SPACE_OUT][r - 1], COORD_MAX, "(c0 %% %" PRId64 "LL)", gm->head_dim);
+        x->vrank[KF_SPACE_OUT] = r;
+    }
     x->vrank[KF_SPACE_ROW] = 0;
+}
+
+/* The column a head-split group's in-head ACC node k reads, proven for every
+ * d in [0, D) where its value can reach a write: 1 when it is d ^ (D / 2)
+ * (the rotate-half partner: the template passes those accumulators as accp,
+ * at the same k), 0 when it is d itself, -1 when neither holds or the column
+ * is not a function of d alone (the generated kernel then refuses the group;
+ * the cuBLASLt side's epilogue kernel reads any in-head column). Values are
+ * those of the i32 / bool nodes whose leaves are constants and the index
+ * along the head axis; a where() whose condition is known at d passes
+ * liveness to the branch it selects only (the clamps of a concat's two sides
+ * are dead on the other side). */
+static int head_partner(cg *c, uint32_t k) {
+    const kf_group *g = c->g;
+    int64_t D = g->gemm.head_dim;
+    uint32_t n = g->n_expr;
+    int64_t *val = kf_mem_calloc(c->mem, n, sizeof *val);
+    bool *known = kf_mem_calloc(c->mem, n, sizeof *known);
+    bool *live = kf_mem_calloc(c->mem, n, sizeof *live);
+    int kind = -2; /* -2: dead everywhere so far */
+    for (int64_t d = 0; val && known && live && d < D && kind != -1; d++) {
+        for (uint32_t i = 0; i < n; i++) {
+            const kf_expr *e = &g->expr[i];
+            bool ib = e->dtype == KF_DTYPE_I32 || e->dtype == KF_DTYPE_BOOL;
+            known[i] = false;
+            live[i] = false;
+            if (!ib || e->space != KF_SPACE_OUT)
+                continue;
+            if (e->kind == KF_EXPR_CONST) {
+                val[i] = (int64_t)e->value;
+                known[i] = true;
+            } else if (e->kind == KF_EXPR_INDEX && e->axis == g->rank - 1) {
+                val[i] = d;
+                known[i] = true;
+            } else if (e->kind == KF_EXPR_OP) {
+                int ar = kf_form_arity(kf_op_get(e->op)->form);
+                bool all = true;
+                for (int j = 0; j < ar; j++)
+                    all = all && known[e->src[j]];
+                if (!all)
+                    continue;
+                int64_t a = val[e->src[0]], b = ar > 1 ? val[e->src[1]] : 0,
+                        w = ar > 2 ? val[e->src[2]] : 0;
+                known[i] = true;
+                switch (e->op) {
+                case KF_OP_ADD: val[i] = a + b; break;
+                case KF_OP_SUB: val[i] = a - b; break;
+                case KF_OP_MUL: val[i] = a * b; break;
+                case KF_OP_MIN: val[i] = a < b ? a : b; break;
+                case KF_OP_MAX: val[i] = a > b ? a : b; break;
+                case KF_OP_NEG: val[i] = -a; break;
+                case KF_OP_LT: val[i] = a < b; break;
+                case KF_OP_LE: val[i] = a <= b; break;
+                case KF_OP_GT: val[i] = a > b; break;
+                case KF_OP_GE: val[i] = a >= b; break;
+                case KF_OP_EQ: val[i] = a == b; break;
+                case KF_OP_NE: val[i] = a != b; break;
+                case KF_OP_WHERE: val[i] = a ? b : w; break;
+                default: known[i] = false; break;
+                }
+            }
+        }
+        for (uint32_t w = 0; w < g->n_writes; w++)
+            if (g->roots && g->roots[w] < n)
+                live[g->roots[w]] = true;
+        for (uint32_t i = n; i-- > 0;) {
+            const kf_expr *e = &g->expr[i];
+            if (!live[i])
+                continue;
+            if (e->kind == KF_EXPR_OP && e->op == KF_OP_WHERE && known[e->src[0]]) {
+                live[e->src[0]] = true;
+                live[val[e->src[0]] ? e->src[1] : e->src[2]] = true;
+                continue;
+            }
+            for (int j = 0; j < 3; j++)
+                if (e->src[j] != KF_NONE && (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_LOAD ||
+                                             e->kind == KF_EXPR_ACC))
+                    live[e->src[j]] = true;
+        }
+        if (!live[k])
+            continue;
+        uint32_t s = g->expr[k].src[0];
+        int here = !known[s] ? -1 : val[s] == (d ^ (D / 2)) ? 1 : val[s] == d ? 0 : -1;
+        kind = kind == -2 || kind == here ? here : -1;
+    }
+    if (!val || !known || !live)
+        kind = -1;
+    kf_mem_free(c->mem, val, n * sizeof *val);
+    kf_mem_free(c->mem, known, n * sizeof *known);
+    kf_mem_free(c->mem, live, n * sizeof *live);
+    return kind == -2 ? 0 : kind;
 }
 
 /* The epilogue's ops without a branch. In the register epilogue the
@@ -128,13 +241,23 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
         bool written = false;
         for (uint32_t w = 0; w < g->n_writes; w++)
             written = written || g->writes[w] == e->tensor;
+        if (e->src[0] != KF_NONE) { /* a head-split group's in-head column */
+            int pk = g->gemm.head_dim ? head_partner(c, k) : -1;
+            if (pk < 0)
+                return cg_fail(c, KF_ERR_UNSUPPORTED,
+                               "group %u (%s): an accumulator read at an in-head column that is "
+                               "not proven the rotate-half partner (d ^ %lld) or d itself",
+                               g->id, g->name, (long long)(g->gemm.head_dim / 2));
+            arr = pk ? "accp" : "acc";
+        }
         if (rnd && e->tensor != KF_NONE && written)
             snprintf(c->ov[k], OV_MAX, "%s(%s[k])", rnd, arr);
         else
             snprintf(c->ov[k], OV_MAX, "%s[k]", arr);
     }
 
-    /* The writes: every one the whole output, in the output space. */
+    /* The writes: every one the whole output, in the output space (a
+     * head-split group's: its head view, row-major). */
     int64_t total = sh->batch * sh->m * sh->n;
     for (uint32_t w = 0; w < g->n_writes && ep->n_outs < MAX_OUTS; w++) {
         uint32_t root = g->roots ? g->roots[w] : KF_NONE;
@@ -284,8 +407,14 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "__device__ __forceinline__ void kf_epi(const float *acc, %s"
               "long long b, long long r, long long c0, bool ok, KF_PARAMS) {\n"
               "    const long long q = b * KF_M + r;\n    (void)q;\n",
-              sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)" : "",
-              sh->dual ? "const float *acc1, " : "");
+              sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)"
+              : c->g->gemm.head_dim
+                  ? " (accp: the accumulators of columns c0 ^ KF_HEAD_D / 2 .., the rotate-half "
+                    "partners)"
+                  : "",
+              sh->dual ? "const float *acc1, " : c->g->gemm.head_dim ? "const float *accp, " : "");
+    if (c->g->gemm.head_dim)
+        cg_puts(&c->s, "    (void)accp;\n");
     if (ep->vl.p) {
         cg_puts(&c->s, ep->vl.p);
         kf_mem_free(c->mem, ep->vl.p, ep->vl.cap);
@@ -297,6 +426,20 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
      * the address is aligned for it (min(16, VV * size) bytes), else element
      * by element; two ifs rather than if/else, so both are predicated stores
      * and no branch region stands between one call's code and the next's. */
+    /* A head-split group writes its head view row-major: with heads first,
+     * row m of head h of batch b at ((b * H + h) * M + m) * D + d, where
+     * b = q / M and m = q % M with the product's M (KF_M may hold the batch
+     * folded into the rows). */
+    char dst_off[200] = "q * KF_N + c0";
+    const kf_gemm_info *hg = &c->g->gemm;
+    if (hg->head_dim && hg->heads_first)
+        snprintf(dst_off, sizeof dst_off,
+                 "(long long)(((unsigned long long)q / %" PRId64 "ull * %" PRId64
+                 "ull + (unsigned long long)c0 / %" PRId64 "ull) * %" PRId64
+                 "ull + (unsigned long long)q %% %" PRId64 "ull) * %" PRId64 "LL + c0 %% %" PRId64
+                 "LL",
+                 hg->m, hg->n / hg->head_dim, hg->head_dim, hg->m, hg->m, hg->head_dim,
+                 hg->head_dim);
     for (uint32_t o = 0; o < ep->n_outs; o++) {
         const char *rt = cg_reg_type(ep->outs[o].dtype);
         char val[48];
@@ -308,7 +451,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
         cg_printf(&c->s,
                   "    {\n        %s o[VV];\n#pragma unroll\n        for (int k = 0; k < VV; k++)\n"
                   "            o[k] = (%s)%s[k];\n"
-                  "        auto *dst = p%d + (q * KF_N + c0);\n"
+                  "        auto *dst = p%d + (%s);\n"
                   "        if (AL && VV == 8 && KF_N %% 8 == 0) {\n"
                   "            if (ok && c0 < KF_N)\n"
                   "                kf_stv<VV>(dst, o);\n"
@@ -322,7 +465,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
                   "                if (ok && !vec && c0 + k < KF_N)\n"
                   "                    kf_st(dst + k, o[k]);\n"
                   "        }\n    }\n",
-                  rt, rt, val, ep->outs[o].param);
+                  rt, rt, val, ep->outs[o].param, dst_off);
         char cond[32];
         snprintf(cond, sizeof cond, " && kf_aligned(p%d, 16)", ep->outs[o].param);
         if (sh->n % 8 == 0 && !strstr(ep->al_conds, cond) &&

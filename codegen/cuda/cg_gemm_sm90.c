@@ -264,8 +264,22 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         why = "a row-wise stage follows the GEMM";
     else if (!gemm_dtype_ok(mm->dtype))
         why = "the operands are not bf16 or f16";
-    else if (g->rank < 2 || g->dims[g->rank - 1] != sh->n ||
-             cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
+    else if (gm->head_dim) {
+        /* The head view (gemm.head_dim D): each lane's 8 columns and their
+         * rotate-half partners (d ^ D/2) are the same lane's after the quad
+         * transposes of column groups j0 and j0 ^ D/16, which needs D/16 a
+         * multiple of 4 and tiles of whole heads. */
+        int64_t D = gm->head_dim;
+        if (sh->dual || sh->epi_staged)
+            why = "a head-split epilogue runs from the registers only (not dual, not staged)";
+        else if ((D != 64 && D != 128 && D != 256) || sh->bn % D != 0)
+            why = "a head-split epilogue needs a head of 64, 128 or 256 columns, whole in a "
+                  "column tile";
+        else if (g->rank != mm->rank + 1 ||
+                 cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
+            why = "the output space is not the product's head view";
+    } else if (g->rank < 2 || g->dims[g->rank - 1] != sh->n ||
+               cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
         why = "the output space is not the product's [batch, M, N]";
     if (why)
         return cg_end(&c,
@@ -314,10 +328,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "#define KF_PINGPONG %d\n"
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
               "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n#define KF_A_NORM %d\n"
-              "#define KF_EPI_DIRECT %d\n",
+              "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
-              sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1);
+              sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
+              gm->head_dim);
     if (sh->a_norm) {
         bool bf = mm->dtype == KF_DTYPE_BF16;
         cg_printf(&c.s,

@@ -411,7 +411,8 @@ static void match_epilogue(const kf_group *grp, const kf_graph *g, uint32_t acc,
 
 static uint32_t find_acc(const kf_group *grp, int anchor) {
     for (uint32_t k = 0; k < grp->n_expr; k++)
-        if (grp->expr[k].kind == KF_EXPR_ACC && grp->expr[k].anchor == anchor)
+        if (grp->expr[k].kind == KF_EXPR_ACC && grp->expr[k].anchor == anchor &&
+            grp->expr[k].src[0] == KF_NONE) /* not a head-split group's in-head column */
             return k;
     return KF_NONE;
 }

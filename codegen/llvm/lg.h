@@ -43,10 +43,12 @@ typedef struct lg_point {
     int rank;
     LLVMValueRef idx[KF_MAX_RANK]; /* i64 */
     LLVMValueRef stat[KF_STAT_COUNT];
-    LLVMValueRef acc[2]; /* GEMM: the accumulators (f32 / f64), unrounded */
-    LLVMValueRef score;  /* ATTENTION: Q.K^T (f32 / f64), unrounded */
-    int attn_rank;       /* ATTENTION: the score space's rank (for BATCH/HEAD) */
-    uint32_t seed;       /* a node whose value is given (row input from scratch) */
+    LLVMValueRef acc[2];   /* GEMM: the accumulators (f32 / f64), unrounded */
+    LLVMValueRef acc_head; /* head-split GEMM (gemm.head_dim): f32 pointer to the tile's
+                              accumulator of column 0 of this row's current head */
+    LLVMValueRef score;    /* ATTENTION: Q.K^T (f32 / f64), unrounded */
+    int attn_rank;         /* ATTENTION: the score space's rank (for BATCH/HEAD) */
+    uint32_t seed;         /* a node whose value is given (row input from scratch) */
     LLVMValueRef seed_val;
     LLVMValueRef *memo; /* g->n_expr entries, NULL = not yet emitted here */
 } lg_point;

@@ -556,6 +556,20 @@ LLVMValueRef lg_expr(lg_fn *f, lg_point *pt, uint32_t n) {
             lg_fail(m, KF_ERR_INTERNAL, "codegen/llvm: group %u: ACC outside a GEMM tile", g->id);
             return LLVMConstNull(m->f32);
         }
+        if (e->src[0] != KF_NONE) { /* the same head's column v(src[0]) */
+            if (!pt->acc_head) {
+                lg_fail(m, KF_ERR_INTERNAL,
+                        "codegen/llvm: group %u: an in-head ACC outside a "
+                        "head-split GEMM tile",
+                        g->id);
+                return LLVMConstNull(m->f32);
+            }
+            LLVMValueRef c = LLVMBuildSExt(B, lg_expr(f, pt, e->src[0]), m->i64, "");
+            LLVMValueRef a = LLVMBuildLoad2(
+                B, m->f32, LLVMBuildInBoundsGEP2(B, m->f32, pt->acc_head, &c, 1, ""), "");
+            v = lg_convert(m, a, KF_DTYPE_F32, e->dtype);
+            break;
+        }
         v = lg_convert(m, pt->acc[e->anchor & 1], KF_DTYPE_F32, e->dtype);
         break;
     case KF_EXPR_SCORE:

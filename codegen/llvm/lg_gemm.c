@@ -100,6 +100,12 @@ static void emit_generic(lg_fn *f) {
         lg_fail(m, KF_ERR_INTERNAL, "codegen/llvm: GEMM group %u: bad shape", g->id);
         return;
     }
+    if (gm->head_dim) { /* f32/f16/bf16 only: the planner's GEMM dtypes take the packed path */
+        lg_fail(m, KF_ERR_UNSUPPORTED,
+                "codegen/llvm: GEMM group %u: a head-split epilogue takes the packed path only",
+                g->id);
+        return;
+    }
     if (gm->a_prologue && gm->row_epilogue) {
         lg_fail(m, KF_ERR_UNSUPPORTED,
                 "codegen/llvm: GEMM group %u has both a norm prologue and a row epilogue", g->id);
@@ -410,7 +416,7 @@ static void emit_prologue(lg_fn *f, lg_point *pr, LLVMValueRef *bidx, LLVMValueR
     const kf_group *g = f->g;
     const kf_gemm_info *gm = &g->gemm;
     LLVMBuilderRef B = m->B;
-    int R = g->rank, rr = g->row_rank;
+    int R = g->rank - (gm->head_dim ? 1 : 0), rr = g->row_rank;
     int64_t K = gm->k;
     const kf_row_stage *rs = &g->row;
     for (int d = 0; d < rr - 2; d++) {
@@ -460,10 +466,15 @@ static void emit_packed(lg_fn *f) {
     const kf_group *g = f->g;
     const kf_gemm_info *gm = &g->gemm;
     LLVMBuilderRef B = m->B;
-    int R = g->rank, na = gm->n_anchors;
+    /* A head-split group (gemm.head_dim) runs over the product's head view,
+     * one axis more than the product: the tile holds whole rows, so every
+     * head's partner columns, and R below is the product's rank. */
+    int R = g->rank - (gm->head_dim ? 1 : 0), na = gm->n_anchors;
     int64_t M = gm->m, N = gm->n, K = gm->k;
     int64_t MCp = PK_MC < round_up(M, PK_MR) ? PK_MC : round_up(M, PK_MR);
-    int64_t NCp = PK_NC < round_up(N, PK_NR) && !gm->row_epilogue ? PK_NC : round_up(N, PK_NR);
+    int64_t NCp = PK_NC < round_up(N, PK_NR) && !gm->row_epilogue && !gm->head_dim
+                      ? PK_NC
+                      : round_up(N, PK_NR);
     int64_t KCp = PK_KC < round_up(K, PK_KU) ? PK_KC : round_up(K, PK_KU);
     int64_t mt = (M + MCp - 1) / MCp, ntl = (N + NCp - 1) / NCp, kt = (K + KCp - 1) / KCp;
     f->k->outer = gm->batch * mt * ntl;
@@ -498,7 +509,7 @@ static void emit_packed(lg_fn *f) {
             acc[r][v] = lg_var(f, vt, "acc");
 
     lg_point po, pr;
-    if (!lg_point_init(f, &po, R))
+    if (!lg_point_init(f, &po, g->rank))
         return;
     if (!lg_point_init(f, &pr, gm->a_prologue ? g->row_rank : 1)) {
         lg_point_done(f, &po);
@@ -671,7 +682,20 @@ static void emit_packed(lg_fn *f) {
             lg_loop_end(f, &lj);
         } else {
             LLVMValueRef j = lg_loop_begin(f, &lj, lg_i64(m, 0), nb, "ej");
-            po.idx[R - 1] = LLVMBuildNSWAdd(B, n0, j, "");
+            LLVMValueRef n = LLVMBuildNSWAdd(B, n0, j, "");
+            if (gm->head_dim) { /* (m, n) -> (.., m, h, d) or (.., h, m, d); n0 = 0 */
+                int r = g->rank;
+                LLVMValueRef hd = lg_i64(m, gm->head_dim);
+                LLVMValueRef h = LLVMBuildSDiv(B, n, hd, ""), d = LLVMBuildSRem(B, n, hd, "");
+                po.idx[gm->heads_first ? r - 2 : r - 3] = LLVMBuildNSWAdd(B, m0, i, "");
+                po.idx[gm->heads_first ? r - 3 : r - 2] = h;
+                po.idx[r - 1] = d;
+                LLVMValueRef c0 = LLVMBuildNSWAdd(B, LLVMBuildNSWMul(B, i, lg_i64(m, NCp), ""),
+                                                  LLVMBuildNSWSub(B, j, d, ""), "");
+                po.acc_head = fptr(f, tile[0], c0);
+            } else {
+                po.idx[R - 1] = n;
+            }
             lg_point_reset(f, &po);
             set_acc(f, &ec, j);
             lg_store_writes(f, &po);

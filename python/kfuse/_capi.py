@@ -86,7 +86,7 @@ FLAGS = {
     "no_cublaslt": 1 << 3, "check_numerics": 1 << 4, "debug_passes": 1 << 5,
     "no_cuda_graph": 1 << 6, "cpu_keep_buffers": 1 << 7, "dump_llvm_ir": 1 << 8,
     "cpu_timing": 1 << 9, "unfused_attention": 1 << 10,
-    "split_row_norms": 1 << 11,
+    "split_row_norms": 1 << 11, "gemm_head_epilogue": 1 << 12,
 }
 
 _UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu",
