@@ -369,9 +369,8 @@ static kf_graph *parse(kf_ctx *ctx, const char *text) {
 static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops) {
     kf_graph *g = parse(ctx, c->text);
     kf_plan *plan = NULL;
-    kf_plan_options po; /* the head-split epilogue as its context asks (kf_compile's rule) */
-    kf_plan_options_init(&po);
-    po.gemm_head_epilogue = (ctx->flags & KF_FLAG_GEMM_HEAD_EPILOGUE) != 0;
+    kf_plan_options po; /* as the context's flags ask (kf_compile's rule) */
+    kf_plan_options_for_flags(ctx->flags, &po);
     if (kf_plan_create(g, &po, &plan) != KF_OK) {
         fprintf(stderr, "gpu_bench: plan: %s\n", kf_graph_error(g));
         exit(1);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "codegen/cuda/cuda_recipe.h"
+#include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "ir/ir.h"
 #include "kfuse.h"
@@ -109,10 +110,7 @@ kf_status kf_aot(kf_ctx *ctx, kf_graph *graph, const char *const *archs, size_t 
     if (!copy)
         return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_aot: out of memory");
     kf_plan_options popt;
-    kf_plan_options_init(&popt);
-    popt.debug = (ctx->flags & KF_FLAG_DEBUG_PASSES) != 0;
-    if (ctx->flags & KF_FLAG_SPLIT_ROW_NORMS)
-        popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    kf_plan_options_for_flags(ctx->flags, &popt); /* kf_compile's, head epilogue included */
     kf_plan *plan = NULL;
     st = kf_plan_create(copy, &popt, &plan);
     if (st != KF_OK) {

@@ -18,6 +18,7 @@
 #include "codegen/cuda/cuda_recipe.h"
 #include "frontend/cli.h"
 #include "frontend/cmd_aot.h"
+#include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "runtime/cuda_kernel.h"
 
@@ -294,11 +295,9 @@ int kf_cmd_aot(int argc, char **argv) {
             break;
         }
         kf_plan_options popt;
-        kf_plan_options_init(&popt);
-        popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
-        if (split_rows || (o.flags & KF_FLAG_SPLIT_ROW_NORMS))
-            popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
-        popt.gemm_head_epilogue = head_epi || (o.flags & KF_FLAG_GEMM_HEAD_EPILOGUE);
+        kf_plan_options_for_flags(o.flags | (split_rows ? KF_FLAG_SPLIT_ROW_NORMS : 0u) |
+                                      (head_epi ? KF_FLAG_GEMM_HEAD_EPILOGUE : 0u),
+                                  &popt);
         st = kf_plan_create(graphs[f], &popt, &plans[f]);
         if (st != KF_OK) {
             fprintf(stderr, "kfuse aot: %s: planning failed: %s: %s\n", files[f], kf_status_str(st),

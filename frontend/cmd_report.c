@@ -17,6 +17,7 @@
 #include "codegen/cuda/cuda_recipe.h"
 #include "frontend/cli.h"
 #include "frontend/cmd_report.h"
+#include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "kfuse.h"
 #include "runtime/cuda.h"
@@ -241,11 +242,10 @@ int kf_cmd_report(int argc, char **argv) {
     kf_options o;
     kf_cli_options(&o); /* the environment's switches */
     kf_plan_options popt;
-    kf_plan_options_init(&popt);
-    popt.debug = (o.flags & KF_FLAG_DEBUG_PASSES) != 0;
-    if (split_rows)
-        popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
-    popt.gemm_head_epilogue = head_epi;
+    kf_plan_options_for_flags((o.flags & KF_FLAG_DEBUG_PASSES) |
+                                  (split_rows ? KF_FLAG_SPLIT_ROW_NORMS : 0u) |
+                                  (head_epi ? KF_FLAG_GEMM_HEAD_EPILOGUE : 0u),
+                              &popt);
     kf_status st = kf_ctx_create(&o, &ctx);
     if (st == KF_OK) {
         int loaded = kf_cli_load_graph(ctx, file, &g); /* -1: loaded; else why not is printed */

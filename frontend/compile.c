@@ -105,11 +105,7 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_compile: out of memory");
     }
     kf_plan_options popt;
-    kf_plan_options_init(&popt);
-    popt.debug = (ctx->flags & KF_FLAG_DEBUG_PASSES) != 0;
-    if (ctx->flags & KF_FLAG_SPLIT_ROW_NORMS)
-        popt.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
-    popt.gemm_head_epilogue = (ctx->flags & KF_FLAG_GEMM_HEAD_EPILOGUE) != 0;
+    kf_plan_options_for_flags(ctx->flags, &popt);
     kf_status st = kf_plan_create(p->graph, &popt, &p->plan);
     if (st != KF_OK) {
         /* The planner put its message on the copy; the caller reads its own graph. */
@@ -219,6 +215,14 @@ size_t kf_program_kernel_count(const kf_program *p) {
 
 static size_t tensor_bytes(const kf_tensor *t) {
     return (size_t)kf_ir_numel(t) * kf_dtype_size(t->dtype);
+}
+
+void kf_plan_options_for_flags(unsigned flags, kf_plan_options *popt) {
+    kf_plan_options_init(popt);
+    popt->debug = (flags & KF_FLAG_DEBUG_PASSES) != 0;
+    if (flags & KF_FLAG_SPLIT_ROW_NORMS)
+        popt->gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    popt->gemm_head_epilogue = (flags & KF_FLAG_GEMM_HEAD_EPILOGUE) != 0;
 }
 
 /* The alignment kf_program_run_device asks of every device pointer. */
