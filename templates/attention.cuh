@@ -340,17 +340,8 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
         const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
 
 #ifdef KF_LSE
-        /* The log-sum-exp of the row's scores, m + log l (m itself where
-         * m = +-inf, as the logsumexp op defines it): one lane of the quad. */
-        if (t4 == 0) {
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int q = qr + 8 * r;
-                if (q < KF_SQ)
-                    kf_pack(KF_LSE + (bh * KF_SQ + q),
-                            fabsf(m[r]) == KF_INF ? m[r] : m[r] + logf(l[r]));
-            }
-        }
+        if (t4 == 0) /* the rows' log-sum-exp: one lane of the quad */
+            kf_attn_lse2(KF_LSE, bh * KF_SQ, qr, KF_SQ, m, l);
 #endif
 #pragma unroll
         for (int r = 0; r < 2; r++) {
