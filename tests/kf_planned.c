@@ -1,6 +1,7 @@
 /*
  * kf_planned.c -- see kf_planned.h.
  */
+#define _GNU_SOURCE /* open_memstream */
 #include "kf_planned.h"
 
 #include <stdio.h>
@@ -60,4 +61,14 @@ kf_plan *planned_plan(planned *p, const kf_plan_options *o) {
         fail_msg("kf_plan_check: %s", kf_graph_error(p->g));
     }
     return p->plan;
+}
+
+char *kf_test_report(kf_program *p, kf_report_format fmt) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(kf_program_report(p, fmt, f), KF_OK);
+    fclose(f);
+    return buf;
 }

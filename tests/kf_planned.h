@@ -32,4 +32,8 @@ int planned_teardown(void **state);
  * (kf_plan_check, the test seed); the plan stays p's. */
 kf_plan *planned_plan(planned *p, const kf_plan_options *o);
 
+/* A compiled program's report in `fmt`, as a string the caller frees (the
+ * suites that look for a line or a JSON member in it). */
+char *kf_test_report(kf_program *p, kf_report_format fmt);
+
 #endif /* KF_TESTS_PLANNED_H */

@@ -25,6 +25,7 @@
 #include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "ir/ir.h"
+#include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_exec.h"
@@ -1923,17 +1924,6 @@ static char *cuda_member(const char *json, const char *what) {
     return strndup(a, (size_t)(b - a));
 }
 
-/* The program's report in `fmt` (free it). */
-__attribute__((noinline)) static char *program_report_as(kf_program *p, kf_report_format fmt) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_non_null(f);
-    assert_int_equal(kf_program_report(p, fmt, f), KF_OK);
-    fclose(f);
-    return buf;
-}
-
 /* Warm start (issue 15 item 5): cuBLASLt is opened (its dlopen thread
  * started) only when a recipe in use calls it -- not for a GEMM that the
  * generated kernel runs -- and still when one does. Failed before: the thread
@@ -1951,8 +1941,8 @@ static void test_cublaslt_is_loaded_only_when_a_recipe_in_use_calls_it(void **st
         assert_int_equal(kf_graph_parse(c, text, strlen(text), &g), KF_OK);
         kf_program *p = NULL;
         assert_int_equal(kf_compile(c, g, &p), KF_OK);
-        char *txt = program_report_as(p, KF_REPORT_TEXT);
-        char *js = program_report_as(p, KF_REPORT_JSON);
+        char *txt = kf_test_report(p, KF_REPORT_TEXT);
+        char *js = kf_test_report(p, KF_REPORT_JSON);
         bool generated = modes[i] == KF_GEMM_GENERATED && report_sm(txt) >= 80;
         const char *want = generated ? "\"cublaslt_loaded\": false" : "\"cublaslt_loaded\": true";
         if (!strstr(js, want))

@@ -25,6 +25,7 @@
 
 #include "frontend/compile.h"
 #include "ir/ir.h"
+#include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/cuda.h"
 
@@ -403,12 +404,7 @@ static void test_in_place_ragged_shapes_in_exact_buffers_match(void **state) {
             if (k == 1 && G.dev.cc_major >= 9) {
                 /* The generated GEMM takes the group: its TMA descriptors are what
                  * re-pointing re-encodes. */
-                char *r = NULL;
-                size_t len = 0;
-                FILE *f = open_memstream(&r, &len);
-                assert_non_null(f);
-                assert_int_equal(kf_program_report(c->p, KF_REPORT_TEXT, f), KF_OK);
-                fclose(f);
+                char *r = kf_test_report(c->p, KF_REPORT_TEXT);
                 if (!strstr(r, "generated kernel"))
                     fail_msg("%s: the report names no generated kernel:\n%s", what, r);
                 free(r);
@@ -522,18 +518,8 @@ static void test_in_place_captured_run_replays_with_new_inputs_and_the_same_bits
 /* Graphs the program captures from its own launches                          */
 /* ------------------------------------------------------------------------ */
 
-static char *report_json(kf_program *p) {
-    char *r = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&r, &len);
-    assert_non_null(f);
-    assert_int_equal(kf_program_report(p, KF_REPORT_JSON, f), KF_OK);
-    fclose(f);
-    return r;
-}
-
 static void expect_in_report(kf_program *p, const char *want, const char *what) {
-    char *r = report_json(p);
+    char *r = kf_test_report(p, KF_REPORT_JSON);
     if (!strstr(r, want))
         fail_msg("%s: the report lacks '%s':\n%s", what, want, r);
     free(r);
