@@ -42,6 +42,11 @@ void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g);
  * when the group's epilogue is outside what the kernels take. */
 kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep);
 
+/* What both kernels take: bf16 or f16 operands, and a group whose output
+ * space is the product's [batch, M, N] (last dim N, as many elements). */
+bool cg_gemm_dtype_ok(kf_dtype d);
+bool cg_gemm_space_is_product(const kf_group *g, const kf_cuda_gemm_shape *sh);
+
 /* The branch-free sigmoid family (#defined over common.cuh's) and, with a
  * gelu table, kf_gelu_bf16_v; after the head, before any expression. */
 void cg_gemm_emit_fast_ops(cg *c);

@@ -219,6 +219,13 @@ static void emit_gelu_tab_v(cg *c) {
               GELU_TAB_N - 1, GELU_TAB_LO, GELU_TAB_N);
 }
 
+bool cg_gemm_dtype_ok(kf_dtype d) { return d == KF_DTYPE_BF16 || d == KF_DTYPE_F16; }
+
+bool cg_gemm_space_is_product(const kf_group *g, const kf_cuda_gemm_shape *sh) {
+    return g->rank >= 2 && g->dims[g->rank - 1] == sh->n &&
+           cg_numel_of(g->rank, g->dims) == sh->batch * sh->m * sh->n;
+}
+
 void cg_gemm_emit_fast_ops(cg *c) {
     cg_puts(&c->s, gemm_fast_ops);
     emit_gelu_tab_v(c);

@@ -81,10 +81,9 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
         why = "a norm prologue on A: the sm_80 kernel does not take it yet";
     else if (gm->row_epilogue || g->row.present)
         why = "a row-wise stage follows the GEMM";
-    else if (mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
+    else if (!cg_gemm_dtype_ok(mm->dtype))
         why = "the operands are not bf16 or f16";
-    else if (g->rank < 2 || g->dims[g->rank - 1] != sh->n ||
-             cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
+    else if (!cg_gemm_space_is_product(g, sh))
         why = "the output space is not the product's [batch, M, N]";
     if (why)
         return cg_end(&c,

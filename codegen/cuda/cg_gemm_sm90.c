@@ -60,8 +60,6 @@ uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages) {
     return stages * (128u * 64u * 2u + bn * 64u * 2u) + 2u * 64u * 40u * 4u + 1024u;
 }
 
-static bool gemm_dtype_ok(kf_dtype d) { return d == KF_DTYPE_BF16 || d == KF_DTYPE_F16; }
-
 
 /* The statistics the expression under `root` reads (1u << KF_STAT_*); ~0u
  * when one is not the pre-pass's (mean, rstd, rms_rstd). */
@@ -262,7 +260,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                              : "no norm prologue on A";
     else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
         why = "a row-wise stage follows the GEMM";
-    else if (!gemm_dtype_ok(mm->dtype))
+    else if (!cg_gemm_dtype_ok(mm->dtype))
         why = "the operands are not bf16 or f16";
     else if (gm->head_dim) {
         /* The head view (gemm.head_dim D): each lane's 8 columns and their
@@ -278,8 +276,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         else if (g->rank != mm->rank + 1 ||
                  cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
             why = "the output space is not the product's head view";
-    } else if (g->rank < 2 || g->dims[g->rank - 1] != sh->n ||
-               cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
+    } else if (!cg_gemm_space_is_product(g, sh))
         why = "the output space is not the product's [batch, M, N]";
     if (why)
         return cg_end(&c,
