@@ -231,25 +231,8 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
 
             /* The score expression. */
             const int kv0 = j * KF_BC;
-            bool edge = kv0 + KF_BC > KF_SKV;
-#if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
-            edge = edge || kv0 + KF_BC - 1 > qw;
-#endif
-#if KF_MASK_SKIP == 3 && KF_BS_WHOLE
-            /* whole map tiles: kept, or dropped whole (attention_sm90.cuh) */
-            const bool bs_kept = !bs_dense || kf_bs_kept(bh, q0, j, KF_ARGS);
-            edge = edge || !bs_kept;
-#define KF_SCORE_EDGE(s_, q_, kv_)                                                   \
-    (bs_kept ? kf_score_inner(s_, bh, q_, kv_, KF_ARGS) : kf_score_fill(s_, bh, q_, kv_, KF_ARGS))
-#else
-#if KF_MASK_SKIP == 3
-            edge = edge || kf_bs_mixed(bh, q0, bs_dense, j, KF_ARGS);
-#endif
-#define KF_SCORE_EDGE(s_, q_, kv_) kf_score_full(s_, bh, q_, kv_, KF_ARGS)
-#endif
-#if KF_MASK_SKIP == 2
-            edge = edge || kv0 <= qw + 15 - KF_WINDOW;
-#endif
+            bool bs_kept;
+            const bool edge = kf_attn_tile_edge(j, qw, bh, q0, bs_dense, bs_kept, KF_ARGS);
             const int qa = min(qr, KF_SQ - 1), qb = min(qr + 8, KF_SQ - 1);
             if (edge) {
 #pragma unroll

@@ -308,26 +308,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * w holds rows 16w + lane/4 (+8), columns 8n + 2(lane%4)
                  * (+1) in sc[4n .. 4n + 3] (rows g4: e 0, 1; g4 + 8: e 2, 3). */
                 const int kv0 = j * KF_BC;
-                bool edge = kv0 + KF_BC > KF_SKV;
-#if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
-                edge = edge || kv0 + KF_BC - 1 > qw;
-#endif
-#if KF_MASK_SKIP == 3 && KF_BS_WHOLE
-                /* whole map tiles: a visited tile is kept, or (a query tile
-                 * of an all-masked row) dropped whole: its scores the fill */
-                const bool bs_kept = !bs_dense || kf_bs_kept(bh, q0, j, KF_ARGS);
-                edge = edge || !bs_kept;
-#define KF_SCORE_EDGE(s_, q_, kv_)                                                   \
-    (bs_kept ? kf_score_inner(s_, bh, q_, kv_, KF_ARGS) : kf_score_fill(s_, bh, q_, kv_, KF_ARGS))
-#else
-#if KF_MASK_SKIP == 3
-                edge = edge || kf_bs_mixed(bh, q0, bs_dense, j, KF_ARGS);
-#endif
-#define KF_SCORE_EDGE(s_, q_, kv_) kf_score_full(s_, bh, q_, kv_, KF_ARGS)
-#endif
-#if KF_MASK_SKIP == 2
-                edge = edge || kv0 <= qw + 15 - KF_WINDOW;
-#endif
+                bool bs_kept;
+                const bool edge = kf_attn_tile_edge(j, qw, bh, q0, bs_dense, bs_kept, KF_ARGS);
                 if (edge) {
 #pragma unroll
                     for (int nt = 0; nt < KF_BC / 8; nt++) {

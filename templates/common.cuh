@@ -85,21 +85,6 @@ __device__ __forceinline__ float kf_cvt(kf_bf16 v) { return kf_bf16_to_f32(v.x);
 __device__ __forceinline__ void kf_pack(float *p, float v) { *p = v; }
 __device__ __forceinline__ void kf_pack(double *p, double v) { *p = v; }
 __device__ __forceinline__ void kf_pack(int *p, int v) { *p = v; }
-
-/* Attention's log-sum-exp of a quad's two rows, qr and qr + 8 (the mma
- * accumulator layout of both attention kernels): m + log l, or m itself
- * where m is +-inf (the logsumexp op's definition), into lse[row0 + q] for
- * the rows q < sq, in lse's dtype. One lane of the quad calls it. */
-template <typename T>
-__device__ __forceinline__ void kf_attn_lse2(T *lse, long long row0, int qr, long long sq,
-                                             const float m[2], const float l[2]) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int q = qr + 8 * r;
-        if (q < sq)
-            kf_pack(lse + (row0 + q), fabsf(m[r]) == KF_INF ? m[r] : m[r] + logf(l[r]));
-    }
-}
 __device__ __forceinline__ void kf_pack(unsigned char *p, bool v) { *p = v ? 1 : 0; }
 __device__ __forceinline__ void kf_pack(kf_f16 *p, float v) { p->x = kf_f32_to_f16(v); }
 __device__ __forceinline__ void kf_pack(kf_bf16 *p, float v) { p->x = kf_f32_to_bf16(v); }

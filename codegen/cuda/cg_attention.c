@@ -757,6 +757,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (st != KF_OK)
         return cg_end(&c, st);
     emit_block_sparse(&c, g, skip, br, sm90 ? SM90_BC : ATTN_BC);
+    cg_puts(&c.s, kf_cuda_tpl_attention_common);
     cg_puts(&c.s, sm90 ? kf_cuda_tpl_attention_sm90 : kf_cuda_tpl_attention);
     return cg_end(&c, c.st);
 }

@@ -18,6 +18,7 @@ extern const char kf_cuda_tpl_gemm_sm90[];
 extern const char kf_cuda_tpl_gemm_sm80[];
 extern const char kf_cuda_tpl_attention_sm90[];
 extern const char kf_cuda_tpl_attention[];
+extern const char kf_cuda_tpl_attention_common[];
 extern const char kf_cuda_tpl_attention_decode[];
 
 #endif /* KF_CODEGEN_CUDA_TEMPLATES_H */
