@@ -63,7 +63,9 @@ kf_plan *planned_plan(planned *p, const kf_plan_options *o) {
     return p->plan;
 }
 
-char *kf_test_report(kf_program *p, kf_report_format fmt) {
+/* noinline: gcc -O2 otherwise takes the memstream buffer for a dangling local
+ * (test_cuda_exec's copy of this met it). */
+__attribute__((noinline)) char *kf_test_report(kf_program *p, kf_report_format fmt) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

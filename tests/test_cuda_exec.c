@@ -93,17 +93,6 @@ static int report_sm(const char *report) {
     return a ? atoi(a + 4) : 0;
 }
 
-/* noinline: gcc -O2 otherwise takes the memstream buffer for a dangling local. */
-__attribute__((noinline)) static char *program_report(kf_program *p) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_non_null(f);
-    assert_int_equal(kf_program_report(p, KF_REPORT_TEXT, f), KF_OK);
-    fclose(f);
-    return buf;
-}
-
 static void check_report(const char *report, const char *list, bool want, const char *what) {
     if (!list)
         return;
@@ -151,7 +140,7 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
     kf_status st = kf_compile(ctx, g, &p);
     if (st != KF_OK)
         fail_msg("%s: kf_compile: %s: %s", what, kf_status_str(st), kf_graph_error(g));
-    char *report = program_report(p);
+    char *report = kf_test_report(p, KF_REPORT_TEXT);
     check_report(report, o->report_has, true, what);
     check_report(report, o->report_lacks, false, what);
     if (report_sm(report) >= 90)
@@ -2036,11 +2025,7 @@ static void test_recipes_of_the_report_are_the_executors_and_aot_serves_them(voi
             kf_program *p = NULL;
             if (kf_compile(fom, g, &p) != KF_OK)
                 fail_msg("%s: %s", file, kf_graph_error(g));
-            char *json = NULL;
-            size_t jlen = 0;
-            FILE *f = open_memstream(&json, &jlen);
-            assert_int_equal(kf_program_report(p, KF_REPORT_JSON, f), KF_OK);
-            fclose(f);
+            char *json = kf_test_report(p, KF_REPORT_JSON);
             char *got = cuda_member(json, file);
             if (strcmp(got, want) != 0) {
                 size_t i = 0;
@@ -2340,11 +2325,7 @@ static void test_cublaslt_algorithms_come_from_the_cache_in_a_warm_start(void **
     run_and_compare(g, 1550, &o, "cuBLASLt algorithms from the cache");
     kf_program *p = NULL;
     assert_int_equal(kf_compile(ctx[2], g, &p), KF_OK);
-    char *json = NULL;
-    size_t jlen = 0;
-    FILE *f = open_memstream(&json, &jlen);
-    assert_int_equal(kf_program_report(p, KF_REPORT_JSON, f), KF_OK);
-    fclose(f);
+    char *json = kf_test_report(p, KF_REPORT_JSON);
     assert_int_equal(json_count(json, "cublaslt_heuristics"), 0);
     assert_int_equal(json_count(json, "cublaslt_algos_cached"), cold_asked);
     free(json);
@@ -2368,7 +2349,7 @@ static void test_intermediates_share_device_memory_by_liveness(void **state) {
     assert_int_equal(kf_graph_verify(g), KF_OK);
     kf_program *p = NULL;
     assert_int_equal(kf_compile(G.ctx, g, &p), KF_OK);
-    char *r = program_report(p);
+    char *r = kf_test_report(p, KF_REPORT_TEXT);
     const char *m = strstr(r, "device memory: ");
     assert_non_null(m);
     unsigned long long arena = 0, unshared = 0;
