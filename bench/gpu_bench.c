@@ -1128,6 +1128,23 @@ int main(int argc, char **argv) {
              "n2 = neg(q2)\nr = concat(n2, q1, axis=-1)\nqc = mul(q, c)\nrs = mul(r, s)\n"
              "y = add(qc, rs)\noutput y\n",
              QB, QS, QD, QD, QD, QD, QS, QS, QB, QS);
+    /* The LLaMA MLP's SwiGLU behind its RMSNorm (the norm in the dual
+     * kernel's A tiles), and GPT-2-medium's Q/K/V projection behind its
+     * LayerNorm, 16384 x 1024 -> 3 x 1024 with a bias (issue 13's Q/K/V row) */
+    char t_swiglu_rms[640], t_ln_qkv[640];
+    snprintf(t_swiglu_rms, sizeof t_swiglu_rms,
+             "kfg 1\nx = input(bf16[%d, %d])\nng = input(bf16[%d])\nwg = input(bf16[%d, %d])\n"
+             "wu = input(bf16[%d, %d])\nn = rms_norm(x, ng, eps=1e-5)\ng = matmul(n, wg)\n"
+             "u = matmul(n, wu)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+             SM, SD, SD, SD, SF, SD, SF);
+    int VM = g_quick ? 4096 : 16384, VD = 1024;
+    snprintf(t_ln_qkv, sizeof t_ln_qkv,
+             "kfg 1\nx = input(bf16[%d, %d])\ng = input(bf16[%d])\nc = input(bf16[%d])\n"
+             "w = input(bf16[%d, %d])\nb = input(bf16[%d])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+             "h = matmul(n, w)\ny = add(h, b)\noutput y\n",
+             VM, VD, VD, VD, VD, 3 * VD, 3 * VD);
+    double vbytes = 2.0 * ((double)VM * VD + 3.0 * VD * VD + 3.0 * VM * VD);
+    double vflops = 2.0 * (double)VM * VD * 3 * VD;
     double qbytes = 2.0 * (2.0 * QB * QS * QD + (double)QD * QD + QD + 2.0 * QS * 128);
     double qflops = 2.0 * (double)QB * QS * QD * QD;
     double lbytes = 2.0 * ((double)LM * LK + (double)LK * LN + 2.0 * (double)LM * LN + 3.0 * LN);
@@ -1172,6 +1189,14 @@ int main(int argc, char **argv) {
         {"rope_q_generated", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"rope_q_head", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"rope_q_head_generated", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        /* norm prologues in the generated kernel's A tiles against the
+         * cuBLASLt side (the prologue kernel writes A normalized first) */
+        {"swiglu_rms", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"swiglu_rms_generated", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         0},
+        {"ln_qkv", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"ln_qkv_generated", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"ln_qkv_cublaslt", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         /* the generated kernel's other schedules, same run: ping-pong 128-wide
          * tiles, and the epilogue staged through shared memory */
         {"gemm_bias_gelu_generated_pingpong", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",

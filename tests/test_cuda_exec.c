@@ -1582,6 +1582,23 @@ static void test_generated_gemms_match_the_reference(void **state) {
                  dts[d], 1819,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
                  "norm prologue: ping-pong");
+        /* a SwiGLU pair normalizing the A tile both products share: RMSNorm
+         * ragged in the ping-pong schedule, LayerNorm (gamma and beta, read
+         * once a K step as column vectors) in 128 x (2 x 128) cooperative */
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\n"
+                 "wg = input(%s[264, 1096])\nwu = input(%s[264, 1096])\nn = rms_norm(x, g)\n"
+                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1820, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: rms_norm, SwiGLU dual, ragged");
+        run_text("kfg 1\nx = input(%s[2200, 136])\ng = input(%s[136])\nc = input(%s[136])\n"
+                 "wg = input(%s[136, 2056])\nwu = input(%s[136, 2056])\nn = layer_norm(x, g, c)\n"
+                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1821,
+                 &(run_opts){.lo = 0.5,
+                             .hi = 3,
+                             .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
+                             .ctx = ctx},
+                 "norm prologue: layer_norm, SwiGLU dual, cooperative");
         /* dual batched (both B per batch), with a residual in the epilogue */
         run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
                  "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"

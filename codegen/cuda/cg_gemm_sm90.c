@@ -97,12 +97,22 @@ unsigned kf_cuda_gemm_norm_stats(const kf_plan *plan, uint32_t group) {
     return st == ~0u ? 0 : st;
 }
 
+/* The loads of A's expression that depend on k alone (gamma, beta: zero
+ * strides over the row dims), each read once per K step and thread as one
+ * vector of 8 (kf_apro_cols) instead of once per element and row. */
+#define APRO_MAX_COLS 8
+typedef struct apro_cols {
+    uint32_t n;
+    int param[APRO_MAX_COLS];
+    int64_t stride[APRO_MAX_COLS]; /* elements per column of k */
+} apro_cols;
+
 /* Marks A's expression, checks it, overrides its input (the tile's value
  * xa[k]) and its statistics (stv[j], packed as the pre-pass writes them), and
  * sets its loads' overrides (one element each, in the row space); adds the
  * statistics' SCRATCH param. Returns the reason it cannot, or NULL. */
 static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, bool *need,
-                                int *stats_param, unsigned *n_stats) {
+                                int *stats_param, unsigned *n_stats, apro_cols *cols) {
     const kf_group *g = c->g;
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(c, gm->anchor[0]);
@@ -162,6 +172,20 @@ static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *
         const kf_expr *e = &g->expr[i];
         if (!c->need[i] || c->ov[i][0] || e->kind != KF_EXPR_LOAD)
             continue;
+        /* a column vector: strides over the row dims all zero, a float dtype */
+        bool col = cols->n < APRO_MAX_COLS && g->row_rank >= 1;
+        kf_dtype ldt = cg_tensor(c, e->base)->dtype;
+        col = col && (ldt == KF_DTYPE_F32 || ldt == KF_DTYPE_BF16 || ldt == KF_DTYPE_F16);
+        for (int d = 0; col && d + 1 < g->row_rank; d++)
+            col = e->strides[d] == 0 || g->row_dims[d] == 1;
+        if (col) {
+            cols->param[cols->n] = c->param[i];
+            cols->stride[cols->n] = g->row_dims[g->row_rank - 1] == 1 ? 0
+                                                                         : e->strides[g->row_rank - 1];
+            snprintf(c->ov[i], OV_MAX, "cv[%u][kc + k]", cols->n);
+            cols->n++;
+            continue;
+        }
         char off[OV_MAX - 64];
         size_t n = 0;
         off[0] = 0;
@@ -188,11 +212,31 @@ static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *
 
 /* kf_apro: A's normalized values for VV adjacent columns k0.. of row `row`
  * from the tile's values xa and the row's statistics stv. */
-static void apro_emit(cg *c, chunk_ctx *x, const bool *need) {
+static void apro_emit(cg *c, chunk_ctx *x, const bool *need, const apro_cols *cols) {
     memcpy(c->need, need, c->n * sizeof *c->need);
-    cg_puts(&c->s, "/* The norm prologue: A's values for VV columns k0.. of row `row`. */\n"
+    cg_puts(&c->s, "/* The norm prologue's column vectors for the 8 columns k0.. (zero past K). "
+                   "*/\n__device__ __forceinline__ void kf_apro_cols(long long k0, float "
+                   "(*cv)[8], KF_PARAMS) {\n");
+    for (uint32_t v = 0; v < cols->n; v++) {
+        cg_printf(&c->s, "    {\n        const auto *lp = p%d + k0 * %" PRId64 "LL;\n",
+                  cols->param[v], cols->stride[v]);
+        if (cols->stride[v] == 1)
+            cg_printf(&c->s,
+                      "        if (k0 + 8 <= KF_K && kf_aligned(lp, kf_gm_vbytes<8>(lp))) {\n"
+                      "            kf_ldv<8>(lp, cv[%u]);\n        } else\n",
+                      v);
+        cg_printf(&c->s,
+                  "#pragma unroll\n        for (int k = 0; k < 8; k++)\n"
+                  "            cv[%u][k] = k0 + k < KF_K ? (float)kf_ld(lp + k * %" PRId64
+                  "LL) : 0.0f;\n    }\n",
+                  v, cols->stride[v]);
+    }
+    cg_puts(&c->s, "}\n\n");
+    cg_puts(&c->s, "/* The norm prologue: A's values for VV columns k0.. of row `row` (column kc.. "
+                   "of cv). */\n"
                    "template <int VV>\n__device__ __forceinline__ void kf_apro(const float *xa, "
-                   "float *ao, long long row, long long k0, const float *stv, KF_PARAMS) {\n");
+                   "float *ao, long long row, long long k0, int kc, const float *stv, const float "
+                   "(*cv)[8], KF_PARAMS) {\n    (void)kc;\n    (void)cv;\n");
     cg_emit_nodes(c, cg_coord_of, x, "    ", true);
     cg_printf(&c->s,
               "#pragma unroll\n    for (int k = 0; k < VV; k++)\n        ao[k] = v%u[k];\n}\n\n",
@@ -301,7 +345,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     } while (0)
     int stats_param = -1;
     unsigned n_stats = 0;
-    if (sh->a_norm && (why = apro_prepare(&c, sh, x, apro_need, &stats_param, &n_stats)))
+    apro_cols cols;
+    memset(&cols, 0, sizeof cols);
+    if (sh->a_norm && (why = apro_prepare(&c, sh, x, apro_need, &stats_param, &n_stats, &cols)))
         GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
     cg_gemm_epi epi;
     st = cg_gemm_epi_prepare(&c, sh, x, &epi);
@@ -333,9 +379,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (sh->a_norm) {
         bool bf = mm->dtype == KF_DTYPE_BF16;
         cg_printf(&c.s,
-                  "#define KF_A_NSTATS %u\n#define KF_A_STATS p%d\n#define kf_a_to_f32 %s\n"
-                  "#define kf_f32_to_a %s\n",
-                  n_stats, stats_param, bf ? "kf_bf16_to_f32" : "kf_f16_to_f32",
+                  "#define KF_A_NSTATS %u\n#define KF_A_NCV %u\n#define KF_A_STATS p%d\n"
+                  "#define kf_a_to_f32 %s\n#define kf_f32_to_a %s\n",
+                  n_stats, cols.n ? cols.n : 1u, stats_param, bf ? "kf_bf16_to_f32" : "kf_f16_to_f32",
                   bf ? "kf_f32_to_bf16" : "kf_f32_to_f16");
     }
     cg_puts(&c.s, "\n");
@@ -348,7 +394,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
             GEMM_OUT(cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
         }
         memcpy(epi_need, c.need, c.n * sizeof *epi_need);
-        apro_emit(&c, x, apro_need);
+        apro_emit(&c, x, apro_need, &cols);
         memcpy(c.need, epi_need, c.n * sizeof *epi_need);
         kf_mem_free(c.mem, epi_need, (c.n + 1) * sizeof *epi_need);
     }
