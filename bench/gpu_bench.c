@@ -1197,6 +1197,12 @@ int main(int argc, char **argv) {
         {"ln_qkv", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"ln_qkv_generated", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_qkv_cublaslt", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        /* the norm applied to A's tiles in the ring (the schedule before the
+         * fold into B), same run */
+        {"rope_q_generated_ring", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_NORM_IN_RING},
+        {"ln_qkv_generated_ring", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_NORM_IN_RING},
         /* the generated kernel's other schedules, same run: ping-pong 128-wide
          * tiles, and the epilogue staged through shared memory */
         {"gemm_bias_gelu_generated_pingpong", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",

@@ -54,6 +54,13 @@
  * norm), fences the async proxy (the wgmmas read what plain stores wrote)
  * and syncs its warpgroup before its wgmmas. Columns past K stay zero.
  *
+ * Norm folded into B (KF_A_FOLD 1, cg_gemm_fold.c; the algebra in
+ * gemm_fold.cuh): A is the norm's input and B the pre-pass's diag(gamma) B,
+ * so the main loop is the plain one; before the epilogue reads them, kf_fold
+ * turns each row's 8 accumulators into the product of the normalized A
+ * (rstd times them, a LayerNorm's mean times B's column sums taken out and
+ * beta's product added), the rotate-half partners at their own columns.
+ *
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
@@ -78,6 +85,9 @@
  * helpers).
  */
 
+#ifndef KF_A_FOLD
+#define KF_A_FOLD 0 /* cg_gemm_fold.c's kf_fold: the norm folded into B */
+#endif
 #define KF_BM 128
 #define KF_BK 64
 #define KF_A_BYTES (KF_BM * KF_BK * 2)
@@ -210,6 +220,17 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
                 const long long r = rows + warp * 16 + lane / 4 + 8 * h;
                 const long long c = (long long)nb * KF_ON + 8 * (j0 + lane % 4);
                 const bool ok = r < KF_M;
+#if KF_A_FOLD
+                /* the product of the normalized A from that of A's input
+                 * (the partners: their own columns, c ^ D / 2) */
+                kf_fold(a, 0, ok ? r : KF_M - 1, c, KF_ARGS);
+#if KF_DUAL
+                kf_fold(a1, 1, ok ? r : KF_M - 1, c, KF_ARGS);
+#endif
+#if KF_HEAD_D
+                kf_fold(ap, 0, ok ? r : KF_M - 1, c ^ (KF_HEAD_D / 2), KF_ARGS);
+#endif
+#endif
 #if KF_DUAL
                 kf_epi<8, AL>(a, a1, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
 #elif KF_HEAD_D

@@ -1562,13 +1562,24 @@ static void test_generated_gemms_match_the_reference(void **state) {
                  dts[d], 1816,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
                  "SwiGLU dual, N = 1001, bias");
-        /* a norm prologue on A's tiles after a statistics pre-pass: RMSNorm,
-         * ragged M, N, K */
-        const char *npro = "norm prologue on A's tiles";
-        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+        /* a norm prologue folded into B after a statistics pre-pass (a
+         * pre-pass writes diag(gamma) B, the accumulators get the row
+         * statistics): RMSNorm, ragged M, N, K */
+        const char *npro = "norm prologue folded into B";
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 392])\n"
                  "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
                  dts[d], 1817, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
                  "norm prologue: rms_norm, ragged");
+        /* where B is not the smaller operand (2 N >= M), the prologue
+         * kernel's scratch instead */
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], 1823,
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "A from the prologue kernel's scratch",
+                             .ctx = ctx},
+                 "norm prologue: rms_norm from the scratch, ragged");
         /* LayerNorm (mean, rstd), rows off zero, batch folded into M, a bias */
         run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
                  "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
@@ -1582,14 +1593,30 @@ static void test_generated_gemms_match_the_reference(void **state) {
                  dts[d], 1819,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
                  "norm prologue: ping-pong");
-        /* a SwiGLU pair normalizing the A tile both products share: RMSNorm
-         * ragged in the ping-pong schedule, LayerNorm (gamma and beta, read
-         * once a K step as column vectors) in 128 x (2 x 128) cooperative */
+        /* a SwiGLU pair behind a norm: RMSNorm ragged in the ping-pong
+         * schedule from the scratch (2 N >= M), LayerNorm folded (a pre-pass
+         * per B), LayerNorm in 128 x (2 x 128) cooperative from the scratch */
         run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\n"
                  "wg = input(%s[264, 1096])\nwu = input(%s[264, 1096])\nn = rms_norm(x, g)\n"
                  "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
-                 dts[d], 1820, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
+                 dts[d], 1820,
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "A from the prologue kernel's scratch",
+                             .ctx = ctx},
                  "norm prologue: rms_norm, SwiGLU dual, ragged");
+        run_text("kfg 1\nx = input(%s[3000, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "wg = input(%s[200, 392])\nwu = input(%s[200, 392])\nn = layer_norm(x, g, c)\n"
+                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1824, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: layer_norm folded, SwiGLU dual");
+        /* the pair with inputs off zero (large positive products), no norm */
+        run_text("kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[136, 2056])\n"
+                 "wu = input(%s[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 1825,
+                 &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = "dual", .ctx = ctx},
+                 "SwiGLU dual, inputs 0.5..3");
         run_text("kfg 1\nx = input(%s[2200, 136])\ng = input(%s[136])\nc = input(%s[136])\n"
                  "wg = input(%s[136, 2056])\nwu = input(%s[136, 2056])\nn = layer_norm(x, g, c)\n"
                  "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
@@ -1599,6 +1626,13 @@ static void test_generated_gemms_match_the_reference(void **state) {
                              .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
                              .ctx = ctx},
                  "norm prologue: layer_norm, SwiGLU dual, cooperative");
+        /* LayerNorm before a K-major B (the fold pre-pass's other layout), N
+         * not a multiple of 8 (the column sums read one by one) */
+        run_text("kfg 1\nx = input(%s[2100, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[1001, 200])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w, transpose_b=true)\noutput y\n",
+                 dts[d], 1822, &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = npro, .ctx = ctx},
+                 "norm prologue: layer_norm, K-major B, N = 1001");
         /* dual batched (both B per batch), with a residual in the epilogue */
         run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
                  "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"

@@ -43,20 +43,50 @@ static const kf_cuda_recipe *gemm_recipe(const kf_plan *plan, const kf_cuda_reci
 /* The generated kernel of `text`'s GEMM group with GEMM_GENERATED on an
  * H100 target: checked and compiled. `want_tile` is the tile the recipe must
  * name ("128x256", "dual 128x(2x64)": a dual kernel takes three maps). */
-static void generated_case(const char *text, const char *want_tile, const char *want_sched) {
+static void generated_case_with(const char *text, const char *want_tile, const char *want_sched,
+                                unsigned flags) {
     bool dual = strncmp(want_tile, "dual", 4) == 0;
     uint32_t n_maps = dual ? 3 : 2;
-    bool norm = strstr(text, "_norm(") != NULL; /* a norm prologue: a statistics step first */
+    bool norm = strstr(text, "_norm(") != NULL; /* a norm prologue: a step before the GEMM */
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    /* where: folded into B while 2 N < M (a statistics step, a pre-pass per
+     * B), in the ring when asked (a statistics step), else the prologue
+     * kernel's scratch (one step) */
+    const kf_group *gg = NULL;
+    for (uint32_t gi = 0; gi < p.plan->n_groups; gi++)
+        if (p.plan->groups[gi].kind == KF_GROUP_GEMM)
+            gg = &p.plan->groups[gi];
+    const kf_tensor *mt = p.plan->graph->nodes[gg->gemm.anchor[0]];
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < mt->rank; d++)
+        rows *= mt->dims[d];
+    bool ring = norm && !dual && (flags & KF_CUDA_RECIPE_GEMM_NORM_IN_RING);
+    bool fold = norm && !ring && !(flags & KF_CUDA_RECIPE_GEMM_NORM_IN_RING) &&
+                2 * mt->dims[mt->rank - 1] * (dual ? 2 : 1) < rows;
+    bool scratch = norm && !ring && !fold;
+    uint32_t pre = fold ? (dual ? 3u : 2u) : norm ? 1u : 0u;
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
         fail_msg("expected the generated kernel alone, got %u variant(s), '%s': %s", rc->n_variants,
                  rc->variants[0].label, rc->variants[0].how);
     assert_int_equal(rc->choice, KF_CUDA_CHOICE_ONLY);
-    assert_int_equal(rc->n_steps, norm ? 2 : 1);
-    if (norm) { /* the row statistics pre-pass: a row kernel, compiled */
+    assert_int_equal(rc->n_steps, pre + 1);
+    for (uint32_t i = 1; i < pre; i++) { /* the fold pre-passes: diag(gamma) B, compiled */
+        assert_int_equal(rc->steps[i].kind, KF_CUDA_STEP_KERNEL);
+        const kf_cuda_kstep *fs = rc->steps[i].kernel;
+        assert_int_equal(fs->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+        assert_int_equal(fs->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_FOLD);
+        assert_non_null(strstr(fs->kernel.name, i == 1 ? "fold_" : "fold2_"));
+        kf_nvrtc_result res;
+        char err[KF_MSG_MAX] = "";
+        if (kf_cuda_kernel_compile(&MEM, &fs->kernel, &res, err) != KF_OK)
+            fail_msg("%s: %s\n%s", fs->kernel.name, err, res.log ? res.log : "");
+        kf_nvrtc_result_release(&MEM, &res);
+    }
+    if (norm && !scratch) { /* the row statistics pre-pass: a row kernel, compiled */
         assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
         const kf_cuda_kstep *ps = rc->steps[0].kernel;
         assert_int_equal(ps->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
@@ -67,13 +97,25 @@ static void generated_case(const char *text, const char *want_tile, const char *
         if (kf_cuda_kernel_compile(&MEM, &ps->kernel, &res, err) != KF_OK)
             fail_msg("%s: %s\n%s", ps->kernel.name, err, res.log ? res.log : "");
         kf_nvrtc_result_release(&MEM, &res);
-        assert_non_null(strstr(rc->variants[0].how, "norm prologue on A's tiles"));
+        assert_non_null(strstr(rc->variants[0].how, fold ? "norm prologue folded into B"
+                                                         : "norm prologue on A's tiles"));
+    }
+    if (scratch) { /* the prologue kernel writes A normalized */
+        assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+        assert_int_equal(rc->steps[0].kernel->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+        assert_non_null(strstr(rc->variants[0].how, "A from the prologue kernel's scratch"));
     }
     const kf_cuda_step *gs = &rc->steps[rc->n_steps - 1];
     assert_int_equal(gs->kind, KF_CUDA_STEP_KERNEL);
     const kf_cuda_kstep *ks = gs->kernel;
-    if (norm) /* the pre-pass's statistics are the GEMM's: one buffer */
-        assert_non_null(strstr(ks->kernel.source, "#define KF_A_NORM 1"));
+    if (norm && !scratch) /* the pre-pass's statistics are the GEMM's: one buffer */
+        assert_non_null(
+            strstr(ks->kernel.source, fold ? "#define KF_A_FOLD 1" : "#define KF_A_NORM 1"));
+    if (scratch)
+        assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_SCRATCH);
+    if (fold) /* B is the fold's scratch */
+        for (uint32_t i = 1; i < n_maps; i++)
+            assert_int_equal(ks->args[i].buf.kind, KF_CUDA_BUF_SCRATCH);
     assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM90);
     assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
     assert_int_equal(ks->block[0], 384);
@@ -95,6 +137,12 @@ static void generated_case(const char *text, const char *want_tile, const char *
     kf_sass_check_hopper(&MEM, &ks->kernel);
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
+}
+
+static void generated_case(const char *text, const char *want_tile, const char *want_sched) {
+    generated_case_with(text, want_tile, want_sched, 0);
+    if (strstr(text, "_norm(") && strncmp(want_tile, "dual", 4) != 0) /* and in the ring */
+        generated_case_with(text, want_tile, want_sched, KF_CUDA_RECIPE_GEMM_NORM_IN_RING);
 }
 
 static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) {
@@ -178,6 +226,20 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
                  dts[d], dts[d], dts[d]);
         generated_case(t, "128x128", "ping-pong");
+        /* a SwiGLU pair behind an RMSNorm (folded: a pre-pass per B) and a
+         * LayerNorm with K-major B (the pre-pass's other layout) */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[3000, 264])\ng = input(%s[264])\n"
+                 "wg = input(%s[264, 392])\nwu = input(%s[264, 392])\nn = rms_norm(x, g)\n"
+                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+                 dts[d], dts[d], dts[d], dts[d]);
+        generated_case(t, "dual 128x(2x64)", "ping-pong");
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                 "w = input(%s[136, 200])\nn = layer_norm(x, g, c)\n"
+                 "y = matmul(n, w, transpose_b=true)\noutput y\n",
+                 dts[d], dts[d], dts[d], dts[d]);
+        generated_case(t, "128x128", "cooperative");
         /* and at 128 x 256 */
         snprintf(
             t, sizeof t,
@@ -336,7 +398,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
             "kfg 1\nx = input(bf16[512, 256])\nwg = input(bf16[256, 512])\n"
             "wu = input(bf16[256, 512])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
             "y = mul(a, u)\noutput y\n",
-            "kfg 1\nx = input(bf16[512, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
+            "kfg 1\nx = input(bf16[2048, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
             "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n"};
         for (int i = 0; i < 2; i++) {
             planned q;
@@ -351,12 +413,14 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
             if (i == 0) {
                 assert_non_null(strstr(c->variants[0].how, "dual"));
             } else {
-                /* generated: the statistics pre-pass, then the GEMM; cuBLASLt:
-                 * the prologue kernel writing A, then the library GEMM */
-                assert_int_equal(c->variants[0].n_steps, 2);
-                assert_int_equal(c->steps[c->variants[0].first_step].kind, KF_CUDA_STEP_KERNEL);
-                assert_int_equal(c->steps[c->variants[0].first_step + 1].kind, KF_CUDA_STEP_KERNEL);
-                assert_non_null(strstr(c->variants[0].how, "norm prologue on A's tiles"));
+                /* generated: the statistics pre-pass, the fold's diag(gamma) B,
+                 * then the GEMM; cuBLASLt: the prologue kernel writing A, then
+                 * the library GEMM */
+                assert_int_equal(c->variants[0].n_steps, 3);
+                for (uint32_t j = 0; j < 3; j++)
+                    assert_int_equal(c->steps[c->variants[0].first_step + j].kind,
+                                     KF_CUDA_STEP_KERNEL);
+                assert_non_null(strstr(c->variants[0].how, "norm prologue folded into B"));
                 assert_int_equal(c->variants[1].n_steps, 2);
                 assert_int_equal(c->steps[c->variants[1].first_step].kind, KF_CUDA_STEP_KERNEL);
                 assert_int_equal(c->steps[c->variants[1].first_step + 1].kind, KF_CUDA_STEP_GEMM);
@@ -366,9 +430,9 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
             plan_release(&q);
         }
     }
-    /* a norm prologue on a SwiGLU pair (which the kernel cannot apply
-     * itself), forced: the prologue kernel writes A to scratch and the dual
-     * kernel reads it there; it compiles to HGMMA and UTMALDG */
+    /* a norm prologue on a SwiGLU pair with the fold off (the ring does not
+     * take a pair), forced: the prologue kernel writes A to scratch and the
+     * dual kernel reads it there; it compiles to HGMMA and UTMALDG */
     {
         planned q;
         plan_text("kfg 1\nx = input(bf16[1000, 264])\ng = input(bf16[264])\n"
@@ -376,8 +440,9 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
                   "n = rms_norm(x, g)\ngt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\n"
                   "y = mul(a, u)\noutput y\n",
                   &q);
-        kf_cuda_recipes *r = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
-                                             KF_CUDA_RECIPE_GEMM_GENERATED);
+        kf_cuda_recipes *r =
+            kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_NORM_IN_RING);
         const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
         assert_int_equal(c->n_variants, 1);
         assert_string_equal(c->variants[0].label, "generated");
@@ -455,7 +520,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
             "kfg 1\nx = input(bf16[512, 256])\nwg = input(bf16[256, 512])\n"
             "wu = input(bf16[256, 512])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
             "y = mul(a, u)\noutput y\n",
-            "kfg 1\nx = input(bf16[512, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
+            "kfg 1\nx = input(bf16[2048, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
             "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n"};
         static const char *const whys[] = {"does not take a SwiGLU pair yet",
                                            "does not take a norm prologue yet"};

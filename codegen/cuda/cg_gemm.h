@@ -55,4 +55,20 @@ void cg_gemm_emit_fast_ops(cg *c);
  * buffers. */
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep);
 
+/* The GEMM kernel's side of a norm prologue folded into B (cg_gemm_fold.c):
+ * the params its kf_fold reads (the row statistics, keyed by the norm's
+ * input as the pre-pass writes them; a LayerNorm's c, d per anchor). */
+typedef struct cg_gemm_fold {
+    kf_cuda_gemm_fold f;
+    int stats, cd[2];
+    unsigned n_stats, i_rstd, i_mean; /* statistics a row, and where rstd / mean sit */
+} cg_gemm_fold;
+
+/* Adds the params (before the source's head); KF_ERR_UNSUPPORTED (through
+ * cg_fail) when the fold does not take the group or this A. */
+kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold *fp);
+
+/* KF_A_FOLD and kf_fold(a, which, r, c0, ...), after KF_N is defined. */
+void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp);
+
 #endif /* KF_CODEGEN_CUDA_CG_GEMM_H */

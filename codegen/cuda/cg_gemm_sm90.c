@@ -297,10 +297,10 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (gm->n_anchors != (sh->dual ? 2 : 1))
         why = sh->dual ? "a dual kernel needs two GEMMs sharing A"
                        : "two GEMMs share A (SwiGLU): the shape must be dual";
-    else if (sh->a_norm && sh->a_scratch)
-        why = "a norm prologue both in the kernel and in scratch";
-    else if (gm->a_prologue != (sh->a_norm || sh->a_scratch))
-        why = gm->a_prologue ? "a norm prologue on A (shape.a_norm or shape.a_scratch)"
+    else if ((int)sh->a_norm + (int)sh->a_scratch + (int)sh->a_fold > 1)
+        why = "a norm prologue in more than one of the kernel, scratch and B";
+    else if (gm->a_prologue != (sh->a_norm || sh->a_scratch || sh->a_fold))
+        why = gm->a_prologue ? "a norm prologue on A (shape.a_norm, a_scratch or a_fold)"
                              : "no norm prologue on A";
     else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
         why = "a row-wise stage follows the GEMM";
@@ -349,6 +349,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     memset(&cols, 0, sizeof cols);
     if (sh->a_norm && (why = apro_prepare(&c, sh, x, apro_need, &stats_param, &n_stats, &cols)))
         GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
+    cg_gemm_fold fold;
+    if (sh->a_fold && (st = cg_gemm_fold_prepare(&c, sh, &fold)) != KF_OK)
+        GEMM_OUT(st);
     cg_gemm_epi epi;
     st = cg_gemm_epi_prepare(&c, sh, x, &epi);
     if (st != KF_OK)
@@ -387,6 +390,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     cg_puts(&c.s, "\n");
     cg_gemm_emit_fast_ops(&c);
     emit_wgmma(&c, sh, mm->dtype);
+    if (sh->a_fold)
+        cg_gemm_fold_emit(&c, &fold);
     if (sh->a_norm) {
         bool *epi_need = kf_mem_alloc(c.mem, (c.n + 1) * sizeof *epi_need);
         if (!epi_need) {

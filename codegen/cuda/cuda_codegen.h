@@ -105,6 +105,8 @@ typedef enum kf_cuda_template {
     KF_CUDA_TEMPLATE_GEMM_SM80,           /* a whole GEMM group: cp.async ring, ldmatrix,
                                              mma.sync m16n8k16, the epilogue on the
                                              accumulators (sm_80+) */
+    KF_CUDA_TEMPLATE_GEMM_FOLD,           /* a GEMM's norm prologue folded into its B: diag(gamma) B
+                                             and the column sums a LayerNorm needs (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
@@ -340,6 +342,11 @@ typedef struct kf_cuda_gemm_shape {
     bool a_norm;               /* the group's norm prologue applied to A's tiles in shared
                                   memory, from the row statistics kf_cuda_codegen_gemm_stats
                                   writes (A: the norm's loaded input, K-major, batch 1) */
+    bool a_fold;               /* the group's norm prologue folded into B (kf_cuda_gemm_fold_of):
+                                  A is the norm's loaded input (as a_norm), B the pre-pass's
+                                  diag(gamma) B (kf_cuda_codegen_gemm_fold), and the
+                                  accumulators get the row scale (LayerNorm: the mean times
+                                  B's column sums, beta's product) before the epilogue */
     bool a_scratch;            /* the group's norm prologue already ran (the recipe's prologue
                                   kernel wrote A, normalized, to scratch): A is read as it is,
                                   and the norm is not the kernel's (a SwiGLU pair, a transposed
@@ -410,6 +417,38 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
  * RSTD, RMS_RSTD) as f32 in enum order into a SCRATCH param keyed by the
  * loaded tensor, and nothing else; the GEMM normalizes A's tiles with them.
  * Errors: KF_ERR_NOT_FOUND (no such prologue). */
+/* A GEMM group's norm prologue as an affine map of A's row input x per
+ * element, n = (x - mean) * rstd * gamma + beta (LayerNorm) or x * rstd *
+ * gamma (RMSNorm), gamma and beta loads that depend on k alone (either may be
+ * absent), casts and roundings between them ignored: the fold keeps f32
+ * where the reference rounds the norm's steps (templates/gemm_fold.cuh). */
+typedef struct kf_cuda_gemm_fold {
+    bool ln;
+    uint32_t gamma, beta; /* LOAD nodes of the group's expressions, or KF_NONE */
+    uint32_t rstd, mean;  /* STAT nodes (mean: KF_NONE for an RMSNorm) */
+} kf_cuda_gemm_fold;
+
+/* Whether group `group`'s norm prologue on A has that form (and *f it). */
+bool kf_cuda_gemm_fold_of(const kf_plan *plan, uint32_t group, kf_cuda_gemm_fold *f);
+
+/* B of anchor `anchor` (0, or 1: a SwiGLU pair's second) as the fold
+ * pre-pass reads it: logical [k, n], element (i, j) at i * sk + j * sn of
+ * its buffer (one of the strides 1). */
+typedef struct kf_cuda_fold_shape {
+    int anchor;
+    int64_t k, n, sk, sn;
+} kf_cuda_fold_shape;
+
+/* The fold pre-pass of a GEMM group whose norm prologue kf_cuda_gemm_fold_of
+ * takes (templates/gemm_fold.cuh): params IN B (the recipe points it at the
+ * operand's view), IN gamma / beta, SCRATCH W = diag(gamma) B keyed by B's
+ * tensor (B's dtype, [k, n] or [n, k] contiguous as B's major), and for a
+ * LayerNorm SCRATCH c, d keyed by the anchor (f32, 2 n). Errors:
+ * KF_ERR_NOT_FOUND (no such prologue), KF_ERR_INVALID_ARGUMENT (a bad shape). */
+kf_status kf_cuda_codegen_gemm_fold(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_mem *mem, const kf_cuda_fold_shape *fs,
+                                    kf_cuda_kernel *out);
+
 kf_status kf_cuda_codegen_gemm_stats(const kf_plan *plan, uint32_t group, const char *arch,
                                      const kf_mem *mem, unsigned stats, kf_cuda_kernel *out);
 

@@ -78,6 +78,11 @@ enum {
                                                    on 8 warps of 64 x 32 (the layout before
                                                    the 4 warps of 64 x 64; the bench compares
                                                    them) */
+    KF_CUDA_RECIPE_GEMM_NORM_IN_RING = 1u << 10, /* internal: a generated GEMM (not a pair)
+                                                    normalizes A's tiles in the ring instead of
+                                                    folding the norm into B or reading A from
+                                                    the prologue's scratch (the schedule
+                                                    before; the bench and the tests compare) */
 };
 
 /* What the recipes are made for. */

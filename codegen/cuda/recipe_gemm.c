@@ -724,18 +724,33 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     if (sm80 && gm->row_split)
         GEN_NO("the sm_80 kernel does not take the split row form yet");
     const kf_tensor *mm = g->nodes[gm->anchor[0]];
-    /* A norm prologue: in the kernel, which reads the norm's input (TMA) and
-     * normalizes its tiles in shared memory after a statistics pre-pass
-     * (below), where it takes it (a loaded input, one GEMM, A not
-     * transposed); else from the prologue kernel's scratch. Not a SwiGLU
-     * pair: normalizing its A tiles in the ring ran 3.54 ms against 2.01
-     * from the scratch (H200, LLaMA's MLP 8192 x 4096 x 2 x 11008), every A
-     * element normalized again for each of its N / 128 column tiles. */
+    /* Where the norm has the form kf_cuda_gemm_fold_of takes (LayerNorm,
+     * RMSNorm, gamma and beta vectors) and B is the smaller operand, it is
+     * folded into B: a pre-pass writes diag(gamma) B, the main loop is the
+     * plain one on the norm's input, the epilogue applies the row statistics
+     * (a SwiGLU pair too: a pre-pass per B). Else the prologue kernel writes A
+     * normalized to scratch: the fold moves K x N x 2 elements where it moves
+     * M x K x 2, less the statistics' read of A, so it wins while 2 N < M.
+     * Measured on an H200: LLaMA's q projection (16384 x 4096 x 4096) 0.711
+     * ms folded against cuBLASLt's 0.709 after its prologue kernel; its MLP
+     * pair (8192 x 4096 x 2 x 11008) 1.856 folded against 1.733 from the
+     * scratch. Normalizing A's tiles in the ring (KF_CUDA_RECIPE_GEMM_NORM_IN_RING,
+     * the schedule before) redoes M x K arithmetic for each column tile: 1.41
+     * ms on the q projection, 0.70 without that arithmetic. */
     const kf_expr *pin = gm->a_prologue && grp->row.present ? &grp->expr[grp->row.input] : NULL;
-    bool norm = pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE && !dual &&
+    int64_t a_rows = 1, n_all = mm->dims[mm->rank - 1] * (dual ? 2 : 1);
+    for (int d = 0; d + 1 < mm->rank; d++)
+        a_rows *= mm->dims[d];
+    bool ring = (b->target->flags & KF_CUDA_RECIPE_GEMM_NORM_IN_RING) != 0;
+    kf_cuda_gemm_fold fold_of;
+    bool fold = pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE &&
+                !mm->attr.transpose_a && !ring &&
+                !(b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) && 2 * n_all < a_rows &&
+                kf_cuda_gemm_fold_of(plan, b->gi, &fold_of);
+    bool norm = ring && pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE && !dual &&
                 !mm->attr.transpose_a;
-    bool scratch = gm->a_prologue && !norm;
-    uint32_t norm_in = norm ? pin->base : KF_NONE;
+    bool scratch = gm->a_prologue && !norm && !fold;
+    uint32_t norm_in = norm || fold ? pin->base : KF_NONE;
     if (gm->row_epilogue && !gm->row_split)
         GEN_NO("a row-wise norm follows the GEMM");
     if (gm->row_split && (dual || gm->a_prologue))
@@ -746,9 +761,9 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
      * the prologue kernel's step exists (added below, when nothing refused) */
     kf_cuda_buf none;
     memset(&none, 0, sizeof none);
-    mref a = norm      ? mref_contiguous(b, gm->a[0], kf_rb_tensor(b, norm_in))
-             : scratch ? mref_contiguous(b, gm->a[0], none)
-                       : mref_of(b, gm->a[0]);
+    mref a = norm || fold ? mref_contiguous(b, gm->a[0], kf_rb_tensor(b, norm_in))
+             : scratch    ? mref_contiguous(b, gm->a[0], none)
+                          : mref_of(b, gm->a[0]);
     mref bm = mref_of(b, gm->b[0]);
     if (g->nodes[gm->a[0]]->dtype != mm->dtype || g->nodes[gm->b[0]]->dtype != mm->dtype)
         GEN_NO("the operands' dtypes differ from the product's");
@@ -851,6 +866,11 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
+    sh.a_fold = fold;
+    /* diag(gamma) B: contiguous in B's major, one for the whole batch */
+    if (fold && (sh.b_batched || (sh.b_kmajor ? sh.k : sh.n) % (int64_t)(16 / es) != 0))
+        GEN_NO("a norm folded into a batched B, or one whose rows are not a multiple of 16 "
+               "bytes (TMA)");
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
     sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
     if (sh.stages > GEN_MAX_STAGES)
@@ -907,7 +927,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         }
         a.buf = sa.buf;
     }
-    if (norm) { /* the statistics pre-pass, a step before the GEMM */
+    if (norm || fold) { /* the statistics pre-pass, a step before the GEMM */
         kf_cuda_kernel sk;
         memset(&sk, 0, sizeof sk);
         st = kf_cuda_codegen_gemm_stats(plan, b->gi, b->target->arch, b->mem,
@@ -925,10 +945,42 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
             return st;
         }
     }
+    for (int i = 0; fold && i < (dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
+        const kf_cuda_operand *lbi = i ? &lb1 : &lb;
+        kf_cuda_fold_shape fs = {
+            .anchor = i, .k = sh.k, .n = sh.n, .sk = lbi->row_stride, .sn = lbi->col_stride};
+        kf_cuda_kernel fk;
+        memset(&fk, 0, sizeof fk);
+        st = kf_cuda_codegen_gemm_fold(plan, b->gi, b->target->arch, b->mem, &fs, &fk);
+        if (st != KF_OK) {
+            kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
+                       fk.error[0] ? fk.error : kf_status_str(st));
+            kf_cuda_kernel_release(b->mem, &fk);
+            kf_cuda_kernel_release(b->mem, &k);
+            return st == KF_ERR_UNSUPPORTED || st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
+        }
+        kf_cuda_kstep *fks = NULL;
+        if ((st = kf_rb_add_made_kernel(b, &fk, KF_CUDA_ROLE_GEMM_PROLOGUE, &fks)) != KF_OK) {
+            kf_cuda_kernel_release(b->mem, &k);
+            return st;
+        }
+        /* B as the GEMM would read it: the operand's view */
+        for (uint32_t j = 0; j < fks->kernel.n_params; j++)
+            if (fks->kernel.params[j].kind == KF_CUDA_PARAM_IN &&
+                fks->kernel.params[j].tensor == gm->b[i])
+                fks->args[j].buf = (i ? bm1 : bm).buf;
+    }
     kf_cuda_kstep *ks = NULL;
     if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK) {
         split_free(b->mem, &sc);
         return st;
+    }
+    if (fold) { /* B is the pre-pass's diag(gamma) B: contiguous, B's major */
+        bm.buf = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->b[0]);
+        if (dual)
+            bm1.buf = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->b[1]);
+        b_lead = b1_lead = sh.b_kmajor ? sh.k : sh.n;
+        sb = sb1 = 0;
     }
     /* Arguments: the tensor maps (A, B, and the second B of a pair), then
      * the params. */
@@ -990,7 +1042,10 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
              sh.pingpong ? "ping-pong" : "cooperative", sh.stages, sh.a_kmajor ? "K" : "M",
              sh.b_kmajor ? "K" : "N", sh.epi_staged ? ", epilogue staged in shared memory" : "",
              sh.batch > 1 ? ", batched in one launch" : "",
-             norm      ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
+             norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
+             : fold
+                 ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
+                   "statistics scale the accumulators) after a statistics pre-pass"
              : scratch ? ", A from the prologue kernel's scratch"
                        : "");
     if (row_name[0]) {

@@ -1,0 +1,304 @@
+/*
+ * cg_gemm_fold.c -- a GEMM group's norm prologue folded into B
+ * (templates/gemm_fold.cuh has the algebra).
+ *
+ *   plan group --kf_cuda_gemm_fold_of--> the prologue as n = (x - mean) *
+ *     rstd * gamma + beta (or x * rstd * gamma): which nodes are gamma, beta
+ *     and the statistics
+ *   --kf_cuda_codegen_gemm_fold--> the pre-pass: W = diag(gamma) B (and a
+ *     LayerNorm's column sums c, d)
+ *   --cg_gemm_fold_prepare / _emit--> in the GEMM kernel's source, kf_fold:
+ *     acc = rstd[r] * (acc - mean[r] * c[col]) + d[col] for 8 columns of a
+ *     row, before the group's epilogue reads the accumulators.
+ *
+ * Numerics: the main loop multiplies x, exact, by W rounded once to B's
+ * dtype, and the statistics scale the f32 sum; the reference rounds the
+ * norm's steps of A instead (x * rstd, times gamma). Neither error is larger
+ * than the other's by construction; the judge compares both with the exact
+ * value (issue 15's rule), not with each other.
+ */
+#include "codegen/cuda/cg.h"
+
+#include "codegen/cuda/cg_gemm.h"
+
+#include "codegen/cuda/templates.h"
+
+/* The node under casts (a cast changes no value the fold keeps in f32). */
+static uint32_t under_casts(const kf_group *g, uint32_t i) {
+    while (i != KF_NONE && i < g->n_expr && g->expr[i].kind == KF_EXPR_OP &&
+           g->expr[i].op == KF_OP_CAST)
+        i = g->expr[i].src[0];
+    return i;
+}
+
+/* A float load that depends on k alone: every stride over the row dims but
+ * the last zero. */
+static bool column_load(const kf_plan *plan, const kf_group *g, uint32_t i) {
+    if (i == KF_NONE || i >= g->n_expr || g->expr[i].kind != KF_EXPR_LOAD || g->row_rank < 1)
+        return false;
+    const kf_expr *e = &g->expr[i];
+    kf_dtype dt = plan->graph->nodes[e->base]->dtype;
+    if (dt != KF_DTYPE_F32 && dt != KF_DTYPE_BF16 && dt != KF_DTYPE_F16)
+        return false;
+    for (int d = 0; d + 1 < g->row_rank; d++)
+        if (e->strides[d] != 0 && g->row_dims[d] != 1)
+            return false;
+    return true;
+}
+
+static bool is_stat(const kf_group *g, uint32_t i, kf_stat s) {
+    return i != KF_NONE && i < g->n_expr && g->expr[i].kind == KF_EXPR_STAT && g->expr[i].stat == s;
+}
+
+/* Node i is op `op` of two operands: *a, *b (under casts). */
+static bool binary(const kf_group *g, uint32_t i, kf_op op, uint32_t *a, uint32_t *b) {
+    if (i == KF_NONE || i >= g->n_expr || g->expr[i].kind != KF_EXPR_OP || g->expr[i].op != op)
+        return false;
+    *a = under_casts(g, g->expr[i].src[0]);
+    *b = under_casts(g, g->expr[i].src[1]);
+    return true;
+}
+
+/* x * rstd (RMSNorm) or (x - mean) * rstd (LayerNorm), either order. */
+static bool scaled_row(const kf_group *g, uint32_t i, kf_cuda_gemm_fold *f) {
+    uint32_t a, b;
+    if (!binary(g, i, KF_OP_MUL, &a, &b))
+        return false;
+    uint32_t x = g->row.input;
+    for (int t = 0; t < 2; t++, a ^= b, b ^= a, a ^= b) {
+        if (a == x && is_stat(g, b, KF_STAT_RMS_RSTD)) {
+            f->ln = false;
+            f->rstd = b;
+            f->mean = KF_NONE;
+            return true;
+        }
+        uint32_t s0, s1;
+        if (is_stat(g, b, KF_STAT_RSTD) && binary(g, a, KF_OP_SUB, &s0, &s1) && s0 == x &&
+            is_stat(g, s1, KF_STAT_MEAN)) {
+            f->ln = true;
+            f->rstd = b;
+            f->mean = s1;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool kf_cuda_gemm_fold_of(const kf_plan *plan, uint32_t group, kf_cuda_gemm_fold *f) {
+    if (!plan || !f || group >= plan->n_groups)
+        return false;
+    const kf_group *g = &plan->groups[group];
+    const kf_gemm_info *gm = &g->gemm;
+    if (g->kind != KF_GROUP_GEMM || !gm->a_prologue || gm->a_root == KF_NONE || !g->row.present ||
+        g->expr[g->row.input].kind != KF_EXPR_LOAD)
+        return false;
+    memset(f, 0, sizeof *f);
+    f->gamma = f->beta = KF_NONE;
+    uint32_t t = under_casts(g, gm->a_root), a, b;
+    /* + beta */
+    if (binary(g, t, KF_OP_ADD, &a, &b)) {
+        if (column_load(plan, g, b))
+            f->beta = b;
+        else if (column_load(plan, g, a)) {
+            f->beta = a;
+            a = b;
+        } else
+            return false;
+        t = a;
+    }
+    /* * gamma */
+    if (!scaled_row(g, t, f)) {
+        if (!binary(g, t, KF_OP_MUL, &a, &b))
+            return false;
+        if (column_load(plan, g, b) && scaled_row(g, a, f))
+            f->gamma = b;
+        else if (column_load(plan, g, a) && scaled_row(g, b, f))
+            f->gamma = a;
+        else
+            return false;
+    }
+    return f->ln || f->beta == KF_NONE; /* an RMSNorm plus a column: not a norm of ours */
+}
+
+/* Element k of column load `node` as C text: p<param>[k * stride]. */
+static void load_k(cg *c, uint32_t node, int param, const char *k) {
+    const kf_group *g = c->g;
+    const kf_expr *e = &g->expr[node];
+    int64_t s = g->row_dims[g->row_rank - 1] == 1 ? 0 : e->strides[g->row_rank - 1];
+    cg_printf(&c->s, "(float)kf_ld(p%d + (%" PRId64 "LL + (%s) * %" PRId64 "LL))", param,
+              e->offset, k, s);
+}
+
+kf_status kf_cuda_codegen_gemm_fold(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_mem *mem, const kf_cuda_fold_shape *fs,
+                                    kf_cuda_kernel *out) {
+    cg c;
+    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    const kf_group *g = c.g;
+    kf_cuda_gemm_fold f;
+    if (!kf_cuda_gemm_fold_of(plan, group, &f))
+        return cg_end(&c, cg_fail(&c, KF_ERR_NOT_FOUND,
+                                  "group %u (%s): no norm prologue the fold takes", g->id,
+                                  g->name));
+    const kf_gemm_info *gm = &g->gemm;
+    if (!fs || fs->anchor < 0 || fs->anchor >= (int)gm->n_anchors || fs->k < 1 || fs->n < 1 ||
+        (fs->sk != 1 && fs->sn != 1))
+        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                                  "group %u (%s): bad fold shape", g->id, g->name));
+    uint32_t bt = gm->b[fs->anchor], at = gm->anchor[fs->anchor];
+    kf_dtype dt = cg_tensor(&c, bt)->dtype;
+    c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_FOLD;
+    cg_set_name(&c, fs->anchor ? "fold2_" : "fold_");
+    bool kmajor = fs->sk == 1 && fs->sn != 1;
+    int pb = cg_param_add(&c, KF_CUDA_PARAM_IN, bt, dt, 0);
+    int pg = f.gamma != KF_NONE ? cg_param_add(&c, KF_CUDA_PARAM_IN, g->expr[f.gamma].base,
+                                               cg_tensor(&c, g->expr[f.gamma].base)->dtype, 0)
+                                : -1;
+    int pbe = f.beta != KF_NONE ? cg_param_add(&c, KF_CUDA_PARAM_IN, g->expr[f.beta].base,
+                                               cg_tensor(&c, g->expr[f.beta].base)->dtype, 0)
+                                : -1;
+    int pw = cg_param_add(&c, KF_CUDA_PARAM_SCRATCH, bt, dt,
+                          (uint64_t)fs->k * (uint64_t)fs->n * kf_dtype_size(dt));
+    int pcd = f.ln ? cg_param_add(&c, KF_CUDA_PARAM_SCRATCH, at, KF_DTYPE_F32,
+                                  (uint64_t)fs->n * 2u * 4u)
+                   : -1;
+    /* Slices of K where no column sums are taken: 256 k a slice (K-major:
+     * 8 a lane; N-major: 32 a warp), else all of K. 8 warps a block; 32 for
+     * a LayerNorm's N-major pass, whose blocks each take all of K: on
+     * GPT-2-medium's Q/K/V (1024 x 3072) 8 warps a block left 96 blocks of
+     * 128 sequential rows each. */
+    int64_t ks = f.ln ? fs->k : 256;
+    uint32_t warps = f.ln && !kmajor ? 32u : 8u;
+    int64_t cols = kmajor ? (int64_t)warps : 32;
+    int64_t chunks = (fs->n + cols - 1) / cols;
+    int64_t slices = (fs->k + ks - 1) / ks;
+    kf_cuda_kernel *k = c.k;
+    k->vec = 1;
+    k->launch.block = 32u * warps;
+    k->launch.work_items = (uint64_t)(chunks * slices);
+    k->launch.items_per_block = 1;
+    k->launch.blocks_per_sm = 2048u / (32u * warps);
+    cg_emit_head(&c, "GEMM norm prologue folded into B (diag(gamma) B, column sums)");
+    cg_printf(&c.s,
+              "#define KF_FK %" PRId64 "LL\n#define KF_FN %" PRId64 "LL\n#define KF_FKS %" PRId64
+              "LL\n#define KF_FKMAJOR %d\n#define KF_FLN %d\n#define KF_FW p%d\n",
+              fs->k, fs->n, ks, kmajor ? 1 : 0, f.ln ? 1 : 0, pw);
+    if (pcd >= 0)
+        cg_printf(&c.s, "#define KF_FCD p%d\n", pcd);
+    cg_printf(&c.s, "#define kf_fround %s\n", cg_round_fn(dt) ? cg_round_fn(dt) : "");
+    cg_printf(&c.s,
+              "__device__ __forceinline__ float kf_fb(long long k, long long n, KF_PARAMS) {\n"
+              "    return (float)kf_ld(p%d + k * %" PRId64 "LL + n * %" PRId64 "LL);\n}\n",
+              pb, fs->sk, fs->sn);
+    cg_puts(&c.s, "__device__ __forceinline__ float kf_fg(long long k, KF_PARAMS) {\n    (void)k;\n"
+                  "    return ");
+    if (pg >= 0)
+        load_k(&c, f.gamma, pg, "k");
+    else
+        cg_puts(&c.s, "1.0f");
+    cg_puts(&c.s, ";\n}\n__device__ __forceinline__ float kf_fbeta(long long k, KF_PARAMS) {\n"
+                  "    (void)k;\n    return ");
+    if (pbe >= 0)
+        load_k(&c, f.beta, pbe, "k");
+    else
+        cg_puts(&c.s, "0.0f");
+    cg_puts(&c.s, ";\n}\n\n");
+    cg_puts(&c.s, kf_cuda_tpl_gemm_fold);
+    return cg_end(&c, c.st);
+}
+
+kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold *fp) {
+    const kf_group *g = c->g;
+    const kf_gemm_info *gm = &g->gemm;
+    memset(fp, 0, sizeof *fp);
+    fp->cd[0] = fp->cd[1] = -1;
+    if (!kf_cuda_gemm_fold_of(c->plan, g->id, &fp->f))
+        return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): no norm prologue the fold takes",
+                       g->id, g->name);
+    const kf_tensor *mm = cg_tensor(c, gm->anchor[0]);
+    const kf_expr *in = &g->expr[g->row.input];
+    const char *why = NULL;
+    int64_t cs[KF_MAX_RANK], acc = 1;
+    for (int d = g->row_rank - 1; d >= 0; d--) {
+        cs[d] = acc;
+        acc *= g->row_dims[d];
+    }
+    if (cg_tensor(c, in->base)->dtype != mm->dtype)
+        why = "the norm's input is not of the product's dtype";
+    for (int d = 0; !why && d < g->row_rank; d++)
+        if (g->row_dims[d] != 1 && in->strides[d] != cs[d])
+            why = "the norm's input is not contiguous (TMA reads A as it is)";
+    if (!why && (g->row_rank < 2 || g->row_dims[g->row_rank - 1] != sh->k ||
+                 acc != sh->m * sh->k || sh->batch != 1 || !sh->a_kmajor))
+        why = "a norm prologue on a batched or transposed A";
+    if (!why && sh->epi_staged)
+        why = "the fold's row scale runs in the register epilogue (not staged)";
+    if (why)
+        return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why);
+    unsigned stats = (1u << KF_STAT_RMS_RSTD);
+    if (fp->f.ln)
+        stats = (1u << KF_STAT_MEAN) | (1u << KF_STAT_RSTD);
+    if ((kf_cuda_gemm_norm_stats(c->plan, g->id) & stats) != stats)
+        return cg_fail(c, KF_ERR_UNSUPPORTED,
+                       "group %u (%s): the statistics pre-pass does not write the fold's", g->id,
+                       g->name);
+    /* the pre-pass packs its statistics in enum order (kf_cuda_codegen_gemm_stats) */
+    unsigned all = kf_cuda_gemm_norm_stats(c->plan, g->id);
+    fp->n_stats = (unsigned)__builtin_popcount(all);
+    unsigned below = (1u << g->expr[fp->f.rstd].stat) - 1u;
+    fp->i_rstd = (unsigned)__builtin_popcount(all & below);
+    if (fp->f.ln)
+        fp->i_mean = (unsigned)__builtin_popcount(all & ((1u << KF_STAT_MEAN) - 1u));
+    fp->stats = cg_param_add(c, KF_CUDA_PARAM_SCRATCH, in->base, KF_DTYPE_F32,
+                             (uint64_t)sh->m * fp->n_stats * 4u);
+    for (uint32_t i = 0; fp->f.ln && i < (uint32_t)gm->n_anchors && i < 2u; i++)
+        fp->cd[i] = cg_param_add(c, KF_CUDA_PARAM_SCRATCH, gm->anchor[i], KF_DTYPE_F32,
+                                 (uint64_t)sh->n * 2u * 4u);
+    return c->st;
+}
+
+void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
+    const kf_group *g = c->g;
+    const char *rr = cg_round_fn(g->expr[fp->f.rstd].dtype);
+    const char *rm = fp->f.ln ? cg_round_fn(g->expr[fp->f.mean].dtype) : NULL;
+    cg_printf(&c->s,
+              "#define KF_A_FOLD 1\n"
+              "/* The norm folded into B: the accumulators of 8 columns c0.. of row r\n"
+              " * become the product of the normalized A (anchor `which`). */\n"
+              "__device__ __forceinline__ void kf_fold(float *a, int which, long long r, "
+              "long long c0, KF_PARAMS) {\n"
+              "    (void)which;\n"
+              "    const float rs = %s(p%d[r * %uLL + %u]);\n",
+              rr ? rr : "", fp->stats, fp->n_stats, fp->i_rstd);
+    if (!fp->f.ln) {
+        cg_puts(&c->s, "    (void)c0;\n#pragma unroll\n    for (int k = 0; k < 8; k++)\n"
+                       "        a[k] *= rs;\n}\n\n");
+        return;
+    }
+    cg_printf(&c->s,
+              "    const float mu = %s(p%d[r * %uLL + %u]);\n"
+              "    const float *cd = which ? p%d : p%d;\n"
+              "    float cc[8], dd[8];\n"
+              "    if (KF_N %% 8 == 0 && c0 + 8 <= KF_N) {\n"
+              "        const float4 *c4 = reinterpret_cast<const float4 *>(cd + c0);\n"
+              "        const float4 *d4 = reinterpret_cast<const float4 *>(cd + KF_N + c0);\n"
+              "        const float4 x0 = c4[0], x1 = c4[1], y0 = d4[0], y1 = d4[1];\n"
+              "        cc[0] = x0.x; cc[1] = x0.y; cc[2] = x0.z; cc[3] = x0.w;\n"
+              "        cc[4] = x1.x; cc[5] = x1.y; cc[6] = x1.z; cc[7] = x1.w;\n"
+              "        dd[0] = y0.x; dd[1] = y0.y; dd[2] = y0.z; dd[3] = y0.w;\n"
+              "        dd[4] = y1.x; dd[5] = y1.y; dd[6] = y1.z; dd[7] = y1.w;\n"
+              "    } else {\n"
+              "#pragma unroll\n"
+              "        for (int k = 0; k < 8; k++) {\n"
+              "            cc[k] = c0 + k < KF_N ? cd[c0 + k] : 0.0f;\n"
+              "            dd[k] = c0 + k < KF_N ? cd[KF_N + c0 + k] : 0.0f;\n"
+              "        }\n"
+              "    }\n"
+              "#pragma unroll\n"
+              "    for (int k = 0; k < 8; k++)\n"
+              "        a[k] = rs * (a[k] - mu * cc[k]) + dd[k];\n}\n\n",
+              rm ? rm : "", fp->stats, fp->n_stats, fp->i_mean, fp->cd[1] >= 0 ? fp->cd[1] : fp->cd[0],
+              fp->cd[0]);
+}
