@@ -23,22 +23,23 @@
  * both, and kf_epi takes the two accumulators (ACC is the gate's, ACC1 the up
  * projection's), so neither product ever reaches memory.
  *
- * A norm prologue on A (shape.a_norm: LayerNorm / RMSNorm of A's rows, A a
- * loaded bf16/f16 tensor) is applied to A's tiles in shared memory: a row
- * pre-pass (kf_cuda_codegen_gemm_stats) writes each row's statistics, f32;
- * after a stage lands, each consumer rewrites its rows of the A tile through
- * kf_apro -- the group's own expression for A (x, the statistics, gamma,
- * beta), rounded as the reference rounds the norm -- then fences the async
- * proxy and runs its wgmmas on the normalized tile. Exact where the
- * reference is (the norm's value, rounded once to its dtype, is what the
- * MMA reads), and A costs one extra read by the pre-pass and none written,
- * where the cuBLASLt path writes and reads the whole normalized A. Not
- * diag(gamma) folded into B: that product would round where the reference
- * does not.
- *
- * Where a_norm does not take the prologue (a SwiGLU pair, a transposed A),
- * shape.a_scratch reads A from the scratch the recipe's prologue kernel
- * wrote, normalized, and the kernel is the plain (or dual) one.
+ * A norm prologue on A (LayerNorm / RMSNorm of A's rows, A a loaded bf16/f16
+ * tensor) takes one of three forms, the recipe's choice (recipe_gemm.c):
+ *   shape.a_fold: folded into B (cg_gemm_fold.c, gemm_fold.cuh): A is the
+ *     norm's input, B the pre-pass's diag(gamma) B, and kf_fold applies the
+ *     row statistics (a LayerNorm's mean times B's column sums, beta's
+ *     product) to the accumulators before the epilogue; the default where B
+ *     is the smaller operand;
+ *   shape.a_scratch: the recipe's prologue kernel wrote A normalized to a
+ *     scratch, and the kernel is the plain (or dual) one; the default else;
+ *   shape.a_norm (only with KF_CUDA_RECIPE_GEMM_NORM_IN_RING): normalized in
+ *     shared memory -- a row pre-pass writes each row's statistics, f32;
+ *     after a stage lands, each consumer rewrites its rows of the A tile
+ *     through kf_apro (the group's own expression for A, rounded as the
+ *     reference rounds the norm), fences the async proxy and runs its wgmmas
+ *     on the normalized tile. Exact where the reference is, but the
+ *     arithmetic is repeated for each of A's column tiles: 1.41 ms on
+ *     LLaMA's q projection where the fold takes 0.71.
  *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
  * a norm prologue with neither shape.a_norm nor shape.a_scratch, or on an A the kernel cannot load
