@@ -41,6 +41,20 @@
 #endif
 #define KF_FCHUNKS ((KF_FN + KF_FCOLS - 1) / KF_FCOLS)
 
+/* W's element (k, n), stored at W[at], added into its column's sums. */
+__device__ __forceinline__ void kf_fold_elem(long long k, long long n, long long at, float &c,
+                                             float &d, KF_PARAMS) {
+    const float b = kf_fb(k, n, KF_ARGS);
+    const float w = kf_fround(kf_fg(k, KF_ARGS) * b);
+    kf_st(KF_FW + at, w);
+    c += w;
+#if KF_FLN
+    d += kf_fbeta(k, KF_ARGS) * b;
+#else
+    (void)d;
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
     KF_SETUP();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -56,15 +70,8 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
         const long long n = chunk * KF_FCOLS + warp;
         if (n < KF_FN) {
 #pragma unroll 8
-            for (long long k = k0 + lane; k < k1; k += 32) {
-                const float b = kf_fb(k, n, KF_ARGS);
-                const float w = kf_fround(kf_fg(k, KF_ARGS) * b);
-                kf_st(KF_FW + n * KF_FK + k, w);
-                c += w;
-#if KF_FLN
-                d += kf_fbeta(k, KF_ARGS) * b;
-#endif
-            }
+            for (long long k = k0 + lane; k < k1; k += 32)
+                kf_fold_elem(k, n, n * KF_FK + k, c, d, KF_ARGS);
         }
 #if KF_FLN
 #pragma unroll
@@ -81,15 +88,8 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
         const long long n = chunk * KF_FCOLS + lane;
         if (n < KF_FN) {
 #pragma unroll 8
-            for (long long k = k0 + warp; k < k1; k += KF_FWARPS) {
-                const float b = kf_fb(k, n, KF_ARGS);
-                const float w = kf_fround(kf_fg(k, KF_ARGS) * b);
-                kf_st(KF_FW + k * KF_FN + n, w);
-                c += w;
-#if KF_FLN
-                d += kf_fbeta(k, KF_ARGS) * b;
-#endif
-            }
+            for (long long k = k0 + warp; k < k1; k += KF_FWARPS)
+                kf_fold_elem(k, n, k * KF_FN + n, c, d, KF_ARGS);
         }
 #if KF_FLN
         cs[warp][lane] = c;
