@@ -251,15 +251,16 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     /* The grid aims at 8 blocks per SM; ptxas must fit them (32 registers):
      * with 33 the chain above ran 0.349 ms instead of 0.294 (H200). Not for
      * f64, pow or i32 arithmetic that saturates in 64 bits, which would
-     * spill at 32; i32 index arithmetic (a concat's or a slice's
-     * coordinates: i32_light) is as cheap as the float work. */
-    bool light = true;
+     * spill at 32. i32 index arithmetic (a concat's or a slice's
+     * coordinates: i32_light) is light for the unrolled loops below only. */
+    bool light = true, ints = false;
     for (uint32_t i = 0; i < c->n; i++) {
         const kf_expr *e = &g->expr[i];
         if (c->need[i] &&
             (e->dtype == KF_DTYPE_F64 || (e->dtype == KF_DTYPE_I32 && !i32_light(c, i)) ||
              (e->kind == KF_EXPR_OP && e->op == KF_OP_POW)))
             light = false;
+        ints = ints || (c->need[i] && e->dtype == KF_DTYPE_I32);
     }
     /* Streamed operands (16-byte vector loads, not hoisted) are read once:
      * with KF_UNROLL > 1 each thread loads KF_UNROLL steps of them
@@ -273,8 +274,16 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     uint32_t unroll = light && streams > 0 && streams <= 2 ? 4 / streams : 1;
     if (unroll > 1)
         k->launch.blocks_per_sm = 4;
+    /* With i32 index arithmetic, the unrolled loops at 4 blocks (64
+     * registers) hold the rotary kernel of gpu_bench's rotary row without a
+     * spill (ptxas, sm_90a); at 8 blocks (32 registers) a concat's three
+     * load paths spilled, so a kernel that does not unroll keeps the
+     * register bound off, and none takes the bulk path (not run on a GPU
+     * with index arithmetic). */
+    if (ints && unroll == 1)
+        light = false;
     bulk_plan bp;
-    plan_bulk(c, outs, n_outs, n, vec, light && streams_dense ? streams : 0, pre, &bp);
+    plan_bulk(c, outs, n_outs, n, vec, light && !ints && streams_dense ? streams : 0, pre, &bp);
     if (bp.e > 0) {
         k->tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE_BULK;
         k->launch.block = BULK_BLOCK;
