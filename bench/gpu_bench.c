@@ -16,7 +16,10 @@
  *                 8192x4096x4096 (gemm_res_ln: the default plan, a GEMM group
  *                 and a row-wise LayerNorm; gemm_res_ln_split*: with
  *                 KF_FLAG_SPLIT_ROW_NORMS, the split row form, N = 4096 past
- *                 one tile row, measured and each side forced)
+ *                 one tile row, measured and each side forced); LLaMA-7B's
+ *                 rotary embedding of q alone, B8 H32 S2048 D128 (rotary: one
+ *                 elementwise kernel reading q's head view and rotate_half's
+ *                 concat; peers: eager and Inductor)
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
@@ -1154,6 +1157,22 @@ int main(int argc, char **argv) {
     double rc = (double)R * C * 2;
     double gbytes = 2.0 * ((double)M * K + (double)K * N + N + (double)M * N);
     double pbytes = 2.0 * 3.0 * (double)P * P;
+    /* LLaMA-7B's rotation of q alone, as the LLaMA block runs it (one
+     * elementwise kernel): q as its GEMM writes it, [B, S, H * D], read
+     * through the head view [B, H, S, D], rotate_half's two halves through a
+     * concat, cos and sin [1, 1, S, D] broadcast over B and H; B8 H32 S2048
+     * D128. The floor: q read once, y written once, the tables once. */
+    int RB = g_quick ? 2 : 8, RS = 2048, RH = 32, RD = 128;
+    char t_rot[1024];
+    snprintf(t_rot, sizeof t_rot,
+             "kfg 1\nq0 = input(bf16[%d, %d, %d])\ncs = input(bf16[1, %d, %d])\n"
+             "sn = input(bf16[1, %d, %d])\nc = reshape(cs, [1, 1, %d, %d])\n"
+             "s = reshape(sn, [1, 1, %d, %d])\nh = reshape(q0, [%d, %d, %d, %d])\n"
+             "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=%d)\n"
+             "q2 = slice(q, axis=3, start=%d)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+             "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+             RB, RS, RH * RD, RS, RD, RS, RD, RS, RD, RS, RD, RB, RS, RH, RD, RD / 2, RD / 2);
+    double rbytes = 2.0 * (2.0 * RB * RS * RH * RD + 2.0 * RS * RD);
     bcase cases[] = {
         {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -1226,6 +1245,8 @@ int main(int argc, char **argv) {
          * 4 warps of 64 x 64), same run */
         {"gemm_plain_sm80_8warps", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SM80 | KF_CUDA_RECIPE_GEMM_SM80_8WARPS},
+        /* the rotation alone (one elementwise kernel; peers: eager, Inductor) */
+        {"rotary", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);

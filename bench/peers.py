@@ -12,6 +12,8 @@ process run, so kfuse's numbers sit beside its peers':
                                                        two GEMMs alone (mm_ms)
   gemm_res_ln layer_norm(x@w + b + r), 8192x4096x4096 bf16   eager, torch.compile, and the
                                                        GEMM alone (mm_ms)
+  rotary      q*cos + rotate_half(q)*sin on q's head view, B8 H32 S2048 D128 bf16
+                                                       eager, torch.compile
 
 --cases a,b runs only those cases (the harness passes its own --cases on).
 
@@ -187,6 +189,30 @@ def main():
                 r["compile_error"] = str(e)[:200]
         res["cases"]["swiglu"] = r
         print(f"peers: swiglu {r}", file=sys.stderr)
+        del xs, wg, wu
+
+    if on("rotary"):
+        # LLaMA-7B's rotary embedding of q, as gpu_bench's rotary case: q as
+        # its projection writes it [B, S, H * D], read through the head view
+        # [B, H, S, D]; rotate_half = cat(-x2, x1); cos / sin [1, 1, S, D]
+        B, S, H, D = (2 if args.rows < 65536 else 8), 2048, 32, 128
+        q0 = torch.rand(B, S, H * D, device=dev, dtype=bf) * 2 - 1
+        cs = (torch.rand(1, 1, S, D, device=dev, dtype=bf) * 2 - 1)
+        sn = (torch.rand(1, 1, S, D, device=dev, dtype=bf) * 2 - 1)
+
+        def rotary():
+            q = q0.view(B, S, H, D).transpose(1, 2)
+            r = torch.cat((-q[..., D // 2:], q[..., :D // 2]), dim=-1)
+            return q * cs + r * sn
+
+        r = {"eager_ms": median_ms(rotary)}
+        if not args.no_compile:
+            try:
+                r["compile_ms"] = median_ms(torch.compile(rotary))
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r["compile_error"] = str(e)[:200]
+        res["cases"]["rotary"] = r
+        print(f"peers: rotary {r}", file=sys.stderr)
     text = json.dumps(res, indent=1)
     if args.out == "-":
         print(text)

@@ -7,7 +7,9 @@
  * Shape: a grid-stride loop over vectors of KF_VEC consecutive elements
  * (16-byte loads and stores for contiguous operands, one load per vector for
  * operands broadcast along the innermost axis, per-element loads for strided
- * ones), then a scalar tail. The vector loop runs only when every vector
+ * ones; a slice, concat or gather read through takes a vector, one load or
+ * per-element loads, chosen per vector by its index: codegen's
+ * cg_emit_remap_vector), then a scalar tail. The vector loop runs only when every vector
  * operand's pointer is aligned (kf_vec_ok); otherwise the whole space takes
  * the scalar loop. The grid is sized by the host from the SM count; any grid
  * is correct.

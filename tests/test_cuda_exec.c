@@ -349,6 +349,65 @@ static void test_slices_concats_and_gathers_match_in_their_consumers(void **stat
     }
 }
 
+/* Remapped loads read as vectors (cg_emit_remap_vector): a chunk whose
+ * elements run consecutively and aligned takes one vector load, one whose
+ * index is held (the other half of a concat) one load, the rest element by
+ * element. rotate_half on q's head view ([B, S, H * D] permuted, the LLaMA
+ * block's form) at D 128 and 64, and at a size whose grid-stride loops
+ * unroll with the tables hoisted; concats split on a vector boundary and off
+ * it (chunks straddling the seam, halves that start misaligned), a rank-1
+ * concat with a scalar tail, slices at an aligned and a misaligned offset,
+ * a gather of rows with the in-row axis as vectors, and one along the last
+ * axis (loaded indices: element by element). */
+static void test_remapped_loads_read_as_vectors_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -2, .hi = 2};
+        for (int dh = 64; dh <= 128; dh += 64) {
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nq0 = input(%%s[2, 40, %d])\ncs = input(%%s[1, 40, %d])\n"
+                     "sn = input(%%s[1, 40, %d])\nc = reshape(cs, [1, 1, 40, %d])\n"
+                     "s = reshape(sn, [1, 1, 40, %d])\nh = reshape(q0, [2, 40, 3, %d])\n"
+                     "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=%d)\n"
+                     "q2 = slice(q, axis=3, start=%d)\nn2 = neg(q2)\n"
+                     "r = concat(n2, q1, axis=3)\nqc = mul(q, c)\nrs = mul(r, s)\n"
+                     "y = add(qc, rs)\noutput y\n",
+                     3 * dh, dh, dh, dh, dh, dh, dh / 2, dh / 2);
+            run_text(fmt, float_dtypes[d], 480 + (uint64_t)dh, &o, "rotary on q's head view");
+        }
+        run_text("kfg 1\na = input(%s[6, 24])\nb = input(%s[6, 40])\nw = input(%s[6, 64])\n"
+                 "c = concat(a, b, axis=1)\ny = mul(c, w)\noutput y\n",
+                 float_dtypes[d], 482, &o, "concat split on a vector boundary");
+        run_text("kfg 1\na = input(%s[6, 20])\nb = input(%s[6, 44])\nw = input(%s[6, 64])\n"
+                 "c = concat(a, b, axis=1)\ny = mul(c, w)\noutput y\n",
+                 float_dtypes[d], 483, &o, "concat split off a vector boundary");
+        run_text("kfg 1\na = input(%s[13])\nb = input(%s[22])\nw = input(%s[35])\n"
+                 "c = concat(a, b, axis=0)\ny = mul(c, w)\noutput y\n",
+                 float_dtypes[d], 484, &o, "rank-1 concat with a tail");
+        run_text("kfg 1\nx = input(%s[12, 64])\nz = input(%s[12, 32])\n"
+                 "s = slice(x, axis=1, start=8, stop=40)\ny = add(s, z)\n"
+                 "t = slice(x, axis=1, start=3, stop=35)\nu = add(t, z)\noutput y\noutput u\n",
+                 float_dtypes[d], 485, &o, "slices at an aligned and a misaligned offset");
+        run_text("kfg 1\nt = input(%s[40, 64])\ni = input(i32[4, 6])\nw = input(%s[64])\n"
+                 "e = gather(t, i, axis=0)\ny = mul(e, w)\nu = input(%s[5, 9])\n"
+                 "j = input(i32[5, 16])\nf = gather(u, j, axis=1)\nz = exp(f)\n"
+                 "output y\noutput z\n",
+                 float_dtypes[d], 486, &o, "gathers of rows and along the last axis");
+    }
+    /* big enough that the grid-stride loops unroll (4 vectors a thread) with
+     * the tables hoisted */
+    run_opts o = {.lo = -2, .hi = 2};
+    run_text("kfg 1\nq0 = input(%s[4, 2048, 1024])\ncs = input(%s[1, 2048, 128])\n"
+             "sn = input(%s[1, 2048, 128])\nc = reshape(cs, [1, 1, 2048, 128])\n"
+             "s = reshape(sn, [1, 1, 2048, 128])\nh = reshape(q0, [4, 2048, 8, 128])\n"
+             "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=64)\n"
+             "q2 = slice(q, axis=3, start=64)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+             "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+             KF_DTYPE_BF16, 487, &o, "rotary on q's head view, B4 H8 S2048 D128");
+}
+
 /* The CUDA target's gather contract: an index outside the axis is clamped
  * into it (the CPU target fails the run instead; the reference refuses it). */
 static void test_gather_clamps_an_index_outside_the_axis_on_the_gpu(void **state) {
@@ -2423,6 +2482,7 @@ int main(void) {
         cmocka_unit_test(test_an_elementwise_chain_fuses_into_one_kernel_and_matches),
         cmocka_unit_test(test_sibling_groups_run_as_one_multi_output_kernel_and_match),
         cmocka_unit_test(test_slices_concats_and_gathers_match_in_their_consumers),
+        cmocka_unit_test(test_remapped_loads_read_as_vectors_match_the_reference),
         cmocka_unit_test(test_gather_clamps_an_index_outside_the_axis_on_the_gpu),
         cmocka_unit_test(test_large_elementwise_groups_take_the_bulk_path_and_match),
         cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),

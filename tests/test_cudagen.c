@@ -493,6 +493,74 @@ static void test_slices_concats_and_gathers_compile_into_their_consumers(void **
     }
 }
 
+/* A remapped load whose index can run consecutively along a chunk (the last
+ * axis's coordinate at stride 1, or an i32 node that steps by 0 or 1 per
+ * element: cg_kvary_fill) is read as a vector where, at run time, its
+ * elements do and are aligned (cg_emit_remap_vector): both halves of
+ * rotate_half's concat on q's head view, a slice at an offset, the rows of a
+ * gather. One whose index is loaded (a gather along the last axis) stays
+ * element by element. The head view's coordinates are 32-bit (no 64-bit
+ * division of the linear index), and the concat's i32 index arithmetic
+ * leaves the kernel light: 4 streamed steps a trip (KF_UNROLL). */
+static void test_remapped_loads_read_vectors_where_their_elements_run_consecutively(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        int vectors;   /* remapped loads with the vector path */
+        bool elements; /* a remapped load element by element stays */
+        bool unroll4;
+    } cases[] = {
+        {"kfg 1\nq0 = input(bf16[2, 16, 512])\ncs = input(bf16[1, 16, 128])\n"
+         "sn = input(bf16[1, 16, 128])\nc = reshape(cs, [1, 1, 16, 128])\n"
+         "s = reshape(sn, [1, 1, 16, 128])\nh = reshape(q0, [2, 16, 4, 128])\n"
+         "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=64)\n"
+         "q2 = slice(q, axis=3, start=64)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+         "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+         2, false, true},
+        {"kfg 1\nx = input(bf16[12, 64])\nz = input(bf16[12, 32])\n"
+         "s = slice(x, axis=1, start=8, stop=40)\ny = add(s, z)\noutput y\n",
+         1, false, true},
+        {"kfg 1\nt = input(f32[40, 64])\ni = input(i32[4, 6])\nw = input(f32[64])\n"
+         "e = gather(t, i, axis=0)\ny = mul(e, w)\noutput y\n",
+         1, false, false},
+        {"kfg 1\nu = input(bf16[5, 9])\nj = input(i32[5, 16])\nf = gather(u, j, axis=1)\n"
+         "z = exp(f)\noutput z\n",
+         0, true, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+        assert_int_equal(compile_all(p.plan, NULL), 2);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        if (getenv("KF_TEST_SHOW_SOURCE"))
+            fprintf(stderr, "%s\n", k.source);
+        const char *body = strstr(k.source, "#define KF_N ");
+        assert_non_null(body);
+        int vectors = 0;
+        for (const char *q = body; (q = strstr(q, "kf_ldv<VV>(q")) != NULL; q++)
+            vectors++;
+        if (vectors != cases[i].vectors)
+            fail_msg("case %zu (%s): %d remapped loads as vectors, expected %d", i, k.name, vectors,
+                     cases[i].vectors);
+        /* element by element: a coordinate node's element k in the offset */
+        bool elements = false;
+        for (const char *q = body; (q = strstr(q, "(long long)v")) != NULL && !elements; q++) {
+            const char *e = q + strlen("(long long)v");
+            while (*e >= '0' && *e <= '9')
+                e++;
+            elements = strncmp(e, "[k]", 3) == 0;
+        }
+        assert_true(cases[i].elements == elements);
+        assert_null(strstr(body, "LL %")); /* 32-bit coordinates */
+        if (cases[i].unroll4)
+            assert_non_null(strstr(body, "#define KF_UNROLL 4"));
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+    }
+}
+
 /* Every row-wise op with a prologue and an epilogue, in every float dtype. */
 static void test_every_rowwise_op_with_prologue_and_epilogue_every_dtype(void **state) {
     (void)state;
@@ -1729,6 +1797,7 @@ int main(void) {
         cmocka_unit_test(test_every_elementwise_op_in_one_kernel_per_dtype),
         cmocka_unit_test(test_sibling_groups_compile_to_one_multi_output_kernel),
         cmocka_unit_test(test_slices_concats_and_gathers_compile_into_their_consumers),
+        cmocka_unit_test(test_remapped_loads_read_vectors_where_their_elements_run_consecutively),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
         cmocka_unit_test(test_groups_with_the_same_code_share_a_cache_key),

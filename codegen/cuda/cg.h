@@ -67,6 +67,8 @@ typedef struct cg {
                            rounding to a 16-bit dtype then almost always hides (the fused
                            attention's score expression) */
     bool *stored;       /* per node: written to an output buffer of its own dtype (cg_raw_of) */
+    uint8_t *kvary;     /* per node: a cg_kvary (cg_kvary_fill), or NULL: cg_emit_nodes reads
+                           every remapped LOAD element by element */
     kf_status st;
 } cg;
 
@@ -167,6 +169,9 @@ bool cg_exact_bf16(const cg *c, uint32_t s);
  * own dtype converts once (the `u` suffix of a store's operand). */
 bool cg_raw_of(const cg *c, uint32_t i, bool arr);
 
+/* Whether i32 node i (+, -, x, negation of indices and constants) provably
+ * stays inside i32, so cg_emit_nodes writes it as the plain operator. */
+bool cg_i32_exact(const kf_group *g, uint32_t i);
 /* The coordinate of axis `axis` of space sp, as text (cg_emit_nodes). */
 typedef const char *(*coord_fn)(void *user, kf_space sp, int axis);
 /* One statement per needed node, in node order: `const T vN = ...;` (`arr`: an
@@ -199,7 +204,9 @@ void cg_load_params(cg *c);
 bool cg_is_load(const kf_expr *e);
 /* A LOAD with an offset or coordinate nodes (a slice, concat or gather read
  * through): cg_emit_nodes reads it one element at a time, its offset spelled
- * from the space's coordinates and the coordinate nodes' values. */
+ * from the space's coordinates and the coordinate nodes' values, or in the
+ * elementwise kernel as a vector where its elements run consecutively
+ * (cg_emit_remap_vector). */
 bool cg_is_remapped_load(const kf_expr *e);
 /* The smallest element size, from `start`, among the needed vector loads of
  * space sp; the vector width for it (16 bytes, at most 8 elements), halved
@@ -219,6 +226,29 @@ typedef struct chunk_ctx {
 
 /* Coordinates of space sp from a linear index (the text `linear`). */
 void cg_coords_linear(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *linear);
+/* The same in 32-bit unsigned arithmetic, for a space of at most UINT32_MAX
+ * elements: a division by a constant is a multiply-high and a shift, where
+ * the 64-bit one is a dozen instructions. */
+void cg_coords_linear_u32(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims,
+                          const char *linear);
+
+/* How a node's value varies across the VV elements of a vector chunk, which
+ * run along the last axis of its space within one row. */
+typedef enum cg_kvary {
+    KV_FIXED = 0, /* the same in every element (a constant, another axis's index, ...) */
+    KV_STEP,      /* i32, and from each element to the next unchanged or one more: the
+                     last axis's index, plus / minus a fixed value, min / max of such */
+    KV_ANY,
+    KV_COUNT
+} cg_kvary;
+/* Fills kv[n] (one per node of c->g, in node order) for chunks along the last
+ * axis of space sp. */
+void cg_kvary_fill(const cg *c, kf_space sp, uint8_t *kv);
+/* (cg_emit_nodes, arr, with c->kvary) Emits remapped LOAD node i as a vector
+ * when its elements are consecutive and aligned, one load when they are one
+ * element, else element by element, and returns true; false (nothing
+ * emitted) where node i is no such load. `user` is the chunk_ctx. */
+bool cg_emit_remap_vector(cg *c, void *user, uint32_t i, const char *ind);
 /* The coordinate of `axis` of space sp in element k of the chunk (a
  * coord_fn; `user` is the chunk_ctx). */
 const char *cg_coord_of(void *user, kf_space sp, int axis);

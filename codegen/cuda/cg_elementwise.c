@@ -4,7 +4,9 @@
  * Grid-stride loops over vectors of the output space, with the operands that
  * repeat along it hoisted out of the loop, the streamed ones loaded ahead
  * (KF_UNROLL), and on sm_90 the bulk path, which moves whole chunks through a
- * ring of shared memory with cp.async.bulk.
+ * ring of shared memory with cp.async.bulk. Coordinates in 32 bits where the
+ * space has at most 2^32 elements; slices, concats and gathers read as
+ * vectors where their elements run consecutively (cg_access.c).
  */
 #include "codegen/cuda/cg.h"
 
@@ -136,6 +138,32 @@ static void emit_bulk(cg *c, const bulk_plan *bp, const out_spec *outs, uint32_t
     cg_puts(&c->s, "}\n\n");
 }
 
+/* Whether i32 node i costs no more than float work: an index, a constant, a
+ * load, min / max / where, a cast from a 32-bit or smaller type, or + - x
+ * and negation that provably stay in i32 (cg_i32_exact: no saturation). */
+static bool i32_light(const cg *c, uint32_t i) {
+    const kf_expr *e = &c->g->expr[i];
+    if (e->kind != KF_EXPR_OP)
+        return e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_CONST || e->kind == KF_EXPR_LOAD;
+    switch (e->op) {
+    case KF_OP_MIN:
+    case KF_OP_MAX:
+    case KF_OP_WHERE:
+        return true;
+    case KF_OP_CAST: {
+        kf_dtype from = c->g->expr[e->src[0]].dtype;
+        return from != KF_DTYPE_I64 && from != KF_DTYPE_F64;
+    }
+    case KF_OP_ADD:
+    case KF_OP_SUB:
+    case KF_OP_MUL:
+    case KF_OP_NEG:
+        return cg_i32_exact(c->g, i);
+    default:
+        return false;
+    }
+}
+
 kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
                              const char *what) {
     const kf_group *g = c->g;
@@ -222,13 +250,17 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     }
     /* The grid aims at 8 blocks per SM; ptxas must fit them (32 registers):
      * with 33 the chain above ran 0.349 ms instead of 0.294 (H200). Not for
-     * f64, i32 (64-bit saturation) or pow, which would spill at 32. */
-    bool light = true;
+     * f64, pow or i32 arithmetic that saturates in 64 bits, which would
+     * spill at 32. i32 index arithmetic (a concat's or a slice's
+     * coordinates: i32_light) is light for the unrolled loops below only. */
+    bool light = true, ints = false;
     for (uint32_t i = 0; i < c->n; i++) {
         const kf_expr *e = &g->expr[i];
-        if (c->need[i] && (e->dtype == KF_DTYPE_F64 || e->dtype == KF_DTYPE_I32 ||
-                           (e->kind == KF_EXPR_OP && e->op == KF_OP_POW)))
+        if (c->need[i] &&
+            (e->dtype == KF_DTYPE_F64 || (e->dtype == KF_DTYPE_I32 && !i32_light(c, i)) ||
+             (e->kind == KF_EXPR_OP && e->op == KF_OP_POW)))
             light = false;
+        ints = ints || (c->need[i] && e->dtype == KF_DTYPE_I32);
     }
     /* Streamed operands (16-byte vector loads, not hoisted) are read once:
      * with KF_UNROLL > 1 each thread loads KF_UNROLL steps of them
@@ -242,8 +274,16 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     uint32_t unroll = light && streams > 0 && streams <= 2 ? 4 / streams : 1;
     if (unroll > 1)
         k->launch.blocks_per_sm = 4;
+    /* With i32 index arithmetic, the unrolled loops at 4 blocks (64
+     * registers) hold the rotary kernel of gpu_bench's rotary row without a
+     * spill (ptxas, sm_90a); at 8 blocks (32 registers) a concat's three
+     * load paths spilled, so a kernel that does not unroll keeps the
+     * register bound off, and none takes the bulk path (not run on a GPU
+     * with index arithmetic). */
+    if (ints && unroll == 1)
+        light = false;
     bulk_plan bp;
-    plan_bulk(c, outs, n_outs, n, vec, light && streams_dense ? streams : 0, pre, &bp);
+    plan_bulk(c, outs, n_outs, n, vec, light && !ints && streams_dense ? streams : 0, pre, &bp);
     if (bp.e > 0) {
         k->tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE_BULK;
         k->launch.block = BULK_BLOCK;
@@ -273,7 +313,12 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
         kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
         return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
     }
-    cg_coords_linear(x, sp, rank, dims, "i0");
+    /* 32-bit coordinates where the space allows (every offset is then a
+     * 32 x 32 -> 64-bit multiply-add of a coordinate and a stride) */
+    if ((uint64_t)n <= UINT32_MAX)
+        cg_coords_linear_u32(x, sp, rank, dims, "i0");
+    else
+        cg_coords_linear(x, sp, rank, dims, "i0");
     x->vrank[sp] = rank;
     x->vrank[sp == KF_SPACE_OUT ? KF_SPACE_ROW : KF_SPACE_OUT] = 0;
 
@@ -349,7 +394,19 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     cg_emit_loads(c, x, vec, "    ", hoist, pre);
     for (uint32_t o = 0; o < n_outs; o++)
         cg_printf(&c->s, "    %s o%u[VV];\n", cg_reg_type(outs[o].dtype), o);
+    /* remapped loads (slices, concats, gathers) as vectors where their
+     * elements run consecutively (cg_emit_remap_vector) */
+    uint8_t *kv = vec > 1 ? kf_mem_calloc(c->mem, c->n ? c->n : 1, 1) : NULL;
+    if (kv) {
+        cg_kvary_fill(c, sp, kv);
+        c->kvary = kv;
+    } else if (vec > 1) {
+        cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    }
     cg_emit_nodes(c, cg_coord_of, x, "    ", true);
+    c->kvary = NULL;
+    if (kv)
+        kf_mem_free(c->mem, kv, c->n ? c->n : 1);
     cg_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
     for (uint32_t o = 0; o < n_outs; o++)
         cg_printf(&c->s, "        o%u[k] = (%s)v%u%s[k];\n", o, cg_reg_type(outs[o].dtype),

@@ -388,12 +388,16 @@ static bool i32_exact(const kf_group *g, uint32_t i) {
     return i32_range(g, i, 0, &lo, &hi) && lo >= INT32_MIN && hi <= INT32_MAX;
 }
 
+bool cg_i32_exact(const kf_group *g, uint32_t i) { return i32_exact(g, i); }
+
 void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr) {
     const kf_group *g = c->g;
     const char *ix = arr ? "[k]" : "";
     for (uint32_t i = 0; i < c->n && c->st == KF_OK; i++) {
         if (!c->need[i])
             continue;
+        if (arr && c->kvary && cg_emit_remap_vector(c, user, i, ind))
+            continue; /* a slice / concat / gather read as vectors where it can be */
         const kf_expr *e = &g->expr[i];
         const char *rt = cg_reg_type(e->dtype);
         const char *rnd = e->tensor != KF_NONE ? cg_round_fn(e->dtype) : NULL;
