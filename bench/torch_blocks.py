@@ -18,26 +18,38 @@ and compile times) is stored with the numbers.
 First calls (capture + compile + run, wall time), each in its OWN FRESH PROCESS
 (a child of this one, run one at a time, before anything else uses the GPU), as
 a user's first call is:
-  kfuse_first_call_s                 empty kfuse cache directory
-  kfuse_first_call_warm_cache_s      a new process on the cache the first one filled
-  inductor_first_call_s              empty Inductor cache (TORCHINDUCTOR_CACHE_DIR)
+  kfuse_first_call_s                 cold: an empty kfuse cache directory, and
+                                     CUDA_CACHE_DISABLE=1 (see below)
+  kfuse_first_call_warm_cache_s      a new process on the kfuse cache the first one filled
+  inductor_first_call_s              cold: an empty Inductor cache (TORCHINDUCTOR_CACHE_DIR),
+                                     CUDA_CACHE_DISABLE=1
   inductor_first_call_warm_cache_s   a new process on that Inductor cache
-and for each kfuse child its stages (kfuse_first_call_stages, _warm_cache_stages:
-ms from the call's start to Dynamo's capture, AOTAutograd's ATen graph, kfuse's
-translation, the first call of the compiled graph, kf_compile's start and end,
-the run) and kf_compile's prepare phases. Dynamo's and AOTAutograd's share is
+and for each kfuse child its stages (_detail: ms from the call's start to
+Dynamo's capture, AOTAutograd's ATen graph, kfuse's translation, the first call
+of the compiled graph, kf_compile's start and end, the run), kf_compile's
+prepare phases, the CPU seconds it and other processes used, and the child's
+whole wall time (imports and CUDA's start: tens of seconds on the H200 machine,
+so --fresh names the blocks to measure so). Dynamo's and AOTAutograd's share is
 the floor under every backend's first call (aot_eager_first_call_s, measured in
 this process, is the same floor with no compiler).
-Why not in this process after Inductor: Inductor leaves its compile workers
-starting up after its first call returns, and they compete with kfuse's NVRTC
-threads for the CPUs; kfuse_first_call_after_inductor_s (and
-kfuse_after_inductor_other_cpu_s, the CPU seconds other processes used during
-that call) keeps that number, and --diagnose-after-inductor measures it in fresh
-processes with Inductor's workers left as they are, shut down first, or never
-started (TORCHINDUCTOR_COMPILE_THREADS=1).
+Why CUDA_CACHE_DISABLE=1 for the cold calls: NVRTC (CUDA 12.9 and later) keeps
+what it compiled in the driver's compute cache (~/.nv/ComputeCache), so without
+it a kfuse compile of kernels compiled before on the machine, in any process
+and whatever kfuse's own cache directory, takes a tenth of a real one. On an
+H200 at 5465548 the GPT-2 block's kernels took 3.78 s (14 CPU seconds) the first
+time on the machine and 0.43 s later with an empty kfuse cache: that, and not
+Inductor, made kfuse's first call after Inductor slow in this bench before
+(the block's kernels were new to the machine there, and served from NVRTC's
+cache in the fresh process measured next). kfuse_first_call_after_inductor_s
+keeps the in-process number (with kfuse_after_inductor_other_cpu_s, the CPU
+seconds other processes used during it), and --diagnose-after-inductor BLOCK
+measures kfuse's cold first call after Inductor's in fresh processes with
+Inductor's compile workers left as they are, shut down first, or never started
+(TORCHINDUCTOR_COMPILE_THREADS=1).
 
   python3 bench/torch_blocks.py --commit ID [--out FILE] [--blocks gpt2_medium,llama7b]
-                                [--no-inductor] [--no-fresh] [--diagnose-after-inductor BLOCK]
+                                [--no-inductor] [--fresh BLOCKS|none]
+                                [--diagnose-after-inductor BLOCK]
 
 Needs the Python package installed (pip install ./python), or --kfuse-lib
 build/libkfuse.so from a checkout, and a GPU.
@@ -270,10 +282,15 @@ def _prepare_ms(programs):
     return res
 
 
+COLD = {"CUDA_CACHE_DISABLE": "1"}  # NVRTC's and the driver's compute cache off: a real compile
+
+
 def run_child(spec, env=None, timeout=180):
-    """One fresh process running `spec`; its JSON line, or {"error": ...}."""
+    """One fresh process running `spec`; its JSON line (with process_s, the
+    child's whole wall time), or {"error": ...}."""
     e = dict(os.environ)
     e.update(env or {})
+    t = time.perf_counter()
     try:
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--commit", "-",
                             "--child", json.dumps(spec)], env=e, capture_output=True,
@@ -282,7 +299,7 @@ def run_child(spec, env=None, timeout=180):
         return {"error": f"timed out after {timeout} s"}
     for line in r.stdout.splitlines():
         if line.startswith("CHILD "):
-            return json.loads(line[6:])
+            return dict(json.loads(line[6:]), process_s=round(time.perf_counter() - t, 1))
     return {"error": (r.stderr or r.stdout)[-1500:]}
 
 
@@ -291,7 +308,7 @@ def fresh_first_calls(name, lib, inductor, row, no_background):
     process; with `no_background`, also kfuse's warm one compiled at the call."""
     kcache = tempfile.mkdtemp(prefix="kfuse-bench-")
     base = {"block": name, "kfuse_lib": lib, "smoke": SMOKE}
-    c = run_child(dict(base, backend="kfuse", cache=kcache))
+    c = run_child(dict(base, backend="kfuse", cache=kcache), COLD)
     row["kfuse_first_call_s"] = c.get("first_call_s")
     row["kfuse_first_call_detail"] = c
     c = run_child(dict(base, backend="kfuse", cache=kcache,
@@ -307,8 +324,8 @@ def fresh_first_calls(name, lib, inductor, row, no_background):
     if inductor:
         icache = tempfile.mkdtemp(prefix="inductor-bench-")
         env = {"TORCHINDUCTOR_CACHE_DIR": icache}
-        for key in ("inductor_first_call", "inductor_first_call_warm_cache"):
-            c = run_child(dict(base, backend="inductor"), env)
+        for key, cold in (("inductor_first_call", COLD), ("inductor_first_call_warm_cache", {})):
+            c = run_child(dict(base, backend="inductor"), dict(env, **cold))
             row[key + "_s"] = c.get("first_call_s")
             if "error" in c:
                 row[key + "_error"] = c["error"]
@@ -317,12 +334,12 @@ def fresh_first_calls(name, lib, inductor, row, no_background):
 def diagnose_after_inductor(name, lib, res, save):
     """kfuse's cold first call after Inductor's first call in a fresh process
     (as in the bench process), with Inductor's compile workers left running,
-    shut down first, or never started; each with an empty Inductor cache.
-    Into `res`, save() after each."""
+    shut down first, or never started; each with an empty Inductor cache and
+    CUDA_CACHE_DISABLE=1 (a real NVRTC compile). Into `res`, save() after each."""
     for label, then, env in (("workers_left", None, {}),
                              ("workers_shut_down", "shutdown_workers", {}),
                              ("compile_threads_1", None, {"TORCHINDUCTOR_COMPILE_THREADS": "1"})):
-        env = dict(env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-diag-"))
+        env = dict(env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-diag-"), **COLD)
         res[label] = run_child({"block": name, "kfuse_lib": lib, "smoke": SMOKE,
                                 "backend": "kfuse",
                                 "cache": tempfile.mkdtemp(prefix="kfuse-diag-"),
@@ -337,8 +354,9 @@ def main():
     ap.add_argument("--out", default="-")
     ap.add_argument("--blocks", default="gpt2_medium,llama7b")
     ap.add_argument("--no-inductor", action="store_true")
-    ap.add_argument("--no-fresh", action="store_true",
-                    help="leave out the first calls in fresh processes")
+    ap.add_argument("--fresh", default="all", metavar="BLOCKS",
+                    help="the blocks whose first calls are measured in fresh processes "
+                         "(all, none, or names)")
     ap.add_argument("--diagnose-after-inductor", default=None, metavar="BLOCK",
                     help="only the after-Inductor diagnosis of BLOCK (fresh processes)")
     ap.add_argument("--smoke", action="store_true",
@@ -374,11 +392,12 @@ def main():
                                 lambda: args.out != "-" and write(res, args.out))
         return write(res, args.out)
     names = args.blocks.split(",")
-    if not args.no_fresh:  # first, while nothing else runs
-        for name in names:
+    fresh = names if args.fresh == "all" else [n for n in args.fresh.split(",") if n in names]
+    if fresh:  # first, while nothing else runs
+        for name in fresh:
             row = res["blocks"].setdefault(name, {})
             fresh_first_calls(name, lib, not args.no_inductor, row,
-                              no_background=name == names[-1])
+                              no_background=name == fresh[-1])
             print(name, "fresh processes:", {k: v for k, v in row.items()
                                              if k.endswith("_s")}, flush=True)
             if args.out != "-":  # what is measured so far, should a later step not finish
