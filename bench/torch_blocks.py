@@ -37,10 +37,10 @@ what it compiled in the driver's compute cache (~/.nv/ComputeCache), so without
 it a kfuse compile of kernels compiled before on the machine, in any process
 and whatever kfuse's own cache directory, takes a tenth of a real one. On an
 H200 at 5465548 the GPT-2 block's kernels took 3.78 s (14 CPU seconds) the first
-time on the machine and 0.43 s later with an empty kfuse cache: that, and not
-Inductor, made kfuse's first call after Inductor slow in this bench before
-(the block's kernels were new to the machine there, and served from NVRTC's
-cache in the fresh process measured next). kfuse_first_call_after_inductor_s
+time on the machine and 0.43 s later with an empty kfuse cache: that, most
+likely, and not Inductor, made kfuse's first call after Inductor slow in this
+bench before (the block's kernels were new to the machine there, and served
+from NVRTC's cache in the fresh process measured next). kfuse_first_call_after_inductor_s
 keeps the in-process number (with kfuse_after_inductor_other_cpu_s, the CPU
 seconds other processes used during it), and --diagnose-after-inductor BLOCK
 measures kfuse's cold first call after Inductor's in fresh processes with
