@@ -1,23 +1,55 @@
 #!/usr/bin/env python3
 """torch_blocks.py -- transformers blocks through torch.compile(backend="kfuse"),
-beside eager PyTorch and torch.compile's default (Inductor), in one process:
+beside eager PyTorch and torch.compile's default (Inductor):
 
   gpt2_medium   GPT2Block, n_embd 1024, 16 heads, B16 S1024, bf16
   llama7b       LlamaDecoderLayer, hidden 4096, 32 heads, MLP 11008, B8 S2048, bf16
                 (rotary embedding from the model's own LlamaRotaryEmbedding)
 
 Random weights from the configs (nothing downloaded); inference (torch.no_grad).
-Per block and variant: the median of CUDA-event times after warm-up (each call
-alone, so the host's time up to the first kernel counts), the mean over 20
-calls back to back (_loop_ms: the host's work overlapped with the GPU's), the
-first call's wall time (capture + compile + run; kfuse with an empty cache
-directory, then again with that cache warm after torch._dynamo.reset()), and
-the relative error against eager (normwise, in f32 arithmetic).
-aot_eager_first_call_s is Dynamo's capture and AOTAutograd with no compiler:
-the floor under every backend's first call. kfuse's report (partitions, ops
-left to PyTorch, translation and compile times) is stored with the numbers.
+
+Steady state, in one process: per block and variant the median of CUDA-event
+times after warm-up (each call alone, so the host's time up to the first kernel
+counts), the mean over 20 calls back to back (_loop_ms: the host's work
+overlapped with the GPU's), and the relative error against eager (normwise, in
+f32 arithmetic). kfuse's report (partitions, ops left to PyTorch, translation
+and compile times) is stored with the numbers.
+
+First calls (capture + compile + run, wall time), each in its OWN FRESH PROCESS
+(a child of this one, run one at a time, before anything else uses the GPU), as
+a user's first call is:
+  kfuse_first_call_s                 cold: an empty kfuse cache directory, and
+                                     CUDA_CACHE_DISABLE=1 (see below)
+  kfuse_first_call_warm_cache_s      a new process on the kfuse cache the first one filled
+  inductor_first_call_s              cold: an empty Inductor cache (TORCHINDUCTOR_CACHE_DIR),
+                                     CUDA_CACHE_DISABLE=1
+  inductor_first_call_warm_cache_s   a new process on that Inductor cache
+and for each kfuse child its stages (_detail: ms from the call's start to
+Dynamo's capture, AOTAutograd's ATen graph, kfuse's translation, the first call
+of the compiled graph, kf_compile's start and end, the run), kf_compile's
+prepare phases, the CPU seconds it and other processes used, and the child's
+whole wall time (imports and CUDA's start: tens of seconds on the H200 machine,
+so --fresh names the blocks to measure so). Dynamo's and AOTAutograd's share is
+the floor under every backend's first call (aot_eager_first_call_s, measured in
+this process, is the same floor with no compiler).
+Why CUDA_CACHE_DISABLE=1 for the cold calls: NVRTC (CUDA 12.9 and later) keeps
+what it compiled in the driver's compute cache (~/.nv/ComputeCache), so without
+it a kfuse compile of kernels compiled before on the machine, in any process
+and whatever kfuse's own cache directory, takes a tenth of a real one. On an
+H200 at 5465548 the GPT-2 block's kernels took 3.78 s (14 CPU seconds) the first
+time on the machine and 0.43 s later with an empty kfuse cache: that, most
+likely, and not Inductor, made kfuse's first call after Inductor slow in this
+bench before (the block's kernels were new to the machine there, and served
+from NVRTC's cache in the fresh process measured next). kfuse_first_call_after_inductor_s
+keeps the in-process number (with kfuse_after_inductor_other_cpu_s, the CPU
+seconds other processes used during it), and --diagnose-after-inductor BLOCK
+measures kfuse's cold first call after Inductor's in fresh processes with
+Inductor's compile workers left as they are, shut down first, or never started
+(TORCHINDUCTOR_COMPILE_THREADS=1).
 
   python3 bench/torch_blocks.py --commit ID [--out FILE] [--blocks gpt2_medium,llama7b]
+                                [--no-inductor] [--fresh BLOCKS|none]
+                                [--diagnose-after-inductor BLOCK]
 
 Needs the Python package installed (pip install ./python), or --kfuse-lib
 build/libkfuse.so from a checkout, and a GPU.
@@ -25,6 +57,7 @@ build/libkfuse.so from a checkout, and a GPU.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,28 +66,46 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers import median_ms  # noqa: E402  (the same timing as every other peer row)
 
 
+SMOKE = False  # --smoke: tiny blocks on the CPU in f32, to try the harness without a GPU
+
+
+def sync():
+    import torch
+
+    if not SMOKE:
+        torch.cuda.synchronize()
+
+
 def blocks(names):
     import torch
     import transformers
     from transformers.models.gpt2 import modeling_gpt2
     from transformers.models.llama import modeling_llama
 
-    dev = torch.device("cuda")
+    dev = torch.device("cpu" if SMOKE else "cuda")
+    dt = torch.float32 if SMOKE else torch.bfloat16
+    # (B, S, width) and the configs' sizes, or a tiny stand-in with --smoke
+    gb, gs, gw, gh = (2, 16, 64, 4) if SMOKE else (16, 1024, 1024, 16)
+    lb, ls, lw, lh, li = (2, 16, 64, 4, 128) if SMOKE else (8, 2048, 4096, 32, 11008)
     if "gpt2_medium" in names:
-        cfg = transformers.GPT2Config(n_embd=1024, n_head=16, n_layer=1, n_positions=1024)
+        cfg = transformers.GPT2Config(n_embd=gw, n_head=gh, n_layer=1, n_positions=gs)
         cfg._attn_implementation = "sdpa"
-        blk = modeling_gpt2.GPT2Block(cfg, layer_idx=0).to(dev, torch.bfloat16).eval()
-        x = torch.randn(16, 1024, 1024, device=dev, dtype=torch.bfloat16)
+        with dev:  # initialized on the GPU: a fresh process is ready sooner
+            blk = modeling_gpt2.GPT2Block(cfg, layer_idx=0)
+        blk = blk.to(dt).eval()
+        x = torch.randn(gb, gs, gw, device=dev, dtype=dt)
         yield "gpt2_medium", blk, (x,), {}
     if "llama7b" in names:
-        cfg = transformers.LlamaConfig(hidden_size=4096, intermediate_size=11008,
-                                       num_attention_heads=32, num_key_value_heads=32,
-                                       num_hidden_layers=1, max_position_embeddings=4096)
+        cfg = transformers.LlamaConfig(hidden_size=lw, intermediate_size=li,
+                                       num_attention_heads=lh, num_key_value_heads=lh,
+                                       num_hidden_layers=1, max_position_embeddings=2 * ls)
         cfg._attn_implementation = "sdpa"
-        layer = modeling_llama.LlamaDecoderLayer(cfg, layer_idx=0).to(dev, torch.bfloat16).eval()
-        rot = modeling_llama.LlamaRotaryEmbedding(cfg).to(dev)
-        x = torch.randn(8, 2048, 4096, device=dev, dtype=torch.bfloat16)
-        pe = rot(x, torch.arange(2048, device=dev)[None])
+        with dev:
+            layer = modeling_llama.LlamaDecoderLayer(cfg, layer_idx=0)
+            rot = modeling_llama.LlamaRotaryEmbedding(cfg)
+        layer = layer.to(dt).eval()
+        x = torch.randn(lb, ls, lw, device=dev, dtype=dt)
+        pe = rot(x, torch.arange(ls, device=dev)[None])
         yield "llama7b", layer, (x,), {"position_embeddings": pe, "attention_mask": None}
 
 
@@ -68,6 +119,11 @@ def loop_ms(fn, reps=20):
     median_ms's single calls count the host's time up to the first kernel."""
     import torch
 
+    if SMOKE:
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t) * 1e3 / reps
     fn()
     torch.cuda.synchronize()
     a = torch.cuda.Event(enable_timing=True)
@@ -80,17 +136,236 @@ def loop_ms(fn, reps=20):
     return a.elapsed_time(b) / reps
 
 
+# ---------------------------------------------------------------------------
+# CPU accounting: what other processes did while a first call ran
+# ---------------------------------------------------------------------------
+
+def cpu_now():
+    """(busy CPU seconds of the whole machine, this process's CPU seconds, all
+    its threads), from /proc/stat and os.times."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(v[:8]) - v[3] - v[4]  # user nice system irq softirq steal; not idle, iowait
+    t = os.times()
+    return busy / os.sysconf("SC_CLK_TCK"), t.user + t.system
+
+
+def descendants():
+    """How many processes descend from this one (Inductor's compile workers)."""
+    parent = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    mine, n, grew = {os.getpid()}, 0, True
+    while grew:
+        grew = False
+        for pid, pp in parent.items():
+            if pp in mine and pid not in mine:
+                mine.add(pid)
+                n += 1
+                grew = True
+    return n
+
+
+def timed_first_call(call):
+    """call() under the wall clock and the CPU counters: (seconds, CPU seconds
+    of other processes during it, of this process)."""
+    sync()
+    b0, s0 = cpu_now()
+    t = time.perf_counter()
+    call()
+    sync()
+    dt = time.perf_counter() - t
+    b1, s1 = cpu_now()
+    return dt, max(0.0, (b1 - b0) - (s1 - s0)), s1 - s0
+
+
+# ---------------------------------------------------------------------------
+# A first call in a fresh process (run as a child: --child JSON)
+# ---------------------------------------------------------------------------
+
+def _stamps():
+    """Marks the first time each stage of kfuse's first call is reached
+    (perf_counter), through wrappers around the backend's functions."""
+    from kfuse import _core
+    from kfuse import torch_backend as tb
+
+    marks = {}
+
+    def mark(name):
+        marks.setdefault(name, time.perf_counter())
+
+    def around(owner, attr, before, after):
+        f = getattr(owner, attr)
+
+        def w(*a, **k):
+            mark(before)
+            r = f(*a, **k)
+            mark(after)
+            return r
+        setattr(owner, attr, w)
+
+    around(tb, "kfuse_backend", "dynamo_captured", "backend_returned")
+    around(tb, "_compile_fx", "aten_graph", "translated")
+    around(tb._KfusePartition, "forward", "first_forward", "forward_returned")
+    around(_core.Context, "compile", "kf_compile_start", "kf_compile_end")
+    around(_core.Program, "run_device_list", "run_start", "run_end")
+    compile_ = _core.Context.compile
+
+    def keep(self, graph):  # the programs, for their prepare phases
+        p = compile_(self, graph)
+        marks.setdefault("programs", []).append(p)
+        return p
+    _core.Context.compile = keep
+    return marks
+
+
+def child(spec):
+    import torch
+
+    import kfuse
+    from kfuse.torch_backend import last_report, make_backend
+
+    global SMOKE
+    SMOKE = spec.get("smoke", False)
+    if spec.get("kfuse_lib"):
+        kfuse.load_library(spec["kfuse_lib"])
+    name, mod, xs, kw = next(blocks([spec["block"]]))
+    out = {}
+    with torch.no_grad():
+        sync()
+        if spec.get("before") == "inductor":  # the bench process's order: Inductor first
+            fn = torch.compile(mod)
+            out["inductor_first_call_s"], _, _ = timed_first_call(lambda: fn(*xs, **kw))
+            from torch._inductor import async_compile, config
+
+            out["inductor_compile_threads"] = config.compile_threads
+            out["compile_worker_processes"] = descendants()
+            if spec.get("then") == "shutdown_workers":
+                async_compile.shutdown_compile_workers()
+                out["compile_worker_processes_after_shutdown"] = descendants()
+            del fn
+            torch._dynamo.reset()
+        marks = _stamps() if spec["backend"] == "kfuse" else {}
+        if spec["backend"] == "kfuse":
+            opts = dict(spec.get("options", {}))
+            if "flags" in opts:
+                opts["flags"] = set(opts["flags"])
+            fn = torch.compile(mod, backend=make_backend(cache_dir=spec["cache"], **opts))
+        else:
+            fn = torch.compile(mod)
+        t0 = time.perf_counter()
+        out["first_call_s"], out["other_cpu_s"], out["own_cpu_s"] = timed_first_call(
+            lambda: fn(*xs, **kw))
+        out["second_call_s"], _, _ = timed_first_call(lambda: fn(*xs, **kw))
+        if marks:
+            programs = marks.pop("programs", [])
+            out["stages_ms"] = {k: round((v - t0) * 1e3, 1)
+                                for k, v in sorted(marks.items(), key=lambda kv: kv[1])}
+            rep = last_report()
+            out["report_head"] = rep.splitlines()[0] if rep else ""
+            out["prepare_ms"] = _prepare_ms(programs)
+    print("CHILD " + json.dumps(out), flush=True)
+
+
+def _prepare_ms(programs):
+    """kf_compile's prepare phases of each kfuse program compiled (a CPU
+    program has none)."""
+    res = []
+    for p in programs:
+        j = p.report(format="json").get("cuda_run") or {}
+        res.append({"prepare_ms": j.get("prepare_ms"), "kernels_compiled": j.get("kernels_compiled")})
+    return res
+
+
+COLD = {"CUDA_CACHE_DISABLE": "1"}  # NVRTC's and the driver's compute cache off: a real compile
+
+
+def run_child(spec, env=None, timeout=180):
+    """One fresh process running `spec`; its JSON line (with process_s, the
+    child's whole wall time), or {"error": ...}."""
+    e = dict(os.environ)
+    e.update(env or {})
+    t = time.perf_counter()
+    try:
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--commit", "-",
+                            "--child", json.dumps(spec)], env=e, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    for line in r.stdout.splitlines():
+        if line.startswith("CHILD "):
+            return dict(json.loads(line[6:]), process_s=round(time.perf_counter() - t, 1))
+    return {"error": (r.stderr or r.stdout)[-1500:]}
+
+
+def fresh_first_calls(name, lib, inductor, row, no_background):
+    """kfuse's (and Inductor's) first calls of block `name`, each in a new
+    process; with `no_background`, also kfuse's warm one compiled at the call."""
+    kcache = tempfile.mkdtemp(prefix="kfuse-bench-")
+    base = {"block": name, "kfuse_lib": lib, "smoke": SMOKE}
+    c = run_child(dict(base, backend="kfuse", cache=kcache), COLD)
+    row["kfuse_first_call_s"] = c.get("first_call_s")
+    row["kfuse_first_call_detail"] = c
+    c = run_child(dict(base, backend="kfuse", cache=kcache,
+                       options={"flags": ["cache_read_only", "cache_fail_on_miss"]}))
+    row["kfuse_first_call_warm_cache_s"] = c.get("first_call_s")
+    row["kfuse_first_call_warm_cache_detail"] = c
+    if no_background:
+        c = run_child(dict(base, backend="kfuse", cache=kcache,
+                           options={"flags": ["cache_read_only", "cache_fail_on_miss"],
+                                    "background_compile": False}))
+        row["kfuse_first_call_warm_cache_no_background_compile_s"] = c.get("first_call_s")
+        row["kfuse_first_call_warm_cache_no_background_compile_detail"] = c
+    if inductor:
+        icache = tempfile.mkdtemp(prefix="inductor-bench-")
+        env = {"TORCHINDUCTOR_CACHE_DIR": icache}
+        for key, cold in (("inductor_first_call", COLD), ("inductor_first_call_warm_cache", {})):
+            c = run_child(dict(base, backend="inductor"), dict(env, **cold))
+            row[key + "_s"] = c.get("first_call_s")
+            if "error" in c:
+                row[key + "_error"] = c["error"]
+
+
+def diagnose_after_inductor(name, lib, res, save):
+    """kfuse's cold first call after Inductor's first call in a fresh process
+    (as in the bench process), with Inductor's compile workers left running,
+    shut down first, or never started; each with an empty Inductor cache and
+    CUDA_CACHE_DISABLE=1 (a real NVRTC compile). Into `res`, save() after each."""
+    for label, then, env in (("workers_left", None, {}),
+                             ("workers_shut_down", "shutdown_workers", {}),
+                             ("compile_threads_1", None, {"TORCHINDUCTOR_COMPILE_THREADS": "1"})):
+        env = dict(env, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-diag-"), **COLD)
+        res[label] = run_child({"block": name, "kfuse_lib": lib, "smoke": SMOKE,
+                                "backend": "kfuse",
+                                "cache": tempfile.mkdtemp(prefix="kfuse-diag-"),
+                                "before": "inductor", "then": then}, env)
+        print("after inductor", label, res[label], flush=True)
+        save()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--commit", required=True)
     ap.add_argument("--out", default="-")
     ap.add_argument("--blocks", default="gpt2_medium,llama7b")
     ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--fresh", default="all", metavar="BLOCKS",
+                    help="the blocks whose first calls are measured in fresh processes "
+                         "(all, none, or names)")
+    ap.add_argument("--diagnose-after-inductor", default=None, metavar="BLOCK",
+                    help="only the after-Inductor diagnosis of BLOCK (fresh processes)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny blocks on the CPU in f32 (wall-clock timing): tries the harness")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--kfuse-lib", default=None,
                     help="libkfuse.so to load (with python/ on the path when the package "
                          "is not installed)")
     args = ap.parse_args()
-    import torch
 
     try:
         import kfuse
@@ -98,27 +373,50 @@ def main():
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                         "python"))
         import kfuse
-    if args.kfuse_lib:
-        kfuse.load_library(args.kfuse_lib)
-        os.environ["KFUSE_LIBRARY"] = os.path.abspath(args.kfuse_lib)
+    if args.child:
+        return child(json.loads(args.child))
+    global SMOKE
+    SMOKE = args.smoke
+    lib = os.path.abspath(args.kfuse_lib) if args.kfuse_lib else None
+    if lib:
+        kfuse.load_library(lib)
+        os.environ["KFUSE_LIBRARY"] = lib
+    import torch
+
+    res = {"device": "cpu (--smoke)" if SMOKE else torch.cuda.get_device_name(), "commit": args.commit,
+           "torch": torch.__version__, "kfuse": kfuse.version(), "blocks": {}}
+    if args.diagnose_after_inductor:
+        res["after_inductor"] = {args.diagnose_after_inductor: {}}
+        diagnose_after_inductor(args.diagnose_after_inductor, lib,
+                                res["after_inductor"][args.diagnose_after_inductor],
+                                lambda: args.out != "-" and write(res, args.out))
+        return write(res, args.out)
+    names = args.blocks.split(",")
+    fresh = names if args.fresh == "all" else [n for n in args.fresh.split(",") if n in names]
+    if fresh:  # first, while nothing else runs
+        for name in fresh:
+            row = res["blocks"].setdefault(name, {})
+            fresh_first_calls(name, lib, not args.no_inductor, row,
+                              no_background=name == fresh[-1])
+            print(name, "fresh processes:", {k: v for k, v in row.items()
+                                             if k.endswith("_s")}, flush=True)
+            if args.out != "-":  # what is measured so far, should a later step not finish
+                write(res, args.out)
     from kfuse.torch_backend import last_report, make_backend
 
-    res = {"device": torch.cuda.get_device_name(), "commit": args.commit,
-           "torch": torch.__version__, "kfuse": kfuse.version(), "blocks": {}}
-    for name, mod, xs, kw in blocks(args.blocks.split(",")):
-        row = res["blocks"][name] = {}
+    for name, mod, xs, kw in blocks(names):
+        row = res["blocks"].setdefault(name, {})
         with torch.no_grad():
             ref = first(mod(*xs, **kw)).float()
 
             def timed(label, fn_maker):
                 torch._dynamo.reset()
-                torch.cuda.synchronize()
-                t = time.perf_counter()
                 fn = fn_maker()
+                (row[label + "_first_call_in_process_s"], row[label + "_in_process_other_cpu_s"],
+                 _) = timed_first_call(lambda: fn(*xs, **kw))
                 y = first(fn(*xs, **kw))
-                torch.cuda.synchronize()
-                row[label + "_first_call_s"] = time.perf_counter() - t
-                row[label + "_ms"] = median_ms(lambda: fn(*xs, **kw))
+                row[label + "_ms"] = (loop_ms(lambda: fn(*xs, **kw), 5) if SMOKE
+                                      else median_ms(lambda: fn(*xs, **kw)))
                 row[label + "_loop_ms"] = loop_ms(lambda: fn(*xs, **kw))
                 row[label + "_rel_err"] = ((y.float() - ref).norm() / ref.norm()).item()
                 return fn
@@ -126,11 +424,8 @@ def main():
             timed("eager", lambda: mod)
             # Dynamo's capture and AOTAutograd alone: the floor under every backend's first call
             torch._dynamo.reset()
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            first(torch.compile(mod, backend="aot_eager")(*xs, **kw))
-            torch.cuda.synchronize()
-            row["aot_eager_first_call_s"] = time.perf_counter() - t
+            row["aot_eager_first_call_s"], _, _ = timed_first_call(
+                lambda: torch.compile(mod, backend="aot_eager")(*xs, **kw))
             if not args.no_inductor:
                 try:
                     timed("inductor", lambda: torch.compile(mod))
@@ -140,22 +435,32 @@ def main():
             try:
                 timed("kfuse", lambda: torch.compile(mod, backend=make_backend(cache_dir=cache)))
                 row["kfuse_report"] = last_report()
-                # a warm disk cache: Dynamo and kfuse's programs rebuilt, kernels from disk
+                if not args.no_inductor:  # after Inductor, in this process: see the docstring
+                    row["kfuse_first_call_after_inductor_s"] = row.pop(
+                        "kfuse_first_call_in_process_s")
+                    row["kfuse_after_inductor_other_cpu_s"] = row.pop(
+                        "kfuse_in_process_other_cpu_s")
+                # the same cache warm in this process, Dynamo and kfuse's programs rebuilt
                 torch._dynamo.reset()
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                first(torch.compile(mod, backend=make_backend(
-                    cache_dir=cache, flags={"cache_read_only", "cache_fail_on_miss"}))(*xs, **kw))
-                torch.cuda.synchronize()
-                row["kfuse_first_call_warm_cache_s"] = time.perf_counter() - t
+                row["kfuse_first_call_warm_cache_same_process_s"], _, _ = timed_first_call(
+                    lambda: first(torch.compile(mod, backend=make_backend(
+                        cache_dir=cache, flags={"cache_read_only", "cache_fail_on_miss"}))(
+                            *xs, **kw)))
             except Exception as e:  # noqa: BLE001
                 row["kfuse_error"] = str(e)[:2000]
-        print(name, {k: v for k, v in row.items() if not k.endswith("report")}, flush=True)
+        print(name, {k: v for k, v in row.items() if not k.endswith(("report", "detail"))},
+              flush=True)
+        if args.out != "-":
+            write(res, args.out)
+    write(res, args.out)
+
+
+def write(res, out):
     text = json.dumps(res, indent=1)
-    if args.out == "-":
+    if out == "-":
         print(text)
     else:
-        with open(args.out, "w") as f:
+        with open(out, "w") as f:
             f.write(text)
 
 

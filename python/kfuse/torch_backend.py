@@ -10,7 +10,12 @@ on a new shape (its guards), and kfuse's disk cache serves the kernels of a
 shape seen before, also in a new process.
 
 Options (torch.compile(..., options={...})): "target" ("auto": the inputs'
-device), "cache_dir", "gemm", "flags" (as kfuse.Context takes them).
+device), "cache_dir", "gemm", "flags" (as kfuse.Context takes them), and
+"background_compile" (default True): each partition's program is compiled on
+a thread from the moment its graph is translated, so kf_compile (NVRTC or the
+disk cache, cuBLASLt, the GEMM choices) overlaps what Dynamo still does before
+the first call (guards, bytecode); the first call waits for it. False compiles
+at the first call, in the caller's thread.
 """
 import ctypes
 import math
@@ -521,12 +526,30 @@ def _translate(b, node, env):
 # A partition: one kfuse graph and program
 # ---------------------------------------------------------------------------
 
+class _Contexts:
+    """The target contexts (target -> kfuse.Context) of one graph's partitions,
+    made once each, from whichever thread compiles first."""
+
+    def __init__(self, options):
+        self.options = {k: v for k, v in options.items()
+                        if k not in ("target", "background_compile")}
+        self.lock = threading.Lock()
+        self.by_target = {}
+
+    def get(self, target):
+        with self.lock:
+            c = self.by_target.get(target)
+            if c is None:
+                c = self.by_target[target] = _core.Context(target, **self.options)
+            return c
+
+
 class _KfusePartition(torch.nn.Module):
     def __init__(self, gm, options, ctx, contexts):
         super().__init__()
         self.gm = gm
         self.options = options
-        self.contexts = contexts  # target -> Context, shared by the graph's partitions
+        self.contexts = contexts  # a _Contexts shared by the graph's partitions
         self.graph = _core.Graph(ctx)
         b = _Builder(self.graph)
         env, self.input_names, self.output_names = {}, [], []
@@ -548,23 +571,46 @@ class _KfusePartition(torch.nn.Module):
                     self.output_names.append(name)
         self.programs = {}
         self.compile_s = 0.0  # kf_compile's time (codegen, NVRTC or the cache, choices measured)
+        self.wait_s = 0.0  # how long calls waited for a compile on the background thread
+        self._compile_lock = threading.Lock()  # one compile of a device at a time
+        self.device_hint = None  # the device the example inputs are on (background compile)
+        for n in gm.graph.nodes:
+            if n.op == "placeholder" and isinstance(_val(n), torch.Tensor):
+                self.device_hint = _val(n).device
+                break
 
     def program(self, device):
         key = str(device)
         p = self.programs.get(key)
         if p is None:
-            target = self.options.get("target", "auto")
-            if target == "auto":
-                target = "cuda" if device.type == "cuda" else "cpu"
             t0 = time.perf_counter()
-            tctx = self.contexts.get(target)
-            if tctx is None:  # one per target for the graph's partitions
-                opts = {k: v for k, v in self.options.items() if k != "target"}
-                tctx = self.contexts[target] = _core.Context(target, **opts)
-            p = tctx.compile(self.graph)
-            self.compile_s += time.perf_counter() - t0
-            self.programs[key] = p
+            with self._compile_lock:  # taken by a background compile of this partition
+                self.wait_s += time.perf_counter() - t0
+                p = self.programs.get(key)
+                if p is None:
+                    p = self._compile(device)
+                    self.programs[key] = p
         return p
+
+    def _compile(self, device):
+        target = self.options.get("target", "auto")
+        if target == "auto":
+            target = "cuda" if device.type == "cuda" else "cpu"
+        t0 = time.perf_counter()
+        p = self.contexts.get(target).compile(self.graph)
+        self.compile_s += time.perf_counter() - t0
+        return p
+
+    def compile_ahead(self):
+        """The background thread's work: the program for the example inputs'
+        device. A failure is left for the first call, which compiles again in
+        its own thread and raises there."""
+        if self.device_hint is None:
+            return
+        try:
+            self.program(self.device_hint)
+        except Exception:  # noqa: BLE001 - raised again by the first call's own compile
+            pass
 
     def forward(self, *args):
         dev = args[0].device if args else torch.device("cpu")
@@ -614,7 +660,7 @@ def _compile_static(gm, options):
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     fused = partitioner.fuse_partitions(partitions)
-    parts, fallback, contexts = [], {}, {}
+    parts, fallback, contexts = [], {}, _Contexts(options)
     for n in fused.graph.nodes:
         if n.op == "call_module" and n.target.startswith("fused_"):
             sub = getattr(fused, n.target)
@@ -633,7 +679,15 @@ def _compile_static(gm, options):
             fallback.setdefault(str(n.target), why)
     fused.recompile()
     state = {"parts": parts, "fallback": fallback, "reported": False,
-             "translate_s": time.perf_counter() - t0}
+             "translate_s": time.perf_counter() - t0, "thread": None}
+    if parts and options.get("background_compile", True):
+        # kf_compile (in C, without the GIL) overlaps the rest of Dynamo's work
+        # until the first call; not a daemon, so an exit waits for it rather
+        # than unloading libraries under a compile
+        state["thread"] = threading.Thread(
+            target=lambda: [part.compile_ahead() for _, part in parts],
+            name="kfuse-compile")
+        state["thread"].start()
 
     def run(*args):
         out = fused(*args)
@@ -649,7 +703,10 @@ def _publish(state):
     lines = [f"kfuse: {len(state['parts'])} partition(s) compiled by kfuse, "
              f"{len(state['fallback'])} op kind(s) left to PyTorch; translated in "
              f"{state['translate_s']:.3f} s, compiled in "
-             f"{sum(p.compile_s for _, p in state['parts']):.3f} s"]
+             f"{sum(p.compile_s for _, p in state['parts']):.3f} s"
+             + (f" on a thread from translation on (the first call waited "
+                f"{sum(p.wait_s for _, p in state['parts']):.3f} s for it)"
+                if state["thread"] is not None else "")]
     for op, why in sorted(state["fallback"].items()):
         lines.append(f"  in PyTorch: {op}: {why}")
     for name, part in state["parts"]:
@@ -675,7 +732,7 @@ def kfuse_backend(gm, example_inputs, options=None, mode=None):
         raise ValueError(f"kfuse backend: mode {mode!r} is not supported (only the default)")
     options = dict(options or {})
     unknown = set(options) - {"target", "device", "arch", "cache_dir", "flags", "gemm", "attention",
-                              "dump_dir", "num_threads", "cpu_opt_level"}
+                              "dump_dir", "num_threads", "cpu_opt_level", "background_compile"}
     if unknown:
         raise ValueError(f"kfuse backend: unknown option {sorted(unknown)[0]!r}")
     from functorch.compile import make_boxed_func

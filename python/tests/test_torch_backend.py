@@ -111,6 +111,27 @@ def test_mlp_runs_in_one_kfuse_partition(cache):
     assert "gemm_layer_norm_bias_gelu_tanh" in rep, rep
 
 
+def test_background_compile_overlaps_dynamo_and_a_failure_reaches_the_first_call(cache):
+    """By default each partition compiles on a thread from its translation on
+    (the report says so); background_compile=False compiles at the first call.
+    Both agree with eager; a compile that fails on the thread is compiled again
+    by the first call, which raises the error in the caller."""
+    m = MLP().eval().to(DEV, DT)
+    x = torch.randn(4, 16, 64, device=DEV, dtype=DT)
+    tol = 1e-5 if DT == torch.float32 else 2e-2
+    with torch.no_grad():
+        want = m(x)
+        for background in (True, False):
+            y = compiled(m, cache, background_compile=background)(x)
+            assert rel(y, want) < tol
+            rep = last_report()
+            assert rep.startswith("kfuse: 1 partition(s) compiled by kfuse"), rep
+            assert ("on a thread from translation on" in rep.splitlines()[0]) == background, rep
+        # num_threads < 0: kf_ctx_create refuses it, on the thread and then in the call
+        with pytest.raises(kfuse.KfuseError, match="refused the options"):
+            compiled(m, cache, num_threads=-1)(x)
+
+
 @pytest.mark.parametrize("form", ["causal", "bool_mask", "float_mask", "gqa", "plain"])
 def test_sdpa_becomes_one_attention_group(form, cache):
     B, H, L, D = 2, 4, 24, 16
