@@ -103,13 +103,17 @@ static uint32_t sm90_stages(int64_t d) {
 #ifndef KF_SM90_DESC_ADD
 #define KF_SM90_DESC_ADD 1
 #endif
-/* KF_SM90_LAZY_RESCALE (build-time, for measuring; 1: the default): the
- * sm_90a kernel rescales O, l and m only when a warp's row max grew past
- * 2^8 (templates/attention_sm90.cuh), not at every key tile: at head dim 64
- * the rescale's 32 FMULs a thread and tile were a twentieth of the issue
- * slots of an issue-bound loop (613 instructions a key tile). */
+/* KF_SM90_LAZY_RESCALE (build-time, for measuring; 0: off): the sm_90a
+ * kernel rescales O, l and m only when a warp's row max grew past 2^8
+ * (templates/attention_sm90.cuh), not at every key tile. It takes 46
+ * instructions out of a head-dim-64 key tile (the rescale's 32 FMULs and
+ * 2 exp2s), but puts a warp vote and a branch between the row max and the
+ * exp2s, and the kernel is not issue-bound there: H200, B16 H16 S1024 D64
+ * causal, two interleaved rounds, 0.121 / 0.122 ms with it against 0.115 /
+ * 0.116 without (NVIDIA-H200-2216768-attention-ab.txt). Its GPU numerics
+ * passed (test_cuda_exec's sm_90a and log-sum-exp cases at 2216768). */
 #ifndef KF_SM90_LAZY_RESCALE
-#define KF_SM90_LAZY_RESCALE 1
+#define KF_SM90_LAZY_RESCALE 0
 #endif
 /* KF_SM90_SCALE_FOLD (build-time, for measuring; 1: the default): a score
  * that is a power-of-two scale of Q.K^T (then, at most, a -inf mask) leaves
