@@ -110,7 +110,7 @@ static uint32_t sm90_stages(int64_t d) {
  * 2 exp2s), but puts a warp vote and a branch between the row max and the
  * exp2s, and the kernel is not issue-bound there: H200, B16 H16 S1024 D64
  * causal, two interleaved rounds, 0.121 / 0.122 ms with it against 0.115 /
- * 0.116 without (NVIDIA-H200-2216768-attention-ab.txt). Its GPU numerics
+ * 0.116 without (NVIDIA-H200-2216768-attention-ab.json). Its GPU numerics
  * passed (test_cuda_exec's sm_90a and log-sum-exp cases at 2216768). */
 #ifndef KF_SM90_LAZY_RESCALE
 #define KF_SM90_LAZY_RESCALE 0
