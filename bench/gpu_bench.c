@@ -56,7 +56,8 @@
  * causal fused and unfused, non-causal, GQA 32:8, softcap, ALiBi, sliding
  * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION; causal with the
  * scores' log-sum-exp as a second output; the blocks' causal attention, B16
- * H16 S1024 D64 and B8 H32 S2048 D128), decode (B16 H32,
+ * H16 S1024 D64 and B8 H32 S2048 D128, contiguous and with the blocks'
+ * layouts: attn_block_llama, attn_block_gpt2), decode (B16 H32,
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
  * GQA 32:8; B64), the cold compile of one fused kernel, and peers.py
  * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
@@ -488,6 +489,56 @@ static void attn_text_shape(char *t, size_t size, int B, int H, int S, int D, in
              1.0 / sqrt((double)D), S, S, S, S, body, tail);
 }
 
+/* The causal attention of a transformer block with the block's layouts:
+ * `layout` 'l' (LLaMA: Q and K [B, H, S, D] as the rotary kernel writes
+ * them, V the projection's [B, S, H*D] read as [B, H, S, D] through a
+ * permute, so its rows are H*D apart), 'g' (GPT-2: Q, K and V slices of one
+ * [B, S, 3*H*D] projection, each permuted the same way), 'v' (V permuted
+ * alone) or 'o' (Q, K, V contiguous); every layout but 'v' writes O as the
+ * block does, [B, S, H, D] (the permute back and the reshape that merges the
+ * heads), 'v' as [B, H, S, D]. */
+static void attn_block_text(char *t, size_t size, int B, int H, int S, int D, char layout) {
+    const int HD = H * D;
+    size_t n = 0;
+    n += (size_t)snprintf(t + n, size - n, "kfg 1\n");
+    if (layout == 'g') {
+        n += (size_t)snprintf(t + n, size - n, "x = input(bf16[%d, %d, %d])\n", B, S, 3 * HD);
+        static const char *const nm[3] = {"q", "k", "v"};
+        for (int i = 0; i < 3; i++)
+            n += (size_t)snprintf(t + n, size - n,
+                                  "%s2 = slice(x, axis=2, start=%d, stop=%d)\n"
+                                  "%s4 = reshape(%s2, [%d, %d, %d, %d])\n"
+                                  "%s = permute(%s4, [0, 2, 1, 3])\n",
+                                  nm[i], i * HD, (i + 1) * HD, nm[i], nm[i], B, S, H, D, nm[i],
+                                  nm[i]);
+    } else {
+        n += (size_t)snprintf(t + n, size - n,
+                              "q = input(bf16[%d, %d, %d, %d])\nk = input(bf16[%d, %d, %d, %d])\n",
+                              B, H, S, D, B, H, S, D);
+        if (layout == 'o')
+            n += (size_t)snprintf(t + n, size - n, "v = input(bf16[%d, %d, %d, %d])\n", B, H,
+                                  S, D);
+        else
+            n += (size_t)snprintf(t + n, size - n,
+                                  "v2 = input(bf16[%d, %d, %d])\nv4 = reshape(v2, [%d, %d, %d, "
+                                  "%d])\nv = permute(v4, [0, 2, 1, 3])\n",
+                                  B, S, HD, B, S, H, D);
+    }
+    n += (size_t)snprintf(
+        t + n, size - n,
+        "qk = matmul(q, k, transpose_b=true)\nsc = const(bf16[], %.11g)\ns0 = mul(qk, sc)\n"
+        "row = iota(i32[%d, %d], axis=0)\ncol = iota(i32[%d, %d], axis=1)\n"
+        "keep = ge(row, col)\nninf = const(bf16[], -inf)\ns1 = where(keep, s0, ninf)\n"
+        "p = softmax(s1)\no = matmul(p, v)\n",
+        1.0 / sqrt((double)D), S, S, S, S);
+    if (layout == 'v')
+        snprintf(t + n, size - n, "output o\n");
+    else
+        snprintf(t + n, size - n,
+                 "ot = permute(o, [0, 2, 1, 3])\nom = reshape(ot, [%d, %d, %d])\noutput om\n", B,
+                 S, HD);
+}
+
 /* B4 H32 S x D128, the shape. */
 static void attn_text(char *t, size_t size, int S, int hkv, const char *body) {
     attn_text_shape(t, size, 4, 32, S, 128, hkv, body, "");
@@ -539,7 +590,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
                                "r0 = repeat(bm, axis=0, times=128)\n"
                                "mk = repeat(r0, axis=1, times=128)\n"
                                "ninf = const(bf16[], -inf)\ns1 = where(mk, s0, ninf)\n";
-    static char texts[14][2048];
+    static char texts[18][2048];
     attn_text(texts[0], sizeof texts[0], S, 32, causal);
     attn_text(texts[1], sizeof texts[1], S, 32, causal);
     attn_text(texts[2], sizeof texts[2], S, 32, none);
@@ -558,6 +609,12 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     attn_text_shape(texts[12], sizeof texts[12], 8, 32, 2048, 128, 32, causal, "");
     attn_text_shape(texts[13], sizeof texts[13], 4, 32, S, 128, 32, causal,
                     "s32 = cast(s1, f32)\nlse = logsumexp(s32, axis=-1)\noutput lse\n");
+    /* the same two shapes with the blocks' layouts (attn_block_text), and
+     * LLaMA's with V's permute alone and with O's alone */
+    attn_block_text(texts[14], sizeof texts[14], 8, 32, 2048, 128, 'l');
+    attn_block_text(texts[15], sizeof texts[15], 16, 16, 1024, 64, 'g');
+    attn_block_text(texts[16], sizeof texts[16], 8, 32, 2048, 128, 'v');
+    attn_block_text(texts[17], sizeof texts[17], 8, 32, 2048, 128, 'o');
     /* decode moves K and V once (Q and O are 1/8192 of them) */
     double kv16 = 2.0 * 16 * 32 * 8192 * 128 * 2, kv16g = kv16 / 4, kv64 = kv16 * 4;
     double qo16 = 2.0 * 16 * 32 * 128 * 2;
@@ -576,6 +633,10 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_gpt2", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama_v", texts[16], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_lse", texts[13], io + bh * S * 4, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},

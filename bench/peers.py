@@ -29,6 +29,9 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
                                            FlexAttention with that block mask
   attn_causal_b16h16s1024d64, attn_causal_b8h32s2048d128
                     the blocks' causal attention shapes: cuDNN and flash SDPA
+  attn_block_llama, attn_block_gpt2 (and attn_block_llama_v, _o)
+                    the same with the blocks' layouts (V, or Q, K and V, read
+                    transposed from [B, S, H, D]): cuDNN and flash SDPA
   attn_decode       B16 H32, 1 query, Skv 8192, no mask   SDPA (its own choice), and
                                            with the cuDNN and the flash backend
   attn_decode_gqa   the same, GQA 32:8     SDPA with enable_gqa (the same three)
@@ -286,6 +289,30 @@ def attention(args):
             return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
         put(name, "cudnn_sdpa_ms", cudnn(sdpa_c))
         put(name, "flash_sdpa_ms", flash(sdpa_c))
+        del qb, kb, vb
+        torch.cuda.empty_cache()
+    # The same attention with the blocks' layouts (gpu_bench's attn_block_*):
+    # LLaMA's Q and K [B, H, S, D], V a [B, S, H, D] buffer read transposed
+    # (V alone: _v; everything contiguous: _o, kfuse's output permute aside);
+    # GPT-2's Q, K and V transposed slices of one [B, S, 3*H*D] projection.
+    for name, Bb, Hb, Sb, Db, lay in (("attn_block_llama", 8, 32, 2048, 128, "l"),
+                                      ("attn_block_llama_v", 8, 32, 2048, 128, "v"),
+                                      ("attn_block_llama_o", 8, 32, 2048, 128, "o"),
+                                      ("attn_block_gpt2", 16, 16, 1024, 64, "g")):
+        if want and name not in want:
+            continue
+        if lay == "g":
+            x = rnd(Bb, Sb, 3 * Hb * Db)
+            qb, kb, vb = (t.view(Bb, Sb, Hb, Db).transpose(1, 2)
+                          for t in x.split(Hb * Db, dim=2))
+        else:
+            qb, kb = rnd(Bb, Hb, Sb, Db), rnd(Bb, Hb, Sb, Db)
+            vb = rnd(Bb, Hb, Sb, Db) if lay == "o" else rnd(Bb, Sb, Hb, Db).transpose(1, 2)
+
+        def sdpa_b(qb=qb, kb=kb, vb=vb):
+            return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
+        put(name, "cudnn_sdpa_ms", cudnn(sdpa_b))
+        put(name, "flash_sdpa_ms", flash(sdpa_b))
         del qb, kb, vb
         torch.cuda.empty_cache()
     if want and not want & {"attn_causal", "attn_noncausal", "attn_gqa", "attn_softcap",

@@ -37,9 +37,12 @@
  *     V slot, kf_emptyv, frees a step later), then runs the score
  *     expression on S (kf_score_full on tiles the mask cuts or that run past
  *     Skv, kf_score_inner elsewhere: the same rule as attention.cuh) and the
- *     online softmax in f32 registers (exp2 with log2(e) folded into one
+ *     online softmax in f32 registers (exp2 with log2(e), and a
+ *     power-of-two scale the generator folded out of the score, in one
  *     FFMA) while P.V(j-1) may still run; then waits for the second, gives
- *     V(j-1) back, rescales O (which now holds P.V(j-1)) and packs P(j).
+ *     V(j-1) back, rescales O (which now holds P.V(j-1); with
+ *     KF_LAZY_RESCALE only when a row max of the warp grew past 2^8) and
+ *     packs P(j).
  *     The score's bf16/f16 roundings are packed conversions (F2FP, the ALU
  *     pipe; cg_attention.c's kf_round_*_alu): the scalar ones are F2F on
  *     the XU pipe, which the exp2s already fill. After the last step
@@ -77,9 +80,12 @@
  *
  * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_QBUF, KF_SQ,
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
+ * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
+ * a power of two; 1: none), KF_LAZY_RESCALE, KF_L2_PREFETCH,
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
- * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_wgmma_qk0 / qk(s,
- * da, db), kf_wgmma_pv(o, a, db), kf_score_full / kf_score_inner.
+ * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
+ * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
+ * kf_score_inner.
  */
 #define KF_NQT ((KF_SQ + KF_BR - 1) / KF_BR)
 #define KF_HALF ((KF_NQT + 1) / 2)            /* units a batch-head */
@@ -89,6 +95,11 @@
 #define KF_KV_BYTES (KF_BC * KF_D * 2)         /* one K (or V) tile */
 #define KF_STAGE_BYTES (2 * KF_KV_BYTES)
 #define KF_LOG2E 1.4426950408889634f
+/* the folded scale (see the softmax below) times log2(e) */
+#define KF_SL2E (KF_LOG2E * KF_SCORE_SCALE)
+/* the lazy rescale's threshold: a row max may grow by 2^8 before O, l and m
+ * follow it */
+#define KF_RESCALE_LOG2 8.0f
 #define KF_EMPTY_ARRIVALS 8 /* lane 0 of each of the 8 consumer warps */
 
 static_assert(KF_BR == 128, "two consumers of 64 rows");
@@ -228,6 +239,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                     for (int c = 0; c < KF_CHUNKS; c++)
                         kf_tma_v(vb + c * (KF_BC * 128), &tv, 64 * c, j * KF_BC, bh, fv0 + 8 * s);
+#if KF_L2_PREFETCH
+                    /* K and V of the tile KF_L2_PREFETCH further on, into L2
+                     * alone (a generator switch, for measuring) */
+                    if (j + KF_L2_PREFETCH < t_hi) {
+#pragma unroll
+                        for (int c = 0; c < KF_CHUNKS; c++) {
+                            kf_tmapf_k(&tk, 64 * c, (j + KF_L2_PREFETCH) * KF_BC, bh);
+                            kf_tmapf_v(&tv, 64 * c, (j + KF_L2_PREFETCH) * KF_BC, bh);
+                        }
+                    }
+#endif
                     if (++s == KF_STAGES) {
                         s = 0;
                         ph ^= 1u;
@@ -332,29 +354,58 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         }
                     }
                 }
-                /* Online softmax: the 4 lanes of a quad share a row. */
+                /* Online softmax: the 4 lanes of a quad share a row. The
+                 * scores are the expression's divided by KF_SCORE_SCALE
+                 * (its folded scale, 1 but where the generator folds one),
+                 * and so are m and the row max; KF_SL2E puts it back with
+                 * log2(e). */
                 float mx[2] = {m[0], m[1]};
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
                     mx[0] = fmaxf(mx[0], fmaxf(sc[4 * nt], sc[4 * nt + 1]));
                     mx[1] = fmaxf(mx[1], fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]));
                 }
-                float ms[2], alpha[2];
+                float ms[2], alpha[2] = {1.0f, 1.0f};
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                    /* m log2(e), 0 while the row has seen only -inf */
-                    ms[r] = mx[r] == -KF_INF ? 0.0f : mx[r] * KF_LOG2E;
-                    alpha[r] = kf_ex2(fmaf(m[r], KF_LOG2E, -ms[r]));
-                    m[r] = mx[r];
-                    l[r] *= alpha[r];
                 }
+#if KF_LAZY_RESCALE
+                /* Rescale (O, l and m to the new max) only where a row's max
+                 * grew by more than 2^KF_RESCALE_LOG2 (in exp2's units) --
+                 * decided for the whole warp, so the skip is a branch, not
+                 * predicated multiplies; else every exponent stays measured
+                 * from the row's older max, each p at most 2^8, which f32's
+                 * l and O and bf16's P hold with their usual relative error
+                 * (O / l and the log-sum-exp m + log l are the same either
+                 * way). A row's first finite max always rescales (from -inf:
+                 * the difference is +inf); -inf against -inf (NaN) does not
+                 * need to. */
+                const bool grow = (mx[0] - m[0]) * KF_SL2E > KF_RESCALE_LOG2 ||
+                                  (mx[1] - m[1]) * KF_SL2E > KF_RESCALE_LOG2;
+                const bool rescale = __any_sync(0xffffffffu, grow);
+#else
+                const bool rescale = true;
+#endif
+                if (rescale) {
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        /* m log2(e), 0 while the row has seen only -inf */
+                        const float mn = mx[r] == -KF_INF ? 0.0f : mx[r] * KF_SL2E;
+                        alpha[r] = kf_ex2(fmaf(m[r], KF_SL2E, -mn));
+                        m[r] = mx[r];
+                        l[r] *= alpha[r];
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    ms[r] = m[r] == -KF_INF ? 0.0f : m[r] * KF_SL2E;
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        sc[4 * nt + e] = kf_ex2(fmaf(sc[4 * nt + e], KF_LOG2E, -ms[e >> 1]));
+                        sc[4 * nt + e] = kf_ex2(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]));
                         l[e >> 1] += sc[4 * nt + e];
                     }
                 }
@@ -372,12 +423,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     asm volatile("" : "+f"(o[i])::"memory");
                 if (j != j0 && lane == 0)
                     kf_hp_arrive(ev0 + 8 * sp);
+                if (rescale) {
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 2; r++) {
 #pragma unroll
-                    for (int i = 0; i < KF_D / 8; i++) {
-                        o[4 * i + 2 * r] *= alpha[r];
-                        o[4 * i + 2 * r + 1] *= alpha[r];
+                        for (int i = 0; i < KF_D / 8; i++) {
+                            o[4 * i + 2 * r] *= alpha[r];
+                            o[4 * i + 2 * r + 1] *= alpha[r];
+                        }
                     }
                 }
                 /* P(j) as wgmma A fragments: 16 keys (two 8-column groups)
@@ -481,8 +534,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
 
 #ifdef KF_LSE
-            if (t4 == 0) /* the rows' log-sum-exp: one lane of the quad */
-                kf_attn_lse2(KF_LSE, bh * KF_SQ, qr, KF_SQ, m, l);
+            if (t4 == 0) { /* the rows' log-sum-exp: one lane of the quad */
+                const float mt[2] = {m[0] * KF_SCORE_SCALE, m[1] * KF_SCORE_SCALE};
+                kf_attn_lse2(KF_LSE, bh * KF_SQ, qr, KF_SQ, mt, l);
+            }
 #endif
 #pragma unroll
             for (int r = 0; r < 2; r++) {

@@ -350,11 +350,81 @@ static void test_sm90_attention_source_is_deterministic(void **state) {
     plan_release(&p);
 }
 
+/* The sm_90a kernel folds a power-of-two scale of Q.K^T into its softmax's
+ * exp2 (KF_SCORE_SCALE; the score functions then round s unscaled) only
+ * where that is exact: the score is the scale, or the scale under a -inf
+ * mask, in bf16 (f32's exponents). Not in f16, not for a scale that is no
+ * power of two, not when another node reads the scaled score (softcap's
+ * division), not under a finite fill. (The GPU suite runs the folded
+ * kernels against the reference: test_cuda_exec.) */
+static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **state) {
+    (void)state;
+    static const char *const causal =
+        "row = iota(i32[200, 200], axis=0)\ncol = iota(i32[200, 200], axis=1)\n"
+        "keep = ge(row, col)\n";
+    static const struct {
+        const char *name, *dt, *scale, *tail, *want;
+        int d;
+    } fc[] = {
+        {"causal, 1/8, bf16", "bf16", "0.125",
+         "ninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n", "0x1p-3f", 64},
+        {"no mask, 1/4, then * 1, bf16", "bf16", "0.25", "one = const($[], 1)\ns1 = mul(s0, one)\n",
+         "0x1p+0f", 64},
+        {"no mask, 2, bf16", "bf16", "2", "", "0x1p+1f", 128},
+        {"causal, 1/8, f16", "f16", "0.125",
+         "ninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n", "0x1p+0f", 64},
+        {"causal, 1/sqrt(128), bf16", "bf16", "0.08838834764",
+         "ninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n", "0x1p+0f", 128},
+        {"finite fill, 1/8, bf16", "bf16", "0.125",
+         "fill = const($[], -10000)\ns1 = where(keep, s0, fill)\n", "0x1p+0f", 64},
+        {"softcap, 1/8, bf16", "bf16", "0.125",
+         "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n", "0x1p+0f",
+         64},
+    };
+    for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) {
+        char body[2048];
+        /* "no mask, 2": the scale is the score itself (s1) */
+        bool bare = fc[i].tail[0] == 0;
+        snprintf(body, sizeof body,
+                 "q = input($[1, 2, 200, %d])\nk = input($[1, 2, 200, %d])\n"
+                 "v = input($[1, 2, 200, %d])\nqk = matmul(q, k, transpose_b=true)\n"
+                 "sc = const($[], %s)\n%s = mul(qk, sc)\n%s%s",
+                 fc[i].d, fc[i].d, fc[i].d, fc[i].scale, bare ? "s1" : "s0",
+                 strstr(fc[i].tail, "keep") ? causal : "", fc[i].tail);
+        char text[4096];
+        graph_text(body, fc[i].dt, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
+        if (!strstr(rc->variants[0].how, "fused attention (sm_90a wgmma/TMA kernel)"))
+            fail_msg("%s: expected the sm_90a kernel: %s", fc[i].name, rc->variants[0].how);
+        const char *src = rc->steps[0].kernel->kernel.source;
+        char want[64];
+        snprintf(want, sizeof want, "#define KF_SCORE_SCALE %s\n", fc[i].want);
+        if (!strstr(src, want))
+            fail_msg("%s: no '%s' in the source", fc[i].name, want);
+        /* folded: the score functions round s itself, no multiply left */
+        const char *inner = strstr(src, "kf_score_full(float s");
+        assert_non_null(inner);
+        const char *end = strstr(inner, "\n}\n");
+        assert_non_null(end);
+        const char *m = strstr(inner, "kf_mul(");
+        const bool mul = m && m < end;
+        if (mul != (strcmp(fc[i].want, "0x1p+0f") == 0))
+            fail_msg("%s: kf_score_full %s a multiply", fc[i].name, mul ? "keeps" : "lost");
+        fprintf(stderr, "  %s: KF_SCORE_SCALE %s ok\n", fc[i].name, fc[i].want);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+}
+
 int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_modes_give_the_kernels_they_name),
         cmocka_unit_test(test_sm90_attention_source_is_deterministic),
+        cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),
         cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels),
     };

@@ -1179,6 +1179,23 @@ static const struct {
      "v = input($[1, 72, 260, 128])\nqk = matmul(q, k, transpose_b=true)\n"
      "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
      "mask none"},
+    /* scores that grow along the keys, so the row max grows by more than
+     * 2^8 (exp2's units) from one 128-key tile to the next (0.06 a key:
+     * 11 a tile), or by less, so the lazy rescale keeps a tile or two on an
+     * older max before it rescales (0.02 a key: 3.7 a tile) */
+    {"scores growing 0.06 a key: a rescale every tile, head dim 64",
+     "q = input($[1, 2, 1000, 64])\nk = input($[1, 2, 1000, 64])\nv = input($[1, 2, 1000, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "col = iota(i32[1000, 1000], axis=1)\ncf = cast(col, $)\ngr = const($[], 0.06)\n"
+     "b = mul(cf, gr)\ns1 = add(s0, b)\n",
+     "mask none"},
+    {"scores growing 0.02 a key, causal: rescales a tile or two apart, head dim 128",
+     "q = input($[1, 2, 900, 128])\nk = input($[1, 2, 900, 128])\nv = input($[1, 2, 900, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[900, 900], axis=0)\ncol = iota(i32[900, 900], axis=1)\n"
+     "cf = cast(col, $)\ngr = const($[], 0.02)\nb = mul(cf, gr)\nsb = add(s0, b)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, sb, ninf)\n",
+     "mask causal"},
 };
 
 /* Every fused case, and the longer ones above, in bf16 and f16 with

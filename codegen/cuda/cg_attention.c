@@ -42,6 +42,8 @@
  */
 #include "codegen/cuda/cg.h"
 
+#include <math.h>
+
 #include "codegen/cuda/cuda_recipe.h"
 #include "codegen/cuda/templates.h"
 
@@ -77,13 +79,48 @@ _Static_assert(KF_SM90_QBUF == 1 || KF_SM90_QBUF == 2, "one or two Q buffers");
 #define KF_SM90_STAGES_D64 3
 #endif
 _Static_assert(KF_SM90_STAGES_D64 >= 2 && KF_SM90_STAGES_D64 <= 6, "2 to 6 stages at head dim 64");
-static uint32_t sm90_stages(int64_t d) { return d == 64 ? KF_SM90_STAGES_D64 : 2u; }
-/* KF_SM90_DESC_ADD (build-time, for measuring; 0 until its GPU numerics have
- * run): the kernel's wgmma descriptors as one per tile plus each step's
- * offset (templates/attention_sm90.cuh, kf_desc_at) -- the same bits, fewer
- * uniform instructions a key tile. */
+/* KF_SM90_STAGES_D128 (build-time, for measuring): the ring's stages at head
+ * dim 128 (2; 3 fits 227 KiB with one Q buffer alone, KF_SM90_QBUF=1). */
+#ifndef KF_SM90_STAGES_D128
+#define KF_SM90_STAGES_D128 2
+#endif
+_Static_assert(KF_SM90_STAGES_D128 == 2 || (KF_SM90_STAGES_D128 == 3 && KF_SM90_QBUF == 1),
+               "2 stages at head dim 128, or 3 with one Q buffer (shared memory)");
+static uint32_t sm90_stages(int64_t d) {
+    return d == 64 ? KF_SM90_STAGES_D64 : KF_SM90_STAGES_D128;
+}
+/* KF_SM90_L2_PREFETCH (build-time, for measuring; 0: off): the producer
+ * asks L2 for the K and V tiles this many tiles ahead of the one it loads
+ * (cp.async.bulk.prefetch.tensor), so the blocks that walk one head's keys
+ * together meet DRAM's latency less often than once a tile. */
+#ifndef KF_SM90_L2_PREFETCH
+#define KF_SM90_L2_PREFETCH 0
+#endif
+/* KF_SM90_DESC_ADD (build-time, for measuring; 1: the default): the
+ * kernel's wgmma descriptors as one per tile plus each step's offset
+ * (templates/attention_sm90.cuh, kf_desc_at) -- the same bits, fewer
+ * uniform instructions a key tile (35 of the head-dim-64 loop's). */
 #ifndef KF_SM90_DESC_ADD
-#define KF_SM90_DESC_ADD 0
+#define KF_SM90_DESC_ADD 1
+#endif
+/* KF_SM90_LAZY_RESCALE (build-time, for measuring; 0: off): the sm_90a
+ * kernel rescales O, l and m only when a warp's row max grew past 2^8
+ * (templates/attention_sm90.cuh), not at every key tile. It takes 46
+ * instructions out of a head-dim-64 key tile (the rescale's 32 FMULs and
+ * 2 exp2s), but puts a warp vote and a branch between the row max and the
+ * exp2s, and the kernel is not issue-bound there: H200, B16 H16 S1024 D64
+ * causal, two interleaved rounds, 0.121 / 0.122 ms with it against 0.115 /
+ * 0.116 without (NVIDIA-H200-2216768-attention-ab.json). Its GPU numerics
+ * passed (test_cuda_exec's sm_90a and log-sum-exp cases at 2216768). */
+#ifndef KF_SM90_LAZY_RESCALE
+#define KF_SM90_LAZY_RESCALE 0
+#endif
+/* KF_SM90_SCALE_FOLD (build-time, for measuring; 1: the default): a score
+ * that is a power-of-two scale of Q.K^T (then, at most, a -inf mask) leaves
+ * the scale to the softmax's exp2 (fold_scale below): one FMUL a score less,
+ * 64 of the head-dim-64 loop's 613 instructions a key tile. */
+#ifndef KF_SM90_SCALE_FOLD
+#define KF_SM90_SCALE_FOLD 1
 #endif
 static uint32_t sm90_smem(int64_t d) {
     return 1024u + KF_SM90_QBUF * (uint32_t)(SM90_BR * d * 2) +
@@ -450,10 +487,75 @@ static uint32_t fill_branch(const kf_group *g) {
     return f->kind == KF_EXPR_CONST && f->value <= -1e4 ? w->src[2] : w->src[1];
 }
 
+/* The users of node i among the group's nodes: how many source slots name
+ * it, and the last node that does (in *user). */
+static uint32_t users_of(const cg *c, uint32_t i, uint32_t *user) {
+    uint32_t n = 0;
+    for (uint32_t u = 0; u < c->n; u++) {
+        const kf_expr *e = &c->g->expr[u];
+        if (e->kind != KF_EXPR_OP && e->kind != KF_EXPR_LOAD && e->kind != KF_EXPR_ACC)
+            continue;
+        for (int k = 0; k < 3; k++)
+            if (e->src[k] == i) {
+                n++;
+                *user = u;
+            }
+    }
+    return n;
+}
+
+/* The node whose scale the sm_90a kernel may fold into its softmax, and the
+ * scale (*scale), or KF_NONE: the mul(SCORE, c) that is the SCORE leaf's one
+ * use, c a constant power of two > 0, rounded to bf16 or kept in f32, that is
+ * the score itself or the kept branch (its one use) of the score's -inf mask.
+ * Then round(s c) = c round(s) exactly (bf16 has f32's exponents; a product
+ * in f32's subnormals aside, which the exp2 that follows cannot tell apart),
+ * and a -inf mask and the row max commute with a positive scale, so the
+ * kernel may take the scores unscaled, the mask applied, and put c into the
+ * one FFMA each exp2 has anyway (KF_SCORE_SCALE): one FMUL a score less. Not
+ * for f16 (its narrower exponents: s may overflow where s c does not) nor
+ * for a finite fill (its value would need dividing by c). */
+static uint32_t fold_scale(const cg *c, double *scale) {
+    const kf_group *g = c->g;
+    const kf_attn_info *at = &g->attn;
+    uint32_t sn = KF_NONE, u = KF_NONE, w = KF_NONE;
+    for (uint32_t i = 0; i < c->n; i++)
+        if (g->expr[i].kind == KF_EXPR_SCORE) {
+            if (sn != KF_NONE)
+                return KF_NONE;
+            sn = i;
+        }
+    if (sn == KF_NONE || users_of(c, sn, &u) != 1)
+        return KF_NONE;
+    const kf_expr *m = &g->expr[u];
+    if (m->kind != KF_EXPR_OP || m->op != KF_OP_MUL ||
+        (m->dtype != KF_DTYPE_BF16 && m->dtype != KF_DTYPE_F32))
+        return KF_NONE;
+    const kf_expr *k = &g->expr[m->src[0] == sn ? m->src[1] : m->src[0]];
+    int ex = 0;
+    if (k->kind != KF_EXPR_CONST || !(k->value > 0) || !isfinite(k->value) ||
+        frexp(k->value, &ex) != 0.5)
+        return KF_NONE;
+    if (at->score != u) {
+        const kf_expr *we = &g->expr[at->score];
+        if (at->mask_node != at->score || we->kind != KF_EXPR_OP || kept_branch(g) != u ||
+            we->src[0] == u || users_of(c, u, &w) != 1 || w != at->score ||
+            (we->dtype != KF_DTYPE_BF16 && we->dtype != KF_DTYPE_F32))
+            return KF_NONE;
+        const kf_expr *f = &g->expr[fill_branch(g)];
+        if (f->kind != KF_EXPR_CONST || !(isinf(f->value) && f->value < 0))
+            return KF_NONE;
+    }
+    *scale = k->value;
+    return u;
+}
+
 /* One score function: the score expression at (bh, q, kv) with `s` the f32
  * Q.K^T dot product; `inner` 1: the mask's where() replaced by its kept
- * branch, 2: by its fill (a dropped element's score). */
-void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
+ * branch, 2: by its fill (a dropped element's score); `fold` (fold_scale's
+ * node, or KF_NONE): that node is s rounded to its dtype, the scale left to
+ * the kernel. */
+static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner, uint32_t fold) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     memset(c->need, 0, c->n * sizeof *c->need);
@@ -462,6 +564,9 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
         if (g->expr[i].kind == KF_EXPR_SCORE)
             snprintf(c->ov[i], OV_MAX, "s"); /* unrounded: see the top of this file */
     }
+    if (fold != KF_NONE)
+        snprintf(c->ov[fold], OV_MAX, "%s",
+                 g->expr[fold].dtype == KF_DTYPE_BF16 ? "kf_round_bf16(s)" : "s");
     if (inner) {
         uint32_t k = inner == 2 ? fill_branch(g) : kept_branch(g);
         snprintf(c->ov[at->mask_node], OV_MAX, "v%u", k);
@@ -478,7 +583,12 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
               at->score);
 }
 
-kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
+void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
+    emit_score_fn(c, x, name, inner, KF_NONE);
+}
+
+/* cg_attn_emit_score_fns with fold_scale's node `fold` (or KF_NONE). */
+static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     int R = g->rank;
@@ -496,16 +606,18 @@ kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
              (long long)at->sq, (long long)at->skv);
     x->vrank[KF_SPACE_OUT] = 0;
     x->vrank[KF_SPACE_ROW] = 0;
-    cg_attn_emit_score_fn(c, x, "kf_score_full", 0);
+    emit_score_fn(c, x, "kf_score_full", 0, fold);
     if (at->mask == KF_MASK_BLOCK_SPARSE && at->mask_node == at->score)
-        cg_attn_emit_score_fn(c, x, "kf_score_fill", 2);
+        emit_score_fn(c, x, "kf_score_fill", 2, fold);
     if (skip)
-        cg_attn_emit_score_fn(c, x, "kf_score_inner", 1);
+        emit_score_fn(c, x, "kf_score_inner", 1, fold);
     else
         cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
     kf_mem_free(c->mem, x, sizeof *x);
     return KF_OK;
 }
+
+kf_status cg_attn_emit_score_fns(cg *c, bool skip) { return emit_score_fns(c, skip, KF_NONE); }
 
 /* The wgmma instructions of the sm_90a kernel (their accumulator register
  * lists are written out): kf_wgmma_qk0 (S = A.B: the first 16-deep step,
@@ -600,6 +712,27 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3]) {
         }
         cg_puts(&c->s, ", bar);\n    (void)bh;\n}\n");
     }
+    /* kf_tmapf_k / _v: the same boxes of K and V into L2 alone */
+    for (int i = 1; i < 3; i++) {
+        int ax[3];
+        int n = map_axes(g, &ops[i], ax);
+        cg_printf(&c->s,
+                  "__device__ __forceinline__ void kf_tmapf_%c(const kf_tmap *m, int c0, int row, "
+                  "long long bh) {\n    asm volatile(\"cp.async.bulk.prefetch.tensor.%dd.L2.global."
+                  "tile [%%0, {%%1, %%2",
+                  i == 1 ? 'k' : 'v', 2 + n);
+        for (int a = 0; a < n; a++)
+            cg_printf(&c->s, ", %%%d", 3 + a);
+        cg_puts(&c->s, "}];\" :: \"l\"((unsigned long long)m), \"r\"(c0), \"r\"(row)");
+        for (int a = 0; a < n; a++) {
+            int64_t inner = 1;
+            for (int d = ax[a] + 1; d < g->rank - 2; d++)
+                inner *= g->dims[d];
+            cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))", (long long)inner,
+                      (long long)g->dims[ax[a]]);
+        }
+        cg_puts(&c->s, " : \"memory\");\n    (void)bh;\n}\n");
+    }
     cg_puts(&c->s, "\n");
 }
 
@@ -687,11 +820,18 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     }
     out->launch.shared_bytes = sm90 ? sm90_smem(at->d) : smem;
 
+    double scale = 1.0;
+    const uint32_t fold = sm90 && KF_SM90_SCALE_FOLD ? fold_scale(&c, &scale) : KF_NONE;
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         cg_puts(&c.s, kf_cuda_tpl_hopper);
+        /* the folded scale (1: none), a power of two, exact in hex */
         cg_printf(&c.s,
-                  "\n#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
+                  "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
+                  "KF_L2_PREFETCH %d\n",
+                  scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH);
+        cg_printf(&c.s,
+                  "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
                   "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
                   "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
                   "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
@@ -753,7 +893,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (pl >= 0)
         cg_printf(&c.s, "#define KF_LSE p%d /* the scores' log-sum-exp, [.., sq] */\n\n", pl);
 
-    st = cg_attn_emit_score_fns(&c, skip != 0);
+    st = emit_score_fns(&c, skip != 0, fold);
     if (st != KF_OK)
         return cg_end(&c, st);
     emit_block_sparse(&c, g, skip, br, sm90 ? SM90_BC : ATTN_BC);
