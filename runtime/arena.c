@@ -2,20 +2,37 @@
  * arena.c -- first-fit placement of buffers with live ranges (arena.h).
  *
  *   items --merge sort (bytes desc, index asc)--> order
- *         --for each in order: sweep the placed items by offset, skipping
- *           those not live at the same time--> lowest offset that fits
+ *         --for each in order: sweep the placed items by offset through a
+ *           treap, skipping whole subtrees--> lowest offset that fits
  *
  * The offset an item gets is the lowest one at which it clears every placed
  * item live at the same time, a value that does not depend on the order in
- * which those items are looked at. Keeping the placed items sorted by offset
- * lets one sweep find it: walk them upwards, push the candidate past each one
- * that it touches, stop at the first that begins past the candidate's end.
- * That is O(n) per item where a scan that restarts after every move is
- * O(n^2), and it gives the same offsets.
+ * which those items are looked at. Walking the placed items upwards by offset
+ * finds it: push the candidate past each one live together with it that it
+ * touches, stop at the first that begins past the candidate's end. Done item
+ * by item, that walk is O(n) per item, O(n^2) for a program whose thousands
+ * of graph outputs all live to the end (each new one walks past all the
+ * others to the top).
+ *
+ * So the placed items sit in a treap ordered by offset, and every subtree
+ * knows its span [lo, hi), the bounds of its items' first and last group,
+ * and whether its items cover the span without a hole. The walk then takes a
+ * subtree in one step when it can: it skips one whose items end at or below
+ * the candidate, or of which none is live with the new item; it stops at one
+ * that begins past the candidate's end; and it jumps to the end of one that
+ * covers its span without a hole and whose items are all live with the new
+ * item. Only the rest is opened. The offsets are the item-by-item walk's,
+ * exactly (tests/test_arena.c checks them against it): where the placed
+ * items live together in runs -- graph outputs live to the end, inputs
+ * pinned for the whole run, chains -- each item costs O(log n) expected; an
+ * item whose neighbours by offset alternate between live and not live with
+ * it still opens them one by one, never more than the plain walk.
  */
 #include "runtime/arena.h"
 
 #include <string.h>
+
+#define NIL UINT32_MAX
 
 static size_t align_up(size_t v, size_t align) { return (v + align - 1) & ~(align - 1); }
 
@@ -42,8 +59,136 @@ static void sort_by_size(const kf_arena_item *items, uint32_t *idx, uint32_t *tm
         memcpy(idx, src, sizeof *idx * n);
 }
 
-static bool live_together(const kf_arena_item *a, const kf_arena_item *b) {
-    return !(a->last < b->first || b->last < a->first);
+/* A placed, non-empty item as a treap node (node i is item i), with what its
+ * subtree knows. */
+typedef struct node {
+    uint32_t left, right, prio;
+    bool solid;               /* the subtree's items cover [lo, hi) without a hole */
+    size_t start, end;        /* this item's bytes, aligned: [start, end) */
+    int64_t first, last;      /* this item's live range */
+    size_t lo, hi;            /* the subtree's: lowest start, highest end */
+    int64_t first_min, first_max, last_min, last_max; /* the subtree's ranges */
+} node;
+
+typedef struct tree {
+    node *nodes;
+    uint32_t root;
+    uint64_t steps; /* nodes looked at, for kf_arena_stats */
+} tree;
+
+/* A fixed pseudo-random priority per index (deterministic layouts). */
+static uint32_t prio_of(uint32_t i) {
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return (uint32_t)x;
+}
+
+/* Recomputes node t's subtree fields from its own item and its children. */
+static void pull(node *nd, uint32_t t) {
+    node *n = &nd[t];
+    const node *l = n->left == NIL ? NULL : &nd[n->left];
+    const node *r = n->right == NIL ? NULL : &nd[n->right];
+    n->lo = l ? l->lo : n->start;
+    size_t reach = n->end; /* the end of the covered run from lo through this item */
+    n->solid = true;
+    if (l) {
+        n->solid = l->solid && n->start <= l->hi;
+        if (l->hi > reach)
+            reach = l->hi;
+    }
+    n->hi = reach;
+    if (r) {
+        n->solid = n->solid && r->solid && r->lo <= reach;
+        if (r->hi > n->hi)
+            n->hi = r->hi;
+    }
+    n->first_min = n->first_max = n->first;
+    n->last_min = n->last_max = n->last;
+    const node *kids[2] = {l, r};
+    for (int k = 0; k < 2; k++) {
+        if (!kids[k])
+            continue;
+        if (kids[k]->first_min < n->first_min)
+            n->first_min = kids[k]->first_min;
+        if (kids[k]->first_max > n->first_max)
+            n->first_max = kids[k]->first_max;
+        if (kids[k]->last_min < n->last_min)
+            n->last_min = kids[k]->last_min;
+        if (kids[k]->last_max > n->last_max)
+            n->last_max = kids[k]->last_max;
+    }
+}
+
+/* Splits t into the nodes with start <= key (*a) and the rest (*b). */
+static void split(node *nd, uint32_t t, size_t key, uint32_t *a, uint32_t *b) {
+    if (t == NIL) {
+        *a = *b = NIL;
+    } else if (nd[t].start <= key) {
+        split(nd, nd[t].right, key, &nd[t].right, b);
+        *a = t;
+        pull(nd, t);
+    } else {
+        split(nd, nd[t].left, key, a, &nd[t].left);
+        *b = t;
+        pull(nd, t);
+    }
+}
+
+/* Joins a and b, every start in a at or below every start in b. */
+static uint32_t join(node *nd, uint32_t a, uint32_t b) {
+    if (a == NIL)
+        return b;
+    if (b == NIL)
+        return a;
+    if (nd[a].prio >= nd[b].prio) {
+        nd[a].right = join(nd, nd[a].right, b);
+        pull(nd, a);
+        return a;
+    }
+    nd[b].left = join(nd, a, nd[b].left);
+    pull(nd, b);
+    return b;
+}
+
+/* Adds item i, placed at [start, end), after every placed item that starts
+ * at or below start. */
+static void insert(tree *tr, const kf_arena_item *it, uint32_t i, size_t start, size_t end) {
+    node *n = &tr->nodes[i];
+    *n = (node){.left = NIL, .right = NIL, .prio = prio_of(i), .start = start, .end = end,
+                .first = it->first, .last = it->last};
+    pull(tr->nodes, i);
+    uint32_t a, b;
+    split(tr->nodes, tr->root, start, &a, &b);
+    tr->root = join(tr->nodes, join(tr->nodes, a, i), b);
+}
+
+/* The walk over subtree t for an item of `size` bytes live in [first, last]:
+ * pushes *off past every placed item in t live with it that [*off, *off +
+ * size) touches, in offset order. Returns true when the walk is over (t holds
+ * an item beginning at or past *off + size: so does everything after t). */
+static bool walk(tree *tr, uint32_t t, int64_t first, int64_t last, size_t size, size_t *off) {
+    while (t != NIL) {
+        const node *n = &tr->nodes[t];
+        tr->steps++;
+        if (n->lo >= *off + size)
+            return true;
+        if (n->hi <= *off || n->first_min > last || n->last_max < first)
+            return false; /* nothing in t pushes */
+        if (n->solid && n->first_max <= last && n->last_min >= first) {
+            *off = n->hi; /* all live with it, no hole: past the whole run */
+            return false;
+        }
+        if (walk(tr, n->left, first, last, size, off))
+            return true;
+        if (n->start >= *off + size)
+            return true;
+        if (n->end > *off && !(n->last < first || n->first > last))
+            *off = n->end;
+        t = n->right; /* the right subtree, as a loop: the recursion follows left only */
+    }
+    return false;
 }
 
 size_t kf_arena_layout(const kf_mem *mem, kf_arena_item *items, uint32_t n, size_t align,
@@ -58,13 +203,15 @@ size_t kf_arena_layout(const kf_mem *mem, kf_arena_item *items, uint32_t n, size
     if (stats) {
         stats->unshared = unshared;
         stats->fallback = false;
+        stats->steps = 0;
     }
     if (n == 0)
         return 0;
 
-    /* order: the placing order; placed: the items placed so far, by offset.
-     * placed doubles as the merge sort's scratch before placing starts. */
-    uint32_t *order = kf_mem_calloc(mem, n, 2 * sizeof(uint32_t));
+    /* order: the placing order (with tmp, the merge sort's scratch);
+     * nodes: the treap of the placed items, node i for item i. */
+    size_t bytes = (size_t)n * (2 * sizeof(uint32_t) + sizeof(node)); /* n < 2^32: fits */
+    uint32_t *order = kf_mem_alloc(mem, bytes);
     if (!order) {
         /* No index, no reuse: every item after the one before it. */
         size_t off = 0;
@@ -76,47 +223,32 @@ size_t kf_arena_layout(const kf_mem *mem, kf_arena_item *items, uint32_t n, size
             stats->fallback = true;
         return off;
     }
-    uint32_t *placed = order + n;
+    uint32_t *tmp = order + n;
+    tree tr = {.nodes = (node *)(void *)(tmp + n), .root = NIL, .steps = 0};
     for (uint32_t i = 0; i < n; i++)
         order[i] = i;
-    sort_by_size(items, order, placed, n);
+    sort_by_size(items, order, tmp, n);
 
     size_t top = 0;
-    uint32_t n_placed = 0;
     for (uint32_t a = 0; a < n; a++) {
         kf_arena_item *it = &items[order[a]];
         size_t size = align_up(it->bytes, align), off = 0;
-        if (no_reuse) {
-            /* Everything is live together: the placed items tile [0, top). */
-            off = size ? top : 0;
-        } else {
-            for (uint32_t p = 0; p < n_placed; p++) {
-                const kf_arena_item *o = &items[placed[p]];
-                if (!live_together(it, o))
-                    continue;
-                if (o->offset >= off + size)
-                    break; /* it fits below o, and below every later one */
-                size_t end = o->offset + align_up(o->bytes, align);
-                if (end > off)
-                    off = end;
-            }
+        if (size == 0) {
+            it->offset = 0; /* an empty item clears everything anywhere */
+            continue;
         }
+        if (no_reuse)
+            off = top; /* everything is live together: the placed items tile [0, top) */
+        else
+            (void)walk(&tr, tr.root, it->first, it->last, size, &off);
         it->offset = off;
         if (off + size > top)
             top = off + size;
-        /* Keep placed sorted by offset: insert after the last one at or below off. */
-        uint32_t lo = 0, hi = n_placed;
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (items[placed[mid]].offset <= off)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        memmove(placed + lo + 1, placed + lo, sizeof *placed * (n_placed - lo));
-        placed[lo] = order[a];
-        n_placed++;
+        if (!no_reuse)
+            insert(&tr, it, order[a], off, off + size);
     }
-    kf_mem_free(mem, order, (size_t)n * 2 * sizeof(uint32_t));
+    if (stats)
+        stats->steps = tr.steps;
+    kf_mem_free(mem, order, bytes);
     return top;
 }
