@@ -38,8 +38,8 @@ typedef struct kf_aot_arch_event {
 typedef struct kf_aot_hooks {
     void *user;
     void (*arch_begin)(void *user, const char *arch, size_t n_kernels); /* before compiling */
-    void (*kernel)(void *user, const kf_aot_kernel_event *e);          /* each kernel, in order */
-    void (*arch_end)(void *user, const kf_aot_arch_event *e);          /* after each arch */
+    void (*kernel)(void *user, const kf_aot_kernel_event *e);           /* each kernel, in order */
+    void (*arch_end)(void *user, const kf_aot_arch_event *e);           /* after each arch */
 } kf_aot_hooks;
 
 /* kf_aot (kfuse.h), same contract and result, calling `hooks` (may be NULL)

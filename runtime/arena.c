@@ -63,10 +63,10 @@ static void sort_by_size(const kf_arena_item *items, uint32_t *idx, uint32_t *tm
  * subtree knows. */
 typedef struct node {
     uint32_t left, right, prio;
-    bool solid;               /* the subtree's items cover [lo, hi) without a hole */
-    size_t start, end;        /* this item's bytes, aligned: [start, end) */
-    int64_t first, last;      /* this item's live range */
-    size_t lo, hi;            /* the subtree's: lowest start, highest end */
+    bool solid;          /* the subtree's items cover [lo, hi) without a hole */
+    size_t start, end;   /* this item's bytes, aligned: [start, end) */
+    int64_t first, last; /* this item's live range */
+    size_t lo, hi;       /* the subtree's: lowest start, highest end */
     int64_t first_min, first_max, last_min, last_max; /* the subtree's ranges */
 } node;
 
@@ -156,8 +156,13 @@ static uint32_t join(node *nd, uint32_t a, uint32_t b) {
  * at or below start. */
 static void insert(tree *tr, const kf_arena_item *it, uint32_t i, size_t start, size_t end) {
     node *n = &tr->nodes[i];
-    *n = (node){.left = NIL, .right = NIL, .prio = prio_of(i), .start = start, .end = end,
-                .first = it->first, .last = it->last};
+    *n = (node){.left = NIL,
+                .right = NIL,
+                .prio = prio_of(i),
+                .start = start,
+                .end = end,
+                .first = it->first,
+                .last = it->last};
     pull(tr->nodes, i);
     uint32_t a, b;
     split(tr->nodes, tr->root, start, &a, &b);
