@@ -99,9 +99,6 @@ enum {
     X(kf_blt_status, Heuristic, "cublasLtMatmulAlgoGetHeuristic",                                   \
       (kf_blt_handle h, kf_blt_desc d, kf_blt_layout a, kf_blt_layout b, kf_blt_layout c,              \
        kf_blt_layout dd, kf_blt_pref p, int requested, kf_blt_heuristic *results, int *returned))    \
-    X(kf_blt_status, AlgoCheck, "cublasLtMatmulAlgoCheck",                                          \
-      (kf_blt_handle h, kf_blt_desc d, kf_blt_layout a, kf_blt_layout b, kf_blt_layout c,              \
-       kf_blt_layout dd, const kf_blt_algo *algo, kf_blt_heuristic *result))                         \
     X(kf_blt_status, Matmul, "cublasLtMatmul",                                                      \
       (kf_blt_handle h, kf_blt_desc d, const void *alpha, const void *a, kf_blt_layout al,            \
        const void *b, kf_blt_layout bl, const void *beta, const void *c, kf_blt_layout cl, void *dd, \
@@ -553,13 +550,15 @@ static kf_status layout(kf_blt *lt, kf_blt_layout *out, int type, int64_t rows, 
  * new process pays before its first GEMM, so an algorithm it chose is kept in
  * the kfuse cache (kf_blt_set_cache) under a key of the plan's key, the
  * workspace limit, the library's version and the device (name, cc, SMs,
- * driver); a later process takes it from there. A record is checked twice
- * before use: its bytes (kf_blt_algo_record_unpack: tag, length, workspace),
- * then the algorithm itself against this plan's descriptors
- * (cublasLtMatmulAlgoCheck, which also says the workspace it needs); either
- * failing, the heuristic decides and its answer replaces the record. A cached
- * algorithm the library still refuses at its first matmul is replaced the
- * same way, once. */
+ * driver); a later process takes it from there. A record whose bytes do not
+ * check out (kf_blt_algo_record_unpack: tag, length, workspace) is not used:
+ * the heuristic decides and its answer replaces it. A cached algorithm the
+ * library refuses at its first matmul is replaced the same way, once.
+ *
+ * Why not cublasLtMatmulAlgoCheck on load: measured on an H200 (warm starts of
+ * llama_block.kfg), it is cuBLASLt's first real call and pays the library's
+ * lazy start-up, 58-77 ms, which otherwise falls in the first GEMM: it moved
+ * that time from the first run into kf_compile and saved none of it. */
 
 #define ALGO_TAG "kfltalg1"
 
@@ -624,8 +623,8 @@ static bool algo_key(const kf_blt *lt, const kf_blt_plan *p, kf_cache_key *key) 
     return algo_key_of(p, lt->lib.GetVersion(), lt->cache_device, key);
 }
 
-/* p's algorithm from the cache (its descriptors built); false on a miss or a
- * record that does not check out (then the heuristic decides). */
+/* p's algorithm from the cache; false on a miss or a record that does not
+ * check out (then the heuristic decides). */
 static bool algo_load(kf_blt *lt, kf_blt_plan *p) {
     kf_cache_key key;
     if (!lt->cache || !algo_key(lt, p, &key))
@@ -640,18 +639,6 @@ static bool algo_load(kf_blt *lt, kf_blt_plan *p) {
     if (ok) {
         ok = kf_blt_algo_record_unpack(data, len, p->algo.data, &ws);
         kf_cache_blob_free(lt->cache, data, len);
-    }
-    if (ok) {
-        /* The library's own word that the algorithm fits this plan. */
-        kf_blt_heuristic res;
-        memset(&res, 0, sizeof res);
-        kf_blt_status s =
-            lt->lib.AlgoCheck(lt->handle, p->desc, p->la, p->lb, p->lc, p->ld, &p->algo, &res);
-        ok = s == LT_SUCCESS && res.workspace_size <= KF_BLT_WORKSPACE_BYTES;
-        if (!ok)
-            lt->timing.checks_failed++;
-        else if (res.workspace_size > ws)
-            ws = res.workspace_size;
     }
     lt->timing.algo_load_ms += lt_now_ms() - t0;
     if (!ok) {
@@ -891,6 +878,7 @@ kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, c
     if (s != LT_SUCCESS && p->algo_cached) {
         /* The cached algorithm refused: the heuristic's, once, and that one
          * replaces the entry. (A refused call launched nothing.) */
+        lt->timing.refused++;
         st = plan_heuristic(lt, p, g, err);
         if (st != KF_OK)
             return st;

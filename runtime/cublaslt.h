@@ -145,9 +145,9 @@ bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g);
  * library's version and `device` (a string naming the device and driver),
  * so a later process takes them from there instead of asking the heuristic
  * (cuBLASLt documents its algorithm struct as serializable for reuse with
- * the same library version). A cached algorithm is checked when its plan is
- * built (cublasLtMatmulAlgoCheck); one refused then, or at its first matmul,
- * is replaced by the heuristic's. `cache` must outlive the kf_blt. */
+ * the same library version). A record that does not unpack, or an algorithm
+ * the library refuses at its first matmul, is replaced by the heuristic's.
+ * `cache` must outlive the kf_blt. */
 void kf_blt_set_cache(kf_blt *lt, kf_cache *cache, const char *device);
 /* How many plans took their algorithm from the cache, and how many times the
  * heuristic was asked. */
@@ -162,9 +162,9 @@ typedef struct kf_blt_timing {
     double wait_ms;         /* the caller blocked on the preload thread */
     double create_ms;       /* the device's context made current + cublasLtCreate */
     double plans_ms;        /* descriptors and layouts of every plan */
-    double algo_load_ms;    /* algorithm records read from the cache and checked */
+    double algo_load_ms;    /* algorithm records read from the cache */
     double heuristic_ms;    /* cublasLtMatmulAlgoGetHeuristic calls */
-    uint32_t checks_failed; /* cached algorithms cublasLtMatmulAlgoCheck refused */
+    uint32_t refused;       /* cached algorithms the library refused at their first matmul */
 } kf_blt_timing;
 /* lt's timings (all zero for NULL). */
 void kf_blt_timings(const kf_blt *lt, kf_blt_timing *out);
@@ -178,7 +178,7 @@ size_t kf_blt_algo_record_pack(const uint64_t algo[KF_BLT_ALGO_WORDS], uint64_t 
                                unsigned char out[KF_BLT_ALGO_RECORD_BYTES]);
 /* Reads a record: false (nothing written) unless it has the length and tag
  * and a workspace within KF_BLT_WORKSPACE_BYTES. Whether the algorithm fits
- * a GEMM is cublasLtMatmulAlgoCheck's to say, when it is loaded. */
+ * a GEMM the library says at its first matmul (kf_blt_matmul). */
 bool kf_blt_algo_record_unpack(const void *data, size_t len, uint64_t algo[KF_BLT_ALGO_WORDS],
                                uint64_t *workspace);
 /* The cache key of g's algorithm for cuBLASLt `version` on `device` (the

@@ -810,31 +810,6 @@ static void read_choices(kf_cuda_exec *ex) {
     }
 }
 
-/* cuBLASLt for the program: the preload thread's library (waited for), a
- * handle on the device, and the disk cache for its algorithms. */
-static kf_status lt_create(kf_cuda_exec *ex, char *err) {
-    kf_blt_preload *pre = ex->lt_pre;
-    ex->lt_pre = NULL; /* finished by the create, whatever it returns */
-    kf_status st = kf_blt_create_preloaded(&ex->mem, &ex->dev, ex->ctx->cublaslt_lib, pre,
-                                           &ex->phase_ms[XPH_LT_THREAD], &ex->lt, err);
-    if (st != KF_OK) {
-        char why[KF_MSG_MAX];
-        snprintf(why, sizeof why, "%s", err);
-        return kf_msg_set(err, st,
-                          "the plan has GEMMs, which run through cuBLASLt on the CUDA "
-                          "target: %s",
-                          why);
-    }
-    /* the heuristic's algorithms kept beside the kernels: a warm start
-     * asks it nothing */
-    char device[256];
-    snprintf(device, sizeof device, "%s cc %d.%d sms %d driver %d", ex->dev.name,
-             ex->dev.cc_major, ex->dev.cc_minor, ex->dev.sm_count,
-             ex->dev.drv ? ex->dev.drv->driver_version : 0);
-    kf_blt_set_cache(ex->lt, ex->cache, device);
-    return KF_OK;
-}
-
 kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_recipes *recipes,
                                char *err) {
     if (!ex || !plan || !recipes || ex->recipes) {
@@ -871,16 +846,13 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         need_lt = recipe_uses_lt(ex, gi);
     double t1 = now_ms();
     ex->phase_ms[XPH_CHOICES] = t1 - t0;
-    /* cuBLASLt's dlopen (a thread; only when a recipe in use calls it)
-     * overlaps the primary context when the device is opened for a plan,
-     * and the kernels' cache reads, module loads and the arena in every
-     * case: the library is taken (lt_create) just before the steps' pointers
-     * are bound, which is the first use. */
-    if (need_lt) {
-        (void)kf_blt_preload_start(&ex->mem, ex->ctx->cublaslt_lib, &ex->lt_pre);
-        ex->lt_preloaded = true;
-    }
     if (!ex->dev_open) {
+        /* Opened for a plan: cuBLASLt's dlopen (a thread) overlaps the
+         * primary context only when a recipe in use calls it. */
+        if (need_lt) {
+            (void)kf_blt_preload_start(&ex->mem, ex->ctx->cublaslt_lib, &ex->lt_pre);
+            ex->lt_preloaded = true;
+        }
         double ta = now_ms();
         st = kf_cuda_device_attach(&ex->dev, err);
         if (st == KF_OK) {
@@ -893,7 +865,29 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         if (st != KF_OK)
             return st;
     }
-    double t2 = t1;
+    if (need_lt) {
+        kf_blt_preload *pre = ex->lt_pre;
+        ex->lt_pre = NULL; /* finished by the create, whatever it returns */
+        st = kf_blt_create_preloaded(&ex->mem, &ex->dev, ex->ctx->cublaslt_lib, pre,
+                                     &ex->phase_ms[XPH_LT_THREAD], &ex->lt, err);
+        if (st != KF_OK) {
+            char why[KF_MSG_MAX];
+            snprintf(why, sizeof why, "%s", err);
+            return kf_msg_set(err, st,
+                              "the plan has GEMMs, which run through cuBLASLt on the CUDA "
+                              "target: %s",
+                              why);
+        }
+        /* the heuristic's algorithms kept beside the kernels: a warm start
+         * asks it nothing */
+        char device[256];
+        snprintf(device, sizeof device, "%s cc %d.%d sms %d driver %d", ex->dev.name,
+                 ex->dev.cc_major, ex->dev.cc_minor, ex->dev.sm_count,
+                 ex->dev.drv ? ex->dev.drv->driver_version : 0);
+        kf_blt_set_cache(ex->lt, ex->cache, device);
+    }
+    double t2 = now_ms();
+    ex->phase_ms[XPH_CUBLASLT] = t2 - t1;
 
     /* Every kernel's CUBIN first, concurrently; then the steps, recipe by
      * recipe, every variant in use; scratch buffers live in their group. */
@@ -947,7 +941,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     ex->lt_ws_buf = KF_NONE;
     double t3 = now_ms();
     ex->phase_ms[XPH_KERNELS] = t3 - t2;
-    if (st == KF_OK && need_lt) {
+    if (st == KF_OK && ex->lt) {
         int first = -1, last = -1;
         for (uint32_t gi = 0; gi < recipes->n; gi++)
             if (recipe_uses_lt(ex, gi)) {
@@ -981,10 +975,6 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         }
         ex->ws = ex->own_ws;
     }
-    double tl = now_ms();
-    if (st == KF_OK && need_lt)
-        st = lt_create(ex, err);
-    ex->phase_ms[XPH_CUBLASLT] = now_ms() - tl;
     if (st == KF_OK && ex->lt)
         st = kf_blt_set_workspace(ex->lt, kf_cx_buf_ptr(ex, ex->lt_ws_buf), KF_BLT_WORKSPACE_BYTES,
                                   err);
@@ -994,7 +984,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     if (st == KF_OK)
         st = bind_steps(ex, err);
     double t4 = now_ms();
-    ex->phase_ms[XPH_MEMORY] = t4 - t3 - ex->phase_ms[XPH_CUBLASLT];
+    ex->phase_ms[XPH_MEMORY] = t4 - t3;
     ex->phase_ms[XPH_BIND] = t4 - tb;
     /* Measured choices run on a zeroed arena, so before the constants; the
      * clamp flag starts clear after them. */

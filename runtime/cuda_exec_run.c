@@ -432,9 +432,9 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
         fprintf(out,
                 "}, \"cublaslt_ms\": {\"dlopen\": %.3f, \"dlsym\": %.3f, \"wait\": %.3f, "
                 "\"create\": %.3f, \"plans\": %.3f, \"algo_load\": %.3f, \"heuristic\": %.3f, "
-                "\"checks_failed\": %u}}",
+                "\"refused\": %u}}",
                 lt_ms.dlopen_ms, lt_ms.dlsym_ms, lt_ms.wait_ms, lt_ms.create_ms, lt_ms.plans_ms,
-                lt_ms.algo_load_ms, lt_ms.heuristic_ms, lt_ms.checks_failed);
+                lt_ms.algo_load_ms, lt_ms.heuristic_ms, lt_ms.refused);
         return;
     }
     fprintf(out, "cuda: %s (%s, %d SMs), arch %s, streamed reads %s in L2\n", ex->dev.name,
