@@ -14,14 +14,24 @@
  *       whether cuBLASLt was used ("cublaslt") and loaded at all
  *       ("cublaslt_loaded": its dlopen thread started, which happens only
  *       when a recipe in use calls it), and "ours_ms": compile_ms less the
- *       driver's two first-use costs. Run it once to fill the cache, then
- *       again in new processes: those are warm starts.
+ *       driver's two first-use costs; "cublaslt_ms", where cuBLASLt's
+ *       start-up went (the report's: dlopen and dlsym on the loader thread,
+ *       wait = compile blocked on that thread, create = cublasLtCreate,
+ *       plans = descriptors, algo_load = algorithm records read from the
+ *       cache and checked, heuristic = heuristic queries), and the
+ *       program's "arena_bytes". Run it once to fill the cache, then again
+ *       in new processes: those are warm starts.
  *       --preinit: before the clock starts, load the driver and retain
  *       device 0's primary context the way a framework that embeds kfuse
  *       already has (kf_compile then finds them paid).
  *       --gemm auto|generated|cublaslt: kf_options.gemm (generated: every
  *       GEMM the generated kernel takes runs it, so no cached winner calls
  *       cuBLASLt).
+ *   warm_start --dlopen now|lazy [LIB]
+ *       one JSON line: the time of a bare dlopen of cuBLASLt (LIB, else
+ *       libcublasLt.so.13 on the loader's path, else the toolkit's) with
+ *       RTLD_NOW or RTLD_LAZY, in a process that has loaded nothing else of
+ *       CUDA: what the binding mode changes (run each in a new process).
  *   warm_start --phases
  *       the first-use costs compile pays on CUDA, each timed once in this
  *       process in order: loading libcuda and cuInit, opening device 0 (its
@@ -31,6 +41,7 @@
  *       heuristic call) and the same again (neither).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +137,23 @@ static int phases(void) {
     return 0;
 }
 
+static int dlopen_only(const char *mode, const char *lib) {
+    bool lazy = strcmp(mode, "lazy") == 0;
+    const char *tries[3] = {lib, "libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.13"};
+    for (int i = lib ? 0 : 1; i < 3; i++) {
+        double t0 = now_ms();
+        void *h = dlopen(tries[i], (lazy ? RTLD_LAZY : RTLD_NOW) | RTLD_LOCAL);
+        double t1 = now_ms();
+        if (h) {
+            printf("{\"dlopen\": \"%s\", \"lib\": \"%s\", \"ms\": %.2f}\n",
+                   lazy ? "lazy" : "now", tries[i], t1 - t0);
+            return 0;
+        }
+    }
+    fprintf(stderr, "warm_start: --dlopen: %s\n", dlerror());
+    return 1;
+}
+
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -183,6 +211,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--phases") == 0)
             return phases();
+        if (strcmp(argv[i], "--dlopen") == 0 && i + 1 < argc)
+            return dlopen_only(argv[i + 1], i + 2 < argc ? argv[i + 2] : NULL);
         if (strcmp(argv[i], "--preinit") == 0) {
             preinit = true;
             continue;
@@ -202,6 +232,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: warm_start FILE --cache-dir DIR [--target cuda|cpu] "
                             "[--preinit] [--gemm auto|generated|cublaslt]\n"
+                            "       warm_start --dlopen now|lazy [LIB]\n"
                             "       warm_start --phases\n");
             return 2;
         }
@@ -282,8 +313,10 @@ int main(int argc, char **argv) {
         (void)kf_program_report(p, KF_REPORT_JSON, mf);
         fclose(mf);
     }
-    char phase[512], lt[16], loaded[16], cached[16] = "0";
+    char phase[512], lt[16], loaded[16], cached[16] = "0", lt_ms[512], arena[32];
     json_member(rep, "prepare_ms", phase, sizeof phase);
+    json_member(rep, "cublaslt_ms", lt_ms, sizeof lt_ms);
+    json_member(rep, "arena_bytes", arena, sizeof arena);
     json_member(rep, "cublaslt", lt, sizeof lt);
     json_member(rep, "cublaslt_loaded", loaded, sizeof loaded);
     unsigned n_cached = 0, n_measured = 0;
@@ -297,10 +330,10 @@ int main(int argc, char **argv) {
            "\"parse_ms\": %.2f, \"compile_ms\": %.2f, \"ours_ms\": %.2f, \"run1_ms\": %.2f, "
            "\"run2_ms\": %.2f, \"kernels\": %zu, \"gemm\": %d, \"cublaslt\": %s, "
            "\"cublaslt_loaded\": %s, \"choices_cached\": \"%s\", \"prepare_ms\": %s, "
-           "\"ok\": %s}\n",
+           "\"cublaslt_ms\": %s, \"arena_bytes\": %s, \"ok\": %s}\n",
            file, preinit ? "true" : "false", preinit_ms, t1 - t0, t2 - t1, t3 - t2,
            t3 - t2 - driver, t5 - t4, t6 - t5, kf_program_kernel_count(p), (int)gemm, lt,
-           loaded, cached, phase,
+           loaded, cached, phase, lt_ms, arena,
            st == KF_OK ? "true" : "false");
     free(rep);
     for (size_t i = 0; i < n_in; i++)

@@ -1,7 +1,8 @@
 /*
  * aot_api.c -- kf_aot and the kernel cache's listing, verification and
  * clearing through the public API (kfuse.h), so an embedding program (the
- * Python package) fills and inspects a cache without the CLI. kf_aot makes
+ * Python package) fills and inspects a cache without the CLI, and `kfuse aot`
+ * through kf_aot_with (frontend/aot.h), the same loop with hooks. kf_aot makes
  * the recipes a context would run (codegen/cuda/cuda_recipe.h) for each arch
  * and compiles their KERNEL steps into the context's cache with
  * kf_cuda_kernels_cubins, under the keys a program computes.
@@ -11,6 +12,7 @@
 #include <time.h>
 
 #include "codegen/cuda/cuda_recipe.h"
+#include "frontend/aot.h"
 #include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "ir/ir.h"
@@ -20,68 +22,100 @@
 #include "runtime/cuda_kernel.h"
 #include "runtime/nvrtc.h"
 
-/* One arch's recipes: every KERNEL step compiled into `cache`. */
+/* One arch's recipes: every KERNEL step compiled into `cache`, each told to
+ * the hooks; the arch's counts added to *sum. */
 static kf_status aot_arch(kf_ctx *ctx, kf_graph *graph, kf_cache *cache, const kf_plan *plan,
-                          const char *arch, kf_aot_summary *sum) {
+                          const char *arch, const kf_aot_hooks *hooks, kf_aot_summary *sum) {
+    kf_aot_arch_event ev = {.arch = arch, .error = ""};
+    kf_aot_summary *as = &ev.summary;
     kf_cuda_target target;
     kf_cuda_target_for_arch(arch, &target);
     target.flags = kf_cuda_recipe_flags(ctx->flags, ctx->gemm, ctx->attention);
     kf_cuda_recipes *r = NULL;
+    kf_cuda_cubin *jobs = NULL;
     char err[KF_MSG_MAX] = "";
-    kf_status st = kf_cuda_recipes_create(plan, &target, &ctx->mem, &r, err);
-    if (st != KF_OK)
-        return kf_ir_note(graph, st, "kf_aot: recipes for %s: %s", arch, err);
     uint32_t n = 0;
+    kf_status st = kf_cuda_recipes_create(plan, &target, &ctx->mem, &r, err);
+    if (st != KF_OK) {
+        ev.no_recipes = true;
+        ev.error = err;
+        kf_ir_note(graph, st, "kf_aot: recipes for %s: %s", arch, err);
+        goto done;
+    }
     for (uint32_t gi = 0; gi < r->n; gi++) {
         const kf_cuda_recipe *rc = &r->recipes[gi];
-        sum->groups += rc->n_steps > 0;
+        as->groups += rc->n_steps > 0;
         for (uint32_t s = 0; s < rc->n_steps; s++) {
             n += rc->steps[s].kind == KF_CUDA_STEP_KERNEL;
-            sum->library_steps += rc->steps[s].kind != KF_CUDA_STEP_KERNEL;
+            as->library_steps += rc->steps[s].kind != KF_CUDA_STEP_KERNEL;
         }
     }
-    kf_cuda_cubin *jobs = n ? kf_mem_calloc(&ctx->mem, n, sizeof *jobs) : NULL;
+    jobs = n ? kf_mem_calloc(&ctx->mem, n, sizeof *jobs) : NULL;
     if (n && !jobs) {
-        kf_cuda_recipes_destroy(r);
-        sum->failed += n;
-        return kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_aot: out of memory");
+        as->failed += n;
+        ev.error = "out of memory";
+        st = kf_ir_note(graph, KF_ERR_OUT_OF_MEMORY, "kf_aot: out of memory");
+        goto done;
     }
     uint32_t j = 0;
     for (uint32_t gi = 0; gi < r->n; gi++)
         for (uint32_t s = 0; s < r->recipes[gi].n_steps; s++)
             if (r->recipes[gi].steps[s].kind == KF_CUDA_STEP_KERNEL)
                 jobs[j++].kernel = &r->recipes[gi].steps[s].kernel->kernel;
-    if (n)
+    if (hooks && hooks->arch_begin)
+        hooks->arch_begin(hooks->user, arch, n);
+    if (n) /* concurrently (NVRTC compiles in parallel); each job's outcome below */
         (void)kf_cuda_kernels_cubins(cache, &ctx->mem, jobs, n, 0, err);
-    st = KF_OK;
     for (uint32_t i = 0; i < n; i++) {
         const kf_cuda_cubin *c = &jobs[i];
-        sum->kernels++;
-        kf_status js = c->status;
-        if (js == KF_OK && c->store == KF_CACHE_STORE_FAILED)
-            js = KF_ERR_IO; /* compiled, but the cache lacks it: the product is incomplete */
-        if (js != KF_OK) {
-            sum->failed++;
+        kf_aot_kernel_event ke = {.arch = arch, .name = c->kernel->name, .status = c->status,
+                                  .hit = c->hit, .error = "", .note = c->note};
+        as->kernels++;
+        if (c->status == KF_OK && c->store == KF_CACHE_STORE_FAILED) {
+            ke.status = KF_ERR_IO; /* compiled, but the cache lacks it: the product is incomplete */
+            ke.not_stored = true;
+            ev.not_stored++;
+        }
+        if (ke.status != KF_OK) {
+            ke.error = c->err;
+            as->failed++;
             if (st == KF_OK) {
-                st = js;
-                kf_ir_note(graph, js, "kf_aot: %s: kernel '%s' %s: %s", arch, c->kernel->name,
-                           c->status != KF_OK ? "failed" : "was not stored", c->err);
+                st = ke.status;
+                kf_ir_note(graph, st, "kf_aot: %s: kernel '%s' %s: %s", arch, c->kernel->name,
+                           ke.not_stored ? "was not stored" : "failed", c->err);
             }
         } else if (c->hit) {
-            sum->cached++;
+            as->cached++;
         } else {
-            sum->compiled++;
+            as->compiled++;
         }
+        if (hooks && hooks->kernel)
+            hooks->kernel(hooks->user, &ke);
         kf_cuda_cubin_release(cache, &ctx->mem, &jobs[i]);
     }
+done:
     if (jobs)
         kf_mem_free(&ctx->mem, jobs, n * sizeof *jobs);
     kf_cuda_recipes_destroy(r);
+    ev.status = st;
+    if (hooks && hooks->arch_end)
+        hooks->arch_end(hooks->user, &ev);
+    sum->kernels += as->kernels;
+    sum->cached += as->cached;
+    sum->compiled += as->compiled;
+    sum->failed += as->failed;
+    sum->groups += as->groups;
+    sum->library_steps += as->library_steps;
     return st;
 }
 
 kf_status kf_aot(kf_ctx *ctx, kf_graph *graph, const char *const *archs, size_t n_archs,
                  kf_aot_summary *summary) {
+    return kf_aot_with(ctx, graph, archs, n_archs, NULL, summary);
+}
+
+kf_status kf_aot_with(kf_ctx *ctx, kf_graph *graph, const char *const *archs, size_t n_archs,
+                      const kf_aot_hooks *hooks, kf_aot_summary *summary) {
     kf_aot_summary sum;
     memset(&sum, 0, sizeof sum);
     if (summary)
@@ -117,7 +151,7 @@ kf_status kf_aot(kf_ctx *ctx, kf_graph *graph, const char *const *archs, size_t 
         kf_ir_note(graph, st, "%s", kf_graph_error(copy));
     } else {
         for (size_t i = 0; i < n_archs; i++) {
-            kf_status s = aot_arch(ctx, graph, cache, plan, archs[i], &sum);
+            kf_status s = aot_arch(ctx, graph, cache, plan, archs[i], hooks, &sum);
             if (st == KF_OK)
                 st = s;
         }

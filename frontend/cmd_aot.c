@@ -15,12 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen/cuda/cuda_recipe.h"
+#include "frontend/aot.h"
 #include "frontend/cli.h"
 #include "frontend/cmd_aot.h"
-#include "frontend/compile.h"
-#include "fusion/fusion.h"
-#include "runtime/cuda_kernel.h"
+#include "runtime/cache.h"
+#include "runtime/ctx.h"
+#include "runtime/nvrtc.h"
 
 #define AOT_MAX_ARCHS 8
 
@@ -74,125 +74,83 @@ static int usage(const char *fmt, const char *arg) {
     return 2;
 }
 
+/* What the hooks print and count, for one run of the command. */
 typedef struct aot_state {
-    kf_mem mem;
-    kf_cache *cache;
-    const char *archs[AOT_MAX_ARCHS];
-    int n_archs;
-    unsigned flags; /* KF_CUDA_RECIPE_* */
-    bool tty;
-    unsigned long done, total;
+    const char *path; /* the graph being done */
+    bool tty;         /* progress on stderr */
+    int graph, n_graphs;
+    kf_aot_arch_event arch[AOT_MAX_ARCHS]; /* the graph's, by arch (error not kept) */
+    int n_done;
+    unsigned long total;      /* generated kernels, every graph and arch */
     unsigned long not_stored; /* compiled but not written to DIR (a full disk, ...) */
-    int rc;
 } aot_state;
 
-/* The recipes of `plan` for arch `ai` (NULL, with a message, on failure). */
-static kf_cuda_recipes *recipes_for(aot_state *a, const char *path, const kf_plan *plan, int ai) {
-    kf_cuda_target target;
-    kf_cuda_target_for_arch(a->archs[ai], &target);
-    target.flags = a->flags;
-    kf_cuda_recipes *r = NULL;
-    char err[KF_MSG_MAX] = "";
-    kf_status st = kf_cuda_recipes_create(plan, &target, &a->mem, &r, err);
-    if (st != KF_OK)
-        fprintf(stderr, "%skfuse aot: %s: %s: %s: %s\n", a->tty ? "\r\033[K" : "", path,
-                a->archs[ai], kf_status_str(st), err);
-    return r;
+static const char *clear_line(const aot_state *a) { return a->tty ? "\r\033[K" : ""; }
+
+static void on_arch_begin(void *user, const char *arch, size_t n_kernels) {
+    aot_state *a = user;
+    if (a->tty) {
+        fprintf(stderr, "\r\033[K[%d/%d] %s %s: %zu kernels", a->graph + 1, a->n_graphs, a->path,
+                arch, n_kernels);
+        fflush(stderr);
+    }
 }
 
-/* One graph: every KERNEL step of its recipes, for every arch. */
-static void aot_graph(aot_state *a, const char *path, kf_cuda_recipes *const *recipes) {
-    unsigned long kernels[AOT_MAX_ARCHS] = {0}, cached[AOT_MAX_ARCHS] = {0},
-                  failed[AOT_MAX_ARCHS] = {0}, lt_steps[AOT_MAX_ARCHS] = {0},
-                  groups[AOT_MAX_ARCHS] = {0};
-    for (int ai = 0; ai < a->n_archs; ai++) {
-        const kf_cuda_recipes *r = recipes[ai];
-        if (!r) {
-            failed[ai]++;
-            a->rc = 1;
-        }
-        uint32_t n = 0;
-        for (uint32_t gi = 0; r && gi < r->n; gi++) {
-            const kf_cuda_recipe *rc = &r->recipes[gi];
-            groups[ai] += rc->n_steps > 0;
-            for (uint32_t s = 0; s < rc->n_steps; s++) {
-                n += rc->steps[s].kind == KF_CUDA_STEP_KERNEL;
-                lt_steps[ai] += rc->steps[s].kind != KF_CUDA_STEP_KERNEL;
-            }
-        }
-        if (n == 0)
-            continue;
-        kf_cuda_cubin *jobs = kf_mem_calloc(&a->mem, n, sizeof *jobs);
-        if (!jobs) {
-            fprintf(stderr, "%skfuse aot: %s: out of memory\n", a->tty ? "\r\033[K" : "", path);
-            failed[ai] += n;
-            a->rc = 1;
-            continue;
-        }
-        uint32_t j = 0;
-        for (uint32_t gi = 0; gi < r->n; gi++)
-            for (uint32_t s = 0; s < r->recipes[gi].n_steps; s++)
-                if (r->recipes[gi].steps[s].kind == KF_CUDA_STEP_KERNEL)
-                    jobs[j++].kernel = &r->recipes[gi].steps[s].kernel->kernel;
-        if (a->tty) {
-            fprintf(stderr, "\r\033[K[%lu/%lu] %s: %u kernels", a->done, a->total, a->archs[ai],
-                    n);
-            fflush(stderr);
-        }
-        /* Concurrently (NVRTC compiles in parallel); each job's outcome below. */
-        char err[KF_MSG_MAX] = "";
-        (void)kf_cuda_kernels_cubins(a->cache, &a->mem, jobs, n, 0, err);
-        for (uint32_t i = 0; i < n; i++) {
-            const kf_cuda_cubin *c = &jobs[i];
-            a->done++;
-            kernels[ai]++;
-            if (c->status != KF_OK) {
-                fprintf(stderr, "%skfuse aot: %s: %s\n", a->tty ? "\r\033[K" : "", path, c->err);
-                failed[ai]++;
-                a->rc = 1;
-            } else if (c->store == KF_CACHE_STORE_FAILED) {
-                /* Compiled, but not in DIR: the product is incomplete. */
-                fprintf(stderr, "%skfuse aot: %s: kernel '%s' (%s) was not stored: %s\n",
-                        a->tty ? "\r\033[K" : "", path, c->kernel->name, a->archs[ai], c->err);
-                failed[ai]++;
-                a->not_stored++;
-                a->rc = 1;
-            } else {
-                cached[ai] += c->hit;
-                if (c->note[0])
-                    fprintf(stderr, "%skfuse aot: note: %s\n", a->tty ? "\r\033[K" : "",
-                            c->note);
-            }
-            kf_cuda_cubin_release(a->cache, &a->mem, &jobs[i]);
-        }
-        kf_mem_free(&a->mem, jobs, n * sizeof *jobs);
+static void on_kernel(void *user, const kf_aot_kernel_event *e) {
+    aot_state *a = user;
+    if (e->not_stored) /* compiled, but not in DIR: the product is incomplete */
+        fprintf(stderr, "%skfuse aot: %s: kernel '%s' (%s) was not stored: %s\n", clear_line(a),
+                a->path, e->name, e->arch, e->error);
+    else if (e->status != KF_OK)
+        fprintf(stderr, "%skfuse aot: %s: %s\n", clear_line(a), a->path, e->error);
+    else if (e->note[0])
+        fprintf(stderr, "%skfuse aot: note: %s\n", clear_line(a), e->note);
+}
+
+static void on_arch_end(void *user, const kf_aot_arch_event *e) {
+    aot_state *a = user;
+    if (e->no_recipes)
+        fprintf(stderr, "%skfuse aot: %s: %s: %s: %s\n", clear_line(a), a->path, e->arch,
+                kf_status_str(e->status), e->error);
+    else if (e->status == KF_ERR_OUT_OF_MEMORY && e->summary.kernels == 0)
+        fprintf(stderr, "%skfuse aot: %s: out of memory\n", clear_line(a), a->path);
+    if (a->n_done < AOT_MAX_ARCHS) {
+        a->arch[a->n_done] = *e;
+        a->arch[a->n_done].error = NULL; /* the loop's buffer, gone after this call */
+        a->n_done++;
     }
-    if (a->tty)
-        fputs("\r\033[K", stderr);
-    for (int ai = 0; ai < a->n_archs; ai++) {
-        printf("%-40s %-8s %4lu kernels  %4lu cached  %4lu compiled", path, a->archs[ai],
-               kernels[ai], cached[ai], kernels[ai] - cached[ai] - failed[ai]);
-        if (failed[ai])
-            printf("  %lu FAILED", failed[ai]);
-        printf("  (%lu groups; %lu cuBLASLt steps need no kernel)\n", groups[ai], lt_steps[ai]);
+    a->total += e->summary.kernels + (e->summary.kernels ? 0 : e->summary.failed);
+    a->not_stored += e->not_stored;
+}
+
+/* The coverage lines of the graph just done, one per arch. */
+static void print_coverage(const aot_state *a) {
+    for (int ai = 0; ai < a->n_done; ai++) {
+        const kf_aot_arch_event *e = &a->arch[ai];
+        const kf_aot_summary *s = &e->summary;
+        /* a recipe that could not be made counts as one failure */
+        unsigned long failed = (unsigned long)s->failed + (e->no_recipes ? 1u : 0u);
+        printf("%-40s %-8s %4zu kernels  %4zu cached  %4zu compiled", a->path, e->arch, s->kernels,
+               s->cached, s->compiled);
+        if (failed)
+            printf("  %lu FAILED", failed);
+        printf("  (%zu groups; %zu cuBLASLt steps need no kernel)\n", s->groups, s->library_steps);
     }
 }
 
 int kf_cmd_aot(int argc, char **argv) {
-    aot_state a;
-    memset(&a, 0, sizeof a);
-    kf_mem_resolve(&a.mem, NULL);
     const char *dir = NULL;
     char archbuf[256] = "sm_80,sm_90a";
+    const char *archs[AOT_MAX_ARCHS];
+    int n_archs = 0;
+    kf_options o;
+    kf_cli_options(&o); /* the environment's switches */
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     if (!files) {
         fputs("kfuse aot: out of memory\n", stderr);
         return 1;
     }
     int n_files = 0;
-    kf_gemm_mode gemm = KF_GEMM_AUTO;
-    bool split_rows = false, head_epi = false;
-    kf_attention_mode attention = KF_ATTENTION_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
@@ -209,25 +167,25 @@ int kf_cmd_aot(int argc, char **argv) {
             else
                 snprintf(archbuf, sizeof archbuf, "%s", argv[++i]);
         } else if (strcmp(s, "--no-cublaslt") == 0) {
-            a.flags |= KF_CUDA_RECIPE_NO_LT_EPILOGUE;
+            o.flags |= KF_FLAG_NO_CUBLASLT;
         } else if (strcmp(s, "--gemm") == 0) {
-            if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
+            if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &o.gemm)) {
                 free(files);
                 return usage("%s", "--gemm takes auto, generated, cublaslt, measured or sm80");
             }
             i++;
         } else if (strcmp(s, "--attention") == 0) {
-            if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &attention)) {
+            if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &o.attention)) {
                 free(files);
                 return usage("%s", "--attention takes auto, sm90, fa2, unfused or decode");
             }
             i++;
         } else if (strcmp(s, "--unfused-attention") == 0) {
-            a.flags |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;
+            o.flags |= KF_FLAG_UNFUSED_ATTENTION;
         } else if (strcmp(s, "--split-row-norms") == 0) {
-            split_rows = true;
+            o.flags |= KF_FLAG_SPLIT_ROW_NORMS;
         } else if (strcmp(s, "--gemm-head-epilogue") == 0) {
-            head_epi = true;
+            o.flags |= KF_FLAG_GEMM_HEAD_EPILOGUE;
         } else if (strncmp(s, "--arch=", 7) == 0) {
             snprintf(archbuf, sizeof archbuf, "%s", s + 7);
         } else if (s[0] == '-' && s[1] != '\0') {
@@ -237,7 +195,6 @@ int kf_cmd_aot(int argc, char **argv) {
             files[n_files++] = s;
         }
     }
-    a.flags |= kf_cuda_recipe_flags(0u, gemm, attention);
     if (!dir || n_files == 0) {
         free(files);
         return usage("%s", !dir ? "missing -o DIR" : "missing FILE.kfg");
@@ -248,96 +205,83 @@ int kf_cmd_aot(int argc, char **argv) {
             free(files);
             return usage("%s", err);
         }
-        if (a.n_archs == AOT_MAX_ARCHS) {
+        if (n_archs == AOT_MAX_ARCHS) {
             free(files);
             return usage("at most %s archs", "8");
         }
-        a.archs[a.n_archs++] = tok;
+        archs[n_archs++] = tok;
     }
-    if (a.n_archs == 0) {
+    if (n_archs == 0) {
         free(files);
         return usage("%s", "--arch names no arch");
     }
-    a.tty = isatty(fileno(stderr)) != 0;
 
-    kf_cache_options co = {.dir = dir};
-    kf_cache_msg msg;
-    kf_status st = kf_cache_open(&a.mem, &co, &a.cache, &msg);
-    if (st != KF_OK) {
-        fprintf(stderr, "kfuse aot: cache %s: %s: %s\n", dir, kf_status_str(st), msg.error);
-        free(files);
-        return 1;
-    }
+    /* The context whose cache DIR is filled: kf_aot stores under the keys a
+     * program compiled with these options computes. */
+    o.cache_dir = dir;
     kf_ctx *ctx = NULL;
-    kf_options o;
-    kf_cli_options(&o); /* the environment's switches */
-    st = kf_ctx_create(&o, &ctx);
+    kf_status st = kf_ctx_create(&o, &ctx);
     if (st != KF_OK) {
         fprintf(stderr, "kfuse aot: %s\n", kf_status_str(st));
-        kf_cache_close(a.cache);
         free(files);
         return 1;
     }
-    /* Parse and plan everything first: the progress line knows the total. */
-    kf_graph **graphs = calloc((size_t)n_files, sizeof *graphs);
-    kf_plan **plans = calloc((size_t)n_files, sizeof *plans);
-    /* recipes[f * AOT_MAX_ARCHS + ai]: graph f's for arch ai (NULL: failed) */
-    kf_cuda_recipes **recipes = calloc((size_t)n_files * AOT_MAX_ARCHS, sizeof *recipes);
-    int rc = 0;
-    if (!graphs || !plans || !recipes) {
-        fputs("kfuse aot: out of memory\n", stderr);
-        rc = 1;
+    kf_cache *cache = NULL; /* opened (DIR created 0700) before any graph is read */
+    char err[KF_MSG_MAX] = "";
+    st = kf_ctx_cache(ctx, &cache, err);
+    if (st != KF_OK || !cache) {
+        fprintf(stderr, "kfuse aot: cache %s: %s: %s\n", dir, kf_status_str(st ? st : KF_ERR_IO),
+                err);
+        kf_ctx_destroy(ctx);
+        free(files);
+        return 1;
     }
-    for (int f = 0; f < n_files && rc != 2 && graphs && plans && recipes; f++) {
+    /* Every graph read first: a file that does not parse stops the run before
+     * anything is compiled. */
+    kf_graph **graphs = calloc((size_t)n_files, sizeof *graphs);
+    int rc = graphs ? 0 : 1;
+    if (!graphs)
+        fputs("kfuse aot: out of memory\n", stderr);
+    for (int f = 0; f < n_files && graphs; f++) {
         int loaded = kf_cli_load_graph(ctx, files[f], &graphs[f]); /* else why not is printed */
         if (loaded >= 0) {
             rc = loaded;
             break;
         }
-        kf_plan_options popt;
-        kf_plan_options_for_flags(o.flags | (split_rows ? KF_FLAG_SPLIT_ROW_NORMS : 0u) |
-                                      (head_epi ? KF_FLAG_GEMM_HEAD_EPILOGUE : 0u),
-                                  &popt);
-        st = kf_plan_create(graphs[f], &popt, &plans[f]);
-        if (st != KF_OK) {
-            fprintf(stderr, "kfuse aot: %s: planning failed: %s: %s\n", files[f], kf_status_str(st),
-                    kf_graph_error(graphs[f]));
-            rc = 1;
-            continue;
-        }
-        for (int ai = 0; ai < a.n_archs; ai++) {
-            recipes[f * AOT_MAX_ARCHS + ai] = recipes_for(&a, files[f], plans[f], ai);
-            a.total += kf_cuda_recipes_kernel_count(recipes[f * AOT_MAX_ARCHS + ai]);
-        }
     }
-    if (rc != 2 && graphs && plans && recipes) {
+    if (rc == 0) {
+        aot_state a = {.tty = isatty(fileno(stderr)) != 0, .n_graphs = n_files};
+        kf_aot_hooks hooks = {.user = &a,
+                              .arch_begin = on_arch_begin,
+                              .kernel = on_kernel,
+                              .arch_end = on_arch_end};
         printf("%-40s %-8s %s\n", "graph", "arch", "coverage");
         for (int f = 0; f < n_files; f++) {
-            if (plans[f])
-                aot_graph(&a, files[f], &recipes[f * AOT_MAX_ARCHS]);
+            a.path = files[f];
+            a.graph = f;
+            a.n_done = 0;
+            st = kf_aot_with(ctx, graphs[f], archs, (size_t)n_archs, &hooks, NULL);
+            if (a.tty)
+                fputs("\r\033[K", stderr);
+            if (st != KF_OK && a.n_done == 0) /* stopped before its recipes: the planner */
+                fprintf(stderr, "kfuse aot: %s: planning failed: %s: %s\n", files[f],
+                        kf_status_str(st), kf_graph_error(graphs[f]));
+            if (st != KF_OK)
+                rc = 1;
+            print_coverage(&a);
         }
-        if (a.rc)
-            rc = 1;
         printf("%lu generated kernels for %d graph%s and %d arch%s in %s\n", a.total, n_files,
-               n_files == 1 ? "" : "s", a.n_archs, a.n_archs == 1 ? "" : "s",
-               kf_cache_dir(a.cache));
+               n_files == 1 ? "" : "s", n_archs, n_archs == 1 ? "" : "s", kf_cache_dir(cache));
         if (a.not_stored)
             fprintf(stderr,
                     "kfuse aot: %lu of %lu kernels were not stored in %s: the cache is "
                     "incomplete\n",
-                    a.not_stored, a.total, kf_cache_dir(a.cache));
+                    a.not_stored, a.total, kf_cache_dir(cache));
     }
-    for (int f = 0; f < n_files && graphs && plans; f++) {
-        for (int ai = 0; recipes && ai < a.n_archs; ai++)
-            kf_cuda_recipes_destroy(recipes[f * AOT_MAX_ARCHS + ai]);
-        kf_plan_destroy(plans[f]);
+    for (int f = 0; f < n_files && graphs; f++)
         kf_graph_destroy(graphs[f]);
-    }
     free(graphs);
-    free(plans);
-    free(recipes);
     kf_ctx_destroy(ctx);
-    kf_cache_close(a.cache);
     free(files);
     if (fflush(stdout) != 0)
         rc = 1;

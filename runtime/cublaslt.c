@@ -19,8 +19,6 @@
 
 #include <inttypes.h>
 
-#include "runtime/cache.h"
-
 /* ------------------------------------------------------------------------ */
 /* The ABI subset (values from cublasLt.h / cublas_api.h / library_types.h)  */
 /* ------------------------------------------------------------------------ */
@@ -108,6 +106,7 @@ enum {
 
 typedef struct kf_blt_lib {
     void *dl;
+    double dlopen_ms, dlsym_ms; /* what opening it took */
 #define KF_BLT_FIELD(ret, field, sym, params) ret(*field) params;
     KF_BLT_FUNCS(KF_BLT_FIELD)
 #undef KF_BLT_FIELD
@@ -145,7 +144,14 @@ struct kf_blt {
     char cache_device[256];   /* the device part of their keys */
     uint32_t algos_cached;    /* plans whose algorithm came from the cache */
     uint32_t heuristics;      /* heuristic calls */
+    kf_blt_timing timing;     /* where its milliseconds went (kf_blt_timings) */
 };
+
+static double lt_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 const char *kf_blt_epilogue_name(kf_blt_epilogue e) {
     static const char *const names[KF_BLT_EPI_COUNT] = {"none", "relu",      "gelu",
@@ -217,7 +223,10 @@ static kf_status lt_lib_open(kf_blt_lib *L, const char *lib, char *path, size_t 
                              char *err) {
     memset(L, 0, sizeof *L);
     char why[256];
+    double t0 = lt_now_ms();
     L->dl = lt_dlopen(lib, path, path_size, why, sizeof why);
+    double t1 = lt_now_ms();
+    L->dlopen_ms = t1 - t0;
     if (!L->dl)
         return kf_msg_set(err, KF_ERR_UNSUPPORTED,
                     "cuBLASLt not found (%s); install the CUDA toolkit's libcublasLt, put its "
@@ -235,6 +244,7 @@ static kf_status lt_lib_open(kf_blt_lib *L, const char *lib, char *path, size_t 
     } while (0);
     KF_BLT_FUNCS(KF_BLT_RESOLVE)
 #undef KF_BLT_RESOLVE
+    L->dlsym_ms = lt_now_ms() - t1;
     if (missing) {
         dlclose(L->dl);
         L->dl = NULL;
@@ -279,12 +289,6 @@ struct kf_blt_preload {
     char err[KF_MSG_MAX];
     double ms; /* the thread's time */
 };
-
-static double lt_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static void *lt_preload_main(void *arg) {
     kf_blt_preload *p = arg;
@@ -365,7 +369,9 @@ kf_status kf_blt_create_preloaded(const kf_mem *mem, const kf_cuda_device *dev, 
     lt->dev = dev;
     kf_status st;
     if (pre) {
+        double tw = lt_now_ms();
         lt_preload_join(pre);
+        lt->timing.wait_ms = lt_now_ms() - tw;
         st = pre->st;
         if (st == KF_OK)
             lt->lib = pre->L;
@@ -377,6 +383,9 @@ kf_status kf_blt_create_preloaded(const kf_mem *mem, const kf_cuda_device *dev, 
     } else {
         st = lt_lib_open(&lt->lib, lib, NULL, 0, err);
     }
+    lt->timing.dlopen_ms = lt->lib.dlopen_ms;
+    lt->timing.dlsym_ms = lt->lib.dlsym_ms;
+    double tc = lt_now_ms();
     if (st == KF_OK) {
         /* cuBLASLt works on the current context: make the device's current
          * through a harmless driver call. */
@@ -387,6 +396,7 @@ kf_status kf_blt_create_preloaded(const kf_mem *mem, const kf_cuda_device *dev, 
             st = lt_check(lt, lt->lib.Create(&lt->handle), "cublasLtCreate", "-", err);
         }
     }
+    lt->timing.create_ms = lt_now_ms() - tc;
     if (st != KF_OK) {
         kf_blt_destroy(lt);
         return st;
@@ -540,18 +550,42 @@ static kf_status layout(kf_blt *lt, kf_blt_layout *out, int type, int64_t rows, 
  * new process pays before its first GEMM, so an algorithm it chose is kept in
  * the kfuse cache (kf_blt_set_cache) under a key of the plan's key, the
  * workspace limit, the library's version and the device (name, cc, SMs,
- * driver); a later process takes it from there. A cached algorithm that the
- * library refuses at its first matmul is replaced by the heuristic's, once. */
+ * driver); a later process takes it from there. A record whose bytes do not
+ * check out (kf_blt_algo_record_unpack: tag, length, workspace) is not used:
+ * the heuristic decides and its answer replaces it. A cached algorithm the
+ * library refuses at its first matmul is replaced the same way, once.
+ *
+ * Why not cublasLtMatmulAlgoCheck on load: measured on an H200 (warm starts of
+ * llama_block.kfg), it is cuBLASLt's first real call and pays the library's
+ * lazy start-up, 58-77 ms, which otherwise falls in the first GEMM: it moved
+ * that time from the first run into kf_compile and saved none of it. */
 
 #define ALGO_TAG "kfltalg1"
 
-typedef struct algo_rec {
-    char tag[8];
-    uint64_t workspace;
-    kf_blt_algo algo;
-} algo_rec;
+size_t kf_blt_algo_record_pack(const uint64_t algo[KF_BLT_ALGO_WORDS], uint64_t workspace,
+                               unsigned char out[KF_BLT_ALGO_RECORD_BYTES]) {
+    memcpy(out, ALGO_TAG, 8);
+    memcpy(out + 8, &workspace, sizeof workspace);
+    memcpy(out + 16, algo, KF_BLT_ALGO_WORDS * sizeof *algo);
+    return KF_BLT_ALGO_RECORD_BYTES;
+}
 
-static bool algo_key(const kf_blt *lt, const kf_blt_plan *p, kf_cache_key *key) {
+bool kf_blt_algo_record_unpack(const void *data, size_t len, uint64_t algo[KF_BLT_ALGO_WORDS],
+                               uint64_t *workspace) {
+    const unsigned char *b = data;
+    if (!b || len != KF_BLT_ALGO_RECORD_BYTES || memcmp(b, ALGO_TAG, 8) != 0)
+        return false;
+    uint64_t ws;
+    memcpy(&ws, b + 8, sizeof ws);
+    if (ws > KF_BLT_WORKSPACE_BYTES)
+        return false;
+    memcpy(algo, b + 16, KF_BLT_ALGO_WORDS * sizeof *algo);
+    *workspace = ws;
+    return true;
+}
+
+static bool algo_key_of(const kf_blt_plan *p, size_t version, const char *device,
+                        kf_cache_key *key) {
     char text[640], compiler[64];
     int n = snprintf(text, sizeof text,
                      "cublaslt algo\ndtype %d m %" PRId64 " n %" PRId64 " k %" PRId64
@@ -564,11 +598,11 @@ static bool algo_key(const kf_blt *lt, const kf_blt_plan *p, kf_cache_key *key) 
                      (size_t)KF_BLT_WORKSPACE_BYTES);
     if (n < 0 || (size_t)n >= sizeof text)
         return false;
-    snprintf(compiler, sizeof compiler, "cublaslt %zu", lt->lib.GetVersion());
+    snprintf(compiler, sizeof compiler, "cublaslt %zu", version);
     kf_cache_key_parts parts = {
         .source = text,
         .source_len = (size_t)n,
-        .options = lt->cache_device,
+        .options = device ? device : "",
         .arch = NULL,
         .compiler = compiler,
         .codegen_version = 1,
@@ -577,29 +611,41 @@ static bool algo_key(const kf_blt *lt, const kf_blt_plan *p, kf_cache_key *key) 
     return true;
 }
 
+static void plan_key(const kf_blt_gemm *g, kf_blt_plan *k);
+
+bool kf_blt_algo_key(const kf_blt_gemm *g, size_t version, const char *device, kf_cache_key *key) {
+    kf_blt_plan k;
+    plan_key(g, &k);
+    return algo_key_of(&k, version, device, key);
+}
+
+static bool algo_key(const kf_blt *lt, const kf_blt_plan *p, kf_cache_key *key) {
+    return algo_key_of(p, lt->lib.GetVersion(), lt->cache_device, key);
+}
+
 /* p's algorithm from the cache; false on a miss or a record that does not
  * check out (then the heuristic decides). */
 static bool algo_load(kf_blt *lt, kf_blt_plan *p) {
     kf_cache_key key;
     if (!lt->cache || !algo_key(lt, p, &key))
         return false;
+    double t0 = lt_now_ms();
     void *data = NULL;
     size_t len = 0;
     kf_cache_msg msg;
     memset(&msg, 0, sizeof msg);
-    if (kf_cache_get(lt->cache, &key, &data, &len, &msg) != KF_OK)
-        return false;
-    algo_rec r;
-    bool ok = len == sizeof r;
+    bool ok = kf_cache_get(lt->cache, &key, &data, &len, &msg) == KF_OK;
+    uint64_t ws = 0;
     if (ok) {
-        memcpy(&r, data, sizeof r);
-        ok = memcmp(r.tag, ALGO_TAG, sizeof r.tag) == 0 && r.workspace <= KF_BLT_WORKSPACE_BYTES;
+        ok = kf_blt_algo_record_unpack(data, len, p->algo.data, &ws);
+        kf_cache_blob_free(lt->cache, data, len);
     }
-    kf_cache_blob_free(lt->cache, data, len);
-    if (!ok)
+    lt->timing.algo_load_ms += lt_now_ms() - t0;
+    if (!ok) {
+        memset(&p->algo, 0, sizeof p->algo);
         return false;
-    p->algo = r.algo;
-    p->workspace = (size_t)r.workspace;
+    }
+    p->workspace = (size_t)ws;
     p->algo_cached = true;
     lt->algos_cached++;
     return true;
@@ -609,14 +655,11 @@ static void algo_store(kf_blt *lt, const kf_blt_plan *p) {
     kf_cache_key key;
     if (!lt->cache || !algo_key(lt, p, &key))
         return;
-    algo_rec r;
-    memset(&r, 0, sizeof r);
-    memcpy(r.tag, ALGO_TAG, sizeof r.tag);
-    r.workspace = p->workspace;
-    r.algo = p->algo;
+    unsigned char rec[KF_BLT_ALGO_RECORD_BYTES];
+    size_t n = kf_blt_algo_record_pack(p->algo.data, p->workspace, rec);
     kf_cache_msg msg;
     memset(&msg, 0, sizeof msg);
-    (void)kf_cache_put(lt->cache, &key, &r, sizeof r, &msg); /* a failed store costs a heuristic */
+    (void)kf_cache_put(lt->cache, &key, rec, n, &msg); /* a failed store costs a heuristic */
 }
 
 static kf_status plan_heuristic(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, char *err);
@@ -625,6 +668,7 @@ static kf_status plan_heuristic(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g
  * the cache, else the heuristic's. */
 static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, char *err) {
     const char *what = g->what;
+    double t0 = lt_now_ms();
     int type = lt_type(g->dtype);
     bool f64 = g->dtype == KF_DTYPE_F64;
     kf_status st = lt_check(
@@ -662,6 +706,7 @@ static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, ch
                                g->batch, g->c.batch_stride, what, err)
                       : layout(lt, &p->lc, type, g->n, g->m, g->m == 1 ? g->n : g->d.row_stride,
                                g->batch, g->d.batch_stride, what, err);
+    lt->timing.plans_ms += lt_now_ms() - t0;
     if (st != KF_OK)
         return st;
     if (algo_load(lt, p))
@@ -676,6 +721,7 @@ static kf_status plan_build(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, ch
 static kf_status plan_heuristic(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g, char *err) {
     const char *what = g->what;
     kf_status st = KF_OK;
+    double t0 = lt_now_ms();
     lt->heuristics++;
     kf_blt_pref pref = NULL;
     if (st == KF_OK)
@@ -710,6 +756,7 @@ static kf_status plan_heuristic(kf_blt *lt, kf_blt_plan *p, const kf_blt_gemm *g
     }
     if (pref)
         lt->lib.PrefDestroy(pref);
+    lt->timing.heuristic_ms += lt_now_ms() - t0;
     if (st == KF_OK) {
         p->algo = res.algo;
         p->workspace = res.workspace_size;
@@ -831,6 +878,7 @@ kf_status kf_blt_matmul(kf_blt *lt, const kf_blt_gemm *g, kf_cu_stream stream, c
     if (s != LT_SUCCESS && p->algo_cached) {
         /* The cached algorithm refused: the heuristic's, once, and that one
          * replaces the entry. (A refused call launched nothing.) */
+        lt->timing.refused++;
         st = plan_heuristic(lt, p, g, err);
         if (st != KF_OK)
             return st;
@@ -853,6 +901,13 @@ void kf_blt_set_cache(kf_blt *lt, kf_cache *cache, const char *device) {
         return;
     lt->cache = cache;
     snprintf(lt->cache_device, sizeof lt->cache_device, "%s", device ? device : "");
+}
+
+void kf_blt_timings(const kf_blt *lt, kf_blt_timing *out) {
+    if (lt)
+        *out = lt->timing;
+    else
+        memset(out, 0, sizeof *out);
 }
 
 void kf_blt_algo_counts(const kf_blt *lt, uint32_t *cached, uint32_t *heuristics) {

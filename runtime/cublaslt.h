@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "runtime/cache.h"
 #include "runtime/cuda.h"
 
 /* The default workspace cuBLASLt may use (the heuristic is told this much). */
@@ -144,13 +145,46 @@ bool kf_blt_supported(kf_blt *lt, const kf_blt_gemm *g);
  * library's version and `device` (a string naming the device and driver),
  * so a later process takes them from there instead of asking the heuristic
  * (cuBLASLt documents its algorithm struct as serializable for reuse with
- * the same library version). A cached algorithm the library refuses at its
- * first matmul is replaced by the heuristic's once. `cache` must outlive
- * the kf_blt. */
-struct kf_cache;
-void kf_blt_set_cache(kf_blt *lt, struct kf_cache *cache, const char *device);
+ * the same library version). A record that does not unpack, or an algorithm
+ * the library refuses at its first matmul, is replaced by the heuristic's.
+ * `cache` must outlive the kf_blt. */
+void kf_blt_set_cache(kf_blt *lt, kf_cache *cache, const char *device);
 /* How many plans took their algorithm from the cache, and how many times the
  * heuristic was asked. */
 void kf_blt_algo_counts(const kf_blt *lt, uint32_t *cached, uint32_t *heuristics);
+
+/* Where a kf_blt's start-up went, in milliseconds (the report's
+ * "cublaslt_ms", bench/warm_start's JSON). */
+typedef struct kf_blt_timing {
+    double dlopen_ms;       /* dlopen: mapping, relocating and the library's static
+                               initializers (on the preload thread when there was one) */
+    double dlsym_ms;        /* resolving its entry points */
+    double wait_ms;         /* the caller blocked on the preload thread */
+    double create_ms;       /* the device's context made current + cublasLtCreate */
+    double plans_ms;        /* descriptors and layouts of every plan */
+    double algo_load_ms;    /* algorithm records read from the cache */
+    double heuristic_ms;    /* cublasLtMatmulAlgoGetHeuristic calls */
+    uint32_t refused;       /* cached algorithms the library refused at their first matmul */
+} kf_blt_timing;
+/* lt's timings (all zero for NULL). */
+void kf_blt_timings(const kf_blt *lt, kf_blt_timing *out);
+
+/* The cache entry of one algorithm: "kfltalg1", the workspace it needs
+ * (uint64), then cuBLASLt's 64-byte cublasLtMatmulAlgo_t, in host order. */
+#define KF_BLT_ALGO_WORDS 8
+#define KF_BLT_ALGO_RECORD_BYTES (16 + 8 * KF_BLT_ALGO_WORDS)
+/* Writes the record of `algo` into out; returns its length. */
+size_t kf_blt_algo_record_pack(const uint64_t algo[KF_BLT_ALGO_WORDS], uint64_t workspace,
+                               unsigned char out[KF_BLT_ALGO_RECORD_BYTES]);
+/* Reads a record: false (nothing written) unless it has the length and tag
+ * and a workspace within KF_BLT_WORKSPACE_BYTES. Whether the algorithm fits
+ * a GEMM the library says at its first matmul (kf_blt_matmul). */
+bool kf_blt_algo_record_unpack(const void *data, size_t len, uint64_t algo[KF_BLT_ALGO_WORDS],
+                               uint64_t *workspace);
+/* The cache key of g's algorithm for cuBLASLt `version` on `device` (the
+ * string kf_blt_set_cache was given): false only when g's description does
+ * not fit the key's text. Another device, driver or library version gives
+ * another key, so a foreign record is never found. */
+bool kf_blt_algo_key(const kf_blt_gemm *g, size_t version, const char *device, kf_cache_key *key);
 
 #endif /* KF_RUNTIME_CUBLASLT_H */

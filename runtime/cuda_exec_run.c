@@ -427,7 +427,14 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
                 algos_cached, heuristics, ex->cap_made, ex->cap_replays);
         for (int i = 0; i < XPH_COUNT; i++)
             fprintf(out, "%s\"%s\": %.3f", i ? ", " : "", xphase_names[i], ex->phase_ms[i]);
-        fputs("}}", out);
+        kf_blt_timing lt_ms;
+        kf_blt_timings(ex->lt, &lt_ms);
+        fprintf(out,
+                "}, \"cublaslt_ms\": {\"dlopen\": %.3f, \"dlsym\": %.3f, \"wait\": %.3f, "
+                "\"create\": %.3f, \"plans\": %.3f, \"algo_load\": %.3f, \"heuristic\": %.3f, "
+                "\"refused\": %u}}",
+                lt_ms.dlopen_ms, lt_ms.dlsym_ms, lt_ms.wait_ms, lt_ms.create_ms, lt_ms.plans_ms,
+                lt_ms.algo_load_ms, lt_ms.heuristic_ms, lt_ms.refused);
         return;
     }
     fprintf(out, "cuda: %s (%s, %d SMs), arch %s, streamed reads %s in L2\n", ex->dev.name,

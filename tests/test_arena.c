@@ -114,6 +114,83 @@ static size_t reference_layout(kf_arena_item *items, uint32_t n, size_t align, b
     return top;
 }
 
+/* The placement kf_arena_layout had before its treap: the same order, then
+ * for each item a sweep of every placed item by offset (O(n) per item). */
+static size_t former_sweep_layout(kf_arena_item *items, uint32_t n, size_t align) {
+    uint32_t *order = malloc(sizeof *order * (n ? n : 1));
+    uint32_t *placed = malloc(sizeof *placed * (n ? n : 1));
+    for (uint32_t i = 0; i < n; i++)
+        order[i] = i;
+    for (uint32_t a = 1; a < n; a++) { /* stable: insertion sort, largest first */
+        uint32_t v = order[a], b = a;
+        while (b > 0 && items[order[b - 1]].bytes < items[v].bytes) {
+            order[b] = order[b - 1];
+            b--;
+        }
+        order[b] = v;
+    }
+    size_t top = 0;
+    uint32_t n_placed = 0;
+    for (uint32_t a = 0; a < n; a++) {
+        kf_arena_item *it = &items[order[a]];
+        size_t size = up(it->bytes, align), off = 0;
+        for (uint32_t p = 0; p < n_placed; p++) {
+            const kf_arena_item *o = &items[placed[p]];
+            if (!live_together(it, o))
+                continue;
+            if (o->offset >= off + size)
+                break;
+            size_t end = o->offset + up(o->bytes, align);
+            if (end > off)
+                off = end;
+        }
+        it->offset = off;
+        if (off + size > top)
+            top = off + size;
+        uint32_t lo = 0;
+        while (lo < n_placed && items[placed[lo]].offset <= off)
+            lo++;
+        memmove(placed + lo + 1, placed + lo, sizeof *placed * (n_placed - lo));
+        placed[lo] = order[a];
+        n_placed++;
+    }
+    free(order);
+    free(placed);
+    return top;
+}
+
+/* n items the way programs make them, in proportions drawn per instance:
+ * short-lived intermediates, long-lived ones, graph outputs live to the end
+ * ([first, INT64_MAX]), inputs pinned for the whole run ([-1, n_groups]);
+ * sizes random, repeated (ties), powers of two, or empty. */
+static kf_arena_item *program_items(kf_test_rng *r, uint32_t n, int64_t n_groups) {
+    kf_arena_item *items = calloc(n ? n : 1, sizeof *items);
+    uint64_t w_long = kf_test_next(r) % 30, w_out = kf_test_next(r) % 60,
+             w_pin = kf_test_next(r) % 10;
+    size_t max_bytes = (size_t)1 << (8 + kf_test_next(r) % 16);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t size_kind = kf_test_next(r) % 8;
+        items[i].bytes = size_kind == 0   ? 0
+                         : size_kind <= 2 ? (size_t)(1 + kf_test_next(r) % 3) * 4096
+                         : size_kind == 3 ? (size_t)1 << (kf_test_next(r) % 20)
+                                          : (size_t)(kf_test_next(r) % max_bytes);
+        int64_t a = (int64_t)(kf_test_next(r) % (uint64_t)n_groups);
+        uint64_t kind = kf_test_next(r) % 100;
+        int64_t len = kind < w_long ? (int64_t)(kf_test_next(r) % (uint64_t)n_groups)
+                                    : (int64_t)(kf_test_next(r) % 6);
+        items[i].first = a;
+        items[i].last = a + len < n_groups ? a + len : n_groups - 1;
+        if (kind >= 100 - w_pin) {
+            items[i].first = -1;
+            items[i].last = n_groups;
+        } else if (kind >= 100 - w_pin - w_out) {
+            items[i].last = INT64_MAX;
+        }
+        items[i].offset = (size_t)-1;
+    }
+    return items;
+}
+
 static kf_mem libc_mem(void) {
     kf_mem m;
     kf_mem_resolve(&m, NULL);
@@ -161,6 +238,120 @@ static void test_layout_equals_the_executors_former_first_fit(void **state) {
         free(ref);
         free(items);
     }
+}
+
+/* Program-like instances of n in [lo, hi] items, five alignments: every
+ * layout is correct (no two items live together share a byte, offsets
+ * aligned, inside the total); where no walk reached its bound the offsets are
+ * the former sweep's, exactly. Returns how many rounds were exact. */
+static int place_like_the_former_sweep(uint64_t stream, int rounds, uint32_t lo, uint32_t hi,
+                                       double *worst_ratio) {
+    kf_test_rng r = kf_test_rng_make(stream);
+    kf_mem mem = libc_mem();
+    const size_t aligns[] = {1, 8, 64, 256, 4096};
+    int exact = 0;
+    *worst_ratio = 1;
+    for (int round = 0; round < rounds; round++) {
+        uint32_t n = lo + (uint32_t)(kf_test_next(&r) % (hi - lo + 1));
+        size_t align = aligns[kf_test_next(&r) % 5];
+        int64_t n_groups = 1 + (int64_t)(kf_test_next(&r) % (n / 2));
+        kf_arena_item *items = program_items(&r, n, n_groups);
+        kf_arena_item *ref = malloc(sizeof *ref * n);
+        memcpy(ref, items, sizeof *ref * n);
+        kf_arena_stats stats;
+        size_t total = kf_arena_layout(&mem, items, n, align, false, &stats);
+        size_t ref_total = former_sweep_layout(ref, n, align);
+        assert_false(stats.fallback);
+        check_layout(items, n, align, total);
+        assert_true(total <= stats.unshared);
+        if (stats.bounded) {
+            double ratio = (double)total / (double)(ref_total ? ref_total : 1);
+            if (ratio > *worst_ratio)
+                *worst_ratio = ratio;
+        } else {
+            exact++;
+            if (total != ref_total)
+                fail_msg("round %d (%u items, align %zu): %zu bytes, the former sweep %zu", round,
+                         n, align, total, ref_total);
+            for (uint32_t i = 0; i < n; i++)
+                if (items[i].offset != ref[i].offset)
+                    fail_msg("round %d, item %u of %u (%zu bytes, [%lld, %lld]): offset %zu, the "
+                             "former sweep gave %zu",
+                             round, i, n, items[i].bytes, (long long)items[i].first,
+                             (long long)items[i].last, items[i].offset, ref[i].offset);
+        }
+        free(ref);
+        free(items);
+    }
+    return exact;
+}
+
+/* Up to 1,024 items no walk can reach its bound: first fit, exactly. */
+static void test_a_thousand_items_get_the_former_sweeps_offsets(void **state) {
+    (void)state;
+    double worst;
+    assert_int_equal(place_like_the_former_sweep(8, 30, 900, 1024, &worst), 30);
+}
+
+/* Thousands: correct always; first fit wherever no walk reached its bound
+ * (the rest go above what is live with them: the peak ratio is printed). */
+static void test_thousands_of_items_are_placed_correctly(void **state) {
+    (void)state;
+    double worst;
+    int exact = place_like_the_former_sweep(10, 16, 1025, 4000, &worst);
+    print_message("%d of 16 rounds first fit exactly; the others' peak at most %.4f x the former "
+                  "sweep's\n",
+                  exact, worst);
+}
+
+/* The walk's cost where the former sweep was quadratic: thousands of items
+ * live together (the outputs of a graph, all live to the end), a chain of
+ * intermediates, and a mix of both with pinned inputs. The bound, 8 n log2 n
+ * steps, is far below what the former sweep took (n^2 / 2 on the first). */
+static void test_outputs_live_to_the_end_are_placed_in_log_steps(void **state) {
+    (void)state;
+    kf_mem mem = libc_mem();
+    const uint32_t n = 20000;
+    const uint64_t bound = 8ull * n * 15; /* 15 > log2(20000) */
+    kf_arena_item *items = calloc(n, sizeof *items);
+    uint64_t steps[3];
+    size_t totals[3];
+    for (int shape = 0; shape < 3; shape++) {
+        for (uint32_t i = 0; i < n; i++) {
+            items[i].bytes = shape == 2 ? 1024 + (i % 3) * 512 : 1024;
+            items[i].first = i;
+            items[i].last = shape == 0 ? INT64_MAX : i + 1;
+            if (shape == 2 && i % 3 == 0)
+                items[i].last = INT64_MAX;
+            if (shape == 2 && i % 97 == 0)
+                items[i].first = -1, items[i].last = n;
+        }
+        kf_arena_stats stats;
+        totals[shape] = kf_arena_layout(&mem, items, n, 64, false, &stats);
+        steps[shape] = stats.steps;
+        print_message("shape %d: %llu steps for %u items\n", shape,
+                      (unsigned long long)stats.steps, n);
+    }
+    free(items);
+
+    /* Any instance: no walk looks at more than max(1024, 32 log2 n) nodes,
+     * and a walk that reaches that still places its item correctly. */
+    kf_test_rng r = kf_test_rng_make(11);
+    kf_arena_item *mixed = program_items(&r, n, 1 + (int64_t)(kf_test_next(&r) % n));
+    kf_arena_stats stats;
+    size_t total = kf_arena_layout(&mem, mixed, n, 256, false, &stats);
+    print_message("program-like: %llu steps for %u items, %u placed by the bound\n",
+                  (unsigned long long)stats.steps, n, stats.bounded);
+    check_layout(mixed, n, 256, total);
+    free(mixed);
+    assert_true(stats.steps <= (uint64_t)n * 1024);
+
+    assert_int_equal(totals[0], (size_t)n * 1024); /* all live together: end to end */
+    assert_int_equal(totals[1], 2 * 1024);         /* a chain: two slots */
+    for (int shape = 0; shape < 3; shape++)
+        if (steps[shape] > bound)
+            fail_msg("shape %d: %llu steps to place %u items, over %llu", shape,
+                     (unsigned long long)steps[shape], n, (unsigned long long)bound);
 }
 
 static void test_items_with_disjoint_ranges_share_one_slot(void **state) {
@@ -355,6 +546,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_items_live_together_never_share_bytes),
         cmocka_unit_test(test_layout_equals_the_executors_former_first_fit),
+        cmocka_unit_test(test_a_thousand_items_get_the_former_sweeps_offsets),
+        cmocka_unit_test(test_thousands_of_items_are_placed_correctly),
+        cmocka_unit_test(test_outputs_live_to_the_end_are_placed_in_log_steps),
         cmocka_unit_test(test_items_with_disjoint_ranges_share_one_slot),
         cmocka_unit_test(test_a_chain_reuses_the_slot_two_steps_back),
         cmocka_unit_test(test_every_offset_and_the_total_are_aligned),

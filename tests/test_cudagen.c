@@ -1778,6 +1778,94 @@ static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state
     assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
+/* The *.kfc names in dir, sorted and joined by spaces, into out. */
+static void kfc_names(const char *dir, char *out, size_t cap) {
+    char names[64][264];
+    int n = 0;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL && n < 64;)
+        if (strstr(e->d_name, ".kfc"))
+            snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    out[0] = 0;
+    for (int i = 0; i < n; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s ", names[i]);
+}
+
+/* `kfuse aot` is kf_aot with hooks that print: for the same graph, options and
+ * arch, the command's coverage line counts what kf_aot's summary counts, and
+ * both leave the same entries. The command's options reach kf_aot as
+ * kf_options (here --gemm generated and --no-cublaslt, which change the
+ * kernels). */
+static void test_the_aot_command_stores_what_kf_aot_stores(void **state) {
+    (void)state;
+    if (!have_nvrtc())
+        skip();
+    char dir[] = "/tmp/kf_aotcli_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    static const char text[] = "kfg 1\nx = input(bf16[64, 256])\nw = input(bf16[256, 128])\n"
+                               "b = input(bf16[128])\nm = matmul(x, w)\ny = add(m, b)\n"
+                               "g = gelu(y)\nz = exp(x)\noutput g\noutput z\n";
+    char file[96], cli_dir[96], api_dir[96], out[96];
+    snprintf(file, sizeof file, "%s/g.kfg", dir);
+    snprintf(cli_dir, sizeof cli_dir, "%s/cli", dir);
+    snprintf(api_dir, sizeof api_dir, "%s/api", dir);
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    char *argv[] = {"aot", "--arch", "sm_80", "--gemm", "generated", "--no-cublaslt",
+                    file,  "-o",     cli_dir, NULL};
+    fflush(stdout);
+    FILE *saved = stdout;
+    stdout = fopen(out, "w");
+    assert_non_null(stdout);
+    int rc = kf_cmd_aot(9, argv);
+    fclose(stdout);
+    stdout = saved;
+    assert_int_equal(rc, 0);
+    unsigned long kernels = 0, cached = 99, compiled = 0;
+    f = fopen(out, "r");
+    assert_non_null(f);
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        const char *k = strstr(line, " sm_80 ");
+        if (k)
+            assert_int_equal(sscanf(k, " sm_80 %lu kernels %lu cached %lu compiled", &kernels,
+                                    &cached, &compiled),
+                             3);
+    }
+    fclose(f);
+
+    kf_options o;
+    kf_options_init(&o);
+    o.cache_dir = api_dir;
+    o.gemm = KF_GEMM_GENERATED;
+    o.flags = KF_FLAG_NO_CUBLASLT;
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(ctx, text, strlen(text), &g), KF_OK);
+    const char *archs[] = {"sm_80"};
+    kf_aot_summary a;
+    assert_int_equal(kf_aot(ctx, g, archs, 1, &a), KF_OK);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    assert_true(a.kernels >= 2); /* the generated GEMM and the exp */
+    assert_int_equal(kernels, a.kernels);
+    assert_int_equal(cached, 0);
+    assert_int_equal(compiled, a.compiled);
+    char cli_names[64 * 264], api_names[64 * 264];
+    kfc_names(cli_dir, cli_names, sizeof cli_names);
+    kfc_names(api_dir, api_names, sizeof api_names);
+    assert_true(cli_names[0] != 0);
+    assert_string_equal(cli_names, api_names);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 static void test_aot_rejects_bad_usage(void **state) {
     (void)state;
     char *a1[] = {"aot", "x.kfg", NULL};
@@ -1812,6 +1900,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
         cmocka_unit_test(test_kf_aot_and_the_cache_calls_of_the_public_api),
+        cmocka_unit_test(test_the_aot_command_stores_what_kf_aot_stores),
         cmocka_unit_test(test_aot_rejects_bad_usage),
     };
     return kf_test_run(tests);
