@@ -183,6 +183,16 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
         compile_flags(p.plan, seen, gen, 1);
         plan_release(&p);
     }
+    /* a norm prologue folded into B (2 N < M): the fold pre-pass, sm_90a */
+    {
+        static const unsigned gen[] = {KF_CUDA_RECIPE_GEMM_GENERATED};
+        planned p;
+        plan_text("kfg 1\nx = input(bf16[512, 128])\ng = input(bf16[128])\n"
+                  "w = input(bf16[128, 64])\nn = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                  &p);
+        compile_flags(p.plan, seen, gen, 1);
+        plan_release(&p);
+    }
     /* column reduction; a softmax over a non-last axis; a layout copy */
     compile_text("kfg 1\nx = input(f32[64, 32])\ny = reduce_sum(x, axis=0)\noutput y\n", seen);
     compile_text("kfg 1\nx = input(f32[16, 8])\ny = softmax(x, axis=0)\noutput y\n", seen);
