@@ -699,6 +699,24 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
  * memory) where the kernel takes it; else the
  * prologue kernel writes A, normalized, to scratch (a step before the GEMM,
  * as on the cuBLASLt side) and the kernel reads that. */
+/* A kernel made for a step before the GEMM's (the row statistics, a fold
+ * pre-pass; st is how making it went): added as a GEMM_PROLOGUE step. The
+ * GEMM kernel already took the group, so a refusal here is the recipe's
+ * internal error; on any failure `gemm` is released too. */
+static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_kernel *pk,
+                              kf_cuda_kernel *gemm, kf_cuda_kstep **out) {
+    if (st != KF_OK) {
+        kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
+                   pk->error[0] ? pk->error : kf_status_str(st));
+        kf_cuda_kernel_release(b->mem, pk);
+        kf_cuda_kernel_release(b->mem, gemm);
+        return st == KF_ERR_UNSUPPORTED || st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
+    }
+    if ((st = kf_rb_add_made_kernel(b, pk, KF_CUDA_ROLE_GEMM_PROLOGUE, out)) != KF_OK)
+        kf_cuda_kernel_release(b->mem, gemm);
+    return st;
+}
+
 static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
@@ -932,18 +950,9 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         memset(&sk, 0, sizeof sk);
         st = kf_cuda_codegen_gemm_stats(plan, b->gi, b->target->arch, b->mem,
                                         kf_cuda_gemm_norm_stats(plan, b->gi), &sk);
-        if (st != KF_OK) {
-            kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
-                       sk.error[0] ? sk.error : kf_status_str(st));
-            kf_cuda_kernel_release(b->mem, &sk);
-            kf_cuda_kernel_release(b->mem, &k);
-            return st == KF_ERR_UNSUPPORTED || st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
-        }
         kf_cuda_kstep *sks = NULL;
-        if ((st = kf_rb_add_made_kernel(b, &sk, KF_CUDA_ROLE_GEMM_PROLOGUE, &sks)) != KF_OK) {
-            kf_cuda_kernel_release(b->mem, &k);
+        if ((st = add_pre_step(b, grp, st, &sk, &k, &sks)) != KF_OK)
             return st;
-        }
     }
     for (int i = 0; fold && i < (dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
         const kf_cuda_operand *lbi = i ? &lb1 : &lb;
@@ -952,18 +961,9 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         kf_cuda_kernel fk;
         memset(&fk, 0, sizeof fk);
         st = kf_cuda_codegen_gemm_fold(plan, b->gi, b->target->arch, b->mem, &fs, &fk);
-        if (st != KF_OK) {
-            kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
-                       fk.error[0] ? fk.error : kf_status_str(st));
-            kf_cuda_kernel_release(b->mem, &fk);
-            kf_cuda_kernel_release(b->mem, &k);
-            return st == KF_ERR_UNSUPPORTED || st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
-        }
         kf_cuda_kstep *fks = NULL;
-        if ((st = kf_rb_add_made_kernel(b, &fk, KF_CUDA_ROLE_GEMM_PROLOGUE, &fks)) != KF_OK) {
-            kf_cuda_kernel_release(b->mem, &k);
+        if ((st = add_pre_step(b, grp, st, &fk, &k, &fks)) != KF_OK)
             return st;
-        }
         /* B as the GEMM would read it: the operand's view */
         for (uint32_t j = 0; j < fks->kernel.n_params; j++)
             if (fks->kernel.params[j].kind == KF_CUDA_PARAM_IN &&
