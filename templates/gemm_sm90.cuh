@@ -179,8 +179,32 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
 #pragma unroll
     for (int hf = 0; hf < KF_HALVES; hf++) {
         const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#if KF_A_FOLD
+        /* the fold's row statistics, once for the lane's two rows (h) */
+        float frs[2], fmu[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+            kf_fold_rows(r < KF_M ? r : KF_M - 1, frs[h], fmu[h], KF_ARGS);
+        }
+#endif
 #pragma unroll
         for (int j0 = 0; j0 < KF_ON / 8; j0 += 4) {
+#if KF_A_FOLD
+            /* and its column terms, once for both rows (the partners: their
+             * own columns, c ^ D / 2) */
+            const long long cf = (long long)nb * KF_ON + 8 * (j0 + lane % 4);
+            float fc[8], fd[8];
+            kf_fold_cols(0, cf, fc, fd, KF_ARGS);
+#if KF_DUAL
+            float fc1[8], fd1[8];
+            kf_fold_cols(1, cf, fc1, fd1, KF_ARGS);
+#endif
+#if KF_HEAD_D
+            float fcp[8], fdp[8];
+            kf_fold_cols(0, cf ^ (KF_HEAD_D / 2), fcp, fdp, KF_ARGS);
+#endif
+#endif
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float a[8];
@@ -221,14 +245,13 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
                 const long long c = (long long)nb * KF_ON + 8 * (j0 + lane % 4);
                 const bool ok = r < KF_M;
 #if KF_A_FOLD
-                /* the product of the normalized A from that of A's input
-                 * (the partners: their own columns, c ^ D / 2) */
-                kf_fold(a, 0, ok ? r : KF_M - 1, c, KF_ARGS);
+                /* the product of the normalized A from that of A's input */
+                kf_fold(a, frs[h], fmu[h], fc, fd);
 #if KF_DUAL
-                kf_fold(a1, 1, ok ? r : KF_M - 1, c, KF_ARGS);
+                kf_fold(a1, frs[h], fmu[h], fc1, fd1);
 #endif
 #if KF_HEAD_D
-                kf_fold(ap, 0, ok ? r : KF_M - 1, c ^ (KF_HEAD_D / 2), KF_ARGS);
+                kf_fold(ap, frs[h], fmu[h], fcp, fdp);
 #endif
 #endif
 #if KF_DUAL

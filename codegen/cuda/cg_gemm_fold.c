@@ -263,42 +263,57 @@ void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
     const kf_group *g = c->g;
     const char *rr = cg_round_fn(g->expr[fp->f.rstd].dtype);
     const char *rm = fp->f.ln ? cg_round_fn(g->expr[fp->f.mean].dtype) : NULL;
+    /* Three pieces, so the template loads a row's statistics once for its
+     * column groups and a column group's terms once for its rows: in the
+     * register epilogue of a K = 1024 GEMM, loading them for every 8 columns
+     * of every row left the LayerNorm fold at 53% SM throughput (H200, ncu,
+     * GPT-2's Q/K/V) where the RMSNorm fold's GEMM ran at 87%. */
     cg_printf(&c->s,
               "#define KF_A_FOLD 1\n"
-              "/* The norm folded into B: the accumulators of 8 columns c0.. of row r\n"
-              " * become the product of the normalized A (anchor `which`). */\n"
-              "__device__ __forceinline__ void kf_fold(float *a, int which, long long r, "
-              "long long c0, KF_PARAMS) {\n"
-              "    (void)which;\n"
-              "    const float rs = %s(p%d[r * %uLL + %u]);\n",
+              "/* The norm folded into B: row r's statistics. */\n"
+              "__device__ __forceinline__ void kf_fold_rows(long long r, float &rs, float &mu, "
+              "KF_PARAMS) {\n"
+              "    rs = %s(p%d[r * %uLL + %u]);\n",
               rr ? rr : "", fp->stats, fp->n_stats, fp->i_rstd);
+    if (fp->f.ln)
+        cg_printf(&c->s, "    mu = %s(p%d[r * %uLL + %u]);\n}\n", rm ? rm : "", fp->stats,
+                  fp->n_stats, fp->i_mean);
+    else
+        cg_puts(&c->s, "    mu = 0.0f;\n}\n");
+    cg_puts(&c->s, "/* The column terms of 8 columns c0.. of anchor `which` (a LayerNorm's B\n"
+                   " * column sums and beta's product; zero for an RMSNorm). */\n"
+                   "__device__ __forceinline__ void kf_fold_cols(int which, long long c0, float "
+                   "*cc, float *dd, KF_PARAMS) {\n    (void)which;\n    (void)c0;\n");
     if (!fp->f.ln) {
-        cg_puts(&c->s, "    (void)c0;\n#pragma unroll\n    for (int k = 0; k < 8; k++)\n"
-                       "        a[k] *= rs;\n}\n\n");
-        return;
+        cg_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < 8; k++)\n"
+                       "        cc[k] = dd[k] = 0.0f;\n}\n");
+    } else {
+        cg_printf(&c->s,
+                  "    const float *cd = which ? p%d : p%d;\n"
+                  "    if (KF_N %% 8 == 0 && c0 + 8 <= KF_N) {\n"
+                  "        const float4 *c4 = reinterpret_cast<const float4 *>(cd + c0);\n"
+                  "        const float4 *d4 = reinterpret_cast<const float4 *>(cd + KF_N + c0);\n"
+                  "        const float4 x0 = c4[0], x1 = c4[1], y0 = d4[0], y1 = d4[1];\n"
+                  "        cc[0] = x0.x; cc[1] = x0.y; cc[2] = x0.z; cc[3] = x0.w;\n"
+                  "        cc[4] = x1.x; cc[5] = x1.y; cc[6] = x1.z; cc[7] = x1.w;\n"
+                  "        dd[0] = y0.x; dd[1] = y0.y; dd[2] = y0.z; dd[3] = y0.w;\n"
+                  "        dd[4] = y1.x; dd[5] = y1.y; dd[6] = y1.z; dd[7] = y1.w;\n"
+                  "    } else {\n"
+                  "#pragma unroll\n"
+                  "        for (int k = 0; k < 8; k++) {\n"
+                  "            cc[k] = c0 + k < KF_N ? cd[c0 + k] : 0.0f;\n"
+                  "            dd[k] = c0 + k < KF_N ? cd[KF_N + c0 + k] : 0.0f;\n"
+                  "        }\n"
+                  "    }\n}\n",
+                  fp->cd[1] >= 0 ? fp->cd[1] : fp->cd[0], fp->cd[0]);
     }
     cg_printf(&c->s,
-              "    const float mu = %s(p%d[r * %uLL + %u]);\n"
-              "    const float *cd = which ? p%d : p%d;\n"
-              "    float cc[8], dd[8];\n"
-              "    if (KF_N %% 8 == 0 && c0 + 8 <= KF_N) {\n"
-              "        const float4 *c4 = reinterpret_cast<const float4 *>(cd + c0);\n"
-              "        const float4 *d4 = reinterpret_cast<const float4 *>(cd + KF_N + c0);\n"
-              "        const float4 x0 = c4[0], x1 = c4[1], y0 = d4[0], y1 = d4[1];\n"
-              "        cc[0] = x0.x; cc[1] = x0.y; cc[2] = x0.z; cc[3] = x0.w;\n"
-              "        cc[4] = x1.x; cc[5] = x1.y; cc[6] = x1.z; cc[7] = x1.w;\n"
-              "        dd[0] = y0.x; dd[1] = y0.y; dd[2] = y0.z; dd[3] = y0.w;\n"
-              "        dd[4] = y1.x; dd[5] = y1.y; dd[6] = y1.z; dd[7] = y1.w;\n"
-              "    } else {\n"
-              "#pragma unroll\n"
-              "        for (int k = 0; k < 8; k++) {\n"
-              "            cc[k] = c0 + k < KF_N ? cd[c0 + k] : 0.0f;\n"
-              "            dd[k] = c0 + k < KF_N ? cd[KF_N + c0 + k] : 0.0f;\n"
-              "        }\n"
-              "    }\n"
+              "/* The accumulators of 8 columns of a row become the product of the\n"
+              " * normalized A. */\n"
+              "__device__ __forceinline__ void kf_fold(float *a, float rs, float mu, const float "
+              "*cc, const float *dd) {\n"
               "#pragma unroll\n"
               "    for (int k = 0; k < 8; k++)\n"
-              "        a[k] = rs * (a[k] - mu * cc[k]) + dd[k];\n}\n\n",
-              rm ? rm : "", fp->stats, fp->n_stats, fp->i_mean, fp->cd[1] >= 0 ? fp->cd[1] : fp->cd[0],
-              fp->cd[0]);
+              "        a[k] = %s;\n}\n\n",
+              fp->f.ln ? "rs * (a[k] - mu * cc[k]) + dd[k]" : "a[k] * rs");
 }
