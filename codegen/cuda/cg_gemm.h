@@ -68,7 +68,8 @@ typedef struct cg_gemm_fold {
  * cg_fail) when the fold does not take the group or this A. */
 kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold *fp);
 
-/* KF_A_FOLD and kf_fold(a, which, r, c0, ...), after KF_N is defined. */
+/* KF_A_FOLD, kf_fold_rows (a row's statistics), kf_fold_cols (a column
+ * group's terms) and kf_fold (the 8 accumulators), after KF_N is defined. */
 void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp);
 
 #endif /* KF_CODEGEN_CUDA_CG_GEMM_H */
