@@ -64,6 +64,17 @@ typedef struct cg_gemm_fold {
     unsigned n_stats, i_rstd, i_mean; /* statistics a row, and where rstd / mean sit */
 } cg_gemm_fold;
 
+/* Whether node i of a norm prologue's expression is a float load that
+ * depends on k alone (every stride over the row dims but the last zero: a
+ * gamma or beta), and its stride along k (0 when K is 1). */
+bool cg_gemm_column_load(const kf_plan *plan, const kf_group *g, uint32_t i);
+int64_t cg_gemm_column_stride(const kf_group *g, uint32_t i);
+
+/* Why the norm's input cannot be the kernel's A as it is (a loaded tensor of
+ * the product's dtype, contiguous [M, K], batch 1, K-major: what TMA reads
+ * for both the ring's normalization and the fold), or NULL. */
+const char *cg_gemm_norm_input_why(const cg *c, const kf_cuda_gemm_shape *sh);
+
 /* Adds the params (before the source's head); KF_ERR_UNSUPPORTED (through
  * cg_fail) when the fold does not take the group or this A. */
 kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold *fp);

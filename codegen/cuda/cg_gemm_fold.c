@@ -31,9 +31,7 @@ static uint32_t under_casts(const kf_group *g, uint32_t i) {
     return i;
 }
 
-/* A float load that depends on k alone: every stride over the row dims but
- * the last zero. */
-static bool column_load(const kf_plan *plan, const kf_group *g, uint32_t i) {
+bool cg_gemm_column_load(const kf_plan *plan, const kf_group *g, uint32_t i) {
     if (i == KF_NONE || i >= g->n_expr || g->expr[i].kind != KF_EXPR_LOAD || g->row_rank < 1)
         return false;
     const kf_expr *e = &g->expr[i];
@@ -44,6 +42,10 @@ static bool column_load(const kf_plan *plan, const kf_group *g, uint32_t i) {
         if (e->strides[d] != 0 && g->row_dims[d] != 1)
             return false;
     return true;
+}
+
+int64_t cg_gemm_column_stride(const kf_group *g, uint32_t i) {
+    return g->row_dims[g->row_rank - 1] == 1 ? 0 : g->expr[i].strides[g->row_rank - 1];
 }
 
 static bool is_stat(const kf_group *g, uint32_t i, kf_stat s) {
@@ -97,9 +99,9 @@ bool kf_cuda_gemm_fold_of(const kf_plan *plan, uint32_t group, kf_cuda_gemm_fold
     uint32_t t = under_casts(g, gm->a_root), a, b;
     /* + beta */
     if (binary(g, t, KF_OP_ADD, &a, &b)) {
-        if (column_load(plan, g, b))
+        if (cg_gemm_column_load(plan, g, b))
             f->beta = b;
-        else if (column_load(plan, g, a)) {
+        else if (cg_gemm_column_load(plan, g, a)) {
             f->beta = a;
             a = b;
         } else
@@ -110,9 +112,9 @@ bool kf_cuda_gemm_fold_of(const kf_plan *plan, uint32_t group, kf_cuda_gemm_fold
     if (!scaled_row(g, t, f)) {
         if (!binary(g, t, KF_OP_MUL, &a, &b))
             return false;
-        if (column_load(plan, g, b) && scaled_row(g, a, f))
+        if (cg_gemm_column_load(plan, g, b) && scaled_row(g, a, f))
             f->gamma = b;
-        else if (column_load(plan, g, a) && scaled_row(g, b, f))
+        else if (cg_gemm_column_load(plan, g, a) && scaled_row(g, b, f))
             f->gamma = a;
         else
             return false;
@@ -122,11 +124,8 @@ bool kf_cuda_gemm_fold_of(const kf_plan *plan, uint32_t group, kf_cuda_gemm_fold
 
 /* Element k of column load `node` as C text: p<param>[k * stride]. */
 static void load_k(cg *c, uint32_t node, int param, const char *k) {
-    const kf_group *g = c->g;
-    const kf_expr *e = &g->expr[node];
-    int64_t s = g->row_dims[g->row_rank - 1] == 1 ? 0 : e->strides[g->row_rank - 1];
     cg_printf(&c->s, "(float)kf_ld(p%d + (%" PRId64 "LL + (%s) * %" PRId64 "LL))", param,
-              e->offset, k, s);
+              c->g->expr[node].offset, k, cg_gemm_column_stride(c->g, node));
 }
 
 kf_status kf_cuda_codegen_gemm_fold(const kf_plan *plan, uint32_t group, const char *arch,
@@ -209,6 +208,26 @@ kf_status kf_cuda_codegen_gemm_fold(const kf_plan *plan, uint32_t group, const c
     return cg_end(&c, c.st);
 }
 
+const char *cg_gemm_norm_input_why(const cg *c, const kf_cuda_gemm_shape *sh) {
+    const kf_group *g = c->g;
+    const kf_tensor *mm = cg_tensor(c, g->gemm.anchor[0]);
+    const kf_expr *in = &g->expr[g->row.input];
+    if (in->kind != KF_EXPR_LOAD || cg_tensor(c, in->base)->dtype != mm->dtype)
+        return "the norm's input is not a loaded tensor of the product's dtype";
+    int64_t cs[KF_MAX_RANK], acc = 1;
+    for (int d = g->row_rank - 1; d >= 0; d--) {
+        cs[d] = acc;
+        acc *= g->row_dims[d];
+    }
+    for (int d = 0; d < g->row_rank; d++)
+        if (g->row_dims[d] != 1 && in->strides[d] != cs[d])
+            return "the norm's input is not contiguous (TMA reads A as it is)";
+    if (g->row_rank < 2 || g->row_dims[g->row_rank - 1] != sh->k || acc != sh->m * sh->k ||
+        sh->batch != 1 || !sh->a_kmajor)
+        return "a norm prologue on a batched or transposed A";
+    return NULL;
+}
+
 kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold *fp) {
     const kf_group *g = c->g;
     const kf_gemm_info *gm = &g->gemm;
@@ -217,22 +236,8 @@ kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold
     if (!kf_cuda_gemm_fold_of(c->plan, g->id, &fp->f))
         return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): no norm prologue the fold takes",
                        g->id, g->name);
-    const kf_tensor *mm = cg_tensor(c, gm->anchor[0]);
     const kf_expr *in = &g->expr[g->row.input];
-    const char *why = NULL;
-    int64_t cs[KF_MAX_RANK], acc = 1;
-    for (int d = g->row_rank - 1; d >= 0; d--) {
-        cs[d] = acc;
-        acc *= g->row_dims[d];
-    }
-    if (cg_tensor(c, in->base)->dtype != mm->dtype)
-        why = "the norm's input is not of the product's dtype";
-    for (int d = 0; !why && d < g->row_rank; d++)
-        if (g->row_dims[d] != 1 && in->strides[d] != cs[d])
-            why = "the norm's input is not contiguous (TMA reads A as it is)";
-    if (!why && (g->row_rank < 2 || g->row_dims[g->row_rank - 1] != sh->k ||
-                 acc != sh->m * sh->k || sh->batch != 1 || !sh->a_kmajor))
-        why = "a norm prologue on a batched or transposed A";
+    const char *why = cg_gemm_norm_input_why(c, sh);
     if (!why && sh->epi_staged)
         why = "the fold's row scale runs in the register epilogue (not staged)";
     if (why)
@@ -240,12 +245,12 @@ kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold
     unsigned stats = (1u << KF_STAT_RMS_RSTD);
     if (fp->f.ln)
         stats = (1u << KF_STAT_MEAN) | (1u << KF_STAT_RSTD);
-    if ((kf_cuda_gemm_norm_stats(c->plan, g->id) & stats) != stats)
+    /* the pre-pass packs its statistics in enum order (kf_cuda_codegen_gemm_stats) */
+    unsigned all = kf_cuda_gemm_norm_stats(c->plan, g->id);
+    if ((all & stats) != stats)
         return cg_fail(c, KF_ERR_UNSUPPORTED,
                        "group %u (%s): the statistics pre-pass does not write the fold's", g->id,
                        g->name);
-    /* the pre-pass packs its statistics in enum order (kf_cuda_codegen_gemm_stats) */
-    unsigned all = kf_cuda_gemm_norm_stats(c->plan, g->id);
     fp->n_stats = (unsigned)__builtin_popcount(all);
     unsigned below = (1u << g->expr[fp->f.rstd].stat) - 1u;
     fp->i_rstd = (unsigned)__builtin_popcount(all & below);

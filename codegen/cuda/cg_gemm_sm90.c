@@ -116,23 +116,12 @@ static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *
                                 int *stats_param, unsigned *n_stats, apro_cols *cols) {
     const kf_group *g = c->g;
     const kf_gemm_info *gm = &g->gemm;
-    const kf_tensor *mm = cg_tensor(c, gm->anchor[0]);
     if (gm->a_root == KF_NONE || !g->row.present || g->row.space != KF_SPACE_ROW)
         return "a norm prologue without a row stage";
     const kf_expr *in = &g->expr[g->row.input];
-    if (in->kind != KF_EXPR_LOAD || cg_tensor(c, in->base)->dtype != mm->dtype)
-        return "the norm's input is not a loaded tensor of the product's dtype";
-    int64_t cs[KF_MAX_RANK], acc = 1;
-    for (int d = g->row_rank - 1; d >= 0; d--) {
-        cs[d] = acc;
-        acc *= g->row_dims[d];
-    }
-    for (int d = 0; d < g->row_rank; d++)
-        if (g->row_dims[d] != 1 && in->strides[d] != cs[d])
-            return "the norm's input is not contiguous (TMA reads A as it is)";
-    if (g->row_rank < 2 || g->row_dims[g->row_rank - 1] != sh->k || acc != sh->m * sh->k ||
-        sh->batch != 1 || !sh->a_kmajor)
-        return "a norm prologue on a batched or transposed A";
+    const char *why = cg_gemm_norm_input_why(c, sh);
+    if (why)
+        return why;
     memset(c->need, 0, c->n * sizeof *c->need);
     cg_mark(c, gm->a_root);
     unsigned stats = stats_under(g, gm->a_root);
@@ -173,16 +162,9 @@ static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *
         const kf_expr *e = &g->expr[i];
         if (!c->need[i] || c->ov[i][0] || e->kind != KF_EXPR_LOAD)
             continue;
-        /* a column vector: strides over the row dims all zero, a float dtype */
-        bool col = cols->n < APRO_MAX_COLS && g->row_rank >= 1;
-        kf_dtype ldt = cg_tensor(c, e->base)->dtype;
-        col = col && (ldt == KF_DTYPE_F32 || ldt == KF_DTYPE_BF16 || ldt == KF_DTYPE_F16);
-        for (int d = 0; col && d + 1 < g->row_rank; d++)
-            col = e->strides[d] == 0 || g->row_dims[d] == 1;
-        if (col) {
+        if (cols->n < APRO_MAX_COLS && cg_gemm_column_load(c->plan, g, i)) {
             cols->param[cols->n] = c->param[i];
-            cols->stride[cols->n] = g->row_dims[g->row_rank - 1] == 1 ? 0
-                                                                         : e->strides[g->row_rank - 1];
+            cols->stride[cols->n] = cg_gemm_column_stride(g, i);
             snprintf(c->ov[i], OV_MAX, "cv[%u][kc + k]", cols->n);
             cols->n++;
             continue;
