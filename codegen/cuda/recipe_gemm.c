@@ -759,14 +759,13 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     int64_t a_rows = 1, n_all = mm->dims[mm->rank - 1] * (dual ? 2 : 1);
     for (int d = 0; d + 1 < mm->rank; d++)
         a_rows *= mm->dims[d];
+    /* the kernel reads the norm's loaded input itself (fold or ring) */
+    bool own_a = pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE && !mm->attr.transpose_a;
     bool ring = (b->target->flags & KF_CUDA_RECIPE_GEMM_NORM_IN_RING) != 0;
     kf_cuda_gemm_fold fold_of;
-    bool fold = pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE &&
-                !mm->attr.transpose_a && !ring &&
-                !(b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) && 2 * n_all < a_rows &&
-                kf_cuda_gemm_fold_of(plan, b->gi, &fold_of);
-    bool norm = ring && pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE && !dual &&
-                !mm->attr.transpose_a;
+    bool fold = own_a && !ring && !(b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) &&
+                2 * n_all < a_rows && kf_cuda_gemm_fold_of(plan, b->gi, &fold_of);
+    bool norm = own_a && ring && !dual;
     bool scratch = gm->a_prologue && !norm && !fold;
     uint32_t norm_in = norm || fold ? pin->base : KF_NONE;
     if (gm->row_epilogue && !gm->row_split)
