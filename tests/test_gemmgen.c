@@ -40,6 +40,15 @@ static const kf_cuda_recipe *gemm_recipe(const kf_plan *plan, const kf_cuda_reci
     return NULL;
 }
 
+/* A measured choice between two variants: the generated kernel(s) first,
+ * cuBLASLt and the kernels around it second. */
+static void expect_measured_pair(const kf_cuda_recipe *rc) {
+    assert_int_equal(rc->choice, KF_CUDA_CHOICE_MEASURED);
+    assert_int_equal(rc->n_variants, 2);
+    assert_string_equal(rc->variants[0].label, "generated");
+    assert_string_equal(rc->variants[1].label, "cublaslt");
+}
+
 /* The generated kernel of `text`'s GEMM group with GEMM_GENERATED on an
  * H100 target: checked and compiled. `want_tile` is the tile the recipe must
  * name ("128x256", "dual 128x(2x64)": a dual kernel takes three maps). */
@@ -380,10 +389,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     /* measured: the kernel first, cuBLASLt second */
     rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_MEASURED);
     rc = gemm_recipe(p.plan, rec);
-    assert_int_equal(rc->choice, KF_CUDA_CHOICE_MEASURED);
-    assert_int_equal(rc->n_variants, 2);
-    assert_string_equal(rc->variants[0].label, "generated");
-    assert_string_equal(rc->variants[1].label, "cublaslt");
+    expect_measured_pair(rc);
     assert_int_equal(rc->variants[0].first_step, 0);
     assert_int_equal(rc->variants[0].n_steps, 1);
     assert_int_equal(rc->variants[1].first_step, 1);
@@ -406,10 +412,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
             kf_cuda_recipes *r = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
                                                  KF_CUDA_RECIPE_GEMM_MEASURED);
             const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
-            assert_int_equal(c->choice, KF_CUDA_CHOICE_MEASURED);
-            assert_int_equal(c->n_variants, 2);
-            assert_string_equal(c->variants[0].label, "generated");
-            assert_string_equal(c->variants[1].label, "cublaslt");
+            expect_measured_pair(c);
             if (i == 0) {
                 assert_non_null(strstr(c->variants[0].how, "dual"));
             } else {
@@ -465,10 +468,7 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
         rec = kf_sass_recipes(&MEM, p.plan, i == 0 ? "a100" : NULL, i == 0 ? NULL : m8x[i],
                               KF_CUDA_RECIPE_GEMM_MEASURED);
         rc = gemm_recipe(p.plan, rec);
-        assert_int_equal(rc->choice, KF_CUDA_CHOICE_MEASURED);
-        assert_int_equal(rc->n_variants, 2);
-        assert_string_equal(rc->variants[0].label, "generated");
-        assert_string_equal(rc->variants[1].label, "cublaslt");
+        expect_measured_pair(rc);
         assert_int_equal(rc->variants[0].first_step, 0);
         assert_int_equal(rc->variants[0].n_steps, 1);
         assert_int_equal(rc->steps[0].kernel->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
