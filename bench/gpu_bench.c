@@ -1207,6 +1207,29 @@ int main(int argc, char **argv) {
              "w = input(bf16[%d, %d])\nb = input(bf16[%d])\nn = layer_norm(x, g, c, eps=1e-5)\n"
              "h = matmul(n, w)\ny = add(h, b)\noutput y\n",
              VM, VD, VD, VD, VD, 3 * VD, 3 * VD);
+    /* GPT-2-medium's MLP up projection behind its LayerNorm: 16384 x 1024 ->
+     * 4096, bias, gelu_tanh (K = 1024: the epilogue is a large part of a
+     * tile's time) */
+    char t_ln_up[640];
+    snprintf(t_ln_up, sizeof t_ln_up,
+             "kfg 1\nx = input(bf16[%d, %d])\ng = input(bf16[%d])\nc = input(bf16[%d])\n"
+             "w = input(bf16[%d, %d])\nb = input(bf16[%d])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+             "h = matmul(n, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+             VM, VD, VD, VD, VD, 4 * VD, 4 * VD);
+    /* The same GEMM without the norm (K = 1024): B N-major ([K, N], as
+     * GPT-2's Conv1D weights) or K-major ([N, K], transpose_b), with the
+     * bias and gelu_tanh, the bias alone, or no epilogue */
+    char t_k1[4][640];
+    const char *k1_tail[4] = {"hb = add(h, b)\ny = gelu_tanh(hb)\n", "y = add(h, b)\n",
+                              "y = add(h, b)\n", "y = gelu_tanh(h)\n"};
+    for (int v = 0; v < 4; v++)
+        snprintf(t_k1[v], sizeof t_k1[v],
+                 "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+                 "h = matmul(x, w%s)\n%soutput y\n",
+                 VM, VD, v == 2 ? 4 * VD : VD, v == 2 ? VD : 4 * VD, 4 * VD,
+                 v == 2 ? ", transpose_b=true" : "", k1_tail[v]);
+    double ubytes = 2.0 * ((double)VM * VD + 4.0 * VD * VD + 4.0 * VM * VD);
+    double uflops = 2.0 * (double)VM * VD * 4 * VD;
     double vbytes = 2.0 * ((double)VM * VD + 3.0 * VD * VD + 3.0 * VM * VD);
     double vflops = 2.0 * (double)VM * VD * 3 * VD;
     double qbytes = 2.0 * (2.0 * QB * QS * QD + (double)QD * QD + QD + 2.0 * QS * 128);
@@ -1277,6 +1300,43 @@ int main(int argc, char **argv) {
         {"ln_qkv", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"ln_qkv_generated", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_qkv_cublaslt", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"ln_up_gelu", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"ln_up_gelu_generated", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"ln_up_gelu_cublaslt", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        /* K = 1024 with ping-pong tiles: one consumer's epilogue under the
+         * other's main loop */
+        {"ln_up_gelu_generated_pingpong", t_ln_up, ubytes, uflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"k1024_gelu_generated", t_k1[0], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"k1024_gelu_cublaslt", t_k1[0], ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"k1024_bias_generated", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"k1024_bias_cublaslt", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"k1024_bias_kmajor_generated", t_k1[2], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         0},
+        {"k1024_bias_kmajor_cublaslt", t_k1[2], ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"k1024_gelu_only_generated", t_k1[3], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"k1024_bias_generated_pingpong", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"k1024_gelu_generated_pingpong", t_k1[0], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
+        /* the register epilogue (global stores from the quad transposes),
+         * where the default stores through shared memory by TMA */
+        {"k1024_bias_generated_regs", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_REGS},
+        {"k1024_gelu_generated_regs", t_k1[0], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_REGS},
+        {"ln_up_gelu_generated_regs", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_REGS},
+        {"ln_qkv_generated_regs", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_REGS},
+        {"rope_q_generated_regs", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_REGS},
+        {"gemm_bias_gelu_generated_regs", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_REGS},
+        {"gemm_plain_generated_regs", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_REGS},
+        {"ln_qkv_generated_pingpong", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
         /* the norm applied to A's tiles in the ring (the schedule before the
          * fold into B), same run */
         {"rope_q_generated_ring", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED,

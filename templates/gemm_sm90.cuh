@@ -61,6 +61,16 @@
  * (rstd times them, a LayerNorm's mean times B's column sums taken out and
  * beta's product added), the rotate-half partners at their own columns.
  *
+ * TMA store (KF_EPI_TMA 1, one bf16/f16 output written whole): the epilogue
+ * runs on the accumulator fragment as it is, two adjacent columns a call
+ * (kf_epi<2> with a sink: no quad transposes, no global address per
+ * vector, no bounds test), packs them into a 64 x 64 chunk of shared memory
+ * in the 128-byte swizzle (conflict-free: a warp's 8 rows land in 8
+ * different 16-byte columns) and one thread stores the chunk by TMA, which
+ * clips rows past M and columns past N. A chunk's values are computed before
+ * its buffer is waited for, so the math overlaps the previous chunk's store.
+ * The buffer is the consumer's part of the staging area (8 KiB of 10).
+ *
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
@@ -87,6 +97,9 @@
 
 #ifndef KF_A_FOLD
 #define KF_A_FOLD 0 /* cg_gemm_fold.c's kf_fold: the norm folded into B */
+#endif
+#ifndef KF_EPI_TMA
+#define KF_EPI_TMA 0 /* the epilogue's output through shared memory by TMA stores */
 #endif
 #define KF_BM 128
 #define KF_BK 64
@@ -195,14 +208,14 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
              * own columns, c ^ D / 2) */
             const long long cf = (long long)nb * KF_ON + 8 * (j0 + lane % 4);
             float fc[8], fd[8];
-            kf_fold_cols(0, cf, fc, fd, KF_ARGS);
+            kf_fold_cols<8>(0, cf, fc, fd, KF_ARGS);
 #if KF_DUAL
             float fc1[8], fd1[8];
-            kf_fold_cols(1, cf, fc1, fd1, KF_ARGS);
+            kf_fold_cols<8>(1, cf, fc1, fd1, KF_ARGS);
 #endif
 #if KF_HEAD_D
             float fcp[8], fdp[8];
-            kf_fold_cols(0, cf ^ (KF_HEAD_D / 2), fcp, fdp, KF_ARGS);
+            kf_fold_cols<8>(0, cf ^ (KF_HEAD_D / 2), fcp, fdp, KF_ARGS);
 #endif
 #endif
 #pragma unroll
@@ -246,12 +259,12 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
                 const bool ok = r < KF_M;
 #if KF_A_FOLD
                 /* the product of the normalized A from that of A's input */
-                kf_fold(a, frs[h], fmu[h], fc, fd);
+                kf_fold<8>(a, frs[h], fmu[h], fc, fd);
 #if KF_DUAL
-                kf_fold(a1, frs[h], fmu[h], fc1, fd1);
+                kf_fold<8>(a1, frs[h], fmu[h], fc1, fd1);
 #endif
 #if KF_HEAD_D
-                kf_fold(ap, frs[h], fmu[h], fcp, fdp);
+                kf_fold<8>(ap, frs[h], fmu[h], fcp, fdp);
 #endif
 #endif
 #if KF_DUAL
@@ -262,6 +275,84 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
                 kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
 #endif
             }
+        }
+    }
+}
+#endif
+
+#if KF_EPI_TMA
+/* A 64 x 64 chunk of the output at shared address src (128-byte swizzle) to
+ * (c0, r0) of batch b of the output map, by TMA; one thread. */
+__device__ __forceinline__ void kf_gm_tma_store(const kf_tmap *map, unsigned src, int c0, int r0,
+                                                int b) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
+                 ::"l"((unsigned long long)map), "r"(c0), "r"(r0), "r"(b), "r"(src)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/* The epilogue of the consumer's part of tile (b, mb, nb) through shared
+ * memory (buf: its 8 KiB, 1024-byte aligned) and TMA stores, 64 x 64 a chunk.
+ * The fragment of wgmma m64nN: warp w holds rows 16w + lane/4 (+8), columns
+ * 8j + 2(lane%4) (+1), accumulators 4j + 2h (+1) of row half h. */
+template <bool AL>
+__device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, int mb, int nb,
+                                              int cw, int warp, int lane, unsigned buf,
+                                              const kf_tmap *tc, KF_PARAMS) {
+    const bool lead = threadIdx.x % 128 == 0;
+#pragma unroll
+    for (int hf = 0; hf < KF_HALVES; hf++) {
+        const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#if KF_A_FOLD
+        float frs[2], fmu[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+            kf_fold_rows(r < KF_M ? r : KF_M - 1, frs[h], fmu[h], KF_ARGS);
+        }
+#endif
+#pragma unroll
+        for (int ch = 0; ch < KF_ON / 64; ch++) {
+            unsigned w[8][2];
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) {
+                const int j = ch * 8 + jj;
+                const long long c = (long long)nb * KF_ON + 8 * j + 2 * (lane % 4);
+#if KF_A_FOLD
+                float fc[2], fd[2];
+                kf_fold_cols<2>(0, c, fc, fd, KF_ARGS);
+#endif
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float a[2] = {d[hf * (KF_BN / 2) + 4 * j + 2 * h],
+                                  d[hf * (KF_BN / 2) + 4 * j + 2 * h + 1]};
+                    const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+                    const bool ok = r < KF_M;
+#if KF_A_FOLD
+                    kf_fold<2>(a, frs[h], fmu[h], fc, fd);
+#endif
+                    float o[2];
+                    kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+                    w[jj][h] = kf_gm_pack2(o[0], o[1]);
+                }
+            }
+            /* the buffer is free once the previous chunk's store read it */
+            if (lead)
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            kf_gm_wg_sync(cw);
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const unsigned rl = (unsigned)(warp * 16 + lane / 4 + 8 * h);
+                    const unsigned addr =
+                        buf + rl * 128u + (((unsigned)jj ^ (rl & 7u)) << 4) + (lane % 4) * 4u;
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(w[jj][h]) : "memory");
+                }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            kf_gm_wg_sync(cw);
+            if (lead)
+                kf_gm_tma_store(tc, buf, nb * KF_ON + ch * 64, (int)rows, b);
         }
     }
 }
@@ -349,6 +440,10 @@ __device__ __forceinline__ void kf_gm_tile(int t, int &b, int &mb, int &nb) {
 #define KF_TMAP_PARAMS                                                                             \
     const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb,                        \
         const __grid_constant__ kf_tmap tb2
+#elif KF_EPI_TMA /* the output's map last */
+#define KF_TMAP_PARAMS                                                                             \
+    const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb,                        \
+        const __grid_constant__ kf_tmap tc
 #else
 #define KF_TMAP_PARAMS const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb
 #endif
@@ -375,6 +470,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb) : "memory");
 #if KF_DUAL
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb2) : "memory");
+#elif KF_EPI_TMA
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tc) : "memory");
 #endif
     }
     __syncthreads();
@@ -514,6 +611,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
                 }
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            /* The accumulators are read only from here: without the fence
+             * the compiler may hoist an epilogue's read of one above the
+             * wait (ptxas then serializes the wgmmas, C7514). */
+#pragma unroll
+            for (int k = 0; k < KF_ACC; k++)
+                asm volatile("" : "+f"(d[k])::"memory");
             if (prev >= 0 && lane == 0)
                 kf_hp_arrive(empty0 + 8 * prev);
 #if KF_PINGPONG
@@ -524,7 +627,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
              * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1).
              * Dual: column group j + KF_ON / 8 is the up projection of the
              * gate's group j (staged: 16 columns to its right). */
-#if KF_EPI_DIRECT
+#if KF_EPI_TMA
+            /* Through shared memory by TMA stores (kf_gm_epi_tma). */
+            {
+                const unsigned buf = (unsigned)__cvta_generic_to_shared(stg);
+                if (al)
+                    kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_ARGS);
+                else
+                    kf_gm_epi_tma<false>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_ARGS);
+            }
+#elif KF_EPI_DIRECT
             /* From the registers (kf_gm_epi_direct), the variant without
              * alignment tests when the bases allow. */
             if (al)
@@ -563,5 +675,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             }
 #endif
         }
+#if KF_EPI_TMA
+        /* the shared memory stays until the last store has read it */
+        if (threadIdx.x % 128 == 0)
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
     }
 }

@@ -1556,8 +1556,9 @@ static void test_generated_gemms_match_the_reference(void **state) {
             "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
             "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
             dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
-        /* cooperative 128 x 256 tiles with an epilogue, ragged N and K */
-        run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\nb = input(%s[2056])\n"
+        /* cooperative 128 x 256 tiles with an epilogue, ragged N and K (K past
+         * 1024: a shorter one takes ping-pong tiles with the TMA-store epilogue) */
+        run_text("kfg 1\nx = input(%s[2200, 1100])\nw = input(%s[1100, 2056])\nb = input(%s[2056])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
                  dts[d], 1801,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "128x256 tiles", .ctx = ctx},
@@ -1569,12 +1570,21 @@ static void test_generated_gemms_match_the_reference(void **state) {
                  dts[d], 1810,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
                  "ping-pong tiles, ragged");
-        /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs) */
+        /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs), and
+         * with a short K ping-pong 128 x 128 ones (306) */
+        run_text("kfg 1\nx = input(%s[2200, 1100])\nw = input(%s[1100, 2056])\ny = matmul(x, w)\n"
+                 "output y\n",
+                 dts[d], 1830,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative", .ctx = ctx},
+                 "cooperative 128x256 tiles, ragged");
         run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\ny = matmul(x, w)\n"
                  "output y\n",
                  dts[d], 1809,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative", .ctx = ctx},
-                 "cooperative 128x256 tiles, ragged");
+                 &(run_opts){.lo = -1,
+                             .hi = 1,
+                             .report_has_sm90 = "128x128 tiles ping-pong",
+                             .ctx = ctx},
+                 "short K: ping-pong 128x128 tiles, TMA-store epilogue, ragged");
         /* M = 1; K below one K step */
         run_text(
             "kfg 1\nx = input(%s[1, 512])\nw = input(%s[512, 384])\ny = matmul(x, w)\noutput y\n",

@@ -55,7 +55,7 @@ static void expect_measured_pair(const kf_cuda_recipe *rc) {
 static void generated_case_with(const char *text, const char *want_tile, const char *want_sched,
                                 unsigned flags) {
     bool dual = strncmp(want_tile, "dual", 4) == 0;
-    uint32_t n_maps = dual ? 3 : 2;
+    uint32_t n_bmaps = dual ? 3 : 2; /* A's and B's maps */
     bool norm = strstr(text, "_norm(") != NULL; /* a norm prologue: a step before the GEMM */
     planned p;
     plan_text(text, &p);
@@ -83,6 +83,8 @@ static void generated_case_with(const char *text, const char *want_tile, const c
                  rc->variants[0].label, rc->variants[0].how);
     assert_int_equal(rc->choice, KF_CUDA_CHOICE_ONLY);
     assert_int_equal(rc->n_steps, pre + 1);
+    /* and the output's, with the TMA-store epilogue */
+    uint32_t n_maps = n_bmaps + (strstr(rc->variants[0].how, "epilogue stored by TMA") ? 1 : 0);
     for (uint32_t i = 1; i < pre; i++) { /* the fold pre-passes: diag(gamma) B, compiled */
         assert_int_equal(rc->steps[i].kind, KF_CUDA_STEP_KERNEL);
         const kf_cuda_kstep *fs = rc->steps[i].kernel;
@@ -123,7 +125,7 @@ static void generated_case_with(const char *text, const char *want_tile, const c
     if (scratch)
         assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_SCRATCH);
     if (fold) /* B is the fold's scratch */
-        for (uint32_t i = 1; i < n_maps; i++)
+        for (uint32_t i = 1; i < n_bmaps; i++)
             assert_int_equal(ks->args[i].buf.kind, KF_CUDA_BUF_SCRATCH);
     assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM90);
     assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
@@ -159,9 +161,10 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
     static const char *const dts[] = {"bf16", "f16"};
     for (int d = 0; d < 2; d++) {
         char t[1024];
-        /* a bare product, 128 x 256 tiles (64 x 16 tiles fill 132 SMs) */
+        /* a bare product, 128 x 256 tiles (64 x 16 tiles fill 132 SMs; K past
+         * 1024, where a TMA-store epilogue takes ping-pong 128-wide tiles) */
         snprintf(t, sizeof t,
-                 "kfg 1\nx = input(%s[8192, 1024])\nw = input(%s[1024, 4096])\n"
+                 "kfg 1\nx = input(%s[8192, 2048])\nw = input(%s[2048, 4096])\n"
                  "y = matmul(x, w)\noutput y\n",
                  dts[d], dts[d]);
         generated_case(t, "128x256", "cooperative");
@@ -249,10 +252,10 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
                  "y = matmul(n, w, transpose_b=true)\noutput y\n",
                  dts[d], dts[d], dts[d], dts[d]);
         generated_case(t, "128x128", "cooperative");
-        /* and at 128 x 256 */
+        /* and at 128 x 256 (K past 1024, as above) */
         snprintf(
             t, sizeof t,
-            "kfg 1\nx = input(%s[8192, 1024])\ng = input(%s[1024])\nw = input(%s[1024, 4096])\n"
+            "kfg 1\nx = input(%s[8192, 2048])\ng = input(%s[2048])\nw = input(%s[2048, 4096])\n"
             "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
             dts[d], dts[d], dts[d]);
         generated_case(t, "128x256", "cooperative");
@@ -332,8 +335,9 @@ static void test_split_row_norms_compile_to_a_gemm_and_a_row_pass(void **state) 
 static void test_staged_and_pingpong_schedules_compile(void **state) {
     (void)state;
     static const char *const texts[] = {
-        /* bias + tanh gelu, 64 x 16 tiles of 128 x 256 */
-        "kfg 1\nx = input(bf16[8192, 512])\nw = input(bf16[512, 4096])\nb = input(bf16[4096])\n"
+        /* bias + tanh gelu, 64 x 16 tiles of 128 x 256 (K past 1024: not
+         * ping-pong by default) */
+        "kfg 1\nx = input(bf16[8192, 1536])\nw = input(bf16[1536, 4096])\nb = input(bf16[4096])\n"
         "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
         /* SwiGLU dual, ragged, a residual after the gated product */
         "kfg 1\nx = input(f16[4000, 264])\nwg = input(f16[264, 4104])\nwu = input(f16[264, 4104])\n"
@@ -362,6 +366,76 @@ static void test_staged_and_pingpong_schedules_compile(void **state) {
             /* the sigmoid family is the epilogue's branch-free one */
             assert_non_null(strstr(k->source, "#define kf_silu kf_gm_silu"));
             kf_sass_check_hopper(&MEM, k);
+            kf_cuda_recipes_destroy(rec);
+        }
+        plan_release(&p);
+    }
+}
+
+/* The TMA-store epilogue (the default; KF_CUDA_RECIPE_GEMM_EPI_REGS keeps
+ * the register one): a third tensor map
+ * over the one output, {N, M, batch} in 64 x 64 boxes; the SASS stores by
+ * TMA (UTMASTG) and keeps no local memory; cooperative and ping-pong, with a
+ * LayerNorm folded into B, batched with a ragged M. A pair keeps the
+ * register epilogue (two outputs' worth of columns a tile). */
+static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "kfg 1\nx = input(bf16[8192, 512])\nw = input(bf16[512, 4096])\nb = input(bf16[4096])\n"
+        "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+        "kfg 1\nx = input(f16[4096, 256])\ng = input(f16[256])\nc = input(f16[256])\n"
+        "w = input(f16[256, 768])\nb = input(f16[768])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+        "h = matmul(n, w)\ny = add(h, b)\noutput y\n",
+        "kfg 1\nx = input(bf16[2, 1000, 264])\nw = input(bf16[2, 264, 520])\n"
+        "r = input(bf16[2, 1000, 520])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
+        "kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
+        "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
+        "y = mul(a, u)\noutput y\n"};
+    static const unsigned flags[] = {0, KF_CUDA_RECIPE_GEMM_PINGPONG, KF_CUDA_RECIPE_GEMM_EPI_REGS};
+    static const char *const want[] = {"HGMMA", "UTMALDG", "UTMASTG", NULL};
+    static const char *const why[] = {"wgmma fell back?", "no TMA loads", "no TMA stores"};
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        bool pair = t == 3;
+        planned p;
+        plan_text(texts[t], &p);
+        for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                                   KF_CUDA_RECIPE_GEMM_GENERATED | flags[f]);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            assert_string_equal(rc->variants[0].label, "generated");
+            const char *how = rc->variants[0].how;
+            bool tma = !pair && !(flags[f] & KF_CUDA_RECIPE_GEMM_EPI_REGS);
+            if ((strstr(how, "epilogue stored by TMA") != NULL) != tma)
+                fail_msg("case %zu flags 0x%x: %s", t, flags[f], how);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            assert_int_equal(ks->n_tmaps, tma || pair ? 3 : 2);
+            assert_int_equal(ks->n_args, ks->kernel.n_params + ks->n_tmaps);
+            /* K of 512 and 256 with the TMA-store epilogue and more 128 x 128
+             * tiles than SMs: ping-pong 128-wide tiles */
+            if (tma && t < 2 && !strstr(how, "128x128 tiles ping-pong"))
+                fail_msg("case %zu flags 0x%x: short K, not ping-pong: %s", t, flags[f], how);
+            if (t == 0) { /* gelu_tanh by its formula in the GEMM, not the bf16 table */
+                assert_null(strstr(ks->kernel.source, "kf_gelu_tab_src"));
+                assert_non_null(strstr(ks->kernel.source, "ex2.approx.ftz.f32"));
+            }
+            if (tma) {
+                assert_non_null(strstr(ks->kernel.source, "#define KF_EPI_TMA 1"));
+                assert_int_equal(ks->args[2].kind, KF_CUDA_ARG_TMAP);
+                assert_true(ks->args[2].written);
+                assert_int_equal(ks->tmaps[2].rank, 3);
+                assert_int_equal(ks->tmaps[2].box[0], 64);
+                assert_int_equal(ks->tmaps[2].box[1], 64);
+                /* over the output: the buffer the OUT param names */
+                bool found = false;
+                for (uint32_t j = 0; j < ks->kernel.n_params; j++)
+                    if (ks->kernel.params[j].kind == KF_CUDA_PARAM_OUT)
+                        found = !memcmp(&ks->args[3 + j].buf, &ks->args[2].buf,
+                                        sizeof ks->args[2].buf);
+                assert_true(found);
+                kf_sass_check_ops(&MEM, &ks->kernel, want, why, NULL);
+            } else {
+                assert_non_null(strstr(ks->kernel.source, "#define KF_EPI_TMA 0"));
+            }
             kf_cuda_recipes_destroy(rec);
         }
         plan_release(&p);
@@ -800,6 +874,7 @@ int main(void) {
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_head_split_epilogue_compiles_to_hgmma_without_local_memory),
         cmocka_unit_test(test_staged_and_pingpong_schedules_compile),
+        cmocka_unit_test(test_tma_store_epilogue_compiles_to_utmastg),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
         cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),
     };

@@ -66,6 +66,9 @@ typedef struct cg {
                            one multiply instead of a division, within an ulp of it, which the
                            rounding to a 16-bit dtype then almost always hides (the fused
                            attention's score expression) */
+    bool tanh_formula;  /* gelu_tanh by its formula (kf_gelu_tanh), never the bf16 table: the
+                           sm_90a GEMM's epilogue, where the formula costs fewer instructions
+                           than the lookup and its out-of-range selects */
     bool *stored;       /* per node: written to an output buffer of its own dtype (cg_raw_of) */
     uint8_t *kvary;     /* per node: a cg_kvary (cg_kvary_fill), or NULL: cg_emit_nodes reads
                            every remapped LOAD element by element */

@@ -155,14 +155,15 @@ static bool gelu_like(const kf_group *g, uint32_t i) {
  * nodes are those of the group, so every kernel of the group agrees). */
 static kf_op gelu_tab_op(const cg *c) {
     for (uint32_t i = 0; i < c->n; i++)
-        if (gelu_like(c->g, i))
+        if (gelu_like(c->g, i) && !(c->tanh_formula && c->g->expr[i].op == KF_OP_GELU_TANH))
             return c->g->expr[i].op;
     return KF_OP_GELU;
 }
 
 static bool gelu_tab_node(const cg *c, uint32_t i, bool strict) {
     const kf_expr *e = &c->g->expr[i];
-    if (!gelu_like(c->g, i) || e->op != gelu_tab_op(c))
+    if (!gelu_like(c->g, i) || e->op != gelu_tab_op(c) ||
+        (c->tanh_formula && e->op == KF_OP_GELU_TANH))
         return false;
     uint32_t s = e->src[0];
     const kf_expr *a = &c->g->expr[s];

@@ -184,9 +184,16 @@ static const char gemm_fast_ops[] =
     "__device__ __forceinline__ double kf_gm_sigmoid(double x) { return kf_sigmoid(x); }\n"
     "__device__ __forceinline__ float kf_gm_silu(float x) { return x * kf_gm_sigmoid(x); }\n"
     "__device__ __forceinline__ double kf_gm_silu(double x) { return kf_silu(x); }\n"
+    "/* x sigmoid(2u) = x / (1 + 2^t), t = -2 log2(e) u, u = sqrt(2 / pi) (x +\n"
+    " * 0.044715 x^3): two MUFU ops (ex2, rcp; each within an ulp or two of\n"
+    " * f32), no branch, no table; -inf gives NaN as the reference does, a\n"
+    " * large negative x -0. */\n"
     "__device__ __forceinline__ float kf_gm_gelu_tanh(float x) {\n"
-    "    float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);\n"
-    "    return x * kf_gm_sigmoid(2.0f * u);\n"
+    "    const float t = x * fmaf(-0.10294324f, x * x, -2.3022082f);\n"
+    "    float e, r;\n"
+    "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(t));\n"
+    "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(1.0f + e));\n"
+    "    return x * r;\n"
     "}\n"
     "__device__ __forceinline__ double kf_gm_gelu_tanh(double x) { return kf_gelu_tanh(x); }\n"
     "#define kf_sigmoid kf_gm_sigmoid\n#define kf_silu kf_gm_silu\n"
@@ -390,7 +397,7 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                 "            for (int k = 0; k < VV; k++)\n"
                 "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
                 "        }\n    }\n",
-                cg_reg_type(e->dtype), i, c->param[i], off, stat ? "AL && VV == 8" : "false", i, i,
+                cg_reg_type(e->dtype), i, c->param[i], off, stat ? "AL && (VV == 8 || VV == 2)" : "false", i, i,
                 i, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
         } else if (along) {
@@ -409,10 +416,12 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
               " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
               " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
-              " * strides and N are multiples of 8 needs no alignment test). */\n"
-              "template <int VV, bool AL>\n"
+              " * strides and N are multiples of 8 needs no alignment test). SINK: the one\n"
+              " * output's values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
+              "template <int VV, bool AL, bool SINK = false>\n"
               "__device__ __forceinline__ void kf_epi(const float *acc, %s"
-              "long long b, long long r, long long c0, bool ok, KF_PARAMS) {\n"
+              "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr) "
+              "{\n    (void)sink;\n"
               "    const long long q = b * KF_M + r;\n    (void)q;\n",
               sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)"
               : c->g->gemm.head_dim
@@ -459,7 +468,11 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
                   "    {\n        %s o[VV];\n#pragma unroll\n        for (int k = 0; k < VV; k++)\n"
                   "            o[k] = (%s)%s[k];\n"
                   "        auto *dst = p%d + (%s);\n"
-                  "        if (AL && VV == 8 && KF_N %% 8 == 0) {\n"
+                  "        if (SINK) {\n"
+                  "#pragma unroll\n"
+                  "            for (int k = 0; k < VV; k++)\n"
+                  "                sink[k] = (float)o[k];\n"
+                  "        } else if (AL && VV == 8 && KF_N %% 8 == 0) {\n"
                   "            if (ok && c0 < KF_N)\n"
                   "                kf_stv<VV>(dst, o);\n"
                   "        } else {\n"
@@ -484,5 +497,12 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "/* Whether kf_epi may run with AL: the bases it reads and writes unchecked. */\n"
               "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS) {\n    return true%s;\n}\n\n",
               ep->al_conds);
+    if (sh->epi_tma) /* the TMA-store epilogue's pair of output values, packed */
+        cg_printf(&c->s,
+                  "__device__ __forceinline__ unsigned kf_gm_pack2(float lo, float hi) {\n"
+                  "    unsigned v;\n"
+                  "    asm(\"cvt.rn.%sx2.f32 %%0, %%1, %%2;\" : \"=r\"(v) : \"f\"(hi), \"f\"(lo));\n"
+                  "    return v;\n}\n\n",
+                  ep->outs[0].dtype == KF_DTYPE_BF16 ? "bf16" : "f16");
     cg_puts(&c->s, kf_cuda_tpl_gemm_common);
 }

@@ -285,17 +285,22 @@ void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
                   fp->n_stats, fp->i_mean);
     else
         cg_puts(&c->s, "    mu = 0.0f;\n}\n");
-    cg_puts(&c->s, "/* The column terms of 8 columns c0.. of anchor `which` (a LayerNorm's B\n"
-                   " * column sums and beta's product; zero for an RMSNorm). */\n"
+    cg_puts(&c->s, "/* The column terms of VV (8 or 2) columns c0.. of anchor `which` (a\n"
+                   " * LayerNorm's B column sums and beta's product; zero for an RMSNorm). */\n"
+                   "template <int VV>\n"
                    "__device__ __forceinline__ void kf_fold_cols(int which, long long c0, float "
                    "*cc, float *dd, KF_PARAMS) {\n    (void)which;\n    (void)c0;\n");
     if (!fp->f.ln) {
-        cg_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < 8; k++)\n"
+        cg_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++)\n"
                        "        cc[k] = dd[k] = 0.0f;\n}\n");
     } else {
         cg_printf(&c->s,
                   "    const float *cd = which ? p%d : p%d;\n"
-                  "    if (KF_N %% 8 == 0 && c0 + 8 <= KF_N) {\n"
+                  "    if (VV == 2 && KF_N %% 2 == 0 && c0 + 2 <= KF_N) {\n"
+                  "        const float2 x = *reinterpret_cast<const float2 *>(cd + c0);\n"
+                  "        const float2 y = *reinterpret_cast<const float2 *>(cd + KF_N + c0);\n"
+                  "        cc[0] = x.x; cc[1] = x.y; dd[0] = y.x; dd[1] = y.y;\n"
+                  "    } else if (VV == 8 && KF_N %% 8 == 0 && c0 + 8 <= KF_N) {\n"
                   "        const float4 *c4 = reinterpret_cast<const float4 *>(cd + c0);\n"
                   "        const float4 *d4 = reinterpret_cast<const float4 *>(cd + KF_N + c0);\n"
                   "        const float4 x0 = c4[0], x1 = c4[1], y0 = d4[0], y1 = d4[1];\n"
@@ -305,7 +310,7 @@ void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
                   "        dd[4] = y1.x; dd[5] = y1.y; dd[6] = y1.z; dd[7] = y1.w;\n"
                   "    } else {\n"
                   "#pragma unroll\n"
-                  "        for (int k = 0; k < 8; k++) {\n"
+                  "        for (int k = 0; k < VV; k++) {\n"
                   "            cc[k] = c0 + k < KF_N ? cd[c0 + k] : 0.0f;\n"
                   "            dd[k] = c0 + k < KF_N ? cd[KF_N + c0 + k] : 0.0f;\n"
                   "        }\n"
@@ -313,12 +318,13 @@ void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
                   fp->cd[1] >= 0 ? fp->cd[1] : fp->cd[0], fp->cd[0]);
     }
     cg_printf(&c->s,
-              "/* The accumulators of 8 columns of a row become the product of the\n"
+              "/* The accumulators of VV columns of a row become the product of the\n"
               " * normalized A. */\n"
+              "template <int VV>\n"
               "__device__ __forceinline__ void kf_fold(float *a, float rs, float mu, const float "
               "*cc, const float *dd) {\n"
               "#pragma unroll\n"
-              "    for (int k = 0; k < 8; k++)\n"
+              "    for (int k = 0; k < VV; k++)\n"
               "        a[k] = %s;\n}\n\n",
               fp->f.ln ? "rs * (a[k] - mu * cc[k]) + dd[k]" : "a[k] * rs");
 }

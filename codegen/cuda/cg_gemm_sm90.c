@@ -310,6 +310,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                       cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
 
     c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM90;
+    c.tanh_formula = true;
     cg_set_name(&c, "");
     chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
     bool *apro_need = kf_mem_calloc(c.mem, c.n + 1, sizeof *apro_need);
@@ -339,6 +340,14 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     st = cg_gemm_epi_prepare(&c, sh, x, &epi);
     if (st != KF_OK)
         GEMM_OUT(st);
+    if (sh->epi_tma && (sh->dual || sh->epi_staged || gm->head_dim || epi.n_outs != 1 ||
+                        epi.outs[0].dtype != mm->dtype || sh->n % 8 != 0)) {
+        kf_mem_free(c.mem, epi.vl.p, epi.vl.cap);
+        GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED,
+                         "group %u (%s): a TMA-store epilogue needs one output of the product's "
+                         "dtype, N a multiple of 8, and no pair, head split or staging",
+                         g->id, g->name));
+    }
 
     kf_cuda_kernel *k = c.k;
     k->vec = 1;
@@ -357,11 +366,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "#define KF_PINGPONG %d\n"
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
               "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n#define KF_A_NORM %d\n"
-              "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n",
+              "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n#define KF_EPI_TMA %d\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
               sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
-              gm->head_dim);
+              gm->head_dim, sh->epi_tma ? 1 : 0);
     if (sh->a_norm) {
         bool bf = mm->dtype == KF_DTYPE_BF16;
         cg_printf(&c.s,

@@ -355,6 +355,11 @@ typedef struct kf_cuda_gemm_shape {
                                   (a warpgroup barrier per chunk); else from the registers,
                                   8 adjacent columns a thread after a shuffle within each quad
                                   of lanes (the default) */
+    bool epi_tma;              /* sm_90a, one bf16/f16 output written whole, not staged, dual or
+                                  head-split: the epilogue runs on the accumulator fragment (2
+                                  columns a call) and its output leaves through shared memory
+                                  by TMA stores (a third tensor map, the output's, after A's
+                                  and B's) */
     bool x_scratch;            /* the write of tensor x_tensor goes to a SCRATCH param keyed by
                                   it (a value the plan does not materialize: the split row
                                   form's pre-norm rows, which the row pass after the GEMM

@@ -78,6 +78,12 @@ enum {
                                                    on 8 warps of 64 x 32 (the layout before
                                                    the 4 warps of 64 x 64; the bench compares
                                                    them) */
+    KF_CUDA_RECIPE_GEMM_EPI_REGS = 1u << 13,     /* internal: generated sm_90a GEMMs store
+                                                    from the registers (the quad transposes'
+                                                    vectors) where they would store through
+                                                    shared memory by TMA (the default for one
+                                                    bf16/f16 output: kf_cuda_gemm_shape.epi_tma;
+                                                    the bench compares) */
     KF_CUDA_RECIPE_GEMM_NORM_IN_RING = 1u << 10, /* internal: a generated GEMM (not a pair)
                                                     normalizes A's tiles in the ring instead of
                                                     folding the norm into B or reading A from
