@@ -1331,6 +1331,8 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_EPI_REGS},
         {"rope_q_generated_regs", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_EPI_REGS},
+        {"rope_q_head_generated_regs", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_REGS},
         {"gemm_bias_gelu_generated_regs", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_REGS},
         {"gemm_plain_generated_regs", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",

@@ -101,6 +101,10 @@
 #ifndef KF_EPI_TMA
 #define KF_EPI_TMA 0 /* the epilogue's output through shared memory by TMA stores */
 #endif
+#ifndef KF_TMA_HEADS
+#define KF_TMA_HEADS 0 /* with KF_EPI_TMA and KF_HEAD_D: the output is the head view
+                          [batch, H, S, D], S = KF_TMA_S (a 4-D output map) */
+#endif
 #define KF_BM 128
 #define KF_BK 64
 #define KF_A_BYTES (KF_BM * KF_BK * 2)
@@ -291,6 +295,15 @@ __device__ __forceinline__ void kf_gm_tma_store(const kf_tmap *map, unsigned src
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
+__device__ __forceinline__ void kf_gm_tma_store4(const kf_tmap *map, unsigned src, int c0, int c1,
+                                                 int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+                 " [%0, {%1, %2, %3, %4}], [%5];" ::"l"((unsigned long long)map),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
 /* The epilogue of the consumer's part of tile (b, mb, nb) through shared
  * memory (buf: its 8 KiB, 1024-byte aligned) and TMA stores, 64 x 64 a chunk.
  * The fragment of wgmma m64nN: warp w holds rows 16w + lane/4 (+8), columns
@@ -321,18 +334,37 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
 #if KF_A_FOLD
                 float fc[2], fd[2];
                 kf_fold_cols<2>(0, c, fc, fd, KF_ARGS);
+#if KF_HEAD_D
+                float fcp[2], fdp[2];
+                kf_fold_cols<2>(0, c ^ (KF_HEAD_D / 2), fcp, fdp, KF_ARGS);
+#endif
 #endif
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     float a[2] = {d[hf * (KF_BN / 2) + 4 * j + 2 * h],
                                   d[hf * (KF_BN / 2) + 4 * j + 2 * h + 1]};
+#if KF_HEAD_D
+                    /* the rotate-half partners, columns c ^ D / 2: column
+                     * group j ^ D / 16 of the same lane (a tile holds whole
+                     * heads) */
+                    const int jp = j ^ (KF_HEAD_D / 16);
+                    float ap[2] = {d[hf * (KF_BN / 2) + 4 * jp + 2 * h],
+                                   d[hf * (KF_BN / 2) + 4 * jp + 2 * h + 1]};
+#endif
                     const long long r = rows + warp * 16 + lane / 4 + 8 * h;
                     const bool ok = r < KF_M;
 #if KF_A_FOLD
                     kf_fold<2>(a, frs[h], fmu[h], fc, fd);
+#if KF_HEAD_D
+                    kf_fold<2>(ap, frs[h], fmu[h], fcp, fdp);
+#endif
 #endif
                     float o[2];
+#if KF_HEAD_D
+                    kf_epi<2, AL, true>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#else
                     kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#endif
                     w[jj][h] = kf_gm_pack2(o[0], o[1]);
                 }
             }
@@ -351,8 +383,18 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
                 }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             kf_gm_wg_sync(cw);
-            if (lead)
+            if (lead) {
+#if KF_TMA_HEADS
+                /* the head view [batch, H, S, D] (S = KF_TMA_S, a multiple
+                 * of 64: no chunk straddles two batches) */
+                const long long q = (long long)b * KF_M + rows;
+                const int col = nb * KF_ON + ch * 64;
+                kf_gm_tma_store4(tc, buf, col % KF_HEAD_D, (int)(q % KF_TMA_S), col / KF_HEAD_D,
+                                 (int)(q / KF_TMA_S));
+#else
                 kf_gm_tma_store(tc, buf, nb * KF_ON + ch * 64, (int)rows, b);
+#endif
+            }
         }
     }
 }

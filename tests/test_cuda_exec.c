@@ -1558,7 +1558,7 @@ static void test_generated_gemms_match_the_reference(void **state) {
             dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
         /* cooperative 128 x 256 tiles with an epilogue, ragged N and K (K past
          * 1024: a shorter one takes ping-pong tiles with the TMA-store epilogue) */
-        run_text("kfg 1\nx = input(%s[2200, 1100])\nw = input(%s[1100, 2056])\nb = input(%s[2056])\n"
+        run_text("kfg 1\nx = input(%s[2200, 1096])\nw = input(%s[1096, 2056])\nb = input(%s[2056])\n"
                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
                  dts[d], 1801,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "128x256 tiles", .ctx = ctx},
@@ -1572,7 +1572,7 @@ static void test_generated_gemms_match_the_reference(void **state) {
                  "ping-pong tiles, ragged");
         /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs), and
          * with a short K ping-pong 128 x 128 ones (306) */
-        run_text("kfg 1\nx = input(%s[2200, 1100])\nw = input(%s[1100, 2056])\ny = matmul(x, w)\n"
+        run_text("kfg 1\nx = input(%s[2200, 1096])\nw = input(%s[1096, 2056])\ny = matmul(x, w)\n"
                  "output y\n",
                  dts[d], 1830,
                  &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative", .ctx = ctx},

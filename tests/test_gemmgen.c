@@ -711,9 +711,27 @@ static void test_head_split_epilogue_compiles_to_hgmma_without_local_memory(void
         if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
             fail_msg("expected the generated kernel, got '%s': %s", rc->variants[0].label,
                      rc->variants[0].how);
-        const kf_cuda_kernel *k = &rc->steps[rc->n_steps - 1].kernel->kernel;
+        const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+        const kf_cuda_kernel *k = &ks->kernel;
         assert_non_null(strstr(k->source, heads[i]));
         assert_non_null(strstr(k->source, "accp[k]"));
+        /* stored by TMA: the head view [B, H, S, D] through a 4-D map, the
+         * [B, S, H, D] one as the product's rows */
+        if (!strstr(rc->variants[0].how, "epilogue stored by TMA"))
+            fail_msg("expected the TMA-store epilogue: %s", rc->variants[0].how);
+        assert_int_equal(ks->n_tmaps, 3);
+        assert_int_equal(ks->tmaps[2].rank, i == 0 ? 4 : 3);
+        assert_true((strstr(k->source, "#define KF_TMA_HEADS 1") != NULL) == (i == 0));
+        static const char *const want[] = {"HGMMA", "UTMALDG", "UTMASTG", NULL};
+        static const char *const why[] = {"wgmma fell back?", "no TMA loads", "no TMA stores"};
+        kf_sass_check_ops(&MEM, k, want, why, NULL);
+        kf_cuda_recipes_destroy(rec);
+        /* and from the registers (the quad transposes' partners) */
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_EPI_REGS);
+        rc = gemm_recipe(p.plan, rec);
+        k = &rc->steps[rc->n_steps - 1].kernel->kernel;
+        assert_non_null(strstr(k->source, "#define KF_EPI_TMA 0"));
         kf_sass_check_hopper(&MEM, k);
         kf_cuda_recipes_destroy(rec);
         /* the cuBLASLt side: the product into scratch, then the epilogue kernel */

@@ -340,12 +340,14 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     st = cg_gemm_epi_prepare(&c, sh, x, &epi);
     if (st != KF_OK)
         GEMM_OUT(st);
-    if (sh->epi_tma && (sh->dual || sh->epi_staged || gm->head_dim || epi.n_outs != 1 ||
-                        epi.outs[0].dtype != mm->dtype || sh->n % 8 != 0)) {
+    if (sh->epi_tma && (sh->dual || sh->epi_staged || epi.n_outs != 1 ||
+                        epi.outs[0].dtype != mm->dtype || sh->n % 8 != 0 ||
+                        (gm->head_dim && gm->heads_first && gm->m % 64 != 0))) {
         kf_mem_free(c.mem, epi.vl.p, epi.vl.cap);
         GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED,
                          "group %u (%s): a TMA-store epilogue needs one output of the product's "
-                         "dtype, N a multiple of 8, and no pair, head split or staging",
+                         "dtype, N a multiple of 8, no pair or staging, and a head view's rows "
+                         "a multiple of 64",
                          g->id, g->name));
     }
 
@@ -371,6 +373,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
               sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
               gm->head_dim, sh->epi_tma ? 1 : 0);
+    if (sh->epi_tma && gm->head_dim && gm->heads_first)
+        cg_printf(&c.s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", gm->m);
     if (sh->a_norm) {
         bool bf = mm->dtype == KF_DTYPE_BF16;
         cg_printf(&c.s,

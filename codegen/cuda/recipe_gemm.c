@@ -885,7 +885,8 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
      * Not with the norm in the ring (internal): beside its arithmetic in the
      * main loop, ptxas serializes the wgmmas (C7514). */
     sh.epi_tma = !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_REGS) && !dual && !sh.epi_staged &&
-                 !norm && !gm->head_dim && !gm->row_split && grp->n_writes == 1 &&
+                 !norm && !gm->row_split && grp->n_writes == 1 &&
+                 (!gm->head_dim || !gm->heads_first || gm->m % 64 == 0) &&
                  plan->graph->nodes[grp->writes[0]]->dtype == mm->dtype && sh.n % 8 == 0;
     /* A short main loop (K of 16 steps or fewer) with that epilogue: ping-pong
      * 128-wide tiles wherever some block gets two, one consumer's epilogue
@@ -894,7 +895,8 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
      * bias + gelu_tanh 0.214 against 0.237 (cuBLASLt 0.187 / 0.207); a long
      * one keeps the cooperative tiles (8192 x 4096 x 16384 + gelu_tanh:
      * 1.455 against 1.393). */
-    if (sh.epi_tma && sh.k <= 1024 && tiles128 > b->target->sm_count) {
+    if (sh.epi_tma && sh.k <= 1024 && tiles128 > b->target->sm_count &&
+        (!gm->head_dim || 128 % gm->head_dim == 0)) {
         sh.bn = 128;
         sh.pingpong = true;
     }
@@ -1019,6 +1021,19 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         ks->args[2].written = true;
         set_tmap(&ks->tmaps[2], mm->dtype, true, (uint64_t)sh.n, (uint64_t)sh.m,
                  (uint64_t)sh.batch, sh.n, sh.m * sh.n, 64, 64, es);
+        if (gm->head_dim && gm->heads_first) { /* the head view: {D, S, H, batch} */
+            kf_cuda_tmap *t = &ks->tmaps[2];
+            int64_t D = gm->head_dim, S = gm->m, H = sh.n / D;
+            t->rank = 4;
+            t->dims[0] = (uint64_t)D;
+            t->dims[1] = (uint64_t)S;
+            t->dims[2] = (uint64_t)H;
+            t->dims[3] = (uint64_t)(sh.m * sh.batch / S);
+            t->strides[0] = (uint64_t)(D * (int64_t)es);
+            t->strides[1] = (uint64_t)(S * D * (int64_t)es);
+            t->strides[2] = (uint64_t)(H * S * D * (int64_t)es);
+            t->box[2] = t->box[3] = 1;
+        }
     }
     ks->n_tmaps = n_maps;
     uint32_t b_box = dual ? sh.bn / 2 : sh.bn; /* a K-major B box's rows */
