@@ -32,8 +32,9 @@ void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, co
                     const char *col);
 
 /* The output-space coordinates of element (q, c0 + k), q = b * M + r the row
- * of the contiguous [batch * M, N] output. */
-void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g);
+ * of the contiguous [batch * M, N] output; `narrow` (batch * M < 2^32): from
+ * their 32-bit copies qn and cn, in unsigned arithmetic. */
+void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g, bool narrow);
 
 /* Overrides the ACC nodes, collects and checks the writes (each the whole
  * output, every node of theirs an accumulator expression in the output

@@ -25,14 +25,16 @@
 
 void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *row,
                     const char *col) {
+    /* rows named "qn" are the 32-bit unsigned ones (cg_gemm_epi_coords) */
+    const char *sfx = strcmp(row, "qn") == 0 ? "u" : "LL";
     snprintf(x->coord[sp][rank - 1], COORD_MAX, "%s", col);
     int64_t inner = 1;
     for (int d = rank - 2; d >= 0; d--) {
         if (inner == 1)
-            snprintf(x->coord[sp][d], COORD_MAX, "(%s %% %" PRId64 "LL)", row, dims[d]);
+            snprintf(x->coord[sp][d], COORD_MAX, "(%s %% %" PRId64 "%s)", row, dims[d], sfx);
         else
-            snprintf(x->coord[sp][d], COORD_MAX, "(%s / %" PRId64 "LL %% %" PRId64 "LL)", row,
-                     inner, dims[d]);
+            snprintf(x->coord[sp][d], COORD_MAX, "(%s / %" PRId64 "%s %% %" PRId64 "%s)", row,
+                     inner, sfx, dims[d], sfx);
         inner *= dims[d];
     }
     x->vrank[sp] = rank;
@@ -43,10 +45,24 @@ void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, co
  * (gemm.head_dim D) runs over the head view [batch.., M, H, D] (heads_first:
  * [batch.., H, M, D]): the batch coordinates from q as the product's, then
  * m = r, h = c0 / D, d = c0 % D (the 8 columns of a call lie in one head). */
-void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g) {
+void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g, bool narrow) {
     const kf_gemm_info *gm = &g->gemm;
+    const char *qv = narrow ? "qn" : "q", *cv = narrow ? "cn" : "c0";
     if (!gm->head_dim) {
-        cg_gemm_coords(x, KF_SPACE_OUT, g->rank, g->dims, "q", "c0");
+        cg_gemm_coords(x, KF_SPACE_OUT, g->rank, g->dims, qv, cv);
+    } else if (narrow) {
+        int r = g->rank;
+        int64_t pd[KF_MAX_RANK];
+        memcpy(pd, g->dims, sizeof pd);
+        pd[r - 3] = gm->m;
+        pd[r - 2] = gm->n;
+        cg_gemm_coords(x, KF_SPACE_OUT, r - 1, pd, qv, cv);
+        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 2 : r - 3], COORD_MAX,
+                 "(qn %% %" PRId64 "u)", gm->m);
+        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 3 : r - 2], COORD_MAX,
+                 "(cn / %" PRId64 "u)", gm->head_dim);
+        snprintf(x->coord[KF_SPACE_OUT][r - 1], COORD_MAX, "(cn %% %" PRId64 "u)", gm->head_dim);
+        x->vrank[KF_SPACE_OUT] = r;
     } else {
         int r = g->rank;
         int64_t pd[KF_MAX_RANK];
@@ -333,7 +349,10 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
     }
     cg_mark_stored(c, os, n_os);
 
-    cg_gemm_epi_coords(x, g);
+    /* the row and column in 32 bits where they fit (a division by a
+     * constant is then a multiply-high, where the 64-bit one is a dozen
+     * instructions: a rotary epilogue's cos/sin addresses) */
+    cg_gemm_epi_coords(x, g, (uint64_t)sh->batch * (uint64_t)sh->m <= UINT32_MAX);
     /* The loads, at their coordinates (column c0 + k). One contiguous along
      * the row (a bias, a residual) is one vector load of the VV columns
      * before the expressions (kf_ldv, when they are all inside and the
@@ -422,7 +441,9 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "__device__ __forceinline__ void kf_epi(const float *acc, %s"
               "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr) "
               "{\n    (void)sink;\n"
-              "    const long long q = b * KF_M + r;\n    (void)q;\n",
+              "    const long long q = b * KF_M + r;\n    (void)q;\n"
+              "    const unsigned qn = (unsigned)q, cn = (unsigned)c0; /* where they fit */\n"
+              "    (void)qn;\n    (void)cn;\n",
               sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)"
               : c->g->gemm.head_dim
                   ? " (accp: the accumulators of columns c0 ^ KF_HEAD_D / 2 .., the rotate-half "
