@@ -182,6 +182,19 @@ __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long 
 }
 #endif
 
+#if KF_A_FOLD
+/* The fold's row statistics of the lane's two rows (h) of the 64 from
+ * `rows`, once for all their column groups (a row past M reads row M - 1). */
+__device__ __forceinline__ void kf_gm_fold_rows(long long rows, int warp, int lane, float *frs,
+                                                float *fmu, KF_PARAMS) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+        kf_fold_rows(r < KF_M ? r : KF_M - 1, frs[h], fmu[h], KF_ARGS);
+    }
+}
+#endif
+
 #if KF_EPI_DIRECT
 /* The epilogue from the registers: per 4 column groups and row, a transpose
  * within the quad gives each lane 8 adjacent columns, which go through
@@ -197,13 +210,8 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
     for (int hf = 0; hf < KF_HALVES; hf++) {
         const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
 #if KF_A_FOLD
-        /* the fold's row statistics, once for the lane's two rows (h) */
         float frs[2], fmu[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const long long r = rows + warp * 16 + lane / 4 + 8 * h;
-            kf_fold_rows(r < KF_M ? r : KF_M - 1, frs[h], fmu[h], KF_ARGS);
-        }
+        kf_gm_fold_rows(rows, warp, lane, frs, fmu, KF_ARGS);
 #endif
 #pragma unroll
         for (int j0 = 0; j0 < KF_ON / 8; j0 += 4) {
@@ -318,11 +326,7 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
         const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
 #if KF_A_FOLD
         float frs[2], fmu[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const long long r = rows + warp * 16 + lane / 4 + 8 * h;
-            kf_fold_rows(r < KF_M ? r : KF_M - 1, frs[h], fmu[h], KF_ARGS);
-        }
+        kf_gm_fold_rows(rows, warp, lane, frs, fmu, KF_ARGS);
 #endif
 #pragma unroll
         for (int ch = 0; ch < KF_ON / 64; ch++) {

@@ -372,6 +372,14 @@ static void test_staged_and_pingpong_schedules_compile(void **state) {
     }
 }
 
+/* The sm_90a GEMM `k` with the TMA-store epilogue: HGMMA, TMA loads and
+ * stores, no local memory. */
+static void check_tma_store_sass(const kf_cuda_kernel *k) {
+    static const char *const want[] = {"HGMMA", "UTMALDG", "UTMASTG", NULL};
+    static const char *const why[] = {"wgmma fell back?", "no TMA loads", "no TMA stores"};
+    kf_sass_check_ops(&MEM, k, want, why, NULL);
+}
+
 /* The TMA-store epilogue (the default; KF_CUDA_RECIPE_GEMM_EPI_REGS keeps
  * the register one): a third tensor map
  * over the one output, {N, M, batch} in 64 x 64 boxes; the SASS stores by
@@ -392,8 +400,6 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
         "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
         "y = mul(a, u)\noutput y\n"};
     static const unsigned flags[] = {0, KF_CUDA_RECIPE_GEMM_PINGPONG, KF_CUDA_RECIPE_GEMM_EPI_REGS};
-    static const char *const want[] = {"HGMMA", "UTMALDG", "UTMASTG", NULL};
-    static const char *const why[] = {"wgmma fell back?", "no TMA loads", "no TMA stores"};
     for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
         bool pair = t == 3;
         planned p;
@@ -432,7 +438,7 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
                         found = !memcmp(&ks->args[3 + j].buf, &ks->args[2].buf,
                                         sizeof ks->args[2].buf);
                 assert_true(found);
-                kf_sass_check_ops(&MEM, &ks->kernel, want, why, NULL);
+                check_tma_store_sass(&ks->kernel);
             } else {
                 assert_non_null(strstr(ks->kernel.source, "#define KF_EPI_TMA 0"));
             }
@@ -722,9 +728,7 @@ static void test_head_split_epilogue_compiles_to_hgmma_without_local_memory(void
         assert_int_equal(ks->n_tmaps, 3);
         assert_int_equal(ks->tmaps[2].rank, i == 0 ? 4 : 3);
         assert_true((strstr(k->source, "#define KF_TMA_HEADS 1") != NULL) == (i == 0));
-        static const char *const want[] = {"HGMMA", "UTMALDG", "UTMASTG", NULL};
-        static const char *const why[] = {"wgmma fell back?", "no TMA loads", "no TMA stores"};
-        kf_sass_check_ops(&MEM, k, want, why, NULL);
+        check_tma_store_sass(k);
         kf_cuda_recipes_destroy(rec);
         /* and from the registers (the quad transposes' partners) */
         rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
