@@ -879,6 +879,11 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.bn = 128;
         sh.pingpong = true;
     }
+    /* 2-CTA clusters (internal, KF_CUDA_RECIPE_GEMM_CLUSTER2): pairs of tile
+     * rows share their B tile by TMA multicast; cooperative tiles, two tile
+     * rows at least. */
+    if ((b->target->flags & KF_CUDA_RECIPE_GEMM_CLUSTER2) && !sh.pingpong && sh.m > 128)
+        sh.cluster = 2;
     sh.epi_staged = (b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) != 0;
     sh.dual = dual;
     sh.a_norm = norm;
@@ -974,6 +979,8 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         split_free(b->mem, &sc);
         return st;
     }
+    if (sh.cluster == 2)
+        ks->cluster[0] = 2;
     if (fold) { /* B is the pre-pass's diag(gamma) B: contiguous, B's major */
         bm.buf = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->b[0]);
         if (dual)
@@ -995,7 +1002,8 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     if (dual)
         ks->args[2].buf = bm1.buf;
     ks->n_tmaps = n_maps;
-    uint32_t b_box = dual ? sh.bn / 2 : sh.bn; /* a K-major B box's rows */
+    /* a K-major B box's rows: half the tile's for a pair or a cluster's half */
+    uint32_t b_box = dual || sh.cluster == 2 ? sh.bn / 2 : sh.bn;
     if (sh.a_kmajor)
         set_tmap(&ks->tmaps[0], mm->dtype, sh.a_batched, (uint64_t)sh.k, (uint64_t)sh.m,
                  (uint64_t)sh.batch, a_lead, sa, 64, 128, es);
@@ -1037,8 +1045,10 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    snprintf(why, why_size, "%s tiles %s, %u stages, A %s-major, B %s-major%s%s%s", tile,
-             sh.pingpong ? "ping-pong" : "cooperative", sh.stages, sh.a_kmajor ? "K" : "M",
+    snprintf(why, why_size, "%s tiles %s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
+             sh.pingpong ? "ping-pong" : "cooperative",
+             sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "", sh.stages,
+             sh.a_kmajor ? "K" : "M",
              sh.b_kmajor ? "K" : "N", sh.epi_staged ? ", epilogue staged in shared memory" : "",
              sh.batch > 1 ? ", batched in one launch" : "",
              norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
