@@ -1813,23 +1813,41 @@ static void cluster_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stre
     kf_graph_destroy(g);
 }
 
-static void test_generated_gemms_in_2cta_clusters_match_the_reference(void **state) {
-    (void)state;
-    REQUIRE_GPU();
+/* A context forcing the generated GEMM on an sm_90 device; skips elsewhere. */
+static kf_ctx *cluster_ctx(void) {
     kf_ctx *ctx = ctx_gemm(KF_GEMM_GENERATED);
-    int sm = 0;
-    {
-        char err[KF_MSG_MAX] = "";
-        kf_cuda_exec *ex = NULL;
-        kf_cuda_target t;
-        assert_int_equal(kf_cuda_exec_open(ctx, &ex, &t, err), KF_OK);
-        sm = atoi(t.arch + 3);
-        kf_cuda_exec_destroy(ex);
-    }
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(ctx, &ex, &t, err), KF_OK);
+    int sm = atoi(t.arch + 3);
+    kf_cuda_exec_destroy(ex);
     if (sm < 90) {
+        kf_ctx_destroy(ctx);
         fprintf(stderr, "2-CTA cluster GEMMs: sm_%d is not sm_90a: skipped\n", sm);
         skip();
     }
+    return ctx;
+}
+
+/* One small case alone (the sanitizers run it): 3 tile rows, a pair's
+ * missing half, a residual. */
+static void test_a_2cta_cluster_gemm_with_a_missing_half_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    cluster_case(ctx,
+                 "kfg 1\nx = input(%s[300, 136])\nw = input(%s[264, 136])\n"
+                 "r = input(%s[300, 264])\nh = matmul(x, w, transpose_b=true)\n"
+                 "y = add(h, r)\noutput y\n",
+                 KF_DTYPE_BF16, 2610, "3 tile rows, K-major B, residual");
+    kf_ctx_destroy(ctx);
+}
+
+static void test_generated_gemms_in_2cta_clusters_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
     static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
     for (size_t d = 0; d < N_OF(dts); d++) {
         /* 9 tile rows (a missing half), N-major B, bias + tanh gelu, ragged */
@@ -2679,6 +2697,7 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
+        cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_sm80_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
