@@ -25,7 +25,7 @@
  *                 (_generated) and the generated kernel in 2-CTA clusters
  *                 sharing B by TMA multicast (_generated_c2): LLaMA-7B B8 S2048
  *                 q projection 16384x4096x4096 behind its RMSNorm (l_q_fold)
- *                 and bare (l_q), o projection + residual (l_o_res), down
+ *                 and bare (l_q; l_q_nmajor: B as [K, N]), o projection + residual (l_o_res), down
  *                 projection 16384x4096x11008 + residual (l_down_res), SwiGLU
  *                 16384x4096 -> 2x11008 (l_swiglu); GPT-2-medium B16 S1024
  *                 16384x3072x1024 + bias (g_qkv), 16384x4096x1024 + bias +
@@ -1260,6 +1260,11 @@ int main(int argc, char **argv) {
              "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\n"
              "y = matmul(x, w, transpose_b=true)\noutput y\n",
              TM, LD, LD, LD);
+    char t_lqn[512]; /* the same with B N-major ([K, N]), as the older rows keep it */
+    snprintf(t_lqn, sizeof t_lqn,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\ny = matmul(x, w)\n"
+             "output y\n",
+             TM, LD, LD, LD);
     snprintf(t_lo, sizeof t_lo,
              "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nr = input(bf16[%d, %d])\n"
              "h = matmul(x, w, transpose_b=true)\ny = add(h, r)\noutput y\n",
@@ -1393,6 +1398,7 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_CLUSTER2}
         GEMM_ROWS("l_q_fold", t_lqf, b_lqf, f_lq),
         GEMM_ROWS("l_q", t_lq, b_lq, f_lq),
+        GEMM_ROWS("l_q_nmajor", t_lqn, b_lq, f_lq),
         GEMM_ROWS("l_o_res", t_lo, b_lo, f_lq),
         GEMM_ROWS("l_down_res", t_ldn, b_ldn, f_ldn),
         GEMM_ROWS("l_swiglu", t_lsw, b_lsw, f_lsw),
