@@ -461,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
                 int b, mb, nb;
                 kf_gm_tile(t, rank, b, mb, nb);
                 /* a pair's missing half loads the last tile row's A */
-                const int ma = mb < KF_TILES_M ? mb : KF_TILES_M - 1;
+                const int ma = KF_CLUSTER == 1 || mb < KF_TILES_M ? mb : KF_TILES_M - 1;
                 for (int kt = 0; kt < KF_KT; kt++) {
                     kf_hp_wait(empty0 + 8 * s, ph ^ 1u);
                     const unsigned bar = full0 + 8 * s;
