@@ -1763,8 +1763,8 @@ static void cluster_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stre
             continue;
         if (!strstr(rc->variants[0].how, "2-CTA clusters"))
             fail_msg("%s [%s]: not in clusters: %s", what, dn, rc->variants[0].how);
-        const kf_cuda_kstep *ks = rc->steps[rc->variants[0].first_step +
-                                            rc->variants[0].n_steps - 1].kernel;
+        const kf_cuda_kstep *ks =
+            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
         assert_int_equal(ks->cluster[0], 2);
         assert_int_equal(ks->grid[0] % 2, 0);
         clustered = true;

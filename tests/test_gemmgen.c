@@ -387,8 +387,8 @@ static void cluster_case_check(const char *text, const char *want_tile, bool wan
     snprintf(tile, sizeof tile, "%s tiles", want_tile);
     if (!strstr(how, tile) || (strstr(how, "2-CTA clusters") != NULL) != want_cluster)
         fail_msg("expected %s, %s: %s", tile, want_cluster ? "clusters" : "no cluster", how);
-    assert_non_null(strstr(ks->kernel.source, want_cluster ? "#define KF_CLUSTER 2"
-                                                           : "#define KF_CLUSTER 1"));
+    assert_non_null(
+        strstr(ks->kernel.source, want_cluster ? "#define KF_CLUSTER 2" : "#define KF_CLUSTER 1"));
     assert_int_equal(ks->cluster[0], want_cluster ? 2 : 1);
     assert_int_equal(ks->cluster[1], 1);
     assert_int_equal(ks->cluster[2], 1);

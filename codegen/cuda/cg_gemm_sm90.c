@@ -270,12 +270,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         sh->stages < 2 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
         sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128) || sh->cluster > 2 ||
         (sh->cluster == 2 && sh->pingpong))
-        return cg_end(&c,
-                      cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
-                              "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
-                              " batch %" PRId64 ", tile %u, %u stages, cluster %u%s",
-                              g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages,
-                              sh->cluster, sh->pingpong ? ", ping-pong" : ""));
+        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                                  "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
+                                  " batch %" PRId64 ", tile %u, %u stages, cluster %u%s",
+                                  g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn,
+                                  sh->stages, sh->cluster, sh->pingpong ? ", ping-pong" : ""));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
@@ -349,8 +348,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     /* a 2-CTA cluster takes pairs of tile rows: one block per tile of the
      * pairs, the missing half of an odd row count included, whole clusters */
     uint32_t cl = sh->cluster == 2 ? 2u : 1u;
-    int64_t tiles = ((sh->m + 128 * cl - 1) / (128 * cl)) * cl * ((sh->n + on - 1) / on) *
-                    sh->batch;
+    int64_t tiles =
+        ((sh->m + 128 * cl - 1) / (128 * cl)) * cl * ((sh->n + on - 1) / on) * sh->batch;
     k->launch.work_items = (uint64_t)tiles;
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;

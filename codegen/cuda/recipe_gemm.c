@@ -1048,13 +1048,12 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     snprintf(why, why_size, "%s tiles %s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
              sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "", sh.stages,
-             sh.a_kmajor ? "K" : "M",
-             sh.b_kmajor ? "K" : "N", sh.epi_staged ? ", epilogue staged in shared memory" : "",
+             sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
+             sh.epi_staged ? ", epilogue staged in shared memory" : "",
              sh.batch > 1 ? ", batched in one launch" : "",
-             norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
-             : fold
-                 ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
-                   "statistics scale the accumulators) after a statistics pre-pass"
+             norm      ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
+             : fold    ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
+                         "statistics scale the accumulators) after a statistics pre-pass"
              : scratch ? ", A from the prologue kernel's scratch"
                        : "");
     if (row_name[0]) {
