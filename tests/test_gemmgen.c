@@ -374,11 +374,13 @@ static void test_staged_and_pingpong_schedules_compile(void **state) {
  * the step launches 2 x 1 x 1 clusters on an even grid; a K-major B's map
  * has boxes of half the tile's rows (each CTA loads one half); ping-pong
  * tiles and a single tile row take no cluster; the default takes none. */
-static void cluster_case_check(const char *text, const char *want_tile, bool want_cluster) {
+static void cluster_case_flags(const char *text, const char *want_tile, bool want_cluster,
+                               unsigned flags) {
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *rec = kf_sass_recipes(
-        &MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2 | flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     assert_string_equal(rc->variants[0].label, "generated");
     const char *how = rc->variants[0].how;
@@ -409,12 +411,16 @@ static void cluster_case_check(const char *text, const char *want_tile, bool wan
     }
     kf_cuda_recipes_destroy(rec);
     /* without the flag: no cluster */
-    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | flags);
     rc = gemm_recipe(p.plan, rec);
     assert_int_equal(rc->steps[rc->n_steps - 1].kernel->cluster[0], 1);
     assert_null(strstr(rc->variants[0].how, "2-CTA clusters"));
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
+}
+
+static void cluster_case_check(const char *text, const char *want_tile, bool want_cluster) {
+    cluster_case_flags(text, want_tile, want_cluster, 0);
 }
 
 static void test_cluster_pairs_compile_to_multicast_tma_and_hgmma(void **state) {
@@ -463,6 +469,17 @@ static void test_cluster_pairs_compile_to_multicast_tma_and_hgmma(void **state) 
                  dts[d], dts[d], dts[d]);
         cluster_case_check(t, "128x256", true);
     }
+    /* with the other internal schedules: the staged epilogue, the norm in
+     * the ring (compiled only: their GPU numerics ran with the clusters'
+     * default epilogue and the fold) */
+    cluster_case_flags("kfg 1\nx = input(bf16[1100, 200])\nw = input(bf16[200, 1000])\n"
+                       "b = input(bf16[1000])\nh = matmul(x, w)\na = add(h, b)\ny = gelu(a)\n"
+                       "output y\n",
+                       "128x128", true, KF_CUDA_RECIPE_GEMM_STAGED_EPI);
+    cluster_case_flags("kfg 1\nx = input(f16[1000, 264])\ng = input(f16[264])\n"
+                       "w = input(f16[264, 1096])\nn = rms_norm(x, g)\ny = matmul(n, w)\n"
+                       "output y\n",
+                       "128x128", true, KF_CUDA_RECIPE_GEMM_NORM_IN_RING);
     /* ping-pong tiles and a single tile row stay unclustered */
     cluster_case_check("kfg 1\nx = input(bf16[17000, 128])\nw = input(bf16[128, 200])\n"
                        "y = matmul(x, w)\noutput y\n",
