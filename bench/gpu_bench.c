@@ -19,7 +19,22 @@
  *                 one tile row, measured and each side forced); LLaMA-7B's
  *                 rotary embedding of q alone, B8 H32 S2048 D128 (rotary: one
  *                 elementwise kernel reading q's head view and rotate_half's
- *                 concat; peers: eager and Inductor)
+ *                 concat; peers: eager and Inductor); the transformer blocks'
+ *                 GEMMs (bf16, weights [N, K] as nn.Linear keeps them), each
+ *                 through cuBLASLt (_cublaslt), the generated kernel
+ *                 (_generated) and the generated kernel in 2-CTA clusters
+ *                 sharing B by TMA multicast (_generated_c2): LLaMA-7B B8 S2048
+ *                 q projection 16384x4096x4096 behind its RMSNorm (l_q_fold)
+ *                 and bare (l_q; l_q_nmajor: B as [K, N]), o projection + residual (l_o_res), down
+ *                 projection 16384x4096x11008 + residual (l_down_res), SwiGLU
+ *                 16384x4096 -> 2x11008 (l_swiglu); GPT-2-medium B16 S1024
+ *                 16384x3072x1024 + bias (g_qkv), 16384x4096x1024 + bias +
+ *                 gelu_tanh (g_fc1), 16384x1024x4096 + bias + residual
+ *                 (g_fc2); and the LLaMA layer's GEMMs back to back in one
+ *                 program (l_seq: RMSNorm, q/k/v, o + residual, RMSNorm,
+ *                 SwiGLU, down + residual; no attention), where the clocks
+ *                 run hot as in the block; g_qkv, g_fc1 and l_swiglu also in
+ *                 ping-pong 128x128 tiles (_generated_pingpong)
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
@@ -1257,6 +1272,74 @@ int main(int argc, char **argv) {
              "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
              RB, RS, RH * RD, RS, RD, RS, RD, RS, RD, RS, RD, RB, RS, RH, RD, RD / 2, RD / 2);
     double rbytes = 2.0 * (2.0 * RB * RS * RH * RD + 2.0 * RS * RD);
+    /* The transformer blocks' GEMMs (B transposed: nn.Linear's [N, K]). */
+    int TM = g_quick ? 4096 : 16384, LD = 4096, LF = 11008, GD = 1024;
+    char t_lqf[512], t_lq[512], t_lo[512], t_ldn[512], t_lsw[512], t_gqkv[512], t_gfc1[512],
+        t_gfc2[512], t_lseq[2048];
+    snprintf(t_lqf, sizeof t_lqf,
+             "kfg 1\nx = input(bf16[%d, %d])\ng = input(bf16[%d])\nw = input(bf16[%d, %d])\n"
+             "n = rms_norm(x, g, eps=1e-6)\ny = matmul(n, w, transpose_b=true)\noutput y\n",
+             TM, LD, LD, LD, LD);
+    snprintf(t_lq, sizeof t_lq,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\n"
+             "y = matmul(x, w, transpose_b=true)\noutput y\n",
+             TM, LD, LD, LD);
+    char t_lqn[512]; /* the same with B N-major ([K, N]), as the older rows keep it */
+    snprintf(t_lqn, sizeof t_lqn,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\ny = matmul(x, w)\n"
+             "output y\n",
+             TM, LD, LD, LD);
+    snprintf(t_lo, sizeof t_lo,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nr = input(bf16[%d, %d])\n"
+             "h = matmul(x, w, transpose_b=true)\ny = add(h, r)\noutput y\n",
+             TM, LD, LD, LD, TM, LD);
+    snprintf(t_ldn, sizeof t_ldn,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nr = input(bf16[%d, %d])\n"
+             "h = matmul(x, w, transpose_b=true)\ny = add(h, r)\noutput y\n",
+             TM, LF, LD, LF, TM, LD);
+    snprintf(t_lsw, sizeof t_lsw,
+             "kfg 1\nx = input(bf16[%d, %d])\nwg = input(bf16[%d, %d])\nwu = input(bf16[%d, %d])\n"
+             "g = matmul(x, wg, transpose_b=true)\nu = matmul(x, wu, transpose_b=true)\n"
+             "a = silu(g)\ny = mul(a, u)\noutput y\n",
+             TM, LD, LF, LD, LF, LD);
+    snprintf(t_gqkv, sizeof t_gqkv,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "h = matmul(x, w, transpose_b=true)\ny = add(h, b)\noutput y\n",
+             TM, GD, 3 * GD, GD, 3 * GD);
+    snprintf(t_gfc1, sizeof t_gfc1,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+             TM, GD, 4 * GD, GD, 4 * GD);
+    snprintf(t_gfc2, sizeof t_gfc2,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "r = input(bf16[%d, %d])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
+             "y = add(a, r)\noutput y\n",
+             TM, 4 * GD, GD, 4 * GD, GD, TM, GD);
+    snprintf(t_lseq, sizeof t_lseq,
+             "kfg 1\nx = input(bf16[%d, %d])\ng1 = input(bf16[%d])\nwq = input(bf16[%d, %d])\n"
+             "wk = input(bf16[%d, %d])\nwv = input(bf16[%d, %d])\nwo = input(bf16[%d, %d])\n"
+             "g2 = input(bf16[%d])\nwg = input(bf16[%d, %d])\nwu = input(bf16[%d, %d])\n"
+             "wd = input(bf16[%d, %d])\nn1 = rms_norm(x, g1, eps=1e-6)\n"
+             "q = matmul(n1, wq, transpose_b=true)\nk = matmul(n1, wk, transpose_b=true)\n"
+             "v = matmul(n1, wv, transpose_b=true)\no = matmul(v, wo, transpose_b=true)\n"
+             "h = add(o, x)\nn2 = rms_norm(h, g2, eps=1e-6)\n"
+             "gt = matmul(n2, wg, transpose_b=true)\nup = matmul(n2, wu, transpose_b=true)\n"
+             "sg = silu(gt)\nm = mul(sg, up)\nd = matmul(m, wd, transpose_b=true)\n"
+             "y = add(d, h)\noutput q\noutput k\noutput y\n",
+             TM, LD, LD, LD, LD, LD, LD, LD, LD, LD, LD, LD, LF, LD, LF, LD, LD, LF);
+    double tmd = TM;
+#define GB2(m, n, k, extra)                                                                        \
+    (2.0 * ((double)(m) * (k) + (double)(k) * (n) + (double)(m) * (n) + (extra)))
+    double b_lq = GB2(tmd, LD, LD, 0), f_lq = 2.0 * tmd * LD * LD;
+    double b_lqf = GB2(tmd, LD, LD, LD), b_lo = GB2(tmd, LD, LD, tmd * LD);
+    double b_ldn = GB2(tmd, LD, LF, tmd * LD), f_ldn = 2.0 * tmd * LD * LF;
+    double b_lsw = GB2(tmd, LF, LD, (double)LD * LF), f_lsw = 4.0 * tmd * LF * LD;
+    double b_gqkv = GB2(tmd, 3 * GD, GD, 3 * GD), f_gqkv = 2.0 * tmd * 3 * GD * GD;
+    double b_gfc1 = GB2(tmd, 4 * GD, GD, 4 * GD), f_gfc1 = 2.0 * tmd * 4 * GD * GD;
+    double b_gfc2 = GB2(tmd, GD, 4 * GD, GD + tmd * GD), f_gfc2 = f_gfc1;
+    double f_lseq = 4.0 * f_lq + 3.0 * f_ldn;
+    double b_lseq = 2.0 * (4.0 * LD * LD + 3.0 * (double)LD * LF + 6.0 * tmd * LD);
+#undef GB2
     bcase cases[] = {
         {"ew_chain", t_ew, 2 * rc + 3.0 * C * 2, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -1370,6 +1453,34 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SM80 | KF_CUDA_RECIPE_GEMM_SM80_8WARPS},
         /* the rotation alone (one elementwise kernel; peers: eager, Inductor) */
         {"rotary", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+    /* The blocks' GEMMs: cuBLASLt, the generated kernel, and the generated
+     * kernel in 2-CTA clusters (B multicast), same run. */
+#define GEMM_ROWS(nm, t, by, fl)                                                                   \
+    {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                                 \
+        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
+        {nm "_generated_c2", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
+         KF_CUDA_RECIPE_GEMM_CLUSTER2}
+        GEMM_ROWS("l_q_fold", t_lqf, b_lqf, f_lq),
+        GEMM_ROWS("l_q", t_lq, b_lq, f_lq),
+        GEMM_ROWS("l_q_nmajor", t_lqn, b_lq, f_lq),
+        GEMM_ROWS("l_o_res", t_lo, b_lo, f_lq),
+        GEMM_ROWS("l_down_res", t_ldn, b_ldn, f_ldn),
+        GEMM_ROWS("l_swiglu", t_lsw, b_lsw, f_lsw),
+        GEMM_ROWS("g_qkv", t_gqkv, b_gqkv, f_gqkv),
+        GEMM_ROWS("g_fc1", t_gfc1, b_gfc1, f_gfc1),
+        GEMM_ROWS("g_fc2", t_gfc2, b_gfc2, f_gfc2),
+        GEMM_ROWS("l_seq", t_lseq, b_lseq, f_lseq),
+#undef GEMM_ROWS
+        /* K = 1024 leaves the cooperative kernel's epilogue exposed (H200,
+         * 0209d02: g_fc1 0.311 ms against the 0.181 of its 16 rounds of
+         * tiles at the MMA rate): ping-pong 128 x 128 tiles run one
+         * consumer's epilogue under the other's main loop */
+        {"g_qkv_generated_pingpong", t_gqkv, b_gqkv, f_gqkv, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"g_fc1_generated_pingpong", t_gfc1, b_gfc1, f_gfc1, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"l_swiglu_generated_pingpong", t_lsw, b_lsw, f_lsw, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *ctx = make_ctx(NULL, KF_FLAG_NO_CACHE);

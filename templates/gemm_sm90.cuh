@@ -74,6 +74,24 @@
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
+ * 2-CTA clusters (KF_CLUSTER 2, cooperative only): the two CTAs of a cluster
+ * take the tiles of one pair, rows 2p and 2p + 1 of one tile column, which
+ * share their B tile. Each producer loads its own A tile and HALF of the B
+ * tile (the first or second half of its boxes), multicast into both CTAs'
+ * rings at the same offset and counted on both CTAs' kf_full barriers, so
+ * each CTA still expects a whole stage's bytes, and L2 serves 32 of its 48
+ * KiB a stage (128 x 256 tiles). A stage is free only when BOTH CTAs'
+ * consumers have released it (the peer's producer writes into it): each
+ * consumer warp arrives on its own kf_empty and, through mapa, on the
+ * peer's (the barriers count 2 x 8 arrivals). The raster walks pairs
+ * (KF_RASTER / 2 pair rows at a time, the same rows in flight); a pair's
+ * missing half (an odd tile-row count) still runs: its A box is the last
+ * tile row's, its B half feeds the peer, its consumers arrive on the
+ * barriers, and its epilogue stores nothing (every row past M). The CTAs
+ * meet at a cluster barrier after the barrier setup (before any remote
+ * access) and before they exit (no arrival or multicast may reach a CTA
+ * that has gone).
+ *
  * Operand layouts (the generator's KF_A_KMAJOR / KF_B_KMAJOR):
  *   K-major (the 64 K values of a row contiguous): one box {64, rows}; in
  *     shared memory row r is 128 bytes at r * 128; a wgmma descriptor walks K
@@ -105,6 +123,12 @@
 #define KF_TMA_HEADS 0 /* with KF_EPI_TMA and KF_HEAD_D: the output is the head view
                           [batch, H, S, D], S = KF_TMA_S (a 4-D output map) */
 #endif
+#ifndef KF_CLUSTER
+#define KF_CLUSTER 1 /* CTAs of a cluster: 1, or 2 (tile pairs sharing B) */
+#endif
+#if KF_CLUSTER != 1 && (KF_CLUSTER != 2 || KF_PINGPONG || KF_EPI_TMA)
+#error "KF_CLUSTER: 1, or 2 with the cooperative schedule and the register epilogue"
+#endif
 #define KF_BM 128
 #define KF_BK 64
 #define KF_A_BYTES (KF_BM * KF_BK * 2)
@@ -120,6 +144,10 @@
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
 #define KF_RASTER 8
+/* What a cluster walks: tile pairs (rows 2p, 2p + 1) when KF_CLUSTER 2. */
+#define KF_UNITS_M ((KF_TILES_M + KF_CLUSTER - 1) / KF_CLUSTER)
+#define KF_UNITS (KF_UNITS_M * KF_TILES_N * KF_BATCH)
+#define KF_RASTER_U (KF_RASTER / KF_CLUSTER)
 #if KF_PINGPONG
 #define KF_ACC KF_BN     /* accumulators per thread: two m64 halves */
 #define KF_HALVES 2
@@ -145,6 +173,24 @@ __device__ __forceinline__ void kf_gm_box(unsigned dst, const kf_tmap *map, int 
         kf_hp_tma3(dst, map, c0, c1, b, bar);
     else
         kf_hp_tma2(dst, map, c0, c1, bar);
+}
+/* The same, multicast to both CTAs of the cluster (KF_CLUSTER 2). */
+template <int BATCHED>
+__device__ __forceinline__ void kf_gm_box_mc(unsigned dst, const kf_tmap *map, int c0, int c1,
+                                             int b, unsigned bar) {
+    if (BATCHED)
+        kf_hp_tma3_mc(dst, map, c0, c1, b, bar, (unsigned short)3);
+    else
+        kf_hp_tma2_mc(dst, map, c0, c1, bar, (unsigned short)3);
+}
+/* Box of the B tile: multicast when the cluster shares B, else the CTA's own. */
+template <int BATCHED>
+__device__ __forceinline__ void kf_gm_box_b(unsigned dst, const kf_tmap *map, int c0, int c1,
+                                            int b, unsigned bar) {
+    if (KF_CLUSTER == 2)
+        kf_gm_box_mc<BATCHED>(dst, map, c0, c1, b, bar);
+    else
+        kf_gm_box<BATCHED>(dst, map, c0, c1, b, bar);
 }
 /* The 128 threads of consumer warpgroup cw (named barrier 1 + cw). */
 __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
@@ -469,18 +515,35 @@ __device__ __forceinline__ void kf_gm_norm_a(unsigned sa, int kt, long long row0
 }
 #endif
 
-/* Tile t of the raster: batch b, tile row mb, tile column nb. */
-__device__ __forceinline__ void kf_gm_tile(int t, int &b, int &mb, int &nb) {
-    const int per = KF_TILES_M * KF_TILES_N;
+/* Unit t of the raster (a tile, or a pair of tile rows when KF_CLUSTER 2)
+ * for the CTA of cluster rank `rank`: batch b, tile row mb (past the last
+ * one for a pair's missing half), tile column nb. */
+__device__ __forceinline__ void kf_gm_tile(int t, int rank, int &b, int &mb, int &nb) {
+    const int per = KF_UNITS_M * KF_TILES_N;
     b = t / per;
     t -= b * per;
-    const int span = KF_RASTER * KF_TILES_N;
-    const int g = t / span, first = g * KF_RASTER;
-    const int rows = KF_TILES_M - first < KF_RASTER ? KF_TILES_M - first : KF_RASTER;
+    const int span = KF_RASTER_U * KF_TILES_N;
+    const int g = t / span, first = g * KF_RASTER_U;
+    const int rows = KF_UNITS_M - first < KF_RASTER_U ? KF_UNITS_M - first : KF_RASTER_U;
     const int r = t - g * span;
-    mb = first + r % rows;
+    mb = (first + r % rows) * KF_CLUSTER + rank;
     nb = r / rows;
 }
+
+/* A consumer warp gives stage s back: lane 0 to this CTA's producer, and
+ * with KF_CLUSTER 2 lane 1 to the peer's (pempty0: its kf_empty through
+ * mapa), whose multicast half writes into this CTA's stage too. */
+__device__ __forceinline__ void kf_gm_release(unsigned empty0, unsigned pempty0, int s, int lane) {
+    if (lane == 0)
+        kf_hp_arrive(empty0 + 8 * s);
+    else if (KF_CLUSTER == 2 && lane == 1)
+        kf_hp_arrive_cluster(pempty0 + 8 * s);
+}
+#if KF_CLUSTER == 2
+#define KF_EMPTY_PEER pempty0
+#else
+#define KF_EMPTY_PEER 0u
+#endif
 
 #if KF_DUAL
 #define KF_TMAP_PARAMS                                                                             \
@@ -505,10 +568,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
     const unsigned full0 = (unsigned)__cvta_generic_to_shared(&kf_full[0]);
     const unsigned empty0 = (unsigned)__cvta_generic_to_shared(&kf_empty[0]);
     const int wg = threadIdx.x / 128;
+#if KF_CLUSTER == 2
+    const int rank = (int)kf_hp_cluster_rank();
+#else
+    const int rank = 0;
+#endif
     if (threadIdx.x == 0) {
         for (int s = 0; s < KF_STAGES; s++) {
             kf_hp_init(full0 + 8 * s, 1);
-            kf_hp_init(empty0 + 8 * s, KF_EMPTY_ARRIVALS); /* lane 0 of each consumer warp */
+            /* lane 0 of each consumer warp (of both CTAs of a cluster) */
+            kf_hp_init(empty0 + 8 * s, KF_EMPTY_ARRIVALS * KF_CLUSTER);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -520,51 +589,69 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tc) : "memory");
 #endif
     }
+#if KF_CLUSTER == 2
+    kf_hp_cluster_sync(); /* both CTAs' barriers are set up before any remote access */
+#else
     __syncthreads();
+#endif
 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0;
-            for (int t = blockIdx.x; t < KF_TILES; t += gridDim.x) {
+            for (int t = blockIdx.x / KF_CLUSTER; t < KF_UNITS; t += gridDim.x / KF_CLUSTER) {
                 int b, mb, nb;
-                kf_gm_tile(t, b, mb, nb);
+                kf_gm_tile(t, rank, b, mb, nb);
+                /* a pair's missing half loads the last tile row's A */
+                const int ma = KF_CLUSTER == 1 || mb < KF_TILES_M ? mb : KF_TILES_M - 1;
                 for (int kt = 0; kt < KF_KT; kt++) {
                     kf_hp_wait(empty0 + 8 * s, ph ^ 1u);
                     const unsigned bar = full0 + 8 * s;
                     kf_hp_expect(bar, KF_STAGE_BYTES);
                     const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
                     if (KF_A_KMAJOR) {
-                        kf_gm_box<KF_A_BATCHED>(sa, &ta, kt * KF_BK, mb * KF_BM, b, bar);
+                        kf_gm_box<KF_A_BATCHED>(sa, &ta, kt * KF_BK, ma * KF_BM, b, bar);
                     } else {
-                        kf_gm_box<KF_A_BATCHED>(sa, &ta, mb * KF_BM, kt * KF_BK, b, bar);
-                        kf_gm_box<KF_A_BATCHED>(sa + 8192u, &ta, mb * KF_BM + 64, kt * KF_BK, b,
+                        kf_gm_box<KF_A_BATCHED>(sa, &ta, ma * KF_BM, kt * KF_BK, b, bar);
+                        kf_gm_box<KF_A_BATCHED>(sa + 8192u, &ta, ma * KF_BM + 64, kt * KF_BK, b,
                                                 bar);
                     }
+                    /* The B tile's boxes; with KF_CLUSTER 2 this CTA issues the
+                     * half of rank `rank`, multicast (kf_gm_box_b). */
 #if KF_DUAL
-                    /* Bg's KF_ON rows (or 64-column boxes) then Bu's. */
+                    /* Bg's KF_ON rows (or 64-column boxes) then Bu's: each
+                     * map is one half. */
                     if (KF_B_KMAJOR) {
-                        kf_gm_box<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_ON, b, bar);
-                        kf_gm_box<KF_B_BATCHED>(sb + KF_ON * 128u, &tb2, kt * KF_BK, nb * KF_ON,
-                                                b, bar);
+                        if (KF_CLUSTER == 1 || rank == 0)
+                            kf_gm_box_b<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_ON, b, bar);
+                        if (KF_CLUSTER == 1 || rank == 1)
+                            kf_gm_box_b<KF_B_BATCHED>(sb + KF_ON * 128u, &tb2, kt * KF_BK,
+                                                      nb * KF_ON, b, bar);
                     } else {
 #pragma unroll
                         for (int j = 0; j < KF_ON / 64; j++) {
-                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_ON + 64 * j,
-                                                    kt * KF_BK, b, bar);
-                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * (j + KF_ON / 64), &tb2,
-                                                    nb * KF_ON + 64 * j, kt * KF_BK, b, bar);
+                            if (KF_CLUSTER == 1 || rank == 0)
+                                kf_gm_box_b<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_ON + 64 * j,
+                                                          kt * KF_BK, b, bar);
+                            if (KF_CLUSTER == 1 || rank == 1)
+                                kf_gm_box_b<KF_B_BATCHED>(sb + 8192u * (j + KF_ON / 64), &tb2,
+                                                          nb * KF_ON + 64 * j, kt * KF_BK, b, bar);
                         }
                     }
 #else
                     if (KF_B_KMAJOR) {
-                        kf_gm_box<KF_B_BATCHED>(sb, &tb, kt * KF_BK, nb * KF_BN, b, bar);
+                        /* KF_CLUSTER 2: the map's box is KF_BN / 2 rows */
+                        const int hb = KF_BN / KF_CLUSTER;
+                        kf_gm_box_b<KF_B_BATCHED>(sb + (unsigned)(rank * hb) * 128u, &tb,
+                                                  kt * KF_BK, nb * KF_BN + rank * hb, b, bar);
                     } else {
 #pragma unroll
-                        for (int j = 0; j < KF_BN / 64; j++)
-                            kf_gm_box<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_BN + 64 * j,
-                                                    kt * KF_BK, b, bar);
+                        for (int i = 0; i < KF_BN / 64 / KF_CLUSTER; i++) {
+                            const int j = rank * (KF_BN / 64 / KF_CLUSTER) + i;
+                            kf_gm_box_b<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_BN + 64 * j,
+                                                      kt * KF_BK, b, bar);
+                        }
                     }
 #endif
                     if (++s == KF_STAGES) {
@@ -579,6 +666,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         const bool al = kf_epi_al(KF_ARGS);
         (void)al;
+#if KF_CLUSTER == 2
+        /* the peer's kf_empty, where lane 1 of each warp releases a stage
+         * (lane 0 releases this CTA's) */
+        const unsigned pempty0 = kf_hp_mapa(empty0, (unsigned)(rank ^ 1));
+#endif
         float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
                                                KF_STAGES * KF_STAGE_BYTES) +
                      cw * KF_EPI_FLOATS;
@@ -597,10 +689,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #else
         int s = 0;
         unsigned ph = 0;
-        for (int t = blockIdx.x; t < KF_TILES; t += gridDim.x) {
+        for (int t = blockIdx.x / KF_CLUSTER; t < KF_UNITS; t += gridDim.x / KF_CLUSTER) {
 #endif
             int b, mb, nb;
-            kf_gm_tile(t, b, mb, nb);
+            kf_gm_tile(t, rank, b, mb, nb);
 #if KF_A_NORM
             /* the statistics of this consumer's rows of the tile */
             const long long arow0 = (long long)mb * KF_BM + (KF_PINGPONG ? 0 : cw * 64);
@@ -648,8 +740,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                if (prev >= 0 && lane == 0)
-                    kf_hp_arrive(empty0 + 8 * prev);
+                if (prev >= 0)
+                    kf_gm_release(empty0, KF_EMPTY_PEER, prev, lane);
                 prev = s;
                 if (++s == KF_STAGES) {
                     s = 0;
@@ -663,8 +755,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #pragma unroll
             for (int k = 0; k < KF_ACC; k++)
                 asm volatile("" : "+f"(d[k])::"memory");
-            if (prev >= 0 && lane == 0)
-                kf_hp_arrive(empty0 + 8 * prev);
+            if (prev >= 0)
+                kf_gm_release(empty0, KF_EMPTY_PEER, prev, lane);
 #if KF_PINGPONG
             if (blockIdx.x + (i + 1) * gridDim.x < KF_TILES) /* the other consumer's turn */
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
@@ -727,4 +819,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
     }
+#if KF_CLUSTER == 2
+    /* No CTA exits while its peer may still arrive on its barriers or
+     * multicast into its ring. */
+    kf_hp_cluster_sync();
+#endif
 }

@@ -76,3 +76,47 @@ __device__ __forceinline__ unsigned long long kf_hp_desc(unsigned addr, unsigned
            ((unsigned long long)((lbo >> 4) & 0x3fffu) << 16) |
            ((unsigned long long)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
 }
+
+/* ---- 2-CTA clusters (the GEMM's KF_CLUSTER 2) --------------------------------
+ *
+ * A TMA box multicast to the CTAs of ctaMask: each lands at the same
+ * CTA-relative shared address dst, counted on the barrier at the same
+ * CTA-relative address bar in each; the CTA's own rank (%cluster_ctarank);
+ * the shared::cluster address of a local shared address in CTA `rank`
+ * (mapa); an arrival on a barrier of another CTA of the cluster (the
+ * consumer's wgmma reads of its stage are done before the peer's producer
+ * overwrites it); and the cluster-wide barrier (every thread
+ * of every CTA), acquire on the wait. */
+__device__ __forceinline__ void kf_hp_tma2_mc(unsigned dst, const kf_tmap *map, int c0, int c1,
+                                              unsigned bar, unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+__device__ __forceinline__ void kf_hp_tma3_mc(unsigned dst, const kf_tmap *map, int c0, int c1,
+                                              int c2, unsigned bar, unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+                 "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+                 : "memory");
+}
+__device__ __forceinline__ unsigned kf_hp_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned kf_hp_mapa(unsigned addr, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void kf_hp_arrive_cluster(unsigned cluster_bar) {
+    /* .release at CTA scope (the default): what must come before it is
+     * this warp's own wgmma reads, done at its wait_group; .cluster scope
+     * puts a MEMBAR.ALL.GPU before every arrival (SASS, sm_90a) */
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+__device__ __forceinline__ void kf_hp_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}

@@ -1739,6 +1739,174 @@ static void test_generated_gemms_match_the_reference(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* The generated GEMM in 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2, an
+ * internal recipe flag, so the recipes are made here): tile pairs sharing
+ * their B tile by TMA multicast, each CTA's consumers releasing stages on
+ * both CTAs' barriers. The recipe must say it took the clusters and launch
+ * 2 x 1 x 1; every output is judged against the reference. The cases: an odd
+ * tile-row count (a pair's missing half), K-major and N-major B (the map's
+ * half boxes, the boxes split by rank), 128 x 256 tiles with two pairs per
+ * cluster, a SwiGLU pair in both B layouts (each B one half), batched
+ * operands, a norm folded into B, ragged M, N and K. */
+static void cluster_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
+                         const char *what) {
+    char text[2048];
+    const char *dn = kf_dtype_name(d);
+    snprintf(text, sizeof text, fmt, dn, dn, dn, dn, dn, dn);
+    kf_graph *g = NULL;
+    if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
+        fail_msg("%s: parse: %s", what, g ? kf_graph_error(g) : "no graph");
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(ctx, &ex, &t, err), KF_OK);
+    t.flags |= KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2;
+    kf_cuda_recipes *r = NULL;
+    if (kf_cuda_recipes_create(plan, &t, &g->mem, &r, err) != KF_OK)
+        fail_msg("%s [%s]: recipes: %s", what, dn, err);
+    bool clustered = false;
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (plan->groups[gi].kind != KF_GROUP_GEMM || rc->n_variants == 0)
+            continue;
+        if (!strstr(rc->variants[0].how, "2-CTA clusters"))
+            fail_msg("%s [%s]: not in clusters: %s", what, dn, rc->variants[0].how);
+        const kf_cuda_kstep *ks =
+            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+        assert_int_equal(ks->cluster[0], 2);
+        assert_int_equal(ks->grid[0] % 2, 0);
+        clustered = true;
+    }
+    assert_true(clustered);
+    if (kf_cuda_exec_prepare(ex, plan, r, err) != KF_OK)
+        fail_msg("%s [%s]: prepare: %s", what, dn, err);
+    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
+    kf_binding *in = calloc(n_in + 1, sizeof *in), *out = calloc(n_out + 1, sizeof *out);
+    void **bound = calloc(g->n_nodes, sizeof *bound);
+    kf_test_rng rng = kf_test_rng_make(stream);
+    for (size_t i = 0; i < n_in; i++) {
+        const kf_tensor *ti = kf_graph_input(g, i);
+        size_t n = (size_t)kf_tensor_numel(ti), bytes = n * kf_dtype_size(ti->dtype);
+        in[i] = (kf_binding){kf_tensor_name(ti), malloc(bytes), bytes};
+        kf_test_fill_input(in[i].data, ti, n, &rng, -1, 1);
+        bound[ti->id] = in[i].data;
+    }
+    for (size_t i = 0; i < n_out; i++) {
+        const kf_tensor *to = kf_graph_output(g, i);
+        size_t n = (size_t)kf_tensor_numel(to), bytes = n * kf_dtype_size(to->dtype);
+        out[i] = (kf_binding){kf_graph_output_name(g, i), malloc(bytes), bytes};
+        kf_test_poison(out[i].data, to->dtype, n);
+        bound[to->id] = out[i].data;
+    }
+    if (kf_cuda_exec_run(ex, bound, NULL, err) != KF_OK)
+        fail_msg("%s [%s]: run: %s", what, dn, err);
+    kf_check_result *res = calloc(n_out, sizeof *res);
+    assert_int_equal(kf_graph_check(g, in, n_in, out, n_out, res), KF_OK);
+    for (size_t i = 0; i < n_out; i++)
+        if (!res[i].pass)
+            fail_msg("%s [%s], output %s: error %g exceeds the bound %g (the reference's own "
+                     "%g; KF_TEST_SEED=%llu)",
+                     what, dn, out[i].name, res[i].err, res[i].bound, res[i].ref_err,
+                     (unsigned long long)kf_test_seed());
+    free(res);
+    for (size_t i = 0; i < n_in; i++)
+        free(in[i].data);
+    for (size_t i = 0; i < n_out; i++)
+        free(out[i].data);
+    free(in);
+    free(out);
+    free(bound);
+    kf_cuda_exec_destroy(ex);
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+}
+
+/* A context forcing the generated GEMM on an sm_90 device; skips elsewhere. */
+static kf_ctx *cluster_ctx(void) {
+    kf_ctx *ctx = ctx_gemm(KF_GEMM_GENERATED);
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(ctx, &ex, &t, err), KF_OK);
+    int sm = atoi(t.arch + 3);
+    kf_cuda_exec_destroy(ex);
+    if (sm < 90) {
+        kf_ctx_destroy(ctx);
+        fprintf(stderr, "2-CTA cluster GEMMs: sm_%d is not sm_90a: skipped\n", sm);
+        skip();
+    }
+    return ctx;
+}
+
+/* One small case alone (the sanitizers run it): 3 tile rows, a pair's
+ * missing half, a residual. */
+static void test_a_2cta_cluster_gemm_with_a_missing_half_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    cluster_case(ctx,
+                 "kfg 1\nx = input(%s[300, 136])\nw = input(%s[264, 136])\n"
+                 "r = input(%s[300, 264])\nh = matmul(x, w, transpose_b=true)\n"
+                 "y = add(h, r)\noutput y\n",
+                 KF_DTYPE_BF16, 2610, "3 tile rows, K-major B, residual");
+    kf_ctx_destroy(ctx);
+}
+
+static void test_generated_gemms_in_2cta_clusters_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        /* 9 tile rows (a missing half), N-major B, bias + tanh gelu, ragged */
+        cluster_case(ctx,
+                     "kfg 1\nx = input(%s[1100, 200])\nw = input(%s[200, 1000])\n"
+                     "b = input(%s[1000])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
+                     "output y\n",
+                     dts[d], 2600, "odd tile rows, N-major B, bias+gelu_tanh");
+        /* K-major B (half boxes), a residual, 8 tile rows */
+        cluster_case(ctx,
+                     "kfg 1\nx = input(%s[1000, 264])\nw = input(%s[1096, 264])\n"
+                     "r = input(%s[1000, 1096])\nh = matmul(x, w, transpose_b=true)\n"
+                     "y = add(h, r)\noutput y\n",
+                     dts[d], 2601, "K-major B, residual");
+        /* 128 x 256 tiles: 65 tile rows, 132 pairs for 66 clusters */
+        cluster_case(ctx,
+                     "kfg 1\nx = input(%s[8320, 64])\nw = input(%s[64, 1024])\ny = matmul(x, w)\n"
+                     "output y\n",
+                     dts[d], 2602, "128x256 tiles, two pairs a cluster");
+        cluster_case(ctx,
+                     "kfg 1\nx = input(%s[8320, 72])\nw = input(%s[1024, 72])\n"
+                     "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                     dts[d], 2603, "128x256 tiles, K-major B");
+        /* SwiGLU pairs: each B one half, N-major and K-major */
+        cluster_case(ctx,
+                     "kfg 1\nx = input(%s[1000, 200])\nwg = input(%s[200, 520])\n"
+                     "wu = input(%s[200, 520])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                     "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                     dts[d], 2604, "dual, N-major B");
+        cluster_case(ctx,
+                     "kfg 1\nx = input(%s[1100, 200])\nwg = input(%s[520, 200])\n"
+                     "wu = input(%s[520, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+                     "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\n"
+                     "output y\n",
+                     dts[d], 2605, "dual, K-major B, odd tile rows");
+        /* batched operands (3 tile rows a batch), and a norm folded into B */
+        cluster_case(ctx,
+                     "kfg 1\na = input(%s[3, 300, 64])\nb = input(%s[3, 64, 136])\n"
+                     "c = matmul(a, b)\noutput c\n",
+                     dts[d], 2606, "batched");
+        cluster_case(ctx,
+                     "kfg 1\nx = input(%s[3000, 264])\ng = input(%s[264])\n"
+                     "w = input(%s[264, 392])\nn = rms_norm(x, g)\ny = matmul(n, w)\n"
+                     "output y\n",
+                     dts[d], 2607, "RMSNorm folded into B");
+    }
+    kf_ctx_destroy(ctx);
+}
+
 /* Every GEMM case forced to the sm_80 kernel (KF_GEMM_SM80: mma.sync and
  * cp.async, on any GPU from sm_80, so the H100 runs it too): the report names
  * it, and each matches the reference (a group it does not take, a SwiGLU
@@ -2539,6 +2707,8 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
+        cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
+        cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_sm80_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
         cmocka_unit_test(test_split_row_norms_after_a_gemm_match_the_reference),

@@ -448,6 +448,127 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
     }
 }
 
+/* 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2, internal): the cooperative
+ * kernel's tile pairs share B by TMA multicast. Each variant compiles to
+ * HGMMA and multicast TMA loads (UTMALDG...MULTICAST) with no local memory;
+ * the step launches 2 x 1 x 1 clusters on an even grid; a K-major B's map
+ * has boxes of half the tile's rows (each CTA loads one half); ping-pong
+ * tiles and a single tile row take no cluster; the default takes none. */
+static void cluster_case_flags(const char *text, const char *want_tile, bool want_cluster,
+                               unsigned flags) {
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2 | flags);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    assert_string_equal(rc->variants[0].label, "generated");
+    const char *how = rc->variants[0].how;
+    const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+    char tile[48];
+    snprintf(tile, sizeof tile, "%s tiles", want_tile);
+    if (!strstr(how, tile) || (strstr(how, "2-CTA clusters") != NULL) != want_cluster)
+        fail_msg("expected %s, %s: %s", tile, want_cluster ? "clusters" : "no cluster", how);
+    assert_non_null(
+        strstr(ks->kernel.source, want_cluster ? "#define KF_CLUSTER 2" : "#define KF_CLUSTER 1"));
+    assert_int_equal(ks->cluster[0], want_cluster ? 2 : 1);
+    assert_int_equal(ks->cluster[1], 1);
+    assert_int_equal(ks->cluster[2], 1);
+    if (want_cluster) {
+        assert_int_equal(ks->grid[0] % 2, 0);
+        assert_true(ks->grid[0] <= 132);
+        bool dual = strncmp(want_tile, "dual", 4) == 0;
+        bool bk = strstr(text, "transpose_b=true") != NULL;
+        uint32_t bn = (uint32_t)atoi(strchr(want_tile, 'x') + (dual ? 4 : 1)) * (dual ? 2 : 1);
+        /* K-major B: boxes {64, bn / 2}; N-major: {64, 64} */
+        assert_int_equal(ks->tmaps[1].box[1], bk ? bn / 2 : 64);
+        static const char *const want[] = {"HGMMA", "UTMALDG", "MULTICAST", NULL};
+        static const char *const why[] = {"wgmma fell back?", "no TMA loads",
+                                          "no multicast TMA load (B's half)"};
+        kf_sass_check_ops(&MEM, &ks->kernel, want, why, NULL);
+    } else {
+        kf_sass_check_hopper_without(&MEM, &ks->kernel, "MULTICAST");
+    }
+    kf_cuda_recipes_destroy(rec);
+    /* without the flag: no cluster */
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | flags);
+    rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->steps[rc->n_steps - 1].kernel->cluster[0], 1);
+    assert_null(strstr(rc->variants[0].how, "2-CTA clusters"));
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void cluster_case_check(const char *text, const char *want_tile, bool want_cluster) {
+    cluster_case_flags(text, want_tile, want_cluster, 0);
+}
+
+static void test_cluster_pairs_compile_to_multicast_tma_and_hgmma(void **state) {
+    (void)state;
+    static const char *const dts[] = {"bf16", "f16"};
+    for (int d = 0; d < 2; d++) {
+        char t[1024];
+        /* 128 x 256, N-major B, bias + tanh gelu, 65 tile rows (odd) */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8320, 1024])\nw = input(%s[1024, 4096])\n"
+                 "b = input(%s[4096])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
+                 "output y\n",
+                 dts[d], dts[d], dts[d]);
+        cluster_case_check(t, "128x256", true);
+        /* 128 x 256, K-major B, a residual */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8192, 512])\nw = input(%s[4096, 512])\n"
+                 "r = input(%s[8192, 4096])\nh = matmul(x, w, transpose_b=true)\n"
+                 "y = add(h, r)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        cluster_case_check(t, "128x256", true);
+        /* 128 x 128 cooperative, ragged, batched */
+        snprintf(t, sizeof t,
+                 "kfg 1\na = input(%s[3, 300, 64])\nb = input(%s[3, 64, 136])\n"
+                 "c = matmul(a, b)\noutput c\n",
+                 dts[d], dts[d]);
+        cluster_case_check(t, "128x128", true);
+        /* SwiGLU pairs, both B layouts */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8192, 512])\nwg = input(%s[512, 4096])\n"
+                 "wu = input(%s[512, 4096])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        cluster_case_check(t, "dual 128x(2x128)", true);
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[1100, 200])\nwg = input(%s[520, 200])\n"
+                 "wu = input(%s[520, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+                 "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\n"
+                 "output y\n",
+                 dts[d], dts[d], dts[d]);
+        cluster_case_check(t, "dual 128x(2x64)", true);
+        /* a norm folded into B at 128 x 256 */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8192, 1024])\ng = input(%s[1024])\n"
+                 "w = input(%s[1024, 4096])\nn = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        cluster_case_check(t, "128x256", true);
+    }
+    /* with the other internal schedules: the staged epilogue, the norm in
+     * the ring (compiled only: their GPU numerics ran with the clusters'
+     * default epilogue and the fold) */
+    cluster_case_flags("kfg 1\nx = input(bf16[1100, 200])\nw = input(bf16[200, 1000])\n"
+                       "b = input(bf16[1000])\nh = matmul(x, w)\na = add(h, b)\ny = gelu(a)\n"
+                       "output y\n",
+                       "128x128", true, KF_CUDA_RECIPE_GEMM_STAGED_EPI);
+    cluster_case_flags("kfg 1\nx = input(f16[1000, 264])\ng = input(f16[264])\n"
+                       "w = input(f16[264, 1096])\nn = rms_norm(x, g)\ny = matmul(n, w)\n"
+                       "output y\n",
+                       "128x128", true, KF_CUDA_RECIPE_GEMM_NORM_IN_RING);
+    /* ping-pong tiles and a single tile row stay unclustered */
+    cluster_case_check("kfg 1\nx = input(bf16[17000, 128])\nw = input(bf16[128, 200])\n"
+                       "y = matmul(x, w)\noutput y\n",
+                       "128x128", false);
+    cluster_case_check("kfg 1\nx = input(bf16[100, 128])\nw = input(bf16[128, 200])\n"
+                       "y = matmul(x, w)\noutput y\n",
+                       "128x128", false);
+}
+
 static void test_gemm_modes_give_the_sides_they_name(void **state) {
     (void)state;
     planned p;
@@ -897,6 +1018,7 @@ int main(void) {
         cmocka_unit_test(test_head_split_epilogue_compiles_to_hgmma_without_local_memory),
         cmocka_unit_test(test_staged_and_pingpong_schedules_compile),
         cmocka_unit_test(test_tma_store_epilogue_compiles_to_utmastg),
+        cmocka_unit_test(test_cluster_pairs_compile_to_multicast_tma_and_hgmma),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
         cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),
     };

@@ -268,12 +268,13 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                                   g->id, g->name, arch));
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || (sh->bn != 128 && sh->bn != 256) ||
         sh->stages < 2 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
-        sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128))
-        return cg_end(&c,
-                      cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
-                              "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
-                              " batch %" PRId64 ", tile %u, %u stages",
-                              g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages));
+        sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128) || sh->cluster > 2 ||
+        (sh->cluster == 2 && sh->pingpong))
+        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                                  "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
+                                  " batch %" PRId64 ", tile %u, %u stages, cluster %u%s",
+                                  g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn,
+                                  sh->stages, sh->cluster, sh->pingpong ? ", ping-pong" : ""));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
@@ -355,10 +356,15 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     k->vec = 1;
     k->launch.block = 384;
     uint32_t on = sh->dual ? sh->bn / 2 : sh->bn; /* output columns of a tile */
-    int64_t tiles = ((sh->m + 127) / 128) * ((sh->n + on - 1) / on) * sh->batch;
+    /* a 2-CTA cluster takes pairs of tile rows: one block per tile of the
+     * pairs, the missing half of an odd row count included, whole clusters */
+    uint32_t cl = sh->cluster == 2 ? 2u : 1u;
+    int64_t tiles =
+        ((sh->m + 128 * cl - 1) / (128 * cl)) * cl * ((sh->n + on - 1) / on) * sh->batch;
     k->launch.work_items = (uint64_t)tiles;
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;
+    k->launch.grid_multiple = cl;
     k->launch.shared_bytes = kf_cuda_gemm_smem(sh->bn, sh->stages);
 
     cg_emit_head(&c, "GEMM group (wgmma, TMA, epilogue on the accumulators)");
@@ -368,11 +374,12 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "#define KF_PINGPONG %d\n"
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
               "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n#define KF_A_NORM %d\n"
-              "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n#define KF_EPI_TMA %d\n",
+              "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n#define KF_EPI_TMA %d\n"
+              "#define KF_CLUSTER %u\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
               sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
-              gm->head_dim, sh->epi_tma ? 1 : 0);
+              gm->head_dim, sh->epi_tma ? 1 : 0, cl);
     if (sh->epi_tma && gm->head_dim && gm->heads_first)
         cg_printf(&c.s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", gm->m);
     if (sh->a_norm) {

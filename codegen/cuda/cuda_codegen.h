@@ -336,6 +336,10 @@ typedef struct kf_cuda_gemm_shape {
                                   one's epilogue overlaps the other's main loop (bn 128);
                                   else both share every tile (cooperative) */
     uint32_t stages;           /* depth of the shared-memory ring */
+    uint32_t cluster;          /* CTAs of a thread-block cluster: 0 or 1 none; 2 (cooperative
+                                  only) tile pairs of adjacent rows sharing their B tile, each
+                                  CTA multicasting half of it (a K-major B's map then has boxes
+                                  of bn / 2 rows; the launch's cluster is 2 x 1 x 1) */
     bool dual;                 /* two GEMMs sharing A (SwiGLU): the B tile is bn / 2 columns of
                                   each B (a third tensor map, the second B), the output tile
                                   bn / 2 wide, and the epilogue reads both accumulators */

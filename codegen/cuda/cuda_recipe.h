@@ -89,6 +89,10 @@ enum {
                                                     folding the norm into B or reading A from
                                                     the prologue's scratch (the schedule
                                                     before; the bench and the tests compare) */
+    KF_CUDA_RECIPE_GEMM_CLUSTER2 = 1u << 11,     /* internal: generated sm_90a GEMMs in the
+                                                    cooperative schedule run as 2-CTA clusters,
+                                                    tile pairs sharing B by TMA multicast (the
+                                                    bench and the tests compare) */
 };
 
 /* What the recipes are made for. */

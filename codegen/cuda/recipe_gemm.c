@@ -879,12 +879,19 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.bn = 128;
         sh.pingpong = true;
     }
+    /* 2-CTA clusters (internal, KF_CUDA_RECIPE_GEMM_CLUSTER2): pairs of tile
+     * rows share their B tile by TMA multicast; cooperative tiles, two tile
+     * rows at least. */
+    if ((b->target->flags & KF_CUDA_RECIPE_GEMM_CLUSTER2) && !sh.pingpong && sh.m > 128)
+        sh.cluster = 2;
     sh.epi_staged = (b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) != 0;
     /* The TMA-store epilogue: one output of the product's dtype, written
      * whole (the plan's one write), N a multiple of 8 (its rows 16 bytes).
      * Not with the norm in the ring (internal): beside its arithmetic in the
-     * main loop, ptxas serializes the wgmmas (C7514). */
+     * main loop, ptxas serializes the wgmmas (C7514). Not in clusters
+     * (internal; their GPU runs had the register epilogue). */
     sh.epi_tma = !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_REGS) && !dual && !sh.epi_staged &&
+                 sh.cluster != 2 &&
                  !norm && !gm->row_split && grp->n_writes == 1 &&
                  (!gm->head_dim || !gm->heads_first || gm->m % 64 == 0) &&
                  plan->graph->nodes[grp->writes[0]]->dtype == mm->dtype && sh.n % 8 == 0;
@@ -994,6 +1001,8 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         split_free(b->mem, &sc);
         return st;
     }
+    if (sh.cluster == 2)
+        ks->cluster[0] = 2;
     if (fold) { /* B is the pre-pass's diag(gamma) B: contiguous, B's major */
         bm.buf = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->b[0]);
         if (dual)
@@ -1036,7 +1045,8 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         }
     }
     ks->n_tmaps = n_maps;
-    uint32_t b_box = dual ? sh.bn / 2 : sh.bn; /* a K-major B box's rows */
+    /* a K-major B box's rows: half the tile's for a pair or a cluster's half */
+    uint32_t b_box = dual || sh.cluster == 2 ? sh.bn / 2 : sh.bn;
     if (sh.a_kmajor)
         set_tmap(&ks->tmaps[0], mm->dtype, sh.a_batched, (uint64_t)sh.k, (uint64_t)sh.m,
                  (uint64_t)sh.batch, a_lead, sa, 64, 128, es);
@@ -1078,17 +1088,17 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    snprintf(why, why_size, "%s tiles %s, %u stages, A %s-major, B %s-major%s%s%s", tile,
-             sh.pingpong ? "ping-pong" : "cooperative", sh.stages, sh.a_kmajor ? "K" : "M",
-             sh.b_kmajor ? "K" : "N",
+    snprintf(why, why_size, "%s tiles %s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
+             sh.pingpong ? "ping-pong" : "cooperative",
+             sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "", sh.stages,
+             sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
              sh.epi_staged ? ", epilogue staged in shared memory"
              : sh.epi_tma  ? ", epilogue stored by TMA"
                            : "",
              sh.batch > 1 ? ", batched in one launch" : "",
-             norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
-             : fold
-                 ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
-                   "statistics scale the accumulators) after a statistics pre-pass"
+             norm      ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
+             : fold    ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
+                         "statistics scale the accumulators) after a statistics pre-pass"
              : scratch ? ", A from the prologue kernel's scratch"
                        : "");
     if (row_name[0]) {
