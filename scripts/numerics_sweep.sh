@@ -72,9 +72,9 @@ for t in "${tests[@]}"; do
     echo "== $t: KF_TEST_SEED=$seed_a in two processes: $(grep -c ': seed ' "$a1") and" \
         "$(grep -c ': seed ' "$a2") seed lines, $same"
     grep -h -E 'KF_TEST_SEED=.*seeds|FAIL|differ|SKIPPED|ERROR' "$a1" "$a2" "$b" | cut -c1-420
-    for f in "$a1" "$a2" "$b"; do
-        grep -E '^  group [0-9]' "$f" | sed -E "s/^  group ([0-9]+) +([a-z]+) +[^ ]+ +/  ${f##*_}: \1 \2: /" |
-            cut -c1-150 | grep -E 'measured|attention'
+    for f in "$a1" "$a2" "$b"; do # a measured choice's times, the winner marked
+        grep -E '^  group [0-9]+ .*\[measured:' "$f" |
+            sed -E "s/^  group ([0-9]+) .*\[measured: (.*)\]\$/  ${f##*_}: group \1: \2/"
     done
 done
 } | tee "$out/summary.txt"
