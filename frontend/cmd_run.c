@@ -6,8 +6,9 @@
  * err (its normwise error against the graph evaluated in f64 with no
  * intermediate rounding), ref_err (the reference evaluator's own error at the
  * graph's dtypes), fused_err (the same with matmul products unrounded into
- * their elementwise epilogues) and bound (2 max(ref_err, fused_err, the
- * output dtype's one rounding)
+ * their elementwise epilogues, or with attention scores stored rounded, as
+ * the unfused attention does, whichever is further) and bound (2 max(ref_err,
+ * fused_err, the output dtype's one rounding)
  * plus a floor of 1e-5, 1e-12 for f64 graphs); an output beyond its bound, or
  * a NaN the reference does not have, fails the run. i32 and bool outputs
  * must equal the reference.
@@ -48,7 +49,8 @@ const char kf_cmd_run_help[] =
     "  --check      also judge each output against the graph evaluated in f64\n"
     "               with no intermediate rounding: print err, the reference\n"
     "               evaluator's own ref_err, fused_err (the same with matmul\n"
-    "               products unrounded into their epilogues) and the bound\n"
+    "               products unrounded into their epilogues, or attention scores\n"
+    "               stored rounded, the further) and the bound\n"
     "               (2 x the larger + floor);\n"
     "               exit 1 when an output exceeds its bound or has a stray NaN\n"
     "  --seed N     seed of the input generator (default 0)\n"

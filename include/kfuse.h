@@ -487,7 +487,9 @@ typedef struct kf_check_result {
                          roundoff of the least precise dtype computed */
     int pass;         /* err <= bound; 0 for any NaN the reference does not have */
     double fused_err; /* of the reference with a GEMM's arithmetic: a matmul's
-                         product unrounded into its elementwise epilogue; the
+                         product unrounded into its elementwise epilogue (or,
+                         where larger, the same with attention's Q.K^T product
+                         rounded, as the unfused attention stores it); the
                          bound is 2 * max(ref_err, fused_err, round_err) + floor */
 } kf_check_result;
 

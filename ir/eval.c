@@ -180,11 +180,15 @@ double kf_ir_scalar(kf_op op, kf_dtype dtype, double a, double b, double c) {
 /* Per-form kernels. Each writes numel(t) rounded values into `out`.          */
 /* ------------------------------------------------------------------------ */
 
-/* What the evaluator stores for a result v of dtype d: v rounded to d, except
- * in an exact evaluation, which keeps every float value unrounded (i32 and
- * bool keep their rounding: truncation and saturation are their meaning). */
-static double store_round(const kf_eval_state *st, kf_dtype d, double v) {
-    return st->exact && kf_dtype_is_float(d) ? v : kf_ir_round(d, v);
+/* What the evaluator stores for a result v of tensor t: v rounded to t's
+ * dtype, except in an exact evaluation, which keeps every float value
+ * unrounded (i32 and bool keep their rounding: truncation and saturation are
+ * their meaning), and for a float tensor st->unrounded marks (kf_ir_eval_fused's
+ * products, a test's realization). */
+static double store_round(const kf_eval_state *st, const kf_tensor *t, double v) {
+    if (kf_dtype_is_float(t->dtype) && (st->exact || (st->unrounded && st->unrounded[t->id])))
+        return v;
+    return kf_ir_round(t->dtype, v);
 }
 
 static void eval_elementwise(const kf_eval_state *st, const kf_tensor *t, double *out) {
@@ -204,7 +208,7 @@ static void eval_elementwise(const kf_eval_state *st, const kf_tensor *t, double
         double v = st->exact && t->op == KF_OP_CAST && kf_dtype_is_float(t->dtype)
                        ? a
                        : kf_ir_scalar(t->op, t->dtype, a, b, c);
-        out[i] = store_round(st, t->dtype, v);
+        out[i] = store_round(st, t, v);
     }
 }
 
@@ -221,7 +225,7 @@ static void eval_clamp(const kf_eval_state *st, const kf_tensor *t, double *out)
             v = kf_ir_scalar(KF_OP_MAX, d, v, lo, 0.0);
         if (has_hi)
             v = kf_ir_scalar(KF_OP_MIN, d, v, hi, 0.0);
-        out[i] = store_round(st, d, v);
+        out[i] = store_round(st, t, v);
     }
 }
 
@@ -285,7 +289,7 @@ static void eval_reduce(const kf_eval_state *st, const kf_tensor *t, double *out
                 if (t->op == KF_OP_REDUCE_MEAN)
                     acc /= (double)n;
             }
-            out[o * inner + i] = store_round(st, t->dtype, acc);
+            out[o * inner + i] = store_round(st, t, acc);
         }
     }
 }
@@ -312,12 +316,11 @@ static void eval_softmax(const kf_eval_state *st, const kf_tensor *t, double *ou
             if (kf_op_has(t->op, KF_TRAIT_LOGSPACE)) { /* (x - max) - log(sum) */
                 double ls = log(sum);
                 for (int64_t j = 0; j < n; j++)
-                    out[base + j * inner] =
-                        store_round(st, t->dtype, (in[base + j * inner] - m) - ls);
+                    out[base + j * inner] = store_round(st, t, (in[base + j * inner] - m) - ls);
                 continue;
             }
             for (int64_t j = 0; j < n; j++)
-                out[base + j * inner] = store_round(st, t->dtype, out[base + j * inner] / sum);
+                out[base + j * inner] = store_round(st, t, out[base + j * inner] / sum);
         }
     }
 }
@@ -374,7 +377,7 @@ static void eval_norm(const kf_eval_state *st, const kf_tensor *t, double *out) 
                 y *= w[j];
                 if (b)
                     y += b[j];
-                out[o * n * inner + i + j * inner] = store_round(st, t->dtype, y);
+                out[o * n * inner + i + j * inner] = store_round(st, t, y);
             }
         }
     }
@@ -423,7 +426,7 @@ static void eval_matmul(const kf_eval_state *st, const kf_tensor *t, double *out
                 double acc = 0.0;
                 for (int64_t k = 0; k < K; k++)
                     acc += am[m * a_m + k * a_k] * bm[k * b_k + n * b_n];
-                *o++ = st->unrounded && st->unrounded[t->id] ? acc : store_round(st, t->dtype, acc);
+                *o++ = store_round(st, t, acc);
             }
         }
     }
@@ -640,7 +643,7 @@ void kf_ir_eval_release(kf_eval_state *st) {
     st->values = NULL;
 }
 
-typedef enum eval_mode { EVAL_REF, EVAL_EXACT, EVAL_FUSED } eval_mode;
+typedef enum eval_mode { EVAL_REF, EVAL_EXACT, EVAL_FUSED, EVAL_FUSED_SCORES } eval_mode;
 
 /* For kf_ir_eval_fused: a matmul's product stays unrounded when it is no
  * output and every consumer is elementwise (a GEMM's epilogue). */
@@ -655,6 +658,40 @@ static void mark_unrounded(const kf_graph *g, bool *keep) {
             for (int k = 0; k < t->nsrc; k++)
                 keep[t->src[k]->id] = false;
     }
+}
+
+/* For kf_ir_eval_fused_scores: of the products mark_unrounded keeps, those
+ * whose chain of elementwise consumers (each the one use of its operand, no
+ * output) ends in a softmax are rounded: the unfused attention stores Q.K^T
+ * from its GEMM and applies the score expression in the softmax kernel.
+ * `next` (n entries) is scratch. Returns whether any product was rounded. */
+static bool round_score_products(const kf_graph *g, bool *keep, uint32_t *next) {
+    uint32_t n = g->n_nodes;
+    const uint32_t none = UINT32_MAX, many = UINT32_MAX - 1;
+    for (uint32_t i = 0; i < n; i++)
+        next[i] = none; /* the one consumer; `none`, or `many` for several */
+    for (uint32_t i = 0; i < g->n_outputs; i++)
+        next[g->outputs[i].tensor->id] = many;
+    for (uint32_t c = 0; c < n; c++)
+        for (int k = 0; k < g->nodes[c]->nsrc; k++) {
+            uint32_t s = g->nodes[c]->src[k]->id;
+            next[s] = next[s] == none || next[s] == c ? c : many;
+        }
+    bool any = false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!keep[i])
+            continue;
+        uint32_t at = i;
+        while (next[at] != none && next[at] != many &&
+               kf_op_has(g->nodes[next[at]]->op, KF_TRAIT_ELEMENTWISE))
+            at = next[at];
+        if (next[at] != none && next[at] != many &&
+            kf_op_has(g->nodes[next[at]]->op, KF_TRAIT_SOFTMAX)) {
+            keep[i] = false;
+            any = true;
+        }
+    }
+    return any;
 }
 
 /* Computes what the outputs need. On failure everything is released and
@@ -673,8 +710,9 @@ static kf_status eval_graph(kf_graph *g, const void *const *input_data, eval_mod
         return kf_ir_note(g, KF_ERR_INVALID_ARGUMENT, "eval: the graph is empty");
     st->values = kf_mem_calloc(&g->mem, n, sizeof(double *));
     bool *need = kf_mem_calloc(&g->mem, n, sizeof(bool));
-    bool *keep = mode == EVAL_FUSED ? kf_mem_calloc(&g->mem, n, sizeof(bool)) : NULL;
-    if (!st->values || !need || (mode == EVAL_FUSED && !keep)) {
+    bool fused = mode == EVAL_FUSED || mode == EVAL_FUSED_SCORES;
+    bool *keep = fused ? kf_mem_calloc(&g->mem, n, sizeof(bool)) : NULL;
+    if (!st->values || !need || (fused && !keep)) {
         kf_mem_free(&g->mem, keep, n * sizeof(bool));
         kf_mem_free(&g->mem, need, n * sizeof(bool));
         kf_mem_free(&g->mem, st->values, n * sizeof(double *));
@@ -698,6 +736,21 @@ static kf_status eval_graph(kf_graph *g, const void *const *input_data, eval_mod
     if (keep) {
         mark_unrounded(g, keep);
         st->unrounded = keep;
+    }
+    if (mode == EVAL_FUSED_SCORES) {
+        uint32_t *next = kf_mem_alloc(&g->mem, n * sizeof(uint32_t));
+        bool differs = next && round_score_products(g, keep, next);
+        kf_mem_free(&g->mem, next, n * sizeof(uint32_t));
+        if (!differs) { /* out of memory, or the same realization as EVAL_FUSED */
+            kf_mem_free(&g->mem, keep, n * sizeof(bool));
+            kf_mem_free(&g->mem, need, n * sizeof(bool));
+            kf_mem_free(&g->mem, st->values, n * sizeof(double *));
+            st->values = NULL;
+            st->unrounded = NULL;
+            return next ? KF_OK
+                        : kf_ir_note(g, KF_ERR_OUT_OF_MEMORY,
+                                     "eval: out of memory for the consumers of %u tensors", n);
+        }
     }
     kf_status s = KF_OK;
     for (uint32_t k = 0; k < g->n_inputs && s == KF_OK; k++) {
@@ -744,6 +797,10 @@ kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_s
 
 kf_status kf_ir_eval_fused(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
     return eval_graph(g, input_data, EVAL_FUSED, st);
+}
+
+kf_status kf_ir_eval_fused_scores(kf_graph *g, const void *const *input_data, kf_eval_state *st) {
+    return eval_graph(g, input_data, EVAL_FUSED_SCORES, st);
 }
 
 double kf_ir_tolerance(kf_dtype d) {

@@ -386,8 +386,8 @@ typedef struct kf_eval_state {
     kf_graph *graph;
     double **values; /* graph->n_nodes entries; NULL for tensors not computed */
     bool exact;
-    /* kf_ir_eval_fused: per node, whether its value is kept unrounded (NULL:
-     * none is). */
+    /* kf_ir_eval_fused (and _scores), or a caller's own realization: per
+     * node, whether its float value is kept unrounded (NULL: none is). */
     const bool *unrounded;
 } kf_eval_state;
 
@@ -405,6 +405,12 @@ kf_status kf_ir_eval_exact(kf_graph *g, const void *const *input_data, kf_eval_s
  * compute it. Another evaluation at the graph's dtypes, as legitimate as the
  * per-op one, which kf_ir_judge also measures. */
 kf_status kf_ir_eval_fused(kf_graph *g, const void *const *input_data, kf_eval_state *st);
+/* The same as kf_ir_eval_fused, except that a matmul product whose chain of
+ * elementwise consumers ends in a softmax is rounded: the unfused attention's
+ * arithmetic, whose GEMM stores Q.K^T in its dtype and whose softmax kernel
+ * applies the score expression (scale, mask). When the graph has no such
+ * product, nothing is evaluated: st->values is NULL and KF_OK returned. */
+kf_status kf_ir_eval_fused_scores(kf_graph *g, const void *const *input_data, kf_eval_state *st);
 /* Computes one tensor from its operands' values (which must be present in `st`).
  * Used by kf_ir_eval and by the planner's checker. */
 kf_status kf_ir_eval_node(kf_eval_state *st, const kf_tensor *t);
@@ -451,6 +457,8 @@ double kf_ir_rel_err(const void *out, const void *ref, kf_dtype d, int64_t n);
  *   ref_err   the reference evaluator at the graph's dtypes (kf_ir_eval);
  *   fused_err the reference with a GEMM's arithmetic (kf_ir_eval_fused):
  *             matmul products unrounded into their elementwise epilogues;
+ *             or, where larger, with the attention scores' product rounded
+ *             as the unfused attention stores it (kf_ir_eval_fused_scores);
  *   round_err the exact value rounded once to the output's dtype: what no
  *             backend that stores the output can beat;
  *   bound     KF_JUDGE_REF_FACTOR * max(ref_err, fused_err, round_err) +
@@ -477,13 +485,16 @@ typedef struct kf_ir_verdict {
 double kf_ir_judge_floor(kf_dtype d, int64_t n);
 
 /* Judges n elements of `out` (tensor t's dtype, storage format) against the
- * exact values and the two references' values of t (double; `fused` may be
- * NULL: only `ref` then). */
+ * exact values and the references' values of t (double): `ref`, and `fused`
+ * and `scores` (kf_ir_eval_fused's and kf_ir_eval_fused_scores'; either may
+ * be NULL), whose larger error is fused_err. */
 kf_ir_verdict kf_ir_judge(const kf_graph *g, const kf_tensor *t, const void *out,
-                          const double *exact, const double *ref, const double *fused);
+                          const double *exact, const double *ref, const double *fused,
+                          const double *scores);
 
-/* Evaluates g three times on the same inputs (input_data as for kf_ir_eval):
- * at its dtypes per op and with a GEMM's arithmetic, and exactly; and judges outputs[i]
+/* Evaluates g on the same inputs (input_data as for kf_ir_eval): at its
+ * dtypes per op, with a GEMM's arithmetic (both kf_ir_eval_fused and, where the
+ * graph has attention scores, kf_ir_eval_fused_scores), and exactly; and judges outputs[i]
  * (g->outputs[which[i]]'s storage) into verdicts[i]. Failures as kf_ir_eval's (noted on the graph).
  */
 kf_status kf_ir_check(kf_graph *g, const void *const *input_data, size_t n,
