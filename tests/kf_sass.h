@@ -98,6 +98,28 @@ static inline void kf_sass_check_ops(kf_mem *mem, const kf_cuda_kernel *k,
         fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
 }
 
+/* Kernel `k` compiled with NVRTC for its arch, its SASS (cuobjdump -sass)
+ * into out[size]. */
+static inline void kf_sass_text(kf_mem *mem, const kf_cuda_kernel *k, char *out, size_t size) {
+    if (!KF_CUOBJDUMP[0])
+        fail_msg("cuobjdump was not found at configure time: the SASS of %s cannot be read",
+                 k->name);
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_kernel_compile(mem, k, &res, err) != KF_OK)
+        fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
+    char path[] = "/tmp/kf_sass_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, res.cubin, res.cubin_size), (ssize_t)res.cubin_size);
+    close(fd);
+    kf_nvrtc_result_release(mem, &res);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
+    kf_sass_run(cmd, out, size);
+    unlink(path);
+}
+
 /* The sm_90a kernel `k`: HGMMA (not a fallback to HMMA) and UTMALDG (TMA
  * loads), and not `absent` (NULL: none). */
 static inline void kf_sass_check_hopper_without(kf_mem *mem, const kf_cuda_kernel *k,

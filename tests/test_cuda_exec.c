@@ -27,6 +27,7 @@
 #include "ir/ir.h"
 #include "kf_planned.h"
 #include "kf_test.h"
+#include "runtime/ctx.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_exec.h"
 
@@ -1227,6 +1228,40 @@ static void test_sm90_attention_matches_the_reference(void **state) {
             fprintf(stderr, "  %s: ok\n", label);
             kf_graph_destroy(g);
         }
+    }
+    kf_ctx_destroy(ctx);
+}
+
+/* The sm_90a kernel with its softmax pinned under P.V (the internal recipe
+ * flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX, set on the context): every
+ * fused case in bf16 and the longer ones above (ring wrap, more units than
+ * SMs, rescales) in f16 match the reference, and the report says the pinned
+ * form ran. */
+static void test_sm90_attention_with_the_softmax_pinned_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+    ctx->recipe_flags = KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
+    size_t n_fused = N_OF(fused_cases);
+    for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
+        const bool fc = i < n_fused;
+        const char *name = fc ? fused_cases[i].name : sm90_cases[i - n_fused].name;
+        const char *body = fc ? fused_cases[i].body : sm90_cases[i - n_fused].body;
+        const char *mask = fc ? fused_cases[i].mask : sm90_cases[i - n_fused].mask;
+        const char *dn = fc ? "bf16" : "f16";
+        char text[4096];
+        fused_text(body, dn, text, sizeof text);
+        kf_graph *g = NULL;
+        if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
+            fail_msg("%s: parse: %s\n%s", name, kf_graph_error(g), text);
+        char label[160], has[200];
+        snprintf(label, sizeof label, "sm_90a attention, softmax pinned: %s [%s]", name, dn);
+        snprintf(has, sizeof has,
+                 "fused attention (sm_90a wgmma/TMA kernel)|%s|softmax pinned under P.V", mask);
+        run_opts o = {.lo = -2, .hi = 2, .report_has = mask, .report_has_sm90 = has, .ctx = ctx};
+        run_and_compare(g, 3100 + i, &o, label);
+        fprintf(stderr, "  %s: ok\n", label);
+        kf_graph_destroy(g);
     }
     kf_ctx_destroy(ctx);
 }
@@ -2514,6 +2549,7 @@ int main(void) {
         cmocka_unit_test(test_attention_runs_unfused_with_its_score_expression_and_mask),
         cmocka_unit_test(test_fused_attention_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_the_softmax_pinned_matches_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),

@@ -760,7 +760,8 @@ static void emit_o_offset(cg *c, const kf_group *g) {
 }
 
 static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
-                     kf_cuda_kernel *out, bool sm90) {
+                     kf_cuda_kernel *out, bool sm90, unsigned rflags) {
+    const int pin = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) ? 1 : 0;
     cg c;
     kf_status st = cg_begin(&c, plan, group, arch, mem, out);
     if (st != KF_OK)
@@ -783,7 +784,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     int64_t nqt = (at->sq + br - 1) / br;
     int skip = mask_skip(g);
 
-    cg_set_name(&c, sm90 ? "fa3_" : "fa_");
+    cg_set_name(&c, sm90 ? (pin ? "fa3p_" : "fa3_") : "fa_");
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
     out->vec = 8;
@@ -823,13 +824,15 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     double scale = 1.0;
     const uint32_t fold = sm90 && KF_SM90_SCALE_FOLD ? fold_scale(&c, &scale) : KF_NONE;
     if (sm90) {
-        cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
+        cg_emit_head(&c, pin ? "fused attention (sm_90a wgmma/TMA kernel; softmax pinned "
+                               "under P.V)"
+                             : "fused attention (sm_90a wgmma/TMA kernel)");
         cg_puts(&c.s, kf_cuda_tpl_hopper);
         /* the folded scale (1: none), a power of two, exact in hex */
         cg_printf(&c.s,
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
-                  "KF_L2_PREFETCH %d\n",
-                  scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH);
+                  "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n",
+                  scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin);
         cg_printf(&c.s,
                   "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
                   "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
@@ -904,10 +907,16 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
 kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const char *arch,
                                     const kf_mem *mem, kf_cuda_kernel *out) {
-    return gen(plan, group, arch, mem, out, false);
+    return gen(plan, group, arch, mem, out, false, 0);
 }
 
 kf_status kf_cuda_codegen_attention_sm90(const kf_plan *plan, uint32_t group, const char *arch,
                                          const kf_mem *mem, kf_cuda_kernel *out) {
-    return gen(plan, group, arch, mem, out, true);
+    return gen(plan, group, arch, mem, out, true, 0);
+}
+
+kf_status kf_cuda_codegen_attention_sm90_flags(const kf_plan *plan, uint32_t group,
+                                               const char *arch, unsigned rflags,
+                                               const kf_mem *mem, kf_cuda_kernel *out) {
+    return gen(plan, group, arch, mem, out, true, rflags);
 }

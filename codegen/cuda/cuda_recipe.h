@@ -83,6 +83,12 @@ enum {
                                                     folding the norm into B or reading A from
                                                     the prologue's scratch (the schedule
                                                     before; the bench and the tests compare) */
+    KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX = 1u << 11, /* internal: the sm_90a attention kernel
+                                                        keeps a key tile's whole softmax in
+                                                        front of P.V's wait, under P.V
+                                                        (templates/attention_sm90.cuh,
+                                                        KF_PIN_SOFTMAX); off until its GPU
+                                                        numerics and bench rows are in */
 };
 
 /* What the recipes are made for. */
