@@ -57,7 +57,12 @@
  * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION; causal with the
  * scores' log-sum-exp as a second output; the blocks' causal attention, B16
  * H16 S1024 D64 and B8 H32 S2048 D128, contiguous and with the blocks'
- * layouts: attn_block_llama, attn_block_gpt2), decode (B16 H32,
+ * layouts: attn_block_llama, attn_block_gpt2; each of attn_causal and those
+ * two also with the sm_90a kernel's softmax pinned under P.V (_pin, the
+ * recipe flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) and timed after an
+ * untimed bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time
+ * alone, behind a block's worth of GEMM, as a profiler sees it in a block;
+ * peers.py times cuDNN the same way)), decode (B16 H32,
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
  * GQA 32:8; B64), the cold compile of one fused kernel, and peers.py
  * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
@@ -289,6 +294,30 @@ static double time_ms(run_fn fn, void *user) {
     return median(v, n);
 }
 
+/* The same with `pre` run, untimed, before each run of `fn` (and before
+ * each warm-up run): the events around `fn` are queued behind `pre`'s work,
+ * so the time is `fn`'s on the device alone, as a profiler sees a kernel in
+ * a block. */
+static double time_ms_after(run_fn pre, void *pre_user, run_fn fn, void *user) {
+    for (int i = 0; i < g_warmup; i++) {
+        CHECK(pre(pre_user));
+        CHECK(fn(user));
+    }
+    CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+    double v[256];
+    int n = g_reps > 256 ? 256 : g_reps;
+    for (int i = 0; i < n; i++) {
+        CHECK(pre(pre_user));
+        CHECK(kf_cuda_event_record(&DEV, E0, S, err));
+        CHECK(fn(user));
+        CHECK(kf_cuda_event_record(&DEV, E1, S, err));
+        float ms = 0;
+        CHECK(kf_cuda_event_elapsed(&DEV, E0, E1, &ms, err));
+        v[i] = ms;
+    }
+    return median(v, n);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Ceilings                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -334,6 +363,15 @@ typedef struct bcase {
     unsigned rflags;   /* recipe flags added to the context's (KF_CUDA_RECIPE_GEMM_PINGPONG,
                           ..._STAGED_EPI: the generated GEMM's other schedules), or 0 */
 } bcase;
+
+/* The GEMM a case named *_after_gemm runs, untimed, before each timed run
+ * (after_gemm): bf16 8192^3 through cuBLASLt (1.4 ms on an H200, 384 MiB of
+ * operands, more than L2), as a transformer block's projections run before
+ * its attention: the GPU busy (no launch gap in the time), L2 holding the
+ * GEMM's data, the clocks where a block's GEMMs leave them. */
+static gemm_args *g_pre;
+
+static bool after_gemm(const bcase *c) { return strstr(c->name, "_after_gemm") != NULL; }
 
 static kf_ctx *make_ctx_mode(const char *cache_dir, unsigned flags, kf_gemm_mode gemm,
                              kf_attention_mode attention) {
@@ -393,7 +431,8 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
     /* Random inputs, on the device. */
     for (uint32_t i = 0; i < g->n_inputs; i++)
         set_random_input(ex, g->inputs[i], 1000 + i * 7919ull);
-    c->ms = time_ms(run_exec, ex);
+    c->ms = after_gemm(c) && g_pre ? time_ms_after(run_gemm, g_pre, run_exec, ex)
+                                   : time_ms(run_exec, ex);
     c->launches = kf_cuda_exec_launch_count(ex);
     double fb = c->bytes / (copy_gbs * 1e9) * 1e3, ff = c->flops / (gemm_tflops * 1e12) * 1e3;
     c->floor_ms = fb > ff ? fb : ff;
@@ -629,12 +668,28 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     /* the blocks' shapes: Q, K, V, O once; causal: half of the two GEMMs */
     double io_g2 = 4.0 * 16 * 16 * 1024 * 64 * 2, fl_g2 = 4.0 * 16 * 16 * 1024.0 * 1024 * 64 / 2;
     double io_ll = 4.0 * 8 * 32 * 2048 * 128 * 2, fl_ll = 4.0 * 8 * 32 * 2048.0 * 2048 * 128 / 2;
+    const unsigned PIN = KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the same with the softmax pinned under P.V (_pin: the recipe flag
+         * KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX), and each after the pre-GEMM
+         * (_after_gemm: the device time alone, behind a block's worth of GEMM,
+         * as the profiler sees the kernel inside a block) */
+        {"attn_causal_pin", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
+        {"attn_causal_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_pin_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama_pin", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
+        {"attn_block_llama_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama_pin_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN},
         {"attn_block_gpt2", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_gpt2_pin", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
+        {"attn_block_gpt2_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_gpt2_pin_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN},
         {"attn_block_llama_v", texts[16], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_lse", texts[13], io + bh * S * 4, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -670,6 +725,32 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_UNFUSED_ATTENTION);
     kf_ctx *fa2 = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_FA2);
     kf_ctx *dec = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_DECODE);
+    /* The pre-GEMM of the after_gemm cases (g_pre), when one runs. */
+    gemm_args pre;
+    kf_cu_deviceptr pre_buf[3] = {0, 0, 0};
+    bool any_after = false;
+    for (int i = 0; i < n_cases; i++)
+        any_after |= after_gemm(&cases[i]) && case_on(cases[i].name);
+    if (any_after) {
+        kf_mem mem;
+        kf_mem_resolve(&mem, NULL);
+        CHECK(kf_blt_create(&mem, &DEV, NULL, &pre.lt, err));
+        memset(&pre.g, 0, sizeof pre.g);
+        const int64_t n = 8192;
+        pre.g.dtype = KF_DTYPE_BF16;
+        pre.g.m = pre.g.n = pre.g.k = n;
+        pre.g.batch = 1;
+        pre.g.what = "pre-GEMM";
+        for (int b = 0; b < 3; b++) {
+            CHECK(kf_cuda_mem_alloc(&DEV, (size_t)(n * n * 2), &pre_buf[b], err));
+            fill_bf16(pre_buf[b], (unsigned long long)(n * n), 40 + (unsigned long long)b);
+        }
+        pre.g.a = (kf_blt_operand){pre_buf[0], n, 1, 0};
+        pre.g.b = (kf_blt_operand){pre_buf[1], n, 1, 0};
+        pre.g.d = (kf_blt_operand){pre_buf[2], n, 1, 0};
+        pre.g.c = pre.g.d;
+        g_pre = &pre;
+    }
     for (int i = 0; i < n_cases; i++) {
         if (!case_on(cases[i].name))
             continue;
@@ -751,10 +832,11 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
                 continue;
             fprintf(f,
                     "%s    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
-                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, \"where\": ",
+                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, "
+                    "\"after_gemm\": %s, \"where\": ",
                     first ? "" : ",\n", c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
                     c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
-                    c->launches);
+                    c->launches, after_gemm(c) ? "true" : "false");
             json_str(f, c->report);
             fputs("}", f);
             first = false;
