@@ -128,7 +128,7 @@ static void run_peers(bool peers, const char *args, char *json, size_t size) {
     if (fd < 0)
         return;
     close(fd);
-    char cmd[2048];
+    char cmd[4096];
     const char *src = getenv("KF_SOURCE_DIR");
     snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s %s", src ? src : ".", pf, args);
     fprintf(stderr, "peers: %s\n", cmd);
@@ -177,7 +177,7 @@ static const kf_cuda_driver *D;
 static kf_cuda_device DEV;
 static kf_cu_stream S;
 static kf_cu_event E0, E1;
-static kf_cu_function FILL, COPYK, COPYK8;
+static kf_cu_function FILL, COPYK, COPYK8, SPIN;
 
 static const char fill_src[] =
     "extern \"C\" __global__ void kf_bench_fill(unsigned short *p, unsigned long long n,\n"
@@ -218,6 +218,16 @@ static const char copyk_src[] =
     "extern \"C\" __global__ void __launch_bounds__(256) kf_bench_copy8(const uint4 *__restrict__ a,\n"
     "                                   uint4 *__restrict__ b, unsigned long long n) {\n"
     "    kf_copy<8>(a, b, n);\n"
+    "}\n"
+    /* one thread asleep for ns nanoseconds (the globaltimer): the GPU busy,
+     * so what is queued behind it waits, at next to no power */
+    "extern \"C\" __global__ void kf_bench_spin(unsigned long long ns) {\n"
+    "    unsigned long long t0, t;\n"
+    "    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+    "    do {\n"
+    "        __nanosleep(10000);\n"
+    "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+    "    } while (t - t0 < ns);\n"
     "}\n";
 
 typedef struct copyk_args {
@@ -373,6 +383,21 @@ static gemm_args *g_pre;
 
 static bool after_gemm(const bcase *c) { return strstr(c->name, "_after_gemm") != NULL; }
 
+/* What a case named *_after_sleep runs, untimed, before each timed run: one
+ * thread asleep for 1 ms (kf_bench_spin), so the events queue behind it as
+ * behind the pre-GEMM, with the clocks and L2 as an idle GPU leaves them:
+ * the kernel's device time alone, no launch gap in it. */
+static unsigned long long g_spin_ns = 1000000ull;
+
+static kf_status run_spin(void *u) {
+    void *args[] = {u};
+    kf_cuda_launch_cfg cfg = {
+        .grid = {1, 1, 1}, .block = {32, 1, 1}, .stream = S, .kernel = "kf_bench_spin"};
+    return kf_cuda_launch(&DEV, SPIN, &cfg, args, err);
+}
+
+static bool after_sleep(const bcase *c) { return strstr(c->name, "_after_sleep") != NULL; }
+
 static kf_ctx *make_ctx_mode(const char *cache_dir, unsigned flags, kf_gemm_mode gemm,
                              kf_attention_mode attention) {
     kf_options o;
@@ -432,6 +457,7 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
     for (uint32_t i = 0; i < g->n_inputs; i++)
         set_random_input(ex, g->inputs[i], 1000 + i * 7919ull);
     c->ms = after_gemm(c) && g_pre ? time_ms_after(run_gemm, g_pre, run_exec, ex)
+            : after_sleep(c)       ? time_ms_after(run_spin, &g_spin_ns, run_exec, ex)
                                    : time_ms(run_exec, ex);
     c->launches = kf_cuda_exec_launch_count(ex);
     double fb = c->bytes / (copy_gbs * 1e9) * 1e3, ff = c->flops / (gemm_tflops * 1e12) * 1e3;
@@ -678,6 +704,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal_pin", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_causal_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_pin_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
+        {"attn_causal_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -685,11 +712,13 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_block_llama_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_pin_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN},
+        {"attn_block_llama_after_sleep", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2_pin", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_block_gpt2_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2_pin_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN},
+        {"attn_block_gpt2_after_sleep", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_v", texts[16], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_lse", texts[13], io + bh * S * 4, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -805,8 +834,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     }
 
     char peers_json[8192] = "null";
-    char peer_args[400];
-    snprintf(peer_args, sizeof peer_args, "--attention%s%s%.200s",
+    char peer_args[2048]; /* the --cases list whole: cut, it drops peers' rows */
+    snprintf(peer_args, sizeof peer_args, "--attention%s%s%.1900s",
              g_no_torch_compile ? " --no-compile" : "", g_cases ? " --cases " : "",
              g_cases ? g_cases : "");
     run_peers(peers, peer_args, peers_json, sizeof peers_json);
@@ -833,10 +862,11 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
             fprintf(f,
                     "%s    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
                     "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, "
-                    "\"after_gemm\": %s, \"where\": ",
+                    "\"after\": \"%s\", \"where\": ",
                     first ? "" : ",\n", c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
                     c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
-                    c->launches, after_gemm(c) ? "true" : "false");
+                    c->launches,
+                    after_gemm(c) ? "gemm" : after_sleep(c) ? "sleep" : "none");
             json_str(f, c->report);
             fputs("}", f);
             first = false;
@@ -1132,6 +1162,7 @@ int main(int argc, char **argv) {
         CHECK(kf_cuda_module_load(&DEV, r.cubin, "kf_bench_copy", &mod, err));
         CHECK(kf_cuda_function(&DEV, mod, "kf_bench_copy", &COPYK, err));
         CHECK(kf_cuda_function(&DEV, mod, "kf_bench_copy8", &COPYK8, err));
+        CHECK(kf_cuda_function(&DEV, mod, "kf_bench_spin", &SPIN, err));
         kf_nvrtc_result_release(&mem, &r);
     }
     fprintf(stderr, "gpu_bench: %s (%s, %d SMs), driver %d, commit %s\n", DEV.name, DEV.arch,

@@ -36,6 +36,9 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
                     cuDNN SDPA timed after an untimed bf16 8192^3 matmul: the
                     kernel's device time alone (no launch gap), L2 and clocks
                     as a block's GEMMs leave them (gpu_bench's after_gemm cases)
+  attn_causal_after_sleep, attn_block_llama_after_sleep, attn_block_gpt2_after_sleep
+                    the same after 1 ms of one thread asleep (torch.cuda._sleep):
+                    the device time alone on an idle GPU's clocks
   attn_decode       B16 H32, 1 query, Skv 8192, no mask   SDPA (its own choice), and
                                            with the cuDNN and the flash backend
   attn_decode_gqa   the same, GQA 32:8     SDPA with enable_gqa (the same three)
@@ -255,20 +258,31 @@ def attention(args):
 
     pre = {}
 
-    def after_gemm_ms(fn, warmup=5, reps=30):
-        """As median_ms, but each run follows, untimed, a bf16 8192^3 matmul
-        (gpu_bench's pre-GEMM): the events queue behind it, so the time is
-        the kernel's on the device alone, after a block's worth of GEMM."""
+    def run_pre(kind):
+        """gpu_bench's untimed run before each timed one: "gemm", a bf16
+        8192^3 matmul (its pre-GEMM); "sleep", one thread asleep for about
+        1 ms (torch.cuda._sleep, as its kf_bench_spin)."""
+        if kind == "sleep":
+            torch.cuda._sleep(pre["cycles"])
+            return
+        torch.mm(pre["a"], pre["b"], out=pre["c"])
+
+    def after_ms(fn, kind, warmup=5, reps=30):
+        """As median_ms, but each run follows, untimed, run_pre(kind): the
+        events queue behind it, so the time is the kernel's on the device
+        alone (torch's host work before the launch, in median_ms's time, is
+        not), after a block's worth of GEMM or an idle millisecond."""
         if not pre:
             pre["a"], pre["b"] = rnd(8192, 8192), rnd(8192, 8192)
             pre["c"] = torch.empty(8192, 8192, device="cuda", dtype=bf)
+            pre["cycles"] = 2_000_000  # about 1 ms at an H100's or H200's top clock
         for _ in range(warmup):
-            torch.mm(pre["a"], pre["b"], out=pre["c"])
+            run_pre(kind)
             fn()
         torch.cuda.synchronize()
         times = []
         for _ in range(reps):
-            torch.mm(pre["a"], pre["b"], out=pre["c"])
+            run_pre(kind)
             a = torch.cuda.Event(enable_timing=True)
             b = torch.cuda.Event(enable_timing=True)
             a.record()
@@ -279,16 +293,18 @@ def attention(args):
         return statistics.median(times)
 
     def put_after(name, key, fn):
-        """The _after_gemm row of case `name` (gpu_bench's after_gemm cases)."""
-        name = name + "_after_gemm"
-        if want and name not in want:
-            return
-        r = res["cases"].setdefault(name, {})
-        try:
-            r[key] = after_gemm_ms(fn)
-        except Exception as e:  # noqa: BLE001 -- report, never fail the run
-            r[key + "_error"] = str(e)[:300]
-        print(f"peers: {name} {r}", file=sys.stderr)
+        """The _after_gemm and _after_sleep rows of case `name` (gpu_bench's
+        cases of those names)."""
+        for kind in ("gemm", "sleep"):
+            row = f"{name}_after_{kind}"
+            if want and row not in want:
+                continue
+            r = res["cases"].setdefault(row, {})
+            try:
+                r[key] = after_ms(fn, kind)
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r[key + "_error"] = str(e)[:300]
+            print(f"peers: {row} {r}", file=sys.stderr)
 
     def cudnn(fn):
         def run():
@@ -340,7 +356,7 @@ def attention(args):
                                       ("attn_block_llama_v", 8, 32, 2048, 128, "v"),
                                       ("attn_block_llama_o", 8, 32, 2048, 128, "o"),
                                       ("attn_block_gpt2", 16, 16, 1024, 64, "g")):
-        if want and name not in want and name + "_after_gemm" not in want:
+        if want and not want & {name, name + "_after_gemm", name + "_after_sleep"}:
             continue
         if lay == "g":
             x = rnd(Bb, Sb, 3 * Hb * Db)
@@ -359,7 +375,7 @@ def attention(args):
         torch.cuda.empty_cache()
     if want and not want & {"attn_causal", "attn_noncausal", "attn_gqa", "attn_softcap",
                             "attn_alibi", "attn_window", "attn_block_sparse",
-                            "attn_causal_after_gemm"}:
+                            "attn_causal_after_gemm", "attn_causal_after_sleep"}:
         return dump(res, args)
     q, k, v = (rnd(B, H, S, D) for _ in range(3))
     kg, vg = (rnd(B, 8, S, D) for _ in range(2))
