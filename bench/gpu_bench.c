@@ -59,10 +59,12 @@
  * H16 S1024 D64 and B8 H32 S2048 D128, contiguous and with the blocks'
  * layouts: attn_block_llama, attn_block_gpt2; each of attn_causal and those
  * two also with the sm_90a kernel's softmax pinned under P.V (_pin, the
- * recipe flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) and timed after an
- * untimed bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time
- * alone, behind a block's worth of GEMM, as a profiler sees it in a block;
- * peers.py times cuDNN the same way)), decode (B16 H32,
+ * recipe flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) or with f32 scores
+ * (_f32s, KF_CUDA_RECIPE_ATTENTION_F32_SCORE), and timed after an untimed
+ * bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time alone,
+ * behind a block's worth of GEMM, as a profiler sees it in a block) or
+ * after 1 ms of one thread asleep (_after_sleep: the device time alone on an
+ * idle GPU); peers.py times cuDNN both ways), decode (B16 H32,
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
  * GQA 32:8; B64), the cold compile of one fused kernel, and peers.py
  * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
@@ -695,16 +697,21 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     double io_g2 = 4.0 * 16 * 16 * 1024 * 64 * 2, fl_g2 = 4.0 * 16 * 16 * 1024.0 * 1024 * 64 / 2;
     double io_ll = 4.0 * 8 * 32 * 2048 * 128 * 2, fl_ll = 4.0 * 8 * 32 * 2048.0 * 2048 * 128 / 2;
     const unsigned PIN = KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
+    const unsigned F32S = KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the same with the softmax pinned under P.V (_pin: the recipe flag
-         * KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX), and each after the pre-GEMM
+         * KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) or with f32 scores (_f32s:
+         * KF_CUDA_RECIPE_ATTENTION_F32_SCORE), and timed after the pre-GEMM
          * (_after_gemm: the device time alone, behind a block's worth of GEMM,
-         * as the profiler sees the kernel inside a block) */
+         * as the profiler sees the kernel inside a block) or after 1 ms
+         * asleep (_after_sleep: the device time alone on an idle GPU) */
         {"attn_causal_pin", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_causal_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_pin_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_causal_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_f32s", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_causal_f32s_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -713,12 +720,18 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_block_llama_pin_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN},
         {"attn_block_llama_after_sleep", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama_f32s", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_block_llama_f32s_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "",
+         KF_GEMM_AUTO, F32S},
         {"attn_block_gpt2", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2_pin", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_block_gpt2_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2_pin_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN},
         {"attn_block_gpt2_after_sleep", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_gpt2_f32s", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_block_gpt2_f32s_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "",
+         KF_GEMM_AUTO, F32S},
         {"attn_block_llama_v", texts[16], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_lse", texts[13], io + bh * S * 4, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},

@@ -257,6 +257,70 @@ static void test_the_pinned_softmax_runs_under_pv(void **state) {
     }
 }
 
+/* KF_CUDA_RECIPE_ATTENTION_F32_SCORE: a causal score that is a scale of
+ * Q.K^T by a constant that is not a power of two (1/sqrt(128) in bf16) keeps
+ * no rounding (the inner score function returns s), leaves that constant,
+ * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
+ * FMUL than the default kernel of the same graph (one of each a score), no
+ * spills; the kernel (fa3f_) and the report say so; a softcap score does not
+ * take it (the default kernel, named fa3_). bf16 and f16. */
+static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    for (size_t v = 0; v < 3; v++) {
+        const size_t ci = v < 2 ? 0 : 3; /* causal 1/sqrt(128); softcap */
+        const char *dn = v == 1 ? "f16" : "bf16";
+        char text[4096];
+        graph_text(cases[ci].body, dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r1 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_F32_SCORE);
+        const kf_cuda_recipe *c0 = attn_recipe(p.plan, r0), *c1 = attn_recipe(p.plan, r1);
+        const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
+        if (ci == 3) {
+            assert_non_null(strstr(k1->name, "fa3_"));
+            assert_null(strstr(c1->variants[0].how, "f32 scores"));
+            assert_string_equal(k0->source, k1->source);
+            fprintf(stderr, "  %s [%s]: no f32 scores (not a scale of Q.K^T)\n", cases[ci].name,
+                    dn);
+        } else {
+            assert_non_null(strstr(k1->name, "fa3f_"));
+            assert_non_null(strstr(c1->variants[0].how, "f32 scores"));
+            /* 1/sqrt(128) as the graph's constant holds it: 1.4140625 / 16
+             * in bf16 and in f16 alike */
+            assert_non_null(strstr(k1->source, "#define KF_SCORE_SCALE 0x1.6ap-4f"));
+            const char *inner = strstr(k1->source, "float kf_score_inner(");
+            assert_non_null(inner);
+            const char *end = strstr(inner, "return");
+            assert_non_null(end);
+            char body[2048];
+            snprintf(body, sizeof body, "%.*s", (int)(end - inner), inner);
+            if (strstr(body, "kf_round") || strstr(body, "kf_mul"))
+                fail_msg("%s [%s]: the inner score still rounds or scales:\n%s", cases[ci].name,
+                         dn, body);
+            kf_sass_check_hopper(&MEM, k1);
+            int n[2][2];
+            const kf_cuda_kernel *ks[2] = {k0, k1};
+            for (int i = 0; i < 2; i++) {
+                kf_sass_text(&MEM, ks[i], sass, sizeof sass);
+                n[i][0] = count_between(sass, sass + strlen(sass), "F2FP");
+                n[i][1] = count_between(sass, sass + strlen(sass), "FMUL");
+            }
+            if (n[1][0] >= n[0][0] || n[1][1] >= n[0][1])
+                fail_msg("%s [%s]: F2FP %d -> %d, FMUL %d -> %d: not fewer with f32 scores",
+                         cases[ci].name, dn, n[0][0], n[1][0], n[0][1], n[1][1]);
+            fprintf(stderr, "  %s [%s]: F2FP %d -> %d, FMUL %d -> %d\n", cases[ci].name, dn,
+                    n[0][0], n[1][0], n[0][1], n[1][1]);
+        }
+        kf_cuda_recipes_destroy(r0);
+        kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
 /* Which kernel each mode gives, and why: on sm_90a the default is the sm_90a
  * kernel, and it visits fewer, larger causal tiles (the report counts them);
  * ATTENTION_FA2 gives the FA2 kernel there; sm_80 gets the FA2 kernel with
@@ -485,6 +549,7 @@ int main(void) {
         cmocka_unit_test(test_attention_modes_give_the_kernels_they_name),
         cmocka_unit_test(test_sm90_attention_source_is_deterministic),
         cmocka_unit_test(test_the_pinned_softmax_runs_under_pv),
+        cmocka_unit_test(test_f32_scores_leave_any_scale_to_the_softmax),
         cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),
         cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels),

@@ -86,6 +86,8 @@ typedef struct run_opts {
     const char *report_lacks;
     const char *report_has_sm90; /* what it must hold when the kernels are for sm_90 or later */
     kf_ctx *ctx;                 /* NULL: G.ctx */
+    const char *probe;           /* with `probed`: *probed says whether the report holds it */
+    bool *probed;
 } run_opts;
 
 /* The arch the report names for its kernels ("(sm_90a ..." -> 90), or 0. */
@@ -146,6 +148,8 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
     check_report(report, o->report_lacks, false, what);
     if (report_sm(report) >= 90)
         check_report(report, o->report_has_sm90, true, what);
+    if (o->probe && o->probed)
+        *o->probed = strstr(report, o->probe) != NULL;
     st = kf_program_run(p, in, n_in, out, n_out, NULL);
     if (st != KF_OK)
         fail_msg("%s: kf_program_run: %s\n%s", what, kf_program_error(p), report);
@@ -1232,16 +1236,15 @@ static void test_sm90_attention_matches_the_reference(void **state) {
     kf_ctx_destroy(ctx);
 }
 
-/* The sm_90a kernel with its softmax pinned under P.V (the internal recipe
- * flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX, set on the context): every
- * fused case in bf16 and the longer ones above (ring wrap, more units than
- * SMs, rescales) in f16 match the reference, and the report says the pinned
- * form ran. */
-static void test_sm90_attention_with_the_softmax_pinned_matches_the_reference(void **state) {
-    (void)state;
-    REQUIRE_GPU();
+/* Every fused case in bf16 and the longer sm_90a cases above (ring wrap,
+ * more units than SMs, rescales) in f16 through the sm_90a kernel with the
+ * internal recipe flags `rflags` set on the context (kf_ctx.recipe_flags),
+ * each against the reference; the report holds `form` (NULL: nothing more),
+ * and *took counts the programs whose report holds `probe`. */
+static void run_sm90_form(unsigned rflags, const char *form, const char *probe, int *took,
+                          uint64_t stream0, const char *what) {
     kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
-    ctx->recipe_flags = KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
+    ctx->recipe_flags = rflags;
     size_t n_fused = N_OF(fused_cases);
     for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
         const bool fc = i < n_fused;
@@ -1254,16 +1257,49 @@ static void test_sm90_attention_with_the_softmax_pinned_matches_the_reference(vo
         kf_graph *g = NULL;
         if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
             fail_msg("%s: parse: %s\n%s", name, kf_graph_error(g), text);
-        char label[160], has[200];
-        snprintf(label, sizeof label, "sm_90a attention, softmax pinned: %s [%s]", name, dn);
-        snprintf(has, sizeof has,
-                 "fused attention (sm_90a wgmma/TMA kernel)|%s|softmax pinned under P.V", mask);
-        run_opts o = {.lo = -2, .hi = 2, .report_has = mask, .report_has_sm90 = has, .ctx = ctx};
-        run_and_compare(g, 3100 + i, &o, label);
-        fprintf(stderr, "  %s: ok\n", label);
+        char label[200], has[200];
+        snprintf(label, sizeof label, "sm_90a attention, %s: %s [%s]", what, name, dn);
+        snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s%s%s", mask,
+                 form ? "|" : "", form ? form : "");
+        bool hit = false;
+        run_opts o = {.lo = -2,
+                      .hi = 2,
+                      .report_has = mask,
+                      .report_has_sm90 = has,
+                      .ctx = ctx,
+                      .probe = probe,
+                      .probed = &hit};
+        run_and_compare(g, stream0 + i, &o, label);
+        *took += hit;
+        fprintf(stderr, "  %s: ok%s\n", label, hit ? " (the form's kernel)" : "");
         kf_graph_destroy(g);
     }
     kf_ctx_destroy(ctx);
+}
+
+/* The sm_90a kernel with its softmax pinned under P.V (the internal recipe
+ * flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX): every case matches the
+ * reference, and every report says the pinned form ran. */
+static void test_sm90_attention_with_the_softmax_pinned_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_form(KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX, "softmax pinned under P.V", NULL, &took,
+                  3100, "softmax pinned");
+}
+
+/* The sm_90a kernel with f32 scores (KF_CUDA_RECIPE_ATTENTION_F32_SCORE):
+ * every case matches the reference (judged against the exact value, which
+ * the unrounded scores are closer to), and the cases whose score is a scale
+ * of Q.K^T, masked or not, took the form (fa3f_): at least four. */
+static void test_sm90_attention_with_f32_scores_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_form(KF_CUDA_RECIPE_ATTENTION_F32_SCORE, NULL, "f32 scores", &took, 3200,
+                  "f32 scores");
+    if (took < 4)
+        fail_msg("only %d programs took the f32-score kernel", took);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the
@@ -2550,6 +2586,7 @@ int main(void) {
         cmocka_unit_test(test_fused_attention_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_softmax_pinned_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_f32_scores_matches_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),

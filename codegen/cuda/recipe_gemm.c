@@ -1339,10 +1339,13 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                  grp->attn.mask != KF_MASK_NONE ? ", mask per element" : "");
     if (sm90)
         kf_rb_how(b, 0,
-                  "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, %s%s",
+                  "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, %s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   (b->target->flags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX)
                       ? "; softmax pinned under P.V"
+                      : "",
+                  !strncmp(name, "fa3f_", 5) || !strncmp(name, "fa3pf_", 6)
+                      ? "; f32 scores, the scale folded into the softmax"
                       : "");
     else
         kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
