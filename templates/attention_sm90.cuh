@@ -436,8 +436,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * the B8 H32 S2048 D128 causal kernel: 66 of the 66 MUFU.EX2
                  * of a key tile between the two waits, against 0 without;
                  * test_attngen checks it). Measured slower (H200, 9f046fe:
-                 * 3-5%, and 4% more cycles under ncu at fixed clocks), so it
-                 * is off: the store waits for l's serial sum of 64 FADDs,
+                 * 11 of 12 pairs, 2-12%, and 4% more cycles under ncu at
+                 * fixed clocks), so it is off: the store waits for l's serial sum of 64 FADDs,
                  * which then lies on the way to the wait. */
 #if KF_PIN_SOFTMAX
                 asm volatile("st.shared.f32 [%0], %1;" ::"r"(sink), "f"(l[0] + l[1]) : "memory");
