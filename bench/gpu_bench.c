@@ -288,14 +288,23 @@ static void set_random_input(kf_cuda_exec *ex, const kf_tensor *t, unsigned long
 
 typedef kf_status (*run_fn)(void *user);
 
-/* Median milliseconds of `fn` over g_reps runs timed with events. */
-static double time_ms(run_fn fn, void *user) {
-    for (int i = 0; i < g_warmup; i++)
+/* Median milliseconds of `fn` over g_reps runs timed with events; with
+ * `pre` (NULL: none), pre(pre_user) runs, untimed, before each run (and
+ * before each warm-up run): the events around `fn` then queue behind its
+ * work, so the time is `fn`'s on the device alone, as a profiler sees a
+ * kernel in a block. */
+static double time_ms_after(run_fn pre, void *pre_user, run_fn fn, void *user) {
+    for (int i = 0; i < g_warmup; i++) {
+        if (pre)
+            CHECK(pre(pre_user));
         CHECK(fn(user));
+    }
     CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
     double v[256];
     int n = g_reps > 256 ? 256 : g_reps;
     for (int i = 0; i < n; i++) {
+        if (pre)
+            CHECK(pre(pre_user));
         CHECK(kf_cuda_event_record(&DEV, E0, S, err));
         CHECK(fn(user));
         CHECK(kf_cuda_event_record(&DEV, E1, S, err));
@@ -306,29 +315,7 @@ static double time_ms(run_fn fn, void *user) {
     return median(v, n);
 }
 
-/* The same with `pre` run, untimed, before each run of `fn` (and before
- * each warm-up run): the events around `fn` are queued behind `pre`'s work,
- * so the time is `fn`'s on the device alone, as a profiler sees a kernel in
- * a block. */
-static double time_ms_after(run_fn pre, void *pre_user, run_fn fn, void *user) {
-    for (int i = 0; i < g_warmup; i++) {
-        CHECK(pre(pre_user));
-        CHECK(fn(user));
-    }
-    CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
-    double v[256];
-    int n = g_reps > 256 ? 256 : g_reps;
-    for (int i = 0; i < n; i++) {
-        CHECK(pre(pre_user));
-        CHECK(kf_cuda_event_record(&DEV, E0, S, err));
-        CHECK(fn(user));
-        CHECK(kf_cuda_event_record(&DEV, E1, S, err));
-        float ms = 0;
-        CHECK(kf_cuda_event_elapsed(&DEV, E0, E1, &ms, err));
-        v[i] = ms;
-    }
-    return median(v, n);
-}
+static double time_ms(run_fn fn, void *user) { return time_ms_after(NULL, NULL, fn, user); }
 
 /* ------------------------------------------------------------------------ */
 /* Ceilings                                                                   */

@@ -66,14 +66,21 @@ import statistics
 import sys
 
 
-def median_ms(fn, warmup=5, reps=30):
+def median_ms(fn, warmup=5, reps=30, pre=None):
+    """Median milliseconds of fn() between two events; with `pre`, pre() runs
+    untimed before each run (and each warm-up run), so the events queue
+    behind its work and time fn's kernels alone on the device."""
     import torch
 
     for _ in range(warmup):
+        if pre:
+            pre()
         fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
+        if pre:
+            pre()
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
@@ -267,30 +274,16 @@ def attention(args):
             return
         torch.mm(pre["a"], pre["b"], out=pre["c"])
 
-    def after_ms(fn, kind, warmup=5, reps=30):
-        """As median_ms, but each run follows, untimed, run_pre(kind): the
-        events queue behind it, so the time is the kernel's on the device
-        alone (torch's host work before the launch, in median_ms's time, is
-        not), after a block's worth of GEMM or an idle millisecond."""
+    def after_ms(fn, kind):
+        """median_ms with run_pre(kind) before each run: the kernel's device
+        time alone (torch's host work before the launch, in median_ms's
+        plain time, is not), after a block's worth of GEMM or an idle
+        millisecond."""
         if not pre:
             pre["a"], pre["b"] = rnd(8192, 8192), rnd(8192, 8192)
             pre["c"] = torch.empty(8192, 8192, device="cuda", dtype=bf)
             pre["cycles"] = 2_000_000  # about 1 ms at an H100's or H200's top clock
-        for _ in range(warmup):
-            run_pre(kind)
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            run_pre(kind)
-            a = torch.cuda.Event(enable_timing=True)
-            b = torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        return statistics.median(times)
+        return median_ms(fn, pre=lambda: run_pre(kind))
 
     def put_after(name, key, fn):
         """The _after_gemm and _after_sleep rows of case `name` (gpu_bench's

@@ -81,7 +81,8 @@
  * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_QBUF, KF_SQ,
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
  * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
- * a power of two; 1: none), KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX,
+ * a power of two, or any positive constant with f32 scores; 1: none),
+ * KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX,
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
@@ -437,8 +438,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * of a key tile between the two waits, against 0 without;
                  * test_attngen checks it). Measured slower (H200, 9f046fe:
                  * 11 of 12 pairs, 2-12%, and 4% more cycles under ncu at
-                 * fixed clocks), so it is off: the store waits for l's serial sum of 64 FADDs,
-                 * which then lies on the way to the wait. */
+                 * fixed clocks), so it is off. A guess at why: the store
+                 * waits for l's serial sum of 64 FADDs, which then lies on
+                 * the way to the wait. */
 #if KF_PIN_SOFTMAX
                 asm volatile("st.shared.f32 [%0], %1;" ::"r"(sink), "f"(l[0] + l[1]) : "memory");
 #endif
