@@ -72,7 +72,14 @@
  * window 1024; unfused through KF_FLAG_UNFUSED_ATTENTION; causal with the
  * scores' log-sum-exp as a second output; the blocks' causal attention, B16
  * H16 S1024 D64 and B8 H32 S2048 D128, contiguous and with the blocks'
- * layouts: attn_block_llama, attn_block_gpt2), decode (B16 H32,
+ * layouts: attn_block_llama, attn_block_gpt2; each of attn_causal and those
+ * two also with the sm_90a kernel's softmax pinned under P.V (_pin, the
+ * recipe flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) or with f32 scores
+ * (_f32s, KF_CUDA_RECIPE_ATTENTION_F32_SCORE), and timed after an untimed
+ * bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time alone,
+ * behind a block's worth of GEMM, as a profiler sees it in a block) or
+ * after 1 ms of one thread asleep (_after_sleep: the device time alone on an
+ * idle GPU); peers.py times cuDNN both ways), decode (B16 H32,
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
  * GQA 32:8; B64), the cold compile of one fused kernel, and peers.py
  * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
@@ -138,7 +145,7 @@ static void run_peers(bool peers, const char *args, char *json, size_t size) {
     if (fd < 0)
         return;
     close(fd);
-    char cmd[2048];
+    char cmd[4096];
     const char *src = getenv("KF_SOURCE_DIR");
     snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s %s", src ? src : ".", pf, args);
     fprintf(stderr, "peers: %s\n", cmd);
@@ -187,7 +194,7 @@ static const kf_cuda_driver *D;
 static kf_cuda_device DEV;
 static kf_cu_stream S;
 static kf_cu_event E0, E1;
-static kf_cu_function FILL, COPYK, COPYK8;
+static kf_cu_function FILL, COPYK, COPYK8, SPIN;
 
 static const char fill_src[] =
     "extern \"C\" __global__ void kf_bench_fill(unsigned short *p, unsigned long long n,\n"
@@ -228,6 +235,16 @@ static const char copyk_src[] =
     "extern \"C\" __global__ void __launch_bounds__(256) kf_bench_copy8(const uint4 *__restrict__ a,\n"
     "                                   uint4 *__restrict__ b, unsigned long long n) {\n"
     "    kf_copy<8>(a, b, n);\n"
+    "}\n"
+    /* one thread asleep for ns nanoseconds (the globaltimer): the GPU busy,
+     * so what is queued behind it waits, at next to no power */
+    "extern \"C\" __global__ void kf_bench_spin(unsigned long long ns) {\n"
+    "    unsigned long long t0, t;\n"
+    "    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+    "    do {\n"
+    "        __nanosleep(10000);\n"
+    "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+    "    } while (t - t0 < ns);\n"
     "}\n";
 
 typedef struct copyk_args {
@@ -286,14 +303,23 @@ static void set_random_input(kf_cuda_exec *ex, const kf_tensor *t, unsigned long
 
 typedef kf_status (*run_fn)(void *user);
 
-/* Median milliseconds of `fn` over g_reps runs timed with events. */
-static double time_ms(run_fn fn, void *user) {
-    for (int i = 0; i < g_warmup; i++)
+/* Median milliseconds of `fn` over g_reps runs timed with events; with
+ * `pre` (NULL: none), pre(pre_user) runs, untimed, before each run (and
+ * before each warm-up run): the events around `fn` then queue behind its
+ * work, so the time is `fn`'s on the device alone, as a profiler sees a
+ * kernel in a block. */
+static double time_ms_after(run_fn pre, void *pre_user, run_fn fn, void *user) {
+    for (int i = 0; i < g_warmup; i++) {
+        if (pre)
+            CHECK(pre(pre_user));
         CHECK(fn(user));
+    }
     CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
     double v[256];
     int n = g_reps > 256 ? 256 : g_reps;
     for (int i = 0; i < n; i++) {
+        if (pre)
+            CHECK(pre(pre_user));
         CHECK(kf_cuda_event_record(&DEV, E0, S, err));
         CHECK(fn(user));
         CHECK(kf_cuda_event_record(&DEV, E1, S, err));
@@ -303,6 +329,8 @@ static double time_ms(run_fn fn, void *user) {
     }
     return median(v, n);
 }
+
+static double time_ms(run_fn fn, void *user) { return time_ms_after(NULL, NULL, fn, user); }
 
 /* ------------------------------------------------------------------------ */
 /* Ceilings                                                                   */
@@ -349,6 +377,30 @@ typedef struct bcase {
     unsigned rflags;   /* recipe flags added to the context's (KF_CUDA_RECIPE_GEMM_PINGPONG,
                           ..._STAGED_EPI: the generated GEMM's other schedules), or 0 */
 } bcase;
+
+/* The GEMM a case named *_after_gemm runs, untimed, before each timed run
+ * (after_gemm): bf16 8192^3 through cuBLASLt (1.4 ms on an H200, 384 MiB of
+ * operands, more than L2), as a transformer block's projections run before
+ * its attention: the GPU busy (no launch gap in the time), L2 holding the
+ * GEMM's data, the clocks where a block's GEMMs leave them. */
+static gemm_args *g_pre;
+
+static bool after_gemm(const bcase *c) { return strstr(c->name, "_after_gemm") != NULL; }
+
+/* What a case named *_after_sleep runs, untimed, before each timed run: one
+ * thread asleep for 1 ms (kf_bench_spin), so the events queue behind it as
+ * behind the pre-GEMM, with the clocks and L2 as an idle GPU leaves them:
+ * the kernel's device time alone, no launch gap in it. */
+static unsigned long long g_spin_ns = 1000000ull;
+
+static kf_status run_spin(void *u) {
+    void *args[] = {u};
+    kf_cuda_launch_cfg cfg = {
+        .grid = {1, 1, 1}, .block = {32, 1, 1}, .stream = S, .kernel = "kf_bench_spin"};
+    return kf_cuda_launch(&DEV, SPIN, &cfg, args, err);
+}
+
+static bool after_sleep(const bcase *c) { return strstr(c->name, "_after_sleep") != NULL; }
 
 static kf_ctx *make_ctx_mode(const char *cache_dir, unsigned flags, kf_gemm_mode gemm,
                              kf_attention_mode attention) {
@@ -408,7 +460,9 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
     /* Random inputs, on the device. */
     for (uint32_t i = 0; i < g->n_inputs; i++)
         set_random_input(ex, g->inputs[i], 1000 + i * 7919ull);
-    c->ms = time_ms(run_exec, ex);
+    c->ms = after_gemm(c) && g_pre ? time_ms_after(run_gemm, g_pre, run_exec, ex)
+            : after_sleep(c)       ? time_ms_after(run_spin, &g_spin_ns, run_exec, ex)
+                                   : time_ms(run_exec, ex);
     c->launches = kf_cuda_exec_launch_count(ex);
     double fb = c->bytes / (copy_gbs * 1e9) * 1e3, ff = c->flops / (gemm_tflops * 1e12) * 1e3;
     c->floor_ms = fb > ff ? fb : ff;
@@ -644,12 +698,42 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     /* the blocks' shapes: Q, K, V, O once; causal: half of the two GEMMs */
     double io_g2 = 4.0 * 16 * 16 * 1024 * 64 * 2, fl_g2 = 4.0 * 16 * 16 * 1024.0 * 1024 * 64 / 2;
     double io_ll = 4.0 * 8 * 32 * 2048 * 128 * 2, fl_ll = 4.0 * 8 * 32 * 2048.0 * 2048 * 128 / 2;
+    const unsigned PIN = KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
+    const unsigned F32S = KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the same with the softmax pinned under P.V (_pin: the recipe flag
+         * KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) or with f32 scores (_f32s:
+         * KF_CUDA_RECIPE_ATTENTION_F32_SCORE), and timed after the pre-GEMM
+         * (_after_gemm: the device time alone, behind a block's worth of GEMM,
+         * as the profiler sees the kernel inside a block) or after 1 ms
+         * asleep (_after_sleep: the device time alone on an idle GPU) */
+        {"attn_causal_pin", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
+        {"attn_causal_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_pin_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
+        {"attn_causal_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_f32s", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_causal_f32s_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama_pin", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
+        {"attn_block_llama_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama_pin_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN},
+        {"attn_block_llama_after_sleep", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_llama_f32s", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_block_llama_f32s_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "",
+         KF_GEMM_AUTO, F32S},
         {"attn_block_gpt2", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_gpt2_pin", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
+        {"attn_block_gpt2_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_gpt2_pin_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN},
+        {"attn_block_gpt2_after_sleep", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_block_gpt2_f32s", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_block_gpt2_f32s_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "",
+         KF_GEMM_AUTO, F32S},
         {"attn_block_llama_v", texts[16], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_lse", texts[13], io + bh * S * 4, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -685,6 +769,32 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     kf_ctx *unf = make_ctx(NULL, KF_FLAG_NO_CACHE | KF_FLAG_UNFUSED_ATTENTION);
     kf_ctx *fa2 = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_FA2);
     kf_ctx *dec = make_ctx_mode(NULL, KF_FLAG_NO_CACHE, KF_GEMM_AUTO, KF_ATTENTION_DECODE);
+    /* The pre-GEMM of the after_gemm cases (g_pre), when one runs. */
+    gemm_args pre;
+    kf_cu_deviceptr pre_buf[3] = {0, 0, 0};
+    bool any_after = false;
+    for (int i = 0; i < n_cases; i++)
+        any_after |= after_gemm(&cases[i]) && case_on(cases[i].name);
+    if (any_after) {
+        kf_mem mem;
+        kf_mem_resolve(&mem, NULL);
+        CHECK(kf_blt_create(&mem, &DEV, NULL, &pre.lt, err));
+        memset(&pre.g, 0, sizeof pre.g);
+        const int64_t n = 8192;
+        pre.g.dtype = KF_DTYPE_BF16;
+        pre.g.m = pre.g.n = pre.g.k = n;
+        pre.g.batch = 1;
+        pre.g.what = "pre-GEMM";
+        for (int b = 0; b < 3; b++) {
+            CHECK(kf_cuda_mem_alloc(&DEV, (size_t)(n * n * 2), &pre_buf[b], err));
+            fill_bf16(pre_buf[b], (unsigned long long)(n * n), 40 + (unsigned long long)b);
+        }
+        pre.g.a = (kf_blt_operand){pre_buf[0], n, 1, 0};
+        pre.g.b = (kf_blt_operand){pre_buf[1], n, 1, 0};
+        pre.g.d = (kf_blt_operand){pre_buf[2], n, 1, 0};
+        pre.g.c = pre.g.d;
+        g_pre = &pre;
+    }
     for (int i = 0; i < n_cases; i++) {
         if (!case_on(cases[i].name))
             continue;
@@ -739,8 +849,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     }
 
     char peers_json[8192] = "null";
-    char peer_args[400];
-    snprintf(peer_args, sizeof peer_args, "--attention%s%s%.200s",
+    char peer_args[2048]; /* the --cases list whole: cut, it drops peers' rows */
+    snprintf(peer_args, sizeof peer_args, "--attention%s%s%.1900s",
              g_no_torch_compile ? " --no-compile" : "", g_cases ? " --cases " : "",
              g_cases ? g_cases : "");
     run_peers(peers, peer_args, peers_json, sizeof peers_json);
@@ -766,10 +876,12 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
                 continue;
             fprintf(f,
                     "%s    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
-                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, \"where\": ",
+                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, "
+                    "\"after\": \"%s\", \"where\": ",
                     first ? "" : ",\n", c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
                     c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
-                    c->launches);
+                    c->launches,
+                    after_gemm(c) ? "gemm" : after_sleep(c) ? "sleep" : "none");
             json_str(f, c->report);
             fputs("}", f);
             first = false;
@@ -1065,6 +1177,7 @@ int main(int argc, char **argv) {
         CHECK(kf_cuda_module_load(&DEV, r.cubin, "kf_bench_copy", &mod, err));
         CHECK(kf_cuda_function(&DEV, mod, "kf_bench_copy", &COPYK, err));
         CHECK(kf_cuda_function(&DEV, mod, "kf_bench_copy8", &COPYK8, err));
+        CHECK(kf_cuda_function(&DEV, mod, "kf_bench_spin", &SPIN, err));
         kf_nvrtc_result_release(&mem, &r);
     }
     fprintf(stderr, "gpu_bench: %s (%s, %d SMs), driver %d, commit %s\n", DEV.name, DEV.arch,

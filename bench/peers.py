@@ -32,6 +32,13 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
   attn_block_llama, attn_block_gpt2 (and attn_block_llama_v, _o)
                     the same with the blocks' layouts (V, or Q, K and V, read
                     transposed from [B, S, H, D]): cuDNN and flash SDPA
+  attn_causal_after_gemm, attn_block_llama_after_gemm, attn_block_gpt2_after_gemm
+                    cuDNN SDPA timed after an untimed bf16 8192^3 matmul: the
+                    kernel's device time alone (no launch gap), L2 and clocks
+                    as a block's GEMMs leave them (gpu_bench's after_gemm cases)
+  attn_causal_after_sleep, attn_block_llama_after_sleep, attn_block_gpt2_after_sleep
+                    the same after 1 ms of one thread asleep (torch.cuda._sleep):
+                    the device time alone on an idle GPU's clocks
   attn_decode       B16 H32, 1 query, Skv 8192, no mask   SDPA (its own choice), and
                                            with the cuDNN and the flash backend
   attn_decode_gqa   the same, GQA 32:8     SDPA with enable_gqa (the same three)
@@ -59,14 +66,21 @@ import statistics
 import sys
 
 
-def median_ms(fn, warmup=5, reps=30):
+def median_ms(fn, warmup=5, reps=30, pre=None):
+    """Median milliseconds of fn() between two events; with `pre`, pre() runs
+    untimed before each run (and each warm-up run), so the events queue
+    behind its work and time fn's kernels alone on the device."""
     import torch
 
     for _ in range(warmup):
+        if pre:
+            pre()
         fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
+        if pre:
+            pre()
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
@@ -249,6 +263,42 @@ def attention(args):
             r[key + "_error"] = str(e)[:300]
         print(f"peers: {name} {r}", file=sys.stderr)
 
+    pre = {}
+
+    def run_pre(kind):
+        """gpu_bench's untimed run before each timed one: "gemm", a bf16
+        8192^3 matmul (its pre-GEMM); "sleep", one thread asleep for about
+        1 ms (torch.cuda._sleep, as its kf_bench_spin)."""
+        if kind == "sleep":
+            torch.cuda._sleep(pre["cycles"])
+            return
+        torch.mm(pre["a"], pre["b"], out=pre["c"])
+
+    def after_ms(fn, kind):
+        """median_ms with run_pre(kind) before each run: the kernel's device
+        time alone (torch's host work before the launch, in median_ms's
+        plain time, is not), after a block's worth of GEMM or an idle
+        millisecond."""
+        if not pre:
+            pre["a"], pre["b"] = rnd(8192, 8192), rnd(8192, 8192)
+            pre["c"] = torch.empty(8192, 8192, device="cuda", dtype=bf)
+            pre["cycles"] = 2_000_000  # about 1 ms at an H100's or H200's top clock
+        return median_ms(fn, pre=lambda: run_pre(kind))
+
+    def put_after(name, key, fn):
+        """The _after_gemm and _after_sleep rows of case `name` (gpu_bench's
+        cases of those names)."""
+        for kind in ("gemm", "sleep"):
+            row = f"{name}_after_{kind}"
+            if want and row not in want:
+                continue
+            r = res["cases"].setdefault(row, {})
+            try:
+                r[key] = after_ms(fn, kind)
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r[key + "_error"] = str(e)[:300]
+            print(f"peers: {row} {r}", file=sys.stderr)
+
     def cudnn(fn):
         def run():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -299,7 +349,7 @@ def attention(args):
                                       ("attn_block_llama_v", 8, 32, 2048, 128, "v"),
                                       ("attn_block_llama_o", 8, 32, 2048, 128, "o"),
                                       ("attn_block_gpt2", 16, 16, 1024, 64, "g")):
-        if want and name not in want:
+        if want and not want & {name, name + "_after_gemm", name + "_after_sleep"}:
             continue
         if lay == "g":
             x = rnd(Bb, Sb, 3 * Hb * Db)
@@ -313,14 +363,18 @@ def attention(args):
             return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
         put(name, "cudnn_sdpa_ms", cudnn(sdpa_b))
         put(name, "flash_sdpa_ms", flash(sdpa_b))
+        put_after(name, "cudnn_sdpa_ms", cudnn(sdpa_b))
         del qb, kb, vb
         torch.cuda.empty_cache()
     if want and not want & {"attn_causal", "attn_noncausal", "attn_gqa", "attn_softcap",
-                            "attn_alibi", "attn_window", "attn_block_sparse"}:
+                            "attn_alibi", "attn_window", "attn_block_sparse",
+                            "attn_causal_after_gemm", "attn_causal_after_sleep"}:
         return dump(res, args)
     q, k, v = (rnd(B, H, S, D) for _ in range(3))
     kg, vg = (rnd(B, 8, S, D) for _ in range(2))
     put("attn_causal", "cudnn_sdpa_ms", cudnn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+    put_after("attn_causal", "cudnn_sdpa_ms",
+              cudnn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)))
     put("attn_causal", "flash_sdpa_ms", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     put("attn_noncausal", "cudnn_sdpa_ms", cudnn(lambda: F.scaled_dot_product_attention(q, k, v)))
     put("attn_gqa", "cudnn_sdpa_ms",

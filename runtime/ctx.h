@@ -30,6 +30,11 @@ struct kf_ctx {
     char *cublaslt_lib; /* the cuBLASLt library tried first */
     int num_threads;    /* CPU target threads, 0: one per core */
     int cpu_opt_level;  /* LLVM -O level of the CPU target */
+    /* Internal (no kf_options field; 0 from kf_ctx_create): KF_CUDA_RECIPE_*
+     * flags added to those of the flags and modes above in every recipe a
+     * program of this context makes, so the GPU tests and the bench can run
+     * a kernel form that is not on by default through kf_compile. */
+    unsigned recipe_flags;
 
     /* Loaded at first use, under `lock` (runtime/cuda.c). */
     pthread_mutex_t lock;

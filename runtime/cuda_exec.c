@@ -775,7 +775,8 @@ kf_status kf_cuda_exec_open_for(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec *
     memset(&ex->target, 0, sizeof ex->target);
     snprintf(ex->target.arch, sizeof ex->target.arch, "%s", ctx->arch ? ctx->arch : ex->dev.arch);
     ex->target.sm_count = ex->dev.sm_count > 0 ? ex->dev.sm_count : 1;
-    ex->target.flags = kf_cuda_recipe_flags(ctx->flags, ctx->gemm, ctx->attention);
+    ex->target.flags =
+        kf_cuda_recipe_flags(ctx->flags, ctx->gemm, ctx->attention) | ctx->recipe_flags;
     *target = ex->target;
     *out = ex;
     return KF_OK;

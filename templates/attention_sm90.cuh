@@ -81,7 +81,8 @@
  * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_QBUF, KF_SQ,
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
  * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
- * a power of two; 1: none), KF_LAZY_RESCALE, KF_L2_PREFETCH,
+ * a power of two, or any positive constant with f32 scores; 1: none),
+ * KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX,
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
@@ -162,6 +163,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_fullk[KF_STAGES], kf_fullv[KF_STAGES],
         kf_emptyk[KF_STAGES], kf_emptyv[KF_STAGES], kf_qfull[KF_QBUF], kf_qempty[KF_QBUF];
+#if KF_PIN_SOFTMAX
+    /* one word a consumer thread, written once a key tile and never read:
+     * the store that pins P.V's wait after the softmax (finish, below) */
+    __shared__ float kf_sink[256];
+#endif
     KF_SETUP();
     /* Q, then the ring, from the first 1024-byte boundary (where the
      * swizzle pattern starts over); launch.shared_bytes has the 1024. */
@@ -261,6 +267,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(KF_CONSUMER_REGS) : "memory");
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         const int g4 = lane >> 2, t4 = lane & 3;
+#if KF_PIN_SOFTMAX
+        const unsigned sink = (unsigned)__cvta_generic_to_shared(&kf_sink[threadIdx.x - 128]);
+#endif
         const bool al_o = kf_aligned(KF_O, 4);
         int s = 0;
         unsigned ph = 0, nq = 0;
@@ -416,7 +425,25 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * a5b035c's successor it sits after the score expression and
                  * the row max's first half, so that much of the softmax runs
                  * under P.V, the rest after it (an FFMA tying alpha to l's
-                 * sum, so to every exp2, did not move it). */
+                 * sum, so to every exp2, did not move it).
+                 * KF_PIN_SOFTMAX (a recipe flag, KF_CUDA_RECIPE_ATTENTION_
+                 * PIN_SOFTMAX) moves it: ptxas's scheduler hoists the wait
+                 * (it may always wait sooner: the instruction has no
+                 * operands), but not above a shared-memory store, so l's
+                 * sum -- which every exp2 feeds -- stored to this thread's
+                 * sink word keeps the whole softmax, row max and exp2s
+                 * included, in front of the wait, under P.V(j - 1), and
+                 * leaves only O's rescale and P's packing after it (SASS of
+                 * the B8 H32 S2048 D128 causal kernel: 66 of the 66 MUFU.EX2
+                 * of a key tile between the two waits, against 0 without;
+                 * test_attngen checks it). Measured slower (H200, 9f046fe:
+                 * 11 of 12 pairs, 2-12%, and 4% more cycles under ncu at
+                 * fixed clocks), so it is off. A guess at why: the store
+                 * waits for l's serial sum of 64 FADDs, which then lies on
+                 * the way to the wait. */
+#if KF_PIN_SOFTMAX
+                asm volatile("st.shared.f32 [%0], %1;" ::"r"(sink), "f"(l[0] + l[1]) : "memory");
+#endif
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
                 for (int i = 0; i < KF_D / 2; i++)

@@ -50,13 +50,12 @@ static inline void kf_sass_run(const char *cmd, char *out, size_t size) {
         fail_msg("`%s` exited %d:\n%.2000s", cmd, rc, out);
 }
 
-/* Compiles kernel `k` with NVRTC for its arch and checks its SASS and
- * resources: every opcode of the NULL-ended `want` is there (each with the
- * reason it must be, `why`), `absent` (NULL: none) is not, and there is no
- * local memory. */
-static inline void kf_sass_check_ops(kf_mem *mem, const kf_cuda_kernel *k,
-                                     const char *const *want, const char *const *why,
-                                     const char *absent) {
+/* Compiles kernel `k` with NVRTC for its arch into a new file whose name
+ * replaces path's XXXXXX (the caller unlinks it); fails the test when
+ * cuobjdump is missing, NVRTC fails, or ptxas warns that it ignores
+ * setmaxnreg (C7508) or serializes wgmma (C7510, C7515, ...): either costs
+ * the speed the kernel exists for. */
+static inline void kf_sass_cubin(kf_mem *mem, const kf_cuda_kernel *k, char *path) {
     if (!KF_CUOBJDUMP[0])
         fail_msg("cuobjdump was not found at configure time (pip install nvidia-cuda-cuobjdump; "
                  "scripts/install-deps.sh does): the SASS of %s cannot be checked",
@@ -68,16 +67,35 @@ static inline void kf_sass_check_ops(kf_mem *mem, const kf_cuda_kernel *k,
     char err[KF_MSG_MAX] = "";
     if (kf_cuda_kernel_compile(mem, k, &res, err) != KF_OK)
         fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
-    /* ptxas warns when it ignores setmaxnreg (C7508) or serializes wgmma
-     * (C7510, C7515, ...): either costs the speed the kernel exists for. */
     if (res.log && (strstr(res.log, "C7508") || strstr(res.log, "C751")))
         fail_msg("%s: ptxas warns:\n%s", k->name, res.log);
-    char path[] = "/tmp/kf_sass_XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, res.cubin, res.cubin_size), (ssize_t)res.cubin_size);
     close(fd);
     kf_nvrtc_result_release(mem, &res);
+}
+
+/* Kernel `k` compiled (kf_sass_cubin), its SASS (cuobjdump -sass) into
+ * out[size]. */
+static inline void kf_sass_text(kf_mem *mem, const kf_cuda_kernel *k, char *out, size_t size) {
+    char path[] = "/tmp/kf_sass_XXXXXX";
+    kf_sass_cubin(mem, k, path);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
+    kf_sass_run(cmd, out, size);
+    unlink(path);
+}
+
+/* Compiles kernel `k` with NVRTC for its arch and checks its SASS and
+ * resources: every opcode of the NULL-ended `want` is there (each with the
+ * reason it must be, `why`), `absent` (NULL: none) is not, and there is no
+ * local memory. */
+static inline void kf_sass_check_ops(kf_mem *mem, const kf_cuda_kernel *k,
+                                     const char *const *want, const char *const *why,
+                                     const char *absent) {
+    char path[] = "/tmp/kf_sass_XXXXXX";
+    kf_sass_cubin(mem, k, path);
     static char out[1 << 22];
     char cmd[512];
     snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);

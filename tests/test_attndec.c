@@ -104,38 +104,11 @@ static const struct {
 };
 
 /* Compiles `k` with NVRTC for its arch and checks the SASS: `want` and
- * `want2` there (NULL: nothing asked), no local memory. */
+ * `want2` there (NULL: nothing asked), no local memory (kf_sass_check_ops). */
 static void check_sass(const kf_cuda_kernel *k, const char *want, const char *want2) {
-    if (!KF_CUOBJDUMP[0])
-        fail_msg("cuobjdump was not found at configure time: %s cannot be checked", k->name);
-    kf_nvrtc_result res;
-    char err[KF_MSG_MAX] = "";
-    if (kf_cuda_kernel_compile(&MEM, k, &res, err) != KF_OK)
-        fail_msg("%s: %s\n%s", k->name, err, res.log ? res.log : "");
-    char path[] = "/tmp/kf_dec_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, res.cubin, res.cubin_size), (ssize_t)res.cubin_size);
-    close(fd);
-    kf_nvrtc_result_release(&MEM, &res);
-    static char out[1 << 22];
-    char cmd[512];
-    if (want) {
-        snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
-        kf_sass_run(cmd, out, sizeof out);
-        if (!strstr(out, want))
-            fail_msg("%s: no %s in the SASS", k->name, want);
-        if (want2 && !strstr(out, want2))
-            fail_msg("%s: no %s in the SASS", k->name, want2);
-    }
-    snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
-    kf_sass_run(cmd, out, sizeof out);
-    unlink(path);
-    const char *r = strstr(out, "REG:");
-    if (!r)
-        fail_msg("%s: no resource line in:\n%s", k->name, out);
-    if (!strstr(r, "LOCAL:0") || !strstr(r, "STACK:0"))
-        fail_msg("%s: local memory (spills or a stack frame): %.200s", k->name, r);
+    const char *const w[] = {want, want2, NULL};
+    static const char *const why[] = {"asked for", "asked for"};
+    kf_sass_check_ops(&MEM, k, want ? w : w + 2, why, NULL);
 }
 
 /* Every decode variant in bf16 and f16 for an H100 (sm_90a), in bf16 for

@@ -197,6 +197,130 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
     }
 }
 
+/* The main loop's exp2s (MUFU.EX2) in SASS text `sass`: before[0] between
+ * its first wait (WARPGROUP.DEPBAR.LE gsb0, 0x1: Q.K^T done, P.V may run)
+ * and the wait for P.V (0x0), before[1] after that wait up to the next
+ * HGMMA; false when the waits are not there. */
+static int count_between(const char *from, const char *to, const char *what) {
+    int n = 0;
+    for (const char *e = strstr(from, what); e && e < to; e = strstr(e + 1, what))
+        n++;
+    return n;
+}
+
+static bool exp2s_around_pv_wait(const char *sass, int before[2]) {
+    const char *a = strstr(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1");
+    const char *b = a ? strstr(a, "WARPGROUP.DEPBAR.LE gsb0, 0x0") : NULL;
+    const char *c = b ? strstr(b, "HGMMA") : NULL;
+    if (!c)
+        return false;
+    before[0] = count_between(a, b, "MUFU.EX2");
+    before[1] = count_between(b, c, "MUFU.EX2");
+    return true;
+}
+
+/* KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX: the report and the source say so,
+ * the kernel compiles with no spills, and ptxas leaves a key tile's whole
+ * softmax -- every exp2 of the main loop -- between Q.K^T's wait and P.V's
+ * (where without the flag it hoists P.V's wait above them all); causal head
+ * dim 128 and ALiBi + causal 64, bf16 and f16. */
+static void test_the_pinned_softmax_runs_under_pv(void **state) {
+    (void)state;
+    for (size_t v = 0; v < 4; v++) {
+        char text[4096];
+        const size_t ci = v < 2 ? 0 : 4; /* causal D128; ALiBi + causal D64 */
+        graph_text(cases[ci].body, v % 2 ? "f16" : "bf16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX);
+        const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
+        if (!strstr(rc->variants[0].how, "softmax pinned under P.V"))
+            fail_msg("%s: the report does not say the softmax is pinned: %s", cases[ci].name,
+                     rc->variants[0].how);
+        const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+        assert_non_null(strstr(k->source, "#define KF_PIN_SOFTMAX 1"));
+        kf_sass_check_hopper(&MEM, k);
+        static char sass[1 << 22];
+        kf_sass_text(&MEM, k, sass, sizeof sass);
+        int n[2];
+        if (!exp2s_around_pv_wait(sass, n))
+            fail_msg("%s: no Q.K^T / P.V waits in the SASS", cases[ci].name);
+        if (n[0] < 1 || n[1] != 0)
+            fail_msg("%s: %d exp2s between the waits of Q.K^T and P.V, %d after P.V's (want "
+                     "them all before)",
+                     cases[ci].name, n[0], n[1]);
+        fprintf(stderr, "  %s [%s]: %d exp2s under P.V, none after its wait\n", cases[ci].name,
+                v % 2 ? "f16" : "bf16", n[0]);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+}
+
+/* KF_CUDA_RECIPE_ATTENTION_F32_SCORE: a causal score that is a scale of
+ * Q.K^T by a constant that is not a power of two (1/sqrt(128) in bf16) keeps
+ * no rounding (the inner score function returns s), leaves that constant,
+ * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
+ * FMUL than the default kernel of the same graph (one of each a score), no
+ * spills; the kernel (fa3f_) and the report say so; a softcap score does not
+ * take it (the default kernel, named fa3_). bf16 and f16. */
+static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    for (size_t v = 0; v < 3; v++) {
+        const size_t ci = v < 2 ? 0 : 3; /* causal 1/sqrt(128); softcap */
+        const char *dn = v == 1 ? "f16" : "bf16";
+        char text[4096];
+        graph_text(cases[ci].body, dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r1 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_F32_SCORE);
+        const kf_cuda_recipe *c0 = attn_recipe(p.plan, r0), *c1 = attn_recipe(p.plan, r1);
+        const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
+        if (ci == 3) {
+            assert_non_null(strstr(k1->name, "fa3_"));
+            assert_null(strstr(c1->variants[0].how, "f32 scores"));
+            assert_string_equal(k0->source, k1->source);
+            fprintf(stderr, "  %s [%s]: no f32 scores (not a scale of Q.K^T)\n", cases[ci].name,
+                    dn);
+        } else {
+            assert_non_null(strstr(k1->name, "fa3f_"));
+            assert_non_null(strstr(c1->variants[0].how, "f32 scores"));
+            /* 1/sqrt(128) as the graph's constant holds it: 1.4140625 / 16
+             * in bf16 and in f16 alike */
+            assert_non_null(strstr(k1->source, "#define KF_SCORE_SCALE 0x1.6ap-4f"));
+            const char *inner = strstr(k1->source, "float kf_score_inner(");
+            assert_non_null(inner);
+            const char *end = strstr(inner, "return");
+            assert_non_null(end);
+            char body[2048];
+            snprintf(body, sizeof body, "%.*s", (int)(end - inner), inner);
+            if (strstr(body, "kf_round") || strstr(body, "kf_mul"))
+                fail_msg("%s [%s]: the inner score still rounds or scales:\n%s", cases[ci].name,
+                         dn, body);
+            kf_sass_check_hopper(&MEM, k1);
+            int n[2][2];
+            const kf_cuda_kernel *ks[2] = {k0, k1};
+            for (int i = 0; i < 2; i++) {
+                kf_sass_text(&MEM, ks[i], sass, sizeof sass);
+                n[i][0] = count_between(sass, sass + strlen(sass), "F2FP");
+                n[i][1] = count_between(sass, sass + strlen(sass), "FMUL");
+            }
+            if (n[1][0] >= n[0][0] || n[1][1] >= n[0][1])
+                fail_msg("%s [%s]: F2FP %d -> %d, FMUL %d -> %d: not fewer with f32 scores",
+                         cases[ci].name, dn, n[0][0], n[1][0], n[0][1], n[1][1]);
+            fprintf(stderr, "  %s [%s]: F2FP %d -> %d, FMUL %d -> %d\n", cases[ci].name, dn,
+                    n[0][0], n[1][0], n[0][1], n[1][1]);
+        }
+        kf_cuda_recipes_destroy(r0);
+        kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
 /* Which kernel each mode gives, and why: on sm_90a the default is the sm_90a
  * kernel, and it visits fewer, larger causal tiles (the report counts them);
  * ATTENTION_FA2 gives the FA2 kernel there; sm_80 gets the FA2 kernel with
@@ -424,6 +548,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_modes_give_the_kernels_they_name),
         cmocka_unit_test(test_sm90_attention_source_is_deterministic),
+        cmocka_unit_test(test_the_pinned_softmax_runs_under_pv),
+        cmocka_unit_test(test_f32_scores_leave_any_scale_to_the_softmax),
         cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),
         cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels),

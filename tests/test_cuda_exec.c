@@ -27,6 +27,7 @@
 #include "ir/ir.h"
 #include "kf_planned.h"
 #include "kf_test.h"
+#include "runtime/ctx.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_exec.h"
 
@@ -85,6 +86,8 @@ typedef struct run_opts {
     const char *report_lacks;
     const char *report_has_sm90; /* what it must hold when the kernels are for sm_90 or later */
     kf_ctx *ctx;                 /* NULL: G.ctx */
+    const char *probe;           /* with `probed`: *probed says whether the report holds it */
+    bool *probed;
 } run_opts;
 
 /* The arch the report names for its kernels ("(sm_90a ..." -> 90), or 0. */
@@ -145,6 +148,8 @@ static void run_and_compare(kf_graph *g, uint64_t stream, const run_opts *o, con
     check_report(report, o->report_lacks, false, what);
     if (report_sm(report) >= 90)
         check_report(report, o->report_has_sm90, true, what);
+    if (o->probe && o->probed)
+        *o->probed = strstr(report, o->probe) != NULL;
     st = kf_program_run(p, in, n_in, out, n_out, NULL);
     if (st != KF_OK)
         fail_msg("%s: kf_program_run: %s\n%s", what, kf_program_error(p), report);
@@ -1083,6 +1088,16 @@ static void fused_text(const char *body, const char *dn, char *text, size_t size
     snprintf(text + n, size - n, "p = softmax(s1)\no = matmul(p, v)\noutput o\n");
 }
 
+/* fused_text(body, dn) parsed in `ctx`; a parse error fails case `name`. */
+static kf_graph *fused_graph(kf_ctx *ctx, const char *body, const char *dn, const char *name) {
+    char text[4096];
+    fused_text(body, dn, text, sizeof text);
+    kf_graph *g = NULL;
+    if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
+        fail_msg("%s: parse: %s\n%s", name, kf_graph_error(g), text);
+    return g;
+}
+
 /* A CUDA context with `flags` and GEMM mode `gemm` beside G.ctx's (same
  * cache directory). */
 static kf_ctx *cuda_ctx(unsigned flags, kf_gemm_mode gemm) {
@@ -1125,11 +1140,7 @@ static void test_fused_attention_matches_the_reference(void **state) {
         for (size_t i = 0; i < n_fused + N_OF(fa2_only_cases); i++) {
             const attn_case *fc = i < n_fused ? &fused_cases[i] : &fa2_only_cases[i - n_fused];
             const char *dn = kf_dtype_name(dts[d]);
-            char text[4096];
-            fused_text(fc->body, dn, text, sizeof text);
-            kf_graph *g = NULL;
-            if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
-                fail_msg("%s: parse: %s\n%s", fc->name, kf_graph_error(g), text);
+            kf_graph *g = fused_graph(ctx, fc->body, dn, fc->name);
             char label[160], has[160];
             snprintf(label, sizeof label, "fused attention: %s [%s]", fc->name, dn);
             snprintf(has, sizeof has, "fused attention (sm_80 mma.sync kernel)|%s", fc->mask);
@@ -1198,37 +1209,85 @@ static const struct {
      "mask causal"},
 };
 
+/* The fused cases in dtype `dn_fused` and the longer ones above (ring wrap,
+ * more units than SMs, rescales) in `dn_long` (NULL: left out), through
+ * KF_ATTENTION_SM90 with the internal recipe flags `rflags` set on the
+ * context (kf_ctx.recipe_flags), each against the reference: on sm_90 the
+ * report names the sm_90a kernel and holds `form` (NULL: nothing more),
+ * elsewhere the FA2 kernel runs; *took (when `probe`) counts the programs
+ * whose report holds `probe`. `what` (NULL: none) goes into the labels. */
+static void run_sm90_cases(unsigned rflags, const char *dn_fused, const char *dn_long,
+                           uint64_t stream0, const char *form, const char *probe, int *took,
+                           const char *what) {
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+    ctx->recipe_flags = rflags;
+    size_t n_fused = N_OF(fused_cases);
+    for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
+        const bool fc = i < n_fused;
+        const char *dn = fc ? dn_fused : dn_long;
+        if (!dn)
+            continue;
+        const char *name = fc ? fused_cases[i].name : sm90_cases[i - n_fused].name;
+        const char *body = fc ? fused_cases[i].body : sm90_cases[i - n_fused].body;
+        const char *mask = fc ? fused_cases[i].mask : sm90_cases[i - n_fused].mask;
+        kf_graph *g = fused_graph(ctx, body, dn, name);
+        char label[200], has[200];
+        snprintf(label, sizeof label, "sm_90a attention%s%s: %s [%s]", what ? ", " : "",
+                 what ? what : "", name, dn);
+        snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s%s%s", mask,
+                 form ? "|" : "", form ? form : "");
+        bool hit = false;
+        run_opts o = {.lo = -2,
+                      .hi = 2,
+                      .report_has = mask,
+                      .report_has_sm90 = has,
+                      .ctx = ctx,
+                      .probe = probe,
+                      .probed = &hit};
+        run_and_compare(g, stream0 + i, &o, label);
+        if (took)
+            *took += hit;
+        fprintf(stderr, "  %s: ok%s\n", label, hit ? " (the form's kernel)" : "");
+        kf_graph_destroy(g);
+    }
+    kf_ctx_destroy(ctx);
+}
+
 /* Every fused case, and the longer ones above, in bf16 and f16 with
  * KF_ATTENTION_SM90 (the default's kernel): on sm_90 the report names the
- * sm_90a kernel (report_has_sm90), elsewhere the FA2 kernel runs; both match
- * the reference. */
+ * sm_90a kernel, elsewhere the FA2 kernel runs; both match the reference. */
 static void test_sm90_attention_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
-    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
-    size_t n_fused = N_OF(fused_cases);
-    for (size_t d = 0; d < N_OF(dts); d++) {
-        for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
-            const char *name = i < n_fused ? fused_cases[i].name : sm90_cases[i - n_fused].name;
-            const char *body = i < n_fused ? fused_cases[i].body : sm90_cases[i - n_fused].body;
-            const char *mask = i < n_fused ? fused_cases[i].mask : sm90_cases[i - n_fused].mask;
-            const char *dn = kf_dtype_name(dts[d]);
-            char text[4096];
-            fused_text(body, dn, text, sizeof text);
-            kf_graph *g = NULL;
-            if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
-                fail_msg("%s: parse: %s\n%s", name, kf_graph_error(g), text);
-            char label[160], has[160];
-            snprintf(label, sizeof label, "sm_90a attention: %s [%s]", name, dn);
-            snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s", mask);
-            run_opts o = {.lo = -2, .hi = 2, .report_has = mask, .report_has_sm90 = has, .ctx = ctx};
-            run_and_compare(g, 1300 + 20 * d + i, &o, label);
-            fprintf(stderr, "  %s: ok\n", label);
-            kf_graph_destroy(g);
-        }
-    }
-    kf_ctx_destroy(ctx);
+    static const char *const dts[] = {"bf16", "f16"};
+    for (size_t d = 0; d < N_OF(dts); d++)
+        run_sm90_cases(0, dts[d], dts[d], 1300 + 20 * d, NULL, NULL, NULL, NULL);
+}
+
+/* The sm_90a kernel with its softmax pinned under P.V (the internal recipe
+ * flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX): every fused case in bf16 and
+ * the longer ones in f16 match the reference, and every report says the
+ * pinned form ran. */
+static void test_sm90_attention_with_the_softmax_pinned_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX, "bf16", "f16", 3100,
+                   "softmax pinned under P.V", NULL, NULL, "softmax pinned");
+}
+
+/* The sm_90a kernel with f32 scores (KF_CUDA_RECIPE_ATTENTION_F32_SCORE):
+ * every fused case in bf16 and the longer ones in f16 match the reference
+ * (judged against the exact value, which the unrounded scores are closer
+ * to), and the cases whose score is a scale of Q.K^T, masked or not, took
+ * the form (fa3f_): at least four. */
+static void test_sm90_attention_with_f32_scores_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_F32_SCORE, "bf16", "f16", 3200, NULL, "f32 scores",
+                   &took, "f32 scores");
+    if (took < 4)
+        fail_msg("only %d programs took the f32-score kernel", took);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the
@@ -1375,11 +1434,7 @@ static void decode_runs(size_t first, size_t n_dec, size_t n_fused, size_t n_dts
             const char *body = i < n_dec ? decode_cases[i].body : fused_cases[i - n_dec].body;
             const char *mask = i < n_dec ? decode_cases[i].mask : fused_cases[i - n_dec].mask;
             const char *dn = kf_dtype_name(dts[d]);
-            char text[4096];
-            fused_text(body, dn, text, sizeof text);
-            kf_graph *g = NULL;
-            if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
-                fail_msg("%s: parse: %s\n%s", name, kf_graph_error(g), text);
+            kf_graph *g = fused_graph(ctx, body, dn, name);
             char label[160], has[160];
             snprintf(label, sizeof label, "decode attention: %s [%s]", name, dn);
             snprintf(has, sizeof has, "decode attention (split-KV mma.sync kernel)|%s", mask);
@@ -2692,6 +2747,8 @@ int main(void) {
         cmocka_unit_test(test_attention_runs_unfused_with_its_score_expression_and_mask),
         cmocka_unit_test(test_fused_attention_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_the_softmax_pinned_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_f32_scores_matches_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),

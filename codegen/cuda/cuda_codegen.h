@@ -239,6 +239,12 @@ bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char
  * kf_cuda_attention_sm90_supported. */
 kf_status kf_cuda_codegen_attention_sm90(const kf_plan *plan, uint32_t group, const char *arch,
                                          const kf_mem *mem, kf_cuda_kernel *out);
+/* The same with the recipe flags `rflags` (KF_CUDA_RECIPE_*) that choose
+ * among the kernel's forms: ATTENTION_PIN_SOFTMAX, ATTENTION_F32_SCORE; the
+ * others are ignored. */
+kf_status kf_cuda_codegen_attention_sm90_flags(const kf_plan *plan, uint32_t group,
+                                               const char *arch, unsigned rflags,
+                                               const kf_mem *mem, kf_cuda_kernel *out);
 
 /* Whether kf_cuda_codegen_attention_sm90 takes group `group` for `arch`: what
  * kf_cuda_attention_supported takes, on sm_90a, with each of Q, K and V one

@@ -93,6 +93,17 @@ enum {
                                                     cooperative schedule run as 2-CTA clusters,
                                                     tile pairs sharing B by TMA multicast (the
                                                     bench and the tests compare) */
+    KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX = 1u << 16, /* internal: the sm_90a attention kernel
+                                                        keeps a key tile's whole softmax in
+                                                        front of P.V's wait, under P.V
+                                                        (templates/attention_sm90.cuh,
+                                                        KF_PIN_SOFTMAX); measured slower
+                                                        (H200, 9f046fe), kept for measuring */
+    KF_CUDA_RECIPE_ATTENTION_F32_SCORE = 1u << 17, /* internal: the sm_90a attention kernel
+                                                      takes a scale of Q.K^T (then at most a
+                                                      -inf mask) in f32, unrounded, folded into
+                                                      the softmax's exp2 (cg_attention.c,
+                                                      fold_scale); off until measured */
 };
 
 /* What the recipes are made for. */

@@ -1334,7 +1334,8 @@ static kf_status sm90_attention(rb *b, char *name, size_t name_size) {
                           b->gi);
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
-    st = kf_cuda_codegen_attention_sm90(b->plan, b->gi, b->target->arch, b->mem, &k);
+    st = kf_cuda_codegen_attention_sm90_flags(b->plan, b->gi, b->target->arch, b->target->flags,
+                                              b->mem, &k);
     if (st == KF_OK && k.n_params + 3 > KF_CUDA_MAX_PARAMS)
         st = kf_msg_set(k.error, KF_ERR_UNSUPPORTED, "more than %d kernel arguments",
                         KF_CUDA_MAX_PARAMS - 3);
@@ -1392,8 +1393,14 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                  grp->attn.mask != KF_MASK_NONE ? ", mask per element" : "");
     if (sm90)
         kf_rb_how(b, 0,
-                  "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, %s", name,
-                  kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles);
+                  "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, %s%s%s",
+                  name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
+                  (b->target->flags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX)
+                      ? "; softmax pinned under P.V"
+                      : "",
+                  !strncmp(name, "fa3f_", 5) || !strncmp(name, "fa3pf_", 6)
+                      ? "; f32 scores, the scale folded into the softmax"
+                      : "");
     else
         kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
