@@ -47,8 +47,21 @@ measures kfuse's cold first call after Inductor's in fresh processes with
 Inductor's compile workers left as they are, shut down first, or never started
 (TORCHINDUCTOR_COMPILE_THREADS=1).
 
+Per-call host time (each block and variant, _host_us: the median host time
+of a call, each after a synchronize). With --compare NAME=DIR,..., kfuse's
+backend from each Python package DIR (e.g. a checkout's python/ from before
+a change) in a child process of its own, one after another, on one kfuse
+cache: per block kfuse's per-call and back-to-back times, its host time and
+where it goes (kfuse_breakdown_us: Dynamo and AOTAutograd up to the kfuse
+partition, kfuse's Python up to kf_program_run_device, that call, the rest),
+the CUDA graph replays of its programs, and the no-op backend's host time
+(Dynamo and AOTAutograd around a graph that does nothing: the floor of every
+backend's call).
+
   python3 bench/torch_blocks.py --commit ID [--out FILE] [--blocks gpt2_medium,llama7b]
-                                [--no-inductor] [--fresh BLOCKS|none]
+                                [--no-inductor] [--fresh BLOCKS|none] [--fresh-kfuse-only]
+                                [--steady BLOCKS|none] [--kfuse-cache DIR]
+                                [--compare NAME=DIR,...] [--host-reps N]
                                 [--diagnose-after-inductor BLOCK]
 
 Needs the Python package installed (pip install ./python), or --kfuse-lib
@@ -225,6 +238,8 @@ def _stamps():
 
 
 def child(spec):
+    if spec.get("steady"):
+        return steady_child(spec)
     import torch
 
     import kfuse
@@ -280,6 +295,179 @@ def _prepare_ms(programs):
         j = p.report(format="json").get("cuda_run") or {}
         res.append({"prepare_ms": j.get("prepare_ms"), "kernels_compiled": j.get("kernels_compiled")})
     return res
+
+
+# ---------------------------------------------------------------------------
+# Per-call host time: where a call spends it before the GPU starts
+# ---------------------------------------------------------------------------
+
+def _noop_backend():
+    """A torch.compile backend through AOTAutograd whose compiled graph does
+    no work after its first call (it returns that call's outputs again): its
+    per-call host time is Dynamo's guards and frame handling plus
+    AOTAutograd's runtime wrappers, the floor under every backend's call."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def fw(gm, example_inputs):
+        kept = []
+
+        def f(*args):
+            if not kept:
+                kept.append(gm(*args))
+            return kept[0]
+        return make_boxed_func(f)
+    return aot_autograd(fw_compiler=fw)
+
+
+def host_breakdown(fn, reps):
+    """Median host microseconds of a call of `fn` (compiled by kfuse, with
+    the marks of _marks installed before it was compiled), each call after a
+    synchronize, as median_ms times it: dynamo_aot_us (the call's start to
+    the kfuse partition's entry: Dynamo, AOTAutograd's wrappers, the fused
+    graph module where there is one), kfuse_py_us (the partition's entry to
+    kf_program_run_device: finding the program, checking and binding the
+    inputs, allocating the outputs), c_run_us (kf_program_run_device itself:
+    the bindings' checks, the launch or graph replay), after_us (its return
+    to the call's end), total_us. Each mark costs the host a fraction of a
+    microsecond, so the parts add up to a little more than an unmarked call."""
+    import statistics
+
+    from kfuse import torch_backend as tb
+
+    m = tb._bench_marks
+    rows = {k: [] for k in ("dynamo_aot_us", "kfuse_py_us", "c_run_us", "after_us", "total_us")}
+    for _ in range(reps):
+        sync()
+        m.clear()
+        t0 = time.perf_counter_ns()
+        fn()
+        t1 = time.perf_counter_ns()
+        if len(m) != 3:
+            return {"error": f"{len(m)} marks in a call (a call with one partition makes 3)"}
+        rows["dynamo_aot_us"].append(m[0] - t0)
+        rows["kfuse_py_us"].append(m[1] - m[0])
+        rows["c_run_us"].append(m[2] - m[1])
+        rows["after_us"].append(t1 - m[2])
+        rows["total_us"].append(t1 - t0)
+    sync()
+    return {k: round(statistics.median(v) / 1e3, 2) for k, v in rows.items()}
+
+
+def _marks():
+    """Wraps the partition's entry and kf_program_run_device with
+    perf_counter_ns marks (into torch_backend._bench_marks); install before
+    torch.compile, since a compiled graph keeps the partition's call."""
+    from kfuse import _core
+    from kfuse import torch_backend as tb
+
+    m = tb._bench_marks = []
+    clock = time.perf_counter_ns
+    part = tb._KfusePartition
+    name = "call" if hasattr(part, "call") else "forward"  # a package from before call()
+    orig = getattr(part, name)
+
+    def entry(self, *a, **k):
+        m.append(clock())
+        return orig(self, *a, **k)
+    setattr(part, name, entry)
+    lib = _core._L()
+    runs = {n: getattr(lib, n) for n in ("kf_program_run_device", "kf_program_run")}
+
+    def marked(run):
+        def c_run(*a):
+            m.append(clock())
+            r = run(*a)
+            m.append(clock())
+            return r
+        return c_run
+    for n, run in runs.items():
+        setattr(lib, n, marked(run))
+
+    def undo():
+        setattr(part, name, orig)
+        for n, run in runs.items():
+            setattr(lib, n, run)
+    return undo
+
+
+def steady_child(spec):
+    """Per-call numbers of kfuse's backend in this process's package (a
+    child run with another PYTHONPATH measures another package): per block,
+    eager's and kfuse's per-call and back-to-back times, kfuse's host-time
+    breakdown, and the no-op backend's host time (Dynamo and AOTAutograd
+    alone). kfuse's programs come from `cache`, filled by the parent."""
+    import kfuse
+    import torch
+    from kfuse.torch_backend import make_backend
+
+    global SMOKE
+    SMOKE = spec.get("smoke", False)
+    if spec.get("kfuse_lib"):
+        kfuse.load_library(spec["kfuse_lib"])
+    out = {"package": os.path.dirname(os.path.abspath(kfuse.__file__))}
+    from kfuse import _core
+
+    programs = []
+    compile_ = _core.Context.compile
+
+    def keep(self, graph):  # the programs, for their CUDA graph replays
+        p = compile_(self, graph)
+        programs.append(p)
+        return p
+    _core.Context.compile = keep
+    for name, mod, xs, kw in blocks(spec["blocks"]):
+        row = out.setdefault(name, {})
+        with torch.no_grad():
+            ref = first(mod(*xs, **kw)).float()
+            if spec.get("eager"):
+                row["eager_ms"] = per_call_ms(lambda: mod(*xs, **kw))
+            torch._dynamo.reset()
+            programs.clear()
+            fn = torch.compile(mod, backend=make_backend(cache_dir=spec["cache"]))
+            y = first(fn(*xs, **kw))
+            row["kfuse_rel_err"] = ((y.float() - ref).norm() / ref.norm()).item()
+            row["kfuse_ms"] = per_call_ms(lambda: fn(*xs, **kw))
+            row["kfuse_loop_ms"] = loop_ms(lambda: fn(*xs, **kw))
+            row["kfuse_host_us"] = host_us(lambda: fn(*xs, **kw), spec["reps"])
+            row["kfuse_runs"] = [{k: (p.report(format="json").get("cuda_run") or {}).get(k)
+                                  for k in ("launches_per_run", "captured_graphs",
+                                            "captured_replays")} for p in programs]
+            # the same calls with the marks: a graph compiled after they are in
+            torch._dynamo.reset()
+            undo = _marks()
+            try:
+                fn = torch.compile(mod, backend=make_backend(cache_dir=spec["cache"]))
+                fn(*xs, **kw)
+                row["kfuse_breakdown_us"] = host_breakdown(lambda: fn(*xs, **kw), spec["reps"])
+            finally:
+                undo()
+            torch._dynamo.reset()
+            noop = torch.compile(mod, backend=_noop_backend())
+            noop(*xs, **kw)
+            row["noop_backend_host_us"] = host_us(lambda: noop(*xs, **kw), spec["reps"])
+            del fn, noop
+            torch._dynamo.reset()
+    print("CHILD " + json.dumps(out), flush=True)
+
+
+def per_call_ms(fn):
+    """median_ms (CUDA events, each call alone), or with --smoke wall time."""
+    return loop_ms(fn, 5) if SMOKE else median_ms(fn)
+
+
+def host_us(fn, reps):
+    """Median host microseconds of a call, each after a synchronize."""
+    import statistics
+
+    t = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter_ns()
+        fn()
+        t.append(time.perf_counter_ns() - t0)
+    sync()
+    return round(statistics.median(t) / 1e3, 2)
 
 
 COLD = {"CUDA_CACHE_DISABLE": "1"}  # NVRTC's and the driver's compute cache off: a real compile
@@ -361,6 +549,21 @@ def main():
                     help="only the after-Inductor diagnosis of BLOCK (fresh processes)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny blocks on the CPU in f32 (wall-clock timing): tries the harness")
+    ap.add_argument("--compare", default=None, metavar="NAME=DIR,...",
+                    help="per-call numbers of kfuse's backend from each Python package DIR "
+                         "(the folder holding its kfuse/), each in a child process, after "
+                         "the rest: e.g. before=/tmp/main/python,after=python")
+    ap.add_argument("--steady", default="all", metavar="BLOCKS",
+                    help="the blocks measured in this process after the fresh ones (all, "
+                         "none, or names)")
+    ap.add_argument("--fresh-kfuse-only", action="store_true",
+                    help="fresh processes for kfuse's cold and warm first calls only (no "
+                         "Inductor, no call compiled without the background thread)")
+    ap.add_argument("--kfuse-cache", default=None, metavar="DIR",
+                    help="the kfuse cache of this process's calls and --compare's (default: "
+                         "a new empty one each); the fresh processes always start empty")
+    ap.add_argument("--host-reps", type=int, default=200,
+                    help="calls per host-time median (--compare)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--kfuse-lib", default=None,
                     help="libkfuse.so to load (with python/ on the path when the package "
@@ -393,18 +596,19 @@ def main():
         return write(res, args.out)
     names = args.blocks.split(",")
     fresh = names if args.fresh == "all" else [n for n in args.fresh.split(",") if n in names]
+    steady = names if args.steady == "all" else [n for n in args.steady.split(",") if n in names]
     if fresh:  # first, while nothing else runs
         for name in fresh:
             row = res["blocks"].setdefault(name, {})
-            fresh_first_calls(name, lib, not args.no_inductor, row,
-                              no_background=name == fresh[-1])
+            fresh_first_calls(name, lib, not (args.no_inductor or args.fresh_kfuse_only), row,
+                              no_background=name == fresh[-1] and not args.fresh_kfuse_only)
             print(name, "fresh processes:", {k: v for k, v in row.items()
                                              if k.endswith("_s")}, flush=True)
             if args.out != "-":  # what is measured so far, should a later step not finish
                 write(res, args.out)
     from kfuse.torch_backend import last_report, make_backend
 
-    for name, mod, xs, kw in blocks(names):
+    for name, mod, xs, kw in blocks(steady):
         row = res["blocks"].setdefault(name, {})
         with torch.no_grad():
             ref = first(mod(*xs, **kw)).float()
@@ -415,9 +619,9 @@ def main():
                 (row[label + "_first_call_in_process_s"], row[label + "_in_process_other_cpu_s"],
                  _) = timed_first_call(lambda: fn(*xs, **kw))
                 y = first(fn(*xs, **kw))
-                row[label + "_ms"] = (loop_ms(lambda: fn(*xs, **kw), 5) if SMOKE
-                                      else median_ms(lambda: fn(*xs, **kw)))
+                row[label + "_ms"] = per_call_ms(lambda: fn(*xs, **kw))
                 row[label + "_loop_ms"] = loop_ms(lambda: fn(*xs, **kw))
+                row[label + "_host_us"] = host_us(lambda: fn(*xs, **kw), 50)
                 row[label + "_rel_err"] = ((y.float() - ref).norm() / ref.norm()).item()
                 return fn
 
@@ -431,7 +635,7 @@ def main():
                     timed("inductor", lambda: torch.compile(mod))
                 except Exception as e:  # noqa: BLE001 - a peer's failure is recorded
                     row["inductor_error"] = str(e)[:300]
-            cache = tempfile.mkdtemp(prefix="kfuse-bench-")
+            cache = args.kfuse_cache or tempfile.mkdtemp(prefix="kfuse-bench-")
             try:
                 timed("kfuse", lambda: torch.compile(mod, backend=make_backend(cache_dir=cache)))
                 row["kfuse_report"] = last_report()
@@ -452,7 +656,25 @@ def main():
               flush=True)
         if args.out != "-":
             write(res, args.out)
+    if args.compare:
+        compare(args, names, lib, res)
     write(res, args.out)
+
+
+def compare(args, names, lib, res):
+    """kfuse's per-call numbers from each package of --compare, in child
+    processes one after another on one kfuse cache (the first child fills
+    it), each package's rows under res["compare"][NAME]."""
+    cache = args.kfuse_cache or tempfile.mkdtemp(prefix="kfuse-compare-")
+    for item in args.compare.split(","):
+        label, _, path = item.partition("=")
+        env = {"PYTHONPATH": os.path.abspath(path)}
+        c = run_child({"steady": True, "blocks": names, "cache": cache, "kfuse_lib": lib,
+                       "reps": args.host_reps, "smoke": SMOKE}, env, timeout=300)
+        res.setdefault("compare", {})[label] = c
+        print("compare", label, c, flush=True)
+        if args.out != "-":
+            write(res, args.out)
 
 
 def write(res, out):

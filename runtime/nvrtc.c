@@ -45,9 +45,10 @@ kf_status kf_nvrtc_arch_check(const char *arch, char *err) {
 }
 
 /* The canonical flag list, shared by the options string and the compile. */
-#define MAX_FLAGS 8
+#define MAX_FLAGS 24
 static kf_status build_flags(const kf_nvrtc_options *o, char arch_flag[32],
                              const char *flags[MAX_FLAGS], int *n, char *err) {
+    *n = 0;
     kf_status st = kf_nvrtc_arch_check(o->arch, err);
     if (st != KF_OK)
         return st;
@@ -62,6 +63,11 @@ static kf_status build_flags(const kf_nvrtc_options *o, char arch_flag[32],
         flags[k++] = "-lineinfo";
     if (o->ptxas_verbose)
         flags[k++] = "--ptxas-options=-v";
+    if (o->n_extra < 0 || o->n_extra > MAX_FLAGS - k || (o->n_extra && !o->extra))
+        return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "%d extra NVRTC flags (at most %d)",
+                          o->n_extra, MAX_FLAGS - k);
+    for (int i = 0; i < o->n_extra; i++)
+        flags[k++] = o->extra[i];
     *n = k;
     return KF_OK;
 }

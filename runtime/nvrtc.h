@@ -34,6 +34,9 @@ typedef struct kf_nvrtc_options {
     bool ptxas_verbose;      /* --ptxas-options=-v: ptxas's resource report (registers, stack,
                                 spills) in the log, for tests that hold kernels to no spills */
     const char *dump_dir;    /* write the source (and a failed compile's log) here; NULL: no */
+    const char *const *extra; /* n_extra more NVRTC flags, after the ones above, verbatim (the
+                                 options string and so the cache key include them) */
+    int n_extra;
 } kf_nvrtc_options;
 
 typedef struct kf_nvrtc_result {

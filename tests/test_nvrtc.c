@@ -65,6 +65,44 @@ static void test_options_string_is_canonical_and_follows_the_flags(void **state)
     assert_int_equal(kf_nvrtc_options_string(&o, buf, sizeof buf, err), KF_ERR_INVALID_ARGUMENT);
 }
 
+/* Extra flags come after kfuse's own, verbatim, in the options string (and
+ * so in the cache key) and in the compile; too many, or a count without the
+ * array, are refused. */
+static void test_extra_flags_reach_the_options_string_and_the_compile(void **state) {
+    (void)state;
+    kf_mem m = mem_libc();
+    char buf[KF_MSG_MAX], err[KF_MSG_MAX] = "";
+    const char *extra[] = {"-DKF_TEST_SCALE=3.0f", "-w"};
+    kf_nvrtc_options o = {.arch = "sm_90a", .kernel_name = "kf_scaled", .extra = extra,
+                          .n_extra = 2};
+    assert_int_equal(kf_nvrtc_options_string(&o, buf, sizeof buf, err), KF_OK);
+    assert_string_equal(buf, "--gpu-architecture=sm_90a -std=c++17 -default-device "
+                             "-DKF_TEST_SCALE=3.0f -w");
+    const char *src = "extern \"C\" __global__ void kf_scaled(float *x) {\n"
+                      "    x[threadIdx.x] *= KF_TEST_SCALE;\n"
+                      "}\n";
+    kf_nvrtc_result r;
+    kf_status st = kf_nvrtc_compile(&m, src, strlen(src), &o, &r, err);
+    if (st != KF_OK)
+        fail_msg("%s", err);
+    assert_true(r.cubin_size > 64);
+    kf_nvrtc_result_release(&m, &r);
+    /* without the flag the macro is undefined: the compile fails */
+    o.n_extra = 0;
+    assert_int_equal(kf_nvrtc_compile(&m, src, strlen(src), &o, &r, err),
+                     KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "KF_TEST_SCALE"));
+    kf_nvrtc_result_release(&m, &r);
+    o.n_extra = 100;
+    assert_int_equal(kf_nvrtc_options_string(&o, buf, sizeof buf, err), KF_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "extra NVRTC flags"));
+    o.n_extra = 1;
+    o.extra = NULL;
+    assert_int_equal(kf_nvrtc_compile(&m, src, strlen(src), &o, &r, err),
+                     KF_ERR_INVALID_ARGUMENT);
+    kf_nvrtc_result_release(&m, &r);
+}
+
 static void test_version_is_reported(void **state) {
     (void)state;
     int major = 0, minor = -1;
@@ -241,6 +279,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arch_strings_are_checked),
         cmocka_unit_test(test_options_string_is_canonical_and_follows_the_flags),
+        cmocka_unit_test(test_extra_flags_reach_the_options_string_and_the_compile),
         cmocka_unit_test(test_version_is_reported),
         cmocka_unit_test(test_compiles_an_elementwise_kernel_to_cubin_for_sm80_and_sm90a),
         cmocka_unit_test(test_a_syntax_error_returns_the_log_and_names_the_kernel),

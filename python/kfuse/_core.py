@@ -461,7 +461,8 @@ class Program:
         # the fast positional device path binds against it with no C calls.
         self._in_sig = [(t.name, t.dtype, t.shape) for t in graph.inputs]
         self._out_sig = [(n, t.dtype, t.shape) for n, t in graph.outputs.items()]
-        self._fast = None  # (binding arrays, torch dtypes), built on the first device run
+        self._fast = None  # the _FastRun of the last run_device_list call that took it
+        self._fast_by_device = {}  # device index (-1: the CPU) -> _FastRun
 
     def __del__(self):
         h, self._h = getattr(self, "_h", None), None
@@ -542,68 +543,100 @@ class Program:
         return {n: o.result() for n, o in res.items()}
 
     def run_device_list(self, args):
-        """The hot path of a framework: the inputs as torch CUDA tensors in
-        the graph's input order, the outputs a list in its output order. When
-        every input already is a contiguous tensor of the input's dtype and
-        shape on one CUDA device, the run binds the pointers into binding
-        arrays kept by the program and enqueues on PyTorch's current stream
-        (no per-call queries of the graph); anything else goes through
-        run_with, which copies or refuses as documented there."""
-        import torch
+        """The hot path of a framework: the inputs as torch tensors in the
+        graph's input order, the outputs a list in its output order. Inputs
+        that already are contiguous tensors of the inputs' dtypes and shapes,
+        all on one CUDA device for a CUDA program (enqueued on PyTorch's
+        current stream) or all on the CPU for a CPU program (a synchronous
+        run), bind their pointers into binding arrays the program keeps,
+        with no per-call query of the graph; anything else goes through
+        run_with, which copies or refuses as documented there.
 
-        if self._device_runs and len(args) == len(self._in_sig) and args:
-            dev = args[0].device if isinstance(args[0], torch.Tensor) else None
-            if dev is not None and dev.type == "cuda":
-                bi, bo, tin, tout = self._fast_bindings()
-                idx = dev.index if dev.index is not None else torch.cuda.current_device()
-                same = _size_stride_check()
-                # dtypes are singletons (`is`); get_device() is an int, cheaper
-                # than comparing torch.device objects; sizes and strides in one
-                # C++ call (what Inductor's own code checks its inputs with)
-                for b, a, (dt, shape, stride) in zip(bi, args, tin):
-                    if (not isinstance(a, torch.Tensor) or a.dtype is not dt
-                            or a.get_device() != idx or not same(a, shape, stride)):
-                        break
-                    b.data = a.data_ptr()
-                else:
-                    outs = [torch.empty(shape, dtype=dt, device=dev) for dt, shape, _ in tout]
-                    for i, o in enumerate(outs):
-                        bo[i].data = o.data_ptr()
-                    self._enqueue(bi, len(self._in_sig), bo, len(self._out_sig), dev)
-                    return outs
+        Per call, once a set of inputs passed the per-input checks, the next
+        calls' inputs are checked by one C++ call (torch's TensorGuards, what
+        Dynamo's own guards are made of: every input's dtype, device, sizes
+        and strides equal to those inputs'); a call it refuses takes the
+        per-input checks again, and, passing them, becomes the new
+        reference. Then each input's pointer is written straight into the
+        kept binding array, the outputs are allocated (PyTorch's allocator,
+        fresh tensors every call) and the run is enqueued."""
+        fp = self._fast
+        if fp is not None and fp.guard is not None and len(args) == fp.n_in:
+            if fp.guard.check(*args):
+                return self._run_fast(fp, args)
+        fp = self._checked_fast(args)
+        if fp is not None:
+            return self._run_fast(fp, args)
         res = self.run_with({n: a for (n, _, _), a in zip(self._in_sig, args)})
         return [res[n] for n, _, _ in self._out_sig]
 
-    def _fast_bindings(self):
-        if self._fast is None:
-            import torch
+    def _checked_fast(self, args):
+        """The kept arrays for `args` when each input passes the checks of
+        the fast path (a torch tensor of the input's dtype, contiguous with
+        its shape, on the program's kind of device: one CUDA device for a
+        CUDA program, the CPU for a CPU one), with a guard made from them for
+        the next calls; else None."""
+        import torch
 
-            def arrays(sig):
-                arr = (_capi.kf_binding * max(len(sig), 1))()
-                keep = []
-                for i, (n, dt, shape) in enumerate(sig):
-                    keep.append(n.encode())
-                    arr[i].name = keep[-1]
-                    arr[i].size = self._lib.kf_dtype_size(_capi.DTYPES.index(dt)) * math.prod(shape)
-                arr._names = keep  # the name buffers live as long as the array
-                return arr
+        if len(args) != len(self._in_sig) or not args or not isinstance(args[0], torch.Tensor):
+            return None
+        idx = args[0].get_device()  # -1: the CPU
+        if (idx >= 0) != self._device_runs:
+            return None
+        fp = self._fast_run(idx)
+        same = _size_stride_check()
+        # dtypes are singletons (`is`); get_device() is an int, cheaper than
+        # comparing torch.device objects; sizes and strides in one C++ call
+        for a, (dt, shape, stride) in zip(args, fp.tin):
+            if (not isinstance(a, torch.Tensor) or a.dtype is not dt or a.get_device() != idx
+                    or not same(a, shape, stride)):
+                return None
+        fp.guard = _tensor_guard(args)
+        self._fast = fp
+        return fp
 
-            def torch_sig(sig):
-                return [(getattr(torch, _TORCH_NAMES[dt]), tuple(shape), _contiguous(shape))
-                        for _, dt, shape in sig]
+    def _fast_run(self, idx):
+        fp = self._fast_by_device.get(idx)
+        if fp is None:
+            fp = self._fast_by_device[idx] = _FastRun(self, idx)
+        return fp
 
-            self._fast = (arrays(self._in_sig), arrays(self._out_sig), torch_sig(self._in_sig),
-                          torch_sig(self._out_sig))
-        return self._fast
+    def _run_fast(self, fp, args):
+        """Binds `args` (checked) and fresh outputs into fp's arrays and runs:
+        enqueued on PyTorch's current stream for a CUDA program, on the
+        calling thread for a CPU one."""
+        empty, dev, slot = fp.empty, fp.dev, fp.slot
+        outs = [empty(shape, dtype=dt, device=dev) for dt, shape in fp.tout]
+        with self._lock:  # one run at a time per program (kfuse.h); the arrays are shared
+            words = fp.words_in
+            for i, a in enumerate(args):
+                words[slot * i + 1] = a.data_ptr()  # kf_binding.data of input i
+            words = fp.words_out
+            for i, o in enumerate(outs):
+                words[slot * i + 1] = o.data_ptr()
+            if fp.idx < 0:
+                self._check_st(self._lib.kf_program_run(self._h, fp.bi, fp.n_in, fp.bo,
+                                                        fp.n_out, None))
+            elif fp.get_device() == fp.idx and self._workspace is not None:
+                self._check_st(self._lib.kf_program_run_device(
+                    self._h, fp.bi, fp.n_in, fp.bo, fp.n_out, fp.raw_stream(fp.idx)))
+            else:  # the first run (the workspace), or another device current
+                self._enqueue_held(fp.bi, fp.n_in, fp.bo, fp.n_out, dev)
+        return outs
 
     def _enqueue(self, bi, n_in, bo, n_out, dev):
         """kf_program_run_device on PyTorch's current stream of `dev`, one run
         at a time (kfuse.h), the workspace from PyTorch's allocator on the
         first; `dev` made current only when it is not."""
+        with self._lock:
+            self._enqueue_held(bi, n_in, bo, n_out, dev)
+
+    def _enqueue_held(self, bi, n_in, bo, n_out, dev):
+        """_enqueue, the caller holding the program's lock."""
         import torch
 
-        with self._lock, (torch.cuda.device(dev) if torch.cuda.current_device() != dev.index
-                          else contextlib.nullcontext()):
+        with (torch.cuda.device(dev) if torch.cuda.current_device() != dev.index
+              else contextlib.nullcontext()):
             if self._workspace is None:
                 self._use_torch_workspace(dev)
             stream = _raw_stream(dev)
@@ -646,6 +679,67 @@ def _contiguous(shape):
         strides.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(strides))
+
+
+class _FastRun:
+    """What Program.run_device_list keeps for one device between calls: the
+    binding arrays (names and sizes set once), 64-bit views of them through
+    which a call writes only the data pointers, the inputs' and outputs'
+    torch dtypes, shapes and strides, and the guard of the last inputs that
+    passed the per-input checks (None until then, or where torch lacks
+    TensorGuards)."""
+
+    def __init__(self, prog, idx):
+        import torch
+
+        lib = prog._lib
+
+        def arrays(sig):
+            arr = (_capi.kf_binding * max(len(sig), 1))()
+            keep = []
+            for i, (n, dt, shape) in enumerate(sig):
+                keep.append(n.encode())
+                arr[i].name = keep[-1]
+                arr[i].size = lib.kf_dtype_size(_capi.DTYPES.index(dt)) * math.prod(shape)
+            arr._names = keep  # the name buffers live as long as the array
+            return arr
+
+        def torch_sig(sig):
+            return [(getattr(torch, _TORCH_NAMES[dt]), tuple(shape), _contiguous(shape))
+                    for _, dt, shape in sig]
+
+        self.idx = idx  # the device index, -1 for the CPU
+        self.dev = torch.device("cpu") if idx < 0 else torch.device("cuda", idx)
+        self.bi, self.bo = arrays(prog._in_sig), arrays(prog._out_sig)
+        self.n_in, self.n_out = len(prog._in_sig), len(prog._out_sig)
+        # a binding is `slot` 64-bit words; its data pointer is word 1 (after the name)
+        assert ctypes.sizeof(_capi.kf_binding) == 24 and _capi.kf_binding.data.offset == 8
+        self.slot = 3
+        self.words_in = memoryview(self.bi).cast("B").cast("Q")
+        self.words_out = memoryview(self.bo).cast("B").cast("Q")
+        self.tin = torch_sig(prog._in_sig)
+        self.tout = [(dt, shape) for dt, shape, _ in torch_sig(prog._out_sig)]
+        self.empty = torch.empty
+        self.guard = None
+        if idx >= 0:
+            get = getattr(torch._C, "_cuda_getDevice", None)  # what current_device calls
+            self.get_device = get if get is not None else torch.cuda.current_device
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            self.raw_stream = raw if raw is not None else (
+                lambda i: torch.cuda.current_stream(i).cuda_stream)
+
+
+def _tensor_guard(args):
+    """torch's TensorGuards over `args` (one C++ call checks later tensors'
+    dtype, device, sizes, strides, requires_grad and dispatch keys against
+    these), or None where torch lacks it or refuses the arguments."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        return TensorGuards(*args, dynamic_dims_sizes=[list(a.shape) for a in args],
+                            dynamic_dims_strides=[list(a.stride()) for a in args])
+    except Exception:  # noqa: BLE001 - no guard: every call takes the per-input checks
+        return None
 
 
 @functools.cache

@@ -16,6 +16,13 @@ a thread from the moment its graph is translated, so kf_compile (NVRTC or the
 disk cache, cuBLASLt, the GEMM choices) overlaps what Dynamo still does before
 the first call (guards, bytecode); the first call waits for it. False compiles
 at the first call, in the caller's thread.
+
+Per call: a graph that is one kfuse partition (the common case: nothing left
+to PyTorch) is called directly, without the partitioned GraphModule and
+nn.Module's call around the partition; the program's per-call path
+(Program.run_device_list) checks the inputs with one guard, writes their
+pointers into kept binding arrays, allocates fresh outputs and enqueues the
+run on PyTorch's current stream.
 """
 import ctypes
 import math
@@ -570,6 +577,7 @@ class _KfusePartition(torch.nn.Module):
                     self.graph.output(name, t)
                     self.output_names.append(name)
         self.programs = {}
+        self._by_index = {}  # device index (-1: the CPU) -> program, for call()
         self.compile_s = 0.0  # kf_compile's time (codegen, NVRTC or the cache, choices measured)
         self.wait_s = 0.0  # how long calls waited for a compile on the background thread
         self._compile_lock = threading.Lock()  # one compile of a device at a time
@@ -613,9 +621,19 @@ class _KfusePartition(torch.nn.Module):
             pass
 
     def forward(self, *args):
-        dev = args[0].device if args else torch.device("cpu")
-        outs = self.program(dev).run_device_list(args)
+        outs = self.call(args)
         return outs[0] if self.single else tuple(outs)
+
+    def call(self, args):
+        """The partition's outputs (a list) for `args`: the per-call path,
+        without nn.Module's call. The program is found by the first input's
+        device index (an int), not a torch.device made and printed per call."""
+        idx = args[0].get_device() if args and isinstance(args[0], torch.Tensor) else -1
+        p = self._by_index.get(idx)
+        if p is None:
+            p = self.program(args[0].device if args else torch.device("cpu"))
+            self._by_index[idx] = p
+        return p.run_device_list(args)
 
     def report(self):
         if not self.programs:
@@ -689,14 +707,71 @@ def _compile_static(gm, options):
             name="kfuse-compile")
         state["thread"].start()
 
-    def run(*args):
-        out = fused(*args)
+    direct = _direct(fused, dict(parts))
+    if direct is None:
+        def run(*args):
+            out = fused(*args)
+            if not state["reported"]:
+                state["reported"] = True
+                _publish(state)
+            return out
+
+        return run
+    call, order, picks, container = direct
+
+    def run_direct(*args):
+        # the graph is one kfuse partition: its call, without the fused
+        # GraphModule's forward and nn.Module's call around it
+        outs = call(args if order is None else [args[i] for i in order])
         if not state["reported"]:
             state["reported"] = True
             _publish(state)
-        return out
+        return container(outs[k] if k >= 0 else args[-1 - k] for k in picks)
 
-    return run
+    return run_direct
+
+
+def _direct(fused, parts):
+    """When the fused graph is one kfuse partition and nothing else (its
+    inputs placeholders, its outputs the partition's results or inputs):
+    (the partition's call, the placeholder index of each of its inputs or
+    None when they are all of them in order, for each graph output the
+    partition's result k >= 0 or the input -1 - i, the output container's
+    type). Else None: the graph runs through the fused GraphModule."""
+    placeholders, part, getitems, out = [], None, {}, None
+    for n in fused.graph.nodes:
+        if n.op == "placeholder":
+            placeholders.append(n)
+        elif n.op == "call_module" and n.target in parts and part is None:
+            part = n
+        elif (n.op == "call_function" and getattr(n.target, "__name__", "") == "getitem"
+              and part is not None
+              and len(n.args) == 2 and n.args[0] is part and isinstance(n.args[1], int)):
+            getitems[n] = n.args[1]
+        elif n.op == "output":
+            out = n.args[0]
+        else:
+            return None
+    if part is None or part.kwargs or not isinstance(out, (tuple, list)):
+        return None
+    where = {p: i for i, p in enumerate(placeholders)}
+    if not all(isinstance(a, torch.fx.Node) and a in where for a in part.args):
+        return None
+    order = [where[a] for a in part.args]
+    module = parts[part.target]
+    picks = []
+    for o in out:
+        if o is part and module.single:
+            picks.append(0)
+        elif o in getitems and not module.single:
+            picks.append(getitems[o])
+        elif o in where:
+            picks.append(-1 - where[o])
+        else:
+            return None
+    if order == list(range(len(placeholders))):
+        order = None
+    return module.call, order, picks, tuple if isinstance(out, tuple) else list
 
 
 def _publish(state):

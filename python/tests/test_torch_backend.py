@@ -337,10 +337,12 @@ def test_cuda_attention_forms_are_taken_whatever_their_other_results():
 
 def test_run_device_list_binds_positionally_and_falls_back_on_odd_inputs():
     """Program.run_device_list, the backend's per-call path: inputs in graph
-    order, outputs as a list. On CUDA, contiguous tensors of the right dtype
-    and shape bind straight into the program's kept binding arrays; a
-    non-contiguous input goes through run_with (copied), a wrong shape is
-    refused by name. Every result judged against the reference evaluator."""
+    order, outputs as a list. Contiguous tensors of the right dtype and shape
+    on the program's kind of device bind straight into the program's kept
+    binding arrays (CUDA: enqueued on PyTorch's stream; CPU: a host run); a
+    non-contiguous input goes through run_with (copied), a wrong shape or
+    dtype is refused by name. Every result judged against the reference
+    evaluator."""
     g = kfuse.parse("kfg 1\nx = input(f32[8, 64])\nb = input(f32[64])\n"
                     "s = add(x, b)\ny = gelu(s)\nz = mul(y, x)\noutput z\noutput y\n")
     prog = kfuse.compile(g, target="cuda" if DEV.type == "cuda" else "cpu")
@@ -350,11 +352,114 @@ def test_run_device_list_binds_positionally_and_falls_back_on_odd_inputs():
         assert z.device.type == DEV.type and y.device.type == DEV.type and z.shape == (8, 64)
         res = g.check({"z": z.cpu(), "y": y.cpu()}, x=x.cpu().contiguous(), b=b.cpu())
         assert all(r["passed"] for r in res.values()), res
+        return z, y
 
+    kept = []
     for _ in range(3):  # the kept arrays are rebound on every call
-        judged(torch.randn(8, 64, device=DEV), torch.randn(64, device=DEV))
-    if DEV.type == "cuda":
-        assert prog._fast is not None  # the fast path ran
+        kept.append(judged(torch.randn(8, 64, device=DEV), torch.randn(64, device=DEV)))
+    assert prog._fast is not None  # the fast path ran
+    # fresh outputs every call, not one buffer handed out again
+    assert len({z.data_ptr() for z, _ in kept}) == 3
     judged(torch.randn(64, 8, device=DEV).t(), torch.randn(64, device=DEV))
     with pytest.raises(ValueError, match="'x' has shape"):
         prog.run_device_list([torch.randn(4, 64, device=DEV), torch.randn(64, device=DEV)])
+    with pytest.raises(TypeError, match="'b' is f32"):
+        prog.run_device_list([torch.randn(8, 64, device=DEV),
+                              torch.randn(64, device=DEV, dtype=torch.float64)])
+    judged(torch.randn(8, 64, device=DEV), torch.randn(64, device=DEV))  # fast again
+
+
+def test_the_per_call_guard_refuses_what_the_checks_refuse(monkeypatch):
+    """Once inputs passed the per-input checks, the next calls' inputs are
+    checked by one guard over them all: a call whose input differs in dtype,
+    shape, strides or device from those is not taken by the guard but by the
+    per-input checks again (and bound, copied or refused as they say). With
+    no guard (a torch without TensorGuards), every call takes those checks.
+    Every result judged against the reference evaluator."""
+    import kfuse._core as core
+
+    g = kfuse.parse("kfg 1\nx = input(f32[4, 1, 32])\nw = input(f32[32])\n"
+                    "t = tanh(x)\ny = mul(t, w)\noutput y\n")
+    prog = kfuse.compile(g, target="cuda" if DEV.type == "cuda" else "cpu")
+
+    def judged(x, w):
+        (y,) = prog.run_device_list([x, w])
+        res = g.check({"y": y.cpu()}, x=x.cpu().contiguous(), w=w.cpu())
+        assert all(r["passed"] for r in res.values()), res
+
+    x, w = torch.randn(4, 1, 32, device=DEV), torch.randn(32, device=DEV)
+    judged(x, w)
+    guard = prog._fast.guard
+    if guard is None:
+        pytest.skip("this torch has no TensorGuards")
+    assert guard.check(x, w)
+    # another stride on the size-1 dim: the guard refuses it, the checks take it
+    odd = torch.randn(4, 32, 1, device=DEV).transpose(1, 2)
+    assert odd.shape == x.shape and odd.stride() != x.stride()
+    assert not guard.check(odd, w)
+    judged(odd, w)
+    strided = torch.randn(4, 1, 64, device=DEV)[:, :, ::2]  # copied by run_with
+    assert not prog._fast.guard.check(strided, w)
+    judged(strided, w)
+    assert not prog._fast.guard.check(x.double(), w) and not prog._fast.guard.check(x[:2], w)
+    assert not prog._fast.guard.check(x, 3.0)
+    with pytest.raises(TypeError):
+        prog.run_device_list([x.double(), w])
+    if DEV.type == "cuda":  # host tensors for a CUDA program: copied over by run_with
+        assert not prog._fast.guard.check(x.cpu(), w.cpu())
+        judged(x.cpu(), w.cpu())
+    monkeypatch.setattr(core, "_tensor_guard", lambda args: None)
+    prog2 = kfuse.compile(g, target="cuda" if DEV.type == "cuda" else "cpu")
+    for _ in range(2):
+        (y,) = prog2.run_device_list([x, w])
+        assert prog2._fast is not None and prog2._fast.guard is None
+        res = g.check({"y": y.cpu()}, x=x.cpu(), w=w.cpu())
+        assert all(r["passed"] for r in res.values()), res
+
+
+class _TwoInputs(torch.nn.Module):
+    """Outputs in another order than computed, an input among them, and
+    inputs used in another order than given."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 32)
+
+    def forward(self, a, b):
+        h = torch.tanh(b) * 2.0
+        return self.lin(a) + h, a, torch.sigmoid(h)
+
+
+def test_a_graph_of_one_partition_is_called_directly(monkeypatch, cache):
+    """A graph that is one kfuse partition and nothing else is called without
+    the fused GraphModule around the partition: its inputs picked in the
+    partition's order, its outputs (results or inputs) in the graph's. The
+    results agree with eager's; a graph with an op left to PyTorch still
+    runs through the GraphModule."""
+    import kfuse.torch_backend as tb
+
+    seen = []
+    orig = tb._direct
+
+    def spy(fused, parts):
+        d = orig(fused, parts)
+        seen.append(d)
+        return d
+    monkeypatch.setattr(tb, "_direct", spy)
+    m = _TwoInputs().eval()
+    a, b = torch.randn(4, 32), torch.randn(4, 32)
+    m64 = copy.deepcopy(m).double()
+    mlp = m.to(DEV, DT)
+    with torch.no_grad():
+        ref = m64(a.double(), b.double())
+        eager = mlp(lowp(a), lowp(b))
+        out = compiled(mlp, cache)(lowp(a), lowp(b))
+    assert seen and seen[-1] is not None, "one partition: called directly"
+    assert len(out) == 3
+    for o, e, r in zip(out, eager, ref):
+        assert o.shape == e.shape and o.dtype == e.dtype
+        assert rel(o, r) <= 2 * rel(e, r) + FLOOR
+    assert torch.equal(out[1], lowp(a))
+    seen.clear()
+    agrees(lambda x: torch.tanh(torch.cumsum(torch.relu(x), dim=-1)), [torch.randn(8, 16)], cache)
+    assert seen and all(d is None for d in seen), "an op left to PyTorch: the GraphModule"
