@@ -27,9 +27,10 @@ typedef struct cg_gemm_epi {
 
 /* Coordinates in space `sp` (rank dims) of element (`row`, `col` + k) of a
  * contiguous [rows, dims[rank - 1]] matrix: the outer dims from the row
- * variable, the last from the column expression; vrank[sp] = rank. */
+ * variable, the last from the column expression; vrank[sp] = rank. `narrow`:
+ * the row variable is a 32-bit unsigned (unsigned constants), else 64-bit. */
 void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *row,
-                    const char *col);
+                    const char *col, bool narrow);
 
 /* The output-space coordinates of element (q, c0 + k), q = b * M + r the row
  * of the contiguous [batch * M, N] output; `narrow` (batch * M < 2^32): from

@@ -24,9 +24,8 @@
 #include "codegen/cuda/templates.h"
 
 void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *row,
-                    const char *col) {
-    /* rows named "qn" are the 32-bit unsigned ones (cg_gemm_epi_coords) */
-    const char *sfx = strcmp(row, "qn") == 0 ? "u" : "LL";
+                    const char *col, bool narrow) {
+    const char *sfx = narrow ? "u" : "LL";
     snprintf(x->coord[sp][rank - 1], COORD_MAX, "%s", col);
     int64_t inner = 1;
     for (int d = rank - 2; d >= 0; d--) {
@@ -41,43 +40,34 @@ void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, co
 }
 
 /* The output-space coordinates of element (q, c0 + k) where q = b * M + r is
- * the row of the contiguous [batch * M, N] output. A head-split group
- * (gemm.head_dim D) runs over the head view [batch.., M, H, D] (heads_first:
- * [batch.., H, M, D]): the batch coordinates from q as the product's, then
- * m = r, h = c0 / D, d = c0 % D (the 8 columns of a call lie in one head). */
+ * the row of the contiguous [batch * M, N] output (narrow: from the 32-bit
+ * copies qn and cn). A head-split group (gemm.head_dim D) runs over the head
+ * view [batch.., M, H, D] (heads_first: [batch.., H, M, D]): the batch
+ * coordinates from q as the product's, then m = r, h = c0 / D, d = c0 % D
+ * (the 8 columns of a call lie in one head). */
 void cg_gemm_epi_coords(chunk_ctx *x, const kf_group *g, bool narrow) {
     const kf_gemm_info *gm = &g->gemm;
-    const char *qv = narrow ? "qn" : "q", *cv = narrow ? "cn" : "c0";
+    const char *qv = narrow ? "qn" : "q", *cv = narrow ? "cn" : "c0", *sfx = narrow ? "u" : "LL";
     if (!gm->head_dim) {
-        cg_gemm_coords(x, KF_SPACE_OUT, g->rank, g->dims, qv, cv);
-    } else if (narrow) {
-        int r = g->rank;
-        int64_t pd[KF_MAX_RANK];
-        memcpy(pd, g->dims, sizeof pd);
-        pd[r - 3] = gm->m;
-        pd[r - 2] = gm->n;
-        cg_gemm_coords(x, KF_SPACE_OUT, r - 1, pd, qv, cv);
-        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 2 : r - 3], COORD_MAX,
-                 "(qn %% %" PRId64 "u)", gm->m);
-        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 3 : r - 2], COORD_MAX,
-                 "(cn / %" PRId64 "u)", gm->head_dim);
-        snprintf(x->coord[KF_SPACE_OUT][r - 1], COORD_MAX, "(cn %% %" PRId64 "u)", gm->head_dim);
-        x->vrank[KF_SPACE_OUT] = r;
+        cg_gemm_coords(x, KF_SPACE_OUT, g->rank, g->dims, qv, cv, narrow);
     } else {
         int r = g->rank;
         int64_t pd[KF_MAX_RANK];
         memcpy(pd, g->dims, sizeof pd);
         pd[r - 3] = gm->m;
         pd[r - 2] = gm->n;
-        cg_gemm_coords(x, KF_SPACE_OUT, r - 1, pd, "q", "c0");
+        cg_gemm_coords(x, KF_SPACE_OUT, r - 1, pd, qv, cv, narrow);
         /* m: the product's row coordinate from q (q % M: a kernel may fold
          * the batch into its rows, so r alone is not the row) */
-        char mc[COORD_MAX];
-        snprintf(mc, sizeof mc, "(long long)((unsigned long long)q %% %" PRId64 "ull)", gm->m);
-        snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 2 : r - 3], COORD_MAX, "%s", mc);
+        char *mc = x->coord[KF_SPACE_OUT][gm->heads_first ? r - 2 : r - 3];
+        if (narrow)
+            snprintf(mc, COORD_MAX, "(qn %% %" PRId64 "u)", gm->m);
+        else
+            snprintf(mc, COORD_MAX, "(long long)((unsigned long long)q %% %" PRId64 "ull)", gm->m);
         snprintf(x->coord[KF_SPACE_OUT][gm->heads_first ? r - 3 : r - 2], COORD_MAX,
-                 "(c0 / %" PRId64 "LL)", gm->head_dim);
-        snprintf(x->coord[KF_SPACE_OUT][r - 1], COORD_MAX, "(c0 %% %" PRId64 "LL)", gm->head_dim);
+                 "(%s / %" PRId64 "%s)", cv, gm->head_dim, sfx);
+        snprintf(x->coord[KF_SPACE_OUT][r - 1], COORD_MAX, "(%s %% %" PRId64 "%s)", cv,
+                 gm->head_dim, sfx);
         x->vrank[KF_SPACE_OUT] = r;
     }
     x->vrank[KF_SPACE_ROW] = 0;

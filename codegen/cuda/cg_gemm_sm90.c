@@ -157,7 +157,7 @@ static const char *apro_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *
     cg_load_params(c);
     /* the norm prologue's row space: element (row, k0 + k) of the contiguous
      * [rows, K] A */
-    cg_gemm_coords(x, KF_SPACE_ROW, g->row_rank, g->row_dims, "row", "k0");
+    cg_gemm_coords(x, KF_SPACE_ROW, g->row_rank, g->row_dims, "row", "k0", false);
     for (uint32_t i = 0; i < c->n; i++) {
         const kf_expr *e = &g->expr[i];
         if (!c->need[i] || c->ov[i][0] || e->kind != KF_EXPR_LOAD)
