@@ -60,6 +60,9 @@
  * turns each row's 8 accumulators into the product of the normalized A
  * (rstd times them, a LayerNorm's mean times B's column sums taken out and
  * beta's product added), the rotate-half partners at their own columns.
+ * With the TMA-store epilogue a consumer fetches those terms when its tile
+ * starts (rows into registers, a LayerNorm's column terms by cp.async into
+ * its staging area: KF_FOLD_PRE), so their loads land under the main loop.
  *
  * TMA store (KF_EPI_TMA 1, one bf16/f16 output written whole): the epilogue
  * runs on the accumulator fragment as it is, two adjacent columns a call
@@ -196,6 +199,41 @@ __device__ __forceinline__ void kf_gm_box_b(unsigned dst, const kf_tmap *map, in
 __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
     asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
 }
+
+/* The fold with the TMA-store epilogue (KF_FOLD_PRE): a consumer loads the
+ * statistics of its rows of a tile into registers, and a LayerNorm's column
+ * terms c, d of the tile's KF_ON columns into the 2 KiB of its staging area
+ * past the store buffer (cp.async), when the tile starts, so the loads land
+ * under the main loop. Loaded per column group in the epilogue, they left
+ * the fold's GEMM 15% behind the bias-only one at K = 1024 (H200, ncu:
+ * GPT-2's Q/K/V 171 us against 148 for cuBLASLt after the prologue kernel). */
+#if KF_A_FOLD && KF_EPI_TMA
+#define KF_FOLD_PRE 1
+#else
+#define KF_FOLD_PRE 0
+#endif
+#if KF_FOLD_PRE && KF_FOLD_LN
+#define KF_FOLD_COLS_AT 8192u /* past the 64 x 64 bf16 store buffer */
+static_assert(KF_ON * 8 <= KF_EPI_FLOATS * 4 - 8192, "the column terms fit the staging area");
+/* c[col0 + i] to dst + 4 i and d[col0 + i] to dst + 4 (KF_ON + i), zeros past N. */
+__device__ __forceinline__ void kf_gm_fold_cols_fetch(unsigned dst, long long col0, int tid,
+                                                      KF_PARAMS) {
+#pragma unroll
+    for (int i = tid; i < KF_ON; i += 128) {
+        const long long c = col0 + i;
+        const unsigned n = c < KF_N ? 4u : 0u;
+        const float *src = KF_FOLD_CD + (c < KF_N ? c : 0);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst + 4u * i),
+                     "l"(__cvta_generic_to_global(src)), "r"(n)
+                     : "memory");
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(
+                         dst + 4u * (KF_ON + i)),
+                     "l"(__cvta_generic_to_global(src + KF_N)), "r"(n)
+                     : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+#endif
 
 #if !KF_EPI_DIRECT
 /* The epilogue of one staged chunk: rows r0.. (64), columns c0.. (KF_EPI_COLS)
@@ -338,6 +376,24 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
 }
 #endif
 
+#if KF_FOLD_PRE
+/* The column terms of columns t, t + 1 of the tile (from the staging area
+ * at buf + KF_FOLD_COLS_AT; zeros for an RMSNorm). */
+__device__ __forceinline__ void kf_gm_fold_cols2(unsigned buf, int t, float *cc, float *dd) {
+#if KF_FOLD_LN
+    const unsigned at = buf + KF_FOLD_COLS_AT + 4u * (unsigned)t;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(cc[0]), "=f"(cc[1]) : "r"(at));
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(dd[0]), "=f"(dd[1])
+                 : "r"(at + 4u * KF_ON));
+#else
+    (void)buf;
+    (void)t;
+    cc[0] = cc[1] = dd[0] = dd[1] = 0.0f;
+#endif
+}
+#endif
+
 #if KF_EPI_TMA
 /* A 64 x 64 chunk of the output at shared address src (128-byte swizzle) to
  * (c0, r0) of batch b of the output map, by TMA; one thread. */
@@ -365,15 +421,21 @@ __device__ __forceinline__ void kf_gm_tma_store4(const kf_tmap *map, unsigned sr
 template <bool AL>
 __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, int mb, int nb,
                                               int cw, int warp, int lane, unsigned buf,
-                                              const kf_tmap *tc, KF_PARAMS) {
+                                              const kf_tmap *tc,
+#if KF_FOLD_PRE
+                                              const float (&frs)[KF_HALVES][2],
+                                              const float (&fmu)[KF_HALVES][2],
+#endif
+                                              KF_PARAMS) {
     const bool lead = threadIdx.x % 128 == 0;
+#if KF_FOLD_PRE && KF_FOLD_LN
+    /* the tile's column terms, fetched when it started, are in */
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    kf_gm_wg_sync(cw);
+#endif
 #pragma unroll
     for (int hf = 0; hf < KF_HALVES; hf++) {
         const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
-#if KF_A_FOLD
-        float frs[2], fmu[2];
-        kf_gm_fold_rows(rows, warp, lane, frs, fmu, KF_ARGS);
-#endif
 #pragma unroll
         for (int ch = 0; ch < KF_ON / 64; ch++) {
             unsigned w[8][2];
@@ -383,10 +445,10 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
                 const long long c = (long long)nb * KF_ON + 8 * j + 2 * (lane % 4);
 #if KF_A_FOLD
                 float fc[2], fd[2];
-                kf_fold_cols<2>(0, c, fc, fd, KF_ARGS);
+                kf_gm_fold_cols2(buf, 8 * j + 2 * (lane % 4), fc, fd);
 #if KF_HEAD_D
                 float fcp[2], fdp[2];
-                kf_fold_cols<2>(0, c ^ (KF_HEAD_D / 2), fcp, fdp, KF_ARGS);
+                kf_gm_fold_cols2(buf, (8 * j + 2 * (lane % 4)) ^ (KF_HEAD_D / 2), fcp, fdp);
 #endif
 #endif
 #pragma unroll
@@ -404,9 +466,9 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
                     const long long r = rows + warp * 16 + lane / 4 + 8 * h;
                     const bool ok = r < KF_M;
 #if KF_A_FOLD
-                    kf_fold<2>(a, frs[h], fmu[h], fc, fd);
+                    kf_fold<2>(a, frs[hf][h], fmu[hf][h], fc, fd);
 #if KF_HEAD_D
-                    kf_fold<2>(ap, frs[h], fmu[h], fcp, fdp);
+                    kf_fold<2>(ap, frs[hf][h], fmu[hf][h], fcp, fdp);
 #endif
 #endif
                     float o[2];
@@ -693,6 +755,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #endif
             int b, mb, nb;
             kf_gm_tile(t, rank, b, mb, nb);
+#if KF_FOLD_PRE
+            float frs[KF_HALVES][2], fmu[KF_HALVES][2];
+#pragma unroll
+            for (int hf = 0; hf < KF_HALVES; hf++)
+                kf_gm_fold_rows((long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64, warp, lane,
+                                frs[hf], fmu[hf], KF_ARGS);
+#if KF_FOLD_LN
+            /* (the previous tile's epilogue read them before its last barrier) */
+            kf_gm_fold_cols_fetch((unsigned)__cvta_generic_to_shared(stg) + KF_FOLD_COLS_AT,
+                                  (long long)nb * KF_ON, threadIdx.x % 128, KF_ARGS);
+#endif
+#endif
 #if KF_A_NORM
             /* the statistics of this consumer's rows of the tile */
             const long long arow0 = (long long)mb * KF_BM + (KF_PINGPONG ? 0 : cw * 64);
@@ -769,10 +843,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             /* Through shared memory by TMA stores (kf_gm_epi_tma). */
             {
                 const unsigned buf = (unsigned)__cvta_generic_to_shared(stg);
+#if KF_FOLD_PRE
+#define KF_FOLD_TERMS frs, fmu,
+#else
+#define KF_FOLD_TERMS
+#endif
                 if (al)
-                    kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_ARGS);
+                    kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS
+                                        KF_ARGS);
                 else
-                    kf_gm_epi_tma<false>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_ARGS);
+                    kf_gm_epi_tma<false>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS
+                                         KF_ARGS);
             }
 #elif KF_EPI_DIRECT
             /* From the registers (kf_gm_epi_direct), the variant without

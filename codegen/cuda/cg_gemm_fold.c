@@ -273,6 +273,12 @@ void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
      * register epilogue of a K = 1024 GEMM, loading them for every 8 columns
      * of every row left the LayerNorm fold at 53% SM throughput (H200, ncu,
      * GPT-2's Q/K/V) where the RMSNorm fold's GEMM ran at 87%. */
+    /* The TMA-store epilogue prefetches a tile's column terms into shared
+     * memory at the tile's start (gemm_sm90.cuh, KF_FOLD_PRE): c[0, N) then
+     * d[0, N) of anchor 0. */
+    cg_printf(&c->s, "#define KF_FOLD_LN %d\n", fp->f.ln ? 1 : 0);
+    if (fp->f.ln)
+        cg_printf(&c->s, "#define KF_FOLD_CD p%d\n", fp->cd[0]);
     cg_printf(&c->s,
               "#define KF_A_FOLD 1\n"
               "/* The norm folded into B: row r's statistics. */\n"
