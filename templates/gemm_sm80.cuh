@@ -32,15 +32,29 @@
  *     and the group's kf_epi<8> (cg_gemm_epi.c) runs on them: vector loads of
  *     a bias or residual, one 16-byte store, rows past M store nothing.
  *
+ * A SwiGLU pair (KF_DUAL 1: silu(A.Bg) * (A.Bu), 128 x 128 tiles on 4
+ *   warps): the B tile holds 64 output columns of each B, interleaved so a
+ *   warp's 64 B columns are 32 of the gate's then the same 32 of the up
+ *   projection's (kf_s8_load_pair); the main loop is unchanged, and the
+ *   epilogue hands kf_epi both accumulators of each output (fragments j and
+ *   j + KF_NI / 2). The output tile is 128 x 64.
+ *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_BM, KF_BN, KF_WM, KF_WN, KF_STAGES, KF_MINB (blocks per SM
  * for __launch_bounds__), KF_A_KMAJOR, KF_B_KMAJOR, KF_LDA, KF_LDB (elements
  * between the rows of the operand as stored: between M rows of a K-major A,
  * between K rows of an M-major one), KF_SA, KF_SB (batch strides in
  * elements, 0 when shared), KF_AB ("bf16" or "f16"), kf_epi<8, AL>(acc, b,
- * r, c0, ok, ...) and kf_epi_al(...).
+ * r, c0, ok, ...) (acc, acc1, ... when KF_DUAL, with KF_LDB2 and KF_SB2 the
+ * second B's) and kf_epi_al(...); with KF_A_FOLD, cg_gemm_fold.c's kf_fold.
  */
 
+#ifndef KF_A_FOLD
+#define KF_A_FOLD 0 /* cg_gemm_fold.c's kf_fold: a norm prologue folded into B */
+#endif
+#ifndef KF_DUAL
+#define KF_DUAL 0 /* a SwiGLU pair: two B operands (kf_pb, kf_pb2) against one A */
+#endif
 #define KF_BK 32
 #define KF_THREADS (KF_WM * KF_WN * 32)
 #define KF_WTM (KF_BM / KF_WM)
@@ -51,7 +65,16 @@
 #define KF_B_TILE (KF_BN * KF_BK * 2)
 #define KF_STAGE (KF_A_TILE + KF_B_TILE)
 #define KF_TILES_M ((KF_M + KF_BM - 1) / KF_BM)
-#define KF_TILES_N ((KF_N + KF_BN - 1) / KF_BN)
+#if KF_DUAL
+/* The pair (128 x 128 tiles on 4 warps): a warp's 64 B columns are the
+ * gate's 32 then the up projection's 32 at the same output columns, so a
+ * thread holds both of each output it computes; the output tile is 64 wide. */
+#define KF_ON (KF_BN / 2)
+static_assert(KF_BM == 128 && KF_BN == 128 && KF_WN == 2, "the pair takes 128 x 128 on 4 warps");
+#else
+#define KF_ON KF_BN
+#endif
+#define KF_TILES_N ((KF_N + KF_ON - 1) / KF_ON)
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_RASTER 8
 
@@ -103,21 +126,66 @@ __device__ __forceinline__ void kf_s8_mma(float (&d)[4], const unsigned (&a)[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* The copies of K step kt of tile (mb, nb) into the stage at sa. */
+#if KF_DUAL
+/* The pair's B tile: tile column t (a K-major B: tile row t) is output
+ * column (t / 64) * 32 + t % 32 of the gate (t % 64 < 32) or of the up
+ * projection; the rest as kf_s8_load. */
+template <int R, int C>
+__device__ __forceinline__ void kf_s8_load_pair(unsigned dst, const unsigned short *pg,
+                                                const unsigned short *pu, long long n0,
+                                                long long k0, int tid) {
+    static_assert((R * C) % KF_THREADS == 0, "whole copies a thread");
+#pragma unroll
+    for (int i = 0; i < R * C / KF_THREADS; i++) {
+        const int q = tid + i * KF_THREADS, r = q / C, c = q % C;
+        const int t = KF_B_KMAJOR ? r : c * 8;
+        const bool up = t % 64 >= 32;
+        const long long on = n0 + (t / 64) * 32 + t % 32;
+        const unsigned short *base = up ? pu : pg;
+        const long long ld = up ? KF_LDB2 : KF_LDB;
+        long long gr, gc, left;
+        if (KF_B_KMAJOR) { /* rows of N, chunks of K */
+            gr = on;
+            gc = k0 + c * 8;
+            left = gr < KF_N ? KF_K - gc : 0;
+        } else { /* rows of K, chunks of N */
+            gr = k0 + r;
+            gc = on;
+            left = gr < KF_K ? KF_N - gc : 0;
+        }
+        left = left < 0 ? 0 : (left > 8 ? 8 : left);
+        const unsigned short *src = left ? base + gr * ld + gc : base;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + kf_s8_off<C>(r, c)),
+                     "l"(src), "r"((int)left * 2)
+                     : "memory");
+    }
+}
+#endif
+
+/* The copies of K step kt of tile (mb, nb) into the stage at sa (pb2: the
+ * pair's second B). */
 __device__ __forceinline__ void kf_s8_stage(unsigned sa, const unsigned short *pa,
-                                            const unsigned short *pb, int mb, int nb, int kt,
-                                            int tid) {
-    const long long m0 = (long long)mb * KF_BM, n0 = (long long)nb * KF_BN,
+                                            const unsigned short *pb, const unsigned short *pb2,
+                                            int mb, int nb, int kt, int tid) {
+    const long long m0 = (long long)mb * KF_BM, n0 = (long long)nb * KF_ON,
                     k0 = (long long)kt * KF_BK;
     const unsigned sb = sa + KF_A_TILE;
     if (KF_A_KMAJOR)
         kf_s8_load<KF_BM, KF_BK / 8>(sa, pa, KF_LDA, m0, k0, KF_M, KF_K, tid);
     else
         kf_s8_load<KF_BK, KF_BM / 8>(sa, pa, KF_LDA, k0, m0, KF_K, KF_M, tid);
+#if KF_DUAL
+    if (KF_B_KMAJOR)
+        kf_s8_load_pair<KF_BN, KF_BK / 8>(sb, pb, pb2, n0, k0, tid);
+    else
+        kf_s8_load_pair<KF_BK, KF_BN / 8>(sb, pb, pb2, n0, k0, tid);
+#else
+    (void)pb2;
     if (KF_B_KMAJOR)
         kf_s8_load<KF_BN, KF_BK / 8>(sb, pb, KF_LDB, n0, k0, KF_N, KF_K, tid);
     else
         kf_s8_load<KF_BK, KF_BN / 8>(sb, pb, KF_LDB, k0, n0, KF_K, KF_N, tid);
+#endif
 }
 
 /* The MMAs of one stage: acc[mi][ni] += A(rows wm) . B(columns wn). */
@@ -162,7 +230,9 @@ __device__ __forceinline__ void kf_s8_math(float (&acc)[KF_MI][KF_NI][4], unsign
     }
 }
 
-/* The epilogue of a warp tile from the registers (see the file's head). */
+/* The epilogue of a warp tile from the registers (see the file's head);
+ * with KF_A_FOLD (cg_gemm_fold.c) the accumulators first become the product
+ * of the normalized A (kf_fold: the row's statistics, the columns' terms). */
 template <bool AL>
 __device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], int b, int mb,
                                           int nb, int wm, int wn, int lane, KF_PARAMS) {
@@ -170,8 +240,16 @@ __device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], i
     for (int mi = 0; mi < KF_MI; mi++) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
+#if KF_A_FOLD
+            float frs, fmu;
+            {
+                const long long r =
+                    (long long)mb * KF_BM + wm * KF_WTM + mi * 16 + lane / 4 + 8 * h;
+                kf_fold_rows(r < KF_M ? r : KF_M - 1, frs, fmu, KF_ARGS);
+            }
+#endif
 #pragma unroll
-            for (int j0 = 0; j0 < KF_NI; j0 += 4) {
+            for (int j0 = 0; j0 < (KF_DUAL ? KF_NI / 2 : KF_NI); j0 += 4) {
                 float a[8];
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
@@ -179,11 +257,35 @@ __device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], i
                     a[2 * i + 1] = acc[mi][j0 + i][2 * h + 1];
                 }
                 kf_gm_quad_t(a, lane % 4);
+#if KF_DUAL
+                /* the up projection's fragments of the same columns */
+                float a1[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    a1[2 * i] = acc[mi][j0 + i + KF_NI / 2][2 * h];
+                    a1[2 * i + 1] = acc[mi][j0 + i + KF_NI / 2][2 * h + 1];
+                }
+                kf_gm_quad_t(a1, lane % 4);
+#endif
                 const long long r =
                     (long long)mb * KF_BM + wm * KF_WTM + mi * 16 + lane / 4 + 8 * h;
-                const long long c = (long long)nb * KF_BN + wn * KF_WTN + 8 * (j0 + lane % 4);
+                const long long c = (long long)nb * KF_ON + wn * (KF_WTN / (KF_DUAL ? 2 : 1)) +
+                                    8 * (j0 + lane % 4);
                 const bool ok = r < KF_M;
+#if KF_A_FOLD
+                float fc[8], fd[8];
+                kf_fold_cols<8>(0, c, fc, fd, KF_ARGS);
+                kf_fold<8>(a, frs, fmu, fc, fd);
+#if KF_DUAL
+                kf_fold_cols<8>(1, c, fc, fd, KF_ARGS);
+                kf_fold<8>(a1, frs, fmu, fc, fd);
+#endif
+#endif
+#if KF_DUAL
+                kf_epi<8, AL>(a, a1, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+#else
                 kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+#endif
             }
         }
     }
@@ -191,6 +293,9 @@ __device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], i
 
 extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     KF_KERNEL(const unsigned short *__restrict__ kf_pa, const unsigned short *__restrict__ kf_pb,
+#if KF_DUAL
+              const unsigned short *__restrict__ kf_pb2,
+#endif
               KF_PARAMS) {
     extern __shared__ __align__(128) unsigned char kf_dsmem[];
     KF_SETUP();
@@ -210,6 +315,11 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     const int b = blockIdx.z;
     const unsigned short *pa = kf_pa + (long long)b * KF_SA;
     const unsigned short *pb = kf_pb + (long long)b * KF_SB;
+#if KF_DUAL
+    const unsigned short *pb2 = kf_pb2 + (long long)b * KF_SB2;
+#else
+    const unsigned short *pb2 = pb;
+#endif
 
     float acc[KF_MI][KF_NI][4];
 #pragma unroll
@@ -223,7 +333,7 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
 #pragma unroll
     for (int s = 0; s < KF_STAGES - 1; s++) {
         if (s < KF_KT)
-            kf_s8_stage(ring + s * KF_STAGE, pa, pb, mb, nb, s, tid);
+            kf_s8_stage(ring + s * KF_STAGE, pa, pb, pb2, mb, nb, s, tid);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
 #pragma unroll 1
@@ -232,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
         __syncthreads();
         const int nk = kt + KF_STAGES - 1;
         if (nk < KF_KT)
-            kf_s8_stage(ring + (nk % KF_STAGES) * KF_STAGE, pa, pb, mb, nb, nk, tid);
+            kf_s8_stage(ring + (nk % KF_STAGES) * KF_STAGE, pa, pb, pb2, mb, nb, nk, tid);
         asm volatile("cp.async.commit_group;" ::: "memory");
         kf_s8_math(acc, ring + (kt % KF_STAGES) * KF_STAGE, wm, wn, lane);
     }

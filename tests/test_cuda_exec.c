@@ -1964,8 +1964,9 @@ static void test_generated_gemms_in_2cta_clusters_match_the_reference(void **sta
 
 /* Every GEMM case forced to the sm_80 kernel (KF_GEMM_SM80: mma.sync and
  * cp.async, on any GPU from sm_80, so the H100 runs it too): the report names
- * it, and each matches the reference (a group it does not take, a SwiGLU
- * pair, stays on cuBLASLt and the report says why). The shapes keep M, N
+ * it, and each matches the reference, norm prologues (folded or from
+ * scratch) included (a group it does not take, a SwiGLU pair, stays on
+ * cuBLASLt and the report says why). The shapes keep M, N
  * and K ragged but K modest: kf_graph_check evaluates each product three
  * times in f64 on the host (the reference, the exact value, the fused one),
  * which, not the GPU, is this test's time; with K up to 1000 it ran past a
@@ -2048,13 +2049,46 @@ static void test_sm80_gemms_match_the_reference(void **state) {
         run_text("kfg 1\nx = input(%s[1, 100])\nw = input(%s[100, 64])\nb = input(%s[64])\n"
                  "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
                  dts[d], 2814, &o, "sm80: M = 1, K = 100, partial copy");
-        /* a SwiGLU pair is not the sm_80 kernel's yet: cuBLASLt, and the report says why */
+        /* a norm prologue: folded into B where 2 N < M (pre-passes for the row
+         * statistics and diag(gamma) B; ragged M, N, K), else A from the
+         * prologue kernel's scratch */
+        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nc = input(%s[264])\n"
+                 "w = input(%s[264, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                 "h = matmul(n, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+                 dts[d], 2815,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has = "folded into B", .ctx = ctx},
+                 "sm80: LayerNorm folded, bias + gelu_tanh, ragged");
+        run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nw = input(%s[136, 200])\n"
+                 "r = input(%s[2, 300, 136])\nn = rms_norm(x, g)\n"
+                 "h = matmul(n, w, transpose_b=true)\ny = add(h, r)\noutput y\n",
+                 dts[d], 2816,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has = "folded into B", .ctx = ctx},
+                 "sm80: RMSNorm folded, K-major B, residual");
+        run_text("kfg 1\nx = input(%s[100, 64])\ng = input(%s[64])\nc = input(%s[64])\n"
+                 "w = input(%s[64, 136])\nn = layer_norm(x, g, c)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], 2817,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has = "prologue kernel's scratch", .ctx = ctx},
+                 "sm80: LayerNorm from scratch (2 N >= M)");
+        /* a SwiGLU pair: 128 x (2 x 64) tiles, ragged N (136) and M; K-major B
+         * batched; an RMSNorm folded into both B (2 x 2 x 520 < 2400) */
         run_text("kfg 1\nx = input(%s[200, 64])\nwg = input(%s[64, 136])\n"
                  "wu = input(%s[64, 136])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
                  "a = silu(g)\ny = mul(a, u)\noutput y\n",
                  dts[d], 2813,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has = "does not take a SwiGLU pair", .ctx = ctx},
-                 "sm80: SwiGLU stays on cuBLASLt");
+                 &(run_opts){.lo = -1, .hi = 1, .report_has = "mma.sync pair", .ctx = ctx},
+                 "sm80: SwiGLU pair");
+        run_text("kfg 1\nx = input(%s[2, 300, 200])\nwg = input(%s[2, 136, 200])\n"
+                 "wu = input(%s[2, 136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+                 "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 2818,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has = "mma.sync pair", .ctx = ctx},
+                 "sm80: SwiGLU pair, batched K-major B");
+        run_text("kfg 1\nx = input(%s[2400, 264])\nn = input(%s[264])\nwg = input(%s[264, 520])\n"
+                 "wu = input(%s[264, 520])\nxn = rms_norm(x, n)\ng = matmul(xn, wg)\n"
+                 "u = matmul(xn, wu)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], 2819,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has = "folded into B", .ctx = ctx},
+                 "sm80: SwiGLU pair, RMSNorm folded");
     }
     /* the examples forced to it: scripts/gpu_check.sh (kfuse run --gemm sm80
      * --check), not here, where this suite's time is already the longest */

@@ -714,26 +714,102 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
     assert_string_equal(rc->steps[0].kernel->kernel.arch, "sm_90a");
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
-    /* what the sm_80 kernel does not take yet: a SwiGLU pair, a norm
-     * prologue (cuBLASLt, and the recipe says why) */
+    /* A SwiGLU pair on the sm_80 kernel: 128 x (2 x 64) tiles on 4 warps,
+     * both B operands' pointers after A's, both products in the epilogue
+     * (N-major and K-major B; with an RMSNorm folded into both B: the
+     * statistics pre-pass and one fold pre-pass per B); HMMA, LDGSTS, no
+     * local memory. */
     {
         static const char *const texts[] = {
             "kfg 1\nx = input(bf16[512, 256])\nwg = input(bf16[256, 512])\n"
-            "wu = input(bf16[256, 512])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
-            "y = mul(a, u)\noutput y\n",
-            "kfg 1\nx = input(bf16[2048, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
-            "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n"};
-        static const char *const whys[] = {"does not take a SwiGLU pair yet",
-                                           "does not take a norm prologue yet"};
-        for (int i = 0; i < 2; i++) {
+            "wu = input(bf16[256, 512])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+            "a = silu(g)\ny = mul(a, u)\noutput y\n",
+            "kfg 1\nx = input(f16[2, 300, 200])\nwg = input(f16[136, 200])\n"
+            "wu = input(f16[136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+            "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+            "kfg 1\nx = input(bf16[5000, 264])\nn = input(bf16[264])\n"
+            "wg = input(bf16[264, 1096])\nwu = input(bf16[264, 1096])\nxn = rms_norm(x, n)\n"
+            "g = matmul(xn, wg)\nu = matmul(xn, wu)\na = silu(g)\ny = mul(a, u)\noutput y\n"};
+        for (int i = 0; i < 3; i++) {
             planned q;
             plan_text(texts[i], &q);
             kf_cuda_recipes *r =
                 kf_sass_recipes(&MEM, q.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
             const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
-            assert_string_equal(c->variants[0].label, "cublaslt");
-            if (!strstr(c->variants[0].how, whys[i]))
-                fail_msg("expected '%s': %s", whys[i], c->variants[0].how);
+            assert_string_equal(c->variants[0].label, "generated");
+            if (!strstr(c->variants[0].how, "mma.sync pair 128x(2x64)x32 tiles on 4 warps"))
+                fail_msg("expected the sm_80 pair: %s", c->variants[0].how);
+            bool fold = i == 2;
+            assert_int_equal(c->n_steps, fold ? 4 : 1);
+            const kf_cuda_kstep *ks = c->steps[c->n_steps - 1].kernel;
+            assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+            assert_int_equal(ks->n_args, ks->kernel.n_params + 3);
+            for (int j = 0; j < 3; j++)
+                assert_int_equal(ks->args[j].kind, KF_CUDA_ARG_PTR);
+            assert_int_equal(ks->block[0], 128);
+            assert_non_null(strstr(ks->kernel.source, "#define KF_DUAL 1"));
+            if (fold) {
+                assert_non_null(strstr(c->steps[0].kernel->kernel.name, "stats_"));
+                assert_non_null(strstr(c->steps[1].kernel->kernel.name, "fold_"));
+                assert_non_null(strstr(c->steps[2].kernel->kernel.name, "fold2_"));
+                assert_int_equal(ks->args[1].buf.kind, KF_CUDA_BUF_SCRATCH);
+                assert_int_equal(ks->args[2].buf.kind, KF_CUDA_BUF_SCRATCH);
+                assert_true(ks->args[1].buf.id != ks->args[2].buf.id);
+            } else {
+                assert_int_equal(ks->args[1].buf.kind, KF_CUDA_BUF_TENSOR);
+                assert_int_equal(ks->args[2].buf.kind, KF_CUDA_BUF_TENSOR);
+                assert_true(ks->args[1].buf.id != ks->args[2].buf.id);
+            }
+            kf_sass_check_ampere(&MEM, &ks->kernel);
+            kf_cuda_recipes_destroy(r);
+            plan_release(&q);
+        }
+    }
+    /* A norm prologue on the sm_80 kernel: folded into B where 2 N < M (the
+     * statistics and fold pre-passes, then the kernel on the norm's input and
+     * the pre-pass's diag(gamma) B, kf_fold in its epilogue), else A from the
+     * prologue kernel's scratch; HMMA and LDGSTS, no local memory. */
+    {
+        static const char *const texts[] = {
+            "kfg 1\nx = input(bf16[2048, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
+            "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+            "kfg 1\nx = input(f16[2048, 256])\ng = input(f16[256])\nc = input(f16[256])\n"
+            "w = input(f16[256, 512])\nb = input(f16[512])\nn = layer_norm(x, g, c)\n"
+            "h = matmul(n, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+            "kfg 1\nx = input(bf16[256, 256])\ng = input(bf16[256])\nw = input(bf16[256, 512])\n"
+            "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n"};
+        static const char *const hows[] = {"folded into B", "folded into B",
+                                           "prologue kernel's scratch"};
+        for (int i = 0; i < 3; i++) {
+            planned q;
+            plan_text(texts[i], &q);
+            kf_cuda_recipes *r =
+                kf_sass_recipes(&MEM, q.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+            const kf_cuda_recipe *c = gemm_recipe(q.plan, r);
+            assert_string_equal(c->variants[0].label, "generated");
+            if (!strstr(c->variants[0].how, "mma.sync") || !strstr(c->variants[0].how, hows[i]))
+                fail_msg("expected mma.sync and '%s': %s", hows[i], c->variants[0].how);
+            bool fold = i < 2;
+            assert_int_equal(c->n_steps, fold ? 3 : 2);
+            for (uint32_t s = 0; s + 1 < c->n_steps; s++)
+                assert_int_equal(c->steps[s].kernel->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+            const kf_cuda_kstep *ks = c->steps[c->n_steps - 1].kernel;
+            assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+            assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+            /* fold: A is the norm's input, B the pre-pass's scratch;
+             * scratch: A is the prologue kernel's */
+            assert_int_equal(ks->args[0].buf.kind,
+                             fold ? KF_CUDA_BUF_TENSOR : KF_CUDA_BUF_SCRATCH);
+            assert_int_equal(ks->args[1].buf.kind,
+                             fold ? KF_CUDA_BUF_SCRATCH : KF_CUDA_BUF_TENSOR);
+            assert_non_null(
+                strstr(ks->kernel.source, fold ? "#define KF_A_FOLD 1" : "#define KF_A_FOLD 0"));
+            if (i == 1)
+                assert_non_null(strstr(ks->kernel.source, "#define KF_FOLD_LN 1"));
+            assert_non_null(strstr(c->steps[0].kernel->kernel.name, fold ? "stats_" : "pro_"));
+            if (fold)
+                assert_non_null(strstr(c->steps[1].kernel->kernel.name, "fold_"));
+            kf_sass_check_ampere(&MEM, &ks->kernel);
             kf_cuda_recipes_destroy(r);
             plan_release(&q);
         }

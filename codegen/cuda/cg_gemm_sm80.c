@@ -21,10 +21,19 @@
  * forced (KF_GEMM_SM80), which is how its numerics are tested on the H100s
  * at hand.
  *
+ * A norm prologue on A comes as on the sm_90a kernel: folded into B (the
+ * recipe's pre-passes write the row statistics and diag(gamma) B, and
+ * kf_fold applies them to the accumulators before the epilogue) or from the
+ * prologue kernel's scratch (A normalized, a plain main loop).
+ *
+ * A SwiGLU pair (shape.dual, 128 x 128 tiles on 4 warps) reads both B
+ * operands into one B tile, interleaved per warp, and its epilogue gets
+ * both products of each output (the template's head).
+ *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
- * a SwiGLU pair or a norm prologue (not written for this template yet), a
- * row epilogue, a write that is not the whole output, an expression outside
- * the output space.
+ * the norm in the ring,
+ * a row epilogue, a write that is not the whole output, an expression
+ * outside the output space.
  *
  * Speed, read from the SASS (sm_80, 128 x 128 on 4 warps): the main loop is
  * ~340 instructions per K step of 32 for its 64 HMMA and 16 LDSM, ~250 of
@@ -75,11 +84,20 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
-    if (gm->n_anchors != 1 || sh->dual)
-        why = "two GEMMs share A (SwiGLU): the sm_80 kernel does not take the pair yet";
-    else if (gm->a_prologue || sh->a_norm)
-        why = "a norm prologue on A: the sm_80 kernel does not take it yet";
-    else if (gm->row_epilogue || g->row.present)
+    if (gm->n_anchors != (sh->dual ? 2 : 1))
+        why = sh->dual ? "a dual kernel needs two GEMMs sharing A"
+                       : "two GEMMs share A (SwiGLU): the shape must be dual";
+    else if (sh->dual && (sh->bm != 128 || sh->bn != 128 || sh->warps != 4 || sh->ldb2 < 1 ||
+                          sh->sb2 < 0 || (sh->sb2 == 0) != (sh->sb == 0)))
+        why = "the pair takes 128 x 128 tiles on 4 warps and a second B batched as the first";
+    else if (sh->a_norm)
+        why = "a norm applied to A's tiles in the ring: the sm_80 kernel does not take it";
+    else if (sh->a_scratch && sh->a_fold)
+        why = "a norm prologue both in scratch and folded into B";
+    else if (gm->a_prologue != (sh->a_scratch || sh->a_fold))
+        why = gm->a_prologue ? "a norm prologue on A (shape.a_scratch or a_fold)"
+                             : "no norm prologue on A";
+    else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
         why = "a row-wise stage follows the GEMM";
     else if (!cg_gemm_dtype_ok(mm->dtype))
         why = "the operands are not bf16 or f16";
@@ -94,6 +112,11 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
     chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
     if (!x)
         return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
+    cg_gemm_fold fold;
+    if (sh->a_fold && (st = cg_gemm_fold_prepare(&c, sh, &fold)) != KF_OK) {
+        kf_mem_free(c.mem, x, sizeof *x);
+        return cg_end(&c, st);
+    }
     cg_gemm_epi epi;
     st = cg_gemm_epi_prepare(&c, sh, x, &epi);
     if (st != KF_OK) {
@@ -112,7 +135,8 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
     kf_cuda_kernel *k = c.k;
     k->vec = 1;
     k->launch.block = 32u * sh->warps;
-    int64_t tiles = ((sh->m + sh->bm - 1) / sh->bm) * ((sh->n + sh->bn - 1) / sh->bn);
+    uint32_t on = sh->dual ? sh->bn / 2 : sh->bn; /* output columns of a tile */
+    int64_t tiles = ((sh->m + sh->bm - 1) / sh->bm) * ((sh->n + on - 1) / on);
     k->launch.work_items = (uint64_t)tiles;
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = big ? 2 : 4;
@@ -129,8 +153,14 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
               sh->m, sh->n, sh->k, sh->bm, sh->bn, sh->warps / 2u, sh->stages, big ? 2u : 4u,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->lda, sh->ldb, sh->sa, sh->sb,
               mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16");
+    if (sh->dual)
+        cg_printf(&c.s, "#define KF_DUAL 1\n#define KF_LDB2 %" PRId64 "LL\n#define KF_SB2 %" PRId64
+                        "LL\n",
+                  sh->ldb2, sh->sb2);
     cg_puts(&c.s, "\n");
     cg_gemm_emit_fast_ops(&c);
+    if (sh->a_fold)
+        cg_gemm_fold_emit(&c, &fold);
     cg_gemm_epi_emit(&c, sh, x, &epi);
     cg_puts(&c.s, kf_cuda_tpl_gemm_sm80);
     kf_mem_free(c.mem, x, sizeof *x);

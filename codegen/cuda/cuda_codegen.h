@@ -384,6 +384,7 @@ typedef struct kf_cuda_gemm_shape {
     int64_t lda;    /* elements between the stored rows of A (M rows when a_kmajor, else K) */
     int64_t ldb;    /* elements between the stored rows of B (N rows when b_kmajor, else K) */
     int64_t sa, sb; /* elements between batches of A and B; 0: shared by every batch */
+    int64_t ldb2, sb2; /* dual: the second B's (the same major as B's) */
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for

@@ -631,21 +631,44 @@ static void set_tmap(kf_cuda_tmap *t, kf_dtype dt, bool batched, uint64_t d0, ui
     t->swizzle = 128;
 }
 
+/* A kernel made for a step before the GEMM's (the row statistics, a fold
+ * pre-pass; st is how making it went): added as a GEMM_PROLOGUE step. The
+ * GEMM kernel already took the group, so a refusal here is the recipe's
+ * internal error; on any failure `gemm` is released too. */
+static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_kernel *pk,
+                              kf_cuda_kernel *gemm, kf_cuda_kstep **out) {
+    if (st != KF_OK) {
+        kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
+                   pk->error[0] ? pk->error : kf_status_str(st));
+        kf_cuda_kernel_release(b->mem, pk);
+        kf_cuda_kernel_release(b->mem, gemm);
+        return st == KF_ERR_UNSUPPORTED || st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
+    }
+    if ((st = kf_rb_add_made_kernel(b, pk, KF_CUDA_ROLE_GEMM_PROLOGUE, out)) != KF_OK)
+        kf_cuda_kernel_release(b->mem, gemm);
+    return st;
+}
+
 /* The sm_80 kernel of the group (its majors, batching and sizes in sh; the
  * operands' leading and batch strides checked 16-byte multiples): one block
  * per 128 x 128 tile where they give every SM one, else per 64 x 64 tile,
  * the batch in grid z. Its arguments: A, B (at their offsets), the params. */
 static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a, const mref *bm,
-                                    int64_t a_lead, int64_t b_lead, int64_t sa, int64_t sb,
-                                    char *why, size_t why_size, char *name, size_t name_size) {
+                                    const mref *bm1, const kf_cuda_operand *lb,
+                                    const kf_cuda_operand *lb1, int64_t a_lead, int64_t b_lead,
+                                    int64_t sa, int64_t sb, char *why, size_t why_size, char *name,
+                                    size_t name_size) {
     const kf_group *grp = &b->plan->groups[b->gi];
+    const kf_gemm_info *gm = &grp->gemm;
     if (sh->batch > 65535) {
         snprintf(why, why_size, "a batch past 65535 (grid z)");
         return KF_ERR_UNSUPPORTED;
     }
     int64_t tiles128 = ((sh->m + 127) / 128) * ((sh->n + 127) / 128) * sh->batch;
-    sh->bm = sh->bn = tiles128 >= b->target->sm_count ? 128 : 64;
-    sh->warps = sh->bm == 128 && (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80_8WARPS) ? 8 : 4;
+    sh->bm = sh->bn = tiles128 >= b->target->sm_count || sh->dual ? 128 : 64;
+    sh->warps = sh->bm == 128 && !sh->dual && (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80_8WARPS)
+                    ? 8
+                    : 4;
     sh->stages = 4;
     sh->lda = a_lead;
     sh->ldb = b_lead;
@@ -665,13 +688,57 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
         kf_cuda_kernel_release(b->mem, &k);
         return st;
     }
-    if (k.n_params + 2 > KF_CUDA_MAX_PARAMS) {
+    uint32_t n_ptrs = sh->dual ? 3u : 2u; /* A, B (and the pair's second B) */
+    if (k.n_params + n_ptrs > KF_CUDA_MAX_PARAMS) {
         kf_cuda_kernel_release(b->mem, &k);
         snprintf(why, why_size, "more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
         return KF_ERR_UNSUPPORTED;
     }
     snprintf(name, name_size, "%s", k.name);
     int64_t tiles = (int64_t)k.launch.work_items;
+    /* A norm prologue: steps before the GEMM's, as for the sm_90a kernel:
+     * the prologue kernel writing A normalized to scratch, or the statistics
+     * and the fold pre-pass (B becomes its diag(gamma) B, contiguous, which
+     * sh->ldb and sh->sb already describe). */
+    kf_cuda_buf abuf = a->buf, bbuf = bm->buf, bbuf1 = sh->dual ? bm1->buf : bm->buf;
+    if (sh->a_scratch) {
+        char pro[KF_CUDA_NAME_MAX];
+        mref sm;
+        st = kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
+        if (st == KF_OK)
+            st = a_operand(b, 0, &sm);
+        if (st != KF_OK) {
+            kf_cuda_kernel_release(b->mem, &k);
+            return st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
+        }
+        abuf = sm.buf;
+    }
+    if (sh->a_fold) {
+        kf_cuda_kernel sk, fk;
+        memset(&sk, 0, sizeof sk);
+        memset(&fk, 0, sizeof fk);
+        kf_cuda_kstep *pre = NULL;
+        st = kf_cuda_codegen_gemm_stats(b->plan, b->gi, b->target->arch, b->mem,
+                                        kf_cuda_gemm_norm_stats(b->plan, b->gi), &sk);
+        if ((st = add_pre_step(b, grp, st, &sk, &k, &pre)) != KF_OK)
+            return st;
+        for (int i = 0; i < (sh->dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
+            const kf_cuda_operand *lbi = i ? lb1 : lb;
+            kf_cuda_fold_shape fs = {
+                .anchor = i, .k = sh->k, .n = sh->n, .sk = lbi->row_stride, .sn = lbi->col_stride};
+            memset(&fk, 0, sizeof fk);
+            st = kf_cuda_codegen_gemm_fold(b->plan, b->gi, b->target->arch, b->mem, &fs, &fk);
+            if ((st = add_pre_step(b, grp, st, &fk, &k, &pre)) != KF_OK)
+                return st;
+            for (uint32_t j = 0; j < pre->kernel.n_params; j++) /* B as the GEMM's view */
+                if (pre->kernel.params[j].kind == KF_CUDA_PARAM_IN &&
+                    pre->kernel.params[j].tensor == gm->b[i])
+                    pre->args[j].buf = (i ? bm1 : bm)->buf;
+        }
+        bbuf = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->b[0]);
+        if (sh->dual)
+            bbuf1 = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->b[1]);
+    }
     kf_cuda_kstep *ks = NULL;
     if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK)
         return st;
@@ -679,16 +746,28 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     ks->grid[0] = (uint32_t)tiles;
     ks->grid[1] = 1;
     ks->grid[2] = (uint32_t)sh->batch;
-    memmove(&ks->args[2], &ks->args[0], ks->n_args * sizeof ks->args[0]);
-    ks->n_args += 2;
-    memset(&ks->args[0], 0, 2 * sizeof ks->args[0]);
-    ks->args[0].kind = ks->args[1].kind = KF_CUDA_ARG_PTR;
-    ks->args[0].buf = a->buf;
-    ks->args[1].buf = bm->buf;
+    memmove(&ks->args[n_ptrs], &ks->args[0], ks->n_args * sizeof ks->args[0]);
+    ks->n_args += n_ptrs;
+    memset(&ks->args[0], 0, n_ptrs * sizeof ks->args[0]);
+    for (uint32_t i = 0; i < n_ptrs; i++)
+        ks->args[i].kind = KF_CUDA_ARG_PTR;
+    ks->args[0].buf = abuf;
+    ks->args[1].buf = bbuf;
+    if (sh->dual)
+        ks->args[2].buf = bbuf1;
+    char tile[48];
+    if (sh->dual)
+        snprintf(tile, sizeof tile, "pair %ux(2x%u)x32", sh->bm, sh->bn / 2);
+    else
+        snprintf(tile, sizeof tile, "%ux%ux32", sh->bm, sh->bn);
     snprintf(why, why_size,
-             "mma.sync %ux%ux32 tiles on %u warps, %u stages (cp.async), A %s-major, B %s-major%s",
-             sh->bm, sh->bn, sh->warps, sh->stages, sh->a_kmajor ? "K" : "M",
-             sh->b_kmajor ? "K" : "N", sh->batch > 1 ? ", batched in one launch (grid z)" : "");
+             "mma.sync %s tiles on %u warps, %u stages (cp.async), A %s-major, B %s-major%s%s",
+             tile, sh->warps, sh->stages, sh->a_kmajor ? "K" : "M",
+             sh->b_kmajor ? "K" : "N", sh->batch > 1 ? ", batched in one launch (grid z)" : "",
+             sh->a_fold      ? ", norm prologue folded into B (pre-passes: row statistics, "
+                               "diag(gamma) B)"
+             : sh->a_scratch ? ", A from the prologue kernel's scratch"
+                             : "");
     return KF_OK;
 }
 
@@ -699,24 +778,6 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
  * memory) where the kernel takes it; else the
  * prologue kernel writes A, normalized, to scratch (a step before the GEMM,
  * as on the cuBLASLt side) and the kernel reads that. */
-/* A kernel made for a step before the GEMM's (the row statistics, a fold
- * pre-pass; st is how making it went): added as a GEMM_PROLOGUE step. The
- * GEMM kernel already took the group, so a refusal here is the recipe's
- * internal error; on any failure `gemm` is released too. */
-static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_kernel *pk,
-                              kf_cuda_kernel *gemm, kf_cuda_kstep **out) {
-    if (st != KF_OK) {
-        kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
-                   pk->error[0] ? pk->error : kf_status_str(st));
-        kf_cuda_kernel_release(b->mem, pk);
-        kf_cuda_kernel_release(b->mem, gemm);
-        return st == KF_ERR_UNSUPPORTED || st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
-    }
-    if ((st = kf_rb_add_made_kernel(b, pk, KF_CUDA_ROLE_GEMM_PROLOGUE, out)) != KF_OK)
-        kf_cuda_kernel_release(b->mem, gemm);
-    return st;
-}
-
 static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
@@ -735,10 +796,6 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("the generated GEMM is for sm_80 to sm_89 (mma.sync) and sm_90a (wgmma), not %s",
                b->target->arch);
     bool dual = gm->n_anchors == 2;
-    if (sm80 && dual)
-        GEN_NO("the sm_80 kernel does not take a SwiGLU pair yet");
-    if (sm80 && gm->a_prologue)
-        GEN_NO("the sm_80 kernel does not take a norm prologue yet");
     if (sm80 && gm->row_split)
         GEN_NO("the sm_80 kernel does not take the split row form yet");
     const kf_tensor *mm = g->nodes[gm->anchor[0]];
@@ -765,7 +822,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     kf_cuda_gemm_fold fold_of;
     bool fold = own_a && !ring && !(b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) &&
                 2 * n_all < a_rows && kf_cuda_gemm_fold_of(plan, b->gi, &fold_of);
-    bool norm = own_a && ring && !dual;
+    bool norm = own_a && ring && !dual && !sm80; /* (the sm_80 kernel has no norm in its ring) */
     bool scratch = gm->a_prologue && !norm && !fold;
     uint32_t norm_in = norm || fold ? pin->base : KF_NONE;
     if (gm->row_epilogue && !gm->row_split)
@@ -858,9 +915,24 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("an operand starts off a 16-byte boundary (%s)", sm80 ? "cp.async" : "TMA");
     if (sh.m > INT32_MAX || sh.n > INT32_MAX || sh.k > INT32_MAX || sh.batch > INT32_MAX)
         GEN_NO("a dim past 2^31 (TMA coordinates)");
-    if (sm80)
-        return add_generated_sm80(b, &sh, &a, &bm, a_lead, b_lead, sa, sb, why, why_size, name,
-                                  name_size);
+    /* diag(gamma) B: contiguous in B's major, one for the whole batch */
+    if (fold && (sh.b_batched || (sh.b_kmajor ? sh.k : sh.n) % (int64_t)(16 / es) != 0))
+        GEN_NO("a norm folded into a batched B, or one whose rows are not a multiple of 16 "
+               "bytes (%s)",
+               sm80 ? "cp.async" : "TMA");
+    if (sm80) {
+        sh.a_fold = fold;
+        sh.a_scratch = scratch;
+        sh.dual = dual;
+        sh.ldb2 = b1_lead;
+        sh.sb2 = dual && sh.b_batched ? sb1 : 0;
+        if (fold) { /* the kernel reads the pre-pass's diag(gamma) B (of each B) */
+            b_lead = sh.ldb2 = sh.b_kmajor ? sh.k : sh.n;
+            sb = sh.sb2 = 0;
+        }
+        return add_generated_sm80(b, &sh, &a, &bm, &bm1, &lb, &lb1, a_lead, b_lead, sa, sb, why,
+                                  why_size, name, name_size);
+    }
     /* Cooperative 128 x 256 tiles when they still give every SM one; else
      * 128 x 128, ping-pong when some block gets two tiles (one consumer's
      * epilogue then runs under the other's main loop), cooperative when none
@@ -911,10 +983,6 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.a_norm = norm;
     sh.a_scratch = scratch;
     sh.a_fold = fold;
-    /* diag(gamma) B: contiguous in B's major, one for the whole batch */
-    if (fold && (sh.b_batched || (sh.b_kmajor ? sh.k : sh.n) % (int64_t)(16 / es) != 0))
-        GEN_NO("a norm folded into a batched B, or one whose rows are not a multiple of 16 "
-               "bytes (TMA)");
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
     sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
     if (sh.stages > GEN_MAX_STAGES)
