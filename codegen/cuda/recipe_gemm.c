@@ -907,6 +907,28 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.bn = 128;
         sh.pingpong = true;
     }
+    /* Stream-K (internal, KF_CUDA_RECIPE_GEMM_STREAMK): where the last wave
+     * of tiles leaves a quarter of the SMs or more idle (fewer tiles than
+     * SMs included: decode shapes, M <= 64 against N 4096 gives 16 tiles of
+     * 128 x 256 on 132 SMs), the tiles after the whole waves but one are cut
+     * by K steps into one even range per SM. Not ping-pong (its consumers
+     * take alternate whole tiles) nor clusters (pairs of whole tiles); a
+     * main loop of 4 K steps at least. One tile row (decode) takes the
+     * cooperative 128 x 256 tiles whatever their count: the cut fills the
+     * SMs, and the wider B tile keeps more of the weight's bytes in flight. */
+    if ((b->target->flags & KF_CUDA_RECIPE_GEMM_STREAMK) && sh.m <= 128 && sh.batch == 1 &&
+        sh.k >= 4 * 64 && sh.cluster != 2 && !gm->head_dim && sh.n * w >= 256) {
+        sh.bn = 256;
+        sh.pingpong = false;
+    }
+    {
+        int64_t sms = b->target->sm_count, on = dual ? sh.bn / 2 : sh.bn;
+        int64_t tiles = ((sh.m + 127) / 128) * ((sh.n + on - 1) / on) * sh.batch;
+        if ((b->target->flags & KF_CUDA_RECIPE_GEMM_STREAMK) && !sh.pingpong &&
+            sh.cluster != 2 && sms > 1 && sh.k >= 4 * 64 && tiles % sms != 0 &&
+            (tiles % sms) * 4 <= 3 * sms)
+            sh.sk_grid = (uint32_t)sms;
+    }
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
@@ -1088,9 +1110,11 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    snprintf(why, why_size, "%s tiles %s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
+    snprintf(why, why_size, "%s tiles %s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
-             sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "", sh.stages,
+             sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
+             sh.sk_grid ? ", the tail's K steps split evenly over the SMs (stream-K)" : "",
+             sh.stages,
              sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
              sh.epi_staged ? ", epilogue staged in shared memory"
              : sh.epi_tma  ? ", epilogue stored by TMA"
