@@ -476,7 +476,7 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
         kf_cuda_exec_report(ex, false, f);
         fclose(f);
     }
-    fprintf(stderr, "%-22s %9.3f ms  floor %8.3f ms  %5.1f%% of roofline  (%zu launches)\n",
+    fprintf(stderr, "%-26s %9.4f ms  floor %8.4f ms  %5.1f%% of roofline  (%zu launches)\n",
             c->name, c->ms, c->floor_ms, 100.0 * c->floor_ms / c->ms, c->launches);
     kf_cuda_exec_destroy(ex);
     kf_plan_destroy(plan);
