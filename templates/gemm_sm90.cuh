@@ -160,7 +160,16 @@
  * K adds the partials in block order (the same bits whoever arrives last),
  * sets the counter back to zero (no memset per run) and runs the epilogue.
  * Nothing waits on another block. KF_SK_GMAX: the most blocks the
- * workspace was sized for. */
+ * workspace was sized for.
+ *
+ * KF_SK 2 (fewer tiles than blocks: decode shapes) deals the K steps out
+ * interleaved instead: each tile's S = G / KF_TILES blocks (capped at
+ * KF_KT) take steps j, j + S, j + 2S, ..., so at any moment the S blocks of
+ * a tile read S adjacent 128-byte pieces of each of B's rows together
+ * (contiguous runs of DRAM, where even ranges had every block read its own
+ * far part of each row: 1.0 TB/s on an H200 for M = 16 x 4096 x 4096). The
+ * partials, counters and the finishing block are as above (one segment a
+ * block, slot 0; the sum in block order). */
 #ifndef KF_SK
 #define KF_SK 0
 #endif
@@ -579,16 +588,33 @@ __device__ __forceinline__ void kf_gm_sk_range(int c, int G, int from, long long
 }
 #endif
 
+#if KF_SK == 2
+/* The blocks that share a tile's K steps (KF_SK 2). */
+__device__ __forceinline__ int kf_gm_sk_split(int G) {
+    const int s = G / (int)KF_TILES;
+    return s < 1 ? 1 : s > (int)KF_KT ? (int)KF_KT : s;
+}
+#endif
+
 /* Work i of block c of G: tile (or cluster pair) t of the raster, K steps
- * [kb, ke); part: a stream-K segment short of the whole K (kf_gm_sk_end).
- * False past the block's last. Whole tiles first (t = c + i G), then, with
- * KF_SK, the tiles of the block's stream-K range. */
-__device__ __forceinline__ bool kf_gm_work(int c, int G, int i, int &t, int &kb, int &ke,
+ * kb, kb + ks, ... below ke; part: a stream-K segment short of the whole K
+ * (kf_gm_sk_end). False past the block's last. Whole tiles first
+ * (t = c + i G), then, with KF_SK, the tiles of the block's stream-K range
+ * (KF_SK 2: its one interleaved share of a tile). */
+__device__ __forceinline__ bool kf_gm_work(int c, int G, int i, int &t, int &kb, int &ke, int &ks,
                                            bool &part) {
     part = false;
     kb = 0;
     ke = KF_KT;
-#if KF_SK
+    ks = 1;
+#if KF_SK == 2
+    const int S = kf_gm_sk_split(G);
+    t = c / S;
+    kb = c % S;
+    ks = S;
+    part = S > 1;
+    return i == 0 && t < KF_TILES;
+#elif KF_SK
     const int from = kf_gm_sk_from(G);
     const int ndp = from > c ? (from - c + G - 1) / G : 0;
     if (i >= ndp) {
@@ -631,11 +657,19 @@ __device__ __forceinline__ bool kf_gm_sk_end(float (&d)[KF_ACC], int c, int G, i
     if (rows >= KF_M)
         return false;
     const int tid = threadIdx.x % 128;
+#if KF_SK == 2
+    const int from = 0;
+    const long long tt = t;
+    float2 *mine = kf_gm_sk_slot(ws, c, tt * KF_KT, tt, cw);
+    const unsigned n = (unsigned)((ke - kb + kf_gm_sk_split(G) - 1) / kf_gm_sk_split(G));
+#else
     const int from = kf_gm_sk_from(G);
     const long long tt = t - from;
     long long bc, ec;
     kf_gm_sk_range(c, G, from, bc, ec);
     float2 *mine = kf_gm_sk_slot(ws, c, bc, tt, cw);
+    const unsigned n = (unsigned)(ke - kb);
+#endif
 #pragma unroll
     for (int p = 0; p < KF_ACC / 2; p++)
         if (rows + warp * 16 + lane / 4 + 8 * (p % 2) < KF_M)
@@ -644,7 +678,6 @@ __device__ __forceinline__ bool kf_gm_sk_end(float (&d)[KF_ACC], int c, int G, i
     kf_gm_wg_sync(cw);
     if (tid == 0) {
         unsigned *ct = cnt + 2 * tt + cw;
-        const unsigned n = (unsigned)(ke - kb);
         const int last = atomicAdd(ct, n) + n == (unsigned)KF_KT;
         if (last)
             *ct = 0u; /* the whole K has arrived: ready for the next run */
@@ -654,6 +687,22 @@ __device__ __forceinline__ bool kf_gm_sk_end(float (&d)[KF_ACC], int c, int G, i
     if (!fin[cw])
         return false;
     __threadfence();
+#if KF_SK == 2
+    (void)from;
+    const int S = kf_gm_sk_split(G);
+#pragma unroll 1
+    for (int j = 0; j < S; j++) {
+        const float2 *part = kf_gm_sk_slot(ws, (int)tt * S + j, tt * KF_KT, tt, cw);
+#pragma unroll
+        for (int p = 0; p < KF_ACC / 2; p++)
+            if (rows + warp * 16 + lane / 4 + 8 * (p % 2) < KF_M) {
+                const float2 v = __ldcg(part + p * 128 + tid);
+                d[2 * p] = j ? d[2 * p] + v.x : v.x;
+                d[2 * p + 1] = j ? d[2 * p + 1] + v.y : v.y;
+            }
+    }
+    return true;
+#else
     /* the tile's blocks: from the one whose range holds its first K step */
     const long long t0 = tt * KF_KT;
     const kf_sk_t it = (kf_sk_t)(KF_TILES - from) * KF_KT;
@@ -682,6 +731,7 @@ __device__ __forceinline__ bool kf_gm_sk_end(float (&d)[KF_ACC], int c, int G, i
         first = false;
     }
     return true;
+#endif
 }
 #endif
 
@@ -760,16 +810,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0;
-            int t, kb, ke;
+            int t, kb, ke, ks;
             bool part;
             for (int i = 0; kf_gm_work(blockIdx.x / KF_CLUSTER, gridDim.x / KF_CLUSTER, i, t, kb,
-                                       ke, part);
+                                       ke, ks, part);
                  i++) {
                 int b, mb, nb;
                 kf_gm_tile(t, rank, b, mb, nb);
                 /* a pair's missing half loads the last tile row's A */
                 const int ma = KF_CLUSTER == 1 || mb < KF_TILES_M ? mb : KF_TILES_M - 1;
-                for (int kt = kb; kt < ke; kt++) {
+                for (int kt = kb; kt < ke; kt += ks) {
                     kf_hp_wait(empty0 + 8 * s, ph ^ 1u);
                     const unsigned bar = full0 + 8 * s;
                     kf_hp_expect(bar, KF_STAGE_BYTES);
@@ -850,15 +900,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
             if (i > 0) /* the other consumer's main loop of tile i - 1 is done */
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
-            const int kb = 0, ke = KF_KT;
+            const int kb = 0, ke = KF_KT, ks = 1;
             const bool part = false;
 #else
         int s = 0;
         unsigned ph = 0;
-        int t, kb, ke;
+        int t, kb, ke, ks;
         bool part;
         for (int w = 0; kf_gm_work(blockIdx.x / KF_CLUSTER, gridDim.x / KF_CLUSTER, w, t, kb, ke,
-                                   part);
+                                   ks, part);
              w++) {
 #endif
             int b, mb, nb;
@@ -884,7 +934,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
              * it whole and then fences the accumulators between the wgmmas
              * (C7517/C7519: serialized). */
 #pragma unroll 1
-            for (int kt = kb; kt < ke; kt++) {
+            for (int kt = kb; kt < ke; kt += ks) {
                 kf_hp_wait(full0 + 8 * s, ph);
                 const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
 #if KF_A_NORM

@@ -1995,15 +1995,16 @@ static void test_generated_gemms_in_2cta_clusters_match_the_reference(void **sta
  * evenly over every SM, partial tiles added by the block that completes a
  * tile. Each case runs twice (the same bits: a fixed order of the partials,
  * counters that reset themselves) and is judged against the reference. The
- * cases: decode shapes (M = 1 and 16 against a long K: every tile cut into
- * many pieces; K not a multiple of a piece; N ragged), bias + residual +
+ * cases: decode shapes (M = 1 and 16 against a long K: every tile's K
+ * interleaved over many blocks, KF_SK 2; K not a multiple of their count;
+ * N ragged; 79 tiles: even ranges, KF_SK 1), bias + residual +
  * gelu_tanh, the TMA-store epilogue (one bf16/f16 output) and the register
  * one (a cast to f32, a pair), batched operands, a norm folded into B, and
  * a shape with whole waves before the cut one (272 tiles of 128 x 256 on
  * 132 SMs: 132 whole, 140 cut; its output f32, so that K = 256 keeps the
  * cooperative tiles, which a TMA-stored output would trade for ping-pong). */
 static void sk_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream, const char *what) {
-    flag_case(ctx, fmt, d, stream, what, KF_CUDA_RECIPE_GEMM_STREAMK, "(stream-K)", true);
+    flag_case(ctx, fmt, d, stream, what, KF_CUDA_RECIPE_GEMM_STREAMK, "stream-K", true);
 }
 
 /* One small case alone (the sanitizers run it): M = 16, a bias, K cut into
@@ -2053,6 +2054,12 @@ static void test_stream_k_gemms_match_the_reference_twice(void **state) {
                 "output y\n",
                 dts[d], 2705, "RMSNorm folded into B");
     }
+    /* fewer tiles than SMs but more than half (79 of 128 x 256): even
+     * ranges, not the interleaved split */
+    sk_case(ctx,
+            "kfg 1\nx = input(%s[16, 512])\nw = input(%s[512, 20200])\nh = matmul(x, w)\n"
+            "y = cast(h, f32)\noutput y\n",
+            KF_DTYPE_BF16, 2707, "M 16, 79 tiles: even ranges");
     /* whole waves, then the cut one: 34 tile rows x 8 of 128 x 256 */
     sk_case(ctx,
             "kfg 1\nx = input(%s[4300, 256])\nw = input(%s[256, 2048])\nb = input(%s[2048])\n"

@@ -575,9 +575,16 @@ static void test_cluster_pairs_compile_to_multicast_tma_and_hgmma(void **state) 
  * on the H100 target) even for fewer tiles, and takes a PARTIALS workspace
  * (two 64 x bn f32 slots per block and consumer) and a COUNTERS buffer the
  * executor keeps (a word per half of every tile that can be cut); each
- * variant compiles to HGMMA and UTMALDG with no local memory. A full last
- * wave, ping-pong tiles and a short K take none; without the flag, none. */
-static void sk_case_check(const char *text, const char *want_tile, bool want_sk) {
+ * variant compiles to HGMMA and UTMALDG with no local memory. want_sk 1:
+ * even ranges (KF_SK 1); 2: fewer than half as many tiles as SMs, each
+ * tile's K steps interleaved (KF_SK 2, "interleaved" in the recipe line);
+ * 0: none (a full last wave, ping-pong tiles, a short K; without the flag,
+ * none). */
+static bool sk_defined(const char *src) {
+    return strstr(src, "#define KF_SK 1\n") || strstr(src, "#define KF_SK 2\n");
+}
+
+static void sk_case_check(const char *text, const char *want_tile, int want_sk) {
     planned p;
     plan_text(text, &p);
     kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
@@ -590,7 +597,7 @@ static void sk_case_check(const char *text, const char *want_tile, bool want_sk)
     const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
     char tile[48];
     snprintf(tile, sizeof tile, "%s tiles", want_tile);
-    if (!strstr(how, tile) || (strstr(how, "(stream-K)") != NULL) != want_sk)
+    if (!strstr(how, tile) || (strstr(how, "stream-K") != NULL) != (want_sk != 0))
         fail_msg("expected %s, %s: %s", tile, want_sk ? "stream-K" : "no stream-K", how);
     int n_part = 0, n_cnt = 0;
     for (uint32_t i = 0; i < ks->kernel.n_params; i++) {
@@ -610,22 +617,24 @@ static void sk_case_check(const char *text, const char *want_tile, bool want_sk)
     bool kept = false; /* the counters: a scratch of role COUNTERS */
     for (uint32_t s = 0; s < rc->n_scratch; s++)
         kept |= rc->scratch[s].role == KF_CUDA_PARAM_COUNTERS;
-    assert_true(kept == want_sk);
+    assert_true(kept == (want_sk != 0));
     if (want_sk) {
-        assert_non_null(strstr(ks->kernel.source, "#define KF_SK 1"));
+        assert_non_null(
+            strstr(ks->kernel.source, want_sk == 2 ? "#define KF_SK 2\n" : "#define KF_SK 1\n"));
+        assert_true((strstr(how, "interleaved") != NULL) == (want_sk == 2));
         assert_non_null(strstr(ks->kernel.source, "#define KF_SK_GMAX 132"));
         assert_int_equal(ks->grid[0], 132);
         assert_non_null(strstr(ks->kernel.name, "sk_"));
         kf_sass_check_hopper(&MEM, &ks->kernel);
     } else {
-        assert_null(strstr(ks->kernel.source, "#define KF_SK 1"));
+        assert_false(sk_defined(ks->kernel.source));
     }
     kf_cuda_recipes_destroy(rec);
     /* without the flag: none */
     rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
     rc = gemm_recipe(p.plan, rec);
     assert_null(strstr(rc->variants[0].how, "stream-K"));
-    assert_null(strstr(rc->steps[rc->n_steps - 1].kernel->kernel.source, "#define KF_SK 1"));
+    assert_false(sk_defined(rc->steps[rc->n_steps - 1].kernel->kernel.source));
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
 }
@@ -640,7 +649,7 @@ static void test_stream_k_compiles_to_hgmma_without_local_memory(void **state) {
                  "kfg 1\nx = input(%s[1, 4096])\nw = input(%s[4096, 4096])\ny = matmul(x, w)\n"
                  "output y\n",
                  dts[d], dts[d]);
-        sk_case_check(t, "128x256", true);
+        sk_case_check(t, "128x256", 2);
         /* M = 16, K-major B, bias + gelu_tanh + residual, K = 11008 */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[16, 11008])\nw = input(%s[4096, 11008])\n"
@@ -648,50 +657,51 @@ static void test_stream_k_compiles_to_hgmma_without_local_memory(void **state) {
                  "h = matmul(x, w, transpose_b=true)\na = add(h, b)\nu = gelu_tanh(a)\n"
                  "y = add(u, r)\noutput y\n",
                  dts[d], dts[d], dts[d], dts[d]);
-        sk_case_check(t, "128x256", true);
+        sk_case_check(t, "128x256", 2);
         /* the register epilogue (a cast to f32), ragged */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[64, 1096])\nw = input(%s[1096, 1000])\nh = matmul(x, w)\n"
                  "y = cast(h, f32)\noutput y\n",
                  dts[d], dts[d]);
-        sk_case_check(t, "128x256", true);
-        /* a SwiGLU pair, decode (ping-pong 128 x (2 x 64) without the flag) */
+        sk_case_check(t, "128x256", 2);
+        /* a SwiGLU pair, decode (ping-pong 128 x (2 x 64) without the flag;
+         * 86 tiles: even ranges) */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[16, 4096])\nwg = input(%s[4096, 11008])\n"
                  "wu = input(%s[4096, 11008])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
                  "a = silu(g)\ny = mul(a, u)\noutput y\n",
                  dts[d], dts[d], dts[d]);
-        sk_case_check(t, "dual 128x(2x128)", true);
+        sk_case_check(t, "dual 128x(2x128)", 1);
         /* LLaMA's projections: 2048 tiles of 128 x 256, the last wave 68 of
          * 132; an RMSNorm folded into B; the SwiGLU pair (11008 tiles: 52) */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[16384, 4096])\nw = input(%s[4096, 4096])\n"
                  "y = matmul(x, w)\noutput y\n",
                  dts[d], dts[d]);
-        sk_case_check(t, "128x256", true);
+        sk_case_check(t, "128x256", 1);
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[16384, 4096])\ng = input(%s[4096])\n"
                  "w = input(%s[4096, 4096])\nn = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
                  dts[d], dts[d], dts[d]);
-        sk_case_check(t, "128x256", true);
+        sk_case_check(t, "128x256", 1);
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[16384, 4096])\nwg = input(%s[4096, 11008])\n"
                  "wu = input(%s[4096, 11008])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
                  "a = silu(g)\ny = mul(a, u)\noutput y\n",
                  dts[d], dts[d], dts[d]);
-        sk_case_check(t, "dual 128x(2x128)", true);
+        sk_case_check(t, "dual 128x(2x128)", 1);
     }
     /* a full last wave (8448 x 4096: 66 x 16 = 1056 = 8 x 132), ping-pong
      * tiles (K <= 1024 with the TMA store) and a short K: none */
     sk_case_check("kfg 1\nx = input(bf16[8448, 2048])\nw = input(bf16[2048, 4096])\n"
                   "y = matmul(x, w)\noutput y\n",
-                  "128x256", false);
+                  "128x256", 0);
     sk_case_check("kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[1024, 4096])\n"
                   "y = matmul(x, w)\noutput y\n",
-                  "128x128", false);
+                  "128x128", 0);
     sk_case_check("kfg 1\nx = input(bf16[16, 192])\nw = input(bf16[192, 4096])\n"
                   "y = matmul(x, w)\noutput y\n",
-                  "128x128", false);
+                  "128x128", 0);
 }
 
 static void test_gemm_modes_give_the_sides_they_name(void **state) {

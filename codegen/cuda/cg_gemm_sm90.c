@@ -399,9 +399,12 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
               sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
               gm->head_dim, sh->epi_tma ? 1 : 0, cl);
+    /* 2: fewer than half as many tiles as blocks (decode): each tile's K
+     * steps interleaved over its share of the blocks */
     if (sk_g)
-        cg_printf(&c.s, "#define KF_SK 1\n#define KF_SK_GMAX %u\n#define KF_WS p%d\n#define KF_CNT p%d\n",
-                  sh->sk_grid, p_ws, p_cnt);
+        cg_printf(&c.s,
+                  "#define KF_SK %d\n#define KF_SK_GMAX %u\n#define KF_WS p%d\n#define KF_CNT p%d\n",
+                  (uint64_t)tiles * 2 <= sk_g ? 2 : 1, sh->sk_grid, p_ws, p_cnt);
     if (sh->epi_tma && gm->head_dim && gm->heads_first)
         cg_printf(&c.s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", gm->m);
     if (sh->a_norm) {

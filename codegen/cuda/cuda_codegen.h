@@ -384,7 +384,9 @@ typedef struct kf_cuda_gemm_shape {
     uint32_t sk_grid; /* stream-K (sm_90a, cooperative, no cluster; 0: none): the most blocks
                          (SMs) the kernel runs on. The tiles after the whole waves but one (all
                          of them when fewer than the blocks: decode shapes) are cut by K
-                         steps into one even range per block; the pieces' f32 partials go to a
+                         steps into one even range per block (with fewer than half as many
+                         tiles as blocks: each tile's steps interleaved over G / tiles blocks,
+                         gemm_sm90.cuh KF_SK 2); the pieces' f32 partials go to a
                          PARTIALS workspace (two slots a block), a COUNTERS word per tile half
                          elects the block that adds them and runs the epilogue */
     /* The sm_80 kernel (kf_cuda_codegen_gemm_sm80) reads A and B through

@@ -635,6 +635,13 @@ static void set_tmap(kf_cuda_tmap *t, kf_dtype dt, bool batched, uint64_t d0, ui
  * operands' leading and batch strides checked 16-byte multiples): one block
  * per 128 x 128 tile where they give every SM one, else per 64 x 64 tile,
  * the batch in grid z. Its arguments: A, B (at their offsets), the params. */
+/* The output tiles of a generated sm_90a GEMM of shape sh (128 rows; bn
+ * columns, half of them an output's for a pair). */
+static int64_t tiles_of(const kf_cuda_gemm_shape *sh, bool dual) {
+    int64_t on = dual ? sh->bn / 2 : sh->bn;
+    return ((sh->m + 127) / 128) * ((sh->n + on - 1) / on) * sh->batch;
+}
+
 static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a, const mref *bm,
                                     int64_t a_lead, int64_t b_lead, int64_t sa, int64_t sb,
                                     char *why, size_t why_size, char *name, size_t name_size) {
@@ -922,8 +929,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.pingpong = false;
     }
     {
-        int64_t sms = b->target->sm_count, on = dual ? sh.bn / 2 : sh.bn;
-        int64_t tiles = ((sh.m + 127) / 128) * ((sh.n + on - 1) / on) * sh.batch;
+        int64_t sms = b->target->sm_count, tiles = tiles_of(&sh, dual);
         if ((b->target->flags & KF_CUDA_RECIPE_GEMM_STREAMK) && !sh.pingpong &&
             sh.cluster != 2 && sms > 1 && sh.k >= 4 * 64 && tiles % sms != 0 &&
             (tiles % sms) * 4 <= 3 * sms)
@@ -1113,7 +1119,10 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     snprintf(why, why_size, "%s tiles %s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
              sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
-             sh.sk_grid ? ", the tail's K steps split evenly over the SMs (stream-K)" : "",
+             !sh.sk_grid ? ""
+             : tiles_of(&sh, dual) * 2 <= sh.sk_grid
+                 ? ", each tile's K steps interleaved over SMs (split-K, stream-K's decode form)"
+                 : ", the tail's K steps split evenly over the SMs (stream-K)",
              sh.stages,
              sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
              sh.epi_staged ? ", epilogue staged in shared memory"
