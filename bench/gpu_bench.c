@@ -38,7 +38,8 @@
  *                 (dec_m1, dec_m16, dec_m64: M x 4096 x 4096; dec_m16_n11008,
  *                 dec_m16_k11008) through cuBLASLt, the generated kernel and
  *                 the generated kernel in stream-K (_generated_sk: the tail's
- *                 K steps cut evenly over the SMs), and l_q, l_q_fold,
+ *                 K steps cut over the SMs; _generated_sk128: with 128-wide
+ *                 tiles where it takes 128 x 256), and l_q, l_q_fold,
  *                 l_down_res, l_swiglu in stream-K
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
@@ -1613,7 +1614,9 @@ int main(int argc, char **argv) {
     {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                                 \
         {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
         {nm "_generated_sk", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
-         KF_CUDA_RECIPE_GEMM_STREAMK}
+         KF_CUDA_RECIPE_GEMM_STREAMK},                                                             \
+        {nm "_generated_sk128", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
+         KF_CUDA_RECIPE_GEMM_STREAMK | KF_CUDA_RECIPE_GEMM_SK_NARROW}
         SK_ROWS("dec_m1", t_dec[0], b_dec[0], f_dec[0]),
         SK_ROWS("dec_m16", t_dec[1], b_dec[1], f_dec[1]),
         SK_ROWS("dec_m64", t_dec[2], b_dec[2], f_dec[2]),

@@ -100,6 +100,9 @@ enum {
                                                     the tail's K steps evenly over every
                                                     block (stream-K, gemm_sm90.cuh KF_SK;
                                                     the bench and the tests compare) */
+    KF_CUDA_RECIPE_GEMM_SK_NARROW = 1u << 21,    /* internal: with GEMM_STREAMK, one tile row
+                                                    (decode) keeps 128-wide tiles where it
+                                                    would take 128 x 256 (the bench compares) */
     KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX = 1u << 16, /* internal: the sm_90a attention kernel
                                                         keeps a key tile's whole softmax in
                                                         front of P.V's wait, under P.V

@@ -925,7 +925,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
      * SMs, and the wider B tile keeps more of the weight's bytes in flight. */
     if ((b->target->flags & KF_CUDA_RECIPE_GEMM_STREAMK) && sh.m <= 128 && sh.batch == 1 &&
         sh.k >= 4 * 64 && sh.cluster != 2 && !gm->head_dim && sh.n * w >= 256) {
-        sh.bn = 256;
+        sh.bn = (b->target->flags & KF_CUDA_RECIPE_GEMM_SK_NARROW) ? 128 : 256;
         sh.pingpong = false;
     }
     {
