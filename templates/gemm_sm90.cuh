@@ -108,7 +108,8 @@
  * kf_epi<8, AL>(acc, b, r, c0, ok, ...) (acc, acc1, ... when KF_DUAL) and
  * kf_epi_al(...) and gemm_common.cuh's kf_gm_quad_t; with KF_A_NORM also
  * KF_A_NSTATS, KF_A_NCV, KF_A_STATS, kf_a_to_f32, kf_f32_to_a, kf_apro_cols and
- * kf_apro<VV>(...); all
+ * kf_apro<VV>(...); with stream-K KF_SK (1 or 2), KF_SK_GMAX, KF_WS (the
+ * PARTIALS param) and KF_CNT (the COUNTERS param); all
  * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
  * helpers).
  */
