@@ -169,10 +169,9 @@ static kf_status zero_counters(kf_cuda_exec *ex, char *err) {
             continue;
         if (!drv->cuMemsetD8Async)
             return kf_msg_set(err, KF_ERR_UNSUPPORTED, "the driver has no cuMemsetD8Async");
-        kf_status st = kf_cuda_check(drv,
-                                     drv->cuMemsetD8Async(kf_cx_buf_ptr(ex, i), 0,
-                                                          ex->bufs[i].bytes, ex->stream),
-                                     "cuMemsetD8Async", NULL, err);
+        kf_status st = kf_cuda_check(
+            drv, drv->cuMemsetD8Async(kf_cx_buf_ptr(ex, i), 0, ex->bufs[i].bytes, ex->stream),
+            "cuMemsetD8Async", NULL, err);
         if (st != KF_OK)
             return st;
         any = true;

@@ -587,9 +587,8 @@ static bool sk_defined(const char *src) {
 static void sk_case_check(const char *text, const char *want_tile, int want_sk) {
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                                           KF_CUDA_RECIPE_GEMM_GENERATED |
-                                               KF_CUDA_RECIPE_GEMM_STREAMK);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_STREAMK);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     const char *how = rc->variants[0].how;
     if (strcmp(rc->variants[0].label, "generated") != 0)

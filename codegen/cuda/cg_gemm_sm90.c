@@ -271,13 +271,13 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128) || sh->cluster > 2 ||
         (sh->cluster == 2 && sh->pingpong) || sh->sk_grid > 65535 ||
         (sh->sk_grid && (sh->pingpong || sh->cluster == 2)))
-        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
-                                  "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
-                                  " batch %" PRId64 ", tile %u, %u stages, cluster %u%s, "
-                                  "stream-K grid %u",
-                                  g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn,
-                                  sh->stages, sh->cluster, sh->pingpong ? ", ping-pong" : "",
-                                  sh->sk_grid));
+        return cg_end(&c,
+                      cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                              "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
+                              " batch %" PRId64 ", tile %u, %u stages, cluster %u%s, "
+                              "stream-K grid %u",
+                              g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages,
+                              sh->cluster, sh->pingpong ? ", ping-pong" : "", sh->sk_grid));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
@@ -402,9 +402,10 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     /* 2: fewer than half as many tiles as blocks (decode): each tile's K
      * steps interleaved over its share of the blocks */
     if (sk_g)
-        cg_printf(&c.s,
-                  "#define KF_SK %d\n#define KF_SK_GMAX %u\n#define KF_WS p%d\n#define KF_CNT p%d\n",
-                  (uint64_t)tiles * 2 <= sk_g ? 2 : 1, sh->sk_grid, p_ws, p_cnt);
+        cg_printf(
+            &c.s,
+            "#define KF_SK %d\n#define KF_SK_GMAX %u\n#define KF_WS p%d\n#define KF_CNT p%d\n",
+            (uint64_t)tiles * 2 <= sk_g ? 2 : 1, sh->sk_grid, p_ws, p_cnt);
     if (sh->epi_tma && gm->head_dim && gm->heads_first)
         cg_printf(&c.s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", gm->m);
     if (sh->a_norm) {

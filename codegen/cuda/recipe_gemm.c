@@ -930,9 +930,8 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     }
     {
         int64_t sms = b->target->sm_count, tiles = tiles_of(&sh, dual);
-        if ((b->target->flags & KF_CUDA_RECIPE_GEMM_STREAMK) && !sh.pingpong &&
-            sh.cluster != 2 && sms > 1 && sh.k >= 4 * 64 && tiles % sms != 0 &&
-            (tiles % sms) * 4 <= 3 * sms)
+        if ((b->target->flags & KF_CUDA_RECIPE_GEMM_STREAMK) && !sh.pingpong && sh.cluster != 2 &&
+            sms > 1 && sh.k >= 4 * 64 && tiles % sms != 0 && (tiles % sms) * 4 <= 3 * sms)
             sh.sk_grid = (uint32_t)sms;
     }
     sh.dual = dual;
@@ -1123,8 +1122,7 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
              : tiles_of(&sh, dual) * 2 <= sh.sk_grid
                  ? ", each tile's K steps interleaved over SMs (split-K, stream-K's decode form)"
                  : ", the tail's K steps split evenly over the SMs (stream-K)",
-             sh.stages,
-             sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
+             sh.stages, sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
              sh.epi_staged ? ", epilogue staged in shared memory"
              : sh.epi_tma  ? ", epilogue stored by TMA"
                            : "",
