@@ -34,7 +34,13 @@
  *                 program (l_seq: RMSNorm, q/k/v, o + residual, RMSNorm,
  *                 SwiGLU, down + residual; no attention), where the clocks
  *                 run hot as in the block; g_qkv, g_fc1 and l_swiglu also in
- *                 ping-pong 128x128 tiles (_generated_pingpong)
+ *                 ping-pong 128x128 tiles (_generated_pingpong); decode shapes
+ *                 (dec_m1, dec_m16, dec_m64: M x 4096 x 4096; dec_m16_n11008,
+ *                 dec_m16_k11008) through cuBLASLt, the generated kernel and
+ *                 the generated kernel in stream-K (_generated_sk: the tail's
+ *                 K steps cut over the SMs; _generated_sk128: with 128-wide
+ *                 tiles where it takes 128 x 256), and l_q, l_q_fold,
+ *                 l_down_res, l_swiglu in stream-K
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
@@ -471,7 +477,7 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
         kf_cuda_exec_report(ex, false, f);
         fclose(f);
     }
-    fprintf(stderr, "%-22s %9.3f ms  floor %8.3f ms  %5.1f%% of roofline  (%zu launches)\n",
+    fprintf(stderr, "%-26s %9.4f ms  floor %8.4f ms  %5.1f%% of roofline  (%zu launches)\n",
             c->name, c->ms, c->floor_ms, 100.0 * c->floor_ms / c->ms, c->launches);
     kf_cuda_exec_destroy(ex);
     kf_plan_destroy(plan);
@@ -1440,6 +1446,22 @@ int main(int argc, char **argv) {
              "sg = silu(gt)\nm = mul(sg, up)\nd = matmul(m, wd, transpose_b=true)\n"
              "y = add(d, h)\noutput q\noutput k\noutput y\n",
              TM, LD, LD, LD, LD, LD, LD, LD, LD, LD, LD, LD, LF, LD, LF, LD, LD, LF);
+    /* Decode shapes (weights [N, K]): M = 1, 16, 64 against 4096 x 4096,
+     * M = 16 against the MLP's 11008 x 4096 and 4096 x 11008; the floor is
+     * the weight's bytes (B) at the copy bandwidth. */
+    static const int dec_m[5] = {1, 16, 64, 16, 16}, dec_n[5] = {4096, 4096, 4096, 11008, 4096},
+                     dec_k[5] = {4096, 4096, 4096, 4096, 11008};
+    char t_dec[5][512];
+    double b_dec[5], f_dec[5];
+    for (int i = 0; i < 5; i++) {
+        snprintf(t_dec[i], sizeof t_dec[i],
+                 "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\n"
+                 "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                 dec_m[i], dec_k[i], dec_n[i], dec_k[i]);
+        b_dec[i] = 2.0 * ((double)dec_m[i] * dec_k[i] + (double)dec_n[i] * dec_k[i] +
+                          (double)dec_m[i] * dec_n[i]);
+        f_dec[i] = 2.0 * (double)dec_m[i] * dec_n[i] * dec_k[i];
+    }
     double tmd = TM;
 #define GB2(m, n, k, extra)                                                                        \
     (2.0 * ((double)(m) * (k) + (double)(k) * (n) + (double)(m) * (n) + (extra)))
@@ -1584,6 +1606,31 @@ int main(int argc, char **argv) {
         GEMM_ROWS("g_fc2", t_gfc2, b_gfc2, f_gfc2),
         GEMM_ROWS("l_seq", t_lseq, b_lseq, f_lseq),
 #undef GEMM_ROWS
+    /* Stream-K (KF_CUDA_RECIPE_GEMM_STREAMK, internal): the decode shapes
+     * through cuBLASLt, the generated kernel and the generated kernel with
+     * its tiles cut by K over every SM; and the LLaMA projections whose
+     * last wave is half empty (2048 tiles: 15.5 waves on 132 SMs), same run. */
+#define SK_ROWS(nm, t, by, fl)                                                                     \
+    {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                                 \
+        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
+        {nm "_generated_sk", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
+         KF_CUDA_RECIPE_GEMM_STREAMK},                                                             \
+        {nm "_generated_sk128", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
+         KF_CUDA_RECIPE_GEMM_STREAMK | KF_CUDA_RECIPE_GEMM_SK_NARROW}
+        SK_ROWS("dec_m1", t_dec[0], b_dec[0], f_dec[0]),
+        SK_ROWS("dec_m16", t_dec[1], b_dec[1], f_dec[1]),
+        SK_ROWS("dec_m64", t_dec[2], b_dec[2], f_dec[2]),
+        SK_ROWS("dec_m16_n11008", t_dec[3], b_dec[3], f_dec[3]),
+        SK_ROWS("dec_m16_k11008", t_dec[4], b_dec[4], f_dec[4]),
+#undef SK_ROWS
+        {"l_q_generated_sk", t_lq, b_lq, f_lq, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_STREAMK},
+        {"l_q_fold_generated_sk", t_lqf, b_lqf, f_lq, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_STREAMK},
+        {"l_down_res_generated_sk", t_ldn, b_ldn, f_ldn, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_STREAMK},
+        {"l_swiglu_generated_sk", t_lsw, b_lsw, f_lsw, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_STREAMK},
         /* K = 1024 leaves the cooperative kernel's epilogue exposed (H200,
          * 0209d02: g_fc1 0.311 ms against the 0.181 of its 16 rounds of
          * tiles at the MMA rate): ping-pong 128 x 128 tiles run one

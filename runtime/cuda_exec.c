@@ -56,6 +56,7 @@ static kf_status add_buf(kf_cuda_exec *ex, uint32_t tensor, size_t bytes, int fi
     b->last = last;
     b->offset = 0;
     b->constant = false;
+    b->zero = false;
     *out = ex->n_bufs++;
     return KF_OK;
 }
@@ -157,6 +158,25 @@ static kf_status arena_layout(kf_cuda_exec *ex, char *err) {
     kf_mem_free(&ex->mem, items, sizeof *items * n);
     kf_mem_free(&ex->mem, idx, sizeof *idx * n);
     return KF_OK;
+}
+
+/* Every counters buffer (xbuf.zero) to zero, once, before the first run. */
+static kf_status zero_counters(kf_cuda_exec *ex, char *err) {
+    const kf_cuda_driver *drv = ex->dev.drv;
+    bool any = false;
+    for (uint32_t i = 0; i < ex->n_bufs; i++) {
+        if (!ex->bufs[i].zero)
+            continue;
+        if (!drv->cuMemsetD8Async)
+            return kf_msg_set(err, KF_ERR_UNSUPPORTED, "the driver has no cuMemsetD8Async");
+        kf_status st = kf_cuda_check(
+            drv, drv->cuMemsetD8Async(kf_cx_buf_ptr(ex, i), 0, ex->bufs[i].bytes, ex->stream),
+            "cuMemsetD8Async", NULL, err);
+        if (st != KF_OK)
+            return st;
+        any = true;
+    }
+    return any ? kf_cuda_stream_sync(&ex->dev, ex->stream, "the counters", err) : KF_OK;
 }
 
 /* Buffer b's home: its place in the constant region or the workspace. */
@@ -901,7 +921,13 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
         ex->scratch0[gi] = ex->n_bufs;
         for (uint32_t s = 0; s < rc->n_scratch && st == KF_OK; s++) {
             uint32_t b;
-            st = add_buf(ex, KF_NONE, (size_t)rc->scratch[s].bytes, (int)gi, (int)gi, &b, err);
+            /* counters outlive the run (kept zero by their kernel): pinned,
+             * beside the constants, where no caller's workspace replaces them */
+            bool keep = rc->scratch[s].role == KF_CUDA_PARAM_COUNTERS;
+            st = add_buf(ex, KF_NONE, (size_t)rc->scratch[s].bytes, keep ? -1 : (int)gi,
+                         keep ? (int)plan->n_groups : (int)gi, &b, err);
+            if (st == KF_OK && keep)
+                ex->bufs[b].constant = ex->bufs[b].zero = true;
         }
         for (uint32_t v = 0; v < rc->n_variants && st == KF_OK; v++) {
             const kf_cuda_variant *va = &rc->variants[v];
@@ -988,7 +1014,10 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     ex->phase_ms[XPH_MEMORY] = t4 - t3;
     ex->phase_ms[XPH_BIND] = t4 - tb;
     /* Measured choices run on a zeroed arena, so before the constants; the
-     * clamp flag starts clear after them. */
+     * clamp flag starts clear after them. Counters are zero before any
+     * kernel runs. */
+    if (st == KF_OK)
+        st = zero_counters(ex, err);
     if (st == KF_OK)
         st = measure_choices(ex, err);
     if (st == KF_OK)

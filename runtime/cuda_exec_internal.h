@@ -34,6 +34,8 @@ typedef struct xbuf {
     int first, last; /* live range in group indices; -1 / n_groups for pinned */
     size_t offset;   /* in its region: the constants, or the workspace */
     bool constant;   /* a constant's: in the program's own constant region */
+    bool zero;       /* counters (KF_CUDA_PARAM_COUNTERS): in the constant region, zeroed
+                        once at prepare; the kernels leave them zero */
 } xbuf;
 
 typedef struct xkernel {

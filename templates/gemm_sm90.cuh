@@ -111,7 +111,8 @@
  * kf_epi<8, AL>(acc, b, r, c0, ok, ...) (acc, acc1, ... when KF_DUAL) and
  * kf_epi_al(...) and gemm_common.cuh's kf_gm_quad_t; with KF_A_NORM also
  * KF_A_NSTATS, KF_A_NCV, KF_A_STATS, kf_a_to_f32, kf_f32_to_a, kf_apro_cols and
- * kf_apro<VV>(...); all
+ * kf_apro<VV>(...); with stream-K KF_SK (1 or 2), KF_SK_GMAX, KF_WS (the
+ * PARTIALS param) and KF_CNT (the COUNTERS param); all
  * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
  * helpers).
  */
@@ -151,6 +152,34 @@
 #define KF_UNITS_M ((KF_TILES_M + KF_CLUSTER - 1) / KF_CLUSTER)
 #define KF_UNITS (KF_UNITS_M * KF_TILES_N * KF_BATCH)
 #define KF_RASTER_U (KF_RASTER / KF_CLUSTER)
+/* Stream-K (KF_SK 1, cooperative, no cluster): the tiles after the whole
+ * waves but one (all of them when there are fewer tiles than blocks: the
+ * decode shapes) are not dealt out whole; their K steps, tile after tile,
+ * are cut into one even range per block (kf_gm_work), so the last wave is
+ * as full as the others. A range's piece of a tile short of its whole K
+ * (a segment) ends in kf_gm_sk_end: each consumer writes its f32 partial
+ * (its 64 rows, rows past M skipped) to the block's slot in the workspace
+ * KF_WS (two a block: its first and its last tile) and adds its K steps to
+ * its tile half's counter in KF_CNT; the arrival that completes the tile's
+ * K adds the partials in block order (the same bits whoever arrives last),
+ * sets the counter back to zero (no memset per run) and runs the epilogue.
+ * Nothing waits on another block. KF_SK_GMAX: the most blocks the
+ * workspace was sized for.
+ *
+ * KF_SK 2 (fewer tiles than blocks: decode shapes) deals the K steps out
+ * interleaved instead: each tile's S = G / KF_TILES blocks (capped at
+ * KF_KT) take steps j, j + S, j + 2S, ..., so at any moment the S blocks of
+ * a tile read S adjacent 128-byte pieces of each of B's rows together
+ * (contiguous runs of DRAM, where even ranges had every block read its own
+ * far part of each row: 1.0 TB/s on an H200 for M = 16 x 4096 x 4096). The
+ * partials, counters and the finishing block are as above (one segment a
+ * block, slot 0; the sum in block order). */
+#ifndef KF_SK
+#define KF_SK 0
+#endif
+#if KF_SK && (KF_PINGPONG || KF_CLUSTER != 1)
+#error "KF_SK: the cooperative schedule without clusters"
+#endif
 #if KF_PINGPONG
 #define KF_ACC KF_BN     /* accumulators per thread: two m64 halves */
 #define KF_HALVES 2
@@ -592,6 +621,183 @@ __device__ __forceinline__ void kf_gm_tile(int t, int rank, int &b, int &mb, int
     nb = r / rows;
 }
 
+#if KF_SK
+/* Positions in the stream-K K steps: 32-bit wherever block x steps fits
+ * (a 64-bit division by the grid is a called routine, whose register saves
+ * gave the register epilogue a stack frame). */
+#define KF_SK_STEPS                                                                                \
+    ((unsigned long long)(KF_TILES < 2 * KF_SK_GMAX ? KF_TILES : 2 * KF_SK_GMAX) * KF_KT)
+template <bool WIDE> struct kf_sk_pick {
+    typedef unsigned long long type;
+};
+template <> struct kf_sk_pick<false> {
+    typedef unsigned type;
+};
+typedef kf_sk_pick<(KF_SK_STEPS * (KF_SK_GMAX + 1) >= 0xffffffffull)>::type kf_sk_t;
+/* The first stream-K tile for a grid of G blocks: 0 when there are fewer
+ * tiles than blocks; else the start of the last whole wave, when a partial
+ * wave follows it; else none (KF_TILES). */
+__device__ __forceinline__ int kf_gm_sk_from(int G) {
+    if (KF_TILES < G)
+        return 0;
+    return KF_TILES % G ? (KF_TILES / G - 1) * G : KF_TILES;
+}
+/* The stream-K K steps (tile after tile) and block c's range [bc, ec). */
+__device__ __forceinline__ void kf_gm_sk_range(int c, int G, int from, long long &bc,
+                                               long long &ec) {
+    const kf_sk_t it = (kf_sk_t)(KF_TILES - from) * KF_KT;
+    bc = (long long)((kf_sk_t)c * it / (kf_sk_t)G);
+    ec = (long long)((kf_sk_t)(c + 1) * it / (kf_sk_t)G);
+}
+#endif
+
+#if KF_SK == 2
+/* The blocks that share a tile's K steps (KF_SK 2). */
+__device__ __forceinline__ int kf_gm_sk_split(int G) {
+    const int s = G / (int)KF_TILES;
+    return s < 1 ? 1 : s > (int)KF_KT ? (int)KF_KT : s;
+}
+#endif
+
+/* Work i of block c of G: tile (or cluster pair) t of the raster, K steps
+ * kb, kb + ks, ... below ke; part: a stream-K segment short of the whole K
+ * (kf_gm_sk_end). False past the block's last. Whole tiles first
+ * (t = c + i G), then, with KF_SK, the tiles of the block's stream-K range
+ * (KF_SK 2: its one interleaved share of a tile). */
+__device__ __forceinline__ bool kf_gm_work(int c, int G, int i, int &t, int &kb, int &ke, int &ks,
+                                           bool &part) {
+    part = false;
+    kb = 0;
+    ke = KF_KT;
+    ks = 1;
+#if KF_SK == 2
+    const int S = kf_gm_sk_split(G);
+    t = c / S;
+    kb = c % S;
+    ks = S;
+    part = S > 1;
+    return i == 0 && t < KF_TILES;
+#elif KF_SK
+    const int from = kf_gm_sk_from(G);
+    const int ndp = from > c ? (from - c + G - 1) / G : 0;
+    if (i >= ndp) {
+        long long bc, ec;
+        kf_gm_sk_range(c, G, from, bc, ec);
+        const long long tt = bc / KF_KT + (i - ndp), t0 = tt * KF_KT;
+        if (bc >= ec || t0 >= ec)
+            return false;
+        kb = (int)((bc > t0 ? bc : t0) - t0);
+        ke = (int)((ec < t0 + KF_KT ? ec : t0 + KF_KT) - t0);
+        t = from + (int)tt;
+        part = kb > 0 || ke < KF_KT;
+        return true;
+    }
+#endif
+    t = c + i * G;
+    return t < KF_UNITS;
+}
+
+#if KF_SK
+/* The workspace slot of block c's segment of stream-K tile tt (its first
+ * tile: 0, its last: 1; the tiles between are whole), consumer cw: 64 x
+ * KF_BN floats, thread t's accumulator pair p at float2 p * 128 + t. */
+__device__ __forceinline__ float2 *kf_gm_sk_slot(float *ws, int c, long long bc, long long tt,
+                                                 int cw) {
+    const int slot = bc / KF_KT == tt ? 0 : 1;
+    return reinterpret_cast<float2 *>(ws + (((long long)c * 2 + slot) * 2 + cw) * (64LL * KF_BN));
+}
+
+/* A segment's end for consumer cw of block c (accumulators d: K steps
+ * [kb, ke) of tile t, tile row mb): true for the arrival that completes the
+ * tile half's K, with d then the sum of every segment's partial in block
+ * order; false for the others (no epilogue). A half whose rows all lie past
+ * M takes no part (its epilogue stores nothing). Accumulator pair p (d[2p],
+ * d[2p + 1]) is row 16w + lane/4 + 8 (p % 2) of the half. */
+__device__ __forceinline__ bool kf_gm_sk_end(float (&d)[KF_ACC], int c, int G, int t, int kb,
+                                             int ke, int mb, int cw, int warp, int lane,
+                                             volatile int *fin, float *ws, unsigned *cnt) {
+    const long long rows = (long long)mb * KF_BM + cw * 64;
+    if (rows >= KF_M)
+        return false;
+    const int tid = threadIdx.x % 128;
+#if KF_SK == 2
+    const int from = 0;
+    const long long tt = t;
+    float2 *mine = kf_gm_sk_slot(ws, c, tt * KF_KT, tt, cw);
+    const unsigned n = (unsigned)((ke - kb + kf_gm_sk_split(G) - 1) / kf_gm_sk_split(G));
+#else
+    const int from = kf_gm_sk_from(G);
+    const long long tt = t - from;
+    long long bc, ec;
+    kf_gm_sk_range(c, G, from, bc, ec);
+    float2 *mine = kf_gm_sk_slot(ws, c, bc, tt, cw);
+    const unsigned n = (unsigned)(ke - kb);
+#endif
+#pragma unroll
+    for (int p = 0; p < KF_ACC / 2; p++)
+        if (rows + warp * 16 + lane / 4 + 8 * (p % 2) < KF_M)
+            __stcg(mine + p * 128 + tid, make_float2(d[2 * p], d[2 * p + 1]));
+    __threadfence();
+    kf_gm_wg_sync(cw);
+    if (tid == 0) {
+        unsigned *ct = cnt + 2 * tt + cw;
+        const int last = atomicAdd(ct, n) + n == (unsigned)KF_KT;
+        if (last)
+            *ct = 0u; /* the whole K has arrived: ready for the next run */
+        fin[cw] = last;
+    }
+    kf_gm_wg_sync(cw);
+    if (!fin[cw])
+        return false;
+    __threadfence();
+#if KF_SK == 2
+    (void)from;
+    const int S = kf_gm_sk_split(G);
+#pragma unroll 1
+    for (int j = 0; j < S; j++) {
+        const float2 *part = kf_gm_sk_slot(ws, (int)tt * S + j, tt * KF_KT, tt, cw);
+#pragma unroll
+        for (int p = 0; p < KF_ACC / 2; p++)
+            if (rows + warp * 16 + lane / 4 + 8 * (p % 2) < KF_M) {
+                const float2 v = __ldcg(part + p * 128 + tid);
+                d[2 * p] = j ? d[2 * p] + v.x : v.x;
+                d[2 * p + 1] = j ? d[2 * p + 1] + v.y : v.y;
+            }
+    }
+    return true;
+#else
+    /* the tile's blocks: from the one whose range holds its first K step */
+    const long long t0 = tt * KF_KT;
+    const kf_sk_t it = (kf_sk_t)(KF_TILES - from) * KF_KT;
+    int c0 = (int)((kf_sk_t)t0 * (kf_sk_t)G / it);
+    while (c0 > 0 && (long long)((kf_sk_t)c0 * it / (kf_sk_t)G) > t0)
+        c0--;
+    while ((long long)((kf_sk_t)(c0 + 1) * it / (kf_sk_t)G) <= t0)
+        c0++;
+    bool first = true;
+#pragma unroll 1
+    for (int cc = c0; cc < G; cc++) {
+        long long b0, e0;
+        kf_gm_sk_range(cc, G, from, b0, e0);
+        if (b0 >= t0 + KF_KT)
+            break;
+        if (b0 >= e0)
+            continue;
+        const float2 *part = kf_gm_sk_slot(ws, cc, b0, tt, cw);
+#pragma unroll
+        for (int p = 0; p < KF_ACC / 2; p++)
+            if (rows + warp * 16 + lane / 4 + 8 * (p % 2) < KF_M) {
+                const float2 v = __ldcg(part + p * 128 + tid);
+                d[2 * p] = first ? v.x : d[2 * p] + v.x;
+                d[2 * p + 1] = first ? v.y : d[2 * p + 1] + v.y;
+            }
+        first = false;
+    }
+    return true;
+#endif
+}
+#endif
+
 /* A consumer warp gives stage s back: lane 0 to this CTA's producer, and
  * with KF_CLUSTER 2 lane 1 to the peer's (pempty0: its kf_empty through
  * mapa), whose multicast half writes into this CTA's stage too. */
@@ -622,6 +828,11 @@ __device__ __forceinline__ void kf_gm_release(unsigned empty0, unsigned pempty0,
 extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, KF_PARAMS) {
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_full[KF_STAGES], kf_empty[KF_STAGES];
+#if KF_SK
+    __shared__ int kf_fin[2]; /* a consumer's segment: its tile half's last arrival */
+    if (gridDim.x > KF_SK_GMAX)
+        __trap(); /* more blocks than the workspace has slots for */
+#endif
     KF_SETUP();
     /* The ring at the first 1024-byte boundary (where the swizzle pattern
      * starts over); launch.shared_bytes has the 1024 to spare. */
@@ -662,12 +873,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0;
-            for (int t = blockIdx.x / KF_CLUSTER; t < KF_UNITS; t += gridDim.x / KF_CLUSTER) {
+            int t, kb, ke, ks;
+            bool part;
+            for (int i = 0; kf_gm_work(blockIdx.x / KF_CLUSTER, gridDim.x / KF_CLUSTER, i, t, kb,
+                                       ke, ks, part);
+                 i++) {
                 int b, mb, nb;
                 kf_gm_tile(t, rank, b, mb, nb);
                 /* a pair's missing half loads the last tile row's A */
                 const int ma = KF_CLUSTER == 1 || mb < KF_TILES_M ? mb : KF_TILES_M - 1;
-                for (int kt = 0; kt < KF_KT; kt++) {
+                for (int kt = kb; kt < ke; kt += ks) {
                     kf_hp_wait(empty0 + 8 * s, ph ^ 1u);
                     const unsigned bar = full0 + 8 * s;
                     kf_hp_expect(bar, KF_STAGE_BYTES);
@@ -748,10 +963,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
             unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
             if (i > 0) /* the other consumer's main loop of tile i - 1 is done */
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
+            const int kb = 0, ke = KF_KT, ks = 1;
+            const bool part = false;
 #else
         int s = 0;
         unsigned ph = 0;
-        for (int t = blockIdx.x / KF_CLUSTER; t < KF_UNITS; t += gridDim.x / KF_CLUSTER) {
+        int t, kb, ke, ks;
+        bool part;
+        for (int w = 0; kf_gm_work(blockIdx.x / KF_CLUSTER, gridDim.x / KF_CLUSTER, w, t, kb, ke,
+                                   ks, part);
+             w++) {
 #endif
             int b, mb, nb;
             kf_gm_tile(t, rank, b, mb, nb);
@@ -788,7 +1009,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
              * it whole and then fences the accumulators between the wgmmas
              * (C7517/C7519: serialized). */
 #pragma unroll 1
-            for (int kt = 0; kt < KF_KT; kt++) {
+            for (int kt = kb; kt < ke; kt += ks) {
                 kf_hp_wait(full0 + 8 * s, ph);
                 const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
 #if KF_A_NORM
@@ -834,6 +1055,20 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #if KF_PINGPONG
             if (blockIdx.x + (i + 1) * gridDim.x < KF_TILES) /* the other consumer's turn */
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
+#endif
+#if KF_SK
+            /* a segment: only the tile half's last arrival goes on, with the sum */
+            if (part && !kf_gm_sk_end(d, blockIdx.x, gridDim.x, t, kb, ke, mb, cw, warp, lane,
+                                      kf_fin, KF_WS, KF_CNT)) {
+#if KF_FOLD_PRE && KF_FOLD_LN
+                /* no epilogue reads this tile's fold terms: their copies land
+                 * before the next tile's go to the same addresses */
+                asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+                continue;
+            }
+#else
+            (void)part;
 #endif
             /* The accumulator fragment of wgmma m64nN: warp w of the group
              * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1).

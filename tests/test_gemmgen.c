@@ -569,6 +569,140 @@ static void test_cluster_pairs_compile_to_multicast_tma_and_hgmma(void **state) 
                        "128x128", false);
 }
 
+/* Stream-K (KF_CUDA_RECIPE_GEMM_STREAMK, internal): where the last wave
+ * leaves a quarter of the SMs idle or more (decode shapes: every tile), the
+ * recipe says so, the kernel defines KF_SK, launches one block per SM (132
+ * on the H100 target) even for fewer tiles, and takes a PARTIALS workspace
+ * (two 64 x bn f32 slots per block and consumer) and a COUNTERS buffer the
+ * executor keeps (a word per half of every tile that can be cut); each
+ * variant compiles to HGMMA and UTMALDG with no local memory. want_sk 1:
+ * even ranges (KF_SK 1); 2: fewer than half as many tiles as SMs, each
+ * tile's K steps interleaved (KF_SK 2, "interleaved" in the recipe line);
+ * 0: none (a full last wave, ping-pong tiles, a short K; without the flag,
+ * none). */
+static bool sk_defined(const char *src) {
+    return strstr(src, "#define KF_SK 1\n") || strstr(src, "#define KF_SK 2\n");
+}
+
+static void sk_case_check(const char *text, const char *want_tile, int want_sk) {
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_STREAMK);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    const char *how = rc->variants[0].how;
+    if (strcmp(rc->variants[0].label, "generated") != 0)
+        fail_msg("expected the generated side: %s", how);
+    const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+    char tile[48];
+    snprintf(tile, sizeof tile, "%s tiles", want_tile);
+    if (!strstr(how, tile) || (strstr(how, "stream-K") != NULL) != (want_sk != 0))
+        fail_msg("expected %s, %s: %s", tile, want_sk ? "stream-K" : "no stream-K", how);
+    int n_part = 0, n_cnt = 0;
+    for (uint32_t i = 0; i < ks->kernel.n_params; i++) {
+        const kf_cuda_param *pa = &ks->kernel.params[i];
+        if (pa->kind == KF_CUDA_PARAM_PARTIALS) {
+            uint32_t bn = (uint32_t)atoi(strstr(ks->kernel.source, "#define KF_BN ") + 14);
+            assert_int_equal(pa->bytes, 132u * 2u * 2u * 64u * bn * 4u);
+            n_part++;
+        }
+        if (pa->kind == KF_CUDA_PARAM_COUNTERS) {
+            assert_true(pa->bytes >= 8 && pa->bytes % 8 == 0 && pa->bytes <= 2u * 132u * 8u);
+            n_cnt++;
+        }
+    }
+    assert_int_equal(n_part, want_sk ? 1 : 0);
+    assert_int_equal(n_cnt, want_sk ? 1 : 0);
+    bool kept = false; /* the counters: a scratch of role COUNTERS */
+    for (uint32_t s = 0; s < rc->n_scratch; s++)
+        kept |= rc->scratch[s].role == KF_CUDA_PARAM_COUNTERS;
+    assert_true(kept == (want_sk != 0));
+    if (want_sk) {
+        assert_non_null(
+            strstr(ks->kernel.source, want_sk == 2 ? "#define KF_SK 2\n" : "#define KF_SK 1\n"));
+        assert_true((strstr(how, "interleaved") != NULL) == (want_sk == 2));
+        assert_non_null(strstr(ks->kernel.source, "#define KF_SK_GMAX 132"));
+        assert_int_equal(ks->grid[0], 132);
+        assert_non_null(strstr(ks->kernel.name, "sk_"));
+        kf_sass_check_hopper(&MEM, &ks->kernel);
+    } else {
+        assert_false(sk_defined(ks->kernel.source));
+    }
+    kf_cuda_recipes_destroy(rec);
+    /* without the flag: none */
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    rc = gemm_recipe(p.plan, rec);
+    assert_null(strstr(rc->variants[0].how, "stream-K"));
+    assert_false(sk_defined(rc->steps[rc->n_steps - 1].kernel->kernel.source));
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_stream_k_compiles_to_hgmma_without_local_memory(void **state) {
+    (void)state;
+    static const char *const dts[] = {"bf16", "f16"};
+    for (int d = 0; d < 2; d++) {
+        char t[1024];
+        /* decode: M = 1, 16 tiles of 128 x 256, the TMA-store epilogue */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[1, 4096])\nw = input(%s[4096, 4096])\ny = matmul(x, w)\n"
+                 "output y\n",
+                 dts[d], dts[d]);
+        sk_case_check(t, "128x256", 2);
+        /* M = 16, K-major B, bias + gelu_tanh + residual, K = 11008 */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[16, 11008])\nw = input(%s[4096, 11008])\n"
+                 "b = input(%s[4096])\nr = input(%s[16, 4096])\n"
+                 "h = matmul(x, w, transpose_b=true)\na = add(h, b)\nu = gelu_tanh(a)\n"
+                 "y = add(u, r)\noutput y\n",
+                 dts[d], dts[d], dts[d], dts[d]);
+        sk_case_check(t, "128x256", 2);
+        /* the register epilogue (a cast to f32), ragged */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[64, 1096])\nw = input(%s[1096, 1000])\nh = matmul(x, w)\n"
+                 "y = cast(h, f32)\noutput y\n",
+                 dts[d], dts[d]);
+        sk_case_check(t, "128x256", 2);
+        /* a SwiGLU pair, decode (ping-pong 128 x (2 x 64) without the flag;
+         * 86 tiles: even ranges) */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[16, 4096])\nwg = input(%s[4096, 11008])\n"
+                 "wu = input(%s[4096, 11008])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        sk_case_check(t, "dual 128x(2x128)", 1);
+        /* LLaMA's projections: 2048 tiles of 128 x 256, the last wave 68 of
+         * 132; an RMSNorm folded into B; the SwiGLU pair (11008 tiles: 52) */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[16384, 4096])\nw = input(%s[4096, 4096])\n"
+                 "y = matmul(x, w)\noutput y\n",
+                 dts[d], dts[d]);
+        sk_case_check(t, "128x256", 1);
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[16384, 4096])\ng = input(%s[4096])\n"
+                 "w = input(%s[4096, 4096])\nn = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        sk_case_check(t, "128x256", 1);
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[16384, 4096])\nwg = input(%s[4096, 11008])\n"
+                 "wu = input(%s[4096, 11008])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        sk_case_check(t, "dual 128x(2x128)", 1);
+    }
+    /* a full last wave (8448 x 4096: 66 x 16 = 1056 = 8 x 132), ping-pong
+     * tiles (K <= 1024 with the TMA store) and a short K: none */
+    sk_case_check("kfg 1\nx = input(bf16[8448, 2048])\nw = input(bf16[2048, 4096])\n"
+                  "y = matmul(x, w)\noutput y\n",
+                  "128x256", 0);
+    sk_case_check("kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[1024, 4096])\n"
+                  "y = matmul(x, w)\noutput y\n",
+                  "128x128", 0);
+    sk_case_check("kfg 1\nx = input(bf16[16, 192])\nw = input(bf16[192, 4096])\n"
+                  "y = matmul(x, w)\noutput y\n",
+                  "128x128", 0);
+}
+
 static void test_gemm_modes_give_the_sides_they_name(void **state) {
     (void)state;
     planned p;
@@ -1095,6 +1229,7 @@ int main(void) {
         cmocka_unit_test(test_staged_and_pingpong_schedules_compile),
         cmocka_unit_test(test_tma_store_epilogue_compiles_to_utmastg),
         cmocka_unit_test(test_cluster_pairs_compile_to_multicast_tma_and_hgmma),
+        cmocka_unit_test(test_stream_k_compiles_to_hgmma_without_local_memory),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
         cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),
     };

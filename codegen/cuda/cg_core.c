@@ -171,7 +171,7 @@ static void emit_params(cg *c, bool args) {
             cg_printf(&c->s, "%sp%u", i ? ", " : "", i);
             continue;
         }
-        if (p->kind == KF_CUDA_PARAM_FLAGS) {
+        if (p->kind == KF_CUDA_PARAM_FLAGS || p->kind == KF_CUDA_PARAM_COUNTERS) {
             cg_printf(&c->s, "%sunsigned *__restrict__ p%u", i ? ", " : "", i);
             continue;
         }
@@ -190,7 +190,8 @@ void cg_emit_head(cg *c, const char *what) {
               " * Parameters:\n",
               k->name, what, c->g->id, c->g->name, kf_cuda_template_name(k->tmpl), k->arch,
               KF_CUDA_CODEGEN_VERSION);
-    static const char *const kinds[] = {"in", "out", "acc", "scores", "scratch", "i64", "flags"};
+    static const char *const kinds[] = {"in",  "out",   "acc",      "scores",  "scratch",
+                                        "i64", "flags", "counters", "partials"};
     _Static_assert(sizeof kinds / sizeof kinds[0] == KF_CUDA_PARAM_COUNT, "one name per kind");
     for (uint32_t i = 0; i < k->n_params; i++) {
         const kf_cuda_param *p = &k->params[i];

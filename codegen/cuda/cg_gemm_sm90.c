@@ -269,12 +269,15 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || (sh->bn != 128 && sh->bn != 256) ||
         sh->stages < 2 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
         sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128) || sh->cluster > 2 ||
-        (sh->cluster == 2 && sh->pingpong))
-        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
-                                  "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
-                                  " batch %" PRId64 ", tile %u, %u stages, cluster %u%s",
-                                  g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn,
-                                  sh->stages, sh->cluster, sh->pingpong ? ", ping-pong" : ""));
+        (sh->cluster == 2 && sh->pingpong) || sh->sk_grid > 65535 ||
+        (sh->sk_grid && (sh->pingpong || sh->cluster == 2)))
+        return cg_end(&c,
+                      cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
+                              "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
+                              " batch %" PRId64 ", tile %u, %u stages, cluster %u%s, "
+                              "stream-K grid %u",
+                              g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages,
+                              sh->cluster, sh->pingpong ? ", ping-pong" : "", sh->sk_grid));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
     const char *why = NULL;
@@ -312,7 +315,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
 
     c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM90;
     c.tanh_formula = true;
-    cg_set_name(&c, "");
+    cg_set_name(&c, sh->sk_grid ? "sk_" : ""); /* stream-K */
     chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
     bool *apro_need = kf_mem_calloc(c.mem, c.n + 1, sizeof *apro_need);
     if (!x || !apro_need) {
@@ -361,7 +364,23 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     uint32_t cl = sh->cluster == 2 ? 2u : 1u;
     int64_t tiles =
         ((sh->m + 128 * cl - 1) / (128 * cl)) * cl * ((sh->n + on - 1) / on) * sh->batch;
-    k->launch.work_items = (uint64_t)tiles;
+    /* Stream-K: a block per SM even when the tiles are fewer; two partial
+     * slots a block (per consumer, 64 x bn floats) and a counter per half of
+     * every tile that can be cut (fewer than two waves' worth). */
+    int p_ws = -1, p_cnt = -1;
+    uint64_t sk_g = sh->sk_grid;
+    if (sk_g) {
+        uint64_t sk_tiles = (uint64_t)tiles < 2 * sk_g ? (uint64_t)tiles : 2 * sk_g;
+        p_ws = cg_param_add(&c, KF_CUDA_PARAM_PARTIALS, gm->anchor[0], KF_DTYPE_F32,
+                            sk_g * 2u * 2u * 64u * sh->bn * 4u);
+        p_cnt = cg_param_add(&c, KF_CUDA_PARAM_COUNTERS, gm->anchor[0], KF_DTYPE_I32,
+                             sk_tiles * 2u * 4u);
+        if (c.st != KF_OK) {
+            kf_mem_free(c.mem, epi.vl.p, epi.vl.cap);
+            GEMM_OUT(c.st);
+        }
+    }
+    k->launch.work_items = (uint64_t)tiles > sk_g ? (uint64_t)tiles : sk_g;
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;
     k->launch.grid_multiple = cl;
@@ -380,6 +399,13 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
               sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
               gm->head_dim, sh->epi_tma ? 1 : 0, cl);
+    /* 2: fewer than half as many tiles as blocks (decode): each tile's K
+     * steps interleaved over its share of the blocks */
+    if (sk_g)
+        cg_printf(
+            &c.s,
+            "#define KF_SK %d\n#define KF_SK_GMAX %u\n#define KF_WS p%d\n#define KF_CNT p%d\n",
+            (uint64_t)tiles * 2 <= sk_g ? 2 : 1, sh->sk_grid, p_ws, p_cnt);
     if (sh->epi_tma && gm->head_dim && gm->heads_first)
         cg_printf(&c.s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", gm->m);
     if (sh->a_norm) {

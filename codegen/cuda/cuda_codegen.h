@@ -132,6 +132,12 @@ typedef enum kf_cuda_param_kind {
     KF_CUDA_PARAM_FLAGS,   /* pointer: the program's clamp flag word (one unsigned, `tensor`
                               KF_NONE), set by a kernel that clamped a gather index
                               (kf_expr.clamp_report; read by kf_program_index_clamps) */
+    KF_CUDA_PARAM_COUNTERS, /* pointer: `bytes` of unsigned counters, the kernel's own, kept
+                               across runs (the constants region): zero before its first run,
+                               and every run leaves them zero (a split-K GEMM's per-tile
+                               arrivals) */
+    KF_CUDA_PARAM_PARTIALS, /* pointer: a split-K GEMM's f32 partial tiles, `bytes` long, for
+                               its product `tensor` (a scratch live in its group) */
     KF_CUDA_PARAM_COUNT
 } kf_cuda_param_kind;
 
@@ -375,6 +381,14 @@ typedef struct kf_cuda_gemm_shape {
                                   form's pre-norm rows, which the row pass after the GEMM
                                   reads), not to its OUT buffer */
     uint32_t x_tensor;
+    uint32_t sk_grid; /* stream-K (sm_90a, cooperative, no cluster; 0: none): the most blocks
+                         (SMs) the kernel runs on. The tiles after the whole waves but one (all
+                         of them when fewer than the blocks: decode shapes) are cut by K
+                         steps into one even range per block (with fewer than half as many
+                         tiles as blocks: each tile's steps interleaved over G / tiles blocks,
+                         gemm_sm90.cuh KF_SK 2); the pieces' f32 partials go to a
+                         PARTIALS workspace (two slots a block), a COUNTERS word per tile half
+                         elects the block that adds them and runs the epilogue */
     /* The sm_80 kernel (kf_cuda_codegen_gemm_sm80) reads A and B through
      * pointers; bn above is its tile's columns too (bm x bn: 128 x 128 or
      * 64 x 64), stages its ring's depth. */

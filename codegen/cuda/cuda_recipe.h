@@ -93,6 +93,16 @@ enum {
                                                     cooperative schedule run as 2-CTA clusters,
                                                     tile pairs sharing B by TMA multicast (the
                                                     bench and the tests compare) */
+    KF_CUDA_RECIPE_GEMM_STREAMK = 1u << 20,      /* internal: generated sm_90a GEMMs in the
+                                                    cooperative schedule whose last wave is
+                                                    at most 3/4 full (or whose tiles are
+                                                    fewer than the SMs: decode shapes) cut
+                                                    the tail's K steps evenly over every
+                                                    block (stream-K, gemm_sm90.cuh KF_SK;
+                                                    the bench and the tests compare) */
+    KF_CUDA_RECIPE_GEMM_SK_NARROW = 1u << 21,    /* internal: with GEMM_STREAMK, one tile row
+                                                    (decode) keeps 128-wide tiles where it
+                                                    would take 128 x 256 (the bench compares) */
     KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX = 1u << 16, /* internal: the sm_90a attention kernel
                                                         keeps a key tile's whole softmax in
                                                         front of P.V's wait, under P.V
@@ -154,7 +164,9 @@ typedef struct kf_cuda_buf {
 
 /* A recipe's scratch buffer. */
 typedef struct kf_cuda_scratch {
-    kf_cuda_param_kind role; /* ACC, SCORES or SCRATCH: what the kernels call it */
+    kf_cuda_param_kind role; /* ACC, SCORES, SCRATCH or PARTIALS: what the kernels call it; COUNTERS:
+                                kept across runs in the constants region, zeroed once at
+                                prepare (every run leaves it zero) */
     uint32_t tensor;         /* the tensor whose values it holds (the matmul, A, Q.K^T) */
     uint64_t bytes;
 } kf_cuda_scratch;

@@ -127,7 +127,8 @@ kf_status kf_cuda_kstep_from_kernel(kf_cuda_kstep *ks, kf_cuda_role role, kf_cud
         kf_cuda_arg *a = &ks->args[i];
         a->kind = KF_CUDA_ARG_PTR;
         a->written = p->kind == KF_CUDA_PARAM_OUT || p->kind == KF_CUDA_PARAM_SCRATCH ||
-                     p->kind == KF_CUDA_PARAM_FLAGS;
+                     p->kind == KF_CUDA_PARAM_FLAGS || p->kind == KF_CUDA_PARAM_COUNTERS ||
+                     p->kind == KF_CUDA_PARAM_PARTIALS;
         kf_status st = resolve(user, p, &a->buf, err);
         if (st != KF_OK)
             return st;
@@ -196,6 +197,8 @@ static kf_status resolve_param(void *user, const kf_cuda_param *p, kf_cuda_buf *
     case KF_CUDA_PARAM_ACC:
     case KF_CUDA_PARAM_SCORES:
     case KF_CUDA_PARAM_SCRATCH:
+    case KF_CUDA_PARAM_PARTIALS:
+    case KF_CUDA_PARAM_COUNTERS: /* a scratch the executor keeps, zeroed once */
         return kf_rb_get(b, p->kind, p->tensor, p->bytes, out);
     case KF_CUDA_PARAM_FLAGS: {
         kf_cuda_buf f = {KF_CUDA_BUF_FLAGS, 0, 0};

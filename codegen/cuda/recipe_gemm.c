@@ -653,6 +653,13 @@ static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_
  * operands' leading and batch strides checked 16-byte multiples): one block
  * per 128 x 128 tile where they give every SM one, else per 64 x 64 tile,
  * the batch in grid z. Its arguments: A, B (at their offsets), the params. */
+/* The output tiles of a generated sm_90a GEMM of shape sh (128 rows; bn
+ * columns, half of them an output's for a pair). */
+static int64_t tiles_of(const kf_cuda_gemm_shape *sh, bool dual) {
+    int64_t on = dual ? sh->bn / 2 : sh->bn;
+    return ((sh->m + 127) / 128) * ((sh->n + on - 1) / on) * sh->batch;
+}
+
 static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a, const mref *bm,
                                     const mref *bm1, const kf_cuda_operand *lb,
                                     const kf_cuda_operand *lb1, int64_t a_lead, int64_t b_lead,
@@ -979,6 +986,26 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.bn = 128;
         sh.pingpong = true;
     }
+    /* Stream-K (internal, KF_CUDA_RECIPE_GEMM_STREAMK): where the last wave
+     * of tiles leaves a quarter of the SMs or more idle (fewer tiles than
+     * SMs included: decode shapes, M <= 64 against N 4096 gives 16 tiles of
+     * 128 x 256 on 132 SMs), the tiles after the whole waves but one are cut
+     * by K steps into one even range per SM. Not ping-pong (its consumers
+     * take alternate whole tiles) nor clusters (pairs of whole tiles); a
+     * main loop of 4 K steps at least. One tile row (decode) takes the
+     * cooperative 128 x 256 tiles whatever their count: the cut fills the
+     * SMs, and the wider B tile keeps more of the weight's bytes in flight. */
+    if ((b->target->flags & KF_CUDA_RECIPE_GEMM_STREAMK) && sh.m <= 128 && sh.batch == 1 &&
+        sh.k >= 4 * 64 && sh.cluster != 2 && !gm->head_dim && sh.n * w >= 256) {
+        sh.bn = (b->target->flags & KF_CUDA_RECIPE_GEMM_SK_NARROW) ? 128 : 256;
+        sh.pingpong = false;
+    }
+    {
+        int64_t sms = b->target->sm_count, tiles = tiles_of(&sh, dual);
+        if ((b->target->flags & KF_CUDA_RECIPE_GEMM_STREAMK) && !sh.pingpong && sh.cluster != 2 &&
+            sms > 1 && sh.k >= 4 * 64 && tiles % sms != 0 && (tiles % sms) * 4 <= 3 * sms)
+            sh.sk_grid = (uint32_t)sms;
+    }
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
@@ -1156,10 +1183,14 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    snprintf(why, why_size, "%s tiles %s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
+    snprintf(why, why_size, "%s tiles %s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
-             sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "", sh.stages,
-             sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
+             sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
+             !sh.sk_grid ? ""
+             : tiles_of(&sh, dual) * 2 <= sh.sk_grid
+                 ? ", each tile's K steps interleaved over SMs (split-K, stream-K's decode form)"
+                 : ", the tail's K steps split evenly over the SMs (stream-K)",
+             sh.stages, sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
              sh.epi_staged ? ", epilogue staged in shared memory"
              : sh.epi_tma  ? ", epilogue stored by TMA"
                            : "",

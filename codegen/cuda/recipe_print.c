@@ -29,6 +29,10 @@ static const char *scratch_role_name(kf_cuda_param_kind k) {
         return "scores";
     case KF_CUDA_PARAM_SCRATCH:
         return "scratch";
+    case KF_CUDA_PARAM_COUNTERS:
+        return "counters";
+    case KF_CUDA_PARAM_PARTIALS:
+        return "partials";
     default:
         return "?";
     }
