@@ -108,8 +108,14 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
     kf_plan_options_for_flags(ctx->flags, &popt);
     kf_status st = kf_plan_create(p->graph, &popt, &p->plan);
     if (st != KF_OK) {
-        /* The planner put its message on the copy; the caller reads its own graph. */
-        kf_ir_note(graph, st, "%s", kf_graph_error(p->graph));
+        /* The planner put its message on the copy; the caller reads its own
+         * graph. Its IR passes (CSE, idioms) return out of memory without
+         * one: say where it happened. */
+        const char *why = kf_graph_error(p->graph);
+        if (*why)
+            kf_ir_note(graph, st, "%s", why);
+        else
+            kf_ir_note(graph, st, "kf_compile: planning failed: %s", kf_status_str(st));
         p->plan = NULL;
         kf_program_destroy(p);
         return st;
