@@ -145,8 +145,7 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         return kf_ir_note(graph, st,
                           "kf_compile: the kernel cache cannot be used: %s (point the context's "
                           "cache_dir at a directory of your own, or create it with "
-                          "KF_FLAG_NO_CACHE to compile without a cache; the kfuse CLI: "
-                          "--cache-dir DIR or --no-cache)",
+                          "KF_FLAG_NO_CACHE to compile without a cache)",
                           err);
     }
     kf_cpu_options copt = {

@@ -148,6 +148,19 @@ error_checks() {
     expect_out '^usage: kfuse' "--help"
     expect_out '^  print ' "--help lists print"
     expect_out '^  eval ' "--help lists eval"
+    # it says what this build does (issue 15 item 3): the old text said the
+    # build "parses, prints and evaluates" while it also compiled and ran
+    if grep -q -E 'parses, prints|prints and evaluates' "$tmp/out"; then
+        fail "--help still says the build only parses, prints and evaluates"
+    else
+        pass
+    fi
+    expect_out 'compiles them for the CPU \(LLVM: (built in|not in this build)\)' "--help names the CPU backend"
+    expect_out 'or a CUDA GPU' "--help names the CUDA backend"
+    for cmd in run report cache aot; do
+        expect_out "^  $cmd " "--help lists $cmd"
+    done
+    expect_out '^  KF_CACHE_DIR=DIR ' "--help lists the environment it maps"
     run "$kfuse" -h
     expect 0 "-h"
     run "$kfuse" --version
@@ -304,7 +317,51 @@ error_checks() {
     expect 2 "run --no-cache --cache-dir" 'exclude each other'
     run "$kfuse" run "$file" --cache-dir
     expect 2 "run --cache-dir without DIR" 'needs a directory'
+    # a cache this user must not use: the message says what the CLI can
+    # change (--cache-dir, --no-cache), not the library's KF_FLAG_NO_CACHE,
+    # on either target, whether the directory came from --cache-dir or
+    # KF_CACHE_DIR
+    mkdir -p "$tmp/open-cache"
+    chmod 0777 "$tmp/open-cache"
+    local how target
+    for how in option env; do
+        for target in cpu cuda; do
+            if [ "$how" = option ]; then
+                run "$kfuse" run "$file" --target "$target" --cache-dir "$tmp/open-cache"
+            else
+                KF_CACHE_DIR="$tmp/open-cache" run "$kfuse" run "$file" --target "$target"
+            fi
+            expect 1 "run ($how, $target) with a cache writable by others" \
+                "cache cannot be used: cache directory '$tmp/open-cache' is writable by group or others"
+            if grep -q -- '--cache-dir DIR' "$tmp/err" && grep -q -- '--no-cache' "$tmp/err"; then
+                pass
+            else
+                fail "run ($how, $target) with an unusable cache: the hint lacks --cache-dir DIR or --no-cache"
+            fi
+            if grep -q 'KF_FLAG_NO_CACHE' "$tmp/err"; then
+                fail "run ($how, $target) with an unusable cache: the hint names KF_FLAG_NO_CACHE"
+            else
+                pass
+            fi
+        done
+    done
+    if [ "$(id -u)" -eq 0 ]; then # root can give a directory to another user
+        mkdir -p "$tmp/their-cache"
+        chmod 0700 "$tmp/their-cache"
+        chown 4242 "$tmp/their-cache"
+        run "$kfuse" run "$file" --target cpu --cache-dir "$tmp/their-cache"
+        expect 1 "run with a cache owned by another user" 'is owned by uid 4242, not by you'
+        if grep -q -- '--cache-dir DIR' "$tmp/err" && ! grep -q -E 'KF_FLAG_NO_CACHE|--dir or' "$tmp/err"; then
+            pass
+        else
+            fail "run with another user's cache: the hint does not name --cache-dir DIR alone"
+        fi
+        run "$kfuse" aot --arch sm_80 "$file" -o "$tmp/their-cache"
+        expect 1 "aot into a cache owned by another user" 'name a directory of your own with -o DIR'
+    fi
     if "$kfuse" --help | grep -q 'LLVM: built in'; then
+        KF_CACHE_DIR="$tmp/open-cache" run "$kfuse" run "$file" --target cpu --no-cache
+        expect 0 "run --no-cache beside an unusable KF_CACHE_DIR"
         run "$kfuse" run "$file" --target cpu --cache-dir "$tmp/cdir"
         expect 0 "run --cache-dir"
         if [ -n "$(ls -A "$tmp/cdir" 2>/dev/null)" ]; then pass; else fail "run --cache-dir left it empty"; fi
