@@ -150,8 +150,8 @@ static int dlopen_only(const char *mode, const char *lib) {
         void *h = dlopen(tries[i], (lazy ? RTLD_LAZY : RTLD_NOW) | RTLD_LOCAL);
         double t1 = now_ms();
         if (h) {
-            printf("{\"dlopen\": \"%s\", \"lib\": \"%s\", \"ms\": %.2f}\n",
-                   lazy ? "lazy" : "now", tries[i], t1 - t0);
+            printf("{\"dlopen\": \"%s\", \"lib\": \"%s\", \"ms\": %.2f}\n", lazy ? "lazy" : "now",
+                   tries[i], t1 - t0);
             return 0;
         }
     }
@@ -233,8 +233,7 @@ int main(int argc, char **argv) {
             gemm = strcmp(m, "generated") == 0  ? KF_GEMM_GENERATED
                    : strcmp(m, "cublaslt") == 0 ? KF_GEMM_CUBLASLT
                                                 : KF_GEMM_AUTO;
-        }
-        else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
+        } else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
             target = strcmp(argv[++i], "cpu") == 0 ? KF_TARGET_CPU : KF_TARGET_CUDA;
         else if (argv[i][0] != '-' && !file)
             file = argv[i];
@@ -355,9 +354,8 @@ int main(int argc, char **argv) {
            "\"cublaslt_loaded\": %s, \"choices_cached\": \"%s\", \"prepare_ms\": %s, "
            "\"cublaslt_ms\": %s, \"arena_bytes\": %s, \"ok\": %s}\n",
            file, preinit ? "true" : "false", preinit_ms, preload_lt ? "true" : "false",
-           preload_lt_ms, t1 - t0, t2 - t1, t3 - t2,
-           t3 - t2 - driver, t5 - t4, t6 - t5, kf_program_kernel_count(p), (int)gemm, lt,
-           loaded, cached, phase, lt_ms, arena,
+           preload_lt_ms, t1 - t0, t2 - t1, t3 - t2, t3 - t2 - driver, t5 - t4, t6 - t5,
+           kf_program_kernel_count(p), (int)gemm, lt, loaded, cached, phase, lt_ms, arena,
            st == KF_OK ? "true" : "false");
     free(rep);
     for (size_t i = 0; i < n_in; i++)

@@ -189,14 +189,16 @@ int kf_cmd_run(int argc, char **argv) {
             report = true;
         } else if (strcmp(a, "--gemm") == 0) {
             if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
-                fprintf(stderr, "kfuse run: --gemm takes auto, generated, cublaslt, measured or sm80\n%s",
+                fprintf(stderr,
+                        "kfuse run: --gemm takes auto, generated, cublaslt, measured or sm80\n%s",
                         kf_cmd_run_help);
                 return 2;
             }
             i++;
         } else if (strcmp(a, "--attention") == 0) {
             if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &attention)) {
-                fprintf(stderr, "kfuse run: --attention takes auto, sm90, fa2, unfused or decode\n%s",
+                fprintf(stderr,
+                        "kfuse run: --attention takes auto, sm90, fa2, unfused or decode\n%s",
                         kf_cmd_run_help);
                 return 2;
             }

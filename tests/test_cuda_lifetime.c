@@ -35,7 +35,8 @@
 typedef struct gpu {
     bool have;
     char why[KF_MSG_MAX];
-    char cache_dir[256]; /* private, shared by every test: the second compile is warm */
+    char cache_dir[256]; /* shared by every test: the second compile is warm */
+    bool keep_cache;     /* the caller's (KF_TEST_CACHE_DIR): not removed */
     kf_ctx *ctx;         /* holds the driver and device 0's primary context for the */
     kf_cuda_device dev;  /* whole suite, so a context created per case finds them up */
 } gpu;
@@ -57,8 +58,14 @@ static kf_ctx *cuda_ctx(kf_gemm_mode gemm, const kf_allocator *al) {
 
 static int group_setup(void **state) {
     (void)state;
-    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_cuda_lifetime_XXXXXX");
-    if (!mkdtemp(G.cache_dir))
+    /* KF_TEST_CACHE_DIR: a cache kept between runs of the suite (a GPU
+     * lease runs it twice: built plain and with ASan); else a private one,
+     * removed at the end. */
+    const char *keep = getenv("KF_TEST_CACHE_DIR");
+    G.keep_cache = keep && *keep;
+    snprintf(G.cache_dir, sizeof G.cache_dir, "%s",
+             G.keep_cache ? keep : "/tmp/kf_cuda_lifetime_XXXXXX");
+    if (!G.keep_cache && !mkdtemp(G.cache_dir))
         G.cache_dir[0] = 0;
     kf_options o;
     kf_options_init(&o);
@@ -85,7 +92,7 @@ static int group_teardown(void **state) {
     if (G.have)
         kf_cuda_device_close(&G.dev);
     kf_ctx_destroy(G.ctx);
-    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
+    if (!G.keep_cache && G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
         fprintf(stderr, "could not remove %s\n", G.cache_dir);
     return 0;
 }
@@ -148,8 +155,8 @@ static void io_make(io *b, const kf_graph *g, uint64_t seed) {
     }
     for (size_t i = 0; i < b->n_out; i++) {
         const kf_tensor *t = kf_graph_output(g, i);
-        b->out[i] = (kf_binding){strdup(kf_graph_output_name(g, i)), malloc(bytes_of(t) + 1),
-                                 bytes_of(t)};
+        b->out[i] =
+            (kf_binding){strdup(kf_graph_output_name(g, i)), malloc(bytes_of(t) + 1), bytes_of(t)};
         assert_true(b->out[i].name && b->out[i].data);
         b->out_dtype[i] = kf_tensor_dtype(t);
         b->out_numel[i] = (size_t)kf_tensor_numel(t);
@@ -370,10 +377,10 @@ static kf_test_alloc counters(locked_alloc *l) {
     "output n\n"
 static const char alloc_graph[] = ALLOC_GRAPH_GEN;
 static const char alloc_graph_lt[] = ALLOC_GRAPH_GEN "u = input(f32[64, 96])\n"
-                                                    "v = input(f32[96, 80])\n"
-                                                    "uv = matmul(u, v)\n"
-                                                    "e = exp(uv)\n"
-                                                    "output e\n";
+                                                     "v = input(f32[96, 80])\n"
+                                                     "uv = matmul(u, v)\n"
+                                                     "e = exp(uv)\n"
+                                                     "output e\n";
 
 typedef struct phase_counts {
     size_t calls, live_bytes, live_blocks;
@@ -499,18 +506,18 @@ static void test_cuda_compile_and_run_fail_cleanly_when_a_hook_allocation_fails(
     assert_int_equal(hooked_compile_run(0, false, &total, &b, ref), KF_OK); /* fills the cache */
     assert_int_equal(hooked_compile_run(0, false, &total, &b, ref), KF_OK); /* warm: counted */
     assert_true(total >= 20);
-    /* Every call up to 60, then a stride over the rest: about 120 failure
+    /* Every call up to 40, then a stride over the rest: about 80 failure
      * points, each failing once and for good (a warm compile is a few ms;
      * a failure that makes it compile a kernel again costs seconds, so the
-     * loop also stops after 90 s, and says so). */
-    size_t stride = total > 120 ? (total - 60) / 60 + 1 : 1, n_oom = 0, n_ok = 0, tried = 0;
+     * loop also stops after 30 s, and says so). */
+    size_t stride = total > 80 ? (total - 40) / 40 + 1 : 1, n_oom = 0, n_ok = 0, tried = 0;
     size_t last = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (size_t k = 1; k <= total; k += k < 60 ? 1 : stride) {
+    for (size_t k = 1; k <= total; k += k < 40 ? 1 : stride) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        if ((double)(t1.tv_sec - t0.tv_sec) > 90.0) {
-            print_message("stopped after 90 s at call %zu of %zu\n", k, total);
+        if ((double)(t1.tv_sec - t0.tv_sec) > 30.0) {
+            print_message("stopped after 30 s at call %zu of %zu\n", k, total);
             break;
         }
         last = k;
