@@ -136,6 +136,18 @@ example_checks() {
     expect_out '^  "cuda": null$' "report --device cpu $name"
     run "$kfuse" report "$file"
     expect 0 "report without --device $name" '^kfuse report: no --device'
+    # ... it takes the GPU here, else says it assumes an h100 (issue 15 item 3)
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU 0'; then
+        expect 0 "report without --device on a GPU machine $name" '^kfuse report: no --device: the GPU here, '
+        if head -n 1 "$tmp/out" | grep -q -E '; device (h100|h200|a100)$'; then pass; else
+            fail "report without --device $name: the first line names no GPU device"
+        fi
+    else
+        expect 0 "report without --device and no GPU $name" '^kfuse report: no --device and no GPU here: assuming h100'
+        if head -n 1 "$tmp/out" | grep -q '; device h100$'; then pass; else
+            fail "report without --device $name: not costed for the h100 it assumed"
+        fi
+    fi
     run "$kfuse" report "$file" --device h200
     expect 0 "report --device h200 $name"
     expect_out '^cuda recipes: arch sm_90a, 132 SMs' "report --device h200 $name"
@@ -312,6 +324,17 @@ error_checks() {
     run bash -c "trap '' XFSZ; ulimit -f 4; exec \"\$0\" aot --arch sm_80 \"\$1\" -o \"\$2\"" \
         "$kfuse" "$file" "$tmp/fullcache"
     expect 1 "aot on a full disk" 'kernels were not stored in .*: the cache is incomplete'
+    # aot counts generated kernels, which are not the report's kernel groups
+    # (a group may be a prologue kernel and a cuBLASLt GEMM, or cuBLASLt
+    # alone): its line names both, and its groups are the report's
+    local block groups
+    block="$(dirname "$file")/block.kfg"
+    groups=$("$kfuse" report "$block" --arch sm_80 --sm-count 7 2>/dev/null | sed -n 's/^\([0-9]*\) kernels for .*/\1/p')
+    run "$kfuse" aot --arch sm_80 "$block" -o "$tmp/aotcache"
+    expect 0 "aot of block.kfg"
+    expect_out "^.*block.kfg +sm_80 +[0-9]+ kernels? .*\(${groups:-?} groups?; [0-9]+ cuBLASLt steps? needs? no kernel\)$" \
+        "aot's line names the report's ${groups:-?} groups and the cuBLASLt steps"
+    expect_out '^[0-9]+ generated kernels? for 1 graph and 1 arch in ' "aot's total says it counts generated kernels"
     # run: the cache a run uses is the user's choice (--cache-dir DIR), or none
     run "$kfuse" run "$file" --no-cache --cache-dir "$tmp/x"
     expect 2 "run --no-cache --cache-dir" 'exclude each other'
