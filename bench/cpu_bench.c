@@ -17,7 +17,11 @@
  * $TMPDIR/cpu_bench-<cpu>-<commit>.json: a run never writes into the checkout
  * unless told to.
  *
- *   cpu_bench [--out FILE] [--threads N] [--gemm-only] [-h|--help]
+ *   cpu_bench [--out FILE] [--threads N] [--gemm-only] [--quick] [-h|--help]
+ *
+ * --quick runs every part at small sizes with few repetitions: it checks the
+ * bench runs and writes where it should (the test suite's cpu_bench_args);
+ * its figures mean nothing.
  */
 #include <math.h>
 #include <pthread.h>
@@ -141,7 +145,7 @@ static double time_program(kf_program *p, const kf_binding *in, size_t nin, cons
 }
 
 static const char usage_text[] =
-    "usage: cpu_bench [--out FILE] [--threads N] [--gemm-only]\n"
+    "usage: cpu_bench [--out FILE] [--threads N] [--gemm-only] [--quick]\n"
     "\n"
     "Measures the CPU backend: copy bandwidth, an elementwise chain, rms_norm, f32\n"
     "GEMMs against OpenBLAS (1 thread and all), cold and warm compile. Prints the\n"
@@ -153,19 +157,25 @@ static const char usage_text[] =
     "                $TMPDIR/cpu_bench-<cpu>-<commit>.json\n"
     "  --threads N   threads for every kernel (default: one per CPU)\n"
     "  --gemm-only   only the GEMMs\n"
+    "  --quick       every part at small sizes, few repetitions: checks that\n"
+    "                the bench runs (its figures mean nothing)\n"
     "  -h, --help    show this help\n";
 
 int main(int argc, char **argv) {
     const char *out = NULL;
     int threads = 0;
-    bool gemm_only = false;
+    bool gemm_only = false, quick = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             fputs(usage_text, stdout);
             return 0;
-        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+        } else if ((strcmp(argv[i], "--out") == 0 || strcmp(argv[i], "--threads") == 0) &&
+                   (i + 1 >= argc || !argv[i + 1][0])) {
+            fprintf(stderr, "cpu_bench: %s needs a value\n%s", argv[i], usage_text);
+            return 2;
+        } else if (strcmp(argv[i], "--out") == 0) {
             out = argv[++i];
-        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--threads") == 0) {
             char *end = NULL;
             long n = strtol(argv[++i], &end, 10);
             if (!end || *end || n < 1 || n > 64) {
@@ -175,6 +185,8 @@ int main(int argc, char **argv) {
             threads = (int)n;
         } else if (strcmp(argv[i], "--gemm-only") == 0) {
             gemm_only = true;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = true;
         } else {
             fprintf(stderr, "cpu_bench: unknown argument '%s'\n%s", argv[i], usage_text);
             return 2;
@@ -197,32 +209,37 @@ int main(int argc, char **argv) {
         perror(path);
         return 1;
     }
-    fprintf(json, "{\n  \"bench\": \"cpu_bench\",\n  \"cpu\": \"%s\",\n  \"commit\": \"%s\",\n",
-            cpu, KF_BENCH_COMMIT);
+    fprintf(json,
+            "{\n  \"bench\": \"cpu_bench\",\n  \"cpu\": \"%s\",\n  \"commit\": \"%s\",\n"
+            "  \"quick\": %s,\n",
+            cpu, KF_BENCH_COMMIT, quick ? "true" : "false");
     printf("cpu %s, commit %s\n", cpu, KF_BENCH_COMMIT);
 
     /* copy bandwidth */
-    size_t cn = (size_t)64 << 20; /* floats: 256 MiB */
+    /* --quick: every size divided (rows by 16, GEMMs to 64 and 128), one
+     * timed run where there were several. */
+    size_t cn = (size_t)64 << (quick ? 12 : 20); /* floats: 256 MiB (quick: 256 KiB) */
     float *src = rand_f32(cn), *dst = malloc(cn * sizeof(float));
     double t[64];
     memcpy(dst, src, cn * sizeof(float));
-    for (int r = 0; r < 7; r++) {
+    int creps = quick ? 1 : 7;
+    for (int r = 0; r < creps; r++) {
         double t0 = now();
         memcpy(dst, src, cn * sizeof(float));
         t[r] = now() - t0;
     }
-    double copy1_gbs = 2.0 * (double)cn * 4 / median(t, 7) / 1e9;
+    double copy1_gbs = 2.0 * (double)cn * 4 / median(t, creps) / 1e9;
     int nt_all = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nt_all > 64)
         nt_all = 64;
-    for (int r = 0; r < 7; r++) {
+    for (int r = 0; r < creps; r++) {
         double t0 = now();
         copy_mt((char *)dst, (const char *)src, cn * sizeof(float), nt_all);
         t[r] = now() - t0;
     }
     /* The roofline for the kernels, which run on every thread: the faster of
      * the two copies. */
-    double copyn_gbs = 2.0 * (double)cn * 4 / median(t, 7) / 1e9;
+    double copyn_gbs = 2.0 * (double)cn * 4 / median(t, creps) / 1e9;
     double copy_gbs = copyn_gbs > copy1_gbs ? copyn_gbs : copy1_gbs;
     free(dst);
     free(src);
@@ -241,19 +258,21 @@ int main(int argc, char **argv) {
     if (!gemm_only) {
         kf_graph *g = NULL;
         double ct = 0;
-        kf_program *p =
-            compile_text(ctx,
-                         "kfg 1\nx = input(f32[4096, 4096])\nb = input(f32[4096])\n"
-                         "s = const(f32[], 1.5)\nm = mul(x, s)\na = add(m, b)\nr = relu(a)\n"
-                         "u = mul(r, s)\ny = add(u, x)\noutput y\n",
-                         &g, &ct);
-        size_t n = 4096u * 4096u;
+        unsigned rows = quick ? 256 : 4096;
+        char text[320];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(f32[%u, 4096])\nb = input(f32[4096])\n"
+                 "s = const(f32[], 1.5)\nm = mul(x, s)\na = add(m, b)\nr = relu(a)\n"
+                 "u = mul(r, s)\ny = add(u, x)\noutput y\n",
+                 rows);
+        kf_program *p = compile_text(ctx, text, &g, &ct);
+        size_t n = (size_t)rows * 4096u;
         float *x = rand_f32(n), *b = rand_f32(4096), *y = malloc(n * 4);
         kf_binding in[2] = {{"x", x, n * 4}, {"b", b, 4096 * 4}}, out = {"y", y, n * 4};
-        double s = time_program(p, in, 2, &out, 15);
+        double s = time_program(p, in, 2, &out, quick ? 1 : 15);
         double gbs = (2.0 * (double)n * 4 + 4096 * 4) / s / 1e9;
-        printf("ew_chain f32[4096,4096] %8.2f GB/s  (%.0f%% of copy)  cold compile %.1f ms\n", gbs,
-               100 * gbs / copy_gbs, 1e3 * ct);
+        printf("ew_chain f32[%u,4096] %8.2f GB/s  (%.0f%% of copy)  cold compile %.1f ms\n", rows,
+               gbs, 100 * gbs / copy_gbs, 1e3 * ct);
         fprintf(json, "  \"ew_chain_gbs\": %.3f,\n  \"ew_chain_frac_copy\": %.3f,\n", gbs,
                 gbs / copy_gbs);
         fprintf(json, "  \"ew_chain_cold_compile_ms\": %.2f,\n", 1e3 * ct);
@@ -265,17 +284,20 @@ int main(int argc, char **argv) {
     if (!gemm_only) {
         kf_graph *g = NULL;
         double ct = 0;
-        kf_program *p = compile_text(ctx,
-                                     "kfg 1\nx = input(f32[8192, 4096])\nw = input(f32[4096])\n"
-                                     "y = rms_norm(x, w, eps=1e-5)\noutput y\n",
-                                     &g, &ct);
-        size_t n = 8192u * 4096u;
+        unsigned rows = quick ? 512 : 8192;
+        char text[256];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(f32[%u, 4096])\nw = input(f32[4096])\n"
+                 "y = rms_norm(x, w, eps=1e-5)\noutput y\n",
+                 rows);
+        kf_program *p = compile_text(ctx, text, &g, &ct);
+        size_t n = (size_t)rows * 4096u;
         float *x = rand_f32(n), *w = rand_f32(4096), *y = malloc(n * 4);
         kf_binding in[2] = {{"x", x, n * 4}, {"w", w, 4096 * 4}}, out = {"y", y, n * 4};
-        double s = time_program(p, in, 2, &out, 11);
+        double s = time_program(p, in, 2, &out, quick ? 1 : 11);
         double gbs = (2.0 * (double)n * 4) / s / 1e9;
-        printf("rms_norm f32[8192,4096] %8.2f GB/s  (%.0f%% of copy)  cold compile %.1f ms\n", gbs,
-               100 * gbs / copy_gbs, 1e3 * ct);
+        printf("rms_norm f32[%u,4096] %8.2f GB/s  (%.0f%% of copy)  cold compile %.1f ms\n", rows,
+               gbs, 100 * gbs / copy_gbs, 1e3 * ct);
         fprintf(json, "  \"rms_norm_gbs\": %.3f,\n  \"rms_norm_frac_copy\": %.3f,\n", gbs,
                 gbs / copy_gbs);
         fprintf(json, "  \"rms_norm_cold_compile_ms\": %.2f,\n", 1e3 * ct);
@@ -286,10 +308,10 @@ int main(int argc, char **argv) {
     /* GEMM vs OpenBLAS, 1 thread and all threads */
     int all_threads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(json, "  \"threads_all\": %d,\n  \"gemm\": [\n", all_threads);
-    static const int sizes[] = {1024, 2048};
+    static const int sizes[] = {1024, 2048}, quick_sizes[] = {64, 128};
     for (int si = 0; si < 2; si++) {
         for (int all = 0; all < 2; all++) {
-            int sz = sizes[si], nt = all ? all_threads : 1;
+            int sz = quick ? quick_sizes[si] : sizes[si], nt = all ? all_threads : 1;
             kf_ctx *tctx = make_ctx(NULL, KF_FLAG_NO_CACHE, nt);
             char text[256];
             snprintf(text, sizeof text,
@@ -301,7 +323,7 @@ int main(int argc, char **argv) {
             size_t n = (size_t)sz * sz;
             float *a = rand_f32(n), *b = rand_f32(n), *c = malloc(n * 4);
             kf_binding in[2] = {{"a", a, n * 4}, {"b", b, n * 4}}, out = {"c", c, n * 4};
-            int reps = sz >= 2048 ? 3 : 5;
+            int reps = quick ? 1 : sz >= 2048 ? 3 : 5;
             double sec = time_program(p, in, 2, &out, reps);
             double flop = 2.0 * sz * (double)sz * sz, gf = flop / sec / 1e9, blas = 0;
 #ifdef KF_HAVE_OPENBLAS
@@ -340,7 +362,8 @@ int main(int argc, char **argv) {
         static const char *text = "kfg 1\nx = input(f32[1024, 1024])\nb = input(f32[1024])\n"
                                   "y = add(x, b)\nz = tanh(y)\noutput z\n";
         double cold[9], warm[9];
-        for (int r = 0; r < 9; r++) {
+        int creps2 = quick ? 1 : 9;
+        for (int r = 0; r < creps2; r++) {
             kf_graph *g = NULL;
             kf_program *p = compile_text(ctx, text, &g, &cold[r]);
             kf_program_destroy(p);
@@ -351,7 +374,7 @@ int main(int argc, char **argv) {
         kf_program *p = compile_text(cctx, text, &g, NULL); /* fills the cache */
         kf_program_destroy(p);
         kf_graph_destroy(g);
-        for (int r = 0; r < 9; r++) {
+        for (int r = 0; r < creps2; r++) {
             p = compile_text(cctx, text, &g, &warm[r]);
             kf_program_destroy(p);
             kf_graph_destroy(g);
@@ -361,7 +384,7 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         if (system(cmd) != 0)
             fprintf(stderr, "could not remove %s\n", dir);
-        double c = median(cold, 9), w = median(warm, 9);
+        double c = median(cold, creps2), w = median(warm, creps2);
         printf("compile one elementwise kernel: cold %.1f ms, warm load from cache %.2f ms\n",
                1e3 * c, 1e3 * w);
         fprintf(json, "  \"cold_compile_elementwise_ms\": %.3f,\n  \"warm_load_ms\": %.3f,\n",

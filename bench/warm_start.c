@@ -2,7 +2,8 @@
  * warm_start.c -- what a new process pays to start a program whose kernels
  * are all in the disk cache (issue 15, item 5). Measured, never asserted.
  *
- *   warm_start FILE --cache-dir DIR [--target cuda|cpu] [--preinit] [--gemm MODE]
+ *   warm_start FILE --cache-dir DIR [--target cuda|cpu] [--preinit] [--preload-cublaslt]
+ *              [--gemm MODE]
  *       one JSON line: the wall time (CLOCK_MONOTONIC, ms) of kf_ctx_create,
  *       kf_graph_parse, kf_compile (plan, recipes, the cache reads, the
  *       driver, the device's context and cuBLASLt when a step that runs
@@ -24,6 +25,10 @@
  *       --preinit: before the clock starts, load the driver and retain
  *       device 0's primary context the way a framework that embeds kfuse
  *       already has (kf_compile then finds them paid).
+ *       --preload-cublaslt: before the clock starts, also open cuBLASLt
+ *       (the same file, by the same lookup) the way a framework process
+ *       that links it (PyTorch) already has: kfuse's dlopen then finds it
+ *       loaded ("preload_cublaslt_ms" says what that open cost).
  *       --gemm auto|generated|cublaslt: kf_options.gemm (generated: every
  *       GEMM the generated kernel takes runs it, so no cached winner calls
  *       cuBLASLt).
@@ -145,8 +150,8 @@ static int dlopen_only(const char *mode, const char *lib) {
         void *h = dlopen(tries[i], (lazy ? RTLD_LAZY : RTLD_NOW) | RTLD_LOCAL);
         double t1 = now_ms();
         if (h) {
-            printf("{\"dlopen\": \"%s\", \"lib\": \"%s\", \"ms\": %.2f}\n",
-                   lazy ? "lazy" : "now", tries[i], t1 - t0);
+            printf("{\"dlopen\": \"%s\", \"lib\": \"%s\", \"ms\": %.2f}\n", lazy ? "lazy" : "now",
+                   tries[i], t1 - t0);
             return 0;
         }
     }
@@ -206,7 +211,7 @@ static double member_ms(const char *obj, const char *name) {
 int main(int argc, char **argv) {
     const char *file = NULL, *cache = NULL;
     kf_target target = KF_TARGET_CUDA;
-    bool preinit = false;
+    bool preinit = false, preload_lt = false;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--phases") == 0)
@@ -217,6 +222,10 @@ int main(int argc, char **argv) {
             preinit = true;
             continue;
         }
+        if (strcmp(argv[i], "--preload-cublaslt") == 0) {
+            preload_lt = true;
+            continue;
+        }
         if (strcmp(argv[i], "--cache-dir") == 0 && i + 1 < argc)
             cache = argv[++i];
         else if (strcmp(argv[i], "--gemm") == 0 && i + 1 < argc) {
@@ -224,14 +233,13 @@ int main(int argc, char **argv) {
             gemm = strcmp(m, "generated") == 0  ? KF_GEMM_GENERATED
                    : strcmp(m, "cublaslt") == 0 ? KF_GEMM_CUBLASLT
                                                 : KF_GEMM_AUTO;
-        }
-        else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
+        } else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
             target = strcmp(argv[++i], "cpu") == 0 ? KF_TARGET_CPU : KF_TARGET_CUDA;
         else if (argv[i][0] != '-' && !file)
             file = argv[i];
         else {
             fprintf(stderr, "usage: warm_start FILE --cache-dir DIR [--target cuda|cpu] "
-                            "[--preinit] [--gemm auto|generated|cublaslt]\n"
+                            "[--preinit] [--preload-cublaslt] [--gemm auto|generated|cublaslt]\n"
                             "       warm_start --dlopen now|lazy [LIB]\n"
                             "       warm_start --phases\n");
             return 2;
@@ -260,6 +268,19 @@ int main(int argc, char **argv) {
         return 1;
     }
     double preinit_ms = now_ms() - tp;
+    /* A framework that links cuBLASLt: the library loaded (the handle stays
+     * open for the process). */
+    double tl = now_ms();
+    if (preload_lt && kf_blt_library_check(NULL, NULL, 0, perr) != KF_OK) {
+        fprintf(stderr, "warm_start: --preload-cublaslt: %s\n", perr);
+        if (preinit) {
+            kf_cuda_device_close(&pdev);
+            kf_cuda_driver_release(&pmem, pdrv);
+        }
+        free(text);
+        return 1;
+    }
+    double preload_lt_ms = now_ms() - tl;
     kf_options o;
     kf_options_init(&o);
     o.target = target;
@@ -326,14 +347,15 @@ int main(int argc, char **argv) {
     }
     snprintf(cached, sizeof cached, "%u/%u", n_cached, n_measured);
     double driver = member_ms(phase, "driver") + member_ms(phase, "device");
-    printf("{\"file\": \"%s\", \"preinit\": %s, \"preinit_ms\": %.2f, \"ctx_ms\": %.2f, "
+    printf("{\"file\": \"%s\", \"preinit\": %s, \"preinit_ms\": %.2f, "
+           "\"preload_cublaslt\": %s, \"preload_cublaslt_ms\": %.2f, \"ctx_ms\": %.2f, "
            "\"parse_ms\": %.2f, \"compile_ms\": %.2f, \"ours_ms\": %.2f, \"run1_ms\": %.2f, "
            "\"run2_ms\": %.2f, \"kernels\": %zu, \"gemm\": %d, \"cublaslt\": %s, "
            "\"cublaslt_loaded\": %s, \"choices_cached\": \"%s\", \"prepare_ms\": %s, "
            "\"cublaslt_ms\": %s, \"arena_bytes\": %s, \"ok\": %s}\n",
-           file, preinit ? "true" : "false", preinit_ms, t1 - t0, t2 - t1, t3 - t2,
-           t3 - t2 - driver, t5 - t4, t6 - t5, kf_program_kernel_count(p), (int)gemm, lt,
-           loaded, cached, phase, lt_ms, arena,
+           file, preinit ? "true" : "false", preinit_ms, preload_lt ? "true" : "false",
+           preload_lt_ms, t1 - t0, t2 - t1, t3 - t2, t3 - t2 - driver, t5 - t4, t6 - t5,
+           kf_program_kernel_count(p), (int)gemm, lt, loaded, cached, phase, lt_ms, arena,
            st == KF_OK ? "true" : "false");
     free(rep);
     for (size_t i = 0; i < n_in; i++)

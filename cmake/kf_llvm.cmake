@@ -60,9 +60,11 @@ else()
 endif()
 
 # The CPU benchmark (bench/cpu_bench.c): not a test, off by default. It
-# compares GEMMs with OpenBLAS (libopenblas-dev) when that is installed.
+# compares GEMMs with OpenBLAS (libopenblas-dev) when that is installed. The
+# test suite builds it too, to check its arguments and where it writes
+# (cpu_bench_args, a --quick run).
 option(KF_BUILD_BENCH "Build bench/cpu_bench (needs the CPU backend; OpenBLAS optional)" OFF)
-if(KF_BUILD_BENCH AND KF_HAVE_LLVM)
+if((KF_BUILD_BENCH OR KF_BUILD_TESTS) AND KF_HAVE_LLVM)
     add_executable(cpu_bench bench/cpu_bench.c)
     target_link_libraries(cpu_bench PRIVATE kfuse_internal)
     find_library(KF_OPENBLAS_LIBRARY NAMES openblas)
@@ -76,6 +78,19 @@ if(KF_BUILD_BENCH AND KF_HAVE_LLVM)
         set(_kf_commit unknown)
     endif()
     target_compile_definitions(cpu_bench PRIVATE KF_BENCH_COMMIT="${_kf_commit}")
+endif()
+
+# cpu_bench's arguments: --help prints and writes nothing, a bad argument is
+# refused, and a --quick run writes its JSON to --out or $TMPDIR, never into
+# the directory it runs in.
+if(KF_BUILD_TESTS AND KF_HAVE_LLVM)
+    find_program(KF_BASH_BENCH bash)
+    if(KF_BASH_BENCH)
+        add_test(NAME cpu_bench_args
+                 COMMAND "${KF_BASH_BENCH}" "${PROJECT_SOURCE_DIR}/tests/cli/cpu_bench_test.sh"
+                         "$<TARGET_FILE:cpu_bench>")
+        set_tests_properties(cpu_bench_args PROPERTIES TIMEOUT 300)
+    endif()
 endif()
 
 # `kfuse run --check` on every example (and every fusion pattern): compiled

@@ -230,8 +230,9 @@ int kf_cmd_aot(int argc, char **argv) {
     char err[KF_MSG_MAX] = "";
     st = kf_ctx_cache(ctx, &cache, err);
     if (st != KF_OK || !cache) {
-        fprintf(stderr, "kfuse aot: cache %s: %s: %s\n", dir, kf_status_str(st ? st : KF_ERR_IO),
-                err);
+        fprintf(stderr,
+                "kfuse aot: cache %s: %s: %s\n  (name a directory of your own with -o DIR)\n",
+                dir, kf_status_str(st ? st : KF_ERR_IO), err);
         kf_ctx_destroy(ctx);
         free(files);
         return 1;

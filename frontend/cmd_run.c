@@ -27,6 +27,7 @@
 #include "frontend/cmd_run.h"
 #include "ir/ir.h"
 #include "kfuse.h"
+#include "runtime/ctx.h"
 
 const char kf_cmd_run_summary[] =
     "compile a .kfg graph, run it on random inputs, optionally --check it";
@@ -150,6 +151,24 @@ done:
     return rc;
 }
 
+/* Opens the context's kernel cache before the compile does, so that a
+ * cache this user must not use is reported with what the CLI can change
+ * (the library's message names kf_options.cache_dir and KF_FLAG_NO_CACHE,
+ * which a CLI user cannot set), on either target. */
+static bool cache_usable(kf_ctx *ctx) {
+    struct kf_cache *cache = NULL;
+    char err[KF_MSG_MAX] = "";
+    kf_status st = kf_ctx_cache(ctx, &cache, err);
+    if (st == KF_OK)
+        return true;
+    fprintf(stderr,
+            "kfuse run: the kernel cache cannot be used: %s\n"
+            "  (pass --cache-dir DIR to use a directory of your own, or --no-cache to compile "
+            "without a cache)\n",
+            *err ? err : kf_status_str(st));
+    return false;
+}
+
 int kf_cmd_run(int argc, char **argv) {
     const char *file = NULL;
     uint64_t seed = 0;
@@ -170,14 +189,16 @@ int kf_cmd_run(int argc, char **argv) {
             report = true;
         } else if (strcmp(a, "--gemm") == 0) {
             if (i + 1 >= argc || !kf_cli_gemm_mode(argv[i + 1], &gemm)) {
-                fprintf(stderr, "kfuse run: --gemm takes auto, generated, cublaslt, measured or sm80\n%s",
+                fprintf(stderr,
+                        "kfuse run: --gemm takes auto, generated, cublaslt, measured or sm80\n%s",
                         kf_cmd_run_help);
                 return 2;
             }
             i++;
         } else if (strcmp(a, "--attention") == 0) {
             if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &attention)) {
-                fprintf(stderr, "kfuse run: --attention takes auto, sm90, fa2, unfused or decode\n%s",
+                fprintf(stderr,
+                        "kfuse run: --attention takes auto, sm90, fa2, unfused or decode\n%s",
                         kf_cmd_run_help);
                 return 2;
             }
@@ -262,6 +283,8 @@ int kf_cmd_run(int argc, char **argv) {
         return KF_EXIT_RUNTIME;
     }
     int rc = kf_cli_load_graph(ctx, file, &g); /* -1: loaded; else why not is printed */
+    if (rc < 0 && !no_cache && !cache_usable(ctx))
+        rc = KF_EXIT_RUNTIME;
     if (rc < 0 && kf_graph_verify(g) != KF_OK) {
         fprintf(stderr, "kfuse: %s: %s\n", file, kf_graph_error(g));
         rc = KF_EXIT_RUNTIME;

@@ -108,8 +108,14 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
     kf_plan_options_for_flags(ctx->flags, &popt);
     kf_status st = kf_plan_create(p->graph, &popt, &p->plan);
     if (st != KF_OK) {
-        /* The planner put its message on the copy; the caller reads its own graph. */
-        kf_ir_note(graph, st, "%s", kf_graph_error(p->graph));
+        /* The planner put its message on the copy; the caller reads its own
+         * graph. Its IR passes (CSE, idioms) return out of memory without
+         * one: say where it happened. */
+        const char *why = kf_graph_error(p->graph);
+        if (*why)
+            kf_ir_note(graph, st, "%s", why);
+        else
+            kf_ir_note(graph, st, "kf_compile: planning failed: %s", kf_status_str(st));
         p->plan = NULL;
         kf_program_destroy(p);
         return st;
@@ -139,8 +145,7 @@ kf_status kf_compile(kf_ctx *ctx, kf_graph *graph, kf_program **out) {
         return kf_ir_note(graph, st,
                           "kf_compile: the kernel cache cannot be used: %s (point the context's "
                           "cache_dir at a directory of your own, or create it with "
-                          "KF_FLAG_NO_CACHE to compile without a cache; the kfuse CLI: "
-                          "--cache-dir DIR or --no-cache)",
+                          "KF_FLAG_NO_CACHE to compile without a cache)",
                           err);
     }
     kf_cpu_options copt = {

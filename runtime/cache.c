@@ -343,8 +343,7 @@ kf_status kf_cache_open(const kf_mem *mem, const kf_cache_options *options, kf_c
     if (sb.st_uid != geteuid()) {
         st = fail(msg, KF_ERR_INVALID_ARGUMENT,
                   "cache directory '%s' is owned by uid %u, not by you (uid %u): whoever owns "
-                  "it could replace the kernels this process runs; use a directory you own "
-                  "(--dir or KF_CACHE_DIR)",
+                  "it could replace the kernels this process runs; use a directory you own",
                   c->dir, (unsigned)sb.st_uid, (unsigned)geteuid());
         goto out;
     }

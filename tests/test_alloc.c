@@ -1,10 +1,14 @@
 /*
  * test_alloc.c -- allocation failure, end to end: the context's allocator fails
  * each allocation in turn while parsing, building, verifying and evaluating
- * examples/block.kfg. Every run must return KF_ERR_OUT_OF_MEMORY (never crash,
- * never another status), and every run must give back every byte (the
- * counting allocator checks live blocks and free sizes; ASan/LSan checks the rest).
+ * examples/block.kfg, and (with the CPU backend) while compiling it from a
+ * warm cache and running it. Every run must return KF_ERR_OUT_OF_MEMORY (never
+ * crash, never another status; a compile whose cache read failed may still
+ * succeed by compiling), a failed compile or run must say so in its message,
+ * and every run must give back every byte (the counting allocator checks live
+ * blocks and free sizes; ASan/LSan checks the rest).
  */
+#define _GNU_SOURCE /* mkdtemp */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -165,11 +169,102 @@ static void test_llama_block_fails_cleanly_at_every_single_allocation(void **sta
     check_every_allocation_failure("llama_block.kfg", false);
 }
 
+#ifdef KF_HAVE_LLVM
+/* ------------------------------------------------------------------------ */
+/* Compile and run on the CPU target, from a warm cache                        */
+/* ------------------------------------------------------------------------ */
+
+/* One parse, kf_compile and kf_program_run of `src` for the CPU through the
+ * cache at `dir`. A failure in compile or run must leave a message: on the
+ * graph (kf_graph_error) or the program (kf_program_error); *where says which
+ * call failed ("" when none did). */
+static kf_status compile_run_once(const text *src, kf_allocator al, const char *dir,
+                                  const char **where) {
+    kf_options o;
+    kf_options_init(&o);
+    o.allocator = al;
+    o.target = KF_TARGET_CPU;
+    o.cache_dir = dir;
+    o.num_threads = 2;
+    *where = "";
+    kf_ctx *ctx = NULL;
+    kf_status st = kf_ctx_create(&o, &ctx);
+    if (st != KF_OK)
+        return st;
+    kf_graph *g = NULL;
+    kf_program *p = NULL;
+    st = kf_graph_parse(ctx, src->data, src->len, &g);
+    if (st == KF_OK) {
+        st = kf_compile(ctx, g, &p);
+        if (st != KF_OK) {
+            *where = "kf_compile";
+            if (!*kf_graph_error(g))
+                fail_msg("kf_compile: %s with no message on the graph", kf_status_str(st));
+        }
+    }
+    if (st == KF_OK) {
+        buffers b;
+        buffers_make(&b, g, 42);
+        st = kf_program_run(p, b.in, b.n_in, b.out, b.n_out, NULL);
+        if (st != KF_OK) {
+            *where = "kf_program_run";
+            if (!*kf_program_error(p))
+                fail_msg("kf_program_run: %s with no message", kf_status_str(st));
+        }
+        buffers_free(&b);
+    }
+    kf_program_destroy(p);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    return st;
+}
+
+static void test_cpu_compile_and_run_fail_cleanly_at_every_single_allocation(void **state) {
+    (void)state;
+    text src = read_example("block.kfg");
+    char dir[] = "/tmp/kf_alloc_cache_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_test_alloc a;
+    const char *where;
+    kf_test_alloc_reset(&a, 0);
+    assert_int_equal(compile_run_once(&src, kf_test_allocator(&a), dir, &where), KF_OK); /* cold */
+    kf_test_alloc_reset(&a, 0);
+    assert_int_equal(compile_run_once(&src, kf_test_allocator(&a), dir, &where), KF_OK); /* warm */
+    size_t total = a.calls, in_compile = 0;
+    assert_true(total > 10);
+    assert_int_equal(a.live_blocks, 0);
+    print_message("block.kfg: %zu allocations in a warm CPU compile and run; failing each\n",
+                  total);
+    for (size_t n = 1; n <= total; n++) {
+        kf_test_alloc_reset(&a, n);
+        kf_status st = compile_run_once(&src, kf_test_allocator(&a), dir, &where);
+        if (a.failures == 0) {
+            assert_int_equal(st, KF_OK);
+            continue;
+        }
+        /* a failed cache read falls back to compiling (st OK); else out of memory */
+        if (st != KF_OK && st != KF_ERR_OUT_OF_MEMORY)
+            fail_msg("failing allocation %zu of %zu gave '%s', not out of memory", n, total,
+                     kf_status_str(st));
+        if (a.live_blocks != 0 || a.bad_frees != 0)
+            fail_msg("failing allocation %zu leaked %zu blocks (%zu bad frees)", n, a.live_blocks,
+                     a.bad_frees);
+        in_compile += strcmp(where, "kf_compile") == 0;
+    }
+    assert_true(in_compile > 0);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+    free(src.data);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_fails_cleanly_at_every_single_allocation),
         cmocka_unit_test(test_block_fails_cleanly_when_memory_runs_out_for_good),
         cmocka_unit_test(test_llama_block_fails_cleanly_at_every_single_allocation),
+#ifdef KF_HAVE_LLVM
+        cmocka_unit_test(test_cpu_compile_and_run_fail_cleanly_at_every_single_allocation),
+#endif
     };
     return cmocka_run_group_tests_name("alloc", tests, NULL, NULL);
 }

@@ -136,6 +136,18 @@ example_checks() {
     expect_out '^  "cuda": null$' "report --device cpu $name"
     run "$kfuse" report "$file"
     expect 0 "report without --device $name" '^kfuse report: no --device'
+    # ... it takes the GPU here, else says it assumes an h100 (issue 15 item 3)
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU 0'; then
+        expect 0 "report without --device on a GPU machine $name" '^kfuse report: no --device: the GPU here, '
+        if head -n 1 "$tmp/out" | grep -q -E '; device (h100|h200|a100)$'; then pass; else
+            fail "report without --device $name: the first line names no GPU device"
+        fi
+    else
+        expect 0 "report without --device and no GPU $name" '^kfuse report: no --device and no GPU here: assuming h100'
+        if head -n 1 "$tmp/out" | grep -q '; device h100$'; then pass; else
+            fail "report without --device $name: not costed for the h100 it assumed"
+        fi
+    fi
     run "$kfuse" report "$file" --device h200
     expect 0 "report --device h200 $name"
     expect_out '^cuda recipes: arch sm_90a, 132 SMs' "report --device h200 $name"
@@ -148,6 +160,19 @@ error_checks() {
     expect_out '^usage: kfuse' "--help"
     expect_out '^  print ' "--help lists print"
     expect_out '^  eval ' "--help lists eval"
+    # it says what this build does (issue 15 item 3): the old text said the
+    # build "parses, prints and evaluates" while it also compiled and ran
+    if grep -q -E 'parses, prints|prints and evaluates' "$tmp/out"; then
+        fail "--help still says the build only parses, prints and evaluates"
+    else
+        pass
+    fi
+    expect_out 'compiles them for the CPU \(LLVM: (built in|not in this build)\)' "--help names the CPU backend"
+    expect_out 'or a CUDA GPU' "--help names the CUDA backend"
+    for cmd in run report cache aot; do
+        expect_out "^  $cmd " "--help lists $cmd"
+    done
+    expect_out '^  KF_CACHE_DIR=DIR ' "--help lists the environment it maps"
     run "$kfuse" -h
     expect 0 "-h"
     run "$kfuse" --version
@@ -299,12 +324,67 @@ error_checks() {
     run bash -c "trap '' XFSZ; ulimit -f 4; exec \"\$0\" aot --arch sm_80 \"\$1\" -o \"\$2\"" \
         "$kfuse" "$file" "$tmp/fullcache"
     expect 1 "aot on a full disk" 'kernels were not stored in .*: the cache is incomplete'
+    # aot counts generated kernels, which are not the report's kernel groups
+    # (a group may be a prologue kernel and a cuBLASLt GEMM, or cuBLASLt
+    # alone): its line names both, and its groups are the report's
+    local block groups
+    block="$(dirname "$file")/block.kfg"
+    groups=$("$kfuse" report "$block" --arch sm_80 --sm-count 7 2>/dev/null | sed -n 's/^\([0-9]*\) kernels for .*/\1/p')
+    run "$kfuse" aot --arch sm_80 "$block" -o "$tmp/aotcache"
+    expect 0 "aot of block.kfg"
+    expect_out "^.*block.kfg +sm_80 +[0-9]+ kernels? .*\(${groups:-?} groups?; [0-9]+ cuBLASLt steps? needs? no kernel\)$" \
+        "aot's line names the report's ${groups:-?} groups and the cuBLASLt steps"
+    expect_out '^[0-9]+ generated kernels? for 1 graph and 1 arch in ' "aot's total says it counts generated kernels"
     # run: the cache a run uses is the user's choice (--cache-dir DIR), or none
     run "$kfuse" run "$file" --no-cache --cache-dir "$tmp/x"
     expect 2 "run --no-cache --cache-dir" 'exclude each other'
     run "$kfuse" run "$file" --cache-dir
     expect 2 "run --cache-dir without DIR" 'needs a directory'
+    # a cache this user must not use: the message says what the CLI can
+    # change (--cache-dir, --no-cache), not the library's KF_FLAG_NO_CACHE,
+    # on either target, whether the directory came from --cache-dir or
+    # KF_CACHE_DIR
+    mkdir -p "$tmp/open-cache"
+    chmod 0777 "$tmp/open-cache"
+    local how target
+    for how in option env; do
+        for target in cpu cuda; do
+            if [ "$how" = option ]; then
+                run "$kfuse" run "$file" --target "$target" --cache-dir "$tmp/open-cache"
+            else
+                KF_CACHE_DIR="$tmp/open-cache" run "$kfuse" run "$file" --target "$target"
+            fi
+            expect 1 "run ($how, $target) with a cache writable by others" \
+                "cache cannot be used: cache directory '$tmp/open-cache' is writable by group or others"
+            if grep -q -- '--cache-dir DIR' "$tmp/err" && grep -q -- '--no-cache' "$tmp/err"; then
+                pass
+            else
+                fail "run ($how, $target) with an unusable cache: the hint lacks --cache-dir DIR or --no-cache"
+            fi
+            if grep -q 'KF_FLAG_NO_CACHE' "$tmp/err"; then
+                fail "run ($how, $target) with an unusable cache: the hint names KF_FLAG_NO_CACHE"
+            else
+                pass
+            fi
+        done
+    done
+    if [ "$(id -u)" -eq 0 ]; then # root can give a directory to another user
+        mkdir -p "$tmp/their-cache"
+        chmod 0700 "$tmp/their-cache"
+        chown 4242 "$tmp/their-cache"
+        run "$kfuse" run "$file" --target cpu --cache-dir "$tmp/their-cache"
+        expect 1 "run with a cache owned by another user" 'is owned by uid 4242, not by you'
+        if grep -q -- '--cache-dir DIR' "$tmp/err" && ! grep -q -E 'KF_FLAG_NO_CACHE|--dir or' "$tmp/err"; then
+            pass
+        else
+            fail "run with another user's cache: the hint does not name --cache-dir DIR alone"
+        fi
+        run "$kfuse" aot --arch sm_80 "$file" -o "$tmp/their-cache"
+        expect 1 "aot into a cache owned by another user" 'name a directory of your own with -o DIR'
+    fi
     if "$kfuse" --help | grep -q 'LLVM: built in'; then
+        KF_CACHE_DIR="$tmp/open-cache" run "$kfuse" run "$file" --target cpu --no-cache
+        expect 0 "run --no-cache beside an unusable KF_CACHE_DIR"
         run "$kfuse" run "$file" --target cpu --cache-dir "$tmp/cdir"
         expect 0 "run --cache-dir"
         if [ -n "$(ls -A "$tmp/cdir" 2>/dev/null)" ]; then pass; else fail "run --cache-dir left it empty"; fi
