@@ -209,11 +209,11 @@ static void report_text(const kf_plan *plan, FILE *out) {
             if (kf_group_in_gemm_sib_set(g)) {
                 fputs("  siblings: ", out);
                 put_gemm_sibs(plan, g, out, false);
-                fprintf(out, " (member %u of %u, groups %u..%u): one A, its norm once",
+                fprintf(out, " (member %u of %u, groups %u..%u): one A through one norm",
                         g->gemm.sib_index + 1, g->gemm.sib_count, g->gemm.sib_first,
                         g->gemm.sib_first + g->gemm.sib_count - 1);
                 if (g->gemm.sib_index == 0) {
-                    fputs(", saves ", out);
+                    fputs("; computed once, it saves ", out);
                     put_bytes(out, gemm_sib_bytes_saved(plan, g));
                     fputs(" of reads of the norm's input", out);
                 }

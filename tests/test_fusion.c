@@ -402,7 +402,7 @@ static void test_gemm_siblings_of_one_normalized_input_form_one_set_the_report_n
              report_name(p->graph->nodes[gv->gemm.anchor[0]], nv, sizeof nv), gq->id, gq->id + 2);
     assert_non_null(strstr(txt, want));
     /* A read once: the two others' 16 x 32 f32 reads of x */
-    assert_non_null(strstr(txt, "its norm once, saves 4.0 KiB of reads of the norm's input"));
+    assert_non_null(strstr(txt, "one A through one norm; computed once, it saves 4.0 KiB of reads of the norm's input"));
     assert_non_null(strstr(txt, "(member 3 of 3"));
     free(txt);
     char *js = report_string(p, KF_REPORT_JSON);
@@ -549,7 +549,7 @@ static void test_llama_layer_qkv_projections_are_one_gemm_sibling_set(void **sta
     assert_int_equal(sets, 1);
     assert_int_equal(members, 3);
     char *txt = report_string(p, KF_REPORT_TEXT);
-    assert_non_null(strstr(txt, "its norm once, saves 256.0 MiB of reads of the norm's input"));
+    assert_non_null(strstr(txt, "computed once, it saves 256.0 MiB of reads of the norm's input"));
     free(txt);
     kf_plan_destroy(p);
 }

@@ -717,7 +717,7 @@ static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_
     return st;
 }
 
-static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
+kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
     const kf_gemm_info *gm = &grp->gemm;
@@ -962,7 +962,12 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     if (scratch) { /* the prologue kernel, a step before the GEMM; A is its scratch */
         char pro[KF_CUDA_NAME_MAX];
         mref sa;
-        st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
+        /* a GEMM sibling set's earlier member wrote it (the same scratch) */
+        bool shared_a = b->sib_shared && kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind !=
+                                             KF_CUDA_BUF_NONE;
+        st = shared_a ? KF_OK
+                      : kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro,
+                                         NULL);
         if (st == KF_OK)
             st = a_operand(b, 0, &sa);
         if (st != KF_OK) {
@@ -971,7 +976,11 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         }
         a.buf = sa.buf;
     }
-    if (norm || fold) { /* the statistics pre-pass, a step before the GEMM */
+    /* a GEMM sibling set's earlier member computed these statistics (the
+     * same scratch, keyed by the norm's input): not again */
+    bool shared_stats = b->sib_shared && (norm || fold) &&
+                        kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, norm_in).kind != KF_CUDA_BUF_NONE;
+    if ((norm || fold) && !shared_stats) { /* the statistics pre-pass, a step before the GEMM */
         kf_cuda_kernel sk;
         memset(&sk, 0, sizeof sk);
         st = kf_cuda_codegen_gemm_stats(plan, b->gi, b->target->arch, b->mem,
@@ -1113,12 +1122,16 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
 }
 
 kf_status kf_rb_gemm(rb *b) {
-    const kf_plan *plan = b->plan;
-    const kf_group *grp = &plan->groups[b->gi];
-    const kf_graph *g = plan->graph;
-    const kf_gemm_info *gm = &grp->gemm;
+    const kf_group *grp = &b->plan->groups[b->gi];
     kf_status st;
-    char pro_name[KF_CUDA_NAME_MAX] = "", epi_name[KF_CUDA_NAME_MAX] = "";
+    /* A GEMM sibling set's first member runs the whole set (below), where
+     * asked for; a set it cannot run so leaves each member to itself. */
+    if ((b->target->flags & KF_CUDA_RECIPE_GEMM_SIBLINGS) && kf_group_in_gemm_sib_set(grp) &&
+        grp->gemm.sib_index == 0) {
+        st = kf_rb_gemm_siblings(b);
+        if (st != KF_ERR_UNSUPPORTED)
+            return st;
+    }
 
     /* 0. The generated kernel, alone or measured against cuBLASLt (below). */
     unsigned want =
@@ -1150,7 +1163,7 @@ kf_status kf_rb_gemm(rb *b) {
      * residual (clean). No A100 has timed the pair yet: which side wins
      * there is the device's own measurement, stored beside the kernel. */
     if (want) {
-        st = add_generated(b, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
+        st = kf_rb_gemm_generated(b, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
         if (st == KF_OK) {
             kf_cuda_recipe *rc = b->rc;
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
@@ -1168,9 +1181,23 @@ kf_status kf_rb_gemm(rb *b) {
             return st;
         }
     }
+    return kf_rb_gemm_lt(b, vi, gen_why);
+}
+
+kf_status kf_rb_gemm_lt(rb *b, uint32_t vi, const char *gen_why) {
+    const kf_plan *plan = b->plan;
+    const kf_group *grp = &plan->groups[b->gi];
+    const kf_graph *g = plan->graph;
+    const kf_gemm_info *gm = &grp->gemm;
+    kf_status st;
+    char pro_name[KF_CUDA_NAME_MAX] = "", epi_name[KF_CUDA_NAME_MAX] = "";
 
     /* 1. A norm prologue on A: a kernel writes A into scratch. */
-    if (gm->a_prologue) {
+    bool shared_a = b->sib_shared && gm->a_prologue &&
+                    kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind != KF_CUDA_BUF_NONE;
+    if (shared_a)
+        snprintf(pro_name, sizeof pro_name, "(the set's first member's)");
+    if (gm->a_prologue && !shared_a) {
         st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro_name, sizeof pro_name, NULL);
         if (st == KF_ERR_NOT_FOUND)
             return kf_msg_set(b->err, KF_ERR_INTERNAL,
