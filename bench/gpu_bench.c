@@ -1338,8 +1338,8 @@ int main(int argc, char **argv) {
     /* LLaMA-7B's Q, K and V projections behind their one RMSNorm, B8 S2048
      * (16384 x 4096 -> 3 x 4096), each its own output: three GEMM groups
      * that form a GEMM sibling set; the *_siblings rows run the set in one
-     * recipe (KF_CUDA_RECIPE_GEMM_SIBLINGS: the norm's statistics, or A
-     * normalized, once), the others each group alone, same run */
+     * recipe (the default: the norm's statistics, or A normalized, once),
+     * the others each group alone (KF_CUDA_RECIPE_GEMM_NO_SIBLINGS), same run */
     char t_llama_qkv[640];
     snprintf(t_llama_qkv, sizeof t_llama_qkv,
              "kfg 1\nx = input(bf16[%d, %d, %d])\ng = input(bf16[%d])\n"
@@ -1504,16 +1504,17 @@ int main(int argc, char **argv) {
         {"rope_q_head_generated", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         /* norm prologues in the generated kernel's A tiles against the
          * cuBLASLt side (the prologue kernel writes A normalized first) */
-        {"llama_qkv", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"llama_qkv_siblings", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO,
-         KF_CUDA_RECIPE_GEMM_SIBLINGS},
+        {"llama_qkv", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
+        {"llama_qkv_siblings", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"llama_qkv_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         0},
+         KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
         {"llama_qkv_siblings_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIBLINGS},
-        {"llama_qkv_cublaslt", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+         KF_GEMM_GENERATED, 0},
+        {"llama_qkv_cublaslt", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
         {"llama_qkv_siblings_cublaslt", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "",
-         KF_GEMM_CUBLASLT, KF_CUDA_RECIPE_GEMM_SIBLINGS},
+         KF_GEMM_CUBLASLT, 0},
         {"swiglu_rms", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"swiglu_rms_generated", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          0},

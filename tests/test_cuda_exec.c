@@ -1912,8 +1912,9 @@ static void flags_case_run(kf_ctx *ctx, kf_graph *g, kf_plan *plan, kf_cuda_exec
     kf_graph_destroy(g);
 }
 
-/* GEMM sibling sets (KF_CUDA_RECIPE_GEMM_SIBLINGS, internal): the set's
- * first member's recipe runs every member, the others have no step. */
+/* GEMM sibling sets (the default; KF_CUDA_RECIPE_GEMM_NO_SIBLINGS, internal,
+ * runs each member alone): the set's first member's recipe runs every
+ * member, the others have no step. */
 static void sib_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
                       const char *dn) {
     uint32_t sets = 0;
@@ -1971,14 +1972,11 @@ static void test_gemm_sibling_sets_match_the_reference(void **state) {
     for (size_t d = 0; d < N_OF(dts); d++) {
         for (size_t c = 0; c < N_OF(cases); c++) {
             if (sm90)
-                flags_case(G.ctx, cases[c][0], dts[d], 2700 + c,
-                           cases[c][1],
-                           KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIBLINGS,
-                           sib_check);
-            flags_case(G.ctx, cases[c][0], dts[d], 2710 + c, cases[c][1],
-                       KF_CUDA_RECIPE_GEMM_SIBLINGS, sib_check);
+                flags_case(G.ctx, cases[c][0], dts[d], 2700 + c, cases[c][1],
+                           KF_CUDA_RECIPE_GEMM_GENERATED, sib_check);
+            flags_case(G.ctx, cases[c][0], dts[d], 2710 + c, cases[c][1], 0, sib_check);
             flags_case(G.ctx, cases[c][0], dts[d], 2720 + c, cases[c][1],
-                       KF_CUDA_RECIPE_GEMM_MEASURED | KF_CUDA_RECIPE_GEMM_SIBLINGS, sib_check);
+                       KF_CUDA_RECIPE_GEMM_MEASURED, sib_check);
         }
     }
     if (!sm90)

@@ -991,7 +991,8 @@ static void test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts(void **stat
     }
 }
 
-/* GEMM siblings (KF_CUDA_RECIPE_GEMM_SIBLINGS): Q, K, V behind one RMSNorm,
+/* GEMM siblings (the default; KF_CUDA_RECIPE_GEMM_NO_SIBLINGS runs each member
+ * alone): Q, K, V behind one RMSNorm,
  * each with its own epilogue (q + bias, silu(k), v), N 128 / 64 / 64 against
  * M 512 so each folds the norm into its B. `qn` = 384 makes q too wide to
  * fold (2 N >= M): q reads A from the prologue's scratch, k and v fold. */
@@ -1029,9 +1030,10 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
                 first = gi;
         assert_int_not_equal(first, KF_NONE);
         assert_int_equal(p.plan->groups[first].gemm.sib_count, 3);
-        /* flag off: three recipes, each its own statistics (or prologue) */
-        kf_cuda_recipes *rec =
-            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        /* each alone: three recipes, each its own statistics (or prologue) */
+        kf_cuda_recipes *rec = kf_sass_recipes(
+            &MEM, p.plan, "h100", NULL,
+            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_NO_SIBLINGS);
         uint32_t pre = 0;
         for (uint32_t j = 0; j < 3; j++) {
             assert_int_equal(rec->recipes[first + j].n_members, 1);
@@ -1041,8 +1043,7 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
         assert_int_equal(pre, 3);
         kf_cuda_recipes_destroy(rec);
         /* generated, the set in its first member's recipe */
-        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIBLINGS);
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
         const kf_cuda_recipe *rc = &rec->recipes[first];
         assert_int_equal(rc->n_members, 3);
         assert_int_equal(rc->n_variants, 1);
@@ -1088,8 +1089,7 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
         assert_int_equal(gemms, 3);
         kf_cuda_recipes_destroy(rec);
         /* measured: cuBLASLt's side writes A normalized once */
-        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                              KF_CUDA_RECIPE_GEMM_MEASURED | KF_CUDA_RECIPE_GEMM_SIBLINGS);
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_MEASURED);
         rc = &rec->recipes[first];
         expect_measured_pair(rc);
         assert_int_equal(rc->n_members, 3);
@@ -1113,8 +1113,7 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
                   "q = matmul(n, wq)\nk = matmul(n, wk)\nv = matmul(n, wv)\no0 = matmul(n, wo)\n"
                   "o = relu(o0)\noutput q\noutput k\noutput v\noutput o\n",
                   &p);
-        kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                                               modes[m] | KF_CUDA_RECIPE_GEMM_SIBLINGS);
+        kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, modes[m]);
         uint32_t runs = 0, stats = 0, pro = 0;
         for (uint32_t gi = 0; gi < rec->n; gi++) {
             const kf_cuda_recipe *rc = &rec->recipes[gi];

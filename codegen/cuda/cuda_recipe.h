@@ -99,16 +99,13 @@ enum {
                                                         (templates/attention_sm90.cuh,
                                                         KF_PIN_SOFTMAX); measured slower
                                                         (H200, 9f046fe), kept for measuring */
-    KF_CUDA_RECIPE_GEMM_SIBLINGS = 1u << 18,       /* internal: a GEMM sibling set of the plan
-                                                      (gemm.sib_*: Q, K, V behind one norm) runs
-                                                      in its first member's recipe, the norm
-                                                      computed once: its row statistics on the
-                                                      generated side (one pre-pass, then each
-                                                      member's fold and GEMM), A normalized
-                                                      once on cuBLASLt's (one prologue kernel,
-                                                      then each member's GEMM and epilogue);
-                                                      the other members' recipes have no step.
-                                                      Off until its GPU numerics pass */
+    KF_CUDA_RECIPE_GEMM_NO_SIBLINGS = 1u << 18,    /* internal: each member of a GEMM sibling
+                                                      set (gemm.sib_*: Q, K, V behind one norm)
+                                                      runs its own recipe, the norm computed by
+                                                      each (the schedule before; the bench
+                                                      compares). Without it the set runs in its
+                                                      first member's recipe with the norm
+                                                      computed once (recipe_gemm_siblings.c) */
     KF_CUDA_RECIPE_ATTENTION_F32_SCORE = 1u << 17, /* internal: the sm_90a attention kernel
                                                       takes a scale of Q.K^T (then at most a
                                                       -inf mask) in f32, unrounded, folded into
@@ -301,7 +298,7 @@ typedef struct kf_cuda_recipe {
     uint32_t n_scratch;
     kf_cuda_scratch scratch[KF_CUDA_MAX_SCRATCH];
     uint32_t n_members; /* the groups this recipe runs, from `group` on: 1, or a GEMM sibling
-                           set's members (KF_CUDA_RECIPE_GEMM_SIBLINGS), whose own recipes
+                           set's members (recipe_gemm_siblings.c), whose own recipes
                            then have no step; 0 for a group another recipe runs */
 } kf_cuda_recipe;
 

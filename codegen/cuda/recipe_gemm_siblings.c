@@ -1,7 +1,7 @@
 /*
  * recipe_gemm_siblings.c -- the recipe of a GEMM sibling set (the plan's
  * gemm.sib_*, fusion/fuse_gemm_siblings.c: GEMMs that read one A through one
- * norm prologue, adjacent in the plan), behind KF_CUDA_RECIPE_GEMM_SIBLINGS:
+ * norm prologue, adjacent in the plan), unless KF_CUDA_RECIPE_GEMM_NO_SIBLINGS:
  * the set's first member's recipe runs every member, the norm computed once.
  *
  *   generated  stats pre-pass (once) -> per member: fold pre-pass, GEMM kernel
