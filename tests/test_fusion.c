@@ -498,6 +498,29 @@ static void test_gemm_siblings_without_a_prologue_or_reading_each_other_keep_apa
     assert_non_null(strstr(group_of(p, k)->gemm.sib_apart, "read one another's values"));
 }
 
+/* A member's epilogue reads a value another group computes after the first
+ * member's matmul: the set waits for that group, and its members stay
+ * adjacent. */
+static void test_gemm_siblings_stay_adjacent_when_a_member_waits_for_another_group(
+    void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 16, 32);
+    kf_tensor *n = kf_rms_norm(f->g, x, in1(f->g, "gw", 32), -1, 1e-6);
+    kf_tensor *q = kf_matmul(f->g, n, in2(f->g, "wq", 32, 32), 0, 0);
+    kf_tensor *t = kf_exp(f->g, kf_reduce_sum(f->g, in2(f->g, "y", 16, 32), -1, 1));
+    kf_tensor *k = kf_add(f->g, kf_matmul(f->g, n, in2(f->g, "wk", 32, 32), 0, 0), t);
+    kf_tensor *v = kf_matmul(f->g, n, in2(f->g, "wv", 32, 32), 0, 0);
+    kf_output(f->g, "q", q);
+    kf_output(f->g, "k", k);
+    kf_output(f->g, "v", v);
+    const kf_plan *p = plan(f);
+    const kf_group *gq = group_of(p, q), *gt = group_of(p, t);
+    assert_int_equal(gq->gemm.sib_count, 3);
+    assert_true(gt->id < gq->id);
+    assert_int_equal(group_of(p, k)->id, gq->id + 1);
+    assert_int_equal(group_of(p, v)->id, gq->id + 2);
+}
+
 static void test_plan_checker_rejects_a_broken_gemm_sibling_set(void **state) {
     fixture *f = *state;
     kf_tensor *q, *k, *v, *x;
@@ -2022,6 +2045,7 @@ int main(void) {
         T(test_gemm_siblings_of_one_normalized_input_form_one_set_the_report_names),
         T(test_gemm_siblings_with_another_gamma_eps_or_norm_keep_apart_and_say_why),
         T(test_gemm_siblings_without_a_prologue_or_reading_each_other_keep_apart),
+        T(test_gemm_siblings_stay_adjacent_when_a_member_waits_for_another_group),
         T(test_plan_checker_rejects_a_broken_gemm_sibling_set),
         T(test_llama_layer_qkv_projections_are_one_gemm_sibling_set),
         T(test_norm_feeding_three_projections_is_recomputed_in_each),
