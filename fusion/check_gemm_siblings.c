@@ -41,8 +41,8 @@ kf_status kf_plan_check_gemm_siblings(const kf_plan *plan) {
     if (!plan || !plan->graph)
         return KF_ERR_INVALID_ARGUMENT;
     const kf_graph *g = plan->graph;
-    uint32_t max = plan->options.gemm_sibling_max ? plan->options.gemm_sibling_max
-                                                  : KF_GEMM_SIBLING_MAX;
+    uint32_t max =
+        plan->options.gemm_sibling_max ? plan->options.gemm_sibling_max : KF_GEMM_SIBLING_MAX;
     for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
         const kf_group *grp = &plan->groups[gi];
         if (!kf_group_in_gemm_sib_set(grp) || grp->gemm.sib_index != 0)
@@ -52,8 +52,9 @@ kf_status kf_plan_check_gemm_siblings(const kf_plan *plan) {
             return sib_fail(plan, "group %u is a set's first member but names group %u as first",
                             gi, g0->sib_first);
         if (g0->sib_count > max || g0->sib_count > plan->n_groups - gi)
-            return sib_fail(plan, "the set at group %u has %u members (the bound is %u, %u groups "
-                                  "follow)",
+            return sib_fail(plan,
+                            "the set at group %u has %u members (the bound is %u, %u groups "
+                            "follow)",
                             gi, g0->sib_count, max, plan->n_groups - gi);
         const kf_tensor *m0 = g->nodes[g0->anchor[0]];
         for (uint32_t j = 0; j < g0->sib_count; j++) {
@@ -66,8 +67,7 @@ kf_status kf_plan_check_gemm_siblings(const kf_plan *plan) {
                                 "(first %u, index %u, count %u)",
                                 gi + j, j, gi, gm->sib_first, gm->sib_index, gm->sib_count);
             const kf_tensor *mm = g->nodes[gm->anchor[0]];
-            if (gm->n_anchors != 1 || gm->row_epilogue || !gm->a_prologue ||
-                gm->a[0] != g0->a[0])
+            if (gm->n_anchors != 1 || gm->row_epilogue || !gm->a_prologue || gm->a[0] != g0->a[0])
                 return sib_fail(plan,
                                 "group %u in the set at group %u is not a single GEMM reading "
                                 "the set's norm prologue %%%u",

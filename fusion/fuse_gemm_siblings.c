@@ -105,8 +105,8 @@ static const char *why_apart(kf_planner *p, const gset *s, uint32_t gi, uint32_t
         return buf;
     }
     if (s->n >= max) {
-        snprintf(buf, size, "the set of group %%%u is full (%u GEMMs, gemm_sibling_max)",
-                 m0->id, max);
+        snprintf(buf, size, "the set of group %%%u is full (%u GEMMs, gemm_sibling_max)", m0->id,
+                 max);
         return buf;
     }
     for (uint32_t i = 0; i < s->n; i++) {
@@ -153,7 +153,8 @@ static uint32_t candidates(kf_planner *p, const kf_tensor *x, uint32_t *out) {
     }
     /* the matmuls' creation order (an insertion sort: a handful) */
     for (uint32_t i = 1; i < n; i++)
-        for (uint32_t j = i; j > 0 && p->groups[out[j]].anchor < p->groups[out[j - 1]].anchor; j--) {
+        for (uint32_t j = i; j > 0 && p->groups[out[j]].anchor < p->groups[out[j - 1]].anchor;
+             j--) {
             uint32_t t = out[j];
             out[j] = out[j - 1];
             out[j - 1] = t;

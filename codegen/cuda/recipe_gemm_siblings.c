@@ -154,4 +154,3 @@ kf_status kf_rb_gemm_siblings(rb *b) {
     rc->n_members = n;
     return KF_OK;
 }
-
