@@ -472,7 +472,10 @@ static void debug_dump(const kf_planner *p, const char *after) {
             fprintf(stderr, ":%s", kf_op_get(x->op)->name);
             sep = " ";
         }
-        fprintf(stderr, "}\n");
+        fprintf(stderr, "}");
+        if (p->groups[gi].gsib_set != KF_NONE)
+            fprintf(stderr, " gemm siblings of g%u", p->groups[gi].gsib_set);
+        fprintf(stderr, "\n");
     }
 }
 
