@@ -1124,14 +1124,9 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
 kf_status kf_rb_gemm(rb *b) {
     const kf_group *grp = &b->plan->groups[b->gi];
     kf_status st;
-    /* A GEMM sibling set's first member runs the whole set, unless asked
-     * not to; a set it cannot run so leaves each member to itself. Its GPU
-     * numerics passed on an H200 (42c4969, test_cuda_exec's
-     * test_gemm_sibling_sets_match_the_reference: q/k/v with three
-     * epilogues, ragged, a member from the prologue's scratch beside folded
-     * ones, a LayerNorm set of four; bf16 and f16; generated, cuBLASLt and
-     * measured), and it ran LLaMA-7B's Q/K/V (B8 S2048) in 2.220 ms against
-     * 2.340 for the three groups alone, measured (bench llama_qkv*). */
+    /* A GEMM sibling set's first member runs the whole set unless asked not
+     * to (recipe_gemm_siblings.c); a set it cannot run so leaves each member
+     * to itself. */
     if (!(b->target->flags & KF_CUDA_RECIPE_GEMM_NO_SIBLINGS) && kf_group_in_gemm_sib_set(grp) &&
         grp->gemm.sib_index == 0) {
         st = kf_rb_gemm_siblings(b);
