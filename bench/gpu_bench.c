@@ -1341,6 +1341,20 @@ int main(int argc, char **argv) {
              "w = input(bf16[%d, %d])\nb = input(bf16[%d])\nn = layer_norm(x, g, c, eps=1e-5)\n"
              "h = matmul(n, w)\ny = add(h, b)\noutput y\n",
              VM, VD, VD, VD, VD, 3 * VD, 3 * VD);
+    /* LLaMA-7B's Q, K and V projections behind their one RMSNorm, B8 S2048
+     * (16384 x 4096 -> 3 x 4096), each its own output: three GEMM groups
+     * that form a GEMM sibling set; the *_siblings rows run the set in one
+     * recipe (the default: the norm's statistics, or A normalized, once),
+     * the others each group alone (KF_CUDA_RECIPE_GEMM_NO_SIBLINGS), same run */
+    char t_llama_qkv[640];
+    snprintf(t_llama_qkv, sizeof t_llama_qkv,
+             "kfg 1\nx = input(bf16[%d, %d, %d])\ng = input(bf16[%d])\n"
+             "wq = input(bf16[%d, %d])\nwk = input(bf16[%d, %d])\nwv = input(bf16[%d, %d])\n"
+             "n = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq)\nk = matmul(n, wk)\n"
+             "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+             QB, QS, QD, QD, QD, QD, QD, QD, QD, QD);
+    double lqbytes = 2.0 * ((double)QB * QS * QD * 4.0 + 3.0 * (double)QD * QD + QD);
+    double lqflops = 2.0 * (double)QB * QS * QD * 3.0 * QD;
     /* GPT-2-medium's MLP up projection behind its LayerNorm: 16384 x 1024 ->
      * 4096, bias, gelu_tanh (K = 1024: the epilogue is a large part of a
      * tile's time) */
@@ -1512,6 +1526,17 @@ int main(int argc, char **argv) {
         {"rope_q_head_generated", t_rope, qbytes, qflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         /* norm prologues in the generated kernel's A tiles against the
          * cuBLASLt side (the prologue kernel writes A normalized first) */
+        {"llama_qkv", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
+        {"llama_qkv_siblings", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"llama_qkv_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
+        {"llama_qkv_siblings_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, 0},
+        {"llama_qkv_cublaslt", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
+        {"llama_qkv_siblings_cublaslt", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_CUBLASLT, 0},
         {"swiglu_rms", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"swiglu_rms_generated", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          0},

@@ -50,6 +50,9 @@
  *       exactly the group's shape, as its flat loop stores every element --
  *       and stays within the plan options' bounds: at most
  *       sibling_max_outputs writes and sibling_max_args reads + writes.
+ *   S10 GEMM sibling sets (fusion/check_gemm_siblings.c) are runs of adjacent
+ *       single GEMM groups, within gemm_sibling_max, reading one norm prologue
+ *       A of one dtype, K and batch, none reading what another writes.
  *
  * Values (kf_plan_check): the inputs are filled from `seed` (floats uniform in
  * [-2, 2], i32 in [-8, 8], bool 0/1), the unfused graph is evaluated by
@@ -443,6 +446,8 @@ kf_status kf_plan_check_structure(const kf_plan *plan) {
         return kf_ir_note(plan->graph, KF_ERR_OUT_OF_MEMORY, "plan check: out of memory");
     kf_status st = check_structure(plan, &s);
     scratch_free(&s);
+    if (st == KF_OK)
+        st = kf_plan_check_gemm_siblings(plan);
     return st;
 }
 

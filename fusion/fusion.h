@@ -96,6 +96,11 @@
  * (reads + writes), kept well under the CUDA launch's KF_CUDA_MAX_PARAMS (64). */
 #define KF_SIBLING_MAX_OUTPUTS 16
 #define KF_SIBLING_MAX_ARGS 32
+/* GEMM siblings (fusion/fuse_gemm_siblings.c): GEMM groups that read one
+ * normalized A form a set of at most this many members (the default of
+ * kf_plan_options.gemm_sibling_max): Q, K and V, or a fourth projection of the
+ * same input; a bound keeps one set's kernels and scratch within a recipe. */
+#define KF_GEMM_SIBLING_MAX 4
 
 /* ------------------------------------------------------------------------ */
 /* Group kinds                                                                */
@@ -278,6 +283,18 @@ typedef struct kf_gemm_info {
                              the product's + 1; ACC at (.., m, h, d) is the product at
                              (.., m, h * head_dim + d). The product itself is not written */
     bool heads_first;
+    /* GEMM siblings (fusion/fuse_gemm_siblings.c): GEMM groups that read the
+     * same operand A through the same norm prologue (the Q, K and V projections
+     * of one normalized input) form a set, its members adjacent in the plan's
+     * order, so a backend may run them as one: the row statistics (or the
+     * normalized A) computed once, A read once. Each member keeps its own
+     * epilogue and writes; the plan's semantics are each member's alone.
+     * sib_first: the plan id of the set's first member (KF_NONE when the
+     * group is in no set); sib_index: this member's place (0-based);
+     * sib_count: the members. sib_apart: why this group was kept out of a set
+     * whose A it shares (or split from it by the bound), "" when it was not. */
+    uint32_t sib_first, sib_index, sib_count;
+    char sib_apart[96];
 } kf_gemm_info;
 
 typedef enum kf_mask_kind {
@@ -394,7 +411,8 @@ typedef struct kf_plan_edge {
     X(ELEMENTWISE, "fuse_elementwise")                                                             \
     X(HEAD_EPILOGUE, "fuse_head_epilogue")                                                         \
     X(SIBLINGS, "fuse_siblings")                                                                   \
-    X(VIEW_SLICES, "view_slices")
+    X(VIEW_SLICES, "view_slices")                                                                  \
+    X(GEMM_SIBLINGS, "fuse_gemm_siblings")
 
 typedef enum kf_pass_id {
 #define KF_X(NAME, TEXT) KF_PASS_##NAME,
@@ -415,6 +433,8 @@ typedef struct kf_plan_options {
                                          KF_GEMM_ROW_SPLIT_MAX_N under KF_FLAG_SPLIT_ROW_NORMS */
     uint32_t sibling_max_outputs;     /* default KF_SIBLING_MAX_OUTPUTS (0: the default) */
     uint32_t sibling_max_args;        /* default KF_SIBLING_MAX_ARGS (0: the default) */
+    uint32_t gemm_sibling_max;        /* default KF_GEMM_SIBLING_MAX (0: the default); 1 forms
+                                         no GEMM sibling sets */
     bool gemm_head_epilogue;          /* default false: fuse_head_epilogue may move the elementwise
                                          consumer of a GEMM's head view (reshape [.., N] to
                                          [.., H, D], maybe a permute of M and H: a rotary
@@ -451,6 +471,11 @@ void kf_plan_options_init(kf_plan_options *o);
  * KF_ERR_VERIFY (and the verifier's own), KF_ERR_OUT_OF_MEMORY. */
 kf_status kf_plan_create(kf_graph *g, const kf_plan_options *options, kf_plan **out);
 void kf_plan_destroy(kf_plan *plan);
+
+/* True when GEMM group g is a member of a GEMM sibling set (gemm.sib_*). */
+static inline bool kf_group_in_gemm_sib_set(const kf_group *g) {
+    return g->kind == KF_GROUP_GEMM && g->gemm.sib_first != KF_NONE && g->gemm.sib_count > 1;
+}
 
 /* Number of groups that are kernels (all but VIEW). */
 uint32_t kf_plan_kernel_count(const kf_plan *plan);
@@ -489,6 +514,10 @@ const char *kf_plan_device_for_gpu(const char *gpu_name);
  * with the message, naming the rule, on the graph (kf_graph_error);
  * KF_ERR_OUT_OF_MEMORY as usual. */
 kf_status kf_plan_check_structure(const kf_plan *plan);
+/* The structure rule S10 of GEMM sibling sets (fusion/check_gemm_siblings.c),
+ * which kf_plan_check_structure applies: KF_OK, or KF_ERR_INTERNAL with the
+ * message on the graph. */
+kf_status kf_plan_check_gemm_siblings(const kf_plan *plan);
 kf_status kf_plan_check(const kf_plan *plan, uint64_t seed, double *max_rel_err);
 
 /* Report (fusion/report.c). */

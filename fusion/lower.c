@@ -1301,12 +1301,14 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     uint32_t *soff = kf_mem_calloc(m, ng + 2, sizeof(uint32_t));
     uint32_t *indeg = kf_mem_calloc(m, ng + 1, sizeof(uint32_t));
     uint32_t *heap = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
+    uint32_t *rep = kf_mem_alloc(m, (ng + 1) * sizeof(uint32_t));
     uint32_t *succ = NULL, n_succ = 0;
     plan->group_of = kf_mem_alloc(m, n * sizeof(uint32_t));
     kf_status st = KF_OK;
     if (!L.memo[0] || !L.memo[1] || !L.touched || !L.computed || !L.view_base || !L.view_strides ||
         !L.view_contig || !L.view_offset || !order || !plan_id || !deps || !seen || !done ||
-        !first || !plan->group_of || !L.clist || !L.moff || !L.mem || !soff || !indeg || !heap)
+        !first || !plan->group_of || !L.clist || !L.moff || !L.mem || !soff || !indeg || !heap ||
+        !rep)
         st = KF_ERR_OUT_OF_MEMORY;
     if (st == KF_OK) {
         /* Members of every group in id order: a counting sort by group. */
@@ -1338,6 +1340,19 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
             if (p->gid[t] != KF_NONE)
                 first[p->gid[t]] = t;
         }
+        /* A GEMM sibling set (fuse_gemm_siblings) is one node of the order,
+         * represented by its founding group and keyed by its members' first
+         * tensor: when it is ready, its members follow one another. */
+        for (uint32_t gi = 0; gi < ng; gi++)
+            rep[gi] = gi;
+        for (uint32_t gi = 0; gi < ng; gi++) {
+            uint32_t r = p->groups[gi].gsib_set;
+            if (r == KF_NONE || !p->groups[gi].alive || first[gi] == KF_NONE)
+                continue;
+            rep[gi] = r;
+            if (first[gi] < first[r])
+                first[r] = first[gi];
+        }
         /* Kahn's algorithm; among ready groups the one whose first member
          * comes first, so plans are deterministic and read in graph order.
          * Each group's dependencies are found once (a sweep of its members):
@@ -1352,13 +1367,14 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
                     continue;
                 uint32_t nd = deps_of(&L, gi, deps, seen);
                 for (uint32_t k = 0; k < nd; k++) {
-                    if (!p->groups[deps[k]].alive || first[deps[k]] == KF_NONE)
+                    if (!p->groups[deps[k]].alive || first[deps[k]] == KF_NONE ||
+                        rep[deps[k]] == rep[gi])
                         continue;
                     if (pass == 0) {
-                        soff[deps[k] + 1]++;
-                        indeg[gi]++;
+                        soff[rep[deps[k]] + 1]++;
+                        indeg[rep[gi]]++;
                     } else {
-                        succ[soff[deps[k]]++] = gi;
+                        succ[soff[rep[deps[k]]]++] = rep[gi];
                     }
                 }
             }
@@ -1377,7 +1393,7 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
         }
         uint32_t n_heap = 0;
         for (uint32_t gi = 0; gi < ng && st == KF_OK; gi++)
-            if (p->groups[gi].alive && first[gi] != KF_NONE && indeg[gi] == 0)
+            if (p->groups[gi].alive && first[gi] != KF_NONE && indeg[gi] == 0 && rep[gi] == gi)
                 heap_push(heap, &n_heap, first, gi);
         while (st == KF_OK && n_order < live) {
             if (KF_NEVER(n_heap == 0)) {
@@ -1389,6 +1405,14 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
             done[best] = true;
             plan_id[best] = n_order;
             order[n_order++] = best;
+            if (p->groups[best].gsib_set == best) /* the other members, in group order */
+                for (uint32_t gi = 0; gi < ng && n_order < live; gi++)
+                    if (gi != best && rep[gi] == best && p->groups[gi].alive &&
+                        first[gi] != KF_NONE) {
+                        done[gi] = true;
+                        plan_id[gi] = n_order;
+                        order[n_order++] = gi;
+                    }
             for (uint32_t k = soff[best]; k < soff[best + 1]; k++)
                 if (--indeg[succ[k]] == 0)
                     heap_push(heap, &n_heap, first, succ[k]);
@@ -1421,6 +1445,21 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
             if (plan->group_of[g->computed[k]] == KF_NONE)
                 plan->group_of[g->computed[k]] = i;
         }
+    }
+    /* GEMM sibling sets: each member names the set's first plan id, its
+     * place and the member count; every GEMM group its reason to keep apart. */
+    for (uint32_t i = 0; i < n_order && st == KF_OK; i++) {
+        kf_gemm_info *gm = &plan->groups[i].gemm;
+        const kf_pgroup *pg = &p->groups[order[i]];
+        gm->sib_first = KF_NONE;
+        snprintf(gm->sib_apart, sizeof gm->sib_apart, "%s", pg->gsib_apart);
+        if (pg->gsib_set == KF_NONE || plan->groups[i].kind != KF_GROUP_GEMM)
+            continue;
+        bool cont = i > 0 && p->groups[order[i - 1]].gsib_set == pg->gsib_set;
+        gm->sib_first = cont ? plan->groups[i - 1].gemm.sib_first : i;
+        gm->sib_index = i - gm->sib_first;
+        for (uint32_t j = gm->sib_first; j <= i; j++)
+            plan->groups[j].gemm.sib_count = gm->sib_index + 1;
     }
     /* Edges between groups, each with its reason [I7]. */
     for (uint32_t c = 0; c < n && st == KF_OK; c++) {
@@ -1502,6 +1541,7 @@ kf_status kf_pl_lower(kf_planner *p, kf_plan *plan) {
     kf_mem_free(m, soff, (ng + 2) * sizeof(uint32_t));
     kf_mem_free(m, indeg, (ng + 1) * sizeof(uint32_t));
     kf_mem_free(m, heap, (ng + 1) * sizeof(uint32_t));
+    kf_mem_free(m, rep, (ng + 1) * sizeof(uint32_t));
     kf_mem_free(m, succ, (n_succ + 1) * sizeof(uint32_t));
     return st;
 }

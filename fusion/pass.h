@@ -38,6 +38,11 @@ typedef struct kf_pgroup {
      * that split them (NULL: none) */
     uint32_t sib_of, sib_count, sib_part, sib_parts;
     const char *sib_bound;
+    /* fuse_gemm_siblings: the GEMM sibling set this group is in (the id of the
+     * set's founding group; KF_NONE when in none), and why it was kept out of
+     * the set of the GEMMs that share its A ("" when it was not) */
+    uint32_t gsib_set;
+    char gsib_apart[96];
 } kf_pgroup;
 
 typedef struct kf_planner {
@@ -117,6 +122,7 @@ kf_status kf_fuse_elementwise(kf_planner *p);
 kf_status kf_fuse_siblings(kf_planner *p);
 kf_status kf_view_slices(kf_planner *p);
 kf_status kf_fuse_head_epilogue(kf_planner *p);
+kf_status kf_fuse_gemm_siblings(kf_planner *p);
 
 /* Grows a group's epilogue greedily: absorbs every elementwise consumer of a
  * member that has the anchor's shape `dims` and keeps invariants 1-5 (shared

@@ -8,7 +8,7 @@
  *        ▼
  *   fuse_attention ─► fuse_swiglu ─► fuse_norm_prologue ─► fuse_gemm_epilogue
  *        ─► fuse_rowwise ─► fuse_elementwise ─► fuse_siblings ─► view_slices
- *                                                     (each switchable; KF_DEBUG=1 dumps)
+ *        ─► fuse_gemm_siblings                        (each switchable; KF_DEBUG=1 dumps)
  *        ▼
  *   lower: order groups, build expressions, reads/writes, name kernels, list
  *          every unfused edge with its reason ─► kf_plan
@@ -185,7 +185,7 @@ uint32_t kf_pl_new_group(kf_planner *p, kf_group_kind kind, kf_tensor *anchor) {
     pg->kind = kind;
     pg->anchor = anchor ? anchor->id : KF_NONE;
     pg->anchor2 = pg->row_op = pg->prologue = pg->softmax = pg->qk = pg->lse = pg->sib_of =
-        pg->head_view = KF_NONE;
+        pg->head_view = pg->gsib_set = KF_NONE;
     pg->head = pg->tail = KF_NONE;
     if (anchor) {
         uint32_t old = p->gid[anchor->id];
@@ -315,6 +315,7 @@ void kf_plan_options_init(kf_plan_options *o) {
     o->norm_prologue_max_k = KF_NORM_PROLOGUE_MAX_K;
     o->sibling_max_outputs = KF_SIBLING_MAX_OUTPUTS;
     o->sibling_max_args = KF_SIBLING_MAX_ARGS;
+    o->gemm_sibling_max = KF_GEMM_SIBLING_MAX;
 }
 
 typedef struct pass_entry {
@@ -332,6 +333,7 @@ static const pass_entry pipeline[] = {
     {KF_PASS_HEAD_EPILOGUE, kf_fuse_head_epilogue},
     {KF_PASS_SIBLINGS, kf_fuse_siblings},
     {KF_PASS_VIEW_SLICES, kf_view_slices},
+    {KF_PASS_GEMM_SIBLINGS, kf_fuse_gemm_siblings},
 };
 _Static_assert(sizeof pipeline / sizeof *pipeline == KF_PASS_COUNT, "every pass in the pipeline");
 
@@ -470,7 +472,10 @@ static void debug_dump(const kf_planner *p, const char *after) {
             fprintf(stderr, ":%s", kf_op_get(x->op)->name);
             sep = " ";
         }
-        fprintf(stderr, "}\n");
+        fprintf(stderr, "}");
+        if (p->groups[gi].gsib_set != KF_NONE)
+            fprintf(stderr, " gemm siblings of g%u", p->groups[gi].gsib_set);
+        fprintf(stderr, "\n");
     }
 }
 

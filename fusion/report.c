@@ -63,6 +63,29 @@ static void sibling_bound_text(const kf_plan *plan, const kf_group *g, char *buf
     snprintf(buf, size, "%u %s", v, outs ? "outputs" : "arguments");
 }
 
+/* A GEMM sibling set's saving (fusion/fuse_gemm_siblings.c): every member
+ * but one no longer reads the norm's input for the row statistics (or for
+ * the normalized A): (count - 1) x that input's bytes. */
+static double gemm_sib_bytes_saved(const kf_plan *plan, const kf_group *g) {
+    const kf_tensor *a = plan->graph->nodes[g->gemm.a[0]];
+    const kf_tensor *x = a->nsrc > 0 ? a->src[0] : a;
+    return (double)(g->gemm.sib_count - 1) * (double)kf_ir_numel(x) *
+           (double)kf_dtype_size(x->dtype);
+}
+
+/* The set's members (their matmuls), as "%23, %29, %35". */
+static void put_gemm_sibs(const kf_plan *plan, const kf_group *g, FILE *out, bool json) {
+    char nb[24];
+    for (uint32_t i = 0; i < g->gemm.sib_count; i++) {
+        const kf_group *m = &plan->groups[g->gemm.sib_first + i];
+        fputs(i ? ", " : "", out);
+        if (json)
+            kf_ir_json_string(out, tname(plan, m->gemm.anchor[0], nb, sizeof nb));
+        else
+            fputs(tname(plan, m->gemm.anchor[0], nb, sizeof nb), out);
+    }
+}
+
 static void put_ops(const kf_plan *plan, const kf_group *g, FILE *out, size_t max) {
     size_t shown = 0;
     for (uint32_t i = 0; i < g->n_computed; i++) {
@@ -183,6 +206,21 @@ static void report_text(const kf_plan *plan, FILE *out) {
                 kf_expr_print(plan, g, g->gemm.a_root, out);
                 fputc('\n', out);
             }
+            if (kf_group_in_gemm_sib_set(g)) {
+                fputs("  siblings: ", out);
+                put_gemm_sibs(plan, g, out, false);
+                fprintf(out, " (member %u of %u, groups %u..%u): one A through one norm",
+                        g->gemm.sib_index + 1, g->gemm.sib_count, g->gemm.sib_first,
+                        g->gemm.sib_first + g->gemm.sib_count - 1);
+                if (g->gemm.sib_index == 0) {
+                    fputs("; computed once, it saves ", out);
+                    put_bytes(out, gemm_sib_bytes_saved(plan, g));
+                    fputs(" of reads of the norm's input", out);
+                }
+                fputc('\n', out);
+            }
+            if (g->gemm.sib_apart[0])
+                fprintf(out, "  kept apart from its GEMM siblings: %s\n", g->gemm.sib_apart);
         }
         if (g->kind == KF_GROUP_ATTENTION) {
             fputs("  score = ", out);
@@ -333,6 +371,19 @@ static void report_json(const kf_plan *plan, const kf_report_extra *extra, FILE 
                     g->gemm.a_prologue ? "true" : "false", g->gemm.row_epilogue ? "true" : "false",
                     g->gemm.row_split ? "true" : "false", (long long)g->gemm.head_dim,
                     g->gemm.heads_first ? "true" : "false");
+            if (kf_group_in_gemm_sib_set(g)) {
+                fprintf(out,
+                        ",\n     \"gemm_siblings\": {\"first\": %u, \"index\": %u, \"count\": %u, "
+                        "\"bytes_saved\": %.0f, \"members\": [",
+                        g->gemm.sib_first, g->gemm.sib_index, g->gemm.sib_count,
+                        g->gemm.sib_index == 0 ? gemm_sib_bytes_saved(plan, g) : 0.0);
+                put_gemm_sibs(plan, g, out, true);
+                fputs("]}", out);
+            }
+            if (g->gemm.sib_apart[0]) {
+                fputs(",\n     \"gemm_siblings_apart\": ", out);
+                kf_ir_json_string(out, g->gemm.sib_apart);
+            }
         }
         if (g->kind == KF_GROUP_ATTENTION) {
             fputs(",\n     \"attention\": {\"mask\": ", out);

@@ -1092,6 +1092,55 @@ static void test_sibling_multi_output_kernels_in_every_float_dtype(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* The members of the first GEMM sibling set of `text`'s plan (0: none). */
+static uint32_t sib_members(kf_ctx *ctx, const char *text) {
+    kf_graph *g = parse(ctx, text);
+    kf_plan *p = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &p), KF_OK);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n_groups && !n; i++)
+        if (kf_group_in_gemm_sib_set(&p->groups[i]))
+            n = p->groups[i].gemm.sib_count;
+    kf_plan_destroy(p);
+    kf_graph_destroy(g);
+    return n;
+}
+
+/* GEMM sibling sets (fusion/fuse_gemm_siblings.c): the CPU runs the members
+ * one after another, each computing its norm, in the set's order; q, k, v
+ * with their own epilogues, and a LayerNorm set of four in a batch. */
+static void test_gemm_sibling_sets_in_every_gemm_dtype(void **state) {
+    (void)state;
+    kf_ctx *ctx = new_ctx();
+    kf_test_rng r = kf_test_rng_make(16);
+    static const char *const dts[] = {"f32", "f16", "bf16"};
+    int bad = 0;
+    char text[2048];
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+        const char *d = dts[i];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[37, 72])\ng = input(%s[72])\nwq = input(%s[72, 80])\n"
+                 "bq = input(%s[80])\nwk = input(%s[72, 24])\nwv = input(%s[72, 40])\n"
+                 "n = rms_norm(x, g, eps=1e-6)\nq0 = matmul(n, wq)\nq = add(q0, bq)\n"
+                 "k0 = matmul(n, wk)\nk = silu(k0)\nv = matmul(n, wv)\n"
+                 "output q\noutput k\noutput v\n",
+                 d, d, d, d, d, d);
+        assert_int_equal(sib_members(ctx, text), 3);
+        bad += !check_text(ctx, text, &r);
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[3, 20, 48])\ng = input(%s[48])\nb = input(%s[48])\n"
+                 "w1 = input(%s[48, 16])\nw2 = input(%s[48, 16])\nw3 = input(%s[48, 32])\n"
+                 "w4 = input(%s[48, 8])\nn = layer_norm(x, g, b, eps=1e-5)\n"
+                 "y1 = matmul(n, w1)\ny2 = matmul(n, w2)\ny3 = matmul(n, w3)\ny4 = matmul(n, w4)\n"
+                 "z4 = relu(y4)\noutput y1\noutput y2\noutput y3\noutput z4\n",
+                 d, d, d, d, d, d, d);
+        assert_int_equal(sib_members(ctx, text), 4);
+        bad += !check_text(ctx, text, &r);
+    }
+    kf_ctx_destroy(ctx);
+    assert_int_equal(bad, 0);
+}
+
 static void test_views_copies_and_aliased_outputs(void **state) {
     (void)state;
     kf_ctx *ctx = new_ctx();
@@ -1677,6 +1726,7 @@ int main(void) {
         cmocka_unit_test(test_attention_with_every_mask_class),
         cmocka_unit_test(test_views_copies_and_aliased_outputs),
         cmocka_unit_test(test_sibling_multi_output_kernels_in_every_float_dtype),
+        cmocka_unit_test(test_gemm_sibling_sets_in_every_gemm_dtype),
         cmocka_unit_test(test_run_checks_bindings_like_eval),
         cmocka_unit_test(test_device_runs_and_workspaces_are_refused_on_the_cpu),
         cmocka_unit_test(test_a_run_entered_during_a_run_of_the_same_program_is_busy),

@@ -1808,12 +1808,19 @@ static void test_generated_gemms_match_the_reference(void **state) {
  * every GEMM group must name `want` (its line in the report), and with
  * `twice` the graph runs a second time on outputs poisoned again, which must
  * come back the same bits (stream-K's partials are added in a fixed order,
- * whichever block arrives last; its counters reset themselves). */
-static void flag_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream, const char *what,
-                      unsigned flags, const char *want, bool twice) {
+ * whichever block arrives last; its counters reset themselves).
+ *
+ * flags_case takes a check of the recipes instead (recipes_check) and the
+ * GEMM side bits themselves (0: cuBLASLt, measured, generated). */
+typedef void (*recipes_check)(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                              const char *dn);
+
+static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
+                            const char *what, unsigned flags, recipes_check check,
+                            const char *want, bool twice) {
     char text[2048];
     const char *dn = kf_dtype_name(d);
-    snprintf(text, sizeof text, fmt, dn, dn, dn, dn, dn, dn);
+    snprintf(text, sizeof text, fmt, dn, dn, dn, dn, dn, dn, dn, dn);
     kf_graph *g = NULL;
     if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
         fail_msg("%s: parse: %s", what, g ? kf_graph_error(g) : "no graph");
@@ -1823,12 +1830,15 @@ static void flag_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
     kf_cuda_exec *ex = NULL;
     kf_cuda_target t;
     assert_int_equal(kf_cuda_exec_open(ctx, &ex, &t, err), KF_OK);
-    t.flags |= KF_CUDA_RECIPE_GEMM_GENERATED | flags;
+    t.flags = (t.flags & ~(unsigned)(KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED)) |
+              flags;
     kf_cuda_recipes *r = NULL;
     if (kf_cuda_recipes_create(plan, &t, &g->mem, &r, err) != KF_OK)
         fail_msg("%s [%s]: recipes: %s", what, dn, err);
+    if (check)
+        check(plan, r, what, dn);
     bool taken = false;
-    for (uint32_t gi = 0; gi < r->n; gi++) {
+    for (uint32_t gi = 0; want && gi < r->n; gi++) {
         const kf_cuda_recipe *rc = &r->recipes[gi];
         if (plan->groups[gi].kind != KF_GROUP_GEMM || rc->n_variants == 0)
             continue;
@@ -1842,7 +1852,7 @@ static void flag_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
         }
         taken = true;
     }
-    assert_true(taken);
+    assert_true(taken || !want);
     if (kf_cuda_exec_prepare(ex, plan, r, err) != KF_OK)
         fail_msg("%s [%s]: prepare: %s", what, dn, err);
     size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
@@ -1902,9 +1912,92 @@ static void flag_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
     kf_graph_destroy(g);
 }
 
+static void flag_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream, const char *what,
+                      unsigned flags, const char *want, bool twice) {
+    flags_case_full(ctx, fmt, d, stream, what, KF_CUDA_RECIPE_GEMM_GENERATED | flags, NULL, want,
+                    twice);
+}
+
+static void flags_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
+                       const char *what, unsigned flags, recipes_check check) {
+    flags_case_full(ctx, fmt, d, stream, what, flags, check, NULL, false);
+}
+
 static void cluster_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
                          const char *what) {
     flag_case(ctx, fmt, d, stream, what, KF_CUDA_RECIPE_GEMM_CLUSTER2, "2-CTA clusters", false);
+}
+
+/* GEMM sibling sets (the default; KF_CUDA_RECIPE_GEMM_NO_SIBLINGS, internal,
+ * runs each member alone): the set's first member's recipe runs every
+ * member, the others have no step. */
+static void sib_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                      const char *dn) {
+    uint32_t sets = 0;
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_group *g = &plan->groups[gi];
+        if (!kf_group_in_gemm_sib_set(g))
+            continue;
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (g->gemm.sib_index == 0) {
+            if (rc->n_members != g->gemm.sib_count || !strstr(rc->variants[0].how, "GEMM siblings"))
+                fail_msg("%s [%s]: group %u does not run its set: %s", what, dn, gi,
+                         rc->variants[0].how);
+            sets++;
+        } else if (rc->n_steps != 0) {
+            fail_msg("%s [%s]: group %u, a later member, has steps of its own", what, dn, gi);
+        }
+    }
+    assert_true(sets >= 1);
+}
+
+/* Q, K and V behind one RMSNorm (or LayerNorm), each with its own epilogue:
+ * on the generated side (the statistics once, each member's fold pre-pass and
+ * GEMM, or A from the prologue's scratch where 2 N >= M) and on cuBLASLt's (A
+ * normalized once). Ragged M, N and K against the tiles: each member runs its
+ * own GEMM, so no member needs N a multiple of the tile. */
+static void test_gemm_sibling_sets_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex0 = NULL;
+    kf_cuda_target t0;
+    assert_int_equal(kf_cuda_exec_open(G.ctx, &ex0, &t0, err), KF_OK);
+    bool sm90 = strcmp(t0.arch, "sm_90a") == 0;
+    kf_cuda_exec_destroy(ex0);
+    static const char *const cases[][2] = {
+        {"kfg 1\nx = input(%s[2, 256, 128])\ng = input(%s[128])\nwq = input(%s[128, 128])\n"
+         "bq = input(%s[128])\nwk = input(%s[128, 64])\nwv = input(%s[128, 64])\n"
+         "n = rms_norm(x, g, eps=1e-6)\nq0 = matmul(n, wq)\nq = add(q0, bq)\n"
+         "k0 = matmul(n, wk)\nk = silu(k0)\nv = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+         "q+bias, silu(k), v: every member folds"},
+        {"kfg 1\nx = input(%s[300, 136])\ng = input(%s[136])\nwq = input(%s[136, 392])\n"
+         "r = input(%s[300, 392])\nwk = input(%s[136, 72])\nwv = input(%s[136, 120])\n"
+         "n = rms_norm(x, g, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, r)\n"
+         "k0 = matmul(n, wk)\nk = gelu_tanh(k0)\nv = matmul(n, wv)\n"
+         "output q\noutput k\noutput v\n",
+         "ragged: q from the prologue's scratch + residual, k and v fold"},
+        {"kfg 1\nx = input(%s[4, 100, 64])\ng = input(%s[64])\nb = input(%s[64])\n"
+         "wq = input(%s[64, 40])\nwk = input(%s[64, 40])\nwv = input(%s[64, 40])\n"
+         "wo = input(%s[64, 24])\nn = layer_norm(x, g, b, eps=1e-5)\nq = matmul(n, wq)\n"
+         "k = matmul(n, wk)\nv = matmul(n, wv)\no0 = matmul(n, wo)\no = relu(o0)\n"
+         "output q\noutput k\noutput v\noutput o\n",
+         "LayerNorm, four members, batch folded into M"},
+    };
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t c = 0; c < N_OF(cases); c++) {
+            if (sm90)
+                flags_case(G.ctx, cases[c][0], dts[d], 2700 + c, cases[c][1],
+                           KF_CUDA_RECIPE_GEMM_GENERATED, sib_check);
+            flags_case(G.ctx, cases[c][0], dts[d], 2710 + c, cases[c][1], 0, sib_check);
+            flags_case(G.ctx, cases[c][0], dts[d], 2720 + c, cases[c][1],
+                       KF_CUDA_RECIPE_GEMM_MEASURED, sib_check);
+        }
+    }
+    if (!sm90)
+        fprintf(stderr, "GEMM siblings: %s is not sm_90a: the generated side was not run\n",
+                t0.arch);
 }
 
 /* A context forcing the generated GEMM on an sm_90 device; skips elsewhere. */
@@ -2175,6 +2268,23 @@ static void test_sm80_gemms_match_the_reference(void **state) {
                  dts[d], 2817,
                  &(run_opts){.lo = -1, .hi = 1, .report_has = "prologue kernel's scratch", .ctx = ctx},
                  "sm80: LayerNorm from scratch (2 N >= M)");
+        /* a GEMM sibling set (q, k, v behind one norm): the statistics once,
+         * each member's fold and GEMM; A from the prologue kernel's scratch,
+         * written once, where 2 N >= M */
+        run_text("kfg 1\nx = input(%s[2, 256, 128])\ng = input(%s[128])\nwq = input(%s[128, 128])\n"
+                 "bq = input(%s[128])\nwk = input(%s[128, 64])\nwv = input(%s[128, 64])\n"
+                 "n = rms_norm(x, g, eps=1e-6)\nq0 = matmul(n, wq)\nq = add(q0, bq)\n"
+                 "k0 = matmul(n, wk)\nk = silu(k0)\nv = matmul(n, wv)\noutput q\noutput k\n"
+                 "output v\n",
+                 dts[d], 2820,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has = "folded into B", .ctx = ctx},
+                 "sm80: GEMM siblings, folded");
+        run_text("kfg 1\nx = input(%s[100, 64])\ng = input(%s[64])\nc = input(%s[64])\n"
+                 "wq = input(%s[64, 136])\nwk = input(%s[64, 72])\nn = layer_norm(x, g, c)\n"
+                 "q = matmul(n, wq)\nk = matmul(n, wk)\noutput q\noutput k\n",
+                 dts[d], 2821,
+                 &(run_opts){.lo = -1, .hi = 1, .report_has = "prologue kernel's scratch", .ctx = ctx},
+                 "sm80: GEMM siblings, A from scratch");
         /* a SwiGLU pair: 128 x (2 x 64) tiles, ragged N (136) and M; K-major B
          * batched; an RMSNorm folded into both B (2 x 2 x 520 < 2400) */
         run_text("kfg 1\nx = input(%s[200, 64])\nwg = input(%s[64, 136])\n"
@@ -2904,6 +3014,7 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
+        cmocka_unit_test(test_gemm_sibling_sets_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),

@@ -1345,7 +1345,14 @@ static void check_recipes(const kf_plan *plan, const kf_cuda_recipes *rec, const
         }
         assert_int_equal(steps, rc->n_steps);
         bool view = plan->groups[gi].kind == KF_GROUP_VIEW;
-        assert_true(view ? rc->n_steps == 0 : rc->n_steps > 0);
+        /* a GEMM sibling set's later member: its set's first member's recipe runs it */
+        bool sibling = rc->n_members == 0;
+        if (sibling) {
+            const kf_group *sg = &plan->groups[gi];
+            assert_true(kf_group_in_gemm_sib_set(sg) && sg->gemm.sib_index > 0);
+            assert_true(rec->recipes[sg->gemm.sib_first].n_members > sg->gemm.sib_index);
+        }
+        assert_true(view || sibling ? rc->n_steps == 0 : rc->n_steps > 0);
         for (uint32_t s = 0; s < rc->n_steps; s++) {
             const kf_cuda_step *st = &rc->steps[s];
             if (st->kind == KF_CUDA_STEP_KERNEL) {

@@ -345,6 +345,238 @@ static void test_norm_feeding_three_projections_is_recomputed_in_each(void **sta
     assert_null(kf_plan_find_edge(p, n, k));
 }
 
+static char *report_string(const kf_plan *p, kf_report_format fmt);
+static const char *report_name(const kf_tensor *t, char *buf, size_t size);
+static kf_graph *parse_file(kf_ctx *ctx, const char *path);
+
+/* A fresh graph in the fixture (its plan first: it points into the graph). */
+static void fresh_graph(fixture *f) {
+    kf_plan_destroy(f->plan);
+    f->plan = NULL;
+    kf_graph_destroy(f->g);
+    f->g = NULL;
+    assert_int_equal(kf_graph_create(f->ctx, &f->g), KF_OK);
+}
+
+/* GEMM siblings (fusion/fuse_gemm_siblings.c): projections of one normalized
+ * input. q takes a bias, k a silu, v nothing: each keeps its own epilogue. */
+static void build_qkv(fixture *f, kf_tensor **q, kf_tensor **k, kf_tensor **v, kf_tensor **x) {
+    *x = in2(f->g, "x", 16, 32);
+    kf_tensor *n = kf_rms_norm(f->g, *x, in1(f->g, "gw", 32), -1, 1e-6);
+    *q = kf_add(f->g, kf_matmul(f->g, n, in2(f->g, "wq", 32, 32), 0, 0), in1(f->g, "bq", 32));
+    *k = kf_silu(f->g, kf_matmul(f->g, n, in2(f->g, "wk", 32, 16), 0, 0));
+    *v = kf_matmul(f->g, n, in2(f->g, "wv", 32, 16), 0, 0);
+    kf_output(f->g, "q", *q);
+    kf_output(f->g, "k", *k);
+    kf_output(f->g, "v", *v);
+}
+
+static void test_gemm_siblings_of_one_normalized_input_form_one_set_the_report_names(void **state) {
+    fixture *f = *state;
+    kf_tensor *q, *k, *v, *x;
+    build_qkv(f, &q, &k, &v, &x);
+    const kf_plan *p = plan(f);
+    assert_int_equal(kf_plan_kernel_count(p), 3);
+    const kf_group *gq = group_of(p, q), *gk = group_of(p, k), *gv = group_of(p, v);
+    /* adjacent, in the matmuls' order, each with its own epilogue and write */
+    assert_int_equal(gk->id, gq->id + 1);
+    assert_int_equal(gv->id, gq->id + 2);
+    const kf_group *m[3] = {gq, gk, gv};
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_true(kf_group_in_gemm_sib_set(m[i]));
+        assert_int_equal(m[i]->gemm.sib_first, gq->id);
+        assert_int_equal(m[i]->gemm.sib_index, i);
+        assert_int_equal(m[i]->gemm.sib_count, 3);
+        assert_string_equal(m[i]->gemm.sib_apart, "");
+        assert_true(m[i]->gemm.a_prologue);
+        assert_int_equal(m[i]->n_writes, 1);
+    }
+    assert_true(expr_uses(gq, root_of(gq, q), KF_EXPR_OP, KF_OP_ADD));
+    assert_true(expr_uses(gk, root_of(gk, k), KF_EXPR_OP, KF_OP_SILU));
+    assert_false(expr_uses(gv, gv->roots[0] == KF_NONE ? 0 : gv->roots[0], KF_EXPR_OP, KF_OP_SILU));
+    char *txt = report_string(p, KF_REPORT_TEXT);
+    char want[160], nq[24], nk[24], nv[24];
+    snprintf(want, sizeof want, "siblings: %s, %s, %s (member 1 of 3, groups %u..%u)",
+             report_name(p->graph->nodes[gq->gemm.anchor[0]], nq, sizeof nq),
+             report_name(p->graph->nodes[gk->gemm.anchor[0]], nk, sizeof nk),
+             report_name(p->graph->nodes[gv->gemm.anchor[0]], nv, sizeof nv), gq->id, gq->id + 2);
+    assert_non_null(strstr(txt, want));
+    /* A read once: the two others' 16 x 32 f32 reads of x */
+    assert_non_null(strstr(txt, "one A through one norm; computed once, it saves 4.0 KiB of reads of the norm's input"));
+    assert_non_null(strstr(txt, "(member 3 of 3"));
+    free(txt);
+    char *js = report_string(p, KF_REPORT_JSON);
+    char jwant[256];
+    snprintf(jwant, sizeof jwant,
+             "\"gemm_siblings\": {\"first\": %u, \"index\": 0, \"count\": 3, \"bytes_saved\": "
+             "4096, \"members\": [\"%s\", \"%s\", \"%s\"]}",
+             gq->id, nq, nk, nv);
+    assert_non_null(strstr(js, jwant));
+    free(js);
+    /* the pass switched off: no set */
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.disabled = 1u << KF_PASS_GEMM_SIBLINGS;
+    p = plan_with(f, &o);
+    assert_false(kf_group_in_gemm_sib_set(group_of(p, q)));
+    assert_int_equal(group_of(p, q)->gemm.sib_first, KF_NONE);
+    /* a bound of 2: q and k, then v alone, which says why */
+    kf_plan_options_init(&o);
+    o.gemm_sibling_max = 2;
+    p = plan_with(f, &o);
+    assert_int_equal(group_of(p, q)->gemm.sib_count, 2);
+    assert_int_equal(group_of(p, k)->gemm.sib_index, 1);
+    assert_false(kf_group_in_gemm_sib_set(group_of(p, v)));
+    assert_non_null(strstr(group_of(p, v)->gemm.sib_apart, "is full (2 GEMMs"));
+}
+
+/* One projection reads x through another norm than the others'. */
+static void build_qkv_other_norm(fixture *f, int which, kf_tensor **q, kf_tensor **k,
+                                 kf_tensor **v) {
+    kf_tensor *x = in2(f->g, "x", 16, 32), *gw = in1(f->g, "gw", 32);
+    kf_tensor *n = kf_rms_norm(f->g, x, gw, -1, 1e-6);
+    kf_tensor *n2 = which == 0   ? kf_rms_norm(f->g, x, in1(f->g, "gw2", 32), -1, 1e-6)
+                    : which == 1 ? kf_rms_norm(f->g, x, gw, -1, 1e-5)
+                                 : kf_layer_norm(f->g, x, gw, in1(f->g, "gb", 32), -1, 1e-6);
+    *q = kf_matmul(f->g, n, in2(f->g, "wq", 32, 32), 0, 0);
+    *k = kf_matmul(f->g, n, in2(f->g, "wk", 32, 32), 0, 0);
+    *v = kf_matmul(f->g, n2, in2(f->g, "wv", 32, 32), 0, 0);
+    kf_output(f->g, "q", *q);
+    kf_output(f->g, "k", *k);
+    kf_output(f->g, "v", *v);
+}
+
+static void test_gemm_siblings_with_another_gamma_eps_or_norm_keep_apart_and_say_why(
+    void **state) {
+    fixture *f = *state;
+    static const char *const why[] = {"its norm's gamma is", "its norm's eps is 1e-05",
+                                      "its norm is layer_norm, the set's rms_norm"};
+    for (int which = 0; which < 3; which++) {
+        fresh_graph(f);
+        kf_tensor *q, *k, *v;
+        build_qkv_other_norm(f, which, &q, &k, &v);
+        const kf_plan *p = plan(f);
+        assert_int_equal(group_of(p, q)->gemm.sib_count, 2);
+        assert_int_equal(group_of(p, k)->gemm.sib_first, group_of(p, q)->id);
+        const kf_group *gv = group_of(p, v);
+        assert_false(kf_group_in_gemm_sib_set(gv));
+        if (!strstr(gv->gemm.sib_apart, why[which]))
+            fail_msg("case %d: apart \"%s\", expected \"%s\"", which, gv->gemm.sib_apart,
+                     why[which]);
+        char *txt = report_string(p, KF_REPORT_TEXT);
+        assert_non_null(strstr(txt, "kept apart from its GEMM siblings: "));
+        free(txt);
+        char *js = report_string(p, KF_REPORT_JSON);
+        assert_non_null(strstr(js, "\"gemm_siblings_apart\": \""));
+        free(js);
+    }
+}
+
+static void test_gemm_siblings_without_a_prologue_or_reading_each_other_keep_apart(void **state) {
+    fixture *f = *state;
+    /* the same A from memory: no norm to share */
+    kf_tensor *x = in2(f->g, "x", 16, 32);
+    kf_tensor *a = kf_matmul(f->g, x, in2(f->g, "wa", 32, 32), 0, 0);
+    kf_tensor *b = kf_matmul(f->g, x, in2(f->g, "wb", 32, 32), 0, 0);
+    kf_output(f->g, "a", a);
+    kf_output(f->g, "b", b);
+    const kf_plan *p = plan(f);
+    assert_false(kf_group_in_gemm_sib_set(group_of(p, a)));
+    assert_false(kf_group_in_gemm_sib_set(group_of(p, b)));
+    assert_non_null(strstr(group_of(p, b)->gemm.sib_apart, "no norm prologue to share"));
+    /* k's epilogue reads q: they cannot run at one point */
+    fresh_graph(f);
+    x = in2(f->g, "x", 16, 32);
+    kf_tensor *n = kf_rms_norm(f->g, x, in1(f->g, "gw", 32), -1, 1e-6);
+    kf_tensor *q = kf_matmul(f->g, n, in2(f->g, "wq", 32, 32), 0, 0);
+    kf_tensor *k = kf_add(f->g, kf_matmul(f->g, n, in2(f->g, "wk", 32, 32), 0, 0), q);
+    kf_output(f->g, "q", q);
+    kf_output(f->g, "k", k);
+    p = plan(f);
+    assert_false(kf_group_in_gemm_sib_set(group_of(p, q)));
+    assert_false(kf_group_in_gemm_sib_set(group_of(p, k)));
+    assert_non_null(strstr(group_of(p, k)->gemm.sib_apart, "read one another's values"));
+}
+
+/* A member's epilogue reads a value another group computes after the first
+ * member's matmul: the set waits for that group, and its members stay
+ * adjacent. */
+static void test_gemm_siblings_stay_adjacent_when_a_member_waits_for_another_group(
+    void **state) {
+    fixture *f = *state;
+    kf_tensor *x = in2(f->g, "x", 16, 32);
+    kf_tensor *n = kf_rms_norm(f->g, x, in1(f->g, "gw", 32), -1, 1e-6);
+    kf_tensor *q = kf_matmul(f->g, n, in2(f->g, "wq", 32, 32), 0, 0);
+    kf_tensor *t = kf_exp(f->g, kf_reduce_sum(f->g, in2(f->g, "y", 16, 32), -1, 1));
+    kf_tensor *k = kf_add(f->g, kf_matmul(f->g, n, in2(f->g, "wk", 32, 32), 0, 0), t);
+    kf_tensor *v = kf_matmul(f->g, n, in2(f->g, "wv", 32, 32), 0, 0);
+    kf_output(f->g, "q", q);
+    kf_output(f->g, "k", k);
+    kf_output(f->g, "v", v);
+    const kf_plan *p = plan(f);
+    const kf_group *gq = group_of(p, q), *gt = group_of(p, t);
+    assert_int_equal(gq->gemm.sib_count, 3);
+    assert_true(gt->id < gq->id);
+    assert_int_equal(group_of(p, k)->id, gq->id + 1);
+    assert_int_equal(group_of(p, v)->id, gq->id + 2);
+}
+
+static void test_plan_checker_rejects_a_broken_gemm_sibling_set(void **state) {
+    fixture *f = *state;
+    kf_tensor *q, *k, *v, *x;
+    build_qkv(f, &q, &k, &v, &x);
+    kf_plan *p = (kf_plan *)plan(f);
+    kf_group *gk = (kf_group *)group_of(p, k);
+    assert_int_equal(kf_plan_check_structure(p), KF_OK);
+    gk->gemm.sib_index = 2; /* names another place */
+    assert_int_equal(kf_plan_check_structure(p), KF_ERR_INTERNAL);
+    assert_non_null(strstr(kf_graph_error(f->g), "S10"));
+    gk->gemm.sib_index = 1;
+    int64_t k0 = gk->gemm.k;
+    gk->gemm.k = k0 + 1; /* another K */
+    assert_int_equal(kf_plan_check_structure(p), KF_ERR_INTERNAL);
+    assert_non_null(strstr(kf_graph_error(f->g), "S10"));
+    gk->gemm.k = k0;
+    gk->gemm.row_epilogue = true; /* a row stage on a member's output */
+    assert_int_equal(kf_plan_check_structure(p), KF_ERR_INTERNAL);
+    assert_non_null(strstr(kf_graph_error(f->g), "S10"));
+    gk->gemm.row_epilogue = false;
+    p->options.gemm_sibling_max = 2; /* past the bound */
+    assert_int_equal(kf_plan_check_structure(p), KF_ERR_INTERNAL);
+    assert_non_null(strstr(kf_graph_error(f->g), "S10"));
+    p->options.gemm_sibling_max = 0;
+    assert_int_equal(kf_plan_check_structure(p), KF_OK);
+}
+
+/* The LLaMA-7B layer torch.compile hands kfuse (B8 S2048; planned only: the
+ * reference would take hours): Q, K and V are one set, the SwiGLU pair
+ * shares the other norm and stays its own group. */
+static void test_llama_layer_qkv_projections_are_one_gemm_sibling_set(void **state) {
+    fixture *f = *state;
+    kf_graph_destroy(f->g);
+    f->g = parse_file(f->ctx, "tests/data/llama7b_layer_b8s2048.kfg");
+    kf_plan *p = NULL;
+    assert_int_equal(kf_plan_create(f->g, NULL, &p), KF_OK);
+    assert_int_equal(kf_plan_check_structure(p), KF_OK);
+    int sets = 0, members = 0;
+    for (uint32_t i = 0; i < p->n_groups; i++) {
+        const kf_group *g = &p->groups[i];
+        if (!kf_group_in_gemm_sib_set(g))
+            continue;
+        members++;
+        sets += g->gemm.sib_index == 0;
+        assert_int_equal(g->gemm.sib_count, 3);
+        assert_int_equal(g->gemm.n, 4096);
+        assert_true(g->gemm.a_prologue);
+    }
+    assert_int_equal(sets, 1);
+    assert_int_equal(members, 3);
+    char *txt = report_string(p, KF_REPORT_TEXT);
+    assert_non_null(strstr(txt, "computed once, it saves 256.0 MiB of reads of the norm's input"));
+    free(txt);
+    kf_plan_destroy(p);
+}
+
 static void test_norm_with_row_longer_than_prologue_limit_is_its_own_kernel(void **state) {
     fixture *f = *state;
     kf_tensor *x = in2(f->g, "x", 4, 64), *gw = in1(f->g, "gw", 64), *w = in2(f->g, "w", 64, 8);
@@ -1810,6 +2042,12 @@ int main(void) {
         T(test_row_epilogue_limit_is_an_option),
         T(test_split_row_limit_is_an_option),
         T(test_norm_feeding_only_a_gemm_becomes_its_prologue),
+        T(test_gemm_siblings_of_one_normalized_input_form_one_set_the_report_names),
+        T(test_gemm_siblings_with_another_gamma_eps_or_norm_keep_apart_and_say_why),
+        T(test_gemm_siblings_without_a_prologue_or_reading_each_other_keep_apart),
+        T(test_gemm_siblings_stay_adjacent_when_a_member_waits_for_another_group),
+        T(test_plan_checker_rejects_a_broken_gemm_sibling_set),
+        T(test_llama_layer_qkv_projections_are_one_gemm_sibling_set),
         T(test_norm_feeding_three_projections_is_recomputed_in_each),
         T(test_norm_with_row_longer_than_prologue_limit_is_its_own_kernel),
         T(test_norm_feeding_gemm_operand_b_is_not_a_prologue),

@@ -1201,6 +1201,157 @@ static void test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts(void **stat
     }
 }
 
+/* GEMM siblings (the default; KF_CUDA_RECIPE_GEMM_NO_SIBLINGS runs each member
+ * alone): Q, K, V behind one RMSNorm,
+ * each with its own epilogue (q + bias, silu(k), v), N 128 / 64 / 64 against
+ * M 512 so each folds the norm into its B. `qn` = 384 makes q too wide to
+ * fold (2 N >= M): q reads A from the prologue's scratch, k and v fold. */
+static void sib_text(char *t, size_t size, int qn) {
+    snprintf(t, size,
+             "kfg 1\nx = input(bf16[2, 256, 128])\ng = input(bf16[128])\n"
+             "wq = input(bf16[128, %d])\nbq = input(bf16[%d])\nwk = input(bf16[128, 64])\n"
+             "wv = input(bf16[128, 64])\nn = rms_norm(x, g, eps=1e-6)\n"
+             "q0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\nk = silu(k0)\n"
+             "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+             qn, qn);
+}
+
+/* Counts the kernel steps of variant v of rc whose name starts with `prefix`. */
+static uint32_t count_steps(const kf_cuda_recipe *rc, uint32_t v, const char *prefix) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < rc->variants[v].n_steps; i++) {
+        const kf_cuda_step *st = &rc->steps[rc->variants[v].first_step + i];
+        n += st->kind == KF_CUDA_STEP_KERNEL &&
+             strncmp(st->kernel->kernel.name, prefix, strlen(prefix)) == 0;
+    }
+    return n;
+}
+
+static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **state) {
+    (void)state;
+    char text[1024];
+    for (int shape = 0; shape < 2; shape++) {
+        sib_text(text, sizeof text, shape == 0 ? 128 : 384);
+        planned p;
+        plan_text(text, &p);
+        uint32_t first = KF_NONE;
+        for (uint32_t gi = 0; gi < p.plan->n_groups && first == KF_NONE; gi++)
+            if (kf_group_in_gemm_sib_set(&p.plan->groups[gi]))
+                first = gi;
+        assert_int_not_equal(first, KF_NONE);
+        assert_int_equal(p.plan->groups[first].gemm.sib_count, 3);
+        /* each alone: three recipes, each its own statistics (or prologue) */
+        kf_cuda_recipes *rec = kf_sass_recipes(
+            &MEM, p.plan, "h100", NULL,
+            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_NO_SIBLINGS);
+        uint32_t pre = 0;
+        for (uint32_t j = 0; j < 3; j++) {
+            assert_int_equal(rec->recipes[first + j].n_members, 1);
+            pre += count_steps(&rec->recipes[first + j], 0, "stats_") +
+                   count_steps(&rec->recipes[first + j], 0, "pro_");
+        }
+        assert_int_equal(pre, 3);
+        kf_cuda_recipes_destroy(rec);
+        /* generated, the set in its first member's recipe */
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        const kf_cuda_recipe *rc = &rec->recipes[first];
+        assert_int_equal(rc->n_members, 3);
+        assert_int_equal(rc->n_variants, 1);
+        assert_string_equal(rc->variants[0].label, "generated");
+        assert_non_null(strstr(rc->variants[0].how, "GEMM siblings"));
+        for (uint32_t j = 1; j < 3; j++) {
+            assert_int_equal(rec->recipes[first + j].n_steps, 0);
+            assert_int_equal(rec->recipes[first + j].n_members, 0);
+            assert_string_equal(rec->recipes[first + j].variants[0].label, "sibling");
+        }
+        /* statistics once (shape 1: and the prologue once, for q) */
+        assert_int_equal(count_steps(rc, 0, "stats_"), 1);
+        assert_int_equal(count_steps(rc, 0, "pro_"), shape == 0 ? 0u : 1u);
+        assert_int_equal(count_steps(rc, 0, "fold_"), shape == 0 ? 3u : 2u);
+        /* every GEMM that applies the statistics binds the pre-pass's buffer */
+        const kf_cuda_kstep *stats = NULL;
+        uint32_t gemms = 0;
+        for (uint32_t i = 0; i < rc->n_steps; i++) {
+            const kf_cuda_kstep *ks = rc->steps[i].kernel;
+            assert_non_null(ks);
+            kf_nvrtc_result res;
+            char err[KF_MSG_MAX] = "";
+            if (kf_cuda_kernel_compile(&MEM, &ks->kernel, &res, err) != KF_OK)
+                fail_msg("%s: %s\n%s", ks->kernel.name, err, res.log ? res.log : "");
+            kf_nvrtc_result_release(&MEM, &res);
+            if (strncmp(ks->kernel.name, "stats_", 6) == 0)
+                stats = ks;
+            if (ks->role != KF_CUDA_ROLE_GEMM)
+                continue;
+            gemms++;
+            kf_sass_check_hopper(&MEM, &ks->kernel);
+            for (uint32_t j = 0; j < ks->kernel.n_params; j++) {
+                const kf_cuda_param *pa = &ks->kernel.params[j];
+                if (pa->kind != KF_CUDA_PARAM_SCRATCH || !stats ||
+                    pa->tensor != stats->kernel.params[stats->kernel.n_params - 1].tensor)
+                    continue;
+                assert_int_equal(ks->args[ks->n_tmaps + j].buf.kind, KF_CUDA_BUF_SCRATCH);
+                assert_int_equal(ks->args[ks->n_tmaps + j].buf.id,
+                                 stats->args[stats->kernel.n_params - 1].buf.id);
+            }
+        }
+        assert_non_null(stats);
+        assert_int_equal(gemms, 3);
+        kf_cuda_recipes_destroy(rec);
+        /* measured: cuBLASLt's side writes A normalized once */
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_MEASURED);
+        rc = &rec->recipes[first];
+        expect_measured_pair(rc);
+        assert_int_equal(rc->n_members, 3);
+        assert_int_equal(count_steps(rc, 1, "pro_"), 1);
+        uint32_t lt = 0;
+        for (uint32_t i = 0; i < rc->variants[1].n_steps; i++)
+            lt += rc->steps[rc->variants[1].first_step + i].kind == KF_CUDA_STEP_GEMM;
+        assert_int_equal(lt, 3);
+        assert_non_null(strstr(rc->variants[1].how, "A normalized once"));
+        kf_cuda_recipes_destroy(rec);
+        /* the sm_80 kernel's side: the same steps around mma.sync kernels */
+        rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        rc = &rec->recipes[first];
+        assert_int_equal(rc->n_members, 3);
+        assert_string_equal(rc->variants[0].label, "generated");
+        assert_int_equal(count_steps(rc, 0, "stats_"), 1);
+        assert_int_equal(count_steps(rc, 0, "pro_"), shape == 0 ? 0u : 1u);
+        assert_int_equal(count_steps(rc, 0, "fold_"), shape == 0 ? 3u : 2u);
+        assert_int_equal(count_steps(rc, 0, "mma_"), 3);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+    /* a LayerNorm set of four, batch folded into M, on each side */
+    static const unsigned modes[] = {KF_CUDA_RECIPE_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_MEASURED,
+                                     0};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        planned p;
+        plan_text("kfg 1\nx = input(bf16[4, 100, 64])\ng = input(bf16[64])\nb = input(bf16[64])\n"
+                  "wq = input(bf16[64, 40])\nwk = input(bf16[64, 40])\nwv = input(bf16[64, 40])\n"
+                  "wo = input(bf16[64, 24])\nn = layer_norm(x, g, b, eps=1e-5)\n"
+                  "q = matmul(n, wq)\nk = matmul(n, wk)\nv = matmul(n, wv)\no0 = matmul(n, wo)\n"
+                  "o = relu(o0)\noutput q\noutput k\noutput v\noutput o\n",
+                  &p);
+        kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, modes[m]);
+        uint32_t runs = 0, stats = 0, pro = 0;
+        for (uint32_t gi = 0; gi < rec->n; gi++) {
+            const kf_cuda_recipe *rc = &rec->recipes[gi];
+            if (rc->n_members == 4)
+                runs++;
+            for (uint32_t v = 0; v < rc->n_variants; v++) {
+                stats += count_steps(rc, v, "stats_");
+                pro += count_steps(rc, v, "pro_");
+            }
+        }
+        assert_int_equal(runs, 1);
+        assert_int_equal(stats, modes[m] ? 1u : 0u);
+        assert_int_equal(pro, modes[m] == KF_CUDA_RECIPE_GEMM_GENERATED ? 0u : 1u);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+}
+
 static void test_generated_source_is_deterministic_and_named(void **state) {
     (void)state;
     planned p;
@@ -1223,6 +1374,7 @@ int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
+        cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_head_split_epilogue_compiles_to_hgmma_without_local_memory),

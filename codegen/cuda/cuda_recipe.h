@@ -109,6 +109,13 @@ enum {
                                                         (templates/attention_sm90.cuh,
                                                         KF_PIN_SOFTMAX); measured slower
                                                         (H200, 9f046fe), kept for measuring */
+    KF_CUDA_RECIPE_GEMM_NO_SIBLINGS = 1u << 18,    /* internal: each member of a GEMM sibling
+                                                      set (gemm.sib_*: Q, K, V behind one norm)
+                                                      runs its own recipe, the norm computed by
+                                                      each (the schedule before; the bench
+                                                      compares). Without it the set runs in its
+                                                      first member's recipe with the norm
+                                                      computed once (recipe_gemm_siblings.c) */
     KF_CUDA_RECIPE_ATTENTION_F32_SCORE = 1u << 17, /* internal: the sm_90a attention kernel
                                                       takes a scale of Q.K^T (then at most a
                                                       -inf mask) in f32, unrounded, folded into
@@ -284,7 +291,7 @@ typedef enum kf_cuda_choice {
 } kf_cuda_choice;
 
 #define KF_CUDA_MAX_VARIANTS 2
-#define KF_CUDA_MAX_SCRATCH 8
+#define KF_CUDA_MAX_SCRATCH 16 /* a GEMM sibling set's recipe holds its members' */
 
 typedef struct kf_cuda_variant {
     char label[32];      /* "cublaslt", "generated", ... */
@@ -302,6 +309,9 @@ typedef struct kf_cuda_recipe {
     uint32_t n_steps, cap_steps;
     uint32_t n_scratch;
     kf_cuda_scratch scratch[KF_CUDA_MAX_SCRATCH];
+    uint32_t n_members; /* the groups this recipe runs, from `group` on: 1, or a GEMM sibling
+                           set's members (recipe_gemm_siblings.c), whose own recipes
+                           then have no step; 0 for a group another recipe runs */
 } kf_cuda_recipe;
 
 typedef struct kf_cuda_recipes {

@@ -270,6 +270,7 @@ static kf_status build_group(rb *b) {
     rc->group = b->gi;
     rc->choice = KF_CUDA_CHOICE_ONLY;
     rc->n_variants = 1;
+    rc->n_members = 1;
     kf_cuda_variant *v = &rc->variants[0];
     snprintf(v->label, sizeof v->label, "%s",
              grp->kind == KF_GROUP_GEMM || grp->kind == KF_GROUP_ATTENTION ? "cublaslt"
@@ -304,6 +305,15 @@ static kf_status build_group(rb *b) {
         return st;
     }
     case KF_GROUP_GEMM:
+        /* a GEMM sibling set's later member that its first member's recipe runs */
+        if (kf_group_in_gemm_sib_set(grp) && grp->gemm.sib_index > 0 && b->all &&
+            b->all[grp->gemm.sib_first].n_members > grp->gemm.sib_index) {
+            rc->n_members = 0;
+            snprintf(v->label, sizeof v->label, "sibling");
+            kf_rb_how(b, 0, "no step of its own: group %u's recipe runs this GEMM (GEMM siblings)",
+                      grp->gemm.sib_first);
+            return KF_OK;
+        }
         return kf_rb_gemm(b);
     case KF_GROUP_ATTENTION:
         return kf_rb_attention(b);
@@ -342,6 +352,7 @@ kf_status kf_cuda_recipes_create(const kf_plan *plan, const kf_cuda_target *targ
         b.target = &r->target;
         b.mem = &r->mem;
         b.rc = &r->recipes[gi];
+        b.all = r->recipes;
         b.gi = gi;
         b.err = err;
         st = build_group(&b);

@@ -711,7 +711,12 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     if (sh->a_scratch) {
         char pro[KF_CUDA_NAME_MAX];
         mref sm;
-        st = kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
+        /* a GEMM sibling set's earlier member wrote it (the same scratch) */
+        bool shared_a = b->sib_shared && kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind !=
+                                             KF_CUDA_BUF_NONE;
+        st = shared_a ? KF_OK
+                      : kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro,
+                                         NULL);
         if (st == KF_OK)
             st = a_operand(b, 0, &sm);
         if (st != KF_OK) {
@@ -725,10 +730,16 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
         memset(&sk, 0, sizeof sk);
         memset(&fk, 0, sizeof fk);
         kf_cuda_kstep *pre = NULL;
-        st = kf_cuda_codegen_gemm_stats(b->plan, b->gi, b->target->arch, b->mem,
-                                        kf_cuda_gemm_norm_stats(b->plan, b->gi), &sk);
-        if ((st = add_pre_step(b, grp, st, &sk, &k, &pre)) != KF_OK)
-            return st;
+        /* a GEMM sibling set's earlier member computed these statistics
+         * (the same scratch, keyed by the norm's input): not again */
+        if (!b->sib_shared ||
+            kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, grp->expr[grp->row.input].base).kind ==
+                KF_CUDA_BUF_NONE) {
+            st = kf_cuda_codegen_gemm_stats(b->plan, b->gi, b->target->arch, b->mem,
+                                            kf_cuda_gemm_norm_stats(b->plan, b->gi), &sk);
+            if ((st = add_pre_step(b, grp, st, &sk, &k, &pre)) != KF_OK)
+                return st;
+        }
         for (int i = 0; i < (sh->dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
             const kf_cuda_operand *lbi = i ? lb1 : lb;
             kf_cuda_fold_shape fs = {
@@ -785,7 +796,7 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
  * memory) where the kernel takes it; else the
  * prologue kernel writes A, normalized, to scratch (a step before the GEMM,
  * as on the cuBLASLt side) and the kernel reads that. */
-static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
+kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
     const kf_gemm_info *gm = &grp->gemm;
@@ -1057,7 +1068,12 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
     if (scratch) { /* the prologue kernel, a step before the GEMM; A is its scratch */
         char pro[KF_CUDA_NAME_MAX];
         mref sa;
-        st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
+        /* a GEMM sibling set's earlier member wrote it (the same scratch) */
+        bool shared_a = b->sib_shared && kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind !=
+                                             KF_CUDA_BUF_NONE;
+        st = shared_a ? KF_OK
+                      : kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro,
+                                         NULL);
         if (st == KF_OK)
             st = a_operand(b, 0, &sa);
         if (st != KF_OK) {
@@ -1066,7 +1082,11 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
         }
         a.buf = sa.buf;
     }
-    if (norm || fold) { /* the statistics pre-pass, a step before the GEMM */
+    /* a GEMM sibling set's earlier member computed these statistics (the
+     * same scratch, keyed by the norm's input): not again */
+    bool shared_stats = b->sib_shared && (norm || fold) &&
+                        kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, norm_in).kind != KF_CUDA_BUF_NONE;
+    if ((norm || fold) && !shared_stats) { /* the statistics pre-pass, a step before the GEMM */
         kf_cuda_kernel sk;
         memset(&sk, 0, sizeof sk);
         st = kf_cuda_codegen_gemm_stats(plan, b->gi, b->target->arch, b->mem,
@@ -1212,12 +1232,17 @@ static kf_status add_generated(rb *b, char *why, size_t why_size, char *name, si
 }
 
 kf_status kf_rb_gemm(rb *b) {
-    const kf_plan *plan = b->plan;
-    const kf_group *grp = &plan->groups[b->gi];
-    const kf_graph *g = plan->graph;
-    const kf_gemm_info *gm = &grp->gemm;
+    const kf_group *grp = &b->plan->groups[b->gi];
     kf_status st;
-    char pro_name[KF_CUDA_NAME_MAX] = "", epi_name[KF_CUDA_NAME_MAX] = "";
+    /* A GEMM sibling set's first member runs the whole set unless asked not
+     * to (recipe_gemm_siblings.c); a set it cannot run so leaves each member
+     * to itself. */
+    if (!(b->target->flags & KF_CUDA_RECIPE_GEMM_NO_SIBLINGS) && kf_group_in_gemm_sib_set(grp) &&
+        grp->gemm.sib_index == 0) {
+        st = kf_rb_gemm_siblings(b);
+        if (st != KF_ERR_UNSUPPORTED)
+            return st;
+    }
 
     /* 0. The generated kernel, alone or measured against cuBLASLt (below). */
     unsigned want =
@@ -1249,7 +1274,7 @@ kf_status kf_rb_gemm(rb *b) {
      * residual (clean). No A100 has timed the pair yet: which side wins
      * there is the device's own measurement, stored beside the kernel. */
     if (want) {
-        st = add_generated(b, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
+        st = kf_rb_gemm_generated(b, gen_why, sizeof gen_why, gen_name, sizeof gen_name);
         if (st == KF_OK) {
             kf_cuda_recipe *rc = b->rc;
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
@@ -1267,9 +1292,23 @@ kf_status kf_rb_gemm(rb *b) {
             return st;
         }
     }
+    return kf_rb_gemm_lt(b, vi, gen_why);
+}
+
+kf_status kf_rb_gemm_lt(rb *b, uint32_t vi, const char *gen_why) {
+    const kf_plan *plan = b->plan;
+    const kf_group *grp = &plan->groups[b->gi];
+    const kf_graph *g = plan->graph;
+    const kf_gemm_info *gm = &grp->gemm;
+    kf_status st;
+    char pro_name[KF_CUDA_NAME_MAX] = "", epi_name[KF_CUDA_NAME_MAX] = "";
 
     /* 1. A norm prologue on A: a kernel writes A into scratch. */
-    if (gm->a_prologue) {
+    bool shared_a = b->sib_shared && gm->a_prologue &&
+                    kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind != KF_CUDA_BUF_NONE;
+    if (shared_a)
+        snprintf(pro_name, sizeof pro_name, "(the set's first member's)");
+    if (gm->a_prologue && !shared_a) {
         st = kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro_name, sizeof pro_name, NULL);
         if (st == KF_ERR_NOT_FOUND)
             return kf_msg_set(b->err, KF_ERR_INTERNAL,

@@ -5,6 +5,7 @@
  *                  (elementwise, row-wise, column reduction, layout, view)
  *   recipe_gemm.c  GEMM groups (what cuBLASLt applies natively, the kernels
  *                  around it) and the unfused attention fallback
+ *   recipe_gemm_siblings.c  a GEMM sibling set in its first member's recipe
  *   recipe_attention_decode.c  the split-KV decode steps of an attention group
  *   recipe_print.c text and JSON
  *
@@ -30,6 +31,9 @@ typedef struct rb {
     const kf_mem *mem;
     kf_cuda_recipe *rc;
     uint32_t gi;
+    kf_cuda_recipe *all; /* every group's recipe (those before gi are made) */
+    bool sib_shared;     /* building a GEMM sibling set's later member: the norm's statistics
+                            or normalized A an earlier member's step made are reused */
     rb_entry map[KF_CUDA_MAX_SCRATCH];
     int n_map;
     char *err;
@@ -64,6 +68,19 @@ void kf_rb_how(rb *b, uint32_t v, const char *fmt, ...) __attribute__((format(pr
 
 /* recipe_gemm.c: the steps of a GEMM / ATTENTION group (variant 0). */
 kf_status kf_rb_gemm(rb *b);
+/* recipe_gemm.c, the two sides of a GEMM group (b->gi), for kf_rb_gemm and a
+ * sibling set's recipe: the generated kernel's steps into variant 0
+ * (KF_ERR_UNSUPPORTED, with why[] and no step, where it does not take the
+ * group), and cuBLASLt's steps into variant vi (gen_why: "" or why no
+ * generated kernel, for the variant's `how`). With b->sib_shared, the norm's
+ * statistics or normalized A that an earlier step of the recipe wrote are not
+ * computed again. */
+kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size);
+kf_status kf_rb_gemm_lt(rb *b, uint32_t vi, const char *gen_why);
+/* recipe_gemm_siblings.c: the steps of the GEMM sibling set whose first
+ * member is b->gi (every member's), or KF_ERR_UNSUPPORTED with the recipe
+ * untouched where the set cannot run so. */
+kf_status kf_rb_gemm_siblings(rb *b);
 kf_status kf_rb_attention(rb *b);
 
 /* recipe_attention_decode.c: whether group b->gi (one the fused kernels take)
