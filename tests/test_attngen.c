@@ -257,6 +257,99 @@ static void test_the_pinned_softmax_runs_under_pv(void **state) {
     }
 }
 
+/* KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX: the report, the source and the
+ * kernel's name (fa3t_) say so, and the kernel compiles with no spills;
+ * with the softmax pinned and f32 scores as well (fa3pft_, the form
+ * FlashAttention-3's order of operations comes to) every exp2 of the main
+ * loop stays between Q.K^T's wait and P.V's. Causal head dim 128 and ALiBi +
+ * causal 64, bf16 and f16. (Whole-kernel counts of exp2 and FMNMX are no
+ * measure of the trees' work: ptxas lays out ALiBi's f16 kernel with more
+ * copies of the softmax with trees than without.) */
+static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    const unsigned tree = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX;
+    const unsigned all = tree | KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX |
+                         KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
+    for (size_t v = 0; v < 4; v++) {
+        char text[4096];
+        const size_t ci = v < 2 ? 0 : 4; /* causal D128; ALiBi + causal D64 */
+        const char *dn = v % 2 ? "f16" : "bf16";
+        graph_text(cases[ci].body, dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r[3] = {kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0),
+                                 kf_sass_recipes(&MEM, p.plan, "h100", NULL, tree),
+                                 kf_sass_recipes(&MEM, p.plan, "h100", NULL, all)};
+        const kf_cuda_recipe *rc[3];
+        const kf_cuda_kernel *k[3];
+        for (int i = 0; i < 3; i++) {
+            rc[i] = attn_recipe(p.plan, r[i]);
+            k[i] = &rc[i]->steps[0].kernel->kernel;
+        }
+        assert_non_null(strstr(k[0]->source, "#define KF_TREE_SOFTMAX 0"));
+        assert_null(strstr(rc[0]->variants[0].how, "as trees"));
+        for (int i = 1; i < 3; i++) {
+            assert_non_null(strstr(k[i]->source, "#define KF_TREE_SOFTMAX 1"));
+            if (!strstr(rc[i]->variants[0].how, "row max and sum as trees"))
+                fail_msg("%s [%s]: the report does not say so: %s", cases[ci].name, dn,
+                         rc[i]->variants[0].how);
+            kf_sass_check_hopper(&MEM, k[i]);
+        }
+        assert_non_null(strstr(k[1]->name, "fa3t_"));
+        /* ALiBi's score is no scale of Q.K^T: no f32 scores there */
+        assert_non_null(strstr(k[2]->name, ci == 0 ? "fa3pft_" : "fa3pt_"));
+        kf_sass_text(&MEM, k[2], sass, sizeof sass);
+        int w[2];
+        if (!exp2s_around_pv_wait(sass, w))
+            fail_msg("%s [%s]: no Q.K^T / P.V waits in the SASS", cases[ci].name, dn);
+        if (w[0] < 1 || w[1] != 0)
+            fail_msg("%s [%s]: pinned trees: %d exp2s between the waits of Q.K^T and P.V, %d "
+                     "after P.V's (want them all before)",
+                     cases[ci].name, dn, w[0], w[1]);
+        fprintf(stderr, "  %s [%s]: trees compile; pinned, %d exp2s under P.V, none after\n",
+                cases[ci].name, dn, w[0]);
+        for (int i = 0; i < 3; i++)
+            kf_cuda_recipes_destroy(r[i]);
+        plan_release(&p);
+    }
+}
+
+/* KF_CUDA_RECIPE_ATTENTION_TAIL_LPT: every variant (bf16) takes it -- the
+ * kernel's name (fa3l_, fa3pftl_ with every form), its source and the
+ * report say so -- and compiles with no spills, alone and with every other
+ * form: the tail's item lookup is 32-bit (64-bit divisions spilled the
+ * 40-register producer) and only a flag of it stays live through an item. */
+static void test_the_tail_longest_first_compiles_for_every_variant(void **state) {
+    (void)state;
+    const unsigned lpt = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
+    const unsigned all = lpt | KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
+                         KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char text[4096];
+        graph_text(cases[ci].body, "bf16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        for (int f = 0; f < 2; f++) {
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, f ? all : lpt);
+            const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+            const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+            if (!strstr(rc->variants[0].how, "the tail's items longest first"))
+                fail_msg("%s: the report does not say so: %s", cases[ci].name,
+                         rc->variants[0].how);
+            assert_non_null(strstr(k->source, "#define KF_TAIL_LPT 1"));
+            if (!f)
+                assert_non_null(strstr(k->name, "fa3l_"));
+            else if (!strstr(k->name, "tl_"))
+                fail_msg("%s: %s is not named for every form", cases[ci].name, k->name);
+            kf_sass_check_hopper(&MEM, k);
+            fprintf(stderr, "  %s: %s compiles, no spills\n", cases[ci].name, k->name);
+            kf_cuda_recipes_destroy(r);
+        }
+        plan_release(&p);
+    }
+}
+
 /* KF_CUDA_RECIPE_ATTENTION_F32_SCORE: a causal score that is a scale of
  * Q.K^T by a constant that is not a power of two (1/sqrt(128) in bf16) keeps
  * no rounding (the inner score function returns s), leaves that constant,
@@ -550,6 +643,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_source_is_deterministic),
         cmocka_unit_test(test_the_pinned_softmax_runs_under_pv),
         cmocka_unit_test(test_f32_scores_leave_any_scale_to_the_softmax),
+        cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
+        cmocka_unit_test(test_the_tail_longest_first_compiles_for_every_variant),
         cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),
         cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels),

@@ -104,6 +104,18 @@ enum {
                                                       -inf mask) in f32, unrounded, folded into
                                                       the softmax's exp2 (cg_attention.c,
                                                       fold_scale); off until measured */
+    KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX = 1u << 21, /* internal: the sm_90a attention kernel
+                                                         takes a key tile's row max and row sum
+                                                         as trees (6 FMNMX deep, 4 partial sums
+                                                         a row) where they are chains of 33 and
+                                                         32 (templates/attention_sm90.cuh,
+                                                         KF_TREE_SOFTMAX); off until measured */
+    KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
+                                                     persistent blocks take the last two
+                                                     rounds' units and the leftover as single
+                                                     query tiles, longest first, in a snake
+                                                     (templates/attention_sm90.cuh,
+                                                     KF_TAIL_LPT); off until measured */
 };
 
 /* What the recipes are made for. */

@@ -1323,6 +1323,17 @@ kf_status kf_rb_gemm(rb *b) {
 
 /* The sm_90a kernel as the group's one step (variant 0): its three tensor
  * maps (Q, K, V) go in front of the params. */
+/* Whether the sm_90a attention kernel `name` (fa3[p][f][t]_...: the forms
+ * cg_attention.c names it by) has form letter `form`. */
+static bool sm90_form(const char *name, char form) {
+    if (strncmp(name, "fa3", 3) != 0)
+        return false;
+    for (const char *p = name + 3; *p && *p != '_'; p++)
+        if (*p == form)
+            return true;
+    return false;
+}
+
 static kf_status sm90_attention(rb *b, char *name, size_t name_size) {
     const kf_group *grp = &b->plan->groups[b->gi];
     kf_cuda_tmap maps[3];
@@ -1393,13 +1404,18 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                  grp->attn.mask != KF_MASK_NONE ? ", mask per element" : "");
     if (sm90)
         kf_rb_how(b, 0,
-                  "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, %s%s%s",
+                  "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
+                  "%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   (b->target->flags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX)
                       ? "; softmax pinned under P.V"
                       : "",
-                  !strncmp(name, "fa3f_", 5) || !strncmp(name, "fa3pf_", 6)
-                      ? "; f32 scores, the scale folded into the softmax"
+                  sm90_form(name, 'f') ? "; f32 scores, the scale folded into the softmax" : "",
+                  (b->target->flags & KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX)
+                      ? "; row max and sum as trees"
+                      : "",
+                  (b->target->flags & KF_CUDA_RECIPE_ATTENTION_TAIL_LPT)
+                      ? "; the tail's items longest first"
                       : "");
     else
         kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
