@@ -75,7 +75,10 @@
  * layouts: attn_block_llama, attn_block_gpt2; each of attn_causal and those
  * two also with the sm_90a kernel's softmax pinned under P.V (_pin, the
  * recipe flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) or with f32 scores
- * (_f32s, KF_CUDA_RECIPE_ATTENTION_F32_SCORE), or those two together (_pf),
+ * (_f32s, KF_CUDA_RECIPE_ATTENTION_F32_SCORE: the default since 4784014's
+ * run, so the same kernel as the plain case), or rounded scores (_rs,
+ * KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE: the default before), or pinned
+ * with f32 scores (_pf),
  * or f32 scores with the softmax's row max and sum as trees (_ft,
  * KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX), or all three (_pft), or the tail's
  * items longest first (_l, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT; _pftl: every
@@ -706,6 +709,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const unsigned F32S = KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
     const unsigned TREE = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX;
     const unsigned LPT = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
+    const unsigned RS = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the same with the softmax pinned under P.V (_pin: the recipe flag
@@ -719,6 +723,10 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal_pin_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_causal_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_f32s", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        /* the rounded form, the default before f32 scores (_rs:
+         * KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE) */
+        {"attn_causal_rs", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
+        {"attn_causal_rs_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
         {"attn_causal_f32s_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
         /* the forms together: pinned with f32 scores (_pf), f32 scores with
          * the softmax's reductions as trees (_ft: KF_CUDA_RECIPE_ATTENTION_
@@ -744,6 +752,9 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          PIN},
         {"attn_block_llama_after_sleep", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_f32s", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_block_llama_rs", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, RS},
+        {"attn_block_llama_rs_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
+         RS},
         {"attn_block_llama_f32s_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "",
          KF_GEMM_AUTO, F32S},
         {"attn_block_llama_pf", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, PIN | F32S},
@@ -760,6 +771,9 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          PIN},
         {"attn_block_gpt2_after_sleep", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2_f32s", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_block_gpt2_rs", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
+        {"attn_block_gpt2_rs_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         RS},
         {"attn_block_gpt2_f32s_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "",
          KF_GEMM_AUTO, F32S},
         {"attn_block_gpt2_pf", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, PIN | F32S},

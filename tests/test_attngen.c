@@ -178,7 +178,12 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
                 for (int a = 0; a + 1 < t->rank; a++)
                     assert_int_equal(t->strides[a] % 16, 0);
             }
-            assert_non_null(strstr(ks->kernel.name, "fa3_"));
+            /* fa3f_ where the score is a scale of Q.K^T (f32 scores, the
+             * default), fa3_ elsewhere */
+            if (strncmp(ks->kernel.name, "fa3_", 4) != 0 &&
+                strncmp(ks->kernel.name, "fa3f_", 5) != 0)
+                fail_msg("%s [%s]: %s is not the default's kernel", cases[i].name, dts[d],
+                         ks->kernel.name);
             /* persistent: one block an SM at most, units of two query tiles */
             const kf_attn_info *at = &p.plan->groups[rc - rec->recipes].attn;
             uint64_t bh = 1;
@@ -296,7 +301,8 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
                          rc[i]->variants[0].how);
             kf_sass_check_hopper(&MEM, k[i]);
         }
-        assert_non_null(strstr(k[1]->name, "fa3t_"));
+        /* f32 scores (the default) where the score is a scale of Q.K^T */
+        assert_non_null(strstr(k[1]->name, ci == 0 ? "fa3ft_" : "fa3t_"));
         /* ALiBi's score is no scale of Q.K^T: no f32 scores there */
         assert_non_null(strstr(k[2]->name, ci == 0 ? "fa3pft_" : "fa3pt_"));
         kf_sass_text(&MEM, k[2], sass, sizeof sass);
@@ -319,7 +325,7 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
  * every other form -- the kernel's name (fa3pftl_, fa3ptl_ where the score
  * is no scale of Q.K^T), its source and the report say so -- and compiles
  * with no spills; the first (causal head dim 128) also with the tail form
- * alone (fa3l_). The tail's item lookup is 32-bit (64-bit divisions spilled
+ * alone (fa3fl_: f32 scores are the default). The tail's item lookup is 32-bit (64-bit divisions spilled
  * the 40-register producer) and only a flag of it stays live through an
  * item. */
 static void test_the_tail_longest_first_compiles_for_every_variant(void **state) {
@@ -341,7 +347,7 @@ static void test_the_tail_longest_first_compiles_for_every_variant(void **state)
                          rc->variants[0].how);
             assert_non_null(strstr(k->source, "#define KF_TAIL_LPT 1"));
             if (!f)
-                assert_non_null(strstr(k->name, "fa3l_"));
+                assert_non_null(strstr(k->name, "fa3fl_")); /* f32 scores: the default */
             else if (!strstr(k->name, "tl_"))
                 fail_msg("%s: %s is not named for every form", cases[ci].name, k->name);
             kf_sass_check_hopper(&MEM, k);
@@ -352,11 +358,13 @@ static void test_the_tail_longest_first_compiles_for_every_variant(void **state)
     }
 }
 
-/* KF_CUDA_RECIPE_ATTENTION_F32_SCORE: a causal score that is a scale of
+/* KF_CUDA_RECIPE_ATTENTION_F32_SCORE (the default: no flag gives the same
+ * kernel): against the rounded form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE,
+ * the default before), a causal score that is a scale of
  * Q.K^T by a constant that is not a power of two (1/sqrt(128) in bf16) keeps
  * no rounding (the inner score function returns s), leaves that constant,
  * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
- * FMUL than the default kernel of the same graph (one of each a score), no
+ * FMUL than the rounded kernel of the same graph (one of each a score), no
  * spills; the kernel (fa3f_) and the report say so; a softcap score does not
  * take it (the default kernel, named fa3_). bf16 and f16. */
 static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
@@ -369,9 +377,15 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         graph_text(cases[ci].body, dn, text, sizeof text);
         planned p;
         plan_text(text, &p);
-        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r0 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
         kf_cuda_recipes *r1 =
             kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_F32_SCORE);
+        kf_cuda_recipes *r2 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        /* f32 scores are the default: no flag gives the F32_SCORE kernel */
+        assert_string_equal(attn_recipe(p.plan, r2)->steps[0].kernel->kernel.source,
+                            attn_recipe(p.plan, r1)->steps[0].kernel->kernel.source);
+        kf_cuda_recipes_destroy(r2);
         const kf_cuda_recipe *c0 = attn_recipe(p.plan, r0), *c1 = attn_recipe(p.plan, r1);
         const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
@@ -569,9 +583,10 @@ static void test_sm90_attention_source_is_deterministic(void **state) {
     plan_release(&p);
 }
 
-/* The sm_90a kernel folds a power-of-two scale of Q.K^T into its softmax's
- * exp2 (KF_SCORE_SCALE; the score functions then round s unscaled) only
- * where that is exact: the score is the scale, or the scale under a -inf
+/* The sm_90a kernel's rounded form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
+ * f32 scores, the default, fold any constant) folds a power-of-two scale of
+ * Q.K^T into its softmax's exp2 (KF_SCORE_SCALE; the score functions then
+ * round s unscaled) only where that is exact: the score is the scale, or the scale under a -inf
  * mask, in bf16 (f32's exponents). Not in f16, not for a scale that is no
  * power of two, not when another node reads the scaled score (softcap's
  * division), not under a finite fill. (The GPU suite runs the folded
@@ -614,7 +629,8 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
         graph_text(body, fc[i].dt, text, sizeof text);
         planned p;
         plan_text(text, &p);
-        kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
         const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
         if (!strstr(rc->variants[0].how, "fused attention (sm_90a wgmma/TMA kernel)"))
             fail_msg("%s: expected the sm_90a kernel: %s", fc[i].name, rc->variants[0].how);

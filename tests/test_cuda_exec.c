@@ -1285,7 +1285,21 @@ static void test_sm90_attention_with_the_softmax_pinned_matches_the_reference(vo
                    "softmax pinned under P.V", NULL, NULL, "softmax pinned");
 }
 
-/* The sm_90a kernel with f32 scores (KF_CUDA_RECIPE_ATTENTION_F32_SCORE):
+/* The sm_90a kernel's rounded form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE,
+ * the default before f32 scores): every fused case in bf16 and the longer
+ * ones in f16 match the reference, and no report says f32 scores. */
+static void test_sm90_attention_with_rounded_scores_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, "bf16", "f16", 3250, NULL,
+                   "f32 scores", &took, "rounded scores");
+    if (took != 0)
+        fail_msg("%d programs took f32 scores with ROUNDED_SCORE set", took);
+}
+
+/* The sm_90a kernel with f32 scores (KF_CUDA_RECIPE_ATTENTION_F32_SCORE, the
+ * default since 4784014's measurements; the flag names it explicitly):
  * every fused case in bf16 and the longer ones in f16 match the reference
  * (judged against the exact value, which the unrounded scores are closer
  * to), and the cases whose score is a scale of Q.K^T, masked or not, took
@@ -2847,6 +2861,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_softmax_pinned_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_f32_scores_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_rounded_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(
             test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
