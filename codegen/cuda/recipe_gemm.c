@@ -1321,10 +1321,8 @@ kf_status kf_rb_gemm(rb *b) {
 /* Attention (unfused fallback)                                               */
 /* ------------------------------------------------------------------------ */
 
-/* The sm_90a kernel as the group's one step (variant 0): its three tensor
- * maps (Q, K, V) go in front of the params. */
-/* Whether the sm_90a attention kernel `name` (fa3[p][f][t]_...: the forms
- * cg_attention.c names it by) has form letter `form`. */
+/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l]_...: the
+ * forms cg_attention.c names it by) has form letter `form`. */
 static bool sm90_form(const char *name, char form) {
     if (strncmp(name, "fa3", 3) != 0)
         return false;
@@ -1334,6 +1332,8 @@ static bool sm90_form(const char *name, char form) {
     return false;
 }
 
+/* The sm_90a kernel as the group's one step (variant 0): its three tensor
+ * maps (Q, K, V) go in front of the params. */
 static kf_status sm90_attention(rb *b, char *name, size_t name_size) {
     const kf_group *grp = &b->plan->groups[b->gi];
     kf_cuda_tmap maps[3];
@@ -1407,16 +1407,10 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
                   "%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
-                  (b->target->flags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX)
-                      ? "; softmax pinned under P.V"
-                      : "",
+                  sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
                   sm90_form(name, 'f') ? "; f32 scores, the scale folded into the softmax" : "",
-                  (b->target->flags & KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX)
-                      ? "; row max and sum as trees"
-                      : "",
-                  (b->target->flags & KF_CUDA_RECIPE_ATTENTION_TAIL_LPT)
-                      ? "; the tail's items longest first"
-                      : "");
+                  sm90_form(name, 't') ? "; row max and sum as trees" : "",
+                  sm90_form(name, 'l') ? "; the tail's items longest first" : "");
     else
         kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
