@@ -81,7 +81,14 @@
  * layouts: attn_block_llama, attn_block_gpt2; each of attn_causal and those
  * two also with the sm_90a kernel's softmax pinned under P.V (_pin, the
  * recipe flag KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) or with f32 scores
- * (_f32s, KF_CUDA_RECIPE_ATTENTION_F32_SCORE), and timed after an untimed
+ * (_f32s, KF_CUDA_RECIPE_ATTENTION_F32_SCORE: the default since 4784014's
+ * run, so the same kernel as the plain case), or rounded scores (_rs,
+ * KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE: the default before), or pinned
+ * with f32 scores (_pf),
+ * or f32 scores with the softmax's row max and sum as trees (_ft,
+ * KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX), or all three (_pft), or the tail's
+ * items longest first (_l, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT; _pftl: every
+ * form), and timed after an untimed
  * bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time alone,
  * behind a block's worth of GEMM, as a profiler sees it in a block) or
  * after 1 ms of one thread asleep (_after_sleep: the device time alone on an
@@ -706,6 +713,9 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     double io_ll = 4.0 * 8 * 32 * 2048 * 128 * 2, fl_ll = 4.0 * 8 * 32 * 2048.0 * 2048 * 128 / 2;
     const unsigned PIN = KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
     const unsigned F32S = KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
+    const unsigned TREE = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX;
+    const unsigned LPT = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
+    const unsigned RS = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the same with the softmax pinned under P.V (_pin: the recipe flag
@@ -719,7 +729,26 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal_pin_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_causal_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_f32s", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        /* the rounded form, the default before f32 scores (_rs:
+         * KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE) */
+        {"attn_causal_rs", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
+        {"attn_causal_rs_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
         {"attn_causal_f32s_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        /* the forms together: pinned with f32 scores (_pf), f32 scores with
+         * the softmax's reductions as trees (_ft: KF_CUDA_RECIPE_ATTENTION_
+         * TREE_SOFTMAX), all three (_pft) */
+        {"attn_causal_pf", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN | F32S},
+        {"attn_causal_ft", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, F32S | TREE},
+        {"attn_causal_pft", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN | F32S | TREE},
+        {"attn_causal_pft_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN | F32S | TREE},
+        /* the tail's items longest first (_l: KF_CUDA_RECIPE_ATTENTION_TAIL_LPT),
+         * alone and with every other form (_pftl) */
+        {"attn_causal_l", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_causal_pftl", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN | F32S | TREE | LPT},
+        {"attn_causal_pftl_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN | F32S | TREE | LPT},
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -729,8 +758,18 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          PIN},
         {"attn_block_llama_after_sleep", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_f32s", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_block_llama_rs", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, RS},
+        {"attn_block_llama_rs_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
+         RS},
         {"attn_block_llama_f32s_after_gemm", texts[14], io_ll, fl_ll, 0, 0, 0, "",
          KF_GEMM_AUTO, F32S},
+        {"attn_block_llama_pf", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, PIN | F32S},
+        {"attn_block_llama_ft", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, F32S | TREE},
+        {"attn_block_llama_pft", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN | F32S | TREE},
+        {"attn_block_llama_l", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_block_llama_pftl", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN | F32S | TREE | LPT},
         {"attn_block_gpt2", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2_pin", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
         {"attn_block_gpt2_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -738,8 +777,17 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          PIN},
         {"attn_block_gpt2_after_sleep", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2_f32s", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, F32S},
+        {"attn_block_gpt2_rs", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
+        {"attn_block_gpt2_rs_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         RS},
         {"attn_block_gpt2_f32s_after_gemm", texts[15], io_g2, fl_g2, 0, 0, 0, "",
          KF_GEMM_AUTO, F32S},
+        {"attn_block_gpt2_pf", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, PIN | F32S},
+        {"attn_block_gpt2_ft", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, F32S | TREE},
+        {"attn_block_gpt2_pft", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN | F32S | TREE},
+        {"attn_block_gpt2_pftl", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         PIN | F32S | TREE | LPT},
         {"attn_block_llama_v", texts[16], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_lse", texts[13], io + bh * S * 4, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},

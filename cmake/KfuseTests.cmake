@@ -100,6 +100,12 @@ endforeach()
 if(TARGET test_attndec)
     set_tests_properties(test_attndec PROPERTIES TIMEOUT 600)
 endif()
+# test_attngen NVRTC-compiles and reads the SASS of every sm_90a attention
+# variant and of its forms (pinned, f32 scores, trees, tail longest first):
+# over 300 s with the sanitizers on a loaded two-core machine (2026-11-26).
+if(TARGET test_attngen)
+    set_tests_properties(test_attngen PROPERTIES TIMEOUT 600)
+endif()
 # test_cuda_exec (on a GPU) compiles a kernel for every case, the generated
 # GEMM's twice over (its sm_90a and sm_80 forms, forced): the two GEMM tests
 # alone took 133 s and over 90 s on an H100 (2026-11-25).

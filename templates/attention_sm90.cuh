@@ -82,7 +82,7 @@
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
  * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
  * a power of two, or any positive constant with f32 scores; 1: none),
- * KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX,
+ * KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX, KF_TREE_SOFTMAX, KF_TAIL_LPT,
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
@@ -157,6 +157,76 @@ __device__ __forceinline__ bool kf_unit_item(long long u, int h, long long &bh, 
     return h == 0 || 2 * p + 1 != KF_NQT;
 }
 
+#if KF_TAIL_LPT
+/* KF_TAIL_LPT (a recipe flag, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT): the units
+ * of all but the last two rounds and the leftover (u < u0 = q x grid, q =
+ * units / grid - 2) go grid-strided as above, q to every block; the rest
+ * (the tail, 2 to 3 rounds' worth) as single items, longest first, dealt
+ * out in a snake -- round r gives tail item r x grid + b to block b on even
+ * rounds, r x grid + grid - 1 - b on odd ones -- so the blocks end within
+ * about one short item of each other, where whole units leave the last
+ * round to (units mod grid) of the blocks (causal B4 H32 S4096: 2048 units
+ * on 132 SMs, 68 blocks take one unit more than the others: 3% of the
+ * kernel). The tail's items in order: every tail unit's longer item by p
+ * ascending (query tile NQT - 1 - p: NQT - p key tiles under a causal mask),
+ * then the shorter ones by p descending (tile p: p + 1 key tiles), units of
+ * one p by u ascending. 32-bit arithmetic (the generator takes the flag only
+ * where the units fit), one division by the grid a block. */
+static_assert(KF_UNITS < (1LL << 30), "the tail's 32-bit item arithmetic");
+struct kf_lpt {
+    unsigned q, u0; /* rounds of whole units, and the first tail unit */
+};
+
+__device__ __forceinline__ kf_lpt kf_lpt_init() {
+    const unsigned r = (unsigned)KF_UNITS / gridDim.x;
+    kf_lpt l;
+    l.q = r > 2u ? r - 2u : 0u;
+    l.u0 = l.q * gridDim.x;
+    return l;
+}
+
+/* Item k of the tail, counted down through p's groups (longer items: p
+ * ascending; shorter: p descending, the middle tile having none): false
+ * past the last. */
+__device__ __forceinline__ bool kf_lpt_tail(const kf_lpt &l, unsigned k, long long &bh, int &qt) {
+    const unsigned nu = (unsigned)KF_UNITS - l.u0, r0 = l.u0 % KF_HALF;
+    const bool longer = k < nu;
+    if (!longer)
+        k -= nu;
+    for (int i = 0; i < KF_HALF; i++) {
+        const int p = longer ? i : KF_HALF - 1 - i;
+        if (!longer && 2 * p + 1 == KF_NQT)
+            continue;
+        /* the first tail unit whose p is p, and how many there are */
+        const unsigned f = l.u0 + ((unsigned)p + KF_HALF - r0) % KF_HALF;
+        const unsigned c =
+            f < (unsigned)KF_UNITS ? ((unsigned)KF_UNITS - f + KF_HALF - 1) / KF_HALF : 0u;
+        if (k < c) {
+            bh = (long long)(f / KF_HALF + k);
+            qt = longer ? KF_NQT - 1 - p : p;
+            return true;
+        }
+        k -= c;
+    }
+    return false;
+}
+
+/* The block's first item at t or after it (t = 0, 1, ...: both sides walk
+ * the same items), its batch-head and query tile; -1 past the last. */
+__device__ __forceinline__ int kf_lpt_scan(const kf_lpt &l, int t, long long &bh, int &qt) {
+    for (;; t++) {
+        if ((unsigned)t < 2u * l.q) {
+            if (kf_unit_item(blockIdx.x + (long long)(t >> 1) * gridDim.x, t & 1, bh, qt))
+                return t;
+            continue;
+        }
+        const unsigned r = (unsigned)t - 2u * l.q;
+        const unsigned k = r * gridDim.x + ((r & 1u) ? gridDim.x - 1u - blockIdx.x : blockIdx.x);
+        return kf_lpt_tail(l, k, bh, qt) ? t : -1;
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(384, 1)
     KF_KERNEL(const __grid_constant__ kf_tmap tq, const __grid_constant__ kf_tmap tk,
               const __grid_constant__ kf_tmap tv, KF_PARAMS) {
@@ -205,14 +275,21 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0, nq = 0;
+#if KF_TAIL_LPT
+            const kf_lpt lp = kf_lpt_init();
+            long long bh;
+            int qt;
+            for (int t = kf_lpt_scan(lp, 0, bh, qt); t >= 0; t = kf_lpt_scan(lp, t + 1, bh, qt)) {
+#else
             for (int t = 0;; t++) {
+                long long bh;
+                int qt;
                 const long long u = blockIdx.x + (long long)(t >> 1) * gridDim.x;
                 if (u >= KF_UNITS)
                     break;
-                long long bh;
-                int qt;
                 if (!kf_unit_item(u, t & 1, bh, qt))
                     continue;
+#endif
                 const int q0 = qt * KF_BR;
                 int kv_lo = 0, kv_hi = KF_SKV;
 #if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
@@ -275,18 +352,30 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         unsigned ph = 0, nq = 0;
         if (cw == 1) /* consumer 0's first turn */
             asm volatile("bar.arrive 1, 256;" ::: "memory");
+#if KF_TAIL_LPT
+        const kf_lpt lp = kf_lpt_init();
+        long long bh;
+        int qt;
+        for (int t = kf_lpt_scan(lp, 0, bh, qt); t >= 0; t = kf_lpt_scan(lp, t + 1, bh, qt)) {
+            /* no item after this one (the next looked up and dropped: only
+             * the flag stays live through the item) */
+            long long bh_n;
+            int qt_n;
+            const bool last_turn = kf_lpt_scan(lp, t + 1, bh_n, qt_n) < 0;
+#else
         for (int t = 0;; t++) {
+            long long bh;
+            int qt;
             const long long u = blockIdx.x + (long long)(t >> 1) * gridDim.x;
             if (u >= KF_UNITS)
                 break;
-            long long bh;
-            int qt;
             if (!kf_unit_item(u, t & 1, bh, qt))
                 continue;
             /* no item after this one: the last unit's second item, or its
              * first where it has no second */
             const bool last_turn =
                 u + gridDim.x >= KF_UNITS && ((t & 1) || 2 * (int)(u % KF_HALF) + 1 == KF_NQT);
+#endif
             const int q0 = qt * KF_BR;
             int kv_lo = 0, kv_hi = KF_SKV;
 #if KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2
@@ -369,11 +458,34 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * and so are m and the row max; KF_SL2E puts it back with
                  * log2(e). */
                 float mx[2] = {m[0], m[1]};
+#if KF_TREE_SOFTMAX
+                /* KF_TREE_SOFTMAX (a recipe flag, KF_CUDA_RECIPE_ATTENTION_
+                 * TREE_SOFTMAX): each row's max over the tile as a pairwise
+                 * tree, 6 FMNMX deep where the running max below is a chain
+                 * of 33; the same value (max is exact in any order) */
+                float t[2][KF_BC / 8];
+#pragma unroll
+                for (int nt = 0; nt < KF_BC / 8; nt++) {
+                    t[0][nt] = fmaxf(sc[4 * nt], sc[4 * nt + 1]);
+                    t[1][nt] = fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]);
+                }
+#pragma unroll
+                for (int lv = 0; lv < 5; lv++) { /* KF_BC / 8 <= 32 values a row */
+#pragma unroll
+                    for (int i = 0; i + (1 << lv) < KF_BC / 8; i += 2 << lv) {
+                        t[0][i] = fmaxf(t[0][i], t[0][i + (1 << lv)]);
+                        t[1][i] = fmaxf(t[1][i], t[1][i + (1 << lv)]);
+                    }
+                }
+                mx[0] = fmaxf(mx[0], t[0][0]);
+                mx[1] = fmaxf(mx[1], t[1][0]);
+#else
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
                     mx[0] = fmaxf(mx[0], fmaxf(sc[4 * nt], sc[4 * nt + 1]));
                     mx[1] = fmaxf(mx[1], fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]));
                 }
+#endif
                 float ms[2], alpha[2] = {1.0f, 1.0f};
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
@@ -410,6 +522,22 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int r = 0; r < 2; r++)
                     ms[r] = m[r] == -KF_INF ? 0.0f : m[r] * KF_SL2E;
+#if KF_TREE_SOFTMAX
+                /* the tile's sum in 4 partial sums a row (chains of 8 FADDs,
+                 * not 32), added to l last */
+                float ls[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+                for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        sc[4 * nt + e] = kf_ex2(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]));
+                        ls[e >> 1][(2 * nt + (e & 1)) & 3] += sc[4 * nt + e];
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    l[r] += (ls[r][0] + ls[r][1]) + (ls[r][2] + ls[r][3]);
+#else
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
 #pragma unroll
@@ -418,6 +546,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         l[e >> 1] += sc[4 * nt + e];
                     }
                 }
+#endif
                 /* P.V(j - 1) done: its V back, O rescaled, pa free for P(j).
                  * The empty asm statements keep the compiler from moving O's
                  * rescale above the wait (O is P.V's accumulator). ptxas

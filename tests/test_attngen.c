@@ -178,7 +178,12 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
                 for (int a = 0; a + 1 < t->rank; a++)
                     assert_int_equal(t->strides[a] % 16, 0);
             }
-            assert_non_null(strstr(ks->kernel.name, "fa3_"));
+            /* fa3f_ where the score is a scale of Q.K^T (f32 scores, the
+             * default), fa3_ elsewhere */
+            if (strncmp(ks->kernel.name, "fa3_", 4) != 0 &&
+                strncmp(ks->kernel.name, "fa3f_", 5) != 0)
+                fail_msg("%s [%s]: %s is not the default's kernel", cases[i].name, dts[d],
+                         ks->kernel.name);
             /* persistent: one block an SM at most, units of two query tiles */
             const kf_attn_info *at = &p.plan->groups[rc - rec->recipes].attn;
             uint64_t bh = 1;
@@ -257,11 +262,114 @@ static void test_the_pinned_softmax_runs_under_pv(void **state) {
     }
 }
 
-/* KF_CUDA_RECIPE_ATTENTION_F32_SCORE: a causal score that is a scale of
+/* KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX: the report, the source and the
+ * kernel's name (fa3t_) say so, and the kernel compiles with no spills;
+ * with the softmax pinned and f32 scores as well (fa3pft_, the form
+ * FlashAttention-3's order of operations comes to) every exp2 of the main
+ * loop stays between Q.K^T's wait and P.V's. Causal head dim 128 and ALiBi +
+ * causal 64, bf16 and f16. (Whole-kernel counts of exp2 and FMNMX are no
+ * measure of the trees' work: ptxas lays out ALiBi's f16 kernel with more
+ * copies of the softmax with trees than without.) */
+static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    const unsigned tree = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX;
+    const unsigned all = tree | KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX |
+                         KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
+    for (size_t v = 0; v < 4; v++) {
+        char text[4096];
+        const size_t ci = v < 2 ? 0 : 4; /* causal D128; ALiBi + causal D64 */
+        const char *dn = v % 2 ? "f16" : "bf16";
+        graph_text(cases[ci].body, dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r[3] = {kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0),
+                                 kf_sass_recipes(&MEM, p.plan, "h100", NULL, tree),
+                                 kf_sass_recipes(&MEM, p.plan, "h100", NULL, all)};
+        const kf_cuda_recipe *rc[3];
+        const kf_cuda_kernel *k[3];
+        for (int i = 0; i < 3; i++) {
+            rc[i] = attn_recipe(p.plan, r[i]);
+            k[i] = &rc[i]->steps[0].kernel->kernel;
+        }
+        assert_non_null(strstr(k[0]->source, "#define KF_TREE_SOFTMAX 0"));
+        assert_null(strstr(rc[0]->variants[0].how, "as trees"));
+        for (int i = 1; i < 3; i++) {
+            assert_non_null(strstr(k[i]->source, "#define KF_TREE_SOFTMAX 1"));
+            if (!strstr(rc[i]->variants[0].how, "row max and sum as trees"))
+                fail_msg("%s [%s]: the report does not say so: %s", cases[ci].name, dn,
+                         rc[i]->variants[0].how);
+        }
+        kf_sass_check_hopper(&MEM, k[1]);
+        /* f32 scores (the default) where the score is a scale of Q.K^T */
+        assert_non_null(strstr(k[1]->name, ci == 0 ? "fa3ft_" : "fa3t_"));
+        /* ALiBi's score is no scale of Q.K^T: no f32 scores there */
+        assert_non_null(strstr(k[2]->name, ci == 0 ? "fa3pft_" : "fa3pt_"));
+        /* the pinned kernel compiled once: wgmma, no spills, exp2s placed */
+        kf_sass_text(&MEM, k[2], sass, sizeof sass);
+        if (!strstr(sass, "HGMMA") || strstr(sass, "STL") || strstr(sass, "LDL"))
+            fail_msg("%s [%s]: %s: no HGMMA, or local memory", cases[ci].name, dn, k[2]->name);
+        int w[2];
+        if (!exp2s_around_pv_wait(sass, w))
+            fail_msg("%s [%s]: no Q.K^T / P.V waits in the SASS", cases[ci].name, dn);
+        if (w[0] < 1 || w[1] != 0)
+            fail_msg("%s [%s]: pinned trees: %d exp2s between the waits of Q.K^T and P.V, %d "
+                     "after P.V's (want them all before)",
+                     cases[ci].name, dn, w[0], w[1]);
+        fprintf(stderr, "  %s [%s]: trees compile; pinned, %d exp2s under P.V, none after\n",
+                cases[ci].name, dn, w[0]);
+        for (int i = 0; i < 3; i++)
+            kf_cuda_recipes_destroy(r[i]);
+        plan_release(&p);
+    }
+}
+
+/* KF_CUDA_RECIPE_ATTENTION_TAIL_LPT: the variants whose item walks differ
+ * (causal, Sq != Skv, sliding window, block-sparse, GQA; bf16) take it with
+ * every other form -- the kernel's name (fa3pftl_), its source and the
+ * report say so -- and compile with no spills; the first (causal head dim
+ * 128) also with the tail form alone (fa3fl_: f32 scores are the default). The tail's item lookup is 32-bit (64-bit divisions spilled
+ * the 40-register producer) and only a flag of it stays live through an
+ * item. */
+static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
+    (void)state;
+    const unsigned lpt = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
+    const unsigned all = lpt | KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
+                         KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
+    static const size_t which[] = {0, 1, 2, 6, 7};
+    for (size_t w = 0; w < sizeof which / sizeof which[0]; w++) {
+        const size_t ci = which[w];
+        char text[4096];
+        graph_text(cases[ci].body, "bf16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        for (int f = ci == 0 ? 0 : 1; f < 2; f++) {
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, f ? all : lpt);
+            const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+            const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+            if (!strstr(rc->variants[0].how, "the tail's items longest first"))
+                fail_msg("%s: the report does not say so: %s", cases[ci].name,
+                         rc->variants[0].how);
+            assert_non_null(strstr(k->source, "#define KF_TAIL_LPT 1"));
+            if (!f)
+                assert_non_null(strstr(k->name, "fa3fl_")); /* f32 scores: the default */
+            else if (!strstr(k->name, "tl_"))
+                fail_msg("%s: %s is not named for every form", cases[ci].name, k->name);
+            kf_sass_check_hopper(&MEM, k);
+            fprintf(stderr, "  %s: %s compiles, no spills\n", cases[ci].name, k->name);
+            kf_cuda_recipes_destroy(r);
+        }
+        plan_release(&p);
+    }
+}
+
+/* KF_CUDA_RECIPE_ATTENTION_F32_SCORE (the default: no flag gives the same
+ * kernel): against the rounded form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE,
+ * the default before), a causal score that is a scale of
  * Q.K^T by a constant that is not a power of two (1/sqrt(128) in bf16) keeps
  * no rounding (the inner score function returns s), leaves that constant,
  * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
- * FMUL than the default kernel of the same graph (one of each a score), no
+ * FMUL than the rounded kernel of the same graph (one of each a score), no
  * spills; the kernel (fa3f_) and the report say so; a softcap score does not
  * take it (the default kernel, named fa3_). bf16 and f16. */
 static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
@@ -274,9 +382,15 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         graph_text(cases[ci].body, dn, text, sizeof text);
         planned p;
         plan_text(text, &p);
-        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r0 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
         kf_cuda_recipes *r1 =
             kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_F32_SCORE);
+        kf_cuda_recipes *r2 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        /* f32 scores are the default: no flag gives the F32_SCORE kernel */
+        assert_string_equal(attn_recipe(p.plan, r2)->steps[0].kernel->kernel.source,
+                            attn_recipe(p.plan, r1)->steps[0].kernel->kernel.source);
+        kf_cuda_recipes_destroy(r2);
         const kf_cuda_recipe *c0 = attn_recipe(p.plan, r0), *c1 = attn_recipe(p.plan, r1);
         const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
@@ -474,9 +588,10 @@ static void test_sm90_attention_source_is_deterministic(void **state) {
     plan_release(&p);
 }
 
-/* The sm_90a kernel folds a power-of-two scale of Q.K^T into its softmax's
- * exp2 (KF_SCORE_SCALE; the score functions then round s unscaled) only
- * where that is exact: the score is the scale, or the scale under a -inf
+/* The sm_90a kernel's rounded form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
+ * f32 scores, the default, fold any constant) folds a power-of-two scale of
+ * Q.K^T into its softmax's exp2 (KF_SCORE_SCALE; the score functions then
+ * round s unscaled) only where that is exact: the score is the scale, or the scale under a -inf
  * mask, in bf16 (f32's exponents). Not in f16, not for a scale that is no
  * power of two, not when another node reads the scaled score (softcap's
  * division), not under a finite fill. (The GPU suite runs the folded
@@ -519,7 +634,8 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
         graph_text(body, fc[i].dt, text, sizeof text);
         planned p;
         plan_text(text, &p);
-        kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
         const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
         if (!strstr(rc->variants[0].how, "fused attention (sm_90a wgmma/TMA kernel)"))
             fail_msg("%s: expected the sm_90a kernel: %s", fc[i].name, rc->variants[0].how);
@@ -550,6 +666,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_source_is_deterministic),
         cmocka_unit_test(test_the_pinned_softmax_runs_under_pv),
         cmocka_unit_test(test_f32_scores_leave_any_scale_to_the_softmax),
+        cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
+        cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
         cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),
         cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels),

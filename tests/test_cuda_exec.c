@@ -1215,10 +1215,11 @@ static const struct {
  * context (kf_ctx.recipe_flags), each against the reference: on sm_90 the
  * report names the sm_90a kernel and holds `form` (NULL: nothing more),
  * elsewhere the FA2 kernel runs; *took (when `probe`) counts the programs
- * whose report holds `probe`. `what` (NULL: none) goes into the labels. */
-static void run_sm90_cases(unsigned rflags, const char *dn_fused, const char *dn_long,
-                           uint64_t stream0, const char *form, const char *probe, int *took,
-                           const char *what) {
+ * whose report holds `probe`. `what` (NULL: none) goes into the labels;
+ * `only` (NULL: every case) names the one case to run. */
+static void run_sm90_cases_only(unsigned rflags, const char *dn_fused, const char *dn_long,
+                                uint64_t stream0, const char *form, const char *probe, int *took,
+                                const char *what, const char *only) {
     kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
     ctx->recipe_flags = rflags;
     size_t n_fused = N_OF(fused_cases);
@@ -1230,6 +1231,8 @@ static void run_sm90_cases(unsigned rflags, const char *dn_fused, const char *dn
         const char *name = fc ? fused_cases[i].name : sm90_cases[i - n_fused].name;
         const char *body = fc ? fused_cases[i].body : sm90_cases[i - n_fused].body;
         const char *mask = fc ? fused_cases[i].mask : sm90_cases[i - n_fused].mask;
+        if (only && strcmp(name, only) != 0)
+            continue;
         kf_graph *g = fused_graph(ctx, body, dn, name);
         char label[200], has[200];
         snprintf(label, sizeof label, "sm_90a attention%s%s: %s [%s]", what ? ", " : "",
@@ -1251,6 +1254,13 @@ static void run_sm90_cases(unsigned rflags, const char *dn_fused, const char *dn
         kf_graph_destroy(g);
     }
     kf_ctx_destroy(ctx);
+}
+
+/* run_sm90_cases_only with every case (`only` NULL). */
+static void run_sm90_cases(unsigned rflags, const char *dn_fused, const char *dn_long,
+                           uint64_t stream0, const char *form, const char *probe, int *took,
+                           const char *what) {
+    run_sm90_cases_only(rflags, dn_fused, dn_long, stream0, form, probe, took, what, NULL);
 }
 
 /* Every fused case, and the longer ones above, in bf16 and f16 with
@@ -1275,7 +1285,21 @@ static void test_sm90_attention_with_the_softmax_pinned_matches_the_reference(vo
                    "softmax pinned under P.V", NULL, NULL, "softmax pinned");
 }
 
-/* The sm_90a kernel with f32 scores (KF_CUDA_RECIPE_ATTENTION_F32_SCORE):
+/* The sm_90a kernel's rounded form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE,
+ * the default before f32 scores): every fused case in bf16 and the longer
+ * ones in f16 match the reference, and no report says f32 scores. */
+static void test_sm90_attention_with_rounded_scores_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, "bf16", "f16", 3250, NULL,
+                   "f32 scores", &took, "rounded scores");
+    if (took != 0)
+        fail_msg("%d programs took f32 scores with ROUNDED_SCORE set", took);
+}
+
+/* The sm_90a kernel with f32 scores (KF_CUDA_RECIPE_ATTENTION_F32_SCORE, the
+ * default since 4784014's measurements; the flag names it explicitly):
  * every fused case in bf16 and the longer ones in f16 match the reference
  * (judged against the exact value, which the unrounded scores are closer
  * to), and the cases whose score is a scale of Q.K^T, masked or not, took
@@ -1288,6 +1312,94 @@ static void test_sm90_attention_with_f32_scores_matches_the_reference(void **sta
                    &took, "f32 scores");
     if (took < 4)
         fail_msg("only %d programs took the f32-score kernel", took);
+}
+
+/* The sm_90a kernel with its softmax's row max and sum as trees
+ * (KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX) and f32 scores: every fused case
+ * in bf16, the longer ones in f16, each matches the reference and its report
+ * says the form ran; the f32 form took at least four programs. */
+static void test_sm90_attention_with_trees_and_f32_scores_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_F32_SCORE,
+                   "bf16", "f16", 3300, "row max and sum as trees", "f32 scores", &took,
+                   "trees, f32 scores");
+    if (took < 4)
+        fail_msg("only %d programs took the f32-score kernel with trees", took);
+}
+
+/* The same with the softmax pinned under P.V as well (fa3pft_: the order of
+ * operations of FlashAttention-3's consumer), every case in bf16. */
+static void test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference(
+    void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_F32_SCORE |
+                       KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX,
+                   "bf16", "bf16", 3400, "row max and sum as trees", "f32 scores", &took,
+                   "trees, f32 scores, softmax pinned");
+    if (took < 4)
+        fail_msg("only %d programs took the pinned f32-score kernel with trees", took);
+}
+
+/* 400 units (2 x 200 heads of two query tiles, the second ragged) on at
+ * most 132 SMs: with KF_CUDA_RECIPE_ATTENTION_TAIL_LPT a block takes a
+ * whole round of units grid-strided, then single items of the tail, longest
+ * first, in a snake; the cases above have fewer than three rounds, all tail. */
+static const char *const lpt_rounds_case =
+    "q = input($[2, 200, 130, 64])\nk = input($[2, 200, 130, 64])\nv = input($[2, 200, 130, 64])\n"
+    "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+    "row = iota(i32[130, 130], axis=0)\ncol = iota(i32[130, 130], axis=1)\n"
+    "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
+
+/* The sm_90a kernel's tail longest first (KF_CUDA_RECIPE_ATTENTION_TAIL_LPT):
+ * the longer cases (blocks of several units, odd tile counts, more units
+ * than SMs) in bf16, the 400-unit case, and every case in bf16 with every
+ * other form too (pinned, f32 scores, trees): each matches the reference
+ * (every query tile computed once: a tile left out stays poisoned, one
+ * computed twice races on its rows) and the report says the form ran. */
+static void test_sm90_attention_with_the_tail_longest_first_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const unsigned lpt = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
+    const unsigned all = lpt | KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
+                         KF_CUDA_RECIPE_ATTENTION_F32_SCORE | KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
+    const char *form = "the tail's items longest first";
+    run_sm90_cases(lpt, NULL, "bf16", 3700, form, NULL, NULL, "tail longest first");
+    run_sm90_cases(all, "bf16", NULL, 3800, form, NULL, NULL, "every form");
+    for (int i = 0; i < 2; i++) {
+        kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+        ctx->recipe_flags = i ? all : lpt;
+        kf_graph *g = fused_graph(ctx, lpt_rounds_case, "bf16", "400 units");
+        char label[120], has[160];
+        snprintf(label, sizeof label, "sm_90a attention, %s: 400 units, rounds then the tail",
+                 i ? "every form" : "tail longest first");
+        snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|mask causal|%s", form);
+        run_opts o = {.lo = -2, .hi = 2, .report_has = "mask causal", .report_has_sm90 = has,
+                      .ctx = ctx};
+        run_and_compare(g, 3900 + (uint64_t)i, &o, label);
+        fprintf(stderr, "  %s: ok\n", label);
+        kf_graph_destroy(g);
+        kf_ctx_destroy(ctx);
+    }
+}
+
+/* One long case (more units than SMs: blocks take several items, the ring
+ * and the Q buffers wrap) through every form of the sm_90a kernel at once --
+ * softmax pinned, f32 scores, trees, the tail longest first -- and the default: the case the GPU
+ * check runs under compute-sanitizer (memcheck, racecheck). */
+static void test_sm90_attention_forms_on_one_long_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *one = "causal, S 300, 80 heads: more units than SMs";
+    run_sm90_cases_only(0, NULL, "bf16", 3500, NULL, NULL, NULL, NULL, one);
+    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_F32_SCORE |
+                            KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX |
+                            KF_CUDA_RECIPE_ATTENTION_TAIL_LPT,
+                        NULL, "bf16", 3600, "row max and sum as trees", NULL, NULL,
+                        "every form", one);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the
@@ -2999,6 +3111,12 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_softmax_pinned_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_f32_scores_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_rounded_scores_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_trees_and_f32_scores_matches_the_reference),
+        cmocka_unit_test(
+            test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),

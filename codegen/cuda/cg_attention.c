@@ -515,7 +515,8 @@ static uint32_t users_of(const cg *c, uint32_t i, uint32_t *user) {
  * one FFMA each exp2 has anyway (KF_SCORE_SCALE): one FMUL a score less. Not
  * for f16 (its narrower exponents: s may overflow where s c does not) nor
  * for a finite fill (its value would need dividing by c).
- * With `f32` (the recipe flag KF_CUDA_RECIPE_ATTENTION_F32_SCORE) the node
+ * With `f32` (the default; the recipe flag KF_CUDA_RECIPE_ATTENTION_ROUNDED_
+ * SCORE turns it off, KF_CUDA_RECIPE_ATTENTION_F32_SCORE back on) the node
  * is not rounded at all (emit_score_fn gives it as s), so any positive
  * finite c folds, in f16 too: the scores the softmax sees are s c in f32,
  * closer to the exact value than the reference's rounded ones -- a
@@ -774,7 +775,13 @@ static void emit_o_offset(cg *c, const kf_group *g) {
 static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
                      kf_cuda_kernel *out, bool sm90, unsigned rflags) {
     const int pin = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) ? 1 : 0;
-    const bool f32s = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_F32_SCORE);
+    /* f32 scores by default (they won: H200, 4784014, causal S4096 D128
+     * 0.955 -> 0.924 ms, LLaMA's block layouts 0.539 -> 0.518); ROUNDED_SCORE
+     * alone gives the rounded form */
+    const bool f32s = sm90 && ((rflags & KF_CUDA_RECIPE_ATTENTION_F32_SCORE) ||
+                               !(rflags & KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE));
+    const int tree = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX) ? 1 : 0;
+    int lpt = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_TAIL_LPT) ? 1 : 0;
     cg c;
     kf_status st = cg_begin(&c, plan, group, arch, mem, out);
     if (st != KF_OK)
@@ -796,16 +803,23 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     const int64_t br = sm90 ? SM90_BR : ATTN_BR;
     int64_t nqt = (at->sq + br - 1) / br;
     int skip = mask_skip(g);
+    /* the tail's item arithmetic is 32-bit (templates/attention_sm90.cuh) */
+    if (bh * ((nqt + 1) / 2) >= (INT64_C(1) << 30))
+        lpt = 0;
 
     double scale = 1.0;
     const uint32_t fold =
         sm90 && (KF_SM90_SCALE_FOLD || f32s) ? fold_scale(&c, f32s, &scale) : KF_NONE;
     /* f32 scores where the flag asks for them and the score takes them */
     const bool f32 = f32s && fold != KF_NONE;
-    /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores */
-    cg_set_name(&c, !sm90 ? "fa_"
-                    : pin ? (f32 ? "fa3pf_" : "fa3p_")
-                          : (f32 ? "fa3f_" : "fa3_"));
+    /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
+     * softmax's reductions as trees, l: the tail longest first (fa3p_,
+     * fa3f_, fa3pf_, fa3t_, ..., fa3pftl_) */
+    char prefix[16] = "fa_";
+    if (sm90)
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
+                 tree ? "t" : "", lpt ? "l" : "");
+    cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
     out->vec = 8;
@@ -844,16 +858,19 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
-        if (pin || f32)
-            cg_printf(&c.s, "/* forms: %s%s */\n", pin ? "softmax pinned under P.V; " : "",
-                      f32 ? "f32 scores, the scale folded into exp2" : "");
+        if (pin || f32 || tree || lpt)
+            cg_printf(&c.s, "/* forms: %s%s%s%s */\n", pin ? "softmax pinned under P.V; " : "",
+                      f32 ? "f32 scores, the scale folded into exp2; " : "",
+                      tree ? "row max and sum as trees; " : "",
+                      lpt ? "the tail's items longest first" : "");
         cg_puts(&c.s, kf_cuda_tpl_hopper);
         /* the folded scale (1: none), exact in hex: a power of two, or with
          * f32 scores any positive constant */
         cg_printf(&c.s,
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
-                  "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n",
-                  scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin);
+                  "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
+                  "#define KF_TAIL_LPT %d\n",
+                  scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt);
         cg_printf(&c.s,
                   "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
                   "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"

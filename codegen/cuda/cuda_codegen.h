@@ -246,7 +246,8 @@ bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char
 kf_status kf_cuda_codegen_attention_sm90(const kf_plan *plan, uint32_t group, const char *arch,
                                          const kf_mem *mem, kf_cuda_kernel *out);
 /* The same with the recipe flags `rflags` (KF_CUDA_RECIPE_*) that choose
- * among the kernel's forms: ATTENTION_PIN_SOFTMAX, ATTENTION_F32_SCORE; the
+ * among the kernel's forms: ATTENTION_PIN_SOFTMAX, ATTENTION_F32_SCORE,
+ * ATTENTION_ROUNDED_SCORE, ATTENTION_TREE_SOFTMAX, ATTENTION_TAIL_LPT; the
  * others are ignored. */
 kf_status kf_cuda_codegen_attention_sm90_flags(const kf_plan *plan, uint32_t group,
                                                const char *arch, unsigned rflags,

@@ -120,7 +120,27 @@ enum {
                                                       takes a scale of Q.K^T (then at most a
                                                       -inf mask) in f32, unrounded, folded into
                                                       the softmax's exp2 (cg_attention.c,
-                                                      fold_scale); off until measured */
+                                                      fold_scale); the default since it won
+                                                      (H200, 4784014), so the flag changes
+                                                      nothing but where ROUNDED_SCORE is set */
+    KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX = 1u << 24, /* internal: the sm_90a attention kernel
+                                                         takes a key tile's row max and row sum
+                                                         as trees (6 FMNMX deep, 4 partial sums
+                                                         a row) where they are chains of 33 and
+                                                         32 (templates/attention_sm90.cuh,
+                                                         KF_TREE_SOFTMAX); off until measured */
+    KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE = 1u << 23, /* internal: the sm_90a attention kernel
+                                                          rounds its scale of Q.K^T as the
+                                                          reference stores it (the default
+                                                          before f32 scores; the bench and the
+                                                          tests compare), unless F32_SCORE is
+                                                          set too */
+    KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
+                                                     persistent blocks take the last two
+                                                     rounds' units and the leftover as single
+                                                     query tiles, longest first, in a snake
+                                                     (templates/attention_sm90.cuh,
+                                                     KF_TAIL_LPT); off until measured */
 };
 
 /* What the recipes are made for. */

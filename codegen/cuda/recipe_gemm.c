@@ -1,7 +1,8 @@
 /*
  * recipe_gemm.c -- the recipes of GEMM groups and of the unfused attention
- * fallback: which part of a GEMM group cuBLASLt applies itself, and which
- * generated kernels run around it.
+ * fallback (the fused attention kernels' step: recipe_attention.c): which
+ * part of a GEMM group cuBLASLt applies itself, and which generated kernels
+ * run around it.
  *
  *   GEMM       [prologue kernel: A's norm into a scratch]
  *              cuBLASLt: act(A.B (+ C) (+ bias)) when the group's epilogue
@@ -146,13 +147,13 @@ static bool operand_ok(const kf_cuda_operand *op, int64_t rows, int64_t cols) {
 }
 
 typedef struct gemm_req {
-    const kf_tensor *mm; /* the matmul */
-    mref a, b;           /* its operands */
-    kf_cuda_buf d;       /* output of mm's shape: contiguous, or at d_strides */
+    const kf_tensor *mm;      /* the matmul */
+    mref a, b;                /* its operands */
+    kf_cuda_buf d;            /* output of mm's shape: contiguous, or at d_strides */
     const int64_t *d_strides; /* NULL, or D's element strides per axis of mm (last 1):
                                  an attention output stored permuted */
-    kf_cuda_buf c;       /* residual (contiguous, mm's shape) or NONE */
-    kf_cuda_buf bias;    /* bias (n elements) or NONE */
+    kf_cuda_buf c;            /* residual (contiguous, mm's shape) or NONE */
+    kf_cuda_buf bias;         /* bias (n elements) or NONE */
     kf_cuda_lt_epilogue epi;
 } gemm_req;
 
@@ -673,9 +674,8 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     }
     int64_t tiles128 = ((sh->m + 127) / 128) * ((sh->n + 127) / 128) * sh->batch;
     sh->bm = sh->bn = tiles128 >= b->target->sm_count || sh->dual ? 128 : 64;
-    sh->warps = sh->bm == 128 && !sh->dual && (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80_8WARPS)
-                    ? 8
-                    : 4;
+    sh->warps =
+        sh->bm == 128 && !sh->dual && (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80_8WARPS) ? 8 : 4;
     sh->stages = 4;
     sh->lda = a_lead;
     sh->ldb = b_lead;
@@ -712,11 +712,11 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
         char pro[KF_CUDA_NAME_MAX];
         mref sm;
         /* a GEMM sibling set's earlier member wrote it (the same scratch) */
-        bool shared_a = b->sib_shared && kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind !=
-                                             KF_CUDA_BUF_NONE;
-        st = shared_a ? KF_OK
-                      : kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro,
-                                         NULL);
+        bool shared_a = b->sib_shared &&
+                        kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind != KF_CUDA_BUF_NONE;
+        st = shared_a
+                 ? KF_OK
+                 : kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
         if (st == KF_OK)
             st = a_operand(b, 0, &sm);
         if (st != KF_OK) {
@@ -780,8 +780,8 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
         snprintf(tile, sizeof tile, "%ux%ux32", sh->bm, sh->bn);
     snprintf(why, why_size,
              "mma.sync %s tiles on %u warps, %u stages (cp.async), A %s-major, B %s-major%s%s",
-             tile, sh->warps, sh->stages, sh->a_kmajor ? "K" : "M",
-             sh->b_kmajor ? "K" : "N", sh->batch > 1 ? ", batched in one launch (grid z)" : "",
+             tile, sh->warps, sh->stages, sh->a_kmajor ? "K" : "M", sh->b_kmajor ? "K" : "N",
+             sh->batch > 1 ? ", batched in one launch (grid z)" : "",
              sh->a_fold      ? ", norm prologue folded into B (pre-passes: row statistics, "
                                "diag(gamma) B)"
              : sh->a_scratch ? ", A from the prologue kernel's scratch"
@@ -981,8 +981,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * main loop, ptxas serializes the wgmmas (C7514). Not in clusters
      * (internal; their GPU runs had the register epilogue). */
     sh.epi_tma = !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_REGS) && !dual && !sh.epi_staged &&
-                 sh.cluster != 2 &&
-                 !norm && !gm->row_split && grp->n_writes == 1 &&
+                 sh.cluster != 2 && !norm && !gm->row_split && grp->n_writes == 1 &&
                  (!gm->head_dim || !gm->heads_first || gm->m % 64 == 0) &&
                  plan->graph->nodes[grp->writes[0]]->dtype == mm->dtype && sh.n % 8 == 0;
     /* A short main loop (K of 16 steps or fewer) with that epilogue: ping-pong
@@ -1069,11 +1068,11 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         char pro[KF_CUDA_NAME_MAX];
         mref sa;
         /* a GEMM sibling set's earlier member wrote it (the same scratch) */
-        bool shared_a = b->sib_shared && kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind !=
-                                             KF_CUDA_BUF_NONE;
-        st = shared_a ? KF_OK
-                      : kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro,
-                                         NULL);
+        bool shared_a = b->sib_shared &&
+                        kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind != KF_CUDA_BUF_NONE;
+        st = shared_a
+                 ? KF_OK
+                 : kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
         if (st == KF_OK)
             st = a_operand(b, 0, &sa);
         if (st != KF_OK) {
@@ -1143,8 +1142,8 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             if (ks->kernel.params[j].kind == KF_CUDA_PARAM_OUT)
                 ks->args[2].buf = ks->args[n_maps + j].buf;
         ks->args[2].written = true;
-        set_tmap(&ks->tmaps[2], mm->dtype, true, (uint64_t)sh.n, (uint64_t)sh.m,
-                 (uint64_t)sh.batch, sh.n, sh.m * sh.n, 64, 64, es);
+        set_tmap(&ks->tmaps[2], mm->dtype, true, (uint64_t)sh.n, (uint64_t)sh.m, (uint64_t)sh.batch,
+                 sh.n, sh.m * sh.n, 64, 64, es);
         if (gm->head_dim && gm->heads_first) { /* the head view: {D, S, H, batch} */
             kf_cuda_tmap *t = &ks->tmaps[2];
             int64_t D = gm->head_dim, S = gm->m, H = sh.n / D;
@@ -1459,93 +1458,6 @@ kf_status kf_rb_gemm_lt(rb *b, uint32_t vi, const char *gen_why) {
 /* Attention (unfused fallback)                                               */
 /* ------------------------------------------------------------------------ */
 
-/* The sm_90a kernel as the group's one step (variant 0): its three tensor
- * maps (Q, K, V) go in front of the params. */
-static kf_status sm90_attention(rb *b, char *name, size_t name_size) {
-    const kf_group *grp = &b->plan->groups[b->gi];
-    kf_cuda_tmap maps[3];
-    uint32_t bases[3];
-    int64_t offsets[3];
-    kf_status st = kf_cuda_attention_sm90_maps(b->plan, b->gi, maps, bases, offsets);
-    if (st != KF_OK)
-        return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no tensor maps for the sm_90a kernel",
-                          b->gi);
-    kf_cuda_kernel k;
-    memset(&k, 0, sizeof k);
-    st = kf_cuda_codegen_attention_sm90_flags(b->plan, b->gi, b->target->arch, b->target->flags,
-                                              b->mem, &k);
-    if (st == KF_OK && k.n_params + 3 > KF_CUDA_MAX_PARAMS)
-        st = kf_msg_set(k.error, KF_ERR_UNSUPPORTED, "more than %d kernel arguments",
-                        KF_CUDA_MAX_PARAMS - 3);
-    if (st != KF_OK) {
-        kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
-                   k.error[0] ? k.error : kf_status_str(st));
-        kf_cuda_kernel_release(b->mem, &k);
-        return st;
-    }
-    snprintf(name, name_size, "%s", k.name);
-    kf_cuda_kstep *ks = NULL;
-    if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_ATTENTION_SM90, &ks)) != KF_OK)
-        return st;
-    memmove(&ks->args[3], &ks->args[0], ks->n_args * sizeof ks->args[0]);
-    ks->n_args += 3;
-    memset(&ks->args[0], 0, 3 * sizeof ks->args[0]);
-    for (int i = 0; i < 3; i++) {
-        ks->args[i].kind = KF_CUDA_ARG_TMAP;
-        ks->args[i].buf = at_offset(kf_rb_tensor(b, bases[i]), offsets[i], 2);
-        ks->args[i].value = i;
-        ks->tmaps[i] = maps[i];
-    }
-    ks->n_tmaps = 3;
-    return KF_OK;
-}
-
-/* The fused kernel as the group's one step (variant 0): the sm_90a kernel
- * when asked for and it takes the group (else `sm90_why` says why not), else
- * the mma.sync one. */
-static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
-    const kf_group *grp = &b->plan->groups[b->gi];
-    char name[KF_CUDA_NAME_MAX] = "";
-    snprintf(b->rc->variants[0].label, sizeof b->rc->variants[0].label, "fused");
-    kf_status st = sm90 ? sm90_attention(b, name, sizeof name)
-                        : kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_ATTENTION, name, sizeof name,
-                                           NULL);
-    if (st == KF_ERR_NOT_FOUND)
-        return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no fused attention kernel", b->gi);
-    if (st != KF_OK)
-        return st;
-    uint64_t visited, total;
-    kf_cuda_attention_tiles(b->plan, b->gi, sm90, &visited, &total);
-    char tiles[96];
-    if (grp->attn.mask == KF_MASK_BLOCK_SPARSE)
-        snprintf(tiles, sizeof tiles,
-                 "the key tiles the %lldx%lld keep map drops skipped (read at run time)",
-                 (long long)grp->attn.keep_bq, (long long)grp->attn.keep_bk);
-    else if (visited < total)
-        snprintf(tiles, sizeof tiles,
-                 "%llu of %llu tiles visited (%.0f%% outside the mask skipped)",
-                 (unsigned long long)visited, (unsigned long long)total,
-                 100.0 * (double)(total - visited) / (double)total);
-    else
-        snprintf(tiles, sizeof tiles, "every tile visited%s",
-                 grp->attn.mask != KF_MASK_NONE ? ", mask per element" : "");
-    if (sm90)
-        kf_rb_how(b, 0,
-                  "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, %s%s%s",
-                  name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
-                  (b->target->flags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX)
-                      ? "; softmax pinned under P.V"
-                      : "",
-                  !strncmp(name, "fa3f_", 5) || !strncmp(name, "fa3pf_", 6)
-                      ? "; f32 scores, the scale folded into the softmax"
-                      : "");
-    else
-        kf_rb_how(b, 0, "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
-                  name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
-                  sm90_why ? "; not the sm_90a kernel: " : "", sm90_why ? sm90_why : "");
-    return KF_OK;
-}
-
 kf_status kf_rb_attention(rb *b) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
@@ -1553,26 +1465,14 @@ kf_status kf_rb_attention(rb *b) {
     const kf_attn_info *at = &grp->attn;
     const kf_tensor *qk = g->nodes[at->qk], *pv = g->nodes[at->pv];
 
-    /* The fused kernel when it takes the group and is not switched off; else
-     * the unfused steps below, and the report says why. */
+    /* The fused kernel when it takes the group and is not switched off
+     * (recipe_attention.c); else the unfused steps below, and the report
+     * says why. */
     char why[160];
-    if (b->target->flags & KF_CUDA_RECIPE_UNFUSED_ATTENTION)
-        snprintf(why, sizeof why, "the fused kernel is off: KF_FLAG_UNFUSED_ATTENTION");
-    else if (kf_cuda_attention_supported(plan, b->gi, b->target->arch, why, sizeof why)) {
-        /* short queries: the split-KV decode kernels (recipe_attention_decode.c) */
-        if (kf_rb_attention_wants_decode(b) &&
-            kf_cuda_attention_decode_supported(plan, b->gi, b->target->arch, why, sizeof why))
-            return kf_rb_attention_decode(b);
-        /* the sm_90a kernel where it takes the group; the report says why
-         * not where the arch is sm_90a and it does not */
-        if ((b->target->flags & KF_CUDA_RECIPE_ATTENTION_FA2) ||
-            strcmp(b->target->arch, "sm_90a") != 0)
-            return fused_attention(b, false, NULL);
-        char why90[160];
-        bool sm90 = kf_cuda_attention_sm90_supported(plan, b->gi, b->target->arch, why90,
-                                                     sizeof why90);
-        return fused_attention(b, sm90, sm90 ? NULL : why90);
-    }
+    bool fused = false;
+    kf_status fst = kf_rb_attention_fused(b, why, sizeof why, &fused);
+    if (fused || fst != KF_OK)
+        return fst;
 
     /* The unfused steps write O alone. */
     if (at->lse != KF_NONE)

@@ -82,6 +82,10 @@ kf_status kf_rb_gemm_lt(rb *b, uint32_t vi, const char *gen_why);
  * untouched where the set cannot run so. */
 kf_status kf_rb_gemm_siblings(rb *b);
 kf_status kf_rb_attention(rb *b);
+/* recipe_attention.c: the fused attention kernels' step of group b->gi where
+ * one takes it (*fused true, or a status), else *fused false and `why` says
+ * why none does (recipe_gemm.c then makes the unfused steps). */
+kf_status kf_rb_attention_fused(rb *b, char *why, size_t why_size, bool *fused);
 
 /* recipe_attention_decode.c: whether group b->gi (one the fused kernels take)
  * runs the split-KV decode kernels (KF_CUDA_RECIPE_ATTENTION_DECODE, or a
