@@ -233,7 +233,9 @@ typedef struct kf_options {
                                  background thread; the first run after they are ready times
                                  both sides, stores the choice in the cache and runs the winner
                                  from then on (its results' bits may change once, then; both
-                                 sides meet the same tolerance). A warm cache: no difference. */
+                                 sides meet the same tolerance). A warm cache: no difference.
+                                 kf_program_destroy waits for the kernels NVRTC is compiling
+                                 then: destroy programs before the process exits. */
 } kf_options;
 
 /* Fills *options with the defaults above. */
