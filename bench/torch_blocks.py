@@ -80,6 +80,7 @@ from peers import median_ms  # noqa: E402  (the same timing as every other peer 
 
 
 SMOKE = False  # --smoke: tiny blocks on the CPU in f32, to try the harness without a GPU
+TIER_COMPARE = False  # --tier-compare: also a cold first call with tiered_compile off
 
 
 def sync():
@@ -278,6 +279,8 @@ def child(spec):
             lambda: fn(*xs, **kw))
         out["second_call_s"], _, _ = timed_first_call(lambda: fn(*xs, **kw))
         if marks:
+            out["tier"] = _until_swap(marks.get("programs", []), lambda: fn(*xs, **kw))
+        if marks:
             programs = marks.pop("programs", [])
             out["stages_ms"] = {k: round((v - t0) * 1e3, 1)
                                 for k, v in sorted(marks.items(), key=lambda kv: kv[1])}
@@ -285,6 +288,43 @@ def child(spec):
             out["report_head"] = rep.splitlines()[0] if rep else ""
             out["prepare_ms"] = _prepare_ms(programs)
     print("CHILD " + json.dumps(out), flush=True)
+
+
+def _tiered(programs):
+    """The tiered-compile state of each CUDA program (its report's JSON)."""
+    return [(p.report(format="json").get("cuda_run") or {}).get("tiered_compile") or {}
+            for p in programs]
+
+
+def _until_swap(programs, call, limit_s=60.0):
+    """With a tiered compile pending (kf_options.tiered_compile): calls, each
+    synchronized, until every program swapped in its measured winners (or
+    limit_s): how many calls and seconds that took from here, the median
+    wall ms of those calls (cuBLASLt's side, plus the host), and the per-call
+    ms (median_ms) after the swap; else just the programs' tier state."""
+    import statistics
+
+    state = _tiered(programs)
+    out = {"pending_after_second_call": any(t.get("pending") for t in state)}
+    if not out["pending_after_second_call"]:
+        out["state"] = state
+        return out
+    t0 = time.perf_counter()
+    walls = []
+    while time.perf_counter() - t0 < limit_s:
+        t = time.perf_counter()
+        call()
+        sync()
+        walls.append((time.perf_counter() - t) * 1e3)
+        state = _tiered(programs)
+        if not any(t.get("pending") for t in state):
+            break
+    out.update(calls_until_swap=len(walls), s_until_swap=round(time.perf_counter() - t0, 3),
+               ms_per_call_before_swap=round(statistics.median(walls[:-1] or walls), 3),
+               swap_call_ms=round(walls[-1], 3), state=state)
+    if not SMOKE:
+        out["ms_after_swap"] = median_ms(call)
+    return out
 
 
 def _prepare_ms(programs):
@@ -451,6 +491,169 @@ def steady_child(spec):
     print("CHILD " + json.dumps(out), flush=True)
 
 
+# ---------------------------------------------------------------------------
+# Where a block's call time goes on the GPU (--gap): idle gaps and clocks
+# ---------------------------------------------------------------------------
+
+SMI_FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
+
+
+def smi_start():
+    """nvidia-smi sampling the SM and memory clocks, power, temperature (and
+    the clock event reasons, where this nvidia-smi has them) every 50 ms into
+    a temporary file: (process, path, field names), or None. It only reads:
+    no clock is set."""
+    tries = (SMI_FIELDS, SMI_FIELDS.replace("clocks_event_reasons", "clocks_throttle_reasons"),
+             SMI_FIELDS.rsplit(",", 1)[0])
+    for fields in tries:
+        cmd = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
+        try:
+            if subprocess.run(cmd, capture_output=True, timeout=30).returncode != 0:
+                continue
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        f = tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False)
+        return subprocess.Popen(cmd + ["-lms", "50"], stdout=f, stderr=subprocess.DEVNULL), \
+            f.name, fields.split(",")
+    return None
+
+
+def smi_window(smi, t_from, t_to):
+    """The samples between two datetime.now() marks: medians of each field,
+    min/max SM clock, the clock event reasons seen (bit masks, hex)."""
+    import datetime
+    import statistics
+
+    if smi is None:
+        return None
+    _, path, names = smi
+    rows = []
+    with open(path) as f:
+        for line in f:
+            v = [x.strip() for x in line.split(",")]
+            if len(v) != len(names):
+                continue
+            try:
+                t = datetime.datetime.strptime(v[0], "%Y/%m/%d %H:%M:%S.%f")
+            except ValueError:
+                continue
+            if t_from <= t <= t_to:
+                rows.append(v)
+    if not rows:
+        return {"samples": 0}
+    out = {"samples": len(rows)}
+    for i, n in enumerate(names[1:], 1):
+        if "reasons" in n:
+            out[n] = sorted({r[i] for r in rows})
+            continue
+        try:
+            vals = [float(r[i]) for r in rows]
+        except ValueError:
+            continue
+        out[n] = round(statistics.median(vals), 1)
+        if n == "clocks.sm":
+            out["clocks.sm_min"], out["clocks.sm_max"] = min(vals), max(vals)
+    return out
+
+
+def analyse_trace(path, reps):
+    """From a torch.profiler Chrome trace of `reps` calls back to back: per
+    call, the GPU span (first activity's start to last's end), the time some
+    kernel, copy or memset ran (the union), the kernels' summed time, the
+    idle time, the largest idle gaps by the activities around them, and the
+    host API calls by name (a synchronize in the loop shows here)."""
+    with open(path) as f:
+        ev = json.load(f).get("traceEvents", [])
+    gpu = sorted((e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and "dur" in e), key=lambda e: e["ts"])
+    if not gpu:
+        return {"error": "no GPU activity in the trace"}
+    start, end, busy, cur_s, cur_e = gpu[0]["ts"], 0.0, 0.0, None, None
+    gaps, prev = {}, None
+    for e in gpu:
+        s0, e0 = e["ts"], e["ts"] + e["dur"]
+        if cur_e is not None and s0 > cur_e:
+            key = f"{prev[:70]} -> {e['name'][:70]}"
+            g = gaps.setdefault(key, [0.0, 0])
+            g[0] += s0 - cur_e
+            g[1] += 1
+        if cur_e is None or s0 > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s0, e0
+        else:
+            cur_e = max(cur_e, e0)
+        end = max(end, e0)
+        prev = e["name"]
+    busy += cur_e - cur_s
+    span = end - start
+    kinds = {}
+    for e in gpu:
+        k = kinds.setdefault(e["cat"], [0, 0.0])
+        k[0] += 1
+        k[1] += e["dur"]
+    api = {}
+    for e in ev:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "dur" in e:
+            a = api.setdefault(e["name"], [0, 0.0])
+            a[0] += 1
+            a[1] += e["dur"]
+    top = sorted(gaps.items(), key=lambda kv: -kv[1][0])[:10]
+    r = lambda x: round(x / reps / 1e3, 4)  # noqa: E731 - us over the loop -> ms a call
+    return {
+        "span_ms_per_call": r(span), "busy_ms_per_call": r(busy),
+        "idle_ms_per_call": r(span - busy),
+        "by_kind_per_call": {k: {"count": round(v[0] / reps, 2), "ms": r(v[1])}
+                             for k, v in kinds.items()},
+        "largest_gaps_per_call": [{"between": k, "ms": r(v[0]), "count": round(v[1] / reps, 2)}
+                                  for k, v in top],
+        "host_api_per_call": {k: {"count": round(v[0] / reps, 2), "ms": r(v[1])}
+                              for k, v in sorted(api.items(), key=lambda kv: -kv[1][1])[:12]},
+    }
+
+
+def gap(name, mod, xs, kw, variants, reps, trace_dir):
+    """For each (label, fn) of `variants`, in order, the block's calls back
+    to back: CUDA-event time per call with nvidia-smi's clocks over the loop,
+    then the same loop under torch.profiler (analyse_trace) with its clocks.
+    The profiler's kernel table of earlier runs came from a separate,
+    shorter run; here the kernels are timed in the very loop whose wall time
+    is compared with them."""
+    import datetime
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    smi = smi_start()
+    res = {"reps": reps, "smi": smi is not None}
+    try:
+        for label, fn in variants:
+            call = lambda: fn(*xs, **kw)  # noqa: E731
+            for _ in range(3):
+                call()
+            sync()
+            row = res.setdefault(label, {})
+            a = datetime.datetime.now()
+            row["loop_ms"] = loop_ms(call, reps)
+            row["smi_loop"] = smi_window(smi, a, datetime.datetime.now())
+            row["single_call_ms"] = median_ms(call)
+            a = datetime.datetime.now()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(reps):
+                    call()
+                torch.cuda.synchronize()
+            row["smi_profiled"] = smi_window(smi, a, datetime.datetime.now())
+            path = os.path.join(trace_dir, f"gap-{name}-{label}.json")
+            prof.export_chrome_trace(path)
+            row.update(analyse_trace(path, reps))
+            print("gap", name, label, json.dumps(row), flush=True)
+    finally:
+        if smi is not None:
+            smi[0].terminate()
+    return res
+
+
+
 def per_call_ms(fn):
     """median_ms (CUDA events, each call alone), or with --smoke wall time."""
     return loop_ms(fn, 5) if SMOKE else median_ms(fn)
@@ -499,6 +702,11 @@ def fresh_first_calls(name, lib, inductor, row, no_background):
     c = run_child(dict(base, backend="kfuse", cache=kcache), COLD)
     row["kfuse_first_call_s"] = c.get("first_call_s")
     row["kfuse_first_call_detail"] = c
+    if TIER_COMPARE:  # the same cold call without the tiered compile, on its own cache
+        c = run_child(dict(base, backend="kfuse", cache=tempfile.mkdtemp(prefix="kfuse-bench-"),
+                           options={"tiered_compile": False}), COLD)
+        row["kfuse_first_call_untiered_s"] = c.get("first_call_s")
+        row["kfuse_first_call_untiered_detail"] = c
     c = run_child(dict(base, backend="kfuse", cache=kcache,
                        options={"flags": ["cache_read_only", "cache_fail_on_miss"]}))
     row["kfuse_first_call_warm_cache_s"] = c.get("first_call_s")
@@ -564,6 +772,16 @@ def main():
                          "a new empty one each); the fresh processes always start empty")
     ap.add_argument("--host-reps", type=int, default=200,
                     help="calls per host-time median (--compare)")
+    ap.add_argument("--tier-compare", action="store_true",
+                    help="the fresh processes also measure kfuse's cold first call without "
+                         "the tiered compile (tiered_compile=False)")
+    ap.add_argument("--gap", default=None, metavar="BLOCKS",
+                    help="only where each block's call time goes on the GPU: kfuse's and "
+                         "Inductor's calls back to back, timed, profiled (idle gaps, host API "
+                         "calls) and with nvidia-smi's clocks (kfuse, Inductor, kfuse again)")
+    ap.add_argument("--gap-reps", type=int, default=60, help="calls per --gap loop")
+    ap.add_argument("--trace-dir", default=None,
+                    help="where --gap writes its profiler traces (default: a temporary folder)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--kfuse-lib", default=None,
                     help="libkfuse.so to load (with python/ on the path when the package "
@@ -578,8 +796,9 @@ def main():
         import kfuse
     if args.child:
         return child(json.loads(args.child))
-    global SMOKE
+    global SMOKE, TIER_COMPARE
     SMOKE = args.smoke
+    TIER_COMPARE = args.tier_compare
     lib = os.path.abspath(args.kfuse_lib) if args.kfuse_lib else None
     if lib:
         kfuse.load_library(lib)
@@ -593,6 +812,26 @@ def main():
         diagnose_after_inductor(args.diagnose_after_inductor, lib,
                                 res["after_inductor"][args.diagnose_after_inductor],
                                 lambda: args.out != "-" and write(res, args.out))
+        return write(res, args.out)
+    if args.gap:
+        from kfuse.torch_backend import make_backend
+
+        trace_dir = args.trace_dir or tempfile.mkdtemp(prefix="kfuse-gap-")
+        cache = args.kfuse_cache or tempfile.mkdtemp(prefix="kfuse-gap-")
+        res["gap"] = {}
+        for name, mod, xs, kw in blocks(args.gap.split(",")):
+            with torch.no_grad():
+                torch._dynamo.reset()
+                kf = torch.compile(mod, backend=make_backend(cache_dir=cache,
+                                                             tiered_compile=False))
+                ind = torch.compile(mod)
+                res["gap"][name] = gap(name, mod, xs, kw,
+                                       [("kfuse", kf), ("inductor", ind), ("kfuse_again", kf)],
+                                       args.gap_reps, trace_dir)
+            if args.out != "-":
+                write(res, args.out)
+            del kf, ind
+            torch._dynamo.reset()
         return write(res, args.out)
     names = args.blocks.split(",")
     fresh = names if args.fresh == "all" else [n for n in args.fresh.split(",") if n in names]

@@ -53,7 +53,8 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     if ((unsigned)o->target >= KF_TARGET_COUNT || (o->flags & ~(unsigned)KF_FLAG_ALL_) ||
         o->device < 0 || (unsigned)o->gemm >= KF_GEMM_COUNT ||
         (unsigned)o->attention >= KF_ATTENTION_COUNT || o->num_threads < 0 ||
-        o->cpu_opt_level < 0 || o->cpu_opt_level > 3)
+        o->cpu_opt_level < 0 || o->cpu_opt_level > 3 || o->tiered_compile < 0 ||
+        o->tiered_compile > 1)
         return KF_ERR_INVALID_ARGUMENT;
     /* An arch override is checked now, not truncated or guessed at compile time. */
     char arch_err[KF_MSG_MAX];
@@ -78,6 +79,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     ctx->cublaslt_lib = ctx_strdup(&mem, o->cublaslt_lib);
     ctx->num_threads = o->num_threads;
     ctx->cpu_opt_level = o->cpu_opt_level;
+    ctx->tiered_compile = o->tiered_compile != 0;
     if ((o->arch && !ctx->arch) || (o->cache_dir && !ctx->cache_dir) ||
         (o->dump_dir && !ctx->dump_dir) || (o->cublaslt_lib && !ctx->cublaslt_lib)) {
         kf_ctx_destroy(ctx);

@@ -259,6 +259,7 @@ void kf_cli_options(kf_options *o) {
     o->cublaslt_lib = kf_cli_env("KF_CUBLASLT_LIB");
     env_int("KF_NUM_THREADS", 1, 64, &o->num_threads);
     env_int("KF_CPU_OPT", 0, 3, &o->cpu_opt_level);
+    env_int("KF_TIERED_COMPILE", 0, 1, &o->tiered_compile);
     if (kf_cli_env_on("KF_DEBUG"))
         o->flags |= KF_FLAG_DEBUG_PASSES;
     const char *graph = kf_cli_env("KF_CUDA_GRAPH");

@@ -224,6 +224,18 @@ typedef struct kf_options {
                                  at most one per 256 MiB of memory, and 32) */
     int cpu_opt_level;        /* KF_CPU_OPT: LLVM's -O level for the CPU target, 0-3
                                  (kf_options_init: 3; lower compiles faster, same results) */
+    int tiered_compile;       /* KF_TIERED_COMPILE: the CUDA target's first compile in tiers.
+                                 0 (kf_options_init): kf_compile compiles every side of each
+                                 measured choice (a GEMM group's generated kernel and its
+                                 cuBLASLt call) and times them before it returns. 1: a group
+                                 whose choice is not in the cache yet runs its cuBLASLt side
+                                 from the first run while its generated kernels compile on a
+                                 background thread; the first run after they are ready times
+                                 both sides, stores the choice in the cache and runs the winner
+                                 from then on (its results' bits may change once, then; both
+                                 sides meet the same tolerance). A warm cache: no difference.
+                                 kf_program_destroy waits for the kernels NVRTC is compiling
+                                 then: destroy programs before the process exits. */
 } kf_options;
 
 /* Fills *options with the defaults above. */

@@ -225,28 +225,40 @@ static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, cubin_
     if (count == 0)
         return KF_OK;
     kf_cuda_cubin *jobs = kf_mem_calloc(&ex->mem, count, sizeof *jobs);
-    if (!jobs)
+    kf_cuda_cubin *later = ex->tier.pending ? kf_mem_calloc(&ex->mem, count, sizeof *later) : NULL;
+    if (!jobs || (ex->tier.pending && !later)) {
+        if (jobs)
+            kf_mem_free(&ex->mem, jobs, count * sizeof *jobs);
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory for %u kernels", count);
+    }
     b->jobs = jobs;
     b->cap = count;
-    uint32_t j = 0;
+    ex->tier.jobs = later; /* a tiered choice's deferred kernels: compiled in the background */
+    ex->tier.cap_jobs = later ? count : 0;
+    uint32_t j = 0, n_later = 0;
     for (uint32_t gi = 0; gi < r->n; gi++) {
         const kf_cuda_recipe *rc = &r->recipes[gi];
         for (uint32_t v = 0; v < rc->n_variants; v++) {
             const kf_cuda_variant *va = &rc->variants[v];
             if (!variant_in_use(ex, gi, v))
                 continue; /* a cached choice's loser: prepare adds no step for it */
+            bool deferred = kf_cx_tier_deferred(ex, gi, v);
             for (uint32_t s = 0; s < va->n_steps && va->first_step + s < rc->n_steps; s++) {
                 const kf_cuda_step *step = &rc->steps[va->first_step + s];
-                if (step->kind == KF_CUDA_STEP_KERNEL && j < count)
+                if (step->kind != KF_CUDA_STEP_KERNEL)
+                    continue;
+                if (deferred && n_later < count)
+                    later[n_later++].kernel = &step->kernel->kernel;
+                else if (!deferred && j < count)
                     jobs[j++].kernel = &step->kernel->kernel;
             }
         }
     }
     b->n = j;
+    ex->tier.n_jobs = n_later;
     kf_status st = KF_OK;
-    for (uint32_t i = 0; i < j && st == KF_OK && ex->ctx->dump_dir; i++) {
-        const kf_cuda_kernel *k = jobs[i].kernel;
+    for (uint32_t i = 0; i < j + n_later && st == KF_OK && ex->ctx->dump_dir; i++) {
+        const kf_cuda_kernel *k = i < j ? jobs[i].kernel : later[i - j].kernel;
         st = kf_nvrtc_dump_source(ex->ctx->dump_dir, k->name, k->arch, k->source, k->source_len,
                                   err);
     }
@@ -265,9 +277,10 @@ static void release_cubins(kf_cuda_exec *ex, cubin_batch *b) {
 }
 
 /* Loads a KERNEL step's kernel from its CUBIN (`cb`, from fetch_cubins) and
- * maps its arguments to buffers. */
+ * maps its arguments to buffers; `cb` NULL: a deferred kernel of a tiered
+ * choice (its CUBIN is tier.jobs[tier_job], loaded at the swap). */
 static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_cuda_kstep *ks,
-                            kf_cuda_cubin *cb, char *err) {
+                            kf_cuda_cubin *cb, uint32_t tier_job, char *err) {
     const kf_cuda_kernel *k = &ks->kernel;
     xkernel *xk = kf_mem_calloc(&ex->mem, 1, sizeof *xk);
     if (!xk)
@@ -283,6 +296,7 @@ static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_
     s->variant = v;
     s->k = xk;
     xk->ks = ks;
+    xk->tier_job = cb ? KF_NONE : tier_job;
     if (ks->n_args > KF_CUDA_MAX_PARAMS || ks->n_tmaps > KF_CUDA_MAX_TMAPS)
         return kf_msg_set(err, KF_ERR_INTERNAL, "kernel '%s': %u arguments, %u tensor maps",
                           k->name, ks->n_args, ks->n_tmaps);
@@ -307,9 +321,14 @@ static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_
                             "%" PRId64 " of %u",
                             k->name, i, a->value, ks->n_tmaps);
     }
-    if (st != KF_OK)
+    if (st != KF_OK || !cb)
         return st;
+    return kf_cx_load_kernel(ex, xk, cb, err);
+}
 
+kf_status kf_cx_load_kernel(kf_cuda_exec *ex, xkernel *xk, kf_cuda_cubin *cb, char *err) {
+    const kf_cuda_kstep *ks = xk->ks;
+    const kf_cuda_kernel *k = &ks->kernel;
     /* The CUBIN fetch_cubins obtained (through the cache, else NVRTC). */
     if (cb->status != KF_OK)
         return kf_msg_set(err, cb->status, "%s", cb->err);
@@ -317,7 +336,7 @@ static kf_status add_kernel(kf_cuda_exec *ex, uint32_t gi, uint32_t v, const kf_
         ex->hits++;
     else
         ex->compiled++;
-    st = kf_cuda_module_load(&ex->dev, cb->data, k->name, &xk->mod, err);
+    kf_status st = kf_cuda_module_load(&ex->dev, cb->data, k->name, &xk->mod, err);
     kf_cuda_cubin_release(ex->cache, &ex->mem, cb);
     if (st == KF_OK)
         st = kf_cuda_function(&ex->dev, xk->mod, k->name, &xk->fn, err);
@@ -449,7 +468,7 @@ static kf_status encode_tmap(kf_cuda_exec *ex, const kf_cuda_kstep *ks, const kf
 
 /* Binds one step's pointers to the buffers' current addresses (cur[]):
  * kernel argument slots and tensor maps, or the GEMM's operands. */
-static kf_status bind_step(kf_cuda_exec *ex, xstep *s, char *err) {
+kf_status kf_cx_bind_step(kf_cuda_exec *ex, xstep *s, char *err) {
     if (s->kind == KF_CUDA_STEP_KERNEL) {
         const kf_cuda_kstep *ks = s->k->ks;
         for (uint32_t p = 0; p < ks->n_args; p++) {
@@ -489,7 +508,7 @@ static kf_status bind_steps(kf_cuda_exec *ex, char *err) {
         ex->cur[b] = kf_cx_buf_ptr(ex, b);
     for (uint32_t i = 0; i < ex->n_steps; i++) {
         xstep *s = &ex->steps[i];
-        kf_status st = bind_step(ex, s, err);
+        kf_status st = kf_cx_bind_step(ex, s, err);
         if (st != KF_OK)
             return st;
         if (s->kind == KF_CUDA_STEP_GEMM && !kf_blt_supported(ex->lt, &s->gm.g) &&
@@ -537,7 +556,7 @@ kf_status kf_cx_repoint(kf_cuda_exec *ex, char *err) {
         xstep *s = &ex->steps[ex->order[i]];
         if (!step_moved(ex, s))
             continue;
-        kf_status st = bind_step(ex, s, err);
+        kf_status st = kf_cx_bind_step(ex, s, err);
         if (st != KF_OK)
             return st;
         if (!ex->graph_exec)
@@ -603,18 +622,18 @@ int kf_cx_cmp_float(const void *a, const void *b) {
 
 /* Milliseconds one run of variant v of recipe gi takes (median of
  * MEASURE_RUNS after MEASURE_WARMUP). */
-static kf_status time_variant(kf_cuda_exec *ex, uint32_t gi, uint32_t v, kf_cu_event e0,
-                              kf_cu_event e1, float *ms, char *err) {
+static kf_status time_variant(kf_cuda_exec *ex, uint32_t gi, uint32_t v, kf_cu_stream stream,
+                              kf_cu_event e0, kf_cu_event e1, float *ms, char *err) {
     float t[MEASURE_RUNS];
     kf_status st = KF_OK;
     for (int run = 0; run < MEASURE_WARMUP + MEASURE_RUNS && st == KF_OK; run++) {
         if (run >= MEASURE_WARMUP)
-            st = kf_cuda_event_record(&ex->dev, e0, ex->stream, err);
+            st = kf_cuda_event_record(&ex->dev, e0, stream, err);
         for (uint32_t i = 0; i < ex->n_steps && st == KF_OK; i++)
             if (ex->steps[i].group == gi && ex->steps[i].variant == v)
-                st = kf_cx_launch_step(ex, &ex->steps[i], ex->stream, err);
+                st = kf_cx_launch_step(ex, &ex->steps[i], stream, err);
         if (st == KF_OK && run >= MEASURE_WARMUP) {
-            st = kf_cuda_event_record(&ex->dev, e1, ex->stream, err);
+            st = kf_cuda_event_record(&ex->dev, e1, stream, err);
             if (st == KF_OK)
                 st = kf_cuda_event_elapsed(&ex->dev, e0, e1, &t[run - MEASURE_WARMUP], err);
         }
@@ -626,13 +645,38 @@ static kf_status time_variant(kf_cuda_exec *ex, uint32_t gi, uint32_t v, kf_cu_e
     return KF_OK;
 }
 
+kf_status kf_cx_measure_group(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream stream, kf_cu_event e0,
+                              kf_cu_event e1, char *err) {
+    const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
+    xchoice *c = &ex->choices[gi];
+    kf_status st = KF_OK;
+    c->chosen = 0;
+    for (uint32_t v = 0; v < rc->n_variants && st == KF_OK; v++) {
+        st = time_variant(ex, gi, v, stream, e0, e1, &c->ms[v], err);
+        if (st == KF_OK && c->ms[v] < c->ms[c->chosen])
+            c->chosen = v;
+    }
+    /* Kept for the next process on this device (a store that fails costs
+     * that process a measurement, nothing else). */
+    if (st == KF_OK && c->keyed)
+        (void)kf_cuda_choice_store(ex->cache, &c->key, rc->n_variants, c->chosen, c->ms);
+    return st;
+}
+
+/* Whether recipe gi is timed at prepare: measured, not from the cache, not
+ * tiered (timed by the swap). */
+static bool measured_now(const kf_cuda_exec *ex, uint32_t gi) {
+    return ex->recipes->recipes[gi].choice == KF_CUDA_CHOICE_MEASURED &&
+           ex->recipes->recipes[gi].n_variants > 1 && !ex->choices[gi].cached &&
+           !ex->choices[gi].tiered;
+}
+
 /* Times every variant of every measured recipe once and keeps the fastest.
  * Runs on whatever the arena holds: the timings, not the values, count. */
 static kf_status measure_choices(kf_cuda_exec *ex, char *err) {
     bool any = false;
     for (uint32_t gi = 0; gi < ex->recipes->n; gi++)
-        any |= ex->recipes->recipes[gi].choice == KF_CUDA_CHOICE_MEASURED &&
-               ex->recipes->recipes[gi].n_variants > 1 && !ex->choices[gi].cached;
+        any |= measured_now(ex, gi);
     if (!any)
         return KF_OK;
     kf_cu_event e0 = NULL, e1 = NULL;
@@ -650,21 +694,9 @@ static kf_status measure_choices(kf_cuda_exec *ex, char *err) {
         st = kf_cuda_event_create(&ex->dev, &e0, err);
     if (st == KF_OK)
         st = kf_cuda_event_create(&ex->dev, &e1, err);
-    for (uint32_t gi = 0; gi < ex->recipes->n && st == KF_OK; gi++) {
-        const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
-        xchoice *c = &ex->choices[gi];
-        if (rc->choice != KF_CUDA_CHOICE_MEASURED || rc->n_variants < 2 || c->cached)
-            continue;
-        for (uint32_t v = 0; v < rc->n_variants && st == KF_OK; v++) {
-            st = time_variant(ex, gi, v, e0, e1, &c->ms[v], err);
-            if (st == KF_OK && c->ms[v] < c->ms[c->chosen])
-                c->chosen = v;
-        }
-        /* Kept for the next process on this device (a store that fails
-         * costs that process a measurement, nothing else). */
-        if (st == KF_OK && c->keyed)
-            (void)kf_cuda_choice_store(ex->cache, &c->key, rc->n_variants, c->chosen, c->ms);
-    }
+    for (uint32_t gi = 0; gi < ex->recipes->n && st == KF_OK; gi++)
+        if (measured_now(ex, gi))
+            st = kf_cx_measure_group(ex, gi, ex->stream, e0, e1, err);
     if (e0)
         kf_cuda_event_destroy(&ex->dev, e0);
     if (e1)
@@ -741,6 +773,22 @@ static void drop_graph(kf_cuda_exec *ex) {
         ex->dev.drv->cuGraphDestroy(ex->cu_graph);
     ex->graph_exec = NULL;
     ex->cu_graph = NULL;
+}
+
+kf_status kf_cx_remake_order(kf_cuda_exec *ex, char *err) {
+    drop_graph(ex);
+    kf_cx_capture_drop(ex);
+    if (ex->nodes)
+        kf_mem_free(&ex->mem, ex->nodes, ex->n_order * sizeof *ex->nodes);
+    ex->nodes = NULL;
+    if (ex->order)
+        kf_mem_free(&ex->mem, ex->order, (ex->n_steps + 1) * sizeof *ex->order);
+    ex->order = NULL;
+    ex->n_order = 0;
+    kf_status st = make_order(ex, err);
+    if (st == KF_OK)
+        build_graph(ex);
+    return st;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -862,6 +910,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     kf_status st = KF_OK;
     double t0 = now_ms();
     read_choices(ex);
+    kf_cx_tier_plan(ex);
     bool need_lt = false;
     for (uint32_t gi = 0; gi < recipes->n && !need_lt; gi++)
         need_lt = recipe_uses_lt(ex, gi);
@@ -913,7 +962,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     /* Every kernel's CUBIN first, concurrently; then the steps, recipe by
      * recipe, every variant in use; scratch buffers live in their group. */
     cubin_batch cubins = {0};
-    uint32_t next_cubin = 0;
+    uint32_t next_cubin = 0, next_later = 0;
     if (st == KF_OK)
         st = fetch_cubins(ex, recipes, &cubins, err);
     for (uint32_t gi = 0; gi < recipes->n && st == KF_OK; gi++) {
@@ -940,11 +989,16 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
                                 gi, v);
             for (uint32_t s = 0; s < va->n_steps && st == KF_OK; s++) {
                 const kf_cuda_step *step = &rc->steps[va->first_step + s];
-                if (step->kind == KF_CUDA_STEP_KERNEL && next_cubin >= cubins.n)
+                bool later = kf_cx_tier_deferred(ex, gi, v);
+                if (step->kind == KF_CUDA_STEP_KERNEL &&
+                    (later ? next_later >= ex->tier.n_jobs : next_cubin >= cubins.n))
                     st = kf_msg_set(err, KF_ERR_INTERNAL, "group %u: a kernel step with no CUBIN",
                                     gi);
+                else if (step->kind == KF_CUDA_STEP_KERNEL && later)
+                    st = add_kernel(ex, gi, v, step->kernel, NULL, next_later++, err);
                 else if (step->kind == KF_CUDA_STEP_KERNEL)
-                    st = add_kernel(ex, gi, v, step->kernel, &cubins.jobs[next_cubin++], err);
+                    st = add_kernel(ex, gi, v, step->kernel, &cubins.jobs[next_cubin++], KF_NONE,
+                                    err);
                 else
                     st = add_gemm(ex, gi, v, &step->gemm, err);
             }
@@ -1039,6 +1093,8 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
     if (st == KF_OK)
         build_graph(ex);
     ex->phase_ms[XPH_GRAPH] = now_ms() - t6;
+    if (st == KF_OK)
+        kf_cx_tier_start(ex); /* the deferred kernels compile from here on */
     /* Defensive: the preload starts only when a recipe in use calls cuBLASLt,
      * which then takes it; a thread left over only ends here. */
     if (ex->lt_pre) {
@@ -1051,6 +1107,7 @@ kf_status kf_cuda_exec_prepare(kf_cuda_exec *ex, const kf_plan *plan, kf_cuda_re
 void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     if (!ex)
         return;
+    kf_cx_tier_free(ex); /* the background compile stopped before anything it reads goes */
     drop_graph(ex);
     kf_cx_capture_free(ex); /* before the modules its graphs launch are unloaded */
     if (ex->nodes)

@@ -86,6 +86,14 @@ bool kf_cuda_exec_choice_cached(const kf_cuda_exec *ex, uint32_t group);
 /* Whether the exec loaded cuBLASLt: only when a step it may launch, or a
  * variant it still measures, calls the library. */
 bool kf_cuda_exec_uses_cublaslt(const kf_cuda_exec *ex);
+/* The tiered first compile (kf_options.tiered_compile, cuda_exec_tier.c):
+ * _pending: a group still runs its cuBLASLt side while its generated
+ * kernels compile in the background; _choice_tiered: group's choice was
+ * (or is) tiered rather than measured at prepare; _tier_wait: waits for the
+ * background compile to end (its status; the next run swaps). */
+bool kf_cuda_exec_tier_pending(const kf_cuda_exec *ex);
+bool kf_cuda_exec_choice_tiered(const kf_cuda_exec *ex, uint32_t group);
+kf_status kf_cuda_exec_tier_wait(kf_cuda_exec *ex, char *err);
 
 /* Runs the plan once. bound[t] (graph->n_nodes entries) is a host pointer for
  * every graph input t (read) and may be one for a graph output t (written);

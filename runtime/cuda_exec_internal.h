@@ -8,6 +8,8 @@
 #ifndef KF_RUNTIME_CUDA_EXEC_INTERNAL_H
 #define KF_RUNTIME_CUDA_EXEC_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +42,8 @@ typedef struct xbuf {
 
 typedef struct xkernel {
     const kf_cuda_kstep *ks; /* the recipe's step */
+    uint32_t tier_job; /* KF_NONE: loaded at prepare; else a deferred kernel of a tiered
+                          choice, its CUBIN tier.jobs[tier_job], loaded at the swap */
     kf_cu_module mod;
     kf_cu_function fn;
     uint32_t arg_buf[KF_CUDA_MAX_PARAMS]; /* buffer index per argument */
@@ -85,8 +89,32 @@ typedef struct xchoice {
     float ms[KF_CUDA_MAX_VARIANTS];
     uint32_t chosen;
     bool cached, keyed; /* keyed: `key` holds the choice's cache key */
+    /* tiered: not measured yet; `chosen` (the variant that calls cuBLASLt) runs
+     * while the other variants' kernels compile in the background
+     * (cuda_exec_tier.c); was_tiered: it ran so before its measurement. */
+    bool tiered, was_tiered;
     kf_cache_key key;
 } xchoice;
+
+/* The tiered first compile (kf_options.tiered_compile, cuda_exec_tier.c):
+ * the deferred kernels, compiled by `thread`, then loaded, timed and
+ * swapped in by the first run that finds them done. */
+typedef struct xtier {
+    kf_cuda_cubin *jobs; /* one per deferred KERNEL step (cap_jobs allocated) */
+    uint32_t n_jobs, cap_jobs;
+    pthread_t thread;
+    bool started;       /* `thread` was started and not joined yet */
+    atomic_bool done;   /* the batch finished (the thread is about to end) */
+    atomic_bool cancel; /* the exec is being destroyed: compile nothing more */
+    bool pending;       /* a recipe still runs its tiered (cuBLASLt) side */
+    bool failed;        /* the background compile or the swap failed: the cuBLASLt sides
+                           stay, `err` says why */
+    kf_status status;   /* the batch's */
+    char err[KF_MSG_MAX];
+    unsigned runs;       /* runs that polled */
+    unsigned swapped_at; /* the run (1-based) that swapped the winners in; 0: none */
+    double t0_ms, compile_ms, swap_ms; /* start, the batch's wall time, the swap's */
+} xtier;
 
 /* Where open and prepare spend their time (the warm-start bench reads them
  * from the report's JSON). */
@@ -185,6 +213,8 @@ struct kf_cuda_exec {
     kf_cu_event done;
     kf_cu_stream last_stream;
     bool ran;
+
+    xtier tier;
 };
 
 /* Helpers of cuda_exec.c that cuda_exec_run.c calls, and the reverse. */
@@ -200,6 +230,27 @@ kf_status kf_cx_launch_captured(kf_cuda_exec *ex, kf_cu_stream stream, bool *don
 void kf_cx_capture_drop(kf_cuda_exec *ex);
 void kf_cx_capture_free(kf_cuda_exec *ex);
 const char *kf_cx_step_name(const kf_cuda_exec *ex, const xstep *s);
+/* cuda_exec.c, for the tiered compile: one step bound to cur[]; a kernel
+ * step's module loaded from its CUBIN (released); every variant of recipe
+ * gi timed on `stream` (e0, e1 two events), the fastest kept and stored in
+ * the cache; the run order (and the hand-built graph, captured graphs
+ * dropped) made again from the choices. */
+kf_status kf_cx_bind_step(kf_cuda_exec *ex, xstep *s, char *err);
+kf_status kf_cx_load_kernel(kf_cuda_exec *ex, xkernel *xk, kf_cuda_cubin *cb, char *err);
+kf_status kf_cx_measure_group(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream stream, kf_cu_event e0,
+                              kf_cu_event e1, char *err);
+kf_status kf_cx_remake_order(kf_cuda_exec *ex, char *err);
+/* cuda_exec_tier.c: after the choices are read, which unmeasured choices
+ * run tiered; after prepare, the background compile started; at a run's
+ * start, the swap when the compile is done (`wait`: wait for it); at
+ * destroy, the compile cancelled and its memory freed. */
+void kf_cx_tier_plan(kf_cuda_exec *ex);
+bool kf_cx_tier_deferred(const kf_cuda_exec *ex, uint32_t gi, uint32_t v);
+void kf_cx_tier_start(kf_cuda_exec *ex);
+kf_status kf_cx_tier_poll(kf_cuda_exec *ex, kf_cu_stream stream, bool wait, char *err);
+void kf_cx_tier_free(kf_cuda_exec *ex);
+/* The tiered compile's part of kf_cuda_exec_report. */
+void kf_cx_tier_report(const kf_cuda_exec *ex, bool json, FILE *out);
 size_t kf_cx_tensor_bytes(const kf_tensor *t);
 /* qsort's comparison of two floats, ascending (medians of timings). */
 int kf_cx_cmp_float(const void *a, const void *b);

@@ -172,6 +172,9 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
     kf_status st = kf_cx_make_current(ex, err);
     if (st == KF_OK)
         st = check_idle(ex, s, false, err);
+    /* A tiered compile's winners swapped in, once they are compiled. */
+    if (st == KF_OK)
+        st = kf_cx_tier_poll(ex, s, false, err);
     /* Every buffer at home (a device-resident run may have moved some). */
     for (uint32_t b = 0; b < ex->n_bufs; b++)
         ex->want[b] = kf_cx_buf_ptr(ex, b);
@@ -224,6 +227,10 @@ kf_status kf_cuda_exec_run_device(kf_cuda_exec *ex, void *const *bound, void *st
     kf_status st = kf_cx_make_current(ex, err);
     if (st == KF_OK)
         st = check_idle(ex, s, cap, err);
+    /* A tiered compile's winners swapped in, once they are compiled (never
+     * while the caller captures: the swap times the sides). */
+    if (st == KF_OK && !cap)
+        st = kf_cx_tier_poll(ex, s, false, err);
     if (st != KF_OK)
         return st;
     for (uint32_t b = 0; b < ex->n_bufs; b++)
@@ -406,9 +413,12 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
             if (rc->choice != KF_CUDA_CHOICE_MEASURED)
                 continue;
-            fprintf(out, "%s{\"group\": %u, \"chosen\": \"%s\", \"cached\": %s, \"ms\": [",
+            fprintf(out,
+                    "%s{\"group\": %u, \"chosen\": \"%s\", \"cached\": %s, \"tiered\": %s, "
+                    "\"ms\": [",
                     first ? "" : ", ", gi, rc->variants[ex->choices[gi].chosen].label,
-                    ex->choices[gi].cached ? "true" : "false");
+                    ex->choices[gi].cached ? "true" : "false",
+                    ex->choices[gi].was_tiered ? "true" : "false");
             for (uint32_t v = 0; v < rc->n_variants; v++)
                 fprintf(out, "%s%.6f", v ? ", " : "", (double)ex->choices[gi].ms[v]);
             fputs("]}", out);
@@ -432,9 +442,11 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
         fprintf(out,
                 "}, \"cublaslt_ms\": {\"dlopen\": %.3f, \"dlsym\": %.3f, \"wait\": %.3f, "
                 "\"create\": %.3f, \"plans\": %.3f, \"algo_load\": %.3f, \"heuristic\": %.3f, "
-                "\"refused\": %u}}",
+                "\"refused\": %u}",
                 lt_ms.dlopen_ms, lt_ms.dlsym_ms, lt_ms.wait_ms, lt_ms.create_ms, lt_ms.plans_ms,
                 lt_ms.algo_load_ms, lt_ms.heuristic_ms, lt_ms.refused);
+        kf_cx_tier_report(ex, true, out);
+        fputc('}', out);
         return;
     }
     fprintf(out, "cuda: %s (%s, %d SMs), arch %s, streamed reads %s in L2\n", ex->dev.name,
@@ -452,7 +464,12 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             for (uint32_t v = 0; v < rc->n_variants; v++)
                 fprintf(out, " %s %.4f ms%s", rc->variants[v].label, (double)c->ms[v],
                         v == c->chosen ? " (chosen)" : "");
-            fputs(c->cached ? ", from the cache]" : "]", out);
+            if (c->tiered)
+                fputs(", tiered: cuBLASLt until the generated side is compiled and timed]", out);
+            else if (c->was_tiered && ex->tier.swapped_at)
+                fprintf(out, ", timed at run %u after a tiered compile]", ex->tier.swapped_at);
+            else
+                fputs(c->cached ? ", from the cache]" : "]", out);
         }
         fputc('\n', out);
     }
@@ -462,6 +479,7 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             "%zu launches per run; kernels compiled %u, from the cache %u\n",
             ex->arena_bytes, ex->unshared_bytes, ex->own_ws ? "the program's own" : "the caller's",
             ex->consts_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
+    kf_cx_tier_report(ex, false, out);
     if (ex->cap_made)
         fprintf(out, "  runs so far: %u replayed from %u CUDA graph%s captured from the run's own "
                 "launches\n", ex->cap_replays, ex->cap_made, ex->cap_made == 1 ? "" : "s");

@@ -117,6 +117,7 @@ typedef struct batch {
     uint32_t *order;  /* the jobs that run, longest source first; NULL: 0..n-1 */
     uint32_t n_run;   /* how many of them */
     atomic_uint next; /* the next entry of order nobody has taken */
+    const atomic_bool *cancel; /* set: take no further job (NULL: never) */
 } batch;
 
 typedef struct keyed_job {
@@ -194,6 +195,8 @@ static void run_job(const batch *b, kf_cuda_cubin *j) {
 static void *worker(void *arg) {
     batch *b = arg;
     for (uint32_t i; (i = atomic_fetch_add(&b->next, 1u)) < b->n_run;) {
+        if (b->cancel && atomic_load(b->cancel))
+            break;
         uint32_t j = b->order ? b->order[i] : i;
         if (b->order || !b->leader || b->leader[j] == j)
             run_job(b, &b->jobs[j]);
@@ -274,13 +277,20 @@ static long compile_threads(void) {
 
 kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *jobs,
                                  uint32_t n, int threads, char *err) {
-    batch b = {.cache = cache, .mem = mem, .jobs = jobs, .n = n};
+    return kf_cuda_kernels_cubins_cancel(cache, mem, jobs, n, threads, NULL, err);
+}
+
+kf_status kf_cuda_kernels_cubins_cancel(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *jobs,
+                                        uint32_t n, int threads, const atomic_bool *cancel,
+                                        char *err) {
+    batch b = {.cache = cache, .mem = mem, .jobs = jobs, .n = n, .cancel = cancel};
     atomic_init(&b.next, 0u);
     for (uint32_t i = 0; i < n; i++) {
         jobs[i].data = NULL;
         jobs[i].size = 0;
-        jobs[i].status = KF_ERR_INTERNAL;
-        snprintf(jobs[i].err, sizeof jobs[i].err, "kernel %u of the batch never ran", i);
+        jobs[i].status = cancel ? KF_ERR_BUSY : KF_ERR_INTERNAL;
+        snprintf(jobs[i].err, sizeof jobs[i].err, "kernel %u of the batch never ran%s", i,
+                 cancel ? " (the batch was cancelled)" : "");
     }
     find_leaders(&b);
     order_jobs(&b);
@@ -296,7 +306,7 @@ kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cub
     for (int t = 0; t < started; t++)
         pthread_join(th[t], NULL);
     for (uint32_t i = 0; b.leader && i < n; i++)
-        if (b.leader[i] != i)
+        if (b.leader[i] != i && !(cancel && atomic_load(cancel)))
             follow_job(&b, &jobs[i], &jobs[b.leader[i]]);
     if (b.leader)
         kf_mem_free(mem, b.leader, n * sizeof *b.leader);

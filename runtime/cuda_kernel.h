@@ -8,6 +8,7 @@
 #ifndef KF_RUNTIME_CUDA_KERNEL_H
 #define KF_RUNTIME_CUDA_KERNEL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -75,6 +76,13 @@ typedef struct kf_cuda_cubin {
  * kf_cuda_cubin_release whatever the status. */
 kf_status kf_cuda_kernels_cubins(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *jobs,
                                  uint32_t n, int threads, char *err);
+/* kf_cuda_kernels_cubins, stopping early once *cancel is set (a program
+ * destroyed while its tiered compile runs in the background): no thread
+ * starts another job then; the jobs never started fail with KF_ERR_BUSY.
+ * `cancel` NULL: as kf_cuda_kernels_cubins. */
+kf_status kf_cuda_kernels_cubins_cancel(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *jobs,
+                                        uint32_t n, int threads, const atomic_bool *cancel,
+                                        char *err);
 void kf_cuda_cubin_release(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *job);
 
 #endif /* KF_RUNTIME_CUDA_KERNEL_H */

@@ -2969,6 +2969,173 @@ static void test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing(vo
     assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
+/* One run of `ex` on fresh random inputs (seed `stream`), its output
+ * poisoned first and judged by kf_graph_check (bf16 GEMM graphs). */
+static void run_exec_checked(kf_cuda_exec *ex, kf_graph *g, uint64_t stream, const char *what) {
+    char err[KF_MSG_MAX] = "";
+    kf_test_rng rng = kf_test_rng_make(stream);
+    size_t n_in = kf_graph_input_count(g);
+    void **bound = calloc(g->n_nodes, sizeof *bound);
+    kf_binding *in = calloc(n_in, sizeof *in);
+    for (size_t i = 0; i < n_in; i++) {
+        const kf_tensor *t = kf_graph_input(g, i);
+        size_t n = (size_t)kf_tensor_numel(t), bytes = n * kf_dtype_size(kf_tensor_dtype(t));
+        in[i] = (kf_binding){kf_tensor_name(t), malloc(bytes), bytes};
+        kf_test_fill_input(in[i].data, t, n, &rng, -1, 1);
+        bound[t->id] = in[i].data;
+    }
+    const kf_tensor *to = kf_graph_output(g, 0);
+    size_t no = (size_t)kf_tensor_numel(to), ob = no * kf_dtype_size(kf_tensor_dtype(to));
+    kf_binding out = {kf_graph_output_name(g, 0), malloc(ob), ob};
+    kf_test_poison(out.data, kf_tensor_dtype(to), no);
+    bound[to->id] = out.data;
+    if (kf_cuda_exec_run(ex, bound, NULL, err) != KF_OK)
+        fail_msg("%s: run: %s", what, err);
+    kf_check_result res;
+    assert_int_equal(kf_graph_check(g, in, n_in, &out, 1, &res), KF_OK);
+    if (!res.pass)
+        fail_msg("%s: error %g beyond %g (KF_TEST_SEED=%llu)", what, res.err, res.bound,
+                 (unsigned long long)kf_test_seed());
+    for (size_t i = 0; i < n_in; i++)
+        free(in[i].data);
+    free(in);
+    free(out.data);
+    free(bound);
+}
+
+/* kf_options.tiered_compile (issue 17, the cold first call): on an empty
+ * cache the GEMM group's measured choice is not known, so the exec runs
+ * its cuBLASLt side from the first run and compiles the generated kernel
+ * on a thread; once that is done, the next run times both sides, keeps the
+ * faster, stores the choice in the cache and runs it. The outputs are right
+ * before and after the swap; a new context on the same cache reads the
+ * winner (no tier, nothing timed); a context without tiers on an empty
+ * cache measures at prepare as before. */
+static void test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
+                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
+                       "y = gelu_tanh(a)\noutput y\n";
+    char dir[] = "/tmp/kf_tier_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_ctx *ctx[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        kf_options o;
+        kf_options_init(&o);
+        assert_int_equal(o.tiered_compile, 0); /* off unless asked */
+        o.target = KF_TARGET_CUDA;
+        o.cache_dir = dir;
+        o.tiered_compile = i < 2;
+        assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
+    }
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_cuda_exec *ex = NULL;
+    prepare_gemm(ctx[0], plan, &ex);
+    uint32_t gi = KF_NONE;
+    for (uint32_t i = 0; i < plan->n_groups; i++)
+        if (kf_cuda_exec_choice(ex, i, NULL, NULL))
+            gi = i;
+    if (gi == KF_NONE)
+        fail_msg("the bf16 GEMM group has no measured choice on this device (%s): the test "
+                 "needs the generated GEMM kernel (sm_90a)",
+                 kf_cuda_exec_device_name(ex));
+    const kf_cuda_recipe *rc = &kf_cuda_exec_recipes(ex)->recipes[gi];
+    uint32_t c0 = 9;
+    float ms[KF_CUDA_MAX_VARIANTS] = {0};
+    assert_true(kf_cuda_exec_choice(ex, gi, &c0, ms));
+    assert_true(kf_cuda_exec_choice_tiered(ex, gi));
+    assert_false(kf_cuda_exec_choice_cached(ex, gi));
+    bool lt_side = false;
+    for (uint32_t s = 0; s < rc->variants[c0].n_steps; s++)
+        lt_side |= rc->steps[rc->variants[c0].first_step + s].kind == KF_CUDA_STEP_GEMM;
+    assert_true(lt_side);             /* the side that runs first calls cuBLASLt */
+    assert_true(ms[0] == 0 && ms[1] == 0); /* nothing timed at prepare */
+    /* Before the swap (at most the first run can find the compile done). */
+    if (kf_cuda_exec_tier_pending(ex))
+        run_exec_checked(ex, g, 1700, "tiered, before the swap");
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_exec_tier_wait(ex, err) != KF_OK)
+        fail_msg("the background compile: %s", err);
+    run_exec_checked(ex, g, 1701, "tiered, the run that swaps");
+    assert_false(kf_cuda_exec_tier_pending(ex));
+    uint32_t c1 = 9;
+    assert_true(kf_cuda_exec_choice(ex, gi, &c1, ms));
+    assert_true(ms[0] > 0 && ms[1] > 0);
+    assert_true(ms[c1] <= ms[1 - c1]);
+    run_exec_checked(ex, g, 1702, "tiered, after the swap");
+    char *rep = NULL;
+    size_t rlen = 0;
+    FILE *f = open_memstream(&rep, &rlen);
+    kf_cuda_exec_report(ex, true, f);
+    fclose(f);
+    assert_non_null(strstr(rep, "\"tiered\": true"));
+    assert_non_null(strstr(rep, "\"pending\": false"));
+    assert_non_null(strstr(rep, "\"failed\": false"));
+    fprintf(stderr, "  tiered: %s first, then %s (%.4f / %.4f ms)\n  %s\n",
+            rc->variants[c0].label, rc->variants[c1].label, (double)ms[0], (double)ms[1], rep);
+    free(rep);
+    kf_cuda_exec_destroy(ex);
+
+    /* The winner is in the cache: a tiered context reads it, times nothing. */
+    kf_cuda_exec *warm = NULL;
+    prepare_gemm(ctx[1], plan, &warm);
+    uint32_t c2 = 9;
+    float ms2[KF_CUDA_MAX_VARIANTS] = {0};
+    assert_true(kf_cuda_exec_choice(warm, gi, &c2, ms2));
+    assert_true(kf_cuda_exec_choice_cached(warm, gi));
+    assert_false(kf_cuda_exec_choice_tiered(warm, gi));
+    assert_false(kf_cuda_exec_tier_pending(warm));
+    assert_int_equal(c2, c1);
+    assert_memory_equal(ms2, ms, sizeof ms);
+    run_exec_checked(warm, g, 1703, "warm after a tiered compile");
+    kf_cuda_exec_destroy(warm);
+
+    /* Without tiers, on an empty cache: measured at prepare, as before. */
+    char dir2[] = "/tmp/kf_tier_XXXXXX";
+    assert_non_null(mkdtemp(dir2));
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = dir2;
+    kf_ctx *plain = NULL;
+    assert_int_equal(kf_ctx_create(&o, &plain), KF_OK);
+    kf_cuda_exec *cold = NULL;
+    prepare_gemm(plain, plan, &cold);
+    assert_false(kf_cuda_exec_choice_tiered(cold, gi));
+    assert_false(kf_cuda_exec_tier_pending(cold));
+    assert_true(kf_cuda_exec_choice(cold, gi, NULL, ms));
+    assert_true(ms[0] > 0 && ms[1] > 0);
+    kf_cuda_exec_destroy(cold);
+    kf_ctx_destroy(plain);
+    assert_int_equal(kf_test_remove_dir(dir2), 0);
+
+    /* Destroyed while the compile runs: cancelled, nothing leaks (ASan). */
+    char dir3[] = "/tmp/kf_tier_XXXXXX";
+    assert_non_null(mkdtemp(dir3));
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = dir3;
+    o.tiered_compile = 1;
+    kf_ctx *quick = NULL;
+    assert_int_equal(kf_ctx_create(&o, &quick), KF_OK);
+    kf_cuda_exec *gone = NULL;
+    prepare_gemm(quick, plan, &gone);
+    assert_true(kf_cuda_exec_choice_tiered(gone, gi));
+    kf_cuda_exec_destroy(gone);
+    kf_ctx_destroy(quick);
+    assert_int_equal(kf_test_remove_dir(dir3), 0);
+
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    for (int i = 0; i < 3; i++)
+        kf_ctx_destroy(ctx[i]);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 /* The member `name`'s unsigned value in a report's JSON (-1: absent). */
 static long json_count(const char *json, const char *name) {
     char pat[96];
@@ -3131,6 +3298,7 @@ int main(void) {
         cmocka_unit_test(test_recipes_of_the_report_are_the_executors_and_aot_serves_them),
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
+        cmocka_unit_test(test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
         cmocka_unit_test(test_gemm_sibling_sets_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),

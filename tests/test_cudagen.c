@@ -1276,6 +1276,41 @@ static void test_a_batch_compiles_concurrently_each_job_its_own_outcome(void **s
     assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
+/* kf_cuda_kernels_cubins_cancel (the tiered compile's background batch): a
+ * batch cancelled before it starts compiles nothing, every job failing with
+ * KF_ERR_BUSY and saying so; one never cancelled is kf_cuda_kernels_cubins. */
+static void test_a_cancelled_batch_compiles_nothing(void **state) {
+    (void)state;
+    if (!have_nvrtc())
+        skip();
+    planned p;
+    kf_cuda_kernel k;
+    plan_text("kfg 1\nx = input(f32[64, 64])\ny = gelu(x)\noutput y\n", &p);
+    first_kernel(p.plan, "sm_80", &k);
+    for (int cancelled = 1; cancelled >= 0; cancelled--) {
+        atomic_bool cancel;
+        atomic_init(&cancel, cancelled != 0);
+        kf_cuda_cubin jobs[3] = {{.kernel = &k}, {.kernel = &k}, {.kernel = &k}};
+        char err[KF_MSG_MAX] = "";
+        kf_status st = kf_cuda_kernels_cubins_cancel(NULL, &MEM, jobs, 3, 2, &cancel, err);
+        for (int j = 0; j < 3; j++) {
+            if (cancelled) {
+                assert_int_equal(jobs[j].status, KF_ERR_BUSY);
+                assert_null(jobs[j].data);
+                assert_non_null(strstr(jobs[j].err, "cancelled"));
+            } else if (jobs[j].status != KF_OK) {
+                fail_msg("job %d: %s", j, jobs[j].err);
+            } else {
+                assert_memory_equal(jobs[j].data, "\x7f" "ELF", 4);
+            }
+            kf_cuda_cubin_release(NULL, &MEM, &jobs[j]);
+        }
+        assert_int_equal(st, cancelled ? KF_ERR_BUSY : KF_OK);
+    }
+    kf_cuda_kernel_release(&MEM, &k);
+    plan_release(&p);
+}
+
 /* `kfuse aot` over every example, twice; then every kernel of every example
  * is found with a fail-on-miss cache (what the execution side does). */
 /* ------------------------------------------------------------------------ */
@@ -1913,6 +1948,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_gelu_tanh_reads_a_table_of_the_reference),
         cmocka_unit_test(test_broken_kernel_status_carries_the_log_and_the_name),
         cmocka_unit_test(test_a_batch_compiles_concurrently_each_job_its_own_outcome),
+        cmocka_unit_test(test_a_cancelled_batch_compiles_nothing),
         cmocka_unit_test(test_recipes_are_a_pure_function_of_plan_and_target),
         cmocka_unit_test(test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),

@@ -817,6 +817,18 @@ static void test_ctx_rejects_half_set_allocator_and_bad_options(void **state) {
     kf_options_init(&o);
     o.device = -1;
     assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
+    /* tiered_compile is off by default, and 0 or 1 */
+    const int bad_tier[] = {-1, 2};
+    for (size_t i = 0; i < 2; i++) {
+        kf_options_init(&o);
+        assert_int_equal(o.tiered_compile, 0);
+        o.tiered_compile = bad_tier[i];
+        assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
+    }
+    kf_options_init(&o);
+    o.tiered_compile = 1;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    kf_ctx_destroy(ctx);
     kf_options_init(&o);
     o.arch = "sm_90a";
     o.cache_dir = "/tmp/kf";

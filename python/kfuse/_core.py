@@ -1,10 +1,12 @@
 """Contexts, graphs, tensors and programs over the C API (see __init__.py)."""
+import atexit
 import contextlib
 import ctypes
 import functools
 import json as _json
 import math
 import threading
+import weakref
 
 from . import _capi
 from ._arrays import (_TORCH_NAMES, Bound, CupyBound, CupyOut, GivenOut, cuda_device_of,
@@ -73,11 +75,15 @@ class Context:
     length) (CUDA attention).
     flags: names from kfuse's KF_FLAG_* without the prefix, lower case
     (e.g. {"no_cache", "unfused_attention"}). arch: e.g. "sm_90a".
+    tiered_compile: kf_options.tiered_compile (CUDA): a GEMM group whose
+    measured choice is not in the cache yet runs cuBLASLt from the first run
+    while its generated kernel compiles in the background; a later run times
+    both, keeps the faster (stored in the cache) and runs it from then on.
     """
 
     def __init__(self, target="auto", *, device=0, arch=None, cache_dir=None, flags=(),
                  gemm="auto", attention="auto", dump_dir=None, num_threads=0,
-                 cpu_opt_level=3):
+                 cpu_opt_level=3, tiered_compile=False):
         lib = _L()
         if target not in _capi.TARGETS:
             raise ValueError(f"kfuse: unknown target {target!r}; expected auto, cuda or cpu")
@@ -105,6 +111,7 @@ class Context:
         o.attention = _capi.ATTENTION_MODES[attention]
         o.num_threads = num_threads
         o.cpu_opt_level = cpu_opt_level
+        o.tiered_compile = 1 if tiered_compile else 0
         h = _capi.c_ctx_p()
         st = lib.kf_ctx_create(ctypes.byref(o), ctypes.byref(h))
         if st:
@@ -437,6 +444,20 @@ def _binding_array(bound):
     return arr
 
 
+# Every live program, destroyed at interpreter exit (below).
+_programs = weakref.WeakSet()
+
+
+@atexit.register
+def _destroy_programs():
+    """A program compiled with tiered_compile may have NVRTC compiling on a
+    thread of its own: destroying it waits for that compile, where a process
+    that exits under it could fail in NVRTC's teardown. So every program
+    still alive is destroyed before the interpreter exits."""
+    for p in list(_programs):
+        p._destroy()
+
+
 class Program:
     """A compiled graph (kf_program)."""
 
@@ -463,8 +484,12 @@ class Program:
         self._out_sig = [(n, t.dtype, t.shape) for n, t in graph.outputs.items()]
         self._fast = None  # the _FastRun of the last run_device_list call that took it
         self._fast_by_device = {}  # device index (-1: the CPU) -> _FastRun
+        _programs.add(self)
 
     def __del__(self):
+        self._destroy()
+
+    def _destroy(self):
         h, self._h = getattr(self, "_h", None), None
         if h:
             self._lib.kf_program_destroy(h)  # waits for its runs before its workspace goes

@@ -15,7 +15,15 @@ device), "cache_dir", "gemm", "flags" (as kfuse.Context takes them), and
 a thread from the moment its graph is translated, so kf_compile (NVRTC or the
 disk cache, cuBLASLt, the GEMM choices) overlaps what Dynamo still does before
 the first call (guards, bytecode); the first call waits for it. False compiles
-at the first call, in the caller's thread.
+at the first call, in the caller's thread. "tiered_compile" (default True
+here, unlike kfuse.Context): on a cold cache a GEMM group whose measured
+choice (kfuse's generated kernel or cuBLASLt) is not known yet runs cuBLASLt
+from the first call while the generated kernel compiles in the background; the
+first call after it is ready times both, keeps the faster (stored in the disk
+cache, so the next process starts with it) and runs it from then on: the
+outputs' bits may change once then, within the same tolerance. A model runs
+many calls, and its first one should not wait seconds for a kernel that
+cuBLASLt may beat anyway. False: the first call waits for every kernel.
 
 Per call: a graph that is one kfuse partition (the common case: nothing left
 to PyTorch) is called directly, without the partitioned GraphModule and
@@ -540,6 +548,7 @@ class _Contexts:
     def __init__(self, options):
         self.options = {k: v for k, v in options.items()
                         if k not in ("target", "background_compile")}
+        self.options.setdefault("tiered_compile", True)
         self.lock = threading.Lock()
         self.by_target = {}
 
@@ -807,7 +816,8 @@ def kfuse_backend(gm, example_inputs, options=None, mode=None):
         raise ValueError(f"kfuse backend: mode {mode!r} is not supported (only the default)")
     options = dict(options or {})
     unknown = set(options) - {"target", "device", "arch", "cache_dir", "flags", "gemm", "attention",
-                              "dump_dir", "num_threads", "cpu_opt_level", "background_compile"}
+                              "dump_dir", "num_threads", "cpu_opt_level", "background_compile",
+                              "tiered_compile"}
     if unknown:
         raise ValueError(f"kfuse backend: unknown option {sorted(unknown)[0]!r}")
     from functorch.compile import make_boxed_func

@@ -463,3 +463,86 @@ def test_a_graph_of_one_partition_is_called_directly(monkeypatch, cache):
     seen.clear()
     agrees(lambda x: torch.tanh(torch.cumsum(torch.relu(x), dim=-1)), [torch.randn(8, 16)], cache)
     assert seen and all(d is None for d in seen), "an op left to PyTorch: the GraphModule"
+
+
+def test_tiered_compile_is_an_option_of_the_context_and_the_backend(cache):
+    """kf_options.tiered_compile through kfuse.Context (off unless asked) and
+    the backend (on unless turned off); a CPU program has no GEMM choice to
+    tier and runs as ever, and its report says the option is on but no
+    group was tiered."""
+    g = kfuse.parse("kfg 1\nx = input(f32[8, 64])\nw = input(f32[64, 32])\n"
+                    "h = matmul(x, w)\ny = gelu(h)\noutput y\n")
+    target = "cuda" if DEV.type == "cuda" else "cpu"
+    for tiered in (False, True):
+        prog = kfuse.Context(target, cache_dir=str(cache), tiered_compile=tiered).compile(g)
+        x, w = torch.randn(8, 64, device=DEV), torch.randn(64, 32, device=DEV)
+        y = prog.run(x=x, w=w)["y"]
+        res = g.check({"y": y.cpu()}, x=x.cpu(), w=w.cpu())
+        assert all(r["passed"] for r in res.values()), res
+        if target == "cuda":
+            t = prog.report(format="json")["cuda_run"]["tiered_compile"]
+            assert t["on"] is tiered and (tiered or not t["groups"]), t
+    m = MLP().eval().to(DEV, DT)
+    x = torch.randn(4, 16, 64, device=DEV, dtype=DT)
+    with torch.no_grad():
+        for opt in (True, False):
+            y = compiled(m, cache, tiered_compile=opt)(x)
+            assert rel(y, m(x)) < (1e-5 if DT == torch.float32 else 2e-2)
+
+
+def test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(tmp_path):
+    """On CUDA, kfuse.Context(tiered_compile=True) on an empty cache: the
+    bf16 GEMM group's measured choice is unknown, so the program runs its
+    cuBLASLt side from the first run while the generated kernel compiles on
+    a thread; a later run times both, keeps the faster and stores it. Every
+    run's output is judged (before, at and after the swap); a new context on
+    the same cache reads the winner and tiers nothing."""
+    if DEV.type != "cuda":
+        pytest.skip("the tiered compile concerns the CUDA target's GEMM choices "
+                    "(--kfuse-device cuda)")
+    import time
+
+    text = ("kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
+            "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
+            "output y\n")
+    cdir = str(tmp_path / "tiered")
+    ctx = kfuse.Context("cuda", cache_dir=cdir, tiered_compile=True)
+    g = ctx.parse(text)
+    prog = ctx.compile(g)
+
+    def state(p):
+        run = p.report(format="json")["cuda_run"]
+        return run["tiered_compile"], run["measured"]
+
+    def judged():
+        x = torch.randn(512, 256, device=DEV, dtype=torch.bfloat16)
+        w = torch.randn(256, 512, device=DEV, dtype=torch.bfloat16) / 16
+        b = torch.randn(512, device=DEV, dtype=torch.bfloat16)
+        y = prog.run(x=x, w=w, b=b)["y"]
+        torch.cuda.synchronize()
+        res = g.check({"y": y.cpu()}, x=x.cpu(), w=w.cpu(), b=b.cpu())
+        assert all(r["passed"] for r in res.values()), res
+
+    tier, measured = state(prog)
+    if not measured:
+        pytest.skip("no measured GEMM choice on this device (the generated GEMM is sm_90a's)")
+    assert tier["on"] and tier["groups"] and tier["pending"], tier
+    assert all(m["tiered"] and m["chosen"] == "cublaslt" for m in measured), measured
+    t0, runs = time.time(), 0
+    while state(prog)[0]["pending"]:
+        judged()
+        runs += 1
+        assert time.time() - t0 < 300, "the background compile never finished"
+        time.sleep(0.02)
+    tier, measured = state(prog)
+    assert not tier["failed"], tier["error"]
+    assert tier["swapped_at_run"] == runs, (tier, runs)
+    assert all(m["ms"][0] > 0 and m["ms"][1] > 0 for m in measured), measured
+    judged()
+    judged()
+    ctx2 = kfuse.Context("cuda", cache_dir=cdir, tiered_compile=True)
+    prog2 = ctx2.compile(ctx2.parse(text))
+    tier2, measured2 = state(prog2)
+    assert not tier2["groups"] and not tier2["pending"], tier2
+    assert [(m["chosen"], m["cached"], m["tiered"]) for m in measured2] == \
+        [(m["chosen"], True, False) for m in measured], (measured, measured2)
