@@ -873,11 +873,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
         if (threadIdx.x == 0) {
             int s = 0;
             unsigned ph = 0;
+#if KF_SK
             int t, kb, ke, ks;
             bool part;
             for (int i = 0; kf_gm_work(blockIdx.x / KF_CLUSTER, gridDim.x / KF_CLUSTER, i, t, kb,
                                        ke, ks, part);
                  i++) {
+#else
+            /* the loop as before stream-K (kf_gm_work's form changed ptxas's
+             * schedule: C7514 on a cooperative f16 kernel) */
+            for (int t = blockIdx.x / KF_CLUSTER; t < KF_UNITS; t += gridDim.x / KF_CLUSTER) {
+                const int kb = 0, ke = KF_KT, ks = 1;
+#endif
                 int b, mb, nb;
                 kf_gm_tile(t, rank, b, mb, nb);
                 /* a pair's missing half loads the last tile row's A */
@@ -968,11 +975,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #else
         int s = 0;
         unsigned ph = 0;
+#if KF_SK
         int t, kb, ke, ks;
         bool part;
         for (int w = 0; kf_gm_work(blockIdx.x / KF_CLUSTER, gridDim.x / KF_CLUSTER, w, t, kb, ke,
                                    ks, part);
              w++) {
+#else
+        for (int t = blockIdx.x / KF_CLUSTER; t < KF_UNITS; t += gridDim.x / KF_CLUSTER) {
+            const int kb = 0, ke = KF_KT, ks = 1;
+            const bool part = false;
+#endif
 #endif
             int b, mb, nb;
             kf_gm_tile(t, rank, b, mb, nb);
