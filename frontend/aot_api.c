@@ -44,7 +44,9 @@ static kf_status aot_arch(kf_ctx *ctx, kf_graph *graph, kf_cache *cache, const k
     }
     for (uint32_t gi = 0; gi < r->n; gi++) {
         const kf_cuda_recipe *rc = &r->recipes[gi];
-        as->groups += rc->n_steps > 0;
+        /* a GEMM sibling set's recipe runs its later members' groups too
+         * (theirs have no steps): the report's count either way */
+        as->groups += rc->n_steps > 0 ? (rc->n_members > 1 ? rc->n_members : 1u) : 0u;
         for (uint32_t s = 0; s < rc->n_steps; s++) {
             n += rc->steps[s].kind == KF_CUDA_STEP_KERNEL;
             as->library_steps += rc->steps[s].kind != KF_CUDA_STEP_KERNEL;
