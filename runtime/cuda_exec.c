@@ -1112,7 +1112,9 @@ void kf_cuda_exec_destroy(kf_cuda_exec *ex) {
     kf_cx_capture_free(ex); /* before the modules its graphs launch are unloaded */
     if (ex->nodes)
         kf_mem_free(&ex->mem, ex->nodes, ex->n_order * sizeof *ex->nodes);
-    if (ex->cur) {
+    {
+        /* each on its own: prepare allocates all three, and one may have
+         * failed where the others did not */
         uint32_t nb = ex->n_bufs ? ex->n_bufs : 1;
         kf_mem_free(&ex->mem, ex->cur, nb * sizeof *ex->cur);
         kf_mem_free(&ex->mem, ex->want, nb * sizeof *ex->want);
