@@ -650,6 +650,44 @@ static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_
     return st;
 }
 
+/* The prologue kernel writing A normalized to scratch, a step before the
+ * GEMM's (`gemm`, released on failure), unless a GEMM sibling set's earlier
+ * member wrote it (the same scratch); *abuf: that scratch. */
+static kf_status scratch_a_step(rb *b, kf_cuda_kernel *gemm, kf_cuda_buf *abuf) {
+    const kf_gemm_info *gm = &b->plan->groups[b->gi].gemm;
+    char pro[KF_CUDA_NAME_MAX];
+    mref sa;
+    bool shared_a =
+        b->sib_shared && kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind != KF_CUDA_BUF_NONE;
+    kf_status st =
+        shared_a ? KF_OK
+                 : kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
+    if (st == KF_OK)
+        st = a_operand(b, 0, &sa);
+    if (st != KF_OK) {
+        kf_cuda_kernel_release(b->mem, gemm);
+        return st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
+    }
+    *abuf = sa.buf;
+    return KF_OK;
+}
+
+/* The row statistics pre-pass of the norm the GEMM applies (`gemm`, released
+ * on failure), unless a GEMM sibling set's earlier member computed them (the
+ * same scratch, keyed by the norm's input). */
+static kf_status stats_step(rb *b, kf_cuda_kernel *gemm) {
+    const kf_group *grp = &b->plan->groups[b->gi];
+    if (b->sib_shared && kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, grp->expr[grp->row.input].base)
+                                 .kind != KF_CUDA_BUF_NONE)
+        return KF_OK;
+    kf_cuda_kernel sk;
+    memset(&sk, 0, sizeof sk);
+    kf_status st = kf_cuda_codegen_gemm_stats(b->plan, b->gi, b->target->arch, b->mem,
+                                              kf_cuda_gemm_norm_stats(b->plan, b->gi), &sk);
+    kf_cuda_kstep *sks = NULL;
+    return add_pre_step(b, grp, st, &sk, gemm, &sks);
+}
+
 /* The sm_80 kernel of the group (its majors, batching and sizes in sh; the
  * operands' leading and batch strides checked 16-byte multiples): one block
  * per 128 x 128 tile where they give every SM one, else per 64 x 64 tile,
@@ -708,38 +746,13 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
      * and the fold pre-pass (B becomes its diag(gamma) B, contiguous, which
      * sh->ldb and sh->sb already describe). */
     kf_cuda_buf abuf = a->buf, bbuf = bm->buf, bbuf1 = sh->dual ? bm1->buf : bm->buf;
-    if (sh->a_scratch) {
-        char pro[KF_CUDA_NAME_MAX];
-        mref sm;
-        /* a GEMM sibling set's earlier member wrote it (the same scratch) */
-        bool shared_a = b->sib_shared &&
-                        kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind != KF_CUDA_BUF_NONE;
-        st = shared_a
-                 ? KF_OK
-                 : kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
-        if (st == KF_OK)
-            st = a_operand(b, 0, &sm);
-        if (st != KF_OK) {
-            kf_cuda_kernel_release(b->mem, &k);
-            return st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
-        }
-        abuf = sm.buf;
-    }
+    if (sh->a_scratch && (st = scratch_a_step(b, &k, &abuf)) != KF_OK)
+        return st;
     if (sh->a_fold) {
-        kf_cuda_kernel sk, fk;
-        memset(&sk, 0, sizeof sk);
-        memset(&fk, 0, sizeof fk);
+        kf_cuda_kernel fk;
         kf_cuda_kstep *pre = NULL;
-        /* a GEMM sibling set's earlier member computed these statistics
-         * (the same scratch, keyed by the norm's input): not again */
-        if (!b->sib_shared ||
-            kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, grp->expr[grp->row.input].base).kind ==
-                KF_CUDA_BUF_NONE) {
-            st = kf_cuda_codegen_gemm_stats(b->plan, b->gi, b->target->arch, b->mem,
-                                            kf_cuda_gemm_norm_stats(b->plan, b->gi), &sk);
-            if ((st = add_pre_step(b, grp, st, &sk, &k, &pre)) != KF_OK)
-                return st;
-        }
+        if ((st = stats_step(b, &k)) != KF_OK)
+            return st;
         for (int i = 0; i < (sh->dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
             const kf_cuda_operand *lbi = i ? lb1 : lb;
             kf_cuda_fold_shape fs = {
@@ -1064,36 +1077,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
     }
     snprintf(name, name_size, "%s", k.name);
-    if (scratch) { /* the prologue kernel, a step before the GEMM; A is its scratch */
-        char pro[KF_CUDA_NAME_MAX];
-        mref sa;
-        /* a GEMM sibling set's earlier member wrote it (the same scratch) */
-        bool shared_a = b->sib_shared &&
-                        kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->a[0]).kind != KF_CUDA_BUF_NONE;
-        st = shared_a
-                 ? KF_OK
-                 : kf_rb_add_kernel(b, plan, KF_CUDA_ROLE_GEMM_PROLOGUE, pro, sizeof pro, NULL);
-        if (st == KF_OK)
-            st = a_operand(b, 0, &sa);
-        if (st != KF_OK) {
-            kf_cuda_kernel_release(b->mem, &k);
-            return st == KF_ERR_NOT_FOUND ? KF_ERR_INTERNAL : st;
-        }
-        a.buf = sa.buf;
-    }
-    /* a GEMM sibling set's earlier member computed these statistics (the
-     * same scratch, keyed by the norm's input): not again */
-    bool shared_stats = b->sib_shared && (norm || fold) &&
-                        kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, norm_in).kind != KF_CUDA_BUF_NONE;
-    if ((norm || fold) && !shared_stats) { /* the statistics pre-pass, a step before the GEMM */
-        kf_cuda_kernel sk;
-        memset(&sk, 0, sizeof sk);
-        st = kf_cuda_codegen_gemm_stats(plan, b->gi, b->target->arch, b->mem,
-                                        kf_cuda_gemm_norm_stats(plan, b->gi), &sk);
-        kf_cuda_kstep *sks = NULL;
-        if ((st = add_pre_step(b, grp, st, &sk, &k, &sks)) != KF_OK)
-            return st;
-    }
+    /* the prologue kernel, a step before the GEMM; A is its scratch */
+    if (scratch && (st = scratch_a_step(b, &k, &a.buf)) != KF_OK)
+        return st;
+    /* the statistics pre-pass, a step before the GEMM */
+    if ((norm || fold) && (st = stats_step(b, &k)) != KF_OK)
+        return st;
     for (int i = 0; fold && i < (dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
         const kf_cuda_operand *lbi = i ? &lb1 : &lb;
         kf_cuda_fold_shape fs = {
