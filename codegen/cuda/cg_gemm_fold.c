@@ -291,8 +291,11 @@ void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
                   fp->n_stats, fp->i_mean);
     else
         cg_puts(&c->s, "    mu = 0.0f;\n}\n");
-    cg_puts(&c->s, "/* The column terms of VV (8 or 2) columns c0.. of anchor `which` (a\n"
-                   " * LayerNorm's B column sums and beta's product; zero for an RMSNorm). */\n"
+    /* The register epilogues read 8 columns a call; the TMA-store epilogue
+     * reads the terms it staged when its tile started (gemm_sm90.cuh,
+     * kf_gm_fold_cols2), so no other width has a vector path. */
+    cg_puts(&c->s, "/* The column terms of VV columns c0.. of anchor `which` (a LayerNorm's\n"
+                   " * B column sums and beta's product; zero for an RMSNorm). */\n"
                    "template <int VV>\n"
                    "__device__ __forceinline__ void kf_fold_cols(int which, long long c0, float "
                    "*cc, float *dd, KF_PARAMS) {\n    (void)which;\n    (void)c0;\n");
@@ -302,11 +305,7 @@ void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
     } else {
         cg_printf(&c->s,
                   "    const float *cd = which ? p%d : p%d;\n"
-                  "    if (VV == 2 && KF_N %% 2 == 0 && c0 + 2 <= KF_N) {\n"
-                  "        const float2 x = *reinterpret_cast<const float2 *>(cd + c0);\n"
-                  "        const float2 y = *reinterpret_cast<const float2 *>(cd + KF_N + c0);\n"
-                  "        cc[0] = x.x; cc[1] = x.y; dd[0] = y.x; dd[1] = y.y;\n"
-                  "    } else if (VV == 8 && KF_N %% 8 == 0 && c0 + 8 <= KF_N) {\n"
+                  "    if (VV == 8 && KF_N %% 8 == 0 && c0 + 8 <= KF_N) {\n"
                   "        const float4 *c4 = reinterpret_cast<const float4 *>(cd + c0);\n"
                   "        const float4 *d4 = reinterpret_cast<const float4 *>(cd + KF_N + c0);\n"
                   "        const float4 x0 = c4[0], x1 = c4[1], y0 = d4[0], y1 = d4[1];\n"
