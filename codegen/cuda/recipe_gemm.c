@@ -1219,6 +1219,16 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
 #undef GEN_NO
 }
 
+uint32_t kf_rb_open_lt_variant(rb *b) {
+    kf_cuda_recipe *rc = b->rc;
+    rc->choice = KF_CUDA_CHOICE_MEASURED;
+    rc->n_variants = 2;
+    rc->variants[1].first_step = rc->n_steps;
+    rc->variants[1].n_steps = 0;
+    snprintf(rc->variants[1].label, sizeof rc->variants[1].label, "cublaslt");
+    return 1;
+}
+
 kf_status kf_rb_gemm(rb *b) {
     const kf_group *grp = &b->plan->groups[b->gi];
     kf_status st;
@@ -1269,12 +1279,7 @@ kf_status kf_rb_gemm(rb *b) {
             kf_rb_how(b, 0, "generated kernel %s (%s)", gen_name, gen_why);
             if (want & KF_CUDA_RECIPE_GEMM_GENERATED)
                 return KF_OK;
-            rc->choice = KF_CUDA_CHOICE_MEASURED;
-            rc->n_variants = 2;
-            rc->variants[1].first_step = rc->n_steps;
-            rc->variants[1].n_steps = 0;
-            snprintf(rc->variants[1].label, sizeof rc->variants[1].label, "cublaslt");
-            vi = 1;
+            vi = kf_rb_open_lt_variant(b);
             gen_why[0] = 0;
         } else if (st != KF_ERR_UNSUPPORTED) {
             return st;

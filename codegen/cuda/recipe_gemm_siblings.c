@@ -133,12 +133,7 @@ kf_status kf_rb_gemm_siblings(rb *b) {
                 rc->n_members = n;
                 return KF_OK;
             }
-            rc->choice = KF_CUDA_CHOICE_MEASURED;
-            rc->n_variants = 2;
-            rc->variants[1].first_step = rc->n_steps;
-            rc->variants[1].n_steps = 0;
-            snprintf(rc->variants[1].label, sizeof rc->variants[1].label, "cublaslt");
-            vi = 1;
+            vi = kf_rb_open_lt_variant(b);
             gen_why[0] = 0;
         }
     }

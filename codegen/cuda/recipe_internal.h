@@ -77,6 +77,9 @@ kf_status kf_rb_gemm(rb *b);
  * computed again. */
 kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, size_t name_size);
 kf_status kf_rb_gemm_lt(rb *b, uint32_t vi, const char *gen_why);
+/* Variant 0 (the generated side, its steps all in) becomes the first of a
+ * measured pair: variant 1, cuBLASLt's, opens after its steps. Returns 1. */
+uint32_t kf_rb_open_lt_variant(rb *b);
 /* recipe_gemm_siblings.c: the steps of the GEMM sibling set whose first
  * member is b->gi (every member's), or KF_ERR_UNSUPPORTED with the recipe
  * untouched where the set cannot run so. */
