@@ -677,8 +677,9 @@ static kf_status scratch_a_step(rb *b, kf_cuda_kernel *gemm, kf_cuda_buf *abuf) 
  * same scratch, keyed by the norm's input). */
 static kf_status stats_step(rb *b, kf_cuda_kernel *gemm) {
     const kf_group *grp = &b->plan->groups[b->gi];
-    if (b->sib_shared && kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, grp->expr[grp->row.input].base)
-                                 .kind != KF_CUDA_BUF_NONE)
+    if (b->sib_shared &&
+        kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, grp->expr[grp->row.input].base).kind !=
+            KF_CUDA_BUF_NONE)
         return KF_OK;
     kf_cuda_kernel sk;
     memset(&sk, 0, sizeof sk);
