@@ -154,8 +154,9 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->lda, sh->ldb, sh->sa, sh->sb,
               mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16");
     if (sh->dual)
-        cg_printf(&c.s, "#define KF_DUAL 1\n#define KF_LDB2 %" PRId64 "LL\n#define KF_SB2 %" PRId64
-                        "LL\n",
+        cg_printf(&c.s,
+                  "#define KF_DUAL 1\n#define KF_LDB2 %" PRId64 "LL\n#define KF_SB2 %" PRId64
+                  "LL\n",
                   sh->ldb2, sh->sb2);
     cg_puts(&c.s, "\n");
     cg_gemm_emit_fast_ops(&c);
