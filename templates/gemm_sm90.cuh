@@ -244,9 +244,13 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
 #if KF_FOLD_PRE && KF_FOLD_LN
 #define KF_FOLD_COLS_AT 8192u /* past the 64 x 64 bf16 store buffer */
 static_assert(KF_ON * 8 <= KF_EPI_FLOATS * 4 - 8192, "the column terms fit the staging area");
-/* c[col0 + i] to dst + 4 i and d[col0 + i] to dst + 4 (KF_ON + i), zeros past N. */
+/* c[col0 + i] to dst + 4 i and d[col0 + i] to dst + 4 (KF_ON + i), zeros past N.
+ * The last tile's copies to the same addresses land first: its epilogue waited
+ * for them where it read them, but a tile that ran no epilogue (a stream-K
+ * segment) did not. */
 __device__ __forceinline__ void kf_gm_fold_cols_fetch(unsigned dst, long long col0, int tid,
                                                       KF_PARAMS) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
 #pragma unroll
     for (int i = tid; i < KF_ON; i += 128) {
         const long long c = col0 + i;
@@ -1072,14 +1076,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #if KF_SK
             /* a segment: only the tile half's last arrival goes on, with the sum */
             if (part && !kf_gm_sk_end(d, blockIdx.x, gridDim.x, t, kb, ke, mb, cw, warp, lane,
-                                      kf_fin, KF_WS, KF_CNT)) {
-#if KF_FOLD_PRE && KF_FOLD_LN
-                /* no epilogue reads this tile's fold terms: their copies land
-                 * before the next tile's go to the same addresses */
-                asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
+                                      kf_fin, KF_WS, KF_CNT))
                 continue;
-            }
 #else
             (void)part;
 #endif
