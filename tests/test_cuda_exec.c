@@ -2258,6 +2258,13 @@ static void test_stream_k_gemms_match_the_reference_twice(void **state) {
                 "w = input(%s[1024, 136])\nn = rms_norm(x, g)\ny = matmul(n, w)\n"
                 "output y\n",
                 dts[d], 2705, "RMSNorm folded into B");
+        /* a LayerNorm folded: its column terms are copied at each tile's
+         * start, also for the segments that run no epilogue */
+        sk_case(ctx,
+                "kfg 1\nx = input(%s[300, 1024])\ng = input(%s[1024])\nc = input(%s[1024])\n"
+                "w = input(%s[1024, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+                "h = matmul(n, w)\ny = add(h, b)\noutput y\n",
+                dts[d], 2708, "LayerNorm folded into B, bias");
     }
     /* fewer tiles than SMs but more than half (79 of 128 x 256): even
      * ranges, not the interleaved split */
