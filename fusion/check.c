@@ -517,7 +517,10 @@ static void free_value(kf_eval_state *st, uint32_t id) {
  *       per-dtype tolerance on ||a - b|| / ||b||, twice kf_ir_tolerance's (f64
  *       2e-12, f32 2e-5, f16 4e-3, bf16 3.2e-2), that of the least precise
  *       float dtype computed on the way
- *       to it (kf_ir_path_dtype); NaN and infinities must sit where the reference has them;
+ *       to it (kf_ir_path_dtype), or, past it, must apply its tensor's op to
+ *       nodes standing for the tensor's operands (an ill-conditioned op, such
+ *       as cos of a large value, amplifies the statistic's rounding past any
+ *       fixed tolerance); NaN and infinities must sit where the reference has them;
  *       bool and i32 nodes downstream of such statistics are not compared.
  *       Every other node must match bit for bit.
  *   E6  writes[i]'s root node equals writes[i]; a write without a root is a
@@ -1026,6 +1029,32 @@ static kf_status eval_expr_node(xstate *x, uint32_t k) {
     return KF_OK;
 }
 
+/* Whether node k applies tensor t's op, at t's dtype, to nodes that stand
+ * for t's operands (each computes or loads the operand tensor, or is a
+ * constant equal to a one-element operand). Such a node is t by
+ * construction, given operands that passed their own comparison: a value
+ * that still departs from t's by more than E5's tolerance carries an
+ * upstream statistic's rounding, amplified by the op (cos of a value near
+ * 1e12: plancheck seed 0x00008a146b07d735, graph 0x324b7d436374613e). */
+static bool applies_op_of(xstate *x, uint32_t k, const kf_tensor *tt) {
+    const kf_expr *e = &x->grp->expr[k];
+    if (e->kind != KF_EXPR_OP || e->op != tt->op || e->dtype != tt->dtype ||
+        kf_form_arity(kf_op_get(e->op)->form) != tt->nsrc)
+        return false;
+    for (int i = 0; i < tt->nsrc; i++) {
+        const kf_expr *o = &x->grp->expr[e->src[i]];
+        const kf_tensor *ts = tt->src[i];
+        if ((o->kind == KF_EXPR_OP || o->kind == KF_EXPR_LOAD) && o->tensor == ts->id &&
+            !o->remapped)
+            continue;
+        const double *cv = o->kind == KF_EXPR_CONST ? tensor_value(x, ts->id) : NULL;
+        if (!cv || kf_ir_numel(ts) != 1 ||
+            !(cv[0] == o->value || (isnan(cv[0]) && isnan(o->value))))
+            return false;
+    }
+    return true;
+}
+
 /* Compares node k with graph tensor t (E5/E6). */
 static kf_status compare_node(xstate *x, uint32_t k, uint32_t t, const char *what) {
     const kf_plan *plan = x->plan;
@@ -1054,7 +1083,8 @@ static kf_status compare_node(xstate *x, uint32_t k, uint32_t t, const char *wha
                           "broadcast into the node's space (rank %d)",
                           x->gi, k, t, kf_op_get(tt->op)->name, s.rank);
     char why[200];
-    if (!values_agree(x->v[k], &s, tt, tv, x->inexact[k], why, sizeof why))
+    if (!values_agree(x->v[k], &s, tt, tv, x->inexact[k], why, sizeof why) &&
+        !(x->inexact[k] && applies_op_of(x, k, tt)))
         return check_fail(
             plan, "E5: group %u (%s %s) node %u (%s%s%s) %s %%%u (%s): %s", x->gi,
             kf_group_kind_name(x->grp->kind), x->grp->name, k,
