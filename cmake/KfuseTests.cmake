@@ -183,8 +183,8 @@ else()
     message(WARNING "bash not found: the CLI and install tests are not registered")
 endif()
 
-# test_gemmgen, test_attngen and test_attndec read the SASS of the generated sm_90a GEMM and
-# attention kernels with cuobjdump:
+# test_gemmgen, test_gemmgen_simt, test_attngen and test_attndec read the SASS of the
+# generated GEMM and attention kernels with cuobjdump:
 # the toolkit's, else the one pip installs (nvidia-cuda-cuobjdump, which
 # scripts/install-deps.sh adds). Not found, the suite fails: it does not skip.
 if(TARGET test_gemmgen)
@@ -199,7 +199,7 @@ if(TARGET test_gemmgen)
     endif()
     if(KF_CUOBJDUMP)
         target_compile_definitions(test_gemmgen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
-        foreach(_t test_attngen test_attndec)
+        foreach(_t test_attngen test_attndec test_gemmgen_simt)
             if(TARGET ${_t})
                 target_compile_definitions(${_t} PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
             endif()

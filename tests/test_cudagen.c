@@ -68,7 +68,8 @@ static unsigned compile_flags(const kf_plan *plan, unsigned *seen, const unsigne
                         continue;
                     const kf_cuda_kernel *k = &rc->steps[si].kernel->kernel;
                     bool gen = k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM90 ||
-                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM80;
+                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM80 ||
+                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SIMT;
                     if (seen && (fi == 0 || gen))
                         seen[k->tmpl]++;
                     if (fi > 0 && !gen && flags == KF_CUDA_RECIPE_GEMM_MEASURED)
