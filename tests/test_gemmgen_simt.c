@@ -82,6 +82,8 @@ static void simt_case(const char *fmt, const char *dt, const char *device, const
         assert_false(ks->args[i].written);
     }
     assert_int_equal(ks->grid[2], (uint32_t)batch);
+    assert_true(ks->grid[0] >= 1);
+    assert_int_equal(ks->grid[0], ks->kernel.launch.work_items); /* a block per tile */
     assert_int_equal(ks->block[0], 256);
     assert_true(ks->shared_bytes <= 99u * 1024u); /* fits sm_86/89's 99 KiB too */
     assert_non_null(strstr(ks->kernel.name, "simt_"));

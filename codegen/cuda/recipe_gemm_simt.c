@@ -108,7 +108,7 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
         return st;
     }
     /* one block per tile, the batch in z */
-    ks->grid[0] = (uint32_t)k.launch.work_items;
+    ks->grid[0] = (uint32_t)ks->kernel.launch.work_items; /* (k was moved into the step) */
     ks->grid[1] = 1;
     ks->grid[2] = (uint32_t)sh->batch;
     memmove(&ks->args[n_ptrs], &ks->args[0], ks->n_args * sizeof ks->args[0]);
