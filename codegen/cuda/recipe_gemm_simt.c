@@ -10,7 +10,13 @@
  *
  * kf_rb_gemm_generated dispatches here after it has checked the group and
  * read the operands' majors, strides and batching; the measured choice
- * against cuBLASLt (kf_rb_gemm) is unchanged.
+ * against cuBLASLt (kf_rb_gemm) is unchanged. The kernel's GPU numerics
+ * passed on an H100 (51ed6f7) forced and in that measured choice:
+ * test_cuda_exec_simt (every shape class and group kind above, f32 and
+ * f64), every example with --check in the generated, sm80 and default
+ * modes, compute-sanitizer memcheck and racecheck on a ragged f32 GEMM.
+ * There cuBLASLt wins f32 4096^3 (2.66 ms against 3.59) and the SIMT kernel
+ * 21 of the examples' 28 f32 / f64 groups (bench/results, 51ed6f7b5be4).
  */
 #include <stdio.h>
 #include <string.h>
