@@ -1698,8 +1698,7 @@ int main(int argc, char **argv) {
         {"f32_gemm_generated", t_f32, fbytes, fflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"f32_gemm", t_f32, fbytes, fflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"f32_gemm_bias_gelu_cublaslt", t_f32g, fbytes, fflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
-        {"f32_gemm_bias_gelu_generated", t_f32g, fbytes, fflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         0},
+        {"f32_gemm_bias_gelu_generated", t_f32g, fbytes, fflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"f32_gemm_bias_gelu", t_f32g, fbytes, fflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
     /* The blocks' GEMMs: cuBLASLt, the generated kernel, and the generated
      * kernel in 2-CTA clusters (B multicast), same run. */

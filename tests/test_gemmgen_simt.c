@@ -62,8 +62,7 @@ static void simt_case(const char *fmt, const char *dt, const char *device, const
     snprintf(buf, sizeof buf, "%s", want);
     for (char *tok = strtok(buf, "|"); tok; tok = strtok(NULL, "|"))
         if (!strstr(rc->variants[0].how, tok))
-            fail_msg("%s on %s: expected '%s': %s\n%s", dt, device, tok, rc->variants[0].how,
-                     text);
+            fail_msg("%s on %s: expected '%s': %s\n%s", dt, device, tok, rc->variants[0].how, text);
     if (rc->n_steps != n_steps)
         fail_msg("%s on %s: %u steps, expected %u: %s", dt, device, rc->n_steps, n_steps,
                  rc->variants[0].how);

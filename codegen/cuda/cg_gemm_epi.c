@@ -445,7 +445,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
                     "partners)"
                   : "",
               acc_t,
-              sh->dual ? (f64 ? "const double *acc1, " : "const float *acc1, ")
+              sh->dual              ? (f64 ? "const double *acc1, " : "const float *acc1, ")
               : c->g->gemm.head_dim ? "const float *accp, "
                                     : "");
     if (c->g->gemm.head_dim)

@@ -88,7 +88,8 @@ kf_status kf_cuda_codegen_gemm_simt(const kf_plan *plan, uint32_t group, const c
         !simt_tile_ok(sh->bm, sh->bn, es, sh->a_kmajor) || (sh->dual && sh->bn != 64) ||
         sh->stages < 2 || sh->stages > 8 || sh->m > INT32_MAX || sh->n > INT32_MAX ||
         sh->k > INT32_MAX || sh->batch > 65535 || sh->lda < 1 || sh->ldb < 1 || sh->sa < 0 ||
-        sh->sb < 0 || (sh->dual && (sh->ldb2 < 1 || sh->sb2 < 0 || (sh->sb2 == 0) != (sh->sb == 0))))
+        sh->sb < 0 ||
+        (sh->dual && (sh->ldb2 < 1 || sh->sb2 < 0 || (sh->sb2 == 0) != (sh->sb == 0))))
         return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                                   "group %u (%s): bad SIMT GEMM shape %" PRId64 "x%" PRId64
                                   "x%" PRId64 " batch %" PRId64 ", tile %ux%u%s, %u stages",
@@ -150,8 +151,8 @@ kf_status kf_cuda_codegen_gemm_simt(const kf_plan *plan, uint32_t group, const c
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_VEC %d\n"
               "#define KF_B_VEC %d\n#define KF_LDA %" PRId64 "LL\n#define KF_LDB %" PRId64
               "LL\n#define KF_SA %" PRId64 "LL\n#define KF_SB %" PRId64 "LL\n",
-              f64 ? "double" : "float", sh->m, sh->n, sh->k, sh->bm, sh->bn, bk,
-              sh->stages, minb, sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_vec ? 1 : 0,
+              f64 ? "double" : "float", sh->m, sh->n, sh->k, sh->bm, sh->bn, bk, sh->stages, minb,
+              sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_vec ? 1 : 0,
               sh->b_vec && !sh->b_kmajor ? 1 : 0, sh->lda, sh->ldb, sh->sa, sh->sb);
     if (sh->dual)
         cg_printf(&c.s,

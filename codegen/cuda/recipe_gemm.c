@@ -616,8 +616,8 @@ kf_status kf_rb_split_row_pass(rb *b, split_copies *sc, char *row_name, size_t r
         st = kf_rb_add_kernel(b, &sc->rplan, KF_CUDA_ROLE_EPILOGUE, row_name, row_name_size, NULL);
     split_free(b->mem, sc);
     if (st == KF_ERR_NOT_FOUND)
-        st = kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u (%s): no row pass for the split row form",
-                        b->gi, grp->name);
+        st = kf_msg_set(b->err, KF_ERR_INTERNAL,
+                        "group %u (%s): no row pass for the split row form", b->gi, grp->name);
     return st;
 }
 
@@ -977,8 +977,8 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.sb2 = dual && sh.b_batched ? sb1 : 0;
         sh.dual = dual;
         sh.a_scratch = scratch;
-        return kf_rb_gemm_simt(b, &sh, a.buf, bm.buf, dual ? bm1.buf : bm.buf, why, why_size,
-                               name, name_size);
+        return kf_rb_gemm_simt(b, &sh, a.buf, bm.buf, dual ? bm1.buf : bm.buf, why, why_size, name,
+                               name_size);
     }
     if (!tma_stride_ok(a_lead, es) || !tma_stride_ok(b_lead, es) || !tma_stride_ok(b1_lead, es) ||
         (sh.a_batched && !tma_stride_ok(sa, es)) ||

@@ -134,13 +134,13 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
         snprintf(tile, sizeof tile, "pair %ux(2x%u)", sh->bm, sh->bn);
     else
         snprintf(tile, sizeof tile, "%ux%u", sh->bm, sh->bn);
-    snprintf(why, why_size,
-             "simt (%s) %sx%u tiles on 256 threads, %u stages (cp.async), A %s-major, B %s-major%s%s",
-             es == 8 ? "DFMA" : "FFMA", tile, kf_cuda_gemm_simt_bk(sh->bm, sh->bn, es),
-             sh->stages,
-             sh->a_kmajor ? "K" : "M", sh->b_kmajor ? "K" : "N",
-             sh->batch > 1 ? ", batched in one launch (grid z)" : "",
-             sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
+    snprintf(
+        why, why_size,
+        "simt (%s) %sx%u tiles on 256 threads, %u stages (cp.async), A %s-major, B %s-major%s%s",
+        es == 8 ? "DFMA" : "FFMA", tile, kf_cuda_gemm_simt_bk(sh->bm, sh->bn, es), sh->stages,
+        sh->a_kmajor ? "K" : "M", sh->b_kmajor ? "K" : "N",
+        sh->batch > 1 ? ", batched in one launch (grid z)" : "",
+        sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
     if (row_name[0]) {
         size_t len = strlen(why);
         snprintf(why + len, why_size - len,

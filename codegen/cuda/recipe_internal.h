@@ -113,8 +113,7 @@ kf_status kf_rb_scratch_a_step(rb *b, kf_cuda_kernel *gemm, kf_cuda_buf *abuf);
  * operands' buffers at their offsets; b1: the pair's second B), or
  * KF_ERR_UNSUPPORTED with why[] and no step. */
 kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_buf bm,
-                          kf_cuda_buf b1, char *why, size_t why_size, char *name,
-                          size_t name_size);
+                          kf_cuda_buf b1, char *why, size_t why_size, char *name, size_t name_size);
 /* recipe_attention.c: the fused attention kernels' step of group b->gi where
  * one takes it (*fused true, or a status), else *fused false and `why` says
  * why none does (recipe_gemm.c then makes the unfused steps). */
