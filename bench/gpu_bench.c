@@ -40,7 +40,10 @@
  *                 the generated kernel in stream-K (_generated_sk: the tail's
  *                 K steps cut over the SMs; _generated_sk128: with 128-wide
  *                 tiles where it takes 128 x 256), and l_q, l_q_fold,
- *                 l_down_res, l_swiglu in stream-K
+ *                 l_down_res, l_swiglu in stream-K; f32 4096^3 bare and + bias
+ *                 + GELU (f32_gemm*: the SIMT kernel, _generated, against
+ *                 cuBLASLt with f32 compute, _cublaslt, and the default's
+ *                 measured choice; inputs are the bf16 fill widened)
  *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
  *                 program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
@@ -307,6 +310,20 @@ static void set_random_input(kf_cuda_exec *ex, const kf_tensor *t, unsigned long
         for (size_t k = 0; k < n; k++)
             b[k] = (unsigned char)(host[k] >> 15);
         CHECK(kf_cuda_exec_set_input(ex, t->id, host, n, err));
+    } else if (t->dtype == KF_DTYPE_F32 || t->dtype == KF_DTYPE_F64) {
+        size_t es = kf_dtype_size(t->dtype); /* the bf16 values widened: exact */
+        unsigned char *w = malloc(n * es);
+        if (!w)
+            exit(1);
+        for (size_t k = 0; k < n; k++) {
+            uint32_t u = (uint32_t)host[k] << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            double d = f;
+            memcpy(w + k * es, es == 4 ? (const void *)&f : (const void *)&d, es);
+        }
+        CHECK(kf_cuda_exec_set_input(ex, t->id, w, n * es, err));
+        free(w);
     } else {
         CHECK(kf_cuda_exec_set_input(ex, t->id, host, n * 2, err));
     }
@@ -1343,6 +1360,20 @@ int main(int argc, char **argv) {
              "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\ny = matmul(x, w)\n"
              "output y\n",
              P, P, P, P);
+    /* f32 4096^3, bare and + bias + GELU (erf): the SIMT kernel (FFMA in f32,
+     * cg_gemm_simt.c) against cuBLASLt with f32 compute (no TF32: the
+     * reference is exact f32), and the default's measured choice */
+    int F = g_quick ? 2048 : 4096;
+    char t_f32[512], t_f32g[512];
+    snprintf(t_f32, sizeof t_f32,
+             "kfg 1\nx = input(f32[%d, %d])\nw = input(f32[%d, %d])\ny = matmul(x, w)\n"
+             "output y\n",
+             F, F, F, F);
+    snprintf(t_f32g, sizeof t_f32g,
+             "kfg 1\nx = input(f32[%d, %d])\nw = input(f32[%d, %d])\nb = input(f32[%d])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ny = gelu(hb)\noutput y\n",
+             F, F, F, F, F);
+    double fbytes = 4.0 * 3.0 * (double)F * F, fflops = 2.0 * (double)F * F * F;
     /* SwiGLU, the LLaMA MLP's up projections: 8192 x 4096 -> 2 x 11008 */
     int SM = g_quick ? 2048 : 8192, SD = 4096, SF = 11008;
     snprintf(t_swiglu, sizeof t_swiglu,
@@ -1661,6 +1692,14 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SM80 | KF_CUDA_RECIPE_GEMM_SM80_8WARPS},
         /* the rotation alone (one elementwise kernel; peers: eager, Inductor) */
         {"rotary", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* f32 (the SIMT kernel; its floor is bf16's: compare TFLOP/s with
+         * the FFMA peak instead) */
+        {"f32_gemm_cublaslt", t_f32, fbytes, fflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"f32_gemm_generated", t_f32, fbytes, fflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"f32_gemm", t_f32, fbytes, fflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"f32_gemm_bias_gelu_cublaslt", t_f32g, fbytes, fflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"f32_gemm_bias_gelu_generated", t_f32g, fbytes, fflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        {"f32_gemm_bias_gelu", t_f32g, fbytes, fflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
     /* The blocks' GEMMs: cuBLASLt, the generated kernel, and the generated
      * kernel in 2-CTA clusters (B multicast), same run. */
 #define GEMM_ROWS(nm, t, by, fl)                                                                   \

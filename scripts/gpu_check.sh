@@ -141,7 +141,13 @@ EOF
     gn="$out/sanitize_norm.kfg"
     printf '%s\n' 'kfg 1' 'x = input(bf16[1000, 264])' 'g = input(bf16[264])' \
         'w = input(bf16[264, 1096])' 'n = rms_norm(x, g)' 'y = matmul(n, w)' 'output y' >"$gn"
-    for f in "$gg" "$gd" "$gn"; do
+    # The SIMT kernel (f32): ragged M, N, K on 128 x 128 tiles (153 of
+    # them), a bias and a residual in its epilogue.
+    gf="$out/sanitize_gemm_f32.kfg"
+    printf '%s\n' 'kfg 1' 'x = input(f32[1100, 200])' 'w = input(f32[200, 2056])' \
+        'b = input(f32[2056])' 'r = input(f32[1100, 2056])' 'h = matmul(x, w)' 'hb = add(h, b)' \
+        'g = gelu(hb)' 'y = add(g, r)' 'output y' >"$gf"
+    for f in "$gg" "$gd" "$gn" "$gf"; do
         b=$(basename "$f" .kfg)
         for tool in memcheck racecheck; do
             if compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/kfuse run "$f" \

@@ -68,7 +68,8 @@ static unsigned compile_flags(const kf_plan *plan, unsigned *seen, const unsigne
                         continue;
                     const kf_cuda_kernel *k = &rc->steps[si].kernel->kernel;
                     bool gen = k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM90 ||
-                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM80;
+                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM80 ||
+                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SIMT;
                     if (seen && (fi == 0 || gen))
                         seen[k->tmpl]++;
                     if (fi > 0 && !gen && flags == KF_CUDA_RECIPE_GEMM_MEASURED)
@@ -171,6 +172,10 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
         "kfg 1\nx = input(bf16[256, 128])\nw = input(bf16[128, 256])\nb = input(bf16[256])\n"
         "h = matmul(x, w)\na = add(h, b)\ny = relu(a)\noutput y\n",
         seen);
+    /* the SIMT GEMM of an f32 group (test_gemmgen_simt reads its SASS) */
+    compile_text("kfg 1\nx = input(f32[200, 72])\nw = input(f32[72, 136])\nb = input(f32[136])\n"
+                 "h = matmul(x, w)\na = add(h, b)\ny = relu(a)\noutput y\n",
+                 seen);
     /* the generated GEMM forced, so sm_80 gets its mma.sync form alone
      * (the measured default makes it variant 0 of a pair there) */
     {

@@ -14,9 +14,11 @@
  *     kf_epi_al(...), whether the bases are 16-byte aligned, and
  *     templates/gemm_common.cuh (kf_gm_quad_t).
  *
- * A template calls kf_epi with 8 adjacent columns of one row per thread (both
- * templates get there by a transpose of accumulator pairs within each quad of
- * lanes: the mma.sync m16n8 and wgmma m64nN fragments place columns alike).
+ * A template calls kf_epi with 8 adjacent columns of one row per thread (the
+ * tensor-core templates get there by a transpose of accumulator pairs within
+ * each quad of lanes: the mma.sync m16n8 and wgmma m64nN fragments place
+ * columns alike; the SIMT template, cg_gemm_simt.c, holds them so). The
+ * accumulators are f32, or f64 for an f64 product (the SIMT kernel's DFMA).
  */
 #include "codegen/cuda/cg.h"
 
@@ -421,6 +423,9 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
 }
 
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
+    /* the accumulators: f32, or f64 for an f64 product (the SIMT kernel) */
+    bool f64 = cg_tensor(c, c->g->gemm.anchor[0])->dtype == KF_DTYPE_F64;
+    const char *acc_t = f64 ? "double" : "float";
     cg_printf(&c->s,
               "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
               " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
@@ -428,7 +433,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               " * strides and N are multiples of 8 needs no alignment test). SINK: the one\n"
               " * output's values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
               "template <int VV, bool AL, bool SINK = false>\n"
-              "__device__ __forceinline__ void kf_epi(const float *acc, %s"
+              "__device__ __forceinline__ void kf_epi(const %s *acc, %s"
               "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr) "
               "{\n    (void)sink;\n"
               "    const long long q = b * KF_M + r;\n    (void)q;\n"
@@ -439,7 +444,10 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
                   ? " (accp: the accumulators of columns c0 ^ KF_HEAD_D / 2 .., the rotate-half "
                     "partners)"
                   : "",
-              sh->dual ? "const float *acc1, " : c->g->gemm.head_dim ? "const float *accp, " : "");
+              acc_t,
+              sh->dual              ? (f64 ? "const double *acc1, " : "const float *acc1, ")
+              : c->g->gemm.head_dim ? "const float *accp, "
+                                    : "");
     if (c->g->gemm.head_dim)
         cg_puts(&c->s, "    (void)accp;\n");
     if (ep->vl.p) {

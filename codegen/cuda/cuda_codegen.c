@@ -41,6 +41,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_COL_ARGMAX] = "col_argmax",
     [KF_CUDA_TEMPLATE_GEMM_SM80] = "gemm_sm80",
     [KF_CUDA_TEMPLATE_GEMM_FOLD] = "gemm_fold",
+    [KF_CUDA_TEMPLATE_GEMM_SIMT] = "gemm_simt",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");

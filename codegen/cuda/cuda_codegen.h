@@ -107,6 +107,9 @@ typedef enum kf_cuda_template {
                                              accumulators (sm_80+) */
     KF_CUDA_TEMPLATE_GEMM_FOLD,           /* a GEMM's norm prologue folded into its B: diag(gamma) B
                                              and the column sums a LayerNorm needs (sm_80+) */
+    KF_CUDA_TEMPLATE_GEMM_SIMT,           /* a whole f32 / f64 GEMM group: FFMA / DFMA from a
+                                             cp.async ring, the epilogue on the accumulators
+                                             (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
@@ -400,6 +403,12 @@ typedef struct kf_cuda_gemm_shape {
     int64_t ldb;    /* elements between the stored rows of B (N rows when b_kmajor, else K) */
     int64_t sa, sb; /* elements between batches of A and B; 0: shared by every batch */
     int64_t ldb2, sb2; /* dual: the second B's (the same major as B's) */
+    /* The SIMT kernel (kf_cuda_codegen_gemm_simt) reads A and B through
+     * pointers as the sm_80 kernel does (bm x bn: its tile, bn output
+     * columns; stages, lda, ldb, sa, sb, ldb2, sb2 as above, any multiple
+     * of an element); where an operand's rows, batch stride and address are
+     * 16-byte multiples its copies are 16 bytes (N-major B, and A). */
+    bool a_vec, b_vec;
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
@@ -439,6 +448,28 @@ uint32_t kf_cuda_gemm_sm80_smem(uint32_t bm, uint32_t bn, uint32_t stages);
  * kf_cuda_codegen_gemm_sm90's, and KF_ERR_UNSUPPORTED for a SwiGLU pair or a
  * norm prologue (the sm_80 kernel takes neither yet) or an arch below sm_80. */
 kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const char *arch,
+                                    const kf_cuda_gemm_shape *shape, const kf_mem *mem,
+                                    kf_cuda_kernel *out);
+
+/* The SIMT GEMM kernel's K step for a bm x bn tile of `es`-byte elements
+ * (16 for f32's 128 x 128, else 8), and the shared memory it asks for: its
+ * ring of `stages` stages of bm x bk of A and (dual ? 2 : 1) x bn x bk of B. */
+uint32_t kf_cuda_gemm_simt_bk(uint32_t bm, uint32_t bn, size_t es);
+uint32_t kf_cuda_gemm_simt_smem(uint32_t bm, uint32_t bn, bool dual, uint32_t stages, size_t es);
+
+/* For an f32 or f64 GEMM group on sm_80 or later: ONE kernel computing the
+ * whole group (templates/gemm_simt.cuh) -- the matmul by fused multiply-adds
+ * in the operands' precision, 256 threads a tile of bm x bn (128 x 128 or
+ * 64 x 64 for f32, 128 x 64 or 64 x 64 for f64; a pair 128 x (2 x 64)), each
+ * thread a register tile of whole rows of 8 adjacent columns, and every
+ * write from the accumulators through the epilogue the other generated
+ * kernels share (cg_gemm_epi.c, on f32 or f64 accumulators). Its arguments
+ * are A's and B's addresses (the pair's second B's), then one pointer per
+ * param; one block per tile, the batch in grid z. A norm prologue only from
+ * the prologue kernel's scratch (shape.a_scratch). Errors as
+ * kf_cuda_codegen_gemm_sm80's, KF_ERR_UNSUPPORTED for a dtype other than
+ * f32 / f64, a row epilogue, a head-split epilogue. */
+kf_status kf_cuda_codegen_gemm_simt(const kf_plan *plan, uint32_t group, const char *arch,
                                     const kf_cuda_gemm_shape *shape, const kf_mem *mem,
                                     kf_cuda_kernel *out);
 

@@ -481,15 +481,8 @@ static kf_status a_operand(rb *b, int i, mref *out) {
  *              kernel cuBLASLt's side runs too, here reading X once.
  * X is rounded to its dtype where the reference rounds it, so the row pass
  * sees exactly the reference's values. */
-typedef struct split_copies {
-    kf_plan gplan, rplan;
-    kf_group *groups[2];
-    kf_expr *rexpr;
-    uint32_t *arr[4]; /* gemm writes, roots; row writes, roots */
-    uint32_t n_groups, n_expr, cap;
-    uint32_t x, x_tensor; /* X's node and tensor */
-    bool x_written;       /* the plan materializes X */
-} split_copies;
+/* (split_copies is in recipe_internal.h: the SIMT kernel's recipe runs
+ * the form too, recipe_gemm_simt.c) */
 
 static void split_free(const kf_mem *mem, split_copies *sc) {
     for (int i = 0; i < 2; i++)
@@ -601,6 +594,33 @@ static const char *split_make(rb *b, split_copies *sc, kf_status *st) {
     return NULL;
 }
 
+const char *kf_rb_split_make(rb *b, split_copies *sc, kf_status *st) {
+    return split_make(b, sc, st);
+}
+
+void kf_rb_split_free(const kf_mem *mem, split_copies *sc) { split_free(mem, sc); }
+
+/* The split row form's row pass, a step after the GEMM's: X (the GEMM's
+ * write, or its scratch) is the row kernel's accumulator, keyed by X's
+ * tensor. Frees sc's copies; row_name: the kernel's name. */
+kf_status kf_rb_split_row_pass(rb *b, split_copies *sc, char *row_name, size_t row_name_size) {
+    const kf_group *grp = &b->plan->groups[b->gi];
+    kf_cuda_buf xb = sc->x_written ? kf_rb_tensor(b, sc->x_tensor)
+                                   : kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, sc->x_tensor);
+    kf_status st = xb.kind == KF_CUDA_BUF_NONE
+                       ? kf_msg_set(b->err, KF_ERR_INTERNAL,
+                                    "group %u (%s): the split GEMM wrote no scratch for its rows",
+                                    b->gi, grp->name)
+                       : kf_rb_set(b, KF_CUDA_PARAM_ACC, sc->x_tensor, xb);
+    if (st == KF_OK)
+        st = kf_rb_add_kernel(b, &sc->rplan, KF_CUDA_ROLE_EPILOGUE, row_name, row_name_size, NULL);
+    split_free(b->mem, sc);
+    if (st == KF_ERR_NOT_FOUND)
+        st = kf_msg_set(b->err, KF_ERR_INTERNAL,
+                        "group %u (%s): no row pass for the split row form", b->gi, grp->name);
+    return st;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The generated GEMM kernel (sm_90a)                                         */
 /* ------------------------------------------------------------------------ */
@@ -670,6 +690,10 @@ static kf_status scratch_a_step(rb *b, kf_cuda_kernel *gemm, kf_cuda_buf *abuf) 
     }
     *abuf = sa.buf;
     return KF_OK;
+}
+
+kf_status kf_rb_scratch_a_step(rb *b, kf_cuda_kernel *gemm, kf_cuda_buf *abuf) {
+    return scratch_a_step(b, gemm, abuf);
 }
 
 /* The row statistics pre-pass of the norm the GEMM applies (`gemm`, released
@@ -824,13 +848,18 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * for (KF_GEMM_SM80); the wgmma/TMA kernel on sm_90a. */
     int cc = kf_cuda_arch_cc(b->target->arch);
     bool sm80 = (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80) ? cc >= 80 : (cc >= 80 && cc < 90);
-    if (!sm80 && strcmp(b->target->arch, "sm_90a") != 0)
+    const kf_tensor *mm = g->nodes[gm->anchor[0]];
+    /* f32 and f64: the SIMT kernel on every arch from sm_80 (recipe_gemm_simt.c) */
+    bool simt = mm->dtype == KF_DTYPE_F32 || mm->dtype == KF_DTYPE_F64;
+    if (simt && cc < 80)
+        GEN_NO("the SIMT GEMM (%s) needs sm_80 or later (cp.async), not %s",
+               kf_dtype_name(mm->dtype), b->target->arch);
+    if (!simt && !sm80 && strcmp(b->target->arch, "sm_90a") != 0)
         GEN_NO("the generated GEMM is for sm_80 to sm_89 (mma.sync) and sm_90a (wgmma), not %s",
                b->target->arch);
     bool dual = gm->n_anchors == 2;
-    if (sm80 && gm->row_split)
+    if (sm80 && !simt && gm->row_split)
         GEN_NO("the sm_80 kernel does not take the split row form yet");
-    const kf_tensor *mm = g->nodes[gm->anchor[0]];
     /* Where the norm has the form kf_cuda_gemm_fold_of takes (LayerNorm,
      * RMSNorm, gamma and beta vectors) and B is the smaller operand, it is
      * folded into B: a pre-pass writes diag(gamma) B, the main loop is the
@@ -852,16 +881,17 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     bool own_a = pin && pin->kind == KF_EXPR_LOAD && gm->a_root != KF_NONE && !mm->attr.transpose_a;
     bool ring = (b->target->flags & KF_CUDA_RECIPE_GEMM_NORM_IN_RING) != 0;
     kf_cuda_gemm_fold fold_of;
-    bool fold = own_a && !ring && !(b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) &&
+    bool fold = own_a && !ring && !simt && !(b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) &&
                 2 * n_all < a_rows && kf_cuda_gemm_fold_of(plan, b->gi, &fold_of);
-    bool norm = own_a && ring && !dual && !sm80; /* (the sm_80 kernel has no norm in its ring) */
+    bool norm = own_a && ring && !dual && !sm80 && !simt; /* (only the sm_90a kernel's ring) */
     bool scratch = gm->a_prologue && !norm && !fold;
     uint32_t norm_in = norm || fold ? pin->base : KF_NONE;
-    if (gm->row_epilogue && !gm->row_split)
+    /* (the SIMT kernel takes every row epilogue in the split row form) */
+    if (gm->row_epilogue && !gm->row_split && !simt)
         GEN_NO("a row-wise norm follows the GEMM");
-    if (gm->row_split && (dual || gm->a_prologue))
+    if ((gm->row_split || (simt && gm->row_epilogue)) && (dual || gm->a_prologue))
         GEN_NO("the split row form on a SwiGLU pair or a norm prologue");
-    if (mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
+    if (!simt && mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
         GEN_NO("%s operands (the kernel takes bf16 and f16)", kf_dtype_name(mm->dtype));
     /* the scratch is contiguous, 256-byte aligned; its buffer is known once
      * the prologue kernel's step exists (added below, when nothing refused) */
@@ -938,6 +968,18 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         a_lead = ((sh.a_kmajor ? sh.k : sh.m) + pad - 1) / pad * pad;
     if ((sh.b_kmajor ? sh.n : sh.k) == 1)
         b_lead = b1_lead = ((sh.b_kmajor ? sh.k : sh.n) + pad - 1) / pad * pad;
+    if (simt) { /* any element stride; 16-byte copies where they are aligned */
+        sh.lda = a_lead;
+        sh.ldb = b_lead;
+        sh.ldb2 = b1_lead;
+        sh.sa = sh.a_batched ? sa : 0;
+        sh.sb = sh.b_batched ? sb : 0;
+        sh.sb2 = dual && sh.b_batched ? sb1 : 0;
+        sh.dual = dual;
+        sh.a_scratch = scratch;
+        return kf_rb_gemm_simt(b, &sh, a.buf, bm.buf, dual ? bm1.buf : bm.buf, why, why_size, name,
+                               name_size);
+    }
     if (!tma_stride_ok(a_lead, es) || !tma_stride_ok(b_lead, es) || !tma_stride_ok(b1_lead, es) ||
         (sh.a_batched && !tma_stride_ok(sa, es)) ||
         (sh.b_batched && (!tma_stride_ok(sb, es) || (dual && !tma_stride_ok(sb1, es)))))
@@ -1169,24 +1211,8 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     /* The split row form's row pass: X (the GEMM's write, or its scratch)
      * is the row kernel's accumulator, keyed by X's tensor. */
     char row_name[KF_CUDA_NAME_MAX] = "";
-    if (gm->row_split) {
-        kf_cuda_buf xb = sc.x_written ? kf_rb_tensor(b, sc.x_tensor)
-                                      : kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, sc.x_tensor);
-        st = xb.kind == KF_CUDA_BUF_NONE
-                 ? kf_msg_set(b->err, KF_ERR_INTERNAL,
-                              "group %u (%s): the split GEMM wrote no scratch for its rows", b->gi,
-                              grp->name)
-                 : kf_rb_set(b, KF_CUDA_PARAM_ACC, sc.x_tensor, xb);
-        if (st == KF_OK)
-            st = kf_rb_add_kernel(b, &sc.rplan, KF_CUDA_ROLE_EPILOGUE, row_name, sizeof row_name,
-                                  NULL);
-        split_free(b->mem, &sc);
-        if (st == KF_ERR_NOT_FOUND)
-            st = kf_msg_set(b->err, KF_ERR_INTERNAL,
-                            "group %u (%s): no row pass for the split row form", b->gi, grp->name);
-        if (st != KF_OK)
-            return st;
-    }
+    if (gm->row_split && (st = kf_rb_split_row_pass(b, &sc, row_name, sizeof row_name)) != KF_OK)
+        return st;
     char tile[48];
     if (dual)
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);

@@ -6,6 +6,7 @@
  *   recipe_gemm.c  GEMM groups (what cuBLASLt applies natively, the kernels
  *                  around it) and the unfused attention fallback
  *   recipe_gemm_siblings.c  a GEMM sibling set in its first member's recipe
+ *   recipe_gemm_simt.c      the SIMT kernel of an f32 / f64 GEMM group
  *   recipe_attention_decode.c  the split-KV decode steps of an attention group
  *   recipe_print.c text and JSON
  *
@@ -85,6 +86,34 @@ uint32_t kf_rb_open_lt_variant(rb *b);
  * untouched where the set cannot run so. */
 kf_status kf_rb_gemm_siblings(rb *b);
 kf_status kf_rb_attention(rb *b);
+
+/* recipe_gemm.c: the two rewritten copies of a GEMM group's plan that run
+ * its split row form (the GEMM without the row stage, then the row pass; the
+ * comment before split_make says how). */
+typedef struct split_copies {
+    kf_plan gplan, rplan;
+    kf_group *groups[2];
+    kf_expr *rexpr;
+    uint32_t *arr[4]; /* gemm writes, roots; row writes, roots */
+    uint32_t n_groups, n_expr, cap;
+    uint32_t x, x_tensor; /* X's node and tensor */
+    bool x_written;       /* the plan materializes X */
+} split_copies;
+/* Builds both copies of group b->gi; NULL, or why the form cannot take the
+ * group (then nothing is allocated). KF_ERR_OUT_OF_MEMORY goes to *st. */
+const char *kf_rb_split_make(rb *b, split_copies *sc, kf_status *st);
+void kf_rb_split_free(const kf_mem *mem, split_copies *sc);
+/* The row pass after the split form's GEMM (its step appended; frees sc). */
+kf_status kf_rb_split_row_pass(rb *b, split_copies *sc, char *row_name, size_t row_name_size);
+/* The prologue kernel writing A normalized to scratch, a step before the
+ * GEMM's `gemm` (released on failure); *abuf: that scratch. */
+kf_status kf_rb_scratch_a_step(rb *b, kf_cuda_kernel *gemm, kf_cuda_buf *abuf);
+/* recipe_gemm_simt.c: the SIMT kernel's steps of an f32 / f64 GEMM group
+ * (kf_rb_gemm_generated's sizes, majors, strides and batching in sh; the
+ * operands' buffers at their offsets; b1: the pair's second B), or
+ * KF_ERR_UNSUPPORTED with why[] and no step. */
+kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_buf bm,
+                          kf_cuda_buf b1, char *why, size_t why_size, char *name, size_t name_size);
 /* recipe_attention.c: the fused attention kernels' step of group b->gi where
  * one takes it (*fused true, or a status), else *fused false and `why` says
  * why none does (recipe_gemm.c then makes the unfused steps). */
