@@ -1187,6 +1187,8 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         if (st != KF_OK)
             return st;
     }
+    if (b->sib_shape)
+        *b->sib_shape = sh;
     char tile[48];
     if (dual)
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
