@@ -1253,7 +1253,8 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
         assert_int_equal(pre, 3);
         kf_cuda_recipes_destroy(rec);
         /* generated, the set in its first member's recipe */
-        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART);
         const kf_cuda_recipe *rc = &rec->recipes[first];
         assert_int_equal(rc->n_members, 3);
         assert_int_equal(rc->n_variants, 1);
@@ -1382,9 +1383,9 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
                 first = gi;
         assert_int_not_equal(first, KF_NONE);
         assert_int_equal(p.plan->groups[first].gemm.sib_count, 3);
-        kf_cuda_recipes *rec = kf_sass_recipes(
-            &MEM, p.plan, "h100", NULL,
-            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
         const kf_cuda_recipe *rc = &rec->recipes[first];
         assert_int_equal(rc->n_members, 3);
         if (!strstr(rc->variants[0].how, "one GEMM over their concatenated columns, N 256 + 64 + "
@@ -1425,14 +1426,51 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
         kf_cuda_recipes_destroy(rec);
         plan_release(&p);
     }
+    /* ping-pong 128-wide tiles (K <= 1024, more tiles than SMs), and
+     * LLaMA-7B's GQA projections (16384 x 4096 x (4096 + 1024 + 1024):
+     * cooperative 128 x 256 tiles): one kernel each, HGMMA, no spills */
+    static const char *const big[][2] = {
+        {"kfg 1\nx = input(bf16[4224, 72])\ng = input(bf16[72])\nwq = input(bf16[72, 600])\n"
+         "r = input(bf16[4224, 600])\nwk = input(bf16[72, 520])\nwv = input(bf16[72, 552])\n"
+         "n = rms_norm(x, g, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, r)\nk = matmul(n, wk)\n"
+         "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+         "128x128 tiles ping-pong"},
+        {"kfg 1\nx = input(bf16[16384, 4096])\ng = input(bf16[4096])\n"
+         "wq = input(bf16[4096, 4096])\nwk = input(bf16[4096, 1024])\n"
+         "wv = input(bf16[4096, 1024])\nn = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq)\n"
+         "k = matmul(n, wk)\nv = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+         "128x256 tiles cooperative"},
+    };
+    for (size_t c = 0; c < sizeof big / sizeof *big; c++) {
+        planned p;
+        plan_text(big[c][0], &p);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
+        uint32_t ones = 0;
+        for (uint32_t gi = 0; gi < rec->n; gi++) {
+            const kf_cuda_recipe *rc = &rec->recipes[gi];
+            if (rc->n_members != 3)
+                continue;
+            if (!strstr(rc->variants[0].how, "one GEMM over their concatenated columns") ||
+                !strstr(rc->variants[0].how, big[c][1]))
+                fail_msg("how: %s", rc->variants[0].how);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+            kf_sass_check_hopper(&MEM, &ks->kernel);
+            ones++;
+        }
+        assert_int_equal(ones, 1);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
     /* q too wide to fold reads the prologue's scratch, k and v fold: apart */
     char text[1024];
     sib_text(text, sizeof text, 384);
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *rec =
-        kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
     bool seen = false;
     for (uint32_t gi = 0; gi < rec->n; gi++) {
         const kf_cuda_recipe *rc = &rec->recipes[gi];

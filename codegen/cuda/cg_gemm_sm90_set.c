@@ -164,10 +164,9 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
         SET_NO("GEMM sibling set: the one kernel needs sm_90a, not %s", arch);
     const kf_cuda_gemm_shape *sh = &shapes[0];
     if (sh->bn != 128 && sh->bn != 256)
-        return set_end(mb, n,
-                       cg_fail(c0, KF_ERR_INVALID_ARGUMENT, "GEMM sibling set: tile width %u",
-                               sh->bn),
-                       mem);
+        return set_end(
+            mb, n, cg_fail(c0, KF_ERR_INVALID_ARGUMENT, "GEMM sibling set: tile width %u", sh->bn),
+            mem);
     const kf_tensor *mm0 = cg_tensor(c0, c0->g->gemm.anchor[0]);
     int64_t n_all = 0, tiles_n = 0;
     int64_t t0[KF_CUDA_SIB_MAX];
@@ -227,10 +226,11 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
     k->launch.shared_bytes = kf_cuda_gemm_smem(sh->bn, sh->stages);
 
     char what[160];
-    snprintf(what, sizeof what,
-             "GEMM sibling set of %u members as one GEMM over their concatenated columns (N %" PRId64
-             ")",
-             n, n_all);
+    snprintf(
+        what, sizeof what,
+        "GEMM sibling set of %u members as one GEMM over their concatenated columns (N %" PRId64
+        ")",
+        n, n_all);
     cg_emit_head(c0, what);
     const kf_gemm_info *g0 = &c0->g->gemm;
     cg_printf(&c0->s,
@@ -246,14 +246,13 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
               sh->epi_tma ? 1 : 0);
     /* the members' tile columns, one N range; member 0's namespace holds the
      * helpers every member's would do alike (the norm's row statistics) */
-    cg_printf(&c0->s, "#define KF_SIB %u\n#define KF_SIB_NS0 kf_s0::\n#define KF_TILES_N %" PRId64
-              "\n",
-              n, tiles_n);
+    cg_printf(&c0->s,
+              "#define KF_SIB %u\n#define KF_SIB_NS0 kf_s0::\n#define KF_TILES_N %" PRId64 "\n", n,
+              tiles_n);
     if (sh->epi_tma && g0->head_dim && g0->heads_first)
         cg_printf(&c0->s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", g0->m);
     if (sh->a_fold) /* before the template's head, which reads them */
-        cg_printf(&c0->s, "#define KF_A_FOLD 1\n#define KF_FOLD_LN %d\n",
-                  mb[0].fold.f.ln ? 1 : 0);
+        cg_printf(&c0->s, "#define KF_A_FOLD 1\n#define KF_FOLD_LN %d\n", mb[0].fold.f.ln ? 1 : 0);
     cg_puts(&c0->s, "\n");
     cg_gemm_emit_fast_ops(c0);
     cg_gemm_sm90_emit_wgmma(c0, sh, mm0->dtype);
@@ -288,8 +287,9 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
     cg_puts(&c0->s, "/* Tile column nb of the set: its member, nb then the member's own. */\n"
                     "__device__ __forceinline__ int kf_sib_split(int &nb) {\n");
     for (uint32_t j = n; j-- > 1;)
-        cg_printf(&c0->s, "    if (nb >= %" PRId64 ") {\n        nb -= %" PRId64
-                          ";\n        return %u;\n    }\n",
+        cg_printf(&c0->s,
+                  "    if (nb >= %" PRId64 ") {\n        nb -= %" PRId64
+                  ";\n        return %u;\n    }\n",
                   t0[j], t0[j], j);
     cg_puts(&c0->s, "    return 0;\n}\n#define KF_SIB_TMAPS");
     for (uint32_t j = 1; j < n; j++) {

@@ -121,7 +121,11 @@ enum {
                                                       members' concatenated columns
                                                       (kf_cuda_codegen_gemm_sm90_set), where it
                                                       takes the set; without it each member
-                                                      runs its own GEMM kernel */
+                                                      runs its own GEMM kernel (unless
+                                                      recipe_gemm_siblings.c's SIB_ONE_DEFAULT) */
+    KF_CUDA_RECIPE_GEMM_SIB_APART = 1u << 26,      /* internal: the members of a GEMM sibling
+                                                      set keep their own GEMM kernels whatever
+                                                      the default (the bench compares) */
     KF_CUDA_RECIPE_ATTENTION_F32_SCORE = 1u << 17, /* internal: the sm_90a attention kernel
                                                       takes a scale of Q.K^T (then at most a
                                                       -inf mask) in f32, unrounded, folded into

@@ -74,6 +74,11 @@ static void append(char *buf, size_t size, const char *sep, const char *text) {
         snprintf(buf + len, size - len, "%s%s", len ? sep : "", text);
 }
 
+/* Whether a set's generated side is its one kernel over the concatenated
+ * columns without KF_CUDA_RECIPE_GEMM_SIB_ONE (then SIB_APART keeps the
+ * members' own kernels). Off until the kernel's GPU numerics pass. */
+#define SIB_ONE_DEFAULT 0
+
 /* The index of the recipe's last step made by the GEMM kernel's generator
  * (the member's GEMM, after its pre-passes), or n_steps. */
 static uint32_t last_gemm_step(const kf_cuda_recipe *rc) {
@@ -103,8 +108,8 @@ static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t
         }
     }
     kf_cuda_kernel k;
-    kf_status st = kf_cuda_codegen_gemm_sm90_set(b->plan, groups, n, b->target->arch, shapes,
-                                                 b->mem, &k);
+    kf_status st =
+        kf_cuda_codegen_gemm_sm90_set(b->plan, groups, n, b->target->arch, shapes, b->mem, &k);
     if (st != KF_OK) {
         if (st == KF_ERR_UNSUPPORTED)
             snprintf(why, why_size, "%.200s", k.error);
@@ -221,13 +226,16 @@ kf_status kf_rb_gemm_siblings(rb *b) {
             st = KF_OK;
         } else {
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
-            /* one kernel over the concatenated columns (internal for now) */
+            /* one kernel over the concatenated columns */
+            unsigned fl = b->target->flags;
+            bool one_wanted = (fl & KF_CUDA_RECIPE_GEMM_SIB_ONE) ||
+                              (SIB_ONE_DEFAULT && !(fl & KF_CUDA_RECIPE_GEMM_SIB_APART));
             char one_why[300] = "";
             kf_status one = KF_ERR_UNSUPPORTED;
-            if ((b->target->flags & KF_CUDA_RECIPE_GEMM_SIB_ONE) && n <= KF_CUDA_SIB_MAX)
+            if (one_wanted && n <= KF_CUDA_SIB_MAX)
                 one = sib_one_kernel(b, lead, n, idx, shapes, one_why, sizeof one_why, name,
                                      sizeof name);
-            else if (b->target->flags & KF_CUDA_RECIPE_GEMM_SIB_ONE)
+            else if (one_wanted)
                 snprintf(one_why, sizeof one_why, "more than %d members", KF_CUDA_SIB_MAX);
             if (one != KF_OK && one != KF_ERR_UNSUPPORTED)
                 return one;
