@@ -2144,8 +2144,9 @@ static const char *const sib_one_cases[][2] = {
     {"kfg 1\nx = input(%s[700, 200])\ng = input(%s[200])\nwq = input(%s[200, 264])\n"
      "bq = input(%s[264])\nwk = input(%s[200, 72])\nwv = input(%s[200, 136])\n"
      "n = rms_norm(x, g, eps=1e-6)\nq0 = matmul(n, wq)\nq = add(q0, bq)\nk = matmul(n, wk)\n"
-     "v0 = matmul(n, wv)\nv = silu(v0)\noutput q\noutput k\noutput v\n",
-     "GQA-like ragged q+bias 264 / k 72 / silu(v) 136, RMSNorm, cooperative 128"},
+     "v0 = matmul(n, wv)\nv = gelu(v0)\noutput q\noutput k\noutput v\n",
+     "GQA-like ragged q+bias 264 / k 72 / gelu(v) 136 (bf16: a later member's gelu table), "
+     "RMSNorm, cooperative 128"},
     {"kfg 1\nx = input(%s[2, 300, 136])\ng = input(%s[136])\nb = input(%s[136])\n"
      "wq = input(%s[136, 128])\nbq = input(%s[128])\nwk = input(%s[136, 64])\n"
      "wv = input(%s[136, 64])\nn = layer_norm(x, g, b, eps=1e-5)\nq0 = matmul(n, wq)\n"

@@ -1355,7 +1355,7 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
 
 /* A sibling set as ONE sm_90a kernel over its members' concatenated columns
  * (KF_CUDA_RECIPE_GEMM_SIB_ONE, internal): GQA-like ragged members (q 256 +
- * bias, k 64 silu, v 64 bare: the set's tile columns 2 + 1 + 1) behind one
+ * bias, k 64 silu or gelu, v 72 bare: the set's tile columns 2 + 1 + 1) behind one
  * RMSNorm (and a LayerNorm), bf16 and f16: one GEMM step (HGMMA, TMA, no
  * spills) whose maps are A's and each member's B and output, after the
  * statistics and each member's fold pre-pass; the report names the one GEMM
@@ -1371,10 +1371,11 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
                  "kfg 1\nx = input(%s[1000, 256])\ng = input(%s[256])\nbt = input(%s[256])\n"
                  "wq = input(%s[256, 256])\nbq = input(%s[256])\nwk = input(%s[256, 64])\n"
                  "wv = input(%s[256, 72])\nn = %s\n"
-                 "q0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\nk = silu(k0)\n"
+                 "q0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\nk = %s(k0)\n"
                  "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
                  t, t, t, t, t, t, t,
-                 c == 1 ? "layer_norm(x, g, bt, eps=1e-5)" : "rms_norm(x, g, eps=1e-6)");
+                 c == 1 ? "layer_norm(x, g, bt, eps=1e-5)" : "rms_norm(x, g, eps=1e-6)",
+                 c == 0 ? "gelu" : "silu"); /* bf16 gelu: a later member's table */
         planned p;
         plan_text(text, &p);
         uint32_t first = KF_NONE;

@@ -170,10 +170,12 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
     const kf_tensor *mm0 = cg_tensor(c0, c0->g->gemm.anchor[0]);
     int64_t n_all = 0, tiles_n = 0;
     int64_t t0[KF_CUDA_SIB_MAX];
+    int tab = -1; /* the member whose gelu table the kernel holds (one at most) */
     for (uint32_t j = 0; j < n; j++) {
         cg *c = &mb[j].c;
         const kf_group *g = c->g;
         const kf_cuda_gemm_shape *sj = &shapes[j];
+        c->tanh_formula = true; /* as the single kernel's: no table for gelu_tanh */
         if (g->kind != KF_GROUP_GEMM)
             SET_NO("GEMM sibling set: member %u (group %u) is not a GEMM group", j + 1, g->id);
         const char *why = shape_why(sh, sj);
@@ -187,8 +189,11 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
             why = "the members' head views differ";
         if (!why && cg_tensor(c, gj->anchor[0])->dtype != mm0->dtype)
             why = "the members' dtypes differ";
-        if (!why && j > 0 && cg_has_gelu_table(c))
-            why = "a later member's gelu table (the kernel holds one, member 1's)";
+        if (!why && cg_has_gelu_table(c)) {
+            if (tab >= 0)
+                why = "a second member with a gelu table (the kernel holds one)";
+            tab = (int)j;
+        }
         if (!why && (sj->n < 1 || sj->n > INT32_MAX))
             why = "a member's N out of range";
         if (why)
@@ -196,7 +201,6 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
         t0[j] = tiles_n;
         tiles_n += (sj->n + sh->bn - 1) / sh->bn;
         n_all += sj->n;
-        c->tanh_formula = true;
         if (sj->a_fold && (st = cg_gemm_fold_prepare(c, sj, &mb[j].fold)) != KF_OK)
             return set_end(mb, n, st, mem);
         if ((st = cg_gemm_epi_prepare(c, sj, &mb[j].x, &mb[j].epi)) != KF_OK)
@@ -232,6 +236,10 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
         ")",
         n, n_all);
     cg_emit_head(c0, what);
+    if (tab > 0) { /* the table of a later member's gelu, in place of member 0's none */
+        cg_puts(&c0->s, "#undef KF_SETUP\n");
+        WITH_SET_TEXT(&mb[tab], &c0->s, cg_emit_gelu_table(&mb[tab].c));
+    }
     const kf_gemm_info *g0 = &c0->g->gemm;
     cg_printf(&c0->s,
               "#define KF_M %" PRId64 "LL\n#define KF_N %" PRId64 "LL\n#define KF_K %" PRId64
