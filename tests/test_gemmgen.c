@@ -1425,6 +1425,15 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
         }
         assert_int_equal(gemms, 1);
         kf_cuda_recipes_destroy(rec);
+        /* the default takes the one kernel too; SIB_APART keeps a GEMM each */
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        assert_int_equal(count_steps(&rec->recipes[first], 0, "sib3_"), 1);
+        kf_cuda_recipes_destroy(rec);
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART);
+        assert_int_equal(count_steps(&rec->recipes[first], 0, "sib3_"), 0);
+        assert_int_equal(count_steps(&rec->recipes[first], 0, "gemm_"), 3);
+        kf_cuda_recipes_destroy(rec);
         plan_release(&p);
     }
     /* ping-pong 128-wide tiles (K <= 1024, more tiles than SMs), and

@@ -120,12 +120,13 @@ enum {
                                                       side is ONE sm_90a kernel over its
                                                       members' concatenated columns
                                                       (kf_cuda_codegen_gemm_sm90_set), where it
-                                                      takes the set; without it each member
-                                                      runs its own GEMM kernel (unless
-                                                      recipe_gemm_siblings.c's SIB_ONE_DEFAULT) */
+                                                      takes the set, whatever the default
+                                                      (recipe_gemm_siblings.c's SIB_ONE_DEFAULT:
+                                                      on) */
     KF_CUDA_RECIPE_GEMM_SIB_APART = 1u << 26,      /* internal: the members of a GEMM sibling
-                                                      set keep their own GEMM kernels whatever
-                                                      the default (the bench compares) */
+                                                      set keep their own GEMM kernels (the
+                                                      schedule before the one kernel; the bench
+                                                      compares) */
     KF_CUDA_RECIPE_ATTENTION_F32_SCORE = 1u << 17, /* internal: the sm_90a attention kernel
                                                       takes a scale of Q.K^T (then at most a
                                                       -inf mask) in f32, unrounded, folded into
