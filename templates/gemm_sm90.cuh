@@ -77,6 +77,17 @@
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
+ * A GEMM sibling set (KF_SIB members, cg_gemm_sm90_set.c): GEMMs of one A
+ * with their own B, N, epilogue and output, as one GEMM over their
+ * concatenated columns. KF_TILES_N is the sum of the members' tile columns
+ * (each member's start on a tile), so the raster walks them as one N range;
+ * kf_sib_split turns a tile column into its member and the member's own
+ * column. The producer loads B through the member's map (KF_SIB_BMAP); the
+ * epilogue helpers ("kf:member begin" .. "end") are emitted once per member
+ * in its namespace kf_s<j> (its kf_epi, fold, KF_N), and the kernel's
+ * epilogue block ("kf:epilogue begin" .. "end") once per member in a switch
+ * on the tile's member, `tc` its output map.
+ *
  * 2-CTA clusters (KF_CLUSTER 2, cooperative only): the two CTAs of a cluster
  * take the tiles of one pair, rows 2p and 2p + 1 of one tile column, which
  * share their B tile. Each producer loads its own A tile and HALF of the B
@@ -1033,8 +1044,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #pragma unroll
             for (int hf = 0; hf < KF_HALVES; hf++)
                 KF_SIB_NS0 kf_gm_fold_rows((long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64,
-                                           warp, lane,
-                                frs[hf], fmu[hf], KF_ARGS);
+                                           warp, lane, frs[hf], fmu[hf], KF_ARGS);
 #if KF_FOLD_LN
             /* (the previous tile's epilogue read them before its last barrier) */
 #if KF_SIB

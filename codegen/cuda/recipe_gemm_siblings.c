@@ -266,7 +266,8 @@ kf_status kf_rb_gemm_siblings(rb *b) {
                 }
                 kf_rb_how(b, 0,
                           "GEMM siblings %s as one GEMM over their concatenated columns, N %s = "
-                          "%" PRId64 " (A read once a tile row): generated kernel %s (%s)",
+                          "%" PRId64
+                          " (one raster over every member's tiles): generated kernel %s (%s)",
                           names, ns, n_all, name, first_why);
             } else {
                 kf_rb_how(b, 0,
