@@ -1434,6 +1434,32 @@ int main(int argc, char **argv) {
              QB, QS, QD, QD, QD, QD, QD, QD, QD, QD);
     double lqbytes = 2.0 * ((double)QB * QS * QD * 4.0 + 3.0 * (double)QD * QD + QD);
     double lqflops = 2.0 * (double)QB * QS * QD * 3.0 * QD;
+    /* A sibling set as ONE GEMM over its members' concatenated columns
+     * (KF_CUDA_RECIPE_GEMM_SIB_ONE, the *_one rows) against its members
+     * apart (*_siblings_*: the norm once, a GEMM each) and cuBLASLt's side:
+     * GPT-2-medium's Q, K, V behind their LayerNorm (16384 x 1024 -> 3 x
+     * 1024, each + bias; ln_qkv is the same with one concatenated weight),
+     * and LLaMA-7B's with GQA (16384 x 4096 -> 4096 + 1024 + 1024) */
+    char t_gpt2_qkv[800], t_gqa_qkv[640];
+    snprintf(t_gpt2_qkv, sizeof t_gpt2_qkv,
+             "kfg 1\nx = input(bf16[%d, %d])\ng = input(bf16[%d])\nc = input(bf16[%d])\n"
+             "wq = input(bf16[%d, %d])\nbq = input(bf16[%d])\nwk = input(bf16[%d, %d])\n"
+             "bk = input(bf16[%d])\nwv = input(bf16[%d, %d])\nbv = input(bf16[%d])\n"
+             "n = layer_norm(x, g, c, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, bq)\n"
+             "k0 = matmul(n, wk)\nk = add(k0, bk)\nv0 = matmul(n, wv)\nv = add(v0, bv)\n"
+             "output q\noutput k\noutput v\n",
+             g_quick ? 4096 : 16384, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024,
+             1024, 1024);
+    snprintf(t_gqa_qkv, sizeof t_gqa_qkv,
+             "kfg 1\nx = input(bf16[%d, %d])\ng = input(bf16[%d])\n"
+             "wq = input(bf16[%d, %d])\nwk = input(bf16[%d, %d])\nwv = input(bf16[%d, %d])\n"
+             "n = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq)\nk = matmul(n, wk)\n"
+             "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+             QB * QS, QD, QD, QD, QD, QD, QD / 4, QD, QD / 4);
+    double gpbytes = 2.0 * ((double)(g_quick ? 4096 : 16384) * 1024 * 4.0 + 3.0 * 1024 * 1024);
+    double gpflops = 2.0 * (double)(g_quick ? 4096 : 16384) * 1024 * 3.0 * 1024;
+    double gqbytes = 2.0 * ((double)QB * QS * (QD + 1.5 * QD) + 1.5 * (double)QD * QD);
+    double gqflops = 2.0 * (double)QB * QS * QD * 1.5 * QD;
     /* GPT-2-medium's MLP up projection behind its LayerNorm: 16384 x 1024 ->
      * 4096, bias, gelu_tanh (K = 1024: the epilogue is a large part of a
      * tile's time) */
@@ -1607,18 +1633,42 @@ int main(int argc, char **argv) {
          * cuBLASLt side (the prologue kernel writes A normalized first) */
         {"llama_qkv", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO,
          KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
-        {"llama_qkv_siblings", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"llama_qkv_siblings", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_GEMM_SIB_APART},
         {"llama_qkv_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
         {"llama_qkv_siblings_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, 0},
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART},
         {"llama_qkv_cublaslt", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT,
          KF_CUDA_RECIPE_GEMM_NO_SIBLINGS},
         {"llama_qkv_siblings_cublaslt", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "",
-         KF_GEMM_CUBLASLT, 0},
+         KF_GEMM_CUBLASLT, KF_CUDA_RECIPE_GEMM_SIB_APART},
+        {"llama_qkv_one", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"llama_qkv_one_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"gqa_qkv_siblings", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_GEMM_SIB_APART},
+        {"gqa_qkv_siblings_generated", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_SIB_APART},
+        {"gqa_qkv_siblings_cublaslt", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         KF_CUDA_RECIPE_GEMM_SIB_APART},
+        {"gqa_qkv_one", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"gqa_qkv_one_generated", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"gpt2_qkv_siblings", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_GEMM_SIB_APART},
+        {"gpt2_qkv_siblings_generated", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART},
+        {"gpt2_qkv_siblings_cublaslt", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         KF_CUDA_RECIPE_GEMM_SIB_APART},
+        {"gpt2_qkv_one", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"gpt2_qkv_one_generated", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE},
         {"swiglu_rms", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"swiglu_rms_generated", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         0},
+        {"swiglu_rms_generated", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_qkv", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"ln_qkv_generated", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_qkv_cublaslt", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
@@ -1627,14 +1677,13 @@ int main(int argc, char **argv) {
         {"ln_up_gelu_cublaslt", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         /* K = 1024 with ping-pong tiles: one consumer's epilogue under the
          * other's main loop */
-        {"ln_up_gelu_generated_pingpong", t_ln_up, ubytes, uflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"ln_up_gelu_generated_pingpong", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
         {"k1024_gelu_generated", t_k1[0], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"k1024_gelu_cublaslt", t_k1[0], ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"k1024_bias_generated", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"k1024_bias_cublaslt", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
-        {"k1024_bias_kmajor_generated", t_k1[2], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         0},
+        {"k1024_bias_kmajor_generated", t_k1[2], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"k1024_bias_kmajor_cublaslt", t_k1[2], ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"k1024_gelu_only_generated", t_k1[3], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"k1024_bias_generated_pingpong", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,

@@ -208,6 +208,50 @@ def main():
         print(f"peers: swiglu {r}", file=sys.stderr)
         del xs, wg, wu
 
+    # Q, K, V projections of one normalized input: eager with one
+    # concatenated weight (the peer) and with three GEMMs; gpu_bench's
+    # ln_qkv / gpt2_qkv_* (GPT-2-medium, LayerNorm, biases), llama_qkv_* and
+    # gqa_qkv_* (LLaMA-7B, RMSNorm, no bias; GQA 4096 + 1024 + 1024)
+    quick = args.rows < 65536
+    for name, M, D, ns, norm in (
+            ("gpt2_qkv", 4096 if quick else 16384, 1024, (1024, 1024, 1024), "ln"),
+            ("llama_qkv", 4096 if quick else 16384, 4096, (4096, 4096, 4096), "rms"),
+            ("gqa_qkv", 4096 if quick else 16384, 4096, (4096, 1024, 1024), "rms")):
+        if not (on(name) or on(name + "_one") or on(name + "_one_generated")
+                or (name == "gpt2_qkv" and on("ln_qkv"))):
+            continue
+        xq = torch.rand(M, D, device=dev, dtype=bf) * 2 - 1
+        lw = torch.rand(D, device=dev, dtype=bf) * 2 - 1
+        lb = torch.rand(D, device=dev, dtype=bf) * 2 - 1
+        ws = [torch.rand(D, n, device=dev, dtype=bf) * 2 - 1 for n in ns]
+        bs = [torch.rand(n, device=dev, dtype=bf) * 2 - 1 for n in ns]
+        wc, bc = torch.cat(ws, 1), torch.cat(bs)
+        biased = norm == "ln"
+
+        def nrm():
+            if norm == "ln":
+                return F.layer_norm(xq, (D,), lw, lb, 1e-5)
+            return F.rms_norm(xq, (D,), lw, 1e-6)
+
+        def concat():
+            h = nrm() @ wc
+            return h + bc if biased else h
+
+        def apart():
+            h = nrm()
+            return [h @ w + b if biased else h @ w for w, b in zip(ws, bs)]
+
+        r = {"eager_concat_ms": median_ms(concat), "eager_apart_ms": median_ms(apart),
+             "mm_concat_ms": median_ms(lambda: xq @ wc)}
+        if not args.no_compile:
+            try:
+                r["compile_concat_ms"] = median_ms(torch.compile(concat))
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r["compile_error"] = str(e)[:200]
+        res["cases"][name] = r
+        print(f"peers: {name} {r}", file=sys.stderr)
+        del xq, ws, wc, bs, bc
+
     if on("rotary"):
         # LLaMA-7B's rotary embedding of q, as gpu_bench's rotary case: q as
         # its projection writes it [B, S, H * D], read through the head view

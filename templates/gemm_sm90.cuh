@@ -77,6 +77,17 @@
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
+ * A GEMM sibling set (KF_SIB members, cg_gemm_sm90_set.c): GEMMs of one A
+ * with their own B, N, epilogue and output, as one GEMM over their
+ * concatenated columns. KF_TILES_N is the sum of the members' tile columns
+ * (each member's start on a tile), so the raster walks them as one N range;
+ * kf_sib_split turns a tile column into its member and the member's own
+ * column. The producer loads B through the member's map (KF_SIB_BMAP); the
+ * epilogue helpers ("kf:member begin" .. "end") are emitted once per member
+ * in its namespace kf_s<j> (its kf_epi, fold, KF_N), and the kernel's
+ * epilogue block ("kf:epilogue begin" .. "end") once per member in a switch
+ * on the tile's member, `tc` its output map.
+ *
  * 2-CTA clusters (KF_CLUSTER 2, cooperative only): the two CTAs of a cluster
  * take the tiles of one pair, rows 2p and 2p + 1 of one tile column, which
  * share their B tile. Each producer loads its own A tile and HALF of the B
@@ -144,7 +155,16 @@
 #else
 #define KF_ON KF_BN
 #endif
+#ifndef KF_TILES_N /* a sibling set (KF_SIB) defines its members' tile columns together */
 #define KF_TILES_N ((KF_N + KF_ON - 1) / KF_ON)
+#endif
+#ifndef KF_SIB
+#define KF_SIB 0    /* members of a GEMM sibling set in one kernel (cg_gemm_sm90_set.c) */
+#define KF_SIB_NS0  /* where the shared epilogue helpers live: member 0's namespace */
+#endif
+#if KF_SIB && (KF_DUAL || KF_A_NORM || KF_CLUSTER != 1 || KF_BATCH != 1)
+#error "KF_SIB: one A, plain B tiles, no clusters, batch 1"
+#endif
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
 #define KF_RASTER 8
@@ -241,6 +261,10 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
 #else
 #define KF_FOLD_PRE 0
 #endif
+/* ---- kf:member begin ----
+ * From here to "member end" the epilogue's helpers: a GEMM sibling set's
+ * source (cg_gemm_sm90_set.c) emits this part once per member, in the
+ * member's namespace kf_s<j> after its own kf_epi and fold, with KF_N its N. */
 #if KF_FOLD_PRE && KF_FOLD_LN
 #define KF_FOLD_COLS_AT 8192u /* past the 64 x 64 bf16 store buffer */
 static_assert(KF_ON * 8 <= KF_EPI_FLOATS * 4 - 8192, "the column terms fit the staging area");
@@ -545,6 +569,8 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
 }
 #endif
 
+/* ---- kf:member end ---- */
+
 #if KF_A_NORM
 /* Rows of the A tile a consumer normalizes: its half (cooperative) or the
  * whole tile (ping-pong); thread t takes 16-byte chunk t % 8 of rows
@@ -828,8 +854,14 @@ __device__ __forceinline__ void kf_gm_release(unsigned empty0, unsigned pempty0,
 #else
 #define KF_TMAP_PARAMS const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb
 #endif
+#if KF_SIB
+/* the later members' B (and output) maps: the generator's KF_SIB_TMAPS */
+#define KF_ALL_TMAPS KF_TMAP_PARAMS KF_SIB_TMAPS
+#else
+#define KF_ALL_TMAPS KF_TMAP_PARAMS
+#endif
 
-extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, KF_PARAMS) {
+extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_PARAMS) {
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_full[KF_STAGES], kf_empty[KF_STAGES];
 #if KF_SK
@@ -865,6 +897,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #elif KF_EPI_TMA
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tc) : "memory");
 #endif
+#if KF_SIB
+        KF_SIB_PREFETCH();
+#endif
     }
 #if KF_CLUSTER == 2
     kf_hp_cluster_sync(); /* both CTAs' barriers are set up before any remote access */
@@ -891,6 +926,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #endif
                 int b, mb, nb;
                 kf_gm_tile(t, rank, b, mb, nb);
+#if KF_SIB
+                /* a sibling set: the member's B, nb its own tile column */
+                const int sjp = kf_sib_split(nb);
+                const kf_tmap *tbm = KF_SIB_BMAP(sjp);
+#else
+                const kf_tmap *tbm = &tb;
+#endif
                 /* a pair's missing half loads the last tile row's A */
                 const int ma = KF_CLUSTER == 1 || mb < KF_TILES_M ? mb : KF_TILES_M - 1;
                 for (int kt = kb; kt < ke; kt += ks) {
@@ -931,13 +973,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
                     if (KF_B_KMAJOR) {
                         /* KF_CLUSTER 2: the map's box is KF_BN / 2 rows */
                         const int hb = KF_BN / KF_CLUSTER;
-                        kf_gm_box_b<KF_B_BATCHED>(sb + (unsigned)(rank * hb) * 128u, &tb,
+                        kf_gm_box_b<KF_B_BATCHED>(sb + (unsigned)(rank * hb) * 128u, tbm,
                                                   kt * KF_BK, nb * KF_BN + rank * hb, b, bar);
                     } else {
 #pragma unroll
                         for (int i = 0; i < KF_BN / 64 / KF_CLUSTER; i++) {
                             const int j = rank * (KF_BN / 64 / KF_CLUSTER) + i;
-                            kf_gm_box_b<KF_B_BATCHED>(sb + 8192u * j, &tb, nb * KF_BN + 64 * j,
+                            kf_gm_box_b<KF_B_BATCHED>(sb + 8192u * j, tbm, nb * KF_BN + 64 * j,
                                                       kt * KF_BK, b, bar);
                         }
                     }
@@ -952,7 +994,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+#if KF_SIB
+        const bool al = KF_SIB_AL; /* every member's bases */
+#else
         const bool al = kf_epi_al(KF_ARGS);
+#endif
         (void)al;
 #if KF_CLUSTER == 2
         /* the peer's kf_empty, where lane 1 of each warp releases a stage
@@ -993,16 +1039,26 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
 #endif
             int b, mb, nb;
             kf_gm_tile(t, rank, b, mb, nb);
+#if KF_SIB
+            /* a sibling set: member sj, nb its own tile column */
+            const int sj = kf_sib_split(nb);
+#endif
 #if KF_FOLD_PRE
             float frs[KF_HALVES][2], fmu[KF_HALVES][2];
 #pragma unroll
             for (int hf = 0; hf < KF_HALVES; hf++)
-                kf_gm_fold_rows((long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64, warp, lane,
-                                frs[hf], fmu[hf], KF_ARGS);
+                KF_SIB_NS0 kf_gm_fold_rows((long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64,
+                                           warp, lane, frs[hf], fmu[hf], KF_ARGS);
 #if KF_FOLD_LN
             /* (the previous tile's epilogue read them before its last barrier) */
+#if KF_SIB
+            KF_SIB_DO(sj, kf_gm_fold_cols_fetch((unsigned)__cvta_generic_to_shared(stg) +
+                                                    KF_FOLD_COLS_AT,
+                                                (long long)nb * KF_ON, threadIdx.x % 128, KF_ARGS));
+#else
             kf_gm_fold_cols_fetch((unsigned)__cvta_generic_to_shared(stg) + KF_FOLD_COLS_AT,
                                   (long long)nb * KF_ON, threadIdx.x % 128, KF_ARGS);
+#endif
 #endif
 #endif
 #if KF_A_NORM
@@ -1085,6 +1141,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
              * holds rows 16w + lane/4 (+8), columns 8j + 2(lane%4) (+1).
              * Dual: column group j + KF_ON / 8 is the up projection of the
              * gate's group j (staged: 16 columns to its right). */
+            /* ---- kf:epilogue begin ---- (a sibling set's source runs this
+             * block once per member, in a switch on sj: cg_gemm_sm90_set.c) */
 #if KF_EPI_TMA
             /* Through shared memory by TMA stores (kf_gm_epi_tma). */
             {
@@ -1139,6 +1197,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_TMAP_PARAMS, K
                 }
             }
 #endif
+            /* ---- kf:epilogue end ---- */
         }
 #if KF_EPI_TMA
         /* the shared memory stays until the last store has read it */

@@ -2112,6 +2112,111 @@ static void test_gemm_sibling_sets_match_the_reference(void **state) {
                 t0.arch);
 }
 
+/* A sibling set as ONE sm_90a kernel over its members' concatenated columns
+ * (KF_CUDA_RECIPE_GEMM_SIB_ONE, internal): the set's recipe has one GEMM
+ * step, a "sib<n>_" kernel, and says so. */
+static void sib_one_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                          const char *dn) {
+    sib_check(plan, r, what, dn);
+    uint32_t ones = 0;
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (rc->n_members < 2)
+            continue;
+        if (!strstr(rc->variants[0].how, "one GEMM over their concatenated columns"))
+            fail_msg("%s [%s]: group %u's set is not one GEMM: %s", what, dn, gi,
+                     rc->variants[0].how);
+        uint32_t gemms = 0;
+        for (uint32_t i = 0; i < rc->variants[0].n_steps; i++) {
+            const kf_cuda_step *st = &rc->steps[rc->variants[0].first_step + i];
+            if (st->kind == KF_CUDA_STEP_KERNEL && st->kernel->role == KF_CUDA_ROLE_GEMM) {
+                gemms++;
+                assert_int_equal(strncmp(st->kernel->kernel.name, "sib", 3), 0);
+            }
+        }
+        assert_int_equal(gemms, 1);
+        ones++;
+    }
+    assert_true(ones >= 1);
+}
+
+static const char *const sib_one_cases[][2] = {
+    {"kfg 1\nx = input(%s[700, 200])\ng = input(%s[200])\nwq = input(%s[200, 264])\n"
+     "bq = input(%s[264])\nwk = input(%s[200, 72])\nwv = input(%s[200, 136])\n"
+     "n = rms_norm(x, g, eps=1e-6)\nq0 = matmul(n, wq)\nq = add(q0, bq)\nk = matmul(n, wk)\n"
+     "v0 = matmul(n, wv)\nv = gelu(v0)\noutput q\noutput k\noutput v\n",
+     "GQA-like ragged q+bias 264 / k 72 / gelu(v) 136 (bf16: a later member's gelu table), "
+     "RMSNorm, cooperative 128"},
+    {"kfg 1\nx = input(%s[2, 300, 136])\ng = input(%s[136])\nb = input(%s[136])\n"
+     "wq = input(%s[136, 128])\nbq = input(%s[128])\nwk = input(%s[136, 64])\n"
+     "wv = input(%s[136, 64])\nn = layer_norm(x, g, b, eps=1e-5)\nq0 = matmul(n, wq)\n"
+     "q = add(q0, bq)\nk0 = matmul(n, wk)\nk = gelu_tanh(k0)\nv = matmul(n, wv)\n"
+     "output q\noutput k\noutput v\n",
+     "LayerNorm (column terms per member), batch folded into M"},
+    {"kfg 1\nx = input(%s[4224, 72])\ng = input(%s[72])\nwq = input(%s[72, 600])\n"
+     "r = input(%s[4224, 600])\nwk = input(%s[72, 520])\nwv = input(%s[72, 552])\n"
+     "n = rms_norm(x, g, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, r)\nk = matmul(n, wk)\n"
+     "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+     "ping-pong 128 tiles, q + residual, ragged K"},
+    {"kfg 1\nx = input(%s[4, 100, 64])\ng = input(%s[64])\nb = input(%s[64])\n"
+     "wq = input(%s[64, 40])\nwk = input(%s[64, 40])\nwv = input(%s[64, 40])\n"
+     "wo = input(%s[64, 24])\nn = layer_norm(x, g, b, eps=1e-5)\nq = matmul(n, wq)\n"
+     "k = matmul(n, wk)\nv = matmul(n, wv)\no0 = matmul(n, wo)\no = relu(o0)\n"
+     "output q\noutput k\noutput v\noutput o\n",
+     "LayerNorm, four members (nine tensor maps)"},
+};
+
+/* Whether the device is sm_90a (else the one kernel has nothing to run on). */
+static bool sib_one_device(void) {
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(G.ctx, &ex, &t, err), KF_OK);
+    bool sm90 = strcmp(t.arch, "sm_90a") == 0;
+    kf_cuda_exec_destroy(ex);
+    if (!sm90)
+        fprintf(stderr, "GEMM sibling set as one kernel: %s is not sm_90a: skipped\n", t.arch);
+    return sm90;
+}
+
+/* One small set alone (the sanitizers run it). */
+static void test_a_gemm_sibling_set_as_one_kernel_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!sib_one_device())
+        skip();
+    flags_case(G.ctx, sib_one_cases[0][0], KF_DTYPE_BF16, 2750, sib_one_cases[0][1],
+               KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE, sib_one_check);
+}
+
+/* Ragged members with their own epilogues, RMSNorm and LayerNorm, cooperative
+ * and ping-pong tiles, four members; bf16 and f16; generated and measured
+ * (the one kernel against cuBLASLt's members). A set the one kernel does not
+ * take (q from the prologue's scratch, k and v folded) runs its members
+ * apart and still matches. */
+static void test_gemm_sibling_sets_as_one_kernel_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!sib_one_device())
+        skip();
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t c = 0; c < N_OF(sib_one_cases); c++)
+            flags_case(G.ctx, sib_one_cases[c][0], dts[d], 2760 + c, sib_one_cases[c][1],
+                       KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE, sib_one_check);
+        flags_case(G.ctx, sib_one_cases[0][0], dts[d], 2770, sib_one_cases[0][1],
+                   KF_CUDA_RECIPE_GEMM_MEASURED | KF_CUDA_RECIPE_GEMM_SIB_ONE, sib_one_check);
+        flags_case(G.ctx,
+                   "kfg 1\nx = input(%s[300, 136])\ng = input(%s[136])\nwq = input(%s[136, 392])\n"
+                   "r = input(%s[300, 392])\nwk = input(%s[136, 72])\nwv = input(%s[136, 120])\n"
+                   "n = rms_norm(x, g, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, r)\n"
+                   "k0 = matmul(n, wk)\nk = gelu_tanh(k0)\nv = matmul(n, wv)\n"
+                   "output q\noutput k\noutput v\n",
+                   dts[d], 2780, "the norm in two forms: members apart",
+                   KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE, sib_check);
+    }
+}
+
 /* A context forcing the generated GEMM on an sm_90 device; skips elsewhere. */
 static kf_ctx *cluster_ctx(void) {
     kf_ctx *ctx = ctx_gemm(KF_GEMM_GENERATED);
@@ -3308,6 +3413,8 @@ int main(void) {
         cmocka_unit_test(test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
         cmocka_unit_test(test_gemm_sibling_sets_match_the_reference),
+        cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_matches),
+        cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),

@@ -1255,7 +1255,8 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
         assert_int_equal(pre, 3);
         kf_cuda_recipes_destroy(rec);
         /* generated, the set in its first member's recipe */
-        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART);
         const kf_cuda_recipe *rc = &rec->recipes[first];
         assert_int_equal(rc->n_members, 3);
         assert_int_equal(rc->n_variants, 1);
@@ -1354,6 +1355,150 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
     }
 }
 
+/* A sibling set as ONE sm_90a kernel over its members' concatenated columns
+ * (KF_CUDA_RECIPE_GEMM_SIB_ONE, internal): GQA-like ragged members (q 256 +
+ * bias, k 64 silu or gelu, v 72 bare: the set's tile columns 2 + 1 + 1) behind one
+ * RMSNorm (and a LayerNorm), bf16 and f16: one GEMM step (HGMMA, TMA, no
+ * spills) whose maps are A's and each member's B and output, after the
+ * statistics and each member's fold pre-pass; the report names the one GEMM
+ * and its N. A set whose members take the norm in different forms keeps
+ * their own kernels and says why. */
+static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns(void **state) {
+    (void)state;
+    static const char *const dts[] = {"bf16", "f16"};
+    for (int c = 0; c < 3; c++) {
+        const char *t = dts[c == 2];
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[1000, 256])\ng = input(%s[256])\nbt = input(%s[256])\n"
+                 "wq = input(%s[256, 256])\nbq = input(%s[256])\nwk = input(%s[256, 64])\n"
+                 "wv = input(%s[256, 72])\nn = %s\n"
+                 "q0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\nk = %s(k0)\n"
+                 "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+                 t, t, t, t, t, t, t,
+                 c == 1 ? "layer_norm(x, g, bt, eps=1e-5)" : "rms_norm(x, g, eps=1e-6)",
+                 c == 0 ? "gelu" : "silu"); /* bf16 gelu: a later member's table */
+        planned p;
+        plan_text(text, &p);
+        uint32_t first = KF_NONE;
+        for (uint32_t gi = 0; gi < p.plan->n_groups && first == KF_NONE; gi++)
+            if (kf_group_in_gemm_sib_set(&p.plan->groups[gi]))
+                first = gi;
+        assert_int_not_equal(first, KF_NONE);
+        assert_int_equal(p.plan->groups[first].gemm.sib_count, 3);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
+        const kf_cuda_recipe *rc = &rec->recipes[first];
+        assert_int_equal(rc->n_members, 3);
+        if (!strstr(rc->variants[0].how, "one GEMM over their concatenated columns, N 256 + 64 + "
+                                         "72 = 392"))
+            fail_msg("how: %s", rc->variants[0].how);
+        assert_int_equal(count_steps(rc, 0, "stats_"), 1);
+        assert_int_equal(count_steps(rc, 0, "fold_"), 3);
+        assert_int_equal(count_steps(rc, 0, "sib3_"), 1);
+        uint32_t gemms = 0;
+        for (uint32_t i = 0; i < rc->n_steps; i++) {
+            const kf_cuda_kstep *ks = rc->steps[i].kernel;
+            kf_nvrtc_result res;
+            char err[KF_MSG_MAX] = "";
+            if (kf_cuda_kernel_compile(&MEM, &ks->kernel, &res, err) != KF_OK)
+                fail_msg("%s: %s\n%s", ks->kernel.name, err, res.log ? res.log : "");
+            kf_nvrtc_result_release(&MEM, &res);
+            if (ks->role != KF_CUDA_ROLE_GEMM)
+                continue;
+            gemms++;
+            assert_int_equal(i, rc->n_steps - 1); /* after every pre-pass */
+            kf_sass_check_hopper(&MEM, &ks->kernel);
+            /* A, then each member's B and output (the TMA-store epilogue) */
+            assert_int_equal(ks->n_tmaps, 7);
+            for (uint32_t m = 0; m < 7; m++) {
+                assert_int_equal(ks->args[m].kind, KF_CUDA_ARG_TMAP);
+                assert_int_equal(ks->args[m].value, m);
+            }
+            assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_TENSOR); /* the norm's input */
+            for (uint32_t j = 0; j < 3; j++) {
+                assert_int_equal(ks->args[1 + 2 * j].buf.kind, KF_CUDA_BUF_SCRATCH); /* diag(g) B */
+                assert_true(ks->args[2 + 2 * j].written);
+                assert_int_equal(ks->tmaps[2 + 2 * j].dims[0], j == 0 ? 256u : j == 1 ? 64u : 72u);
+            }
+            /* every member's tile columns, one raster: (2 + 1 + 1) x 8 tiles */
+            assert_int_equal(ks->kernel.launch.work_items, 32u);
+        }
+        assert_int_equal(gemms, 1);
+        kf_cuda_recipes_destroy(rec);
+        /* the default takes the one kernel too; SIB_APART keeps a GEMM each */
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        assert_int_equal(count_steps(&rec->recipes[first], 0, "sib3_"), 1);
+        kf_cuda_recipes_destroy(rec);
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART);
+        assert_int_equal(count_steps(&rec->recipes[first], 0, "sib3_"), 0);
+        assert_int_equal(count_steps(&rec->recipes[first], 0, "gemm_"), 3);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+    /* ping-pong 128-wide tiles (K <= 1024, more tiles than SMs), and
+     * LLaMA-7B's GQA projections (16384 x 4096 x (4096 + 1024 + 1024):
+     * cooperative 128 x 256 tiles): one kernel each, HGMMA, no spills */
+    static const char *const big[][2] = {
+        {"kfg 1\nx = input(bf16[4224, 72])\ng = input(bf16[72])\nwq = input(bf16[72, 600])\n"
+         "r = input(bf16[4224, 600])\nwk = input(bf16[72, 520])\nwv = input(bf16[72, 552])\n"
+         "n = rms_norm(x, g, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, r)\nk = matmul(n, wk)\n"
+         "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+         "128x128 tiles ping-pong"},
+        {"kfg 1\nx = input(bf16[16384, 4096])\ng = input(bf16[4096])\n"
+         "wq = input(bf16[4096, 4096])\nwk = input(bf16[4096, 1024])\n"
+         "wv = input(bf16[4096, 1024])\nn = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq)\n"
+         "k = matmul(n, wk)\nv = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+         "128x256 tiles cooperative"},
+    };
+    for (size_t c = 0; c < sizeof big / sizeof *big; c++) {
+        planned p;
+        plan_text(big[c][0], &p);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
+        uint32_t ones = 0;
+        for (uint32_t gi = 0; gi < rec->n; gi++) {
+            const kf_cuda_recipe *rc = &rec->recipes[gi];
+            if (rc->n_members != 3)
+                continue;
+            if (!strstr(rc->variants[0].how, "one GEMM over their concatenated columns") ||
+                !strstr(rc->variants[0].how, big[c][1]))
+                fail_msg("how: %s", rc->variants[0].how);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+            kf_sass_check_hopper(&MEM, &ks->kernel);
+            ones++;
+        }
+        assert_int_equal(ones, 1);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+    /* q too wide to fold reads the prologue's scratch, k and v fold: apart */
+    char text[1024];
+    sib_text(text, sizeof text, 384);
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
+    bool seen = false;
+    for (uint32_t gi = 0; gi < rec->n; gi++) {
+        const kf_cuda_recipe *rc = &rec->recipes[gi];
+        if (rc->n_members != 3)
+            continue;
+        seen = true;
+        if (!strstr(rc->variants[0].how, "not one GEMM: ") ||
+            !strstr(rc->variants[0].how, "the norm in different forms"))
+            fail_msg("how: %s", rc->variants[0].how);
+        assert_int_equal(count_steps(rc, 0, "sib3_"), 0);
+    }
+    assert_true(seen);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
 static void test_generated_source_is_deterministic_and_named(void **state) {
     (void)state;
     planned p;
@@ -1377,6 +1522,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
+        cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_head_split_epilogue_compiles_to_hgmma_without_local_memory),

@@ -85,4 +85,10 @@ kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold
  * group's terms) and kf_fold (the 8 accumulators), after KF_N is defined. */
 void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp);
 
+/* cg_gemm_sm90.c, shared with a sibling set's kernel (cg_gemm_sm90_set.c):
+ * why the sm_90a kernel cannot take group c->g with shape sh, or NULL; and
+ * kf_wgmma, the m64nBNk16 instruction of the shape's tile. */
+const char *cg_gemm_sm90_why(const cg *c, const kf_cuda_gemm_shape *sh);
+void cg_gemm_sm90_emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt);
+
 #endif /* KF_CODEGEN_CUDA_CG_GEMM_H */

@@ -228,7 +228,7 @@ static void apro_emit(cg *c, chunk_ctx *x, const bool *need, const apro_cols *co
 }
 
 /* The wgmma of one 16-deep K step: d (BN/2 floats) += A(da) . B(db). */
-static void emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
+void cg_gemm_sm90_emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
     uint32_t nr = sh->bn / 2;
     const char *ty = dt == KF_DTYPE_BF16 ? "bf16" : "f16";
     cg_printf(&c->s,
@@ -246,6 +246,44 @@ static void emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
         cg_printf(&c->s, "\"+f\"(d[%u])%s%s", i, i + 1 < nr ? ", " : "",
                   (i % 8 == 7) ? "\n          " : "");
     cg_puts(&c->s, "\n        : \"l\"(da), \"l\"(db), \"r\"(1)\n        : \"memory\");\n}\n\n");
+}
+
+/* Why the sm_90a kernel cannot take group c->g with shape sh (its anchors,
+ * norm prologue, row stage, dtypes, head view and output space), or NULL. */
+const char *cg_gemm_sm90_why(const cg *c, const kf_cuda_gemm_shape *sh) {
+    const kf_group *g = c->g;
+    const kf_gemm_info *gm = &g->gemm;
+    const kf_tensor *mm = cg_tensor(c, gm->anchor[0]);
+    const char *why = NULL;
+    if (gm->n_anchors != (sh->dual ? 2 : 1))
+        why = sh->dual ? "a dual kernel needs two GEMMs sharing A"
+                       : "two GEMMs share A (SwiGLU): the shape must be dual";
+    else if ((int)sh->a_norm + (int)sh->a_scratch + (int)sh->a_fold > 1)
+        why = "a norm prologue in more than one of the kernel, scratch and B";
+    else if (gm->a_prologue != (sh->a_norm || sh->a_scratch || sh->a_fold))
+        why = gm->a_prologue ? "a norm prologue on A (shape.a_norm, a_scratch or a_fold)"
+                             : "no norm prologue on A";
+    else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
+        why = "a row-wise stage follows the GEMM";
+    else if (!cg_gemm_dtype_ok(mm->dtype))
+        why = "the operands are not bf16 or f16";
+    else if (gm->head_dim) {
+        /* The head view (gemm.head_dim D): each lane's 8 columns and their
+         * rotate-half partners (d ^ D/2) are the same lane's after the quad
+         * transposes of column groups j0 and j0 ^ D/16, which needs D/16 a
+         * multiple of 4 and tiles of whole heads. */
+        int64_t D = gm->head_dim;
+        if (sh->dual || sh->epi_staged)
+            why = "a head-split epilogue runs from the registers only (not dual, not staged)";
+        else if ((D != 64 && D != 128 && D != 256) || sh->bn % D != 0)
+            why = "a head-split epilogue needs a head of 64, 128 or 256 columns, whole in a "
+                  "column tile";
+        else if (g->rank != mm->rank + 1 ||
+                 cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
+            why = "the output space is not the product's head view";
+    } else if (!cg_gemm_space_is_product(g, sh))
+        why = "the output space is not the product's [batch, M, N]";
+    return why;
 }
 
 kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const char *arch,
@@ -280,35 +318,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                               sh->cluster, sh->pingpong ? ", ping-pong" : "", sh->sk_grid));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
-    const char *why = NULL;
-    if (gm->n_anchors != (sh->dual ? 2 : 1))
-        why = sh->dual ? "a dual kernel needs two GEMMs sharing A"
-                       : "two GEMMs share A (SwiGLU): the shape must be dual";
-    else if ((int)sh->a_norm + (int)sh->a_scratch + (int)sh->a_fold > 1)
-        why = "a norm prologue in more than one of the kernel, scratch and B";
-    else if (gm->a_prologue != (sh->a_norm || sh->a_scratch || sh->a_fold))
-        why = gm->a_prologue ? "a norm prologue on A (shape.a_norm, a_scratch or a_fold)"
-                             : "no norm prologue on A";
-    else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
-        why = "a row-wise stage follows the GEMM";
-    else if (!cg_gemm_dtype_ok(mm->dtype))
-        why = "the operands are not bf16 or f16";
-    else if (gm->head_dim) {
-        /* The head view (gemm.head_dim D): each lane's 8 columns and their
-         * rotate-half partners (d ^ D/2) are the same lane's after the quad
-         * transposes of column groups j0 and j0 ^ D/16, which needs D/16 a
-         * multiple of 4 and tiles of whole heads. */
-        int64_t D = gm->head_dim;
-        if (sh->dual || sh->epi_staged)
-            why = "a head-split epilogue runs from the registers only (not dual, not staged)";
-        else if ((D != 64 && D != 128 && D != 256) || sh->bn % D != 0)
-            why = "a head-split epilogue needs a head of 64, 128 or 256 columns, whole in a "
-                  "column tile";
-        else if (g->rank != mm->rank + 1 ||
-                 cg_numel_of(g->rank, g->dims) != sh->batch * sh->m * sh->n)
-            why = "the output space is not the product's head view";
-    } else if (!cg_gemm_space_is_product(g, sh))
-        why = "the output space is not the product's [batch, M, N]";
+    const char *why = cg_gemm_sm90_why(&c, sh);
     if (why)
         return cg_end(&c,
                       cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));
@@ -418,7 +428,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     }
     cg_puts(&c.s, "\n");
     cg_gemm_emit_fast_ops(&c);
-    emit_wgmma(&c, sh, mm->dtype);
+    cg_gemm_sm90_emit_wgmma(&c, sh, mm->dtype);
     if (sh->a_fold)
         cg_gemm_fold_emit(&c, &fold);
     if (sh->a_norm) {

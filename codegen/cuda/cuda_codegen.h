@@ -431,6 +431,25 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                                     const kf_cuda_gemm_shape *shape, const kf_mem *mem,
                                     kf_cuda_kernel *out);
 
+/* The most members a GEMM sibling set's one kernel takes (its tensor maps:
+ * A, and each member's B and output). */
+#define KF_CUDA_SIB_MAX 4
+
+/* A GEMM sibling set (the plan's gemm.sib_*: GEMMs reading one A) as ONE
+ * sm_90a kernel over the members' concatenated columns: groups[0..n) with
+ * their shapes (each as kf_cuda_codegen_gemm_sm90 would take it alone; all
+ * alike but in n: tile, ring, operand majors, norm form, epilogue form). The
+ * persistent scheduler walks every member's column tiles as one N range; the
+ * producer loads B from the member's map, the epilogue runs the member's own
+ * expressions and stores through the member's outputs. Its tensor maps, in
+ * argument order before the params: A, member 0's B (and output, epi_tma),
+ * member 1's B (and output), ... KF_ERR_UNSUPPORTED (the message says why)
+ * where a member or the set is outside what it takes; the members then run
+ * their own kernels. */
+kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *groups, uint32_t n,
+                                        const char *arch, const kf_cuda_gemm_shape *shapes,
+                                        const kf_mem *mem, kf_cuda_kernel *out);
+
 /* Shared memory the sm_80 GEMM kernel of a bm x bn tile and `stages`
  * stages asks for (its ring; K steps of 32). */
 uint32_t kf_cuda_gemm_sm80_smem(uint32_t bm, uint32_t bn, uint32_t stages);

@@ -116,6 +116,17 @@ enum {
                                                       compares). Without it the set runs in its
                                                       first member's recipe with the norm
                                                       computed once (recipe_gemm_siblings.c) */
+    KF_CUDA_RECIPE_GEMM_SIB_ONE = 1u << 25,        /* internal: a GEMM sibling set's generated
+                                                      side is ONE sm_90a kernel over its
+                                                      members' concatenated columns
+                                                      (kf_cuda_codegen_gemm_sm90_set), where it
+                                                      takes the set, whatever the default
+                                                      (recipe_gemm_siblings.c's SIB_ONE_DEFAULT:
+                                                      on) */
+    KF_CUDA_RECIPE_GEMM_SIB_APART = 1u << 26,      /* internal: the members of a GEMM sibling
+                                                      set keep their own GEMM kernels (the
+                                                      schedule before the one kernel; the bench
+                                                      compares) */
     KF_CUDA_RECIPE_ATTENTION_F32_SCORE = 1u << 17, /* internal: the sm_90a attention kernel
                                                       takes a scale of Q.K^T (then at most a
                                                       -inf mask) in f32, unrounded, folded into
@@ -229,7 +240,13 @@ typedef struct kf_cuda_arg {
     int64_t value;   /* I64; TMAP: index into kf_cuda_kstep.tmaps */
 } kf_cuda_arg;
 
-#define KF_CUDA_MAX_TMAPS 4
+/* A's map and each member's B and output maps for a GEMM sibling set's one
+ * kernel (KF_CUDA_SIB_MAX members). Maps are __grid_constant__ params of 128
+ * bytes: 9 of them and KF_CUDA_MAX_PARAMS pointers are 1,664 bytes, within
+ * the 4 KiB a launch's parameters may take. */
+#define KF_CUDA_MAX_TMAPS (1 + 2 * KF_CUDA_SIB_MAX)
+_Static_assert(KF_CUDA_MAX_TMAPS * 128 + KF_CUDA_MAX_PARAMS * 8 <= 4096,
+               "the tensor maps and pointers fit a launch's 4 KiB of parameters");
 
 /* The tensor maps of the sm_90a attention kernel of group `group`
  * (kf_cuda_codegen_attention_sm90), Q, K, V in its argument order, each over

@@ -1213,6 +1213,8 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     char row_name[KF_CUDA_NAME_MAX] = "";
     if (gm->row_split && (st = kf_rb_split_row_pass(b, &sc, row_name, sizeof row_name)) != KF_OK)
         return st;
+    if (b->sib_shape)
+        *b->sib_shape = sh;
     char tile[48];
     if (dual)
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);

@@ -4,9 +4,23 @@
  * norm prologue, adjacent in the plan), unless KF_CUDA_RECIPE_GEMM_NO_SIBLINGS:
  * the set's first member's recipe runs every member, the norm computed once.
  *
- *   generated  stats pre-pass (once) -> per member: fold pre-pass, GEMM kernel
+ *   generated  stats pre-pass (once) -> per member: fold pre-pass -> ONE GEMM
+ *              kernel over the members' concatenated columns (sm_90a,
+ *              kf_cuda_codegen_gemm_sm90_set), or per member a GEMM kernel
+ *              where the one kernel does not take the set (the how says why;
+ *              sm_80; KF_CUDA_RECIPE_GEMM_SIB_APART)
  *   cuBLASLt   prologue kernel, A normalized (once) -> per member: cuBLASLt,
  *              epilogue kernel
+ *
+ * The one kernel: each member's GEMM is made as it would run alone (its
+ * shape and tensor maps), then the set's kernel replaces them, its maps the
+ * members' (A, each B, each output). Its GPU numerics passed on an H100
+ * (68b2dad: test_cuda_exec's *sibling* suites, the examples with --gemm
+ * generated, compute-sanitizer memcheck and racecheck); there it won the
+ * measured choice on LLaMA-7B's Q/K/V (1.959 ms against cuBLASLt's 1.982,
+ * the members apart 2.010) and their GQA form (1.037 against 1.045), and
+ * lost GPT-2-medium's (0.213 against 0.177;
+ * bench/results/NVIDIA-H100-68b2dad-gemm-siblings-one.json).
  *
  * Each member's steps are the ones its own recipe would have
  * (kf_rb_gemm_generated, kf_rb_gemm_lt), less the pre-pass an earlier member
@@ -24,6 +38,7 @@
  * against 839 MB there). The measured choice is the set's: all members
  * generated, or all on cuBLASLt.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,6 +88,101 @@ static void append(char *buf, size_t size, const char *sep, const char *text) {
         snprintf(buf + len, size - len, "%s%s", len ? sep : "", text);
 }
 
+/* Whether a set's generated side is its one kernel over the concatenated
+ * columns without KF_CUDA_RECIPE_GEMM_SIB_ONE (SIB_APART keeps the members'
+ * own kernels). On since its GPU numerics passed on an H100 (68b2dad with
+ * this on: test_cuda_exec's sibling suites, 44/44 examples --check with
+ * --gemm generated, compute-sanitizer memcheck and racecheck). */
+#define SIB_ONE_DEFAULT 1
+
+/* The index of the recipe's last step made by the GEMM kernel's generator
+ * (the member's GEMM, after its pre-passes), or n_steps. */
+static uint32_t last_gemm_step(const kf_cuda_recipe *rc) {
+    for (uint32_t s = rc->n_steps; s-- > 0;)
+        if (rc->steps[s].kind == KF_CUDA_STEP_KERNEL && rc->steps[s].kernel &&
+            rc->steps[s].kernel->role == KF_CUDA_ROLE_GEMM)
+            return s;
+    return rc->n_steps;
+}
+
+/* The set's members' generated GEMM kernels (steps idx[0..n), each member's
+ * as kf_rb_gemm_generated made it, shapes[j] its shape) become ONE kernel
+ * over their concatenated columns (kf_cuda_codegen_gemm_sm90_set): its
+ * tensor maps are the members' own (A, each B, each output), its params
+ * bound as theirs were; the members' pre-passes stay where they are. With
+ * KF_ERR_UNSUPPORTED (why[] says why) the recipe is as it was. */
+static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t *idx,
+                                const kf_cuda_gemm_shape *shapes, char *why, size_t why_size,
+                                char *name, size_t name_size) {
+    kf_cuda_recipe *rc = b->rc;
+    uint32_t groups[KF_CUDA_SIB_MAX];
+    for (uint32_t j = 0; j < n; j++) {
+        groups[j] = lead + j;
+        if (idx[j] >= rc->n_steps || shapes[j].bn == 0) {
+            why[0] = 0; /* the sm_80 kernels (no one kernel there): nothing to say */
+            return KF_ERR_UNSUPPORTED;
+        }
+    }
+    kf_cuda_kernel k;
+    kf_status st =
+        kf_cuda_codegen_gemm_sm90_set(b->plan, groups, n, b->target->arch, shapes, b->mem, &k);
+    if (st != KF_OK) {
+        if (st == KF_ERR_UNSUPPORTED)
+            snprintf(why, why_size, "%.200s", k.error);
+        else
+            kf_msg_set(b->err, st, "group %u: %s", lead, k.error[0] ? k.error : kf_status_str(st));
+        kf_cuda_kernel_release(b->mem, &k);
+        return st;
+    }
+    /* the maps, as the members' steps hold them: A, then each B (and output) */
+    bool tma = shapes[0].epi_tma;
+    uint32_t n_maps = 1 + n * (tma ? 2u : 1u);
+    kf_cuda_tmap maps[KF_CUDA_MAX_TMAPS];
+    kf_cuda_arg margs[KF_CUDA_MAX_TMAPS];
+    for (uint32_t j = 0; j < n; j++) {
+        const kf_cuda_kstep *mk = rc->steps[idx[j]].kernel;
+        uint32_t at = 1 + j * (tma ? 2u : 1u);
+        if (j == 0) {
+            maps[0] = mk->tmaps[0];
+            margs[0] = mk->args[0];
+        }
+        maps[at] = mk->tmaps[1];
+        margs[at] = mk->args[1];
+        if (tma) {
+            maps[at + 1] = mk->tmaps[2];
+            margs[at + 1] = mk->args[2];
+        }
+    }
+    if (k.n_params + n_maps > KF_CUDA_MAX_PARAMS) {
+        kf_cuda_kernel_release(b->mem, &k);
+        snprintf(why, why_size, "more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
+        return KF_ERR_UNSUPPORTED;
+    }
+    /* the members' GEMM steps go (the last first: the indices stay valid) */
+    for (uint32_t j = n; j-- > 0;) {
+        kf_cuda_step *s = &rc->steps[idx[j]];
+        kf_cuda_kernel_release(b->mem, &s->kernel->kernel);
+        kf_mem_free(b->mem, s->kernel, sizeof *s->kernel);
+        memmove(s, s + 1, (rc->n_steps - idx[j] - 1) * sizeof *s);
+        rc->n_steps--;
+        rc->variants[rc->n_variants - 1].n_steps--;
+    }
+    snprintf(name, name_size, "%s", k.name);
+    kf_cuda_kstep *ks = NULL;
+    if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK)
+        return st;
+    memmove(&ks->args[n_maps], &ks->args[0], ks->n_args * sizeof ks->args[0]);
+    memcpy(&ks->args[0], margs, n_maps * sizeof margs[0]);
+    for (uint32_t i = 0; i < n_maps; i++) {
+        ks->args[i].kind = KF_CUDA_ARG_TMAP;
+        ks->args[i].value = i;
+        ks->tmaps[i] = maps[i];
+    }
+    ks->n_args += n_maps;
+    ks->n_tmaps = n_maps;
+    return KF_OK;
+}
+
 /* A GEMM sibling set (fusion/fuse_gemm_siblings.c) in its first member's
  * recipe, b->gi: the generated variant computes the norm's row statistics
  * once (the first fold member's pre-pass; a later member that reads A from
@@ -104,10 +214,17 @@ kf_status kf_rb_gemm_siblings(rb *b) {
     char gen_why[300] = "";
     if (want) {
         char why[300], name[KF_CUDA_NAME_MAX], kernels[200] = "", first_why[300] = "";
+        kf_cuda_gemm_shape shapes[KF_CUDA_SIB_MAX];
+        uint32_t idx[KF_CUDA_SIB_MAX];
+        memset(shapes, 0, sizeof shapes);
         for (uint32_t j = 0; j < n && st == KF_OK; j++) {
             b->gi = lead + j;
             b->sib_shared = j > 0;
+            b->sib_shape = j < KF_CUDA_SIB_MAX ? &shapes[j] : NULL;
             st = kf_rb_gemm_generated(b, why, sizeof why, name, sizeof name);
+            b->sib_shape = NULL;
+            if (st == KF_OK && j < KF_CUDA_SIB_MAX)
+                idx[j] = last_gemm_step(rc);
             if (st == KF_OK) {
                 append(kernels, sizeof kernels, ", ", name);
                 if (j == 0)
@@ -125,10 +242,40 @@ kf_status kf_rb_gemm_siblings(rb *b) {
             st = KF_OK;
         } else {
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
-            kf_rb_how(b, 0,
-                      "GEMM siblings %s, the norm's row statistics once: generated kernels %s "
-                      "(first: %s)",
-                      names, kernels, first_why);
+            /* one kernel over the concatenated columns (the default) */
+            unsigned fl = b->target->flags;
+            bool one_wanted = (fl & KF_CUDA_RECIPE_GEMM_SIB_ONE) ||
+                              (SIB_ONE_DEFAULT && !(fl & KF_CUDA_RECIPE_GEMM_SIB_APART));
+            char one_why[300] = "";
+            kf_status one = KF_ERR_UNSUPPORTED;
+            if (one_wanted && n <= KF_CUDA_SIB_MAX)
+                one = sib_one_kernel(b, lead, n, idx, shapes, one_why, sizeof one_why, name,
+                                     sizeof name);
+            else if (one_wanted)
+                snprintf(one_why, sizeof one_why, "more than %d members", KF_CUDA_SIB_MAX);
+            if (one != KF_OK && one != KF_ERR_UNSUPPORTED)
+                return one;
+            if (one == KF_OK) {
+                char ns[96] = "";
+                int64_t n_all = 0;
+                for (uint32_t j = 0; j < n; j++) {
+                    char t[24];
+                    snprintf(t, sizeof t, "%" PRId64, shapes[j].n);
+                    append(ns, sizeof ns, " + ", t);
+                    n_all += shapes[j].n;
+                }
+                kf_rb_how(b, 0,
+                          "GEMM siblings %s as one GEMM over their concatenated columns, N %s = "
+                          "%" PRId64
+                          " (one raster over every member's tiles): generated kernel %s (%s)",
+                          names, ns, n_all, name, first_why);
+            } else {
+                kf_rb_how(b, 0,
+                          "GEMM siblings %s, the norm's row statistics once%s%.160s%s: generated "
+                          "kernels %s (first: %s)",
+                          names, one_why[0] ? " (not one GEMM: " : "", one_why,
+                          one_why[0] ? ")" : "", kernels, first_why);
+            }
             if (want & KF_CUDA_RECIPE_GEMM_GENERATED) {
                 rc->n_members = n;
                 return KF_OK;

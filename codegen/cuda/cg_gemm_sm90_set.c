@@ -1,0 +1,349 @@
+/*
+ * cg_gemm_sm90_set.c -- a GEMM sibling set (the plan's gemm.sib_*: the Q, K
+ * and V projections of one normalized input) as ONE sm_90a kernel over its
+ * members' concatenated columns (templates/gemm_sm90.cuh with KF_SIB).
+ *
+ * Each member alone is a persistent GEMM with its own ragged last wave;
+ * together their column tiles are one N range: the scheduler's swizzled
+ * raster walks them all (KF_TILES_N, the sum of the members' tile columns;
+ * each member's columns start on a tile), so A's tiles are read once per
+ * tile row of the set and the set has one tail instead of one per member.
+ *
+ *   members' groups + shapes (as each would run alone, alike but in N)
+ *     --> one param list: every member's loads and outputs, the statistics
+ *         scratch shared (cg_param_add keys params by tensor)
+ *     --> source: the head, the problem defines (KF_SIB, KF_TILES_N), the
+ *         template up to "kf:member begin", then per member j, in namespace
+ *         kf_s<j> with KF_N its N: its fold, its kf_epi and the template's
+ *         epilogue helpers ("kf:member begin" .. "kf:member end"); then
+ *         kf_sib_split (a set tile column -> member, the member's own column)
+ *         and the dispatch macros; then the rest of the template, whose
+ *         epilogue block ("kf:epilogue begin" .. "end") is emitted once per
+ *         member inside a switch on the tile's member, under `using namespace
+ *         kf_s<j>` and with `tc` the member's output map.
+ *
+ * The tensor maps (kernel arguments before the params): A, member 0's B
+ * (and output map with the TMA-store epilogue), then kf_tb1 (kf_tc1), ...
+ */
+#include "codegen/cuda/cg.h"
+
+#include "codegen/cuda/cg_gemm.h"
+
+#include "codegen/cuda/templates.h"
+
+/* What the set's generator holds per member. */
+typedef struct set_member {
+    cg c;
+    kf_cuda_kernel tmp; /* cg_begin's own kernel (the set's is members[0]'s) */
+    bool begun;
+    chunk_ctx x;
+    cg_gemm_epi epi;
+    cg_gemm_fold fold;
+    bool epi_ready;
+} set_member;
+
+/* The template split at its markers: [0] up to "kf:member begin", [1] the
+ * member part, [2] up to "kf:epilogue begin", [3] the epilogue block, [4]
+ * the rest. False when a marker is missing (a template edit lost one). */
+static bool split_template(const char *t, const char *part[5], size_t len[5]) {
+    static const char *const marks[4] = {"/* ---- kf:member begin", "/* ---- kf:member end",
+                                         "/* ---- kf:epilogue begin", "/* ---- kf:epilogue end"};
+    const char *at[4];
+    const char *from = t;
+    for (int i = 0; i < 4; i++) {
+        at[i] = strstr(from, marks[i]);
+        if (!at[i])
+            return false;
+        from = at[i];
+    }
+    part[0] = t;
+    for (int i = 0; i < 4; i++)
+        part[i + 1] = at[i];
+    for (int i = 0; i < 4; i++)
+        len[i] = (size_t)(part[i + 1] - part[i]);
+    len[4] = strlen(part[4]);
+    return true;
+}
+
+static void put_n(sbuf *s, const char *p, size_t n) {
+    char buf[4096];
+    while (n > 0) {
+        size_t k = n < sizeof buf - 1 ? n : sizeof buf - 1;
+        memcpy(buf, p, k);
+        buf[k] = 0;
+        cg_puts(s, buf);
+        p += k;
+        n -= k;
+    }
+}
+
+/* Why member j's shape cannot share the set's kernel with member 0's. */
+static const char *shape_why(const kf_cuda_gemm_shape *a, const kf_cuda_gemm_shape *b) {
+    if (b->batch != 1 || b->dual || b->a_norm || b->cluster > 1 || b->sk_grid || b->x_scratch)
+        return "a member is batched, a SwiGLU pair, normalized in the ring, clustered, stream-K "
+               "or split";
+    if (a->m != b->m || a->k != b->k || a->a_kmajor != b->a_kmajor)
+        return "the members read A differently";
+    if (a->b_kmajor != b->b_kmajor)
+        return "the members' B operands are laid out differently";
+    if (a->bn != b->bn || a->pingpong != b->pingpong || a->stages != b->stages)
+        return "the members' tiles differ (each alone would take another)";
+    if (a->a_fold != b->a_fold || a->a_scratch != b->a_scratch)
+        return "the members take the norm in different forms";
+    if (a->epi_tma != b->epi_tma || a->epi_staged != b->epi_staged)
+        return "the members' epilogues store differently";
+    return NULL;
+}
+
+/* Emits through member m's generator into the set's text `text` (member
+ * 0's own). */
+#define WITH_SET_TEXT(m, text, stmt)                                                               \
+    do {                                                                                           \
+        if (&(m)->c.s == (text)) {                                                                 \
+            stmt;                                                                                  \
+            break;                                                                                 \
+        }                                                                                          \
+        sbuf save_ = (m)->c.s;                                                                     \
+        (m)->c.s = *(text);                                                                        \
+        stmt;                                                                                      \
+        *(text) = (m)->c.s;                                                                        \
+        (m)->c.s = save_;                                                                          \
+    } while (0)
+
+static kf_status set_end(set_member *mb, uint32_t n, kf_status st, const kf_mem *mem) {
+    for (uint32_t j = n; j-- > 1;) {
+        if (!mb[j].begun)
+            continue;
+        if (mb[j].epi_ready)
+            kf_mem_free(mem, mb[j].epi.vl.p, mb[j].epi.vl.cap);
+        /* its text went into the set's; its own kernel holds nothing */
+        mb[j].c.k = &mb[j].tmp;
+        kf_status sj = cg_end(&mb[j].c, KF_OK);
+        kf_cuda_kernel_release(mem, &mb[j].tmp);
+        if (st == KF_OK && sj != KF_OK)
+            st = sj;
+    }
+    if (mb[0].epi_ready)
+        kf_mem_free(mem, mb[0].epi.vl.p, mb[0].epi.vl.cap);
+    st = cg_end(&mb[0].c, st);
+    kf_mem_free(mem, mb, KF_CUDA_SIB_MAX * sizeof *mb);
+    return st;
+}
+
+kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *groups, uint32_t n,
+                                        const char *arch, const kf_cuda_gemm_shape *shapes,
+                                        const kf_mem *mem, kf_cuda_kernel *out) {
+    if (!out)
+        return KF_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    if (!plan || !groups || !shapes || !mem || !arch || n < 2 || n > KF_CUDA_SIB_MAX) {
+        snprintf(out->error, sizeof out->error,
+                 "kf_cuda_codegen_gemm_sm90_set: NULL argument or %u members (2 to %d)", n,
+                 KF_CUDA_SIB_MAX);
+        return KF_ERR_INVALID_ARGUMENT;
+    }
+    set_member *mb = kf_mem_calloc(mem, KF_CUDA_SIB_MAX, sizeof *mb);
+    if (!mb) {
+        snprintf(out->error, sizeof out->error, "kf_cuda_codegen: out of memory");
+        return KF_ERR_OUT_OF_MEMORY;
+    }
+    kf_status st = cg_begin(&mb[0].c, plan, groups[0], arch, mem, out);
+    mb[0].begun = true;
+    for (uint32_t j = 1; j < n && st == KF_OK; j++) {
+        st = cg_begin(&mb[j].c, plan, groups[j], arch, mem, &mb[j].tmp);
+        mb[j].begun = true;
+        if (st != KF_OK)
+            snprintf(out->error, sizeof out->error, "%s", mb[j].tmp.error);
+        mb[j].c.k = out; /* one kernel: its params and its first error */
+    }
+    if (st != KF_OK)
+        return set_end(mb, n, st, mem);
+    cg *c0 = &mb[0].c;
+#define SET_NO(...) return set_end(mb, n, cg_fail(c0, KF_ERR_UNSUPPORTED, __VA_ARGS__), mem)
+    if (strcmp(arch, "sm_90a") != 0)
+        SET_NO("GEMM sibling set: the one kernel needs sm_90a, not %s", arch);
+    const kf_cuda_gemm_shape *sh = &shapes[0];
+    if (sh->bn != 128 && sh->bn != 256)
+        return set_end(
+            mb, n, cg_fail(c0, KF_ERR_INVALID_ARGUMENT, "GEMM sibling set: tile width %u", sh->bn),
+            mem);
+    const kf_tensor *mm0 = cg_tensor(c0, c0->g->gemm.anchor[0]);
+    int64_t n_all = 0, tiles_n = 0;
+    int64_t t0[KF_CUDA_SIB_MAX];
+    int tab = -1; /* the member whose gelu table the kernel holds (one at most) */
+    for (uint32_t j = 0; j < n; j++) {
+        cg *c = &mb[j].c;
+        const kf_group *g = c->g;
+        const kf_cuda_gemm_shape *sj = &shapes[j];
+        c->tanh_formula = true; /* as the single kernel's: no table for gelu_tanh */
+        if (g->kind != KF_GROUP_GEMM)
+            SET_NO("GEMM sibling set: member %u (group %u) is not a GEMM group", j + 1, g->id);
+        const char *why = shape_why(sh, sj);
+        if (!why)
+            why = cg_gemm_sm90_why(c, sj);
+        if (!why && g->gemm.row_split)
+            why = "the split row form";
+        const kf_gemm_info *gj = &g->gemm, *g0 = &c0->g->gemm;
+        if (!why && (gj->head_dim != g0->head_dim || gj->heads_first != g0->heads_first ||
+                     (gj->head_dim && gj->m != g0->m)))
+            why = "the members' head views differ";
+        if (!why && cg_tensor(c, gj->anchor[0])->dtype != mm0->dtype)
+            why = "the members' dtypes differ";
+        if (!why && cg_has_gelu_table(c)) {
+            if (tab >= 0)
+                why = "a second member with a gelu table (the kernel holds one)";
+            tab = (int)j;
+        }
+        if (!why && (sj->n < 1 || sj->n > INT32_MAX))
+            why = "a member's N out of range";
+        if (why)
+            SET_NO("member %u (group %u): %s", j + 1, g->id, why);
+        t0[j] = tiles_n;
+        tiles_n += (sj->n + sh->bn - 1) / sh->bn;
+        n_all += sj->n;
+        if (sj->a_fold && (st = cg_gemm_fold_prepare(c, sj, &mb[j].fold)) != KF_OK)
+            return set_end(mb, n, st, mem);
+        if ((st = cg_gemm_epi_prepare(c, sj, &mb[j].x, &mb[j].epi)) != KF_OK)
+            return set_end(mb, n, st, mem);
+        mb[j].epi_ready = true;
+        const cg_gemm_epi *ep = &mb[j].epi;
+        if (sj->epi_tma && (ep->n_outs != 1 || ep->outs[0].dtype != mm0->dtype || sj->n % 8 != 0 ||
+                            (gj->head_dim && gj->heads_first && gj->m % 64 != 0)))
+            SET_NO("member %u (group %u): a TMA-store epilogue needs one output of the "
+                   "product's dtype, N a multiple of 8 and a head view's rows a multiple of 64",
+                   j + 1, g->id);
+    }
+    if (tiles_n * ((sh->m + 127) / 128) > INT32_MAX)
+        SET_NO("GEMM sibling set: more than 2^31 tiles");
+
+    kf_cuda_kernel *k = out;
+    k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM90;
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "sib%u_", n);
+    cg_set_name(c0, prefix);
+    k->vec = 1;
+    k->launch.block = 384;
+    k->launch.work_items = (uint64_t)(tiles_n * ((sh->m + 127) / 128));
+    k->launch.items_per_block = 1;
+    k->launch.blocks_per_sm = 1;
+    k->launch.grid_multiple = 1;
+    k->launch.shared_bytes = kf_cuda_gemm_smem(sh->bn, sh->stages);
+
+    char what[160];
+    snprintf(
+        what, sizeof what,
+        "GEMM sibling set of %u members as one GEMM over their concatenated columns (N %" PRId64
+        ")",
+        n, n_all);
+    cg_emit_head(c0, what);
+    if (tab > 0) { /* the table of a later member's gelu, in place of member 0's none */
+        cg_puts(&c0->s, "#undef KF_SETUP\n");
+        WITH_SET_TEXT(&mb[tab], &c0->s, cg_emit_gelu_table(&mb[tab].c));
+    }
+    const kf_gemm_info *g0 = &c0->g->gemm;
+    cg_printf(&c0->s,
+              "#define KF_M %" PRId64 "LL\n#define KF_N %" PRId64 "LL\n#define KF_K %" PRId64
+              "LL\n#define KF_BATCH 1LL\n#define KF_BN %u\n#define KF_STAGES %u\n"
+              "#define KF_PINGPONG %d\n"
+              "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED 0\n"
+              "#define KF_B_BATCHED 0\n#define KF_DUAL 0\n#define KF_A_NORM 0\n"
+              "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n#define KF_EPI_TMA %d\n"
+              "#define KF_CLUSTER 1\n",
+              sh->m, shapes[0].n, sh->k, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
+              sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->epi_staged ? 0 : 1, g0->head_dim,
+              sh->epi_tma ? 1 : 0);
+    /* the members' tile columns, one N range; member 0's namespace holds the
+     * helpers every member's would do alike (the norm's row statistics) */
+    cg_printf(&c0->s,
+              "#define KF_SIB %u\n#define KF_SIB_NS0 kf_s0::\n#define KF_TILES_N %" PRId64 "\n", n,
+              tiles_n);
+    if (sh->epi_tma && g0->head_dim && g0->heads_first)
+        cg_printf(&c0->s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", g0->m);
+    if (sh->a_fold) /* before the template's head, which reads them */
+        cg_printf(&c0->s, "#define KF_A_FOLD 1\n#define KF_FOLD_LN %d\n", mb[0].fold.f.ln ? 1 : 0);
+    cg_puts(&c0->s, "\n");
+    cg_gemm_emit_fast_ops(c0);
+    cg_gemm_sm90_emit_wgmma(c0, sh, mm0->dtype);
+    cg_puts(&c0->s, kf_cuda_tpl_hopper);
+
+    const char *part[5];
+    size_t plen[5];
+    if (!split_template(kf_cuda_tpl_gemm_sm90, part, plen))
+        return set_end(mb, n,
+                       cg_fail(c0, KF_ERR_INTERNAL,
+                               "GEMM sibling set: gemm_sm90.cuh lacks its kf:member / "
+                               "kf:epilogue markers"),
+                       mem);
+    put_n(&c0->s, part[0], plen[0]);
+    for (uint32_t j = 0; j < n; j++) {
+        set_member *m = &mb[j];
+        cg_printf(&c0->s,
+                  "\n/* ---- member %u: group %u (%s), N %" PRId64 ", set tile columns %" PRId64
+                  ".. ---- */\n#undef KF_N\n#define KF_N %" PRId64 "LL\n#undef KF_FOLD_CD\n"
+                  "namespace kf_s%u {\n",
+                  j, m->c.g->id, m->c.g->name, shapes[j].n, t0[j], shapes[j].n, j);
+        if (shapes[j].a_fold)
+            WITH_SET_TEXT(m, &c0->s, cg_gemm_fold_emit(&m->c, &m->fold));
+        WITH_SET_TEXT(m, &c0->s, cg_gemm_epi_emit(&m->c, &shapes[j], &m->x, &m->epi));
+        m->epi_ready = false; /* cg_gemm_epi_emit freed its buffer */
+        put_n(&c0->s, part[1], plen[1]);
+        cg_printf(&c0->s, "} /* namespace kf_s%u */\n", j);
+    }
+    /* the dispatch: a set tile column to its member */
+    cg_printf(&c0->s, "#undef KF_N\n#define KF_N %" PRId64 "LL /* the members' columns */\n\n",
+              n_all);
+    cg_puts(&c0->s, "/* Tile column nb of the set: its member, nb then the member's own. */\n"
+                    "__device__ __forceinline__ int kf_sib_split(int &nb) {\n");
+    for (uint32_t j = n; j-- > 1;)
+        cg_printf(&c0->s,
+                  "    if (nb >= %" PRId64 ") {\n        nb -= %" PRId64
+                  ";\n        return %u;\n    }\n",
+                  t0[j], t0[j], j);
+    cg_puts(&c0->s, "    return 0;\n}\n#define KF_SIB_TMAPS");
+    for (uint32_t j = 1; j < n; j++) {
+        cg_printf(&c0->s, " , const __grid_constant__ kf_tmap kf_tb%u", j);
+        if (sh->epi_tma)
+            cg_printf(&c0->s, ", const __grid_constant__ kf_tmap kf_tc%u", j);
+    }
+    cg_puts(&c0->s, "\n#define KF_SIB_BMAP(j) (");
+    for (uint32_t j = 1; j < n; j++)
+        cg_printf(&c0->s, "(j) == %u ? &kf_tb%u : ", j, j);
+    cg_puts(&c0->s, "&tb)\n#define KF_SIB_PREFETCH() do {");
+    for (uint32_t j = 1; j < n; j++) {
+        cg_printf(&c0->s,
+                  " asm volatile(\"prefetch.tensormap [%%0];\" ::\"l\"((unsigned long "
+                  "long)&kf_tb%u) : \"memory\");",
+                  j);
+        if (sh->epi_tma)
+            cg_printf(&c0->s,
+                      " asm volatile(\"prefetch.tensormap [%%0];\" ::\"l\"((unsigned long "
+                      "long)&kf_tc%u) : \"memory\");",
+                      j);
+    }
+    cg_puts(&c0->s, " } while (0)\n#define KF_SIB_AL (true");
+    for (uint32_t j = 0; j < n; j++)
+        cg_printf(&c0->s, " && kf_s%u::kf_epi_al(KF_ARGS)", j);
+    cg_puts(&c0->s, ")\n#define KF_SIB_DO(j, call) do { switch (j) {");
+    for (uint32_t j = 1; j < n; j++)
+        cg_printf(&c0->s, " case %u: kf_s%u::call; break;", j, j);
+    cg_puts(&c0->s, " default: kf_s0::call; break; } } while (0)\n\n");
+
+    put_n(&c0->s, part[2], plen[2]);
+    /* the epilogue block once per member, in a switch on the tile's member */
+    cg_puts(&c0->s, "            switch (sj) {\n");
+    for (uint32_t j = n; j-- > 0;) {
+        if (j == 0)
+            cg_puts(&c0->s, "            default: {\n                using namespace kf_s0;\n");
+        else
+            cg_printf(&c0->s, "            case %u: {\n                using namespace kf_s%u;\n",
+                      j, j);
+        if (j > 0 && sh->epi_tma)
+            cg_printf(&c0->s, "                const kf_tmap &tc = kf_tc%u;\n", j);
+        put_n(&c0->s, part[3], plen[3]);
+        cg_puts(&c0->s, "            } break;\n");
+    }
+    cg_puts(&c0->s, "            }\n");
+    put_n(&c0->s, part[4], plen[4]);
+    return set_end(mb, n, c0->st, mem);
+#undef SET_NO
+}
