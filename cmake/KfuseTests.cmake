@@ -106,6 +106,11 @@ endif()
 if(TARGET test_attngen)
     set_tests_properties(test_attngen PROPERTIES TIMEOUT 600)
 endif()
+# test_attnsimt NVRTC-compiles and reads the SASS of 30 SIMT attention
+# variants (3 dtypes x 5 head dims x 2 archs, the mask classes rotating).
+if(TARGET test_attnsimt)
+    set_tests_properties(test_attnsimt PROPERTIES TIMEOUT 600)
+endif()
 # test_cuda_exec (on a GPU) compiles a kernel for every case, the generated
 # GEMM's twice over (its sm_90a and sm_80 forms, forced): the two GEMM tests
 # alone took 133 s and over 90 s on an H100 (2026-11-25).
@@ -199,7 +204,7 @@ if(TARGET test_gemmgen)
     endif()
     if(KF_CUOBJDUMP)
         target_compile_definitions(test_gemmgen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
-        foreach(_t test_attngen test_attndec)
+        foreach(_t test_attngen test_attndec test_attnsimt)
             if(TARGET ${_t})
                 target_compile_definitions(${_t} PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
             endif()
