@@ -190,6 +190,8 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
             for (int c = 0; c < KF_NDV; c++)
                 o[i][c] = 0.0f;
         float m[4] = {-KF_INF, -KF_INF, -KF_INF, -KF_INF}, l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        /* m log2(e) as rounded and used by the exps so far (0 while m is -inf) */
+        float msc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         /* the warp's rows qw .. qw + 15; this thread's qr .. qr + 3 */
         const int qw = q0 + warp * 16, qr = q0 + ty * 4;
         const KF_QT *const myq = sQ + ty * 4 * KF_QS;
@@ -275,10 +277,18 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB) KF_KERNEL(KF_P
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-                /* m log2(e), 0 while the row has seen only -inf */
+                /* m log2(e), 0 while the row has seen only -inf. The earlier
+                 * p were 2^(s log2(e) - msc), so they are rescaled by
+                 * 2^(msc - ms): exactly 1 where the max did not move. (From
+                 * m log2(e) unrounded, the rescale was 2^(the rounding of
+                 * msc) a tile, up to 2^0.002 where m is -30000 -- a finite
+                 * fill over a row the mask drops whole --, so the key tiles
+                 * of such a row weighed differently: f32 error 9.8e-5 against
+                 * a bound of 1.0e-5, H100, 6e7e956.) */
                 const float ms = mx == -KF_INF ? 0.0f : mx * KF_LOG2E;
-                const float alpha = kf_ex2s(fmaf(m[i], KF_LOG2E, -ms));
+                const float alpha = m[i] == -KF_INF ? 1.0f : kf_ex2s(msc[i] - ms);
                 m[i] = mx;
+                msc[i] = ms;
                 float ls = 0.0f;
 #pragma unroll
                 for (int jj = 0; jj < KF_NJ; jj++) {
