@@ -72,11 +72,11 @@ static const char *const DTS[] = {"f32", "bf16", "f16"};
 static const int HDS[][2] = {{16, 16}, {32, 32}, {80, 80}, {40, 24}, {256, 256}};
 
 static void variant_text(size_t mi, const char *dn, int d, int dv, char *text, size_t size) {
-    size_t n = (size_t)snprintf(
-        text, size,
-        "kfg 1\nq = input(%s[2, 3, 100, %d])\nk = input(%s[2, 3, 130, %d])\n"
-        "v = input(%s[2, 3, 130, %d])\nqk = matmul(q, k, transpose_b=true)\n",
-        dn, d, dn, d, dn, dv);
+    size_t n =
+        (size_t)snprintf(text, size,
+                         "kfg 1\nq = input(%s[2, 3, 100, %d])\nk = input(%s[2, 3, 130, %d])\n"
+                         "v = input(%s[2, 3, 130, %d])\nqk = matmul(q, k, transpose_b=true)\n",
+                         dn, d, dn, d, dn, dv);
     for (const char *c = masks[mi].body; *c && n + 8 < size; c++) {
         if (*c == '$')
             n += (size_t)snprintf(text + n, size - n, "%s", dn);
@@ -86,9 +86,9 @@ static void variant_text(size_t mi, const char *dn, int d, int dv, char *text, s
     snprintf(text + n, size - n, "p = softmax(s1)\no = matmul(p, v)\noutput o\n");
 }
 
-/* For each arch, each dtype and each head dim, with the mask classes
- * rotating so that every (mask class, dtype) pair and every (dtype, head
- * dim) pair is compiled on each arch: one SIMT step (role, template, the
+/* For each arch, each dtype (sm_80: f32 and bf16) and each head dim, with
+ * the mask classes rotating so that every (mask class, dtype) pair and every
+ * (dtype, head dim) pair is compiled on each arch: one SIMT step (role, template, the
  * report's line, the block of KF_BR / 16 warps), then NVRTC and the SASS:
  * FFMA, no tensor-core instruction, LDGSTS (these rows are whole 4-byte
  * chunks), no local memory. */
@@ -99,7 +99,9 @@ static void test_every_simt_attention_variant_compiles_without_spills(void **sta
     static const char *const why[] = {"the SIMT arithmetic", "cp.async copies"};
     unsigned compiled = 0;
     for (size_t a = 0; a < 2; a++) {
-        for (size_t t = 0; t < 3; t++) {
+        /* sm_80: f32 and bf16 (the f16 source differs from bf16's only in its
+         * types and conversions, compiled for sm_90a) */
+        for (size_t t = 0; t < (a == 0 ? 3u : 2u); t++) {
             for (size_t h = 0; h < sizeof HDS / sizeof HDS[0]; h++) {
                 size_t mi = (t + h) % (sizeof masks / sizeof masks[0]);
                 char text[4096];
@@ -131,7 +133,7 @@ static void test_every_simt_attention_variant_compiles_without_spills(void **sta
             }
         }
     }
-    assert_int_equal(compiled, 2 * 3 * 5);
+    assert_int_equal(compiled, (3 + 2) * 5);
 }
 
 /* Operands whose rows are not whole 4-byte chunks (an odd bf16 head dim) or

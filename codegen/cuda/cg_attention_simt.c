@@ -67,12 +67,13 @@ static uint32_t simt_smem(const simt_info *si, int br, int bc, int stages) {
  * `len` elements of `esize` bytes allow into shared-memory rows of `ss`
  * elements: a unit column stride, and the row length, the smem row, every
  * stride and the offset whole chunks. */
-static int cp_chunk(const kf_group *g, const cg_attn_op *o, int64_t len, int64_t ss, int64_t esize) {
+static int cp_chunk(const kf_group *g, const cg_attn_op *o, int64_t len, int64_t ss,
+                    int64_t esize) {
     if (o->s_col != 1)
         return 0;
     for (int cb = 16; cb >= 4; cb /= 2) {
-        bool ok = (len * esize) % cb == 0 && (ss * esize) % cb == 0 && (o->s_row * esize) % cb == 0 &&
-                  (o->off * esize) % cb == 0;
+        bool ok = (len * esize) % cb == 0 && (ss * esize) % cb == 0 &&
+                  (o->s_row * esize) % cb == 0 && (o->off * esize) % cb == 0;
         for (int d = 0; d < g->rank - 2 && ok; d++)
             ok = (o->bstride[d] * esize) % cb == 0;
         if (ok)
@@ -214,8 +215,8 @@ kf_status kf_cuda_codegen_attention_simt(const kf_plan *plan, uint32_t group, co
     for (int d = 0; d < R - 2; d++)
         bh *= g->dims[d];
     int skip = cg_attn_mask_skip(g);
-    const bool f32 = si.dt[0] == KF_DTYPE_F32 && si.dt[1] == KF_DTYPE_F32 &&
-                     si.dt[2] == KF_DTYPE_F32;
+    const bool f32 =
+        si.dt[0] == KF_DTYPE_F32 && si.dt[1] == KF_DTYPE_F32 && si.dt[2] == KF_DTYPE_F32;
 
     cg_set_name(&c, "fas_");
     c.div_by_mul = true;
@@ -226,10 +227,10 @@ kf_status kf_cuda_codegen_attention_simt(const kf_plan *plan, uint32_t group, co
         p[i] = cg_param_add(&c, KF_CUDA_PARAM_IN, si.ops[i].base, si.dt[i],
                             cg_tensor_bytes(&c, si.ops[i].base));
     int po = cg_param_add(&c, KF_CUDA_PARAM_OUT, at->out, si.dt[3], cg_tensor_bytes(&c, at->out));
-    int pl = at->lse == KF_NONE ? -1
-                                : cg_param_add(&c, KF_CUDA_PARAM_OUT, at->lse,
-                                               gr->nodes[at->lse]->dtype,
-                                               cg_tensor_bytes(&c, at->lse));
+    int pl = at->lse == KF_NONE
+                 ? -1
+                 : cg_param_add(&c, KF_CUDA_PARAM_OUT, at->lse, gr->nodes[at->lse]->dtype,
+                                cg_tensor_bytes(&c, at->lse));
     for (uint32_t i = 0; i < c.n; i++)
         if (g->expr[i].kind == KF_EXPR_SCORE)
             snprintf(c.ov[i], OV_MAX, "s");
@@ -253,10 +254,10 @@ kf_status kf_cuda_codegen_attention_simt(const kf_plan *plan, uint32_t group, co
               "#define KF_QT %s\n#define KF_KT %s\n#define KF_VT %s\n#define KF_OT %s\n"
               "#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n",
               (long long)si.dk, (long long)si.dkp, (long long)si.dv, (long long)si.ndv,
-              (long long)si.qs, (long long)si.ks, (long long)si.vs, si.br, si.bc, si.stages, si.minb,
-              (long long)at->sq, (long long)at->skv, (long long)bh, cg_storage_type(si.dt[0]),
-              cg_storage_type(si.dt[1]), cg_storage_type(si.dt[2]), cg_storage_type(si.dt[3]), skip,
-              (long long)(skip == 2 ? at->window : 0));
+              (long long)si.qs, (long long)si.ks, (long long)si.vs, si.br, si.bc, si.stages,
+              si.minb, (long long)at->sq, (long long)at->skv, (long long)bh,
+              cg_storage_type(si.dt[0]), cg_storage_type(si.dt[1]), cg_storage_type(si.dt[2]),
+              cg_storage_type(si.dt[3]), skip, (long long)(skip == 2 ? at->window : 0));
     static const char opn[3] = {'Q', 'K', 'V'};
     for (int i = 0; i < 3; i++)
         cg_printf(&c.s,
@@ -279,8 +280,8 @@ kf_status kf_cuda_codegen_attention_simt(const kf_plan *plan, uint32_t group, co
     return cg_end(&c, c.st);
 }
 
-void kf_cuda_attention_simt_tiles(const kf_plan *plan, uint32_t group, const char *arch,
-                                  int *br, int *bc) {
+void kf_cuda_attention_simt_tiles(const kf_plan *plan, uint32_t group, const char *arch, int *br,
+                                  int *bc) {
     simt_info si;
     char why[192];
     *br = *bc = 0;
