@@ -206,6 +206,11 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
                  "v = input(bf16[1, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
                  "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
                  seen);
+    /* the SIMT attention kernel: f32 (test_attnsimt compiles its variants) */
+    compile_text("kfg 1\nq = input(f32[1, 2, 70, 16])\nk = input(f32[1, 2, 70, 16])\n"
+                 "v = input(f32[1, 2, 70, 16])\nqk = matmul(q, k, transpose_b=true)\n"
+                 "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
+                 seen);
     /* decode: one query row against 300 keys, the split-KV kernels (test_attndec
      * compiles every variant) */
     compile_text("kfg 1\nq = input(bf16[1, 2, 1, 64])\nk = input(bf16[1, 2, 300, 64])\n"
