@@ -95,7 +95,10 @@
  * bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time alone,
  * behind a block's worth of GEMM, as a profiler sees it in a block) or
  * after 1 ms of one thread asleep (_after_sleep: the device time alone on an
- * idle GPU); peers.py times cuDNN both ways), decode (B16 H32,
+ * idle GPU); peers.py times cuDNN both ways), the SIMT kernel's f32 causal
+ * B4 H16 S1024 D64 and bf16 causal B4 H32 S2048 D32 (attn_simt_*, each
+ * also _unfused; peers: SDPA's f32 math and memory-efficient backends, cuDNN
+ * and flash), decode (B16 H32,
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
  * GQA 32:8; B64), the cold compile of one fused kernel, and peers.py
  * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
@@ -689,7 +692,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
                                "r0 = repeat(bm, axis=0, times=128)\n"
                                "mk = repeat(r0, axis=1, times=128)\n"
                                "ninf = const(bf16[], -inf)\ns1 = where(mk, s0, ninf)\n";
-    static char texts[18][2048];
+    static char texts[20][2048];
     attn_text(texts[0], sizeof texts[0], S, 32, causal);
     attn_text(texts[1], sizeof texts[1], S, 32, causal);
     attn_text(texts[2], sizeof texts[2], S, 32, none);
@@ -714,6 +717,27 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     attn_block_text(texts[15], sizeof texts[15], 16, 16, 1024, 64, 'g');
     attn_block_text(texts[16], sizeof texts[16], 8, 32, 2048, 128, 'v');
     attn_block_text(texts[17], sizeof texts[17], 8, 32, 2048, 128, 'o');
+    /* the SIMT kernel's cases: f32 causal B4 H16 S1024 D64 (every bf16 of
+     * the text made f32) and bf16 causal B4 H32 S2048 D32 */
+    attn_text_shape(texts[18], sizeof texts[18], 4, 16, 1024, 64, 16, causal, "");
+    {
+        char f32t[2048];
+        size_t o = 0;
+        for (const char *c = texts[18]; *c && o + 4 < sizeof f32t;) {
+            if (!strncmp(c, "bf16", 4)) {
+                memcpy(f32t + o, "f32", 3);
+                o += 3;
+                c += 4;
+            } else {
+                f32t[o++] = *c++;
+            }
+        }
+        f32t[o] = 0;
+        snprintf(texts[18], sizeof texts[18], "%s", f32t);
+    }
+    attn_text_shape(texts[19], sizeof texts[19], 4, 32, 2048, 32, 32, causal, "");
+    double io_sf = 4.0 * 4 * 16 * 1024 * 64 * 4, fl_sf = 4.0 * 4 * 16 * 1024.0 * 1024 * 64 / 2;
+    double io_sb = 4.0 * 4 * 32 * 2048 * 32 * 2, fl_sb = 4.0 * 4 * 32 * 2048.0 * 2048 * 32 / 2;
     /* decode moves K and V once (Q and O are 1/8192 of them) */
     double kv16 = 2.0 * 16 * 32 * 8192 * 128 * 2, kv16g = kv16 / 4, kv64 = kv16 * 4;
     double qo16 = 2.0 * 16 * 32 * 128 * 2;
@@ -809,6 +833,14 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_lse", texts[13], io + bh * S * 4, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_unfused", texts[1], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the SIMT kernel (the default for f32 and head dims the tensor-core
+         * kernels refuse) and the unfused steps it replaced; its roofline is
+         * the bf16 GEMM rate's, which no FFMA kernel reaches */
+        {"attn_simt_f32_causal", texts[18], io_sf, fl_sf, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_simt_f32_causal_unfused", texts[18], io_sf, fl_sf, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_simt_bf16_d32_causal", texts[19], io_sb, fl_sb, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_simt_bf16_d32_causal_unfused", texts[19], io_sb, fl_sb, 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
         {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -870,7 +902,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         if (!case_on(cases[i].name))
             continue;
         bool decode = !strncmp(cases[i].name, "attn_decode", 11) && !strstr(cases[i].name, "_sm90");
-        run_case(!strcmp(cases[i].name, "attn_causal_unfused") ? unf
+        run_case(strstr(cases[i].name, "_unfused") ? unf
                  : strstr(cases[i].name, "_fa2") ? fa2
                  : decode                         ? dec
                                                   : fa,

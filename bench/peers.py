@@ -39,6 +39,9 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
   attn_causal_after_sleep, attn_block_llama_after_sleep, attn_block_gpt2_after_sleep
                     the same after 1 ms of one thread asleep (torch.cuda._sleep):
                     the device time alone on an idle GPU's clocks
+  attn_simt_f32_causal  f32 B4 H16 S1024 D64, causal  SDPA's math and memory-efficient
+                    backends (f32, no TF32)
+  attn_simt_bf16_d32_causal  bf16 B4 H32 S2048 D32, causal  cuDNN and flash SDPA
   attn_decode       B16 H32, 1 query, Skv 8192, no mask   SDPA (its own choice), and
                                            with the cuDNN and the flash backend
   attn_decode_gqa   the same, GQA 32:8     SDPA with enable_gqa (the same three)
@@ -384,6 +387,25 @@ def attention(args):
         put(name, "cudnn_sdpa_ms", cudnn(sdpa_c))
         put(name, "flash_sdpa_ms", flash(sdpa_c))
         del qb, kb, vb
+        torch.cuda.empty_cache()
+    # The SIMT kernel's cases (gpu_bench's attn_simt_*): f32 causal B4 H16
+    # S1024 D64 against SDPA's f32 backends, math and memory-efficient (no
+    # TF32: torch.backends.cuda.matmul.allow_tf32 stays False, its default);
+    # bf16 causal B4 H32 S2048 D32 against cuDNN and flash SDPA.
+    for name, dt, Bs, Hs, Ss, Ds, backends in (
+            ("attn_simt_f32_causal", torch.float32, 4, 16, 1024, 64,
+             (("math_sdpa_ms", SDPBackend.MATH), ("efficient_sdpa_ms", SDPBackend.EFFICIENT_ATTENTION))),
+            ("attn_simt_bf16_d32_causal", bf, 4, 32, 2048, 32,
+             (("cudnn_sdpa_ms", SDPBackend.CUDNN_ATTENTION), ("flash_sdpa_ms", SDPBackend.FLASH_ATTENTION)))):
+        if want and name not in want:
+            continue
+        qs, ks, vs = ((torch.rand(Bs, Hs, Ss, Ds, device="cuda", dtype=dt) * 2 - 1) for _ in range(3))
+        for key, be in backends:
+            def sdpa_s(qs=qs, ks=ks, vs=vs, be=be):
+                with sdpa_kernel(be):
+                    return F.scaled_dot_product_attention(qs, ks, vs, is_causal=True)
+            put(name, key, sdpa_s)
+        del qs, ks, vs
         torch.cuda.empty_cache()
     # The same attention with the blocks' layouts (gpu_bench's attn_block_*):
     # LLaMA's Q and K [B, H, S, D], V a [B, S, H, D] buffer read transposed

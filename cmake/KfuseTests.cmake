@@ -106,6 +106,13 @@ endif()
 if(TARGET test_attngen)
     set_tests_properties(test_attngen PROPERTIES TIMEOUT 600)
 endif()
+# test_attnsimt NVRTC-compiles and reads the SASS of 25 SIMT attention
+# variants (5 head dims x 3 dtypes on sm_90a, 2 on sm_80, the mask classes
+# rotating): about 6 minutes with the sanitizers on two cores, past 600 s
+# beside four other suites' ctest -j2 (2026-11-26).
+if(TARGET test_attnsimt)
+    set_tests_properties(test_attnsimt PROPERTIES TIMEOUT 1200)
+endif()
 # test_cuda_exec (on a GPU) compiles a kernel for every case, the generated
 # GEMM's twice over (its sm_90a and sm_80 forms, forced): the two GEMM tests
 # alone took 133 s and over 90 s on an H100 (2026-11-25).
@@ -202,7 +209,7 @@ if(TARGET test_gemmgen)
     endif()
     if(KF_CUOBJDUMP)
         target_compile_definitions(test_gemmgen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
-        foreach(_t test_attngen test_attndec test_gemmgen_simt)
+        foreach(_t test_attngen test_attndec test_gemmgen_simt test_attnsimt)
             if(TARGET ${_t})
                 target_compile_definitions(${_t} PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
             endif()

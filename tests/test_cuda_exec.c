@@ -841,9 +841,15 @@ static const attn_case attn_cases[] = {
      "mask causal"},
 };
 
+static kf_ctx *flags_ctx(unsigned flags);
+
+/* The unfused steps (cuBLASLt Q.K^T, the softmax kernel, cuBLASLt P.V),
+ * forced with KF_FLAG_UNFUSED_ATTENTION: these groups (head dims 32 / 24)
+ * run the SIMT kernel by default (test_cuda_attnsimt). */
 static void test_attention_runs_unfused_with_its_score_expression_and_mask(void **state) {
     (void)state;
     REQUIRE_GPU();
+    kf_ctx *ctx = flags_ctx(KF_FLAG_UNFUSED_ATTENTION);
     for (size_t d = 0; d < N_OF(gemm_dtypes); d++) {
         for (size_t i = 0; i < N_OF(attn_cases); i++) {
             const char *dn = kf_dtype_name(gemm_dtypes[d]);
@@ -851,16 +857,17 @@ static void test_attention_runs_unfused_with_its_score_expression_and_mask(void 
             snprintf(body, sizeof body, attn_cases[i].body, dn, dn, dn, dn);
             snprintf(text, sizeof text, attn_fmt, dn, dn, dn, dn, body);
             kf_graph *g = NULL;
-            if (kf_graph_parse(G.ctx, text, strlen(text), &g) != KF_OK)
+            if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK)
                 fail_msg("%s: parse: %s\n%s", attn_cases[i].name, kf_graph_error(g), text);
             char label[128], has[160];
             snprintf(label, sizeof label, "attention %s [%s]", attn_cases[i].name, dn);
             snprintf(has, sizeof has, "unfused fallback|%s", attn_cases[i].mask);
-            run_opts o = {.lo = -2, .hi = 2, .report_has = has};
+            run_opts o = {.lo = -2, .hi = 2, .report_has = has, .ctx = ctx};
             run_and_compare(g, 900 + i, &o, label);
             kf_graph_destroy(g);
         }
     }
+    kf_ctx_destroy(ctx);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1588,9 +1595,12 @@ static void test_decode_attention_takes_long_queries_too(void **state) {
     decode_runs(N_OF(decode_cases), N_OF(decode_cases), N_OF(fused_cases), 1);
 }
 
-/* A group the fused kernel does not take runs unfused and the report says
- * why: f32, a head dim of 32; and with KF_FLAG_UNFUSED_ATTENTION, one it
- * takes (bf16, head dim 128, causal) runs unfused too. */
+/* A group no fused kernel takes runs unfused and the report says why for
+ * the tensor-core kernels and for the SIMT one: f32 and bf16 with head dims
+ * past 256; and
+ * with KF_FLAG_UNFUSED_ATTENTION, one they take (bf16, head dim 128, causal)
+ * runs unfused too. (f32 and other head dims up to 256 run the SIMT kernel:
+ * test_cuda_attnsimt.) */
 static void test_fused_attention_falls_back_and_says_why(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -1598,14 +1608,14 @@ static void test_fused_attention_falls_back_and_says_why(void **state) {
     static const struct {
         const char *text, *why;
     } cases[] = {
-        {"kfg 1\nq = input(f32[2, 2, 70, 64])\nk = input(f32[2, 2, 70, 64])\n"
-         "v = input(f32[2, 2, 70, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+        {"kfg 1\nq = input(f32[2, 2, 70, 264])\nk = input(f32[2, 2, 70, 264])\n"
+         "v = input(f32[2, 2, 70, 264])\nqk = matmul(q, k, transpose_b=true)\n"
          "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
-         "unfused fallback|dtype f32"},
-        {"kfg 1\nq = input(bf16[2, 2, 70, 32])\nk = input(bf16[2, 2, 70, 32])\n"
-         "v = input(bf16[2, 2, 70, 32])\nqk = matmul(q, k, transpose_b=true)\n"
+         "unfused fallback|dtype f32|nor the SIMT kernel: head dim 264"},
+        {"kfg 1\nq = input(bf16[2, 2, 70, 320])\nk = input(bf16[2, 2, 70, 320])\n"
+         "v = input(bf16[2, 2, 70, 320])\nqk = matmul(q, k, transpose_b=true)\n"
          "p = softmax(qk)\no = matmul(p, v)\noutput o\n",
-         "unfused fallback|head dim 32"},
+         "unfused fallback|head dim 320|nor the SIMT kernel: head dim 320"},
     };
     for (size_t i = 0; i < N_OF(cases); i++) {
         kf_graph *g = NULL;

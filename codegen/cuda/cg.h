@@ -340,5 +340,21 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner);
  * kf_score_inner (a #define of the full one unless `skip`: a mask whose tiles
  * are skipped), over c's group. */
 kf_status cg_attn_emit_score_fns(cg *c, bool skip);
+/* The same with tanh as common.cuh's tanhf, not tanh.approx.f32 (relative
+ * error 2^-11): the SIMT kernel's f32 groups, judged at f32's tolerance. */
+kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip);
+/* Whether the group's mask lets a kernel skip tiles: 1 CAUSAL, 2
+ * SLIDING_WINDOW, 3 BLOCK_SPARSE (a keep map), 0 not (KF_MASK_SKIP). */
+int cg_attn_mask_skip(const kf_group *g);
+/* kf_bs_dense / kf_bs_next / kf_bs_mixed (and kf_bs_kept, KF_BS_WHOLE) for
+ * kernel tiles of br x bc: the keep map's functions with skip 3, constants
+ * otherwise (templates/attention_common.cuh's callers). */
+void cg_attn_emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, int64_t bc);
+/* kf_bh_offsets(bh, oq, ok, ov): Q's, K's and V's element offsets of the
+ * flattened batch x head index bh. */
+void cg_attn_emit_bh_offsets(cg *c, const kf_group *g, const cg_attn_op ops[3]);
+/* kf_o_offset(bh, q): the element offset of O's row q of batch x head bh;
+ * row_len names O's row length where O is the row-major P.V itself. */
+void cg_attn_emit_o_offset(cg *c, const kf_group *g, const char *row_len);
 
 #endif /* KF_CODEGEN_CUDA_CG_H */

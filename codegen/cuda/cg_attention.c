@@ -178,7 +178,7 @@ static const char *unsupported(const kf_plan *plan, const kf_group *g, const cha
         return snprintf(why, size, "%s has no bf16 mma.sync (sm_80 and later)", arch), why;
     kf_dtype dt = gr->nodes[at->q]->dtype;
     if (dt != KF_DTYPE_BF16 && dt != KF_DTYPE_F16)
-        return snprintf(why, size, "dtype %s (the fused kernel takes bf16 and f16)",
+        return snprintf(why, size, "dtype %s (the tensor-core kernels take bf16 and f16)",
                         kf_dtype_name(dt)),
                why;
     const uint32_t same[] = {at->k, at->v, at->qk, at->softmax, at->pv};
@@ -188,7 +188,7 @@ static const char *unsupported(const kf_plan *plan, const kf_group *g, const cha
                             kf_dtype_name(dt)),
                    why;
     if (at->d != at->dv || (at->d != 64 && at->d != 128))
-        return snprintf(why, size, "head dim %lld / %lld (the fused kernel takes 64 and 128)",
+        return snprintf(why, size, "head dim %lld / %lld (the tensor-core kernels take 64 and 128)",
                         (long long)at->d, (long long)at->dv),
                why;
     int R = g->rank;
@@ -331,11 +331,11 @@ kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cu
     return KF_OK;
 }
 
-/* Whether the mask lets the kernel skip tiles: 1 CAUSAL, 2 SLIDING_WINDOW,
+/* Whether the mask lets a kernel skip tiles: 1 CAUSAL, 2 SLIDING_WINDOW,
  * 3 BLOCK_SPARSE, 0 not. A sliding window whose last rows keep no key at all
  * (sq - window >= skv) is not skipped: those rows are the reference's, over
  * every key. */
-static int mask_skip(const kf_group *g) {
+int cg_attn_mask_skip(const kf_group *g) {
     const kf_attn_info *at = &g->attn;
     if (at->mask_node != at->score)
         return 0;
@@ -350,13 +350,19 @@ static int mask_skip(const kf_group *g) {
 
 void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, bool sm90, uint64_t *visited,
                              uint64_t *total) {
+    kf_cuda_attention_tiles_of(plan, group, sm90 ? SM90_BR : ATTN_BR, sm90 ? SM90_BC : ATTN_BC,
+                               visited, total);
+}
+
+void kf_cuda_attention_tiles_of(const kf_plan *plan, uint32_t group, int64_t br, int64_t bc,
+                                uint64_t *visited, uint64_t *total) {
     *visited = *total = 0;
-    if (!plan || group >= plan->n_groups || plan->groups[group].kind != KF_GROUP_ATTENTION)
+    if (!plan || group >= plan->n_groups || plan->groups[group].kind != KF_GROUP_ATTENTION ||
+        br < 1 || bc < 1)
         return;
     const kf_group *g = &plan->groups[group];
     const kf_attn_info *at = &g->attn;
-    int skip = mask_skip(g);
-    const int64_t br = sm90 ? SM90_BR : ATTN_BR, bc = sm90 ? SM90_BC : ATTN_BC;
+    int skip = cg_attn_mask_skip(g);
     int64_t nqt = (at->sq + br - 1) / br, nkt = (at->skv + bc - 1) / bc;
     /* the kernels' own bounds (templates/attention.cuh, attention_sm90.cuh) */
     for (int64_t qt = 0; qt < nqt; qt++) {
@@ -387,7 +393,7 @@ void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, bool sm90, uin
  *   kf_bs_mixed(bh, q0, dense, j): whether tile j needs kf_score_full.
  * The producer and the consumers of the sm_90a kernel each call them and get
  * the same tiles: the map is read-only during the run. */
-static void emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, int64_t bc) {
+void cg_attn_emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, int64_t bc) {
     const kf_attn_info *at = &g->attn;
     if (skip != 3) {
         cg_puts(&c->s,
@@ -598,14 +604,15 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
 }
 
 /* cg_attn_emit_score_fns with fold_scale's node `fold` (or KF_NONE), `f32`
- * as fold_scale's. */
-static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32) {
+ * as fold_scale's; `approx`: tanh as tanh.approx.f32 (kf_tanh_approx). */
+static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, bool approx) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     int R = g->rank;
-    cg_puts(&c->s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
-                   "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
-                   "    return y;\n}\n#define kf_tanh kf_tanh_approx\n\n");
+    if (approx)
+        cg_puts(&c->s, "__device__ __forceinline__ float kf_tanh_approx(float x) {\n"
+                       "    float y;\n    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
+                       "    return y;\n}\n#define kf_tanh kf_tanh_approx\n\n");
     /* The score functions: coordinates of the score space from (bh, q, kv). */
     chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
     if (!x)
@@ -628,8 +635,16 @@ static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32) {
     return KF_OK;
 }
 
+static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32) {
+    return emit_score_fns_tanh(c, skip, fold, f32, true);
+}
+
 kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
     return emit_score_fns(c, skip, KF_NONE, false);
+}
+
+kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip) {
+    return emit_score_fns_tanh(c, skip, KF_NONE, false, false);
 }
 
 /* The wgmma instructions of the sm_90a kernel (their accumulator register
@@ -749,16 +764,40 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3]) {
     cg_puts(&c->s, "\n");
 }
 
+/* kf_bh_offsets(bh, oq, ok, ov): the batch axes' coordinates from bh, times
+ * each operand's strides. */
+void cg_attn_emit_bh_offsets(cg *c, const kf_group *g, const cg_attn_op ops[3]) {
+    int R = g->rank;
+    cg_puts(&c->s, "__device__ __forceinline__ void kf_bh_offsets(long long bh, long long &oq, "
+                   "long long &ok, long long &ov) {\n");
+    int64_t inner = 1;
+    cg_puts(&c->s, "    oq = 0; ok = 0; ov = 0;\n");
+    for (int d = R - 3; d >= 0; d--) {
+        if (g->dims[d] != 1) {
+            cg_printf(&c->s, "    {\n        const long long i = bh / %lldLL %% %lldLL;\n",
+                      (long long)inner, (long long)g->dims[d]);
+            static const char *const on[3] = {"oq", "ok", "ov"};
+            for (int o = 0; o < 3; o++)
+                if (ops[o].bstride[d])
+                    cg_printf(&c->s, "        %s += i * %lldLL;\n", on[o],
+                              (long long)ops[o].bstride[d]);
+            cg_puts(&c->s, "    }\n");
+        }
+        inner *= g->dims[d];
+    }
+    cg_puts(&c->s, "    (void)bh;\n}\n\n");
+}
+
 /* kf_o_offset(bh, q): the element offset in O's buffer of row q of batch x
  * head bh. Row-major [.., sq, d] when the group writes P.V itself; at the
  * strides of the permute it absorbed ([B, H, S, D] stored as [B, S, H, D])
  * otherwise, so the reshape that merges the heads is a view. */
-static void emit_o_offset(cg *c, const kf_group *g) {
+void cg_attn_emit_o_offset(cg *c, const kf_group *g, const char *row_len) {
     const kf_attn_info *at = &g->attn;
     int R = g->rank;
     cg_puts(&c->s, "__device__ __forceinline__ long long kf_o_offset(long long bh, int q) {\n");
     if (at->out == at->pv) {
-        cg_puts(&c->s, "    return (bh * KF_SQ + q) * KF_D;\n}\n\n");
+        cg_printf(&c->s, "    return (bh * KF_SQ + q) * %s;\n}\n\n", row_len);
         return;
     }
     cg_printf(&c->s, "    long long o = (long long)q * %lldLL;\n", (long long)at->o_strides[R - 2]);
@@ -802,7 +841,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         bh *= g->dims[d];
     const int64_t br = sm90 ? SM90_BR : ATTN_BR;
     int64_t nqt = (at->sq + br - 1) / br;
-    int skip = mask_skip(g);
+    int skip = cg_attn_mask_skip(g);
     /* the tail's item arithmetic is 32-bit (templates/attention_sm90.cuh) */
     if (bh * ((nqt + 1) / 2) >= (INT64_C(1) << 30))
         lpt = 0;
@@ -906,38 +945,19 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         (long long)ops[1].s_row, (long long)ops[2].s_row, kf_mask_kind_name(at->mask), ATTN_BR,
         (long long)at->d, ATTN_BC, (long long)at->d);
 
-    /* kf_bh_offsets: the batch axes' coordinates from bh, times each
-     * operand's strides. */
-    cg_puts(&c.s, "__device__ __forceinline__ void kf_bh_offsets(long long bh, long long &oq, "
-                  "long long &ok, long long &ov) {\n");
-    int64_t inner = 1;
-    cg_puts(&c.s, "    oq = 0; ok = 0; ov = 0;\n");
-    for (int d = R - 3; d >= 0; d--) {
-        if (g->dims[d] != 1) {
-            cg_printf(&c.s, "    {\n        const long long i = bh / %lldLL %% %lldLL;\n",
-                      (long long)inner, (long long)g->dims[d]);
-            static const char *const on[3] = {"oq", "ok", "ov"};
-            for (int o = 0; o < 3; o++)
-                if (ops[o].bstride[d])
-                    cg_printf(&c.s, "        %s += i * %lldLL;\n", on[o],
-                              (long long)ops[o].bstride[d]);
-            cg_puts(&c.s, "    }\n");
-        }
-        inner *= g->dims[d];
-    }
-    cg_puts(&c.s, "    (void)bh;\n}\n\n");
+    cg_attn_emit_bh_offsets(&c, g, ops);
     cg_puts(&c.s, "__device__ __forceinline__ bool kf_attn_aligned(KF_PARAMS) {\n"
                   "    return kf_aligned(KF_Q, 16) && kf_aligned(KF_K, 16) && kf_aligned(KF_V, 16);"
                   "\n}\n\n");
     }
-    emit_o_offset(&c, g);
+    cg_attn_emit_o_offset(&c, g, "KF_D");
     if (pl >= 0)
         cg_printf(&c.s, "#define KF_LSE p%d /* the scores' log-sum-exp, [.., sq] */\n\n", pl);
 
     st = emit_score_fns(&c, skip != 0, fold, f32);
     if (st != KF_OK)
         return cg_end(&c, st);
-    emit_block_sparse(&c, g, skip, br, sm90 ? SM90_BC : ATTN_BC);
+    cg_attn_emit_block_sparse(&c, g, skip, br, sm90 ? SM90_BC : ATTN_BC);
     cg_puts(&c.s, kf_cuda_tpl_attention_common);
     cg_puts(&c.s, sm90 ? kf_cuda_tpl_attention_sm90 : kf_cuda_tpl_attention);
     return cg_end(&c, c.st);

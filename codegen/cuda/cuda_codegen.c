@@ -42,6 +42,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_GEMM_SM80] = "gemm_sm80",
     [KF_CUDA_TEMPLATE_GEMM_FOLD] = "gemm_fold",
     [KF_CUDA_TEMPLATE_GEMM_SIMT] = "gemm_simt",
+    [KF_CUDA_TEMPLATE_ATTENTION_SIMT] = "attention_simt",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");
@@ -326,7 +327,7 @@ const char *kf_cuda_role_name(kf_cuda_role role) {
     static const char *const names[KF_CUDA_ROLE_COUNT] = {
         "group",     "gemm_prologue", "epilogue",      "attention_softmax",
         "gemm",      "attention",     "attention_sm90", "attention_decode",
-        "attention_combine"};
+        "attention_combine", "attention_simt"};
     return (unsigned)role < KF_CUDA_ROLE_COUNT ? names[role] : "?";
 }
 
@@ -349,6 +350,8 @@ kf_status kf_cuda_codegen(const kf_plan *plan, uint32_t group, kf_cuda_role role
         return kf_cuda_codegen_attention_decode(plan, group, arch, mem, out);
     case KF_CUDA_ROLE_ATTENTION_COMBINE:
         return kf_cuda_codegen_attention_combine(plan, group, arch, mem, out);
+    case KF_CUDA_ROLE_ATTENTION_SIMT:
+        return kf_cuda_codegen_attention_simt(plan, group, arch, mem, out);
     default:
         memset(out, 0, sizeof *out);
         snprintf(out->error, sizeof out->error, "kf_cuda_codegen: bad role %d", (int)role);

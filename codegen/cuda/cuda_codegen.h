@@ -110,6 +110,8 @@ typedef enum kf_cuda_template {
     KF_CUDA_TEMPLATE_GEMM_SIMT,           /* a whole f32 / f64 GEMM group: FFMA / DFMA from a
                                              cp.async ring, the epilogue on the accumulators
                                              (sm_80+) */
+    KF_CUDA_TEMPLATE_ATTENTION_SIMT,      /* fused attention without tensor cores: FFMA, f32
+                                             arithmetic, cp.async K/V tiles (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
@@ -238,6 +240,23 @@ kf_status kf_cuda_codegen_attention(const kf_plan *plan, uint32_t group, const c
 bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char *arch, char *why,
                                  size_t size);
 
+/* For an ATTENTION group the tensor-core kernels refuse (f32 operands, a head
+ * dim other than 64 / 128, D != Dv, rows that are not 16-byte aligned), on
+ * sm_80 and later: the whole group as one SIMT kernel (templates/
+ * attention_simt.cuh: FFMA, f32 arithmetic, each of Q, K, V converted from
+ * its own dtype as it leaves shared memory), with the mma.sync kernel's
+ * score expression, masks, tile skipping, views and log-sum-exp. Params as
+ * kf_cuda_codegen_attention's. KF_ERR_UNSUPPORTED (the message says why)
+ * for a group it does not take: see kf_cuda_attention_simt_supported. */
+kf_status kf_cuda_codegen_attention_simt(const kf_plan *plan, uint32_t group, const char *arch,
+                                         const kf_mem *mem, kf_cuda_kernel *out);
+/* Whether kf_cuda_codegen_attention_simt takes group `group` for `arch`: Q, K,
+ * V and O f32, bf16 or f16 (none of the group's tensors f64), head dims 1 to
+ * 256, O's head dim contiguous, the tiles in the arch's shared memory. When
+ * not, `why` (size bytes) says what stops it. */
+bool kf_cuda_attention_simt_supported(const kf_plan *plan, uint32_t group, const char *arch,
+                                      char *why, size_t size);
+
 /* For an ATTENTION group on sm_90a: the whole group as one kernel
  * (templates/attention_sm90.cuh: Q, K, V by TMA into an mbarrier ring, wgmma
  * for Q.K^T and P.V, a producer and two consumer warpgroups), the score
@@ -269,6 +288,13 @@ bool kf_cuda_attention_sm90_supported(const kf_plan *plan, uint32_t group, const
  * SLIDING_WINDOW mask lets it skip tiles wholly outside (for the report). */
 void kf_cuda_attention_tiles(const kf_plan *plan, uint32_t group, bool sm90, uint64_t *visited,
                              uint64_t *total);
+/* The same for tiles of br query rows x bc keys (the SIMT kernel's:
+ * kf_cuda_attention_simt_tiles gives them, 0 where it does not take the
+ * group). */
+void kf_cuda_attention_tiles_of(const kf_plan *plan, uint32_t group, int64_t br, int64_t bc,
+                                uint64_t *visited, uint64_t *total);
+void kf_cuda_attention_simt_tiles(const kf_plan *plan, uint32_t group, const char *arch, int *br,
+                                  int *bc);
 
 /* The split-KV decode path of an ATTENTION group (cg_attention_decode.c,
  * templates/attention_decode.cuh): for a few query rows against a long K/V.
@@ -333,11 +359,12 @@ typedef enum kf_cuda_role {
     KF_CUDA_ROLE_ATTENTION_DECODE,  /* kf_cuda_codegen_attention_decode (the split-KV partials;
                                        its recipe step adds the split count) */
     KF_CUDA_ROLE_ATTENTION_COMBINE, /* kf_cuda_codegen_attention_combine (after the partials) */
+    KF_CUDA_ROLE_ATTENTION_SIMT,    /* kf_cuda_codegen_attention_simt (the whole group) */
     KF_CUDA_ROLE_COUNT
 } kf_cuda_role;
 
 /* "group", "gemm_prologue", "epilogue", "attention_softmax", "gemm", "attention",
- * "attention_sm90", "attention_decode", "attention_combine". */
+ * "attention_sm90", "attention_decode", "attention_combine", "attention_simt". */
 const char *kf_cuda_role_name(kf_cuda_role role);
 
 /* How a generated GEMM kernel reads its operands (the recipe decides it from

@@ -2,8 +2,10 @@
  * recipe_attention.c -- the fused attention kernels as an attention group's
  * one step: the sm_90a wgmma/TMA kernel where it takes the group (its three
  * tensor maps in front of the params), else the mma.sync one, or the split-KV
- * decode kernels for short queries (recipe_attention_decode.c). Where none
- * takes the group, recipe_gemm.c's kf_rb_attention makes the unfused steps.
+ * decode kernels for short queries (recipe_attention_decode.c); where those
+ * tensor-core kernels refuse the group (f32, other head dims), the SIMT one
+ * (cg_attention_simt.c). Where none takes the group, recipe_gemm.c's
+ * kf_rb_attention makes the unfused steps.
  */
 #include <stdio.h>
 #include <string.h>
@@ -110,6 +112,42 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     return KF_OK;
 }
 
+/* The SIMT kernel (cg_attention_simt.c) as the group's one step, where the
+ * tensor-core kernels refuse it (`tc_why` says why). */
+static kf_status simt_attention(rb *b, const char *tc_why) {
+    const kf_group *grp = &b->plan->groups[b->gi];
+    char name[KF_CUDA_NAME_MAX] = "";
+    snprintf(b->rc->variants[0].label, sizeof b->rc->variants[0].label, "fused");
+    kf_status st =
+        kf_rb_add_kernel(b, b->plan, KF_CUDA_ROLE_ATTENTION_SIMT, name, sizeof name, NULL);
+    if (st == KF_ERR_NOT_FOUND)
+        return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no SIMT attention kernel", b->gi);
+    if (st != KF_OK)
+        return st;
+    int br = 0, bc = 0;
+    kf_cuda_attention_simt_tiles(b->plan, b->gi, b->target->arch, &br, &bc);
+    uint64_t visited, total;
+    kf_cuda_attention_tiles_of(b->plan, b->gi, br, bc, &visited, &total);
+    char tiles[128];
+    if (grp->attn.mask == KF_MASK_BLOCK_SPARSE)
+        snprintf(tiles, sizeof tiles,
+                 "the key tiles the %lldx%lld keep map drops skipped (read at run time)",
+                 (long long)grp->attn.keep_bq, (long long)grp->attn.keep_bk);
+    else if (visited < total)
+        snprintf(tiles, sizeof tiles, "%llu of %llu tiles visited (%.0f%% outside the mask skipped)",
+                 (unsigned long long)visited, (unsigned long long)total,
+                 100.0 * (double)(total - visited) / (double)total);
+    else
+        snprintf(tiles, sizeof tiles, "every tile visited%s",
+                 grp->attn.mask != KF_MASK_NONE ? ", mask per element" : "");
+    kf_rb_how(b, 0,
+              "fused attention (simt FFMA kernel, f32 arithmetic) %s: mask %s, head dim %lld / "
+              "%lld, %dx%d tiles, %s; not the tensor-core kernels: %s",
+              name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d,
+              (long long)grp->attn.dv, br, bc, tiles, tc_why);
+    return KF_OK;
+}
+
 kf_status kf_rb_attention_fused(rb *b, char *why, size_t why_size, bool *fused) {
     const kf_plan *plan = b->plan;
     *fused = false;
@@ -117,8 +155,20 @@ kf_status kf_rb_attention_fused(rb *b, char *why, size_t why_size, bool *fused) 
         snprintf(why, why_size, "the fused kernel is off: KF_FLAG_UNFUSED_ATTENTION");
         return KF_OK;
     }
-    if (!kf_cuda_attention_supported(plan, b->gi, b->target->arch, why, why_size))
+    if (!kf_cuda_attention_supported(plan, b->gi, b->target->arch, why, why_size)) {
+        /* the SIMT kernel where the tensor-core kernels refuse; where it
+         * refuses too, the unfused steps, and `why` holds both reasons */
+        char simt_why[192];
+        if (kf_cuda_attention_simt_supported(plan, b->gi, b->target->arch, simt_why,
+                                             sizeof simt_why)) {
+            *fused = true;
+            return simt_attention(b, why);
+        }
+        size_t n = strlen(why);
+        if (n < why_size)
+            snprintf(why + n, why_size - n, "; nor the SIMT kernel: %s", simt_why);
         return KF_OK;
+    }
     *fused = true;
     /* short queries: the split-KV decode kernels (recipe_attention_decode.c) */
     if (kf_rb_attention_wants_decode(b) &&

@@ -1491,7 +1491,7 @@ kf_status kf_rb_attention(rb *b) {
     /* The fused kernel when it takes the group and is not switched off
      * (recipe_attention.c); else the unfused steps below, and the report
      * says why. */
-    char why[160];
+    char why[320];
     bool fused = false;
     kf_status fst = kf_rb_attention_fused(b, why, sizeof why, &fused);
     if (fused || fst != KF_OK)

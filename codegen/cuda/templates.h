@@ -22,5 +22,6 @@ extern const char kf_cuda_tpl_attention_sm90[];
 extern const char kf_cuda_tpl_attention[];
 extern const char kf_cuda_tpl_attention_common[];
 extern const char kf_cuda_tpl_attention_decode[];
+extern const char kf_cuda_tpl_attention_simt[];
 
 #endif /* KF_CODEGEN_CUDA_TEMPLATES_H */
