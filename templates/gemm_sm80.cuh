@@ -32,6 +32,14 @@
  *     and the group's kf_epi<8> (cg_gemm_epi.c) runs on them: vector loads of
  *     a bias or residual, one 16-byte store, rows past M store nothing.
  *
+ * A row epilogue (KF_ROW_EPI 1, cg_gemm_epi.c: a norm or softmax of rows of
+ *   N <= KF_BN; 128 x 128 tiles on 4 warps or 128 x 256 on 8, warp tiles of
+ *   64 x 64 either way): a tile row spans the KF_WN warps of a warp row, so
+ *   the epilogue runs twice: kf_pre's norm input folded into per-row partial
+ *   statistics (gemm_common.cuh), merged in the quad by shuffles and across
+ *   the warps through shared memory (the ring's first bytes, after a
+ *   barrier), then kf_epi with the row's statistics (kf_s8_row_stats).
+ *
  * A SwiGLU pair (KF_DUAL 1: silu(A.Bg) * (A.Bu), 128 x 128 tiles on 4
  *   warps): the B tile holds 64 output columns of each B, interleaved so a
  *   warp's 64 B columns are 32 of the gate's then the same 32 of the up
@@ -230,12 +238,79 @@ __device__ __forceinline__ void kf_s8_math(float (&acc)[KF_MI][KF_NI][4], unsign
     }
 }
 
+#if KF_ROW_EPI
+/* The row epilogue's statistics (KF_ROW_EPI, a tile row spans the KF_WN
+ * warps of a warp row): each lane's partials of its rows over its columns
+ * (kf_pre, the norm's input), merged in the quad, then through shared
+ * memory (rs: the ring, free after the main loop; one slot per tile row and
+ * warp column) across the warps, in warp-column order; rst[mi][h]: the
+ * statistics of the lane's row of fragment mi, half h. */
+template <bool AL>
+__device__ __forceinline__ void kf_s8_row_stats(const float (&acc)[KF_MI][KF_NI][4], int b,
+                                                int mb, int nb, int wm, int wn, int lane,
+                                                kf_gm_rs *rs, kf_gm_rst (&rst)[KF_MI][2],
+                                                KF_PARAMS) {
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            kf_gm_rs s;
+            kf_gm_rs_init(s);
+            const int tr = wm * KF_WTM + mi * 16 + lane / 4 + 8 * h; /* the tile row */
+            const long long r = (long long)mb * KF_BM + tr;
+#pragma unroll
+            for (int j0 = 0; j0 < KF_NI; j0 += 4) {
+                float a[8], xv[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    a[2 * i] = acc[mi][j0 + i][2 * h];
+                    a[2 * i + 1] = acc[mi][j0 + i][2 * h + 1];
+                }
+                kf_gm_quad_t(a, lane % 4);
+                const long long c = (long long)nb * KF_ON + wn * KF_WTN + 8 * (j0 + lane % 4);
+                kf_pre<8, AL>(a, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, xv);
+                const long long left = KF_N - c;
+                kf_gm_rs_add<8>(s, xv, left < 0 ? 0 : left > 8 ? 8 : (int)left);
+            }
+            kf_gm_rs_quad(s, lane);
+            if (lane % 4 == 0)
+                rs[tr * KF_WN + wn] = s;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tr = wm * KF_WTM + mi * 16 + lane / 4 + 8 * h;
+            kf_gm_rs s = rs[tr * KF_WN];
+#pragma unroll
+            for (int w = 1; w < KF_WN; w++)
+                kf_gm_rs_merge(s, rs[tr * KF_WN + w]);
+            rst[mi][h] = kf_gm_rs_final(s);
+        }
+    }
+}
+#define KF_EPI_RST(mi, h) , nullptr, &rst[mi][h]
+#else
+#define KF_EPI_RST(mi, h)
+#endif
+
 /* The epilogue of a warp tile from the registers (see the file's head);
  * with KF_A_FOLD (cg_gemm_fold.c) the accumulators first become the product
- * of the normalized A (kf_fold: the row's statistics, the columns' terms). */
+ * of the normalized A (kf_fold: the row's statistics, the columns' terms);
+ * with KF_ROW_EPI the rows' statistics (kf_s8_row_stats) go to kf_epi. */
 template <bool AL>
 __device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], int b, int mb,
                                           int nb, int wm, int wn, int lane, KF_PARAMS) {
+#if KF_ROW_EPI
+    kf_gm_rst rst[KF_MI][2];
+    {
+        extern __shared__ __align__(128) unsigned char kf_dsmem[];
+        kf_s8_row_stats<AL>(acc, b, mb, nb, wm, wn, lane, reinterpret_cast<kf_gm_rs *>(kf_dsmem),
+                            rst, KF_ARGS);
+    }
+#endif
 #pragma unroll
     for (int mi = 0; mi < KF_MI; mi++) {
 #pragma unroll
@@ -284,12 +359,13 @@ __device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], i
 #if KF_DUAL
                 kf_epi<8, AL>(a, a1, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
 #else
-                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS KF_EPI_RST(mi, h));
 #endif
             }
         }
     }
 }
+#undef KF_EPI_RST
 
 extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     KF_KERNEL(const unsigned short *__restrict__ kf_pa, const unsigned short *__restrict__ kf_pb,
@@ -347,6 +423,9 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
         kf_s8_math(acc, ring + (kt % KF_STAGES) * KF_STAGE, wm, wn, lane);
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+#if KF_ROW_EPI
+    __syncthreads(); /* the ring is the row statistics' exchange from here */
+#endif
 
     if (kf_epi_al(KF_ARGS))
         kf_s8_epi<true>(acc, b, mb, nb, wm, wn, lane, KF_ARGS);

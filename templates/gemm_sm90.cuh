@@ -74,6 +74,13 @@
  * its buffer is waited for, so the math overlaps the previous chunk's store.
  * The buffer is the consumer's part of the staging area (8 KiB of 10).
  *
+ * Row epilogue (KF_ROW_EPI 1, cg_gemm_epi.c: a norm or softmax of rows of
+ * N <= KF_ON, the register epilogue): a row of the wgmma fragment lies in
+ * one quad of lanes, so kf_gm_epi_direct runs the tile twice: kf_pre gives
+ * the norm's input for each lane's 8 columns, folded into the row's partial
+ * statistics (gemm_common.cuh's kf_gm_rs), merged across the quad by two
+ * shuffles; then kf_epi with the row's statistics. No shared memory.
+ *
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
@@ -326,6 +333,44 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
         float frs[2], fmu[2];
         kf_gm_fold_rows(rows, warp, lane, frs, fmu, KF_ARGS);
 #endif
+#if KF_ROW_EPI
+        /* The row epilogue (the tile holds whole rows, N <= KF_ON): a first
+         * pass over the lane's columns gives the norm's input (kf_pre) and
+         * its two rows' partial statistics; a row lies in the quad, which
+         * merges them; the second pass is the epilogue with them. */
+        kf_gm_rst rst[2];
+        {
+            kf_gm_rs rs[2];
+            kf_gm_rs_init(rs[0]);
+            kf_gm_rs_init(rs[1]);
+#pragma unroll
+            for (int j0 = 0; j0 < KF_ON / 8; j0 += 4) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float a[8], xv[8];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        a[2 * i] = d[hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h];
+                        a[2 * i + 1] = d[hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h + 1];
+                    }
+                    kf_gm_quad_t(a, lane % 4);
+                    const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+                    const long long c = (long long)nb * KF_ON + 8 * (j0 + lane % 4);
+                    kf_pre<8, AL>(a, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, xv);
+                    const long long left = KF_N - c;
+                    kf_gm_rs_add<8>(rs[h], xv, left < 0 ? 0 : left > 8 ? 8 : (int)left);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                kf_gm_rs_quad(rs[h], lane);
+                rst[h] = kf_gm_rs_final(rs[h]);
+            }
+        }
+#define KF_EPI_RST(h) , nullptr, &rst[h]
+#else
+#define KF_EPI_RST(h)
+#endif
 #pragma unroll
         for (int j0 = 0; j0 < KF_ON / 8; j0 += 4) {
 #if KF_A_FOLD
@@ -397,10 +442,11 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
 #elif KF_HEAD_D
                 kf_epi<8, AL>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
 #else
-                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS KF_EPI_RST(h));
 #endif
             }
         }
+#undef KF_EPI_RST
     }
 }
 #endif

@@ -23,6 +23,14 @@ typedef struct cg_gemm_epi {
     uint32_t n_outs;
     sbuf vl;             /* the vector loads at the top of kf_epi */
     char al_conds[1024]; /* " && kf_aligned(pN, 16)" for each base AL assumes */
+    /* The row epilogue in the tile (gemm.row_epilogue, not split): kf_pre
+     * computes the norm's input (row.input) for the statistics, kf_epi the
+     * writes with the row's statistics (rst). */
+    bool row;
+    unsigned stats; /* 1u << KF_STAT_* the statistics read */
+    sbuf vl_pre;    /* kf_pre's vector loads */
+    bool *need_pre; /* the nodes kf_pre computes (c->n of them) */
+    bool *need_epi; /* kf_epi's */
 } cg_gemm_epi;
 
 /* Coordinates in space `sp` (rank dims) of element (`row`, `col` + k) of a
@@ -53,8 +61,13 @@ bool cg_gemm_space_is_product(const kf_group *g, const kf_cuda_gemm_shape *sh);
  * gelu table, kf_gelu_bf16_v; after the head, before any expression. */
 void cg_gemm_emit_fast_ops(cg *c);
 
-/* kf_epi<VV, AL>, kf_epi_al and templates/gemm_common.cuh; frees ep's
- * buffers. */
+/* Frees what prepare allocated, for a generator that fails between
+ * prepare and emit. */
+void cg_gemm_epi_release(cg *c, cg_gemm_epi *ep);
+
+/* kf_epi<VV, AL>, kf_epi_al and templates/gemm_common.cuh (with a row
+ * epilogue first KF_ROW_EPI, the statistics' defines, kf_gm_rst and
+ * kf_pre<VV, AL>); frees ep's buffers. */
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep);
 
 /* The GEMM kernel's side of a norm prologue folded into B (cg_gemm_fold.c):

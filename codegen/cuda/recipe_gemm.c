@@ -601,6 +601,34 @@ static const char *split_make(rb *b, split_copies *sc, kf_status *st) {
     return NULL;
 }
 
+/* The split row form's row pass, a step after the GEMM's: X (the GEMM's
+ * write, or its scratch) is the row kernel's accumulator, keyed by X's
+ * tensor; its name goes at the end of `why`. */
+static kf_status split_row_pass(rb *b, const split_copies *sc, char *why, size_t why_size) {
+    const kf_group *grp = &b->plan->groups[b->gi];
+    char row_name[KF_CUDA_NAME_MAX] = "";
+    kf_cuda_buf xb = sc->x_written ? kf_rb_tensor(b, sc->x_tensor)
+                                   : kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, sc->x_tensor);
+    kf_status st = xb.kind == KF_CUDA_BUF_NONE
+                       ? kf_msg_set(b->err, KF_ERR_INTERNAL,
+                                    "group %u (%s): the split GEMM wrote no scratch for its rows",
+                                    b->gi, grp->name)
+                       : kf_rb_set(b, KF_CUDA_PARAM_ACC, sc->x_tensor, xb);
+    if (st == KF_OK)
+        st = kf_rb_add_kernel(b, &sc->rplan, KF_CUDA_ROLE_EPILOGUE, row_name, sizeof row_name,
+                              NULL);
+    if (st == KF_ERR_NOT_FOUND)
+        st = kf_msg_set(b->err, KF_ERR_INTERNAL,
+                        "group %u (%s): no row pass for the split row form", b->gi, grp->name);
+    if (st != KF_OK)
+        return st;
+    size_t len = strlen(why);
+    snprintf(why + len, why_size - len,
+             "; split row form: the epilogue writes the norm's input rows, then the row pass %s",
+             row_name);
+    return KF_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The generated GEMM kernel (sm_90a)                                         */
 /* ------------------------------------------------------------------------ */
@@ -700,7 +728,8 @@ static int64_t tiles_of(const kf_cuda_gemm_shape *sh, bool dual) {
     return ((sh->m + 127) / 128) * ((sh->n + on - 1) / on) * sh->batch;
 }
 
-static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a, const mref *bm,
+static kf_status add_generated_sm80(rb *b, const kf_plan *gplan, kf_cuda_gemm_shape *sh,
+                                    const mref *a, const mref *bm,
                                     const mref *bm1, const kf_cuda_operand *lb,
                                     const kf_cuda_operand *lb1, int64_t a_lead, int64_t b_lead,
                                     int64_t sa, int64_t sb, char *why, size_t why_size, char *name,
@@ -715,6 +744,11 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     sh->bm = sh->bn = tiles128 >= b->target->sm_count || sh->dual ? 128 : 64;
     sh->warps =
         sh->bm == 128 && !sh->dual && (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80_8WARPS) ? 8 : 4;
+    if (gm->row_epilogue && !gm->row_split) { /* whole rows a tile: 128 x 128 or 128 x 256 */
+        sh->bm = 128;
+        sh->bn = sh->n <= 128 ? 128 : 256;
+        sh->warps = sh->bn / 32;
+    }
     sh->stages = 4;
     sh->lda = a_lead;
     sh->ldb = b_lead;
@@ -722,7 +756,7 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     sh->sb = sh->b_batched ? sb : 0;
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
-    kf_status st = kf_cuda_codegen_gemm_sm80(b->plan, b->gi, b->target->arch, sh, b->mem, &k);
+    kf_status st = kf_cuda_codegen_gemm_sm80(gplan, b->gi, b->target->arch, sh, b->mem, &k);
     if (st == KF_ERR_UNSUPPORTED) {
         snprintf(why, why_size, "%.190s", k.error);
         kf_cuda_kernel_release(b->mem, &k);
@@ -799,7 +833,10 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
              sh->a_fold      ? ", norm prologue folded into B (pre-passes: row statistics, "
                                "diag(gamma) B)"
              : sh->a_scratch ? ", A from the prologue kernel's scratch"
-                             : "");
+             : gm->row_epilogue && !gm->row_split
+                 ? ", row epilogue in the tile (the rows' statistics reduced in registers and "
+                   "shared memory)"
+                 : "");
     return KF_OK;
 }
 
@@ -828,8 +865,6 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("the generated GEMM is for sm_80 to sm_89 (mma.sync) and sm_90a (wgmma), not %s",
                b->target->arch);
     bool dual = gm->n_anchors == 2;
-    if (sm80 && gm->row_split)
-        GEN_NO("the sm_80 kernel does not take the split row form yet");
     const kf_tensor *mm = g->nodes[gm->anchor[0]];
     /* Where the norm has the form kf_cuda_gemm_fold_of takes (LayerNorm,
      * RMSNorm, gamma and beta vectors) and B is the smaller operand, it is
@@ -857,8 +892,15 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     bool norm = own_a && ring && !dual && !sm80; /* (the sm_80 kernel has no norm in its ring) */
     bool scratch = gm->a_prologue && !norm && !fold;
     uint32_t norm_in = norm || fold ? pin->base : KF_NONE;
-    if (gm->row_epilogue && !gm->row_split)
-        GEN_NO("a row-wise norm follows the GEMM");
+    /* A row epilogue runs in the tile (cg_gemm_epi.c): whole rows in one
+     * column tile, 256 columns at most, and not beside a pair, a norm
+     * prologue or a head view. */
+    bool row_tile = gm->row_epilogue && !gm->row_split;
+    if (row_tile && (dual || gm->a_prologue || gm->head_dim))
+        GEN_NO("a row epilogue on a SwiGLU pair, after a norm prologue or on a head view");
+    if (row_tile && mm->dims[mm->rank - 1] > 256)
+        GEN_NO("a row epilogue over rows of N=%lld (one column tile holds 256)",
+               (long long)mm->dims[mm->rank - 1]);
     if (gm->row_split && (dual || gm->a_prologue))
         GEN_NO("the split row form on a SwiGLU pair or a norm prologue");
     if (mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
@@ -952,6 +994,23 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("a norm folded into a batched B, or one whose rows are not a multiple of 16 "
                "bytes (%s)",
                sm80 ? "cp.async" : "TMA");
+    /* The split row form: the GEMM computes the copy without the row stage
+     * (split_make), and a row pass follows (split_row_pass), on either
+     * kernel. From here every way out frees sc. */
+    split_copies sc;
+    memset(&sc, 0, sizeof sc);
+    const kf_plan *gplan = plan;
+    if (gm->row_split) {
+        kf_status sst = KF_OK;
+        const char *sw = split_make(b, &sc, &sst);
+        if (sst != KF_OK)
+            return sst;
+        if (sw)
+            GEN_NO("the split row form: %s", sw);
+        gplan = &sc.gplan;
+        sh.x_scratch = !sc.x_written;
+        sh.x_tensor = sc.x_tensor;
+    }
     if (sm80) {
         sh.a_fold = fold;
         sh.a_scratch = scratch;
@@ -962,8 +1021,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             b_lead = sh.ldb2 = sh.b_kmajor ? sh.k : sh.n;
             sb = sh.sb2 = 0;
         }
-        return add_generated_sm80(b, &sh, &a, &bm, &bm1, &lb, &lb1, a_lead, b_lead, sa, sb, why,
-                                  why_size, name, name_size);
+        kf_status st8 = add_generated_sm80(b, gplan, &sh, &a, &bm, &bm1, &lb, &lb1, a_lead, b_lead,
+                                           sa, sb, why, why_size, name, name_size);
+        if (st8 == KF_OK && gm->row_split)
+            st8 = split_row_pass(b, &sc, why, why_size);
+        split_free(b->mem, &sc);
+        return st8;
     }
     /* Cooperative 128 x 256 tiles when they still give every SM one; else
      * 128 x 128, ping-pong when some block gets two tiles (one consumer's
@@ -1030,6 +1093,16 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             sms > 1 && sh.k >= 4 * 64 && tiles % sms != 0 && (tiles % sms) * 4 <= 3 * sms)
             sh.sk_grid = (uint32_t)sms;
     }
+    /* A row epilogue in the tile: one column tile a row (128 or 256 wide;
+     * ping-pong 128-wide tiles where some block gets two), the register
+     * epilogue, no cluster or stream-K. */
+    if (row_tile) {
+        sh.bn = sh.n <= 128 ? 128 : 256;
+        sh.pingpong = sh.bn == 128 && tiles128 > b->target->sm_count;
+        sh.cluster = 0;
+        sh.epi_tma = sh.epi_staged = false;
+        sh.sk_grid = 0;
+    }
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
@@ -1039,22 +1112,6 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     if (sh.stages > GEN_MAX_STAGES)
         sh.stages = GEN_MAX_STAGES;
 
-    /* The split row form: the GEMM computes the copy without the row stage
-     * (split_make), and a row pass follows (below). */
-    split_copies sc;
-    memset(&sc, 0, sizeof sc);
-    const kf_plan *gplan = plan;
-    if (gm->row_split) {
-        kf_status sst = KF_OK;
-        const char *sw = split_make(b, &sc, &sst);
-        if (sst != KF_OK)
-            return sst;
-        if (sw)
-            GEN_NO("the split row form: %s", sw);
-        gplan = &sc.gplan;
-        sh.x_scratch = !sc.x_written;
-        sh.x_tensor = sc.x_tensor;
-    }
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
     kf_status st = kf_cuda_codegen_gemm_sm90(gplan, b->gi, b->target->arch, &sh, b->mem, &k);
@@ -1166,27 +1223,6 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             set_tmap(&ks->tmaps[i], mm->dtype, sh.b_batched, (uint64_t)sh.n, (uint64_t)sh.k,
                      (uint64_t)sh.batch, lead, bs, 64, 64, es);
     }
-    /* The split row form's row pass: X (the GEMM's write, or its scratch)
-     * is the row kernel's accumulator, keyed by X's tensor. */
-    char row_name[KF_CUDA_NAME_MAX] = "";
-    if (gm->row_split) {
-        kf_cuda_buf xb = sc.x_written ? kf_rb_tensor(b, sc.x_tensor)
-                                      : kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, sc.x_tensor);
-        st = xb.kind == KF_CUDA_BUF_NONE
-                 ? kf_msg_set(b->err, KF_ERR_INTERNAL,
-                              "group %u (%s): the split GEMM wrote no scratch for its rows", b->gi,
-                              grp->name)
-                 : kf_rb_set(b, KF_CUDA_PARAM_ACC, sc.x_tensor, xb);
-        if (st == KF_OK)
-            st = kf_rb_add_kernel(b, &sc.rplan, KF_CUDA_ROLE_EPILOGUE, row_name, sizeof row_name,
-                                  NULL);
-        split_free(b->mem, &sc);
-        if (st == KF_ERR_NOT_FOUND)
-            st = kf_msg_set(b->err, KF_ERR_INTERNAL,
-                            "group %u (%s): no row pass for the split row form", b->gi, grp->name);
-        if (st != KF_OK)
-            return st;
-    }
     char tile[48];
     if (dual)
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
@@ -1208,13 +1244,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
              : fold    ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
                          "statistics scale the accumulators) after a statistics pre-pass"
              : scratch ? ", A from the prologue kernel's scratch"
-                       : "");
-    if (row_name[0]) {
-        size_t len = strlen(why);
-        snprintf(why + len, why_size - len,
-                 "; split row form: the epilogue writes the norm's input rows, then the row "
-                 "pass %s",
-                 row_name);
+             : row_tile ? ", row epilogue in the tile (the rows' statistics reduced in registers)"
+                        : "");
+    if (gm->row_split) {
+        st = split_row_pass(b, &sc, why, why_size);
+        split_free(b->mem, &sc);
+        return st;
     }
     return KF_OK;
 #undef GEN_NO
