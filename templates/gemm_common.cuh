@@ -45,20 +45,21 @@ __device__ __forceinline__ void kf_gm_quad_t(float (&x)[8], int t) {
 #define KF_ROW_EPI 0 /* cg_gemm_epi.c's row epilogue in the tile (kf_pre, kf_gm_rst) */
 #endif
 #if KF_ROW_EPI
-/* A row's partial statistics over the columns a lane (then a quad, then a
- * tile row) has seen, f32: the count n; Chan's mean and M2 (KF_RS_M2: a
- * LayerNorm's rstd, its mean too), else the plain sum (KF_RS_SUM); the sum
- * of squares (KF_RS_SQ: an RMSNorm); the running max and the sum of
- * exponentials relative to it (KF_RS_MAX, KF_RS_EXP: softmax). Both
- * templates fold 8 columns at a time (kf_gm_rs_add) and merge partials with
- * kf_gm_rs_merge, lower columns first, so every lane of a row ends with the
- * same bits. */
+/* A row's statistics as the row kernels take them (rowwise.cuh), in two
+ * steps over the norm's input x, which the templates keep in registers in
+ * place of the accumulators: step A the sum (KF_RS_SUM: a mean), the sum of
+ * squares (KF_RS_SQ: an RMSNorm) and the max (KF_RS_MAX: softmax); step B,
+ * once A is reduced over the row, the sum of squared deviations from the
+ * mean (KF_RS_M2: a LayerNorm's rstd) and of exp(x - max) (KF_RS_EXP).
+ * f32. Partials are merged by sums and a NaN-keeping max, which commute, so
+ * every lane of a row ends with the same bits. */
+#define KF_RS_B (KF_RS_M2 || KF_RS_EXP)
 struct kf_gm_rs {
-    float n, mean, m2, sum, sq, mx, se;
+    float sum, sq, mx, m2, se;
 };
 
 __device__ __forceinline__ void kf_gm_rs_init(kf_gm_rs &s) {
-    s.n = s.mean = s.m2 = s.sum = s.sq = s.se = 0.0f;
+    s.sum = s.sq = s.m2 = s.se = 0.0f;
     s.mx = -__int_as_float(0x7f800000);
 }
 
@@ -67,109 +68,136 @@ __device__ __forceinline__ float kf_gm_maxnan(float a, float b) {
     return (a > b || a != a) ? a : b;
 }
 
-/* exp(a - m) for a <= m, 1 where a == m (both -inf included: an empty side) */
-__device__ __forceinline__ float kf_gm_rel_exp(float a, float m) {
-    return a == m ? 1.0f : expf(a - m);
-}
-
-/* s += the first nv of x[0, VV) (the rest lie past N). */
+/* Step A over the first nv of x[0, VV) (the rest lie past N). */
 template <int VV>
-__device__ __forceinline__ void kf_gm_rs_add(kf_gm_rs &s, const float *x, int nv) {
-    float cn = 0.0f, sum = 0.0f, sq = 0.0f, cm = -__int_as_float(0x7f800000);
+__device__ __forceinline__ void kf_gm_rs_add_a(kf_gm_rs &s, const float *x, int nv) {
 #pragma unroll
     for (int k = 0; k < VV; k++) {
         const bool in = k < nv;
         const float v = in ? x[k] : 0.0f;
-        cn += in ? 1.0f : 0.0f;
-        sum += v;
-        sq = fmaf(v, v, sq);
-        cm = in ? kf_gm_maxnan(cm, x[k]) : cm;
+        if (KF_RS_SUM)
+            s.sum += v;
+        if (KF_RS_SQ)
+            s.sq = fmaf(v, v, s.sq);
+        if (KF_RS_MAX)
+            s.mx = in ? kf_gm_maxnan(s.mx, v) : s.mx;
     }
-    if (KF_RS_M2) { /* the chunk's mean and M2, merged by Chan's formula */
-        const float mc = cn > 0.0f ? sum / cn : 0.0f;
-        float m2 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < VV; k++) {
-            const float d = k < nv ? x[k] - mc : 0.0f;
-            m2 = fmaf(d, d, m2);
-        }
-        const float n = s.n + cn, d = mc - s.mean, f = n > 0.0f ? cn / n : 0.0f;
-        s.mean = fmaf(d, f, s.mean);
-        s.m2 += m2 + d * d * s.n * f;
-    }
-    if (KF_RS_SUM)
-        s.sum += sum;
-    if (KF_RS_SQ)
-        s.sq += sq;
-    if (KF_RS_MAX) {
-        const float m = kf_gm_maxnan(s.mx, cm);
-        if (KF_RS_EXP) {
-            float se = s.se * kf_gm_rel_exp(s.mx, m);
-#pragma unroll
-            for (int k = 0; k < VV; k++)
-                se += k < nv ? kf_gm_rel_exp(x[k], m) : 0.0f;
-            s.se = se;
-        }
-        s.mx = m;
-    }
-    s.n += cn;
 }
 
-/* a = a then b (b's columns after a's). */
-__device__ __forceinline__ void kf_gm_rs_merge(kf_gm_rs &a, const kf_gm_rs &b) {
-    const float n = a.n + b.n;
-    if (KF_RS_M2) {
-        const float d = b.mean - a.mean, f = n > 0.0f ? b.n / n : 0.0f;
-        a.mean = fmaf(d, f, a.mean);
-        a.m2 += b.m2 + d * d * a.n * f;
-    }
-    if (KF_RS_SUM)
-        a.sum += b.sum;
-    if (KF_RS_SQ)
-        a.sq += b.sq;
-    if (KF_RS_MAX) {
-        const float m = kf_gm_maxnan(a.mx, b.mx);
+__device__ __forceinline__ float kf_gm_rs_mean(const kf_gm_rs &s) {
+    return __fdividef(s.sum, (float)KF_N);
+}
+
+/* Step B, with s's step A reduced over the whole row. */
+template <int VV>
+__device__ __forceinline__ void kf_gm_rs_add_b(kf_gm_rs &s, const float *x, int nv) {
+    float mean = kf_gm_rs_mean(s);
+    /* opaque: else the compiler shares x - mean with the epilogue's own
+     * (the same value), holding a second tile of them live until it runs */
+    asm volatile("" : "+f"(mean));
+#pragma unroll
+    for (int k = 0; k < VV; k++) {
+        const bool in = k < nv;
+        if (KF_RS_M2) {
+            const float d = in ? x[k] - mean : 0.0f;
+            s.m2 = fmaf(d, d, s.m2);
+        }
         if (KF_RS_EXP)
-            a.se = a.se * kf_gm_rel_exp(a.mx, m) + b.se * kf_gm_rel_exp(b.mx, m);
-        a.mx = m;
+            s.se += in ? expf(x[k] - s.mx) : 0.0f;
     }
-    a.n = n;
 }
 
-__device__ __forceinline__ kf_gm_rs kf_gm_rs_shfl(const kf_gm_rs &s, int m) {
-    kf_gm_rs o;
-    o.n = __shfl_xor_sync(0xffffffffu, s.n, m);
-    o.mean = KF_RS_M2 ? __shfl_xor_sync(0xffffffffu, s.mean, m) : 0.0f;
-    o.m2 = KF_RS_M2 ? __shfl_xor_sync(0xffffffffu, s.m2, m) : 0.0f;
-    o.sum = KF_RS_SUM ? __shfl_xor_sync(0xffffffffu, s.sum, m) : 0.0f;
-    o.sq = KF_RS_SQ ? __shfl_xor_sync(0xffffffffu, s.sq, m) : 0.0f;
-    o.mx = KF_RS_MAX ? __shfl_xor_sync(0xffffffffu, s.mx, m) : -__int_as_float(0x7f800000);
-    o.se = KF_RS_EXP ? __shfl_xor_sync(0xffffffffu, s.se, m) : 0.0f;
-    return o;
+__device__ __forceinline__ void kf_gm_rs_merge_a(kf_gm_rs &a, const kf_gm_rs &b) {
+    a.sum += b.sum;
+    a.sq += b.sq;
+    a.mx = kf_gm_maxnan(a.mx, b.mx);
 }
 
-/* The quad of lanes that holds a row (lane % 4 = 0..3: its column groups in
- * order after kf_gm_quad_t) merges its partials; each pair is merged lower
- * lane first, so the four lanes compute the same values. */
-__device__ __forceinline__ void kf_gm_rs_quad(kf_gm_rs &s, int lane) {
+__device__ __forceinline__ void kf_gm_rs_merge_b(kf_gm_rs &a, const kf_gm_rs &b) {
+    a.m2 += b.m2;
+    a.se += b.se;
+}
+
+/* The quad of lanes that holds a row merges its partials (two butterflies). */
+__device__ __forceinline__ void kf_gm_rs_quad_a(kf_gm_rs &s) {
 #pragma unroll
     for (int m = 1; m <= 2; m <<= 1) {
-        const kf_gm_rs o = kf_gm_rs_shfl(s, m);
-        const bool hi = (lane & m) != 0;
-        kf_gm_rs lo = hi ? o : s;
-        kf_gm_rs_merge(lo, hi ? s : o);
-        s = lo;
+        if (KF_RS_SUM)
+            s.sum += __shfl_xor_sync(0xffffffffu, s.sum, m);
+        if (KF_RS_SQ)
+            s.sq += __shfl_xor_sync(0xffffffffu, s.sq, m);
+        if (KF_RS_MAX)
+            s.mx = kf_gm_maxnan(s.mx, __shfl_xor_sync(0xffffffffu, s.mx, m));
     }
 }
 
-/* The row's statistics from its whole-row partial (KF_N columns). */
+__device__ __forceinline__ void kf_gm_rs_quad_b(kf_gm_rs &s) {
+#pragma unroll
+    for (int m = 1; m <= 2; m <<= 1) {
+        if (KF_RS_M2)
+            s.m2 += __shfl_xor_sync(0xffffffffu, s.m2, m);
+        if (KF_RS_EXP)
+            s.se += __shfl_xor_sync(0xffffffffu, s.se, m);
+    }
+}
+
+/* KF_ROW_PACK (1: bf16, 2: f16): x is a value of that dtype (the reference
+ * rounds it there), so the templates keep it two to a register, exactly,
+ * and the accumulators' registers die as x is computed; 0: x stays in the
+ * accumulators' own registers, f32. */
+#ifndef KF_ROW_PACK
+#define KF_ROW_PACK 0
+#endif
+__device__ __forceinline__ unsigned kf_gm_xpack(float lo, float hi) {
+    unsigned v;
+#if KF_ROW_PACK == 2
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo));
+#endif
+    return v;
+}
+__device__ __forceinline__ float kf_gm_xlo(unsigned v) {
+    return KF_ROW_PACK == 2 ? kf_f16_to_f32((unsigned short)(v & 0xffffu))
+                            : __uint_as_float(v << 16);
+}
+__device__ __forceinline__ float kf_gm_xhi(unsigned v) {
+    return KF_ROW_PACK == 2 ? kf_f16_to_f32((unsigned short)(v >> 16))
+                            : __uint_as_float(v & 0xffff0000u);
+}
+
+/* kf_gm_quad_t on packed pairs: lane t holds in w[i] columns 2t, 2t + 1 of
+ * column group j0 + i; after it, the 4 pairs of group j0 + t in column
+ * order. Half the shuffles of the float form. */
+__device__ __forceinline__ void kf_gm_quad_t4(unsigned (&w)[4], int t) {
+    const bool hi = (t & 2) != 0, odd = (t & 1) != 0;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const unsigned snd = hi ? w[k] : w[k + 2];
+        const unsigned rcv = __shfl_xor_sync(0xffffffffu, snd, 2);
+        if (hi)
+            w[k] = rcv;
+        else
+            w[k + 2] = rcv;
+    }
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+        const unsigned snd = odd ? w[2 * m] : w[2 * m + 1];
+        const unsigned rcv = __shfl_xor_sync(0xffffffffu, snd, 1);
+        if (odd)
+            w[2 * m] = rcv;
+        else
+            w[2 * m + 1] = rcv;
+    }
+}
+
+/* The row's statistics from its whole-row sums (KF_N columns). */
 __device__ __forceinline__ kf_gm_rst kf_gm_rs_final(const kf_gm_rs &s) {
     kf_gm_rst r;
-    const float L = (float)KF_N;
-    r.sum = KF_RS_M2 ? s.mean * s.n : s.sum;
-    r.mean = KF_RS_M2 ? s.mean : s.sum / L;
-    r.rstd = 1.0f / sqrtf(s.m2 / L + KF_RS_EPS);
-    r.rms_rstd = 1.0f / sqrtf(s.sq / L + KF_RS_EPS);
+    r.sum = s.sum;
+    r.mean = kf_gm_rs_mean(s);
+    r.rstd = rsqrtf(__fdividef(s.m2, (float)KF_N) + KF_RS_EPS);
+    r.rms_rstd = rsqrtf(__fdividef(s.sq, (float)KF_N) + KF_RS_EPS);
     r.max = s.mx;
     r.sumexp = s.se;
     return r;

@@ -27,7 +27,10 @@ typedef struct cg_gemm_epi {
      * computes the norm's input (row.input) for the statistics, kf_epi the
      * writes with the row's statistics (rst). */
     bool row;
-    unsigned stats; /* 1u << KF_STAT_* the statistics read */
+    bool row_inplace;   /* kf_epi's acc is x (the template keeps kf_pre's x
+                           in place of the accumulators), its writes reading none besides */
+    char ov_x[OV_MAX];  /* x's own override (kf_pre's) */
+    unsigned stats;     /* 1u << KF_STAT_* the statistics read */
     sbuf vl_pre;    /* kf_pre's vector loads */
     bool *need_pre; /* the nodes kf_pre computes (c->n of them) */
     bool *need_epi; /* kf_epi's */

@@ -371,13 +371,39 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
             return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
         }
     }
+    /* In place: the writes read the accumulators only through the norm's
+     * input x, so kf_pre's x replaces them in the template's registers and
+     * kf_epi reads x there (its ACC is x): the statistics' second step and
+     * the writes reload none of x's operands, and no register holds both.
+     * A group whose writes read the product otherwise (the bare product, a
+     * value before x) stays on the cuBLASLt side. */
+    uint32_t xn = ep->row ? g->row.input : KF_NONE;
+    if (ep->row) {
+        memcpy(ep->ov_x, c->ov[xn], sizeof ep->ov_x);
+        snprintf(c->ov[xn], OV_MAX, "acc[k]");
+    }
     for (uint32_t o = 0; o < ep->n_outs; o++)
         if (ep->outs[o].node != KF_NONE)
             cg_mark(c, ep->outs[o].node);
-    if (ep->row) { /* kf_epi's nodes, kf_pre's (up to the norm's input); c->need: both */
+    if (ep->row) {
+        ep->row_inplace = true;
+        for (uint32_t o = 0; o < ep->n_outs; o++)
+            ep->row_inplace = ep->row_inplace && ep->outs[o].node != KF_NONE;
+        for (uint32_t i = 0; i < c->n; i++)
+            if (c->need[i] && i != xn && g->expr[i].kind == KF_EXPR_ACC)
+                ep->row_inplace = false;
+        memcpy(c->ov[xn], ep->ov_x, sizeof ep->ov_x);
+        if (!ep->row_inplace) {
+            row_free(c, ep);
+            return cg_fail(c, KF_ERR_UNSUPPORTED,
+                           "group %u (%s): a write reads the product other than through the "
+                           "row stage's input (the row epilogue keeps only that in registers)",
+                           g->id, g->name);
+        }
+        /* kf_epi's nodes, kf_pre's (up to the norm's input); c->need: both */
         memcpy(ep->need_epi, c->need, c->n * sizeof *c->need);
         memset(c->need, 0, c->n * sizeof *c->need);
-        cg_mark(c, g->row.input);
+        cg_mark(c, xn);
         memcpy(ep->need_pre, c->need, c->n * sizeof *c->need);
         for (uint32_t i = 0; i < c->n; i++)
             c->need[i] = ep->need_epi[i] || ep->need_pre[i];
@@ -516,6 +542,16 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
     return KF_OK;
 }
 
+/* x's override while kf_pre is emitted (its own), or kf_epi (in place: the
+ * accumulator array holds x). */
+static void row_ov_x(cg *c, const cg_gemm_epi *ep, bool pre) {
+    uint32_t xn = c->g->row.input;
+    if (pre || !ep->row_inplace)
+        memcpy(c->ov[xn], ep->ov_x, sizeof ep->ov_x);
+    else
+        snprintf(c->ov[xn], OV_MAX, "acc[k]");
+}
+
 /* With a row epilogue: the statistics' defines (gemm_common.cuh's kf_gm_rs),
  * kf_gm_rst and kf_pre<VV, AL>, the norm's input x for VV columns (c->need
  * is kf_pre's while it is emitted, kf_epi's after). */
@@ -529,9 +565,16 @@ static void row_emit(cg *c, chunk_ctx *x, cg_gemm_epi *ep) {
               "#define KF_RS_SQ %d\n#define KF_RS_EPS ",
               (s & (1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP)) != 0,
               (s & (1u << KF_STAT_SUMEXP)) != 0,
-              (s & (1u << KF_STAT_SUM | 1u << KF_STAT_MEAN)) != 0 && !(s & (1u << KF_STAT_RSTD)),
+              (s & (1u << KF_STAT_SUM | 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD)) != 0,
               (s & (1u << KF_STAT_RSTD)) != 0, (s & (1u << KF_STAT_RMS_RSTD)) != 0);
     cg_emit_const(c, KF_DTYPE_F32, g->row.eps);
+    /* x rounded to a 16-bit dtype by its own node: two to a register */
+    const kf_expr *xe = &g->expr[g->row.input];
+    int pack = xe->kind != KF_EXPR_OP || xe->tensor == KF_NONE ? 0
+               : xe->dtype == KF_DTYPE_BF16                    ? 1
+               : xe->dtype == KF_DTYPE_F16                     ? 2
+                                                               : 0;
+    cg_printf(&c->s, "\n#define KF_ROW_PACK %d", pack);
     cg_puts(&c->s,
             "\n/* A row's statistics, the STAT nodes' values (kf_epi's rst). */\n"
             "struct kf_gm_rst {\n    float max, sum, mean, rstd, rms_rstd, sumexp;\n};\n\n"
@@ -549,12 +592,14 @@ static void row_emit(cg *c, chunk_ctx *x, cg_gemm_epi *ep) {
     if (ep->vl_pre.oom)
         c->st = cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
     memcpy(c->need, ep->need_pre, c->n * sizeof *c->need);
+    row_ov_x(c, ep, true);
     cg_emit_nodes(c, cg_coord_of, x, "    ", true);
     cg_printf(&c->s,
               "#pragma unroll\n    for (int k = 0; k < VV; k++)\n        xo[k] = (float)v%u[k];\n"
               "}\n\n",
               g->row.input);
     memcpy(c->need, ep->need_epi, c->n * sizeof *c->need);
+    row_ov_x(c, ep, false);
 }
 
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
@@ -574,6 +619,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "    const unsigned qn = (unsigned)q, cn = (unsigned)c0; /* where they fit */\n"
               "    (void)qn;\n    (void)cn;\n",
               sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)"
+              : ep->row_inplace ? " (acc: the norm's input x, kf_pre's, in place of the accumulators)"
               : c->g->gemm.head_dim
                   ? " (accp: the accumulators of columns c0 ^ KF_HEAD_D / 2 .., the rotate-half "
                     "partners)"
