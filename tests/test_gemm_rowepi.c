@@ -21,8 +21,8 @@
 
 #include "kf_planned.h"
 #include "kf_test.h"
-#include "runtime/cuda_exec.h"
 #include "runtime/ctx.h"
+#include "runtime/cuda_exec.h"
 
 typedef struct gpu {
     kf_ctx *ctx; /* G.ctx: the default context, for parsing and the device probe */
@@ -151,16 +151,16 @@ typedef struct row_case {
 } row_case;
 
 #define LN(M, K, N)                                                                                \
-    "kfg 1\nx = input(%s[" #M ", " #K "])\nw = input(%s[" #K ", " #N "])\nb = input(%s[" #N       \
-    "])\nr = input(%s[" #M ", " #N "])\ng = input(%s[" #N "])\nc = input(%s[" #N "])\n"          \
-    "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\ny = layer_norm(s, g, c, eps=1e-5)\n"       \
+    "kfg 1\nx = input(%s[" #M ", " #K "])\nw = input(%s[" #K ", " #N "])\nb = input(%s[" #N        \
+    "])\nr = input(%s[" #M ", " #N "])\ng = input(%s[" #N "])\nc = input(%s[" #N "])\n"            \
+    "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\ny = layer_norm(s, g, c, eps=1e-5)\n"        \
     "output y\noutput s\n"
 #define RMS(M, K, N)                                                                               \
-    "kfg 1\nx = input(%s[" #M ", " #K "])\nw = input(%s[" #N ", " #K "])\nr = input(%s[" #M     \
-    ", " #N "])\ng = input(%s[" #N "])\nh = matmul(x, w, transpose_b=true)\ns = add(h, r)\n"     \
+    "kfg 1\nx = input(%s[" #M ", " #K "])\nw = input(%s[" #N ", " #K "])\nr = input(%s[" #M        \
+    ", " #N "])\ng = input(%s[" #N "])\nh = matmul(x, w, transpose_b=true)\ns = add(h, r)\n"       \
     "y = rms_norm(s, g, eps=1e-6)\noutput y\n"
 #define SOFTMAX(B, M, K, N)                                                                        \
-    "kfg 1\nx = input(%s[" #B ", " #M ", " #K "])\nw = input(%s[" #B ", " #K ", " #N "])\n"       \
+    "kfg 1\nx = input(%s[" #B ", " #M ", " #K "])\nw = input(%s[" #B ", " #K ", " #N "])\n"        \
     "k = const(%s[], 0.125)\nh = matmul(x, w)\nt = mul(h, k)\nz = softmax(t)\noutput z\n"
 
 static const row_case cases[] = {

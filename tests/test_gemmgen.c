@@ -278,9 +278,8 @@ static void split_case_on(const char *text, bool x_written, const char *want_til
     bool sm80 = strcmp(device, "h100") != 0;
     unsigned flags = KF_CUDA_RECIPE_GEMM_GENERATED |
                      (strcmp(device, "h100-sm80") == 0 ? KF_CUDA_RECIPE_GEMM_SM80 : 0u);
-    kf_cuda_recipes *rec =
-        kf_sass_recipes(&MEM, p.plan, sm80 && strcmp(device, "a100") == 0 ? "a100" : "h100", NULL,
-                        flags);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, sm80 && strcmp(device, "a100") == 0 ? "a100" : "h100", NULL, flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     const kf_group *g = &p.plan->groups[rc->group];
     assert_true(g->gemm.row_split);
@@ -399,8 +398,8 @@ static void row_case(const char *text, const char *device, const char *want_tile
     bool sm80 = strcmp(device, "h100") != 0;
     unsigned flags = KF_CUDA_RECIPE_GEMM_GENERATED |
                      (strcmp(device, "h100-sm80") == 0 ? KF_CUDA_RECIPE_GEMM_SM80 : 0u);
-    kf_cuda_recipes *rec = kf_sass_recipes(
-        &MEM, p.plan, strcmp(device, "a100") == 0 ? "a100" : "h100", NULL, flags);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, strcmp(device, "a100") == 0 ? "a100" : "h100", NULL, flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     const kf_group *g = &p.plan->groups[rc->group];
     assert_true(g->gemm.row_epilogue);

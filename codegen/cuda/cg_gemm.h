@@ -1,7 +1,9 @@
 /*
  * cg_gemm.h -- internals the generated GEMM kernels share (cg_gemm_epi.c):
- * the epilogue on the accumulators, prepared before the source's head (it
- * adds the params) and emitted after the template's own helpers.
+ * the epilogue on the accumulators (with a row epilogue, kf_pre: the norm's
+ * input for the row statistics the template reduces), prepared before the
+ * source's head (it adds the params) and emitted after the template's own
+ * helpers.
  */
 #ifndef KF_CODEGEN_CUDA_CG_GEMM_H
 #define KF_CODEGEN_CUDA_CG_GEMM_H
@@ -27,13 +29,13 @@ typedef struct cg_gemm_epi {
      * computes the norm's input (row.input) for the statistics, kf_epi the
      * writes with the row's statistics (rst). */
     bool row;
-    bool row_inplace;   /* kf_epi's acc is x (the template keeps kf_pre's x
-                           in place of the accumulators), its writes reading none besides */
-    char ov_x[OV_MAX];  /* x's own override (kf_pre's) */
-    unsigned stats;     /* 1u << KF_STAT_* the statistics read */
-    sbuf vl_pre;    /* kf_pre's vector loads */
-    bool *need_pre; /* the nodes kf_pre computes (c->n of them) */
-    bool *need_epi; /* kf_epi's */
+    bool row_inplace;  /* kf_epi's acc is x (the template keeps kf_pre's x
+                          in place of the accumulators), its writes reading none besides */
+    char ov_x[OV_MAX]; /* x's own override (kf_pre's) */
+    unsigned stats;    /* 1u << KF_STAT_* the statistics read */
+    sbuf vl_pre;       /* kf_pre's vector loads */
+    bool *need_pre;    /* the nodes kf_pre computes (c->n of them) */
+    bool *need_epi;    /* kf_epi's */
 } cg_gemm_epi;
 
 /* Coordinates in space `sp` (rank dims) of element (`row`, `col` + k) of a

@@ -605,27 +605,30 @@ static void row_emit(cg *c, chunk_ctx *x, cg_gemm_epi *ep) {
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
     if (ep->row)
         row_emit(c, x, ep);
-    cg_printf(&c->s,
-              "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
-              " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
-              " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
-              " * strides and N are multiples of 8 needs no alignment test). SINK: the one\n"
-              " * output's values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
-              "template <int VV, bool AL, bool SINK = false>\n"
-              "__device__ __forceinline__ void kf_epi(const float *acc, %s"
-              "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr%s) "
-              "{\n    (void)sink;\n%s"
-              "    const long long q = b * KF_M + r;\n    (void)q;\n"
-              "    const unsigned qn = (unsigned)q, cn = (unsigned)c0; /* where they fit */\n"
-              "    (void)qn;\n    (void)cn;\n",
-              sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)"
-              : ep->row_inplace ? " (acc: the norm's input x, kf_pre's, in place of the accumulators)"
-              : c->g->gemm.head_dim
-                  ? " (accp: the accumulators of columns c0 ^ KF_HEAD_D / 2 .., the rotate-half "
-                    "partners)"
-                  : "",
-              sh->dual ? "const float *acc1, " : c->g->gemm.head_dim ? "const float *accp, " : "",
-              ep->row ? ", const kf_gm_rst *rst = nullptr" : "", ep->row ? "    (void)rst;\n" : "");
+    cg_printf(
+        &c->s,
+        "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
+        " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
+        " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
+        " * strides and N are multiples of 8 needs no alignment test). SINK: the one\n"
+        " * output's values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
+        "template <int VV, bool AL, bool SINK = false>\n"
+        "__device__ __forceinline__ void kf_epi(const float *acc, %s"
+        "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr%s) "
+        "{\n    (void)sink;\n%s"
+        "    const long long q = b * KF_M + r;\n    (void)q;\n"
+        "    const unsigned qn = (unsigned)q, cn = (unsigned)c0; /* where they fit */\n"
+        "    (void)qn;\n    (void)cn;\n",
+        sh->dual          ? " (acc: the gate's accumulators, acc1: the up projection's)"
+        : ep->row_inplace ? " (acc: the norm's input x, kf_pre's, in place of the accumulators)"
+        : c->g->gemm.head_dim
+            ? " (accp: the accumulators of columns c0 ^ KF_HEAD_D / 2 .., the rotate-half "
+              "partners)"
+            : "",
+        sh->dual              ? "const float *acc1, "
+        : c->g->gemm.head_dim ? "const float *accp, "
+                              : "",
+        ep->row ? ", const kf_gm_rst *rst = nullptr" : "", ep->row ? "    (void)rst;\n" : "");
     if (c->g->gemm.head_dim)
         cg_puts(&c->s, "    (void)accp;\n");
     if (ep->vl.p) {

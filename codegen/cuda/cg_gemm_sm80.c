@@ -105,8 +105,8 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
                              : "no norm prologue on A";
     else if (gm->row_split || (g->row.present && !gm->a_prologue && !gm->row_epilogue))
         why = "a row-wise stage follows the GEMM";
-    else if (gm->row_epilogue && (sh->n > sh->bn || sh->dual || sh->bm != 128 ||
-                                  sh->warps != sh->bn / 32))
+    else if (gm->row_epilogue &&
+             (sh->n > sh->bn || sh->dual || sh->bm != 128 || sh->warps != sh->bn / 32))
         why = "a row epilogue needs whole rows in one column tile (N <= the tile's width) on "
               "warp tiles of 64 x 64";
     else if (!cg_gemm_dtype_ok(mm->dtype))

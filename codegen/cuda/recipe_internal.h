@@ -6,6 +6,7 @@
  *   recipe_gemm.c  GEMM groups (what cuBLASLt applies natively, the kernels
  *                  around it) and the unfused attention fallback
  *   recipe_gemm_siblings.c  a GEMM sibling set in its first member's recipe
+ *   recipe_gemm_split.c  the split row form's plan copies and row pass
  *   recipe_attention_decode.c  the split-KV decode steps of an attention group
  *   recipe_print.c text and JSON
  *
@@ -80,6 +81,28 @@ kf_status kf_rb_gemm_lt(rb *b, uint32_t vi, const char *gen_why);
 /* Variant 0 (the generated side, its steps all in) becomes the first of a
  * measured pair: variant 1, cuBLASLt's, opens after its steps. Returns 1. */
 uint32_t kf_rb_open_lt_variant(rb *b);
+/* recipe_gemm_split.c: the split row form's two rewritten copies of the
+ * plan (the GEMM's without the row stage, the row pass's with X as its
+ * accumulator), and the row pass after the generated GEMM. */
+typedef struct kf_rb_split {
+    kf_plan gplan, rplan;
+    kf_group *groups[2];
+    kf_expr *rexpr;
+    uint32_t *arr[4]; /* gemm writes, roots; row writes, roots */
+    uint32_t n_groups, n_expr, cap;
+    uint32_t x, x_tensor; /* X's node and tensor */
+    bool x_written;       /* the plan materializes X */
+} kf_rb_split;
+/* Builds both copies of group b->gi's plan; NULL, or why the form cannot
+ * take the group (then nothing is allocated). KF_ERR_OUT_OF_MEMORY goes to
+ * *st. */
+const char *kf_rb_split_make(rb *b, kf_rb_split *sc, kf_status *st);
+/* Frees the copies (a zeroed sc too). */
+void kf_rb_split_free(const kf_mem *mem, kf_rb_split *sc);
+/* The row pass, a step after the GEMM's: X (the GEMM's write, or its
+ * scratch) is the row kernel's accumulator, keyed by X's tensor; its name
+ * goes at the end of `why`. */
+kf_status kf_rb_split_row_pass(rb *b, const kf_rb_split *sc, char *why, size_t why_size);
 /* recipe_gemm_siblings.c: the steps of the GEMM sibling set whose first
  * member is b->gi (every member's), or KF_ERR_UNSUPPORTED with the recipe
  * untouched where the set cannot run so. */
