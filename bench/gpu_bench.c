@@ -16,7 +16,11 @@
  *                 8192x4096x4096 (gemm_res_ln: the default plan, a GEMM group
  *                 and a row-wise LayerNorm; gemm_res_ln_split*: with
  *                 KF_FLAG_SPLIT_ROW_NORMS, the split row form, N = 4096 past
- *                 one tile row, measured and each side forced); LLaMA-7B's
+ *                 one tile row, measured and each side forced; _sm80: the
+ *                 mma.sync kernel forced); the same with rows of N <= 256,
+ *                 the norm in the generated kernel's tile (ln_row256:
+ *                 16384x256x1024, ln_row128: 16384x128x4096; measured,
+ *                 _generated, _sm80, _cublaslt); LLaMA-7B's
  *                 rotary embedding of q alone, B8 H32 S2048 D128 (rotary: one
  *                 elementwise kernel reading q's head view and rotate_half's
  *                 concat; peers: eager and Inductor); the transformer blocks'
@@ -1521,6 +1525,29 @@ int main(int argc, char **argv) {
     double qflops = 2.0 * (double)QB * QS * QD * QD;
     double lbytes = 2.0 * ((double)LM * LK + (double)LK * LN + 2.0 * (double)LM * LN + 3.0 * LN);
     double lflops = 2.0 * (double)LM * LN * LK;
+    /* GEMM + bias + residual + LayerNorm with rows of N <= 256 (the row
+     * epilogue: gemm.row_epilogue): 16384 x 256 x 1024 (row256) and
+     * 16384 x 128 x 4096 (row128), by default (measured), the generated
+     * kernel with the norm in its tile (_generated; _sm80: the mma.sync
+     * kernel forced) and cuBLASLt + the row-epilogue kernel (_cublaslt) */
+    int RM = g_quick ? 4096 : 16384;
+    char t_row256[640], t_row128[640];
+    snprintf(t_row256, sizeof t_row256,
+             "kfg 1\nx = input(bf16[%d, 1024])\nw = input(bf16[1024, 256])\nb = input(bf16[256])\n"
+             "r = input(bf16[%d, 256])\ng = input(bf16[256])\nc = input(bf16[256])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+             "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+             RM, RM);
+    snprintf(t_row128, sizeof t_row128,
+             "kfg 1\nx = input(bf16[%d, 4096])\nw = input(bf16[4096, 128])\nb = input(bf16[128])\n"
+             "r = input(bf16[%d, 128])\ng = input(bf16[128])\nc = input(bf16[128])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+             "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+             RM, RM);
+    double r256_bytes = 2.0 * ((double)RM * 1024 + 1024.0 * 256 + 2.0 * RM * 256 + 3.0 * 256);
+    double r256_flops = 2.0 * RM * 256.0 * 1024;
+    double r128_bytes = 2.0 * ((double)RM * 4096 + 4096.0 * 128 + 2.0 * RM * 128 + 3.0 * 128);
+    double r128_flops = 2.0 * RM * 128.0 * 4096;
     double sbytes = 2.0 * ((double)SM * SD + 2.0 * SD * SF + (double)SM * SF);
     double sflops = 4.0 * (double)SM * SD * SF;
     double rc = (double)R * C * 2;
@@ -1653,6 +1680,18 @@ int main(int argc, char **argv) {
         {"gemm_res_ln_split_generated", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          0},
         {"gemm_res_ln_split_cublaslt", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"gemm_res_ln_split_sm80", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_SM80, 0},
+        /* the row epilogue in the tile against cuBLASLt + the row kernel */
+        {"ln_row256", t_row256, r256_bytes, r256_flops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"ln_row256_generated", t_row256, r256_bytes, r256_flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         0},
+        {"ln_row256_sm80", t_row256, r256_bytes, r256_flops, 0, 0, 0, "", KF_GEMM_SM80, 0},
+        {"ln_row256_cublaslt", t_row256, r256_bytes, r256_flops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"ln_row128", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"ln_row128_generated", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         0},
+        {"ln_row128_sm80", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_SM80, 0},
+        {"ln_row128_cublaslt", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         /* q projection + rotary: the default plan (measured GEMM, then the
          * rotation kernel), forced generated; the head-split epilogue
@@ -1841,11 +1880,13 @@ int main(int argc, char **argv) {
     /* gemm_plain is cuBLASLt's row: a KF_GEMM_CUBLASLT context (the default
      * one measured it against the generated kernel and could run either) */
     kf_ctx *ctx_lt = make_ctx_gemm(NULL, KF_FLAG_NO_CACHE, KF_GEMM_CUBLASLT);
+    kf_ctx *ctx_80 = make_ctx_gemm(NULL, KF_FLAG_NO_CACHE, KF_GEMM_SM80); /* the *_sm80 cases */
     /* the gemm_res_ln_split* cases: the split row form's contexts */
     unsigned sf = KF_FLAG_NO_CACHE | KF_FLAG_SPLIT_ROW_NORMS;
     kf_ctx *sctx = make_ctx_gemm(NULL, sf, KF_GEMM_AUTO);
     kf_ctx *sctx_gen = make_ctx_gemm(NULL, sf, KF_GEMM_GENERATED);
     kf_ctx *sctx_lt = make_ctx_gemm(NULL, sf, KF_GEMM_CUBLASLT);
+    kf_ctx *sctx_80 = make_ctx_gemm(NULL, sf, KF_GEMM_SM80);
     /* the rope_q_head* cases: the head-split epilogue's contexts */
     unsigned hf = KF_FLAG_NO_CACHE | KF_FLAG_GEMM_HEAD_EPILOGUE;
     kf_ctx *hctx = make_ctx_gemm(NULL, hf, KF_GEMM_AUTO);
@@ -1861,10 +1902,13 @@ int main(int argc, char **argv) {
         }
         run_case(cases[i].gemm == KF_GEMM_GENERATED  ? (split ? sctx_gen : ctx_gen)
                  : cases[i].gemm == KF_GEMM_CUBLASLT ? (split ? sctx_lt : ctx_lt)
+                 : cases[i].gemm == KF_GEMM_SM80     ? (split ? sctx_80 : ctx_80)
                  : split                             ? sctx
                                                      : ctx,
                  &cases[i], copy_gbs, gemm_tflops);
     }
+    kf_ctx_destroy(ctx_80);
+    kf_ctx_destroy(sctx_80);
     kf_ctx_destroy(sctx);
     kf_ctx_destroy(sctx_gen);
     kf_ctx_destroy(sctx_lt);

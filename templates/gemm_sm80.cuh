@@ -32,6 +32,16 @@
  *     and the group's kf_epi<8> (cg_gemm_epi.c) runs on them: vector loads of
  *     a bias or residual, one 16-byte store, rows past M store nothing.
  *
+ * A row epilogue (KF_ROW_EPI 1, cg_gemm_epi.c: a norm or softmax of rows of
+ *   N <= KF_BN; 128 x 128 tiles on 4 warps or 128 x 256 on 8, warp tiles of
+ *   64 x 64 either way): a tile row spans the KF_WN warps of a warp row, so
+ *   the epilogue runs twice: kf_pre's norm input x replaces the
+ *   accumulators and gives per-row partial statistics (gemm_common.cuh),
+ *   merged in the quad by shuffles and across the warps through shared
+ *   memory (the ring's first bytes, after a barrier; a LayerNorm's M2 and
+ *   softmax's sum of exponentials in a second step over x), then kf_epi on
+ *   x with the row's statistics (kf_s8_row_stats).
+ *
  * A SwiGLU pair (KF_DUAL 1: silu(A.Bg) * (A.Bu), 128 x 128 tiles on 4
  *   warps): the B tile holds 64 output columns of each B, interleaved so a
  *   warp's 64 B columns are 32 of the gate's then the same 32 of the up
@@ -230,12 +240,135 @@ __device__ __forceinline__ void kf_s8_math(float (&acc)[KF_MI][KF_NI][4], unsign
     }
 }
 
+#if KF_ROW_EPI
+/* x of fragment (mi, j), row half h: packed (KF_ROW_PACK) or in the
+ * accumulators' own registers */
+#if KF_ROW_PACK
+typedef unsigned kf_s8_xs_t[KF_MI][KF_NI][2];
+#define KF_XS_SET(xs, mi, j, h, lo, hi) (xs[mi][j][h] = kf_gm_xpack(lo, hi))
+#define KF_XS_LO(xs, mi, j, h) kf_gm_xlo(xs[mi][j][h])
+#define KF_XS_HI(xs, mi, j, h) kf_gm_xhi(xs[mi][j][h])
+#else
+typedef float kf_s8_xs_t[KF_MI][KF_NI][4];
+#define KF_XS_SET(xs, mi, j, h, lo, hi) (xs[mi][j][2 * (h)] = (lo), xs[mi][j][2 * (h) + 1] = (hi))
+#define KF_XS_LO(xs, mi, j, h) xs[mi][j][2 * (h)]
+#define KF_XS_HI(xs, mi, j, h) xs[mi][j][2 * (h) + 1]
+#endif
+
+/* The row epilogue's statistics (KF_ROW_EPI, a tile row spans the KF_WN
+ * warps of a warp row): each lane puts the norm's input x (kf_pre) in place
+ * of its accumulators and takes its rows' step-A partials over its columns,
+ * merged in the quad, then through shared memory (rs: the ring, free after
+ * the main loop; one slot per tile row and warp column, step B's after step
+ * A's) across the warps, in warp-column order; step B runs over x in the
+ * registers the same way. rst[mi][h]: the statistics of the lane's row of
+ * fragment mi, half h. */
+template <bool AL>
+__device__ __forceinline__ void kf_s8_row_stats(const float (&acc)[KF_MI][KF_NI][4],
+                                                kf_s8_xs_t &xs, int b, int mb, int nb, int wm,
+                                                int wn, int lane, kf_gm_rs *rs,
+                                                kf_gm_rst (&rst)[KF_MI][2], KF_PARAMS) {
+    kf_gm_rs st[KF_MI][2];
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            kf_gm_rs s;
+            kf_gm_rs_init(s);
+            const int tr = wm * KF_WTM + mi * 16 + lane / 4 + 8 * h; /* the tile row */
+            const long long r = (long long)mb * KF_BM + tr;
+            /* the fragment as it is: pairs of columns 8j + 2 (lane % 4) */
+#pragma unroll
+            for (int j = 0; j < KF_NI; j++) {
+                float a[2], xv[2];
+                a[0] = acc[mi][j][2 * h];
+                a[1] = acc[mi][j][2 * h + 1];
+                const long long c = (long long)nb * KF_ON + wn * KF_WTN + 8 * j + 2 * (lane % 4);
+                kf_pre<2, AL>(a, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, xv);
+                const long long left = KF_N - c;
+                kf_gm_rs_add_a<2>(s, xv, left < 0 ? 0 : left > 2 ? 2 : (int)left);
+                KF_XS_SET(xs, mi, j, h, xv[0], xv[1]); /* x in place of the accumulators */
+            }
+            kf_gm_rs_quad_a(s);
+            if (lane % 4 == 0)
+                rs[tr * KF_WN + wn] = s;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tr = wm * KF_WTM + mi * 16 + lane / 4 + 8 * h;
+            st[mi][h] = rs[tr * KF_WN];
+#pragma unroll
+            for (int w = 1; w < KF_WN; w++)
+                kf_gm_rs_merge_a(st[mi][h], rs[tr * KF_WN + w]);
+        }
+    }
+#if KF_RS_B
+    kf_gm_rs *rb = rs + KF_BM * KF_WN; /* step B's slots */
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tr = wm * KF_WTM + mi * 16 + lane / 4 + 8 * h;
+            kf_gm_rs s = st[mi][h];
+#pragma unroll
+            for (int j = 0; j < KF_NI; j++) {
+                const float xv[2] = {KF_XS_LO(xs, mi, j, h), KF_XS_HI(xs, mi, j, h)};
+                const long long left =
+                    KF_N - ((long long)nb * KF_ON + wn * KF_WTN + 8 * j + 2 * (lane % 4));
+                kf_gm_rs_add_b<2>(s, xv, left < 0 ? 0 : left > 2 ? 2 : (int)left);
+            }
+            kf_gm_rs_quad_b(s);
+            if (lane % 4 == 0)
+                rb[tr * KF_WN + wn] = s;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tr = wm * KF_WTM + mi * 16 + lane / 4 + 8 * h;
+#pragma unroll
+            for (int w = 0; w < KF_WN; w++)
+                kf_gm_rs_merge_b(st[mi][h], rb[tr * KF_WN + w]);
+        }
+    }
+#endif
+#pragma unroll
+    for (int mi = 0; mi < KF_MI; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            rst[mi][h] = kf_gm_rs_final(st[mi][h]);
+}
+#define KF_EPI_RST(mi, h) , nullptr, &rst[mi][h]
+#else
+#define KF_EPI_RST(mi, h)
+#endif
+
 /* The epilogue of a warp tile from the registers (see the file's head);
  * with KF_A_FOLD (cg_gemm_fold.c) the accumulators first become the product
- * of the normalized A (kf_fold: the row's statistics, the columns' terms). */
+ * of the normalized A (kf_fold: the row's statistics, the columns' terms);
+ * with KF_ROW_EPI the rows' statistics (kf_s8_row_stats) go to kf_epi. */
 template <bool AL>
-__device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], int b, int mb,
+__device__ __forceinline__ void kf_s8_epi(float (&acc)[KF_MI][KF_NI][4], int b, int mb,
                                           int nb, int wm, int wn, int lane, KF_PARAMS) {
+#if KF_ROW_EPI
+    kf_gm_rst rst[KF_MI][2];
+#if KF_ROW_PACK
+    kf_s8_xs_t xs;
+#else
+    kf_s8_xs_t &xs = acc;
+#endif
+    {
+        extern __shared__ __align__(128) unsigned char kf_dsmem[];
+        kf_s8_row_stats<AL>(acc, xs, b, mb, nb, wm, wn, lane,
+                            reinterpret_cast<kf_gm_rs *>(kf_dsmem), rst, KF_ARGS);
+    }
+#endif
 #pragma unroll
     for (int mi = 0; mi < KF_MI; mi++) {
 #pragma unroll
@@ -251,12 +384,27 @@ __device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], i
 #pragma unroll
             for (int j0 = 0; j0 < (KF_DUAL ? KF_NI / 2 : KF_NI); j0 += 4) {
                 float a[8];
+#if KF_ROW_EPI && KF_ROW_PACK /* x, packed: the transpose moves pairs */
+                {
+                    unsigned w[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        w[i] = xs[mi][j0 + i][h];
+                    kf_gm_quad_t4(w, lane % 4);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        a[2 * i] = kf_gm_xlo(w[i]);
+                        a[2 * i + 1] = kf_gm_xhi(w[i]);
+                    }
+                }
+#else /* the accumulators, or x in their place (a row epilogue's f32 x) */
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     a[2 * i] = acc[mi][j0 + i][2 * h];
                     a[2 * i + 1] = acc[mi][j0 + i][2 * h + 1];
                 }
                 kf_gm_quad_t(a, lane % 4);
+#endif
 #if KF_DUAL
                 /* the up projection's fragments of the same columns */
                 float a1[8];
@@ -284,12 +432,13 @@ __device__ __forceinline__ void kf_s8_epi(const float (&acc)[KF_MI][KF_NI][4], i
 #if KF_DUAL
                 kf_epi<8, AL>(a, a1, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
 #else
-                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS KF_EPI_RST(mi, h));
 #endif
             }
         }
     }
 }
+#undef KF_EPI_RST
 
 extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     KF_KERNEL(const unsigned short *__restrict__ kf_pa, const unsigned short *__restrict__ kf_pb,
@@ -347,6 +496,9 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
         kf_s8_math(acc, ring + (kt % KF_STAGES) * KF_STAGE, wm, wn, lane);
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+#if KF_ROW_EPI
+    __syncthreads(); /* the ring is the row statistics' exchange from here */
+#endif
 
     if (kf_epi_al(KF_ARGS))
         kf_s8_epi<true>(acc, b, mb, nb, wm, wn, lane, KF_ARGS);

@@ -74,6 +74,16 @@
  * its buffer is waited for, so the math overlaps the previous chunk's store.
  * The buffer is the consumer's part of the staging area (8 KiB of 10).
  *
+ * Row epilogue (KF_ROW_EPI 1, cg_gemm_epi.c: a norm or softmax of rows of
+ * N <= KF_ON, the register epilogue): a row of the wgmma fragment lies in
+ * one quad of lanes, so kf_gm_epi_direct runs the tile twice: kf_pre gives
+ * the norm's input x for each lane's 8 columns, which replaces them in the
+ * accumulator registers, and the row's partial statistics
+ * (gemm_common.cuh's kf_gm_rs), merged across the quad by shuffles (a second
+ * step over x in the registers for a LayerNorm's M2 or softmax's sum of
+ * exponentials); then kf_epi on x with the row's statistics. No shared
+ * memory.
+ *
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
  * the blocks in flight share A rows and B columns in L2), batch slowest.
  *
@@ -345,14 +355,85 @@ __device__ __forceinline__ void kf_gm_fold_rows(long long rows, int warp, int la
  * epilogue's chunks each waited on their own loads between two barriers).
  * d: the consumer's accumulators of tile (b, mb, nb); cw its index. */
 template <bool AL>
-__device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b, int mb, int nb,
+__device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int mb, int nb,
                                                  int cw, int warp, int lane, KF_PARAMS) {
+#if KF_ROW_EPI
+    /* x of column pair (j, h) of half hf: packed (KF_ROW_PACK) or in d */
+#if KF_ROW_PACK
+    unsigned xp[KF_ACC / 2];
+#define KF_X_SET(hf, j, h, lo, hi) (xp[(hf) * (KF_BN / 4) + 2 * (j) + (h)] = kf_gm_xpack(lo, hi))
+#define KF_X_LO(hf, j, h) kf_gm_xlo(xp[(hf) * (KF_BN / 4) + 2 * (j) + (h)])
+#define KF_X_HI(hf, j, h) kf_gm_xhi(xp[(hf) * (KF_BN / 4) + 2 * (j) + (h)])
+#else
+#define KF_X_SET(hf, j, h, lo, hi)                                                                \
+    (d[(hf) * (KF_BN / 2) + 4 * (j) + 2 * (h)] = (lo),                                            \
+     d[(hf) * (KF_BN / 2) + 4 * (j) + 2 * (h) + 1] = (hi))
+#define KF_X_LO(hf, j, h) d[(hf) * (KF_BN / 2) + 4 * (j) + 2 * (h)]
+#define KF_X_HI(hf, j, h) d[(hf) * (KF_BN / 2) + 4 * (j) + 2 * (h) + 1]
+#endif
+#endif
 #pragma unroll
     for (int hf = 0; hf < KF_HALVES; hf++) {
         const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
 #if KF_A_FOLD
         float frs[2], fmu[2];
         kf_gm_fold_rows(rows, warp, lane, frs, fmu, KF_ARGS);
+#endif
+#if KF_ROW_EPI
+        /* The row epilogue (the tile holds whole rows, N <= KF_ON): a first
+         * pass over the fragment as it is (pairs of columns: kf_pre<2>, no
+         * transposes, which the compiler would hoist beside the live
+         * accumulators) puts the norm's input x in place of the
+         * accumulators and takes its two rows' step-A partials; a row lies
+         * in the quad, which merges them; step B runs over x in the
+         * registers; then the epilogue with the rows' statistics. */
+        kf_gm_rst rst[2];
+        {
+            kf_gm_rs rs[2];
+            kf_gm_rs_init(rs[0]);
+            kf_gm_rs_init(rs[1]);
+            /* the fragment as it is: pairs of columns 8j + 2 (lane % 4) */
+#pragma unroll
+            for (int j = 0; j < KF_ON / 8; j++) {
+                const long long c = (long long)nb * KF_ON + 8 * j + 2 * (lane % 4),
+                                left = KF_N - c;
+                const int nv = left < 0 ? 0 : left > 2 ? 2 : (int)left;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float a[2], xv[2];
+                    a[0] = d[hf * (KF_BN / 2) + 4 * j + 2 * h];
+                    a[1] = d[hf * (KF_BN / 2) + 4 * j + 2 * h + 1];
+                    const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+                    kf_pre<2, AL>(a, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, xv);
+                    kf_gm_rs_add_a<2>(rs[h], xv, nv);
+                    KF_X_SET(hf, j, h, xv[0], xv[1]); /* x in place of the accumulators */
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                kf_gm_rs_quad_a(rs[h]);
+#if KF_RS_B
+#pragma unroll
+            for (int j = 0; j < KF_ON / 8; j++) {
+                const long long left = KF_N - ((long long)nb * KF_ON + 8 * j + 2 * (lane % 4));
+                const int nv = left < 0 ? 0 : left > 2 ? 2 : (int)left;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float xv[2] = {KF_X_LO(hf, j, h), KF_X_HI(hf, j, h)};
+                    kf_gm_rs_add_b<2>(rs[h], xv, nv);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                kf_gm_rs_quad_b(rs[h]);
+#endif
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                rst[h] = kf_gm_rs_final(rs[h]);
+        }
+#define KF_EPI_RST(h) , nullptr, &rst[h]
+#else
+#define KF_EPI_RST(h)
 #endif
 #pragma unroll
         for (int j0 = 0; j0 < KF_ON / 8; j0 += 4) {
@@ -374,12 +455,27 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float a[8];
+#if KF_ROW_EPI && KF_ROW_PACK /* x, packed: the transpose moves pairs */
+                {
+                    unsigned w[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        w[i] = xp[hf * (KF_BN / 4) + 2 * (j0 + i) + h];
+                    kf_gm_quad_t4(w, lane % 4);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        a[2 * i] = kf_gm_xlo(w[i]);
+                        a[2 * i + 1] = kf_gm_xhi(w[i]);
+                    }
+                }
+#else /* the accumulators, or x in their place (a row epilogue's f32 x) */
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     a[2 * i] = d[hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h];
                     a[2 * i + 1] = d[hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h + 1];
                 }
                 kf_gm_quad_t(a, lane % 4);
+#endif
 #if KF_DUAL
                 float a1[8];
 #pragma unroll
@@ -425,11 +521,15 @@ __device__ __forceinline__ void kf_gm_epi_direct(const float (&d)[KF_ACC], int b
 #elif KF_HEAD_D
                 kf_epi<8, AL>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
 #else
-                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS);
+                kf_epi<8, AL>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS KF_EPI_RST(h));
 #endif
             }
         }
+#undef KF_EPI_RST
     }
+#undef KF_X_SET
+#undef KF_X_LO
+#undef KF_X_HI
 }
 #endif
 

@@ -266,14 +266,20 @@ static void test_every_gemm_variant_compiles_to_hgmma_and_utmaldg(void **state) 
  * kernel (HGMMA, UTMALDG, no local memory) writing the norm's input rows --
  * to a SCRATCH when the plan does not materialize them -- then the row pass
  * reading them as its accumulator, compiled; the recipe line says so. */
-static void split_case(const char *text, bool x_written, const char *want_tile) {
+/* `device`: "h100" (the wgmma kernel), "a100" (mma.sync), or "h100-sm80"
+ * (mma.sync forced on sm_90a: KF_GEMM_SM80). */
+static void split_case_on(const char *text, bool x_written, const char *want_tile,
+                          const char *device) {
     planned p;
     kf_plan_options o; /* as KF_FLAG_SPLIT_ROW_NORMS plans */
     kf_plan_options_init(&o);
     o.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
     plan_text_with(text, &o, &p);
-    kf_cuda_recipes *rec =
-        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    bool sm80 = strcmp(device, "h100") != 0;
+    unsigned flags = KF_CUDA_RECIPE_GEMM_GENERATED |
+                     (strcmp(device, "h100-sm80") == 0 ? KF_CUDA_RECIPE_GEMM_SM80 : 0u);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, sm80 && strcmp(device, "a100") == 0 ? "a100" : "h100", NULL, flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     const kf_group *g = &p.plan->groups[rc->group];
     assert_true(g->gemm.row_split);
@@ -300,8 +306,14 @@ static void split_case(const char *text, bool x_written, const char *want_tile) 
                      x_written ? KF_CUDA_PARAM_OUT : KF_CUDA_PARAM_SCRATCH);
     assert_int_equal(rk->kernel.params[0].kind, KF_CUDA_PARAM_ACC);
     /* no statistic in the GEMM's epilogue; the row pass computes them */
-    assert_non_null(strstr(gk->kernel.source, "#define KF_A_NORM 0"));
-    kf_sass_check_hopper(&MEM, &gk->kernel);
+    assert_null(strstr(gk->kernel.source, "#define KF_ROW_EPI 1"));
+    if (sm80) {
+        assert_int_equal(gk->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+        kf_sass_check_ampere(&MEM, &gk->kernel);
+    } else {
+        assert_non_null(strstr(gk->kernel.source, "#define KF_A_NORM 0"));
+        kf_sass_check_hopper(&MEM, &gk->kernel);
+    }
     kf_nvrtc_result res;
     char err[KF_MSG_MAX] = "";
     if (kf_cuda_kernel_compile(&MEM, &rk->kernel, &res, err) != KF_OK)
@@ -309,6 +321,10 @@ static void split_case(const char *text, bool x_written, const char *want_tile) 
     kf_nvrtc_result_release(&MEM, &res);
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
+}
+
+static void split_case(const char *text, bool x_written, const char *want_tile) {
+    split_case_on(text, x_written, want_tile, "h100");
 }
 
 static void test_split_row_norms_compile_to_a_gemm_and_a_row_pass(void **state) {
@@ -326,6 +342,127 @@ static void test_split_row_norms_compile_to_a_gemm_and_a_row_pass(void **state) 
                "r = input(f16[1000, 1096])\ng = input(f16[1096])\nh = matmul(x, w)\n"
                "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\noutput y\noutput s\n",
                true, "128x128");
+    /* the sm_80 kernel takes the form too: on an A100, and forced on sm_90a */
+    split_case_on("kfg 1\nx = input(bf16[1000, 264])\nw = input(bf16[264, 1096])\n"
+                  "b = input(bf16[1096])\nr = input(bf16[1000, 1096])\ng = input(bf16[1096])\n"
+                  "c = input(bf16[1096])\nh = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+                  "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+                  false, "mma.sync 64x64x32", "a100");
+    split_case_on("kfg 1\nx = input(f16[1000, 264])\nw = input(f16[264, 1096])\n"
+                  "r = input(f16[1000, 1096])\ng = input(f16[1096])\nh = matmul(x, w)\n"
+                  "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\noutput y\noutput s\n",
+                  true, "mma.sync 64x64x32", "h100-sm80");
+}
+
+/* The SASS of a row-epilogue kernel: every opcode of `want` (NULL-ended),
+ * no HGMMA on sm_80, and a stack frame of at most `max_stack` bytes. The
+ * first pass of the row epilogue holds the whole tile's x (or accumulators)
+ * while the compiler hoists the next columns' loads above it: ptxas spills
+ * a few registers there (measured 36-100 bytes, sm_90a's 168-register
+ * kernel and sm_80's 255; 0 for some). A larger frame, or any local memory
+ * besides the stack, fails. */
+static void row_sass_check(const kf_cuda_kernel *k, const char *const *want, bool sm80,
+                           unsigned max_stack) {
+    char path[] = "/tmp/kf_sass_XXXXXX";
+    kf_sass_cubin(&MEM, k, path);
+    static char out[1 << 23];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
+    kf_sass_run(cmd, out, sizeof out);
+    for (int i = 0; want[i]; i++)
+        if (!strstr(out, want[i]))
+            fail_msg("%s: no %s in the SASS", k->name, want[i]);
+    if (sm80 && strstr(out, "HGMMA"))
+        fail_msg("%s: HGMMA in the sm_80 kernel", k->name);
+    snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
+    kf_sass_run(cmd, out, sizeof out);
+    unlink(path);
+    const char *st = strstr(out, "STACK:");
+    if (!st || !strstr(out, "LOCAL:0"))
+        fail_msg("%s: no stack size, or local memory: %.200s", k->name, out);
+    unsigned stack = (unsigned)strtoul(st + 6, NULL, 10);
+    if (stack > max_stack)
+        fail_msg("%s: a stack frame of %u bytes (spills) past %u", k->name, stack, max_stack);
+    print_message("%s: stack frame %u bytes\n", k->name, stack);
+}
+
+/* A norm or softmax of the GEMM's rows (N <= 256: gemm.row_epilogue) in the
+ * generated kernel's tile: one step, the recipe names the form and the tile
+ * whose width covers N, the source has KF_ROW_EPI, and the SASS is the
+ * kernel's own (HGMMA + UTMALDG, or HMMA + LDGSTS + LDSM; the quad's
+ * shuffles) with at most a small stack frame (row_sass_check says why).
+ * `device`: "h100", "a100", or "h100-sm80" (mma.sync forced). */
+static void row_case(const char *text, const char *device, const char *want_tile) {
+    planned p;
+    plan_text(text, &p);
+    bool sm80 = strcmp(device, "h100") != 0;
+    unsigned flags = KF_CUDA_RECIPE_GEMM_GENERATED |
+                     (strcmp(device, "h100-sm80") == 0 ? KF_CUDA_RECIPE_GEMM_SM80 : 0u);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, strcmp(device, "a100") == 0 ? "a100" : "h100", NULL, flags);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    const kf_group *g = &p.plan->groups[rc->group];
+    assert_true(g->gemm.row_epilogue);
+    assert_false(g->gemm.row_split);
+    if (rc->n_variants != 1 || strcmp(rc->variants[0].label, "generated") != 0)
+        fail_msg("expected the generated side, got '%s': %s", rc->variants[0].label,
+                 rc->variants[0].how);
+    assert_int_equal(rc->n_steps, 1);
+    const kf_cuda_kstep *ks = rc->steps[0].kernel;
+    assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+    const char *how = rc->variants[0].how;
+    if (!strstr(how, "row epilogue in the tile") || !strstr(how, want_tile))
+        fail_msg("expected the row epilogue in %s tiles: %s", want_tile, how);
+    assert_non_null(strstr(ks->kernel.source, "#define KF_ROW_EPI 1"));
+    assert_non_null(strstr(ks->kernel.source, "kf_pre<"));
+    static const char *const hopper[] = {"HGMMA", "UTMALDG", "SHFL.BFLY", NULL};
+    static const char *const ampere[] = {"HMMA", "LDGSTS", "LDSM", "SHFL.BFLY", "BAR.SYNC", NULL};
+    if (sm80) {
+        assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+        assert_true(ks->shared_bytes <= 99u * 1024u);
+        row_sass_check(&ks->kernel, ampere, true, 128);
+    } else {
+        assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM90);
+        row_sass_check(&ks->kernel, hopper, false, 128);
+    }
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_row_epilogues_compile_in_the_tile_without_local_memory(void **state) {
+    (void)state;
+    static const char *const ln =
+        "kfg 1\nx = input(%s[1000, 264])\nw = input(%s[264, %d])\nb = input(%s[%d])\n"
+        "r = input(%s[1000, %d])\ng = input(%s[%d])\nc = input(%s[%d])\nh = matmul(x, w)\n"
+        "hb = add(h, b)\ns = add(hb, r)\ny = layer_norm(s, g, c, eps=1e-5)\noutput y\noutput s\n";
+    static const char *const rms =
+        "kfg 1\nx = input(%s[%d, 128])\nw = input(%s[%d, 128])\nr = input(%s[%d, %d])\n"
+        "g = input(%s[%d])\nh = matmul(x, w, transpose_b=true)\ns = add(h, r)\n"
+        "y = rms_norm(s, g, eps=1e-6)\noutput y\n";
+    static const char *const sm =
+        "kfg 1\nx = input(%s[3, 100, 72])\nw = input(%s[3, 72, %d])\nh = matmul(x, w)\n"
+        "z = softmax(h)\noutput z\n";
+    char t[1024];
+    /* LayerNorm, N = 200 (ragged): 128 x 256 on both kernels, bf16 */
+    snprintf(t, sizeof t, ln, "bf16", "bf16", 200, "bf16", 200, "bf16", 200, "bf16", 200, "bf16",
+             200);
+    row_case(t, "h100", "128x256 tiles cooperative");
+    row_case(t, "a100", "mma.sync 128x256x32 tiles on 8 warps");
+    row_case(t, "h100-sm80", "mma.sync 128x256x32 tiles on 8 warps");
+    /* LayerNorm, N = 64, f16: 128-wide tiles */
+    snprintf(t, sizeof t, ln, "f16", "f16", 64, "f16", 64, "f16", 64, "f16", 64, "f16", 64);
+    row_case(t, "h100", "128x128 tiles cooperative");
+    row_case(t, "a100", "mma.sync 128x128x32 tiles on 4 warps");
+    /* RMSNorm, N = 128, K-major B, enough rows for ping-pong tiles */
+    snprintf(t, sizeof t, rms, "bf16", 20000, "bf16", 128, "bf16", 20000, 128, "bf16", 128);
+    row_case(t, "h100", "128x128 tiles ping-pong");
+    row_case(t, "a100", "mma.sync 128x128x32 tiles on 4 warps");
+    /* softmax, N = 256 and 100, batched: f16 and bf16 */
+    snprintf(t, sizeof t, sm, "f16", "f16", 256);
+    row_case(t, "h100", "128x256 tiles");
+    row_case(t, "h100-sm80", "mma.sync 128x256x32 tiles on 8 warps");
+    snprintf(t, sizeof t, sm, "bf16", "bf16", 104);
+    row_case(t, "a100", "mma.sync 128x128x32 tiles on 4 warps");
 }
 
 /* The generated GEMM's other schedules, reachable by the internal recipe
@@ -1531,6 +1668,7 @@ int main(void) {
         cmocka_unit_test(test_cluster_pairs_compile_to_multicast_tma_and_hgmma),
         cmocka_unit_test(test_stream_k_compiles_to_hgmma_without_local_memory),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
+        cmocka_unit_test(test_row_epilogues_compile_in_the_tile_without_local_memory),
         cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),
     };
     return kf_test_run(tests);

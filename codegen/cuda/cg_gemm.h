@@ -1,7 +1,9 @@
 /*
  * cg_gemm.h -- internals the generated GEMM kernels share (cg_gemm_epi.c):
- * the epilogue on the accumulators, prepared before the source's head (it
- * adds the params) and emitted after the template's own helpers.
+ * the epilogue on the accumulators (with a row epilogue, kf_pre: the norm's
+ * input for the row statistics the template reduces), prepared before the
+ * source's head (it adds the params) and emitted after the template's own
+ * helpers.
  */
 #ifndef KF_CODEGEN_CUDA_CG_GEMM_H
 #define KF_CODEGEN_CUDA_CG_GEMM_H
@@ -23,6 +25,17 @@ typedef struct cg_gemm_epi {
     uint32_t n_outs;
     sbuf vl;             /* the vector loads at the top of kf_epi */
     char al_conds[1024]; /* " && kf_aligned(pN, 16)" for each base AL assumes */
+    /* The row epilogue in the tile (gemm.row_epilogue, not split): kf_pre
+     * computes the norm's input (row.input) for the statistics, kf_epi the
+     * writes with the row's statistics (rst). */
+    bool row;
+    bool row_inplace;  /* kf_epi's acc is x (the template keeps kf_pre's x
+                          in place of the accumulators), its writes reading none besides */
+    char ov_x[OV_MAX]; /* x's own override (kf_pre's) */
+    unsigned stats;    /* 1u << KF_STAT_* the statistics read */
+    sbuf vl_pre;       /* kf_pre's vector loads */
+    bool *need_pre;    /* the nodes kf_pre computes (c->n of them) */
+    bool *need_epi;    /* kf_epi's */
 } cg_gemm_epi;
 
 /* Coordinates in space `sp` (rank dims) of element (`row`, `col` + k) of a
@@ -53,8 +66,13 @@ bool cg_gemm_space_is_product(const kf_group *g, const kf_cuda_gemm_shape *sh);
  * gelu table, kf_gelu_bf16_v; after the head, before any expression. */
 void cg_gemm_emit_fast_ops(cg *c);
 
-/* kf_epi<VV, AL>, kf_epi_al and templates/gemm_common.cuh; frees ep's
- * buffers. */
+/* Frees what prepare allocated, for a generator that fails between
+ * prepare and emit. */
+void cg_gemm_epi_release(cg *c, cg_gemm_epi *ep);
+
+/* kf_epi<VV, AL>, kf_epi_al and templates/gemm_common.cuh (with a row
+ * epilogue first KF_ROW_EPI, the statistics' defines, kf_gm_rst and
+ * kf_pre<VV, AL>); frees ep's buffers. */
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep);
 
 /* The GEMM kernel's side of a norm prologue folded into B (cg_gemm_fold.c):

@@ -19,6 +19,19 @@
  * each quad of lanes: the mma.sync m16n8 and wgmma m64nN fragments place
  * columns alike; the SIMT template, cg_gemm_simt.c, holds them so). The
  * accumulators are f32, or f64 for an f64 product (the SIMT kernel's DFMA).
+ *
+ * The row epilogue in the tile (gemm.row_epilogue, not the split form: a norm
+ * or softmax over rows of N <= 256, one column tile a row): the template
+ * runs the tile twice. First kf_pre<VV, AL>(acc, b, r, c0, ..., xo) gives the
+ * norm's input x (row.input: the group's own expression up to it, rounded
+ * where the reference rounds it, so the statistics see the reference's
+ * values) for 8 columns, which the template folds into per-row partial
+ * statistics (gemm_common.cuh's kf_gm_rs: Chan's mean and M2, a sum of
+ * squares, or a running max and sum of exponentials; f32) and reduces across
+ * the lanes and warps that share a row (the reduction is the template's).
+ * Then kf_epi<VV, AL>(..., sink, rst) computes the writes with the STAT nodes
+ * read from the row's statistics (kf_gm_rst). kf_pre and kf_epi are one
+ * expression DAG emitted twice, over the nodes each needs.
  */
 #include "codegen/cuda/cg.h"
 
@@ -246,6 +259,57 @@ void cg_gemm_emit_fast_ops(cg *c) {
     emit_gelu_tab_v(c);
 }
 
+/* The row epilogue's checks and the STAT nodes' overrides (the row's
+ * statistics, rst->field, rounded as cg_emit_nodes rounds a STAT node);
+ * allocates the two need sets. Returns why the kernel cannot take it, or
+ * NULL. */
+static const char *row_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_epi *ep) {
+    const kf_group *g = c->g;
+    const kf_gemm_info *gm = &g->gemm;
+    if (!g->row.present || g->row.space != KF_SPACE_OUT || g->row.input >= g->n_expr ||
+        g->expr[g->row.input].space != KF_SPACE_OUT)
+        return "the row stage's input is not a value of the output space";
+    if (sh->dual || gm->head_dim || gm->a_prologue || sh->a_fold || sh->a_scratch || sh->a_norm)
+        return "a row epilogue on a SwiGLU pair, a head-split view or after a norm prologue";
+    if (g->row.length != sh->n)
+        return "the row stage's rows are not the product's rows";
+    unsigned s = g->row.stats;
+    for (uint32_t i = 0; i < g->n_expr; i++)
+        if (g->expr[i].kind == KF_EXPR_STAT)
+            s |= 1u << g->expr[i].stat;
+    if (s & (1u << KF_STAT_ARGMAX))
+        return "an argmax over the rows";
+    ep->stats = s;
+    for (uint32_t i = 0; i < g->n_expr; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (e->kind != KF_EXPR_STAT)
+            continue;
+        const char *rnd = e->tensor != KF_NONE ? cg_round_fn(e->dtype) : NULL;
+        if (rnd)
+            snprintf(c->ov[i], OV_MAX, "%s(rst->%s)", rnd, cg_stat_field(e->stat));
+        else
+            snprintf(c->ov[i], OV_MAX, "rst->%s", cg_stat_field(e->stat));
+    }
+    ep->need_pre = kf_mem_calloc(c->mem, c->n + 1, sizeof *ep->need_pre);
+    ep->need_epi = kf_mem_calloc(c->mem, c->n + 1, sizeof *ep->need_epi);
+    ep->vl_pre.mem = c->mem;
+    return NULL;
+}
+
+static void row_free(cg *c, cg_gemm_epi *ep) {
+    kf_mem_free(c->mem, ep->need_pre, (c->n + 1) * sizeof *ep->need_pre);
+    kf_mem_free(c->mem, ep->need_epi, (c->n + 1) * sizeof *ep->need_epi);
+    kf_mem_free(c->mem, ep->vl_pre.p, ep->vl_pre.cap);
+    ep->need_pre = ep->need_epi = NULL;
+    memset(&ep->vl_pre, 0, sizeof ep->vl_pre);
+}
+
+void cg_gemm_epi_release(cg *c, cg_gemm_epi *ep) {
+    kf_mem_free(c->mem, ep->vl.p, ep->vl.cap);
+    memset(&ep->vl, 0, sizeof ep->vl);
+    row_free(c, ep);
+}
+
 kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
     const kf_group *g = c->g;
     const kf_gemm_info *gm = &g->gemm;
@@ -299,9 +363,53 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
     }
     if (ep->n_outs == 0)
         return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): no writes", g->id, g->name);
+    ep->row = gm->row_epilogue && !gm->row_split;
+    if (ep->row) {
+        const char *why = row_prepare(c, sh, ep);
+        if (why)
+            return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why);
+        if (!ep->need_pre || !ep->need_epi) {
+            row_free(c, ep);
+            return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+        }
+    }
+    /* In place: the writes read the accumulators only through the norm's
+     * input x, so kf_pre's x replaces them in the template's registers and
+     * kf_epi reads x there (its ACC is x): the statistics' second step and
+     * the writes reload none of x's operands, and no register holds both.
+     * A group whose writes read the product otherwise (the bare product, a
+     * value before x) stays on the cuBLASLt side. */
+    uint32_t xn = ep->row ? g->row.input : KF_NONE;
+    if (ep->row) {
+        memcpy(ep->ov_x, c->ov[xn], sizeof ep->ov_x);
+        snprintf(c->ov[xn], OV_MAX, "acc[k]");
+    }
     for (uint32_t o = 0; o < ep->n_outs; o++)
         if (ep->outs[o].node != KF_NONE)
             cg_mark(c, ep->outs[o].node);
+    if (ep->row) {
+        ep->row_inplace = true;
+        for (uint32_t o = 0; o < ep->n_outs; o++)
+            ep->row_inplace = ep->row_inplace && ep->outs[o].node != KF_NONE;
+        for (uint32_t i = 0; i < c->n; i++)
+            if (c->need[i] && i != xn && g->expr[i].kind == KF_EXPR_ACC)
+                ep->row_inplace = false;
+        memcpy(c->ov[xn], ep->ov_x, sizeof ep->ov_x);
+        if (!ep->row_inplace) {
+            row_free(c, ep);
+            return cg_fail(c, KF_ERR_UNSUPPORTED,
+                           "group %u (%s): a write reads the product other than through the "
+                           "row stage's input (the row epilogue keeps only that in registers)",
+                           g->id, g->name);
+        }
+        /* kf_epi's nodes, kf_pre's (up to the norm's input); c->need: both */
+        memcpy(ep->need_epi, c->need, c->n * sizeof *c->need);
+        memset(c->need, 0, c->n * sizeof *c->need);
+        cg_mark(c, xn);
+        memcpy(ep->need_pre, c->need, c->n * sizeof *c->need);
+        for (uint32_t i = 0; i < c->n; i++)
+            c->need[i] = ep->need_epi[i] || ep->need_pre[i];
+    }
     for (uint32_t i = 0; i < c->n; i++) {
         const kf_expr *e = &g->expr[i];
         if (!c->need[i])
@@ -309,15 +417,18 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
         bool ok = e->space == KF_SPACE_OUT &&
                   (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_CONST || e->kind == KF_EXPR_LOAD ||
                    e->kind == KF_EXPR_ACC || e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_ROW ||
-                   e->kind == KF_EXPR_COL || e->kind == KF_EXPR_BATCH);
+                   e->kind == KF_EXPR_COL || e->kind == KF_EXPR_BATCH ||
+                   (ep->row && e->kind == KF_EXPR_STAT));
         if (e->kind == KF_EXPR_ACC && e->anchor != 0 && !(sh->dual && e->anchor == 1))
             ok = false;
-        if (!ok)
+        if (!ok) {
+            row_free(c, ep);
             return cg_fail(c, KF_ERR_UNSUPPORTED,
                            "group %u (%s): a %s node in the %s space is not an accumulator "
                            "expression",
                            g->id, g->name, kf_expr_kind_name(e->kind),
                            e->space == KF_SPACE_OUT ? "output" : "row");
+        }
     }
     cg_load_params(c);
     for (uint32_t o = 0; o < ep->n_outs; o++)
@@ -379,6 +490,7 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
         }
         if (!off[0])
             snprintf(off, sizeof off, "0");
+        size_t vl_at = ep->vl.len; /* where this load's text starts (row: which functions) */
         if (vector) {
             /* Aligned by construction when the base is (AL) and every other
              * stride and N are multiples of 8 elements (c0 is): then one
@@ -411,6 +523,14 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                 cg_reg_type(e->dtype), i, c->param[i], off, stat ? "AL && (VV == 8 || VV == 2)" : "false", i, i,
                 i, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+            if (ep->row && ep->vl.p && !ep->vl.oom) {
+                if (ep->need_pre[i])
+                    cg_printf(&ep->vl_pre, "%s", ep->vl.p + vl_at);
+                if (!ep->need_epi[i]) {
+                    ep->vl.len = vl_at;
+                    ep->vl.p[vl_at] = 0;
+                }
+            }
         } else if (along) {
             snprintf(c->ov[i], OV_MAX,
                      "(c0 + k < KF_N ? kf_ld(p%d + (%s)) : decltype(kf_ld(p%d))(0))", c->param[i],
@@ -419,35 +539,101 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
             snprintf(c->ov[i], OV_MAX, "kf_ld(p%d + (%s))", c->param[i], off);
         }
     }
+    if (ep->row) /* kf_epi's nodes until kf_pre is emitted */
+        memcpy(c->need, ep->need_epi, c->n * sizeof *c->need);
     return KF_OK;
 }
 
+/* x's override while kf_pre is emitted (its own), or kf_epi (in place: the
+ * accumulator array holds x). */
+static void row_ov_x(cg *c, const cg_gemm_epi *ep, bool pre) {
+    uint32_t xn = c->g->row.input;
+    if (pre || !ep->row_inplace)
+        memcpy(c->ov[xn], ep->ov_x, sizeof ep->ov_x);
+    else
+        snprintf(c->ov[xn], OV_MAX, "acc[k]");
+}
+
+/* With a row epilogue: the statistics' defines (gemm_common.cuh's kf_gm_rs),
+ * kf_gm_rst and kf_pre<VV, AL>, the norm's input x for VV columns (c->need
+ * is kf_pre's while it is emitted, kf_epi's after). */
+static void row_emit(cg *c, chunk_ctx *x, cg_gemm_epi *ep) {
+    const kf_group *g = c->g;
+    unsigned s = ep->stats;
+    cg_printf(&c->s,
+              "/* The row epilogue in the tile (cg_gemm_epi.c): the statistics gemm_common.cuh's\n"
+              " * kf_gm_rs keeps, f32. */\n#define KF_ROW_EPI 1\n#define KF_RS_MAX %d\n"
+              "#define KF_RS_EXP %d\n#define KF_RS_SUM %d\n#define KF_RS_M2 %d\n"
+              "#define KF_RS_SQ %d\n#define KF_RS_EPS ",
+              (s & (1u << KF_STAT_MAX | 1u << KF_STAT_SUMEXP)) != 0,
+              (s & (1u << KF_STAT_SUMEXP)) != 0,
+              (s & (1u << KF_STAT_SUM | 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD)) != 0,
+              (s & (1u << KF_STAT_RSTD)) != 0, (s & (1u << KF_STAT_RMS_RSTD)) != 0);
+    cg_emit_const(c, KF_DTYPE_F32, g->row.eps);
+    /* x rounded to a 16-bit dtype by its own node: two to a register */
+    const kf_expr *xe = &g->expr[g->row.input];
+    int pack = xe->kind != KF_EXPR_OP || xe->tensor == KF_NONE ? 0
+               : xe->dtype == KF_DTYPE_BF16                    ? 1
+               : xe->dtype == KF_DTYPE_F16                     ? 2
+                                                               : 0;
+    cg_printf(&c->s, "\n#define KF_ROW_PACK %d", pack);
+    cg_puts(&c->s,
+            "\n/* A row's statistics, the STAT nodes' values (kf_epi's rst). */\n"
+            "struct kf_gm_rst {\n    float max, sum, mean, rstd, rms_rstd, sumexp;\n};\n\n"
+            "/* The row stage's input x (the norm's or softmax's operand) for VV adjacent\n"
+            " * columns c0.. of row r of batch b, as the reference rounds it; columns past N\n"
+            " * are the caller's to leave out. */\n"
+            "template <int VV, bool AL>\n"
+            "__device__ __forceinline__ void kf_pre(const float *acc, long long b, long long r, "
+            "long long c0, KF_PARAMS, float *xo) {\n"
+            "    const long long q = b * KF_M + r;\n    (void)q;\n"
+            "    const unsigned qn = (unsigned)q, cn = (unsigned)c0;\n"
+            "    (void)qn;\n    (void)cn;\n");
+    if (ep->vl_pre.p)
+        cg_puts(&c->s, ep->vl_pre.p);
+    if (ep->vl_pre.oom)
+        c->st = cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    memcpy(c->need, ep->need_pre, c->n * sizeof *c->need);
+    row_ov_x(c, ep, true);
+    cg_emit_nodes(c, cg_coord_of, x, "    ", true);
+    cg_printf(&c->s,
+              "#pragma unroll\n    for (int k = 0; k < VV; k++)\n        xo[k] = (float)v%u[k];\n"
+              "}\n\n",
+              g->row.input);
+    memcpy(c->need, ep->need_epi, c->n * sizeof *c->need);
+    row_ov_x(c, ep, false);
+}
+
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
+    if (ep->row)
+        row_emit(c, x, ep);
     /* the accumulators: f32, or f64 for an f64 product (the SIMT kernel) */
     bool f64 = cg_tensor(c, c->g->gemm.anchor[0])->dtype == KF_DTYPE_F64;
-    const char *acc_t = f64 ? "double" : "float";
-    cg_printf(&c->s,
-              "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
-              " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
-              " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
-              " * strides and N are multiples of 8 needs no alignment test). SINK: the one\n"
-              " * output's values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
-              "template <int VV, bool AL, bool SINK = false>\n"
-              "__device__ __forceinline__ void kf_epi(const %s *acc, %s"
-              "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr) "
-              "{\n    (void)sink;\n"
-              "    const long long q = b * KF_M + r;\n    (void)q;\n"
-              "    const unsigned qn = (unsigned)q, cn = (unsigned)c0; /* where they fit */\n"
-              "    (void)qn;\n    (void)cn;\n",
-              sh->dual ? " (acc: the gate's accumulators, acc1: the up projection's)"
-              : c->g->gemm.head_dim
-                  ? " (accp: the accumulators of columns c0 ^ KF_HEAD_D / 2 .., the rotate-half "
-                    "partners)"
-                  : "",
-              acc_t,
-              sh->dual              ? (f64 ? "const double *acc1, " : "const float *acc1, ")
-              : c->g->gemm.head_dim ? "const float *accp, "
-                                    : "");
+    cg_printf(
+        &c->s,
+        "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
+        " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
+        " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
+        " * strides and N are multiples of 8 needs no alignment test). SINK: the one\n"
+        " * output's values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
+        "template <int VV, bool AL, bool SINK = false>\n"
+        "__device__ __forceinline__ void kf_epi(const %s *acc, %s"
+        "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr%s) "
+        "{\n    (void)sink;\n%s"
+        "    const long long q = b * KF_M + r;\n    (void)q;\n"
+        "    const unsigned qn = (unsigned)q, cn = (unsigned)c0; /* where they fit */\n"
+        "    (void)qn;\n    (void)cn;\n",
+        sh->dual          ? " (acc: the gate's accumulators, acc1: the up projection's)"
+        : ep->row_inplace ? " (acc: the norm's input x, kf_pre's, in place of the accumulators)"
+        : c->g->gemm.head_dim
+            ? " (accp: the accumulators of columns c0 ^ KF_HEAD_D / 2 .., the rotate-half "
+              "partners)"
+            : "",
+        f64 ? "double" : "float",
+        sh->dual              ? (f64 ? "const double *acc1, " : "const float *acc1, ")
+        : c->g->gemm.head_dim ? "const float *accp, "
+                              : "",
+        ep->row ? ", const kf_gm_rst *rst = nullptr" : "", ep->row ? "    (void)rst;\n" : "");
     if (c->g->gemm.head_dim)
         cg_puts(&c->s, "    (void)accp;\n");
     if (ep->vl.p) {
@@ -524,4 +710,6 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
                   "    return v;\n}\n\n",
                   ep->outs[0].dtype == KF_DTYPE_BF16 ? "bf16" : "f16");
     cg_puts(&c->s, kf_cuda_tpl_gemm_common);
+    if (ep->row)
+        row_free(c, ep);
 }

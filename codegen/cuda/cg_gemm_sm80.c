@@ -30,10 +30,14 @@
  * operands into one B tile, interleaved per warp, and its epilogue gets
  * both products of each output (the template's head).
  *
+ * A row epilogue (a norm or softmax of the output's rows, N <= 256:
+ * gemm.row_epilogue) runs in the tile: 128 x 128 tiles on 4 warps, or 128 x
+ * 256 on 8 (warp tiles of 64 x 64 both), cg_gemm_epi.c's kf_pre and kf_epi,
+ * the rows' statistics reduced by the template (KF_ROW_EPI).
+ *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
- * the norm in the ring,
- * a row epilogue, a write that is not the whole output, an expression
- * outside the output space.
+ * the norm in the ring, a row epilogue wider than the tile, a write that is
+ * not the whole output, an expression outside the output space.
  *
  * Speed, read from the SASS (sm_80, 128 x 128 on 4 warps): the main loop is
  * ~340 instructions per K step of 32 for its 64 HMMA and 16 LDSM, ~250 of
@@ -71,8 +75,10 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
         return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
                                   "group %u (%s): the mma.sync GEMM needs sm_80 or later, not %s",
                                   g->id, g->name, arch));
+    /* 128 x 256 on 8 warps of 64 x 64: a row epilogue's rows of N <= 256 */
     bool tile_ok = (sh->bm == 128 && sh->bn == 128 && (sh->warps == 4 || sh->warps == 8)) ||
-                   (sh->bm == 64 && sh->bn == 64 && sh->warps == 4);
+                   (sh->bm == 64 && sh->bn == 64 && sh->warps == 4) ||
+                   (sh->bm == 128 && sh->bn == 256 && sh->warps == 8 && !sh->dual);
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || !tile_ok || sh->stages < 2 ||
         sh->stages > 8 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
         sh->batch > 65535 || sh->lda < 1 || sh->ldb < 1 || sh->sa < 0 || sh->sb < 0)
@@ -97,8 +103,12 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
     else if (gm->a_prologue != (sh->a_scratch || sh->a_fold))
         why = gm->a_prologue ? "a norm prologue on A (shape.a_scratch or a_fold)"
                              : "no norm prologue on A";
-    else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
+    else if (gm->row_split || (g->row.present && !gm->a_prologue && !gm->row_epilogue))
         why = "a row-wise stage follows the GEMM";
+    else if (gm->row_epilogue &&
+             (sh->n > sh->bn || sh->dual || sh->bm != 128 || sh->warps != sh->bn / 32))
+        why = "a row epilogue needs whole rows in one column tile (N <= the tile's width) on "
+              "warp tiles of 64 x 64";
     else if (!cg_gemm_dtype_ok(mm->dtype))
         why = "the operands are not bf16 or f16";
     else if (!cg_gemm_space_is_product(g, sh))
@@ -132,6 +142,8 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
      * an SM (ptxas, sm_80: 242 registers and no local memory; 128, capped,
      * and an 8-byte stack frame with a residual epilogue). */
     bool big = sh->bm == 128;
+    /* 8 warps of 64 x 64 (the 128 x 256 tile) need their 242 registers: one block an SM */
+    uint32_t minb = !big ? 4u : sh->bn == 256 ? 1u : 2u;
     kf_cuda_kernel *k = c.k;
     k->vec = 1;
     k->launch.block = 32u * sh->warps;
@@ -139,7 +151,7 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
     int64_t tiles = ((sh->m + sh->bm - 1) / sh->bm) * ((sh->n + on - 1) / on);
     k->launch.work_items = (uint64_t)tiles;
     k->launch.items_per_block = 1;
-    k->launch.blocks_per_sm = big ? 2 : 4;
+    k->launch.blocks_per_sm = minb;
     k->launch.shared_bytes = kf_cuda_gemm_sm80_smem(sh->bm, sh->bn, sh->stages);
 
     cg_emit_head(&c, "GEMM group (mma.sync, cp.async, epilogue on the accumulators)");
@@ -150,7 +162,7 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
               "#define KF_B_KMAJOR %d\n#define KF_LDA %" PRId64 "LL\n#define KF_LDB %" PRId64
               "LL\n#define KF_SA %" PRId64 "LL\n#define KF_SB %" PRId64
               "LL\n#define KF_AB \"%s\"\n",
-              sh->m, sh->n, sh->k, sh->bm, sh->bn, sh->warps / 2u, sh->stages, big ? 2u : 4u,
+              sh->m, sh->n, sh->k, sh->bm, sh->bn, sh->warps / 2u, sh->stages, minb,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->lda, sh->ldb, sh->sa, sh->sb,
               mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16");
     if (sh->dual)

@@ -41,10 +41,17 @@
  *     arithmetic is repeated for each of A's column tiles: 1.41 ms on
  *     LLaMA's q projection where the fold takes 0.71.
  *
+ * A row epilogue (a norm or softmax of the output's rows, N <= the tile's
+ * width: gemm.row_epilogue) runs in the tile: cg_gemm_epi.c's kf_pre gives
+ * the norm's input, the template reduces each row's statistics within the
+ * quad of lanes that holds it (a wgmma row lies in one warp) and kf_epi
+ * reads them (KF_ROW_EPI; the register epilogue only).
+ *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
  * a norm prologue with neither shape.a_norm nor shape.a_scratch, or on an A the kernel cannot load
- * as it is, a row epilogue, a write that is not the whole output, an
- * expression outside the output space.
+ * as it is, a row epilogue wider than a tile or with another epilogue
+ * schedule, a write that is not the whole output, an expression outside the
+ * output space.
  *
  * The epilogue (kf_epi, the writes, the loads, the branch-free sigmoid
  * family) is cg_gemm_epi.c's, shared with the sm_80 kernel.
@@ -263,8 +270,12 @@ const char *cg_gemm_sm90_why(const cg *c, const kf_cuda_gemm_shape *sh) {
     else if (gm->a_prologue != (sh->a_norm || sh->a_scratch || sh->a_fold))
         why = gm->a_prologue ? "a norm prologue on A (shape.a_norm, a_scratch or a_fold)"
                              : "no norm prologue on A";
-    else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
+    else if (gm->row_split || (g->row.present && !gm->a_prologue && !gm->row_epilogue))
         why = "a row-wise stage follows the GEMM";
+    else if (gm->row_epilogue && (sh->n > sh->bn || sh->dual || sh->epi_tma || sh->epi_staged ||
+                                  sh->cluster == 2 || sh->sk_grid))
+        why = "a row epilogue needs whole rows in one column tile (N <= the tile's width) and "
+              "the register epilogue (no pair, TMA store, staging, cluster or stream-K)";
     else if (!cg_gemm_dtype_ok(mm->dtype))
         why = "the operands are not bf16 or f16";
     else if (gm->head_dim) {
@@ -357,7 +368,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (sh->epi_tma && (sh->dual || sh->epi_staged || epi.n_outs != 1 ||
                         epi.outs[0].dtype != mm->dtype || sh->n % 8 != 0 ||
                         (gm->head_dim && gm->heads_first && gm->m % 64 != 0))) {
-        kf_mem_free(c.mem, epi.vl.p, epi.vl.cap);
+        cg_gemm_epi_release(&c, &epi);
         GEMM_OUT(cg_fail(&c, KF_ERR_UNSUPPORTED,
                          "group %u (%s): a TMA-store epilogue needs one output of the product's "
                          "dtype, N a multiple of 8, no pair or staging, and a head view's rows "
@@ -386,7 +397,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         p_cnt = cg_param_add(&c, KF_CUDA_PARAM_COUNTERS, gm->anchor[0], KF_DTYPE_I32,
                              sk_tiles * 2u * 4u);
         if (c.st != KF_OK) {
-            kf_mem_free(c.mem, epi.vl.p, epi.vl.cap);
+            cg_gemm_epi_release(&c, &epi);
             GEMM_OUT(c.st);
         }
     }
@@ -434,7 +445,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (sh->a_norm) {
         bool *epi_need = kf_mem_alloc(c.mem, (c.n + 1) * sizeof *epi_need);
         if (!epi_need) {
-            kf_mem_free(c.mem, epi.vl.p, epi.vl.cap);
+            cg_gemm_epi_release(&c, &epi);
             GEMM_OUT(cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
         }
         memcpy(epi_need, c.need, c.n * sizeof *epi_need);

@@ -465,163 +465,6 @@ static kf_status a_operand(rb *b, int i, mref *out) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* The split row form on the generated side                                   */
-/* ------------------------------------------------------------------------ */
-
-/* A GEMM group in the split row form (fusion.h, gemm.row_split) runs on the
- * generated side as two kernels, each generated from a rewritten copy of the
- * plan that lives only for the generators' calls:
- *   gemm copy  the group without its row stage, writing every write that no
- *              row statistic reaches and the norm's input X (row.input's
- *              tensor; into a SCRATCH keyed by it where the plan does not
- *              materialize X): the generated GEMM kernel, epilogue in registers;
- *   row copy   X turned into the accumulator (an ACC node of "anchor" X's
- *              tensor, so the row kernel reads it through an ACC param keyed
- *              by X) and only the writes the statistics reach: the row-epilogue
- *              kernel cuBLASLt's side runs too, here reading X once.
- * X is rounded to its dtype where the reference rounds it, so the row pass
- * sees exactly the reference's values. */
-/* (split_copies is in recipe_internal.h: the SIMT kernel's recipe runs
- * the form too, recipe_gemm_simt.c) */
-
-static void split_free(const kf_mem *mem, split_copies *sc) {
-    for (int i = 0; i < 2; i++)
-        kf_mem_free(mem, sc->groups[i], sc->n_groups * sizeof *sc->groups[i]);
-    kf_mem_free(mem, sc->rexpr, sc->n_expr * sizeof *sc->rexpr);
-    for (int i = 0; i < 4; i++)
-        kf_mem_free(mem, sc->arr[i], sc->cap * sizeof *sc->arr[i]);
-    memset(sc, 0, sizeof *sc);
-}
-
-/* Builds both copies; NULL, or why the form cannot take the group (then
- * nothing is allocated). KF_ERR_OUT_OF_MEMORY goes to *st. */
-static const char *split_make(rb *b, split_copies *sc, kf_status *st) {
-    const kf_plan *plan = b->plan;
-    const kf_group *grp = &plan->groups[b->gi];
-    memset(sc, 0, sizeof *sc);
-    *st = KF_OK;
-    uint32_t x = grp->row.input;
-    if (!grp->row.present || x >= grp->n_expr || grp->expr[x].space != KF_SPACE_OUT ||
-        grp->expr[x].tensor == KF_NONE)
-        return "the norm's input is not a tensor of the output space";
-    const kf_tensor *mm = plan->graph->nodes[grp->gemm.anchor[0]];
-    uint32_t xt = grp->expr[x].tensor;
-    if (plan->graph->nodes[xt]->dtype != mm->dtype)
-        return "the norm's input has another dtype than the product";
-    /* dep[k]: node k is reached by a row statistic */
-    bool *dep = kf_mem_calloc(b->mem, grp->n_expr + 1, sizeof *dep);
-    sc->n_groups = plan->n_groups;
-    sc->n_expr = grp->n_expr;
-    sc->cap = grp->n_writes + 1;
-    for (int i = 0; i < 2; i++)
-        sc->groups[i] = kf_mem_alloc(b->mem, sc->n_groups * sizeof *sc->groups[i]);
-    sc->rexpr = kf_mem_alloc(b->mem, sc->n_expr * sizeof *sc->rexpr);
-    for (int i = 0; i < 4; i++)
-        sc->arr[i] = kf_mem_alloc(b->mem, sc->cap * sizeof *sc->arr[i]);
-    bool ok = dep && sc->groups[0] && sc->groups[1] && sc->rexpr;
-    for (int i = 0; i < 4; i++)
-        ok = ok && sc->arr[i];
-    if (!ok) {
-        kf_mem_free(b->mem, dep, (grp->n_expr + 1) * sizeof *dep);
-        split_free(b->mem, sc);
-        *st = kf_msg_set(b->err, KF_ERR_OUT_OF_MEMORY, "out of memory");
-        return "out of memory";
-    }
-    for (uint32_t k = 0; k < grp->n_expr; k++) {
-        const kf_expr *e = &grp->expr[k];
-        dep[k] = e->kind == KF_EXPR_STAT;
-        for (int j = 0; j < 3 && !dep[k]; j++)
-            dep[k] = e->src[j] != KF_NONE && e->src[j] < k && dep[e->src[j]];
-    }
-    uint32_t ng = 0, nr = 0;
-    sc->x = x;
-    sc->x_tensor = xt;
-    for (uint32_t w = 0; w < grp->n_writes; w++) {
-        uint32_t rt = grp->roots ? grp->roots[w] : KF_NONE;
-        bool stat = rt != KF_NONE && rt < grp->n_expr && dep[rt];
-        if (grp->writes[w] == xt)
-            sc->x_written = true;
-        if (stat) {
-            sc->arr[2][nr] = grp->writes[w];
-            sc->arr[3][nr++] = rt;
-        } else {
-            sc->arr[0][ng] = grp->writes[w];
-            sc->arr[1][ng++] = rt;
-        }
-    }
-    kf_mem_free(b->mem, dep, (grp->n_expr + 1) * sizeof *dep);
-    if (!sc->x_written) {
-        sc->arr[0][ng] = xt;
-        sc->arr[1][ng++] = x;
-    }
-    if (nr == 0) {
-        split_free(b->mem, sc);
-        return "no write of the group reads the row statistics";
-    }
-    /* the GEMM's copy: no row stage */
-    memcpy(sc->groups[0], plan->groups, sc->n_groups * sizeof *sc->groups[0]);
-    kf_group *gg = &sc->groups[0][b->gi];
-    gg->row.present = false;
-    gg->gemm.row_epilogue = gg->gemm.row_split = false;
-    gg->writes = sc->arr[0];
-    gg->roots = sc->arr[1];
-    gg->n_writes = ng;
-    sc->gplan = *plan;
-    sc->gplan.groups = sc->groups[0];
-    /* the row pass's copy: X is the accumulator */
-    memcpy(sc->groups[1], plan->groups, sc->n_groups * sizeof *sc->groups[1]);
-    memcpy(sc->rexpr, grp->expr, sc->n_expr * sizeof *sc->rexpr);
-    kf_expr *ex = &sc->rexpr[x];
-    kf_expr acc;
-    memset(&acc, 0, sizeof acc);
-    acc.kind = KF_EXPR_ACC;
-    acc.dtype = ex->dtype;
-    acc.space = KF_SPACE_OUT;
-    acc.src[0] = acc.src[1] = acc.src[2] = KF_NONE;
-    acc.tensor = xt;
-    acc.base = KF_NONE;
-    acc.anchor = 0;
-    *ex = acc;
-    kf_group *rg = &sc->groups[1][b->gi];
-    rg->expr = sc->rexpr;
-    rg->writes = sc->arr[2];
-    rg->roots = sc->arr[3];
-    rg->n_writes = nr;
-    rg->gemm.n_anchors = 1;
-    rg->gemm.anchor[0] = xt;
-    sc->rplan = *plan;
-    sc->rplan.groups = sc->groups[1];
-    return NULL;
-}
-
-const char *kf_rb_split_make(rb *b, split_copies *sc, kf_status *st) {
-    return split_make(b, sc, st);
-}
-
-void kf_rb_split_free(const kf_mem *mem, split_copies *sc) { split_free(mem, sc); }
-
-/* The split row form's row pass, a step after the GEMM's: X (the GEMM's
- * write, or its scratch) is the row kernel's accumulator, keyed by X's
- * tensor. Frees sc's copies; row_name: the kernel's name. */
-kf_status kf_rb_split_row_pass(rb *b, split_copies *sc, char *row_name, size_t row_name_size) {
-    const kf_group *grp = &b->plan->groups[b->gi];
-    kf_cuda_buf xb = sc->x_written ? kf_rb_tensor(b, sc->x_tensor)
-                                   : kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, sc->x_tensor);
-    kf_status st = xb.kind == KF_CUDA_BUF_NONE
-                       ? kf_msg_set(b->err, KF_ERR_INTERNAL,
-                                    "group %u (%s): the split GEMM wrote no scratch for its rows",
-                                    b->gi, grp->name)
-                       : kf_rb_set(b, KF_CUDA_PARAM_ACC, sc->x_tensor, xb);
-    if (st == KF_OK)
-        st = kf_rb_add_kernel(b, &sc->rplan, KF_CUDA_ROLE_EPILOGUE, row_name, row_name_size, NULL);
-    split_free(b->mem, sc);
-    if (st == KF_ERR_NOT_FOUND)
-        st = kf_msg_set(b->err, KF_ERR_INTERNAL,
-                        "group %u (%s): no row pass for the split row form", b->gi, grp->name);
-    return st;
-}
-
-/* ------------------------------------------------------------------------ */
 /* The generated GEMM kernel (sm_90a)                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -724,11 +567,11 @@ static int64_t tiles_of(const kf_cuda_gemm_shape *sh, bool dual) {
     return ((sh->m + 127) / 128) * ((sh->n + on - 1) / on) * sh->batch;
 }
 
-static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a, const mref *bm,
-                                    const mref *bm1, const kf_cuda_operand *lb,
-                                    const kf_cuda_operand *lb1, int64_t a_lead, int64_t b_lead,
-                                    int64_t sa, int64_t sb, char *why, size_t why_size, char *name,
-                                    size_t name_size) {
+static kf_status add_generated_sm80(rb *b, const kf_plan *gplan, kf_cuda_gemm_shape *sh,
+                                    const mref *a, const mref *bm, const mref *bm1,
+                                    const kf_cuda_operand *lb, const kf_cuda_operand *lb1,
+                                    int64_t a_lead, int64_t b_lead, int64_t sa, int64_t sb,
+                                    char *why, size_t why_size, char *name, size_t name_size) {
     const kf_group *grp = &b->plan->groups[b->gi];
     const kf_gemm_info *gm = &grp->gemm;
     if (sh->batch > 65535) {
@@ -739,6 +582,11 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     sh->bm = sh->bn = tiles128 >= b->target->sm_count || sh->dual ? 128 : 64;
     sh->warps =
         sh->bm == 128 && !sh->dual && (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80_8WARPS) ? 8 : 4;
+    if (gm->row_epilogue && !gm->row_split) { /* whole rows a tile: 128 x 128 or 128 x 256 */
+        sh->bm = 128;
+        sh->bn = sh->n <= 128 ? 128 : 256;
+        sh->warps = sh->bn / 32;
+    }
     sh->stages = 4;
     sh->lda = a_lead;
     sh->ldb = b_lead;
@@ -746,7 +594,7 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
     sh->sb = sh->b_batched ? sb : 0;
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
-    kf_status st = kf_cuda_codegen_gemm_sm80(b->plan, b->gi, b->target->arch, sh, b->mem, &k);
+    kf_status st = kf_cuda_codegen_gemm_sm80(gplan, b->gi, b->target->arch, sh, b->mem, &k);
     if (st == KF_ERR_UNSUPPORTED) {
         snprintf(why, why_size, "%.190s", k.error);
         kf_cuda_kernel_release(b->mem, &k);
@@ -823,7 +671,10 @@ static kf_status add_generated_sm80(rb *b, kf_cuda_gemm_shape *sh, const mref *a
              sh->a_fold      ? ", norm prologue folded into B (pre-passes: row statistics, "
                                "diag(gamma) B)"
              : sh->a_scratch ? ", A from the prologue kernel's scratch"
-                             : "");
+             : gm->row_epilogue && !gm->row_split
+                 ? ", row epilogue in the tile (the rows' statistics reduced in registers and "
+                   "shared memory)"
+                 : "");
     return KF_OK;
 }
 
@@ -858,8 +709,6 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("the generated GEMM is for sm_80 to sm_89 (mma.sync) and sm_90a (wgmma), not %s",
                b->target->arch);
     bool dual = gm->n_anchors == 2;
-    if (sm80 && !simt && gm->row_split)
-        GEN_NO("the sm_80 kernel does not take the split row form yet");
     /* Where the norm has the form kf_cuda_gemm_fold_of takes (LayerNorm,
      * RMSNorm, gamma and beta vectors) and B is the smaller operand, it is
      * folded into B: a pre-pass writes diag(gamma) B, the main loop is the
@@ -886,9 +735,22 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     bool norm = own_a && ring && !dual && !sm80 && !simt; /* (only the sm_90a kernel's ring) */
     bool scratch = gm->a_prologue && !norm && !fold;
     uint32_t norm_in = norm || fold ? pin->base : KF_NONE;
-    /* (the SIMT kernel takes every row epilogue in the split row form) */
-    if (gm->row_epilogue && !gm->row_split && !simt)
-        GEN_NO("a row-wise norm follows the GEMM");
+    /* A row epilogue runs in the tile (cg_gemm_epi.c): whole rows in one
+     * column tile, 256 columns at most, and not beside a pair, a norm
+     * prologue or a head view. Measured against cuBLASLt + the row kernel
+     * like every generated kernel. Its GPU numerics, on an H100 (branch
+     * row10, 61c0417): test_gemm_rowepi (LayerNorm, RMSNorm, softmax; N 64,
+     * 128, 192, 200, 256; ragged M, batched; bf16 and f16; sm_90a and the
+     * sm_80 kernel forced, and the sm_80 split row form), every example
+     * with --gemm generated and --gemm sm80 --check (68/68), and
+     * compute-sanitizer memcheck and racecheck on a ragged LayerNorm per
+     * kernel (clean). */
+    bool row_tile = gm->row_epilogue && !gm->row_split && !simt; /* (SIMT: the split form) */
+    if (row_tile && (dual || gm->a_prologue || gm->head_dim))
+        GEN_NO("a row epilogue on a SwiGLU pair, after a norm prologue or on a head view");
+    if (row_tile && mm->dims[mm->rank - 1] > 256)
+        GEN_NO("a row epilogue over rows of N=%lld (one column tile holds 256)",
+               (long long)mm->dims[mm->rank - 1]);
     if ((gm->row_split || (simt && gm->row_epilogue)) && (dual || gm->a_prologue))
         GEN_NO("the split row form on a SwiGLU pair or a norm prologue");
     if (!simt && mm->dtype != KF_DTYPE_BF16 && mm->dtype != KF_DTYPE_F16)
@@ -994,6 +856,23 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("a norm folded into a batched B, or one whose rows are not a multiple of 16 "
                "bytes (%s)",
                sm80 ? "cp.async" : "TMA");
+    /* The split row form: the GEMM computes the copy without the row stage
+     * (kf_rb_split_make), and a row pass follows (kf_rb_split_row_pass), on either
+     * kernel. From here every way out frees sc. */
+    kf_rb_split sc;
+    memset(&sc, 0, sizeof sc);
+    const kf_plan *gplan = plan;
+    if (gm->row_split) {
+        kf_status sst = KF_OK;
+        const char *sw = kf_rb_split_make(b, &sc, &sst);
+        if (sst != KF_OK)
+            return sst;
+        if (sw)
+            GEN_NO("the split row form: %s", sw);
+        gplan = &sc.gplan;
+        sh.x_scratch = !sc.x_written;
+        sh.x_tensor = sc.x_tensor;
+    }
     if (sm80) {
         sh.a_fold = fold;
         sh.a_scratch = scratch;
@@ -1004,8 +883,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             b_lead = sh.ldb2 = sh.b_kmajor ? sh.k : sh.n;
             sb = sh.sb2 = 0;
         }
-        return add_generated_sm80(b, &sh, &a, &bm, &bm1, &lb, &lb1, a_lead, b_lead, sa, sb, why,
-                                  why_size, name, name_size);
+        kf_status st8 = add_generated_sm80(b, gplan, &sh, &a, &bm, &bm1, &lb, &lb1, a_lead, b_lead,
+                                           sa, sb, why, why_size, name, name_size);
+        if (st8 == KF_OK && gm->row_split)
+            st8 = kf_rb_split_row_pass(b, &sc, why, why_size);
+        kf_rb_split_free(b->mem, &sc);
+        return st8;
     }
     /* Cooperative 128 x 256 tiles when they still give every SM one; else
      * 128 x 128, ping-pong when some block gets two tiles (one consumer's
@@ -1072,6 +955,16 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             sms > 1 && sh.k >= 4 * 64 && tiles % sms != 0 && (tiles % sms) * 4 <= 3 * sms)
             sh.sk_grid = (uint32_t)sms;
     }
+    /* A row epilogue in the tile: one column tile a row (128 or 256 wide;
+     * ping-pong 128-wide tiles where some block gets two), the register
+     * epilogue, no cluster or stream-K. */
+    if (row_tile) {
+        sh.bn = sh.n <= 128 ? 128 : 256;
+        sh.pingpong = sh.bn == 128 && tiles128 > b->target->sm_count;
+        sh.cluster = 0;
+        sh.epi_tma = sh.epi_staged = false;
+        sh.sk_grid = 0;
+    }
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
@@ -1081,42 +974,26 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     if (sh.stages > GEN_MAX_STAGES)
         sh.stages = GEN_MAX_STAGES;
 
-    /* The split row form: the GEMM computes the copy without the row stage
-     * (split_make), and a row pass follows (below). */
-    split_copies sc;
-    memset(&sc, 0, sizeof sc);
-    const kf_plan *gplan = plan;
-    if (gm->row_split) {
-        kf_status sst = KF_OK;
-        const char *sw = split_make(b, &sc, &sst);
-        if (sst != KF_OK)
-            return sst;
-        if (sw)
-            GEN_NO("the split row form: %s", sw);
-        gplan = &sc.gplan;
-        sh.x_scratch = !sc.x_written;
-        sh.x_tensor = sc.x_tensor;
-    }
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
     kf_status st = kf_cuda_codegen_gemm_sm90(gplan, b->gi, b->target->arch, &sh, b->mem, &k);
     if (st == KF_ERR_UNSUPPORTED) {
         snprintf(why, why_size, "%.190s", k.error);
         kf_cuda_kernel_release(b->mem, &k);
-        split_free(b->mem, &sc);
+        kf_rb_split_free(b->mem, &sc);
         return st;
     }
     if (st != KF_OK) {
         kf_msg_set(b->err, st, "group %u (%s): %s", b->gi, grp->name,
                    k.error[0] ? k.error : kf_status_str(st));
         kf_cuda_kernel_release(b->mem, &k);
-        split_free(b->mem, &sc);
+        kf_rb_split_free(b->mem, &sc);
         return st;
     }
     uint32_t n_maps = dual || sh.epi_tma ? 3 : 2;
     if (k.n_params + n_maps > KF_CUDA_MAX_PARAMS) {
         kf_cuda_kernel_release(b->mem, &k);
-        split_free(b->mem, &sc);
+        kf_rb_split_free(b->mem, &sc);
         GEN_NO("more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
     }
     snprintf(name, name_size, "%s", k.name);
@@ -1144,7 +1021,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     }
     kf_cuda_kstep *ks = NULL;
     if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK) {
-        split_free(b->mem, &sc);
+        kf_rb_split_free(b->mem, &sc);
         return st;
     }
     if (sh.cluster == 2)
@@ -1208,11 +1085,6 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             set_tmap(&ks->tmaps[i], mm->dtype, sh.b_batched, (uint64_t)sh.n, (uint64_t)sh.k,
                      (uint64_t)sh.batch, lead, bs, 64, 64, es);
     }
-    /* The split row form's row pass: X (the GEMM's write, or its scratch)
-     * is the row kernel's accumulator, keyed by X's tensor. */
-    char row_name[KF_CUDA_NAME_MAX] = "";
-    if (gm->row_split && (st = kf_rb_split_row_pass(b, &sc, row_name, sizeof row_name)) != KF_OK)
-        return st;
     if (b->sib_shape)
         *b->sib_shape = sh;
     char tile[48];
@@ -1236,13 +1108,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
              : fold    ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
                          "statistics scale the accumulators) after a statistics pre-pass"
              : scratch ? ", A from the prologue kernel's scratch"
-                       : "");
-    if (row_name[0]) {
-        size_t len = strlen(why);
-        snprintf(why + len, why_size - len,
-                 "; split row form: the epilogue writes the norm's input rows, then the row "
-                 "pass %s",
-                 row_name);
+             : row_tile ? ", row epilogue in the tile (the rows' statistics reduced in registers)"
+                        : "");
+    if (gm->row_split) {
+        st = kf_rb_split_row_pass(b, &sc, why, why_size);
+        kf_rb_split_free(b->mem, &sc);
+        return st;
     }
     return KF_OK;
 #undef GEN_NO

@@ -66,7 +66,7 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
 
     /* The split row form (a row epilogue): the kernel computes the copy
      * without the row stage, a row pass follows. */
-    split_copies sc;
+    kf_rb_split sc;
     memset(&sc, 0, sizeof sc);
     const kf_plan *gplan = plan;
     bool split = gm->row_split || gm->row_epilogue;
@@ -126,9 +126,6 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
     ks->args[1].buf = bm;
     if (sh->dual)
         ks->args[2].buf = b1;
-    char row_name[KF_CUDA_NAME_MAX] = "";
-    if (split && (st = kf_rb_split_row_pass(b, &sc, row_name, sizeof row_name)) != KF_OK)
-        return st;
     char tile[48];
     if (sh->dual)
         snprintf(tile, sizeof tile, "pair %ux(2x%u)", sh->bm, sh->bn);
@@ -141,12 +138,10 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
         sh->a_kmajor ? "K" : "M", sh->b_kmajor ? "K" : "N",
         sh->batch > 1 ? ", batched in one launch (grid z)" : "",
         sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
-    if (row_name[0]) {
-        size_t len = strlen(why);
-        snprintf(why + len, why_size - len,
-                 "; split row form: the epilogue writes the norm's input rows, then the row "
-                 "pass %s",
-                 row_name);
+    if (split) { /* the row pass's name goes at the end of why */
+        st = kf_rb_split_row_pass(b, &sc, why, why_size);
+        kf_rb_split_free(b->mem, &sc);
+        return st;
     }
     return KF_OK;
 }

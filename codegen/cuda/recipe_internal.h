@@ -7,6 +7,7 @@
  *                  around it) and the unfused attention fallback
  *   recipe_gemm_siblings.c  a GEMM sibling set in its first member's recipe
  *   recipe_gemm_simt.c      the SIMT kernel of an f32 / f64 GEMM group
+ *   recipe_gemm_split.c     the split row form's plan copies and row pass
  *   recipe_attention_decode.c  the split-KV decode steps of an attention group
  *   recipe_print.c text and JSON
  *
@@ -83,16 +84,10 @@ kf_status kf_rb_gemm_lt(rb *b, uint32_t vi, const char *gen_why);
 /* Variant 0 (the generated side, its steps all in) becomes the first of a
  * measured pair: variant 1, cuBLASLt's, opens after its steps. Returns 1. */
 uint32_t kf_rb_open_lt_variant(rb *b);
-/* recipe_gemm_siblings.c: the steps of the GEMM sibling set whose first
- * member is b->gi (every member's), or KF_ERR_UNSUPPORTED with the recipe
- * untouched where the set cannot run so. */
-kf_status kf_rb_gemm_siblings(rb *b);
-kf_status kf_rb_attention(rb *b);
-
-/* recipe_gemm.c: the two rewritten copies of a GEMM group's plan that run
- * its split row form (the GEMM without the row stage, then the row pass; the
- * comment before split_make says how). */
-typedef struct split_copies {
+/* recipe_gemm_split.c: the split row form's two rewritten copies of the
+ * plan (the GEMM's without the row stage, the row pass's with X as its
+ * accumulator), and the row pass after the generated GEMM. */
+typedef struct kf_rb_split {
     kf_plan gplan, rplan;
     kf_group *groups[2];
     kf_expr *rexpr;
@@ -100,13 +95,24 @@ typedef struct split_copies {
     uint32_t n_groups, n_expr, cap;
     uint32_t x, x_tensor; /* X's node and tensor */
     bool x_written;       /* the plan materializes X */
-} split_copies;
-/* Builds both copies of group b->gi; NULL, or why the form cannot take the
- * group (then nothing is allocated). KF_ERR_OUT_OF_MEMORY goes to *st. */
-const char *kf_rb_split_make(rb *b, split_copies *sc, kf_status *st);
-void kf_rb_split_free(const kf_mem *mem, split_copies *sc);
-/* The row pass after the split form's GEMM (its step appended; frees sc). */
-kf_status kf_rb_split_row_pass(rb *b, split_copies *sc, char *row_name, size_t row_name_size);
+} kf_rb_split;
+/* Builds both copies of group b->gi's plan; NULL, or why the form cannot
+ * take the group (then nothing is allocated). KF_ERR_OUT_OF_MEMORY goes to
+ * *st. */
+const char *kf_rb_split_make(rb *b, kf_rb_split *sc, kf_status *st);
+/* Frees the copies (a zeroed sc too). */
+void kf_rb_split_free(const kf_mem *mem, kf_rb_split *sc);
+/* The row pass, a step after the GEMM's: X (the GEMM's write, or its
+ * scratch) is the row kernel's accumulator, keyed by X's tensor; its name
+ * goes at the end of `why`. */
+kf_status kf_rb_split_row_pass(rb *b, const kf_rb_split *sc, char *why, size_t why_size);
+/* recipe_gemm_siblings.c: the steps of the GEMM sibling set whose first
+ * member is b->gi (every member's), or KF_ERR_UNSUPPORTED with the recipe
+ * untouched where the set cannot run so. */
+kf_status kf_rb_gemm_siblings(rb *b);
+kf_status kf_rb_attention(rb *b);
+
+/* recipe_gemm.c: */
 /* The prologue kernel writing A normalized to scratch, a step before the
  * GEMM's `gemm` (released on failure); *abuf: that scratch. */
 kf_status kf_rb_scratch_a_step(rb *b, kf_cuda_kernel *gemm, kf_cuda_buf *abuf);

@@ -1,0 +1,272 @@
+/*
+ * test_gemm_rowepi.c -- on the GPU: a norm or softmax of a GEMM's rows run in
+ * the generated kernel's tile (the row epilogue, cg_gemm_epi.c's kf_pre and
+ * kf_epi, the rows' statistics reduced by the templates), on the sm_90a
+ * kernel (--gemm generated) and the sm_80 kernel forced (--gemm sm80: it
+ * runs on any GPU from sm_80); and the split row form (rows longer than a
+ * tile) on the sm_80 kernel. Every case's report must name the form, so a
+ * case that fell back to the cuBLASLt side fails rather than passing on it.
+ *
+ * Inputs are fresh random values (KF_TEST_SEED replays a run); outputs are
+ * poisoned (NaN) before each run; each output is judged by kf_graph_check
+ * against the exact value within the per-dtype bound; NaN never passes.
+ * Without a driver or a device every test is skipped with a visible message
+ * and the binary exits 77 (ctest: skipped, never passed).
+ */
+#define _GNU_SOURCE /* mkdtemp */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kf_planned.h"
+#include "kf_test.h"
+#include "runtime/ctx.h"
+#include "runtime/cuda_exec.h"
+
+typedef struct gpu {
+    kf_ctx *ctx; /* G.ctx: the default context, for parsing and the device probe */
+    bool have;
+    char why[KF_MSG_MAX];
+    char cache_dir[256];
+} gpu;
+
+static gpu G;
+
+static int group_setup(void **state) {
+    (void)state;
+    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_rowepi_XXXXXX");
+    if (!mkdtemp(G.cache_dir))
+        G.cache_dir[0] = 0;
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    if (kf_ctx_create(&o, &G.ctx) != KF_OK)
+        return -1;
+    G.have = kf_cuda_exec_available(G.ctx);
+    if (!G.have)
+        snprintf(G.why, sizeof G.why, "the driver sees no CUDA device 0");
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    kf_ctx_destroy(G.ctx);
+    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
+        fprintf(stderr, "could not remove %s\n", G.cache_dir);
+    return 0;
+}
+
+#define REQUIRE_GPU()                                                                              \
+    do {                                                                                           \
+        if (!G.have) {                                                                             \
+            fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);                              \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static kf_ctx *ctx_with(unsigned flags, kf_gemm_mode gemm) {
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.flags = flags;
+    o.gemm = gemm;
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    return ctx;
+}
+
+/* Parses `fmt` (every %s the dtype name), compiles it in `ctx`, checks the
+ * report holds each of `want` ('|'-separated), runs it on random inputs in [-1, 1] with the outputs
+ * poisoned, and judges every output against the exact value. */
+static void run_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream, const char *want,
+                     const char *what) {
+    char text[4096];
+    const char *dn = kf_dtype_name(d);
+    snprintf(text, sizeof text, fmt, dn, dn, dn, dn, dn, dn, dn, dn, dn, dn);
+    kf_graph *g = NULL;
+    if (kf_graph_parse(G.ctx, text, strlen(text), &g) != KF_OK)
+        fail_msg("%s: parse: %s\n%s", what, g ? kf_graph_error(g) : "no graph", text);
+    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
+    kf_binding *in = calloc(n_in + 1, sizeof *in);
+    kf_binding *out = calloc(n_out + 1, sizeof *out);
+    kf_check_result *res = calloc(n_out + 1, sizeof *res);
+    assert_true(in && out && res);
+    kf_test_rng rng = kf_test_rng_make(stream);
+    for (size_t i = 0; i < n_in; i++) {
+        const kf_tensor *t = kf_graph_input(g, i);
+        size_t n = (size_t)kf_tensor_numel(t);
+        in[i].name = kf_tensor_name(t);
+        in[i].size = n * kf_dtype_size(kf_tensor_dtype(t));
+        in[i].data = malloc(in[i].size + 1);
+        kf_test_fill_input(in[i].data, t, n, &rng, -1.0, 1.0);
+    }
+    for (size_t i = 0; i < n_out; i++) {
+        const kf_tensor *t = kf_graph_output(g, i);
+        size_t n = (size_t)kf_tensor_numel(t);
+        out[i].name = kf_graph_output_name(g, i);
+        out[i].size = n * kf_dtype_size(kf_tensor_dtype(t));
+        out[i].data = malloc(out[i].size + 1);
+        kf_test_poison(out[i].data, kf_tensor_dtype(t), n);
+    }
+    kf_program *p = NULL;
+    if (kf_compile(ctx, g, &p) != KF_OK)
+        fail_msg("%s [%s]: kf_compile: %s", what, dn, kf_graph_error(g));
+    char *report = kf_test_report(p, KF_REPORT_TEXT);
+    char wants[256];
+    snprintf(wants, sizeof wants, "%s", want);
+    for (char *tok = strtok(wants, "|"); tok; tok = strtok(NULL, "|"))
+        if (!strstr(report, tok))
+            fail_msg("%s [%s]: the report lacks '%s':\n%s", what, dn, tok, report);
+    if (kf_program_run(p, in, n_in, out, n_out, NULL) != KF_OK)
+        fail_msg("%s [%s]: kf_program_run: %s", what, dn, kf_program_error(p));
+    if (kf_graph_check(g, in, n_in, out, n_out, res) != KF_OK)
+        fail_msg("%s [%s]: reference: %s", what, dn, kf_graph_error(g));
+    for (size_t i = 0; i < n_out; i++)
+        if (!res[i].pass)
+            fail_msg("%s [%s], output %s: error %g against the exact value exceeds the bound %g "
+                     "(the reference's own error %g; KF_TEST_SEED=%llu)\n%s",
+                     what, dn, out[i].name, res[i].err, res[i].bound, res[i].ref_err,
+                     (unsigned long long)kf_test_seed(), report);
+    free(report);
+    kf_program_destroy(p);
+    for (size_t i = 0; i < n_in; i++)
+        free(in[i].data);
+    for (size_t i = 0; i < n_out; i++)
+        free(out[i].data);
+    free(in);
+    free(out);
+    free(res);
+    kf_graph_destroy(g);
+}
+
+/* The cases: bias + residual + LayerNorm with the pre-norm sum written too,
+ * residual + RMSNorm (B transposed), softmax of a batched product, over
+ * N = 64, 128, 200 (ragged in its 256-wide tile) and 256, ragged M. */
+typedef struct row_case {
+    const char *text;
+    const char *name;
+} row_case;
+
+#define LN(M, K, N)                                                                                \
+    "kfg 1\nx = input(%s[" #M ", " #K "])\nw = input(%s[" #K ", " #N "])\nb = input(%s[" #N        \
+    "])\nr = input(%s[" #M ", " #N "])\ng = input(%s[" #N "])\nc = input(%s[" #N "])\n"            \
+    "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\ny = layer_norm(s, g, c, eps=1e-5)\n"        \
+    "output y\noutput s\n"
+#define RMS(M, K, N)                                                                               \
+    "kfg 1\nx = input(%s[" #M ", " #K "])\nw = input(%s[" #N ", " #K "])\nr = input(%s[" #M        \
+    ", " #N "])\ng = input(%s[" #N "])\nh = matmul(x, w, transpose_b=true)\ns = add(h, r)\n"       \
+    "y = rms_norm(s, g, eps=1e-6)\noutput y\n"
+#define SOFTMAX(B, M, K, N)                                                                        \
+    "kfg 1\nx = input(%s[" #B ", " #M ", " #K "])\nw = input(%s[" #B ", " #K ", " #N "])\n"        \
+    "k = const(%s[], 0.125)\nh = matmul(x, w)\nt = mul(h, k)\nz = softmax(t)\noutput z\n"
+
+static const row_case cases[] = {
+    {LN(1000, 264, 200), "LayerNorm, N = 200 (ragged tile), ragged M, pre-norm written"},
+    {LN(300, 72, 64), "LayerNorm, N = 64"},
+    {LN(517, 136, 256), "LayerNorm, N = 256, ragged M"},
+    {RMS(700, 128, 128), "RMSNorm, N = 128, K-major B"},
+    {RMS(333, 64, 200), "RMSNorm, N = 200"},
+    {SOFTMAX(3, 100, 72, 256), "softmax, N = 256, batched"},
+    {SOFTMAX(2, 129, 64, 64), "softmax, N = 64, batched, ragged M"},
+    {SOFTMAX(2, 77, 40, 128), "softmax, N = 128, batched, K = 40"},
+    {"kfg 1\nx = input(%s[2, 200, 64])\nw = input(%s[2, 64, 192])\nh = matmul(x, w)\n"
+     "z = softmax(h)\noutput z\n",
+     "softmax of the product itself (x: the f32 accumulators), N = 192"},
+    {"kfg 1\nx = input(%s[260, 96])\nw = input(%s[96, 128])\nb = input(%s[128])\n"
+     "g = input(%s[128])\nc = input(%s[128])\nh = matmul(x, w)\ns = add(h, b)\n"
+     "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+     "LayerNorm of bias only, N = 128, the pre-norm not written"},
+};
+
+static void run_cases(kf_ctx *ctx, kf_dtype d, const char *want, uint64_t seed0) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(ctx, cases[i].text, d, seed0 + i, want, cases[i].name);
+}
+
+/* sm_90a (the wgmma kernel; on another arch the recipe names the sm_80
+ * kernel, which the tests after cover): every case in the tile, bf16 and
+ * f16 (one test each, so a GPU run can take them in parallel). */
+static void generated_cases(kf_dtype d, uint64_t seed0) {
+    kf_ctx *ctx = ctx_with(0, KF_GEMM_GENERATED);
+    run_cases(ctx, d, "row epilogue in the tile", seed0);
+    kf_ctx_destroy(ctx);
+}
+
+static void test_bf16_row_epilogues_in_the_generated_tile_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    generated_cases(KF_DTYPE_BF16, 4100);
+}
+
+static void test_f16_row_epilogues_in_the_generated_tile_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    generated_cases(KF_DTYPE_F16, 4200);
+}
+
+/* The sm_80 kernel forced (KF_GEMM_SM80): 128 x 128 tiles on 4 warps or
+ * 128 x 256 on 8, the statistics across warps through shared memory. */
+static void sm80_cases(kf_dtype d, uint64_t seed0) {
+    kf_ctx *ctx = ctx_with(0, KF_GEMM_SM80);
+    run_cases(ctx, d, "mma.sync|row epilogue in the tile", seed0);
+    kf_ctx_destroy(ctx);
+}
+
+static void test_bf16_row_epilogues_in_the_sm80_tile_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    sm80_cases(KF_DTYPE_BF16, 4300);
+}
+
+static void test_f16_row_epilogues_in_the_sm80_tile_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    sm80_cases(KF_DTYPE_F16, 4400);
+}
+
+/* The split row form (KF_FLAG_SPLIT_ROW_NORMS, rows past 256) on the sm_80
+ * kernel: the GEMM writes the norm's input, a row pass follows. */
+static void test_split_row_norms_on_the_sm80_kernel_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = ctx_with(KF_FLAG_SPLIT_ROW_NORMS, KF_GEMM_SM80);
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < 2; d++) {
+        run_case(ctx,
+                 "kfg 1\nx = input(%s[1000, 264])\nw = input(%s[264, 1096])\n"
+                 "b = input(%s[1096])\nr = input(%s[1000, 1096])\ng = input(%s[1096])\n"
+                 "c = input(%s[1096])\nh = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+                 "y = layer_norm(s, g, c, eps=1e-5)\noutput y\noutput s\n",
+                 dts[d], 4500 + d, "mma.sync|the epilogue writes the norm's input rows",
+                 "split row, sm80: bias + residual + layer_norm, ragged");
+        run_case(ctx,
+                 "kfg 1\nx = input(%s[3, 70, 136])\nw = input(%s[136, 4104])\n"
+                 "r = input(%s[3, 70, 4104])\ng = input(%s[4104])\nh = matmul(x, w)\n"
+                 "s = add(h, r)\ny = rms_norm(s, g, eps=1e-6)\noutput y\n",
+                 dts[d], 4510 + d, "mma.sync|the epilogue writes the norm's input rows",
+                 "split row, sm80: residual + rms_norm, N = 4104, batch folded");
+    }
+    kf_ctx_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_row_epilogues_in_the_generated_tile_match_the_reference),
+        cmocka_unit_test(test_f16_row_epilogues_in_the_generated_tile_match_the_reference),
+        cmocka_unit_test(test_bf16_row_epilogues_in_the_sm80_tile_match_the_reference),
+        cmocka_unit_test(test_f16_row_epilogues_in_the_sm80_tile_match_the_reference),
+        cmocka_unit_test(test_split_row_norms_on_the_sm80_kernel_match_the_reference),
+    };
+    kf_test_filter();
+    int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+    if (failed == 0 && !G.have) {
+        fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);
+        return 77; /* ctest: SKIP_RETURN_CODE */
+    }
+    if (failed)
+        fprintf(stderr, "replay with KF_TEST_SEED=%llu\n", (unsigned long long)kf_test_seed());
+    return failed;
+}
