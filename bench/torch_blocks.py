@@ -936,7 +936,8 @@ def headline(names, rounds, trace_dir, res, save):
                                                  if k not in ("kernels", "largest_gaps_per_call",
                                                               "host_api_per_call")}, flush=True)
                 save()
-                del fns, progs
+                fns.clear()  # the compiled graphs and programs go before the next block
+                progs.clear()
                 torch._dynamo.reset()
     finally:
         _core.Context.compile = compile_
