@@ -16,8 +16,9 @@ a thread from the moment its graph is translated, so kf_compile (NVRTC or the
 disk cache, cuBLASLt, the GEMM choices) overlaps what Dynamo still does before
 the first call (guards, bytecode); the first call waits for it. False compiles
 at the first call, in the caller's thread. "tiered_compile" (default False,
-as kfuse.Context; opt-in until a bench shows the steady state it reaches is
-the measured winner's in every block): on a cold cache a GEMM group whose measured
+as kfuse.Context; opt-in: on an H100 at ba31334 its swap, timed while the
+LLaMA layer ran back to back at the power-capped clock, kept other winners
+than the untiered compile's and left the block 1.8% slower): on a cold cache a GEMM group whose measured
 choice (kfuse's generated kernel or cuBLASLt) is not known yet runs cuBLASLt
 from the first call while the generated kernel compiles in the background; the
 first call after it is ready times both, keeps the faster (stored in the disk
