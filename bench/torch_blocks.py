@@ -228,6 +228,17 @@ def _stamps():
     around(tb._KfusePartition, "forward", "first_forward", "forward_returned")
     around(_core.Context, "compile", "kf_compile_start", "kf_compile_end")
     around(_core.Program, "run_device_list", "run_start", "run_end")
+    if hasattr(_core.Program, "_use_torch_workspace"):  # the first run's workspace
+        around(_core.Program, "_use_torch_workspace", "workspace_start", "workspace_end")
+    lib = _core._L()
+    c_run = lib.kf_program_run_device
+
+    def c_marked(*a):  # the first run's C call (binding, launches)
+        mark("c_run_start")
+        r = c_run(*a)
+        mark("c_run_end")
+        return r
+    lib.kf_program_run_device = c_marked
     compile_ = _core.Context.compile
 
     def keep(self, graph):  # the programs, for their prepare phases
@@ -409,6 +420,7 @@ def _marks():
 
     def entry(self, *a, **k):
         m.append(clock())
+        tb._bench_last = (self, a)  # the partition and its arguments (latency_parts)
         return orig(self, *a, **k)
     setattr(part, name, entry)
     lib = _core._L()
@@ -429,6 +441,36 @@ def _marks():
         for n, run in runs.items():
             setattr(lib, n, run)
     return undo
+
+
+def latency_parts(part, args, reps):
+    """The host microseconds of the parts of a kfuse partition's call, each
+    timed alone after a synchronize (host_us): the partition's call (the
+    guard, the outputs, the binding, the C run), the guard over the inputs,
+    the outputs' allocation, kf_program_run_device alone (bound to outputs
+    held here), and the ctypes call of it refused at once (a NULL program:
+    the price of crossing into C with these arguments)."""
+    prog = next(iter(part.programs.values()))
+    fp = prog._fast
+    res = {"partition_call_us": host_us(lambda: part.call(args), reps)}
+    if fp is None or fp.idx < 0:
+        return res
+    if fp.guard is not None:
+        res["guard_us"] = host_us(lambda: fp.guard.check(*args), reps)
+    res["outputs_us"] = host_us(
+        lambda: [fp.empty(s, dtype=d, device=fp.dev) for d, s in fp.tout], reps)
+    outs = [fp.empty(s, dtype=d, device=fp.dev) for d, s in fp.tout]
+    with prog._lock:
+        for i, a in enumerate(args):
+            fp.words_in[fp.slot * i + 1] = a.data_ptr()
+        for i, o in enumerate(outs):
+            fp.words_out[fp.slot * i + 1] = o.data_ptr()
+        run, h, stream = prog._lib.kf_program_run_device, prog._h, fp.raw_stream(fp.idx)
+        res["c_run_us"] = host_us(lambda: run(h, fp.bi, fp.n_in, fp.bo, fp.n_out, stream), reps)
+        res["ctypes_floor_us"] = host_us(
+            lambda: run(None, fp.bi, fp.n_in, fp.bo, fp.n_out, stream), reps)
+    res["bindings"] = fp.n_in + fp.n_out
+    return res
 
 
 def steady_child(spec):
@@ -473,6 +515,12 @@ def steady_child(spec):
             row["kfuse_runs"] = [{k: (p.report(format="json").get("cuda_run") or {}).get(k)
                                   for k in ("launches_per_run", "captured_graphs",
                                             "captured_replays")} for p in programs]
+            if not SMOKE:  # a single call's start to its first kernel (the profiler)
+                row["kfuse_profile"] = {
+                    k: v for k, v in profile_calls(lambda: fn(*xs, **kw), 20,
+                                                   tempfile.mkdtemp(prefix="kfuse-steady-"),
+                                                   name).items()
+                    if k in ("single_calls", "busy_ms_per_call", "span_ms_per_call")}
             # the same calls with the marks: a graph compiled after they are in
             torch._dynamo.reset()
             undo = _marks()
@@ -482,10 +530,22 @@ def steady_child(spec):
                 row["kfuse_breakdown_us"] = host_breakdown(lambda: fn(*xs, **kw), spec["reps"])
             finally:
                 undo()
+            from kfuse import torch_backend as tb
+
+            last = getattr(tb, "_bench_last", None)
+            if last is not None and not SMOKE:
+                row["kfuse_latency_parts_us"] = latency_parts(last[0], last[1][0], spec["reps"])
             torch._dynamo.reset()
             noop = torch.compile(mod, backend=_noop_backend())
             noop(*xs, **kw)
             row["noop_backend_host_us"] = host_us(lambda: noop(*xs, **kw), spec["reps"])
+            if not SMOKE and hasattr(torch.cuda, "_sleep"):
+                # the same after waiting for ~0.5 ms of GPU work, as kfuse's calls
+                # (and Inductor's) wait for the last call's kernels: a thread
+                # that waited starts its next call slower than one that did not
+                wait = lambda: torch.cuda._sleep(1000000)  # noqa: E731
+                row["noop_backend_host_us_after_gpu_wait"] = host_us(
+                    lambda: noop(*xs, **kw), spec["reps"], pre=wait)
             del fn, noop
             torch._dynamo.reset()
     print("CHILD " + json.dumps(out), flush=True)
@@ -654,17 +714,277 @@ def gap(name, mod, xs, kw, variants, reps, trace_dir):
 
 
 
+# ---------------------------------------------------------------------------
+# The headline (--headline): Inductor and kfuse interleaved in one process
+# ---------------------------------------------------------------------------
+
+def kernel_table(path, reps):
+    """{kernel name: [calls a call, ms a call]} of a profiler trace of `reps`
+    calls, GPU activity (kernels, copies, memsets) by name."""
+    with open(path) as f:
+        ev = json.load(f).get("traceEvents", [])
+    tab = {}
+    for e in ev:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e:
+            t = tab.setdefault(e["name"], [0, 0.0])
+            t[0] += 1
+            t[1] += e["dur"]
+    return {k: [round(v[0] / reps, 2), round(v[1] / reps / 1e3, 4)]
+            for k, v in sorted(tab.items(), key=lambda kv: -kv[1][1])}
+
+
+CALL_MARK = "torch_blocks_call"
+
+
+def first_kernel(path):
+    """From a profiler trace of single calls (each after a synchronize,
+    each inside record_function(CALL_MARK)): medians over the calls of the
+    microseconds from the call's start to its first GPU activity (kernel,
+    copy or memset: the GPU waited that long for the host), to its first
+    launch API call (runtime or driver, where CUPTI records it), the host's
+    time in the call, and the GPU span of the call's activity."""
+    import statistics
+
+    with open(path) as f:
+        ev = json.load(f).get("traceEvents", [])
+    anns = sorted((e for e in ev if e.get("cat") == "user_annotation"
+                   and e.get("name") == CALL_MARK), key=lambda e: e["ts"])
+    gpu = sorted((e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and "dur" in e), key=lambda e: e["ts"])
+    api = sorted((e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                  and "Launch" in e.get("name", "")), key=lambda e: e["ts"])
+    rows = {"first_gpu_us": [], "first_launch_us": [], "host_us": [], "gpu_span_us": []}
+    names = {}
+    for i, a in enumerate(anns):
+        t0 = a["ts"]
+        t1 = anns[i + 1]["ts"] if i + 1 < len(anns) else float("inf")
+        mine = [g for g in gpu if t0 <= g["ts"] < t1]
+        if not mine:
+            continue
+        rows["first_gpu_us"].append(mine[0]["ts"] - t0)
+        names[mine[0]["name"][:60]] = names.get(mine[0]["name"][:60], 0) + 1
+        rows["gpu_span_us"].append(max(g["ts"] + g["dur"] for g in mine) - mine[0]["ts"])
+        rows["host_us"].append(a.get("dur", 0.0))
+        la = next((x for x in api if t0 <= x["ts"] <= t0 + a.get("dur", 0.0)), None)
+        if la is not None:
+            rows["first_launch_us"].append(la["ts"] - t0)
+    out = {k: round(statistics.median(v), 2) for k, v in rows.items() if v}
+    out["calls"] = len(rows["first_gpu_us"])
+    out["first_activity"] = names
+    return out
+
+
+def profile_calls(call, reps, trace_dir, tag):
+    """The profiler over `reps` calls back to back (analyse_trace: GPU span,
+    busy, idle, gaps; kernel_table) and over `reps` single calls
+    (first_kernel: the call's start to its first GPU activity)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    for _ in range(3):
+        call()
+    sync()
+    with profile(activities=acts) as prof:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
+    p1 = os.path.join(trace_dir, f"loop-{tag}.json")
+    prof.export_chrome_trace(p1)
+    out = analyse_trace(p1, reps)
+    out["kernels"] = kernel_table(p1, reps)
+    with profile(activities=acts) as prof:
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            with record_function(CALL_MARK):
+                call()
+        torch.cuda.synchronize()
+    p2 = os.path.join(trace_dir, f"single-{tag}.json")
+    prof.export_chrome_trace(p2)
+    out["single_calls"] = first_kernel(p2)
+    return out
+
+
+def _measured(programs):
+    """Each CUDA program's measured GEMM choices (group, chosen side, ms of
+    each side) and whether its tiered compile is still pending."""
+    res = []
+    for p in programs:
+        run = p.report(format="json").get("cuda_run") or {}
+        res.append({"measured": [{k: m.get(k) for k in ("group", "chosen", "ms", "tiered")}
+                                 for m in run.get("measured", [])],
+                    "tiered_compile": run.get("tiered_compile"),
+                    "captured_graphs": run.get("captured_graphs"),
+                    "captured_replays": run.get("captured_replays")})
+    return res
+
+
+def headline(names, rounds, trace_dir, res, save):
+    """The headline in one process: per block, Inductor, kfuse (tiered
+    compile off, on an empty cache) and kfuse with the tiered compile (on
+    another empty cache; called until its programs report the measured
+    winners swapped in); then `rounds` rounds, each variant in turn (the
+    order reversed every other round), of single calls (median_ms) and calls
+    back to back (loop_ms), each with nvidia-smi's clocks and power over it;
+    the medians over the rounds; then for each variant the profiler's kernel
+    table and per-call GPU time (calls back to back) and the time from a
+    single call's start to its first GPU activity; the host time of a call."""
+    import datetime
+    import statistics
+
+    import torch
+
+    from kfuse import _core
+    from kfuse.torch_backend import last_report, make_backend
+
+    holder = {"list": None}
+    compile_ = _core.Context.compile
+
+    def keep(self, graph):  # each variant's programs, for their reports
+        p = compile_(self, graph)
+        if holder["list"] is not None:
+            holder["list"].append(p)
+        return p
+    _core.Context.compile = keep
+    smi = smi_start()
+    out = res.setdefault("headline", {"rounds": rounds, "smi": smi is not None})
+    try:
+        for name, mod, xs, kw in blocks(names):
+            row = out.setdefault(name, {})
+            reps = 15 if name == "llama7b" else 100
+            row["reps"] = reps
+            with torch.no_grad():
+                ref = first(mod(*xs, **kw)).float()
+                fns, progs = {}, {}
+
+                def err(fn):
+                    y = first(fn(*xs, **kw)).float()
+                    return ((y - ref).norm() / ref.norm()).item()
+
+                def make(label, maker):
+                    holder["list"] = progs.setdefault(label, [])
+                    try:
+                        fn = maker()
+                        row[label + "_first_call_in_process_s"] = round(
+                            timed_first_call(lambda: fn(*xs, **kw))[0], 3)
+                        row[label + "_rel_err"] = err(fn)
+                        fns[label] = fn
+                    except Exception as e:  # noqa: BLE001 - recorded, the rest goes on
+                        row[label + "_error"] = str(e)[:1500]
+                    finally:
+                        holder["list"] = None
+
+                torch._dynamo.reset()
+                make("inductor", lambda: torch.compile(mod))
+                make("kfuse", lambda: torch.compile(mod, backend=make_backend(
+                    cache_dir=tempfile.mkdtemp(prefix="kfuse-head-"), tiered_compile=False)))
+                row["kfuse_report"] = last_report()
+                make("kfuse_tiered", lambda: torch.compile(mod, backend=make_backend(
+                    cache_dir=tempfile.mkdtemp(prefix="kfuse-tier-"), tiered_compile=True)))
+                if "kfuse_tiered" in fns:
+                    ft = fns["kfuse_tiered"]
+                    row["tiered_swap"] = _until_swap(progs["kfuse_tiered"],
+                                                     lambda: ft(*xs, **kw))
+                    row["kfuse_tiered_rel_err_after_swap"] = err(ft)
+                for label in ("kfuse", "kfuse_tiered"):
+                    row[label + "_programs"] = _measured(progs.get(label, []))
+                a = [m["chosen"] for p in row["kfuse_programs"] for m in p["measured"]]
+                b = [m["chosen"] for p in row["kfuse_tiered_programs"] for m in p["measured"]]
+                row["tiered_same_choices"] = a == b
+                save()
+                order = list(fns)
+                per = {lb: {"single_ms": [], "loop_ms": [], "sm_mhz": [], "power_w": []}
+                       for lb in order}
+                for r in range(rounds):
+                    for lb in (order if r % 2 == 0 else order[::-1]):
+                        call = (lambda f: lambda: f(*xs, **kw))(fns[lb])
+                        for _ in range(3):
+                            call()
+                        sync()
+                        t_a = datetime.datetime.now()
+                        per[lb]["single_ms"].append(
+                            loop_ms(call, 5) if SMOKE else median_ms(call, warmup=2, reps=reps))
+                        per[lb]["loop_ms"].append(loop_ms(call, reps))
+                        w = smi_window(smi, t_a, datetime.datetime.now()) or {}
+                        per[lb]["sm_mhz"].append(w.get("clocks.sm"))
+                        per[lb]["power_w"].append(w.get("power.draw"))
+                row["rounds"] = per
+                for lb in order:
+                    for k in ("single_ms", "loop_ms"):
+                        row[f"{lb}_{k}"] = round(statistics.median(per[lb][k]), 4)
+                if "inductor" in fns:
+                    for lb in order:
+                        if lb != "inductor":
+                            row[f"{lb}_over_inductor_single"] = round(
+                                row[f"{lb}_single_ms"] / row["inductor_single_ms"], 4)
+                            row[f"{lb}_over_inductor_loop"] = round(
+                                row[f"{lb}_loop_ms"] / row["inductor_loop_ms"], 4)
+                print(name, {k: v for k, v in row.items()
+                             if k.endswith(("_ms", "_single", "_loop", "_s", "err"))}, flush=True)
+                save()
+                for lb in order:
+                    call = (lambda f: lambda: f(*xs, **kw))(fns[lb])
+                    row[lb + "_host_us"] = host_us(call, 50)
+                    if SMOKE:
+                        continue
+                    t_a = datetime.datetime.now()
+                    prof = profile_calls(call, 10 if name == "llama7b" else 30, trace_dir,
+                                         f"{name}-{lb}")
+                    prof["smi"] = smi_window(smi, t_a, datetime.datetime.now())
+                    row[lb + "_profile"] = prof
+                    print(name, lb, "profile:", {k: v for k, v in prof.items()
+                                                 if k not in ("kernels", "largest_gaps_per_call",
+                                                              "host_api_per_call")}, flush=True)
+                save()
+                fns.clear()  # the compiled graphs and programs go before the next block
+                progs.clear()
+                torch._dynamo.reset()
+    finally:
+        _core.Context.compile = compile_
+        if smi is not None:
+            smi[0].terminate()
+    return out
+
+
+def kernel_text(head):
+    """The headline's kernel tables as text, one section a block and variant."""
+    lines = []
+    for name, row in head.items():
+        if not isinstance(row, dict):
+            continue
+        for key, prof in row.items():
+            if not key.endswith("_profile"):
+                continue
+            label = key[:-len("_profile")]
+            sc = prof.get("single_calls", {})
+            smi = prof.get("smi") or {}
+            lines.append(f"==== {name} {label}: GPU busy {prof.get('busy_ms_per_call')} ms/call, "
+                         f"span {prof.get('span_ms_per_call')} (back to back); single call: "
+                         f"first GPU activity {sc.get('first_gpu_us')} us after the call's "
+                         f"start, host {sc.get('host_us')} us; SM clock {smi.get('clocks.sm')} "
+                         f"MHz ({smi.get('clocks.sm_min')}-{smi.get('clocks.sm_max')}), "
+                         f"{smi.get('power.draw')} W")
+            for k, (n, ms) in prof.get("kernels", {}).items():
+                lines.append(f"  {ms:8.4f} ms x{n:<5} {k[:110]}")
+    return "\n".join(lines) + "\n"
+
+
 def per_call_ms(fn):
     """median_ms (CUDA events, each call alone), or with --smoke wall time."""
     return loop_ms(fn, 5) if SMOKE else median_ms(fn)
 
 
-def host_us(fn, reps):
-    """Median host microseconds of a call, each after a synchronize."""
+def host_us(fn, reps, pre=None):
+    """Median host microseconds of a call, each after a synchronize (and
+    after pre(), untimed, before the synchronize: e.g. GPU work to wait for,
+    so that a call with nothing on the GPU starts from the same wait as one
+    after a block's kernels)."""
     import statistics
 
     t = []
     for _ in range(reps):
+        if pre is not None:
+            pre()
         sync()
         t0 = time.perf_counter_ns()
         fn()
@@ -770,6 +1090,8 @@ def main():
     ap.add_argument("--kfuse-cache", default=None, metavar="DIR",
                     help="the kfuse cache of this process's calls and --compare's (default: "
                          "a new empty one each); the fresh processes always start empty")
+    ap.add_argument("--compare-blocks", default=None, metavar="BLOCKS",
+                    help="the blocks --compare measures (default: --blocks)")
     ap.add_argument("--host-reps", type=int, default=200,
                     help="calls per host-time median (--compare)")
     ap.add_argument("--tier-compare", action="store_true",
@@ -780,6 +1102,15 @@ def main():
                          "Inductor's calls back to back, timed, profiled (idle gaps, host API "
                          "calls) and with nvidia-smi's clocks (kfuse, Inductor, kfuse again)")
     ap.add_argument("--gap-reps", type=int, default=60, help="calls per --gap loop")
+    ap.add_argument("--headline", default=None, metavar="BLOCKS",
+                    help="the headline first: Inductor, kfuse (tiered compile off) and kfuse "
+                         "with the tiered compile (after its swap) in this process, interleaved "
+                         "over --rounds rounds, with clocks, the profiler's kernel tables and "
+                         "each single call's start to its first kernel; then whatever else the "
+                         "other options ask")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of --headline")
+    ap.add_argument("--table", default=None, metavar="FILE",
+                    help="where --headline writes its kernel tables as text")
     ap.add_argument("--trace-dir", default=None,
                     help="where --gap writes its profiler traces (default: a temporary folder)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -833,6 +1164,14 @@ def main():
             del kf, ind
             torch._dynamo.reset()
         return write(res, args.out)
+    if args.headline:
+        trace_dir = args.trace_dir or tempfile.mkdtemp(prefix="kfuse-head-")
+        head = headline(args.headline.split(","), args.rounds, trace_dir, res,
+                        lambda: args.out != "-" and write(res, args.out))
+        if args.table:
+            with open(args.table, "w") as f:
+                f.write(kernel_text(head))
+        write(res, args.out)
     names = args.blocks.split(",")
     fresh = names if args.fresh == "all" else [n for n in args.fresh.split(",") if n in names]
     steady = names if args.steady == "all" else [n for n in args.steady.split(",") if n in names]
@@ -908,7 +1247,8 @@ def compare(args, names, lib, res):
     for item in args.compare.split(","):
         label, _, path = item.partition("=")
         env = {"PYTHONPATH": os.path.abspath(path)}
-        c = run_child({"steady": True, "blocks": names, "cache": cache, "kfuse_lib": lib,
+        blocks_ = args.compare_blocks.split(",") if args.compare_blocks else names
+        c = run_child({"steady": True, "blocks": blocks_, "cache": cache, "kfuse_lib": lib,
                        "reps": args.host_reps, "smoke": SMOKE}, env, timeout=300)
         res.setdefault("compare", {})[label] = c
         print("compare", label, c, flush=True)

@@ -16,8 +16,9 @@ a thread from the moment its graph is translated, so kf_compile (NVRTC or the
 disk cache, cuBLASLt, the GEMM choices) overlaps what Dynamo still does before
 the first call (guards, bytecode); the first call waits for it. False compiles
 at the first call, in the caller's thread. "tiered_compile" (default False,
-as kfuse.Context; opt-in until a bench shows the steady state it reaches is
-the measured winner's in every block): on a cold cache a GEMM group whose measured
+as kfuse.Context; opt-in: on an H100 at ba31334 its swap, timed while the
+LLaMA layer ran back to back at the power-capped clock, kept other winners
+than the untiered compile's and left the block 1.8% slower): on a cold cache a GEMM group whose measured
 choice (kfuse's generated kernel or cuBLASLt) is not known yet runs cuBLASLt
 from the first call while the generated kernel compiles in the background; the
 first call after it is ready times both, keeps the faster (stored in the disk
@@ -29,9 +30,10 @@ cuBLASLt may beat anyway. False: the first call waits for every kernel.
 Per call: a graph that is one kfuse partition (the common case: nothing left
 to PyTorch) is called directly, without the partitioned GraphModule and
 nn.Module's call around the partition; the program's per-call path
-(Program.run_device_list) checks the inputs with one guard, writes their
-pointers into kept binding arrays, allocates fresh outputs and enqueues the
-run on PyTorch's current stream.
+(Program.caller, the closure form of Program.run_device_list) checks the
+inputs with one guard, allocates fresh outputs, writes their pointers into
+kept binding arrays and enqueues the run on PyTorch's current stream (the
+program replays the CUDA graph it captured from its own launches).
 """
 import ctypes
 import math
@@ -587,7 +589,7 @@ class _KfusePartition(torch.nn.Module):
                     self.graph.output(name, t)
                     self.output_names.append(name)
         self.programs = {}
-        self._by_index = {}  # device index (-1: the CPU) -> program, for call()
+        self._by_index = {}  # device index (-1: the CPU) -> its program's caller(), for call()
         self.compile_s = 0.0  # kf_compile's time (codegen, NVRTC or the cache, choices measured)
         self.wait_s = 0.0  # how long calls waited for a compile on the background thread
         self._compile_lock = threading.Lock()  # one compile of a device at a time
@@ -636,14 +638,15 @@ class _KfusePartition(torch.nn.Module):
 
     def call(self, args):
         """The partition's outputs (a list) for `args`: the per-call path,
-        without nn.Module's call. The program is found by the first input's
-        device index (an int), not a torch.device made and printed per call."""
+        without nn.Module's call. The program's caller (Program.caller) is
+        found by the first input's device index (an int), not a torch.device
+        made and printed per call."""
         idx = args[0].get_device() if args and isinstance(args[0], torch.Tensor) else -1
-        p = self._by_index.get(idx)
-        if p is None:
-            p = self.program(args[0].device if args else torch.device("cpu"))
-            self._by_index[idx] = p
-        return p.run_device_list(args)
+        c = self._by_index.get(idx)
+        if c is None:
+            c = self._by_index[idx] = self.program(
+                args[0].device if args else torch.device("cpu")).caller()
+        return c(args)
 
     def report(self):
         if not self.programs:
@@ -728,6 +731,7 @@ def _compile_static(gm, options):
 
         return run
     call, order, picks, container = direct
+    whole = picks == list(range(len(picks)))  # the partition's results, in order
 
     def run_direct(*args):
         # the graph is one kfuse partition: its call, without the fused
@@ -736,6 +740,8 @@ def _compile_static(gm, options):
         if not state["reported"]:
             state["reported"] = True
             _publish(state)
+        if whole and len(outs) == len(picks):
+            return container(outs)
         return container(outs[k] if k >= 0 else args[-1 - k] for k in picks)
 
     return run_direct
