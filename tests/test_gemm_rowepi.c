@@ -179,6 +179,16 @@ static const row_case cases[] = {
      "g = input(%s[128])\nc = input(%s[128])\nh = matmul(x, w)\ns = add(h, b)\n"
      "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
      "LayerNorm of bias only, N = 128, the pre-norm not written"},
+    /* an activation computes x: in bf16 the erf gelu is the table's vector
+     * form, which kf_epi must read from the accumulators x replaced (it
+     * failed to compile: test_device_run on an H100, e0e5637) */
+    {"kfg 1\nx = input(%s[128, 64])\nw = input(%s[64, 96])\nb = input(%s[96])\n"
+     "h = matmul(x, w)\nhb = add(h, b)\ny = gelu(hb)\noutput y\nz = softmax(y)\noutput z\n",
+     "softmax of gelu(bias), N = 96, gelu written too"},
+    {"kfg 1\nx = input(%s[300, 80])\nw = input(%s[80, 200])\nb = input(%s[200])\n"
+     "g = input(%s[200])\nc = input(%s[200])\nh = matmul(x, w)\ns = add(h, b)\n"
+     "a = gelu_tanh(s)\ny = layer_norm(a, g, c, eps=1e-5)\noutput y\n",
+     "LayerNorm of gelu_tanh(bias), N = 200"},
 };
 
 static void run_cases(kf_ctx *ctx, kf_dtype d, const char *want, uint64_t seed0) {

@@ -169,6 +169,8 @@ static bool gelu_tab_node(const cg *c, uint32_t i, bool strict) {
     const kf_expr *a = &c->g->expr[s];
     if (!strict)
         return true;
+    if (c->ov[i][0]) /* its value comes from elsewhere (a row epilogue's x) */
+        return false;
     if (c->param[s] >= 0) {
         const kf_cuda_param *p = &c->k->params[c->param[s]];
         return p->kind == KF_CUDA_PARAM_IN && p->dtype == KF_DTYPE_BF16;
