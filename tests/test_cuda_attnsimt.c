@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "kf_planned.h"
+#include "kf_judged.h"
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda_exec.h"
@@ -84,70 +85,11 @@ static void case_text(const char *body, const char *dn, const char *tail, char *
         snprintf(text + n, size - n, "%s", tail);
 }
 
-/* Compiles `text` for CUDA, checks that the report holds each of the
- * '|'-separated `has`, runs it on random inputs in [-2, 2) with the outputs
- * poisoned, and judges every output against the exact value. */
+/* `text` compiled for CUDA, its report holding each of the '|'-separated
+ * `has`, run on inputs in [-2, 2) and judged, each error printed
+ * (kf_judged.h). */
 static void run_case(const char *text, const char *has, uint64_t stream, const char *what) {
-    kf_graph *g = NULL;
-    if (kf_graph_parse(G.ctx, text, strlen(text), &g) != KF_OK)
-        fail_msg("%s: parse: %s\n%s", what, g ? kf_graph_error(g) : "no graph", text);
-    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
-    kf_binding *in = calloc(n_in + 1, sizeof *in);
-    kf_binding *out = calloc(n_out + 1, sizeof *out);
-    assert_non_null(in);
-    assert_non_null(out);
-    kf_test_rng rng = kf_test_rng_make(stream);
-    for (size_t i = 0; i < n_in; i++) {
-        const kf_tensor *t = kf_graph_input(g, i);
-        kf_dtype d = kf_tensor_dtype(t);
-        size_t n = (size_t)kf_tensor_numel(t);
-        in[i].name = kf_tensor_name(t);
-        in[i].size = n * kf_dtype_size(d);
-        in[i].data = malloc(in[i].size + 1);
-        kf_test_fill_input(in[i].data, t, n, &rng, -2, 2);
-    }
-    for (size_t i = 0; i < n_out; i++) {
-        const kf_tensor *t = kf_graph_output(g, i);
-        size_t n = (size_t)kf_tensor_numel(t);
-        out[i].name = kf_graph_output_name(g, i);
-        out[i].size = n * kf_dtype_size(kf_tensor_dtype(t));
-        out[i].data = malloc(out[i].size + 1);
-        kf_test_poison(out[i].data, kf_tensor_dtype(t), n);
-    }
-    kf_program *p = NULL;
-    if (kf_compile(G.ctx, g, &p) != KF_OK)
-        fail_msg("%s: kf_compile: %s", what, kf_graph_error(g));
-    char *report = kf_test_report(p, KF_REPORT_TEXT);
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", has);
-    for (char *tok = strtok(buf, "|"); tok; tok = strtok(NULL, "|"))
-        if (!strstr(report, tok))
-            fail_msg("%s: the report lacks '%s':\n%s", what, tok, report);
-    if (kf_program_run(p, in, n_in, out, n_out, NULL) != KF_OK)
-        fail_msg("%s: kf_program_run: %s\n%s", what, kf_program_error(p), report);
-    kf_check_result *res = calloc(n_out, sizeof *res);
-    assert_non_null(res);
-    if (kf_graph_check(g, in, n_in, out, n_out, res) != KF_OK)
-        fail_msg("%s: reference: %s", what, kf_graph_error(g));
-    for (size_t i = 0; i < n_out; i++) {
-        if (!res[i].pass)
-            fail_msg("%s, output %s: error %g against the exact value exceeds the bound %g (the "
-                     "reference's own error %g; KF_TEST_SEED=%llu)\n%s",
-                     what, out[i].name, res[i].err, res[i].bound, res[i].ref_err,
-                     (unsigned long long)kf_test_seed(), report);
-        fprintf(stderr, "  %s, %s: error %.3g (bound %.3g)\n", what, out[i].name, res[i].err,
-                res[i].bound);
-    }
-    free(res);
-    free(report);
-    kf_program_destroy(p);
-    for (size_t i = 0; i < n_in; i++)
-        free(in[i].data);
-    for (size_t i = 0; i < n_out; i++)
-        free(out[i].data);
-    free(in);
-    free(out);
-    kf_graph_destroy(g);
+    kf_test_judged_run(G.ctx, text, has, stream, -2.0, 2.0, true, what);
 }
 
 /* Each body defines q, k, v and the score s1 ('$' is the dtype). */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "kf_planned.h"
+#include "kf_judged.h"
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda_exec.h"
@@ -78,68 +79,15 @@ static kf_ctx *ctx_with(unsigned flags, kf_gemm_mode gemm) {
     return ctx;
 }
 
-/* Parses `fmt` (every %s the dtype name), compiles it in `ctx`, checks the
- * report holds each of `want` ('|'-separated), runs it on random inputs in [-1, 1] with the outputs
- * poisoned, and judges every output against the exact value. */
+/* `fmt` with every %s the dtype's name, compiled in `ctx`, its report holding
+ * each of `want` ('|'-separated), run and judged (kf_judged.h). */
 static void run_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream, const char *want,
                      const char *what) {
-    char text[4096];
+    char text[4096], name[256];
     const char *dn = kf_dtype_name(d);
     snprintf(text, sizeof text, fmt, dn, dn, dn, dn, dn, dn, dn, dn, dn, dn);
-    kf_graph *g = NULL;
-    if (kf_graph_parse(G.ctx, text, strlen(text), &g) != KF_OK)
-        fail_msg("%s: parse: %s\n%s", what, g ? kf_graph_error(g) : "no graph", text);
-    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
-    kf_binding *in = calloc(n_in + 1, sizeof *in);
-    kf_binding *out = calloc(n_out + 1, sizeof *out);
-    kf_check_result *res = calloc(n_out + 1, sizeof *res);
-    assert_true(in && out && res);
-    kf_test_rng rng = kf_test_rng_make(stream);
-    for (size_t i = 0; i < n_in; i++) {
-        const kf_tensor *t = kf_graph_input(g, i);
-        size_t n = (size_t)kf_tensor_numel(t);
-        in[i].name = kf_tensor_name(t);
-        in[i].size = n * kf_dtype_size(kf_tensor_dtype(t));
-        in[i].data = malloc(in[i].size + 1);
-        kf_test_fill_input(in[i].data, t, n, &rng, -1.0, 1.0);
-    }
-    for (size_t i = 0; i < n_out; i++) {
-        const kf_tensor *t = kf_graph_output(g, i);
-        size_t n = (size_t)kf_tensor_numel(t);
-        out[i].name = kf_graph_output_name(g, i);
-        out[i].size = n * kf_dtype_size(kf_tensor_dtype(t));
-        out[i].data = malloc(out[i].size + 1);
-        kf_test_poison(out[i].data, kf_tensor_dtype(t), n);
-    }
-    kf_program *p = NULL;
-    if (kf_compile(ctx, g, &p) != KF_OK)
-        fail_msg("%s [%s]: kf_compile: %s", what, dn, kf_graph_error(g));
-    char *report = kf_test_report(p, KF_REPORT_TEXT);
-    char wants[256];
-    snprintf(wants, sizeof wants, "%s", want);
-    for (char *tok = strtok(wants, "|"); tok; tok = strtok(NULL, "|"))
-        if (!strstr(report, tok))
-            fail_msg("%s [%s]: the report lacks '%s':\n%s", what, dn, tok, report);
-    if (kf_program_run(p, in, n_in, out, n_out, NULL) != KF_OK)
-        fail_msg("%s [%s]: kf_program_run: %s", what, dn, kf_program_error(p));
-    if (kf_graph_check(g, in, n_in, out, n_out, res) != KF_OK)
-        fail_msg("%s [%s]: reference: %s", what, dn, kf_graph_error(g));
-    for (size_t i = 0; i < n_out; i++)
-        if (!res[i].pass)
-            fail_msg("%s [%s], output %s: error %g against the exact value exceeds the bound %g "
-                     "(the reference's own error %g; KF_TEST_SEED=%llu)\n%s",
-                     what, dn, out[i].name, res[i].err, res[i].bound, res[i].ref_err,
-                     (unsigned long long)kf_test_seed(), report);
-    free(report);
-    kf_program_destroy(p);
-    for (size_t i = 0; i < n_in; i++)
-        free(in[i].data);
-    for (size_t i = 0; i < n_out; i++)
-        free(out[i].data);
-    free(in);
-    free(out);
-    free(res);
-    kf_graph_destroy(g);
+    snprintf(name, sizeof name, "%s [%s]", what, dn);
+    kf_test_judged_run(ctx, text, want, stream, -1.0, 1.0, false, name);
 }
 
 /* The cases: bias + residual + LayerNorm with the pre-norm sum written too,
