@@ -11,8 +11,8 @@
 #include "kf_planned.h"
 #include "kf_test.h"
 
-void kf_test_judged_run(kf_ctx *ctx, const char *text, const char *want, uint64_t stream,
-                        double lo, double hi, bool verbose, const char *what) {
+void kf_test_judged_run(kf_ctx *ctx, const char *text, const char *want, uint64_t stream, double lo,
+                        double hi, bool verbose, const char *what) {
     kf_graph *g = NULL;
     if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK || kf_graph_verify(g) != KF_OK)
         fail_msg("%s: parse: %s\n%s", what, g ? kf_graph_error(g) : "no graph", text);

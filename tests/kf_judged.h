@@ -19,7 +19,7 @@
  * poisoned first; and judges each output against the exact value
  * (kf_graph_check), printing each error when `verbose`. `what` names the
  * case in every failure. */
-void kf_test_judged_run(kf_ctx *ctx, const char *text, const char *want, uint64_t stream,
-                        double lo, double hi, bool verbose, const char *what);
+void kf_test_judged_run(kf_ctx *ctx, const char *text, const char *want, uint64_t stream, double lo,
+                        double hi, bool verbose, const char *what);
 
 #endif

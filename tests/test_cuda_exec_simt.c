@@ -24,8 +24,8 @@
 
 #include "fusion/fusion.h"
 #include "ir/ir.h"
-#include "kf_planned.h"
 #include "kf_judged.h"
+#include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda.h"
