@@ -38,6 +38,12 @@ typedef struct cg_gemm_epi {
     bool *need_epi;    /* kf_epi's */
 } cg_gemm_epi;
 
+/* cg_begin for a GEMM kernel generator `fn`: KF_ERR_INVALID_ARGUMENT (in c's
+ * error) unless the group is a GEMM group and sh is given. The caller ends
+ * c with the status either way (cg_end). */
+kf_status cg_gemm_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch,
+                        const kf_cuda_gemm_shape *sh, const kf_mem *mem, kf_cuda_kernel *out,
+                        const char *fn);
 /* Coordinates in space `sp` (rank dims) of element (`row`, `col` + k) of a
  * contiguous [rows, dims[rank - 1]] matrix: the outer dims from the row
  * variable, the last from the column expression; vrank[sp] = rank. `narrow`:

@@ -38,6 +38,19 @@
 #include "codegen/cuda/cg_gemm.h"
 #include "codegen/cuda/templates.h"
 
+kf_status cg_gemm_begin(cg *c, const kf_plan *plan, uint32_t group, const char *arch,
+                        const kf_cuda_gemm_shape *sh, const kf_mem *mem, kf_cuda_kernel *out,
+                        const char *fn) {
+    kf_status st = cg_begin(c, plan, group, arch, mem, out);
+    if (st != KF_OK)
+        return st;
+    if (!sh || c->g->kind != KF_GROUP_GEMM)
+        return cg_fail(c, KF_ERR_INVALID_ARGUMENT,
+                       "group %u (%s): %s takes a GEMM group and its shape", c->g->id, c->g->name,
+                       fn);
+    return KF_OK;
+}
+
 void cg_gemm_coords(chunk_ctx *x, kf_space sp, int rank, const int64_t *dims, const char *row,
                     const char *col, bool narrow) {
     const char *sfx = narrow ? "u" : "LL";

@@ -301,15 +301,10 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                                     const kf_cuda_gemm_shape *sh, const kf_mem *mem,
                                     kf_cuda_kernel *out) {
     cg c;
-    kf_status st = cg_begin(&c, plan, group, arch, mem, out);
+    kf_status st = cg_gemm_begin(&c, plan, group, arch, sh, mem, out, "kf_cuda_codegen_gemm_sm90");
     if (st != KF_OK)
         return cg_end(&c, st);
     const kf_group *g = c.g;
-    if (!sh || g->kind != KF_GROUP_GEMM)
-        return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
-                                  "group %u (%s): kf_cuda_codegen_gemm_sm90 takes a GEMM group "
-                                  "and its shape",
-                                  g->id, g->name));
     if (strcmp(arch, "sm_90a") != 0)
         return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
                                   "group %u (%s): the generated GEMM needs sm_90a (wgmma, "
