@@ -211,18 +211,19 @@ static void test_simt_gemm_group_kinds_match_the_reference(void **state) {
              "wu = input(%s[2, 136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
              "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
              "f32", 9303, "simt (FFMA) pair 128x(2x64)|batched", "SwiGLU pair, batched K-major B");
-    /* a row epilogue: the split form (the kernel writes the norm's input,
-     * the row pass follows); the pre-norm sum also an output */
+    /* a row epilogue: in the tile (N <= 256; test_simt_row_epilogue_*);
+     * the pre-norm sum also an output */
     run_text(G.gen,
              "kfg 1\nx = input(%s[300, 96])\nw = input(%s[96, 200])\nr = input(%s[300, 200])\n"
              "g = input(%s[200])\nc = input(%s[200])\nh = matmul(x, w)\ns = add(h, r)\n"
              "y = layer_norm(s, g, c)\noutput y\n",
-             "f32", 9304, "simt (FFMA)|split row form", "GEMM + residual + LayerNorm (split)");
+             "f32", 9304, "simt (FFMA)|row epilogue in the tile",
+             "GEMM + residual + LayerNorm (in the tile)");
     run_text(G.gen,
              "kfg 1\nx = input(%s[260, 72])\nw = input(%s[72, 136])\nr = input(%s[260, 136])\n"
              "g = input(%s[136])\nh = matmul(x, w)\ns = add(h, r)\ny = rms_norm(s, g)\n"
              "output s\noutput y\n",
-             "f32", 9305, "simt (FFMA)|split row form",
+             "f32", 9305, "simt (FFMA)|row epilogue in the tile",
              "GEMM + residual + RMSNorm, the sum written too");
     /* a GEMM sibling set behind one norm */
     run_text(G.gen,
@@ -230,6 +231,60 @@ static void test_simt_gemm_group_kinds_match_the_reference(void **state) {
              "wq = input(%s[64, 136])\nwk = input(%s[64, 72])\nn = layer_norm(x, g, c)\n"
              "q = matmul(n, wq)\nk = matmul(n, wk)\noutput q\noutput k\n",
              "f32", 9306, "GEMM siblings|simt_", "GEMM siblings, A from scratch once");
+}
+
+/* The row epilogue in the SIMT kernel's tile (f32, N <= 256: 64-, 128- or
+ * 256-wide tiles, the rows' statistics reduced by shuffles): LayerNorm,
+ * RMSNorm and softmax rows, ragged M and N, batched, every tile width, M
+ * past one tile row and M = 1; and past 256 columns (KF_FLAG_SPLIT_ROW_NORMS)
+ * the split form. f64 forms no row epilogue (the norm stays a row group):
+ * its case runs as the planner leaves it. */
+static void test_simt_row_epilogue_in_the_tile_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const cases[][3] = {
+        {"kfg 1\nx = input(%s[300, 96])\nw = input(%s[96, 200])\nb = input(%s[200])\n"
+         "r = input(%s[300, 200])\ng = input(%s[200])\nc = input(%s[200])\nh = matmul(x, w)\n"
+         "a = add(h, b)\ns = add(a, r)\ny = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+         "32x256x8 tiles|row epilogue in the tile", "LayerNorm N 200, bias + residual"},
+        {"kfg 1\nx = input(%s[2, 333, 130])\nw = input(%s[130, 256])\ng = input(%s[256])\n"
+         "c = input(%s[256])\nh = matmul(x, w)\ny = layer_norm(h, g, c)\noutput y\n",
+         "x256x8 tiles|row epilogue in the tile", "LayerNorm N 256, batch folded, ragged K"},
+        {"kfg 1\nx = input(%s[517, 72])\nw = input(%s[120, 72])\nr = input(%s[517, 120])\n"
+         "g = input(%s[120])\nh = matmul(x, w, transpose_b=true)\ns = add(h, r)\n"
+         "y = rms_norm(s, g)\noutput s\noutput y\n",
+         "x128x8 tiles|row epilogue in the tile", "RMSNorm N 120, K-major B, the sum written"},
+        {"kfg 1\nx = input(%s[3, 100, 40])\nw = input(%s[40, 50])\nh = matmul(x, w)\n"
+         "y = softmax(h, axis=-1)\noutput y\n",
+         "x64x8 tiles|row epilogue in the tile", "softmax N 50, batched"},
+        {"kfg 1\nx = input(%s[1, 64])\nw = input(%s[64, 232])\nh = matmul(x, w)\n"
+         "t = tanh(h)\ny = softmax(t, axis=-1)\noutput y\n",
+         "x256x8 tiles|row epilogue in the tile", "tanh then softmax N 232, M = 1"},
+        {"kfg 1\nx = input(%s[150, 200])\nw = input(%s[64, 200])\ng = input(%s[64])\n"
+         "h = matmul(x, w, transpose_b=true)\ny = rms_norm(h, g)\noutput y\n",
+         "x64x8 tiles|row epilogue in the tile", "RMSNorm N 64, K-major B"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        run_text(G.gen, cases[c][0], "f32", 9320 + c, cases[c][1], cases[c][2]);
+    /* the default (measured) mode takes either side and matches */
+    run_text(G.def, cases[0][0], "f32", 9330, NULL, "LayerNorm N 200, measured");
+    /* f64: no row epilogue is formed; the groups as planned */
+    run_text(G.gen, cases[2][0], "f64", 9331, "simt (DFMA)", "f64 RMSNorm after a GEMM");
+    /* past 256 columns: the split form (the kernel writes x, a row pass) */
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.gemm = KF_GEMM_GENERATED;
+    o.flags |= KF_FLAG_SPLIT_ROW_NORMS;
+    kf_ctx *sc = NULL;
+    assert_int_equal(kf_ctx_create(&o, &sc), KF_OK);
+    run_text(sc,
+             "kfg 1\nx = input(%s[300, 96])\nw = input(%s[96, 300])\nr = input(%s[300, 300])\n"
+             "g = input(%s[300])\nc = input(%s[300])\nh = matmul(x, w)\ns = add(h, r)\n"
+             "y = layer_norm(s, g, c)\noutput y\n",
+             "f32", 9332, "simt (FFMA)|split row form", "LayerNorm N 300 (split)");
+    kf_ctx_destroy(sc);
 }
 
 /* The default mode measures the SIMT kernel against cuBLASLt; whichever
@@ -253,6 +308,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simt_gemms_match_the_reference),
         cmocka_unit_test(test_simt_gemm_group_kinds_match_the_reference),
+        cmocka_unit_test(test_simt_row_epilogue_in_the_tile_matches),
         cmocka_unit_test(test_measured_f32_and_f64_gemms_match),
     };
     kf_test_filter();
