@@ -2228,8 +2228,9 @@ static void test_gemm_sibling_sets_as_one_kernel_match_the_reference(void **stat
 }
 
 /* A sibling set as ONE sm_80 kernel (mma.sync; on an H100 forced with
- * KF_CUDA_RECIPE_GEMM_SM80, as --gemm sm80): the set's one GEMM step is a
- * "sib<n>_mma_" kernel. */
+ * KF_CUDA_RECIPE_GEMM_SM80, as --gemm sm80; KF_CUDA_RECIPE_GEMM_SIB_ONE while
+ * it is not sm_80's default): the set's one GEMM step is a "sib<n>_mma_"
+ * kernel. */
 static void sib80_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
                         const char *dn) {
     sib_one_check(plan, r, what, dn);
@@ -2246,17 +2247,20 @@ static void sib80_check(const kf_plan *plan, const kf_cuda_recipes *r, const cha
 }
 
 /* Q/K/V with ragged, different N (4096 / 1024 / 1024: 32 + 8 + 8 tile
- * columns of 128) and different epilogues behind an RMSNorm or a LayerNorm
- * (A from the prologue's scratch: 2 N >= M), ragged M and K. */
+ * columns of 128; 2000 rows, 16 tile rows, so 128 x 128 tiles) and
+ * different epilogues behind an RMSNorm or a LayerNorm (A from the
+ * prologue's scratch: 2 N >= M), ragged M and K (small: the reference
+ * evaluates them on the CPU). */
 static const char *const sib80_cases[][2] = {
-    {"kfg 1\nx = input(%s[1000, 200])\ng = input(%s[200])\nwq = input(%s[200, 4096])\n"
-     "bq = input(%s[4096])\nwk = input(%s[200, 1024])\nwv = input(%s[200, 1024])\n"
+    {"kfg 1\nx = input(%s[2000, 40])\ng = input(%s[40])\nwq = input(%s[40, 4096])\n"
+     "bq = input(%s[4096])\nwk = input(%s[40, 1024])\nwv = input(%s[40, 1024])\n"
      "n = rms_norm(x, g, eps=1e-6)\nq0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\n"
      "k = silu(k0)\nv = matmul(n, wv)\noutput q\noutput k\noutput v\n",
-     "sm80 set: RMSNorm, q+bias 4096 / silu(k) 1024 / v 1024, ragged M and K"},
-    {"kfg 1\nx = input(%s[520, 136])\ng = input(%s[136])\nb = input(%s[136])\n"
-     "wq = input(%s[136, 4096])\nwk = input(%s[136, 1024])\nwv = input(%s[136, 1024])\n"
-     "r = input(%s[520, 1024])\nn = layer_norm(x, g, b, eps=1e-5)\nq0 = matmul(n, wq)\n"
+     "sm80 set: RMSNorm, q+bias 4096 / silu(k) 1024 / v 1024, 128 x 128 tiles"},
+    /* 64 x 64 tiles (the set's 2 x 48 tiles of 128 leave SMs idle) */
+    {"kfg 1\nx = input(%s[130, 24])\ng = input(%s[24])\nb = input(%s[24])\n"
+     "wq = input(%s[24, 4096])\nwk = input(%s[24, 1024])\nwv = input(%s[24, 1024])\n"
+     "r = input(%s[130, 1024])\nn = layer_norm(x, g, b, eps=1e-5)\nq0 = matmul(n, wq)\n"
      "q = gelu_tanh(q0)\nk = matmul(n, wk)\nv0 = matmul(n, wv)\nv = add(v0, r)\n"
      "output q\noutput k\noutput v\n",
      "sm80 set: LayerNorm, gelu_tanh(q) 4096 / k 1024 / v+residual 1024"},
@@ -2267,10 +2271,12 @@ static void test_a_gemm_sibling_set_as_one_sm80_kernel_matches(void **state) {
     (void)state;
     REQUIRE_GPU();
     flags_case(G.ctx, sib_one_cases[0][0], KF_DTYPE_BF16, 2790, sib_one_cases[0][1],
-               KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80, sib80_check);
+               KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80 |
+                   KF_CUDA_RECIPE_GEMM_SIB_ONE,
+               sib80_check);
 }
 
-/* The sm_80 set (the default of --gemm sm80): the sm_90a set's cases (ragged
+/* The sm_80 set (asked for: KF_CUDA_RECIPE_GEMM_SIB_ONE): the sm_90a set's cases (ragged
  * members, their own epilogues, folded RMSNorm and LayerNorm, four members)
  * and the 4096 / 1024 / 1024 ones; bf16 and f16; generated and measured. */
 static void test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference(void **state) {
@@ -2280,12 +2286,18 @@ static void test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference(void *
     for (size_t d = 0; d < N_OF(dts); d++) {
         for (size_t c = 0; c < N_OF(sib_one_cases); c++)
             flags_case(G.ctx, sib_one_cases[c][0], dts[d], 2791 + c, sib_one_cases[c][1],
-                       KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80, sib80_check);
+                       KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80 |
+                           KF_CUDA_RECIPE_GEMM_SIB_ONE,
+                       sib80_check);
         for (size_t c = 0; c < N_OF(sib80_cases); c++)
             flags_case(G.ctx, sib80_cases[c][0], dts[d], 2796 + c, sib80_cases[c][1],
-                       KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80, sib80_check);
+                       KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80 |
+                           KF_CUDA_RECIPE_GEMM_SIB_ONE,
+                       sib80_check);
         flags_case(G.ctx, sib80_cases[0][0], dts[d], 2798, sib80_cases[0][1],
-                   KF_CUDA_RECIPE_GEMM_MEASURED | KF_CUDA_RECIPE_GEMM_SM80, sib_check);
+                   KF_CUDA_RECIPE_GEMM_MEASURED | KF_CUDA_RECIPE_GEMM_SM80 |
+                       KF_CUDA_RECIPE_GEMM_SIB_ONE,
+                   sib_check);
     }
 }
 

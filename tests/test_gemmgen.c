@@ -1644,7 +1644,9 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
  * HMMA / LDGSTS / LDSM and no local memory; its arguments A's pointer (the
  * norm's input) and each member's diag(gamma) B, then the params; one block
  * per tile of the set's raster (64 x 64 tiles: 4 + 1 + 2 columns x 16
- * rows). The default takes it, SIB_APART keeps the members' own kernels.
+ * rows). KF_CUDA_RECIPE_GEMM_SIB_ONE asks for it (on sm_80 it is not the
+ * default yet: recipe_gemm_siblings.c's SIB_ONE_SM80_DEFAULT), SIB_APART
+ * keeps the members' own kernels.
  * LLaMA-7B's GQA projections (16384 x 4096 x (4096 + 1024 + 1024)) take
  * 128 x 128 tiles: 64 + 16 + 16 tile columns. */
 static void test_gemm_sibling_set_runs_as_one_sm80_kernel(void **state) {
@@ -1671,8 +1673,9 @@ static void test_gemm_sibling_set_runs_as_one_sm80_kernel(void **state) {
             if (kf_group_in_gemm_sib_set(&p.plan->groups[gi]))
                 first = gi;
         assert_int_not_equal(first, KF_NONE);
-        kf_cuda_recipes *rec =
-            kf_sass_recipes(&MEM, p.plan, dev, NULL, KF_CUDA_RECIPE_GEMM_GENERATED | force);
+        kf_cuda_recipes *rec = kf_sass_recipes(
+            &MEM, p.plan, dev, NULL,
+            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE | force);
         const kf_cuda_recipe *rc = &rec->recipes[first];
         assert_int_equal(rc->n_members, 3);
         if (!strstr(rc->variants[0].how, "one GEMM over their concatenated columns, N 256 + 64 + "
@@ -1723,8 +1726,8 @@ static void test_gemm_sibling_set_runs_as_one_sm80_kernel(void **state) {
               "wv = input(bf16[4096, 1024])\nn = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq)\n"
               "k = matmul(n, wk)\nv = matmul(n, wv)\noutput q\noutput k\noutput v\n",
               &p);
-    kf_cuda_recipes *rec =
-        kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
     uint32_t ones = 0;
     for (uint32_t gi = 0; gi < rec->n; gi++) {
         const kf_cuda_recipe *rc = &rec->recipes[gi];
