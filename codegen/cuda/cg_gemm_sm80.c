@@ -35,6 +35,10 @@
  * 256 on 8 (warp tiles of 64 x 64 both), cg_gemm_epi.c's kf_pre and kf_epi,
  * the rows' statistics reduced by the template (KF_ROW_EPI).
  *
+ * A GEMM sibling set can run as one such kernel over its members'
+ * concatenated columns (cg_gemm_sm80_set.c, which asks cg_gemm_sm80_why of
+ * each member).
+ *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
  * the norm in the ring, a row epilogue wider than the tile, a write that is
  * not the whole output, an expression outside the output space.

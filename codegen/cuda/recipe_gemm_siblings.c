@@ -6,9 +6,11 @@
  *
  *   generated  stats pre-pass (once) -> per member: fold pre-pass -> ONE GEMM
  *              kernel over the members' concatenated columns (sm_90a,
- *              kf_cuda_codegen_gemm_sm90_set), or per member a GEMM kernel
- *              where the one kernel does not take the set (the how says why;
- *              sm_80; KF_CUDA_RECIPE_GEMM_SIB_APART)
+ *              kf_cuda_codegen_gemm_sm90_set; sm_80 with
+ *              KF_CUDA_RECIPE_GEMM_SIB_ONE, kf_cuda_codegen_gemm_sm80_set),
+ *              or per member a GEMM kernel where the one kernel does not
+ *              take the set (the how says why; the SIMT kernels;
+ *              KF_CUDA_RECIPE_GEMM_SIB_APART)
  *   cuBLASLt   prologue kernel, A normalized (once) -> per member: cuBLASLt,
  *              epilogue kernel
  *
@@ -252,9 +254,10 @@ static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t
  * the prologue's scratch finds it written), then each member's fold pre-pass
  * and GEMM; the cuBLASLt variant writes A normalized once (the first member's
  * prologue kernel), then each member's cuBLASLt GEMM and epilogue kernel.
- * Measured against each other as one group's variants are. The members keep
- * their own kernels: the one GEMM over the concatenated columns (one tail of
- * tiles instead of one per member) is not built yet. KF_ERR_UNSUPPORTED,
+ * Measured against each other as one group's variants are. The members'
+ * GEMM kernels become one over their concatenated columns where
+ * sib_one_kernel takes them (one tail of tiles instead of one per member).
+ * KF_ERR_UNSUPPORTED,
  * with the recipe as it was, where a member cannot be run so: then every
  * member runs its own recipe. */
 kf_status kf_rb_gemm_siblings(rb *b) {
