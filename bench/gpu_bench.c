@@ -1544,6 +1544,15 @@ int main(int argc, char **argv) {
              "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
              "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
              RM, RM);
+    /* the same in f32 (the SIMT kernel: the row epilogue in its 64 x 256
+     * tiles against the split form, GEMM then row pass) */
+    char t_row256_f32[640];
+    snprintf(t_row256_f32, sizeof t_row256_f32,
+             "kfg 1\nx = input(f32[%d, 1024])\nw = input(f32[1024, 256])\nb = input(f32[256])\n"
+             "r = input(f32[%d, 256])\ng = input(f32[256])\nc = input(f32[256])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+             "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+             RM, RM);
     double r256_bytes = 2.0 * ((double)RM * 1024 + 1024.0 * 256 + 2.0 * RM * 256 + 3.0 * 256);
     double r256_flops = 2.0 * RM * 256.0 * 1024;
     double r128_bytes = 2.0 * ((double)RM * 4096 + 4096.0 * 128 + 2.0 * RM * 128 + 3.0 * 128);
@@ -1687,6 +1696,12 @@ int main(int argc, char **argv) {
          0},
         {"ln_row256_sm80", t_row256, r256_bytes, r256_flops, 0, 0, 0, "", KF_GEMM_SM80, 0},
         {"ln_row256_cublaslt", t_row256, r256_bytes, r256_flops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"ln_row256_f32_generated", t_row256_f32, 2.0 * r256_bytes, r256_flops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, 0},
+        {"ln_row256_f32_split_generated", t_row256_f32, 2.0 * r256_bytes, r256_flops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIMT_ROW_SPLIT},
+        {"ln_row256_f32_cublaslt", t_row256_f32, 2.0 * r256_bytes, r256_flops, 0, 0, 0, "",
+         KF_GEMM_CUBLASLT, 0},
         {"ln_row128", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"ln_row128_generated", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_GENERATED,
          0},
@@ -1738,6 +1753,16 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_SIB_ONE},
         {"gpt2_qkv_one_generated", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        /* the same sets on the sm_80 kernel (mma.sync): one GEMM over the
+         * concatenated columns against the members apart */
+        {"gpt2_qkv_one_sm80", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_SM80,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"gpt2_qkv_siblings_sm80", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_SM80,
+         KF_CUDA_RECIPE_GEMM_SIB_APART},
+        {"gqa_qkv_one_sm80", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_SM80,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"gqa_qkv_siblings_sm80", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_SM80,
+         KF_CUDA_RECIPE_GEMM_SIB_APART},
         {"swiglu_rms", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"swiglu_rms_generated", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_qkv", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},

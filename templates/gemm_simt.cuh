@@ -31,6 +31,15 @@
  *   Epilogue from the registers: each of a thread's rows is one call of the
  *     group's kf_epi<8, AL> (cg_gemm_epi.c) on its 8 columns (KF_DUAL: both
  *     products); rows past M store nothing.
+ *   A row epilogue (KF_ROW_EPI 1, f32, cg_gemm_epi.c: a norm or softmax of
+ *     rows of N <= KF_BN, one column tile a row, so KF_BN may be 256 here:
+ *     KF_TX 32, a warp a tile row): a tile row is held by KF_TX consecutive
+ *     lanes of one warp, so its statistics need no shared memory: each
+ *     thread puts kf_pre's x in place of its accumulators, takes its rows'
+ *     partials over its 8 columns, and xor butterflies below KF_TX merge
+ *     them (step A; then step B over x the same way); kf_epi then runs on x
+ *     with the row's statistics. Every lane takes part (rows past M read
+ *     row M - 1 and store nothing).
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_T
  * (float or double), KF_M, KF_N, KF_K, KF_BM, KF_BN (output columns of a
@@ -58,7 +67,12 @@
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_RASTER 8
 
-static_assert(KF_TX == 8 || KF_TX == 16, "a phase of 8 lanes shares its tile row");
+static_assert(KF_TX == 8 || KF_TX == 16 || (KF_ROW_EPI && KF_TX == 32),
+              "a phase of 8 lanes shares its tile row (32: a row epilogue's 256 columns)");
+#if KF_ROW_EPI
+static_assert(sizeof(KF_T) == 4 && !KF_DUAL, "the row epilogue in the tile: f32, no pair");
+static_assert(KF_N <= KF_BN, "a row epilogue's rows are whole in one column tile");
+#endif
 static_assert(KF_TM * KF_TY == KF_BM && KF_TM >= 1, "whole rows a thread");
 static_assert(KF_BK % KF_V == 0, "K steps of whole 16-byte groups");
 static_assert(KF_A_KMAJOR || KF_TM % KF_V == 0 || (KF_TM == 2 && sizeof(KF_T) == 4),
@@ -263,6 +277,66 @@ __device__ __forceinline__ void kf_sm_unrotate(const KF_T (&x)[8], KF_T (&y)[8],
     }
 }
 
+#if KF_ROW_EPI
+/* A row's partials merged over the KF_TX consecutive lanes holding it:
+ * xor butterflies, so every one of them ends with the same bits (step A,
+ * then step B). */
+__device__ __forceinline__ void kf_sm_rs_row_a(kf_gm_rs &s) {
+#pragma unroll
+    for (int m = 1; m < KF_TX; m <<= 1) {
+        if (KF_RS_SUM)
+            s.sum += __shfl_xor_sync(0xffffffffu, s.sum, m);
+        if (KF_RS_SQ)
+            s.sq += __shfl_xor_sync(0xffffffffu, s.sq, m);
+        if (KF_RS_MAX)
+            s.mx = kf_gm_maxnan(s.mx, __shfl_xor_sync(0xffffffffu, s.mx, m));
+    }
+}
+__device__ __forceinline__ void kf_sm_rs_row_b(kf_gm_rs &s) {
+#pragma unroll
+    for (int m = 1; m < KF_TX; m <<= 1) {
+        if (KF_RS_M2)
+            s.m2 += __shfl_xor_sync(0xffffffffu, s.m2, m);
+        if (KF_RS_EXP)
+            s.se += __shfl_xor_sync(0xffffffffu, s.se, m);
+    }
+}
+
+/* The row epilogue of a thread's rows (see the file's head): x in column
+ * order replaces the accumulators, then the rows' statistics, then kf_epi. */
+template <bool AL>
+__device__ __forceinline__ void kf_sm_epi(KF_T (&acc)[KF_TM][8], int b, int mb, int nb, int ty,
+                                          int tx, int rot, KF_PARAMS) {
+    const long long c = (long long)nb * KF_BN + tx * 8;
+    const long long left = KF_N - c;
+    const int nv = left < 0 ? 0 : left > 8 ? 8 : (int)left; /* columns inside N */
+    kf_gm_rs st[KF_TM];
+#pragma unroll
+    for (int i = 0; i < KF_TM; i++) {
+        const long long r = (long long)mb * KF_BM + ty * KF_TM + i;
+        KF_T v[8];
+        kf_sm_unrotate(acc[i], v, rot);
+        kf_pre<8, AL>(v, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, acc[i]);
+        kf_gm_rs_init(st[i]);
+        kf_gm_rs_add_a<8>(st[i], acc[i], nv);
+        kf_sm_rs_row_a(st[i]);
+    }
+#if KF_RS_B
+#pragma unroll
+    for (int i = 0; i < KF_TM; i++) {
+        kf_gm_rs_add_b<8>(st[i], acc[i], nv);
+        kf_sm_rs_row_b(st[i]);
+    }
+#endif
+#pragma unroll
+    for (int i = 0; i < KF_TM; i++) {
+        const long long r = (long long)mb * KF_BM + ty * KF_TM + i;
+        const bool ok = r < KF_M;
+        const kf_gm_rst rst = kf_gm_rs_final(st[i]);
+        kf_epi<8, AL>(acc[i], (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, nullptr, &rst);
+    }
+}
+#else
 template <bool AL>
 __device__ __forceinline__ void kf_sm_epi(const KF_T (&acc)[KF_TM][8],
 #if KF_DUAL
@@ -286,6 +360,7 @@ __device__ __forceinline__ void kf_sm_epi(const KF_T (&acc)[KF_TM][8],
 #endif
     }
 }
+#endif
 
 extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     KF_KERNEL(const KF_T *__restrict__ kf_pa, const KF_T *__restrict__ kf_pb,

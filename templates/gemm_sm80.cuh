@@ -49,6 +49,15 @@
  *   epilogue hands kf_epi both accumulators of each output (fragments j and
  *   j + KF_NI / 2). The output tile is 128 x 64.
  *
+ * A GEMM sibling set (KF_SIB members, cg_gemm_sm80_set.c): GEMMs of one A
+ *   with their own B, N and epilogue, as one kernel whose raster walks every
+ *   member's column tiles as one N range (KF_TILES_N, the generator's): a
+ *   block's tile column is its member's (kf_sib_split), whose B pointer, N
+ *   and B row stride its copies take (KF_SIB_B, KF_SIB_NB, KF_SIB_LDB); the
+ *   epilogue helpers ("kf:member begin" .. "end") are emitted once per member
+ *   in its namespace kf_s<j> and the tile's member's runs (KF_SIB_DO). Batch
+ *   1, no pair, no row epilogue.
+ *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_BM, KF_BN, KF_WM, KF_WN, KF_STAGES, KF_MINB (blocks per SM
  * for __launch_bounds__), KF_A_KMAJOR, KF_B_KMAJOR, KF_LDA, KF_LDB (elements
@@ -84,9 +93,18 @@ static_assert(KF_BM == 128 && KF_BN == 128 && KF_WN == 2, "the pair takes 128 x 
 #else
 #define KF_ON KF_BN
 #endif
+#ifndef KF_TILES_N /* a sibling set (KF_SIB) defines its members' tile columns together */
 #define KF_TILES_N ((KF_N + KF_ON - 1) / KF_ON)
+#endif
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_RASTER 8
+#ifndef KF_SIB
+#define KF_SIB 0 /* members of a GEMM sibling set in one kernel (cg_gemm_sm80_set.c) */
+#define KF_SIB_BPTRS /* the later members' B pointers, each with its comma */
+#endif
+#if KF_SIB && (KF_DUAL || KF_SA != 0 || KF_SB != 0)
+#error "KF_SIB: one A, plain B tiles, batch 1"
+#endif
 
 static_assert(KF_NI % 4 == 0, "the epilogue transposes 4 column groups at a time");
 static_assert(KF_WTM % 16 == 0, "a warp tile is whole m16 fragments");
@@ -173,10 +191,12 @@ __device__ __forceinline__ void kf_s8_load_pair(unsigned dst, const unsigned sho
 #endif
 
 /* The copies of K step kt of tile (mb, nb) into the stage at sa (pb2: the
- * pair's second B). */
+ * pair's second B; bn, ldb: B's N and row stride, KF_N and KF_LDB but in a
+ * sibling set, where they are the tile's member's). */
 __device__ __forceinline__ void kf_s8_stage(unsigned sa, const unsigned short *pa,
                                             const unsigned short *pb, const unsigned short *pb2,
-                                            int mb, int nb, int kt, int tid) {
+                                            long long bn, long long ldb, int mb, int nb, int kt,
+                                            int tid) {
     const long long m0 = (long long)mb * KF_BM, n0 = (long long)nb * KF_ON,
                     k0 = (long long)kt * KF_BK;
     const unsigned sb = sa + KF_A_TILE;
@@ -189,12 +209,14 @@ __device__ __forceinline__ void kf_s8_stage(unsigned sa, const unsigned short *p
         kf_s8_load_pair<KF_BN, KF_BK / 8>(sb, pb, pb2, n0, k0, tid);
     else
         kf_s8_load_pair<KF_BK, KF_BN / 8>(sb, pb, pb2, n0, k0, tid);
+    (void)bn;
+    (void)ldb;
 #else
     (void)pb2;
     if (KF_B_KMAJOR)
-        kf_s8_load<KF_BN, KF_BK / 8>(sb, pb, KF_LDB, n0, k0, KF_N, KF_K, tid);
+        kf_s8_load<KF_BN, KF_BK / 8>(sb, pb, ldb, n0, k0, bn, KF_K, tid);
     else
-        kf_s8_load<KF_BK, KF_BN / 8>(sb, pb, KF_LDB, k0, n0, KF_K, KF_N, tid);
+        kf_s8_load<KF_BK, KF_BN / 8>(sb, pb, ldb, k0, n0, KF_K, bn, tid);
 #endif
 }
 
@@ -240,6 +262,8 @@ __device__ __forceinline__ void kf_s8_math(float (&acc)[KF_MI][KF_NI][4], unsign
     }
 }
 
+/* ---- kf:member begin ---- (a sibling set's source holds from here to
+ * "kf:member end" once per member, in its namespace, under its KF_N) */
 #if KF_ROW_EPI
 /* x of fragment (mi, j), row half h: packed (KF_ROW_PACK) or in the
  * accumulators' own registers */
@@ -439,13 +463,14 @@ __device__ __forceinline__ void kf_s8_epi(float (&acc)[KF_MI][KF_NI][4], int b, 
     }
 }
 #undef KF_EPI_RST
+/* ---- kf:member end ---- */
 
 extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     KF_KERNEL(const unsigned short *__restrict__ kf_pa, const unsigned short *__restrict__ kf_pb,
 #if KF_DUAL
               const unsigned short *__restrict__ kf_pb2,
 #endif
-              KF_PARAMS) {
+              KF_SIB_BPTRS KF_PARAMS) {
     extern __shared__ __align__(128) unsigned char kf_dsmem[];
     KF_SETUP();
     const unsigned ring = (unsigned)__cvta_generic_to_shared(kf_dsmem);
@@ -463,7 +488,14 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     }
     const int b = blockIdx.z;
     const unsigned short *pa = kf_pa + (long long)b * KF_SA;
+#if KF_SIB
+    const int sj = kf_sib_split(nb); /* the tile's member; nb its own tile column */
+    const unsigned short *pb = KF_SIB_B(sj);
+    const long long bn = KF_SIB_NB(sj), ldb = KF_SIB_LDB(sj);
+#else
     const unsigned short *pb = kf_pb + (long long)b * KF_SB;
+    const long long bn = KF_N, ldb = KF_LDB;
+#endif
 #if KF_DUAL
     const unsigned short *pb2 = kf_pb2 + (long long)b * KF_SB2;
 #else
@@ -482,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
 #pragma unroll
     for (int s = 0; s < KF_STAGES - 1; s++) {
         if (s < KF_KT)
-            kf_s8_stage(ring + s * KF_STAGE, pa, pb, pb2, mb, nb, s, tid);
+            kf_s8_stage(ring + s * KF_STAGE, pa, pb, pb2, bn, ldb, mb, nb, s, tid);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
 #pragma unroll 1
@@ -491,7 +523,8 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
         __syncthreads();
         const int nk = kt + KF_STAGES - 1;
         if (nk < KF_KT)
-            kf_s8_stage(ring + (nk % KF_STAGES) * KF_STAGE, pa, pb, pb2, mb, nb, nk, tid);
+            kf_s8_stage(ring + (nk % KF_STAGES) * KF_STAGE, pa, pb, pb2, bn, ldb, mb, nb, nk,
+                        tid);
         asm volatile("cp.async.commit_group;" ::: "memory");
         kf_s8_math(acc, ring + (kt % KF_STAGES) * KF_STAGE, wm, wn, lane);
     }
@@ -500,8 +533,15 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     __syncthreads(); /* the ring is the row statistics' exchange from here */
 #endif
 
+#if KF_SIB /* the tile's member's epilogue */
+    if (KF_SIB_AL)
+        KF_SIB_DO(sj, kf_s8_epi<true>(acc, b, mb, nb, wm, wn, lane, KF_ARGS));
+    else
+        KF_SIB_DO(sj, kf_s8_epi<false>(acc, b, mb, nb, wm, wn, lane, KF_ARGS));
+#else
     if (kf_epi_al(KF_ARGS))
         kf_s8_epi<true>(acc, b, mb, nb, wm, wn, lane, KF_ARGS);
     else
         kf_s8_epi<false>(acc, b, mb, nb, wm, wn, lane, KF_ARGS);
+#endif
 }

@@ -24,51 +24,28 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kf_gpu.h"
 #include "kf_judged.h"
 #include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda_exec.h"
 
-static struct {
-    kf_ctx *ctx;
-    bool have;
-    char why[KF_MSG_MAX];
-    char cache_dir[256];
-} G;
+/* The suite's context and device (kf_gpu.h). */
+static kf_test_gpu G;
 
 static int group_setup(void **state) {
     (void)state;
-    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_attnsimt_XXXXXX");
-    if (!mkdtemp(G.cache_dir))
-        G.cache_dir[0] = 0;
-    kf_options o;
-    kf_options_init(&o);
-    o.target = KF_TARGET_CUDA;
-    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
-    if (kf_ctx_create(&o, &G.ctx) != KF_OK)
-        return -1;
-    G.have = kf_cuda_exec_available(G.ctx);
-    if (!G.have)
-        snprintf(G.why, sizeof G.why, "no CUDA driver or device 0");
-    return 0;
+    return kf_test_gpu_setup(&G, "kf_attnsimt", NULL);
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    kf_ctx_destroy(G.ctx);
-    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
-        fprintf(stderr, "could not remove %s\n", G.cache_dir);
+    kf_test_gpu_teardown(&G);
     return 0;
 }
 
-#define REQUIRE_GPU()                                                                              \
-    do {                                                                                           \
-        if (!G.have) {                                                                             \
-            fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);                              \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define REQUIRE_GPU() KF_REQUIRE_GPU(&G)
 
 /* `body` with every '$' replaced by dtype dn, then the softmax, P.V, the
  * output O and `tail` (NULL: nothing), as a whole graph. */

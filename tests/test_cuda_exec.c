@@ -25,56 +25,28 @@
 #include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "ir/ir.h"
+#include "kf_gpu.h"
 #include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_exec.h"
 
-typedef struct gpu {
-    kf_ctx *ctx; /* target CUDA, cache in a private temporary directory */
-    bool have;
-    char why[KF_MSG_MAX];
-    char cache_dir[256];
-} gpu;
-
-static gpu G;
+/* The suite's context and device (kf_gpu.h). */
+static kf_test_gpu G;
 
 static int group_setup(void **state) {
     (void)state;
-    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_cuda_exec_XXXXXX");
-    if (!mkdtemp(G.cache_dir))
-        G.cache_dir[0] = 0;
-    kf_options o;
-    kf_options_init(&o);
-    o.target = KF_TARGET_CUDA;
-    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
-    if (kf_ctx_create(&o, &G.ctx) != KF_OK)
-        return -1;
-    G.have = kf_cuda_exec_available(G.ctx);
-    if (!G.have) {
-        const kf_cuda_driver *drv = NULL;
-        if (kf_ctx_cuda_driver(G.ctx, &drv, G.why) == KF_OK)
-            snprintf(G.why, sizeof G.why, "the driver sees no CUDA device 0");
-    }
-    return 0;
+    return kf_test_gpu_setup(&G, "kf_cuda_exec", NULL);
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    kf_ctx_destroy(G.ctx);
-    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
-        fprintf(stderr, "could not remove %s\n", G.cache_dir);
+    kf_test_gpu_teardown(&G);
     return 0;
 }
 
-#define REQUIRE_GPU()                                                                              \
-    do {                                                                                           \
-        if (!G.have) {                                                                             \
-            fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);                              \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define REQUIRE_GPU() KF_REQUIRE_GPU(&G)
 
 /* ------------------------------------------------------------------------ */
 /* Running one graph against the reference                                    */
@@ -2227,6 +2199,80 @@ static void test_gemm_sibling_sets_as_one_kernel_match_the_reference(void **stat
     }
 }
 
+/* A sibling set as ONE sm_80 kernel (mma.sync; on an H100 forced with
+ * KF_CUDA_RECIPE_GEMM_SM80, as --gemm sm80; KF_CUDA_RECIPE_GEMM_SIB_ONE while
+ * it is not sm_80's default): the set's one GEMM step is a "sib<n>_mma_"
+ * kernel. */
+static void sib80_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                        const char *dn) {
+    sib_one_check(plan, r, what, dn);
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (rc->n_members < 2)
+            continue;
+        const kf_cuda_kstep *ks =
+            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+        if (ks->kernel.tmpl != KF_CUDA_TEMPLATE_GEMM_SM80 || !strstr(ks->kernel.name, "_mma_"))
+            fail_msg("%s [%s]: group %u's set is not the mma.sync kernel: %s", what, dn, gi,
+                     ks->kernel.name);
+    }
+}
+
+/* Q/K/V with ragged, different N (4096 / 1024 / 1024: 32 + 8 + 8 tile
+ * columns of 128; 2000 rows, 16 tile rows, so 128 x 128 tiles) and
+ * different epilogues behind an RMSNorm or a LayerNorm (A from the
+ * prologue's scratch: 2 N >= M), ragged M and K (small: the reference
+ * evaluates them on the CPU). */
+static const char *const sib80_cases[][2] = {
+    {"kfg 1\nx = input(%s[2000, 40])\ng = input(%s[40])\nwq = input(%s[40, 4096])\n"
+     "bq = input(%s[4096])\nwk = input(%s[40, 1024])\nwv = input(%s[40, 1024])\n"
+     "n = rms_norm(x, g, eps=1e-6)\nq0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\n"
+     "k = silu(k0)\nv = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+     "sm80 set: RMSNorm, q+bias 4096 / silu(k) 1024 / v 1024, 128 x 128 tiles"},
+    /* 64 x 64 tiles (the set's 2 x 48 tiles of 128 leave SMs idle) */
+    {"kfg 1\nx = input(%s[130, 24])\ng = input(%s[24])\nb = input(%s[24])\n"
+     "wq = input(%s[24, 4096])\nwk = input(%s[24, 1024])\nwv = input(%s[24, 1024])\n"
+     "r = input(%s[130, 1024])\nn = layer_norm(x, g, b, eps=1e-5)\nq0 = matmul(n, wq)\n"
+     "q = gelu_tanh(q0)\nk = matmul(n, wk)\nv0 = matmul(n, wv)\nv = add(v0, r)\n"
+     "output q\noutput k\noutput v\n",
+     "sm80 set: LayerNorm, gelu_tanh(q) 4096 / k 1024 / v+residual 1024"},
+};
+
+/* One small set alone (the sanitizers run it): sm_80's one kernel. */
+static void test_a_gemm_sibling_set_as_one_sm80_kernel_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    flags_case(G.ctx, sib_one_cases[0][0], KF_DTYPE_BF16, 2790, sib_one_cases[0][1],
+               KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80 |
+                   KF_CUDA_RECIPE_GEMM_SIB_ONE,
+               sib80_check);
+}
+
+/* The sm_80 set (asked for: KF_CUDA_RECIPE_GEMM_SIB_ONE): the sm_90a set's cases (ragged
+ * members, their own epilogues, folded RMSNorm and LayerNorm, four members)
+ * and the 4096 / 1024 / 1024 ones; bf16 and f16; generated and measured. */
+static void test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t c = 0; c < N_OF(sib_one_cases); c++)
+            flags_case(G.ctx, sib_one_cases[c][0], dts[d], 2791 + c, sib_one_cases[c][1],
+                       KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80 |
+                           KF_CUDA_RECIPE_GEMM_SIB_ONE,
+                       sib80_check);
+        for (size_t c = 0; c < N_OF(sib80_cases); c++)
+            flags_case(G.ctx, sib80_cases[c][0], dts[d], 2796 + c, sib80_cases[c][1],
+                       KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SM80 |
+                           KF_CUDA_RECIPE_GEMM_SIB_ONE,
+                       sib80_check);
+        flags_case(G.ctx, sib80_cases[0][0], dts[d], 2798, sib80_cases[0][1],
+                   KF_CUDA_RECIPE_GEMM_MEASURED | KF_CUDA_RECIPE_GEMM_SM80 |
+                       KF_CUDA_RECIPE_GEMM_SIB_ONE,
+                   sib_check);
+    }
+}
+
 /* A context forcing the generated GEMM on an sm_90 device; skips elsewhere. */
 static kf_ctx *cluster_ctx(void) {
     kf_ctx *ctx = ctx_gemm(KF_GEMM_GENERATED);
@@ -3428,6 +3474,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_sibling_sets_match_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_match_the_reference),
+        cmocka_unit_test(test_a_gemm_sibling_set_as_one_sm80_kernel_matches),
+        cmocka_unit_test(test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),

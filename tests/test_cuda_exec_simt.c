@@ -24,6 +24,7 @@
 
 #include "fusion/fusion.h"
 #include "ir/ir.h"
+#include "kf_gpu.h"
 #include "kf_judged.h"
 #include "kf_planned.h"
 #include "kf_test.h"
@@ -31,53 +32,34 @@
 #include "runtime/cuda.h"
 #include "runtime/cuda_exec.h"
 
-typedef struct gpu {
-    kf_ctx *gen, *def; /* KF_GEMM_GENERATED and KF_GEMM_AUTO, one private cache */
-    bool have;
-    char cache_dir[256];
-} gpu;
-
-static gpu G;
-
-static kf_ctx *ctx_mode(kf_gemm_mode mode) {
-    kf_options o;
-    kf_options_init(&o);
-    o.target = KF_TARGET_CUDA;
-    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
-    o.gemm = mode;
-    kf_ctx *c = NULL;
-    return kf_ctx_create(&o, &c) == KF_OK ? c : NULL;
-}
+/* The suite's contexts and device (kf_gpu.h): g.ctx forces the generated
+ * GEMM (KF_GEMM_GENERATED), def measures (KF_GEMM_AUTO); one private cache. */
+static struct {
+    kf_test_gpu g;
+    kf_ctx *def;
+} G;
 
 static int group_setup(void **state) {
     (void)state;
-    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_cuda_simt_XXXXXX");
-    if (!mkdtemp(G.cache_dir))
-        G.cache_dir[0] = 0;
-    G.gen = ctx_mode(KF_GEMM_GENERATED);
-    G.def = ctx_mode(KF_GEMM_AUTO);
-    if (!G.gen || !G.def)
+    kf_options o;
+    kf_options_init(&o);
+    o.gemm = KF_GEMM_GENERATED;
+    if (kf_test_gpu_setup(&G.g, "kf_cuda_simt", &o) != 0)
         return -1;
-    G.have = kf_cuda_exec_available(G.gen);
-    return 0;
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.g.cache_dir[0] ? G.g.cache_dir : NULL;
+    o.gemm = KF_GEMM_AUTO;
+    return kf_ctx_create(&o, &G.def) == KF_OK ? 0 : -1;
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    kf_ctx_destroy(G.gen);
     kf_ctx_destroy(G.def);
-    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
-        fprintf(stderr, "could not remove %s\n", G.cache_dir);
+    kf_test_gpu_teardown(&G.g);
     return 0;
 }
 
-#define REQUIRE_GPU()                                                                              \
-    do {                                                                                           \
-        if (!G.have) {                                                                             \
-            fprintf(stderr, "no CUDA device: skipped\n");                                          \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define REQUIRE_GPU() KF_REQUIRE_GPU(&G.g)
 
 /* `fmt` with every %s the dtype's name, compiled in `ctx`, its report holding
  * each of `want` ('|'-separated; NULL: nothing asked), run and judged
@@ -104,80 +86,80 @@ static void test_simt_gemms_match_the_reference(void **state) {
         uint64_t s = 9100 + 100 * (uint64_t)d;
         /* small tiles, ragged M, N, K, bias + erf gelu + residual */
         snprintf(w, sizeof w, "%s|64x64x8", simt);
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[1000, 200])\nw = input(%s[200, 1000])\nb = input(%s[1000])\n"
                  "r = input(%s[1000, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
                  "y = add(g, r)\noutput y\n",
                  t, s + 0, w, "ragged 1000x1000x200, bias + gelu + residual");
         /* big tiles (153 / 297 of them for 132 SMs), ragged, bias + gelu_tanh */
         snprintf(w, sizeof w, "%s|%s", simt, d ? "128x64x8" : "128x128x16");
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[1100, 72])\nw = input(%s[72, 2056])\nb = input(%s[2056])\n"
                  "r = input(%s[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu_tanh(a)\n"
                  "y = add(g, r)\noutput y\n",
                  t, s + 1, w, "big tiles 1100x2056x72, ragged");
         /* element copies: K = 7, N = 37 (rows of 28 / 148 bytes) */
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[100, 7])\nw = input(%s[7, 37])\nb = input(%s[37])\n"
                  "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
                  t, s + 2, simt, "K = 7, N = 37: element copies");
         /* K-major B, N = 1001, bias + residual */
         snprintf(w, sizeof w, "%s|B K-major", simt);
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[300, 64])\nw = input(%s[1001, 64])\nb = input(%s[1001])\n"
                  "r = input(%s[300, 1001])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
                  "y = add(a, r)\noutput y\n",
                  t, s + 3, w, "N = 1001, K-major B");
         /* M-major A on big tiles; K = 1000 with K-major A and B */
         snprintf(w, sizeof w, "%s|A M-major", simt);
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[40, 2200])\nw = input(%s[40, 2056])\n"
                  "y = matmul(x, w, transpose_a=true)\noutput y\n",
                  t, s + 4, w, "M-major A, 2200x2056x40");
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[200, 1000])\nw = input(%s[136, 1000])\n"
                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
                  t, s + 5, simt, "K = 1000, K-major A and B");
         /* M = 1; M = 1 with K = 100; vector shapes */
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[1, 512])\nw = input(%s[512, 384])\ny = matmul(x, w)\n"
                  "output y\n",
                  t, s + 6, simt, "M = 1");
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[1, 100])\nw = input(%s[100, 64])\nb = input(%s[64])\n"
                  "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
                  t, s + 7, simt, "M = 1, K = 100");
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\nx = input(%s[64, 48])\nw = input(%s[48, 1])\nv = input(%s[1, 64])\n"
                  "c = matmul(x, w)\ne = matmul(v, x)\noutput c\noutput e\n",
                  t, s + 8, simt, "vector shapes");
         /* batched in one launch; broadcast B (batch folded into M); batched
          * K-major B; broadcast A, M-major; permuted (head-split) views */
         snprintf(w, sizeof w, "%s|batched in one launch", simt);
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\na = input(%s[3, 40, 24])\nb = input(%s[3, 24, 56])\n"
                  "c = matmul(a, b)\nd = relu(c)\noutput d\n",
                  t, s + 9, w, "batched");
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\na = input(%s[2, 3, 40, 24])\nb = input(%s[24, 56])\n"
                  "c = matmul(a, b)\noutput c\n",
                  t, s + 10, simt, "broadcast B (batch folded into M)");
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\na = input(%s[4, 200, 64])\nb = input(%s[4, 136, 64])\n"
                  "c = matmul(a, b, transpose_b=true)\noutput c\n",
                  t, s + 11, w, "batched, K-major B");
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\na = input(%s[136, 200])\nb = input(%s[4, 136, 72])\n"
                  "c = matmul(a, b, transpose_a=true)\noutput c\n",
                  t, s + 12, w, "broadcast A, M-major");
         /* head-split views [1, S, H, D] -> [1, H, S, D]: the heads one
          * uniform batch stride (D), rows H * D apart */
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\na = input(%s[1, 40, 3, 16])\nb = input(%s[1, 40, 3, 16])\n"
                  "ap = permute(a, [0, 2, 1, 3])\nbp = permute(b, [0, 2, 3, 1])\n"
                  "c = matmul(ap, bp)\noutput c\n",
                  t, s + 13, w, "head-split (permuted) views as operands");
-        run_text(G.gen,
+        run_text(G.g.ctx,
                  "kfg 1\na = input(%s[24, 40])\nb = input(%s[4, 56, 24])\n"
                  "c = matmul(a, b, transpose_a=true, transpose_b=true)\noutput c\n",
                  t, s + 14, simt, "both transposed, broadcast A");
@@ -190,46 +172,101 @@ static void test_simt_gemm_group_kinds_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     /* the norm prologue: A from the prologue kernel's scratch */
-    run_text(G.gen,
+    run_text(G.g.ctx,
              "kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nc = input(%s[264])\n"
              "w = input(%s[264, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
              "h = matmul(n, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
              "f32", 9300, "simt (FFMA)|prologue kernel's scratch", "LayerNorm prologue, ragged");
-    run_text(G.gen,
+    run_text(G.g.ctx,
              "kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nw = input(%s[136, 200])\n"
              "r = input(%s[2, 300, 136])\nn = rms_norm(x, g)\n"
              "h = matmul(n, w, transpose_b=true)\ny = add(h, r)\noutput y\n",
              "f32", 9301, "simt (FFMA)|prologue kernel's scratch",
              "RMSNorm prologue, K-major B, residual");
     /* the SwiGLU pair: one kernel, both B */
-    run_text(G.gen,
+    run_text(G.g.ctx,
              "kfg 1\nx = input(%s[200, 64])\nwg = input(%s[64, 136])\nwu = input(%s[64, 136])\n"
              "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\noutput y\n",
              "f32", 9302, "simt (FFMA) pair 128x(2x64)", "SwiGLU pair, ragged N");
-    run_text(G.gen,
+    run_text(G.g.ctx,
              "kfg 1\nx = input(%s[2, 300, 200])\nwg = input(%s[2, 136, 200])\n"
              "wu = input(%s[2, 136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
              "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
              "f32", 9303, "simt (FFMA) pair 128x(2x64)|batched", "SwiGLU pair, batched K-major B");
-    /* a row epilogue: the split form (the kernel writes the norm's input,
-     * the row pass follows); the pre-norm sum also an output */
-    run_text(G.gen,
+    /* a row epilogue: in the tile (N <= 256; test_simt_row_epilogue_*);
+     * the pre-norm sum also an output */
+    run_text(G.g.ctx,
              "kfg 1\nx = input(%s[300, 96])\nw = input(%s[96, 200])\nr = input(%s[300, 200])\n"
              "g = input(%s[200])\nc = input(%s[200])\nh = matmul(x, w)\ns = add(h, r)\n"
              "y = layer_norm(s, g, c)\noutput y\n",
-             "f32", 9304, "simt (FFMA)|split row form", "GEMM + residual + LayerNorm (split)");
-    run_text(G.gen,
+             "f32", 9304, "simt (FFMA)|row epilogue in the tile",
+             "GEMM + residual + LayerNorm (in the tile)");
+    run_text(G.g.ctx,
              "kfg 1\nx = input(%s[260, 72])\nw = input(%s[72, 136])\nr = input(%s[260, 136])\n"
              "g = input(%s[136])\nh = matmul(x, w)\ns = add(h, r)\ny = rms_norm(s, g)\n"
              "output s\noutput y\n",
-             "f32", 9305, "simt (FFMA)|split row form",
+             "f32", 9305, "simt (FFMA)|row epilogue in the tile",
              "GEMM + residual + RMSNorm, the sum written too");
     /* a GEMM sibling set behind one norm */
-    run_text(G.gen,
+    run_text(G.g.ctx,
              "kfg 1\nx = input(%s[100, 64])\ng = input(%s[64])\nc = input(%s[64])\n"
              "wq = input(%s[64, 136])\nwk = input(%s[64, 72])\nn = layer_norm(x, g, c)\n"
              "q = matmul(n, wq)\nk = matmul(n, wk)\noutput q\noutput k\n",
              "f32", 9306, "GEMM siblings|simt_", "GEMM siblings, A from scratch once");
+}
+
+/* The row epilogue in the SIMT kernel's tile (f32, N <= 256: 64-, 128- or
+ * 256-wide tiles, the rows' statistics reduced by shuffles): LayerNorm,
+ * RMSNorm and softmax rows, ragged M and N, batched, every tile width, M
+ * past one tile row and M = 1; and past 256 columns (KF_FLAG_SPLIT_ROW_NORMS)
+ * the split form. f64 forms no row epilogue (the norm stays a row group):
+ * its case runs as the planner leaves it. */
+static void test_simt_row_epilogue_in_the_tile_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const cases[][3] = {
+        {"kfg 1\nx = input(%s[300, 96])\nw = input(%s[96, 200])\nb = input(%s[200])\n"
+         "r = input(%s[300, 200])\ng = input(%s[200])\nc = input(%s[200])\nh = matmul(x, w)\n"
+         "a = add(h, b)\ns = add(a, r)\ny = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+         "32x256x8 tiles|row epilogue in the tile", "LayerNorm N 200, bias + residual"},
+        {"kfg 1\nx = input(%s[2, 333, 130])\nw = input(%s[130, 256])\ng = input(%s[256])\n"
+         "c = input(%s[256])\nh = matmul(x, w)\ny = layer_norm(h, g, c)\noutput y\n",
+         "x256x8 tiles|row epilogue in the tile", "LayerNorm N 256, batch folded, ragged K"},
+        {"kfg 1\nx = input(%s[517, 72])\nw = input(%s[120, 72])\nr = input(%s[517, 120])\n"
+         "g = input(%s[120])\nh = matmul(x, w, transpose_b=true)\ns = add(h, r)\n"
+         "y = rms_norm(s, g)\noutput s\noutput y\n",
+         "x128x8 tiles|row epilogue in the tile", "RMSNorm N 120, K-major B, the sum written"},
+        {"kfg 1\nx = input(%s[3, 100, 40])\nw = input(%s[40, 50])\nh = matmul(x, w)\n"
+         "y = softmax(h, axis=-1)\noutput y\n",
+         "x64x8 tiles|row epilogue in the tile", "softmax N 50, batched"},
+        {"kfg 1\nx = input(%s[1, 64])\nw = input(%s[64, 232])\nh = matmul(x, w)\n"
+         "t = tanh(h)\ny = softmax(t, axis=-1)\noutput y\n",
+         "x256x8 tiles|row epilogue in the tile", "tanh then softmax N 232, M = 1"},
+        {"kfg 1\nx = input(%s[150, 200])\nw = input(%s[64, 200])\ng = input(%s[64])\n"
+         "h = matmul(x, w, transpose_b=true)\ny = rms_norm(h, g)\noutput y\n",
+         "x64x8 tiles|row epilogue in the tile", "RMSNorm N 64, K-major B"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        run_text(G.g.ctx, cases[c][0], "f32", 9320 + c, cases[c][1], cases[c][2]);
+    /* the default (measured) mode takes either side and matches */
+    run_text(G.def, cases[0][0], "f32", 9330, NULL, "LayerNorm N 200, measured");
+    /* f64: no row epilogue is formed; the groups as planned */
+    run_text(G.g.ctx, cases[2][0], "f64", 9331, "simt (DFMA)", "f64 RMSNorm after a GEMM");
+    /* past 256 columns: the split form (the kernel writes x, a row pass) */
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.g.cache_dir[0] ? G.g.cache_dir : NULL;
+    o.gemm = KF_GEMM_GENERATED;
+    o.flags |= KF_FLAG_SPLIT_ROW_NORMS;
+    kf_ctx *sc = NULL;
+    assert_int_equal(kf_ctx_create(&o, &sc), KF_OK);
+    run_text(sc,
+             "kfg 1\nx = input(%s[300, 96])\nw = input(%s[96, 300])\nr = input(%s[300, 300])\n"
+             "g = input(%s[300])\nc = input(%s[300])\nh = matmul(x, w)\ns = add(h, r)\n"
+             "y = layer_norm(s, g, c)\noutput y\n",
+             "f32", 9332, "simt (FFMA)|split row form", "LayerNorm N 300 (split)");
+    kf_ctx_destroy(sc);
 }
 
 /* The default mode measures the SIMT kernel against cuBLASLt; whichever
@@ -253,11 +290,12 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simt_gemms_match_the_reference),
         cmocka_unit_test(test_simt_gemm_group_kinds_match_the_reference),
+        cmocka_unit_test(test_simt_row_epilogue_in_the_tile_matches),
         cmocka_unit_test(test_measured_f32_and_f64_gemms_match),
     };
     kf_test_filter();
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
-    if (failed == 0 && !G.have) {
+    if (failed == 0 && !G.g.have) {
         fprintf(stderr, "no CUDA device: skipped\n");
         return 77; /* ctest: SKIP_RETURN_CODE */
     }

@@ -25,17 +25,17 @@
 
 #include "frontend/compile.h"
 #include "ir/ir.h"
+#include "kf_gpu.h"
 #include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/cuda.h"
 
+/* The suite's context (kf_gpu.h), the driver and device 0's primary
+ * context the programs use too, and two streams. */
 typedef struct gpu {
-    kf_ctx *ctx; /* target CUDA, cache in a private temporary directory */
-    bool have;
-    char why[KF_MSG_MAX];
-    char cache_dir[256];
+    kf_test_gpu t;
     const kf_cuda_driver *drv;
-    kf_cuda_device dev; /* the primary context the programs use too */
+    kf_cuda_device dev;
     kf_cu_stream s1, s2;
 } gpu;
 
@@ -51,26 +51,15 @@ static char E[KF_MSG_MAX];
 
 static int group_setup(void **state) {
     (void)state;
-    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_device_run_XXXXXX");
-    if (!mkdtemp(G.cache_dir))
-        G.cache_dir[0] = 0;
-    kf_options o;
-    kf_options_init(&o);
-    o.target = KF_TARGET_CUDA;
-    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
-    if (kf_ctx_create(&o, &G.ctx) != KF_OK)
+    if (kf_test_gpu_setup(&G.t, "kf_device_run", NULL) != 0)
         return -1;
-    G.have = kf_cuda_exec_available(G.ctx);
-    if (!G.have) {
-        if (kf_ctx_cuda_driver(G.ctx, &G.drv, G.why) == KF_OK)
-            snprintf(G.why, sizeof G.why, "the driver sees no CUDA device 0");
+    if (!G.t.have)
         return 0;
-    }
-    if (kf_ctx_cuda_driver(G.ctx, &G.drv, G.why) != KF_OK ||
-        kf_cuda_device_open(G.drv, 0, &G.dev, G.why) != KF_OK ||
-        kf_cuda_stream_create(&G.dev, &G.s1, G.why) != KF_OK ||
-        kf_cuda_stream_create(&G.dev, &G.s2, G.why) != KF_OK) {
-        fprintf(stderr, "device setup failed: %s\n", G.why);
+    if (kf_ctx_cuda_driver(G.t.ctx, &G.drv, G.t.why) != KF_OK ||
+        kf_cuda_device_open(G.drv, 0, &G.dev, G.t.why) != KF_OK ||
+        kf_cuda_stream_create(&G.dev, &G.s1, G.t.why) != KF_OK ||
+        kf_cuda_stream_create(&G.dev, &G.s2, G.t.why) != KF_OK) {
+        fprintf(stderr, "device setup failed: %s\n", G.t.why);
         return -1;
     }
     return 0;
@@ -78,24 +67,16 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
     (void)state;
-    if (G.have) {
+    if (G.t.have) {
         kf_cuda_stream_destroy(&G.dev, G.s1);
         kf_cuda_stream_destroy(&G.dev, G.s2);
         kf_cuda_device_close(&G.dev);
     }
-    kf_ctx_destroy(G.ctx);
-    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
-        fprintf(stderr, "could not remove %s\n", G.cache_dir);
+    kf_test_gpu_teardown(&G.t);
     return 0;
 }
 
-#define REQUIRE_GPU()                                                                              \
-    do {                                                                                           \
-        if (!G.have) {                                                                             \
-            fprintf(stderr, "no CUDA device: skipped (%s)\n", G.why);                              \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define REQUIRE_GPU() KF_REQUIRE_GPU(&G.t)
 
 /* ------------------------------------------------------------------------ */
 /* A program with host and device buffers for every binding                   */
@@ -160,7 +141,7 @@ static tcase *case_open(kf_ctx *ctx, kf_graph *g, const char *what) {
     c->what = what;
     if (kf_graph_verify(g) != KF_OK)
         fail_msg("%s: %s", what, kf_graph_error(g));
-    kf_status st = kf_compile(ctx ? ctx : G.ctx, g, &c->p);
+    kf_status st = kf_compile(ctx ? ctx : G.t.ctx, g, &c->p);
     if (st != KF_OK)
         fail_msg("%s: kf_compile: %s: %s", what, kf_status_str(st), kf_graph_error(g));
     c->n_in = kf_graph_input_count(g);
@@ -292,7 +273,7 @@ static void check_case(tcase *c, uint64_t seed) {
 
 static kf_graph *parse(const char *text) {
     kf_graph *g = NULL;
-    if (kf_graph_parse(G.ctx, text, strlen(text), &g) != KF_OK)
+    if (kf_graph_parse(G.t.ctx, text, strlen(text), &g) != KF_OK)
         fail_msg("parse: %s\n%s", g ? kf_graph_error(g) : "no graph", text);
     return g;
 }
@@ -301,7 +282,7 @@ static kf_ctx *cuda_ctx(kf_gemm_mode gemm) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
-    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.cache_dir = G.t.cache_dir[0] ? G.t.cache_dir : NULL;
     o.gemm = gemm;
     kf_ctx *ctx = NULL;
     assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
@@ -351,7 +332,7 @@ static int examples_in(const char *dir, uint64_t seed) {
         char *text = read_file(path, &len);
         assert_non_null(text);
         kf_graph *g = NULL;
-        if (kf_graph_parse(G.ctx, text, len, &g) != KF_OK)
+        if (kf_graph_parse(G.t.ctx, text, len, &g) != KF_OK)
             fail_msg("%s: %s", path, kf_graph_error(g));
         tcase *c = case_open(NULL, g, path);
         check_case(c, seed + 10 * (uint64_t)i);
@@ -582,7 +563,7 @@ static void test_repeated_runs_replay_a_graph_captured_from_their_own_launches(v
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
-    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.cache_dir = G.t.cache_dir[0] ? G.t.cache_dir : NULL;
     o.gemm = KF_GEMM_CUBLASLT;
     o.flags = KF_FLAG_NO_CUDA_GRAPH;
     kf_ctx *plain = NULL;
@@ -768,7 +749,7 @@ static void test_in_place_gather_clamps_out_of_range_indices_and_reports_them(vo
                         "e = gather(w, i, axis=0)\ntwo = const(f32[], 2)\ny = mul(e, two)\n"
                         "output y\n");
     kf_program *p = NULL;
-    CK(kf_compile(G.ctx, g, &p));
+    CK(kf_compile(G.t.ctx, g, &p));
     float w[128], y[80];
     for (int k = 0; k < 128; k++)
         w[k] = (float)(k / 16 * 100 + k % 16);
@@ -836,8 +817,8 @@ int main(void) {
     };
     kf_test_filter();
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
-    if (!G.have) {
-        fprintf(stderr, "test_device_run: no CUDA device (%s): every test skipped\n", G.why);
+    if (!G.t.have) {
+        fprintf(stderr, "test_device_run: no CUDA device (%s): every test skipped\n", G.t.why);
         return 77;
     }
     return kf_test_run_(failed);

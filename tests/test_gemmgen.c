@@ -1636,6 +1636,117 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
     plan_release(&p);
 }
 
+/* A sibling set as ONE sm_80 kernel (mma.sync) over its members'
+ * concatenated columns, on an A100 and forced on an H100 (--gemm sm80): the
+ * GQA-like ragged members of the sm_90a test (q 256 + bias, k 64 gelu or
+ * silu, v 72 bare) behind an RMSNorm or a LayerNorm, bf16 and f16: one GEMM
+ * step, "sib3_mma_", after the statistics and each member's fold pre-pass,
+ * HMMA / LDGSTS / LDSM and no local memory; its arguments A's pointer (the
+ * norm's input) and each member's diag(gamma) B, then the params; one block
+ * per tile of the set's raster (64 x 64 tiles: 4 + 1 + 2 columns x 16
+ * rows). KF_CUDA_RECIPE_GEMM_SIB_ONE asks for it (on sm_80 it is not the
+ * default yet: recipe_gemm_siblings.c's SIB_ONE_SM80_DEFAULT), SIB_APART
+ * keeps the members' own kernels.
+ * LLaMA-7B's GQA projections (16384 x 4096 x (4096 + 1024 + 1024)) take
+ * 128 x 128 tiles: 64 + 16 + 16 tile columns. */
+static void test_gemm_sibling_set_runs_as_one_sm80_kernel(void **state) {
+    (void)state;
+    static const char *const dts[] = {"bf16", "f16"};
+    for (int c = 0; c < 4; c++) {
+        const char *t = dts[c % 2];
+        const char *dev = c < 2 ? "a100" : "h100";
+        unsigned force = c < 2 ? 0u : KF_CUDA_RECIPE_GEMM_SM80;
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "kfg 1\nx = input(%s[1000, 256])\ng = input(%s[256])\nbt = input(%s[256])\n"
+                 "wq = input(%s[256, 256])\nbq = input(%s[256])\nwk = input(%s[256, 64])\n"
+                 "wv = input(%s[256, 72])\nn = %s\n"
+                 "q0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\nk = %s(k0)\n"
+                 "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+                 t, t, t, t, t, t, t,
+                 c == 1 ? "layer_norm(x, g, bt, eps=1e-5)" : "rms_norm(x, g, eps=1e-6)",
+                 c == 0 ? "gelu" : "silu"); /* bf16 gelu: a later member's table */
+        planned p;
+        plan_text(text, &p);
+        uint32_t first = KF_NONE;
+        for (uint32_t gi = 0; gi < p.plan->n_groups && first == KF_NONE; gi++)
+            if (kf_group_in_gemm_sib_set(&p.plan->groups[gi]))
+                first = gi;
+        assert_int_not_equal(first, KF_NONE);
+        kf_cuda_recipes *rec = kf_sass_recipes(
+            &MEM, p.plan, dev, NULL,
+            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE | force);
+        const kf_cuda_recipe *rc = &rec->recipes[first];
+        assert_int_equal(rc->n_members, 3);
+        if (!strstr(rc->variants[0].how, "one GEMM over their concatenated columns, N 256 + 64 + "
+                                         "72 = 392") ||
+            !strstr(rc->variants[0].how, "mma.sync 64x64x32"))
+            fail_msg("%s: how: %s", dev, rc->variants[0].how);
+        assert_int_equal(count_steps(rc, 0, "stats_"), 1);
+        assert_int_equal(count_steps(rc, 0, "fold_"), 3);
+        assert_int_equal(count_steps(rc, 0, "sib3_mma_"), 1);
+        uint32_t gemms = 0;
+        for (uint32_t i = 0; i < rc->n_steps; i++) {
+            const kf_cuda_kstep *ks = rc->steps[i].kernel;
+            kf_nvrtc_result res;
+            char err[KF_MSG_MAX] = "";
+            if (kf_cuda_kernel_compile(&MEM, &ks->kernel, &res, err) != KF_OK)
+                fail_msg("%s: %s\n%s", ks->kernel.name, err, res.log ? res.log : "");
+            kf_nvrtc_result_release(&MEM, &res);
+            if (ks->role != KF_CUDA_ROLE_GEMM)
+                continue;
+            gemms++;
+            assert_int_equal(i, rc->n_steps - 1); /* after every pre-pass */
+            assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+            kf_sass_check_ampere(&MEM, &ks->kernel);
+            assert_int_equal(ks->n_tmaps, 0);
+            for (uint32_t m = 0; m < 4; m++)
+                assert_int_equal(ks->args[m].kind, KF_CUDA_ARG_PTR);
+            assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_TENSOR); /* the norm's input */
+            for (uint32_t j = 1; j < 4; j++)
+                assert_int_equal(ks->args[j].buf.kind, KF_CUDA_BUF_SCRATCH); /* diag(g) B */
+            assert_int_equal(ks->n_args, 4 + ks->kernel.n_params);
+            assert_int_equal(ks->kernel.launch.work_items, 7u * 16u);
+            assert_int_equal(ks->grid[0], 7u * 16u);
+            assert_int_equal(ks->grid[2], 1u);
+        }
+        assert_int_equal(gemms, 1);
+        kf_cuda_recipes_destroy(rec);
+        rec =
+            kf_sass_recipes(&MEM, p.plan, dev, NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART | force);
+        assert_int_equal(count_steps(&rec->recipes[first], 0, "sib3_"), 0);
+        assert_int_equal(count_steps(&rec->recipes[first], 0, "mma_"), 3);
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+    planned p;
+    plan_text("kfg 1\nx = input(bf16[16384, 4096])\ng = input(bf16[4096])\n"
+              "wq = input(bf16[4096, 4096])\nwk = input(bf16[4096, 1024])\n"
+              "wv = input(bf16[4096, 1024])\nn = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq)\n"
+              "k = matmul(n, wk)\nv = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+              &p);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE);
+    uint32_t ones = 0;
+    for (uint32_t gi = 0; gi < rec->n; gi++) {
+        const kf_cuda_recipe *rc = &rec->recipes[gi];
+        if (rc->n_members != 3)
+            continue;
+        if (!strstr(rc->variants[0].how, "N 4096 + 1024 + 1024 = 6144") ||
+            !strstr(rc->variants[0].how, "mma.sync 128x128x32"))
+            fail_msg("how: %s", rc->variants[0].how);
+        const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+        assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+        assert_int_equal(ks->kernel.launch.work_items, 128u * (32u + 8u + 8u));
+        kf_sass_check_ampere(&MEM, &ks->kernel);
+        ones++;
+    }
+    assert_int_equal(ones, 1);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
 static void test_generated_source_is_deterministic_and_named(void **state) {
     (void)state;
     planned p;
@@ -1660,6 +1771,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),
+        cmocka_unit_test(test_gemm_sibling_set_runs_as_one_sm80_kernel),
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_head_split_epilogue_compiles_to_hgmma_without_local_memory),

@@ -153,8 +153,8 @@ static void test_f32_and_f64_gemms_compile_to_fma_and_ldgsts(void **state) {
 }
 
 /* The group kinds: a norm prologue (the prologue kernel's scratch, a step
- * before), a SwiGLU pair (one kernel, both B), a row epilogue (the split
- * form: the kernel writes the norm's input, a row pass follows), a sibling
+ * before), a SwiGLU pair (one kernel, both B), a row epilogue (in the
+ * tile), a sibling
  * set's members. The planner forms none of these in f64 (its norms and the
  * pair's two GEMMs stay groups of their own): the f64 graphs check that. */
 static void test_simt_gemm_group_kinds_compile(void **state) {
@@ -182,13 +182,69 @@ static void test_simt_gemm_group_kinds_compile(void **state) {
                           "output y\n",
                           t, dev, "pair 128x(2x64)|B K-major|batched", 1, 2);
             }
-            /* (nor an f64 row epilogue: the norm is a row group of its own) */
+            /* (nor an f64 row epilogue: the norm is a row group of its own;
+             * f32: in the tile, test_simt_row_epilogue_in_the_tile_compiles) */
             simt_case("kfg 1\nx = input(%s[300, 96])\nw = input(%s[96, 200])\n"
                       "r = input(%s[300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
                       "h = matmul(x, w)\ns = add(h, r)\ny = layer_norm(s, g, c)\noutput y\n",
-                      t, dev, f64 ? "simt (DFMA)" : "split row form", f64 ? 1 : 2, 1);
+                      t, dev, f64 ? "simt (DFMA)" : "row epilogue in the tile", 1, 1);
         }
     }
+}
+
+/* A row epilogue in the tile (f32, N <= 256): one kernel, no row pass, the
+ * tile as wide as the rows (64, 128 or 256 columns, the last on 32 column
+ * threads: a warp a tile row), FFMA and the rows' shuffles (SHFL.BFLY), no
+ * local memory: LayerNorm, RMSNorm with the sum written too, softmax;
+ * ragged M and N; batched. */
+static void test_simt_row_epilogue_in_the_tile_compiles(void **state) {
+    (void)state;
+    for (int v = 0; v < 2; v++) {
+        const char *dev = DEVICES[v];
+        simt_case("kfg 1\nx = input(%s[300, 96])\nw = input(%s[96, 200])\n"
+                  "r = input(%s[300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+                  "h = matmul(x, w)\ns = add(h, r)\ny = layer_norm(s, g, c)\noutput y\n",
+                  "f32", dev, "32x256x8 tiles|row epilogue in the tile", 1, 1);
+        simt_case("kfg 1\nx = input(%s[16384, 1024])\nw = input(%s[1024, 256])\n"
+                  "b = input(%s[256])\nr = input(%s[16384, 256])\ng = input(%s[256])\n"
+                  "c = input(%s[256])\nh = matmul(x, w)\na = add(h, b)\ns = add(a, r)\n"
+                  "y = layer_norm(s, g, c)\noutput y\n",
+                  "f32", dev, "64x256x8 tiles|row epilogue in the tile", 1, 1);
+        simt_case("kfg 1\nx = input(%s[260, 72])\nw = input(%s[72, 120])\n"
+                  "r = input(%s[260, 120])\ng = input(%s[120])\nh = matmul(x, w)\n"
+                  "s = add(h, r)\ny = rms_norm(s, g)\noutput s\noutput y\n",
+                  "f32", dev, "x128x8 tiles|row epilogue in the tile", 1, 1);
+        simt_case("kfg 1\nx = input(%s[3, 100, 40])\nw = input(%s[40, 50])\n"
+                  "h = matmul(x, w)\ny = softmax(h, axis=-1)\noutput y\n",
+                  "f32", dev, "x64x8 tiles|row epilogue in the tile", 1, 1);
+    }
+    planned p;
+    plan_text("kfg 1\nx = input(f32[300, 96])\nw = input(f32[96, 200])\nr = input(f32[300, 200])\n"
+              "g = input(f32[200])\nh = matmul(x, w)\ns = add(h, r)\ny = rms_norm(s, g)\n"
+              "output y\n",
+              &p);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    const kf_cuda_kernel *k = &gemm_recipe(p.plan, rec)->steps[0].kernel->kernel;
+    static const char *const want[] = {"FFMA", "SHFL.BFLY", NULL};
+    static const char *const why[] = {"no FFMA", "no shuffles (the rows' statistics)"};
+    kf_sass_check_ops(&MEM, k, want, why, NULL);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+    /* rows past 256 columns (KF_FLAG_SPLIT_ROW_NORMS' plan): the split form */
+    kf_plan_options o;
+    kf_plan_options_init(&o);
+    o.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+    plan_text_with("kfg 1\nx = input(f32[300, 96])\nw = input(f32[96, 300])\n"
+                   "r = input(f32[300, 300])\ng = input(f32[300])\nc = input(f32[300])\n"
+                   "h = matmul(x, w)\ns = add(h, r)\ny = layer_norm(s, g, c)\noutput y\n",
+                   &o, &p);
+    rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    if (!strstr(rc->variants[0].how, "split row form") || rc->n_steps != 2)
+        fail_msg("N = 300: %u steps: %s", rc->n_steps, rc->variants[0].how);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
 }
 
 /* Every f32 / f64 GEMM group of every example gets the SIMT kernel on the
@@ -248,6 +304,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_and_f64_gemms_compile_to_fma_and_ldgsts),
         cmocka_unit_test(test_simt_gemm_group_kinds_compile),
+        cmocka_unit_test(test_simt_row_epilogue_in_the_tile_compiles),
         cmocka_unit_test(test_every_example_gemm_group_gets_a_generated_kernel),
     };
     return kf_test_run(tests);

@@ -24,8 +24,12 @@
  * prologue kernel's scratch (A normalized, a plain main loop); a SwiGLU pair
  * reads both B operands into one B tile (gate's columns, then the up
  * projection's) and each thread holds both products of its outputs. A row
- * epilogue is the recipe's split form (this kernel writes the norm's input,
- * a row pass follows).
+ * epilogue (a norm or softmax of the output's rows) runs in the tile for
+ * f32 where the rows are whole in one column tile (N <= 256: 64 x 256 or
+ * 32 x 256 tiles for the widest, their 32 column threads one warp), the
+ * rows' statistics reduced by shuffles (cg_gemm_epi.c's kf_pre and kf_epi);
+ * beyond that it is the recipe's split form (this kernel writes the norm's
+ * input, a row pass follows).
  *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
  * a norm in the kernel (ring or fold), a row-wise stage, a head-split
@@ -50,10 +54,11 @@ uint32_t kf_cuda_gemm_simt_smem(uint32_t bm, uint32_t bn, bool dual, uint32_t st
 }
 
 /* Whether the tile shape is one the template takes for elements of es
- * bytes: 8 or 16 column threads, whole rows a thread, an M-major A's column
- * of a thread read in whole loads. */
-static bool simt_tile_ok(uint32_t bm, uint32_t bn, size_t es, bool a_kmajor) {
-    if (bn != 64 && bn != 128)
+ * bytes: 8 or 16 column threads (32 for a row epilogue's 256 columns),
+ * whole rows a thread, an M-major A's column of a thread read in whole
+ * loads. */
+static bool simt_tile_ok(uint32_t bm, uint32_t bn, size_t es, bool a_kmajor, bool row) {
+    if (bn != 64 && bn != 128 && !(row && bn == 256))
         return false;
     uint32_t tx = bn / 8, ty = 256 / tx;
     if (bm % ty != 0 || bm > 128)
@@ -80,10 +85,10 @@ kf_status kf_cuda_codegen_gemm_simt(const kf_plan *plan, uint32_t group, const c
     bool f64 = mm->dtype == KF_DTYPE_F64;
     size_t es = f64 ? 8 : 4;
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 ||
-        !simt_tile_ok(sh->bm, sh->bn, es, sh->a_kmajor) || (sh->dual && sh->bn != 64) ||
-        sh->stages < 2 || sh->stages > 8 || sh->m > INT32_MAX || sh->n > INT32_MAX ||
-        sh->k > INT32_MAX || sh->batch > 65535 || sh->lda < 1 || sh->ldb < 1 || sh->sa < 0 ||
-        sh->sb < 0 ||
+        !simt_tile_ok(sh->bm, sh->bn, es, sh->a_kmajor, gm->row_epilogue && !gm->row_split) ||
+        (sh->dual && sh->bn != 64) || sh->stages < 2 || sh->stages > 8 || sh->m > INT32_MAX ||
+        sh->n > INT32_MAX || sh->k > INT32_MAX || sh->batch > 65535 || sh->lda < 1 || sh->ldb < 1 ||
+        sh->sa < 0 || sh->sb < 0 ||
         (sh->dual && (sh->ldb2 < 1 || sh->sb2 < 0 || (sh->sb2 == 0) != (sh->sb == 0))))
         return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                                   "group %u (%s): bad SIMT GEMM shape %" PRId64 "x%" PRId64
@@ -98,8 +103,11 @@ kf_status kf_cuda_codegen_gemm_simt(const kf_plan *plan, uint32_t group, const c
         why = "a norm in the kernel (ring or fold): the SIMT kernel reads A from scratch";
     else if (gm->a_prologue != sh->a_scratch)
         why = gm->a_prologue ? "a norm prologue on A (shape.a_scratch)" : "no norm prologue on A";
-    else if (gm->row_epilogue || (g->row.present && !gm->a_prologue))
+    else if (gm->row_split || (g->row.present && !gm->a_prologue && !gm->row_epilogue))
         why = "a row-wise stage follows the GEMM";
+    else if (gm->row_epilogue && (f64 || sh->dual || sh->n > sh->bn))
+        why = "a row epilogue in the tile needs f32 and whole rows in one column tile (N <= the "
+              "tile's width)";
     else if (mm->dtype != KF_DTYPE_F32 && mm->dtype != KF_DTYPE_F64)
         why = "the operands are not f32 or f64";
     else if (gm->head_dim)

@@ -35,6 +35,10 @@
  * 256 on 8 (warp tiles of 64 x 64 both), cg_gemm_epi.c's kf_pre and kf_epi,
  * the rows' statistics reduced by the template (KF_ROW_EPI).
  *
+ * A GEMM sibling set can run as one such kernel over its members'
+ * concatenated columns (cg_gemm_sm80_set.c, which asks cg_gemm_sm80_why of
+ * each member).
+ *
  * What it does not take (KF_ERR_UNSUPPORTED, and the recipe keeps cuBLASLt):
  * the norm in the ring, a row epilogue wider than the tile, a write that is
  * not the whole output, an expression outside the output space.
@@ -52,10 +56,41 @@
 #include "codegen/cuda/cg.h"
 
 #include "codegen/cuda/cg_gemm.h"
+#include "codegen/cuda/cg_gemm_set.h"
 #include "codegen/cuda/templates.h"
 
 uint32_t kf_cuda_gemm_sm80_smem(uint32_t bm, uint32_t bn, uint32_t stages) {
     return stages * (bm + bn) * 32u * 2u;
+}
+
+const char *cg_gemm_sm80_why(const cg *c, const kf_cuda_gemm_shape *sh) {
+    const kf_group *g = c->g;
+    const kf_gemm_info *gm = &g->gemm;
+    const kf_tensor *mm = cg_tensor(c, gm->anchor[0]);
+    if (gm->n_anchors != (sh->dual ? 2 : 1))
+        return sh->dual ? "a dual kernel needs two GEMMs sharing A"
+                        : "two GEMMs share A (SwiGLU): the shape must be dual";
+    if (sh->dual && (sh->bm != 128 || sh->bn != 128 || sh->warps != 4 || sh->ldb2 < 1 ||
+                     sh->sb2 < 0 || (sh->sb2 == 0) != (sh->sb == 0)))
+        return "the pair takes 128 x 128 tiles on 4 warps and a second B batched as the first";
+    if (sh->a_norm)
+        return "a norm applied to A's tiles in the ring: the sm_80 kernel does not take it";
+    if (sh->a_scratch && sh->a_fold)
+        return "a norm prologue both in scratch and folded into B";
+    if (gm->a_prologue != (sh->a_scratch || sh->a_fold))
+        return gm->a_prologue ? "a norm prologue on A (shape.a_scratch or a_fold)"
+                              : "no norm prologue on A";
+    if (gm->row_split || (g->row.present && !gm->a_prologue && !gm->row_epilogue))
+        return "a row-wise stage follows the GEMM";
+    if (gm->row_epilogue &&
+        (sh->n > sh->bn || sh->dual || sh->bm != 128 || sh->warps != sh->bn / 32))
+        return "a row epilogue needs whole rows in one column tile (N <= the tile's width) on "
+               "warp tiles of 64 x 64";
+    if (!cg_gemm_dtype_ok(mm->dtype))
+        return "the operands are not bf16 or f16";
+    if (!cg_gemm_space_is_product(g, sh))
+        return "the output space is not the product's [batch, M, N]";
+    return NULL;
 }
 
 kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const char *arch,
@@ -82,32 +117,8 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
                                   " batch %" PRId64 ", tile %ux%u on %u warps, %u stages",
                                   g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bm, sh->bn,
                                   sh->warps, sh->stages));
-    const kf_gemm_info *gm = &g->gemm;
-    const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
-    const char *why = NULL;
-    if (gm->n_anchors != (sh->dual ? 2 : 1))
-        why = sh->dual ? "a dual kernel needs two GEMMs sharing A"
-                       : "two GEMMs share A (SwiGLU): the shape must be dual";
-    else if (sh->dual && (sh->bm != 128 || sh->bn != 128 || sh->warps != 4 || sh->ldb2 < 1 ||
-                          sh->sb2 < 0 || (sh->sb2 == 0) != (sh->sb == 0)))
-        why = "the pair takes 128 x 128 tiles on 4 warps and a second B batched as the first";
-    else if (sh->a_norm)
-        why = "a norm applied to A's tiles in the ring: the sm_80 kernel does not take it";
-    else if (sh->a_scratch && sh->a_fold)
-        why = "a norm prologue both in scratch and folded into B";
-    else if (gm->a_prologue != (sh->a_scratch || sh->a_fold))
-        why = gm->a_prologue ? "a norm prologue on A (shape.a_scratch or a_fold)"
-                             : "no norm prologue on A";
-    else if (gm->row_split || (g->row.present && !gm->a_prologue && !gm->row_epilogue))
-        why = "a row-wise stage follows the GEMM";
-    else if (gm->row_epilogue &&
-             (sh->n > sh->bn || sh->dual || sh->bm != 128 || sh->warps != sh->bn / 32))
-        why = "a row epilogue needs whole rows in one column tile (N <= the tile's width) on "
-              "warp tiles of 64 x 64";
-    else if (!cg_gemm_dtype_ok(mm->dtype))
-        why = "the operands are not bf16 or f16";
-    else if (!cg_gemm_space_is_product(g, sh))
-        why = "the output space is not the product's [batch, M, N]";
+    const kf_tensor *mm = cg_tensor(&c, g->gemm.anchor[0]);
+    const char *why = cg_gemm_sm80_why(&c, sh);
     if (why)
         return cg_end(&c,
                       cg_fail(&c, KF_ERR_UNSUPPORTED, "group %u (%s): %s", g->id, g->name, why));

@@ -27,55 +27,9 @@
  */
 #include "codegen/cuda/cg.h"
 
-#include "codegen/cuda/cg_gemm.h"
+#include "codegen/cuda/cg_gemm_set.h"
 
 #include "codegen/cuda/templates.h"
-
-/* What the set's generator holds per member. */
-typedef struct set_member {
-    cg c;
-    kf_cuda_kernel tmp; /* cg_begin's own kernel (the set's is members[0]'s) */
-    bool begun;
-    chunk_ctx x;
-    cg_gemm_epi epi;
-    cg_gemm_fold fold;
-    bool epi_ready;
-} set_member;
-
-/* The template split at its markers: [0] up to "kf:member begin", [1] the
- * member part, [2] up to "kf:epilogue begin", [3] the epilogue block, [4]
- * the rest. False when a marker is missing (a template edit lost one). */
-static bool split_template(const char *t, const char *part[5], size_t len[5]) {
-    static const char *const marks[4] = {"/* ---- kf:member begin", "/* ---- kf:member end",
-                                         "/* ---- kf:epilogue begin", "/* ---- kf:epilogue end"};
-    const char *at[4];
-    const char *from = t;
-    for (int i = 0; i < 4; i++) {
-        at[i] = strstr(from, marks[i]);
-        if (!at[i])
-            return false;
-        from = at[i];
-    }
-    part[0] = t;
-    for (int i = 0; i < 4; i++)
-        part[i + 1] = at[i];
-    for (int i = 0; i < 4; i++)
-        len[i] = (size_t)(part[i + 1] - part[i]);
-    len[4] = strlen(part[4]);
-    return true;
-}
-
-static void put_n(sbuf *s, const char *p, size_t n) {
-    char buf[4096];
-    while (n > 0) {
-        size_t k = n < sizeof buf - 1 ? n : sizeof buf - 1;
-        memcpy(buf, p, k);
-        buf[k] = 0;
-        cg_puts(s, buf);
-        p += k;
-        n -= k;
-    }
-}
 
 /* Why member j's shape cannot share the set's kernel with member 0's. */
 static const char *shape_why(const kf_cuda_gemm_shape *a, const kf_cuda_gemm_shape *b) {
@@ -95,84 +49,25 @@ static const char *shape_why(const kf_cuda_gemm_shape *a, const kf_cuda_gemm_sha
     return NULL;
 }
 
-/* Emits through member m's generator into the set's text `text` (member
- * 0's own). */
-#define WITH_SET_TEXT(m, text, stmt)                                                               \
-    do {                                                                                           \
-        if (&(m)->c.s == (text)) {                                                                 \
-            stmt;                                                                                  \
-            break;                                                                                 \
-        }                                                                                          \
-        sbuf save_ = (m)->c.s;                                                                     \
-        (m)->c.s = *(text);                                                                        \
-        stmt;                                                                                      \
-        *(text) = (m)->c.s;                                                                        \
-        (m)->c.s = save_;                                                                          \
-    } while (0)
-
-static kf_status set_end(set_member *mb, uint32_t n, kf_status st, const kf_mem *mem) {
-    for (uint32_t j = n; j-- > 1;) {
-        if (!mb[j].begun)
-            continue;
-        if (mb[j].epi_ready)
-            kf_mem_free(mem, mb[j].epi.vl.p, mb[j].epi.vl.cap);
-        /* its text went into the set's; its own kernel holds nothing */
-        mb[j].c.k = &mb[j].tmp;
-        kf_status sj = cg_end(&mb[j].c, KF_OK);
-        kf_cuda_kernel_release(mem, &mb[j].tmp);
-        if (st == KF_OK && sj != KF_OK)
-            st = sj;
-    }
-    if (mb[0].epi_ready)
-        kf_mem_free(mem, mb[0].epi.vl.p, mb[0].epi.vl.cap);
-    st = cg_end(&mb[0].c, st);
-    kf_mem_free(mem, mb, KF_CUDA_SIB_MAX * sizeof *mb);
-    return st;
-}
-
 kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *groups, uint32_t n,
                                         const char *arch, const kf_cuda_gemm_shape *shapes,
                                         const kf_mem *mem, kf_cuda_kernel *out) {
-    if (!out)
-        return KF_ERR_INVALID_ARGUMENT;
-    memset(out, 0, sizeof *out);
-    if (!plan || !groups || !shapes || !mem || !arch || n < 2 || n > KF_CUDA_SIB_MAX) {
-        snprintf(out->error, sizeof out->error,
-                 "kf_cuda_codegen_gemm_sm90_set: NULL argument or %u members (2 to %d)", n,
-                 KF_CUDA_SIB_MAX);
-        return KF_ERR_INVALID_ARGUMENT;
-    }
-    set_member *mb = kf_mem_calloc(mem, KF_CUDA_SIB_MAX, sizeof *mb);
-    if (!mb) {
-        snprintf(out->error, sizeof out->error, "kf_cuda_codegen: out of memory");
-        return KF_ERR_OUT_OF_MEMORY;
-    }
-    kf_status st = cg_begin(&mb[0].c, plan, groups[0], arch, mem, out);
-    mb[0].begun = true;
-    for (uint32_t j = 1; j < n && st == KF_OK; j++) {
-        st = cg_begin(&mb[j].c, plan, groups[j], arch, mem, &mb[j].tmp);
-        mb[j].begun = true;
-        if (st != KF_OK)
-            snprintf(out->error, sizeof out->error, "%s", mb[j].tmp.error);
-        mb[j].c.k = out; /* one kernel: its params and its first error */
-    }
+    cg_set set; /* (no shapes: as no groups, a NULL argument) */
+    kf_status st = cg_set_begin(&set, plan, shapes ? groups : NULL, n, arch, mem, out,
+                                "kf_cuda_codegen_gemm_sm90_set");
     if (st != KF_OK)
-        return set_end(mb, n, st, mem);
-    cg *c0 = &mb[0].c;
-#define SET_NO(...) return set_end(mb, n, cg_fail(c0, KF_ERR_UNSUPPORTED, __VA_ARGS__), mem)
+        return st;
+    cg *c0 = &set.mb[0].c;
+#define SET_NO(...) return cg_set_end(&set, cg_fail(c0, KF_ERR_UNSUPPORTED, __VA_ARGS__))
     if (strcmp(arch, "sm_90a") != 0)
         SET_NO("GEMM sibling set: the one kernel needs sm_90a, not %s", arch);
     const kf_cuda_gemm_shape *sh = &shapes[0];
     if (sh->bn != 128 && sh->bn != 256)
-        return set_end(
-            mb, n, cg_fail(c0, KF_ERR_INVALID_ARGUMENT, "GEMM sibling set: tile width %u", sh->bn),
-            mem);
+        return cg_set_end(
+            &set, cg_fail(c0, KF_ERR_INVALID_ARGUMENT, "GEMM sibling set: tile width %u", sh->bn));
     const kf_tensor *mm0 = cg_tensor(c0, c0->g->gemm.anchor[0]);
-    int64_t n_all = 0, tiles_n = 0;
-    int64_t t0[KF_CUDA_SIB_MAX];
-    int tab = -1; /* the member whose gelu table the kernel holds (one at most) */
     for (uint32_t j = 0; j < n; j++) {
-        cg *c = &mb[j].c;
+        cg *c = &set.mb[j].c;
         const kf_group *g = c->g;
         const kf_cuda_gemm_shape *sj = &shapes[j];
         c->tanh_formula = true; /* as the single kernel's: no table for gelu_tanh */
@@ -183,36 +78,21 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
             why = cg_gemm_sm90_why(c, sj);
         if (!why && g->gemm.row_split)
             why = "the split row form";
-        const kf_gemm_info *gj = &g->gemm, *g0 = &c0->g->gemm;
-        if (!why && (gj->head_dim != g0->head_dim || gj->heads_first != g0->heads_first ||
-                     (gj->head_dim && gj->m != g0->m)))
-            why = "the members' head views differ";
-        if (!why && cg_tensor(c, gj->anchor[0])->dtype != mm0->dtype)
-            why = "the members' dtypes differ";
-        if (!why && cg_has_gelu_table(c)) {
-            if (tab >= 0)
-                why = "a second member with a gelu table (the kernel holds one)";
-            tab = (int)j;
-        }
-        if (!why && (sj->n < 1 || sj->n > INT32_MAX))
-            why = "a member's N out of range";
+        if (!why)
+            why = cg_set_member_why(&set, j, sj);
         if (why)
             SET_NO("member %u (group %u): %s", j + 1, g->id, why);
-        t0[j] = tiles_n;
-        tiles_n += (sj->n + sh->bn - 1) / sh->bn;
-        n_all += sj->n;
-        if (sj->a_fold && (st = cg_gemm_fold_prepare(c, sj, &mb[j].fold)) != KF_OK)
-            return set_end(mb, n, st, mem);
-        if ((st = cg_gemm_epi_prepare(c, sj, &mb[j].x, &mb[j].epi)) != KF_OK)
-            return set_end(mb, n, st, mem);
-        mb[j].epi_ready = true;
-        const cg_gemm_epi *ep = &mb[j].epi;
+        if ((st = cg_set_member_prepare(&set, j, sj, sh->bn)) != KF_OK)
+            return cg_set_end(&set, st);
+        const kf_gemm_info *gj = &g->gemm;
+        const cg_gemm_epi *ep = &set.mb[j].epi;
         if (sj->epi_tma && (ep->n_outs != 1 || ep->outs[0].dtype != mm0->dtype || sj->n % 8 != 0 ||
                             (gj->head_dim && gj->heads_first && gj->m % 64 != 0)))
             SET_NO("member %u (group %u): a TMA-store epilogue needs one output of the "
                    "product's dtype, N a multiple of 8 and a head view's rows a multiple of 64",
                    j + 1, g->id);
     }
+    int64_t tiles_n = set.tiles_n, n_all = set.n_all;
     if (tiles_n * ((sh->m + 127) / 128) > INT32_MAX)
         SET_NO("GEMM sibling set: more than 2^31 tiles");
 
@@ -235,11 +115,7 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
         "GEMM sibling set of %u members as one GEMM over their concatenated columns (N %" PRId64
         ")",
         n, n_all);
-    cg_emit_head(c0, what);
-    if (tab > 0) { /* the table of a later member's gelu, in place of member 0's none */
-        cg_puts(&c0->s, "#undef KF_SETUP\n");
-        WITH_SET_TEXT(&mb[tab], &c0->s, cg_emit_gelu_table(&mb[tab].c));
-    }
+    cg_set_emit_head(&set, what);
     const kf_gemm_info *g0 = &c0->g->gemm;
     cg_printf(&c0->s,
               "#define KF_M %" PRId64 "LL\n#define KF_N %" PRId64 "LL\n#define KF_K %" PRId64
@@ -260,46 +136,29 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
     if (sh->epi_tma && g0->head_dim && g0->heads_first)
         cg_printf(&c0->s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", g0->m);
     if (sh->a_fold) /* before the template's head, which reads them */
-        cg_printf(&c0->s, "#define KF_A_FOLD 1\n#define KF_FOLD_LN %d\n", mb[0].fold.f.ln ? 1 : 0);
+        cg_printf(&c0->s, "#define KF_A_FOLD 1\n#define KF_FOLD_LN %d\n",
+                  set.mb[0].fold.f.ln ? 1 : 0);
     cg_puts(&c0->s, "\n");
     cg_gemm_emit_fast_ops(c0);
     cg_gemm_sm90_emit_wgmma(c0, sh, mm0->dtype);
     cg_puts(&c0->s, kf_cuda_tpl_hopper);
 
+    /* the template split at its markers: [0] up to "kf:member begin", [1]
+     * the member part, [2] up to "kf:epilogue begin", [3] the epilogue
+     * block, [4] the rest */
+    static const char *const marks[4] = {"/* ---- kf:member begin", "/* ---- kf:member end",
+                                         "/* ---- kf:epilogue begin", "/* ---- kf:epilogue end"};
     const char *part[5];
     size_t plen[5];
-    if (!split_template(kf_cuda_tpl_gemm_sm90, part, plen))
-        return set_end(mb, n,
-                       cg_fail(c0, KF_ERR_INTERNAL,
-                               "GEMM sibling set: gemm_sm90.cuh lacks its kf:member / "
-                               "kf:epilogue markers"),
-                       mem);
-    put_n(&c0->s, part[0], plen[0]);
-    for (uint32_t j = 0; j < n; j++) {
-        set_member *m = &mb[j];
-        cg_printf(&c0->s,
-                  "\n/* ---- member %u: group %u (%s), N %" PRId64 ", set tile columns %" PRId64
-                  ".. ---- */\n#undef KF_N\n#define KF_N %" PRId64 "LL\n#undef KF_FOLD_CD\n"
-                  "namespace kf_s%u {\n",
-                  j, m->c.g->id, m->c.g->name, shapes[j].n, t0[j], shapes[j].n, j);
-        if (shapes[j].a_fold)
-            WITH_SET_TEXT(m, &c0->s, cg_gemm_fold_emit(&m->c, &m->fold));
-        WITH_SET_TEXT(m, &c0->s, cg_gemm_epi_emit(&m->c, &shapes[j], &m->x, &m->epi));
-        m->epi_ready = false; /* cg_gemm_epi_emit freed its buffer */
-        put_n(&c0->s, part[1], plen[1]);
-        cg_printf(&c0->s, "} /* namespace kf_s%u */\n", j);
-    }
+    if (!cg_set_split_template(kf_cuda_tpl_gemm_sm90, 4, marks, part, plen))
+        return cg_set_end(&set, cg_fail(c0, KF_ERR_INTERNAL,
+                                        "GEMM sibling set: gemm_sm90.cuh lacks its kf:member / "
+                                        "kf:epilogue markers"));
+    cg_set_put(&c0->s, part[0], plen[0]);
+    cg_set_emit_members(&set, shapes, part[1], plen[1]);
     /* the dispatch: a set tile column to its member */
-    cg_printf(&c0->s, "#undef KF_N\n#define KF_N %" PRId64 "LL /* the members' columns */\n\n",
-              n_all);
-    cg_puts(&c0->s, "/* Tile column nb of the set: its member, nb then the member's own. */\n"
-                    "__device__ __forceinline__ int kf_sib_split(int &nb) {\n");
-    for (uint32_t j = n; j-- > 1;)
-        cg_printf(&c0->s,
-                  "    if (nb >= %" PRId64 ") {\n        nb -= %" PRId64
-                  ";\n        return %u;\n    }\n",
-                  t0[j], t0[j], j);
-    cg_puts(&c0->s, "    return 0;\n}\n#define KF_SIB_TMAPS");
+    cg_set_emit_split(&set);
+    cg_puts(&c0->s, "#define KF_SIB_TMAPS");
     for (uint32_t j = 1; j < n; j++) {
         cg_printf(&c0->s, " , const __grid_constant__ kf_tmap kf_tb%u", j);
         if (sh->epi_tma)
@@ -320,15 +179,10 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
                       "long)&kf_tc%u) : \"memory\");",
                       j);
     }
-    cg_puts(&c0->s, " } while (0)\n#define KF_SIB_AL (true");
-    for (uint32_t j = 0; j < n; j++)
-        cg_printf(&c0->s, " && kf_s%u::kf_epi_al(KF_ARGS)", j);
-    cg_puts(&c0->s, ")\n#define KF_SIB_DO(j, call) do { switch (j) {");
-    for (uint32_t j = 1; j < n; j++)
-        cg_printf(&c0->s, " case %u: kf_s%u::call; break;", j, j);
-    cg_puts(&c0->s, " default: kf_s0::call; break; } } while (0)\n\n");
+    cg_puts(&c0->s, " } while (0)\n");
+    cg_set_emit_dispatch(&set);
 
-    put_n(&c0->s, part[2], plen[2]);
+    cg_set_put(&c0->s, part[2], plen[2]);
     /* the epilogue block once per member, in a switch on the tile's member */
     cg_puts(&c0->s, "            switch (sj) {\n");
     for (uint32_t j = n; j-- > 0;) {
@@ -339,11 +193,11 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
                       j, j);
         if (j > 0 && sh->epi_tma)
             cg_printf(&c0->s, "                const kf_tmap &tc = kf_tc%u;\n", j);
-        put_n(&c0->s, part[3], plen[3]);
+        cg_set_put(&c0->s, part[3], plen[3]);
         cg_puts(&c0->s, "            } break;\n");
     }
     cg_puts(&c0->s, "            }\n");
-    put_n(&c0->s, part[4], plen[4]);
-    return set_end(mb, n, c0->st, mem);
+    cg_set_put(&c0->s, part[4], plen[4]);
+    return cg_set_end(&set, c0->st);
 #undef SET_NO
 }

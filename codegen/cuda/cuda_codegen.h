@@ -497,6 +497,20 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
                                     const kf_cuda_gemm_shape *shape, const kf_mem *mem,
                                     kf_cuda_kernel *out);
 
+/* A GEMM sibling set as ONE sm_80 kernel (mma.sync, templates/gemm_sm80.cuh
+ * with KF_SIB) over the members' concatenated columns: groups[0..n) with
+ * their shapes (each as kf_cuda_codegen_gemm_sm80 would take it alone, batch
+ * 1, no pair; all alike but in n and ldb: A, tile, ring, B's major, norm
+ * form). Each block takes one tile of the set's raster, loads B from its
+ * member's pointer and runs the member's own epilogue. Its arguments: A's
+ * address, each member's B address in member order, then the params; one
+ * block per tile (launch.work_items) of 32 x shape->warps threads.
+ * KF_ERR_UNSUPPORTED (the message says why) where a member or the set is
+ * outside what it takes; the members then run their own kernels. */
+kf_status kf_cuda_codegen_gemm_sm80_set(const kf_plan *plan, const uint32_t *groups, uint32_t n,
+                                        const char *arch, const kf_cuda_gemm_shape *shapes,
+                                        const kf_mem *mem, kf_cuda_kernel *out);
+
 /* The SIMT GEMM kernel's K step for a bm x bn tile of `es`-byte elements
  * (16 for f32's 128 x 128, else 8), and the shared memory it asks for: its
  * ring of `stages` stages of bm x bk of A and (dual ? 2 : 1) x bn x bk of B. */

@@ -117,15 +117,21 @@ enum {
                                                       first member's recipe with the norm
                                                       computed once (recipe_gemm_siblings.c) */
     KF_CUDA_RECIPE_GEMM_SIB_ONE = 1u << 25,        /* internal: a GEMM sibling set's generated
-                                                      side is ONE sm_90a kernel over its
-                                                      members' concatenated columns
-                                                      (kf_cuda_codegen_gemm_sm90_set), where it
+                                                      side is ONE kernel over its members'
+                                                      concatenated columns (sm_90a or sm_80:
+                                                      kf_cuda_codegen_gemm_sm90_set, _sm80_set),
+                                                      where it
                                                       takes the set, whatever the default
                                                       (recipe_gemm_siblings.c's SIB_ONE_DEFAULT:
                                                       on) */
     KF_CUDA_RECIPE_GEMM_SIB_APART = 1u << 26,      /* internal: the members of a GEMM sibling
                                                       set keep their own GEMM kernels (the
                                                       schedule before the one kernel; the bench
+                                                      compares) */
+    KF_CUDA_RECIPE_GEMM_SIMT_ROW_SPLIT = 1u << 29, /* internal: the SIMT kernel's row
+                                                      epilogue in the split form (GEMM, then a
+                                                      row pass) even where the tile holds the
+                                                      rows (the form before; the bench
                                                       compares) */
     KF_CUDA_RECIPE_ATTENTION_F32_SCORE = 1u << 17, /* internal: the sm_90a attention kernel
                                                       takes a scale of Q.K^T (then at most a

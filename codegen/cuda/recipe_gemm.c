@@ -659,6 +659,8 @@ static kf_status add_generated_sm80(rb *b, const kf_plan *gplan, kf_cuda_gemm_sh
     ks->args[1].buf = bbuf;
     if (sh->dual)
         ks->args[2].buf = bbuf1;
+    if (b->sib_shape) /* a sibling set's member: its shape for the set's one kernel */
+        *b->sib_shape = *sh;
     char tile[48];
     if (sh->dual)
         snprintf(tile, sizeof tile, "pair %ux(2x%u)x32", sh->bm, sh->bn / 2);

@@ -6,9 +6,11 @@
  *
  *   generated  stats pre-pass (once) -> per member: fold pre-pass -> ONE GEMM
  *              kernel over the members' concatenated columns (sm_90a,
- *              kf_cuda_codegen_gemm_sm90_set), or per member a GEMM kernel
- *              where the one kernel does not take the set (the how says why;
- *              sm_80; KF_CUDA_RECIPE_GEMM_SIB_APART)
+ *              kf_cuda_codegen_gemm_sm90_set; sm_80 with
+ *              KF_CUDA_RECIPE_GEMM_SIB_ONE, kf_cuda_codegen_gemm_sm80_set),
+ *              or per member a GEMM kernel where the one kernel does not
+ *              take the set (the how says why; the SIMT kernels;
+ *              KF_CUDA_RECIPE_GEMM_SIB_APART)
  *   cuBLASLt   prologue kernel, A normalized (once) -> per member: cuBLASLt,
  *              epilogue kernel
  *
@@ -94,6 +96,15 @@ static void append(char *buf, size_t size, const char *sep, const char *text) {
  * this on: test_cuda_exec's sibling suites, 44/44 examples --check with
  * --gemm generated, compute-sanitizer memcheck and racecheck). */
 #define SIB_ONE_DEFAULT 1
+/* The same for the sm_80 (mma.sync) members' one kernel
+ * (kf_cuda_codegen_gemm_sm80_set). Off: on an H100 (c1ffad3, forced sm_80)
+ * its small set case passed (test_a_gemm_sibling_set_as_one_sm80_kernel_matches,
+ * also under compute-sanitizer memcheck and racecheck: clean) and so did
+ * every example with --gemm sm80 --check (35/35, two of them sets, with it
+ * on), but test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference
+ * (the 128 x 128 tiles, ragged 4096 / 1024 / 1024 members) did not finish in
+ * that run's time: on once it has passed. */
+#define SIB_ONE_SM80_DEFAULT 0
 
 /* The index of the recipe's last step made by the GEMM kernel's generator
  * (the member's GEMM, after its pre-passes), or n_steps. */
@@ -105,27 +116,66 @@ static uint32_t last_gemm_step(const kf_cuda_recipe *rc) {
     return rc->n_steps;
 }
 
+/* The sm_80 set's tile: the members' own where one of them took 128 x 128
+ * (with its warps), else 128 x 128 where the set's tiles of that size give
+ * every SM one (the rule a member alone follows, add_generated_sm80), else
+ * 64 x 64 as they took. True when that is not member 0's. */
+static bool sib_tile_sm80(const rb *b, uint32_t n, kf_cuda_gemm_shape *shapes) {
+    uint32_t bm = 64, warps = 4;
+    int64_t cols = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        cols += (shapes[j].n + 127) / 128;
+        if (shapes[j].bm == 128 && bm != 128) {
+            bm = 128;
+            warps = shapes[j].warps;
+        }
+    }
+    if (bm == 64 && ((shapes[0].m + 127) / 128) * cols >= b->target->sm_count) {
+        bm = 128;
+        warps = (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80_8WARPS) ? 8 : 4;
+    }
+    bool changed = shapes[0].bm != bm || shapes[0].warps != warps;
+    for (uint32_t j = 0; j < n; j++) {
+        shapes[j].bm = shapes[j].bn = bm;
+        shapes[j].warps = warps;
+    }
+    return changed;
+}
+
 /* The set's members' generated GEMM kernels (steps idx[0..n), each member's
  * as kf_rb_gemm_generated made it, shapes[j] its shape) become ONE kernel
- * over their concatenated columns (kf_cuda_codegen_gemm_sm90_set): its
- * tensor maps are the members' own (A, each B, each output), its params
- * bound as theirs were; the members' pre-passes stay where they are. With
- * KF_ERR_UNSUPPORTED (why[] says why) the recipe is as it was. */
+ * over their concatenated columns (kf_cuda_codegen_gemm_sm90_set, or
+ * kf_cuda_codegen_gemm_sm80_set for the mma.sync kernels): its tensor maps
+ * (sm_90a) or operand pointers (sm_80) are the members' own (A, each B, and
+ * each output's map), its params bound as theirs were; the members'
+ * pre-passes stay where they are. With KF_ERR_UNSUPPORTED (why[] says why)
+ * the recipe is as it was; with KF_OK, why[] names the set's tile where it
+ * is not member 0's (sm_80), else is empty. */
 static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t *idx,
-                                const kf_cuda_gemm_shape *shapes, char *why, size_t why_size,
-                                char *name, size_t name_size) {
+                                kf_cuda_gemm_shape *shapes, char *why, size_t why_size, char *name,
+                                size_t name_size) {
     kf_cuda_recipe *rc = b->rc;
     uint32_t groups[KF_CUDA_SIB_MAX];
     for (uint32_t j = 0; j < n; j++) {
         groups[j] = lead + j;
         if (idx[j] >= rc->n_steps || shapes[j].bn == 0) {
-            why[0] = 0; /* the sm_80 kernels (no one kernel there): nothing to say */
+            why[0] = 0; /* the SIMT kernels (no one kernel there): nothing to say */
             return KF_ERR_UNSUPPORTED;
         }
     }
+    kf_cuda_template tmpl = rc->steps[idx[0]].kernel->kernel.tmpl;
+    bool sm80 = tmpl == KF_CUDA_TEMPLATE_GEMM_SM80;
+    for (uint32_t j = 1; j < n; j++)
+        if (rc->steps[idx[j]].kernel->kernel.tmpl != tmpl) {
+            snprintf(why, why_size, "the members' GEMM kernels are of different kinds");
+            return KF_ERR_UNSUPPORTED;
+        }
+    bool retiled = sm80 && sib_tile_sm80(b, n, shapes);
     kf_cuda_kernel k;
-    kf_status st =
-        kf_cuda_codegen_gemm_sm90_set(b->plan, groups, n, b->target->arch, shapes, b->mem, &k);
+    kf_status st = sm80 ? kf_cuda_codegen_gemm_sm80_set(b->plan, groups, n, b->target->arch, shapes,
+                                                        b->mem, &k)
+                        : kf_cuda_codegen_gemm_sm90_set(b->plan, groups, n, b->target->arch, shapes,
+                                                        b->mem, &k);
     if (st != KF_OK) {
         if (st == KF_ERR_UNSUPPORTED)
             snprintf(why, why_size, "%.200s", k.error);
@@ -134,26 +184,29 @@ static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t
         kf_cuda_kernel_release(b->mem, &k);
         return st;
     }
-    /* the maps, as the members' steps hold them: A, then each B (and output) */
-    bool tma = shapes[0].epi_tma;
-    uint32_t n_maps = 1 + n * (tma ? 2u : 1u);
+    /* the leading arguments, as the members' steps hold them: A, then each
+     * B (and output map); sm_80: pointers, sm_90a: tensor maps */
+    bool tma = !sm80 && shapes[0].epi_tma;
+    uint32_t n_front = 1 + n * (tma ? 2u : 1u);
     kf_cuda_tmap maps[KF_CUDA_MAX_TMAPS];
-    kf_cuda_arg margs[KF_CUDA_MAX_TMAPS];
+    kf_cuda_arg margs[KF_CUDA_MAX_PARAMS];
     for (uint32_t j = 0; j < n; j++) {
         const kf_cuda_kstep *mk = rc->steps[idx[j]].kernel;
         uint32_t at = 1 + j * (tma ? 2u : 1u);
         if (j == 0) {
-            maps[0] = mk->tmaps[0];
+            if (!sm80)
+                maps[0] = mk->tmaps[0];
             margs[0] = mk->args[0];
         }
-        maps[at] = mk->tmaps[1];
+        if (!sm80)
+            maps[at] = mk->tmaps[1];
         margs[at] = mk->args[1];
         if (tma) {
             maps[at + 1] = mk->tmaps[2];
             margs[at + 1] = mk->args[2];
         }
     }
-    if (k.n_params + n_maps > KF_CUDA_MAX_PARAMS) {
+    if (k.n_params + n_front > KF_CUDA_MAX_PARAMS) {
         kf_cuda_kernel_release(b->mem, &k);
         snprintf(why, why_size, "more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
         return KF_ERR_UNSUPPORTED;
@@ -171,15 +224,27 @@ static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t
     kf_cuda_kstep *ks = NULL;
     if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK)
         return st;
-    memmove(&ks->args[n_maps], &ks->args[0], ks->n_args * sizeof ks->args[0]);
-    memcpy(&ks->args[0], margs, n_maps * sizeof margs[0]);
-    for (uint32_t i = 0; i < n_maps; i++) {
+    memmove(&ks->args[n_front], &ks->args[0], ks->n_args * sizeof ks->args[0]);
+    memcpy(&ks->args[0], margs, n_front * sizeof margs[0]);
+    ks->n_args += n_front;
+    if (sm80) { /* one block per tile of the set's raster */
+        for (uint32_t i = 0; i < n_front; i++)
+            ks->args[i].kind = KF_CUDA_ARG_PTR;
+        ks->grid[0] = (uint32_t)ks->kernel.launch.work_items;
+        ks->grid[1] = ks->grid[2] = 1;
+        why[0] = 0;
+        if (retiled)
+            snprintf(why, why_size, "the set's tiles %ux%ux32 on %u warps", shapes[0].bm,
+                     shapes[0].bn, shapes[0].warps);
+        return KF_OK;
+    }
+    for (uint32_t i = 0; i < n_front; i++) {
         ks->args[i].kind = KF_CUDA_ARG_TMAP;
         ks->args[i].value = i;
         ks->tmaps[i] = maps[i];
     }
-    ks->n_args += n_maps;
-    ks->n_tmaps = n_maps;
+    ks->n_tmaps = n_front;
+    why[0] = 0;
     return KF_OK;
 }
 
@@ -189,9 +254,10 @@ static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t
  * the prologue's scratch finds it written), then each member's fold pre-pass
  * and GEMM; the cuBLASLt variant writes A normalized once (the first member's
  * prologue kernel), then each member's cuBLASLt GEMM and epilogue kernel.
- * Measured against each other as one group's variants are. The members keep
- * their own kernels: the one GEMM over the concatenated columns (one tail of
- * tiles instead of one per member) is not built yet. KF_ERR_UNSUPPORTED,
+ * Measured against each other as one group's variants are. The members'
+ * GEMM kernels become one over their concatenated columns where
+ * sib_one_kernel takes them (one tail of tiles instead of one per member).
+ * KF_ERR_UNSUPPORTED,
  * with the recipe as it was, where a member cannot be run so: then every
  * member runs its own recipe. */
 kf_status kf_rb_gemm_siblings(rb *b) {
@@ -242,10 +308,13 @@ kf_status kf_rb_gemm_siblings(rb *b) {
             st = KF_OK;
         } else {
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
-            /* one kernel over the concatenated columns (the default) */
+            /* one kernel over the concatenated columns (the default on sm_90a) */
             unsigned fl = b->target->flags;
+            bool sm80 = n > 0 && idx[0] < rc->n_steps &&
+                        rc->steps[idx[0]].kernel->kernel.tmpl == KF_CUDA_TEMPLATE_GEMM_SM80;
+            bool one_default = sm80 ? SIB_ONE_SM80_DEFAULT : SIB_ONE_DEFAULT;
             bool one_wanted = (fl & KF_CUDA_RECIPE_GEMM_SIB_ONE) ||
-                              (SIB_ONE_DEFAULT && !(fl & KF_CUDA_RECIPE_GEMM_SIB_APART));
+                              (one_default && !(fl & KF_CUDA_RECIPE_GEMM_SIB_APART));
             char one_why[300] = "";
             kf_status one = KF_ERR_UNSUPPORTED;
             if (one_wanted && n <= KF_CUDA_SIB_MAX)
@@ -267,8 +336,8 @@ kf_status kf_rb_gemm_siblings(rb *b) {
                 kf_rb_how(b, 0,
                           "GEMM siblings %s as one GEMM over their concatenated columns, N %s = "
                           "%" PRId64
-                          " (one raster over every member's tiles): generated kernel %s (%s)",
-                          names, ns, n_all, name, first_why);
+                          " (one raster over every member's tiles): generated kernel %s (%s%s%s)",
+                          names, ns, n_all, name, first_why, one_why[0] ? "; " : "", one_why);
             } else {
                 kf_rb_how(b, 0,
                           "GEMM siblings %s, the norm's row statistics once%s%.160s%s: generated "

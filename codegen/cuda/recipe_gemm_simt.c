@@ -4,8 +4,10 @@
  *
  *   norm prologue  the prologue kernel writes A normalized to scratch, a step
  *                  before (as on the cuBLASLt side); the kernel reads that;
- *   row epilogue   the split row form (recipe_gemm.c's split copies): the
- *                  kernel writes the norm's input, a row pass follows;
+ *   row epilogue   in the tile where it is f32 and its rows are whole in one
+ *                  column tile (N <= 256), the rows' statistics reduced by
+ *                  shuffles; else the split row form (recipe_gemm_split.c):
+ *                  the kernel writes the norm's input, a row pass follows;
  *   SwiGLU pair    one kernel, both B operands (128 x (2 x 64) tiles).
  *
  * kf_rb_gemm_generated dispatches here after it has checked the group and
@@ -46,10 +48,19 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
         return KF_ERR_UNSUPPORTED;
     }
     /* Tiles: 128 x 128 (f32; f64 128 x 64, twice the registers an element)
-     * where they give every SM one, else 64 x 64; a pair 128 x (2 x 64). */
+     * where they give every SM one, else 64 x 64; a pair 128 x (2 x 64). A
+     * row epilogue in the tile: the row's columns in one tile, 64, 128 or
+     * 256 wide (then 64 rows, 32 where 64 would leave SMs idle: the
+     * accumulators of 64 x 256 take as many registers as 128 x 128's). */
     uint32_t big_n = es == 8 ? 64u : 128u;
     int64_t tiles_big = ((sh->m + 127) / 128) * ((sh->n + big_n - 1) / big_n) * sh->batch;
-    if (sh->dual) {
+    bool row_tile = gm->row_epilogue && !gm->row_split && es == 4 && !sh->dual && sh->n <= 256 &&
+                    !(b->target->flags & KF_CUDA_RECIPE_GEMM_SIMT_ROW_SPLIT);
+    if (row_tile) {
+        sh->bn = sh->n <= 64 ? 64u : sh->n <= 128 ? 128u : 256u;
+        uint32_t tall = sh->bn == 256 ? 64u : 128u;
+        sh->bm = ((sh->m + tall - 1) / tall) * sh->batch >= b->target->sm_count ? tall : tall / 2;
+    } else if (sh->dual) {
         sh->bm = 128;
         sh->bn = 64;
     } else if (tiles_big >= b->target->sm_count) {
@@ -69,7 +80,7 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
     kf_rb_split sc;
     memset(&sc, 0, sizeof sc);
     const kf_plan *gplan = plan;
-    bool split = gm->row_split || gm->row_epilogue;
+    bool split = gm->row_split || (gm->row_epilogue && !row_tile);
     if (split) {
         kf_status sst = KF_OK;
         const char *sw = kf_rb_split_make(b, &sc, &sst);
@@ -137,7 +148,9 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
         es == 8 ? "DFMA" : "FFMA", tile, kf_cuda_gemm_simt_bk(sh->bm, sh->bn, es), sh->stages,
         sh->a_kmajor ? "K" : "M", sh->b_kmajor ? "K" : "N",
         sh->batch > 1 ? ", batched in one launch (grid z)" : "",
-        sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
+        sh->a_scratch ? ", A from the prologue kernel's scratch"
+        : row_tile    ? ", row epilogue in the tile (the rows' statistics reduced by shuffles)"
+                      : "");
     if (split) { /* the row pass's name goes at the end of why */
         st = kf_rb_split_row_pass(b, &sc, why, why_size);
         kf_rb_split_free(b->mem, &sc);

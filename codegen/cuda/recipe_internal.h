@@ -36,8 +36,9 @@ typedef struct rb {
     kf_cuda_recipe *all; /* every group's recipe (those before gi are made) */
     bool sib_shared;     /* building a GEMM sibling set's later member: the norm's statistics
                             or normalized A an earlier member's step made are reused */
-    kf_cuda_gemm_shape *sib_shape; /* set: kf_rb_gemm_generated leaves its sm_90a kernel's
-                                      shape here (a sibling set's one kernel takes them) */
+    kf_cuda_gemm_shape *sib_shape; /* set: kf_rb_gemm_generated leaves its sm_90a or sm_80
+                                      kernel's shape here (a sibling set's one kernel takes
+                                      them) */
     rb_entry map[KF_CUDA_MAX_SCRATCH];
     int n_map;
     char *err;
