@@ -146,6 +146,14 @@ enum {
                                                           before f32 scores; the bench and the
                                                           tests compare), unless F32_SCORE is
                                                           set too */
+    KF_CUDA_RECIPE_GEMM_DECODE = 1u << 29, /* internal: with GEMM_GENERATED or GEMM_MEASURED,
+                                              a bf16 / f16 GEMM group with M <= 64 (decode)
+                                              runs the decode kernel (templates/
+                                              gemm_decode.cuh: B streamed once, split-K
+                                              reduced in the kernel) where it takes the
+                                              group, on any arch from sm_80; off until its
+                                              GPU numerics pass (the tests and the bench
+                                              set it) */
     KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
                                                      persistent blocks take the last two
                                                      rounds' units and the leftover as single
