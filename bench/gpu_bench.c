@@ -45,11 +45,14 @@
  *                 K steps cut over the SMs; _generated_sk128: with 128-wide
  *                 tiles where it takes 128 x 256) and the decode kernel
  *                 (_decode: M <= 64, B streamed once, split-K reduced in the
- *                 kernel; KF_CUDA_RECIPE_GEMM_DECODE), and GEMM + bias +
+ *                 kernel; KF_CUDA_RECIPE_GEMM_DECODE; _generated is the tiled
+ *                 kernel, GEMM_NO_DECODE), and GEMM + bias +
  *                 GELU at M = 32 (gemm_bias_gelu_m32: 32x4096x16384, the
- *                 default, _cublaslt: its GELU_BIAS epilogue, the peer,
- *                 _generated, _generated_sk, _decode, _decode_measured: the
- *                 decode kernel timed against cuBLASLt), and l_q, l_q_fold,
+ *                 default: the decode kernel timed against cuBLASLt;
+ *                 _cublaslt: its GELU_BIAS epilogue, the peer; _generated:
+ *                 the tiled kernel (GEMM_NO_DECODE); _generated_sk; _decode;
+ *                 and for each _decode row its forms _decode_k64: K steps
+ *                 of 64, _decode_wide: strips of 128 columns), and l_q, l_q_fold,
  *                 l_down_res, l_swiglu in stream-K; f32 4096^3 bare and + bias
  *                 + GELU (f32_gemm*: the SIMT kernel, _generated, against
  *                 cuBLASLt with f32 compute, _cublaslt, and the default's
@@ -1683,13 +1686,15 @@ int main(int argc, char **argv) {
         {"gemm_bias_gelu_m32_cublaslt", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_CUBLASLT, 0},
         {"gemm_bias_gelu_m32_generated", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED, 0},
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_NO_DECODE},
         {"gemm_bias_gelu_m32_generated_sk", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_STREAMK},
         {"gemm_bias_gelu_m32_decode", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE},
-        {"gemm_bias_gelu_m32_decode_measured", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_AUTO, KF_CUDA_RECIPE_GEMM_DECODE},
+        {"gemm_bias_gelu_m32_decode_k64", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},
+        {"gemm_bias_gelu_m32_decode_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
         /* kfuse's generated sm_90a GEMM (one kernel, the epilogue on the
          * accumulators) against the cuBLASLt rows above, in the same run */
         {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
@@ -1855,7 +1860,8 @@ int main(int argc, char **argv) {
      * kernel in 2-CTA clusters (B multicast), same run. */
 #define GEMM_ROWS(nm, t, by, fl)                                                                   \
     {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                                 \
-        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
+        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                               \
+         KF_CUDA_RECIPE_GEMM_NO_DECODE},                                                           \
         {nm "_generated_c2", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
          KF_CUDA_RECIPE_GEMM_CLUSTER2}
         GEMM_ROWS("l_q_fold", t_lqf, b_lqf, f_lq),
@@ -1875,12 +1881,17 @@ int main(int argc, char **argv) {
      * last wave is half empty (2048 tiles: 15.5 waves on 132 SMs), same run. */
 #define SK_ROWS(nm, t, by, fl)                                                                     \
     {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                                 \
-        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
+        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                               \
+         KF_CUDA_RECIPE_GEMM_NO_DECODE},                                                           \
         {nm "_generated_sk", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
          KF_CUDA_RECIPE_GEMM_STREAMK},                                                             \
         {nm "_generated_sk128", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
          KF_CUDA_RECIPE_GEMM_STREAMK | KF_CUDA_RECIPE_GEMM_SK_NARROW},                             \
-        {nm "_decode", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE}
+        {nm "_decode", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE},     \
+        {nm "_decode_k64", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},                               \
+        {nm "_decode_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                             \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE}
         SK_ROWS("dec_m1", t_dec[0], b_dec[0], f_dec[0]),
         SK_ROWS("dec_m16", t_dec[1], b_dec[1], f_dec[1]),
         SK_ROWS("dec_m64", t_dec[2], b_dec[2], f_dec[2]),

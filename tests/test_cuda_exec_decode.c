@@ -172,21 +172,90 @@ static void run_twice(kf_ctx *ctx, const char *fmt, const char *dt, uint64_t str
 static const char *const DTS[] = {"bf16", "f16"};
 #define DEC "decode kernel: split-K over"
 
-/* One ragged case alone (the sanitizers run it): M = 7, N-major B, N = 1000
- * and K = 1000 (no multiples of the strips or K steps), split over blocks,
- * bias + erf gelu + residual. */
+/* The internal forms the bench compares, each added to the context's flags
+ * for a while: none, K steps of 64, strips of 128 columns. */
+static const unsigned FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_BK64, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
+static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 64 columns|stages of 64 K",
+                                       "strips of 128 columns|stages of 64 K"};
+
+/* One ragged case alone (the sanitizers run it), in each form: M = 7, N = 1000
+ * and K = 1000 (no multiples of the strips or K steps), split over blocks;
+ * N-major B with bias + erf gelu + residual, and K-major B. */
 static void test_a_ragged_decode_gemm_matches_twice(void **state) {
     (void)state;
     REQUIRE_GPU();
+    for (size_t f = 0; f < sizeof FORMS / sizeof *FORMS; f++) {
+        G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
+        char w[256];
+        snprintf(w, sizeof w, DEC "|B N-major|last block|%s", FORM_HAS[f]);
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+                  "r = input(%s[7, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+                  "y = add(g, r)\noutput y\n",
+                  "bf16", 9700 + 10 * f, w, "M 7, ragged, N-major, bias+gelu+res");
+        snprintf(w, sizeof w, DEC "|B K-major|last block|%s", FORM_HAS[f]);
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
+                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                  "bf16", 9701 + 10 * f, w, "M 7, ragged, K-major");
+    }
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
+/* The other forms on the shape classes where they differ: M = 1 and 24
+ * (an odd n8 tile count), M = 32 against a long ragged K, the split capped. */
+static void test_decode_forms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t f = 1; f < sizeof FORMS / sizeof *FORMS; f++) {
+        G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
+        for (int d = 0; d < 2; d++) {
+            const char *t = d ? "f16" : "bf16";
+            uint64_t s = 9800 + 20 * f + 10 * (uint64_t)d;
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[1, 1000])\nw = input(%s[1000, 1000])\n"
+                      "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                      t, s + 0, FORM_HAS[f], "form: M 1, K-major, ragged");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\n"
+                      "b = input(%s[2056])\nh = matmul(x, w)\na = add(h, b)\n"
+                      "y = gelu_tanh(a)\noutput y\n",
+                      t, s + 1, FORM_HAS[f], "form: M 32, N-major, bias + gelu_tanh");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\n"
+                      "y = matmul(x, w)\noutput y\n",
+                      t, s + 2, FORM_HAS[f], "form: the batch folded into M = 24");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[16, 11008])\nw = input(%s[1024, 11008])\n"
+                      "r = input(%s[16, 1024])\nh = matmul(x, w, transpose_b=true)\n"
+                      "y = add(h, r)\noutput y\n",
+                      t, s + 3, FORM_HAS[f], "form: M 16, K 11008, residual");
+        }
+    }
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
+/* No internal flag: KF_GEMM_GENERATED gives M <= 32 the decode kernel (on
+ * sm_90a), M = 48 the tiled kernel. */
+static void test_default_generated_side_is_the_decode_kernel_to_m32(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    G.gen->recipe_flags = 0;
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(G.gen, &ex, &t, err), KF_OK);
+    bool sm90 = kf_cuda_arch_cc(t.arch) >= 90;
+    kf_cuda_exec_destroy(ex);
     run_twice(G.gen,
-              "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
-              "r = input(%s[7, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
-              "y = add(g, r)\noutput y\n",
-              "bf16", 9700, DEC "|B N-major|last block", "M 7, ragged, N-major, bias+gelu+res");
+              "kfg 1\nx = input(%s[16, 4096])\nw = input(%s[1024, 4096])\nb = input(%s[1024])\n"
+              "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              "bf16", 9900, sm90 ? DEC : NULL, "default: M 16");
     run_twice(G.gen,
-              "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
-              "y = matmul(x, w, transpose_b=true)\noutput y\n",
-              "bf16", 9701, DEC "|B K-major|last block", "M 7, ragged, K-major");
+              "kfg 1\nx = input(%s[48, 1000])\nw = input(%s[1000, 1000])\ny = matmul(x, w)\n"
+              "output y\n",
+              "bf16", 9901, "generated kernel", "default: M 48 (the tiled kernel)");
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
 }
 
 /* The shape classes, forced to the decode kernel. */
@@ -255,6 +324,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_ragged_decode_gemm_matches_twice),
         cmocka_unit_test(test_decode_gemms_match_the_reference),
+        cmocka_unit_test(test_decode_forms_match_the_reference),
+        cmocka_unit_test(test_default_generated_side_is_the_decode_kernel_to_m32),
         cmocka_unit_test(test_measured_decode_gemm_matches),
     };
     kf_test_filter();

@@ -8,7 +8,9 @@
  * with KF_CUDA_RECIPE_GEMM_DECODE, compiled by NVRTC, and its SASS read with
  * cuobjdump: HMMA (mma.sync), LDGSTS (cp.async), LDSM (ldmatrix), and no
  * local memory (no spills). The groups it does not take keep the tiled
- * kernels and the report says why; without the flag no group gets it.
+ * kernels and the report says why; without the flag the generated side
+ * of M <= 32 is the decode kernel (64 with it), and GEMM_NO_DECODE and
+ * stream-K keep the tiled kernels.
  * Numerics run on the GPU (test_cuda_exec_decode).
  */
 #include <setjmp.h>
@@ -49,13 +51,13 @@ static const kf_cuda_recipe *gemm_recipe(const kf_plan *plan, const kf_cuda_reci
  * before the params, strips x split blocks of 128 threads, the PARTIALS and
  * COUNTERS params exactly when it splits; its SASS has HMMA, LDGSTS and LDSM
  * and no local memory. Returns the split. */
-static uint32_t dec_case(const char *fmt, const char *dt, const char *device, const char *want,
-                         uint32_t n_steps) {
+static uint32_t dec_case_flags(const char *fmt, const char *dt, const char *device,
+                               const char *want, uint32_t n_steps, unsigned flags) {
     char text[2048];
     snprintf(text, sizeof text, fmt, dt, dt, dt, dt, dt, dt, dt, dt);
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, device, NULL, DEC);
+    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, device, NULL, DEC | flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     if (rc->n_variants != 1 || !strstr(rc->variants[0].how, "decode kernel: split-K over"))
         fail_msg("%s on %s: expected the decode kernel, got %u variant(s): %s\n%s", dt, device,
@@ -89,8 +91,10 @@ static uint32_t dec_case(const char *fmt, const char *dt, const char *device, co
     assert_non_null(sp);
     assert_non_null(mt);
     assert_non_null(nn);
+    const char *rg = strstr(ks->kernel.source, "#define KF_RG ");
+    assert_non_null(rg);
     uint32_t split = (uint32_t)strtoul(sp + 17, NULL, 10);
-    uint32_t bw = 16u * (uint32_t)strtoul(mt + 14, NULL, 10);
+    uint32_t bw = 16u * (uint32_t)strtoul(mt + 14, NULL, 10) * (uint32_t)strtoul(rg + 14, NULL, 10);
     long long n = strtoll(nn + 13, NULL, 10);
     assert_true(split >= 1 && split <= 16);
     assert_int_equal(ks->grid[0], (uint32_t)((n + bw - 1) / bw) * split);
@@ -109,6 +113,11 @@ static uint32_t dec_case(const char *fmt, const char *dt, const char *device, co
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
     return split;
+}
+
+static uint32_t dec_case(const char *fmt, const char *dt, const char *device, const char *want,
+                         uint32_t n_steps) {
+    return dec_case_flags(fmt, dt, device, want, n_steps, 0);
 }
 
 static const char *const DEVICES[] = {"a100", "h100"};
@@ -160,6 +169,44 @@ static void test_decode_gemms_compile_to_hmma_ldgsts_ldsm(void **state) {
     }
 }
 
+/* The internal forms the bench compares: K steps of 64 (DEC_BK64), and
+ * strips of 128 columns on two row groups of warps (DEC_WIDE, M <= 32; past
+ * it the strips stay 64 wide). */
+static void test_decode_forms_compile(void **state) {
+    (void)state;
+    static const unsigned W = KF_CUDA_RECIPE_GEMM_DEC_WIDE, B64 = KF_CUDA_RECIPE_GEMM_DEC_BK64;
+    for (int v = 0; v < 2; v++) {
+        const char *dev = DEVICES[v];
+        for (int f = 0; f < 2; f++) {
+            unsigned fl = f ? W : B64;
+            const char *cols =
+                f ? "strips of 128 columns|stages of 64 K" : "strips of 64 columns|stages of 64 K";
+            char want[128];
+            snprintf(want, sizeof want, "%s|B N-major", cols);
+            dec_case_flags("kfg 1\nx = input(%s[32, 16384])\nw = input(%s[16384, 4096])\n"
+                           "b = input(%s[4096])\nh = matmul(x, w)\nhb = add(h, b)\n"
+                           "y = gelu_tanh(hb)\noutput y\n",
+                           "bf16", dev, want, 1, fl);
+            snprintf(want, sizeof want, "%s|B K-major|M padded to 8", cols);
+            dec_case_flags("kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
+                           "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                           "f16", dev, want, 1, fl);
+            snprintf(want, sizeof want, "%s|M padded to 24", cols);
+            dec_case_flags("kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\n"
+                           "y = matmul(x, w)\noutput y\n",
+                           "bf16", dev, want, 1, fl);
+            /* M = 64: the wide strips' sums would not fit; 64 columns, K steps of
+             * 128 (as without the flag) */
+            dec_case_flags("kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
+                           "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                           "bf16", dev,
+                           f ? "strips of 64 columns|stages of 128 K"
+                             : "strips of 64 columns|stages of 64 K",
+                           1, fl);
+        }
+    }
+}
+
 /* The recipe of `text` with `flags` on `device`: the generated side's how
  * holds `want` and not "decode kernel: split-K" (NULL want: only that). */
 static void not_decode(const char *text, const char *device, unsigned flags, const char *want) {
@@ -178,8 +225,8 @@ static void not_decode(const char *text, const char *device, unsigned flags, con
 }
 
 /* What the decode kernel refuses keeps the tiled kernels, and the report
- * says why; M past 64 and the pair are not asked; without the flag (the
- * default until its GPU numerics pass) no group gets it. */
+ * says why; M past 64 (past 32 without KF_CUDA_RECIPE_GEMM_DECODE) is not
+ * asked, nor with GEMM_NO_DECODE. */
 static void test_decode_refusals_keep_the_tiled_kernel_and_say_why(void **state) {
     (void)state;
     for (int v = 0; v < 2; v++) {
@@ -198,13 +245,42 @@ static void test_decode_refusals_keep_the_tiled_kernel_and_say_why(void **state)
         not_decode("kfg 1\nx = input(bf16[65, 256])\nw = input(bf16[256, 256])\n"
                    "y = matmul(x, w)\noutput y\n",
                    dev, DEC, NULL);
-        not_decode("kfg 1\nx = input(bf16[16, 256])\nw = input(bf16[256, 256])\n"
+        /* M past 32 without the flag; the tiled kernels asked for */
+        not_decode("kfg 1\nx = input(bf16[48, 256])\nw = input(bf16[256, 256])\n"
                    "y = matmul(x, w)\noutput y\n",
                    dev, KF_CUDA_RECIPE_GEMM_GENERATED, NULL);
         not_decode("kfg 1\nx = input(bf16[16, 256])\nw = input(bf16[256, 256])\n"
                    "y = matmul(x, w)\noutput y\n",
-                   dev, KF_CUDA_RECIPE_GEMM_MEASURED, NULL);
+                   dev, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_NO_DECODE, NULL);
+        not_decode("kfg 1\nx = input(bf16[16, 256])\nw = input(bf16[256, 256])\n"
+                   "y = matmul(x, w)\noutput y\n",
+                   dev, KF_CUDA_RECIPE_GEMM_MEASURED | KF_CUDA_RECIPE_GEMM_NO_DECODE, NULL);
     }
+}
+
+/* By default (no internal flag) the generated side of M <= 32 on sm_90a is
+ * the decode kernel, forced and in the measured choice; stream-K asked for
+ * keeps the tiled kernel, and so does sm_80 (no A100 has run it). */
+static void test_decode_is_the_default_generated_side_to_m32(void **state) {
+    (void)state;
+    static const char *const text =
+        "kfg 1\nx = input(bf16[32, 4096])\nw = input(bf16[1024, 4096])\nb = input(bf16[1024])\n"
+        "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n";
+    static const unsigned modes[] = {KF_CUDA_RECIPE_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_MEASURED,
+                                     KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_STREAMK};
+    for (int v = 0; v < 2; v++)
+        for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+            planned p;
+            plan_text(text, &p);
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, DEVICES[v], NULL, modes[i]);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            bool dec = strstr(rc->variants[0].how, "decode kernel: split-K") != NULL;
+            /* (sm_80: only with the flag until an A100 has run it) */
+            if (dec != (i < 2 && v == 1))
+                fail_msg("%s, mode %zu: %s", DEVICES[v], i, rc->variants[0].how);
+            kf_cuda_recipes_destroy(rec);
+            plan_release(&p);
+        }
 }
 
 /* With the measured choice the decode kernel is the generated side, timed
@@ -231,7 +307,9 @@ int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_gemms_compile_to_hmma_ldgsts_ldsm),
+        cmocka_unit_test(test_decode_forms_compile),
         cmocka_unit_test(test_decode_refusals_keep_the_tiled_kernel_and_say_why),
+        cmocka_unit_test(test_decode_is_the_default_generated_side_to_m32),
         cmocka_unit_test(test_measured_decode_is_timed_against_cublaslt),
     };
     return kf_test_run(tests);

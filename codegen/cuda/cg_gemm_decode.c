@@ -27,8 +27,6 @@
 #include "codegen/cuda/cg_gemm.h"
 #include "codegen/cuda/templates.h"
 
-#define DEC_BK 128u
-
 static uint32_t dec_mp(const kf_cuda_gemm_shape *sh) { return (uint32_t)((sh->m + 7) / 8) * 8u; }
 
 static uint64_t dec_strips(const kf_cuda_gemm_shape *sh) {
@@ -42,7 +40,7 @@ uint32_t kf_cuda_gemm_decode_grid(const kf_cuda_gemm_shape *sh) {
 
 uint32_t kf_cuda_gemm_decode_smem(const kf_cuda_gemm_shape *sh) {
     uint32_t mp = dec_mp(sh);
-    uint32_t ring = sh->stages * (sh->bn + mp) * DEC_BK * 2u;
+    uint32_t ring = sh->stages * (sh->bn + mp) * sh->dec_bk * 2u;
     uint32_t red = 4u * mp * (sh->bn + 4u) * 4u; /* the 4 warps' sums, pitch bn + 4 */
     return ring > red ? ring : red;
 }
@@ -63,17 +61,17 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
                                   g->id, g->name, arch));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
-    if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || sh->bn != 64 || sh->stages < 2 ||
-        sh->stages > 8 || sh->dec_split < 1 ||
-        sh->dec_split > (uint64_t)((sh->k + DEC_BK - 1) / DEC_BK) || sh->n > INT32_MAX ||
-        sh->k > INT32_MAX || sh->lda < 1 || sh->ldb < 1 ||
+    if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || (sh->bn != 64 && sh->bn != 128) ||
+        (sh->dec_bk != 64 && sh->dec_bk != 128) || sh->stages < 2 || sh->stages > 8 ||
+        sh->dec_split < 1 || sh->dec_split > (uint64_t)((sh->k + sh->dec_bk - 1) / sh->dec_bk) ||
+        sh->n > INT32_MAX || sh->k > INT32_MAX || sh->lda < 1 || sh->ldb < 1 ||
         dec_strips(sh) * sh->dec_split > 0x7fffffffu)
         return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                                   "group %u (%s): bad decode GEMM shape %" PRId64 "x%" PRId64
-                                  "x%" PRId64 " batch %" PRId64 ", strips of %u, %u stages, "
-                                  "split %u",
+                                  "x%" PRId64 " batch %" PRId64 ", strips of %u, K steps of %u, "
+                                  "%u stages, split %u",
                                   g->id, g->name, sh->m, sh->n, sh->k, sh->batch, sh->bn,
-                                  sh->stages, sh->dec_split));
+                                  sh->dec_bk, sh->stages, sh->dec_split));
     const char *why = NULL;
     if (sh->m > 64)
         why = "M past 64 (the tokens are the MMA's N side: 8 n8 tiles at most)";
@@ -142,11 +140,12 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
     cg_printf(&c.s,
               "#define KF_M %" PRId64 "LL\n#define KF_N %" PRId64 "LL\n#define KF_K %" PRId64
               "LL\n#define KF_LDA %" PRId64 "LL\n#define KF_LDB %" PRId64
-              "LL\n#define KF_B_KMAJOR %d\n#define KF_AB \"%s\"\n#define KF_MT %u\n"
-              "#define KF_NT %u\n#define KF_STAGES %u\n#define KF_SPLIT %u\n#define KF_MINB %u\n",
+              "LL\n#define KF_B_KMAJOR %d\n#define KF_AB \"%s\"\n#define KF_MT 4\n"
+              "#define KF_RG %u\n#define KF_BK %u\n#define KF_NT %u\n#define KF_STAGES %u\n"
+              "#define KF_SPLIT %u\n#define KF_MINB %u\n",
               sh->m, sh->n, sh->k, sh->lda, sh->ldb, sh->b_kmajor ? 1 : 0,
-              mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16", sh->bn / 16u, mp / 8u, sh->stages,
-              sh->dec_split, minb);
+              mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16", sh->bn / 64u, sh->dec_bk, mp / 8u,
+              sh->stages, sh->dec_split, minb);
     if (sh->dec_split > 1)
         cg_printf(&c.s, "#define KF_WS p%d\n#define KF_CNT p%d\n", p_ws, p_cnt);
     cg_puts(&c.s, "\n");

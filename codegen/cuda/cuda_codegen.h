@@ -441,9 +441,10 @@ typedef struct kf_cuda_gemm_shape {
     bool a_vec, b_vec;
     /* The decode kernel (kf_cuda_codegen_gemm_decode, M <= 64) reads A and B
      * through pointers (lda, ldb as above, multiples of 8 elements); bn is
-     * its strip's output columns (64), stages its ring's depth, and
-     * dec_split the blocks each strip's K range is cut over (1: no split). */
-    uint32_t dec_split;
+     * its strip's output columns (64, or 128: two row groups of warps),
+     * dec_bk its K step (64 or 128), stages its ring's depth, and dec_split
+     * the blocks each strip's K range is cut over (1: no split). */
+    uint32_t dec_split, dec_bk;
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
@@ -530,8 +531,9 @@ kf_status kf_cuda_codegen_gemm_simt(const kf_plan *plan, uint32_t group, const c
 /* The decode GEMM kernel (templates/gemm_decode.cuh) for a bf16 / f16 GEMM
  * group whose M is 64 or fewer, on sm_80 or later: the product as
  * Y^T = B^T . A^T by mma.sync (B's columns the MMA's M side, a strip of
- * shape.bn = 64 a block; the tokens its N side, padded to 8), a
- * cp.async ring of shape.stages K steps of 128, each strip's K range cut
+ * shape.bn = 64 or 128 a block; the tokens its N side, padded to 8), a
+ * cp.async ring of shape.stages K steps of shape.dec_bk, each strip's K
+ * range cut
  * over shape.dec_split blocks whose f32 partials the last block to arrive
  * adds (a PARTIALS workspace and a COUNTERS word a strip, which every launch
  * leaves zero) before the group's epilogue (cg_gemm_epi.c's kf_epi). A is

@@ -843,8 +843,8 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         return kf_rb_gemm_simt(b, &sh, a.buf, bm.buf, dual ? bm1.buf : bm.buf, why, why_size, name,
                                name_size);
     }
-    /* Decode shapes (M <= 64, KF_CUDA_RECIPE_GEMM_DECODE): the decode kernel
-     * (recipe_gemm_decode.c) where it takes the group; else the tiled
+    /* Decode shapes (M <= 32; KF_CUDA_RECIPE_GEMM_DECODE: 64): the decode
+     * kernel (recipe_gemm_decode.c) where it takes the group; else the tiled
      * kernels below, and the report says why not. */
     if (!dual && kf_rb_gemm_wants_decode(b, &sh)) {
         kf_cuda_gemm_shape dsh = sh;

@@ -12,17 +12,39 @@
  * against cuBLASLt (kf_rb_gemm) is unchanged: the decode kernel is then the
  * generated side.
  *
- * Internal until its GPU numerics pass: only KF_CUDA_RECIPE_GEMM_DECODE (the
- * tests and the bench set it) routes a group here.
+ * The generated side of a group with M <= 32 on sm_90a by default
+ * (GEMM_GENERATED and GEMM_MEASURED, not GEMM_SM80; DEC_DEFAULT_M below says
+ * why 32; no A100 has run it); KF_CUDA_RECIPE_GEMM_DECODE (internal) takes
+ * it to M <= 64 and any arch from sm_80, KF_CUDA_RECIPE_GEMM_NO_DECODE and
+ * KF_CUDA_RECIPE_GEMM_STREAMK (internal) keep the tiled kernels.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "codegen/cuda/recipe_internal.h"
 
+/* The tokens up to which the generated side is the decode kernel by default.
+ * Measured on an H100 (780c341, bench/results): the tiled sm_90a kernel
+ * against the decode kernel, M x N x K, bf16, in ms: 1 x 4096 x 4096 0.0313
+ * / 0.0141; 16 x 4096 x 4096 0.0301 / 0.0164; 32 x 4096 x 16384 + bias +
+ * gelu_tanh 0.0962 / 0.0729; 16 x 11008 x 4096 0.0520 / 0.0410; 16 x 4096 x
+ * 11008 0.0688 / 0.0409; but 64 x 4096 x 4096 0.0264 / 0.0300 (there the A
+ * tile is as large as B's). Its GPU numerics passed there first
+ * (test_cuda_exec_decode: M 1 to 64, both majors of B, ragged N and K, the
+ * epilogues, a norm prologue, bf16 and f16, each run twice to the same
+ * bits; compute-sanitizer memcheck and racecheck on the ragged case). */
+#define DEC_DEFAULT_M 32
+
 bool kf_rb_gemm_wants_decode(const rb *b, const kf_cuda_gemm_shape *sh) {
-    return (b->target->flags & KF_CUDA_RECIPE_GEMM_DECODE) && sh->m <= 64 &&
-           kf_cuda_arch_cc(b->target->arch) >= 80;
+    unsigned fl = b->target->flags;
+    int cc = kf_cuda_arch_cc(b->target->arch);
+    if ((fl & (KF_CUDA_RECIPE_GEMM_NO_DECODE | KF_CUDA_RECIPE_GEMM_STREAMK)) || cc < 80)
+        return false;
+    if (fl & KF_CUDA_RECIPE_GEMM_DECODE)
+        return sh->m <= 64;
+    /* By default only where it ran (sm_90a), and not when the sm_80 tiled
+     * kernel is asked for (KF_GEMM_SM80) */
+    return sh->m <= DEC_DEFAULT_M && cc >= 90 && !(fl & KF_CUDA_RECIPE_GEMM_SM80);
 }
 
 kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_buf bm, char *why,
@@ -33,15 +55,19 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
         snprintf(why, why_size, "an operand starts off a 16-byte boundary (cp.async)");
         return KF_ERR_UNSUPPORTED;
     }
-    /* Strips of 64 columns (B tiles of 16 KiB a K step; the accumulators
-     * 16 per token tile). The ring: as many K steps as two blocks an SM
-     * leave room for beside a static gelu table (sm_90: 227 KiB a SM;
-     * sm_80: 164; sm_86 / 89: 100), 2 to 8. */
+    /* Strips of 64 columns (B tiles of 16 KiB a K step of 128; the
+     * accumulators 16 a token tile); DEC_WIDE (M <= 32): 128 columns, K
+     * steps of 64. The ring: as many K steps as two blocks an SM leave room
+     * for beside a static gelu table (sm_90: 227 KiB a SM; sm_80: 164;
+     * sm_86 / 89: 100), 2 to 8. */
     uint32_t mp = (uint32_t)((sh->m + 7) / 8) * 8u;
-    sh->bn = 64;
+    unsigned fl = b->target->flags;
+    bool wide = (fl & KF_CUDA_RECIPE_GEMM_DEC_WIDE) && mp <= 32;
+    sh->bn = wide ? 128u : 64u;
+    sh->dec_bk = wide || (fl & KF_CUDA_RECIPE_GEMM_DEC_BK64) ? 64u : 128u;
     int cc = kf_cuda_arch_cc(b->target->arch);
     uint32_t budget = cc >= 90 ? 100u * 1024u : cc == 80 ? 64u * 1024u : 32u * 1024u;
-    uint32_t stage = (sh->bn + mp) * 128u * 2u;
+    uint32_t stage = (sh->bn + mp) * sh->dec_bk * 2u;
     sh->stages = budget / stage;
     if (sh->stages < 2)
         sh->stages = 2;
@@ -49,7 +75,7 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
         sh->stages = 8;
     /* The split: enough blocks for two an SM, each a piece of a strip's K
      * steps (one at least; 16 pieces at most, which bounds the partials). */
-    int64_t kb = (sh->k + 127) / 128, strips = (sh->n + sh->bn - 1) / sh->bn;
+    int64_t kb = (sh->k + sh->dec_bk - 1) / sh->dec_bk, strips = (sh->n + sh->bn - 1) / sh->bn;
     int64_t slots = (int64_t)b->target->sm_count * 2, split = slots / strips;
     if (split > kb)
         split = kb;
@@ -94,9 +120,9 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     ks->args[1].buf = bm;
     snprintf(why, why_size,
              "decode kernel: split-K over %u blocks a strip (%lld strips of %u columns, %u "
-             "blocks), M padded to %u, %u stages of 128 K (cp.async), mma.sync with A and B "
+             "blocks), M padded to %u, %u stages of %u K (cp.async), mma.sync with A and B "
              "swapped, B %s-major%s%s",
-             sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, sh->stages,
+             sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, sh->stages, sh->dec_bk,
              sh->b_kmajor ? "K" : "N",
              sh->dec_split > 1 ? ", the partials added in the kernel by each strip's last block"
                                : "",
