@@ -1683,14 +1683,14 @@ int main(int argc, char **argv) {
          * the decode kernel (KF_CUDA_RECIPE_GEMM_DECODE, internal) forced
          * and in the measured choice */
         {"gemm_bias_gelu_m32", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"gemm_bias_gelu_m32_cublaslt", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_CUBLASLT, 0},
+        {"gemm_bias_gelu_m32_cublaslt", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         0},
         {"gemm_bias_gelu_m32_generated", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_NO_DECODE},
         {"gemm_bias_gelu_m32_generated_sk", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_STREAMK},
-        {"gemm_bias_gelu_m32_decode", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE},
+        {"gemm_bias_gelu_m32_decode", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_DECODE},
         {"gemm_bias_gelu_m32_decode_k64", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},
         {"gemm_bias_gelu_m32_decode_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
@@ -1860,8 +1860,7 @@ int main(int argc, char **argv) {
      * kernel in 2-CTA clusters (B multicast), same run. */
 #define GEMM_ROWS(nm, t, by, fl)                                                                   \
     {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                                 \
-        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                               \
-         KF_CUDA_RECIPE_GEMM_NO_DECODE},                                                           \
+        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
         {nm "_generated_c2", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
          KF_CUDA_RECIPE_GEMM_CLUSTER2}
         GEMM_ROWS("l_q_fold", t_lqf, b_lqf, f_lq),

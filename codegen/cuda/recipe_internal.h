@@ -131,8 +131,8 @@ kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_
  * when the prologue kernel writes A; the operands' buffers at their
  * offsets), or KF_ERR_UNSUPPORTED with why[] and no step. */
 bool kf_rb_gemm_wants_decode(const rb *b, const kf_cuda_gemm_shape *sh);
-kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_buf bm,
-                            char *why, size_t why_size, char *name, size_t name_size);
+kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_buf bm, char *why,
+                            size_t why_size, char *name, size_t name_size);
 /* recipe_attention.c: the fused attention kernels' step of group b->gi where
  * one takes it (*fused true, or a status), else *fused false and `why` says
  * why none does (recipe_gemm.c then makes the unfused steps). */
