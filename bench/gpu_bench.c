@@ -43,7 +43,16 @@
  *                 dec_m16_k11008) through cuBLASLt, the generated kernel and
  *                 the generated kernel in stream-K (_generated_sk: the tail's
  *                 K steps cut over the SMs; _generated_sk128: with 128-wide
- *                 tiles where it takes 128 x 256), and l_q, l_q_fold,
+ *                 tiles where it takes 128 x 256) and the decode kernel
+ *                 (_decode: M <= 64, B streamed once, split-K reduced in the
+ *                 kernel; KF_CUDA_RECIPE_GEMM_DECODE; _generated is the tiled
+ *                 kernel, GEMM_NO_DECODE), and GEMM + bias +
+ *                 GELU at M = 32 (gemm_bias_gelu_m32: 32x4096x16384, the
+ *                 default: the decode kernel timed against cuBLASLt;
+ *                 _cublaslt: its GELU_BIAS epilogue, the peer; _generated:
+ *                 the tiled kernel (GEMM_NO_DECODE); _generated_sk; _decode;
+ *                 and for each _decode row its forms _decode_k64: K steps
+ *                 of 64, _decode_wide: strips of 128 columns), and l_q, l_q_fold,
  *                 l_down_res, l_swiglu in stream-K; f32 4096^3 bare and + bias
  *                 + GELU (f32_gemm*: the SIMT kernel, _generated, against
  *                 cuBLASLt with f32 compute, _cublaslt, and the default's
@@ -508,8 +517,10 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
         kf_cuda_exec_report(ex, false, f);
         fclose(f);
     }
-    fprintf(stderr, "%-26s %9.4f ms  floor %8.4f ms  %5.1f%% of roofline  (%zu launches)\n",
-            c->name, c->ms, c->floor_ms, 100.0 * c->floor_ms / c->ms, c->launches);
+    fprintf(stderr,
+            "%-26s %9.4f ms  floor %8.4f ms  %5.1f%% of roofline  %6.0f GB/s  (%zu launches)\n",
+            c->name, c->ms, c->floor_ms, 100.0 * c->floor_ms / c->ms,
+            c->bytes / (c->ms * 1e-3) / 1e9, c->launches);
     kf_cuda_exec_destroy(ex);
     kf_plan_destroy(plan);
     kf_graph_destroy(g);
@@ -1387,6 +1398,12 @@ int main(int argc, char **argv) {
              "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
              "h = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
              M, K, K, N, N);
+    /* The same at M = 32 (decode: the weight's 128 MiB dominate) */
+    char t_gemm32[512];
+    snprintf(t_gemm32, sizeof t_gemm32,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "h = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+             32, K, K, N, N);
     snprintf(t_gemm_erf, sizeof t_gemm_erf,
              "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
              "h = matmul(x, w)\nhb = add(h, b)\ny = gelu(hb)\noutput y\n",
@@ -1561,6 +1578,8 @@ int main(int argc, char **argv) {
     double sflops = 4.0 * (double)SM * SD * SF;
     double rc = (double)R * C * 2;
     double gbytes = 2.0 * ((double)M * K + (double)K * N + N + (double)M * N);
+    double gbytes32 = 2.0 * (32.0 * K + (double)K * N + N + 32.0 * N);
+    double gflops32 = 2.0 * 32.0 * N * K;
     double pbytes = 2.0 * 3.0 * (double)P * P;
     /* LLaMA-7B's rotation of q alone, as the LLaMA block runs it (one
      * elementwise kernel): q as its GEMM writes it, [B, S, H * D], read
@@ -1668,6 +1687,23 @@ int main(int argc, char **argv) {
         {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"gemm_bias_gelu", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"gemm_bias_gelu_erf", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* M = 32 (decode): the default (measured), cuBLASLt's GELU_BIAS
+         * epilogue (the peer), the tiled generated kernel, it in stream-K,
+         * the decode kernel (KF_CUDA_RECIPE_GEMM_DECODE, internal) forced
+         * and in the measured choice */
+        {"gemm_bias_gelu_m32", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"gemm_bias_gelu_m32_cublaslt", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         0},
+        {"gemm_bias_gelu_m32_generated", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_NO_DECODE},
+        {"gemm_bias_gelu_m32_generated_sk", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_STREAMK},
+        {"gemm_bias_gelu_m32_decode", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_DECODE},
+        {"gemm_bias_gelu_m32_decode_k64", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},
+        {"gemm_bias_gelu_m32_decode_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
         /* kfuse's generated sm_90a GEMM (one kernel, the epilogue on the
          * accumulators) against the cuBLASLt rows above, in the same run */
         {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
@@ -1869,11 +1905,17 @@ int main(int argc, char **argv) {
      * last wave is half empty (2048 tiles: 15.5 waves on 132 SMs), same run. */
 #define SK_ROWS(nm, t, by, fl)                                                                     \
     {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                                 \
-        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
+        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                               \
+         KF_CUDA_RECIPE_GEMM_NO_DECODE},                                                           \
         {nm "_generated_sk", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
          KF_CUDA_RECIPE_GEMM_STREAMK},                                                             \
         {nm "_generated_sk128", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
-         KF_CUDA_RECIPE_GEMM_STREAMK | KF_CUDA_RECIPE_GEMM_SK_NARROW}
+         KF_CUDA_RECIPE_GEMM_STREAMK | KF_CUDA_RECIPE_GEMM_SK_NARROW},                             \
+        {nm "_decode", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE},     \
+        {nm "_decode_k64", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},                               \
+        {nm "_decode_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                             \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE}
         SK_ROWS("dec_m1", t_dec[0], b_dec[0], f_dec[0]),
         SK_ROWS("dec_m16", t_dec[1], b_dec[1], f_dec[1]),
         SK_ROWS("dec_m64", t_dec[2], b_dec[2], f_dec[2]),

@@ -193,7 +193,7 @@ else()
     message(WARNING "bash not found: the CLI and install tests are not registered")
 endif()
 
-# test_gemmgen, test_gemmgen_simt, test_attngen and test_attndec read the SASS of the
+# test_gemmgen, test_gemmgen_simt, test_gemmgen_decode, test_attngen and test_attndec read the SASS of the
 # generated GEMM and attention kernels with cuobjdump:
 # the toolkit's, else the one pip installs (nvidia-cuda-cuobjdump, which
 # scripts/install-deps.sh adds). Not found, the suite fails: it does not skip.
@@ -209,7 +209,7 @@ if(TARGET test_gemmgen)
     endif()
     if(KF_CUOBJDUMP)
         target_compile_definitions(test_gemmgen PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
-        foreach(_t test_attngen test_attndec test_gemmgen_simt test_attnsimt)
+        foreach(_t test_attngen test_attndec test_gemmgen_simt test_gemmgen_decode test_attnsimt)
             if(TARGET ${_t})
                 target_compile_definitions(${_t} PRIVATE KF_CUOBJDUMP="${KF_CUOBJDUMP}")
             endif()

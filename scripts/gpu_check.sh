@@ -60,7 +60,7 @@ note "build: ok ($(nvidia-smi --query-gpu=name,driver_version --format=csv,nohea
 ctest --test-dir build-gpu --output-on-failure --parallel "$jobs" >"$out/ctest.log" 2>&1
 rc=$?
 tail -25 "$out/ctest.log"
-skipped=$(grep -E "test_cuda_exec|test_cuda_gpu|test_device_run|test_cuda_lifetime|test_cuda_attnsimt|test_gemm_rowepi" "$out/ctest.log" | grep -c "Skipped")
+skipped=$(grep -E "test_cuda_exec|test_cuda_gpu|test_device_run|test_cuda_lifetime|test_cuda_attnsimt|test_gemm_rowepi|test_cuda_exec_decode" "$out/ctest.log" | grep -c "Skipped")
 if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then
     fail=1
     note "ctest: FAILED (rc $rc, GPU suites skipped: $skipped)"
@@ -170,6 +170,20 @@ EOF
             fail=1
             tail -20 "$out/sanitize_gemm_sm80_$tool.log"
             note "compute-sanitizer $tool (sm_80 GEMM, sanitize_gemm): FAILED (sanitize_gemm_sm80_$tool.log)"
+        fi
+    done
+    # The decode GEMM kernel (M <= 64): ragged N and K, split over blocks
+    # whose partials the last one adds (workspace and counters), both majors
+    # of B, each program run twice.
+    for tool in memcheck racecheck; do
+        if KF_TEST_FILTER='test_a_ragged_decode_*' KF_SOURCE_DIR="$PWD" compute-sanitizer \
+            --tool "$tool" --error-exitcode 9 build-gpu/tests/test_cuda_exec_decode \
+            >"$out/sanitize_decode_$tool.log" 2>&1; then
+            note "compute-sanitizer $tool (decode GEMM, ragged): clean"
+        else
+            fail=1
+            tail -20 "$out/sanitize_decode_$tool.log"
+            note "compute-sanitizer $tool (decode GEMM, ragged): FAILED (sanitize_decode_$tool.log)"
         fi
     done
     # Device-resident runs: the caller's exact-size buffers bound in place

@@ -69,7 +69,8 @@ static unsigned compile_flags(const kf_plan *plan, unsigned *seen, const unsigne
                     const kf_cuda_kernel *k = &rc->steps[si].kernel->kernel;
                     bool gen = k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM90 ||
                                k->tmpl == KF_CUDA_TEMPLATE_GEMM_SM80 ||
-                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SIMT;
+                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_SIMT ||
+                               k->tmpl == KF_CUDA_TEMPLATE_GEMM_DECODE;
                     if (seen && (fi == 0 || gen))
                         seen[k->tmpl]++;
                     if (fi > 0 && !gen && flags == KF_CUDA_RECIPE_GEMM_MEASURED)
@@ -183,6 +184,18 @@ static void test_every_template_compiles_for_sm80_and_sm90a(void **state) {
         planned p;
         plan_text("kfg 1\nx = input(f16[200, 136])\nw = input(f16[136, 264])\n"
                   "b = input(f16[264])\nh = matmul(x, w)\na = add(h, b)\ny = gelu(a)\n"
+                  "output y\n",
+                  &p);
+        compile_flags(p.plan, seen, gen, 1);
+        plan_release(&p);
+    }
+    /* the decode GEMM (M <= 32: the generated side on sm_90a; test_gemmgen_decode
+     * reads its SASS) */
+    {
+        static const unsigned gen[] = {KF_CUDA_RECIPE_GEMM_GENERATED};
+        planned p;
+        plan_text("kfg 1\nx = input(bf16[16, 256])\nw = input(bf16[256, 264])\n"
+                  "b = input(bf16[264])\nh = matmul(x, w)\na = add(h, b)\ny = gelu(a)\n"
                   "output y\n",
                   &p);
         compile_flags(p.plan, seen, gen, 1);

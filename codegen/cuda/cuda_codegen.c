@@ -43,6 +43,7 @@ static const char *const template_names[KF_CUDA_TEMPLATE_COUNT] = {
     [KF_CUDA_TEMPLATE_GEMM_FOLD] = "gemm_fold",
     [KF_CUDA_TEMPLATE_GEMM_SIMT] = "gemm_simt",
     [KF_CUDA_TEMPLATE_ATTENTION_SIMT] = "attention_simt",
+    [KF_CUDA_TEMPLATE_GEMM_DECODE] = "gemm_decode",
 };
 _Static_assert(sizeof template_names / sizeof template_names[0] == KF_CUDA_TEMPLATE_COUNT,
                "one name per template");

@@ -112,6 +112,9 @@ typedef enum kf_cuda_template {
                                              (sm_80+) */
     KF_CUDA_TEMPLATE_ATTENTION_SIMT,      /* fused attention without tensor cores: FFMA, f32
                                              arithmetic, cp.async K/V tiles (sm_80+) */
+    KF_CUDA_TEMPLATE_GEMM_DECODE,         /* a GEMM group with M <= 64: B streamed once by a
+                                             cp.async ring, mma.sync with A and B swapped,
+                                             split-K reduced in the kernel (sm_80+) */
     KF_CUDA_TEMPLATE_COUNT
 } kf_cuda_template;
 
@@ -436,6 +439,12 @@ typedef struct kf_cuda_gemm_shape {
      * of an element); where an operand's rows, batch stride and address are
      * 16-byte multiples its copies are 16 bytes (N-major B, and A). */
     bool a_vec, b_vec;
+    /* The decode kernel (kf_cuda_codegen_gemm_decode, M <= 64) reads A and B
+     * through pointers (lda, ldb as above, multiples of 8 elements); bn is
+     * its strip's output columns (64, or 128: two row groups of warps),
+     * dec_bk its K step (64 or 128), stages its ring's depth, and dec_split
+     * the blocks each strip's K range is cut over (1: no split). */
+    uint32_t dec_split, dec_bk;
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
@@ -532,6 +541,29 @@ uint32_t kf_cuda_gemm_simt_smem(uint32_t bm, uint32_t bn, bool dual, uint32_t st
 kf_status kf_cuda_codegen_gemm_simt(const kf_plan *plan, uint32_t group, const char *arch,
                                     const kf_cuda_gemm_shape *shape, const kf_mem *mem,
                                     kf_cuda_kernel *out);
+
+/* The decode GEMM kernel (templates/gemm_decode.cuh) for a bf16 / f16 GEMM
+ * group whose M is 64 or fewer, on sm_80 or later: the product as
+ * Y^T = B^T . A^T by mma.sync (B's columns the MMA's M side, a strip of
+ * shape.bn = 64 or 128 a block; the tokens its N side, padded to 8), a
+ * cp.async ring of shape.stages K steps of shape.dec_bk, each strip's K
+ * range cut
+ * over shape.dec_split blocks whose f32 partials the last block to arrive
+ * adds (a PARTIALS workspace and a COUNTERS word a strip, which every launch
+ * leaves zero) before the group's epilogue (cg_gemm_epi.c's kf_epi). A is
+ * K-major, batch 1; lda and ldb multiples of 8 elements (16-byte copies).
+ * Its arguments are A's and B's addresses, then one pointer per param; the
+ * grid is kf_cuda_gemm_decode_grid blocks of 128 threads. Errors as
+ * kf_cuda_codegen_gemm_simt's; KF_ERR_UNSUPPORTED (the message says why)
+ * for M past 64, a batch, an M-major A, a dtype other than bf16 / f16, a
+ * SwiGLU pair, a norm in the kernel, a row or head-split epilogue. */
+kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const char *arch,
+                                      const kf_cuda_gemm_shape *shape, const kf_mem *mem,
+                                      kf_cuda_kernel *out);
+/* The decode kernel's blocks (strips x dec_split) and shared memory (its
+ * ring, or the 4 warps' f32 sums when they take more). */
+uint32_t kf_cuda_gemm_decode_grid(const kf_cuda_gemm_shape *shape);
+uint32_t kf_cuda_gemm_decode_smem(const kf_cuda_gemm_shape *shape);
 
 /* The statistics pre-pass of a GEMM group's norm prologue for the generated
  * GEMM (shape.a_norm): one row kernel over A's rows (the row stage's input, a

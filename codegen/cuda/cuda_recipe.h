@@ -152,6 +152,24 @@ enum {
                                                           before f32 scores; the bench and the
                                                           tests compare), unless F32_SCORE is
                                                           set too */
+    KF_CUDA_RECIPE_GEMM_DECODE = 1u << 29, /* internal: with GEMM_GENERATED or GEMM_MEASURED,
+                                              a bf16 / f16 GEMM group with M <= 64 (decode)
+                                              runs the decode kernel (templates/
+                                              gemm_decode.cuh: B streamed once, split-K
+                                              reduced in the kernel) where it takes the
+                                              group, on any arch from sm_80; without it
+                                              M <= 32 on sm_90a does, unless GEMM_SM80
+                                              (recipe_gemm_decode.c) */
+    KF_CUDA_RECIPE_GEMM_NO_DECODE = 1u << 27, /* internal: no decode kernel (the tiled
+                                                 kernels at every M; the bench and the tests
+                                                 compare) */
+    KF_CUDA_RECIPE_GEMM_DEC_BK64 = 1u << 28, /* internal: the decode kernel takes K steps of
+                                                64 (twice the ring's stages) where it would
+                                                take 128 (the bench compares) */
+    KF_CUDA_RECIPE_GEMM_DEC_WIDE = 1u << 30, /* internal: the decode kernel takes strips of
+                                                128 columns (two row groups of warps, each
+                                                K step split over two; K steps of 64) where
+                                                M <= 32 (the bench compares) */
     KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
                                                      persistent blocks take the last two
                                                      rounds' units and the leftover as single

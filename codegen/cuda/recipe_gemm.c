@@ -701,6 +701,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * for (KF_GEMM_SM80); the wgmma/TMA kernel on sm_90a. */
     int cc = kf_cuda_arch_cc(b->target->arch);
     bool sm80 = (b->target->flags & KF_CUDA_RECIPE_GEMM_SM80) ? cc >= 80 : (cc >= 80 && cc < 90);
+    b->dec_why[0] = 0;
     const kf_tensor *mm = g->nodes[gm->anchor[0]];
     /* f32 and f64: the SIMT kernel on every arch from sm_80 (recipe_gemm_simt.c) */
     bool simt = mm->dtype == KF_DTYPE_F32 || mm->dtype == KF_DTYPE_F64;
@@ -843,6 +844,20 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.a_scratch = scratch;
         return kf_rb_gemm_simt(b, &sh, a.buf, bm.buf, dual ? bm1.buf : bm.buf, why, why_size, name,
                                name_size);
+    }
+    /* Decode shapes (M <= 32; KF_CUDA_RECIPE_GEMM_DECODE: 64): the decode
+     * kernel (recipe_gemm_decode.c) where it takes the group; else the tiled
+     * kernels below, and the report says why not. */
+    if (!dual && kf_rb_gemm_wants_decode(b, &sh)) {
+        kf_cuda_gemm_shape dsh = sh;
+        dsh.lda = a_lead;
+        dsh.ldb = b_lead;
+        dsh.a_scratch = scratch;
+        kf_status dst = kf_rb_gemm_decode(b, &dsh, a.buf, bm.buf, why, why_size, name, name_size);
+        if (dst != KF_ERR_UNSUPPORTED)
+            return dst;
+        snprintf(b->dec_why, sizeof b->dec_why, "%.190s", why);
+        why[0] = 0;
     }
     if (!tma_stride_ok(a_lead, es) || !tma_stride_ok(b_lead, es) || !tma_stride_ok(b1_lead, es) ||
         (sh.a_batched && !tma_stride_ok(sa, es)) ||
@@ -1178,7 +1193,11 @@ kf_status kf_rb_gemm(rb *b) {
         if (st == KF_OK) {
             kf_cuda_recipe *rc = b->rc;
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
-            kf_rb_how(b, 0, "generated kernel %s (%s)", gen_name, gen_why);
+            if (b->dec_why[0])
+                kf_rb_how(b, 0, "generated kernel %s (%s; not the decode kernel: %s)", gen_name,
+                          gen_why, b->dec_why);
+            else
+                kf_rb_how(b, 0, "generated kernel %s (%s)", gen_name, gen_why);
             if (want & KF_CUDA_RECIPE_GEMM_GENERATED)
                 return KF_OK;
             vi = kf_rb_open_lt_variant(b);

@@ -7,6 +7,7 @@
  *                  around it) and the unfused attention fallback
  *   recipe_gemm_siblings.c  a GEMM sibling set in its first member's recipe
  *   recipe_gemm_simt.c      the SIMT kernel of an f32 / f64 GEMM group
+ *   recipe_gemm_decode.c    the decode kernel of a GEMM group with M <= 64
  *   recipe_gemm_split.c     the split row form's plan copies and row pass
  *   recipe_attention_decode.c  the split-KV decode steps of an attention group
  *   recipe_print.c text and JSON
@@ -42,6 +43,8 @@ typedef struct rb {
     rb_entry map[KF_CUDA_MAX_SCRATCH];
     int n_map;
     char *err;
+    char dec_why[200]; /* why the decode kernel did not take the group ("": asked for
+                          and taken, or not asked for), for the generated side's `how` */
 } rb;
 
 /* The buffer of tensor t (its base's), at byte offset 0. */
@@ -123,6 +126,14 @@ kf_status kf_rb_scratch_a_step(rb *b, kf_cuda_kernel *gemm, kf_cuda_buf *abuf);
  * KF_ERR_UNSUPPORTED with why[] and no step. */
 kf_status kf_rb_gemm_simt(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_buf bm,
                           kf_cuda_buf b1, char *why, size_t why_size, char *name, size_t name_size);
+/* recipe_gemm_decode.c: whether the decode kernel is asked for a GEMM group
+ * of shape sh (KF_CUDA_RECIPE_GEMM_DECODE, M <= 64, sm_80 or later), and its
+ * steps (kf_rb_gemm_generated's sizes, majors and strides in sh, a_scratch
+ * when the prologue kernel writes A; the operands' buffers at their
+ * offsets), or KF_ERR_UNSUPPORTED with why[] and no step. */
+bool kf_rb_gemm_wants_decode(const rb *b, const kf_cuda_gemm_shape *sh);
+kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cuda_buf bm, char *why,
+                            size_t why_size, char *name, size_t name_size);
 /* recipe_attention.c: the fused attention kernels' step of group b->gi where
  * one takes it (*fused true, or a status), else *fused false and `why` says
  * why none does (recipe_gemm.c then makes the unfused steps). */

@@ -18,6 +18,7 @@ extern const char kf_cuda_tpl_gemm_sm90[];
 extern const char kf_cuda_tpl_gemm_sm80[];
 extern const char kf_cuda_tpl_gemm_fold[];
 extern const char kf_cuda_tpl_gemm_simt[];
+extern const char kf_cuda_tpl_gemm_decode[];
 extern const char kf_cuda_tpl_attention_sm90[];
 extern const char kf_cuda_tpl_attention[];
 extern const char kf_cuda_tpl_attention_common[];

@@ -1,0 +1,337 @@
+/* ---- gemm_decode.cuh: the decode GEMM template (M <= 64; sm_80 on) ---------
+ *
+ * For products whose M (the tokens) is 64 or fewer: the weight B (K x N) is
+ * the only large operand, so the kernel is a stream of B's bytes and its
+ * speed is the HBM bandwidth. A 128-row tile of the general kernels wastes
+ * most of its tensor work and keeps too few bytes in flight; instead:
+ *
+ *   Swap AB: the MMA computes Y^T = B^T . A^T. A block owns a strip of KF_BW
+ *     = 64 KF_RG output columns (B's columns, the "weight rows"), which are
+ *     the MMA's M side (KF_MT = 4 m16 tiles a warp), and every token at once
+ *     as its N side (KF_NT n8 tiles, M padded to KF_MP = 8 KF_NT). mma.sync
+ *     m16n8k16, bf16 or f16 in, f32 accumulate: sm_80 and sm_90a alike.
+ *   Split-K: the strip's K range (KF_KB steps of KF_BK = 64 or 128) is cut into
+ *     KF_SPLIT even pieces, one block each, so KF_STRIPS x KF_SPLIT blocks
+ *     fill every SM (the recipe picks KF_SPLIT from the SM count) and each
+ *     block streams a disjoint piece of B exactly once.
+ *   The ring: KF_STAGES stages of (B tile, A tile) in shared memory filled by
+ *     cp.async (16 bytes a copy, .cg: around L1); a copy past an operand's
+ *     extent reads what is inside and fills zeros (src-size), so ragged N and
+ *     K and the padded tokens need no other test. Per K step: wait for the
+ *     step's group, one barrier (which also frees the stage read one step
+ *     before), issue step kt + STAGES - 1 into it, then the MMAs of step kt;
+ *     STAGES - 1 steps of B (16 KiB each, 8 with K steps of 64 on 64
+ *     columns) are in flight per block.
+ *   Tiles: a K-major B as KF_BW rows of KF_BK K values (KF_KC chunks of 16
+ *     bytes), an N-major B as KF_BK K rows of KF_BW columns, A (K-major) as
+ *     KF_MP rows of KF_BK K values. Chunk c of row r sits at c ^ (r & 7)
+ *     (within its group of 8): the 8 row addresses of one ldmatrix fall in
+ *     8 different bank groups.
+ *   The 4 warps: KF_RG row groups of 64 columns, each K step's k16 slices
+ *     split over the KF_KG = 4 / KF_RG warps of a row group (warp w: row
+ *     group w % RG, slices w / RG, + KG, ...), so every B value in shared
+ *     memory is read by one warp once (A's by one warp a row group). At the
+ *     end the K groups' accumulators are added through shared memory.
+ *   The reduction over the split, in the kernel: every block writes its f32
+ *     partial strip (KF_MP x KF_BW) to the PARTIALS workspace KF_WS, then
+ *     counts itself in on its strip's counter KF_CNT (atomicAdd after a
+ *     fence); the block that arrives last adds the KF_SPLIT partials in
+ *     split order (the same bits whichever block is last), puts the counter
+ *     back to zero (so the next launch finds it so: no memset) and runs the
+ *     epilogue. KF_SPLIT 1: no workspace, no counter.
+ *   Epilogue: the strip's sums as [token][column] in shared memory; each
+ *     thread takes 8 adjacent columns of one token, the group's
+ *     kf_epi<8, AL> (cg_gemm_epi.c: bias, activations, residual, every
+ *     expression the planner put there); tokens past M store nothing.
+ *
+ * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
+ * KF_N, KF_K, KF_LDA (elements between A's rows), KF_LDB (between B's stored
+ * rows: N rows when K-major, K rows when N-major), KF_B_KMAJOR, KF_AB ("bf16"
+ * or "f16"), KF_MT, KF_RG, KF_BK, KF_NT, KF_STAGES, KF_SPLIT, KF_MINB, and with KF_SPLIT > 1
+ * KF_WS and KF_CNT (the PARTIALS and COUNTERS params); kf_epi / kf_epi_al.
+ */
+
+#define KF_THREADS 128
+#define KF_KG (4 / KF_RG)        /* warps splitting a K step (each row group's) */
+#define KF_BW (16 * KF_MT * KF_RG) /* output columns a block */
+#define KF_MP (8 * KF_NT)          /* tokens, padded */
+#define KF_KC (KF_BK / 8)          /* 16-byte chunks of a K row */
+#define KF_BWP (KF_BW + 4) /* row pitch (floats) of the reduction's tiles */
+#define KF_KB ((KF_K + KF_BK - 1) / KF_BK)
+#define KF_STRIPS ((KF_N + KF_BW - 1) / KF_BW)
+#define KF_B_STAGE (KF_BW * KF_BK) /* elements */
+#define KF_A_STAGE (KF_MP * KF_BK)
+#define KF_STAGE (KF_B_STAGE + KF_A_STAGE)
+
+static_assert(KF_MT == 4 && (KF_RG == 1 || KF_RG == 2), "strips of 64 or 128 columns");
+static_assert(KF_BK == 64 || KF_BK == 128, "K steps of 64 or 128 (rows of 8 or 16 chunks)");
+static_assert((KF_BK / 16) % KF_KG == 0, "whole k16 slices for each warp"); 
+static_assert(KF_NT >= 1 && KF_NT <= 8 && KF_MP >= KF_M, "the tokens in 8 n8 tiles at most");
+static_assert(KF_SPLIT >= 1 && KF_SPLIT <= KF_KB, "a K step at least for each piece");
+static_assert(KF_LDA % 8 == 0 && KF_LDB % 8 == 0, "16-byte copies: rows of 16-byte multiples");
+
+/* Copies 16 bytes from global src to shared dst, the first `fill` of them
+ * read and the rest zeros (fill 0: nothing read). */
+__device__ __forceinline__ void kf_dc_cp(unsigned dst, const unsigned short *src, int fill) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(fill)
+                 : "memory");
+}
+
+/* Bytes of a 16-byte chunk of `left` elements (clamped to 0..8). */
+__device__ __forceinline__ int kf_dc_fill(long long left) {
+    return left <= 0 ? 0 : left >= 8 ? 16 : (int)left * 2;
+}
+
+/* The copies of K step `kb` (global K values kb * KF_BK ..) of strip n0 into
+ * the stage at shared address st. */
+__device__ __forceinline__ void kf_dc_stage(unsigned st, const unsigned short *__restrict__ pa,
+                                            const unsigned short *__restrict__ pb, long long n0,
+                                            int kb, int tid) {
+    const long long k0 = (long long)kb * KF_BK;
+#if KF_B_KMAJOR
+    /* B's rows n0 .. n0 + BW, KC chunks a row */
+#pragma unroll
+    for (int i = 0; i < KF_B_STAGE / 8 / KF_THREADS; i++) {
+        const int q = tid + i * KF_THREADS, r = q / KF_KC, c = q % KF_KC;
+        const long long n = n0 + r, k = k0 + c * 8;
+        const int fill = n < KF_N ? kf_dc_fill(KF_K - k) : 0;
+        kf_dc_cp(st + (unsigned)(r * KF_BK + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u,
+                 fill ? pb + n * KF_LDB + k : pb, fill);
+    }
+#else
+    /* B's K rows k0 .. k0 + BK, BW / 8 chunks a row */
+#pragma unroll
+    for (int i = 0; i < KF_B_STAGE / 8 / KF_THREADS; i++) {
+        const int q = tid + i * KF_THREADS, r = q / (KF_BW / 8), c = q % (KF_BW / 8);
+        const long long k = k0 + r, n = n0 + c * 8;
+        const int fill = k < KF_K ? kf_dc_fill(KF_N - n) : 0;
+        kf_dc_cp(st + (unsigned)(r * KF_BW + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u,
+                 fill ? pb + k * KF_LDB + n : pb, fill);
+    }
+#endif
+    /* A's tokens, KC chunks a row; the padded tokens are zeros */
+    const unsigned sa = st + KF_B_STAGE * 2u;
+#pragma unroll
+    for (int i = 0; i < (KF_A_STAGE / 8 + KF_THREADS - 1) / KF_THREADS; i++) {
+        const int q = tid + i * KF_THREADS, r = q / KF_KC, c = q % KF_KC;
+        if ((KF_A_STAGE / 8) % KF_THREADS == 0 || q < KF_A_STAGE / 8) {
+            const long long k = k0 + c * 8;
+            const int fill = r < KF_M ? kf_dc_fill(KF_K - k) : 0;
+            kf_dc_cp(sa + (unsigned)(r * KF_BK + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u,
+                     fill ? pa + (long long)r * KF_LDA + k : pa, fill);
+        }
+    }
+}
+
+__device__ __forceinline__ void kf_dc_ldsm4(unsigned addr, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void kf_dc_ldsm4t(unsigned addr, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void kf_dc_ldsm2(unsigned addr, unsigned &r0, unsigned &r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void kf_dc_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." KF_AB "." KF_AB
+                 ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The MMAs of one k16 slice (K values ks * 16 .. of the stage at st) for
+ * the 64 columns of row group rg. */
+__device__ __forceinline__ void kf_dc_slice(float (&acc)[KF_MT][KF_NT][4], unsigned st, int ks,
+                                            int rg, int lane) {
+    unsigned a[KF_MT][4], b[KF_NT][2];
+#pragma unroll
+    for (int mt = 0; mt < KF_MT; mt++) {
+#if KF_B_KMAJOR
+        /* rows mt*16 + (lane & 15), chunk 2 ks + (lane >> 4) */
+        const int r = rg * 64 + mt * 16 + (lane & 15), c = ks * 2 + (lane >> 4);
+        kf_dc_ldsm4(st + (unsigned)(r * KF_BK + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u, a[mt]);
+#else
+        /* K rows ks*16 + (lane & 7) + 8 (lane >> 4), column chunk 2 mt + ((lane >> 3) & 1):
+         * transposed, each lane gets its weight row's pairs of K values */
+        const int r = ks * 16 + (lane & 7) + ((lane >> 4) << 3),
+                  c = rg * 8 + mt * 2 + ((lane >> 3) & 1);
+        kf_dc_ldsm4t(st + (unsigned)(r * KF_BW + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u, a[mt]);
+#endif
+    }
+    const unsigned sa = st + KF_B_STAGE * 2u;
+#pragma unroll
+    for (int nt = 0; nt + 1 < KF_NT; nt += 2) {
+        const int r = nt * 8 + (lane & 7) + ((lane >> 4) << 3), c = ks * 2 + ((lane >> 3) & 1);
+        unsigned t[4];
+        kf_dc_ldsm4(sa + (unsigned)(r * KF_BK + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u, t);
+        b[nt][0] = t[0];
+        b[nt][1] = t[1];
+        b[nt + 1][0] = t[2];
+        b[nt + 1][1] = t[3];
+    }
+    if (KF_NT % 2) {
+        const int nt = KF_NT - 1;
+        const int r = nt * 8 + (lane & 7), c = ks * 2 + ((lane >> 3) & 1);
+        kf_dc_ldsm2(sa + (unsigned)(r * KF_BK + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u, b[nt][0],
+                    b[nt][1]);
+    }
+#pragma unroll
+    for (int mt = 0; mt < KF_MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < KF_NT; nt++)
+            kf_dc_mma(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+}
+
+extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
+    KF_KERNEL(const unsigned short *__restrict__ kf_pa, const unsigned short *__restrict__ kf_pb,
+              KF_PARAMS) {
+    extern __shared__ __align__(128) unsigned char kf_dsmem[];
+    KF_SETUP();
+    const unsigned ring = (unsigned)__cvta_generic_to_shared(kf_dsmem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rg = warp % KF_RG, kg = warp / KF_RG; /* the warp's row group, K group */
+    const int strip = (int)(blockIdx.x % KF_STRIPS), piece = (int)(blockIdx.x / KF_STRIPS);
+    const long long n0 = (long long)strip * KF_BW;
+    const int kb0 = (int)((long long)piece * KF_KB / KF_SPLIT);
+    const int nkb = (int)((long long)(piece + 1) * KF_KB / KF_SPLIT) - kb0;
+
+    float acc[KF_MT][KF_NT][4];
+#pragma unroll
+    for (int mt = 0; mt < KF_MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < KF_NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mt][nt][e] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < KF_STAGES - 1; s++) {
+        if (s < nkb)
+            kf_dc_stage(ring + s * KF_STAGE * 2u, kf_pa, kf_pb, n0, kb0 + s, tid);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+#pragma unroll 1
+    for (int kt = 0; kt < nkb; kt++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2) : "memory");
+        __syncthreads();
+        const int nk = kt + KF_STAGES - 1;
+        if (nk < nkb)
+            kf_dc_stage(ring + (nk % KF_STAGES) * KF_STAGE * 2u, kf_pa, kf_pb, n0, kb0 + nk, tid);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const unsigned st = ring + (kt % KF_STAGES) * KF_STAGE * 2u;
+#pragma unroll
+        for (int ks = kg; ks < KF_BK / 16; ks += KF_KG)
+            kf_dc_slice(acc, st, ks, rg, lane);
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads(); /* the ring is free: the warps' sums go where it was */
+
+    /* Each warp's accumulators as [token][column] (pitch KF_BWP: the lanes of
+     * one store fall in 32 different banks), then their sum in warp 0's. */
+    float *red = reinterpret_cast<float *>(kf_dsmem);
+    {
+        float *mine = red + warp * (KF_MP * KF_BWP);
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int mt = 0; mt < KF_MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < KF_NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    mine[(nt * 8 + 2 * t + (e & 1)) * KF_BWP + rg * 64 + mt * 16 + g +
+                         (e >> 1) * 8] =
+                        acc[mt][nt][e];
+    }
+    __syncthreads();
+    constexpr int Q = KF_MP * KF_BW / 4; /* float4s of the strip */
+#pragma unroll 1
+    for (int i = tid; i < Q; i += KF_THREADS) {
+        const int m = i / (KF_BW / 4), c = (i % (KF_BW / 4)) * 4, cg = c / 64;
+        /* the K group's warps of the columns' row group, in order; the sum
+         * goes to warp 0's tile (whose other row group's columns are free) */
+        float4 s = *reinterpret_cast<const float4 *>(red + cg * (KF_MP * KF_BWP) + m * KF_BWP + c);
+#pragma unroll
+        for (int j = 1; j < KF_KG; j++) {
+            const float4 v = *reinterpret_cast<const float4 *>(
+                red + (cg + j * KF_RG) * (KF_MP * KF_BWP) + m * KF_BWP + c);
+            s.x += v.x;
+            s.y += v.y;
+            s.z += v.z;
+            s.w += v.w;
+        }
+        *reinterpret_cast<float4 *>(red + m * KF_BWP + c) = s;
+#if KF_SPLIT > 1
+        reinterpret_cast<float4 *>(KF_WS)[((long long)strip * KF_SPLIT + piece) * Q + i] = s;
+#endif
+    }
+#if KF_SPLIT > 1
+    /* Count in; the last block of the strip adds every piece in order. */
+    __shared__ int kf_last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        unsigned *cnt = reinterpret_cast<unsigned *>(KF_CNT) + strip;
+        const unsigned prev = atomicAdd(cnt, 1u);
+        kf_last = prev == KF_SPLIT - 1;
+        if (kf_last)
+            *cnt = 0u; /* every piece has counted: the next launch starts from zero */
+    }
+    __syncthreads();
+    if (!kf_last)
+        return;
+    __threadfence();
+    {
+        const float4 *ws = reinterpret_cast<const float4 *>(KF_WS) + (long long)strip * KF_SPLIT * Q;
+#pragma unroll 1
+        for (int i = tid; i < Q; i += KF_THREADS) {
+            const int m = i / (KF_BW / 4), c = (i % (KF_BW / 4)) * 4;
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+            for (int p = 0; p < KF_SPLIT; p++) {
+                const float4 v = p == piece ? *reinterpret_cast<const float4 *>(red + m * KF_BWP + c)
+                                            : __ldcg(ws + (long long)p * Q + i);
+                s.x += v.x;
+                s.y += v.y;
+                s.z += v.z;
+                s.w += v.w;
+            }
+            *reinterpret_cast<float4 *>(red + m * KF_BWP + c) = s;
+        }
+    }
+#endif
+    __syncthreads();
+
+    /* The epilogue: 8 adjacent columns of one token a call. */
+    constexpr int C8 = KF_BW / 8;
+    const bool al = kf_epi_al(KF_ARGS);
+#pragma unroll 1
+    for (int i = tid; i < KF_M * C8; i += KF_THREADS) {
+        const int m = i / C8, c = (i % C8) * 8;
+        const long long col = n0 + c;
+        if (col >= KF_N)
+            continue;
+        float v[8];
+        const float4 lo = *reinterpret_cast<const float4 *>(red + m * KF_BWP + c);
+        const float4 hi = *reinterpret_cast<const float4 *>(red + m * KF_BWP + c + 4);
+        v[0] = lo.x;
+        v[1] = lo.y;
+        v[2] = lo.z;
+        v[3] = lo.w;
+        v[4] = hi.x;
+        v[5] = hi.y;
+        v[6] = hi.z;
+        v[7] = hi.w;
+        if (al)
+            kf_epi<8, true>(v, 0LL, (long long)m, col, true, KF_ARGS);
+        else
+            kf_epi<8, false>(v, 0LL, (long long)m, col, true, KF_ARGS);
+    }
+}

@@ -1,0 +1,340 @@
+/*
+ * test_cuda_exec_decode.c -- the decode GEMM kernel (cg_gemm_decode.c,
+ * templates/gemm_decode.cuh; M <= 64) executed on the GPU against the
+ * reference evaluator: every case forced to the generated side with the
+ * decode kernel asked for (KF_GEMM_GENERATED and the internal recipe flag
+ * KF_CUDA_RECIPE_GEMM_DECODE on the context; the report must name the
+ * decode kernel), then one in the measured choice against cuBLASLt. Shapes:
+ * M = 1, 7, 16, 32, 64 and a batch folded into M; B K-major and N-major;
+ * ragged N and K (no multiples of the 64 / 128-column strips or of the
+ * 128-wide K steps); a split over several blocks and none; epilogues: bias +
+ * gelu_tanh, bias + erf gelu + residual, residual; a norm prologue (A from
+ * the prologue kernel's scratch); bf16 and f16.
+ *
+ * Each program runs twice on the same inputs: the two outputs must be the
+ * same bits (the partials are added in a fixed order, and the counters the
+ * first run leaves are the zeros the second needs), and each is judged.
+ * Inputs are fresh random values (KF_TEST_SEED replays a run); outputs are
+ * poisoned (NaN) before each run; kf_graph_check judges every output against
+ * the exact value, and NaN never passes. Without a device every test is
+ * skipped and the binary exits 77 (ctest: skipped, never passed).
+ */
+#define _GNU_SOURCE /* mkdtemp */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/cuda/cuda_recipe.h"
+#include "ir/ir.h"
+#include "kf_planned.h"
+#include "kf_test.h"
+#include "runtime/ctx.h"
+#include "runtime/cuda_exec.h"
+
+typedef struct gpu {
+    kf_ctx *gen, *def; /* KF_GEMM_GENERATED and KF_GEMM_AUTO, the decode kernel asked for */
+    bool have;
+    char cache_dir[256];
+} gpu;
+
+static gpu G;
+
+static kf_ctx *ctx_mode(kf_gemm_mode mode) {
+    kf_options o;
+    kf_options_init(&o);
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
+    o.gemm = mode;
+    kf_ctx *c = NULL;
+    if (kf_ctx_create(&o, &c) != KF_OK)
+        return NULL;
+    c->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+    return c;
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_cuda_decode_XXXXXX");
+    if (!mkdtemp(G.cache_dir))
+        G.cache_dir[0] = 0;
+    G.gen = ctx_mode(KF_GEMM_GENERATED);
+    G.def = ctx_mode(KF_GEMM_AUTO);
+    if (!G.gen || !G.def)
+        return -1;
+    G.have = kf_cuda_exec_available(G.gen);
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    kf_ctx_destroy(G.gen);
+    kf_ctx_destroy(G.def);
+    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
+        fprintf(stderr, "could not remove %s\n", G.cache_dir);
+    return 0;
+}
+
+#define REQUIRE_GPU()                                                                              \
+    do {                                                                                           \
+        if (!G.have) {                                                                             \
+            fprintf(stderr, "no CUDA device: skipped\n");                                          \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* `fmt` with every %s the dtype's name, compiled in `ctx`, its report holding
+ * each '|'-separated token of `want` (NULL: nothing asked), run twice on the
+ * same random inputs (stream `stream`) with the outputs poisoned before each
+ * run: both runs judged against the exact value, and the same bits. */
+static void run_twice(kf_ctx *ctx, const char *fmt, const char *dt, uint64_t stream,
+                      const char *want, const char *what) {
+    char text[4096], name[256];
+    snprintf(text, sizeof text, fmt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt);
+    snprintf(name, sizeof name, "%s [%s]", what, dt);
+    kf_graph *g = NULL;
+    if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK || kf_graph_verify(g) != KF_OK)
+        fail_msg("%s: parse: %s\n%s", name, g ? kf_graph_error(g) : "no graph", text);
+    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
+    kf_binding *in = calloc(n_in + 1, sizeof *in);
+    kf_binding *out = calloc(n_out + 1, sizeof *out);
+    void **first = calloc(n_out + 1, sizeof *first);
+    kf_check_result *res = calloc(n_out + 1, sizeof *res);
+    assert_true(in && out && first && res);
+    kf_test_rng rng = kf_test_rng_make(stream);
+    for (size_t i = 0; i < n_in; i++) {
+        const kf_tensor *t = kf_graph_input(g, i);
+        size_t n = (size_t)kf_tensor_numel(t);
+        in[i].name = kf_tensor_name(t);
+        in[i].size = n * kf_dtype_size(kf_tensor_dtype(t));
+        in[i].data = malloc(in[i].size + 1);
+        assert_non_null(in[i].data);
+        kf_test_fill_input(in[i].data, t, n, &rng, -1.0, 1.0);
+    }
+    for (size_t i = 0; i < n_out; i++) {
+        const kf_tensor *t = kf_graph_output(g, i);
+        out[i].name = kf_graph_output_name(g, i);
+        out[i].size = (size_t)kf_tensor_numel(t) * kf_dtype_size(kf_tensor_dtype(t));
+        out[i].data = malloc(out[i].size + 1);
+        first[i] = malloc(out[i].size + 1);
+        assert_true(out[i].data && first[i]);
+    }
+    kf_program *p = NULL;
+    if (kf_compile(ctx, g, &p) != KF_OK)
+        fail_msg("%s: kf_compile: %s", name, kf_graph_error(g));
+    char *report = kf_test_report(p, KF_REPORT_TEXT);
+    if (want) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", want);
+        for (char *tok = strtok(buf, "|"); tok; tok = strtok(NULL, "|"))
+            if (!strstr(report, tok))
+                fail_msg("%s: the report lacks '%s':\n%s", name, tok, report);
+    }
+    for (int run = 0; run < 2; run++) {
+        for (size_t i = 0; i < n_out; i++) {
+            const kf_tensor *t = kf_graph_output(g, i);
+            kf_test_poison(out[i].data, kf_tensor_dtype(t), (size_t)kf_tensor_numel(t));
+        }
+        if (kf_program_run(p, in, n_in, out, n_out, NULL) != KF_OK)
+            fail_msg("%s: run %d: kf_program_run: %s\n%s", name, run + 1, kf_program_error(p),
+                     report);
+        if (kf_graph_check(g, in, n_in, out, n_out, res) != KF_OK)
+            fail_msg("%s: reference: %s", name, kf_graph_error(g));
+        for (size_t i = 0; i < n_out; i++) {
+            if (!res[i].pass)
+                fail_msg("%s, run %d, output %s: error %g against the exact value exceeds the "
+                         "bound %g (the reference's own error %g; KF_TEST_SEED=%llu)\n%s",
+                         name, run + 1, out[i].name, res[i].err, res[i].bound, res[i].ref_err,
+                         (unsigned long long)kf_test_seed(), report);
+            if (run == 0)
+                memcpy(first[i], out[i].data, out[i].size);
+            else if (memcmp(first[i], out[i].data, out[i].size) != 0)
+                fail_msg("%s, output %s: the second run's bits differ from the first's\n%s", name,
+                         out[i].name, report);
+        }
+    }
+    fprintf(stderr, "  ok: %s (error %.3g, bound %.3g)\n", name, res[0].err, res[0].bound);
+    free(report);
+    kf_program_destroy(p);
+    for (size_t i = 0; i < n_in; i++)
+        free(in[i].data);
+    for (size_t i = 0; i < n_out; i++) {
+        free(out[i].data);
+        free(first[i]);
+    }
+    free(in);
+    free(out);
+    free(first);
+    free(res);
+    kf_graph_destroy(g);
+}
+
+static const char *const DTS[] = {"bf16", "f16"};
+#define DEC "decode kernel: split-K over"
+
+/* The internal forms the bench compares, each added to the context's flags
+ * for a while: none, K steps of 64, strips of 128 columns. */
+static const unsigned FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_BK64, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
+static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 64 columns|stages of 64 K",
+                                       "strips of 128 columns|stages of 64 K"};
+
+/* One ragged case alone (the sanitizers run it), in each form: M = 7, N = 1000
+ * and K = 1000 (no multiples of the strips or K steps), split over blocks;
+ * N-major B with bias + erf gelu + residual, and K-major B. */
+static void test_a_ragged_decode_gemm_matches_twice(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t f = 0; f < sizeof FORMS / sizeof *FORMS; f++) {
+        G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
+        char w[256];
+        snprintf(w, sizeof w, DEC "|B N-major|last block|%s", FORM_HAS[f]);
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+                  "r = input(%s[7, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+                  "y = add(g, r)\noutput y\n",
+                  "bf16", 9700 + 10 * f, w, "M 7, ragged, N-major, bias+gelu+res");
+        snprintf(w, sizeof w, DEC "|B K-major|last block|%s", FORM_HAS[f]);
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
+                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                  "bf16", 9701 + 10 * f, w, "M 7, ragged, K-major");
+    }
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
+/* The other forms on the shape classes where they differ: M = 1 and 24
+ * (an odd n8 tile count), M = 32 against a long ragged K, the split capped. */
+static void test_decode_forms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t f = 1; f < sizeof FORMS / sizeof *FORMS; f++) {
+        G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
+        for (int d = 0; d < 2; d++) {
+            const char *t = d ? "f16" : "bf16";
+            uint64_t s = 9800 + 20 * f + 10 * (uint64_t)d;
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[1, 1000])\nw = input(%s[1000, 1000])\n"
+                      "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                      t, s + 0, FORM_HAS[f], "form: M 1, K-major, ragged");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\n"
+                      "b = input(%s[2056])\nh = matmul(x, w)\na = add(h, b)\n"
+                      "y = gelu_tanh(a)\noutput y\n",
+                      t, s + 1, FORM_HAS[f], "form: M 32, N-major, bias + gelu_tanh");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\n"
+                      "y = matmul(x, w)\noutput y\n",
+                      t, s + 2, FORM_HAS[f], "form: the batch folded into M = 24");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[16, 11008])\nw = input(%s[1024, 11008])\n"
+                      "r = input(%s[16, 1024])\nh = matmul(x, w, transpose_b=true)\n"
+                      "y = add(h, r)\noutput y\n",
+                      t, s + 3, FORM_HAS[f], "form: M 16, K 11008, residual");
+        }
+    }
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
+/* No internal flag: KF_GEMM_GENERATED gives M <= 32 the decode kernel (on
+ * sm_90a), M = 48 the tiled kernel. */
+static void test_default_generated_side_is_the_decode_kernel_to_m32(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    G.gen->recipe_flags = 0;
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(G.gen, &ex, &t, err), KF_OK);
+    bool sm90 = kf_cuda_arch_cc(t.arch) >= 90;
+    kf_cuda_exec_destroy(ex);
+    run_twice(G.gen,
+              "kfg 1\nx = input(%s[16, 4096])\nw = input(%s[1024, 4096])\nb = input(%s[1024])\n"
+              "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              "bf16", 9900, sm90 ? DEC : NULL, "default: M 16");
+    run_twice(G.gen,
+              "kfg 1\nx = input(%s[48, 1000])\nw = input(%s[1000, 1000])\ny = matmul(x, w)\n"
+              "output y\n",
+              "bf16", 9901, "generated kernel", "default: M 48 (the tiled kernel)");
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
+/* The shape classes, forced to the decode kernel. */
+static void test_decode_gemms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (int d = 0; d < 2; d++) {
+        const char *t = DTS[d];
+        uint64_t s = 9710 + 20 * (uint64_t)d;
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[1, 1000])\nw = input(%s[1000, 1000])\n"
+                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                  t, s + 0, DEC "|M padded to 8|B K-major", "M 1, K-major, ragged");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[1, 4096])\nw = input(%s[4096, 4104])\nb = input(%s[4104])\n"
+                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+                  t, s + 1, DEC "|B N-major", "M 1, N-major, N 4104, bias + gelu_tanh");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[16, 4000])\nw = input(%s[4104, 4000])\nb = input(%s[4104])\n"
+                  "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+                  t, s + 2, DEC "|M padded to 16", "M 16, K-major, 4104 x 4000, bias + gelu_tanh");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\nb = input(%s[2056])\n"
+                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+                  t, s + 3, DEC "|M padded to 32|strips of 64", "M 32, N-major, bias + gelu_tanh");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
+                  "r = input(%s[64, 1000])\nh = matmul(x, w, transpose_b=true)\ny = add(h, r)\n"
+                  "output y\n",
+                  t, s + 4, DEC "|M padded to 64", "M 64, K-major, residual");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[63, 520])\nw = input(%s[520, 1000])\nb = input(%s[1000])\n"
+                  "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
+                  t, s + 5, DEC "|M padded to 64", "M 63, N-major, bias");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[16, 120])\nw = input(%s[120, 2000])\ny = matmul(x, w)\n"
+                  "output y\n",
+                  t, s + 6, "decode kernel: split-K over 1 blocks", "M 16, K 120: no split");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\ny = matmul(x, w)\n"
+                  "output y\n",
+                  t, s + 7, DEC "|M padded to 24", "x[2, 12, 256] . w: the batch folded into M");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[16, 11008])\nw = input(%s[1024, 11008])\n"
+                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                  t, s + 8, DEC " 16 blocks", "M 16, K 11008: the split capped at 16");
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[16, 264])\ng = input(%s[264])\nw = input(%s[1096, 264])\n"
+                  "n = rms_norm(x, g)\ny = matmul(n, w, transpose_b=true)\noutput y\n",
+                  t, s + 9, DEC "|prologue kernel's scratch", "RMSNorm prologue, M 16");
+    }
+}
+
+/* The measured choice with the decode kernel as the generated side: either
+ * side matches. */
+static void test_measured_decode_gemm_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_twice(G.def,
+              "kfg 1\nx = input(%s[16, 4096])\nw = input(%s[4096, 4096])\nb = input(%s[4096])\n"
+              "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              "bf16", 9790, "generated |cublaslt |" DEC, "measured, M 16, bias + gelu_tanh");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_ragged_decode_gemm_matches_twice),
+        cmocka_unit_test(test_decode_gemms_match_the_reference),
+        cmocka_unit_test(test_decode_forms_match_the_reference),
+        cmocka_unit_test(test_default_generated_side_is_the_decode_kernel_to_m32),
+        cmocka_unit_test(test_measured_decode_gemm_matches),
+    };
+    kf_test_filter();
+    int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+    if (failed == 0 && !G.have) {
+        fprintf(stderr, "no CUDA device: skipped\n");
+        return 77; /* ctest: SKIP_RETURN_CODE */
+    }
+    if (failed)
+        fprintf(stderr, "replay with KF_TEST_SEED=%llu\n", (unsigned long long)kf_test_seed());
+    return failed;
+}
