@@ -483,6 +483,9 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             "%zu launches per run; kernels compiled %u, from the cache %u\n",
             ex->arena_bytes, ex->unshared_bytes, ex->own_ws ? "the program's own" : "the caller's",
             ex->consts_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
+    if (ex->phase_ms[XPH_MEASURE] > 0)
+        fprintf(out, "  measured choices timed in %.1f ms of the compile\n",
+                ex->phase_ms[XPH_MEASURE]);
     kf_cx_tier_report(ex, false, out);
     if (ex->cap_made)
         fprintf(out, "  runs so far: %u replayed from %u CUDA graph%s captured from the run's own "
