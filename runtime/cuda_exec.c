@@ -479,6 +479,17 @@ kf_status kf_cx_bind_step(kf_cuda_exec *ex, xstep *s, char *err) {
                 continue;
             }
             kf_cu_deviceptr ptr = ex->cur[s->k->arg_buf[p]] + (kf_cu_deviceptr)a->buf.offset;
+            /* A GEMM kernel's vector accesses assume 16-byte aligned bases
+             * (gemm_sm90.cuh's TMA-store epilogue does not test them). Its
+             * arguments are buffer bases, placed so (arenas: 256 bytes; a
+             * device-resident run's bindings are checked for 16), so this
+             * never fires; if it did, an error beats a misaligned access,
+             * which ends the CUDA context. */
+            if (KF_NEVER(a->kind == KF_CUDA_ARG_PTR && ks->role == KF_CUDA_ROLE_GEMM && ptr % 16))
+                return kf_msg_set(err, KF_ERR_INTERNAL,
+                                  "kernel '%s': pointer argument %u at 0x%llx is not 16-byte "
+                                  "aligned, which a GEMM kernel's arguments must be",
+                                  ks->kernel.name, p, (unsigned long long)ptr);
             s->k->slots[p] = ptr;
             if (a->kind == KF_CUDA_ARG_TMAP) {
                 kf_status st =

@@ -574,11 +574,8 @@ __device__ __forceinline__ void kf_gm_tma_store4(const kf_tmap *map, unsigned sr
 /* The epilogue of the consumer's part of tile (b, mb, nb) through shared
  * memory (buf: its 8 KiB, 1024-byte aligned) and TMA stores, 64 x 64 a chunk.
  * The fragment of wgmma m64nN: warp w holds rows 16w + lane/4 (+8), columns
- * 8j + 2(lane%4) (+1), accumulators 4j + 2h (+1) of row half h. AL as
- * kf_epi's: the caller passes 2 (kf_epi asks kf_epi_al), so this fully
- * unrolled body is compiled once, not once per alignment case (it was half
- * of a bias + gelu GEMM's NVRTC time). */
-template <int AL>
+ * 8j + 2(lane%4) (+1), accumulators 4j + 2h (+1) of row half h. */
+template <bool AL>
 __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, int mb, int nb,
                                               int cw, int warp, int lane, unsigned buf,
                                               const kf_tmap *tc,
@@ -1255,8 +1252,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #else
 #define KF_FOLD_TERMS
 #endif
-                (void)al; /* kf_epi asks kf_epi_al itself */
-                kf_gm_epi_tma<2>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS KF_ARGS);
+                /* AL without asking kf_epi_al: the executor binds every pointer
+                 * argument of a GEMM kernel at a 16-byte aligned address and
+                 * refuses any other (kf_cx_bind_step), so the unrolled body is
+                 * compiled once, not once per alignment case (half of a bias +
+                 * gelu GEMM's NVRTC time went to the copy that never ran). */
+                kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS KF_ARGS);
             }
 #elif KF_EPI_DIRECT
             /* From the registers (kf_gm_epi_direct), the variant without

@@ -523,19 +523,6 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                 &ep->vl,
                 "    %s l%u[VV];\n    {\n        const auto *lp = p%d + (%s);\n"
                 "        if (%s) {\n"
-                "            /* AL 2: no branch (one per call splits the unrolled epilogue\n"
-                "             * into blocks ptxas takes far longer over): the vector load\n"
-                "             * when aligned, else element by element, both predicated */\n"
-                "#pragma unroll\n"
-                "            for (int k = 0; k < VV; k++)\n"
-                "                l%u[k] = 0;\n"
-                "            if (al && c0 < KF_N)\n"
-                "                kf_ldv<VV>(lp, l%u);\n"
-                "#pragma unroll\n"
-                "            for (int k = 0; k < VV; k++)\n"
-                "                if (!al && c0 + k < KF_N)\n"
-                "                    l%u[k] = kf_ld(lp + k);\n"
-                "        } else if (%s) {\n"
                 "#pragma unroll\n"
                 "            for (int k = 0; k < VV; k++)\n"
                 "                l%u[k] = 0;\n"
@@ -546,9 +533,8 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                 "            for (int k = 0; k < VV; k++)\n"
                 "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
                 "        }\n    }\n",
-                cg_reg_type(e->dtype), i, c->param[i], off,
-                stat ? "AL == 2 && (VV == 8 || VV == 2)" : "false", i, i, i,
-                stat ? "al && (VV == 8 || VV == 2)" : "false", i, i, i, i);
+                cg_reg_type(e->dtype), i, c->param[i], off, stat ? "AL && (VV == 8 || VV == 2)" : "false", i, i,
+                i, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
             if (ep->row && ep->vl.p && !ep->vl.oom) {
                 if (ep->need_pre[i])
@@ -613,7 +599,6 @@ static void row_emit(cg *c, chunk_ctx *x, cg_gemm_epi *ep) {
             "template <int VV, bool AL>\n"
             "__device__ __forceinline__ void kf_pre(const float *acc, long long b, long long r, "
             "long long c0, KF_PARAMS, float *xo) {\n"
-            "    const bool al = AL;\n    (void)al;\n"
             "    const long long q = b * KF_M + r;\n    (void)q;\n"
             "    const unsigned qn = (unsigned)q, cn = (unsigned)c0;\n"
             "    (void)qn;\n    (void)cn;\n");
@@ -641,18 +626,13 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
         &c->s,
         "/* The group's epilogue for VV adjacent columns c0.. of row r of batch b%s;\n"
         " * stores only when `ok` (r is then inside; the loads read at r either way).\n"
-        " * AL: 1 when every base kf_epi_al names is 16-byte aligned (then a vector\n"
-        " * access whose strides and N are multiples of 8 needs no alignment test), 0\n"
-        " * when that is not known, 2 to ask kf_epi_al here (uniform, computed once per\n"
-        " * kernel): one unrolled copy of the epilogue then serves both cases, where two\n"
-        " * copies would double the kernel's compile time. SINK: the one output's\n"
-        " * values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
-        "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS);\n"
-        "template <int VV, int AL, bool SINK = false>\n"
+        " * AL: every base kf_epi_al names is 16-byte aligned (then a vector access whose\n"
+        " * strides and N are multiples of 8 needs no alignment test). SINK: the one\n"
+        " * output's values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
+        "template <int VV, bool AL, bool SINK = false>\n"
         "__device__ __forceinline__ void kf_epi(const %s *acc, %s"
         "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr%s) "
         "{\n    (void)sink;\n%s"
-        "    const bool al = AL == 1 || (AL == 2 && kf_epi_al(KF_ARGS));\n    (void)al;\n"
         "    const long long q = b * KF_M + r;\n    (void)q;\n"
         "    const unsigned qn = (unsigned)q, cn = (unsigned)c0; /* where they fit */\n"
         "    (void)qn;\n    (void)cn;\n",
@@ -710,7 +690,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
                   "#pragma unroll\n"
                   "            for (int k = 0; k < VV; k++)\n"
                   "                sink[k] = (float)o[k];\n"
-                  "        } else if (al && VV == 8 && KF_N %% 8 == 0) {\n"
+                  "        } else if (AL && VV == 8 && KF_N %% 8 == 0) {\n"
                   "            if (ok && c0 < KF_N)\n"
                   "                kf_stv<VV>(dst, o);\n"
                   "        } else {\n"
