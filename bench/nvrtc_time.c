@@ -11,7 +11,8 @@
  * the "slowest" line of each set is the number that moves a first call.
  *
  *   nvrtc_time [--arch ARCH] [--reps N] [--flags "F1 F2"]... [--dump DIR]
- *              [--log] [--batch] [--no-each] [--only SUBSTR] [--out FILE] FILE.kfg...
+ *              [--log] [--batch] [--no-each] [--only SUBSTR] [--source FILE.cu]...
+ *              [--out FILE] FILE.kfg...
  *
  * Each --flags is one set of extra NVRTC flags after kfuse's own
  * (kf_nvrtc_options_string), space separated; the empty set (kfuse's
@@ -22,7 +23,10 @@
  * once with kfuse's own flags, as a cold compile does (kf_cuda_kernels_cubins,
  * a thread a CPU, no cache): its wall time, against the slowest kernel alone
  * (--no-each: the batch only). --only: per kernel, only the kernels whose
- * name holds SUBSTR (the batch still takes them all). Times are wall-clock (CLOCK_MONOTONIC). NVRTC
+ * name holds SUBSTR (the batch still takes them all). --source FILE: also the
+ * CUDA source FILE, named NAME.ARCH.cu as --dump and KF_DUMP_DIR write them
+ * (a kernel of another commit, say, timed beside today's in the same run),
+ * compiled for ARCH with kfuse's flags. Times are wall-clock (CLOCK_MONOTONIC). NVRTC
  * 12.9 and later keep what they compiled in the driver's compute cache: run
  * this with CUDA_CACHE_DISABLE=1 for real compiles (it warns otherwise).
  * JSON (one object) to stdout or --out.
@@ -121,8 +125,8 @@ int main(int argc, char **argv) {
     flag_set sets[MAX_SETS] = {{0}};
     int n_sets = 1;
     sets[0].text = strdup("");
-    const char *files[64];
-    int n_files = 0;
+    const char *files[64], *sources[64];
+    int n_files = 0, n_sources = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--arch") && i + 1 < argc) {
@@ -135,6 +139,8 @@ int main(int argc, char **argv) {
             dump = argv[++i];
         } else if (!strcmp(a, "--only") && i + 1 < argc) {
             only = argv[++i];
+        } else if (!strcmp(a, "--source") && i + 1 < argc && n_sources < 64) {
+            sources[n_sources++] = argv[++i];
         } else if (!strcmp(a, "--out") && i + 1 < argc) {
             out_path = argv[++i];
         } else if (!strcmp(a, "--log")) {
@@ -148,12 +154,13 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr,
                     "usage: nvrtc_time [--arch ARCH] [--reps N] [--flags \"F...\"]... "
-                    "[--dump DIR] [--log] [--out FILE] FILE.kfg...\n");
+                    "[--dump DIR] [--log] [--source FILE.cu]... [--out FILE] FILE.kfg...\n");
             return 2;
         }
     }
-    if (!n_files || reps < 1 || reps > MAX_REPS) {
-        fprintf(stderr, "nvrtc_time: give at least one .kfg file (and --reps 1..%d)\n", MAX_REPS);
+    if ((!n_files && !n_sources) || reps < 1 || reps > MAX_REPS) {
+        fprintf(stderr, "nvrtc_time: give at least one .kfg or --source file (and --reps 1..%d)\n",
+                MAX_REPS);
         return 2;
     }
     const char *cc = getenv("CUDA_CACHE_DISABLE");
@@ -221,6 +228,30 @@ int main(int argc, char **argv) {
                 if (!dup)
                     n_rows++;
             }
+    }
+    /* Sources from files: the kernel a row names lives in src_kernels. */
+    kf_cuda_kernel *src_kernels = calloc((size_t)n_sources + 1, sizeof *src_kernels);
+    if (!src_kernels)
+        return 1;
+    for (int f = 0; f < n_sources && n_rows < MAX_KERNELS; f++) {
+        const char *base = strrchr(sources[f], '/');
+        char name[KF_CUDA_NAME_MAX];
+        snprintf(name, sizeof name, "%s", base ? base + 1 : sources[f]);
+        char *dot = strchr(name, '.'), *dot2 = dot ? strchr(dot + 1, '.') : NULL;
+        size_t len = 0;
+        char *text = dot && dot2 && !strcmp(dot2, ".cu") ? read_file(sources[f], &len) : NULL;
+        if (!text) {
+            fprintf(stderr, "nvrtc_time: %s: cannot read, or not named NAME.ARCH.cu\n", sources[f]);
+            return 1;
+        }
+        *dot = *dot2 = 0;
+        kf_cuda_kernel *k = &src_kernels[f];
+        k->source = text; /* freed at the end */
+        k->source_len = len;
+        snprintf(k->name, sizeof k->name, "%s", name);
+        snprintf(k->arch, sizeof k->arch, "%s", dot + 1);
+        rows[n_rows].k = k;
+        rows[n_rows++].graph = sources[f];
     }
     double batch_ms = -1;
     if (batch && n_rows) {
@@ -322,6 +353,9 @@ int main(int argc, char **argv) {
     }
     for (int s = 0; s < n_sets; s++)
         free(sets[s].text);
+    for (int f = 0; f < n_sources; f++)
+        free((char *)src_kernels[f].source);
+    free(src_kernels);
     free(rows);
     kf_ctx_destroy(ctx);
     return 0;

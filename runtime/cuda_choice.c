@@ -53,14 +53,18 @@ static int step_line(const kf_cuda_step *s, char *out, size_t cap, char *err, kf
 }
 
 kf_status kf_cuda_choice_key(const kf_mem *mem, const kf_cuda_recipe *rc, const kf_cuda_device *dev,
-                             const char *arch, const char *blt_lib, kf_cache_key *key, char *err) {
+                             const char *arch, const char *blt_lib, bool replayed,
+                             kf_cache_key *key, char *err) {
     size_t cap = 64 + (size_t)rc->n_steps * STEP_LINE + rc->n_variants * 64u;
     char *text = kf_mem_alloc(mem, cap);
     if (!text) {
         snprintf(err, KF_MSG_MAX, "out of memory for a measured choice's key");
         return KF_ERR_OUT_OF_MEMORY;
     }
-    size_t len = (size_t)snprintf(text, cap, "measured choice of %u variants\n", rc->n_variants);
+    /* The method's words only for graph replay, so a choice timed by direct
+     * launches keeps the key it had before replays existed. */
+    size_t len = (size_t)snprintf(text, cap, "measured choice of %u variants%s\n", rc->n_variants,
+                                  replayed ? ", timed by graph replay" : "");
     kf_status st = KF_OK;
     for (uint32_t v = 0; v < rc->n_variants && st == KF_OK; v++) {
         const kf_cuda_variant *va = &rc->variants[v];

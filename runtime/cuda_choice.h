@@ -13,7 +13,8 @@
  * options, arch, compiler, codegen version -- and its launch shape; a library
  * step by its dtype, sizes, strides, beta and epilogue), the device's name,
  * compute capability and SM count, the driver version and the cuBLASLt
- * library the context names. An entry is 24 bytes: a tag, the variant count,
+ * library the context names, and how the variants are timed (graph replay
+ * or direct launches). An entry is 24 bytes: a tag, the variant count,
  * the winner and each variant's milliseconds.
  */
 #ifndef KF_RUNTIME_CUDA_CHOICE_H
@@ -27,11 +28,14 @@
 #include "runtime/cuda.h"
 
 /* The key of recipe rc's choice on `dev` (arch: the target's, "sm_90a";
- * blt_lib: the context's cuBLASLt library, NULL for the default). Errors
- * (err, KF_MSG_MAX): KF_ERR_OUT_OF_MEMORY, or a kernel step's key failing
+ * blt_lib: the context's cuBLASLt library, NULL for the default; replayed:
+ * timed by graph replay, else by direct launches -- two methods that can
+ * pick different winners, so neither reads the other's). Errors (err,
+ * KF_MSG_MAX): KF_ERR_OUT_OF_MEMORY, or a kernel step's key failing
  * (kf_cuda_kernel_cache_key). */
 kf_status kf_cuda_choice_key(const kf_mem *mem, const kf_cuda_recipe *rc, const kf_cuda_device *dev,
-                             const char *arch, const char *blt_lib, kf_cache_key *key, char *err);
+                             const char *arch, const char *blt_lib, bool replayed,
+                             kf_cache_key *key, char *err);
 
 /* Reads a stored choice of a recipe of n_variants: true and *chosen, ms[0..n)
  * on a well-formed hit; false on a miss or an entry that does not fit (which

@@ -479,6 +479,17 @@ kf_status kf_cx_bind_step(kf_cuda_exec *ex, xstep *s, char *err) {
                 continue;
             }
             kf_cu_deviceptr ptr = ex->cur[s->k->arg_buf[p]] + (kf_cu_deviceptr)a->buf.offset;
+            /* A GEMM kernel's vector accesses assume 16-byte aligned bases
+             * (gemm_sm90.cuh's TMA-store epilogue does not test them). Its
+             * arguments are buffer bases, placed so (arenas: 256 bytes; a
+             * device-resident run's bindings are checked for 16), so this
+             * never fires; if it did, an error beats a misaligned access,
+             * which ends the CUDA context. */
+            if (KF_NEVER(a->kind == KF_CUDA_ARG_PTR && ks->role == KF_CUDA_ROLE_GEMM && ptr % 16))
+                return kf_msg_set(err, KF_ERR_INTERNAL,
+                                  "kernel '%s': pointer argument %u at 0x%llx is not 16-byte "
+                                  "aligned, which a GEMM kernel's arguments must be",
+                                  ks->kernel.name, p, (unsigned long long)ptr);
             s->k->slots[p] = ptr;
             if (a->kind == KF_CUDA_ARG_TMAP) {
                 kf_status st =
@@ -618,49 +629,6 @@ const char *kf_cx_step_name(const kf_cuda_exec *ex, const xstep *s) {
 int kf_cx_cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
-}
-
-/* Milliseconds one run of variant v of recipe gi takes (median of
- * MEASURE_RUNS after MEASURE_WARMUP). */
-static kf_status time_variant(kf_cuda_exec *ex, uint32_t gi, uint32_t v, kf_cu_stream stream,
-                              kf_cu_event e0, kf_cu_event e1, float *ms, char *err) {
-    float t[MEASURE_RUNS];
-    kf_status st = KF_OK;
-    for (int run = 0; run < MEASURE_WARMUP + MEASURE_RUNS && st == KF_OK; run++) {
-        if (run >= MEASURE_WARMUP)
-            st = kf_cuda_event_record(&ex->dev, e0, stream, err);
-        for (uint32_t i = 0; i < ex->n_steps && st == KF_OK; i++)
-            if (ex->steps[i].group == gi && ex->steps[i].variant == v)
-                st = kf_cx_launch_step(ex, &ex->steps[i], stream, err);
-        if (st == KF_OK && run >= MEASURE_WARMUP) {
-            st = kf_cuda_event_record(&ex->dev, e1, stream, err);
-            if (st == KF_OK)
-                st = kf_cuda_event_elapsed(&ex->dev, e0, e1, &t[run - MEASURE_WARMUP], err);
-        }
-    }
-    if (st != KF_OK)
-        return st;
-    qsort(t, MEASURE_RUNS, sizeof t[0], kf_cx_cmp_float);
-    *ms = t[MEASURE_RUNS / 2];
-    return KF_OK;
-}
-
-kf_status kf_cx_measure_group(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream stream, kf_cu_event e0,
-                              kf_cu_event e1, char *err) {
-    const kf_cuda_recipe *rc = &ex->recipes->recipes[gi];
-    xchoice *c = &ex->choices[gi];
-    kf_status st = KF_OK;
-    c->chosen = 0;
-    for (uint32_t v = 0; v < rc->n_variants && st == KF_OK; v++) {
-        st = time_variant(ex, gi, v, stream, e0, e1, &c->ms[v], err);
-        if (st == KF_OK && c->ms[v] < c->ms[c->chosen])
-            c->chosen = v;
-    }
-    /* Kept for the next process on this device (a store that fails costs
-     * that process a measurement, nothing else). */
-    if (st == KF_OK && c->keyed)
-        (void)kf_cuda_choice_store(ex->cache, &c->key, rc->n_variants, c->chosen, c->ms);
-    return st;
 }
 
 /* Whether recipe gi is timed at prepare: measured, not from the cache, not
@@ -872,10 +840,11 @@ static void read_choices(kf_cuda_exec *ex) {
         char err[KF_MSG_MAX];
         if (rc->choice != KF_CUDA_CHOICE_MEASURED || rc->n_variants < 2 ||
             kf_cuda_choice_key(&ex->mem, rc, &ex->dev, ex->target.arch, ex->ctx->cublaslt_lib,
-                               &c->key, err) != KF_OK)
+                               kf_cx_measure_replays(ex), &c->key, err) != KF_OK)
             continue;
         c->keyed = true;
         c->cached = kf_cuda_choice_load(ex->cache, &c->key, rc->n_variants, &c->chosen, c->ms);
+        c->replayed = c->cached && kf_cx_measure_replays(ex);
     }
 }
 

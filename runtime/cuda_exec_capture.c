@@ -30,11 +30,6 @@
 
 #include "runtime/cuda_exec_internal.h"
 
-enum {
-    CU_STREAM_NON_BLOCKING = 1,       /* CUstream_flags */
-    CU_STREAM_CAPTURE_MODE_RELAXED = 2 /* CUstreamCaptureMode */
-};
-
 /* Whether the program replays captured graphs: no hand-built graph, and a
  * step whose direct launch costs more than a graph launch (a cuBLASLt call
  * or a cluster launch; or several steps). */
@@ -83,11 +78,11 @@ static bool seen_recently(kf_cuda_exec *ex, size_t key_bytes) {
 static bool capture_steps(kf_cuda_exec *ex, kf_cu_graph_exec *out) {
     const kf_cuda_driver *drv = ex->dev.drv;
     char err[KF_MSG_MAX];
-    if (!ex->cap_stream && drv->cuStreamCreate(&ex->cap_stream, CU_STREAM_NON_BLOCKING) != 0) {
+    if (!ex->cap_stream && drv->cuStreamCreate(&ex->cap_stream, KF_CU_STREAM_NON_BLOCKING) != 0) {
         ex->cap_stream = NULL;
         return false;
     }
-    if (drv->cuStreamBeginCapture(ex->cap_stream, CU_STREAM_CAPTURE_MODE_RELAXED) != 0)
+    if (drv->cuStreamBeginCapture(ex->cap_stream, KF_CU_STREAM_CAPTURE_MODE_RELAXED) != 0)
         return false;
     kf_status st = KF_OK;
     for (uint32_t i = 0; i < ex->n_order && st == KF_OK; i++)

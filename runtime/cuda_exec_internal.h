@@ -25,9 +25,20 @@
 
 #define ARENA_ALIGN 256u
 
-/* Timing a measured choice: warm-up runs, then timed runs (median). */
+/* Timing a measured choice (cuda_exec_measure.c). By graph replay: rounds
+ * of interleaved samples (median), each sample at least MEASURE_SAMPLE_MS
+ * of the fastest variant's runs (MEASURE_MAX_RUNS at most). By direct
+ * launches: warm-up runs, then timed runs (median). */
 #define MEASURE_WARMUP 2
 #define MEASURE_RUNS 5
+#define MEASURE_ROUNDS 7
+#define MEASURE_SAMPLE_MS 0.3f
+#define MEASURE_MAX_RUNS 64u
+
+/* CUstream_flags and CUstreamCaptureMode values of the captures (a capture
+ * in relaxed mode on a private non-blocking stream executes nothing and
+ * waits for no other stream). */
+enum { KF_CU_STREAM_NON_BLOCKING = 1, KF_CU_STREAM_CAPTURE_MODE_RELAXED = 2 };
 
 /* A device buffer: a materialized tensor or a recipe's scratch. */
 typedef struct xbuf {
@@ -84,11 +95,13 @@ typedef struct xstep {
 } xstep;
 
 /* What a measured choice found: milliseconds per variant and the winner;
- * cached: read from the disk cache (only the winner's steps exist then). */
+ * cached: read from the disk cache (only the winner's steps exist then);
+ * replayed: timed by graph replay (else by direct launches). */
 typedef struct xchoice {
     float ms[KF_CUDA_MAX_VARIANTS];
     uint32_t chosen;
     bool cached, keyed; /* keyed: `key` holds the choice's cache key */
+    bool replayed;
     /* tiered: not measured yet; `chosen` (the variant that calls cuBLASLt) runs
      * while the other variants' kernels compile in the background
      * (cuda_exec_tier.c); was_tiered: it ran so before its measurement. */
@@ -232,13 +245,17 @@ void kf_cx_capture_free(kf_cuda_exec *ex);
 const char *kf_cx_step_name(const kf_cuda_exec *ex, const xstep *s);
 /* cuda_exec.c, for the tiered compile: one step bound to cur[]; a kernel
  * step's module loaded from its CUBIN (released); every variant of recipe
- * gi timed on `stream` (e0, e1 two events), the fastest kept and stored in
- * the cache; the run order (and the hand-built graph, captured graphs
+ * gi timed on `stream` (e0, e1 two events; cuda_exec_measure.c), the fastest
+ * kept and stored in the cache; the run order (and the hand-built graph, captured graphs
  * dropped) made again from the choices. */
 kf_status kf_cx_bind_step(kf_cuda_exec *ex, xstep *s, char *err);
 kf_status kf_cx_load_kernel(kf_cuda_exec *ex, xkernel *xk, kf_cuda_cubin *cb, char *err);
 kf_status kf_cx_measure_group(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream stream, kf_cu_event e0,
                               kf_cu_event e1, char *err);
+/* cuda_exec_measure.c: whether measured choices are timed by graph replay
+ * (the driver can capture, and the context's runs use graphs); the method
+ * is part of each choice's cache key. */
+bool kf_cx_measure_replays(const kf_cuda_exec *ex);
 kf_status kf_cx_remake_order(kf_cuda_exec *ex, char *err);
 /* cuda_exec_tier.c: after the choices are read, which unmeasured choices
  * run tiered; after prepare, the background compile started; at a run's

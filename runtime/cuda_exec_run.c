@@ -415,10 +415,11 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
                 continue;
             fprintf(out,
                     "%s{\"group\": %u, \"chosen\": \"%s\", \"cached\": %s, \"tiered\": %s, "
-                    "\"ms\": [",
+                    "\"replayed\": %s, \"ms\": [",
                     first ? "" : ", ", gi, rc->variants[ex->choices[gi].chosen].label,
                     ex->choices[gi].cached ? "true" : "false",
-                    ex->choices[gi].was_tiered ? "true" : "false");
+                    ex->choices[gi].was_tiered ? "true" : "false",
+                    ex->choices[gi].replayed ? "true" : "false");
             for (uint32_t v = 0; v < rc->n_variants; v++)
                 fprintf(out, "%s%.6f", v ? ", " : "", (double)ex->choices[gi].ms[v]);
             fputs("]}", out);
@@ -469,7 +470,10 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             else if (c->was_tiered && ex->tier.swapped_at)
                 fprintf(out, ", timed at run %u after a tiered compile]", ex->tier.swapped_at);
             else
-                fputs(c->cached ? ", from the cache]" : "]", out);
+                fputs(c->cached     ? ", from the cache]"
+                      : c->replayed ? ", timed by graph replay]"
+                                    : ", timed by direct launches]",
+                      out);
         }
         fputc('\n', out);
     }
@@ -479,6 +483,9 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
             "%zu launches per run; kernels compiled %u, from the cache %u\n",
             ex->arena_bytes, ex->unshared_bytes, ex->own_ws ? "the program's own" : "the caller's",
             ex->consts_bytes, (size_t)ex->n_order, ex->compiled, ex->hits);
+    if (ex->phase_ms[XPH_MEASURE] > 0)
+        fprintf(out, "  measured choices timed in %.1f ms of the compile\n",
+                ex->phase_ms[XPH_MEASURE]);
     kf_cx_tier_report(ex, false, out);
     if (ex->cap_made)
         fprintf(out, "  runs so far: %u replayed from %u CUDA graph%s captured from the run's own "

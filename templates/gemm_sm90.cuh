@@ -1252,12 +1252,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #else
 #define KF_FOLD_TERMS
 #endif
-                if (al)
-                    kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS
-                                        KF_ARGS);
-                else
-                    kf_gm_epi_tma<false>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS
-                                         KF_ARGS);
+                /* AL without asking kf_epi_al: the executor binds every pointer
+                 * argument of a GEMM kernel at a 16-byte aligned address and
+                 * refuses any other (kf_cx_bind_step), so the unrolled body is
+                 * compiled once, not once per alignment case (half of a bias +
+                 * gelu GEMM's NVRTC time went to the copy that never ran). */
+                kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS KF_ARGS);
             }
 #elif KF_EPI_DIRECT
             /* From the registers (kf_gm_epi_direct), the variant without

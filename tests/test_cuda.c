@@ -622,35 +622,40 @@ static void test_a_measured_choice_round_trips_through_the_cache_under_a_key_of_
     snprintf(dev.name, sizeof dev.name, "NVIDIA H100 80GB HBM3");
     char err[KF_MSG_MAX] = "";
     kf_cache_key k0, k;
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k0, err), KF_OK);
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k0, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k, err), KF_OK);
     assert_memory_equal(&k, &k0, sizeof k); /* deterministic */
     /* Each input moves the key. */
     steps[1].gemm.n = 1024;
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k, err), KF_OK);
     assert_memory_not_equal(&k, &k0, sizeof k);
     steps[1].gemm.n = 512;
     ks.block[0] = 256;
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k, err), KF_OK);
     assert_memory_not_equal(&k, &k0, sizeof k);
     ks.block[0] = 128;
     char *one = strstr(src, "1.0f");
     *one = '2'; /* p[0] = 2.0f: another kernel */
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k, err), KF_OK);
     assert_memory_not_equal(&k, &k0, sizeof k);
     *one = '1';
     snprintf(dev.name, sizeof dev.name, "NVIDIA H200");
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k, err), KF_OK);
     assert_memory_not_equal(&k, &k0, sizeof k);
     snprintf(dev.name, sizeof dev.name, "NVIDIA H100 80GB HBM3");
     drv.driver_version = 13010;
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k, err), KF_OK);
     assert_memory_not_equal(&k, &k0, sizeof k);
     drv.driver_version = 13000;
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", "/opt/libcublasLt.so.13", &k, err),
-                     KF_OK);
+    assert_int_equal(
+        kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", "/opt/libcublasLt.so.13", true, &k, err),
+        KF_OK);
     assert_memory_not_equal(&k, &k0, sizeof k);
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    /* The timing method: a choice timed by direct launches (a context whose
+     * runs launch directly) is never read back for graph replays. */
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, false, &k, err), KF_OK);
+    assert_memory_not_equal(&k, &k0, sizeof k);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k, err), KF_OK);
     assert_memory_equal(&k, &k0, sizeof k); /* everything restored: the same key */
 
     /* Round trip through a private cache. */
@@ -670,7 +675,7 @@ static void test_a_measured_choice_round_trips_through_the_cache_under_a_key_of_
     assert_int_equal(chosen, 1);
     assert_memory_equal(ms, want, sizeof want);
     steps[1].gemm.n = 1024; /* another shape: a miss */
-    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, &k, err), KF_OK);
+    assert_int_equal(kf_cuda_choice_key(&m, &rc, &dev, "sm_90a", NULL, true, &k, err), KF_OK);
     assert_false(kf_cuda_choice_load(cache, &k, 2, &chosen, ms));
     /* An entry that does not fit the recipe is a miss, never a choice. */
     assert_false(kf_cuda_choice_load(cache, &k0, 3, &chosen, ms));

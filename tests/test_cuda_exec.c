@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE /* open_memstream, mkdtemp */
 #include <dirent.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -3173,6 +3174,132 @@ static void run_exec_checked(kf_cuda_exec *ex, kf_graph *g, uint64_t stream, con
     free(bound);
 }
 
+/* A measured choice is timed the way runs happen: each side captured into a
+ * CUDA graph and replayed, the sides interleaved. Where the capture fails
+ * (here: the context's driver table refuses cuStreamBeginCapture, as a
+ * driver without stream capture would) it is timed by direct launches
+ * instead, the report says which, and the program still runs and matches;
+ * the same program with the real driver says it was replayed. A context
+ * whose runs launch directly (KF_FLAG_NO_CUDA_GRAPH) times directly too and
+ * does not read the replayed choice from the cache. */
+static atomic_int capture_refusals;
+static kf_cu_result refuse_capture(kf_cu_stream stream, int mode) {
+    (void)stream;
+    (void)mode;
+    atomic_fetch_add(&capture_refusals, 1);
+    return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+}
+
+static char *exec_report(const kf_cuda_exec *ex, bool json) {
+    char *rep = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&rep, &len);
+    kf_cuda_exec_report(ex, json, f);
+    fclose(f);
+    return rep;
+}
+
+/* The group of `ex` with a measured choice, or a failure naming the device. */
+static uint32_t measured_group(const kf_cuda_exec *ex, const kf_plan *plan) {
+    for (uint32_t i = 0; i < plan->n_groups; i++)
+        if (kf_cuda_exec_choice(ex, i, NULL, NULL))
+            return i;
+    fail_msg("the bf16 GEMM group has no measured choice on this device (%s): the test needs "
+             "the generated GEMM kernel (sm_90a)",
+             kf_cuda_exec_device_name(ex));
+    return KF_NONE;
+}
+
+static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_fails(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
+                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
+                       "y = gelu_tanh(a)\noutput y\n";
+    char dir[] = "/tmp/kf_replay_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_ctx *refusing = ctx_with(dir, 0), *plain = ctx_with(dir, 0),
+           *direct = ctx_with(dir, KF_FLAG_NO_CUDA_GRAPH);
+    char err[KF_MSG_MAX] = "";
+    const kf_cuda_driver *drv = NULL;
+    assert_int_equal(kf_ctx_cuda_driver(refusing, &drv, err), KF_OK);
+    kf_cuda_driver *table = (kf_cuda_driver *)drv; /* this context's own table */
+    if (!table->cuStreamBeginCapture)
+        fail_msg("the driver has no cuStreamBeginCapture: the replayed side cannot be tested");
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(refusing, text, strlen(text), &g), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+
+    /* Capture refused: timed by direct launches, not stored under the
+     * replay's key, and the program runs (its runs launch directly too). */
+    kf_cu_result (*saved)(kf_cu_stream, int) = table->cuStreamBeginCapture;
+    table->cuStreamBeginCapture = refuse_capture;
+    atomic_store(&capture_refusals, 0);
+    kf_cuda_exec *ex = NULL;
+    prepare_gemm(refusing, plan, &ex);
+    uint32_t gi = measured_group(ex, plan), chosen = 9;
+    float ms[KF_CUDA_MAX_VARIANTS] = {0};
+    assert_true(kf_cuda_exec_choice(ex, gi, &chosen, ms));
+    assert_false(kf_cuda_exec_choice_cached(ex, gi));
+    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && ms[chosen] <= ms[1 - chosen]);
+    assert_true(atomic_load(&capture_refusals) > 0);
+    char *rep = exec_report(ex, false), *json = exec_report(ex, true);
+    if (!strstr(rep, ", timed by direct launches]") || !strstr(json, "\"replayed\": false"))
+        fail_msg("capture refused, but the report does not say the choice was timed by direct "
+                 "launches:\n%s\n%s",
+                 rep, json);
+    fprintf(stderr, "  capture refused: %.4f / %.4f ms by direct launches\n", (double)ms[0],
+            (double)ms[1]);
+    free(rep);
+    free(json);
+    run_exec_checked(ex, g, 1600, "measured choice timed by direct launches");
+    kf_cuda_exec_destroy(ex);
+    table->cuStreamBeginCapture = saved;
+
+    /* The real driver: replayed, stored, and read back by a new exec. */
+    prepare_gemm(plain, plan, &ex);
+    assert_true(kf_cuda_exec_choice(ex, gi, &chosen, ms));
+    assert_false(kf_cuda_exec_choice_cached(ex, gi)); /* the refused one was not stored */
+    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && ms[chosen] <= ms[1 - chosen]);
+    rep = exec_report(ex, false);
+    json = exec_report(ex, true);
+    if (!strstr(rep, ", timed by graph replay]") || !strstr(json, "\"replayed\": true"))
+        fail_msg("the report does not say the choice was timed by graph replay:\n%s\n%s", rep,
+                 json);
+    fprintf(stderr, "  replayed: %.4f / %.4f ms\n", (double)ms[0], (double)ms[1]);
+    free(rep);
+    free(json);
+    run_exec_checked(ex, g, 1601, "measured choice timed by graph replay");
+    kf_cuda_exec_destroy(ex);
+    prepare_gemm(plain, plan, &ex);
+    assert_true(kf_cuda_exec_choice_cached(ex, gi));
+    json = exec_report(ex, true);
+    assert_non_null(strstr(json, "\"replayed\": true"));
+    free(json);
+    kf_cuda_exec_destroy(ex);
+
+    /* Runs without graphs: timed by direct launches, not from the replay's
+     * entry; then stored under its own key. */
+    prepare_gemm(direct, plan, &ex);
+    assert_false(kf_cuda_exec_choice_cached(ex, gi));
+    rep = exec_report(ex, false);
+    assert_non_null(strstr(rep, ", timed by direct launches]"));
+    free(rep);
+    run_exec_checked(ex, g, 1602, "measured choice of a context without graphs");
+    kf_cuda_exec_destroy(ex);
+    prepare_gemm(direct, plan, &ex);
+    assert_true(kf_cuda_exec_choice_cached(ex, gi));
+    kf_cuda_exec_destroy(ex);
+
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(refusing);
+    kf_ctx_destroy(plain);
+    kf_ctx_destroy(direct);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 /* kf_options.tiered_compile (issue 17, the cold first call): on an empty
  * cache the GEMM group's measured choice is not known, so the exec runs
  * its cuBLASLt side from the first run and compiles the generated kernel
@@ -3470,6 +3597,7 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_times_both_variants_and_runs_the_faster),
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner),
+        cmocka_unit_test(test_a_measured_choice_is_replayed_and_timed_directly_when_capture_fails),
         cmocka_unit_test(test_generated_gemms_match_the_reference),
         cmocka_unit_test(test_gemm_sibling_sets_match_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_matches),
