@@ -151,8 +151,12 @@
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs of a cluster: 1, or 2 (tile pairs sharing B) */
 #endif
-#if KF_CLUSTER != 1 && (KF_CLUSTER != 2 || KF_PINGPONG || KF_EPI_TMA)
-#error "KF_CLUSTER: 1, or 2 with the cooperative schedule and the register epilogue"
+#ifndef KF_PP_LATE
+#define KF_PP_LATE 0 /* ping-pong: the turn passes once the main loop's wgmmas are done (the
+                        schedule before), not once they are issued */
+#endif
+#if KF_CLUSTER != 1 && (KF_CLUSTER != 2 || (KF_EPI_TMA && KF_TMA_HEADS))
+#error "KF_CLUSTER: 1, or 2 (not with the head view's TMA-store output)"
 #endif
 #define KF_BM 128
 #define KF_BK 64
@@ -1112,14 +1116,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
         /* Tile i of the block (t = blockIdx.x + i * gridDim.x) is consumer
          * i % 2's; its first stage is k-step i * KF_KT of the producer's. */
         for (int i = cw;; i += 2) {
-            const int t = blockIdx.x + i * gridDim.x;
-            if (t >= KF_TILES)
+            const int t = blockIdx.x / KF_CLUSTER + i * (gridDim.x / KF_CLUSTER);
+            if (t >= KF_UNITS)
                 break;
             const long long q0 = (long long)i * KF_KT;
             int s = (int)(q0 % KF_STAGES);
             unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
-            if (i > 0) /* the other consumer's main loop of tile i - 1 is done */
-                asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
             const int kb = 0, ke = KF_KT, ks = 1;
             const bool part = false;
 #else
@@ -1178,6 +1180,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             for (int k = 0; k < KF_ACC; k++)
                 d[k] = 0.0f;
             int prev = -1;
+#if KF_PINGPONG
+            /* The turn: the other consumer has issued the main loop of tile
+             * i - 1 (KF_PP_LATE: finished it). Taken after the tile's loads
+             * above were issued, so they land while this consumer waits. */
+            if (i > 0)
+                asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
+#endif
             /* Not unrolled: with K a constant of a few steps, ptxas unrolls
              * it whole and then fences the accumulators between the wgmmas
              * (C7517/C7519: serialized). */
@@ -1216,6 +1225,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                     ph ^= 1u;
                 }
             }
+#if KF_PINGPONG
+            /* The other consumer's turn once this one's last wgmmas are
+             * issued: its first ones queue behind them, and the tensor cores
+             * do not drain between the tiles (its stages' kf_full waits are
+             * unambiguous still: every earlier stage's wait is done). */
+            const bool pp_next = blockIdx.x / KF_CLUSTER + (i + 1) * (gridDim.x / KF_CLUSTER) <
+                                 KF_UNITS;
+            if (!KF_PP_LATE && pp_next)
+                asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
+#endif
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             /* The accumulators are read only from here: without the fence
              * the compiler may hoist an epilogue's read of one above the
@@ -1226,7 +1245,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             if (prev >= 0)
                 kf_gm_release(empty0, KF_EMPTY_PEER, prev, lane);
 #if KF_PINGPONG
-            if (blockIdx.x + (i + 1) * gridDim.x < KF_TILES) /* the other consumer's turn */
+            if (KF_PP_LATE && pp_next) /* the other consumer's turn */
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
 #endif
 #if KF_SK

@@ -2255,6 +2255,31 @@ static void test_a_2cta_cluster_gemm_with_a_missing_half_matches(void **state) {
                  "r = input(%s[300, 264])\nh = matmul(x, w, transpose_b=true)\n"
                  "y = add(h, r)\noutput y\n",
                  KF_DTYPE_BF16, 2610, "3 tile rows, K-major B, residual");
+    /* ping-pong tiles in clusters (153 tiles of 128 x 128, K <= 1024 with
+     * the TMA-store epilogue): 17 tile rows, a pair's missing half */
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 72])\nw = input(%s[72, 1096])\nb = input(%s[1096])\n"
+              "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
+              KF_DTYPE_BF16, 2611, "ping-pong pairs, 17 tile rows, bias",
+              KF_CUDA_RECIPE_GEMM_CLUSTER2, "ping-pong in 2-CTA clusters", false);
+    kf_ctx_destroy(ctx);
+}
+
+/* Ping-pong's turn passed once a consumer's main loop is done
+ * (KF_CUDA_RECIPE_GEMM_PP_LATE, internal: the schedule before the turn
+ * passed at issue), kept for the bench: ragged, a LayerNorm folded into B,
+ * 153 tiles of 128 x 128. */
+static void test_pingpong_with_the_turn_passed_late_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\ng = input(%s[264])\nc = input(%s[264])\n"
+              "w = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\na = add(h, b)\n"
+              "y = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_BF16, 2612, "late turn, LayerNorm folded, ragged",
+              KF_CUDA_RECIPE_GEMM_PP_LATE, "ping-pong", false);
     kf_ctx_destroy(ctx);
 }
 
@@ -2307,6 +2332,15 @@ static void test_generated_gemms_in_2cta_clusters_match_the_reference(void **sta
                      "w = input(%s[264, 392])\nn = rms_norm(x, g)\ny = matmul(n, w)\n"
                      "output y\n",
                      dts[d], 2607, "RMSNorm folded into B");
+        /* ping-pong pairs with a LayerNorm folded into B (GPT-2's Q/K/V and
+         * first MLP GEMM at K <= 1024): 17 tile rows, ragged K and N */
+        flag_case(ctx,
+                  "kfg 1\nx = input(%s[2100, 264])\ng = input(%s[264])\nc = input(%s[264])\n"
+                  "w = input(%s[264, 1096])\nb = input(%s[1096])\n"
+                  "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\na = add(h, b)\n"
+                  "y = gelu_tanh(a)\noutput y\n",
+                  dts[d], 2608, "ping-pong pairs, LayerNorm folded into B",
+                  KF_CUDA_RECIPE_GEMM_CLUSTER2, "ping-pong in 2-CTA clusters", false);
     }
     kf_ctx_destroy(ctx);
 }
@@ -3429,6 +3463,7 @@ int main(void) {
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
+        cmocka_unit_test(test_pingpong_with_the_turn_passed_late_matches),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),

@@ -378,11 +378,16 @@ typedef struct kf_cuda_gemm_shape {
     bool pingpong;             /* the consumers take alternate tiles, each the whole tile, and
                                   one's epilogue overlaps the other's main loop (bn 128);
                                   else both share every tile (cooperative) */
+    bool pp_late;              /* ping-pong: a consumer passes the turn once its main loop's
+                                  wgmmas are done (the schedule before), not once they are
+                                  issued (the default: the tensor cores do not drain between
+                                  tiles) */
     uint32_t stages;           /* depth of the shared-memory ring */
-    uint32_t cluster;          /* CTAs of a thread-block cluster: 0 or 1 none; 2 (cooperative
-                                  only) tile pairs of adjacent rows sharing their B tile, each
-                                  CTA multicasting half of it (a K-major B's map then has boxes
-                                  of bn / 2 rows; the launch's cluster is 2 x 1 x 1) */
+    uint32_t cluster;          /* CTAs of a thread-block cluster: 0 or 1 none; 2 tile pairs of
+                                  adjacent rows sharing their B tile, each CTA multicasting
+                                  half of it (a K-major B's map then has boxes of bn / 2 rows;
+                                  the launch's cluster is 2 x 1 x 1); ping-pong too, where
+                                  both CTAs' consumer i % 2 takes the pair's tile i */
     bool dual;                 /* two GEMMs sharing A (SwiGLU): the B tile is bn / 2 columns of
                                   each B (a third tensor map, the second B), the output tile
                                   bn / 2 wide, and the epilogue reads both accumulators */
