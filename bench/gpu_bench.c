@@ -1764,8 +1764,9 @@ int main(int argc, char **argv) {
         {"ln_qkv_cublaslt", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
     /* GPT-2-medium's four block GEMMs (B16 S1024, K = 1024 but FC2's 4096):
      * the measured choice, each side forced, and the generated kernel in
-     * 2-CTA clusters (B multicast) and with ping-pong's turn passed only
-     * when a main loop is done (the schedule before), same run */
+     * 2-CTA clusters (B multicast), with ping-pong's turn passed only when
+     * a main loop is done, and with the TMA-store epilogue chunk by chunk
+     * (the schedules before), same run */
 #define GPT2_ROWS(nm, t, by, fl)                                                                   \
     {nm, t, by, fl, 0, 0, 0, "", KF_GEMM_AUTO, 0},                                                 \
         {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
@@ -1773,7 +1774,9 @@ int main(int argc, char **argv) {
         {nm "_generated_c2", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
          KF_CUDA_RECIPE_GEMM_CLUSTER2},                                                            \
         {nm "_generated_late", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                          \
-         KF_CUDA_RECIPE_GEMM_PP_LATE}
+         KF_CUDA_RECIPE_GEMM_PP_LATE},                                                             \
+        {nm "_generated_chunked", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                       \
+         KF_CUDA_RECIPE_GEMM_EPI_CHUNKED}
         GPT2_ROWS("gpt2_outproj", t_g2o, g2obytes, g2oflops),
         GPT2_ROWS("gpt2_fc1", t_ln_up, ubytes, uflops),
         GPT2_ROWS("gpt2_fc2", t_g2f2, g2f2bytes, g2f2flops),
@@ -1782,6 +1785,8 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_CLUSTER2},
         {"ln_qkv_generated_late", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_PP_LATE},
+        {"ln_qkv_generated_chunked", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_CHUNKED},
         {"ln_up_gelu", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"ln_up_gelu_generated", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_up_gelu_cublaslt", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},

@@ -155,6 +155,10 @@
 #define KF_PP_LATE 0 /* ping-pong: the turn passes once the main loop's wgmmas are done (the
                         schedule before), not once they are issued */
 #endif
+#ifndef KF_EPI_AHEAD
+#define KF_EPI_AHEAD 1 /* the TMA-store epilogue computes every chunk's values before it
+                          stores the first (kf_gm_epi_tma); 0: chunk by chunk */
+#endif
 #if KF_CLUSTER != 1 && (KF_CLUSTER != 2 || (KF_EPI_TMA && KF_TMA_HEADS))
 #error "KF_CLUSTER: 1, or 2 (not with the head view's TMA-store output)"
 #endif
@@ -575,10 +579,85 @@ __device__ __forceinline__ void kf_gm_tma_store4(const kf_tmap *map, unsigned sr
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
+/* The values of chunk ch (64 x 64) of half hf of the consumer's part of
+ * tile (b, mb, nb), packed in pairs: w[jj][h] holds columns 8 (8 ch + jj) +
+ * 2 (lane % 4) (+1) of row 16 warp + lane / 4 + 8 h of the half. */
+template <bool AL>
+__device__ __forceinline__ void kf_gm_epi_tma_vals(const float (&d)[KF_ACC], int b, int mb, int nb,
+                                                   int cw, int hf, int ch, int warp, int lane,
+                                                   unsigned buf, unsigned (&w)[8][2],
+#if KF_FOLD_PRE
+                                                   const float (&frs)[KF_HALVES][2],
+                                                   const float (&fmu)[KF_HALVES][2],
+#endif
+                                                   KF_PARAMS) {
+    (void)buf;
+    const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#pragma unroll
+    for (int jj = 0; jj < 8; jj++) {
+        const int j = ch * 8 + jj;
+        const long long c = (long long)nb * KF_ON + 8 * j + 2 * (lane % 4);
+#if KF_A_FOLD
+        float fc[2], fd[2];
+        kf_gm_fold_cols2(buf, 8 * j + 2 * (lane % 4), fc, fd);
+#if KF_HEAD_D
+        float fcp[2], fdp[2];
+        kf_gm_fold_cols2(buf, (8 * j + 2 * (lane % 4)) ^ (KF_HEAD_D / 2), fcp, fdp);
+#endif
+#endif
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float a[2] = {d[hf * (KF_BN / 2) + 4 * j + 2 * h],
+                          d[hf * (KF_BN / 2) + 4 * j + 2 * h + 1]};
+#if KF_HEAD_D
+            /* the rotate-half partners, columns c ^ D / 2: column group
+             * j ^ D / 16 of the same lane (a tile holds whole heads) */
+            const int jp = j ^ (KF_HEAD_D / 16);
+            float ap[2] = {d[hf * (KF_BN / 2) + 4 * jp + 2 * h],
+                           d[hf * (KF_BN / 2) + 4 * jp + 2 * h + 1]};
+#endif
+            const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+            const bool ok = r < KF_M;
+#if KF_A_FOLD
+            kf_fold<2>(a, frs[hf][h], fmu[hf][h], fc, fd);
+#if KF_HEAD_D
+            kf_fold<2>(ap, frs[hf][h], fmu[hf][h], fcp, fdp);
+#endif
+#endif
+            float o[2];
+#if KF_HEAD_D
+            kf_epi<2, AL, true>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#else
+            kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#endif
+            w[jj][h] = kf_gm_pack2(o[0], o[1]);
+        }
+    }
+}
+
+#if KF_FOLD_PRE
+#define KF_EPI_FOLD_ARGS frs, fmu,
+#else
+#define KF_EPI_FOLD_ARGS
+#endif
+
 /* The epilogue of the consumer's part of tile (b, mb, nb) through shared
  * memory (buf: its 8 KiB, 1024-byte aligned) and TMA stores, 64 x 64 a chunk.
  * The fragment of wgmma m64nN: warp w holds rows 16w + lane/4 (+8), columns
- * 8j + 2(lane%4) (+1), accumulators 4j + 2h (+1) of row half h. */
+ * 8j + 2(lane%4) (+1), accumulators 4j + 2h (+1) of row half h.
+ * KF_EPI_AHEAD 1 (the default): the values of two chunks are computed before
+ * the first of them is stored, with no barrier between them, so their loads
+ * (a residual's rows) are in flight together: half as many memory latencies
+ * a tile as chunk by chunk (KF_EPI_AHEAD 0, the schedule before), where each
+ * chunk's loads waited between the previous chunk's barriers (GPT-2's out
+ * projection, 16384 x 1024 x 1024 + bias + residual, H100: 0.081 ms chunk by
+ * chunk against cuBLASLt's 0.064). A whole tile's values ahead (64 packed a
+ * thread) left the residual kernels a stack frame: ptxas gives a consumer 168
+ * registers, 128 of them accumulators. The generator sets 0 for the head
+ * view (its rotate-half partners keep the accumulators alive), a norm folded
+ * into B (its column terms with each chunk), stream-K (its partials) and a
+ * sibling set (each member's epilogue in one switch): ahead, each of those
+ * kernels got a stack frame. */
 template <bool AL>
 __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, int mb, int nb,
                                               int cw, int warp, int lane, unsigned buf,
@@ -597,50 +676,25 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
 #pragma unroll
     for (int hf = 0; hf < KF_HALVES; hf++) {
         const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#if KF_EPI_AHEAD
+        unsigned wa[2][8][2];
+#endif
 #pragma unroll
         for (int ch = 0; ch < KF_ON / 64; ch++) {
-            unsigned w[8][2];
-#pragma unroll
-            for (int jj = 0; jj < 8; jj++) {
-                const int j = ch * 8 + jj;
-                const long long c = (long long)nb * KF_ON + 8 * j + 2 * (lane % 4);
-#if KF_A_FOLD
-                float fc[2], fd[2];
-                kf_gm_fold_cols2(buf, 8 * j + 2 * (lane % 4), fc, fd);
-#if KF_HEAD_D
-                float fcp[2], fdp[2];
-                kf_gm_fold_cols2(buf, (8 * j + 2 * (lane % 4)) ^ (KF_HEAD_D / 2), fcp, fdp);
-#endif
-#endif
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float a[2] = {d[hf * (KF_BN / 2) + 4 * j + 2 * h],
-                                  d[hf * (KF_BN / 2) + 4 * j + 2 * h + 1]};
-#if KF_HEAD_D
-                    /* the rotate-half partners, columns c ^ D / 2: column
-                     * group j ^ D / 16 of the same lane (a tile holds whole
-                     * heads) */
-                    const int jp = j ^ (KF_HEAD_D / 16);
-                    float ap[2] = {d[hf * (KF_BN / 2) + 4 * jp + 2 * h],
-                                   d[hf * (KF_BN / 2) + 4 * jp + 2 * h + 1]};
-#endif
-                    const long long r = rows + warp * 16 + lane / 4 + 8 * h;
-                    const bool ok = r < KF_M;
-#if KF_A_FOLD
-                    kf_fold<2>(a, frs[hf][h], fmu[hf][h], fc, fd);
-#if KF_HEAD_D
-                    kf_fold<2>(ap, frs[hf][h], fmu[hf][h], fcp, fdp);
-#endif
-#endif
-                    float o[2];
-#if KF_HEAD_D
-                    kf_epi<2, AL, true>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
-#else
-                    kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
-#endif
-                    w[jj][h] = kf_gm_pack2(o[0], o[1]);
-                }
+#if KF_EPI_AHEAD
+            /* chunks 2i and 2i + 1 computed together, before 2i is stored */
+            if (ch % 2 == 0) {
+                kf_gm_epi_tma_vals<AL>(d, b, mb, nb, cw, hf, ch, warp, lane, buf, wa[0],
+                                       KF_EPI_FOLD_ARGS KF_ARGS);
+                kf_gm_epi_tma_vals<AL>(d, b, mb, nb, cw, hf, ch + 1, warp, lane, buf, wa[1],
+                                       KF_EPI_FOLD_ARGS KF_ARGS);
             }
+            unsigned(&w)[8][2] = wa[ch % 2];
+#else
+            unsigned w[8][2];
+            kf_gm_epi_tma_vals<AL>(d, b, mb, nb, cw, hf, ch, warp, lane, buf, w,
+                                   KF_EPI_FOLD_ARGS KF_ARGS);
+#endif
             /* the buffer is free once the previous chunk's store read it */
             if (lead)
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");

@@ -537,7 +537,7 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
         "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
         "y = mul(a, u)\noutput y\n"};
     static const unsigned flags[] = {0, KF_CUDA_RECIPE_GEMM_PINGPONG, KF_CUDA_RECIPE_GEMM_EPI_REGS,
-                                     KF_CUDA_RECIPE_GEMM_PP_LATE};
+                                     KF_CUDA_RECIPE_GEMM_PP_LATE, KF_CUDA_RECIPE_GEMM_EPI_CHUNKED};
     for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
         bool pair = t == 3;
         planned p;
@@ -562,6 +562,13 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
             bool late = (flags[f] & KF_CUDA_RECIPE_GEMM_PP_LATE) && strstr(how, "ping-pong");
             assert_non_null(strstr(ks->kernel.source,
                                    late ? "#define KF_PP_LATE 1" : "#define KF_PP_LATE 0"));
+            /* the TMA-store epilogue: every chunk's values ahead unless
+             * EPI_CHUNKED (internal) */
+            if (tma)
+                assert_non_null(strstr(ks->kernel.source,
+                                       (flags[f] & KF_CUDA_RECIPE_GEMM_EPI_CHUNKED)
+                                           ? "#define KF_EPI_AHEAD 0"
+                                           : "#define KF_EPI_AHEAD 1"));
             if (t == 0) { /* gelu_tanh by its formula in the GEMM, not the bf16 table */
                 assert_null(strstr(ks->kernel.source, "kf_gelu_tab_src"));
                 assert_non_null(strstr(ks->kernel.source, "ex2.approx.ftz.f32"));

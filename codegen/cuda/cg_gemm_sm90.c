@@ -413,11 +413,12 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
               "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n#define KF_A_NORM %d\n"
               "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n#define KF_EPI_TMA %d\n"
-              "#define KF_CLUSTER %u\n#define KF_PP_LATE %d\n",
+              "#define KF_CLUSTER %u\n#define KF_PP_LATE %d\n#define KF_EPI_AHEAD %d\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
               sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
-              gm->head_dim, sh->epi_tma ? 1 : 0, cl, sh->pp_late ? 1 : 0);
+              gm->head_dim, sh->epi_tma ? 1 : 0, cl, sh->pp_late ? 1 : 0,
+              sh->epi_chunked ? 0 : 1);
     /* 2: fewer than half as many tiles as blocks (decode): each tile's K
      * steps interleaved over its share of the blocks */
     if (sk_g)

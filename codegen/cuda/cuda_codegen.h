@@ -412,6 +412,10 @@ typedef struct kf_cuda_gemm_shape {
                                   columns a call) and its output leaves through shared memory
                                   by TMA stores (a third tensor map, the output's, after A's
                                   and B's) */
+    bool epi_chunked;          /* with epi_tma: each 64 x 64 chunk's values computed between
+                                  the previous chunk's store barriers (the schedule before);
+                                  else every chunk's before the first store, the loads of the
+                                  whole tile in flight together (the default) */
     bool x_scratch;            /* the write of tensor x_tensor goes to a SCRATCH param keyed by
                                   it (a value the plan does not materialize: the split row
                                   form's pre-norm rows, which the row pass after the GEMM

@@ -93,6 +93,11 @@ enum {
                                                     schedule) run as 2-CTA clusters, tile
                                                     pairs sharing B by TMA multicast (the
                                                     bench and the tests compare) */
+    KF_CUDA_RECIPE_GEMM_EPI_CHUNKED = 1u << 29,  /* internal: the TMA-store epilogue computes
+                                                    each chunk's values between the previous
+                                                    chunk's store barriers, not the whole
+                                                    tile's first (the schedule before; the
+                                                    bench compares) */
     KF_CUDA_RECIPE_GEMM_PP_LATE = 1u << 28,      /* internal: a ping-pong consumer passes the
                                                     turn once its main loop's wgmmas are done,
                                                     not once they are issued (the schedule
