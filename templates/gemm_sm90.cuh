@@ -152,8 +152,9 @@
 #define KF_CLUSTER 1 /* CTAs of a cluster: 1, or 2 (tile pairs sharing B) */
 #endif
 #ifndef KF_PP_LATE
-#define KF_PP_LATE 0 /* ping-pong: the turn passes once the main loop's wgmmas are done (the
-                        schedule before), not once they are issued */
+#define KF_PP_LATE 0 /* ping-pong: the turn passes once the main loop's wgmmas are done and
+                        is taken when a tile starts (the schedule before), not passed once
+                        they are issued and taken after the tile's loads */
 #endif
 #ifndef KF_EPI_AHEAD
 #define KF_EPI_AHEAD 1 /* the TMA-store epilogue computes every chunk's values before it
@@ -1176,6 +1177,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             const long long q0 = (long long)i * KF_KT;
             int s = (int)(q0 % KF_STAGES);
             unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
+            if (KF_PP_LATE && i > 0) /* the other consumer's main loop of tile i - 1 is done */
+                asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
             const int kb = 0, ke = KF_KT, ks = 1;
             const bool part = false;
 #else
@@ -1236,9 +1239,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             int prev = -1;
 #if KF_PINGPONG
             /* The turn: the other consumer has issued the main loop of tile
-             * i - 1 (KF_PP_LATE: finished it). Taken after the tile's loads
-             * above were issued, so they land while this consumer waits. */
-            if (i > 0)
+             * i - 1. Taken after the tile's loads above were issued, so they
+             * land while this consumer waits (KF_PP_LATE: at the tile's start,
+             * once the other's main loop is done: the schedule before). */
+            if (!KF_PP_LATE && i > 0)
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
 #endif
             /* Not unrolled: with K a constant of a few steps, ptxas unrolls

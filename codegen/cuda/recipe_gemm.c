@@ -966,8 +966,10 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.sk_grid = 0;
     }
     /* ping-pong's turn passed when the main loop is done (internal: the
-     * schedule before; the bench compares) */
-    sh.pp_late = sh.pingpong && (b->target->flags & KF_CUDA_RECIPE_GEMM_PP_LATE);
+     * schedule before; the bench compares), and always with a row epilogue:
+     * passed at issue, its RMSNorm kernel's stack frame grew past 128 bytes */
+    sh.pp_late =
+        sh.pingpong && ((b->target->flags & KF_CUDA_RECIPE_GEMM_PP_LATE) || row_tile);
     /* the TMA-store epilogue's values chunk by chunk (internal: the schedule
      * before), and always for the head view (its rotate-half partners keep
      * the accumulators alive) and a norm folded into B (its column terms
