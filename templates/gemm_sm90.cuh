@@ -151,14 +151,14 @@
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs of a cluster: 1, or 2 (tile pairs sharing B) */
 #endif
-#ifndef KF_PP_LATE
-#define KF_PP_LATE 0 /* ping-pong: the turn passes once the main loop's wgmmas are done and
-                        is taken when a tile starts (the schedule before), not passed once
-                        they are issued and taken after the tile's loads */
+#ifndef KF_PP_EARLY
+#define KF_PP_EARLY 0 /* ping-pong: 1 passes the turn once a consumer's last wgmmas are
+                         issued and takes it after the tile's loads; 0 (the default) passes
+                         it once they are done and takes it when a tile starts */
 #endif
 #ifndef KF_EPI_AHEAD
-#define KF_EPI_AHEAD 1 /* the TMA-store epilogue computes every chunk's values before it
-                          stores the first (kf_gm_epi_tma); 0: chunk by chunk */
+#define KF_EPI_AHEAD 0 /* the TMA-store epilogue: 1 computes two chunks' values before it
+                          stores the first (kf_gm_epi_tma); 0 (the default) chunk by chunk */
 #endif
 #if KF_CLUSTER != 1 && (KF_CLUSTER != 2 || (KF_EPI_TMA && KF_TMA_HEADS))
 #error "KF_CLUSTER: 1, or 2 (not with the head view's TMA-store output)"
@@ -646,19 +646,19 @@ __device__ __forceinline__ void kf_gm_epi_tma_vals(const float (&d)[KF_ACC], int
  * memory (buf: its 8 KiB, 1024-byte aligned) and TMA stores, 64 x 64 a chunk.
  * The fragment of wgmma m64nN: warp w holds rows 16w + lane/4 (+8), columns
  * 8j + 2(lane%4) (+1), accumulators 4j + 2h (+1) of row half h.
- * KF_EPI_AHEAD 1 (the default): the values of two chunks are computed before
- * the first of them is stored, with no barrier between them, so their loads
- * (a residual's rows) are in flight together: half as many memory latencies
- * a tile as chunk by chunk (KF_EPI_AHEAD 0, the schedule before), where each
- * chunk's loads waited between the previous chunk's barriers (GPT-2's out
- * projection, 16384 x 1024 x 1024 + bias + residual, H100: 0.081 ms chunk by
- * chunk against cuBLASLt's 0.064). A whole tile's values ahead (64 packed a
- * thread) left the residual kernels a stack frame: ptxas gives a consumer 168
- * registers, 128 of them accumulators. The generator sets 0 for the head
- * view (its rotate-half partners keep the accumulators alive), a norm folded
- * into B (its column terms with each chunk), stream-K (its partials) and a
- * sibling set (each member's epilogue in one switch): ahead, each of those
- * kernels got a stack frame. */
+ * KF_EPI_AHEAD 1 (internal, opt-in): the values of two chunks are computed
+ * before the first of them is stored, with no barrier between them, so their
+ * loads (a residual's rows) are in flight together, where chunk by chunk (0,
+ * the default) each chunk's loads wait between the previous chunk's
+ * barriers. Measured slower (H100, bb46f66: GPT-2's out projection, 16384 x
+ * 1024 x 1024 + bias + residual, 0.0911 ms against 0.0825 chunk by chunk and
+ * cuBLASLt's 0.0640; its FC2 0.2042 against 0.1996). A whole tile's values
+ * ahead (64 packed a thread) left the residual kernels a stack frame (ptxas
+ * gives a consumer 168 registers, 128 of them accumulators); two chunks
+ * ahead still did for the head view (its rotate-half partners keep the
+ * accumulators alive), a norm folded into B (its column terms with each
+ * chunk), stream-K (its partials) and a sibling set (each member's epilogue
+ * in one switch), which the generator keeps at 0. */
 template <bool AL>
 __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, int mb, int nb,
                                               int cw, int warp, int lane, unsigned buf,
@@ -1177,7 +1177,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             const long long q0 = (long long)i * KF_KT;
             int s = (int)(q0 % KF_STAGES);
             unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
-            if (KF_PP_LATE && i > 0) /* the other consumer's main loop of tile i - 1 is done */
+            if (!KF_PP_EARLY && i > 0) /* the other consumer's main loop of tile i - 1 is done */
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
             const int kb = 0, ke = KF_KT, ks = 1;
             const bool part = false;
@@ -1238,11 +1238,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                 d[k] = 0.0f;
             int prev = -1;
 #if KF_PINGPONG
-            /* The turn: the other consumer has issued the main loop of tile
-             * i - 1. Taken after the tile's loads above were issued, so they
-             * land while this consumer waits (KF_PP_LATE: at the tile's start,
-             * once the other's main loop is done: the schedule before). */
-            if (!KF_PP_LATE && i > 0)
+            /* KF_PP_EARLY: the turn, once the other consumer has issued the
+             * main loop of tile i - 1, taken after the tile's loads above
+             * were issued, so they land while this consumer waits. */
+            if (KF_PP_EARLY && i > 0)
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
 #endif
             /* Not unrolled: with K a constant of a few steps, ptxas unrolls
@@ -1284,13 +1283,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                 }
             }
 #if KF_PINGPONG
-            /* The other consumer's turn once this one's last wgmmas are
-             * issued: its first ones queue behind them, and the tensor cores
-             * do not drain between the tiles (its stages' kf_full waits are
-             * unambiguous still: every earlier stage's wait is done). */
+            /* KF_PP_EARLY: the other consumer's turn once this one's last
+             * wgmmas are issued, so its first ones queue behind them (its
+             * stages' kf_full waits are unambiguous still: every earlier
+             * stage's wait is done). Measured no faster (H100, bb46f66: GPT-2's
+             * Q/K/V 0.1845 ms against 0.1853, FC1 0.2731 / 0.2748, out
+             * projection 0.0809 / 0.0805), and it grew the RMSNorm row
+             * epilogue's stack frame from 48 to 192 bytes: opt-in. */
             const bool pp_next = blockIdx.x / KF_CLUSTER + (i + 1) * (gridDim.x / KF_CLUSTER) <
                                  KF_UNITS;
-            if (!KF_PP_LATE && pp_next)
+            if (KF_PP_EARLY && pp_next)
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
 #endif
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -1303,7 +1305,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             if (prev >= 0)
                 kf_gm_release(empty0, KF_EMPTY_PEER, prev, lane);
 #if KF_PINGPONG
-            if (KF_PP_LATE && pp_next) /* the other consumer's turn */
+            if (!KF_PP_EARLY && pp_next) /* the other consumer's turn */
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
 #endif
 #if KF_SK

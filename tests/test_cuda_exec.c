@@ -2282,12 +2282,11 @@ static void test_a_2cta_cluster_gemm_with_a_missing_half_matches(void **state) {
     kf_ctx_destroy(ctx);
 }
 
-/* The schedules before, kept for the bench (internal flags): ping-pong's
- * turn passed once a consumer's main loop is done (PP_LATE), and the
- * TMA-store epilogue's values chunk by chunk (EPI_CHUNKED): ragged, a
- * LayerNorm folded into B, 153 tiles of 128 x 128; and chunk by chunk with
- * a residual on cooperative 128 x 256 tiles. */
-static void test_the_gemm_schedules_before_still_match(void **state) {
+/* The internal schedules the bench compares: ping-pong's turn passed once a
+ * consumer's main loop is issued (PP_EARLY; ragged, a LayerNorm folded into
+ * B, 153 tiles of 128 x 128), and the TMA-store epilogue two chunks ahead
+ * (EPI_AHEAD) with a residual, on ping-pong and on cooperative tiles. */
+static void test_the_internal_gemm_schedules_match(void **state) {
     (void)state;
     REQUIRE_GPU();
     kf_ctx *ctx = cluster_ctx();
@@ -2296,20 +2295,19 @@ static void test_the_gemm_schedules_before_still_match(void **state) {
               "w = input(%s[264, 1096])\nb = input(%s[1096])\n"
               "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\na = add(h, b)\n"
               "y = gelu_tanh(a)\noutput y\n",
-              KF_DTYPE_BF16, 2612, "late turn, LayerNorm folded, ragged",
-              KF_CUDA_RECIPE_GEMM_PP_LATE, "ping-pong", false);
+              KF_DTYPE_BF16, 2612, "early turn, LayerNorm folded, ragged",
+              KF_CUDA_RECIPE_GEMM_PP_EARLY, "ping-pong", false);
     flag_case(ctx,
-              "kfg 1\nx = input(%s[2100, 264])\ng = input(%s[264])\nc = input(%s[264])\n"
-              "w = input(%s[264, 1096])\nb = input(%s[1096])\n"
-              "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\na = add(h, b)\n"
-              "y = gelu_tanh(a)\noutput y\n",
-              KF_DTYPE_F16, 2613, "chunked epilogue, LayerNorm folded, ragged",
-              KF_CUDA_RECIPE_GEMM_EPI_CHUNKED, "ping-pong", false);
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_F16, 2613, "epilogue ahead, ping-pong, bias + residual, ragged",
+              KF_CUDA_RECIPE_GEMM_EPI_AHEAD, "ping-pong", false);
     flag_case(ctx,
-              "kfg 1\nx = input(%s[1100, 1100])\nw = input(%s[1100, 1000])\n"
+              "kfg 1\nx = input(%s[1100, 1104])\nw = input(%s[1104, 1000])\n"
               "r = input(%s[1100, 1000])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
-              KF_DTYPE_BF16, 2614, "chunked epilogue, residual, cooperative",
-              KF_CUDA_RECIPE_GEMM_EPI_CHUNKED, "epilogue stored by TMA", false);
+              KF_DTYPE_BF16, 2614, "epilogue ahead, residual, cooperative",
+              KF_CUDA_RECIPE_GEMM_EPI_AHEAD, "epilogue stored by TMA", false);
     kf_ctx_destroy(ctx);
 }
 
@@ -3495,7 +3493,7 @@ int main(void) {
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
-        cmocka_unit_test(test_the_gemm_schedules_before_still_match),
+        cmocka_unit_test(test_the_internal_gemm_schedules_match),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),

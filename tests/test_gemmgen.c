@@ -537,7 +537,7 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
         "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
         "y = mul(a, u)\noutput y\n"};
     static const unsigned flags[] = {0, KF_CUDA_RECIPE_GEMM_PINGPONG, KF_CUDA_RECIPE_GEMM_EPI_REGS,
-                                     KF_CUDA_RECIPE_GEMM_PP_LATE, KF_CUDA_RECIPE_GEMM_EPI_CHUNKED};
+                                     KF_CUDA_RECIPE_GEMM_PP_EARLY, KF_CUDA_RECIPE_GEMM_EPI_AHEAD};
     for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
         bool pair = t == 3;
         planned p;
@@ -558,17 +558,16 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
              * tiles than SMs: ping-pong 128-wide tiles */
             if (tma && t < 2 && !strstr(how, "128x128 tiles ping-pong"))
                 fail_msg("case %zu flags 0x%x: short K, not ping-pong: %s", t, flags[f], how);
-            /* ping-pong's turn: passed at issue unless PP_LATE (internal) */
-            bool late = (flags[f] & KF_CUDA_RECIPE_GEMM_PP_LATE) && strstr(how, "ping-pong");
+            /* the internal schedules: ping-pong's turn passed at issue
+             * (PP_EARLY), the TMA-store epilogue two chunks ahead (EPI_AHEAD;
+             * not with a norm folded into B) */
+            bool early = (flags[f] & KF_CUDA_RECIPE_GEMM_PP_EARLY) && strstr(how, "ping-pong");
             assert_non_null(strstr(ks->kernel.source,
-                                   late ? "#define KF_PP_LATE 1" : "#define KF_PP_LATE 0"));
-            /* the TMA-store epilogue: every chunk's values ahead unless
-             * EPI_CHUNKED (internal) */
-            if (tma)
-                assert_non_null(strstr(ks->kernel.source,
-                                       (flags[f] & KF_CUDA_RECIPE_GEMM_EPI_CHUNKED)
-                                           ? "#define KF_EPI_AHEAD 0"
-                                           : "#define KF_EPI_AHEAD 1"));
+                                   early ? "#define KF_PP_EARLY 1" : "#define KF_PP_EARLY 0"));
+            bool ahead = tma && (flags[f] & KF_CUDA_RECIPE_GEMM_EPI_AHEAD) &&
+                         !strstr(how, "folded into B");
+            assert_non_null(strstr(ks->kernel.source,
+                                   ahead ? "#define KF_EPI_AHEAD 1" : "#define KF_EPI_AHEAD 0"));
             if (t == 0) { /* gelu_tanh by its formula in the GEMM, not the bf16 table */
                 assert_null(strstr(ks->kernel.source, "kf_gelu_tab_src"));
                 assert_non_null(strstr(ks->kernel.source, "ex2.approx.ftz.f32"));

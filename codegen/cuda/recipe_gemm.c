@@ -965,19 +965,17 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.epi_tma = sh.epi_staged = false;
         sh.sk_grid = 0;
     }
-    /* ping-pong's turn passed when the main loop is done (internal: the
-     * schedule before; the bench compares), and always with a row epilogue:
-     * passed at issue, its RMSNorm kernel's stack frame grew past 128 bytes */
-    sh.pp_late =
-        sh.pingpong && ((b->target->flags & KF_CUDA_RECIPE_GEMM_PP_LATE) || row_tile);
-    /* the TMA-store epilogue's values chunk by chunk (internal: the schedule
-     * before), and always for the head view (its rotate-half partners keep
-     * the accumulators alive) and a norm folded into B (its column terms
-     * come with each chunk): every chunk's values ahead of the stores left
-     * those kernels a stack frame (ptxas gives a consumer 168 registers), as
-     * it did stream-K's (its partials' registers) */
-    sh.epi_chunked = sh.epi_tma && ((b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_CHUNKED) ||
-                                    gm->head_dim || fold || sh.sk_grid);
+    /* ping-pong's turn passed once the main loop is issued (internal; not
+     * with a row epilogue: its RMSNorm kernel's stack frame grew past 128
+     * bytes) */
+    sh.pp_early = sh.pingpong && (b->target->flags & KF_CUDA_RECIPE_GEMM_PP_EARLY) && !row_tile;
+    /* the TMA-store epilogue two chunks ahead (internal); not for the head
+     * view (its rotate-half partners keep the accumulators alive), a norm
+     * folded into B (its column terms come with each chunk) or stream-K (its
+     * partials): ahead, those kernels got a stack frame (ptxas gives a
+     * consumer 168 registers) */
+    sh.epi_ahead = sh.epi_tma && (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_AHEAD) &&
+                   !gm->head_dim && !fold && !sh.sk_grid;
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
