@@ -1534,6 +1534,25 @@ int main(int argc, char **argv) {
                  "h = matmul(x, w%s)\n%soutput y\n",
                  VM, VD, v == 2 ? 4 * VD : VD, v == 2 ? VD : 4 * VD, 4 * VD,
                  v == 2 ? ", transpose_b=true" : "", k1_tail[v]);
+    /* GPT-2-medium's out projection and second MLP GEMM as its block has
+     * them (B N-major: Conv1D's [K, N]), each + bias + the residual:
+     * 16384 x 1024 x 1024 and 16384 x 1024 x 4096 (the gpt2_* rows; its
+     * Q/K/V and first MLP GEMM behind their LayerNorms are ln_qkv and
+     * gpt2_fc1, ln_up_gelu's text) */
+    char t_g2o[640], t_g2f2[640];
+    snprintf(t_g2o, sizeof t_g2o,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "r = input(bf16[%d, %d])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+             "output y\n",
+             VM, VD, VD, VD, VD, VM, VD);
+    snprintf(t_g2f2, sizeof t_g2f2,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
+             "r = input(bf16[%d, %d])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+             "output y\n",
+             VM, 4 * VD, 4 * VD, VD, VD, VM, VD);
+    double g2obytes = 2.0 * ((double)VM * VD * 3.0 + (double)VD * VD + VD);
+    double g2f2bytes = 2.0 * ((double)VM * VD * 6.0 + 4.0 * VD * VD + VD);
+    double g2oflops = 2.0 * (double)VM * VD * VD, g2f2flops = 2.0 * (double)VM * VD * 4 * VD;
     double ubytes = 2.0 * ((double)VM * VD + 4.0 * VD * VD + 4.0 * VM * VD);
     double uflops = 2.0 * (double)VM * VD * 4 * VD;
     double vbytes = 2.0 * ((double)VM * VD + 3.0 * VD * VD + 3.0 * VM * VD);
@@ -1804,6 +1823,29 @@ int main(int argc, char **argv) {
         {"ln_qkv", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"ln_qkv_generated", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_qkv_cublaslt", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+    /* GPT-2-medium's four block GEMMs (B16 S1024, K = 1024 but FC2's 4096):
+     * the measured choice, each side forced, and the generated kernel in
+     * 2-CTA clusters (B multicast), with ping-pong's turn passed once a
+     * main loop is issued (_early), and with the TMA-store epilogue two
+     * chunks ahead (_ahead): internal schedules, same run */
+#define GPT2_ROWS(nm, t, by, fl)                                                                   \
+    {nm, t, by, fl, 0, 0, 0, "", KF_GEMM_AUTO, 0},                                                 \
+        {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
+        {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                             \
+        {nm "_generated_c2", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
+         KF_CUDA_RECIPE_GEMM_CLUSTER2},                                                            \
+        {nm "_generated_early", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
+         KF_CUDA_RECIPE_GEMM_PP_EARLY},                                                            \
+        {nm "_generated_ahead", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
+         KF_CUDA_RECIPE_GEMM_EPI_AHEAD}
+        GPT2_ROWS("gpt2_outproj", t_g2o, g2obytes, g2oflops),
+        GPT2_ROWS("gpt2_fc1", t_ln_up, ubytes, uflops),
+        GPT2_ROWS("gpt2_fc2", t_g2f2, g2f2bytes, g2f2flops),
+#undef GPT2_ROWS
+        {"ln_qkv_generated_c2", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_CLUSTER2},
+        {"ln_qkv_generated_early", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PP_EARLY},
         {"ln_up_gelu", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"ln_up_gelu_generated", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_up_gelu_cublaslt", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},

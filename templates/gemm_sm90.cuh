@@ -151,8 +151,17 @@
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs of a cluster: 1, or 2 (tile pairs sharing B) */
 #endif
-#if KF_CLUSTER != 1 && (KF_CLUSTER != 2 || KF_PINGPONG || KF_EPI_TMA)
-#error "KF_CLUSTER: 1, or 2 with the cooperative schedule and the register epilogue"
+#ifndef KF_PP_EARLY
+#define KF_PP_EARLY 0 /* ping-pong: 1 passes the turn once a consumer's last wgmmas are
+                         issued and takes it after the tile's loads; 0 (the default) passes
+                         it once they are done and takes it when a tile starts */
+#endif
+#ifndef KF_EPI_AHEAD
+#define KF_EPI_AHEAD 0 /* the TMA-store epilogue: 1 computes two chunks' values before it
+                          stores the first (kf_gm_epi_tma); 0 (the default) chunk by chunk */
+#endif
+#if KF_CLUSTER != 1 && (KF_CLUSTER != 2 || (KF_EPI_TMA && KF_TMA_HEADS))
+#error "KF_CLUSTER: 1, or 2 (not with the head view's TMA-store output)"
 #endif
 #define KF_BM 128
 #define KF_BK 64
@@ -571,10 +580,85 @@ __device__ __forceinline__ void kf_gm_tma_store4(const kf_tmap *map, unsigned sr
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
+/* The values of chunk ch (64 x 64) of half hf of the consumer's part of
+ * tile (b, mb, nb), packed in pairs: w[jj][h] holds columns 8 (8 ch + jj) +
+ * 2 (lane % 4) (+1) of row 16 warp + lane / 4 + 8 h of the half. */
+template <bool AL>
+__device__ __forceinline__ void kf_gm_epi_tma_vals(const float (&d)[KF_ACC], int b, int mb, int nb,
+                                                   int cw, int hf, int ch, int warp, int lane,
+                                                   unsigned buf, unsigned (&w)[8][2],
+#if KF_FOLD_PRE
+                                                   const float (&frs)[KF_HALVES][2],
+                                                   const float (&fmu)[KF_HALVES][2],
+#endif
+                                                   KF_PARAMS) {
+    (void)buf;
+    const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#pragma unroll
+    for (int jj = 0; jj < 8; jj++) {
+        const int j = ch * 8 + jj;
+        const long long c = (long long)nb * KF_ON + 8 * j + 2 * (lane % 4);
+#if KF_A_FOLD
+        float fc[2], fd[2];
+        kf_gm_fold_cols2(buf, 8 * j + 2 * (lane % 4), fc, fd);
+#if KF_HEAD_D
+        float fcp[2], fdp[2];
+        kf_gm_fold_cols2(buf, (8 * j + 2 * (lane % 4)) ^ (KF_HEAD_D / 2), fcp, fdp);
+#endif
+#endif
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float a[2] = {d[hf * (KF_BN / 2) + 4 * j + 2 * h],
+                          d[hf * (KF_BN / 2) + 4 * j + 2 * h + 1]};
+#if KF_HEAD_D
+            /* the rotate-half partners, columns c ^ D / 2: column group
+             * j ^ D / 16 of the same lane (a tile holds whole heads) */
+            const int jp = j ^ (KF_HEAD_D / 16);
+            float ap[2] = {d[hf * (KF_BN / 2) + 4 * jp + 2 * h],
+                           d[hf * (KF_BN / 2) + 4 * jp + 2 * h + 1]};
+#endif
+            const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+            const bool ok = r < KF_M;
+#if KF_A_FOLD
+            kf_fold<2>(a, frs[hf][h], fmu[hf][h], fc, fd);
+#if KF_HEAD_D
+            kf_fold<2>(ap, frs[hf][h], fmu[hf][h], fcp, fdp);
+#endif
+#endif
+            float o[2];
+#if KF_HEAD_D
+            kf_epi<2, AL, true>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#else
+            kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#endif
+            w[jj][h] = kf_gm_pack2(o[0], o[1]);
+        }
+    }
+}
+
+#if KF_FOLD_PRE
+#define KF_EPI_FOLD_ARGS frs, fmu,
+#else
+#define KF_EPI_FOLD_ARGS
+#endif
+
 /* The epilogue of the consumer's part of tile (b, mb, nb) through shared
  * memory (buf: its 8 KiB, 1024-byte aligned) and TMA stores, 64 x 64 a chunk.
  * The fragment of wgmma m64nN: warp w holds rows 16w + lane/4 (+8), columns
- * 8j + 2(lane%4) (+1), accumulators 4j + 2h (+1) of row half h. */
+ * 8j + 2(lane%4) (+1), accumulators 4j + 2h (+1) of row half h.
+ * KF_EPI_AHEAD 1 (internal, opt-in): the values of two chunks are computed
+ * before the first of them is stored, with no barrier between them, so their
+ * loads (a residual's rows) are in flight together, where chunk by chunk (0,
+ * the default) each chunk's loads wait between the previous chunk's
+ * barriers. Measured slower (H100, bb46f66: GPT-2's out projection, 16384 x
+ * 1024 x 1024 + bias + residual, 0.0911 ms against 0.0825 chunk by chunk and
+ * cuBLASLt's 0.0640; its FC2 0.2042 against 0.1996). A whole tile's values
+ * ahead (64 packed a thread) left the residual kernels a stack frame (ptxas
+ * gives a consumer 168 registers, 128 of them accumulators); two chunks
+ * ahead still did for the head view (its rotate-half partners keep the
+ * accumulators alive), a norm folded into B (its column terms with each
+ * chunk), stream-K (its partials) and a sibling set (each member's epilogue
+ * in one switch), which the generator keeps at 0. */
 template <bool AL>
 __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, int mb, int nb,
                                               int cw, int warp, int lane, unsigned buf,
@@ -593,50 +677,25 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
 #pragma unroll
     for (int hf = 0; hf < KF_HALVES; hf++) {
         const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#if KF_EPI_AHEAD
+        unsigned wa[2][8][2];
+#endif
 #pragma unroll
         for (int ch = 0; ch < KF_ON / 64; ch++) {
-            unsigned w[8][2];
-#pragma unroll
-            for (int jj = 0; jj < 8; jj++) {
-                const int j = ch * 8 + jj;
-                const long long c = (long long)nb * KF_ON + 8 * j + 2 * (lane % 4);
-#if KF_A_FOLD
-                float fc[2], fd[2];
-                kf_gm_fold_cols2(buf, 8 * j + 2 * (lane % 4), fc, fd);
-#if KF_HEAD_D
-                float fcp[2], fdp[2];
-                kf_gm_fold_cols2(buf, (8 * j + 2 * (lane % 4)) ^ (KF_HEAD_D / 2), fcp, fdp);
-#endif
-#endif
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float a[2] = {d[hf * (KF_BN / 2) + 4 * j + 2 * h],
-                                  d[hf * (KF_BN / 2) + 4 * j + 2 * h + 1]};
-#if KF_HEAD_D
-                    /* the rotate-half partners, columns c ^ D / 2: column
-                     * group j ^ D / 16 of the same lane (a tile holds whole
-                     * heads) */
-                    const int jp = j ^ (KF_HEAD_D / 16);
-                    float ap[2] = {d[hf * (KF_BN / 2) + 4 * jp + 2 * h],
-                                   d[hf * (KF_BN / 2) + 4 * jp + 2 * h + 1]};
-#endif
-                    const long long r = rows + warp * 16 + lane / 4 + 8 * h;
-                    const bool ok = r < KF_M;
-#if KF_A_FOLD
-                    kf_fold<2>(a, frs[hf][h], fmu[hf][h], fc, fd);
-#if KF_HEAD_D
-                    kf_fold<2>(ap, frs[hf][h], fmu[hf][h], fcp, fdp);
-#endif
-#endif
-                    float o[2];
-#if KF_HEAD_D
-                    kf_epi<2, AL, true>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
-#else
-                    kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
-#endif
-                    w[jj][h] = kf_gm_pack2(o[0], o[1]);
-                }
+#if KF_EPI_AHEAD
+            /* chunks 2i and 2i + 1 computed together, before 2i is stored */
+            if (ch % 2 == 0) {
+                kf_gm_epi_tma_vals<AL>(d, b, mb, nb, cw, hf, ch, warp, lane, buf, wa[0],
+                                       KF_EPI_FOLD_ARGS KF_ARGS);
+                kf_gm_epi_tma_vals<AL>(d, b, mb, nb, cw, hf, ch + 1, warp, lane, buf, wa[1],
+                                       KF_EPI_FOLD_ARGS KF_ARGS);
             }
+            unsigned(&w)[8][2] = wa[ch % 2];
+#else
+            unsigned w[8][2];
+            kf_gm_epi_tma_vals<AL>(d, b, mb, nb, cw, hf, ch, warp, lane, buf, w,
+                                   KF_EPI_FOLD_ARGS KF_ARGS);
+#endif
             /* the buffer is free once the previous chunk's store read it */
             if (lead)
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
@@ -1112,13 +1171,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
         /* Tile i of the block (t = blockIdx.x + i * gridDim.x) is consumer
          * i % 2's; its first stage is k-step i * KF_KT of the producer's. */
         for (int i = cw;; i += 2) {
-            const int t = blockIdx.x + i * gridDim.x;
-            if (t >= KF_TILES)
+            const int t = blockIdx.x / KF_CLUSTER + i * (gridDim.x / KF_CLUSTER);
+            if (t >= KF_UNITS)
                 break;
             const long long q0 = (long long)i * KF_KT;
             int s = (int)(q0 % KF_STAGES);
             unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
-            if (i > 0) /* the other consumer's main loop of tile i - 1 is done */
+            if (!KF_PP_EARLY && i > 0) /* the other consumer's main loop of tile i - 1 is done */
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
             const int kb = 0, ke = KF_KT, ks = 1;
             const bool part = false;
@@ -1178,6 +1237,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             for (int k = 0; k < KF_ACC; k++)
                 d[k] = 0.0f;
             int prev = -1;
+#if KF_PINGPONG
+            /* KF_PP_EARLY: the turn, once the other consumer has issued the
+             * main loop of tile i - 1, taken after the tile's loads above
+             * were issued, so they land while this consumer waits. */
+            if (KF_PP_EARLY && i > 0)
+                asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
+#endif
             /* Not unrolled: with K a constant of a few steps, ptxas unrolls
              * it whole and then fences the accumulators between the wgmmas
              * (C7517/C7519: serialized). */
@@ -1216,6 +1282,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                     ph ^= 1u;
                 }
             }
+#if KF_PINGPONG
+            /* KF_PP_EARLY: the other consumer's turn once this one's last
+             * wgmmas are issued, so its first ones queue behind them (its
+             * stages' kf_full waits are unambiguous still: every earlier
+             * stage's wait is done). Measured no faster (H100, bb46f66: GPT-2's
+             * Q/K/V 0.1845 ms against 0.1853, FC1 0.2731 / 0.2748, out
+             * projection 0.0809 / 0.0805), and it grew the RMSNorm row
+             * epilogue's stack frame from 48 to 192 bytes: opt-in. */
+            const bool pp_next = blockIdx.x / KF_CLUSTER + (i + 1) * (gridDim.x / KF_CLUSTER) <
+                                 KF_UNITS;
+            if (KF_PP_EARLY && pp_next)
+                asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
+#endif
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             /* The accumulators are read only from here: without the fence
              * the compiler may hoist an epilogue's read of one above the
@@ -1226,7 +1305,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             if (prev >= 0)
                 kf_gm_release(empty0, KF_EMPTY_PEER, prev, lane);
 #if KF_PINGPONG
-            if (blockIdx.x + (i + 1) * gridDim.x < KF_TILES) /* the other consumer's turn */
+            if (!KF_PP_EARLY && pp_next) /* the other consumer's turn */
                 asm volatile("bar.arrive %0, 256;" ::"r"(3 + cw) : "memory");
 #endif
 #if KF_SK

@@ -1686,198 +1686,215 @@ static kf_ctx *ctx_gemm(kf_gemm_mode mode) { return cuda_ctx(0, mode); }
 
 /* Every GEMM case forced to the generated kernel: on sm_90 the report must
  * name it (report_has_sm90), elsewhere the recipe keeps cuBLASLt. */
-static void test_generated_gemms_match_the_reference(void **state) {
-    (void)state;
-    REQUIRE_GPU();
+/* The generated GEMM's cases in dtype dts[d] (one test per dtype, so a GPU
+ * machine runs them side by side). */
+static void generated_gemms_case(size_t d) {
     kf_ctx *ctx = ctx_gemm(KF_GEMM_GENERATED);
     static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
     const char *gen = "generated kernel";
-    for (size_t d = 0; d < N_OF(dts); d++) {
-        for (size_t i = 0; i < N_OF(epi_cases); i++) {
-            const epi_case *c = &epi_cases[i];
-            char fmt[1024];
-            epi_case_text(c, fmt, sizeof fmt);
-            run_opts o = {.lo = -1, .hi = 1, .report_has_sm90 = gen, .ctx = ctx};
-            run_text(fmt, dts[d], 1700 + i, &o, c->name);
-        }
+    for (size_t i = 0; i < N_OF(epi_cases); i++) {
+        const epi_case *c = &epi_cases[i];
+        char fmt[1024];
+        epi_case_text(c, fmt, sizeof fmt);
         run_opts o = {.lo = -1, .hi = 1, .report_has_sm90 = gen, .ctx = ctx};
-        /* ragged M, N, K (not tile multiples), bias + erf gelu */
-        run_text(
-            "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
-            "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
-            dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
-        /* cooperative 128 x 256 tiles with an epilogue, ragged N and K (K past
-         * 1024: a shorter one takes ping-pong tiles with the TMA-store epilogue) */
-        run_text("kfg 1\nx = input(%s[2200, 1096])\nw = input(%s[1096, 2056])\nb = input(%s[2056])\n"
-                 "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
-                 dts[d], 1801,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "128x256 tiles", .ctx = ctx},
-                 "cooperative 128x256 tiles, epilogue, ragged");
-        /* ping-pong 128 x 128 tiles (153 for 132 SMs), ragged M, N and K */
-        run_text("kfg 1\nx = input(%s[1100, 200])\nw = input(%s[200, 2056])\nb = input(%s[2056])\n"
-                 "r = input(%s[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
-                 "y = add(g, r)\noutput y\n",
-                 dts[d], 1810,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
-                 "ping-pong tiles, ragged");
-        /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs), and
-         * with a short K ping-pong 128 x 128 ones (306) */
-        run_text("kfg 1\nx = input(%s[2200, 1096])\nw = input(%s[1096, 2056])\ny = matmul(x, w)\n"
-                 "output y\n",
-                 dts[d], 1830,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative", .ctx = ctx},
-                 "cooperative 128x256 tiles, ragged");
-        run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\ny = matmul(x, w)\n"
-                 "output y\n",
-                 dts[d], 1809,
-                 &(run_opts){.lo = -1,
-                             .hi = 1,
-                             .report_has_sm90 = "128x128 tiles ping-pong",
-                             .ctx = ctx},
-                 "short K: ping-pong 128x128 tiles, TMA-store epilogue, ragged");
-        /* M = 1; K below one K step */
-        run_text(
-            "kfg 1\nx = input(%s[1, 512])\nw = input(%s[512, 384])\ny = matmul(x, w)\noutput y\n",
-            dts[d], 1802, &o, "M = 1");
-        run_text("kfg 1\nx = input(%s[130, 24])\nw = input(%s[24, 136])\nr = input(%s[130, 136])\n"
-                 "h = matmul(x, w)\ny = add(h, r)\noutput y\n",
-                 dts[d], 1803, &o, "K = 24, residual");
-        /* batched in one launch; B transposed (K-major); A transposed (M-major) */
-        run_text("kfg 1\na = input(%s[3, 40, 24])\nb = input(%s[3, 24, 56])\n"
-                 "c = matmul(a, b)\noutput c\n",
-                 dts[d], 1804, &o, "batched");
-        run_text("kfg 1\na = input(%s[2, 3, 40, 24])\nb = input(%s[24, 56])\n"
-                 "c = matmul(a, b)\noutput c\n",
-                 dts[d], 1805, &o, "broadcast B (batch folded into M)");
-        run_text("kfg 1\na = input(%s[4, 200, 64])\nb = input(%s[4, 136, 64])\n"
-                 "c = matmul(a, b, transpose_b=true)\nd = relu(c)\noutput d\n",
-                 dts[d], 1806, &o, "batched, B transposed");
-        run_text("kfg 1\na = input(%s[136, 200])\nb = input(%s[4, 136, 72])\n"
-                 "c = matmul(a, b, transpose_a=true)\noutput c\n",
-                 dts[d], 1807, &o, "A transposed, broadcast A");
-        run_text("kfg 1\nx = input(%s[64, 48])\nw = input(%s[48, 1])\nv = input(%s[1, 64])\n"
-                 "c = matmul(x, w)\ne = matmul(v, x)\noutput c\noutput e\n",
-                 dts[d], 1808, &(run_opts){.lo = -1, .hi = 1, .ctx = ctx}, "vector shapes");
-        /* SwiGLU as one dual kernel: ping-pong 128 x (2 x 64), ragged M, N, K */
-        run_text("kfg 1\nx = input(%s[1000, 264])\nwg = input(%s[264, 1096])\n"
-                 "wu = input(%s[264, 1096])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
-                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
-                 dts[d], 1811,
-                 &(run_opts){.lo = -1,
-                             .hi = 1,
-                             .report_has_sm90 = "dual 128x(2x64) tiles ping-pong",
-                             .ctx = ctx},
-                 "SwiGLU dual, ping-pong, ragged");
-        /* dual cooperative 128 x (2 x 128), ragged; the gated product cast to f32 */
-        run_text("kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[136, 2056])\n"
-                 "wu = input(%s[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
-                 "a = silu(g)\nh = mul(a, u)\ny = cast(h, f32)\noutput y\n",
-                 dts[d], 1812,
-                 &(run_opts){.lo = -1,
-                             .hi = 1,
-                             .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
-                             .ctx = ctx},
-                 "SwiGLU dual, cooperative, ragged, cast");
-        /* dual with both B transposed (K-major), few tiles, M = 1 */
-        run_text("kfg 1\nx = input(%s[1, 200])\nwg = input(%s[136, 200])\n"
-                 "wu = input(%s[136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
-                 "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
-                 dts[d], 1813,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
-                 "SwiGLU dual, K-major B, M = 1");
-        /* N = 1001 (K-major B takes any N): the last chunk of a row is
-         * partial, and the epilogue's bias and residual reads stop at N */
-        run_text("kfg 1\nx = input(%s[300, 64])\nw = input(%s[1001, 64])\nb = input(%s[1001])\n"
-                 "r = input(%s[300, 1001])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
-                 "y = add(a, r)\noutput y\n",
-                 dts[d], 1815, &o, "N = 1001, K-major B, bias + residual");
-        run_text("kfg 1\nx = input(%s[200, 64])\nwg = input(%s[1001, 64])\n"
-                 "wu = input(%s[1001, 64])\nb = input(%s[1001])\n"
-                 "g = matmul(x, wg, transpose_b=true)\nu = matmul(x, wu, transpose_b=true)\n"
-                 "a = silu(g)\nh = mul(a, u)\ny = add(h, b)\noutput y\n",
-                 dts[d], 1816,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
-                 "SwiGLU dual, N = 1001, bias");
-        /* a norm prologue folded into B after a statistics pre-pass (a
-         * pre-pass writes diag(gamma) B, the accumulators get the row
-         * statistics): RMSNorm, ragged M, N, K */
-        const char *npro = "norm prologue folded into B";
-        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 392])\n"
-                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
-                 dts[d], 1817, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
-                 "norm prologue: rms_norm, ragged");
-        /* where B is not the smaller operand (2 N >= M), the prologue
-         * kernel's scratch instead */
-        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
-                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
-                 dts[d], 1823,
-                 &(run_opts){.lo = -1,
-                             .hi = 1,
-                             .report_has_sm90 = "A from the prologue kernel's scratch",
-                             .ctx = ctx},
-                 "norm prologue: rms_norm from the scratch, ragged");
-        /* LayerNorm (mean, rstd), rows off zero, batch folded into M, a bias */
-        run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
-                 "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
-                 "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
-                 dts[d], 1818, &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = npro, .ctx = ctx},
-                 "norm prologue: layer_norm, batch folded, bias");
-        /* the ping-pong schedule (136 tiles for 132 SMs): a consumer
-         * normalizes all 128 rows of its tile */
-        run_text("kfg 1\nx = input(%s[8600, 128])\ng = input(%s[128])\nw = input(%s[128, 200])\n"
-                 "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
-                 dts[d], 1819,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
-                 "norm prologue: ping-pong");
-        /* a SwiGLU pair behind a norm: RMSNorm ragged in the ping-pong
-         * schedule from the scratch (2 N >= M), LayerNorm folded (a pre-pass
-         * per B), LayerNorm in 128 x (2 x 128) cooperative from the scratch */
-        run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\n"
-                 "wg = input(%s[264, 1096])\nwu = input(%s[264, 1096])\nn = rms_norm(x, g)\n"
-                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
-                 dts[d], 1820,
-                 &(run_opts){.lo = -1,
-                             .hi = 1,
-                             .report_has_sm90 = "A from the prologue kernel's scratch",
-                             .ctx = ctx},
-                 "norm prologue: rms_norm, SwiGLU dual, ragged");
-        run_text("kfg 1\nx = input(%s[3000, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
-                 "wg = input(%s[200, 392])\nwu = input(%s[200, 392])\nn = layer_norm(x, g, c)\n"
-                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
-                 dts[d], 1824, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
-                 "norm prologue: layer_norm folded, SwiGLU dual");
-        /* the pair with inputs off zero (large positive products), no norm */
-        run_text("kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[136, 2056])\n"
-                 "wu = input(%s[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
-                 "a = silu(g)\ny = mul(a, u)\noutput y\n",
-                 dts[d], 1825,
-                 &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = "dual", .ctx = ctx},
-                 "SwiGLU dual, inputs 0.5..3");
-        run_text("kfg 1\nx = input(%s[2200, 136])\ng = input(%s[136])\nc = input(%s[136])\n"
-                 "wg = input(%s[136, 2056])\nwu = input(%s[136, 2056])\nn = layer_norm(x, g, c)\n"
-                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
-                 dts[d], 1821,
-                 &(run_opts){.lo = 0.5,
-                             .hi = 3,
-                             .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
-                             .ctx = ctx},
-                 "norm prologue: layer_norm, SwiGLU dual, cooperative");
-        /* LayerNorm before a K-major B (the fold pre-pass's other layout), N
-         * not a multiple of 8 (the column sums read one by one) */
-        run_text("kfg 1\nx = input(%s[2100, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
-                 "w = input(%s[1001, 200])\nn = layer_norm(x, g, c)\n"
-                 "y = matmul(n, w, transpose_b=true)\noutput y\n",
-                 dts[d], 1822, &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = npro, .ctx = ctx},
-                 "norm prologue: layer_norm, K-major B, N = 1001");
-        /* dual batched (both B per batch), with a residual in the epilogue */
-        run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
-                 "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"
-                 "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\n"
-                 "y = add(h, r)\noutput y\n",
-                 dts[d], 1814,
-                 &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
-                 "SwiGLU dual, batched, residual");
+        run_text(fmt, dts[d], 1700 + i, &o, c->name);
     }
+    run_opts o = {.lo = -1, .hi = 1, .report_has_sm90 = gen, .ctx = ctx};
+    /* ragged M, N, K (not tile multiples), bias + erf gelu */
+    run_text(
+        "kfg 1\nx = input(%s[1000, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+        "h = matmul(x, w)\na = add(h, b)\ny = gelu(a)\noutput y\n",
+        dts[d], 1800, &o, "ragged 1000^3, bias+gelu");
+    /* cooperative 128 x 256 tiles with an epilogue, ragged N and K (K past
+     * 1024: a shorter one takes ping-pong tiles with the TMA-store epilogue) */
+    run_text("kfg 1\nx = input(%s[2200, 1096])\nw = input(%s[1096, 2056])\nb = input(%s[2056])\n"
+             "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+             dts[d], 1801,
+             &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "128x256 tiles", .ctx = ctx},
+             "cooperative 128x256 tiles, epilogue, ragged");
+    /* ping-pong 128 x 128 tiles (153 for 132 SMs), ragged M, N and K */
+    run_text("kfg 1\nx = input(%s[1100, 200])\nw = input(%s[200, 2056])\nb = input(%s[2056])\n"
+             "r = input(%s[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+             "y = add(g, r)\noutput y\n",
+             dts[d], 1810,
+             &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
+             "ping-pong tiles, ragged");
+    /* a bare product: cooperative 128 x 256 tiles (162 for 132 SMs), and
+     * with a short K ping-pong 128 x 128 ones (306) */
+    run_text("kfg 1\nx = input(%s[2200, 1096])\nw = input(%s[1096, 2056])\ny = matmul(x, w)\n"
+             "output y\n",
+             dts[d], 1830,
+             &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "cooperative", .ctx = ctx},
+             "cooperative 128x256 tiles, ragged");
+    run_text("kfg 1\nx = input(%s[2200, 136])\nw = input(%s[136, 2056])\ny = matmul(x, w)\n"
+             "output y\n",
+             dts[d], 1809,
+             &(run_opts){.lo = -1,
+                         .hi = 1,
+                         .report_has_sm90 = "128x128 tiles ping-pong",
+                         .ctx = ctx},
+             "short K: ping-pong 128x128 tiles, TMA-store epilogue, ragged");
+    /* M = 1; K below one K step */
+    run_text(
+        "kfg 1\nx = input(%s[1, 512])\nw = input(%s[512, 384])\ny = matmul(x, w)\noutput y\n",
+        dts[d], 1802, &o, "M = 1");
+    run_text("kfg 1\nx = input(%s[130, 24])\nw = input(%s[24, 136])\nr = input(%s[130, 136])\n"
+             "h = matmul(x, w)\ny = add(h, r)\noutput y\n",
+             dts[d], 1803, &o, "K = 24, residual");
+    /* batched in one launch; B transposed (K-major); A transposed (M-major) */
+    run_text("kfg 1\na = input(%s[3, 40, 24])\nb = input(%s[3, 24, 56])\n"
+             "c = matmul(a, b)\noutput c\n",
+             dts[d], 1804, &o, "batched");
+    run_text("kfg 1\na = input(%s[2, 3, 40, 24])\nb = input(%s[24, 56])\n"
+             "c = matmul(a, b)\noutput c\n",
+             dts[d], 1805, &o, "broadcast B (batch folded into M)");
+    run_text("kfg 1\na = input(%s[4, 200, 64])\nb = input(%s[4, 136, 64])\n"
+             "c = matmul(a, b, transpose_b=true)\nd = relu(c)\noutput d\n",
+             dts[d], 1806, &o, "batched, B transposed");
+    run_text("kfg 1\na = input(%s[136, 200])\nb = input(%s[4, 136, 72])\n"
+             "c = matmul(a, b, transpose_a=true)\noutput c\n",
+             dts[d], 1807, &o, "A transposed, broadcast A");
+    run_text("kfg 1\nx = input(%s[64, 48])\nw = input(%s[48, 1])\nv = input(%s[1, 64])\n"
+             "c = matmul(x, w)\ne = matmul(v, x)\noutput c\noutput e\n",
+             dts[d], 1808, &(run_opts){.lo = -1, .hi = 1, .ctx = ctx}, "vector shapes");
+    /* SwiGLU as one dual kernel: ping-pong 128 x (2 x 64), ragged M, N, K */
+    run_text("kfg 1\nx = input(%s[1000, 264])\nwg = input(%s[264, 1096])\n"
+             "wu = input(%s[264, 1096])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+             "a = silu(g)\ny = mul(a, u)\noutput y\n",
+             dts[d], 1811,
+             &(run_opts){.lo = -1,
+                         .hi = 1,
+                         .report_has_sm90 = "dual 128x(2x64) tiles ping-pong",
+                         .ctx = ctx},
+             "SwiGLU dual, ping-pong, ragged");
+    /* dual cooperative 128 x (2 x 128), ragged; the gated product cast to f32 */
+    run_text("kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[136, 2056])\n"
+             "wu = input(%s[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+             "a = silu(g)\nh = mul(a, u)\ny = cast(h, f32)\noutput y\n",
+             dts[d], 1812,
+             &(run_opts){.lo = -1,
+                         .hi = 1,
+                         .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
+                         .ctx = ctx},
+             "SwiGLU dual, cooperative, ragged, cast");
+    /* dual with both B transposed (K-major), few tiles, M = 1 */
+    run_text("kfg 1\nx = input(%s[1, 200])\nwg = input(%s[136, 200])\n"
+             "wu = input(%s[136, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+             "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+             dts[d], 1813,
+             &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+             "SwiGLU dual, K-major B, M = 1");
+    /* N = 1001 (K-major B takes any N): the last chunk of a row is
+     * partial, and the epilogue's bias and residual reads stop at N */
+    run_text("kfg 1\nx = input(%s[300, 64])\nw = input(%s[1001, 64])\nb = input(%s[1001])\n"
+             "r = input(%s[300, 1001])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
+             "y = add(a, r)\noutput y\n",
+             dts[d], 1815, &o, "N = 1001, K-major B, bias + residual");
+    run_text("kfg 1\nx = input(%s[200, 64])\nwg = input(%s[1001, 64])\n"
+             "wu = input(%s[1001, 64])\nb = input(%s[1001])\n"
+             "g = matmul(x, wg, transpose_b=true)\nu = matmul(x, wu, transpose_b=true)\n"
+             "a = silu(g)\nh = mul(a, u)\ny = add(h, b)\noutput y\n",
+             dts[d], 1816,
+             &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+             "SwiGLU dual, N = 1001, bias");
+    /* a norm prologue folded into B after a statistics pre-pass (a
+     * pre-pass writes diag(gamma) B, the accumulators get the row
+     * statistics): RMSNorm, ragged M, N, K */
+    const char *npro = "norm prologue folded into B";
+    run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 392])\n"
+             "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+             dts[d], 1817, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
+             "norm prologue: rms_norm, ragged");
+    /* where B is not the smaller operand (2 N >= M), the prologue
+     * kernel's scratch instead */
+    run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+             "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+             dts[d], 1823,
+             &(run_opts){.lo = -1,
+                         .hi = 1,
+                         .report_has_sm90 = "A from the prologue kernel's scratch",
+                         .ctx = ctx},
+             "norm prologue: rms_norm from the scratch, ragged");
+    /* LayerNorm (mean, rstd), rows off zero, batch folded into M, a bias */
+    run_text("kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+             "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+             "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+             dts[d], 1818, &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = npro, .ctx = ctx},
+             "norm prologue: layer_norm, batch folded, bias");
+    /* the ping-pong schedule (136 tiles for 132 SMs): a consumer
+     * normalizes all 128 rows of its tile */
+    run_text("kfg 1\nx = input(%s[8600, 128])\ng = input(%s[128])\nw = input(%s[128, 200])\n"
+             "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+             dts[d], 1819,
+             &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "ping-pong", .ctx = ctx},
+             "norm prologue: ping-pong");
+    /* a SwiGLU pair behind a norm: RMSNorm ragged in the ping-pong
+     * schedule from the scratch (2 N >= M), LayerNorm folded (a pre-pass
+     * per B), LayerNorm in 128 x (2 x 128) cooperative from the scratch */
+    run_text("kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\n"
+             "wg = input(%s[264, 1096])\nwu = input(%s[264, 1096])\nn = rms_norm(x, g)\n"
+             "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+             dts[d], 1820,
+             &(run_opts){.lo = -1,
+                         .hi = 1,
+                         .report_has_sm90 = "A from the prologue kernel's scratch",
+                         .ctx = ctx},
+             "norm prologue: rms_norm, SwiGLU dual, ragged");
+    run_text("kfg 1\nx = input(%s[3000, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+             "wg = input(%s[200, 392])\nwu = input(%s[200, 392])\nn = layer_norm(x, g, c)\n"
+             "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+             dts[d], 1824, &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = npro, .ctx = ctx},
+             "norm prologue: layer_norm folded, SwiGLU dual");
+    /* the pair with inputs off zero (large positive products), no norm */
+    run_text("kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[136, 2056])\n"
+             "wu = input(%s[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+             "a = silu(g)\ny = mul(a, u)\noutput y\n",
+             dts[d], 1825,
+             &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = "dual", .ctx = ctx},
+             "SwiGLU dual, inputs 0.5..3");
+    run_text("kfg 1\nx = input(%s[2200, 136])\ng = input(%s[136])\nc = input(%s[136])\n"
+             "wg = input(%s[136, 2056])\nwu = input(%s[136, 2056])\nn = layer_norm(x, g, c)\n"
+             "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+             dts[d], 1821,
+             &(run_opts){.lo = 0.5,
+                         .hi = 3,
+                         .report_has_sm90 = "dual 128x(2x128) tiles cooperative",
+                         .ctx = ctx},
+             "norm prologue: layer_norm, SwiGLU dual, cooperative");
+    /* LayerNorm before a K-major B (the fold pre-pass's other layout), N
+     * not a multiple of 8 (the column sums read one by one) */
+    run_text("kfg 1\nx = input(%s[2100, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+             "w = input(%s[1001, 200])\nn = layer_norm(x, g, c)\n"
+             "y = matmul(n, w, transpose_b=true)\noutput y\n",
+             dts[d], 1822, &(run_opts){.lo = 0.5, .hi = 3, .report_has_sm90 = npro, .ctx = ctx},
+             "norm prologue: layer_norm, K-major B, N = 1001");
+    /* dual batched (both B per batch), with a residual in the epilogue */
+    run_text("kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
+             "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"
+             "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\n"
+             "y = add(h, r)\noutput y\n",
+             dts[d], 1814,
+             &(run_opts){.lo = -1, .hi = 1, .report_has_sm90 = "dual 128x(2x64)", .ctx = ctx},
+             "SwiGLU dual, batched, residual");
+    kf_ctx_destroy(ctx);
+}
+
+static void test_generated_bf16_gemms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    generated_gemms_case(0);
+}
+
+static void test_generated_f16_gemms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    generated_gemms_case(1);
+}
+
+static void test_generated_gemms_of_every_example_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = ctx_gemm(KF_GEMM_GENERATED);
     /* every example and pattern, forced */
     const char *src = getenv("KF_SOURCE_DIR");
     char dir[900];
@@ -2302,6 +2319,42 @@ static void test_a_2cta_cluster_gemm_with_a_missing_half_matches(void **state) {
                  "r = input(%s[300, 264])\nh = matmul(x, w, transpose_b=true)\n"
                  "y = add(h, r)\noutput y\n",
                  KF_DTYPE_BF16, 2610, "3 tile rows, K-major B, residual");
+    /* ping-pong tiles in clusters (153 tiles of 128 x 128, K <= 1024 with
+     * the TMA-store epilogue): 17 tile rows, a pair's missing half */
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 72])\nw = input(%s[72, 1096])\nb = input(%s[1096])\n"
+              "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
+              KF_DTYPE_BF16, 2611, "ping-pong pairs, 17 tile rows, bias",
+              KF_CUDA_RECIPE_GEMM_CLUSTER2, "ping-pong in 2-CTA clusters", false);
+    kf_ctx_destroy(ctx);
+}
+
+/* The internal schedules the bench compares: ping-pong's turn passed once a
+ * consumer's main loop is issued (PP_EARLY; ragged, a LayerNorm folded into
+ * B, 153 tiles of 128 x 128), and the TMA-store epilogue two chunks ahead
+ * (EPI_AHEAD) with a residual, on ping-pong and on cooperative tiles. */
+static void test_the_internal_gemm_schedules_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\ng = input(%s[264])\nc = input(%s[264])\n"
+              "w = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\na = add(h, b)\n"
+              "y = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_BF16, 2612, "early turn, LayerNorm folded, ragged",
+              KF_CUDA_RECIPE_GEMM_PP_EARLY, "ping-pong", false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_F16, 2613, "epilogue ahead, ping-pong, bias + residual, ragged",
+              KF_CUDA_RECIPE_GEMM_EPI_AHEAD, "ping-pong", false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[1100, 1104])\nw = input(%s[1104, 1000])\n"
+              "r = input(%s[1100, 1000])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
+              KF_DTYPE_BF16, 2614, "epilogue ahead, residual, cooperative",
+              KF_CUDA_RECIPE_GEMM_EPI_AHEAD, "epilogue stored by TMA", false);
     kf_ctx_destroy(ctx);
 }
 
@@ -2354,6 +2407,15 @@ static void test_generated_gemms_in_2cta_clusters_match_the_reference(void **sta
                      "w = input(%s[264, 392])\nn = rms_norm(x, g)\ny = matmul(n, w)\n"
                      "output y\n",
                      dts[d], 2607, "RMSNorm folded into B");
+        /* ping-pong pairs with a LayerNorm folded into B (GPT-2's Q/K/V and
+         * first MLP GEMM at K <= 1024): 17 tile rows, ragged K and N */
+        flag_case(ctx,
+                  "kfg 1\nx = input(%s[2100, 264])\ng = input(%s[264])\nc = input(%s[264])\n"
+                  "w = input(%s[264, 1096])\nb = input(%s[1096])\n"
+                  "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\na = add(h, b)\n"
+                  "y = gelu_tanh(a)\noutput y\n",
+                  dts[d], 2608, "ping-pong pairs, LayerNorm folded into B",
+                  KF_CUDA_RECIPE_GEMM_CLUSTER2, "ping-pong in 2-CTA clusters", false);
     }
     kf_ctx_destroy(ctx);
 }
@@ -3598,13 +3660,16 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner),
         cmocka_unit_test(test_a_measured_choice_is_replayed_and_timed_directly_when_capture_fails),
-        cmocka_unit_test(test_generated_gemms_match_the_reference),
+        cmocka_unit_test(test_generated_bf16_gemms_match_the_reference),
+        cmocka_unit_test(test_generated_f16_gemms_match_the_reference),
+        cmocka_unit_test(test_generated_gemms_of_every_example_match),
         cmocka_unit_test(test_gemm_sibling_sets_match_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_match_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_sm80_kernel_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
+        cmocka_unit_test(test_the_internal_gemm_schedules_match),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),

@@ -141,7 +141,7 @@ static void generated_case_with(const char *text, const char *want_tile, const c
         assert_memory_equal(ks->tmaps[1].box, ks->tmaps[2].box, sizeof ks->tmaps[1].box);
     assert_true(!dual || ks->args[1].buf.id != ks->args[2].buf.id);
     char tile[48];
-    snprintf(tile, sizeof tile, "%s tiles", want_tile);
+    snprintf(tile, sizeof tile, "%s%s", want_tile, strstr(want_tile, " tiles") ? "" : " tiles");
     if (!strstr(rc->variants[0].how, tile) || !strstr(rc->variants[0].how, want_sched))
         fail_msg("expected %s %s: %s", tile, want_sched, rc->variants[0].how);
     assert_true(ks->shared_bytes <= 227u * 1024u);
@@ -536,7 +536,8 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
         "kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
         "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\n"
         "y = mul(a, u)\noutput y\n"};
-    static const unsigned flags[] = {0, KF_CUDA_RECIPE_GEMM_PINGPONG, KF_CUDA_RECIPE_GEMM_EPI_REGS};
+    static const unsigned flags[] = {0, KF_CUDA_RECIPE_GEMM_PINGPONG, KF_CUDA_RECIPE_GEMM_EPI_REGS,
+                                     KF_CUDA_RECIPE_GEMM_PP_EARLY, KF_CUDA_RECIPE_GEMM_EPI_AHEAD};
     for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
         bool pair = t == 3;
         planned p;
@@ -557,6 +558,16 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
              * tiles than SMs: ping-pong 128-wide tiles */
             if (tma && t < 2 && !strstr(how, "128x128 tiles ping-pong"))
                 fail_msg("case %zu flags 0x%x: short K, not ping-pong: %s", t, flags[f], how);
+            /* the internal schedules: ping-pong's turn passed at issue
+             * (PP_EARLY), the TMA-store epilogue two chunks ahead (EPI_AHEAD;
+             * not with a norm folded into B) */
+            bool early = (flags[f] & KF_CUDA_RECIPE_GEMM_PP_EARLY) && strstr(how, "ping-pong");
+            assert_non_null(strstr(ks->kernel.source,
+                                   early ? "#define KF_PP_EARLY 1" : "#define KF_PP_EARLY 0"));
+            bool ahead = tma && (flags[f] & KF_CUDA_RECIPE_GEMM_EPI_AHEAD) &&
+                         !strstr(how, "folded into B");
+            assert_non_null(strstr(ks->kernel.source,
+                                   ahead ? "#define KF_EPI_AHEAD 1" : "#define KF_EPI_AHEAD 0"));
             if (t == 0) { /* gelu_tanh by its formula in the GEMM, not the bf16 table */
                 assert_null(strstr(ks->kernel.source, "kf_gelu_tab_src"));
                 assert_non_null(strstr(ks->kernel.source, "ex2.approx.ftz.f32"));
@@ -585,12 +596,13 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
     }
 }
 
-/* 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2, internal): the cooperative
- * kernel's tile pairs share B by TMA multicast. Each variant compiles to
- * HGMMA and multicast TMA loads (UTMALDG...MULTICAST) with no local memory;
- * the step launches 2 x 1 x 1 clusters on an even grid; a K-major B's map
- * has boxes of half the tile's rows (each CTA loads one half); ping-pong
- * tiles and a single tile row take no cluster; the default takes none. */
+/* 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2, internal): the kernel's tile
+ * pairs share B by TMA multicast, cooperative or ping-pong (K <= 1024 with
+ * the TMA-store epilogue). Each variant compiles to HGMMA and multicast TMA
+ * loads (UTMALDG...MULTICAST) with no local memory; the step launches
+ * 2 x 1 x 1 clusters on an even grid; a K-major B's map has boxes of half
+ * the tile's rows (each CTA loads one half); a single tile row takes no
+ * cluster; the default takes none. */
 static void cluster_case_flags(const char *text, const char *want_tile, bool want_cluster,
                                unsigned flags) {
     planned p;
@@ -603,7 +615,7 @@ static void cluster_case_flags(const char *text, const char *want_tile, bool wan
     const char *how = rc->variants[0].how;
     const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
     char tile[48];
-    snprintf(tile, sizeof tile, "%s tiles", want_tile);
+    snprintf(tile, sizeof tile, "%s%s", want_tile, strstr(want_tile, " tiles") ? "" : " tiles");
     if (!strstr(how, tile) || (strstr(how, "2-CTA clusters") != NULL) != want_cluster)
         fail_msg("expected %s, %s: %s", tile, want_cluster ? "clusters" : "no cluster", how);
     assert_non_null(
@@ -645,20 +657,27 @@ static void test_cluster_pairs_compile_to_multicast_tma_and_hgmma(void **state) 
     static const char *const dts[] = {"bf16", "f16"};
     for (int d = 0; d < 2; d++) {
         char t[1024];
-        /* 128 x 256, N-major B, bias + tanh gelu, 65 tile rows (odd) */
+        /* K = 1024: ping-pong 128 x 128, N-major B, bias + tanh gelu, 65
+         * tile rows (odd) */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[8320, 1024])\nw = input(%s[1024, 4096])\n"
                  "b = input(%s[4096])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
                  "output y\n",
                  dts[d], dts[d], dts[d]);
-        cluster_case_check(t, "128x256", true);
-        /* 128 x 256, K-major B, a residual */
+        cluster_case_check(t, "128x128 tiles ping-pong", true);
+        /* K = 2048: cooperative 128 x 256, the TMA-store epilogue */
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[8320, 2048])\nw = input(%s[2048, 4096])\n"
+                 "b = input(%s[4096])\nh = matmul(x, w)\ny = add(h, b)\noutput y\n",
+                 dts[d], dts[d], dts[d]);
+        cluster_case_check(t, "128x256 tiles cooperative", true);
+        /* K = 512: ping-pong, K-major B, a residual */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[8192, 512])\nw = input(%s[4096, 512])\n"
                  "r = input(%s[8192, 4096])\nh = matmul(x, w, transpose_b=true)\n"
                  "y = add(h, r)\noutput y\n",
                  dts[d], dts[d], dts[d]);
-        cluster_case_check(t, "128x256", true);
+        cluster_case_check(t, "128x128 tiles ping-pong", true);
         /* 128 x 128 cooperative, ragged, batched */
         snprintf(t, sizeof t,
                  "kfg 1\na = input(%s[3, 300, 64])\nb = input(%s[3, 64, 136])\n"
@@ -679,12 +698,19 @@ static void test_cluster_pairs_compile_to_multicast_tma_and_hgmma(void **state) 
                  "output y\n",
                  dts[d], dts[d], dts[d]);
         cluster_case_check(t, "dual 128x(2x64)", true);
-        /* a norm folded into B at 128 x 256 */
+        /* a norm folded into B, K = 1024: ping-pong, and a LayerNorm's */
         snprintf(t, sizeof t,
                  "kfg 1\nx = input(%s[8192, 1024])\ng = input(%s[1024])\n"
                  "w = input(%s[1024, 4096])\nn = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
                  dts[d], dts[d], dts[d]);
-        cluster_case_check(t, "128x256", true);
+        cluster_case_check(t, "128x128 tiles ping-pong", true);
+        snprintf(t, sizeof t,
+                 "kfg 1\nx = input(%s[16384, 1024])\ng = input(%s[1024])\nc = input(%s[1024])\n"
+                 "w = input(%s[1024, 3072])\nb = input(%s[3072])\n"
+                 "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\ny = add(h, b)\n"
+                 "output y\n",
+                 dts[d], dts[d], dts[d], dts[d], dts[d]);
+        cluster_case_check(t, "128x128 tiles ping-pong", true);
     }
     /* with the other internal schedules: the staged epilogue, the norm in
      * the ring (compiled only: their GPU numerics ran with the clusters'
@@ -697,10 +723,10 @@ static void test_cluster_pairs_compile_to_multicast_tma_and_hgmma(void **state) 
                        "w = input(f16[264, 1096])\nn = rms_norm(x, g)\ny = matmul(n, w)\n"
                        "output y\n",
                        "128x128", true, KF_CUDA_RECIPE_GEMM_NORM_IN_RING);
-    /* ping-pong tiles and a single tile row stay unclustered */
+    /* ping-pong tiles in pairs too; a single tile row stays unclustered */
     cluster_case_check("kfg 1\nx = input(bf16[17000, 128])\nw = input(bf16[128, 200])\n"
                        "y = matmul(x, w)\noutput y\n",
-                       "128x128", false);
+                       "128x128 tiles ping-pong", true);
     cluster_case_check("kfg 1\nx = input(bf16[100, 128])\nw = input(bf16[128, 200])\n"
                        "y = matmul(x, w)\noutput y\n",
                        "128x128", false);
@@ -732,7 +758,7 @@ static void sk_case_check(const char *text, const char *want_tile, int want_sk) 
         fail_msg("expected the generated side: %s", how);
     const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
     char tile[48];
-    snprintf(tile, sizeof tile, "%s tiles", want_tile);
+    snprintf(tile, sizeof tile, "%s%s", want_tile, strstr(want_tile, " tiles") ? "" : " tiles");
     if (!strstr(how, tile) || (strstr(how, "stream-K") != NULL) != (want_sk != 0))
         fail_msg("expected %s, %s: %s", tile, want_sk ? "stream-K" : "no stream-K", how);
     int n_part = 0, n_cnt = 0;

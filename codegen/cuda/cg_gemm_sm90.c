@@ -286,6 +286,9 @@ const char *cg_gemm_sm90_why(const cg *c, const kf_cuda_gemm_shape *sh) {
         int64_t D = gm->head_dim;
         if (sh->dual || sh->epi_staged)
             why = "a head-split epilogue runs from the registers only (not dual, not staged)";
+        else if (sh->epi_tma && gm->heads_first && sh->cluster == 2)
+            why = "the head view's TMA-store output in 2-CTA clusters (a pair's missing half "
+                  "would address the next head)";
         else if ((D != 64 && D != 128 && D != 256) || sh->bn % D != 0)
             why = "a head-split epilogue needs a head of 64, 128 or 256 columns, whole in a "
                   "column tile";
@@ -313,7 +316,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || (sh->bn != 128 && sh->bn != 256) ||
         sh->stages < 2 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
         sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128) || sh->cluster > 2 ||
-        (sh->cluster == 2 && sh->pingpong) || sh->sk_grid > 65535 ||
+        (sh->pp_early && !sh->pingpong) || sh->sk_grid > 65535 ||
         (sh->sk_grid && (sh->pingpong || sh->cluster == 2)))
         return cg_end(&c,
                       cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
@@ -410,11 +413,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED %d\n"
               "#define KF_B_BATCHED %d\n#define KF_DUAL %d\n#define KF_A_NORM %d\n"
               "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n#define KF_EPI_TMA %d\n"
-              "#define KF_CLUSTER %u\n",
+              "#define KF_CLUSTER %u\n#define KF_PP_EARLY %d\n#define KF_EPI_AHEAD %d\n",
               sh->m, sh->n, sh->k, sh->batch, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
               sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
-              gm->head_dim, sh->epi_tma ? 1 : 0, cl);
+              gm->head_dim, sh->epi_tma ? 1 : 0, cl, sh->pp_early ? 1 : 0, sh->epi_ahead ? 1 : 0);
     /* 2: fewer than half as many tiles as blocks (decode): each tile's K
      * steps interleaved over its share of the blocks */
     if (sk_g)

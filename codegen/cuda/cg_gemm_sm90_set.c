@@ -124,10 +124,12 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED 0\n"
               "#define KF_B_BATCHED 0\n#define KF_DUAL 0\n#define KF_A_NORM 0\n"
               "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n#define KF_EPI_TMA %d\n"
-              "#define KF_CLUSTER 1\n",
+              "#define KF_CLUSTER 1\n#define KF_EPI_AHEAD 0\n",
               sh->m, shapes[0].n, sh->k, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->epi_staged ? 0 : 1, g0->head_dim,
               sh->epi_tma ? 1 : 0);
+    /* (KF_EPI_AHEAD 0: the TMA-store epilogue's values chunk by chunk; ahead,
+     * a member's 64 packed values left a 3-member set a stack frame) */
     /* the members' tile columns, one N range; member 0's namespace holds the
      * helpers every member's would do alike (the norm's row statistics) */
     cg_printf(&c0->s,

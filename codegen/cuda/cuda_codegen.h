@@ -381,11 +381,15 @@ typedef struct kf_cuda_gemm_shape {
     bool pingpong;             /* the consumers take alternate tiles, each the whole tile, and
                                   one's epilogue overlaps the other's main loop (bn 128);
                                   else both share every tile (cooperative) */
+    bool pp_early;             /* ping-pong: a consumer passes the turn once its main loop's
+                                  wgmmas are issued, not done (the default), and takes it
+                                  after its tile's loads (internal; measured no faster) */
     uint32_t stages;           /* depth of the shared-memory ring */
-    uint32_t cluster;          /* CTAs of a thread-block cluster: 0 or 1 none; 2 (cooperative
-                                  only) tile pairs of adjacent rows sharing their B tile, each
-                                  CTA multicasting half of it (a K-major B's map then has boxes
-                                  of bn / 2 rows; the launch's cluster is 2 x 1 x 1) */
+    uint32_t cluster;          /* CTAs of a thread-block cluster: 0 or 1 none; 2 tile pairs of
+                                  adjacent rows sharing their B tile, each CTA multicasting
+                                  half of it (a K-major B's map then has boxes of bn / 2 rows;
+                                  the launch's cluster is 2 x 1 x 1); ping-pong too, where
+                                  both CTAs' consumer i % 2 takes the pair's tile i */
     bool dual;                 /* two GEMMs sharing A (SwiGLU): the B tile is bn / 2 columns of
                                   each B (a third tensor map, the second B), the output tile
                                   bn / 2 wide, and the epilogue reads both accumulators */
@@ -410,6 +414,10 @@ typedef struct kf_cuda_gemm_shape {
                                   columns a call) and its output leaves through shared memory
                                   by TMA stores (a third tensor map, the output's, after A's
                                   and B's) */
+    bool epi_ahead;            /* with epi_tma: two 64 x 64 chunks' values computed before
+                                  the first is stored, their loads in flight together (internal;
+                                  measured slower), where the default computes each chunk's
+                                  between the previous chunk's store barriers */
     bool x_scratch;            /* the write of tensor x_tensor goes to a SCRATCH param keyed by
                                   it (a value the plan does not materialize: the split row
                                   form's pre-norm rows, which the row pass after the GEMM

@@ -89,10 +89,20 @@ enum {
                                                     folding the norm into B or reading A from
                                                     the prologue's scratch (the schedule
                                                     before; the bench and the tests compare) */
-    KF_CUDA_RECIPE_GEMM_CLUSTER2 = 1u << 11,     /* internal: generated sm_90a GEMMs in the
-                                                    cooperative schedule run as 2-CTA clusters,
-                                                    tile pairs sharing B by TMA multicast (the
+    KF_CUDA_RECIPE_GEMM_CLUSTER2 = 1u << 11,     /* internal: generated sm_90a GEMMs (either
+                                                    schedule) run as 2-CTA clusters, tile
+                                                    pairs sharing B by TMA multicast (the
                                                     bench and the tests compare) */
+    KF_CUDA_RECIPE_GEMM_EPI_AHEAD = 1u << 29,    /* internal: the TMA-store epilogue computes
+                                                    two chunks' values before it stores the
+                                                    first (not with a norm folded into B, the
+                                                    head view, stream-K or a sibling set;
+                                                    measured slower, the bench compares) */
+    KF_CUDA_RECIPE_GEMM_PP_EARLY = 1u << 28,     /* internal: a ping-pong consumer passes the
+                                                    turn once its main loop's wgmmas are
+                                                    issued, not done (not with a row
+                                                    epilogue; measured no faster, the bench
+                                                    compares) */
     KF_CUDA_RECIPE_GEMM_STREAMK = 1u << 20,      /* internal: generated sm_90a GEMMs in the
                                                     cooperative schedule whose last wave is
                                                     at most 3/4 full (or whose tiles are

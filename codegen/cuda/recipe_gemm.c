@@ -925,21 +925,21 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.bn = 128;
         sh.pingpong = true;
     }
-    /* 2-CTA clusters (internal, KF_CUDA_RECIPE_GEMM_CLUSTER2): pairs of tile
-     * rows share their B tile by TMA multicast; cooperative tiles, two tile
-     * rows at least. */
-    if ((b->target->flags & KF_CUDA_RECIPE_GEMM_CLUSTER2) && !sh.pingpong && sh.m > 128)
-        sh.cluster = 2;
     sh.epi_staged = (b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) != 0;
+    /* 2-CTA clusters (internal, KF_CUDA_RECIPE_GEMM_CLUSTER2): pairs of tile
+     * rows share their B tile by TMA multicast; two tile rows at least; not
+     * the head view's TMA-store output (checked below). */
+    bool want_c2 = (b->target->flags & KF_CUDA_RECIPE_GEMM_CLUSTER2) && sh.m > 128;
     /* The TMA-store epilogue: one output of the product's dtype, written
      * whole (the plan's one write), N a multiple of 8 (its rows 16 bytes).
      * Not with the norm in the ring (internal): beside its arithmetic in the
-     * main loop, ptxas serializes the wgmmas (C7514). Not in clusters
-     * (internal; their GPU runs had the register epilogue). */
+     * main loop, ptxas serializes the wgmmas (C7514). */
     sh.epi_tma = !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_REGS) && !dual && !sh.epi_staged &&
-                 sh.cluster != 2 && !norm && !gm->row_split && grp->n_writes == 1 &&
+                 !norm && !gm->row_split && grp->n_writes == 1 &&
                  (!gm->head_dim || !gm->heads_first || gm->m % 64 == 0) &&
                  plan->graph->nodes[grp->writes[0]]->dtype == mm->dtype && sh.n % 8 == 0;
+    if (want_c2 && !(sh.epi_tma && gm->head_dim && gm->heads_first))
+        sh.cluster = 2;
     /* A short main loop (K of 16 steps or fewer) with that epilogue: ping-pong
      * 128-wide tiles wherever some block gets two, one consumer's epilogue
      * under the other's main loop. Measured on an H200, 16384 x 4096 x 1024
@@ -982,6 +982,17 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         sh.epi_tma = sh.epi_staged = false;
         sh.sk_grid = 0;
     }
+    /* ping-pong's turn passed once the main loop is issued (internal; not
+     * with a row epilogue: its RMSNorm kernel's stack frame grew past 128
+     * bytes) */
+    sh.pp_early = sh.pingpong && (b->target->flags & KF_CUDA_RECIPE_GEMM_PP_EARLY) && !row_tile;
+    /* the TMA-store epilogue two chunks ahead (internal); not for the head
+     * view (its rotate-half partners keep the accumulators alive), a norm
+     * folded into B (its column terms come with each chunk) or stream-K (its
+     * partials): ahead, those kernels got a stack frame (ptxas gives a
+     * consumer 168 registers) */
+    sh.epi_ahead = sh.epi_tma && (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_AHEAD) &&
+                   !gm->head_dim && !fold && !sh.sk_grid;
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
