@@ -420,7 +420,7 @@ typedef struct bcase {
     size_t launches;
     char report[2048];
     kf_gemm_mode gemm; /* how its GEMM groups run (KF_GEMM_AUTO: the default) */
-    unsigned rflags;   /* recipe flags added to the context's (KF_CUDA_RECIPE_GEMM_PINGPONG,
+    uint64_t rflags;   /* recipe flags added to the context's (KF_CUDA_RECIPE_GEMM_PINGPONG,
                           ..._STAGED_EPI: the generated GEMM's other schedules), or 0 */
 } bcase;
 

@@ -36,7 +36,7 @@ struct kf_ctx {
      * flags added to those of the flags and modes above in every recipe a
      * program of this context makes, so the GPU tests and the bench can run
      * a kernel form that is not on by default through kf_compile. */
-    unsigned recipe_flags;
+    uint64_t recipe_flags;
 
     /* Loaded at first use, under `lock` (runtime/cuda.c). */
     pthread_mutex_t lock;

@@ -1197,7 +1197,7 @@ static const struct {
  * elsewhere the FA2 kernel runs; *took (when `probe`) counts the programs
  * whose report holds `probe`. `what` (NULL: none) goes into the labels;
  * `only` (NULL: every case) names the one case to run. */
-static void run_sm90_cases_only(unsigned rflags, const char *dn_fused, const char *dn_long,
+static void run_sm90_cases_only(uint64_t rflags, const char *dn_fused, const char *dn_long,
                                 uint64_t stream0, const char *form, const char *probe, int *took,
                                 const char *what, const char *only) {
     kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
@@ -1237,7 +1237,7 @@ static void run_sm90_cases_only(unsigned rflags, const char *dn_fused, const cha
 }
 
 /* run_sm90_cases_only with every case (`only` NULL). */
-static void run_sm90_cases(unsigned rflags, const char *dn_fused, const char *dn_long,
+static void run_sm90_cases(uint64_t rflags, const char *dn_fused, const char *dn_long,
                            uint64_t stream0, const char *form, const char *probe, int *took,
                            const char *what) {
     run_sm90_cases_only(rflags, dn_fused, dn_long, stream0, form, probe, took, what, NULL);

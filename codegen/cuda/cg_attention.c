@@ -812,7 +812,7 @@ void cg_attn_emit_o_offset(cg *c, const kf_group *g, const char *row_len) {
 }
 
 static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
-                     kf_cuda_kernel *out, bool sm90, unsigned rflags) {
+                     kf_cuda_kernel *out, bool sm90, uint64_t rflags) {
     const int pin = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) ? 1 : 0;
     /* f32 scores by default (they won: H200, 4784014, causal S4096 D128
      * 0.955 -> 0.924 ms, LLaMA's block layouts 0.539 -> 0.518); ROUNDED_SCORE
@@ -974,7 +974,7 @@ kf_status kf_cuda_codegen_attention_sm90(const kf_plan *plan, uint32_t group, co
 }
 
 kf_status kf_cuda_codegen_attention_sm90_flags(const kf_plan *plan, uint32_t group,
-                                               const char *arch, unsigned rflags,
+                                               const char *arch, uint64_t rflags,
                                                const kf_mem *mem, kf_cuda_kernel *out) {
     return gen(plan, group, arch, mem, out, true, rflags);
 }

@@ -275,7 +275,7 @@ kf_status kf_cuda_codegen_attention_sm90(const kf_plan *plan, uint32_t group, co
  * ATTENTION_ROUNDED_SCORE, ATTENTION_TREE_SOFTMAX, ATTENTION_TAIL_LPT; the
  * others are ignored. */
 kf_status kf_cuda_codegen_attention_sm90_flags(const kf_plan *plan, uint32_t group,
-                                               const char *arch, unsigned rflags,
+                                               const char *arch, uint64_t rflags,
                                                const kf_mem *mem, kf_cuda_kernel *out);
 
 /* Whether kf_cuda_codegen_attention_sm90 takes group `group` for `arch`: what

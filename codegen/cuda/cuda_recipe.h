@@ -93,12 +93,12 @@ enum {
                                                     schedule) run as 2-CTA clusters, tile
                                                     pairs sharing B by TMA multicast (the
                                                     bench and the tests compare) */
-    KF_CUDA_RECIPE_GEMM_EPI_AHEAD = 1u << 29,    /* internal: the TMA-store epilogue computes
+    KF_CUDA_RECIPE_GEMM_EPI_AHEAD = 1u << 14,    /* internal: the TMA-store epilogue computes
                                                     two chunks' values before it stores the
                                                     first (not with a norm folded into B, the
                                                     head view, stream-K or a sibling set;
                                                     measured slower, the bench compares) */
-    KF_CUDA_RECIPE_GEMM_PP_EARLY = 1u << 28,     /* internal: a ping-pong consumer passes the
+    KF_CUDA_RECIPE_GEMM_PP_EARLY = 1u << 12,     /* internal: a ping-pong consumer passes the
                                                     turn once its main loop's wgmmas are
                                                     issued, not done (not with a row
                                                     epilogue; measured no faster, the bench
@@ -138,7 +138,7 @@ enum {
                                                       set keep their own GEMM kernels (the
                                                       schedule before the one kernel; the bench
                                                       compares) */
-    KF_CUDA_RECIPE_GEMM_SIMT_ROW_SPLIT = 1u << 29, /* internal: the SIMT kernel's row
+    KF_CUDA_RECIPE_GEMM_SIMT_ROW_SPLIT = 1u << 15, /* internal: the SIMT kernel's row
                                                       epilogue in the split form (GEMM, then a
                                                       row pass) even where the tile holds the
                                                       rows (the form before; the bench
@@ -162,7 +162,7 @@ enum {
                                                           before f32 scores; the bench and the
                                                           tests compare), unless F32_SCORE is
                                                           set too */
-    KF_CUDA_RECIPE_GEMM_DECODE = 1u << 29, /* internal: with GEMM_GENERATED or GEMM_MEASURED,
+    KF_CUDA_RECIPE_GEMM_DECODE = 1u << 19, /* internal: with GEMM_GENERATED or GEMM_MEASURED,
                                               a bf16 / f16 GEMM group with M <= 64 (decode)
                                               runs the decode kernel (templates/
                                               gemm_decode.cuh: B streamed once, split-K
@@ -192,7 +192,8 @@ enum {
 typedef struct kf_cuda_target {
     char arch[KF_CUDA_ARCH_MAX]; /* "sm_80", "sm_90a" (kf_nvrtc_arch_check-valid) */
     int sm_count;                /* the grids fill this many SMs (>= 1) */
-    unsigned flags;              /* KF_CUDA_RECIPE_* */
+    uint64_t flags;              /* KF_CUDA_RECIPE_* (64 bits: the ones past 31 are
+                                    macros, an enum constant being an int) */
 } kf_cuda_target;
 
 /* The recipe flags of a context's KF_FLAG_* flags, GEMM mode (kf_gemm_mode)
@@ -204,7 +205,7 @@ typedef struct kf_cuda_target {
  * UNFUSED_ATTENTION; KF_ATTENTION_FA2 gives ATTENTION_FA2; KF_ATTENTION_DECODE
  * gives ATTENTION_DECODE; AUTO and SM90 none (the sm_90a kernel where it takes
  * the group). */
-unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode);
+uint64_t kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode);
 
 /* The target of a device that is not at hand: "h100" and "h200" (sm_90a, 132
  * SMs), "a100" (sm_80, 108 SMs). KF_ERR_NOT_FOUND for another name. */

@@ -61,7 +61,7 @@ const char *kf_cuda_lt_epilogue_name(kf_cuda_lt_epilogue e) {
 /* Steps                                                                      */
 /* ------------------------------------------------------------------------ */
 
-unsigned kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode) {
+uint64_t kf_cuda_recipe_flags(unsigned kf_flags, int gemm_mode, int attention_mode) {
     unsigned f = (kf_flags & KF_FLAG_NO_CUBLASLT) ? KF_CUDA_RECIPE_NO_LT_EPILOGUE : 0u;
     if ((kf_flags & KF_FLAG_UNFUSED_ATTENTION) || attention_mode == KF_ATTENTION_UNFUSED)
         f |= KF_CUDA_RECIPE_UNFUSED_ATTENTION;

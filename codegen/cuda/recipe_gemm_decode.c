@@ -39,7 +39,7 @@
 #define DEC_DEFAULT_M 32
 
 bool kf_rb_gemm_wants_decode(const rb *b, const kf_cuda_gemm_shape *sh) {
-    unsigned fl = b->target->flags;
+    uint64_t fl = b->target->flags;
     int cc = kf_cuda_arch_cc(b->target->arch);
     if ((fl & (KF_CUDA_RECIPE_GEMM_NO_DECODE | KF_CUDA_RECIPE_GEMM_STREAMK)) || cc < 80)
         return false;
@@ -64,7 +64,7 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
      * for beside a static gelu table (sm_90: 227 KiB a SM; sm_80: 164;
      * sm_86 / 89: 100), 2 to 8. */
     uint32_t mp = (uint32_t)((sh->m + 7) / 8) * 8u;
-    unsigned fl = b->target->flags;
+    uint64_t fl = b->target->flags;
     bool wide = (fl & KF_CUDA_RECIPE_GEMM_DEC_WIDE) && mp <= 32;
     sh->bn = wide ? 128u : 64u;
     sh->dec_bk = wide || (fl & KF_CUDA_RECIPE_GEMM_DEC_BK64) ? 64u : 128u;

@@ -309,7 +309,7 @@ kf_status kf_rb_gemm_siblings(rb *b) {
         } else {
             snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "generated");
             /* one kernel over the concatenated columns (the default on sm_90a) */
-            unsigned fl = b->target->flags;
+            uint64_t fl = b->target->flags;
             bool sm80 = n > 0 && idx[0] < rc->n_steps &&
                         rc->steps[idx[0]].kernel->kernel.tmpl == KF_CUDA_TEMPLATE_GEMM_SM80;
             bool one_default = sm80 ? SIB_ONE_SM80_DEFAULT : SIB_ONE_DEFAULT;

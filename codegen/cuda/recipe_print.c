@@ -139,7 +139,7 @@ static void json_gemm(FILE *out, const kf_cuda_gstep *g) {
 static void print_json(const kf_cuda_recipes *r, FILE *out) {
     fputs("{\"arch\": ", out);
     kf_ir_json_string(out, r->target.arch);
-    unsigned f = r->target.flags;
+    uint64_t f = r->target.flags;
     const char *names[6];
     int n = 0;
     if (f & KF_CUDA_RECIPE_NO_LT_EPILOGUE)
