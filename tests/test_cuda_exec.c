@@ -1393,6 +1393,91 @@ static void test_sm90_attention_with_the_tail_longest_first_matches_the_referenc
     }
 }
 
+/* Non-causal cases for the wide and cluster forms, each saying which it
+ * takes: 176-key tiles where there are 3 or more and the score reads no
+ * tensor, 2-CTA clusters where the query tiles are even in number. */
+static const struct {
+    const char *name, *body;
+    bool wide, cluster;
+} noncausal_cases[] = {
+    {"no mask, Sq 500 != Skv 650: ragged key tiles, halves past the keys' end",
+     "q = input($[2, 3, 500, 128])\nk = input($[2, 3, 650, 128])\nv = input($[2, 3, 650, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     true, true},
+    /* 70 batch-heads of 2 query tiles: 70 cluster units, more than the 66
+     * clusters of 132 SMs; scores growing 0.06 a key: a rescale every tile */
+    {"no mask, 70 heads, Sq 256 Skv 400, scores growing 0.06 a key: more clusters than SMs",
+     "q = input($[2, 35, 256, 128])\nk = input($[2, 35, 400, 128])\n"
+     "v = input($[2, 35, 400, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "col = iota(i32[256, 400], axis=1)\ncf = cast(col, $)\ngr = const($[], 0.06)\n"
+     "b = mul(cf, gr)\ns1 = add(s0, b)\n",
+     true, true},
+    {"GQA 4:1 (K, V broadcast over the head group), no mask, Skv 600",
+     "q = input($[1, 2, 4, 256, 128])\nk = input($[1, 2, 1, 600, 128])\n"
+     "v = input($[1, 2, 1, 600, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     true, true},
+    {"softcap 30 tanh(s / 30), no mask, Sq 300 (odd query tiles), Skv 540",
+     "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
+     true, false},
+    {"an additive mask tensor, Sq 256 Skv 540 (a load: 128-key tiles)",
+     "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "am = input($[256, 540])\ns1 = add(s0, am)\n",
+     false, true},
+};
+
+/* The sm_90a kernel's non-causal forms -- 176-key tiles (KF_CUDA_RECIPE_
+ * ATTENTION_WIDE_KEYS), 2-CTA clusters sharing K and V by multicast
+ * (KF_CUDA_RECIPE_ATTENTION_CLUSTER2), and both -- on the cases above in
+ * bf16 (both forms also in f16): each matches the reference (outputs
+ * poisoned: a query tile left out, or a half tile that never landed, fails)
+ * and its report names the forms it took. */
+static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const unsigned forms[] = {KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS,
+                                     KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                                     KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS |
+                                         KF_CUDA_RECIPE_ATTENTION_CLUSTER2};
+    for (size_t f = 0; f < N_OF(forms); f++) {
+        for (int d = 0; d < (f == 2 ? 2 : 1); d++) {
+            const char *dn = d ? "f16" : "bf16";
+            kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+            ctx->recipe_flags = forms[f];
+            for (size_t i = 0; i < N_OF(noncausal_cases); i++) {
+                const bool w = noncausal_cases[i].wide &&
+                               (forms[f] & KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS);
+                const bool c = noncausal_cases[i].cluster &&
+                               (forms[f] & KF_CUDA_RECIPE_ATTENTION_CLUSTER2);
+                kf_graph *g = fused_graph(ctx, noncausal_cases[i].body, dn,
+                                          noncausal_cases[i].name);
+                char label[240], has[200], lacks[80];
+                snprintf(label, sizeof label, "sm_90a attention%s%s: %s [%s]",
+                         w ? ", 176-key tiles" : "", c ? ", 2-CTA clusters" : "",
+                         noncausal_cases[i].name, dn);
+                snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|mask none%s%s",
+                         w ? "|176-key tiles" : "", c ? "|2-CTA clusters sharing K and V" : "");
+                snprintf(lacks, sizeof lacks, "%s%s%s", !w ? "176-key tiles" : "",
+                         !w && !c ? "|" : "", !c ? "2-CTA clusters" : "");
+                run_opts o = {.lo = -2,
+                              .hi = 2,
+                              .report_has = "mask none",
+                              .report_has_sm90 = has,
+                              .report_lacks = lacks[0] ? lacks : NULL,
+                              .ctx = ctx};
+                run_and_compare(g, 4100 + 10 * f + 5 * (uint64_t)d + i, &o, label);
+                fprintf(stderr, "  %s: ok\n", label);
+                kf_graph_destroy(g);
+            }
+            kf_ctx_destroy(ctx);
+        }
+    }
+}
+
 /* One long case (more units than SMs: blocks take several items, the ring
  * and the Q buffers wrap) through every form of the sm_90a kernel at once --
  * softmax pinned, f32 scores, trees, the tail longest first -- and the default: the case the GPU
@@ -3409,6 +3494,7 @@ int main(void) {
             test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
+        cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),

@@ -146,6 +146,21 @@ enum {
                                                           before f32 scores; the bench and the
                                                           tests compare), unless F32_SCORE is
                                                           set too */
+    KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS = 1u << 27, /* internal: the sm_90a attention kernel
+                                                      takes key tiles of 176 where no mask cuts
+                                                      tiles (no causal, window or block-sparse
+                                                      mask) at head dim 128, with one Q buffer
+                                                      and 24 / 240 registers (cg_attention.c,
+                                                      sm90_shape_of); the bench compares */
+    KF_CUDA_RECIPE_ATTENTION_CLUSTER2 = 1u << 28, /* internal: the sm_90a attention kernel runs
+                                                     as 2-CTA clusters where no mask cuts tiles
+                                                     at head dim 128 with an even count of
+                                                     query tiles: the CTAs take query tiles 2p
+                                                     and 2p + 1 of one batch-head and each
+                                                     loads half of every K and V tile,
+                                                     multicast to both (templates/
+                                                     attention_sm90.cuh, KF_CLUSTER); the
+                                                     bench compares */
     KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
                                                      persistent blocks take the last two
                                                      rounds' units and the leftover as single
@@ -252,10 +267,14 @@ _Static_assert(KF_CUDA_MAX_TMAPS * 128 + KF_CUDA_MAX_PARAMS * 8 <= 4096,
  * (kf_cuda_codegen_attention_sm90), Q, K, V in its argument order, each over
  * the buffer of bases[i] (a view's base) from element offsets[i] of it (a
  * sliced view's start; 16-byte aligned): dims {head dim, rows, the batch
- * axes it does not broadcast, innermost first}, boxes {64, 128}, 128-byte
- * swizzle. KF_ERR_UNSUPPORTED where the kernel does not take the group. */
-kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cuda_tmap maps[3],
-                                      uint32_t bases[3], int64_t offsets[3]);
+ * axes it does not broadcast, innermost first}, boxes {64, 128} (K and V:
+ * {64, the key tile} -- 176 in the ATTENTION_WIDE_KEYS form -- halved in the
+ * ATTENTION_CLUSTER2 form, whose CTAs each multicast half a tile), 128-byte
+ * swizzle; `rflags` the recipe flags the kernel was made with.
+ * KF_ERR_UNSUPPORTED where the kernel does not take the group. */
+kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, unsigned rflags,
+                                      kf_cuda_tmap maps[3], uint32_t bases[3],
+                                      int64_t offsets[3]);
 
 typedef struct kf_cuda_kstep {
     kf_cuda_kernel kernel;                  /* source, name, arch, template, params */
