@@ -136,7 +136,7 @@ static_assert(KF_CLUSTER == 1 || (KF_CLUSTER == 2 && KF_MASK_SKIP == 0 && KF_NQT
  * counts must add up to exactly 168 x 384 (32 / 240, at 453a891, asks for
  * 1024 more than the producer gives back, so the consumers' setmaxnreg.inc
  * can wait forever: its first H100 run did not finish in 60 s). */
-#ifndef KF_PRODUCER_REGS /* the generator's: 40 / 232, or 24 / 240 (176-key tiles) */
+#ifndef KF_PRODUCER_REGS /* the generator's (40 / 232 for every form today) */
 #define KF_PRODUCER_REGS 40
 #define KF_CONSUMER_REGS 232
 #endif
