@@ -481,6 +481,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (jn >= t_hi)
                         kf_hp_arrive(qe); /* this warp is done with Q */
                 }
+#if KF_CLUSTER == 2
+                else if (lane == 1)
+                    kf_hp_arrive_cluster(pek0 + 8 * s);
+#endif
 
                 /* The score expression. The accumulator of wgmma m64nN: warp
                  * w holds rows 16w + lane/4 (+8), columns 8n + 2(lane%4)
@@ -637,6 +641,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     asm volatile("" : "+f"(o[i])::"memory");
                 if (j != j0 && lane == 0)
                     kf_hp_arrive(ev0 + 8 * sp);
+#if KF_CLUSTER == 2
+                else if (j != j0 && lane == 1)
+                    kf_hp_arrive_cluster(pev0 + 8 * sp);
+#endif
                 if (rescale) {
 #pragma unroll
                     for (int r = 0; r < 2; r++) {
@@ -737,6 +745,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
                 if (lane == 0)
                     kf_hp_arrive(ev0 + 8 * sp);
+#if KF_CLUSTER == 2
+                else if (lane == 1)
+                    kf_hp_arrive_cluster(pev0 + 8 * sp);
+#endif
             }
 
             /* O / l, rounded to the output's dtype: [.., sq, KF_D] contiguous. */
