@@ -1478,6 +1478,28 @@ static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void 
     }
 }
 
+/* The first of the cases above -- ragged Sq 500 and Skv 650: the last
+ * 176-key tile and the rank-1 CTA's half of it run past the keys' end --
+ * through both non-causal forms at once, bf16: the case the GPU check runs
+ * under compute-sanitizer (memcheck, racecheck). */
+static void test_sm90_attention_wide_cluster_form_on_one_ragged_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+    ctx->recipe_flags = KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
+    kf_graph *g = fused_graph(ctx, noncausal_cases[0].body, "bf16", noncausal_cases[0].name);
+    run_opts o = {.lo = -2,
+                  .hi = 2,
+                  .report_has = "mask none",
+                  .report_has_sm90 = "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles|"
+                                     "2-CTA clusters sharing K and V",
+                  .ctx = ctx};
+    run_and_compare(g, 4200, &o, "sm_90a attention, 176-key tiles in 2-CTA clusters, ragged");
+    fprintf(stderr, "  %s: ok\n", noncausal_cases[0].name);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* One long case (more units than SMs: blocks take several items, the ring
  * and the Q buffers wrap) through every form of the sm_90a kernel at once --
  * softmax pinned, f32 scores, trees, the tail longest first -- and the default: the case the GPU
@@ -3495,6 +3517,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_wide_cluster_form_on_one_ragged_case),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),
