@@ -368,6 +368,66 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
     }
 }
 
+/* A multiply by 1 after the scale (mul(mul(Q.K^T, c), 1): the bench's
+ * non-causal text; under a causal mask too, as the where()'s kept branch)
+ * folds as the scale alone: in bf16 and f16 the kernel is the f32-score one
+ * (fa3f_, the report says so) and its SASS is the same, instruction for
+ * instruction, as that of the graph without the 1 -- where before it
+ * rounded each score twice and multiplied once (160 F2FP and 130 FMUL a
+ * warp and key tile against 32 and 66). A multiply by 2 there does not fold. */
+static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void **state) {
+    (void)state;
+    static const struct {
+        const char *name, *rows, *with, *without;
+        bool folds;
+    } uc[] = {
+        {"no mask", "", "one = const($[], 1)\ns1 = mul(s0, one)\n", "s1 = mul(qk, sc)\n", true},
+        {"no mask, 1 * x", "", "one = const($[], 1)\ns1 = mul(one, s0)\n", "s1 = mul(qk, sc)\n",
+         true},
+        {"no mask, times 1 twice", "",
+         "one = const($[], 1)\ns2 = mul(s0, one)\ns1 = mul(s2, one)\n", "s1 = mul(qk, sc)\n", true},
+        {"causal", "row = iota(i32[300, 540], axis=0)\ncol = iota(i32[300, 540], axis=1)\n"
+                   "keep = ge(row, col)\nninf = const($[], -inf)\n",
+         "one = const($[], 1)\ns2 = mul(s0, one)\ns1 = where(keep, s2, ninf)\n",
+         "s1 = where(keep, s0, ninf)\n", true},
+        {"no mask, times 2", "", "two = const($[], 2)\ns1 = mul(s0, two)\n", NULL, false},
+    };
+    for (size_t i = 0; i < N_OF(uc); i++) {
+        for (int d = 0; d < 2; d++) {
+            const char *dn = d ? "f16" : "bf16";
+            char sass[2][1 << 16];
+            for (int w = 0; w < (uc[i].without ? 2 : 1); w++) {
+                char body[2048], text[4096];
+                snprintf(body, sizeof body,
+                         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\n"
+                         "v = input($[2, 2, 540, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+                         "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n%s%s",
+                         uc[i].rows, w ? uc[i].without : uc[i].with);
+                graph_text(body, dn, text, sizeof text);
+                planned p;
+                plan_text(text, &p);
+                kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+                const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
+                const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+                const bool f = strncmp(k->name, "fa3f_", 5) == 0 &&
+                               strstr(rc->variants[0].how, "f32 scores") != NULL;
+                if (f != uc[i].folds)
+                    fail_msg("%s [%s]%s: %s: %s", uc[i].name, dn, w ? " (without)" : "", k->name,
+                             rc->variants[0].how);
+                if (uc[i].without)
+                    kf_sass_text(&MEM, k, sass[w], sizeof sass[w]);
+                kf_cuda_recipes_destroy(rec);
+                plan_release(&p);
+            }
+            if (uc[i].without && strcmp(sass[0], sass[1]) != 0)
+                fail_msg("%s [%s]: the SASS differs from the graph's without the 1", uc[i].name,
+                         dn);
+            fprintf(stderr, "  %s [%s]: %s\n", uc[i].name, dn,
+                    uc[i].folds ? "folds, the same SASS as without the 1" : "does not fold");
+        }
+    }
+}
+
 /* The non-causal forms: 176-key tiles (KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS)
  * and 2-CTA clusters sharing K and V (KF_CUDA_RECIPE_ATTENTION_CLUSTER2),
  * alone and together, with every softmax form too. Where no mask cuts tiles
@@ -710,7 +770,10 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
     } fc[] = {
         {"causal, 1/8, bf16", "bf16", "0.125",
          "ninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n", "0x1p-3f", 64},
+        /* past a multiply by 1 (past_unit_muls) */
         {"no mask, 1/4, then * 1, bf16", "bf16", "0.25", "one = const($[], 1)\ns1 = mul(s0, one)\n",
+         "0x1p-2f", 64},
+        {"no mask, 1/4, then * 2, bf16", "bf16", "0.25", "two = const($[], 2)\ns1 = mul(s0, two)\n",
          "0x1p+0f", 64},
         {"no mask, 2, bf16", "bf16", "2", "", "0x1p+1f", 128},
         {"causal, 1/8, f16", "f16", "0.125",
@@ -772,6 +835,7 @@ int main(void) {
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),
+        cmocka_unit_test(test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone),
         cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),
         cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels),

@@ -1478,6 +1478,46 @@ static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void 
     }
 }
 
+/* A multiply by 1 after the scale -- mul(mul(Q.K^T, c), 1), the bench's
+ * non-causal text, and the same as a causal mask's kept branch -- folds as
+ * the scale alone (cg_attention.c, past_unit_muls): the default's kernel
+ * takes f32 scores (the report says so; test_attngen: the same SASS as the
+ * graph without the 1) and matches the reference, bf16 and f16. */
+static void test_sm90_attention_multiply_by_one_folds_and_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const attn_case one_cases[] = {
+        {"no mask, scale then * 1, Sq 300 Skv 540",
+         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+         "one = const($[], 1)\ns1 = mul(s0, one)\n",
+         "mask none"},
+        {"causal, scale then * 1 in the kept branch, S 333, head dim 64",
+         "q = input($[2, 3, 333, 64])\nk = input($[2, 3, 333, 64])\nv = input($[2, 3, 333, 64])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+         "one = const($[], 1)\ns2 = mul(s0, one)\nrow = iota(i32[333, 333], axis=0)\n"
+         "col = iota(i32[333, 333], axis=1)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
+         "s1 = where(keep, s2, ninf)\n",
+         "mask causal"},
+    };
+    static const char *const dts[] = {"bf16", "f16"};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t i = 0; i < N_OF(one_cases); i++) {
+            kf_graph *g = fused_graph(G.ctx, one_cases[i].body, dts[d], one_cases[i].name);
+            char label[200], has[200];
+            snprintf(label, sizeof label, "sm_90a attention, * 1 folded: %s [%s]",
+                     one_cases[i].name, dts[d]);
+            snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s|f32 scores",
+                     one_cases[i].mask);
+            run_opts o = {
+                .lo = -2, .hi = 2, .report_has = one_cases[i].mask, .report_has_sm90 = has};
+            run_and_compare(g, 4300 + 10 * d + i, &o, label);
+            fprintf(stderr, "  %s: ok\n", label);
+            kf_graph_destroy(g);
+        }
+    }
+}
+
 /* The first of the cases above -- ragged Sq 500 and Skv 650: the last
  * 176-key tile and the rank-1 CTA's half of it run past the keys' end --
  * through both non-causal forms at once, bf16: the case the GPU check runs
@@ -3518,6 +3558,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_cluster_form_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_multiply_by_one_folds_and_matches_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),

@@ -150,8 +150,9 @@ enum {
                                                       takes key tiles of 176 where no mask cuts
                                                       tiles (no causal, window or block-sparse
                                                       mask) at head dim 128, with one Q buffer
-                                                      and 24 / 240 registers (cg_attention.c,
-                                                      sm90_shape_of); the bench compares */
+                                                      (cg_attention.c, sm90_shape_of); as
+                                                      fast as 128 keys (H100, 7905c13: 1.902
+                                                      against 1.901 ms), so off */
     KF_CUDA_RECIPE_ATTENTION_CLUSTER2 = 1u << 28, /* internal: the sm_90a attention kernel runs
                                                      as 2-CTA clusters where no mask cuts tiles
                                                      at head dim 128 with an even count of
@@ -159,8 +160,9 @@ enum {
                                                      and 2p + 1 of one batch-head and each
                                                      loads half of every K and V tile,
                                                      multicast to both (templates/
-                                                     attention_sm90.cuh, KF_CLUSTER); the
-                                                     bench compares */
+                                                     attention_sm90.cuh, KF_CLUSTER); 2-3%
+                                                     slower (H100, 7905c13: L2 was at 41% of
+                                                     its peak), so off */
     KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
                                                      persistent blocks take the last two
                                                      rounds' units and the leftover as single
