@@ -386,8 +386,9 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
          true},
         {"no mask, times 1 twice", "",
          "one = const($[], 1)\ns2 = mul(s0, one)\ns1 = mul(s2, one)\n", "s1 = mul(qk, sc)\n", true},
-        {"causal", "row = iota(i32[300, 540], axis=0)\ncol = iota(i32[300, 540], axis=1)\n"
-                   "keep = ge(row, col)\nninf = const($[], -inf)\n",
+        {"causal",
+         "row = iota(i32[300, 540], axis=0)\ncol = iota(i32[300, 540], axis=1)\n"
+         "keep = ge(row, col)\nninf = const($[], -inf)\n",
          "one = const($[], 1)\ns2 = mul(s0, one)\ns1 = where(keep, s2, ninf)\n",
          "s1 = where(keep, s0, ninf)\n", true},
         {"no mask, times 2", "", "two = const($[], 2)\ns1 = mul(s0, two)\n", NULL, false},
@@ -449,16 +450,19 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
         bool wide, cluster; /* the forms apply */
     } nc[] = {
         {"no mask, Sq 500 != Skv 650 (ragged 176- and 88-key tiles), head dim 128",
-         "q = input($[2, 3, 500, 128])\nk = input($[2, 3, 650, 128])\nv = input($[2, 3, 650, 128])\n"
+         "q = input($[2, 3, 500, 128])\nk = input($[2, 3, 650, 128])\nv = input($[2, 3, 650, "
+         "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
          true, true},
         {"an additive mask tensor [Sq, Skv] (a load: not wide), Sq 300, Skv 540, head dim 128",
-         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
+         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, "
+         "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
          "am = input($[300, 540])\ns1 = add(s0, am)\n",
          false, false},
         {"softcap 30 tanh(s / 30), no mask, Sq 300 (odd query tiles), Skv 540, head dim 128",
-         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
+         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, "
+         "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
          "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
          true, false},
@@ -468,14 +472,15 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
          "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
          true, true},
         {"no mask, Skv 300 (two key tiles: not wide), head dim 128",
-         "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 300, 128])\nv = input($[2, 2, 300, 128])\n"
+         "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 300, 128])\nv = input($[2, 2, 300, "
+         "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
          false, true},
         {"causal, head dim 128 (tiles cut by the mask)", NULL, false, false},
         {"no mask, head dim 64", NULL, false, false},
     };
     for (size_t ci = 0; ci < N_OF(nc); ci++) {
-        const char *body = nc[ci].body                             ? nc[ci].body
+        const char *body = nc[ci].body                              ? nc[ci].body
                            : strncmp(nc[ci].name, "causal", 6) == 0 ? cases[0].body
                                                                     : cases[1].body;
         for (int dt = 0; dt < 2; dt++) {
@@ -483,12 +488,10 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
             graph_text(body, dt ? "f16" : "bf16", text, sizeof text);
             planned p;
             plan_text(text, &p);
-            static const unsigned forms[] = {KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS,
-                                             KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
-                                             KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS |
-                                                 KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
-                                             KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS |
-                                                 KF_CUDA_RECIPE_ATTENTION_CLUSTER2 | every};
+            static const unsigned forms[] = {
+                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS, KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2 | every};
             for (size_t f = 0; f < N_OF(forms); f++) {
                 if ((dt && f != 2) || (ci && f == 3))
                     continue; /* f16: both forms together; every form: the first case */
@@ -507,14 +510,17 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
                     (strstr(how, "2-CTA clusters sharing K and V") != NULL) != c)
                     fail_msg("%s [%x]: expected%s%s: %s: %s", nc[ci].name, forms[f],
                              w ? " wide" : "", c ? " clusters" : "", k->name, how);
-                assert_non_null(strstr(k->source, c ? "#define KF_CLUSTER 2" : "#define KF_CLUSTER 1"));
-                assert_non_null(strstr(k->source, w ? "#define KF_BC " KF_STR(KF_SM90_BC_WIDE_T) : "#define KF_BC 128"));
+                assert_non_null(
+                    strstr(k->source, c ? "#define KF_CLUSTER 2" : "#define KF_CLUSTER 1"));
+                assert_non_null(strstr(k->source, w ? "#define KF_BC " KF_STR(KF_SM90_BC_WIDE_T)
+                                                    : "#define KF_BC 128"));
                 assert_int_equal(ks->cluster[0], c ? 2 : 1);
                 if (c)
                     assert_int_equal(ks->grid[0] % 2, 0);
                 assert_true(ks->shared_bytes <= 227u * 1024u);
                 for (int m = 1; m < 3; m++)
-                    assert_int_equal(ks->tmaps[m].box[1], (w ? (unsigned)KF_SM90_BC_WIDE_T : 128u) / (c ? 2u : 1u));
+                    assert_int_equal(ks->tmaps[m].box[1],
+                                     (w ? (unsigned)KF_SM90_BC_WIDE_T : 128u) / (c ? 2u : 1u));
                 assert_int_equal(ks->tmaps[0].box[1], 128);
                 kf_sass_check_hopper(&MEM, k);
                 fprintf(stderr, "  %s [%s, %x]: %s compiles, no spills\n", nc[ci].name,

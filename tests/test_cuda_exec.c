@@ -1439,22 +1439,21 @@ static const struct {
 static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    static const unsigned forms[] = {KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS,
-                                     KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
-                                     KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS |
-                                         KF_CUDA_RECIPE_ATTENTION_CLUSTER2};
+    static const unsigned forms[] = {
+        KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS, KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+        KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2};
     for (size_t f = 0; f < N_OF(forms); f++) {
         for (int d = 0; d < (f == 2 ? 2 : 1); d++) {
             const char *dn = d ? "f16" : "bf16";
             kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
             ctx->recipe_flags = forms[f];
             for (size_t i = 0; i < N_OF(noncausal_cases); i++) {
-                const bool w = noncausal_cases[i].wide &&
-                               (forms[f] & KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS);
-                const bool c = noncausal_cases[i].cluster &&
-                               (forms[f] & KF_CUDA_RECIPE_ATTENTION_CLUSTER2);
-                kf_graph *g = fused_graph(ctx, noncausal_cases[i].body, dn,
-                                          noncausal_cases[i].name);
+                const bool w =
+                    noncausal_cases[i].wide && (forms[f] & KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS);
+                const bool c =
+                    noncausal_cases[i].cluster && (forms[f] & KF_CUDA_RECIPE_ATTENTION_CLUSTER2);
+                kf_graph *g =
+                    fused_graph(ctx, noncausal_cases[i].body, dn, noncausal_cases[i].name);
                 char label[240], has[200], lacks[80];
                 snprintf(label, sizeof label, "sm_90a attention%s%s: %s [%s]",
                          w ? ", 176-key tiles" : "", c ? ", 2-CTA clusters" : "",
@@ -1488,7 +1487,8 @@ static void test_sm90_attention_multiply_by_one_folds_and_matches_the_reference(
     REQUIRE_GPU();
     static const attn_case one_cases[] = {
         {"no mask, scale then * 1, Sq 300 Skv 540",
-         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
+         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, "
+         "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
          "one = const($[], 1)\ns1 = mul(s0, one)\n",
          "mask none"},

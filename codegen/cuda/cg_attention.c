@@ -186,7 +186,6 @@ static uint32_t sm90_smem(int64_t d, const sm90_shape *sh) {
            sh->stages * (uint32_t)(2 * sh->bc * d * 2);
 }
 
-
 static uint32_t base_of(const kf_plan *plan, uint32_t t, int64_t *strides, int64_t *off) {
     const kf_tensor *x = plan->graph->nodes[t];
     uint32_t g = plan->group_of ? plan->group_of[t] : KF_NONE;
@@ -354,8 +353,7 @@ bool kf_cuda_attention_sm90_supported(const kf_plan *plan, uint32_t group, const
 }
 
 kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, unsigned rflags,
-                                      kf_cuda_tmap maps[3], uint32_t bases[3],
-                                      int64_t offsets[3]) {
+                                      kf_cuda_tmap maps[3], uint32_t bases[3], int64_t offsets[3]) {
     char why[160];
     cg_attn_op ops[3];
     if (!plan || group >= plan->n_groups || !maps || !bases || !offsets ||
@@ -827,8 +825,9 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int 
                       fn[i], 2 + n);
             for (int a = 0; a < n; a++)
                 cg_printf(&c->s, ", %%%d", 4 + a);
-            cg_printf(&c->s, "}], [%%%d], %%%d;\" :: \"r\"(dst), \"l\"((unsigned long long)m), "
-                             "\"r\"(c0), \"r\"(row)",
+            cg_printf(&c->s,
+                      "}], [%%%d], %%%d;\" :: \"r\"(dst), \"l\"((unsigned long long)m), "
+                      "\"r\"(c0), \"r\"(row)",
                       4 + n, 5 + n);
             for (int a = 0; a < n; a++) {
                 int64_t inner = 1;
@@ -1039,17 +1038,17 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "#define KF_CONSUMER_REGS %d\n",
                   scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
                   sh.preg, sh.creg);
-        cg_printf(&c.s,
-                  "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
-                  "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
-                  "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
-                  "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
-                  "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
-                  (long long)at->d, SM90_BR, sh.bc, sh.stages, sh.qbuf, KF_SM90_DESC_ADD,
-                  (long long)at->sq,
-                  (long long)at->skv, (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16",
-                  cg_storage_type(dt), skip, (long long)(skip == 2 ? at->window : 0), po,
-                  kf_mask_kind_name(at->mask));
+        cg_printf(
+            &c.s,
+            "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
+            "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
+            "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
+            "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
+            "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
+            (long long)at->d, SM90_BR, sh.bc, sh.stages, sh.qbuf, KF_SM90_DESC_ADD,
+            (long long)at->sq, (long long)at->skv, (long long)bh,
+            dt == KF_DTYPE_BF16 ? "bf16" : "f16", cg_storage_type(dt), skip,
+            (long long)(skip == 2 ? at->window : 0), po, kf_mask_kind_name(at->mask));
         (void)pq;
         (void)pk;
         (void)pvp;
