@@ -1433,7 +1433,7 @@ static const struct {
 /* The sm_90a kernel's non-causal forms -- 176-key tiles (KF_CUDA_RECIPE_
  * ATTENTION_WIDE_KEYS), 2-CTA clusters sharing K and V by multicast
  * (KF_CUDA_RECIPE_ATTENTION_CLUSTER2), and both -- on the cases above in
- * bf16 (both forms also in f16): each matches the reference (outputs
+ * bf16 (both forms also in f16 on the first): each matches the reference (outputs
  * poisoned: a query tile left out, or a half tile that never landed, fails)
  * and its report names the forms it took. */
 static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void **state) {
@@ -1448,6 +1448,8 @@ static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void 
             kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
             ctx->recipe_flags = forms[f];
             for (size_t i = 0; i < N_OF(noncausal_cases); i++) {
+                if (d && i != 0)
+                    continue; /* f16: the ragged case (each case is seconds of reference) */
                 const bool w =
                     noncausal_cases[i].wide && (forms[f] & KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS);
                 const bool c =
