@@ -9,7 +9,7 @@
 #
 #   scripts/gpu_attention.sh [--commit SHA] [--bench] [--no-tests]
 #       [--filter PAT[,PAT...]] [--modes auto[,fa2]] [--sanitizer memcheck[,racecheck]]
-#       [--cases A,B] [--no-torch-compile] [--ab-define NAME=VALUE]
+#       [--cases A,B] [--no-torch-compile] [--ab-define NAME=VALUE] [--ncu A,B]
 #
 # --filter: the test_cuda_exec tests to run (cmocka wildcards, one run each;
 # default *attention*); --modes: the --attention modes the examples run in
@@ -19,6 +19,10 @@
 # build-time switch kept for measuring, e.g. KF_SM90_QBUF=1) in build-gpu-abN/
 # and benches the same cases without peers, so both kernels are timed on the
 # same machine (bench_attn_abN.json).
+# --ncu: for each named gpu_bench case, one Nsight Compute profile of its
+# first fused kernel (fa3*/fa_*; throughputs, warp states, per-instruction
+# stall sampling), kept as ncu_CASE.ncu-rep with its details and its
+# SASS-level source page as CSV beside it (read offline).
 #
 # Logs go to $OUT (default build-gpu/out); the last lines are a summary; exit 1
 # on any failure. scripts/gpu_check.sh remains the whole check.
@@ -33,6 +37,7 @@ tools="memcheck,racecheck"
 cases=()
 nocompile=()
 abdefs=()
+ncu_cases=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --commit) commit="$2"; shift 2 ;;
@@ -44,6 +49,7 @@ while [ $# -gt 0 ]; do
     --cases) cases=(--cases "$2"); shift 2 ;;
     --no-torch-compile) nocompile=(--no-torch-compile); shift ;;
     --ab-define) abdefs+=("$2"); shift 2 ;;
+    --ncu) ncu_cases="$2"; shift 2 ;;
     *) echo "gpu_attention.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -150,6 +156,25 @@ KFG
     else
         note "compute-sanitizer: not found, not run"
     fi
+fi
+if [ -n "$ncu_cases" ]; then
+    IFS=, read -ra nlist <<<"$ncu_cases"
+    for c in "${nlist[@]}"; do
+        if timeout 240 ncu -k 'regex:^fa' -c 1 --section SpeedOfLight \
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section SchedulerStats --section SourceCounters \
+            --section InstructionStats --section LaunchStats --section Occupancy \
+            -f -o "$out/ncu_$c" build-gpu/gpu_bench --attention --no-peers --reps 1 \
+            --cases "$c" >"$out/ncu_$c.log" 2>&1; then
+            ncu -i "$out/ncu_$c.ncu-rep" --page details --csv >"$out/ncu_${c}_details.csv" 2>&1
+            ncu -i "$out/ncu_$c.ncu-rep" --page source --csv --print-source sass \
+                >"$out/ncu_${c}_sass.csv" 2>&1
+            note "ncu $c: ncu_$c.ncu-rep"
+        else
+            tail -5 "$out/ncu_$c.log"
+            note "ncu $c: FAILED (ncu_$c.log)"
+        fi
+    done
 fi
 if [ $bench -eq 1 ]; then
     if build-gpu/gpu_bench --attention --commit "$commit" --out "$out/bench_attn.json" \

@@ -70,6 +70,20 @@
  * on both sides; item n takes Q buffer n % KF_QBUF, whose barriers' parity
  * is (n / KF_QBUF) & 1.
  *
+ * Non-causal forms (the generator's, cg_attention.c sm90_shape_of): where
+ * no mask cuts tiles at head dim 128, key tiles of KF_BC = 176 (one Q
+ * buffer: two 88 KiB stages fill the rest), and 2-CTA clusters
+ * (KF_CLUSTER 2, an even count of query tiles): cluster c takes units c,
+ * c + clusters, ..., a unit being query tiles 2p (rank 0) and 2p + 1 (rank
+ * 1) of one batch-head, and both CTAs walk the same key tiles, so each
+ * producer loads half of every K and V tile (rows rank x KF_BC / 2 on, maps
+ * of half-tile boxes) multicast into both CTAs' stage at the same offset,
+ * each CTA's full barrier expecting the whole tile's bytes, and its empty
+ * barriers count the consumer warps of both CTAs (lane 0 arrives here, lane
+ * 1 on the peer's through mapa): no producer overwrites a stage either CTA
+ * still reads. A cluster barrier after the barriers' setup and before exit
+ * keeps every remote arrival and multicast inside both CTAs' lifetimes.
+ *
  * Block-sparse keep maps (KF_MASK_SKIP 3): producer and consumers walk the
  * same kept key tiles (kf_bs_next, generated, reading the map), so the ring's
  * stage order agrees; the first and last tiles are j0 and the last jn < t_hi
@@ -83,11 +97,15 @@
  * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
  * a power of two, or any positive constant with f32 scores; 1: none),
  * KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX, KF_TREE_SOFTMAX, KF_TAIL_LPT,
+ * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg),
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
  * kf_score_inner.
  */
+#ifndef KF_CLUSTER
+#define KF_CLUSTER 1 /* CTAs a cluster: 1, or 2 (query tiles 2p, 2p + 1 sharing K and V) */
+#endif
 #define KF_NQT ((KF_SQ + KF_BR - 1) / KF_BR)
 #define KF_HALF ((KF_NQT + 1) / 2)            /* units a batch-head */
 #define KF_UNITS ((long long)KF_BH * KF_HALF)
@@ -105,15 +123,23 @@
 
 static_assert(KF_BR == 128, "two consumers of 64 rows");
 static_assert(KF_D == 64 || KF_D == 128, "head dim");
-static_assert(KF_BC % 64 == 0 && KF_BC <= 256, "key tile");
+/* a key tile of whole 16-key wgmma steps; K's rows in whole 8-row swizzle
+ * atoms (1024 bytes), so each 64-wide chunk (and, with 2-CTA clusters, each
+ * half of one) starts on the pattern's boundary */
+static_assert(KF_BC % 16 == 0 && KF_BC <= 256, "key tile");
 static_assert(KF_BLOCK == 384, "producer + two consumers");
+static_assert(KF_CLUSTER == 1 || (KF_CLUSTER == 2 && KF_MASK_SKIP == 0 && KF_NQT % 2 == 0 &&
+                                  (KF_BC / 2) % 8 == 0 && !KF_TAIL_LPT),
+              "2-CTA clusters: every key tile, pairs of query tiles");
 /* setmaxnreg moves registers only among the block's own warps: ptxas gives
  * __launch_bounds__(384, 1) 168 a thread, so the producer's and consumers'
  * counts must add up to exactly 168 x 384 (32 / 240, at 453a891, asks for
  * 1024 more than the producer gives back, so the consumers' setmaxnreg.inc
  * can wait forever: its first H100 run did not finish in 60 s). */
+#ifndef KF_PRODUCER_REGS /* the generator's (40 / 232 for every form today) */
 #define KF_PRODUCER_REGS 40
 #define KF_CONSUMER_REGS 232
+#endif
 static_assert(KF_PRODUCER_REGS * 128 + KF_CONSUMER_REGS * 256 == 168 * 384, "register budget");
 
 __device__ __forceinline__ float kf_ex2(float x) {
@@ -255,8 +281,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         for (int s = 0; s < KF_STAGES; s++) {
             kf_hp_init(fk0 + 8 * s, 1);
             kf_hp_init(fv0 + 8 * s, 1);
-            kf_hp_init(ek0 + 8 * s, KF_EMPTY_ARRIVALS);
-            kf_hp_init(ev0 + 8 * s, KF_EMPTY_ARRIVALS);
+            /* lane 0 of each consumer warp, of both CTAs of a cluster */
+            kf_hp_init(ek0 + 8 * s, KF_EMPTY_ARRIVALS * KF_CLUSTER);
+            kf_hp_init(ev0 + 8 * s, KF_EMPTY_ARRIVALS * KF_CLUSTER);
         }
         for (int b = 0; b < KF_QBUF; b++) {
             kf_hp_init(qf0 + 8 * b, 1);
@@ -268,7 +295,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tk) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tv) : "memory");
     }
+#if KF_CLUSTER == 2
+    /* both CTAs' barriers set up before any multicast or remote arrival */
+    kf_hp_cluster_sync();
+    const unsigned rank = kf_hp_cluster_rank();
+    /* a consumer warp's lane 1 gives K and V stages back to the peer too,
+     * whose multicast half lands in this CTA's ring */
+    const unsigned pek0 = kf_hp_mapa(ek0, rank ^ 1u), pev0 = kf_hp_mapa(ev0, rank ^ 1u);
+#else
     __syncthreads();
+#endif
 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(KF_PRODUCER_REGS) : "memory");
@@ -280,6 +316,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             long long bh;
             int qt;
             for (int t = kf_lpt_scan(lp, 0, bh, qt); t >= 0; t = kf_lpt_scan(lp, t + 1, bh, qt)) {
+#elif KF_CLUSTER == 2
+            /* cluster c takes units c, c + clusters, ...: query tile
+             * 2p + rank of the unit's batch-head */
+            for (long long u = blockIdx.x / 2; u < (long long)KF_BH * (KF_NQT / 2);
+                 u += gridDim.x / 2) {
+                const long long bh = u / (KF_NQT / 2);
+                const int qt = 2 * (int)(u % (KF_NQT / 2)) + (int)rank;
 #else
             for (int t = 0;; t++) {
                 long long bh;
@@ -312,16 +355,25 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int j = kf_bs_next(bh, q0, bs_dense, t_lo, t_hi, KF_ARGS); j < t_hi;
                      j = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS)) {
                     const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES, vb = kb + KF_KV_BYTES;
+#if KF_CLUSTER == 2
+                    /* this CTA's half of the tile's rows, into both CTAs
+                     * (each barrier expects the whole tile: both halves) */
+                    const unsigned hoff = rank * (KF_BC / 2) * 128u;
+                    const int hrow = j * KF_BC + (int)rank * (KF_BC / 2);
+#else
+                    const unsigned hoff = 0;
+                    const int hrow = j * KF_BC;
+#endif
                     kf_hp_wait(ek0 + 8 * s, ph ^ 1u);
                     kf_hp_expect(fk0 + 8 * s, KF_KV_BYTES);
 #pragma unroll
                     for (int c = 0; c < KF_CHUNKS; c++)
-                        kf_tma_k(kb + c * (KF_BC * 128), &tk, 64 * c, j * KF_BC, bh, fk0 + 8 * s);
+                        kf_tma_k(kb + c * (KF_BC * 128) + hoff, &tk, 64 * c, hrow, bh, fk0 + 8 * s);
                     kf_hp_wait(ev0 + 8 * s, ph ^ 1u);
                     kf_hp_expect(fv0 + 8 * s, KF_KV_BYTES);
 #pragma unroll
                     for (int c = 0; c < KF_CHUNKS; c++)
-                        kf_tma_v(vb + c * (KF_BC * 128), &tv, 64 * c, j * KF_BC, bh, fv0 + 8 * s);
+                        kf_tma_v(vb + c * (KF_BC * 128) + hoff, &tv, 64 * c, hrow, bh, fv0 + 8 * s);
 #if KF_L2_PREFETCH
                     /* K and V of the tile KF_L2_PREFETCH further on, into L2
                      * alone (a generator switch, for measuring) */
@@ -362,6 +414,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             long long bh_n;
             int qt_n;
             const bool last_turn = kf_lpt_scan(lp, t + 1, bh_n, qt_n) < 0;
+#elif KF_CLUSTER == 2
+        for (long long u = blockIdx.x / 2; u < (long long)KF_BH * (KF_NQT / 2);
+             u += gridDim.x / 2) {
+            const long long bh = u / (KF_NQT / 2);
+            const int qt = 2 * (int)(u % (KF_NQT / 2)) + (int)rank;
+            const bool last_turn = u + gridDim.x / 2 >= (long long)KF_BH * (KF_NQT / 2);
 #else
         for (int t = 0;; t++) {
             long long bh;
@@ -423,6 +481,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (jn >= t_hi)
                         kf_hp_arrive(qe); /* this warp is done with Q */
                 }
+#if KF_CLUSTER == 2
+                else if (lane == 1)
+                    kf_hp_arrive_cluster(pek0 + 8 * s);
+#endif
 
                 /* The score expression. The accumulator of wgmma m64nN: warp
                  * w holds rows 16w + lane/4 (+8), columns 8n + 2(lane%4)
@@ -579,6 +641,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     asm volatile("" : "+f"(o[i])::"memory");
                 if (j != j0 && lane == 0)
                     kf_hp_arrive(ev0 + 8 * sp);
+#if KF_CLUSTER == 2
+                else if (j != j0 && lane == 1)
+                    kf_hp_arrive_cluster(pev0 + 8 * sp);
+#endif
                 if (rescale) {
 #pragma unroll
                     for (int r = 0; r < 2; r++) {
@@ -679,6 +745,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
                 if (lane == 0)
                     kf_hp_arrive(ev0 + 8 * sp);
+#if KF_CLUSTER == 2
+                else if (lane == 1)
+                    kf_hp_arrive_cluster(pev0 + 8 * sp);
+#endif
             }
 
             /* O / l, rounded to the output's dtype: [.., sq, KF_D] contiguous. */
@@ -716,4 +786,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             }
         }
     }
+#if KF_CLUSTER == 2
+    /* No CTA exits while its peer may still multicast into its ring or
+     * arrive on its barriers. */
+    kf_hp_cluster_sync();
+#endif
 }

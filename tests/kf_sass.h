@@ -25,7 +25,7 @@
  * it is NULL for `arch` (e.g. "sm_80"), with recipe flags `flags`. */
 static inline kf_cuda_recipes *kf_sass_recipes(kf_mem *mem, const kf_plan *plan,
                                                const char *device, const char *arch,
-                                               unsigned flags) {
+                                               uint64_t flags) {
     kf_cuda_target t;
     if (device)
         assert_int_equal(kf_cuda_target_for_device(device, &t), KF_OK);

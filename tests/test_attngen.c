@@ -33,6 +33,11 @@
 
 static kf_mem MEM;
 
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+#define KF_SM90_BC_WIDE_T 176
+#define KF_STR2(x) #x
+#define KF_STR(x) KF_STR2(x)
+
 /* The recipe of the plan's only ATTENTION group. */
 static const kf_cuda_recipe *attn_recipe(const kf_plan *plan, const kf_cuda_recipes *rec) {
     for (uint32_t gi = 0; gi < plan->n_groups; gi++)
@@ -363,6 +368,175 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
     }
 }
 
+/* A multiply by 1 after the scale (mul(mul(Q.K^T, c), 1): the bench's
+ * non-causal text; under a causal mask too, as the where()'s kept branch)
+ * folds as the scale alone: in bf16 and f16 the kernel is the f32-score one
+ * (fa3f_, the report says so; f16 on the first case) and its SASS is the same, instruction for
+ * instruction, as that of the graph without the 1 -- where before it
+ * rounded each score twice and multiplied once (160 F2FP and 130 FMUL a
+ * warp and key tile against 32 and 66). A multiply by 2 there does not fold. */
+static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void **state) {
+    (void)state;
+    static const struct {
+        const char *name, *rows, *with, *without;
+        bool folds;
+    } uc[] = {
+        {"no mask", "", "one = const($[], 1)\ns1 = mul(s0, one)\n", "s1 = mul(qk, sc)\n", true},
+        {"no mask, 1 * x", "", "one = const($[], 1)\ns1 = mul(one, s0)\n", "s1 = mul(qk, sc)\n",
+         true},
+        {"no mask, times 1 twice", "",
+         "one = const($[], 1)\ns2 = mul(s0, one)\ns1 = mul(s2, one)\n", "s1 = mul(qk, sc)\n", true},
+        {"causal",
+         "row = iota(i32[300, 540], axis=0)\ncol = iota(i32[300, 540], axis=1)\n"
+         "keep = ge(row, col)\nninf = const($[], -inf)\n",
+         "one = const($[], 1)\ns2 = mul(s0, one)\ns1 = where(keep, s2, ninf)\n",
+         "s1 = where(keep, s0, ninf)\n", true},
+        {"no mask, times 2", "", "two = const($[], 2)\ns1 = mul(s0, two)\n", NULL, false},
+    };
+    for (size_t i = 0; i < N_OF(uc); i++) {
+        for (int d = 0; d < (i == 0 ? 2 : 1); d++) { /* f16: the first case */
+            const char *dn = d ? "f16" : "bf16";
+            char sass[2][1 << 16];
+            for (int w = 0; w < (uc[i].without ? 2 : 1); w++) {
+                char body[2048], text[4096];
+                snprintf(body, sizeof body,
+                         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\n"
+                         "v = input($[2, 2, 540, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+                         "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n%s%s",
+                         uc[i].rows, w ? uc[i].without : uc[i].with);
+                graph_text(body, dn, text, sizeof text);
+                planned p;
+                plan_text(text, &p);
+                kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+                const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
+                const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+                const bool f = strncmp(k->name, "fa3f_", 5) == 0 &&
+                               strstr(rc->variants[0].how, "f32 scores") != NULL;
+                if (f != uc[i].folds)
+                    fail_msg("%s [%s]%s: %s: %s", uc[i].name, dn, w ? " (without)" : "", k->name,
+                             rc->variants[0].how);
+                if (uc[i].without)
+                    kf_sass_text(&MEM, k, sass[w], sizeof sass[w]);
+                kf_cuda_recipes_destroy(rec);
+                plan_release(&p);
+            }
+            if (uc[i].without && strcmp(sass[0], sass[1]) != 0)
+                fail_msg("%s [%s]: the SASS differs from the graph's without the 1", uc[i].name,
+                         dn);
+            fprintf(stderr, "  %s [%s]: %s\n", uc[i].name, dn,
+                    uc[i].folds ? "folds, the same SASS as without the 1" : "does not fold");
+        }
+    }
+}
+
+/* The non-causal forms: 176-key tiles (KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS)
+ * and 2-CTA clusters sharing K and V (KF_CUDA_RECIPE_ATTENTION_CLUSTER2):
+ * alone, together and with every softmax form too on the first case, together
+ * on the others (bf16; f16 the first). Where no mask cuts tiles
+ * at head dim 128 the kernel takes them -- its name (w, c), its source and
+ * the report say so; K's and V's map boxes are the key tile's rows (176),
+ * halved in clusters; the launch is whole 2x1x1 clusters; the tiles fit
+ * shared memory -- and compiles to HGMMA and UTMALDG, no spills (the
+ * wide consumers hold 88 S, 44 P and 64 O registers of their 232). A causal
+ * case, a head-dim-64 case and an odd count of query tiles keep the
+ * default's shape. */
+static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
+    (void)state;
+    const uint64_t wide = KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS;
+    const uint64_t cl2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
+    const uint64_t every = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
+                           KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
+    static const struct {
+        const char *name, *body;
+        bool wide, cluster; /* the forms apply */
+    } nc[] = {
+        {"no mask, Sq 500 != Skv 650 (ragged 176- and 88-key tiles), head dim 128",
+         "q = input($[2, 3, 500, 128])\nk = input($[2, 3, 650, 128])\nv = input($[2, 3, 650, "
+         "128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+         true, true},
+        {"an additive mask tensor [Sq, Skv] (a load: not wide), Sq 300, Skv 540, head dim 128",
+         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, "
+         "128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+         "am = input($[300, 540])\ns1 = add(s0, am)\n",
+         false, false},
+        {"softcap 30 tanh(s / 30), no mask, Sq 300 (odd query tiles), Skv 540, head dim 128",
+         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, "
+         "128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+         "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
+         true, false},
+        {"GQA 4:1 no mask, Skv 600, head dim 128",
+         "q = input($[1, 2, 4, 256, 128])\nk = input($[1, 2, 1, 600, 128])\n"
+         "v = input($[1, 2, 1, 600, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+         "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+         true, true},
+        {"no mask, Skv 300 (two key tiles: not wide), head dim 128",
+         "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 300, 128])\nv = input($[2, 2, 300, "
+         "128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+         false, true},
+        {"causal, head dim 128 (tiles cut by the mask)", NULL, false, false},
+        {"no mask, head dim 64", NULL, false, false},
+    };
+    for (size_t ci = 0; ci < N_OF(nc); ci++) {
+        const char *body = nc[ci].body                              ? nc[ci].body
+                           : strncmp(nc[ci].name, "causal", 6) == 0 ? cases[0].body
+                                                                    : cases[1].body;
+        for (int dt = 0; dt < 2; dt++) {
+            char text[4096];
+            graph_text(body, dt ? "f16" : "bf16", text, sizeof text);
+            planned p;
+            plan_text(text, &p);
+            static const uint64_t forms[] = {
+                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS, KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2 | every};
+            for (size_t f = 0; f < N_OF(forms); f++) {
+                /* the first case every way; the others both forms together, bf16 (each
+                 * compile is seconds of NVRTC) */
+                if ((dt || ci) && f != 2 && !(ci == 0 && dt == 0))
+                    continue;
+                if (dt && ci)
+                    continue;
+                kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, forms[f]);
+                const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+                const kf_cuda_kstep *ks = rc->steps[0].kernel;
+                const kf_cuda_kernel *k = &ks->kernel;
+                const char *how = rc->variants[0].how;
+                const bool w = nc[ci].wide && (forms[f] & wide);
+                const bool c = nc[ci].cluster && (forms[f] & cl2);
+                const char *u = strchr(k->name, '_');
+                assert_non_null(u);
+                const bool nw = memchr(k->name, 'w', (size_t)(u - k->name)) != NULL;
+                const bool ncl = memchr(k->name, 'c', (size_t)(u - k->name)) != NULL;
+                if (nw != w || ncl != c || (strstr(how, "176-key tiles") != NULL) != w ||
+                    (strstr(how, "2-CTA clusters sharing K and V") != NULL) != c)
+                    fail_msg("%s [%llx]: expected%s%s: %s: %s", nc[ci].name, (unsigned long long)forms[f],
+                             w ? " wide" : "", c ? " clusters" : "", k->name, how);
+                assert_non_null(
+                    strstr(k->source, c ? "#define KF_CLUSTER 2" : "#define KF_CLUSTER 1"));
+                assert_non_null(strstr(k->source, w ? "#define KF_BC " KF_STR(KF_SM90_BC_WIDE_T)
+                                                    : "#define KF_BC 128"));
+                assert_int_equal(ks->cluster[0], c ? 2 : 1);
+                if (c)
+                    assert_int_equal(ks->grid[0] % 2, 0);
+                assert_true(ks->shared_bytes <= 227u * 1024u);
+                for (int m = 1; m < 3; m++)
+                    assert_int_equal(ks->tmaps[m].box[1],
+                                     (w ? (unsigned)KF_SM90_BC_WIDE_T : 128u) / (c ? 2u : 1u));
+                assert_int_equal(ks->tmaps[0].box[1], 128);
+                kf_sass_check_hopper(&MEM, k);
+                fprintf(stderr, "  %s [%s, %llx]: %s compiles, no spills\n", nc[ci].name,
+                        dt ? "f16" : "bf16", (unsigned long long)forms[f], k->name);
+                kf_cuda_recipes_destroy(r);
+            }
+            plan_release(&p);
+        }
+    }
+}
+
 /* KF_CUDA_RECIPE_ATTENTION_F32_SCORE (the default: no flag gives the same
  * kernel): against the rounded form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE,
  * the default before), a causal score that is a scale of
@@ -607,7 +781,10 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
     } fc[] = {
         {"causal, 1/8, bf16", "bf16", "0.125",
          "ninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n", "0x1p-3f", 64},
+        /* past a multiply by 1 (past_unit_muls) */
         {"no mask, 1/4, then * 1, bf16", "bf16", "0.25", "one = const($[], 1)\ns1 = mul(s0, one)\n",
+         "0x1p-2f", 64},
+        {"no mask, 1/4, then * 2, bf16", "bf16", "0.25", "two = const($[], 2)\ns1 = mul(s0, two)\n",
          "0x1p+0f", 64},
         {"no mask, 2, bf16", "bf16", "2", "", "0x1p+1f", 128},
         {"causal, 1/8, f16", "f16", "0.125",
@@ -668,6 +845,8 @@ int main(void) {
         cmocka_unit_test(test_f32_scores_leave_any_scale_to_the_softmax),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
+        cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),
+        cmocka_unit_test(test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone),
         cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),
         cmocka_unit_test(test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg),
         cmocka_unit_test(test_attention_log_sum_exp_is_a_second_output_of_the_fused_kernels),

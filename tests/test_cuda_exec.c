@@ -1366,6 +1366,155 @@ static void test_sm90_attention_with_the_tail_longest_first_matches_the_referenc
     }
 }
 
+/* Non-causal cases for the wide and cluster forms, each saying which it
+ * takes: 176-key tiles where there are 3 or more and the score reads no
+ * tensor, 2-CTA clusters where the query tiles are even in number. */
+static const struct {
+    const char *name, *body;
+    bool wide, cluster;
+} noncausal_cases[] = {
+    {"no mask, Sq 500 != Skv 650: ragged key tiles, halves past the keys' end",
+     "q = input($[2, 3, 500, 128])\nk = input($[2, 3, 650, 128])\nv = input($[2, 3, 650, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     true, true},
+    /* 70 batch-heads of 2 query tiles: 70 cluster units, more than the 66
+     * clusters of 132 SMs; scores growing 0.06 a key: a rescale every tile */
+    {"no mask, 70 heads, Sq 256 Skv 400, scores growing 0.06 a key: more clusters than SMs",
+     "q = input($[2, 35, 256, 128])\nk = input($[2, 35, 400, 128])\n"
+     "v = input($[2, 35, 400, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "col = iota(i32[256, 400], axis=1)\ncf = cast(col, $)\ngr = const($[], 0.06)\n"
+     "b = mul(cf, gr)\ns1 = add(s0, b)\n",
+     true, true},
+    {"GQA 4:1 (K, V broadcast over the head group), no mask, Skv 600",
+     "q = input($[1, 2, 4, 256, 128])\nk = input($[1, 2, 1, 600, 128])\n"
+     "v = input($[1, 2, 1, 600, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     true, true},
+    {"softcap 30 tanh(s / 30), no mask, Sq 300 (odd query tiles), Skv 540",
+     "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
+     true, false},
+    {"an additive mask tensor, Sq 256 Skv 540 (a load: 128-key tiles)",
+     "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "am = input($[256, 540])\ns1 = add(s0, am)\n",
+     false, true},
+};
+
+/* The sm_90a kernel's non-causal forms -- 176-key tiles (KF_CUDA_RECIPE_
+ * ATTENTION_WIDE_KEYS), 2-CTA clusters sharing K and V by multicast
+ * (KF_CUDA_RECIPE_ATTENTION_CLUSTER2), and both -- on the cases above in
+ * bf16 (both forms also in f16 on the first): each matches the reference (outputs
+ * poisoned: a query tile left out, or a half tile that never landed, fails)
+ * and its report names the forms it took. */
+static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const uint64_t forms[] = {
+        KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS, KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+        KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2};
+    for (size_t f = 0; f < N_OF(forms); f++) {
+        for (int d = 0; d < (f == 2 ? 2 : 1); d++) {
+            const char *dn = d ? "f16" : "bf16";
+            kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+            ctx->recipe_flags = forms[f];
+            for (size_t i = 0; i < N_OF(noncausal_cases); i++) {
+                if (d && i != 0)
+                    continue; /* f16: the ragged case (each case is seconds of reference) */
+                const bool w =
+                    noncausal_cases[i].wide && (forms[f] & KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS);
+                const bool c =
+                    noncausal_cases[i].cluster && (forms[f] & KF_CUDA_RECIPE_ATTENTION_CLUSTER2);
+                kf_graph *g =
+                    fused_graph(ctx, noncausal_cases[i].body, dn, noncausal_cases[i].name);
+                char label[240], has[200], lacks[80];
+                snprintf(label, sizeof label, "sm_90a attention%s%s: %s [%s]",
+                         w ? ", 176-key tiles" : "", c ? ", 2-CTA clusters" : "",
+                         noncausal_cases[i].name, dn);
+                snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|mask none%s%s",
+                         w ? "|176-key tiles" : "", c ? "|2-CTA clusters sharing K and V" : "");
+                snprintf(lacks, sizeof lacks, "%s%s%s", !w ? "176-key tiles" : "",
+                         !w && !c ? "|" : "", !c ? "2-CTA clusters" : "");
+                run_opts o = {.lo = -2,
+                              .hi = 2,
+                              .report_has = "mask none",
+                              .report_has_sm90 = has,
+                              .report_lacks = lacks[0] ? lacks : NULL,
+                              .ctx = ctx};
+                run_and_compare(g, 4100 + 10 * f + 5 * (uint64_t)d + i, &o, label);
+                fprintf(stderr, "  %s: ok\n", label);
+                kf_graph_destroy(g);
+            }
+            kf_ctx_destroy(ctx);
+        }
+    }
+}
+
+/* A multiply by 1 after the scale -- mul(mul(Q.K^T, c), 1), the bench's
+ * non-causal text, and the same as a causal mask's kept branch -- folds as
+ * the scale alone (cg_attention.c, past_unit_muls): the default's kernel
+ * takes f32 scores (the report says so; test_attngen: the same SASS as the
+ * graph without the 1) and matches the reference, bf16 and f16. */
+static void test_sm90_attention_multiply_by_one_folds_and_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const attn_case one_cases[] = {
+        {"no mask, scale then * 1, Sq 300 Skv 540",
+         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, "
+         "128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+         "one = const($[], 1)\ns1 = mul(s0, one)\n",
+         "mask none"},
+        {"causal, scale then * 1 in the kept branch, S 333, head dim 64",
+         "q = input($[2, 3, 333, 64])\nk = input($[2, 3, 333, 64])\nv = input($[2, 3, 333, 64])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+         "one = const($[], 1)\ns2 = mul(s0, one)\nrow = iota(i32[333, 333], axis=0)\n"
+         "col = iota(i32[333, 333], axis=1)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
+         "s1 = where(keep, s2, ninf)\n",
+         "mask causal"},
+    };
+    static const char *const dts[] = {"bf16", "f16"};
+    for (size_t d = 0; d < N_OF(dts); d++) {
+        for (size_t i = 0; i < N_OF(one_cases); i++) {
+            kf_graph *g = fused_graph(G.ctx, one_cases[i].body, dts[d], one_cases[i].name);
+            char label[200], has[200];
+            snprintf(label, sizeof label, "sm_90a attention, * 1 folded: %s [%s]",
+                     one_cases[i].name, dts[d]);
+            snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s|f32 scores",
+                     one_cases[i].mask);
+            run_opts o = {
+                .lo = -2, .hi = 2, .report_has = one_cases[i].mask, .report_has_sm90 = has};
+            run_and_compare(g, 4300 + 10 * d + i, &o, label);
+            fprintf(stderr, "  %s: ok\n", label);
+            kf_graph_destroy(g);
+        }
+    }
+}
+
+/* The first of the cases above -- ragged Sq 500 and Skv 650: the last
+ * 176-key tile and the rank-1 CTA's half of it run past the keys' end --
+ * through both non-causal forms at once, bf16: the case the GPU check runs
+ * under compute-sanitizer (memcheck, racecheck). */
+static void test_sm90_attention_wide_cluster_form_on_one_ragged_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+    ctx->recipe_flags = KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
+    kf_graph *g = fused_graph(ctx, noncausal_cases[0].body, "bf16", noncausal_cases[0].name);
+    run_opts o = {.lo = -2,
+                  .hi = 2,
+                  .report_has = "mask none",
+                  .report_has_sm90 = "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles|"
+                                     "2-CTA clusters sharing K and V",
+                  .ctx = ctx};
+    run_and_compare(g, 4200, &o, "sm_90a attention, 176-key tiles in 2-CTA clusters, ragged");
+    fprintf(stderr, "  %s: ok\n", noncausal_cases[0].name);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+}
+
 /* One long case (more units than SMs: blocks take several items, the ring
  * and the Q buffers wrap) through every form of the sm_90a kernel at once --
  * softmax pinned, f32 scores, trees, the tail longest first -- and the default: the case the GPU
@@ -3644,6 +3793,9 @@ int main(void) {
             test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
+        cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_wide_cluster_form_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_multiply_by_one_folds_and_matches_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),

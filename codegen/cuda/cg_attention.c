@@ -122,11 +122,69 @@ static uint32_t sm90_stages(int64_t d) {
 #ifndef KF_SM90_SCALE_FOLD
 #define KF_SM90_SCALE_FOLD 1
 #endif
-static uint32_t sm90_smem(int64_t d) {
-    return 1024u + KF_SM90_QBUF * (uint32_t)(SM90_BR * d * 2) +
-           sm90_stages(d) * (uint32_t)(2 * SM90_BC * d * 2);
+/* The sm_90a kernel's shape for one group (sm90_shape_of): its key tile
+ * width, ring stages, Q buffers, the producer's and consumers' registers
+ * (setmaxnreg; they add up to 168 x 384), and its CTAs a cluster. */
+typedef struct sm90_shape {
+    int bc;
+    uint32_t stages, qbuf;
+    int preg, creg;
+    int cluster;
+} sm90_shape;
+
+/* The key tile of the wide form (KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS): 176
+ * keys a tile where nothing cuts tiles (no causal, window or block-sparse
+ * mask) at head dim 128, as FlashAttention-3 shapes that case: 1.375x the
+ * work a key tile for the same per-tile costs (the barriers, the row max's
+ * shuffles, alpha, O's rescale of 64 FMULs a thread). Its S accumulator (88
+ * floats), P (44 registers) and O (64) fit the consumers' 232 registers with
+ * no spill (FlashAttention-3 gives them 240 and the producer 24: 24 spilled
+ * kfuse's producer, whose batch-head coordinates are 64-bit divisions, 40
+ * bytes in the GQA case), and two 88 KiB stages leave room for one Q
+ * buffer. Measured as fast as 128 keys (H100, 7905c13, non-causal B4 H32
+ * S4096: 1.902 against 1.901 ms; clusters 1.960, both 1.945): internal. */
+#ifndef KF_SM90_BC_WIDE
+#define KF_SM90_BC_WIDE 176
+#endif
+_Static_assert(KF_SM90_BC_WIDE % 16 == 0 && KF_SM90_BC_WIDE <= 192, "a wide key tile");
+#define SM90_BC_WIDE KF_SM90_BC_WIDE
+
+/* Whether group g takes the 2-CTA cluster form (KF_CUDA_RECIPE_ATTENTION_
+ * CLUSTER2): no mask that cuts tiles (both CTAs walk every key tile of one
+ * batch-head), no block-sparse map, head dim 128, an even count of query
+ * tiles (a cluster takes query tiles 2p and 2p + 1). */
+static bool sm90_cluster_ok(const kf_group *g) {
+    const kf_attn_info *at = &g->attn;
+    return cg_attn_mask_skip(g) == 0 && at->mask != KF_MASK_BLOCK_SPARSE && at->d == 128 &&
+           ((at->sq + SM90_BR - 1) / SM90_BR) % 2 == 0;
 }
 
+static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
+    const kf_attn_info *at = &g->attn;
+    sm90_shape sh = {SM90_BC, sm90_stages(at->d), KF_SM90_QBUF, 40, 232, 1};
+    /* wide where the keys make 3 tiles or more (with 2, the second ragged --
+     * Skv 256 or 300 -- ptxas lays the one main-loop step out straight and
+     * spills 64-328 bytes; long key sequences are where it pays) and the
+     * score reads no tensor (an additive mask's loads spilled 16 bytes) */
+    bool loads = false;
+    for (uint32_t i = 0; i < g->n_expr; i++)
+        loads |= g->expr[i].kind == KF_EXPR_LOAD;
+    if ((rflags & KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS) && at->d == 128 &&
+        cg_attn_mask_skip(g) == 0 && at->mask != KF_MASK_BLOCK_SPARSE &&
+        at->skv > 2 * SM90_BC_WIDE && !loads) {
+        sh.bc = SM90_BC_WIDE;
+        sh.stages = 2;
+        sh.qbuf = 1;
+    }
+    if ((rflags & KF_CUDA_RECIPE_ATTENTION_CLUSTER2) && sm90_cluster_ok(g))
+        sh.cluster = 2;
+    return sh;
+}
+
+static uint32_t sm90_smem(int64_t d, const sm90_shape *sh) {
+    return 1024u + sh->qbuf * (uint32_t)(SM90_BR * d * 2) +
+           sh->stages * (uint32_t)(2 * sh->bc * d * 2);
+}
 
 static uint32_t base_of(const kf_plan *plan, uint32_t t, int64_t *strides, int64_t *off) {
     const kf_tensor *x = plan->graph->nodes[t];
@@ -294,8 +352,8 @@ bool kf_cuda_attention_sm90_supported(const kf_plan *plan, uint32_t group, const
     return unsupported_sm90(plan, &plan->groups[group], arch, ops, why, size) == NULL;
 }
 
-kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cuda_tmap maps[3],
-                                      uint32_t bases[3], int64_t offsets[3]) {
+kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, uint64_t rflags,
+                                      kf_cuda_tmap maps[3], uint32_t bases[3], int64_t offsets[3]) {
     char why[160];
     cg_attn_op ops[3];
     if (!plan || group >= plan->n_groups || !maps || !bases || !offsets ||
@@ -304,6 +362,7 @@ kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cu
     const kf_group *g = &plan->groups[group];
     const kf_attn_info *at = &g->attn;
     kf_dtype dt = plan->graph->nodes[at->q]->dtype;
+    const sm90_shape sh = sm90_shape_of(g, rflags);
     for (int i = 0; i < 3; i++) {
         kf_cuda_tmap *t = &maps[i];
         memset(t, 0, sizeof *t);
@@ -321,7 +380,8 @@ kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cu
             t->strides[1 + a] = (uint64_t)(ops[i].bstride[ax[a]] * 2);
         }
         t->box[0] = 64;
-        t->box[1] = i == 0 ? SM90_BR : SM90_BC;
+        /* K and V: a cluster's CTAs each load (and multicast) half a tile */
+        t->box[1] = i == 0 ? SM90_BR : (uint32_t)(sh.bc / sh.cluster);
         for (int a = 2; a < KF_CUDA_TMAP_MAX_RANK; a++)
             t->box[a] = 1;
         t->swizzle = 128;
@@ -528,6 +588,31 @@ static uint32_t users_of(const cg *c, uint32_t i, uint32_t *user) {
  * closer to the exact value than the reference's rounded ones -- a
  * departure from the reference's roundings that the GPU tests judge (error
  * against the exact value), and one FMUL and one F2FP a score less. */
+/* Node u itself, or past it the last of a chain of mul(x, 1) of u's dtype,
+ * each its predecessor's one use: x times the constant 1 is x exactly (in
+ * any rounding, NaN, infinities and -0 included), so the chain's top stands
+ * for u. A graph that writes its scores as mul(mul(Q.K^T, c), 1) (the
+ * bench's non-causal text) then folds as mul(Q.K^T, c) does: its kernel ran
+ * two bf16 roundings and a multiply a score (160 F2FP and 130 FMUL of a key
+ * tile's 710 instructions a warp, ncu on an H100 at 7905c13) where the
+ * folded one has 32 and 66. */
+static uint32_t past_unit_muls(const cg *c, uint32_t u) {
+    const kf_group *g = c->g;
+    for (;;) {
+        uint32_t w = KF_NONE;
+        if (u == g->attn.score || users_of(c, u, &w) != 1)
+            return u;
+        const kf_expr *m = &g->expr[w];
+        if (m->kind != KF_EXPR_OP || m->op != KF_OP_MUL || m->dtype != g->expr[u].dtype ||
+            m->src[0] == m->src[1])
+            return u;
+        const kf_expr *k = &g->expr[m->src[0] == u ? m->src[1] : m->src[0]];
+        if (k->kind != KF_EXPR_CONST || k->value != 1.0)
+            return u;
+        u = w;
+    }
+}
+
 static uint32_t fold_scale(const cg *c, bool f32, double *scale) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
@@ -550,6 +635,8 @@ static uint32_t fold_scale(const cg *c, bool f32, double *scale) {
     if (k->kind != KF_EXPR_CONST || !(k->value > 0) || !isfinite(k->value) ||
         (!f32 && frexp(k->value, &ex) != 0.5))
         return KF_NONE;
+    /* the fold node: u, or the top of a chain of mul(., 1) above it */
+    u = past_unit_muls(c, u);
     if (at->score != u) {
         const kf_expr *we = &g->expr[at->score];
         if (at->mask_node != at->score || we->kind != KF_EXPR_OP || kept_branch(g) != u ||
@@ -652,14 +739,14 @@ kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip) {
  * whose accumulators are outputs only, so S's old values are dead once P is
  * packed -- as "+f" operands they stayed live, and with P, O and S all live
  * at the P.V issue the softcap variant spilled) and kf_wgmma_qk (S += A.B),
- * m64n{SM90_BC}k16, A and B from shared memory, K-major both; kf_wgmma_pv
+ * m64n{bc}k16, A and B from shared memory, K-major both; kf_wgmma_pv
  * (O += P.V, m64n{D}k16, A = P from registers, B = V from shared memory,
  * MN-major). */
-static void emit_wgmma_sm90(cg *c, int64_t d, kf_dtype dt) {
+static void emit_wgmma_sm90(cg *c, int64_t d, int bc, kf_dtype dt) {
     const char *ty = dt == KF_DTYPE_BF16 ? "bf16" : "f16";
     for (int f = 0; f < 3; f++) { /* qk0, qk, pv */
         bool pv = f == 2;
-        unsigned n = pv ? (unsigned)d : SM90_BC, nr = n / 2;
+        unsigned n = pv ? (unsigned)d : (unsigned)bc, nr = n / 2;
         if (pv)
             cg_puts(&c->s, "__device__ __forceinline__ void kf_wgmma_pv(float *d, const unsigned "
                            "*a, unsigned long long db) {\n");
@@ -721,12 +808,38 @@ static void emit_round_sm90(cg *c) {
 }
 
 /* kf_tma_q / _k / _v: box (c0, row) of the operand's map for batch x head bh
- * (its coordinates on the map's batch axes, innermost first). */
-static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3]) {
+ * (its coordinates on the map's batch axes, innermost first). With 2-CTA
+ * clusters (`cluster` 2) K's and V's boxes are multicast to both CTAs of the
+ * cluster, landing at dst and counted on bar in each. */
+static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int cluster) {
     static const char *const fn[3] = {"kf_tma_q", "kf_tma_k", "kf_tma_v"};
     for (int i = 0; i < 3; i++) {
         int ax[3];
         int n = map_axes(g, &ops[i], ax);
+        if (i > 0 && cluster == 2) {
+            cg_printf(&c->s,
+                      "__device__ __forceinline__ void %s(unsigned dst, const kf_tmap *m, int c0, "
+                      "int row, long long bh, unsigned bar) {\n    asm volatile(\"cp.async.bulk."
+                      "tensor.%dd.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+                      "cluster [%%0], [%%1, {%%2, %%3",
+                      fn[i], 2 + n);
+            for (int a = 0; a < n; a++)
+                cg_printf(&c->s, ", %%%d", 4 + a);
+            cg_printf(&c->s,
+                      "}], [%%%d], %%%d;\" :: \"r\"(dst), \"l\"((unsigned long long)m), "
+                      "\"r\"(c0), \"r\"(row)",
+                      4 + n, 5 + n);
+            for (int a = 0; a < n; a++) {
+                int64_t inner = 1;
+                for (int d = ax[a] + 1; d < g->rank - 2; d++)
+                    inner *= g->dims[d];
+                cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))", (long long)inner,
+                          (long long)g->dims[ax[a]]);
+            }
+            cg_puts(&c->s, ", \"r\"(bar), \"h\"((unsigned short)3) : \"memory\");\n"
+                           "    (void)bh;\n}\n");
+            continue;
+        }
         cg_printf(&c->s,
                   "__device__ __forceinline__ void %s(unsigned dst, const kf_tmap *m, int c0, int "
                   "row, long long bh, unsigned bar) {\n    kf_hp_tma%d(dst, m, c0, row",
@@ -845,6 +958,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* the tail's item arithmetic is 32-bit (templates/attention_sm90.cuh) */
     if (bh * ((nqt + 1) / 2) >= (INT64_C(1) << 30))
         lpt = 0;
+    const sm90_shape sh = sm90_shape_of(g, sm90 ? rflags : 0);
+    /* a cluster's items are all alike (no mask cuts tiles): no tail order */
+    if (sh.cluster == 2)
+        lpt = 0;
 
     double scale = 1.0;
     const uint32_t fold =
@@ -852,12 +969,13 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* f32 scores where the flag asks for them and the score takes them */
     const bool f32 = f32s && fold != KF_NONE;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
-     * softmax's reductions as trees, l: the tail longest first (fa3p_,
-     * fa3f_, fa3pf_, fa3t_, ..., fa3pftl_) */
+     * softmax's reductions as trees, l: the tail longest first, w: 176-key
+     * tiles, c: 2-CTA clusters (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwc_) */
     char prefix[16] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
-                 tree ? "t" : "", lpt ? "l" : "");
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
+                 tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
+                 sh.cluster == 2 ? "c" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -883,7 +1001,13 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     uint32_t smem = (uint32_t)(ATTN_BR + 4 * ATTN_BC) * (uint32_t)at->d * 2u;
     out->launch.block = sm90 ? 384 : block;
     out->launch.items_per_block = 1;
-    if (sm90) {
+    if (sm90 && sh.cluster == 2) {
+        /* persistent clusters of 2: a cluster takes query tiles 2p and
+         * 2p + 1 of a batch-head, a block each; whole clusters */
+        out->launch.work_items = (uint64_t)(bh * nqt);
+        out->launch.blocks_per_sm = 1;
+        out->launch.grid_multiple = 2;
+    } else if (sm90) {
         /* persistent: at most one block an SM, each taking units (pairs of
          * query tiles, templates/attention_sm90.cuh) grid-strided */
         out->launch.work_items = (uint64_t)(bh * ((nqt + 1) / 2));
@@ -893,39 +1017,43 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         out->launch.work_items = (uint64_t)(bh * nqt);
         out->launch.blocks_per_sm = 65535;
     }
-    out->launch.shared_bytes = sm90 ? sm90_smem(at->d) : smem;
+    out->launch.shared_bytes = sm90 ? sm90_smem(at->d, &sh) : smem;
 
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
-        if (pin || f32 || tree || lpt)
-            cg_printf(&c.s, "/* forms: %s%s%s%s */\n", pin ? "softmax pinned under P.V; " : "",
+        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s */\n", pin ? "softmax pinned under P.V; " : "",
                       f32 ? "f32 scores, the scale folded into exp2; " : "",
                       tree ? "row max and sum as trees; " : "",
-                      lpt ? "the tail's items longest first" : "");
+                      lpt ? "the tail's items longest first; " : "",
+                      sh.bc != SM90_BC ? "176-key tiles; " : "",
+                      sh.cluster == 2 ? "2-CTA clusters sharing K and V" : "");
         cg_puts(&c.s, kf_cuda_tpl_hopper);
         /* the folded scale (1: none), exact in hex: a power of two, or with
          * f32 scores any positive constant */
         cg_printf(&c.s,
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
-                  "#define KF_TAIL_LPT %d\n",
-                  scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt);
-        cg_printf(&c.s,
-                  "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
-                  "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
-                  "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
-                  "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
-                  "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
-                  (long long)at->d, SM90_BR, SM90_BC, sm90_stages(at->d), KF_SM90_QBUF, KF_SM90_DESC_ADD,
-                  (long long)at->sq,
-                  (long long)at->skv, (long long)bh, dt == KF_DTYPE_BF16 ? "bf16" : "f16",
-                  cg_storage_type(dt), skip, (long long)(skip == 2 ? at->window : 0), po,
-                  kf_mask_kind_name(at->mask));
+                  "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
+                  "#define KF_CONSUMER_REGS %d\n",
+                  scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
+                  sh.preg, sh.creg);
+        cg_printf(
+            &c.s,
+            "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
+            "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
+            "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
+            "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
+            "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
+            (long long)at->d, SM90_BR, sh.bc, sh.stages, sh.qbuf, KF_SM90_DESC_ADD,
+            (long long)at->sq, (long long)at->skv, (long long)bh,
+            dt == KF_DTYPE_BF16 ? "bf16" : "f16", cg_storage_type(dt), skip,
+            (long long)(skip == 2 ? at->window : 0), po, kf_mask_kind_name(at->mask));
         (void)pq;
         (void)pk;
         (void)pvp;
-        emit_tma_fns(&c, g, ops);
-        emit_wgmma_sm90(&c, at->d, dt);
+        emit_tma_fns(&c, g, ops, sh.cluster);
+        emit_wgmma_sm90(&c, at->d, sh.bc, dt);
         emit_round_sm90(&c);
     } else {
     cg_emit_head(&c, "fused attention (sm_80 mma.sync kernel)");
@@ -957,7 +1085,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     st = emit_score_fns(&c, skip != 0, fold, f32);
     if (st != KF_OK)
         return cg_end(&c, st);
-    cg_attn_emit_block_sparse(&c, g, skip, br, sm90 ? SM90_BC : ATTN_BC);
+    cg_attn_emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC);
     cg_puts(&c.s, kf_cuda_tpl_attention_common);
     cg_puts(&c.s, sm90 ? kf_cuda_tpl_attention_sm90 : kf_cuda_tpl_attention);
     return cg_end(&c, c.st);

@@ -180,6 +180,13 @@ enum {
                                                 128 columns (two row groups of warps, each
                                                 K step split over two; K steps of 64) where
                                                 M <= 32 (the bench compares) */
+    KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS = 1u << 29, /* internal: the sm_90a attention kernel
+                                                      takes key tiles of 176 where no mask cuts
+                                                      tiles (no causal, window or block-sparse
+                                                      mask) at head dim 128, with one Q buffer
+                                                      (cg_attention.c, sm90_shape_of); as
+                                                      fast as 128 keys (H100, 7905c13: 1.902
+                                                      against 1.901 ms), so off */
     KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
                                                      persistent blocks take the last two
                                                      rounds' units and the leftover as single
@@ -187,6 +194,15 @@ enum {
                                                      (templates/attention_sm90.cuh,
                                                      KF_TAIL_LPT); off until measured */
 };
+
+/* Recipe flags past bit 31 (kf_cuda_target.flags is 64 bits; an enum
+ * constant is an int). */
+/* internal: the sm_90a attention kernel runs as 2-CTA clusters where no mask
+ * cuts tiles at head dim 128 with an even count of query tiles: the CTAs take
+ * query tiles 2p and 2p + 1 of one batch-head and each loads half of every K
+ * and V tile, multicast to both (templates/attention_sm90.cuh, KF_CLUSTER);
+ * 2-3% slower (H100, 7905c13: L2 was at 41% of its peak), so off */
+#define KF_CUDA_RECIPE_ATTENTION_CLUSTER2 (UINT64_C(1) << 32)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
@@ -287,10 +303,14 @@ _Static_assert(KF_CUDA_MAX_TMAPS * 128 + KF_CUDA_MAX_PARAMS * 8 <= 4096,
  * (kf_cuda_codegen_attention_sm90), Q, K, V in its argument order, each over
  * the buffer of bases[i] (a view's base) from element offsets[i] of it (a
  * sliced view's start; 16-byte aligned): dims {head dim, rows, the batch
- * axes it does not broadcast, innermost first}, boxes {64, 128}, 128-byte
- * swizzle. KF_ERR_UNSUPPORTED where the kernel does not take the group. */
-kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, kf_cuda_tmap maps[3],
-                                      uint32_t bases[3], int64_t offsets[3]);
+ * axes it does not broadcast, innermost first}, boxes {64, 128} (K and V:
+ * {64, the key tile} -- 176 in the ATTENTION_WIDE_KEYS form -- halved in the
+ * ATTENTION_CLUSTER2 form, whose CTAs each multicast half a tile), 128-byte
+ * swizzle; `rflags` the recipe flags the kernel was made with.
+ * KF_ERR_UNSUPPORTED where the kernel does not take the group. */
+kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, uint64_t rflags,
+                                      kf_cuda_tmap maps[3], uint32_t bases[3],
+                                      int64_t offsets[3]);
 
 typedef struct kf_cuda_kstep {
     kf_cuda_kernel kernel;                  /* source, name, arch, template, params */

@@ -12,7 +12,7 @@
 
 #include "codegen/cuda/recipe_internal.h"
 
-/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l]_...: the
+/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l][w][c]_...: the
  * forms cg_attention.c names it by) has form letter `form`. */
 static bool sm90_form(const char *name, char form) {
     if (strncmp(name, "fa3", 3) != 0)
@@ -30,7 +30,8 @@ static kf_status sm90_attention(rb *b, char *name, size_t name_size) {
     kf_cuda_tmap maps[3];
     uint32_t bases[3];
     int64_t offsets[3];
-    kf_status st = kf_cuda_attention_sm90_maps(b->plan, b->gi, maps, bases, offsets);
+    kf_status st =
+        kf_cuda_attention_sm90_maps(b->plan, b->gi, b->target->flags, maps, bases, offsets);
     if (st != KF_OK)
         return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no tensor maps for the sm_90a kernel",
                           b->gi);
@@ -63,6 +64,8 @@ static kf_status sm90_attention(rb *b, char *name, size_t name_size) {
         ks->tmaps[i] = maps[i];
     }
     ks->n_tmaps = 3;
+    if (sm90_form(name, 'c')) /* 2-CTA clusters (the grid is whole clusters) */
+        ks->cluster[0] = 2;
     return KF_OK;
 }
 
@@ -98,12 +101,14 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     if (sm90)
         kf_rb_how(b, 0,
                   "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
-                  "%s%s%s%s%s",
+                  "%s%s%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
                   sm90_form(name, 'f') ? "; f32 scores, the scale folded into the softmax" : "",
                   sm90_form(name, 't') ? "; row max and sum as trees" : "",
-                  sm90_form(name, 'l') ? "; the tail's items longest first" : "");
+                  sm90_form(name, 'l') ? "; the tail's items longest first" : "",
+                  sm90_form(name, 'w') ? "; 176-key tiles" : "",
+                  sm90_form(name, 'c') ? "; 2-CTA clusters sharing K and V" : "");
     else
         kf_rb_how(b, 0,
                   "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
