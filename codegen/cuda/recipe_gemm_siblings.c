@@ -97,14 +97,13 @@ static void append(char *buf, size_t size, const char *sep, const char *text) {
  * --gemm generated, compute-sanitizer memcheck and racecheck). */
 #define SIB_ONE_DEFAULT 1
 /* The same for the sm_80 (mma.sync) members' one kernel
- * (kf_cuda_codegen_gemm_sm80_set). Off: on an H100 (c1ffad3, forced sm_80)
- * its small set case passed (test_a_gemm_sibling_set_as_one_sm80_kernel_matches,
- * also under compute-sanitizer memcheck and racecheck: clean) and so did
- * every example with --gemm sm80 --check (35/35, two of them sets, with it
- * on), but test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference
- * (the 128 x 128 tiles, ragged 4096 / 1024 / 1024 members) did not finish in
- * that run's time: on once it has passed. */
-#define SIB_ONE_SM80_DEFAULT 0
+ * (kf_cuda_codegen_gemm_sm80_set). On since its GPU numerics passed on an
+ * H100 (forced sm_80): at c1ffad3 (with it on) its small set case, also
+ * under compute-sanitizer memcheck and racecheck, and every example with
+ * --gemm sm80 --check (35/35, two of them sets); at 7ea15a9
+ * test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference (the
+ * 128 x 128 tiles, ragged 4096 / 1024 / 1024 members). */
+#define SIB_ONE_SM80_DEFAULT 1
 
 /* The index of the recipe's last step made by the GEMM kernel's generator
  * (the member's GEMM, after its pre-passes), or n_steps. */
