@@ -121,6 +121,15 @@ endif()
 if(TARGET test_cuda_exec)
     set_tests_properties(test_cuda_exec PROPERTIES TIMEOUT 900)
 endif()
+# The GPU suites that compile a kernel a case: test_gemm_rowepi took 275 s
+# alone on an H100 (its five tests 9-80 s each, ac341ae) and ran past 300 s
+# beside the other GPU suites; test_cuda_attnsimt 250 s and
+# test_cuda_exec_decode 231 s there.
+foreach(_t test_gemm_rowepi test_cuda_attnsimt test_cuda_exec_decode test_cuda_exec_simt)
+    if(TARGET ${_t})
+        set_tests_properties(${_t} PROPERTIES TIMEOUT 900)
+    endif()
+endforeach()
 # test_cudagen NVRTC-compiles every template and example kernel and 32 fused
 # attention variants for two archs: about 2.5 minutes alone on two cores, over
 # 300 s beside test_cpu under ctest -j2 on a loaded machine (8 minutes seen).
