@@ -1670,9 +1670,9 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
  * HMMA / LDGSTS / LDSM and no local memory; its arguments A's pointer (the
  * norm's input) and each member's diag(gamma) B, then the params; one block
  * per tile of the set's raster (64 x 64 tiles: 4 + 1 + 2 columns x 16
- * rows). KF_CUDA_RECIPE_GEMM_SIB_ONE asks for it (on sm_80 it is not the
- * default yet: recipe_gemm_siblings.c's SIB_ONE_SM80_DEFAULT), SIB_APART
- * keeps the members' own kernels.
+ * rows). KF_CUDA_RECIPE_GEMM_SIB_ONE asks for it (the default on sm_80 too:
+ * recipe_gemm_siblings.c's SIB_ONE_SM80_DEFAULT), SIB_APART keeps the
+ * members' own kernels.
  * LLaMA-7B's GQA projections (16384 x 4096 x (4096 + 1024 + 1024)) take
  * 128 x 128 tiles: 64 + 16 + 16 tile columns. */
 static void test_gemm_sibling_set_runs_as_one_sm80_kernel(void **state) {
