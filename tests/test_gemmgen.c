@@ -1476,8 +1476,11 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
         assert_int_equal(lt, 3);
         assert_non_null(strstr(rc->variants[1].how, "A normalized once"));
         kf_cuda_recipes_destroy(rec);
-        /* the sm_80 kernel's side: the same steps around mma.sync kernels */
-        rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        /* the sm_80 kernel's side, members apart (SIB_APART; the set as one
+         * kernel, the default: test_gemm_sibling_set_runs_as_one_sm80_kernel):
+         * the same steps around mma.sync kernels */
+        rec = kf_sass_recipes(&MEM, p.plan, "a100", NULL,
+                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART);
         rc = &rec->recipes[first];
         assert_int_equal(rc->n_members, 3);
         assert_string_equal(rc->variants[0].label, "generated");
