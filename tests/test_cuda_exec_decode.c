@@ -19,69 +19,54 @@
  * the exact value, and NaN never passes. Without a device every test is
  * skipped and the binary exits 77 (ctest: skipped, never passed).
  */
-#define _GNU_SOURCE /* mkdtemp */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "codegen/cuda/cuda_recipe.h"
 #include "ir/ir.h"
+#include "kf_gpu.h"
 #include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda_exec.h"
 
+/* The suite's fixture (kf_gpu.h): F.ctx is G.gen, KF_GEMM_GENERATED; G.def is
+ * KF_GEMM_AUTO on the same cache; both ask for the decode kernel. */
+static kf_test_gpu F;
+
 typedef struct gpu {
     kf_ctx *gen, *def; /* KF_GEMM_GENERATED and KF_GEMM_AUTO, the decode kernel asked for */
-    bool have;
-    char cache_dir[256];
 } gpu;
 
 static gpu G;
 
-static kf_ctx *ctx_mode(kf_gemm_mode mode) {
-    kf_options o;
-    kf_options_init(&o);
-    o.target = KF_TARGET_CUDA;
-    o.cache_dir = G.cache_dir[0] ? G.cache_dir : NULL;
-    o.gemm = mode;
-    kf_ctx *c = NULL;
-    if (kf_ctx_create(&o, &c) != KF_OK)
-        return NULL;
-    c->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
-    return c;
-}
-
 static int group_setup(void **state) {
     (void)state;
-    snprintf(G.cache_dir, sizeof G.cache_dir, "/tmp/kf_cuda_decode_XXXXXX");
-    if (!mkdtemp(G.cache_dir))
-        G.cache_dir[0] = 0;
-    G.gen = ctx_mode(KF_GEMM_GENERATED);
-    G.def = ctx_mode(KF_GEMM_AUTO);
-    if (!G.gen || !G.def)
+    kf_options o;
+    kf_options_init(&o);
+    o.gemm = KF_GEMM_GENERATED;
+    if (kf_test_gpu_setup(&F, "kf_cuda_decode", &o) != 0)
         return -1;
-    G.have = kf_cuda_exec_available(G.gen);
+    G.gen = F.ctx;
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+    o.target = KF_TARGET_CUDA;
+    o.cache_dir = F.cache_dir[0] ? F.cache_dir : NULL;
+    o.gemm = KF_GEMM_AUTO;
+    if (kf_ctx_create(&o, &G.def) != KF_OK)
+        return -1;
+    G.def->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
     return 0;
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    kf_ctx_destroy(G.gen);
     kf_ctx_destroy(G.def);
-    if (G.cache_dir[0] && kf_test_remove_dir(G.cache_dir) != 0)
-        fprintf(stderr, "could not remove %s\n", G.cache_dir);
+    kf_test_gpu_teardown(&F);
     return 0;
 }
 
-#define REQUIRE_GPU()                                                                              \
-    do {                                                                                           \
-        if (!G.have) {                                                                             \
-            fprintf(stderr, "no CUDA device: skipped\n");                                          \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define REQUIRE_GPU() KF_REQUIRE_GPU(&F)
 
 /* `fmt` with every %s the dtype's name, compiled in `ctx`, its report holding
  * each '|'-separated token of `want` (NULL: nothing asked), run twice on the
@@ -330,7 +315,7 @@ int main(void) {
     };
     kf_test_filter();
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
-    if (failed == 0 && !G.have) {
+    if (failed == 0 && !F.have) {
         fprintf(stderr, "no CUDA device: skipped\n");
         return 77; /* ctest: SKIP_RETURN_CODE */
     }
