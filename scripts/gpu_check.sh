@@ -9,6 +9,11 @@
 # run-overhead bench.
 #
 #   scripts/gpu_check.sh [--commit SHA] [--no-bench] [--no-sanitizer] [--quick]
+#                        [--no-ctest] [--no-examples]
+#
+# --no-ctest and --no-examples leave those parts out, for a caller that runs
+# the suites its own way (e.g. test_cuda_exec's tests as parallel processes)
+# and wants the sanitizer runs from here.
 #
 # Logs and the bench JSON go to $OUT (default build-gpu/out); the bench also
 # writes bench/results/<gpu>-<commit>.json. cmocka comes from the system, or
@@ -22,12 +27,16 @@ commit=""
 bench=1
 sanitize=1
 quick=""
+ctest_on=1
+examples_on=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --commit) commit="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --no-sanitizer) sanitize=0; shift ;;
     --quick) quick="--quick"; shift ;;
+    --no-ctest) ctest_on=0; shift ;;
+    --no-examples) examples_on=0; shift ;;
     *) echo "gpu_check.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -57,15 +66,17 @@ fi
 note "build: ok ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null))"
 
 # Every suite; the GPU ones must run, not skip.
-ctest --test-dir build-gpu --output-on-failure --parallel "$jobs" >"$out/ctest.log" 2>&1
-rc=$?
-tail -25 "$out/ctest.log"
-skipped=$(grep -E "test_cuda_exec|test_cuda_gpu|test_device_run|test_cuda_lifetime|test_cuda_attnsimt|test_gemm_rowepi|test_cuda_exec_decode" "$out/ctest.log" | grep -c "Skipped")
-if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then
-    fail=1
-    note "ctest: FAILED (rc $rc, GPU suites skipped: $skipped)"
-else
-    note "ctest: $(grep -E '^[0-9]+% tests passed' "$out/ctest.log")"
+if [ $ctest_on -eq 1 ]; then
+    ctest --test-dir build-gpu --output-on-failure --parallel "$jobs" >"$out/ctest.log" 2>&1
+    rc=$?
+    tail -25 "$out/ctest.log"
+    skipped=$(grep -E "test_cuda_exec|test_cuda_gpu|test_device_run|test_cuda_lifetime|test_cuda_attnsimt|test_gemm_rowepi|test_cuda_exec_decode" "$out/ctest.log" | grep -c "Skipped")
+    if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then
+        fail=1
+        note "ctest: FAILED (rc $rc, GPU suites skipped: $skipped)"
+    else
+        note "ctest: $(grep -E '^[0-9]+% tests passed' "$out/ctest.log")"
+    fi
 fi
 
 # Every example and pattern on the GPU against the reference evaluator, with
@@ -86,13 +97,15 @@ run_examples() {
     done
     note "examples --target cuda${label:+ $label} --check: $n_ok/$n_all passed"
 }
-run_examples examples.log 7919 ""
-# The same, every GEMM group forced to kfuse's generated kernel (sm_90a; on
-# other archs the recipes keep cuBLASLt and say why).
-run_examples examples_generated.log 104729 "--gemm generated" --gemm generated
-# And forced to the sm_80 form (mma.sync, cp.async), which runs on any GPU
-# from sm_80: the only way to run it where no A100 is at hand.
-run_examples examples_sm80.log 15485863 "--gemm sm80" --gemm sm80
+if [ $examples_on -eq 1 ]; then
+    run_examples examples.log 7919 ""
+    # The same, every GEMM group forced to kfuse's generated kernel (sm_90a; on
+    # other archs the recipes keep cuBLASLt and say why).
+    run_examples examples_generated.log 104729 "--gemm generated" --gemm generated
+    # And forced to the sm_80 form (mma.sync, cp.async), which runs on any GPU
+    # from sm_80: the only way to run it where no A100 is at hand.
+    run_examples examples_sm80.log 15485863 "--gemm sm80" --gemm sm80
+fi
 
 # compute-sanitizer on graphs whose sizes leave tails: an elementwise chain
 # (on sm_90+ the bulk path's 259 whole chunks, then the vector loops for the
