@@ -203,6 +203,12 @@ enum {
  * and V tile, multicast to both (templates/attention_sm90.cuh, KF_CLUSTER);
  * 2-3% slower (H100, 7905c13: L2 was at 41% of its peak), so off */
 #define KF_CUDA_RECIPE_ATTENTION_CLUSTER2 (UINT64_C(1) << 32)
+/* internal (dec12): the decode kernel on sm_90a in its TMA form
+ * (templates/gemm_decode.cuh, KF_TMA): A and B by cp.async.bulk.tensor boxes
+ * from a producer warp into a ring on mbarriers, every stage in flight, in
+ * place of the 128 threads' 16-byte cp.async copies; off until it wins on
+ * the bench's decode rows (recipe_gemm_decode.c) */
+#define KF_CUDA_RECIPE_GEMM_DEC_TMA (UINT64_C(1) << 43)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
