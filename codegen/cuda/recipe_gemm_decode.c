@@ -17,6 +17,17 @@
  * why 32; no A100 has run it); KF_CUDA_RECIPE_GEMM_DECODE (internal) takes
  * it to M <= 64 and any arch from sm_80, KF_CUDA_RECIPE_GEMM_NO_DECODE and
  * KF_CUDA_RECIPE_GEMM_STREAMK (internal) keep the tiled kernels.
+ *
+ * KF_CUDA_RECIPE_GEMM_DEC_TMA (internal, sm_90 on): the kernel's TMA form
+ * (two tensor maps in place of A's and B's pointers, a producer warp, a
+ * 96 KiB ring; past M = 32 one block an SM and 192 KiB). ncu on an H100
+ * (020d5bb, M 32 x 4096 x 16384, 1.48 GHz under the profiler): DRAM at
+ * 56.6% of peak with the cp.async form, 58.8% with the TMA form, though each
+ * SM then asks for 2 blocks x 4 stages x 16 KiB of B at once (Little's law
+ * wants ~25-40 KB): bytes in flight are not what holds it back; the SMs are
+ * active 86% of the elapsed cycles (one wave: the ramp and the last block's
+ * reduction), and A's tile (8 KiB a stage at M 32, half of B's) goes through
+ * L2 again for every strip.
  */
 #include <stdio.h>
 #include <string.h>
