@@ -39,7 +39,8 @@
  *                 SwiGLU, down + residual; no attention), where the clocks
  *                 run hot as in the block; g_qkv, g_fc1 and l_swiglu also in
  *                 ping-pong 128x128 tiles (_generated_pingpong); decode shapes
- *                 (dec_m1, dec_m16, dec_m64: M x 4096 x 4096; dec_m16_n11008,
+ *                 (dec_m1, dec_m8, dec_m16, dec_m32, dec_m64: M x 4096 x
+ *                 4096; dec_m16_n11008,
  *                 dec_m16_k11008) through cuBLASLt, the generated kernel and
  *                 the generated kernel in stream-K (_generated_sk: the tail's
  *                 K steps cut over the SMs; _generated_sk128: with 128-wide
@@ -52,7 +53,9 @@
  *                 _cublaslt: its GELU_BIAS epilogue, the peer; _generated:
  *                 the tiled kernel (GEMM_NO_DECODE); _generated_sk; _decode;
  *                 and for each _decode row its forms _decode_k64: K steps
- *                 of 64, _decode_wide: strips of 128 columns), and l_q, l_q_fold,
+ *                 of 64, _decode_wide: strips of 128 columns; _decode_tma,
+ *                 _decode_tma_k64, _decode_tma_wide: the same in the TMA
+ *                 form, KF_CUDA_RECIPE_GEMM_DEC_TMA), and l_q, l_q_fold,
  *                 l_down_res, l_swiglu in stream-K; f32 4096^3 bare and + bias
  *                 + GELU (f32_gemm*: the SIMT kernel, _generated, against
  *                 cuBLASLt with f32 compute, _cublaslt, and the default's
@@ -1687,13 +1690,15 @@ int main(int argc, char **argv) {
              "y = add(d, h)\noutput q\noutput k\noutput y\n",
              TM, LD, LD, LD, LD, LD, LD, LD, LD, LD, LD, LD, LF, LD, LF, LD, LD, LF);
     /* Decode shapes (weights [N, K]): M = 1, 16, 64 against 4096 x 4096,
-     * M = 16 against the MLP's 11008 x 4096 and 4096 x 11008; the floor is
-     * the weight's bytes (B) at the copy bandwidth. */
-    static const int dec_m[5] = {1, 16, 64, 16, 16}, dec_n[5] = {4096, 4096, 4096, 11008, 4096},
-                     dec_k[5] = {4096, 4096, 4096, 4096, 11008};
-    char t_dec[5][512];
-    double b_dec[5], f_dec[5];
-    for (int i = 0; i < 5; i++) {
+     * M = 16 against the MLP's 11008 x 4096 and 4096 x 11008, M = 8 and 32
+     * against 4096 x 4096; the floor is the weight's bytes (B) at the copy
+     * bandwidth. */
+    static const int dec_m[7] = {1, 16, 64, 16, 16, 8, 32},
+                     dec_n[7] = {4096, 4096, 4096, 11008, 4096, 4096, 4096},
+                     dec_k[7] = {4096, 4096, 4096, 4096, 11008, 4096, 4096};
+    char t_dec[7][512];
+    double b_dec[7], f_dec[7];
+    for (int i = 0; i < 7; i++) {
         snprintf(t_dec[i], sizeof t_dec[i],
                  "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\n"
                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
@@ -1738,6 +1743,16 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},
         {"gemm_bias_gelu_m32_decode_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
+        /* the decode kernel's TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal,
+         * sm_90a) in each of its forms */
+        {"gemm_bias_gelu_m32_decode_tma", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA},
+        {"gemm_bias_gelu_m32_decode_tma_k64", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA | KF_CUDA_RECIPE_GEMM_DEC_BK64},
+        {"gemm_bias_gelu_m32_decode_tma_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
         /* kfuse's generated sm_90a GEMM (one kernel, the epilogue on the
          * accumulators) against the cuBLASLt rows above, in the same run */
         {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
@@ -1972,12 +1987,22 @@ int main(int argc, char **argv) {
         {nm "_decode_k64", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
          KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},                               \
         {nm "_decode_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                             \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE}
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE},                               \
+        {nm "_decode_tma", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA},                                \
+        {nm "_decode_tma_k64", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                          \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA |                                \
+             KF_CUDA_RECIPE_GEMM_DEC_BK64},                                                        \
+        {nm "_decode_tma_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA |                                \
+             KF_CUDA_RECIPE_GEMM_DEC_WIDE}
         SK_ROWS("dec_m1", t_dec[0], b_dec[0], f_dec[0]),
         SK_ROWS("dec_m16", t_dec[1], b_dec[1], f_dec[1]),
         SK_ROWS("dec_m64", t_dec[2], b_dec[2], f_dec[2]),
         SK_ROWS("dec_m16_n11008", t_dec[3], b_dec[3], f_dec[3]),
         SK_ROWS("dec_m16_k11008", t_dec[4], b_dec[4], f_dec[4]),
+        SK_ROWS("dec_m8", t_dec[5], b_dec[5], f_dec[5]),
+        SK_ROWS("dec_m32", t_dec[6], b_dec[6], f_dec[6]),
 #undef SK_ROWS
         {"l_q_generated_sk", t_lq, b_lq, f_lq, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_STREAMK},

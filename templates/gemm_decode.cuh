@@ -44,14 +44,33 @@
  *     kf_epi<8, AL> (cg_gemm_epi.c: bias, activations, residual, every
  *     expression the planner put there); tokens past M store nothing.
  *
+ *   The TMA form (KF_TMA 1, sm_90a; recipe flag GEMM_DEC_TMA): the same
+ *     tiles, filled by cp.async.bulk.tensor boxes from two tensor maps (A
+ *     and B, __grid_constant__ params in place of the pointers) into a ring
+ *     of KF_STAGES stages on mbarriers: a fifth warp (one lane) is the
+ *     producer, the 4 MMA warps each arrive on a stage's empty barrier when
+ *     their slices of it are done, so every stage of the ring is in flight
+ *     (not STAGES - 1), no thread spends issue slots on 16-byte copies and
+ *     no block-wide barrier sits in the K loop. TMA fills what lies past an
+ *     operand's extent with zeros (and counts those bytes). A box row is 128
+ *     bytes (64 values) under the 128-byte swizzle, so a tile is KF_BK / 64
+ *     (K-major) or KF_BW / 64 (N-major B) boxes one after another, each
+ *     [rows][128 bytes] with chunk c of row r at (c ^ r) & 7: the same bank
+ *     spread for ldmatrix as the cp.async layout's (KF_DC_OFF); every tile
+ *     sits on a 1024-byte boundary (the swizzle's period).
+ *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_LDA (elements between A's rows), KF_LDB (between B's stored
  * rows: N rows when K-major, K rows when N-major), KF_B_KMAJOR, KF_AB ("bf16"
- * or "f16"), KF_MT, KF_RG, KF_BK, KF_NT, KF_STAGES, KF_SPLIT, KF_MINB, and with KF_SPLIT > 1
- * KF_WS and KF_CNT (the PARTIALS and COUNTERS params); kf_epi / kf_epi_al.
+ * or "f16"), KF_MT, KF_RG, KF_BK, KF_NT, KF_STAGES, KF_SPLIT, KF_MINB, KF_TMA
+ * (with 1, hopper.cuh before this), and with KF_SPLIT > 1 KF_WS and KF_CNT
+ * (the PARTIALS and COUNTERS params); kf_epi / kf_epi_al.
  */
 
-#define KF_THREADS 128
+#ifndef KF_TMA
+#define KF_TMA 0
+#endif
+#define KF_THREADS 128 /* the MMA warps' (the TMA form adds a producer warp) */
 #define KF_KG (4 / KF_RG)        /* warps splitting a K step (each row group's) */
 #define KF_BW (16 * KF_MT * KF_RG) /* output columns a block */
 #define KF_MP (8 * KF_NT)          /* tokens, padded */
@@ -69,6 +88,20 @@ static_assert((KF_BK / 16) % KF_KG == 0, "whole k16 slices for each warp");
 static_assert(KF_NT >= 1 && KF_NT <= 8 && KF_MP >= KF_M, "the tokens in 8 n8 tiles at most");
 static_assert(KF_SPLIT >= 1 && KF_SPLIT <= KF_KB, "a K step at least for each piece");
 static_assert(KF_LDA % 8 == 0 && KF_LDB % 8 == 0, "16-byte copies: rows of 16-byte multiples");
+
+/* The byte offset of 16-byte chunk c of row r in a tile of `rows` rows of
+ * `rc` chunks: cp.async, rows of rc chunks, c at (c & ~7) | ((c ^ r) & 7);
+ * TMA, boxes of `rows` rows of 8 chunks one after another, c in box c / 8
+ * at (c ^ r) & 7 (the 128-byte swizzle of a 1024-byte aligned box). */
+#if KF_TMA
+#define KF_DC_OFF(r, c, rc, rows)                                                                  \
+    (unsigned)(((((c) >> 3) * (rows) + (r)) * 128) + ((((c) ^ (r)) & 7) << 4))
+#else
+#define KF_DC_OFF(r, c, rc, rows)                                                                  \
+    (unsigned)(((r) * (rc) + (((c) & ~7) | (((c) ^ (r)) & 7))) * 16)
+#endif
+
+#if !KF_TMA
 
 /* Copies 16 bytes from global src to shared dst, the first `fill` of them
  * read and the rest zeros (fill 0: nothing read). */
@@ -124,6 +157,8 @@ __device__ __forceinline__ void kf_dc_stage(unsigned st, const unsigned short *_
     }
 }
 
+#endif /* !KF_TMA */
+
 __device__ __forceinline__ void kf_dc_ldsm4(unsigned addr, unsigned (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -157,13 +192,13 @@ __device__ __forceinline__ void kf_dc_slice(float (&acc)[KF_MT][KF_NT][4], unsig
 #if KF_B_KMAJOR
         /* rows mt*16 + (lane & 15), chunk 2 ks + (lane >> 4) */
         const int r = rg * 64 + mt * 16 + (lane & 15), c = ks * 2 + (lane >> 4);
-        kf_dc_ldsm4(st + (unsigned)(r * KF_BK + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u, a[mt]);
+        kf_dc_ldsm4(st + KF_DC_OFF(r, c, KF_KC, KF_BW), a[mt]);
 #else
         /* K rows ks*16 + (lane & 7) + 8 (lane >> 4), column chunk 2 mt + ((lane >> 3) & 1):
          * transposed, each lane gets its weight row's pairs of K values */
         const int r = ks * 16 + (lane & 7) + ((lane >> 4) << 3),
                   c = rg * 8 + mt * 2 + ((lane >> 3) & 1);
-        kf_dc_ldsm4t(st + (unsigned)(r * KF_BW + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u, a[mt]);
+        kf_dc_ldsm4t(st + KF_DC_OFF(r, c, KF_BW / 8, KF_BK), a[mt]);
 #endif
     }
     const unsigned sa = st + KF_B_STAGE * 2u;
@@ -171,7 +206,7 @@ __device__ __forceinline__ void kf_dc_slice(float (&acc)[KF_MT][KF_NT][4], unsig
     for (int nt = 0; nt + 1 < KF_NT; nt += 2) {
         const int r = nt * 8 + (lane & 7) + ((lane >> 4) << 3), c = ks * 2 + ((lane >> 3) & 1);
         unsigned t[4];
-        kf_dc_ldsm4(sa + (unsigned)(r * KF_BK + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u, t);
+        kf_dc_ldsm4(sa + KF_DC_OFF(r, c, KF_KC, KF_MP), t);
         b[nt][0] = t[0];
         b[nt][1] = t[1];
         b[nt + 1][0] = t[2];
@@ -180,8 +215,7 @@ __device__ __forceinline__ void kf_dc_slice(float (&acc)[KF_MT][KF_NT][4], unsig
     if (KF_NT % 2) {
         const int nt = KF_NT - 1;
         const int r = nt * 8 + (lane & 7), c = ks * 2 + ((lane >> 3) & 1);
-        kf_dc_ldsm2(sa + (unsigned)(r * KF_BK + ((c & ~7) | ((c ^ r) & 7)) * 8) * 2u, b[nt][0],
-                    b[nt][1]);
+        kf_dc_ldsm2(sa + KF_DC_OFF(r, c, KF_KC, KF_MP), b[nt][0], b[nt][1]);
     }
 #pragma unroll
     for (int mt = 0; mt < KF_MT; mt++)
@@ -190,12 +224,51 @@ __device__ __forceinline__ void kf_dc_slice(float (&acc)[KF_MT][KF_NT][4], unsig
             kf_dc_mma(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
 }
 
-extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
+#if KF_TMA
+#define KF_BLOCK (KF_THREADS + 32)
+#define KF_BOXES_B (KF_B_KMAJOR ? KF_BK / 64 : KF_BW / 64)
+static_assert(KF_STAGE * 2 % 1024 == 0 && KF_B_STAGE * 2 % 1024 == 0,
+              "every tile on a 1024-byte boundary (the swizzle's period)");
+
+/* The producer: K step kb's boxes (A's and B's) into the stage at st, counted
+ * on its full barrier. */
+__device__ __forceinline__ void kf_dc_tma_stage(unsigned st, unsigned bar, const kf_tmap *ta,
+                                                const kf_tmap *tb, int n0, int kb) {
+    const int k0 = kb * KF_BK;
+    kf_hp_expect(bar, KF_STAGE * 2u);
+#if KF_B_KMAJOR
+#pragma unroll
+    for (int h = 0; h < KF_BK / 64; h++) /* {64 K, BW rows} */
+        kf_hp_tma2(st + h * (KF_BW * 128u), tb, k0 + h * 64, n0, bar);
+#else
+#pragma unroll
+    for (int h = 0; h < KF_BW / 64; h++) /* {64 columns, BK K rows} */
+        kf_hp_tma2(st + h * (KF_BK * 128u), tb, n0 + h * 64, k0, bar);
+#endif
+#pragma unroll
+    for (int h = 0; h < KF_BK / 64; h++) /* {64 K, MP tokens} */
+        kf_hp_tma2(st + KF_B_STAGE * 2u + h * (KF_MP * 128u), ta, k0 + h * 64, 0, bar);
+}
+#else
+#define KF_BLOCK KF_THREADS
+#endif
+
+extern "C" __global__ void __launch_bounds__(KF_BLOCK, KF_MINB)
+#if KF_TMA
+    KF_KERNEL(const __grid_constant__ kf_tmap kf_ta, const __grid_constant__ kf_tmap kf_tb,
+              KF_PARAMS) {
+    extern __shared__ __align__(1024) unsigned char kf_dsmem[];
+    __shared__ __align__(8) unsigned long long kf_full[KF_STAGES], kf_empty[KF_STAGES];
+    KF_SETUP();
+    /* the ring on a 1024-byte boundary (the smem size has the slack) */
+    const unsigned ring = ((unsigned)__cvta_generic_to_shared(kf_dsmem) + 1023u) & ~1023u;
+#else
     KF_KERNEL(const unsigned short *__restrict__ kf_pa, const unsigned short *__restrict__ kf_pb,
               KF_PARAMS) {
     extern __shared__ __align__(128) unsigned char kf_dsmem[];
     KF_SETUP();
     const unsigned ring = (unsigned)__cvta_generic_to_shared(kf_dsmem);
+#endif
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int rg = warp % KF_RG, kg = warp / KF_RG; /* the warp's row group, K group */
     const int strip = (int)(blockIdx.x % KF_STRIPS), piece = (int)(blockIdx.x / KF_STRIPS);
@@ -212,6 +285,51 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
             for (int e = 0; e < 4; e++)
                 acc[mt][nt][e] = 0.f;
 
+#if KF_TMA
+    const unsigned full0 = (unsigned)__cvta_generic_to_shared(kf_full),
+                   empty0 = (unsigned)__cvta_generic_to_shared(kf_empty);
+    if (tid == 0) {
+#pragma unroll 1
+        for (int s = 0; s < KF_STAGES; s++) {
+            kf_hp_init(full0 + 8 * s, 1);
+            kf_hp_init(empty0 + 8 * s, KF_THREADS / 32); /* each MMA warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == KF_THREADS / 32) {
+        /* the producer: every stage in flight, a stage refilled as soon as
+         * the 4 MMA warps are done with it */
+        if (lane == 0) {
+            asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&kf_ta) : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&kf_tb) : "memory");
+#pragma unroll 1
+            for (int kt = 0; kt < nkb; kt++) {
+                const int s = kt % KF_STAGES;
+                kf_hp_wait(empty0 + 8 * s, ((kt / KF_STAGES) & 1) ^ 1);
+                kf_dc_tma_stage(ring + s * KF_STAGE * 2u, full0 + 8 * s, &kf_ta, &kf_tb, (int)n0,
+                                kb0 + kt);
+            }
+        }
+    } else {
+#pragma unroll 1
+        for (int kt = 0; kt < nkb; kt++) {
+            const int s = kt % KF_STAGES;
+            kf_hp_wait(full0 + 8 * s, (kt / KF_STAGES) & 1);
+            const unsigned st = ring + s * KF_STAGE * 2u;
+#pragma unroll
+            for (int ks = kg; ks < KF_BK / 16; ks += KF_KG)
+                kf_dc_slice(acc, st, ks, rg, lane);
+            __syncwarp();
+            if (lane == 0)
+                kf_hp_arrive(empty0 + 8 * s);
+        }
+    }
+    /* every box has landed (each full barrier was waited on) and been read:
+     * the ring is free, the warps' sums go where it was */
+    __syncthreads();
+#else
 #pragma unroll
     for (int s = 0; s < KF_STAGES - 1; s++) {
         if (s < nkb)
@@ -233,11 +351,12 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads(); /* the ring is free: the warps' sums go where it was */
+#endif
 
     /* Each warp's accumulators as [token][column] (pitch KF_BWP: the lanes of
      * one store fall in 32 different banks), then their sum in warp 0's. */
     float *red = reinterpret_cast<float *>(kf_dsmem);
-    {
+    if (tid < KF_THREADS) { /* the MMA warps (not the TMA form's producer) */
         float *mine = red + warp * (KF_MP * KF_BWP);
         const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -253,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     __syncthreads();
     constexpr int Q = KF_MP * KF_BW / 4; /* float4s of the strip */
 #pragma unroll 1
-    for (int i = tid; i < Q; i += KF_THREADS) {
+    for (int i = tid; i < Q && tid < KF_THREADS; i += KF_THREADS) {
         const int m = i / (KF_BW / 4), c = (i % (KF_BW / 4)) * 4, cg = c / 64;
         /* the K group's warps of the columns' row group, in order; the sum
          * goes to warp 0's tile (whose other row group's columns are free) */
@@ -291,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     {
         const float4 *ws = reinterpret_cast<const float4 *>(KF_WS) + (long long)strip * KF_SPLIT * Q;
 #pragma unroll 1
-        for (int i = tid; i < Q; i += KF_THREADS) {
+        for (int i = tid; i < Q && tid < KF_THREADS; i += KF_THREADS) {
             const int m = i / (KF_BW / 4), c = (i % (KF_BW / 4)) * 4;
             float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 1
@@ -313,7 +432,7 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
     constexpr int C8 = KF_BW / 8;
     const bool al = kf_epi_al(KF_ARGS);
 #pragma unroll 1
-    for (int i = tid; i < KF_M * C8; i += KF_THREADS) {
+    for (int i = tid; i < KF_M * C8 && tid < KF_THREADS; i += KF_THREADS) {
         const int m = i / C8, c = (i % C8) * 8;
         const long long col = n0 + c;
         if (col >= KF_N)

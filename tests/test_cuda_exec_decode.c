@@ -187,6 +187,132 @@ static void test_a_ragged_decode_gemm_matches_twice(void **state) {
     G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
 }
 
+/* The TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal; sm_90a), in each K
+ * step and strip width. */
+static const uint64_t TMA = KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA;
+static const uint64_t TMA_FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_BK64, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
+#define DEC_TMA "K (TMA, a producer warp)"
+
+/* True where the context's device runs the TMA form (sm_90 on), else the
+ * test says so and skips. */
+static bool tma_device(void) {
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(G.gen, &ex, &t, err), KF_OK);
+    bool sm90 = kf_cuda_arch_cc(t.arch) >= 90;
+    kf_cuda_exec_destroy(ex);
+    return sm90;
+}
+
+/* The ragged case of the TMA form alone (the sanitizers run it), in each
+ * form: M = 7, N = 1000, K = 1000 (TMA's zeros past every extent), split;
+ * N-major B with bias + erf gelu + residual, and K-major B. */
+static void test_a_ragged_decode_tma_gemm_matches_twice(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!tma_device())
+        skip();
+    for (size_t f = 0; f < sizeof TMA_FORMS / sizeof *TMA_FORMS; f++) {
+        G.gen->recipe_flags = TMA | TMA_FORMS[f];
+        char w[256];
+        snprintf(w, sizeof w, DEC "|" DEC_TMA "|B N-major|last block|%s", FORM_HAS[f]);
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+                  "r = input(%s[7, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+                  "y = add(g, r)\noutput y\n",
+                  "bf16", 9600 + 10 * f, w, "TMA: M 7, ragged, N-major, bias+gelu+res");
+        snprintf(w, sizeof w, DEC "|" DEC_TMA "|B K-major|last block|%s", FORM_HAS[f]);
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
+                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                  "bf16", 9601 + 10 * f, w, "TMA: M 7, ragged, K-major");
+    }
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
+/* The TMA form on the shape classes: M = 1, 16, 32, 63, 64, the batch folded
+ * into M; both majors; ragged N and K; no split and the split capped at 16;
+ * the epilogues (bias + gelu_tanh, bias, residual) and a norm prologue;
+ * bf16 and f16 (the other two forms: bf16, and only the cases where their
+ * tiles differ most -- M 1, 32, 64 -- to keep the suite's NVRTC time down). */
+static void test_tma_decode_gemms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!tma_device())
+        skip();
+    for (size_t f = 0; f < sizeof TMA_FORMS / sizeof *TMA_FORMS; f++) {
+        G.gen->recipe_flags = TMA | TMA_FORMS[f];
+        for (int d = 0; d < (f ? 1 : 2); d++) {
+            const char *t = DTS[d];
+            uint64_t s = 9500 + 20 * (uint64_t)d + 40 * f;
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[1, 1000])\nw = input(%s[1000, 1000])\n"
+                      "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                      t, s + 0, DEC_TMA "|M padded to 8|B K-major", "TMA: M 1, K-major, ragged");
+            if (f) {
+                run_twice(G.gen,
+                          "kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\n"
+                          "b = input(%s[2056])\nh = matmul(x, w)\na = add(h, b)\n"
+                          "y = gelu_tanh(a)\noutput y\n",
+                          t, s + 3, DEC_TMA "|M padded to 32",
+                          "TMA form: M 32, N-major, bias + gelu");
+                run_twice(G.gen,
+                          "kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
+                          "r = input(%s[64, 1000])\nh = matmul(x, w, transpose_b=true)\n"
+                          "y = add(h, r)\noutput y\n",
+                          t, s + 4, DEC_TMA "|M padded to 64", "TMA form: M 64, K-major, residual");
+                continue;
+            }
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[1, 4096])\nw = input(%s[4096, 4104])\n"
+                      "b = input(%s[4104])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
+                      "output y\n",
+                      t, s + 1, DEC_TMA "|B N-major",
+                      "TMA: M 1, N-major, N 4104, bias + gelu_tanh");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[16, 4000])\nw = input(%s[4104, 4000])\n"
+                      "b = input(%s[4104])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
+                      "y = gelu_tanh(a)\noutput y\n",
+                      t, s + 2, DEC_TMA "|M padded to 16", "TMA: M 16, K-major, 4104 x 4000");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\n"
+                      "b = input(%s[2056])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
+                      "output y\n",
+                      t, s + 3, DEC_TMA "|M padded to 32", "TMA: M 32, N-major, bias + gelu_tanh");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
+                      "r = input(%s[64, 1000])\nh = matmul(x, w, transpose_b=true)\n"
+                      "y = add(h, r)\noutput y\n",
+                      t, s + 4, DEC_TMA "|M padded to 64", "TMA: M 64, K-major, residual");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[63, 520])\nw = input(%s[520, 1000])\n"
+                      "b = input(%s[1000])\nh = matmul(x, w)\ny = add(h, b)\noutput y\n",
+                      t, s + 5, DEC_TMA "|M padded to 64", "TMA: M 63, N-major, bias");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[16, 120])\nw = input(%s[120, 2000])\n"
+                      "y = matmul(x, w)\noutput y\n",
+                      t, s + 6, f ? DEC_TMA : DEC_TMA "|split-K over 1 blocks",
+                      "TMA: M 16, K 120 (one K step of 128: no split)");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\n"
+                      "y = matmul(x, w)\noutput y\n",
+                      t, s + 7, DEC_TMA "|M padded to 24", "TMA: the batch folded into M");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[16, 11008])\nw = input(%s[1024, 11008])\n"
+                      "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                      t, s + 8, DEC_TMA "|" DEC " 16 blocks", "TMA: M 16, K 11008, split 16");
+            run_twice(G.gen,
+                      "kfg 1\nx = input(%s[16, 264])\ng = input(%s[264])\n"
+                      "w = input(%s[1096, 264])\nn = rms_norm(x, g)\n"
+                      "y = matmul(n, w, transpose_b=true)\noutput y\n",
+                      t, s + 9, DEC_TMA "|prologue kernel's scratch",
+                      "TMA: RMSNorm prologue, M 16");
+        }
+    }
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
 /* The other forms on the shape classes where they differ: M = 1 and 24
  * (an odd n8 tile count), M = 32 against a long ragged K, the split capped. */
 static void test_decode_forms_match_the_reference(void **state) {
@@ -308,6 +434,8 @@ static void test_measured_decode_gemm_matches(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_ragged_decode_gemm_matches_twice),
+        cmocka_unit_test(test_a_ragged_decode_tma_gemm_matches_twice),
+        cmocka_unit_test(test_tma_decode_gemms_match_the_reference),
         cmocka_unit_test(test_decode_gemms_match_the_reference),
         cmocka_unit_test(test_decode_forms_match_the_reference),
         cmocka_unit_test(test_default_generated_side_is_the_decode_kernel_to_m32),

@@ -52,7 +52,7 @@ static const kf_cuda_recipe *gemm_recipe(const kf_plan *plan, const kf_cuda_reci
  * COUNTERS params exactly when it splits; its SASS has HMMA, LDGSTS and LDSM
  * and no local memory. Returns the split. */
 static uint32_t dec_case_flags(const char *fmt, const char *dt, const char *device,
-                               const char *want, uint32_t n_steps, unsigned flags) {
+                               const char *want, uint32_t n_steps, uint64_t flags) {
     char text[2048];
     snprintf(text, sizeof text, fmt, dt, dt, dt, dt, dt, dt, dt, dt);
     planned p;
@@ -74,13 +74,23 @@ static uint32_t dec_case_flags(const char *fmt, const char *dt, const char *devi
     assert_non_null(ks);
     assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_DECODE);
     assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
-    assert_int_equal(ks->n_tmaps, 0);
+    /* the TMA form (sm_90a only): tensor maps of A and B in place of the
+     * pointers, a producer warp beside the 4 MMA warps */
+    bool tma = (flags & KF_CUDA_RECIPE_GEMM_DEC_TMA) && strcmp(device, "h100") == 0;
+    assert_int_equal(ks->n_tmaps, tma ? 2 : 0);
     assert_int_equal(ks->n_args, ks->kernel.n_params + 2);
     for (uint32_t i = 0; i < 2; i++) {
-        assert_int_equal(ks->args[i].kind, KF_CUDA_ARG_PTR);
+        assert_int_equal(ks->args[i].kind, tma ? KF_CUDA_ARG_TMAP : KF_CUDA_ARG_PTR);
         assert_false(ks->args[i].written);
+        if (tma) {
+            assert_int_equal(ks->args[i].value, (int64_t)i);
+            assert_int_equal(ks->tmaps[i].rank, 2);
+            assert_int_equal(ks->tmaps[i].box[0], 64);
+            assert_int_equal(ks->tmaps[i].swizzle, 128);
+        }
     }
-    assert_int_equal(ks->block[0], 128);
+    assert_int_equal(ks->block[0], tma ? 160 : 128);
+    assert_int_equal(strstr(rc->variants[0].how, "K (TMA, a producer warp)") != NULL, tma);
     assert_int_equal(ks->grid[1], 1);
     assert_int_equal(ks->grid[2], 1);
     assert_non_null(strstr(ks->kernel.name, "dec_"));
@@ -107,8 +117,15 @@ static uint32_t dec_case_flags(const char *fmt, const char *dt, const char *devi
     assert_int_equal(cnt, split > 1);
     /* two blocks an SM on sm_90a and sm_80 (the ring sized for them; the
      * warps' sums of M = 64 take 68 KiB) */
-    assert_true(ks->shared_bytes <= (strcmp(device, "a100") == 0 ? 70u : 100u) * 1024u);
-    kf_sass_check_ampere(&MEM, &ks->kernel);
+    assert_true(ks->shared_bytes <= (strcmp(device, "a100") == 0 ? 70u : 100u) * 1024u ||
+                (tma && ks->kernel.launch.blocks_per_sm == 1 && ks->shared_bytes <= 200u * 1024u));
+    if (tma) { /* mma.sync fed by TMA: HMMA, UTMALDG, LDSM, no LDGSTS */
+        static const char *const want_ops[] = {"HMMA", "UTMALDG", "LDSM", NULL};
+        static const char *const why_ops[] = {"no mma.sync", "no TMA loads", "no ldmatrix"};
+        kf_sass_check_ops(&MEM, &ks->kernel, want_ops, why_ops, "LDGSTS");
+    } else {
+        kf_sass_check_ampere(&MEM, &ks->kernel);
+    }
     fprintf(stderr, "  %s %s: %s\n", dt, device, rc->variants[0].how);
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
@@ -204,6 +221,40 @@ static void test_decode_forms_compile(void **state) {
                              : "strips of 64 columns|stages of 64 K",
                            1, fl);
         }
+    }
+}
+
+/* The TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal): on sm_90a the
+ * shape classes above in each K step and strip width, compiled to HMMA fed
+ * by UTMALDG (no LDGSTS); sm_80 keeps the cp.async form. */
+static void test_decode_tma_form_compiles(void **state) {
+    (void)state;
+    static const uint64_t T = KF_CUDA_RECIPE_GEMM_DEC_TMA;
+    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_GEMM_DEC_BK64, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
+    static const char *const has[] = {"stages of 128 K", "stages of 64 K",
+                                      "strips of 128 columns|stages of 64 K"};
+    for (int v = 0; v < 2; v++) {
+        const char *dev = DEVICES[v];
+        for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {
+            char want[128];
+            snprintf(want, sizeof want, "%s|B N-major|M padded to 32", has[f]);
+            dec_case_flags("kfg 1\nx = input(%s[32, 16384])\nw = input(%s[16384, 4096])\n"
+                           "b = input(%s[4096])\nh = matmul(x, w)\nhb = add(h, b)\n"
+                           "y = gelu_tanh(hb)\noutput y\n",
+                           "bf16", dev, want, 1, T | forms[f]);
+            snprintf(want, sizeof want, "%s|B K-major|M padded to 8", has[f]);
+            dec_case_flags("kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
+                           "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                           "f16", dev, want, 1, T | forms[f]);
+            dec_case_flags("kfg 1\nx = input(%s[16, 264])\ng = input(%s[264])\n"
+                           "w = input(%s[1096, 264])\nn = rms_norm(x, g)\n"
+                           "y = matmul(n, w, transpose_b=true)\noutput y\n",
+                           "bf16", dev, "A from the prologue kernel's scratch", 2, T | forms[f]);
+        }
+        /* M = 64 (A's tile as large as B's): 3 stages of 128 K at least */
+        dec_case_flags("kfg 1\nx = input(%s[64, 4096])\nw = input(%s[4096, 4096])\n"
+                       "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                       "bf16", dev, "M padded to 64|B K-major", 1, T);
     }
 }
 
@@ -308,6 +359,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_gemms_compile_to_hmma_ldgsts_ldsm),
         cmocka_unit_test(test_decode_forms_compile),
+        cmocka_unit_test(test_decode_tma_form_compiles),
         cmocka_unit_test(test_decode_refusals_keep_the_tiled_kernel_and_say_why),
         cmocka_unit_test(test_decode_is_the_default_generated_side_to_m32),
         cmocka_unit_test(test_measured_decode_is_timed_against_cublaslt),

@@ -17,6 +17,11 @@
  *     --> source: the head, the problem defines, the branch-free sigmoid
  *         family, kf_epi, then the template.
  *
+ * The TMA form (shape.dec_tma, sm_90a): A and B through two tensor maps
+ * (the recipe's first two arguments; boxes of 64 values by the tile's other
+ * side, 128-byte swizzle), a producer warp beside the 4 MMA warps (160
+ * threads), the ring on mbarriers.
+ *
  * Why a kernel of its own: at M <= 64 a GEMM is a read of B (K x N) and
  * little else. The tiled kernels' 128-row tiles waste most of their tensor
  * work there, keep too few of B's bytes in flight per SM, and their
@@ -42,6 +47,8 @@ uint32_t kf_cuda_gemm_decode_smem(const kf_cuda_gemm_shape *sh) {
     uint32_t mp = dec_mp(sh);
     uint32_t ring = sh->stages * (sh->bn + mp) * sh->dec_bk * 2u;
     uint32_t red = 4u * mp * (sh->bn + 4u) * 4u; /* the 4 warps' sums, pitch bn + 4 */
+    if (sh->dec_tma)
+        ring += 1024u; /* the slack that puts the ring on a 1024-byte boundary */
     return ring > red ? ring : red;
 }
 
@@ -75,6 +82,8 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
     const char *why = NULL;
     if (sh->m > 64)
         why = "M past 64 (the tokens are the MMA's N side: 8 n8 tiles at most)";
+    else if (sh->dec_tma && kf_cuda_arch_cc(arch) < 90)
+        why = "the TMA form needs sm_90 or later";
     else if (sh->batch != 1 || sh->a_batched || sh->b_batched)
         why = "a batched product (one weight a launch; the tiled kernels take batches)";
     else if (gm->n_anchors != 1 || sh->dual)
@@ -126,13 +135,17 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
 
     kf_cuda_kernel *k = c.k;
     k->vec = 1;
-    k->launch.block = 128;
+    k->launch.block = sh->dec_tma ? 160 : 128; /* the TMA form: + its producer warp */
     k->launch.work_items = kf_cuda_gemm_decode_grid(sh);
     k->launch.items_per_block = 1;
     /* Two blocks an SM where the ring leaves room (the recipe sizes it so):
      * STAGES - 1 steps of B in flight in each. */
     uint32_t smem = kf_cuda_gemm_decode_smem(sh);
     uint32_t minb = smem <= 100u * 1024u ? 2u : 1u;
+    /* (the TMA form at M > 32: one block an SM; two would cap its 160
+     * threads' registers below the 128 accumulators' need: a spill) */
+    if (sh->dec_tma && mp > 32)
+        minb = 1u;
     k->launch.blocks_per_sm = minb;
     k->launch.shared_bytes = smem;
 
@@ -142,15 +155,17 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
               "LL\n#define KF_LDA %" PRId64 "LL\n#define KF_LDB %" PRId64
               "LL\n#define KF_B_KMAJOR %d\n#define KF_AB \"%s\"\n#define KF_MT 4\n"
               "#define KF_RG %u\n#define KF_BK %u\n#define KF_NT %u\n#define KF_STAGES %u\n"
-              "#define KF_SPLIT %u\n#define KF_MINB %u\n",
+              "#define KF_SPLIT %u\n#define KF_MINB %u\n#define KF_TMA %d\n",
               sh->m, sh->n, sh->k, sh->lda, sh->ldb, sh->b_kmajor ? 1 : 0,
               mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16", sh->bn / 64u, sh->dec_bk, mp / 8u,
-              sh->stages, sh->dec_split, minb);
+              sh->stages, sh->dec_split, minb, sh->dec_tma ? 1 : 0);
     if (sh->dec_split > 1)
         cg_printf(&c.s, "#define KF_WS p%d\n#define KF_CNT p%d\n", p_ws, p_cnt);
     cg_puts(&c.s, "\n");
     cg_gemm_emit_fast_ops(&c);
     cg_gemm_epi_emit(&c, sh, x, &epi);
+    if (sh->dec_tma)
+        cg_puts(&c.s, kf_cuda_tpl_hopper);
     cg_puts(&c.s, kf_cuda_tpl_gemm_decode);
     kf_mem_free(c.mem, x, sizeof *x);
     return cg_end(&c, c.st);

@@ -451,8 +451,12 @@ typedef struct kf_cuda_gemm_shape {
      * through pointers (lda, ldb as above, multiples of 8 elements); bn is
      * its strip's output columns (64, or 128: two row groups of warps),
      * dec_bk its K step (64 or 128), stages its ring's depth, and dec_split
-     * the blocks each strip's K range is cut over (1: no split). */
+     * the blocks each strip's K range is cut over (1: no split). dec_tma
+     * (sm_90a): the TMA form, A and B read through two tensor maps (the
+     * kernel's first two params, in place of the pointers) by a producer
+     * warp into a ring on mbarriers. */
     uint32_t dec_split, dec_bk;
+    bool dec_tma;
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for

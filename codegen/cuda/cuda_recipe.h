@@ -203,6 +203,17 @@ enum {
  * and V tile, multicast to both (templates/attention_sm90.cuh, KF_CLUSTER);
  * 2-3% slower (H100, 7905c13: L2 was at 41% of its peak), so off */
 #define KF_CUDA_RECIPE_ATTENTION_CLUSTER2 (UINT64_C(1) << 32)
+/* internal: the decode kernel on sm_90a in its TMA form
+ * (templates/gemm_decode.cuh, KF_TMA): A and B by cp.async.bulk.tensor boxes
+ * from a producer warp into a ring on mbarriers, every stage in flight, in
+ * place of the 128 threads' 16-byte cp.async copies. Faster than the cp.async
+ * form on every decode row run (H100, 020d5bb, ms, TMA / cp.async / cuBLASLt:
+ * M 32 GEMM + bias + GELU 32x4096x16384 0.0710 / 0.0737 / 0.0521; M x 4096 x
+ * 4096 at M 1 0.0156 / 0.0194 / 0.0132, 8 0.0155 / 0.0180 / 0.0118, 16
+ * 0.0167 / 0.0203 / 0.0115, 32 0.0186 / 0.0236 / 0.0111, 64 0.0216 / 0.0328
+ * / 0.0115), still off: the MLP's 11008 rows and the full GPU suite with it
+ * on have not run (recipe_gemm_decode.c) */
+#define KF_CUDA_RECIPE_GEMM_DEC_TMA (UINT64_C(1) << 43)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {

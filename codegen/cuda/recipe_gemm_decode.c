@@ -17,6 +17,17 @@
  * why 32; no A100 has run it); KF_CUDA_RECIPE_GEMM_DECODE (internal) takes
  * it to M <= 64 and any arch from sm_80, KF_CUDA_RECIPE_GEMM_NO_DECODE and
  * KF_CUDA_RECIPE_GEMM_STREAMK (internal) keep the tiled kernels.
+ *
+ * KF_CUDA_RECIPE_GEMM_DEC_TMA (internal, sm_90 on): the kernel's TMA form
+ * (two tensor maps in place of A's and B's pointers, a producer warp, a
+ * 96 KiB ring; past M = 32 one block an SM and 192 KiB). ncu on an H100
+ * (020d5bb, M 32 x 4096 x 16384, 1.48 GHz under the profiler): DRAM at
+ * 56.6% of peak with the cp.async form, 58.8% with the TMA form, though each
+ * SM then asks for 2 blocks x 4 stages x 16 KiB of B at once (Little's law
+ * wants ~25-40 KB): bytes in flight are not what holds it back; the SMs are
+ * active 86% of the elapsed cycles (one wave: the ramp and the last block's
+ * reduction), and A's tile (8 KiB a stage at M 32, half of B's) goes through
+ * L2 again for every strip.
  */
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +49,21 @@
  * bits; compute-sanitizer memcheck and racecheck on the ragged case). */
 #define DEC_DEFAULT_M 32
 
+/* A 2D tensor map of the TMA form: dims {d0, d1} (d0 contiguous), rows of
+ * `ld` elements, boxes {64, rows}, 128-byte swizzle. */
+static void dec_tmap(kf_cuda_tmap *t, kf_dtype dt, uint64_t d0, uint64_t d1, int64_t ld,
+                     uint32_t rows) {
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->rank = 2;
+    t->dims[0] = d0;
+    t->dims[1] = d1;
+    t->strides[0] = (uint64_t)ld * kf_dtype_size(dt);
+    t->box[0] = 64;
+    t->box[1] = rows;
+    t->swizzle = 128;
+}
+
 bool kf_rb_gemm_wants_decode(const rb *b, const kf_cuda_gemm_shape *sh) {
     uint64_t fl = b->target->flags;
     int cc = kf_cuda_arch_cc(b->target->arch);
@@ -54,8 +80,12 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
                             size_t why_size, char *name, size_t name_size) {
     const kf_plan *plan = b->plan;
     const kf_group *grp = &plan->groups[b->gi];
+    int cc = kf_cuda_arch_cc(b->target->arch);
+    uint64_t fl = b->target->flags;
+    sh->dec_tma = (fl & KF_CUDA_RECIPE_GEMM_DEC_TMA) && cc >= 90;
     if (a.offset % 16 != 0 || bm.offset % 16 != 0) {
-        snprintf(why, why_size, "an operand starts off a 16-byte boundary (cp.async)");
+        snprintf(why, why_size, "an operand starts off a 16-byte boundary (%s)",
+                 sh->dec_tma ? "TMA" : "cp.async");
         return KF_ERR_UNSUPPORTED;
     }
     /* Strips of 64 columns (B tiles of 16 KiB a K step of 128; the
@@ -64,22 +94,27 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
      * for beside a static gelu table (sm_90: 227 KiB a SM; sm_80: 164;
      * sm_86 / 89: 100), 2 to 8. */
     uint32_t mp = (uint32_t)((sh->m + 7) / 8) * 8u;
-    uint64_t fl = b->target->flags;
     bool wide = (fl & KF_CUDA_RECIPE_GEMM_DEC_WIDE) && mp <= 32;
     sh->bn = wide ? 128u : 64u;
     sh->dec_bk = wide || (fl & KF_CUDA_RECIPE_GEMM_DEC_BK64) ? 64u : 128u;
-    int cc = kf_cuda_arch_cc(b->target->arch);
-    uint32_t budget = cc >= 90 ? 100u * 1024u : cc == 80 ? 64u * 1024u : 32u * 1024u;
+    /* (the TMA form: 96 KiB beside the 1 KiB that aligns the ring; past
+     * M = 32 one block an SM (cg_gemm_decode.c), so 192 KiB) */
+    uint32_t budget = sh->dec_tma ? (mp > 32 ? 192u : 96u) * 1024u
+                      : cc >= 90  ? 100u * 1024u
+                      : cc == 80  ? 64u * 1024u
+                                  : 32u * 1024u;
     uint32_t stage = (sh->bn + mp) * sh->dec_bk * 2u;
     sh->stages = budget / stage;
     if (sh->stages < 2)
         sh->stages = 2;
     if (sh->stages > 8)
         sh->stages = 8;
-    /* The split: enough blocks for two an SM, each a piece of a strip's K
+    /* The split: enough blocks for two an SM (the TMA form past M = 32:
+     * one), each a piece of a strip's K
      * steps (one at least; 16 pieces at most, which bounds the partials). */
     int64_t kb = (sh->k + sh->dec_bk - 1) / sh->dec_bk, strips = (sh->n + sh->bn - 1) / sh->bn;
-    int64_t slots = (int64_t)b->target->sm_count * 2, split = slots / strips;
+    int64_t slots = (int64_t)b->target->sm_count * (sh->dec_tma && mp > 32 ? 1 : 2);
+    int64_t split = slots / strips;
     if (split > kb)
         split = kb;
     if (split > 16)
@@ -100,7 +135,7 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
         kf_cuda_kernel_release(b->mem, &k);
         return st;
     }
-    const uint32_t n_ptrs = 2; /* A, B */
+    const uint32_t n_ptrs = 2; /* A, B (pointers, or the TMA form's tensor maps) */
     if (k.n_params + n_ptrs > KF_CUDA_MAX_PARAMS) {
         kf_cuda_kernel_release(b->mem, &k);
         snprintf(why, why_size, "more than %d kernel arguments", KF_CUDA_MAX_PARAMS);
@@ -121,12 +156,27 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
         ks->args[i].kind = KF_CUDA_ARG_PTR;
     ks->args[0].buf = a;
     ks->args[1].buf = bm;
+    if (sh->dec_tma) {
+        /* A {K, M} in boxes {64, MP}; B K-major {K, N} in boxes {64, the
+         * strip}, N-major {N, K} in boxes {64, the K step}; 128-byte swizzle */
+        kf_dtype dt = plan->graph->nodes[grp->gemm.anchor[0]]->dtype;
+        dec_tmap(&ks->tmaps[0], dt, (uint64_t)sh->k, (uint64_t)sh->m, sh->lda, mp);
+        if (sh->b_kmajor)
+            dec_tmap(&ks->tmaps[1], dt, (uint64_t)sh->k, (uint64_t)sh->n, sh->ldb, sh->bn);
+        else
+            dec_tmap(&ks->tmaps[1], dt, (uint64_t)sh->n, (uint64_t)sh->k, sh->ldb, sh->dec_bk);
+        for (uint32_t i = 0; i < n_ptrs; i++) {
+            ks->args[i].kind = KF_CUDA_ARG_TMAP;
+            ks->args[i].value = i;
+        }
+        ks->n_tmaps = n_ptrs;
+    }
     snprintf(why, why_size,
              "decode kernel: split-K over %u blocks a strip (%lld strips of %u columns, %u "
-             "blocks), M padded to %u, %u stages of %u K (cp.async), mma.sync with A and B "
+             "blocks), M padded to %u, %u stages of %u K (%s), mma.sync with A and B "
              "swapped, B %s-major%s%s",
              sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, sh->stages, sh->dec_bk,
-             sh->b_kmajor ? "K" : "N",
+             sh->dec_tma ? "TMA, a producer warp" : "cp.async", sh->b_kmajor ? "K" : "N",
              sh->dec_split > 1 ? ", the partials added in the kernel by each strip's last block"
                                : "",
              sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
