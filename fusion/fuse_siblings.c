@@ -6,15 +6,12 @@
  * input are 5,000 / KF_SIBLING_MAX_OUTPUTS kernels, not 5,000.
  *
  * Runs after fuse_elementwise, so each candidate is a finished chain: a group
- * of elementwise members and of the slices, concats and gathers they read
- * through (index arithmetic in the loads: LLaMA's rotary embeddings of q and
- * k, which read one cos and one sin, become one kernel), never of those alone
- * (a lone slice may still become a view), whose one write is its last member.
- * For every tensor s the outputs need, in creation order, that is in memory
- * (an input, a multi-element constant, or a tensor some group computes), the
- * candidate groups that read s are taken in the order of their consumers, and
- * each joins the open kernel of its space (the shape of its last member) when
- * [I1..I7]
+ * of elementwise members (no source, no slice, concat or gather: a lone slice
+ * may still become a view) whose one write is its last member. For every
+ * tensor s the outputs need, in creation order, that is in memory (an input, a
+ * multi-element constant, or a tensor some group computes), the candidate
+ * groups that read s are taken in the order of their consumers, and each joins
+ * the open kernel of its space (the shape of its last member) when [I1..I7]
  *   - the union keeps the groups acyclic [I3] (else it stays apart: a group
  *     that reads another's output through a third group);
  *   - the kernel then writes at most sibling_max_outputs tensors and takes at
@@ -64,30 +61,24 @@ static bool is_inline(const kf_planner *p, const kf_tensor *t) {
 }
 
 /* Fills S->sink and S->nwrites for group gi: a candidate is an alive
- * ELEMENTWISE group of elementwise members, and of slices, concats and
- * gathers read as index arithmetic (a rotary embedding), with at least one
- * elementwise member: a slice alone may still become a view. */
+ * ELEMENTWISE group of elementwise members only. */
 static void classify(sib_state *S, uint32_t gi) {
     kf_planner *p = S->p;
     const kf_pgroup *pg = &p->groups[gi];
     S->sink[gi] = KF_NONE;
     if (!pg->alive || pg->kind != KF_GROUP_ELEMENTWISE || pg->size == 0)
         return;
-    uint32_t last = 0, w = 0, math = 0;
+    uint32_t last = 0, w = 0;
     for (uint32_t t = pg->head; t != KF_NONE; t = p->mnext[t]) {
         const kf_tensor *x = p->g->nodes[t];
-        bool remap = kf_op_has(x->op, KF_TRAIT_REMAP) && !kf_op_has(x->op, KF_TRAIT_SOURCE);
-        if (!kf_pl_is_elementwise(x) && !remap)
+        if (!kf_pl_is_elementwise(x))
             return;
-        math += !remap;
         last = t > last ? t : last;
         bool out = p->is_output[t];
         for (uint32_t u = 0; u < kf_pl_uses(p, x) && !out; u++)
             out = p->gid[kf_pl_consumer(p, x, u)->id] != gi;
         w += out;
     }
-    if (math == 0)
-        return; /* slices, concats, gathers alone: a lone slice may become a view */
     S->sink[gi] = last;
     S->nwrites[gi] = w;
 }

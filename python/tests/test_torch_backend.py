@@ -209,30 +209,6 @@ def test_transformers_llama_layer_with_fallbacks_reported(cache):
     assert "partition(s) compiled by kfuse" in rep
 
 
-def test_llama_rotary_of_q_and_k_is_one_kernel(cache):
-    """LLaMA-7B's layout (as many key/value heads as query heads): the rotary
-    embeddings of q and k read one cos and one sin over one space, so the plan
-    runs both as ONE elementwise kernel writing two tensors (fuse_siblings),
-    where it ran one kernel each; numerics against eager as everywhere."""
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                   num_key_value_heads=4, num_hidden_layers=1,
-                                   max_position_embeddings=128)
-    cfg._attn_implementation = "sdpa"
-    layer = transformers.models.llama.modeling_llama.LlamaDecoderLayer(cfg, layer_idx=0).eval()
-    rot = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(cfg)
-    x = torch.randn(2, 16, 64)
-    with torch.no_grad():
-        pe = rot(x, torch.arange(16)[None])
-    agrees(layer, [x], cache, {"position_embeddings": pe, "attention_mask": None})
-    rep = last_report()
-    assert "0 op kind(s) left to PyTorch" in rep, rep
-    rows = [line.split() for line in rep.splitlines()
-            if line.split()[1:2] == ["elementwise"] and line.split()[0].isdigit()]
-    rotations = [r[2] for r in rows if "concat" in r[2]]
-    assert len(rotations) == 1, rep
-    assert rotations[0].count("concat") == 2, rep
-
-
 class _Logits(torch.nn.Module):
     """A causal LM as input_ids -> logits (the output agrees() compares)."""
 
