@@ -6,8 +6,10 @@ are [8, 2048, 4096] products viewed as heads and permuted to [8, 32, 2048,
 rotate_half as two slices and a concat. kfuse runs it device-resident on
 PyTorch's stream; the time per call is the median over rounds of CUDA events
 around calls back to back (after warm-up), next to eager PyTorch's. The
-kernel count says whether the two rotations are one kernel (fuse_siblings
-takes groups that read through slices and concats) or two.
+kernel count says whether the two rotations are one kernel or two (two by
+default: fuse_siblings leaves groups that read through slices and concats
+apart; 6598e65 made them one kernel, which an H100 ran in 0.2774 ms against
+the pair's 0.2652, so it was reverted).
 
   python3 bench/rotary_siblings.py [--kfuse-lib build/libkfuse.so] [--label NAME]
 
