@@ -107,9 +107,10 @@
  * or f32 scores with the softmax's row max and sum as trees (_ft,
  * KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX), or all three (_pft), or the tail's
  * items longest first (_l, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT; _pftl: every
- * form); non-causal also with 176-key tiles (_w, KF_CUDA_RECIPE_ATTENTION_
- * WIDE_KEYS), in 2-CTA clusters sharing K and V (_c, KF_CUDA_RECIPE_
- * ATTENTION_CLUSTER2) or both (_wc); and timed after an untimed
+ * form); non-causal (176-key tiles, the default there) also with 128-key
+ * tiles (_narrow, KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), in 2-CTA clusters
+ * sharing K and V (_c, KF_CUDA_RECIPE_ATTENTION_CLUSTER2) or both
+ * (_narrow_c); and timed after an untimed
  * bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time alone,
  * behind a block's worth of GEMM, as a profiler sees it in a block) or
  * after 1 ms of one thread asleep (_after_sleep: the device time alone on an
@@ -777,7 +778,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t TREE = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX;
     const uint64_t LPT = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
     const uint64_t RS = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
-    const uint64_t WIDE = KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS;
+    const uint64_t NARROW = KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS;
     const uint64_t CL2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -864,17 +865,19 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_simt_bf16_d32_causal_unfused", texts[19], io_sb, fl_sb, 0, 0, 0, "",
          KF_GEMM_AUTO, 0},
         {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        /* non-causal with 176-key tiles (_w: KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS),
-         * in 2-CTA clusters sharing K and V (_c: KF_CUDA_RECIPE_ATTENTION_
-         * CLUSTER2), both (_wc), each also after 1 ms asleep */
-        {"attn_noncausal_w", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, WIDE},
+        /* non-causal (the default: 176-key tiles) with 128-key tiles (_narrow:
+         * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS, the default before), in 2-CTA
+         * clusters sharing K and V (_c: KF_CUDA_RECIPE_ATTENTION_CLUSTER2),
+         * both (_narrow_c), each also after 1 ms asleep */
+        {"attn_noncausal_narrow", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, NARROW},
         {"attn_noncausal_c", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, CL2},
-        {"attn_noncausal_wc", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, WIDE | CL2},
+        {"attn_noncausal_narrow_c", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, NARROW | CL2},
         {"attn_noncausal_after_sleep", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"attn_noncausal_w_after_sleep", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, WIDE},
+        {"attn_noncausal_narrow_after_sleep", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO,
+         NARROW},
         {"attn_noncausal_c_after_sleep", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, CL2},
-        {"attn_noncausal_wc_after_sleep", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO,
-         WIDE | CL2},
+        {"attn_noncausal_narrow_c_after_sleep", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO,
+         NARROW | CL2},
         {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},

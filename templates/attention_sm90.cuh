@@ -71,8 +71,8 @@
  * is (n / KF_QBUF) & 1.
  *
  * Non-causal forms (the generator's, cg_attention.c sm90_shape_of): where
- * no mask cuts tiles at head dim 128, key tiles of KF_BC = 176 (one Q
- * buffer: two 88 KiB stages fill the rest), and 2-CTA clusters
+ * no mask cuts tiles at head dim 128, key tiles of KF_BC = 176 (the
+ * default; one Q buffer: two 88 KiB stages fill the rest), and 2-CTA clusters
  * (KF_CLUSTER 2, an even count of query tiles): cluster c takes units c,
  * c + clusters, ..., a unit being query tiles 2p (rank 0) and 2p + 1 (rank
  * 1) of one batch-head, and both CTAs walk the same key tiles, so each

@@ -371,7 +371,8 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
 /* A multiply by 1 after the scale (mul(mul(Q.K^T, c), 1): the bench's
  * non-causal text; under a causal mask too, as the where()'s kept branch)
  * folds as the scale alone: in bf16 and f16 the kernel is the f32-score one
- * (fa3f_, the report says so; f16 on the first case) and its SASS is the same, instruction for
+ * (fa3f_, or fa3fw_ unmasked: 176-key tiles; the report says so; f16 on the
+ * first case) and its SASS is the same, instruction for
  * instruction, as that of the graph without the 1 -- where before it
  * rounded each score twice and multiplied once (160 F2FP and 130 FMUL a
  * warp and key tile against 32 and 66). A multiply by 2 there does not fold. */
@@ -410,8 +411,10 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
                 kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
                 const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
                 const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
-                const bool f = strncmp(k->name, "fa3f_", 5) == 0 &&
-                               strstr(rc->variants[0].how, "f32 scores") != NULL;
+                /* fa3fw_ where no mask cuts tiles (176-key tiles, the default) */
+                const bool f =
+                    (strncmp(k->name, "fa3f_", 5) == 0 || strncmp(k->name, "fa3fw_", 6) == 0) &&
+                    strstr(rc->variants[0].how, "f32 scores") != NULL;
                 if (f != uc[i].folds)
                     fail_msg("%s [%s]%s: %s: %s", uc[i].name, dn, w ? " (without)" : "", k->name,
                              rc->variants[0].how);
@@ -429,11 +432,12 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
     }
 }
 
-/* The non-causal forms: 176-key tiles (KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS)
- * and 2-CTA clusters sharing K and V (KF_CUDA_RECIPE_ATTENTION_CLUSTER2):
- * alone, together and with every softmax form too on the first case, together
- * on the others (bf16; f16 the first). Where no mask cuts tiles
- * at head dim 128 the kernel takes them -- its name (w, c), its source and
+/* The non-causal forms: 176-key tiles (the default where they apply;
+ * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS keeps 128) and 2-CTA clusters sharing
+ * K and V (KF_CUDA_RECIPE_ATTENTION_CLUSTER2): the default, narrow, clusters
+ * of either and clusters with every softmax form too on the first case, the
+ * default and clusters on the others (bf16; f16 the first). Where no mask
+ * cuts tiles at head dim 128 the kernel takes them -- its name (w, c), its source and
  * the report say so; K's and V's map boxes are the key tile's rows (176),
  * halved in clusters; the launch is whole 2x1x1 clusters; the tiles fit
  * shared memory -- and compiles to HGMMA and UTMALDG, no spills (the
@@ -442,7 +446,7 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
  * default's shape. */
 static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
     (void)state;
-    const uint64_t wide = KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS;
+    const uint64_t narrow = KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS;
     const uint64_t cl2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
     const uint64_t every = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
                            KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
@@ -490,13 +494,13 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
             planned p;
             plan_text(text, &p);
             static const uint64_t forms[] = {
-                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS, KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
-                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
-                KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2 | every};
+                0, KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS, KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                KF_CUDA_RECIPE_ATTENTION_CLUSTER2 | every};
             for (size_t f = 0; f < N_OF(forms); f++) {
-                /* the first case every way; the others both forms together, bf16 (each
-                 * compile is seconds of NVRTC) */
-                if ((dt || ci) && f != 2 && !(ci == 0 && dt == 0))
+                /* the first case every way; the others the default and clusters, bf16;
+                 * f16 clusters on the first (each compile is seconds of NVRTC) */
+                if ((dt || ci) && f != 2 && !(ci == 0 && dt == 0) && !(dt == 0 && f == 0))
                     continue;
                 if (dt && ci)
                     continue;
@@ -505,7 +509,7 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
                 const kf_cuda_kstep *ks = rc->steps[0].kernel;
                 const kf_cuda_kernel *k = &ks->kernel;
                 const char *how = rc->variants[0].how;
-                const bool w = nc[ci].wide && (forms[f] & wide);
+                const bool w = nc[ci].wide && !(forms[f] & narrow);
                 const bool c = nc[ci].cluster && (forms[f] & cl2);
                 const char *u = strchr(k->name, '_');
                 assert_non_null(u);

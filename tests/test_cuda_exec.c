@@ -1367,8 +1367,8 @@ static void test_sm90_attention_with_the_tail_longest_first_matches_the_referenc
 }
 
 /* Non-causal cases for the wide and cluster forms, each saying which it
- * takes: 176-key tiles where there are 3 or more and the score reads no
- * tensor, 2-CTA clusters where the query tiles are even in number. */
+ * takes: 176-key tiles (the default) where there are 3 or more and the score
+ * reads no tensor, 2-CTA clusters where the query tiles are even in number. */
 static const struct {
     const char *name, *body;
     bool wide, cluster;
@@ -1403,20 +1403,22 @@ static const struct {
      false, true},
 };
 
-/* The sm_90a kernel's non-causal forms -- 176-key tiles (KF_CUDA_RECIPE_
- * ATTENTION_WIDE_KEYS), 2-CTA clusters sharing K and V by multicast
- * (KF_CUDA_RECIPE_ATTENTION_CLUSTER2), and both -- on the cases above in
- * bf16 (both forms also in f16 on the first): each matches the reference (outputs
+/* The sm_90a kernel's non-causal forms -- the default (176-key tiles where
+ * they apply), 128-key tiles (KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), the
+ * default in 2-CTA clusters sharing K and V by multicast
+ * (KF_CUDA_RECIPE_ATTENTION_CLUSTER2) -- on the cases above in bf16 (the
+ * default also in f16 on the first): each matches the reference (outputs
  * poisoned: a query tile left out, or a half tile that never landed, fails)
- * and its report names the forms it took. */
+ * and its report names the forms it took. (Narrow tiles in clusters, the
+ * CLUSTER2 form before the wide default, passed at 7ea15a9; the kernel is
+ * unchanged.) */
 static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    static const uint64_t forms[] = {
-        KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS, KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
-        KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2};
+    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS,
+                                     KF_CUDA_RECIPE_ATTENTION_CLUSTER2};
     for (size_t f = 0; f < N_OF(forms); f++) {
-        for (int d = 0; d < (f == 2 ? 2 : 1); d++) {
+        for (int d = 0; d < (f == 0 ? 2 : 1); d++) {
             const char *dn = d ? "f16" : "bf16";
             kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
             ctx->recipe_flags = forms[f];
@@ -1424,7 +1426,7 @@ static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void 
                 if (d && i != 0)
                     continue; /* f16: the ragged case (each case is seconds of reference) */
                 const bool w =
-                    noncausal_cases[i].wide && (forms[f] & KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS);
+                    noncausal_cases[i].wide && !(forms[f] & KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS);
                 const bool c =
                     noncausal_cases[i].cluster && (forms[f] & KF_CUDA_RECIPE_ATTENTION_CLUSTER2);
                 kf_graph *g =
@@ -1494,25 +1496,33 @@ static void test_sm90_attention_multiply_by_one_folds_and_matches_the_reference(
 }
 
 /* The first of the cases above -- ragged Sq 500 and Skv 650: the last
- * 176-key tile and the rank-1 CTA's half of it run past the keys' end --
- * through both non-causal forms at once, bf16: the case the GPU check runs
- * under compute-sanitizer (memcheck, racecheck). */
-static void test_sm90_attention_wide_cluster_form_on_one_ragged_case(void **state) {
+ * 176-key tile runs past the keys' end -- through the default (176-key
+ * tiles, no flag) and then in 2-CTA clusters too (the rank-1 CTA's half of
+ * the last tile past the end), bf16: the case the GPU check runs under
+ * compute-sanitizer (memcheck, racecheck). */
+static void test_sm90_attention_wide_form_on_one_ragged_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
-    ctx->recipe_flags = KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
-    kf_graph *g = fused_graph(ctx, noncausal_cases[0].body, "bf16", noncausal_cases[0].name);
-    run_opts o = {.lo = -2,
-                  .hi = 2,
-                  .report_has = "mask none",
-                  .report_has_sm90 = "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles|"
-                                     "2-CTA clusters sharing K and V",
-                  .ctx = ctx};
-    run_and_compare(g, 4200, &o, "sm_90a attention, 176-key tiles in 2-CTA clusters, ragged");
-    fprintf(stderr, "  %s: ok\n", noncausal_cases[0].name);
-    kf_graph_destroy(g);
-    kf_ctx_destroy(ctx);
+    for (int c = 0; c < 2; c++) {
+        kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+        ctx->recipe_flags = c ? KF_CUDA_RECIPE_ATTENTION_CLUSTER2 : 0;
+        kf_graph *g = fused_graph(ctx, noncausal_cases[0].body, "bf16", noncausal_cases[0].name);
+        run_opts o = {.lo = -2,
+                      .hi = 2,
+                      .report_has = "mask none",
+                      .report_has_sm90 =
+                          c ? "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles|"
+                              "2-CTA clusters sharing K and V"
+                            : "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles",
+                      .report_lacks = c ? NULL : "2-CTA clusters",
+                      .ctx = ctx};
+        run_and_compare(g, 4200 + (uint64_t)c, &o,
+                        c ? "sm_90a attention, 176-key tiles in 2-CTA clusters, ragged"
+                          : "sm_90a attention, the default's 176-key tiles, ragged");
+        fprintf(stderr, "  %s%s: ok\n", noncausal_cases[0].name, c ? " (clusters)" : "");
+        kf_graph_destroy(g);
+        kf_ctx_destroy(ctx);
+    }
 }
 
 /* One long case (more units than SMs: blocks take several items, the ring
@@ -3794,7 +3804,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
-        cmocka_unit_test(test_sm90_attention_wide_cluster_form_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_wide_form_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_multiply_by_one_folds_and_matches_the_reference),
         cmocka_unit_test(test_decode_attention_matches_the_reference),
         cmocka_unit_test(test_fused_attention_writes_the_scores_log_sum_exp),

@@ -132,17 +132,19 @@ typedef struct sm90_shape {
     int cluster;
 } sm90_shape;
 
-/* The key tile of the wide form (KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS): 176
- * keys a tile where nothing cuts tiles (no causal, window or block-sparse
- * mask) at head dim 128, as FlashAttention-3 shapes that case: 1.375x the
- * work a key tile for the same per-tile costs (the barriers, the row max's
- * shuffles, alpha, O's rescale of 64 FMULs a thread). Its S accumulator (88
- * floats), P (44 registers) and O (64) fit the consumers' 232 registers with
- * no spill (FlashAttention-3 gives them 240 and the producer 24: 24 spilled
- * kfuse's producer, whose batch-head coordinates are 64-bit divisions, 40
- * bytes in the GQA case), and two 88 KiB stages leave room for one Q
- * buffer. Measured as fast as 128 keys (H100, 7905c13, non-causal B4 H32
- * S4096: 1.902 against 1.901 ms; clusters 1.960, both 1.945): internal. */
+/* The key tile of the wide form, the default where nothing cuts tiles (no
+ * causal, window or block-sparse mask) at head dim 128: 176 keys a tile, as
+ * FlashAttention-3 shapes that case: 1.375x the work a key tile for the same
+ * per-tile costs (the barriers, the row max's shuffles, alpha, O's rescale
+ * of 64 FMULs a thread). Its S accumulator (88 floats), P (44 registers) and
+ * O (64) fit the consumers' 232 registers with no spill (FlashAttention-3
+ * gives them 240 and the producer 24: 24 spilled kfuse's producer, whose
+ * batch-head coordinates are 64-bit divisions, 40 bytes in the GQA case),
+ * and two 88 KiB stages leave room for one Q buffer. Once the f32 scores
+ * took the scale (ac341ae) it paid: H100, non-causal B4 H32 S4096, 1.679 ms
+ * against 128 keys' 1.784 (cuDNN 1.681) in one run; before, with every score
+ * rounded twice, the two were alike (7905c13: 1.902 / 1.901).
+ * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS keeps 128 keys for comparing. */
 #ifndef KF_SM90_BC_WIDE
 #define KF_SM90_BC_WIDE 176
 #endif
@@ -169,7 +171,7 @@ static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
     bool loads = false;
     for (uint32_t i = 0; i < g->n_expr; i++)
         loads |= g->expr[i].kind == KF_EXPR_LOAD;
-    if ((rflags & KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS) && at->d == 128 &&
+    if (!(rflags & KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS) && at->d == 128 &&
         cg_attn_mask_skip(g) == 0 && at->mask != KF_MASK_BLOCK_SPARSE &&
         at->skv > 2 * SM90_BC_WIDE && !loads) {
         sh.bc = SM90_BC_WIDE;
@@ -958,7 +960,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* the tail's item arithmetic is 32-bit (templates/attention_sm90.cuh) */
     if (bh * ((nqt + 1) / 2) >= (INT64_C(1) << 30))
         lpt = 0;
-    const sm90_shape sh = sm90_shape_of(g, sm90 ? rflags : 0);
+    /* the FA2 kernel takes none of the sm_90a kernel's forms (nor its wide
+     * default) */
+    const sm90_shape sh = sm90_shape_of(g, sm90 ? rflags : KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS);
     /* a cluster's items are all alike (no mask cuts tiles): no tail order */
     if (sh.cluster == 2)
         lpt = 0;

@@ -180,13 +180,6 @@ enum {
                                                 128 columns (two row groups of warps, each
                                                 K step split over two; K steps of 64) where
                                                 M <= 32 (the bench compares) */
-    KF_CUDA_RECIPE_ATTENTION_WIDE_KEYS = 1u << 29, /* internal: the sm_90a attention kernel
-                                                      takes key tiles of 176 where no mask cuts
-                                                      tiles (no causal, window or block-sparse
-                                                      mask) at head dim 128, with one Q buffer
-                                                      (cg_attention.c, sm90_shape_of); as
-                                                      fast as 128 keys (H100, 7905c13: 1.902
-                                                      against 1.901 ms), so off */
     KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
                                                      persistent blocks take the last two
                                                      rounds' units and the leftover as single
@@ -214,6 +207,15 @@ enum {
  * / 0.0115), still off: the MLP's 11008 rows and the full GPU suite with it
  * on have not run (recipe_gemm_decode.c) */
 #define KF_CUDA_RECIPE_GEMM_DEC_TMA (UINT64_C(1) << 43)
+/* internal: the sm_90a attention kernel takes key tiles of 128 where it would
+ * take 176 (cg_attention.c, sm90_shape_of): 176-key tiles are the default
+ * where no mask cuts tiles (no causal, window or block-sparse mask) at head
+ * dim 128 with 3+ key tiles and a score that reads no tensor, with one Q
+ * buffer and two 88 KiB stages (H100, ac341ae, non-causal B4 H32 S4096 D128:
+ * 1.679 ms against 128 keys' 1.784, cuDNN 1.681); this flag keeps the
+ * 128-key form for comparing (bit 29, ATTENTION_WIDE_KEYS, asked for the
+ * wide form before it was the default: retired, free) */
+#define KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS (UINT64_C(1) << 33)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
@@ -315,8 +317,9 @@ _Static_assert(KF_CUDA_MAX_TMAPS * 128 + KF_CUDA_MAX_PARAMS * 8 <= 4096,
  * the buffer of bases[i] (a view's base) from element offsets[i] of it (a
  * sliced view's start; 16-byte aligned): dims {head dim, rows, the batch
  * axes it does not broadcast, innermost first}, boxes {64, 128} (K and V:
- * {64, the key tile} -- 176 in the ATTENTION_WIDE_KEYS form -- halved in the
- * ATTENTION_CLUSTER2 form, whose CTAs each multicast half a tile), 128-byte
+ * {64, the key tile} -- 176 in the wide form, the default where it applies,
+ * 128 with ATTENTION_NARROW_KEYS -- halved in the ATTENTION_CLUSTER2 form,
+ * whose CTAs each multicast half a tile), 128-byte
  * swizzle; `rflags` the recipe flags the kernel was made with.
  * KF_ERR_UNSUPPORTED where the kernel does not take the group. */
 kf_status kf_cuda_attention_sm90_maps(const kf_plan *plan, uint32_t group, uint64_t rflags,
