@@ -94,12 +94,15 @@ typedef struct xstep {
     xgemm gm;   /* GEMM */
 } xstep;
 
-/* What a measured choice found: milliseconds per variant and the winner;
- * cached: read from the disk cache (only the winner's steps exist then);
- * replayed: timed by graph replay (else by direct launches). */
+/* What a measured choice found: milliseconds per variant and the winner
+ * (kf_cuda_choice_pick with the context's choice_margin; by_margin: the
+ * margin decided, the winner is not the fastest); cached: read from the
+ * disk cache (only the winner's steps exist then); replayed: timed by
+ * graph replay (else by direct launches). */
 typedef struct xchoice {
     float ms[KF_CUDA_MAX_VARIANTS];
     uint32_t chosen;
+    bool by_margin;
     bool cached, keyed; /* keyed: `key` holds the choice's cache key */
     bool replayed;
     /* tiered: not measured yet; `chosen` (the variant that calls cuBLASLt) runs

@@ -210,9 +210,9 @@ kf_status kf_cx_measure_group(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream stream
     for (uint32_t v = 0; v < rc->n_variants && st == KF_OK && !done; v++)
         st = time_direct(ex, gi, v, stream, e0, e1, &c->ms[v], err);
     c->chosen = 0;
-    for (uint32_t v = 1; v < rc->n_variants && st == KF_OK; v++)
-        if (c->ms[v] < c->ms[c->chosen])
-            c->chosen = v;
+    c->by_margin = false;
+    if (st == KF_OK)
+        c->chosen = kf_cuda_choice_pick_recipe(rc, c->ms, ex->ctx->choice_margin, &c->by_margin);
     /* Kept for the next process on this device (a store that fails costs
      * that process a measurement, nothing else). A choice timed directly
      * because the capture failed is not kept under the replay's key. */

@@ -31,6 +31,7 @@
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda.h"
+#include "runtime/cuda_choice.h"
 #include "runtime/cuda_exec.h"
 
 /* The suite's context and device (kf_gpu.h). */
@@ -3511,6 +3512,112 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
     assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
+/* kf_options.choice_margin on a device (the warm-start regression: a
+ * cuBLASLt side that won by a hair made every warm start load cuBLASLt). A
+ * cold compile with margin 0 times both sides and stores both times; warm
+ * compiles pick again from the stored times under their own margin and
+ * time nothing: margin 0 the faster side, margin 0.99 (no cuBLASLt call
+ * is 100 times faster) the generated side -- by the margin where cuBLASLt
+ * was faster, as the report says -- and cuBLASLt is then not loaded at
+ * all. A cold compile with that margin and no cache picks so too. The
+ * programs' values match the reference. */
+static bool report_has(const kf_cuda_exec *ex, bool json, const char *what) {
+    char *rep = NULL;
+    size_t rlen = 0;
+    FILE *f = open_memstream(&rep, &rlen);
+    kf_cuda_exec_report(ex, json, f);
+    fclose(f);
+    bool has = rep && strstr(rep, what);
+    if (!has)
+        fprintf(stderr, "  (the report lacks '%s':)\n%s\n", what, rep ? rep : "");
+    free(rep);
+    return has;
+}
+
+static void test_a_measured_choice_within_the_margin_keeps_cublaslt_unloaded(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
+                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
+                       "y = gelu_tanh(a)\noutput y\n";
+    char dir[] = "/tmp/kf_margin_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const double margin[4] = {0.0, 0.0, 0.99, 0.99};
+    kf_ctx *ctx[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++) {
+        kf_options o;
+        kf_options_init(&o);
+        o.target = KF_TARGET_CUDA;
+        o.cache_dir = dir;
+        o.choice_margin = margin[i];
+        if (i == 3)
+            o.flags |= KF_FLAG_NO_CACHE;
+        assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
+    }
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_cuda_exec *ex = NULL;
+    prepare_gemm(ctx[0], plan, &ex);
+    uint32_t gi = measured_group(ex, plan), c0 = 9, c = 9;
+    float ms0[KF_CUDA_MAX_VARIANTS] = {0}, ms[KF_CUDA_MAX_VARIANTS] = {0};
+    assert_true(kf_cuda_exec_choice(ex, gi, &c0, ms0));
+    assert_false(kf_cuda_exec_choice_cached(ex, gi));
+    assert_true(ms0[0] > 0 && ms0[1] > 0);
+    const kf_cuda_recipe *rc = &kf_cuda_exec_recipes(ex)->recipes[gi];
+    assert_int_equal(rc->n_variants, 2);
+    uint32_t lib = kf_cuda_variant_calls_lib(rc, 0) ? 0 : 1, gen = 1 - lib;
+    assert_true(kf_cuda_variant_calls_lib(rc, lib));
+    assert_false(kf_cuda_variant_calls_lib(rc, gen));
+    assert_true(ms0[c0] <= ms0[1 - c0]); /* margin 0: the faster */
+    bool lt_faster = ms0[lib] < ms0[gen];
+    fprintf(stderr, "  %s: generated %.4f ms, cublaslt %.4f ms (%+.1f%%)\n",
+            kf_cuda_exec_device_name(ex), (double)ms0[gen], (double)ms0[lib],
+            100.0 * ((double)ms0[lib] / (double)ms0[gen] - 1.0));
+    kf_cuda_exec_destroy(ex);
+
+    /* warm, margin 0: the stored winner, nothing timed */
+    prepare_gemm(ctx[1], plan, &ex);
+    assert_true(kf_cuda_exec_choice(ex, gi, &c, ms));
+    assert_true(kf_cuda_exec_choice_cached(ex, gi));
+    assert_memory_equal(ms, ms0, sizeof ms);
+    assert_int_equal(c, c0);
+    assert_true(report_has(ex, true, "\"by_margin\": false"));
+    kf_cuda_exec_destroy(ex);
+
+    /* warm, margin 0.99: the generated side from the same times, no cuBLASLt */
+    prepare_gemm(ctx[2], plan, &ex);
+    assert_true(kf_cuda_exec_choice(ex, gi, &c, ms));
+    assert_true(kf_cuda_exec_choice_cached(ex, gi));
+    assert_memory_equal(ms, ms0, sizeof ms);
+    assert_int_equal(c, gen);
+    assert_false(kf_cuda_exec_uses_cublaslt(ex));
+    assert_true(report_has(ex, true, lt_faster ? "\"by_margin\": true" : "\"by_margin\": false"));
+    assert_true(report_has(ex, true, "\"cublaslt_loaded\": false"));
+    if (lt_faster)
+        assert_true(report_has(ex, false, "faster, within the 99.0% margin"));
+    run_exec_checked(ex, g, 1700, "warm, margin 0.99: the generated side");
+    kf_cuda_exec_destroy(ex);
+
+    /* cold, margin 0.99, no cache: both timed, the generated side picked */
+    prepare_gemm(ctx[3], plan, &ex);
+    assert_true(kf_cuda_exec_choice(ex, gi, &c, ms));
+    assert_false(kf_cuda_exec_choice_cached(ex, gi));
+    assert_true(ms[0] > 0 && ms[1] > 0);
+    assert_int_equal(c, gen);
+    assert_true(
+        report_has(ex, true, ms[lib] < ms[gen] ? "\"by_margin\": true" : "\"by_margin\": false"));
+    run_exec_checked(ex, g, 1701, "cold, margin 0.99: the generated side");
+    kf_cuda_exec_destroy(ex);
+
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    for (int i = 0; i < 4; i++)
+        kf_ctx_destroy(ctx[i]);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 /* kf_options.tiered_compile (issue 17, the cold first call): on an empty
  * cache the GEMM group's measured choice is not known, so the exec runs
  * its cuBLASLt side from the first run and compiles the generated kernel
@@ -3812,6 +3919,7 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner),
         cmocka_unit_test(test_a_measured_choice_is_replayed_and_timed_directly_when_capture_fails),
+        cmocka_unit_test(test_a_measured_choice_within_the_margin_keeps_cublaslt_unloaded),
         cmocka_unit_test(test_generated_bf16_gemms_match_the_reference),
         cmocka_unit_test(test_generated_f16_gemms_match_the_reference),
         cmocka_unit_test(test_generated_gemms_of_every_example_match),
