@@ -2940,15 +2940,24 @@ static void test_head_split_rotary_epilogues_match_the_reference(void **state) {
 /* Cache flags, arena                                                         */
 /* ------------------------------------------------------------------------ */
 
-static kf_ctx *ctx_with(const char *dir, unsigned flags) {
+/* A CUDA context on cache `dir` with `flags` and a measured choice's
+ * `margin` (kf_options.choice_margin); ctx_with: kf_options_init's margin. */
+static kf_ctx *ctx_with_margin(const char *dir, unsigned flags, double margin) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
     o.cache_dir = dir;
     o.flags = flags;
+    o.choice_margin = margin;
     kf_ctx *c = NULL;
     assert_int_equal(kf_ctx_create(&o, &c), KF_OK);
     return c;
+}
+
+static kf_ctx *ctx_with(const char *dir, unsigned flags) {
+    kf_options o;
+    kf_options_init(&o);
+    return ctx_with_margin(dir, flags, o.choice_margin);
 }
 
 static const char cache_graph[] =
@@ -3281,12 +3290,32 @@ static void prepare_gemm(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **ex) {
         fail_msg("prepare: %s", err);
 }
 
+/* The measured-choice tests' graph: on sm_90a its GEMM group is a measured
+ * choice of the generated GEMM kernel against cuBLASLt. */
+static const char measured_graph[] = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
+                                     "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
+                                     "y = gelu_tanh(a)\noutput y\n";
+
+/* measured_graph parsed in ctx (*g) and planned. */
+static kf_plan *measured_plan(kf_ctx *ctx, kf_graph **g) {
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_graph_parse(ctx, measured_graph, strlen(measured_graph), g), KF_OK);
+    assert_int_equal(kf_plan_create(*g, NULL, &plan), KF_OK);
+    return plan;
+}
+
+/* Whether `chosen` is what the choice rule picks from ms (kf_cuda_choice_pick)
+ * under the margin of kf_options_init, which the tests' contexts keep. */
+static bool rule_picked(const kf_cuda_exec *ex, uint32_t gi, uint32_t chosen, const float *ms) {
+    kf_options o;
+    kf_options_init(&o);
+    const kf_cuda_recipe *rc = &kf_cuda_exec_recipes(ex)->recipes[gi];
+    return chosen == kf_cuda_choice_pick_recipe(rc, ms, o.choice_margin, NULL);
+}
+
 static void test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
-                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
-                       "y = gelu_tanh(a)\noutput y\n";
     char dir[] = "/tmp/kf_choice_XXXXXX";
     assert_non_null(mkdtemp(dir));
     kf_ctx *ctx[3] = {NULL, NULL, NULL};
@@ -3298,9 +3327,7 @@ static void test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing(vo
         assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
     }
     kf_graph *g = NULL;
-    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
-    kf_plan *plan = NULL;
-    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_plan *plan = measured_plan(ctx[0], &g);
     kf_cuda_exec *cold = NULL, *warm = NULL;
     prepare_gemm(ctx[0], plan, &cold);
     uint32_t gi = KF_NONE;
@@ -3425,9 +3452,6 @@ static uint32_t measured_group(const kf_cuda_exec *ex, const kf_plan *plan) {
 static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_fails(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
-                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
-                       "y = gelu_tanh(a)\noutput y\n";
     char dir[] = "/tmp/kf_replay_XXXXXX";
     assert_non_null(mkdtemp(dir));
     kf_ctx *refusing = ctx_with(dir, 0), *plain = ctx_with(dir, 0),
@@ -3439,9 +3463,7 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
     if (!table->cuStreamBeginCapture)
         fail_msg("the driver has no cuStreamBeginCapture: the replayed side cannot be tested");
     kf_graph *g = NULL;
-    assert_int_equal(kf_graph_parse(refusing, text, strlen(text), &g), KF_OK);
-    kf_plan *plan = NULL;
-    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_plan *plan = measured_plan(refusing, &g);
 
     /* Capture refused: timed by direct launches, not stored under the
      * replay's key, and the program runs (its runs launch directly too). */
@@ -3454,7 +3476,7 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
     float ms[KF_CUDA_MAX_VARIANTS] = {0};
     assert_true(kf_cuda_exec_choice(ex, gi, &chosen, ms));
     assert_false(kf_cuda_exec_choice_cached(ex, gi));
-    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && ms[chosen] <= ms[1 - chosen]);
+    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && rule_picked(ex, gi, chosen, ms));
     assert_true(atomic_load(&capture_refusals) > 0);
     char *rep = exec_report(ex, false), *json = exec_report(ex, true);
     if (!strstr(rep, ", timed by direct launches]") || !strstr(json, "\"replayed\": false"))
@@ -3473,7 +3495,7 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
     prepare_gemm(plain, plan, &ex);
     assert_true(kf_cuda_exec_choice(ex, gi, &chosen, ms));
     assert_false(kf_cuda_exec_choice_cached(ex, gi)); /* the refused one was not stored */
-    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && ms[chosen] <= ms[1 - chosen]);
+    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && rule_picked(ex, gi, chosen, ms));
     rep = exec_report(ex, false);
     json = exec_report(ex, true);
     if (!strstr(rep, ", timed by graph replay]") || !strstr(json, "\"replayed\": true"))
@@ -3522,11 +3544,7 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
  * all. A cold compile with that margin and no cache picks so too. The
  * programs' values match the reference. */
 static bool report_has(const kf_cuda_exec *ex, bool json, const char *what) {
-    char *rep = NULL;
-    size_t rlen = 0;
-    FILE *f = open_memstream(&rep, &rlen);
-    kf_cuda_exec_report(ex, json, f);
-    fclose(f);
+    char *rep = exec_report(ex, json);
     bool has = rep && strstr(rep, what);
     if (!has)
         fprintf(stderr, "  (the report lacks '%s':)\n%s\n", what, rep ? rep : "");
@@ -3537,27 +3555,12 @@ static bool report_has(const kf_cuda_exec *ex, bool json, const char *what) {
 static void test_a_measured_choice_within_the_margin_keeps_cublaslt_unloaded(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
-                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
-                       "y = gelu_tanh(a)\noutput y\n";
     char dir[] = "/tmp/kf_margin_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    const double margin[4] = {0.0, 0.0, 0.99, 0.99};
-    kf_ctx *ctx[4] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 4; i++) {
-        kf_options o;
-        kf_options_init(&o);
-        o.target = KF_TARGET_CUDA;
-        o.cache_dir = dir;
-        o.choice_margin = margin[i];
-        if (i == 3)
-            o.flags |= KF_FLAG_NO_CACHE;
-        assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
-    }
+    kf_ctx *ctx[4] = {ctx_with_margin(dir, 0, 0.0), ctx_with_margin(dir, 0, 0.0),
+                      ctx_with_margin(dir, 0, 0.99), ctx_with_margin(dir, KF_FLAG_NO_CACHE, 0.99)};
     kf_graph *g = NULL;
-    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
-    kf_plan *plan = NULL;
-    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_plan *plan = measured_plan(ctx[0], &g);
     kf_cuda_exec *ex = NULL;
     prepare_gemm(ctx[0], plan, &ex);
     uint32_t gi = measured_group(ex, plan), c0 = 9, c = 9;
@@ -3597,7 +3600,7 @@ static void test_a_measured_choice_within_the_margin_keeps_cublaslt_unloaded(voi
     assert_true(report_has(ex, true, "\"cublaslt_loaded\": false"));
     if (lt_faster)
         assert_true(report_has(ex, false, "faster, within the 99.0% margin"));
-    run_exec_checked(ex, g, 1700, "warm, margin 0.99: the generated side");
+    run_exec_checked(ex, g, 1710, "warm, margin 0.99: the generated side");
     kf_cuda_exec_destroy(ex);
 
     /* cold, margin 0.99, no cache: both timed, the generated side picked */
@@ -3608,7 +3611,7 @@ static void test_a_measured_choice_within_the_margin_keeps_cublaslt_unloaded(voi
     assert_int_equal(c, gen);
     assert_true(
         report_has(ex, true, ms[lib] < ms[gen] ? "\"by_margin\": true" : "\"by_margin\": false"));
-    run_exec_checked(ex, g, 1701, "cold, margin 0.99: the generated side");
+    run_exec_checked(ex, g, 1711, "cold, margin 0.99: the generated side");
     kf_cuda_exec_destroy(ex);
 
     kf_plan_destroy(plan);
@@ -3629,9 +3632,6 @@ static void test_a_measured_choice_within_the_margin_keeps_cublaslt_unloaded(voi
 static void test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
-                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
-                       "y = gelu_tanh(a)\noutput y\n";
     char dir[] = "/tmp/kf_tier_XXXXXX";
     assert_non_null(mkdtemp(dir));
     kf_ctx *ctx[3] = {NULL, NULL, NULL};
@@ -3645,9 +3645,7 @@ static void test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(v
         assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
     }
     kf_graph *g = NULL;
-    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
-    kf_plan *plan = NULL;
-    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_plan *plan = measured_plan(ctx[0], &g);
     kf_cuda_exec *ex = NULL;
     prepare_gemm(ctx[0], plan, &ex);
     uint32_t gi = KF_NONE;
@@ -3680,7 +3678,7 @@ static void test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(v
     uint32_t c1 = 9;
     assert_true(kf_cuda_exec_choice(ex, gi, &c1, ms));
     assert_true(ms[0] > 0 && ms[1] > 0);
-    assert_true(ms[c1] <= ms[1 - c1]);
+    assert_true(rule_picked(ex, gi, c1, ms));
     run_exec_checked(ex, g, 1702, "tiered, after the swap");
     char *rep = NULL;
     size_t rlen = 0;
