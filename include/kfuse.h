@@ -242,7 +242,8 @@ typedef struct kf_options {
                                  when it is faster than the generated side by more than this
                                  fraction of the generated side's time; within it the
                                  generated kernel runs, so a program none of whose cuBLASLt
-                                 sides wins clearly never loads cuBLASLt (~60 ms a process).
+                                 sides wins clearly never loads cuBLASLt (its dlopen and first
+                                 use: ~160 ms a process on an H100).
                                  0 to below 1; 0: the faster side, however close. The cache
                                  keeps both times, so another margin picks again from them
                                  and times nothing (kf_options_init: 0.05). */

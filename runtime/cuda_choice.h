@@ -60,9 +60,11 @@ bool kf_cuda_variant_calls_lib(const kf_cuda_recipe *rc, uint32_t v);
  * variant that calls the library runs only when it is faster than the
  * fastest variant that calls none by more than `margin` of that one's time
  * (ms[lib] < (1 - margin) ms[gen]); within the margin the generated side
- * runs. Why: a library side that wins by a hair (a few percent, inside the
- * rounds' spread) costs every process that runs the program cuBLASLt's
- * load (~60 ms, kf_options.choice_margin). Ties go to the lower index.
+ * runs. Why: a library side that wins by a few percent (a real win: the
+ * sides' times vary by under 1% from process to process on an H100) gains
+ * that little per run but costs every process that runs the program
+ * cuBLASLt's load and first use (~160 ms there; kf_options.choice_margin).
+ * An exact tie goes to the generated side; among equals, the lower index.
  * *by_margin (NULL: not asked): the margin decided, i.e. the variant
  * returned is not the fastest. margin 0: the fastest, as before margins. */
 uint32_t kf_cuda_choice_pick(uint32_t n, const float *ms, const bool *calls_lib, double margin,
