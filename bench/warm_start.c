@@ -3,7 +3,7 @@
  * are all in the disk cache (issue 15, item 5). Measured, never asserted.
  *
  *   warm_start FILE --cache-dir DIR [--target cuda|cpu] [--preinit] [--preload-cublaslt]
- *              [--gemm MODE]
+ *              [--gemm MODE] [--choice-margin F]
  *       one JSON line: the wall time (CLOCK_MONOTONIC, ms) of kf_ctx_create,
  *       kf_graph_parse, kf_compile (plan, recipes, the cache reads, the
  *       driver, the device's context and cuBLASLt when a step that runs
@@ -31,7 +31,10 @@
  *       loaded ("preload_cublaslt_ms" says what that open cost).
  *       --gemm auto|generated|cublaslt: kf_options.gemm (generated: every
  *       GEMM the generated kernel takes runs it, so no cached winner calls
- *       cuBLASLt).
+ *       cuBLASLt). --choice-margin F: kf_options.choice_margin (the
+ *       winners are picked again from the cached times under it: one cache
+ *       gives the warm start of several margins); "measured" lists each
+ *       measured choice (both times, the winner, "by_margin").
  *   warm_start --dlopen now|lazy [LIB]
  *       one JSON line: the time of a bare dlopen of cuBLASLt (LIB, else
  *       libcublasLt.so.13 on the loader's path, else the toolkit's) with
@@ -189,10 +192,10 @@ static void json_member(const char *json, const char *name, char *out, size_t ca
         return;
     s += strlen(pat);
     size_t n = 0;
-    if (*s == '{') {
+    if (*s == '{' || *s == '[') {
         int depth = 0;
         do {
-            depth += (s[n] == '{') - (s[n] == '}');
+            depth += (s[n] == '{' || s[n] == '[') - (s[n] == '}' || s[n] == ']');
             n++;
         } while (s[n] && depth > 0);
     } else {
@@ -213,6 +216,7 @@ int main(int argc, char **argv) {
     kf_target target = KF_TARGET_CUDA;
     bool preinit = false, preload_lt = false;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
+    double margin = -1.0; /* < 0: kf_options_init's */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--phases") == 0)
             return phases();
@@ -233,13 +237,16 @@ int main(int argc, char **argv) {
             gemm = strcmp(m, "generated") == 0  ? KF_GEMM_GENERATED
                    : strcmp(m, "cublaslt") == 0 ? KF_GEMM_CUBLASLT
                                                 : KF_GEMM_AUTO;
-        } else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
+        } else if (strcmp(argv[i], "--choice-margin") == 0 && i + 1 < argc)
+            margin = atof(argv[++i]);
+        else if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
             target = strcmp(argv[++i], "cpu") == 0 ? KF_TARGET_CPU : KF_TARGET_CUDA;
         else if (argv[i][0] != '-' && !file)
             file = argv[i];
         else {
             fprintf(stderr, "usage: warm_start FILE --cache-dir DIR [--target cuda|cpu] "
                             "[--preinit] [--preload-cublaslt] [--gemm auto|generated|cublaslt]\n"
+                            "       [--choice-margin F]\n"
                             "       warm_start --dlopen now|lazy [LIB]\n"
                             "       warm_start --phases\n");
             return 2;
@@ -286,6 +293,8 @@ int main(int argc, char **argv) {
     o.target = target;
     o.cache_dir = cache;
     o.gemm = gemm;
+    if (margin >= 0)
+        o.choice_margin = margin;
     kf_ctx *ctx = NULL;
     kf_graph *g = NULL;
     kf_program *p = NULL;
@@ -335,6 +344,8 @@ int main(int argc, char **argv) {
         fclose(mf);
     }
     char phase[512], lt[16], loaded[16], cached[16] = "0", lt_ms[512], arena[32];
+    char measured[4096];
+    json_member(rep, "measured", measured, sizeof measured);
     json_member(rep, "prepare_ms", phase, sizeof phase);
     json_member(rep, "cublaslt_ms", lt_ms, sizeof lt_ms);
     json_member(rep, "arena_bytes", arena, sizeof arena);
@@ -352,11 +363,12 @@ int main(int argc, char **argv) {
            "\"parse_ms\": %.2f, \"compile_ms\": %.2f, \"ours_ms\": %.2f, \"run1_ms\": %.2f, "
            "\"run2_ms\": %.2f, \"kernels\": %zu, \"gemm\": %d, \"cublaslt\": %s, "
            "\"cublaslt_loaded\": %s, \"choices_cached\": \"%s\", \"prepare_ms\": %s, "
-           "\"cublaslt_ms\": %s, \"arena_bytes\": %s, \"ok\": %s}\n",
+           "\"cublaslt_ms\": %s, \"arena_bytes\": %s, \"choice_margin\": %g, \"measured\": %s, "
+           "\"ok\": %s}\n",
            file, preinit ? "true" : "false", preinit_ms, preload_lt ? "true" : "false",
            preload_lt_ms, t1 - t0, t2 - t1, t3 - t2, t3 - t2 - driver, t5 - t4, t6 - t5,
            kf_program_kernel_count(p), (int)gemm, lt, loaded, cached, phase, lt_ms, arena,
-           st == KF_OK ? "true" : "false");
+           o.choice_margin, measured, st == KF_OK ? "true" : "false");
     free(rep);
     for (size_t i = 0; i < n_in; i++)
         free(in[i].data);

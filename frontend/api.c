@@ -27,6 +27,7 @@ void kf_options_init(kf_options *options) {
     memset(options, 0, sizeof *options);
     options->target = KF_TARGET_AUTO;
     options->cpu_opt_level = 3;
+    options->choice_margin = 0.05;
 }
 
 static char *ctx_strdup(const kf_mem *m, const char *s) {
@@ -54,7 +55,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
         o->device < 0 || (unsigned)o->gemm >= KF_GEMM_COUNT ||
         (unsigned)o->attention >= KF_ATTENTION_COUNT || o->num_threads < 0 ||
         o->cpu_opt_level < 0 || o->cpu_opt_level > 3 || o->tiered_compile < 0 ||
-        o->tiered_compile > 1)
+        o->tiered_compile > 1 || !(o->choice_margin >= 0.0 && o->choice_margin < 1.0))
         return KF_ERR_INVALID_ARGUMENT;
     /* An arch override is checked now, not truncated or guessed at compile time. */
     char arch_err[KF_MSG_MAX];
@@ -80,6 +81,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     ctx->num_threads = o->num_threads;
     ctx->cpu_opt_level = o->cpu_opt_level;
     ctx->tiered_compile = o->tiered_compile != 0;
+    ctx->choice_margin = o->choice_margin;
     if ((o->arch && !ctx->arch) || (o->cache_dir && !ctx->cache_dir) ||
         (o->dump_dir && !ctx->dump_dir) || (o->cublaslt_lib && !ctx->cublaslt_lib)) {
         kf_ctx_destroy(ctx);

@@ -252,6 +252,16 @@ static void env_int(const char *name, int lo, int hi, int *out) {
     *out = (int)n;
 }
 
+bool kf_cli_choice_margin(const char *s, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double m = s && *s ? strtod(s, &end) : -1.0;
+    if (errno || !end || *end || !(m >= 0.0 && m < 1.0))
+        return false;
+    *out = m;
+    return true;
+}
+
 void kf_cli_options(kf_options *o) {
     kf_options_init(o);
     o->cache_dir = kf_cli_env("KF_CACHE_DIR");
@@ -260,6 +270,10 @@ void kf_cli_options(kf_options *o) {
     env_int("KF_NUM_THREADS", 1, 64, &o->num_threads);
     env_int("KF_CPU_OPT", 0, 3, &o->cpu_opt_level);
     env_int("KF_TIERED_COMPILE", 0, 1, &o->tiered_compile);
+    const char *margin = kf_cli_env("KF_CHOICE_MARGIN");
+    if (margin && !kf_cli_choice_margin(margin, &o->choice_margin))
+        fprintf(stderr, "kfuse: ignoring KF_CHOICE_MARGIN=%s (want a number from 0 to below 1)\n",
+                margin);
     if (kf_cli_env_on("KF_DEBUG"))
         o->flags |= KF_FLAG_DEBUG_PASSES;
     const char *graph = kf_cli_env("KF_CUDA_GRAPH");

@@ -36,7 +36,7 @@ const char kf_cmd_run_help[] =
     "usage: kfuse run FILE [--target cpu|cuda|auto] [--check] [--seed N] [--report]\n"
     "                      [--gemm auto|generated|cublaslt|measured|sm80]\n"
     "                      [--attention auto|sm90|fa2|unfused|decode] [--unfused-attention]\n"
-    "                      [--split-row-norms] [--gemm-head-epilogue]\n"
+    "                      [--split-row-norms] [--gemm-head-epilogue] [--choice-margin F]\n"
     "                      [--no-cache | --cache-dir DIR]\n"
     "\n"
     "Compiles FILE (a .kfg graph; `-` reads standard input) for the target, runs it\n"
@@ -77,6 +77,11 @@ const char kf_cmd_run_help[] =
     "               group (the split row form)\n"
     "  --gemm-head-epilogue  a context with KF_FLAG_GEMM_HEAD_EPILOGUE: the\n"
     "               rotary embedding of a GEMM's head view joins the GEMM's group\n"
+    "  --choice-margin F  a measured choice runs its cuBLASLt side only when it is\n"
+    "               faster than the generated side by more than F (a fraction:\n"
+    "               0.05, the default, is 5%; kf_options.choice_margin; 0: the\n"
+    "               faster side however close); --report shows both times and\n"
+    "               says where the margin decided\n"
     "  --no-cache   compile everything, read and write no kernel cache\n"
     "  --cache-dir DIR\n"
     "               the kernel cache to use (default $KF_CACHE_DIR, else\n"
@@ -178,6 +183,7 @@ int kf_cmd_run(int argc, char **argv) {
     kf_target target = KF_TARGET_AUTO;
     kf_gemm_mode gemm = KF_GEMM_AUTO;
     kf_attention_mode attention = KF_ATTENTION_AUTO;
+    double margin = -1.0; /* < 0: the environment's or the default */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -199,6 +205,13 @@ int kf_cmd_run(int argc, char **argv) {
             if (i + 1 >= argc || !kf_cli_attention_mode(argv[i + 1], &attention)) {
                 fprintf(stderr,
                         "kfuse run: --attention takes auto, sm90, fa2, unfused or decode\n%s",
+                        kf_cmd_run_help);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--choice-margin") == 0) {
+            if (i + 1 >= argc || !kf_cli_choice_margin(argv[i + 1], &margin)) {
+                fprintf(stderr, "kfuse run: --choice-margin takes a number from 0 to below 1\n%s",
                         kf_cmd_run_help);
                 return 2;
             }
@@ -266,6 +279,8 @@ int kf_cmd_run(int argc, char **argv) {
     o.target = target;
     o.gemm = gemm;
     o.attention = attention;
+    if (margin >= 0.0)
+        o.choice_margin = margin;
     if (unfused_attn)
         o.flags |= KF_FLAG_UNFUSED_ATTENTION;
     if (split_rows)

@@ -236,6 +236,17 @@ typedef struct kf_options {
                                  sides meet the same tolerance). A warm cache: no difference.
                                  kf_program_destroy waits for the kernels NVRTC is compiling
                                  then: destroy programs before the process exits. */
+    double choice_margin;     /* KF_CHOICE_MARGIN (`kfuse run --choice-margin F`): a measured
+                                 choice (a GEMM group's generated kernel against its cuBLASLt
+                                 call, each timed once per device) runs the cuBLASLt side only
+                                 when it is faster than the generated side by more than this
+                                 fraction of the generated side's time; within it the
+                                 generated kernel runs, so a program none of whose cuBLASLt
+                                 sides wins clearly never loads cuBLASLt (its dlopen and first
+                                 use: ~160 ms a process on an H100).
+                                 0 to below 1; 0: the faster side, however close. The cache
+                                 keeps both times, so another margin picks again from them
+                                 and times nothing (kf_options_init: 0.05). */
 } kf_options;
 
 /* Fills *options with the defaults above. */
@@ -245,7 +256,8 @@ KF_API void kf_options_init(kf_options *options);
  * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
  * (NULL out, unknown flag, target, gemm or attention mode, negative device or num_threads, a
  * cpu_opt_level outside 0-3, half-set allocator, an
- * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f'),
+ * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f', a choice_margin outside
+ * [0, 1) or NaN),
  * KF_ERR_OUT_OF_MEMORY. */
 KF_API kf_status kf_ctx_create(const kf_options *options, kf_ctx **out);
 /* Destroys a context. Every graph created in it must be destroyed first. */

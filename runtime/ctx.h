@@ -32,6 +32,8 @@ struct kf_ctx {
     int cpu_opt_level;  /* LLVM -O level of the CPU target */
     bool tiered_compile; /* kf_options.tiered_compile: unmeasured GEMM choices run cuBLASLt
                             while the generated side compiles in the background */
+    double choice_margin; /* kf_options.choice_margin: a measured choice's cuBLASLt side runs
+                             only when faster than the generated side by more than this */
     /* Internal (no kf_options field; 0 from kf_ctx_create): KF_CUDA_RECIPE_*
      * flags added to those of the flags and modes above in every recipe a
      * program of this context makes, so the GPU tests and the bench can run

@@ -141,3 +141,42 @@ kf_cache_store kf_cuda_choice_store(kf_cache *cache, const kf_cache_key *key, ui
     (void)kf_cache_put(cache, key, &r, sizeof r, &msg);
     return msg.store;
 }
+
+bool kf_cuda_variant_calls_lib(const kf_cuda_recipe *rc, uint32_t v) {
+    const kf_cuda_variant *va = &rc->variants[v];
+    for (uint32_t s = 0; s < va->n_steps && va->first_step + s < rc->n_steps; s++)
+        if (rc->steps[va->first_step + s].kind == KF_CUDA_STEP_GEMM)
+            return true;
+    return false;
+}
+
+uint32_t kf_cuda_choice_pick(uint32_t n, const float *ms, const bool *calls_lib, double margin,
+                             bool *by_margin) {
+    uint32_t best = 0, gen = UINT32_MAX;
+    if (by_margin)
+        *by_margin = false;
+    if (n == 0)
+        return 0;
+    for (uint32_t v = 0; v < n; v++) {
+        if (ms[v] < ms[best])
+            best = v;
+        if (!calls_lib[v] && (gen == UINT32_MAX || ms[v] < ms[gen]))
+            gen = v;
+    }
+    uint32_t pick = best;
+    if (calls_lib[best] && gen != UINT32_MAX &&
+        !((double)ms[best] < (1.0 - margin) * (double)ms[gen]))
+        pick = gen;
+    if (by_margin) /* (an exact tie is no margin's doing) */
+        *by_margin = ms[pick] > ms[best];
+    return pick;
+}
+
+uint32_t kf_cuda_choice_pick_recipe(const kf_cuda_recipe *rc, const float *ms, double margin,
+                                    bool *by_margin) {
+    bool lib[KF_CUDA_MAX_VARIANTS];
+    uint32_t n = rc->n_variants < KF_CUDA_MAX_VARIANTS ? rc->n_variants : KF_CUDA_MAX_VARIANTS;
+    for (uint32_t v = 0; v < n; v++)
+        lib[v] = kf_cuda_variant_calls_lib(rc, v);
+    return kf_cuda_choice_pick(n, ms, lib, margin, by_margin);
+}

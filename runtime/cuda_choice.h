@@ -15,7 +15,10 @@
  * compute capability and SM count, the driver version and the cuBLASLt
  * library the context names, and how the variants are timed (graph replay
  * or direct launches). An entry is 24 bytes: a tag, the variant count,
- * the winner and each variant's milliseconds.
+ * the winner and each variant's milliseconds. The margin that picks the
+ * winner from the times (kf_cuda_choice_pick) is not in the key: a reader
+ * picks again from the stored times with its own context's margin, so a
+ * change of margin never times anything again.
  */
 #ifndef KF_RUNTIME_CUDA_CHOICE_H
 #define KF_RUNTIME_CUDA_CHOICE_H
@@ -48,5 +51,27 @@ bool kf_cuda_choice_load(kf_cache *cache, const kf_cache_key *key, uint32_t n_va
  * KF_CACHE_STORE_DONE or the reason it was not stored. */
 kf_cache_store kf_cuda_choice_store(kf_cache *cache, const kf_cache_key *key, uint32_t n_variants,
                                     uint32_t chosen, const float *ms);
+
+/* Whether variant v of recipe rc calls a library (a cuBLASLt GEMM step). */
+bool kf_cuda_variant_calls_lib(const kf_cuda_recipe *rc, uint32_t v);
+
+/* Which of n variants runs, from their times ms[0..n) (milliseconds a run)
+ * and calls_lib[v] (variant v calls cuBLASLt): the fastest, except that a
+ * variant that calls the library runs only when it is faster than the
+ * fastest variant that calls none by more than `margin` of that one's time
+ * (ms[lib] < (1 - margin) ms[gen]); within the margin the generated side
+ * runs. Why: a library side that wins by a few percent (a real win: the
+ * sides' times vary by under 1% from process to process on an H100) gains
+ * that little per run but costs every process that runs the program
+ * cuBLASLt's load and first use (~160 ms there; kf_options.choice_margin).
+ * An exact tie goes to the generated side; among equals, the lower index.
+ * *by_margin (NULL: not asked): the margin decided, i.e. the variant
+ * returned is not the fastest. margin 0: the fastest, as before margins. */
+uint32_t kf_cuda_choice_pick(uint32_t n, const float *ms, const bool *calls_lib, double margin,
+                             bool *by_margin);
+
+/* kf_cuda_choice_pick over recipe rc's variants (calls_lib from its steps). */
+uint32_t kf_cuda_choice_pick_recipe(const kf_cuda_recipe *rc, const float *ms, double margin,
+                                    bool *by_margin);
 
 #endif /* KF_RUNTIME_CUDA_CHOICE_H */

@@ -45,8 +45,12 @@ size_t kf_cx_tensor_bytes(const kf_tensor *t) {
 /* Buffers                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* A new buffer of `bytes` live over groups [first, last] (-1 and n_groups:
+ * pinned), *out its index; KF_NONE on failure (out of memory), so no path
+ * leaves *out unset. */
 static kf_status add_buf(kf_cuda_exec *ex, uint32_t tensor, size_t bytes, int first, int last,
                          uint32_t *out, char *err) {
+    *out = KF_NONE;
     if (!kf_mem_grow(&ex->mem, (void **)&ex->bufs, &ex->cap_bufs, ex->n_bufs + 1, sizeof *ex->bufs))
         return kf_msg_set(err, KF_ERR_OUT_OF_MEMORY, "out of memory planning device buffers");
     xbuf *b = &ex->bufs[ex->n_bufs];
@@ -844,6 +848,11 @@ static void read_choices(kf_cuda_exec *ex) {
             continue;
         c->keyed = true;
         c->cached = kf_cuda_choice_load(ex->cache, &c->key, rc->n_variants, &c->chosen, c->ms);
+        /* the winner picked again from the stored times under this
+         * context's margin (the margin is not in the key) */
+        if (c->cached)
+            c->chosen =
+                kf_cuda_choice_pick_recipe(rc, c->ms, ex->ctx->choice_margin, &c->by_margin);
         c->replayed = c->cached && kf_cx_measure_replays(ex);
     }
 }

@@ -74,10 +74,11 @@ static bool seen_recently(kf_cuda_exec *ex, size_t key_bytes) {
     return seen;
 }
 
-/* The run's steps captured into a graph instantiated as *out. */
-static bool capture_steps(kf_cuda_exec *ex, kf_cu_graph_exec *out) {
+bool kf_cx_capture_steps(kf_cuda_exec *ex, uint32_t gi, uint32_t v, unsigned runs,
+                         kf_cu_graph_exec *out) {
     const kf_cuda_driver *drv = ex->dev.drv;
     char err[KF_MSG_MAX];
+    *out = NULL;
     if (!ex->cap_stream && drv->cuStreamCreate(&ex->cap_stream, KF_CU_STREAM_NON_BLOCKING) != 0) {
         ex->cap_stream = NULL;
         return false;
@@ -85,13 +86,20 @@ static bool capture_steps(kf_cuda_exec *ex, kf_cu_graph_exec *out) {
     if (drv->cuStreamBeginCapture(ex->cap_stream, KF_CU_STREAM_CAPTURE_MODE_RELAXED) != 0)
         return false;
     kf_status st = KF_OK;
-    for (uint32_t i = 0; i < ex->n_order && st == KF_OK; i++)
-        st = kf_cx_launch_step(ex, &ex->steps[ex->order[i]], ex->cap_stream, err);
+    uint32_t n = gi == KF_NONE ? ex->n_order : ex->n_steps;
+    for (unsigned run = 0; run < runs && st == KF_OK; run++)
+        for (uint32_t i = 0; i < n && st == KF_OK; i++) {
+            const xstep *s = gi == KF_NONE ? &ex->steps[ex->order[i]] : &ex->steps[i];
+            if (gi == KF_NONE || (s->group == gi && s->variant == v))
+                st = kf_cx_launch_step(ex, s, ex->cap_stream, err);
+        }
     kf_cu_graph graph = NULL;
     kf_cu_result r = drv->cuStreamEndCapture(ex->cap_stream, &graph); /* always ends it */
     bool ok = st == KF_OK && r == 0 && graph;
-    if (ok && (drv->cuGraphInstantiateWithFlags(out, graph, 0) != 0 || !*out))
+    if (ok && (drv->cuGraphInstantiateWithFlags(out, graph, 0) != 0 || !*out)) {
+        *out = NULL;
         ok = false;
+    }
     if (graph)
         drv->cuGraphDestroy(graph);
     return ok;
@@ -115,7 +123,7 @@ kf_status kf_cx_launch_captured(kf_cuda_exec *ex, kf_cu_stream stream, bool *don
             if (!ex->caps[i].exec || (slot->exec && ex->caps[i].used < slot->used))
                 slot = &ex->caps[i];
         kf_cu_graph_exec exec = NULL;
-        if (!capture_steps(ex, &exec)) {
+        if (!kf_cx_capture_steps(ex, KF_NONE, 0, 1, &exec)) {
             ex->cap_off = true; /* direct launches from now on */
             return KF_OK;
         }

@@ -94,12 +94,15 @@ typedef struct xstep {
     xgemm gm;   /* GEMM */
 } xstep;
 
-/* What a measured choice found: milliseconds per variant and the winner;
- * cached: read from the disk cache (only the winner's steps exist then);
- * replayed: timed by graph replay (else by direct launches). */
+/* What a measured choice found: milliseconds per variant and the winner
+ * (kf_cuda_choice_pick with the context's choice_margin; by_margin: the
+ * margin decided, the winner is not the fastest); cached: read from the
+ * disk cache (only the winner's steps exist then); replayed: timed by
+ * graph replay (else by direct launches). */
 typedef struct xchoice {
     float ms[KF_CUDA_MAX_VARIANTS];
     uint32_t chosen;
+    bool by_margin;
     bool cached, keyed; /* keyed: `key` holds the choice's cache key */
     bool replayed;
     /* tiered: not measured yet; `chosen` (the variant that calls cuBLASLt) runs
@@ -240,6 +243,13 @@ kf_status kf_cx_repoint(kf_cuda_exec *ex, char *err);
  * nothing done (the caller launches the steps); drop: every captured graph
  * destroyed (the workspace moved); free: that and the capture's memory. */
 kf_status kf_cx_launch_captured(kf_cuda_exec *ex, kf_cu_stream stream, bool *done, char *err);
+/* cuda_exec_capture.c, for the runs' graphs and the measured choices' timing:
+ * on the private capture stream (made at first use), `runs` times over, the
+ * run order's steps (gi KF_NONE) or the steps of variant v of recipe gi, in
+ * their order, captured into a graph instantiated as *out. False on any
+ * failure, with *out NULL: the capture is always ended, nothing is left. */
+bool kf_cx_capture_steps(kf_cuda_exec *ex, uint32_t gi, uint32_t v, unsigned runs,
+                         kf_cu_graph_exec *out);
 void kf_cx_capture_drop(kf_cuda_exec *ex);
 void kf_cx_capture_free(kf_cuda_exec *ex);
 const char *kf_cx_step_name(const kf_cuda_exec *ex, const xstep *s);

@@ -68,36 +68,6 @@ bool kf_cx_measure_replays(const kf_cuda_exec *ex) {
            drv->cuGraphDestroy;
 }
 
-/* Variant v of recipe gi, `runs` times over, captured into *out. False on
- * any failure (the capture is always ended; nothing is left behind). */
-static bool capture_variant(kf_cuda_exec *ex, uint32_t gi, uint32_t v, unsigned runs,
-                            kf_cu_graph_exec *out) {
-    const kf_cuda_driver *drv = ex->dev.drv;
-    char err[KF_MSG_MAX];
-    *out = NULL;
-    if (!ex->cap_stream && drv->cuStreamCreate(&ex->cap_stream, KF_CU_STREAM_NON_BLOCKING) != 0) {
-        ex->cap_stream = NULL;
-        return false;
-    }
-    if (drv->cuStreamBeginCapture(ex->cap_stream, KF_CU_STREAM_CAPTURE_MODE_RELAXED) != 0)
-        return false;
-    kf_status st = KF_OK;
-    for (unsigned r = 0; r < runs && st == KF_OK; r++)
-        for (uint32_t i = 0; i < ex->n_steps && st == KF_OK; i++)
-            if (ex->steps[i].group == gi && ex->steps[i].variant == v)
-                st = kf_cx_launch_step(ex, &ex->steps[i], ex->cap_stream, err);
-    kf_cu_graph graph = NULL;
-    kf_cu_result r = drv->cuStreamEndCapture(ex->cap_stream, &graph);
-    bool ok = st == KF_OK && r == 0 && graph;
-    if (ok && (drv->cuGraphInstantiateWithFlags(out, graph, 0) != 0 || !*out)) {
-        *out = NULL;
-        ok = false;
-    }
-    if (graph)
-        drv->cuGraphDestroy(graph);
-    return ok;
-}
-
 static void drop_execs(kf_cuda_exec *ex, kf_cu_graph_exec *exec, uint32_t n) {
     for (uint32_t v = 0; v < n; v++)
         if (exec[v])
@@ -124,7 +94,7 @@ static kf_status time_replayed(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream strea
     /* One run each: warm-up, then how long a run takes. */
     bool captured = st == KF_OK;
     for (uint32_t v = 0; v < n && captured; v++)
-        captured = capture_variant(ex, gi, v, 1, &exec[v]);
+        captured = kf_cx_capture_steps(ex, gi, v, 1, &exec[v]);
     float fastest = 0;
     for (uint32_t v = 0; v < n && captured && st == KF_OK; v++) {
         for (int w = 0; w < MEASURE_WARMUP && st == KF_OK; w++)
@@ -152,7 +122,7 @@ static kf_status time_replayed(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream strea
     if (captured && st == KF_OK && runs > 1) {
         drop_execs(ex, exec, n);
         for (uint32_t v = 0; v < n && captured; v++)
-            captured = capture_variant(ex, gi, v, runs, &exec[v]);
+            captured = kf_cx_capture_steps(ex, gi, v, runs, &exec[v]);
         for (uint32_t v = 0; v < n && captured && st == KF_OK; v++) /* uploads the graph */
             st = kf_cuda_check(drv, drv->cuGraphLaunch(exec[v], stream),
                                "cuGraphLaunch (a measured choice)", NULL, err);
@@ -210,9 +180,9 @@ kf_status kf_cx_measure_group(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream stream
     for (uint32_t v = 0; v < rc->n_variants && st == KF_OK && !done; v++)
         st = time_direct(ex, gi, v, stream, e0, e1, &c->ms[v], err);
     c->chosen = 0;
-    for (uint32_t v = 1; v < rc->n_variants && st == KF_OK; v++)
-        if (c->ms[v] < c->ms[c->chosen])
-            c->chosen = v;
+    c->by_margin = false;
+    if (st == KF_OK)
+        c->chosen = kf_cuda_choice_pick_recipe(rc, c->ms, ex->ctx->choice_margin, &c->by_margin);
     /* Kept for the next process on this device (a store that fails costs
      * that process a measurement, nothing else). A choice timed directly
      * because the capture failed is not kept under the replay's key. */

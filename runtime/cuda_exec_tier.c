@@ -35,14 +35,6 @@
 
 #include "runtime/cuda_exec_internal.h"
 
-static bool variant_calls_lt(const kf_cuda_recipe *rc, uint32_t v) {
-    const kf_cuda_variant *va = &rc->variants[v];
-    for (uint32_t s = 0; s < va->n_steps && va->first_step + s < rc->n_steps; s++)
-        if (rc->steps[va->first_step + s].kind == KF_CUDA_STEP_GEMM)
-            return true;
-    return false;
-}
-
 /* Whether a kernel of a variant other than `quick` is missing from the
  * cache (no cache: all are). A kernel cache filled by `kfuse aot` holds the
  * generated side without its timing: then the choice is measured at
@@ -85,7 +77,7 @@ void kf_cx_tier_plan(kf_cuda_exec *ex) {
             continue;
         uint32_t quick = KF_NONE;
         for (uint32_t v = 0; v < rc->n_variants && quick == KF_NONE; v++)
-            if (variant_calls_lt(rc, v))
+            if (kf_cuda_variant_calls_lib(rc, v))
                 quick = v;
         if (quick == KF_NONE || !others_need_compile(ex, rc, quick))
             continue;

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE 1 /* memmem */
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -690,6 +691,92 @@ static void test_a_measured_choice_round_trips_through_the_cache_under_a_key_of_
     assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
+/* kf_options.choice_margin (runtime/cuda_choice.c), with injected times: a
+ * variant that calls cuBLASLt wins only when faster than the fastest
+ * library-free variant by more than the margin; at the margin's edge and
+ * within it the generated side runs, and by_margin says the margin decided;
+ * with no library-free variant, or margin 0, the fastest runs. The times are
+ * exact binary fractions, so the edge is exact. */
+static void test_a_measured_choice_takes_cublaslt_only_beyond_the_margin(void **state) {
+    (void)state;
+    const bool gen_lt[2] = {false, true}, lt_gen[2] = {true, false}, lt_lt[2] = {true, true};
+    bool by = true;
+    /* the generated side faster: it runs, whatever the margin */
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.375f, 0.5f}, gen_lt, 0.25, &by), 0);
+    assert_false(by);
+    /* cuBLASLt faster by 25%: beyond a 20% margin it runs, at a 25% margin (the
+     * edge: not MORE than the margin) and within 50% the generated side */
+    const float ms[2] = {0.5f, 0.375f};
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.2, &by), 1);
+    assert_false(by);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.25, &by), 0);
+    assert_true(by);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.5, &by), 0);
+    assert_true(by);
+    /* margin 0: the faster side, however close */
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.5f, 0.4990234375f}, gen_lt, 0.0, &by),
+                     1);
+    assert_false(by);
+    /* the variants' order does not matter: the library side first */
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.375f, 0.5f}, lt_gen, 0.5, &by), 1);
+    assert_true(by);
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.25f, 0.5f}, lt_gen, 0.25, &by), 0);
+    assert_false(by);
+    /* an exact tie: the generated side, and no margin's doing */
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.5f, 0.5f}, lt_gen, 0.0, &by), 1);
+    assert_false(by);
+    /* both sides call the library: the margin has nothing to prefer */
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.5f, 0.375f}, lt_lt, 0.5, &by), 1);
+    assert_false(by);
+    /* no variant; by_margin not asked */
+    assert_int_equal(kf_cuda_choice_pick(0, ms, gen_lt, 0.05, &by), 0);
+    assert_false(by);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.5, NULL), 0);
+
+    /* over a recipe: which variant calls the library comes from its steps */
+    kf_cuda_kstep ks;
+    memset(&ks, 0, sizeof ks);
+    kf_cuda_step steps[3];
+    memset(steps, 0, sizeof steps);
+    steps[0].kind = KF_CUDA_STEP_KERNEL;
+    steps[0].kernel = &ks;
+    steps[1].kind = KF_CUDA_STEP_GEMM; /* the library side: a GEMM and a kernel */
+    steps[2].kind = KF_CUDA_STEP_KERNEL;
+    steps[2].kernel = &ks;
+    kf_cuda_recipe rc;
+    memset(&rc, 0, sizeof rc);
+    rc.choice = KF_CUDA_CHOICE_MEASURED;
+    rc.n_variants = 2;
+    rc.variants[0] = (kf_cuda_variant){.label = "generated", .first_step = 0, .n_steps = 1};
+    rc.variants[1] = (kf_cuda_variant){.label = "cublaslt", .first_step = 1, .n_steps = 2};
+    rc.steps = steps;
+    rc.n_steps = 3;
+    assert_false(kf_cuda_variant_calls_lib(&rc, 0));
+    assert_true(kf_cuda_variant_calls_lib(&rc, 1));
+    assert_int_equal(kf_cuda_choice_pick_recipe(&rc, ms, 0.25, &by), 0);
+    assert_true(by);
+    assert_int_equal(kf_cuda_choice_pick_recipe(&rc, ms, 0.0, &by), 1);
+    assert_false(by);
+
+    /* the option: 0.05 by default, [0, 1) and no NaN */
+    kf_options o;
+    kf_options_init(&o);
+    assert_true(o.choice_margin == 0.05);
+    const double bad[] = {-0.01, 1.0, 2.0, NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kf_ctx *ctx = (kf_ctx *)1;
+        o.choice_margin = bad[i];
+        assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
+        assert_null(ctx);
+    }
+    kf_ctx *ctx = NULL;
+    o.choice_margin = 0.0;
+    o.target = KF_TARGET_CPU;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    assert_true(ctx->choice_margin == 0.0);
+    kf_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_missing_driver_is_unsupported_with_a_clear_message),
@@ -711,6 +798,7 @@ int main(void) {
         cmocka_unit_test(test_the_tma_tile_kernel_compiles_for_sm90a),
         cmocka_unit_test(
             test_a_measured_choice_round_trips_through_the_cache_under_a_key_of_all_it_depends_on),
+        cmocka_unit_test(test_a_measured_choice_takes_cublaslt_only_beyond_the_margin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

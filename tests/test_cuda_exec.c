@@ -31,6 +31,7 @@
 #include "kf_test.h"
 #include "runtime/ctx.h"
 #include "runtime/cuda.h"
+#include "runtime/cuda_choice.h"
 #include "runtime/cuda_exec.h"
 
 /* The suite's context and device (kf_gpu.h). */
@@ -2949,15 +2950,24 @@ static void test_head_split_rotary_epilogues_match_the_reference(void **state) {
 /* Cache flags, arena                                                         */
 /* ------------------------------------------------------------------------ */
 
-static kf_ctx *ctx_with(const char *dir, unsigned flags) {
+/* A CUDA context on cache `dir` with `flags` and a measured choice's
+ * `margin` (kf_options.choice_margin); ctx_with: kf_options_init's margin. */
+static kf_ctx *ctx_with_margin(const char *dir, unsigned flags, double margin) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
     o.cache_dir = dir;
     o.flags = flags;
+    o.choice_margin = margin;
     kf_ctx *c = NULL;
     assert_int_equal(kf_ctx_create(&o, &c), KF_OK);
     return c;
+}
+
+static kf_ctx *ctx_with(const char *dir, unsigned flags) {
+    kf_options o;
+    kf_options_init(&o);
+    return ctx_with_margin(dir, flags, o.choice_margin);
 }
 
 static const char cache_graph[] =
@@ -3290,12 +3300,32 @@ static void prepare_gemm(kf_ctx *ctx, const kf_plan *plan, kf_cuda_exec **ex) {
         fail_msg("prepare: %s", err);
 }
 
+/* The measured-choice tests' graph: on sm_90a its GEMM group is a measured
+ * choice of the generated GEMM kernel against cuBLASLt. */
+static const char measured_graph[] = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
+                                     "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
+                                     "y = gelu_tanh(a)\noutput y\n";
+
+/* measured_graph parsed in ctx (*g) and planned. */
+static kf_plan *measured_plan(kf_ctx *ctx, kf_graph **g) {
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_graph_parse(ctx, measured_graph, strlen(measured_graph), g), KF_OK);
+    assert_int_equal(kf_plan_create(*g, NULL, &plan), KF_OK);
+    return plan;
+}
+
+/* Whether `chosen` is what the choice rule picks from ms (kf_cuda_choice_pick)
+ * under the margin of kf_options_init, which the tests' contexts keep. */
+static bool rule_picked(const kf_cuda_exec *ex, uint32_t gi, uint32_t chosen, const float *ms) {
+    kf_options o;
+    kf_options_init(&o);
+    const kf_cuda_recipe *rc = &kf_cuda_exec_recipes(ex)->recipes[gi];
+    return chosen == kf_cuda_choice_pick_recipe(rc, ms, o.choice_margin, NULL);
+}
+
 static void test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
-                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
-                       "y = gelu_tanh(a)\noutput y\n";
     char dir[] = "/tmp/kf_choice_XXXXXX";
     assert_non_null(mkdtemp(dir));
     kf_ctx *ctx[3] = {NULL, NULL, NULL};
@@ -3307,9 +3337,7 @@ static void test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing(vo
         assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
     }
     kf_graph *g = NULL;
-    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
-    kf_plan *plan = NULL;
-    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_plan *plan = measured_plan(ctx[0], &g);
     kf_cuda_exec *cold = NULL, *warm = NULL;
     prepare_gemm(ctx[0], plan, &cold);
     uint32_t gi = KF_NONE;
@@ -3434,9 +3462,6 @@ static uint32_t measured_group(const kf_cuda_exec *ex, const kf_plan *plan) {
 static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_fails(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
-                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
-                       "y = gelu_tanh(a)\noutput y\n";
     char dir[] = "/tmp/kf_replay_XXXXXX";
     assert_non_null(mkdtemp(dir));
     kf_ctx *refusing = ctx_with(dir, 0), *plain = ctx_with(dir, 0),
@@ -3448,9 +3473,7 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
     if (!table->cuStreamBeginCapture)
         fail_msg("the driver has no cuStreamBeginCapture: the replayed side cannot be tested");
     kf_graph *g = NULL;
-    assert_int_equal(kf_graph_parse(refusing, text, strlen(text), &g), KF_OK);
-    kf_plan *plan = NULL;
-    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_plan *plan = measured_plan(refusing, &g);
 
     /* Capture refused: timed by direct launches, not stored under the
      * replay's key, and the program runs (its runs launch directly too). */
@@ -3463,7 +3486,7 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
     float ms[KF_CUDA_MAX_VARIANTS] = {0};
     assert_true(kf_cuda_exec_choice(ex, gi, &chosen, ms));
     assert_false(kf_cuda_exec_choice_cached(ex, gi));
-    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && ms[chosen] <= ms[1 - chosen]);
+    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && rule_picked(ex, gi, chosen, ms));
     assert_true(atomic_load(&capture_refusals) > 0);
     char *rep = exec_report(ex, false), *json = exec_report(ex, true);
     if (!strstr(rep, ", timed by direct launches]") || !strstr(json, "\"replayed\": false"))
@@ -3482,7 +3505,7 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
     prepare_gemm(plain, plan, &ex);
     assert_true(kf_cuda_exec_choice(ex, gi, &chosen, ms));
     assert_false(kf_cuda_exec_choice_cached(ex, gi)); /* the refused one was not stored */
-    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && ms[chosen] <= ms[1 - chosen]);
+    assert_true(chosen < 2 && ms[0] > 0 && ms[1] > 0 && rule_picked(ex, gi, chosen, ms));
     rep = exec_report(ex, false);
     json = exec_report(ex, true);
     if (!strstr(rep, ", timed by graph replay]") || !strstr(json, "\"replayed\": true"))
@@ -3521,6 +3544,93 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
     assert_int_equal(kf_test_remove_dir(dir), 0);
 }
 
+/* kf_options.choice_margin on a device (the warm-start regression: a
+ * cuBLASLt side that won by a hair made every warm start load cuBLASLt). A
+ * cold compile with margin 0 times both sides and stores both times; warm
+ * compiles pick again from the stored times under their own margin and
+ * time nothing: margin 0 the faster side, margin 0.99 (no cuBLASLt call
+ * is 100 times faster) the generated side -- by the margin where cuBLASLt
+ * was faster, as the report says -- and cuBLASLt is then not loaded at
+ * all. A cold compile with that margin and no cache picks so too. The
+ * programs' values match the reference. */
+static bool report_has(const kf_cuda_exec *ex, bool json, const char *what) {
+    char *rep = exec_report(ex, json);
+    bool has = rep && strstr(rep, what);
+    if (!has)
+        fprintf(stderr, "  (the report lacks '%s':)\n%s\n", what, rep ? rep : "");
+    free(rep);
+    return has;
+}
+
+static void test_a_measured_choice_within_the_margin_keeps_cublaslt_unloaded(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    char dir[] = "/tmp/kf_margin_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    kf_ctx *ctx[4] = {ctx_with_margin(dir, 0, 0.0), ctx_with_margin(dir, 0, 0.0),
+                      ctx_with_margin(dir, 0, 0.99), ctx_with_margin(dir, KF_FLAG_NO_CACHE, 0.99)};
+    kf_graph *g = NULL;
+    kf_plan *plan = measured_plan(ctx[0], &g);
+    kf_cuda_exec *ex = NULL;
+    prepare_gemm(ctx[0], plan, &ex);
+    uint32_t gi = measured_group(ex, plan), c0 = 9, c = 9;
+    float ms0[KF_CUDA_MAX_VARIANTS] = {0}, ms[KF_CUDA_MAX_VARIANTS] = {0};
+    assert_true(kf_cuda_exec_choice(ex, gi, &c0, ms0));
+    assert_false(kf_cuda_exec_choice_cached(ex, gi));
+    assert_true(ms0[0] > 0 && ms0[1] > 0);
+    const kf_cuda_recipe *rc = &kf_cuda_exec_recipes(ex)->recipes[gi];
+    assert_int_equal(rc->n_variants, 2);
+    uint32_t lib = kf_cuda_variant_calls_lib(rc, 0) ? 0 : 1, gen = 1 - lib;
+    assert_true(kf_cuda_variant_calls_lib(rc, lib));
+    assert_false(kf_cuda_variant_calls_lib(rc, gen));
+    assert_true(ms0[c0] <= ms0[1 - c0]); /* margin 0: the faster */
+    bool lt_faster = ms0[lib] < ms0[gen];
+    fprintf(stderr, "  %s: generated %.4f ms, cublaslt %.4f ms (%+.1f%%)\n",
+            kf_cuda_exec_device_name(ex), (double)ms0[gen], (double)ms0[lib],
+            100.0 * ((double)ms0[lib] / (double)ms0[gen] - 1.0));
+    kf_cuda_exec_destroy(ex);
+
+    /* warm, margin 0: the stored winner, nothing timed */
+    prepare_gemm(ctx[1], plan, &ex);
+    assert_true(kf_cuda_exec_choice(ex, gi, &c, ms));
+    assert_true(kf_cuda_exec_choice_cached(ex, gi));
+    assert_memory_equal(ms, ms0, sizeof ms);
+    assert_int_equal(c, c0);
+    assert_true(report_has(ex, true, "\"by_margin\": false"));
+    kf_cuda_exec_destroy(ex);
+
+    /* warm, margin 0.99: the generated side from the same times, no cuBLASLt */
+    prepare_gemm(ctx[2], plan, &ex);
+    assert_true(kf_cuda_exec_choice(ex, gi, &c, ms));
+    assert_true(kf_cuda_exec_choice_cached(ex, gi));
+    assert_memory_equal(ms, ms0, sizeof ms);
+    assert_int_equal(c, gen);
+    assert_false(kf_cuda_exec_uses_cublaslt(ex));
+    assert_true(report_has(ex, true, lt_faster ? "\"by_margin\": true" : "\"by_margin\": false"));
+    assert_true(report_has(ex, true, "\"cublaslt_loaded\": false"));
+    if (lt_faster)
+        assert_true(report_has(ex, false, "faster, within the 99.0% margin"));
+    run_exec_checked(ex, g, 1710, "warm, margin 0.99: the generated side");
+    kf_cuda_exec_destroy(ex);
+
+    /* cold, margin 0.99, no cache: both timed, the generated side picked */
+    prepare_gemm(ctx[3], plan, &ex);
+    assert_true(kf_cuda_exec_choice(ex, gi, &c, ms));
+    assert_false(kf_cuda_exec_choice_cached(ex, gi));
+    assert_true(ms[0] > 0 && ms[1] > 0);
+    assert_int_equal(c, gen);
+    assert_true(
+        report_has(ex, true, ms[lib] < ms[gen] ? "\"by_margin\": true" : "\"by_margin\": false"));
+    run_exec_checked(ex, g, 1711, "cold, margin 0.99: the generated side");
+    kf_cuda_exec_destroy(ex);
+
+    kf_plan_destroy(plan);
+    kf_graph_destroy(g);
+    for (int i = 0; i < 4; i++)
+        kf_ctx_destroy(ctx[i]);
+    assert_int_equal(kf_test_remove_dir(dir), 0);
+}
+
 /* kf_options.tiered_compile (issue 17, the cold first call): on an empty
  * cache the GEMM group's measured choice is not known, so the exec runs
  * its cuBLASLt side from the first run and compiles the generated kernel
@@ -3532,9 +3642,6 @@ static void test_a_measured_choice_is_replayed_and_timed_directly_when_capture_f
 static void test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *text = "kfg 1\nx = input(bf16[512, 256])\nw = input(bf16[256, 512])\n"
-                       "b = input(bf16[512])\nh = matmul(x, w)\na = add(h, b)\n"
-                       "y = gelu_tanh(a)\noutput y\n";
     char dir[] = "/tmp/kf_tier_XXXXXX";
     assert_non_null(mkdtemp(dir));
     kf_ctx *ctx[3] = {NULL, NULL, NULL};
@@ -3548,9 +3655,7 @@ static void test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(v
         assert_int_equal(kf_ctx_create(&o, &ctx[i]), KF_OK);
     }
     kf_graph *g = NULL;
-    assert_int_equal(kf_graph_parse(ctx[0], text, strlen(text), &g), KF_OK);
-    kf_plan *plan = NULL;
-    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    kf_plan *plan = measured_plan(ctx[0], &g);
     kf_cuda_exec *ex = NULL;
     prepare_gemm(ctx[0], plan, &ex);
     uint32_t gi = KF_NONE;
@@ -3583,7 +3688,7 @@ static void test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(v
     uint32_t c1 = 9;
     assert_true(kf_cuda_exec_choice(ex, gi, &c1, ms));
     assert_true(ms[0] > 0 && ms[1] > 0);
-    assert_true(ms[c1] <= ms[1 - c1]);
+    assert_true(rule_picked(ex, gi, c1, ms));
     run_exec_checked(ex, g, 1702, "tiered, after the swap");
     char *rep = NULL;
     size_t rlen = 0;
@@ -3822,6 +3927,7 @@ int main(void) {
         cmocka_unit_test(test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing),
         cmocka_unit_test(test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner),
         cmocka_unit_test(test_a_measured_choice_is_replayed_and_timed_directly_when_capture_fails),
+        cmocka_unit_test(test_a_measured_choice_within_the_margin_keeps_cublaslt_unloaded),
         cmocka_unit_test(test_generated_bf16_gemms_match_the_reference),
         cmocka_unit_test(test_generated_f16_gemms_match_the_reference),
         cmocka_unit_test(test_generated_gemms_of_every_example_match),

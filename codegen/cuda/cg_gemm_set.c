@@ -132,6 +132,44 @@ const char *cg_set_member_why(cg_set *s, uint32_t j, const kf_cuda_gemm_shape *s
     return NULL;
 }
 
+kf_status cg_set_members_check(cg_set *s, const kf_cuda_gemm_shape *shapes, cg_set_why_fn why) {
+    cg *c0 = &s->mb[0].c;
+    for (uint32_t j = 0; j < s->n; j++) {
+        cg *c = &s->mb[j].c;
+        const kf_group *g = c->g;
+        if (g->kind != KF_GROUP_GEMM)
+            return cg_fail(c0, KF_ERR_UNSUPPORTED,
+                           "GEMM sibling set: member %u (group %u) is not a GEMM group", j + 1,
+                           g->id);
+        const char *w = why(c, &shapes[0], &shapes[j]);
+        if (!w)
+            w = cg_set_member_why(s, j, &shapes[j]);
+        if (w)
+            return cg_fail(c0, KF_ERR_UNSUPPORTED, "member %u (group %u): %s", j + 1, g->id, w);
+        kf_status st = cg_set_member_prepare(s, j, &shapes[j], shapes[0].bn);
+        if (st != KF_OK)
+            return st;
+    }
+    return KF_OK;
+}
+
+kf_status cg_gemm_epi_alloc(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold *fold, chunk_ctx **x,
+                            cg_gemm_epi *epi) {
+    *x = kf_mem_calloc(c->mem, 1, sizeof **x);
+    if (!*x)
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    kf_status st = KF_OK;
+    if (fold && sh->a_fold)
+        st = cg_gemm_fold_prepare(c, sh, fold);
+    if (st == KF_OK)
+        st = cg_gemm_epi_prepare(c, sh, *x, epi);
+    if (st != KF_OK) {
+        kf_mem_free(c->mem, *x, sizeof **x);
+        *x = NULL;
+    }
+    return st;
+}
+
 kf_status cg_set_member_prepare(cg_set *s, uint32_t j, const kf_cuda_gemm_shape *sj, uint32_t tw) {
     cg_set_member *m = &s->mb[j];
     s->t0[j] = s->tiles_n;

@@ -7,7 +7,8 @@
  * a set tile column to its member, and the dispatch macros (KF_SIB_AL,
  * KF_SIB_DO) the templates call. Each arch's file keeps what is its own:
  * the shape checks, the problem defines, the template's parts and the
- * operands' maps or pointers.
+ * operands' maps or pointers. Also what the single sm_80 and SIMT kernels'
+ * generators prepare alike (cg_gemm_epi_alloc).
  */
 #ifndef KF_CODEGEN_CUDA_CG_GEMM_SET_H
 #define KF_CODEGEN_CUDA_CG_GEMM_SET_H
@@ -51,6 +52,19 @@ kf_status cg_set_end(cg_set *s, kf_status st);
  * one: s->tab names the member whose), N out of range. NULL when it fits. */
 const char *cg_set_member_why(cg_set *s, uint32_t j, const kf_cuda_gemm_shape *sj);
 
+/* An arch's own checks of member j (its generator c, its shape sj) against
+ * member 0's shape s0: why it cannot share the set's kernel, or NULL. */
+typedef const char *(*cg_set_why_fn)(cg *c, const kf_cuda_gemm_shape *s0,
+                                     const kf_cuda_gemm_shape *sj);
+
+/* Every member in order, the preamble both arch's set generators share:
+ * that it is a GEMM group, then `why` (the arch's checks), then
+ * cg_set_member_why, then cg_set_member_prepare with tile width
+ * shapes[0].bn. A member that fails a check makes the set's error
+ * (KF_ERR_UNSUPPORTED on member 0's generator, naming the member and why)
+ * and its status is returned, as is a prepare's; KF_OK when all fit. */
+kf_status cg_set_members_check(cg_set *s, const kf_cuda_gemm_shape *shapes, cg_set_why_fn why);
+
 /* Member j's set tile columns (tile width `tw`) after the earlier members',
  * its fold's and epilogue's params (cg_gemm_fold_prepare,
  * cg_gemm_epi_prepare). */
@@ -80,6 +94,15 @@ bool cg_set_split_template(const char *t, uint32_t n_marks, const char *const *m
 
 /* Appends n bytes of p (not NUL-terminated) to s. */
 void cg_set_put(sbuf *s, const char *p, size_t n);
+
+/* What a single GEMM kernel's generator (cg_gemm_sm80.c, cg_gemm_simt.c)
+ * prepares before its source: the chunk context *x (allocated in c->mem;
+ * the caller frees it after the source), with sh->a_fold and a `fold` the
+ * fold's params (cg_gemm_fold_prepare), then the epilogue's
+ * (cg_gemm_epi_prepare). On failure *x is NULL, nothing is left allocated,
+ * and the status (c's first error) is returned. */
+kf_status cg_gemm_epi_alloc(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold *fold, chunk_ctx **x,
+                            cg_gemm_epi *epi);
 
 /* cg_gemm_sm80.c, shared with a sibling set's sm_80 kernel
  * (cg_gemm_sm80_set.c): why the mma.sync kernel cannot take group c->g

@@ -39,6 +39,7 @@
 #include "codegen/cuda/cg.h"
 
 #include "codegen/cuda/cg_gemm.h"
+#include "codegen/cuda/cg_gemm_set.h"
 #include "codegen/cuda/templates.h"
 
 /* K step of a tile: 16 for f32's 128 x 128 tile, else 8. ptxas hoists the
@@ -120,15 +121,10 @@ kf_status kf_cuda_codegen_gemm_simt(const kf_plan *plan, uint32_t group, const c
 
     c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SIMT;
     cg_set_name(&c, "simt_");
-    chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
-    if (!x)
-        return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
+    chunk_ctx *x = NULL;
     cg_gemm_epi epi;
-    st = cg_gemm_epi_prepare(&c, sh, x, &epi);
-    if (st != KF_OK) {
-        kf_mem_free(c.mem, x, sizeof *x);
+    if ((st = cg_gemm_epi_alloc(&c, sh, NULL, &x, &epi)) != KF_OK)
         return cg_end(&c, st);
-    }
 
     kf_cuda_kernel *k = c.k;
     k->vec = 1;

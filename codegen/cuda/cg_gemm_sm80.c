@@ -125,20 +125,11 @@ kf_status kf_cuda_codegen_gemm_sm80(const kf_plan *plan, uint32_t group, const c
 
     c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM80;
     cg_set_name(&c, "mma_");
-    chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
-    if (!x)
-        return cg_end(&c, cg_fail(&c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory"));
+    chunk_ctx *x = NULL;
     cg_gemm_fold fold;
-    if (sh->a_fold && (st = cg_gemm_fold_prepare(&c, sh, &fold)) != KF_OK) {
-        kf_mem_free(c.mem, x, sizeof *x);
-        return cg_end(&c, st);
-    }
     cg_gemm_epi epi;
-    st = cg_gemm_epi_prepare(&c, sh, x, &epi);
-    if (st != KF_OK) {
-        kf_mem_free(c.mem, x, sizeof *x);
+    if ((st = cg_gemm_epi_alloc(&c, sh, &fold, &x, &epi)) != KF_OK)
         return cg_end(&c, st);
-    }
 
     /* Warps 2 x (warps / 2): a 128 x 128 tile on 4 warps of 64 x 64 (128
      * accumulators a thread; per 16 K values a warp reads 4 KiB of shared

@@ -33,8 +33,9 @@
 
 #include "codegen/cuda/templates.h"
 
-/* Why member j's shape cannot share the set's kernel with member 0's. */
-static const char *shape_why(const kf_cuda_gemm_shape *a, const kf_cuda_gemm_shape *b) {
+/* Why member j (generator c, shape b) cannot share the set's kernel with
+ * member 0's shape a (cg_set_why_fn). */
+static const char *member_why(cg *c, const kf_cuda_gemm_shape *a, const kf_cuda_gemm_shape *b) {
     if (b->batch != 1 || b->dual || b->a_norm || b->x_scratch)
         return "a member is batched, a SwiGLU pair, normalized in the ring or split";
     if (a->m != b->m || a->k != b->k || a->a_kmajor != b->a_kmajor || a->lda != b->lda)
@@ -45,7 +46,12 @@ static const char *shape_why(const kf_cuda_gemm_shape *a, const kf_cuda_gemm_sha
         return "the members' tiles differ";
     if (a->a_fold != b->a_fold || a->a_scratch != b->a_scratch)
         return "the members take the norm in different forms";
-    return NULL;
+    if (b->ldb < 1 || b->sa != 0 || b->sb != 0)
+        return "a member's B row stride or batch strides";
+    const char *why = cg_gemm_sm80_why(c, b);
+    if (!why && c->g->gemm.row_epilogue)
+        why = "a row epilogue (the set's kernel runs none)";
+    return why;
 }
 
 kf_status kf_cuda_codegen_gemm_sm80_set(const kf_plan *plan, const uint32_t *groups, uint32_t n,
@@ -70,26 +76,8 @@ kf_status kf_cuda_codegen_gemm_sm80_set(const kf_plan *plan, const uint32_t *gro
                                         ", tile %ux%u on %u warps, %u stages",
                                         sh->m, sh->k, sh->bm, sh->bn, sh->warps, sh->stages));
     const kf_tensor *mm0 = cg_tensor(c0, c0->g->gemm.anchor[0]);
-    for (uint32_t j = 0; j < n; j++) {
-        cg *c = &set.mb[j].c;
-        const kf_group *g = c->g;
-        const kf_cuda_gemm_shape *sj = &shapes[j];
-        if (g->kind != KF_GROUP_GEMM)
-            SET_NO("GEMM sibling set: member %u (group %u) is not a GEMM group", j + 1, g->id);
-        const char *why = shape_why(sh, sj);
-        if (!why && (sj->ldb < 1 || sj->sa != 0 || sj->sb != 0))
-            why = "a member's B row stride or batch strides";
-        if (!why)
-            why = cg_gemm_sm80_why(c, sj);
-        if (!why && g->gemm.row_epilogue)
-            why = "a row epilogue (the set's kernel runs none)";
-        if (!why)
-            why = cg_set_member_why(&set, j, sj);
-        if (why)
-            SET_NO("member %u (group %u): %s", j + 1, g->id, why);
-        if ((st = cg_set_member_prepare(&set, j, sj, sh->bn)) != KF_OK)
-            return cg_set_end(&set, st);
-    }
+    if ((st = cg_set_members_check(&set, shapes, member_why)) != KF_OK)
+        return cg_set_end(&set, st);
     int64_t tiles = set.tiles_n * ((sh->m + sh->bm - 1) / sh->bm);
     if (tiles > INT32_MAX)
         SET_NO("GEMM sibling set: more than 2^31 tiles");

@@ -31,8 +31,9 @@
 
 #include "codegen/cuda/templates.h"
 
-/* Why member j's shape cannot share the set's kernel with member 0's. */
-static const char *shape_why(const kf_cuda_gemm_shape *a, const kf_cuda_gemm_shape *b) {
+/* Why member j (generator c, shape b) cannot share the set's kernel with
+ * member 0's shape a (cg_set_why_fn). */
+static const char *member_why(cg *c, const kf_cuda_gemm_shape *a, const kf_cuda_gemm_shape *b) {
     if (b->batch != 1 || b->dual || b->a_norm || b->cluster > 1 || b->sk_grid || b->x_scratch)
         return "a member is batched, a SwiGLU pair, normalized in the ring, clustered, stream-K "
                "or split";
@@ -46,7 +47,10 @@ static const char *shape_why(const kf_cuda_gemm_shape *a, const kf_cuda_gemm_sha
         return "the members take the norm in different forms";
     if (a->epi_tma != b->epi_tma || a->epi_staged != b->epi_staged)
         return "the members' epilogues store differently";
-    return NULL;
+    const char *why = cg_gemm_sm90_why(c, b);
+    if (!why && c->g->gemm.row_split)
+        why = "the split row form";
+    return why;
 }
 
 kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *groups, uint32_t n,
@@ -66,24 +70,13 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
         return cg_set_end(
             &set, cg_fail(c0, KF_ERR_INVALID_ARGUMENT, "GEMM sibling set: tile width %u", sh->bn));
     const kf_tensor *mm0 = cg_tensor(c0, c0->g->gemm.anchor[0]);
+    for (uint32_t j = 0; j < n; j++)
+        set.mb[j].c.tanh_formula = true; /* as the single kernel's: no table for gelu_tanh */
+    if ((st = cg_set_members_check(&set, shapes, member_why)) != KF_OK)
+        return cg_set_end(&set, st);
     for (uint32_t j = 0; j < n; j++) {
-        cg *c = &set.mb[j].c;
-        const kf_group *g = c->g;
+        const kf_group *g = set.mb[j].c.g;
         const kf_cuda_gemm_shape *sj = &shapes[j];
-        c->tanh_formula = true; /* as the single kernel's: no table for gelu_tanh */
-        if (g->kind != KF_GROUP_GEMM)
-            SET_NO("GEMM sibling set: member %u (group %u) is not a GEMM group", j + 1, g->id);
-        const char *why = shape_why(sh, sj);
-        if (!why)
-            why = cg_gemm_sm90_why(c, sj);
-        if (!why && g->gemm.row_split)
-            why = "the split row form";
-        if (!why)
-            why = cg_set_member_why(&set, j, sj);
-        if (why)
-            SET_NO("member %u (group %u): %s", j + 1, g->id, why);
-        if ((st = cg_set_member_prepare(&set, j, sj, sh->bn)) != KF_OK)
-            return cg_set_end(&set, st);
         const kf_gemm_info *gj = &g->gemm;
         const cg_gemm_epi *ep = &set.mb[j].epi;
         if (sj->epi_tma && (ep->n_outs != 1 || ep->outs[0].dtype != mm0->dtype || sj->n % 8 != 0 ||

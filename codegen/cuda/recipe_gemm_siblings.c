@@ -155,6 +155,10 @@ static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t
                                 size_t name_size) {
     kf_cuda_recipe *rc = b->rc;
     uint32_t groups[KF_CUDA_SIB_MAX];
+    if (n == 0 || n > KF_CUDA_SIB_MAX) {
+        snprintf(why, why_size, "a set of %u members (1 to %d)", n, KF_CUDA_SIB_MAX);
+        return KF_ERR_UNSUPPORTED;
+    }
     for (uint32_t j = 0; j < n; j++) {
         groups[j] = lead + j;
         if (idx[j] >= rc->n_steps || shapes[j].bn == 0) {
@@ -280,8 +284,10 @@ kf_status kf_rb_gemm_siblings(rb *b) {
     if (want) {
         char why[300], name[KF_CUDA_NAME_MAX], kernels[200] = "", first_why[300] = "";
         kf_cuda_gemm_shape shapes[KF_CUDA_SIB_MAX];
-        uint32_t idx[KF_CUDA_SIB_MAX];
+        uint32_t idx[KF_CUDA_SIB_MAX]; /* KF_NONE: no step (sib_one_kernel refuses it) */
         memset(shapes, 0, sizeof shapes);
+        for (uint32_t j = 0; j < KF_CUDA_SIB_MAX; j++)
+            idx[j] = KF_NONE;
         for (uint32_t j = 0; j < n && st == KF_OK; j++) {
             b->gi = lead + j;
             b->sib_shared = j > 0;

@@ -340,6 +340,15 @@ error_checks() {
     expect 2 "run --no-cache --cache-dir" 'exclude each other'
     run "$kfuse" run "$file" --cache-dir
     expect 2 "run --cache-dir without DIR" 'needs a directory'
+    # --choice-margin: a fraction in [0, 1), anything else a usage error
+    for bad in 1 -0.1 nan abc ""; do
+        run "$kfuse" run "$file" --target cpu --no-cache --choice-margin "$bad"
+        expect 2 "run --choice-margin '$bad'" 'choice-margin takes a number from 0 to below 1'
+    done
+    run "$kfuse" run "$file" --target cpu --no-cache --choice-margin 0.1
+    expect 0 "run --choice-margin 0.1"
+    KF_CHOICE_MARGIN=2 run "$kfuse" run "$file" --target cpu --no-cache
+    expect 0 "run with KF_CHOICE_MARGIN=2" 'ignoring KF_CHOICE_MARGIN=2'
     # a cache this user must not use: the message says what the CLI can
     # change (--cache-dir, --no-cache), not the library's KF_FLAG_NO_CACHE,
     # on either target, whether the directory came from --cache-dir or
