@@ -26,6 +26,7 @@
 #include "codegen/cuda/cuda_recipe.h"
 #include "ir/ir.h"
 #include "kf_gpu.h"
+#include "kf_judged.h"
 #include "kf_planned.h"
 #include "kf_test.h"
 #include "runtime/ctx.h"
@@ -71,87 +72,14 @@ static int group_teardown(void **state) {
 /* `fmt` with every %s the dtype's name, compiled in `ctx`, its report holding
  * each '|'-separated token of `want` (NULL: nothing asked), run twice on the
  * same random inputs (stream `stream`) with the outputs poisoned before each
- * run: both runs judged against the exact value, and the same bits. */
+ * run: both runs judged against the exact value, and the same bits
+ * (kf_test_judged_runs). */
 static void run_twice(kf_ctx *ctx, const char *fmt, const char *dt, uint64_t stream,
                       const char *want, const char *what) {
     char text[4096], name[256];
     snprintf(text, sizeof text, fmt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt);
     snprintf(name, sizeof name, "%s [%s]", what, dt);
-    kf_graph *g = NULL;
-    if (kf_graph_parse(ctx, text, strlen(text), &g) != KF_OK || kf_graph_verify(g) != KF_OK)
-        fail_msg("%s: parse: %s\n%s", name, g ? kf_graph_error(g) : "no graph", text);
-    size_t n_in = kf_graph_input_count(g), n_out = kf_graph_output_count(g);
-    kf_binding *in = calloc(n_in + 1, sizeof *in);
-    kf_binding *out = calloc(n_out + 1, sizeof *out);
-    void **first = calloc(n_out + 1, sizeof *first);
-    kf_check_result *res = calloc(n_out + 1, sizeof *res);
-    assert_true(in && out && first && res);
-    kf_test_rng rng = kf_test_rng_make(stream);
-    for (size_t i = 0; i < n_in; i++) {
-        const kf_tensor *t = kf_graph_input(g, i);
-        size_t n = (size_t)kf_tensor_numel(t);
-        in[i].name = kf_tensor_name(t);
-        in[i].size = n * kf_dtype_size(kf_tensor_dtype(t));
-        in[i].data = malloc(in[i].size + 1);
-        assert_non_null(in[i].data);
-        kf_test_fill_input(in[i].data, t, n, &rng, -1.0, 1.0);
-    }
-    for (size_t i = 0; i < n_out; i++) {
-        const kf_tensor *t = kf_graph_output(g, i);
-        out[i].name = kf_graph_output_name(g, i);
-        out[i].size = (size_t)kf_tensor_numel(t) * kf_dtype_size(kf_tensor_dtype(t));
-        out[i].data = malloc(out[i].size + 1);
-        first[i] = malloc(out[i].size + 1);
-        assert_true(out[i].data && first[i]);
-    }
-    kf_program *p = NULL;
-    if (kf_compile(ctx, g, &p) != KF_OK)
-        fail_msg("%s: kf_compile: %s", name, kf_graph_error(g));
-    char *report = kf_test_report(p, KF_REPORT_TEXT);
-    if (want) {
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", want);
-        for (char *tok = strtok(buf, "|"); tok; tok = strtok(NULL, "|"))
-            if (!strstr(report, tok))
-                fail_msg("%s: the report lacks '%s':\n%s", name, tok, report);
-    }
-    for (int run = 0; run < 2; run++) {
-        for (size_t i = 0; i < n_out; i++) {
-            const kf_tensor *t = kf_graph_output(g, i);
-            kf_test_poison(out[i].data, kf_tensor_dtype(t), (size_t)kf_tensor_numel(t));
-        }
-        if (kf_program_run(p, in, n_in, out, n_out, NULL) != KF_OK)
-            fail_msg("%s: run %d: kf_program_run: %s\n%s", name, run + 1, kf_program_error(p),
-                     report);
-        if (kf_graph_check(g, in, n_in, out, n_out, res) != KF_OK)
-            fail_msg("%s: reference: %s", name, kf_graph_error(g));
-        for (size_t i = 0; i < n_out; i++) {
-            if (!res[i].pass)
-                fail_msg("%s, run %d, output %s: error %g against the exact value exceeds the "
-                         "bound %g (the reference's own error %g; KF_TEST_SEED=%llu)\n%s",
-                         name, run + 1, out[i].name, res[i].err, res[i].bound, res[i].ref_err,
-                         (unsigned long long)kf_test_seed(), report);
-            if (run == 0)
-                memcpy(first[i], out[i].data, out[i].size);
-            else if (memcmp(first[i], out[i].data, out[i].size) != 0)
-                fail_msg("%s, output %s: the second run's bits differ from the first's\n%s", name,
-                         out[i].name, report);
-        }
-    }
-    fprintf(stderr, "  ok: %s (error %.3g, bound %.3g)\n", name, res[0].err, res[0].bound);
-    free(report);
-    kf_program_destroy(p);
-    for (size_t i = 0; i < n_in; i++)
-        free(in[i].data);
-    for (size_t i = 0; i < n_out; i++) {
-        free(out[i].data);
-        free(first[i]);
-    }
-    free(in);
-    free(out);
-    free(first);
-    free(res);
-    kf_graph_destroy(g);
+    kf_test_judged_runs(ctx, text, want, stream, -1.0, 1.0, 2, true, name);
 }
 
 static const char *const DTS[] = {"bf16", "f16"};
