@@ -1857,6 +1857,27 @@ int main(int argc, char **argv) {
         GPT2_ROWS("gpt2_fc1", t_ln_up, ubytes, uflops),
         GPT2_ROWS("gpt2_fc2", t_g2f2, g2f2bytes, g2f2flops),
 #undef GPT2_ROWS
+    /* ... and with the residual prefetched into L2 when a tile starts (_pf),
+     * cooperative 128 x 256 tiles at K = 1024 (_coop), ping-pong 128 x 128
+     * at FC2's K = 4096 (_pp): internal schedules, same run */
+#define G2_PF KF_CUDA_RECIPE_GEMM_EPI_PF
+#define G2_COOP KF_CUDA_RECIPE_GEMM_SHORT_COOP
+        {"gpt2_outproj_generated_pf", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_PF},
+        {"gpt2_outproj_generated_coop", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_COOP},
+        {"gpt2_outproj_generated_coop_pf", t_g2o, g2obytes, g2oflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, G2_COOP | G2_PF},
+        {"gpt2_fc1_generated_coop", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_COOP},
+        {"gpt2_fc2_generated_pf", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_PF},
+        {"gpt2_fc2_generated_pp", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"gpt2_fc2_generated_pp_pf", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG | G2_PF},
+#undef G2_PF
+#undef G2_COOP
         {"ln_qkv_generated_c2", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_CLUSTER2},
         {"ln_qkv_generated_early", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,

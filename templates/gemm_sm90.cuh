@@ -156,6 +156,11 @@
                          issued and takes it after the tile's loads; 0 (the default) passes
                          it once they are done and takes it when a tile starts */
 #endif
+#ifndef KF_EPI_PF
+#define KF_EPI_PF 0 /* the TMA-store epilogue: 1 prefetches the epilogue's row operands (a
+                       residual) of a consumer's rows of a tile into L2 when the tile starts
+                       (the generated kf_epi_pf), so its loads hit L2 under the main loop */
+#endif
 #ifndef KF_EPI_AHEAD
 #define KF_EPI_AHEAD 0 /* the TMA-store epilogue: 1 computes two chunks' values before it
                           stores the first (kf_gm_epi_tma); 0 (the default) chunk by chunk */
@@ -1201,6 +1206,20 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #if KF_SIB
             /* a sibling set: member sj, nb its own tile column */
             const int sj = kf_sib_split(nb);
+#endif
+#if KF_EPI_PF && KF_EPI_TMA && !KF_SIB
+            /* The epilogue's row operands of this consumer's rows (all 128
+             * of the tile in ping-pong, its half in the cooperative
+             * schedule) into L2, a thread a row: one bulk prefetch of the
+             * row's KF_ON columns each, landing while the main loop runs. */
+            {
+                const int pr = KF_PINGPONG ? 128 : 64, i = threadIdx.x % 128;
+                const long long r = (long long)mb * KF_BM + (KF_PINGPONG ? 0 : cw * 64) + i,
+                                c = (long long)nb * KF_ON;
+                if (i < pr && r < KF_M && c < KF_N)
+                    kf_epi_pf((long long)b, r, c, KF_N - c < KF_ON ? (int)(KF_N - c) : KF_ON,
+                              KF_ARGS);
+            }
 #endif
 #if KF_FOLD_PRE
             float frs[KF_HALVES][2], fmu[KF_HALVES][2];

@@ -320,6 +320,8 @@ static void row_free(cg *c, cg_gemm_epi *ep) {
 void cg_gemm_epi_release(cg *c, cg_gemm_epi *ep) {
     kf_mem_free(c->mem, ep->vl.p, ep->vl.cap);
     memset(&ep->vl, 0, sizeof ep->vl);
+    kf_mem_free(c->mem, ep->pf.p, ep->pf.cap);
+    memset(&ep->pf, 0, sizeof ep->pf);
     row_free(c, ep);
 }
 
@@ -477,6 +479,7 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
      * ragged N (K-major B allows any) left the last vector's tail reading
      * past the operand. */
     ep->vl.mem = c->mem;
+    ep->pf.mem = c->mem;
     /* kf_epi_al: the bases the register epilogue's unchecked vector
      * accesses need 16-byte aligned (checked once per kernel). */
     ep->al_conds[0] = 0;
@@ -536,6 +539,17 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                 cg_reg_type(e->dtype), i, c->param[i], off, stat ? "AL && (VV == 8 || VV == 2)" : "false", i, i,
                 i, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+            /* epi_pf: a row operand (its address varies with the row: a
+             * residual, not a bias) aligned by construction, elements of 2
+             * bytes or more (then a tile row's columns, from a multiple of
+             * 64, a multiple of 8 of them, are a 16-byte aligned run of a
+             * multiple of 16 bytes, as the bulk prefetch needs); not a head
+             * view's (a run past one head) */
+            bool by_row = false;
+            for (int d = 0; d < last; d++)
+                by_row = by_row || (s[d] != 0 && g->dims[d] != 1);
+            if (sh->epi_pf && stat && by_row && !gm->head_dim && kf_dtype_size(e->dtype) >= 2)
+                cg_printf(&ep->pf, "    kf_gm_pf(p%d + (%s), n);\n", c->param[i], off);
             if (ep->row && ep->vl.p && !ep->vl.oom) {
                 if (ep->need_pre[i])
                     cg_printf(&ep->vl_pre, "%s", ep->vl.p + vl_at);
@@ -715,6 +729,29 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "/* Whether kf_epi may run with AL: the bases it reads and writes unchecked. */\n"
               "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS) {\n    return true%s;\n}\n\n",
               ep->al_conds);
+    if (sh->epi_pf) { /* the row operands' L2 prefetch (KF_EPI_PF) */
+        cg_puts(&c->s,
+                "/* n elements from p into L2 (16-byte aligned, n * size a multiple of 16). */\n"
+                "template <typename T>\n"
+                "__device__ __forceinline__ void kf_gm_pf(const T *p, int n) {\n"
+                "    asm volatile(\"cp.async.bulk.prefetch.L2.global [%0], %1;\" ::\"l\"(p),\n"
+                "                 \"r\"((unsigned)(n * (int)sizeof(T)))\n"
+                "                 : \"memory\");\n}\n"
+                "/* The epilogue's row operands at row r of batch b, columns c0 .. c0 + n\n"
+                " * (c0 a multiple of 64, n a multiple of 8), into L2. */\n"
+                "__device__ __forceinline__ void kf_epi_pf(long long b, long long r, "
+                "long long c0, int n, KF_PARAMS) {\n"
+                "    const long long q = b * KF_M + r;\n    (void)q;\n"
+                "    const unsigned qn = (unsigned)q, cn = (unsigned)c0;\n"
+                "    (void)qn;\n    (void)cn;\n    (void)n;\n");
+        if (ep->pf.p)
+            cg_puts(&c->s, ep->pf.p);
+        if (ep->pf.oom)
+            c->st = cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+        cg_puts(&c->s, "}\n\n");
+    }
+    kf_mem_free(c->mem, ep->pf.p, ep->pf.cap);
+    memset(&ep->pf, 0, sizeof ep->pf);
     if (sh->epi_tma) /* the TMA-store epilogue's pair of output values, packed */
         cg_printf(&c->s,
                   "__device__ __forceinline__ unsigned kf_gm_pack2(float lo, float hi) {\n"

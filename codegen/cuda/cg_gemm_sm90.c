@@ -418,6 +418,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->a_batched ? 1 : 0,
               sh->b_batched ? 1 : 0, sh->dual ? 1 : 0, sh->a_norm ? 1 : 0, sh->epi_staged ? 0 : 1,
               gm->head_dim, sh->epi_tma ? 1 : 0, cl, sh->pp_early ? 1 : 0, sh->epi_ahead ? 1 : 0);
+    if (sh->epi_pf)
+        cg_puts(&c.s, "#define KF_EPI_PF 1\n");
     /* 2: fewer than half as many tiles as blocks (decode): each tile's K
      * steps interleaved over its share of the blocks */
     if (sk_g)

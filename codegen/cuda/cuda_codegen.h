@@ -418,6 +418,9 @@ typedef struct kf_cuda_gemm_shape {
                                   the first is stored, their loads in flight together (internal;
                                   measured slower), where the default computes each chunk's
                                   between the previous chunk's store barriers */
+    bool epi_pf;               /* with epi_tma: the epilogue's row operands (a residual) of
+                                  a tile prefetched into L2 when the tile starts (internal:
+                                  KF_CUDA_RECIPE_GEMM_EPI_PF) */
     bool x_scratch;            /* the write of tensor x_tensor goes to a SCRATCH param keyed by
                                   it (a value the plan does not materialize: the split row
                                   form's pre-norm rows, which the row pass after the GEMM

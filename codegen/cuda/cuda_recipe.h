@@ -203,6 +203,16 @@ enum {
  * and V tile, multicast to both (templates/attention_sm90.cuh, KF_CLUSTER);
  * 2-3% slower (H100, 7905c13: L2 was at 41% of its peak), so off */
 #define KF_CUDA_RECIPE_ATTENTION_CLUSTER2 (UINT64_C(1) << 32)
+/* internal: a generated sm_90a GEMM with the TMA-store epilogue prefetches the
+ * epilogue's row operands (a residual: a load that varies with the row) of a
+ * tile into L2 when the tile starts (cp.async.bulk.prefetch.L2, one per 64
+ * columns of a row), so the epilogue's loads of them hit L2 where they waited
+ * on DRAM between the store barriers (gemm_sm90.cuh KF_EPI_PF) */
+#define KF_CUDA_RECIPE_GEMM_EPI_PF (UINT64_C(1) << 39)
+/* internal: a generated sm_90a GEMM with the TMA-store epilogue and K <= 1024
+ * keeps the cooperative 128 x 256 tiles where the default takes ping-pong
+ * 128 x 128 (measured on an H200; the bench compares them on one device) */
+#define KF_CUDA_RECIPE_GEMM_SHORT_COOP (UINT64_C(1) << 40)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
