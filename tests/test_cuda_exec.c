@@ -2526,6 +2526,13 @@ static void test_gemms_with_the_residual_prefetched_match(void **state) {
               "r = input(%s[1100, 1000])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
               KF_DTYPE_F16, 2616, "residual prefetched to L2, cooperative",
               KF_CUDA_RECIPE_GEMM_EPI_PF, "row operands prefetched to L2", false);
+    /* N a multiple of the tiles' columns (KF_EPI_NIN: no column test), M ragged */
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1024])\nb = input(%s[1024])\n"
+              "r = input(%s[2100, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2617, "residual prefetched to L2, N covered by the tiles",
+              KF_CUDA_RECIPE_GEMM_EPI_PF, "ping-pong", false);
     kf_ctx_destroy(ctx);
 }
 

@@ -632,6 +632,8 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
             const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
             const char *src = ks->kernel.source;
             assert_true((strstr(src, "#define KF_EPI_PF 1") != NULL) == (on != 0));
+            /* N = 1024, a multiple of the tiles' columns: no column test */
+            assert_non_null(strstr(src, "#define KF_EPI_NIN 1"));
             /* the residual's rows (p1 or p2), not the bias */
             const char *pf = strstr(src, "kf_epi_pf(long long b");
             assert_true((pf != NULL) == (on != 0));
@@ -649,6 +651,25 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
             kf_cuda_recipes_destroy(rec);
         }
         plan_release(&p);
+    }
+    /* KF_EPI_NIN: not where N is ragged (1000 against 128-wide tiles), nor
+     * with EPI_NTEST (internal) */
+    static const char *const nin_texts[] = {
+        "kfg 1\nx = input(bf16[4096, 512])\nw = input(bf16[512, 1000])\nb = input(bf16[1000])\n"
+        "r = input(bf16[4096, 1000])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+        texts[0]};
+    for (int t = 0; t < 2; t++) {
+        planned q;
+        plan_text(nin_texts[t], &q);
+        kf_cuda_recipes *nr = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                                              KF_CUDA_RECIPE_GEMM_GENERATED |
+                                                  (t ? KF_CUDA_RECIPE_GEMM_EPI_NTEST : 0));
+        const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
+        const char *src = rc->steps[rc->n_steps - 1].kernel->kernel.source;
+        assert_null(strstr(src, "#define KF_EPI_NIN 1"));
+        assert_non_null(strstr(src, "#define KF_EPI_NIN 0"));
+        kf_cuda_recipes_destroy(nr);
+        plan_release(&q);
     }
     /* SHORT_COOP (internal): K = 1024 keeps the cooperative 128 x 256 tiles */
     planned p;

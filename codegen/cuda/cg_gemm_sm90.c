@@ -420,6 +420,11 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               gm->head_dim, sh->epi_tma ? 1 : 0, cl, sh->pp_early ? 1 : 0, sh->epi_ahead ? 1 : 0);
     if (sh->epi_pf)
         cg_puts(&c.s, "#define KF_EPI_PF 1\n");
+    /* every output column a tile passes to kf_epi is inside N (the tiles
+     * cover it exactly): no column test in the epilogue's loads (internal
+     * KF_CUDA_RECIPE_GEMM_EPI_NTEST keeps it, for measuring) */
+    if (sh->n % on == 0 && !sh->epi_ntest)
+        cg_puts(&c.s, "#define KF_EPI_NIN 1\n");
     /* 2: fewer than half as many tiles as blocks (decode): each tile's K
      * steps interleaved over its share of the blocks */
     if (sk_g)

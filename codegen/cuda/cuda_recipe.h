@@ -213,6 +213,10 @@ enum {
  * keeps the cooperative 128 x 256 tiles where the default takes ping-pong
  * 128 x 128 (measured on an H200; the bench compares them on one device) */
 #define KF_CUDA_RECIPE_GEMM_SHORT_COOP (UINT64_C(1) << 40)
+/* internal: a generated sm_90a GEMM's epilogue tests every column against N
+ * even where its tiles cover N exactly (the code before KF_EPI_NIN; the bench
+ * compares) */
+#define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
