@@ -632,8 +632,11 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
             const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
             const char *src = ks->kernel.source;
             assert_true((strstr(src, "#define KF_EPI_PF 1") != NULL) == (on != 0));
-            /* N = 1024, a multiple of the tiles' columns: no column test */
+            /* N = 1024, a multiple of the tiles' columns: no column test;
+             * the loads' column is c0 (64-bit), not its 32-bit copy cn */
             assert_non_null(strstr(src, "#define KF_EPI_NIN 1"));
+            assert_non_null(strstr(src, "(c0) * 1LL"));
+            assert_null(strstr(src, "(cn) * 1LL"));
             /* the residual's rows (p1 or p2), not the bias */
             const char *pf = strstr(src, "kf_epi_pf(long long b");
             assert_true((pf != NULL) == (on != 0));
@@ -668,6 +671,8 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
         const char *src = rc->steps[rc->n_steps - 1].kernel->kernel.source;
         assert_null(strstr(src, "#define KF_EPI_NIN 1"));
         assert_non_null(strstr(src, "#define KF_EPI_NIN 0"));
+        /* EPI_NTEST: the column's 32-bit copy, as before */
+        assert_true((strstr(src, "(cn) * 1LL") != NULL) == (t == 1));
         kf_cuda_recipes_destroy(nr);
         plan_release(&q);
     }

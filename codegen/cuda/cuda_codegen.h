@@ -419,8 +419,9 @@ typedef struct kf_cuda_gemm_shape {
                                   measured slower), where the default computes each chunk's
                                   between the previous chunk's store barriers */
     bool epi_ntest;            /* sm_90a: the epilogue tests every column against N even where
-                                  the tiles cover N exactly (internal, for measuring:
-                                  KF_CUDA_RECIPE_GEMM_EPI_NTEST) */
+                                  the tiles cover N exactly, and the TMA-store epilogue's loads
+                                  take the column as its 32-bit copy (the code before; internal,
+                                  for measuring: KF_CUDA_RECIPE_GEMM_EPI_NTEST) */
     bool epi_pf;               /* with epi_tma: the epilogue's row operands (a residual) of
                                   a tile prefetched into L2 when the tile starts (internal:
                                   KF_CUDA_RECIPE_GEMM_EPI_PF) */

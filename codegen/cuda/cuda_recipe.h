@@ -214,8 +214,9 @@ enum {
  * 128 x 128 (measured on an H200; the bench compares them on one device) */
 #define KF_CUDA_RECIPE_GEMM_SHORT_COOP (UINT64_C(1) << 40)
 /* internal: a generated sm_90a GEMM's epilogue tests every column against N
- * even where its tiles cover N exactly (the code before KF_EPI_NIN; the bench
- * compares) */
+ * even where its tiles cover N exactly, and the TMA-store epilogue's loads take
+ * the column's 32-bit copy (the code before KF_EPI_NIN and c0 in the loads'
+ * offsets; the bench compares) */
 #define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
 
 /* What the recipes are made for. */
