@@ -1780,10 +1780,12 @@ int main(int argc, char **argv) {
         {"ln_row128_sm80", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_SM80, 0},
         {"ln_row128_cublaslt", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
-        {"swiglu_generated_ntest", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_EPI_NTEST},
-        {"gemm_res_ln_split_generated_ntest", t_res_ln, lbytes, lflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NTEST},
+        /* the register epilogue without the column test where the tiles
+         * cover N (internal EPI_NIN_ALL), against the default (_generated) */
+        {"swiglu_generated_nin", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
+        {"gemm_res_ln_split_generated_nin", t_res_ln, lbytes, lflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
         /* q projection + rotary: the default plan (measured GEMM, then the
          * rotation kernel), forced generated; the head-split epilogue
          * measured and forced generated (one kernel) */

@@ -676,6 +676,28 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
         kf_cuda_recipes_destroy(nr);
         plan_release(&q);
     }
+    /* the register epilogue (a SwiGLU pair, N = 1024 covered by its tiles)
+     * keeps the column test unless EPI_NIN_ALL (internal) */
+    {
+        planned q;
+        plan_text("kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
+                  "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                  "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                  &q);
+        for (int all = 0; all < 2; all++) {
+            kf_cuda_recipes *nr = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                                                  KF_CUDA_RECIPE_GEMM_GENERATED |
+                                                      (all ? KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL : 0));
+            const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
+            const char *src = rc->steps[rc->n_steps - 1].kernel->kernel.source;
+            assert_non_null(strstr(src, "#define KF_DUAL 1"));
+            assert_true((strstr(src, "#define KF_EPI_NIN 1") != NULL) == (all != 0));
+            if (all)
+                kf_sass_check_hopper(&MEM, &rc->steps[rc->n_steps - 1].kernel->kernel);
+            kf_cuda_recipes_destroy(nr);
+        }
+        plan_release(&q);
+    }
     /* SHORT_COOP (internal): K = 1024 keeps the cooperative 128 x 256 tiles */
     planned p;
     plan_text(texts[0], &p);

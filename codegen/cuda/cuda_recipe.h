@@ -218,6 +218,12 @@ enum {
  * the column's 32-bit copy (the code before KF_EPI_NIN and c0 in the loads'
  * offsets; the bench compares) */
 #define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
+/* internal: a generated sm_90a GEMM's register epilogue (a SwiGLU pair, an
+ * output the TMA store does not take) also skips the column test where its
+ * tiles cover N, as the TMA-store epilogue does by default (H100, a358742:
+ * SwiGLU 8192 x 4096 x (2 x 11008) 8% faster, the split LayerNorm's GEMM 5%
+ * slower; the bench compares) */
+#define KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL (UINT64_C(1) << 42)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
