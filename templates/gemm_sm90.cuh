@@ -73,6 +73,13 @@
  * clips rows past M and columns past N. A chunk's values are computed before
  * its buffer is waited for, so the math overlaps the previous chunk's store.
  * The buffer is the consumer's part of the staging area (8 KiB of 10).
+ * Where the tiles cover N the generator defines KF_EPI_NIN 1: kf_epi's loads
+ * then test no column (the test and the zeros of its predicated load were
+ * ~44% of a chunk's instructions, GPT-2's out projection); and they take the
+ * column as c0, so a chunk's 8 column groups are immediate offsets of one
+ * address. With KF_EPI_PF 1 each consumer prefetches its rows of the
+ * epilogue's row operands (a residual) into L2 when a tile starts (internal:
+ * it won nothing on an H100).
  *
  * Row epilogue (KF_ROW_EPI 1, cg_gemm_epi.c: a norm or softmax of rows of
  * N <= KF_ON, the register epilogue): a row of the wgmma fragment lies in
@@ -133,7 +140,8 @@
  * kf_epi_al(...) and gemm_common.cuh's kf_gm_quad_t; with KF_A_NORM also
  * KF_A_NSTATS, KF_A_NCV, KF_A_STATS, kf_a_to_f32, kf_f32_to_a, kf_apro_cols and
  * kf_apro<VV>(...); with stream-K KF_SK (1 or 2), KF_SK_GMAX, KF_WS (the
- * PARTIALS param) and KF_CNT (the COUNTERS param); all
+ * PARTIALS param) and KF_CNT (the COUNTERS param); with KF_EPI_PF 1 also
+ * kf_epi_pf(b, r, c0, n, ...) (the row operands' L2 prefetch); all
  * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
  * helpers).
  */
