@@ -1760,6 +1760,8 @@ int main(int argc, char **argv) {
          * accumulators) against the cuBLASLt rows above, in the same run */
         {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
          KF_GEMM_GENERATED, 0},
+        {"gemm_bias_gelu_generated_ntest", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NTEST},
         {"gemm_bias_gelu_erf_generated", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
          KF_GEMM_GENERATED, 0},
         {"gemm_plain", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
@@ -1796,6 +1798,12 @@ int main(int argc, char **argv) {
         {"ln_row128_sm80", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_SM80, 0},
         {"ln_row128_cublaslt", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        /* the register epilogue without the column test where the tiles
+         * cover N (internal EPI_NIN_ALL), against the default (_generated) */
+        {"swiglu_generated_nin", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
+        {"gemm_res_ln_split_generated_nin", t_res_ln, lbytes, lflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
         /* q projection + rotary: the default plan (measured GEMM, then the
          * rotation kernel), forced generated; the head-split epilogue
          * measured and forced generated (one kernel) */
@@ -1875,6 +1883,37 @@ int main(int argc, char **argv) {
         GPT2_ROWS("gpt2_fc1", t_ln_up, ubytes, uflops),
         GPT2_ROWS("gpt2_fc2", t_g2f2, g2f2bytes, g2f2flops),
 #undef GPT2_ROWS
+    /* ... and with the residual prefetched into L2 when a tile starts (_pf),
+     * cooperative 128 x 256 tiles at K = 1024 (_coop), ping-pong 128 x 128
+     * at FC2's K = 4096 (_pp): internal schedules, same run */
+#define G2_PF KF_CUDA_RECIPE_GEMM_EPI_PF
+#define G2_COOP KF_CUDA_RECIPE_GEMM_SHORT_COOP
+        {"gpt2_outproj_generated_pf", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_PF},
+        {"gpt2_outproj_generated_coop", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_COOP},
+        {"gpt2_outproj_generated_coop_pf", t_g2o, g2obytes, g2oflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, G2_COOP | G2_PF},
+        {"gpt2_fc1_generated_coop", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_COOP},
+        {"gpt2_fc2_generated_pf", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_PF},
+        {"gpt2_fc2_generated_pp", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG},
+        {"gpt2_fc2_generated_pp_pf", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PINGPONG | G2_PF},
+        /* the epilogue's column test kept where the tiles cover N (the code
+         * before KF_EPI_NIN) */
+        {"gpt2_outproj_generated_ntest", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_NTEST},
+        {"gpt2_fc1_generated_ntest", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_NTEST},
+        {"gpt2_fc2_generated_ntest", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_NTEST},
+        {"gpt2_outproj_generated_nin_pf", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_PF},
+#undef G2_PF
+#undef G2_COOP
         {"ln_qkv_generated_c2", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_CLUSTER2},
         {"ln_qkv_generated_early", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,

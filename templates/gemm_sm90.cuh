@@ -73,6 +73,13 @@
  * clips rows past M and columns past N. A chunk's values are computed before
  * its buffer is waited for, so the math overlaps the previous chunk's store.
  * The buffer is the consumer's part of the staging area (8 KiB of 10).
+ * Where the tiles cover N the generator defines KF_EPI_NIN 1: kf_epi's loads
+ * then test no column (the test and the zeros of its predicated load were
+ * ~44% of a chunk's instructions, GPT-2's out projection); and they take the
+ * column as c0, so a chunk's 8 column groups are immediate offsets of one
+ * address. With KF_EPI_PF 1 each consumer prefetches its rows of the
+ * epilogue's row operands (a residual) into L2 when a tile starts (internal:
+ * it won nothing on an H100).
  *
  * Row epilogue (KF_ROW_EPI 1, cg_gemm_epi.c: a norm or softmax of rows of
  * N <= KF_ON, the register epilogue): a row of the wgmma fragment lies in
@@ -133,7 +140,8 @@
  * kf_epi_al(...) and gemm_common.cuh's kf_gm_quad_t; with KF_A_NORM also
  * KF_A_NSTATS, KF_A_NCV, KF_A_STATS, kf_a_to_f32, kf_f32_to_a, kf_apro_cols and
  * kf_apro<VV>(...); with stream-K KF_SK (1 or 2), KF_SK_GMAX, KF_WS (the
- * PARTIALS param) and KF_CNT (the COUNTERS param); all
+ * PARTIALS param) and KF_CNT (the COUNTERS param); with KF_EPI_PF 1 also
+ * kf_epi_pf(b, r, c0, n, ...) (the row operands' L2 prefetch); all
  * after templates/hopper.cuh (kf_tmap, the mbarrier, TMA and descriptor
  * helpers).
  */
@@ -155,6 +163,11 @@
 #define KF_PP_EARLY 0 /* ping-pong: 1 passes the turn once a consumer's last wgmmas are
                          issued and takes it after the tile's loads; 0 (the default) passes
                          it once they are done and takes it when a tile starts */
+#endif
+#ifndef KF_EPI_PF
+#define KF_EPI_PF 0 /* the TMA-store epilogue: 1 prefetches the epilogue's row operands (a
+                       residual) of a consumer's rows of a tile into L2 when the tile starts
+                       (the generated kf_epi_pf), so its loads hit L2 under the main loop */
 #endif
 #ifndef KF_EPI_AHEAD
 #define KF_EPI_AHEAD 0 /* the TMA-store epilogue: 1 computes two chunks' values before it
@@ -1201,6 +1214,20 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #if KF_SIB
             /* a sibling set: member sj, nb its own tile column */
             const int sj = kf_sib_split(nb);
+#endif
+#if KF_EPI_PF && KF_EPI_TMA && !KF_SIB
+            /* The epilogue's row operands of this consumer's rows (all 128
+             * of the tile in ping-pong, its half in the cooperative
+             * schedule) into L2, a thread a row: one bulk prefetch of the
+             * row's KF_ON columns each, landing while the main loop runs. */
+            {
+                const int pr = KF_PINGPONG ? 128 : 64, i = threadIdx.x % 128;
+                const long long r = (long long)mb * KF_BM + (KF_PINGPONG ? 0 : cw * 64) + i,
+                                c = (long long)nb * KF_ON;
+                if (i < pr && r < KF_M && c < KF_N)
+                    kf_epi_pf((long long)b, r, c, KF_N - c < KF_ON ? (int)(KF_N - c) : KF_ON,
+                              KF_ARGS);
+            }
 #endif
 #if KF_FOLD_PRE
             float frs[KF_HALVES][2], fmu[KF_HALVES][2];

@@ -2088,8 +2088,8 @@ typedef void (*recipes_check)(const kf_plan *plan, const kf_cuda_recipes *r, con
                               const char *dn);
 
 static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
-                            const char *what, unsigned flags, recipes_check check,
-                            const char *want, bool twice) {
+                            const char *what, uint64_t flags, recipes_check check, const char *want,
+                            bool twice) {
     char text[2048];
     const char *dn = kf_dtype_name(d);
     snprintf(text, sizeof text, fmt, dn, dn, dn, dn, dn, dn, dn, dn);
@@ -2102,8 +2102,9 @@ static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t s
     kf_cuda_exec *ex = NULL;
     kf_cuda_target t;
     assert_int_equal(kf_cuda_exec_open(ctx, &ex, &t, err), KF_OK);
-    t.flags = (t.flags & ~(unsigned)(KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED)) |
-              flags;
+    t.flags =
+        (t.flags & ~(uint64_t)(KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED)) |
+        flags;
     kf_cuda_recipes *r = NULL;
     if (kf_cuda_recipes_create(plan, &t, &g->mem, &r, err) != KF_OK)
         fail_msg("%s [%s]: recipes: %s", what, dn, err);
@@ -2185,7 +2186,7 @@ static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t s
 }
 
 static void flag_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream, const char *what,
-                      unsigned flags, const char *want, bool twice) {
+                      uint64_t flags, const char *want, bool twice) {
     flags_case_full(ctx, fmt, d, stream, what, KF_CUDA_RECIPE_GEMM_GENERATED | flags, NULL, want,
                     twice);
 }
@@ -2515,6 +2516,34 @@ static void test_the_internal_gemm_schedules_match(void **state) {
               "r = input(%s[1100, 1000])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
               KF_DTYPE_BF16, 2614, "epilogue ahead, residual, cooperative",
               KF_CUDA_RECIPE_GEMM_EPI_AHEAD, "epilogue stored by TMA", false);
+    kf_ctx_destroy(ctx);
+}
+
+/* The row operands prefetched into L2 when a tile starts (EPI_PF, internal):
+ * a residual, ragged, on ping-pong (run twice: the same bits) and on
+ * cooperative tiles (the sanitizers run it). */
+static void test_gemms_with_the_residual_prefetched_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2615, "residual prefetched to L2, ping-pong, bias + residual, ragged",
+              KF_CUDA_RECIPE_GEMM_EPI_PF, "ping-pong", true);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[1100, 1104])\nw = input(%s[1104, 1000])\n"
+              "r = input(%s[1100, 1000])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
+              KF_DTYPE_F16, 2616, "residual prefetched to L2, cooperative",
+              KF_CUDA_RECIPE_GEMM_EPI_PF, "row operands prefetched to L2", false);
+    /* N a multiple of the tiles' columns (KF_EPI_NIN: no column test), M ragged */
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1024])\nb = input(%s[1024])\n"
+              "r = input(%s[2100, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2617, "residual prefetched to L2, N covered by the tiles",
+              KF_CUDA_RECIPE_GEMM_EPI_PF, "ping-pong", false);
     kf_ctx_destroy(ctx);
 }
 
@@ -3941,6 +3970,7 @@ int main(void) {
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),
+        cmocka_unit_test(test_gemms_with_the_residual_prefetched_match),
         cmocka_unit_test(test_sm80_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
         cmocka_unit_test(test_split_row_norms_after_a_gemm_match_the_reference),

@@ -596,6 +596,120 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
     }
 }
 
+/* The row operands prefetched into L2 when a tile starts
+ * (KF_CUDA_RECIPE_GEMM_EPI_PF, internal; with the TMA-store epilogue): a
+ * residual's rows, one bulk prefetch a row (UBLKPF) on ping-pong and
+ * cooperative tiles, no local memory; a bias alone (no row operand) gives
+ * kf_epi_pf nothing to fetch; the default prefetches nothing. */
+static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        /* K = 1024: ping-pong 128 x 128; bias + residual */
+        "kfg 1\nx = input(bf16[8192, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+        "r = input(bf16[8192, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+        /* K = 2048: cooperative 128 x 256; a residual, ragged M */
+        "kfg 1\nx = input(f16[4100, 2048])\nw = input(f16[2048, 1024])\n"
+        "r = input(f16[4100, 1024])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
+        /* a bias alone */
+        "kfg 1\nx = input(bf16[4096, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+        "h = matmul(x, w)\ny = add(h, b)\noutput y\n"};
+    static const char *const want[] = {"HGMMA", "UTMALDG", "UTMASTG", "UBLKPF", NULL};
+    static const char *const why[] = {"wgmma fell back?", "no TMA loads", "no TMA stores",
+                                      "no bulk L2 prefetch"};
+    static const char *const sched[] = {"128x128 tiles ping-pong", "128x256 tiles cooperative",
+                                        "128x128 tiles ping-pong"};
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        planned p;
+        plan_text(texts[t], &p);
+        for (int on = 0; on < 2; on++) {
+            uint64_t flags = KF_CUDA_RECIPE_GEMM_GENERATED | (on ? KF_CUDA_RECIPE_GEMM_EPI_PF : 0);
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, flags);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            const char *how = rc->variants[0].how;
+            if (!strstr(how, sched[t]) || !strstr(how, "epilogue stored by TMA"))
+                fail_msg("case %zu: %s", t, how);
+            assert_true((strstr(how, "row operands prefetched to L2") != NULL) == (on != 0));
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            const char *src = ks->kernel.source;
+            assert_true((strstr(src, "#define KF_EPI_PF 1") != NULL) == (on != 0));
+            /* N = 1024, a multiple of the tiles' columns: no column test;
+             * the loads' column is c0 (64-bit), not its 32-bit copy cn */
+            assert_non_null(strstr(src, "#define KF_EPI_NIN 1"));
+            assert_non_null(strstr(src, "(c0) * 1LL"));
+            assert_null(strstr(src, "(cn) * 1LL"));
+            /* the residual's rows (p1 or p2), not the bias */
+            const char *pf = strstr(src, "kf_epi_pf(long long b");
+            assert_true((pf != NULL) == (on != 0));
+            if (pf) {
+                const char *end = strstr(pf, "\n}\n");
+                assert_non_null(end);
+                size_t n = 0;
+                for (const char *q = strstr(pf, "kf_gm_pf(p"); q && q < end;
+                     q = strstr(q + 1, "kf_gm_pf(p"))
+                    n++;
+                assert_int_equal(n, t < 2 ? 1 : 0);
+                if (t < 2)
+                    kf_sass_check_ops(&MEM, &ks->kernel, want, why, NULL);
+            }
+            kf_cuda_recipes_destroy(rec);
+        }
+        plan_release(&p);
+    }
+    /* KF_EPI_NIN: not where N is ragged (1000 against 128-wide tiles), nor
+     * with EPI_NTEST (internal) */
+    static const char *const nin_texts[] = {
+        "kfg 1\nx = input(bf16[4096, 512])\nw = input(bf16[512, 1000])\nb = input(bf16[1000])\n"
+        "r = input(bf16[4096, 1000])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+        texts[0]};
+    for (int t = 0; t < 2; t++) {
+        planned q;
+        plan_text(nin_texts[t], &q);
+        kf_cuda_recipes *nr = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                                              KF_CUDA_RECIPE_GEMM_GENERATED |
+                                                  (t ? KF_CUDA_RECIPE_GEMM_EPI_NTEST : 0));
+        const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
+        const char *src = rc->steps[rc->n_steps - 1].kernel->kernel.source;
+        assert_null(strstr(src, "#define KF_EPI_NIN 1"));
+        assert_non_null(strstr(src, "#define KF_EPI_NIN 0"));
+        /* EPI_NTEST: the column's 32-bit copy, as before */
+        assert_true((strstr(src, "(cn) * 1LL") != NULL) == (t == 1));
+        kf_cuda_recipes_destroy(nr);
+        plan_release(&q);
+    }
+    /* the register epilogue (a SwiGLU pair, N = 1024 covered by its tiles)
+     * keeps the column test unless EPI_NIN_ALL (internal) */
+    {
+        planned q;
+        plan_text("kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
+                  "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                  "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                  &q);
+        for (int all = 0; all < 2; all++) {
+            kf_cuda_recipes *nr = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                                                  KF_CUDA_RECIPE_GEMM_GENERATED |
+                                                      (all ? KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL : 0));
+            const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
+            const char *src = rc->steps[rc->n_steps - 1].kernel->kernel.source;
+            assert_non_null(strstr(src, "#define KF_DUAL 1"));
+            assert_true((strstr(src, "#define KF_EPI_NIN 1") != NULL) == (all != 0));
+            if (all)
+                kf_sass_check_hopper(&MEM, &rc->steps[rc->n_steps - 1].kernel->kernel);
+            kf_cuda_recipes_destroy(nr);
+        }
+        plan_release(&q);
+    }
+    /* SHORT_COOP (internal): K = 1024 keeps the cooperative 128 x 256 tiles */
+    planned p;
+    plan_text(texts[0], &p);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SHORT_COOP);
+    const char *how = gemm_recipe(p.plan, rec)->variants[0].how;
+    if (!strstr(how, "128x256 tiles cooperative"))
+        fail_msg("short K with SHORT_COOP: %s", how);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
 /* 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2, internal): the kernel's tile
  * pairs share B by TMA multicast, cooperative or ping-pong (K <= 1024 with
  * the TMA-store epilogue). Each variant compiles to HGMMA and multicast TMA
@@ -1798,6 +1912,7 @@ int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
+        cmocka_unit_test(test_epilogue_row_operands_prefetch_to_l2),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_sm80_kernel),

@@ -24,6 +24,7 @@ typedef struct cg_gemm_epi {
     gout outs[MAX_OUTS];
     uint32_t n_outs;
     sbuf vl;             /* the vector loads at the top of kf_epi */
+    sbuf pf;             /* kf_epi_pf's L2 prefetches of the row operands (epi_pf) */
     char al_conds[1024]; /* " && kf_aligned(pN, 16)" for each base AL assumes */
     /* The row epilogue in the tile (gemm.row_epilogue, not split): kf_pre
      * computes the norm's input (row.input) for the statistics, kf_epi the

@@ -320,6 +320,8 @@ static void row_free(cg *c, cg_gemm_epi *ep) {
 void cg_gemm_epi_release(cg *c, cg_gemm_epi *ep) {
     kf_mem_free(c->mem, ep->vl.p, ep->vl.cap);
     memset(&ep->vl, 0, sizeof ep->vl);
+    kf_mem_free(c->mem, ep->pf.p, ep->pf.cap);
+    memset(&ep->pf, 0, sizeof ep->pf);
     row_free(c, ep);
 }
 
@@ -477,6 +479,7 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
      * ragged N (K-major B allows any) left the last vector's tail reading
      * past the operand. */
     ep->vl.mem = c->mem;
+    ep->pf.mem = c->mem;
     /* kf_epi_al: the bases the register epilogue's unchecked vector
      * accesses need 16-byte aligned (checked once per kernel). */
     ep->al_conds[0] = 0;
@@ -495,8 +498,17 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
         for (int d = 0; d < g->rank; d++) {
             if (s[d] == 0 || g->dims[d] == 1)
                 continue;
+            /* The TMA-store epilogue's column: c0 itself where the narrow
+             * coordinate is its 32-bit copy cn (the same value): c0 + 8 j
+             * of the template's unrolled calls then folds into the loads'
+             * immediate offsets, where (unsigned)(c0 + 8 j), widened, was
+             * a 64-bit add per load (GPT-2's out projection: 377 -> 266
+             * instructions a 64 x 64 chunk) */
+            const char *cd = x->coord[KF_SPACE_OUT][d];
+            if (d == last && sh->epi_tma && !sh->epi_ntest && !strcmp(cd, "cn"))
+                cd = "c0";
             int w = snprintf(off + n, sizeof off - n, "%s(%s%s) * %" PRId64 "LL", n ? " + " : "",
-                             x->coord[KF_SPACE_OUT][d], d == last && !vector ? " + k" : "", s[d]);
+                             cd, d == last && !vector ? " + k" : "", s[d]);
             n += w > 0 ? (size_t)w : 0;
             if (n >= sizeof off)
                 break;
@@ -526,16 +538,27 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                 "#pragma unroll\n"
                 "            for (int k = 0; k < VV; k++)\n"
                 "                l%u[k] = 0;\n"
-                "            if (c0 < KF_N)\n"
+                "            if (KF_EPI_NIN || c0 < KF_N)\n"
                 "                kf_ldv<VV>(lp, l%u);\n"
                 "        } else if (c0 + VV <= KF_N && kf_aligned(lp, kf_gm_vbytes<VV>(lp))) {\n"
                 "            kf_ldv<VV>(lp, l%u);\n        } else {\n"
                 "            for (int k = 0; k < VV; k++)\n"
                 "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
                 "        }\n    }\n",
-                cg_reg_type(e->dtype), i, c->param[i], off, stat ? "AL && (VV == 8 || VV == 2)" : "false", i, i,
-                i, i);
+                cg_reg_type(e->dtype), i, c->param[i], off,
+                stat ? "AL && (VV == 8 || VV == 2)" : "false", i, i, i, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+            /* epi_pf: a row operand (its address varies with the row: a
+             * residual, not a bias) aligned by construction, elements of 2
+             * bytes or more (then a tile row's columns, from a multiple of
+             * 64, a multiple of 8 of them, are a 16-byte aligned run of a
+             * multiple of 16 bytes, as the bulk prefetch needs); not a head
+             * view's (a run past one head) */
+            bool by_row = false;
+            for (int d = 0; d < last; d++)
+                by_row = by_row || (s[d] != 0 && g->dims[d] != 1);
+            if (sh->epi_pf && stat && by_row && !gm->head_dim && kf_dtype_size(e->dtype) >= 2)
+                cg_printf(&ep->pf, "    kf_gm_pf(p%d + (%s), n);\n", c->param[i], off);
             if (ep->row && ep->vl.p && !ep->vl.oom) {
                 if (ep->need_pre[i])
                     cg_printf(&ep->vl_pre, "%s", ep->vl.p + vl_at);
@@ -618,6 +641,13 @@ static void row_emit(cg *c, chunk_ctx *x, cg_gemm_epi *ep) {
 }
 
 void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
+    /* KF_EPI_NIN 1 (a generator that knows it): every column c0 the
+     * template passes is inside N (its tiles cover N exactly), so the
+     * vector loads and the register epilogue's store skip their c0 < KF_N
+     * test: a 64-bit compare, a predicate and the zeros of a predicated
+     * load, per load (sm_90a, GPT-2's out projection: 668 instructions a
+     * 64 x 64 chunk of the TMA-store epilogue with the test, 377 without) */
+    cg_puts(&c->s, "#ifndef KF_EPI_NIN\n#define KF_EPI_NIN 0\n#endif\n");
     if (ep->row)
         row_emit(c, x, ep);
     /* the accumulators: f32, or f64 for an f64 product (the SIMT kernel) */
@@ -691,7 +721,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
                   "            for (int k = 0; k < VV; k++)\n"
                   "                sink[k] = (float)o[k];\n"
                   "        } else if (AL && VV == 8 && KF_N %% 8 == 0) {\n"
-                  "            if (ok && c0 < KF_N)\n"
+                  "            if (ok && (KF_EPI_NIN || c0 < KF_N))\n"
                   "                kf_stv<VV>(dst, o);\n"
                   "        } else {\n"
                   "            const bool vec =\n"
@@ -715,6 +745,29 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "/* Whether kf_epi may run with AL: the bases it reads and writes unchecked. */\n"
               "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS) {\n    return true%s;\n}\n\n",
               ep->al_conds);
+    if (sh->epi_pf) { /* the row operands' L2 prefetch (KF_EPI_PF) */
+        cg_puts(&c->s,
+                "/* n elements from p into L2 (16-byte aligned, n * size a multiple of 16). */\n"
+                "template <typename T>\n"
+                "__device__ __forceinline__ void kf_gm_pf(const T *p, int n) {\n"
+                "    asm volatile(\"cp.async.bulk.prefetch.L2.global [%0], %1;\" ::\"l\"(p),\n"
+                "                 \"r\"((unsigned)(n * (int)sizeof(T)))\n"
+                "                 : \"memory\");\n}\n"
+                "/* The epilogue's row operands at row r of batch b, columns c0 .. c0 + n\n"
+                " * (c0 a multiple of 64, n a multiple of 8), into L2. */\n"
+                "__device__ __forceinline__ void kf_epi_pf(long long b, long long r, "
+                "long long c0, int n, KF_PARAMS) {\n"
+                "    const long long q = b * KF_M + r;\n    (void)q;\n"
+                "    const unsigned qn = (unsigned)q, cn = (unsigned)c0;\n"
+                "    (void)qn;\n    (void)cn;\n    (void)n;\n");
+        if (ep->pf.p)
+            cg_puts(&c->s, ep->pf.p);
+        if (ep->pf.oom)
+            c->st = cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+        cg_puts(&c->s, "}\n\n");
+    }
+    kf_mem_free(c->mem, ep->pf.p, ep->pf.cap);
+    memset(&ep->pf, 0, sizeof ep->pf);
     if (sh->epi_tma) /* the TMA-store epilogue's pair of output values, packed */
         cg_printf(&c->s,
                   "__device__ __forceinline__ unsigned kf_gm_pack2(float lo, float hi) {\n"

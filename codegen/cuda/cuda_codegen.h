@@ -418,6 +418,16 @@ typedef struct kf_cuda_gemm_shape {
                                   the first is stored, their loads in flight together (internal;
                                   measured slower), where the default computes each chunk's
                                   between the previous chunk's store barriers */
+    bool epi_ntest;            /* sm_90a: the epilogue tests every column against N even where
+                                  the tiles cover N exactly, and the TMA-store epilogue's loads
+                                  take the column as its 32-bit copy (the code before; internal,
+                                  for measuring: KF_CUDA_RECIPE_GEMM_EPI_NTEST) */
+    bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
+                                  the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
+                                  the TMA-store epilogue skips it by default) */
+    bool epi_pf;               /* with epi_tma: the epilogue's row operands (a residual) of
+                                  a tile prefetched into L2 when the tile starts (internal:
+                                  KF_CUDA_RECIPE_GEMM_EPI_PF) */
     bool x_scratch;            /* the write of tensor x_tensor goes to a SCRATCH param keyed by
                                   it (a value the plan does not materialize: the split row
                                   form's pre-norm rows, which the row pass after the GEMM

@@ -216,6 +216,27 @@ enum {
  * 128-key form for comparing (bit 29, ATTENTION_WIDE_KEYS, asked for the
  * wide form before it was the default: retired, free) */
 #define KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS (UINT64_C(1) << 33)
+/* internal: a generated sm_90a GEMM with the TMA-store epilogue prefetches the
+ * epilogue's row operands (a residual: a load that varies with the row) of a
+ * tile into L2 when the tile starts (cp.async.bulk.prefetch.L2, one per 64
+ * columns of a row), so the epilogue's loads of them hit L2 where they waited
+ * on DRAM between the store barriers (gemm_sm90.cuh KF_EPI_PF) */
+#define KF_CUDA_RECIPE_GEMM_EPI_PF (UINT64_C(1) << 39)
+/* internal: a generated sm_90a GEMM with the TMA-store epilogue and K <= 1024
+ * keeps the cooperative 128 x 256 tiles where the default takes ping-pong
+ * 128 x 128 (measured on an H200; the bench compares them on one device) */
+#define KF_CUDA_RECIPE_GEMM_SHORT_COOP (UINT64_C(1) << 40)
+/* internal: a generated sm_90a GEMM's epilogue tests every column against N
+ * even where its tiles cover N exactly, and the TMA-store epilogue's loads take
+ * the column's 32-bit copy (the code before KF_EPI_NIN and c0 in the loads'
+ * offsets; the bench compares) */
+#define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
+/* internal: a generated sm_90a GEMM's register epilogue (a SwiGLU pair, an
+ * output the TMA store does not take) also skips the column test where its
+ * tiles cover N, as the TMA-store epilogue does by default (H100, a358742:
+ * SwiGLU 8192 x 4096 x (2 x 11008) 8% faster, the split LayerNorm's GEMM 5%
+ * slower; the bench compares) */
+#define KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL (UINT64_C(1) << 42)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {

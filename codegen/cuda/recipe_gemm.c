@@ -948,6 +948,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * one keeps the cooperative tiles (8192 x 4096 x 16384 + gelu_tanh:
      * 1.455 against 1.393). */
     if (sh.epi_tma && sh.k <= 1024 && tiles128 > b->target->sm_count &&
+        !(b->target->flags & KF_CUDA_RECIPE_GEMM_SHORT_COOP) &&
         (!gm->head_dim || 128 % gm->head_dim == 0)) {
         sh.bn = 128;
         sh.pingpong = true;
@@ -993,6 +994,11 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * consumer 168 registers) */
     sh.epi_ahead = sh.epi_tma && (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_AHEAD) &&
                    !gm->head_dim && !fold && !sh.sk_grid;
+    /* the epilogue's row operands prefetched into L2 when a tile starts
+     * (internal); not with stream-K (a segment's tile starts more than once) */
+    sh.epi_pf = sh.epi_tma && (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_PF) && !sh.sk_grid;
+    sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
+    sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
@@ -1129,6 +1135,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                  : ", the tail's K steps split evenly over the SMs (stream-K)",
              sh.stages, sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
              sh.epi_staged ? ", epilogue staged in shared memory"
+             : sh.epi_pf   ? ", epilogue stored by TMA, its row operands prefetched to L2"
              : sh.epi_tma  ? ", epilogue stored by TMA"
                            : "",
              sh.batch > 1 ? ", batched in one launch" : "",
