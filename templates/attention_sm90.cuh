@@ -456,7 +456,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int i = 0; i < KF_D / 2; i++)
                 o[i] = 0.0f;
+#ifdef KF_SCORE_MAX
+            /* a bounded score (KF_SCORE_MAX, below): m is the bound, fixed */
+            const float m[2] = {KF_SCORE_MAX, KF_SCORE_MAX};
+            float l[2] = {0.0f, 0.0f};
+            (void)m;
+#else
             float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
+#endif
             unsigned pa[KF_BC / 16][4];
             int sp = 0;       /* the stage of the previous tile (its V) */
             unsigned php = 0; /* and its parity */
@@ -519,6 +526,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * (its folded scale, 1 but where the generator folds one),
                  * and so are m and the row max; KF_SL2E puts it back with
                  * log2(e). */
+#ifdef KF_SCORE_MAX
+                /* KF_SCORE_MAX (cg_attention.c, score_bound): every score is
+                 * -inf or within [-KF_SCORE_MAX, KF_SCORE_MAX], so exp(s - m)
+                 * with m the bound itself neither overflows nor leaves f32's
+                 * normal range: no row max, no shuffles, no rescale of O and
+                 * l -- the same softmax (a common factor of numerator and
+                 * denominator), P rounded to bf16 / f16 as relatively as ever */
+                const bool rescale = false;
+                float alpha[2] = {1.0f, 1.0f};
+                const float ms[2] = {KF_SCORE_MAX * KF_SL2E, KF_SCORE_MAX * KF_SL2E};
+                (void)alpha;
+#else
                 float mx[2] = {m[0], m[1]};
 #if KF_TREE_SOFTMAX
                 /* KF_TREE_SOFTMAX (a recipe flag, KF_CUDA_RECIPE_ATTENTION_
@@ -584,6 +603,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int r = 0; r < 2; r++)
                     ms[r] = m[r] == -KF_INF ? 0.0f : m[r] * KF_SL2E;
+#endif /* KF_SCORE_MAX */
 #if KF_TREE_SOFTMAX
                 /* the tile's sum in 4 partial sums a row (chains of 8 FADDs,
                  * not 32), added to l last */

@@ -1531,6 +1531,37 @@ static void test_sm90_attention_forms_on_one_long_case(void **state) {
                         "every form", one);
 }
 
+/* A softcap's bounded scores (30 tanh(s / 30)): the sm_90a kernel's default
+ * takes the bound as a fixed softmax shift (no row max, no rescale of O), and
+ * KF_CUDA_RECIPE_ATTENTION_ROW_MAX keeps the running max; both match the
+ * reference on the causal case (ragged, 150 rows) in bf16 and f16 and on the
+ * long non-causal one (Sq 300, Skv 540) in bf16, and the reports say which
+ * form ran: the fixed shift on all three, on none with the flag. */
+static void test_sm90_attention_bounded_scores_take_a_fixed_shift(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "softcap 30 tanh(s / 30) + causal",
+        "softcap 30 tanh(s / 30), no mask, Sq 300 (odd query tiles), Skv 540"};
+    static const char *const dts[] = {"bf16", "f16"};
+    const char *form = "bounded scores, a fixed softmax shift";
+    for (int f = 0; f < 2; f++) {
+        const uint64_t rf = f ? KF_CUDA_RECIPE_ATTENTION_ROW_MAX : 0;
+        int took = 0;
+        for (size_t d = 0; d < N_OF(dts); d++)
+            for (size_t i = 0; i < N_OF(names); i++) {
+                if (d == 1 && i == 1)
+                    continue;
+                run_sm90_cases_only(rf, dts[d], dts[d], 4300 + 10 * (uint64_t)f + 3 * d + i,
+                                    f ? NULL : form, form, &took,
+                                    f ? "row max kept" : "fixed shift", names[i]);
+            }
+        if (took != (f ? 0 : 3))
+            fail_msg("%d of 3 programs took the fixed shift %s", took,
+                     f ? "with ROW_MAX set" : "by default");
+    }
+}
+
 /* The scores' log-sum-exp as a second output of the fused kernels (the
  * planner puts the logsumexp into the attention group): every fused case,
  * in bf16 with the log-sum-exp of the scores cast to f32 (what a backward
@@ -3793,6 +3824,7 @@ int main(void) {
             test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
+        cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_cluster_form_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_multiply_by_one_folds_and_matches_the_reference),

@@ -203,6 +203,11 @@ enum {
  * and V tile, multicast to both (templates/attention_sm90.cuh, KF_CLUSTER);
  * 2-3% slower (H100, 7905c13: L2 was at 41% of its peak), so off */
 #define KF_CUDA_RECIPE_ATTENTION_CLUSTER2 (UINT64_C(1) << 32)
+/* internal: the sm_90a attention kernel keeps its running row max (and O's
+ * rescale) even where the score expression bounds every score (a softcap:
+ * cg_attention.c, score_max), which by default takes the bound as a fixed
+ * shift instead; kept to measure the two against each other */
+#define KF_CUDA_RECIPE_ATTENTION_ROW_MAX (UINT64_C(1) << 37)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
