@@ -891,6 +891,67 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
     }
 }
 
+/* The pair form of the inner score (cg_attention_pair.c, kf_score_pair):
+ * ALiBi's (bf16) and the softcap's (bf16, its fixed shift too) default
+ * sm_90a kernels define it and compile to bf16x2 arithmetic (ALiBi: the bias
+ * times the slope and the sum, HMUL2 and HADD2; the softcap: the cap's
+ * product, HMUL2) with fewer instructions than the scalar form of
+ * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE, which does not define it; no spills.
+ * f16 scores and a folded scale (causal) keep the scalar form. */
+static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    static const struct {
+        size_t ci;
+        const char *dn;
+        bool pair;
+        const char *ops[3];
+    } v[] = {
+        {4, "bf16", true, {"HMUL2.BF16", "HADD2.BF16", NULL}},
+        {3, "bf16", true, {"HMUL2.BF16", NULL, NULL}},
+        {3, "f16", false, {NULL, NULL, NULL}},
+        {0, "bf16", false, {NULL, NULL, NULL}},
+    };
+    for (size_t i = 0; i < N_OF(v); i++) {
+        char text[4096];
+        graph_text(cases[v[i].ci].body, v[i].dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r1 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE);
+        const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
+        assert_null(strstr(k1->source, "#define KF_SCORE_PAIR"));
+        if (!v[i].pair) {
+            assert_null(strstr(k0->source, "#define KF_SCORE_PAIR"));
+            assert_string_equal(k0->source, k1->source);
+            fprintf(stderr, "  %s [%s]: the scalar form\n", cases[v[i].ci].name, v[i].dn);
+        } else {
+            assert_non_null(strstr(k0->source, "#define KF_SCORE_PAIR"));
+            kf_sass_check_hopper(&MEM, k0);
+            int n[2];
+            const kf_cuda_kernel *ks[2] = {k0, k1};
+            for (int f = 0; f < 2; f++) {
+                kf_sass_text(&MEM, ks[f], sass, sizeof sass);
+                n[f] = count_between(sass, sass + strlen(sass), "        /*");
+                for (int o = 0; f == 0 && o < 3 && v[i].ops[o]; o++)
+                    if (!strstr(sass, v[i].ops[o]))
+                        fail_msg("%s [%s]: no %s in the pair form's SASS", cases[v[i].ci].name,
+                                 v[i].dn, v[i].ops[o]);
+            }
+            if (n[0] >= n[1])
+                fail_msg("%s [%s]: %d instructions in the pair form, %d in the scalar one",
+                         cases[v[i].ci].name, v[i].dn, n[0], n[1]);
+            fprintf(stderr, "  %s [%s]: %d -> %d instructions\n", cases[v[i].ci].name, v[i].dn,
+                    n[1], n[0]);
+        }
+        kf_cuda_recipes_destroy(r0);
+        kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
 int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
@@ -899,6 +960,7 @@ int main(void) {
         cmocka_unit_test(test_the_pinned_softmax_runs_under_pv),
         cmocka_unit_test(test_f32_scores_leave_any_scale_to_the_softmax),
         cmocka_unit_test(test_a_bounded_score_takes_a_fixed_softmax_shift),
+        cmocka_unit_test(test_the_pair_form_of_the_score_takes_bf16x2_arithmetic),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),

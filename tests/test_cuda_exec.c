@@ -1562,6 +1562,24 @@ static void test_sm90_attention_bounded_scores_take_a_fixed_shift(void **state) 
     }
 }
 
+/* The pair form of the inner score (kf_score_pair, the default where it is
+ * shorter) and the scalar one (KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE): the
+ * ALiBi and softcap cases (ragged, causal: edge tiles keep the scalar form)
+ * and the long one whose bias grows 0.06 a key (a cast of kv, ragged Skv),
+ * bf16, each against the reference in both forms. */
+static void test_sm90_attention_pair_and_scalar_score_forms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "ALiBi slope[h] (kv - q) + causal", "softcap 30 tanh(s / 30) + causal",
+        "no mask, 70 heads, Sq 256 Skv 400, scores growing 0.06 a key: more clusters than SMs"};
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < N_OF(names); i++)
+            run_sm90_cases_only(f ? KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE : 0, "bf16", "bf16",
+                                4400 + 10 * (uint64_t)f + i, NULL, NULL, NULL,
+                                f ? "scalar score" : "pair score", names[i]);
+}
+
 /* The scores' log-sum-exp as a second output of the fused kernels (the
  * planner puts the logsumexp into the attention group): every fused case,
  * in bf16 with the log-sum-exp of the scores cast to f32 (what a backward
@@ -3825,6 +3843,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
         cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
+        cmocka_unit_test(test_sm90_attention_pair_and_scalar_score_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_cluster_form_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_multiply_by_one_folds_and_matches_the_reference),

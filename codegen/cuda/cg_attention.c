@@ -750,7 +750,8 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
 
 /* cg_attn_emit_score_fns with fold_scale's node `fold` (or KF_NONE), `f32`
  * as fold_scale's; `approx`: tanh as tanh.approx.f32 (kf_tanh_approx). */
-static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, bool approx) {
+static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, bool approx,
+                                     bool pair) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     int R = g->rank;
@@ -776,20 +777,22 @@ static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, 
         emit_score_fn(c, x, "kf_score_inner", 1, fold, f32);
     else
         cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
+    kf_status st =
+        pair ? cg_attn_emit_score_pair(c, x, skip ? kept_branch(g) : KF_NONE, fold) : KF_OK;
     kf_mem_free(c->mem, x, sizeof *x);
-    return KF_OK;
+    return st;
 }
 
-static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32) {
-    return emit_score_fns_tanh(c, skip, fold, f32, true);
+static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32, bool pair) {
+    return emit_score_fns_tanh(c, skip, fold, f32, true, pair);
 }
 
 kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
-    return emit_score_fns(c, skip, KF_NONE, false);
+    return emit_score_fns(c, skip, KF_NONE, false, false);
 }
 
 kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip) {
-    return emit_score_fns_tanh(c, skip, KF_NONE, false, false);
+    return emit_score_fns_tanh(c, skip, KF_NONE, false, false, false);
 }
 
 /* The wgmma instructions of the sm_90a kernel (their accumulator register
@@ -862,7 +865,11 @@ static void emit_round_sm90(cg *c) {
             "    unsigned r;\n    asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(0.0f), "
             "\"f\"(x));\n"
             "    return kf_f16_to_f32((unsigned short)(r & 0xffffu));\n}\n"
-            "#define kf_round_bf16 kf_round_bf16_alu\n#define kf_round_f16 kf_round_f16_alu\n\n");
+            "#define kf_round_bf16 kf_round_bf16_alu\n#define kf_round_f16 kf_round_f16_alu\n"
+            "/* two floats rounded to bf16 in one conversion, as a bf16x2 pair (lo: a) */\n"
+            "__device__ __forceinline__ unsigned kf_rnd2_bf16(float a, float b) {\n"
+            "    unsigned r;\n    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(b), "
+            "\"f\"(a));\n    return r;\n}\n\n");
 }
 
 /* kf_tma_q / _k / _v: box (c0, row) of the operand's map for batch x head bh
@@ -1149,7 +1156,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (pl >= 0)
         cg_printf(&c.s, "#define KF_LSE p%d /* the scores' log-sum-exp, [.., sq] */\n\n", pl);
 
-    st = emit_score_fns(&c, skip != 0, fold, f32);
+    /* the sm_90a kernel's pair form of the inner score, but where
+     * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE asks for the scalar one alone */
+    st = emit_score_fns(&c, skip != 0, fold, f32,
+                        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE));
     if (st != KF_OK)
         return cg_end(&c, st);
     cg_attn_emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC);
