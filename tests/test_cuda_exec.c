@@ -1532,11 +1532,12 @@ static void test_sm90_attention_forms_on_one_long_case(void **state) {
 }
 
 /* A softcap's bounded scores (30 tanh(s / 30)): the sm_90a kernel's default
- * takes the bound as a fixed softmax shift (no row max, no rescale of O), and
- * KF_CUDA_RECIPE_ATTENTION_ROW_MAX keeps the running max; both match the
- * reference on the causal case (ragged, 150 rows) in bf16 and f16 and on the
- * long non-causal one (Sq 300, Skv 540) in bf16, and the reports say which
- * form ran: the fixed shift on all three, on none with the flag. */
+ * takes the bound as a fixed softmax shift (no row max, no rescale of O) in
+ * bf16, and KF_CUDA_RECIPE_ATTENTION_ROW_MAX keeps the running max; both
+ * match the reference on the causal case (ragged, 150 rows) in bf16 and f16
+ * and on the long non-causal one (Sq 300, Skv 540) in bf16, and the reports
+ * say which form ran: the fixed shift on the two bf16 programs (f16's P
+ * cannot hold e^-62: the running max), on none with the flag. */
 static void test_sm90_attention_bounded_scores_take_a_fixed_shift(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -1553,11 +1554,11 @@ static void test_sm90_attention_bounded_scores_take_a_fixed_shift(void **state) 
                 if (d == 1 && i == 1)
                     continue;
                 run_sm90_cases_only(rf, dts[d], dts[d], 4300 + 10 * (uint64_t)f + 3 * d + i,
-                                    f ? NULL : form, form, &took,
+                                    f || d == 1 ? NULL : form, form, &took,
                                     f ? "row max kept" : "fixed shift", names[i]);
             }
-        if (took != (f ? 0 : 3))
-            fail_msg("%d of 3 programs took the fixed shift %s", took,
+        if (took != (f ? 0 : 2))
+            fail_msg("%d of 3 programs took the fixed shift %s (2 bf16 ones by default)", took,
                      f ? "with ROW_MAX set" : "by default");
     }
 }

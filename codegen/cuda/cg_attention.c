@@ -695,19 +695,21 @@ static double score_bound(const kf_group *g, uint32_t i, int depth) {
 /* The sm_90a kernel's fixed softmax shift (templates/attention_sm90.cuh,
  * KF_SCORE_MAX), or 0: where every score is -inf or at most B in magnitude,
  * B the bound of score_bound grown by 2^-5 for the roundings (each of bf16's
- * grows a value by at most 2^-9), and 2 B log2(e) < 126 -- exp(s - B) is then
- * never past 1 nor under f32's (and bf16's) normal range, where the running
- * row max would only cost its reductions and O's rescale (a softcap of 30:
- * B = 30.9). Not with a folded scale (the kernel's scores are then divided by
- * it). */
-static double score_max(const kf_group *g, uint32_t fold) {
+ * grows a value by at most 2^-9), and exp(s - B) >= exp(-2 B) stays in the
+ * normal range of P's type `dt` (the P.V operand): 2 B log2(e) < 126 for bf16
+ * (f32's exponents), < 14 for f16 -- exp(s - B) is then never past 1 nor
+ * subnormal, where the running row max would only cost its reductions and
+ * O's rescale (a softcap of 30: B = 30.9, bf16 alone; in f16 its P of
+ * e^-31 flushed to 0: error 1 on an H100 at c0d8fb0). Not with a folded
+ * scale (the kernel's scores are then divided by it). */
+static double score_max(const kf_group *g, uint32_t fold, kf_dtype dt) {
     if (fold != KF_NONE)
         return 0.0;
     double b = score_bound(g, g->attn.score, 0);
     if (!(b > 0))
         return 0.0;
     b *= 1.0 + 1.0 / 32.0;
-    return 2.0 * b * 1.4426950408889634 < 126.0 ? b : 0.0;
+    return 2.0 * b * 1.4426950408889634 < (dt == KF_DTYPE_BF16 ? 126.0 : 14.0) ? b : 0.0;
 }
 
 /* One score function: the score expression at (bh, q, kv) with `s` the f32
@@ -1035,7 +1037,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     const bool f32 = f32s && fold != KF_NONE;
     /* a bounded score's fixed softmax shift (score_max) */
     const double smax =
-        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold) : 0.0;
+        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold, dt) : 0.0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift (fa3p_,
