@@ -780,6 +780,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t RS = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
     const uint64_t NARROW = KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS;
     const uint64_t CL2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
+    const uint64_t RMAX = KF_CUDA_RECIPE_ATTENTION_ROW_MAX;
+    const uint64_t SCAL = KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the same with the softmax pinned under P.V (_pin: the recipe flag
@@ -881,6 +883,15 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the score's forms before the defaults of score12: the running row
+         * max kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX), the scalar
+         * inner score (_scalar: KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE), both
+         * (_rowmax_scalar: the kernel before them) */
+        {"attn_softcap_rowmax", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RMAX},
+        {"attn_softcap_scalar", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SCAL},
+        {"attn_softcap_rowmax_scalar", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         RMAX | SCAL},
+        {"attn_alibi_scalar", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SCAL},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
          0},

@@ -89,8 +89,8 @@
  * stage order agrees; the first and last tiles are j0 and the last jn < t_hi
  * rather than t_lo and t_hi - 1 (attention.cuh says which tiles are kept).
  *
- * All-masked rows: m stays -inf, p = 0, l = 0, the row is 0/0 = NaN: the
- * reference's softmax of a row of -inf.
+ * All-masked rows: m stays -inf (or the fixed KF_SCORE_MAX), p = 0, l = 0,
+ * the row is 0/0 = NaN: the reference's softmax of a row of -inf.
  *
  * Hooks (the generator's): KF_D, KF_BR (128), KF_BC, KF_STAGES, KF_QBUF, KF_SQ,
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
@@ -101,7 +101,10 @@
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
- * kf_score_inner.
+ * kf_score_inner; optional: KF_SCORE_MAX (a bound on every score: the
+ * softmax's fixed shift, no running max), KF_SCORE_PAIR with
+ * kf_score_pair(s0, s1, bh, q, kv) (the inner score of two neighbouring keys
+ * at once: the inner tiles call it).
  */
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs a cluster: 1, or 2 (query tiles 2p, 2p + 1 sharing K and V) */
@@ -456,7 +459,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int i = 0; i < KF_D / 2; i++)
                 o[i] = 0.0f;
+#ifdef KF_SCORE_MAX
+            /* a bounded score (KF_SCORE_MAX, below): m is the bound, fixed */
+            const float m[2] = {KF_SCORE_MAX, KF_SCORE_MAX};
+            float l[2] = {0.0f, 0.0f};
+            (void)m;
+#else
             float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
+#endif
             unsigned pa[KF_BC / 16][4];
             int sp = 0;       /* the stage of the previous tile (its V) */
             unsigned php = 0; /* and its parity */
@@ -504,6 +514,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         }
                     }
                 } else {
+#ifdef KF_SCORE_PAIR
+                    /* the pair form: a row's two neighbouring keys at once */
+#pragma unroll
+                    for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+                            kf_score_pair(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1], bh,
+                                          h ? qb : qa, kv0 + nt * 8 + 2 * t4, KF_ARGS);
+                    }
+#else
 #pragma unroll
                     for (int nt = 0; nt < KF_BC / 8; nt++) {
 #pragma unroll
@@ -513,12 +533,25 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                 kf_score_inner(sc[4 * nt + e], bh, e < 2 ? qa : qb, kv, KF_ARGS);
                         }
                     }
+#endif
                 }
                 /* Online softmax: the 4 lanes of a quad share a row. The
                  * scores are the expression's divided by KF_SCORE_SCALE
                  * (its folded scale, 1 but where the generator folds one),
                  * and so are m and the row max; KF_SL2E puts it back with
                  * log2(e). */
+#ifdef KF_SCORE_MAX
+                /* KF_SCORE_MAX (cg_attention.c, score_bound): every score is
+                 * -inf or within [-KF_SCORE_MAX, KF_SCORE_MAX], so exp(s - m)
+                 * with m the bound itself neither overflows nor leaves f32's
+                 * normal range: no row max, no shuffles, no rescale of O and
+                 * l -- the same softmax (a common factor of numerator and
+                 * denominator), P rounded to bf16 / f16 as relatively as ever */
+                const bool rescale = false;
+                float alpha[2] = {1.0f, 1.0f};
+                const float ms[2] = {KF_SCORE_MAX * KF_SL2E, KF_SCORE_MAX * KF_SL2E};
+                (void)alpha;
+#else
                 float mx[2] = {m[0], m[1]};
 #if KF_TREE_SOFTMAX
                 /* KF_TREE_SOFTMAX (a recipe flag, KF_CUDA_RECIPE_ATTENTION_
@@ -584,6 +617,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int r = 0; r < 2; r++)
                     ms[r] = m[r] == -KF_INF ? 0.0f : m[r] * KF_SL2E;
+#endif /* KF_SCORE_MAX */
 #if KF_TREE_SOFTMAX
                 /* the tile's sum in 4 partial sums a row (chains of 8 FADDs,
                  * not 32), added to l last */

@@ -184,9 +184,10 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
                     assert_int_equal(t->strides[a] % 16, 0);
             }
             /* fa3f_ where the score is a scale of Q.K^T (f32 scores, the
-             * default), fa3_ elsewhere */
+             * default), fa3b_ where a softcap bounds it, fa3_ elsewhere */
             if (strncmp(ks->kernel.name, "fa3_", 4) != 0 &&
-                strncmp(ks->kernel.name, "fa3f_", 5) != 0)
+                strncmp(ks->kernel.name, "fa3f_", 5) != 0 &&
+                strncmp(ks->kernel.name, "fa3b_", 5) != 0)
                 fail_msg("%s [%s]: %s is not the default's kernel", cases[i].name, dts[d],
                          ks->kernel.name);
             /* persistent: one block an SM at most, units of two query tiles */
@@ -549,7 +550,7 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
  * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
  * FMUL than the rounded kernel of the same graph (one of each a score), no
  * spills; the kernel (fa3f_) and the report say so; a softcap score does not
- * take it (the default kernel, named fa3_). bf16 and f16. */
+ * take it (its default kernel is fa3b_, bounded scores). bf16 and f16. */
 static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
     (void)state;
     static char sass[1 << 22];
@@ -573,7 +574,8 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
         if (ci == 3) {
-            assert_non_null(strstr(k1->name, "fa3_"));
+            /* fa3b_: a softcap's bounded scores take the fixed shift */
+            assert_non_null(strstr(k1->name, "fa3b_"));
             assert_null(strstr(c1->variants[0].how, "f32 scores"));
             assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: no f32 scores (not a scale of Q.K^T)\n", cases[ci].name,
@@ -840,6 +842,121 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
     }
 }
 
+/* A softcap score (30 tanh(s / 30)) is bounded: the default sm_90a kernel
+ * (fa3b_) takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by
+ * 2^-5 for the roundings) in bf16, the report says so, and its SASS has no
+ * FMNMX (no row max) and fewer FMUL (no rescale of O) than the running-max
+ * kernel of KF_CUDA_RECIPE_ATTENTION_ROW_MAX, which neither defines the shift
+ * nor says so; no spills. In f16 (P's narrow exponents: e^-62 is no f16) and
+ * for ALiBi's unbounded score the running max stays. */
+static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    for (size_t v = 0; v < 3; v++) {
+        const size_t ci = v < 2 ? 3 : 4; /* softcap; ALiBi */
+        const char *dn = v == 1 ? "f16" : "bf16";
+        char text[4096];
+        graph_text(cases[ci].body, dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r1 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_ROW_MAX);
+        const kf_cuda_recipe *c0 = attn_recipe(p.plan, r0), *c1 = attn_recipe(p.plan, r1);
+        const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
+        assert_null(strstr(k1->source, "#define KF_SCORE_MAX"));
+        assert_null(strstr(c1->variants[0].how, "fixed softmax shift"));
+        if (ci == 4 || v == 1) {
+            assert_null(strstr(k0->source, "#define KF_SCORE_MAX"));
+            assert_null(strstr(c0->variants[0].how, "fixed softmax shift"));
+            assert_string_equal(k0->source, k1->source);
+            fprintf(stderr, "  %s [%s]: the running max\n", cases[ci].name, dn);
+        } else {
+            assert_true(strncmp(k0->name, "fa3b_", 5) == 0);
+            assert_non_null(strstr(k0->source, "#define KF_SCORE_MAX 0x1.efp+4f"));
+            assert_non_null(strstr(c0->variants[0].how, "bounded scores, a fixed softmax shift"));
+            kf_sass_check_hopper(&MEM, k0);
+            int n[2][2];
+            const kf_cuda_kernel *ks[2] = {k0, k1};
+            for (int i = 0; i < 2; i++) {
+                kf_sass_text(&MEM, ks[i], sass, sizeof sass);
+                n[i][0] = count_between(sass, sass + strlen(sass), "FMNMX");
+                n[i][1] = count_between(sass, sass + strlen(sass), "FMUL");
+            }
+            if (n[0][0] != 0 || n[1][0] < 64 || n[0][1] >= n[1][1])
+                fail_msg("%s [%s]: FMNMX %d, FMUL %d fixed shift; FMNMX %d, FMUL %d row max",
+                         cases[ci].name, dn, n[0][0], n[0][1], n[1][0], n[1][1]);
+            fprintf(stderr, "  %s [%s]: %s, FMNMX %d -> 0, FMUL %d -> %d\n", cases[ci].name, dn,
+                    k0->name, n[1][0], n[1][1], n[0][1]);
+        }
+        kf_cuda_recipes_destroy(r0);
+        kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
+/* The pair form of the inner score (cg_attention_pair.c, kf_score_pair):
+ * ALiBi's (bf16) and the softcap's (bf16, its fixed shift too) default
+ * sm_90a kernels define it and compile to bf16x2 arithmetic (ALiBi: the bias
+ * times the slope and the sum, HMUL2 and HADD2; the softcap: the cap's
+ * product, HMUL2) with fewer instructions than the scalar form of
+ * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE, which does not define it; no spills.
+ * f16 scores and a folded scale (causal) keep the scalar form. */
+static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    static const struct {
+        size_t ci;
+        const char *dn;
+        bool pair;
+        const char *ops[3];
+    } v[] = {
+        {4, "bf16", true, {"HMUL2.BF16", "HADD2.BF16", NULL}},
+        {3, "bf16", true, {"HMUL2.BF16", NULL, NULL}},
+        {3, "f16", false, {NULL, NULL, NULL}},
+        {0, "bf16", false, {NULL, NULL, NULL}},
+    };
+    for (size_t i = 0; i < N_OF(v); i++) {
+        char text[4096];
+        graph_text(cases[v[i].ci].body, v[i].dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r1 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE);
+        const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
+        assert_null(strstr(k1->source, "#define KF_SCORE_PAIR"));
+        if (!v[i].pair) {
+            assert_null(strstr(k0->source, "#define KF_SCORE_PAIR"));
+            assert_string_equal(k0->source, k1->source);
+            fprintf(stderr, "  %s [%s]: the scalar form\n", cases[v[i].ci].name, v[i].dn);
+        } else {
+            assert_non_null(strstr(k0->source, "#define KF_SCORE_PAIR"));
+            kf_sass_check_hopper(&MEM, k0);
+            int n[2];
+            const kf_cuda_kernel *ks[2] = {k0, k1};
+            for (int f = 0; f < 2; f++) {
+                kf_sass_text(&MEM, ks[f], sass, sizeof sass);
+                n[f] = count_between(sass, sass + strlen(sass), "        /*");
+                for (int o = 0; f == 0 && o < 3 && v[i].ops[o]; o++)
+                    if (!strstr(sass, v[i].ops[o]))
+                        fail_msg("%s [%s]: no %s in the pair form's SASS", cases[v[i].ci].name,
+                                 v[i].dn, v[i].ops[o]);
+            }
+            if (n[0] >= n[1])
+                fail_msg("%s [%s]: %d instructions in the pair form, %d in the scalar one",
+                         cases[v[i].ci].name, v[i].dn, n[0], n[1]);
+            fprintf(stderr, "  %s [%s]: %d -> %d instructions\n", cases[v[i].ci].name, v[i].dn,
+                    n[1], n[0]);
+        }
+        kf_cuda_recipes_destroy(r0);
+        kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
 int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
@@ -847,6 +964,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_source_is_deterministic),
         cmocka_unit_test(test_the_pinned_softmax_runs_under_pv),
         cmocka_unit_test(test_f32_scores_leave_any_scale_to_the_softmax),
+        cmocka_unit_test(test_a_bounded_score_takes_a_fixed_softmax_shift),
+        cmocka_unit_test(test_the_pair_form_of_the_score_takes_bf16x2_arithmetic),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),

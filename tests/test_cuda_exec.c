@@ -1197,13 +1197,23 @@ static const struct {
  * report names the sm_90a kernel and holds `form` (NULL: nothing more),
  * elsewhere the FA2 kernel runs; *took (when `probe`) counts the programs
  * whose report holds `probe`. `what` (NULL: none) goes into the labels;
- * `only` (NULL: every case) names the one case to run. */
+ * `only` (NULL: every case) names the one case to run, and fails the test
+ * when no case of the two lists has that name (a misspelt or moved case
+ * would otherwise run nothing and pass). */
 static void run_sm90_cases_only(uint64_t rflags, const char *dn_fused, const char *dn_long,
                                 uint64_t stream0, const char *form, const char *probe, int *took,
                                 const char *what, const char *only) {
     kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
     ctx->recipe_flags = rflags;
     size_t n_fused = N_OF(fused_cases);
+    bool found = false;
+    for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
+        const bool fc = i < n_fused;
+        const char *name = fc ? fused_cases[i].name : sm90_cases[i - n_fused].name;
+        found |= only && strcmp(name, only) == 0;
+    }
+    if (only && !found)
+        fail_msg("no fused or sm_90a case is named '%s'", only);
     for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
         const bool fc = i < n_fused;
         const char *dn = fc ? dn_fused : dn_long;
@@ -1540,6 +1550,46 @@ static void test_sm90_attention_forms_on_one_long_case(void **state) {
                             KF_CUDA_RECIPE_ATTENTION_TAIL_LPT,
                         NULL, "bf16", 3600, "row max and sum as trees", NULL, NULL,
                         "every form", one);
+}
+
+/* A softcap's bounded scores (30 tanh(s / 30)): the sm_90a kernel's default
+ * takes the bound as a fixed softmax shift (no row max, no rescale of O) in
+ * bf16, and KF_CUDA_RECIPE_ATTENTION_ROW_MAX keeps the running max; both
+ * match the reference on the causal case (ragged, 150 rows) in bf16 and f16,
+ * and the reports say which form ran: the fixed shift on the bf16 program
+ * (f16's P cannot hold e^-62: the running max), on none with the flag. */
+static void test_sm90_attention_bounded_scores_take_a_fixed_shift(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const dts[] = {"bf16", "f16"};
+    const char *form = "bounded scores, a fixed softmax shift";
+    for (int f = 0; f < 2; f++) {
+        const uint64_t rf = f ? KF_CUDA_RECIPE_ATTENTION_ROW_MAX : 0;
+        int took = 0;
+        for (size_t d = 0; d < N_OF(dts); d++)
+            run_sm90_cases_only(
+                rf, dts[d], dts[d], 4300 + 10 * (uint64_t)f + d, f || d == 1 ? NULL : form, form,
+                &took, f ? "row max kept" : "fixed shift", "softcap 30 tanh(s / 30) + causal");
+        if (took != (f ? 0 : 1))
+            fail_msg("%d of 2 programs took the fixed shift %s (the bf16 one by default)", took,
+                     f ? "with ROW_MAX set" : "by default");
+    }
+}
+
+/* The pair form of the inner score (kf_score_pair, the default where it is
+ * shorter) and the scalar one (KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE): the
+ * ALiBi and softcap cases (ragged, causal: edge tiles keep the scalar form),
+ * bf16, each against the reference in both forms. */
+static void test_sm90_attention_pair_and_scalar_score_forms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {"ALiBi slope[h] (kv - q) + causal",
+                                        "softcap 30 tanh(s / 30) + causal"};
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < N_OF(names); i++)
+            run_sm90_cases_only(f ? KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE : 0, "bf16", "bf16",
+                                4400 + 10 * (uint64_t)f + i, NULL, NULL, NULL,
+                                f ? "scalar score" : "pair score", names[i]);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the
@@ -3937,6 +3987,8 @@ int main(void) {
             test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
+        cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
+        cmocka_unit_test(test_sm90_attention_pair_and_scalar_score_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_form_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_multiply_by_one_folds_and_matches_the_reference),

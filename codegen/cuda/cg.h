@@ -175,6 +175,10 @@ bool cg_raw_of(const cg *c, uint32_t i, bool arr);
 /* Whether i32 node i (+, -, x, negation of indices and constants) provably
  * stays inside i32, so cg_emit_nodes writes it as the plain operator. */
 bool cg_i32_exact(const kf_group *g, uint32_t i);
+/* The range [*lo, *hi] i32 node i provably stays in (false: none known). */
+bool cg_i32_range(const kf_group *g, uint32_t i, int64_t *lo, int64_t *hi);
+/* The CUDA function (common.cuh) of a unary or binary op, or NULL. */
+const char *cg_op_fn(kf_op op);
 /* The coordinate of axis `axis` of space sp, as text (cg_emit_nodes). */
 typedef const char *(*coord_fn)(void *user, kf_space sp, int axis);
 /* One statement per needed node, in node order: `const T vN = ...;` (`arr`: an
@@ -343,6 +347,13 @@ kf_status cg_attn_emit_score_fns(cg *c, bool skip);
 /* The same with tanh as common.cuh's tanhf, not tanh.approx.f32 (relative
  * error 2^-11): the SIMT kernel's f32 groups, judged at f32's tolerance. */
 kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip);
+/* kf_score_pair(s0, s1, bh, q, kv) and KF_SCORE_PAIR (cg_attention_pair.c):
+ * the inner score of (q, kv) and (q, kv + 1) at once -- the mask's where()
+ * replaced by its branch `kept` (KF_NONE: no mask to replace) -- where every
+ * node has a pair form and it takes fewer instructions than two
+ * kf_score_inner; else nothing. bf16 scores, no folded scale (`fold`
+ * KF_NONE); x: the score functions' coordinates. */
+kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t fold);
 /* Whether the group's mask lets a kernel skip tiles: 1 CAUSAL, 2
  * SLIDING_WINDOW, 3 BLOCK_SPARSE (a keep map), 0 not (KF_MASK_SKIP). */
 int cg_attn_mask_skip(const kf_group *g);

@@ -654,6 +654,66 @@ static uint32_t fold_scale(const cg *c, bool f32, double *scale) {
     return u;
 }
 
+/* A bound on |value| of node i of the score expression, -inf counting as 0
+ * (exp gives it 0 whatever the shift), before the roundings' growth; < 0:
+ * none known. Only what a capped score needs: tanh (|tanh| <= 1 in any
+ * rounding), a multiply or divide by a constant, a cast between floats,
+ * where() (its branches), finite constants. */
+static double score_bound(const kf_group *g, uint32_t i, int depth) {
+    const kf_expr *e = &g->expr[i];
+    if (depth > 16)
+        return -1.0;
+    if (e->kind == KF_EXPR_CONST)
+        return isinf(e->value) && e->value < 0 ? 0.0 : isfinite(e->value) ? fabs(e->value) : -1.0;
+    if (e->kind != KF_EXPR_OP || !kf_dtype_is_float(e->dtype))
+        return -1.0;
+    switch (e->op) {
+    case KF_OP_TANH:
+        return 1.0;
+    case KF_OP_CAST:
+        return kf_dtype_is_float(g->expr[e->src[0]].dtype) ? score_bound(g, e->src[0], depth + 1)
+                                                           : -1.0;
+    case KF_OP_WHERE: {
+        double a = score_bound(g, e->src[1], depth + 1), b = score_bound(g, e->src[2], depth + 1);
+        return a < 0 || b < 0 ? -1.0 : fmax(a, b);
+    }
+    case KF_OP_MUL:
+    case KF_OP_DIV: {
+        int k = g->expr[e->src[1]].kind == KF_EXPR_CONST ? 1
+                : e->op == KF_OP_MUL && g->expr[e->src[0]].kind == KF_EXPR_CONST ? 0
+                                                                                 : -1;
+        if (k < 0)
+            return -1.0;
+        double c = g->expr[e->src[k]].value, b = score_bound(g, e->src[1 - k], depth + 1);
+        if (b < 0 || !isfinite(c) || (e->op == KF_OP_DIV && c == 0.0))
+            return -1.0;
+        return e->op == KF_OP_MUL ? b * fabs(c) : b / fabs(c);
+    }
+    default:
+        return -1.0;
+    }
+}
+
+/* The sm_90a kernel's fixed softmax shift (templates/attention_sm90.cuh,
+ * KF_SCORE_MAX), or 0: where every score is -inf or at most B in magnitude,
+ * B the bound of score_bound grown by 2^-5 for the roundings (each of bf16's
+ * grows a value by at most 2^-9), and exp(s - B) >= exp(-2 B) stays in the
+ * normal range of P's type `dt` (the P.V operand): 2 B log2(e) < 126 for bf16
+ * (f32's exponents), < 14 for f16 -- exp(s - B) is then never past 1 nor
+ * subnormal, where the running row max would only cost its reductions and
+ * O's rescale (a softcap of 30: B = 30.9, bf16 alone; in f16 its P of
+ * e^-31 flushed to 0: error 1 on an H100 at c0d8fb0). Not with a folded
+ * scale (the kernel's scores are then divided by it). */
+static double score_max(const kf_group *g, uint32_t fold, kf_dtype dt) {
+    if (fold != KF_NONE)
+        return 0.0;
+    double b = score_bound(g, g->attn.score, 0);
+    if (!(b > 0))
+        return 0.0;
+    b *= 1.0 + 1.0 / 32.0;
+    return 2.0 * b * 1.4426950408889634 < (dt == KF_DTYPE_BF16 ? 126.0 : 14.0) ? b : 0.0;
+}
+
 /* One score function: the score expression at (bh, q, kv) with `s` the f32
  * Q.K^T dot product; `inner` 1: the mask's where() replaced by its kept
  * branch, 2: by its fill (a dropped element's score); `fold` (fold_scale's
@@ -694,7 +754,8 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
 
 /* cg_attn_emit_score_fns with fold_scale's node `fold` (or KF_NONE), `f32`
  * as fold_scale's; `approx`: tanh as tanh.approx.f32 (kf_tanh_approx). */
-static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, bool approx) {
+static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, bool approx,
+                                     bool pair) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     int R = g->rank;
@@ -720,20 +781,22 @@ static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, 
         emit_score_fn(c, x, "kf_score_inner", 1, fold, f32);
     else
         cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
+    kf_status st =
+        pair ? cg_attn_emit_score_pair(c, x, skip ? kept_branch(g) : KF_NONE, fold) : KF_OK;
     kf_mem_free(c->mem, x, sizeof *x);
-    return KF_OK;
+    return st;
 }
 
-static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32) {
-    return emit_score_fns_tanh(c, skip, fold, f32, true);
+static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32, bool pair) {
+    return emit_score_fns_tanh(c, skip, fold, f32, true, pair);
 }
 
 kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
-    return emit_score_fns(c, skip, KF_NONE, false);
+    return emit_score_fns(c, skip, KF_NONE, false, false);
 }
 
 kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip) {
-    return emit_score_fns_tanh(c, skip, KF_NONE, false, false);
+    return emit_score_fns_tanh(c, skip, KF_NONE, false, false, false);
 }
 
 /* The wgmma instructions of the sm_90a kernel (their accumulator register
@@ -806,7 +869,11 @@ static void emit_round_sm90(cg *c) {
             "    unsigned r;\n    asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(0.0f), "
             "\"f\"(x));\n"
             "    return kf_f16_to_f32((unsigned short)(r & 0xffffu));\n}\n"
-            "#define kf_round_bf16 kf_round_bf16_alu\n#define kf_round_f16 kf_round_f16_alu\n\n");
+            "#define kf_round_bf16 kf_round_bf16_alu\n#define kf_round_f16 kf_round_f16_alu\n"
+            "/* two floats rounded to bf16 in one conversion, as a bf16x2 pair (lo: a) */\n"
+            "__device__ __forceinline__ unsigned kf_rnd2_bf16(float a, float b) {\n"
+            "    unsigned r;\n    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(b), "
+            "\"f\"(a));\n    return r;\n}\n\n");
 }
 
 /* kf_tma_q / _k / _v: box (c0, row) of the operand's map for batch x head bh
@@ -972,14 +1039,18 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         sm90 && (KF_SM90_SCALE_FOLD || f32s) ? fold_scale(&c, f32s, &scale) : KF_NONE;
     /* f32 scores where the flag asks for them and the score takes them */
     const bool f32 = f32s && fold != KF_NONE;
+    /* a bounded score's fixed softmax shift (score_max) */
+    const double smax =
+        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold, dt) : 0.0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
-     * tiles, c: 2-CTA clusters (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwc_) */
+     * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift (fa3p_,
+     * fa3f_, fa3pf_, fa3t_, ..., fa3pftlwcb_) */
     char prefix[16] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
                  tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
-                 sh.cluster == 2 ? "c" : "");
+                 sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1025,8 +1096,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
-        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s */\n", pin ? "softmax pinned under P.V; " : "",
+        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s */\n",
+                      smax > 0 ? "bounded scores, a fixed softmax shift; " : "",
+                      pin ? "softmax pinned under P.V; " : "",
                       f32 ? "f32 scores, the scale folded into exp2; " : "",
                       tree ? "row max and sum as trees; " : "",
                       lpt ? "the tail's items longest first; " : "",
@@ -1056,6 +1129,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         (void)pq;
         (void)pk;
         (void)pvp;
+        if (smax > 0)
+            cg_printf(&c.s, "#define KF_SCORE_MAX %af /* %g: the scores' bound */\n", (float)smax,
+                      smax);
         emit_tma_fns(&c, g, ops, sh.cluster);
         emit_wgmma_sm90(&c, at->d, sh.bc, dt);
         emit_round_sm90(&c);
@@ -1086,7 +1162,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (pl >= 0)
         cg_printf(&c.s, "#define KF_LSE p%d /* the scores' log-sum-exp, [.., sq] */\n\n", pl);
 
-    st = emit_score_fns(&c, skip != 0, fold, f32);
+    /* the sm_90a kernel's pair form of the inner score, but where
+     * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE asks for the scalar one alone */
+    st = emit_score_fns(&c, skip != 0, fold, f32,
+                        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE));
     if (st != KF_OK)
         return cg_end(&c, st);
     cg_attn_emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC);

@@ -393,6 +393,12 @@ static bool i32_exact(const kf_group *g, uint32_t i) {
 
 bool cg_i32_exact(const kf_group *g, uint32_t i) { return i32_exact(g, i); }
 
+bool cg_i32_range(const kf_group *g, uint32_t i, int64_t *lo, int64_t *hi) {
+    return i32_range(g, i, 0, lo, hi);
+}
+
+const char *cg_op_fn(kf_op op) { return op_fn(op); }
+
 void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr) {
     const kf_group *g = c->g;
     const char *ix = arr ? "[k]" : "";

@@ -237,6 +237,16 @@ enum {
  * SwiGLU 8192 x 4096 x (2 x 11008) 8% faster, the split LayerNorm's GEMM 5%
  * slower; the bench compares) */
 #define KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL (UINT64_C(1) << 42)
+/* internal: the sm_90a attention kernel keeps its running row max (and O's
+ * rescale) even where the score expression bounds every score (a softcap:
+ * cg_attention.c, score_max), which by default takes the bound as a fixed
+ * shift instead; kept to measure the two against each other */
+#define KF_CUDA_RECIPE_ATTENTION_ROW_MAX (UINT64_C(1) << 37)
+/* internal: the sm_90a attention kernel's inner tiles evaluate the score
+ * element by element (kf_score_inner) even where its pair form
+ * (cg_attention_pair.c: two neighbouring keys at once, bf16x2 arithmetic)
+ * takes fewer instructions; kept to measure the two against each other */
+#define KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE (UINT64_C(1) << 38)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {

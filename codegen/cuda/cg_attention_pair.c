@@ -1,0 +1,397 @@
+/*
+ * cg_attention_pair.c -- the pair form of an attention group's inner score
+ * (kf_score_pair), which the sm_90a kernel's main loop calls for each two
+ * neighbouring keys of a row where the generator emits it (KF_SCORE_PAIR,
+ * templates/attention_sm90.cuh). See emit_score_pair below; cg_attention.c
+ * owns the scalar score functions it stands beside.
+ */
+#include "codegen/cuda/cg.h"
+
+#include <math.h>
+
+/* The pair form of the inner score (kf_score_pair: the elements (q, kv) and
+ * (q, kv + 1), which the sm_90a kernel's accumulator gives one thread side
+ * by side), where it takes fewer instructions than two calls of
+ * kf_score_inner: a bf16 add, sub or mul of two bf16 values, rounded to bf16,
+ * is one bf16x2 instruction for both (the product of two bf16 values is exact
+ * in f32, and the sum of two rounds to bf16 as their f32 sum does: the same
+ * bits as the scalar form's f32 op and rounding); a rounding whose value
+ * feeds such ops packs both elements in one cvt.rn.bf16x2.f32; and the cast
+ * of an index that grows by one from kv to kv + 1 (kv - q) converts once and
+ * adds 1 (exact below 2^24). Each node's form follows from its users (pair_*
+ * below): floats where a scalar op or the softmax reads it, packed where a
+ * bf16x2 op does. Nodes that vary with neither the score nor kv are computed
+ * once. Only what ALiBi- and softcap-like scores hold: the score, indices,
+ * integer add/sub/mul/neg, casts, float unary and binary ops, loads that do
+ * not vary along the keys, constants, the mask's where() replaced by its kept
+ * branch; anything else keeps the scalar form. */
+enum { PR_F = 0, PR_P, PR_I };
+typedef struct pair_rep {
+    uint8_t kind; /* PR_F floats pN_0 / pN_1; PR_P bf16x2 pN_p; PR_I ints pN_0 / pN_1 */
+    bool dep;     /* varies with the score or kv (else one value, pN_0 alone) */
+    bool exact;   /* the values are bf16 values exactly */
+    bool has_f;   /* PR_P: unpacked into pN_0 / pN_1 too */
+    bool has_p;   /* PR_F: packed into pN_p too */
+    bool want_f;  /* a user reads the floats */
+    bool want_p;  /* a user reads the bf16x2 pair */
+    bool packed;  /* the node is a bf16x2 op */
+    int kvc;      /* PR_I: pN_1 is pN_0 + kvc (1, -1), the same (0), or any (2) */
+} pair_rep;
+
+typedef struct pair_ctx {
+    cg *c;
+    pair_rep *r;
+    uint32_t *name; /* the node whose names hold node i's value (the mask's where: its branch) */
+    int cost;       /* instructions a pair, roughly: the pair form's */
+    int scalar;     /* and two scalar calls' */
+    void *user;     /* the coordinates (a chunk_ctx) */
+} pair_ctx;
+
+static void pair_op(pair_ctx *p, uint32_t i, int k);
+
+static const char *pair_rnd(const pair_ctx *p, uint32_t i) {
+    const kf_expr *e = &p->c->g->expr[i];
+    return e->kind == KF_EXPR_OP && e->tensor != KF_NONE ? cg_round_fn(e->dtype) : NULL;
+}
+
+/* Node i's floats (unpacking its pair the first time). */
+static void pair_get_f(pair_ctx *p, uint32_t i) {
+    uint32_t n = p->name[i];
+    pair_rep *r = &p->r[n];
+    if (r->kind != PR_P || r->has_f)
+        return;
+    cg_printf(&p->c->s, "    const float p%u_0 = kf_lo_bf16(p%u_p), p%u_1 = kf_hi_bf16(p%u_p);\n",
+              n, n, n, n);
+    r->has_f = true;
+    p->cost += r->dep ? 2 : 0;
+}
+
+/* Node i's bf16x2 pair (packing its exact floats the first time). */
+static void pair_get_p(pair_ctx *p, uint32_t i) {
+    uint32_t n = p->name[i];
+    pair_rep *r = &p->r[n];
+    if (r->kind == PR_P || r->has_p)
+        return;
+    cg_printf(&p->c->s, "    const unsigned p%u_p = kf_pk_bf16(p%u_0, p%u_%d);\n", n, n, n,
+              r->dep ? 1 : 0);
+    r->has_p = true;
+    p->cost += r->dep ? 1 : 0;
+}
+
+/* Whether node s holds bf16 values exactly in the pair form. */
+static bool pair_exact(const pair_ctx *p, uint32_t s) {
+    const cg *c = p->c;
+    const kf_expr *e = &c->g->expr[s];
+    if (p->name[s] != s)
+        return pair_exact(p, p->name[s]);
+    if (e->dtype != KF_DTYPE_BF16)
+        return false;
+    if (e->kind == KF_EXPR_CONST)
+        return true;
+    if (e->kind == KF_EXPR_LOAD)
+        return cg_exact_bf16(c, s);
+    return e->kind == KF_EXPR_OP && e->tensor != KF_NONE;
+}
+
+/* Pass 1: each needed node's kind, dependence and bf16x2 form, and its
+ * operands' wants; false where a node has no pair form. */
+static bool pair_plan(pair_ctx *p) {
+    cg *c = p->c;
+    const kf_group *g = c->g;
+    const int R = g->rank;
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (!c->need[i] || p->name[i] != i)
+            continue;
+        const kf_expr *e = &g->expr[i];
+        pair_rep *r = &p->r[i];
+        r->kind = PR_F;
+        if (e->kind == KF_EXPR_SCORE) {
+            r->dep = true;
+            continue;
+        }
+        if (e->kind == KF_EXPR_CONST) {
+            if (e->dtype == KF_DTYPE_I32)
+                r->kind = PR_I;
+            else if (e->dtype != KF_DTYPE_BF16 && e->dtype != KF_DTYPE_F32)
+                return false;
+            continue;
+        }
+        if (e->kind == KF_EXPR_LOAD) {
+            if (e->strides[R - 1] != 0 || e->src[0] != KF_NONE || e->space != KF_SPACE_OUT ||
+                (e->dtype != KF_DTYPE_BF16 && e->dtype != KF_DTYPE_F32))
+                return false;
+            continue;
+        }
+        if (e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_Q_IDX || e->kind == KF_EXPR_KV_IDX ||
+            e->kind == KF_EXPR_BATCH || e->kind == KF_EXPR_HEAD) {
+            int axis = e->kind == KF_EXPR_INDEX   ? e->axis
+                       : e->kind == KF_EXPR_BATCH ? R - 4
+                       : e->kind == KF_EXPR_HEAD  ? R - 3
+                       : e->kind == KF_EXPR_Q_IDX ? R - 2
+                                                  : R - 1;
+            if (e->dtype != KF_DTYPE_I32 || e->space != KF_SPACE_OUT)
+                return false;
+            r->kind = PR_I;
+            r->dep = axis == R - 1;
+            r->kvc = r->dep ? 1 : 0;
+            continue;
+        }
+        if (e->kind != KF_EXPR_OP)
+            return false;
+        int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++)
+            r->dep |= p->r[p->name[e->src[k]]].dep;
+        const pair_rep *a = &p->r[p->name[e->src[0]]];
+        const pair_rep *b = ar == 2 ? &p->r[p->name[e->src[1]]] : NULL;
+        if (e->dtype == KF_DTYPE_I32) {
+            if (!cg_i32_exact(g, i) || a->kind != PR_I || (b && b->kind != PR_I))
+                return false;
+            r->kind = PR_I;
+            if (e->op == KF_OP_ADD && b)
+                r->kvc = a->kvc + b->kvc;
+            else if (e->op == KF_OP_SUB && b)
+                r->kvc = a->kvc - b->kvc;
+            else if (e->op == KF_OP_NEG && !b)
+                r->kvc = -a->kvc;
+            else if (e->op == KF_OP_MUL && b)
+                r->kvc = a->kvc == 0 && b->kvc == 0 ? 0 : 2;
+            else
+                return false;
+            if (a->kvc == 2 || (b && b->kvc == 2) || r->kvc < -1 || r->kvc > 1)
+                r->kvc = r->dep ? 2 : 0;
+            continue;
+        }
+        if (e->dtype != KF_DTYPE_BF16 && e->dtype != KF_DTYPE_F32)
+            return false;
+        if (e->op == KF_OP_CAST) {
+            kf_dtype from = g->expr[e->src[0]].dtype;
+            if (from != KF_DTYPE_I32 && from != KF_DTYPE_BF16 && from != KF_DTYPE_F32)
+                return false;
+        } else if (!((ar == 2 && kf_op_has(e->op, KF_TRAIT_BINARY)) ||
+                     (ar == 1 && kf_op_has(e->op, KF_TRAIT_UNARY))) ||
+                   !cg_op_fn(e->op) || kf_op_has(e->op, KF_TRAIT_COMPARE)) {
+            return false;
+        }
+        if ((a->kind == PR_I) !=
+                (e->op == KF_OP_CAST && g->expr[e->src[0]].dtype == KF_DTYPE_I32) ||
+            (b && b->kind == PR_I))
+            return false;
+        r->packed = r->dep && e->dtype == KF_DTYPE_BF16 && e->tensor != KF_NONE && b &&
+                    (e->op == KF_OP_ADD || e->op == KF_OP_SUB || e->op == KF_OP_MUL) &&
+                    pair_exact(p, e->src[0]) && pair_exact(p, e->src[1]);
+        for (int k = 0; k < ar; k++) {
+            pair_rep *s = &p->r[p->name[e->src[k]]];
+            if (r->packed)
+                s->want_p = true;
+            else
+                s->want_f = true;
+        }
+    }
+    p->r[p->name[g->attn.score]].want_f = true;
+    return p->r[p->name[g->attn.score]].dep;
+}
+
+/* Pass 2: the statements of every needed node, in node order. */
+static void pair_emit(pair_ctx *p) {
+    cg *c = p->c;
+    const kf_group *g = c->g;
+    const int R = g->rank;
+    for (uint32_t i = 0; i < c->n && c->st == KF_OK; i++) {
+        if (!c->need[i] || p->name[i] != i)
+            continue;
+        const kf_expr *e = &g->expr[i];
+        pair_rep *r = &p->r[i];
+        const char *rnd = pair_rnd(p, i);
+        if (e->kind == KF_EXPR_SCORE) {
+            cg_printf(&c->s, "    const float p%u_0 = s0, p%u_1 = s1;\n", i, i);
+            continue;
+        }
+        if (!r->dep || e->kind != KF_EXPR_OP) {
+            /* one value for both: a constant, an index, a load, an op on them */
+            const bool in = r->kind == PR_I;
+            if (e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_Q_IDX || e->kind == KF_EXPR_KV_IDX ||
+                e->kind == KF_EXPR_BATCH || e->kind == KF_EXPR_HEAD) {
+                int axis = e->kind == KF_EXPR_INDEX   ? e->axis
+                           : e->kind == KF_EXPR_BATCH ? R - 4
+                           : e->kind == KF_EXPR_HEAD  ? R - 3
+                           : e->kind == KF_EXPR_Q_IDX ? R - 2
+                                                      : R - 1;
+                if (axis == R - 1)
+                    cg_printf(&c->s,
+                              "    const int p%u_0 = kv, p%u_1 = kv + 1;\n    (void)p%u_1;\n", i, i,
+                              i);
+                else
+                    cg_printf(&c->s, "    const int p%u_0 = (int)(%s);\n", i,
+                              axis < 0 ? "0" : cg_coord_of(p->user, KF_SPACE_OUT, axis));
+                continue;
+            }
+            cg_printf(&c->s, "    const %s p%u_0 = ", in ? "int" : "float", i);
+            if (e->kind == KF_EXPR_CONST) {
+                cg_emit_const(c, e->dtype, e->value);
+            } else if (e->kind == KF_EXPR_LOAD) {
+                cg_printf(&c->s, "(float)(%s)", c->ov[i]);
+            } else {
+                if (rnd)
+                    cg_printf(&c->s, "%s(", rnd);
+                pair_op(p, i, 0);
+                if (rnd)
+                    cg_puts(&c->s, ")");
+            }
+            cg_puts(&c->s, ";\n");
+            continue;
+        }
+        p->scalar += 2 * (1 + (rnd ? 1 : 0));
+        if (r->kind == PR_I) {
+            cg_printf(&c->s, "    const int p%u_0 = ", i);
+            pair_op(p, i, 0);
+            cg_printf(&c->s, ";\n    const int p%u_1 = ", i);
+            if (r->kvc == 0 || r->kvc == 1 || r->kvc == -1)
+                cg_printf(&c->s, "p%u_0 + %d", i, r->kvc);
+            else
+                pair_op(p, i, 1);
+            cg_printf(&c->s, ";\n    (void)p%u_1;\n", i);
+            p->cost += r->kvc == 0 ? 1 : 2;
+            continue;
+        }
+        if (r->packed) {
+            pair_get_p(p, e->src[0]);
+            pair_get_p(p, e->src[1]);
+            cg_printf(&c->s, "    const unsigned p%u_p = kf_bop2<%d>(p%u_p, p%u_p);\n", i,
+                      e->op == KF_OP_ADD   ? 0
+                      : e->op == KF_OP_SUB ? 1
+                                           : 2,
+                      p->name[e->src[0]], p->name[e->src[1]]);
+            r->kind = PR_P;
+            r->exact = true;
+            p->cost += 1;
+            if (r->want_f)
+                pair_get_f(p, i);
+            continue;
+        }
+        /* two scalar ops; a cast of an index growing by one converts once */
+        const kf_expr *se = &g->expr[e->src[0]];
+        const pair_rep *a = &p->r[p->name[e->src[0]]];
+        int64_t lo = 0, hi = 0;
+        const bool step = e->op == KF_OP_CAST && se->dtype == KF_DTYPE_I32 &&
+                          (a->kvc == 1 || a->kvc == -1) && cg_i32_range(g, e->src[0], &lo, &hi) &&
+                          lo > -(INT64_C(1) << 23) && hi < (INT64_C(1) << 23);
+        int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++)
+            pair_get_f(p, e->src[k]);
+        const char *raw = rnd ? "r" : "";
+        cg_printf(&c->s, "    const float p%u_%s0 = ", i, raw);
+        pair_op(p, i, 0);
+        cg_printf(&c->s, ";\n    const float p%u_%s1 = ", i, raw);
+        if (step)
+            cg_printf(&c->s, "p%u_%s0 + %s", i, raw, a->kvc == 1 ? "1.0f" : "-1.0f");
+        else
+            pair_op(p, i, 1);
+        cg_puts(&c->s, ";\n");
+        p->cost += 2;
+        if (!rnd)
+            continue;
+        if (r->want_f || e->dtype != KF_DTYPE_BF16) {
+            cg_printf(&c->s, "    const float p%u_0 = %s(p%u_r0), p%u_1 = %s(p%u_r1);\n", i, rnd, i,
+                      i, rnd, i);
+            r->exact = e->dtype == KF_DTYPE_BF16;
+            p->cost += 2;
+        } else {
+            /* both roundings in one conversion, packed for the bf16x2 user */
+            cg_printf(&c->s, "    const unsigned p%u_p = kf_rnd2_bf16(p%u_r0, p%u_r1);\n", i, i, i);
+            r->kind = PR_P;
+            r->exact = true;
+            p->cost += 1;
+        }
+    }
+}
+
+/* Node i's op for element k (0: (q, kv), 1: (q, kv + 1)) on its operands'
+ * floats or ints. */
+static void pair_op(pair_ctx *p, uint32_t i, int k) {
+    cg *c = p->c;
+    const kf_group *g = c->g;
+    const kf_expr *e = &g->expr[i];
+    const uint32_t a = p->name[e->src[0]];
+    const uint32_t b = kf_op_has(e->op, KF_TRAIT_BINARY) ? p->name[e->src[1]] : a;
+    /* a uniform operand has one value, pN_0 */
+    const int ka = p->r[a].dep ? k : 0, kb = p->r[b].dep ? k : 0;
+    if (e->op == KF_OP_CAST) {
+        cg_printf(&c->s, "(%s)p%u_%d", e->dtype == KF_DTYPE_I32 ? "int" : "float", a, ka);
+        return;
+    }
+    if (e->op == KF_OP_NEG && e->dtype == KF_DTYPE_I32) {
+        cg_printf(&c->s, "(-p%u_%d)", a, ka);
+        return;
+    }
+    if (!kf_op_has(e->op, KF_TRAIT_BINARY)) {
+        cg_printf(&c->s, "%s(p%u_%d)", cg_op_fn(e->op), a, ka);
+        return;
+    }
+    if (e->dtype == KF_DTYPE_I32) {
+        cg_printf(&c->s, "(p%u_%d %c p%u_%d)", a, ka,
+                  e->op == KF_OP_ADD   ? '+'
+                  : e->op == KF_OP_SUB ? '-'
+                                       : '*',
+                  b, kb);
+    } else if (c->div_by_mul && e->op == KF_OP_DIV && g->expr[e->src[1]].kind == KF_EXPR_CONST &&
+               isnormal((float)(1.0 / g->expr[e->src[1]].value))) {
+        /* x / c as x * (1 / c), as cg_emit_nodes writes it */
+        cg_printf(&c->s, "kf_mul(p%u_%d, ", a, ka);
+        cg_emit_const(c, e->dtype, 1.0 / g->expr[e->src[1]].value);
+        cg_puts(&c->s, ")");
+    } else {
+        cg_printf(&c->s, "%s(p%u_%d, p%u_%d)", cg_op_fn(e->op), a, ka, b, kb);
+    }
+}
+
+kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t fold) {
+    const kf_group *g = c->g;
+    const kf_attn_info *at = &g->attn;
+    if (fold != KF_NONE || g->expr[at->score].dtype != KF_DTYPE_BF16)
+        return KF_OK;
+    memset(c->need, 0, c->n * sizeof *c->need);
+    for (uint32_t i = 0; i < c->n; i++) {
+        c->ov[i][0] = 0;
+        if (g->expr[i].kind == KF_EXPR_SCORE)
+            snprintf(c->ov[i], OV_MAX, "s");
+    }
+    pair_ctx p = {c, NULL, NULL, 0, 0, x};
+    p.r = kf_mem_calloc(c->mem, c->n, sizeof *p.r);
+    p.name = kf_mem_calloc(c->mem, c->n, sizeof *p.name);
+    if (!p.r || !p.name) {
+        kf_mem_free(c->mem, p.r, c->n * sizeof *p.r);
+        kf_mem_free(c->mem, p.name, c->n * sizeof *p.name);
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    }
+    for (uint32_t i = 0; i < c->n; i++)
+        p.name[i] = i;
+    if (kept != KF_NONE) {
+        uint32_t k = kept;
+        snprintf(c->ov[at->mask_node], OV_MAX, "v%u", k);
+        p.name[at->mask_node] = k;
+        c->need[at->mask_node] = true;
+        cg_mark(c, k);
+    }
+    cg_mark(c, at->score);
+    if (pair_plan(&p)) {
+        const size_t mark = c->s.len;
+        cg_puts(&c->s, "/* the inner score of (q, kv) and (q, kv + 1) at once (cg_attention.c, "
+                       "emit_score_pair) */\n__device__ __forceinline__ void kf_score_pair(float "
+                       "&s0, float &s1, long long bh, int q, int kv, KF_PARAMS) {\n");
+        cg_emit_loads(c, x, 1, "    ", NULL, NULL);
+        pair_emit(&p);
+        const uint32_t top = p.name[at->score];
+        pair_get_f(&p, top);
+        cg_printf(&c->s,
+                  "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)bh; (void)q; (void)kv;\n}\n"
+                  "#define KF_SCORE_PAIR 1 /* about %d instructions a pair against %d */\n\n",
+                  top, top, p.cost, p.scalar);
+        if (p.cost >= p.scalar && !c->s.oom) {
+            c->s.len = mark;
+            c->s.p[mark] = 0;
+        }
+    }
+    kf_mem_free(c->mem, p.r, c->n * sizeof *p.r);
+    kf_mem_free(c->mem, p.name, c->n * sizeof *p.name);
+    return KF_OK;
+}
