@@ -7,7 +7,7 @@
 #   libcmocka-dev                        the unit-test framework
 #   llvm-19-dev                          LLVM-C, for the CPU backend (later issues)
 #   clang, libclang-rt-dev               libFuzzer and its sanitizer runtimes (tests/fuzz)
-#   cuobjdump (pip, when missing)        the SASS checks of the generated GEMM (test_gemmgen)
+#   cuobjdump, nvdisasm (pip, when missing)  the SASS checks of the generated kernels (test_gemmgen)
 #   python3-venv, python3-pip (when python3 lacks venv)  scripts/test_python.sh
 #
 # The CUDA toolkit is not installed here: the machines come with it in
@@ -16,16 +16,21 @@
 set -euo pipefail
 
 # cuobjdump: test_gemmgen reads the SASS of the generated GEMM kernels with
-# it. The toolkit's when it ships one, else NVIDIA's PyPI wheel
-# (nvidia-cuda-cuobjdump, through pip; CMake finds it in the package).
+# it. The toolkit's when it ships one, else NVIDIA's PyPI wheels
+# (nvidia-cuda-cuobjdump, through pip; CMake finds it in the package). Since
+# CUDA 13, `cuobjdump -sass` runs nvdisasm, which it looks for beside itself
+# (or on PATH): the pip cuobjdump needs nvidia-cuda-nvdisasm's next to it
+# (the wheels share nvidia/cu13/bin), or every SASS check fails with "Could
+# not find executable file 'nvdisasm'".
 have_cuobjdump() {
-    command -v cuobjdump >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/cuobjdump ] ||
-        python3 -c "import glob, os, sys, nvidia; sys.exit(0 if glob.glob(os.path.join(list(nvidia.__path__)[0], '*', 'bin', 'cuobjdump')) else 1)" 2>/dev/null
+    command -v cuobjdump >/dev/null 2>&1 && command -v nvdisasm >/dev/null 2>&1 && return 0
+    [ -x /usr/local/cuda/bin/cuobjdump ] && [ -x /usr/local/cuda/bin/nvdisasm ] && return 0
+    python3 -c "import glob, os, sys, nvidia; sys.exit(0 if any(os.access(os.path.join(os.path.dirname(c), 'nvdisasm'), os.X_OK) for c in glob.glob(os.path.join(list(nvidia.__path__)[0], '*', 'bin', 'cuobjdump'))) else 1)" 2>/dev/null
 }
 if ! have_cuobjdump; then
-    echo "install-deps.sh: installing cuobjdump (pip: nvidia-cuda-cuobjdump)"
-    python3 -m pip install -q nvidia-cuda-cuobjdump || {
-        echo "install-deps.sh: pip install nvidia-cuda-cuobjdump failed; test_gemmgen needs it" >&2
+    echo "install-deps.sh: installing cuobjdump and nvdisasm (pip: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
+    python3 -m pip install -q nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm || {
+        echo "install-deps.sh: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm failed; test_gemmgen needs them" >&2
         exit 1
     }
 fi
