@@ -7,6 +7,7 @@
  */
 #include "codegen/cuda/cg.h"
 
+#include <limits.h>
 #include <math.h>
 
 /* The pair form of the inner score (kf_score_pair: the elements (q, kv) and
@@ -48,6 +49,25 @@ typedef struct pair_ctx {
 } pair_ctx;
 
 static void pair_op(pair_ctx *p, uint32_t i, int k);
+
+/* The output axis an index node reads (an iota's axis, or the batch, head,
+ * query or key axis of the score's R dims), or INT_MIN where e is no index. */
+static int index_axis(const kf_expr *e, int R) {
+    switch (e->kind) {
+    case KF_EXPR_INDEX:
+        return e->axis;
+    case KF_EXPR_BATCH:
+        return R - 4;
+    case KF_EXPR_HEAD:
+        return R - 3;
+    case KF_EXPR_Q_IDX:
+        return R - 2;
+    case KF_EXPR_KV_IDX:
+        return R - 1;
+    default:
+        return INT_MIN;
+    }
+}
 
 static const char *pair_rnd(const pair_ctx *p, uint32_t i) {
     const kf_expr *e = &p->c->g->expr[i];
@@ -122,13 +142,8 @@ static bool pair_plan(pair_ctx *p) {
                 return false;
             continue;
         }
-        if (e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_Q_IDX || e->kind == KF_EXPR_KV_IDX ||
-            e->kind == KF_EXPR_BATCH || e->kind == KF_EXPR_HEAD) {
-            int axis = e->kind == KF_EXPR_INDEX   ? e->axis
-                       : e->kind == KF_EXPR_BATCH ? R - 4
-                       : e->kind == KF_EXPR_HEAD  ? R - 3
-                       : e->kind == KF_EXPR_Q_IDX ? R - 2
-                                                  : R - 1;
+        int axis = index_axis(e, R);
+        if (axis != INT_MIN) {
             if (e->dtype != KF_DTYPE_I32 || e->space != KF_SPACE_OUT)
                 return false;
             r->kind = PR_I;
@@ -209,13 +224,8 @@ static void pair_emit(pair_ctx *p) {
         if (!r->dep || e->kind != KF_EXPR_OP) {
             /* one value for both: a constant, an index, a load, an op on them */
             const bool in = r->kind == PR_I;
-            if (e->kind == KF_EXPR_INDEX || e->kind == KF_EXPR_Q_IDX || e->kind == KF_EXPR_KV_IDX ||
-                e->kind == KF_EXPR_BATCH || e->kind == KF_EXPR_HEAD) {
-                int axis = e->kind == KF_EXPR_INDEX   ? e->axis
-                           : e->kind == KF_EXPR_BATCH ? R - 4
-                           : e->kind == KF_EXPR_HEAD  ? R - 3
-                           : e->kind == KF_EXPR_Q_IDX ? R - 2
-                                                      : R - 1;
+            const int axis = index_axis(e, R);
+            if (axis != INT_MIN) {
                 if (axis == R - 1)
                     cg_printf(&c->s,
                               "    const int p%u_0 = kv, p%u_1 = kv + 1;\n    (void)p%u_1;\n", i, i,
