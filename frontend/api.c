@@ -27,7 +27,7 @@ void kf_options_init(kf_options *options) {
     memset(options, 0, sizeof *options);
     options->target = KF_TARGET_AUTO;
     options->cpu_opt_level = 3;
-    options->choice_margin = 0.05;
+    options->choice_margin = 0.0;
 }
 
 static char *ctx_strdup(const kf_mem *m, const char *s) {

@@ -79,7 +79,7 @@ const char kf_cmd_run_help[] =
     "               rotary embedding of a GEMM's head view joins the GEMM's group\n"
     "  --choice-margin F  a measured choice runs its cuBLASLt side only when it is\n"
     "               faster than the generated side by more than F (a fraction:\n"
-    "               0.05, the default, is 5%; kf_options.choice_margin; 0: the\n"
+    "               0.05 is 5%; kf_options.choice_margin; 0, the default: the\n"
     "               faster side however close); --report shows both times and\n"
     "               says where the margin decided\n"
     "  --no-cache   compile everything, read and write no kernel cache\n"

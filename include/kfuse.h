@@ -246,7 +246,10 @@ typedef struct kf_options {
                                  use: ~160 ms a process on an H100).
                                  0 to below 1; 0: the faster side, however close. The cache
                                  keeps both times, so another margin picks again from them
-                                 and times nothing (kf_options_init: 0.05). */
+                                 and times nothing (kf_options_init: 0, the faster side:
+                                 the margin applies to each group alone, so where one
+                                 group needs cuBLASLt anyway, a margin only slows the
+                                 others). */
 } kf_options;
 
 /* Fills *options with the defaults above. */

@@ -758,10 +758,10 @@ static void test_a_measured_choice_takes_cublaslt_only_beyond_the_margin(void **
     assert_int_equal(kf_cuda_choice_pick_recipe(&rc, ms, 0.0, &by), 1);
     assert_false(by);
 
-    /* the option: 0.05 by default, [0, 1) and no NaN */
+    /* the option: 0 by default (the faster side), [0, 1) and no NaN */
     kf_options o;
     kf_options_init(&o);
-    assert_true(o.choice_margin == 0.05);
+    assert_true(o.choice_margin == 0.0);
     const double bad[] = {-0.01, 1.0, 2.0, NAN};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kf_ctx *ctx = (kf_ctx *)1;
