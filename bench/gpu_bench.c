@@ -1923,6 +1923,14 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_EPI_NTEST},
         {"gpt2_outproj_generated_nin_pf", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_PF},
+        /* the TMA-store epilogue without its bf16 pair forms (the code
+         * before cg_raw_feed, kf_gm_pack2's bit packing and kf_gm_ldv) */
+        {"gpt2_outproj_generated_unpacked", t_g2o, g2obytes, g2oflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_UNPACKED},
+        {"gpt2_fc1_generated_unpacked", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_UNPACKED},
+        {"gpt2_fc2_generated_unpacked", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_UNPACKED},
 #undef G2_PF
 #undef G2_COOP
         {"ln_qkv_generated_c2", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,

@@ -2597,6 +2597,37 @@ static void test_gemms_with_the_residual_prefetched_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* The TMA-store epilogue's bf16 pairs (cg_raw_feed, kf_gm_pack2's bit
+ * packing, kf_gm_ldv): a bf16x2 op whose operand is a rounded bf16 sum packed
+ * from its unrounded values, on the left (RA), on the right (RB) and on both
+ * sides, and its exact result stored as it is; N covered by the tiles (no
+ * column test) and ragged, M ragged. The bias sum must still round before
+ * the residual's add: the reference decides. */
+static void test_tma_store_epilogue_bf16_pairs_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1024])\nb = input(%s[1024])\n"
+              "r = input(%s[2100, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2630, "bf16 pairs: (h + b) + r, N covered", 0,
+              "epilogue stored by TMA", true);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = sub(r, a)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2631, "bf16 pairs: r - (h + b), ragged", 0, "epilogue stored by TMA",
+              false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[1100, 1104])\nw = input(%s[1104, 1024])\nb = input(%s[1024])\n"
+              "r = input(%s[1100, 1024])\nh = matmul(x, w)\na = add(h, b)\nc = add(h, r)\n"
+              "y = mul(a, c)\noutput y\n",
+              KF_DTYPE_BF16, 2632, "bf16 pairs: (h + b) (h + r), cooperative", 0,
+              "epilogue stored by TMA", false);
+    kf_ctx_destroy(ctx);
+}
+
 static void test_generated_gemms_in_2cta_clusters_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -4023,6 +4054,7 @@ int main(void) {
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),
         cmocka_unit_test(test_gemms_with_the_residual_prefetched_match),
+        cmocka_unit_test(test_tma_store_epilogue_bf16_pairs_match),
         cmocka_unit_test(test_sm80_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),
         cmocka_unit_test(test_split_row_norms_after_a_gemm_match_the_reference),

@@ -596,6 +596,75 @@ static void test_tma_store_epilogue_compiles_to_utmastg(void **state) {
     }
 }
 
+/* Occurrences of `what` in s. */
+static size_t count_of(const char *s, const char *what) {
+    size_t n = 0;
+    for (const char *q = strstr(s, what); q; q = strstr(q + 1, what))
+        n++;
+    return n;
+}
+
+/* The TMA-store epilogue's bf16 pairs (cg_raw_feed, kf_gm_pack2, kf_gm_ldv):
+ * GPT-2's out projection + bias + residual rounds h + b and adds the
+ * residual as a bf16x2 pair. The sum is packed from its unrounded values by
+ * one cvt (kf_gm_bf16x2r) and the bf16x2 result goes to shared memory as it
+ * is (kf_gm_pack2 by bit operations), so the SASS holds one F2FP a pair of
+ * outputs: 16 a 64 x 64 chunk (a thread's 32 values), where rounding each
+ * value, merging the halves and repacking the result was 48. With f16 (no
+ * bf16x2 op) and with a bias alone (the sum itself written, rounded by the
+ * pack) kf_gm_pack2 keeps its cvt. The register epilogue's kernels
+ * (EPI_REGS) keep kf_bf16x2 and kf_ldv, as EPI_UNPACKED (internal) does. */
+static void test_tma_store_epilogue_packs_bf16_pairs_once(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        "kfg 1\nx = input(bf16[8192, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+        "r = input(bf16[8192, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+        "kfg 1\nx = input(f16[8192, 1024])\nw = input(f16[1024, 1024])\nb = input(f16[1024])\n"
+        "r = input(f16[8192, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+        "kfg 1\nx = input(bf16[4096, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+        "h = matmul(x, w)\ny = add(h, b)\noutput y\n"};
+    /* 0: the default; 1: the register epilogue (EPI_REGS); 2: EPI_UNPACKED
+     * (internal: the code before, for the bench) */
+    static const uint64_t kinds[] = {0, KF_CUDA_RECIPE_GEMM_EPI_REGS,
+                                     KF_CUDA_RECIPE_GEMM_EPI_UNPACKED};
+    for (int t = 0; t < 3; t++) {
+        planned p;
+        plan_text(texts[t], &p);
+        for (int kd = 0; kd < 3; kd++) {
+            bool regs = kd == 1, forms = kd == 0;
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                                   KF_CUDA_RECIPE_GEMM_GENERATED | kinds[kd]);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            assert_true((strstr(rc->variants[0].how, "epilogue stored by TMA") != NULL) == !regs);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            const char *src = ks->kernel.source;
+            bool pk = t == 0 && forms;
+            assert_true((strstr(src, "kf_gm_bf16x2r<0, VV, true, false>(") != NULL) == pk);
+            assert_true((strstr(src, "kf_bf16x2<0, VV>(") != NULL) == (t == 0 && !forms));
+            assert_true((strstr(src, "return kf_pk_bf16(lo, hi);") != NULL) == pk);
+            assert_true((strstr(src, "kf_gm_ldv<VV>(lp, l") != NULL) == forms);
+            if (!regs) {
+                char *sass = malloc(1 << 22);
+                assert_non_null(sass);
+                kf_sass_text(&MEM, &ks->kernel, sass, 1 << 22);
+                size_t st = count_of(sass, "UTMASTG"), f2fp = count_of(sass, "F2FP");
+                assert_true(st > 0);
+                /* 16 pairs a chunk: one F2FP each with the bf16x2 add; the
+                 * bias alone rounds in its pack, one a pair too; the code
+                 * before (EPI_UNPACKED) rounded each value of the sum,
+                 * unpacked the bf16x2 result and packed it again */
+                if (t != 1 && forms && f2fp > 16 * st)
+                    fail_msg("case %d: %zu F2FP for %zu TMA stores (16 a chunk)", t, f2fp, st);
+                if (t == 0 && !forms && f2fp < 48 * st)
+                    fail_msg("EPI_UNPACKED: %zu F2FP for %zu TMA stores (48 a chunk)", f2fp, st);
+                free(sass);
+            }
+            kf_cuda_recipes_destroy(rec);
+        }
+        plan_release(&p);
+    }
+}
+
 /* The row operands prefetched into L2 when a tile starts
  * (KF_CUDA_RECIPE_GEMM_EPI_PF, internal; with the TMA-store epilogue): a
  * residual's rows, one bulk prefetch a row (UBLKPF) on ping-pong and
@@ -1913,6 +1982,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_epilogue_row_operands_prefetch_to_l2),
+        cmocka_unit_test(test_tma_store_epilogue_packs_bf16_pairs_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_sm80_kernel),

@@ -69,6 +69,12 @@ typedef struct cg {
     bool tanh_formula;  /* gelu_tanh by its formula (kf_gelu_tanh), never the bf16 table: the
                            sm_90a GEMM's epilogue, where the formula costs fewer instructions
                            than the lookup and its out-of-range selects */
+    bool pk_raw;        /* the sm_90a GEMM's TMA-store epilogue's bf16 pair forms
+                           (cg_gemm_epi.c): a bf16x2 op's operands that are bf16 ops
+                           rounded here packed from their unrounded values, one
+                           cvt.rn.bf16x2 a pair (cg_raw_feed, kf_gm_bf16x2r); an exact
+                           bf16 output packed by bit operations (kf_gm_pack2); bf16 pairs
+                           loaded by a shift and a mask (kf_gm_ldv) */
     bool *stored;       /* per node: written to an output buffer of its own dtype (cg_raw_of) */
     uint8_t *kvary;     /* per node: a cg_kvary (cg_kvary_fill), or NULL: cg_emit_nodes reads
                            every remapped LOAD element by element */
@@ -171,6 +177,9 @@ bool cg_exact_bf16(const cg *c, uint32_t s);
 /* Node i's value before its rounding is vNu, which a store to a buffer of its
  * own dtype converts once (the `u` suffix of a store's operand). */
 bool cg_raw_of(const cg *c, uint32_t i, bool arr);
+/* With c->pk_raw: node i is a bf16 op rounded here that a needed bf16x2 op
+ * (kf_bf16x2) reads; cg_emit_nodes gives its unrounded value vNu too. */
+bool cg_raw_feed(const cg *c, uint32_t i);
 
 /* Whether i32 node i (+, -, x, negation of indices and constants) provably
  * stays inside i32, so cg_emit_nodes writes it as the plain operator. */

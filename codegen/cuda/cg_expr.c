@@ -283,6 +283,25 @@ bool cg_raw_of(const cg *c, uint32_t i, bool arr) {
            cg_round_fn(e->dtype) && !gelu_tab_node(c, i, true) && !(arr && packed_op(c, i) >= 0);
 }
 
+/* c->pk_raw (the sm_90a GEMM's TMA-store epilogue): node i, a bf16 add/sub/mul
+ * or other bf16 op rounded here, is an operand of a needed bf16x2 op. The
+ * pair kf_bf16x2 packs from two rounded values was two F2FP (one a rounding)
+ * and two bit ops to merge their halves; from the unrounded values it is one
+ * cvt.rn.bf16x2.f32, the same bits (each half rounded to nearest even by the
+ * same conversion kf_round_bf16 makes). GPT-2's out projection + bias +
+ * residual: the bias sum h + b feeds the residual's bf16x2 add. */
+bool cg_raw_feed(const cg *c, uint32_t i) {
+    const kf_expr *e = &c->g->expr[i];
+    if (!c->pk_raw || e->kind != KF_EXPR_OP || e->dtype != KF_DTYPE_BF16 || e->tensor == KF_NONE ||
+        c->ov[i][0] || gelu_tab_node(c, i, true) || packed_op(c, i) >= 0)
+        return false;
+    for (uint32_t j = i + 1; j < c->n; j++)
+        if (c->need[j] && packed_op(c, j) >= 0 &&
+            (c->g->expr[j].src[0] == i || c->g->expr[j].src[1] == i))
+            return true;
+    return false;
+}
+
 /* One statement per needed node, in node order: `const T vN = ...;`. The
  * coordinate nodes and loads come from c->ov; `coord` gives the coordinate of
  * axis d of a space (a string), `ind` the indentation.
@@ -417,12 +436,20 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
         }
         int pk = arr ? packed_op(c, i) : -1;
         if (pk >= 0) {
-            cg_printf(&c->s, "%s%s v%u[VV];\n%skf_bf16x2<%d, VV>(v%u, v%u, v%u);\n", ind, rt, i,
-                      ind, pk, i, e->src[0], e->src[1]);
+            bool ra = cg_raw_feed(c, e->src[0]), rb = cg_raw_feed(c, e->src[1]);
+            if (ra || rb) /* an operand packed from its unrounded value (cg_raw_feed) */
+                cg_printf(&c->s,
+                          "%s%s v%u[VV];\n%skf_gm_bf16x2r<%d, VV, %s, %s>(v%u, v%u%s, v%u%s);\n",
+                          ind, rt, i, ind, pk, ra ? "true" : "false", rb ? "true" : "false", i,
+                          e->src[0], ra ? "u" : "", e->src[1], rb ? "u" : "");
+            else
+                cg_printf(&c->s, "%s%s v%u[VV];\n%skf_bf16x2<%d, VV>(v%u, v%u, v%u);\n", ind, rt, i,
+                          ind, pk, i, e->src[0], e->src[1]);
             continue;
         }
-        /* cg_raw_of: the op's value is vNu, and vN its rounding (after the switch) */
-        const bool raw = cg_raw_of(c, i, arr);
+        /* cg_raw_of: the op's value is vNu, and vN its rounding (after the
+         * switch); cg_raw_feed: the same, for a bf16x2 op's operand */
+        const bool raw = cg_raw_of(c, i, arr) || (arr && cg_raw_feed(c, i));
         const char *sfx = raw ? "u" : "";
         if (raw)
             rnd = NULL;

@@ -267,6 +267,55 @@ bool cg_gemm_space_is_product(const kf_group *g, const kf_cuda_gemm_shape *sh) {
            cg_numel_of(g->rank, g->dims) == sh->batch * sh->m * sh->n;
 }
 
+/* kf_bf16x2 with operand a (RA) or b (RB) given unrounded (cg_raw_feed): its
+ * pairs rounded and packed by one cvt.rn.bf16x2.f32, the bits kf_pk_bf16
+ * makes of the two values kf_round_bf16 rounds. */
+static const char gemm_bf16x2r[] =
+    "/* kf_bf16x2 with a (RA) or b (RB) unrounded: rounded and packed in one cvt. */\n"
+    "template <bool R> __device__ __forceinline__ unsigned kf_gm_pk2(float lo, float hi) {\n"
+    "    unsigned v;\n"
+    "    if (!R)\n"
+    "        return kf_pk_bf16(lo, hi);\n"
+    "    asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(v) : \"f\"(hi), \"f\"(lo));\n"
+    "    return v;\n}\n"
+    "template <int OP, int VV, bool RA, bool RB>\n"
+    "__device__ __forceinline__ void kf_gm_bf16x2r(float *d, const float *a, const float *b) {\n"
+    "#pragma unroll\n"
+    "    for (int k = 0; k + 1 < VV; k += 2) {\n"
+    "        const unsigned r =\n"
+    "            kf_bop2<OP>(kf_gm_pk2<RA>(a[k], a[k + 1]), kf_gm_pk2<RB>(b[k], b[k + 1]));\n"
+    "        d[k] = kf_lo_bf16(r);\n"
+    "        d[k + 1] = kf_hi_bf16(r);\n"
+    "    }\n"
+    "    if (VV & 1)\n"
+    "        d[VV - 1] = kf_bop1<OP>(RA ? kf_round_bf16(a[VV - 1]) : a[VV - 1],\n"
+    "                                RB ? kf_round_bf16(b[VV - 1]) : b[VV - 1]);\n"
+    "}\n\n";
+
+/* kf_ldv for the epilogue's vector loads (c->pk_raw): a bf16 pair's two
+ * values from its 32-bit word as kf_lo_bf16 and kf_hi_bf16 do (a shift, a
+ * mask), where kf_cvt of the second element was a byte permute and a shift
+ * (sm_90a, GPT-2's out projection: the bias words, ~3 instructions each);
+ * a pair kf_bf16x2 packs again (a residual) folds back into the word. */
+static const char gemm_ldv[] =
+    "/* kf_ldv; bf16 pairs unpacked by a shift and a mask (cg_gemm_epi.c). */\n"
+    "template <int N, typename T, typename R>\n"
+    "__device__ __forceinline__ void kf_gm_ldv(const T *p, R *out) {\n"
+    "    kf_ldv<N>(p, out);\n}\n"
+    "template <int N> __device__ __forceinline__ void kf_gm_ldv(const kf_bf16 *p, float *out) {\n"
+    "    if (N % 2 != 0) {\n"
+    "        kf_ldv<N>(p, out);\n"
+    "        return;\n"
+    "    }\n"
+    "    kf_raw<N * 2> r;\n"
+    "    kf_raw_ld(p, r);\n"
+    "    const unsigned *w = reinterpret_cast<const unsigned *>(r.b);\n"
+    "#pragma unroll\n"
+    "    for (int k = 0; k < N / 2; k++) {\n"
+    "        out[2 * k] = kf_lo_bf16(w[k]);\n"
+    "        out[2 * k + 1] = kf_hi_bf16(w[k]);\n"
+    "    }\n}\n\n";
+
 void cg_gemm_emit_fast_ops(cg *c) {
     cg_puts(&c->s, gemm_fast_ops);
     emit_gelu_tab_v(c);
@@ -516,6 +565,8 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
         if (!off[0])
             snprintf(off, sizeof off, "0");
         size_t vl_at = ep->vl.len; /* where this load's text starts (row: which functions) */
+        /* kf_gm_ldv (c->pk_raw): bf16 pairs unpacked by a shift and a mask */
+        const char *ldv = c->pk_raw ? "kf_gm_ldv" : "kf_ldv";
         if (vector) {
             /* Aligned by construction when the base is (AL) and every other
              * stride and N are multiples of 8 elements (c0 is): then one
@@ -539,14 +590,14 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                 "            for (int k = 0; k < VV; k++)\n"
                 "                l%u[k] = 0;\n"
                 "            if (KF_EPI_NIN || c0 < KF_N)\n"
-                "                kf_ldv<VV>(lp, l%u);\n"
+                "                %s<VV>(lp, l%u);\n"
                 "        } else if (c0 + VV <= KF_N && kf_aligned(lp, kf_gm_vbytes<VV>(lp))) {\n"
-                "            kf_ldv<VV>(lp, l%u);\n        } else {\n"
+                "            %s<VV>(lp, l%u);\n        } else {\n"
                 "            for (int k = 0; k < VV; k++)\n"
                 "                l%u[k] = c0 + k < KF_N ? kf_ld(lp + k) : decltype(kf_ld(lp))(0);\n"
                 "        }\n    }\n",
                 cg_reg_type(e->dtype), i, c->param[i], off,
-                stat ? "AL && (VV == 8 || VV == 2)" : "false", i, i, i, i);
+                stat ? "AL && (VV == 8 || VV == 2)" : "false", i, ldv, i, ldv, i, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
             /* epi_pf: a row operand (its address varies with the row: a
              * residual, not a bias) aligned by construction, elements of 2
@@ -648,6 +699,14 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
      * load, per load (sm_90a, GPT-2's out projection: 668 instructions a
      * 64 x 64 chunk of the TMA-store epilogue with the test, 377 without) */
     cg_puts(&c->s, "#ifndef KF_EPI_NIN\n#define KF_EPI_NIN 0\n#endif\n");
+    bool feeds = false; /* kf_gm_bf16x2r where a bf16x2 op reads an unrounded operand */
+    for (uint32_t i = 0; i < c->n && !feeds; i++)
+        feeds = c->need[i] && cg_raw_feed(c, i);
+    if (feeds)
+        cg_puts(&c->s, gemm_bf16x2r);
+    if ((ep->vl.p && strstr(ep->vl.p, "kf_gm_ldv<")) ||
+        (ep->vl_pre.p && strstr(ep->vl_pre.p, "kf_gm_ldv<")))
+        cg_puts(&c->s, gemm_ldv);
     if (ep->row)
         row_emit(c, x, ep);
     /* the accumulators: f32, or f64 for an f64 product (the SIMT kernel) */
@@ -768,7 +827,18 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
     }
     kf_mem_free(c->mem, ep->pf.p, ep->pf.cap);
     memset(&ep->pf, 0, sizeof ep->pf);
-    if (sh->epi_tma) /* the TMA-store epilogue's pair of output values, packed */
+    /* The TMA-store epilogue's pair of output values, packed. Values exact in
+     * bf16 (a bf16x2 op's, kf_bf16x2: the residual add) are packed by
+     * kf_pk_bf16's bit operations, which fold with the unpacking of the
+     * bf16x2 result into nothing; a cvt (opaque asm) was an unpack and a
+     * repack, three instructions a pair (GPT-2's out projection: 48 of a
+     * 64 x 64 chunk's 266). The same bits: a bf16 value converts to itself. */
+    const uint32_t on0 = ep->outs[0].node;
+    if (c->pk_raw && sh->epi_tma && ep->outs[0].dtype == KF_DTYPE_BF16 && on0 != KF_NONE &&
+        cg_exact_bf16(c, on0) && !cg_raw_of(c, on0, true))
+        cg_puts(&c->s, "__device__ __forceinline__ unsigned kf_gm_pack2(float lo, float hi) {\n"
+                       "    return kf_pk_bf16(lo, hi); /* exact bf16 values */\n}\n\n");
+    else if (sh->epi_tma)
         cg_printf(&c->s,
                   "__device__ __forceinline__ unsigned kf_gm_pack2(float lo, float hi) {\n"
                   "    unsigned v;\n"

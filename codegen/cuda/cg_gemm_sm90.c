@@ -334,6 +334,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
 
     c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_SM90;
     c.tanh_formula = true;
+    /* the TMA-store epilogue's bf16 pair forms (cg_raw_feed, kf_gm_pack2,
+     * kf_gm_ldv; internal EPI_UNPACKED keeps the code before) */
+    c.pk_raw = sh->epi_tma && !sh->epi_unpacked;
     cg_set_name(&c, sh->sk_grid ? "sk_" : ""); /* stream-K */
     chunk_ctx *x = kf_mem_calloc(c.mem, 1, sizeof *x);
     bool *apro_need = kf_mem_calloc(c.mem, c.n + 1, sizeof *apro_need);

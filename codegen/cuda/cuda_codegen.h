@@ -422,6 +422,9 @@ typedef struct kf_cuda_gemm_shape {
                                   the tiles cover N exactly, and the TMA-store epilogue's loads
                                   take the column as its 32-bit copy (the code before; internal,
                                   for measuring: KF_CUDA_RECIPE_GEMM_EPI_NTEST) */
+    bool epi_unpacked;         /* sm_90a: the TMA-store epilogue without its bf16 pair forms
+                                  (the code before; internal, for measuring:
+                                  KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) */
     bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
                                   the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
                                   the TMA-store epilogue skips it by default) */

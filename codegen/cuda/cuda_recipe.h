@@ -247,6 +247,13 @@ enum {
  * (cg_attention_pair.c: two neighbouring keys at once, bf16x2 arithmetic)
  * takes fewer instructions; kept to measure the two against each other */
 #define KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE (UINT64_C(1) << 38)
+/* internal: a generated sm_90a GEMM's TMA-store epilogue without its bf16
+ * pair forms (cg_raw_feed: a bf16x2 op's rounded operand packed from its
+ * unrounded values by one cvt; kf_gm_pack2 packing an exact bf16x2 result by
+ * bit operations; kf_gm_ldv unpacking bf16 pairs by a shift and a mask): the
+ * code before, kept to measure the two against each other (GPT-2's out
+ * projection: 266 SASS instructions a 64 x 64 chunk against ~160) */
+#define KF_CUDA_RECIPE_GEMM_EPI_UNPACKED (UINT64_C(1) << 44)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {

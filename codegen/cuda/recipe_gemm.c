@@ -999,6 +999,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.epi_pf = sh.epi_tma && (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_PF) && !sh.sk_grid;
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
     sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
+    sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
