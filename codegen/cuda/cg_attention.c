@@ -299,6 +299,15 @@ bool kf_cuda_attention_supported(const kf_plan *plan, uint32_t group, const char
     return unsupported(plan, &plan->groups[group], arch, ops, why, size) == NULL;
 }
 
+/* The extent of the batch axes inside score-space batch axis ax (those
+ * after it, up to the rows): bh / it % dims[ax] is bh's coordinate on ax. */
+static int64_t bh_inner(const kf_group *g, int ax) {
+    int64_t inner = 1;
+    for (int d = ax + 1; d < g->rank - 2; d++)
+        inner *= g->dims[d];
+    return inner;
+}
+
 /* The TMA map axes of operand o beyond (head dim, rows): its batch axes of
  * the score space that it does not broadcast, innermost first, into ax[]
  * (at most 3: a map has 5 dims); -1 when there are more. */
@@ -898,13 +907,9 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int 
                       "}], [%%%d], %%%d;\" :: \"r\"(dst), \"l\"((unsigned long long)m), "
                       "\"r\"(c0), \"r\"(row)",
                       4 + n, 5 + n);
-            for (int a = 0; a < n; a++) {
-                int64_t inner = 1;
-                for (int d = ax[a] + 1; d < g->rank - 2; d++)
-                    inner *= g->dims[d];
-                cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))", (long long)inner,
-                          (long long)g->dims[ax[a]]);
-            }
+            for (int a = 0; a < n; a++)
+                cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))",
+                          (long long)bh_inner(g, ax[a]), (long long)g->dims[ax[a]]);
             cg_puts(&c->s, ", \"r\"(bar), \"h\"((unsigned short)3) : \"memory\");\n"
                            "    (void)bh;\n}\n");
             continue;
@@ -913,13 +918,9 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int 
                   "__device__ __forceinline__ void %s(unsigned dst, const kf_tmap *m, int c0, int "
                   "row, long long bh, unsigned bar) {\n    kf_hp_tma%d(dst, m, c0, row",
                   fn[i], 2 + n);
-        for (int a = 0; a < n; a++) {
-            int64_t inner = 1;
-            for (int d = ax[a] + 1; d < g->rank - 2; d++)
-                inner *= g->dims[d];
-            cg_printf(&c->s, ", (int)(bh / %lldLL %% %lldLL)", (long long)inner,
+        for (int a = 0; a < n; a++)
+            cg_printf(&c->s, ", (int)(bh / %lldLL %% %lldLL)", (long long)bh_inner(g, ax[a]),
                       (long long)g->dims[ax[a]]);
-        }
         cg_puts(&c->s, ", bar);\n    (void)bh;\n}\n");
     }
     /* kf_tmapf_k / _v: the same boxes of K and V into L2 alone */
@@ -934,13 +935,9 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int 
         for (int a = 0; a < n; a++)
             cg_printf(&c->s, ", %%%d", 3 + a);
         cg_puts(&c->s, "}];\" :: \"l\"((unsigned long long)m), \"r\"(c0), \"r\"(row)");
-        for (int a = 0; a < n; a++) {
-            int64_t inner = 1;
-            for (int d = ax[a] + 1; d < g->rank - 2; d++)
-                inner *= g->dims[d];
-            cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))", (long long)inner,
-                      (long long)g->dims[ax[a]]);
-        }
+        for (int a = 0; a < n; a++)
+            cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))",
+                      (long long)bh_inner(g, ax[a]), (long long)g->dims[ax[a]]);
         cg_puts(&c->s, " : \"memory\");\n    (void)bh;\n}\n");
     }
     cg_puts(&c->s, "\n");
