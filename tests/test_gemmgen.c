@@ -1704,6 +1704,53 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
     }
 }
 
+/* The set tests' case: x (1000 x 256) through LayerNorm (layer_norm) or
+ * RMSNorm, read by three GEMMs of 256, 64 and 72 columns (q with a bias, k
+ * through gelu or silu -- bf16 gelu: a later member's table -- v bare), in
+ * dtype t, planned into *p. Returns the sibling set's first group. */
+static uint32_t plan_sib_set(planned *p, const char *t, bool layer_norm, bool gelu) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "kfg 1\nx = input(%s[1000, 256])\ng = input(%s[256])\nbt = input(%s[256])\n"
+             "wq = input(%s[256, 256])\nbq = input(%s[256])\nwk = input(%s[256, 64])\n"
+             "wv = input(%s[256, 72])\nn = %s\n"
+             "q0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\nk = %s(k0)\n"
+             "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
+             t, t, t, t, t, t, t,
+             layer_norm ? "layer_norm(x, g, bt, eps=1e-5)" : "rms_norm(x, g, eps=1e-6)",
+             gelu ? "gelu" : "silu");
+    plan_text(text, p);
+    uint32_t first = KF_NONE;
+    for (uint32_t gi = 0; gi < p->plan->n_groups && first == KF_NONE; gi++)
+        if (kf_group_in_gemm_sib_set(&p->plan->groups[gi]))
+            first = gi;
+    assert_int_not_equal(first, KF_NONE);
+    return first;
+}
+
+/* Compiles every kernel step of recipe rc (its one variant's) with NVRTC, a
+ * failure failing the test, and returns its one GEMM step, which must come
+ * after every pre-pass. */
+static const kf_cuda_kstep *compile_steps_one_gemm(const kf_cuda_recipe *rc) {
+    const kf_cuda_kstep *gemm = NULL;
+    uint32_t gemms = 0;
+    for (uint32_t i = 0; i < rc->n_steps; i++) {
+        const kf_cuda_kstep *ks = rc->steps[i].kernel;
+        kf_nvrtc_result res;
+        char err[KF_MSG_MAX] = "";
+        if (kf_cuda_kernel_compile(&MEM, &ks->kernel, &res, err) != KF_OK)
+            fail_msg("%s: %s\n%s", ks->kernel.name, err, res.log ? res.log : "");
+        kf_nvrtc_result_release(&MEM, &res);
+        if (ks->role != KF_CUDA_ROLE_GEMM)
+            continue;
+        gemms++;
+        assert_int_equal(i, rc->n_steps - 1); /* after every pre-pass */
+        gemm = ks;
+    }
+    assert_int_equal(gemms, 1);
+    return gemm;
+}
+
 /* A sibling set as ONE sm_90a kernel over its members' concatenated columns
  * (KF_CUDA_RECIPE_GEMM_SIB_ONE, internal): GQA-like ragged members (q 256 +
  * bias, k 64 silu or gelu, v 72 bare: the set's tile columns 2 + 1 + 1) behind one
@@ -1716,24 +1763,8 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
     (void)state;
     static const char *const dts[] = {"bf16", "f16"};
     for (int c = 0; c < 3; c++) {
-        const char *t = dts[c == 2];
-        char text[1024];
-        snprintf(text, sizeof text,
-                 "kfg 1\nx = input(%s[1000, 256])\ng = input(%s[256])\nbt = input(%s[256])\n"
-                 "wq = input(%s[256, 256])\nbq = input(%s[256])\nwk = input(%s[256, 64])\n"
-                 "wv = input(%s[256, 72])\nn = %s\n"
-                 "q0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\nk = %s(k0)\n"
-                 "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
-                 t, t, t, t, t, t, t,
-                 c == 1 ? "layer_norm(x, g, bt, eps=1e-5)" : "rms_norm(x, g, eps=1e-6)",
-                 c == 0 ? "gelu" : "silu"); /* bf16 gelu: a later member's table */
         planned p;
-        plan_text(text, &p);
-        uint32_t first = KF_NONE;
-        for (uint32_t gi = 0; gi < p.plan->n_groups && first == KF_NONE; gi++)
-            if (kf_group_in_gemm_sib_set(&p.plan->groups[gi]))
-                first = gi;
-        assert_int_not_equal(first, KF_NONE);
+        uint32_t first = plan_sib_set(&p, dts[c == 2], c == 1, c == 0);
         assert_int_equal(p.plan->groups[first].gemm.sib_count, 3);
         kf_cuda_recipes *rec =
             kf_sass_recipes(&MEM, p.plan, "h100", NULL,
@@ -1746,35 +1777,22 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
         assert_int_equal(count_steps(rc, 0, "stats_"), 1);
         assert_int_equal(count_steps(rc, 0, "fold_"), 3);
         assert_int_equal(count_steps(rc, 0, "sib3_"), 1);
-        uint32_t gemms = 0;
-        for (uint32_t i = 0; i < rc->n_steps; i++) {
-            const kf_cuda_kstep *ks = rc->steps[i].kernel;
-            kf_nvrtc_result res;
-            char err[KF_MSG_MAX] = "";
-            if (kf_cuda_kernel_compile(&MEM, &ks->kernel, &res, err) != KF_OK)
-                fail_msg("%s: %s\n%s", ks->kernel.name, err, res.log ? res.log : "");
-            kf_nvrtc_result_release(&MEM, &res);
-            if (ks->role != KF_CUDA_ROLE_GEMM)
-                continue;
-            gemms++;
-            assert_int_equal(i, rc->n_steps - 1); /* after every pre-pass */
-            kf_sass_check_hopper(&MEM, &ks->kernel);
-            /* A, then each member's B and output (the TMA-store epilogue) */
-            assert_int_equal(ks->n_tmaps, 7);
-            for (uint32_t m = 0; m < 7; m++) {
-                assert_int_equal(ks->args[m].kind, KF_CUDA_ARG_TMAP);
-                assert_int_equal(ks->args[m].value, m);
-            }
-            assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_TENSOR); /* the norm's input */
-            for (uint32_t j = 0; j < 3; j++) {
-                assert_int_equal(ks->args[1 + 2 * j].buf.kind, KF_CUDA_BUF_SCRATCH); /* diag(g) B */
-                assert_true(ks->args[2 + 2 * j].written);
-                assert_int_equal(ks->tmaps[2 + 2 * j].dims[0], j == 0 ? 256u : j == 1 ? 64u : 72u);
-            }
-            /* every member's tile columns, one raster: (2 + 1 + 1) x 8 tiles */
-            assert_int_equal(ks->kernel.launch.work_items, 32u);
+        const kf_cuda_kstep *ks = compile_steps_one_gemm(rc);
+        kf_sass_check_hopper(&MEM, &ks->kernel);
+        /* A, then each member's B and output (the TMA-store epilogue) */
+        assert_int_equal(ks->n_tmaps, 7);
+        for (uint32_t m = 0; m < 7; m++) {
+            assert_int_equal(ks->args[m].kind, KF_CUDA_ARG_TMAP);
+            assert_int_equal(ks->args[m].value, m);
         }
-        assert_int_equal(gemms, 1);
+        assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_TENSOR); /* the norm's input */
+        for (uint32_t j = 0; j < 3; j++) {
+            assert_int_equal(ks->args[1 + 2 * j].buf.kind, KF_CUDA_BUF_SCRATCH); /* diag(g) B */
+            assert_true(ks->args[2 + 2 * j].written);
+            assert_int_equal(ks->tmaps[2 + 2 * j].dims[0], j == 0 ? 256u : j == 1 ? 64u : 72u);
+        }
+        /* every member's tile columns, one raster: (2 + 1 + 1) x 8 tiles */
+        assert_int_equal(ks->kernel.launch.work_items, 32u);
         kf_cuda_recipes_destroy(rec);
         /* the default takes the one kernel too; SIB_APART keeps a GEMM each */
         rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
@@ -1865,26 +1883,10 @@ static void test_gemm_sibling_set_runs_as_one_sm80_kernel(void **state) {
     (void)state;
     static const char *const dts[] = {"bf16", "f16"};
     for (int c = 0; c < 4; c++) {
-        const char *t = dts[c % 2];
         const char *dev = c < 2 ? "a100" : "h100";
         unsigned force = c < 2 ? 0u : KF_CUDA_RECIPE_GEMM_SM80;
-        char text[1024];
-        snprintf(text, sizeof text,
-                 "kfg 1\nx = input(%s[1000, 256])\ng = input(%s[256])\nbt = input(%s[256])\n"
-                 "wq = input(%s[256, 256])\nbq = input(%s[256])\nwk = input(%s[256, 64])\n"
-                 "wv = input(%s[256, 72])\nn = %s\n"
-                 "q0 = matmul(n, wq)\nq = add(q0, bq)\nk0 = matmul(n, wk)\nk = %s(k0)\n"
-                 "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
-                 t, t, t, t, t, t, t,
-                 c == 1 ? "layer_norm(x, g, bt, eps=1e-5)" : "rms_norm(x, g, eps=1e-6)",
-                 c == 0 ? "gelu" : "silu"); /* bf16 gelu: a later member's table */
         planned p;
-        plan_text(text, &p);
-        uint32_t first = KF_NONE;
-        for (uint32_t gi = 0; gi < p.plan->n_groups && first == KF_NONE; gi++)
-            if (kf_group_in_gemm_sib_set(&p.plan->groups[gi]))
-                first = gi;
-        assert_int_not_equal(first, KF_NONE);
+        uint32_t first = plan_sib_set(&p, dts[c % 2], c == 1, c == 0);
         kf_cuda_recipes *rec = kf_sass_recipes(
             &MEM, p.plan, dev, NULL,
             KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE | force);
@@ -1897,32 +1899,19 @@ static void test_gemm_sibling_set_runs_as_one_sm80_kernel(void **state) {
         assert_int_equal(count_steps(rc, 0, "stats_"), 1);
         assert_int_equal(count_steps(rc, 0, "fold_"), 3);
         assert_int_equal(count_steps(rc, 0, "sib3_mma_"), 1);
-        uint32_t gemms = 0;
-        for (uint32_t i = 0; i < rc->n_steps; i++) {
-            const kf_cuda_kstep *ks = rc->steps[i].kernel;
-            kf_nvrtc_result res;
-            char err[KF_MSG_MAX] = "";
-            if (kf_cuda_kernel_compile(&MEM, &ks->kernel, &res, err) != KF_OK)
-                fail_msg("%s: %s\n%s", ks->kernel.name, err, res.log ? res.log : "");
-            kf_nvrtc_result_release(&MEM, &res);
-            if (ks->role != KF_CUDA_ROLE_GEMM)
-                continue;
-            gemms++;
-            assert_int_equal(i, rc->n_steps - 1); /* after every pre-pass */
-            assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
-            kf_sass_check_ampere(&MEM, &ks->kernel);
-            assert_int_equal(ks->n_tmaps, 0);
-            for (uint32_t m = 0; m < 4; m++)
-                assert_int_equal(ks->args[m].kind, KF_CUDA_ARG_PTR);
-            assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_TENSOR); /* the norm's input */
-            for (uint32_t j = 1; j < 4; j++)
-                assert_int_equal(ks->args[j].buf.kind, KF_CUDA_BUF_SCRATCH); /* diag(g) B */
-            assert_int_equal(ks->n_args, 4 + ks->kernel.n_params);
-            assert_int_equal(ks->kernel.launch.work_items, 7u * 16u);
-            assert_int_equal(ks->grid[0], 7u * 16u);
-            assert_int_equal(ks->grid[2], 1u);
-        }
-        assert_int_equal(gemms, 1);
+        const kf_cuda_kstep *ks = compile_steps_one_gemm(rc);
+        assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_GEMM_SM80);
+        kf_sass_check_ampere(&MEM, &ks->kernel);
+        assert_int_equal(ks->n_tmaps, 0);
+        for (uint32_t m = 0; m < 4; m++)
+            assert_int_equal(ks->args[m].kind, KF_CUDA_ARG_PTR);
+        assert_int_equal(ks->args[0].buf.kind, KF_CUDA_BUF_TENSOR); /* the norm's input */
+        for (uint32_t j = 1; j < 4; j++)
+            assert_int_equal(ks->args[j].buf.kind, KF_CUDA_BUF_SCRATCH); /* diag(g) B */
+        assert_int_equal(ks->n_args, 4 + ks->kernel.n_params);
+        assert_int_equal(ks->kernel.launch.work_items, 7u * 16u);
+        assert_int_equal(ks->grid[0], 7u * 16u);
+        assert_int_equal(ks->grid[2], 1u);
         kf_cuda_recipes_destroy(rec);
         rec =
             kf_sass_recipes(&MEM, p.plan, dev, NULL,
