@@ -118,10 +118,12 @@ __device__ __forceinline__ void kf_gm_rs_merge_b(kf_gm_rs &a, const kf_gm_rs &b)
     a.se += b.se;
 }
 
-/* The quad of lanes that holds a row merges its partials (two butterflies). */
-__device__ __forceinline__ void kf_gm_rs_quad_a(kf_gm_rs &s) {
+/* The W consecutive lanes that hold a row (a quad in the mma fragments, W 4)
+ * merge their partials: xor butterflies, so every one of them ends with the
+ * same bits (step A, then step B). */
+template <int W> __device__ __forceinline__ void kf_gm_rs_lanes_a(kf_gm_rs &s) {
 #pragma unroll
-    for (int m = 1; m <= 2; m <<= 1) {
+    for (int m = 1; m < W; m <<= 1) {
         if (KF_RS_SUM)
             s.sum += __shfl_xor_sync(0xffffffffu, s.sum, m);
         if (KF_RS_SQ)
@@ -131,9 +133,9 @@ __device__ __forceinline__ void kf_gm_rs_quad_a(kf_gm_rs &s) {
     }
 }
 
-__device__ __forceinline__ void kf_gm_rs_quad_b(kf_gm_rs &s) {
+template <int W> __device__ __forceinline__ void kf_gm_rs_lanes_b(kf_gm_rs &s) {
 #pragma unroll
-    for (int m = 1; m <= 2; m <<= 1) {
+    for (int m = 1; m < W; m <<= 1) {
         if (KF_RS_M2)
             s.m2 += __shfl_xor_sync(0xffffffffu, s.m2, m);
         if (KF_RS_EXP)

@@ -278,30 +278,6 @@ __device__ __forceinline__ void kf_sm_unrotate(const KF_T (&x)[8], KF_T (&y)[8],
 }
 
 #if KF_ROW_EPI
-/* A row's partials merged over the KF_TX consecutive lanes holding it:
- * xor butterflies, so every one of them ends with the same bits (step A,
- * then step B). */
-__device__ __forceinline__ void kf_sm_rs_row_a(kf_gm_rs &s) {
-#pragma unroll
-    for (int m = 1; m < KF_TX; m <<= 1) {
-        if (KF_RS_SUM)
-            s.sum += __shfl_xor_sync(0xffffffffu, s.sum, m);
-        if (KF_RS_SQ)
-            s.sq += __shfl_xor_sync(0xffffffffu, s.sq, m);
-        if (KF_RS_MAX)
-            s.mx = kf_gm_maxnan(s.mx, __shfl_xor_sync(0xffffffffu, s.mx, m));
-    }
-}
-__device__ __forceinline__ void kf_sm_rs_row_b(kf_gm_rs &s) {
-#pragma unroll
-    for (int m = 1; m < KF_TX; m <<= 1) {
-        if (KF_RS_M2)
-            s.m2 += __shfl_xor_sync(0xffffffffu, s.m2, m);
-        if (KF_RS_EXP)
-            s.se += __shfl_xor_sync(0xffffffffu, s.se, m);
-    }
-}
-
 /* The row epilogue of a thread's rows (see the file's head): x in column
  * order replaces the accumulators, then the rows' statistics, then kf_epi. */
 template <bool AL>
@@ -319,13 +295,13 @@ __device__ __forceinline__ void kf_sm_epi(KF_T (&acc)[KF_TM][8], int b, int mb, 
         kf_pre<8, AL>(v, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, acc[i]);
         kf_gm_rs_init(st[i]);
         kf_gm_rs_add_a<8>(st[i], acc[i], nv);
-        kf_sm_rs_row_a(st[i]);
+        kf_gm_rs_lanes_a<KF_TX>(st[i]); /* the KF_TX lanes holding the row */
     }
 #if KF_RS_B
 #pragma unroll
     for (int i = 0; i < KF_TM; i++) {
         kf_gm_rs_add_b<8>(st[i], acc[i], nv);
-        kf_sm_rs_row_b(st[i]);
+        kf_gm_rs_lanes_b<KF_TX>(st[i]);
     }
 #endif
 #pragma unroll

@@ -313,7 +313,7 @@ __device__ __forceinline__ void kf_s8_row_stats(const float (&acc)[KF_MI][KF_NI]
                 kf_gm_rs_add_a<2>(s, xv, left < 0 ? 0 : left > 2 ? 2 : (int)left);
                 KF_XS_SET(xs, mi, j, h, xv[0], xv[1]); /* x in place of the accumulators */
             }
-            kf_gm_rs_quad_a(s);
+            kf_gm_rs_lanes_a<4>(s);
             if (lane % 4 == 0)
                 rs[tr * KF_WN + wn] = s;
         }
@@ -345,7 +345,7 @@ __device__ __forceinline__ void kf_s8_row_stats(const float (&acc)[KF_MI][KF_NI]
                     KF_N - ((long long)nb * KF_ON + wn * KF_WTN + 8 * j + 2 * (lane % 4));
                 kf_gm_rs_add_b<2>(s, xv, left < 0 ? 0 : left > 2 ? 2 : (int)left);
             }
-            kf_gm_rs_quad_b(s);
+            kf_gm_rs_lanes_b<4>(s);
             if (lane % 4 == 0)
                 rb[tr * KF_WN + wn] = s;
         }

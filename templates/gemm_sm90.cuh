@@ -433,7 +433,7 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
             }
 #pragma unroll
             for (int h = 0; h < 2; h++)
-                kf_gm_rs_quad_a(rs[h]);
+                kf_gm_rs_lanes_a<4>(rs[h]);
 #if KF_RS_B
 #pragma unroll
             for (int j = 0; j < KF_ON / 8; j++) {
@@ -447,7 +447,7 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
             }
 #pragma unroll
             for (int h = 0; h < 2; h++)
-                kf_gm_rs_quad_b(rs[h]);
+                kf_gm_rs_lanes_b<4>(rs[h]);
 #endif
 #pragma unroll
             for (int h = 0; h < 2; h++)
