@@ -1380,9 +1380,10 @@ static void test_sm90_attention_with_the_tail_longest_first_matches_the_referenc
 /* Block-sparse keep maps that every batch-head shares, the edges of the
  * sm_90a kernel's walk in shared memory (KF_BS_TABLE): a map that drops
  * every tile (every row the fill's: each query tile visits every key tile),
- * one that keeps every tile, and a random one with a dropped row over 200
- * batch-heads of 5 query tiles (the middle one alone in its unit): 600 units,
- * rounds then the tail, the units paired by kept count. */
+ * one that keeps every tile, and a random one with its ragged last row
+ * dropped over 200 batch-heads of 3 query tiles (the middle one alone in its
+ * unit): 400 units, a round then the tail, the units paired by kept count
+ * (the default form alone: the reference of 200 heads takes seconds). */
 static const struct {
     const char *name, *body;
 } bs_cases[] = {
@@ -1402,14 +1403,14 @@ static const struct {
      "r0 = repeat(bm, axis=0, times=128)\nr1 = repeat(r0, axis=1, times=128)\n"
      "m0 = slice(r1, axis=0, stop=300)\nmk = slice(m0, axis=1, stop=700)\n"
      "ninf = const($[], -inf)\ns1 = where(mk, s0, ninf)\n"},
-    {"block-sparse random keep map, row 2 dropped, 200 heads, Sq 600 Skv 900, head dim 64",
-     "q = input($[2, 100, 600, 64])\nk = input($[2, 100, 900, 64])\n"
-     "v = input($[2, 100, 900, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+    {"block-sparse random keep map, row 2 dropped, 200 heads, Sq 300 Skv 260, head dim 64",
+     "q = input($[2, 100, 300, 64])\nk = input($[2, 100, 260, 64])\n"
+     "v = input($[2, 100, 260, 64])\nqk = matmul(q, k, transpose_b=true)\n"
      "sc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
-     "kin = input(bool[5, 8])\nri = iota(i32[5, 1], axis=0)\ntwo = const(i32[], 2)\n"
+     "kin = input(bool[3, 3])\nri = iota(i32[3, 1], axis=0)\ntwo = const(i32[], 2)\n"
      "rok = ne(ri, two)\nno = const(bool[], 0)\nbm = where(rok, kin, no)\noutput bm\n"
      "r0 = repeat(bm, axis=0, times=128)\nr1 = repeat(r0, axis=1, times=128)\n"
-     "m0 = slice(r1, axis=0, stop=600)\nmk = slice(m0, axis=1, stop=900)\n"
+     "m0 = slice(r1, axis=0, stop=300)\nmk = slice(m0, axis=1, stop=260)\n"
      "fill = const($[], -30000)\ns1 = where(mk, s0, fill)\n"},
 };
 
@@ -1444,6 +1445,8 @@ static void test_sm90_attention_block_sparse_forms_match_the_reference(void **st
         kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
         ctx->recipe_flags = forms[f];
         for (size_t i = 0; i <= N_OF(bs_cases); i++) {
+            if (i == 2 && f != 0) /* the 200 heads: the default form alone */
+                continue;
             const char *name = i < N_OF(bs_cases) ? bs_cases[i].name : shared;
             kf_graph *g =
                 fused_graph(ctx, i < N_OF(bs_cases) ? bs_cases[i].body : shared_body, "bf16", name);
