@@ -88,6 +88,11 @@
  * same kept key tiles (kf_bs_next, generated, reading the map), so the ring's
  * stage order agrees; the first and last tiles are j0 and the last jn < t_hi
  * rather than t_lo and t_hi - 1 (attention.cuh says which tiles are kept).
+ * Where one map serves every batch-head (KF_BS_TABLE, the generator's
+ * default there), the block first builds the walk in shared memory --
+ * kf_bs_next one load, not a walk of global loads each waiting on the last --
+ * and the units pair query tiles by rank of kept count (KF_QT: the most with
+ * the fewest), the tail longest first (KF_TAIL_LPT), so blocks get like work.
  *
  * All-masked rows: m stays -inf (or the fixed KF_SCORE_MAX), p = 0, l = 0,
  * the row is 0/0 = NaN: the reference's softmax of a row of -inf.
@@ -177,12 +182,20 @@ __device__ __forceinline__ unsigned long long kf_desc_at(unsigned long long d0, 
 #endif
 }
 
+/* KF_QT(r): the query tile of rank r, r itself (a causal mask's tiles rank
+ * by index) but where the generator's block-sparse walk (KF_BS_TABLE) ranks
+ * the query tiles by the key tiles they visit (kf_bs_ord, built by
+ * kf_bs_build before the roles split). */
+#ifndef KF_QT
+#define KF_QT(r_) (r_)
+#endif
+
 /* Item h (0: the longer, 1: the shorter) of unit u: its batch-head and query
  * tile; false when the unit has no item h (the middle tile of an odd NQT). */
 __device__ __forceinline__ bool kf_unit_item(long long u, int h, long long &bh, int &qt) {
     const int p = (int)(u % KF_HALF);
     bh = u / KF_HALF;
-    qt = h ? p : KF_NQT - 1 - p;
+    qt = KF_QT(h ? p : KF_NQT - 1 - p);
     return h == 0 || 2 * p + 1 != KF_NQT;
 }
 
@@ -232,7 +245,7 @@ __device__ __forceinline__ bool kf_lpt_tail(const kf_lpt &l, unsigned k, long lo
             f < (unsigned)KF_UNITS ? ((unsigned)KF_UNITS - f + KF_HALF - 1) / KF_HALF : 0u;
         if (k < c) {
             bh = (long long)(f / KF_HALF + k);
-            qt = longer ? KF_NQT - 1 - p : p;
+            qt = KF_QT(longer ? KF_NQT - 1 - p : p);
             return true;
         }
         k -= c;
@@ -298,6 +311,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tk) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tv) : "memory");
     }
+#ifdef KF_BS_TABLE
+    /* the block-sparse walk and the query tiles' ranks into shared memory
+     * (the generator's): every role reads them from the first item on */
+    static_assert(KF_CLUSTER == 1, "no cluster form takes a keep map");
+    kf_bs_build(KF_ARGS);
+#endif
 #if KF_CLUSTER == 2
     /* both CTAs' barriers set up before any multicast or remote arrival */
     kf_hp_cluster_sync();

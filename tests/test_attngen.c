@@ -369,6 +369,69 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
     }
 }
 
+/* A block-sparse keep map that no batch axis indexes (one map for every
+ * batch-head): by default the sm_90a kernel builds the map's walk in shared
+ * memory (KF_BS_TABLE; form letter s) and pairs its query tiles by kept
+ * count with the tail longest first (KF_QT, KF_TAIL_LPT; letters k and l),
+ * and the report says so; KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER keeps the
+ * walk but not the pairing, KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK neither; a
+ * per-head map (case 6) takes neither. Ragged Sq 520 != Skv 700 and the
+ * bench's B4 H32 S4096 shape; each compiles with no spills. */
+static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
+    (void)state;
+    static const char *const bodies[] = {
+        "q = input($[1, 2, 520, 128])\nk = input($[1, 2, 700, 128])\n"
+        "v = input($[1, 2, 700, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+        "kin = input(bool[5, 6])\nri = iota(i32[5, 1], axis=0)\none = const(i32[], 1)\n"
+        "rok = ne(ri, one)\nno = const(bool[], 0)\nbm = where(rok, kin, no)\noutput bm\n"
+        "r0 = repeat(bm, axis=0, times=128)\nr1 = repeat(r0, axis=1, times=128)\n"
+        "m0 = slice(r1, axis=0, stop=520)\nmk = slice(m0, axis=1, stop=700)\n"
+        "fill = const($[], -30000)\ns1 = where(mk, s0, fill)\n",
+        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
+        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+        "kin = input(bool[32, 32])\nbi = iota(i32[32, 32], axis=0)\n"
+        "bj = iota(i32[32, 32], axis=1)\ndiag = eq(bi, bj)\n"
+        "bm = where(diag, diag, kin)\noutput bm\n"
+        "r0 = repeat(bm, axis=0, times=128)\nmk = repeat(r0, axis=1, times=128)\n"
+        "ninf = const($[], -inf)\ns1 = where(mk, s0, ninf)\n",
+        NULL, /* case 6: per-head maps */
+    };
+    static const uint64_t flags[] = {0, KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER,
+                                     KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK};
+    for (size_t b = 0; b < N_OF(bodies); b++) {
+        char text[4096];
+        graph_text(bodies[b] ? bodies[b] : cases[6].body, "bf16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        for (size_t f = 0; f < (bodies[b] ? N_OF(flags) : 1); f++) {
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, flags[f]);
+            const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+            const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+            const char *how = rc->variants[0].how;
+            const bool table = bodies[b] && f < 2, order = bodies[b] && f == 0;
+            const char *form = strchr(k->name, '_');
+            assert_non_null(form);
+            const bool s = form[-1] == 's' || (form - k->name > 1 && form[-2] == 's');
+            if (table != (strstr(k->source, "#define KF_BS_TABLE 1") != NULL) || table != s ||
+                table != (strstr(how, "its walk built in shared memory") != NULL))
+                fail_msg("body %zu, flags %zu: %s the walk in shared memory: %s\n%s", b, f,
+                         table ? "wants" : "does not want", k->name, how);
+            if (order != (strstr(k->source, "#define KF_QT(r_) ((int)kf_bs_ord") != NULL) ||
+                order != (form[-1] == 'k') ||
+                order != (strstr(how, "query tiles paired by kept key tiles") != NULL) ||
+                order != (strstr(k->source, "#define KF_TAIL_LPT 1") != NULL))
+                fail_msg("body %zu, flags %zu: %s the pairing by kept count and the tail: %s\n%s",
+                         b, f, order ? "wants" : "does not want", k->name, how);
+            kf_sass_check_hopper(&MEM, k);
+            fprintf(stderr, "  body %zu, flags %zu: %s compiles, no spills\n", b, f, k->name);
+            kf_cuda_recipes_destroy(r);
+        }
+        plan_release(&p);
+    }
+}
+
 /* A multiply by 1 after the scale (mul(mul(Q.K^T, c), 1): the bench's
  * non-causal text; under a causal mask too, as the where()'s kept branch)
  * folds as the scale alone: in bf16 and f16 the kernel is the f32-score one
@@ -968,6 +1031,7 @@ int main(void) {
         cmocka_unit_test(test_the_pair_form_of_the_score_takes_bf16x2_arithmetic),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
+        cmocka_unit_test(test_a_shared_keep_map_walks_from_shared_memory),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),
         cmocka_unit_test(test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone),
         cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),

@@ -1377,6 +1377,99 @@ static void test_sm90_attention_with_the_tail_longest_first_matches_the_referenc
     }
 }
 
+/* Block-sparse keep maps that every batch-head shares, the edges of the
+ * sm_90a kernel's walk in shared memory (KF_BS_TABLE): a map that drops
+ * every tile (every row the fill's: each query tile visits every key tile),
+ * one that keeps every tile, and a random one with its ragged last row
+ * dropped over 200 batch-heads of 3 query tiles (the middle one alone in its
+ * unit): 400 units, a round then the tail, the units paired by kept count
+ * (the default form alone: the reference of 200 heads takes seconds). */
+static const struct {
+    const char *name, *body;
+} bs_cases[] = {
+    {"block-sparse keep map dropping every tile, Sq 300 != Skv 700, finite fill",
+     "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 700, 128])\n"
+     "v = input($[1, 2, 700, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "kin = input(bool[3, 6])\nno = const(bool[], 0)\nbm = where(kin, no, no)\noutput bm\n"
+     "r0 = repeat(bm, axis=0, times=128)\nr1 = repeat(r0, axis=1, times=128)\n"
+     "m0 = slice(r1, axis=0, stop=300)\nmk = slice(m0, axis=1, stop=700)\n"
+     "fill = const($[], -30000)\ns1 = where(mk, s0, fill)\n"},
+    {"block-sparse keep map keeping every tile, Sq 300 != Skv 700, -inf",
+     "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 700, 128])\n"
+     "v = input($[1, 2, 700, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "kin = input(bool[3, 6])\nyes = const(bool[], 1)\nbm = where(kin, yes, yes)\noutput bm\n"
+     "r0 = repeat(bm, axis=0, times=128)\nr1 = repeat(r0, axis=1, times=128)\n"
+     "m0 = slice(r1, axis=0, stop=300)\nmk = slice(m0, axis=1, stop=700)\n"
+     "ninf = const($[], -inf)\ns1 = where(mk, s0, ninf)\n"},
+    {"block-sparse random keep map, row 2 dropped, 200 heads, Sq 300 Skv 260, head dim 64",
+     "q = input($[2, 100, 300, 64])\nk = input($[2, 100, 260, 64])\n"
+     "v = input($[2, 100, 260, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "kin = input(bool[3, 3])\nri = iota(i32[3, 1], axis=0)\ntwo = const(i32[], 2)\n"
+     "rok = ne(ri, two)\nno = const(bool[], 0)\nbm = where(rok, kin, no)\noutput bm\n"
+     "r0 = repeat(bm, axis=0, times=128)\nr1 = repeat(r0, axis=1, times=128)\n"
+     "m0 = slice(r1, axis=0, stop=300)\nmk = slice(m0, axis=1, stop=260)\n"
+     "fill = const($[], -30000)\ns1 = where(mk, s0, fill)\n"},
+};
+
+/* The sm_90a kernel's block-sparse forms -- the default (the walk in shared
+ * memory, query tiles paired by kept count, the tail longest first),
+ * KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER (the walk alone) and
+ * KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK (the map read per tile, the kernel
+ * before) -- on the cases above and the fused cases' shared map (S 520, an
+ * empty row) in bf16: each matches the reference (outputs poisoned: a query
+ * tile the pairing left out stays poisoned, one taken twice races) and its
+ * report says which form ran. */
+static void test_sm90_attention_block_sparse_forms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER,
+                                     KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK};
+    static const char *const has[] = {
+        "its walk built in shared memory|query tiles paired by kept key tiles|the tail's items "
+        "longest first",
+        "its walk built in shared memory", NULL};
+    static const char *const lacks[] = {NULL, "query tiles paired by kept key tiles",
+                                        "its walk built in shared memory"};
+    const char *shared =
+        "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill";
+    const char *shared_body = NULL;
+    for (size_t i = 0; i < N_OF(fused_cases); i++)
+        if (!strcmp(fused_cases[i].name, shared))
+            shared_body = fused_cases[i].body;
+    if (!shared_body)
+        fail_msg("no fused case is named '%s'", shared);
+    for (size_t f = 0; f < N_OF(forms); f++) {
+        kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+        ctx->recipe_flags = forms[f];
+        for (size_t i = 0; i <= N_OF(bs_cases); i++) {
+            if (i == 2 && f != 0) /* the 200 heads: the default form alone */
+                continue;
+            const char *name = i < N_OF(bs_cases) ? bs_cases[i].name : shared;
+            kf_graph *g =
+                fused_graph(ctx, i < N_OF(bs_cases) ? bs_cases[i].body : shared_body, "bf16", name);
+            char label[240], want[320];
+            snprintf(label, sizeof label, "sm_90a attention, block-sparse form %zu: %s [bf16]", f,
+                     name);
+            snprintf(want, sizeof want,
+                     "fused attention (sm_90a wgmma/TMA kernel)|mask block_sparse%s%s",
+                     has[f] ? "|" : "", has[f] ? has[f] : "");
+            run_opts o = {.lo = -2,
+                          .hi = 2,
+                          .report_has = "mask block_sparse",
+                          .report_lacks = lacks[f],
+                          .report_has_sm90 = want,
+                          .ctx = ctx};
+            run_and_compare(g, 4100 + 10 * f + i, &o, label);
+            fprintf(stderr, "  %s: ok\n", label);
+            kf_graph_destroy(g);
+        }
+        kf_ctx_destroy(ctx);
+    }
+}
+
 /* Non-causal cases for the wide and cluster forms, each saying which it
  * takes: 176-key tiles (the default) where there are 3 or more and the score
  * reads no tensor, 2-CTA clusters where the query tiles are even in number. */
@@ -4017,6 +4110,7 @@ int main(void) {
         cmocka_unit_test(
             test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_block_sparse_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
         cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
         cmocka_unit_test(test_sm90_attention_pair_and_scalar_score_forms_match_the_reference),

@@ -448,6 +448,72 @@ void kf_cuda_attention_tiles_of(const kf_plan *plan, uint32_t group, int64_t br,
     }
 }
 
+/* The block-sparse walk in shared memory (the sm_90a kernel, bs_table_ok):
+ * kf_bs_build(KF_PARAMS), which the block's 384 threads call once before
+ * their roles split, reads the map (one map shared by every batch-head) into
+ *   kf_bs_nx[qt][j]: the first key tile >= j (j <= nkt) that query tile qt
+ *     visits (nkt: none; j itself where qt holds an all-dropped map row, whose
+ *     tile visits every key tile), so kf_bs_next is one shared-memory load
+ *     where it was a walk of global loads, each waiting on the last, in the
+ *     producer and in every consumer thread, on every key tile;
+ *   kf_bs_dz[qt]: qt holds an all-dropped row (kf_bs_dense);
+ *   kf_bs_ord[r]: the query tiles by the key tiles they visit, fewest first
+ *     (ties by index): the kernel's units pair ranks NQT - 1 - p and p
+ *     (KF_QT), the most with the fewest, as a causal mask's tiles pair by
+ *     index; a random map's counts vary by row (the bench's 32 x 32 map at
+ *     51%: 9 to 22 tiles), and pairs by index left some blocks ~9% more
+ *     work than the average (bench/gpu_bench.c's map, counted on the host).
+ * Entries are bytes: nkt < 256 and nqt x (nkt + 1) <= KF_BS_TABLE_MAX. */
+#define KF_BS_TABLE_MAX 12288
+static void emit_bs_table(cg *c, const kf_attn_info *at, int64_t nqt, int64_t nkt, int64_t br,
+                          int64_t bc, bool order) {
+    /* KF_QT(r): the query tile of rank r (the template's default: r) */
+    if (order)
+        cg_puts(&c->s, "#define KF_QT(r_) ((int)kf_bs_ord[r_])\n");
+    cg_printf(&c->s,
+              "#define KF_BS_TABLE 1\n#define KF_BS_TQ %lld\n#define KF_BS_TK %lld\n"
+              "__shared__ unsigned char kf_bs_nx[KF_BS_TQ * (KF_BS_TK + 1)], kf_bs_dz[KF_BS_TQ];\n"
+              "__shared__ unsigned char kf_bs_ord[KF_BS_TQ], kf_bs_w[KF_BS_TQ];\n"
+              "__device__ __forceinline__ bool kf_bs_dense(long long, int q0, KF_PARAMS) {\n"
+              "    return kf_bs_dz[q0 / %lld] != 0;\n}\n"
+              "__device__ __forceinline__ int kf_bs_next(long long, int q0, bool, int j, int hi, "
+              "KF_PARAMS) {\n"
+              "    return j < hi ? min((int)kf_bs_nx[q0 / %lld * (KF_BS_TK + 1) + j], hi) : j;\n}\n"
+              "__device__ __forceinline__ bool kf_bs_kept(long long bh, int q0, int j, KF_PARAMS) "
+              "{\n    return kf_bs_keep(bh, q0 / %lld, j / %lld, KF_ARGS);\n}\n"
+              "#define KF_BS_WHOLE 1\n"
+              "__device__ void kf_bs_build(KF_PARAMS) {\n"
+              "    for (int i = threadIdx.x; i < KF_BS_TQ * KF_BS_TK; i += blockDim.x) {\n"
+              "        const int qt = i / KF_BS_TK, j = i %% KF_BS_TK;\n"
+              "        kf_bs_nx[qt * (KF_BS_TK + 1) + j] =\n"
+              "            kf_bs_keep(0, qt * %lld / %lld, j / %lld, KF_ARGS) ? 1 : 0;\n    }\n"
+              "    __syncthreads();\n"
+              "    for (int qt = threadIdx.x; qt < KF_BS_TQ; qt += blockDim.x) {\n"
+              "        unsigned char *row = kf_bs_nx + qt * (KF_BS_TK + 1);\n"
+              "        int n = 0, nx = KF_BS_TK;\n"
+              "        row[KF_BS_TK] = (unsigned char)KF_BS_TK;\n"
+              "        for (int j = KF_BS_TK - 1; j >= 0; j--) {\n"
+              "            if (row[j]) {\n                nx = j;\n                n++;\n"
+              "            }\n            row[j] = (unsigned char)nx;\n        }\n"
+              "        if (n == 0)\n            for (int j = 0; j < KF_BS_TK; j++)\n"
+              "                row[j] = (unsigned char)j;\n"
+              "        kf_bs_dz[qt] = n == 0;\n"
+              "        kf_bs_w[qt] = (unsigned char)(n == 0 ? KF_BS_TK : n);\n    }\n"
+              "    __syncthreads();\n"
+              "    for (int qt = threadIdx.x; qt < KF_BS_TQ; qt += blockDim.x) {\n"
+              "        const int w = kf_bs_w[qt];\n        int r = 0;\n"
+              "        for (int q = 0; q < KF_BS_TQ; q++)\n"
+              "            r += kf_bs_w[q] < w || (kf_bs_w[q] == w && q < qt);\n"
+              "        kf_bs_ord[r] = (unsigned char)qt;\n    }\n"
+              "    /* the kernel's __syncthreads after the barriers' setup follows */\n}\n\n",
+              (long long)nqt, (long long)nkt, (long long)br, (long long)br, (long long)at->keep_bq,
+              (long long)(at->keep_bk / bc), (long long)br, (long long)at->keep_bq,
+              (long long)(at->keep_bk / bc));
+}
+
+static void emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, int64_t bc,
+                              bool table, bool order);
+
 /* The block-sparse tile functions (templates/attention.cuh and
  * attention_sm90.cuh call them whatever the mask; without a keep map they
  * are constants the compiler folds away):
@@ -465,6 +531,11 @@ void kf_cuda_attention_tiles_of(const kf_plan *plan, uint32_t group, int64_t br,
  * The producer and the consumers of the sm_90a kernel each call them and get
  * the same tiles: the map is read-only during the run. */
 void cg_attn_emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, int64_t bc) {
+    emit_block_sparse(c, g, skip, br, bc, false, false);
+}
+
+static void emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, int64_t bc,
+                              bool table, bool order) {
     const kf_attn_info *at = &g->attn;
     if (skip != 3) {
         cg_puts(&c->s,
@@ -494,6 +565,10 @@ void cg_attn_emit_block_sparse(cg *c, const kf_group *g, int skip, int64_t br, i
     }
     cg_printf(&c->s, "    (void)bh;\n    return (kf_ld(p%d + o) != 0) == %s;\n}\n",
               c->param[at->keep_node], at->keep_when_true ? "true" : "false");
+    if (table) {
+        emit_bs_table(c, at, (at->sq + br - 1) / br, (at->skv + bc - 1) / bc, br, bc, order);
+        return;
+    }
     if (at->keep_bq % br == 0 && at->keep_bk % bc == 0) {
         /* Map tiles in whole kernel tiles: a query tile reads one map row,
          * a key tile one entry, and no tile is mixed. (The general form
@@ -990,6 +1065,24 @@ void cg_attn_emit_o_offset(cg *c, const kf_group *g, const char *row_len) {
     cg_puts(&c->s, "    (void)bh;\n    return o;\n}\n\n");
 }
 
+/* Whether the sm_90a kernel of group g builds its block-sparse walk in
+ * shared memory (emit_bs_table): a keep map (of whole kernel tiles: the
+ * sm_90a kernel takes no other) that no batch axis indexes, so one walk
+ * serves every batch-head, small enough for byte entries; not where
+ * KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK asks for the walk through the map. */
+static bool bs_table_ok(const kf_group *g, uint64_t rflags, int64_t br, int64_t bc) {
+    const kf_attn_info *at = &g->attn;
+    if (cg_attn_mask_skip(g) != 3 || (rflags & KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK) ||
+        at->keep_bq % br != 0 || at->keep_bk % bc != 0)
+        return false;
+    const kf_expr *e = &g->expr[at->keep_node];
+    for (int d = 0; d < g->rank - 2; d++)
+        if (g->dims[d] != 1 && e->strides[d] != 0)
+            return false;
+    const int64_t nqt = (at->sq + br - 1) / br, nkt = (at->skv + bc - 1) / bc;
+    return nkt < 256 && nqt <= 256 && nqt * (nkt + 1) <= KF_BS_TABLE_MAX;
+}
+
 static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
                      kf_cuda_kernel *out, bool sm90, uint64_t rflags) {
     const int pin = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) ? 1 : 0;
@@ -1021,12 +1114,21 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     const int64_t br = sm90 ? SM90_BR : ATTN_BR;
     int64_t nqt = (at->sq + br - 1) / br;
     int skip = cg_attn_mask_skip(g);
-    /* the tail's item arithmetic is 32-bit (templates/attention_sm90.cuh) */
-    if (bh * ((nqt + 1) / 2) >= (INT64_C(1) << 30))
-        lpt = 0;
     /* the FA2 kernel takes none of the sm_90a kernel's forms (nor its wide
      * default) */
     const sm90_shape sh = sm90_shape_of(g, sm90 ? rflags : KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS);
+    /* the block-sparse walk in shared memory (s) and, unless BS_TILE_ORDER
+     * keeps the query tiles' order, the units paired by kept count (k) with
+     * the tail longest first: with a random map the pairs by index left
+     * blocks up to ~9% over the average, the pairs by count with the tail
+     * ~2% (bench/gpu_bench.c's map, counted) */
+    const bool bst = sm90 && bs_table_ok(g, rflags, br, sh.bc);
+    const bool bsk = bst && !(rflags & KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER);
+    if (bsk)
+        lpt = 1;
+    /* the tail's item arithmetic is 32-bit (templates/attention_sm90.cuh) */
+    if (bh * ((nqt + 1) / 2) >= (INT64_C(1) << 30))
+        lpt = 0;
     /* a cluster's items are all alike (no mask cuts tiles): no tail order */
     if (sh.cluster == 2)
         lpt = 0;
@@ -1045,9 +1147,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * fa3f_, fa3pf_, fa3t_, ..., fa3pftlwcb_) */
     char prefix[16] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
                  tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
-                 sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "");
+                 sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", bst ? "s" : "", bsk ? "k" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1093,8 +1195,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
-        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s */\n",
+        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s */\n",
+                      bst ? "the keep map's walk in shared memory; " : "",
+                      bsk ? "query tiles paired by kept count; " : "",
                       smax > 0 ? "bounded scores, a fixed softmax shift; " : "",
                       pin ? "softmax pinned under P.V; " : "",
                       f32 ? "f32 scores, the scale folded into exp2; " : "",
@@ -1165,7 +1269,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                         sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE));
     if (st != KF_OK)
         return cg_end(&c, st);
-    cg_attn_emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC);
+    emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC, bst, bsk);
     cg_puts(&c.s, kf_cuda_tpl_attention_common);
     cg_puts(&c.s, sm90 ? kf_cuda_tpl_attention_sm90 : kf_cuda_tpl_attention);
     return cg_end(&c, c.st);

@@ -254,6 +254,21 @@ enum {
  * code before, kept to measure the two against each other (GPT-2's out
  * projection: 266 SASS instructions a 64 x 64 chunk against ~160) */
 #define KF_CUDA_RECIPE_GEMM_EPI_UNPACKED (UINT64_C(1) << 44)
+/* internal: the sm_90a attention kernel with a block-sparse keep map shared by
+ * every batch-head reads the map per key tile from global memory (producer and
+ * consumers each walking to the next kept tile) and takes its query tiles in
+ * their order, where by default each block first builds the map's walk in
+ * shared memory -- the next kept key tile from every tile, a query tile's
+ * kept count -- and the units pair query tiles by kept count (the most with
+ * the fewest), the tail longest first (cg_attention.c, bs_table_ok;
+ * templates/attention_sm90.cuh, KF_BS_TABLE): the kernel before, kept to
+ * measure the two against each other */
+#define KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK (UINT64_C(1) << 49)
+/* internal: the block-sparse walk in shared memory as by default, but the
+ * units in query-tile order as without it (no pairing by kept count, no
+ * longest-first tail unless TAIL_LPT asks): to measure the schedule apart
+ * from the walk */
+#define KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER (UINT64_C(1) << 50)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {

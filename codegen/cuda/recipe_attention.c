@@ -12,7 +12,7 @@
 
 #include "codegen/cuda/recipe_internal.h"
 
-/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l][w][c]_...: the
+/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l][w][c][b][s][k]_...: the
  * forms cg_attention.c names it by) has form letter `form`. */
 static bool sm90_form(const char *name, char form) {
     if (strncmp(name, "fa3", 3) != 0)
@@ -85,11 +85,12 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
         return st;
     uint64_t visited, total;
     kf_cuda_attention_tiles(b->plan, b->gi, sm90, &visited, &total);
-    char tiles[96];
+    char tiles[128];
     if (grp->attn.mask == KF_MASK_BLOCK_SPARSE)
         snprintf(tiles, sizeof tiles,
-                 "the key tiles the %lldx%lld keep map drops skipped (read at run time)",
-                 (long long)grp->attn.keep_bq, (long long)grp->attn.keep_bk);
+                 "the key tiles the %lldx%lld keep map drops skipped (read at run time%s)",
+                 (long long)grp->attn.keep_bq, (long long)grp->attn.keep_bk,
+                 sm90 && sm90_form(name, 's') ? ", its walk built in shared memory" : "");
     else if (visited < total)
         snprintf(tiles, sizeof tiles,
                  "%llu of %llu tiles visited (%.0f%% outside the mask skipped)",
@@ -101,11 +102,12 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     if (sm90)
         kf_rb_how(b, 0,
                   "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
-                  "%s%s%s%s%s%s%s%s",
+                  "%s%s%s%s%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
                   sm90_form(name, 'f') ? "; f32 scores, the scale folded into the softmax" : "",
                   sm90_form(name, 't') ? "; row max and sum as trees" : "",
+                  sm90_form(name, 'k') ? "; query tiles paired by kept key tiles" : "",
                   sm90_form(name, 'l') ? "; the tail's items longest first" : "",
                   sm90_form(name, 'w') ? "; 176-key tiles" : "",
                   sm90_form(name, 'c') ? "; 2-CTA clusters sharing K and V" : "",
