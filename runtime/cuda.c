@@ -497,7 +497,7 @@ kf_status kf_cuda_launch(const kf_cuda_device *dev, kf_cu_function fn,
                           dev->drv->driver_version);
     kf_cu_launch_attribute attr;
     kf_cu_launch_config lc = launch_config(cfg, &attr);
-    char call[96];
+    char call[192]; /* the longest text: three 10-digit extents and the hint */
     unsigned long long blocks = (unsigned long long)c[0] * c[1] * c[2];
     snprintf(call, sizeof call, "cuLaunchKernelEx(cluster %ux%ux%u%s)", c[0], c[1], c[2],
              blocks > 8 ? ", above the portable 8 blocks: see "
