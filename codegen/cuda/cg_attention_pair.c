@@ -456,6 +456,29 @@ static void pair_loads(pair_ctx *p, chunk_ctx *x) {
     cg_emit_loads(c, x, 1, "    ", NULL, NULL);
 }
 
+/* Clears on[i] for every node `out` does not read (through the nodes on,
+ * not past p->in, whose pair comes in), so the function emits no value it
+ * leaves unused. */
+static void pair_prune(const pair_ctx *p, bool *on, uint32_t out) {
+    const cg *c = p->c;
+    const kf_group *g = c->g;
+    bool *live = kf_mem_calloc(c->mem, c->n, sizeof *live);
+    if (!live)
+        return; /* unpruned: the same code, with unused values */
+    live[out] = true;
+    for (uint32_t j = out + 1; j-- > 0;) {
+        const kf_expr *e = &g->expr[j];
+        if (!live[j] || j == p->in || e->kind != KF_EXPR_OP)
+            continue;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++)
+            live[p->name[e->src[k]]] = true;
+    }
+    for (uint32_t i = 0; i < c->n; i++)
+        on[i] = on[i] && live[i];
+    kf_mem_free(c->mem, live, c->n * sizeof *live);
+}
+
 /* kf_score_pre, kf_score_post and kf_score_post_ident of pair_split's
  * split at tanh node t (anc: pair_split's), from the planned reps r0. */
 static void emit_split(pair_ctx *p, chunk_ctx *x, uint32_t t, const bool *anc,
@@ -474,6 +497,8 @@ static void emit_split(pair_ctx *p, chunk_ctx *x, uint32_t t, const bool *anc,
      * nodes that do not vary with the score */
     for (uint32_t i = 0; i < c->n; i++)
         post[i] = !anc[i] || !p->r[i].dep || index_axis(&g->expr[i], R) != INT_MIN;
+    p->in = u;
+    pair_prune(p, post, top);
     cg_puts(&c->s,
             "/* the pair form split at a tanh (cg_attention_pair.c, pair_split): its operand "
             "first, the largest |x| in mx */\n__device__ __forceinline__ unsigned "
@@ -643,6 +668,8 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
     /* kf_score_pair_dg: the rest, f's pair given */
     for (uint32_t i = 0; i < c->n; i++)
         on[i] = !dg[i];
+    p->in = f;
+    pair_prune(p, on, top);
     cg_puts(&c->s, "__device__ __forceinline__ void kf_score_pair_dg(float &s0, float &s1, "
                    "unsigned dg, long long bh, int q, int kv, KF_PARAMS) {\n");
     memcpy(p->r, r0, c->n * sizeof *p->r);
