@@ -1617,7 +1617,8 @@ static void test_sm90_attention_pair_and_scalar_score_forms_match_the_reference(
  * and ALiBi's diagonal once for a thread's two rows (kf_score_diag), the
  * defaults, and the forms before them (KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS,
  * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW): the softcap on scores where most
- * warps take the operand and some the tanh, the softcap and ALiBi cases
+ * warps take the operand and some the tanh (their items' later tiles then
+ * the pair form whole: all three paths), the softcap and ALiBi cases
  * (ragged: rows past Sq), ALiBi over 8 key tiles; bf16, each against the
  * reference. */
 static void test_sm90_attention_score_split_and_diagonal_match_the_reference(void **state) {
