@@ -925,8 +925,8 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
         planned p;
         plan_text(text, &p);
         /* the pair form alone: its split and diagonal have their own tests */
-        const uint64_t one = KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS |
-                             KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
+        const uint64_t one =
+            KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS | KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
         kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, one);
         kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
                                               one | KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE);
@@ -995,8 +995,8 @@ static void test_the_score_splits_where_tanh_rounds_to_its_operand(void **state)
             const uint32_t bits = (h | (sg ? 0x8000u : 0u)) << 16;
             float x;
             memcpy(&x, &bits, sizeof x);
-            const double t = kf_ir_round(KF_DTYPE_BF16, kf_ir_scalar(KF_OP_TANH, KF_DTYPE_BF16, x,
-                                                                     0, 0));
+            const double t =
+                kf_ir_round(KF_DTYPE_BF16, kf_ir_scalar(KF_OP_TANH, KF_DTYPE_BF16, x, 0, 0));
             if ((t == (double)x) != (h <= bound))
                 fail_msg("bf16 0x%04x (%g): tanh rounds to %.9g, bound 0x%04x", bits >> 16,
                          (double)x, t, bound);

@@ -1633,8 +1633,8 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
     for (int f = 0; f < 2; f++)
         for (size_t i = 0; i < N_OF(names); i++)
             run_sm90_cases_only(f ? before : 0, "bf16", "bf16", 4500 + 10 * (uint64_t)f + i, NULL,
-                                NULL, NULL, f ? "tanh always, diagonal each row" : "split, diagonal",
-                                names[i]);
+                                NULL, NULL,
+                                f ? "tanh always, diagonal each row" : "split, diagonal", names[i]);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the

@@ -791,8 +791,7 @@ static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, 
     else
         cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
     kf_status st =
-        pair ? cg_attn_emit_score_pair(c, x, skip ? kept_branch(g) : KF_NONE, fold, forms)
-             : KF_OK;
+        pair ? cg_attn_emit_score_pair(c, x, skip ? kept_branch(g) : KF_NONE, fold, forms) : KF_OK;
     kf_mem_free(c->mem, x, sizeof *x);
     return st;
 }

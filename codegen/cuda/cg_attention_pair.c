@@ -486,8 +486,7 @@ static void pair_prune(const pair_ctx *p, bool *on, uint32_t out) {
 
 /* kf_score_pre, kf_score_post and kf_score_post_ident of pair_split's
  * split at tanh node t (anc: pair_split's), from the planned reps r0. */
-static void emit_split(pair_ctx *p, chunk_ctx *x, uint32_t t, const bool *anc,
-                       const pair_rep *r0) {
+static void emit_split(pair_ctx *p, chunk_ctx *x, uint32_t t, const bool *anc, const pair_rep *r0) {
     cg *c = p->c;
     const kf_group *g = c->g;
     const int R = g->rank;
@@ -536,9 +535,8 @@ static void emit_split(pair_ctx *p, chunk_ctx *x, uint32_t t, const bool *anc,
         pair_loads(p, x);
         pair_emit(p);
         pair_get_f(p, top);
-        cg_printf(&c->s,
-                  "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)bh; (void)q; (void)kv;\n}\n", top,
-                  top);
+        cg_printf(&c->s, "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)bh; (void)q; (void)kv;\n}\n",
+                  top, top);
     }
     cg_printf(&c->s,
               "#define KF_SCORE_SPLIT 1\n#define KF_TANH_IDENT_MAX 0x%04xu /* tanh(x) rounds to x "
