@@ -713,7 +713,15 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
                                "r0 = repeat(bm, axis=0, times=128)\n"
                                "mk = repeat(r0, axis=1, times=128)\n"
                                "ninf = const(bf16[], -inf)\ns1 = where(mk, s0, ninf)\n";
-    static char texts[20][2048];
+    /* the softcap on scores 8 times the bench's (s0 x 8, exact: about 2.7
+     * where the inputs' fill gives 0.33), so nearly every warp's key tile
+     * holds an |s / 30| past tanh's identity range (the pair form's split
+     * takes the tanh there: cg_attention_pair.c, pair_split) */
+    const char *softcap_wide = "cap = const(bf16[], 30)\nwide = const(bf16[], 8)\n"
+                               "sw = mul(s0, wide)\nt0 = div(sw, cap)\nt1 = tanh(t0)\n"
+                               "t2 = mul(t1, cap)\nkeep = ge(row, col)\n"
+                               "ninf = const(bf16[], -inf)\ns1 = where(keep, t2, ninf)\n";
+    static char texts[21][2048];
     attn_text(texts[0], sizeof texts[0], S, 32, causal);
     attn_text(texts[1], sizeof texts[1], S, 32, causal);
     attn_text(texts[2], sizeof texts[2], S, 32, none);
@@ -725,6 +733,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     decode_text(texts[8], sizeof texts[8], 16, 8);
     decode_text(texts[9], sizeof texts[9], 64, 32);
     attn_text(texts[10], sizeof texts[10], S, 32, block_sparse);
+    attn_text(texts[20], sizeof texts[20], S, 32, softcap_wide);
     /* the attention of the transformer blocks (--block): GPT-2-medium's B16
      * H16 S1024 D64 and LLaMA-7B's B8 H32 S2048 D128, causal; and the issue's
      * causal shape writing the scores' log-sum-exp (f32) too */
@@ -782,6 +791,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t CL2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
     const uint64_t RMAX = KF_CUDA_RECIPE_ATTENTION_ROW_MAX;
     const uint64_t SCAL = KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE;
+    const uint64_t TANH = KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS;
+    const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the same with the softmax pinned under P.V (_pin: the recipe flag
@@ -892,6 +903,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_rowmax_scalar", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          RMAX | SCAL},
         {"attn_alibi_scalar", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SCAL},
+        /* the pair form before scr13's defaults: the softcap's tanh on every
+         * tile (_tanh: KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS; the default
+         * takes tanh(x) as x where a warp's every |x| rounds so), ALiBi's
+         * bias for each of a thread's two rows (_diag_each:
+         * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW); and the softcap on scores 8
+         * times larger (_wide: the split takes the tanh almost everywhere) */
+        {"attn_softcap_tanh", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TANH},
+        {"attn_alibi_diag_each", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DEACH},
+        {"attn_softcap_wide", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_softcap_wide_tanh", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TANH},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
          0},

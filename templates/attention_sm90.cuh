@@ -109,7 +109,14 @@
  * kf_score_inner; optional: KF_SCORE_MAX (a bound on every score: the
  * softmax's fixed shift, no running max), KF_SCORE_PAIR with
  * kf_score_pair(s0, s1, bh, q, kv) (the inner score of two neighbouring keys
- * at once: the inner tiles call it).
+ * at once: the inner tiles call it), and with it KF_SCORE_SPLIT: the pair
+ * form in two halves around a tanh, kf_score_pre(s0, s1, mx, bh, q, kv) (the
+ * tanh's operand x as s0's bits, the largest |x| into mx), then
+ * kf_score_post_ident (tanh(x) as x) where the warp's every |x| is at most
+ * KF_TANH_IDENT_MAX, else kf_score_post; or KF_SCORE_DIAG: the part that
+ * is a function of kv - q as kf_score_diag(bh, q, kv) (a bf16x2 pair), once
+ * for a thread's two rows, and the rest as kf_score_pair_dg(s0, s1, dg, bh,
+ * q, kv).
  */
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs a cluster: 1, or 2 (query tiles 2p, 2p + 1 sharing K and V) */
@@ -486,6 +493,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #else
             float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
 #endif
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_SPLIT)
+            /* the split (below) on this item's inner tiles until a warp's
+             * tile needs the tanh, the pair form whole after it */
+            bool split_try = true;
+#endif
             unsigned pa[KF_BC / 16][4];
             int sp = 0;       /* the stage of the previous tile (its V) */
             unsigned php = 0; /* and its parity */
@@ -533,7 +545,73 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         }
                     }
                 } else {
-#ifdef KF_SCORE_PAIR
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_SPLIT)
+                    /* the pair form split at a tanh (KF_SCORE_SPLIT): its
+                     * operand x for every pair first, the largest |x| in mx;
+                     * where the warp's every |x| is at most KF_TANH_IDENT_MAX
+                     * the tanh rounds to x itself (kf_score_post_ident), else
+                     * the tanh (kf_score_post) -- every MUFU.TANH then after
+                     * the whole tile's operands, not beside them as in the
+                     * pair form, so the item's later tiles take the pair form
+                     * whole (softcap on scores 8x the bench's, H100: 1.368
+                     * ms split on every tile, 1.220 the pair form) */
+                    if (split_try) {
+                        unsigned mx = 0u;
+#pragma unroll
+                        for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                            for (int h = 0; h < 2; h++)
+                                kf_score_pre(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1], mx, bh,
+                                             h ? qb : qa, kv0 + nt * 8 + 2 * t4, KF_ARGS);
+                        }
+                        split_try =
+                            __all_sync(0xffffffffu, (mx & 0x7fffu) <= KF_TANH_IDENT_MAX &&
+                                                        (mx >> 16 & 0x7fffu) <= KF_TANH_IDENT_MAX);
+                        if (split_try) {
+#pragma unroll
+                            for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                                for (int h = 0; h < 2; h++)
+                                    kf_score_post_ident(sc[4 * nt + 2 * h],
+                                                        sc[4 * nt + 2 * h + 1], bh, h ? qb : qa,
+                                                        kv0 + nt * 8 + 2 * t4, KF_ARGS);
+                            }
+                        } else {
+#pragma unroll
+                            for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                                for (int h = 0; h < 2; h++)
+                                    kf_score_post(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1], bh,
+                                                  h ? qb : qa, kv0 + nt * 8 + 2 * t4, KF_ARGS);
+                            }
+                        }
+                    } else {
+#pragma unroll
+                        for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                            for (int h = 0; h < 2; h++)
+                                kf_score_pair(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1], bh,
+                                              h ? qb : qa, kv0 + nt * 8 + 2 * t4, KF_ARGS);
+                        }
+                    }
+#elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG)
+                    /* the pair form with its diagonal (KF_SCORE_DIAG, a
+                     * function of kv - q) once for both rows: row qr's at the
+                     * tile's key pairs -8, 0, ..., KF_BC - 8 (dg[nt + 1] at
+                     * pair nt), and row qr + 8's at pair nt is dg[nt]. Rows
+                     * past KF_SQ (qa, qb clamped) are computed, not stored. */
+                    unsigned dg[KF_BC / 8 + 1];
+#pragma unroll
+                    for (int i = 0; i <= KF_BC / 8; i++)
+                        dg[i] = kf_score_diag(bh, qr, kv0 + (i - 1) * 8 + 2 * t4, KF_ARGS);
+#pragma unroll
+                    for (int nt = 0; nt < KF_BC / 8; nt++) {
+                        kf_score_pair_dg(sc[4 * nt], sc[4 * nt + 1], dg[nt + 1], bh, qa,
+                                         kv0 + nt * 8 + 2 * t4, KF_ARGS);
+                        kf_score_pair_dg(sc[4 * nt + 2], sc[4 * nt + 3], dg[nt], bh, qb,
+                                         kv0 + nt * 8 + 2 * t4, KF_ARGS);
+                    }
+#elif defined(KF_SCORE_PAIR)
                     /* the pair form: a row's two neighbouring keys at once */
 #pragma unroll
                     for (int nt = 0; nt < KF_BC / 8; nt++) {

@@ -964,7 +964,9 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
  * sm_90a kernels define it and compile to bf16x2 arithmetic (ALiBi: the bias
  * times the slope and the sum, HMUL2 and HADD2; the softcap: the cap's
  * product, HMUL2) with fewer instructions than the scalar form of
- * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE, which does not define it; no spills.
+ * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE, which does not define it; no spills
+ * (both without the split and the diagonal, KF_CUDA_RECIPE_ATTENTION_TANH_
+ * ALWAYS and _DIAG_EACH_ROW: the split adds a second path to the kernel).
  * f16 scores and a folded scale (causal) keep the scalar form. */
 static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state) {
     (void)state;
@@ -985,9 +987,12 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
         graph_text(cases[v[i].ci].body, v[i].dn, text, sizeof text);
         planned p;
         plan_text(text, &p);
-        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
-        kf_cuda_recipes *r1 =
-            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE);
+        /* the pair form alone: its split and diagonal have their own tests */
+        const uint64_t one =
+            KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS | KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, one);
+        kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                              one | KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE);
         const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
         assert_null(strstr(k1->source, "#define KF_SCORE_PAIR"));
@@ -1020,6 +1025,103 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
     }
 }
 
+/* The pair form's split at a tanh (cg_attention_pair.c, pair_split): the
+ * softcap's default bf16 kernel defines kf_score_pre / kf_score_post /
+ * kf_score_post_ident and KF_TANH_IDENT_MAX, the bound below which it takes
+ * tanh(x) as x: over every bf16 value, tanh rounded to bf16 as the reference
+ * evaluator rounds it (kf_ir_scalar, kf_ir_round) is x itself up to the bound
+ * (either sign) and not at the next value, so the bound is the largest
+ * right one. Its SASS holds the warp's vote and the |x| maximum (VOTE.ALL,
+ * HMNMX2), no spills; KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS gives the kernel
+ * before (no split, no HMNMX2). f16 keeps no pair form at all. */
+static void test_the_score_splits_where_tanh_rounds_to_its_operand(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    char text[4096];
+    graph_text(cases[3].body, "bf16", text, sizeof text);
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+    kf_cuda_recipes *r1 =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS);
+    const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
+    const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
+    assert_non_null(strstr(k0->source, "#define KF_SCORE_SPLIT"));
+    assert_non_null(strstr(k0->source, "kf_score_post_ident"));
+    assert_null(strstr(k1->source, "#define KF_SCORE_SPLIT"));
+    assert_non_null(strstr(k1->source, "#define KF_SCORE_PAIR"));
+    const char *b = strstr(k0->source, "#define KF_TANH_IDENT_MAX ");
+    assert_non_null(b);
+    const unsigned bound = (unsigned)strtoul(b + strlen("#define KF_TANH_IDENT_MAX "), NULL, 0);
+    for (unsigned h = 0; h <= bound + 1; h++)
+        for (int sg = 0; sg < 2; sg++) {
+            const uint32_t bits = (h | (sg ? 0x8000u : 0u)) << 16;
+            float x;
+            memcpy(&x, &bits, sizeof x);
+            const double t =
+                kf_ir_round(KF_DTYPE_BF16, kf_ir_scalar(KF_OP_TANH, KF_DTYPE_BF16, x, 0, 0));
+            if ((t == (double)x) != (h <= bound))
+                fail_msg("bf16 0x%04x (%g): tanh rounds to %.9g, bound 0x%04x", bits >> 16,
+                         (double)x, t, bound);
+        }
+    kf_sass_check_hopper(&MEM, k0);
+    kf_sass_text(&MEM, k0, sass, sizeof sass);
+    if (!strstr(sass, "VOTE.ALL") || !strstr(sass, "HMNMX2"))
+        fail_msg("%s: no VOTE.ALL or HMNMX2 in the split's SASS", k0->name);
+    kf_sass_text(&MEM, k1, sass, sizeof sass);
+    assert_null(strstr(sass, "HMNMX2"));
+    fprintf(stderr, "  softcap [bf16]: split, tanh(x) = x for |x| <= 0x%04x\n", bound);
+    kf_cuda_recipes_destroy(r0);
+    kf_cuda_recipes_destroy(r1);
+    plan_release(&p);
+}
+
+/* The pair form's diagonal (cg_attention_pair.c, pair_diag): ALiBi's bias,
+ * a function of kv - q, once for a thread's two rows (kf_score_diag at 17 key
+ * pairs, kf_score_pair_dg at 32): the default bf16 kernel defines
+ * KF_SCORE_DIAG and has fewer SASS instructions than the kernel before
+ * (KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, which does not define it), no
+ * spills; the softcap (no diagonal) and the causal score (no pair form)
+ * do not define it. */
+static void test_the_score_diagonal_is_computed_once_for_two_rows(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    static const size_t cis[] = {0, 3, 4}; /* causal; softcap; ALiBi */
+    for (size_t v = 0; v < N_OF(cis); v++) {
+        const size_t ci = cis[v];
+        char text[4096];
+        graph_text(cases[ci].body, "bf16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r1 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW);
+        const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
+        assert_null(strstr(k1->source, "#define KF_SCORE_DIAG"));
+        if (ci != 4) {
+            assert_null(strstr(k0->source, "#define KF_SCORE_DIAG"));
+            assert_string_equal(k0->source, k1->source);
+        } else {
+            assert_non_null(strstr(k0->source, "#define KF_SCORE_DIAG"));
+            kf_sass_check_hopper(&MEM, k0);
+            int n[2];
+            const kf_cuda_kernel *ks[2] = {k0, k1};
+            for (int f = 0; f < 2; f++) {
+                kf_sass_text(&MEM, ks[f], sass, sizeof sass);
+                n[f] = count_between(sass, sass + strlen(sass), "        /*");
+            }
+            if (n[0] >= n[1])
+                fail_msg("%s: %d instructions with the diagonal, %d without", cases[ci].name, n[0],
+                         n[1]);
+            fprintf(stderr, "  %s [bf16]: %d -> %d instructions\n", cases[ci].name, n[1], n[0]);
+        }
+        kf_cuda_recipes_destroy(r0);
+        kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
 int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
@@ -1029,6 +1131,8 @@ int main(void) {
         cmocka_unit_test(test_f32_scores_leave_any_scale_to_the_softmax),
         cmocka_unit_test(test_a_bounded_score_takes_a_fixed_softmax_shift),
         cmocka_unit_test(test_the_pair_form_of_the_score_takes_bf16x2_arithmetic),
+        cmocka_unit_test(test_the_score_splits_where_tanh_rounds_to_its_operand),
+        cmocka_unit_test(test_the_score_diagonal_is_computed_once_for_two_rows),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
         cmocka_unit_test(test_a_shared_keep_map_walks_from_shared_memory),

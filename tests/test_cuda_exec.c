@@ -1181,6 +1181,26 @@ static const struct {
      "col = iota(i32[1000, 1000], axis=1)\ncf = cast(col, $)\ngr = const($[], 0.06)\n"
      "b = mul(cf, gr)\ns1 = add(s0, b)\n",
      "mask none"},
+    /* a softcap on scores of about 0.7 (3/64 Q.K^T): most warps' key tiles
+     * hold only |s / 30| <= 0.0898, where tanh rounds to its operand (the
+     * pair form's split takes it), some a larger one (the tanh) */
+    {"softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900",
+     "q = input($[1, 2, 900, 128])\nk = input($[1, 2, 900, 128])\nv = input($[1, 2, 900, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.046875)\ns0 = mul(qk, sc)\n"
+     "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\nt2 = mul(t1, cap)\n"
+     "row = iota(i32[900, 900], axis=0)\ncol = iota(i32[900, 900], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, t2, ninf)\n",
+     "mask causal"},
+    /* ALiBi over 8 key tiles (the pair form's diagonal: row q + 8's bias
+     * from row q's) */
+    {"ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
+     "q = input($[1, 3, 900, 128])\nk = input($[1, 3, 900, 128])\nv = input($[1, 3, 900, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "slope = input($[3, 1, 1])\nrow = iota(i32[900, 900], axis=0)\n"
+     "col = iota(i32[900, 900], axis=1)\ndi = sub(col, row)\ndf = cast(di, $)\n"
+     "bias = mul(slope, df)\nsb = add(s0, bias)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
+     "s1 = where(keep, sb, ninf)\n",
+     "mask causal"},
     {"scores growing 0.02 a key, causal: rescales a tile or two apart, head dim 128",
      "q = input($[1, 2, 900, 128])\nk = input($[1, 2, 900, 128])\nv = input($[1, 2, 900, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
@@ -1683,6 +1703,31 @@ static void test_sm90_attention_pair_and_scalar_score_forms_match_the_reference(
             run_sm90_cases_only(f ? KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE : 0, "bf16", "bf16",
                                 4400 + 10 * (uint64_t)f + i, NULL, NULL, NULL,
                                 f ? "scalar score" : "pair score", names[i]);
+}
+
+/* The pair form's split at a softcap's tanh (kf_score_pre, then tanh(x) as
+ * x where a warp's every |x| is at most KF_TANH_IDENT_MAX, else the tanh)
+ * and ALiBi's diagonal once for a thread's two rows (kf_score_diag), the
+ * defaults, and the forms before them (KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS,
+ * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW): the softcap on scores where most
+ * warps take the operand and some the tanh (their items' later tiles then
+ * the pair form whole: all three paths), the softcap and ALiBi cases
+ * (ragged: rows past Sq), ALiBi over 8 key tiles; bf16, each against the
+ * reference. */
+static void test_sm90_attention_score_split_and_diagonal_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900",
+        "softcap 30 tanh(s / 30) + causal", "ALiBi slope[h] (kv - q) + causal",
+        "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128"};
+    const uint64_t before =
+        KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS | KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < N_OF(names); i++)
+            run_sm90_cases_only(f ? before : 0, "bf16", "bf16", 4500 + 10 * (uint64_t)f + i, NULL,
+                                NULL, NULL,
+                                f ? "tanh always, diagonal each row" : "split, diagonal", names[i]);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the
@@ -4114,6 +4159,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
         cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
         cmocka_unit_test(test_sm90_attention_pair_and_scalar_score_forms_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_score_split_and_diagonal_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_form_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_multiply_by_one_folds_and_matches_the_reference),

@@ -362,7 +362,19 @@ kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip);
  * node has a pair form and it takes fewer instructions than two
  * kf_score_inner; else nothing. bf16 scores, no folded scale (`fold`
  * KF_NONE); x: the score functions' coordinates. */
-kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t fold);
+kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t fold,
+                                  unsigned forms);
+/* cg_attn_emit_score_pair's `forms`: CG_PAIR_SPLIT, the split at a tanh
+ * where the pair form has one (pair_split: kf_score_pre, kf_score_post,
+ * kf_score_post_ident and KF_SCORE_SPLIT); */
+#define CG_PAIR_SPLIT 1u
+/* and CG_PAIR_DIAG, the diagonal computed once for a thread's two rows
+ * where the pair form has one and no split (pair_diag: kf_score_diag,
+ * kf_score_pair_dg and KF_SCORE_DIAG) */
+#define CG_PAIR_DIAG 2u
+/* The largest bf16 value T (its bits) such that tanh(x), rounded to bf16 as
+ * the reference evaluator rounds it, is x itself for every bf16 |x| <= T. */
+unsigned cg_tanh_ident_max(void);
 /* Whether the group's mask lets a kernel skip tiles: 1 CAUSAL, 2
  * SLIDING_WINDOW, 3 BLOCK_SPARSE (a keep map), 0 not (KF_MASK_SKIP). */
 int cg_attn_mask_skip(const kf_group *g);

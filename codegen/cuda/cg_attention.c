@@ -839,7 +839,7 @@ void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
 /* cg_attn_emit_score_fns with fold_scale's node `fold` (or KF_NONE), `f32`
  * as fold_scale's; `approx`: tanh as tanh.approx.f32 (kf_tanh_approx). */
 static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, bool approx,
-                                     bool pair) {
+                                     bool pair, unsigned forms) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     int R = g->rank;
@@ -866,21 +866,22 @@ static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, 
     else
         cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
     kf_status st =
-        pair ? cg_attn_emit_score_pair(c, x, skip ? kept_branch(g) : KF_NONE, fold) : KF_OK;
+        pair ? cg_attn_emit_score_pair(c, x, skip ? kept_branch(g) : KF_NONE, fold, forms) : KF_OK;
     kf_mem_free(c->mem, x, sizeof *x);
     return st;
 }
 
-static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32, bool pair) {
-    return emit_score_fns_tanh(c, skip, fold, f32, true, pair);
+static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32, bool pair,
+                                unsigned forms) {
+    return emit_score_fns_tanh(c, skip, fold, f32, true, pair, forms);
 }
 
 kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
-    return emit_score_fns(c, skip, KF_NONE, false, false);
+    return emit_score_fns(c, skip, KF_NONE, false, false, 0);
 }
 
 kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip) {
-    return emit_score_fns_tanh(c, skip, KF_NONE, false, false, false);
+    return emit_score_fns_tanh(c, skip, KF_NONE, false, false, false, 0);
 }
 
 /* The wgmma instructions of the sm_90a kernel (their accumulator register
@@ -1264,9 +1265,14 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         cg_printf(&c.s, "#define KF_LSE p%d /* the scores' log-sum-exp, [.., sq] */\n\n", pl);
 
     /* the sm_90a kernel's pair form of the inner score, but where
-     * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE asks for the scalar one alone */
+     * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE asks for the scalar one alone;
+     * split at a tanh but where KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS asks
+     * for the tanh on every tile; its diagonal once for both rows but where
+     * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW asks for it in each */
     st = emit_score_fns(&c, skip != 0, fold, f32,
-                        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE));
+                        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE),
+                        (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS ? 0u : CG_PAIR_SPLIT) |
+                            (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW ? 0u : CG_PAIR_DIAG));
     if (st != KF_OK)
         return cg_end(&c, st);
     emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC, bst, bsk);

@@ -46,6 +46,10 @@ typedef struct pair_ctx {
     int cost;       /* instructions a pair, roughly: the pair form's */
     int scalar;     /* and two scalar calls' */
     void *user;     /* the coordinates (a chunk_ctx) */
+    const bool *on; /* emit only the nodes i with on[i] (NULL: every needed node) */
+    uint32_t in;    /* the node whose pair comes in as in_src's bits (KF_NONE: none) */
+    const char *in_src;
+    uint32_t ident; /* a tanh node that takes its operand's pair (KF_NONE: none) */
 } pair_ctx;
 
 static void pair_op(pair_ctx *p, uint32_t i, int k);
@@ -217,6 +221,27 @@ static void pair_emit(pair_ctx *p) {
         const kf_expr *e = &g->expr[i];
         pair_rep *r = &p->r[i];
         const char *rnd = pair_rnd(p, i);
+        if (i == p->in) {
+            /* the split's node as kf_score_pre left it (pair_split), or
+             * the diagonal's as kf_score_diag gave it (pair_diag) */
+            cg_printf(&c->s, "    const unsigned p%u_p = %s;\n", i, p->in_src);
+            r->kind = PR_P;
+            r->exact = true;
+            continue;
+        }
+        if (p->on && !p->on[i])
+            continue;
+        if (i == p->ident) {
+            /* tanh(x) rounds to x itself: where every |x| is at most
+             * KF_TANH_IDENT_MAX (pair_split) */
+            pair_get_p(p, e->src[0]);
+            cg_printf(&c->s, "    const unsigned p%u_p = p%u_p;\n", i, p->name[e->src[0]]);
+            r->kind = PR_P;
+            r->exact = true;
+            if (r->want_f)
+                pair_get_f(p, i);
+            continue;
+        }
         if (e->kind == KF_EXPR_SCORE) {
             cg_printf(&c->s, "    const float p%u_0 = s0, p%u_1 = s1;\n", i, i);
             continue;
@@ -354,7 +379,319 @@ static void pair_op(pair_ctx *p, uint32_t i, int k) {
     }
 }
 
-kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t fold) {
+unsigned cg_tanh_ident_max(void) {
+    /* below 2^-5 tanh(x) = x (1 - e) with e < x^2 / 3 < 2^-11.5, under half
+     * of x's ulp (2^-9 of x at least, where x is a power of two): x itself */
+    uint32_t h = 0x3d00u;
+    for (; h < 0x7f80u; h++) {
+        const uint32_t b = (h + 1) << 16;
+        float x;
+        memcpy(&x, &b, sizeof x);
+        if (kf_ir_round(KF_DTYPE_BF16, kf_ir_scalar(KF_OP_TANH, KF_DTYPE_BF16, x, 0, 0)) != x)
+            break;
+    }
+    return h;
+}
+
+/* The split of the pair form at a tanh: node t = tanh(u), both bf16 nodes
+ * rounded as the reference stores them and varying with the score, where
+ * every node after u that varies with the score reads the nodes before it
+ * only through u (or through an index, which the second half computes
+ * again). The kernel then computes u's pair for all of a tile's scores
+ * first (kf_score_pre), with the largest |u|, and where the warp's is at
+ * most cg_tanh_ident_max() -- tanh(u) rounds to u itself there -- takes t as
+ * u (kf_score_post_ident: no MUFU.TANH, its rounding nor u's unpacking), else
+ * the tanh (kf_score_post), and from then on the item's tiles take the pair
+ * form whole (kf_score_pair: its MUFU.TANHs beside the other work, where the
+ * split's wait for every operand). Inner key tile of the bench's softcap
+ * (SASS, a consumer thread, 64 scores): 449 instructions, 64 MUFU, in the
+ * pair form; split 265 + 99, no MUFU, where tanh(u) is u, 265 + 258 with 64
+ * where not. Returns t, or KF_NONE; anc[i]: node i is u or one u is made
+ * of. */
+static uint32_t pair_split(const pair_ctx *p, bool *anc) {
+    const cg *c = p->c;
+    const kf_group *g = c->g;
+    const int R = g->rank;
+    uint32_t t = KF_NONE;
+    for (uint32_t i = 0; i < c->n && t == KF_NONE; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || p->name[i] != i || e->kind != KF_EXPR_OP || e->op != KF_OP_TANH ||
+            e->dtype != KF_DTYPE_BF16 || e->tensor == KF_NONE || !p->r[i].dep)
+            continue;
+        const uint32_t u = p->name[e->src[0]];
+        const kf_expr *ue = &g->expr[u];
+        if (ue->kind == KF_EXPR_OP && ue->dtype == KF_DTYPE_BF16 && ue->tensor != KF_NONE &&
+            p->r[u].dep)
+            t = i;
+    }
+    if (t == KF_NONE)
+        return KF_NONE;
+    const uint32_t u = p->name[g->expr[t].src[0]];
+    memset(anc, 0, c->n * sizeof *anc);
+    anc[u] = true;
+    for (uint32_t j = u + 1; j-- > 0;) {
+        const kf_expr *e = &g->expr[j];
+        if (!anc[j] || e->kind != KF_EXPR_OP)
+            continue;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++)
+            anc[p->name[e->src[k]]] = true;
+    }
+    for (uint32_t j = 0; j < c->n; j++) {
+        const kf_expr *e = &g->expr[j];
+        if (!c->need[j] || p->name[j] != j || anc[j] || !p->r[j].dep || e->kind != KF_EXPR_OP)
+            continue;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++) {
+            const uint32_t a = p->name[e->src[k]];
+            if (anc[a] && a != u && p->r[a].dep && index_axis(&g->expr[a], R) == INT_MIN)
+                return KF_NONE;
+        }
+    }
+    return t;
+}
+
+/* The needed loads of the function begun, read again (cg_emit_loads reads
+ * only the loads without an override; the score's is "s"). */
+static void pair_loads(pair_ctx *p, chunk_ctx *x) {
+    cg *c = p->c;
+    for (uint32_t i = 0; i < c->n; i++)
+        if (c->g->expr[i].kind == KF_EXPR_LOAD)
+            c->ov[i][0] = 0;
+    cg_emit_loads(c, x, 1, "    ", NULL, NULL);
+}
+
+/* Clears on[i] for every node `out` does not read (through the nodes on,
+ * not past p->in, whose pair comes in), so the function emits no value it
+ * leaves unused. */
+static void pair_prune(const pair_ctx *p, bool *on, uint32_t out) {
+    const cg *c = p->c;
+    const kf_group *g = c->g;
+    bool *live = kf_mem_calloc(c->mem, c->n, sizeof *live);
+    if (!live)
+        return; /* unpruned: the same code, with unused values */
+    live[out] = true;
+    for (uint32_t j = out + 1; j-- > 0;) {
+        const kf_expr *e = &g->expr[j];
+        if (!live[j] || j == p->in || e->kind != KF_EXPR_OP)
+            continue;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++)
+            live[p->name[e->src[k]]] = true;
+    }
+    for (uint32_t i = 0; i < c->n; i++)
+        on[i] = on[i] && live[i];
+    kf_mem_free(c->mem, live, c->n * sizeof *live);
+}
+
+/* kf_score_pre, kf_score_post and kf_score_post_ident of pair_split's
+ * split at tanh node t (anc: pair_split's), from the planned reps r0. */
+static void emit_split(pair_ctx *p, chunk_ctx *x, uint32_t t, const bool *anc, const pair_rep *r0) {
+    cg *c = p->c;
+    const kf_group *g = c->g;
+    const int R = g->rank;
+    const uint32_t u = p->name[g->expr[t].src[0]];
+    const uint32_t top = p->name[g->attn.score];
+    bool *post = kf_mem_calloc(c->mem, c->n, sizeof *post);
+    if (!post) {
+        cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+        return;
+    }
+    /* the second half: the nodes after u, and again the indices and the
+     * nodes that do not vary with the score */
+    for (uint32_t i = 0; i < c->n; i++)
+        post[i] = !anc[i] || !p->r[i].dep || index_axis(&g->expr[i], R) != INT_MIN;
+    p->in = u;
+    pair_prune(p, post, top);
+    cg_puts(&c->s,
+            "/* the pair form split at a tanh (cg_attention_pair.c, pair_split): its operand "
+            "first, the largest |x| in mx */\n__device__ __forceinline__ unsigned "
+            "kf_amax2_bf16(unsigned a, unsigned b) {\n    unsigned d;\n    asm(\"max.xorsign.abs."
+            "bf16x2 %0, %1, %2;\" : \"=r\"(d) : \"r\"(a), \"r\"(b));\n    return d;\n}\n"
+            "__device__ __forceinline__ void kf_score_pre(float &s0, float &s1, unsigned &mx, "
+            "long long bh, int q, int kv, KF_PARAMS) {\n");
+    memcpy(p->r, r0, c->n * sizeof *p->r);
+    p->r[u].want_f = false; /* packed at once: kf_score_post takes its bits */
+    p->in_src = "__float_as_uint(s0)";
+    p->on = anc;
+    p->in = KF_NONE;
+    p->ident = KF_NONE;
+    pair_loads(p, x);
+    pair_emit(p);
+    pair_get_p(p, u);
+    cg_printf(&c->s,
+              "    mx = kf_amax2_bf16(mx, p%u_p);\n    s0 = __uint_as_float(p%u_p);\n"
+              "    (void)s1; (void)bh; (void)q; (void)kv;\n}\n",
+              u, u);
+    for (int f = 0; f < 2; f++) {
+        cg_printf(&c->s,
+                  "__device__ __forceinline__ void kf_score_post%s(float &s0, float &s1, long long "
+                  "bh, int q, int kv, KF_PARAMS) {\n",
+                  f ? "_ident" : "");
+        memcpy(p->r, r0, c->n * sizeof *p->r);
+        p->on = post;
+        p->in = u;
+        p->ident = f ? t : KF_NONE;
+        pair_loads(p, x);
+        pair_emit(p);
+        pair_get_f(p, top);
+        cg_printf(&c->s, "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)bh; (void)q; (void)kv;\n}\n",
+                  top, top);
+    }
+    cg_printf(&c->s,
+              "#define KF_SCORE_SPLIT 1\n#define KF_TANH_IDENT_MAX 0x%04xu /* tanh(x) rounds to x "
+              "for bf16 |x| <= this */\n\n",
+              cg_tanh_ident_max());
+    p->on = NULL;
+    p->in = KF_NONE;
+    p->ident = KF_NONE;
+    kf_mem_free(c->mem, post, c->n * sizeof *post);
+}
+
+/* The diagonal of the pair form: the nodes that vary with kv but are
+ * functions of kv - q and of values uniform over the tile alone (ALiBi's
+ * slope x bf16(kv - q)), whose one node read by the rest, f, is a bf16 value
+ * rounded as stored (its pair packs exactly). A thread's two rows are q and
+ * q + 8 and its keys step by 8 from one pair to the next, so row q + 8's
+ * value at a pair is row q's at the pair before: the kernel computes f's
+ * pair for row q at the tile's 17 key offsets, once (kf_score_diag), and
+ * each of its 32 pairs takes it (kf_score_pair_dg) -- 17 evaluations of the
+ * diagonal where the pair form made 32. Returns f, or KF_NONE; dg[i]: node i
+ * is on the diagonal. */
+static uint32_t pair_diag(const pair_ctx *p, bool *dg) {
+    const cg *c = p->c;
+    const kf_group *g = c->g;
+    const int R = g->rank;
+    int8_t *ck = kf_mem_calloc(c->mem, c->n, 2);
+    if (!ck)
+        return KF_NONE;
+    int8_t *cq = ck + c->n; /* an int node's coefficients on kv and q (lin) */
+    bool *lin = dg;         /* reused below: first the ints' linearity */
+    bool *fn = kf_mem_calloc(c->mem, c->n, sizeof *fn);
+    if (!fn) {
+        kf_mem_free(c->mem, ck, c->n * 2);
+        return KF_NONE;
+    }
+    memset(lin, 0, c->n * sizeof *lin);
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || p->name[i] != i)
+            continue;
+        const int axis = index_axis(e, R);
+        if (e->kind == KF_EXPR_CONST) {
+            fn[i] = true;
+        } else if (e->kind == KF_EXPR_LOAD) {
+            fn[i] = e->strides[R - 2] == 0 && e->strides[R - 1] == 0;
+        } else if (axis != INT_MIN) {
+            lin[i] = true;
+            ck[i] = axis == R - 1;
+            cq[i] = axis == R - 2;
+            fn[i] = ck[i] == -cq[i];
+        } else if (e->kind == KF_EXPR_OP) {
+            const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+            const uint32_t a = p->name[e->src[0]], b = ar == 2 ? p->name[e->src[1]] : a;
+            fn[i] = fn[a] && fn[b];
+            if (e->dtype == KF_DTYPE_I32 && lin[a] && lin[b]) {
+                int k = 0, q = 0;
+                if (e->op == KF_OP_ADD && ar == 2)
+                    k = ck[a] + ck[b], q = cq[a] + cq[b], lin[i] = true;
+                else if (e->op == KF_OP_SUB && ar == 2)
+                    k = ck[a] - ck[b], q = cq[a] - cq[b], lin[i] = true;
+                else if (e->op == KF_OP_NEG && ar == 1)
+                    k = -ck[a], q = -cq[a], lin[i] = true;
+                lin[i] = lin[i] && k >= -1 && k <= 1 && q >= -1 && q <= 1;
+                ck[i] = (int8_t)k;
+                cq[i] = (int8_t)q;
+                fn[i] = fn[i] || (lin[i] && k == -q);
+            }
+        }
+    }
+    /* the diagonal: functions of kv - q that vary with kv */
+    for (uint32_t i = 0; i < c->n; i++)
+        dg[i] = c->need[i] && p->name[i] == i && fn[i] && p->r[i].dep;
+    kf_mem_free(c->mem, fn, c->n * sizeof *fn);
+    kf_mem_free(c->mem, ck, c->n * 2);
+    /* its one node read by the rest */
+    uint32_t f = KF_NONE;
+    const uint32_t top = p->name[g->attn.score];
+    if (dg[top])
+        return KF_NONE;
+    for (uint32_t j = 0; j < c->n; j++) {
+        const kf_expr *e = &g->expr[j];
+        if (!c->need[j] || p->name[j] != j || dg[j] || e->kind != KF_EXPR_OP)
+            continue;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++) {
+            const uint32_t a = p->name[e->src[k]];
+            if (!dg[a])
+                continue;
+            if (f != KF_NONE && f != a)
+                return KF_NONE;
+            f = a;
+        }
+    }
+    if (f == KF_NONE || g->expr[f].kind != KF_EXPR_OP || !pair_exact(p, f))
+        return KF_NONE;
+    return f;
+}
+
+/* kf_score_diag and kf_score_pair_dg of pair_diag's diagonal, its node f
+ * (dg: pair_diag's), from the planned reps r0. */
+static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, const pair_rep *r0) {
+    cg *c = p->c;
+    const kf_group *g = c->g;
+    const uint32_t top = p->name[g->attn.score];
+    bool *on = kf_mem_calloc(c->mem, c->n, sizeof *on);
+    if (!on) {
+        cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+        return;
+    }
+    /* kf_score_diag: f and the nodes it is made of */
+    on[f] = true;
+    for (uint32_t j = f + 1; j-- > 0;) {
+        const kf_expr *e = &g->expr[j];
+        if (!on[j] || e->kind != KF_EXPR_OP)
+            continue;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++)
+            on[p->name[e->src[k]]] = true;
+    }
+    cg_puts(&c->s, "/* the diagonal of the pair form (cg_attention_pair.c, pair_diag): a function "
+                   "of kv - q, row q + 8's at kv its row q's at kv - 8 */\n"
+                   "__device__ __forceinline__ unsigned kf_score_diag(long long bh, int q, int kv, "
+                   "KF_PARAMS) {\n");
+    memcpy(p->r, r0, c->n * sizeof *p->r);
+    p->on = on;
+    p->in = KF_NONE;
+    p->ident = KF_NONE;
+    pair_loads(p, x);
+    pair_emit(p);
+    pair_get_p(p, f);
+    cg_printf(&c->s, "    (void)bh; (void)q; (void)kv;\n    return p%u_p;\n}\n", f);
+    /* kf_score_pair_dg: the rest, f's pair given */
+    for (uint32_t i = 0; i < c->n; i++)
+        on[i] = !dg[i];
+    p->in = f;
+    pair_prune(p, on, top);
+    cg_puts(&c->s, "__device__ __forceinline__ void kf_score_pair_dg(float &s0, float &s1, "
+                   "unsigned dg, long long bh, int q, int kv, KF_PARAMS) {\n");
+    memcpy(p->r, r0, c->n * sizeof *p->r);
+    p->in = f;
+    p->in_src = "dg";
+    pair_loads(p, x);
+    pair_emit(p);
+    pair_get_f(p, top);
+    cg_printf(&c->s,
+              "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)dg; (void)bh; (void)q; (void)kv;\n}\n"
+              "#define KF_SCORE_DIAG 1\n\n",
+              top, top);
+    p->on = NULL;
+    p->in = KF_NONE;
+    kf_mem_free(c->mem, on, c->n * sizeof *on);
+}
+
+kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t fold,
+                                  unsigned forms) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     if (fold != KF_NONE || g->expr[at->score].dtype != KF_DTYPE_BF16)
@@ -365,12 +702,16 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
         if (g->expr[i].kind == KF_EXPR_SCORE)
             snprintf(c->ov[i], OV_MAX, "s");
     }
-    pair_ctx p = {c, NULL, NULL, 0, 0, x};
+    pair_ctx p = {c, NULL, NULL, 0, 0, x, NULL, KF_NONE, NULL, KF_NONE};
     p.r = kf_mem_calloc(c->mem, c->n, sizeof *p.r);
     p.name = kf_mem_calloc(c->mem, c->n, sizeof *p.name);
-    if (!p.r || !p.name) {
+    pair_rep *r0 = kf_mem_calloc(c->mem, c->n, sizeof *r0);
+    bool *anc = kf_mem_calloc(c->mem, c->n, sizeof *anc);
+    if (!p.r || !p.name || !r0 || !anc) {
         kf_mem_free(c->mem, p.r, c->n * sizeof *p.r);
         kf_mem_free(c->mem, p.name, c->n * sizeof *p.name);
+        kf_mem_free(c->mem, r0, c->n * sizeof *r0);
+        kf_mem_free(c->mem, anc, c->n * sizeof *anc);
         return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
     }
     for (uint32_t i = 0; i < c->n; i++)
@@ -384,6 +725,7 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
     }
     cg_mark(c, at->score);
     if (pair_plan(&p)) {
+        memcpy(r0, p.r, c->n * sizeof *r0);
         const size_t mark = c->s.len;
         cg_puts(&c->s, "/* the inner score of (q, kv) and (q, kv + 1) at once (cg_attention.c, "
                        "emit_score_pair) */\n__device__ __forceinline__ void kf_score_pair(float "
@@ -399,9 +741,19 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
         if (p.cost >= p.scalar && !c->s.oom) {
             c->s.len = mark;
             c->s.p[mark] = 0;
+        } else {
+            const uint32_t t = forms & CG_PAIR_SPLIT ? pair_split(&p, anc) : KF_NONE;
+            const uint32_t f =
+                t == KF_NONE && (forms & CG_PAIR_DIAG) ? pair_diag(&p, anc) : KF_NONE;
+            if (t != KF_NONE)
+                emit_split(&p, x, t, anc, r0);
+            else if (f != KF_NONE)
+                emit_diag(&p, x, f, anc, r0);
         }
     }
     kf_mem_free(c->mem, p.r, c->n * sizeof *p.r);
     kf_mem_free(c->mem, p.name, c->n * sizeof *p.name);
+    kf_mem_free(c->mem, r0, c->n * sizeof *r0);
+    kf_mem_free(c->mem, anc, c->n * sizeof *anc);
     return KF_OK;
 }

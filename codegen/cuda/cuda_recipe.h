@@ -247,6 +247,18 @@ enum {
  * (cg_attention_pair.c: two neighbouring keys at once, bf16x2 arithmetic)
  * takes fewer instructions; kept to measure the two against each other */
 #define KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE (UINT64_C(1) << 38)
+/* internal: the sm_90a attention kernel's pair form evaluates a score's
+ * rounded tanh on every inner tile, even where the warp's operands all lie
+ * within the range where it rounds to the operand itself (cg_attention_pair.c,
+ * pair_split: there the default takes the operand, no MUFU.TANH); kept to
+ * measure the two against each other */
+#define KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS (UINT64_C(1) << 47)
+/* internal: the sm_90a attention kernel's pair form computes the part of the
+ * score that is a function of kv - q alone (ALiBi's bias) for each of a
+ * thread's two rows, where the default computes it once for row q and reads
+ * row q + 8's from the key pair before (cg_attention_pair.c, pair_diag);
+ * kept to measure the two against each other */
+#define KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW (UINT64_C(1) << 48)
 /* internal: a generated sm_90a GEMM's TMA-store epilogue without its bf16
  * pair forms (cg_raw_feed: a bf16x2 op's rounded operand packed from its
  * unrounded values by one cvt; kf_gm_pack2 packing an exact bf16x2 result by
