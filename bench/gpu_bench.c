@@ -791,7 +791,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t CL2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
     const uint64_t RMAX = KF_CUDA_RECIPE_ATTENTION_ROW_MAX;
     const uint64_t SCAL = KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE;
-    const uint64_t TANH = KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS;
+    const uint64_t SKIP = KF_CUDA_RECIPE_ATTENTION_TANH_SKIP;
     const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -903,16 +903,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_rowmax_scalar", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          RMAX | SCAL},
         {"attn_alibi_scalar", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SCAL},
-        /* the pair form before scr13's defaults: the softcap's tanh on every
-         * tile (_tanh: KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS; the default
-         * takes tanh(x) as x where a warp's every |x| rounds so), ALiBi's
-         * bias for each of a thread's two rows (_diag_each:
-         * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW); and the softcap on scores 8
-         * times larger (_wide: the split takes the tanh almost everywhere) */
-        {"attn_softcap_tanh", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TANH},
+        /* scr13's forms: the softcap split at its tanh (_skip: the opt-in
+         * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP takes tanh(x) as x where a
+         * warp's every |x| rounds so), ALiBi's bias for each of a thread's
+         * two rows (_diag_each: KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, the
+         * form before the default); and the softcap on scores 8 times larger
+         * (_wide: the split takes the tanh almost everywhere) */
+        {"attn_softcap_skip", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
         {"attn_alibi_diag_each", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DEACH},
         {"attn_softcap_wide", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"attn_softcap_wide_tanh", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TANH},
+        {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
          0},

@@ -965,8 +965,8 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
  * times the slope and the sum, HMUL2 and HADD2; the softcap: the cap's
  * product, HMUL2) with fewer instructions than the scalar form of
  * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE, which does not define it; no spills
- * (both without the split and the diagonal, KF_CUDA_RECIPE_ATTENTION_TANH_
- * ALWAYS and _DIAG_EACH_ROW: the split adds a second path to the kernel).
+ * (both without the diagonal, KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, and
+ * without the split, which is off by default and adds a second path).
  * f16 scores and a folded scale (causal) keep the scalar form. */
 static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state) {
     (void)state;
@@ -988,8 +988,7 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
         planned p;
         plan_text(text, &p);
         /* the pair form alone: its split and diagonal have their own tests */
-        const uint64_t one =
-            KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS | KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
+        const uint64_t one = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
         kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, one);
         kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
                                               one | KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE);
@@ -1028,12 +1027,12 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
 /* The pair form's split at a tanh (cg_attention_pair.c, pair_split): the
  * softcap's default bf16 kernel defines kf_score_pre / kf_score_post /
  * kf_score_post_ident and KF_TANH_IDENT_MAX, the bound below which it takes
- * tanh(x) as x: over every bf16 value, tanh rounded to bf16 as the reference
+ * tanh(x) as x, where KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks for it (off by
+ * default: it loses on large scores): over every bf16 value, tanh rounded to bf16 as the reference
  * evaluator rounds it (kf_ir_scalar, kf_ir_round) is x itself up to the bound
  * (either sign) and not at the next value, so the bound is the largest
  * right one. Its SASS holds the warp's vote and the |x| maximum (VOTE.ALL,
- * HMNMX2), no spills; KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS gives the kernel
- * before (no split, no HMNMX2). f16 keeps no pair form at all. */
+ * HMNMX2), no spills; the default has no split and no HMNMX2. f16 keeps no pair form at all. */
 static void test_the_score_splits_where_tanh_rounds_to_its_operand(void **state) {
     (void)state;
     static char sass[1 << 22];
@@ -1041,9 +1040,9 @@ static void test_the_score_splits_where_tanh_rounds_to_its_operand(void **state)
     graph_text(cases[3].body, "bf16", text, sizeof text);
     planned p;
     plan_text(text, &p);
-    kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
-    kf_cuda_recipes *r1 =
-        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS);
+    kf_cuda_recipes *r0 =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_TANH_SKIP);
+    kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
     const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
     const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
     assert_non_null(strstr(k0->source, "#define KF_SCORE_SPLIT"));

@@ -1707,9 +1707,9 @@ static void test_sm90_attention_pair_and_scalar_score_forms_match_the_reference(
 
 /* The pair form's split at a softcap's tanh (kf_score_pre, then tanh(x) as
  * x where a warp's every |x| is at most KF_TANH_IDENT_MAX, else the tanh)
- * and ALiBi's diagonal once for a thread's two rows (kf_score_diag), the
- * defaults, and the forms before them (KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS,
- * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW): the softcap on scores where most
+ * (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP, off by default) and ALiBi's diagonal
+ * once for a thread's two rows (kf_score_diag, the default; each row's own
+ * with KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW): the softcap on scores where most
  * warps take the operand and some the tanh (their items' later tiles then
  * the pair form whole: all three paths), the softcap and ALiBi cases
  * (ragged: rows past Sq), ALiBi over 8 key tiles; bf16, each against the
@@ -1721,13 +1721,14 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
         "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900",
         "softcap 30 tanh(s / 30) + causal", "ALiBi slope[h] (kv - q) + causal",
         "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128"};
-    const uint64_t before =
-        KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS | KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
-    for (int f = 0; f < 2; f++)
+    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_ATTENTION_TANH_SKIP,
+                                     KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW};
+    static const char *const labels[] = {"diagonal (the default)", "split, diagonal",
+                                         "diagonal each row"};
+    for (size_t f = 0; f < N_OF(forms); f++)
         for (size_t i = 0; i < N_OF(names); i++)
-            run_sm90_cases_only(f ? before : 0, "bf16", "bf16", 4500 + 10 * (uint64_t)f + i, NULL,
-                                NULL, NULL,
-                                f ? "tanh always, diagonal each row" : "split, diagonal", names[i]);
+            run_sm90_cases_only(forms[f], "bf16", "bf16", 4500 + 10 * (uint64_t)f + i, NULL, NULL,
+                                NULL, labels[f], names[i]);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the

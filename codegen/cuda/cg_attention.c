@@ -1266,12 +1266,12 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
     /* the sm_90a kernel's pair form of the inner score, but where
      * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE asks for the scalar one alone;
-     * split at a tanh but where KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS asks
-     * for the tanh on every tile; its diagonal once for both rows but where
+     * split at a tanh only where KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks
+     * for it (the tanh on every tile otherwise); its diagonal once for both rows but where
      * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW asks for it in each */
     st = emit_score_fns(&c, skip != 0, fold, f32,
                         sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE),
-                        (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS ? 0u : CG_PAIR_SPLIT) |
+                        (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
                             (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW ? 0u : CG_PAIR_DIAG));
     if (st != KF_OK)
         return cg_end(&c, st);

@@ -247,12 +247,15 @@ enum {
  * (cg_attention_pair.c: two neighbouring keys at once, bf16x2 arithmetic)
  * takes fewer instructions; kept to measure the two against each other */
 #define KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE (UINT64_C(1) << 38)
-/* internal: the sm_90a attention kernel's pair form evaluates a score's
- * rounded tanh on every inner tile, even where the warp's operands all lie
- * within the range where it rounds to the operand itself (cg_attention_pair.c,
- * pair_split: there the default takes the operand, no MUFU.TANH); kept to
- * measure the two against each other */
-#define KF_CUDA_RECIPE_ATTENTION_TANH_ALWAYS (UINT64_C(1) << 47)
+/* internal, off by default: the sm_90a attention kernel's pair form splits a
+ * score at its rounded tanh (cg_attention_pair.c, pair_split): a warp whose
+ * operands of a key tile all lie where the tanh rounds to its operand takes
+ * the operand, no MUFU.TANH; the first tile that needs the tanh sends the
+ * item's later tiles to the pair form whole. It wins only where scores are
+ * small: softcap 1.144 -> 1.056 ms on the bench's uniform inputs, 1.218 ->
+ * 1.272 on scores 8 times as large (H100, scr13), so the default keeps the
+ * tanh on every tile */
+#define KF_CUDA_RECIPE_ATTENTION_TANH_SKIP (UINT64_C(1) << 47)
 /* internal: the sm_90a attention kernel's pair form computes the part of the
  * score that is a function of kv - q alone (ALiBi's bias) for each of a
  * thread's two rows, where the default computes it once for row q and reads
