@@ -428,6 +428,13 @@ typedef struct kf_cuda_gemm_shape {
     bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
                                   the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
                                   the TMA-store epilogue skips it by default) */
+    bool epi_rs;               /* with epi_tma (one CTA, no stream-K, pair or head view):
+                                  the epilogue's residual (kf_cuda_gemm_rs_node: a bf16/f16
+                                  operand laid out as the output) comes by TMA into the store
+                                  buffers under the main loop, a fourth tensor map after the
+                                  output's, and each chunk is computed in place (gemm_sm90.cuh
+                                  KF_EPI_RS; internal KF_CUDA_RECIPE_GEMM_EPI_GLOBAL_RS keeps the
+                                  global loads) */
     bool epi_pf;               /* with epi_tma: the epilogue's row operands (a residual) of
                                   a tile prefetched into L2 when the tile starts (internal:
                                   KF_CUDA_RECIPE_GEMM_EPI_PF) */
@@ -475,6 +482,16 @@ typedef struct kf_cuda_gemm_shape {
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
  * (the ring plus the 1024 bytes that align it). */
 uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages);
+/* The same with the residual by TMA (shape.epi_rs): the ring, the two
+ * consumers' 32 KiB of chunk buffers (in place of the staging areas), the
+ * 1024 that align the ring. */
+uint32_t kf_cuda_gemm_smem_rs(uint32_t bn, uint32_t stages);
+/* The expression node of GEMM group `group`'s epilogue that shape.epi_rs
+ * loads by TMA: the first LOAD, reachable from a write, of a bf16 or f16
+ * tensor laid out as the output (the output space's contiguous strides, no
+ * offset: a residual), in a group whose output space is the product's
+ * [batch, M, N] with no head view; KF_NONE where there is none. */
+uint32_t kf_cuda_gemm_rs_node(const kf_plan *plan, uint32_t group);
 
 /* For a GEMM group on sm_90a: ONE kernel computing the whole group -- the
  * matmul with wgmma from a TMA-fed ring, and every write of the group from the
