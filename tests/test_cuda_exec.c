@@ -2597,16 +2597,18 @@ static void test_gemms_with_the_residual_prefetched_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
-/* The residual by TMA (the default with the TMA-store epilogue; internal
- * EPI_GLOBAL_RS keeps its global loads): the producer loads a consumer's
- * residual chunks into its store buffers under the main loop and each chunk
- * is computed in place. Ping-pong 128 x 128 with M, N and K ragged (rows past
- * M land as zeros and are not stored), a batched product (the map's third
- * coordinate), cooperative 128 x 256 (f16, the residual on the left of a
- * sub), each run twice (the buffers' barriers go round again), and the old
- * form on the first shape. EPI_BUF4 (internal): the 4 chunk buffers without
- * a residual, a LayerNorm folded into B (its column terms from L2), bias +
- * gelu_tanh, ping-pong and cooperative 128 x 256 (SHORT_COOP). */
+/* The residual by TMA (the default with the TMA-store epilogue on ping-pong
+ * tiles; internal EPI_GLOBAL_RS keeps its global loads): the producer loads
+ * a consumer's residual chunks into its store buffers under the main loop
+ * and each chunk is computed in place. Ping-pong 128 x 128 with M, N and K
+ * ragged (rows past M land as zeros and are not stored), a batched product
+ * (the map's third coordinate), an erf gelu's bf16 table beside it (4 ring
+ * stages: the table's static shared memory), cooperative 128 x 256 (internal
+ * EPI_BUF4; f16, the residual on the left of a sub), each run twice (the
+ * buffers' barriers go round again), and the old form on the first shape.
+ * EPI_BUF4 also takes the 4 chunk buffers without a residual: a LayerNorm
+ * folded into B (its column terms from L2), bias + gelu_tanh, ping-pong and
+ * cooperative 128 x 256 (SHORT_COOP). */
 static void test_gemms_with_the_residual_by_tma_match(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -2623,10 +2625,16 @@ static void test_gemms_with_the_residual_by_tma_match(void **state) {
               "a = add(h, b)\ny = add(a, r)\noutput y\n",
               KF_DTYPE_BF16, 2641, "residual by TMA, batched", 0, "residual loaded by TMA", true);
     flag_case(ctx,
+              "kfg 1\nx = input(%s[1100, 200])\nw = input(%s[200, 2056])\nb = input(%s[2056])\n"
+              "r = input(%s[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+              "y = add(g, r)\noutput y\n",
+              KF_DTYPE_BF16, 2646, "residual by TMA beside the gelu table", 0,
+              "128x128 tiles ping-pong, 4 stages", true);
+    flag_case(ctx,
               "kfg 1\nx = input(%s[4100, 2000])\nw = input(%s[2000, 1096])\n"
               "r = input(%s[4100, 1096])\nh = matmul(x, w)\ny = sub(r, h)\noutput y\n",
-              KF_DTYPE_F16, 2642, "residual by TMA, cooperative 128 x 256, ragged", 0,
-              "128x256 tiles cooperative, 3 stages", true);
+              KF_DTYPE_F16, 2642, "residual by TMA, cooperative 128 x 256, ragged",
+              KF_CUDA_RECIPE_GEMM_EPI_BUF4, "128x256 tiles cooperative, 3 stages", true);
     flag_case(ctx,
               "kfg 1\nx = input(%s[2100, 1000])\nw = input(%s[1000, 1096])\nb = input(%s[1096])\n"
               "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"

@@ -428,13 +428,14 @@ typedef struct kf_cuda_gemm_shape {
     bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
                                   the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
                                   the TMA-store epilogue skips it by default) */
-    bool epi_rs;               /* with epi_tma (one CTA, no stream-K, pair or head view):
-                                  the epilogue's residual (kf_cuda_gemm_rs_node: a bf16/f16
-                                  operand laid out as the output) comes by TMA into the store
-                                  buffers under the main loop, a fourth tensor map after the
-                                  output's, and each chunk is computed in place (gemm_sm90.cuh
-                                  KF_EPI_RS; internal KF_CUDA_RECIPE_GEMM_EPI_GLOBAL_RS keeps the
-                                  global loads) */
+    bool epi_rs;               /* with epi_tma (one CTA, no stream-K, pair or head view; 128 x
+                                  128 ping-pong or 128 x 256 cooperative tiles): each chunk is
+                                  computed in place in one of 4 store buffers, and the
+                                  epilogue's residual, if it has one (kf_cuda_gemm_rs_node: a
+                                  bf16/f16 operand laid out as the output), comes into them by
+                                  TMA under the main loop, a fourth tensor map after the
+                                  output's (gemm_sm90.cuh KF_EPI_RS; the recipe's default with a
+                                  residual on ping-pong tiles) */
     bool epi_pf;               /* with epi_tma: the epilogue's row operands (a residual) of
                                   a tile prefetched into L2 when the tile starts (internal:
                                   KF_CUDA_RECIPE_GEMM_EPI_PF) */

@@ -1000,19 +1000,27 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                    !gm->head_dim && !fold && !sh.sk_grid;
     /* the epilogue's row operands prefetched into L2 when a tile starts
      * (internal); not with stream-K (a segment's tile starts more than once) */
-    /* The residual by TMA into the store buffers under the main loop (the
-     * default; internal EPI_GLOBAL_RS keeps the global loads): one CTA, the
-     * 128 x 128 ping-pong or 128 x 256 cooperative tiles (a consumer's 4
-     * chunks), no stream-K, pair, head view or sibling set (a norm folded
-     * into B reads its column terms from L2 there); not with
-     * the L2 prefetch of the residual (internal EPI_PF: the form before).
-     * Internal EPI_BUF4: the 4 in-place chunk buffers without a residual. */
+    /* The residual by TMA into the store buffers under the main loop: one
+     * CTA, no stream-K, pair, head view or sibling set, not with the L2
+     * prefetch of the residual (internal EPI_PF: the form before). The
+     * default on ping-pong 128 x 128 tiles (6 ring stages -> 5), where it
+     * won; internal EPI_GLOBAL_RS keeps the global loads. Measured on an
+     * H100 (c4e282c, ms): GPT-2's out projection 16384 x 1024 x 1024 + bias
+     * + residual, ping-pong 0.0672 against 0.0689 with the global loads
+     * (cuBLASLt 0.0638); its FC2 (K = 4096, cooperative 128 x 256) 0.1910
+     * with 3 stages against 0.1891 with 4: not there. Internal EPI_BUF4
+     * takes the 4 in-place chunk buffers wherever the template does (128 x
+     * 256 cooperative too, a residual loaded if there is one, else none; a
+     * norm folded into B then reads its column terms from L2): GPT-2's FC1
+     * (LayerNorm + bias + gelu_tanh) 0.2726 ping-pong, 0.2723 cooperative,
+     * against 0.2504 without. */
     const uint32_t rs_node = kf_cuda_gemm_rs_node(gplan, b->gi);
     sh.epi_rs = sh.epi_tma && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_GLOBAL_RS) &&
                 sh.cluster != 2 && !sh.sk_grid && !dual && !sh.epi_ahead && !gm->head_dim &&
                 !b->sib_shape && sh.bn == (sh.pingpong ? 128u : 256u) &&
                 !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_PF) &&
-                (rs_node != KF_NONE || (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_BUF4));
+                ((rs_node != KF_NONE && sh.pingpong) ||
+                 (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_BUF4));
     sh.epi_pf = sh.epi_tma && (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_PF) && !sh.sk_grid;
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
     sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
@@ -1031,6 +1039,16 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
     kf_status st = kf_cuda_codegen_gemm_sm90(gplan, b->gi, b->target->arch, &sh, b->mem, &k);
+    /* The 4 chunk buffers' stages count on GEN_SMEM_RS_STATIC; a kernel with
+     * the bf16 gelu table (11.5 KiB of static shared memory: an erf gelu)
+     * takes the stages the usual reserve leaves (its launch failed on an
+     * H100 with 5 stages of 128 x 128: 242 KB of shared memory). */
+    if (st == KF_OK && sh.epi_rs && k.source && strstr(k.source, "kf_gelu_tab[")) {
+        kf_cuda_kernel_release(b->mem, &k);
+        memset(&k, 0, sizeof k);
+        sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem_rs(sh.bn, 0)) / stage;
+        st = kf_cuda_codegen_gemm_sm90(gplan, b->gi, b->target->arch, &sh, b->mem, &k);
+    }
     if (st == KF_ERR_UNSUPPORTED) {
         snprintf(why, why_size, "%.190s", k.error);
         kf_cuda_kernel_release(b->mem, &k);
