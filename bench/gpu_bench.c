@@ -1956,6 +1956,21 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_EPI_NTEST},
         {"gpt2_outproj_generated_nin_pf", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_PF},
+        /* the residual by global loads between the store barriers (the
+         * form before the residual by TMA: EPI_GLOBAL_RS), and by TMA where
+         * the default does not take it (EPI_BUF4): cooperative 128 x 256 */
+        {"gpt2_outproj_generated_grs", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_GLOBAL_RS},
+        {"gpt2_outproj_generated_coop_rs", t_g2o, g2obytes, g2oflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, G2_COOP | KF_CUDA_RECIPE_GEMM_EPI_BUF4},
+        {"gpt2_fc2_generated_rs", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_BUF4},
+        /* FC1 (bias + GELU, no residual) with the 4 in-place chunk buffers
+         * (EPI_BUF4), ping-pong and cooperative */
+        {"gpt2_fc1_generated_buf4", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_BUF4},
+        {"gpt2_fc1_generated_coop_buf4", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_COOP | KF_CUDA_RECIPE_GEMM_EPI_BUF4},
         /* the TMA-store epilogue without its bf16 pair forms (the code
          * before cg_raw_feed, kf_gm_pack2's bit packing and kf_gm_ldv) */
         {"gpt2_outproj_generated_unpacked", t_g2o, g2obytes, g2oflops, 0, 0, 0, "",

@@ -81,6 +81,25 @@
  * epilogue's row operands (a residual) into L2 when a tile starts (internal:
  * it won nothing on an H100).
  *
+ * Residual by TMA (KF_EPI_RS 1 and KF_RS_LOAD 1, with the TMA-store
+ * epilogue: cooperative or ping-pong, no cluster, stream-K, head view or
+ * sibling set; a norm folded into B reads its column terms from L2): the
+ * epilogue's residual (the map tr, a bf16/f16 operand laid out as the
+ * output) comes into shared memory under the main loop. The producer issues
+ * a consumer's part of a tile (its 4 chunks of 64 x 64, 32 KiB, at the place
+ * of the store buffers: ring + stages, 32 KiB a consumer) with the tile's
+ * middle K step, on kf_rfull[cw]; kf_epi reads its pair of the residual at
+ * the very address its output pair goes to (kf_epi's rsm), so each chunk is
+ * computed in place: no load of global memory waits between the store
+ * barriers, the four chunks are written before one barrier, and their four
+ * TMA stores are in flight together. The producer waits on kf_rfree[cw]
+ * before it loads over a consumer's previous tile; the consumer's lead
+ * thread arrives there once that tile's stores have read the buffers (at its
+ * next tile's first K step). KF_EPI_RS 1 without a residual (KF_RS_LOAD 0,
+ * internal: KF_CUDA_RECIPE_GEMM_EPI_BUF4) keeps the 4 buffers and the one
+ * barrier; its lead thread waits for the previous tile's stores when the
+ * epilogue starts.
+ *
  * Row epilogue (KF_ROW_EPI 1, cg_gemm_epi.c: a norm or softmax of rows of
  * N <= KF_ON, the register epilogue): a row of the wgmma fragment lies in
  * one quad of lanes, so kf_gm_epi_direct runs the tile twice: kf_pre gives
@@ -169,6 +188,18 @@
                        residual) of a consumer's rows of a tile into L2 when the tile starts
                        (the generated kf_epi_pf), so its loads hit L2 under the main loop */
 #endif
+#ifndef KF_EPI_RS
+#define KF_EPI_RS 0 /* the TMA-store epilogue: 1 computes its 4 chunks in place in 4 store
+                       buffers, the residual (with KF_RS_LOAD 1) loaded into them by TMA
+                       under the main loop (see above) */
+#endif
+#ifndef KF_RS_LOAD
+#define KF_RS_LOAD 0 /* with KF_EPI_RS: the epilogue has a residual (the map tr) */
+#endif
+#if KF_EPI_RS && (!KF_EPI_TMA || KF_CLUSTER != 1 || KF_TMA_HEADS || KF_HEAD_D || KF_DUAL ||      \
+                  KF_SIB || KF_EPI_AHEAD || (defined(KF_SK) && KF_SK))
+#error "KF_EPI_RS: the TMA-store epilogue, one CTA, no head view, pair, set, ahead or SK"
+#endif
 #ifndef KF_EPI_AHEAD
 #define KF_EPI_AHEAD 0 /* the TMA-store epilogue: 1 computes two chunks' values before it
                           stores the first (kf_gm_epi_tma); 0 (the default) chunk by chunk */
@@ -247,6 +278,9 @@
 #define KF_EPI_COLS 32 /* columns staged at a time */
 #endif
 #define KF_EPI_LD 40   /* floats per staged row */
+#if KF_EPI_RS
+static_assert(KF_HALVES * KF_ON == 256, "KF_EPI_RS: a consumer's 4 chunks of 64 x 64");
+#endif
 #define KF_EPI_FLOATS (64 * KF_EPI_LD) /* one consumer's staging area */
 
 /* A box of an operand: batched maps take the batch as their third coordinate. */
@@ -297,7 +331,7 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
  * From here to "member end" the epilogue's helpers: a GEMM sibling set's
  * source (cg_gemm_sm90_set.c) emits this part once per member, in the
  * member's namespace kf_s<j> after its own kf_epi and fold, with KF_N its N. */
-#if KF_FOLD_PRE && KF_FOLD_LN
+#if KF_FOLD_PRE && KF_FOLD_LN && !KF_EPI_RS
 #define KF_FOLD_COLS_AT 8192u /* past the 64 x 64 bf16 store buffer */
 static_assert(KF_ON * 8 <= KF_EPI_FLOATS * 4 - 8192, "the column terms fit the staging area");
 /* c[col0 + i] to dst + 4 i and d[col0 + i] to dst + 4 (KF_ON + i), zeros past N.
@@ -557,9 +591,10 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
 
 #if KF_FOLD_PRE
 /* The column terms of columns t, t + 1 of the tile (from the staging area
- * at buf + KF_FOLD_COLS_AT; zeros for an RMSNorm). */
+ * at buf + KF_FOLD_COLS_AT; zeros for an RMSNorm; KF_EPI_RS reads them
+ * from global memory instead, kf_fold_cols). */
 __device__ __forceinline__ void kf_gm_fold_cols2(unsigned buf, int t, float *cc, float *dd) {
-#if KF_FOLD_LN
+#if KF_FOLD_LN && !KF_EPI_RS
     const unsigned at = buf + KF_FOLD_COLS_AT + 4u * (unsigned)t;
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(cc[0]), "=f"(cc[1]) : "r"(at));
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
@@ -611,7 +646,11 @@ __device__ __forceinline__ void kf_gm_epi_tma_vals(const float (&d)[KF_ACC], int
     for (int jj = 0; jj < 8; jj++) {
         const int j = ch * 8 + jj;
         const long long c = (long long)nb * KF_ON + 8 * j + 2 * (lane % 4);
-#if KF_A_FOLD
+#if KF_A_FOLD && KF_EPI_RS
+        /* the column terms from global memory (L2): no barrier waits on them */
+        float fc[2], fd[2];
+        kf_fold_cols<2>(0, c, fc, fd, KF_ARGS);
+#elif KF_A_FOLD
         float fc[2], fd[2];
         kf_gm_fold_cols2(buf, 8 * j + 2 * (lane % 4), fc, fd);
 #if KF_HEAD_D
@@ -641,6 +680,13 @@ __device__ __forceinline__ void kf_gm_epi_tma_vals(const float (&d)[KF_ACC], int
             float o[2];
 #if KF_HEAD_D
             kf_epi<2, AL, true>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#elif KF_EPI_RS
+            /* the residual pair at the address the output pair goes to:
+             * chunk (hf, ch)'s buffer, the 128-byte swizzle */
+            const unsigned rl = (unsigned)(warp * 16 + lane / 4 + 8 * h);
+            const unsigned rsm = buf + (unsigned)(hf * (KF_ON / 64) + ch) * 8192u + rl * 128u +
+                                 (((unsigned)jj ^ (rl & 7u)) << 4) + (lane % 4) * 4u;
+            kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o, rsm);
 #else
             kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
 #endif
@@ -676,12 +722,64 @@ template <bool AL>
 __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, int mb, int nb,
                                               int cw, int warp, int lane, unsigned buf,
                                               const kf_tmap *tc,
+#if KF_EPI_RS
+                                              unsigned rfull, unsigned rpar,
+#endif
 #if KF_FOLD_PRE
                                               const float (&frs)[KF_HALVES][2],
                                               const float (&fmu)[KF_HALVES][2],
 #endif
                                               KF_PARAMS) {
     const bool lead = threadIdx.x % 128 == 0;
+#if KF_EPI_RS
+    /* Residual by TMA: buf holds this consumer's 4 chunk buffers, the
+     * residual in them once kf_rfull[cw] completes (rpar: this consumer's
+     * tile count's parity). Each chunk in place: a thread reads its
+     * residual pairs and writes its output pairs at the same addresses, so
+     * no barrier stands between the chunks; one barrier, then the 4 stores. */
+    (void)tc;
+#if KF_RS_LOAD
+    kf_hp_wait(rfull, rpar);
+#else
+    /* no residual (KF_CUDA_RECIPE_GEMM_EPI_BUF4): the buffers are free once
+     * the previous tile's stores have read them */
+    (void)rfull;
+    (void)rpar;
+    if (lead)
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    kf_gm_wg_sync(cw);
+#endif
+#pragma unroll
+    for (int hf = 0; hf < KF_HALVES; hf++) {
+#pragma unroll
+        for (int ch = 0; ch < KF_ON / 64; ch++) {
+            unsigned w[8][2];
+            kf_gm_epi_tma_vals<AL>(d, b, mb, nb, cw, hf, ch, warp, lane, buf, w,
+                                   KF_EPI_FOLD_ARGS KF_ARGS);
+            const unsigned cb = buf + (unsigned)(hf * (KF_ON / 64) + ch) * 8192u;
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const unsigned rl = (unsigned)(warp * 16 + lane / 4 + 8 * h);
+                    const unsigned addr =
+                        cb + rl * 128u + (((unsigned)jj ^ (rl & 7u)) << 4) + (lane % 4) * 4u;
+                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(w[jj][h]));
+                }
+        }
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    kf_gm_wg_sync(cw);
+    if (lead) {
+#pragma unroll
+        for (int hf = 0; hf < KF_HALVES; hf++)
+#pragma unroll
+            for (int ch = 0; ch < KF_ON / 64; ch++)
+                kf_gm_tma_store(tc, buf + (unsigned)(hf * (KF_ON / 64) + ch) * 8192u,
+                                nb * KF_ON + ch * 64,
+                                (int)((long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64), b);
+    }
+#else
 #if KF_FOLD_PRE && KF_FOLD_LN
     /* the tile's column terms, fetched when it started, are in */
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -738,6 +836,7 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
             }
         }
     }
+#endif
 }
 #endif
 
@@ -1019,6 +1118,10 @@ __device__ __forceinline__ void kf_gm_release(unsigned empty0, unsigned pempty0,
 #define KF_TMAP_PARAMS                                                                             \
     const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb,                        \
         const __grid_constant__ kf_tmap tb2
+#elif KF_EPI_TMA && KF_RS_LOAD /* the output's map, then the residual's */
+#define KF_TMAP_PARAMS                                                                             \
+    const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb,                        \
+        const __grid_constant__ kf_tmap tc, const __grid_constant__ kf_tmap tr
 #elif KF_EPI_TMA /* the output's map last */
 #define KF_TMAP_PARAMS                                                                             \
     const __grid_constant__ kf_tmap ta, const __grid_constant__ kf_tmap tb,                        \
@@ -1036,6 +1139,13 @@ __device__ __forceinline__ void kf_gm_release(unsigned empty0, unsigned pempty0,
 extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_PARAMS) {
     extern __shared__ __align__(1024) unsigned char kf_dsmem[];
     __shared__ __align__(8) unsigned long long kf_full[KF_STAGES], kf_empty[KF_STAGES];
+#if KF_EPI_RS
+    /* a consumer's residual landed (the producer's expect), its buffers free
+     * again (the consumer's lead thread) */
+    __shared__ __align__(8) unsigned long long kf_rfull[2], kf_rfree[2];
+    const unsigned rfull0 = (unsigned)__cvta_generic_to_shared(&kf_rfull[0]);
+    const unsigned rfree0 = (unsigned)__cvta_generic_to_shared(&kf_rfree[0]);
+#endif
 #if KF_SK
     __shared__ int kf_fin[2]; /* a consumer's segment: its tile half's last arrival */
     if (gridDim.x > KF_SK_GMAX)
@@ -1060,6 +1170,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             /* lane 0 of each consumer warp (of both CTAs of a cluster) */
             kf_hp_init(empty0 + 8 * s, KF_EMPTY_ARRIVALS * KF_CLUSTER);
         }
+#if KF_EPI_RS
+        for (int c = 0; c < 2; c++) {
+            kf_hp_init(rfull0 + 8 * c, 1);
+            kf_hp_init(rfree0 + 8 * c, 1);
+        }
+#endif
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&ta) : "memory");
@@ -1068,6 +1184,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tb2) : "memory");
 #elif KF_EPI_TMA
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tc) : "memory");
+#endif
+#if KF_RS_LOAD
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tr) : "memory");
 #endif
 #if KF_SIB
         KF_SIB_PREFETCH();
@@ -1093,6 +1212,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #else
             /* the loop as before stream-K (kf_gm_work's form changed ptxas's
              * schedule: C7514 on a cooperative f16 kernel) */
+#if KF_RS_LOAD
+            int ti = 0; /* the block's tiles so far: tile ti is consumer ti % 2's (ping-pong) */
+#endif
             for (int t = blockIdx.x / KF_CLUSTER; t < KF_UNITS; t += gridDim.x / KF_CLUSTER) {
                 const int kb = 0, ke = KF_KT, ks = 1;
 #endif
@@ -1156,11 +1278,39 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                         }
                     }
 #endif
+#if KF_RS_LOAD
+                    /* The residual of the tile's consumer(s), with its middle
+                     * K step (after the step's own loads: a consumer frees its
+                     * buffers at its first K step), into the buffers once the
+                     * consumer's previous tile's stores have read them. */
+                    if (kt == KF_KT / 2) {
+#pragma unroll
+                        for (int cw = 0; cw < 2; cw++) {
+                            if (KF_PINGPONG && cw != ti % 2)
+                                continue;
+                            const int j = KF_PINGPONG ? ti / 2 : ti; /* the consumer's tiles */
+                            kf_hp_wait(rfree0 + 8 * cw, (unsigned)(j & 1) ^ 1u);
+                            kf_hp_expect(rfull0 + 8 * cw, KF_HALVES * (KF_ON / 64) * 8192u);
+                            const unsigned rb = ring + KF_STAGES * KF_STAGE_BYTES + cw * 32768u;
+#pragma unroll
+                            for (int hf = 0; hf < KF_HALVES; hf++)
+#pragma unroll
+                                for (int ch = 0; ch < KF_ON / 64; ch++)
+                                    kf_hp_tma3(rb + (unsigned)(hf * (KF_ON / 64) + ch) * 8192u,
+                                               &tr, nb * KF_ON + 64 * ch,
+                                               mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64, b,
+                                               rfull0 + 8 * cw);
+                        }
+                    }
+#endif
                     if (++s == KF_STAGES) {
                         s = 0;
                         ph ^= 1u;
                     }
                 }
+#if KF_RS_LOAD
+                ti++;
+#endif
             }
         }
     } else {
@@ -1177,9 +1327,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
          * (lane 0 releases this CTA's) */
         const unsigned pempty0 = kf_hp_mapa(empty0, (unsigned)(rank ^ 1));
 #endif
+#if KF_EPI_RS
+        /* the consumer's 4 chunk buffers (32 KiB) where the staging area was */
+        float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
+                                               KF_STAGES * KF_STAGE_BYTES + cw * 32768);
+        int rj = 0; /* this consumer's tiles so far: kf_rfull's parity */
+#else
         float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
                                                KF_STAGES * KF_STAGE_BYTES) +
                      cw * KF_EPI_FLOATS;
+#endif
 #if KF_PINGPONG
         /* Tile i of the block (t = blockIdx.x + i * gridDim.x) is consumer
          * i % 2's; its first stage is k-step i * KF_KT of the producer's. */
@@ -1235,7 +1392,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             for (int hf = 0; hf < KF_HALVES; hf++)
                 KF_SIB_NS0 kf_gm_fold_rows((long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64,
                                            warp, lane, frs[hf], fmu[hf], KF_ARGS);
-#if KF_FOLD_LN
+#if KF_FOLD_LN && !KF_EPI_RS
             /* (the previous tile's epilogue read them before its last barrier) */
 #if KF_SIB
             KF_SIB_DO(sj, kf_gm_fold_cols_fetch((unsigned)__cvta_generic_to_shared(stg) +
@@ -1300,6 +1457,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                     }
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#if KF_RS_LOAD
+                /* the previous tile's stores have read its buffers: the
+                 * producer may load this tile's residual into them */
+                if (kt == kb && rj > 0 && threadIdx.x % 128 == 0) {
+                    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                    kf_hp_arrive(rfree0 + 8 * cw);
+                }
+#endif
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
                 if (prev >= 0)
                     kf_gm_release(empty0, KF_EMPTY_PEER, prev, lane);
@@ -1363,7 +1528,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                  * refuses any other (kf_cx_bind_step), so the unrolled body is
                  * compiled once, not once per alignment case (half of a bias +
                  * gelu GEMM's NVRTC time went to the copy that never ran). */
+#if KF_EPI_RS
+                kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, rfull0 + 8 * cw,
+                                    (unsigned)(rj & 1), KF_FOLD_TERMS KF_ARGS);
+                rj++;
+#else
                 kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS KF_ARGS);
+#endif
             }
 #elif KF_EPI_DIRECT
             /* From the registers (kf_gm_epi_direct), the variant without

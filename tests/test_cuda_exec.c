@@ -2736,6 +2736,67 @@ static void test_gemms_with_the_residual_prefetched_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* The residual by TMA (the default with the TMA-store epilogue on ping-pong
+ * tiles; internal EPI_GLOBAL_RS keeps its global loads): the producer loads
+ * a consumer's residual chunks into its store buffers under the main loop
+ * and each chunk is computed in place. Ping-pong 128 x 128 with M, N and K
+ * ragged (rows past M land as zeros and are not stored), a batched product
+ * (the map's third coordinate), an erf gelu's bf16 table beside it (4 ring
+ * stages: the table's static shared memory), cooperative 128 x 256 (internal
+ * EPI_BUF4; f16, the residual on the left of a sub), each run twice (the
+ * buffers' barriers go round again), and the old form on the first shape.
+ * EPI_BUF4 also takes the 4 chunk buffers without a residual: a LayerNorm
+ * folded into B (its column terms from L2), bias + gelu_tanh, ping-pong and
+ * cooperative 128 x 256 (SHORT_COOP). */
+static void test_gemms_with_the_residual_by_tma_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 1000])\nw = input(%s[1000, 1096])\nb = input(%s[1096])\n"
+              "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2640, "residual by TMA, ping-pong, ragged M, N, K", 0,
+              "residual loaded by TMA", true);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[4, 600, 264])\nw = input(%s[4, 264, 1024])\n"
+              "b = input(%s[1024])\nr = input(%s[4, 600, 1024])\nh = matmul(x, w)\n"
+              "a = add(h, b)\ny = add(a, r)\noutput y\n",
+              KF_DTYPE_BF16, 2641, "residual by TMA, batched", 0, "residual loaded by TMA", true);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[1100, 200])\nw = input(%s[200, 2056])\nb = input(%s[2056])\n"
+              "r = input(%s[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+              "y = add(g, r)\noutput y\n",
+              KF_DTYPE_BF16, 2646, "residual by TMA beside the gelu table", 0,
+              "128x128 tiles ping-pong, 4 stages", true);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[4100, 2000])\nw = input(%s[2000, 1096])\n"
+              "r = input(%s[4100, 1096])\nh = matmul(x, w)\ny = sub(r, h)\noutput y\n",
+              KF_DTYPE_F16, 2642, "residual by TMA, cooperative 128 x 256, ragged",
+              KF_CUDA_RECIPE_GEMM_EPI_BUF4, "128x256 tiles cooperative, 3 stages", true);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 1000])\nw = input(%s[1000, 1096])\nb = input(%s[1096])\n"
+              "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2643, "residual by global loads (EPI_GLOBAL_RS)",
+              KF_CUDA_RECIPE_GEMM_EPI_GLOBAL_RS,
+              "6 stages, A K-major, B N-major, epilogue stored by TMA", false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 1000])\ng = input(%s[1000])\nc = input(%s[1000])\n"
+              "w = input(%s[1000, 1096])\nb = input(%s[1096])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+              "h = matmul(n, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+              KF_DTYPE_BF16, 2644, "4 chunk buffers (EPI_BUF4), fold, ping-pong",
+              KF_CUDA_RECIPE_GEMM_EPI_BUF4, "from 4 chunk buffers", true);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[4100, 1000])\ng = input(%s[1000])\nc = input(%s[1000])\n"
+              "w = input(%s[1000, 1096])\nb = input(%s[1096])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+              "h = matmul(n, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+              KF_DTYPE_BF16, 2645, "4 chunk buffers (EPI_BUF4), fold, cooperative",
+              KF_CUDA_RECIPE_GEMM_EPI_BUF4 | KF_CUDA_RECIPE_GEMM_SHORT_COOP,
+              "128x256 tiles cooperative, 3 stages", true);
+    kf_ctx_destroy(ctx);
+}
+
 /* The TMA-store epilogue's bf16 pairs (cg_raw_feed, kf_gm_pack2's bit
  * packing, kf_gm_ldv): a bf16x2 op whose operand is a rounded bf16 sum packed
  * from its unrounded values, on the left (RA), on the right (RB) and on both
@@ -4195,6 +4256,7 @@ int main(void) {
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),
         cmocka_unit_test(test_gemms_with_the_residual_prefetched_match),
+        cmocka_unit_test(test_gemms_with_the_residual_by_tma_match),
         cmocka_unit_test(test_tma_store_epilogue_bf16_pairs_match),
         cmocka_unit_test(test_sm80_gemms_match_the_reference),
         cmocka_unit_test(test_measured_gemm_names_both_sides),

@@ -665,6 +665,116 @@ static void test_tma_store_epilogue_packs_bf16_pairs_once(void **state) {
     }
 }
 
+/* The residual by TMA (the default with the TMA-store epilogue on ping-pong
+ * 128 x 128 tiles, internal EPI_BUF4 on cooperative 128 x 256 ones; internal
+ * EPI_GLOBAL_RS keeps the global loads): a fourth tensor map over the
+ * residual's buffer, {N, M, batch} in 64 x 64 boxes as the output's; the
+ * residual read from shared memory; 5 stages of 128 x 128 (4 beside an erf
+ * gelu's bf16 table, whose static shared memory must fit too), 3 of 128 x
+ * 256; the SASS loads and stores by TMA and keeps no local memory. A bias
+ * alone (no residual) keeps the form before. */
+static void test_residual_by_tma_compiles_with_a_fourth_map(void **state) {
+    (void)state;
+    static const char *const texts[] = {
+        /* GPT-2's out projection: ping-pong 128 x 128, bias + residual */
+        "kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+        "r = input(bf16[16384, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+        /* K = 2000: cooperative 128 x 256, f16, the residual left of a sub, ragged */
+        "kfg 1\nx = input(f16[4100, 2000])\nw = input(f16[2000, 1096])\n"
+        "r = input(f16[4100, 1096])\nh = matmul(x, w)\ny = sub(r, h)\noutput y\n",
+        /* a bias alone */
+        "kfg 1\nx = input(bf16[4096, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+        "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
+        /* an erf gelu (bf16: the table in static shared memory), ping-pong */
+        "kfg 1\nx = input(bf16[1100, 200])\nw = input(bf16[200, 2056])\nb = input(bf16[2056])\n"
+        "r = input(bf16[1100, 2056])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+        "y = add(g, r)\noutput y\n"};
+    static const char *const sched[] = {
+        "128x128 tiles ping-pong, 5 stages", "128x256 tiles cooperative, 3 stages",
+        "128x128 tiles ping-pong, 6 stages", "128x128 tiles ping-pong, 4 stages"};
+    static const char *const old_sched[] = {
+        "128x128 tiles ping-pong, 6 stages", "128x256 tiles cooperative, 4 stages",
+        "128x128 tiles ping-pong, 6 stages", "128x128 tiles ping-pong, 6 stages"};
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        planned p;
+        plan_text(texts[t], &p);
+        for (int old = 0; old < 2; old++) {
+            /* case 1 (cooperative) by EPI_BUF4; the others by default */
+            uint64_t flags = KF_CUDA_RECIPE_GEMM_GENERATED |
+                             (old      ? KF_CUDA_RECIPE_GEMM_EPI_GLOBAL_RS
+                              : t == 1 ? KF_CUDA_RECIPE_GEMM_EPI_BUF4
+                                       : UINT64_C(0));
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, flags);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            const char *how = rc->variants[0].how;
+            bool rs = !old && t != 2;
+            if (!strstr(how, old ? old_sched[t] : sched[t]) ||
+                (strstr(how, "residual loaded by TMA") != NULL) != rs)
+                fail_msg("case %zu%s: %s", t, old ? " (EPI_GLOBAL_RS)" : "", how);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            const char *src = ks->kernel.source;
+            assert_true((strstr(src, "#define KF_EPI_RS 1") != NULL) == rs);
+            assert_int_equal(ks->n_tmaps, rs ? 4 : 3);
+            if (rs) {
+                /* the residual's map: the output's shape, over the IN buffer
+                 * of the residual (the last input of the text) */
+                assert_int_equal(ks->args[3].kind, KF_CUDA_ARG_TMAP);
+                assert_false(ks->args[3].written);
+                assert_int_equal(ks->tmaps[3].rank, 3);
+                assert_int_equal(ks->tmaps[3].box[0], 64);
+                assert_int_equal(ks->tmaps[3].box[1], 64);
+                assert_memory_equal(ks->tmaps[3].dims, ks->tmaps[2].dims, sizeof ks->tmaps[2].dims);
+                bool found = false;
+                for (uint32_t j = 0; j < ks->kernel.n_params; j++)
+                    if (ks->kernel.params[j].kind == KF_CUDA_PARAM_IN &&
+                        !memcmp(&ks->args[4 + j].buf, &ks->args[3].buf, sizeof ks->args[3].buf))
+                        found = true;
+                assert_true(found);
+                assert_non_null(strstr(src, "ld.shared.b32 %0, [%1];"));
+                assert_int_equal(ks->kernel.launch.shared_bytes,
+                                 kf_cuda_gemm_smem_rs(t == 1 ? 256 : 128,
+                                                      t == 1   ? 3
+                                                      : t == 3 ? 4
+                                                               : 5));
+                /* with the gelu table's static shared memory, within 227 KiB */
+                if (t == 3)
+                    assert_true(ks->kernel.launch.shared_bytes + 11776u /* cg.h GELU_TAB_N x 2 */ <=
+                                227u * 1024u);
+            }
+            check_tma_store_sass(&ks->kernel);
+            kf_cuda_recipes_destroy(rec);
+        }
+        plan_release(&p);
+    }
+    /* EPI_BUF4 (internal): GPT-2's FC1 (a LayerNorm folded into B, bias,
+     * gelu_tanh; no residual) in the 4 chunk buffers, ping-pong and
+     * cooperative (SHORT_COOP), its column terms from L2; three maps */
+    planned q;
+    plan_text("kfg 1\nx = input(bf16[16384, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+              "w = input(bf16[1024, 4096])\nb = input(bf16[4096])\n"
+              "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\nhb = add(h, b)\n"
+              "y = gelu_tanh(hb)\noutput y\n",
+              &q);
+    for (int coop = 0; coop < 2; coop++) {
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_EPI_BUF4 |
+                                (coop ? KF_CUDA_RECIPE_GEMM_SHORT_COOP : UINT64_C(0)));
+        const kf_cuda_recipe *rc = gemm_recipe(q.plan, rec);
+        const char *how = rc->variants[0].how;
+        if (!strstr(how, coop ? "128x256 tiles cooperative, 3 stages"
+                              : "128x128 tiles ping-pong, 5 stages") ||
+            !strstr(how, "from 4 chunk buffers") || !strstr(how, "folded into B"))
+            fail_msg("EPI_BUF4%s: %s", coop ? " (SHORT_COOP)" : "", how);
+        const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+        assert_non_null(strstr(ks->kernel.source, "#define KF_RS_LOAD 0"));
+        assert_int_equal(ks->n_tmaps, 3);
+        check_tma_store_sass(&ks->kernel);
+        kf_cuda_recipes_destroy(rec);
+    }
+    plan_release(&q);
+}
+
 /* The row operands prefetched into L2 when a tile starts
  * (KF_CUDA_RECIPE_GEMM_EPI_PF, internal; with the TMA-store epilogue): a
  * residual's rows, one bulk prefetch a row (UBLKPF) on ping-pong and
@@ -1972,6 +2082,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_epilogue_row_operands_prefetch_to_l2),
         cmocka_unit_test(test_tma_store_epilogue_packs_bf16_pairs_once),
+        cmocka_unit_test(test_residual_by_tma_compiles_with_a_fourth_map),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_sm80_kernel),

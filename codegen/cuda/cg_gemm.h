@@ -37,6 +37,7 @@ typedef struct cg_gemm_epi {
     sbuf vl_pre;       /* kf_pre's vector loads */
     bool *need_pre;    /* the nodes kf_pre computes (c->n of them) */
     bool *need_epi;    /* kf_epi's */
+    uint32_t rs_node;  /* shape.epi_rs: the residual's LOAD (kf_cuda_gemm_rs_node) */
 } cg_gemm_epi;
 
 /* cg_begin for a GEMM kernel generator `fn`: KF_ERR_INVALID_ARGUMENT (in c's

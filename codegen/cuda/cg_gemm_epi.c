@@ -262,6 +262,52 @@ static void emit_gelu_tab_v(cg *c) {
 
 bool cg_gemm_dtype_ok(kf_dtype d) { return d == KF_DTYPE_BF16 || d == KF_DTYPE_F16; }
 
+uint32_t kf_cuda_gemm_rs_node(const kf_plan *plan, uint32_t group) {
+    if (!plan || group >= plan->n_groups)
+        return KF_NONE;
+    const kf_group *g = &plan->groups[group];
+    const kf_gemm_info *gm = &g->gemm;
+    if (g->kind != KF_GROUP_GEMM || gm->head_dim || g->rank < 2 || g->n_expr == 0 || !g->roots ||
+        gm->n < 1 || g->dims[g->rank - 1] != gm->n ||
+        cg_numel_of(g->rank, g->dims) % (gm->m * gm->n) != 0)
+        return KF_NONE;
+    uint32_t n = g->n_expr;
+    bool live[n];
+    memset(live, 0, sizeof live);
+    for (uint32_t w = 0; w < g->n_writes; w++)
+        if (g->roots[w] < n)
+            live[g->roots[w]] = true;
+    /* nodes read only lower ones: one sweep down from the roots */
+    for (uint32_t k = n; k-- > 0;) {
+        const kf_expr *e = &g->expr[k];
+        if (!live[k] || e->kind != KF_EXPR_OP)
+            continue;
+        for (int j = 0; j < 3; j++)
+            if (e->src[j] != KF_NONE && e->src[j] < k)
+                live[e->src[j]] = true;
+    }
+    int64_t cs[KF_MAX_RANK], in = 1;
+    for (int d = g->rank - 1; d >= 0; d--) {
+        cs[d] = in;
+        in *= g->dims[d];
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!live[i] || e->kind != KF_EXPR_LOAD || e->space != KF_SPACE_OUT ||
+            cg_is_remapped_load(e) || e->offset != 0 || e->base >= plan->graph->n_nodes ||
+            (e->dtype != KF_DTYPE_BF16 && e->dtype != KF_DTYPE_F16) ||
+            plan->graph->nodes[e->base]->dtype != e->dtype ||
+            kf_ir_numel(plan->graph->nodes[e->base]) < in)
+            continue;
+        bool laid = e->strides[g->rank - 1] == 1;
+        for (int d = 0; d < g->rank - 1 && laid; d++)
+            laid = g->dims[d] == 1 || e->strides[d] == cs[d];
+        if (laid)
+            return i;
+    }
+    return KF_NONE;
+}
+
 bool cg_gemm_space_is_product(const kf_group *g, const kf_cuda_gemm_shape *sh) {
     return g->rank >= 2 && g->dims[g->rank - 1] == sh->n &&
            cg_numel_of(g->rank, g->dims) == sh->batch * sh->m * sh->n;
@@ -529,6 +575,19 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
      * past the operand. */
     ep->vl.mem = c->mem;
     ep->pf.mem = c->mem;
+    ep->rs_node = KF_NONE;
+    if (sh->epi_rs) {
+        /* the residual, where there is one (else the 4 buffers alone) */
+        ep->rs_node = kf_cuda_gemm_rs_node(c->plan, (uint32_t)(g - c->plan->groups));
+        if ((ep->rs_node != KF_NONE && (!c->need[ep->rs_node] || c->ov[ep->rs_node][0])) ||
+            !sh->epi_tma || ep->row) {
+            row_free(c, ep);
+            return cg_fail(c, KF_ERR_UNSUPPORTED,
+                           "group %u (%s): the in-place chunks (shape.epi_rs) need the "
+                           "TMA-store epilogue, and a residual that kf_epi loads",
+                           g->id, g->name);
+        }
+    }
     /* kf_epi_al: the bases the register epilogue's unchecked vector
      * accesses need 16-byte aligned (checked once per kernel). */
     ep->al_conds[0] = 0;
@@ -565,6 +624,30 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
         if (!off[0])
             snprintf(off, sizeof off, "0");
         size_t vl_at = ep->vl.len; /* where this load's text starts (row: which functions) */
+        /* epi_rs: the residual's pair from the store buffer, at the address
+         * the output pair goes to (the template's rsm: the TMA-store
+         * epilogue's calls are of 2 columns), landed there by TMA */
+        if (sh->epi_rs && i == ep->rs_node) {
+            cg_printf(&ep->vl,
+                      "    %s l%u[VV];\n    {\n"
+                      "        static_assert(VV == 2, \"the residual by TMA: column pairs\");\n"
+                      "        unsigned w_;\n"
+                      "        asm volatile(\"ld.shared.b32 %%0, [%%1];\" : \"=r\"(w_) : "
+                      "\"r\"(rsm));\n",
+                      cg_reg_type(e->dtype), i);
+            if (e->dtype == KF_DTYPE_BF16)
+                cg_printf(&ep->vl,
+                          "        l%u[0] = kf_lo_bf16(w_);\n"
+                          "        l%u[1] = kf_hi_bf16(w_);\n    }\n",
+                          i, i);
+            else
+                cg_printf(&ep->vl,
+                          "        l%u[0] = kf_f16_to_f32((unsigned short)(w_ & 0xffffu));\n"
+                          "        l%u[1] = kf_f16_to_f32((unsigned short)(w_ >> 16));\n    }\n",
+                          i, i);
+            snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+            continue;
+        }
         /* kf_gm_ldv (c->pk_raw): bf16 pairs unpacked by a shift and a mask */
         const char *ldv = c->pk_raw ? "kf_gm_ldv" : "kf_ldv";
         if (vector) {
@@ -720,7 +803,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
         " * output's values go to sink[0, VV) instead (the TMA-store epilogue). */\n"
         "template <int VV, bool AL, bool SINK = false>\n"
         "__device__ __forceinline__ void kf_epi(const %s *acc, %s"
-        "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr%s) "
+        "long long b, long long r, long long c0, bool ok, KF_PARAMS, float *sink = nullptr%s%s) "
         "{\n    (void)sink;\n%s"
         "    const long long q = b * KF_M + r;\n    (void)q;\n"
         "    const unsigned qn = (unsigned)q, cn = (unsigned)c0; /* where they fit */\n"
@@ -735,7 +818,8 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
         sh->dual              ? (f64 ? "const double *acc1, " : "const float *acc1, ")
         : c->g->gemm.head_dim ? "const float *accp, "
                               : "",
-        ep->row ? ", const kf_gm_rst *rst = nullptr" : "", ep->row ? "    (void)rst;\n" : "");
+        ep->row ? ", const kf_gm_rst *rst = nullptr" : "", sh->epi_rs ? ", unsigned rsm = 0u" : "",
+        ep->row ? "    (void)rst;\n" : "");
     if (c->g->gemm.head_dim)
         cg_puts(&c->s, "    (void)accp;\n");
     if (ep->vl.p) {

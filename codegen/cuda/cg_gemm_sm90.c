@@ -68,6 +68,9 @@ uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages) {
     return stages * (128u * 64u * 2u + bn * 64u * 2u) + 2u * 64u * 40u * 4u + 1024u;
 }
 
+uint32_t kf_cuda_gemm_smem_rs(uint32_t bn, uint32_t stages) {
+    return stages * (128u * 64u * 2u + bn * 64u * 2u) + 2u * 32768u + 1024u;
+}
 
 /* The statistics the expression under `root` reads (1u << KF_STAT_*); ~0u
  * when one is not the pre-pass's (mean, rstd, rms_rstd). */
@@ -317,7 +320,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         sh->stages < 2 || sh->m > INT32_MAX || sh->n > INT32_MAX || sh->k > INT32_MAX ||
         sh->batch > INT32_MAX || (sh->pingpong && sh->bn != 128) || sh->cluster > 2 ||
         (sh->pp_early && !sh->pingpong) || sh->sk_grid > 65535 ||
-        (sh->sk_grid && (sh->pingpong || sh->cluster == 2)))
+        (sh->sk_grid && (sh->pingpong || sh->cluster == 2)) ||
+        (sh->epi_rs && (!sh->epi_tma || sh->cluster == 2 || sh->sk_grid || sh->dual ||
+                        sh->epi_ahead || sh->bn != (sh->pingpong ? 128u : 256u))))
         return cg_end(&c,
                       cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                               "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
@@ -406,7 +411,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;
     k->launch.grid_multiple = cl;
-    k->launch.shared_bytes = kf_cuda_gemm_smem(sh->bn, sh->stages);
+    k->launch.shared_bytes = sh->epi_rs ? kf_cuda_gemm_smem_rs(sh->bn, sh->stages)
+                                        : kf_cuda_gemm_smem(sh->bn, sh->stages);
 
     cg_emit_head(&c, "GEMM group (wgmma, TMA, epilogue on the accumulators)");
     cg_printf(&c.s,
@@ -423,6 +429,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               gm->head_dim, sh->epi_tma ? 1 : 0, cl, sh->pp_early ? 1 : 0, sh->epi_ahead ? 1 : 0);
     if (sh->epi_pf)
         cg_puts(&c.s, "#define KF_EPI_PF 1\n");
+    if (sh->epi_rs)
+        cg_printf(&c.s, "#define KF_EPI_RS 1\n#define KF_RS_LOAD %d\n",
+                  epi.rs_node != KF_NONE ? 1 : 0);
     /* every output column a tile passes to kf_epi is inside N (the tiles
      * cover it exactly): no column test in the epilogue's loads, with the
      * TMA-store epilogue (internal KF_CUDA_RECIPE_GEMM_EPI_NTEST keeps it,

@@ -428,6 +428,14 @@ typedef struct kf_cuda_gemm_shape {
     bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
                                   the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
                                   the TMA-store epilogue skips it by default) */
+    bool epi_rs;               /* with epi_tma (one CTA, no stream-K, pair or head view; 128 x
+                                  128 ping-pong or 128 x 256 cooperative tiles): each chunk is
+                                  computed in place in one of 4 store buffers, and the
+                                  epilogue's residual, if it has one (kf_cuda_gemm_rs_node: a
+                                  bf16/f16 operand laid out as the output), comes into them by
+                                  TMA under the main loop, a fourth tensor map after the
+                                  output's (gemm_sm90.cuh KF_EPI_RS; the recipe's default with a
+                                  residual on ping-pong tiles) */
     bool epi_pf;               /* with epi_tma: the epilogue's row operands (a residual) of
                                   a tile prefetched into L2 when the tile starts (internal:
                                   KF_CUDA_RECIPE_GEMM_EPI_PF) */
@@ -475,6 +483,16 @@ typedef struct kf_cuda_gemm_shape {
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
  * (the ring plus the 1024 bytes that align it). */
 uint32_t kf_cuda_gemm_smem(uint32_t bn, uint32_t stages);
+/* The same with the residual by TMA (shape.epi_rs): the ring, the two
+ * consumers' 32 KiB of chunk buffers (in place of the staging areas), the
+ * 1024 that align the ring. */
+uint32_t kf_cuda_gemm_smem_rs(uint32_t bn, uint32_t stages);
+/* The expression node of GEMM group `group`'s epilogue that shape.epi_rs
+ * loads by TMA: the first LOAD, reachable from a write, of a bf16 or f16
+ * tensor laid out as the output (the output space's contiguous strides, no
+ * offset: a residual), in a group whose output space is the product's
+ * [batch, M, N] with no head view; KF_NONE where there is none. */
+uint32_t kf_cuda_gemm_rs_node(const kf_plan *plan, uint32_t group);
 
 /* For a GEMM group on sm_90a: ONE kernel computing the whole group -- the
  * matmul with wgmma from a TMA-fed ring, and every write of the group from the

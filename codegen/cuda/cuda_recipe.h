@@ -284,6 +284,21 @@ enum {
  * longest-first tail unless TAIL_LPT asks): to measure the schedule apart
  * from the walk */
 #define KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER (UINT64_C(1) << 50)
+/* internal: a generated sm_90a GEMM's TMA-store epilogue on ping-pong tiles
+ * loads its residual (kf_cuda_gemm_rs_node) from global memory chunk by chunk,
+ * between the store barriers, where by default (kf_cuda_gemm_shape.epi_rs) the
+ * producer loads it by TMA into the store buffers under the main loop (a ring
+ * stage fewer: 5 of 128 x 128 where 6; H100, c4e282c: GPT-2's out projection
+ * 0.0672 ms against 0.0689 with this flag); kept to measure the two */
+#define KF_CUDA_RECIPE_GEMM_EPI_GLOBAL_RS (UINT64_C(1) << 51)
+/* internal: a generated sm_90a GEMM's TMA-store epilogue takes the 4 in-place
+ * chunk buffers of the residual's form wherever the template does: on 128 x
+ * 256 cooperative tiles too (a residual then by TMA: 3 ring stages where 4),
+ * and without a residual (one barrier and 4 TMA stores in flight a tile).
+ * Measured slower (H100, c4e282c): GPT-2's FC2 0.1910 ms against 0.1891, its
+ * FC1 (a norm folded into B, whose column terms then come from L2) 0.2726
+ * against 0.2504; kept to measure */
+#define KF_CUDA_RECIPE_GEMM_EPI_BUF4 (UINT64_C(1) << 52)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {

@@ -473,6 +473,10 @@ static kf_status a_operand(rb *b, int i, mref *out) {
 #define GEN_SMEM_BLOCK (227u * 1024u)
 #define GEN_SMEM_STATIC (12u * 1024u)
 #define GEN_MAX_STAGES 8u
+/* the static shared memory of the sm_90a kernel with the residual by TMA
+ * (its mbarriers: under 256 bytes), which then takes 5 stages of 128 x 128
+ * (ping-pong) or 3 of 128 x 256 */
+#define GEN_SMEM_RS_STATIC 1024u
 
 static bool tma_stride_ok(int64_t elems, size_t es) {
     int64_t bytes = elems * (int64_t)es;
@@ -996,6 +1000,27 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                    !gm->head_dim && !fold && !sh.sk_grid;
     /* the epilogue's row operands prefetched into L2 when a tile starts
      * (internal); not with stream-K (a segment's tile starts more than once) */
+    /* The residual by TMA into the store buffers under the main loop: one
+     * CTA, no stream-K, pair, head view or sibling set, not with the L2
+     * prefetch of the residual (internal EPI_PF: the form before). The
+     * default on ping-pong 128 x 128 tiles (6 ring stages -> 5), where it
+     * won; internal EPI_GLOBAL_RS keeps the global loads. Measured on an
+     * H100 (c4e282c, ms): GPT-2's out projection 16384 x 1024 x 1024 + bias
+     * + residual, ping-pong 0.0672 against 0.0689 with the global loads
+     * (cuBLASLt 0.0638); its FC2 (K = 4096, cooperative 128 x 256) 0.1910
+     * with 3 stages against 0.1891 with 4: not there. Internal EPI_BUF4
+     * takes the 4 in-place chunk buffers wherever the template does (128 x
+     * 256 cooperative too, a residual loaded if there is one, else none; a
+     * norm folded into B then reads its column terms from L2): GPT-2's FC1
+     * (LayerNorm + bias + gelu_tanh) 0.2726 ping-pong, 0.2723 cooperative,
+     * against 0.2504 without. */
+    const uint32_t rs_node = kf_cuda_gemm_rs_node(gplan, b->gi);
+    sh.epi_rs = sh.epi_tma && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_GLOBAL_RS) &&
+                sh.cluster != 2 && !sh.sk_grid && !dual && !sh.epi_ahead && !gm->head_dim &&
+                !b->sib_shape && sh.bn == (sh.pingpong ? 128u : 256u) &&
+                !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_PF) &&
+                ((rs_node != KF_NONE && sh.pingpong) ||
+                 (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_BUF4));
     sh.epi_pf = sh.epi_tma && (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_PF) && !sh.sk_grid;
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
     sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
@@ -1005,13 +1030,25 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.a_scratch = scratch;
     sh.a_fold = fold;
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
-    sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
+    sh.stages = sh.epi_rs
+                    ? (GEN_SMEM_BLOCK - GEN_SMEM_RS_STATIC - kf_cuda_gemm_smem_rs(sh.bn, 0)) / stage
+                    : (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
     if (sh.stages > GEN_MAX_STAGES)
         sh.stages = GEN_MAX_STAGES;
 
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
     kf_status st = kf_cuda_codegen_gemm_sm90(gplan, b->gi, b->target->arch, &sh, b->mem, &k);
+    /* The 4 chunk buffers' stages count on GEN_SMEM_RS_STATIC; a kernel with
+     * the bf16 gelu table (11.5 KiB of static shared memory: an erf gelu)
+     * takes the stages the usual reserve leaves (its launch failed on an
+     * H100 with 5 stages of 128 x 128: 242 KB of shared memory). */
+    if (st == KF_OK && sh.epi_rs && k.source && strstr(k.source, "kf_gelu_tab[")) {
+        kf_cuda_kernel_release(b->mem, &k);
+        memset(&k, 0, sizeof k);
+        sh.stages = (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem_rs(sh.bn, 0)) / stage;
+        st = kf_cuda_codegen_gemm_sm90(gplan, b->gi, b->target->arch, &sh, b->mem, &k);
+    }
     if (st == KF_ERR_UNSUPPORTED) {
         snprintf(why, why_size, "%.190s", k.error);
         kf_cuda_kernel_release(b->mem, &k);
@@ -1025,7 +1062,8 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         kf_rb_split_free(b->mem, &sc);
         return st;
     }
-    uint32_t n_maps = dual || sh.epi_tma ? 3 : 2;
+    bool rs_load = sh.epi_rs && rs_node != KF_NONE; /* the residual's map */
+    uint32_t n_maps = (dual || sh.epi_tma ? 3 : 2) + (rs_load ? 1 : 0);
     if (k.n_params + n_maps > KF_CUDA_MAX_PARAMS) {
         kf_cuda_kernel_release(b->mem, &k);
         kf_rb_split_free(b->mem, &sc);
@@ -1102,6 +1140,15 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             t->box[2] = t->box[3] = 1;
         }
     }
+    if (rs_load) { /* the residual's map: as the output's, on its buffer */
+        const kf_expr *re = &gplan->groups[b->gi].expr[rs_node];
+        for (uint32_t j = 0; j < ks->kernel.n_params; j++)
+            if (ks->kernel.params[j].kind == KF_CUDA_PARAM_IN &&
+                ks->kernel.params[j].tensor == re->base)
+                ks->args[3].buf = ks->args[n_maps + j].buf;
+        set_tmap(&ks->tmaps[3], re->dtype, true, (uint64_t)sh.n, (uint64_t)sh.m, (uint64_t)sh.batch,
+                 sh.n, sh.m * sh.n, 64, 64, es);
+    }
     ks->n_tmaps = n_maps;
     /* a K-major B box's rows: half the tile's for a pair or a cluster's half */
     uint32_t b_box = dual || sh.cluster == 2 ? sh.bn / 2 : sh.bn;
@@ -1137,6 +1184,9 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
              sh.stages, sh.a_kmajor ? "K" : "M", sh.b_kmajor ? "K" : "N",
              sh.epi_staged ? ", epilogue staged in shared memory"
              : sh.epi_pf   ? ", epilogue stored by TMA, its row operands prefetched to L2"
+             : rs_load     ? ", epilogue stored by TMA, its residual loaded by TMA under the "
+                             "main loop"
+             : sh.epi_rs   ? ", epilogue stored by TMA from 4 chunk buffers"
              : sh.epi_tma  ? ", epilogue stored by TMA"
                            : "",
              sh.batch > 1 ? ", batched in one launch" : "",
