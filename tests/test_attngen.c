@@ -184,10 +184,13 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
                     assert_int_equal(t->strides[a] % 16, 0);
             }
             /* fa3f_ where the score is a scale of Q.K^T (f32 scores, the
-             * default), fa3b_ where a softcap bounds it, fa3_ elsewhere */
+             * default), fa3b_ where a softcap bounds it, fa3m_ where it reads
+             * a tensor over two key tiles or fewer (every exp2 on MUFU),
+             * fa3_ elsewhere */
             if (strncmp(ks->kernel.name, "fa3_", 4) != 0 &&
                 strncmp(ks->kernel.name, "fa3f_", 5) != 0 &&
-                strncmp(ks->kernel.name, "fa3b_", 5) != 0)
+                strncmp(ks->kernel.name, "fa3b_", 5) != 0 &&
+                strncmp(ks->kernel.name, "fa3m_", 5) != 0)
                 fail_msg("%s [%s]: %s is not the default's kernel", cases[i].name, dts[d],
                          ks->kernel.name);
             /* persistent: one block an SM at most, units of two query tiles */
@@ -308,9 +311,10 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
         }
         kf_sass_check_hopper(&MEM, k[1]);
         /* f32 scores (the default) where the score is a scale of Q.K^T */
-        assert_non_null(strstr(k[1]->name, ci == 0 ? "fa3ft_" : "fa3t_"));
-        /* ALiBi's score is no scale of Q.K^T: no f32 scores there */
-        assert_non_null(strstr(k[2]->name, ci == 0 ? "fa3pft_" : "fa3pt_"));
+        assert_non_null(strstr(k[1]->name, ci == 0 ? "fa3ft_" : "fa3tm_"));
+        /* ALiBi's score is no scale of Q.K^T: no f32 scores there; it reads
+         * the slopes, over two key tiles: every exp2 on MUFU (m) */
+        assert_non_null(strstr(k[2]->name, ci == 0 ? "fa3pft_" : "fa3ptm_"));
         /* the pinned kernel compiled once: wgmma, no spills, exp2s placed */
         kf_sass_text(&MEM, k[2], sass, sizeof sass);
         if (!strstr(sass, "HGMMA") || strstr(sass, "STL") || strstr(sass, "LDL"))
@@ -881,7 +885,9 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
             const kf_cuda_kernel *ks[2] = {k0, k1};
             for (int i = 0; i < 2; i++) {
                 kf_sass_text(&MEM, ks[i], sass, sizeof sass);
-                n[i][0] = count_between(sass, sass + strlen(sass), "FMNMX");
+                /* the row max's FMNMX; the exp2 polynomial's clamp is
+                 * FMNMX.NAN */
+                n[i][0] = count_between(sass, sass + strlen(sass), "FMNMX ");
                 n[i][1] = count_between(sass, sass + strlen(sass), "FMUL");
             }
             if (n[0][0] != 0 || n[1][0] < 64 || n[0][1] >= n[1][1])
@@ -894,6 +900,66 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
         kf_cuda_recipes_destroy(r1);
         plan_release(&p);
     }
+}
+
+/* The softmax's exp2s: by default a quarter of a key tile's column groups at
+ * head dim 128 and an eighth at 64 take the FMA-pipe polynomial
+ * (KF_EXP2_POLY 2 or 1 of 8: kf_ex2_poly, whose clamp is an FMNMX.NAN),
+ * KF_CUDA_RECIPE_ATTENTION_EXP2_HALF half of them (4; the kernel letter h)
+ * and KF_CUDA_RECIPE_ATTENTION_MUFU_EXP2 none (0, letter m: the kernel
+ * before); the reports say which. Causal head dim 128 in bf16: each compiles
+ * with no spills and the kernel's MUFU.EX2 count falls with the share (106,
+ * 82, 58 when it came: causal S 200); Sq 77 != Skv 333 at head dim 64 in f16
+ * takes its share (the source). A score that reads a tensor over two key
+ * tiles or fewer (the additive mask [120, 140]: 56 bytes spilled with a
+ * quarter) takes none, under either flag. */
+static void test_the_exp2_share_by_polynomial(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    const uint64_t flags[3] = {KF_CUDA_RECIPE_ATTENTION_MUFU_EXP2, 0,
+                               KF_CUDA_RECIPE_ATTENTION_EXP2_HALF};
+    const char *const defs[3][3] = {
+        {"#define KF_EXP2_POLY 0\n", "#define KF_EXP2_POLY 2\n", "#define KF_EXP2_POLY 4\n"},
+        {"#define KF_EXP2_POLY 0\n", "#define KF_EXP2_POLY 1\n", "#define KF_EXP2_POLY 4\n"},
+        {"#define KF_EXP2_POLY 0\n", "#define KF_EXP2_POLY 0\n", "#define KF_EXP2_POLY 0\n"}};
+    const char *const names[3] = {"fa3fm_", "fa3f_", "fa3fh_"};
+    const char *const hows[3] = {"every exp2 on MUFU", NULL, "half the exp2s by polynomial"};
+    int mufu[3] = {0, 0, 0}, nan[3] = {0, 0, 0};
+    for (size_t ci = 0; ci < 3; ci++) {
+        /* causal D128; Sq != Skv D64; the additive mask over two tiles */
+        const size_t cx = ci == 0 ? 0 : ci == 1 ? 1 : 5;
+        char text[4096];
+        graph_text(cases[cx].body, ci == 0 ? "bf16" : "f16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        for (int i = 0; i < 3; i++) {
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, flags[i]);
+            const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+            const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+            if (!strstr(k->source, defs[ci][i]))
+                fail_msg("%s [form %d]: no '%s' in the source", k->name, i, defs[ci][i]);
+            const char *how = rc->variants[0].how;
+            for (int j = 0; j < 3; j++)
+                if (hows[j] && (strstr(how, hows[j]) != NULL) != (j == (ci == 2 ? 0 : i)))
+                    fail_msg("%s: the report of form %d %s '%s': %s", cases[cx].name, i,
+                             j == i ? "lacks" : "has", hows[j], how);
+            if (ci == 0) {
+                if (strncmp(k->name, names[i], strlen(names[i])) != 0)
+                    fail_msg("kernel %s, want %s...", k->name, names[i]);
+                kf_sass_check_hopper(&MEM, k);
+                kf_sass_text(&MEM, k, sass, sizeof sass);
+                mufu[i] = count_between(sass, sass + strlen(sass), "MUFU.EX2");
+                nan[i] = count_between(sass, sass + strlen(sass), "FMNMX.NAN");
+            }
+            kf_cuda_recipes_destroy(r);
+        }
+        plan_release(&p);
+    }
+    if (!(mufu[0] > mufu[1] && mufu[1] > mufu[2]) || nan[0] != 0 || nan[1] == 0 || nan[2] <= nan[1])
+        fail_msg("MUFU.EX2 %d / %d / %d, FMNMX.NAN %d / %d / %d (all on MUFU / default / half)",
+                 mufu[0], mufu[1], mufu[2], nan[0], nan[1], nan[2]);
+    fprintf(stderr, "  causal D128 bf16: MUFU.EX2 %d -> %d -> %d, FMNMX.NAN %d / %d / %d\n",
+            mufu[0], mufu[1], mufu[2], nan[0], nan[1], nan[2]);
 }
 
 /* The pair form of the inner score (cg_attention_pair.c, kf_score_pair):
@@ -967,6 +1033,7 @@ int main(void) {
         cmocka_unit_test(test_a_bounded_score_takes_a_fixed_softmax_shift),
         cmocka_unit_test(test_the_pair_form_of_the_score_takes_bf16x2_arithmetic),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
+        cmocka_unit_test(test_the_exp2_share_by_polynomial),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),
         cmocka_unit_test(test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone),

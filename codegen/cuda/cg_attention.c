@@ -122,6 +122,29 @@ static uint32_t sm90_stages(int64_t d) {
 #ifndef KF_SM90_SCALE_FOLD
 #define KF_SM90_SCALE_FOLD 1
 #endif
+/* KF_SM90_EXP2_POLY_D128 / _D64 (build-time, for measuring): of every 8
+ * column groups of a key tile, how many take the softmax's exp2 as an
+ * FMA-pipe polynomial (templates/attention_sm90.cuh, kf_ex2_poly: 8
+ * instructions on the FMA and ALU pipes for one MUFU.EX2) at head dim 128 and
+ * 64; 0 keeps every exp2 on MUFU, as KF_CUDA_RECIPE_ATTENTION_MUFU_EXP2 does.
+ * MUFU takes 16 lanes a clock an SM, so a key tile's 66 exp2s hold a
+ * consumer warp's scheduler 528 clocks. At head dim 128 that is the
+ * critical path's longest stretch (the tile's wgmmas take 1024 tensor clocks
+ * a consumer, issue about 511 a warp): the exp2 phase's other instructions
+ * (the exp2's FFMA, the row sum's FADD) fill about 130 of those clocks, so a
+ * quarter moved (16 exp2s: 112 more issue slots, 128 MUFU clocks less) is
+ * still MUFU-bound. At head dim 64 the wgmmas take 512 a consumer and a
+ * scheduler issues about 446 a warp beside the 528 MUFU clocks: an eighth
+ * (8 exp2s: MUFU 464, issue 502) is where the two meet. */
+#ifndef KF_SM90_EXP2_POLY_D128
+#define KF_SM90_EXP2_POLY_D128 2
+#endif
+#ifndef KF_SM90_EXP2_POLY_D64
+#define KF_SM90_EXP2_POLY_D64 1
+#endif
+_Static_assert(KF_SM90_EXP2_POLY_D128 >= 0 && KF_SM90_EXP2_POLY_D128 <= 8 &&
+                   KF_SM90_EXP2_POLY_D64 >= 0 && KF_SM90_EXP2_POLY_D64 <= 8,
+               "exp2s by polynomial: 0 to 8 of every 8 column groups");
 /* The sm_90a kernel's shape for one group (sm90_shape_of): its key tile
  * width, ring stages, Q buffers, the producer's and consumers' registers
  * (setmaxnreg; they add up to 168 x 384), and its CTAs a cluster. */
@@ -161,6 +184,15 @@ static bool sm90_cluster_ok(const kf_group *g) {
            ((at->sq + SM90_BR - 1) / SM90_BR) % 2 == 0;
 }
 
+/* Whether group g's score expression reads a tensor (an additive mask): its
+ * loads' registers leave the sm_90a consumers less room. */
+static bool score_loads(const kf_group *g) {
+    for (uint32_t i = 0; i < g->n_expr; i++)
+        if (g->expr[i].kind == KF_EXPR_LOAD)
+            return true;
+    return false;
+}
+
 static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
     const kf_attn_info *at = &g->attn;
     sm90_shape sh = {SM90_BC, sm90_stages(at->d), KF_SM90_QBUF, 40, 232, 1};
@@ -168,9 +200,7 @@ static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
      * Skv 256 or 300 -- ptxas lays the one main-loop step out straight and
      * spills 64-328 bytes; long key sequences are where it pays) and the
      * score reads no tensor (an additive mask's loads spilled 16 bytes) */
-    bool loads = false;
-    for (uint32_t i = 0; i < g->n_expr; i++)
-        loads |= g->expr[i].kind == KF_EXPR_LOAD;
+    const bool loads = score_loads(g);
     if (!(rflags & KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS) && at->d == 128 &&
         cg_attn_mask_skip(g) == 0 && at->mask != KF_MASK_BLOCK_SPARSE &&
         at->skv > 2 * SM90_BC_WIDE && !loads) {
@@ -1030,6 +1060,20 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* a cluster's items are all alike (no mask cuts tiles): no tail order */
     if (sh.cluster == 2)
         lpt = 0;
+    /* the softmax's exp2s by polynomial, of every 8 column groups (0: all on
+     * MUFU, kernel letter m; half by EXP2_HALF, letter h); none where the
+     * score reads a tensor and the keys make two tiles or fewer, where ptxas
+     * lays the one main-loop step out straight (sm90_shape_of's rule for
+     * wide tiles): an additive mask [120, 140] at head dim 128 spilled 56
+     * bytes with a quarter, 32 with an eighth; [1000, 1000] and ALiBi's
+     * slopes spill nothing */
+    int poly = at->d == 64 ? KF_SM90_EXP2_POLY_D64 : KF_SM90_EXP2_POLY_D128;
+    if (rflags & KF_CUDA_RECIPE_ATTENTION_EXP2_HALF)
+        poly = 4;
+    if (!sm90 || (rflags & KF_CUDA_RECIPE_ATTENTION_MUFU_EXP2) ||
+        (score_loads(g) && at->skv <= 2 * sh.bc))
+        poly = 0;
+    const bool half = poly == 4 && (rflags & KF_CUDA_RECIPE_ATTENTION_EXP2_HALF);
 
     double scale = 1.0;
     const uint32_t fold =
@@ -1041,13 +1085,15 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold, dt) : 0.0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
-     * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift (fa3p_,
-     * fa3f_, fa3pf_, fa3t_, ..., fa3pftlwcb_) */
+     * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift, m: every
+     * exp2 on MUFU, h: half of them by polynomial (fa3p_, fa3f_, fa3pf_,
+     * fa3t_, ..., fa3pftlwcbm_) */
     char prefix[16] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
                  tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
-                 sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "");
+                 sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", poly == 0 ? "m" : "",
+                 half ? "h" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1093,8 +1139,12 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
-        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s */\n",
+        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 ||
+            poly == 0 || half)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s */\n",
+                      poly == 0 ? "every exp2 on MUFU; "
+                      : half    ? "half the exp2s by polynomial; "
+                                : "",
                       smax > 0 ? "bounded scores, a fixed softmax shift; " : "",
                       pin ? "softmax pinned under P.V; " : "",
                       f32 ? "f32 scores, the scale folded into exp2; " : "",
@@ -1109,9 +1159,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
-                  "#define KF_CONSUMER_REGS %d\n",
+                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n",
                   scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg);
+                  sh.preg, sh.creg, poly);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"

@@ -254,6 +254,17 @@ enum {
  * code before, kept to measure the two against each other (GPT-2's out
  * projection: 266 SASS instructions a 64 x 64 chunk against ~160) */
 #define KF_CUDA_RECIPE_GEMM_EPI_UNPACKED (UINT64_C(1) << 44)
+/* internal: the sm_90a attention kernel takes every softmax exp2 on MUFU
+ * (ex2.approx, the XU pipe), where by default a fixed share of a key tile's
+ * columns takes it as an FMA-pipe polynomial (cg_attention.c,
+ * KF_SM90_EXP2_POLY_*; templates/attention_sm90.cuh, kf_ex2_mix): the form
+ * before, kept to measure the two against each other (kernel letter m) */
+#define KF_CUDA_RECIPE_ATTENTION_MUFU_EXP2 (UINT64_C(1) << 45)
+/* internal: the sm_90a attention kernel takes half of a key tile's softmax
+ * exp2s (4 of every 8 column groups) as the FMA-pipe polynomial, where the
+ * default takes KF_SM90_EXP2_POLY_* of them (cg_attention.c): a second point
+ * of the share to measure (kernel letter h); MUFU_EXP2 wins over it */
+#define KF_CUDA_RECIPE_ATTENTION_EXP2_HALF (UINT64_C(1) << 46)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
