@@ -40,9 +40,9 @@
  *     online softmax in f32 registers (exp2 with log2(e), and a
  *     power-of-two scale the generator folded out of the score, in one
  *     FFMA; KF_EXP2_POLY of every 8 column groups take the exp2 as an
- *     FMA-pipe polynomial, kf_ex2_poly, the rest MUFU.EX2, so the XU pipe's
- *     16 lanes a clock are not the whole exp2 phase's pace) while P.V(j-1)
- *     may still run; then waits for the second, gives
+ *     FMA-pipe polynomial, kf_ex2_poly, the rest MUFU.EX2: 0 but where
+ *     KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks, measured slower) while
+ *     P.V(j-1) may still run; then waits for the second, gives
  *     V(j-1) back, rescales O (which now holds P.V(j-1); with
  *     KF_LAZY_RESCALE only when a row max of the warp grew past 2^8) and
  *     packs P(j).
@@ -589,26 +589,28 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #else
                 float mx[2] = {m[0], m[1]};
 #if KF_TREE_SOFTMAX
-                /* KF_TREE_SOFTMAX (a recipe flag, KF_CUDA_RECIPE_ATTENTION_
-                 * TREE_SOFTMAX): each row's max over the tile as a pairwise
-                 * tree, 6 FMNMX deep where the running max below is a chain
-                 * of 33; the same value (max is exact in any order) */
-                float t[2][KF_BC / 8];
+                /* KF_TREE_SOFTMAX (the generator's default at head dim 128;
+                 * KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX / _CHAIN_SOFTMAX):
+                 * each row's max over the tile in 4 interleaved partial
+                 * maxima (8-column groups nt, nt + 4, ...: chains of 2 FMNMX
+                 * a group, KF_BC / 32 groups), joined by a pairwise tree --
+                 * 10 FMNMX deep at 128 keys where the running max below is a
+                 * chain of 33, the same count, and 8 registers where a whole
+                 * tree's first level held 32 (it spilled 80-1312 bytes at
+                 * Skv 200-520 with 128- and 176-key tiles); the same value
+                 * (max is exact in any order) */
+                static_assert(KF_BC / 8 >= 4, "4 partial maxima a row");
+                float t[2][4];
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
-                    t[0][nt] = fmaxf(sc[4 * nt], sc[4 * nt + 1]);
-                    t[1][nt] = fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]);
+                    const float a = fmaxf(sc[4 * nt], sc[4 * nt + 1]);
+                    const float b = fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]);
+                    t[0][nt & 3] = nt < 4 ? a : fmaxf(t[0][nt & 3], a);
+                    t[1][nt & 3] = nt < 4 ? b : fmaxf(t[1][nt & 3], b);
                 }
 #pragma unroll
-                for (int lv = 0; lv < 5; lv++) { /* KF_BC / 8 <= 32 values a row */
-#pragma unroll
-                    for (int i = 0; i + (1 << lv) < KF_BC / 8; i += 2 << lv) {
-                        t[0][i] = fmaxf(t[0][i], t[0][i + (1 << lv)]);
-                        t[1][i] = fmaxf(t[1][i], t[1][i + (1 << lv)]);
-                    }
-                }
-                mx[0] = fmaxf(mx[0], t[0][0]);
-                mx[1] = fmaxf(mx[1], t[1][0]);
+                for (int r = 0; r < 2; r++)
+                    mx[r] = fmaxf(mx[r], fmaxf(fmaxf(t[r][0], t[r][1]), fmaxf(t[r][2], t[r][3])));
 #else
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {

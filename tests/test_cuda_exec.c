@@ -1320,26 +1320,28 @@ static void test_sm90_attention_with_trees_and_f32_scores_matches_the_reference(
         fail_msg("only %d programs took the f32-score kernel with trees", took);
 }
 
-/* The sm_90a kernel with half of its softmax's exp2s by the FMA-pipe
- * polynomial (KF_CUDA_RECIPE_ATTENTION_EXP2_HALF; the default takes a
- * quarter at head dim 128 and an eighth at 64, which
- * test_sm90_attention_matches_the_reference runs) and with every exp2 on
- * MUFU (KF_CUDA_RECIPE_ATTENTION_MUFU_EXP2, the kernel before the
- * polynomial): every fused case in bf16, the longer ones in f16 (their
- * rescales, scores 2^8 and more below a row's max), each against the
- * reference. Every report says MUFU where that flag is set; with EXP2_HALF
- * the 16 cases whose score reads no tensor took the half form (one that
- * reads a tensor over two key tiles or fewer keeps MUFU). */
+/* The sm_90a kernel with a share of its softmax's exp2s by the FMA-pipe
+ * polynomial (KF_CUDA_RECIPE_ATTENTION_EXP2_POLY: a quarter at head dim 128,
+ * an eighth at 64) and with its row max and sum as chains
+ * (KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX, the form before trees were the
+ * default at head dim 128): every fused case in bf16, the longer ones in f16
+ * (their rescales, scores 2^8 and more below a row's max), each against the
+ * reference. With EXP2_POLY the 16 cases whose score reads no tensor took the
+ * polynomial (one that reads a tensor over two key tiles or fewer keeps
+ * MUFU); with CHAIN_SOFTMAX no report says trees. */
 static void test_sm90_attention_exp2_forms_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     int took = 0;
-    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_EXP2_HALF, "bf16", "f16", 5100, NULL,
-                   "half the exp2s by polynomial", &took, "half the exp2s by polynomial");
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_EXP2_POLY, "bf16", "f16", 5100, NULL,
+                   "exp2s partly by polynomial", &took, "exp2s partly by polynomial");
     if (took < 16)
-        fail_msg("only %d programs took half the exp2s by polynomial", took);
-    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_MUFU_EXP2, "bf16", "f16", 5200, "every exp2 on MUFU",
-                   NULL, NULL, "every exp2 on MUFU");
+        fail_msg("only %d programs took the exp2s partly by polynomial", took);
+    took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX, "bf16", "f16", 5200, NULL,
+                   "row max and sum as trees", &took, "row max and sum as chains");
+    if (took != 0)
+        fail_msg("%d programs took trees with CHAIN_SOFTMAX set", took);
 }
 
 /* The same with the softmax pinned under P.V as well (fa3pft_: the order of
