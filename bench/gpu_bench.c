@@ -107,10 +107,15 @@
  * or f32 scores with the softmax's row max and sum as trees (_ft,
  * KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX), or all three (_pft), or the tail's
  * items longest first (_l, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT; _pftl: every
- * form); non-causal (176-key tiles, the default there) also with 128-key
- * tiles (_narrow, KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), in 2-CTA clusters
- * sharing K and V (_c, KF_CUDA_RECIPE_ATTENTION_CLUSTER2) or both
- * (_narrow_c); and timed after an untimed
+ * form), or the softmax's row max and sum as chains (_chain,
+ * KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX: the form before trees were the
+ * default at head dim 128; also non-causal and GQA), or a share of its exp2s
+ * by the FMA-pipe polynomial (_e, KF_CUDA_RECIPE_ATTENTION_EXP2_POLY; also
+ * the GPT-2 shape, which takes trees with _t, and softcap); non-causal
+ * (176-key tiles, the default there) also with 128-key tiles (_narrow,
+ * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), in 2-CTA clusters sharing K and V
+ * (_c, KF_CUDA_RECIPE_ATTENTION_CLUSTER2) or both (_narrow_c); and timed
+ * after an untimed
  * bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time alone,
  * behind a block's worth of GEMM, as a profiler sees it in a block) or
  * after 1 ms of one thread asleep (_after_sleep: the device time alone on an
@@ -793,8 +798,18 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t SCAL = KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE;
     const uint64_t SKIP = KF_CUDA_RECIPE_ATTENTION_TANH_SKIP;
     const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
+    const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
+    const uint64_t POLY = KF_CUDA_RECIPE_ATTENTION_EXP2_POLY;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the softmax's row max and sum as chains (_chain: KF_CUDA_RECIPE_
+         * ATTENTION_CHAIN_SOFTMAX, the kernel before trees were the default
+         * at head dim 128), a share of its exp2s by the FMA-pipe polynomial
+         * (_e: KF_CUDA_RECIPE_ATTENTION_EXP2_POLY); the same for the other
+         * shapes (attn_noncausal_chain, attn_gqa_chain, the GPT-2 shape's _e
+         * and _t -- trees, not its default --, attn_softcap_e) */
+        {"attn_causal_chain", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
+        {"attn_causal_e", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY},
         /* the same with the softmax pinned under P.V (_pin: the recipe flag
          * KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) or with f32 scores (_f32s:
          * KF_CUDA_RECIPE_ATTENTION_F32_SCORE), and timed after the pre-GEMM
@@ -827,6 +842,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal_pftl_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE | LPT},
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_causal_b16h16s1024d64_t", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, TREE},
+        {"attn_causal_b16h16s1024d64_e", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, POLY},
         {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_pin", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
@@ -878,6 +895,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_simt_bf16_d32_causal_unfused", texts[19], io_sb, fl_sb, 0, 0, 0, "",
          KF_GEMM_AUTO, 0},
         {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_noncausal_chain", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         /* non-causal (the default: 176-key tiles) with 128-key tiles (_narrow:
          * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS, the default before), in 2-CTA
          * clusters sharing K and V (_c: KF_CUDA_RECIPE_ATTENTION_CLUSTER2),
@@ -892,7 +910,9 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_noncausal_narrow_c_after_sleep", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO,
          NARROW | CL2},
         {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_gqa_chain", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_softcap_e", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the score's forms before the defaults of score12: the running row
          * max kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX), the scalar

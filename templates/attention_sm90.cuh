@@ -39,7 +39,10 @@
  *     Skv, kf_score_inner elsewhere: the same rule as attention.cuh) and the
  *     online softmax in f32 registers (exp2 with log2(e), and a
  *     power-of-two scale the generator folded out of the score, in one
- *     FFMA) while P.V(j-1) may still run; then waits for the second, gives
+ *     FFMA; KF_EXP2_POLY of every 8 column groups take the exp2 as an
+ *     FMA-pipe polynomial, kf_ex2_poly, the rest MUFU.EX2: 0 but where
+ *     KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks, measured slower) while
+ *     P.V(j-1) may still run; then waits for the second, gives
  *     V(j-1) back, rescales O (which now holds P.V(j-1); with
  *     KF_LAZY_RESCALE only when a row max of the warp grew past 2^8) and
  *     packs P(j).
@@ -102,7 +105,7 @@
  * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
  * a power of two, or any positive constant with f32 scores; 1: none),
  * KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX, KF_TREE_SOFTMAX, KF_TAIL_LPT,
- * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg),
+ * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg), KF_EXP2_POLY,
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
@@ -118,6 +121,10 @@
  * for a thread's two rows, and the rest as kf_score_pair_dg(s0, s1, dg, bh,
  * q, kv).
  */
+#ifndef KF_EXP2_POLY
+#define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
+#endif
+static_assert(KF_EXP2_POLY >= 0 && KF_EXP2_POLY <= 8, "exp2s by polynomial: 0 to 8 of 8");
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs a cluster: 1, or 2 (query tiles 2p, 2p + 1 sharing K and V) */
 #endif
@@ -161,6 +168,34 @@ __device__ __forceinline__ float kf_ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+/* 2^x on the FMA and integer pipes, none of it on MUFU (the XU pipe, 16
+ * lanes a clock an SM, which the softmax's exp2s fill while the FMA pipe
+ * idles): x clamped to -127 (max.NaN: a NaN stays NaN), t = x + 1.5 x 2^23
+ * rounds it to the integer j in t's low bits, f = x - j in [-1/2, 1/2], p(f)
+ * = 1 + f(c1 + f(c2 + f c3)) -- the minimax cubic for 2^f's relative error
+ * with p(0) exactly 1, 4.4e-4 at most, under bf16's half ulp (2^-9) and P's
+ * rounding to it -- and j added to p's exponent field: t's bits shifted
+ * left 23 are j << 23 (mod 2^32; 1.5 x 2^23's bits have none below bit
+ * 22). x <= -127 (-inf: a masked score) gives exactly 0 (p(0) = 1 =
+ * 2^127 x 2^-127: the bits 127 << 23 less 127 << 23); x in (-127, -125.5]
+ * gives a value in f32's denormals or its least normals where ex2.approx.ftz
+ * gives 0 or 2^x: against a row sum of at least 1, neither counts. 8
+ * instructions (FMNMX, 3 FADD, 3 FFMA, one shift-add) for one MUFU.EX2. */
+__device__ __forceinline__ float kf_ex2_poly(float x) {
+    float xc;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(xc) : "f"(x), "f"(-127.0f));
+    const float t = xc + 12582912.0f;
+    const float f = xc - (t - 12582912.0f);
+    const float p = fmaf(fmaf(fmaf(0x1.55989ep-5f, f, 0x1.efadb2p-3f), f, 0x1.643b8cp-1f), f, 1.0f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+/* The softmax's exp2 of a score of 8-column group nt (of KF_BC / 8): by the
+ * polynomial (kf_ex2_poly) in KF_EXP2_POLY of every 8 groups, spread evenly
+ * (the generator's constant: 0 keeps every exp2 on MUFU), else MUFU.EX2. nt
+ * is a constant once the loops are unrolled, so the choice folds away. */
+__device__ __forceinline__ float kf_ex2_mix(float x, int nt) {
+    return (nt * KF_EXP2_POLY) % 8 + KF_EXP2_POLY >= 8 ? kf_ex2_poly(x) : kf_ex2(x);
 }
 /* Two floats as a packed pair (lo in the low half), rounded to nearest even. */
 __device__ __forceinline__ unsigned kf_pack2(float lo, float hi) {
@@ -651,26 +686,28 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #else
                 float mx[2] = {m[0], m[1]};
 #if KF_TREE_SOFTMAX
-                /* KF_TREE_SOFTMAX (a recipe flag, KF_CUDA_RECIPE_ATTENTION_
-                 * TREE_SOFTMAX): each row's max over the tile as a pairwise
-                 * tree, 6 FMNMX deep where the running max below is a chain
-                 * of 33; the same value (max is exact in any order) */
-                float t[2][KF_BC / 8];
+                /* KF_TREE_SOFTMAX (the generator's default at head dim 128;
+                 * KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX / _CHAIN_SOFTMAX):
+                 * each row's max over the tile in 4 interleaved partial
+                 * maxima (8-column groups nt, nt + 4, ...: chains of 2 FMNMX
+                 * a group, KF_BC / 32 groups), joined by a pairwise tree --
+                 * 10 FMNMX deep at 128 keys where the running max below is a
+                 * chain of 33, the same count, and 8 registers where a whole
+                 * tree's first level held 32 (it spilled 80-1312 bytes at
+                 * Skv 200-520 with 128- and 176-key tiles); the same value
+                 * (max is exact in any order) */
+                static_assert(KF_BC / 8 >= 4, "4 partial maxima a row");
+                float t[2][4];
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
-                    t[0][nt] = fmaxf(sc[4 * nt], sc[4 * nt + 1]);
-                    t[1][nt] = fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]);
+                    const float a = fmaxf(sc[4 * nt], sc[4 * nt + 1]);
+                    const float b = fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]);
+                    t[0][nt & 3] = nt < 4 ? a : fmaxf(t[0][nt & 3], a);
+                    t[1][nt & 3] = nt < 4 ? b : fmaxf(t[1][nt & 3], b);
                 }
 #pragma unroll
-                for (int lv = 0; lv < 5; lv++) { /* KF_BC / 8 <= 32 values a row */
-#pragma unroll
-                    for (int i = 0; i + (1 << lv) < KF_BC / 8; i += 2 << lv) {
-                        t[0][i] = fmaxf(t[0][i], t[0][i + (1 << lv)]);
-                        t[1][i] = fmaxf(t[1][i], t[1][i + (1 << lv)]);
-                    }
-                }
-                mx[0] = fmaxf(mx[0], t[0][0]);
-                mx[1] = fmaxf(mx[1], t[1][0]);
+                for (int r = 0; r < 2; r++)
+                    mx[r] = fmaxf(mx[r], fmaxf(fmaxf(t[r][0], t[r][1]), fmaxf(t[r][2], t[r][3])));
 #else
 #pragma unroll
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
@@ -723,7 +760,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        sc[4 * nt + e] = kf_ex2(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]));
+                        sc[4 * nt + e] = kf_ex2_mix(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]), nt);
                         ls[e >> 1][(2 * nt + (e & 1)) & 3] += sc[4 * nt + e];
                     }
                 }
@@ -735,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int nt = 0; nt < KF_BC / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        sc[4 * nt + e] = kf_ex2(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]));
+                        sc[4 * nt + e] = kf_ex2_mix(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]), nt);
                         l[e >> 1] += sc[4 * nt + e];
                     }
                 }

@@ -183,13 +183,17 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
                 for (int a = 0; a + 1 < t->rank; a++)
                     assert_int_equal(t->strides[a] % 16, 0);
             }
-            /* fa3f_ where the score is a scale of Q.K^T (f32 scores, the
-             * default), fa3b_ where a softcap bounds it, fa3_ elsewhere */
-            if (strncmp(ks->kernel.name, "fa3_", 4) != 0 &&
-                strncmp(ks->kernel.name, "fa3f_", 5) != 0 &&
-                strncmp(ks->kernel.name, "fa3b_", 5) != 0)
-                fail_msg("%s [%s]: %s is not the default's kernel", cases[i].name, dts[d],
-                         ks->kernel.name);
+            /* the default's form letters alone: f where the score is a
+             * scale of Q.K^T (f32 scores), b where a softcap bounds it, t
+             * (the softmax's trees) at head dim 128 and only there */
+            const char *nm = ks->kernel.name;
+            bool dflt = strncmp(nm, "fa3", 3) == 0;
+            for (const char *c = nm + 3; dflt && *c != '_'; c++)
+                dflt = *c && strchr("fbt", *c) != NULL;
+            const char *us = strchr(nm, '_');
+            const bool t = us && memchr(nm + 3, 't', (size_t)(us - nm - 3)) != NULL;
+            if (!dflt || t != (cases[i].d == 128))
+                fail_msg("%s [%s]: %s is not the default's kernel", cases[i].name, dts[d], nm);
             /* persistent: one block an SM at most, units of two query tiles */
             const kf_attn_info *at = &p.plan->groups[rc - rec->recipes].attn;
             uint64_t bh = 1;
@@ -289,9 +293,16 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
         graph_text(cases[ci].body, dn, text, sizeof text);
         planned p;
         plan_text(text, &p);
-        kf_cuda_recipes *r[3] = {kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0),
-                                 kf_sass_recipes(&MEM, p.plan, "h100", NULL, tree),
-                                 kf_sass_recipes(&MEM, p.plan, "h100", NULL, all)};
+        kf_cuda_recipes *r[3] = {
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX),
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, tree),
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, all)};
+        /* trees are the default at head dim 128, chains at 64 */
+        kf_cuda_recipes *r_def = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        const kf_cuda_recipe *same = attn_recipe(p.plan, r[ci == 0 ? 1 : 0]);
+        assert_string_equal(attn_recipe(p.plan, r_def)->steps[0].kernel->kernel.source,
+                            same->steps[0].kernel->kernel.source);
+        kf_cuda_recipes_destroy(r_def);
         const kf_cuda_recipe *rc[3];
         const kf_cuda_kernel *k[3];
         for (int i = 0; i < 3; i++) {
@@ -358,7 +369,8 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
                          rc->variants[0].how);
             assert_non_null(strstr(k->source, "#define KF_TAIL_LPT 1"));
             if (!f)
-                assert_non_null(strstr(k->name, "fa3fl_")); /* f32 scores: the default */
+                /* f32 scores and trees at head dim 128: the default */
+                assert_non_null(strstr(k->name, "fa3ftl_"));
             else if (!strstr(k->name, "tl_"))
                 fail_msg("%s: %s is not named for every form", cases[ci].name, k->name);
             kf_sass_check_hopper(&MEM, k);
@@ -435,7 +447,7 @@ static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
 /* A multiply by 1 after the scale (mul(mul(Q.K^T, c), 1): the bench's
  * non-causal text; under a causal mask too, as the where()'s kept branch)
  * folds as the scale alone: in bf16 and f16 the kernel is the f32-score one
- * (fa3f_, or fa3fw_ unmasked: 176-key tiles; the report says so; f16 on the
+ * (fa3ft_, or fa3ftw_ unmasked: 176-key tiles; the report says so; f16 on the
  * first case) and its SASS is the same, instruction for
  * instruction, as that of the graph without the 1 -- where before it
  * rounded each score twice and multiplied once (160 F2FP and 130 FMUL a
@@ -475,9 +487,10 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
                 kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
                 const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
                 const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
-                /* fa3fw_ where no mask cuts tiles (176-key tiles, the default) */
+                /* fa3ftw_ where no mask cuts tiles (176-key tiles, the
+                 * default; t: the softmax's trees, head dim 128's default) */
                 const bool f =
-                    (strncmp(k->name, "fa3f_", 5) == 0 || strncmp(k->name, "fa3fw_", 6) == 0) &&
+                    (strncmp(k->name, "fa3ft_", 6) == 0 || strncmp(k->name, "fa3ftw_", 7) == 0) &&
                     strstr(rc->variants[0].how, "f32 scores") != NULL;
                 if (f != uc[i].folds)
                     fail_msg("%s [%s]%s: %s: %s", uc[i].name, dn, w ? " (without)" : "", k->name,
@@ -612,8 +625,8 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
  * no rounding (the inner score function returns s), leaves that constant,
  * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
  * FMUL than the rounded kernel of the same graph (one of each a score), no
- * spills; the kernel (fa3f_) and the report say so; a softcap score does not
- * take it (its default kernel is fa3b_, bounded scores). bf16 and f16. */
+ * spills; the kernel (fa3ft_) and the report say so; a softcap score does not
+ * take it (its default kernel is fa3tb_, bounded scores). bf16 and f16. */
 static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
     (void)state;
     static char sass[1 << 22];
@@ -637,14 +650,14 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
         if (ci == 3) {
-            /* fa3b_: a softcap's bounded scores take the fixed shift */
-            assert_non_null(strstr(k1->name, "fa3b_"));
+            /* fa3tb_: a softcap's bounded scores take the fixed shift */
+            assert_non_null(strstr(k1->name, "fa3tb_"));
             assert_null(strstr(c1->variants[0].how, "f32 scores"));
             assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: no f32 scores (not a scale of Q.K^T)\n", cases[ci].name,
                     dn);
         } else {
-            assert_non_null(strstr(k1->name, "fa3f_"));
+            assert_non_null(strstr(k1->name, "fa3ft_"));
             assert_non_null(strstr(c1->variants[0].how, "f32 scores"));
             /* 1/sqrt(128) as the graph's constant holds it: 1.4140625 / 16
              * in bf16 and in f16 alike */
@@ -906,7 +919,7 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
 }
 
 /* A softcap score (30 tanh(s / 30)) is bounded: the default sm_90a kernel
- * (fa3b_) takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by
+ * (fa3tb_) takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by
  * 2^-5 for the roundings) in bf16, the report says so, and its SASS has no
  * FMNMX (no row max) and fewer FMUL (no rescale of O) than the running-max
  * kernel of KF_CUDA_RECIPE_ATTENTION_ROW_MAX, which neither defines the shift
@@ -936,7 +949,7 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
             assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: the running max\n", cases[ci].name, dn);
         } else {
-            assert_true(strncmp(k0->name, "fa3b_", 5) == 0);
+            assert_true(strncmp(k0->name, "fa3tb_", 6) == 0);
             assert_non_null(strstr(k0->source, "#define KF_SCORE_MAX 0x1.efp+4f"));
             assert_non_null(strstr(c0->variants[0].how, "bounded scores, a fixed softmax shift"));
             kf_sass_check_hopper(&MEM, k0);
@@ -944,7 +957,9 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
             const kf_cuda_kernel *ks[2] = {k0, k1};
             for (int i = 0; i < 2; i++) {
                 kf_sass_text(&MEM, ks[i], sass, sizeof sass);
-                n[i][0] = count_between(sass, sass + strlen(sass), "FMNMX");
+                /* the row max's FMNMX; the exp2 polynomial's clamp is
+                 * FMNMX.NAN */
+                n[i][0] = count_between(sass, sass + strlen(sass), "FMNMX ");
                 n[i][1] = count_between(sass, sass + strlen(sass), "FMUL");
             }
             if (n[0][0] != 0 || n[1][0] < 64 || n[0][1] >= n[1][1])
@@ -957,6 +972,61 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
         kf_cuda_recipes_destroy(r1);
         plan_release(&p);
     }
+}
+
+/* The softmax's exp2s: by default every one is MUFU.EX2 (KF_EXP2_POLY 0);
+ * KF_CUDA_RECIPE_ATTENTION_EXP2_POLY moves a quarter of a key tile's column
+ * groups at head dim 128 and an eighth at 64 to the FMA-pipe polynomial
+ * (KF_EXP2_POLY 2 or 1 of 8: kf_ex2_poly, whose clamp is an FMNMX.NAN;
+ * kernel letter e, and the report says so). Causal head dim 128 in bf16: both
+ * compile with no spills and the flag's kernel has fewer MUFU.EX2 (106 -> 82
+ * when it came: causal S 200); Sq 77 != Skv 333 at head dim 64 in f16 takes
+ * its eighth (the source); a score that reads a tensor over two key tiles or
+ * fewer (the additive mask [120, 140]: 56 bytes spilled with a quarter) takes
+ * none under the flag either. */
+static void test_the_exp2_share_by_polynomial(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    const char *const defs[3] = {"#define KF_EXP2_POLY 2\n", "#define KF_EXP2_POLY 1\n",
+                                 "#define KF_EXP2_POLY 0\n"};
+    const char *const form = "exp2s partly by polynomial";
+    int mufu[2] = {0, 0}, nan[2] = {0, 0};
+    for (size_t ci = 0; ci < 3; ci++) {
+        /* causal D128; Sq != Skv D64; the additive mask over two tiles */
+        const size_t cx = ci == 0 ? 0 : ci == 1 ? 1 : 5;
+        char text[4096];
+        graph_text(cases[cx].body, ci == 0 ? "bf16" : "f16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        for (int i = 0; i < 2; i++) {
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                                 i ? KF_CUDA_RECIPE_ATTENTION_EXP2_POLY : 0);
+            const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+            const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+            const char *def = i ? defs[ci] : "#define KF_EXP2_POLY 0\n";
+            if (!strstr(k->source, def))
+                fail_msg("%s [flag %d]: no '%s' in the source", k->name, i, def);
+            const bool took = i && ci < 2;
+            const char *us = strchr(k->name, '_');
+            const bool e = us && memchr(k->name + 3, 'e', (size_t)(us - k->name - 3)) != NULL;
+            if ((strstr(rc->variants[0].how, form) != NULL) != took || e != took)
+                fail_msg("%s [flag %d]: %s: %s", cases[cx].name, i, k->name,
+                         rc->variants[0].how);
+            if (ci == 0) {
+                kf_sass_check_hopper(&MEM, k);
+                kf_sass_text(&MEM, k, sass, sizeof sass);
+                mufu[i] = count_between(sass, sass + strlen(sass), "MUFU.EX2");
+                nan[i] = count_between(sass, sass + strlen(sass), "FMNMX.NAN");
+            }
+            kf_cuda_recipes_destroy(r);
+        }
+        plan_release(&p);
+    }
+    if (mufu[1] >= mufu[0] || nan[0] != 0 || nan[1] == 0)
+        fail_msg("MUFU.EX2 %d / %d, FMNMX.NAN %d / %d (default / EXP2_POLY)", mufu[0], mufu[1],
+                 nan[0], nan[1]);
+    fprintf(stderr, "  causal D128 bf16: MUFU.EX2 %d -> %d, FMNMX.NAN %d -> %d\n", mufu[0],
+            mufu[1], nan[0], nan[1]);
 }
 
 /* The pair form of the inner score (cg_attention_pair.c, kf_score_pair):
@@ -1133,6 +1203,7 @@ int main(void) {
         cmocka_unit_test(test_the_score_splits_where_tanh_rounds_to_its_operand),
         cmocka_unit_test(test_the_score_diagonal_is_computed_once_for_two_rows),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
+        cmocka_unit_test(test_the_exp2_share_by_polynomial),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
         cmocka_unit_test(test_a_shared_keep_map_walks_from_shared_memory),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),

@@ -1340,6 +1340,30 @@ static void test_sm90_attention_with_trees_and_f32_scores_matches_the_reference(
         fail_msg("only %d programs took the f32-score kernel with trees", took);
 }
 
+/* The sm_90a kernel with a share of its softmax's exp2s by the FMA-pipe
+ * polynomial (KF_CUDA_RECIPE_ATTENTION_EXP2_POLY: a quarter at head dim 128,
+ * an eighth at 64) and with its row max and sum as chains
+ * (KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX, the form before trees were the
+ * default at head dim 128): every fused case in bf16, the longer ones in f16
+ * (their rescales, scores 2^8 and more below a row's max), each against the
+ * reference. With EXP2_POLY the 16 cases whose score reads no tensor took the
+ * polynomial (one that reads a tensor over two key tiles or fewer keeps
+ * MUFU); with CHAIN_SOFTMAX no report says trees. */
+static void test_sm90_attention_exp2_forms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_EXP2_POLY, "bf16", "f16", 5100, NULL,
+                   "exp2s partly by polynomial", &took, "exp2s partly by polynomial");
+    if (took < 16)
+        fail_msg("only %d programs took the exp2s partly by polynomial", took);
+    took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX, "bf16", "f16", 5200, NULL,
+                   "row max and sum as trees", &took, "row max and sum as chains");
+    if (took != 0)
+        fail_msg("%d programs took trees with CHAIN_SOFTMAX set", took);
+}
+
 /* The same with the softmax pinned under P.V as well (fa3pft_: the order of
  * operations of FlashAttention-3's consumer), every case in bf16. */
 static void test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference(
@@ -4214,6 +4238,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_with_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_rounded_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_trees_and_f32_scores_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_exp2_forms_match_the_reference),
         cmocka_unit_test(
             test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),

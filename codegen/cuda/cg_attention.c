@@ -122,6 +122,46 @@ static uint32_t sm90_stages(int64_t d) {
 #ifndef KF_SM90_SCALE_FOLD
 #define KF_SM90_SCALE_FOLD 1
 #endif
+/* KF_SM90_EXP2_POLY_D128 / _D64 (build-time, for measuring): of every 8
+ * column groups of a key tile, how many take the softmax's exp2 as an
+ * FMA-pipe polynomial (templates/attention_sm90.cuh, kf_ex2_poly: 8
+ * instructions on the FMA and ALU pipes for one MUFU.EX2) at head dim 128 and
+ * 64 where KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks for the polynomial (by
+ * default every exp2 is MUFU.EX2). The model it was made on: MUFU takes 16
+ * lanes a clock an SM, so a key tile's 66 exp2s hold a consumer warp's
+ * scheduler 528 clocks, the longest stretch of its softmax; a quarter moved
+ * (16 exp2s: 112 more issue slots, 128 MUFU clocks less) at head dim 128, an
+ * eighth at 64 (where a scheduler already issues about 446 a warp a tile
+ * beside 512 tensor clocks a consumer). Measured (H100, 9c0c856, where it was
+ * the default): slower, 3-6% causal, 5-15% non-causal, 3% GQA, 1% at head
+ * dim 64, half the exp2s slower still; only a softcap, whose tanh also takes
+ * MUFU, ran faster (2.6%, one round). The kernel's exp2 phase is not MUFU's
+ * pace: the extra instructions cost more than the MUFU clocks they free. */
+#ifndef KF_SM90_EXP2_POLY_D128
+#define KF_SM90_EXP2_POLY_D128 2
+#endif
+#ifndef KF_SM90_EXP2_POLY_D64
+#define KF_SM90_EXP2_POLY_D64 1
+#endif
+_Static_assert(KF_SM90_EXP2_POLY_D128 >= 0 && KF_SM90_EXP2_POLY_D128 <= 8 &&
+                   KF_SM90_EXP2_POLY_D64 >= 0 && KF_SM90_EXP2_POLY_D64 <= 8,
+               "exp2s by polynomial: 0 to 8 of every 8 column groups");
+/* The sm_90a kernel's softmax reductions (a key tile's row max and row sum)
+ * as trees by default at head dim 128 (KF_TREE_SOFTMAX: 4 partial maxima
+ * and sums a row, 7 FMNMX deep into the row max's shuffle where ptxas's
+ * chain is 17). A whole tree (6 deep) measured faster than the chains on an
+ * H100 at 9c0c856, causal B4 H32 S4096 0.916 / 0.921 ms against 0.935 /
+ * 0.941 in two rounds (H200, 4784014: 0.903 against 0.924), but its first
+ * level's 32 values spilled where the chains do not (Skv 300-520); the
+ * partial maxima spill where the chains do and nowhere else. Head dim 64
+ * keeps the chains until measured; KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX asks
+ * for trees there, KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX for chains
+ * everywhere. */
+static bool sm90_trees(const kf_attn_info *at, uint64_t rflags) {
+    if (rflags & KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX)
+        return false;
+    return (rflags & KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX) || at->d == 128;
+}
 /* The sm_90a kernel's shape for one group (sm90_shape_of): its key tile
  * width, ring stages, Q buffers, the producer's and consumers' registers
  * (setmaxnreg; they add up to 168 x 384), and its CTAs a cluster. */
@@ -161,6 +201,15 @@ static bool sm90_cluster_ok(const kf_group *g) {
            ((at->sq + SM90_BR - 1) / SM90_BR) % 2 == 0;
 }
 
+/* Whether group g's score expression reads a tensor (an additive mask): its
+ * loads' registers leave the sm_90a consumers less room. */
+static bool score_loads(const kf_group *g) {
+    for (uint32_t i = 0; i < g->n_expr; i++)
+        if (g->expr[i].kind == KF_EXPR_LOAD)
+            return true;
+    return false;
+}
+
 static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
     const kf_attn_info *at = &g->attn;
     sm90_shape sh = {SM90_BC, sm90_stages(at->d), KF_SM90_QBUF, 40, 232, 1};
@@ -168,9 +217,7 @@ static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
      * Skv 256 or 300 -- ptxas lays the one main-loop step out straight and
      * spills 64-328 bytes; long key sequences are where it pays) and the
      * score reads no tensor (an additive mask's loads spilled 16 bytes) */
-    bool loads = false;
-    for (uint32_t i = 0; i < g->n_expr; i++)
-        loads |= g->expr[i].kind == KF_EXPR_LOAD;
+    const bool loads = score_loads(g);
     if (!(rflags & KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS) && at->d == 128 &&
         cg_attn_mask_skip(g) == 0 && at->mask != KF_MASK_BLOCK_SPARSE &&
         at->skv > 2 * SM90_BC_WIDE && !loads) {
@@ -1092,7 +1139,6 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * alone gives the rounded form */
     const bool f32s = sm90 && ((rflags & KF_CUDA_RECIPE_ATTENTION_F32_SCORE) ||
                                !(rflags & KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE));
-    const int tree = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX) ? 1 : 0;
     int lpt = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_TAIL_LPT) ? 1 : 0;
     cg c;
     kf_status st = cg_begin(&c, plan, group, arch, mem, out);
@@ -1133,6 +1179,18 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* a cluster's items are all alike (no mask cuts tiles): no tail order */
     if (sh.cluster == 2)
         lpt = 0;
+    const int tree = sm90 && sm90_trees(at, rflags) ? 1 : 0;
+    /* the softmax's exp2s by polynomial, of every 8 column groups, where
+     * KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks (kernel letter e; else 0: all
+     * on MUFU); none where the score reads a tensor and the keys make two
+     * tiles or fewer, where ptxas lays the one main-loop step out straight
+     * (sm90_shape_of's rule for wide tiles): an additive mask [120, 140] at
+     * head dim 128 spilled 56 bytes with a quarter, 32 with an eighth;
+     * [1000, 1000] and ALiBi's slopes spill nothing */
+    int poly = at->d == 64 ? KF_SM90_EXP2_POLY_D64 : KF_SM90_EXP2_POLY_D128;
+    if (!sm90 || !(rflags & KF_CUDA_RECIPE_ATTENTION_EXP2_POLY) ||
+        (score_loads(g) && at->skv <= 2 * sh.bc))
+        poly = 0;
 
     double scale = 1.0;
     const uint32_t fold =
@@ -1144,13 +1202,14 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold, dt) : 0.0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
-     * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift (fa3p_,
-     * fa3f_, fa3pf_, fa3t_, ..., fa3pftlwcb_) */
+     * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift, e: exp2s
+     * partly by polynomial (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwcbe_) */
     char prefix[16] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s_", pin ? "p" : "", f32 ? "f" : "",
-                 tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
-                 sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", bst ? "s" : "", bsk ? "k" : "");
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+                 f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
+                 sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", bst ? "s" : "", bsk ? "k" : "",
+                 poly > 0 ? "e" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1196,8 +1255,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
-        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s */\n",
+        if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
+            poly > 0)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s */\n",
+                      poly > 0 ? "exp2s partly by polynomial; " : "",
                       bst ? "the keep map's walk in shared memory; " : "",
                       bsk ? "query tiles paired by kept count; " : "",
                       smax > 0 ? "bounded scores, a fixed softmax shift; " : "",
@@ -1214,9 +1275,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
-                  "#define KF_CONSUMER_REGS %d\n",
+                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n",
                   scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg);
+                  sh.preg, sh.creg, poly);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"

@@ -152,10 +152,15 @@ enum {
                                                       nothing but where ROUNDED_SCORE is set */
     KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX = 1u << 24, /* internal: the sm_90a attention kernel
                                                          takes a key tile's row max and row sum
-                                                         as trees (6 FMNMX deep, 4 partial sums
-                                                         a row) where they are chains of 33 and
-                                                         32 (templates/attention_sm90.cuh,
-                                                         KF_TREE_SOFTMAX); off until measured */
+                                                         as trees (4 partial maxima and 4
+                                                         partial sums a row) where they are
+                                                         chains of 33 and 32 (templates/
+                                                         attention_sm90.cuh, KF_TREE_SOFTMAX):
+                                                         the default at head dim 128 since
+                                                         sfx13's run (H100, 9c0c856, a whole
+                                                         tree: causal 0.916 / 0.921 ms against
+                                                         0.935 / 0.941), asked for at 64;
+                                                         CHAIN_SOFTMAX overrides it */
     KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE = 1u << 23, /* internal: the sm_90a attention kernel
                                                           rounds its scale of Q.K^T as the
                                                           reference stores it (the default
@@ -299,6 +304,22 @@ enum {
  * FC1 (a norm folded into B, whose column terms then come from L2) 0.2726
  * against 0.2504; kept to measure */
 #define KF_CUDA_RECIPE_GEMM_EPI_BUF4 (UINT64_C(1) << 52)
+/* internal: the sm_90a attention kernel takes a share of its softmax's
+ * exp2s as an FMA-pipe polynomial (templates/attention_sm90.cuh,
+ * kf_ex2_poly; cg_attention.c, KF_SM90_EXP2_POLY_*: a quarter of a key
+ * tile's column groups at head dim 128, an eighth at 64), where by default
+ * every exp2 is MUFU.EX2 (kernel letter e). Measured slower (H100, 9c0c856,
+ * where it was the default: causal B4 H32 S4096 D128 0.962 / 0.996 ms
+ * against MUFU's 0.935 / 0.941 in two rounds, non-causal 1.787 / 1.696,
+ * GQA 0.951 / 0.922, GPT-2's D64 0.116 / 0.115; half the exp2s slower still)
+ * but for a softcap, whose tanh takes MUFU too (1.116 against 1.145, one
+ * round): kept to measure */
+#define KF_CUDA_RECIPE_ATTENTION_EXP2_POLY (UINT64_C(1) << 45)
+/* internal: the sm_90a attention kernel takes a key tile's row max and row
+ * sum as chains (a running max of 33 FMNMX, one sum), where at head dim 128
+ * it takes them as trees by default (KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX,
+ * which asks for them at 64): the form before, kept to measure */
+#define KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX (UINT64_C(1) << 46)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
