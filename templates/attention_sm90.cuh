@@ -121,6 +121,15 @@
  * for a thread's two rows, and the rest as kf_score_pair_dg(s0, s1, dg, bh,
  * q, kv).
  */
+/* Every key pair of a thread's share of the key tile -- rows qa and qb, keys
+ * kv0 + 8 nt + 2 t4 and the one after, in sc[4 nt + 2 h] and the next -- as
+ * F(s0, s1, [X,] bh, q, kv, KF_ARGS): the pair form's loop, whichever score
+ * function it calls (X: mx for kf_score_pre; else the argument is empty) */
+#define KF_EACH_PAIR(F, ...)                                                                  \
+    _Pragma("unroll") for (int nt_ = 0; nt_ < KF_BC / 8; nt_++)                               \
+        _Pragma("unroll") for (int h_ = 0; h_ < 2; h_++)                                      \
+            F(sc[4 * nt_ + 2 * h_], sc[4 * nt_ + 2 * h_ + 1], __VA_ARGS__ bh, h_ ? qb : qa,    \
+              kv0 + nt_ * 8 + 2 * t4, KF_ARGS)
 #ifndef KF_EXP2_POLY
 #define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
 #endif
@@ -592,42 +601,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                      * ms split on every tile, 1.220 the pair form) */
                     if (split_try) {
                         unsigned mx = 0u;
-#pragma unroll
-                        for (int nt = 0; nt < KF_BC / 8; nt++) {
-#pragma unroll
-                            for (int h = 0; h < 2; h++)
-                                kf_score_pre(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1], mx, bh,
-                                             h ? qb : qa, kv0 + nt * 8 + 2 * t4, KF_ARGS);
-                        }
+                        KF_EACH_PAIR(kf_score_pre, mx, );
                         split_try =
                             __all_sync(0xffffffffu, (mx & 0x7fffu) <= KF_TANH_IDENT_MAX &&
                                                         (mx >> 16 & 0x7fffu) <= KF_TANH_IDENT_MAX);
-                        if (split_try) {
-#pragma unroll
-                            for (int nt = 0; nt < KF_BC / 8; nt++) {
-#pragma unroll
-                                for (int h = 0; h < 2; h++)
-                                    kf_score_post_ident(sc[4 * nt + 2 * h],
-                                                        sc[4 * nt + 2 * h + 1], bh, h ? qb : qa,
-                                                        kv0 + nt * 8 + 2 * t4, KF_ARGS);
-                            }
-                        } else {
-#pragma unroll
-                            for (int nt = 0; nt < KF_BC / 8; nt++) {
-#pragma unroll
-                                for (int h = 0; h < 2; h++)
-                                    kf_score_post(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1], bh,
-                                                  h ? qb : qa, kv0 + nt * 8 + 2 * t4, KF_ARGS);
-                            }
-                        }
+                        if (split_try)
+                            KF_EACH_PAIR(kf_score_post_ident, );
+                        else
+                            KF_EACH_PAIR(kf_score_post, );
                     } else {
-#pragma unroll
-                        for (int nt = 0; nt < KF_BC / 8; nt++) {
-#pragma unroll
-                            for (int h = 0; h < 2; h++)
-                                kf_score_pair(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1], bh,
-                                              h ? qb : qa, kv0 + nt * 8 + 2 * t4, KF_ARGS);
-                        }
+                        KF_EACH_PAIR(kf_score_pair, );
                     }
 #elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG)
                     /* the pair form with its diagonal (KF_SCORE_DIAG, a
@@ -648,13 +631,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     }
 #elif defined(KF_SCORE_PAIR)
                     /* the pair form: a row's two neighbouring keys at once */
-#pragma unroll
-                    for (int nt = 0; nt < KF_BC / 8; nt++) {
-#pragma unroll
-                        for (int h = 0; h < 2; h++)
-                            kf_score_pair(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1], bh,
-                                          h ? qb : qa, kv0 + nt * 8 + 2 * t4, KF_ARGS);
-                    }
+                    KF_EACH_PAIR(kf_score_pair, );
 #else
 #pragma unroll
                     for (int nt = 0; nt < KF_BC / 8; nt++) {
