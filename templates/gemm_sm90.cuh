@@ -701,6 +701,29 @@ __device__ __forceinline__ void kf_gm_epi_tma_vals(const float (&d)[KF_ACC], int
 #define KF_EPI_FOLD_ARGS
 #endif
 
+/* A warp's packed pairs of a 64 x 64 chunk, w[jj][h] (row 16 warp + lane / 4
+ * + 8 h, 16-byte column group jj), into the 128-byte-swizzled chunk buffer at
+ * shared address base: the layout the TMA store reads. MEM: the stores carry
+ * a memory clobber (a buffer the previous chunk's store may still be reading,
+ * ordered after its wait); without it, the in-place chunks of the residual's
+ * form, which no other access of the thread's overlaps. */
+template <bool MEM>
+__device__ __forceinline__ void kf_gm_st_chunk(unsigned base, int warp, int lane,
+                                               const unsigned (&w)[8][2]) {
+#pragma unroll
+    for (int jj = 0; jj < 8; jj++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const unsigned rl = (unsigned)(warp * 16 + lane / 4 + 8 * h);
+            const unsigned addr =
+                base + rl * 128u + (((unsigned)jj ^ (rl & 7u)) << 4) + (lane % 4) * 4u;
+            if (MEM)
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(w[jj][h]) : "memory");
+            else
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(w[jj][h]));
+        }
+}
+
 /* The epilogue of the consumer's part of tile (b, mb, nb) through shared
  * memory (buf: its 8 KiB, 1024-byte aligned) and TMA stores, 64 x 64 a chunk.
  * The fragment of wgmma m64nN: warp w holds rows 16w + lane/4 (+8), columns
@@ -756,16 +779,8 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
             unsigned w[8][2];
             kf_gm_epi_tma_vals<AL>(d, b, mb, nb, cw, hf, ch, warp, lane, buf, w,
                                    KF_EPI_FOLD_ARGS KF_ARGS);
-            const unsigned cb = buf + (unsigned)(hf * (KF_ON / 64) + ch) * 8192u;
-#pragma unroll
-            for (int jj = 0; jj < 8; jj++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const unsigned rl = (unsigned)(warp * 16 + lane / 4 + 8 * h);
-                    const unsigned addr =
-                        cb + rl * 128u + (((unsigned)jj ^ (rl & 7u)) << 4) + (lane % 4) * 4u;
-                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(w[jj][h]));
-                }
+            kf_gm_st_chunk<false>(buf + (unsigned)(hf * (KF_ON / 64) + ch) * 8192u, warp, lane,
+                                  w);
         }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -811,15 +826,7 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
             if (lead)
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             kf_gm_wg_sync(cw);
-#pragma unroll
-            for (int jj = 0; jj < 8; jj++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const unsigned rl = (unsigned)(warp * 16 + lane / 4 + 8 * h);
-                    const unsigned addr =
-                        buf + rl * 128u + (((unsigned)jj ^ (rl & 7u)) << 4) + (lane % 4) * 4u;
-                    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(w[jj][h]) : "memory");
-                }
+            kf_gm_st_chunk<true>(buf, warp, lane, w);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             kf_gm_wg_sync(cw);
             if (lead) {
