@@ -393,6 +393,22 @@ unsigned cg_tanh_ident_max(void) {
     return h;
 }
 
+/* Marks on[root] and on[] of every node root is made of, through the pair
+ * names and the op nodes, not past node stop (whose value comes in; KF_NONE:
+ * none); what on[] held stays marked. */
+static void pair_marks(const pair_ctx *p, bool *on, uint32_t root, uint32_t stop) {
+    const kf_group *g = p->c->g;
+    on[root] = true;
+    for (uint32_t j = root + 1; j-- > 0;) {
+        const kf_expr *e = &g->expr[j];
+        if (!on[j] || j == stop || e->kind != KF_EXPR_OP)
+            continue;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++)
+            on[p->name[e->src[k]]] = true;
+    }
+}
+
 /* The split of the pair form at a tanh: node t = tanh(u), both bf16 nodes
  * rounded as the reference stores them and varying with the score, where
  * every node after u that varies with the score reads the nodes before it
@@ -428,15 +444,7 @@ static uint32_t pair_split(const pair_ctx *p, bool *anc) {
         return KF_NONE;
     const uint32_t u = p->name[g->expr[t].src[0]];
     memset(anc, 0, c->n * sizeof *anc);
-    anc[u] = true;
-    for (uint32_t j = u + 1; j-- > 0;) {
-        const kf_expr *e = &g->expr[j];
-        if (!anc[j] || e->kind != KF_EXPR_OP)
-            continue;
-        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
-        for (int k = 0; k < ar; k++)
-            anc[p->name[e->src[k]]] = true;
-    }
+    pair_marks(p, anc, u, KF_NONE);
     for (uint32_t j = 0; j < c->n; j++) {
         const kf_expr *e = &g->expr[j];
         if (!c->need[j] || p->name[j] != j || anc[j] || !p->r[j].dep || e->kind != KF_EXPR_OP)
@@ -466,19 +474,10 @@ static void pair_loads(pair_ctx *p, chunk_ctx *x) {
  * leaves unused. */
 static void pair_prune(const pair_ctx *p, bool *on, uint32_t out) {
     const cg *c = p->c;
-    const kf_group *g = c->g;
     bool *live = kf_mem_calloc(c->mem, c->n, sizeof *live);
     if (!live)
         return; /* unpruned: the same code, with unused values */
-    live[out] = true;
-    for (uint32_t j = out + 1; j-- > 0;) {
-        const kf_expr *e = &g->expr[j];
-        if (!live[j] || j == p->in || e->kind != KF_EXPR_OP)
-            continue;
-        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
-        for (int k = 0; k < ar; k++)
-            live[p->name[e->src[k]]] = true;
-    }
+    pair_marks(p, live, out, p->in);
     for (uint32_t i = 0; i < c->n; i++)
         on[i] = on[i] && live[i];
     kf_mem_free(c->mem, live, c->n * sizeof *live);
@@ -647,15 +646,7 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
         return;
     }
     /* kf_score_diag: f and the nodes it is made of */
-    on[f] = true;
-    for (uint32_t j = f + 1; j-- > 0;) {
-        const kf_expr *e = &g->expr[j];
-        if (!on[j] || e->kind != KF_EXPR_OP)
-            continue;
-        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
-        for (int k = 0; k < ar; k++)
-            on[p->name[e->src[k]]] = true;
-    }
+    pair_marks(p, on, f, KF_NONE);
     cg_puts(&c->s, "/* the diagonal of the pair form (cg_attention_pair.c, pair_diag): a function "
                    "of kv - q, row q + 8's at kv its row q's at kv - 8 */\n"
                    "__device__ __forceinline__ unsigned kf_score_diag(long long bh, int q, int kv, "
