@@ -1095,14 +1095,15 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
 }
 
 /* The pair form's split at a tanh (cg_attention_pair.c, pair_split): the
- * softcap's default bf16 kernel defines kf_score_pre / kf_score_post /
+ * softcap's bf16 kernel under KF_CUDA_RECIPE_ATTENTION_TANH_SKIP (off by
+ * default: it loses on large scores) defines kf_score_pre / kf_score_post /
  * kf_score_post_ident and KF_TANH_IDENT_MAX, the bound below which it takes
- * tanh(x) as x, where KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks for it (off by
- * default: it loses on large scores): over every bf16 value, tanh rounded to bf16 as the reference
+ * tanh(x) as x: over every bf16 value, tanh rounded to bf16 as the reference
  * evaluator rounds it (kf_ir_scalar, kf_ir_round) is x itself up to the bound
  * (either sign) and not at the next value, so the bound is the largest
  * right one. Its SASS holds the warp's vote and the |x| maximum (VOTE.ALL,
- * HMNMX2), no spills; the default has no split and no HMNMX2. f16 keeps no pair form at all. */
+ * HMNMX2), no spills; the default kernel has no split and no HMNMX2. f16
+ * keeps no pair form at all. */
 static void test_the_score_splits_where_tanh_rounds_to_its_operand(void **state) {
     (void)state;
     static char sass[1 << 22];
