@@ -159,83 +159,79 @@ static void test_a_ragged_decode_tma_gemm_matches_twice(void **state) {
     G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
 }
 
-/* The TMA form on the shape classes: M = 1, 16, 32, 63, 64, the batch folded
- * into M; both majors; ragged N and K; no split and the split capped at 16;
- * the epilogues (bias + gelu_tanh, bias, residual) and a norm prologue;
- * bf16 and f16 (the other two forms: bf16, and only the cases where their
- * tiles differ most -- M 1, 32, 64 -- to keep the suite's NVRTC time down). */
+/* The shape classes both forms run (seed offset = index): M = 1, 16, 32, 63,
+ * 64, the batch folded into M; both majors; ragged N and K; no split and the
+ * split capped at 16; the epilogues (bias + gelu_tanh, bias, residual) and a
+ * norm prologue. `want` follows the form's own token in what the report must
+ * hold; `dec_also` only the cp.async form's. */
+typedef struct shape_case {
+    const char *kfg, *want, *dec_also, *what;
+} shape_case;
+
+static const shape_case SHAPES[] = {
+    {"kfg 1\nx = input(%s[1, 1000])\nw = input(%s[1000, 1000])\n"
+     "y = matmul(x, w, transpose_b=true)\noutput y\n",
+     "|M padded to 8|B K-major", "", "M 1, K-major, ragged"},
+    {"kfg 1\nx = input(%s[1, 4096])\nw = input(%s[4096, 4104])\nb = input(%s[4104])\n"
+     "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+     "|B N-major", "", "M 1, N-major, N 4104, bias + gelu_tanh"},
+    {"kfg 1\nx = input(%s[16, 4000])\nw = input(%s[4104, 4000])\nb = input(%s[4104])\n"
+     "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+     "|M padded to 16", "", "M 16, K-major, 4104 x 4000, bias + gelu_tanh"},
+    {"kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\nb = input(%s[2056])\n"
+     "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+     "|M padded to 32", "|strips of 64", "M 32, N-major, bias + gelu_tanh"},
+    {"kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\nr = input(%s[64, 1000])\n"
+     "h = matmul(x, w, transpose_b=true)\ny = add(h, r)\noutput y\n",
+     "|M padded to 64", "", "M 64, K-major, residual"},
+    {"kfg 1\nx = input(%s[63, 520])\nw = input(%s[520, 1000])\nb = input(%s[1000])\n"
+     "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
+     "|M padded to 64", "", "M 63, N-major, bias"},
+    {"kfg 1\nx = input(%s[16, 120])\nw = input(%s[120, 2000])\ny = matmul(x, w)\n"
+     "output y\n",
+     "|split-K over 1 blocks", "", "M 16, K 120: one K step of 128, no split"},
+    {"kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\ny = matmul(x, w)\n"
+     "output y\n",
+     "|M padded to 24", "", "x[2, 12, 256] . w: the batch folded into M"},
+    {"kfg 1\nx = input(%s[16, 11008])\nw = input(%s[1024, 11008])\n"
+     "y = matmul(x, w, transpose_b=true)\noutput y\n",
+     "|" DEC " 16 blocks", "", "M 16, K 11008: the split capped at 16"},
+    {"kfg 1\nx = input(%s[16, 264])\ng = input(%s[264])\nw = input(%s[1096, 264])\n"
+     "n = rms_norm(x, g)\ny = matmul(n, w, transpose_b=true)\noutput y\n",
+     "|prologue kernel's scratch", "", "RMSNorm prologue, M 16"},
+};
+
+/* SHAPES[i] in `dt` (seed s + i), the report holding `form` and the case's
+ * tokens (`dec_also` too where `dec`), named with `prefix`. */
+static void run_shape(size_t i, const char *dt, uint64_t s, const char *form, bool dec,
+                      const char *prefix) {
+    const shape_case *c = &SHAPES[i];
+    char w[256], what[160];
+    snprintf(w, sizeof w, "%s%s%s", form, c->want, dec ? c->dec_also : "");
+    snprintf(what, sizeof what, "%s%s", prefix, c->what);
+    run_twice(G.gen, c->kfg, dt, s + i, w, what);
+}
+
+/* The TMA form on the shape classes, bf16 and f16 (the other two forms:
+ * bf16, and only the cases where their tiles differ most -- M 1, 32, 64 --
+ * to keep the suite's NVRTC time down). */
 static void test_tma_decode_gemms_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     if (!tma_device())
         skip();
+    static const size_t FEW[] = {0, 3, 4};
     for (size_t f = 0; f < sizeof TMA_FORMS / sizeof *TMA_FORMS; f++) {
         G.gen->recipe_flags = TMA | TMA_FORMS[f];
         for (int d = 0; d < (f ? 1 : 2); d++) {
-            const char *t = DTS[d];
             uint64_t s = 9500 + 20 * (uint64_t)d + 40 * f;
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[1, 1000])\nw = input(%s[1000, 1000])\n"
-                      "y = matmul(x, w, transpose_b=true)\noutput y\n",
-                      t, s + 0, DEC_TMA "|M padded to 8|B K-major", "TMA: M 1, K-major, ragged");
             if (f) {
-                run_twice(G.gen,
-                          "kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\n"
-                          "b = input(%s[2056])\nh = matmul(x, w)\na = add(h, b)\n"
-                          "y = gelu_tanh(a)\noutput y\n",
-                          t, s + 3, DEC_TMA "|M padded to 32",
-                          "TMA form: M 32, N-major, bias + gelu");
-                run_twice(G.gen,
-                          "kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
-                          "r = input(%s[64, 1000])\nh = matmul(x, w, transpose_b=true)\n"
-                          "y = add(h, r)\noutput y\n",
-                          t, s + 4, DEC_TMA "|M padded to 64", "TMA form: M 64, K-major, residual");
+                for (size_t k = 0; k < sizeof FEW / sizeof *FEW; k++)
+                    run_shape(FEW[k], DTS[d], s, DEC_TMA, false, "TMA form: ");
                 continue;
             }
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[1, 4096])\nw = input(%s[4096, 4104])\n"
-                      "b = input(%s[4104])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
-                      "output y\n",
-                      t, s + 1, DEC_TMA "|B N-major",
-                      "TMA: M 1, N-major, N 4104, bias + gelu_tanh");
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[16, 4000])\nw = input(%s[4104, 4000])\n"
-                      "b = input(%s[4104])\nh = matmul(x, w, transpose_b=true)\na = add(h, b)\n"
-                      "y = gelu_tanh(a)\noutput y\n",
-                      t, s + 2, DEC_TMA "|M padded to 16", "TMA: M 16, K-major, 4104 x 4000");
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\n"
-                      "b = input(%s[2056])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
-                      "output y\n",
-                      t, s + 3, DEC_TMA "|M padded to 32", "TMA: M 32, N-major, bias + gelu_tanh");
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
-                      "r = input(%s[64, 1000])\nh = matmul(x, w, transpose_b=true)\n"
-                      "y = add(h, r)\noutput y\n",
-                      t, s + 4, DEC_TMA "|M padded to 64", "TMA: M 64, K-major, residual");
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[63, 520])\nw = input(%s[520, 1000])\n"
-                      "b = input(%s[1000])\nh = matmul(x, w)\ny = add(h, b)\noutput y\n",
-                      t, s + 5, DEC_TMA "|M padded to 64", "TMA: M 63, N-major, bias");
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[16, 120])\nw = input(%s[120, 2000])\n"
-                      "y = matmul(x, w)\noutput y\n",
-                      t, s + 6, f ? DEC_TMA : DEC_TMA "|split-K over 1 blocks",
-                      "TMA: M 16, K 120 (one K step of 128: no split)");
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\n"
-                      "y = matmul(x, w)\noutput y\n",
-                      t, s + 7, DEC_TMA "|M padded to 24", "TMA: the batch folded into M");
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[16, 11008])\nw = input(%s[1024, 11008])\n"
-                      "y = matmul(x, w, transpose_b=true)\noutput y\n",
-                      t, s + 8, DEC_TMA "|" DEC " 16 blocks", "TMA: M 16, K 11008, split 16");
-            run_twice(G.gen,
-                      "kfg 1\nx = input(%s[16, 264])\ng = input(%s[264])\n"
-                      "w = input(%s[1096, 264])\nn = rms_norm(x, g)\n"
-                      "y = matmul(n, w, transpose_b=true)\noutput y\n",
-                      t, s + 9, DEC_TMA "|prologue kernel's scratch",
-                      "TMA: RMSNorm prologue, M 16");
+            for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
+                run_shape(i, DTS[d], s, DEC_TMA, false, "TMA: ");
         }
     }
     G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
@@ -301,51 +297,9 @@ static void test_default_generated_side_is_the_decode_kernel_to_m32(void **state
 static void test_decode_gemms_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    for (int d = 0; d < 2; d++) {
-        const char *t = DTS[d];
-        uint64_t s = 9710 + 20 * (uint64_t)d;
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[1, 1000])\nw = input(%s[1000, 1000])\n"
-                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
-                  t, s + 0, DEC "|M padded to 8|B K-major", "M 1, K-major, ragged");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[1, 4096])\nw = input(%s[4096, 4104])\nb = input(%s[4104])\n"
-                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
-                  t, s + 1, DEC "|B N-major", "M 1, N-major, N 4104, bias + gelu_tanh");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[16, 4000])\nw = input(%s[4104, 4000])\nb = input(%s[4104])\n"
-                  "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
-                  t, s + 2, DEC "|M padded to 16", "M 16, K-major, 4104 x 4000, bias + gelu_tanh");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[32, 3000])\nw = input(%s[3000, 2056])\nb = input(%s[2056])\n"
-                  "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
-                  t, s + 3, DEC "|M padded to 32|strips of 64", "M 32, N-major, bias + gelu_tanh");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
-                  "r = input(%s[64, 1000])\nh = matmul(x, w, transpose_b=true)\ny = add(h, r)\n"
-                  "output y\n",
-                  t, s + 4, DEC "|M padded to 64", "M 64, K-major, residual");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[63, 520])\nw = input(%s[520, 1000])\nb = input(%s[1000])\n"
-                  "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
-                  t, s + 5, DEC "|M padded to 64", "M 63, N-major, bias");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[16, 120])\nw = input(%s[120, 2000])\ny = matmul(x, w)\n"
-                  "output y\n",
-                  t, s + 6, "decode kernel: split-K over 1 blocks", "M 16, K 120: no split");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\ny = matmul(x, w)\n"
-                  "output y\n",
-                  t, s + 7, DEC "|M padded to 24", "x[2, 12, 256] . w: the batch folded into M");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[16, 11008])\nw = input(%s[1024, 11008])\n"
-                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
-                  t, s + 8, DEC " 16 blocks", "M 16, K 11008: the split capped at 16");
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[16, 264])\ng = input(%s[264])\nw = input(%s[1096, 264])\n"
-                  "n = rms_norm(x, g)\ny = matmul(n, w, transpose_b=true)\noutput y\n",
-                  t, s + 9, DEC "|prologue kernel's scratch", "RMSNorm prologue, M 16");
-    }
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
+            run_shape(i, DTS[d], 9710 + 20 * (uint64_t)d, DEC, true, "");
 }
 
 /* The measured choice with the decode kernel as the generated side: either
