@@ -800,6 +800,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
     const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
     const uint64_t POLY = KF_CUDA_RECIPE_ATTENTION_EXP2_POLY;
+    const uint64_t CAPM = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
+    const uint64_t TPW = KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the softmax's row max and sum as chains (_chain: KF_CUDA_RECIPE_
@@ -912,7 +914,14 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_gqa_chain", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"attn_softcap_e", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY},
+        /* a softcap's MUFU ops: by default a quarter of its exp2s and of its
+         * tanhs on the FMA pipe (sc14); _mufu: every one on MUFU (KF_CUDA_
+         * RECIPE_ATTENTION_SOFTCAP_MUFU, the kernel before), _e: the exp2
+         * share alone (SOFTCAP_MUFU | EXP2_POLY, the _e kernel before), _h4:
+         * half the tanhs (TANH_POLY_WIDE); the same on the wide scores */
+        {"attn_softcap_e", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY | CAPM},
+        {"attn_softcap_mufu", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
+        {"attn_softcap_h4", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPW},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the score's forms before the defaults of score12: the running row
          * max kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX), the scalar
@@ -933,6 +942,9 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_alibi_diag_each", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DEACH},
         {"attn_softcap_wide", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
+        {"attn_softcap_wide_mufu", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
+        {"attn_softcap_wide_e", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY | CAPM},
+        {"attn_softcap_wide_h4", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPW},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
          0},

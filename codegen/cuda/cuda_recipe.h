@@ -320,6 +320,17 @@ enum {
  * it takes them as trees by default (KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX,
  * which asks for them at 64): the form before, kept to measure */
 #define KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX (UINT64_C(1) << 46)
+/* internal: a bounded score with a tanh (a softcap: cg_attention.c,
+ * score_max) keeps every tanh and every softmax exp2 on MUFU in the sm_90a
+ * kernel, where at head dim 128 it takes a share of each on the FMA pipe by
+ * default (the exp2 polynomial, kf_ex2_poly, for KF_SM90_EXP2_POLY_D128 of
+ * every 8 column groups, and the tanh rational, kf_tanh_poly, for
+ * KF_SM90_TANH_POLY: kernel letters e and h): the kernel before, kept to
+ * measure; with KF_CUDA_RECIPE_ATTENTION_EXP2_POLY the exp2 share alone */
+#define KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU (UINT64_C(1) << 57)
+/* internal: that tanh share doubled (4 of every 8 column groups where the
+ * default takes KF_SM90_TANH_POLY), to measure the share */
+#define KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE (UINT64_C(1) << 58)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
