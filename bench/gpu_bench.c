@@ -917,10 +917,12 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         /* a softcap's MUFU ops: by default a quarter of its exp2s and of its
          * tanhs on the FMA pipe (sc14); _mufu: every one on MUFU (KF_CUDA_
          * RECIPE_ATTENTION_SOFTCAP_MUFU, the kernel before), _e: the exp2
-         * share alone (SOFTCAP_MUFU | EXP2_POLY, the _e kernel before), _h4:
-         * half the tanhs (TANH_POLY_WIDE); the same on the wide scores */
+         * share alone (SOFTCAP_MUFU | EXP2_POLY, the _e kernel before), _t:
+         * the tanh share alone (SOFTCAP_MUFU | TANH_POLY_WIDE), _h4: half the
+         * tanhs (TANH_POLY_WIDE); the same on the wide scores */
         {"attn_softcap_e", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY | CAPM},
         {"attn_softcap_mufu", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
+        {"attn_softcap_t", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM | TPW},
         {"attn_softcap_h4", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPW},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the score's forms before the defaults of score12: the running row
@@ -944,6 +946,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
         {"attn_softcap_wide_mufu", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
         {"attn_softcap_wide_e", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY | CAPM},
+        {"attn_softcap_wide_t", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM | TPW},
         {"attn_softcap_wide_h4", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPW},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,

@@ -988,31 +988,36 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
  * KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU keeps both on MUFU (fa3tb_, the
  * kernel before), with KF_CUDA_RECIPE_ATTENTION_EXP2_POLY the exp2 share
  * alone (fa3tbe_), KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE doubles the tanh
- * share (KF_TANH_POLY 4). Every form compiles with no spills, each with
- * fewer MUFU.TANH (and MUFU.EX2) than the one before it. ALiBi (unbounded)
+ * share (KF_TANH_POLY 4), and with SOFTCAP_MUFU asks for the tanh share alone
+ * (fa3tbh_). Every form compiles with no spills, each with fewer MUFU.TANH
+ * (and MUFU.EX2) than the one before it (the tanh share alone: the
+ * default's MUFU.TANH, every MUFU.EX2). ALiBi (unbounded)
  * and the causal scale (no tanh) take none of it; bf16 causal S 150. */
 static void test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe(void **state) {
     (void)state;
     static char sass[1 << 22];
     const uint64_t mufu = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
-    const uint64_t forms[4] = {mufu, mufu | KF_CUDA_RECIPE_ATTENTION_EXP2_POLY, 0,
-                               KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE};
-    static const char *const names[4] = {"fa3tb_", "fa3tbe_", "fa3tbeh_", "fa3tbeh_"};
-    static const char *const defs[4] = {"#define KF_TANH_POLY 0\n", "#define KF_TANH_POLY 0\n",
-                                        "#define KF_TANH_POLY 2\n", "#define KF_TANH_POLY 4\n"};
+    const uint64_t wide = KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE;
+    const uint64_t forms[5] = {mufu, mufu | KF_CUDA_RECIPE_ATTENTION_EXP2_POLY, 0, wide,
+                               mufu | wide};
+    static const char *const names[5] = {"fa3tb_", "fa3tbe_", "fa3tbeh_", "fa3tbeh_", "fa3tbh_"};
+    static const char *const defs[5] = {"#define KF_TANH_POLY 0\n", "#define KF_TANH_POLY 0\n",
+                                        "#define KF_TANH_POLY 2\n", "#define KF_TANH_POLY 4\n",
+                                        "#define KF_TANH_POLY 2\n"};
     const char *const form = "tanh partly by a rational on the FMA pipe";
     char text[4096];
     graph_text(cases[3].body, "bf16", text, sizeof text);
     planned p;
     plan_text(text, &p);
-    int tanh[4], ex2[4];
-    for (int f = 0; f < 4; f++) {
+    int tanh[5], ex2[5];
+    for (int f = 0; f < 5; f++) {
         kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, forms[f]);
         const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
         const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
         if (strncmp(k->name, names[f], strlen(names[f])) != 0 || !strstr(k->source, defs[f]) ||
             (strstr(k->source, "#define KF_SCORE_PAIR_T 1") != NULL) != (f >= 2) ||
-            (strstr(rc->variants[0].how, form) != NULL) != (f >= 2))
+            (strstr(rc->variants[0].how, form) != NULL) != (f >= 2) ||
+            (strstr(k->source, "#define KF_EXP2_POLY 2\n") != NULL) != (f >= 1 && f <= 3))
             fail_msg("form %d: %s, expected %s with %s: %s", f, k->name, names[f], defs[f],
                      rc->variants[0].how);
         kf_sass_check_hopper(&MEM, k);
@@ -1024,9 +1029,9 @@ static void test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe(void **s
         kf_cuda_recipes_destroy(r);
     }
     if (!(ex2[1] < ex2[0] && tanh[1] == tanh[0] && ex2[2] == ex2[1] && tanh[2] < tanh[1] &&
-          tanh[3] < tanh[2]))
-        fail_msg("MUFU.TANH %d %d %d %d, MUFU.EX2 %d %d %d %d", tanh[0], tanh[1], tanh[2], tanh[3],
-                 ex2[0], ex2[1], ex2[2], ex2[3]);
+          tanh[3] < tanh[2] && ex2[4] == ex2[0] && tanh[4] == tanh[2]))
+        fail_msg("MUFU.TANH %d %d %d %d %d, MUFU.EX2 %d %d %d %d %d", tanh[0], tanh[1], tanh[2],
+                 tanh[3], tanh[4], ex2[0], ex2[1], ex2[2], ex2[3], ex2[4]);
     plan_release(&p);
     for (size_t ci = 0; ci < 2; ci++) {
         graph_text(cases[ci == 0 ? 0 : 4].body, "bf16", text, sizeof text);

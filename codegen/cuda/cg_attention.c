@@ -1227,14 +1227,17 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * ops a score, the tanh and the exp2: by default a share of each goes to
      * the FMA pipe (KF_SM90_TANH_POLY; KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU
      * keeps both on MUFU) */
-    const bool capped = sm90 && smax > 0 && at->d == 128 && has_tanh(g) &&
-                        !(rflags & KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU);
+    const bool capping = sm90 && smax > 0 && at->d == 128 && has_tanh(g);
+    const bool capped = capping && !(rflags & KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU);
     if (capped && !(score_loads(g) && at->skv <= 2 * sh.bc))
         poly = KF_SM90_EXP2_POLY_D128;
-    /* (not beside the split at the tanh, KF_CUDA_RECIPE_ATTENTION_TANH_SKIP) */
+    /* the tanh share: doubled by TANH_POLY_WIDE, alone (no exp2 share) with
+     * SOFTCAP_MUFU | TANH_POLY_WIDE; none beside the split at the tanh
+     * (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP) */
+    const bool wide_t = (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE) != 0;
     const int tpoly =
-        capped && !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
-            ? (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE ? 4 : KF_SM90_TANH_POLY)
+        (capped || (capping && wide_t)) && !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
+            ? (capped && wide_t ? 4 : KF_SM90_TANH_POLY)
             : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key

@@ -329,7 +329,9 @@ enum {
  * measure; with KF_CUDA_RECIPE_ATTENTION_EXP2_POLY the exp2 share alone */
 #define KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU (UINT64_C(1) << 57)
 /* internal: that tanh share doubled (4 of every 8 column groups where the
- * default takes KF_SM90_TANH_POLY), to measure the share */
+ * default takes KF_SM90_TANH_POLY), to measure the share; with
+ * KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU the default's tanh share alone, every
+ * exp2 on MUFU (kernel letter h without e) */
 #define KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE (UINT64_C(1) << 58)
 
 /* What the recipes are made for. */
