@@ -41,7 +41,8 @@
  *     power-of-two scale the generator folded out of the score, in one
  *     FFMA; KF_EXP2_POLY of every 8 column groups take the exp2 as an
  *     FMA-pipe polynomial, kf_ex2_poly, the rest MUFU.EX2: 0 but where
- *     KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks, measured slower) while
+ *     KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks, measured slower, and for a
+ *     softcap at head dim 128, whose tanh takes MUFU too: 2) while
  *     P.V(j-1) may still run; then waits for the second, gives
  *     V(j-1) back, rescales O (which now holds P.V(j-1); with
  *     KF_LAZY_RESCALE only when a row max of the warp grew past 2^8) and

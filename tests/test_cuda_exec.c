@@ -1772,12 +1772,10 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
                                 NULL, labels[f], names[i]);
 }
 
-/* A softcap's MUFU ops on the FMA pipe in part (the default at head dim 128:
- * a quarter of the exp2s by kf_ex2_poly, a quarter of the tanhs by
- * kf_tanh_poly), twice the tanh share
- * (KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE), the exp2 share alone
- * (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | KF_CUDA_RECIPE_ATTENTION_EXP2_POLY),
- * the tanh share alone (SOFTCAP_MUFU | TANH_POLY_WIDE) and neither
+/* A softcap's MUFU ops on the FMA pipe in part: the default at head dim 128
+ * (a quarter of the exp2s by kf_ex2_poly), with a quarter of the tanhs by
+ * kf_tanh_poly too (KF_CUDA_RECIPE_ATTENTION_TANH_POLY), the tanh share alone
+ * (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | TANH_POLY) and neither
  * (SOFTCAP_MUFU, the kernel before): the softcap on the fused case's scores
  * (about 1.3), on scores about tanh's identity range, 8 and 64 times as wide
  * (tanh saturating; the last unmasked, 176-key tiles); bf16 (f16 keeps the
@@ -1791,18 +1789,18 @@ static void test_sm90_attention_softcap_fma_shares_match_the_reference(void **st
         "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900",
         "softcap 30 tanh(s / 30), scores 8x wide, causal S 300",
         "softcap 30 tanh(s / 30), scores 64x wide (tanh saturates), no mask, Sq 200 Skv 400"};
-    static const uint64_t forms[] = {
-        0, KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE,
-        KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | KF_CUDA_RECIPE_ATTENTION_EXP2_POLY,
-        KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE,
-        KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU};
-    static const char *const labels[] = {"tanh and exp2 shares (the default)", "tanh share doubled",
-                                         "exp2 share alone", "tanh share alone", "all on MUFU"};
+    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
+                                     KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU |
+                                         KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
+                                     KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU};
+    static const char *const labels[] = {"exp2 share (the default)", "exp2 and tanh shares",
+                                         "tanh share alone", "all on MUFU"};
+    static const char *const probe[] = {"exp2s partly by polynomial",
+                                        "tanh partly by a rational on the FMA pipe",
+                                        "tanh partly by a rational on the FMA pipe", NULL};
     for (size_t f = 0; f < N_OF(forms); f++)
         for (size_t i = 0; i < N_OF(names); i++)
-            run_sm90_cases_only(forms[f], "bf16", "bf16", 4700 + 10 * (uint64_t)f + i,
-                                f == 2 || f == 4 ? NULL
-                                                 : "tanh partly by a rational on the FMA pipe",
+            run_sm90_cases_only(forms[f], "bf16", "bf16", 4700 + 10 * (uint64_t)f + i, probe[f],
                                 NULL, NULL, labels[f], names[i]);
 }
 

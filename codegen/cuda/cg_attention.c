@@ -145,14 +145,24 @@ static uint32_t sm90_stages(int64_t d) {
 #endif
 /* KF_SM90_TANH_POLY (build-time): of every 8 column groups of a key tile,
  * how many take a softcap's tanh as the FMA-pipe rational
- * (cg_attention_pair.c, emit_tanh_poly: 14 instructions for one MUFU.TANH) at
- * head dim 128, where the score is bounded and has a tanh; such a kernel
- * also takes KF_SM90_EXP2_POLY_D128 of its exp2s by polynomial
- * (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU: neither). The model: a consumer
- * warp's inner softcap tile (SASS at c6b8cf2, 64 scores) issues 803
- * instructions and 128 MUFU ops, 1024 of MUFU's clocks at 4 lanes a clock a
- * scheduler, the other consumer's whole GEMM time; each exp2 moved costs 7
- * issue slots, each tanh 13, for 8 MUFU clocks. */
+ * (cg_attention_pair.c, emit_tanh_poly: 14 instructions for one MUFU.TANH)
+ * where KF_CUDA_RECIPE_ATTENTION_TANH_POLY asks (kernel letter h; by default
+ * every tanh is MUFU.TANH). A bounded score with a tanh (a softcap) at head
+ * dim 128 takes KF_SM90_EXP2_POLY_D128 of its exp2s by polynomial by default
+ * (kernel letter e; KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU: every exp2 on
+ * MUFU). The model: a consumer warp's inner softcap key tile (SASS, B4 H32
+ * S4096 D128 at c6b8cf2, 64 scores a thread) issues 803 instructions and 128
+ * MUFU ops (64 MUFU.TANH, 64 MUFU.EX2), 1024 of MUFU's clocks at 4 lanes a
+ * clock a scheduler -- the other consumer's whole GEMM time -- beside 238
+ * ALU (192 F2FP) and 335 FMA-pipe instructions; each exp2 moved costs 7
+ * issue slots (916 a tile with a quarter), each tanh 13 (1126 with a quarter
+ * of both), for 8 MUFU clocks. Measured (H100, a89fcf4, two rounds, the
+ * bench's softcap and its 8x wider scores): the exp2 share alone 1.143 /
+ * 1.145 ms and 1.191 / 1.194, every op on MUFU 1.156 / 1.180 and 1.215 /
+ * 1.229, the tanh share alone 1.268 / 1.251 and 1.302 / 1.293, both shares
+ * 1.259 / 1.273 and 1.305 / 1.302, half the tanhs and a quarter of the
+ * exp2s 1.352 / 1.334 and 1.422 / 1.420: the issue slots, not MUFU's
+ * clocks, set the pace of a moved tanh, so none moves by default. */
 #ifndef KF_SM90_TANH_POLY
 #define KF_SM90_TANH_POLY 2
 #endif
@@ -1224,21 +1234,19 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     const double smax =
         sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold, dt) : 0.0;
     /* a bounded score with a tanh (a softcap) at head dim 128 holds two MUFU
-     * ops a score, the tanh and the exp2: by default a share of each goes to
-     * the FMA pipe (KF_SM90_TANH_POLY; KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU
-     * keeps both on MUFU) */
+     * ops a score, the tanh and the exp2: by default a share of its exp2s goes
+     * to the FMA pipe (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU keeps them on
+     * MUFU), and a share of its tanhs where KF_CUDA_RECIPE_ATTENTION_TANH_POLY
+     * asks (KF_SM90_TANH_POLY: measured slower), but not beside the split at
+     * the tanh (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP) */
     const bool capping = sm90 && smax > 0 && at->d == 128 && has_tanh(g);
-    const bool capped = capping && !(rflags & KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU);
-    if (capped && !(score_loads(g) && at->skv <= 2 * sh.bc))
+    if (capping && !(rflags & KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU) &&
+        !(score_loads(g) && at->skv <= 2 * sh.bc))
         poly = KF_SM90_EXP2_POLY_D128;
-    /* the tanh share: doubled by TANH_POLY_WIDE, alone (no exp2 share) with
-     * SOFTCAP_MUFU | TANH_POLY_WIDE; none beside the split at the tanh
-     * (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP) */
-    const bool wide_t = (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_POLY_WIDE) != 0;
-    const int tpoly =
-        (capped || (capping && wide_t)) && !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
-            ? (capped && wide_t ? 4 : KF_SM90_TANH_POLY)
-            : 0;
+    const int tpoly = capping && (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_POLY) &&
+                              !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
+                          ? KF_SM90_TANH_POLY
+                          : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift, e: exp2s

@@ -709,7 +709,10 @@ static bool pair_has_tanh(const pair_ctx *p) {
  * correctly rounded tanh of every bf16 operand (all 32640 finite positive
  * ones checked in f32 arithmetic; odd, so the negative ones too), and at
  * 3.6 and past it rounds to 1. 14 instructions (2 FMNMX.NAN, 11 FFMA /
- * FMUL, an integer subtract) for one MUFU.TANH. */
+ * FMUL, an integer subtract) for one MUFU.TANH: 13 more issue slots for 8
+ * MUFU clocks, which measured slower (H100, a89fcf4: a quarter of the tanhs
+ * 1.259 ms against 1.143 without, both with a quarter of the exp2s by
+ * polynomial), so only KF_CUDA_RECIPE_ATTENTION_TANH_POLY asks for it. */
 static void emit_tanh_poly(pair_ctx *p, chunk_ctx *x, const pair_rep *r0) {
     cg *c = p->c;
     const uint32_t top = p->name[c->g->attn.score];
