@@ -800,6 +800,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
     const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
     const uint64_t POLY = KF_CUDA_RECIPE_ATTENTION_EXP2_POLY;
+    const uint64_t CAPM = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
+    const uint64_t TPOL = KF_CUDA_RECIPE_ATTENTION_TANH_POLY;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the softmax's row max and sum as chains (_chain: KF_CUDA_RECIPE_
@@ -807,7 +809,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * at head dim 128), a share of its exp2s by the FMA-pipe polynomial
          * (_e: KF_CUDA_RECIPE_ATTENTION_EXP2_POLY); the same for the other
          * shapes (attn_noncausal_chain, attn_gqa_chain, the GPT-2 shape's _e
-         * and _t -- trees, not its default --, attn_softcap_e) */
+         * and _t -- trees, not its default --; the softcap's own rows below) */
         {"attn_causal_chain", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         {"attn_causal_e", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY},
         /* the same with the softmax pinned under P.V (_pin: the recipe flag
@@ -912,7 +914,14 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_gqa_chain", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"attn_softcap_e", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, POLY},
+        /* a softcap's MUFU ops: by default a quarter of its exp2s on the FMA
+         * pipe (sc14; the _e kernel before); _mufu: every one on MUFU (KF_CUDA_
+         * RECIPE_ATTENTION_SOFTCAP_MUFU, the kernel before), _h: a quarter of
+         * the tanhs too (TANH_POLY), _t: the tanh share alone (SOFTCAP_MUFU |
+         * TANH_POLY); the same on the wide scores */
+        {"attn_softcap_mufu", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
+        {"attn_softcap_h", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPOL},
+        {"attn_softcap_t", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM | TPOL},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the score's forms before the defaults of score12: the running row
          * max kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX), the scalar
@@ -933,6 +942,9 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_alibi_diag_each", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DEACH},
         {"attn_softcap_wide", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
+        {"attn_softcap_wide_mufu", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
+        {"attn_softcap_wide_h", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPOL},
+        {"attn_softcap_wide_t", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM | TPOL},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
          0},

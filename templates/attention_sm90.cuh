@@ -41,7 +41,8 @@
  *     power-of-two scale the generator folded out of the score, in one
  *     FFMA; KF_EXP2_POLY of every 8 column groups take the exp2 as an
  *     FMA-pipe polynomial, kf_ex2_poly, the rest MUFU.EX2: 0 but where
- *     KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks, measured slower) while
+ *     KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks, measured slower, and for a
+ *     softcap at head dim 128, whose tanh takes MUFU too: 2) while
  *     P.V(j-1) may still run; then waits for the second, gives
  *     V(j-1) back, rescales O (which now holds P.V(j-1); with
  *     KF_LAZY_RESCALE only when a row max of the warp grew past 2^8) and
@@ -106,6 +107,8 @@
  * a power of two, or any positive constant with f32 scores; 1: none),
  * KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX, KF_TREE_SOFTMAX, KF_TAIL_LPT,
  * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg), KF_EXP2_POLY,
+ * KF_TANH_POLY (with KF_SCORE_PAIR_T: kf_score_pair_t, the pair form with its
+ * tanh on the FMA pipe, for KF_TANH_POLY of every 8 column groups),
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
@@ -134,6 +137,21 @@
 #define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
 #endif
 static_assert(KF_EXP2_POLY >= 0 && KF_EXP2_POLY <= 8, "exp2s by polynomial: 0 to 8 of 8");
+#ifndef KF_TANH_POLY
+#define KF_TANH_POLY 0 /* of every 8 column groups, the tanh by rational (kf_score_pair_t) */
+#endif
+static_assert(KF_TANH_POLY >= 0 && KF_TANH_POLY <= 8, "tanh by rational: 0 to 8 of 8");
+/* Whether 8-column group nt's pair form takes the tanh on the FMA pipe
+ * (kf_score_pair_t, generated: cg_attention_pair.c, emit_tanh_poly): KF_TANH_POLY
+ * of every 8 groups, spread evenly and apart from kf_ex2_mix's (2 of 8:
+ * groups 1 and 5 of each 8, the exp2's 3 and 7; 4: the even ones) */
+#define KF_TANH_POLY_AT(nt)                                                                   \
+    (KF_TANH_POLY == 4 ? (nt) % 2 == 0 : (((nt) + 2) * KF_TANH_POLY) % 8 + KF_TANH_POLY >= 8)
+/* The pair form of key pair group nt: the tanh on the FMA pipe where
+ * KF_TANH_POLY_AT(nt), else kf_score_pair (nt a constant once the loops are
+ * unrolled: the choice folds away) */
+#define kf_score_pair_mix(s0, s1, nt, ...)                                                    \
+    (KF_TANH_POLY_AT(nt) ? kf_score_pair_t(s0, s1, __VA_ARGS__) : kf_score_pair(s0, s1, __VA_ARGS__))
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs a cluster: 1, or 2 (query tiles 2p, 2p + 1 sharing K and V) */
 #endif
@@ -629,6 +647,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         kf_score_pair_dg(sc[4 * nt + 2], sc[4 * nt + 3], dg[nt], bh, qb,
                                          kv0 + nt * 8 + 2 * t4, KF_ARGS);
                     }
+#elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_PAIR_T) && KF_TANH_POLY > 0
+                    /* the pair form, its tanh by rational (kf_score_pair_t)
+                     * in KF_TANH_POLY of every 8 column groups: a softcap's
+                     * MUFU.TANH moved to the FMA pipe */
+                    KF_EACH_PAIR(kf_score_pair_mix, nt_, );
 #elif defined(KF_SCORE_PAIR)
                     /* the pair form: a row's two neighbouring keys at once */
                     KF_EACH_PAIR(kf_score_pair, );

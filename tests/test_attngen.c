@@ -184,12 +184,17 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
                     assert_int_equal(t->strides[a] % 16, 0);
             }
             /* the default's form letters alone: f where the score is a
-             * scale of Q.K^T (f32 scores), b where a softcap bounds it, t
+             * scale of Q.K^T (f32 scores), b where a softcap bounds it (and
+             * e at head dim 128: a share of its exp2s on the FMA pipe), t
              * (the softmax's trees) at head dim 128 and only there */
             const char *nm = ks->kernel.name;
             bool dflt = strncmp(nm, "fa3", 3) == 0;
+            const bool capped = memchr(nm, 'b', strcspn(nm, "_")) && cases[i].d == 128;
             for (const char *c = nm + 3; dflt && *c != '_'; c++)
-                dflt = *c && strchr("fbt", *c) != NULL;
+                dflt = *c && strchr(capped ? "fbte" : "fbt", *c) != NULL;
+            if (capped && !strstr(nm, "be_"))
+                fail_msg("%s [%s]: %s is not the softcap's default (fa3tbe_)", cases[i].name,
+                         dts[d], nm);
             const char *us = strchr(nm, '_');
             const bool t = us && memchr(nm + 3, 't', (size_t)(us - nm - 3)) != NULL;
             if (!dflt || t != (cases[i].d == 128))
@@ -626,7 +631,7 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
  * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
  * FMUL than the rounded kernel of the same graph (one of each a score), no
  * spills; the kernel (fa3ft_) and the report say so; a softcap score does not
- * take it (its default kernel is fa3tb_, bounded scores). bf16 and f16. */
+ * take it (its default kernel is fa3tbe_, bounded scores). bf16 and f16. */
 static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
     (void)state;
     static char sass[1 << 22];
@@ -650,8 +655,9 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
         if (ci == 3) {
-            /* fa3tb_: a softcap's bounded scores take the fixed shift */
-            assert_non_null(strstr(k1->name, "fa3tb_"));
+            /* fa3tbe_: a softcap's bounded scores take the fixed shift (and
+             * a share of the exp2s on the FMA pipe) */
+            assert_non_null(strstr(k1->name, "fa3tbe_"));
             assert_null(strstr(c1->variants[0].how, "f32 scores"));
             assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: no f32 scores (not a scale of Q.K^T)\n", cases[ci].name,
@@ -919,7 +925,7 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
 }
 
 /* A softcap score (30 tanh(s / 30)) is bounded: the default sm_90a kernel
- * (fa3tb_) takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by
+ * (fa3tbe_) takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by
  * 2^-5 for the roundings) in bf16, the report says so, and its SASS has no
  * FMNMX (no row max) and fewer FMUL (no rescale of O) than the running-max
  * kernel of KF_CUDA_RECIPE_ATTENTION_ROW_MAX, which neither defines the shift
@@ -949,7 +955,7 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
             assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: the running max\n", cases[ci].name, dn);
         } else {
-            assert_true(strncmp(k0->name, "fa3tb_", 6) == 0);
+            assert_true(strncmp(k0->name, "fa3tbe_", 7) == 0);
             assert_non_null(strstr(k0->source, "#define KF_SCORE_MAX 0x1.efp+4f"));
             assert_non_null(strstr(c0->variants[0].how, "bounded scores, a fixed softmax shift"));
             kf_sass_check_hopper(&MEM, k0);
@@ -970,6 +976,78 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
         }
         kf_cuda_recipes_destroy(r0);
         kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
+/* A softcap (30 tanh(s / 30), bounded: cg_attention.c, score_max) at head
+ * dim 128 holds two MUFU ops a score; by default the sm_90a kernel takes a
+ * quarter of its exp2s on the FMA pipe (fa3tbe_: KF_EXP2_POLY 2, KF_TANH_POLY
+ * 0; the same kernel as KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU |
+ * KF_CUDA_RECIPE_ATTENTION_EXP2_POLY), SOFTCAP_MUFU keeps them on MUFU
+ * (fa3tb_, the kernel before), KF_CUDA_RECIPE_ATTENTION_TANH_POLY adds a
+ * quarter of its tanhs (fa3tbeh_: KF_TANH_POLY 2 with kf_score_pair_t, whose
+ * tanh is kf_tanh_poly; the report says so), and with SOFTCAP_MUFU asks for
+ * the tanh share alone (fa3tbh_). Every form compiles with no spills; the
+ * exp2 share has fewer MUFU.EX2 than the kernel before and the same
+ * MUFU.TANH, the tanh share fewer MUFU.TANH and its form's MUFU.EX2. ALiBi
+ * (unbounded) and the causal scale (no tanh) take none of it; bf16 causal S
+ * 150. */
+static void test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    const uint64_t mufu = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
+    const uint64_t tp = KF_CUDA_RECIPE_ATTENTION_TANH_POLY;
+    const uint64_t forms[5] = {mufu, 0, mufu | KF_CUDA_RECIPE_ATTENTION_EXP2_POLY, tp, mufu | tp};
+    static const char *const names[5] = {"fa3tb_", "fa3tbe_", "fa3tbe_", "fa3tbeh_", "fa3tbh_"};
+    static const char *const defs[5] = {"#define KF_TANH_POLY 0\n", "#define KF_TANH_POLY 0\n",
+                                        "#define KF_TANH_POLY 0\n", "#define KF_TANH_POLY 2\n",
+                                        "#define KF_TANH_POLY 2\n"};
+    const char *const form = "tanh partly by a rational on the FMA pipe";
+    char text[4096];
+    graph_text(cases[3].body, "bf16", text, sizeof text);
+    planned p;
+    plan_text(text, &p);
+    int tanh[5], ex2[5];
+    char *dflt = NULL;
+    for (int f = 0; f < 5; f++) {
+        kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, forms[f]);
+        const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+        const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+        if (strncmp(k->name, names[f], strlen(names[f])) != 0 || !strstr(k->source, defs[f]) ||
+            (strstr(k->source, "#define KF_SCORE_PAIR_T 1") != NULL) != (f >= 3) ||
+            (strstr(rc->variants[0].how, form) != NULL) != (f >= 3) ||
+            (strstr(k->source, "#define KF_EXP2_POLY 2\n") != NULL) != (f >= 1 && f <= 3))
+            fail_msg("form %d: %s, expected %s with %s: %s", f, k->name, names[f], defs[f],
+                     rc->variants[0].how);
+        if (f == 1)
+            dflt = strdup(k->source);
+        else if (f == 2 && (!dflt || strcmp(dflt, k->source) != 0))
+            fail_msg("the default's source is not SOFTCAP_MUFU | EXP2_POLY's");
+        kf_sass_check_hopper(&MEM, k);
+        kf_sass_text(&MEM, k, sass, sizeof sass);
+        tanh[f] = count_between(sass, sass + strlen(sass), "MUFU.TANH");
+        ex2[f] = count_between(sass, sass + strlen(sass), "MUFU.EX2");
+        fprintf(stderr, "  softcap [%llx]: %s, MUFU.TANH %d, MUFU.EX2 %d, no spills\n",
+                (unsigned long long)forms[f], k->name, tanh[f], ex2[f]);
+        kf_cuda_recipes_destroy(r);
+    }
+    if (!(ex2[1] < ex2[0] && tanh[1] == tanh[0] && ex2[2] == ex2[1] && tanh[2] == tanh[1] &&
+          ex2[3] == ex2[1] && tanh[3] < tanh[1] && ex2[4] == ex2[0] && tanh[4] == tanh[3]))
+        fail_msg("MUFU.TANH %d %d %d %d %d, MUFU.EX2 %d %d %d %d %d", tanh[0], tanh[1], tanh[2],
+                 tanh[3], tanh[4], ex2[0], ex2[1], ex2[2], ex2[3], ex2[4]);
+    free(dflt);
+    plan_release(&p);
+    for (size_t ci = 0; ci < 2; ci++) {
+        graph_text(cases[ci == 0 ? 0 : 4].body, "bf16", text, sizeof text);
+        plan_text(text, &p);
+        kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        const kf_cuda_kernel *k = &attn_recipe(p.plan, r)->steps[0].kernel->kernel;
+        if (!strstr(k->source, "#define KF_TANH_POLY 0\n") ||
+            strstr(k->source, "KF_SCORE_PAIR_T 1") || strstr(k->source, "#define KF_EXP2_POLY 2"))
+            fail_msg("%s: %s takes a share it has no use for", cases[ci == 0 ? 0 : 4].name,
+                     k->name);
+        kf_cuda_recipes_destroy(r);
         plan_release(&p);
     }
 }
@@ -1205,6 +1283,7 @@ int main(void) {
         cmocka_unit_test(test_the_score_diagonal_is_computed_once_for_two_rows),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_exp2_share_by_polynomial),
+        cmocka_unit_test(test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
         cmocka_unit_test(test_a_shared_keep_map_walks_from_shared_memory),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),

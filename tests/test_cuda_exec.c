@@ -1208,6 +1208,23 @@ static const struct {
      "cf = cast(col, $)\ngr = const($[], 0.02)\nb = mul(cf, gr)\nsb = add(s0, b)\n"
      "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, sb, ninf)\n",
      "mask causal"},
+    /* the softcap on scores 8 times the fused case's (about 11: |s / 30|
+     * up to about 1.5, where tanh is far from its operand) and 64 times
+     * (about 85: most of tanh's arguments past 3.6, where it rounds to 1,
+     * no mask), so the kernel's tanh by rational (kf_tanh_poly) and by
+     * MUFU see their whole range */
+    {"softcap 30 tanh(s / 30), scores 8x wide, causal S 300",
+     "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 300, 128])\nv = input($[1, 2, 300, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.70710678)\ns0 = mul(qk, sc)\n"
+     "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\nt2 = mul(t1, cap)\n"
+     "row = iota(i32[300, 300], axis=0)\ncol = iota(i32[300, 300], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, t2, ninf)\n",
+     "mask causal"},
+    {"softcap 30 tanh(s / 30), scores 64x wide (tanh saturates), no mask, Sq 200 Skv 400",
+     "q = input($[1, 2, 200, 128])\nk = input($[1, 2, 400, 128])\nv = input($[1, 2, 400, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 5.65685425)\ns0 = mul(qk, sc)\n"
+     "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
+     "mask none"},
 };
 
 /* The fused cases in dtype `dn_fused` and the longer ones above (ring wrap,
@@ -1753,6 +1770,38 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
         for (size_t i = 0; i < N_OF(names); i++)
             run_sm90_cases_only(forms[f], "bf16", "bf16", 4500 + 10 * (uint64_t)f + i, NULL, NULL,
                                 NULL, labels[f], names[i]);
+}
+
+/* A softcap's MUFU ops on the FMA pipe in part: the default at head dim 128
+ * (a quarter of the exp2s by kf_ex2_poly), with a quarter of the tanhs by
+ * kf_tanh_poly too (KF_CUDA_RECIPE_ATTENTION_TANH_POLY), the tanh share alone
+ * (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | TANH_POLY) and neither
+ * (SOFTCAP_MUFU, the kernel before): the softcap on the fused case's scores
+ * (about 1.3), on scores about tanh's identity range, 8 and 64 times as wide
+ * (tanh saturating; the last unmasked, 176-key tiles); bf16 (f16 keeps the
+ * running max, none of the forms), each against the reference, the report
+ * saying which form ran. */
+static void test_sm90_attention_softcap_fma_shares_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "softcap 30 tanh(s / 30) + causal",
+        "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900",
+        "softcap 30 tanh(s / 30), scores 8x wide, causal S 300",
+        "softcap 30 tanh(s / 30), scores 64x wide (tanh saturates), no mask, Sq 200 Skv 400"};
+    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
+                                     KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU |
+                                         KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
+                                     KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU};
+    static const char *const labels[] = {"exp2 share (the default)", "exp2 and tanh shares",
+                                         "tanh share alone", "all on MUFU"};
+    static const char *const probe[] = {"exp2s partly by polynomial",
+                                        "tanh partly by a rational on the FMA pipe",
+                                        "tanh partly by a rational on the FMA pipe", NULL};
+    for (size_t f = 0; f < N_OF(forms); f++)
+        for (size_t i = 0; i < N_OF(names); i++)
+            run_sm90_cases_only(forms[f], "bf16", "bf16", 4700 + 10 * (uint64_t)f + i, probe[f],
+                                NULL, NULL, labels[f], names[i]);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the
@@ -4247,6 +4296,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
         cmocka_unit_test(test_sm90_attention_pair_and_scalar_score_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_score_split_and_diagonal_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_softcap_fma_shares_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_form_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_multiply_by_one_folds_and_matches_the_reference),

@@ -372,6 +372,12 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
  * where the pair form has one and no split (pair_diag: kf_score_diag,
  * kf_score_pair_dg and KF_SCORE_DIAG) */
 #define CG_PAIR_DIAG 2u
+/* and CG_PAIR_TANH_POLY, beside the pair form a second one, kf_score_pair_t,
+ * whose tanh is kf_tanh_poly (a rational on the FMA pipe, no MUFU.TANH), for
+ * the kernel's share of column groups (KF_TANH_POLY, the generator's), where
+ * the pair form has a tanh and neither a split nor a diagonal
+ * (KF_SCORE_PAIR_T) */
+#define CG_PAIR_TANH_POLY 4u
 /* The largest bf16 value T (its bits) such that tanh(x), rounded to bf16 as
  * the reference evaluator rounds it, is x itself for every bf16 |x| <= T. */
 unsigned cg_tanh_ident_max(void);

@@ -143,6 +143,30 @@ static uint32_t sm90_stages(int64_t d) {
 #ifndef KF_SM90_EXP2_POLY_D64
 #define KF_SM90_EXP2_POLY_D64 1
 #endif
+/* KF_SM90_TANH_POLY (build-time): of every 8 column groups of a key tile,
+ * how many take a softcap's tanh as the FMA-pipe rational
+ * (cg_attention_pair.c, emit_tanh_poly: 14 instructions for one MUFU.TANH)
+ * where KF_CUDA_RECIPE_ATTENTION_TANH_POLY asks (kernel letter h; by default
+ * every tanh is MUFU.TANH). A bounded score with a tanh (a softcap) at head
+ * dim 128 takes KF_SM90_EXP2_POLY_D128 of its exp2s by polynomial by default
+ * (kernel letter e; KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU: every exp2 on
+ * MUFU). The model: a consumer warp's inner softcap key tile (SASS, B4 H32
+ * S4096 D128 at c6b8cf2, 64 scores a thread) issues 803 instructions and 128
+ * MUFU ops (64 MUFU.TANH, 64 MUFU.EX2), 1024 of MUFU's clocks at 4 lanes a
+ * clock a scheduler -- the other consumer's whole GEMM time -- beside 238
+ * ALU (192 F2FP) and 335 FMA-pipe instructions; each exp2 moved costs 7
+ * issue slots (916 a tile with a quarter), each tanh 13 (1126 with a quarter
+ * of both), for 8 MUFU clocks. Measured (H100, a89fcf4, two rounds, the
+ * bench's softcap and its 8x wider scores): the exp2 share alone 1.143 /
+ * 1.145 ms and 1.191 / 1.194, every op on MUFU 1.156 / 1.180 and 1.215 /
+ * 1.229, the tanh share alone 1.268 / 1.251 and 1.302 / 1.293, both shares
+ * 1.259 / 1.273 and 1.305 / 1.302, half the tanhs and a quarter of the
+ * exp2s 1.352 / 1.334 and 1.422 / 1.420: the issue slots, not MUFU's
+ * clocks, set the pace of a moved tanh, so none moves by default. */
+#ifndef KF_SM90_TANH_POLY
+#define KF_SM90_TANH_POLY 2
+#endif
+_Static_assert(KF_SM90_TANH_POLY >= 0 && KF_SM90_TANH_POLY <= 8, "tanh by rational: 0 to 8 of 8");
 _Static_assert(KF_SM90_EXP2_POLY_D128 >= 0 && KF_SM90_EXP2_POLY_D128 <= 8 &&
                    KF_SM90_EXP2_POLY_D64 >= 0 && KF_SM90_EXP2_POLY_D64 <= 8,
                "exp2s by polynomial: 0 to 8 of every 8 column groups");
@@ -206,6 +230,15 @@ static bool sm90_cluster_ok(const kf_group *g) {
 static bool score_loads(const kf_group *g) {
     for (uint32_t i = 0; i < g->n_expr; i++)
         if (g->expr[i].kind == KF_EXPR_LOAD)
+            return true;
+    return false;
+}
+
+/* Whether the score expression holds a bf16 tanh (a softcap's). */
+static bool has_tanh(const kf_group *g) {
+    for (uint32_t i = 0; i < g->n_expr; i++)
+        if (g->expr[i].kind == KF_EXPR_OP && g->expr[i].op == KF_OP_TANH &&
+            g->expr[i].dtype == KF_DTYPE_BF16)
             return true;
     return false;
 }
@@ -1200,16 +1233,31 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* a bounded score's fixed softmax shift (score_max) */
     const double smax =
         sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold, dt) : 0.0;
+    /* a bounded score with a tanh (a softcap) at head dim 128 holds two MUFU
+     * ops a score, the tanh and the exp2: by default a share of its exp2s goes
+     * to the FMA pipe (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU keeps them on
+     * MUFU), and a share of its tanhs where KF_CUDA_RECIPE_ATTENTION_TANH_POLY
+     * asks (KF_SM90_TANH_POLY: measured slower), but not beside the split at
+     * the tanh (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP) */
+    const bool capping = sm90 && smax > 0 && at->d == 128 && has_tanh(g);
+    if (capping && !(rflags & KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU) &&
+        !(score_loads(g) && at->skv <= 2 * sh.bc))
+        poly = KF_SM90_EXP2_POLY_D128;
+    const int tpoly = capping && (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_POLY) &&
+                              !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
+                          ? KF_SM90_TANH_POLY
+                          : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift, e: exp2s
-     * partly by polynomial (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwcbe_) */
-    char prefix[16] = "fa_";
+     * partly by polynomial, h: tanh partly by a rational (fa3p_, fa3f_,
+     * fa3pf_, fa3t_, ..., fa3pftlwcbeh_) */
+    char prefix[20] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", bst ? "s" : "", bsk ? "k" : "",
-                 poly > 0 ? "e" : "");
+                 poly > 0 ? "e" : "", tpoly > 0 ? "h" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1256,9 +1304,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s */\n",
+            poly > 0 || tpoly > 0)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s */\n",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
+                      tpoly > 0 ? "tanh partly by a rational on the FMA pipe; " : "",
                       bst ? "the keep map's walk in shared memory; " : "",
                       bsk ? "query tiles paired by kept count; " : "",
                       smax > 0 ? "bounded scores, a fixed softmax shift; " : "",
@@ -1275,9 +1324,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
-                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n",
+                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_TANH_POLY %d\n",
                   scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly);
+                  sh.preg, sh.creg, poly, tpoly);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
@@ -1333,7 +1382,8 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     st = emit_score_fns(&c, skip != 0, fold, f32,
                         sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE),
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
-                            (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW ? 0u : CG_PAIR_DIAG));
+                            (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW ? 0u : CG_PAIR_DIAG) |
+                            (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u));
     if (st != KF_OK)
         return cg_end(&c, st);
     emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC, bst, bsk);

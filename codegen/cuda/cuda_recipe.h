@@ -320,6 +320,21 @@ enum {
  * it takes them as trees by default (KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX,
  * which asks for them at 64): the form before, kept to measure */
 #define KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX (UINT64_C(1) << 46)
+/* internal: a bounded score with a tanh (a softcap: cg_attention.c,
+ * score_max) keeps every softmax exp2 on MUFU in the sm_90a kernel, where at
+ * head dim 128 it takes a quarter of them (KF_SM90_EXP2_POLY_D128) as the
+ * FMA-pipe polynomial (kf_ex2_poly, kernel letter e) by default: the kernel
+ * before, kept to measure. H100 at a89fcf4, two rounds: the softcap 1.156 /
+ * 1.180 ms with it against 1.143 / 1.145 by default, on scores 8 times as
+ * large 1.215 / 1.229 against 1.191 / 1.194 (FlexAttention: 3.067) */
+#define KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU (UINT64_C(1) << 57)
+/* internal: a softcap's tanh in KF_SM90_TANH_POLY (2) of every 8 column groups
+ * as the FMA-pipe rational (cg_attention_pair.c, emit_tanh_poly; kernel letter
+ * h), beside the default's exp2 share (with SOFTCAP_MUFU: alone). Measured
+ * slower (H100, a89fcf4): 1.259 / 1.273 ms with the exp2 share, 1.268 /
+ * 1.251 alone, where the default takes 1.143 / 1.145 -- each moved tanh costs
+ * 13 issue slots for 8 MUFU clocks; kept to measure */
+#define KF_CUDA_RECIPE_ATTENTION_TANH_POLY (UINT64_C(1) << 58)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
