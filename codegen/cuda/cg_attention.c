@@ -1180,6 +1180,15 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sh.cluster == 2)
         lpt = 0;
     const int tree = sm90 && sm90_trees(at, rflags) ? 1 : 0;
+    /* the items joined (templates/attention_sm90.cuh, KF_ITEM_OVERLAP: an
+     * item's last P.V in the next item's first turn) wherever the next
+     * item's Q has its own buffer; one at a time (kernel letter i) where
+     * KF_CUDA_RECIPE_ATTENTION_ITEMS_APART asks. The one-Q-buffer (176-key)
+     * and 2-CTA forms keep them apart with no letter: their next Q lands
+     * only once both consumers are done with this item's */
+    const bool ovl_ok = sm90 && sh.qbuf == 2 && sh.cluster == 1;
+    const int ovl = ovl_ok && !(rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_APART) ? 1 : 0;
+    const bool apart = ovl_ok && !ovl;
     /* the softmax's exp2s by polynomial, of every 8 column groups, where
      * KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks (kernel letter e; else 0: all
      * on MUFU); none where the score reads a tensor and the keys make two
@@ -1203,13 +1212,14 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift, e: exp2s
-     * partly by polynomial (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwcbe_) */
-    char prefix[16] = "fa_";
+     * partly by polynomial, i: items one at a time (fa3p_, fa3f_, fa3pf_,
+     * fa3t_, ..., fa3pftlwcbei_) */
+    char prefix[20] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", bst ? "s" : "", bsk ? "k" : "",
-                 poly > 0 ? "e" : "");
+                 poly > 0 ? "e" : "", apart ? "i" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1256,8 +1266,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s */\n",
+            poly > 0 || apart)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s */\n",
+                      apart ? "items one at a time; " : "",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
                       bst ? "the keep map's walk in shared memory; " : "",
                       bsk ? "query tiles paired by kept count; " : "",
@@ -1275,9 +1286,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
-                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n",
+                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_ITEM_OVERLAP %d\n",
                   scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly);
+                  sh.preg, sh.creg, poly, ovl);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"

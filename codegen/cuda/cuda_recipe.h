@@ -320,6 +320,14 @@ enum {
  * it takes them as trees by default (KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX,
  * which asks for them at 64): the form before, kept to measure */
 #define KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX (UINT64_C(1) << 46)
+/* internal: the sm_90a attention kernel takes its work items one at a time
+ * (kernel letter i): an item's last P.V alone, outside the ping-pong turns,
+ * waited for, O stored, then the next item's first Q.K^T alone -- where by
+ * default, with two Q buffers (templates/attention_sm90.cuh, KF_ITEM_OVERLAP),
+ * the next item's first Q.K^T and this item's last P.V share one turn and
+ * O leaves under the next item's first softmax. The form before, kept to
+ * measure */
+#define KF_CUDA_RECIPE_ATTENTION_ITEMS_APART (UINT64_C(1) << 55)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
