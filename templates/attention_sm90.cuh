@@ -51,8 +51,9 @@
  *     the XU pipe, which the exp2s already fill. After the last step
  *     P.V(last) runs alone and
  *     O / l leaves from registers, rows past Sq not stored -- but where
- *     KF_ITEM_OVERLAP (the generator's default with two Q buffers; the
- *     recipe flag KF_CUDA_RECIPE_ATTENTION_ITEMS_APART keeps the form above)
+ *     KF_ITEM_OVERLAP (the generator's default at head dim 64 with two Q
+ *     buffers; the recipe flag KF_CUDA_RECIPE_ATTENTION_ITEMS_APART keeps
+ *     the form above there)
  *     joins the items: the next item's first step issues its S = Q.K^T(j0)
  *     and this item's P.V(last) in one turn, as the steps inside an item
  *     do, then runs the new item's first softmax under that P.V, and O / l of
@@ -526,6 +527,38 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             (void)m0;
             (void)m1;
 #endif
+            /* rows past KF_SQ are not stored: with KF_ITEM_OVERLAP by
+             * predicated stores, not a branch, since this then runs inside
+             * the item loop, where a lane-divergent branch took ptxas's
+             * descriptor arithmetic off the uniform datapath for the whole
+             * loop (a step's issue at head dim 128: 149 instructions where
+             * 78); without it the branch, as before (the same SASS) */
+#if KF_ITEM_OVERLAP
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int q = qr_ + 8 * r;
+                const unsigned in = q < KF_SQ;
+                KF_ELEM *orow = KF_O + kf_o_offset(bh_, min(q, KF_SQ - 1));
+#pragma unroll
+                for (int i = 0; i < KF_D / 8; i++) {
+                    const float v0 = empty ? 0.0f : o[4 * i + 2 * r];
+                    const float v1 = empty ? 0.0f : o[4 * i + 2 * r + 1];
+                    const unsigned w = kf_pack2(v0 * inv[r], v1 * inv[r]);
+                    KF_ELEM *p = orow + i * 8 + 2 * t4;
+                    if (al_o)
+                        asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %2, 0;\n"
+                                     "@p st.global.b32 [%0], %1;\n}" ::"l"(p),
+                                     "r"(w), "r"(in)
+                                     : "memory");
+                    else
+                        asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %3, 0;\n"
+                                     "@p st.global.b16 [%0], %1;\n@p st.global.b16 [%0+2], %2;\n}" ::"l"(p),
+                                     "h"((unsigned short)(w & 0xffffu)),
+                                     "h"((unsigned short)(w >> 16)), "r"(in)
+                                     : "memory");
+                }
+            }
+#else
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int q = qr_ + 8 * r;
@@ -534,9 +567,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 KF_ELEM *orow = KF_O + kf_o_offset(bh_, q);
 #pragma unroll
                 for (int i = 0; i < KF_D / 8; i++) {
-                    const float v0 = empty ? 0.0f : o[4 * i + 2 * r];
-                    const float v1 = empty ? 0.0f : o[4 * i + 2 * r + 1];
-                    const unsigned w = kf_pack2(v0 * inv[r], v1 * inv[r]);
+                    const unsigned w =
+                        kf_pack2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
                     KF_ELEM *p = orow + i * 8 + 2 * t4;
                     if (al_o) {
                         *reinterpret_cast<unsigned *>(p) = w;
@@ -546,6 +578,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     }
                 }
             }
+            (void)empty;
+#endif
         };
         /* O += P . V(sp), alone and outside the turns, waited for, and its
          * V slot given back: an item's last step without the overlap */

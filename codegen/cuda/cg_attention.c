@@ -1181,13 +1181,24 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         lpt = 0;
     const int tree = sm90 && sm90_trees(at, rflags) ? 1 : 0;
     /* the items joined (templates/attention_sm90.cuh, KF_ITEM_OVERLAP: an
-     * item's last P.V in the next item's first turn) wherever the next
-     * item's Q has its own buffer; one at a time (kernel letter i) where
-     * KF_CUDA_RECIPE_ATTENTION_ITEMS_APART asks. The one-Q-buffer (176-key)
-     * and 2-CTA forms keep them apart with no letter: their next Q lands
-     * only once both consumers are done with this item's */
-    const bool ovl_ok = sm90 && sh.qbuf == 2 && sh.cluster == 1;
-    const int ovl = ovl_ok && !(rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_APART) ? 1 : 0;
+     * item's last P.V in the next item's first turn) at head dim 64 where
+     * the next item's Q has its own buffer; one at a time (kernel letter i)
+     * where KF_CUDA_RECIPE_ATTENTION_ITEMS_APART asks. Measured (H100,
+     * f56c649, one run, clocks at 1980 MHz): GPT-2's causal B16 H16 S1024
+     * D64 0.1105 ms joined against 0.1151 apart, but at head dim 128 joined
+     * was slower -- causal S4096 0.9162 / 0.9067, GQA 0.9102 / 0.8981,
+     * window 0.5456 / 0.5221, block-sparse 0.9544 / 0.9330 -- so head dim 128
+     * keeps the items apart, with no letter, as do the one-Q-buffer
+     * (176-key) and 2-CTA forms: their next Q lands only once both consumers
+     * are done with this item's */
+    const bool two_q = sm90 && sh.qbuf == 2 && sh.cluster == 1;
+    const bool ovl_ok = two_q && at->d == 64;
+    /* KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED: joined at head dim 128 too
+     * (kernel letter j), for measuring */
+    const bool joined = two_q && !ovl_ok && (rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED) &&
+                        !(rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_APART);
+    const int ovl =
+        (ovl_ok && !(rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_APART)) || joined ? 1 : 0;
     const bool apart = ovl_ok && !ovl;
     /* the softmax's exp2s by polynomial, of every 8 column groups, where
      * KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks (kernel letter e; else 0: all
@@ -1212,14 +1223,15 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift, e: exp2s
-     * partly by polynomial, i: items one at a time (fa3p_, fa3f_, fa3pf_,
-     * fa3t_, ..., fa3pftlwcbei_) */
+     * partly by polynomial, i: items one at a time, j: items joined where
+     * they are not by default (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
+     * fa3pftlwcbei_) */
     char prefix[20] = "fa_";
     if (sm90)
         snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", bst ? "s" : "", bsk ? "k" : "",
-                 poly > 0 ? "e" : "", apart ? "i" : "");
+                 poly > 0 ? "e" : "", apart ? "i" : joined ? "j" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1266,9 +1278,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0 || apart)
+            poly > 0 || apart || joined)
             cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s */\n",
-                      apart ? "items one at a time; " : "",
+                      apart ? "items one at a time; " : joined ? "items joined; " : "",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
                       bst ? "the keep map's walk in shared memory; " : "",
                       bsk ? "query tiles paired by kept count; " : "",

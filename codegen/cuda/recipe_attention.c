@@ -113,7 +113,9 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   sm90_form(name, 'c') ? "; 2-CTA clusters sharing K and V" : "",
                   sm90_form(name, 'b') ? "; bounded scores, a fixed softmax shift" : "",
                   sm90_form(name, 'e') ? "; exp2s partly by polynomial" : "",
-                  sm90_form(name, 'i') ? "; items one at a time" : "");
+                  sm90_form(name, 'i') ? "; items one at a time"
+                  : sm90_form(name, 'j') ? "; items joined"
+                                         : "");
     else
         kf_rb_how(b, 0,
                   "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
