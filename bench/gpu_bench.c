@@ -113,8 +113,9 @@
  * by the FMA-pipe polynomial (_e, KF_CUDA_RECIPE_ATTENTION_EXP2_POLY; also
  * the GPT-2 shape, which takes trees with _t, and softcap), or its work
  * items one at a time (_old, KF_CUDA_RECIPE_ATTENTION_ITEMS_APART: the GPT-2
- * shape) or joined at head dim 128 (_j, KF_CUDA_RECIPE_ATTENTION_ITEMS_
- * JOINED: causal, GQA, window, block-sparse); non-causal
+ * shape, causal, GQA, window, block-sparse) or joined where they are apart by
+ * default (_j, KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED: the same D128 shapes);
+ * non-causal
  * (176-key tiles, the default there) also with 128-key tiles (_narrow,
  * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), in 2-CTA clusters sharing K and V
  * (_c, KF_CUDA_RECIPE_ATTENTION_CLUSTER2) or both (_narrow_c); and timed
@@ -849,13 +850,20 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b16h16s1024d64_t", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, TREE},
         {"attn_causal_b16h16s1024d64_e", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, POLY},
-        /* the work items one at a time at head dim 64 (_old: KF_CUDA_RECIPE_
-         * ATTENTION_ITEMS_APART, the kernel before an item's last P.V shared
-         * the next item's first turn), and joined at head dim 128, where
-         * they are apart by default (_j: KF_CUDA_RECIPE_ATTENTION_ITEMS_
-         * JOINED): causal, GQA, window and block-sparse */
+        /* the work items one at a time (_old: KF_CUDA_RECIPE_ATTENTION_
+         * ITEMS_APART, the kernel before an item's last P.V shared the next
+         * item's first turn), and joined where they are apart by default
+         * (_j: KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED; head dim 128 where
+         * cg_attention.c's KF_SM90_JOIN_D128 is 0, else the default's
+         * kernel): causal, GQA, window and block-sparse */
         {"attn_causal_b16h16s1024d64_old", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          APART},
+        {"attn_causal_old", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, APART},
+        {"attn_gqa_old", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, APART},
+        {"attn_window_old", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO,
+         APART},
+        {"attn_block_sparse_old", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, APART},
         {"attn_causal_j", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, JOIN},
         {"attn_gqa_j", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, JOIN},
         {"attn_window_j", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, JOIN},

@@ -51,9 +51,9 @@
  *     the XU pipe, which the exp2s already fill. After the last step
  *     P.V(last) runs alone and
  *     O / l leaves from registers, rows past Sq not stored -- but where
- *     KF_ITEM_OVERLAP (the generator's default at head dim 64 with two Q
- *     buffers; the recipe flag KF_CUDA_RECIPE_ATTENTION_ITEMS_APART keeps
- *     the form above there)
+ *     KF_ITEM_OVERLAP (the generator's default with two Q buffers, at head
+ *     dim 128 as its KF_SM90_JOIN_D128 says; the recipe flag
+ *     KF_CUDA_RECIPE_ATTENTION_ITEMS_APART keeps the form above)
  *     joins the items: the next item's first step issues its S = Q.K^T(j0)
  *     and this item's P.V(last) in one turn, as the steps inside an item
  *     do, then runs the new item's first softmax under that P.V, and O / l of
@@ -601,12 +601,19 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
         };
 #if KF_ITEM_OVERLAP
-        /* the item whose last P.V is not yet issued (pend): its batch-head,
-         * rows, row sums and maxima, for store_o once that P.V is done */
+        /* the item whose last P.V is not yet issued (pend): its batch-head
+         * and rows, for store_o once that P.V is done; its row maxima and
+         * sums stay in m and l until the next item's first softmax (finish,
+         * joined), so that nothing of it but these is live in the loop */
         bool pend = false;
         long long bh_p = 0;
         int qr_p = 0;
-        float l_p[2] = {0.0f, 0.0f}, m_p[2] = {0.0f, 0.0f};
+#ifdef KF_SCORE_MAX
+        const float m[2] = {KF_SCORE_MAX, KF_SCORE_MAX};
+        float l[2] = {0.0f, 0.0f};
+#else
+        float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
+#endif
 #pragma unroll
         for (int i = 0; i < KF_D / 2; i++)
             o[i] = 0.0f;
@@ -667,7 +674,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 o[i] = 0.0f;
             sp = 0;
             php = 0;
-#endif
 #ifdef KF_SCORE_MAX
             /* a bounded score (KF_SCORE_MAX, below): m is the bound, fixed */
             const float m[2] = {KF_SCORE_MAX, KF_SCORE_MAX};
@@ -675,6 +681,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             (void)m;
 #else
             float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
+#endif
 #endif
 #if defined(KF_SCORE_PAIR) && defined(KF_SCORE_SPLIT)
             /* the split (below) on this item's inner tiles until a warp's
@@ -699,6 +706,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * step j0 issued with the item before's P.V(last) in flight) that
              * item's O leaves after the wait instead, and o starts over. */
             auto finish = [&](int j, int jn, bool joined) {
+#if KF_ITEM_OVERLAP
+                /* joined: m and l still hold the pending item's; this item's
+                 * start over (the pending item's leave with its O below) */
+                float m_o[2] = {m[0], m[1]}, l_o[2] = {l[0], l[1]};
+                if (joined) {
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+#ifndef KF_SCORE_MAX
+                        m[r] = -KF_INF;
+#endif
+                        l[r] = 0.0f;
+                    }
+                }
+#endif
                 if (lane == 0) {
                     kf_hp_arrive(ek0 + 8 * s);
                     if (jn >= t_hi)
@@ -930,7 +951,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #endif
 #if KF_ITEM_OVERLAP
                 if (joined) {
-                    store_o(bh_p, qr_p, l_p[0], l_p[1], m_p[0], m_p[1], false);
+                    store_o(bh_p, qr_p, l_o[0], l_o[1], m_o[0], m_o[1], false);
 #pragma unroll
                     for (int i = 0; i < KF_D / 2; i++)
                         o[i] = 0.0f;
@@ -1023,7 +1044,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
                     finish(j, jn, false);
                 }
+#if !KF_ITEM_OVERLAP
             }
+#endif
+            /* (with the overlap the steps after the first run inside the
+             * block above, which then sets the pending item's batch-head and
+             * rows: so those are dead in the loop) */
             for (int j = j1, jn; j < t_hi; j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
@@ -1058,32 +1084,32 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 finish(j, jn, false);
             }
 #if KF_ITEM_OVERLAP
-            /* P.V(last) waits for the next item's first turn (or the end) */
-            if (j0 < t_hi) {
+                /* P.V(last) waits for the next item's first turn (or the
+                 * end); m and l keep this item's */
                 pend = true;
                 bh_p = bh;
                 qr_p = qr;
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    l_p[r] = l[r];
-                    m_p[r] = m[r];
-                }
-                continue;
+            } else {
+                /* an empty item's rows -- 0 / 0 -- leave at once, a pending
+                 * item staying pending */
+#ifdef KF_SCORE_MAX
+                store_o(bh, qr, 0.0f, 0.0f, KF_SCORE_MAX, KF_SCORE_MAX, true);
+#else
+                store_o(bh, qr, 0.0f, 0.0f, -KF_INF, -KF_INF, true);
+#endif
             }
 #else
             /* O += P . V(last), outside the turns */
             if (j0 < t_hi)
                 pv_last();
+            store_o(bh, qr, l[0], l[1], m[0], m[1], false);
 #endif
-            /* (with KF_ITEM_OVERLAP an empty item's rows -- 0 / 0 -- leave
-             * at once, a pending item staying pending) */
-            store_o(bh, qr, l[0], l[1], m[0], m[1], KF_ITEM_OVERLAP && j0 >= t_hi);
         }
 #if KF_ITEM_OVERLAP
         /* the block's last item: its P.V(last) alone, outside the turns */
         if (pend) {
             pv_last();
-            store_o(bh_p, qr_p, l_p[0], l_p[1], m_p[0], m_p[1], false);
+            store_o(bh_p, qr_p, l[0], l[1], m[0], m[1], false);
         }
 #endif
     }

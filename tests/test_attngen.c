@@ -341,15 +341,16 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
     }
 }
 
-/* The work items: by default at head dim 64 an item's last P.V shares the
- * next item's first turn (KF_ITEM_OVERLAP 1 in the source, no kernel
- * letter); with KF_CUDA_RECIPE_ATTENTION_ITEMS_APART each variant (bf16)
- * takes them one at a time -- KF_ITEM_OVERLAP 0, letter i where that is not
- * the default, the report says so -- and compiles to HGMMA with no spills
- * and no serialized wgmma; with KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED every
- * variant joins them (letter j at head dim 128, where they are apart by
- * default); the one-Q-buffer 176-key form (no mask, Skv 650) keeps them
- * apart either way, with no letter. The default's kernels compile in
+/* The work items: by default an item's last P.V shares the next item's
+ * first turn (KF_ITEM_OVERLAP 1 in the source, no kernel letter) at head dim
+ * 64, and at 128 where cg_attention.c's KF_SM90_JOIN_D128 says; with
+ * KF_CUDA_RECIPE_ATTENTION_ITEMS_APART each variant (bf16) takes them one at
+ * a time -- KF_ITEM_OVERLAP 0, letter i where that is not the default, the
+ * report says so -- and compiles to HGMMA with no spills and no serialized
+ * wgmma; with KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED every variant joins them
+ * (letter j where they are apart by default); the one-Q-buffer 176-key form
+ * (no mask, Skv 650) keeps them apart either way, with no letter. The
+ * default's kernels compile in
  * test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg. */
 static void test_the_items_join_by_default_and_come_apart_with_the_flag(void **state) {
     (void)state;
@@ -364,27 +365,27 @@ static void test_the_items_join_by_default_and_come_apart_with_the_flag(void **s
         const kf_cuda_recipe *cd = attn_recipe(p.plan, rd), *ca = attn_recipe(p.plan, ra);
         const kf_cuda_kernel *kd = &cd->steps[0].kernel->kernel;
         const kf_cuda_kernel *ka = &ca->steps[0].kernel->kernel;
-        const bool d64 = cases[i].d == 64;
-        if (!strstr(kd->source, d64 ? "#define KF_ITEM_OVERLAP 1" : "#define KF_ITEM_OVERLAP 0") ||
-            strstr(cd->variants[0].how, "items"))
-            fail_msg("%s: the default's items are %sjoined: %s", cases[i].name, d64 ? "not " : "",
-                     kd->name);
+        /* joined by default at head dim 64; at 128 as cg_attention.c's
+         * KF_SM90_JOIN_D128 says, either way the flags' letters follow */
+        const bool dj = strstr(kd->source, "#define KF_ITEM_OVERLAP 1") != NULL;
+        if ((cases[i].d == 64 && !dj) || strstr(cd->variants[0].how, "items"))
+            fail_msg("%s: the default's items are not joined: %s", cases[i].name, kd->name);
         const char *us = strchr(ka->name, '_');
         if (!strstr(ka->source, "#define KF_ITEM_OVERLAP 0") || !us ||
-            (memchr(ka->name + 3, 'i', (size_t)(us - ka->name - 3)) != NULL) != d64 ||
-            (strstr(ca->variants[0].how, "; items one at a time") != NULL) != d64)
+            (memchr(ka->name + 3, 'i', (size_t)(us - ka->name - 3)) != NULL) != dj ||
+            (strstr(ca->variants[0].how, "; items one at a time") != NULL) != dj)
             fail_msg("%s: ITEMS_APART: %s, %s", cases[i].name, ka->name, ca->variants[0].how);
         kf_sass_check_hopper(&MEM, ka);
-        /* KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED: joined at head dim 128
-         * too, letter j there (at 64 the default's kernel) */
+        /* KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED: joined, letter j where
+         * the default is apart (else the default's kernel) */
         kf_cuda_recipes *rj = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
                                               KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED);
         const kf_cuda_recipe *cj = attn_recipe(p.plan, rj);
         const kf_cuda_kernel *kj = &cj->steps[0].kernel->kernel;
         const char *uj = strchr(kj->name, '_');
         if (!strstr(kj->source, "#define KF_ITEM_OVERLAP 1") || !uj ||
-            (memchr(kj->name + 3, 'j', (size_t)(uj - kj->name - 3)) != NULL) == d64 ||
-            (strstr(cj->variants[0].how, "; items joined") != NULL) == d64)
+            (memchr(kj->name + 3, 'j', (size_t)(uj - kj->name - 3)) != NULL) == dj ||
+            (strstr(cj->variants[0].how, "; items joined") != NULL) == dj)
             fail_msg("%s: ITEMS_JOINED: %s, %s", cases[i].name, kj->name, cj->variants[0].how);
         fprintf(stderr, "  %s: %s by default, %s apart (compiles), %s joined\n", cases[i].name,
                 kd->name, ka->name, kj->name);

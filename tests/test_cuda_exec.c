@@ -1367,10 +1367,10 @@ static void test_sm90_attention_exp2_forms_match_the_reference(void **state) {
 /* The sm_90a kernel with its work items one at a time
  * (KF_CUDA_RECIPE_ATTENTION_ITEMS_APART, the form before an item's last P.V
  * shared the next item's first turn): every fused case in bf16, the longer
- * ones in f16, each against the reference; the cases at head dim 64 (the
- * joined items' default; head dim 128 keeps them apart anyway) took the form
- * (kernel letter i): at least 4. The default's form runs in
- * test_sm90_attention_matches_the_reference. */
+ * ones in f16, each against the reference; the cases whose default joins
+ * the items (two Q buffers: head dim 64, and 128 where cg_attention.c's
+ * KF_SM90_JOIN_D128 says) took the form (kernel letter i): at least 4. The
+ * default's form runs in test_sm90_attention_matches_the_reference. */
 static void test_sm90_attention_with_items_apart_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();

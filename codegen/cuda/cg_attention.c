@@ -188,6 +188,18 @@ typedef struct sm90_shape {
 #ifndef KF_SM90_BC_WIDE
 #define KF_SM90_BC_WIDE 176
 #endif
+/* Whether the sm_90a kernel joins its work items (templates/
+ * attention_sm90.cuh, KF_ITEM_OVERLAP) at head dim 128 by default, as it
+ * does at 64 (gen, below; the recipe flags ITEMS_APART and ITEMS_JOINED
+ * ask for either form). At f56c649 the joined kernel was 1-4.5% slower at
+ * head dim 128 (H100), its store of O's rows behind a lane-divergent branch
+ * inside the item loop having taken ptxas's wgmma descriptor arithmetic off
+ * the uniform datapath (R2UR 145 where 37); with predicated stores its main
+ * loop is as long as the form apart's (causal S4096: 771 instructions a
+ * step against 757, window 1069 against 1082). */
+#ifndef KF_SM90_JOIN_D128
+#define KF_SM90_JOIN_D128 1
+#endif
 _Static_assert(KF_SM90_BC_WIDE % 16 == 0 && KF_SM90_BC_WIDE <= 192, "a wide key tile");
 #define SM90_BC_WIDE KF_SM90_BC_WIDE
 
@@ -1181,20 +1193,16 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         lpt = 0;
     const int tree = sm90 && sm90_trees(at, rflags) ? 1 : 0;
     /* the items joined (templates/attention_sm90.cuh, KF_ITEM_OVERLAP: an
-     * item's last P.V in the next item's first turn) at head dim 64 where
-     * the next item's Q has its own buffer; one at a time (kernel letter i)
-     * where KF_CUDA_RECIPE_ATTENTION_ITEMS_APART asks. Measured (H100,
-     * f56c649, one run, clocks at 1980 MHz): GPT-2's causal B16 H16 S1024
-     * D64 0.1105 ms joined against 0.1151 apart, but at head dim 128 joined
-     * was slower -- causal S4096 0.9162 / 0.9067, GQA 0.9102 / 0.8981,
-     * window 0.5456 / 0.5221, block-sparse 0.9544 / 0.9330 -- so head dim 128
-     * keeps the items apart, with no letter, as do the one-Q-buffer
-     * (176-key) and 2-CTA forms: their next Q lands only once both consumers
-     * are done with this item's */
+     * item's last P.V in the next item's first turn) where the next item's
+     * Q has its own buffer: at head dim 64, and at 128 where
+     * KF_SM90_JOIN_D128 (above) says; one at a time (kernel letter i) where
+     * KF_CUDA_RECIPE_ATTENTION_ITEMS_APART asks, joined where they are not
+     * by default (letter j) where KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED
+     * does. The one-Q-buffer (176-key) and 2-CTA forms keep them apart with
+     * no letter: their next Q lands only once both consumers are done with
+     * this item's */
     const bool two_q = sm90 && sh.qbuf == 2 && sh.cluster == 1;
-    const bool ovl_ok = two_q && at->d == 64;
-    /* KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED: joined at head dim 128 too
-     * (kernel letter j), for measuring */
+    const bool ovl_ok = two_q && (at->d == 64 || KF_SM90_JOIN_D128);
     const bool joined = two_q && !ovl_ok && (rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED) &&
                         !(rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_APART);
     const int ovl =
