@@ -61,8 +61,9 @@
  *     (o then starts over from 0). So an item boundary no longer costs an
  *     un-overlapped P.V and a Q.K^T waited for alone (at S = 1024 an item
  *     sees 4.5 key tiles on average). The item whose P.V(last) is pending
- *     keeps its batch-head, rows, l and m (a few registers more) and stays
- *     pending over an empty item (a block-sparse row with no kept tile,
+ *     keeps its batch-head and rows (set after its last step: dead in the
+ *     main loop) and its l and m in place (the next item's first softmax
+ *     starts its own from -inf / 0), and stays pending over an empty item (a block-sparse row with no kept tile,
  *     whose rows leave at once as 0 / 0 without touching o); the block's
  *     last item issues P.V(last) alone, outside the turns, as without the
  *     overlap. ptxas wants one P.V of a pending item in the item loop: a
@@ -532,7 +533,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * the item loop, where a lane-divergent branch took ptxas's
              * descriptor arithmetic off the uniform datapath for the whole
              * loop (a step's issue at head dim 128: 149 instructions where
-             * 78); without it the branch, as before (the same SASS) */
+             * 78); without it the branch, as before (the same instruction
+             * count as the kernel before the overlap) */
 #if KF_ITEM_OVERLAP
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -552,7 +554,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                      : "memory");
                     else
                         asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %3, 0;\n"
-                                     "@p st.global.b16 [%0], %1;\n@p st.global.b16 [%0+2], %2;\n}" ::"l"(p),
+                                     "@p st.global.b16 [%0], %1;\n"
+                                     "@p st.global.b16 [%0+2], %2;\n}" ::"l"(p),
                                      "h"((unsigned short)(w & 0xffffu)),
                                      "h"((unsigned short)(w >> 16)), "r"(in)
                                      : "memory");
@@ -995,7 +998,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if KF_ITEM_OVERLAP
                 if (pend) {
                     /* the item before's P.V(last) in the same turn, a second
-                     * group, as inside an item (C7519: none seen here) */
+                     * group, as inside an item */
                     const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
                     const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
                     kf_hp_wait(fv0 + 8 * sp, php);

@@ -191,14 +191,24 @@ typedef struct sm90_shape {
 /* Whether the sm_90a kernel joins its work items (templates/
  * attention_sm90.cuh, KF_ITEM_OVERLAP) at head dim 128 by default, as it
  * does at 64 (gen, below; the recipe flags ITEMS_APART and ITEMS_JOINED
- * ask for either form). At f56c649 the joined kernel was 1-4.5% slower at
- * head dim 128 (H100), its store of O's rows behind a lane-divergent branch
- * inside the item loop having taken ptxas's wgmma descriptor arithmetic off
- * the uniform datapath (R2UR 145 where 37); with predicated stores its main
- * loop is as long as the form apart's (causal S4096: 771 instructions a
- * step against 757, window 1069 against 1082). */
+ * ask for either form). Joined against apart (bench/results, ovl14 JSON):
+ *
+ *   case (bf16)                   H100, f56c649      H200, 39bbdf8
+ *   GPT-2 causal B16 H16 S1024 D64  0.1105 / 0.1151    0.1087 / 0.1152 ms
+ *   causal B4 H32 S4096 D128        0.9162 / 0.9067    0.9019 / 0.9073
+ *   GQA 32:8 causal                 0.9102 / 0.8981    0.8921 / 0.8958
+ *   window 1024                     0.5456 / 0.5221    0.5297 / 0.5219
+ *   block-sparse, 52% kept          0.9544 / 0.9330    0.9522 / 0.9337
+ *
+ * (at f56c649 O's row guard was a lane-divergent branch inside the item
+ * loop, which took ptxas's wgmma descriptor arithmetic off the uniform
+ * datapath, R2UR 145 where 37; at 39bbdf8 the main loop is as long as the
+ * form apart's, causal 771 instructions a step against 757, window 1069
+ * against 1082). Head dim 64 wins 4-6%; at 128, where items see 8-16 key
+ * tiles, causal and GQA are even and window and block-sparse 1.5-2% slower
+ * joined, so 128 keeps the items apart (0); ITEMS_JOINED measures it. */
 #ifndef KF_SM90_JOIN_D128
-#define KF_SM90_JOIN_D128 1
+#define KF_SM90_JOIN_D128 0
 #endif
 _Static_assert(KF_SM90_BC_WIDE % 16 == 0 && KF_SM90_BC_WIDE <= 192, "a wide key tile");
 #define SM90_BC_WIDE KF_SM90_BC_WIDE
@@ -1306,7 +1316,8 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
-                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_ITEM_OVERLAP %d\n",
+                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n"
+                  "#define KF_ITEM_OVERLAP %d\n",
                   scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
                   sh.preg, sh.creg, poly, ovl);
         cg_printf(
