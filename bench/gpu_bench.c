@@ -111,7 +111,11 @@
  * KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX: the form before trees were the
  * default at head dim 128; also non-causal and GQA), or a share of its exp2s
  * by the FMA-pipe polynomial (_e, KF_CUDA_RECIPE_ATTENTION_EXP2_POLY; also
- * the GPT-2 shape, which takes trees with _t, and softcap); non-causal
+ * the GPT-2 shape, which takes trees with _t, and softcap), or its work
+ * items one at a time (_old, KF_CUDA_RECIPE_ATTENTION_ITEMS_APART: the GPT-2
+ * shape, causal, GQA, window, block-sparse) or joined where they are apart by
+ * default (_j, KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED: the same D128 shapes);
+ * non-causal
  * (176-key tiles, the default there) also with 128-key tiles (_narrow,
  * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), in 2-CTA clusters sharing K and V
  * (_c, KF_CUDA_RECIPE_ATTENTION_CLUSTER2) or both (_narrow_c); and timed
@@ -802,6 +806,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t POLY = KF_CUDA_RECIPE_ATTENTION_EXP2_POLY;
     const uint64_t CAPM = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
     const uint64_t TPOL = KF_CUDA_RECIPE_ATTENTION_TANH_POLY;
+    const uint64_t APART = KF_CUDA_RECIPE_ATTENTION_ITEMS_APART;
+    const uint64_t JOIN = KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED;
     bcase cases[] = {
         {"attn_causal", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the softmax's row max and sum as chains (_chain: KF_CUDA_RECIPE_
@@ -846,6 +852,25 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b16h16s1024d64_t", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, TREE},
         {"attn_causal_b16h16s1024d64_e", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, POLY},
+        /* the work items one at a time (_old: KF_CUDA_RECIPE_ATTENTION_
+         * ITEMS_APART, the kernel before an item's last P.V shared the next
+         * item's first turn), and joined where they are apart by default
+         * (_j: KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED; head dim 128 where
+         * cg_attention.c's KF_SM90_JOIN_D128 is 0, else the default's
+         * kernel): causal, GQA, window and block-sparse */
+        {"attn_causal_b16h16s1024d64_old", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         APART},
+        {"attn_causal_old", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, APART},
+        {"attn_gqa_old", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, APART},
+        {"attn_window_old", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO,
+         APART},
+        {"attn_block_sparse_old", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, APART},
+        {"attn_causal_j", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, JOIN},
+        {"attn_gqa_j", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, JOIN},
+        {"attn_window_j", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, JOIN},
+        {"attn_block_sparse_j", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, JOIN},
         {"attn_causal_b8h32s2048d128", texts[12], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_pin", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, PIN},

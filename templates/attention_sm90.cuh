@@ -51,7 +51,25 @@
  *     pipe; cg_attention.c's kf_round_*_alu): the scalar ones are F2F on
  *     the XU pipe, which the exp2s already fill. After the last step
  *     P.V(last) runs alone and
- *     O / l leaves from registers, rows past Sq not stored.
+ *     O / l leaves from registers, rows past Sq not stored -- but where
+ *     KF_ITEM_OVERLAP (the generator's default with two Q buffers, at head
+ *     dim 128 as its KF_SM90_JOIN_D128 says; the recipe flag
+ *     KF_CUDA_RECIPE_ATTENTION_ITEMS_APART keeps the form above)
+ *     joins the items: the next item's first step issues its S = Q.K^T(j0)
+ *     and this item's P.V(last) in one turn, as the steps inside an item
+ *     do, then runs the new item's first softmax under that P.V, and O / l of
+ *     the item before leaves after the wait_group 0 where a step rescales O
+ *     (o then starts over from 0). So an item boundary no longer costs an
+ *     un-overlapped P.V and a Q.K^T waited for alone (at S = 1024 an item
+ *     sees 4.5 key tiles on average). The item whose P.V(last) is pending
+ *     keeps its batch-head and rows (set after its last step: dead in the
+ *     main loop) and its l and m in place (the next item's first softmax
+ *     starts its own from -inf / 0), and stays pending over an empty item (a block-sparse row with no kept tile,
+ *     whose rows leave at once as 0 / 0 without touching o); the block's
+ *     last item issues P.V(last) alone, outside the turns, as without the
+ *     overlap. ptxas wants one P.V of a pending item in the item loop: a
+ *     second one there (draining before an empty item) serialized every
+ *     wgmma (C7511, not enough registers for the pipeline).
  *     Ping-pong: the two consumers take turns issuing their wgmma groups
  *     (named barriers 1 and 2, 256 threads: the one whose turn it is syncs,
  *     the other arrives once its own group is issued), so one consumer's
@@ -155,6 +173,12 @@ static_assert(KF_TANH_POLY >= 0 && KF_TANH_POLY <= 8, "tanh by rational: 0 to 8 
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs a cluster: 1, or 2 (query tiles 2p, 2p + 1 sharing K and V) */
 #endif
+#ifndef KF_ITEM_OVERLAP
+#define KF_ITEM_OVERLAP 0 /* the generator's: 1 joins an item's last P.V to the next's Q.K^T */
+#endif
+/* the next item's Q must be loaded while this item's last P.V is not yet
+ * issued: a second Q buffer */
+static_assert(!KF_ITEM_OVERLAP || (KF_QBUF == 2 && KF_CLUSTER == 1), "item overlap: 2 Q buffers");
 #define KF_NQT ((KF_SQ + KF_BR - 1) / KF_BR)
 #define KF_HALF ((KF_NQT + 1) / 2)            /* units a batch-head */
 #define KF_UNITS ((long long)KF_BH * KF_HALF)
@@ -493,6 +517,128 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const bool al_o = kf_aligned(KF_O, 4);
         int s = 0;
         unsigned ph = 0, nq = 0;
+        /* O, P (as wgmma A fragments) and the stage of the tile P.V reads
+         * (its V) and its parity: an item's own, but with KF_ITEM_OVERLAP
+         * those of the item before until its last P.V is issued */
+        float o[KF_D / 2];
+        unsigned pa[KF_BC / 16][4];
+        int sp = 0;
+        unsigned php = 0;
+        /* O / l of an item -- batch-head bh_, this lane's rows qr_ and
+         * qr_ + 8, row sums l0, l1 (this lane's share) and maxima m0, m1 --
+         * rounded to the output's dtype: [.., sq, KF_D] contiguous; with
+         * `empty` (an item that saw no key tile) O is 0, whatever o holds */
+        auto store_o = [&](long long bh_, int qr_, float l0, float l1, float m0, float m1,
+                           bool empty) {
+            float l_[2] = {l0, l1};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                l_[r] += __shfl_xor_sync(0xffffffffu, l_[r], 1);
+                l_[r] += __shfl_xor_sync(0xffffffffu, l_[r], 2);
+            }
+            const float inv[2] = {1.0f / l_[0], 1.0f / l_[1]};
+#ifdef KF_LSE
+            if (t4 == 0) { /* the rows' log-sum-exp: one lane of the quad */
+                const float mt[2] = {m0 * KF_SCORE_SCALE, m1 * KF_SCORE_SCALE};
+                kf_attn_lse2(KF_LSE, bh_ * KF_SQ, qr_, KF_SQ, mt, l_);
+            }
+#else
+            (void)m0;
+            (void)m1;
+#endif
+            /* rows past KF_SQ are not stored: with KF_ITEM_OVERLAP by
+             * predicated stores, not a branch, since this then runs inside
+             * the item loop, where a lane-divergent branch took ptxas's
+             * descriptor arithmetic off the uniform datapath for the whole
+             * loop (a step's issue at head dim 128: 149 instructions where
+             * 78); without it the branch, as before (the same instruction
+             * count as the kernel before the overlap) */
+#if KF_ITEM_OVERLAP
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int q = qr_ + 8 * r;
+                const unsigned in = q < KF_SQ;
+                KF_ELEM *orow = KF_O + kf_o_offset(bh_, min(q, KF_SQ - 1));
+#pragma unroll
+                for (int i = 0; i < KF_D / 8; i++) {
+                    const float v0 = empty ? 0.0f : o[4 * i + 2 * r];
+                    const float v1 = empty ? 0.0f : o[4 * i + 2 * r + 1];
+                    const unsigned w = kf_pack2(v0 * inv[r], v1 * inv[r]);
+                    KF_ELEM *p = orow + i * 8 + 2 * t4;
+                    if (al_o)
+                        asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %2, 0;\n"
+                                     "@p st.global.b32 [%0], %1;\n}" ::"l"(p),
+                                     "r"(w), "r"(in)
+                                     : "memory");
+                    else
+                        asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %3, 0;\n"
+                                     "@p st.global.b16 [%0], %1;\n"
+                                     "@p st.global.b16 [%0+2], %2;\n}" ::"l"(p),
+                                     "h"((unsigned short)(w & 0xffffu)),
+                                     "h"((unsigned short)(w >> 16)), "r"(in)
+                                     : "memory");
+                }
+            }
+#else
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int q = qr_ + 8 * r;
+                if (q >= KF_SQ)
+                    continue;
+                KF_ELEM *orow = KF_O + kf_o_offset(bh_, q);
+#pragma unroll
+                for (int i = 0; i < KF_D / 8; i++) {
+                    const unsigned w =
+                        kf_pack2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
+                    KF_ELEM *p = orow + i * 8 + 2 * t4;
+                    if (al_o) {
+                        *reinterpret_cast<unsigned *>(p) = w;
+                    } else {
+                        p[0].x = (unsigned short)(w & 0xffffu);
+                        p[1].x = (unsigned short)(w >> 16);
+                    }
+                }
+            }
+            (void)empty;
+#endif
+        };
+        /* O += P . V(sp), alone and outside the turns, waited for, and its
+         * V slot given back: an item's last step without the overlap */
+        auto pv_last = [&]() {
+            const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+            const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
+            kf_hp_wait(fv0 + 8 * sp, php);
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int kk = 0; kk < KF_BC / 16; kk++)
+                kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            if (lane == 0)
+                kf_hp_arrive(ev0 + 8 * sp);
+#if KF_CLUSTER == 2
+            else if (lane == 1)
+                kf_hp_arrive_cluster(pev0 + 8 * sp);
+#endif
+        };
+#if KF_ITEM_OVERLAP
+        /* the item whose last P.V is not yet issued (pend): its batch-head
+         * and rows, for store_o once that P.V is done; its row maxima and
+         * sums stay in m and l until the next item's first softmax (finish,
+         * joined), so that nothing of it but these is live in the loop */
+        bool pend = false;
+        long long bh_p = 0;
+        int qr_p = 0;
+#ifdef KF_SCORE_MAX
+        const float m[2] = {KF_SCORE_MAX, KF_SCORE_MAX};
+        float l[2] = {0.0f, 0.0f};
+#else
+        float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
+#endif
+#pragma unroll
+        for (int i = 0; i < KF_D / 2; i++)
+            o[i] = 0.0f;
+#endif
         if (cw == 1) /* consumer 0's first turn */
             asm volatile("bar.arrive 1, 256;" ::: "memory");
 #if KF_TAIL_LPT
@@ -543,10 +689,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* This warp's 16 rows start at qw; this lane's are qr, qr + 8. */
             const int qw = q0 + cw * 64 + warp * 16, qr = qw + g4;
             const int qa = min(qr, KF_SQ - 1), qb = min(qr + 8, KF_SQ - 1);
-            float o[KF_D / 2];
+#if !KF_ITEM_OVERLAP
 #pragma unroll
             for (int i = 0; i < KF_D / 2; i++)
                 o[i] = 0.0f;
+            sp = 0;
+            php = 0;
 #ifdef KF_SCORE_MAX
             /* a bounded score (KF_SCORE_MAX, below): m is the bound, fixed */
             const float m[2] = {KF_SCORE_MAX, KF_SCORE_MAX};
@@ -555,14 +703,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #else
             float m[2] = {-KF_INF, -KF_INF}, l[2] = {0.0f, 0.0f};
 #endif
+#endif
 #if defined(KF_SCORE_PAIR) && defined(KF_SCORE_SPLIT)
             /* the split (below) on this item's inner tiles until a warp's
              * tile needs the tanh, the pair form whole after it */
             bool split_try = true;
 #endif
-            unsigned pa[KF_BC / 16][4];
-            int sp = 0;       /* the stage of the previous tile (its V) */
-            unsigned php = 0; /* and its parity */
             const unsigned qbuf = nq % KF_QBUF;
             const unsigned qe = qe0 + 8 * qbuf;
             kf_hp_wait(qf0 + 8 * qbuf, (nq / KF_QBUF) & 1u);
@@ -577,8 +723,24 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * producer, the score expression and the online softmax of S(j)
              * -- under P.V(j - 1), which reads pa and accumulates into o, so
              * neither is touched -- then wait_group 0, V(j - 1) back, O
-             * rescaled and P(j) packed into pa. */
-            auto finish = [&](int j, int jn) {
+             * rescaled and P(j) packed into pa. With `joined` (KF_ITEM_OVERLAP:
+             * step j0 issued with the item before's P.V(last) in flight) that
+             * item's O leaves after the wait instead, and o starts over. */
+            auto finish = [&](int j, int jn, bool joined) {
+#if KF_ITEM_OVERLAP
+                /* joined: m and l still hold the pending item's; this item's
+                 * start over (the pending item's leave with its O below) */
+                float m_o[2] = {m[0], m[1]}, l_o[2] = {l[0], l[1]};
+                if (joined) {
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+#ifndef KF_SCORE_MAX
+                        m[r] = -KF_INF;
+#endif
+                        l[r] = 0.0f;
+                    }
+                }
+#endif
                 if (lane == 0) {
                     kf_hp_arrive(ek0 + 8 * s);
                     if (jn >= t_hi)
@@ -807,11 +969,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                 for (int i = 0; i < KF_D / 2; i++)
                     asm volatile("" : "+f"(o[i])::"memory");
-                if (j != j0 && lane == 0)
+                if ((j != j0 || joined) && lane == 0)
                     kf_hp_arrive(ev0 + 8 * sp);
 #if KF_CLUSTER == 2
                 else if (j != j0 && lane == 1)
                     kf_hp_arrive_cluster(pev0 + 8 * sp);
+#endif
+#if KF_ITEM_OVERLAP
+                if (joined) {
+                    store_o(bh_p, qr_p, l_o[0], l_o[1], m_o[0], m_o[1], false);
+#pragma unroll
+                    for (int i = 0; i < KF_D / 2; i++)
+                        o[i] = 0.0f;
+                    pend = false;
+                } else
 #endif
                 if (rescale) {
 #pragma unroll
@@ -847,26 +1018,64 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
                 const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
                 kf_hp_wait(fk0 + 8 * s, ph);
-                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#if KF_ITEM_OVERLAP
+                if (pend) {
+                    /* the item before's P.V(last) in the same turn, a second
+                     * group, as inside an item */
+                    const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                    const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
+                    kf_hp_wait(fv0 + 8 * sp, php);
+                    asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-                for (int kk = 0; kk < KF_D / 16; kk++) {
-                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
-                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
-                    if (kk == 0)
-                        kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                     kf_desc_at(dk0, kb, offk, 16u));
-                    else
-                        kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                    kf_desc_at(dk0, kb, offk, 16u));
+                    for (int kk = 0; kk < KF_D / 16; kk++) {
+                        const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+                        const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+                        if (kk == 0)
+                            kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                         kf_desc_at(dk0, kb, offk, 16u));
+                        else
+                            kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                        kf_desc_at(dk0, kb, offk, 16u));
+                    }
+                    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+                    for (int kk = 0; kk < KF_BC / 16; kk++)
+                        kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
+                    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                    if (cw == 0 || jn < t_hi || !last_turn)
+                        asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                    finish(j, jn, true);
+                } else
+#endif
+                {
+                    asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                    for (int kk = 0; kk < KF_D / 16; kk++) {
+                        const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+                        const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+                        if (kk == 0)
+                            kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                         kf_desc_at(dk0, kb, offk, 16u));
+                        else
+                            kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                        kf_desc_at(dk0, kb, offk, 16u));
+                    }
+                    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                    /* the other consumer's turn (consumer 1 leaves out its last) */
+                    if (cw == 0 || jn < t_hi || !last_turn)
+                        asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                    finish(j, jn, false);
                 }
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                /* the other consumer's turn (consumer 1 leaves out its last) */
-                if (cw == 0 || jn < t_hi || !last_turn)
-                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                finish(j, jn);
+#if !KF_ITEM_OVERLAP
             }
+#endif
+            /* (with the overlap the steps after the first run inside the
+             * block above, which then sets the pending item's batch-head and
+             * rows: so those are dead in the loop) */
             for (int j = j1, jn; j < t_hi; j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
@@ -898,61 +1107,37 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn);
+                finish(j, jn, false);
             }
+#if KF_ITEM_OVERLAP
+                /* P.V(last) waits for the next item's first turn (or the
+                 * end); m and l keep this item's */
+                pend = true;
+                bh_p = bh;
+                qr_p = qr;
+            } else {
+                /* an empty item's rows -- 0 / 0 -- leave at once, a pending
+                 * item staying pending */
+#ifdef KF_SCORE_MAX
+                store_o(bh, qr, 0.0f, 0.0f, KF_SCORE_MAX, KF_SCORE_MAX, true);
+#else
+                store_o(bh, qr, 0.0f, 0.0f, -KF_INF, -KF_INF, true);
+#endif
+            }
+#else
             /* O += P . V(last), outside the turns */
-            if (j0 < t_hi) {
-                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
-                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
-                kf_hp_wait(fv0 + 8 * sp, php);
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-                for (int kk = 0; kk < KF_BC / 16; kk++)
-                    kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                if (lane == 0)
-                    kf_hp_arrive(ev0 + 8 * sp);
-#if KF_CLUSTER == 2
-                else if (lane == 1)
-                    kf_hp_arrive_cluster(pev0 + 8 * sp);
+            if (j0 < t_hi)
+                pv_last();
+            store_o(bh, qr, l[0], l[1], m[0], m[1], false);
 #endif
-            }
-
-            /* O / l, rounded to the output's dtype: [.., sq, KF_D] contiguous. */
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-                l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-            }
-            const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
-
-#ifdef KF_LSE
-            if (t4 == 0) { /* the rows' log-sum-exp: one lane of the quad */
-                const float mt[2] = {m[0] * KF_SCORE_SCALE, m[1] * KF_SCORE_SCALE};
-                kf_attn_lse2(KF_LSE, bh * KF_SQ, qr, KF_SQ, mt, l);
-            }
-#endif
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int q = qr + 8 * r;
-                if (q >= KF_SQ)
-                    continue;
-                KF_ELEM *orow = KF_O + kf_o_offset(bh, q);
-#pragma unroll
-                for (int i = 0; i < KF_D / 8; i++) {
-                    const unsigned w =
-                        kf_pack2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
-                    KF_ELEM *p = orow + i * 8 + 2 * t4;
-                    if (al_o) {
-                        *reinterpret_cast<unsigned *>(p) = w;
-                    } else {
-                        p[0].x = (unsigned short)(w & 0xffffu);
-                        p[1].x = (unsigned short)(w >> 16);
-                    }
-                }
-            }
         }
+#if KF_ITEM_OVERLAP
+        /* the block's last item: its P.V(last) alone, outside the turns */
+        if (pend) {
+            pv_last();
+            store_o(bh_p, qr_p, l[0], l[1], m[0], m[1], false);
+        }
+#endif
     }
 #if KF_CLUSTER == 2
     /* No CTA exits while its peer may still multicast into its ring or

@@ -346,6 +346,75 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
     }
 }
 
+/* The work items: by default an item's last P.V shares the next item's
+ * first turn (KF_ITEM_OVERLAP 1 in the source, no kernel letter) at head dim
+ * 64, and at 128 where cg_attention.c's KF_SM90_JOIN_D128 says; with
+ * KF_CUDA_RECIPE_ATTENTION_ITEMS_APART each variant (bf16) takes them one at
+ * a time -- KF_ITEM_OVERLAP 0, letter i where that is not the default, the
+ * report says so -- and compiles to HGMMA with no spills and no serialized
+ * wgmma; with KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED every variant joins them
+ * (letter j where they are apart by default); the one-Q-buffer 176-key form
+ * (no mask, Skv 650) keeps them apart either way, with no letter. The
+ * default's kernels compile in
+ * test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg. */
+static void test_the_items_join_by_default_and_come_apart_with_the_flag(void **state) {
+    (void)state;
+    const uint64_t apart = KF_CUDA_RECIPE_ATTENTION_ITEMS_APART;
+    for (size_t i = 0; i < N_OF(cases); i++) {
+        char text[4096];
+        graph_text(cases[i].body, "bf16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *rd = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *ra = kf_sass_recipes(&MEM, p.plan, "h100", NULL, apart);
+        const kf_cuda_recipe *cd = attn_recipe(p.plan, rd), *ca = attn_recipe(p.plan, ra);
+        const kf_cuda_kernel *kd = &cd->steps[0].kernel->kernel;
+        const kf_cuda_kernel *ka = &ca->steps[0].kernel->kernel;
+        /* joined by default at head dim 64; at 128 as cg_attention.c's
+         * KF_SM90_JOIN_D128 says, either way the flags' letters follow */
+        const bool dj = strstr(kd->source, "#define KF_ITEM_OVERLAP 1") != NULL;
+        if ((cases[i].d == 64 && !dj) || strstr(cd->variants[0].how, "items"))
+            fail_msg("%s: the default's items are not joined: %s", cases[i].name, kd->name);
+        const char *us = strchr(ka->name, '_');
+        if (!strstr(ka->source, "#define KF_ITEM_OVERLAP 0") || !us ||
+            (memchr(ka->name + 3, 'i', (size_t)(us - ka->name - 3)) != NULL) != dj ||
+            (strstr(ca->variants[0].how, "; items one at a time") != NULL) != dj)
+            fail_msg("%s: ITEMS_APART: %s, %s", cases[i].name, ka->name, ca->variants[0].how);
+        kf_sass_check_hopper(&MEM, ka);
+        /* KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED: joined, letter j where
+         * the default is apart (else the default's kernel) */
+        kf_cuda_recipes *rj = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                              KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED);
+        const kf_cuda_recipe *cj = attn_recipe(p.plan, rj);
+        const kf_cuda_kernel *kj = &cj->steps[0].kernel->kernel;
+        const char *uj = strchr(kj->name, '_');
+        if (!strstr(kj->source, "#define KF_ITEM_OVERLAP 1") || !uj ||
+            (memchr(kj->name + 3, 'j', (size_t)(uj - kj->name - 3)) != NULL) == dj ||
+            (strstr(cj->variants[0].how, "; items joined") != NULL) == dj)
+            fail_msg("%s: ITEMS_JOINED: %s, %s", cases[i].name, kj->name, cj->variants[0].how);
+        fprintf(stderr, "  %s: %s by default, %s apart (compiles), %s joined\n", cases[i].name,
+                kd->name, ka->name, kj->name);
+        kf_cuda_recipes_destroy(rj);
+        kf_cuda_recipes_destroy(rd);
+        kf_cuda_recipes_destroy(ra);
+        plan_release(&p);
+    }
+    /* the 176-key form: one Q buffer, its items apart, no letter */
+    planned p;
+    plan_text("kfg 1\nq = input(bf16[2, 3, 500, 128])\nk = input(bf16[2, 3, 650, 128])\n"
+              "v = input(bf16[2, 3, 650, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+              "sc = const(bf16[], 0.08838834764)\ns1 = mul(qk, sc)\np = softmax(s1)\n"
+              "o = matmul(p, v)\noutput o\n",
+              &p);
+    kf_cuda_recipes *ra = kf_sass_recipes(&MEM, p.plan, "h100", NULL, apart);
+    const kf_cuda_kernel *ka = &attn_recipe(p.plan, ra)->steps[0].kernel->kernel;
+    if (!strstr(ka->name, "w_") || strstr(ka->name, "i_") ||
+        !strstr(ka->source, "#define KF_ITEM_OVERLAP 0"))
+        fail_msg("the 176-key form with ITEMS_APART: %s", ka->name);
+    kf_cuda_recipes_destroy(ra);
+    plan_release(&p);
+}
+
 /* KF_CUDA_RECIPE_ATTENTION_TAIL_LPT: the variants whose item walks differ
  * (causal, Sq != Skv, sliding window, block-sparse, GQA; bf16) take it with
  * every other form -- the kernel's name (fa3pftl_), its source and the
@@ -1285,6 +1354,7 @@ int main(void) {
         cmocka_unit_test(test_the_exp2_share_by_polynomial),
         cmocka_unit_test(test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
+        cmocka_unit_test(test_the_items_join_by_default_and_come_apart_with_the_flag),
         cmocka_unit_test(test_a_shared_keep_map_walks_from_shared_memory),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),
         cmocka_unit_test(test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone),

@@ -1381,6 +1381,23 @@ static void test_sm90_attention_exp2_forms_match_the_reference(void **state) {
         fail_msg("%d programs took trees with CHAIN_SOFTMAX set", took);
 }
 
+/* The sm_90a kernel with its work items one at a time
+ * (KF_CUDA_RECIPE_ATTENTION_ITEMS_APART, the form before an item's last P.V
+ * shared the next item's first turn): every fused case in bf16, the longer
+ * ones in f16, each against the reference; the cases whose default joins
+ * the items (two Q buffers: head dim 64, and 128 where cg_attention.c's
+ * KF_SM90_JOIN_D128 says) took the form (kernel letter i): at least 4. The
+ * default's form runs in test_sm90_attention_matches_the_reference. */
+static void test_sm90_attention_with_items_apart_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int took = 0;
+    run_sm90_cases(KF_CUDA_RECIPE_ATTENTION_ITEMS_APART, "bf16", "f16", 5400, NULL,
+                   "items one at a time", &took, "items one at a time");
+    if (took < 4)
+        fail_msg("only %d programs took the items one at a time", took);
+}
+
 /* The same with the softmax pinned under P.V as well (fa3pft_: the order of
  * operations of FlashAttention-3's consumer), every case in bf16. */
 static void test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference(
@@ -4288,6 +4305,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_with_rounded_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_exp2_forms_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_with_items_apart_matches_the_reference),
         cmocka_unit_test(
             test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_with_the_tail_longest_first_matches_the_reference),

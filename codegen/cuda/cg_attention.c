@@ -212,6 +212,28 @@ typedef struct sm90_shape {
 #ifndef KF_SM90_BC_WIDE
 #define KF_SM90_BC_WIDE 176
 #endif
+/* Whether the sm_90a kernel joins its work items (templates/
+ * attention_sm90.cuh, KF_ITEM_OVERLAP) at head dim 128 by default, as it
+ * does at 64 (gen, below; the recipe flags ITEMS_APART and ITEMS_JOINED
+ * ask for either form). Joined against apart (bench/results, ovl14 JSON):
+ *
+ *   case (bf16)                   H100, f56c649      H200, 39bbdf8
+ *   GPT-2 causal B16 H16 S1024 D64  0.1105 / 0.1151    0.1087 / 0.1152 ms
+ *   causal B4 H32 S4096 D128        0.9162 / 0.9067    0.9019 / 0.9073
+ *   GQA 32:8 causal                 0.9102 / 0.8981    0.8921 / 0.8958
+ *   window 1024                     0.5456 / 0.5221    0.5297 / 0.5219
+ *   block-sparse, 52% kept          0.9544 / 0.9330    0.9522 / 0.9337
+ *
+ * (at f56c649 O's row guard was a lane-divergent branch inside the item
+ * loop, which took ptxas's wgmma descriptor arithmetic off the uniform
+ * datapath, R2UR 145 where 37; at 39bbdf8 the main loop is as long as the
+ * form apart's, causal 771 instructions a step against 757, window 1069
+ * against 1082). Head dim 64 wins 4-6%; at 128, where items see 8-16 key
+ * tiles, causal and GQA are even and window and block-sparse 1.5-2% slower
+ * joined, so 128 keeps the items apart (0); ITEMS_JOINED measures it. */
+#ifndef KF_SM90_JOIN_D128
+#define KF_SM90_JOIN_D128 0
+#endif
 _Static_assert(KF_SM90_BC_WIDE % 16 == 0 && KF_SM90_BC_WIDE <= 192, "a wide key tile");
 #define SM90_BC_WIDE KF_SM90_BC_WIDE
 
@@ -1213,6 +1235,22 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sh.cluster == 2)
         lpt = 0;
     const int tree = sm90 && sm90_trees(at, rflags) ? 1 : 0;
+    /* the items joined (templates/attention_sm90.cuh, KF_ITEM_OVERLAP: an
+     * item's last P.V in the next item's first turn) where the next item's
+     * Q has its own buffer: at head dim 64, and at 128 where
+     * KF_SM90_JOIN_D128 (above) says; one at a time (kernel letter i) where
+     * KF_CUDA_RECIPE_ATTENTION_ITEMS_APART asks, joined where they are not
+     * by default (letter j) where KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED
+     * does. The one-Q-buffer (176-key) and 2-CTA forms keep them apart with
+     * no letter: their next Q lands only once both consumers are done with
+     * this item's */
+    const bool two_q = sm90 && sh.qbuf == 2 && sh.cluster == 1;
+    const bool ovl_ok = two_q && (at->d == 64 || KF_SM90_JOIN_D128);
+    const bool joined = two_q && !ovl_ok && (rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED) &&
+                        !(rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_APART);
+    const int ovl =
+        (ovl_ok && !(rflags & KF_CUDA_RECIPE_ATTENTION_ITEMS_APART)) || joined ? 1 : 0;
+    const bool apart = ovl_ok && !ovl;
     /* the softmax's exp2s by polynomial, of every 8 column groups, where
      * KF_CUDA_RECIPE_ATTENTION_EXP2_POLY asks (kernel letter e; else 0: all
      * on MUFU); none where the score reads a tensor and the keys make two
@@ -1250,14 +1288,15 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift, e: exp2s
-     * partly by polynomial, h: tanh partly by a rational (fa3p_, fa3f_,
-     * fa3pf_, fa3t_, ..., fa3pftlwcbeh_) */
+     * partly by polynomial, h: tanh partly by a rational, i: items one at
+     * a time, j: items joined where they are not by default (fa3p_, fa3f_,
+     * fa3pf_, fa3t_, ..., fa3pftlwcbehi_) */
     char prefix[20] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", bst ? "s" : "", bsk ? "k" : "",
-                 poly > 0 ? "e" : "", tpoly > 0 ? "h" : "");
+                 poly > 0 ? "e" : "", tpoly > 0 ? "h" : "", apart ? "i" : joined ? "j" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1304,8 +1343,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0 || tpoly > 0)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s */\n",
+            poly > 0 || tpoly > 0 || apart || joined)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s */\n",
+                      apart ? "items one at a time; " : joined ? "items joined; " : "",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
                       tpoly > 0 ? "tanh partly by a rational on the FMA pipe; " : "",
                       bst ? "the keep map's walk in shared memory; " : "",
@@ -1324,9 +1364,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
-                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_TANH_POLY %d\n",
+                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_TANH_POLY %d\n"
+                  "#define KF_ITEM_OVERLAP %d\n",
                   scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly, tpoly);
+                  sh.preg, sh.creg, poly, tpoly, ovl);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"

@@ -335,6 +335,20 @@ enum {
  * 1.251 alone, where the default takes 1.143 / 1.145 -- each moved tanh costs
  * 13 issue slots for 8 MUFU clocks; kept to measure */
 #define KF_CUDA_RECIPE_ATTENTION_TANH_POLY (UINT64_C(1) << 58)
+/* internal: the sm_90a attention kernel takes its work items one at a time
+ * (kernel letter i): an item's last P.V alone, outside the ping-pong turns,
+ * waited for, O stored, then the next item's first Q.K^T alone -- where by
+ * default, with two Q buffers (templates/attention_sm90.cuh,
+ * KF_ITEM_OVERLAP; at head dim 128 as cg_attention.c's KF_SM90_JOIN_D128
+ * says), the next item's first Q.K^T and this item's last P.V share one
+ * turn and O leaves after the next item's first softmax. The form before,
+ * kept to measure */
+#define KF_CUDA_RECIPE_ATTENTION_ITEMS_APART (UINT64_C(1) << 55)
+/* internal: the sm_90a attention kernel joins its work items
+ * (KF_ITEM_OVERLAP) where they are apart by default with two Q buffers --
+ * head dim 128 where KF_SM90_JOIN_D128 is 0 -- (kernel letter j);
+ * ITEMS_APART wins over it. For measuring the join there */
+#define KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED (UINT64_C(1) << 56)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {
