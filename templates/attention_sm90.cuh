@@ -174,9 +174,9 @@ static_assert(KF_BLOCK == 384, "producer + two consumers");
  * spilled; 32 for 16 or fewer, for the tree softmax's 4 partial maxima) */
 static_assert(KF_BC_LAST == 0 || (KF_BC_LAST % 16 == 0 && KF_BC_LAST >= 32 &&
                                   KF_BC_LAST < KF_BC && KF_MASK_SKIP == 0 && KF_CLUSTER == 1 &&
-                                  (KF_SKV + KF_BC - 1) / KF_BC >= 3 &&
+                                  (KF_SKV + KF_BC - 1) / KF_BC >= 4 &&
                                   KF_SKV - (KF_SKV - 1) / KF_BC * KF_BC <= KF_BC_LAST),
-              "a narrower last key tile: every item's, the third or later");
+              "a narrower last key tile: every item's, the fourth or later");
 static_assert(KF_CLUSTER == 1 || (KF_CLUSTER == 2 && KF_MASK_SKIP == 0 && KF_NQT % 2 == 0 &&
                                   (KF_BC / 2) % 8 == 0 && !KF_TAIL_LPT),
               "2-CTA clusters: every key tile, pairs of query tiles");
@@ -912,7 +912,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 finish(j, jn, kf_width<KF_BC>{});
             }
 #if KF_BC_LAST
-            /* The last tile, t_hi - 1 (the third or later: every item walks
+            /* The last tile, t_hi - 1 (the fourth or later: every item walks
              * every tile), narrower: S = Q . K^T(last) as m64n{KF_BC_LAST},
              * and O += P . V(last - 1) at full width, as in the loop */
             {

@@ -522,10 +522,11 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
  * wide consumers hold 88 S, 44 P and 64 O registers of their 232). A causal
  * case, a head-dim-64 case and an odd count of query tiles keep the
  * default's shape. Outside clusters the wide form's ragged last key tile is
- * its keys rounded up to 16 where that is 64 or fewer, 32 at least
- * (KF_BC_LAST; letter r, the report says so; Skv 570: a 64x48 HGMMA for its
- * last 42 keys, 540: 64x32 for 12; not Skv 650's 122 or 600's 72, where the
- * narrower tile spilled), the full 176
+ * its keys rounded up to 16 where that is 64 or fewer, 32 at least, and
+ * the keys make 4 tiles or more (KF_BC_LAST; letter r, the report says so;
+ * Skv 570: a 64x48 HGMMA for its last 42 keys, 540: 64x32 for 12; not Skv
+ * 650's 122, 600's 72 or 400's 48 in 3 tiles, where the narrower tile
+ * spilled), the full 176
  * under KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE (the form before). */
 static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
     (void)state;
@@ -564,6 +565,11 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
          "q = input($[1, 2, 4, 256, 128])\nk = input($[1, 2, 1, 600, 128])\n"
          "v = input($[1, 2, 1, 600, 128])\nqk = matmul(q, k, transpose_b=true)\n"
          "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+         true, true, 0},
+        {"no mask, Sq 256, Skv 400 (3 key tiles: the last, 48 keys, not narrowed)",
+         "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 400, 128])\nv = input($[2, 2, 400, "
+         "128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
          true, true, 0},
         {"no mask, Skv 300 (two key tiles: not wide), head dim 128",
          "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 300, 128])\nv = input($[2, 2, 300, "

@@ -230,7 +230,8 @@ static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
         sh.cluster = 2;
     /* the wide form's ragged last key tile as narrow as its keys, rounded up
      * to 16 (KF_BC_LAST): every item walks every tile there, so the last is
-     * the third or later and its width a constant. Non-causal Skv 4096: 23
+     * the same for all and its width a constant; the fourth or later (with
+     * three, Skv 360-400, the consumers spilled 96-136 bytes). Non-causal Skv 4096: 23
      * tiles of 176 and one of 48, where 24 full ones multiplied and
      * exponentiated 4224 keys a row (ncu, H100, c6b8cf2: the tensor pipe
      * busy 3.1% more cycles than cuDNN's kernel). 32 keys at least (the tree
@@ -243,7 +244,7 @@ static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
     const int64_t rem = at->skv - (at->skv - 1) / sh.bc * sh.bc;
     const int64_t bcl = rem <= 32 ? 32 : (rem + 15) / 16 * 16;
     if (!(rflags & KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE) && sh.bc == SM90_BC_WIDE &&
-        sh.bc != SM90_BC && sh.cluster == 1 && bcl <= 64)
+        sh.bc != SM90_BC && sh.cluster == 1 && at->skv > 3 * sh.bc && bcl <= 64)
         sh.bcl = (int)bcl;
     return sh;
 }
