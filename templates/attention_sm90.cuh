@@ -872,12 +872,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
                 finish(j, jn, kf_width<KF_BC>{});
             }
-            /* (with KF_BC_LAST, the last tile is the step after the loop,
-             * and the loop -- a constant count of steps there -- is kept a
-             * loop) */
-#if KF_BC_LAST
-#pragma unroll 1
-#endif
+            /* (with KF_BC_LAST, the last tile is the step after the loop) */
             for (int j = j1, jn; j < t_hi - (KF_BC_LAST > 0); j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
