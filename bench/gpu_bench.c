@@ -117,7 +117,9 @@
  * default (_j, KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED: the same D128 shapes);
  * non-causal
  * (176-key tiles, the default there) also with 128-key tiles (_narrow,
- * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), in 2-CTA clusters sharing K and V
+ * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), with the ragged last 176-key tile
+ * at the full width (_full, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE: the
+ * form before its narrower one), in 2-CTA clusters sharing K and V
  * (_c, KF_CUDA_RECIPE_ATTENTION_CLUSTER2) or both (_narrow_c); and timed
  * after an untimed
  * bf16 8192^3 cuBLASLt GEMM (_after_gemm: the kernel's device time alone,
@@ -922,6 +924,11 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_simt_bf16_d32_causal_unfused", texts[19], io_sb, fl_sb, 0, 0, 0, "",
          KF_GEMM_AUTO, 0},
         {"attn_noncausal", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the 176-key form's ragged last tile (4096 = 23 x 176 + 48) at the
+         * full width (_full: KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE, the
+         * form before the narrower one, nc14) */
+        {"attn_noncausal_full", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
         {"attn_noncausal_chain", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         /* non-causal (the default: 176-key tiles) with 128-key tiles (_narrow:
          * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS, the default before), in 2-CTA

@@ -170,6 +170,9 @@ static_assert(KF_TANH_POLY >= 0 && KF_TANH_POLY <= 8, "tanh by rational: 0 to 8 
  * unrolled: the choice folds away) */
 #define kf_score_pair_mix(s0, s1, nt, ...)                                                    \
     (KF_TANH_POLY_AT(nt) ? kf_score_pair_t(s0, s1, __VA_ARGS__) : kf_score_pair(s0, s1, __VA_ARGS__))
+#ifndef KF_BC_LAST
+#define KF_BC_LAST 0 /* the ragged last key tile's wgmma width (0: KF_BC, as every tile) */
+#endif
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs a cluster: 1, or 2 (query tiles 2p, 2p + 1 sharing K and V) */
 #endif
@@ -201,6 +204,23 @@ static_assert(KF_D == 64 || KF_D == 128, "head dim");
  * half of one) starts on the pattern's boundary */
 static_assert(KF_BC % 16 == 0 && KF_BC <= 256, "key tile");
 static_assert(KF_BLOCK == 384, "producer + two consumers");
+/* KF_BC_LAST (the generator's, sm90_shape_of): where every item walks every
+ * key tile (no mask cuts tiles, no keep map, no cluster) and the last tile is
+ * ragged, its Q.K^T is m64n{KF_BC_LAST}k16 -- the tile's real keys rounded up
+ * to 16 -- its softmax takes those columns alone and P.V(last) that many
+ * keys: non-causal Skv 4096 in 176-key tiles is 23 whole tiles and 48 keys,
+ * where the full-width last tile had the tensor cores and the softmax work
+ * 24 x 176 = 4224 keys a row for 4096 (3.1% more; ncu, H100, c6b8cf2: the
+ * tensor pipe busy as many cycles more than cuDNN's, at the same share of
+ * its active cycles). 32 to 64 keys (the generator's rule: wider ones
+ * spilled; 32 for 16 or fewer, for the tree softmax's 4 partial maxima).
+ * Not with KF_ITEM_OVERLAP (two Q buffers; the 176-key form has one), whose
+ * joined turn issues the pending item's P.V(last) at full width. */
+static_assert(KF_BC_LAST == 0 || (KF_BC_LAST % 16 == 0 && KF_BC_LAST >= 32 &&
+                                  KF_BC_LAST < KF_BC && KF_MASK_SKIP == 0 && KF_CLUSTER == 1 &&
+                                  !KF_ITEM_OVERLAP && (KF_SKV + KF_BC - 1) / KF_BC >= 4 &&
+                                  KF_SKV - (KF_SKV - 1) / KF_BC * KF_BC <= KF_BC_LAST),
+              "a narrower last key tile: every item's, the fourth or later");
 static_assert(KF_CLUSTER == 1 || (KF_CLUSTER == 2 && KF_MASK_SKIP == 0 && KF_NQT % 2 == 0 &&
                                   (KF_BC / 2) % 8 == 0 && !KF_TAIL_LPT),
               "2-CTA clusters: every key tile, pairs of query tiles");
@@ -248,6 +268,13 @@ __device__ __forceinline__ float kf_ex2_poly(float x) {
 __device__ __forceinline__ float kf_ex2_mix(float x, int nt) {
     return (nt * KF_EXP2_POLY) % 8 + KF_EXP2_POLY >= 8 ? kf_ex2_poly(x) : kf_ex2(x);
 }
+/* A key tile's width as a type: the consumers' step (finish, below) takes
+ * the full KF_BC or the narrower last tile's KF_BC_LAST, a constant in each
+ * of its two bodies. */
+template <int W_> struct kf_width {
+    static constexpr int value = W_;
+};
+
 /* Two floats as a packed pair (lo in the low half), rounded to nearest even. */
 __device__ __forceinline__ unsigned kf_pack2(float lo, float hi) {
     unsigned r;
@@ -610,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             kf_hp_wait(fv0 + 8 * sp, php);
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-            for (int kk = 0; kk < KF_BC / 16; kk++)
+            for (int kk = 0; kk < (KF_BC_LAST ? KF_BC_LAST : KF_BC) / 16; kk++)
                 kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -726,7 +753,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * rescaled and P(j) packed into pa. With `joined` (KF_ITEM_OVERLAP:
              * step j0 issued with the item before's P.V(last) in flight) that
              * item's O leaves after the wait instead, and o starts over. */
-            auto finish = [&](int j, int jn, bool joined) {
+            auto finish = [&](int j, int jn, bool joined, auto wt) {
+                constexpr int W = decltype(wt)::value; /* the tile's width */
 #if KF_ITEM_OVERLAP
                 /* joined: m and l still hold the pending item's; this item's
                  * start over (the pending item's leave with its O below) */
@@ -756,10 +784,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * (+1) in sc[4n .. 4n + 3] (rows g4: e 0, 1; g4 + 8: e 2, 3). */
                 const int kv0 = j * KF_BC;
                 bool bs_kept;
-                const bool edge = kf_attn_tile_edge(j, qw, bh, q0, bs_dense, bs_kept, KF_ARGS);
+                /* the narrower last tile (W < KF_BC) is ragged: always an edge */
+                const bool edge =
+                    kf_attn_tile_edge(j, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
                 if (edge) {
 #pragma unroll
-                    for (int nt = 0; nt < KF_BC / 8; nt++) {
+                    for (int nt = 0; nt < W / 8; nt++) {
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
                             const int kv = kv0 + nt * 8 + 2 * t4 + (e & 1);
@@ -858,10 +888,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * tree's first level held 32 (it spilled 80-1312 bytes at
                  * Skv 200-520 with 128- and 176-key tiles); the same value
                  * (max is exact in any order) */
-                static_assert(KF_BC / 8 >= 4, "4 partial maxima a row");
+                static_assert(W / 8 >= 4, "4 partial maxima a row");
                 float t[2][4];
 #pragma unroll
-                for (int nt = 0; nt < KF_BC / 8; nt++) {
+                for (int nt = 0; nt < W / 8; nt++) {
                     const float a = fmaxf(sc[4 * nt], sc[4 * nt + 1]);
                     const float b = fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]);
                     t[0][nt & 3] = nt < 4 ? a : fmaxf(t[0][nt & 3], a);
@@ -872,7 +902,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     mx[r] = fmaxf(mx[r], fmaxf(fmaxf(t[r][0], t[r][1]), fmaxf(t[r][2], t[r][3])));
 #else
 #pragma unroll
-                for (int nt = 0; nt < KF_BC / 8; nt++) {
+                for (int nt = 0; nt < W / 8; nt++) {
                     mx[0] = fmaxf(mx[0], fmaxf(sc[4 * nt], sc[4 * nt + 1]));
                     mx[1] = fmaxf(mx[1], fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]));
                 }
@@ -919,7 +949,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * not 32), added to l last */
                 float ls[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-                for (int nt = 0; nt < KF_BC / 8; nt++) {
+                for (int nt = 0; nt < W / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         sc[4 * nt + e] = kf_ex2_mix(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]), nt);
@@ -931,7 +961,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     l[r] += (ls[r][0] + ls[r][1]) + (ls[r][2] + ls[r][3]);
 #else
 #pragma unroll
-                for (int nt = 0; nt < KF_BC / 8; nt++) {
+                for (int nt = 0; nt < W / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         sc[4 * nt + e] = kf_ex2_mix(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]), nt);
@@ -997,7 +1027,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 /* P(j) as wgmma A fragments: 16 keys (two 8-column groups)
                  * per k step, rows g4 / g4 + 8 -- the m16n8k16 A layout. */
 #pragma unroll
-                for (int kk = 0; kk < KF_BC / 16; kk++) {
+                for (int kk = 0; kk < W / 16; kk++) {
                     pa[kk][0] = kf_pack2(sc[8 * kk + 0], sc[8 * kk + 1]);
                     pa[kk][1] = kf_pack2(sc[8 * kk + 2], sc[8 * kk + 3]);
                     pa[kk][2] = kf_pack2(sc[8 * kk + 4], sc[8 * kk + 5]);
@@ -1046,7 +1076,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (cw == 0 || jn < t_hi || !last_turn)
                         asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                    finish(j, jn, true);
+                    finish(j, jn, true, kf_width<KF_BC>{});
                 } else
 #endif
                 {
@@ -1068,7 +1098,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (cw == 0 || jn < t_hi || !last_turn)
                         asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                    finish(j, jn, false);
+                    finish(j, jn, false, kf_width<KF_BC>{});
                 }
 #if !KF_ITEM_OVERLAP
             }
@@ -1076,7 +1106,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* (with the overlap the steps after the first run inside the
              * block above, which then sets the pending item's batch-head and
              * rows: so those are dead in the loop) */
-            for (int j = j1, jn; j < t_hi; j = jn) {
+            /* (with KF_BC_LAST, the last tile is the step after the loop) */
+            for (int j = j1, jn; j < t_hi - (KF_BC_LAST > 0); j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
                 const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
@@ -1107,8 +1138,44 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false);
+                finish(j, jn, false, kf_width<KF_BC>{});
             }
+#if KF_BC_LAST
+            /* The last tile, t_hi - 1 (the fourth or later: every item walks
+             * every tile), narrower: S = Q . K^T(last) as m64n{KF_BC_LAST},
+             * and O += P . V(last - 1) at full width, as in the loop */
+            {
+                const int j = t_hi - 1, jn = t_hi;
+                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
+                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
+                kf_hp_wait(fk0 + 8 * s, ph);
+                kf_hp_wait(fv0 + 8 * sp, php);
+                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < KF_D / 16; kk++) {
+                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+                    if (kk == 0)
+                        kf_wgmma_qkl0(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                      kf_desc_at(dk0, kb, offk, 16u));
+                    else
+                        kf_wgmma_qkl(sc, kf_desc_at(dq0, qbase, off, 16u),
+                                     kf_desc_at(dk0, kb, offk, 16u));
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < KF_BC / 16; kk++)
+                    kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (cw == 0 || !last_turn)
+                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                finish(j, jn, false, kf_width<KF_BC_LAST>{});
+            }
+#endif
 #if KF_ITEM_OVERLAP
                 /* P.V(last) waits for the next item's first turn (or the
                  * end); m and l keep this item's */

@@ -521,8 +521,8 @@ static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
 /* A multiply by 1 after the scale (mul(mul(Q.K^T, c), 1): the bench's
  * non-causal text; under a causal mask too, as the where()'s kept branch)
  * folds as the scale alone: in bf16 and f16 the kernel is the f32-score one
- * (fa3ft_, or fa3ftw_ unmasked: 176-key tiles; the report says so; f16 on the
- * first case) and its SASS is the same, instruction for
+ * (fa3ft_, or fa3ftwr_ unmasked: 176-key tiles, the last narrower; the
+ * report says so; f16 on the first case) and its SASS is the same, instruction for
  * instruction, as that of the graph without the 1 -- where before it
  * rounded each score twice and multiplied once (160 F2FP and 130 FMUL a
  * warp and key tile against 32 and 66). A multiply by 2 there does not fold. */
@@ -561,10 +561,11 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
                 kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
                 const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
                 const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
-                /* fa3ftw_ where no mask cuts tiles (176-key tiles, the
-                 * default; t: the softmax's trees, head dim 128's default) */
+                /* fa3ftwr_ where no mask cuts tiles (176-key tiles, the
+                 * default, Skv 540's last 12 keys a 32-key tile; t: the
+                 * softmax's trees, head dim 128's default) */
                 const bool f =
-                    (strncmp(k->name, "fa3ft_", 6) == 0 || strncmp(k->name, "fa3ftw_", 7) == 0) &&
+                    (strncmp(k->name, "fa3ft_", 6) == 0 || strncmp(k->name, "fa3ftwr_", 8) == 0) &&
                     strstr(rc->variants[0].how, "f32 scores") != NULL;
                 if (f != uc[i].folds)
                     fail_msg("%s [%s]%s: %s: %s", uc[i].name, dn, w ? " (without)" : "", k->name,
@@ -594,7 +595,13 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
  * shared memory -- and compiles to HGMMA and UTMALDG, no spills (the
  * wide consumers hold 88 S, 44 P and 64 O registers of their 232). A causal
  * case, a head-dim-64 case and an odd count of query tiles keep the
- * default's shape. */
+ * default's shape. Outside clusters the wide form's ragged last key tile is
+ * its keys rounded up to 16 where that is 64 or fewer, 32 at least, and
+ * the keys make 4 tiles or more (KF_BC_LAST; letter r, the report says so;
+ * Skv 570: a 64x48 HGMMA for its last 42 keys, 540: 64x32 for 12; not Skv
+ * 650's 122, 600's 72 or 400's 48 in 3 tiles, where the narrower tile
+ * spilled), the full 176
+ * under KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE (the form before). */
 static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
     (void)state;
     const uint64_t narrow = KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS;
@@ -604,36 +611,47 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
     static const struct {
         const char *name, *body;
         bool wide, cluster; /* the forms apply */
+        int bcl;            /* the last key tile's width where the wide form narrows it */
     } nc[] = {
         {"no mask, Sq 500 != Skv 650 (ragged 176- and 88-key tiles), head dim 128",
          "q = input($[2, 3, 500, 128])\nk = input($[2, 3, 650, 128])\nv = input($[2, 3, 650, "
          "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
-         true, true},
+         true, true, 0},
+        {"no mask, Sq 300, Skv 570 (the last key tile 42 keys: 48 wide), head dim 128",
+         "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 570, 128])\nv = input($[2, 2, 570, "
+         "128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+         true, false, 48},
         {"an additive mask tensor [Sq, Skv] (a load: not wide), Sq 300, Skv 540, head dim 128",
          "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, "
          "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
          "am = input($[300, 540])\ns1 = add(s0, am)\n",
-         false, false},
+         false, false, 0},
         {"softcap 30 tanh(s / 30), no mask, Sq 300 (odd query tiles), Skv 540, head dim 128",
          "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, "
          "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
          "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
-         true, false},
+         true, false, 32}, /* 12 keys past 3 x 176: 32 wide */
         {"GQA 4:1 no mask, Skv 600, head dim 128",
          "q = input($[1, 2, 4, 256, 128])\nk = input($[1, 2, 1, 600, 128])\n"
          "v = input($[1, 2, 1, 600, 128])\nqk = matmul(q, k, transpose_b=true)\n"
          "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
-         true, true},
+         true, true, 0},
+        {"no mask, Sq 256, Skv 400 (3 key tiles: the last, 48 keys, not narrowed)",
+         "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 400, 128])\nv = input($[2, 2, 400, "
+         "128])\n"
+         "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+         true, true, 0},
         {"no mask, Skv 300 (two key tiles: not wide), head dim 128",
          "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 300, 128])\nv = input($[2, 2, 300, "
          "128])\n"
          "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
-         false, true},
-        {"causal, head dim 128 (tiles cut by the mask)", NULL, false, false},
-        {"no mask, head dim 64", NULL, false, false},
+         false, true, 0},
+        {"causal, head dim 128 (tiles cut by the mask)", NULL, false, false, 0},
+        {"no mask, head dim 64", NULL, false, false, 0},
     };
     for (size_t ci = 0; ci < N_OF(nc); ci++) {
         const char *body = nc[ci].body                              ? nc[ci].body
@@ -644,14 +662,18 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
             graph_text(body, dt ? "f16" : "bf16", text, sizeof text);
             planned p;
             plan_text(text, &p);
-            static const uint64_t forms[] = {
-                0, KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS, KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
-                KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS | KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
-                KF_CUDA_RECIPE_ATTENTION_CLUSTER2 | every};
+            static const uint64_t forms[] = {0,
+                                             KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS,
+                                             KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                                             KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS |
+                                                 KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                                             KF_CUDA_RECIPE_ATTENTION_CLUSTER2 | every,
+                                             KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE};
             for (size_t f = 0; f < N_OF(forms); f++) {
                 /* the first case every way; the others the default and clusters, bf16;
                  * f16 clusters on the first (each compile is seconds of NVRTC) */
-                if ((dt || ci) && f != 2 && !(ci == 0 && dt == 0) && !(dt == 0 && f == 0))
+                if ((dt || ci) && f != 2 && !(ci == 0 && dt == 0) && !(dt == 0 && f == 0) &&
+                    !(dt == 0 && ci == 1 && f == 5)) /* Skv 570 with a full last tile too */
                     continue;
                 if (dt && ci)
                     continue;
@@ -682,7 +704,21 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
                     assert_int_equal(ks->tmaps[m].box[1],
                                      (w ? (unsigned)KF_SM90_BC_WIDE_T : 128u) / (c ? 2u : 1u));
                 assert_int_equal(ks->tmaps[0].box[1], 128);
-                kf_sass_check_hopper(&MEM, k);
+                /* the narrower last tile: outside clusters, unless the flag keeps it full */
+                const bool full = (forms[f] & KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE) != 0;
+                const int bl = w && !c && !full ? nc[ci].bcl : 0;
+                char def[40], hg[40];
+                snprintf(def, sizeof def, "#define KF_BC_LAST %d\n", bl);
+                snprintf(hg, sizeof hg, "HGMMA.64x%dx16", bl ? bl : 128);
+                const bool nr = memchr(k->name, 'r', (size_t)(u - k->name)) != NULL;
+                if (nr != (bl > 0) || !strstr(k->source, def) ||
+                    (strstr(how, "the ragged last key tile narrower") != NULL) != (bl > 0))
+                    fail_msg("%s [%llx]: expected the last key tile %d wide (0: full): %s: %s",
+                             nc[ci].name, (unsigned long long)forms[f], bl, k->name, how);
+                const char *const want[] = {"HGMMA", "UTMALDG", hg, NULL};
+                const char *const why[] = {"wgmma fell back?", "no TMA loads",
+                                           "the last key tile's Q.K^T"};
+                kf_sass_check_ops(&MEM, k, want, why, NULL);
                 fprintf(stderr, "  %s [%s, %llx]: %s compiles, no spills\n", nc[ci].name,
                         dt ? "f16" : "bf16", (unsigned long long)forms[f], k->name);
                 kf_cuda_recipes_destroy(r);

@@ -1550,15 +1550,19 @@ static void test_sm90_attention_block_sparse_forms_match_the_reference(void **st
 
 /* Non-causal cases for the wide and cluster forms, each saying which it
  * takes: 176-key tiles (the default) where there are 3 or more and the score
- * reads no tensor, 2-CTA clusters where the query tiles are even in number. */
+ * reads no tensor, 2-CTA clusters where the query tiles are even in number;
+ * outside clusters the wide form's ragged last key tile narrower (last: its
+ * keys rounded up to 16 where that is 64 or fewer, 32 at least, and the
+ * keys make 4 tiles or more: Skv 570's 42 as 48 with 6 past the end, 540's
+ * 12 as 32; not 650's 122, 600's 72 or 400's 48 in 3 tiles). */
 static const struct {
     const char *name, *body;
-    bool wide, cluster;
+    bool wide, cluster, last;
 } noncausal_cases[] = {
     {"no mask, Sq 500 != Skv 650: ragged key tiles, halves past the keys' end",
      "q = input($[2, 3, 500, 128])\nk = input($[2, 3, 650, 128])\nv = input($[2, 3, 650, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
-     true, true},
+     true, true, false},
     /* 70 batch-heads of 2 query tiles: 70 cluster units, more than the 66
      * clusters of 132 SMs; scores growing 0.06 a key: a rescale every tile */
     {"no mask, 70 heads, Sq 256 Skv 400, scores growing 0.06 a key: more clusters than SMs",
@@ -1567,28 +1571,34 @@ static const struct {
      "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
      "col = iota(i32[256, 400], axis=1)\ncf = cast(col, $)\ngr = const($[], 0.06)\n"
      "b = mul(cf, gr)\ns1 = add(s0, b)\n",
-     true, true},
+     true, true, false},
     {"GQA 4:1 (K, V broadcast over the head group), no mask, Skv 600",
      "q = input($[1, 2, 4, 256, 128])\nk = input($[1, 2, 1, 600, 128])\n"
      "v = input($[1, 2, 1, 600, 128])\nqk = matmul(q, k, transpose_b=true)\n"
      "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
-     true, true},
+     true, true, false},
     {"softcap 30 tanh(s / 30), no mask, Sq 300 (odd query tiles), Skv 540",
      "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
      "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
-     true, false},
+     true, false, true},
     {"an additive mask tensor, Sq 256 Skv 540 (a load: 128-key tiles)",
      "q = input($[2, 2, 256, 128])\nk = input($[2, 2, 540, 128])\nv = input($[2, 2, 540, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
      "am = input($[256, 540])\ns1 = add(s0, am)\n",
-     false, true},
+     false, true, false},
+    {"no mask, Sq 300 Skv 570: the last key tile 42 keys, 6 past the end of its 48",
+     "q = input($[2, 2, 300, 128])\nk = input($[2, 2, 570, 128])\nv = input($[2, 2, 570, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     true, false, true},
 };
 
 /* The sm_90a kernel's non-causal forms -- the default (176-key tiles where
  * they apply), 128-key tiles (KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS), the
  * default in 2-CTA clusters sharing K and V by multicast
- * (KF_CUDA_RECIPE_ATTENTION_CLUSTER2) -- on the cases above in bf16 (the
+ * (KF_CUDA_RECIPE_ATTENTION_CLUSTER2), the default with a full-width last
+ * key tile (KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE, the form before the
+ * narrower one) -- on the cases above in bf16 (the
  * default also in f16 on the first): each matches the reference (outputs
  * poisoned: a query tile left out, or a half tile that never landed, fails)
  * and its report names the forms it took. (Narrow tiles in clusters, the
@@ -1598,29 +1608,41 @@ static void test_sm90_attention_wide_and_cluster_forms_match_the_reference(void 
     (void)state;
     REQUIRE_GPU();
     static const uint64_t forms[] = {0, KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS,
-                                     KF_CUDA_RECIPE_ATTENTION_CLUSTER2};
+                                     KF_CUDA_RECIPE_ATTENTION_CLUSTER2,
+                                     KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE};
     for (size_t f = 0; f < N_OF(forms); f++) {
         for (int d = 0; d < (f == 0 ? 2 : 1); d++) {
             const char *dn = d ? "f16" : "bf16";
             kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
             ctx->recipe_flags = forms[f];
             for (size_t i = 0; i < N_OF(noncausal_cases); i++) {
-                if (d && i != 0)
-                    continue; /* f16: the ragged case (each case is seconds of reference) */
+                if (d && i != 0 && i != N_OF(noncausal_cases) - 1)
+                    continue; /* f16: the ragged cases (each case is seconds of reference) */
                 const bool w =
                     noncausal_cases[i].wide && !(forms[f] & KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS);
                 const bool c =
                     noncausal_cases[i].cluster && (forms[f] & KF_CUDA_RECIPE_ATTENTION_CLUSTER2);
+                const bool nl = w && !c && noncausal_cases[i].last &&
+                                !(forms[f] & KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE);
                 kf_graph *g =
                     fused_graph(ctx, noncausal_cases[i].body, dn, noncausal_cases[i].name);
-                char label[240], has[200], lacks[80];
-                snprintf(label, sizeof label, "sm_90a attention%s%s: %s [%s]",
-                         w ? ", 176-key tiles" : "", c ? ", 2-CTA clusters" : "",
-                         noncausal_cases[i].name, dn);
-                snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|mask none%s%s",
-                         w ? "|176-key tiles" : "", c ? "|2-CTA clusters sharing K and V" : "");
-                snprintf(lacks, sizeof lacks, "%s%s%s", !w ? "176-key tiles" : "",
-                         !w && !c ? "|" : "", !c ? "2-CTA clusters" : "");
+                char label[240], has[240], lacks[160];
+                snprintf(label, sizeof label, "sm_90a attention%s%s%s: %s [%s]",
+                         w ? ", 176-key tiles" : "", nl ? ", the last narrower" : "",
+                         c ? ", 2-CTA clusters" : "", noncausal_cases[i].name, dn);
+                snprintf(has, sizeof has,
+                         "fused attention (sm_90a wgmma/TMA kernel)|mask none%s%s%s",
+                         w ? "|176-key tiles" : "", nl ? "|the ragged last key tile narrower" : "",
+                         c ? "|2-CTA clusters sharing K and V" : "");
+                const char *const lk[3] = {!w ? "176-key tiles" : NULL,
+                                           !c ? "2-CTA clusters" : NULL,
+                                           !nl ? "the ragged last key tile narrower" : NULL};
+                size_t ln = 0;
+                lacks[0] = 0;
+                for (int x = 0; x < 3; x++)
+                    if (lk[x])
+                        ln += (size_t)snprintf(lacks + ln, sizeof lacks - ln, "%s%s", ln ? "|" : "",
+                                               lk[x]);
                 run_opts o = {.lo = -2,
                               .hi = 2,
                               .report_has = "mask none",
@@ -1680,28 +1702,36 @@ static void test_sm90_attention_multiply_by_one_folds_and_matches_the_reference(
 /* The first of the cases above -- ragged Sq 500 and Skv 650: the last
  * 176-key tile runs past the keys' end -- through the default (176-key
  * tiles, no flag) and then in 2-CTA clusters too (the rank-1 CTA's half of
- * the last tile past the end), bf16: the case the GPU check runs under
- * compute-sanitizer (memcheck, racecheck). */
+ * the last tile past the end), and the last case -- Skv 570: the last tile
+ * narrower, 48 keys wide, 6 of them past the end -- through the default,
+ * bf16: the cases the GPU check runs under compute-sanitizer (memcheck,
+ * racecheck). */
 static void test_sm90_attention_wide_form_on_one_ragged_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < 3; c++) {
+        const size_t ci = c == 2 ? N_OF(noncausal_cases) - 1 : 0;
         kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
-        ctx->recipe_flags = c ? KF_CUDA_RECIPE_ATTENTION_CLUSTER2 : 0;
-        kf_graph *g = fused_graph(ctx, noncausal_cases[0].body, "bf16", noncausal_cases[0].name);
+        ctx->recipe_flags = c == 1 ? KF_CUDA_RECIPE_ATTENTION_CLUSTER2 : 0;
+        kf_graph *g = fused_graph(ctx, noncausal_cases[ci].body, "bf16", noncausal_cases[ci].name);
         run_opts o = {.lo = -2,
                       .hi = 2,
                       .report_has = "mask none",
                       .report_has_sm90 =
-                          c ? "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles|"
-                              "2-CTA clusters sharing K and V"
-                            : "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles",
-                      .report_lacks = c ? NULL : "2-CTA clusters",
+                          c == 1   ? "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles|"
+                                     "2-CTA clusters sharing K and V"
+                          : c == 2 ? "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles|"
+                                     "the ragged last key tile narrower"
+                                   : "fused attention (sm_90a wgmma/TMA kernel)|176-key tiles",
+                      .report_lacks = c == 1   ? "the ragged last key tile narrower"
+                                      : c == 2 ? "2-CTA clusters"
+                                               : "2-CTA clusters|the ragged last key tile narrower",
                       .ctx = ctx};
         run_and_compare(g, 4200 + (uint64_t)c, &o,
-                        c ? "sm_90a attention, 176-key tiles in 2-CTA clusters, ragged"
-                          : "sm_90a attention, the default's 176-key tiles, ragged");
-        fprintf(stderr, "  %s%s: ok\n", noncausal_cases[0].name, c ? " (clusters)" : "");
+                        c == 1   ? "sm_90a attention, 176-key tiles in 2-CTA clusters, ragged"
+                        : c == 2 ? "sm_90a attention, 176-key tiles, the last narrower, ragged"
+                                 : "sm_90a attention, the default's 176-key tiles, ragged");
+        fprintf(stderr, "  %s%s: ok\n", noncausal_cases[ci].name, c == 1 ? " (clusters)" : "");
         kf_graph_destroy(g);
         kf_ctx_destroy(ctx);
     }

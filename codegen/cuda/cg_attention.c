@@ -188,9 +188,10 @@ static bool sm90_trees(const kf_attn_info *at, uint64_t rflags) {
 }
 /* The sm_90a kernel's shape for one group (sm90_shape_of): its key tile
  * width, ring stages, Q buffers, the producer's and consumers' registers
- * (setmaxnreg; they add up to 168 x 384), and its CTAs a cluster. */
+ * (setmaxnreg; they add up to 168 x 384), its CTAs a cluster, and the
+ * ragged last key tile's width (0: bc, as every tile). */
 typedef struct sm90_shape {
-    int bc;
+    int bc, bcl;
     uint32_t stages, qbuf;
     int preg, creg;
     int cluster;
@@ -267,7 +268,7 @@ static bool has_tanh(const kf_group *g) {
 
 static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
     const kf_attn_info *at = &g->attn;
-    sm90_shape sh = {SM90_BC, sm90_stages(at->d), KF_SM90_QBUF, 40, 232, 1};
+    sm90_shape sh = {SM90_BC, 0, sm90_stages(at->d), KF_SM90_QBUF, 40, 232, 1};
     /* wide where the keys make 3 tiles or more (with 2, the second ragged --
      * Skv 256 or 300 -- ptxas lays the one main-loop step out straight and
      * spills 64-328 bytes; long key sequences are where it pays) and the
@@ -282,6 +283,26 @@ static sm90_shape sm90_shape_of(const kf_group *g, uint64_t rflags) {
     }
     if ((rflags & KF_CUDA_RECIPE_ATTENTION_CLUSTER2) && sm90_cluster_ok(g))
         sh.cluster = 2;
+    /* the wide form's ragged last key tile as narrow as its keys, rounded up
+     * to 16 (KF_BC_LAST): every item walks every tile there, so the last is
+     * the same for all and its width a constant; the fourth or later (with
+     * three, Skv 360-400, the consumers spilled 96-136 bytes). Non-causal Skv 4096: 23
+     * tiles of 176 and one of 48, where 24 full ones multiplied and
+     * exponentiated 4224 keys a row (ncu, H100, c6b8cf2: the tensor pipe
+     * busy 3.1% more cycles than cuDNN's kernel; after, as many as cuDNN's,
+     * and 1.6422 ms against the full tile's 1.6743, cuDNN 1.6230, H100,
+     * 727df10, one run). 32 keys at least (the tree
+     * softmax's 4 partial maxima: 16 or fewer keys take 32) and 64 at most:
+     * from 80 on the consumers
+     * spilled (NVRTC 13.0, Sq 500: Skv 608 24 bytes, 640 184, 3968 88, 4000
+     * 240, 4032 336; 560, 592, 3904, 3936 and 4096 none), and there the
+     * full tile wastes 96 keys or fewer. KF_CUDA_RECIPE_ATTENTION_FULL_LAST_
+     * TILE keeps the full-width last tile (the form before) for comparing. */
+    const int64_t rem = at->skv - (at->skv - 1) / sh.bc * sh.bc;
+    const int64_t bcl = rem <= 32 ? 32 : (rem + 15) / 16 * 16;
+    if (!(rflags & KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE) && sh.bc == SM90_BC_WIDE &&
+        sh.bc != SM90_BC && sh.cluster == 1 && at->skv > 3 * sh.bc && bcl <= 64)
+        sh.bcl = (int)bcl;
     return sh;
 }
 
@@ -994,19 +1015,22 @@ kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip) {
  * m64n{bc}k16, A and B from shared memory, K-major both; kf_wgmma_pv
  * (O += P.V, m64n{D}k16, A = P from registers, B = V from shared memory,
  * MN-major). */
-static void emit_wgmma_sm90(cg *c, int64_t d, int bc, kf_dtype dt) {
+static void emit_wgmma_sm90(cg *c, int64_t d, int bc, int bcl, kf_dtype dt) {
     const char *ty = dt == KF_DTYPE_BF16 ? "bf16" : "f16";
-    for (int f = 0; f < 3; f++) { /* qk0, qk, pv */
+    for (int fi = 0; fi < 5; fi++) { /* qk0, qk, pv, then qkl0, qkl where bcl is set */
+        if (fi >= 3 && !bcl)
+            break;
+        const int f = fi % 3;
         bool pv = f == 2;
-        unsigned n = pv ? (unsigned)d : (unsigned)bc, nr = n / 2;
+        unsigned n = pv ? (unsigned)d : (unsigned)(fi >= 3 ? bcl : bc), nr = n / 2;
         if (pv)
             cg_puts(&c->s, "__device__ __forceinline__ void kf_wgmma_pv(float *d, const unsigned "
                            "*a, unsigned long long db) {\n");
         else
             cg_printf(&c->s,
-                      "__device__ __forceinline__ void kf_wgmma_qk%s(float *d, unsigned long "
+                      "__device__ __forceinline__ void kf_wgmma_qk%s%s(float *d, unsigned long "
                       "long da, unsigned long long db) {\n",
-                      f == 0 ? "0" : "");
+                      fi >= 3 ? "l" : "", f == 0 ? "0" : "");
         cg_printf(&c->s,
                   "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n\"\n"
                   "        \"wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {\"\n        \"",
@@ -1287,16 +1311,17 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                           : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
-     * tiles, c: 2-CTA clusters, b: bounded scores, a fixed shift, e: exp2s
-     * partly by polynomial, h: tanh partly by a rational, i: items one at
-     * a time, j: items joined where they are not by default (fa3p_, fa3f_,
-     * fa3pf_, fa3t_, ..., fa3pftlwcbehi_) */
+     * tiles (r: the ragged last one narrower), c: 2-CTA clusters, b: bounded
+     * scores, a fixed shift, e: exp2s partly by polynomial, h: tanh partly
+     * by a rational, i: items one at a time, j: items joined where they are
+     * not by default (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwrcbehi_) */
     char prefix[20] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
-                 sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "", bst ? "s" : "", bsk ? "k" : "",
-                 poly > 0 ? "e" : "", tpoly > 0 ? "h" : "", apart ? "i" : joined ? "j" : "");
+                 sh.bcl ? "r" : "", sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "",
+                 bst ? "s" : "", bsk ? "k" : "", poly > 0 ? "e" : "", tpoly > 0 ? "h" : "",
+                 apart ? "i" : joined ? "j" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1344,7 +1369,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
             poly > 0 || tpoly > 0 || apart || joined)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s */\n",
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
                       apart ? "items one at a time; " : joined ? "items joined; " : "",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
                       tpoly > 0 ? "tanh partly by a rational on the FMA pipe; " : "",
@@ -1356,6 +1381,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                       tree ? "row max and sum as trees; " : "",
                       lpt ? "the tail's items longest first; " : "",
                       sh.bc != SM90_BC ? "176-key tiles; " : "",
+                      sh.bcl ? "the ragged last key tile narrower; " : "",
                       sh.cluster == 2 ? "2-CTA clusters sharing K and V" : "");
         cg_puts(&c.s, kf_cuda_tpl_hopper);
         /* the folded scale (1: none), exact in hex: a power of two, or with
@@ -1374,11 +1400,12 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
             "#define KF_QBUF %d\n#define KF_DESC_ADD %d\n"
             "#define KF_SQ %lld\n#define KF_SKV %lld\n#define KF_BH %lldLL\n#define KF_AB \"%s\"\n"
             "#define KF_ELEM %s\n#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n"
-            "#define KF_O p%d\n/* mask %s; Q, K and V through TMA maps */\n\n",
+            "#define KF_O p%d\n#define KF_BC_LAST %d\n"
+            "/* mask %s; Q, K and V through TMA maps */\n\n",
             (long long)at->d, SM90_BR, sh.bc, sh.stages, sh.qbuf, KF_SM90_DESC_ADD,
             (long long)at->sq, (long long)at->skv, (long long)bh,
             dt == KF_DTYPE_BF16 ? "bf16" : "f16", cg_storage_type(dt), skip,
-            (long long)(skip == 2 ? at->window : 0), po, kf_mask_kind_name(at->mask));
+            (long long)(skip == 2 ? at->window : 0), po, sh.bcl, kf_mask_kind_name(at->mask));
         (void)pq;
         (void)pk;
         (void)pvp;
@@ -1386,7 +1413,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
             cg_printf(&c.s, "#define KF_SCORE_MAX %af /* %g: the scores' bound */\n", (float)smax,
                       smax);
         emit_tma_fns(&c, g, ops, sh.cluster);
-        emit_wgmma_sm90(&c, at->d, sh.bc, dt);
+        emit_wgmma_sm90(&c, at->d, sh.bc, sh.bcl, dt);
         emit_round_sm90(&c);
     } else {
     cg_emit_head(&c, "fused attention (sm_80 mma.sync kernel)");

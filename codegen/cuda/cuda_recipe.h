@@ -221,6 +221,14 @@ enum {
  * 128-key form for comparing (bit 29, ATTENTION_WIDE_KEYS, asked for the
  * wide form before it was the default: retired, free) */
 #define KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS (UINT64_C(1) << 33)
+/* internal: the sm_90a attention kernel's wide form (176-key tiles) runs a
+ * ragged last key tile at the full width, its keys past Skv masked, where by
+ * default that tile's Q.K^T, softmax and P.V take its keys rounded up to 16
+ * alone (cg_attention.c, sm90_shape_of: KF_BC_LAST, kernel letter r): the
+ * form before nc14, kept for comparing (H100, 727df10, non-causal B4 H32
+ * S4096 D128, one run: 1.6743 ms against the narrower tile's 1.6422, cuDNN
+ * 1.6230) */
+#define KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE (UINT64_C(1) << 59)
 /* internal: a generated sm_90a GEMM with the TMA-store epilogue prefetches the
  * epilogue's row operands (a residual: a load that varies with the row) of a
  * tile into L2 when the tile starts (cp.async.bulk.prefetch.L2, one per 64

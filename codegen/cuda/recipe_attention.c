@@ -12,7 +12,7 @@
 
 #include "codegen/cuda/recipe_internal.h"
 
-/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l][w][c][b][s][k][e]_...: the
+/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l][w][r][c][b][s][k][e]_...: the
  * forms cg_attention.c names it by) has form letter `form`. */
 static bool sm90_form(const char *name, char form) {
     if (strncmp(name, "fa3", 3) != 0)
@@ -102,7 +102,7 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     if (sm90)
         kf_rb_how(b, 0,
                   "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
-                  "%s%s%s%s%s%s%s%s%s%s%s%s",
+                  "%s%s%s%s%s%s%s%s%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
                   sm90_form(name, 'f') ? "; f32 scores, the scale folded into the softmax" : "",
@@ -110,6 +110,7 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   sm90_form(name, 'k') ? "; query tiles paired by kept key tiles" : "",
                   sm90_form(name, 'l') ? "; the tail's items longest first" : "",
                   sm90_form(name, 'w') ? "; 176-key tiles" : "",
+                  sm90_form(name, 'r') ? "; the ragged last key tile narrower" : "",
                   sm90_form(name, 'c') ? "; 2-CTA clusters sharing K and V" : "",
                   sm90_form(name, 'b') ? "; bounded scores, a fixed softmax shift" : "",
                   sm90_form(name, 'e') ? "; exp2s partly by polynomial" : "",
