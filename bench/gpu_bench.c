@@ -153,6 +153,7 @@
 #endif
 
 static int g_reps = 30, g_warmup = 5;
+static double g_sustain_s = 0; /* --sustain SEC: each case also run back to back (sustain_case) */
 static bool g_quick = false, g_attention = false, g_block = false;
 static const char *g_cases = NULL;      /* --cases: a comma list, NULL: every case */
 static bool g_no_torch_compile = false; /* --no-torch-compile: peers.py --no-compile */
@@ -435,6 +436,25 @@ typedef struct bcase {
                           ..._STAGED_EPI: the generated GEMM's other schedules), or 0 */
 } bcase;
 
+/* --sustain's figures for a case (sustain_case): the median of runs 3-12
+ * after 1 s idle (short_ms: as an idle GPU runs it) and of the last half of
+ * g_sustain_s seconds back to back (sustained_ms), that half's wall-clock
+ * window (epoch seconds). */
+typedef struct sustain_res {
+    const bcase *c;
+    double short_ms, sustained_ms, t0, t1;
+} sustain_res;
+#define SUSTAIN_MAX_CASES 64
+static sustain_res g_sus[SUSTAIN_MAX_CASES];
+static int g_n_sus;
+
+static const sustain_res *sustain_of(const bcase *c) {
+    for (int i = 0; i < g_n_sus; i++)
+        if (g_sus[i].c == c)
+            return &g_sus[i];
+    return NULL;
+}
+
 /* The GEMM a case named *_after_gemm runs, untimed, before each timed run
  * (after_gemm): bf16 8192^3 through cuBLASLt (1.4 ms on an H200, 384 MiB of
  * operands, more than L2), as a transformer block's projections run before
@@ -493,6 +513,77 @@ static kf_graph *parse(kf_ctx *ctx, const char *text) {
     return g;
 }
 
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --sustain: `ex` after 1 s with the GPU idle, then run back to back (one
+ * event between runs, no host wait) for about g_sustain_s seconds. The
+ * median of runs 3-12 is how the case runs on a GPU at rest (as a measured
+ * choice at compile time times it); the median of the last half, how it
+ * runs once power and clocks have settled under the load. The last half's
+ * wall-clock window goes to the JSON, to be joined with nvidia-smi's power
+ * and SM-clock samples (bench/sustain_join.py). */
+#define SUSTAIN_MAX_RUNS 8192
+static void sustain_case(bcase *c, kf_cuda_exec *ex) {
+    CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+    struct timespec idle = {1, 0};
+    nanosleep(&idle, NULL);
+    int n = (int)(g_sustain_s * 1e3 / (c->ms > 0.001 ? c->ms : 0.001));
+    n = n < 24 ? 24 : n > SUSTAIN_MAX_RUNS ? SUSTAIN_MAX_RUNS : n;
+    kf_cu_event *ev = calloc((size_t)n + 1, sizeof *ev);
+    double *t = calloc((size_t)n, sizeof *t);
+    if (!ev || !t) {
+        fprintf(stderr, "gpu_bench: out of memory (sustain)\n");
+        exit(1);
+    }
+    for (int i = 0; i <= n; i++)
+        CHECK(kf_cuda_event_create(&DEV, &ev[i], err));
+    double w0 = wall_s();
+    CHECK(kf_cuda_event_record(&DEV, ev[0], S, err));
+    for (int i = 0; i < n; i++) {
+        CHECK(kf_cuda_exec_launch(ex, S, err));
+        CHECK(kf_cuda_event_record(&DEV, ev[i + 1], S, err));
+    }
+    CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+    double w1 = wall_s();
+    double total = 0, half = 0;
+    for (int i = 0; i < n; i++) {
+        float ms = 0;
+        CHECK(kf_cuda_event_elapsed(&DEV, ev[i], ev[i + 1], &ms, err));
+        t[i] = ms;
+        total += ms;
+        if (i >= n / 2)
+            half += ms;
+    }
+    sustain_res r = {.c = c, .t1 = w1};
+    /* the window of the last half: the end of the runs back from the sync */
+    r.t0 = w1 - (w1 - w0) * (total > 0 ? half / total : 0.5);
+    double first[10];
+    memcpy(first, t + 2, sizeof first);
+    r.short_ms = median(first, 10);
+    /* how the runs went: the median of each tenth of the runs, in order
+     * (median() sorts in place: each tenth, then the last half, keep their
+     * members) */
+    fprintf(stderr, "sustain %-28s tenths:", c->name);
+    for (int b = 0; b < 10; b++) {
+        int lo = n * b / 10, hi = n * (b + 1) / 10;
+        fprintf(stderr, " %.4f", median(t + lo, hi - lo));
+    }
+    fprintf(stderr, "\n");
+    r.sustained_ms = median(t + n / 2, n - n / 2);
+    if (g_n_sus < SUSTAIN_MAX_CASES)
+        g_sus[g_n_sus++] = r;
+    fprintf(stderr, "sustain %-28s short %8.4f ms  sustained %8.4f ms  (%d runs, %.2f s)\n",
+            c->name, r.short_ms, r.sustained_ms, n, w1 - w0);
+    for (int i = 0; i <= n; i++)
+        kf_cuda_event_destroy(&DEV, ev[i]);
+    free(ev);
+    free(t);
+}
+
 /* Plans and prepares `c` in `ctx`, fills its inputs, times it. */
 static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops) {
     kf_graph *g = parse(ctx, c->text);
@@ -520,6 +611,8 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
     c->ms = after_gemm(c) && g_pre ? time_ms_after(run_gemm, g_pre, run_exec, ex)
             : after_sleep(c)       ? time_ms_after(run_spin, &g_spin_ns, run_exec, ex)
                                    : time_ms(run_exec, ex);
+    if (g_sustain_s > 0)
+        sustain_case(c, ex);
     c->launches = kf_cuda_exec_launch_count(ex);
     double fb = c->bytes / (copy_gbs * 1e9) * 1e3, ff = c->flops / (gemm_tflops * 1e12) * 1e3;
     c->floor_ms = fb > ff ? fb : ff;
@@ -1325,6 +1418,8 @@ int main(int argc, char **argv) {
             g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-peers"))
             peers = false;
+        else if (!strcmp(argv[i], "--sustain") && i + 1 < argc)
+            g_sustain_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             g_quick = true;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc)
@@ -1348,7 +1443,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: gpu_bench [--commit SHA] [--out FILE] [--reps N] "
                             "[--no-peers] [--quick] [--attention | --block] [--cases A,B] "
-                            "[--no-torch-compile] [--print-blocks]\n");
+                            "[--no-torch-compile] [--print-blocks] [--sustain SEC]\n");
             return 2;
         }
     }
@@ -1831,6 +1926,16 @@ int main(int argc, char **argv) {
         {"gemm_plain", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"gemm_plain_generated", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, 0},
+        /* cuBLASLt's GELU_BIAS epilogue forced (the peer of the measured
+         * choice's other side), and the generated kernel in 2-CTA clusters
+         * sharing B by TMA multicast (KF_CUDA_RECIPE_GEMM_CLUSTER2): the
+         * --sustain rows of issue 13's power question */
+        {"gemm_bias_gelu_cublaslt", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         0},
+        {"gemm_bias_gelu_generated_c2", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_CLUSTER2},
+        {"gemm_plain_generated_c2", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_CLUSTER2},
         /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
          * choice does not offer the dual kernel yet) and the dual kernel */
         {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -2309,10 +2414,17 @@ int main(int argc, char **argv) {
             k_run++;
             fprintf(f,
                     "    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
-                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, \"where\": ",
+                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, ",
                     c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
                     c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
                     c->launches);
+            const sustain_res *sr = sustain_of(c);
+            if (sr)
+                fprintf(f,
+                        "\"short_ms\": %.4f, \"sustained_ms\": %.4f, \"sustain_window\": "
+                        "[%.3f, %.3f], ",
+                        sr->short_ms, sr->sustained_ms, sr->t0, sr->t1);
+            fprintf(f, "\"where\": ");
             json_str(f, c->report);
             fprintf(f, "}%s\n", k_run < n_run ? "," : "");
         }
