@@ -6,11 +6,12 @@
     gpu_bench --sustain 2 --cases ... --out bench.json
     python3 bench/sustain_join.py bench.json smi.csv
 
-For each case with a sustain_window (the last half of its back-to-back runs,
+For each case with a sustain_window (--sustain) (the last half of its back-to-back runs,
 epoch seconds), the mean SM clock, power and temperature of the samples inside
 the window, the short (idle GPU) and sustained milliseconds, TFLOP/s and
 TFLOP/s per watt. Run it on the machine that took the samples: nvidia-smi's
-timestamps are in its local time.
+timestamps are in its local time. With --abba, each pair's blocks too, with
+the SM clock and power of each block's last half.
 """
 import json
 import sys
@@ -58,6 +59,23 @@ def main():
                      "sm_mhz": clk, "power_w": pw, "temp_c": tc, "tflops": tf,
                      "gflop_per_joule": tf * 1e3 / pw if pw == pw and pw > 0 else None,
                      "samples": len(inside)})
+    def mean_in(w, i):
+        v = [x[i] for x in smi if w[0] <= x[0] <= w[1]]
+        return sum(v) / len(v) if v else float("nan")
+
+    # --abba pairs: each block's time with the SM clock and power of its
+    # last half (power.draw is nvidia-smi's average over its own window, so
+    # a block's power lags its kernel)
+    for pr in bench.get("abba", []):
+        ws = pr["windows"]
+        clk = [mean_in(w, 1) for w in ws]
+        pw = [mean_in(w, 2) for w in ws]
+        print("abba %-28s %8.4f ms (%4.0f MHz %5.1f W)  %-28s %8.4f ms (%4.0f MHz %5.1f W)  "
+              "B/A %.4f" % (pr["a"], pr["a_ms"], (clk[0] + clk[3]) / 2, (pw[0] + pw[3]) / 2,
+                            pr["b"], pr["b_ms"], (clk[1] + clk[2]) / 2, (pw[1] + pw[2]) / 2,
+                            pr["b_over_a"]))
+        rows.append({"abba": [pr["a"], pr["b"]], "a_ms": pr["a_ms"], "b_ms": pr["b_ms"],
+                     "blocks_ms": pr["blocks_ms"], "blocks_sm_mhz": clk, "blocks_power_w": pw})
     if len(sys.argv) > 3:
         json.dump(rows, open(sys.argv[3], "w"), indent=1)
 
