@@ -27,7 +27,9 @@
  *                 GEMMs (bf16, weights [N, K] as nn.Linear keeps them), each
  *                 through cuBLASLt (_cublaslt), the generated kernel
  *                 (_generated) and the generated kernel in 2-CTA clusters
- *                 sharing B by TMA multicast (_generated_c2): LLaMA-7B B8 S2048
+ *                 sharing B by TMA multicast (_generated_c2), and with its wgmma
+ *                 descriptors stepped by adds (_generated_ds, internal
+ *                 DESC_STEP): LLaMA-7B B8 S2048
  *                 q projection 16384x4096x4096 behind its RMSNorm (l_q_fold)
  *                 and bare (l_q; l_q_nmajor: B as [K, N]), o projection + residual (l_o_res), down
  *                 projection 16384x4096x11008 + residual (l_down_res), SwiGLU
@@ -73,7 +75,16 @@
  *
  *   gpu_bench [--commit SHA] [--out FILE] [--reps N] [--no-peers] [--quick]
  *             [--attention | --block] [--cases NAME,NAME...] [--no-torch-compile]
- *             [--print-blocks]
+ *             [--print-blocks] [--sustain SEC] [--abba A:B,C:D] [--abba-block SEC]
+ *
+ * --sustain SEC: each case also runs back to back for SEC seconds after 1 s
+ * idle (sustain_case): short_ms (runs 3-12: the GPU at rest, as a measured
+ * choice at compile time finds it) against sustained_ms (the last half:
+ * power-capped), with that half's wall-clock window for nvidia-smi's samples
+ * (bench/sustain_join.py). --abba: each pair of cases (both in --cases) runs
+ * in blocks A B B A of --abba-block seconds (1.2) back to back once every
+ * case ran (abba_run): each at the clocks its own power draw leaves, the
+ * drift of temperature cancelled.
  *
  * --cases runs only the named cases (and passes the list to peers.py), then
  * the compile and launch rows as always: a short run on a lent GPU.
@@ -159,6 +170,9 @@
 #endif
 
 static int g_reps = 30, g_warmup = 5;
+static double g_sustain_s = 0; /* --sustain SEC: each case also run back to back (sustain_case) */
+static const char *g_abba = NULL; /* --abba A:B,C:D: pairs of cases timed in A B B A blocks */
+static double g_abba_s = 1.2;     /* --abba-block SEC: each block's length */
 static bool g_quick = false, g_attention = false, g_block = false;
 static const char *g_cases = NULL;      /* --cases: a comma list, NULL: every case */
 static bool g_no_torch_compile = false; /* --no-torch-compile: peers.py --no-compile */
@@ -441,6 +455,25 @@ typedef struct bcase {
                           ..._STAGED_EPI: the generated GEMM's other schedules), or 0 */
 } bcase;
 
+/* --sustain's figures for a case (sustain_case): the median of runs 3-12
+ * after 1 s idle (short_ms: as an idle GPU runs it) and of the last half of
+ * g_sustain_s seconds back to back (sustained_ms), that half's wall-clock
+ * window (epoch seconds). */
+typedef struct sustain_res {
+    const bcase *c;
+    double short_ms, sustained_ms, t0, t1;
+} sustain_res;
+#define SUSTAIN_MAX_CASES 64
+static sustain_res g_sus[SUSTAIN_MAX_CASES];
+static int g_n_sus;
+
+static const sustain_res *sustain_of(const bcase *c) {
+    for (int i = 0; i < g_n_sus; i++)
+        if (g_sus[i].c == c)
+            return &g_sus[i];
+    return NULL;
+}
+
 /* The GEMM a case named *_after_gemm runs, untimed, before each timed run
  * (after_gemm): bf16 8192^3 through cuBLASLt (1.4 ms on an H200, 384 MiB of
  * operands, more than L2), as a transformer block's projections run before
@@ -499,6 +532,201 @@ static kf_graph *parse(kf_ctx *ctx, const char *text) {
     return g;
 }
 
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --sustain: `ex` after 1 s with the GPU idle, then run back to back (one
+ * event between runs, no host wait) for about g_sustain_s seconds. The
+ * median of runs 3-12 is how the case runs on a GPU at rest (as a measured
+ * choice at compile time times it); the median of the last half, how it
+ * runs once power and clocks have settled under the load. The last half's
+ * wall-clock window goes to the JSON, to be joined with nvidia-smi's power
+ * and SM-clock samples (bench/sustain_join.py). */
+#define SUSTAIN_MAX_RUNS 8192
+static void sustain_case(bcase *c, kf_cuda_exec *ex) {
+    CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+    struct timespec idle = {1, 0};
+    nanosleep(&idle, NULL);
+    int n = (int)(g_sustain_s * 1e3 / (c->ms > 0.001 ? c->ms : 0.001));
+    n = n < 24 ? 24 : n > SUSTAIN_MAX_RUNS ? SUSTAIN_MAX_RUNS : n;
+    kf_cu_event *ev = calloc((size_t)n + 1, sizeof *ev);
+    double *t = calloc((size_t)n, sizeof *t);
+    if (!ev || !t) {
+        fprintf(stderr, "gpu_bench: out of memory (sustain)\n");
+        exit(1);
+    }
+    for (int i = 0; i <= n; i++)
+        CHECK(kf_cuda_event_create(&DEV, &ev[i], err));
+    double w0 = wall_s();
+    CHECK(kf_cuda_event_record(&DEV, ev[0], S, err));
+    for (int i = 0; i < n; i++) {
+        CHECK(kf_cuda_exec_launch(ex, S, err));
+        CHECK(kf_cuda_event_record(&DEV, ev[i + 1], S, err));
+    }
+    CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+    double w1 = wall_s();
+    double total = 0, half = 0;
+    for (int i = 0; i < n; i++) {
+        float ms = 0;
+        CHECK(kf_cuda_event_elapsed(&DEV, ev[i], ev[i + 1], &ms, err));
+        t[i] = ms;
+        total += ms;
+        if (i >= n / 2)
+            half += ms;
+    }
+    sustain_res r = {.c = c, .t1 = w1};
+    /* the window of the last half: the end of the runs back from the sync */
+    r.t0 = w1 - (w1 - w0) * (total > 0 ? half / total : 0.5);
+    double first[10];
+    memcpy(first, t + 2, sizeof first);
+    r.short_ms = median(first, 10);
+    /* how the runs went: the median of each tenth of the runs, in order
+     * (median() sorts in place: each tenth, then the last half, keep their
+     * members) */
+    fprintf(stderr, "sustain %-28s tenths:", c->name);
+    for (int b = 0; b < 10; b++) {
+        int lo = n * b / 10, hi = n * (b + 1) / 10;
+        fprintf(stderr, " %.4f", median(t + lo, hi - lo));
+    }
+    fprintf(stderr, "\n");
+    r.sustained_ms = median(t + n / 2, n - n / 2);
+    if (g_n_sus < SUSTAIN_MAX_CASES)
+        g_sus[g_n_sus++] = r;
+    fprintf(stderr, "sustain %-28s short %8.4f ms  sustained %8.4f ms  (%d runs, %.2f s)\n",
+            c->name, r.short_ms, r.sustained_ms, n, w1 - w0);
+    for (int i = 0; i <= n; i++)
+        kf_cuda_event_destroy(&DEV, ev[i]);
+    free(ev);
+    free(t);
+}
+
+/* --abba: the cases named in a pair keep their program after run_case
+ * (kept_of), and each pair A:B then runs in four blocks back to back, A B B
+ * A, each g_abba_s seconds of one case's runs and no gap between blocks: the
+ * GPU hot and power-capped as under a model's sustained load, each case at
+ * the clocks its own power draw leaves (the controller follows within
+ * ~0.1-0.3 s, so a block's last half runs at them), and A B B A cancels the
+ * drift of temperature across the four. A block's time is the median of its
+ * last half's chunks (one event per ~5 ms of runs); a case's, the mean of
+ * its two blocks. Interleaving short samples instead (as the measured
+ * choice does) compares the cases at one shared clock, which hides a
+ * difference in energy per run: under the power cap that difference is the
+ * difference in speed. */
+typedef struct kept {
+    const bcase *c;
+    kf_cuda_exec *ex;
+    kf_plan *plan;
+    kf_graph *g;
+} kept;
+#define ABBA_MAX_KEPT 64
+static kept g_kept[ABBA_MAX_KEPT];
+static int g_n_kept;
+
+/* Whether case `name` is one side of a --abba pair. */
+static bool abba_on(const char *name) {
+    if (!g_abba)
+        return false;
+    size_t n = strlen(name);
+    for (const char *p = g_abba; *p;) {
+        size_t len = strcspn(p, ":,");
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        p += len;
+        if (*p)
+            p++;
+    }
+    return false;
+}
+
+static const kept *kept_of(const char *name, size_t len) {
+    for (int i = 0; i < g_n_kept; i++)
+        if (strlen(g_kept[i].c->name) == len && strncmp(g_kept[i].c->name, name, len) == 0)
+            return &g_kept[i];
+    return NULL;
+}
+
+typedef struct abba_res {
+    const bcase *a, *b;
+    double ms[4];       /* the blocks' times, A B B A */
+    double t0[4], t1[4]; /* each block's last half, wall clock (epoch s) */
+} abba_res;
+static abba_res g_abba_res[ABBA_MAX_KEPT / 2];
+static int g_n_abba;
+
+/* One block: `k` run back to back for about g_abba_s seconds; its last
+ * half's median chunk time (ms a run) and that half's wall-clock window. */
+static double abba_block(const kept *k, double *t0, double *t1) {
+    double ms1 = k->c->ms > 0.001 ? k->c->ms : 0.001;
+    int per = (int)(5.0 / ms1); /* runs a chunk: ~5 ms */
+    per = per < 1 ? 1 : per;
+    int chunks = (int)(g_abba_s * 1e3 / (ms1 * per));
+    chunks = chunks < 8 ? 8 : chunks > 4096 ? 4096 : chunks;
+    kf_cu_event *ev = calloc((size_t)chunks + 1, sizeof *ev);
+    double *t = calloc((size_t)chunks, sizeof *t);
+    if (!ev || !t) {
+        fprintf(stderr, "gpu_bench: out of memory (abba)\n");
+        exit(1);
+    }
+    for (int i = 0; i <= chunks; i++)
+        CHECK(kf_cuda_event_create(&DEV, &ev[i], err));
+    double w0 = wall_s();
+    CHECK(kf_cuda_event_record(&DEV, ev[0], S, err));
+    for (int i = 0; i < chunks; i++) {
+        for (int r = 0; r < per; r++)
+            CHECK(kf_cuda_exec_launch(k->ex, S, err));
+        CHECK(kf_cuda_event_record(&DEV, ev[i + 1], S, err));
+    }
+    /* (the wait leaves the GPU idle for the host's turnaround, tens of
+     * microseconds in a block of a second) */
+    CHECK(kf_cuda_stream_sync(&DEV, S, NULL, err));
+    double w1 = wall_s(), total = 0, half = 0;
+    for (int i = 0; i < chunks; i++) {
+        float ms = 0;
+        CHECK(kf_cuda_event_elapsed(&DEV, ev[i], ev[i + 1], &ms, err));
+        t[i] = ms / per;
+        total += ms;
+        if (i >= chunks / 2)
+            half += ms;
+    }
+    *t1 = w1;
+    *t0 = w1 - (w1 - w0) * (total > 0 ? half / total : 0.5);
+    double v = median(t + chunks / 2, chunks - chunks / 2);
+    for (int i = 0; i <= chunks; i++)
+        kf_cuda_event_destroy(&DEV, ev[i]);
+    free(ev);
+    free(t);
+    return v;
+}
+
+static void abba_run(void) {
+    for (const char *p = g_abba; p && *p;) {
+        size_t la = strcspn(p, ":,");
+        const char *q = p[la] == ':' ? p + la + 1 : NULL;
+        size_t lb = q ? strcspn(q, ",") : 0;
+        const kept *ka = kept_of(p, la), *kb = q ? kept_of(q, lb) : NULL;
+        if (!ka || !kb || g_n_abba >= ABBA_MAX_KEPT / 2) {
+            fprintf(stderr, "gpu_bench: --abba: a pair's case did not run (name it in --cases)\n");
+            exit(1);
+        }
+        abba_res *r = &g_abba_res[g_n_abba++];
+        r->a = ka->c;
+        r->b = kb->c;
+        const kept *order[4] = {ka, kb, kb, ka};
+        for (int i = 0; i < 4; i++)
+            r->ms[i] = abba_block(order[i], &r->t0[i], &r->t1[i]);
+        double a = 0.5 * (r->ms[0] + r->ms[3]), b = 0.5 * (r->ms[1] + r->ms[2]);
+        fprintf(stderr,
+                "abba %-28s %8.4f ms  %-28s %8.4f ms  B/A %.4f  (blocks %.4f %.4f %.4f %.4f)\n",
+                ka->c->name, a, kb->c->name, b, b / a, r->ms[0], r->ms[1], r->ms[2], r->ms[3]);
+        p = q ? q + lb : p + la;
+        if (*p)
+            p++;
+    }
+}
+
 /* Plans and prepares `c` in `ctx`, fills its inputs, times it. */
 static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops) {
     kf_graph *g = parse(ctx, c->text);
@@ -526,6 +754,8 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
     c->ms = after_gemm(c) && g_pre ? time_ms_after(run_gemm, g_pre, run_exec, ex)
             : after_sleep(c)       ? time_ms_after(run_spin, &g_spin_ns, run_exec, ex)
                                    : time_ms(run_exec, ex);
+    if (g_sustain_s > 0)
+        sustain_case(c, ex);
     c->launches = kf_cuda_exec_launch_count(ex);
     double fb = c->bytes / (copy_gbs * 1e9) * 1e3, ff = c->flops / (gemm_tflops * 1e12) * 1e3;
     c->floor_ms = fb > ff ? fb : ff;
@@ -538,6 +768,10 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
             "%-26s %9.4f ms  floor %8.4f ms  %5.1f%% of roofline  %6.0f GB/s  (%zu launches)\n",
             c->name, c->ms, c->floor_ms, 100.0 * c->floor_ms / c->ms,
             c->bytes / (c->ms * 1e-3) / 1e9, c->launches);
+    if (abba_on(c->name) && g_n_kept < ABBA_MAX_KEPT) {
+        g_kept[g_n_kept++] = (kept){c, ex, plan, g};
+        return;
+    }
     kf_cuda_exec_destroy(ex);
     kf_plan_destroy(plan);
     kf_graph_destroy(g);
@@ -1369,6 +1603,12 @@ int main(int argc, char **argv) {
             g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-peers"))
             peers = false;
+        else if (!strcmp(argv[i], "--sustain") && i + 1 < argc)
+            g_sustain_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--abba") && i + 1 < argc)
+            g_abba = argv[++i];
+        else if (!strcmp(argv[i], "--abba-block") && i + 1 < argc)
+            g_abba_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             g_quick = true;
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc)
@@ -1392,7 +1632,8 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: gpu_bench [--commit SHA] [--out FILE] [--reps N] "
                             "[--no-peers] [--quick] [--attention | --block] [--cases A,B] "
-                            "[--no-torch-compile] [--print-blocks]\n");
+                            "[--no-torch-compile] [--print-blocks] [--sustain SEC] "
+                            "[--abba A:B,C:D] [--abba-block SEC]\n");
             return 2;
         }
     }
@@ -1875,6 +2116,22 @@ int main(int argc, char **argv) {
         {"gemm_plain", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"gemm_plain_generated", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, 0},
+        /* cuBLASLt's GELU_BIAS epilogue forced (the peer of the measured
+         * choice's other side), and the generated kernel in 2-CTA clusters
+         * sharing B by TMA multicast (KF_CUDA_RECIPE_GEMM_CLUSTER2): the
+         * --sustain rows of issue 13's power question */
+        {"gemm_bias_gelu_cublaslt", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         0},
+        {"gemm_bias_gelu_generated_c2", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_CLUSTER2},
+        {"gemm_plain_generated_c2", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_CLUSTER2},
+        /* the wgmma descriptors stepped by adds (internal DESC_STEP: the main
+         * loop 43 SASS instructions a K step where 82; not run yet) */
+        {"gemm_bias_gelu_generated_ds", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DESC_STEP},
+        {"gemm_plain_generated_ds", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DESC_STEP},
         /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
          * choice does not offer the dual kernel yet) and the dual kernel */
         {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -2129,10 +2386,13 @@ int main(int argc, char **argv) {
     /* The blocks' GEMMs: cuBLASLt, the generated kernel, and the generated
      * kernel in 2-CTA clusters (B multicast), same run. */
 #define GEMM_ROWS(nm, t, by, fl)                                                                   \
-    {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                                 \
+    {nm, t, by, fl, 0, 0, 0, "", KF_GEMM_AUTO, 0},                                                 \
+        {nm "_cublaslt", t, by, fl, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},                             \
         {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
         {nm "_generated_c2", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
-         KF_CUDA_RECIPE_GEMM_CLUSTER2}
+         KF_CUDA_RECIPE_GEMM_CLUSTER2},                                                            \
+        {nm "_generated_ds", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
+         KF_CUDA_RECIPE_GEMM_DESC_STEP}
         GEMM_ROWS("l_q_fold", t_lqf, b_lqf, f_lq),
         GEMM_ROWS("l_q", t_lq, b_lq, f_lq),
         GEMM_ROWS("l_q_nmajor", t_lqn, b_lq, f_lq),
@@ -2228,6 +2488,15 @@ int main(int argc, char **argv) {
                  : split                             ? sctx
                                                      : ctx,
                  &cases[i], copy_gbs, gemm_tflops);
+    }
+    if (g_abba) {
+        abba_run();
+        for (int i = 0; i < g_n_kept; i++) {
+            kf_cuda_exec_destroy(g_kept[i].ex);
+            kf_plan_destroy(g_kept[i].plan);
+            kf_graph_destroy(g_kept[i].g);
+        }
+        g_n_kept = 0;
     }
     kf_ctx_destroy(ctx_80);
     kf_ctx_destroy(sctx_80);
@@ -2353,10 +2622,17 @@ int main(int argc, char **argv) {
             k_run++;
             fprintf(f,
                     "    \"%s\": {\"ms\": %.4f, \"floor_ms\": %.4f, \"fraction_of_roofline\": "
-                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, \"where\": ",
+                    "%.4f, \"GBps\": %.1f, \"TFLOPs\": %.1f, \"launches\": %zu, ",
                     c->name, c->ms, c->floor_ms, c->floor_ms / c->ms,
                     c->bytes / (c->ms * 1e-3) / 1e9, c->flops / (c->ms * 1e-3) / 1e12,
                     c->launches);
+            const sustain_res *sr = sustain_of(c);
+            if (sr)
+                fprintf(f,
+                        "\"short_ms\": %.4f, \"sustained_ms\": %.4f, \"sustain_window\": "
+                        "[%.3f, %.3f], ",
+                        sr->short_ms, sr->sustained_ms, sr->t0, sr->t1);
+            fprintf(f, "\"where\": ");
             json_str(f, c->report);
             fprintf(f, "}%s\n", k_run < n_run ? "," : "");
         }
@@ -2365,6 +2641,21 @@ int main(int argc, char **argv) {
             fprintf(f, "\"%s\": {\"cold_ms_per_kernel\": %.2f, \"warm_cached_load_ms\": %.3f}%s",
                     cnames[i], cold_ms[i], warm_ms[i], i < 3 ? ", " : "");
         fprintf(f, "},\n  \"host_launch_overhead_us_per_kernel\": %.3f,\n", launch_us);
+        if (g_n_abba) { /* --abba's pairs: each block's time and last-half window */
+            fprintf(f, "  \"abba_block_s\": %.3f,\n  \"abba\": [\n", g_abba_s);
+            for (int i = 0; i < g_n_abba; i++) {
+                const abba_res *r = &g_abba_res[i];
+                double a = 0.5 * (r->ms[0] + r->ms[3]), b = 0.5 * (r->ms[1] + r->ms[2]);
+                fprintf(f,
+                        "    {\"a\": \"%s\", \"b\": \"%s\", \"a_ms\": %.4f, \"b_ms\": %.4f, "
+                        "\"b_over_a\": %.4f, \"blocks_ms\": [%.4f, %.4f, %.4f, %.4f], "
+                        "\"windows\": [[%.3f, %.3f], [%.3f, %.3f], [%.3f, %.3f], [%.3f, %.3f]]}%s\n",
+                        r->a->name, r->b->name, a, b, b / a, r->ms[0], r->ms[1], r->ms[2],
+                        r->ms[3], r->t0[0], r->t1[0], r->t0[1], r->t1[1], r->t0[2], r->t1[2],
+                        r->t0[3], r->t1[3], i + 1 < g_n_abba ? "," : "");
+            }
+            fprintf(f, "  ],\n");
+        }
         fprintf(f, "  \"peers\": %s\n}\n", peers_json);
         fclose(f);
     }

@@ -28,6 +28,7 @@ void kf_options_init(kf_options *options) {
     options->target = KF_TARGET_AUTO;
     options->cpu_opt_level = 3;
     options->choice_margin = 0.0;
+    options->choice_load_bias = 0.0;
 }
 
 static char *ctx_strdup(const kf_mem *m, const char *s) {
@@ -55,7 +56,8 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
         o->device < 0 || (unsigned)o->gemm >= KF_GEMM_COUNT ||
         (unsigned)o->attention >= KF_ATTENTION_COUNT || o->num_threads < 0 ||
         o->cpu_opt_level < 0 || o->cpu_opt_level > 3 || o->tiered_compile < 0 ||
-        o->tiered_compile > 1 || !(o->choice_margin >= 0.0 && o->choice_margin < 1.0))
+        o->tiered_compile > 1 || !(o->choice_margin >= 0.0 && o->choice_margin < 1.0) ||
+        !(o->choice_load_bias >= 0.0 && o->choice_load_bias < 1.0))
         return KF_ERR_INVALID_ARGUMENT;
     /* An arch override is checked now, not truncated or guessed at compile time. */
     char arch_err[KF_MSG_MAX];
@@ -82,6 +84,7 @@ kf_status kf_ctx_create(const kf_options *options, kf_ctx **out) {
     ctx->cpu_opt_level = o->cpu_opt_level;
     ctx->tiered_compile = o->tiered_compile != 0;
     ctx->choice_margin = o->choice_margin;
+    ctx->choice_load_bias = o->choice_load_bias;
     if ((o->arch && !ctx->arch) || (o->cache_dir && !ctx->cache_dir) ||
         (o->dump_dir && !ctx->dump_dir) || (o->cublaslt_lib && !ctx->cublaslt_lib)) {
         kf_ctx_destroy(ctx);

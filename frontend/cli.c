@@ -274,6 +274,10 @@ void kf_cli_options(kf_options *o) {
     if (margin && !kf_cli_choice_margin(margin, &o->choice_margin))
         fprintf(stderr, "kfuse: ignoring KF_CHOICE_MARGIN=%s (want a number from 0 to below 1)\n",
                 margin);
+    const char *bias = kf_cli_env("KF_CHOICE_LOAD_BIAS");
+    if (bias && !kf_cli_choice_margin(bias, &o->choice_load_bias))
+        fprintf(stderr,
+                "kfuse: ignoring KF_CHOICE_LOAD_BIAS=%s (want a number from 0 to below 1)\n", bias);
     if (kf_cli_env_on("KF_DEBUG"))
         o->flags |= KF_FLAG_DEBUG_PASSES;
     const char *graph = kf_cli_env("KF_CUDA_GRAPH");

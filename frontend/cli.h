@@ -31,7 +31,7 @@ bool kf_cli_read_file(const char *path, char **text, size_t *len);
 /* The GEMM mode named `s` ("auto", "generated", "cublaslt", "measured");
  * false for another name. */
 bool kf_cli_gemm_mode(const char *s, kf_gemm_mode *out);
-/* s as kf_options.choice_margin: a number in [0, 1) (a fraction: 0.05 is
+/* s as kf_options.choice_margin (or choice_load_bias): a number in [0, 1) (a fraction: 0.05 is
  * 5%); false for anything else. */
 bool kf_cli_choice_margin(const char *s, double *out);
 /* --attention's value: "auto", "sm90", "fa2", "unfused" or "decode"; false for another. */

@@ -250,6 +250,20 @@ typedef struct kf_options {
                                  the margin applies to each group alone, so where one
                                  group needs cuBLASLt anyway, a margin only slows the
                                  others). */
+    double choice_load_bias;  /* KF_CHOICE_LOAD_BIAS (`kfuse run --choice-load-bias F`): a
+                                 measured choice counts its generated side's time (1 + this)
+                                 times before it picks (the margin above then applies to
+                                 the counted times). Why: the choice times both sides at
+                                 compile time, mostly on a GPU at rest and boost clocks,
+                                 but a model's GEMMs run back to back under the power cap,
+                                 where the generated kernels draw more power a cycle than
+                                 cuBLASLt's and run 1-7% lower clocks (H100, 700 W, bench
+                                 results ...-d8694bb-gm14: generated over cuBLASLt 0.6-7%
+                                 worse sustained than at rest on 8 of 9 groups; 0.025 would
+                                 have picked the sustained winner on all 9, 0 on 7).
+                                 0 to below 1 (kf_options_init: 0, the measured times as
+                                 they are). The cache keeps the measured times, so another
+                                 bias picks again from them and times nothing. */
 } kf_options;
 
 /* Fills *options with the defaults above. */
@@ -259,8 +273,8 @@ KF_API void kf_options_init(kf_options *options);
  * points to are copied. On failure *out is NULL. Errors: KF_ERR_INVALID_ARGUMENT
  * (NULL out, unknown flag, target, gemm or attention mode, negative device or num_threads, a
  * cpu_opt_level outside 0-3, half-set allocator, an
- * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f', a choice_margin outside
- * [0, 1) or NaN),
+ * arch that is not sm_ and 2-3 digits with an optional 'a' or 'f', a choice_margin or
+ * choice_load_bias outside [0, 1) or NaN),
  * KF_ERR_OUT_OF_MEMORY. */
 KF_API kf_status kf_ctx_create(const kf_options *options, kf_ctx **out);
 /* Destroys a context. Every graph created in it must be destroyed first. */

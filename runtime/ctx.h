@@ -34,6 +34,8 @@ struct kf_ctx {
                             while the generated side compiles in the background */
     double choice_margin; /* kf_options.choice_margin: a measured choice's cuBLASLt side runs
                              only when faster than the generated side by more than this */
+    double choice_load_bias; /* kf_options.choice_load_bias: a measured choice counts its
+                                generated side's time (1 + this) times */
     /* Internal (no kf_options field; 0 from kf_ctx_create): KF_CUDA_RECIPE_*
      * flags added to those of the flags and modes above in every recipe a
      * program of this context makes, so the GPU tests and the bench can run

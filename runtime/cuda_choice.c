@@ -150,33 +150,50 @@ bool kf_cuda_variant_calls_lib(const kf_cuda_recipe *rc, uint32_t v) {
     return false;
 }
 
-uint32_t kf_cuda_choice_pick(uint32_t n, const float *ms, const bool *calls_lib, double margin,
-                             bool *by_margin) {
-    uint32_t best = 0, gen = UINT32_MAX;
+uint32_t kf_cuda_choice_pick_biased(uint32_t n, const float *ms, const bool *calls_lib,
+                                    double margin, double load_bias, bool *by_margin) {
+    uint32_t best = 0, gen = UINT32_MAX, fastest = 0;
     if (by_margin)
         *by_margin = false;
     if (n == 0)
         return 0;
+    /* the counted times: a library-free variant's (1 + load_bias) times its
+     * measured one (exactly the measured one at 0) */
+    double t[KF_CUDA_MAX_VARIANTS];
+    n = n < KF_CUDA_MAX_VARIANTS ? n : KF_CUDA_MAX_VARIANTS;
+    for (uint32_t v = 0; v < n; v++)
+        t[v] = calls_lib[v] ? (double)ms[v] : (double)ms[v] * (1.0 + load_bias);
     for (uint32_t v = 0; v < n; v++) {
-        if (ms[v] < ms[best])
+        if (t[v] < t[best])
             best = v;
-        if (!calls_lib[v] && (gen == UINT32_MAX || ms[v] < ms[gen]))
+        if (ms[v] < ms[fastest])
+            fastest = v;
+        if (!calls_lib[v] && (gen == UINT32_MAX || t[v] < t[gen]))
             gen = v;
     }
     uint32_t pick = best;
-    if (calls_lib[best] && gen != UINT32_MAX &&
-        !((double)ms[best] < (1.0 - margin) * (double)ms[gen]))
+    if (calls_lib[best] && gen != UINT32_MAX && !(t[best] < (1.0 - margin) * t[gen]))
         pick = gen;
     if (by_margin) /* (an exact tie is no margin's doing) */
-        *by_margin = ms[pick] > ms[best];
+        *by_margin = ms[pick] > ms[fastest];
     return pick;
 }
 
-uint32_t kf_cuda_choice_pick_recipe(const kf_cuda_recipe *rc, const float *ms, double margin,
-                                    bool *by_margin) {
+uint32_t kf_cuda_choice_pick(uint32_t n, const float *ms, const bool *calls_lib, double margin,
+                             bool *by_margin) {
+    return kf_cuda_choice_pick_biased(n, ms, calls_lib, margin, 0.0, by_margin);
+}
+
+uint32_t kf_cuda_choice_pick_recipe_biased(const kf_cuda_recipe *rc, const float *ms, double margin,
+                                           double load_bias, bool *by_margin) {
     bool lib[KF_CUDA_MAX_VARIANTS];
     uint32_t n = rc->n_variants < KF_CUDA_MAX_VARIANTS ? rc->n_variants : KF_CUDA_MAX_VARIANTS;
     for (uint32_t v = 0; v < n; v++)
         lib[v] = kf_cuda_variant_calls_lib(rc, v);
-    return kf_cuda_choice_pick(n, ms, lib, margin, by_margin);
+    return kf_cuda_choice_pick_biased(n, ms, lib, margin, load_bias, by_margin);
+}
+
+uint32_t kf_cuda_choice_pick_recipe(const kf_cuda_recipe *rc, const float *ms, double margin,
+                                    bool *by_margin) {
+    return kf_cuda_choice_pick_recipe_biased(rc, ms, margin, 0.0, by_margin);
 }

@@ -95,8 +95,9 @@ typedef struct xstep {
 } xstep;
 
 /* What a measured choice found: milliseconds per variant and the winner
- * (kf_cuda_choice_pick with the context's choice_margin; by_margin: the
- * margin decided, the winner is not the fastest); cached: read from the
+ * (kf_cuda_choice_pick_biased with the context's choice_margin and
+ * choice_load_bias; by_margin: the margin or the bias decided, the winner is
+ * not the fastest measured); cached: read from the
  * disk cache (only the winner's steps exist then); replayed: timed by
  * graph replay (else by direct launches). */
 typedef struct xchoice {

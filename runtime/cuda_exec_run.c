@@ -429,14 +429,14 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
         uint32_t algos_cached = 0, heuristics = 0;
         kf_blt_algo_counts(ex->lt, &algos_cached, &heuristics);
         fprintf(out,
-                "], \"choice_margin\": %g, \"launches_per_run\": %u, \"arena_bytes\": %zu, "
-                "\"constant_bytes\": %zu, "
+                "], \"choice_margin\": %g, \"choice_load_bias\": %g, \"launches_per_run\": %u, "
+                "\"arena_bytes\": %zu, \"constant_bytes\": %zu, "
                 "\"kernels_compiled\": %u, \"kernels_cached\": %u, \"cublaslt\": %s, "
                 "\"cublaslt_loaded\": %s, \"cublaslt_algos_cached\": %u, "
                 "\"cublaslt_heuristics\": %u, \"captured_graphs\": %u, "
                 "\"captured_replays\": %u, \"prepare_ms\": {",
-                ex->ctx->choice_margin, ex->n_order, ex->arena_bytes, ex->consts_bytes,
-                ex->compiled, ex->hits, ex->lt ? "true" : "false",
+                ex->ctx->choice_margin, ex->ctx->choice_load_bias, ex->n_order, ex->arena_bytes,
+                ex->consts_bytes, ex->compiled, ex->hits, ex->lt ? "true" : "false",
                 ex->lt_preloaded || ex->lt ? "true" : "false", algos_cached, heuristics,
                 ex->cap_made, ex->cap_replays);
         for (int i = 0; i < XPH_COUNT; i++)
@@ -469,11 +469,16 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
                 fprintf(out, " %s %.4f ms%s", rc->variants[v].label, (double)c->ms[v],
                         v == c->chosen ? " (chosen)" : "");
             for (uint32_t v = 0; c->by_margin && v < rc->n_variants; v++)
-                if (c->ms[v] < c->ms[c->chosen]) /* the faster side the margin passed over */
-                    fprintf(out, ", %s %.1f%% faster, within the %.1f%% margin",
-                            rc->variants[v].label,
-                            100.0 * (1.0 - (double)c->ms[v] / (double)c->ms[c->chosen]),
-                            100.0 * ex->ctx->choice_margin);
+                if (c->ms[v] < c->ms[c->chosen]) { /* the faster side passed over */
+                    double f = 100.0 * (1.0 - (double)c->ms[v] / (double)c->ms[c->chosen]);
+                    if (kf_cuda_variant_calls_lib(rc, v)) /* by the margin */
+                        fprintf(out, ", %s %.1f%% faster, within the %.1f%% margin",
+                                rc->variants[v].label, f, 100.0 * ex->ctx->choice_margin);
+                    else /* by the load bias (kf_options.choice_load_bias) */
+                        fprintf(out,
+                                ", %s %.1f%% faster as timed, counted %.1f%% slower (load bias)",
+                                rc->variants[v].label, f, 100.0 * ex->ctx->choice_load_bias);
+                }
             if (c->tiered)
                 fputs(", tiered: cuBLASLt until the generated side is compiled and timed]", out);
             else if (c->was_tiered && ex->tier.swapped_at)

@@ -178,6 +178,11 @@
 #ifndef KF_CLUSTER
 #define KF_CLUSTER 1 /* CTAs of a cluster: 1, or 2 (tile pairs sharing B) */
 #endif
+#ifndef KF_DESC_STEP
+#define KF_DESC_STEP 0 /* internal: 1 steps the consumers' wgmma descriptors by constant
+                          adds from the ring's (dda0, ddb0); 0 (the default) builds each
+                          from its shared address every K step */
+#endif
 #ifndef KF_PP_EARLY
 #define KF_PP_EARLY 0 /* ping-pong: 1 passes the turn once a consumer's last wgmmas are
                          issued and takes it after the tile's loads; 0 (the default) passes
@@ -1323,6 +1328,23 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+#if KF_DESC_STEP
+        /* The wgmma descriptors of stage 0's A and B tiles: a stage's, a
+         * half's and a K slice's are these plus their byte offset / 16 (the
+         * address field, bits 0-13, holds the shared address / 16, and every
+         * address here is below 256 KiB: an add never carries out of it).
+         * The main loop then adds where it rebuilt each descriptor from its
+         * address (mask, shift, or) every K step. */
+        const unsigned long long ddb0 = KF_B_KMAJOR ? kf_hp_desc(ring + KF_A_BYTES, 16u, 1024u)
+                                                    : kf_hp_desc(ring + KF_A_BYTES, 8192u, 1024u);
+        /* A's with the consumer's rows (cooperative) in: cw through a
+         * shuffle from lane 0, which ptxas takes as uniform across the warp,
+         * so the descriptors stay in uniform registers (no R2UR a wgmma) */
+        const unsigned dcw = (unsigned)__shfl_sync(0xffffffffu, KF_PINGPONG ? 0 : cw, 0);
+        const unsigned long long dda0 =
+            (KF_A_KMAJOR ? kf_hp_desc(ring, 16u, 1024u) : kf_hp_desc(ring, 8192u, 1024u)) +
+            (unsigned long long)(dcw * (8192u >> 4));
+#endif
 #if KF_SIB
         const bool al = KF_SIB_AL; /* every member's bases */
 #else
@@ -1449,17 +1471,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                 kf_gm_wg_sync(cw);
 #endif
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#if KF_DESC_STEP
+                /* the stage's offset in descriptor units (bytes / 16) */
+                const unsigned long long dso =
+                    (unsigned long long)(((unsigned)s * KF_STAGE_BYTES) >> 4);
+                (void)sb;
+#endif
 #pragma unroll
                 for (int kk = 0; kk < KF_BK / 16; kk++) {
+#if KF_DESC_STEP
+                    const unsigned long long db =
+                        ddb0 + dso + (unsigned long long)(KF_B_KMAJOR ? kk * 2u : kk * 128u);
+#else
                     const unsigned long long db =
                         KF_B_KMAJOR ? kf_hp_desc(sb + kk * 32u, 16u, 1024u)
                                     : kf_hp_desc(sb + kk * 2048u, 8192u, 1024u);
+#endif
 #pragma unroll
                     for (int hf = 0; hf < KF_HALVES; hf++) {
                         const unsigned ha = KF_PINGPONG ? hf * 8192u : cw * 8192u;
+#if KF_DESC_STEP
+                        /* (the consumer's rows are in dda0) */
+                        const unsigned long long da =
+                            dda0 + dso +
+                            (unsigned long long)(((KF_PINGPONG ? ha : 0u) +
+                                                  (KF_A_KMAJOR ? kk * 32u : kk * 2048u)) >>
+                                                 4);
+#else
                         const unsigned long long da =
                             KF_A_KMAJOR ? kf_hp_desc(sa + ha + kk * 32u, 16u, 1024u)
                                         : kf_hp_desc(sa + ha + kk * 2048u, 8192u, 1024u);
+#endif
                         kf_wgmma(d + hf * (KF_BN / 2), da, db);
                     }
                 }

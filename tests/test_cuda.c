@@ -777,6 +777,93 @@ static void test_a_measured_choice_takes_cublaslt_only_beyond_the_margin(void **
     kf_ctx_destroy(ctx);
 }
 
+/* kf_options.choice_load_bias (kf_cuda_choice_pick_biased), with injected
+ * times: every library-free variant's time counts (1 + bias) times, so a
+ * generated side faster as timed by less than the bias loses to cuBLASLt,
+ * and by_margin says the bias passed over the faster side; at bias 0 the
+ * rule is kf_cuda_choice_pick's; the margin applies to the counted times.
+ * The times and biases are binary fractions, so the edges are exact. Then
+ * the call-2 times of gm14's H100 run (bench/results/...-d8694bb-gm14):
+ * bias 0.025 picks the sustained winner on all nine groups, 0 on seven. */
+static void test_a_load_bias_counts_the_generated_side_slower(void **state) {
+    (void)state;
+    const bool gen_lt[2] = {false, true}, lt_gen[2] = {true, false}, gen_gen[2] = {false, false};
+    bool by = true;
+    /* generated 0.5, cuBLASLt 0.53125 (generated 5.9% faster as timed) */
+    const float ms[2] = {0.5f, 0.53125f};
+    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_lt, 0.0, 0.0, &by), 0);
+    assert_false(by);
+    /* counted 0.5 * 1.0625 = 0.53125: a tie, which goes to the generated side */
+    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_lt, 0.0, 0.0625, &by), 0);
+    assert_false(by);
+    /* counted 0.5 * 1.125 = 0.5625: cuBLASLt, passing over the faster side */
+    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_lt, 0.0, 0.125, &by), 1);
+    assert_true(by);
+    /* ... unless the margin keeps the generated side: 0.53125 is not below
+     * (1 - 0.125) * 0.5625 = 0.4921875 */
+    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_lt, 0.125, 0.125, &by), 0);
+    assert_false(by);
+    /* the order of the variants does not matter */
+    const float ms_r[2] = {0.53125f, 0.5f};
+    assert_int_equal(kf_cuda_choice_pick_biased(2, ms_r, lt_gen, 0.0, 0.125, &by), 0);
+    assert_true(by);
+    /* two generated variants: both counted alike, the faster runs */
+    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_gen, 0.0, 0.5, &by), 0);
+    assert_false(by);
+    /* bias 0 is kf_cuda_choice_pick, whatever the margin */
+    const float cases[4][2] = {{0.5f, 0.375f}, {0.375f, 0.5f}, {0.5f, 0.5f}, {0.5f, 0.4990234375f}};
+    const double margins[3] = {0.0, 0.25, 0.5};
+    for (int i = 0; i < 4; i++)
+        for (int m = 0; m < 3; m++) {
+            bool b0 = false, b1 = true;
+            assert_int_equal(kf_cuda_choice_pick_biased(2, cases[i], gen_lt, margins[m], 0.0, &b1),
+                             kf_cuda_choice_pick(2, cases[i], gen_lt, margins[m], &b0));
+            assert_true(b0 == b1);
+        }
+    /* gm14's run: the measured choice's times (generated, cuBLASLt) and the
+     * side that won A B B A under sustained load (1: cuBLASLt) */
+    const struct {
+        float gen, lt;
+        uint32_t sustained;
+    } run[9] = {
+        {1.2049f, 1.1968f, 1}, /* gemm_bias_gelu */
+        {0.6968f, 0.7164f, 0}, /* l_q_fold */
+        {0.6226f, 0.6298f, 1}, /* l_q */
+        {0.6646f, 0.6659f, 1}, /* l_o_res */
+        {1.7173f, 1.6795f, 1}, /* l_down_res */
+        {3.6761f, 3.8144f, 0}, /* l_swiglu */
+        {0.0619f, 0.0609f, 1}, /* gpt2_outproj */
+        {0.2348f, 0.2302f, 1}, /* gpt2_fc1 */
+        {0.1700f, 0.1677f, 1}, /* gpt2_fc2 */
+    };
+    int right0 = 0, right25 = 0;
+    for (int i = 0; i < 9; i++) {
+        const float t[2] = {run[i].gen, run[i].lt};
+        right0 += kf_cuda_choice_pick_biased(2, t, gen_lt, 0.0, 0.0, NULL) == run[i].sustained;
+        right25 += kf_cuda_choice_pick_biased(2, t, gen_lt, 0.0, 0.025, NULL) == run[i].sustained;
+    }
+    assert_int_equal(right0, 7);
+    assert_int_equal(right25, 9);
+
+    /* the option: 0 by default, [0, 1) and no NaN */
+    kf_options o;
+    kf_options_init(&o);
+    assert_true(o.choice_load_bias == 0.0);
+    const double bad[] = {-0.01, 1.0, 2.0, NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kf_ctx *ctx = (kf_ctx *)1;
+        o.choice_load_bias = bad[i];
+        assert_int_equal(kf_ctx_create(&o, &ctx), KF_ERR_INVALID_ARGUMENT);
+        assert_null(ctx);
+    }
+    kf_ctx *ctx = NULL;
+    o.choice_load_bias = 0.025;
+    o.target = KF_TARGET_CPU;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    assert_true(ctx->choice_load_bias == 0.025);
+    kf_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_missing_driver_is_unsupported_with_a_clear_message),
@@ -799,6 +886,7 @@ int main(void) {
         cmocka_unit_test(
             test_a_measured_choice_round_trips_through_the_cache_under_a_key_of_all_it_depends_on),
         cmocka_unit_test(test_a_measured_choice_takes_cublaslt_only_beyond_the_margin),
+        cmocka_unit_test(test_a_load_bias_counts_the_generated_side_slower),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

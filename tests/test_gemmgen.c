@@ -665,6 +665,73 @@ static void test_tma_store_epilogue_packs_bf16_pairs_once(void **state) {
     }
 }
 
+/* Internal KF_CUDA_RECIPE_GEMM_DESC_STEP: the consumers' wgmma descriptors
+ * stepped by constant adds from the ring's (KF_DESC_STEP) compile to HGMMA
+ * and UTMALDG with no local memory, in every schedule (cooperative 128 x
+ * 256, ping-pong 128 x 128, B K-major as nn.Linear keeps it, a SwiGLU pair,
+ * an RMSNorm prologue, 2-CTA clusters), with as many HGMMA as the default form
+ * and fewer instructions: the default rebuilds every descriptor from its
+ * shared address each K step (82 SASS instructions a K step for the 4 HGMMA
+ * of 8192^3). Not the default: it has not run on a GPU. */
+static void test_stepped_wgmma_descriptors_compile_to_fewer_instructions(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t flags;
+    } cases[] = {
+        {"kfg 1\nx = input(bf16[8192, 8192])\nw = input(bf16[8192, 8192])\ny = matmul(x, w)\n"
+         "output y\n",
+         0},
+        {"kfg 1\nx = input(bf16[8192, 16384])\nw = input(bf16[16384, 4096])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         0},
+        {"kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[4096, 1024])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w, transpose_b=true)\nhb = add(h, b)\n"
+         "y = gelu_tanh(hb)\noutput y\n",
+         0},
+        {"kfg 1\nx = input(f16[1000, 200])\nwg = input(f16[1096, 200])\n"
+         "wu = input(f16[1096, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+         "u = matmul(x, wu, transpose_b=true)\n"
+         "a = silu(g)\ny = mul(a, u)\noutput y\n",
+         0},
+        {"kfg 1\nx = input(bf16[4096, 1024])\ng = input(bf16[1024])\nw = input(bf16[1024, 2048])\n"
+         "n = rms_norm(x, g, axis=-1, eps=1e-6)\ny = matmul(n, w)\noutput y\n",
+         0},
+        {"kfg 1\nx = input(bf16[8192, 8192])\nw = input(bf16[8192, 8192])\ny = matmul(x, w)\n"
+         "output y\n",
+         KF_CUDA_RECIPE_GEMM_CLUSTER2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        size_t n[2] = {0, 0}, hgmma[2] = {0, 0};
+        for (int ds = 0; ds < 2; ds++) {
+            uint64_t fl = KF_CUDA_RECIPE_GEMM_GENERATED | cases[i].flags |
+                          (ds ? KF_CUDA_RECIPE_GEMM_DESC_STEP : 0);
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, fl);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            assert_true((strstr(ks->kernel.source, "#define KF_DESC_STEP 1") != NULL) == (ds == 1));
+            kf_sass_check_hopper(&MEM, &ks->kernel);
+            char *sass = malloc(1 << 22);
+            assert_non_null(sass);
+            kf_sass_text(&MEM, &ks->kernel, sass, 1 << 22);
+            n[ds] = count_of(sass, "\n        /*");
+            hgmma[ds] = count_of(sass, "HGMMA.");
+            free(sass);
+            kf_cuda_recipes_destroy(rec);
+        }
+        fprintf(stderr,
+                "case %zu: %zu SASS instructions, %zu with stepped descriptors (%zu HGMMA)\n", i,
+                n[0], n[1], hgmma[1]);
+        assert_true(hgmma[0] > 0 && hgmma[1] == hgmma[0]);
+        if (n[1] >= n[0])
+            fail_msg("case %zu: %zu instructions with stepped descriptors, %zu without", i, n[1],
+                     n[0]);
+        plan_release(&p);
+    }
+}
+
 /* The residual by TMA (the default with the TMA-store epilogue on ping-pong
  * 128 x 128 tiles, internal EPI_BUF4 on cooperative 128 x 256 ones; internal
  * EPI_GLOBAL_RS keeps the global loads): a fourth tensor map over the
@@ -2082,6 +2149,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_epilogue_row_operands_prefetch_to_l2),
         cmocka_unit_test(test_tma_store_epilogue_packs_bf16_pairs_once),
+        cmocka_unit_test(test_stepped_wgmma_descriptors_compile_to_fewer_instructions),
         cmocka_unit_test(test_residual_by_tma_compiles_with_a_fourth_map),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),

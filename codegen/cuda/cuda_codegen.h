@@ -425,6 +425,9 @@ typedef struct kf_cuda_gemm_shape {
     bool epi_unpacked;         /* sm_90a: the TMA-store epilogue without its bf16 pair forms
                                   (the code before; internal, for measuring:
                                   KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) */
+    bool desc_step;            /* sm_90a: the consumers' wgmma descriptors stepped by
+                                  constant adds from the ring's (internal:
+                                  KF_CUDA_RECIPE_GEMM_DESC_STEP) */
     bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
                                   the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
                                   the TMA-store epilogue skips it by default) */

@@ -49,7 +49,7 @@ class kf_options(ctypes.Structure):
                 ("dump_dir", ctypes.c_char_p),
                 ("cublaslt_lib", ctypes.c_char_p), ("num_threads", ctypes.c_int),
                 ("cpu_opt_level", ctypes.c_int), ("tiered_compile", ctypes.c_int),
-                ("choice_margin", ctypes.c_double)]
+                ("choice_margin", ctypes.c_double), ("choice_load_bias", ctypes.c_double)]
 
 
 class kf_binding(ctypes.Structure):

@@ -345,6 +345,11 @@ error_checks() {
         run "$kfuse" run "$file" --target cpu --no-cache --choice-margin "$bad"
         expect 2 "run --choice-margin '$bad'" 'choice-margin takes a number from 0 to below 1'
     done
+    # --choice-load-bias: the same range
+    for bad in 1 -0.1 nan abc ""; do
+        run "$kfuse" run "$file" --target cpu --no-cache --choice-load-bias "$bad"
+        expect 2 "run --choice-load-bias '$bad'" 'choice-load-bias takes a number from 0 to below 1'
+    done
     # (the runs themselves need the CPU backend: a build without LLVM, as on
     # the GPU machine, has none)
     if "$kfuse" --help | grep -q 'LLVM: built in'; then
@@ -352,6 +357,10 @@ error_checks() {
         expect 0 "run --choice-margin 0.1"
         KF_CHOICE_MARGIN=2 run "$kfuse" run "$file" --target cpu --no-cache
         expect 0 "run with KF_CHOICE_MARGIN=2" 'ignoring KF_CHOICE_MARGIN=2'
+        run "$kfuse" run "$file" --target cpu --no-cache --choice-load-bias 0.025
+        expect 0 "run --choice-load-bias 0.025"
+        KF_CHOICE_LOAD_BIAS=2 run "$kfuse" run "$file" --target cpu --no-cache
+        expect 0 "run with KF_CHOICE_LOAD_BIAS=2" 'ignoring KF_CHOICE_LOAD_BIAS=2'
     fi
     # a cache this user must not use: the message says what the CLI can
     # change (--cache-dir, --no-cache), not the library's KF_FLAG_NO_CACHE,
