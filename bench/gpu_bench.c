@@ -28,8 +28,8 @@
  *                 through cuBLASLt (_cublaslt), the generated kernel
  *                 (_generated) and the generated kernel in 2-CTA clusters
  *                 sharing B by TMA multicast (_generated_c2), and with its wgmma
- *                 descriptors stepped by adds (_generated_ds, internal
- *                 DESC_STEP): LLaMA-7B B8 S2048
+ *                 descriptors rebuilt each K step (_generated_rb, internal
+ *                 DESC_REBUILD, the form before stepped ones): LLaMA-7B B8 S2048
  *                 q projection 16384x4096x4096 behind its RMSNorm (l_q_fold)
  *                 and bare (l_q; l_q_nmajor: B as [K, N]), o projection + residual (l_o_res), down
  *                 projection 16384x4096x11008 + residual (l_down_res), SwiGLU
@@ -2126,12 +2126,12 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_CLUSTER2},
         {"gemm_plain_generated_c2", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_CLUSTER2},
-        /* the wgmma descriptors stepped by adds (internal DESC_STEP: the main
-         * loop 43 SASS instructions a K step where 82; not run yet) */
-        {"gemm_bias_gelu_generated_ds", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DESC_STEP},
-        {"gemm_plain_generated_ds", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DESC_STEP},
+        /* the wgmma descriptors rebuilt each K step (internal DESC_REBUILD:
+         * the main loop 82 SASS instructions a K step, stepped ones 43) */
+        {"gemm_bias_gelu_generated_rb", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DESC_REBUILD},
+        {"gemm_plain_generated_rb", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DESC_REBUILD},
         /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
          * choice does not offer the dual kernel yet) and the dual kernel */
         {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -2391,8 +2391,8 @@ int main(int argc, char **argv) {
         {nm "_generated", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, 0},                           \
         {nm "_generated_c2", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
          KF_CUDA_RECIPE_GEMM_CLUSTER2},                                                            \
-        {nm "_generated_ds", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
-         KF_CUDA_RECIPE_GEMM_DESC_STEP}
+        {nm "_generated_rb", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
+         KF_CUDA_RECIPE_GEMM_DESC_REBUILD}
         GEMM_ROWS("l_q_fold", t_lqf, b_lqf, f_lq),
         GEMM_ROWS("l_q", t_lq, b_lq, f_lq),
         GEMM_ROWS("l_q_nmajor", t_lqn, b_lq, f_lq),

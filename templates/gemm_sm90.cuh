@@ -179,9 +179,10 @@
 #define KF_CLUSTER 1 /* CTAs of a cluster: 1, or 2 (tile pairs sharing B) */
 #endif
 #ifndef KF_DESC_STEP
-#define KF_DESC_STEP 0 /* internal: 1 steps the consumers' wgmma descriptors by constant
-                          adds from the ring's (dda0, ddb0); 0 (the default) builds each
-                          from its shared address every K step */
+#define KF_DESC_STEP 0 /* 1 (the generator's default) steps the consumers' wgmma
+                          descriptors by constant adds from the ring's (dda0, ddb0); 0
+                          (KF_CUDA_RECIPE_GEMM_DESC_REBUILD) builds each from its shared
+                          address every K step */
 #endif
 #ifndef KF_PP_EARLY
 #define KF_PP_EARLY 0 /* ping-pong: 1 passes the turn once a consumer's last wgmmas are

@@ -2828,38 +2828,38 @@ static void test_the_internal_gemm_schedules_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
-/* The wgmma descriptors stepped by constant adds (DESC_STEP, internal; gm14,
- * session 14: NOT RUN on a GPU yet): cooperative with a residual, ragged;
- * ping-pong behind a folded LayerNorm, ragged; a SwiGLU pair with both B
- * K-major, ragged; cooperative in 2-CTA clusters. */
-static void test_gemms_with_stepped_descriptors_match(void **state) {
+/* The wgmma descriptors rebuilt each K step (DESC_REBUILD, internal: the
+ * form before stepped descriptors were the default): cooperative with a
+ * residual, ragged; ping-pong behind a folded LayerNorm, ragged; a SwiGLU
+ * pair with both B K-major, ragged; cooperative in 2-CTA clusters. */
+static void test_gemms_with_rebuilt_descriptors_match(void **state) {
     (void)state;
     REQUIRE_GPU();
     kf_ctx *ctx = cluster_ctx();
-    const char *want = "wgmma descriptors stepped";
+    const char *want = "wgmma descriptors rebuilt each K step";
     flag_case(ctx,
               "kfg 1\nx = input(%s[1100, 1104])\nw = input(%s[1104, 1000])\n"
               "r = input(%s[1100, 1000])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
-              KF_DTYPE_BF16, 2680, "stepped descriptors, residual, cooperative, ragged",
-              KF_CUDA_RECIPE_GEMM_DESC_STEP, want, false);
+              KF_DTYPE_BF16, 2680, "rebuilt descriptors, residual, cooperative, ragged",
+              KF_CUDA_RECIPE_GEMM_DESC_REBUILD, want, false);
     flag_case(ctx,
               "kfg 1\nx = input(%s[2100, 264])\ng = input(%s[264])\nc = input(%s[264])\n"
               "w = input(%s[264, 1096])\nb = input(%s[1096])\n"
               "n = layer_norm(x, g, c, eps=1e-5)\nh = matmul(n, w)\na = add(h, b)\n"
               "y = gelu_tanh(a)\noutput y\n",
-              KF_DTYPE_BF16, 2681, "stepped descriptors, LayerNorm folded, ping-pong, ragged",
-              KF_CUDA_RECIPE_GEMM_DESC_STEP, want, false);
+              KF_DTYPE_BF16, 2681, "rebuilt descriptors, LayerNorm folded, ping-pong, ragged",
+              KF_CUDA_RECIPE_GEMM_DESC_REBUILD, want, false);
     flag_case(ctx,
               "kfg 1\nx = input(%s[1000, 200])\nwg = input(%s[1096, 200])\n"
               "wu = input(%s[1096, 200])\ng = matmul(x, wg, transpose_b=true)\n"
               "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
-              KF_DTYPE_F16, 2682, "stepped descriptors, SwiGLU pair, B K-major, ragged",
-              KF_CUDA_RECIPE_GEMM_DESC_STEP, want, false);
+              KF_DTYPE_F16, 2682, "rebuilt descriptors, SwiGLU pair, B K-major, ragged",
+              KF_CUDA_RECIPE_GEMM_DESC_REBUILD, want, false);
     flag_case(ctx,
               "kfg 1\nx = input(%s[1100, 1104])\nw = input(%s[1104, 1000])\n"
               "r = input(%s[1100, 1000])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
-              KF_DTYPE_BF16, 2683, "stepped descriptors in 2-CTA clusters",
-              KF_CUDA_RECIPE_GEMM_DESC_STEP | KF_CUDA_RECIPE_GEMM_CLUSTER2, want, false);
+              KF_DTYPE_BF16, 2683, "rebuilt descriptors in 2-CTA clusters",
+              KF_CUDA_RECIPE_GEMM_DESC_REBUILD | KF_CUDA_RECIPE_GEMM_CLUSTER2, want, false);
     kf_ctx_destroy(ctx);
 }
 
@@ -4410,7 +4410,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_the_internal_gemm_schedules_match),
-        cmocka_unit_test(test_gemms_with_stepped_descriptors_match),
+        cmocka_unit_test(test_gemms_with_rebuilt_descriptors_match),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),

@@ -665,14 +665,14 @@ static void test_tma_store_epilogue_packs_bf16_pairs_once(void **state) {
     }
 }
 
-/* Internal KF_CUDA_RECIPE_GEMM_DESC_STEP: the consumers' wgmma descriptors
- * stepped by constant adds from the ring's (KF_DESC_STEP) compile to HGMMA
- * and UTMALDG with no local memory, in every schedule (cooperative 128 x
- * 256, ping-pong 128 x 128, B K-major as nn.Linear keeps it, a SwiGLU pair,
- * an RMSNorm prologue, 2-CTA clusters), with as many HGMMA as the default form
- * and fewer instructions: the default rebuilds every descriptor from its
- * shared address each K step (82 SASS instructions a K step for the 4 HGMMA
- * of 8192^3). Not the default: it has not run on a GPU. */
+/* The consumers' wgmma descriptors stepped by constant adds from the ring's
+ * (KF_DESC_STEP, the default) compile to HGMMA and UTMALDG with no local
+ * memory, in every schedule (cooperative 128 x 256, ping-pong 128 x 128, B
+ * K-major as nn.Linear keeps it, a SwiGLU pair, an RMSNorm prologue, 2-CTA
+ * clusters), with as many HGMMA as the form before (internal
+ * KF_CUDA_RECIPE_GEMM_DESC_REBUILD: every descriptor rebuilt from its shared
+ * address each K step, 82 SASS instructions a K step for the 4 HGMMA of
+ * 8192^3) and fewer instructions. */
 static void test_stepped_wgmma_descriptors_compile_to_fewer_instructions(void **state) {
     (void)state;
     static const struct {
@@ -707,7 +707,7 @@ static void test_stepped_wgmma_descriptors_compile_to_fewer_instructions(void **
         size_t n[2] = {0, 0}, hgmma[2] = {0, 0};
         for (int ds = 0; ds < 2; ds++) {
             uint64_t fl = KF_CUDA_RECIPE_GEMM_GENERATED | cases[i].flags |
-                          (ds ? KF_CUDA_RECIPE_GEMM_DESC_STEP : 0);
+                          (ds ? 0 : KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
             kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, fl);
             const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
             const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;

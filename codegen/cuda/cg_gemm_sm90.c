@@ -429,7 +429,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
               gm->head_dim, sh->epi_tma ? 1 : 0, cl, sh->pp_early ? 1 : 0, sh->epi_ahead ? 1 : 0);
     if (sh->epi_pf)
         cg_puts(&c.s, "#define KF_EPI_PF 1\n");
-    if (sh->desc_step) /* internal: the descriptors stepped by adds (KF_DESC_STEP) */
+    if (sh->desc_step) /* the descriptors stepped by adds (KF_DESC_STEP) */
         cg_puts(&c.s, "#define KF_DESC_STEP 1\n");
     if (sh->epi_rs)
         cg_printf(&c.s, "#define KF_EPI_RS 1\n#define KF_RS_LOAD %d\n",

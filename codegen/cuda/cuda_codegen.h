@@ -427,7 +427,7 @@ typedef struct kf_cuda_gemm_shape {
                                   KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) */
     bool desc_step;            /* sm_90a: the consumers' wgmma descriptors stepped by
                                   constant adds from the ring's (internal:
-                                  KF_CUDA_RECIPE_GEMM_DESC_STEP) */
+                                  KF_CUDA_RECIPE_GEMM_DESC_REBUILD asks for the form before) */
     bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
                                   the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
                                   the TMA-store epilogue skips it by default) */

@@ -282,15 +282,19 @@ enum {
  * code before, kept to measure the two against each other (GPT-2's out
  * projection: 266 SASS instructions a 64 x 64 chunk against ~160) */
 #define KF_CUDA_RECIPE_GEMM_EPI_UNPACKED (UINT64_C(1) << 44)
-/* internal: a generated sm_90a GEMM's consumers step their wgmma descriptors
- * by constant adds from the ring's (KF_DESC_STEP), where by default each
- * K step rebuilds every descriptor from its shared address (mask, shift,
- * or: the main loop of 8192^3 was 82 SASS instructions a K step a warp for
- * its 4 HGMMA, and the kernel issued 196M warp instructions against
- * cuBLASLt's 183M, 199M against 134M with bias + GELU; ncu, gm14). Under the
- * power cap instructions are energy, energy is time. No GPU run yet: not
- * the default. */
-#define KF_CUDA_RECIPE_GEMM_DESC_STEP (UINT64_C(1) << 34)
+/* internal: a generated sm_90a GEMM's consumers rebuild every wgmma
+ * descriptor from its shared address each K step (mask, shift, or: the main
+ * loop of 8192^3 is 82 SASS instructions a K step a warp for its 4 HGMMA),
+ * where by default they step them by constant adds from the ring's
+ * (KF_DESC_STEP: 43; gm14 found the kernels issuing 196M warp instructions
+ * against cuBLASLt's 183M, 199M against 134M with bias + GELU, ncu, and
+ * under the power cap instructions are energy, energy is time). The stepped
+ * form won every pair run (H200, aa24eb8, blocks A B B A under sustained
+ * load: 8192^3 1.6031 -> 1.5987 ms, + bias + GELU 8192 x 4096 x 16384
+ * 1.6288 -> 1.6177, LLaMA's q projection 0.8452 -> 0.8351; after 1 s idle
+ * 1.3886 -> 1.3688, 1.3831 -> 1.3788, 0.7163 -> 0.7006). The form before,
+ * kept to measure */
+#define KF_CUDA_RECIPE_GEMM_DESC_REBUILD (UINT64_C(1) << 34)
 /* internal: the sm_90a attention kernel with a block-sparse keep map shared by
  * every batch-head reads the map per key tile from global memory (producer and
  * consumers each walking to the next kept tile) and takes its query tiles in

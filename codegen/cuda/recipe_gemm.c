@@ -1025,7 +1025,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
     sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
-    sh.desc_step = (b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_STEP) != 0;
+    sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
@@ -1178,7 +1178,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     snprintf(why, why_size, "%s tiles %s%s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
              sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
-             sh.desc_step ? ", wgmma descriptors stepped" : "",
+             !sh.desc_step ? ", wgmma descriptors rebuilt each K step" : "",
              !sh.sk_grid ? ""
              : tiles_of(&sh, dual) * 2 <= sh.sk_grid
                  ? ", each tile's K steps interleaved over SMs (split-K, stream-K's decode form)"
