@@ -150,8 +150,8 @@ bool kf_cuda_variant_calls_lib(const kf_cuda_recipe *rc, uint32_t v) {
     return false;
 }
 
-uint32_t kf_cuda_choice_pick_biased(uint32_t n, const float *ms, const bool *calls_lib,
-                                    double margin, double load_bias, bool *by_margin) {
+uint32_t kf_cuda_choice_pick(uint32_t n, const float *ms, const bool *calls_lib, double margin,
+                             double load_bias, bool *by_margin) {
     uint32_t best = 0, gen = UINT32_MAX, fastest = 0;
     if (by_margin)
         *by_margin = false;
@@ -179,21 +179,11 @@ uint32_t kf_cuda_choice_pick_biased(uint32_t n, const float *ms, const bool *cal
     return pick;
 }
 
-uint32_t kf_cuda_choice_pick(uint32_t n, const float *ms, const bool *calls_lib, double margin,
-                             bool *by_margin) {
-    return kf_cuda_choice_pick_biased(n, ms, calls_lib, margin, 0.0, by_margin);
-}
-
-uint32_t kf_cuda_choice_pick_recipe_biased(const kf_cuda_recipe *rc, const float *ms, double margin,
-                                           double load_bias, bool *by_margin) {
+uint32_t kf_cuda_choice_pick_recipe(const kf_cuda_recipe *rc, const float *ms, double margin,
+                                    double load_bias, bool *by_margin) {
     bool lib[KF_CUDA_MAX_VARIANTS];
     uint32_t n = rc->n_variants < KF_CUDA_MAX_VARIANTS ? rc->n_variants : KF_CUDA_MAX_VARIANTS;
     for (uint32_t v = 0; v < n; v++)
         lib[v] = kf_cuda_variant_calls_lib(rc, v);
-    return kf_cuda_choice_pick_biased(n, ms, lib, margin, load_bias, by_margin);
-}
-
-uint32_t kf_cuda_choice_pick_recipe(const kf_cuda_recipe *rc, const float *ms, double margin,
-                                    bool *by_margin) {
-    return kf_cuda_choice_pick_recipe_biased(rc, ms, margin, 0.0, by_margin);
+    return kf_cuda_choice_pick(n, ms, lib, margin, load_bias, by_margin);
 }

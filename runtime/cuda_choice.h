@@ -65,25 +65,18 @@ bool kf_cuda_variant_calls_lib(const kf_cuda_recipe *rc, uint32_t v);
  * that little per run but costs every process that runs the program
  * cuBLASLt's load and first use (~160 ms there; kf_options.choice_margin).
  * An exact tie goes to the generated side; among equals, the lower index.
- * *by_margin (NULL: not asked): the margin decided, i.e. the variant
- * returned is not the fastest. margin 0: the fastest, as before margins. */
+ * Every library-free variant's time counts (1 + load_bias) times wherever
+ * times are compared (kf_options.choice_load_bias: the sides are timed on a
+ * GPU at rest, where the generated kernels fare better against cuBLASLt than
+ * under a model's power-capped load; 0: as timed). *by_margin (NULL: not
+ * asked): the margin or the bias decided, i.e. the variant returned is not
+ * the fastest by the measured times. margin and load_bias 0: the fastest,
+ * as before either. */
 uint32_t kf_cuda_choice_pick(uint32_t n, const float *ms, const bool *calls_lib, double margin,
-                             bool *by_margin);
-
-/* kf_cuda_choice_pick with every library-free variant's time counted
- * (1 + load_bias) times (kf_options.choice_load_bias) wherever times are
- * compared; *by_margin then says the variant returned is not the fastest by
- * the measured times (the margin or the bias decided). load_bias 0:
- * kf_cuda_choice_pick. */
-uint32_t kf_cuda_choice_pick_biased(uint32_t n, const float *ms, const bool *calls_lib,
-                                    double margin, double load_bias, bool *by_margin);
+                             double load_bias, bool *by_margin);
 
 /* kf_cuda_choice_pick over recipe rc's variants (calls_lib from its steps). */
 uint32_t kf_cuda_choice_pick_recipe(const kf_cuda_recipe *rc, const float *ms, double margin,
-                                    bool *by_margin);
-
-/* kf_cuda_choice_pick_biased over recipe rc's variants. */
-uint32_t kf_cuda_choice_pick_recipe_biased(const kf_cuda_recipe *rc, const float *ms, double margin,
-                                           double load_bias, bool *by_margin);
+                                    double load_bias, bool *by_margin);
 
 #endif /* KF_RUNTIME_CUDA_CHOICE_H */

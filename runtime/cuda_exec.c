@@ -851,8 +851,8 @@ static void read_choices(kf_cuda_exec *ex) {
         /* the winner picked again from the stored times under this
          * context's margin and load bias (neither is in the key) */
         if (c->cached)
-            c->chosen = kf_cuda_choice_pick_recipe_biased(rc, c->ms, ex->ctx->choice_margin,
-                                                          ex->ctx->choice_load_bias, &c->by_margin);
+            c->chosen = kf_cuda_choice_pick_recipe(rc, c->ms, ex->ctx->choice_margin,
+                                                   ex->ctx->choice_load_bias, &c->by_margin);
         c->replayed = c->cached && kf_cx_measure_replays(ex);
     }
 }

@@ -95,7 +95,7 @@ typedef struct xstep {
 } xstep;
 
 /* What a measured choice found: milliseconds per variant and the winner
- * (kf_cuda_choice_pick_biased with the context's choice_margin and
+ * (kf_cuda_choice_pick_recipe with the context's choice_margin and
  * choice_load_bias; by_margin: the margin or the bias decided, the winner is
  * not the fastest measured); cached: read from the
  * disk cache (only the winner's steps exist then); replayed: timed by

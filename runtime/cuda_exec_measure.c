@@ -182,8 +182,8 @@ kf_status kf_cx_measure_group(kf_cuda_exec *ex, uint32_t gi, kf_cu_stream stream
     c->chosen = 0;
     c->by_margin = false;
     if (st == KF_OK)
-        c->chosen = kf_cuda_choice_pick_recipe_biased(rc, c->ms, ex->ctx->choice_margin,
-                                                      ex->ctx->choice_load_bias, &c->by_margin);
+        c->chosen = kf_cuda_choice_pick_recipe(rc, c->ms, ex->ctx->choice_margin,
+                                               ex->ctx->choice_load_bias, &c->by_margin);
     /* Kept for the next process on this device (a store that fails costs
      * that process a measurement, nothing else). A choice timed directly
      * because the capture failed is not kept under the replay's key. */

@@ -702,36 +702,40 @@ static void test_a_measured_choice_takes_cublaslt_only_beyond_the_margin(void **
     const bool gen_lt[2] = {false, true}, lt_gen[2] = {true, false}, lt_lt[2] = {true, true};
     bool by = true;
     /* the generated side faster: it runs, whatever the margin */
-    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.375f, 0.5f}, gen_lt, 0.25, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.375f, 0.5f}, gen_lt, 0.25, 0.0, &by),
+                     0);
     assert_false(by);
     /* cuBLASLt faster by 25%: beyond a 20% margin it runs, at a 25% margin (the
      * edge: not MORE than the margin) and within 50% the generated side */
     const float ms[2] = {0.5f, 0.375f};
-    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.2, &by), 1);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.2, 0.0, &by), 1);
     assert_false(by);
-    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.25, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.25, 0.0, &by), 0);
     assert_true(by);
-    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.5, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.5, 0.0, &by), 0);
     assert_true(by);
     /* margin 0: the faster side, however close */
-    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.5f, 0.4990234375f}, gen_lt, 0.0, &by),
-                     1);
+    assert_int_equal(
+        kf_cuda_choice_pick(2, (const float[]){0.5f, 0.4990234375f}, gen_lt, 0.0, 0.0, &by), 1);
     assert_false(by);
     /* the variants' order does not matter: the library side first */
-    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.375f, 0.5f}, lt_gen, 0.5, &by), 1);
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.375f, 0.5f}, lt_gen, 0.5, 0.0, &by),
+                     1);
     assert_true(by);
-    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.25f, 0.5f}, lt_gen, 0.25, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.25f, 0.5f}, lt_gen, 0.25, 0.0, &by),
+                     0);
     assert_false(by);
     /* an exact tie: the generated side, and no margin's doing */
-    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.5f, 0.5f}, lt_gen, 0.0, &by), 1);
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.5f, 0.5f}, lt_gen, 0.0, 0.0, &by), 1);
     assert_false(by);
     /* both sides call the library: the margin has nothing to prefer */
-    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.5f, 0.375f}, lt_lt, 0.5, &by), 1);
+    assert_int_equal(kf_cuda_choice_pick(2, (const float[]){0.5f, 0.375f}, lt_lt, 0.5, 0.0, &by),
+                     1);
     assert_false(by);
     /* no variant; by_margin not asked */
-    assert_int_equal(kf_cuda_choice_pick(0, ms, gen_lt, 0.05, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(0, ms, gen_lt, 0.05, 0.0, &by), 0);
     assert_false(by);
-    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.5, NULL), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.5, 0.0, NULL), 0);
 
     /* over a recipe: which variant calls the library comes from its steps */
     kf_cuda_kstep ks;
@@ -753,9 +757,9 @@ static void test_a_measured_choice_takes_cublaslt_only_beyond_the_margin(void **
     rc.n_steps = 3;
     assert_false(kf_cuda_variant_calls_lib(&rc, 0));
     assert_true(kf_cuda_variant_calls_lib(&rc, 1));
-    assert_int_equal(kf_cuda_choice_pick_recipe(&rc, ms, 0.25, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick_recipe(&rc, ms, 0.25, 0.0, &by), 0);
     assert_true(by);
-    assert_int_equal(kf_cuda_choice_pick_recipe(&rc, ms, 0.0, &by), 1);
+    assert_int_equal(kf_cuda_choice_pick_recipe(&rc, ms, 0.0, 0.0, &by), 1);
     assert_false(by);
 
     /* the option: 0 by default (the faster side), [0, 1) and no NaN */
@@ -777,11 +781,11 @@ static void test_a_measured_choice_takes_cublaslt_only_beyond_the_margin(void **
     kf_ctx_destroy(ctx);
 }
 
-/* kf_options.choice_load_bias (kf_cuda_choice_pick_biased), with injected
+/* kf_options.choice_load_bias (kf_cuda_choice_pick's load_bias), with injected
  * times: every library-free variant's time counts (1 + bias) times, so a
  * generated side faster as timed by less than the bias loses to cuBLASLt,
  * and by_margin says the bias passed over the faster side; at bias 0 the
- * rule is kf_cuda_choice_pick's; the margin applies to the counted times.
+ * rule is the margin's alone; the margin applies to the counted times.
  * The times and biases are binary fractions, so the edges are exact. Then
  * the call-2 times of gm14's H100 run (bench/results/...-d8694bb-gm14):
  * bias 0.025 picks the sustained winner on all nine groups, 0 on seven. */
@@ -791,34 +795,37 @@ static void test_a_load_bias_counts_the_generated_side_slower(void **state) {
     bool by = true;
     /* generated 0.5, cuBLASLt 0.53125 (generated 5.9% faster as timed) */
     const float ms[2] = {0.5f, 0.53125f};
-    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_lt, 0.0, 0.0, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.0, 0.0, &by), 0);
     assert_false(by);
     /* counted 0.5 * 1.0625 = 0.53125: a tie, which goes to the generated side */
-    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_lt, 0.0, 0.0625, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.0, 0.0625, &by), 0);
     assert_false(by);
     /* counted 0.5 * 1.125 = 0.5625: cuBLASLt, passing over the faster side */
-    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_lt, 0.0, 0.125, &by), 1);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.0, 0.125, &by), 1);
     assert_true(by);
     /* ... unless the margin keeps the generated side: 0.53125 is not below
      * (1 - 0.125) * 0.5625 = 0.4921875 */
-    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_lt, 0.125, 0.125, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_lt, 0.125, 0.125, &by), 0);
     assert_false(by);
     /* the order of the variants does not matter */
     const float ms_r[2] = {0.53125f, 0.5f};
-    assert_int_equal(kf_cuda_choice_pick_biased(2, ms_r, lt_gen, 0.0, 0.125, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, ms_r, lt_gen, 0.0, 0.125, &by), 0);
     assert_true(by);
     /* two generated variants: both counted alike, the faster runs */
-    assert_int_equal(kf_cuda_choice_pick_biased(2, ms, gen_gen, 0.0, 0.5, &by), 0);
+    assert_int_equal(kf_cuda_choice_pick(2, ms, gen_gen, 0.0, 0.5, &by), 0);
     assert_false(by);
-    /* bias 0 is kf_cuda_choice_pick, whatever the margin */
+    /* bias 0 is the margin's rule alone, whatever the margin: cuBLASLt
+     * (variant 1) only where ms[1] < (1 - margin) ms[0], by_margin where
+     * that passes over the faster side */
     const float cases[4][2] = {{0.5f, 0.375f}, {0.375f, 0.5f}, {0.5f, 0.5f}, {0.5f, 0.4990234375f}};
     const double margins[3] = {0.0, 0.25, 0.5};
     for (int i = 0; i < 4; i++)
         for (int m = 0; m < 3; m++) {
-            bool b0 = false, b1 = true;
-            assert_int_equal(kf_cuda_choice_pick_biased(2, cases[i], gen_lt, margins[m], 0.0, &b1),
-                             kf_cuda_choice_pick(2, cases[i], gen_lt, margins[m], &b0));
-            assert_true(b0 == b1);
+            bool b1 = true;
+            const uint32_t want =
+                (double)cases[i][1] < (1.0 - margins[m]) * (double)cases[i][0] ? 1u : 0u;
+            assert_int_equal(kf_cuda_choice_pick(2, cases[i], gen_lt, margins[m], 0.0, &b1), want);
+            assert_true(b1 == (cases[i][want] > cases[i][1 - want]));
         }
     /* gm14's run: the measured choice's times (generated, cuBLASLt) and the
      * side that won A B B A under sustained load (1: cuBLASLt) */
@@ -839,8 +846,8 @@ static void test_a_load_bias_counts_the_generated_side_slower(void **state) {
     int right0 = 0, right25 = 0;
     for (int i = 0; i < 9; i++) {
         const float t[2] = {run[i].gen, run[i].lt};
-        right0 += kf_cuda_choice_pick_biased(2, t, gen_lt, 0.0, 0.0, NULL) == run[i].sustained;
-        right25 += kf_cuda_choice_pick_biased(2, t, gen_lt, 0.0, 0.025, NULL) == run[i].sustained;
+        right0 += kf_cuda_choice_pick(2, t, gen_lt, 0.0, 0.0, NULL) == run[i].sustained;
+        right25 += kf_cuda_choice_pick(2, t, gen_lt, 0.0, 0.025, NULL) == run[i].sustained;
     }
     assert_int_equal(right0, 7);
     assert_int_equal(right25, 9);

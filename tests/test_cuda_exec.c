@@ -3780,12 +3780,13 @@ static kf_plan *measured_plan(kf_ctx *ctx, kf_graph **g) {
 }
 
 /* Whether `chosen` is what the choice rule picks from ms (kf_cuda_choice_pick)
- * under the margin of kf_options_init, which the tests' contexts keep. */
+ * under the margin and load bias of kf_options_init, which the tests'
+ * contexts keep. */
 static bool rule_picked(const kf_cuda_exec *ex, uint32_t gi, uint32_t chosen, const float *ms) {
     kf_options o;
     kf_options_init(&o);
     const kf_cuda_recipe *rc = &kf_cuda_exec_recipes(ex)->recipes[gi];
-    return chosen == kf_cuda_choice_pick_recipe(rc, ms, o.choice_margin, NULL);
+    return chosen == kf_cuda_choice_pick_recipe(rc, ms, o.choice_margin, o.choice_load_bias, NULL);
 }
 
 static void test_a_measured_choice_is_cached_and_a_warm_compile_times_nothing(void **state) {
