@@ -1148,6 +1148,7 @@ def main():
         from kfuse.torch_backend import make_backend
 
         trace_dir = args.trace_dir or tempfile.mkdtemp(prefix="kfuse-gap-")
+        os.makedirs(trace_dir, exist_ok=True)
         cache = args.kfuse_cache or tempfile.mkdtemp(prefix="kfuse-gap-")
         res["gap"] = {}
         for name, mod, xs, kw in blocks(args.gap.split(",")):
@@ -1166,6 +1167,7 @@ def main():
         return write(res, args.out)
     if args.headline:
         trace_dir = args.trace_dir or tempfile.mkdtemp(prefix="kfuse-head-")
+        os.makedirs(trace_dir, exist_ok=True)
         head = headline(args.headline.split(","), args.rounds, trace_dir, res,
                         lambda: args.out != "-" and write(res, args.out))
         if args.table:
