@@ -302,6 +302,47 @@ __device__ __forceinline__ unsigned long long kf_desc_at(unsigned long long d0, 
 #endif
 }
 
+/* S = Q . K^T of the key tile at kb (K-major descriptor dk0), Q from qbase
+ * (dq0): the KF_D / 16 wgmmas of one group, the first writing S; the caller
+ * fences before and commits after. kf_issue_qkl: the same for the narrow
+ * last tile (m64n{KF_BC_LAST}). */
+__device__ __forceinline__ void kf_issue_qk(float *sc, unsigned long long dq0, unsigned qbase,
+                                            unsigned long long dk0, unsigned kb) {
+#pragma unroll
+    for (int kk = 0; kk < KF_D / 16; kk++) {
+        const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+        const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+        if (kk == 0)
+            kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
+        else
+            kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
+    }
+}
+#if KF_BC_LAST
+__device__ __forceinline__ void kf_issue_qkl(float *sc, unsigned long long dq0, unsigned qbase,
+                                             unsigned long long dk0, unsigned kb) {
+#pragma unroll
+    for (int kk = 0; kk < KF_D / 16; kk++) {
+        const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
+        const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
+        if (kk == 0)
+            kf_wgmma_qkl0(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
+        else
+            kf_wgmma_qkl(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
+    }
+}
+#endif
+/* O += P . V of the V tile at vbp (MN-major descriptor dv0): N / 16 wgmmas of
+ * one group, P's packed pairs from registers (pa); the caller fences before
+ * and commits after. */
+template <int N>
+__device__ __forceinline__ void kf_issue_pv(float *o, const unsigned (*pa)[4],
+                                            unsigned long long dv0, unsigned vbp) {
+#pragma unroll
+    for (int kk = 0; kk < N / 16; kk++)
+        kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
+}
+
 /* KF_QT(r): the query tile of rank r, r itself (a causal mask's tiles rank
  * by index) but where the generator's block-sparse walk (KF_BS_TABLE) ranks
  * the query tiles by the key tiles they visit (kf_bs_ord, built by
@@ -636,9 +677,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
             kf_hp_wait(fv0 + 8 * sp, php);
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-            for (int kk = 0; kk < (KF_BC_LAST ? KF_BC_LAST : KF_BC) / 16; kk++)
-                kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
+            kf_issue_pv<KF_BC_LAST ? KF_BC_LAST : KF_BC>(o, pa, dv0, vbp);
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             if (lane == 0)
@@ -1057,21 +1096,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     kf_hp_wait(fv0 + 8 * sp, php);
                     asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-                    for (int kk = 0; kk < KF_D / 16; kk++) {
-                        const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
-                        const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
-                        if (kk == 0)
-                            kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                         kf_desc_at(dk0, kb, offk, 16u));
-                        else
-                            kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                        kf_desc_at(dk0, kb, offk, 16u));
-                    }
+                    kf_issue_qk(sc, dq0, qbase, dk0, kb);
                     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#pragma unroll
-                    for (int kk = 0; kk < KF_BC / 16; kk++)
-                        kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
+                    kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
                     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                     if (cw == 0 || jn < t_hi || !last_turn)
                         asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
@@ -1082,17 +1109,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 {
                     asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-                    for (int kk = 0; kk < KF_D / 16; kk++) {
-                        const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
-                        const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
-                        if (kk == 0)
-                            kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                         kf_desc_at(dk0, kb, offk, 16u));
-                        else
-                            kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                        kf_desc_at(dk0, kb, offk, 16u));
-                    }
+                    kf_issue_qk(sc, dq0, qbase, dk0, kb);
                     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                     /* the other consumer's turn (consumer 1 leaves out its last) */
                     if (cw == 0 || jn < t_hi || !last_turn)
@@ -1118,22 +1135,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
                 /* S = Q . K^T(j) */
-#pragma unroll
-                for (int kk = 0; kk < KF_D / 16; kk++) {
-                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
-                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
-                    if (kk == 0)
-                        kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                     kf_desc_at(dk0, kb, offk, 16u));
-                    else
-                        kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                    kf_desc_at(dk0, kb, offk, 16u));
-                }
+                kf_issue_qk(sc, dq0, qbase, dk0, kb);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* O += P . V(j - 1), a second group */
-#pragma unroll
-                for (int kk = 0; kk < KF_BC / 16; kk++)
-                    kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
+                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
@@ -1154,21 +1159,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-                for (int kk = 0; kk < KF_D / 16; kk++) {
-                    const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
-                    const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
-                    if (kk == 0)
-                        kf_wgmma_qkl0(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                      kf_desc_at(dk0, kb, offk, 16u));
-                    else
-                        kf_wgmma_qkl(sc, kf_desc_at(dq0, qbase, off, 16u),
-                                     kf_desc_at(dk0, kb, offk, 16u));
-                }
+                kf_issue_qkl(sc, dq0, qbase, dk0, kb);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#pragma unroll
-                for (int kk = 0; kk < KF_BC / 16; kk++)
-                    kf_wgmma_pv(o, pa[kk], kf_desc_at(dv0, vbp, kk * 2048u, KF_BC * 128u));
+                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 if (cw == 0 || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
