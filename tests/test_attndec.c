@@ -173,12 +173,11 @@ static void test_every_decode_attention_variant_compiles(void **state) {
                     assert_int_equal(
                         kf_cuda_attention_decode_shape(p.plan, rc->group, kd->kernel.arch, &sh),
                         KF_OK);
-                    assert_int_equal(kf_cuda_attention_decode_splits(&sh, rec->target.sm_count),
-                                     1);
+                    assert_int_equal(kf_cuda_attention_decode_splits(&sh, rec->target.sm_count), 1);
                     check_direct(rc, &sh, dec_cases[i].name);
                     check_sass(&kd->kernel, "LDGSTS", "HMMA");
-                    fprintf(stderr, "  %s [%s, %s]: %s (1 split, direct) ok\n",
-                            dec_cases[i].name, dts[d], kd->kernel.arch, kd->kernel.name);
+                    fprintf(stderr, "  %s [%s, %s]: %s (1 split, direct) ok\n", dec_cases[i].name,
+                            dts[d], kd->kernel.arch, kd->kernel.name);
                     n_direct++;
                     kf_cuda_recipes_destroy(rec);
                     /* the two-step form at n = 1, kept behind the flag */
@@ -247,10 +246,11 @@ static void test_every_decode_attention_variant_compiles(void **state) {
  * two splits (and the combine) -- the bench's forms. */
 static void test_a_long_batch_runs_one_decode_kernel_writing_o(void **state) {
     (void)state;
-    const char *text = "kfg 1\nq = input(bf16[64, 32, 1, 128])\nk = input(bf16[64, 32, 8192, 128])\n"
-                       "v = input(bf16[64, 32, 8192, 128])\nqk = matmul(q, k, transpose_b=true)\n"
-                       "sc = const(bf16[], 0.08838834764)\ns1 = mul(qk, sc)\np = softmax(s1)\n"
-                       "o = matmul(p, v)\noutput o\n";
+    const char *text =
+        "kfg 1\nq = input(bf16[64, 32, 1, 128])\nk = input(bf16[64, 32, 8192, 128])\n"
+        "v = input(bf16[64, 32, 8192, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const(bf16[], 0.08838834764)\ns1 = mul(qk, sc)\np = softmax(s1)\n"
+        "o = matmul(p, v)\noutput o\n";
     planned p;
     plan_text(text, &p);
     kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);

@@ -192,20 +192,19 @@ static void emit_dec_bh(cg *c, const dec_info *di) {
 static void emit_sizes(cg *c, const dec_info *di, kf_dtype dt, int po, int pw) {
     const kf_attn_info *at = &c->g->attn;
     int64_t rt = di->mp / 16;
-    cg_printf(
-        &c->s,
-        "#define KF_D %lld\n#define KF_BC %d\n#define KF_STAGES %d\n#define KF_SQ %lld\n"
-        "#define KF_SKV %lld\n#define KF_NKV %lldLL\n#define KF_G %lld\n#define KF_M %lld\n"
-        "#define KF_MP %lld\n#define KF_RB %lld\n#define KF_RT %lld\n#define KF_KS %lld\n"
-        "#define KF_AB \"%s\"\n#define KF_ELEM %s\n#define KF_TO_ELEM %s\n"
-        "#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n#define KF_O p%d\n"
-        "/* mask %s */\n",
-        (long long)at->d, DEC_BC, di->stages, (long long)at->sq, (long long)at->skv,
-        (long long)(di->shape.kv_items / di->rb), (long long)di->g, (long long)di->m,
-        (long long)di->mp, (long long)di->rb, (long long)rt, (long long)(4 / rt),
-        dt == KF_DTYPE_BF16 ? "bf16" : "f16", cg_storage_type(dt),
-        dt == KF_DTYPE_BF16 ? "kf_f32_to_bf16" : "kf_f32_to_f16", di->skip,
-        (long long)(di->skip == 2 ? at->window : 0), po, kf_mask_kind_name(at->mask));
+    cg_printf(&c->s,
+              "#define KF_D %lld\n#define KF_BC %d\n#define KF_STAGES %d\n#define KF_SQ %lld\n"
+              "#define KF_SKV %lld\n#define KF_NKV %lldLL\n#define KF_G %lld\n#define KF_M %lld\n"
+              "#define KF_MP %lld\n#define KF_RB %lld\n#define KF_RT %lld\n#define KF_KS %lld\n"
+              "#define KF_AB \"%s\"\n#define KF_ELEM %s\n#define KF_TO_ELEM %s\n"
+              "#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n#define KF_O p%d\n"
+              "/* mask %s */\n",
+              (long long)at->d, DEC_BC, di->stages, (long long)at->sq, (long long)at->skv,
+              (long long)(di->shape.kv_items / di->rb), (long long)di->g, (long long)di->m,
+              (long long)di->mp, (long long)di->rb, (long long)rt, (long long)(4 / rt),
+              dt == KF_DTYPE_BF16 ? "bf16" : "f16", cg_storage_type(dt),
+              dt == KF_DTYPE_BF16 ? "kf_f32_to_bf16" : "kf_f32_to_f16", di->skip,
+              (long long)(di->skip == 2 ? at->window : 0), po, kf_mask_kind_name(at->mask));
     if (pw >= 0)
         cg_printf(&c->s, "#define KF_W p%d\n", pw);
     cg_puts(&c->s, "\n");
