@@ -141,7 +141,8 @@
  * also _unfused; peers: SDPA's f32 math and memory-efficient backends, cuDNN
  * and flash), decode (B16 H32,
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
- * GQA 32:8; B64), the cold compile of one fused kernel, and peers.py
+ * GQA 32:8; B64; the one-split rows B16 and B64 also in the two-step form,
+ * _combine, and with twice the splits, _x2), the cold compile of one fused kernel, and peers.py
  * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
  * among them too (the cold compile and planning run with attn_causal).
  */
@@ -727,6 +728,40 @@ static void abba_run(void) {
     }
 }
 
+/* --abba's pairs into the results file: each block's time and last-half
+ * window (nothing without pairs). */
+static void abba_json(FILE *f) {
+    if (!g_n_abba)
+        return;
+    fprintf(f, "  \"abba_block_s\": %.3f,\n  \"abba\": [\n", g_abba_s);
+    for (int i = 0; i < g_n_abba; i++) {
+        const abba_res *r = &g_abba_res[i];
+        double a = 0.5 * (r->ms[0] + r->ms[3]), b = 0.5 * (r->ms[1] + r->ms[2]);
+        fprintf(f,
+                "    {\"a\": \"%s\", \"b\": \"%s\", \"a_ms\": %.4f, \"b_ms\": %.4f, "
+                "\"b_over_a\": %.4f, \"blocks_ms\": [%.4f, %.4f, %.4f, %.4f], "
+                "\"windows\": [[%.3f, %.3f], [%.3f, %.3f], [%.3f, %.3f], [%.3f, %.3f]]}%s\n",
+                r->a->name, r->b->name, a, b, b / a, r->ms[0], r->ms[1], r->ms[2], r->ms[3],
+                r->t0[0], r->t1[0], r->t0[1], r->t1[1], r->t0[2], r->t1[2], r->t0[3], r->t1[3],
+                i + 1 < g_n_abba ? "," : "");
+    }
+    fprintf(f, "  ],\n");
+}
+
+/* Runs --abba's pairs (every case named in one ran and kept its program),
+ * then frees the kept programs. */
+static void abba_finish(void) {
+    if (!g_abba)
+        return;
+    abba_run();
+    for (int i = 0; i < g_n_kept; i++) {
+        kf_cuda_exec_destroy(g_kept[i].ex);
+        kf_plan_destroy(g_kept[i].plan);
+        kf_graph_destroy(g_kept[i].g);
+    }
+    g_n_kept = 0;
+}
+
 /* Plans and prepares `c` in `ctx`, fills its inputs, times it. */
 static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops) {
     kf_graph *g = parse(ctx, c->text);
@@ -1028,6 +1063,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     double io_g2 = 4.0 * 16 * 16 * 1024 * 64 * 2, fl_g2 = 4.0 * 16 * 16 * 1024.0 * 1024 * 64 / 2;
     double io_ll = 4.0 * 8 * 32 * 2048 * 128 * 2, fl_ll = 4.0 * 8 * 32 * 2048.0 * 2048 * 128 / 2;
     const uint64_t PIN = KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
+    const uint64_t DCOMB = KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE;
+    const uint64_t DX2 = KF_CUDA_RECIPE_ATTENTION_DECODE_SPLITS_X2;
     const uint64_t F32S = KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
     const uint64_t TREE = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX;
     const uint64_t LPT = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
@@ -1244,6 +1281,15 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_decode_gqa", texts[8], kv16g + qo16, fl16, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_decode_gqa_sm90", texts[8], kv16g + qo16, fl16, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_decode_b64", texts[9], kv64 + 4 * qo16, 4 * fl16, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the one-split rows' other forms: the split kernel's partials and
+         * the combine at one split (_combine: KF_CUDA_RECIPE_ATTENTION_
+         * DECODE_COMBINE, the form before the direct kernel), and twice the
+         * rule's splits (_x2: ATTENTION_DECODE_SPLITS_X2, 2 for B16 / B64) */
+        {"attn_decode_combine", texts[7], kv16 + qo16, fl16, 0, 0, 0, "", KF_GEMM_AUTO, DCOMB},
+        {"attn_decode_x2", texts[7], kv16 + qo16, fl16, 0, 0, 0, "", KF_GEMM_AUTO, DX2},
+        {"attn_decode_b64_combine", texts[9], kv64 + 4 * qo16, 4 * fl16, 0, 0, 0, "", KF_GEMM_AUTO,
+         DCOMB},
+        {"attn_decode_b64_x2", texts[9], kv64 + 4 * qo16, 4 * fl16, 0, 0, 0, "", KF_GEMM_AUTO, DX2},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
@@ -1286,6 +1332,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
                                                   : fa,
                  &cases[i], copy_gbs, gemm_tflops);
     }
+    abba_finish();
 
     /* Cold compile of one fused kernel: a private empty cache (planning and
      * codegen included, as kf_compile does them). */
@@ -1370,6 +1417,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         fputs("\n", f);
         fprintf(f, "  },\n  \"compile\": {\"attn_causal\": {\"cold_ms\": %.1f}},\n", cold_ms);
         fprintf(f, "  \"plan_ms\": {\"attn_causal\": %.1f},\n", plan_ms);
+        abba_json(f);
         fprintf(f, "  \"peers\": %s\n}\n", peers_json);
         fclose(f);
     }
@@ -2489,15 +2537,7 @@ int main(int argc, char **argv) {
                                                      : ctx,
                  &cases[i], copy_gbs, gemm_tflops);
     }
-    if (g_abba) {
-        abba_run();
-        for (int i = 0; i < g_n_kept; i++) {
-            kf_cuda_exec_destroy(g_kept[i].ex);
-            kf_plan_destroy(g_kept[i].plan);
-            kf_graph_destroy(g_kept[i].g);
-        }
-        g_n_kept = 0;
-    }
+    abba_finish();
     kf_ctx_destroy(ctx_80);
     kf_ctx_destroy(sctx_80);
     kf_ctx_destroy(sctx);
@@ -2641,21 +2681,7 @@ int main(int argc, char **argv) {
             fprintf(f, "\"%s\": {\"cold_ms_per_kernel\": %.2f, \"warm_cached_load_ms\": %.3f}%s",
                     cnames[i], cold_ms[i], warm_ms[i], i < 3 ? ", " : "");
         fprintf(f, "},\n  \"host_launch_overhead_us_per_kernel\": %.3f,\n", launch_us);
-        if (g_n_abba) { /* --abba's pairs: each block's time and last-half window */
-            fprintf(f, "  \"abba_block_s\": %.3f,\n  \"abba\": [\n", g_abba_s);
-            for (int i = 0; i < g_n_abba; i++) {
-                const abba_res *r = &g_abba_res[i];
-                double a = 0.5 * (r->ms[0] + r->ms[3]), b = 0.5 * (r->ms[1] + r->ms[2]);
-                fprintf(f,
-                        "    {\"a\": \"%s\", \"b\": \"%s\", \"a_ms\": %.4f, \"b_ms\": %.4f, "
-                        "\"b_over_a\": %.4f, \"blocks_ms\": [%.4f, %.4f, %.4f, %.4f], "
-                        "\"windows\": [[%.3f, %.3f], [%.3f, %.3f], [%.3f, %.3f], [%.3f, %.3f]]}%s\n",
-                        r->a->name, r->b->name, a, b, b / a, r->ms[0], r->ms[1], r->ms[2],
-                        r->ms[3], r->t0[0], r->t1[0], r->t0[1], r->t1[1], r->t0[2], r->t1[2],
-                        r->t0[3], r->t1[3], i + 1 < g_n_abba ? "," : "");
-            }
-            fprintf(f, "  ],\n");
-        }
+        abba_json(f);
         fprintf(f, "  \"peers\": %s\n}\n", peers_json);
         fclose(f);
     }

@@ -37,7 +37,13 @@
  *              sum_s 2^(lse2_s - M), rounded to the output's dtype, written
  *              contiguous [.., KF_SQ, KF_D]. A row no split saw (every key
  *              masked) is 0/0 = NaN, the reference's softmax of a row of
- *              -inf (as attention.cuh).
+ *              -inf (as attention.cuh);
+ *   direct   = with KF_DIRECT (the recipe's one-split form: one chunk holds
+ *              every key tile, so there is nothing to combine), the split
+ *              kernel writes O / l itself, rounded, where the combine would
+ *              (NaN for a row every key of which is masked), and neither the
+ *              workspace nor KF_W exists: one launch, no f32 round trip. It
+ *              still takes the split count (always 1) as its last argument.
  *
  * Hooks (the generator's): KF_D, KF_BC, KF_STAGES, KF_SQ, KF_SKV, KF_NKV
  * (kv items), KF_G, KF_M, KF_MP, KF_RB, KF_RT, KF_KS, KF_AB, KF_ELEM,
@@ -54,6 +60,7 @@ static_assert(KF_BLOCK == 128, "four warps");
 static_assert(KF_RT * KF_KS == 4 && KF_MP == 16 * KF_RT, "row tiles x key slices = warps");
 static_assert(KF_KW % 16 == 0 && KF_D % 16 == 0, "mma tiles");
 
+#ifndef KF_DIRECT
 /* The workspace: O partials, then the lse2 of each. */
 __device__ __forceinline__ float *kf_ws_o(float *w, long long item, int s, int ns) {
     return w + ((item * ns + s) * KF_MP) * (long long)KF_D;
@@ -61,6 +68,7 @@ __device__ __forceinline__ float *kf_ws_o(float *w, long long item, int s, int n
 __device__ __forceinline__ float *kf_ws_lse(float *w, long long item, int s, int ns) {
     return w + (long long)KF_NKV * KF_RB * ns * KF_MP * KF_D + (item * ns + s) * KF_MP;
 }
+#endif
 
 #ifndef KF_COMBINE
 #define KF_CH (KF_D / 8)
@@ -140,7 +148,12 @@ __device__ __forceinline__ void kf_dec_row(long long kvi, int r, long long &bh, 
 
 extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS, long long kf_nsplit) {
     KF_SETUP();
+#ifdef KF_DIRECT
+    const int ns = 1; /* the one-split form: kf_nsplit is 1 */
+    (void)kf_nsplit;
+#else
     const int ns = (int)kf_nsplit;
+#endif
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g4 = lane >> 2, t4 = lane & 3;
     const int rt = warp % KF_RT, ksl = warp / KF_RT;
@@ -361,9 +374,15 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS, long
             }
         }
         __syncthreads();
+#ifdef KF_DIRECT
+        /* the block's real rows only: padding rows have no output */
+        const int n_out = min(KF_MP, KF_M - row0) * KF_D;
+        for (int i = tid; i < n_out; i += KF_BLOCK) {
+#else
         float *wo = kf_ws_o(KF_W, item, split, ns);
         float *wl = kf_ws_lse(KF_W, item, split, ns);
         for (int i = tid; i < KF_MP * KF_D; i += KF_BLOCK) {
+#endif
             const int r = i / KF_D, d = i % KF_D, t = r / 16, rr = r % 16;
             float mm = -KF_INF;
 #pragma unroll
@@ -379,9 +398,17 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS, long
                     ll += f * mml[wk * 32 + 16 + rr];
                 }
             }
+#ifdef KF_DIRECT
+            /* O row row0 + r, contiguous [.., KF_SQ, KF_D], as the combine
+             * writes it; no key seen: NaN (the combine's 0/0) */
+            const long long bh = kf_dec_bh(kvi, (row0 + r) / KF_SQ);
+            KF_ELEM *orow = KF_O + (bh * KF_SQ + (row0 + r) % KF_SQ) * KF_D;
+            orow[d].x = KF_TO_ELEM(mm == -KF_INF ? __int_as_float(0x7fc00000) : acc / ll);
+#else
             wo[i] = mm == -KF_INF ? 0.0f : acc / ll;
             if (d == 0)
                 wl[r] = mm == -KF_INF ? -KF_INF : mm * KF_LOG2E + log2f(ll);
+#endif
         }
         /* every thread is done with the merge area before the next item */
         __syncthreads();

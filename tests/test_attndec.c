@@ -6,8 +6,9 @@
  * view, each mask class, softcap, ALiBi, head dims 64 and 128, bf16 and f16)
  * is made through the default recipes for an H100 and for sm_80, compiled by
  * NVRTC, and its SASS read with cuobjdump (HMMA, LDGSTS, no local memory);
- * the recipe's two steps, split count, workspace and the mode that chooses
- * them. Numerics run on the GPU (test_cuda_exec). Its own suite: the
+ * the recipe's steps (two, or one where one split takes every key tile: the
+ * split kernel writing O itself), split count, workspace and the mode that
+ * chooses them. Numerics run on the GPU (test_cuda_exec). Its own suite: the
  * compiles take minutes with the sanitizers, beside test_attngen's.
  */
 #include <setjmp.h>
@@ -111,16 +112,46 @@ static void check_sass(const kf_cuda_kernel *k, const char *want, const char *wa
     kf_sass_check_ops(&MEM, k, want ? w : w + 2, why, NULL);
 }
 
+/* The one-split form's recipe: one step, the direct kernel (role
+ * attention_decode, fadecd_, over the kv items with the split count 1 as its
+ * last argument), no workspace param and no scratch; the report says so. */
+static void check_direct(const kf_cuda_recipe *rc, const kf_cuda_decode_shape *sh,
+                         const char *what) {
+    const char *how = rc->variants[0].how;
+    if (!strstr(how, "writing O itself: 1 split of") || !strstr(how, "no workspace, no combine") ||
+        strstr(how, "+ combine"))
+        fail_msg("%s: expected the one-split form: %s", what, how);
+    assert_int_equal(rc->n_steps, 1);
+    assert_int_equal(rc->n_scratch, 0);
+    const kf_cuda_kstep *ks = rc->steps[0].kernel;
+    assert_int_equal(ks->role, KF_CUDA_ROLE_ATTENTION_DECODE);
+    assert_int_equal(ks->kernel.tmpl, KF_CUDA_TEMPLATE_ATTENTION_DECODE);
+    assert_non_null(strstr(ks->kernel.name, "fadecd_"));
+    assert_non_null(strstr(ks->kernel.source, "#define KF_DIRECT 1"));
+    assert_null(strstr(ks->kernel.source, "#define KF_W "));
+    assert_int_equal(ks->block[0], 128);
+    assert_int_equal(ks->n_args, ks->kernel.n_params + 1);
+    assert_int_equal(ks->args[ks->n_args - 1].kind, KF_CUDA_ARG_I64);
+    assert_int_equal(ks->args[ks->n_args - 1].value, 1);
+    assert_int_equal(ks->grid[0], (uint32_t)sh->kv_items);
+    for (uint32_t j = 0; j < ks->kernel.n_params; j++)
+        assert_int_not_equal(ks->kernel.params[j].kind, KF_CUDA_PARAM_SCRATCH);
+}
+
 /* Every decode variant in bf16 and f16 for an H100 (sm_90a), in bf16 for
  * sm_80 (the f16 source differs only in its operand type), as the default
- * for its short query: two steps, the split kernel (mma.sync:
- * HMMA, cp.async: LDGSTS, no spills) over kv items x splits with the split
- * count as its last argument, then the combine with the same count, both on
- * one workspace sized for that count. */
+ * for its short query: with n > 1 splits two steps, the split kernel
+ * (mma.sync: HMMA, cp.async: LDGSTS, no spills) over kv items x splits with
+ * the split count as its last argument, then the combine with the same
+ * count, both on one workspace sized for that count; with one split (the
+ * causal and window cases: one key tile) the direct kernel alone
+ * (check_direct), and with KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE the
+ * two-step form at n = 1 too (the form before). */
 static void test_every_decode_attention_variant_compiles(void **state) {
     (void)state;
     static const char *const dts[] = {"bf16", "f16"};
     static const char *const devs[][2] = {{"h100", NULL}, {NULL, "sm_80"}};
+    int n_direct = 0, n_two = 0;
     for (size_t a = 0; a < 2; a++) {
         for (size_t d = 0; d < (a == 0 ? 2u : 1u); d++) {
             for (size_t i = 0; i < sizeof dec_cases / sizeof dec_cases[0]; i++) {
@@ -136,6 +167,28 @@ static void test_every_decode_attention_variant_compiles(void **state) {
                     fail_msg("%s [%s]: expected the decode kernels, %s: %s", dec_cases[i].name,
                              dts[d], dec_cases[i].mask, how);
                 assert_string_equal(rc->variants[0].label, "decode");
+                if (rc->n_steps == 1) {
+                    kf_cuda_decode_shape sh;
+                    const kf_cuda_kstep *kd = rc->steps[0].kernel;
+                    assert_int_equal(
+                        kf_cuda_attention_decode_shape(p.plan, rc->group, kd->kernel.arch, &sh),
+                        KF_OK);
+                    assert_int_equal(kf_cuda_attention_decode_splits(&sh, rec->target.sm_count), 1);
+                    check_direct(rc, &sh, dec_cases[i].name);
+                    check_sass(&kd->kernel, "LDGSTS", "HMMA");
+                    fprintf(stderr, "  %s [%s, %s]: %s (1 split, direct) ok\n", dec_cases[i].name,
+                            dts[d], kd->kernel.arch, kd->kernel.name);
+                    n_direct++;
+                    kf_cuda_recipes_destroy(rec);
+                    /* the two-step form at n = 1, kept behind the flag */
+                    rec = kf_sass_recipes(&MEM, p.plan, devs[a][0], devs[a][1],
+                                          KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE);
+                    rc = attn_recipe(p.plan, rec);
+                    if (!strstr(rc->variants[0].how, "+ combine fadecc_"))
+                        fail_msg("%s: DECODE_COMBINE: %s", dec_cases[i].name, rc->variants[0].how);
+                } else {
+                    n_two++;
+                }
                 assert_int_equal(rc->n_steps, 2);
                 const kf_cuda_kstep *ks = rc->steps[0].kernel, *kc = rc->steps[1].kernel;
                 assert_int_equal(ks->role, KF_CUDA_ROLE_ATTENTION_DECODE);
@@ -182,6 +235,58 @@ static void test_every_decode_attention_variant_compiles(void **state) {
             }
         }
     }
+    /* both forms met */
+    assert_true(n_direct > 0 && n_two > 0);
+}
+
+/* The issue's long batch, B64 H32 Sq 1 against Skv 8192 (D 128, bf16, no
+ * mask; 2048 kv items on an H100's 264 block slots): one split, so by default
+ * the direct kernel alone; KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE gives the
+ * two steps at n = 1 with a workspace of one split, ATTENTION_DECODE_SPLITS_X2
+ * two splits (and the combine) -- the bench's forms. */
+static void test_a_long_batch_runs_one_decode_kernel_writing_o(void **state) {
+    (void)state;
+    const char *text =
+        "kfg 1\nq = input(bf16[64, 32, 1, 128])\nk = input(bf16[64, 32, 8192, 128])\n"
+        "v = input(bf16[64, 32, 8192, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const(bf16[], 0.08838834764)\ns1 = mul(qk, sc)\np = softmax(s1)\n"
+        "o = matmul(p, v)\noutput o\n";
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+    const kf_cuda_recipe *rc = attn_recipe(p.plan, rec);
+    kf_cuda_decode_shape sh;
+    assert_int_equal(kf_cuda_attention_decode_shape(p.plan, rc->group, "sm_90a", &sh), KF_OK);
+    assert_int_equal(sh.kv_items, 2048);
+    assert_int_equal(sh.tiles, 128);
+    assert_int_equal(kf_cuda_attention_decode_splits(&sh, 132), 1);
+    check_direct(rc, &sh, "B64 H32");
+    if (!strstr(rc->variants[0].how, "1 split of 128 key tiles of 64 (128 visited, mask none)"))
+        fail_msg("B64 H32: %s", rc->variants[0].how);
+    kf_cuda_recipes_destroy(rec);
+    static const uint64_t forms[] = {KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE,
+                                     KF_CUDA_RECIPE_ATTENTION_DECODE_SPLITS_X2};
+    static const int64_t splits[] = {1, 2};
+    for (int f = 0; f < 2; f++) {
+        rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, forms[f]);
+        rc = attn_recipe(p.plan, rec);
+        assert_int_equal(rc->n_steps, 2);
+        const kf_cuda_kstep *ks = rc->steps[0].kernel, *kc = rc->steps[1].kernel;
+        assert_int_equal(ks->role, KF_CUDA_ROLE_ATTENTION_DECODE);
+        assert_int_equal(kc->role, KF_CUDA_ROLE_ATTENTION_COMBINE);
+        assert_int_equal(ks->args[ks->n_args - 1].value, splits[f]);
+        assert_int_equal(kc->args[kc->n_args - 1].value, splits[f]);
+        assert_int_equal(ks->grid[0], (uint32_t)(2048 * splits[f]));
+        assert_int_equal(rc->n_scratch, 1);
+        assert_int_equal(rc->scratch[0].bytes, sh.ws_bytes_per_split * (uint64_t)splits[f]);
+        char want[64];
+        snprintf(want, sizeof want, "%lld split%s of <= %lld key tiles", (long long)splits[f],
+                 splits[f] == 1 ? "" : "s", (long long)(128 / splits[f]));
+        if (!strstr(rc->variants[0].how, want))
+            fail_msg("form %d: %s: %s", f, want, rc->variants[0].how);
+        kf_cuda_recipes_destroy(rec);
+    }
+    plan_release(&p);
 }
 
 /* The split count fills the device: a long batch needs no split (512 items
@@ -294,6 +399,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_split_count_fills_the_device),
         cmocka_unit_test(test_decode_attention_is_chosen_for_short_queries),
+        cmocka_unit_test(test_a_long_batch_runs_one_decode_kernel_writing_o),
         cmocka_unit_test(test_every_decode_attention_variant_compiles),
         cmocka_unit_test(test_decode_attention_leaves_sliced_and_permuted_views_to_the_other_kernels),
     };

@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codegen/cuda/cuda_codegen.h"
+#include "codegen/cuda/cuda_recipe.h"
 #include "frontend/compile.h"
 #include "fusion/fusion.h"
 #include "ir/ir.h"
@@ -2035,6 +2037,140 @@ static void test_decode_attention_takes_long_queries_too(void **state) {
     (void)state;
     REQUIRE_GPU();
     decode_runs(N_OF(decode_cases), N_OF(decode_cases), N_OF(fused_cases), 1);
+}
+
+/* The one-split form of the decode kernels (recipe_attention_decode.c): where
+ * the split count is 1 the split kernel writes O itself (one step, no
+ * workspace). Cases whose count is 1: one key tile (Skv <= 64: on any device)
+ * or a long batch (264 kv items: the 264 block slots of a 132-SM H100 / H200
+ * at head dim 128); Sq 1 and 16, GQA 4:1, ragged Skv, a mask that leaves row
+ * 0 no key (the reference's NaN row). `big` marks the long batches. */
+static const struct {
+    const char *name, *body, *mask;
+    bool big;
+} direct_cases[] = {
+    {"Sq 1, B33 H8 (264 kv items), Skv 520 (ragged, 9 tiles)",
+     "q = input($[33, 8, 1, 128])\nk = input($[33, 8, 520, 128])\nv = input($[33, 8, 520, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     "mask none", true},
+    {"Sq 1, GQA 4:1, B33 Hkv 8 (264 kv items), Skv 450 (ragged)",
+     "q = input($[33, 8, 4, 1, 128])\nk = input($[33, 8, 1, 450, 128])\n"
+     "v = input($[33, 8, 1, 450, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     "mask none", true},
+    {"Sq 16, GQA 4:1 (64 rows a kv item), Skv 50: one ragged key tile",
+     "q = input($[2, 2, 4, 16, 128])\nk = input($[2, 2, 1, 50, 128])\n"
+     "v = input($[2, 2, 1, 50, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns1 = mul(qk, sc)\n",
+     "mask none", false},
+    {"Sq 16, GQA 4:1, kv <= q - 1 (row 0 sees no key: NaN), Skv 60, head dim 64",
+     "q = input($[2, 2, 4, 16, 64])\nk = input($[2, 2, 1, 60, 64])\n"
+     "v = input($[2, 2, 1, 60, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\ns0 = mul(qk, sc)\nrow = iota(i32[16, 60], axis=0)\n"
+     "col = iota(i32[16, 60], axis=1)\noff = const(i32[], -1)\nrq = add(row, off)\n"
+     "keep = ge(rq, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask general", false},
+    {"Sq 16, causal kv <= q, Skv 300 (one key tile visited)",
+     "q = input($[2, 2, 16, 128])\nk = input($[2, 2, 300, 128])\nv = input($[2, 2, 300, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[16, 300], axis=0)\ncol = iota(i32[16, 300], axis=1)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal", false},
+};
+
+/* The split count the decode recipe gives group `g`'s attention on ctx's
+ * device (kf_cuda_attention_decode_splits), 0 when the decode kernels do
+ * not take it. */
+static uint32_t decode_splits_here(kf_ctx *ctx, kf_graph *g) {
+    kf_plan *plan = NULL;
+    assert_int_equal(kf_plan_create(g, NULL, &plan), KF_OK);
+    char err[KF_MSG_MAX] = "";
+    kf_cuda_exec *ex = NULL;
+    kf_cuda_target t;
+    assert_int_equal(kf_cuda_exec_open(ctx, &ex, &t, err), KF_OK);
+    uint32_t n = 0;
+    for (uint32_t gi = 0; gi < plan->n_groups; gi++) {
+        kf_cuda_decode_shape sh;
+        if (plan->groups[gi].kind == KF_GROUP_ATTENTION &&
+            kf_cuda_attention_decode_shape(plan, gi, t.arch, &sh) == KF_OK)
+            n = kf_cuda_attention_decode_splits(&sh, t.sm_count);
+    }
+    kf_cuda_exec_destroy(ex);
+    kf_plan_destroy(plan);
+    return n;
+}
+
+/* direct_cases[i] (which: 0 all, 1 the small ones, 2 the long batches) with
+ * KF_ATTENTION_DECODE and recipe flags `flags`, in dtypes dts[0 .. n_dts): the
+ * report names the form the flags and the device's split count give -- the
+ * direct kernel (one split, no flag), else the split kernel + combine -- and O
+ * matches the reference (outputs poisoned first). Returns how many runs took
+ * the direct kernel. */
+static int direct_runs(uint64_t flags, size_t n_dts, int which, uint64_t seed) {
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_DECODE);
+    ctx->recipe_flags |= flags;
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    int n_direct = 0;
+    for (size_t d = 0; d < n_dts; d++) {
+        for (size_t i = 0; i < N_OF(direct_cases); i++) {
+            if ((which == 1 && direct_cases[i].big) || (which == 2 && !direct_cases[i].big))
+                continue;
+            const char *dn = kf_dtype_name(dts[d]);
+            kf_graph *g = fused_graph(ctx, direct_cases[i].body, dn, direct_cases[i].name);
+            uint32_t n = decode_splits_here(ctx, g);
+            assert_true(n >= 1);
+            /* twice the splits: more than 1 wherever there are 2+ tiles */
+            if (flags & KF_CUDA_RECIPE_ATTENTION_DECODE_SPLITS_X2)
+                n = direct_cases[i].big ? 2 * n : n;
+            const bool direct = n == 1 && !(flags & KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE);
+            char label[200], has[200];
+            snprintf(label, sizeof label, "decode attention, %s: %s [%s]",
+                     direct ? "one split writing O" : "split + combine", direct_cases[i].name, dn);
+            snprintf(has, sizeof has, "decode attention (split-KV mma.sync kernel)|%s|%s",
+                     direct_cases[i].mask,
+                     direct ? "writing O itself: 1 split of|no workspace, no combine"
+                            : "+ combine fadecc_");
+            run_opts o = {.lo = -2,
+                          .hi = 2,
+                          .report_has = has,
+                          .report_lacks = direct ? "+ combine" : "writing O itself",
+                          .ctx = ctx};
+            run_and_compare(g, 1800 + seed + 40 * d + i, &o, label);
+            fprintf(stderr, "  %s: ok\n", label);
+            n_direct += direct;
+            kf_graph_destroy(g);
+        }
+    }
+    kf_ctx_destroy(ctx);
+    return n_direct;
+}
+
+/* The one-split form on every direct case, bf16 and f16: the small ones
+ * take it on any device, the long batches where the device has 264 block
+ * slots (H100 / H200). */
+static void test_decode_attention_one_split_writes_o(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    assert_true(direct_runs(0, 2, 0, 0) >= 6);
+}
+
+/* The ragged one-tile cases alone in the one-split form, bf16 (the
+ * sanitizers run it). */
+static void test_decode_attention_one_split_ragged(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    assert_int_equal(direct_runs(0, 1, 1, 100), 3);
+}
+
+/* The forms kept to measure, bf16: the two-step form at one split
+ * (KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE, the form before) on every direct
+ * case, and twice the splits (ATTENTION_DECODE_SPLITS_X2) on the long
+ * batches -- split + combine. */
+static void test_decode_attention_two_step_forms_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    assert_int_equal(direct_runs(KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE, 1, 0, 200), 0);
+    assert_int_equal(direct_runs(KF_CUDA_RECIPE_ATTENTION_DECODE_SPLITS_X2, 1, 2, 300), 0);
 }
 
 /* A group no fused kernel takes runs unfused and the report says why for
@@ -4389,6 +4525,9 @@ int main(void) {
         cmocka_unit_test(test_logsumexp_rows_match_the_reference),
         cmocka_unit_test(test_decode_attention_takes_long_queries_too),
         cmocka_unit_test(test_decode_attention_is_the_default_for_short_queries),
+        cmocka_unit_test(test_decode_attention_one_split_writes_o),
+        cmocka_unit_test(test_decode_attention_one_split_ragged),
+        cmocka_unit_test(test_decode_attention_two_step_forms_match),
         cmocka_unit_test(test_fused_attention_falls_back_and_says_why),
         cmocka_unit_test(test_every_example_runs_on_the_gpu_and_matches_the_reference),
         cmocka_unit_test(test_fail_on_miss_names_the_kernel_then_a_filled_cache_compiles_nothing),

@@ -16,11 +16,14 @@
  *             space's flattened batch x head), kf_bh_offsets, the score
  *             functions; then the template;
  *        ──► combine kernel: params O and the workspace; the template with
- *             KF_COMBINE.
+ *             KF_COMBINE;
+ *        ──► direct kernel (the recipe's one-split form): the split kernel
+ *             with KF_DIRECT and no workspace param, writing O itself.
  *
- * Both take the split count as a last by-value argument (the recipe's, from
- * the SM count: codegen/cuda/recipe_attention_decode.c), so the source is the
- * same on every device of an arch.
+ * All take the split count as a last by-value argument (the recipe's, from
+ * the SM count: codegen/cuda/recipe_attention_decode.c; the direct kernel's is
+ * 1), so each kernel's source is the same on every device of an arch; which
+ * kernels a group runs (direct, or split + combine) follows the SM count.
  *
  * Numerics are the FA2 kernel's (cg_attention.c's head comment): the SCORE
  * leaf is the unrounded f32 Q.K^T, the other score nodes round as the
@@ -185,29 +188,35 @@ static void emit_dec_bh(cg *c, const dec_info *di) {
     cg_puts(&c->s, "    (void)kvi; (void)gi;\n    return bh;\n}\n\n");
 }
 
-/* The defines both kernels share. */
+/* The defines the kernels share (pw < 0: no workspace, the direct form). */
 static void emit_sizes(cg *c, const dec_info *di, kf_dtype dt, int po, int pw) {
     const kf_attn_info *at = &c->g->attn;
     int64_t rt = di->mp / 16;
-    cg_printf(
-        &c->s,
-        "#define KF_D %lld\n#define KF_BC %d\n#define KF_STAGES %d\n#define KF_SQ %lld\n"
-        "#define KF_SKV %lld\n#define KF_NKV %lldLL\n#define KF_G %lld\n#define KF_M %lld\n"
-        "#define KF_MP %lld\n#define KF_RB %lld\n#define KF_RT %lld\n#define KF_KS %lld\n"
-        "#define KF_AB \"%s\"\n#define KF_ELEM %s\n#define KF_TO_ELEM %s\n"
-        "#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n#define KF_O p%d\n#define KF_W p%d\n"
-        "/* mask %s */\n\n",
-        (long long)at->d, DEC_BC, di->stages, (long long)at->sq, (long long)at->skv,
-        (long long)(di->shape.kv_items / di->rb), (long long)di->g, (long long)di->m,
-        (long long)di->mp, (long long)di->rb, (long long)rt, (long long)(4 / rt),
-        dt == KF_DTYPE_BF16 ? "bf16" : "f16", cg_storage_type(dt),
-        dt == KF_DTYPE_BF16 ? "kf_f32_to_bf16" : "kf_f32_to_f16", di->skip,
-        (long long)(di->skip == 2 ? at->window : 0), po, pw, kf_mask_kind_name(at->mask));
+    cg_printf(&c->s,
+              "#define KF_D %lld\n#define KF_BC %d\n#define KF_STAGES %d\n#define KF_SQ %lld\n"
+              "#define KF_SKV %lld\n#define KF_NKV %lldLL\n#define KF_G %lld\n#define KF_M %lld\n"
+              "#define KF_MP %lld\n#define KF_RB %lld\n#define KF_RT %lld\n#define KF_KS %lld\n"
+              "#define KF_AB \"%s\"\n#define KF_ELEM %s\n#define KF_TO_ELEM %s\n"
+              "#define KF_MASK_SKIP %d\n#define KF_WINDOW %lld\n#define KF_O p%d\n"
+              "/* mask %s */\n",
+              (long long)at->d, DEC_BC, di->stages, (long long)at->sq, (long long)at->skv,
+              (long long)(di->shape.kv_items / di->rb), (long long)di->g, (long long)di->m,
+              (long long)di->mp, (long long)di->rb, (long long)rt, (long long)(4 / rt),
+              dt == KF_DTYPE_BF16 ? "bf16" : "f16", cg_storage_type(dt),
+              dt == KF_DTYPE_BF16 ? "kf_f32_to_bf16" : "kf_f32_to_f16", di->skip,
+              (long long)(di->skip == 2 ? at->window : 0), po, kf_mask_kind_name(at->mask));
+    if (pw >= 0)
+        cg_printf(&c->s, "#define KF_W p%d\n", pw);
+    cg_puts(&c->s, "\n");
     emit_dec_bh(c, di);
 }
 
+/* The three kernels gen makes. */
+typedef enum dec_kind { DEC_SPLIT, DEC_COMBINE, DEC_DIRECT } dec_kind;
+
 static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
-                     kf_cuda_kernel *out, bool combine) {
+                     kf_cuda_kernel *out, dec_kind kind) {
+    const bool combine = kind == DEC_COMBINE, direct = kind == DEC_DIRECT;
     cg c;
     kf_status st = cg_begin(&c, plan, group, arch, mem, out);
     if (st != KF_OK)
@@ -224,7 +233,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* the workspace of one split; the recipe grows it to its split count */
     uint64_t ws = di.shape.ws_bytes_per_split;
 
-    cg_set_name(&c, combine ? "fadecc_" : "fadec_");
+    cg_set_name(&c, combine ? "fadecc_" : direct ? "fadecd_" : "fadec_");
     c.div_by_mul = true;
     out->tmpl = KF_CUDA_TEMPLATE_ATTENTION_DECODE;
     out->vec = 8;
@@ -256,7 +265,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
             snprintf(c.ov[i], OV_MAX, "s");
     cg_mark(&c, at->score);
     cg_load_params(&c);
-    int pw = cg_param_add(&c, KF_CUDA_PARAM_SCRATCH, at->pv, KF_DTYPE_F32, ws);
+    int pw = direct ? -1 : cg_param_add(&c, KF_CUDA_PARAM_SCRATCH, at->pv, KF_DTYPE_F32, ws);
     if (c.st != KF_OK)
         return cg_end(&c, c.st);
     out->launch.work_items = (uint64_t)di.shape.kv_items; /* x the split count: the recipe's */
@@ -264,7 +273,12 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     out->launch.blocks_per_sm = 65535;
     out->launch.shared_bytes = di.shape.shared_bytes;
 
-    cg_emit_head(&c, "decode attention: split-KV partials (sm_80 mma.sync kernel)");
+    if (direct) {
+        cg_emit_head(&c, "decode attention: one split writing O (sm_80 mma.sync kernel)");
+        cg_puts(&c.s, "#define KF_DIRECT 1\n");
+    } else {
+        cg_emit_head(&c, "decode attention: split-KV partials (sm_80 mma.sync kernel)");
+    }
     emit_sizes(&c, &di, dt, po, pw);
     cg_printf(&c.s,
               "#define KF_Q p%d\n#define KF_K p%d\n#define KF_V p%d\n#define KF_Q_RS %lldLL\n"
@@ -303,10 +317,16 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
 kf_status kf_cuda_codegen_attention_decode(const kf_plan *plan, uint32_t group, const char *arch,
                                            const kf_mem *mem, kf_cuda_kernel *out) {
-    return gen(plan, group, arch, mem, out, false);
+    return gen(plan, group, arch, mem, out, DEC_SPLIT);
+}
+
+kf_status kf_cuda_codegen_attention_decode_direct(const kf_plan *plan, uint32_t group,
+                                                  const char *arch, const kf_mem *mem,
+                                                  kf_cuda_kernel *out) {
+    return gen(plan, group, arch, mem, out, DEC_DIRECT);
 }
 
 kf_status kf_cuda_codegen_attention_combine(const kf_plan *plan, uint32_t group, const char *arch,
                                             const kf_mem *mem, kf_cuda_kernel *out) {
-    return gen(plan, group, arch, mem, out, true);
+    return gen(plan, group, arch, mem, out, DEC_COMBINE);
 }

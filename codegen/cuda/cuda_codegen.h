@@ -340,6 +340,16 @@ uint32_t kf_cuda_attention_decode_splits(const kf_cuda_decode_shape *s, int sm_c
 kf_status kf_cuda_codegen_attention_decode(const kf_plan *plan, uint32_t group, const char *arch,
                                            const kf_mem *mem, kf_cuda_kernel *out);
 
+/* The split kernel's one-split form: one chunk of every key tile per (kv
+ * item, row block), writing the normalized O (param OUT, tensor attn.pv,
+ * contiguous, in its dtype; NaN in a row every key of which is masked) where
+ * the combine would, with no workspace param and no combine after it. Its
+ * arguments are one pointer per param, then the split count (an int64 the
+ * recipe adds, 1); grid any size. */
+kf_status kf_cuda_codegen_attention_decode_direct(const kf_plan *plan, uint32_t group,
+                                                  const char *arch, const kf_mem *mem,
+                                                  kf_cuda_kernel *out);
+
 /* The combine kernel: merges the n splits' partials of each row by their lse
  * and writes O (param OUT, tensor attn.pv, contiguous). Arguments: O, the
  * workspace, then the split count n. */

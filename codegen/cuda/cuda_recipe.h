@@ -370,6 +370,23 @@ enum {
  * head dim 128 where KF_SM90_JOIN_D128 is 0 -- (kernel letter j);
  * ITEMS_APART wins over it. For measuring the join there */
 #define KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED (UINT64_C(1) << 56)
+/* internal: a decode attention group whose split count is 1 (one chunk of
+ * every key tile: a long batch, e.g. B64 H32) keeps the two-step form -- the
+ * split kernel's f32 partial and lse into the workspace, then the combine
+ * kernel -- where by default the split kernel writes O itself (KF_DIRECT:
+ * one launch, no workspace; recipe_attention_decode.c). The form before,
+ * kept to measure and test: slower (H200, 35215ea, A B B A blocks: B64 H32
+ * Skv 8192 1.9008 ms against the direct kernel's 1.8691, B16 H32 0.4873
+ * against 0.4718) */
+#define KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE (UINT64_C(1) << 60)
+/* internal: the decode attention recipe takes twice the split count its rule
+ * gives (kf_cuda_attention_decode_splits; at most the key tiles), with the
+ * combine after the splits: for measuring the tail of the rule's waves
+ * against shorter chunks (B64 H32: 2 splits where the rule gives 1). Slower
+ * where measured (H200, 35215ea, A B B A: B64 H32 1.9018 ms against one
+ * split's direct kernel 1.8691; B16 H32 0.4934 against 0.4815, one run each):
+ * the shorter tail does not pay for the partials and the combine */
+#define KF_CUDA_RECIPE_ATTENTION_DECODE_SPLITS_X2 (UINT64_C(1) << 61)
 
 /* What the recipes are made for. */
 typedef struct kf_cuda_target {

@@ -1,6 +1,7 @@
 /*
  * recipe_attention_decode.c -- the recipe of an ATTENTION group that runs the
- * split-KV decode kernels (cg_attention_decode.c): two KERNEL steps,
+ * split-KV decode kernels (cg_attention_decode.c). With n > 1 splits, two
+ * KERNEL steps,
  *
  *   1. the partials: grid = (kv items x row blocks) x n splits, each block one
  *      chunk of the keys, written to the group's workspace;
@@ -8,7 +9,17 @@
  *
  * both with n as their last (int64) argument, and the workspace a SCRATCH
  * buffer of the recipe (sized for n splits), so a run takes it from the
- * program's arena and allocates nothing.
+ * program's arena and allocates nothing. With n = 1 (one chunk holds every
+ * key tile: a long batch) there is nothing to merge: ONE step, the direct
+ * kernel (the split kernel writing O itself; last argument 1), and no
+ * workspace -- unless KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE keeps the
+ * two-step form (to measure and test it). On an H200 (35215ea, A B B A
+ * blocks) the direct kernel takes B64 H32 Skv 8192 in 1.8691 ms against the
+ * two steps' 1.9008 (B16: 0.4718 against 0.4873), 4.56 TB/s of K and V, 95%
+ * of the part's 4.8; and one split stays the rule's choice for B64 even
+ * though its 2048 blocks leave a last wave of 200 on 264 slots: two splits
+ * (KF_CUDA_RECIPE_ATTENTION_DECODE_SPLITS_X2, blocks half as long) took
+ * 1.9018 ms.
  *
  * n comes from the target's SM count: the smallest n whose blocks fill the
  * device's block slots (SMs x the blocks an SM holds) to 90% or more over
@@ -95,13 +106,21 @@ kf_status kf_rb_attention_decode(rb *b) {
     if (st != KF_OK)
         return kf_msg_set(b->err, KF_ERR_INTERNAL, "group %u: no decode shape", b->gi);
     uint32_t n = kf_cuda_attention_decode_splits(&sh, b->target->sm_count);
-    uint64_t ws = sh.ws_bytes_per_split * n;
+    if (b->target->flags & KF_CUDA_RECIPE_ATTENTION_DECODE_SPLITS_X2) {
+        /* twice the rule's count, in whole chunks (no empty split) */
+        int64_t c2 = (sh.tiles + 2 * (int64_t)n - 1) / (2 * (int64_t)n);
+        n = (uint32_t)((sh.tiles + c2 - 1) / c2);
+    }
+    const bool direct = n == 1 && !(b->target->flags & KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE);
+    uint64_t ws = direct ? 0 : sh.ws_bytes_per_split * n;
     snprintf(b->rc->variants[0].label, sizeof b->rc->variants[0].label, "decode");
     kf_cuda_kernel k;
     char names[2][KF_CUDA_NAME_MAX];
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (direct ? 1 : 2); i++) {
         memset(&k, 0, sizeof k);
-        st = i == 0
+        st = direct ? kf_cuda_codegen_attention_decode_direct(b->plan, b->gi, b->target->arch,
+                                                              b->mem, &k)
+             : i == 0
                  ? kf_cuda_codegen_attention_decode(b->plan, b->gi, b->target->arch, b->mem, &k)
                  : kf_cuda_codegen_attention_combine(b->plan, b->gi, b->target->arch, b->mem, &k);
         if (st != KF_OK) {
@@ -117,10 +136,20 @@ kf_status kf_rb_attention_decode(rb *b) {
         if (st != KF_OK)
             return st;
     }
+    int64_t chunk = (sh.tiles + n - 1) / n;
+    if (direct) {
+        kf_rb_how(b, 0,
+                  "decode attention (split-KV mma.sync kernel) %s, writing O itself: 1 split of "
+                  "%lld key tiles of 64 (%lld visited, mask %s), %lld query head%s a K/V read, "
+                  "head dim %lld, no workspace, no combine",
+                  names[0], (long long)chunk, (long long)sh.tiles, kf_mask_kind_name(at->mask),
+                  (long long)sh.group_heads * at->sq, sh.group_heads * at->sq == 1 ? "" : "s",
+                  (long long)at->d);
+        return KF_OK;
+    }
     kf_cuda_buf wbuf;
     if ((st = kf_rb_get(b, KF_CUDA_PARAM_SCRATCH, at->pv, ws, &wbuf)) != KF_OK)
         return st;
-    int64_t chunk = (sh.tiles + n - 1) / n;
     kf_rb_how(b, 0,
               "decode attention (split-KV mma.sync kernel) %s + combine %s: %u split%s of <= "
               "%lld key tiles of 64 (%lld visited, mask %s), %lld query head%s a K/V read, head "
