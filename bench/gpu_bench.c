@@ -62,8 +62,9 @@
  *                 + GELU (f32_gemm*: the SIMT kernel, _generated, against
  *                 cuBLASLt with f32 compute, _cublaslt, and the default's
  *                 measured choice; inputs are the bf16 fill widened)
- *   compile       cold compile per kernel (empty cache: NVRTC), warm cached
- *                 program load (kf_compile hitting the cache)
+ *   compile       cold compile per kernel (an empty kfuse cache and the
+ *                 driver's compute cache off: NVRTC does the whole compile),
+ *                 warm cached program load (kf_compile hitting the cache)
  *   launch        host time per launch of a small program
  *   peers         bench/peers.py (PyTorch eager, torch.compile,
  *                 torch._addmm_activation) run in the same run when torch imports
@@ -76,7 +77,11 @@
  *   gpu_bench [--commit SHA] [--out FILE] [--reps N] [--no-peers] [--quick]
  *             [--attention | --block] [--cases NAME,NAME...] [--no-torch-compile]
  *             [--print-blocks] [--sustain SEC] [--abba A:B,C:D] [--abba-block SEC]
+ *             [--compute-cache]
  *
+ * --compute-cache: leave the driver's compute cache on (CUDA_CACHE_DISABLE is
+ * set to 1 otherwise, before CUDA starts, so that the cold compile rows time
+ * a whole NVRTC compile; peers.py runs without it).
  * --sustain SEC: each case also runs back to back for SEC seconds after 1 s
  * idle (sustain_case): short_ms (runs 3-12: the GPU at rest, as a measured
  * choice at compile time finds it) against sustained_ms (the last half:
@@ -177,6 +182,9 @@ static double g_abba_s = 1.2;     /* --abba-block SEC: each block's length */
 static bool g_quick = false, g_attention = false, g_block = false;
 static const char *g_cases = NULL;      /* --cases: a comma list, NULL: every case */
 static bool g_no_torch_compile = false; /* --no-torch-compile: peers.py --no-compile */
+/* --compute-cache: keep the driver's compute cache on (its compiles "cold"
+ * only where nothing compiled them before on the machine) */
+static bool g_compute_cache = false;
 
 /* Whether case `name` runs under --cases. */
 static bool case_on(const char *name) {
@@ -211,7 +219,8 @@ static void run_peers(bool peers, const char *args, char *json, size_t size) {
     close(fd);
     char cmd[4096];
     const char *src = getenv("KF_SOURCE_DIR");
-    snprintf(cmd, sizeof cmd, "python3 %s/bench/peers.py --out %s %s", src ? src : ".", pf, args);
+    snprintf(cmd, sizeof cmd, "%spython3 %s/bench/peers.py --out %s %s",
+             g_compute_cache ? "" : "env -u CUDA_CACHE_DISABLE ", src ? src : ".", pf, args);
     fprintf(stderr, "peers: %s\n", cmd);
     if (system(cmd) == 0) {
         FILE *f = fopen(pf, "r");
@@ -1415,7 +1424,10 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
             first = false;
         }
         fputs("\n", f);
-        fprintf(f, "  },\n  \"compile\": {\"attn_causal\": {\"cold_ms\": %.1f}},\n", cold_ms);
+        fprintf(f,
+                "  },\n  \"compile\": {\"attn_causal\": {\"cold_ms\": %.1f}, "
+                "\"driver_compute_cache\": %s},\n",
+                cold_ms, g_compute_cache ? "true" : "false");
         fprintf(f, "  \"plan_ms\": {\"attn_causal\": %.1f},\n", plan_ms);
         abba_json(f);
         fprintf(f, "  \"peers\": %s\n}\n", peers_json);
@@ -1663,6 +1675,8 @@ int main(int argc, char **argv) {
             g_cases = argv[++i];
         else if (!strcmp(argv[i], "--no-torch-compile"))
             g_no_torch_compile = true;
+        else if (!strcmp(argv[i], "--compute-cache"))
+            g_compute_cache = true;
         else if (!strcmp(argv[i], "--attention"))
             g_attention = true;
         else if (!strcmp(argv[i], "--block"))
@@ -1681,12 +1695,24 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: gpu_bench [--commit SHA] [--out FILE] [--reps N] "
                             "[--no-peers] [--quick] [--attention | --block] [--cases A,B] "
                             "[--no-torch-compile] [--print-blocks] [--sustain SEC] "
-                            "[--abba A:B,C:D] [--abba-block SEC]\n");
+                            "[--abba A:B,C:D] [--abba-block SEC] [--compute-cache]\n");
             return 2;
         }
     }
     if (g_reps < 3)
         g_reps = 3;
+    /* The cold compiles are cold only with the driver's compute cache off:
+     * NVRTC's output for a source compiled before on the machine (this run's
+     * own cases compile the very kernels the cold rows time) comes back from
+     * ~/.nv/ComputeCache. On an H200 at e3e4571 the attention kernel's "cold"
+     * compile took 52 ms with the cache on and 1302 ms with it off, the
+     * RMSNorm kernel's 35 and 1588 ms. The driver reads the variable when it
+     * starts, so before anything here touches CUDA; peers.py gets the
+     * environment it had (its own compiles are not timed). */
+    if (!g_compute_cache && setenv("CUDA_CACHE_DISABLE", "1", 1) != 0) {
+        perror("setenv CUDA_CACHE_DISABLE");
+        return 1;
+    }
 
     /* The device, a stream, events, the fill kernel. */
     kf_ctx *ctx0 = make_ctx(NULL, KF_FLAG_NO_CACHE);
@@ -2680,7 +2706,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4; i++)
             fprintf(f, "\"%s\": {\"cold_ms_per_kernel\": %.2f, \"warm_cached_load_ms\": %.3f}%s",
                     cnames[i], cold_ms[i], warm_ms[i], i < 3 ? ", " : "");
-        fprintf(f, "},\n  \"host_launch_overhead_us_per_kernel\": %.3f,\n", launch_us);
+        fprintf(f, ", \"driver_compute_cache\": %s},\n", g_compute_cache ? "true" : "false");
+        fprintf(f, "  \"host_launch_overhead_us_per_kernel\": %.3f,\n", launch_us);
         abba_json(f);
         fprintf(f, "  \"peers\": %s\n}\n", peers_json);
         fclose(f);
