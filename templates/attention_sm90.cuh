@@ -303,9 +303,12 @@ __device__ __forceinline__ unsigned long long kf_desc_at(unsigned long long d0, 
 }
 
 /* S = Q . K^T of the key tile at kb (K-major descriptor dk0), Q from qbase
- * (dq0): the KF_D / 16 wgmmas of one group, the first writing S; the caller
- * fences before and commits after. kf_issue_qkl: the same for the narrow
- * last tile (m64n{KF_BC_LAST}). */
+ * (dq0): the KF_D / 16 wgmmas of one group, the first (W0) writing S, the
+ * rest (W) adding to it; the caller fences before and commits after. W0, W:
+ * kf_wgmma_qk0, kf_wgmma_qk (m64n{KF_BC}), or kf_wgmma_qkl0, kf_wgmma_qkl for
+ * the narrow last tile (m64n{KF_BC_LAST}). */
+typedef void (*kf_wgmma_fn)(float *, unsigned long long, unsigned long long);
+template <kf_wgmma_fn W0, kf_wgmma_fn W>
 __device__ __forceinline__ void kf_issue_qk(float *sc, unsigned long long dq0, unsigned qbase,
                                             unsigned long long dk0, unsigned kb) {
 #pragma unroll
@@ -313,25 +316,11 @@ __device__ __forceinline__ void kf_issue_qk(float *sc, unsigned long long dq0, u
         const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
         const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
         if (kk == 0)
-            kf_wgmma_qk0(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
+            W0(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
         else
-            kf_wgmma_qk(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
+            W(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
     }
 }
-#if KF_BC_LAST
-__device__ __forceinline__ void kf_issue_qkl(float *sc, unsigned long long dq0, unsigned qbase,
-                                             unsigned long long dk0, unsigned kb) {
-#pragma unroll
-    for (int kk = 0; kk < KF_D / 16; kk++) {
-        const unsigned off = (kk / 4) * (KF_BR * 128) + (kk % 4) * 32;
-        const unsigned offk = (kk / 4) * (KF_BC * 128) + (kk % 4) * 32;
-        if (kk == 0)
-            kf_wgmma_qkl0(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
-        else
-            kf_wgmma_qkl(sc, kf_desc_at(dq0, qbase, off, 16u), kf_desc_at(dk0, kb, offk, 16u));
-    }
-}
-#endif
 /* O += P . V of the V tile at vbp (MN-major descriptor dv0): N / 16 wgmmas of
  * one group, P's packed pairs from registers (pa); the caller fences before
  * and commits after. */
@@ -1096,7 +1085,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     kf_hp_wait(fv0 + 8 * sp, php);
                     asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                    kf_issue_qk(sc, dq0, qbase, dk0, kb);
+                    kf_issue_qk<kf_wgmma_qk0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
                     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                     kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
                     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -1109,7 +1098,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 {
                     asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                    kf_issue_qk(sc, dq0, qbase, dk0, kb);
+                    kf_issue_qk<kf_wgmma_qk0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
                     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                     /* the other consumer's turn (consumer 1 leaves out its last) */
                     if (cw == 0 || jn < t_hi || !last_turn)
@@ -1135,7 +1124,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
                 /* S = Q . K^T(j) */
-                kf_issue_qk(sc, dq0, qbase, dk0, kb);
+                kf_issue_qk<kf_wgmma_qk0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* O += P . V(j - 1), a second group */
                 kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
@@ -1159,7 +1148,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                kf_issue_qkl(sc, dq0, qbase, dk0, kb);
+                kf_issue_qk<kf_wgmma_qkl0, kf_wgmma_qkl>(sc, dq0, qbase, dk0, kb);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
