@@ -140,7 +140,10 @@
  * KF_TANH_IDENT_MAX, else kf_score_post; or KF_SCORE_DIAG: the part that
  * is a function of kv - q as kf_score_diag(bh, q, kv) (a bf16x2 pair), once
  * for a thread's two rows, and the rest as kf_score_pair_dg(s0, s1, dg, bh,
- * q, kv).
+ * q, kv); with it KF_DIAG_TAB: the diagonal's part free of loads in
+ * kf_dtab[kv - q - KF_DIAG_TAB_LO] (KF_DIAG_TAB_N entries, filled by
+ * kf_dtab_build(KF_ARGS) before the block's first barrier) and the
+ * diagonal from it as kf_score_diag_t(t, bh, q, kv).
  */
 /* Every key pair of a thread's share of the key tile -- rows qa and qb, keys
  * kv0 + 8 nt + 2 t4 and the one after, in sc[4 nt + 2 h] and the next -- as
@@ -431,6 +434,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tk) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tv) : "memory");
     }
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG) && defined(KF_DIAG_TAB)
+    /* the diagonal's part free of loads over kv - q into shared memory (the
+     * generator's kf_dtab_build): the consumers read it from the first item on */
+    kf_dtab_build(KF_ARGS);
+#endif
 #ifdef KF_BS_TABLE
     /* the block-sparse walk and the query tiles' ranks into shared memory
      * (the generator's): every role reads them from the first item on */
@@ -829,9 +837,21 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                      * pair nt), and row qr + 8's at pair nt is dg[nt]. Rows
                      * past KF_SQ (qa, qb clamped) are computed, not stored. */
                     unsigned dg[KF_BC / 8 + 1];
+#ifdef KF_DIAG_TAB
+                    /* its part free of loads from the table (KF_DIAG_TAB:
+                     * kf_dtab[kv - q - KF_DIAG_TAB_LO], an LDS a pair where
+                     * kf_score_diag computes it), the rest by
+                     * kf_score_diag_t */
+                    const unsigned *dtp = kf_dtab + (kv0 - 8 + 2 * t4 - qr - KF_DIAG_TAB_LO);
+#pragma unroll
+                    for (int i = 0; i <= KF_BC / 8; i++)
+                        dg[i] = kf_score_diag_t(dtp[8 * i], bh, qr, kv0 + (i - 1) * 8 + 2 * t4,
+                                                KF_ARGS);
+#else
 #pragma unroll
                     for (int i = 0; i <= KF_BC / 8; i++)
                         dg[i] = kf_score_diag(bh, qr, kv0 + (i - 1) * 8 + 2 * t4, KF_ARGS);
+#endif
 #pragma unroll
                     for (int nt = 0; nt < KF_BC / 8; nt++) {
                         kf_score_pair_dg(sc[4 * nt], sc[4 * nt + 1], dg[nt + 1], bh, qa,

@@ -1375,6 +1375,68 @@ static void test_the_score_diagonal_is_computed_once_for_two_rows(void **state) 
     }
 }
 
+/* ALiBi's diagonal with its part free of loads (the bf16(kv - q) pairs) in
+ * a table in shared memory (cg_attention_pair.c, pair_dtab): the default
+ * bf16 kernel defines KF_DIAG_TAB and reads the table in its main loop (an
+ * LDS for each of the tile's 17 key pairs, between Q.K^T's wait and P.V's,
+ * where the kernel with KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE has none and
+ * 17 more I2FP: the conversions the table replaces), has fewer SASS
+ * instructions than that kernel, HGMMA and no local memory; the causal
+ * score (no diagonal) and the f16 ALiBi kernel (no pair form) are the same
+ * with the flag. */
+static void test_the_score_diagonal_reads_its_load_free_part_from_a_table(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    static const struct {
+        size_t ci;
+        const char *dn;
+    } vs[] = {{0, "bf16"}, {4, "f16"}, {4, "bf16"}}; /* causal; ALiBi */
+    for (size_t v = 0; v < N_OF(vs); v++) {
+        const size_t ci = vs[v].ci;
+        char text[4096];
+        graph_text(cases[ci].body, vs[v].dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r1 =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE);
+        const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
+        assert_null(strstr(k1->source, "#define KF_DIAG_TAB"));
+        if (v < 2) {
+            assert_null(strstr(k0->source, "#define KF_DIAG_TAB"));
+            assert_string_equal(k0->source, k1->source);
+        } else {
+            assert_non_null(strstr(k0->source, "#define KF_DIAG_TAB"));
+            assert_non_null(strstr(k1->source, "#define KF_SCORE_DIAG"));
+            kf_sass_check_hopper(&MEM, k0);
+            int n[2], lds[2], i2f[2];
+            const kf_cuda_kernel *ks[2] = {k0, k1};
+            for (int f = 0; f < 2; f++) {
+                kf_sass_text(&MEM, ks[f], sass, sizeof sass);
+                const char *end = sass + strlen(sass);
+                n[f] = count_between(sass, end, "        /*");
+                /* the main loop: Q.K^T's wait to P.V's */
+                const char *a = strstr(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1");
+                const char *b = a ? strstr(a, "WARPGROUP.DEPBAR.LE gsb0, 0x0") : NULL;
+                if (!b)
+                    fail_msg("%s: no Q.K^T / P.V waits in the SASS", cases[ci].name);
+                lds[f] = count_between(a, b, " LDS");
+                i2f[f] = count_between(a, b, " I2FP");
+            }
+            if (n[0] >= n[1] || lds[0] < 17 || lds[1] != 0 || i2f[1] - i2f[0] < 17)
+                fail_msg("%s: with the table %d instructions, %d LDS, %d I2FP in the main loop; "
+                         "computed %d, %d, %d",
+                         cases[ci].name, n[0], lds[0], i2f[0], n[1], lds[1], i2f[1]);
+            fprintf(stderr, "  %s [bf16]: %d -> %d instructions, main loop I2FP %d -> %d\n",
+                    cases[ci].name, n[1], n[0], i2f[1], i2f[0]);
+        }
+        kf_cuda_recipes_destroy(r0);
+        kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
 int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
@@ -1386,6 +1448,7 @@ int main(void) {
         cmocka_unit_test(test_the_pair_form_of_the_score_takes_bf16x2_arithmetic),
         cmocka_unit_test(test_the_score_splits_where_tanh_rounds_to_its_operand),
         cmocka_unit_test(test_the_score_diagonal_is_computed_once_for_two_rows),
+        cmocka_unit_test(test_the_score_diagonal_reads_its_load_free_part_from_a_table),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_exp2_share_by_polynomial),
         cmocka_unit_test(test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe),

@@ -1201,6 +1201,15 @@ static const struct {
      "bias = mul(slope, df)\nsb = add(s0, bias)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
      "s1 = where(keep, sb, ninf)\n",
      "mask causal"},
+    /* ALiBi without a mask, Sq != Skv, both ragged: kv - q of both signs on
+     * the inner tiles (the diagonal's table over its widest range) */
+    {"ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64",
+     "q = input($[1, 3, 300, 64])\nk = input($[1, 3, 700, 64])\nv = input($[1, 3, 700, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "slope = input($[3, 1, 1])\nrow = iota(i32[300, 700], axis=0)\n"
+     "col = iota(i32[300, 700], axis=1)\ndi = sub(col, row)\ndf = cast(di, $)\n"
+     "bias = mul(slope, df)\ns1 = add(s0, bias)\n",
+     "mask none"},
     {"scores growing 0.02 a key, causal: rescales a tile or two apart, head dim 128",
      "q = input($[1, 2, 900, 128])\nk = input($[1, 2, 900, 128])\nv = input($[1, 2, 900, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
@@ -1817,6 +1826,38 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
         for (size_t i = 0; i < N_OF(names); i++)
             run_sm90_cases_only(forms[f], "bf16", "bf16", 4500 + 10 * (uint64_t)f + i, NULL, NULL,
                                 NULL, labels[f], names[i]);
+}
+
+/* ALiBi's diagonal with its part free of loads (bf16(kv - q) pairs) read
+ * from a table in shared memory (the default, KF_DIAG_TAB: test_attngen
+ * checks the source) and computed on every key tile (KF_CUDA_RECIPE_
+ * ATTENTION_DIAG_COMPUTE, the form before): the ALiBi cases -- causal
+ * ragged S 190 head dim 64, causal S 900 head dim 128 (8 key tiles), no
+ * mask Sq 300 != Skv 700 head dim 64 -- in bf16 with both forms and in f16
+ * (no pair form there) with the default, each against the reference. */
+static void test_sm90_attention_alibi_diagonal_table_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "ALiBi slope[h] (kv - q) + causal", "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
+        "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64"};
+    for (int f = 0; f < 3; f++)
+        for (size_t i = 0; i < N_OF(names); i++) {
+            const char *dn = f == 2 ? "f16" : "bf16";
+            run_sm90_cases_only(f == 1 ? KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE : 0, dn, dn,
+                                4800 + 10 * (uint64_t)f + i, NULL, NULL, NULL,
+                                f == 1 ? "diagonal computed" : "diagonal table", names[i]);
+        }
+}
+
+/* The ALiBi case without a mask (Sq 300 != Skv 700, ragged) in bf16 with the
+ * diagonal's table: the case the GPU check runs under compute-sanitizer
+ * (memcheck, racecheck). */
+static void test_sm90_attention_alibi_table_on_one_ragged_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_sm90_cases_only(0, NULL, "bf16", 4900, NULL, NULL, NULL, "diagonal table",
+                        "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64");
 }
 
 /* A softcap's MUFU ops on the FMA pipe in part: the default at head dim 128
@@ -4380,6 +4421,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
         cmocka_unit_test(test_sm90_attention_pair_and_scalar_score_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_score_split_and_diagonal_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_alibi_diagonal_table_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_alibi_table_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_softcap_fma_shares_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_form_on_one_ragged_case),
