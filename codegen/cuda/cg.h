@@ -386,6 +386,10 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
  * c->dtab_n, which the block fills once (pair_dtab: kf_dtab, kf_dtab_build,
  * kf_score_diag_t and KF_DIAG_TAB) */
 #define CG_PAIR_DIAG_TAB 8u
+/* and CG_PAIR_DIAG_EDGE, with the diagonal the causal mask's edge tiles by
+ * the pair form too, where the mask is causal and its where() with an -inf
+ * fill is the score's last node (KF_SCORE_DIAG_EDGE) */
+#define CG_PAIR_DIAG_EDGE 16u
 /* The largest bf16 value T (its bits) such that tanh(x), rounded to bf16 as
  * the reference evaluator rounds it, is x itself for every bf16 |x| <= T. */
 unsigned cg_tanh_ident_max(void);

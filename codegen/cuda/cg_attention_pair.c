@@ -739,6 +739,21 @@ static void emit_dtab(pair_ctx *p, chunk_ctx *x, uint32_t t, uint32_t f, bool *o
     p->in = KF_NONE;
 }
 
+/* Whether the group's score on a causal mask's edge tiles is its pair form
+ * (the where() replaced by its kept branch) where kv <= q and -inf
+ * elsewhere: the mask is causal (kv <= q, proven cell by cell by the
+ * planner), its where() keeps src[1] and fills with a constant -inf, and is
+ * the score's last node (nothing applies to the -inf after it). */
+static bool diag_edge_ok(const kf_group *g) {
+    const kf_attn_info *at = &g->attn;
+    if (at->mask != KF_MASK_CAUSAL || at->mask_node == KF_NONE || at->mask_node != at->score)
+        return false;
+    const kf_expr *w = &g->expr[at->mask_node];
+    const kf_expr *f = &g->expr[w->src[2]];
+    return w->kind == KF_EXPR_OP && w->op == KF_OP_WHERE && f->kind == KF_EXPR_CONST &&
+           isinf(f->value) && f->value < 0;
+}
+
 /* kf_score_diag and kf_score_pair_dg of pair_diag's diagonal, its node f
  * (dg: pair_diag's), from the planned reps r0; with CG_PAIR_DIAG_TAB in
  * `forms` its table too (emit_dtab) where pair_dtab finds its node. */
@@ -783,6 +798,10 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
               "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)dg; (void)bh; (void)q; (void)kv;\n}\n"
               "#define KF_SCORE_DIAG 1\n\n",
               top, top);
+    if ((forms & CG_PAIR_DIAG_EDGE) && diag_edge_ok(g))
+        cg_puts(&c->s, "/* the causal mask's edge tiles by the pair form too, then the mask "
+                       "(pair_diag): -inf where kv > q or kv >= Skv */\n"
+                       "#define KF_SCORE_DIAG_EDGE 1\n\n");
     p->on = NULL;
     p->in = KF_NONE;
     const uint32_t t = forms & CG_PAIR_DIAG_TAB ? pair_dtab(p, dg, f, on) : KF_NONE;
