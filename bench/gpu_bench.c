@@ -1252,6 +1252,18 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * (_wide: the split takes the tanh almost everywhere) */
         {"attn_softcap_skip", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
         {"attn_alibi_diag_each", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DEACH},
+        /* ali15's forms: ALiBi's bf16(kv - q) pairs computed on every key
+         * tile (_dcomp: KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE, where the
+         * default reads them from a table in shared memory), the diagonal
+         * tile's scalar score (_edge_scalar: KF_CUDA_RECIPE_ATTENTION_EDGE_
+         * SCALAR, where the default takes the pair form and the mask), both
+         * (_before: the kernel before ali15) */
+        {"attn_alibi_dcomp", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE},
+        {"attn_alibi_edge_scalar", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR},
+        {"attn_alibi_before", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE | KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR},
         {"attn_softcap_wide", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
         {"attn_softcap_wide_mufu", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},

@@ -140,8 +140,45 @@
  * KF_TANH_IDENT_MAX, else kf_score_post; or KF_SCORE_DIAG: the part that
  * is a function of kv - q as kf_score_diag(bh, q, kv) (a bf16x2 pair), once
  * for a thread's two rows, and the rest as kf_score_pair_dg(s0, s1, dg, bh,
- * q, kv).
+ * q, kv); with it KF_DIAG_TAB: the diagonal's part free of loads in
+ * kf_dtab[kv - q - KF_DIAG_TAB_LO] (KF_DIAG_TAB_N entries, filled by
+ * kf_dtab_build(KF_ARGS) before the block's first barrier) and the
+ * diagonal from it as kf_score_diag_t(t, bh, q, kv); and KF_SCORE_DIAG_EDGE:
+ * a causal mask's full-width edge tiles by the same pair form, then -inf
+ * where kv > q or kv >= KF_SKV.
  */
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG)
+/* The pair form with its diagonal (KF_SCORE_DIAG, a function of kv - q) on
+ * the key tile at kv0, a thread's scores sc[] (rows qa, qb: qr and qr + 8
+ * clamped below KF_SQ; t4 its lane in the quad): the diagonal once for both
+ * rows, row qr's at the tile's key pairs -8, 0, ..., KF_BC - 8 (dg[nt + 1]
+ * at pair nt), and row qr + 8's at pair nt is dg[nt]. Rows past KF_SQ are
+ * computed, not stored. */
+__device__ __forceinline__ void kf_diag_tile(float (&sc)[KF_BC / 2], long long bh, int qr, int qa,
+                                             int qb, int kv0, int t4, KF_PARAMS) {
+    unsigned dg[KF_BC / 8 + 1];
+#ifdef KF_DIAG_TAB
+    /* its part free of loads from the table (KF_DIAG_TAB: kf_dtab[kv - q -
+     * KF_DIAG_TAB_LO], an LDS a pair where kf_score_diag computes it), the
+     * rest by kf_score_diag_t */
+    const unsigned *dtp = kf_dtab + (kv0 - 8 + 2 * t4 - qr - KF_DIAG_TAB_LO);
+#pragma unroll
+    for (int i = 0; i <= KF_BC / 8; i++)
+        dg[i] = kf_score_diag_t(dtp[8 * i], bh, qr, kv0 + (i - 1) * 8 + 2 * t4, KF_ARGS);
+#else
+#pragma unroll
+    for (int i = 0; i <= KF_BC / 8; i++)
+        dg[i] = kf_score_diag(bh, qr, kv0 + (i - 1) * 8 + 2 * t4, KF_ARGS);
+#endif
+#pragma unroll
+    for (int nt = 0; nt < KF_BC / 8; nt++) {
+        kf_score_pair_dg(sc[4 * nt], sc[4 * nt + 1], dg[nt + 1], bh, qa, kv0 + nt * 8 + 2 * t4,
+                         KF_ARGS);
+        kf_score_pair_dg(sc[4 * nt + 2], sc[4 * nt + 3], dg[nt], bh, qb, kv0 + nt * 8 + 2 * t4,
+                         KF_ARGS);
+    }
+}
+#endif
 /* Every key pair of a thread's share of the key tile -- rows qa and qb, keys
  * kv0 + 8 nt + 2 t4 and the one after, in sc[4 nt + 2 h] and the next -- as
  * F(s0, s1, [X,] bh, q, kv, KF_ARGS): the pair form's loop, whichever score
@@ -461,6 +498,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tk) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tv) : "memory");
     }
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG) && defined(KF_DIAG_TAB)
+    /* the diagonal's part free of loads over kv - q into shared memory (the
+     * generator's kf_dtab_build): the consumers read it from the first item on */
+    kf_dtab_build(KF_ARGS);
+#endif
 #ifdef KF_BS_TABLE
     /* the block-sparse walk and the query tiles' ranks into shared memory
      * (the generator's): every role reads them from the first item on */
@@ -816,6 +858,25 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const bool edge =
                     kf_attn_tile_edge(j, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
                 if (edge) {
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG) && defined(KF_SCORE_DIAG_EDGE)
+                    /* a causal mask's full-width edge tile (KF_SCORE_DIAG_
+                     * EDGE): the pair form with its diagonal on every
+                     * element, then -inf where kv > q or kv >= KF_SKV -- the
+                     * scalar score's values (the mask's where() is its last
+                     * node, with an -inf fill), a third of its instructions */
+                    if (W == KF_BC) {
+                        kf_diag_tile(sc, bh, qr, qa, qb, kv0, t4, KF_ARGS);
+#pragma unroll
+                        for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+                            for (int e = 0; e < 4; e++) {
+                                const int kv = kv0 + nt * 8 + 2 * t4 + (e & 1);
+                                if (kv > (e < 2 ? qa : qb) || kv >= KF_SKV)
+                                    sc[4 * nt + e] = -KF_INF;
+                            }
+                        }
+                    } else {
+#endif
 #pragma unroll
                     for (int nt = 0; nt < W / 8; nt++) {
 #pragma unroll
@@ -826,6 +887,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                             : -KF_INF;
                         }
                     }
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG) && defined(KF_SCORE_DIAG_EDGE)
+                    }
+#endif
                 } else {
 #if defined(KF_SCORE_PAIR) && defined(KF_SCORE_SPLIT)
                     /* the pair form split at a tanh (KF_SCORE_SPLIT): its
@@ -851,22 +915,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         KF_EACH_PAIR(kf_score_pair, );
                     }
 #elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG)
-                    /* the pair form with its diagonal (KF_SCORE_DIAG, a
-                     * function of kv - q) once for both rows: row qr's at the
-                     * tile's key pairs -8, 0, ..., KF_BC - 8 (dg[nt + 1] at
-                     * pair nt), and row qr + 8's at pair nt is dg[nt]. Rows
-                     * past KF_SQ (qa, qb clamped) are computed, not stored. */
-                    unsigned dg[KF_BC / 8 + 1];
-#pragma unroll
-                    for (int i = 0; i <= KF_BC / 8; i++)
-                        dg[i] = kf_score_diag(bh, qr, kv0 + (i - 1) * 8 + 2 * t4, KF_ARGS);
-#pragma unroll
-                    for (int nt = 0; nt < KF_BC / 8; nt++) {
-                        kf_score_pair_dg(sc[4 * nt], sc[4 * nt + 1], dg[nt + 1], bh, qa,
-                                         kv0 + nt * 8 + 2 * t4, KF_ARGS);
-                        kf_score_pair_dg(sc[4 * nt + 2], sc[4 * nt + 3], dg[nt], bh, qb,
-                                         kv0 + nt * 8 + 2 * t4, KF_ARGS);
-                    }
+                    kf_diag_tile(sc, bh, qr, qa, qb, kv0, t4, KF_ARGS);
 #elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_PAIR_T) && KF_TANH_POLY > 0
                     /* the pair form, its tanh by rational (kf_score_pair_t)
                      * in KF_TANH_POLY of every 8 column groups: a softcap's

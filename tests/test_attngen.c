@@ -1375,6 +1375,82 @@ static void test_the_score_diagonal_is_computed_once_for_two_rows(void **state) 
     }
 }
 
+/* ALiBi's diagonal with its part free of loads (the bf16(kv - q) pairs) in
+ * a table in shared memory (cg_attention_pair.c, pair_dtab), and the causal
+ * mask's edge tiles by the pair form (KF_SCORE_DIAG_EDGE): the default bf16
+ * kernel defines KF_DIAG_TAB and KF_SCORE_DIAG_EDGE and reads the table in
+ * its main loop (an LDS for each of the tile's 17 key pairs, between
+ * Q.K^T's wait and P.V's), where the kernel with KF_CUDA_RECIPE_ATTENTION_
+ * DIAG_COMPUTE (no KF_DIAG_TAB) has none there and 17 more I2FP -- the
+ * conversions the table replaces -- and more SASS instructions, and the
+ * kernel with KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR (no KF_SCORE_DIAG_EDGE:
+ * the edge tiles' scalar score) more still; HGMMA and no local memory; the
+ * causal score (no diagonal) and the f16 ALiBi kernel (no pair form) are
+ * the same with either flag. */
+static void test_the_score_diagonal_reads_its_load_free_part_from_a_table(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    static const struct {
+        size_t ci;
+        const char *dn;
+    } vs[] = {{0, "bf16"}, {4, "f16"}, {4, "bf16"}}; /* causal; ALiBi */
+    static const uint64_t flags[3] = {0, KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE,
+                                      KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR};
+    for (size_t v = 0; v < N_OF(vs); v++) {
+        const size_t ci = vs[v].ci;
+        char text[4096];
+        graph_text(cases[ci].body, vs[v].dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r[3];
+        const kf_cuda_kernel *k[3];
+        for (int f = 0; f < 3; f++) {
+            r[f] = kf_sass_recipes(&MEM, p.plan, "h100", NULL, flags[f]);
+            k[f] = &attn_recipe(p.plan, r[f])->steps[0].kernel->kernel;
+        }
+        assert_null(strstr(k[1]->source, "#define KF_DIAG_TAB"));
+        assert_null(strstr(k[2]->source, "#define KF_SCORE_DIAG_EDGE"));
+        if (v < 2) {
+            assert_null(strstr(k[0]->source, "#define KF_DIAG_TAB"));
+            assert_null(strstr(k[0]->source, "#define KF_SCORE_DIAG_EDGE"));
+            assert_string_equal(k[0]->source, k[1]->source);
+            assert_string_equal(k[0]->source, k[2]->source);
+        } else {
+            assert_non_null(strstr(k[0]->source, "#define KF_DIAG_TAB"));
+            assert_non_null(strstr(k[0]->source, "#define KF_SCORE_DIAG_EDGE"));
+            assert_non_null(strstr(k[1]->source, "#define KF_SCORE_DIAG_EDGE"));
+            assert_non_null(strstr(k[2]->source, "#define KF_DIAG_TAB"));
+            kf_sass_check_hopper(&MEM, k[0]);
+            int n[3], lds[3], i2f[3];
+            for (int f = 0; f < 3; f++) {
+                kf_sass_text(&MEM, k[f], sass, sizeof sass);
+                const char *end = sass + strlen(sass);
+                n[f] = count_between(sass, end, "        /*");
+                /* the main loop: Q.K^T's wait to P.V's */
+                const char *a = strstr(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1");
+                const char *b = a ? strstr(a, "WARPGROUP.DEPBAR.LE gsb0, 0x0") : NULL;
+                if (!b)
+                    fail_msg("%s: no Q.K^T / P.V waits in the SASS", cases[ci].name);
+                lds[f] = count_between(a, b, " LDS");
+                /* the kernel's (ptxas moves the diagonal's before the wait) */
+                i2f[f] = count_between(sass, end, " I2FP");
+            }
+            if (n[0] >= n[1] || n[0] >= n[2] || lds[0] < 17 || lds[1] != 0 ||
+                i2f[1] - i2f[0] < 17)
+                fail_msg("%s: %d instructions, %d LDS and %d I2FP in the main loop; the "
+                         "diagonal computed %d, %d, %d; the edge tiles' scalar score %d",
+                         cases[ci].name, n[0], lds[0], i2f[0], n[1], lds[1], i2f[1], n[2]);
+            fprintf(stderr,
+                    "  %s [bf16]: %d instructions (%d I2FP, %d LDS in the main loop); "
+                    "diagonal computed %d (%d I2FP); edge tiles scalar %d\n",
+                    cases[ci].name, n[0], i2f[0], lds[0], n[1], i2f[1], n[2]);
+        }
+        for (int f = 0; f < 3; f++)
+            kf_cuda_recipes_destroy(r[f]);
+        plan_release(&p);
+    }
+}
+
 int main(void) {
     kf_mem_resolve(&MEM, NULL);
     const struct CMUnitTest tests[] = {
@@ -1386,6 +1462,7 @@ int main(void) {
         cmocka_unit_test(test_the_pair_form_of_the_score_takes_bf16x2_arithmetic),
         cmocka_unit_test(test_the_score_splits_where_tanh_rounds_to_its_operand),
         cmocka_unit_test(test_the_score_diagonal_is_computed_once_for_two_rows),
+        cmocka_unit_test(test_the_score_diagonal_reads_its_load_free_part_from_a_table),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_exp2_share_by_polynomial),
         cmocka_unit_test(test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe),

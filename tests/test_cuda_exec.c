@@ -1203,6 +1203,25 @@ static const struct {
      "bias = mul(slope, df)\nsb = add(s0, bias)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
      "s1 = where(keep, sb, ninf)\n",
      "mask causal"},
+    /* ALiBi without a mask, Sq != Skv, both ragged: kv - q of both signs on
+     * the inner tiles (the diagonal's table over its widest range) */
+    {"ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64",
+     "q = input($[1, 3, 300, 64])\nk = input($[1, 3, 700, 64])\nv = input($[1, 3, 700, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "slope = input($[3, 1, 1])\nrow = iota(i32[300, 700], axis=0)\n"
+     "col = iota(i32[300, 700], axis=1)\ndi = sub(col, row)\ndf = cast(di, $)\n"
+     "bias = mul(slope, df)\ns1 = add(s0, bias)\n",
+     "mask none"},
+    /* ALiBi + causal, Sq != Skv, both ragged: the diagonal tiles (the edge
+     * form: the pair form, then the mask) at the queries' end */
+    {"ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
+     "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 500, 128])\nv = input($[1, 2, 500, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "slope = input($[2, 1, 1])\nrow = iota(i32[300, 500], axis=0)\n"
+     "col = iota(i32[300, 500], axis=1)\ndi = sub(col, row)\ndf = cast(di, $)\n"
+     "bias = mul(slope, df)\nsb = add(s0, bias)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
+     "s1 = where(keep, sb, ninf)\n",
+     "mask causal"},
     {"scores growing 0.02 a key, causal: rescales a tile or two apart, head dim 128",
      "q = input($[1, 2, 900, 128])\nk = input($[1, 2, 900, 128])\nv = input($[1, 2, 900, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
@@ -1819,6 +1838,53 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
         for (size_t i = 0; i < N_OF(names); i++)
             run_sm90_cases_only(forms[f], "bf16", "bf16", 4500 + 10 * (uint64_t)f + i, NULL, NULL,
                                 NULL, labels[f], names[i]);
+}
+
+/* ALiBi's diagonal with its part free of loads (bf16(kv - q) pairs) read
+ * from a table in shared memory and the causal mask's edge tiles by the pair
+ * form (the default: KF_DIAG_TAB, KF_SCORE_DIAG_EDGE; test_attngen checks
+ * the sources) against the reference: bf16 on the ALiBi cases -- causal
+ * ragged S 190 head dim 64, causal S 900 head dim 128 (8 key tiles), causal
+ * Sq 300 != Skv 500 head dim 128, no mask Sq 300 != Skv 700 head dim 64 --
+ * and f16 (no pair form there) on the first and third; the forms before,
+ * the diagonal computed on every key tile (KF_CUDA_RECIPE_ATTENTION_DIAG_
+ * COMPUTE) and the edge tiles' scalar score (KF_CUDA_RECIPE_ATTENTION_EDGE_
+ * SCALAR), both on the S 190 and Sq 300 != Skv 500 cases, each alone on the
+ * S 900 case. */
+static void test_sm90_attention_alibi_diagonal_table_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "ALiBi slope[h] (kv - q) + causal", "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
+        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
+        "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64"};
+    const uint64_t dc = KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE;
+    const uint64_t es = KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR;
+    const struct {
+        uint64_t flags;
+        const char *dn, *label;
+        unsigned cases; /* bit i: names[i] */
+    } runs[] = {{0, "bf16", "diagonal table, edge pair form", 0xfu},
+                {0, "f16", "diagonal table, edge pair form", 0x5u},
+                {dc | es, "bf16", "diagonal computed, edge tiles scalar", 0x5u},
+                {dc, "bf16", "diagonal computed", 0x2u},
+                {es, "bf16", "edge tiles scalar", 0x2u}};
+    for (size_t f = 0; f < N_OF(runs); f++)
+        for (size_t i = 0; i < N_OF(names); i++)
+            if (runs[f].cases >> i & 1u)
+                run_sm90_cases_only(runs[f].flags, runs[f].dn, runs[f].dn,
+                                    4800 + 10 * (uint64_t)f + i, NULL, NULL, NULL, runs[f].label,
+                                    names[i]);
+}
+
+/* The ALiBi + causal case with Sq 300 != Skv 500 (ragged) in bf16 with the
+ * diagonal's table and the edge tiles' pair form: the case the GPU check
+ * runs under compute-sanitizer (memcheck, racecheck). */
+static void test_sm90_attention_alibi_table_on_one_ragged_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_sm90_cases_only(0, NULL, "bf16", 4900, NULL, NULL, NULL, "diagonal table, edge pair form",
+                        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128");
 }
 
 /* A softcap's MUFU ops on the FMA pipe in part: the default at head dim 128
@@ -4516,6 +4582,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
         cmocka_unit_test(test_sm90_attention_pair_and_scalar_score_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_score_split_and_diagonal_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_alibi_diagonal_table_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_alibi_table_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_softcap_fma_shares_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_form_on_one_ragged_case),

@@ -62,6 +62,9 @@ typedef struct cg {
     int32_t *param;     /* per node: LOAD/ACC/SCORE: its param; else -1 */
     int64_t *soff;      /* per node: row_warp_staged: byte offset of its row in a stage; else -1 */
     bool staged;        /* emitting a staged prologue: loads with soff >= 0 read the stage */
+    int64_t dtab_lo;    /* CG_PAIR_DIAG_TAB: the sm_90a kernel's kv - q range the diagonal's
+                           table covers, [dtab_lo, dtab_lo + dtab_n) */
+    int64_t dtab_n;
     bool div_by_mul;    /* cg_emit_nodes writes x / c (c a float constant) as x * (1 / c):
                            one multiply instead of a division, within an ulp of it, which the
                            rounding to a 16-bit dtype then almost always hides (the fused
@@ -378,6 +381,15 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
  * the pair form has a tanh and neither a split nor a diagonal
  * (KF_SCORE_PAIR_T) */
 #define CG_PAIR_TANH_POLY 4u
+/* and CG_PAIR_DIAG_TAB, with the diagonal its part free of loads (ALiBi's
+ * bf16(kv - q) pair) read from a table in shared memory over c->dtab_lo,
+ * c->dtab_n, which the block fills once (pair_dtab: kf_dtab, kf_dtab_build,
+ * kf_score_diag_t and KF_DIAG_TAB) */
+#define CG_PAIR_DIAG_TAB 8u
+/* and CG_PAIR_DIAG_EDGE, with the diagonal the causal mask's edge tiles by
+ * the pair form too, where the mask is causal and its where() with an -inf
+ * fill is the score's last node (KF_SCORE_DIAG_EDGE) */
+#define CG_PAIR_DIAG_EDGE 16u
 /* The largest bf16 value T (its bits) such that tanh(x), rounded to bf16 as
  * the reference evaluator rounds it, is x itself for every bf16 |x| <= T. */
 unsigned cg_tanh_ident_max(void);

@@ -1210,6 +1210,30 @@ static bool bs_table_ok(const kf_group *g, uint64_t rflags, int64_t br, int64_t 
     return nkt < 256 && nqt <= 256 && nqt * (nkt + 1) <= KF_BS_TABLE_MAX;
 }
 
+/* The kv - q range of the sm_90a kernel's diagonal (templates/
+ * attention_sm90.cuh, KF_SCORE_DIAG: kf_score_diag at rows qr below sqp,
+ * the query tiles' padded end, and keys kv0 - 8 + 2 t4 + 8 i on the inner
+ * tiles and a causal mask's edge tiles (CG_PAIR_DIAG_EDGE), tiles that
+ * start before Skv, so kv in [-8, Skv + bc - 3]; with a causal or window
+ * skip the tiles start before q0 + br, so kv - qr <= br + bc - 3) into
+ * c->dtab_lo, c->dtab_n, and whether a table of as many 4-byte entries
+ * fits in shared memory beside the kernel's dynamic shared memory and its
+ * static arrays (a block-sparse walk's included, KF_BS_TABLE_MAX bytes, and
+ * 4 KiB for the barriers and the pinned softmax's sink). */
+static bool dtab_fits(cg *c, const kf_attn_info *at, int skip, int64_t sqp, int64_t br,
+                      const sm90_shape *sh, const char *arch) {
+    int64_t hi = at->skv + sh->bc - 3;
+    if ((skip == 1 || skip == 2) && hi > br + sh->bc - 3)
+        hi = br + sh->bc - 3;
+    c->dtab_lo = -8 - sqp;
+    c->dtab_n = hi - c->dtab_lo + 1;
+    uint32_t per_block = 0, per_sm = 0;
+    if (!cg_stage_smem_limits(arch, &per_block, &per_sm) || c->dtab_n <= 0)
+        return false;
+    return (int64_t)sm90_smem(at->d, sh) + 4 * c->dtab_n + KF_BS_TABLE_MAX + 4096 <=
+           (int64_t)per_block;
+}
+
 static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, const kf_mem *mem,
                      kf_cuda_kernel *out, bool sm90, uint64_t rflags) {
     const int pin = sm90 && (rflags & KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX) ? 1 : 0;
@@ -1446,12 +1470,21 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE asks for the scalar one alone;
      * split at a tanh only where KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks
      * for it (the tanh on every tile otherwise); its diagonal once for both rows but where
-     * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW asks for it in each */
+     * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW asks for it in each; its part
+     * free of loads read from a table in shared memory where the table fits
+     * (dtab_fits) but where KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE computes
+     * it on every tile; a causal mask's edge tiles by the pair form too but
+     * where KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR keeps the scalar score */
+    const bool dtab = sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE) &&
+                      dtab_fits(&c, at, skip, nqt * br, br, &sh, arch);
     st = emit_score_fns(&c, skip != 0, fold, f32,
                         sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE),
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
                             (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW ? 0u : CG_PAIR_DIAG) |
-                            (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u));
+                            (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u) |
+                            (dtab ? CG_PAIR_DIAG_TAB : 0u) |
+                            (rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR ? 0u
+                                                                           : CG_PAIR_DIAG_EDGE));
     if (st != KF_OK)
         return cg_end(&c, st);
     emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC, bst, bsk);

@@ -636,9 +636,129 @@ static uint32_t pair_diag(const pair_ctx *p, bool *dg) {
     return f;
 }
 
+/* The diagonal's part free of loads: the node t of pair_diag's diagonal
+ * (dg, its node f) that f reads the diagonal's other nodes through, where t
+ * and every node it is made of read no load -- a function of kv - q alone,
+ * the same for every head (ALiBi's bf16(kv - q), whose slope x t is f) --
+ * and t is a bf16 value rounded as stored (its pair packs exactly); or f
+ * itself where no node of f reads a load. The kernel then reads t's pair
+ * from a table over kv - q (kf_dtab, filled once by the block: kf_dtab_build)
+ * and computes f from it (kf_score_diag_t): ALiBi's inner key tile (SASS, a
+ * consumer thread, 64 scores) 280 score instructions with the diagonal
+ * computed (VIADD, I2FP, FADD, F2FP and HMUL2 for each of 17 pairs), 238
+ * with the table (an LDS and the HMUL2). Returns t, or KF_NONE; on: scratch
+ * of c->n. */
+static uint32_t pair_dtab(const pair_ctx *p, const bool *dg, uint32_t f, bool *on) {
+    const cg *c = p->c;
+    const kf_group *g = c->g;
+    memset(on, 0, c->n * sizeof *on);
+    pair_marks(p, on, f, KF_NONE);
+    bool *lf = kf_mem_calloc(c->mem, c->n, sizeof *lf); /* made of no load */
+    if (!lf)
+        return KF_NONE;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!on[i] || p->name[i] != i)
+            continue;
+        lf[i] = e->kind != KF_EXPR_LOAD;
+        if (e->kind == KF_EXPR_OP) {
+            const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+            for (int k = 0; k < ar; k++)
+                lf[i] = lf[i] && lf[p->name[e->src[k]]];
+        }
+    }
+    uint32_t t = lf[f] ? f : KF_NONE;
+    for (uint32_t j = 0; j < c->n && !lf[f]; j++) {
+        const kf_expr *e = &g->expr[j];
+        if (!on[j] || p->name[j] != j || lf[j] || e->kind != KF_EXPR_OP)
+            continue;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        for (int k = 0; k < ar; k++) {
+            const uint32_t a = p->name[e->src[k]];
+            if (!dg[a] || !lf[a])
+                continue; /* a uniform value, or one made of a load */
+            if (t != KF_NONE && t != a) {
+                t = KF_NONE;
+                j = c->n;
+                break;
+            }
+            t = a;
+        }
+    }
+    kf_mem_free(c->mem, lf, c->n * sizeof *lf);
+    if (t == KF_NONE || g->expr[t].kind != KF_EXPR_OP || !pair_exact(p, t))
+        return KF_NONE;
+    return t;
+}
+
+/* kf_dtab, kf_score_dtab, kf_dtab_build and kf_score_diag_t of pair_dtab's
+ * node t of the diagonal (its node f), from the planned reps r0; on:
+ * scratch of c->n. */
+static void emit_dtab(pair_ctx *p, chunk_ctx *x, uint32_t t, uint32_t f, bool *on,
+                      const pair_rep *r0) {
+    cg *c = p->c;
+    /* t's pair at (q, kv) = (0, d): every node of t is a function of kv - q */
+    memset(on, 0, c->n * sizeof *on);
+    pair_marks(p, on, t, KF_NONE);
+    cg_printf(&c->s,
+              "/* the diagonal's part free of loads (cg_attention_pair.c, pair_dtab): t's pair at "
+              "kv - q = KF_DIAG_TAB_LO + i in kf_dtab[i] */\n#define KF_DIAG_TAB_LO %lld\n"
+              "#define KF_DIAG_TAB_N %lld\n__shared__ unsigned kf_dtab[KF_DIAG_TAB_N];\n"
+              "__device__ __forceinline__ unsigned kf_score_dtab(long long bh, int q, int kv, "
+              "KF_PARAMS) {\n",
+              (long long)c->dtab_lo, (long long)c->dtab_n);
+    memcpy(p->r, r0, c->n * sizeof *p->r);
+    p->on = on;
+    p->in = KF_NONE;
+    p->ident = KF_NONE;
+    pair_loads(p, x);
+    pair_emit(p);
+    pair_get_p(p, t);
+    cg_printf(&c->s,
+              "    (void)bh; (void)q; (void)kv;\n    return p%u_p;\n}\n"
+              "__device__ void kf_dtab_build(KF_PARAMS) {\n"
+              "    for (int i = (int)threadIdx.x; i < KF_DIAG_TAB_N; i += (int)blockDim.x)\n"
+              "        kf_dtab[i] = kf_score_dtab(0, 0, KF_DIAG_TAB_LO + i, KF_ARGS);\n}\n",
+              t);
+    /* f from t's pair */
+    memset(on, 0, c->n * sizeof *on);
+    pair_marks(p, on, f, t);
+    cg_puts(&c->s, "__device__ __forceinline__ unsigned kf_score_diag_t(unsigned tp, long long bh, "
+                   "int q, int kv, KF_PARAMS) {\n");
+    memcpy(p->r, r0, c->n * sizeof *p->r);
+    p->in = t;
+    p->in_src = "tp";
+    pair_loads(p, x);
+    pair_emit(p);
+    pair_get_p(p, f);
+    cg_printf(&c->s,
+              "    (void)tp; (void)bh; (void)q; (void)kv;\n    return p%u_p;\n}\n"
+              "#define KF_DIAG_TAB 1\n\n",
+              f);
+    p->on = NULL;
+    p->in = KF_NONE;
+}
+
+/* Whether the group's score on a causal mask's edge tiles is its pair form
+ * (the where() replaced by its kept branch) where kv <= q and -inf
+ * elsewhere: the mask is causal (kv <= q, proven cell by cell by the
+ * planner), its where() keeps src[1] and fills with a constant -inf, and is
+ * the score's last node (nothing applies to the -inf after it). */
+static bool diag_edge_ok(const kf_group *g) {
+    const kf_attn_info *at = &g->attn;
+    if (at->mask != KF_MASK_CAUSAL || at->mask_node == KF_NONE || at->mask_node != at->score)
+        return false;
+    const kf_expr *w = &g->expr[at->mask_node];
+    const kf_expr *f = &g->expr[w->src[2]];
+    return w->kind == KF_EXPR_OP && w->op == KF_OP_WHERE && f->kind == KF_EXPR_CONST &&
+           isinf(f->value) && f->value < 0;
+}
+
 /* kf_score_diag and kf_score_pair_dg of pair_diag's diagonal, its node f
- * (dg: pair_diag's), from the planned reps r0. */
-static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, const pair_rep *r0) {
+ * (dg: pair_diag's), from the planned reps r0; with CG_PAIR_DIAG_TAB in
+ * `forms` its table too (emit_dtab) where pair_dtab finds its node. */
+static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, const pair_rep *r0,
+                      unsigned forms) {
     cg *c = p->c;
     const kf_group *g = c->g;
     const uint32_t top = p->name[g->attn.score];
@@ -678,8 +798,15 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
               "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)dg; (void)bh; (void)q; (void)kv;\n}\n"
               "#define KF_SCORE_DIAG 1\n\n",
               top, top);
+    if ((forms & CG_PAIR_DIAG_EDGE) && diag_edge_ok(g))
+        cg_puts(&c->s, "/* the causal mask's edge tiles by the pair form too, then the mask "
+                       "(pair_diag): -inf where kv > q or kv >= Skv */\n"
+                       "#define KF_SCORE_DIAG_EDGE 1\n\n");
     p->on = NULL;
     p->in = KF_NONE;
+    const uint32_t t = forms & CG_PAIR_DIAG_TAB ? pair_dtab(p, dg, f, on) : KF_NONE;
+    if (t != KF_NONE)
+        emit_dtab(p, x, t, f, on, r0);
     kf_mem_free(c->mem, on, c->n * sizeof *on);
 }
 
@@ -802,7 +929,7 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
             if (t != KF_NONE)
                 emit_split(&p, x, t, anc, r0);
             else if (f != KF_NONE)
-                emit_diag(&p, x, f, anc, r0);
+                emit_diag(&p, x, f, anc, r0, forms);
             else if ((forms & CG_PAIR_TANH_POLY) && pair_has_tanh(&p))
                 emit_tanh_poly(&p, x, r0);
         }

@@ -275,6 +275,20 @@ enum {
  * row q + 8's from the key pair before (cg_attention_pair.c, pair_diag);
  * kept to measure the two against each other */
 #define KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW (UINT64_C(1) << 48)
+/* internal: the sm_90a attention kernel's diagonal (pair_diag, above)
+ * computes its part free of loads (ALiBi's bf16(kv - q) pair) on every key
+ * tile, where the default reads it from a table in shared memory that the
+ * block fills once (cg_attention_pair.c, pair_dtab); kept to measure the
+ * two against each other */
+#define KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE (UINT64_C(1) << 62)
+/* internal: the sm_90a attention kernel's causal diagonal tile (an edge
+ * tile: the mask cuts it) takes the scalar score, element by element
+ * (kf_score_full), where the default takes the pair form with its diagonal
+ * there too and then the mask, -inf where kv > q or kv >= Skv (KF_SCORE_
+ * DIAG_EDGE, where pair_diag has a diagonal, the mask is causal and its
+ * where() with an -inf fill is the score's last node); kept to measure the
+ * two against each other */
+#define KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR (UINT64_C(1) << 63)
 /* internal: a generated sm_90a GEMM's TMA-store epilogue without its bf16
  * pair forms (cg_raw_feed: a bf16x2 op's rounded operand packed from its
  * unrounded values by one cvt; kf_gm_pack2 packing an exact bf16x2 result by
