@@ -691,6 +691,19 @@ static uint32_t pair_dtab(const pair_ctx *p, const bool *dg, uint32_t f, bool *o
     return t;
 }
 
+/* The body of one of the diagonal's functions: the planned reps r0 again,
+ * `in` (KF_NONE: none) the node whose pair comes in as the argument `in_src`,
+ * then the loads and the nodes p->on marks. */
+static void diag_body(pair_ctx *p, chunk_ctx *x, const pair_rep *r0, uint32_t in,
+                      const char *in_src) {
+    memcpy(p->r, r0, p->c->n * sizeof *p->r);
+    p->in = in;
+    if (in_src)
+        p->in_src = in_src;
+    pair_loads(p, x);
+    pair_emit(p);
+}
+
 /* kf_dtab, kf_score_dtab, kf_dtab_build and kf_score_diag_t of pair_dtab's
  * node t of the diagonal (its node f), from the planned reps r0; on:
  * scratch of c->n. */
@@ -707,12 +720,9 @@ static void emit_dtab(pair_ctx *p, chunk_ctx *x, uint32_t t, uint32_t f, bool *o
               "__device__ __forceinline__ unsigned kf_score_dtab(long long bh, int q, int kv, "
               "KF_PARAMS) {\n",
               (long long)c->dtab_lo, (long long)c->dtab_n);
-    memcpy(p->r, r0, c->n * sizeof *p->r);
     p->on = on;
-    p->in = KF_NONE;
     p->ident = KF_NONE;
-    pair_loads(p, x);
-    pair_emit(p);
+    diag_body(p, x, r0, KF_NONE, NULL);
     pair_get_p(p, t);
     cg_printf(&c->s,
               "    (void)bh; (void)q; (void)kv;\n    return p%u_p;\n}\n"
@@ -725,11 +735,7 @@ static void emit_dtab(pair_ctx *p, chunk_ctx *x, uint32_t t, uint32_t f, bool *o
     pair_marks(p, on, f, t);
     cg_puts(&c->s, "__device__ __forceinline__ unsigned kf_score_diag_t(unsigned tp, long long bh, "
                    "int q, int kv, KF_PARAMS) {\n");
-    memcpy(p->r, r0, c->n * sizeof *p->r);
-    p->in = t;
-    p->in_src = "tp";
-    pair_loads(p, x);
-    pair_emit(p);
+    diag_body(p, x, r0, t, "tp");
     pair_get_p(p, f);
     cg_printf(&c->s,
               "    (void)tp; (void)bh; (void)q; (void)kv;\n    return p%u_p;\n}\n"
@@ -773,12 +779,9 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
                    "of kv - q, row q + 8's at kv its row q's at kv - 8 */\n"
                    "__device__ __forceinline__ unsigned kf_score_diag(long long bh, int q, int kv, "
                    "KF_PARAMS) {\n");
-    memcpy(p->r, r0, c->n * sizeof *p->r);
     p->on = on;
-    p->in = KF_NONE;
     p->ident = KF_NONE;
-    pair_loads(p, x);
-    pair_emit(p);
+    diag_body(p, x, r0, KF_NONE, NULL);
     pair_get_p(p, f);
     cg_printf(&c->s, "    (void)bh; (void)q; (void)kv;\n    return p%u_p;\n}\n", f);
     /* kf_score_pair_dg: the rest, f's pair given */
@@ -788,11 +791,7 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
     pair_prune(p, on, top);
     cg_puts(&c->s, "__device__ __forceinline__ void kf_score_pair_dg(float &s0, float &s1, "
                    "unsigned dg, long long bh, int q, int kv, KF_PARAMS) {\n");
-    memcpy(p->r, r0, c->n * sizeof *p->r);
-    p->in = f;
-    p->in_src = "dg";
-    pair_loads(p, x);
-    pair_emit(p);
+    diag_body(p, x, r0, f, "dg");
     pair_get_f(p, top);
     cg_printf(&c->s,
               "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)dg; (void)bh; (void)q; (void)kv;\n}\n"
