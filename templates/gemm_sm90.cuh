@@ -239,8 +239,9 @@
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
 #ifndef KF_RASTER
-#define KF_RASTER 8 /* tile rows the raster walks at a time (the generator's raster: 16 with
-                       KF_CUDA_RECIPE_GEMM_RASTER_SQ at 128 x 256 tiles on 132 SMs) */
+/* tile rows the raster walks at a time (the generator's: 16 with
+ * KF_CUDA_RECIPE_GEMM_RASTER_SQ at 128 x 256 tiles on 132 SMs) */
+#define KF_RASTER 8
 #endif
 #if KF_RASTER < KF_CLUSTER || KF_RASTER % KF_CLUSTER
 #error "KF_RASTER: a multiple of KF_CLUSTER"

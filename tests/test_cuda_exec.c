@@ -2876,7 +2876,8 @@ static void test_gemms_with_the_square_raster_match(void **state) {
               "kfg 1\nx = input(%s[2100, 1032])\nw = input(%s[1032, 1800])\nb = input(%s[1800])\n"
               "r = input(%s[2100, 1800])\nh = matmul(x, w)\na = add(h, b)\ng = gelu_tanh(a)\n"
               "y = add(g, r)\noutput y\n",
-              KF_DTYPE_BF16, 2690, "square raster, cooperative, bias + gelu_tanh + residual, ragged",
+              KF_DTYPE_BF16, 2690,
+              "square raster, cooperative, bias + gelu_tanh + residual, ragged",
               KF_CUDA_RECIPE_GEMM_RASTER_SQ, "cooperative, raster 16 tile rows", false);
     flag_case(ctx,
               "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
