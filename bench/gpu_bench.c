@@ -10,7 +10,9 @@
  *                 GEMM + bias + GELU 8192x4096x16384 (gelu_tanh: cuBLASLt's
  *                 GELU_BIAS epilogue, as torch._addmm_activation; and the erf
  *                 gelu, which needs the leftover kernel; _generated_sq: the
- *                 generated kernel in the square raster; gemm_kshape_*: the
+ *                 generated kernel in the square raster; _generated_mt:
+ *                 gelu_tanh by one MUFU.TANH; _ahead: the epilogue two chunks
+ *                 ahead; _mta: both; gemm_kshape_*: the
  *                 same GEMM with no epilogue); SwiGLU
  *                 silu(x.Wg) * (x.Wu) 8192x4096 -> 2x11008 (the default path:
  *                 two cuBLASLt GEMMs and an epilogue kernel; and the dual
@@ -2144,6 +2146,15 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_RASTER_SQ},
         {"gemm_plain_generated_sq", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_RASTER_SQ},
+        /* gelu_tanh by one MUFU.TANH (internal GELU_MUFU), the TMA-store
+         * epilogue two chunks ahead (internal EPI_AHEAD: the bias loads of
+         * two chunks in flight together), and both */
+        {"gemm_bias_gelu_generated_mt", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_GELU_MUFU},
+        {"gemm_bias_gelu_generated_ahead", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_AHEAD},
+        {"gemm_bias_gelu_generated_mta", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_GELU_MUFU | KF_CUDA_RECIPE_GEMM_EPI_AHEAD},
         {"gemm_kshape_generated", t_kshape, gbytes - 2.0 * N, 2.0 * M * N * K, 0, 0, 0, "",
          KF_GEMM_GENERATED, 0},
         {"gemm_kshape_generated_sq", t_kshape, gbytes - 2.0 * N, 2.0 * M * N * K, 0, 0, 0, "",

@@ -2911,6 +2911,51 @@ static void test_a_square_raster_gemm_with_a_short_group_matches(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* gelu_tanh by one MUFU.TANH (GELU_MUFU, internal), one small case alone (the
+ * sanitizers run it): cooperative 128 x 256 tiles (SHORT_COOP keeps them at
+ * K 264) with the TMA-store epilogue two chunks ahead (EPI_AHEAD), bias +
+ * gelu_tanh + residual, M, N and K ragged. */
+static void test_a_gelu_tanh_by_mufu_gemm_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1800])\nb = input(%s[1800])\n"
+              "r = input(%s[2100, 1800])\nh = matmul(x, w)\na = add(h, b)\ng = gelu_tanh(a)\n"
+              "y = add(g, r)\noutput y\n",
+              KF_DTYPE_BF16, 2694, "gelu_tanh by MUFU.TANH, cooperative, ahead, ragged",
+              KF_CUDA_RECIPE_GEMM_GELU_MUFU | KF_CUDA_RECIPE_GEMM_SHORT_COOP |
+                  KF_CUDA_RECIPE_GEMM_EPI_AHEAD,
+              "gelu_tanh by MUFU.TANH", false);
+    kf_ctx_destroy(ctx);
+}
+
+/* gelu_tanh by one MUFU.TANH in the other epilogues: cooperative chunk by
+ * chunk (bias + gelu_tanh, f16); ping-pong (bias + gelu_tanh, bf16, ragged);
+ * the register epilogue (N not a multiple of 8, B K-major). */
+static void test_gemms_with_gelu_tanh_by_mufu_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    const char *want = "gelu_tanh by MUFU.TANH";
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1800])\nb = input(%s[1800])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_F16, 2695, "gelu_tanh by MUFU.TANH, cooperative, f16, ragged",
+              KF_CUDA_RECIPE_GEMM_GELU_MUFU | KF_CUDA_RECIPE_GEMM_SHORT_COOP, want, false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_BF16, 2696, "gelu_tanh by MUFU.TANH, ping-pong, ragged",
+              KF_CUDA_RECIPE_GEMM_GELU_MUFU, want, false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[3500, 200])\nw = input(%s[1100, 200])\nb = input(%s[1100])\n"
+              "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_BF16, 2697, "gelu_tanh by MUFU.TANH, register epilogue, ragged",
+              KF_CUDA_RECIPE_GEMM_GELU_MUFU, want, false);
+    kf_ctx_destroy(ctx);
+}
+
 /* The row operands prefetched into L2 when a tile starts (EPI_PF, internal):
  * a residual, ragged, on ping-pong (run twice: the same bits) and on
  * cooperative tiles (the sanitizers run it). */
@@ -4462,6 +4507,8 @@ int main(void) {
         cmocka_unit_test(test_gemms_with_rebuilt_descriptors_match),
         cmocka_unit_test(test_gemms_with_the_square_raster_match),
         cmocka_unit_test(test_a_square_raster_gemm_with_a_short_group_matches),
+        cmocka_unit_test(test_a_gelu_tanh_by_mufu_gemm_matches),
+        cmocka_unit_test(test_gemms_with_gelu_tanh_by_mufu_match),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),

@@ -304,6 +304,15 @@ enum {
  * wave-by-wave count of the panels gives 1.29 GB of DRAM reads against 1.54
  * (what ncu measured, gm14; cuBLASLt's 1.21) */
 #define KF_CUDA_RECIPE_GEMM_RASTER_SQ (UINT64_C(1) << 35)
+/* internal: a generated sm_90a GEMM's epilogue takes gelu_tanh as one
+ * tanh.approx.f32 (MUFU.TANH; 0.5 x + 0.5 x tanh(u), relative error of the
+ * tanh 2^-11, so an absolute error up to ~|x| 2^-12 where the result is
+ * near zero, x < -3) where by default it takes x / (1 + 2^t) by ex2 and rcp,
+ * within an ulp or two of f32: two MUFU ops an element. ncu (H200, 98bc45c)
+ * counts 2.15M MUFU warp instructions for issue 13's 8192 x 4096 bias + GELU
+ * against cuBLASLt's GELU_BIAS epilogue's 1.08M, and the epilogue costs the
+ * kernel 4.9% (idle) against the same GEMM without it, cuBLASLt's 0.9% */
+#define KF_CUDA_RECIPE_GEMM_GELU_MUFU (UINT64_C(1) << 36)
 /* internal: the sm_90a attention kernel with a block-sparse keep map shared by
  * every batch-head reads the map per key tile from global memory (producer and
  * consumers each walking to the next kept tile) and takes its query tiles in

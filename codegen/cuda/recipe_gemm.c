@@ -1041,6 +1041,10 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_RASTER_SQ)
         sh.raster = square_raster(b->target->sm_count, sh.bn, sh.cluster == 2 ? 2u : 1u);
+    if (b->target->flags & KF_CUDA_RECIPE_GEMM_GELU_MUFU)
+        for (uint32_t i = 0; i < grp->n_expr; i++)
+            if (grp->expr[i].kind == KF_EXPR_OP && grp->expr[i].op == KF_OP_GELU_TANH)
+                sh.gelu_mufu = true;
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
@@ -1190,9 +1194,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    char raster[40] = "";
+    char raster[64] = ""; /* the internal raster and gelu_tanh forms */
     if (sh.raster)
         snprintf(raster, sizeof raster, ", raster %u tile rows", sh.raster);
+    if (sh.gelu_mufu)
+        snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
+                 ", gelu_tanh by MUFU.TANH");
     snprintf(why, why_size, "%s tiles %s%s%s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
              sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
