@@ -302,7 +302,10 @@ enum {
  * walks 8. A wave of 132 tiles of 128 x 256 over 8192 x 4096 then takes 16
  * A panels and 8 B panels where it took 8 and 16 (every B column): a
  * wave-by-wave count of the panels gives 1.29 GB of DRAM reads against 1.54
- * (what ncu measured, gm14; cuBLASLt's 1.21) */
+ * (what ncu measured, gm14; cuBLASLt's 1.21). Measured slower (H200,
+ * 98bc45c): DRAM reads 1.57 -> 1.36 GB but L2 traffic 8.34 -> 9.08 GB, and
+ * A B B A under sustained load 1.5744 -> 1.5918 ms (8192^3 1.5694 -> 1.5767,
+ * LLaMA's q projection 0.8171 -> 0.8165); kept to measure */
 #define KF_CUDA_RECIPE_GEMM_RASTER_SQ (UINT64_C(1) << 35)
 /* internal: a generated sm_90a GEMM's epilogue takes gelu_tanh as one
  * tanh.approx.f32 (MUFU.TANH; 0.5 x + 0.5 x tanh(u), relative error of the
