@@ -823,6 +823,8 @@ static void test_gelu_tanh_by_mufu_compiles_to_one_mufu_tanh(void **state) {
             src[mt] = strdup(ks->kernel.source);
             assert_non_null(src[mt]);
             assert_true((strstr(src[mt], "tanh.approx.f32") != NULL) == want);
+            assert_true((strstr(src[mt], "#define KF_EPI_AHEAD 1\n") != NULL) ==
+                        (cases[i].flags == KF_CUDA_RECIPE_GEMM_EPI_AHEAD));
             if (cases[i].gelu) {
                 kf_sass_check_hopper(&MEM, &ks->kernel);
                 char *sass = malloc(1 << 23);

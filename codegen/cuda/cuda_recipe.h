@@ -314,7 +314,10 @@ enum {
  * within an ulp or two of f32: two MUFU ops an element. ncu (H200, 98bc45c)
  * counts 2.15M MUFU warp instructions for issue 13's 8192 x 4096 bias + GELU
  * against cuBLASLt's GELU_BIAS epilogue's 1.08M, and the epilogue costs the
- * kernel 4.9% (idle) against the same GEMM without it, cuBLASLt's 0.9% */
+ * kernel 4.9% (idle) against the same GEMM without it, cuBLASLt's 0.9%.
+ * Measured no faster (H200, e1f1b0b, A B B A under sustained load: 1.5926
+ * -> 1.5973 ms; with EPI_AHEAD 1.5964 -> 1.6312, its clocks 1490 -> 1449 MHz
+ * at the same power); kept to measure */
 #define KF_CUDA_RECIPE_GEMM_GELU_MUFU (UINT64_C(1) << 36)
 /* internal: the sm_90a attention kernel with a block-sparse keep map shared by
  * every batch-head reads the map per key tile from global memory (producer and
