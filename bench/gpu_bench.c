@@ -9,7 +9,11 @@
  *                 gelu(x*s + b)*g, RMSNorm, LayerNorm over 65536x4096;
  *                 GEMM + bias + GELU 8192x4096x16384 (gelu_tanh: cuBLASLt's
  *                 GELU_BIAS epilogue, as torch._addmm_activation; and the erf
- *                 gelu, which needs the leftover kernel); SwiGLU
+ *                 gelu, which needs the leftover kernel; _generated_sq: the
+ *                 generated kernel in the square raster; _generated_mt:
+ *                 gelu_tanh by one MUFU.TANH; _ahead: the epilogue two chunks
+ *                 ahead; _mta: both; gemm_kshape_*: the
+ *                 same GEMM with no epilogue); SwiGLU
  *                 silu(x.Wg) * (x.Wu) 8192x4096 -> 2x11008 (the default path:
  *                 two cuBLASLt GEMMs and an epilogue kernel; and the dual
  *                 generated kernel); GEMM + bias + residual + LayerNorm
@@ -29,7 +33,9 @@
  *                 (_generated) and the generated kernel in 2-CTA clusters
  *                 sharing B by TMA multicast (_generated_c2), and with its wgmma
  *                 descriptors rebuilt each K step (_generated_rb, internal
- *                 DESC_REBUILD, the form before stepped ones): LLaMA-7B B8 S2048
+ *                 DESC_REBUILD, the form before stepped ones), and in the
+ *                 square raster (_generated_sq, internal RASTER_SQ: 16 tile
+ *                 rows at a time where the default walks 8): LLaMA-7B B8 S2048
  *                 q projection 16384x4096x4096 behind its RMSNorm (l_q_fold)
  *                 and bare (l_q; l_q_nmajor: B as [K, N]), o projection + residual (l_o_res), down
  *                 projection 16384x4096x11008 + residual (l_down_res), SwiGLU
@@ -1854,6 +1860,13 @@ int main(int argc, char **argv) {
              "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nb = input(bf16[%d])\n"
              "h = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
              M, K, K, N, N);
+    /* The same GEMM with no epilogue: what issue 13's bias + GELU costs
+     * beside it (gemm_kshape_*) */
+    char t_kshape[512];
+    snprintf(t_kshape, sizeof t_kshape,
+             "kfg 1\nx = input(bf16[%d, %d])\nw = input(bf16[%d, %d])\nh = matmul(x, w)\n"
+             "output h\n",
+             M, K, K, N);
     /* The same at M = 32 (decode: the weight's 128 MiB dominate) */
     char t_gemm32[512];
     snprintf(t_gemm32, sizeof t_gemm32,
@@ -2212,6 +2225,28 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_CLUSTER2},
         {"gemm_plain_generated_c2", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_CLUSTER2},
+        /* the square raster (internal RASTER_SQ: 16 tile rows at a time on
+         * 132 SMs where the default walks 8, fewer DRAM panels a wave), and
+         * issue 13's GEMM with no epilogue (the bias + GELU's cost) */
+        {"gemm_bias_gelu_generated_sq", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_RASTER_SQ},
+        {"gemm_plain_generated_sq", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_RASTER_SQ},
+        /* gelu_tanh by one MUFU.TANH (internal GELU_MUFU), the TMA-store
+         * epilogue two chunks ahead (internal EPI_AHEAD: the bias loads of
+         * two chunks in flight together), and both */
+        {"gemm_bias_gelu_generated_mt", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_GELU_MUFU},
+        {"gemm_bias_gelu_generated_ahead", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_AHEAD},
+        {"gemm_bias_gelu_generated_mta", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_GELU_MUFU | KF_CUDA_RECIPE_GEMM_EPI_AHEAD},
+        {"gemm_kshape_generated", t_kshape, gbytes - 2.0 * N, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, 0},
+        {"gemm_kshape_generated_sq", t_kshape, gbytes - 2.0 * N, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_RASTER_SQ},
+        {"gemm_kshape_cublaslt", t_kshape, gbytes - 2.0 * N, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_CUBLASLT, 0},
         /* the wgmma descriptors rebuilt each K step (internal DESC_REBUILD:
          * the main loop 82 SASS instructions a K step, stepped ones 43) */
         {"gemm_bias_gelu_generated_rb", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
@@ -2478,7 +2513,9 @@ int main(int argc, char **argv) {
         {nm "_generated_c2", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
          KF_CUDA_RECIPE_GEMM_CLUSTER2},                                                            \
         {nm "_generated_rb", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
-         KF_CUDA_RECIPE_GEMM_DESC_REBUILD}
+         KF_CUDA_RECIPE_GEMM_DESC_REBUILD},                                                        \
+        {nm "_generated_sq", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                            \
+         KF_CUDA_RECIPE_GEMM_RASTER_SQ}
         GEMM_ROWS("l_q_fold", t_lqf, b_lqf, f_lq),
         GEMM_ROWS("l_q", t_lq, b_lq, f_lq),
         GEMM_ROWS("l_q_nmajor", t_lqn, b_lq, f_lq),

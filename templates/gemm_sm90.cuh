@@ -111,7 +111,9 @@
  * memory.
  *
  * Tiles are walked in a swizzled raster (KF_RASTER tile rows at a time, so
- * the blocks in flight share A rows and B columns in L2), batch slowest.
+ * the blocks in flight share A rows and B columns in L2), batch slowest. A
+ * wave of G blocks then reads about KF_RASTER A panels and G / KF_RASTER B
+ * panels from DRAM at each K step; the generator may pick KF_RASTER (else 8).
  *
  * A GEMM sibling set (KF_SIB members, cg_gemm_sm90_set.c): GEMMs of one A
  * with their own B, N, epilogue and output, as one GEMM over their
@@ -236,7 +238,14 @@
 #endif
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)
+#ifndef KF_RASTER
+/* tile rows the raster walks at a time (the generator's: 16 with
+ * KF_CUDA_RECIPE_GEMM_RASTER_SQ at 128 x 256 tiles on 132 SMs) */
 #define KF_RASTER 8
+#endif
+#if KF_RASTER < KF_CLUSTER || KF_RASTER % KF_CLUSTER
+#error "KF_RASTER: a multiple of KF_CLUSTER"
+#endif
 /* What a cluster walks: tile pairs (rows 2p, 2p + 1) when KF_CLUSTER 2. */
 #define KF_UNITS_M ((KF_TILES_M + KF_CLUSTER - 1) / KF_CLUSTER)
 #define KF_UNITS (KF_UNITS_M * KF_TILES_N * KF_BATCH)

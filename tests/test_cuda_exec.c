@@ -3065,6 +3065,99 @@ static void test_gemms_with_rebuilt_descriptors_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* The square raster (RASTER_SQ, internal: 16 tile rows at a time on 132 SMs
+ * where the default walks 8), whose groups of tile rows end short of 16:
+ * cooperative 128 x 256 tiles with the TMA-store epilogue, bias + gelu_tanh +
+ * residual, 17 tile rows, M, N and K ragged; ping-pong 128 x 128, bias +
+ * residual, ragged; 2-CTA clusters with a pair's missing half. */
+static void test_gemms_with_the_square_raster_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 1032])\nw = input(%s[1032, 1800])\nb = input(%s[1800])\n"
+              "r = input(%s[2100, 1800])\nh = matmul(x, w)\na = add(h, b)\ng = gelu_tanh(a)\n"
+              "y = add(g, r)\noutput y\n",
+              KF_DTYPE_BF16, 2690,
+              "square raster, cooperative, bias + gelu_tanh + residual, ragged",
+              KF_CUDA_RECIPE_GEMM_RASTER_SQ, "cooperative, raster 16 tile rows", false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_F16, 2691, "square raster, ping-pong, bias + residual, ragged",
+              KF_CUDA_RECIPE_GEMM_RASTER_SQ, "ping-pong, raster 16 tile rows", false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_BF16, 2692, "square raster, 2-CTA clusters, a missing half, ragged",
+              KF_CUDA_RECIPE_GEMM_RASTER_SQ | KF_CUDA_RECIPE_GEMM_CLUSTER2,
+              "(B multicast), raster 16 tile rows", false);
+    kf_ctx_destroy(ctx);
+}
+
+/* One small case alone (the sanitizers run it): the square raster on
+ * cooperative 128 x 256 tiles (28 tile rows: a group of 16, then one of
+ * 12), the register epilogue (N not a multiple of 8), B K-major, bias +
+ * gelu_tanh, M, N and K ragged. */
+static void test_a_square_raster_gemm_with_a_short_group_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[3500, 200])\nw = input(%s[1100, 200])\nb = input(%s[1100])\n"
+              "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_BF16, 2693, "square raster, a short group, register epilogue, ragged",
+              KF_CUDA_RECIPE_GEMM_RASTER_SQ, "128x256 tiles cooperative, raster 16 tile rows",
+              false);
+    kf_ctx_destroy(ctx);
+}
+
+/* gelu_tanh by one MUFU.TANH (GELU_MUFU, internal), one small case alone (the
+ * sanitizers run it): cooperative 128 x 256 tiles (SHORT_COOP keeps them at
+ * K 264) with the TMA-store epilogue two chunks ahead (EPI_AHEAD), bias +
+ * gelu_tanh + residual, M, N and K ragged. */
+static void test_a_gelu_tanh_by_mufu_gemm_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1800])\nb = input(%s[1800])\n"
+              "r = input(%s[2100, 1800])\nh = matmul(x, w)\na = add(h, b)\ng = gelu_tanh(a)\n"
+              "y = add(g, r)\noutput y\n",
+              KF_DTYPE_BF16, 2694, "gelu_tanh by MUFU.TANH, cooperative, ahead, ragged",
+              KF_CUDA_RECIPE_GEMM_GELU_MUFU | KF_CUDA_RECIPE_GEMM_SHORT_COOP |
+                  KF_CUDA_RECIPE_GEMM_EPI_AHEAD,
+              "gelu_tanh by MUFU.TANH", false);
+    kf_ctx_destroy(ctx);
+}
+
+/* gelu_tanh by one MUFU.TANH in the other epilogues: cooperative chunk by
+ * chunk (bias + gelu_tanh, f16); ping-pong (bias + gelu_tanh, bf16, ragged);
+ * the register epilogue (N not a multiple of 8, B K-major). */
+static void test_gemms_with_gelu_tanh_by_mufu_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    const char *want = "gelu_tanh by MUFU.TANH";
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1800])\nb = input(%s[1800])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_F16, 2695, "gelu_tanh by MUFU.TANH, cooperative, f16, ragged",
+              KF_CUDA_RECIPE_GEMM_GELU_MUFU | KF_CUDA_RECIPE_GEMM_SHORT_COOP, want, false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\nb = input(%s[1096])\n"
+              "h = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_BF16, 2696, "gelu_tanh by MUFU.TANH, ping-pong, ragged",
+              KF_CUDA_RECIPE_GEMM_GELU_MUFU, want, false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[3500, 200])\nw = input(%s[1100, 200])\nb = input(%s[1100])\n"
+              "h = matmul(x, w, transpose_b=true)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+              KF_DTYPE_BF16, 2697, "gelu_tanh by MUFU.TANH, register epilogue, ragged",
+              KF_CUDA_RECIPE_GEMM_GELU_MUFU, want, false);
+    kf_ctx_destroy(ctx);
+}
+
 /* The row operands prefetched into L2 when a tile starts (EPI_PF, internal):
  * a residual, ragged, on ping-pong (run twice: the same bits) and on
  * cooperative tiles (the sanitizers run it). */
@@ -4619,6 +4712,10 @@ int main(void) {
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_the_internal_gemm_schedules_match),
         cmocka_unit_test(test_gemms_with_rebuilt_descriptors_match),
+        cmocka_unit_test(test_gemms_with_the_square_raster_match),
+        cmocka_unit_test(test_a_square_raster_gemm_with_a_short_group_matches),
+        cmocka_unit_test(test_a_gelu_tanh_by_mufu_gemm_matches),
+        cmocka_unit_test(test_gemms_with_gelu_tanh_by_mufu_match),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),

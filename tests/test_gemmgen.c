@@ -732,6 +732,120 @@ static void test_stepped_wgmma_descriptors_compile_to_fewer_instructions(void **
     }
 }
 
+/* The square raster (internal KF_CUDA_RECIPE_GEMM_RASTER_SQ): 16 tile rows at
+ * a time on 132 SMs for cooperative 128 x 256 tiles (issue 13's GEMM + bias +
+ * GELU), 128 x 128 ping-pong ones (GPT-2's out projection) and 2-CTA
+ * clusters; the recipe names it; the kernels compile to HGMMA and UTMALDG
+ * with no local memory. Without the flag the kernel keeps the template's 8
+ * (the generator defines no KF_RASTER). */
+static void test_square_raster_compiles_with_16_tile_rows(void **state) {
+    (void)state;
+    static const struct {
+        const char *text, *sched;
+        uint64_t flags;
+    } cases[] = {
+        {"kfg 1\nx = input(bf16[8192, 16384])\nw = input(bf16[16384, 4096])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         "128x256 tiles cooperative, raster 16 tile rows", 0},
+        {"kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+         "r = input(bf16[16384, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+         "128x128 tiles ping-pong, raster 16 tile rows", 0},
+        {"kfg 1\nx = input(bf16[8192, 8192])\nw = input(bf16[8192, 8192])\ny = matmul(x, w)\n"
+         "output y\n",
+         "128x256 tiles cooperative in 2-CTA clusters (B multicast), raster 16 tile rows",
+         KF_CUDA_RECIPE_GEMM_CLUSTER2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        for (int sq = 0; sq < 2; sq++) {
+            uint64_t fl = KF_CUDA_RECIPE_GEMM_GENERATED | cases[i].flags |
+                          (sq ? KF_CUDA_RECIPE_GEMM_RASTER_SQ : UINT64_C(0));
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, fl);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            const char *how = rc->variants[0].how;
+            if ((strstr(how, cases[i].sched) != NULL) != (sq == 1) ||
+                (strstr(how, "raster") != NULL) != (sq == 1))
+                fail_msg("case %zu%s: %s", i, sq ? " (RASTER_SQ)" : "", how);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            const char *src = ks->kernel.source;
+            /* the template's own default, and the generator's before it */
+            assert_int_equal(count_of(src, "#define KF_RASTER "), sq ? 2 : 1);
+            assert_true((strstr(src, "#define KF_RASTER 16\n") != NULL) == (sq == 1));
+            if (sq)
+                kf_sass_check_hopper(&MEM, &ks->kernel);
+            kf_cuda_recipes_destroy(rec);
+        }
+        plan_release(&p);
+    }
+}
+
+/* gelu_tanh by one MUFU.TANH (internal KF_CUDA_RECIPE_GEMM_GELU_MUFU): issue
+ * 13's GEMM + bias + GELU (cooperative 128 x 256, the TMA-store epilogue;
+ * alone and with EPI_AHEAD) and a ping-pong one compile to MUFU.TANH and no
+ * MUFU.EX2 (the default form's ex2 and rcp) with no local memory, and the
+ * recipe says so; a GEMM with no gelu_tanh keeps its source. */
+static void test_gelu_tanh_by_mufu_compiles_to_one_mufu_tanh(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t flags;
+        bool gelu;
+    } cases[] = {
+        {"kfg 1\nx = input(bf16[8192, 16384])\nw = input(bf16[16384, 4096])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         0, true},
+        {"kfg 1\nx = input(bf16[8192, 16384])\nw = input(bf16[16384, 4096])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         KF_CUDA_RECIPE_GEMM_EPI_AHEAD, true},
+        {"kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[4096, 1024])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w, transpose_b=true)\nhb = add(h, b)\n"
+         "y = gelu_tanh(hb)\noutput y\n",
+         0, true},
+        {"kfg 1\nx = input(bf16[4096, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+         "h = matmul(x, w)\ny = add(h, b)\noutput y\n",
+         0, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        char *src[2] = {NULL, NULL};
+        for (int mt = 0; mt < 2; mt++) {
+            uint64_t fl = KF_CUDA_RECIPE_GEMM_GENERATED | cases[i].flags |
+                          (mt ? KF_CUDA_RECIPE_GEMM_GELU_MUFU : UINT64_C(0));
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, fl);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            const char *how = rc->variants[0].how;
+            bool want = mt && cases[i].gelu;
+            if ((strstr(how, "gelu_tanh by MUFU.TANH") != NULL) != want)
+                fail_msg("case %zu%s: %s", i, mt ? " (GELU_MUFU)" : "", how);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            src[mt] = strdup(ks->kernel.source);
+            assert_non_null(src[mt]);
+            assert_true((strstr(src[mt], "tanh.approx.f32") != NULL) == want);
+            assert_true((strstr(src[mt], "#define KF_EPI_AHEAD 1\n") != NULL) ==
+                        (cases[i].flags == KF_CUDA_RECIPE_GEMM_EPI_AHEAD));
+            if (cases[i].gelu) {
+                kf_sass_check_hopper(&MEM, &ks->kernel);
+                char *sass = malloc(1 << 23);
+                assert_non_null(sass);
+                kf_sass_text(&MEM, &ks->kernel, sass, 1 << 23);
+                size_t n_tanh = count_of(sass, "MUFU.TANH"), n_ex2 = count_of(sass, "MUFU.EX2");
+                free(sass);
+                if (want ? n_tanh == 0 || n_ex2 != 0 : n_tanh != 0 || n_ex2 == 0)
+                    fail_msg("case %zu%s: %zu MUFU.TANH, %zu MUFU.EX2", i, mt ? " (GELU_MUFU)" : "",
+                             n_tanh, n_ex2);
+            }
+            kf_cuda_recipes_destroy(rec);
+        }
+        if (!cases[i].gelu)
+            assert_string_equal(src[0], src[1]);
+        free(src[0]);
+        free(src[1]);
+        plan_release(&p);
+    }
+}
+
 /* The residual by TMA (the default with the TMA-store epilogue on ping-pong
  * 128 x 128 tiles, internal EPI_BUF4 on cooperative 128 x 256 ones; internal
  * EPI_GLOBAL_RS keeps the global loads): a fourth tensor map over the
@@ -2150,6 +2264,8 @@ int main(void) {
         cmocka_unit_test(test_epilogue_row_operands_prefetch_to_l2),
         cmocka_unit_test(test_tma_store_epilogue_packs_bf16_pairs_once),
         cmocka_unit_test(test_stepped_wgmma_descriptors_compile_to_fewer_instructions),
+        cmocka_unit_test(test_square_raster_compiles_with_16_tile_rows),
+        cmocka_unit_test(test_gelu_tanh_by_mufu_compiles_to_one_mufu_tanh),
         cmocka_unit_test(test_residual_by_tma_compiles_with_a_fourth_map),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),

@@ -431,6 +431,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         cg_puts(&c.s, "#define KF_EPI_PF 1\n");
     if (sh->desc_step) /* the descriptors stepped by adds (KF_DESC_STEP) */
         cg_puts(&c.s, "#define KF_DESC_STEP 1\n");
+    if (sh->raster) /* the raster's tile rows at a time (else the template's 8) */
+        cg_printf(&c.s, "#define KF_RASTER %u\n", sh->raster);
     if (sh->epi_rs)
         cg_printf(&c.s, "#define KF_EPI_RS 1\n#define KF_RS_LOAD %d\n",
                   epi.rs_node != KF_NONE ? 1 : 0);
@@ -463,6 +465,20 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     }
     cg_puts(&c.s, "\n");
     cg_gemm_emit_fast_ops(&c);
+    if (sh->gelu_mufu) /* gelu_tanh by one MUFU op (KF_CUDA_RECIPE_GEMM_GELU_MUFU) */
+        cg_puts(&c.s,
+                "/* 0.5 x + 0.5 x tanh(u), u = sqrt(2 / pi) (x + 0.044715 x^3): one\n"
+                " * tanh.approx.f32 (relative error 2^-11); -inf gives NaN as the\n"
+                " * reference does. */\n"
+                "__device__ __forceinline__ float kf_gm_gelu_tanh1(float x) {\n"
+                "    const float u = x * fmaf(0.035677408f, x * x, 0.79788456f), h = 0.5f * x;\n"
+                "    float t;\n"
+                "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(t) : \"f\"(u));\n"
+                "    return fmaf(h, t, h);\n"
+                "}\n"
+                "__device__ __forceinline__ double kf_gm_gelu_tanh1(double x) {\n"
+                "    return kf_gm_gelu_tanh(x);\n}\n"
+                "#undef kf_gelu_tanh\n#define kf_gelu_tanh kf_gm_gelu_tanh1\n\n");
     cg_gemm_sm90_emit_wgmma(&c, sh, mm->dtype);
     if (sh->a_fold)
         cg_gemm_fold_emit(&c, &fold);

@@ -438,6 +438,10 @@ typedef struct kf_cuda_gemm_shape {
     bool desc_step;            /* sm_90a: the consumers' wgmma descriptors stepped by
                                   constant adds from the ring's (internal:
                                   KF_CUDA_RECIPE_GEMM_DESC_REBUILD asks for the form before) */
+    uint32_t raster;           /* sm_90a: tile rows the raster walks at a time (KF_RASTER, a
+                                  multiple of the cluster's CTAs); 0: the template's 8 */
+    bool gelu_mufu;            /* sm_90a: the epilogue's gelu_tanh by one tanh.approx.f32
+                                  (internal: KF_CUDA_RECIPE_GEMM_GELU_MUFU) */
     bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
                                   the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
                                   the TMA-store epilogue skips it by default) */

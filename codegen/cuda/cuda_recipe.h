@@ -309,6 +309,30 @@ enum {
  * 1.3886 -> 1.3688, 1.3831 -> 1.3788, 0.7163 -> 0.7006). The form before,
  * kept to measure */
 #define KF_CUDA_RECIPE_GEMM_DESC_REBUILD (UINT64_C(1) << 34)
+/* internal: a generated sm_90a GEMM walks its tiles KF_RASTER rows at a time
+ * with the rows chosen so that a wave's DRAM panels are few: about
+ * sqrt(SMs x tile width / 128) rows, a power of two (recipe_gemm.c,
+ * square_raster: 16 for 128 x 256 tiles on 132 SMs), where by default it
+ * walks 8. A wave of 132 tiles of 128 x 256 over 8192 x 4096 then takes 16
+ * A panels and 8 B panels where it took 8 and 16 (every B column): a
+ * wave-by-wave count of the panels gives 1.29 GB of DRAM reads against 1.54
+ * (what ncu measured, gm14; cuBLASLt's 1.21). Measured slower (H200,
+ * 98bc45c): DRAM reads 1.57 -> 1.36 GB but L2 traffic 8.34 -> 9.08 GB, and
+ * A B B A under sustained load 1.5744 -> 1.5918 ms (8192^3 1.5694 -> 1.5767,
+ * LLaMA's q projection 0.8171 -> 0.8165); kept to measure */
+#define KF_CUDA_RECIPE_GEMM_RASTER_SQ (UINT64_C(1) << 35)
+/* internal: a generated sm_90a GEMM's epilogue takes gelu_tanh as one
+ * tanh.approx.f32 (MUFU.TANH; 0.5 x + 0.5 x tanh(u), relative error of the
+ * tanh 2^-11, so an absolute error up to ~|x| 2^-12 where the result is
+ * near zero, x < -3) where by default it takes x / (1 + 2^t) by ex2 and rcp,
+ * within an ulp or two of f32: two MUFU ops an element. ncu (H200, 98bc45c)
+ * counts 2.15M MUFU warp instructions for issue 13's 8192 x 4096 bias + GELU
+ * against cuBLASLt's GELU_BIAS epilogue's 1.08M, and the epilogue costs the
+ * kernel 4.9% (idle) against the same GEMM without it, cuBLASLt's 0.9%.
+ * Measured no faster (H200, e1f1b0b, A B B A under sustained load: 1.5926
+ * -> 1.5973 ms; with EPI_AHEAD 1.5964 -> 1.6312, its clocks 1490 -> 1449 MHz
+ * at the same power); kept to measure */
+#define KF_CUDA_RECIPE_GEMM_GELU_MUFU (UINT64_C(1) << 36)
 /* internal: the sm_90a attention kernel with a block-sparse keep map shared by
  * every batch-head reads the map per key tile from global memory (producer and
  * consumers each walking to the next kept tile) and takes its query tiles in

@@ -566,6 +566,19 @@ static kf_status stats_step(rb *b, kf_cuda_kernel *gemm) {
  * the batch in grid z. Its arguments: A, B (at their offsets), the params. */
 /* The output tiles of a generated sm_90a GEMM of shape sh (128 rows; bn
  * columns, half of them an output's for a pair). */
+/* KF_CUDA_RECIPE_GEMM_RASTER_SQ's raster rows: a wave of `sms` tiles of 128
+ * x bn in R rows and sms / R columns reads R panels of A (128 rows each) and
+ * sms / R of B (bn columns) at each K step, fewest where R x 128 = (sms / R)
+ * x bn, R^2 = sms x bn / 128. The power of two nearest it in ratio (2p
+ * beats p where 2 p^2 < t), from the cluster's CTAs to 64. */
+static uint32_t square_raster(uint32_t sms, uint32_t bn, uint32_t cl) {
+    uint64_t t = (uint64_t)sms * bn / 128u;
+    uint32_t p = cl;
+    while (p < 64u && 2u * (uint64_t)p * p < t)
+        p *= 2u;
+    return p;
+}
+
 static int64_t tiles_of(const kf_cuda_gemm_shape *sh, bool dual) {
     int64_t on = dual ? sh->bn / 2 : sh->bn;
     return ((sh->m + 127) / 128) * ((sh->n + on - 1) / on) * sh->batch;
@@ -1026,6 +1039,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
+    if (b->target->flags & KF_CUDA_RECIPE_GEMM_RASTER_SQ)
+        sh.raster = square_raster(b->target->sm_count, sh.bn, sh.cluster == 2 ? 2u : 1u);
+    if (b->target->flags & KF_CUDA_RECIPE_GEMM_GELU_MUFU)
+        for (uint32_t i = 0; i < grp->n_expr; i++)
+            if (grp->expr[i].kind == KF_EXPR_OP && grp->expr[i].op == KF_OP_GELU_TANH)
+                sh.gelu_mufu = true;
     sh.dual = dual;
     sh.a_norm = norm;
     sh.a_scratch = scratch;
@@ -1175,10 +1194,16 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    snprintf(why, why_size, "%s tiles %s%s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
+    char raster[64] = ""; /* the internal raster and gelu_tanh forms */
+    if (sh.raster)
+        snprintf(raster, sizeof raster, ", raster %u tile rows", sh.raster);
+    if (sh.gelu_mufu)
+        snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
+                 ", gelu_tanh by MUFU.TANH");
+    snprintf(why, why_size, "%s tiles %s%s%s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
              sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
-             !sh.desc_step ? ", wgmma descriptors rebuilt each K step" : "",
+             !sh.desc_step ? ", wgmma descriptors rebuilt each K step" : "", raster,
              !sh.sk_grid ? ""
              : tiles_of(&sh, dual) * 2 <= sh.sk_grid
                  ? ", each tile's K steps interleaved over SMs (split-K, stream-K's decode form)"
