@@ -136,26 +136,26 @@ kf_status kf_rb_attention_decode(rb *b) {
         if (st != KF_OK)
             return st;
     }
-    int64_t chunk = (sh.tiles + n - 1) / n;
+    int64_t chunk = (sh.tiles + n - 1) / n, rows = sh.group_heads * at->sq;
+    char keys[160]; /* what both forms say of the keys and the rows */
+    snprintf(keys, sizeof keys,
+             "%lld key tiles of 64 (%lld visited, mask %s), %lld query row%s a K/V read, head dim "
+             "%lld",
+             (long long)chunk, (long long)sh.tiles, kf_mask_kind_name(at->mask), (long long)rows,
+             rows == 1 ? "" : "s", (long long)at->d);
     if (direct) {
         kf_rb_how(b, 0,
                   "decode attention (split-KV mma.sync kernel) %s, writing O itself: 1 split of "
-                  "%lld key tiles of 64 (%lld visited, mask %s), %lld query head%s a K/V read, "
-                  "head dim %lld, no workspace, no combine",
-                  names[0], (long long)chunk, (long long)sh.tiles, kf_mask_kind_name(at->mask),
-                  (long long)sh.group_heads * at->sq, sh.group_heads * at->sq == 1 ? "" : "s",
-                  (long long)at->d);
+                  "%s, no workspace, no combine",
+                  names[0], keys);
         return KF_OK;
     }
     kf_cuda_buf wbuf;
     if ((st = kf_rb_get(b, KF_CUDA_PARAM_SCRATCH, at->pv, ws, &wbuf)) != KF_OK)
         return st;
     kf_rb_how(b, 0,
-              "decode attention (split-KV mma.sync kernel) %s + combine %s: %u split%s of <= "
-              "%lld key tiles of 64 (%lld visited, mask %s), %lld query head%s a K/V read, head "
-              "dim %lld, %llu workspace bytes",
-              names[0], names[1], n, n == 1 ? "" : "s", (long long)chunk, (long long)sh.tiles,
-              kf_mask_kind_name(at->mask), (long long)sh.group_heads * at->sq,
-              sh.group_heads * at->sq == 1 ? "" : "s", (long long)at->d, (unsigned long long)ws);
+              "decode attention (split-KV mma.sync kernel) %s + combine %s: %u split%s of <= %s, "
+              "%llu workspace bytes",
+              names[0], names[1], n, n == 1 ? "" : "s", keys, (unsigned long long)ws);
     return KF_OK;
 }
