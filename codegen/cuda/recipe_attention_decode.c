@@ -40,6 +40,14 @@
  * kernel 32 blocks). */
 #define DECODE_MAX_SQ 16
 
+/* The splits that get a tile when n0 are asked for: n0 splits of
+ * ceil(tiles / n0) tiles leave the last ones empty where the chunks cover
+ * the tiles sooner. */
+static int64_t splits_with_tiles(int64_t tiles, int64_t n0) {
+    int64_t chunk = (tiles + n0 - 1) / n0;
+    return (tiles + chunk - 1) / chunk;
+}
+
 uint32_t kf_cuda_attention_decode_splits(const kf_cuda_decode_shape *s, int sm_count) {
     uint64_t slots =
         (uint64_t)(sm_count > 0 ? sm_count : 1) * (s->blocks_per_sm ? s->blocks_per_sm : 1);
@@ -48,8 +56,7 @@ uint32_t kf_cuda_attention_decode_splits(const kf_cuda_decode_shape *s, int sm_c
     uint32_t best = 1;
     double best_eff = -1.0;
     for (int64_t n0 = 1; n0 <= max; n0++) {
-        /* the splits that get a tile: n0 splits of ceil(tiles / n0) tiles */
-        int64_t chunk = (s->tiles + n0 - 1) / n0, n = (s->tiles + chunk - 1) / chunk;
+        int64_t n = splits_with_tiles(s->tiles, n0);
         if (n < n0)
             continue;
         uint64_t total = items * (uint64_t)n, waves = (total + slots - 1) / slots;
@@ -108,8 +115,7 @@ kf_status kf_rb_attention_decode(rb *b) {
     uint32_t n = kf_cuda_attention_decode_splits(&sh, b->target->sm_count);
     if (b->target->flags & KF_CUDA_RECIPE_ATTENTION_DECODE_SPLITS_X2) {
         /* twice the rule's count, in whole chunks (no empty split) */
-        int64_t c2 = (sh.tiles + 2 * (int64_t)n - 1) / (2 * (int64_t)n);
-        n = (uint32_t)((sh.tiles + c2 - 1) / c2);
+        n = (uint32_t)splits_with_tiles(sh.tiles, 2 * (int64_t)n);
     }
     const bool direct = n == 1 && !(b->target->flags & KF_CUDA_RECIPE_ATTENTION_DECODE_COMBINE);
     uint64_t ws = direct ? 0 : sh.ws_bytes_per_split * n;
