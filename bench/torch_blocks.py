@@ -733,6 +733,31 @@ def kernel_table(path, reps):
             for k, v in sorted(tab.items(), key=lambda kv: -kv[1][1])}
 
 
+def call_sequence(path, reps):
+    """One call's GPU activities in launch order, [name, median us over the
+    calls] each, from a profiler trace of `reps` calls back to back whose
+    activities split evenly into calls (else None): which kernel of a call
+    took how long, position by position (e.g. a GEMM group's own kernels,
+    where two groups launch kernels of one name)."""
+    import statistics
+
+    with open(path) as f:
+        ev = json.load(f).get("traceEvents", [])
+    gpu = sorted((e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and "dur" in e), key=lambda e: e["ts"])
+    if not gpu or reps <= 0 or len(gpu) % reps:
+        return None
+    n = len(gpu) // reps
+    seq = []
+    for i in range(n):
+        names = {gpu[c * n + i]["name"] for c in range(reps)}
+        if len(names) != 1:
+            return None
+        seq.append([gpu[i]["name"], round(statistics.median(gpu[c * n + i]["dur"]
+                                                            for c in range(reps)), 2)])
+    return seq
+
+
 CALL_MARK = "torch_blocks_call"
 
 
@@ -793,6 +818,7 @@ def profile_calls(call, reps, trace_dir, tag):
     prof.export_chrome_trace(p1)
     out = analyse_trace(p1, reps)
     out["kernels"] = kernel_table(p1, reps)
+    out["sequence"] = call_sequence(p1, reps)
     with profile(activities=acts) as prof:
         for _ in range(reps):
             torch.cuda.synchronize()
@@ -819,11 +845,35 @@ def _measured(programs):
     return res
 
 
-def headline(names, rounds, trace_dir, res, save):
+# --headline-variants: kfuse's variants beside Inductor in the headline (make_backend's
+# options; shared_cache: on the plain kfuse variant's cache, so its measured times)
+HEADLINE_VARIANTS = {
+    "kfuse": {"tiered_compile": False},
+    "kfuse_tiered": {"tiered_compile": True},
+    "kfuse_gen": {"tiered_compile": False, "gemm": "generated", "shared_cache": True},
+    "kfuse_lt": {"tiered_compile": False, "gemm": "cublaslt", "shared_cache": True},
+}
+
+
+def headline_variant(label):
+    """HEADLINE_VARIANTS[label], or for kfuse_bias<F> (e.g. kfuse_bias0.025)
+    kfuse with choice_load_bias F on kfuse's cache (the same measured times,
+    picked again) and kfuse_margin<F> likewise with choice_margin F."""
+    for prefix, key in (("kfuse_bias", "choice_load_bias"), ("kfuse_margin", "choice_margin")):
+        if label.startswith(prefix):
+            return {"tiered_compile": False, key: float(label[len(prefix):]),
+                    "shared_cache": True}
+    return HEADLINE_VARIANTS[label]
+
+
+def headline(names, rounds, trace_dir, res, save, variants=("kfuse", "kfuse_tiered")):
     """The headline in one process: per block, Inductor, kfuse (tiered
     compile off, on an empty cache) and kfuse with the tiered compile (on
     another empty cache; called until its programs report the measured
-    winners swapped in); then `rounds` rounds, each variant in turn (the
+    winners swapped in), or the kfuse `variants` named (HEADLINE_VARIANTS:
+    also each GEMM group forced to one side of its measured choice, and
+    other choice load biases on kfuse's cache, so the same measured times);
+    then `rounds` rounds, each variant in turn (the
     order reversed every other round), of single calls (median_ms) and calls
     back to back (loop_ms), each with nvidia-smi's clocks and power over it;
     the medians over the rounds; then for each variant the profiler's kernel
@@ -876,21 +926,33 @@ def headline(names, rounds, trace_dir, res, save):
 
                 torch._dynamo.reset()
                 make("inductor", lambda: torch.compile(mod))
+                head_cache = tempfile.mkdtemp(prefix="kfuse-head-")
                 make("kfuse", lambda: torch.compile(mod, backend=make_backend(
-                    cache_dir=tempfile.mkdtemp(prefix="kfuse-head-"), tiered_compile=False)))
+                    cache_dir=head_cache, tiered_compile=False)))
                 row["kfuse_report"] = last_report()
-                make("kfuse_tiered", lambda: torch.compile(mod, backend=make_backend(
-                    cache_dir=tempfile.mkdtemp(prefix="kfuse-tier-"), tiered_compile=True)))
+                for lb in variants:
+                    if lb == "kfuse":
+                        continue
+                    opts = dict(headline_variant(lb))
+                    opts["cache_dir"] = (head_cache if opts.pop("shared_cache", False)
+                                         else tempfile.mkdtemp(prefix="kfuse-" + lb + "-"))
+                    make(lb, (lambda o: lambda: torch.compile(mod, backend=make_backend(**o)))(
+                        opts))
+                    if lb != "kfuse_tiered":
+                        row[lb + "_report"] = last_report()
                 if "kfuse_tiered" in fns:
                     ft = fns["kfuse_tiered"]
                     row["tiered_swap"] = _until_swap(progs["kfuse_tiered"],
                                                      lambda: ft(*xs, **kw))
                     row["kfuse_tiered_rel_err_after_swap"] = err(ft)
-                for label in ("kfuse", "kfuse_tiered"):
-                    row[label + "_programs"] = _measured(progs.get(label, []))
-                a = [m["chosen"] for p in row["kfuse_programs"] for m in p["measured"]]
-                b = [m["chosen"] for p in row["kfuse_tiered_programs"] for m in p["measured"]]
-                row["tiered_same_choices"] = a == b
+                for label in progs:
+                    if label != "inductor":
+                        row[label + "_programs"] = _measured(progs.get(label, []))
+                if "kfuse_tiered" in progs:
+                    a = [m["chosen"] for p in row["kfuse_programs"] for m in p["measured"]]
+                    b = [m["chosen"] for p in row["kfuse_tiered_programs"]
+                         for m in p["measured"]]
+                    row["tiered_same_choices"] = a == b
                 save()
                 order = list(fns)
                 per = {lb: {"single_ms": [], "loop_ms": [], "sm_mhz": [], "power_w": []}
@@ -1109,6 +1171,12 @@ def main():
                          "each single call's start to its first kernel; then whatever else the "
                          "other options ask")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of --headline")
+    ap.add_argument("--headline-variants", default="kfuse,kfuse_tiered", metavar="LIST",
+                    help="kfuse's variants in --headline: kfuse (tiered compile off), "
+                         "kfuse_tiered, kfuse_gen / kfuse_lt (every GEMM group forced to the "
+                         "generated kernel / cuBLASLt: each measured choice's sides under the "
+                         "block's load), kfuse_biasF / kfuse_marginF (choice_load_bias / "
+                         "choice_margin F on kfuse's cache: its measured times picked again)")
     ap.add_argument("--table", default=None, metavar="FILE",
                     help="where --headline writes its kernel tables as text")
     ap.add_argument("--trace-dir", default=None,
@@ -1169,7 +1237,8 @@ def main():
         trace_dir = args.trace_dir or tempfile.mkdtemp(prefix="kfuse-head-")
         os.makedirs(trace_dir, exist_ok=True)
         head = headline(args.headline.split(","), args.rounds, trace_dir, res,
-                        lambda: args.out != "-" and write(res, args.out))
+                        lambda: args.out != "-" and write(res, args.out),
+                        tuple(args.headline_variants.split(",")))
         if args.table:
             with open(args.table, "w") as f:
                 f.write(kernel_text(head))
