@@ -866,7 +866,81 @@ def headline_variant(label):
     return HEADLINE_VARIANTS[label]
 
 
-def headline(names, rounds, trace_dir, res, save, variants=("kfuse", "kfuse_tiered")):
+def abba_block(call, n, tail, trace_dir, tag):
+    """One block of `n` calls back to back: the first half untimed (the GPU
+    settles at the clocks this variant's own power draw leaves), the second
+    half timed by CUDA events (ms a call), then `tail` more calls under the
+    profiler (CUDA activity only) for call_sequence: each kernel's time at
+    that sustained state."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    half = n // 2
+    for _ in range(half):
+        call()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(n - half):
+        call()
+    e1.record()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(tail):
+            call()
+        torch.cuda.synchronize()
+    path = os.path.join(trace_dir, f"abba-{tag}.json")
+    prof.export_chrome_trace(path)
+    return {"ms": round(e0.elapsed_time(e1) / (n - half), 4), "calls": n,
+            "sequence": call_sequence(path, tail)}
+
+
+def abba(fns, pairs, block_s, n_rounds, loop_ms, trace_dir, name, smi):
+    """--abba: each pair A:B of the headline's variants in blocks A B B A
+    (n_rounds times) of about block_s seconds each, back to back (abba_block):
+    each variant at the clocks its own power draw leaves under sustained
+    load, the temperature's drift cancelled. Per pair the blocks, each
+    side's median ms a call, B over A, and each side's kernels position by
+    position (the median over its blocks)."""
+    import datetime
+    import statistics
+
+    out = {}
+    for pair in pairs:
+        a, _, b = pair.partition(":")
+        if a not in fns or b not in fns:
+            out[pair] = {"error": "a side did not compile"}
+            continue
+        blocks, seqs = [], {a: [], b: []}
+        for r in range(n_rounds):
+            for i, lb in enumerate((a, b, b, a)):
+                call = (lambda f: lambda: f())(fns[lb])
+                n = max(20, int(block_s * 1e3 / max(loop_ms.get(lb) or 1.0, 0.01)))
+                t_a = datetime.datetime.now()
+                blk = abba_block(call, n, max(5, min(30, n // 8)), trace_dir,
+                                 f"{name}-{lb}-{r}-{i}")
+                w = smi_window(smi, t_a, datetime.datetime.now()) or {}
+                blk.update({"label": lb, "sm_mhz": w.get("clocks.sm"),
+                            "power_w": w.get("power.draw")})
+                if blk.get("sequence"):
+                    seqs[lb].append(blk.pop("sequence"))
+                blocks.append(blk)
+        row = {"A": a, "B": b, "blocks": blocks}
+        for side, lb in (("A", a), ("B", b)):
+            row[side + "_ms"] = round(statistics.median(
+                x["ms"] for x in blocks if x["label"] == lb), 4)
+            ok = [q for q in seqs[lb] if len(q) == len(seqs[lb][0])
+                  and [k for k, _ in q] == [k for k, _ in seqs[lb][0]]]
+            row[side + "_sequence"] = ([[seqs[lb][0][i][0], round(statistics.median(
+                q[i][1] for q in ok), 2)] for i in range(len(seqs[lb][0]))]
+                if seqs[lb] else None)
+        row["B_over_A"] = round(row["B_ms"] / row["A_ms"], 4)
+        print(name, "abba", a, row["A_ms"], b, row["B_ms"], "B/A", row["B_over_A"],
+              [(x["label"], x["ms"], x["sm_mhz"]) for x in blocks], flush=True)
+        out[pair] = row
+    return out
+
+
+def headline(names, rounds, trace_dir, res, save, variants=("kfuse", "kfuse_tiered"),
+             abba_pairs=(), abba_s=1.0, abba_rounds=1):
     """The headline in one process: per block, Inductor, kfuse (tiered
     compile off, on an empty cache) and kfuse with the tiered compile (on
     another empty cache; called until its programs report the measured
@@ -984,6 +1058,13 @@ def headline(names, rounds, trace_dir, res, save, variants=("kfuse", "kfuse_tier
                 print(name, {k: v for k, v in row.items()
                              if k.endswith(("_ms", "_single", "_loop", "_s", "err"))}, flush=True)
                 save()
+                if abba_pairs and not SMOKE:
+                    row["abba"] = abba({lb: (lambda f: lambda: f(*xs, **kw))(fns[lb])
+                                        for lb in fns}, abba_pairs, abba_s, abba_rounds,
+                                       {lb: row.get(lb + "_loop_ms") for lb in fns}, trace_dir,
+                                       name, smi)
+                    row["abba_block_s"] = abba_s
+                    save()
                 for lb in order:
                     call = (lambda f: lambda: f(*xs, **kw))(fns[lb])
                     row[lb + "_host_us"] = host_us(call, 50)
@@ -1177,6 +1258,13 @@ def main():
                          "generated kernel / cuBLASLt: each measured choice's sides under the "
                          "block's load), kfuse_biasF / kfuse_marginF (choice_load_bias / "
                          "choice_margin F on kfuse's cache: its measured times picked again)")
+    ap.add_argument("--abba", default=None, metavar="A:B,...",
+                    help="after --headline's rounds, each pair of its variants (e.g. "
+                         "kfuse_gen:kfuse_lt) in blocks A B B A of --abba-block seconds of "
+                         "calls back to back, the second half of each timed and the kernels "
+                         "after it profiled: the sides at their own sustained clocks")
+    ap.add_argument("--abba-block", type=float, default=1.0, metavar="SEC")
+    ap.add_argument("--abba-rounds", type=int, default=1, help="A B B A sequences a pair")
     ap.add_argument("--table", default=None, metavar="FILE",
                     help="where --headline writes its kernel tables as text")
     ap.add_argument("--trace-dir", default=None,
@@ -1238,7 +1326,9 @@ def main():
         os.makedirs(trace_dir, exist_ok=True)
         head = headline(args.headline.split(","), args.rounds, trace_dir, res,
                         lambda: args.out != "-" and write(res, args.out),
-                        tuple(args.headline_variants.split(",")))
+                        tuple(args.headline_variants.split(",")),
+                        tuple(args.abba.split(",")) if args.abba else (), args.abba_block,
+                        args.abba_rounds)
         if args.table:
             with open(args.table, "w") as f:
                 f.write(kernel_text(head))
