@@ -259,11 +259,13 @@ typedef struct kf_options {
                                  where the generated kernels draw more power a cycle than
                                  cuBLASLt's and run 1-7% lower clocks (H100, 700 W, bench
                                  results ...-d8694bb-gm14: generated over cuBLASLt 0.6-7%
-                                 worse sustained than at rest on 8 of 9 groups; 0.025 would
-                                 have picked the sustained winner on all 9, 0 on 7).
-                                 0 to below 1 (kf_options_init: 0, the measured times as
-                                 they are). The cache keeps the measured times, so another
-                                 bias picks again from them and times nothing. */
+                                 worse sustained than at rest on 8 of 9 groups; 0.025 picks
+                                 the sustained winner on all 9, 0 on 7; session 16's
+                                 A B B A pairs, H100, ...-ch16-*: 0.025 and 0 alike on 3 of
+                                 4 bench groups). 0 to below 1 (kf_options_init: 0.025; 0:
+                                 the measured times as they are). The cache keeps the
+                                 measured times, so another bias picks again from them and
+                                 times nothing (the choice's cache key does not change). */
 } kf_options;
 
 /* Fills *options with the defaults above. */
