@@ -63,6 +63,14 @@ backend's call).
                                 [--steady BLOCKS|none] [--kfuse-cache DIR]
                                 [--compare NAME=DIR,...] [--host-reps N]
                                 [--diagnose-after-inductor BLOCK]
+                                [--headline BLOCKS [--rounds N] [--table FILE]
+                                 [--headline-variants kfuse,kfuse_gen,kfuse_lt,kfuse_biasF,...]
+                                 [--abba A:B,... [--abba-block SEC] [--abba-rounds N]]]
+
+--headline-variants and --abba time each measured GEMM choice's sides under
+the block's own sustained load: e.g. --headline-variants
+kfuse,kfuse_bias0,kfuse_gen,kfuse_lt --abba kfuse_bias0:kfuse,kfuse_gen:kfuse_lt
+(every group forced to one side, A B B A blocks, each side's kernels in order).
 
 Needs the Python package installed (pip install ./python), or --kfuse-lib
 build/libkfuse.so from a checkout, and a GPU.
