@@ -63,6 +63,14 @@ backend's call).
                                 [--steady BLOCKS|none] [--kfuse-cache DIR]
                                 [--compare NAME=DIR,...] [--host-reps N]
                                 [--diagnose-after-inductor BLOCK]
+                                [--headline BLOCKS [--rounds N] [--table FILE]
+                                 [--headline-variants kfuse,kfuse_gen,kfuse_lt,kfuse_biasF,...]
+                                 [--abba A:B,... [--abba-block SEC] [--abba-rounds N]]]
+
+--headline-variants and --abba time each measured GEMM choice's sides under
+the block's own sustained load: e.g. --headline-variants
+kfuse,kfuse_bias0,kfuse_gen,kfuse_lt --abba kfuse_bias0:kfuse,kfuse_gen:kfuse_lt
+(every group forced to one side, A B B A blocks, each side's kernels in order).
 
 Needs the Python package installed (pip install ./python), or --kfuse-lib
 build/libkfuse.so from a checkout, and a GPU.
@@ -733,6 +741,31 @@ def kernel_table(path, reps):
             for k, v in sorted(tab.items(), key=lambda kv: -kv[1][1])}
 
 
+def call_sequence(path, reps):
+    """One call's GPU activities in launch order, [name, median us over the
+    calls] each, from a profiler trace of `reps` calls back to back whose
+    activities split evenly into calls (else None): which kernel of a call
+    took how long, position by position (e.g. a GEMM group's own kernels,
+    where two groups launch kernels of one name)."""
+    import statistics
+
+    with open(path) as f:
+        ev = json.load(f).get("traceEvents", [])
+    gpu = sorted((e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and "dur" in e), key=lambda e: e["ts"])
+    if not gpu or reps <= 0 or len(gpu) % reps:
+        return None
+    n = len(gpu) // reps
+    seq = []
+    for i in range(n):
+        names = {gpu[c * n + i]["name"] for c in range(reps)}
+        if len(names) != 1:
+            return None
+        seq.append([gpu[i]["name"], round(statistics.median(gpu[c * n + i]["dur"]
+                                                            for c in range(reps)), 2)])
+    return seq
+
+
 CALL_MARK = "torch_blocks_call"
 
 
@@ -793,6 +826,7 @@ def profile_calls(call, reps, trace_dir, tag):
     prof.export_chrome_trace(p1)
     out = analyse_trace(p1, reps)
     out["kernels"] = kernel_table(p1, reps)
+    out["sequence"] = call_sequence(p1, reps)
     with profile(activities=acts) as prof:
         for _ in range(reps):
             torch.cuda.synchronize()
@@ -819,11 +853,109 @@ def _measured(programs):
     return res
 
 
-def headline(names, rounds, trace_dir, res, save):
+# --headline-variants: kfuse's variants beside Inductor in the headline (make_backend's
+# options; shared_cache: on the plain kfuse variant's cache, so its measured times)
+HEADLINE_VARIANTS = {
+    "kfuse": {"tiered_compile": False},
+    "kfuse_tiered": {"tiered_compile": True},
+    "kfuse_gen": {"tiered_compile": False, "gemm": "generated", "shared_cache": True},
+    "kfuse_lt": {"tiered_compile": False, "gemm": "cublaslt", "shared_cache": True},
+}
+
+
+def headline_variant(label):
+    """HEADLINE_VARIANTS[label], or for kfuse_bias<F> (e.g. kfuse_bias0.025)
+    kfuse with choice_load_bias F on kfuse's cache (the same measured times,
+    picked again) and kfuse_margin<F> likewise with choice_margin F."""
+    for prefix, key in (("kfuse_bias", "choice_load_bias"), ("kfuse_margin", "choice_margin")):
+        if label.startswith(prefix):
+            return {"tiered_compile": False, key: float(label[len(prefix):]),
+                    "shared_cache": True}
+    return HEADLINE_VARIANTS[label]
+
+
+def abba_block(call, n, tail, trace_dir, tag):
+    """One block of `n` calls back to back: the first half untimed (the GPU
+    settles at the clocks this variant's own power draw leaves), the second
+    half timed by CUDA events (ms a call), then `tail` more calls under the
+    profiler (CUDA activity only) for call_sequence: each kernel's time at
+    that sustained state."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    half = n // 2
+    for _ in range(half):
+        call()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(n - half):
+        call()
+    e1.record()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(tail):
+            call()
+        torch.cuda.synchronize()
+    path = os.path.join(trace_dir, f"abba-{tag}.json")
+    prof.export_chrome_trace(path)
+    return {"ms": round(e0.elapsed_time(e1) / (n - half), 4), "calls": n,
+            "sequence": call_sequence(path, tail)}
+
+
+def abba(fns, pairs, block_s, n_rounds, loop_ms, trace_dir, name, smi):
+    """--abba: each pair A:B of the headline's variants in blocks A B B A
+    (n_rounds times) of about block_s seconds each, back to back (abba_block):
+    each variant at the clocks its own power draw leaves under sustained
+    load, the temperature's drift cancelled. Per pair the blocks, each
+    side's median ms a call, B over A, and each side's kernels position by
+    position (the median over its blocks)."""
+    import datetime
+    import statistics
+
+    out = {}
+    for pair in pairs:
+        a, _, b = pair.partition(":")
+        if a not in fns or b not in fns:
+            out[pair] = {"error": "a side did not compile"}
+            continue
+        blocks, seqs = [], {a: [], b: []}
+        for r in range(n_rounds):
+            for i, lb in enumerate((a, b, b, a)):
+                call = (lambda f: lambda: f())(fns[lb])
+                n = max(20, int(block_s * 1e3 / max(loop_ms.get(lb) or 1.0, 0.01)))
+                t_a = datetime.datetime.now()
+                blk = abba_block(call, n, max(5, min(30, n // 8)), trace_dir,
+                                 f"{name}-{lb}-{r}-{i}")
+                w = smi_window(smi, t_a, datetime.datetime.now()) or {}
+                blk.update({"label": lb, "sm_mhz": w.get("clocks.sm"),
+                            "power_w": w.get("power.draw")})
+                if blk.get("sequence"):
+                    seqs[lb].append(blk.pop("sequence"))
+                blocks.append(blk)
+        row = {"A": a, "B": b, "blocks": blocks}
+        for side, lb in (("A", a), ("B", b)):
+            row[side + "_ms"] = round(statistics.median(
+                x["ms"] for x in blocks if x["label"] == lb), 4)
+            ok = [q for q in seqs[lb] if len(q) == len(seqs[lb][0])
+                  and [k for k, _ in q] == [k for k, _ in seqs[lb][0]]]
+            row[side + "_sequence"] = ([[seqs[lb][0][i][0], round(statistics.median(
+                q[i][1] for q in ok), 2)] for i in range(len(seqs[lb][0]))]
+                if seqs[lb] else None)
+        row["B_over_A"] = round(row["B_ms"] / row["A_ms"], 4)
+        print(name, "abba", a, row["A_ms"], b, row["B_ms"], "B/A", row["B_over_A"],
+              [(x["label"], x["ms"], x["sm_mhz"]) for x in blocks], flush=True)
+        out[pair] = row
+    return out
+
+
+def headline(names, rounds, trace_dir, res, save, variants=("kfuse", "kfuse_tiered"),
+             abba_pairs=(), abba_s=1.0, abba_rounds=1):
     """The headline in one process: per block, Inductor, kfuse (tiered
     compile off, on an empty cache) and kfuse with the tiered compile (on
     another empty cache; called until its programs report the measured
-    winners swapped in); then `rounds` rounds, each variant in turn (the
+    winners swapped in), or the kfuse `variants` named (HEADLINE_VARIANTS:
+    also each GEMM group forced to one side of its measured choice, and
+    other choice load biases on kfuse's cache, so the same measured times);
+    then `rounds` rounds, each variant in turn (the
     order reversed every other round), of single calls (median_ms) and calls
     back to back (loop_ms), each with nvidia-smi's clocks and power over it;
     the medians over the rounds; then for each variant the profiler's kernel
@@ -876,21 +1008,33 @@ def headline(names, rounds, trace_dir, res, save):
 
                 torch._dynamo.reset()
                 make("inductor", lambda: torch.compile(mod))
+                head_cache = tempfile.mkdtemp(prefix="kfuse-head-")
                 make("kfuse", lambda: torch.compile(mod, backend=make_backend(
-                    cache_dir=tempfile.mkdtemp(prefix="kfuse-head-"), tiered_compile=False)))
+                    cache_dir=head_cache, tiered_compile=False)))
                 row["kfuse_report"] = last_report()
-                make("kfuse_tiered", lambda: torch.compile(mod, backend=make_backend(
-                    cache_dir=tempfile.mkdtemp(prefix="kfuse-tier-"), tiered_compile=True)))
+                for lb in variants:
+                    if lb == "kfuse":
+                        continue
+                    opts = dict(headline_variant(lb))
+                    opts["cache_dir"] = (head_cache if opts.pop("shared_cache", False)
+                                         else tempfile.mkdtemp(prefix="kfuse-" + lb + "-"))
+                    make(lb, (lambda o: lambda: torch.compile(mod, backend=make_backend(**o)))(
+                        opts))
+                    if lb != "kfuse_tiered":
+                        row[lb + "_report"] = last_report()
                 if "kfuse_tiered" in fns:
                     ft = fns["kfuse_tiered"]
                     row["tiered_swap"] = _until_swap(progs["kfuse_tiered"],
                                                      lambda: ft(*xs, **kw))
                     row["kfuse_tiered_rel_err_after_swap"] = err(ft)
-                for label in ("kfuse", "kfuse_tiered"):
-                    row[label + "_programs"] = _measured(progs.get(label, []))
-                a = [m["chosen"] for p in row["kfuse_programs"] for m in p["measured"]]
-                b = [m["chosen"] for p in row["kfuse_tiered_programs"] for m in p["measured"]]
-                row["tiered_same_choices"] = a == b
+                for label in progs:
+                    if label != "inductor":
+                        row[label + "_programs"] = _measured(progs.get(label, []))
+                if "kfuse_tiered" in progs:
+                    a = [m["chosen"] for p in row["kfuse_programs"] for m in p["measured"]]
+                    b = [m["chosen"] for p in row["kfuse_tiered_programs"]
+                         for m in p["measured"]]
+                    row["tiered_same_choices"] = a == b
                 save()
                 order = list(fns)
                 per = {lb: {"single_ms": [], "loop_ms": [], "sm_mhz": [], "power_w": []}
@@ -922,6 +1066,13 @@ def headline(names, rounds, trace_dir, res, save):
                 print(name, {k: v for k, v in row.items()
                              if k.endswith(("_ms", "_single", "_loop", "_s", "err"))}, flush=True)
                 save()
+                if abba_pairs and not SMOKE:
+                    row["abba"] = abba({lb: (lambda f: lambda: f(*xs, **kw))(fns[lb])
+                                        for lb in fns}, abba_pairs, abba_s, abba_rounds,
+                                       {lb: row.get(lb + "_loop_ms") for lb in fns}, trace_dir,
+                                       name, smi)
+                    row["abba_block_s"] = abba_s
+                    save()
                 for lb in order:
                     call = (lambda f: lambda: f(*xs, **kw))(fns[lb])
                     row[lb + "_host_us"] = host_us(call, 50)
@@ -1109,6 +1260,19 @@ def main():
                          "each single call's start to its first kernel; then whatever else the "
                          "other options ask")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of --headline")
+    ap.add_argument("--headline-variants", default="kfuse,kfuse_tiered", metavar="LIST",
+                    help="kfuse's variants in --headline: kfuse (tiered compile off), "
+                         "kfuse_tiered, kfuse_gen / kfuse_lt (every GEMM group forced to the "
+                         "generated kernel / cuBLASLt: each measured choice's sides under the "
+                         "block's load), kfuse_biasF / kfuse_marginF (choice_load_bias / "
+                         "choice_margin F on kfuse's cache: its measured times picked again)")
+    ap.add_argument("--abba", default=None, metavar="A:B,...",
+                    help="after --headline's rounds, each pair of its variants (e.g. "
+                         "kfuse_gen:kfuse_lt) in blocks A B B A of --abba-block seconds of "
+                         "calls back to back, the second half of each timed and the kernels "
+                         "after it profiled: the sides at their own sustained clocks")
+    ap.add_argument("--abba-block", type=float, default=1.0, metavar="SEC")
+    ap.add_argument("--abba-rounds", type=int, default=1, help="A B B A sequences a pair")
     ap.add_argument("--table", default=None, metavar="FILE",
                     help="where --headline writes its kernel tables as text")
     ap.add_argument("--trace-dir", default=None,
@@ -1169,7 +1333,10 @@ def main():
         trace_dir = args.trace_dir or tempfile.mkdtemp(prefix="kfuse-head-")
         os.makedirs(trace_dir, exist_ok=True)
         head = headline(args.headline.split(","), args.rounds, trace_dir, res,
-                        lambda: args.out != "-" and write(res, args.out))
+                        lambda: args.out != "-" and write(res, args.out),
+                        tuple(args.headline_variants.split(",")),
+                        tuple(args.abba.split(",")) if args.abba else (), args.abba_block,
+                        args.abba_rounds)
         if args.table:
             with open(args.table, "w") as f:
                 f.write(kernel_text(head))

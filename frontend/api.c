@@ -28,7 +28,7 @@ void kf_options_init(kf_options *options) {
     options->target = KF_TARGET_AUTO;
     options->cpu_opt_level = 3;
     options->choice_margin = 0.0;
-    options->choice_load_bias = 0.0;
+    options->choice_load_bias = 0.025;
 }
 
 static char *ctx_strdup(const kf_mem *m, const char *s) {

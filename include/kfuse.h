@@ -259,11 +259,15 @@ typedef struct kf_options {
                                  where the generated kernels draw more power a cycle than
                                  cuBLASLt's and run 1-7% lower clocks (H100, 700 W, bench
                                  results ...-d8694bb-gm14: generated over cuBLASLt 0.6-7%
-                                 worse sustained than at rest on 8 of 9 groups; 0.025 would
-                                 have picked the sustained winner on all 9, 0 on 7).
-                                 0 to below 1 (kf_options_init: 0, the measured times as
-                                 they are). The cache keeps the measured times, so another
-                                 bias picks again from them and times nothing. */
+                                 worse sustained than at rest on 8 of 9 groups; 0.025 picks
+                                 the sustained winner on all 9, 0 on 7; ch16's H100 runs,
+                                 ...-ch16-*: the generated side 3.8-7.8% worse sustained
+                                 than at rest on 7 of the 8 GEMM groups of the GPT-2 and
+                                 LLaMA blocks, 0.025 right on 10 of 12 groups, 0 on 7).
+                                 0 to below 1 (kf_options_init: 0.025; 0: the measured
+                                 times as they are). The cache keeps the measured times,
+                                 so another bias picks again from them and times nothing
+                                 (the choice's cache key does not change). */
 } kf_options;
 
 /* Fills *options with the defaults above. */

@@ -3712,22 +3712,29 @@ static void test_head_split_rotary_epilogues_match_the_reference(void **state) {
 
 /* A CUDA context on cache `dir` with `flags` and a measured choice's
  * `margin` (kf_options.choice_margin); ctx_with: kf_options_init's margin. */
-static kf_ctx *ctx_with_margin(const char *dir, unsigned flags, double margin) {
+static kf_ctx *ctx_with_rule(const char *dir, unsigned flags, double margin, double load_bias) {
     kf_options o;
     kf_options_init(&o);
     o.target = KF_TARGET_CUDA;
     o.cache_dir = dir;
     o.flags = flags;
     o.choice_margin = margin;
+    o.choice_load_bias = load_bias;
     kf_ctx *c = NULL;
     assert_int_equal(kf_ctx_create(&o, &c), KF_OK);
     return c;
 }
 
+/* A context whose measured choices follow the margin's rule alone (load
+ * bias 0: the times as measured), so "margin 0" means the faster side. */
+static kf_ctx *ctx_with_margin(const char *dir, unsigned flags, double margin) {
+    return ctx_with_rule(dir, flags, margin, 0.0);
+}
+
 static kf_ctx *ctx_with(const char *dir, unsigned flags) {
     kf_options o;
     kf_options_init(&o);
-    return ctx_with_margin(dir, flags, o.choice_margin);
+    return ctx_with_rule(dir, flags, o.choice_margin, o.choice_load_bias);
 }
 
 static const char cache_graph[] =

@@ -79,11 +79,14 @@ class Context:
     measured choice is not in the cache yet runs cuBLASLt from the first run
     while its generated kernel compiles in the background; a later run times
     both, keeps the faster (stored in the cache) and runs it from then on.
+    choice_margin, choice_load_bias: kf_options' (None: kf_options_init's
+    defaults); from 0 to below 1.
     """
 
     def __init__(self, target="auto", *, device=0, arch=None, cache_dir=None, flags=(),
                  gemm="auto", attention="auto", dump_dir=None, num_threads=0,
-                 cpu_opt_level=3, tiered_compile=False):
+                 cpu_opt_level=3, tiered_compile=False, choice_margin=None,
+                 choice_load_bias=None):
         lib = _L()
         if target not in _capi.TARGETS:
             raise ValueError(f"kfuse: unknown target {target!r}; expected auto, cuda or cpu")
@@ -112,11 +115,16 @@ class Context:
         o.num_threads = num_threads
         o.cpu_opt_level = cpu_opt_level
         o.tiered_compile = 1 if tiered_compile else 0
+        if choice_margin is not None:
+            o.choice_margin = float(choice_margin)
+        if choice_load_bias is not None:
+            o.choice_load_bias = float(choice_load_bias)
         h = _capi.c_ctx_p()
         st = lib.kf_ctx_create(ctypes.byref(o), ctypes.byref(h))
         if st:
             raise KfuseError(st, "kf_ctx_create refused the options (device and num_threads "
-                                 ">= 0, cpu_opt_level 0-3, arch like sm_90a)")
+                                 ">= 0, cpu_opt_level 0-3, arch like sm_90a, choice_margin "
+                                 "and choice_load_bias from 0 to below 1)")
         self._h = h
         self.target = target
         self._lib = lib

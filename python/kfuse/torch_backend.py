@@ -10,7 +10,8 @@ on a new shape (its guards), and kfuse's disk cache serves the kernels of a
 shape seen before, also in a new process.
 
 Options (torch.compile(..., options={...})): "target" ("auto": the inputs'
-device), "cache_dir", "gemm", "flags" (as kfuse.Context takes them), and
+device), "cache_dir", "gemm", "flags", "choice_margin", "choice_load_bias" (as
+kfuse.Context takes them), and
 "background_compile" (default True): each partition's program is compiled on
 a thread from the moment its graph is translated, so kf_compile (NVRTC or the
 disk cache, cuBLASLt, the GEMM choices) overlaps what Dynamo still does before
@@ -824,7 +825,7 @@ def kfuse_backend(gm, example_inputs, options=None, mode=None):
     options = dict(options or {})
     unknown = set(options) - {"target", "device", "arch", "cache_dir", "flags", "gemm", "attention",
                               "dump_dir", "num_threads", "cpu_opt_level", "background_compile",
-                              "tiered_compile"}
+                              "tiered_compile", "choice_margin", "choice_load_bias"}
     if unknown:
         raise ValueError(f"kfuse backend: unknown option {sorted(unknown)[0]!r}")
     from functorch.compile import make_boxed_func

@@ -178,6 +178,13 @@ def test_options_are_checked():
     with pytest.raises(kfuse.KfuseError) as e:
         kfuse.Context("cpu", arch="sm_9000x")
     assert e.value.status == "INVALID_ARGUMENT"
+    # the measured choice's margin and load bias: from 0 to below 1
+    for bad in (-0.01, 1.0, float("nan")):
+        for key in ("choice_margin", "choice_load_bias"):
+            with pytest.raises(kfuse.KfuseError, match="choice_margin") as e:
+                kfuse.Context("cpu", **{key: bad})
+            assert e.value.status == "INVALID_ARGUMENT"
+    kfuse.Context("cpu", choice_margin=0.05, choice_load_bias=0.025)
 
 
 def test_the_cache_is_filled_and_reused(examples, rng, cache):
