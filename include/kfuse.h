@@ -718,14 +718,17 @@ typedef struct kf_aot_summary {
  * compiled with this context on such a GPU runs -- and compiles every generated
  * kernel they name with NVRTC into the cache (options.cache_dir, else the
  * default). No GPU is needed: a program whose context points at that cache
- * (with KF_FLAG_CACHE_FAIL_ON_MISS, to be sure) then compiles nothing.
- * `summary` (may be NULL) receives the counts. KF_OK only when every kernel is
+ * (with KF_FLAG_CACHE_FAIL_ON_MISS, to be sure) then compiles nothing. With
+ * options.dump_dir, every kernel's source is written there (KERNEL.ARCH.cu),
+ * whether compiled now or found in the cache: a machine without a GPU reads
+ * the kernels a program will run. `summary` (may be NULL) receives the counts. KF_OK only when every kernel is
  * in the cache; otherwise the first failure's status, its message on the graph
  * (kf_graph_error), and summary->failed counts every kernel the cache lacks.
  * Errors: KF_ERR_INVALID_ARGUMENT (NULL, no arch, an arch NVRTC does not know,
  * KF_FLAG_NO_CACHE or KF_FLAG_CACHE_READ_ONLY: nothing could be stored), the
  * planner's, KF_ERR_UNSUPPORTED (a recipe that cannot be made), KF_ERR_IO
- * (the cache), KF_ERR_INTERNAL (NVRTC), KF_ERR_OUT_OF_MEMORY. */
+ * (the cache, or a dump_dir that cannot be written), KF_ERR_INTERNAL (NVRTC),
+ * KF_ERR_OUT_OF_MEMORY. */
 KF_API kf_status kf_aot(kf_ctx *ctx, kf_graph *graph, const char *const *archs, size_t n_archs,
                         kf_aot_summary *summary);
 

@@ -1700,6 +1700,93 @@ static void test_kf_aot_and_the_cache_calls_of_the_public_api(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* The files in dir named KERNEL.ARCH.cu whose text names KERNEL, counted. */
+static size_t count_dumped(const char *dir, const char *arch) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    char tail[32];
+    snprintf(tail, sizeof tail, ".%s.cu", arch);
+    size_t n = 0, lt = strlen(tail);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t ln = strlen(e->d_name);
+        if (ln <= lt || strcmp(e->d_name + ln - lt, tail) != 0)
+            continue;
+        char path[512], name[256], line[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(name, sizeof name, "%.*s", (int)(ln - lt), e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        bool named = false; /* the kernel's name appears in its source */
+        while (!named && fgets(line, sizeof line, f))
+            named = strstr(line, name) != NULL;
+        fclose(f);
+        n += named;
+    }
+    closedir(d);
+    return n;
+}
+
+/* kf_options.dump_dir under kf_aot: every kernel's source is written as
+ * KERNEL.ARCH.cu, compiled now or served by the cache, as a run writes them
+ * (a machine without a GPU reads its kernels that way); a dump directory that
+ * cannot be made fails the call with the path in the message. */
+static void test_kf_aot_writes_every_kernel_source_to_the_dump_dir(void **state) {
+    (void)state;
+    if (!have_nvrtc())
+        skip();
+    char dir[] = "/tmp/kf_aotdump_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char cdir[64], ddir[64], cmd[128];
+    snprintf(cdir, sizeof cdir, "%s/cache", dir);
+    snprintf(ddir, sizeof ddir, "%s/dump", dir);
+    kf_options o;
+    kf_options_init(&o);
+    o.cache_dir = cdir;
+    o.dump_dir = ddir;
+    kf_ctx *ctx = NULL;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    static const char text[] = "kfg 1\nx = input(bf16[64, 256])\nw = input(bf16[256, 128])\n"
+                               "m = matmul(x, w)\ny = gelu(m)\nz = exp(x)\noutput y\n"
+                               "output z\n";
+    kf_graph *g = NULL;
+    assert_int_equal(kf_graph_parse(ctx, text, strlen(text), &g), KF_OK);
+    const char *archs[] = {"sm_80", "sm_90a"};
+    kf_aot_summary a;
+    assert_int_equal(kf_aot(ctx, g, archs, 2, &a), KF_OK);
+    assert_true(a.kernels >= 2);
+    assert_int_equal(a.compiled, a.kernels);
+    size_t n80 = count_dumped(ddir, "sm_80"), n90 = count_dumped(ddir, "sm_90a");
+    assert_true(n80 >= 1 && n90 >= 1);
+    assert_int_equal(n80 + n90, a.kernels);
+    /* served by the cache: the sources are written all the same */
+    snprintf(cmd, sizeof cmd, "rm -rf %s", ddir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kf_aot(ctx, g, archs, 2, &a), KF_OK);
+    assert_int_equal(a.cached, a.kernels);
+    assert_int_equal(count_dumped(ddir, "sm_80"), n80);
+    assert_int_equal(count_dumped(ddir, "sm_90a"), n90);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    /* a dump directory below a regular file cannot be made */
+    char fdir[96];
+    snprintf(fdir, sizeof fdir, "%s/file", dir);
+    FILE *f = fopen(fdir, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(ddir, sizeof ddir, "%s/file/dump", dir);
+    o.dump_dir = ddir;
+    assert_int_equal(kf_ctx_create(&o, &ctx), KF_OK);
+    assert_int_equal(kf_graph_parse(ctx, text, strlen(text), &g), KF_OK);
+    assert_int_not_equal(kf_aot(ctx, g, archs, 2, &a), KF_OK);
+    assert_non_null(strstr(kf_graph_error(g), "/file/dump"));
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_aot_fills_a_cache_that_serves_every_example_kernel(void **state) {
     (void)state;
     if (!have_nvrtc())
@@ -1974,6 +2061,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_recipes_split_the_epilogue_at_what_cublaslt_applies),
         cmocka_unit_test(test_aot_fills_a_cache_that_serves_every_example_kernel),
         cmocka_unit_test(test_kf_aot_and_the_cache_calls_of_the_public_api),
+        cmocka_unit_test(test_kf_aot_writes_every_kernel_source_to_the_dump_dir),
         cmocka_unit_test(test_the_aot_command_stores_what_kf_aot_stores),
         cmocka_unit_test(test_aot_rejects_bad_usage),
     };
