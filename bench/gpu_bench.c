@@ -27,7 +27,8 @@
  *                 _generated, _sm80, _cublaslt); LLaMA-7B's
  *                 rotary embedding of q alone, B8 H32 S2048 D128 (rotary: one
  *                 elementwise kernel reading q's head view and rotate_half's
- *                 concat; peers: eager and Inductor); the transformer blocks'
+ *                 concat; peers: eager and Inductor; rotary_bpos: cos and sin
+ *                 per batch, [B, 1, S, D]); the transformer blocks'
  *                 GEMMs (bf16, weights [N, K] as nn.Linear keeps them), each
  *                 through cuBLASLt (_cublaslt), the generated kernel
  *                 (_generated) and the generated kernel in 2-CTA clusters
@@ -2085,6 +2086,18 @@ int main(int argc, char **argv) {
              "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
              RB, RS, RH * RD, RS, RD, RS, RD, RS, RD, RS, RD, RB, RS, RH, RD, RD / 2, RD / 2);
     double rbytes = 2.0 * (2.0 * RB * RS * RH * RD + 2.0 * RS * RD);
+    /* The same with cos and sin per batch, [B, 1, S, D] (position ids per
+     * sequence, as transformers computes them for a padded batch): three
+     * streamed operands, so the kernel is not unrolled (cg_elementwise.c) */
+    char t_rotb[1024];
+    snprintf(t_rotb, sizeof t_rotb,
+             "kfg 1\nq0 = input(bf16[%d, %d, %d])\nc = input(bf16[%d, 1, %d, %d])\n"
+             "s = input(bf16[%d, 1, %d, %d])\nh = reshape(q0, [%d, %d, %d, %d])\n"
+             "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=%d)\n"
+             "q2 = slice(q, axis=3, start=%d)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+             "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+             RB, RS, RH * RD, RB, RS, RD, RB, RS, RD, RB, RS, RH, RD, RD / 2, RD / 2);
+    double rbbytes = 2.0 * (2.0 * RB * RS * RH * RD + 2.0 * RB * RS * RD);
     /* The transformer blocks' GEMMs (B transposed: nn.Linear's [N, K]). */
     int TM = g_quick ? 4096 : 16384, LD = 4096, LF = 11008, GD = 1024;
     char t_lqf[512], t_lq[512], t_lo[512], t_ldn[512], t_lsw[512], t_gqkv[512], t_gfc1[512],
@@ -2496,6 +2509,7 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SM80 | KF_CUDA_RECIPE_GEMM_SM80_8WARPS},
         /* the rotation alone (one elementwise kernel; peers: eager, Inductor) */
         {"rotary", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"rotary_bpos", t_rotb, rbbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* f32 (the SIMT kernel; its floor is bf16's: compare TFLOP/s with
          * the FFMA peak instead) */
         {"f32_gemm_cublaslt", t_f32, fbytes, fflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},

@@ -14,6 +14,7 @@ process run, so kfuse's numbers sit beside its peers':
                                                        GEMM alone (mm_ms)
   rotary      q*cos + rotate_half(q)*sin on q's head view, B8 H32 S2048 D128 bf16
                                                        eager, torch.compile
+  rotary_bpos the same, cos and sin per batch [B, 1, S, D]   eager, torch.compile
 
 --cases a,b runs only those cases (the harness passes its own --cases on).
 
@@ -277,6 +278,27 @@ def main():
                 r["compile_error"] = str(e)[:200]
         res["cases"]["rotary"] = r
         print(f"peers: rotary {r}", file=sys.stderr)
+
+    if on("rotary_bpos"):
+        # the same with cos / sin per batch [B, 1, S, D] (gpu_bench's rotary_bpos)
+        B, S, H, D = (2 if args.rows < 65536 else 8), 2048, 32, 128
+        q0 = torch.rand(B, S, H * D, device=dev, dtype=bf) * 2 - 1
+        cs = (torch.rand(B, 1, S, D, device=dev, dtype=bf) * 2 - 1)
+        sn = (torch.rand(B, 1, S, D, device=dev, dtype=bf) * 2 - 1)
+
+        def rotary_b():
+            q = q0.view(B, S, H, D).transpose(1, 2)
+            r = torch.cat((-q[..., D // 2:], q[..., :D // 2]), dim=-1)
+            return q * cs + r * sn
+
+        r = {"eager_ms": median_ms(rotary_b)}
+        if not args.no_compile:
+            try:
+                r["compile_ms"] = median_ms(torch.compile(rotary_b))
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r["compile_error"] = str(e)[:200]
+        res["cases"]["rotary_bpos"] = r
+        print(f"peers: rotary_bpos {r}", file=sys.stderr)
     text = json.dumps(res, indent=1)
     if args.out == "-":
         print(text)

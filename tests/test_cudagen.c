@@ -532,7 +532,9 @@ static void test_slices_concats_and_gathers_compile_into_their_consumers(void **
  * gather. One whose index is loaded (a gather along the last axis) stays
  * element by element. The head view's coordinates are 32-bit (no 64-bit
  * division of the linear index), and the concat's i32 index arithmetic
- * leaves the kernel light: 4 streamed steps a trip (KF_UNROLL). */
+ * leaves the kernel light: 4 streamed steps a trip (KF_UNROLL); with three
+ * streamed operands it is not unrolled, and its grid is what its register
+ * bound keeps resident. */
 static void test_remapped_loads_read_vectors_where_their_elements_run_consecutively(void **state) {
     (void)state;
     static const struct {
@@ -548,6 +550,13 @@ static void test_remapped_loads_read_vectors_where_their_elements_run_consecutiv
          "q2 = slice(q, axis=3, start=64)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
          "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
          2, false, true},
+        /* cos and sin per batch: three streamed operands, not unrolled */
+        {"kfg 1\nq0 = input(bf16[2, 16, 512])\nc = input(bf16[2, 1, 16, 128])\n"
+         "s = input(bf16[2, 1, 16, 128])\nh = reshape(q0, [2, 16, 4, 128])\n"
+         "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=64)\n"
+         "q2 = slice(q, axis=3, start=64)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+         "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+         2, false, false},
         {"kfg 1\nx = input(bf16[12, 64])\nz = input(bf16[12, 32])\n"
          "s = slice(x, axis=1, start=8, stop=40)\ny = add(s, z)\noutput y\n",
          1, false, true},
@@ -587,6 +596,13 @@ static void test_remapped_loads_read_vectors_where_their_elements_run_consecutiv
         assert_null(strstr(body, "LL %")); /* 32-bit coordinates */
         if (cases[i].unroll4)
             assert_non_null(strstr(body, "#define KF_UNROLL 4"));
+        /* the grid's blocks an SM are resident at once: the register bound
+         * (KF_MINB) allows as many (a concat's index arithmetic, not
+         * unrolled: 4, where the unbounded kernel took 5 and the grid 8) */
+        char minb[32];
+        snprintf(minb, sizeof minb, "#define KF_MINB %u\n", k.launch.blocks_per_sm);
+        assert_non_null(strstr(body, minb));
+        assert_true(k.launch.blocks_per_sm <= 4);
         kf_cuda_kernel_release(&MEM, &k);
         plan_release(&p);
     }

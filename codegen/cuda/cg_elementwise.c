@@ -280,8 +280,19 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
      * load paths spilled, so a kernel that does not unroll keeps the
      * register bound off, and none takes the bulk path (not run on a GPU
      * with index arithmetic). */
+    bool heavy = !light; /* f64, pow or heavy i32: not index arithmetic alone */
     if (ints && unroll == 1)
         light = false;
+    /* The grid fills every SM with blocks_per_sm blocks of equal work, so as
+     * many must be resident at once. Without the register bound ptxas gave a
+     * rotary embedding whose cos and sin vary by batch (B8 H32 S2048 D128,
+     * not unrolled: three streamed operands) 46 registers, 5 blocks of 256 an
+     * SM, and the grid's other 3 blocks an SM ran after them as a second,
+     * thin wave. Index arithmetic alone fits 64 registers (the unrolled
+     * loops' bound): 4 blocks, one wave. (f64, pow and heavy i32 keep no
+     * bound and the 8 blocks: not measured.) */
+    if (!light && !heavy)
+        k->launch.blocks_per_sm = 4;
     bulk_plan bp;
     plan_bulk(c, outs, n_outs, n, vec, light && !ints && streams_dense ? streams : 0, pre, &bp);
     if (bp.e > 0) {
@@ -335,10 +346,7 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
 
     cg_printf(&c->s, "#define KF_HOIST_P %" PRId64 "LL\n", period);
     cg_printf(&c->s, "#define KF_MINB %u\n#define KF_UNROLL %u\n",
-              bp.e > 0 ? 1u
-              : light  ? k->launch.blocks_per_sm
-                       : 1u,
-              unroll);
+              bp.e > 0 || heavy ? 1u : k->launch.blocks_per_sm, unroll);
     cg_puts(&c->s, "struct kf_hoist {\n");
     for (uint32_t i = 0; i < c->n; i++) {
         if (!hoist[i])
