@@ -60,9 +60,11 @@
  *                 default: the decode kernel timed against cuBLASLt;
  *                 _cublaslt: its GELU_BIAS epilogue, the peer; _generated:
  *                 the tiled kernel (GEMM_NO_DECODE); _generated_sk; _decode;
- *                 and for each _decode row its forms _decode_k64: K steps
- *                 of 64, _decode_wide: strips of 128 columns; _decode_tma,
- *                 _decode_tma_k64, _decode_tma_wide: the same in the TMA
+ *                 and for each _decode row its forms _decode_reg: the
+ *                 register form (KF_CUDA_RECIPE_GEMM_DEC_REG, M <= 32),
+ *                 _decode_reg_wide: it with 128 columns a block,
+ *                 _decode_wide: strips of 128 columns; _decode_tma,
+ *                 _decode_tma_wide: the ring in the TMA
  *                 form, KF_CUDA_RECIPE_GEMM_DEC_TMA), and l_q, l_q_fold,
  *                 l_down_res, l_swiglu in stream-K; f32 4096^3 bare and + bias
  *                 + GELU (f32_gemm*: the SIMT kernel, _generated, against
@@ -2190,17 +2192,19 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_STREAMK},
         {"gemm_bias_gelu_m32_decode", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_DECODE},
-        {"gemm_bias_gelu_m32_decode_k64", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},
+        /* the register form (KF_CUDA_RECIPE_GEMM_DEC_REG, internal), 64 and
+         * 128 columns a block */
+        {"gemm_bias_gelu_m32_decode_reg", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG},
+        {"gemm_bias_gelu_m32_decode_reg_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
         {"gemm_bias_gelu_m32_decode_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
         /* the decode kernel's TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal,
          * sm_90a) in each of its forms */
         {"gemm_bias_gelu_m32_decode_tma", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA},
-        {"gemm_bias_gelu_m32_decode_tma_k64", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA | KF_CUDA_RECIPE_GEMM_DEC_BK64},
         {"gemm_bias_gelu_m32_decode_tma_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
@@ -2540,15 +2544,15 @@ int main(int argc, char **argv) {
         {nm "_generated_sk128", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
          KF_CUDA_RECIPE_GEMM_STREAMK | KF_CUDA_RECIPE_GEMM_SK_NARROW},                             \
         {nm "_decode", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE},     \
-        {nm "_decode_k64", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},                               \
+        {nm "_decode_reg", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG},                                \
+        {nm "_decode_reg_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG |                                \
+             KF_CUDA_RECIPE_GEMM_DEC_WIDE},                                                        \
         {nm "_decode_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                             \
          KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE},                               \
         {nm "_decode_tma", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
          KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA},                                \
-        {nm "_decode_tma_k64", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                          \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA |                                \
-             KF_CUDA_RECIPE_GEMM_DEC_BK64},                                                        \
         {nm "_decode_tma_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
          KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA |                                \
              KF_CUDA_RECIPE_GEMM_DEC_WIDE}

@@ -178,9 +178,6 @@ enum {
     KF_CUDA_RECIPE_GEMM_NO_DECODE = 1u << 27, /* internal: no decode kernel (the tiled
                                                  kernels at every M; the bench and the tests
                                                  compare) */
-    KF_CUDA_RECIPE_GEMM_DEC_BK64 = 1u << 28, /* internal: the decode kernel takes K steps of
-                                                64 (twice the ring's stages) where it would
-                                                take 128 (the bench compares) */
     KF_CUDA_RECIPE_GEMM_DEC_WIDE = 1u << 30, /* internal: the decode kernel takes strips of
                                                 128 columns (two row groups of warps, each
                                                 K step split over two; K steps of 64) where
@@ -212,6 +209,13 @@ enum {
  * / 0.0115), still off: the MLP's 11008 rows and the full GPU suite with it
  * on have not run (recipe_gemm_decode.c) */
 #define KF_CUDA_RECIPE_GEMM_DEC_TMA (UINT64_C(1) << 43)
+/* internal: the decode kernel's register form where M <= 32
+ * (templates/gemm_decode.cuh, KF_REG): B and A by 16-byte loads straight
+ * into the MMA's registers, two chunks of 32 K values a warp in flight, 3 or
+ * 4 blocks an SM, no ring and no barrier in the K loop; it takes precedence
+ * over DEC_TMA (recipe_gemm_decode.c). Bit 28 was DEC_BK64 (K steps of 64 in
+ * the ring, measure-only, retired with its rows and tests) */
+#define KF_CUDA_RECIPE_GEMM_DEC_REG (UINT64_C(1) << 28)
 /* internal: the sm_90a attention kernel takes key tiles of 128 where it would
  * take 176 (cg_attention.c, sm90_shape_of): 176-key tiles are the default
  * where no mask cuts tiles (no causal, window or block-sparse mask) at head

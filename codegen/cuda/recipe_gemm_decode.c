@@ -82,7 +82,9 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     const kf_group *grp = &plan->groups[b->gi];
     int cc = kf_cuda_arch_cc(b->target->arch);
     uint64_t fl = b->target->flags;
-    sh->dec_tma = (fl & KF_CUDA_RECIPE_GEMM_DEC_TMA) && cc >= 90;
+    uint32_t mp = (uint32_t)((sh->m + 7) / 8) * 8u;
+    sh->dec_reg = (fl & KF_CUDA_RECIPE_GEMM_DEC_REG) && mp <= 32;
+    sh->dec_tma = (fl & KF_CUDA_RECIPE_GEMM_DEC_TMA) && cc >= 90 && !sh->dec_reg;
     if (a.offset % 16 != 0 || bm.offset % 16 != 0) {
         snprintf(why, why_size, "an operand starts off a 16-byte boundary (%s)",
                  sh->dec_tma ? "TMA" : "cp.async");
@@ -92,11 +94,11 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
      * accumulators 16 a token tile); DEC_WIDE (M <= 32): 128 columns, K
      * steps of 64. The ring: as many K steps as two blocks an SM leave room
      * for beside a static gelu table (sm_90: 227 KiB a SM; sm_80: 164;
-     * sm_86 / 89: 100), 2 to 8. */
-    uint32_t mp = (uint32_t)((sh->m + 7) / 8) * 8u;
+     * sm_86 / 89: 100), 2 to 8. The register form: no ring (chunks of 32 K
+     * values, the split's unit). */
     bool wide = (fl & KF_CUDA_RECIPE_GEMM_DEC_WIDE) && mp <= 32;
     sh->bn = wide ? 128u : 64u;
-    sh->dec_bk = wide || (fl & KF_CUDA_RECIPE_GEMM_DEC_BK64) ? 64u : 128u;
+    sh->dec_bk = wide ? 64u : 128u;
     /* (the TMA form: 96 KiB beside the 1 KiB that aligns the ring; past
      * M = 32 one block an SM (cg_gemm_decode.c), so 192 KiB) */
     uint32_t budget = sh->dec_tma ? (mp > 32 ? 192u : 96u) * 1024u
@@ -112,8 +114,9 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     /* The split: enough blocks for two an SM (the TMA form past M = 32:
      * one), each a piece of a strip's K
      * steps (one at least; 16 pieces at most, which bounds the partials). */
-    int64_t kb = (sh->k + sh->dec_bk - 1) / sh->dec_bk, strips = (sh->n + sh->bn - 1) / sh->bn;
-    int64_t slots = (int64_t)b->target->sm_count * (sh->dec_tma && mp > 32 ? 1 : 2);
+    int64_t unit = sh->dec_reg ? 32 : sh->dec_bk;
+    int64_t kb = (sh->k + unit - 1) / unit, strips = (sh->n + sh->bn - 1) / sh->bn;
+    int64_t slots = (int64_t)b->target->sm_count * kf_cuda_gemm_decode_blocks_per_sm(sh);
     int64_t split = slots / strips;
     if (split > kb)
         split = kb;
@@ -171,12 +174,18 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
         }
         ks->n_tmaps = n_ptrs;
     }
+    char ring[96];
+    if (sh->dec_reg)
+        snprintf(ring, sizeof ring, "16-byte loads to registers (32-K chunks, no ring)");
+    else
+        snprintf(ring, sizeof ring, "%u stages of %u K (%s)", sh->stages, sh->dec_bk,
+                 sh->dec_tma ? "TMA, a producer warp" : "cp.async");
     snprintf(why, why_size,
              "decode kernel: split-K over %u blocks a strip (%lld strips of %u columns, %u "
-             "blocks), M padded to %u, %u stages of %u K (%s), mma.sync with A and B "
+             "blocks), M padded to %u, %s, mma.sync with A and B "
              "swapped, B %s-major%s%s",
-             sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, sh->stages, sh->dec_bk,
-             sh->dec_tma ? "TMA, a producer warp" : "cp.async", sh->b_kmajor ? "K" : "N",
+             sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, ring,
+             sh->b_kmajor ? "K" : "N",
              sh->dec_split > 1 ? ", the partials added in the kernel by each strip's last block"
                                : "",
              sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
