@@ -86,23 +86,22 @@ static const char *const DTS[] = {"bf16", "f16"};
 #define DEC "decode kernel: split-K over"
 
 /* The internal forms the bench compares, each added to the context's flags
- * for a while: none, strips of 128 columns, the register form
- * (KF_CUDA_RECIPE_GEMM_DEC_REG, M <= 32) with 64 and 128 columns a block. */
+ * for a while: none, the register form (KF_CUDA_RECIPE_GEMM_DEC_REG, M <=
+ * 32), and it prefetching B into L2 (KF_CUDA_RECIPE_GEMM_DEC_PF). */
 #define REG_FORM "16-byte loads to registers"
 static const uint64_t REG = KF_CUDA_RECIPE_GEMM_DEC_REG;
-static const uint64_t FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_WIDE, KF_CUDA_RECIPE_GEMM_DEC_REG,
-                                 KF_CUDA_RECIPE_GEMM_DEC_REG | KF_CUDA_RECIPE_GEMM_DEC_WIDE};
-static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 128 columns|stages of 64 K",
-                                       "strips of 64 columns|" REG_FORM,
-                                       "strips of 128 columns|" REG_FORM};
+static const uint64_t FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_REG,
+                                 KF_CUDA_RECIPE_GEMM_DEC_REG | KF_CUDA_RECIPE_GEMM_DEC_PF};
+static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 64 columns|" REG_FORM,
+                                       "strips of 64 columns|" REG_FORM "|; L2 prefetch"};
 
-/* One ragged case alone (the sanitizers run it), in each ring form: M = 7, N = 1000
+/* One ragged case alone (the sanitizers run it), in the ring form: M = 7, N = 1000
  * and K = 1000 (no multiples of the strips or K steps), split over blocks;
  * N-major B with bias + erf gelu + residual, and K-major B. */
 static void test_a_ragged_decode_gemm_matches_twice(void **state) {
     (void)state;
     REQUIRE_GPU();
-    for (size_t f = 0; f < 2; f++) {
+    for (size_t f = 0; f < 1; f++) {
         G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
         char w[256];
         snprintf(w, sizeof w, DEC "|B N-major|last block|%s", FORM_HAS[f]);
@@ -123,11 +122,11 @@ static void test_a_ragged_decode_gemm_matches_twice(void **state) {
 /* The register form's ragged cases alone (the sanitizers run them): M = 7
  * (tokens past M read the last one), N = 1000 (rows / columns past N), K =
  * 1000 (a partial last chunk of 32), split over blocks; N-major B with bias
- * + erf gelu + residual, K-major B; 64 and 128 columns a block. */
+ * + erf gelu + residual, K-major B; without and with the L2 prefetch. */
 static void test_a_ragged_decode_reg_gemm_matches_twice(void **state) {
     (void)state;
     REQUIRE_GPU();
-    for (size_t f = 2; f < sizeof FORMS / sizeof *FORMS; f++) {
+    for (size_t f = 1; f < sizeof FORMS / sizeof *FORMS; f++) {
         G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
         char w[256];
         snprintf(w, sizeof w, DEC "|B N-major|last block|%s", FORM_HAS[f]);
@@ -148,9 +147,9 @@ static void test_a_ragged_decode_reg_gemm_matches_twice(void **state) {
 /* The TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal; sm_90a), in each
  * strip width. */
 static const uint64_t TMA = KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA;
-static const uint64_t TMA_FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
+static const uint64_t TMA_FORMS[] = {0};
 #define DEC_TMA "K (TMA, a producer warp)"
-static const char *const TMA_HAS[] = {"stages of 128 K", "strips of 128 columns|stages of 64 K"};
+static const char *const TMA_HAS[] = {"stages of 128 K"};
 
 /* True where the context's device runs the TMA form (sm_90 on), else the
  * test says so and skips. */
@@ -220,7 +219,7 @@ static const shape_case SHAPES[] = {
      "|M padded to 64", "", "M 63, N-major, bias"},
     {"kfg 1\nx = input(%s[16, 120])\nw = input(%s[120, 2000])\ny = matmul(x, w)\n"
      "output y\n",
-     "|split-K over 1 blocks", "", "M 16, K 120: one K step of 128, no split"},
+     "|M padded to 16", "|split-K over 1 blocks", "M 16, K 120: one K step of 128, no split"},
     {"kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\ny = matmul(x, w)\n"
      "output y\n",
      "|M padded to 24", "", "x[2, 12, 256] . w: the batch folded into M"},
@@ -301,14 +300,14 @@ static void test_decode_forms_match_the_reference(void **state) {
     G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
 }
 
-/* The shape classes in the register form, bf16 and f16: M <= 32 takes it,
- * M = 63 and 64 keep the ring (REG_TAKES). */
+/* The shape classes in the register form with the L2 prefetch, bf16 and
+ * f16: M <= 32 takes it, M = 63 and 64 keep the ring (REG_TAKES). */
 static const bool REG_TAKES[] = {true, true, true, true, false, false, true, true, true, true};
 static void test_reg_decode_gemms_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     assert_int_equal(sizeof REG_TAKES / sizeof *REG_TAKES, sizeof SHAPES / sizeof *SHAPES);
-    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | REG;
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | REG | KF_CUDA_RECIPE_GEMM_DEC_PF;
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
             run_shape(i, DTS[d], 9400 + 20 * (uint64_t)d, REG_TAKES[i] ? REG_FORM : "stages of",

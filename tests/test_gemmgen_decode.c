@@ -120,13 +120,17 @@ static uint32_t dec_case_flags(const char *fmt, const char *dt, const char *devi
     assert_true(ks->shared_bytes <= (strcmp(device, "a100") == 0 ? 70u : 100u) * 1024u ||
                 (tma && ks->kernel.launch.blocks_per_sm == 1 && ks->shared_bytes <= 200u * 1024u));
     bool reg = strstr(rc->variants[0].how, "16-byte loads to registers") != NULL;
-    assert_int_equal(reg, (flags & KF_CUDA_RECIPE_GEMM_DEC_REG) && strstr(want, "M padded to 64") ==
-                                                                     NULL &&
+    assert_int_equal(reg, (flags & KF_CUDA_RECIPE_GEMM_DEC_REG) &&
+                              strstr(want, "M padded to 64") == NULL &&
                               strstr(want, "M padded to 48") == NULL);
     if (reg) { /* the register form: HMMA fed by 16-byte global loads, no cp.async */
         static const char *const want_ops[] = {"HMMA", "LDG.E.", NULL};
-        static const char *const why_ops[] = {"no mma.sync", "no global loads"};
-        kf_sass_check_ops(&MEM, &ks->kernel, want_ops, why_ops, "LDGSTS");
+        static const char *const want_pf[] = {"HMMA", "LDG.E.", "CCTL", NULL};
+        static const char *const why_ops[] = {"no mma.sync", "no global loads",
+                                              "no L2 prefetch (CCTL)"};
+        bool pf = (flags & KF_CUDA_RECIPE_GEMM_DEC_PF) != 0;
+        assert_int_equal(pf, strstr(rc->variants[0].how, "; L2 prefetch") != NULL);
+        kf_sass_check_ops(&MEM, &ks->kernel, pf ? want_pf : want_ops, why_ops, "LDGSTS");
         /* as many blocks an SM as the registers allow: 4 to M 8, 2 past */
         uint32_t bps = strstr(rc->variants[0].how, "M padded to 8,") ? 4u : 2u;
         assert_int_equal(ks->kernel.launch.blocks_per_sm, bps);
@@ -197,20 +201,18 @@ static void test_decode_gemms_compile_to_hmma_ldgsts_ldsm(void **state) {
     }
 }
 
-/* The internal forms the bench compares: strips of 128 columns on two row
- * groups of warps (DEC_WIDE, M <= 32; past it the strips stay 64 wide), and
- * the register form (DEC_REG, M <= 32; past it the ring), 64 and 128
- * columns a block. */
+/* The internal forms the bench compares: the register form (DEC_REG, M <=
+ * 32; past it the ring), without and with its L2 prefetch (DEC_PF: the
+ * prefetches in the SASS). */
 static void test_decode_forms_compile(void **state) {
     (void)state;
-    static const uint64_t W = KF_CUDA_RECIPE_GEMM_DEC_WIDE, R = KF_CUDA_RECIPE_GEMM_DEC_REG;
-    static const uint64_t fls[] = {W, R, R | W};
-    static const char *const colss[] = {"strips of 128 columns|stages of 64 K",
-                                        "strips of 64 columns|16-byte loads to registers",
-                                        "strips of 128 columns|16-byte loads to registers"};
+    static const uint64_t R = KF_CUDA_RECIPE_GEMM_DEC_REG, P = KF_CUDA_RECIPE_GEMM_DEC_PF;
+    static const uint64_t fls[] = {R, R | P};
+    static const char *const colss[] = {"strips of 64 columns|16-byte loads to registers",
+                                        "16-byte loads to registers|; L2 prefetch"};
     for (int v = 0; v < 2; v++) {
         const char *dev = DEVICES[v];
-        for (int f = 0; f < 3; f++) {
+        for (int f = 0; f < 2; f++) {
             uint64_t fl = fls[f];
             const char *cols = colss[f];
             char want[128];
@@ -227,8 +229,8 @@ static void test_decode_forms_compile(void **state) {
             dec_case_flags("kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\n"
                            "y = matmul(x, w)\noutput y\n",
                            "bf16", dev, want, 1, fl);
-            /* M = 64: the wide strips' sums would not fit, nor the register
-             * form's registers; 64 columns, K steps of 128 (as without a flag) */
+            /* M = 64: the register form's registers would not hold it; the
+             * ring, K steps of 128 (as without a flag) */
             dec_case_flags("kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
                            "y = matmul(x, w, transpose_b=true)\noutput y\n",
                            "bf16", dev, "strips of 64 columns|stages of 128 K|M padded to 64", 1,
@@ -243,8 +245,8 @@ static void test_decode_forms_compile(void **state) {
 static void test_decode_tma_form_compiles(void **state) {
     (void)state;
     static const uint64_t T = KF_CUDA_RECIPE_GEMM_DEC_TMA;
-    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
-    static const char *const has[] = {"stages of 128 K", "strips of 128 columns|stages of 64 K"};
+    static const uint64_t forms[] = {0};
+    static const char *const has[] = {"stages of 128 K"};
     for (int v = 0; v < 2; v++) {
         const char *dev = DEVICES[v];
         for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {

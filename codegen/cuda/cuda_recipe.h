@@ -178,10 +178,6 @@ enum {
     KF_CUDA_RECIPE_GEMM_NO_DECODE = 1u << 27, /* internal: no decode kernel (the tiled
                                                  kernels at every M; the bench and the tests
                                                  compare) */
-    KF_CUDA_RECIPE_GEMM_DEC_WIDE = 1u << 30, /* internal: the decode kernel takes strips of
-                                                128 columns (two row groups of warps, each
-                                                K step split over two; K steps of 64) where
-                                                M <= 32 (the bench compares) */
     KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
                                                      persistent blocks take the last two
                                                      rounds' units and the leftover as single
@@ -216,6 +212,14 @@ enum {
  * over DEC_TMA (recipe_gemm_decode.c). Bit 28 was DEC_BK64 (K steps of 64 in
  * the ring, measure-only, retired with its rows and tests) */
 #define KF_CUDA_RECIPE_GEMM_DEC_REG (UINT64_C(1) << 28)
+/* internal: the register form (DEC_REG) also prefetches its warp's B into L2
+ * (prefetch.global.L2) a few chunks ahead of its loads, so more of B is in
+ * flight than its registers hold (H100, bd56b63, ncu: the register form and
+ * the ring both at 56% of DRAM with 64-96 KiB of B in flight an SM,
+ * cuBLASLt's split-K kernel at 83% with a ~200 KiB TMA ring). Bit 30 was
+ * DEC_WIDE (strips of 128 columns, measure-only, slower in every row in both
+ * forms: retired with its rows and tests) */
+#define KF_CUDA_RECIPE_GEMM_DEC_PF (UINT64_C(1) << 30)
 /* internal: the sm_90a attention kernel takes key tiles of 128 where it would
  * take 176 (cg_attention.c, sm90_shape_of): 176-key tiles are the default
  * where no mask cuts tiles (no causal, window or block-sparse mask) at head

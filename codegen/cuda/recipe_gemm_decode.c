@@ -91,14 +91,12 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
         return KF_ERR_UNSUPPORTED;
     }
     /* Strips of 64 columns (B tiles of 16 KiB a K step of 128; the
-     * accumulators 16 a token tile); DEC_WIDE (M <= 32): 128 columns, K
-     * steps of 64. The ring: as many K steps as two blocks an SM leave room
-     * for beside a static gelu table (sm_90: 227 KiB a SM; sm_80: 164;
-     * sm_86 / 89: 100), 2 to 8. The register form: no ring (chunks of 32 K
-     * values, the split's unit). */
-    bool wide = (fl & KF_CUDA_RECIPE_GEMM_DEC_WIDE) && mp <= 32;
-    sh->bn = wide ? 128u : 64u;
-    sh->dec_bk = wide ? 64u : 128u;
+     * accumulators 16 a token tile). The ring: as many K steps as two
+     * blocks an SM leave room for beside a static gelu table (sm_90: 227
+     * KiB a SM; sm_80: 164; sm_86 / 89: 100), 2 to 8. The register form: no
+     * ring (chunks of 32 K values, the split's unit). */
+    sh->bn = 64u;
+    sh->dec_bk = 128u;
     /* (the TMA form: 96 KiB beside the 1 KiB that aligns the ring; past
      * M = 32 one block an SM (cg_gemm_decode.c), so 192 KiB) */
     uint32_t budget = sh->dec_tma ? (mp > 32 ? 192u : 96u) * 1024u
@@ -117,6 +115,11 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     int64_t unit = sh->dec_reg ? 32 : sh->dec_bk;
     int64_t kb = (sh->k + unit - 1) / unit, strips = (sh->n + sh->bn - 1) / sh->bn;
     int64_t slots = (int64_t)b->target->sm_count * kf_cuda_gemm_decode_blocks_per_sm(sh);
+    /* DEC_PF: B prefetched to L2 some 128 KiB an SM ahead of the loads (4
+     * chunks of 4 KiB a warp at 2 blocks an SM, 2 at 4) */
+    sh->dec_pf = sh->dec_reg && (fl & KF_CUDA_RECIPE_GEMM_DEC_PF)
+                     ? 8u / kf_cuda_gemm_decode_blocks_per_sm(sh)
+                     : 0u;
     int64_t split = slots / strips;
     if (split > kb)
         split = kb;
@@ -176,18 +179,18 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     }
     char ring[96];
     if (sh->dec_reg)
-        snprintf(ring, sizeof ring, "16-byte loads to registers (32-K chunks, no ring)");
+        snprintf(ring, sizeof ring, "16-byte loads to registers (no ring%s)",
+                 sh->dec_pf ? "; L2 prefetch" : "");
     else
         snprintf(ring, sizeof ring, "%u stages of %u K (%s)", sh->stages, sh->dec_bk,
                  sh->dec_tma ? "TMA, a producer warp" : "cp.async");
-    snprintf(why, why_size,
-             "decode kernel: split-K over %u blocks a strip (%lld strips of %u columns, %u "
-             "blocks), M padded to %u, %s, mma.sync with A and B "
-             "swapped, B %s-major%s%s",
-             sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, ring,
-             sh->b_kmajor ? "K" : "N",
-             sh->dec_split > 1 ? ", the partials added in the kernel by each strip's last block"
-                               : "",
-             sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
+    snprintf(
+        why, why_size,
+        "decode kernel: split-K over %u blocks a strip (%lld strips of %u columns, %u "
+        "blocks), M padded to %u, %s, mma.sync with A and B "
+        "swapped, B %s-major%s%s",
+        sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, ring, sh->b_kmajor ? "K" : "N",
+        sh->dec_split > 1 ? ", the partials added in the kernel by each strip's last block" : "",
+        sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
     return KF_OK;
 }
