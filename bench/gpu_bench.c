@@ -62,9 +62,8 @@
  *                 the tiled kernel (GEMM_NO_DECODE); _generated_sk; _decode;
  *                 and for each _decode row its forms _decode_reg: the
  *                 register form (KF_CUDA_RECIPE_GEMM_DEC_REG, M <= 32),
- *                 _decode_reg_pf: it prefetching B into L2
- *                 (KF_CUDA_RECIPE_GEMM_DEC_PF); _decode_tma: the ring in
- *                 the TMA form, KF_CUDA_RECIPE_GEMM_DEC_TMA), and l_q, l_q_fold,
+ *                 _decode_tma: the ring in the TMA form,
+ *                 KF_CUDA_RECIPE_GEMM_DEC_TMA), and l_q, l_q_fold,
  *                 l_down_res, l_swiglu in stream-K; f32 4096^3 bare and + bias
  *                 + GELU (f32_gemm*: the SIMT kernel, _generated, against
  *                 cuBLASLt with f32 compute, _cublaslt, and the default's
@@ -2191,13 +2190,9 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_STREAMK},
         {"gemm_bias_gelu_m32_decode", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_DECODE},
-        /* the register form (KF_CUDA_RECIPE_GEMM_DEC_REG, internal), and it
-         * prefetching B into L2 (KF_CUDA_RECIPE_GEMM_DEC_PF) */
+        /* the register form (KF_CUDA_RECIPE_GEMM_DEC_REG, internal) */
         {"gemm_bias_gelu_m32_decode_reg", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG},
-        {"gemm_bias_gelu_m32_decode_reg_pf", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG | KF_CUDA_RECIPE_GEMM_DEC_PF},
         /* the decode kernel's TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal,
          * sm_90a) in each of its forms */
         {"gemm_bias_gelu_m32_decode_tma", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
@@ -2540,9 +2535,6 @@ int main(int argc, char **argv) {
         {nm "_decode", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE},     \
         {nm "_decode_reg", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
          KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG},                                \
-        {nm "_decode_reg_pf", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                           \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG |                                \
-             KF_CUDA_RECIPE_GEMM_DEC_PF},                                                          \
         {nm "_decode_tma", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
          KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA}
         SK_ROWS("dec_m1", t_dec[0], b_dec[0], f_dec[0]),

@@ -78,10 +78,8 @@
  *     accumulators' columns follow: KF_DC_COL). Rows past N and tokens past
  *     M read the last valid one (their sums are never stored); the last,
  *     partial chunk of K and a partial 8-column chunk of N read element by
- *     element with zeros. KF_PF > 0 (recipe flag GEMM_DEC_PF): each warp
- *     also prefetches its B into L2 KF_PF chunks ahead of its loads
- *     (prefetch.global.L2, a 128-byte line a lane: no register, no shared
- *     memory), so more of B is in flight an SM than the registers hold.
+ *     element with zeros. (Prefetching each warp's B into L2 4 chunks
+ *     ahead, prefetch.global.L2, ran 10-25% slower on an H100 at c76f3eb.)
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_LDA (elements between A's rows), KF_LDB (between B's stored
@@ -96,9 +94,6 @@
 #endif
 #ifndef KF_REG
 #define KF_REG 0
-#endif
-#ifndef KF_PF
-#define KF_PF 0
 #endif
 #define KF_THREADS 128 /* the MMA warps' (the TMA form adds a producer warp) */
 #define KF_KG (4 / KF_RG)        /* warps splitting a K step (each row group's) */
@@ -361,25 +356,6 @@ __device__ __forceinline__ void kf_dr_load_tail(uint4 (&bv)[8], uint4 (&xv)[KF_N
         xv[nt] = kf_dr_part(pa + kf_dr_aoff(nt, g) + (long long)c * 32, KF_K - k);
 }
 
-/* Chunk c of the warp's B into L2: N-major, lane l the line of K row
- * c * 32 + l at the strip's columns nb0 ..; K-major, lanes l and l + 32 the
- * rows nb0 + l (past N: the last), K values c * 32 .. (the line holding
- * them; the chunk after shares it where rows are 128-byte aligned). */
-__device__ __forceinline__ void kf_dr_pf(const unsigned short *__restrict__ pb, long long nb0,
-                                         int lane, int c) {
-#if KF_B_KMAJOR
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        long long r = nb0 + lane + 32 * h;
-        if (KF_N % KF_BW != 0)
-            r = r < KF_N ? r : KF_N - 1;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + r * KF_LDB + (long long)c * 32));
-    }
-#else
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + ((long long)c * 32 + lane) * KF_LDB + nb0));
-#endif
-}
-
 /* The MMAs of one chunk: two k16 steps (j) of the permuted K order. */
 __device__ __forceinline__ void kf_dr_mma(float (&acc)[KF_MT][KF_NT][4], const uint4 (&bv)[8],
                                           const uint4 (&xv)[KF_NT]) {
@@ -548,34 +524,21 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK, KF_MINB)
         const unsigned short *pb = kf_pb + (long long)(8 * t) * KF_LDB + nb;
 #endif
         const unsigned short *pa = kf_pa + 8 * t;
-        const long long nb0 = n0 + rg * 64; /* the strip's (row group's) first row / column */
         uint4 b0[8], b1[8], x0[KF_NT], x1[KF_NT];
         int c = wc0;
         if (c < cf)
             kf_dr_load(b0, x0, pb, pa, nb, g, c, bpart, bcnt);
         if (c + 1 < cf)
             kf_dr_load(b1, x1, pb, pa, nb, g, c + 1, bpart, bcnt);
-        if (KF_PF > 0) { /* the chunks after those two, into L2 */
-#pragma unroll 1
-            for (int p = c + 2; p < c + 2 + KF_PF && p < cf; p++)
-                kf_dr_pf(kf_pb, nb0, lane, p);
-        }
-        /* two chunks in flight: each one's buffer refilled as its MMAs end
-         * (and with KF_PF, the chunk KF_PF after it asked of L2) */
+        /* two chunks in flight: each one's buffer refilled as its MMAs end */
 #pragma unroll 1
         for (; c + 1 < cf; c += 2) {
             kf_dr_mma(acc, b0, x0);
-            if (c + 2 < cf) {
+            if (c + 2 < cf)
                 kf_dr_load(b0, x0, pb, pa, nb, g, c + 2, bpart, bcnt);
-                if (KF_PF > 0 && c + 2 + KF_PF < cf)
-                    kf_dr_pf(kf_pb, nb0, lane, c + 2 + KF_PF);
-            }
             kf_dr_mma(acc, b1, x1);
-            if (c + 3 < cf) {
+            if (c + 3 < cf)
                 kf_dr_load(b1, x1, pb, pa, nb, g, c + 3, bpart, bcnt);
-                if (KF_PF > 0 && c + 3 + KF_PF < cf)
-                    kf_dr_pf(kf_pb, nb0, lane, c + 3 + KF_PF);
-            }
         }
         if (c < cf)
             kf_dr_mma(acc, b0, x0);

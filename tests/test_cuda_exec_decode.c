@@ -87,13 +87,11 @@ static const char *const DTS[] = {"bf16", "f16"};
 
 /* The internal forms the bench compares, each added to the context's flags
  * for a while: none, the register form (KF_CUDA_RECIPE_GEMM_DEC_REG, M <=
- * 32), and it prefetching B into L2 (KF_CUDA_RECIPE_GEMM_DEC_PF). */
+ * 32). */
 #define REG_FORM "16-byte loads to registers"
 static const uint64_t REG = KF_CUDA_RECIPE_GEMM_DEC_REG;
-static const uint64_t FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_REG,
-                                 KF_CUDA_RECIPE_GEMM_DEC_REG | KF_CUDA_RECIPE_GEMM_DEC_PF};
-static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 64 columns|" REG_FORM,
-                                       "strips of 64 columns|" REG_FORM "|; L2 prefetch"};
+static const uint64_t FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_REG};
+static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 64 columns|" REG_FORM};
 
 /* One ragged case alone (the sanitizers run it), in the ring form: M = 7, N = 1000
  * and K = 1000 (no multiples of the strips or K steps), split over blocks;
@@ -122,7 +120,7 @@ static void test_a_ragged_decode_gemm_matches_twice(void **state) {
 /* The register form's ragged cases alone (the sanitizers run them): M = 7
  * (tokens past M read the last one), N = 1000 (rows / columns past N), K =
  * 1000 (a partial last chunk of 32), split over blocks; N-major B with bias
- * + erf gelu + residual, K-major B; without and with the L2 prefetch. */
+ * + erf gelu + residual, K-major B. */
 static void test_a_ragged_decode_reg_gemm_matches_twice(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -300,14 +298,14 @@ static void test_decode_forms_match_the_reference(void **state) {
     G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
 }
 
-/* The shape classes in the register form with the L2 prefetch, bf16 and
- * f16: M <= 32 takes it, M = 63 and 64 keep the ring (REG_TAKES). */
+/* The shape classes in the register form, bf16 and f16: M <= 32 takes it,
+ * M = 63 and 64 keep the ring (REG_TAKES). */
 static const bool REG_TAKES[] = {true, true, true, true, false, false, true, true, true, true};
 static void test_reg_decode_gemms_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     assert_int_equal(sizeof REG_TAKES / sizeof *REG_TAKES, sizeof SHAPES / sizeof *SHAPES);
-    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | REG | KF_CUDA_RECIPE_GEMM_DEC_PF;
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | REG;
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
             run_shape(i, DTS[d], 9400 + 20 * (uint64_t)d, REG_TAKES[i] ? REG_FORM : "stages of",

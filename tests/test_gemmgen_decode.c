@@ -125,12 +125,8 @@ static uint32_t dec_case_flags(const char *fmt, const char *dt, const char *devi
                               strstr(want, "M padded to 48") == NULL);
     if (reg) { /* the register form: HMMA fed by 16-byte global loads, no cp.async */
         static const char *const want_ops[] = {"HMMA", "LDG.E.", NULL};
-        static const char *const want_pf[] = {"HMMA", "LDG.E.", "CCTL", NULL};
-        static const char *const why_ops[] = {"no mma.sync", "no global loads",
-                                              "no L2 prefetch (CCTL)"};
-        bool pf = (flags & KF_CUDA_RECIPE_GEMM_DEC_PF) != 0;
-        assert_int_equal(pf, strstr(rc->variants[0].how, "; L2 prefetch") != NULL);
-        kf_sass_check_ops(&MEM, &ks->kernel, pf ? want_pf : want_ops, why_ops, "LDGSTS");
+        static const char *const why_ops[] = {"no mma.sync", "no global loads"};
+        kf_sass_check_ops(&MEM, &ks->kernel, want_ops, why_ops, "LDGSTS");
         /* as many blocks an SM as the registers allow: 4 to M 8, 2 past */
         uint32_t bps = strstr(rc->variants[0].how, "M padded to 8,") ? 4u : 2u;
         assert_int_equal(ks->kernel.launch.blocks_per_sm, bps);
@@ -201,18 +197,15 @@ static void test_decode_gemms_compile_to_hmma_ldgsts_ldsm(void **state) {
     }
 }
 
-/* The internal forms the bench compares: the register form (DEC_REG, M <=
- * 32; past it the ring), without and with its L2 prefetch (DEC_PF: the
- * prefetches in the SASS). */
+/* The internal form the bench compares: the register form (DEC_REG, M <=
+ * 32; past it the ring). */
 static void test_decode_forms_compile(void **state) {
     (void)state;
-    static const uint64_t R = KF_CUDA_RECIPE_GEMM_DEC_REG, P = KF_CUDA_RECIPE_GEMM_DEC_PF;
-    static const uint64_t fls[] = {R, R | P};
-    static const char *const colss[] = {"strips of 64 columns|16-byte loads to registers",
-                                        "16-byte loads to registers|; L2 prefetch"};
+    static const uint64_t fls[] = {KF_CUDA_RECIPE_GEMM_DEC_REG};
+    static const char *const colss[] = {"strips of 64 columns|16-byte loads to registers"};
     for (int v = 0; v < 2; v++) {
         const char *dev = DEVICES[v];
-        for (int f = 0; f < 2; f++) {
+        for (int f = 0; f < 1; f++) {
             uint64_t fl = fls[f];
             const char *cols = colss[f];
             char want[128];

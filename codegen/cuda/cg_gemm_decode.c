@@ -91,9 +91,8 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || (sh->bn != 64 && sh->bn != 128) ||
         (!sh->dec_reg &&
          ((sh->dec_bk != 64 && sh->dec_bk != 128) || sh->stages < 2 || sh->stages > 8)) ||
-        unit < 1 || sh->dec_pf > 16 || (sh->dec_pf && !sh->dec_reg) || sh->dec_split < 1 ||
-        sh->dec_split > (uint64_t)((sh->k + unit - 1) / unit) || sh->n > INT32_MAX ||
-        sh->k > INT32_MAX || sh->lda < 1 || sh->ldb < 1 ||
+        unit < 1 || sh->dec_split < 1 || sh->dec_split > (uint64_t)((sh->k + unit - 1) / unit) ||
+        sh->n > INT32_MAX || sh->k > INT32_MAX || sh->lda < 1 || sh->ldb < 1 ||
         dec_strips(sh) * sh->dec_split > 0x7fffffffu)
         return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                                   "group %u (%s): bad decode GEMM shape %" PRId64 "x%" PRId64
@@ -181,7 +180,7 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
               mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16", sh->bn / 64u, sh->dec_bk, mp / 8u,
               sh->stages, sh->dec_split, minb, sh->dec_tma ? 1 : 0);
     if (sh->dec_reg)
-        cg_printf(&c.s, "#define KF_REG 1\n#define KF_PF %u\n", sh->dec_pf);
+        cg_puts(&c.s, "#define KF_REG 1\n");
     if (sh->dec_split > 1)
         cg_printf(&c.s, "#define KF_WS p%d\n#define KF_CNT p%d\n", p_ws, p_cnt);
     cg_puts(&c.s, "\n");

@@ -494,9 +494,8 @@ typedef struct kf_cuda_gemm_shape {
      * kernel's first two params, in place of the pointers) by a producer
      * warp into a ring on mbarriers. dec_reg (M <= 32): the register form,
      * B and A read by 16-byte loads straight into the MMA's registers in
-     * chunks of 32 K values (no ring: dec_bk and stages unused); dec_pf
-     * its L2 prefetch distance in chunks (0: none). */
-    uint32_t dec_split, dec_bk, dec_pf;
+     * chunks of 32 K values (no ring: dec_bk and stages unused). */
+    uint32_t dec_split, dec_bk;
     bool dec_tma, dec_reg;
 } kf_cuda_gemm_shape;
 

@@ -28,6 +28,21 @@
  * active 86% of the elapsed cycles (one wave: the ramp and the last block's
  * reduction), and A's tile (8 KiB a stage at M 32, half of B's) goes through
  * L2 again for every strip.
+ *
+ * KF_CUDA_RECIPE_GEMM_DEC_REG (internal, M <= 32): the register form (no
+ * ring; cuda_recipe.h has its numbers). ncu on an H100 (bd56b63, the same
+ * M 32 row, 1.44-1.53 GHz under the profiler): cuBLASLt runs
+ * nvjet_sm90_tst_64x32_64x16_2x1_v_bz_splitK_gelubias_NNT, grid 2 x 64
+ * (K split in two, 64 strips of 64 columns) of 384 threads, one block an
+ * SM (213 KiB of shared memory: its TMA ring, some 128 KiB of B in flight
+ * an SM; 0.97 waves), DRAM at 83%, L2 hit 15.5%, 49.5 us, then
+ * splitKreduce_kernel (128 x 2 blocks, 5.3 us); the ring form (256 blocks,
+ * two an SM, 98 KiB each, 198 registers) DRAM 56%, 73.6 us, issue slots 28%
+ * busy; the register form (256 blocks, two an SM by its 206 registers, 35
+ * KiB) DRAM 56%, 73.4 us, 76% of its warps' cycles waiting on loads, issue
+ * slots 8% busy: 8 warps an SM with two chunks (8 KiB of B) each in flight
+ * are 64 KiB an SM, short of the ring's. L2 hit rates 17-22% (A's re-reads),
+ * occupancy 12% in both.
  */
 #include <stdio.h>
 #include <string.h>
@@ -115,11 +130,6 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     int64_t unit = sh->dec_reg ? 32 : sh->dec_bk;
     int64_t kb = (sh->k + unit - 1) / unit, strips = (sh->n + sh->bn - 1) / sh->bn;
     int64_t slots = (int64_t)b->target->sm_count * kf_cuda_gemm_decode_blocks_per_sm(sh);
-    /* DEC_PF: B prefetched to L2 some 128 KiB an SM ahead of the loads (4
-     * chunks of 4 KiB a warp at 2 blocks an SM, 2 at 4) */
-    sh->dec_pf = sh->dec_reg && (fl & KF_CUDA_RECIPE_GEMM_DEC_PF)
-                     ? 8u / kf_cuda_gemm_decode_blocks_per_sm(sh)
-                     : 0u;
     int64_t split = slots / strips;
     if (split > kb)
         split = kb;
@@ -179,8 +189,7 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     }
     char ring[96];
     if (sh->dec_reg)
-        snprintf(ring, sizeof ring, "16-byte loads to registers (no ring%s)",
-                 sh->dec_pf ? "; L2 prefetch" : "");
+        snprintf(ring, sizeof ring, "16-byte loads to registers (no ring)");
     else
         snprintf(ring, sizeof ring, "%u stages of %u K (%s)", sh->stages, sh->dec_bk,
                  sh->dec_tma ? "TMA, a producer warp" : "cp.async");
