@@ -221,7 +221,8 @@ enum {
  * row, so the measured choice would not run it, and the ring wins the long
  * K-major row. Bit 28 was DEC_BK64 (K steps of 64 in the ring,
  * measure-only, retired with its rows and tests); bit 30 (DEC_WIDE, strips
- * of 128 columns, slower in every row in both forms at bd56b63; then, at
+ * of 128 columns, slower in every row: the ring at fce0fb6, the register
+ * form at bd56b63 (M 32 row 0.0774); then, at
  * c76f3eb, DEC_PF: the register form prefetching B into L2 4 chunks ahead,
  * 10-25% slower) is free */
 #define KF_CUDA_RECIPE_GEMM_DEC_REG (UINT64_C(1) << 28)
