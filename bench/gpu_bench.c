@@ -61,10 +61,10 @@
  *                 default: the decode kernel timed against cuBLASLt;
  *                 _cublaslt: its GELU_BIAS epilogue, the peer; _generated:
  *                 the tiled kernel (GEMM_NO_DECODE); _generated_sk; _decode;
- *                 and for each _decode row its forms _decode_k64: K steps
- *                 of 64, _decode_wide: strips of 128 columns; _decode_tma,
- *                 _decode_tma_k64, _decode_tma_wide: the same in the TMA
- *                 form, KF_CUDA_RECIPE_GEMM_DEC_TMA), and l_q, l_q_fold,
+ *                 and for each _decode row its forms _decode_reg: the
+ *                 register form (KF_CUDA_RECIPE_GEMM_DEC_REG, M <= 32),
+ *                 _decode_tma: the ring in the TMA form,
+ *                 KF_CUDA_RECIPE_GEMM_DEC_TMA), and l_q, l_q_fold,
  *                 l_down_res, l_swiglu in stream-K; f32 4096^3 bare and + bias
  *                 + GELU (f32_gemm*: the SIMT kernel, _generated, against
  *                 cuBLASLt with f32 compute, _cublaslt, and the default's
@@ -2203,20 +2203,13 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_STREAMK},
         {"gemm_bias_gelu_m32_decode", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_DECODE},
-        {"gemm_bias_gelu_m32_decode_k64", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},
-        {"gemm_bias_gelu_m32_decode_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
+        /* the register form (KF_CUDA_RECIPE_GEMM_DEC_REG, internal) */
+        {"gemm_bias_gelu_m32_decode_reg", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG},
         /* the decode kernel's TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal,
          * sm_90a) in each of its forms */
         {"gemm_bias_gelu_m32_decode_tma", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA},
-        {"gemm_bias_gelu_m32_decode_tma_k64", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA | KF_CUDA_RECIPE_GEMM_DEC_BK64},
-        {"gemm_bias_gelu_m32_decode_tma_wide", t_gemm32, gbytes32, gflops32, 0, 0, 0, "",
-         KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA | KF_CUDA_RECIPE_GEMM_DEC_WIDE},
         /* kfuse's generated sm_90a GEMM (one kernel, the epilogue on the
          * accumulators) against the cuBLASLt rows above, in the same run */
         {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
@@ -2554,18 +2547,10 @@ int main(int argc, char **argv) {
         {nm "_generated_sk128", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
          KF_CUDA_RECIPE_GEMM_STREAMK | KF_CUDA_RECIPE_GEMM_SK_NARROW},                             \
         {nm "_decode", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_DECODE},     \
-        {nm "_decode_k64", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_BK64},                               \
-        {nm "_decode_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                             \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_WIDE},                               \
+        {nm "_decode_reg", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_REG},                                \
         {nm "_decode_tma", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                              \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA},                                \
-        {nm "_decode_tma_k64", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                          \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA |                                \
-             KF_CUDA_RECIPE_GEMM_DEC_BK64},                                                        \
-        {nm "_decode_tma_wide", t, by, fl, 0, 0, 0, "", KF_GEMM_GENERATED,                         \
-         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA |                                \
-             KF_CUDA_RECIPE_GEMM_DEC_WIDE}
+         KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA}
         SK_ROWS("dec_m1", t_dec[0], b_dec[0], f_dec[0]),
         SK_ROWS("dec_m16", t_dec[1], b_dec[1], f_dec[1]),
         SK_ROWS("dec_m64", t_dec[2], b_dec[2], f_dec[2]),

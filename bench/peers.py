@@ -8,6 +8,8 @@ process run, so kfuse's numbers sit beside its peers':
   gemm_bias_gelu  8192x4096x16384 bf16                torch._addmm_activation(use_gelu=True)
                                                        (cuBLASLt's GELU_BIAS epilogue), eager
                                                        F.gelu(x@w + b, approximate='tanh')
+  gemm_bias_gelu_m32  32x4096x16384 bf16 (decode)     the same three, and torch.compile of
+                                                       the eager form
   swiglu      silu(x@wg) * (x@wu), 8192x4096 -> 2x11008 bf16   eager, torch.compile, and the
                                                        two GEMMs alone (mm_ms)
   gemm_res_ln layer_norm(x@w + b + r), 8192x4096x4096 bf16   eager, torch.compile, and the
@@ -166,6 +168,29 @@ def main():
         }
         res["cases"]["gemm_bias_gelu"] = r
         print(f"peers: gemm_bias_gelu {r}", file=sys.stderr)
+        del a, wt, bias
+
+    if on("gemm_bias_gelu_m32"):
+        a = torch.rand(32, K, device=dev, dtype=bf) * 2 - 1
+        wt = torch.rand(K, N, device=dev, dtype=bf) * 2 - 1
+        bias = torch.rand(N, device=dev, dtype=bf) * 2 - 1
+
+        def m32():
+            return F.gelu(a @ wt + bias, approximate="tanh")
+
+        r = {
+            "addmm_activation_ms": median_ms(
+                lambda: torch._addmm_activation(bias, a, wt, use_gelu=True)),
+            "eager_ms": median_ms(m32),
+            "mm_ms": median_ms(lambda: a @ wt),
+        }
+        if not args.no_compile:
+            try:
+                r["compile_ms"] = median_ms(torch.compile(m32))
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                r["compile_error"] = str(e)[:200]
+        res["cases"]["gemm_bias_gelu_m32"] = r
+        print(f"peers: gemm_bias_gelu_m32 {r}", file=sys.stderr)
         del a, wt, bias
 
     if any(on(n) for n in ("gemm_res_ln", "gemm_res_ln_split")):

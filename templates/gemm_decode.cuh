@@ -59,6 +59,28 @@
  *     spread for ldmatrix as the cp.async layout's (KF_DC_OFF); every tile
  *     sits on a 1024-byte boundary (the swizzle's period).
  *
+ *   The register form (KF_REG 1; recipe flag GEMM_DEC_REG, M <= 32): no
+ *     ring and no block-wide barrier in the K loop. Each warp streams its
+ *     share of B straight into registers by 16-byte loads (.nc, no L1
+ *     allocation) in chunks of 32 K values, two chunks a warp in flight
+ *     (the next pair is issued as each chunk's MMAs finish), and A's tokens
+ *     likewise (16 bytes a lane a token tile, L1-cached: small, re-read).
+ *     A block's K piece is cut into KF_KG contiguous runs, one a warp of a
+ *     row group. The MMA's K order inside a chunk is permuted so that a
+ *     lane's 16 bytes are its fragments as they stand: lane (g, t) holds
+ *     physical K 8t .. 8t + 7, of which 8t + 4j .. + 3 are logical K 2t,
+ *     2t + 1, 2t + 8, 2t + 9 of the chunk's MMA j (the same map on both
+ *     operands: a dot product does not care about its order). K-major B: a
+ *     lane loads rows g and g + 8 of each m16 tile (the fragments are the
+ *     16 bytes' words); N-major B: a lane loads 8 columns 8g .. 8g + 7 of
+ *     its 8 K rows, columns 8g + 2mt and + 1 being rows g and g + 8 of m
+ *     tile mt, and pairs the K rows' halves by byte permutes (the
+ *     accumulators' columns follow: KF_DC_COL). Rows past N and tokens past
+ *     M read the last valid one (their sums are never stored); the last,
+ *     partial chunk of K and a partial 8-column chunk of N read element by
+ *     element with zeros. (Prefetching each warp's B into L2 4 chunks
+ *     ahead, prefetch.global.L2, ran 10-25% slower on an H100 at c76f3eb.)
+ *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_M,
  * KF_N, KF_K, KF_LDA (elements between A's rows), KF_LDB (between B's stored
  * rows: N rows when K-major, K rows when N-major), KF_B_KMAJOR, KF_AB ("bf16"
@@ -69,6 +91,9 @@
 
 #ifndef KF_TMA
 #define KF_TMA 0
+#endif
+#ifndef KF_REG
+#define KF_REG 0
 #endif
 #define KF_THREADS 128 /* the MMA warps' (the TMA form adds a producer warp) */
 #define KF_KG (4 / KF_RG)        /* warps splitting a K step (each row group's) */
@@ -83,10 +108,18 @@
 #define KF_STAGE (KF_B_STAGE + KF_A_STAGE)
 
 static_assert(KF_MT == 4 && (KF_RG == 1 || KF_RG == 2), "strips of 64 or 128 columns");
-static_assert(KF_BK == 64 || KF_BK == 128, "K steps of 64 or 128 (rows of 8 or 16 chunks)");
-static_assert((KF_BK / 16) % KF_KG == 0, "whole k16 slices for each warp"); 
 static_assert(KF_NT >= 1 && KF_NT <= 8 && KF_MP >= KF_M, "the tokens in 8 n8 tiles at most");
+#if KF_REG
+#define KF_CH ((KF_K + 31) / 32) /* chunks of 32 K values */
+#define KF_CHF (KF_K / 32)       /* the whole ones */
+static_assert(!KF_TMA, "the register form has no ring to fill by TMA");
+static_assert(KF_NT <= 4, "the register form: 32 tokens at most (its registers)");
+static_assert(KF_SPLIT >= 1 && KF_SPLIT <= KF_CH, "a chunk at least for each piece");
+#else
+static_assert(KF_BK == 64 || KF_BK == 128, "K steps of 64 or 128 (rows of 8 or 16 chunks)");
+static_assert((KF_BK / 16) % KF_KG == 0, "whole k16 slices for each warp");
 static_assert(KF_SPLIT >= 1 && KF_SPLIT <= KF_KB, "a K step at least for each piece");
+#endif
 static_assert(KF_LDA % 8 == 0 && KF_LDB % 8 == 0, "16-byte copies: rows of 16-byte multiples");
 
 /* The byte offset of 16-byte chunk c of row r in a tile of `rows` rows of
@@ -224,6 +257,144 @@ __device__ __forceinline__ void kf_dc_slice(float (&acc)[KF_MT][KF_NT][4], unsig
             kf_dc_mma(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
 }
 
+#if KF_REG
+/* 16 bytes of B, read once: around L1. */
+__device__ __forceinline__ uint4 kf_dr_ldb(const unsigned short *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+/* 16 bytes of A (every strip reads them again: L1 may keep them). */
+__device__ __forceinline__ uint4 kf_dr_lda(const unsigned short *p) {
+    return __ldg(reinterpret_cast<const uint4 *>(p));
+}
+/* 8 elements from p of which the first `cnt` are read, the rest zeros. */
+__device__ __forceinline__ uint4 kf_dr_part(const unsigned short *p, long long cnt) {
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const unsigned lo = 2 * i < cnt ? (unsigned)p[2 * i] : 0u;
+        const unsigned hi = 2 * i + 1 < cnt ? (unsigned)p[2 * i + 1] : 0u;
+        w[i] = lo | (hi << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ unsigned kf_dr_w(const uint4 &u, int i) {
+    return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+
+/* A lane's reads: B at pb (its rows' or columns' first chunk), the 8 loads
+ * of a chunk at pb + kf_dr_boff(i) + chunk * kf_dr_bstep; A's token tiles at
+ * pa + kf_dr_aoff(nt) + chunk * 32. nb: the lane's first row (K-major) or
+ * column (N-major) of B. */
+#if KF_B_KMAJOR
+#define KF_DR_BSTEP 32LL
+/* row nb + 16 (i / 2) + 8 (i % 2): row g or g + 8 of m tile i / 2 */
+__device__ __forceinline__ long long kf_dr_boff(int i, long long nb) {
+    long long r = nb + 16 * (i >> 1) + 8 * (i & 1);
+    if (KF_N % KF_BW != 0)
+        r = r < KF_N ? r : KF_N - 1; /* past N: the last row (never stored) */
+    return (r - nb) * KF_LDB;
+}
+#else
+#define KF_DR_BSTEP (32LL * KF_LDB)
+/* K row i of the lane's 8 */
+__device__ __forceinline__ long long kf_dr_boff(int i, long long) { return (long long)i * KF_LDB; }
+#endif
+__device__ __forceinline__ long long kf_dr_aoff(int nt, int g) {
+    int r = nt * 8 + g;
+    if (KF_M != KF_MP)
+        r = r < KF_M ? r : (int)KF_M - 1; /* past M: the last token (never stored) */
+    return (long long)r * KF_LDA;
+}
+
+/* The loads of chunk c (whole: every K value inside K). `bpart` (N-major B,
+ * N no multiple of 8): the lane's 8 columns cross N, and only the first
+ * `bcnt` are read. */
+__device__ __forceinline__ void kf_dr_load(uint4 (&bv)[8], uint4 (&xv)[KF_NT],
+                                           const unsigned short *__restrict__ pb,
+                                           const unsigned short *__restrict__ pa, long long nb,
+                                           int g, int c, bool bpart, long long bcnt) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const unsigned short *p = pb + kf_dr_boff(i, nb) + (long long)c * KF_DR_BSTEP;
+        if (!KF_B_KMAJOR && KF_N % 8 != 0 && bpart)
+            bv[i] = kf_dr_part(p, bcnt);
+        else
+            bv[i] = kf_dr_ldb(p);
+    }
+#pragma unroll
+    for (int nt = 0; nt < KF_NT; nt++)
+        xv[nt] = kf_dr_lda(pa + kf_dr_aoff(nt, g) + (long long)c * 32);
+}
+
+/* The loads of the last chunk, c = KF_CHF, K values past K as zeros: the
+ * lane's K values start at k = c * 32 + 8t. */
+__device__ __forceinline__ void kf_dr_load_tail(uint4 (&bv)[8], uint4 (&xv)[KF_NT],
+                                                const unsigned short *__restrict__ pb,
+                                                const unsigned short *__restrict__ pa,
+                                                long long nb, int g, int t, bool bpart,
+                                                long long bcnt) {
+    const int c = KF_CHF;
+    const long long k = (long long)c * 32 + 8 * t;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const unsigned short *p = pb + kf_dr_boff(i, nb) + (long long)c * KF_DR_BSTEP;
+#if KF_B_KMAJOR
+        bv[i] = kf_dr_part(p, KF_K - k);
+#else
+        /* K row k + i: whole, partial (N) or none */
+        bv[i] = k + i >= KF_K ? make_uint4(0u, 0u, 0u, 0u)
+                : (KF_N % 8 != 0 && bpart) ? kf_dr_part(p, bcnt)
+                                           : kf_dr_ldb(p);
+#endif
+    }
+#pragma unroll
+    for (int nt = 0; nt < KF_NT; nt++)
+        xv[nt] = kf_dr_part(pa + kf_dr_aoff(nt, g) + (long long)c * 32, KF_K - k);
+}
+
+/* The MMAs of one chunk: two k16 steps (j) of the permuted K order. */
+__device__ __forceinline__ void kf_dr_mma(float (&acc)[KF_MT][KF_NT][4], const uint4 (&bv)[8],
+                                          const uint4 (&xv)[KF_NT]) {
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int mt = 0; mt < KF_MT; mt++) {
+            unsigned a[4];
+#if KF_B_KMAJOR
+            /* rows g (bv[2 mt]) and g + 8 (bv[2 mt + 1]): words 2j (logical
+             * K 2t, 2t + 1) and 2j + 1 (2t + 8, 2t + 9) */
+            a[0] = kf_dr_w(bv[2 * mt], 2 * j);
+            a[1] = kf_dr_w(bv[2 * mt + 1], 2 * j);
+            a[2] = kf_dr_w(bv[2 * mt], 2 * j + 1);
+            a[3] = kf_dr_w(bv[2 * mt + 1], 2 * j + 1);
+#else
+            /* K rows 4j .. 4j + 3 of the lane's 8, word mt: low halves row g,
+             * high halves row g + 8 */
+            a[0] = __byte_perm(kf_dr_w(bv[4 * j], mt), kf_dr_w(bv[4 * j + 1], mt), 0x5410);
+            a[1] = __byte_perm(kf_dr_w(bv[4 * j], mt), kf_dr_w(bv[4 * j + 1], mt), 0x7632);
+            a[2] = __byte_perm(kf_dr_w(bv[4 * j + 2], mt), kf_dr_w(bv[4 * j + 3], mt), 0x5410);
+            a[3] = __byte_perm(kf_dr_w(bv[4 * j + 2], mt), kf_dr_w(bv[4 * j + 3], mt), 0x7632);
+#endif
+#pragma unroll
+            for (int nt = 0; nt < KF_NT; nt++)
+                kf_dc_mma(acc[mt][nt], a, kf_dr_w(xv[nt], 2 * j), kf_dr_w(xv[nt], 2 * j + 1));
+        }
+}
+#endif /* KF_REG */
+
+/* The column (within the strip's row group) of accumulator e of m tile mt
+ * in the lane of group g: its MMA row, g or g + 8 of the tile; the register
+ * form's N-major B puts rows g and g + 8 at columns 8g + 2mt and + 1. */
+#if KF_REG && !KF_B_KMAJOR
+#define KF_DC_COL(mt, g, e) (8 * (g) + 2 * (mt) + ((e) >> 1))
+#else
+#define KF_DC_COL(mt, g, e) ((mt) * 16 + (g) + ((e) >> 1) * 8)
+#endif
+
 #if KF_TMA
 #define KF_BLOCK (KF_THREADS + 32)
 #define KF_BOXES_B (KF_B_KMAJOR ? KF_BK / 64 : KF_BW / 64)
@@ -267,7 +438,9 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK, KF_MINB)
               KF_PARAMS) {
     extern __shared__ __align__(128) unsigned char kf_dsmem[];
     KF_SETUP();
+#if !KF_REG
     const unsigned ring = (unsigned)__cvta_generic_to_shared(kf_dsmem);
+#endif
 #endif
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int rg = warp % KF_RG, kg = warp / KF_RG; /* the warp's row group, K group */
@@ -329,6 +502,53 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK, KF_MINB)
     /* every box has landed (each full barrier was waited on) and been read:
      * the ring is free, the warps' sums go where it was */
     __syncthreads();
+#elif KF_REG
+    {
+        /* the block's chunks, then the warp's contiguous run of them */
+        const int g = lane >> 2, t = lane & 3;
+        const int c0 = (int)((long long)piece * KF_CH / KF_SPLIT);
+        const int c1 = (int)((long long)(piece + 1) * KF_CH / KF_SPLIT);
+        const int wc0 = c0 + (c1 - c0) * kg / KF_KG, wc1 = c0 + (c1 - c0) * (kg + 1) / KF_KG;
+        const int cf = wc1 < KF_CHF ? wc1 : KF_CHF; /* past it: the partial chunk */
+#if KF_B_KMAJOR
+        const long long nb = n0 + rg * 64 + g; /* rows nb + 16 mt (+ 8) */
+        const bool bpart = false;
+        const long long bcnt = 8;
+        const unsigned short *pb = kf_pb + nb * KF_LDB + 8 * t;
+#else
+        long long nb = n0 + rg * 64 + 8 * g; /* columns nb .. nb + 7 */
+        if (KF_N % KF_BW != 0 && nb >= KF_N)
+            nb = 0; /* wholly past N: column 0's (never stored) */
+        const long long bcnt = KF_N - nb;
+        const bool bpart = bcnt < 8;
+        const unsigned short *pb = kf_pb + (long long)(8 * t) * KF_LDB + nb;
+#endif
+        const unsigned short *pa = kf_pa + 8 * t;
+        uint4 b0[8], b1[8], x0[KF_NT], x1[KF_NT];
+        int c = wc0;
+        if (c < cf)
+            kf_dr_load(b0, x0, pb, pa, nb, g, c, bpart, bcnt);
+        if (c + 1 < cf)
+            kf_dr_load(b1, x1, pb, pa, nb, g, c + 1, bpart, bcnt);
+        /* two chunks in flight: each one's buffer refilled as its MMAs end */
+#pragma unroll 1
+        for (; c + 1 < cf; c += 2) {
+            kf_dr_mma(acc, b0, x0);
+            if (c + 2 < cf)
+                kf_dr_load(b0, x0, pb, pa, nb, g, c + 2, bpart, bcnt);
+            kf_dr_mma(acc, b1, x1);
+            if (c + 3 < cf)
+                kf_dr_load(b1, x1, pb, pa, nb, g, c + 3, bpart, bcnt);
+        }
+        if (c < cf)
+            kf_dr_mma(acc, b0, x0);
+#if KF_K % 32 != 0
+        if (wc1 > KF_CHF) { /* the warp's run ends with the partial chunk */
+            kf_dr_load_tail(b0, x0, pb, pa, nb, g, t, bpart, bcnt);
+            kf_dr_mma(acc, b0, x0);
+        }
+#endif
+    }
 #else
 #pragma unroll
     for (int s = 0; s < KF_STAGES - 1; s++) {
@@ -365,8 +585,7 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK, KF_MINB)
             for (int nt = 0; nt < KF_NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    mine[(nt * 8 + 2 * t + (e & 1)) * KF_BWP + rg * 64 + mt * 16 + g +
-                         (e >> 1) * 8] =
+                    mine[(nt * 8 + 2 * t + (e & 1)) * KF_BWP + rg * 64 + KF_DC_COL(mt, g, e)] =
                         acc[mt][nt][e];
     }
     __syncthreads();

@@ -86,18 +86,20 @@ static const char *const DTS[] = {"bf16", "f16"};
 #define DEC "decode kernel: split-K over"
 
 /* The internal forms the bench compares, each added to the context's flags
- * for a while: none, K steps of 64, strips of 128 columns. */
-static const unsigned FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_BK64, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
-static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 64 columns|stages of 64 K",
-                                       "strips of 128 columns|stages of 64 K"};
+ * for a while: none, the register form (KF_CUDA_RECIPE_GEMM_DEC_REG, M <=
+ * 32). */
+#define REG_FORM "16-byte loads to registers"
+static const uint64_t REG = KF_CUDA_RECIPE_GEMM_DEC_REG;
+static const uint64_t FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_REG};
+static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 64 columns|" REG_FORM};
 
-/* One ragged case alone (the sanitizers run it), in each form: M = 7, N = 1000
+/* One ragged case alone (the sanitizers run it), in the ring form: M = 7, N = 1000
  * and K = 1000 (no multiples of the strips or K steps), split over blocks;
  * N-major B with bias + erf gelu + residual, and K-major B. */
 static void test_a_ragged_decode_gemm_matches_twice(void **state) {
     (void)state;
     REQUIRE_GPU();
-    for (size_t f = 0; f < sizeof FORMS / sizeof *FORMS; f++) {
+    for (size_t f = 0; f < 1; f++) {
         G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
         char w[256];
         snprintf(w, sizeof w, DEC "|B N-major|last block|%s", FORM_HAS[f]);
@@ -115,11 +117,37 @@ static void test_a_ragged_decode_gemm_matches_twice(void **state) {
     G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
 }
 
-/* The TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal; sm_90a), in each K
- * step and strip width. */
+/* The register form's ragged cases alone (the sanitizers run them): M = 7
+ * (tokens past M read the last one), N = 1000 (rows / columns past N), K =
+ * 1000 (a partial last chunk of 32), split over blocks; N-major B with bias
+ * + erf gelu + residual, K-major B. */
+static void test_a_ragged_decode_reg_gemm_matches_twice(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t f = 1; f < sizeof FORMS / sizeof *FORMS; f++) {
+        G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
+        char w[256];
+        snprintf(w, sizeof w, DEC "|B N-major|last block|%s", FORM_HAS[f]);
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
+                  "r = input(%s[7, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
+                  "y = add(g, r)\noutput y\n",
+                  "bf16", 9300 + 10 * f, w, "register form: M 7, ragged, N-major, bias+gelu+res");
+        snprintf(w, sizeof w, DEC "|B K-major|last block|%s", FORM_HAS[f]);
+        run_twice(G.gen,
+                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
+                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
+                  "bf16", 9301 + 10 * f, w, "register form: M 7, ragged, K-major");
+    }
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
+/* The TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal; sm_90a), in each
+ * strip width. */
 static const uint64_t TMA = KF_CUDA_RECIPE_GEMM_DECODE | KF_CUDA_RECIPE_GEMM_DEC_TMA;
-static const uint64_t TMA_FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_BK64, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
+static const uint64_t TMA_FORMS[] = {0};
 #define DEC_TMA "K (TMA, a producer warp)"
+static const char *const TMA_HAS[] = {"stages of 128 K"};
 
 /* True where the context's device runs the TMA form (sm_90 on), else the
  * test says so and skips. */
@@ -144,13 +172,13 @@ static void test_a_ragged_decode_tma_gemm_matches_twice(void **state) {
     for (size_t f = 0; f < sizeof TMA_FORMS / sizeof *TMA_FORMS; f++) {
         G.gen->recipe_flags = TMA | TMA_FORMS[f];
         char w[256];
-        snprintf(w, sizeof w, DEC "|" DEC_TMA "|B N-major|last block|%s", FORM_HAS[f]);
+        snprintf(w, sizeof w, DEC "|" DEC_TMA "|B N-major|last block|%s", TMA_HAS[f]);
         run_twice(G.gen,
                   "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
                   "r = input(%s[7, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
                   "y = add(g, r)\noutput y\n",
                   "bf16", 9600 + 10 * f, w, "TMA: M 7, ragged, N-major, bias+gelu+res");
-        snprintf(w, sizeof w, DEC "|" DEC_TMA "|B K-major|last block|%s", FORM_HAS[f]);
+        snprintf(w, sizeof w, DEC "|" DEC_TMA "|B K-major|last block|%s", TMA_HAS[f]);
         run_twice(G.gen,
                   "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
                   "y = matmul(x, w, transpose_b=true)\noutput y\n",
@@ -189,7 +217,7 @@ static const shape_case SHAPES[] = {
      "|M padded to 64", "", "M 63, N-major, bias"},
     {"kfg 1\nx = input(%s[16, 120])\nw = input(%s[120, 2000])\ny = matmul(x, w)\n"
      "output y\n",
-     "|split-K over 1 blocks", "", "M 16, K 120: one K step of 128, no split"},
+     "|M padded to 16", "|split-K over 1 blocks", "M 16, K 120: one K step of 128, no split"},
     {"kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\ny = matmul(x, w)\n"
      "output y\n",
      "|M padded to 24", "", "x[2, 12, 256] . w: the batch folded into M"},
@@ -270,6 +298,21 @@ static void test_decode_forms_match_the_reference(void **state) {
     G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
 }
 
+/* The shape classes in the register form, bf16 and f16: M <= 32 takes it,
+ * M = 63 and 64 keep the ring (REG_TAKES). */
+static const bool REG_TAKES[] = {true, true, true, true, false, false, true, true, true, true};
+static void test_reg_decode_gemms_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    assert_int_equal(sizeof REG_TAKES / sizeof *REG_TAKES, sizeof SHAPES / sizeof *SHAPES);
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | REG;
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
+            run_shape(i, DTS[d], 9400 + 20 * (uint64_t)d, REG_TAKES[i] ? REG_FORM : "stages of",
+                      false, "register form: ");
+    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+}
+
 /* No internal flag: KF_GEMM_GENERATED gives M <= 32 the decode kernel (on
  * sm_90a), M = 48 the tiled kernel. */
 static void test_default_generated_side_is_the_decode_kernel_to_m32(void **state) {
@@ -316,10 +359,12 @@ static void test_measured_decode_gemm_matches(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_ragged_decode_gemm_matches_twice),
+        cmocka_unit_test(test_a_ragged_decode_reg_gemm_matches_twice),
         cmocka_unit_test(test_a_ragged_decode_tma_gemm_matches_twice),
         cmocka_unit_test(test_tma_decode_gemms_match_the_reference),
         cmocka_unit_test(test_decode_gemms_match_the_reference),
         cmocka_unit_test(test_decode_forms_match_the_reference),
+        cmocka_unit_test(test_reg_decode_gemms_match_the_reference),
         cmocka_unit_test(test_default_generated_side_is_the_decode_kernel_to_m32),
         cmocka_unit_test(test_measured_decode_gemm_matches),
     };

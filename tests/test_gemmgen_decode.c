@@ -119,7 +119,18 @@ static uint32_t dec_case_flags(const char *fmt, const char *dt, const char *devi
      * warps' sums of M = 64 take 68 KiB) */
     assert_true(ks->shared_bytes <= (strcmp(device, "a100") == 0 ? 70u : 100u) * 1024u ||
                 (tma && ks->kernel.launch.blocks_per_sm == 1 && ks->shared_bytes <= 200u * 1024u));
-    if (tma) { /* mma.sync fed by TMA: HMMA, UTMALDG, LDSM, no LDGSTS */
+    bool reg = strstr(rc->variants[0].how, "16-byte loads to registers") != NULL;
+    assert_int_equal(reg, (flags & KF_CUDA_RECIPE_GEMM_DEC_REG) &&
+                              strstr(want, "M padded to 64") == NULL &&
+                              strstr(want, "M padded to 48") == NULL);
+    if (reg) { /* the register form: HMMA fed by 16-byte global loads, no cp.async */
+        static const char *const want_ops[] = {"HMMA", "LDG.E.", NULL};
+        static const char *const why_ops[] = {"no mma.sync", "no global loads"};
+        kf_sass_check_ops(&MEM, &ks->kernel, want_ops, why_ops, "LDGSTS");
+        /* as many blocks an SM as the registers allow: 4 to M 8, 2 past */
+        uint32_t bps = strstr(rc->variants[0].how, "M padded to 8,") ? 4u : 2u;
+        assert_int_equal(ks->kernel.launch.blocks_per_sm, bps);
+    } else if (tma) { /* mma.sync fed by TMA: HMMA, UTMALDG, LDSM, no LDGSTS */
         static const char *const want_ops[] = {"HMMA", "UTMALDG", "LDSM", NULL};
         static const char *const why_ops[] = {"no mma.sync", "no TMA loads", "no ldmatrix"};
         kf_sass_check_ops(&MEM, &ks->kernel, want_ops, why_ops, "LDGSTS");
@@ -186,18 +197,17 @@ static void test_decode_gemms_compile_to_hmma_ldgsts_ldsm(void **state) {
     }
 }
 
-/* The internal forms the bench compares: K steps of 64 (DEC_BK64), and
- * strips of 128 columns on two row groups of warps (DEC_WIDE, M <= 32; past
- * it the strips stay 64 wide). */
+/* The internal form the bench compares: the register form (DEC_REG, M <=
+ * 32; past it the ring). */
 static void test_decode_forms_compile(void **state) {
     (void)state;
-    static const unsigned W = KF_CUDA_RECIPE_GEMM_DEC_WIDE, B64 = KF_CUDA_RECIPE_GEMM_DEC_BK64;
+    static const uint64_t fls[] = {KF_CUDA_RECIPE_GEMM_DEC_REG};
+    static const char *const colss[] = {"strips of 64 columns|16-byte loads to registers"};
     for (int v = 0; v < 2; v++) {
         const char *dev = DEVICES[v];
-        for (int f = 0; f < 2; f++) {
-            unsigned fl = f ? W : B64;
-            const char *cols =
-                f ? "strips of 128 columns|stages of 64 K" : "strips of 64 columns|stages of 64 K";
+        for (int f = 0; f < 1; f++) {
+            uint64_t fl = fls[f];
+            const char *cols = colss[f];
             char want[128];
             snprintf(want, sizeof want, "%s|B N-major", cols);
             dec_case_flags("kfg 1\nx = input(%s[32, 16384])\nw = input(%s[16384, 4096])\n"
@@ -212,14 +222,12 @@ static void test_decode_forms_compile(void **state) {
             dec_case_flags("kfg 1\nx = input(%s[2, 12, 256])\nw = input(%s[256, 520])\n"
                            "y = matmul(x, w)\noutput y\n",
                            "bf16", dev, want, 1, fl);
-            /* M = 64: the wide strips' sums would not fit; 64 columns, K steps of
-             * 128 (as without the flag) */
+            /* M = 64: the register form's registers would not hold it; the
+             * ring, K steps of 128 (as without a flag) */
             dec_case_flags("kfg 1\nx = input(%s[64, 2000])\nw = input(%s[1000, 2000])\n"
                            "y = matmul(x, w, transpose_b=true)\noutput y\n",
-                           "bf16", dev,
-                           f ? "strips of 64 columns|stages of 128 K"
-                             : "strips of 64 columns|stages of 64 K",
-                           1, fl);
+                           "bf16", dev, "strips of 64 columns|stages of 128 K|M padded to 64", 1,
+                           fl);
         }
     }
 }
@@ -230,9 +238,8 @@ static void test_decode_forms_compile(void **state) {
 static void test_decode_tma_form_compiles(void **state) {
     (void)state;
     static const uint64_t T = KF_CUDA_RECIPE_GEMM_DEC_TMA;
-    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_GEMM_DEC_BK64, KF_CUDA_RECIPE_GEMM_DEC_WIDE};
-    static const char *const has[] = {"stages of 128 K", "stages of 64 K",
-                                      "strips of 128 columns|stages of 64 K"};
+    static const uint64_t forms[] = {0};
+    static const char *const has[] = {"stages of 128 K"};
     for (int v = 0; v < 2; v++) {
         const char *dev = DEVICES[v];
         for (size_t f = 0; f < sizeof forms / sizeof *forms; f++) {

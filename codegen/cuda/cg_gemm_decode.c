@@ -45,11 +45,29 @@ uint32_t kf_cuda_gemm_decode_grid(const kf_cuda_gemm_shape *sh) {
 
 uint32_t kf_cuda_gemm_decode_smem(const kf_cuda_gemm_shape *sh) {
     uint32_t mp = dec_mp(sh);
-    uint32_t ring = sh->stages * (sh->bn + mp) * sh->dec_bk * 2u;
     uint32_t red = 4u * mp * (sh->bn + 4u) * 4u; /* the 4 warps' sums, pitch bn + 4 */
+    if (sh->dec_reg)
+        return red; /* no ring */
+    uint32_t ring = sh->stages * (sh->bn + mp) * sh->dec_bk * 2u;
     if (sh->dec_tma)
         ring += 1024u; /* the slack that puts the ring on a 1024-byte boundary */
     return ring > red ? ring : red;
+}
+
+uint32_t kf_cuda_gemm_decode_blocks_per_sm(const kf_cuda_gemm_shape *sh) {
+    uint32_t mp = dec_mp(sh);
+    /* the register form: what its registers allow, blocks of 128 threads
+     * (the accumulators, two chunks of B and of A a lane; sm_90a, no
+     * spill: 118 at M 8 capped at 128, 202 at M 32; M 24 capped at 128
+     * and M 32 at 168 took a stack frame) */
+    if (sh->dec_reg)
+        return mp <= 8 ? 4u : 2u;
+    /* the ring: two blocks where it leaves room (the recipe sizes it so);
+     * the TMA form at M > 32: one (two would cap its 160 threads' registers
+     * below the 128 accumulators' need: a spill) */
+    if (sh->dec_tma && mp > 32)
+        return 1u;
+    return kf_cuda_gemm_decode_smem(sh) <= 100u * 1024u ? 2u : 1u;
 }
 
 kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const char *arch,
@@ -68,9 +86,12 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
                                   g->id, g->name, arch));
     const kf_gemm_info *gm = &g->gemm;
     const kf_tensor *mm = cg_tensor(&c, gm->anchor[0]);
+    /* the split's unit: a K step of the ring, a chunk of 32 of the register form */
+    int64_t unit = sh->dec_reg ? 32 : sh->dec_bk;
     if (sh->m < 1 || sh->n < 1 || sh->k < 1 || sh->batch < 1 || (sh->bn != 64 && sh->bn != 128) ||
-        (sh->dec_bk != 64 && sh->dec_bk != 128) || sh->stages < 2 || sh->stages > 8 ||
-        sh->dec_split < 1 || sh->dec_split > (uint64_t)((sh->k + sh->dec_bk - 1) / sh->dec_bk) ||
+        (!sh->dec_reg &&
+         ((sh->dec_bk != 64 && sh->dec_bk != 128) || sh->stages < 2 || sh->stages > 8)) ||
+        unit < 1 || sh->dec_split < 1 || sh->dec_split > (uint64_t)((sh->k + unit - 1) / unit) ||
         sh->n > INT32_MAX || sh->k > INT32_MAX || sh->lda < 1 || sh->ldb < 1 ||
         dec_strips(sh) * sh->dec_split > 0x7fffffffu)
         return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
@@ -84,6 +105,9 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
         why = "M past 64 (the tokens are the MMA's N side: 8 n8 tiles at most)";
     else if (sh->dec_tma && kf_cuda_arch_cc(arch) < 90)
         why = "the TMA form needs sm_90 or later";
+    else if (sh->dec_reg && (sh->m > 32 || sh->dec_tma))
+        why = sh->dec_tma ? "the register form has no TMA form"
+                          : "M past 32 in the register form (its registers)";
     else if (sh->batch != 1 || sh->a_batched || sh->b_batched)
         why = "a batched product (one weight a launch; the tiled kernels take batches)";
     else if (gm->n_anchors != 1 || sh->dual)
@@ -138,14 +162,10 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
     k->launch.block = sh->dec_tma ? 160 : 128; /* the TMA form: + its producer warp */
     k->launch.work_items = kf_cuda_gemm_decode_grid(sh);
     k->launch.items_per_block = 1;
-    /* Two blocks an SM where the ring leaves room (the recipe sizes it so):
-     * STAGES - 1 steps of B in flight in each. */
+    /* Two blocks an SM where the ring leaves room, STAGES - 1 steps of B in
+     * flight in each; the register form 3 or 4, two chunks a warp */
     uint32_t smem = kf_cuda_gemm_decode_smem(sh);
-    uint32_t minb = smem <= 100u * 1024u ? 2u : 1u;
-    /* (the TMA form at M > 32: one block an SM; two would cap its 160
-     * threads' registers below the 128 accumulators' need: a spill) */
-    if (sh->dec_tma && mp > 32)
-        minb = 1u;
+    uint32_t minb = kf_cuda_gemm_decode_blocks_per_sm(sh);
     k->launch.blocks_per_sm = minb;
     k->launch.shared_bytes = smem;
 
@@ -159,6 +179,8 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
               sh->m, sh->n, sh->k, sh->lda, sh->ldb, sh->b_kmajor ? 1 : 0,
               mm->dtype == KF_DTYPE_BF16 ? "bf16" : "f16", sh->bn / 64u, sh->dec_bk, mp / 8u,
               sh->stages, sh->dec_split, minb, sh->dec_tma ? 1 : 0);
+    if (sh->dec_reg)
+        cg_puts(&c.s, "#define KF_REG 1\n");
     if (sh->dec_split > 1)
         cg_printf(&c.s, "#define KF_WS p%d\n#define KF_CNT p%d\n", p_ws, p_cnt);
     cg_puts(&c.s, "\n");

@@ -492,9 +492,11 @@ typedef struct kf_cuda_gemm_shape {
      * the blocks each strip's K range is cut over (1: no split). dec_tma
      * (sm_90a): the TMA form, A and B read through two tensor maps (the
      * kernel's first two params, in place of the pointers) by a producer
-     * warp into a ring on mbarriers. */
+     * warp into a ring on mbarriers. dec_reg (M <= 32): the register form,
+     * B and A read by 16-byte loads straight into the MMA's registers in
+     * chunks of 32 K values (no ring: dec_bk and stages unused). */
     uint32_t dec_split, dec_bk;
-    bool dec_tma;
+    bool dec_tma, dec_reg;
 } kf_cuda_gemm_shape;
 
 /* Shared memory a GEMM kernel of `bn` columns and `stages` stages asks for
@@ -624,6 +626,10 @@ kf_status kf_cuda_codegen_gemm_decode(const kf_plan *plan, uint32_t group, const
  * ring, or the 4 warps' f32 sums when they take more). */
 uint32_t kf_cuda_gemm_decode_grid(const kf_cuda_gemm_shape *shape);
 uint32_t kf_cuda_gemm_decode_smem(const kf_cuda_gemm_shape *shape);
+/* The blocks an SM the decode kernel is compiled for (its launch bounds),
+ * which the recipe's split fills: 2 (the ring sized for two), 1 for the TMA
+ * form past M = 32; the register form 4 to 8 tokens, 2 past. */
+uint32_t kf_cuda_gemm_decode_blocks_per_sm(const kf_cuda_gemm_shape *shape);
 
 /* The statistics pre-pass of a GEMM group's norm prologue for the generated
  * GEMM (shape.a_norm): one row kernel over A's rows (the row stage's input, a

@@ -178,13 +178,6 @@ enum {
     KF_CUDA_RECIPE_GEMM_NO_DECODE = 1u << 27, /* internal: no decode kernel (the tiled
                                                  kernels at every M; the bench and the tests
                                                  compare) */
-    KF_CUDA_RECIPE_GEMM_DEC_BK64 = 1u << 28, /* internal: the decode kernel takes K steps of
-                                                64 (twice the ring's stages) where it would
-                                                take 128 (the bench compares) */
-    KF_CUDA_RECIPE_GEMM_DEC_WIDE = 1u << 30, /* internal: the decode kernel takes strips of
-                                                128 columns (two row groups of warps, each
-                                                K step split over two; K steps of 64) where
-                                                M <= 32 (the bench compares) */
     KF_CUDA_RECIPE_ATTENTION_TAIL_LPT = 1u << 22, /* internal: the sm_90a attention kernel's
                                                      persistent blocks take the last two
                                                      rounds' units and the leftover as single
@@ -212,6 +205,27 @@ enum {
  * / 0.0115), still off: the MLP's 11008 rows and the full GPU suite with it
  * on have not run (recipe_gemm_decode.c) */
 #define KF_CUDA_RECIPE_GEMM_DEC_TMA (UINT64_C(1) << 43)
+/* internal: the decode kernel's register form where M <= 32
+ * (templates/gemm_decode.cuh, KF_REG): B and A by 16-byte loads straight
+ * into the MMA's registers, two chunks of 32 K values a warp in flight, 4
+ * blocks an SM to M 8 and 2 past (its registers), no ring and no barrier in
+ * the K loop; it takes precedence over DEC_TMA (recipe_gemm_decode.c).
+ * Measured on an H100 (bd56b63 and c76f3eb, two runs, ms, register / ring /
+ * cuBLASLt): M 32 GEMM + bias + GELU 32x4096x16384 (B N-major) 0.0676,
+ * 0.0689 / 0.0764, 0.0753 / 0.0521, 0.0524 (A B B A: 0.0613 / 0.0707, and
+ * 0.0613 against cuBLASLt's 0.0501); weights [N, K]: M 16 x 11008 x 4096
+ * 0.0428, 0.0424 / 0.0455, 0.0447 / 0.0372, 0.0375; M 16 x 4096 x 11008
+ * 0.0490, 0.0476 / 0.0418, 0.0444 / 0.0382, 0.0382 (slower there); M x 4096
+ * x 4096 (in L2) at M 1 0.0155 / 0.0174 / 0.0128, 8 0.0152 / 0.0176 /
+ * 0.0118, 32 0.0182 / 0.0227 / 0.0107. Off: cuBLASLt is faster in every
+ * row, so the measured choice would not run it, and the ring wins the long
+ * K-major row. Bit 28 was DEC_BK64 (K steps of 64 in the ring,
+ * measure-only, retired with its rows and tests); bit 30 (DEC_WIDE, strips
+ * of 128 columns, slower in every row: the ring at fce0fb6, the register
+ * form at bd56b63 (M 32 row 0.0774); then, at
+ * c76f3eb, DEC_PF: the register form prefetching B into L2 4 chunks ahead,
+ * 10-25% slower) is free */
+#define KF_CUDA_RECIPE_GEMM_DEC_REG (UINT64_C(1) << 28)
 /* internal: the sm_90a attention kernel takes key tiles of 128 where it would
  * take 176 (cg_attention.c, sm90_shape_of): 176-key tiles are the default
  * where no mask cuts tiles (no causal, window or block-sparse mask) at head

@@ -28,6 +28,21 @@
  * active 86% of the elapsed cycles (one wave: the ramp and the last block's
  * reduction), and A's tile (8 KiB a stage at M 32, half of B's) goes through
  * L2 again for every strip.
+ *
+ * KF_CUDA_RECIPE_GEMM_DEC_REG (internal, M <= 32): the register form (no
+ * ring; cuda_recipe.h has its numbers). ncu on an H100 (bd56b63, the same
+ * M 32 row, 1.44-1.53 GHz under the profiler): cuBLASLt runs
+ * nvjet_sm90_tst_64x32_64x16_2x1_v_bz_splitK_gelubias_NNT, grid 2 x 64
+ * (K split in two, 64 strips of 64 columns) of 384 threads, one block an
+ * SM (213 KiB of shared memory: its TMA ring, some 128 KiB of B in flight
+ * an SM; 0.97 waves), DRAM at 83%, L2 hit 15.5%, 49.5 us, then
+ * splitKreduce_kernel (128 x 2 blocks, 5.3 us); the ring form (256 blocks,
+ * two an SM, 98 KiB each, 198 registers) DRAM 56%, 73.6 us, issue slots 28%
+ * busy; the register form (256 blocks, two an SM by its 206 registers, 35
+ * KiB) DRAM 56%, 73.4 us, 76% of its warps' cycles waiting on loads, issue
+ * slots 8% busy: 8 warps an SM with two chunks (8 KiB of B) each in flight
+ * are 64 KiB an SM, short of the ring's. L2 hit rates 17-22% (A's re-reads),
+ * occupancy 12% in both.
  */
 #include <stdio.h>
 #include <string.h>
@@ -82,21 +97,21 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     const kf_group *grp = &plan->groups[b->gi];
     int cc = kf_cuda_arch_cc(b->target->arch);
     uint64_t fl = b->target->flags;
-    sh->dec_tma = (fl & KF_CUDA_RECIPE_GEMM_DEC_TMA) && cc >= 90;
+    uint32_t mp = (uint32_t)((sh->m + 7) / 8) * 8u;
+    sh->dec_reg = (fl & KF_CUDA_RECIPE_GEMM_DEC_REG) && mp <= 32;
+    sh->dec_tma = (fl & KF_CUDA_RECIPE_GEMM_DEC_TMA) && cc >= 90 && !sh->dec_reg;
     if (a.offset % 16 != 0 || bm.offset % 16 != 0) {
         snprintf(why, why_size, "an operand starts off a 16-byte boundary (%s)",
                  sh->dec_tma ? "TMA" : "cp.async");
         return KF_ERR_UNSUPPORTED;
     }
     /* Strips of 64 columns (B tiles of 16 KiB a K step of 128; the
-     * accumulators 16 a token tile); DEC_WIDE (M <= 32): 128 columns, K
-     * steps of 64. The ring: as many K steps as two blocks an SM leave room
-     * for beside a static gelu table (sm_90: 227 KiB a SM; sm_80: 164;
-     * sm_86 / 89: 100), 2 to 8. */
-    uint32_t mp = (uint32_t)((sh->m + 7) / 8) * 8u;
-    bool wide = (fl & KF_CUDA_RECIPE_GEMM_DEC_WIDE) && mp <= 32;
-    sh->bn = wide ? 128u : 64u;
-    sh->dec_bk = wide || (fl & KF_CUDA_RECIPE_GEMM_DEC_BK64) ? 64u : 128u;
+     * accumulators 16 a token tile). The ring: as many K steps as two
+     * blocks an SM leave room for beside a static gelu table (sm_90: 227
+     * KiB a SM; sm_80: 164; sm_86 / 89: 100), 2 to 8. The register form: no
+     * ring (chunks of 32 K values, the split's unit). */
+    sh->bn = 64u;
+    sh->dec_bk = 128u;
     /* (the TMA form: 96 KiB beside the 1 KiB that aligns the ring; past
      * M = 32 one block an SM (cg_gemm_decode.c), so 192 KiB) */
     uint32_t budget = sh->dec_tma ? (mp > 32 ? 192u : 96u) * 1024u
@@ -112,8 +127,9 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
     /* The split: enough blocks for two an SM (the TMA form past M = 32:
      * one), each a piece of a strip's K
      * steps (one at least; 16 pieces at most, which bounds the partials). */
-    int64_t kb = (sh->k + sh->dec_bk - 1) / sh->dec_bk, strips = (sh->n + sh->bn - 1) / sh->bn;
-    int64_t slots = (int64_t)b->target->sm_count * (sh->dec_tma && mp > 32 ? 1 : 2);
+    int64_t unit = sh->dec_reg ? 32 : sh->dec_bk;
+    int64_t kb = (sh->k + unit - 1) / unit, strips = (sh->n + sh->bn - 1) / sh->bn;
+    int64_t slots = (int64_t)b->target->sm_count * kf_cuda_gemm_decode_blocks_per_sm(sh);
     int64_t split = slots / strips;
     if (split > kb)
         split = kb;
@@ -171,14 +187,19 @@ kf_status kf_rb_gemm_decode(rb *b, kf_cuda_gemm_shape *sh, kf_cuda_buf a, kf_cud
         }
         ks->n_tmaps = n_ptrs;
     }
-    snprintf(why, why_size,
-             "decode kernel: split-K over %u blocks a strip (%lld strips of %u columns, %u "
-             "blocks), M padded to %u, %u stages of %u K (%s), mma.sync with A and B "
-             "swapped, B %s-major%s%s",
-             sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, sh->stages, sh->dec_bk,
-             sh->dec_tma ? "TMA, a producer warp" : "cp.async", sh->b_kmajor ? "K" : "N",
-             sh->dec_split > 1 ? ", the partials added in the kernel by each strip's last block"
-                               : "",
-             sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
+    char ring[96];
+    if (sh->dec_reg)
+        snprintf(ring, sizeof ring, "16-byte loads to registers (no ring)");
+    else
+        snprintf(ring, sizeof ring, "%u stages of %u K (%s)", sh->stages, sh->dec_bk,
+                 sh->dec_tma ? "TMA, a producer warp" : "cp.async");
+    snprintf(
+        why, why_size,
+        "decode kernel: split-K over %u blocks a strip (%lld strips of %u columns, %u "
+        "blocks), M padded to %u, %s, mma.sync with A and B "
+        "swapped, B %s-major%s%s",
+        sh->dec_split, (long long)strips, sh->bn, ks->grid[0], mp, ring, sh->b_kmajor ? "K" : "N",
+        sh->dec_split > 1 ? ", the partials added in the kernel by each strip's last block" : "",
+        sh->a_scratch ? ", A from the prologue kernel's scratch" : "");
     return KF_OK;
 }
