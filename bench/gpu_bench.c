@@ -1087,7 +1087,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t NARROW = KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS;
     const uint64_t CL2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
     const uint64_t RMAX = KF_CUDA_RECIPE_ATTENTION_ROW_MAX;
-    const uint64_t SCAL = KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE;
+    const uint64_t LAZY = KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE;
+    const uint64_t BSM = KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED;
     const uint64_t SKIP = KF_CUDA_RECIPE_ATTENTION_TANH_SKIP;
     const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
     const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
@@ -1215,6 +1216,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * form before the narrower one, nc14) */
         {"attn_noncausal_full", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO,
          KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
+        /* att16: O, l and m rescaled only where a row max grew past 2^8
+         * (_z: KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE), for every form that
+         * keeps a running max */
+        {"attn_noncausal_z", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, LAZY},
+        {"attn_causal_z", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LAZY},
+        {"attn_gqa_z", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LAZY},
+        {"attn_block_sparse_z", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, LAZY},
+        {"attn_causal_b16h16s1024d64_z", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         LAZY},
         {"attn_noncausal_chain", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         /* non-causal (the default: 176-key tiles) with 128-key tiles (_narrow:
          * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS, the default before), in 2-CTA
@@ -1241,15 +1252,10 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_h", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPOL},
         {"attn_softcap_t", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM | TPOL},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        /* the score's forms before the defaults of score12: the running row
-         * max kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX), the scalar
-         * inner score (_scalar: KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE), both
-         * (_rowmax_scalar: the kernel before them) */
+        /* the score's form before score12's fixed shift: the running row max
+         * kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX; score12's scalar
+         * inner score, _scalar, was retired with its flag by att16) */
         {"attn_softcap_rowmax", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RMAX},
-        {"attn_softcap_scalar", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SCAL},
-        {"attn_softcap_rowmax_scalar", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         RMAX | SCAL},
-        {"attn_alibi_scalar", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SCAL},
         /* scr13's forms: the softcap split at its tanh (_skip: the opt-in
          * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP takes tanh(x) as x where a
          * warp's every |x| rounds so), ALiBi's bias for each of a thread's
@@ -1284,6 +1290,11 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * count (_order: KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER) */
         {"attn_block_sparse_walk", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK},
+        /* the keep map's edge path merged into the inner tiles' (_m:
+         * KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED, the kernel before att16:
+         * 64 FSEL on every kept 128-key tile), and with the lazy rescale (_zm) */
+        {"attn_block_sparse_m", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, BSM},
         {"attn_block_sparse_order", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER},
         /* the walk with the tail longest first but the query tiles in their
