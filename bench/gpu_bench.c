@@ -1087,7 +1087,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t NARROW = KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS;
     const uint64_t CL2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
     const uint64_t RMAX = KF_CUDA_RECIPE_ATTENTION_ROW_MAX;
-    const uint64_t LAZY = KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE;
+    const uint64_t EAGER = KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE;
     const uint64_t BSM = KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED;
     const uint64_t SKIP = KF_CUDA_RECIPE_ATTENTION_TANH_SKIP;
     const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
@@ -1216,16 +1216,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * form before the narrower one, nc14) */
         {"attn_noncausal_full", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO,
          KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
-        /* att16: O, l and m rescaled only where a row max grew past 2^8
-         * (_z: KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE), for every form that
-         * keeps a running max */
-        {"attn_noncausal_z", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, LAZY},
-        {"attn_causal_z", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LAZY},
-        {"attn_gqa_z", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LAZY},
-        {"attn_block_sparse_z", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
-         KF_GEMM_AUTO, LAZY},
-        {"attn_causal_b16h16s1024d64_z", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
-         LAZY},
+        /* att16: head dim 128 rescales O, l and m only where a row max grew
+         * past 2^8 by default; _y: at every key tile (KF_CUDA_RECIPE_
+         * ATTENTION_EAGER_RESCALE, the kernel before). At e5fbc65 the rows
+         * _z were the lazy form by an opt-in flag (the same bit) and the
+         * plain rows the per-tile one */
+        {"attn_noncausal_y", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, EAGER},
+        {"attn_causal_y", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, EAGER},
+        {"attn_gqa_y", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, EAGER},
+        {"attn_block_sparse_y", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, EAGER},
         {"attn_noncausal_chain", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         /* non-causal (the default: 176-key tiles) with 128-key tiles (_narrow:
          * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS, the default before), in 2-CTA
@@ -1292,7 +1292,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK},
         /* the keep map's edge path merged into the inner tiles' (_m:
          * KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED, the kernel before att16:
-         * 64 FSEL on every kept 128-key tile), and with the lazy rescale (_zm) */
+         * 64 FSEL on every kept 128-key tile) */
         {"attn_block_sparse_m", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
          KF_GEMM_AUTO, BSM},
         {"attn_block_sparse_order", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",

@@ -45,7 +45,8 @@
  *     softcap at head dim 128, whose tanh takes MUFU too: 2) while
  *     P.V(j-1) may still run; then waits for the second, gives
  *     V(j-1) back, rescales O (which now holds P.V(j-1); with
- *     KF_LAZY_RESCALE only when a row max of the warp grew past 2^8) and
+ *     KF_LAZY_RESCALE -- the generator's default at head dim 128 --
+ *     only when a row max of the warp grew past 2^8) and
  *     packs P(j).
  *     The score's bf16/f16 roundings are packed conversions (F2FP, the ALU
  *     pipe; cg_attention.c's kf_round_*_alu): the scalar ones are F2F on

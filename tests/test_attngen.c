@@ -415,27 +415,29 @@ static void test_the_items_join_by_default_and_come_apart_with_the_flag(void **s
     plan_release(&p);
 }
 
-/* att16's forms. KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE: every variant with a
- * running row max (causal D128, Sq != Skv D64, the per-head block-sparse
- * maps, GQA, the 176-key form) takes it -- its name (letter z), source and
- * report say so -- and compiles with no spills, its warp vote (VOTE.ANY) in
- * the SASS where the default's has none; a bounded score (the softcap) has
- * no running max and stays as it was. The block-sparse kernels' edge path
- * (a ragged or dropped tile) is a branch by default: the B4 H32 S4096 map
- * of 128 x 128 tiles' kernel (the bench's) holds no more than a few FSEL
- * where KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED's (letter m, the kernel
- * before) selects every score of a kept tile by it (64 a 128-key tile, on
- * each of the two steps' paths). */
+/* att16's forms. The lazy rescale (KF_LAZY_RESCALE): every variant with a
+ * running row max at head dim 128 (causal, GQA, the 176-key form) takes it
+ * by default -- its source says so, its SASS holds the warp vote
+ * (VOTE.ANY), no spills -- and KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE gives
+ * the per-tile rescale there (letter y, the report says so; no vote); head
+ * dim 64 (Sq != Skv, the per-head block-sparse maps) and a bounded score
+ * (the softcap: no running max) keep the per-tile rescale whatever the flag.
+ * The block-sparse kernels' edge path (a ragged or dropped tile) is a
+ * branch by default: the B4 H32 S4096 map of 128 x 128 tiles' kernel (the
+ * bench's) holds no more than a few FSEL where
+ * KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED's (letter m, the kernel before)
+ * selects every score of a kept tile by it (64 a 128-key tile, on each of
+ * the two steps' paths). */
 static void test_the_lazy_rescale_and_the_keep_map_edge_branch_compile(void **state) {
     (void)state;
-    const uint64_t lazy = KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE;
+    const uint64_t eager = KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE;
     static char sass[1 << 22];
     static const char *const wide =
         "kfg 1\nq = input(bf16[2, 3, 500, 128])\nk = input(bf16[2, 3, 650, 128])\n"
         "v = input(bf16[2, 3, 650, 128])\nqk = matmul(q, k, transpose_b=true)\n"
         "sc = const(bf16[], 0.08838834764)\ns1 = mul(qk, sc)\np = softmax(s1)\n"
         "o = matmul(p, v)\noutput o\n";
-    static const int which[] = {0, 1, 6, 7, -1, 3};
+    static const int which[] = {0, 7, -1, 1, 6, 3};
     for (size_t w = 0; w < N_OF(which); w++) {
         char text[4096];
         if (which[w] >= 0)
@@ -443,36 +445,43 @@ static void test_the_lazy_rescale_and_the_keep_map_edge_branch_compile(void **st
         else
             snprintf(text, sizeof text, "%s", wide);
         const char *nm = which[w] >= 0 ? cases[which[w]].name : "no mask, 176-key tiles";
-        const bool capped = which[w] == 3;
+        /* head dim 128 with a running max */
+        const bool lazy = which[w] == 0 || which[w] == 7 || which[w] < 0;
         planned p;
         plan_text(text, &p);
         kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
-        kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, lazy);
-        const kf_cuda_recipe *rc = attn_recipe(p.plan, r1);
-        const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
-        const kf_cuda_kernel *k1 = &rc->steps[0].kernel->kernel;
-        const char *us = strchr(k1->name, '_');
-        const bool z = us && memchr(k1->name, 'z', (size_t)(us - k1->name)) != NULL;
-        assert_non_null(strstr(k0->source, "#define KF_LAZY_RESCALE 0"));
-        if (capped) {
-            if (z || strstr(rc->variants[0].how, "rescaled lazily"))
-                fail_msg("%s: a bounded score took the lazy rescale: %s", nm, k1->name);
+        kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, eager);
+        const kf_cuda_recipe *rc0 = attn_recipe(p.plan, r0), *rc1 = attn_recipe(p.plan, r1);
+        const kf_cuda_kernel *k0 = &rc0->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &rc1->steps[0].kernel->kernel;
+        const char *us0 = strchr(k0->name, '_'), *us1 = strchr(k1->name, '_');
+        assert_non_null(us0);
+        assert_non_null(us1);
+        const size_t n0 = (size_t)(us0 - k0->name), n1 = (size_t)(us1 - k1->name);
+        if (memchr(k0->name, 'y', n0) || memchr(k0->name, 'z', n0) ||
+            memchr(k1->name, 'z', n1) || strstr(rc0->variants[0].how, "rescaled"))
+            fail_msg("%s: %s / %s: %s", nm, k0->name, k1->name, rc0->variants[0].how);
+        if (!lazy) {
+            assert_non_null(strstr(k0->source, "#define KF_LAZY_RESCALE 0"));
             assert_string_equal(k0->source, k1->source);
-            fprintf(stderr, "  %s: %s, no running max to rescale\n", nm, k1->name);
+            fprintf(stderr, "  %s: %s, the per-tile rescale whatever the flag\n", nm, k0->name);
         } else {
-            if (!z || !strstr(rc->variants[0].how, "; O rescaled lazily") ||
-                !strstr(k1->source, "#define KF_LAZY_RESCALE 1"))
-                fail_msg("%s: %s is not the lazy form: %s", nm, k1->name, rc->variants[0].how);
-            if (which[w] < 0 && !strstr(k1->name, "w"))
-                fail_msg("%s: %s is not the 176-key form", nm, k1->name);
-            kf_sass_check_hopper(&MEM, k1);
-            kf_sass_text(&MEM, k1, sass, sizeof sass);
-            const int v1 = count_between(sass, sass + strlen(sass), "VOTE.ANY");
+            if (!strstr(k0->source, "#define KF_LAZY_RESCALE 1") ||
+                !strstr(k1->source, "#define KF_LAZY_RESCALE 0") || !memchr(k1->name, 'y', n1) ||
+                !strstr(rc1->variants[0].how, "; O rescaled every key tile"))
+                fail_msg("%s: %s (lazy) / %s (eager): %s", nm, k0->name, k1->name,
+                         rc1->variants[0].how);
+            if (which[w] < 0 && !memchr(k0->name, 'w', n0))
+                fail_msg("%s: %s is not the 176-key form", nm, k0->name);
+            kf_sass_check_hopper(&MEM, k0);
             kf_sass_text(&MEM, k0, sass, sizeof sass);
             const int v0 = count_between(sass, sass + strlen(sass), "VOTE.ANY");
-            if (v1 < 1 || v0 != 0)
-                fail_msg("%s: VOTE.ANY %d in the lazy form, %d by default", nm, v1, v0);
-            fprintf(stderr, "  %s: %s compiles, no spills, %d VOTE.ANY\n", nm, k1->name, v1);
+            kf_sass_text(&MEM, k1, sass, sizeof sass);
+            const int v1 = count_between(sass, sass + strlen(sass), "VOTE.ANY");
+            if (v0 < 1 || v1 != 0)
+                fail_msg("%s: VOTE.ANY %d by default (lazy), %d per tile", nm, v0, v1);
+            fprintf(stderr, "  %s: %s compiles lazy, no spills, %d VOTE.ANY; %s per tile\n", nm,
+                    k0->name, v0, k1->name);
         }
         kf_cuda_recipes_destroy(r1);
         kf_cuda_recipes_destroy(r0);

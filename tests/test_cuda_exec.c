@@ -1813,33 +1813,33 @@ static void test_sm90_attention_pair_score_form_matches_the_reference(void **sta
 }
 
 /* att16's forms against the reference, bf16: O, l and m rescaled lazily
- * (KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE, kernel letter z) on the wide
- * non-causal form (8 key tiles), causal with a ragged S 200 and at head dim
- * 64, GQA, a ragged S 300 with more units than SMs, Sq != Skv without a
- * mask, the block-sparse map with an empty row (the dropped tiles' fill)
- * and the per-head maps, and the scores that grow along the keys (a rescale
- * every tile; a tile or two apart); the block-sparse cases also in the
- * default form (the edge path a branch) and the merged one before it
- * (KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED, letter m). */
+ * (the default at head dim 128) on the wide non-causal form (8 key tiles),
+ * causal with a ragged S 200, GQA, Sq 520 != Skv 260 with more units than
+ * SMs, the block-sparse map with an empty row (the dropped tiles' fill) and
+ * scores that grow along the keys (rescales a tile or two apart), each also
+ * with the per-tile rescale (KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE, kernel
+ * letter y); the block-sparse cases also in the default form (the edge path
+ * a branch) and the merged one before it (KF_CUDA_RECIPE_ATTENTION_BS_EDGE_
+ * MERGED, letter m). (At e5fbc65 the lazy form was an opt-in flag on the
+ * same bit and passed these cases and four at head dim 64 on an H100.) */
 static void test_sm90_attention_lazy_rescale_and_keep_map_edges_match_the_reference(
     void **state) {
     (void)state;
     REQUIRE_GPU();
-    static const char *const lazy[] = {
+    static const char *const d128[] = {
         "no mask, S 1000 (8 key tiles), head dim 128",
         "causal, S 200 (not a tile multiple), head dim 128",
-        "causal, S 900, head dim 64",
         "GQA 8:1 (K, V broadcast over the head group) + causal",
-        "causal, S 300, 80 heads: more units than SMs",
         "no mask, Sq 520 Skv 260, 72 heads: more units than SMs",
         "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
-        "block-sparse per-head keep maps [H, 4, 6] of 128x128, dropping where true",
-        "scores growing 0.06 a key: a rescale every tile, head dim 64",
         "scores growing 0.02 a key, causal: rescales a tile or two apart, head dim 128",
     };
-    for (size_t i = 0; i < N_OF(lazy); i++)
-        run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE, "bf16", "bf16", 4460 + i,
-                            "O rescaled lazily", NULL, NULL, "lazy rescale", lazy[i]);
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < N_OF(d128); i++)
+            run_sm90_cases_only(f ? KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE : 0, "bf16", "bf16",
+                                4460 + 10 * (uint64_t)f + i,
+                                f ? "O rescaled every key tile" : NULL, NULL, NULL,
+                                f ? "per-tile rescale" : "lazy rescale", d128[i]);
     static const char *const bs[] = {
         "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
         "block-sparse per-head keep maps [H, 4, 6] of 128x128, dropping where true",
@@ -1852,8 +1852,8 @@ static void test_sm90_attention_lazy_rescale_and_keep_map_edges_match_the_refere
                                 f ? "keep map edges merged" : "keep map edges", bs[i]);
 }
 
-/* The same forms on two ragged cases alone, the lazy rescale with the
- * keep map's edge branch (the 176-key form at S 1000, 8 key tiles with a
+/* The defaults on two ragged cases alone, the lazy rescale with the keep
+ * map's edge branch (the 176-key form at S 1000, 8 key tiles with a
  * ragged last one and ragged query tiles; the block-sparse S 520 map with
  * an empty row): the cases compute-sanitizer's memcheck and racecheck run
  * (KF_TEST_FILTER picks this test). */
@@ -1865,8 +1865,8 @@ static void test_sm90_attention_lazy_rescale_on_ragged_cases_matches_the_referen
         "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
     };
     for (size_t i = 0; i < N_OF(names); i++)
-        run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE, "bf16", "bf16", 4500 + i,
-                            "O rescaled lazily", NULL, NULL, "lazy rescale, ragged", names[i]);
+        run_sm90_cases_only(0, "bf16", "bf16", 4500 + i, NULL, NULL, NULL, "lazy rescale, ragged",
+                            names[i]);
 }
 
 /* The pair form's split at a softcap's tanh (kf_score_pre, then tanh(x) as

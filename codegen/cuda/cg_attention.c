@@ -105,7 +105,9 @@ static uint32_t sm90_stages(int64_t d) {
 #endif
 /* KF_SM90_LAZY_RESCALE (build-time, for measuring; 0: off): the sm_90a
  * kernel rescales O, l and m only when a warp's row max grew past 2^8
- * (templates/attention_sm90.cuh), not at every key tile. It takes 46
+ * (templates/attention_sm90.cuh), not at every key tile, at head dim 64 too
+ * (at 128 it does by default since att16: KF_CUDA_RECIPE_ATTENTION_EAGER_
+ * RESCALE has the measurements). It takes 46
  * instructions out of a head-dim-64 key tile (the rescale's 32 FMULs and
  * 2 exp2s), but puts a warp vote and a branch between the row max and the
  * exp2s, and the kernel is not issue-bound there: H200, B16 H16 S1024 D64
@@ -1333,14 +1335,15 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                               !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
                           ? KF_SM90_TANH_POLY
                           : 0;
-    /* O, l and m rescaled lazily (KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE, or
-     * the build-time KF_SM90_LAZY_RESCALE): only where the scores have a
-     * running max (not a bounded score's fixed shift) */
-    const int lazy =
-        sm90 && smax <= 0 &&
-                (KF_SM90_LAZY_RESCALE || (rflags & KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE))
-            ? 1
-            : 0;
+    /* O, l and m rescaled lazily where the scores have a running max (not a
+     * bounded score's fixed shift): by default at head dim 128 (but where
+     * KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE keeps the per-tile rescale:
+     * kernel letter y), at 64 where the build-time KF_SM90_LAZY_RESCALE
+     * asks (letter z: measured slower there) */
+    const bool runmax = sm90 && smax <= 0;
+    const bool eager =
+        runmax && at->d == 128 && (rflags & KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE);
+    const int lazy = runmax && !eager && (at->d == 128 || KF_SM90_LAZY_RESCALE) ? 1 : 0;
     /* a block-sparse keep map's edge path merged into the inner one (the
      * kernel before att16: KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED) */
     const int merged =
@@ -1350,15 +1353,18 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * tiles (r: the ragged last one narrower), c: 2-CTA clusters, b: bounded
      * scores, a fixed shift, e: exp2s partly by polynomial, h: tanh partly
      * by a rational, i: items one at a time, j: items joined where they are
-     * not by default, z: O rescaled lazily, m: a keep map's edge path merged
-     * (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwrcbehizm_) */
+     * not by default, z: O rescaled lazily where it is not by default (head
+     * dim 64), y: O rescaled every key tile where it is lazy by default (head
+     * dim 128), m: a keep map's edge path merged (fa3p_, fa3f_, fa3pf_, fa3t_,
+     * ..., fa3pftlwrcbehizm_) */
     char prefix[24] = "fa_";
     if (sm90)
         snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.bcl ? "r" : "", sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "",
                  bst ? "s" : "", bsk ? "k" : "", poly > 0 ? "e" : "", tpoly > 0 ? "h" : "",
-                 apart ? "i" : joined ? "j" : "", lazy ? "z" : "", merged ? "m" : "");
+                 apart ? "i" : joined ? "j" : "",
+                 lazy && at->d != 128 ? "z" : eager ? "y" : "", merged ? "m" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1405,10 +1411,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0 || tpoly > 0 || apart || joined || lazy || merged)
+            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged)
             cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
                       merged ? "the keep map's edge path merged; " : "",
-                      lazy ? "O rescaled lazily; " : "",
+                      lazy ? "O rescaled lazily; " : eager ? "O rescaled every key tile; " : "",
                       apart ? "items one at a time; " : joined ? "items joined; " : "",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
                       tpoly > 0 ? "tanh partly by a rational on the FMA pipe; " : "",

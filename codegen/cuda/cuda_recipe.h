@@ -384,18 +384,25 @@ enum {
  * it takes them as trees by default (KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX,
  * which asks for them at 64): the form before, kept to measure */
 #define KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX (UINT64_C(1) << 46)
-/* internal, off by default (att16, to measure): the sm_90a attention kernel
- * rescales O, l and m to a key tile's row max only where a row max of the
- * warp grew past 2^8 (in exp2's units) since the last rescale (templates/
- * attention_sm90.cuh, KF_LAZY_RESCALE; kernel letter z), where by default it
- * rescales at every key tile: a warp vote and a branch in place of O's 64
- * FMULs, l's 2 and alpha's 2 MUFU.EX2 on nearly every tile. Not with a
- * bounded score (KF_SCORE_MAX: no running max, nothing to rescale). The
- * build-time KF_SM90_LAZY_RESCALE (cg_attention.c) measured it slower at
- * head dim 64 (H200, 2216768); this asks for it per recipe, where the
- * 176-key tile's softmax runs after P.V's wait (ptxas needs P's registers
- * for the row max) */
-#define KF_CUDA_RECIPE_ATTENTION_LAZY_RESCALE (UINT64_C(1) << 54)
+/* internal: the sm_90a attention kernel at head dim 128 rescales O, l and m
+ * to every key tile's row max (the kernel before att16; kernel letter y),
+ * where by default it rescales them only where a row max of the warp grew
+ * past 2^8 (in exp2's units) since the last rescale (templates/
+ * attention_sm90.cuh, KF_LAZY_RESCALE: a warp vote and a branch in place of
+ * O's 64 FMULs, l's 2 and alpha's 2 MUFU.EX2 on nearly every tile, and in
+ * the 176-key form the row max then runs before P.V's wait, which ptxas
+ * otherwise hoists above it for P's registers). Not with a bounded score
+ * (KF_SCORE_MAX: no running max). Measured (H100, e5fbc65, two runs of one
+ * process each, the lazy form then the opt-in flag 54, peers in the second):
+ * non-causal B4 H32 S4096 D128 1.6443 / 1.6531 -> 1.6035 / 1.6196 ms idle,
+ * A B B A under load 1.8110 / 1.8440 -> 1.8043 / 1.7972 (cuDNN 1.6905);
+ * causal 0.9149 / 0.9166 -> 0.9105 / 0.9032, A B B A 1.0312 -> 1.0226
+ * (cuDNN 0.9555); GQA 0.9102 -> 0.8987; block-sparse 0.9170 / 0.9129 ->
+ * 0.8992 / 0.8972, A B B A 1.0465 -> 1.0252 (Flex 1.5018); but GPT-2's
+ * causal B16 H16 S1024 D64 0.1098 / 0.1092 -> 0.1172 / 0.1155, slower, so
+ * head dim 64 keeps the per-tile rescale (the build-time
+ * KF_SM90_LAZY_RESCALE asks for the lazy one there too: letter z) */
+#define KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE (UINT64_C(1) << 54)
 /* internal: a bounded score with a tanh (a softcap: cg_attention.c,
  * score_max) keeps every softmax exp2 on MUFU in the sm_90a kernel, where at
  * head dim 128 it takes a quarter of them (KF_SM90_EXP2_POLY_D128) as the

@@ -118,7 +118,9 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   sm90_form(name, 'i') ? "; items one at a time"
                   : sm90_form(name, 'j') ? "; items joined"
                                          : "",
-                  sm90_form(name, 'z') ? "; O rescaled lazily (past 2^8)" : "",
+                  sm90_form(name, 'z')   ? "; O rescaled lazily (past 2^8)"
+                  : sm90_form(name, 'y') ? "; O rescaled every key tile"
+                                         : "",
                   sm90_form(name, 'm') ? "; the keep map's edge path merged" : "");
     else
         kf_rb_how(b, 0,
