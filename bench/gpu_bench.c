@@ -1088,7 +1088,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t NARROW = KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS;
     const uint64_t CL2 = KF_CUDA_RECIPE_ATTENTION_CLUSTER2;
     const uint64_t RMAX = KF_CUDA_RECIPE_ATTENTION_ROW_MAX;
-    const uint64_t SCAL = KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE;
+    const uint64_t EAGER = KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE;
+    const uint64_t BSM = KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED;
     const uint64_t SKIP = KF_CUDA_RECIPE_ATTENTION_TANH_SKIP;
     const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
     const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
@@ -1216,6 +1217,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * form before the narrower one, nc14) */
         {"attn_noncausal_full", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO,
          KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
+        /* att16: head dim 128 rescales O, l and m only where a row max grew
+         * past 2^8 by default; _y: at every key tile (KF_CUDA_RECIPE_
+         * ATTENTION_EAGER_RESCALE, the kernel before). At e5fbc65 the rows
+         * _z were the lazy form by an opt-in flag (the same bit) and the
+         * plain rows the per-tile one */
+        {"attn_noncausal_y", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, EAGER},
+        {"attn_causal_y", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, EAGER},
+        {"attn_gqa_y", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, EAGER},
+        {"attn_block_sparse_y", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, EAGER},
         {"attn_noncausal_chain", texts[2], io, full, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         /* non-causal (the default: 176-key tiles) with 128-key tiles (_narrow:
          * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS, the default before), in 2-CTA
@@ -1242,15 +1253,10 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_h", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPOL},
         {"attn_softcap_t", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM | TPOL},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        /* the score's forms before the defaults of score12: the running row
-         * max kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX), the scalar
-         * inner score (_scalar: KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE), both
-         * (_rowmax_scalar: the kernel before them) */
+        /* the score's form before score12's fixed shift: the running row max
+         * kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX; score12's scalar
+         * inner score, _scalar, was retired with its flag by att16) */
         {"attn_softcap_rowmax", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RMAX},
-        {"attn_softcap_scalar", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SCAL},
-        {"attn_softcap_rowmax_scalar", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         RMAX | SCAL},
-        {"attn_alibi_scalar", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SCAL},
         /* scr13's forms: the softcap split at its tanh (_skip: the opt-in
          * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP takes tanh(x) as x where a
          * warp's every |x| rounds so), ALiBi's bias for each of a thread's
@@ -1285,6 +1291,11 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * count (_order: KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER) */
         {"attn_block_sparse_walk", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK},
+        /* the keep map's edge path merged into the inner tiles' (_m:
+         * KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED, the kernel before att16:
+         * 64 FSEL on every kept 128-key tile) */
+        {"attn_block_sparse_m", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, BSM},
         {"attn_block_sparse_order", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER},
         /* the walk with the tail longest first but the query tiles in their

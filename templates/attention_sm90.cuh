@@ -45,7 +45,8 @@
  *     softcap at head dim 128, whose tanh takes MUFU too: 2) while
  *     P.V(j-1) may still run; then waits for the second, gives
  *     V(j-1) back, rescales O (which now holds P.V(j-1); with
- *     KF_LAZY_RESCALE only when a row max of the warp grew past 2^8) and
+ *     KF_LAZY_RESCALE -- the generator's default at head dim 128 --
+ *     only when a row max of the warp grew past 2^8) and
  *     packs P(j).
  *     The score's bf16/f16 roundings are packed conversions (F2FP, the ALU
  *     pipe; cg_attention.c's kf_round_*_alu): the scalar ones are F2F on
@@ -123,7 +124,7 @@
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
  * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
  * a power of two, or any positive constant with f32 scores; 1: none),
- * KF_LAZY_RESCALE, KF_L2_PREFETCH, KF_PIN_SOFTMAX, KF_TREE_SOFTMAX, KF_TAIL_LPT,
+ * KF_LAZY_RESCALE, KF_BS_EDGE_MERGED, KF_L2_PREFETCH, KF_PIN_SOFTMAX, KF_TREE_SOFTMAX, KF_TAIL_LPT,
  * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg), KF_EXP2_POLY,
  * KF_TANH_POLY (with KF_SCORE_PAIR_T: kf_score_pair_t, the pair form with its
  * tanh on the FMA pipe, for KF_TANH_POLY of every 8 column groups),
@@ -215,6 +216,9 @@ static_assert(KF_TANH_POLY >= 0 && KF_TANH_POLY <= 8, "tanh by rational: 0 to 8 
 #endif
 #ifndef KF_ITEM_OVERLAP
 #define KF_ITEM_OVERLAP 0 /* the generator's: 1 joins an item's last P.V to the next's Q.K^T */
+#endif
+#ifndef KF_BS_EDGE_MERGED
+#define KF_BS_EDGE_MERGED 0 /* the generator's: 1 lets a keep map's edge path merge (below) */
 #endif
 /* the next item's Q must be loaded while this item's last P.V is not yet
  * issued: a second Q buffer */
@@ -858,6 +862,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const bool edge =
                     kf_attn_tile_edge(j, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
                 if (edge) {
+#if KF_MASK_SKIP == 3 && KF_BS_WHOLE && !KF_BS_EDGE_MERGED
+                    /* a whole-tile keep map's edge path (a ragged tile, or a
+                     * dropped one of an all-masked row) stays a branch:
+                     * its score is the inner one or the fill, so the
+                     * compiler merged the two paths into a select of every
+                     * score by bs_kept (64 FSEL a 128-key tile, on every
+                     * kept tile; the SASS of the B4 H32 S4096 map, att16),
+                     * which it may not across this statement */
+                    asm volatile("");
+#endif
 #if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG) && defined(KF_SCORE_DIAG_EDGE)
                     /* a causal mask's full-width edge tile (KF_SCORE_DIAG_
                      * EDGE): the pair form with its diagonal on every

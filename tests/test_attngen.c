@@ -415,6 +415,115 @@ static void test_the_items_join_by_default_and_come_apart_with_the_flag(void **s
     plan_release(&p);
 }
 
+/* att16's forms. The lazy rescale (KF_LAZY_RESCALE): every variant with a
+ * running row max at head dim 128 (causal, GQA, the 176-key form) takes it
+ * by default -- its source says so, its SASS holds the warp vote
+ * (VOTE.ANY), no spills -- and KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE gives
+ * the per-tile rescale there (letter y, the report says so; no vote); head
+ * dim 64 (Sq != Skv, the per-head block-sparse maps) and a bounded score
+ * (the softcap: no running max) keep the per-tile rescale whatever the flag.
+ * The block-sparse kernels' edge path (a ragged or dropped tile) is a
+ * branch by default: the B4 H32 S4096 map of 128 x 128 tiles' kernel (the
+ * bench's) holds no more than a few FSEL where
+ * KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED's (letter m, the kernel before)
+ * selects every score of a kept tile by it (64 a 128-key tile, on each of
+ * the two steps' paths). */
+static void test_the_lazy_rescale_and_the_keep_map_edge_branch_compile(void **state) {
+    (void)state;
+    const uint64_t eager = KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE;
+    static char sass[1 << 22];
+    static const char *const wide =
+        "kfg 1\nq = input(bf16[2, 3, 500, 128])\nk = input(bf16[2, 3, 650, 128])\n"
+        "v = input(bf16[2, 3, 650, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const(bf16[], 0.08838834764)\ns1 = mul(qk, sc)\np = softmax(s1)\n"
+        "o = matmul(p, v)\noutput o\n";
+    static const int which[] = {0, 7, -1, 1, 6, 3};
+    for (size_t w = 0; w < N_OF(which); w++) {
+        char text[4096];
+        if (which[w] >= 0)
+            graph_text(cases[which[w]].body, "bf16", text, sizeof text);
+        else
+            snprintf(text, sizeof text, "%s", wide);
+        const char *nm = which[w] >= 0 ? cases[which[w]].name : "no mask, 176-key tiles";
+        /* head dim 128 with a running max */
+        const bool lazy = which[w] == 0 || which[w] == 7 || which[w] < 0;
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, eager);
+        const kf_cuda_recipe *rc0 = attn_recipe(p.plan, r0), *rc1 = attn_recipe(p.plan, r1);
+        const kf_cuda_kernel *k0 = &rc0->steps[0].kernel->kernel;
+        const kf_cuda_kernel *k1 = &rc1->steps[0].kernel->kernel;
+        const char *us0 = strchr(k0->name, '_'), *us1 = strchr(k1->name, '_');
+        assert_non_null(us0);
+        assert_non_null(us1);
+        const size_t n0 = (size_t)(us0 - k0->name), n1 = (size_t)(us1 - k1->name);
+        if (memchr(k0->name, 'y', n0) || memchr(k0->name, 'z', n0) ||
+            memchr(k1->name, 'z', n1) || strstr(rc0->variants[0].how, "rescaled"))
+            fail_msg("%s: %s / %s: %s", nm, k0->name, k1->name, rc0->variants[0].how);
+        if (!lazy) {
+            assert_non_null(strstr(k0->source, "#define KF_LAZY_RESCALE 0"));
+            assert_string_equal(k0->source, k1->source);
+            fprintf(stderr, "  %s: %s, the per-tile rescale whatever the flag\n", nm, k0->name);
+        } else {
+            if (!strstr(k0->source, "#define KF_LAZY_RESCALE 1") ||
+                !strstr(k1->source, "#define KF_LAZY_RESCALE 0") || !memchr(k1->name, 'y', n1) ||
+                !strstr(rc1->variants[0].how, "; O rescaled every key tile"))
+                fail_msg("%s: %s (lazy) / %s (eager): %s", nm, k0->name, k1->name,
+                         rc1->variants[0].how);
+            if (which[w] < 0 && !memchr(k0->name, 'w', n0))
+                fail_msg("%s: %s is not the 176-key form", nm, k0->name);
+            kf_sass_check_hopper(&MEM, k0);
+            kf_sass_text(&MEM, k0, sass, sizeof sass);
+            const int v0 = count_between(sass, sass + strlen(sass), "VOTE.ANY");
+            kf_sass_text(&MEM, k1, sass, sizeof sass);
+            const int v1 = count_between(sass, sass + strlen(sass), "VOTE.ANY");
+            if (v0 < 1 || v1 != 0)
+                fail_msg("%s: VOTE.ANY %d by default (lazy), %d per tile", nm, v0, v1);
+            fprintf(stderr, "  %s: %s compiles lazy, no spills, %d VOTE.ANY; %s per tile\n", nm,
+                    k0->name, v0, k1->name);
+        }
+        kf_cuda_recipes_destroy(r1);
+        kf_cuda_recipes_destroy(r0);
+        plan_release(&p);
+    }
+    /* the bench's block-sparse shape, one map for every batch-head */
+    planned p;
+    plan_text("kfg 1\nq = input(bf16[4, 32, 4096, 128])\nk = input(bf16[4, 32, 4096, 128])\n"
+              "v = input(bf16[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+              "sc = const(bf16[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+              "kin = input(bool[32, 32])\nbi = iota(i32[32, 32], axis=0)\n"
+              "bj = iota(i32[32, 32], axis=1)\ndiag = eq(bi, bj)\n"
+              "bm = where(diag, diag, kin)\noutput bm\n"
+              "r0 = repeat(bm, axis=0, times=128)\nmk = repeat(r0, axis=1, times=128)\n"
+              "ninf = const(bf16[], -inf)\ns1 = where(mk, s0, ninf)\np = softmax(s1)\n"
+              "o = matmul(p, v)\noutput o\n",
+              &p);
+    int fsel[2];
+    for (int f = 0; f < 2; f++) {
+        kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                             f ? KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED : 0);
+        const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+        const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+        const bool m = strstr(k->name, "m_") != NULL &&
+                       strstr(rc->variants[0].how, "; the keep map's edge path merged");
+        if (m != (f == 1) ||
+            !strstr(k->source, f ? "#define KF_BS_EDGE_MERGED 1" : "#define KF_BS_EDGE_MERGED 0"))
+            fail_msg("block-sparse [%s]: %s: %s", f ? "merged" : "default", k->name,
+                     rc->variants[0].how);
+        kf_sass_check_hopper(&MEM, k);
+        kf_sass_text(&MEM, k, sass, sizeof sass);
+        fsel[f] = count_between(sass, sass + strlen(sass), "FSEL");
+        kf_cuda_recipes_destroy(r);
+    }
+    if (fsel[0] > 16 || fsel[1] < fsel[0] + 120)
+        fail_msg("block-sparse: %d FSEL by default, %d with the edge path merged", fsel[0],
+                 fsel[1]);
+    fprintf(stderr, "  block-sparse B4 H32 S4096: FSEL %d merged -> %d by default\n", fsel[1],
+            fsel[0]);
+    plan_release(&p);
+}
+
 /* KF_CUDA_RECIPE_ATTENTION_TAIL_LPT: the variants whose item walks differ
  * (causal, Sq != Skv, sliding window, block-sparse, GQA; bf16) take it with
  * every other form -- the kernel's name (fa3pftl_), its source and the
@@ -1216,11 +1325,12 @@ static void test_the_exp2_share_by_polynomial(void **state) {
  * ALiBi's (bf16) and the softcap's (bf16, its fixed shift too) default
  * sm_90a kernels define it and compile to bf16x2 arithmetic (ALiBi: the bias
  * times the slope and the sum, HMUL2 and HADD2; the softcap: the cap's
- * product, HMUL2) with fewer instructions than the scalar form of
- * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE, which does not define it; no spills
- * (both without the diagonal, KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, and
- * without the split, which is off by default and adds a second path).
- * f16 scores and a folded scale (causal) keep the scalar form. */
+ * product, HMUL2); no spills (both without the diagonal,
+ * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, and without the split, which is off
+ * by default and adds a second path). f16 scores and a folded scale (causal)
+ * keep the scalar form. (The scalar form on demand, the retired
+ * ATTENTION_SCALAR_SCORE, took more instructions in both pair cases; att16
+ * reused its bit.) */
 static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state) {
     (void)state;
     static char sass[1 << 22];
@@ -1243,36 +1353,22 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
         /* the pair form alone: its split and diagonal have their own tests */
         const uint64_t one = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
         kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, one);
-        kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                                              one | KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE);
         const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
-        const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
-        assert_null(strstr(k1->source, "#define KF_SCORE_PAIR"));
         if (!v[i].pair) {
             assert_null(strstr(k0->source, "#define KF_SCORE_PAIR"));
-            assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: the scalar form\n", cases[v[i].ci].name, v[i].dn);
         } else {
             assert_non_null(strstr(k0->source, "#define KF_SCORE_PAIR"));
             kf_sass_check_hopper(&MEM, k0);
-            int n[2];
-            const kf_cuda_kernel *ks[2] = {k0, k1};
-            for (int f = 0; f < 2; f++) {
-                kf_sass_text(&MEM, ks[f], sass, sizeof sass);
-                n[f] = count_between(sass, sass + strlen(sass), "        /*");
-                for (int o = 0; f == 0 && o < 3 && v[i].ops[o]; o++)
-                    if (!strstr(sass, v[i].ops[o]))
-                        fail_msg("%s [%s]: no %s in the pair form's SASS", cases[v[i].ci].name,
-                                 v[i].dn, v[i].ops[o]);
-            }
-            if (n[0] >= n[1])
-                fail_msg("%s [%s]: %d instructions in the pair form, %d in the scalar one",
-                         cases[v[i].ci].name, v[i].dn, n[0], n[1]);
-            fprintf(stderr, "  %s [%s]: %d -> %d instructions\n", cases[v[i].ci].name, v[i].dn,
-                    n[1], n[0]);
+            kf_sass_text(&MEM, k0, sass, sizeof sass);
+            for (int o = 0; o < 3 && v[i].ops[o]; o++)
+                if (!strstr(sass, v[i].ops[o]))
+                    fail_msg("%s [%s]: no %s in the pair form's SASS", cases[v[i].ci].name,
+                             v[i].dn, v[i].ops[o]);
+            fprintf(stderr, "  %s [%s]: %d instructions, the pair form\n", cases[v[i].ci].name,
+                    v[i].dn, count_between(sass, sass + strlen(sass), "        /*"));
         }
         kf_cuda_recipes_destroy(r0);
-        kf_cuda_recipes_destroy(r1);
         plan_release(&p);
     }
 }
@@ -1467,6 +1563,7 @@ int main(void) {
         cmocka_unit_test(test_the_exp2_share_by_polynomial),
         cmocka_unit_test(test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe),
         cmocka_unit_test(test_the_tail_longest_first_compiles_with_every_form),
+        cmocka_unit_test(test_the_lazy_rescale_and_the_keep_map_edge_branch_compile),
         cmocka_unit_test(test_the_items_join_by_default_and_come_apart_with_the_flag),
         cmocka_unit_test(test_a_shared_keep_map_walks_from_shared_memory),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),

@@ -1799,19 +1799,74 @@ static void test_sm90_attention_bounded_scores_take_a_fixed_shift(void **state) 
 }
 
 /* The pair form of the inner score (kf_score_pair, the default where it is
- * shorter) and the scalar one (KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE): the
- * ALiBi and softcap cases (ragged, causal: edge tiles keep the scalar form),
- * bf16, each against the reference in both forms. */
-static void test_sm90_attention_pair_and_scalar_score_forms_match_the_reference(void **state) {
+ * shorter): the ALiBi and softcap cases (ragged, causal: edge tiles keep the
+ * scalar form), bf16, against the reference. (The scalar form on demand,
+ * ATTENTION_SCALAR_SCORE, is retired: att16 reused its bit.) */
+static void test_sm90_attention_pair_score_form_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     static const char *const names[] = {"ALiBi slope[h] (kv - q) + causal",
                                         "softcap 30 tanh(s / 30) + causal"};
+    for (size_t i = 0; i < N_OF(names); i++)
+        run_sm90_cases_only(0, "bf16", "bf16", 4400 + i, NULL, NULL, NULL, "pair score",
+                            names[i]);
+}
+
+/* att16's forms against the reference, bf16: O, l and m rescaled lazily
+ * (the default at head dim 128) on the wide non-causal form (8 key tiles),
+ * causal with a ragged S 200, GQA, Sq 520 != Skv 260 with more units than
+ * SMs, the block-sparse map with an empty row (the dropped tiles' fill) and
+ * scores that grow along the keys (rescales a tile or two apart), each also
+ * with the per-tile rescale (KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE, kernel
+ * letter y); the block-sparse cases also in the default form (the edge path
+ * a branch) and the merged one before it (KF_CUDA_RECIPE_ATTENTION_BS_EDGE_
+ * MERGED, letter m). (At e5fbc65 the lazy form was an opt-in flag on the
+ * same bit and passed these cases and four at head dim 64 on an H100.) */
+static void test_sm90_attention_lazy_rescale_and_keep_map_edges_match_the_reference(
+    void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const d128[] = {
+        "no mask, S 1000 (8 key tiles), head dim 128",
+        "causal, S 200 (not a tile multiple), head dim 128",
+        "GQA 8:1 (K, V broadcast over the head group) + causal",
+        "no mask, Sq 520 Skv 260, 72 heads: more units than SMs",
+        "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
+        "scores growing 0.02 a key, causal: rescales a tile or two apart, head dim 128",
+    };
     for (int f = 0; f < 2; f++)
-        for (size_t i = 0; i < N_OF(names); i++)
-            run_sm90_cases_only(f ? KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE : 0, "bf16", "bf16",
-                                4400 + 10 * (uint64_t)f + i, NULL, NULL, NULL,
-                                f ? "scalar score" : "pair score", names[i]);
+        for (size_t i = 0; i < N_OF(d128); i++)
+            run_sm90_cases_only(f ? KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE : 0, "bf16", "bf16",
+                                4460 + 10 * (uint64_t)f + i,
+                                f ? "O rescaled every key tile" : NULL, NULL, NULL,
+                                f ? "per-tile rescale" : "lazy rescale", d128[i]);
+    static const char *const bs[] = {
+        "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
+        "block-sparse per-head keep maps [H, 4, 6] of 128x128, dropping where true",
+    };
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < N_OF(bs); i++)
+            run_sm90_cases_only(f ? KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED : 0, "bf16", "bf16",
+                                4480 + 10 * (uint64_t)f + i,
+                                f ? "the keep map's edge path merged" : NULL, NULL, NULL,
+                                f ? "keep map edges merged" : "keep map edges", bs[i]);
+}
+
+/* The defaults on two ragged cases alone, the lazy rescale with the keep
+ * map's edge branch (the 176-key form at S 1000, 8 key tiles with a
+ * ragged last one and ragged query tiles; the block-sparse S 520 map with
+ * an empty row): the cases compute-sanitizer's memcheck and racecheck run
+ * (KF_TEST_FILTER picks this test). */
+static void test_sm90_attention_lazy_rescale_on_ragged_cases_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "no mask, S 1000 (8 key tiles), head dim 128",
+        "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
+    };
+    for (size_t i = 0; i < N_OF(names); i++)
+        run_sm90_cases_only(0, "bf16", "bf16", 4500 + i, NULL, NULL, NULL, "lazy rescale, ragged",
+                            names[i]);
 }
 
 /* The pair form's split at a softcap's tanh (kf_score_pre, then tanh(x) as
@@ -4680,7 +4735,9 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_block_sparse_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_forms_on_one_long_case),
         cmocka_unit_test(test_sm90_attention_bounded_scores_take_a_fixed_shift),
-        cmocka_unit_test(test_sm90_attention_pair_and_scalar_score_forms_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_pair_score_form_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_lazy_rescale_and_keep_map_edges_match_the_reference),
+        cmocka_unit_test(test_sm90_attention_lazy_rescale_on_ragged_cases_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_score_split_and_diagonal_match_the_reference),
         cmocka_unit_test(test_sm90_attention_alibi_diagonal_table_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_alibi_table_on_one_ragged_case),

@@ -105,7 +105,9 @@ static uint32_t sm90_stages(int64_t d) {
 #endif
 /* KF_SM90_LAZY_RESCALE (build-time, for measuring; 0: off): the sm_90a
  * kernel rescales O, l and m only when a warp's row max grew past 2^8
- * (templates/attention_sm90.cuh), not at every key tile. It takes 46
+ * (templates/attention_sm90.cuh), not at every key tile, at head dim 64 too
+ * (at 128 it does by default since att16: KF_CUDA_RECIPE_ATTENTION_EAGER_
+ * RESCALE has the measurements). It takes 46
  * instructions out of a head-dim-64 key tile (the rescale's 32 FMULs and
  * 2 exp2s), but puts a warp vote and a branch between the row max and the
  * exp2s, and the kernel is not issue-bound there: H200, B16 H16 S1024 D64
@@ -1333,19 +1335,36 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                               !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
                           ? KF_SM90_TANH_POLY
                           : 0;
+    /* O, l and m rescaled lazily where the scores have a running max (not a
+     * bounded score's fixed shift): by default at head dim 128 (but where
+     * KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE keeps the per-tile rescale:
+     * kernel letter y), at 64 where the build-time KF_SM90_LAZY_RESCALE
+     * asks (letter z: measured slower there) */
+    const bool runmax = sm90 && smax <= 0;
+    const bool eager =
+        runmax && at->d == 128 && (rflags & KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE);
+    const int lazy = runmax && !eager && (at->d == 128 || KF_SM90_LAZY_RESCALE) ? 1 : 0;
+    /* a block-sparse keep map's edge path merged into the inner one (the
+     * kernel before att16: KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED) */
+    const int merged =
+        sm90 && skip == 3 && (rflags & KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED) ? 1 : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles (r: the ragged last one narrower), c: 2-CTA clusters, b: bounded
      * scores, a fixed shift, e: exp2s partly by polynomial, h: tanh partly
      * by a rational, i: items one at a time, j: items joined where they are
-     * not by default (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwrcbehi_) */
-    char prefix[20] = "fa_";
+     * not by default, z: O rescaled lazily where it is not by default (head
+     * dim 64), y: O rescaled every key tile where it is lazy by default (head
+     * dim 128), m: a keep map's edge path merged (fa3p_, fa3f_, fa3pf_, fa3t_,
+     * ..., fa3pftlwrcbehizm_) */
+    char prefix[24] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.bcl ? "r" : "", sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "",
                  bst ? "s" : "", bsk ? "k" : "", poly > 0 ? "e" : "", tpoly > 0 ? "h" : "",
-                 apart ? "i" : joined ? "j" : "");
+                 apart ? "i" : joined ? "j" : "",
+                 lazy && at->d != 128 ? "z" : eager ? "y" : "", merged ? "m" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1392,8 +1411,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0 || tpoly > 0 || apart || joined)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
+            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
+                      merged ? "the keep map's edge path merged; " : "",
+                      lazy ? "O rescaled lazily; " : eager ? "O rescaled every key tile; " : "",
                       apart ? "items one at a time; " : joined ? "items joined; " : "",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
                       tpoly > 0 ? "tanh partly by a rational on the FMA pipe; " : "",
@@ -1415,9 +1436,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
                   "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_TANH_POLY %d\n"
-                  "#define KF_ITEM_OVERLAP %d\n",
-                  scale, KF_SM90_LAZY_RESCALE, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly, tpoly, ovl);
+                  "#define KF_ITEM_OVERLAP %d\n#define KF_BS_EDGE_MERGED %d\n",
+                  scale, lazy, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
+                  sh.preg, sh.creg, poly, tpoly, ovl, merged);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
@@ -1466,10 +1487,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (pl >= 0)
         cg_printf(&c.s, "#define KF_LSE p%d /* the scores' log-sum-exp, [.., sq] */\n\n", pl);
 
-    /* the sm_90a kernel's pair form of the inner score, but where
-     * KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE asks for the scalar one alone;
-     * split at a tanh only where KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks
-     * for it (the tanh on every tile otherwise); its diagonal once for both rows but where
+    /* the sm_90a kernel's pair form of the inner score where it takes the
+     * score (the scalar one elsewhere); split at a tanh only where
+     * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks for it (the tanh on every tile otherwise); its diagonal once for both rows but where
      * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW asks for it in each; its part
      * free of loads read from a table in shared memory where the table fits
      * (dtab_fits) but where KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE computes
@@ -1478,7 +1498,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     const bool dtab = sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE) &&
                       dtab_fits(&c, at, skip, nqt * br, br, &sh, arch);
     st = emit_score_fns(&c, skip != 0, fold, f32,
-                        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE),
+                        sm90,
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
                             (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW ? 0u : CG_PAIR_DIAG) |
                             (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u) |

@@ -269,11 +269,16 @@ enum {
  * cg_attention.c, score_max), which by default takes the bound as a fixed
  * shift instead; kept to measure the two against each other */
 #define KF_CUDA_RECIPE_ATTENTION_ROW_MAX (UINT64_C(1) << 37)
-/* internal: the sm_90a attention kernel's inner tiles evaluate the score
- * element by element (kf_score_inner) even where its pair form
- * (cg_attention_pair.c: two neighbouring keys at once, bf16x2 arithmetic)
- * takes fewer instructions; kept to measure the two against each other */
-#define KF_CUDA_RECIPE_ATTENTION_SCALAR_SCORE (UINT64_C(1) << 38)
+/* internal: the sm_90a attention kernel with a whole-tile block-sparse keep
+ * map lets the compiler merge its edge path (a ragged or dropped key tile:
+ * the inner score or the fill) into the inner tiles' path, a select of every
+ * score by whether the tile is kept -- 64 FSEL a 128-key tile on every kept
+ * tile (templates/attention_sm90.cuh, KF_BS_EDGE_MERGED) -- where by default
+ * the edge path stays a branch: the kernel before att16, kept to measure the
+ * two against each other. (Bit 38 was ATTENTION_SCALAR_SCORE, the inner
+ * score element by element where the pair form is shorter: the pair form
+ * won (score12), and att16 retired the flag to reuse its bit.) */
+#define KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED (UINT64_C(1) << 38)
 /* internal, off by default: the sm_90a attention kernel's pair form splits a
  * score at its rounded tanh (cg_attention_pair.c, pair_split): a warp whose
  * operands of a key tile all lie where the tanh rounds to its operand takes
@@ -393,6 +398,25 @@ enum {
  * it takes them as trees by default (KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX,
  * which asks for them at 64): the form before, kept to measure */
 #define KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX (UINT64_C(1) << 46)
+/* internal: the sm_90a attention kernel at head dim 128 rescales O, l and m
+ * to every key tile's row max (the kernel before att16; kernel letter y),
+ * where by default it rescales them only where a row max of the warp grew
+ * past 2^8 (in exp2's units) since the last rescale (templates/
+ * attention_sm90.cuh, KF_LAZY_RESCALE: a warp vote and a branch in place of
+ * O's 64 FMULs, l's 2 and alpha's 2 MUFU.EX2 on nearly every tile, and in
+ * the 176-key form the row max then runs before P.V's wait, which ptxas
+ * otherwise hoists above it for P's registers). Not with a bounded score
+ * (KF_SCORE_MAX: no running max). Measured (H100, e5fbc65, two runs of one
+ * process each, the lazy form then the opt-in flag 54, peers in the second):
+ * non-causal B4 H32 S4096 D128 1.6443 / 1.6531 -> 1.6035 / 1.6196 ms idle,
+ * A B B A under load 1.8110 / 1.8440 -> 1.8043 / 1.7972 (cuDNN 1.6905);
+ * causal 0.9149 / 0.9166 -> 0.9105 / 0.9032, A B B A 1.0312 -> 1.0226
+ * (cuDNN 0.9555); GQA 0.9102 -> 0.8987; block-sparse 0.9170 / 0.9129 ->
+ * 0.8992 / 0.8972, A B B A 1.0465 -> 1.0252 (Flex 1.5018); but GPT-2's
+ * causal B16 H16 S1024 D64 0.1098 / 0.1092 -> 0.1172 / 0.1155, slower, so
+ * head dim 64 keeps the per-tile rescale (the build-time
+ * KF_SM90_LAZY_RESCALE asks for the lazy one there too: letter z) */
+#define KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE (UINT64_C(1) << 54)
 /* internal: a bounded score with a tanh (a softcap: cg_attention.c,
  * score_max) keeps every softmax exp2 on MUFU in the sm_90a kernel, where at
  * head dim 128 it takes a quarter of them (KF_SM90_EXP2_POLY_D128) as the
@@ -626,7 +650,7 @@ typedef struct kf_cuda_variant {
     char label[32];      /* "cublaslt", "generated", ... */
     uint32_t first_step; /* into recipe->steps */
     uint32_t n_steps;
-    char how[384]; /* what runs and why, for the report */
+    char how[512]; /* what runs and why, for the report */
 } kf_cuda_variant;
 
 typedef struct kf_cuda_recipe {

@@ -102,7 +102,7 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     if (sm90)
         kf_rb_how(b, 0,
                   "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
-                  "%s%s%s%s%s%s%s%s%s%s%s%s%s",
+                  "%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
                   sm90_form(name, 'f') ? "; f32 scores, the scale folded into the softmax" : "",
@@ -117,7 +117,11 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   sm90_form(name, 'h') ? "; tanh partly by a rational on the FMA pipe" : "",
                   sm90_form(name, 'i') ? "; items one at a time"
                   : sm90_form(name, 'j') ? "; items joined"
-                                         : "");
+                                         : "",
+                  sm90_form(name, 'z')   ? "; O rescaled lazily (past 2^8)"
+                  : sm90_form(name, 'y') ? "; O rescaled every key tile"
+                                         : "",
+                  sm90_form(name, 'm') ? "; the keep map's edge path merged" : "");
     else
         kf_rb_how(b, 0,
                   "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
