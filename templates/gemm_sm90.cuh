@@ -208,6 +208,15 @@
                   KF_SIB || KF_EPI_AHEAD || (defined(KF_SK) && KF_SK))
 #error "KF_EPI_RS: the TMA-store epilogue, one CTA, no head view, pair, set, ahead or SK"
 #endif
+#ifndef KF_EPI_CS
+#define KF_EPI_CS 0 /* the TMA-store epilogue: its column operands (a bias, this many) copied
+                       into the staging area when a tile starts (the generated
+                       kf_epi_cs_fetch), read there by kf_epi (its csm) */
+#endif
+#if KF_EPI_CS && (!KF_EPI_TMA || KF_EPI_RS || KF_HEAD_D || KF_DUAL || KF_SIB || KF_A_FOLD ||      \
+                  (defined(KF_SK) && KF_SK))
+#error "KF_EPI_CS: the TMA-store epilogue, no chunk buffers, head view, pair, set, fold or SK"
+#endif
 #ifndef KF_EPI_AHEAD
 #define KF_EPI_AHEAD 0 /* the TMA-store epilogue: 1 computes two chunks' values before it
                           stores the first (kf_gm_epi_tma); 0 (the default) chunk by chunk */
@@ -337,6 +346,10 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
  * under the main loop. Loaded per column group in the epilogue, they left
  * the fold's GEMM 15% behind the bias-only one at K = 1024 (H200, ncu:
  * GPT-2's Q/K/V 171 us against 148 for cuBLASLt after the prologue kernel). */
+#if KF_EPI_CS
+#define KF_CS_AT 8192u /* the column operands' slots: past the 64 x 64 bf16 store buffer */
+static_assert(KF_EPI_CS * KF_ON * 2 <= KF_EPI_FLOATS * 4 - 8192, "the column slots fit");
+#endif
 #if KF_A_FOLD && KF_EPI_TMA
 #define KF_FOLD_PRE 1
 #else
@@ -695,6 +708,10 @@ __device__ __forceinline__ void kf_gm_epi_tma_vals(const float (&d)[KF_ACC], int
             float o[2];
 #if KF_HEAD_D
             kf_epi<2, AL, true>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#elif KF_EPI_CS
+            /* the column operands' pair in the staging area (its slot 0) */
+            kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o,
+                                buf + KF_CS_AT + 2u * (unsigned)(8 * j + 2 * (lane % 4)));
 #elif KF_EPI_RS
             /* the residual pair at the address the output pair goes to:
              * chunk (hf, ch)'s buffer, the 128-byte swizzle */
@@ -810,8 +827,8 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
                                 (int)((long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64), b);
     }
 #else
-#if KF_FOLD_PRE && KF_FOLD_LN
-    /* the tile's column terms, fetched when it started, are in */
+#if (KF_FOLD_PRE && KF_FOLD_LN) || KF_EPI_CS
+    /* the tile's column terms (operands), fetched when it started, are in */
     asm volatile("cp.async.wait_all;" ::: "memory");
     kf_gm_wg_sync(cw);
 #endif
@@ -1442,6 +1459,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                                   (long long)nb * KF_ON, threadIdx.x % 128, KF_ARGS);
 #endif
 #endif
+#endif
+#if KF_EPI_CS
+            /* The tile's columns of the epilogue's column operands (a bias)
+             * into the staging area, landing under the main loop (the
+             * previous tile's epilogue read them before its last barrier). */
+            kf_epi_cs_fetch((unsigned)__cvta_generic_to_shared(stg) + KF_CS_AT,
+                            (long long)nb * KF_ON, threadIdx.x % 128, KF_ARGS);
 #endif
 #if KF_A_NORM
             /* the statistics of this consumer's rows of the tile */

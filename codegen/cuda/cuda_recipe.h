@@ -363,6 +363,13 @@ enum {
  * FC1 (a norm folded into B, whose column terms then come from L2) 0.2726
  * against 0.2504; kept to measure */
 #define KF_CUDA_RECIPE_GEMM_EPI_BUF4 (UINT64_C(1) << 52)
+/* internal: a generated sm_90a GEMM's TMA-store epilogue loads its column
+ * operands (a bias) from global memory in each 64 x 64 chunk, between the
+ * store barriers (the form before), where by default
+ * (kf_cuda_gemm_shape.epi_cs) the consumer copies the tile's columns of them
+ * into its staging area by cp.async when the tile starts and the chunks read
+ * them from shared memory; kept to measure the two */
+#define KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL (UINT64_C(1) << 53)
 /* internal: the sm_90a attention kernel takes a share of its softmax's
  * exp2s as an FMA-pipe polynomial (templates/attention_sm90.cuh,
  * kf_ex2_poly; cg_attention.c, KF_SM90_EXP2_POLY_*: a quarter of a key

@@ -1035,6 +1035,14 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                 ((rs_node != KF_NONE && sh.pingpong) ||
                  (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_BUF4));
     sh.epi_pf = sh.epi_tma && (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_PF) && !sh.sk_grid;
+    /* The column operands (a bias) copied into the staging area when a tile
+     * starts, read from there by the chunks (gemm_sm90.cuh KF_EPI_CS), where
+     * each chunk's global loads waited between its store barriers (internal
+     * EPI_COLS_GLOBAL: the form before). Not with the 4 chunk buffers (no
+     * room), a fold (its column terms take the room), a head view, a pair, a
+     * sibling set or stream-K (a segment's tile starts more than once). */
+    sh.epi_cs = sh.epi_tma && !sh.epi_rs && !fold && !gm->head_dim && !dual && !sh.sk_grid &&
+                !b->sib_shape && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL);
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
     sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
