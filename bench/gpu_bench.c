@@ -2299,6 +2299,11 @@ int main(int argc, char **argv) {
          * cover N (internal EPI_NIN_ALL), against the default (_generated) */
         {"swiglu_generated_nin", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
+        /* the split row form's GEMM with its residual's rows prefetched
+         * into L2 when a tile starts (internal EPI_PF: the register
+         * epilogue's loads then hit L2 after the main loop) */
+        {"gemm_res_ln_split_generated_pf", t_res_ln, lbytes, lflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_PF},
         {"gemm_res_ln_split_generated_nin", t_res_ln, lbytes, lflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
         /* q projection + rotary: the default plan (measured GEMM, then the

@@ -192,9 +192,10 @@
                          it once they are done and takes it when a tile starts */
 #endif
 #ifndef KF_EPI_PF
-#define KF_EPI_PF 0 /* the TMA-store epilogue: 1 prefetches the epilogue's row operands (a
-                       residual) of a consumer's rows of a tile into L2 when the tile starts
-                       (the generated kf_epi_pf), so its loads hit L2 under the main loop */
+#define KF_EPI_PF 0 /* the TMA-store or register epilogue: 1 prefetches the epilogue's row
+                       operands (a residual) of a consumer's rows of a tile into L2 when the
+                       tile starts (the generated kf_epi_pf), so its loads hit L2 under the
+                       main loop */
 #endif
 #ifndef KF_EPI_RS
 #define KF_EPI_RS 0 /* the TMA-store epilogue: 1 computes its 4 chunks in place in 4 store
@@ -1428,7 +1429,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             /* a sibling set: member sj, nb its own tile column */
             const int sj = kf_sib_split(nb);
 #endif
-#if KF_EPI_PF && KF_EPI_TMA && !KF_SIB
+#if KF_EPI_PF && (KF_EPI_TMA || KF_EPI_DIRECT) && !KF_SIB
             /* The epilogue's row operands of this consumer's rows (all 128
              * of the tile in ping-pong, its half in the cooperative
              * schedule) into L2, a thread a row: one bulk prefetch of the

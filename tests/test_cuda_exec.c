@@ -3230,7 +3230,8 @@ static void test_gemms_with_the_bias_staged_in_shared_memory_match(void **state)
 
 /* The row operands prefetched into L2 when a tile starts (EPI_PF, internal):
  * a residual, ragged, on ping-pong (run twice: the same bits) and on
- * cooperative tiles (the sanitizers run it). */
+ * cooperative tiles (the sanitizers run it), and with the register
+ * epilogue (run twice). */
 static void test_gemms_with_the_residual_prefetched_match(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -3253,6 +3254,15 @@ static void test_gemms_with_the_residual_prefetched_match(void **state) {
               "output y\n",
               KF_DTYPE_BF16, 2617, "residual prefetched to L2, N covered by the tiles",
               KF_CUDA_RECIPE_GEMM_EPI_PF, "ping-pong", false);
+    /* the register epilogue (EPI_REGS, internal: the split row form's
+     * GEMM takes it), bias + residual, ragged */
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[700, 1096])\nw = input(%s[1096, 1800])\nb = input(%s[1800])\n"
+              "r = input(%s[700, 1800])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2618, "residual prefetched to L2, register epilogue, ragged",
+              KF_CUDA_RECIPE_GEMM_EPI_PF | KF_CUDA_RECIPE_GEMM_EPI_REGS,
+              "row operands prefetched to L2", true);
     kf_ctx_destroy(ctx);
 }
 

@@ -1066,6 +1066,45 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
         }
         plan_release(&q);
     }
+    /* the register epilogue too: the split row form's GEMM (bias + residual,
+     * then the LayerNorm's row pass) prefetches its residual's rows (one
+     * kf_gm_pf: not the bias) with EPI_PF, and says so */
+    {
+        kf_plan_options po;
+        kf_plan_options_init(&po);
+        po.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+        planned q;
+        plan_text_with("kfg 1\nx = input(bf16[8192, 4096])\nw = input(bf16[4096, 4096])\n"
+                       "b = input(bf16[4096])\nr = input(bf16[8192, 4096])\ng = input(bf16[4096])\n"
+                       "c = input(bf16[4096])\nh = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+                       "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+                       &po, &q);
+        for (int on = 0; on < 2; on++) {
+            kf_cuda_recipes *nr = kf_sass_recipes(
+                &MEM, q.plan, "h100", NULL,
+                KF_CUDA_RECIPE_GEMM_GENERATED | (on ? KF_CUDA_RECIPE_GEMM_EPI_PF : 0));
+            const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
+            const char *how = rc->variants[0].how;
+            if (!strstr(how, "split row form") || strstr(how, "stored by TMA") ||
+                (strstr(how, "row operands prefetched to L2") != NULL) != (on != 0))
+                fail_msg("split row form%s: %s", on ? " (EPI_PF)" : "", how);
+            const kf_cuda_kstep *ks = rc->steps[0].kernel;
+            const char *src = ks->kernel.source;
+            assert_non_null(strstr(src, "#define KF_EPI_TMA 0"));
+            assert_true((strstr(src, "#define KF_EPI_PF 1") != NULL) == (on != 0));
+            const char *pf = strstr(src, "kf_epi_pf(long long b");
+            assert_true((pf != NULL) == (on != 0));
+            if (pf) {
+                assert_int_equal(count_of(pf, "kf_gm_pf(p"), 1);
+                static const char *const rwant[] = {"HGMMA", "UTMALDG", "UBLKPF", NULL};
+                static const char *const rwhy[] = {"wgmma fell back?", "no TMA loads",
+                                                   "no bulk L2 prefetch"};
+                kf_sass_check_ops(&MEM, &ks->kernel, rwant, rwhy, "UTMASTG");
+            }
+            kf_cuda_recipes_destroy(nr);
+        }
+        plan_release(&q);
+    }
     /* SHORT_COOP (internal): K = 1024 keeps the cooperative 128 x 256 tiles */
     planned p;
     plan_text(texts[0], &p);

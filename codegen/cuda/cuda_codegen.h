@@ -462,7 +462,8 @@ typedef struct kf_cuda_gemm_shape {
                                   loads between the store barriers (the recipe's default;
                                   internal KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL: the form
                                   before) */
-    bool epi_pf;               /* with epi_tma: the epilogue's row operands (a residual) of
+    bool epi_pf;               /* with epi_tma or the register epilogue (not a row epilogue
+                                  in the tile): the epilogue's row operands (a residual) of
                                   a tile prefetched into L2 when the tile starts (internal:
                                   KF_CUDA_RECIPE_GEMM_EPI_PF) */
     bool x_scratch;            /* the write of tensor x_tensor goes to a SCRATCH param keyed by

@@ -229,11 +229,14 @@ enum {
  * S4096 D128, one run: 1.6743 ms against the narrower tile's 1.6422, cuDNN
  * 1.6230) */
 #define KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE (UINT64_C(1) << 59)
-/* internal: a generated sm_90a GEMM with the TMA-store epilogue prefetches the
- * epilogue's row operands (a residual: a load that varies with the row) of a
- * tile into L2 when the tile starts (cp.async.bulk.prefetch.L2, one per 64
- * columns of a row), so the epilogue's loads of them hit L2 where they waited
- * on DRAM between the store barriers (gemm_sm90.cuh KF_EPI_PF) */
+/* internal: a generated sm_90a GEMM with the TMA-store epilogue (or the
+ * register epilogue, not a row epilogue in the tile: the split row form's
+ * GEMM) prefetches the epilogue's row operands (a residual: a load that
+ * varies with the row) of a tile into L2 when the tile starts
+ * (cp.async.bulk.prefetch.L2, one per 64 columns of a row), so the
+ * epilogue's loads of them hit L2 where they waited on DRAM between the
+ * store barriers, or all at once after the main loop (gemm_sm90.cuh
+ * KF_EPI_PF) */
 #define KF_CUDA_RECIPE_GEMM_EPI_PF (UINT64_C(1) << 39)
 /* internal: a generated sm_90a GEMM with the TMA-store epilogue and K <= 1024
  * keeps the cooperative 128 x 256 tiles where the default takes ping-pong
