@@ -3190,8 +3190,9 @@ static void cs_off(const kf_plan *plan, const kf_cuda_recipes *r, const char *wh
  * cp.async when a tile starts (the default; internal EPI_COLS_GLOBAL: the
  * global loads of the form before), M, N and K ragged (the last column tile
  * half past N: zeros copied there, nothing stored): bias + gelu_tanh on
- * cooperative 128 x 256 tiles (SHORT_COOP; bf16, run twice: the slots are refilled
- * each tile), the same in 2-CTA clusters and two chunks ahead (EPI_AHEAD);
+ * cooperative 128 x 256 tiles (SHORT_COOP; bf16, run twice: the slots are
+ * refilled each tile), on 128 x 128 ones, in 2-CTA clusters and two chunks
+ * ahead (EPI_AHEAD);
  * ping-pong 128 x 128 with two column operands (f16, a scale and a bias);
  * a bias with a residual (cooperative: the residual's global loads beside
  * the staged bias); and the old form on the first shape. */
@@ -3199,17 +3200,24 @@ static void test_gemms_with_the_bias_staged_in_shared_memory_match(void **state)
     (void)state;
     REQUIRE_GPU();
     kf_ctx *ctx = cluster_ctx();
-    /* cooperative 128 x 256 at a short K: SHORT_COOP (internal) */
+    /* cooperative at a short K: SHORT_COOP (internal; 700 rows: 128 x 128
+     * tiles, 48 of 128 x 256 would leave most SMs idle) */
     const uint64_t gen = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SHORT_COOP;
     const char *gelu = "kfg 1\nx = input(%s[700, 264])\nw = input(%s[264, 1800])\n"
                        "b = input(%s[1800])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
                        "output y\n";
-    flags_case_full(ctx, gelu, KF_DTYPE_BF16, 2701, "bias staged, cooperative, ragged", gen, cs_on,
-                    "128x256 tiles cooperative", true);
+    /* 136 tiles of 128 x 256 (issue 13's form) */
+    const char *gelu256 = "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1800])\n"
+                          "b = input(%s[1800])\nh = matmul(x, w)\na = add(h, b)\n"
+                          "y = gelu_tanh(a)\noutput y\n";
+    flags_case_full(ctx, gelu256, KF_DTYPE_BF16, 2701, "bias staged, cooperative, ragged", gen,
+                    cs_on, "128x256 tiles cooperative", true);
+    flags_case_full(ctx, gelu, KF_DTYPE_BF16, 2707, "bias staged, cooperative 128 x 128, ragged",
+                    gen, cs_on, "128x128 tiles cooperative", false);
     flags_case_full(ctx, gelu, KF_DTYPE_F16, 2702, "bias staged, 2-CTA clusters, ragged",
                     gen | KF_CUDA_RECIPE_GEMM_CLUSTER2, cs_on, "2-CTA clusters", false);
     flags_case_full(ctx, gelu, KF_DTYPE_BF16, 2703, "bias staged, two chunks ahead, ragged",
-                    gen | KF_CUDA_RECIPE_GEMM_EPI_AHEAD, cs_on, "128x256 tiles cooperative", false);
+                    gen | KF_CUDA_RECIPE_GEMM_EPI_AHEAD, cs_on, "tiles cooperative", false);
     flags_case_full(ctx,
                     "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\n"
                     "s = input(%s[1096])\nb = input(%s[1096])\nh = matmul(x, w)\n"
@@ -3221,8 +3229,8 @@ static void test_gemms_with_the_bias_staged_in_shared_memory_match(void **state)
                     "b = input(%s[1800])\nr = input(%s[700, 1800])\nh = matmul(x, w)\n"
                     "a = add(h, b)\ny = add(a, r)\noutput y\n",
                     KF_DTYPE_BF16, 2705, "bias staged beside a residual, cooperative, ragged", gen,
-                    cs_on, "128x256 tiles cooperative", false);
-    flags_case_full(ctx, gelu, KF_DTYPE_BF16, 2706, "bias from global memory (EPI_COLS_GLOBAL)",
+                    cs_on, "tiles cooperative", false);
+    flags_case_full(ctx, gelu256, KF_DTYPE_BF16, 2706, "bias from global memory (EPI_COLS_GLOBAL)",
                     gen | KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL, cs_off, "128x256 tiles cooperative",
                     false);
     kf_ctx_destroy(ctx);
