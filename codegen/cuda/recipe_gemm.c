@@ -1043,7 +1043,11 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * each chunk's global loads waited between its store barriers (internal
      * EPI_COLS_GLOBAL: the form before). Not with the 4 chunk buffers (no
      * room), a fold (its column terms take the room), a head view, a pair, a
-     * sibling set or stream-K (a segment's tile starts more than once). */
+     * sibling set or stream-K (a segment's tile starts more than once).
+     * Measured on an H100 (32085d9): 16384 x 4096 x 1024 + bias + gelu_tanh
+     * 0.2015 ms against 0.2174 (cuBLASLt 0.2105), A B B A 0.934x; issue 13's
+     * 8192 x 4096 x 16384 + bias + gelu_tanh a tie idle, A B B A 0.984x and
+     * 0.996x. */
     sh.epi_cs = sh.epi_tma && !sh.epi_rs && !fold && !gm->head_dim && !dual && !sh.sk_grid &&
                 !b->sib_shape && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL);
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
