@@ -12,7 +12,10 @@
  *                 gelu, which needs the leftover kernel; _generated_sq: the
  *                 generated kernel in the square raster; _generated_mt:
  *                 gelu_tanh by one MUFU.TANH; _ahead: the epilogue two chunks
- *                 ahead; _mta: both; gemm_kshape_*: the
+ *                 ahead; _mta: both; _csg: the bias loaded from global
+ *                 memory in each chunk, the form before it was staged in
+ *                 shared memory (EPI_COLS_GLOBAL; also k1024_gelu and
+ *                 k1024_bias), _csg_mt: that and one MUFU.TANH; gemm_kshape_*: the
  *                 same GEMM with no epilogue); SwiGLU
  *                 silu(x.Wg) * (x.Wu) 8192x4096 -> 2x11008 (the default path:
  *                 two cuBLASLt GEMMs and an epilogue kernel; and the dual
@@ -2258,6 +2261,14 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_AHEAD},
         {"gemm_bias_gelu_generated_mta", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_GELU_MUFU | KF_CUDA_RECIPE_GEMM_EPI_AHEAD},
+        /* the TMA-store epilogue's bias loaded from global memory in each
+         * chunk (internal EPI_COLS_GLOBAL: the form before the default
+         * copies the tile's bias into shared memory when the tile starts),
+         * and that with gelu_tanh by one MUFU.TANH */
+        {"gemm_bias_gelu_generated_csg", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL},
+        {"gemm_bias_gelu_generated_csg_mt", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL | KF_CUDA_RECIPE_GEMM_GELU_MUFU},
         {"gemm_kshape_generated", t_kshape, gbytes - 2.0 * N, 2.0 * M * N * K, 0, 0, 0, "",
          KF_GEMM_GENERATED, 0},
         {"gemm_kshape_generated_sq", t_kshape, gbytes - 2.0 * N, 2.0 * M * N * K, 0, 0, 0, "",
@@ -2305,6 +2316,11 @@ int main(int argc, char **argv) {
          * cover N (internal EPI_NIN_ALL), against the default (_generated) */
         {"swiglu_generated_nin", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
+        /* the split row form's GEMM with its residual's rows prefetched
+         * into L2 when a tile starts (internal EPI_PF: the register
+         * epilogue's loads then hit L2 after the main loop) */
+        {"gemm_res_ln_split_generated_pf", t_res_ln, lbytes, lflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_PF},
         {"gemm_res_ln_split_generated_nin", t_res_ln, lbytes, lflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
         /* q projection + rotary: the default plan (measured GEMM, then the
@@ -2458,6 +2474,11 @@ int main(int argc, char **argv) {
         {"k1024_bias_kmajor_generated", t_k1[2], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"k1024_bias_kmajor_cublaslt", t_k1[2], ubytes, uflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"k1024_gelu_only_generated", t_k1[3], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
+        /* the same with the bias from global memory in each chunk (EPI_COLS_GLOBAL) */
+        {"k1024_gelu_generated_csg", t_k1[0], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL},
+        {"k1024_bias_generated_csg", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL},
         {"k1024_bias_generated_pingpong", t_k1[1], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_PINGPONG},
         {"k1024_gelu_generated_pingpong", t_k1[0], ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,

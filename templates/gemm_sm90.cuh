@@ -192,9 +192,10 @@
                          it once they are done and takes it when a tile starts */
 #endif
 #ifndef KF_EPI_PF
-#define KF_EPI_PF 0 /* the TMA-store epilogue: 1 prefetches the epilogue's row operands (a
-                       residual) of a consumer's rows of a tile into L2 when the tile starts
-                       (the generated kf_epi_pf), so its loads hit L2 under the main loop */
+#define KF_EPI_PF 0 /* the TMA-store or register epilogue: 1 prefetches the epilogue's row
+                       operands (a residual) of a consumer's rows of a tile into L2 when the
+                       tile starts (the generated kf_epi_pf), so its loads hit L2 under the
+                       main loop */
 #endif
 #ifndef KF_EPI_RS
 #define KF_EPI_RS 0 /* the TMA-store epilogue: 1 computes its 4 chunks in place in 4 store
@@ -207,6 +208,15 @@
 #if KF_EPI_RS && (!KF_EPI_TMA || KF_CLUSTER != 1 || KF_TMA_HEADS || KF_HEAD_D || KF_DUAL ||      \
                   KF_SIB || KF_EPI_AHEAD || (defined(KF_SK) && KF_SK))
 #error "KF_EPI_RS: the TMA-store epilogue, one CTA, no head view, pair, set, ahead or SK"
+#endif
+#ifndef KF_EPI_CS
+#define KF_EPI_CS 0 /* the TMA-store epilogue: its column operands (a bias, this many) copied
+                       into the staging area when a tile starts (the generated
+                       kf_epi_cs_fetch), read there by kf_epi (its csm) */
+#endif
+#if KF_EPI_CS && (!KF_EPI_TMA || KF_EPI_RS || KF_HEAD_D || KF_DUAL || KF_SIB || KF_A_FOLD ||      \
+                  (defined(KF_SK) && KF_SK))
+#error "KF_EPI_CS: the TMA-store epilogue, no chunk buffers, head view, pair, set, fold or SK"
 #endif
 #ifndef KF_EPI_AHEAD
 #define KF_EPI_AHEAD 0 /* the TMA-store epilogue: 1 computes two chunks' values before it
@@ -337,6 +347,10 @@ __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
  * under the main loop. Loaded per column group in the epilogue, they left
  * the fold's GEMM 15% behind the bias-only one at K = 1024 (H200, ncu:
  * GPT-2's Q/K/V 171 us against 148 for cuBLASLt after the prologue kernel). */
+#if KF_EPI_CS
+#define KF_CS_AT 8192u /* the column operands' slots: past the 64 x 64 bf16 store buffer */
+static_assert(KF_EPI_CS * KF_ON * 2 <= KF_EPI_FLOATS * 4 - 8192, "the column slots fit");
+#endif
 #if KF_A_FOLD && KF_EPI_TMA
 #define KF_FOLD_PRE 1
 #else
@@ -695,6 +709,10 @@ __device__ __forceinline__ void kf_gm_epi_tma_vals(const float (&d)[KF_ACC], int
             float o[2];
 #if KF_HEAD_D
             kf_epi<2, AL, true>(a, ap, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o);
+#elif KF_EPI_CS
+            /* the column operands' pair in the staging area (its slot 0) */
+            kf_epi<2, AL, true>(a, (long long)b, ok ? r : KF_M - 1, c, ok, KF_ARGS, o,
+                                buf + KF_CS_AT + 2u * (unsigned)(8 * j + 2 * (lane % 4)));
 #elif KF_EPI_RS
             /* the residual pair at the address the output pair goes to:
              * chunk (hf, ch)'s buffer, the 128-byte swizzle */
@@ -810,8 +828,8 @@ __device__ __forceinline__ void kf_gm_epi_tma(const float (&d)[KF_ACC], int b, i
                                 (int)((long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64), b);
     }
 #else
-#if KF_FOLD_PRE && KF_FOLD_LN
-    /* the tile's column terms, fetched when it started, are in */
+#if (KF_FOLD_PRE && KF_FOLD_LN) || KF_EPI_CS
+    /* the tile's column terms (operands), fetched when it started, are in */
     asm volatile("cp.async.wait_all;" ::: "memory");
     kf_gm_wg_sync(cw);
 #endif
@@ -1411,7 +1429,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             /* a sibling set: member sj, nb its own tile column */
             const int sj = kf_sib_split(nb);
 #endif
-#if KF_EPI_PF && KF_EPI_TMA && !KF_SIB
+#if KF_EPI_PF && (KF_EPI_TMA || KF_EPI_DIRECT) && !KF_SIB
             /* The epilogue's row operands of this consumer's rows (all 128
              * of the tile in ping-pong, its half in the cooperative
              * schedule) into L2, a thread a row: one bulk prefetch of the
@@ -1442,6 +1460,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                                   (long long)nb * KF_ON, threadIdx.x % 128, KF_ARGS);
 #endif
 #endif
+#endif
+#if KF_EPI_CS
+            /* The tile's columns of the epilogue's column operands (a bias)
+             * into the staging area, landing under the main loop (the
+             * previous tile's epilogue read them before its last barrier). */
+            kf_epi_cs_fetch((unsigned)__cvta_generic_to_shared(stg) + KF_CS_AT,
+                            (long long)nb * KF_ON, threadIdx.x % 128, KF_ARGS);
 #endif
 #if KF_A_NORM
             /* the statistics of this consumer's rows of the tile */

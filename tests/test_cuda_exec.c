@@ -3213,9 +3213,88 @@ static void test_gemms_with_gelu_tanh_by_mufu_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* The GEMM kernel's source in recipes r: whether it stages column operands
+ * (KF_EPI_CS, the TMA-store epilogue's default) as `want` says. */
+static void cs_expect(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                      const char *dn, bool want) {
+    bool seen = false;
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (plan->groups[gi].kind != KF_GROUP_GEMM || rc->n_variants == 0)
+            continue;
+        const kf_cuda_kstep *ks =
+            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+        bool cs = strstr(ks->kernel.source, "kf_epi_cs_fetch(unsigned dst") != NULL;
+        if (cs != want)
+            fail_msg("%s [%s]: column operands %sstaged: %s", what, dn, cs ? "" : "not ",
+                     rc->variants[0].how);
+        seen = true;
+    }
+    assert_true(seen);
+}
+static void cs_on(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                  const char *dn) {
+    cs_expect(plan, r, what, dn, true);
+}
+static void cs_off(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                   const char *dn) {
+    cs_expect(plan, r, what, dn, false);
+}
+
+/* The TMA-store epilogue's column operands staged in shared memory by
+ * cp.async when a tile starts (the default; internal EPI_COLS_GLOBAL: the
+ * global loads of the form before), M, N and K ragged (the last column tile
+ * half past N: zeros copied there, nothing stored): bias + gelu_tanh on
+ * cooperative 128 x 256 tiles (SHORT_COOP; bf16, run twice: the slots are
+ * refilled each tile), on 128 x 128 ones, in 2-CTA clusters and two chunks
+ * ahead (EPI_AHEAD);
+ * ping-pong 128 x 128 with two column operands (f16, a scale and a bias);
+ * a bias with a residual (cooperative: the residual's global loads beside
+ * the staged bias); and the old form on the first shape. */
+static void test_gemms_with_the_bias_staged_in_shared_memory_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    /* cooperative at a short K: SHORT_COOP (internal; 700 rows: 128 x 128
+     * tiles, 48 of 128 x 256 would leave most SMs idle) */
+    const uint64_t gen = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SHORT_COOP;
+    const char *gelu = "kfg 1\nx = input(%s[700, 264])\nw = input(%s[264, 1800])\n"
+                       "b = input(%s[1800])\nh = matmul(x, w)\na = add(h, b)\ny = gelu_tanh(a)\n"
+                       "output y\n";
+    /* 136 tiles of 128 x 256 (issue 13's form) */
+    const char *gelu256 = "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1800])\n"
+                          "b = input(%s[1800])\nh = matmul(x, w)\na = add(h, b)\n"
+                          "y = gelu_tanh(a)\noutput y\n";
+    flags_case_full(ctx, gelu256, KF_DTYPE_BF16, 2701, "bias staged, cooperative, ragged", gen,
+                    cs_on, "128x256 tiles cooperative", true);
+    flags_case_full(ctx, gelu, KF_DTYPE_BF16, 2707, "bias staged, cooperative 128 x 128, ragged",
+                    gen, cs_on, "128x128 tiles cooperative", false);
+    flags_case_full(ctx, gelu, KF_DTYPE_F16, 2702, "bias staged, 2-CTA clusters, ragged",
+                    gen | KF_CUDA_RECIPE_GEMM_CLUSTER2, cs_on, "2-CTA clusters", false);
+    flags_case_full(ctx, gelu, KF_DTYPE_BF16, 2703, "bias staged, two chunks ahead, ragged",
+                    gen | KF_CUDA_RECIPE_GEMM_EPI_AHEAD, cs_on, "tiles cooperative", false);
+    flags_case_full(ctx,
+                    "kfg 1\nx = input(%s[2100, 264])\nw = input(%s[264, 1096])\n"
+                    "s = input(%s[1096])\nb = input(%s[1096])\nh = matmul(x, w)\n"
+                    "m = mul(h, s)\na = add(m, b)\ny = silu(a)\noutput y\n",
+                    KF_DTYPE_F16, 2704, "scale and bias staged, ping-pong, ragged",
+                    KF_CUDA_RECIPE_GEMM_GENERATED, cs_on, "128x128 tiles ping-pong", true);
+    flags_case_full(ctx,
+                    "kfg 1\nx = input(%s[700, 264])\nw = input(%s[264, 1800])\n"
+                    "b = input(%s[1800])\nr = input(%s[700, 1800])\nh = matmul(x, w)\n"
+                    "a = add(h, b)\ny = add(a, r)\noutput y\n",
+                    KF_DTYPE_BF16, 2705, "bias staged beside a residual, cooperative, ragged", gen,
+                    cs_on, "tiles cooperative", false);
+    flags_case_full(ctx, gelu256, KF_DTYPE_BF16, 2706, "bias from global memory (EPI_COLS_GLOBAL)",
+                    gen | KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL, cs_off, "128x256 tiles cooperative",
+                    false);
+    kf_ctx_destroy(ctx);
+}
+
 /* The row operands prefetched into L2 when a tile starts (EPI_PF, internal):
  * a residual, ragged, on ping-pong (run twice: the same bits) and on
- * cooperative tiles (the sanitizers run it). */
+ * cooperative tiles (the sanitizers run it), and with the register
+ * epilogue (run twice). */
 static void test_gemms_with_the_residual_prefetched_match(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -3238,6 +3317,15 @@ static void test_gemms_with_the_residual_prefetched_match(void **state) {
               "output y\n",
               KF_DTYPE_BF16, 2617, "residual prefetched to L2, N covered by the tiles",
               KF_CUDA_RECIPE_GEMM_EPI_PF, "ping-pong", false);
+    /* the register epilogue (EPI_REGS, internal: the split row form's
+     * GEMM takes it), bias + residual, ragged */
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[700, 1096])\nw = input(%s[1096, 1800])\nb = input(%s[1800])\n"
+              "r = input(%s[700, 1800])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+              "output y\n",
+              KF_DTYPE_BF16, 2618, "residual prefetched to L2, register epilogue, ragged",
+              KF_CUDA_RECIPE_GEMM_EPI_PF | KF_CUDA_RECIPE_GEMM_EPI_REGS,
+              "row operands prefetched to L2", true);
     kf_ctx_destroy(ctx);
 }
 
@@ -4780,6 +4868,7 @@ int main(void) {
         cmocka_unit_test(test_a_square_raster_gemm_with_a_short_group_matches),
         cmocka_unit_test(test_a_gelu_tanh_by_mufu_gemm_matches),
         cmocka_unit_test(test_gemms_with_gelu_tanh_by_mufu_match),
+        cmocka_unit_test(test_gemms_with_the_bias_staged_in_shared_memory_match),
         cmocka_unit_test(test_generated_gemms_in_2cta_clusters_match_the_reference),
         cmocka_unit_test(test_a_stream_k_gemm_matches_twice),
         cmocka_unit_test(test_stream_k_gemms_match_the_reference_twice),

@@ -632,8 +632,13 @@ static void test_tma_store_epilogue_packs_bf16_pairs_once(void **state) {
         plan_text(texts[t], &p);
         for (int kd = 0; kd < 3; kd++) {
             bool regs = kd == 1, forms = kd == 0;
+            /* the bias from global memory (EPI_COLS_GLOBAL, internal: the
+             * default stages a bias alone in shared memory), whose unpacking
+             * the checks below read */
             kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                                                   KF_CUDA_RECIPE_GEMM_GENERATED | kinds[kd]);
+                                                   KF_CUDA_RECIPE_GEMM_GENERATED |
+                                                       KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL |
+                                                       kinds[kd]);
             const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
             assert_true((strstr(rc->variants[0].how, "epilogue stored by TMA") != NULL) == !regs);
             const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
@@ -982,7 +987,10 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
         planned p;
         plan_text(texts[t], &p);
         for (int on = 0; on < 2; on++) {
-            uint64_t flags = KF_CUDA_RECIPE_GEMM_GENERATED | (on ? KF_CUDA_RECIPE_GEMM_EPI_PF : 0);
+            /* the bias from global memory too (EPI_COLS_GLOBAL, internal),
+             * whose column form the checks below read */
+            uint64_t flags = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL |
+                             (on ? KF_CUDA_RECIPE_GEMM_EPI_PF : 0);
             kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, flags);
             const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
             const char *how = rc->variants[0].how;
@@ -1058,6 +1066,45 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
         }
         plan_release(&q);
     }
+    /* the register epilogue too: the split row form's GEMM (bias + residual,
+     * then the LayerNorm's row pass) prefetches its residual's rows (one
+     * kf_gm_pf: not the bias) with EPI_PF, and says so */
+    {
+        kf_plan_options po;
+        kf_plan_options_init(&po);
+        po.gemm_row_split_max_n = KF_GEMM_ROW_SPLIT_MAX_N;
+        planned q;
+        plan_text_with("kfg 1\nx = input(bf16[8192, 4096])\nw = input(bf16[4096, 4096])\n"
+                       "b = input(bf16[4096])\nr = input(bf16[8192, 4096])\ng = input(bf16[4096])\n"
+                       "c = input(bf16[4096])\nh = matmul(x, w)\nhb = add(h, b)\ns = add(hb, r)\n"
+                       "y = layer_norm(s, g, c, eps=1e-5)\noutput y\n",
+                       &po, &q);
+        for (int on = 0; on < 2; on++) {
+            kf_cuda_recipes *nr = kf_sass_recipes(
+                &MEM, q.plan, "h100", NULL,
+                KF_CUDA_RECIPE_GEMM_GENERATED | (on ? KF_CUDA_RECIPE_GEMM_EPI_PF : 0));
+            const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
+            const char *how = rc->variants[0].how;
+            if (!strstr(how, "split row form") || strstr(how, "stored by TMA") ||
+                (strstr(how, "row operands prefetched to L2") != NULL) != (on != 0))
+                fail_msg("split row form%s: %s", on ? " (EPI_PF)" : "", how);
+            const kf_cuda_kstep *ks = rc->steps[0].kernel;
+            const char *src = ks->kernel.source;
+            assert_non_null(strstr(src, "#define KF_EPI_TMA 0"));
+            assert_true((strstr(src, "#define KF_EPI_PF 1") != NULL) == (on != 0));
+            const char *pf = strstr(src, "kf_epi_pf(long long b");
+            assert_true((pf != NULL) == (on != 0));
+            if (pf) {
+                assert_int_equal(count_of(pf, "kf_gm_pf(p"), 1);
+                static const char *const rwant[] = {"HGMMA", "UTMALDG", "UBLKPF", NULL};
+                static const char *const rwhy[] = {"wgmma fell back?", "no TMA loads",
+                                                   "no bulk L2 prefetch"};
+                kf_sass_check_ops(&MEM, &ks->kernel, rwant, rwhy, "UTMASTG");
+            }
+            kf_cuda_recipes_destroy(nr);
+        }
+        plan_release(&q);
+    }
     /* SHORT_COOP (internal): K = 1024 keeps the cooperative 128 x 256 tiles */
     planned p;
     plan_text(texts[0], &p);
@@ -1068,6 +1115,90 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
         fail_msg("short K with SHORT_COOP: %s", how);
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
+}
+
+/* The TMA-store epilogue's column operands staged in shared memory (the
+ * default, kf_cuda_gemm_shape.epi_cs; internal EPI_COLS_GLOBAL keeps the form
+ * before): issue 13's bias + gelu_tanh (cooperative 128 x 256), the same
+ * after a LayerNorm's prologue kernel (ping-pong 128 x 128), a bias and a
+ * column scale (two slots, f16, ping-pong 128 x 128) and a bias with a
+ * residual (cooperative, K = 2048, ragged M) copy the tile's columns by cp.async
+ * (LDGSTS) when a tile starts and read them from shared memory: the SASS has
+ * no global load left of a bias (issue 13's: 32 LDG a thread before, the
+ * residual's 32 stay), HGMMA, UTMALDG and no local memory. The forms that
+ * use the room otherwise keep the global loads: the residual by TMA (4 chunk
+ * buffers), a LayerNorm folded into B (its column terms), and a column
+ * operand whose N is not a multiple of 8 never reaches this epilogue. */
+static void test_tma_store_epilogue_stages_its_bias_in_shared_memory(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t flags;
+        const char *sched;
+        int slots;    /* KF_EPI_CS of the default */
+        int ldg_less; /* global loads the staging saves a thread, at least */
+    } cases[] = {
+        {"kfg 1\nx = input(bf16[8192, 16384])\nw = input(bf16[16384, 4096])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         0, "128x256 tiles cooperative", 1, 32},
+        {"kfg 1\nx = input(f16[4100, 1024])\nw = input(f16[1024, 1000])\nb = input(f16[1000])\n"
+         "s = input(f16[1000])\nh = matmul(x, w)\nm = mul(h, s)\na = add(m, b)\ny = silu(a)\n"
+         "output y\n",
+         0, "128x128 tiles ping-pong", 2, 32},
+        {"kfg 1\nx = input(bf16[4100, 2048])\nw = input(bf16[2048, 1024])\nb = input(bf16[1024])\n"
+         "r = input(bf16[4100, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+         0, "128x256 tiles cooperative", 1, 32},
+        /* the residual by TMA on ping-pong tiles: no room, no staging */
+        {"kfg 1\nx = input(bf16[4096, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+         "r = input(bf16[4096, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+         0, "residual loaded by TMA", 0, 0},
+        /* a LayerNorm before it, A from its prologue's scratch (2 N >= M) */
+        {"kfg 1\nx = input(bf16[8192, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+         "w = input(bf16[1024, 4096])\nb = input(bf16[4096])\nn = layer_norm(x, g, c)\n"
+         "h = matmul(n, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+         0, "A from the prologue kernel's scratch", 1, 16},
+        /* a LayerNorm folded into B (2 N < M): its column terms take the room */
+        {"kfg 1\nx = input(bf16[16384, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+         "w = input(bf16[1024, 4096])\nb = input(bf16[4096])\nn = layer_norm(x, g, c)\n"
+         "h = matmul(n, w)\na = add(h, b)\ny = gelu_tanh(a)\noutput y\n",
+         0, "norm prologue folded into B", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        size_t ldg[2] = {0, 0};
+        for (int old = 0; old < 2; old++) {
+            uint64_t fl = KF_CUDA_RECIPE_GEMM_GENERATED | cases[i].flags |
+                          (old ? KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL : UINT64_C(0));
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, fl);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            const char *how = rc->variants[0].how;
+            if (!strstr(how, cases[i].sched) || !strstr(how, "epilogue stored by TMA"))
+                fail_msg("case %zu: %s", i, how);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            const char *src = ks->kernel.source;
+            int slots = old ? 0 : cases[i].slots;
+            char def[32];
+            snprintf(def, sizeof def, "#define KF_EPI_CS %d\n", slots);
+            if (slots && !strstr(src, def))
+                fail_msg("case %zu: no '%s'", i, def);
+            assert_true((strstr(src, "kf_epi_cs_fetch(unsigned dst") != NULL) == (slots != 0));
+            assert_true((strstr(src, "unsigned csm = 0u") != NULL) == (slots != 0));
+            if (cases[i].slots) {
+                kf_sass_check_hopper(&MEM, &ks->kernel);
+                char *sass = malloc(1 << 23);
+                assert_non_null(sass);
+                kf_sass_text(&MEM, &ks->kernel, sass, 1 << 23);
+                ldg[old] = count_of(sass, "LDG.E");
+                assert_true((count_of(sass, "LDGSTS") != 0) == !old);
+                free(sass);
+            }
+            kf_cuda_recipes_destroy(rec);
+        }
+        if (cases[i].slots && ldg[0] + (size_t)cases[i].ldg_less > ldg[1])
+            fail_msg("case %zu: %zu global loads staged, %zu before", i, ldg[0], ldg[1]);
+        plan_release(&p);
+    }
 }
 
 /* 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2, internal): the kernel's tile
@@ -2262,6 +2393,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_epilogue_row_operands_prefetch_to_l2),
+        cmocka_unit_test(test_tma_store_epilogue_stages_its_bias_in_shared_memory),
         cmocka_unit_test(test_tma_store_epilogue_packs_bf16_pairs_once),
         cmocka_unit_test(test_stepped_wgmma_descriptors_compile_to_fewer_instructions),
         cmocka_unit_test(test_square_raster_compiles_with_16_tile_rows),

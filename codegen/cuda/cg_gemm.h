@@ -38,6 +38,10 @@ typedef struct cg_gemm_epi {
     bool *need_pre;    /* the nodes kf_pre computes (c->n of them) */
     bool *need_epi;    /* kf_epi's */
     uint32_t rs_node;  /* shape.epi_rs: the residual's LOAD (kf_cuda_gemm_rs_node) */
+    /* shape.epi_cs: the column operands (a bias) staged in shared memory, a
+     * slot of the tile's columns each, which kf_epi reads at csm */
+    sbuf cs;        /* kf_epi_cs_fetch's copies, a line a slot */
+    uint32_t n_cs;  /* slots */
 } cg_gemm_epi;
 
 /* cg_begin for a GEMM kernel generator `fn`: KF_ERR_INVALID_ARGUMENT (in c's

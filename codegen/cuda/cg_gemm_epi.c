@@ -417,6 +417,8 @@ void cg_gemm_epi_release(cg *c, cg_gemm_epi *ep) {
     memset(&ep->vl, 0, sizeof ep->vl);
     kf_mem_free(c->mem, ep->pf.p, ep->pf.cap);
     memset(&ep->pf, 0, sizeof ep->pf);
+    kf_mem_free(c->mem, ep->cs.p, ep->cs.cap);
+    memset(&ep->cs, 0, sizeof ep->cs);
     row_free(c, ep);
 }
 
@@ -575,6 +577,7 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
      * past the operand. */
     ep->vl.mem = c->mem;
     ep->pf.mem = c->mem;
+    ep->cs.mem = c->mem;
     ep->rs_node = KF_NONE;
     if (sh->epi_rs) {
         /* the residual, where there is one (else the 4 buffers alone) */
@@ -665,6 +668,48 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                     strlen(ep->al_conds) + strlen(cond) < sizeof ep->al_conds)
                     strcat(ep->al_conds, cond);
             }
+            bool by_row = false;
+            for (int d = 0; d < last; d++)
+                by_row = by_row || (s[d] != 0 && g->dims[d] != 1);
+            /* epi_cs: a column operand (a bias: the same columns for every
+             * row), aligned by construction, of 2-byte elements, from the
+             * consumer's staging area, where kf_epi_cs_fetch copied the
+             * tile's columns of it (zeros past N) when the tile started;
+             * slot j at csm + 2 j KF_ON bytes */
+            uint32_t on = sh->dual ? sh->bn / 2 : sh->bn;
+            if (sh->epi_cs && stat && !by_row && !ep->row && kf_dtype_size(e->dtype) == 2 &&
+                (ep->n_cs + 1) * on * 2u <= 2048u) {
+                uint32_t j = ep->n_cs++;
+                cg_printf(&ep->vl,
+                          "    %s l%u[VV];\n    {\n"
+                          "        static_assert(VV == 2 || VV == 8, \"column pairs or 8\");\n"
+                          "        unsigned w_[4];\n"
+                          "        if (VV == 2)\n"
+                          "            asm volatile(\"ld.shared.b32 %%0, [%%1];\" : \"=r\"(w_[0]) : "
+                          "\"r\"(csm + %uu));\n"
+                          "        else\n"
+                          "            asm volatile(\"ld.shared.v4.b32 {%%0, %%1, %%2, %%3}, [%%4];\"\n"
+                          "                         : \"=r\"(w_[0]), \"=r\"(w_[1]), \"=r\"(w_[2]), "
+                          "\"=r\"(w_[3])\n"
+                          "                         : \"r\"(csm + %uu));\n"
+                          "#pragma unroll\n"
+                          "        for (int k = 0; k < VV; k++)\n",
+                          cg_reg_type(e->dtype), i, j * on * 2u, j * on * 2u);
+                if (e->dtype == KF_DTYPE_BF16)
+                    cg_printf(&ep->vl,
+                              "            l%u[k] = k %% 2 ? kf_hi_bf16(w_[k / 2]) : "
+                              "kf_lo_bf16(w_[k / 2]);\n    }\n",
+                              i);
+                else
+                    cg_printf(&ep->vl,
+                              "            l%u[k] = kf_f16_to_f32((unsigned short)(w_[k / 2] >> "
+                              "(16 * (k %% 2))));\n    }\n",
+                              i);
+                cg_printf(&ep->cs, "    kf_gm_cs_copy(dst + %uu, p%d, col0, tid);\n", j * on * 2u,
+                          c->param[i]);
+                snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+                continue;
+            }
             cg_printf(
                 &ep->vl,
                 "    %s l%u[VV];\n    {\n        const auto *lp = p%d + (%s);\n"
@@ -688,9 +733,6 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
              * 64, a multiple of 8 of them, are a 16-byte aligned run of a
              * multiple of 16 bytes, as the bulk prefetch needs); not a head
              * view's (a run past one head) */
-            bool by_row = false;
-            for (int d = 0; d < last; d++)
-                by_row = by_row || (s[d] != 0 && g->dims[d] != 1);
             if (sh->epi_pf && stat && by_row && !gm->head_dim && kf_dtype_size(e->dtype) >= 2)
                 cg_printf(&ep->pf, "    kf_gm_pf(p%d + (%s), n);\n", c->param[i], off);
             if (ep->row && ep->vl.p && !ep->vl.oom) {
@@ -818,7 +860,10 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
         sh->dual              ? (f64 ? "const double *acc1, " : "const float *acc1, ")
         : c->g->gemm.head_dim ? "const float *accp, "
                               : "",
-        ep->row ? ", const kf_gm_rst *rst = nullptr" : "", sh->epi_rs ? ", unsigned rsm = 0u" : "",
+        ep->row ? ", const kf_gm_rst *rst = nullptr" : "",
+        sh->epi_rs   ? ", unsigned rsm = 0u"
+        : ep->n_cs ? ", unsigned csm = 0u"
+                     : "",
         ep->row ? "    (void)rst;\n" : "");
     if (c->g->gemm.head_dim)
         cg_puts(&c->s, "    (void)accp;\n");
@@ -911,6 +956,38 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
     }
     kf_mem_free(c->mem, ep->pf.p, ep->pf.cap);
     memset(&ep->pf, 0, sizeof ep->pf);
+    if (ep->n_cs) { /* the column operands' copies (KF_EPI_CS) */
+        cg_printf(&c->s,
+                  "#define KF_EPI_CS %u\n"
+                  "/* Columns col0 .. col0 + %u of the column operand p into dst (16-byte\n"
+                  " * pieces, a thread a piece, zeros past N: N is a multiple of 8), by\n"
+                  " * cp.async. */\n"
+                  "template <typename T>\n"
+                  "__device__ __forceinline__ void kf_gm_cs_copy(unsigned dst, const T *p, "
+                  "long long col0, int tid) {\n"
+                  "    for (int i = tid; i < %u; i += 128) {\n"
+                  "        const long long c = col0 + 8 * i;\n"
+                  "        const unsigned n = c < KF_N ? 16u : 0u;\n"
+                  "        asm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16, %%2;\" ::\"r\"(\n"
+                  "                         dst + 16u * (unsigned)i),\n"
+                  "                     \"l\"(__cvta_generic_to_global(p + (c < KF_N ? c : 0))), "
+                  "\"r\"(n)\n"
+                  "                     : \"memory\");\n"
+                  "    }\n}\n"
+                  "/* The tile's columns col0.. of every column operand kf_epi reads at csm,\n"
+                  " * into the staging area at dst (thread tid of the consumer's 128). */\n"
+                  "__device__ __forceinline__ void kf_epi_cs_fetch(unsigned dst, long long col0, "
+                  "int tid, KF_PARAMS) {\n",
+                  ep->n_cs, (sh->dual ? sh->bn / 2 : sh->bn) - 1,
+                  (sh->dual ? sh->bn / 2 : sh->bn) / 8);
+        if (ep->cs.p)
+            cg_puts(&c->s, ep->cs.p);
+        if (ep->cs.oom)
+            c->st = cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+        cg_puts(&c->s, "    asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n}\n\n");
+    }
+    kf_mem_free(c->mem, ep->cs.p, ep->cs.cap);
+    memset(&ep->cs, 0, sizeof ep->cs);
     /* The TMA-store epilogue's pair of output values, packed. Values exact in
      * bf16 (a bf16x2 op's, kf_bf16x2: the residual add) are packed by
      * kf_pk_bf16's bit operations, which fold with the unpacking of the

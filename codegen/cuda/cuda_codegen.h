@@ -453,7 +453,17 @@ typedef struct kf_cuda_gemm_shape {
                                   TMA under the main loop, a fourth tensor map after the
                                   output's (gemm_sm90.cuh KF_EPI_RS; the recipe's default with a
                                   residual on ping-pong tiles) */
-    bool epi_pf;               /* with epi_tma: the epilogue's row operands (a residual) of
+    bool epi_cs;               /* with epi_tma (one CTA or a pair, no stream-K, 4 store
+                                  buffers, fold, head view, SwiGLU pair or sibling set): the
+                                  epilogue's column operands (a bias: bf16/f16, N a multiple of
+                                  8) are copied into the consumer's staging area by cp.async
+                                  when a tile starts, and kf_epi reads them there (gemm_sm90.cuh
+                                  KF_EPI_CS), where each 64 x 64 chunk waited on its own global
+                                  loads between the store barriers (the recipe's default;
+                                  internal KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL: the form
+                                  before) */
+    bool epi_pf;               /* with epi_tma or the register epilogue (not a row epilogue
+                                  in the tile): the epilogue's row operands (a residual) of
                                   a tile prefetched into L2 when the tile starts (internal:
                                   KF_CUDA_RECIPE_GEMM_EPI_PF) */
     bool x_scratch;            /* the write of tensor x_tensor goes to a SCRATCH param keyed by

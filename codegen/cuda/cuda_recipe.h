@@ -243,11 +243,16 @@ enum {
  * S4096 D128, one run: 1.6743 ms against the narrower tile's 1.6422, cuDNN
  * 1.6230) */
 #define KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE (UINT64_C(1) << 59)
-/* internal: a generated sm_90a GEMM with the TMA-store epilogue prefetches the
- * epilogue's row operands (a residual: a load that varies with the row) of a
- * tile into L2 when the tile starts (cp.async.bulk.prefetch.L2, one per 64
- * columns of a row), so the epilogue's loads of them hit L2 where they waited
- * on DRAM between the store barriers (gemm_sm90.cuh KF_EPI_PF) */
+/* internal: a generated sm_90a GEMM with the TMA-store epilogue (or the
+ * register epilogue, not a row epilogue in the tile: the split row form's
+ * GEMM) prefetches the epilogue's row operands (a residual: a load that
+ * varies with the row) of a tile into L2 when the tile starts
+ * (cp.async.bulk.prefetch.L2, one per 64 columns of a row), so the
+ * epilogue's loads of them hit L2 where they waited on DRAM between the
+ * store barriers, or all at once after the main loop (gemm_sm90.cuh
+ * KF_EPI_PF). Measured slower on the register epilogue (H100, 32085d9: the
+ * split LayerNorm's GEMM 8192 x 4096 x 4096 + bias + residual 0.4737 ms
+ * against 0.4341 idle, A B B A 0.5431 against 0.5047) */
 #define KF_CUDA_RECIPE_GEMM_EPI_PF (UINT64_C(1) << 39)
 /* internal: a generated sm_90a GEMM with the TMA-store epilogue and K <= 1024
  * keeps the cooperative 128 x 256 tiles where the default takes ping-pong
@@ -382,6 +387,17 @@ enum {
  * FC1 (a norm folded into B, whose column terms then come from L2) 0.2726
  * against 0.2504; kept to measure */
 #define KF_CUDA_RECIPE_GEMM_EPI_BUF4 (UINT64_C(1) << 52)
+/* internal: a generated sm_90a GEMM's TMA-store epilogue loads its column
+ * operands (a bias) from global memory in each 64 x 64 chunk, between the
+ * store barriers (the form before), where by default
+ * (kf_cuda_gemm_shape.epi_cs) the consumer copies the tile's columns of them
+ * into its staging area by cp.async when the tile starts and the chunks read
+ * them from shared memory. Measured (H100, 5103701 / 32085d9): 16384 x 4096
+ * x 1024 + bias + gelu_tanh 0.2177 -> 0.2015 ms idle, A B B A 0.2474 ->
+ * 0.2312; + bias 0.1968 -> 0.1870; issue 13's 8192 x 4096 x 16384 a tie
+ * idle (1.3865 -> 1.3891, three samples each), A B B A 1.5975 -> 1.5715
+ * and 1.5917 -> 1.5849; kept to measure the two */
+#define KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL (UINT64_C(1) << 53)
 /* internal: the sm_90a attention kernel takes a share of its softmax's
  * exp2s as an FMA-pipe polynomial (templates/attention_sm90.cuh,
  * kf_ex2_poly; cg_attention.c, KF_SM90_EXP2_POLY_*: a quarter of a key
