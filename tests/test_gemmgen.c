@@ -323,6 +323,68 @@ static void split_case_on(const char *text, bool x_written, const char *want_til
     plan_release(&p);
 }
 
+/* A folded norm's pre-passes in one launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
+ * internal): the recipe's one pre-pass step comes first, a "pre_" kernel
+ * with the row statistics and each of the `folds` folds of B (a set's
+ * members', a SwiGLU pair's two), then `gemms` GEMM steps; the kernel
+ * compiles with no local memory. Without the flag the pre-passes stay apart. */
+static void prepass_case(const char *text, uint64_t flags, uint32_t folds, uint32_t gemms) {
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_ONE | flags);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    if (rc->n_variants != 1 || !strstr(rc->variants[0].how, "folded into B (one pre-pass"))
+        fail_msg("expected the pre-passes in one launch: %s", rc->variants[0].how);
+    assert_int_equal(rc->n_steps, 1 + gemms);
+    const kf_cuda_kstep *pk = rc->steps[0].kernel;
+    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+    assert_int_equal(pk->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+    assert_int_equal(strncmp(pk->kernel.name, "pre_", 4), 0);
+    char want[32];
+    snprintf(want, sizeof want, "#define KF_PJOBS %u\n", folds);
+    assert_non_null(strstr(pk->kernel.source, want));
+    assert_non_null(strstr(pk->kernel.source, "#define KF_PSTATS 1\n"));
+    for (uint32_t i = 1; i <= gemms; i++)
+        assert_int_equal(rc->steps[i].kernel->role, KF_CUDA_ROLE_GEMM);
+    static const char *const ops[] = {"SHFL.BFLY", NULL};
+    static const char *const why[] = {"the statistics' warp sums"};
+    kf_sass_check_ops(&MEM, &pk->kernel, ops, why, NULL);
+    kf_cuda_recipes_destroy(rec);
+    /* the same graph without the flag: a statistics step, a fold step a B */
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | flags);
+    rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_steps, 1 + folds + gemms);
+    assert_non_null(strstr(rc->steps[0].kernel->kernel.name, "stats_"));
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_prepass_in_one_launch_compiles_without_local_memory(void **state) {
+    (void)state;
+    /* GPT-2's Q, K, V behind their LayerNorm (M 8192): as one GEMM, and apart */
+    const char *qkv =
+        "kfg 1\nx = input(bf16[8192, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+        "wq = input(bf16[1024, 1024])\nbq = input(bf16[1024])\nwk = input(bf16[1024, 1024])\n"
+        "bk = input(bf16[1024])\nwv = input(bf16[1024, 1024])\nbv = input(bf16[1024])\n"
+        "n = layer_norm(x, g, c, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, bq)\n"
+        "k0 = matmul(n, wk)\nk = add(k0, bk)\nv0 = matmul(n, wv)\nv = add(v0, bv)\n"
+        "output q\noutput k\noutput v\n";
+    prepass_case(qkv, 0, 3, 1);
+    prepass_case(qkv, KF_CUDA_RECIPE_GEMM_SIB_APART, 3, 3);
+    /* RMSNorm before a K-major B, ragged, f16 */
+    prepass_case("kfg 1\nx = input(f16[1000, 264])\ng = input(f16[264])\n"
+                 "w = input(f16[392, 264])\nn = rms_norm(x, g)\n"
+                 "y = matmul(n, w, transpose_b=true)\noutput y\n",
+                 0, 1, 1);
+    /* a LayerNorm SwiGLU pair: two folds */
+    prepass_case("kfg 1\nx = input(bf16[3000, 200])\ng = input(bf16[200])\nc = input(bf16[200])\n"
+                 "wg = input(bf16[200, 392])\nwu = input(bf16[200, 392])\nn = layer_norm(x, g, c)\n"
+                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+                 0, 2, 1);
+}
+
 static void split_case(const char *text, bool x_written, const char *want_tile) {
     split_case_on(text, x_written, want_tile, "h100");
 }
@@ -2278,6 +2340,7 @@ int main(void) {
         cmocka_unit_test(test_cluster_pairs_compile_to_multicast_tma_and_hgmma),
         cmocka_unit_test(test_stream_k_compiles_to_hgmma_without_local_memory),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
+        cmocka_unit_test(test_prepass_in_one_launch_compiles_without_local_memory),
         cmocka_unit_test(test_row_epilogues_compile_in_the_tile_without_local_memory),
         cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),
     };

@@ -363,6 +363,16 @@ enum {
  * FC1 (a norm folded into B, whose column terms then come from L2) 0.2726
  * against 0.2504; kept to measure */
 #define KF_CUDA_RECIPE_GEMM_EPI_BUF4 (UINT64_C(1) << 52)
+/* internal: a generated sm_90a GEMM whose norm prologue is folded into B
+ * takes its pre-passes in ONE launch (kf_cuda_codegen_gemm_prepass,
+ * templates/gemm_prepass.cuh): the row statistics of A and diag(gamma) B of
+ * every B of the group or sibling set, where they took a launch each (the
+ * statistics' row kernel, then one fold kernel a B: 32 blocks for GPT-2's
+ * 1024 x 1024 Q, K and V weights each, on 132 SMs); asked for by this flag */
+#define KF_CUDA_RECIPE_GEMM_PREPASS_ONE (UINT64_C(1) << 31)
+/* internal: the pre-passes apart (a statistics kernel, then a fold kernel a
+ * B) wherever PREPASS_ONE would be the default; kept to measure */
+#define KF_CUDA_RECIPE_GEMM_PREPASS_APART (UINT64_C(1) << 29)
 /* internal: the sm_90a attention kernel takes a share of its softmax's
  * exp2s as an FMA-pipe polynomial (templates/attention_sm90.cuh,
  * kf_ex2_poly; cg_attention.c, KF_SM90_EXP2_POLY_*: a quarter of a key
