@@ -2961,8 +2961,9 @@ static void test_a_gemm_prepass_in_one_launch_matches(void **state) {
 }
 
 /* RMSNorm and LayerNorm folds, ragged M, N and K, N- and K-major B, a
- * SwiGLU pair, and sibling sets (as one GEMM and apart, four members);
- * bf16 and f16; generated, and measured against cuBLASLt. */
+ * SwiGLU pair, ping-pong at K = 1000 (bf16 and f16, each run twice: the
+ * second run reads the first's scratch); sibling sets as one GEMM and apart,
+ * four members (bf16); the measured choice against cuBLASLt. */
 static void test_gemm_prepass_in_one_launch_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -2970,20 +2971,20 @@ static void test_gemm_prepass_in_one_launch_matches_the_reference(void **state) 
         skip();
     const uint64_t one = KF_CUDA_RECIPE_GEMM_PREPASS_ONE;
     static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
-    for (size_t d = 0; d < N_OF(dts); d++) {
+    for (size_t d = 0; d < N_OF(dts); d++)
         for (size_t c = 0; c < N_OF(prepass_cases); c++)
-            flags_case_full(G.ctx, prepass_cases[c][0], dts[d], 2792 + c, prepass_cases[c][1],
-                            KF_CUDA_RECIPE_GEMM_GENERATED | one, prepass_one_check, NULL, true);
-        for (size_t c = 0; c < N_OF(sib_one_cases); c++) {
-            flags_case_full(G.ctx, sib_one_cases[c][0], dts[d], 2800 + c, sib_one_cases[c][1],
-                            KF_CUDA_RECIPE_GEMM_GENERATED | one, prepass_one_check, NULL, false);
-            flags_case_full(G.ctx, sib_one_cases[c][0], dts[d], 2810 + c, sib_one_cases[c][1],
-                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART | one,
-                            prepass_one_check, NULL, false);
-        }
-        flags_case_full(G.ctx, prepass_cases[4][0], dts[d], 2820, prepass_cases[4][1],
-                        KF_CUDA_RECIPE_GEMM_MEASURED | one, NULL, NULL, false);
+            flags_case_full(G.ctx, prepass_cases[c][0], dts[d], 2792 + 10 * d + c,
+                            prepass_cases[c][1], KF_CUDA_RECIPE_GEMM_GENERATED | one,
+                            prepass_one_check, NULL, true);
+    for (size_t c = 0; c < N_OF(sib_one_cases); c++) {
+        flags_case_full(G.ctx, sib_one_cases[c][0], KF_DTYPE_BF16, 2812 + c, sib_one_cases[c][1],
+                        KF_CUDA_RECIPE_GEMM_GENERATED | one, prepass_one_check, NULL, false);
+        flags_case_full(G.ctx, sib_one_cases[c][0], KF_DTYPE_BF16, 2816 + c, sib_one_cases[c][1],
+                        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART | one,
+                        prepass_one_check, NULL, false);
     }
+    flags_case_full(G.ctx, prepass_cases[4][0], KF_DTYPE_BF16, 2820, prepass_cases[4][1],
+                    KF_CUDA_RECIPE_GEMM_MEASURED | one, NULL, NULL, false);
 }
 
 /* A sibling set as ONE sm_80 kernel (mma.sync; on an H100 forced with

@@ -402,7 +402,8 @@ kf_status kf_cuda_codegen_gemm_prepass(const kf_plan *plan, const kf_cuda_fold_j
     k->launch.block = 32u * PRE_WARPS;
     k->launch.work_items = (uint64_t)all;
     k->launch.items_per_block = 1;
-    k->launch.blocks_per_sm = 2048u / (32u * PRE_WARPS);
+    /* one block an SM: the fold loops take up to 64 registers a thread */
+    k->launch.blocks_per_sm = 1;
     cg_emit_head(&c, stats ? "GEMM norm prologue's pre-passes in one (row statistics of A, "
                              "diag(gamma) B and column sums of each B)"
                            : "GEMM norm prologue folded into B, every B in one");
