@@ -2424,8 +2424,19 @@ int main(int argc, char **argv) {
 #undef G2_PF
 #undef G2_COOP
     /* a folded norm's pre-passes (the row statistics, each B's fold) in
-     * one launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE, internal), where they
-     * took one each: the measured choice and the generated side */
+     * one launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE, internal; the default
+     * since 214feea's run), and apart as before (_apart: PREPASS_APART): the
+     * measured choice and the generated side */
+#define G2_APART KF_CUDA_RECIPE_GEMM_PREPASS_APART
+        {"ln_qkv_generated_apart", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_APART},
+        {"gpt2_fc1_generated_apart", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_APART},
+        {"gpt2_qkv_siblings_generated_apart", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | G2_APART},
+        {"gpt2_qkv_one_generated_apart", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | G2_APART},
+#undef G2_APART
 #define G2_PRE KF_CUDA_RECIPE_GEMM_PREPASS_ONE
         {"ln_qkv_pre1", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, G2_PRE},
         {"ln_qkv_generated_pre1", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED, G2_PRE},

@@ -2944,6 +2944,10 @@ static const char *const prepass_cases[][2] = {
      "w = input(%s[1000, 520])\nb = input(%s[520])\nn = layer_norm(x, g, c)\n"
      "y = matmul(n, w)\nz = add(y, b)\nh = gelu_tanh(z)\noutput h\n",
      "LayerNorm + bias + gelu_tanh, ping-pong, K = 1000"},
+    {"kfg 1\nx = input(%s[3000, 1304])\ng = input(%s[1304])\nc = input(%s[1304])\n"
+     "w = input(%s[1304, 264])\nb = input(%s[264])\nn = layer_norm(x, g, c)\n"
+     "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+     "LayerNorm, K = 1304 (the statistics' loads in two batches, the second partial)"},
 };
 
 /* One small case alone (the sanitizers run it). */
@@ -2958,6 +2962,8 @@ static void test_a_gemm_prepass_in_one_launch_matches(void **state) {
     flags_case_full(G.ctx, sib_one_cases[1][0], KF_DTYPE_BF16, 2791, sib_one_cases[1][1],
                     KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
                     prepass_one_check, NULL, false);
+    flags_case_full(G.ctx, prepass_cases[5][0], KF_DTYPE_BF16, 2789, prepass_cases[5][1],
+                    KF_CUDA_RECIPE_GEMM_GENERATED, prepass_one_check, NULL, true);
 }
 
 /* RMSNorm and LayerNorm folds, ragged M, N and K, N- and K-major B, a

@@ -518,9 +518,14 @@ static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_
 }
 
 /* Whether a folded norm's pre-passes take one launch (kf_cuda_codegen_gemm_prepass):
- * asked for by KF_CUDA_RECIPE_GEMM_PREPASS_ONE; off by default until it is
- * measured (PREPASS_APART keeps them apart where it becomes the default). */
-#define PREPASS_ONE_DEFAULT 0
+ * the default (KF_CUDA_RECIPE_GEMM_PREPASS_APART keeps them apart). Measured on
+ * an H100 at 214feea, A B B A: GPT-2's Q/K/V set 0.2235 -> 0.2123 ms with its
+ * members apart, 0.2194 -> 0.2088 as one GEMM; ln_qkv 0.2032 -> 0.2040 and FC1
+ * 0.2867 -> 0.2860 (even); the measured choices at compile time: ln_qkv 0.1644
+ * -> 0.1618, FC1 0.2285 -> 0.2260, the set apart 0.1908 -> 0.1743
+ * (bench/results/NVIDIA-H100-214feea-prepass.json). ncu: the statistics' 16.6
+ * us and three folds of 8.6 us (32 blocks each) became one kernel of 21.2 us. */
+#define PREPASS_ONE_DEFAULT 1
 static bool prepass_one(const rb *b) {
     uint64_t fl = b->target->flags;
     return (fl & KF_CUDA_RECIPE_GEMM_PREPASS_ONE) ||
