@@ -123,9 +123,11 @@ __device__ __forceinline__ float kf_prstd(float ss, int e) {
 }
 
 /* The statistics of row r, by lane `lane` of its warp: V values a load, the
- * loads of KF_SU steps issued before their sums (a loop of one load and its
- * sums kept one 16-byte load a lane in flight: the statistics read A at 63%
- * of DRAM bandwidth, ncu on an H100). */
+ * loads of KF_SU steps issued before their sums. Written so because the
+ * kernel read A at 61% of DRAM bandwidth (ncu, H100) with one load and its
+ * sums a step; it changed nothing (21.15 -> 21.06 us for GPT-2's Q/K/V,
+ * 856c4d1): what bounds the kernel is likelier its fold items (a 32-column
+ * chunk over all of K, 8.6 us each, on 96 of 132 SMs there). */
 #define KF_SU 4
 template <int V> __device__ __forceinline__ void kf_prow(long long r, int lane, KF_PARAMS) {
     const auto *x = kf_srow(r, KF_ARGS);
