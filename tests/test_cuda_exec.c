@@ -2944,6 +2944,110 @@ static void test_gemm_sibling_sets_as_one_kernel_match_the_reference(void **stat
     }
 }
 
+/* A folded norm's pre-passes in ONE launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
+ * internal): every GEMM recipe that folds its norm into B has one pre-pass
+ * step, a "pre_" kernel (the row statistics and each B's fold) before its
+ * GEMM steps, and says so. */
+static void prepass_one_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                              const char *dn) {
+    uint32_t folded = 0;
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (plan->groups[gi].kind != KF_GROUP_GEMM || rc->n_variants == 0 ||
+            !strstr(rc->variants[0].how, "norm prologue folded into B"))
+            continue;
+        if (!strstr(rc->variants[0].how, "folded into B (one pre-pass"))
+            fail_msg("%s [%s]: group %u's pre-passes are apart: %s", what, dn, gi,
+                     rc->variants[0].how);
+        uint32_t pre = 0, gemm = 0;
+        for (uint32_t i = 0; i < rc->variants[0].n_steps; i++) {
+            const kf_cuda_step *st = &rc->steps[rc->variants[0].first_step + i];
+            if (st->kind != KF_CUDA_STEP_KERNEL)
+                continue;
+            if (st->kernel->role == KF_CUDA_ROLE_GEMM_PROLOGUE) {
+                assert_int_equal(gemm, 0); /* before every GEMM */
+                assert_int_equal(strncmp(st->kernel->kernel.name, "pre_", 4), 0);
+                pre++;
+            } else if (st->kernel->role == KF_CUDA_ROLE_GEMM) {
+                gemm++;
+            }
+        }
+        assert_int_equal(pre, 1);
+        assert_true(gemm >= 1);
+        folded++;
+    }
+    assert_true(folded >= 1);
+}
+
+static const char *const prepass_cases[][2] = {
+    {"kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 392])\n"
+     "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+     "RMSNorm, ragged M, N, K"},
+    {"kfg 1\nx = input(%s[2, 300, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+     "w = input(%s[200, 136])\nb = input(%s[136])\nn = layer_norm(x, g, c)\n"
+     "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+     "LayerNorm, batch folded into M, bias"},
+    {"kfg 1\nx = input(%s[2100, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+     "w = input(%s[1001, 200])\nn = layer_norm(x, g, c)\n"
+     "y = matmul(n, w, transpose_b=true)\noutput y\n",
+     "LayerNorm, K-major B, N = 1001"},
+    {"kfg 1\nx = input(%s[3000, 200])\ng = input(%s[200])\nc = input(%s[200])\n"
+     "wg = input(%s[200, 392])\nwu = input(%s[200, 392])\nn = layer_norm(x, g, c)\n"
+     "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+     "LayerNorm, SwiGLU dual (two folds)"},
+    {"kfg 1\nx = input(%s[4224, 1000])\ng = input(%s[1000])\nc = input(%s[1000])\n"
+     "w = input(%s[1000, 520])\nb = input(%s[520])\nn = layer_norm(x, g, c)\n"
+     "y = matmul(n, w)\nz = add(y, b)\nh = gelu_tanh(z)\noutput h\n",
+     "LayerNorm + bias + gelu_tanh, ping-pong, K = 1000"},
+    {"kfg 1\nx = input(%s[3000, 1304])\ng = input(%s[1304])\nc = input(%s[1304])\n"
+     "w = input(%s[1304, 264])\nb = input(%s[264])\nn = layer_norm(x, g, c)\n"
+     "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
+     "LayerNorm, K = 1304 (the statistics' loads in two batches, the second partial)"},
+};
+
+/* One small case alone (the sanitizers run it). */
+static void test_a_gemm_prepass_in_one_launch_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!sib_one_device())
+        skip();
+    flags_case_full(G.ctx, prepass_cases[1][0], KF_DTYPE_BF16, 2790, prepass_cases[1][1],
+                    KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
+                    prepass_one_check, NULL, false);
+    flags_case_full(G.ctx, sib_one_cases[1][0], KF_DTYPE_BF16, 2791, sib_one_cases[1][1],
+                    KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
+                    prepass_one_check, NULL, false);
+    flags_case_full(G.ctx, prepass_cases[5][0], KF_DTYPE_BF16, 2789, prepass_cases[5][1],
+                    KF_CUDA_RECIPE_GEMM_GENERATED, prepass_one_check, NULL, true);
+}
+
+/* RMSNorm and LayerNorm folds, ragged M, N and K, N- and K-major B, a
+ * SwiGLU pair, ping-pong at K = 1000 (bf16 and f16, each run twice: the
+ * second run reads the first's scratch); sibling sets as one GEMM and apart,
+ * four members (bf16); the measured choice against cuBLASLt. */
+static void test_gemm_prepass_in_one_launch_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!sib_one_device())
+        skip();
+    const uint64_t one = KF_CUDA_RECIPE_GEMM_PREPASS_ONE;
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < N_OF(dts); d++)
+        for (size_t c = 0; c < N_OF(prepass_cases); c++)
+            flags_case_full(G.ctx, prepass_cases[c][0], dts[d], 2792 + 10 * d + c,
+                            prepass_cases[c][1], KF_CUDA_RECIPE_GEMM_GENERATED | one,
+                            prepass_one_check, NULL, true);
+    for (size_t c = 0; c < N_OF(sib_one_cases); c++) {
+        flags_case_full(G.ctx, sib_one_cases[c][0], KF_DTYPE_BF16, 2812 + c, sib_one_cases[c][1],
+                        KF_CUDA_RECIPE_GEMM_GENERATED | one, prepass_one_check, NULL, false);
+        flags_case_full(G.ctx, sib_one_cases[c][0], KF_DTYPE_BF16, 2816 + c, sib_one_cases[c][1],
+                        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART | one,
+                        prepass_one_check, NULL, false);
+    }
+    flags_case_full(G.ctx, prepass_cases[4][0], KF_DTYPE_BF16, 2820, prepass_cases[4][1],
+                    KF_CUDA_RECIPE_GEMM_MEASURED | one, NULL, NULL, false);
+}
+
 /* A sibling set as ONE sm_80 kernel (mma.sync; on an H100 forced with
  * KF_CUDA_RECIPE_GEMM_SM80, as --gemm sm80; KF_CUDA_RECIPE_GEMM_SIB_ONE while
  * it is not sm_80's default): the set's one GEMM step is a "sib<n>_mma_"
@@ -4859,6 +4963,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_sibling_sets_match_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_match_the_reference),
+        cmocka_unit_test(test_a_gemm_prepass_in_one_launch_matches),
+        cmocka_unit_test(test_gemm_prepass_in_one_launch_matches_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_sm80_kernel_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),

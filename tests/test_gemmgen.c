@@ -74,7 +74,9 @@ static void generated_case_with(const char *text, const char *want_tile, const c
     bool fold = norm && !ring && !(flags & KF_CUDA_RECIPE_GEMM_NORM_IN_RING) &&
                 2 * mt->dims[mt->rank - 1] * (dual ? 2 : 1) < rows;
     bool scratch = norm && !ring && !fold;
-    uint32_t pre = fold ? (dual ? 3u : 2u) : norm ? 1u : 0u;
+    /* a fold's pre-passes: one launch (the default), or apart (PREPASS_APART) */
+    bool one = fold && !(flags & KF_CUDA_RECIPE_GEMM_PREPASS_APART);
+    uint32_t pre = one ? 1u : fold ? (dual ? 3u : 2u) : norm ? 1u : 0u;
     kf_cuda_recipes *rec =
         kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
@@ -101,8 +103,8 @@ static void generated_case_with(const char *text, const char *want_tile, const c
         assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
         const kf_cuda_kstep *ps = rc->steps[0].kernel;
         assert_int_equal(ps->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
-        assert_non_null(strstr(ps->kernel.name, "stats_"));
-        assert_non_null(strstr(ps->kernel.source, "kf_row_out"));
+        assert_non_null(strstr(ps->kernel.name, one ? "pre_" : "stats_"));
+        assert_non_null(strstr(ps->kernel.source, one ? "kf_pstats" : "kf_row_out"));
         kf_nvrtc_result res;
         char err[KF_MSG_MAX] = "";
         if (kf_cuda_kernel_compile(&MEM, &ps->kernel, &res, err) != KF_OK)
@@ -321,6 +323,69 @@ static void split_case_on(const char *text, bool x_written, const char *want_til
     kf_nvrtc_result_release(&MEM, &res);
     kf_cuda_recipes_destroy(rec);
     plan_release(&p);
+}
+
+/* A folded norm's pre-passes in one launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
+ * internal): the recipe's one pre-pass step comes first, a "pre_" kernel
+ * with the row statistics and each of the `folds` folds of B (a set's
+ * members', a SwiGLU pair's two), then `gemms` GEMM steps; the kernel
+ * compiles with no local memory. With PREPASS_APART the pre-passes stay apart. */
+static void prepass_case(const char *text, uint64_t flags, uint32_t folds, uint32_t gemms) {
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_ONE | flags);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    if (rc->n_variants != 1 || !strstr(rc->variants[0].how, "folded into B (one pre-pass"))
+        fail_msg("expected the pre-passes in one launch: %s", rc->variants[0].how);
+    assert_int_equal(rc->n_steps, 1 + gemms);
+    const kf_cuda_kstep *pk = rc->steps[0].kernel;
+    assert_int_equal(rc->steps[0].kind, KF_CUDA_STEP_KERNEL);
+    assert_int_equal(pk->role, KF_CUDA_ROLE_GEMM_PROLOGUE);
+    assert_int_equal(strncmp(pk->kernel.name, "pre_", 4), 0);
+    char want[32];
+    snprintf(want, sizeof want, "#define KF_PJOBS %u\n", folds);
+    assert_non_null(strstr(pk->kernel.source, want));
+    assert_non_null(strstr(pk->kernel.source, "#define KF_PSTATS 1\n"));
+    for (uint32_t i = 1; i <= gemms; i++)
+        assert_int_equal(rc->steps[i].kernel->role, KF_CUDA_ROLE_GEMM);
+    static const char *const ops[] = {"SHFL.BFLY", NULL};
+    static const char *const why[] = {"the statistics' warp sums"};
+    kf_sass_check_ops(&MEM, &pk->kernel, ops, why, NULL);
+    kf_cuda_recipes_destroy(rec);
+    /* the same graph with PREPASS_APART: a statistics step, a fold step a B */
+    rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                          KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_APART | flags);
+    rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_steps, 1 + folds + gemms);
+    assert_non_null(strstr(rc->steps[0].kernel->kernel.name, "stats_"));
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_prepass_in_one_launch_compiles_without_local_memory(void **state) {
+    (void)state;
+    /* GPT-2's Q, K, V behind their LayerNorm (M 8192): as one GEMM, and apart */
+    const char *qkv =
+        "kfg 1\nx = input(bf16[8192, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+        "wq = input(bf16[1024, 1024])\nbq = input(bf16[1024])\nwk = input(bf16[1024, 1024])\n"
+        "bk = input(bf16[1024])\nwv = input(bf16[1024, 1024])\nbv = input(bf16[1024])\n"
+        "n = layer_norm(x, g, c, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, bq)\n"
+        "k0 = matmul(n, wk)\nk = add(k0, bk)\nv0 = matmul(n, wv)\nv = add(v0, bv)\n"
+        "output q\noutput k\noutput v\n";
+    prepass_case(qkv, 0, 3, 1);
+    prepass_case(qkv, KF_CUDA_RECIPE_GEMM_SIB_APART, 3, 3);
+    /* RMSNorm before a K-major B, ragged, f16 */
+    prepass_case("kfg 1\nx = input(f16[1000, 264])\ng = input(f16[264])\n"
+                 "w = input(f16[392, 264])\nn = rms_norm(x, g)\n"
+                 "y = matmul(n, w, transpose_b=true)\noutput y\n",
+                 0, 1, 1);
+    /* a LayerNorm SwiGLU pair: two folds */
+    prepass_case("kfg 1\nx = input(bf16[3000, 200])\ng = input(bf16[200])\nc = input(bf16[200])\n"
+                 "wg = input(bf16[200, 392])\nwu = input(bf16[200, 392])\nn = layer_norm(x, g, c)\n"
+                 "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
+                 0, 2, 1);
 }
 
 static void split_case(const char *text, bool x_written, const char *want_tile) {
@@ -1519,11 +1584,11 @@ static void test_gemm_modes_give_the_sides_they_name(void **state) {
             if (i == 0) {
                 assert_non_null(strstr(c->variants[0].how, "dual"));
             } else {
-                /* generated: the statistics pre-pass, the fold's diag(gamma) B,
-                 * then the GEMM; cuBLASLt: the prologue kernel writing A, then
-                 * the library GEMM */
-                assert_int_equal(c->variants[0].n_steps, 3);
-                for (uint32_t j = 0; j < 3; j++)
+                /* generated: the statistics and the fold's diag(gamma) B in
+                 * one pre-pass, then the GEMM; cuBLASLt: the prologue kernel
+                 * writing A, then the library GEMM */
+                assert_int_equal(c->variants[0].n_steps, 2);
+                for (uint32_t j = 0; j < 2; j++)
                     assert_int_equal(c->steps[c->variants[0].first_step + j].kind,
                                      KF_CUDA_STEP_KERNEL);
                 assert_non_null(strstr(c->variants[0].how, "norm prologue folded into B"));
@@ -2010,21 +2075,24 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
                 first = gi;
         assert_int_not_equal(first, KF_NONE);
         assert_int_equal(p.plan->groups[first].gemm.sib_count, 3);
-        /* each alone: three recipes, each its own statistics (or prologue) */
+        /* each alone: three recipes, each its own statistics (in its one
+         * pre-pass, or the prologue) */
         kf_cuda_recipes *rec = kf_sass_recipes(
             &MEM, p.plan, "h100", NULL,
             KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_NO_SIBLINGS);
         uint32_t pre = 0;
         for (uint32_t j = 0; j < 3; j++) {
             assert_int_equal(rec->recipes[first + j].n_members, 1);
-            pre += count_steps(&rec->recipes[first + j], 0, "stats_") +
+            pre += count_steps(&rec->recipes[first + j], 0, "pre_") +
                    count_steps(&rec->recipes[first + j], 0, "pro_");
         }
         assert_int_equal(pre, 3);
         kf_cuda_recipes_destroy(rec);
-        /* generated, the set in its first member's recipe */
+        /* generated, the set in its first member's recipe, the pre-passes
+         * apart (in one launch, the default: test_prepass_in_one_launch_*) */
         rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART);
+                              KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_APART |
+                                  KF_CUDA_RECIPE_GEMM_PREPASS_APART);
         const kf_cuda_recipe *rc = &rec->recipes[first];
         assert_int_equal(rc->n_members, 3);
         assert_int_equal(rc->n_variants, 1);
@@ -2114,7 +2182,7 @@ static void test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once(void **s
             if (rc->n_members == 4)
                 runs++;
             for (uint32_t v = 0; v < rc->n_variants; v++) {
-                stats += count_steps(rc, v, "stats_");
+                stats += count_steps(rc, v, "stats_") + count_steps(rc, v, "pre_");
                 pro += count_steps(rc, v, "pro_");
             }
         }
@@ -2177,8 +2245,8 @@ static const kf_cuda_kstep *compile_steps_one_gemm(const kf_cuda_recipe *rc) {
  * (KF_CUDA_RECIPE_GEMM_SIB_ONE, internal): GQA-like ragged members (q 256 +
  * bias, k 64 silu or gelu, v 72 bare: the set's tile columns 2 + 1 + 1) behind one
  * RMSNorm (and a LayerNorm), bf16 and f16: one GEMM step (HGMMA, TMA, no
- * spills) whose maps are A's and each member's B and output, after the
- * statistics and each member's fold pre-pass; the report names the one GEMM
+ * spills) whose maps are A's and each member's B and output, after the one
+ * pre-pass (the statistics, each member's fold); the report names the one GEMM
  * and its N. A set whose members take the norm in different forms keeps
  * their own kernels and says why. */
 static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns(void **state) {
@@ -2196,8 +2264,9 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
         if (!strstr(rc->variants[0].how, "one GEMM over their concatenated columns, N 256 + 64 + "
                                          "72 = 392"))
             fail_msg("how: %s", rc->variants[0].how);
-        assert_int_equal(count_steps(rc, 0, "stats_"), 1);
-        assert_int_equal(count_steps(rc, 0, "fold_"), 3);
+        /* the statistics and the three folds: one pre-pass (the default) */
+        assert_int_equal(count_steps(rc, 0, "pre_"), 1);
+        assert_int_equal(count_steps(rc, 0, "stats_") + count_steps(rc, 0, "fold_"), 0);
         assert_int_equal(count_steps(rc, 0, "sib3_"), 1);
         const kf_cuda_kstep *ks = compile_steps_one_gemm(rc);
         kf_sass_check_hopper(&MEM, &ks->kernel);
@@ -2410,6 +2479,7 @@ int main(void) {
         cmocka_unit_test(test_cluster_pairs_compile_to_multicast_tma_and_hgmma),
         cmocka_unit_test(test_stream_k_compiles_to_hgmma_without_local_memory),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
+        cmocka_unit_test(test_prepass_in_one_launch_compiles_without_local_memory),
         cmocka_unit_test(test_row_epilogues_compile_in_the_tile_without_local_memory),
         cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),
     };

@@ -208,6 +208,226 @@ kf_status kf_cuda_codegen_gemm_fold(const kf_plan *plan, uint32_t group, const c
     return cg_end(&c, c.st);
 }
 
+/* Element k of column load `node` of group g as C text (load_k for a job's
+ * group). */
+static void load_k_of(cg *c, const kf_group *g, uint32_t node, int param, const char *k) {
+    cg_printf(&c->s, "(float)kf_ld(p%d + (%" PRId64 "LL + (%s) * %" PRId64 "LL))", param,
+              g->expr[node].offset, k, cg_gemm_column_stride(g, node));
+}
+
+/* The merged pre-pass's block: 32 warps (a LayerNorm's N-major fold takes
+ * all of K in a block; the statistics take a row a warp). */
+#define PRE_WARPS 32
+
+/* Job j of the pre-pass: its params and kf_pj<j>, the constants and loads
+ * templates/gemm_prepass.cuh reads; *items its work items. */
+static kf_status prepass_job(cg *c, const kf_cuda_fold_job *jb, int j, int64_t *items) {
+    const kf_plan *plan = c->plan;
+    const kf_group *g = &plan->groups[jb->group];
+    const kf_gemm_info *gm = &g->gemm;
+    const kf_cuda_fold_shape *fs = &jb->fs;
+    kf_cuda_gemm_fold f;
+    if (!kf_cuda_gemm_fold_of(plan, jb->group, &f))
+        return cg_fail(c, KF_ERR_NOT_FOUND, "group %u (%s): no norm prologue the fold takes", g->id,
+                       g->name);
+    if (fs->anchor < 0 || fs->anchor >= (int)gm->n_anchors || fs->k < 1 || fs->n < 1 ||
+        (fs->sk != 1 && fs->sn != 1))
+        return cg_fail(c, KF_ERR_INVALID_ARGUMENT, "group %u (%s): bad fold shape", g->id, g->name);
+    if (fs->k * fs->n >= INT32_MAX)
+        return cg_fail(c, KF_ERR_UNSUPPORTED, "group %u (%s): a B of 2^31 elements or more", g->id,
+                       g->name);
+    uint32_t bt = gm->b[fs->anchor], at = gm->anchor[fs->anchor];
+    kf_dtype dt = cg_tensor(c, bt)->dtype;
+    bool kmajor = fs->sk == 1 && fs->sn != 1;
+    int pb = cg_param_add(c, KF_CUDA_PARAM_IN, bt, dt, 0);
+    int pg = f.gamma != KF_NONE ? cg_param_add(c, KF_CUDA_PARAM_IN, g->expr[f.gamma].base,
+                                               cg_tensor(c, g->expr[f.gamma].base)->dtype, 0)
+                                : -1;
+    int pbe = f.beta != KF_NONE ? cg_param_add(c, KF_CUDA_PARAM_IN, g->expr[f.beta].base,
+                                               cg_tensor(c, g->expr[f.beta].base)->dtype, 0)
+                                : -1;
+    int pw = cg_param_add(c, KF_CUDA_PARAM_SCRATCH, bt, dt,
+                          (uint64_t)fs->k * (uint64_t)fs->n * kf_dtype_size(dt));
+    int pcd =
+        f.ln ? cg_param_add(c, KF_CUDA_PARAM_SCRATCH, at, KF_DTYPE_F32, (uint64_t)fs->n * 2u * 4u)
+             : -1;
+    /* the items as gemm_fold.cuh cuts them, on PRE_WARPS warps */
+    int64_t ks = f.ln ? fs->k : 256;
+    int64_t cols = kmajor ? PRE_WARPS : 32;
+    *items = ((fs->n + cols - 1) / cols) * ((fs->k + ks - 1) / ks);
+    const char *rnd = cg_round_fn(dt);
+    cg_printf(
+        &c->s,
+        "template <> struct kf_pj<%d> {\n"
+        "    static constexpr long long K = %" PRId64 "LL, N = %" PRId64 "LL, KS = %" PRId64
+        "LL, ITEMS = %" PRId64 "LL;\n"
+        "    static constexpr bool KMAJOR = %s, LN = %s;\n"
+        "    static __device__ __forceinline__ float b(long long k, long long n, KF_PARAMS) {\n"
+        "        return (float)kf_ld(p%d + k * %" PRId64 "LL + n * %" PRId64 "LL);\n    }\n"
+        "    static __device__ __forceinline__ float g(long long k, KF_PARAMS) {\n"
+        "        (void)k;\n        return ",
+        j, fs->k, fs->n, ks, *items, kmajor ? "true" : "false", f.ln ? "true" : "false", pb, fs->sk,
+        fs->sn);
+    if (pg >= 0)
+        load_k_of(c, g, f.gamma, pg, "k");
+    else
+        cg_puts(&c->s, "1.0f");
+    cg_puts(&c->s, ";\n    }\n    static __device__ __forceinline__ float beta(long long k, "
+                   "KF_PARAMS) {\n        (void)k;\n        return ");
+    if (pbe >= 0)
+        load_k_of(c, g, f.beta, pbe, "k");
+    else
+        cg_puts(&c->s, "0.0f");
+    char cd[24] = "(float *)0";
+    if (pcd >= 0)
+        snprintf(cd, sizeof cd, "p%d", pcd);
+    cg_printf(&c->s,
+              ";\n    }\n"
+              "    static __device__ __forceinline__ float rnd(float v) { return %s(v); }\n"
+              "    static __device__ __forceinline__ auto w(KF_PARAMS) { return p%d; }\n"
+              "    static __device__ __forceinline__ float *cd(KF_PARAMS) { return %s; }\n"
+              "};\n",
+              rnd ? rnd : "", pw, cd);
+    return c->st;
+}
+
+/* The statistics' part of the pre-pass: params (the norm's input, the
+ * packed statistics) and the KF_S* defines. */
+static kf_status prepass_stats(cg *c, int64_t *rows) {
+    const kf_plan *plan = c->plan;
+    const kf_group *g = c->g;
+    unsigned stats = kf_cuda_gemm_norm_stats(plan, g->id);
+    const unsigned ours = 1u << KF_STAT_MEAN | 1u << KF_STAT_RSTD | 1u << KF_STAT_RMS_RSTD;
+    if (!g->row.present || g->expr[g->row.input].kind != KF_EXPR_LOAD || stats == 0 ||
+        (stats & ~ours) != 0 || g->row_rank < 1)
+        return cg_fail(c, KF_ERR_UNSUPPORTED,
+                       "group %u (%s): no statistics of a loaded A the pre-pass computes", g->id,
+                       g->name);
+    const kf_expr *in = &g->expr[g->row.input];
+    kf_dtype dt = cg_tensor(c, in->base)->dtype;
+    int64_t L = g->row_dims[g->row_rank - 1], acc = 1;
+    bool contiguous = L == g->row.length && L >= 1;
+    for (int d = g->row_rank - 1; d >= 0 && contiguous; d--) {
+        if (g->row_dims[d] != 1 && in->strides[d] != acc)
+            contiguous = false;
+        acc *= g->row_dims[d];
+    }
+    if (!contiguous || (dt != KF_DTYPE_F32 && dt != KF_DTYPE_BF16 && dt != KF_DTYPE_F16))
+        return cg_fail(c, KF_ERR_UNSUPPORTED,
+                       "group %u (%s): the norm's input is not a contiguous f32 / f16 / bf16 "
+                       "matrix",
+                       g->id, g->name);
+    *rows = acc / L;
+    unsigned ns = (unsigned)__builtin_popcount(stats);
+    int px = cg_param_add(c, KF_CUDA_PARAM_IN, in->base, dt, 0);
+    int po =
+        cg_param_add(c, KF_CUDA_PARAM_SCRATCH, in->base, KF_DTYPE_F32, (uint64_t)*rows * ns * 4u);
+    /* 16-byte loads where every row starts on 16 bytes (its offset and
+     * length; the base is checked when the kernel runs) */
+    int64_t vec = 16 / (int64_t)kf_dtype_size(dt);
+    if (L % vec != 0 || in->offset % vec != 0)
+        vec = 1;
+    int i_mean =
+        (stats >> KF_STAT_MEAN) & 1u ? __builtin_popcount(stats & ((1u << KF_STAT_MEAN) - 1u)) : -1;
+    int i_rstd =
+        (stats >> KF_STAT_RSTD) & 1u ? __builtin_popcount(stats & ((1u << KF_STAT_RSTD) - 1u)) : -1;
+    int i_rms = (stats >> KF_STAT_RMS_RSTD) & 1u
+                    ? __builtin_popcount(stats & ((1u << KF_STAT_RMS_RSTD) - 1u))
+                    : -1;
+    cg_printf(&c->s,
+              "#define KF_SL %" PRId64 "LL\n#define KF_SROWS %" PRId64
+              "LL\n#define KF_SNS %u\n#define KF_SVEC %" PRId64
+              "\n#define KF_SI_MEAN %d\n#define KF_SI_RSTD %d\n#define KF_SI_RMS %d\n"
+              "#define KF_SEPS ",
+              L, *rows, ns, vec, i_mean, i_rstd, i_rms);
+    cg_emit_const(c, KF_DTYPE_F32, g->row.eps);
+    cg_printf(&c->s,
+              "\n__device__ __forceinline__ auto kf_srow(long long r, KF_PARAMS) {\n"
+              "    return p%d + (%" PRId64 "LL + r * %" PRId64 "LL);\n}\n"
+              "__device__ __forceinline__ float *kf_sout(KF_PARAMS) { return p%d; }\n",
+              px, in->offset, L, po);
+    return c->st;
+}
+
+kf_status kf_cuda_codegen_gemm_prepass(const kf_plan *plan, const kf_cuda_fold_job *jobs,
+                                       uint32_t n, bool stats, const char *arch, const kf_mem *mem,
+                                       kf_cuda_kernel *out) {
+    cg c;
+    if (!jobs || n == 0) {
+        memset(out, 0, sizeof *out);
+        snprintf(out->error, sizeof out->error, "a pre-pass of no folds");
+        return KF_ERR_INVALID_ARGUMENT;
+    }
+    kf_status st = cg_begin(&c, plan, jobs[0].group, arch, mem, out);
+    if (st != KF_OK)
+        return cg_end(&c, st);
+    if (n > KF_CUDA_PREPASS_JOBS)
+        return cg_end(&c, cg_fail(&c, KF_ERR_UNSUPPORTED,
+                                  "group %u (%s): a pre-pass of %u folds (at most %d)", c.g->id,
+                                  c.g->name, n, KF_CUDA_PREPASS_JOBS));
+    for (uint32_t j = 0; j < n; j++)
+        if (jobs[j].group >= plan->n_groups)
+            return cg_end(&c, cg_fail(&c, KF_ERR_INVALID_ARGUMENT, "a fold of group %u of %u",
+                                      jobs[j].group, plan->n_groups));
+    c.k->tmpl = KF_CUDA_TEMPLATE_GEMM_FOLD;
+    cg_set_name(&c, stats ? "pre_" : "folds_");
+    /* The params first (the head lists them, and KF_PARAMS is their
+     * order): the jobs' text goes to a buffer of its own, after the head. */
+    sbuf head = c.s;
+    memset(&c.s, 0, sizeof c.s);
+    c.s.mem = mem;
+    int64_t items[KF_CUDA_PREPASS_JOBS], rows = 0;
+    cg_puts(&c.s, "template <int J> struct kf_pj;\n");
+    for (uint32_t j = 0; j < n && c.st == KF_OK; j++)
+        prepass_job(&c, &jobs[j], (int)j, &items[j]);
+    if (stats && c.st == KF_OK)
+        prepass_stats(&c, &rows);
+    sbuf defs = c.s;
+    c.s = head;
+    if (c.st != KF_OK || defs.oom) {
+        if (defs.p)
+            kf_mem_free(mem, defs.p, defs.cap);
+        return cg_end(&c, c.st != KF_OK ? c.st
+                                        : cg_fail(&c, KF_ERR_OUT_OF_MEMORY,
+                                                  "kf_cuda_codegen: out of memory"));
+    }
+    int64_t all = 0;
+    for (uint32_t j = 0; j < n; j++)
+        all += items[j];
+    int64_t fold_items = all;
+    if (stats)
+        all += (rows + PRE_WARPS - 1) / PRE_WARPS;
+    kf_cuda_kernel *k = c.k;
+    k->vec = 1;
+    k->launch.block = 32u * PRE_WARPS;
+    k->launch.work_items = (uint64_t)all;
+    k->launch.items_per_block = 1;
+    /* one block an SM: the fold loops take up to 64 registers a thread */
+    k->launch.blocks_per_sm = 1;
+    cg_emit_head(&c, stats ? "GEMM norm prologue's pre-passes in one (row statistics of A, "
+                             "diag(gamma) B and column sums of each B)"
+                           : "GEMM norm prologue folded into B, every B in one");
+    cg_printf(&c.s,
+              "#define KF_PJOBS %u\n#define KF_PSTATS %d\n#define KF_PITEMS %" PRId64
+              "LL\n#define KF_PFOLD_ITEMS %" PRId64 "LL\n%.*s",
+              n, stats ? 1 : 0, all, fold_items, (int)defs.len, defs.p ? defs.p : "");
+    kf_mem_free(mem, defs.p, defs.cap);
+    /* the item dispatch: job 0's fold items, job 1's, ..., the statistics' */
+    cg_puts(&c.s, "#define KF_PRE_ITEM(it, cs, ds)");
+    int64_t at = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        cg_printf(&c.s,
+                  " \\\n    if ((it) < %" PRId64 "LL) kf_pfold<%u>((it) - %" PRId64
+                  "LL, cs, ds, KF_ARGS); else",
+                  at + items[j], j, at);
+        at += items[j];
+    }
+    cg_printf(&c.s, " \\\n    %s\n\n",
+              stats ? "kf_pstats((it) - KF_PFOLD_ITEMS, KF_ARGS);" : "(void)0;");
+    cg_puts(&c.s, kf_cuda_tpl_gemm_prepass);
+    return cg_end(&c, c.st);
+}
+
 const char *cg_gemm_norm_input_why(const cg *c, const kf_cuda_gemm_shape *sh) {
     const kf_group *g = c->g;
     const kf_tensor *mm = cg_tensor(c, g->gemm.anchor[0]);

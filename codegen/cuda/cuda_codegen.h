@@ -679,6 +679,26 @@ kf_status kf_cuda_codegen_gemm_fold(const kf_plan *plan, uint32_t group, const c
                                     const kf_mem *mem, const kf_cuda_fold_shape *fs,
                                     kf_cuda_kernel *out);
 
+/* One fold of a pre-pass kernel: B of anchor fs.anchor of GEMM group `group`. */
+typedef struct kf_cuda_fold_job {
+    uint32_t group;
+    kf_cuda_fold_shape fs;
+} kf_cuda_fold_job;
+#define KF_CUDA_PREPASS_JOBS 8
+
+/* The pre-passes of a GEMM group, or of a sibling set, whose norm prologue
+ * is folded into B, as ONE kernel (templates/gemm_prepass.cuh): with
+ * `stats`, the row statistics of jobs[0].group's norm input (SCRATCH keyed
+ * by that input, packed as kf_cuda_codegen_gemm_stats packs them), and the
+ * fold of each of the n jobs' B (its params as kf_cuda_codegen_gemm_fold's;
+ * every job's norm the same). Errors: KF_ERR_NOT_FOUND (a job's group has
+ * no prologue the fold takes), KF_ERR_UNSUPPORTED (statistics of an input
+ * that is not a contiguous f32 / f16 / bf16 row-major matrix, more than
+ * KF_CUDA_PREPASS_JOBS jobs, too many params), KF_ERR_INVALID_ARGUMENT. */
+kf_status kf_cuda_codegen_gemm_prepass(const kf_plan *plan, const kf_cuda_fold_job *jobs,
+                                       uint32_t n, bool stats, const char *arch, const kf_mem *mem,
+                                       kf_cuda_kernel *out);
+
 kf_status kf_cuda_codegen_gemm_stats(const kf_plan *plan, uint32_t group, const char *arch,
                                      const kf_mem *mem, unsigned stats, kf_cuda_kernel *out);
 

@@ -398,6 +398,19 @@ enum {
  * idle (1.3865 -> 1.3891, three samples each), A B B A 1.5975 -> 1.5715
  * and 1.5917 -> 1.5849; kept to measure the two */
 #define KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL (UINT64_C(1) << 53)
+/* internal: a generated sm_90a GEMM whose norm prologue is folded into B
+ * takes its pre-passes in ONE launch (kf_cuda_codegen_gemm_prepass,
+ * templates/gemm_prepass.cuh): the row statistics of A and diag(gamma) B of
+ * every B of the group or sibling set, where they took a launch each (the
+ * statistics' row kernel, then one fold kernel a B: 32 blocks for GPT-2's
+ * 1024 x 1024 Q, K and V weights each, on 132 SMs). The default since its
+ * measurement (H100, 214feea: GPT-2's Q/K/V set 5% faster in A B B A pairs,
+ * ln_qkv and FC1 even; recipe_gemm.c's PREPASS_ONE_DEFAULT); this flag asks
+ * for it whatever the default */
+#define KF_CUDA_RECIPE_GEMM_PREPASS_ONE (UINT64_C(1) << 31)
+/* internal: the pre-passes apart (a statistics kernel, then a fold kernel a
+ * B), the form before PREPASS_ONE; kept to measure */
+#define KF_CUDA_RECIPE_GEMM_PREPASS_APART (UINT64_C(1) << 29)
 /* internal: the sm_90a attention kernel takes a share of its softmax's
  * exp2s as an FMA-pipe polynomial (templates/attention_sm90.cuh,
  * kf_ex2_poly; cg_attention.c, KF_SM90_EXP2_POLY_*: a quarter of a key

@@ -517,6 +517,80 @@ static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_
     return st;
 }
 
+/* Whether a folded norm's pre-passes take one launch (kf_cuda_codegen_gemm_prepass):
+ * the default (KF_CUDA_RECIPE_GEMM_PREPASS_APART keeps them apart). Measured on
+ * an H100 at 214feea, A B B A: GPT-2's Q/K/V set 0.2235 -> 0.2123 ms with its
+ * members apart, 0.2194 -> 0.2088 as one GEMM; ln_qkv 0.2032 -> 0.2040 and FC1
+ * 0.2867 -> 0.2860 (even); the measured choices at compile time: ln_qkv 0.1644
+ * -> 0.1618, FC1 0.2285 -> 0.2260, the set apart 0.1908 -> 0.1743
+ * (bench/results/NVIDIA-H100-214feea-prepass.json). ncu: the statistics' 16.6
+ * us and three folds of 8.6 us (32 blocks each) became one kernel of 21.2 us.
+ * As the default (856c4d1, A B B A against PREPASS_APART): ln_qkv 0.9975, the
+ * set as one GEMM 0.950, FC1 0.967. */
+#define PREPASS_ONE_DEFAULT 1
+static bool prepass_one(const rb *b) {
+    uint64_t fl = b->target->flags;
+    return (fl & KF_CUDA_RECIPE_GEMM_PREPASS_ONE) ||
+           (PREPASS_ONE_DEFAULT && !(fl & KF_CUDA_RECIPE_GEMM_PREPASS_APART));
+}
+
+static void drop_step(rb *b, kf_cuda_step *s) {
+    if (s->kernel) {
+        kf_cuda_kernel_release(b->mem, &s->kernel->kernel);
+        kf_mem_free(b->mem, s->kernel, sizeof *s->kernel);
+        s->kernel = NULL;
+    }
+}
+
+/* The pre-pass steps this GEMM just added (steps first.. of the recipe: its
+ * statistics pre-pass where stats_new, then its folds, whose jobs are the
+ * last of b->pre_jobs) and the set's earlier one-launch pre-pass
+ * (b->pre_step) become ONE step, in the place of the earlier one, else of
+ * this GEMM's first: every fold and statistic before every GEMM of the set
+ * (its GEMM steps' indices, which come before `first`, stay valid). Where
+ * the one kernel refuses, the steps stay apart (b->pre_off). On an error
+ * `gemm` is released. */
+static kf_status merge_prepass(rb *b, uint32_t first, bool stats_new, kf_cuda_kernel *gemm) {
+    kf_cuda_recipe *rc = b->rc;
+    const kf_group *grp = &b->plan->groups[b->gi];
+    if (b->pre_off || b->n_pre_jobs == 0)
+        return KF_OK;
+    bool stats = b->pre_stats || stats_new;
+    kf_cuda_kernel pk;
+    kf_status st = kf_cuda_codegen_gemm_prepass(b->plan, b->pre_jobs, b->n_pre_jobs, stats,
+                                                b->target->arch, b->mem, &pk);
+    if (st == KF_ERR_UNSUPPORTED) {
+        kf_cuda_kernel_release(b->mem, &pk);
+        b->pre_off = true;
+        return KF_OK;
+    }
+    uint32_t end = rc->n_steps;
+    kf_cuda_kstep *ks = NULL;
+    if ((st = add_pre_step(b, grp, st, &pk, gemm, &ks)) != KF_OK)
+        return st;
+    for (uint32_t j = 0; j < ks->kernel.n_params; j++) /* each B as the GEMM's view */
+        for (uint32_t i = 0; i < b->n_pre_jobs; i++)
+            if (ks->kernel.params[j].kind == KF_CUDA_PARAM_IN &&
+                ks->kernel.params[j].tensor == b->pre_b[i])
+                ks->args[j].buf = b->pre_view[i];
+    uint32_t at = b->pre_step ? b->pre_step - 1 : first;
+    kf_cuda_step one = rc->steps[end];
+    drop_step(b, &rc->steps[at]);
+    rc->steps[at] = one;
+    uint32_t w = first;
+    for (uint32_t r = first; r < end; r++) {
+        if (r == at)
+            rc->steps[w++] = rc->steps[r];
+        else
+            drop_step(b, &rc->steps[r]);
+    }
+    rc->variants[rc->n_variants - 1].n_steps -= end + 1 - w;
+    rc->n_steps = w;
+    b->pre_step = at + 1;
+    b->pre_stats = stats;
+    return KF_OK;
+}
+
 /* The prologue kernel writing A normalized to scratch, a step before the
  * GEMM's (`gemm`, released on failure), unless a GEMM sibling set's earlier
  * member wrote it (the same scratch); *abuf: that scratch. */
@@ -1109,8 +1183,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     if (scratch && (st = scratch_a_step(b, &k, &a.buf)) != KF_OK)
         return st;
     /* the statistics pre-pass, a step before the GEMM */
+    uint32_t pre_first = b->rc->n_steps;
     if ((norm || fold) && (st = stats_step(b, &k)) != KF_OK)
         return st;
+    bool stats_new = b->rc->n_steps > pre_first;
+    bool one_pre = fold && prepass_one(b) && !b->pre_off &&
+                   b->n_pre_jobs + (dual ? 2u : 1u) <= KF_CUDA_PREPASS_JOBS;
     for (int i = 0; fold && i < (dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
         const kf_cuda_operand *lbi = i ? &lb1 : &lb;
         kf_cuda_fold_shape fs = {
@@ -1126,7 +1204,17 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
             if (fks->kernel.params[j].kind == KF_CUDA_PARAM_IN &&
                 fks->kernel.params[j].tensor == gm->b[i])
                 fks->args[j].buf = (i ? bm1 : bm).buf;
+        if (one_pre) {
+            b->pre_jobs[b->n_pre_jobs].group = b->gi;
+            b->pre_jobs[b->n_pre_jobs].fs = fs;
+            b->pre_b[b->n_pre_jobs] = gm->b[i];
+            b->pre_view[b->n_pre_jobs++] = (i ? bm1 : bm).buf;
+        }
     }
+    /* ... or all of them (the set's too) in one launch */
+    if (one_pre && (st = merge_prepass(b, pre_first, stats_new, &k)) != KF_OK)
+        return st;
+    bool pre_one = fold && b->pre_step != 0;
     kf_cuda_kstep *ks = NULL;
     if ((st = kf_rb_add_made_kernel(b, &k, KF_CUDA_ROLE_GEMM, &ks)) != KF_OK) {
         kf_rb_split_free(b->mem, &sc);
@@ -1234,10 +1322,13 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
              : sh.epi_tma  ? ", epilogue stored by TMA"
                            : "",
              sh.batch > 1 ? ", batched in one launch" : "",
-             norm      ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
-             : fold    ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
-                         "statistics scale the accumulators) after a statistics pre-pass"
-             : scratch ? ", A from the prologue kernel's scratch"
+             norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
+             : fold && pre_one
+                 ? ", norm prologue folded into B (one pre-pass: the row statistics and "
+                   "diag(gamma) B; the statistics scale the accumulators)"
+             : fold     ? ", norm prologue folded into B (a pre-pass writes diag(gamma) B; the row "
+                          "statistics scale the accumulators) after a statistics pre-pass"
+             : scratch  ? ", A from the prologue kernel's scratch"
              : row_tile ? ", row epilogue in the tile (the rows' statistics reduced in registers)"
                         : "");
     if (gm->row_split) {

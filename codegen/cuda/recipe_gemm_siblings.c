@@ -69,6 +69,8 @@ static void rb_reset(rb *b) {
     memset(rc->variants, 0, sizeof rc->variants);
     snprintf(rc->variants[0].label, sizeof rc->variants[0].label, "cublaslt");
     b->n_map = 0;
+    b->n_pre_jobs = b->pre_step = 0;
+    b->pre_stats = b->pre_off = false;
 }
 
 /* The set's members' matmuls, "%23, %29, %35". */

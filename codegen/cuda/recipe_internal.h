@@ -45,6 +45,16 @@ typedef struct rb {
     char *err;
     char dec_why[200]; /* why the decode kernel did not take the group ("": asked for
                           and taken, or not asked for), for the generated side's `how` */
+    /* The folds of the pre-pass in one launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE): each
+       job's B tensor and the view the GEMM reads it through, the step that runs them
+       (index + 1; 0 none yet), whether it computes the row statistics too, and
+       pre_off once the one kernel refused (the pre-passes then stay apart). */
+    kf_cuda_fold_job pre_jobs[KF_CUDA_PREPASS_JOBS];
+    uint32_t pre_b[KF_CUDA_PREPASS_JOBS];
+    kf_cuda_buf pre_view[KF_CUDA_PREPASS_JOBS];
+    uint32_t n_pre_jobs;
+    uint32_t pre_step;
+    bool pre_stats, pre_off;
 } rb;
 
 /* The buffer of tensor t (its base's), at byte offset 0. */

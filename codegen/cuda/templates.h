@@ -17,6 +17,7 @@ extern const char kf_cuda_tpl_gemm_common[];
 extern const char kf_cuda_tpl_gemm_sm90[];
 extern const char kf_cuda_tpl_gemm_sm80[];
 extern const char kf_cuda_tpl_gemm_fold[];
+extern const char kf_cuda_tpl_gemm_prepass[];
 extern const char kf_cuda_tpl_gemm_simt[];
 extern const char kf_cuda_tpl_gemm_decode[];
 extern const char kf_cuda_tpl_attention_sm90[];

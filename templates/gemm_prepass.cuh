@@ -1,0 +1,252 @@
+/* ---- gemm_prepass.cuh: a GEMM's norm pre-passes in one launch -----------
+ *
+ * A norm prologue folded into B (gemm_fold.cuh has the algebra) needs, before
+ * the GEMM, the row statistics of A (mean and rstd, or the RMS rstd) and W =
+ * diag(g) B with a LayerNorm's column sums c, d of each B (one B a GEMM; a
+ * sibling set's every member, a SwiGLU pair's two). Apart they took a launch
+ * each, every one too small to fill the GPU: GPT-2-medium's Q/K/V set ran the
+ * statistics' row kernel and then three fold kernels of 32 blocks each (1024
+ * columns of 32), one after the other. Here they are the work items of one
+ * grid-stride loop: each job's fold items (cut as gemm_fold.cuh cuts them,
+ * with the same sums in the same order: the same bits), then the statistics'
+ * (a warp a row, KF_PWARPS rows an item). No item waits for another.
+ *
+ * The statistics: a warp per row of KF_SL contiguous values, read twice (the
+ * sum; then the squares about the mean, the second read from L1/L2), in f32,
+ * KF_SVEC values a 16-byte load where the row's pointer allows; rstd = 1 /
+ * sqrt(M2 / L + eps) (LayerNorm), 1 / sqrt(sum x^2 / L + eps) (RMSNorm), as
+ * the row kernel defines them (rowwise.cuh), but by rsqrtf and a product with
+ * 1 / L (a few ulp of f32, far inside a bf16 product's error): the exact
+ * division and square root call slow paths whose calling convention spilled
+ * the fold loop's registers (a stack frame). A statistic that overflows f32
+ * (bf16 and f32 rows reach 2^128) is taken again on the row scaled by 2^-e,
+ * e the exponent of its largest finite magnitude, as rowwise.cuh's rescue.
+ *
+ * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_BLOCK,
+ * KF_PJOBS, KF_PSTATS, KF_PITEMS (every item), KF_PFOLD_ITEMS (the folds'),
+ * kf_pj<J> for J < KF_PJOBS (K, N, KS, ITEMS, KMAJOR, LN; b(k, n), g(k),
+ * beta(k), rnd(v), w(), cd()), KF_PRE_ITEM(it, cs, ds) (the dispatch), and
+ * with KF_PSTATS: KF_SL, KF_SROWS, KF_SNS (statistics a row), KF_SVEC,
+ * KF_SI_MEAN / KF_SI_RSTD / KF_SI_RMS (the index of each in a row's packed
+ * statistics, -1 where not written), KF_SEPS, kf_srow(r) (row r's first
+ * value), kf_sout() (the packed statistics, f32).
+ */
+
+#define KF_PWARPS (KF_BLOCK / 32)
+#if KF_PSTATS
+#define KF_SINV (1.0f / (float)KF_SL)
+#endif
+
+/* W's element (k, n) of job J, stored at W[at], added into its column's sums. */
+template <int J>
+__device__ __forceinline__ void kf_pelem(int k, long long n, int at, float &c, float &d,
+                                         KF_PARAMS) {
+    typedef kf_pj<J> F;
+    const float b = F::b(k, n, KF_ARGS);
+    const float w = F::rnd(F::g(k, KF_ARGS) * b);
+    kf_st(F::w(KF_ARGS) + at, w);
+    c += w;
+    if constexpr (F::LN)
+        d += F::beta(k, KF_ARGS) * b;
+}
+
+/* Fold item `it` of job J: a chunk of columns and a slice of K (gemm_fold.cuh);
+ * k and W's index in 32 bits (the generator takes K x N < 2^31: 64-bit
+ * indices spilled a register at 64 a thread). */
+template <int J>
+__device__ __forceinline__ void kf_pfold(long long it, float (*cs)[32], float (*ds)[32],
+                                         KF_PARAMS) {
+    typedef kf_pj<J> F;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    constexpr long long SLICES = (F::K + F::KS - 1) / F::KS;
+    const long long chunk = it / SLICES, k0 = (it % SLICES) * F::KS;
+    const long long k1 = k0 + F::KS < F::K ? k0 + F::KS : F::K;
+    float c = 0.0f, d = 0.0f;
+    if constexpr (F::KMAJOR) {
+        const long long n = chunk * KF_PWARPS + warp;
+        if (n < F::N) {
+#pragma unroll 8
+            for (int i = 0; i < (int)((F::KS + 31) / 32); i++) {
+                const int k = (int)k0 + lane + 32 * i;
+                if (k < (int)k1)
+                    kf_pelem<J>(k, n, (int)n * (int)F::K + k, c, d, KF_ARGS);
+            }
+        }
+        if constexpr (F::LN) {
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) {
+                c += __shfl_xor_sync(0xffffffffu, c, o);
+                d += __shfl_xor_sync(0xffffffffu, d, o);
+            }
+            if (lane == 0 && n < F::N) {
+                F::cd(KF_ARGS)[n] = c;
+                F::cd(KF_ARGS)[F::N + n] = d;
+            }
+        }
+    } else {
+        const long long n = chunk * 32 + lane;
+        if (n < F::N) {
+#pragma unroll 8
+            for (int i = 0; i < (int)((F::KS + KF_PWARPS - 1) / KF_PWARPS); i++) {
+                const int k = (int)k0 + warp + KF_PWARPS * i;
+                if (k < (int)k1)
+                    kf_pelem<J>(k, n, k * (int)F::N + (int)n, c, d, KF_ARGS);
+            }
+        }
+        if constexpr (F::LN) {
+            cs[warp][lane] = c;
+            ds[warp][lane] = d;
+            __syncthreads();
+            if (warp == 0 && n < F::N) {
+                float cc = 0.0f, dd = 0.0f;
+#pragma unroll
+                for (int w = 0; w < KF_PWARPS; w++) {
+                    cc += cs[w][lane];
+                    dd += ds[w][lane];
+                }
+                F::cd(KF_ARGS)[n] = cc;
+                F::cd(KF_ARGS)[F::N + n] = dd;
+            }
+            __syncthreads();
+        }
+    }
+    (void)c;
+    (void)d;
+}
+
+#if KF_PSTATS
+/* 1 / sqrt(ss / L + eps) for ss a sum of squares of the row scaled by 2^-e,
+ * in the row's units; 0 where the scaled denominator is 0 (rowwise.cuh). */
+__device__ __forceinline__ float kf_prstd(float ss, int e) {
+    const float t = ss * KF_SINV + KF_SEPS * exp2f((float)(-2 * e));
+    return e != 0 && t == 0.0f ? 0.0f : rsqrtf(t) * exp2f((float)-e);
+}
+
+/* The statistics of row r, by lane `lane` of its warp: V values a load, the
+ * loads of KF_SU steps issued before their sums. Written so because the
+ * kernel read A at 61% of DRAM bandwidth (ncu, H100) with one load and its
+ * sums a step; it changed nothing (21.15 -> 21.06 us for GPT-2's Q/K/V,
+ * 856c4d1): what bounds the kernel is likelier its fold items (a 32-column
+ * chunk over all of K, 8.6 us each, on 96 of 132 SMs there). */
+#define KF_SU 4
+template <int V> __device__ __forceinline__ void kf_prow(long long r, int lane, KF_PARAMS) {
+    const auto *x = kf_srow(r, KF_ARGS);
+    constexpr int IT = (int)((KF_SL + 32 * V - 1) / (32 * V)); /* steps of 32 x V values */
+    float s = 0.0f, q = 0.0f, m2 = 0.0f;
+    for (int t0 = 0; t0 < IT; t0 += KF_SU) {
+        float v[KF_SU][V];
+#pragma unroll
+        for (int u = 0; u < KF_SU; u++) {
+            const long long i = (long long)lane * V + (long long)(t0 + u) * 32 * V;
+            if (t0 + u < IT && i < KF_SL) {
+                kf_ldv<V>(x + i, v[u]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    v[u][k] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < KF_SU; u++)
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                s += v[u][k];
+                q += v[u][k] * v[u][k];
+            }
+    }
+    s = kf_warp_sum(s);
+    const float mean = s * KF_SINV;
+    if (KF_SI_RSTD >= 0) { /* the squares about the mean, the row again (L1) */
+        for (int t0 = 0; t0 < IT; t0 += KF_SU) {
+            float v[KF_SU][V];
+            bool in[KF_SU];
+#pragma unroll
+            for (int u = 0; u < KF_SU; u++) {
+                const long long i = (long long)lane * V + (long long)(t0 + u) * 32 * V;
+                in[u] = t0 + u < IT && i < KF_SL;
+                if (in[u])
+                    kf_ldv<V>(x + i, v[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < KF_SU; u++)
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    if (in[u])
+                        m2 += (v[u][k] - mean) * (v[u][k] - mean);
+        }
+        m2 = kf_warp_sum(m2);
+    }
+    if (KF_SI_RMS >= 0)
+        q = kf_warp_sum(q);
+    float o_mean = mean, o_rstd = rsqrtf(m2 * KF_SINV + KF_SEPS),
+          o_rms = rsqrtf(q * KF_SINV + KF_SEPS);
+    const bool over = ((KF_SI_MEAN >= 0 || KF_SI_RSTD >= 0) && !isfinite(s)) ||
+                      (KF_SI_RSTD >= 0 && !isfinite(m2)) || (KF_SI_RMS >= 0 && !isfinite(q));
+    if (over) { /* uniform over the warp: the tested values are reduced */
+        float am = 0.0f;
+        for (long long i = lane; i < KF_SL; i += 32) {
+            const float v = kf_ld(x + i);
+            am = fabsf(v) > am ? fabsf(v) : am; /* NaN ignored */
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) {
+            const float t = __shfl_xor_sync(0xffffffffu, am, o);
+            am = t > am ? t : am;
+        }
+        /* frexpf's exponent of a normal am (a subnormal am never overflows;
+         * a NaN row comes out NaN however it is scaled); by its bits, as
+         * frexpf's out-parameter took a stack frame */
+        int e = 0;
+        if (am > 0.0f && am <= 3.4028234663852886e38f)
+            e = (int)((__float_as_uint(am) >> 23) & 0xffu) - 126;
+        const float sc = exp2f((float)-e);
+        float s2 = 0.0f, q2 = 0.0f, d2 = 0.0f;
+        for (long long i = lane; i < KF_SL; i += 32) {
+            const float v = kf_ld(x + i) * sc;
+            s2 += v;
+            q2 += v * v;
+        }
+        s2 = kf_warp_sum(s2);
+        q2 = kf_warp_sum(q2);
+        const float mn = s2 * KF_SINV;
+        for (long long i = lane; i < KF_SL; i += 32) {
+            const float v = kf_ld(x + i) * sc;
+            d2 += (v - mn) * (v - mn);
+        }
+        d2 = kf_warp_sum(d2);
+        o_mean = mn * exp2f((float)e);
+        o_rstd = kf_prstd(d2, e);
+        o_rms = kf_prstd(q2, e);
+    }
+    if (lane == 0) {
+        float *o = kf_sout(KF_ARGS) + r * KF_SNS;
+        if (KF_SI_MEAN >= 0)
+            o[KF_SI_MEAN] = o_mean;
+        if (KF_SI_RSTD >= 0)
+            o[KF_SI_RSTD] = o_rstd;
+        if (KF_SI_RMS >= 0)
+            o[KF_SI_RMS] = o_rms;
+    }
+}
+
+/* Statistics item `it`: rows it * KF_PWARPS .., a warp each. */
+__device__ __forceinline__ void kf_pstats(long long it, KF_PARAMS) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const long long r = it * KF_PWARPS + warp;
+    if (r >= KF_SROWS)
+        return;
+    if (KF_SVEC > 1 && (reinterpret_cast<unsigned long long>(kf_srow(r, KF_ARGS)) & 15ull) == 0)
+        kf_prow<KF_SVEC>(r, lane, KF_ARGS);
+    else
+        kf_prow<1>(r, lane, KF_ARGS);
+}
+#endif
+
+/* one block an SM (the recipe's launch rule): 64 registers a thread */
+extern "C" __global__ void __launch_bounds__(KF_BLOCK, 1) KF_KERNEL(KF_PARAMS) {
+    KF_SETUP();
+    __shared__ float cs[KF_PWARPS][32], ds[KF_PWARPS][32];
+    for (long long it = blockIdx.x; it < KF_PITEMS; it += gridDim.x) {
+        KF_PRE_ITEM(it, cs, ds)
+    }
+}
