@@ -281,16 +281,20 @@ def main():
         print(f"peers: {name} {r}", file=sys.stderr)
         del xq, ws, wc, bs, bc
 
-    if on("rotary"):
-        # LLaMA-7B's rotary embedding of q, as gpu_bench's rotary case: q as
-        # its projection writes it [B, S, H * D], read through the head view
-        # [B, H, S, D]; rotate_half = cat(-x2, x1); cos / sin [1, 1, S, D]
+    # LLaMA-7B's rotary embedding of q, as gpu_bench's rotary cases: q as
+    # its projection writes it [B, S, H * D], read through the head view
+    # [B, H, S, D]; rotate_half = cat(-x2, x1); cos / sin [1, 1, S, D]
+    # (rotary) or per batch [B, 1, S, D] (rotary_bpos: position ids per sequence)
+    for name, per_batch in (("rotary", False), ("rotary_bpos", True)):
+        if not on(name):
+            continue
         B, S, H, D = (2 if args.rows < 65536 else 8), 2048, 32, 128
+        TB = B if per_batch else 1
         q0 = torch.rand(B, S, H * D, device=dev, dtype=bf) * 2 - 1
-        cs = (torch.rand(1, 1, S, D, device=dev, dtype=bf) * 2 - 1)
-        sn = (torch.rand(1, 1, S, D, device=dev, dtype=bf) * 2 - 1)
+        cs = (torch.rand(TB, 1, S, D, device=dev, dtype=bf) * 2 - 1)
+        sn = (torch.rand(TB, 1, S, D, device=dev, dtype=bf) * 2 - 1)
 
-        def rotary():
+        def rotary():  # used in this iteration only
             q = q0.view(B, S, H, D).transpose(1, 2)
             r = torch.cat((-q[..., D // 2:], q[..., :D // 2]), dim=-1)
             return q * cs + r * sn
@@ -301,29 +305,8 @@ def main():
                 r["compile_ms"] = median_ms(torch.compile(rotary))
             except Exception as e:  # noqa: BLE001 -- report, never fail the run
                 r["compile_error"] = str(e)[:200]
-        res["cases"]["rotary"] = r
-        print(f"peers: rotary {r}", file=sys.stderr)
-
-    if on("rotary_bpos"):
-        # the same with cos / sin per batch [B, 1, S, D] (gpu_bench's rotary_bpos)
-        B, S, H, D = (2 if args.rows < 65536 else 8), 2048, 32, 128
-        q0 = torch.rand(B, S, H * D, device=dev, dtype=bf) * 2 - 1
-        cs = (torch.rand(B, 1, S, D, device=dev, dtype=bf) * 2 - 1)
-        sn = (torch.rand(B, 1, S, D, device=dev, dtype=bf) * 2 - 1)
-
-        def rotary_b():
-            q = q0.view(B, S, H, D).transpose(1, 2)
-            r = torch.cat((-q[..., D // 2:], q[..., :D // 2]), dim=-1)
-            return q * cs + r * sn
-
-        r = {"eager_ms": median_ms(rotary_b)}
-        if not args.no_compile:
-            try:
-                r["compile_ms"] = median_ms(torch.compile(rotary_b))
-            except Exception as e:  # noqa: BLE001 -- report, never fail the run
-                r["compile_error"] = str(e)[:200]
-        res["cases"]["rotary_bpos"] = r
-        print(f"peers: rotary_bpos {r}", file=sys.stderr)
+        res["cases"][name] = r
+        print(f"peers: {name} {r}", file=sys.stderr)
     text = json.dumps(res, indent=1)
     if args.out == "-":
         print(text)
