@@ -68,15 +68,11 @@ static kf_status aot_arch(kf_ctx *ctx, kf_graph *graph, kf_cache *cache, const k
         hooks->arch_begin(hooks->user, arch, n);
     /* options.dump_dir: every kernel's source, compiled now or served by the
      * cache, as a run writes them (a machine with no GPU reads them here) */
-    for (uint32_t i = 0; i < n && ctx->dump_dir; i++) {
-        const kf_cuda_kernel *k = jobs[i].kernel;
-        kf_status ds = kf_nvrtc_dump_source(ctx->dump_dir, k->name, k->arch, k->source,
-                                            k->source_len, err);
-        if (ds != KF_OK) {
-            ev.error = err;
-            st = kf_ir_note(graph, ds, "kf_aot: %s: %s", arch, err);
-            goto done;
-        }
+    kf_status ds = kf_cuda_cubins_dump(ctx->dump_dir, jobs, n, err);
+    if (ds != KF_OK) {
+        ev.error = err;
+        st = kf_ir_note(graph, ds, "kf_aot: %s: %s", arch, err);
+        goto done;
     }
     if (n) /* concurrently (NVRTC compiles in parallel); each job's outcome below */
         (void)kf_cuda_kernels_cubins(cache, &ctx->mem, jobs, n, 0, err);

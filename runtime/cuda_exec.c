@@ -260,12 +260,9 @@ static kf_status fetch_cubins(kf_cuda_exec *ex, const kf_cuda_recipes *r, cubin_
     }
     b->n = j;
     ex->tier.n_jobs = n_later;
-    kf_status st = KF_OK;
-    for (uint32_t i = 0; i < j + n_later && st == KF_OK && ex->ctx->dump_dir; i++) {
-        const kf_cuda_kernel *k = i < j ? jobs[i].kernel : later[i - j].kernel;
-        st = kf_nvrtc_dump_source(ex->ctx->dump_dir, k->name, k->arch, k->source, k->source_len,
-                                  err);
-    }
+    kf_status st = kf_cuda_cubins_dump(ex->ctx->dump_dir, jobs, j, err);
+    if (st == KF_OK)
+        st = kf_cuda_cubins_dump(ex->ctx->dump_dir, later, n_later, err);
     if (st == KF_OK)
         st = kf_cuda_kernels_cubins(ex->cache, &ex->mem, jobs, j, ex->ctx->num_threads, err);
     return st;

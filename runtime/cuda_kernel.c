@@ -330,3 +330,12 @@ void kf_cuda_cubin_release(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *jo
     job->data = NULL;
     job->size = 0;
 }
+
+kf_status kf_cuda_cubins_dump(const char *dir, const kf_cuda_cubin *jobs, uint32_t n, char *err) {
+    kf_status st = KF_OK;
+    for (uint32_t i = 0; i < n && dir && st == KF_OK; i++) {
+        const kf_cuda_kernel *k = jobs[i].kernel;
+        st = kf_nvrtc_dump_source(dir, k->name, k->arch, k->source, k->source_len, err);
+    }
+    return st;
+}

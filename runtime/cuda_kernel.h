@@ -85,4 +85,10 @@ kf_status kf_cuda_kernels_cubins_cancel(kf_cache *cache, const kf_mem *mem, kf_c
                                         char *err);
 void kf_cuda_cubin_release(kf_cache *cache, const kf_mem *mem, kf_cuda_cubin *job);
 
+/* kf_options.dump_dir: the source of each of the n jobs' kernels written to
+ * `dir` as KERNEL.ARCH.cu (kf_nvrtc_dump_source), whether it will compile or
+ * the cache will serve it -- what a run and kf_aot do before they fetch the
+ * CUBINs. dir NULL: nothing. Returns the first failure's status, its message in err. */
+kf_status kf_cuda_cubins_dump(const char *dir, const kf_cuda_cubin *jobs, uint32_t n, char *err);
+
 #endif /* KF_RUNTIME_CUDA_KERNEL_H */
