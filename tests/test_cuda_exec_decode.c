@@ -93,53 +93,45 @@ static const uint64_t REG = KF_CUDA_RECIPE_GEMM_DEC_REG;
 static const uint64_t FORMS[] = {0, KF_CUDA_RECIPE_GEMM_DEC_REG};
 static const char *const FORM_HAS[] = {"stages of 128 K", "strips of 64 columns|" REG_FORM};
 
-/* One ragged case alone (the sanitizers run it), in the ring form: M = 7, N = 1000
- * and K = 1000 (no multiples of the strips or K steps), split over blocks;
- * N-major B with bias + erf gelu + residual, and K-major B. */
-static void test_a_ragged_decode_gemm_matches_twice(void **state) {
-    (void)state;
-    REQUIRE_GPU();
-    for (size_t f = 0; f < 1; f++) {
+/* Forms f0 .. f1 - 1 of FORMS on two ragged cases, each run twice: M = 7,
+ * N = 1000 and K = 1000 (no multiples of the strips, K steps or chunks),
+ * split over blocks; N-major B with bias + erf gelu + residual, and K-major
+ * B. Seeds seed + 10 f and seed + 10 f + 1; `what` prefixes the labels. */
+static void ragged_decode_cases(size_t f0, size_t f1, uint64_t seed, const char *what) {
+    for (size_t f = f0; f < f1; f++) {
         G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
-        char w[256];
+        char w[256], label[128];
         snprintf(w, sizeof w, DEC "|B N-major|last block|%s", FORM_HAS[f]);
+        snprintf(label, sizeof label, "%sM 7, ragged, N-major, bias+gelu+res", what);
         run_twice(G.gen,
                   "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
                   "r = input(%s[7, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
                   "y = add(g, r)\noutput y\n",
-                  "bf16", 9700 + 10 * f, w, "M 7, ragged, N-major, bias+gelu+res");
+                  "bf16", seed + 10 * f, w, label);
         snprintf(w, sizeof w, DEC "|B K-major|last block|%s", FORM_HAS[f]);
+        snprintf(label, sizeof label, "%sM 7, ragged, K-major", what);
         run_twice(G.gen,
                   "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
                   "y = matmul(x, w, transpose_b=true)\noutput y\n",
-                  "bf16", 9701 + 10 * f, w, "M 7, ragged, K-major");
+                  "bf16", seed + 10 * f + 1, w, label);
     }
     G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
 }
 
-/* The register form's ragged cases alone (the sanitizers run them): M = 7
- * (tokens past M read the last one), N = 1000 (rows / columns past N), K =
- * 1000 (a partial last chunk of 32), split over blocks; N-major B with bias
- * + erf gelu + residual, K-major B. */
+/* One ragged case alone (the sanitizers run it), in the ring form. */
+static void test_a_ragged_decode_gemm_matches_twice(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    ragged_decode_cases(0, 1, 9700, "");
+}
+
+/* The register form's ragged cases alone (the sanitizers run them): tokens
+ * past M read the last one, rows / columns past N, a partial last chunk of
+ * 32 in K. */
 static void test_a_ragged_decode_reg_gemm_matches_twice(void **state) {
     (void)state;
     REQUIRE_GPU();
-    for (size_t f = 1; f < sizeof FORMS / sizeof *FORMS; f++) {
-        G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE | FORMS[f];
-        char w[256];
-        snprintf(w, sizeof w, DEC "|B N-major|last block|%s", FORM_HAS[f]);
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\nb = input(%s[1000])\n"
-                  "r = input(%s[7, 1000])\nh = matmul(x, w)\na = add(h, b)\ng = gelu(a)\n"
-                  "y = add(g, r)\noutput y\n",
-                  "bf16", 9300 + 10 * f, w, "register form: M 7, ragged, N-major, bias+gelu+res");
-        snprintf(w, sizeof w, DEC "|B K-major|last block|%s", FORM_HAS[f]);
-        run_twice(G.gen,
-                  "kfg 1\nx = input(%s[7, 1000])\nw = input(%s[1000, 1000])\n"
-                  "y = matmul(x, w, transpose_b=true)\noutput y\n",
-                  "bf16", 9301 + 10 * f, w, "register form: M 7, ragged, K-major");
-    }
-    G.gen->recipe_flags = KF_CUDA_RECIPE_GEMM_DECODE;
+    ragged_decode_cases(1, sizeof FORMS / sizeof *FORMS, 9300, "register form: ");
 }
 
 /* The TMA form (KF_CUDA_RECIPE_GEMM_DEC_TMA, internal; sm_90a), in each
