@@ -80,7 +80,11 @@ _Static_assert(KF_SM90_QBUF == 1 || KF_SM90_QBUF == 2, "one or two Q buffers");
 #endif
 _Static_assert(KF_SM90_STAGES_D64 >= 2 && KF_SM90_STAGES_D64 <= 6, "2 to 6 stages at head dim 64");
 /* KF_SM90_STAGES_D128 (build-time, for measuring): the ring's stages at head
- * dim 128 (2; 3 fits 227 KiB with one Q buffer alone, KF_SM90_QBUF=1). */
+ * dim 128 (2; 3 fits 227 KiB with one Q buffer alone, KF_SM90_QBUF=1). Both
+ * (bs17, H100, efee87e, the next process after the default's): block-sparse
+ * 0.9170 ms against 0.9125, dense 128-key 1.7026 against 1.7220, causal
+ * 0.9106 against 0.9160 -- no gain where the keys are sparse, the rest within
+ * two processes' spread. */
 #ifndef KF_SM90_STAGES_D128
 #define KF_SM90_STAGES_D128 2
 #endif
@@ -211,7 +215,11 @@ typedef struct sm90_shape {
  * took the scale (ac341ae) it paid: H100, non-causal B4 H32 S4096, 1.679 ms
  * against 128 keys' 1.784 (cuDNN 1.681) in one run; before, with every score
  * rounded twice, the two were alike (7905c13: 1.902 / 1.901).
- * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS keeps 128 keys for comparing. */
+ * KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS keeps 128 keys for comparing
+ * (H100, efee87e: 1.7220 ms against 176 keys' 1.5982). 192 keys spill at
+ * the consumers' 232 registers (bs17: 48 bytes at Skv 4224 = 22 x 192, P's
+ * registers stored and reloaded around P.V in the main loop: S 96, P 48 and
+ * O 64 a thread). */
 #ifndef KF_SM90_BC_WIDE
 #define KF_SM90_BC_WIDE 176
 #endif
@@ -233,7 +241,9 @@ typedef struct sm90_shape {
  * form apart's, causal 771 instructions a step against 757, window 1069
  * against 1082). Head dim 64 wins 4-6%; at 128, where items see 8-16 key
  * tiles, causal and GQA are even and window and block-sparse 1.5-2% slower
- * joined, so 128 keeps the items apart (0); ITEMS_JOINED measures it. */
+ * joined, so 128 keeps the items apart (0); ITEMS_JOINED measures it. Again
+ * for block-sparse (bs17, H100, efee87e, with the lazy rescale and the edge
+ * branch): 0.9246 joined against 0.9125 ms, A B B A 1.0135x. */
 #ifndef KF_SM90_JOIN_D128
 #define KF_SM90_JOIN_D128 0
 #endif
