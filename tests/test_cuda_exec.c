@@ -1246,9 +1246,16 @@ static const struct {
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 5.65685425)\ns0 = mul(qk, sc)\n"
      "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\ns1 = mul(t1, cap)\n",
      "mask none"},
-    /* ALiBi and the softcap through GQA's broadcast head axis, ragged (f32
-     * scores: the slope per query head, the bias's diagonal stepped along
-     * the tile) */
+};
+
+/* Cases only a test that names them runs (run_sm90_cases_only's `only`), after
+ * the two lists above in its case order (their streams follow sm90_cases'):
+ * ALiBi and the softcap through GQA's broadcast head axis, ragged (f32
+ * scores: the slope per query head, the bias's diagonal stepped along the
+ * tile). */
+static const struct {
+    const char *name, *body, *mask;
+} sm90_named_cases[] = {
     {"ALiBi slope[h] (kv - q) + causal, GQA 4:1, S 300, head dim 128",
      "q = input($[1, 2, 4, 300, 128])\nk = input($[1, 2, 1, 300, 128])\n"
      "v = input($[1, 2, 1, 300, 128])\nqk = matmul(q, k, transpose_b=true)\n"
@@ -1274,31 +1281,42 @@ static const struct {
  * report names the sm_90a kernel and holds `form` (NULL: nothing more),
  * elsewhere the FA2 kernel runs; *took (when `probe`) counts the programs
  * whose report holds `probe`. `what` (NULL: none) goes into the labels;
- * `only` (NULL: every case) names the one case to run, and fails the test
- * when no case of the two lists has that name (a misspelt or moved case
- * would otherwise run nothing and pass). */
+ * `only` (NULL: every case of the first two lists) names the one case to
+ * run, sm90_named_cases' too, and fails the test when no case has that name
+ * (a misspelt or moved case would otherwise run nothing and pass). */
 static void run_sm90_cases_only(uint64_t rflags, const char *dn_fused, const char *dn_long,
                                 uint64_t stream0, const char *form, const char *probe, int *took,
                                 const char *what, const char *only) {
     kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
     ctx->recipe_flags = rflags;
-    size_t n_fused = N_OF(fused_cases);
+    const size_t n_fused = N_OF(fused_cases), n_long = N_OF(sm90_cases);
+    /* the named-only cases where a case is named */
+    const size_t n_all = n_fused + n_long + (only ? N_OF(sm90_named_cases) : 0);
     bool found = false;
-    for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
-        const bool fc = i < n_fused;
-        const char *name = fc ? fused_cases[i].name : sm90_cases[i - n_fused].name;
+    for (size_t i = n_fused; i < n_all; i++) {
+        const char *name = i < n_fused + n_long ? sm90_cases[i - n_fused].name
+                                                : sm90_named_cases[i - n_fused - n_long].name;
         found |= only && strcmp(name, only) == 0;
     }
+    for (size_t i = 0; i < n_fused; i++)
+        found |= only && strcmp(fused_cases[i].name, only) == 0;
     if (only && !found)
         fail_msg("no fused or sm_90a case is named '%s'", only);
-    for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
-        const bool fc = i < n_fused;
+    for (size_t i = 0; i < n_all; i++) {
+        const bool fc = i < n_fused, lc = !fc && i < n_fused + n_long;
         const char *dn = fc ? dn_fused : dn_long;
         if (!dn)
             continue;
-        const char *name = fc ? fused_cases[i].name : sm90_cases[i - n_fused].name;
-        const char *body = fc ? fused_cases[i].body : sm90_cases[i - n_fused].body;
-        const char *mask = fc ? fused_cases[i].mask : sm90_cases[i - n_fused].mask;
+        const size_t j = fc ? i : lc ? i - n_fused : i - n_fused - n_long;
+        const char *name = fc ? fused_cases[j].name
+                           : lc ? sm90_cases[j].name
+                                : sm90_named_cases[j].name;
+        const char *body = fc ? fused_cases[j].body
+                           : lc ? sm90_cases[j].body
+                                : sm90_named_cases[j].body;
+        const char *mask = fc ? fused_cases[j].mask
+                           : lc ? sm90_cases[j].mask
+                                : sm90_named_cases[j].mask;
         if (only && strcmp(name, only) != 0)
             continue;
         kf_graph *g = fused_graph(ctx, body, dn, name);
@@ -2018,6 +2036,23 @@ static void test_sm90_attention_f32_softcap_matches_the_reference(void **state) 
         "softcap 30 tanh(s / 30), scores 64x wide (tanh saturates), no mask, Sq 200 Skv 400",
         "softcap 30 tanh(s / 30) + causal, GQA 4:1, S 300, head dim 64"};
     run_f32_score_cases(names, N_OF(names), 0x11u, 5350);
+}
+
+/* run_f32_score_cases on the other score expressions that no scale folds,
+ * which f32 scores now keep unrounded too (no diagonal, no bound): an
+ * additive mask tensor, a bool mask with a finite fill, the block-sparse
+ * keep map with a finite fill (S 520, ragged, a map row empty), scores
+ * growing along the keys (a rescale every tile at head dim 64; a tile or two
+ * apart, causal, head dim 128); f16 on the first two. */
+static void test_sm90_attention_f32_other_scores_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "an additive mask tensor [Sq, Skv]", "a bool mask tensor with a finite fill",
+        "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
+        "scores growing 0.06 a key: a rescale every tile, head dim 64",
+        "scores growing 0.02 a key, causal: rescales a tile or two apart, head dim 128"};
+    run_f32_score_cases(names, N_OF(names), 0x3u, 5400);
 }
 
 /* A softcap's MUFU ops on the FMA pipe in part: the default at head dim 128
@@ -5016,6 +5051,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_alibi_table_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_f32_alibi_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_softcap_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_f32_other_scores_match_the_reference),
         cmocka_unit_test(test_sm90_attention_softcap_fma_shares_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_form_on_one_ragged_case),
