@@ -1247,14 +1247,22 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_gqa", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_gqa_chain", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CHAIN},
         {"attn_softcap", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* att17: the score expression in f32 (the default: every float node
+         * unrounded, a softcap's 30 folded into the softmax's scale, ALiBi's
+         * diagonal stepped along the tile); _rs: rounded as the reference
+         * stores it (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, the kernel
+         * before: the pair form, ALiBi's table); also on the wide scores */
+        {"attn_softcap_rs", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
+        {"attn_alibi_rs", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
         /* a softcap's MUFU ops: by default a quarter of its exp2s on the FMA
          * pipe (sc14; the _e kernel before); _mufu: every one on MUFU (KF_CUDA_
          * RECIPE_ATTENTION_SOFTCAP_MUFU, the kernel before), _h: a quarter of
          * the tanhs too (TANH_POLY), _t: the tanh share alone (SOFTCAP_MUFU |
-         * TANH_POLY); the same on the wide scores */
+         * TANH_POLY), both in the rounded form (RS: the tanh's rational is
+         * its pair form's); the same on the wide scores */
         {"attn_softcap_mufu", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
-        {"attn_softcap_h", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPOL},
-        {"attn_softcap_t", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM | TPOL},
+        {"attn_softcap_h", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | TPOL},
+        {"attn_softcap_t", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | CAPM | TPOL},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the score's form before score12's fixed shift: the running row max
          * kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX; score12's scalar
@@ -1265,26 +1273,29 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * warp's every |x| rounds so), ALiBi's bias for each of a thread's
          * two rows (_diag_each: KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, the
          * form before the default); and the softcap on scores 8 times larger
-         * (_wide: the split takes the tanh almost everywhere) */
-        {"attn_softcap_skip", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
-        {"attn_alibi_diag_each", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DEACH},
+         * (_wide: the split takes the tanh almost everywhere); each in the
+         * rounded form (RS, att17: the pair form's) */
+        {"attn_softcap_skip", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | SKIP},
+        {"attn_alibi_diag_each", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | DEACH},
         /* ali15's forms: ALiBi's bf16(kv - q) pairs computed on every key
          * tile (_dcomp: KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE, where the
          * default reads them from a table in shared memory), the diagonal
          * tile's scalar score (_edge_scalar: KF_CUDA_RECIPE_ATTENTION_EDGE_
          * SCALAR, where the default takes the pair form and the mask), both
-         * (_before: the kernel before ali15) */
+         * (_before: the kernel before ali15), in the rounded form (RS) */
         {"attn_alibi_dcomp", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE},
+         RS | KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE},
         {"attn_alibi_edge_scalar", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR},
+         RS | KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR},
         {"attn_alibi_before", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE | KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR},
+         RS | KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE | KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR},
         {"attn_softcap_wide", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
-        {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, SKIP},
+        {"attn_softcap_wide_rs", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
+        {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | SKIP},
         {"attn_softcap_wide_mufu", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
-        {"attn_softcap_wide_h", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, TPOL},
-        {"attn_softcap_wide_t", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM | TPOL},
+        {"attn_softcap_wide_h", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | TPOL},
+        {"attn_softcap_wide_t", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         RS | CAPM | TPOL},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
          0},

@@ -157,7 +157,7 @@
  * computed, not stored. */
 __device__ __forceinline__ void kf_diag_tile(float (&sc)[KF_BC / 2], long long bh, int qr, int qa,
                                              int qb, int kv0, int t4, KF_PARAMS) {
-    unsigned dg[KF_BC / 8 + 1];
+    KF_DIAG_T dg[KF_BC / 8 + 1]; /* bf16x2 pairs, or float2 with f32 scores */
 #ifdef KF_DIAG_TAB
     /* its part free of loads from the table (KF_DIAG_TAB: kf_dtab[kv - q -
      * KF_DIAG_TAB_LO], an LDS a pair where kf_score_diag computes it), the
@@ -166,6 +166,19 @@ __device__ __forceinline__ void kf_diag_tile(float (&sc)[KF_BC / 2], long long b
 #pragma unroll
     for (int i = 0; i <= KF_BC / 8; i++)
         dg[i] = kf_score_diag_t(dtp[8 * i], bh, qr, kv0 + (i - 1) * 8 + 2 * t4, KF_ARGS);
+#elif defined(KF_DIAG_LIN)
+    /* an affine diagonal (KF_DIAG_LIN, f32 scores: cg_attention_pair.c,
+     * diag_linear) at the first key pair and KF_BC keys on, then stepped:
+     * f(kv + d) = f(kv) + u d, u = (f(kv + KF_BC) - f(kv)) / KF_BC -- an FFMA
+     * a key where the diagonal cost a conversion, an add and two multiplies
+     * a pair; the slope over the whole span, so its error (f's roundings over
+     * KF_BC) grows to about two of f's ulps at the span's end */
+    const float2 d0 = kf_score_diag(bh, qr, kv0 - 8 + 2 * t4, KF_ARGS);
+    const float2 d1 = kf_score_diag(bh, qr, kv0 - 8 + KF_BC + 2 * t4, KF_ARGS);
+    const float u = (d1.x - d0.x) * (1.0f / KF_BC);
+#pragma unroll
+    for (int i = 0; i <= KF_BC / 8; i++)
+        dg[i] = make_float2(fmaf(u, (float)(8 * i), d0.x), fmaf(u, (float)(8 * i + 1), d0.x));
 #else
 #pragma unroll
     for (int i = 0; i <= KF_BC / 8; i++)

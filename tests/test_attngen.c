@@ -193,7 +193,7 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
             for (const char *c = nm + 3; dflt && *c != '_'; c++)
                 dflt = *c && strchr(capped ? "fbte" : "fbt", *c) != NULL;
             if (capped && !strstr(nm, "be_"))
-                fail_msg("%s [%s]: %s is not the softcap's default (fa3tbe_)", cases[i].name,
+                fail_msg("%s [%s]: %s is not the softcap's default (fa3ftbe_)", cases[i].name,
                          dts[d], nm);
             const char *us = strchr(nm, '_');
             const bool t = us && memchr(nm + 3, 't', (size_t)(us - nm - 3)) != NULL;
@@ -323,10 +323,10 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
                          rc[i]->variants[0].how);
         }
         kf_sass_check_hopper(&MEM, k[1]);
-        /* f32 scores (the default) where the score is a scale of Q.K^T */
-        assert_non_null(strstr(k[1]->name, ci == 0 ? "fa3ft_" : "fa3t_"));
-        /* ALiBi's score is no scale of Q.K^T: no f32 scores there */
-        assert_non_null(strstr(k[2]->name, ci == 0 ? "fa3pft_" : "fa3pt_"));
+        /* f32 scores (the default): the causal scale folded, ALiBi's
+         * expression unrounded */
+        assert_non_null(strstr(k[1]->name, "fa3ft_"));
+        assert_non_null(strstr(k[2]->name, "fa3pft_"));
         /* the pinned kernel compiled once: wgmma, no spills, exp2s placed */
         kf_sass_text(&MEM, k[2], sass, sizeof sass);
         if (!strstr(sass, "HGMMA") || strstr(sass, "STL") || strstr(sass, "LDL"))
@@ -634,7 +634,9 @@ static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
  * report says so; f16 on the first case) and its SASS is the same, instruction for
  * instruction, as that of the graph without the 1 -- where before it
  * rounded each score twice and multiplied once (160 F2FP and 130 FMUL a
- * warp and key tile against 32 and 66). A multiply by 2 there does not fold. */
+ * warp and key tile against 32 and 66). A multiply by 2 there does not fold
+ * with the scale: f32 scores still (att17: the score's last scale folds
+ * alone, KF_SCORE_SCALE 2, top_scale; s c stays a multiply). */
 static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void **state) {
     (void)state;
     static const struct {
@@ -651,7 +653,7 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
          "keep = ge(row, col)\nninf = const($[], -inf)\n",
          "one = const($[], 1)\ns2 = mul(s0, one)\ns1 = where(keep, s2, ninf)\n",
          "s1 = where(keep, s0, ninf)\n", true},
-        {"no mask, times 2", "", "two = const($[], 2)\ns1 = mul(s0, two)\n", NULL, false},
+        {"no mask, times 2", "", "two = const($[], 2)\ns1 = mul(s0, two)\n", NULL, true},
     };
     for (size_t i = 0; i < N_OF(uc); i++) {
         for (int d = 0; d < (i == 0 ? 2 : 1); d++) { /* f16: the first case */
@@ -676,7 +678,8 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
                 const bool f =
                     (strncmp(k->name, "fa3ft_", 6) == 0 || strncmp(k->name, "fa3ftwr_", 8) == 0) &&
                     strstr(rc->variants[0].how, "f32 scores") != NULL;
-                if (f != uc[i].folds)
+                if (f != uc[i].folds ||
+                    (!uc[i].without && !strstr(k->source, "#define KF_SCORE_SCALE 0x1p+1f")))
                     fail_msg("%s [%s]%s: %s: %s", uc[i].name, dn, w ? " (without)" : "", k->name,
                              rc->variants[0].how);
                 if (uc[i].without)
@@ -688,7 +691,8 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
                 fail_msg("%s [%s]: the SASS differs from the graph's without the 1", uc[i].name,
                          dn);
             fprintf(stderr, "  %s [%s]: %s\n", uc[i].name, dn,
-                    uc[i].folds ? "folds, the same SASS as without the 1" : "does not fold");
+                    uc[i].without ? "folds, the same SASS as without the 1"
+                                  : "its 2 folds alone (top_scale)");
         }
     }
 }
@@ -844,8 +848,10 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
  * no rounding (the inner score function returns s), leaves that constant,
  * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
  * FMUL than the rounded kernel of the same graph (one of each a score), no
- * spills; the kernel (fa3ft_) and the report say so; a softcap score does not
- * take it (its default kernel is fa3tbe_, bounded scores). bf16 and f16. */
+ * spills; the kernel (fa3ft_) and the report say so. A softcap score takes
+ * f32 scores too (fa3ftbe_: its expression unrounded, its last scale, 30,
+ * folded into KF_SCORE_SCALE: top_scale) with fewer F2FP and FMUL than its
+ * rounded kernel. bf16 and f16 (causal), bf16 (softcap). */
 static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
     (void)state;
     static char sass[1 << 22];
@@ -868,27 +874,22 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         const kf_cuda_recipe *c0 = attn_recipe(p.plan, r0), *c1 = attn_recipe(p.plan, r1);
         const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
-        if (ci == 3) {
-            /* fa3tbe_: a softcap's bounded scores take the fixed shift (and
+        {
+            /* fa3ftbe_: a softcap's bounded scores take the fixed shift (and
              * a share of the exp2s on the FMA pipe) */
-            assert_non_null(strstr(k1->name, "fa3tbe_"));
-            assert_null(strstr(c1->variants[0].how, "f32 scores"));
-            assert_string_equal(k0->source, k1->source);
-            fprintf(stderr, "  %s [%s]: no f32 scores (not a scale of Q.K^T)\n", cases[ci].name,
-                    dn);
-        } else {
-            assert_non_null(strstr(k1->name, "fa3ft_"));
+            assert_non_null(strstr(k1->name, ci == 3 ? "fa3ftbe_" : "fa3ft_"));
             assert_non_null(strstr(c1->variants[0].how, "f32 scores"));
             /* 1/sqrt(128) as the graph's constant holds it: 1.4140625 / 16
-             * in bf16 and in f16 alike */
-            assert_non_null(strstr(k1->source, "#define KF_SCORE_SCALE 0x1.6ap-4f"));
+             * in bf16 and in f16 alike; the softcap's 30 */
+            assert_non_null(strstr(k1->source, ci == 3 ? "#define KF_SCORE_SCALE 0x1.ep+4f"
+                                                       : "#define KF_SCORE_SCALE 0x1.6ap-4f"));
             const char *inner = strstr(k1->source, "float kf_score_inner(");
             assert_non_null(inner);
             const char *end = strstr(inner, "return");
             assert_non_null(end);
             char body[2048];
             snprintf(body, sizeof body, "%.*s", (int)(end - inner), inner);
-            if (strstr(body, "kf_round") || strstr(body, "kf_mul"))
+            if (strstr(body, "kf_round") || (ci == 0 && strstr(body, "kf_mul")))
                 fail_msg("%s [%s]: the inner score still rounds or scales:\n%s", cases[ci].name,
                          dn, body);
             kf_sass_check_hopper(&MEM, k1);
@@ -907,6 +908,97 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         }
         kf_cuda_recipes_destroy(r0);
         kf_cuda_recipes_destroy(r1);
+        plan_release(&p);
+    }
+}
+
+/* f32 scores (the default) on score expressions that are more than a scale of
+ * Q.K^T (cg_attention.c: c.score_f32): every float node of ALiBi's and the
+ * softcap's score functions unrounded (no kf_round_bf16, kf_rnd2_bf16 nor
+ * bf16x2 op in them), where the rounded kernel (KF_CUDA_RECIPE_ATTENTION_
+ * ROUNDED_SCORE) has all three. ALiBi bf16 (fa3f_, head dim 64): its
+ * diagonal as float pairs (KF_DIAG_T float2), affine in kv (KF_DIAG_LIN: stepped along the
+ * tile), no table (no KF_DIAG_TAB, no LDS in the main loop), no HADD2 or
+ * HMUL2, and fewer instructions from Q.K^T's wait to P.V's than the rounded
+ * kernel; in f16 no pair form. The softcap bf16 (fa3ftbe_): its 30 as
+ * KF_SCORE_SCALE, s c / 30 one multiply by the constants' product, a quarter
+ * of its exp2s by polynomial, TANH_POLY asking for nothing more (the same
+ * source), and fewer instructions in the main loop. No spills. */
+static void test_f32_scores_keep_alibi_and_softcap_unrounded(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    static const struct {
+        size_t ci;
+        const char *dn, *name;
+    } vs[] = {{4, "bf16", "fa3f_"}, {4, "f16", "fa3f_"}, {3, "bf16", "fa3ftbe_"}};
+    const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
+    for (size_t v = 0; v < N_OF(vs); v++) {
+        const size_t ci = vs[v].ci;
+        char text[4096];
+        graph_text(cases[ci].body, vs[v].dn, text, sizeof text);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *r[3] = {
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0),
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, rs),
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_TANH_POLY)};
+        const kf_cuda_recipe *c0 = attn_recipe(p.plan, r[0]);
+        const kf_cuda_kernel *k[3];
+        for (int f = 0; f < 3; f++)
+            k[f] = &attn_recipe(p.plan, r[f])->steps[0].kernel->kernel;
+        if (strncmp(k[0]->name, vs[v].name, strlen(vs[v].name)) != 0 ||
+            !strstr(c0->variants[0].how, "f32 scores"))
+            fail_msg("%s [%s]: %s, expected %s with f32 scores: %s", cases[ci].name, vs[v].dn,
+                     k[0]->name, vs[v].name, c0->variants[0].how);
+        assert_string_equal(k[0]->source, k[2]->source); /* no tanh rational in f32 */
+        static const char *const rounds[3] = {"kf_round_bf16(", "kf_rnd2_bf16(", "kf_bop2<"};
+        const char *fns = strstr(k[0]->source, "float kf_score_full(");
+        const char *fns1 = strstr(k[1]->source, "float kf_score_full(");
+        assert_non_null(fns);
+        assert_non_null(fns1);
+        for (int i = 0; i < 3; i++)
+            if (strstr(fns, rounds[i]) || (!strcmp(vs[v].dn, "bf16") && !strstr(fns1, rounds[i])))
+                fail_msg("%s [%s]: %s in the f32 score functions, or not in the rounded ones",
+                         cases[ci].name, vs[v].dn, rounds[i]);
+        if (strcmp(vs[v].dn, "bf16") != 0) {
+            assert_null(strstr(k[0]->source, "#define KF_SCORE_PAIR"));
+            fprintf(stderr, "  %s [%s]: %s, unrounded, no pair form\n", cases[ci].name, vs[v].dn,
+                    k[0]->name);
+        } else {
+            if (ci == 4) {
+                assert_non_null(strstr(k[0]->source, "#define KF_DIAG_T float2"));
+                assert_non_null(strstr(k[0]->source, "#define KF_DIAG_LIN 1"));
+                assert_null(strstr(k[0]->source, "#define KF_DIAG_TAB"));
+                assert_non_null(strstr(k[1]->source, "#define KF_DIAG_TAB"));
+            } else {
+                assert_non_null(strstr(k[0]->source, "#define KF_SCORE_SCALE 0x1.ep+4f"));
+                assert_non_null(strstr(k[0]->source, "#define KF_EXP2_POLY 2\n"));
+                /* 0.0883789 (1/sqrt(128) in bf16) / 30 in f32: s c / 30 in one
+                 * multiply */
+                assert_non_null(strstr(k[0]->source, "__uint_as_float(0x3b411111u)"));
+            }
+            int n[2];
+            for (int f = 0; f < 2; f++) {
+                kf_sass_check_hopper(&MEM, k[f]);
+                kf_sass_text(&MEM, k[f], sass, sizeof sass);
+                const char *a = strstr(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1");
+                const char *b = a ? strstr(a, "WARPGROUP.DEPBAR.LE gsb0, 0x0") : NULL;
+                if (!b)
+                    fail_msg("%s: no Q.K^T / P.V waits in the SASS", k[f]->name);
+                n[f] = count_between(a, b, "        /*");
+                if (f == 0 && (count_between(a, b, " LDS") || strstr(sass, "HADD2.BF16") ||
+                               strstr(sass, "HMUL2.BF16")))
+                    fail_msg("%s [%s]: LDS in the main loop, or bf16x2 arithmetic", cases[ci].name,
+                             vs[v].dn);
+            }
+            if (n[0] >= n[1])
+                fail_msg("%s [%s]: %d instructions in the main loop with f32 scores, %d rounded",
+                         cases[ci].name, vs[v].dn, n[0], n[1]);
+            fprintf(stderr, "  %s [%s]: %s, main loop %d -> %d instructions\n", cases[ci].name,
+                    vs[v].dn, k[0]->name, n[1], n[0]);
+        }
+        for (int f = 0; f < 3; f++)
+            kf_cuda_recipes_destroy(r[f]);
         plan_release(&p);
     }
 }
@@ -1139,8 +1231,9 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
 }
 
 /* A softcap score (30 tanh(s / 30)) is bounded: the default sm_90a kernel
- * (fa3tbe_) takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by
- * 2^-5 for the roundings) in bf16, the report says so, and its SASS has no
+ * (fa3ftbe_, f32 scores: its 30 folded into the softmax's scale, top_scale)
+ * takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by 2^-5
+ * for the roundings, over the folded 30: 1.03125) in bf16, the report says so, and its SASS has no
  * FMNMX (no row max) and fewer FMUL (no rescale of O) than the running-max
  * kernel of KF_CUDA_RECIPE_ATTENTION_ROW_MAX, which neither defines the shift
  * nor says so; no spills. In f16 (P's narrow exponents: e^-62 is no f16) and
@@ -1169,8 +1262,9 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
             assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: the running max\n", cases[ci].name, dn);
         } else {
-            assert_true(strncmp(k0->name, "fa3tbe_", 7) == 0);
-            assert_non_null(strstr(k0->source, "#define KF_SCORE_MAX 0x1.efp+4f"));
+            assert_true(strncmp(k0->name, "fa3ftbe_", 8) == 0);
+            assert_non_null(strstr(k0->source, "#define KF_SCORE_MAX 0x1.08p+0f"));
+            assert_non_null(strstr(k0->source, "#define KF_SCORE_SCALE 0x1.ep+4f"));
             assert_non_null(strstr(c0->variants[0].how, "bounded scores, a fixed softmax shift"));
             kf_sass_check_hopper(&MEM, k0);
             int n[2][2];
@@ -1195,10 +1289,13 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
 }
 
 /* A softcap (30 tanh(s / 30), bounded: cg_attention.c, score_max) at head
- * dim 128 holds two MUFU ops a score; by default the sm_90a kernel takes a
- * quarter of its exp2s on the FMA pipe (fa3tbe_: KF_EXP2_POLY 2, KF_TANH_POLY
- * 0; the same kernel as KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU |
- * KF_CUDA_RECIPE_ATTENTION_EXP2_POLY), SOFTCAP_MUFU keeps them on MUFU
+ * dim 128 holds two MUFU ops a score; the rounded sm_90a kernel
+ * (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE with each flag below: the tanh's
+ * rational is its pair form's; the f32 default's share is
+ * test_f32_scores_...'s) takes a quarter of its exp2s on the FMA pipe
+ * (fa3tbe_: KF_EXP2_POLY 2, KF_TANH_POLY 0; the same kernel as
+ * KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | KF_CUDA_RECIPE_ATTENTION_EXP2_POLY),
+ * SOFTCAP_MUFU keeps them on MUFU
  * (fa3tb_, the kernel before), KF_CUDA_RECIPE_ATTENTION_TANH_POLY adds a
  * quarter of its tanhs (fa3tbeh_: KF_TANH_POLY 2 with kf_score_pair_t, whose
  * tanh is kf_tanh_poly; the report says so), and with SOFTCAP_MUFU asks for
@@ -1225,7 +1322,8 @@ static void test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe(void **s
     int tanh[5], ex2[5];
     char *dflt = NULL;
     for (int f = 0; f < 5; f++) {
-        kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, forms[f]);
+        kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                             forms[f] | KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
         const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
         const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
         if (strncmp(k->name, names[f], strlen(names[f])) != 0 || !strstr(k->source, defs[f]) ||
@@ -1321,11 +1419,12 @@ static void test_the_exp2_share_by_polynomial(void **state) {
             mufu[1], nan[0], nan[1]);
 }
 
-/* The pair form of the inner score (cg_attention_pair.c, kf_score_pair):
- * ALiBi's (bf16) and the softcap's (bf16, its fixed shift too) default
- * sm_90a kernels define it and compile to bf16x2 arithmetic (ALiBi: the bias
- * times the slope and the sum, HMUL2 and HADD2; the softcap: the cap's
- * product, HMUL2); no spills (both without the diagonal,
+/* The pair form of the inner score (cg_attention_pair.c, kf_score_pair), a
+ * form of the rounded scores (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE: f32
+ * scores round nothing to pair up): ALiBi's (bf16) and the softcap's (bf16,
+ * its fixed shift too) rounded sm_90a kernels define it and compile to
+ * bf16x2 arithmetic (ALiBi: the bias times the slope and the sum, HMUL2
+ * and HADD2; the softcap: the cap's product, HMUL2); no spills (both without the diagonal,
  * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, and without the split, which is off
  * by default and adds a second path). f16 scores and a folded scale (causal)
  * keep the scalar form. (The scalar form on demand, the retired
@@ -1350,8 +1449,10 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
         graph_text(cases[v[i].ci].body, v[i].dn, text, sizeof text);
         planned p;
         plan_text(text, &p);
-        /* the pair form alone: its split and diagonal have their own tests */
-        const uint64_t one = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
+        /* the pair form alone: its split and diagonal have their own tests;
+         * the causal scale folds in f32 (the default) */
+        const uint64_t one = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW |
+                             (v[i].ci == 0 ? 0 : KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
         kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, one);
         const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
         if (!v[i].pair) {
@@ -1374,8 +1475,9 @@ static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state
 }
 
 /* The pair form's split at a tanh (cg_attention_pair.c, pair_split): the
- * softcap's bf16 kernel under KF_CUDA_RECIPE_ATTENTION_TANH_SKIP (off by
- * default: it loses on large scores) defines kf_score_pre / kf_score_post /
+ * softcap's rounded bf16 kernel (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE)
+ * under KF_CUDA_RECIPE_ATTENTION_TANH_SKIP (off by default: it loses on large
+ * scores) defines kf_score_pre / kf_score_post /
  * kf_score_post_ident and KF_TANH_IDENT_MAX, the bound below which it takes
  * tanh(x) as x: over every bf16 value, tanh rounded to bf16 as the reference
  * evaluator rounds it (kf_ir_scalar, kf_ir_round) is x itself up to the bound
@@ -1390,9 +1492,10 @@ static void test_the_score_splits_where_tanh_rounds_to_its_operand(void **state)
     graph_text(cases[3].body, "bf16", text, sizeof text);
     planned p;
     plan_text(text, &p);
+    const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
     kf_cuda_recipes *r0 =
-        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_TANH_SKIP);
-    kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_TANH_SKIP | rs);
+    kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, rs);
     const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
     const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
     assert_non_null(strstr(k0->source, "#define KF_SCORE_SPLIT"));
@@ -1427,7 +1530,9 @@ static void test_the_score_splits_where_tanh_rounds_to_its_operand(void **state)
 
 /* The pair form's diagonal (cg_attention_pair.c, pair_diag): ALiBi's bias,
  * a function of kv - q, once for a thread's two rows (kf_score_diag at 17 key
- * pairs, kf_score_pair_dg at 32): the default bf16 kernel defines
+ * pairs, kf_score_pair_dg at 32): the rounded bf16 kernel
+ * (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE; f32 scores: test_f32_scores_...
+ * below) defines
  * KF_SCORE_DIAG and has fewer SASS instructions than the kernel before
  * (KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, which does not define it), no
  * spills; the softcap (no diagonal) and the causal score (no pair form)
@@ -1442,9 +1547,10 @@ static void test_the_score_diagonal_is_computed_once_for_two_rows(void **state) 
         graph_text(cases[ci].body, "bf16", text, sizeof text);
         planned p;
         plan_text(text, &p);
-        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0);
-        kf_cuda_recipes *r1 =
-            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW);
+        const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
+        kf_cuda_recipes *r0 = kf_sass_recipes(&MEM, p.plan, "h100", NULL, rs);
+        kf_cuda_recipes *r1 = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                              KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW | rs);
         const kf_cuda_kernel *k0 = &attn_recipe(p.plan, r0)->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &attn_recipe(p.plan, r1)->steps[0].kernel->kernel;
         assert_null(strstr(k1->source, "#define KF_SCORE_DIAG"));
@@ -1473,8 +1579,9 @@ static void test_the_score_diagonal_is_computed_once_for_two_rows(void **state) 
 
 /* ALiBi's diagonal with its part free of loads (the bf16(kv - q) pairs) in
  * a table in shared memory (cg_attention_pair.c, pair_dtab), and the causal
- * mask's edge tiles by the pair form (KF_SCORE_DIAG_EDGE): the default bf16
- * kernel defines KF_DIAG_TAB and KF_SCORE_DIAG_EDGE and reads the table in
+ * mask's edge tiles by the pair form (KF_SCORE_DIAG_EDGE): the rounded bf16
+ * kernel (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, with each flag below)
+ * defines KF_DIAG_TAB and KF_SCORE_DIAG_EDGE and reads the table in
  * its main loop (an LDS for each of the tile's 17 key pairs, between
  * Q.K^T's wait and P.V's), where the kernel with KF_CUDA_RECIPE_ATTENTION_
  * DIAG_COMPUTE (no KF_DIAG_TAB) has none there and 17 more I2FP -- the
@@ -1501,7 +1608,8 @@ static void test_the_score_diagonal_reads_its_load_free_part_from_a_table(void *
         kf_cuda_recipes *r[3];
         const kf_cuda_kernel *k[3];
         for (int f = 0; f < 3; f++) {
-            r[f] = kf_sass_recipes(&MEM, p.plan, "h100", NULL, flags[f]);
+            r[f] = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                   flags[f] | KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
             k[f] = &attn_recipe(p.plan, r[f])->steps[0].kernel->kernel;
         }
         assert_null(strstr(k[1]->source, "#define KF_DIAG_TAB"));
@@ -1559,6 +1667,7 @@ int main(void) {
         cmocka_unit_test(test_the_score_splits_where_tanh_rounds_to_its_operand),
         cmocka_unit_test(test_the_score_diagonal_is_computed_once_for_two_rows),
         cmocka_unit_test(test_the_score_diagonal_reads_its_load_free_part_from_a_table),
+        cmocka_unit_test(test_f32_scores_keep_alibi_and_softcap_unrounded),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_exp2_share_by_polynomial),
         cmocka_unit_test(test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe),

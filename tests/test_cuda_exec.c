@@ -1248,6 +1248,32 @@ static const struct {
      "mask none"},
 };
 
+/* Cases only a test that names them runs (run_sm90_cases_only's `only`), after
+ * the two lists above in its case order (their streams follow sm90_cases'):
+ * ALiBi and the softcap through GQA's broadcast head axis, ragged (f32
+ * scores: the slope per query head, the bias's diagonal stepped along the
+ * tile). */
+static const struct {
+    const char *name, *body, *mask;
+} sm90_named_cases[] = {
+    {"ALiBi slope[h] (kv - q) + causal, GQA 4:1, S 300, head dim 128",
+     "q = input($[1, 2, 4, 300, 128])\nk = input($[1, 2, 1, 300, 128])\n"
+     "v = input($[1, 2, 1, 300, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\nslope = input($[2, 4, 1, 1])\n"
+     "row = iota(i32[300, 300], axis=0)\ncol = iota(i32[300, 300], axis=1)\n"
+     "di = sub(col, row)\ndf = cast(di, $)\nbias = mul(slope, df)\nsb = add(s0, bias)\n"
+     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, sb, ninf)\n",
+     "mask causal"},
+    {"softcap 30 tanh(s / 30) + causal, GQA 4:1, S 300, head dim 64",
+     "q = input($[1, 2, 4, 300, 64])\nk = input($[1, 2, 1, 300, 64])\n"
+     "v = input($[1, 2, 1, 300, 64])\nqk = matmul(q, k, transpose_b=true)\n"
+     "sc = const($[], 0.125)\ns0 = mul(qk, sc)\ncap = const($[], 30)\nt0 = div(s0, cap)\n"
+     "t1 = tanh(t0)\nt2 = mul(t1, cap)\nrow = iota(i32[300, 300], axis=0)\n"
+     "col = iota(i32[300, 300], axis=1)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
+     "s1 = where(keep, t2, ninf)\n",
+     "mask causal"},
+};
+
 /* The fused cases in dtype `dn_fused` and the longer ones above (ring wrap,
  * more units than SMs, rescales) in `dn_long` (NULL: left out), through
  * KF_ATTENTION_SM90 with the internal recipe flags `rflags` set on the
@@ -1255,31 +1281,42 @@ static const struct {
  * report names the sm_90a kernel and holds `form` (NULL: nothing more),
  * elsewhere the FA2 kernel runs; *took (when `probe`) counts the programs
  * whose report holds `probe`. `what` (NULL: none) goes into the labels;
- * `only` (NULL: every case) names the one case to run, and fails the test
- * when no case of the two lists has that name (a misspelt or moved case
- * would otherwise run nothing and pass). */
+ * `only` (NULL: every case of the first two lists) names the one case to
+ * run, sm90_named_cases' too, and fails the test when no case has that name
+ * (a misspelt or moved case would otherwise run nothing and pass). */
 static void run_sm90_cases_only(uint64_t rflags, const char *dn_fused, const char *dn_long,
                                 uint64_t stream0, const char *form, const char *probe, int *took,
                                 const char *what, const char *only) {
     kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
     ctx->recipe_flags = rflags;
-    size_t n_fused = N_OF(fused_cases);
+    const size_t n_fused = N_OF(fused_cases), n_long = N_OF(sm90_cases);
+    /* the named-only cases where a case is named */
+    const size_t n_all = n_fused + n_long + (only ? N_OF(sm90_named_cases) : 0);
     bool found = false;
-    for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
-        const bool fc = i < n_fused;
-        const char *name = fc ? fused_cases[i].name : sm90_cases[i - n_fused].name;
+    for (size_t i = n_fused; i < n_all; i++) {
+        const char *name = i < n_fused + n_long ? sm90_cases[i - n_fused].name
+                                                : sm90_named_cases[i - n_fused - n_long].name;
         found |= only && strcmp(name, only) == 0;
     }
+    for (size_t i = 0; i < n_fused; i++)
+        found |= only && strcmp(fused_cases[i].name, only) == 0;
     if (only && !found)
         fail_msg("no fused or sm_90a case is named '%s'", only);
-    for (size_t i = 0; i < n_fused + N_OF(sm90_cases); i++) {
-        const bool fc = i < n_fused;
+    for (size_t i = 0; i < n_all; i++) {
+        const bool fc = i < n_fused, lc = !fc && i < n_fused + n_long;
         const char *dn = fc ? dn_fused : dn_long;
         if (!dn)
             continue;
-        const char *name = fc ? fused_cases[i].name : sm90_cases[i - n_fused].name;
-        const char *body = fc ? fused_cases[i].body : sm90_cases[i - n_fused].body;
-        const char *mask = fc ? fused_cases[i].mask : sm90_cases[i - n_fused].mask;
+        const size_t j = fc ? i : lc ? i - n_fused : i - n_fused - n_long;
+        const char *name = fc ? fused_cases[j].name
+                           : lc ? sm90_cases[j].name
+                                : sm90_named_cases[j].name;
+        const char *body = fc ? fused_cases[j].body
+                           : lc ? sm90_cases[j].body
+                                : sm90_named_cases[j].body;
+        const char *mask = fc ? fused_cases[j].mask
+                           : lc ? sm90_cases[j].mask
+                                : sm90_named_cases[j].mask;
         if (only && strcmp(name, only) != 0)
             continue;
         kf_graph *g = fused_graph(ctx, body, dn, name);
@@ -1798,9 +1835,10 @@ static void test_sm90_attention_bounded_scores_take_a_fixed_shift(void **state) 
     }
 }
 
-/* The pair form of the inner score (kf_score_pair, the default where it is
- * shorter): the ALiBi and softcap cases (ragged, causal: edge tiles keep the
- * scalar form), bf16, against the reference. (The scalar form on demand,
+/* The pair form of the inner score (kf_score_pair, where it is shorter in
+ * the rounded form, KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE): the ALiBi and
+ * softcap cases (ragged, causal: edge tiles keep the scalar form), bf16,
+ * against the reference. (The scalar form on demand,
  * ATTENTION_SCALAR_SCORE, is retired: att16 reused its bit.) */
 static void test_sm90_attention_pair_score_form_matches_the_reference(void **state) {
     (void)state;
@@ -1808,8 +1846,8 @@ static void test_sm90_attention_pair_score_form_matches_the_reference(void **sta
     static const char *const names[] = {"ALiBi slope[h] (kv - q) + causal",
                                         "softcap 30 tanh(s / 30) + causal"};
     for (size_t i = 0; i < N_OF(names); i++)
-        run_sm90_cases_only(0, "bf16", "bf16", 4400 + i, NULL, NULL, NULL, "pair score",
-                            names[i]);
+        run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, "bf16", "bf16", 4400 + i, NULL,
+                            NULL, NULL, "pair score", names[i]);
 }
 
 /* att16's forms against the reference, bf16: O, l and m rescaled lazily
@@ -1872,8 +1910,10 @@ static void test_sm90_attention_lazy_rescale_on_ragged_cases_matches_the_referen
 /* The pair form's split at a softcap's tanh (kf_score_pre, then tanh(x) as
  * x where a warp's every |x| is at most KF_TANH_IDENT_MAX, else the tanh)
  * (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP, off by default) and ALiBi's diagonal
- * once for a thread's two rows (kf_score_diag, the default; each row's own
- * with KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW): the softcap on scores where most
+ * once for a thread's two rows (kf_score_diag; each row's own with
+ * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW), each in the rounded form
+ * (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, alone too), and the f32 default
+ * (its diagonal as floats, stepped along the tile): the softcap on scores where most
  * warps take the operand and some the tanh (their items' later tiles then
  * the pair form whole: all three paths), the softcap and ALiBi cases
  * (ragged: rows past Sq), ALiBi over 8 key tiles; bf16, each against the
@@ -1885,20 +1925,22 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
         "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900",
         "softcap 30 tanh(s / 30) + causal", "ALiBi slope[h] (kv - q) + causal",
         "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128"};
-    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_ATTENTION_TANH_SKIP,
-                                     KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW};
-    static const char *const labels[] = {"diagonal (the default)", "split, diagonal",
-                                         "diagonal each row"};
+    const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
+    const uint64_t forms[] = {0, rs, rs | KF_CUDA_RECIPE_ATTENTION_TANH_SKIP,
+                              rs | KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW};
+    static const char *const labels[] = {"f32 diagonal (the default)", "rounded diagonal",
+                                         "split, diagonal", "diagonal each row"};
     for (size_t f = 0; f < N_OF(forms); f++)
         for (size_t i = 0; i < N_OF(names); i++)
-            run_sm90_cases_only(forms[f], "bf16", "bf16", 4500 + 10 * (uint64_t)f + i, NULL, NULL,
+            run_sm90_cases_only(forms[f], "bf16", "bf16", 4520 + 10 * (uint64_t)f + i, NULL, NULL,
                                 NULL, labels[f], names[i]);
 }
 
 /* ALiBi's diagonal with its part free of loads (bf16(kv - q) pairs) read
  * from a table in shared memory and the causal mask's edge tiles by the pair
- * form (the default: KF_DIAG_TAB, KF_SCORE_DIAG_EDGE; test_attngen checks
- * the sources) against the reference: bf16 on the ALiBi cases -- causal
+ * form (the rounded form's, KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, with
+ * every run below: KF_DIAG_TAB, KF_SCORE_DIAG_EDGE; test_attngen checks the
+ * sources) against the reference: bf16 on the ALiBi cases -- causal
  * ragged S 190 head dim 64, causal S 900 head dim 128 (8 key tiles), causal
  * Sq 300 != Skv 500 head dim 128, no mask Sq 300 != Skv 700 head dim 64 --
  * and f16 (no pair form there) on the first and third; the forms before,
@@ -1927,24 +1969,97 @@ static void test_sm90_attention_alibi_diagonal_table_matches_the_reference(void 
     for (size_t f = 0; f < N_OF(runs); f++)
         for (size_t i = 0; i < N_OF(names); i++)
             if (runs[f].cases >> i & 1u)
-                run_sm90_cases_only(runs[f].flags, runs[f].dn, runs[f].dn,
-                                    4800 + 10 * (uint64_t)f + i, NULL, NULL, NULL, runs[f].label,
-                                    names[i]);
+                run_sm90_cases_only(runs[f].flags | KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE,
+                                    runs[f].dn, runs[f].dn, 4800 + 10 * (uint64_t)f + i, NULL, NULL,
+                                    NULL, runs[f].label, names[i]);
 }
 
-/* The ALiBi + causal case with Sq 300 != Skv 500 (ragged) in bf16 with the
- * diagonal's table and the edge tiles' pair form: the case the GPU check
- * runs under compute-sanitizer (memcheck, racecheck). */
+/* The ALiBi + causal case with Sq 300 != Skv 500 (ragged) in bf16 by
+ * default (f32 scores: the diagonal as floats stepped along the tile, the
+ * edge tiles' pair form) and in the rounded form (the diagonal's table in
+ * shared memory): the case the GPU check runs under compute-sanitizer
+ * (memcheck, racecheck). */
 static void test_sm90_attention_alibi_table_on_one_ragged_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    run_sm90_cases_only(0, NULL, "bf16", 4900, NULL, NULL, NULL, "diagonal table, edge pair form",
+    run_sm90_cases_only(0, NULL, "bf16", 4900, "f32 scores", NULL, NULL,
+                        "f32 diagonal, edge pair form",
+                        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128");
+    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, NULL, "bf16", 4901, NULL, NULL,
+                        NULL, "diagonal table, edge pair form",
                         "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128");
 }
 
+/* f32 scores (the default) on ALiBi's and the softcap's expressions
+ * (cg_attention.c: every float node of the score unrounded; ALiBi's
+ * diagonal affine in kv, stepped along the tile; the softcap's 30 folded
+ * into the softmax's scale), each case against the reference (the exact
+ * value, which the unrounded scores are closer to), the report saying f32
+ * scores: bf16 on every case of names[], f16 on those with bit 0 of f16. */
+static void run_f32_score_cases(const char *const *names, size_t n, unsigned f16,
+                                uint64_t stream0) {
+    static const char *const dts[] = {"bf16", "f16"};
+    for (size_t d = 0; d < N_OF(dts); d++)
+        for (size_t i = 0; i < n; i++)
+            if (d == 0 || (f16 >> i & 1u))
+                run_sm90_cases_only(0, dts[d], dts[d], stream0 + 20 * (uint64_t)d + i, "f32 scores",
+                                    NULL, NULL, "f32 score expression", names[i]);
+}
+
+/* run_f32_score_cases on ALiBi: causal ragged S 190 head dim 64, S 900 head
+ * dim 128, Sq 300 != Skv 500 (the diagonal tiles at the queries' end), no
+ * mask Sq 300 != Skv 700 (kv - q of both signs), GQA 4:1 S 300 (the slope
+ * per query head); f16 on the first and the fourth (no pair form there). */
+static void test_sm90_attention_f32_alibi_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "ALiBi slope[h] (kv - q) + causal",
+        "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
+        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
+        "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64",
+        "ALiBi slope[h] (kv - q) + causal, GQA 4:1, S 300, head dim 128"};
+    run_f32_score_cases(names, N_OF(names), 0x9u, 5300);
+}
+
+/* run_f32_score_cases on the softcap: causal S 150 head dim 128, scores
+ * about tanh's identity range (S 900), 8x wide (S 300) and 64x wide (tanh
+ * saturating; no mask, Sq 200 Skv 400), GQA 4:1 S 300 head dim 64; f16 on
+ * the first and the last (the running max there: P's exponents). */
+static void test_sm90_attention_f32_softcap_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "softcap 30 tanh(s / 30) + causal",
+        "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900",
+        "softcap 30 tanh(s / 30), scores 8x wide, causal S 300",
+        "softcap 30 tanh(s / 30), scores 64x wide (tanh saturates), no mask, Sq 200 Skv 400",
+        "softcap 30 tanh(s / 30) + causal, GQA 4:1, S 300, head dim 64"};
+    run_f32_score_cases(names, N_OF(names), 0x11u, 5350);
+}
+
+/* run_f32_score_cases on the other score expressions that no scale folds,
+ * which f32 scores now keep unrounded too (no diagonal, no bound): an
+ * additive mask tensor, a bool mask with a finite fill, the block-sparse
+ * keep map with a finite fill (S 520, ragged, a map row empty), scores
+ * growing along the keys (a rescale every tile at head dim 64; a tile or two
+ * apart, causal, head dim 128); f16 on the first two. */
+static void test_sm90_attention_f32_other_scores_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "an additive mask tensor [Sq, Skv]", "a bool mask tensor with a finite fill",
+        "block-sparse 128x128 keep map, S 520 (ragged), map row 1 empty, finite fill",
+        "scores growing 0.06 a key: a rescale every tile, head dim 64",
+        "scores growing 0.02 a key, causal: rescales a tile or two apart, head dim 128"};
+    run_f32_score_cases(names, N_OF(names), 0x3u, 5400);
+}
+
 /* A softcap's MUFU ops on the FMA pipe in part: the default at head dim 128
- * (a quarter of the exp2s by kf_ex2_poly), with a quarter of the tanhs by
- * kf_tanh_poly too (KF_CUDA_RECIPE_ATTENTION_TANH_POLY), the tanh share alone
+ * (f32 scores, a quarter of the exp2s by kf_ex2_poly), and in the rounded
+ * form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, whose pair form has the
+ * tanh's rational) with a quarter of the tanhs by kf_tanh_poly too
+ * (KF_CUDA_RECIPE_ATTENTION_TANH_POLY), the tanh share alone
  * (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | TANH_POLY) and neither
  * (SOFTCAP_MUFU, the kernel before): the softcap on the fused case's scores
  * (about 1.3), on scores about tanh's identity range, 8 and 64 times as wide
@@ -1959,10 +2074,11 @@ static void test_sm90_attention_softcap_fma_shares_match_the_reference(void **st
         "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900",
         "softcap 30 tanh(s / 30), scores 8x wide, causal S 300",
         "softcap 30 tanh(s / 30), scores 64x wide (tanh saturates), no mask, Sq 200 Skv 400"};
-    static const uint64_t forms[] = {0, KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
-                                     KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU |
-                                         KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
-                                     KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU};
+    const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
+    const uint64_t forms[] = {0, rs | KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
+                              rs | KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU |
+                                  KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
+                              rs | KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU};
     static const char *const labels[] = {"exp2 share (the default)", "exp2 and tanh shares",
                                          "tanh share alone", "all on MUFU"};
     static const char *const probe[] = {"exp2s partly by polynomial",
@@ -4933,6 +5049,9 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_score_split_and_diagonal_match_the_reference),
         cmocka_unit_test(test_sm90_attention_alibi_diagonal_table_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_alibi_table_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_f32_alibi_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_f32_softcap_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_f32_other_scores_match_the_reference),
         cmocka_unit_test(test_sm90_attention_softcap_fma_shares_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_and_cluster_forms_match_the_reference),
         cmocka_unit_test(test_sm90_attention_wide_form_on_one_ragged_case),

@@ -69,6 +69,9 @@ typedef struct cg {
                            one multiply instead of a division, within an ulp of it, which the
                            rounding to a 16-bit dtype then almost always hides (the fused
                            attention's score expression) */
+    bool score_f32;     /* cg_emit_nodes and the pair form (cg_attention_pair.c) keep every
+                           float op node unrounded, in f32: the sm_90a attention kernel's
+                           score expression with f32 scores (cg_attention.c: numerics) */
     bool tanh_formula;  /* gelu_tanh by its formula (kf_gelu_tanh), never the bf16 table: the
                            sm_90a GEMM's epilogue, where the formula costs fewer instructions
                            than the lookup and its out-of-range selects */

@@ -32,13 +32,21 @@
  * GEMMs' were not: the scores then matched neither reference, and on the
  * GPT-2 block's ill-conditioned attention the output's error was an
  * independent draw, 2.96x the reference's on one seed of 200 (H100,
- * b2329e9). Not rounding the other score nodes (kept in registers, never
- * materialized) was tried and is wrong where the scores are large: an ALiBi
- * bias of slope x 190 in bf16 has an ulp of 2, and the kernel's unrounded
- * scores then differed from the reference's by 8.5% (H100, 03aa5c7). Two shortcuts stay, each under
- * the rounding that follows it: a division by a constant is a multiply (div_by_mul) and tanh is
- * tanh.approx.f32 (relative error 2^-11): the accurate tanhf and division made a softcap score cost
- * more than the two GEMMs (5.74 against 2.40 ms, H100).
+ * b2329e9). That holds for the rounded form (KF_CUDA_RECIPE_ATTENTION_
+ * ROUNDED_SCORE) and the FA2 kernel. The sm_90a kernel's f32 scores (the
+ * default) round no score node at all: a scale of Q.K^T folds into the
+ * softmax (fold_scale), and any other score expression keeps every float node
+ * in f32 (c.score_f32: ALiBi's bias and sum, a softcap's quotient, tanh and
+ * product; att17), as the exact value does -- the value the GPU tests judge
+ * against (kf_graph_check: within twice the reference's own error), which the
+ * unrounded scores are closer to than the reference's rounded ones. (Not
+ * rounding them was tried at 03aa5c7, when the tests compared against the
+ * reference's values: an ALiBi bias of slope x 190 in bf16 has an ulp of 2,
+ * and the kernel's scores then differed from the reference's by 8.5%.) Two
+ * shortcuts stay, each under the rounding that follows it in the rounded form:
+ * a division by a constant is a multiply (div_by_mul) and tanh is
+ * tanh.approx.f32 (relative error 2^-11): the accurate tanhf and division made
+ * a softcap score cost more than the two GEMMs (5.74 against 2.40 ms, H100).
  */
 #include "codegen/cuda/cg.h"
 
@@ -873,6 +881,58 @@ static uint32_t fold_scale(const cg *c, bool f32, double *scale) {
     return u;
 }
 
+/* Node i is x * k, k * x or x / k for a constant k > 0 finite whose f32
+ * value and reciprocal are normal, x no constant: *x and the factor *k (1 / k
+ * for the division) set. */
+static bool scale_operand(const kf_group *g, uint32_t i, uint32_t *x, double *k) {
+    const kf_expr *e = &g->expr[i];
+    if (e->kind != KF_EXPR_OP || (e->op != KF_OP_MUL && e->op != KF_OP_DIV) ||
+        e->src[0] == e->src[1])
+        return false;
+    for (int j = e->op == KF_OP_MUL ? 0 : 1; j < 2; j++) {
+        const kf_expr *ke = &g->expr[e->src[j]];
+        const kf_expr *xe = &g->expr[e->src[1 - j]];
+        if (ke->kind != KF_EXPR_CONST || xe->kind == KF_EXPR_CONST || !(ke->value > 0) ||
+            !isnormal((float)ke->value) || !isnormal((float)(1.0 / ke->value)))
+            continue;
+        *x = e->src[1 - j];
+        *k = e->op == KF_OP_DIV ? 1.0 / ke->value : ke->value;
+        return true;
+    }
+    return false;
+}
+
+/* With f32 scores and no fold_scale node, the score's last scale: node t, the
+ * score itself or the kept branch (its one use) of the score's -inf mask, a
+ * float x * k (scale_operand), whose constant the kernel may fold into its
+ * softmax's exp2 as fold_scale's (KF_SCORE_SCALE k; the scores it sees are
+ * x, t's operand): a softcap's 30 tanh(s / 30) is then tanh(s / 30), one
+ * FMUL a score less. In f32 alone: t is then never rounded (a bf16 t's
+ * rounding does not commute with the scale unless k is a power of two).
+ * Returns t (*scale: k), or KF_NONE. */
+static uint32_t top_scale(const cg *c, double *scale) {
+    const kf_group *g = c->g;
+    const kf_attn_info *at = &g->attn;
+    uint32_t t = at->score, x = KF_NONE, w = KF_NONE;
+    double k = 0.0;
+    if (at->mask_node == at->score) {
+        const kf_expr *we = &g->expr[at->score];
+        const kf_expr *f = &g->expr[fill_branch(g)];
+        if (we->kind != KF_EXPR_OP || we->op != KF_OP_WHERE || f->kind != KF_EXPR_CONST ||
+            !(isinf(f->value) && f->value < 0))
+            return KF_NONE;
+        t = kept_branch(g);
+        if (we->src[0] == t || users_of(c, t, &w) != 1 || w != at->score)
+            return KF_NONE;
+    }
+    const kf_expr *te = &g->expr[t];
+    if (te->kind != KF_EXPR_OP || !kf_dtype_is_float(te->dtype) || !scale_operand(g, t, &x, &k) ||
+        g->expr[x].kind == KF_EXPR_SCORE)
+        return KF_NONE;
+    *scale = k;
+    return t;
+}
+
 /* A bound on |value| of node i of the score expression, -inf counting as 0
  * (exp gives it 0 whatever the shift), before the roundings' growth; < 0:
  * none known. Only what a capped score needs: tanh (|tanh| <= 1 in any
@@ -937,9 +997,10 @@ static double score_max(const kf_group *g, uint32_t fold, kf_dtype dt) {
  * Q.K^T dot product; `inner` 1: the mask's where() replaced by its kept
  * branch, 2: by its fill (a dropped element's score); `fold` (fold_scale's
  * node, or KF_NONE): that node is s rounded to its dtype, the scale left to
- * the kernel. */
-static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner, uint32_t fold,
-                          bool f32) {
+ * the kernel; `tfold` (top_scale's node, or KF_NONE): that node is its
+ * operand, its constant left to the kernel. */
+static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner, uint32_t fold, bool f32,
+                          uint32_t tfold) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     memset(c->need, 0, c->n * sizeof *c->need);
@@ -951,6 +1012,12 @@ static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner, uint
     if (fold != KF_NONE)
         snprintf(c->ov[fold], OV_MAX, "%s",
                  !f32 && g->expr[fold].dtype == KF_DTYPE_BF16 ? "kf_round_bf16(s)" : "s");
+    uint32_t tx = KF_NONE;
+    double tk = 0.0;
+    if (tfold != KF_NONE && scale_operand(g, tfold, &tx, &tk)) {
+        snprintf(c->ov[tfold], OV_MAX, "v%u", tx);
+        cg_mark(c, tx);
+    }
     if (inner) {
         uint32_t k = inner == 2 ? fill_branch(g) : kept_branch(g);
         snprintf(c->ov[at->mask_node], OV_MAX, "v%u", k);
@@ -968,13 +1035,14 @@ static void emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner, uint
 }
 
 void cg_attn_emit_score_fn(cg *c, chunk_ctx *x, const char *name, int inner) {
-    emit_score_fn(c, x, name, inner, KF_NONE, false);
+    emit_score_fn(c, x, name, inner, KF_NONE, false, KF_NONE);
 }
 
 /* cg_attn_emit_score_fns with fold_scale's node `fold` (or KF_NONE), `f32`
- * as fold_scale's; `approx`: tanh as tanh.approx.f32 (kf_tanh_approx). */
-static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, bool approx,
-                                     bool pair, unsigned forms) {
+ * as fold_scale's, top_scale's node `tfold` (or KF_NONE); `approx`: tanh as
+ * tanh.approx.f32 (kf_tanh_approx). */
+static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, uint32_t tfold,
+                                     bool approx, bool pair, unsigned forms) {
     const kf_group *g = c->g;
     const kf_attn_info *at = &g->attn;
     int R = g->rank;
@@ -993,30 +1061,31 @@ static kf_status emit_score_fns_tanh(cg *c, bool skip, uint32_t fold, bool f32, 
              (long long)at->sq, (long long)at->skv);
     x->vrank[KF_SPACE_OUT] = 0;
     x->vrank[KF_SPACE_ROW] = 0;
-    emit_score_fn(c, x, "kf_score_full", 0, fold, f32);
+    emit_score_fn(c, x, "kf_score_full", 0, fold, f32, tfold);
     if (at->mask == KF_MASK_BLOCK_SPARSE && at->mask_node == at->score)
-        emit_score_fn(c, x, "kf_score_fill", 2, fold, f32);
+        emit_score_fn(c, x, "kf_score_fill", 2, fold, f32, tfold);
     if (skip)
-        emit_score_fn(c, x, "kf_score_inner", 1, fold, f32);
+        emit_score_fn(c, x, "kf_score_inner", 1, fold, f32, tfold);
     else
         cg_puts(&c->s, "#define kf_score_inner kf_score_full\n\n");
-    kf_status st =
-        pair ? cg_attn_emit_score_pair(c, x, skip ? kept_branch(g) : KF_NONE, fold, forms) : KF_OK;
+    kf_status st = pair ? cg_attn_emit_score_pair(c, x, skip ? kept_branch(g) : KF_NONE,
+                                                  fold != KF_NONE ? fold : tfold, forms)
+                        : KF_OK;
     kf_mem_free(c->mem, x, sizeof *x);
     return st;
 }
 
-static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32, bool pair,
-                                unsigned forms) {
-    return emit_score_fns_tanh(c, skip, fold, f32, true, pair, forms);
+static kf_status emit_score_fns(cg *c, bool skip, uint32_t fold, bool f32, uint32_t tfold,
+                                bool pair, unsigned forms) {
+    return emit_score_fns_tanh(c, skip, fold, f32, tfold, true, pair, forms);
 }
 
 kf_status cg_attn_emit_score_fns(cg *c, bool skip) {
-    return emit_score_fns(c, skip, KF_NONE, false, false, 0);
+    return emit_score_fns(c, skip, KF_NONE, false, KF_NONE, false, 0);
 }
 
 kf_status cg_attn_emit_score_fns_exact(cg *c, bool skip) {
-    return emit_score_fns_tanh(c, skip, KF_NONE, false, false, false, 0);
+    return emit_score_fns_tanh(c, skip, KF_NONE, false, KF_NONE, false, false, 0);
 }
 
 /* The wgmma instructions of the sm_90a kernel (their accumulator register
@@ -1326,22 +1395,34 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     double scale = 1.0;
     const uint32_t fold =
         sm90 && (KF_SM90_SCALE_FOLD || f32s) ? fold_scale(&c, f32s, &scale) : KF_NONE;
-    /* f32 scores where the flag asks for them and the score takes them */
-    const bool f32 = f32s && fold != KF_NONE;
+    /* f32 scores where the flag asks for them: the scale folded where the
+     * score takes it, and every other float node of the score expression
+     * unrounded (c.score_f32: ALiBi's bias and sum, a softcap's quotient,
+     * tanh and product; see the top of this file) */
+    const bool f32 = f32s;
+    /* with f32 scores, a scale at the score's top folded the same way
+     * (top_scale: a softcap's 30) */
+    double tscale = 1.0;
+    const uint32_t tfold = sm90 && f32 && fold == KF_NONE ? top_scale(&c, &tscale) : KF_NONE;
+    if (tfold != KF_NONE)
+        scale = tscale;
     /* a bounded score's fixed softmax shift (score_max) */
     const double smax =
-        sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold, dt) : 0.0;
+        (sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_ROW_MAX) ? score_max(g, fold, dt) : 0.0) /
+        (tfold != KF_NONE ? tscale : 1.0);
     /* a bounded score with a tanh (a softcap) at head dim 128 holds two MUFU
      * ops a score, the tanh and the exp2: by default a share of its exp2s goes
      * to the FMA pipe (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU keeps them on
      * MUFU), and a share of its tanhs where KF_CUDA_RECIPE_ATTENTION_TANH_POLY
      * asks (KF_SM90_TANH_POLY: measured slower), but not beside the split at
-     * the tanh (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP) */
+     * the tanh (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP) and only in the rounded
+     * form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE: the rational is the pair
+     * form's, which f32 scores take only for a diagonal) */
     const bool capping = sm90 && smax > 0 && at->d == 128 && has_tanh(g);
     if (capping && !(rflags & KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU) &&
         !(score_loads(g) && at->skv <= 2 * sh.bc))
         poly = KF_SM90_EXP2_POLY_D128;
-    const int tpoly = capping && (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_POLY) &&
+    const int tpoly = capping && !f32 && (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_POLY) &&
                               !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
                           ? KF_SM90_TANH_POLY
                           : 0;
@@ -1432,7 +1513,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                       bsk ? "query tiles paired by kept count; " : "",
                       smax > 0 ? "bounded scores, a fixed softmax shift; " : "",
                       pin ? "softmax pinned under P.V; " : "",
-                      f32 ? "f32 scores, the scale folded into exp2; " : "",
+                      f32 && fold != KF_NONE ? "f32 scores, the scale folded into exp2; "
+                      : f32                  ? "f32 scores; "
+                                             : "",
                       tree ? "row max and sum as trees; " : "",
                       lpt ? "the tail's items longest first; " : "",
                       sh.bc != SM90_BC ? "176-key tiles; " : "",
@@ -1505,16 +1588,19 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * (dtab_fits) but where KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE computes
      * it on every tile; a causal mask's edge tiles by the pair form too but
      * where KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR keeps the scalar score */
-    const bool dtab = sm90 && !(rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE) &&
+    const bool dtab = sm90 && !f32 && !(rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE) &&
                       dtab_fits(&c, at, skip, nqt * br, br, &sh, arch);
-    st = emit_score_fns(&c, skip != 0, fold, f32,
-                        sm90,
+    /* (a folded scale's score functions keep their mask's rounding, as
+     * before: the causal, window and block-sparse kernels unchanged) */
+    c.score_f32 = f32 && fold == KF_NONE;
+    st = emit_score_fns(&c, skip != 0, fold, f32 && fold != KF_NONE, tfold, sm90,
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
                             (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW ? 0u : CG_PAIR_DIAG) |
                             (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u) |
                             (dtab ? CG_PAIR_DIAG_TAB : 0u) |
                             (rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR ? 0u
                                                                            : CG_PAIR_DIAG_EDGE));
+    c.score_f32 = false;
     if (st != KF_OK)
         return cg_end(&c, st);
     emit_block_sparse(&c, g, skip, br, sm90 ? sh.bc : ATTN_BC, bst, bsk);

@@ -76,7 +76,8 @@ static int index_axis(const kf_expr *e, int R) {
 
 static const char *pair_rnd(const pair_ctx *p, uint32_t i) {
     const kf_expr *e = &p->c->g->expr[i];
-    return e->kind == KF_EXPR_OP && e->tensor != KF_NONE ? cg_round_fn(e->dtype) : NULL;
+    return e->kind == KF_EXPR_OP && e->tensor != KF_NONE && !p->c->score_f32 ? cg_round_fn(e->dtype)
+                                                                             : NULL;
 }
 
 /* Node i's floats (unpacking its pair the first time). */
@@ -103,7 +104,8 @@ static void pair_get_p(pair_ctx *p, uint32_t i) {
     p->cost += r->dep ? 1 : 0;
 }
 
-/* Whether node s holds bf16 values exactly in the pair form. */
+/* Whether node s holds bf16 values exactly in the pair form (an op node only
+ * where it is rounded: not with c->score_f32). */
 static bool pair_exact(const pair_ctx *p, uint32_t s) {
     const cg *c = p->c;
     const kf_expr *e = &c->g->expr[s];
@@ -115,7 +117,7 @@ static bool pair_exact(const pair_ctx *p, uint32_t s) {
         return true;
     if (e->kind == KF_EXPR_LOAD)
         return cg_exact_bf16(c, s);
-    return e->kind == KF_EXPR_OP && e->tensor != KF_NONE;
+    return e->kind == KF_EXPR_OP && e->tensor != KF_NONE && !c->score_f32;
 }
 
 /* Pass 1: each needed node's kind, dependence and bf16x2 form, and its
@@ -196,8 +198,8 @@ static bool pair_plan(pair_ctx *p) {
                 (e->op == KF_OP_CAST && g->expr[e->src[0]].dtype == KF_DTYPE_I32) ||
             (b && b->kind == PR_I))
             return false;
-        r->packed = r->dep && e->dtype == KF_DTYPE_BF16 && e->tensor != KF_NONE && b &&
-                    (e->op == KF_OP_ADD || e->op == KF_OP_SUB || e->op == KF_OP_MUL) &&
+        r->packed = r->dep && !c->score_f32 && e->dtype == KF_DTYPE_BF16 && e->tensor != KF_NONE &&
+                    b && (e->op == KF_OP_ADD || e->op == KF_OP_SUB || e->op == KF_OP_MUL) &&
                     pair_exact(p, e->src[0]) && pair_exact(p, e->src[1]);
         for (int k = 0; k < ar; k++) {
             pair_rep *s = &p->r[p->name[e->src[k]]];
@@ -222,6 +224,12 @@ static void pair_emit(pair_ctx *p) {
         const kf_expr *e = &g->expr[i];
         pair_rep *r = &p->r[i];
         const char *rnd = pair_rnd(p, i);
+        if (i == p->in && c->score_f32) {
+            /* the diagonal's floats as kf_score_diag gave them (a float2) */
+            cg_printf(&c->s, "    const float p%u_0 = %s.x, p%u_1 = %s.y;\n", i, p->in_src, i,
+                      p->in_src);
+            continue;
+        }
         if (i == p->in) {
             /* the split's node as kf_score_pre left it (pair_split), or
              * the diagonal's as kf_score_diag gave it (pair_diag) */
@@ -631,7 +639,7 @@ static uint32_t pair_diag(const pair_ctx *p, bool *dg) {
             f = a;
         }
     }
-    if (f == KF_NONE || g->expr[f].kind != KF_EXPR_OP || !pair_exact(p, f))
+    if (f == KF_NONE || g->expr[f].kind != KF_EXPR_OP || (!c->score_f32 && !pair_exact(p, f)))
         return KF_NONE;
     return f;
 }
@@ -760,6 +768,62 @@ static bool diag_edge_ok(const kf_group *g) {
            isinf(f->value) && f->value < 0;
 }
 
+/* Whether pair_diag's node f (dg: its diagonal) is, with c->score_f32, an
+ * affine function of kv along a row: f = a + u kv with a and u uniform over
+ * the tile (ALiBi's slope x (kv - q)). Each of its nodes that varies with kv
+ * is an int index sum stepping by +-1 from kv to kv + 1 (pair_plan's kvc)
+ * cast to a float exactly (below 2^24 in magnitude), or a float add, sub,
+ * neg, mul or div whose operands vary with kv linearly and, for mul and div,
+ * where the other operand (the divisor) is uniform. In f32 the kernel then
+ * takes f at a tile's first key pair and steps it along the tile
+ * (templates/attention_sm90.cuh, KF_DIAG_LIN): f(kv + d) as fma(u, d, f(kv)),
+ * u = (f(kv + KF_BC) - f(kv)) / KF_BC, within a few f32 roundings of the
+ * exact value, where a key pair's f cost a conversion, an add and two
+ * multiplies (ALiBi's main loop: 17 I2FP, 17 FADD and 64 FMUL more). */
+static bool diag_linear(const pair_ctx *p, const bool *dg, uint32_t f) {
+    const cg *c = p->c;
+    const kf_group *g = c->g;
+    const int R = g->rank;
+    bool *on = kf_mem_calloc(c->mem, c->n, sizeof *on);
+    if (!on)
+        return false;
+    pair_marks(p, on, f, KF_NONE);
+    bool ok = true;
+    for (uint32_t i = 0; i < c->n && ok; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!on[i] || p->name[i] != i || !dg[i] || !p->r[i].dep)
+            continue; /* uniform over the tile, or not f's */
+        if (index_axis(e, R) != INT_MIN)
+            continue; /* kv itself */
+        ok = e->kind == KF_EXPR_OP;
+        if (!ok)
+            break;
+        const int ar = kf_op_has(e->op, KF_TRAIT_BINARY) ? 2 : 1;
+        const uint32_t a = p->name[e->src[0]], b = ar == 2 ? p->name[e->src[1]] : a;
+        const bool da = p->r[a].dep, db = ar == 2 && p->r[b].dep;
+        if (p->r[i].kind == PR_I) {
+            ok = p->r[i].kvc == 1 || p->r[i].kvc == -1;
+        } else if (e->op == KF_OP_CAST) {
+            int64_t lo = 0, hi = 0;
+            ok = p->r[a].kind == PR_I && (p->r[a].kvc == 1 || p->r[a].kvc == -1) &&
+                 cg_i32_range(g, e->src[0], &lo, &hi) && lo > -(INT64_C(1) << 23) &&
+                 hi < (INT64_C(1) << 23);
+        } else if (e->op == KF_OP_ADD || e->op == KF_OP_SUB) {
+            ok = ar == 2;
+        } else if (e->op == KF_OP_NEG) {
+            ok = ar == 1;
+        } else if (e->op == KF_OP_MUL) {
+            ok = ar == 2 && !(da && db);
+        } else if (e->op == KF_OP_DIV) {
+            ok = ar == 2 && !db;
+        } else {
+            ok = false;
+        }
+    }
+    kf_mem_free(c->mem, on, c->n * sizeof *on);
+    return ok;
+}
+
 /* kf_score_diag and kf_score_pair_dg of pair_diag's diagonal, its node f
  * (dg: pair_diag's), from the planned reps r0; with CG_PAIR_DIAG_TAB in
  * `forms` its table too (emit_dtab) where pair_dtab finds its node. */
@@ -773,30 +837,43 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
         cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
         return;
     }
-    /* kf_score_diag: f and the nodes it is made of */
+    /* kf_score_diag: f and the nodes it is made of; its pair bf16x2 (KF_DIAG_T
+     * unsigned), or with c->score_f32 two floats (float2) */
+    const bool fl = c->score_f32;
     pair_marks(p, on, f, KF_NONE);
-    cg_puts(&c->s, "/* the diagonal of the pair form (cg_attention_pair.c, pair_diag): a function "
-                   "of kv - q, row q + 8's at kv its row q's at kv - 8 */\n"
-                   "__device__ __forceinline__ unsigned kf_score_diag(long long bh, int q, int kv, "
-                   "KF_PARAMS) {\n");
+    cg_printf(&c->s,
+              "/* the diagonal of the pair form (cg_attention_pair.c, pair_diag): a function "
+              "of kv - q, row q + 8's at kv its row q's at kv - 8 */\n#define KF_DIAG_T %s\n"
+              "__device__ __forceinline__ KF_DIAG_T kf_score_diag(long long bh, int q, int kv, "
+              "KF_PARAMS) {\n",
+              fl ? "float2" : "unsigned");
     p->on = on;
     p->ident = KF_NONE;
     diag_body(p, x, r0, KF_NONE, NULL);
-    pair_get_p(p, f);
-    cg_printf(&c->s, "    (void)bh; (void)q; (void)kv;\n    return p%u_p;\n}\n", f);
+    if (fl) {
+        cg_printf(&c->s,
+                  "    (void)bh; (void)q; (void)kv;\n    return make_float2(p%u_0, p%u_1);\n}\n", f,
+                  f);
+    } else {
+        pair_get_p(p, f);
+        cg_printf(&c->s, "    (void)bh; (void)q; (void)kv;\n    return p%u_p;\n}\n", f);
+    }
     /* kf_score_pair_dg: the rest, f's pair given */
     for (uint32_t i = 0; i < c->n; i++)
         on[i] = !dg[i];
     p->in = f;
     pair_prune(p, on, top);
     cg_puts(&c->s, "__device__ __forceinline__ void kf_score_pair_dg(float &s0, float &s1, "
-                   "unsigned dg, long long bh, int q, int kv, KF_PARAMS) {\n");
+                   "KF_DIAG_T dg, long long bh, int q, int kv, KF_PARAMS) {\n");
     diag_body(p, x, r0, f, "dg");
     pair_get_f(p, top);
     cg_printf(&c->s,
               "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)dg; (void)bh; (void)q; (void)kv;\n}\n"
               "#define KF_SCORE_DIAG 1\n\n",
               top, top);
+    if (fl && diag_linear(p, dg, f))
+        cg_puts(&c->s, "/* the diagonal affine in kv (diag_linear): stepped along the tile */\n"
+                       "#define KF_DIAG_LIN 1\n\n");
     if ((forms & CG_PAIR_DIAG_EDGE) && diag_edge_ok(g))
         cg_puts(&c->s, "/* the causal mask's edge tiles by the pair form too, then the mask "
                        "(pair_diag): -inf where kv > q or kv >= Skv */\n"
@@ -918,13 +995,18 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
                   "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)bh; (void)q; (void)kv;\n}\n"
                   "#define KF_SCORE_PAIR 1 /* about %d instructions a pair against %d */\n\n",
                   top, top, p.cost, p.scalar);
-        if (p.cost >= p.scalar && !c->s.oom) {
+        /* with c->score_f32 every op is two f32 ops in either form: the
+         * pair form only for its diagonal (pair_diag), once for two rows */
+        const bool fl = c->score_f32;
+        const uint32_t fd = fl && (forms & CG_PAIR_DIAG) ? pair_diag(&p, anc) : KF_NONE;
+        if ((fl ? fd == KF_NONE : p.cost >= p.scalar) && !c->s.oom) {
             c->s.len = mark;
             c->s.p[mark] = 0;
         } else {
-            const uint32_t t = forms & CG_PAIR_SPLIT ? pair_split(&p, anc) : KF_NONE;
-            const uint32_t f =
-                t == KF_NONE && (forms & CG_PAIR_DIAG) ? pair_diag(&p, anc) : KF_NONE;
+            const uint32_t t = (forms & CG_PAIR_SPLIT) && !fl ? pair_split(&p, anc) : KF_NONE;
+            const uint32_t f = fl                                       ? fd
+                               : t == KF_NONE && (forms & CG_PAIR_DIAG) ? pair_diag(&p, anc)
+                                                                        : KF_NONE;
             if (t != KF_NONE)
                 emit_split(&p, x, t, anc, r0);
             else if (f != KF_NONE)

@@ -418,6 +418,29 @@ bool cg_i32_range(const kf_group *g, uint32_t i, int64_t *lo, int64_t *hi) {
 
 const char *cg_op_fn(kf_op op) { return op_fn(op); }
 
+/* With c->score_f32: node i is a float x * k, k * x or (div_by_mul) x / k
+ * for a constant k whose f32 value (and reciprocal) is normal; *x and *k
+ * (1 / k for the division) set. */
+static bool f32_const_scale(const cg *c, uint32_t i, uint32_t *x, double *k) {
+    const kf_group *g = c->g;
+    const kf_expr *e = &g->expr[i];
+    if (!c->score_f32 || c->ov[i][0] || e->kind != KF_EXPR_OP || !kf_dtype_is_float(e->dtype) ||
+        (e->op != KF_OP_MUL && !(e->op == KF_OP_DIV && c->div_by_mul)))
+        return false;
+    for (int j = e->op == KF_OP_MUL ? 0 : 1; j < 2; j++) {
+        const kf_expr *ke = &g->expr[e->src[j]];
+        const double v = ke->kind == KF_EXPR_CONST ? ke->value : 0.0;
+        const double r = e->op == KF_OP_DIV ? 1.0 / v : v;
+        if (ke->kind != KF_EXPR_CONST || c->ov[e->src[j]][0] || !isnormal((float)v) ||
+            !isnormal((float)r) || e->src[0] == e->src[1])
+            continue;
+        *x = e->src[1 - j];
+        *k = r;
+        return true;
+    }
+    return false;
+}
+
 void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr) {
     const kf_group *g = c->g;
     const char *ix = arr ? "[k]" : "";
@@ -451,8 +474,8 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
          * switch); cg_raw_feed: the same, for a bf16x2 op's operand */
         const bool raw = cg_raw_of(c, i, arr) || (arr && cg_raw_feed(c, i));
         const char *sfx = raw ? "u" : "";
-        if (raw)
-            rnd = NULL;
+        if (raw || (c->score_f32 && e->kind == KF_EXPR_OP))
+            rnd = NULL; /* c->score_f32: every float op node in f32 */
         if (arr)
             cg_printf(&c->s,
                       "%s%s v%u%s[VV];\n#pragma unroll\n%sfor (int k = 0; k < VV; k++)\n%s    "
@@ -544,7 +567,15 @@ void cg_emit_nodes(cg *c, coord_fn coord, void *user, const char *ind, bool arr)
             }
             if (rnd)
                 cg_printf(&c->s, "%s(", rnd);
-            if (op == KF_OP_CAST) {
+            uint32_t fx = KF_NONE, fy = KF_NONE;
+            double fk = 1.0, fk2 = 1.0;
+            if (!arr && f32_const_scale(c, i, &fx, &fk) && f32_const_scale(c, fx, &fy, &fk2) &&
+                isnormal((float)(fk * fk2))) {
+                /* (y k2) k as y (k2 k) in f32 (c->score_f32): one multiply */
+                cg_printf(&c->s, "kf_mul(v%u, ", fy);
+                cg_emit_const(c, e->dtype, fk * fk2);
+                cg_puts(&c->s, ")");
+            } else if (op == KF_OP_CAST) {
                 kf_dtype from = g->expr[e->src[0]].dtype;
                 if (e->dtype == KF_DTYPE_BOOL)
                     cg_printf(&c->s, "(%s != 0)", a[0]);

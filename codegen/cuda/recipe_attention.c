@@ -105,7 +105,8 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   "%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
-                  sm90_form(name, 'f') ? "; f32 scores, the scale folded into the softmax" : "",
+                  sm90_form(name, 'f') ? "; f32 scores, unrounded (a scale folded into the softmax)"
+                                       : "",
                   sm90_form(name, 't') ? "; row max and sum as trees" : "",
                   sm90_form(name, 'k') ? "; query tiles paired by kept key tiles" : "",
                   sm90_form(name, 'l') ? "; the tail's items longest first" : "",
