@@ -374,7 +374,10 @@ enum {
  * walk, where by default none of it: a head's query tiles reach a key tile at
  * different steps of their walks, so its K and V stay live over an item (bs17:
  * ~0.76 GB of DRAM traffic a launch against 0.54 minimal); to measure it.
- * Bit 50 was BS_TILE_ORDER (the walk without the pairing by kept count,
+ * Measured slower (H100, 2837e32, bench/results/...-2837e32-bs17b-notes.txt):
+ * 0.8905 against 0.8687 ms, A B B A at the power cap 1.014x, ncu 1.018x; the
+ * L2 read hit rate 77.5% -> 87.2% but DRAM reads only 0.630 -> 0.616 GB: the
+ * L2 misses are not what limits the kernel. Bit 50 was BS_TILE_ORDER (the walk without the pairing by kept count,
  * measured slower in bsp13: 1.028 against 0.954 ms), retired here. */
 #define KF_CUDA_RECIPE_ATTENTION_BS_L2 (UINT64_C(1) << 50)
 /* internal: a generated sm_90a GEMM's TMA-store epilogue on ping-pong tiles
