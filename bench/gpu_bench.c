@@ -1301,8 +1301,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          0},
         /* the block-sparse kernel before bsp13 (_walk: the map read per key
          * tile, query tiles in their order; KF_CUDA_RECIPE_ATTENTION_BS_MAP_
-         * WALK) and its walk in shared memory without the pairing by kept
-         * count (_order: KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER) */
+         * WALK) */
         {"attn_block_sparse_walk", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK},
         /* the keep map's edge path merged into the inner tiles' (_m:
@@ -1310,12 +1309,11 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * 64 FSEL on every kept 128-key tile) */
         {"attn_block_sparse_m", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
          KF_GEMM_AUTO, BSM},
-        {"attn_block_sparse_order", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
-         KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER},
-        /* the walk with the tail longest first but the query tiles in their
-         * order (_order_lpt: BS_TILE_ORDER | TAIL_LPT) */
-        {"attn_block_sparse_order_lpt", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
-         KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER | KF_CUDA_RECIPE_ATTENTION_TAIL_LPT},
+        /* the L2 policies (K and V evict_last, Q and O evict_first) and the
+         * walk's next kept tile prefetched into L2 (_l2:
+         * KF_CUDA_RECIPE_ATTENTION_BS_L2) */
+        {"attn_block_sparse_l2", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_BS_L2},
         {"attn_block_sparse_fa2", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
          KF_GEMM_AUTO, 0},
         /* the same cases with the FA2 (mma.sync) kernel, --attention fa2

@@ -124,7 +124,8 @@
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
  * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
  * a power of two, or any positive constant with f32 scores; 1: none),
- * KF_LAZY_RESCALE, KF_BS_EDGE_MERGED, KF_L2_PREFETCH, KF_PIN_SOFTMAX, KF_TREE_SOFTMAX, KF_TAIL_LPT,
+ * KF_LAZY_RESCALE, KF_BS_EDGE_MERGED, KF_BS_L2 (with kf_o_pol), KF_L2_PREFETCH, KF_PIN_SOFTMAX,
+ * KF_TREE_SOFTMAX, KF_TAIL_LPT,
  * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg), KF_EXP2_POLY,
  * KF_TANH_POLY (with KF_SCORE_PAIR_T: kf_score_pair_t, the pair form with its
  * tanh on the FMA pipe, for KF_TANH_POLY of every 8 column groups),
@@ -233,6 +234,16 @@ static_assert(KF_TANH_POLY >= 0 && KF_TANH_POLY <= 8, "tanh by rational: 0 to 8 
 #ifndef KF_BS_EDGE_MERGED
 #define KF_BS_EDGE_MERGED 0 /* the generator's: 1 lets a keep map's edge path merge (below) */
 #endif
+/* KF_BS_L2 (the generator's, KF_CUDA_RECIPE_ATTENTION_BS_L2; a keep map's
+ * kernel only): the generated kf_tma_* loads carry L2 policies (K and V
+ * evict_last, Q evict_first), O's stores kf_o_pol's (evict_first), and the
+ * producer prefetches the walk's next kept tile's K and V into L2 as it loads
+ * this one's, so the head's K and V that its query tiles reach at different
+ * steps stay in L2 before the streams of Q and O */
+#ifndef KF_BS_L2
+#define KF_BS_L2 0
+#endif
+static_assert(!KF_BS_L2 || KF_MASK_SKIP == 3, "KF_BS_L2: a keep map's kernel");
 /* the next item's Q must be loaded while this item's last P.V is not yet
  * issued: a second Q buffer */
 static_assert(!KF_ITEM_OVERLAP || (KF_QBUF == 2 && KF_CLUSTER == 1), "item overlap: 2 Q buffers");
@@ -605,6 +616,19 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                     for (int c = 0; c < KF_CHUNKS; c++)
                         kf_tma_v(vb + c * (KF_BC * 128) + hoff, &tv, 64 * c, hrow, bh, fv0 + 8 * s);
+#if KF_BS_L2
+                    {
+                        /* the walk's next kept tile into L2 (KF_BS_L2) */
+                        const int jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
+                        if (jn < t_hi) {
+#pragma unroll
+                            for (int c = 0; c < KF_CHUNKS; c++) {
+                                kf_tmapf_k(&tk, 64 * c, jn * KF_BC, bh);
+                                kf_tmapf_v(&tv, 64 * c, jn * KF_BC, bh);
+                            }
+                        }
+                    }
+#endif
 #if KF_L2_PREFETCH
                     /* K and V of the tile KF_L2_PREFETCH further on, into L2
                      * alone (a generator switch, for measuring) */
@@ -653,6 +677,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 l_[r] += __shfl_xor_sync(0xffffffffu, l_[r], 2);
             }
             const float inv[2] = {1.0f / l_[0], 1.0f / l_[1]};
+#if KF_BS_L2
+            const unsigned long long opol = kf_o_pol(); /* evict_first */
+#endif
 #ifdef KF_LSE
             if (t4 == 0) { /* the rows' log-sum-exp: one lane of the quad */
                 const float mt[2] = {m0 * KF_SCORE_SCALE, m1 * KF_SCORE_SCALE};
@@ -682,10 +709,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     const unsigned w = kf_pack2(v0 * inv[r], v1 * inv[r]);
                     KF_ELEM *p = orow + i * 8 + 2 * t4;
                     if (al_o)
+#if KF_BS_L2
+                        asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %2, 0;\n"
+                                     "@p st.global.L2::cache_hint.b32 [%0], %1, %3;\n}" ::"l"(p),
+                                     "r"(w), "r"(in), "l"(opol)
+                                     : "memory");
+#else
                         asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %2, 0;\n"
                                      "@p st.global.b32 [%0], %1;\n}" ::"l"(p),
                                      "r"(w), "r"(in)
                                      : "memory");
+#endif
                     else
                         asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %3, 0;\n"
                                      "@p st.global.b16 [%0], %1;\n"
@@ -708,7 +742,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         kf_pack2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
                     KF_ELEM *p = orow + i * 8 + 2 * t4;
                     if (al_o) {
+#if KF_BS_L2
+                        asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;" ::"l"(p), "r"(w),
+                                     "l"(opol));
+#else
                         *reinterpret_cast<unsigned *>(p) = w;
+#endif
                     } else {
                         p[0].x = (unsigned short)(w & 0xffffu);
                         p[1].x = (unsigned short)(w >> 16);

@@ -568,9 +568,11 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
  * batch-head): by default the sm_90a kernel builds the map's walk in shared
  * memory (KF_BS_TABLE; form letter s) and pairs its query tiles by kept
  * count with the tail longest first (KF_QT, KF_TAIL_LPT; letters k and l),
- * and the report says so; KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER keeps the
- * walk but not the pairing, KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK neither; a
- * per-head map (case 6) takes neither. Ragged Sq 520 != Skv 700 and the
+ * and the report says so; KF_CUDA_RECIPE_ATTENTION_BS_L2 keeps both and adds
+ * the L2 policies and the walk's prefetch (letter v: evict_last K and V loads,
+ * an evict_first Q load and O store, a prefetch of K and V),
+ * KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK takes neither, nor does a per-head map
+ * (case 6) by default. Ragged Sq 520 != Skv 700 and the
  * bench's B4 H32 S4096 shape; each compiles with no spills. */
 static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
     (void)state;
@@ -593,7 +595,7 @@ static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
         "ninf = const($[], -inf)\ns1 = where(mk, s0, ninf)\n",
         NULL, /* case 6: per-head maps */
     };
-    static const uint64_t flags[] = {0, KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER,
+    static const uint64_t flags[] = {0, KF_CUDA_RECIPE_ATTENTION_BS_L2,
                                      KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK};
     for (size_t b = 0; b < N_OF(bodies); b++) {
         char text[4096];
@@ -605,7 +607,7 @@ static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
             const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
             const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
             const char *how = rc->variants[0].how;
-            const bool table = bodies[b] && f < 2, order = bodies[b] && f == 0;
+            const bool table = bodies[b] && f < 2, order = table, l2 = bodies[b] && f == 1;
             const char *form = strchr(k->name, '_');
             assert_non_null(form);
             const bool s = form[-1] == 's' || (form - k->name > 1 && form[-2] == 's');
@@ -619,6 +621,12 @@ static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
                 order != (strstr(k->source, "#define KF_TAIL_LPT 1") != NULL))
                 fail_msg("body %zu, flags %zu: %s the pairing by kept count and the tail: %s\n%s",
                          b, f, order ? "wants" : "does not want", k->name, how);
+            if (l2 != (strstr(k->source, "#define KF_BS_L2 1") != NULL) ||
+                l2 != (strchr(k->name, 'v') != NULL && strchr(k->name, 'v') < form) ||
+                l2 != (strstr(k->source, "createpolicy.fractional.L2::evict_last") != NULL) ||
+                l2 != (strstr(how, "K and V evict_last in L2") != NULL))
+                fail_msg("body %zu, flags %zu: %s the L2 policies: %s\n%s", b, f,
+                         l2 ? "wants" : "does not want", k->name, how);
             kf_sass_check_hopper(&MEM, k);
             fprintf(stderr, "  body %zu, flags %zu: %s compiles, no spills\n", b, f, k->name);
             kf_cuda_recipes_destroy(r);

@@ -1168,11 +1168,20 @@ static void emit_round_sm90(cg *c) {
             "\"f\"(a));\n    return r;\n}\n\n");
 }
 
+/* l2_policy: the L2 policy of an operand's loads (0: Q, 1: K, 2: V; 3: O's
+ * stores) where `l2` asks (KF_CUDA_RECIPE_ATTENTION_BS_L2): K and V
+ * evict_last, Q and O evict_first. */
+static const char *l2_policy(int i) {
+    return i == 1 || i == 2 ? "evict_last" : "evict_first";
+}
+
 /* kf_tma_q / _k / _v: box (c0, row) of the operand's map for batch x head bh
  * (its coordinates on the map's batch axes, innermost first). With 2-CTA
  * clusters (`cluster` 2) K's and V's boxes are multicast to both CTAs of the
- * cluster, landing at dst and counted on bar in each. */
-static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int cluster) {
+ * cluster, landing at dst and counted on bar in each. With `l2` each load
+ * (and kf_tmapf_k / _v's prefetch) carries its L2 policy (l2_policy), and
+ * kf_o_pol gives O's stores theirs. */
+static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int cluster, int l2) {
     static const char *const fn[3] = {"kf_tma_q", "kf_tma_k", "kf_tma_v"};
     for (int i = 0; i < 3; i++) {
         int ax[3];
@@ -1197,6 +1206,26 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int 
                            "    (void)bh;\n}\n");
             continue;
         }
+        if (l2) {
+            cg_printf(&c->s,
+                      "__device__ __forceinline__ void %s(unsigned dst, const kf_tmap *m, int c0, "
+                      "int row, long long bh, unsigned bar) {\n    unsigned long long pol;\n"
+                      "    asm(\"createpolicy.fractional.L2::%s.b64 %%0, 1.0;\" : \"=l\"(pol));\n"
+                      "    asm volatile(\"cp.async.bulk.tensor.%dd.shared::cluster.global."
+                      "mbarrier::complete_tx::bytes.L2::cache_hint [%%0], [%%1, {%%2, %%3",
+                      fn[i], l2_policy(i), 2 + n);
+            for (int a = 0; a < n; a++)
+                cg_printf(&c->s, ", %%%d", 4 + a);
+            cg_printf(&c->s,
+                      "}], [%%%d], %%%d;\" :: \"r\"(dst), \"l\"((unsigned long long)m), "
+                      "\"r\"(c0), \"r\"(row)",
+                      4 + n, 5 + n);
+            for (int a = 0; a < n; a++)
+                cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))",
+                          (long long)bh_inner(g, ax[a]), (long long)g->dims[ax[a]]);
+            cg_puts(&c->s, ", \"r\"(bar), \"l\"(pol) : \"memory\");\n    (void)bh;\n}\n");
+            continue;
+        }
         cg_printf(&c->s,
                   "__device__ __forceinline__ void %s(unsigned dst, const kf_tmap *m, int c0, int "
                   "row, long long bh, unsigned bar) {\n    kf_hp_tma%d(dst, m, c0, row",
@@ -1212,17 +1241,37 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int 
         int n = map_axes(g, &ops[i], ax);
         cg_printf(&c->s,
                   "__device__ __forceinline__ void kf_tmapf_%c(const kf_tmap *m, int c0, int row, "
-                  "long long bh) {\n    asm volatile(\"cp.async.bulk.prefetch.tensor.%dd.L2.global."
-                  "tile [%%0, {%%1, %%2",
-                  i == 1 ? 'k' : 'v', 2 + n);
+                  "long long bh) {\n",
+                  i == 1 ? 'k' : 'v');
+        if (l2)
+            cg_printf(&c->s,
+                      "    unsigned long long pol;\n    asm(\"createpolicy.fractional.L2::%s.b64 "
+                      "%%0, 1.0;\" : \"=l\"(pol));\n",
+                      l2_policy(i));
+        cg_printf(&c->s,
+                  "    asm volatile(\"cp.async.bulk.prefetch.tensor.%dd.L2.global.tile%s [%%0, "
+                  "{%%1, %%2",
+                  2 + n, l2 ? ".L2::cache_hint" : "");
         for (int a = 0; a < n; a++)
             cg_printf(&c->s, ", %%%d", 3 + a);
-        cg_puts(&c->s, "}];\" :: \"l\"((unsigned long long)m), \"r\"(c0), \"r\"(row)");
+        cg_puts(&c->s, "}]");
+        if (l2)
+            cg_printf(&c->s, ", %%%d", 3 + n);
+        cg_puts(&c->s, ";\" :: \"l\"((unsigned long long)m), \"r\"(c0), \"r\"(row)");
         for (int a = 0; a < n; a++)
             cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))",
                       (long long)bh_inner(g, ax[a]), (long long)g->dims[ax[a]]);
+        if (l2)
+            cg_puts(&c->s, ", \"l\"(pol)");
         cg_puts(&c->s, " : \"memory\");\n    (void)bh;\n}\n");
     }
+    /* kf_o_pol: O's stores' policy (templates/attention_sm90.cuh, KF_BS_L2) */
+    if (l2)
+        cg_printf(&c->s,
+                  "__device__ __forceinline__ unsigned long long kf_o_pol() {\n"
+                  "    unsigned long long pol;\n    asm(\"createpolicy.fractional.L2::%s.b64 %%0, "
+                  "1.0;\" : \"=l\"(pol));\n    return pol;\n}\n",
+                  l2_policy(3));
     cg_puts(&c->s, "\n");
 }
 
@@ -1348,13 +1397,17 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* the FA2 kernel takes none of the sm_90a kernel's forms (nor its wide
      * default) */
     const sm90_shape sh = sm90_shape_of(g, sm90 ? rflags : KF_CUDA_RECIPE_ATTENTION_NARROW_KEYS);
-    /* the block-sparse walk in shared memory (s) and, unless BS_TILE_ORDER
-     * keeps the query tiles' order, the units paired by kept count (k) with
-     * the tail longest first: with a random map the pairs by index left
-     * blocks up to ~9% over the average, the pairs by count with the tail
-     * ~2% (bench/gpu_bench.c's map, counted) */
+    /* the block-sparse walk in shared memory (s) and with it the units
+     * paired by kept count (k) with the tail longest first: with a random
+     * map the pairs by index left blocks up to ~9% over the average, the
+     * pairs by count with the tail ~2% (bench/gpu_bench.c's map, counted) */
     const bool bst = sm90 && bs_table_ok(g, rflags, br, sh.bc);
-    const bool bsk = bst && !(rflags & KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER);
+    const bool bsk = bst;
+    /* a keep map's L2 policies and its walk's prefetch (v) where
+     * KF_CUDA_RECIPE_ATTENTION_BS_L2 asks (templates/attention_sm90.cuh,
+     * KF_BS_L2); no keep map takes the 2-CTA form */
+    const int bsl2 =
+        sm90 && skip == 3 && sh.cluster == 1 && (rflags & KF_CUDA_RECIPE_ATTENTION_BS_L2) ? 1 : 0;
     if (bsk)
         lpt = 1;
     /* the tail's item arithmetic is 32-bit (templates/attention_sm90.cuh) */
@@ -1446,14 +1499,16 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * by a rational, i: items one at a time, j: items joined where they are
      * not by default, z: O rescaled lazily where it is not by default (head
      * dim 64), y: O rescaled every key tile where it is lazy by default (head
-     * dim 128), m: a keep map's edge path merged (fa3p_, fa3f_, fa3pf_, fa3t_,
-     * ..., fa3pftlwrcbehizm_) */
+     * dim 128), m: a keep map's edge path merged, v: a keep map's L2
+     * policies and prefetch along its walk (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
+     * fa3pftlwrcbvsehizm_) */
     char prefix[24] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.bcl ? "r" : "", sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "",
-                 bst ? "s" : "", bsk ? "k" : "", poly > 0 ? "e" : "", tpoly > 0 ? "h" : "",
+                 bsl2 ? "v" : "", bst ? "s" : "", bsk ? "k" : "", poly > 0 ? "e" : "",
+                 tpoly > 0 ? "h" : "",
                  apart ? "i" : joined ? "j" : "",
                  lazy && at->d != 128 ? "z" : eager ? "y" : "", merged ? "m" : "");
     cg_set_name(&c, prefix);
@@ -1502,9 +1557,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
+            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged || bsl2)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
                       merged ? "the keep map's edge path merged; " : "",
+                      bsl2 ? "the keep map's L2 policies and walk prefetch; " : "",
                       lazy ? "O rescaled lazily; " : eager ? "O rescaled every key tile; " : "",
                       apart ? "items one at a time; " : joined ? "items joined; " : "",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
@@ -1529,9 +1585,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
                   "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_TANH_POLY %d\n"
-                  "#define KF_ITEM_OVERLAP %d\n#define KF_BS_EDGE_MERGED %d\n",
+                  "#define KF_ITEM_OVERLAP %d\n#define KF_BS_EDGE_MERGED %d\n#define KF_BS_L2 %d\n",
                   scale, lazy, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly, tpoly, ovl, merged);
+                  sh.preg, sh.creg, poly, tpoly, ovl, merged, bsl2);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
@@ -1550,7 +1606,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         if (smax > 0)
             cg_printf(&c.s, "#define KF_SCORE_MAX %af /* %g: the scores' bound */\n", (float)smax,
                       smax);
-        emit_tma_fns(&c, g, ops, sh.cluster);
+        emit_tma_fns(&c, g, ops, sh.cluster, bsl2);
         emit_wgmma_sm90(&c, at->d, sh.bc, sh.bcl, dt);
         emit_round_sm90(&c);
     } else {

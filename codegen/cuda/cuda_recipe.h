@@ -367,11 +367,19 @@ enum {
  * templates/attention_sm90.cuh, KF_BS_TABLE): the kernel before, kept to
  * measure the two against each other */
 #define KF_CUDA_RECIPE_ATTENTION_BS_MAP_WALK (UINT64_C(1) << 49)
-/* internal: the block-sparse walk in shared memory as by default, but the
- * units in query-tile order as without it (no pairing by kept count, no
- * longest-first tail unless TAIL_LPT asks): to measure the schedule apart
- * from the walk */
-#define KF_CUDA_RECIPE_ATTENTION_BS_TILE_ORDER (UINT64_C(1) << 50)
+/* internal: the sm_90a block-sparse kernel (KF_MASK_SKIP 3) steers L2 (kernel
+ * letter v; templates/attention_sm90.cuh, KF_BS_L2): K's and V's TMA loads
+ * evict_last, Q's loads and O's stores evict_first (each is touched once), and
+ * the producer prefetches the next kept tile's K and V into L2 along the
+ * walk, where by default none of it: a head's query tiles reach a key tile at
+ * different steps of their walks, so its K and V stay live over an item (bs17:
+ * ~0.76 GB of DRAM traffic a launch against 0.54 minimal); to measure it.
+ * Measured slower (H100, 2837e32, bench/results/...-2837e32-bs17b-notes.txt):
+ * 0.8905 against 0.8687 ms, A B B A at the power cap 1.014x, ncu 1.018x; the
+ * L2 read hit rate 77.5% -> 87.2% but DRAM reads only 0.630 -> 0.616 GB: the
+ * L2 misses are not what limits the kernel. Bit 50 was BS_TILE_ORDER (the walk without the pairing by kept count,
+ * measured slower in bsp13: 1.028 against 0.954 ms), retired here. */
+#define KF_CUDA_RECIPE_ATTENTION_BS_L2 (UINT64_C(1) << 50)
 /* internal: a generated sm_90a GEMM's TMA-store epilogue on ping-pong tiles
  * loads its residual (kf_cuda_gemm_rs_node) from global memory chunk by chunk,
  * between the store barriers, where by default (kf_cuda_gemm_shape.epi_rs) the

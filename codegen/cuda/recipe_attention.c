@@ -12,7 +12,7 @@
 
 #include "codegen/cuda/recipe_internal.h"
 
-/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l][w][r][c][b][s][k][e]_...: the
+/* Whether the sm_90a attention kernel `name` (fa3[p][f][t][l][w][r][c][b][v][s][k][e]_...: the
  * forms cg_attention.c names it by) has form letter `form`. */
 static bool sm90_form(const char *name, char form) {
     if (strncmp(name, "fa3", 3) != 0)
@@ -102,7 +102,7 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     if (sm90)
         kf_rb_how(b, 0,
                   "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
-                  "%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
+                  "%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
                   sm90_form(name, 'f') ? "; f32 scores, unrounded (a scale folded into the softmax)"
@@ -122,7 +122,10 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   sm90_form(name, 'z')   ? "; O rescaled lazily (past 2^8)"
                   : sm90_form(name, 'y') ? "; O rescaled every key tile"
                                          : "",
-                  sm90_form(name, 'm') ? "; the keep map's edge path merged" : "");
+                  sm90_form(name, 'm') ? "; the keep map's edge path merged" : "",
+                  sm90_form(name, 'v') ? "; K and V evict_last in L2, Q and O evict_first, the "
+                                         "walk's next kept tile prefetched"
+                                       : "");
     else
         kf_rb_how(b, 0,
                   "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
