@@ -2312,17 +2312,16 @@ int main(int argc, char **argv) {
         {"ln_row128_sm80", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_SM80, 0},
         {"ln_row128_cublaslt", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
-        /* the register epilogue without the column test where the tiles
-         * cover N (internal EPI_NIN_ALL), against the default (_generated) */
-        {"swiglu_generated_nin", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
+        /* the pair's register epilogue as before its packed form (internal
+         * DUAL_F32T: both accumulators' floats transposed, the column test,
+         * the expf sigmoid's silu), against the default (_generated) */
+        {"swiglu_generated_f32t", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_DUAL_F32T},
         /* the split row form's GEMM with its residual's rows prefetched
          * into L2 when a tile starts (internal EPI_PF: the register
          * epilogue's loads then hit L2 after the main loop) */
         {"gemm_res_ln_split_generated_pf", t_res_ln, lbytes, lflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_PF},
-        {"gemm_res_ln_split_generated_nin", t_res_ln, lbytes, lflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
         /* q projection + rotary: the default plan (measured GEMM, then the
          * rotation kernel), forced generated; the head-split epilogue
          * measured and forced generated (one kernel) */

@@ -263,12 +263,14 @@ enum {
  * the column's 32-bit copy (the code before KF_EPI_NIN and c0 in the loads'
  * offsets; the bench compares) */
 #define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
-/* internal: a generated sm_90a GEMM's register epilogue (a SwiGLU pair, an
- * output the TMA store does not take) also skips the column test where its
- * tiles cover N, as the TMA-store epilogue does by default (H100, a358742:
- * SwiGLU 8192 x 4096 x (2 x 11008) 8% faster, the split LayerNorm's GEMM 5%
- * slower; the bench compares) */
-#define KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL (UINT64_C(1) << 42)
+/* internal: the sm_90a SwiGLU pair's register epilogue as before the packed
+ * form (cuda_codegen.h epi_pk): the quad transposes of both accumulators'
+ * floats before kf_epi<8>, the column test in every call, and silu by the
+ * expf sigmoid (kf_gm_silu_exp); kept to measure the two against each other.
+ * (Bit 42 was EPI_NIN_ALL: the register epilogue without the column test
+ * where the tiles cover N, now the pair's default, and 5% slower on the split
+ * LayerNorm's GEMM, H100 a358742.) */
+#define KF_CUDA_RECIPE_GEMM_DUAL_F32T (UINT64_C(1) << 42)
 /* internal: the sm_90a attention kernel keeps its running row max (and O's
  * rescale) even where the score expression bounds every score (a softcap:
  * cg_attention.c, score_max), which by default takes the bound as a fixed

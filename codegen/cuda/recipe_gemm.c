@@ -1125,7 +1125,19 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.epi_cs = sh.epi_tma && !sh.epi_rs && !fold && !gm->head_dim && !dual && !sh.sk_grid &&
                 !b->sib_shape && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL);
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
-    sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
+    /* A SwiGLU pair's register epilogue on packed pairs (gemm_sm90.cuh
+     * KF_EPI_PK): where each call transposed both accumulators' floats (16
+     * shuffles and their selects per 4 column groups and row, beside silu's
+     * ~12 instructions an element), the epilogue, which the tensor cores
+     * wait for in the cooperative schedule, issued ~1800 instructions a
+     * thread a 128 x (2 x 128) tile (sm_90a SASS of the bench's 8192 x 4096
+     * x (2 x 11008)). One output of the product's dtype (the packed words),
+     * N a multiple of 8 (whole 16-byte stores), no fold (its column terms
+     * come per 8 columns), not staged. */
+    sh.epi_pk = dual && !sh.epi_staged && !fold && !row_tile && grp->n_writes == 1 &&
+                plan->graph->nodes[grp->writes[0]]->dtype == mm->dtype && sh.n % 8 == 0 &&
+                !(b->target->flags & KF_CUDA_RECIPE_GEMM_DUAL_F32T);
+    sh.silu_exp = (b->target->flags & KF_CUDA_RECIPE_GEMM_DUAL_F32T) != 0;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_RASTER_SQ)
@@ -1320,6 +1332,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                              "main loop"
              : sh.epi_rs   ? ", epilogue stored by TMA from 4 chunk buffers"
              : sh.epi_tma  ? ", epilogue stored by TMA"
+             : sh.epi_pk   ? ", epilogue on packed pairs"
                            : "",
              sh.batch > 1 ? ", batched in one launch" : "",
              norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
