@@ -2317,6 +2317,10 @@ int main(int argc, char **argv) {
          * the expf sigmoid's silu), against the default (_generated) */
         {"swiglu_generated_f32t", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_DUAL_F32T},
+        /* the pair in 2-CTA clusters (internal CLUSTER2: tile-row pairs
+         * share the B tile by TMA multicast) */
+        {"swiglu_generated_c2", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_CLUSTER2},
         /* the split row form's GEMM with its residual's rows prefetched
          * into L2 when a tile starts (internal EPI_PF: the register
          * epilogue's loads then hit L2 after the main loop) */
