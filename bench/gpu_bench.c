@@ -2312,15 +2312,16 @@ int main(int argc, char **argv) {
         {"ln_row128_sm80", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_SM80, 0},
         {"ln_row128_cublaslt", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
-        /* the pair's register epilogue as before its packed form (internal
-         * DUAL_F32T: both accumulators' floats transposed, the column test,
-         * the expf sigmoid's silu), against the default (_generated) */
-        {"swiglu_generated_f32t", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_DUAL_F32T},
-        /* the pair in 2-CTA clusters (internal CLUSTER2: tile-row pairs
-         * share the B tile by TMA multicast) */
+        /* the pair's register epilogue on packed pairs, silu by ex2 and rcp
+         * (internal DUAL_PK), against the default (_generated); each in
+         * 2-CTA clusters too (internal CLUSTER2: tile-row pairs share the B
+         * tile by TMA multicast) */
+        {"swiglu_generated_pk", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_DUAL_PK},
         {"swiglu_generated_c2", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_CLUSTER2},
+        {"swiglu_generated_c2pk", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_CLUSTER2 | KF_CUDA_RECIPE_GEMM_DUAL_PK},
         /* the split row form's GEMM with its residual's rows prefetched
          * into L2 when a tile starts (internal EPI_PF: the register
          * epilogue's loads then hit L2 after the main loop) */

@@ -3214,12 +3214,12 @@ static void pk_off(const kf_plan *plan, const kf_cuda_recipes *r, const char *wh
     pk_check(plan, r, what, dn, false);
 }
 
-/* A SwiGLU pair's register epilogue on packed pairs (the default: kf_epi on
- * the fragment, the transposes on the packed words, no column test where
+/* A SwiGLU pair's register epilogue on packed pairs (internal DUAL_PK: kf_epi
+ * on the fragment, the transposes on the packed words, no column test where
  * the tiles cover N, silu by ex2 and rcp): cooperative and ping-pong tiles
  * that cover N (ragged M and K), N ragged with K-major B, batched with a
- * residual, 2-CTA clusters, M = 1; and the form before (DUAL_F32T,
- * internal) on the first shape. */
+ * residual, 2-CTA clusters, M = 1; and the default (the f32 transposes) on
+ * the first shape. */
 static void test_swiglu_pairs_on_packed_pairs_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -3231,42 +3231,39 @@ static void test_swiglu_pairs_on_packed_pairs_match_the_reference(void **state) 
              "kfg 1\nx = input(%%s[2200, 200])\nwg = input(%%s[200, 2048])\n"
              "wu = input(%%s[200, 2048])\n%s",
              pair);
-    flags_case_full(ctx, t, KF_DTYPE_BF16, 2620, "pair packed, cooperative, tiles cover N",
-                    KF_CUDA_RECIPE_GEMM_GENERATED, pk_on, "dual 128x(2x128) tiles cooperative",
+    const uint64_t pk = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_DUAL_PK;
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2620, "pair packed, cooperative, tiles cover N", pk,
+                    pk_on, "dual 128x(2x128) tiles cooperative", false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2621, "pair by default, cooperative",
+                    KF_CUDA_RECIPE_GEMM_GENERATED, pk_off, "dual 128x(2x128) tiles cooperative",
                     false);
-    flags_case_full(ctx, t, KF_DTYPE_BF16, 2621, "pair as before (DUAL_F32T), cooperative",
-                    KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_DUAL_F32T, pk_off,
-                    "dual 128x(2x128) tiles cooperative", false);
     flags_case_full(ctx, t, KF_DTYPE_BF16, 2622, "pair packed, 2-CTA clusters",
-                    KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2, pk_on,
-                    "2-CTA clusters", false);
+                    pk | KF_CUDA_RECIPE_GEMM_CLUSTER2, pk_on, "2-CTA clusters", false);
     snprintf(t, sizeof t,
              "kfg 1\nx = input(%%s[1000, 264])\nwg = input(%%s[264, 1088])\n"
              "wu = input(%%s[264, 1088])\n%s",
              pair);
-    flags_case_full(ctx, t, KF_DTYPE_F16, 2623, "pair packed, ping-pong, tiles cover N",
-                    KF_CUDA_RECIPE_GEMM_GENERATED, pk_on, "dual 128x(2x64) tiles ping-pong", false);
+    flags_case_full(ctx, t, KF_DTYPE_F16, 2623, "pair packed, ping-pong, tiles cover N", pk, pk_on,
+                    "dual 128x(2x64) tiles ping-pong", false);
     flags_case_full(ctx,
                     "kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[2056, 136])\n"
                     "wu = input(%s[2056, 136])\ng = matmul(x, wg, transpose_b=true)\n"
                     "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\n"
                     "output y\n",
-                    KF_DTYPE_BF16, 2624, "pair packed, K-major B, N ragged",
-                    KF_CUDA_RECIPE_GEMM_GENERATED, pk_on, "dual 128x(2x128) tiles cooperative",
-                    false);
+                    KF_DTYPE_BF16, 2624, "pair packed, K-major B, N ragged", pk, pk_on,
+                    "dual 128x(2x128) tiles cooperative", false);
     flags_case_full(ctx,
                     "kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
                     "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"
                     "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\n"
                     "y = add(h, r)\noutput y\n",
-                    KF_DTYPE_F16, 2625, "pair packed, batched, residual",
-                    KF_CUDA_RECIPE_GEMM_GENERATED, pk_on, "dual 128x(2x64)", false);
+                    KF_DTYPE_F16, 2625, "pair packed, batched, residual", pk, pk_on,
+                    "dual 128x(2x64)", false);
     flags_case_full(ctx,
                     "kfg 1\nx = input(%s[1, 200])\nwg = input(%s[200, 136])\n"
                     "wu = input(%s[200, 136])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
                     "a = silu(g)\ny = mul(a, u)\noutput y\n",
-                    KF_DTYPE_BF16, 2626, "pair packed, M = 1", KF_CUDA_RECIPE_GEMM_GENERATED, pk_on,
-                    "dual 128x(2x64)", false);
+                    KF_DTYPE_BF16, 2626, "pair packed, M = 1", pk, pk_on, "dual 128x(2x64)", false);
     kf_ctx_destroy(ctx);
 }
 

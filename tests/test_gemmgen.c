@@ -1026,17 +1026,17 @@ static void test_residual_by_tma_compiles_with_a_fourth_map(void **state) {
     plan_release(&q);
 }
 
-/* A SwiGLU pair's register epilogue on packed pairs (the default, KF_EPI_PK:
- * kf_epi<2> on the fragment, the quad transposes on the packed words, one
- * 16-byte store a lane at kf_epi_out) where it has one bf16/f16 output and
- * N is a multiple of 8; no column test where the tiles cover N (1024: 8 of
- * 128; 1096 against 64-wide tiles keeps it); silu by ex2 and rcp. Not with
- * an f32 output (a cast), N = 1001 (K-major B; not a multiple of 8), nor
- * with KF_CUDA_RECIPE_GEMM_DUAL_F32T (internal: the form before, the expf
- * sigmoid's silu). HGMMA, UTMALDG, no local memory, and the packed form
- * stores by STG.E.128 with 4 shuffles per 4 column groups and row (32 a
- * 128 x (2 x 128) tile's consumer thread, where the form before took 128 in
- * each of its two copies, with and without the alignment tests). */
+/* A SwiGLU pair's register epilogue on packed pairs (internal
+ * KF_CUDA_RECIPE_GEMM_DUAL_PK, KF_EPI_PK: kf_epi<2> on the fragment, the quad
+ * transposes on the packed words, one 16-byte store a lane at kf_epi_out)
+ * where it has one bf16/f16 output and N is a multiple of 8; no column test
+ * where the tiles cover N (1024: 8 of 128; 1096 against 64-wide tiles keeps
+ * it); silu by ex2 and rcp. Not with an f32 output (a cast), N = 1001
+ * (K-major B; not a multiple of 8), nor by default (the f32 transposes, the
+ * column test, the expf sigmoid's silu). HGMMA, UTMALDG, no local memory;
+ * the packed form stores by STG.E.128 with 4 shuffles per 4 column groups
+ * and row (32 a 128 x (2 x 128) tile's consumer thread), the default 128 in
+ * each of its two copies (with and without the alignment tests). */
 static void test_swiglu_pair_epilogue_runs_on_packed_pairs(void **state) {
     (void)state;
     static const struct {
@@ -1047,23 +1047,23 @@ static void test_swiglu_pair_epilogue_runs_on_packed_pairs(void **state) {
         {"kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
          "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
          "a = silu(g)\ny = mul(a, u)\noutput y\n",
-         0, true, true},
+         0, false, false},
         {"kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
          "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
          "a = silu(g)\ny = mul(a, u)\noutput y\n",
-         KF_CUDA_RECIPE_GEMM_DUAL_F32T, false, false},
+         KF_CUDA_RECIPE_GEMM_DUAL_PK, true, true},
         {"kfg 1\nx = input(f16[1000, 264])\nwg = input(f16[264, 1096])\n"
          "wu = input(f16[264, 1096])\nr = input(f16[1000, 1096])\ng = matmul(x, wg)\n"
          "u = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\ny = add(h, r)\noutput y\n",
-         0, true, false},
+         KF_CUDA_RECIPE_GEMM_DUAL_PK, true, false},
         {"kfg 1\nx = input(bf16[2200, 136])\nwg = input(bf16[136, 2056])\n"
          "wu = input(bf16[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
          "a = silu(g)\nh = mul(a, u)\ny = cast(h, f32)\noutput y\n",
-         0, false, false},
+         KF_CUDA_RECIPE_GEMM_DUAL_PK, false, false},
         {"kfg 1\nx = input(bf16[200, 64])\nwg = input(bf16[1001, 64])\n"
          "wu = input(bf16[1001, 64])\ng = matmul(x, wg, transpose_b=true)\n"
          "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
-         0, false, false},
+         KF_CUDA_RECIPE_GEMM_DUAL_PK, false, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         planned q;
@@ -1080,8 +1080,8 @@ static void test_swiglu_pair_epilogue_runs_on_packed_pairs(void **state) {
                      strstr(src, "#define KF_EPI_PK 1") != NULL,
                      strstr(src, "#define KF_EPI_NIN 1") != NULL);
         assert_true((strstr(src, "kf_epi_out(long long b") != NULL) == cases[i].pk);
-        assert_true((strstr(src, "#define kf_silu kf_gm_silu_exp") != NULL) ==
-                    ((cases[i].flags & KF_CUDA_RECIPE_GEMM_DUAL_F32T) != 0));
+        assert_true((strstr(src, "#define kf_silu kf_gm_silu_ex2") != NULL) ==
+                    ((cases[i].flags & KF_CUDA_RECIPE_GEMM_DUAL_PK) != 0));
         if (i < 3) {
             kf_sass_check_hopper(&MEM, k);
             static char sass[1 << 22];
@@ -1091,10 +1091,10 @@ static void test_swiglu_pair_epilogue_runs_on_packed_pairs(void **state) {
                 shfl++; /* the quad transposes' (not the descriptor's SHFL.IDX) */
             for (const char *c = strstr(sass, "STG.E.128"); c; c = strstr(c + 1, "STG.E.128"))
                 st128++;
-            if (i == 0 && (shfl != 32 || st128 == 0))
+            if (i == 1 && (shfl != 32 || st128 == 0))
                 fail_msg("packed pair epilogue: %zu SHFL (want 32), %zu STG.E.128", shfl, st128);
-            if (i == 1 && shfl != 256)
-                fail_msg("the form before: %zu SHFL (want 128 a copy, 2 copies)", shfl);
+            if (i == 0 && shfl != 256)
+                fail_msg("the default: %zu SHFL (want 128 a copy, 2 copies)", shfl);
         }
         kf_cuda_recipes_destroy(nr);
         plan_release(&q);

@@ -481,8 +481,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                 "__device__ __forceinline__ double kf_gm_gelu_tanh1(double x) {\n"
                 "    return kf_gm_gelu_tanh(x);\n}\n"
                 "#undef kf_gelu_tanh\n#define kf_gelu_tanh kf_gm_gelu_tanh1\n\n");
-    if (sh->silu_exp) /* silu by the expf sigmoid (KF_CUDA_RECIPE_GEMM_DUAL_F32T) */
-        cg_puts(&c.s, "#undef kf_silu\n#define kf_silu kf_gm_silu_exp\n\n");
+    if (sh->silu_ex2) /* silu by ex2 and rcp (KF_CUDA_RECIPE_GEMM_DUAL_PK) */
+        cg_puts(&c.s, "#undef kf_silu\n#define kf_silu kf_gm_silu_ex2\n\n");
     cg_gemm_sm90_emit_wgmma(&c, sh, mm->dtype);
     if (sh->a_fold)
         cg_gemm_fold_emit(&c, &fold);

@@ -263,14 +263,18 @@ enum {
  * the column's 32-bit copy (the code before KF_EPI_NIN and c0 in the loads'
  * offsets; the bench compares) */
 #define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
-/* internal: the sm_90a SwiGLU pair's register epilogue as before the packed
- * form (cuda_codegen.h epi_pk): the quad transposes of both accumulators'
- * floats before kf_epi<8>, the column test in every call, and silu by the
- * expf sigmoid (kf_gm_silu_exp); kept to measure the two against each other.
- * (Bit 42 was EPI_NIN_ALL: the register epilogue without the column test
- * where the tiles cover N, now the pair's default, and 5% slower on the split
- * LayerNorm's GEMM, H100 a358742.) */
-#define KF_CUDA_RECIPE_GEMM_DUAL_F32T (UINT64_C(1) << 42)
+/* internal: the sm_90a SwiGLU pair's register epilogue on packed pairs
+ * (cuda_codegen.h epi_pk: kf_epi on the fragment's pairs, the quad
+ * transposes on the packed words, no column test where the tiles cover N)
+ * and silu by ex2 and rcp (silu_ex2): ~720 SASS instructions a consumer
+ * thread a 128 x (2 x 128) tile against the default's ~1800, but measured
+ * slower (H100, 7d2b7d8, 8192 x 4096 x (2 x 11008), A B B A: 2.2523 ms
+ * against 2.1959; idle 1.9775 against 1.9295), so not the default; the
+ * bench compares (swiglu_generated_pk, _c2pk). (Bit 42 was EPI_NIN_ALL: the
+ * register epilogue without the column test where the tiles cover N, which
+ * this form takes for the pair; on the split LayerNorm's GEMM, its other
+ * use, it was 5% slower, H100 a358742.) */
+#define KF_CUDA_RECIPE_GEMM_DUAL_PK (UINT64_C(1) << 42)
 /* internal: the sm_90a attention kernel keeps its running row max (and O's
  * rescale) even where the score expression bounds every score (a softcap:
  * cg_attention.c, score_max), which by default takes the bound as a fixed

@@ -1126,18 +1126,24 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                 !b->sib_shape && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL);
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
     /* A SwiGLU pair's register epilogue on packed pairs (gemm_sm90.cuh
-     * KF_EPI_PK): where each call transposed both accumulators' floats (16
-     * shuffles and their selects per 4 column groups and row, beside silu's
-     * ~12 instructions an element), the epilogue, which the tensor cores
-     * wait for in the cooperative schedule, issued ~1800 instructions a
-     * thread a 128 x (2 x 128) tile (sm_90a SASS of the bench's 8192 x 4096
-     * x (2 x 11008)). One output of the product's dtype (the packed words),
-     * N a multiple of 8 (whole 16-byte stores), no fold (its column terms
-     * come per 8 columns), not staged. */
+     * KF_EPI_PK; internal KF_CUDA_RECIPE_GEMM_DUAL_PK). The default's
+     * transposes of both accumulators' floats (16 shuffles and their selects
+     * per 4 column groups and row) and silu (~12 instructions an element)
+     * issue ~1800 instructions a consumer thread a 128 x (2 x 128) tile,
+     * while the tensor cores wait in the cooperative schedule; the packed
+     * form with silu by ex2 and rcp issues ~720, yet measured slower (H100,
+     * 7d2b7d8, the bench's 8192 x 4096 x (2 x 11008): A B B A 2.2523 ms
+     * against 2.1959). ncu at the profiler's fixed clock: the main loop runs
+     * at 91% of the wgmma peak with L2 78% busy, and the 2-CTA pair's B by
+     * multicast (KF_CUDA_RECIPE_GEMM_CLUSTER2, internal) took the packed
+     * form from 2.3080 to 2.1374 ms, A B B A: more, it seems, a matter of
+     * the loads than of the epilogue's instructions. One output of the product's
+     * dtype (the packed words), N a multiple of 8 (whole 16-byte stores),
+     * no fold (its column terms come per 8 columns), not staged. */
     sh.epi_pk = dual && !sh.epi_staged && !fold && !row_tile && grp->n_writes == 1 &&
                 plan->graph->nodes[grp->writes[0]]->dtype == mm->dtype && sh.n % 8 == 0 &&
-                !(b->target->flags & KF_CUDA_RECIPE_GEMM_DUAL_F32T);
-    sh.silu_exp = (b->target->flags & KF_CUDA_RECIPE_GEMM_DUAL_F32T) != 0;
+                (b->target->flags & KF_CUDA_RECIPE_GEMM_DUAL_PK);
+    sh.silu_ex2 = (b->target->flags & KF_CUDA_RECIPE_GEMM_DUAL_PK) != 0;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_RASTER_SQ)
