@@ -1137,9 +1137,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * at 91% of the wgmma peak with L2 78% busy, and the 2-CTA pair's B by
      * multicast (KF_CUDA_RECIPE_GEMM_CLUSTER2, internal) took the packed
      * form from 2.3080 to 2.1374 ms, A B B A: more, it seems, a matter of
-     * the loads than of the epilogue's instructions. One output of the product's
-     * dtype (the packed words), N a multiple of 8 (whole 16-byte stores),
-     * no fold (its column terms come per 8 columns), not staged. */
+     * the loads than of the epilogue's instructions (ptxas puts the packed
+     * form's 8 stores a thread at the end of the tile's epilogue, every SM
+     * at about the same time; the default's come one every ~220
+     * instructions). One output of the product's dtype (the packed words),
+     * N a multiple of 8 (whole 16-byte stores), no fold (its column terms
+     * come per 8 columns), not staged. */
     sh.epi_pk = dual && !sh.epi_staged && !fold && !row_tile && grp->n_writes == 1 &&
                 plan->graph->nodes[grp->writes[0]]->dtype == mm->dtype && sh.n % 8 == 0 &&
                 (b->target->flags & KF_CUDA_RECIPE_GEMM_DUAL_PK);
