@@ -3267,6 +3267,37 @@ static void test_swiglu_pairs_on_packed_pairs_match_the_reference(void **state) 
     kf_ctx_destroy(ctx);
 }
 
+/* SwiGLU pairs in 2-CTA clusters (internal CLUSTER2), small enough for the
+ * sanitizers (KF_TEST_FILTER picks this test): the bench's form, cooperative
+ * 128 x (2 x 128) with 17 tile rows (a pair's missing half) and N ragged
+ * against the tiles, with the default epilogue and with the packed one
+ * (DUAL_PK, its column test); ping-pong 128 x (2 x 64) pairs, f16. */
+static void test_2cta_cluster_swiglu_pairs_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    const char *pair = "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\n"
+                       "output y\n";
+    const uint64_t c2 = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2;
+    char t[1024];
+    snprintf(t, sizeof t,
+             "kfg 1\nx = input(%%s[2100, 200])\nwg = input(%%s[200, 2056])\n"
+             "wu = input(%%s[200, 2056])\n%s",
+             pair);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2627, "pair in clusters, cooperative, ragged", c2,
+                    pk_off, "dual 128x(2x128) tiles cooperative in 2-CTA clusters", false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2628, "pair packed in clusters, cooperative, ragged",
+                    c2 | KF_CUDA_RECIPE_GEMM_DUAL_PK, pk_on,
+                    "dual 128x(2x128) tiles cooperative in 2-CTA clusters", false);
+    snprintf(t, sizeof t,
+             "kfg 1\nx = input(%%s[1000, 264])\nwg = input(%%s[264, 1088])\n"
+             "wu = input(%%s[264, 1088])\n%s",
+             pair);
+    flags_case_full(ctx, t, KF_DTYPE_F16, 2629, "pair in clusters, ping-pong", c2, pk_off,
+                    "dual 128x(2x64) tiles ping-pong in 2-CTA clusters", false);
+    kf_ctx_destroy(ctx);
+}
+
 /* The wgmma descriptors rebuilt each K step (DESC_REBUILD, internal: the
  * form before stepped descriptors were the default): cooperative with a
  * residual, ragged; ping-pong behind a folded LayerNorm, ragged; a SwiGLU
@@ -5048,6 +5079,7 @@ int main(void) {
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_the_internal_gemm_schedules_match),
         cmocka_unit_test(test_swiglu_pairs_on_packed_pairs_match_the_reference),
+        cmocka_unit_test(test_2cta_cluster_swiglu_pairs_match_the_reference),
         cmocka_unit_test(test_gemms_with_rebuilt_descriptors_match),
         cmocka_unit_test(test_gemms_with_the_square_raster_match),
         cmocka_unit_test(test_a_square_raster_gemm_with_a_short_group_matches),
