@@ -438,18 +438,19 @@ __device__ __forceinline__ void kf_gm_fold_rows(long long rows, int warp, int la
 #if !KF_DUAL || KF_A_FOLD || KF_ROW_EPI || !KF_EPI_DIRECT || KF_EPI_TMA || KF_HEAD_D
 #error "KF_EPI_PK: the register epilogue of a SwiGLU pair, no fold, row epilogue or head view"
 #endif
-/* The dual's register epilogue on packed pairs (KF_EPI_PK 1, internal
- * KF_CUDA_RECIPE_GEMM_DUAL_PK: a SwiGLU pair with one bf16/f16 output of the
- * product's dtype, N a multiple of 8, no fold): kf_epi<2> runs on the
- * fragment as it is (the gate's pair and the up projection's, at the same
- * two columns), its two values go into one word (kf_gm_pack2), and the quad
- * transpose moves the words (kf_gm_quad_t4), so per 4 column groups and row
- * a lane has its 8 adjacent columns after 4 shuffles, where transposing both
- * accumulators' floats before kf_epi<8> (kf_gm_epi_direct, the default)
- * takes 16 and their selects; then one 16-byte store at kf_epi_out. AL as
+/* The dual's register epilogue on packed pairs (KF_EPI_PK 1: a SwiGLU pair
+ * in 2-CTA clusters, unless internal KF_CUDA_RECIPE_GEMM_DUAL_F32T, with one
+ * bf16/f16 output of the product's dtype, N a multiple of 8, no fold):
+ * kf_epi<2> runs on the fragment as it is (the gate's pair and the up
+ * projection's, at the same two columns), its two values go into one word
+ * (kf_gm_pack2), and the quad transpose moves the words (kf_gm_quad_t4), so
+ * per 4 column groups and row a lane has its 8 adjacent columns after 4
+ * shuffles, where transposing both accumulators' floats before kf_epi<8>
+ * (kf_gm_epi_direct, the pair's other epilogue) takes 16 and their selects; then one 16-byte store at kf_epi_out. AL as
  * the TMA-store epilogue takes it: the executor binds every pointer of a
- * GEMM kernel 16-byte aligned, and N is a multiple of 8. Fewer instructions,
- * measured slower (codegen/cuda/recipe_gemm.c says where). */
+ * GEMM kernel 16-byte aligned, and N is a multiple of 8. Fewer instructions;
+ * measured slower on one CTA, faster in clusters (codegen/cuda/recipe_gemm.c
+ * says where). */
 __device__ __forceinline__ void kf_gm_epi_pk(const float (&d)[KF_ACC], int b, int mb, int nb,
                                              int cw, int warp, int lane, KF_PARAMS) {
 #pragma unroll

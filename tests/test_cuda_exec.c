@@ -3214,87 +3214,93 @@ static void pk_off(const kf_plan *plan, const kf_cuda_recipes *r, const char *wh
     pk_check(plan, r, what, dn, false);
 }
 
-/* A SwiGLU pair's register epilogue on packed pairs (internal DUAL_PK: kf_epi
- * on the fragment, the transposes on the packed words, no column test where
- * the tiles cover N, silu by ex2 and rcp): cooperative and ping-pong tiles
- * that cover N (ragged M and K), N ragged with K-major B, batched with a
- * residual, 2-CTA clusters, M = 1; and the default (the f32 transposes) on
- * the first shape. */
+/* A SwiGLU pair's register epilogue on packed pairs (kf_epi on the fragment,
+ * the transposes on the packed words, no column test where the tiles cover
+ * N, silu by ex2 and rcp), which a pair takes in 2-CTA clusters: by default
+ * on cooperative 128 x (2 x 128) tiles (tiles that cover N; N ragged with
+ * K-major B), by CLUSTER2 on ping-pong tiles and batched with a residual;
+ * the form before (internal DUAL_F32T: the f32 transposes) on one CTA and in
+ * clusters; M = 1 (one CTA) keeps the f32 transposes. */
 static void test_swiglu_pairs_on_packed_pairs_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     kf_ctx *ctx = cluster_ctx();
     const char *pair = "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\n"
                        "output y\n";
+    const uint64_t gen = KF_CUDA_RECIPE_GEMM_GENERATED;
+    const uint64_t c2 = gen | KF_CUDA_RECIPE_GEMM_CLUSTER2;
+    const uint64_t f32t = gen | KF_CUDA_RECIPE_GEMM_DUAL_F32T;
+    const char *coop_c2 = "dual 128x(2x128) tiles cooperative in 2-CTA clusters";
     char t[1024];
     snprintf(t, sizeof t,
              "kfg 1\nx = input(%%s[2200, 200])\nwg = input(%%s[200, 2048])\n"
              "wu = input(%%s[200, 2048])\n%s",
              pair);
-    const uint64_t pk = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_DUAL_PK;
-    flags_case_full(ctx, t, KF_DTYPE_BF16, 2620, "pair packed, cooperative, tiles cover N", pk,
-                    pk_on, "dual 128x(2x128) tiles cooperative", false);
-    flags_case_full(ctx, t, KF_DTYPE_BF16, 2621, "pair by default, cooperative",
-                    KF_CUDA_RECIPE_GEMM_GENERATED, pk_off, "dual 128x(2x128) tiles cooperative",
-                    false);
-    flags_case_full(ctx, t, KF_DTYPE_BF16, 2622, "pair packed, 2-CTA clusters",
-                    pk | KF_CUDA_RECIPE_GEMM_CLUSTER2, pk_on, "2-CTA clusters", false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2620, "pair by default, tiles cover N", gen, pk_on,
+                    coop_c2, false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2621, "pair as before, one CTA", f32t, pk_off,
+                    "dual 128x(2x128) tiles cooperative, ", false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2622, "pair as before, 2-CTA clusters",
+                    f32t | KF_CUDA_RECIPE_GEMM_CLUSTER2, pk_off, coop_c2, false);
     snprintf(t, sizeof t,
              "kfg 1\nx = input(%%s[1000, 264])\nwg = input(%%s[264, 1088])\n"
              "wu = input(%%s[264, 1088])\n%s",
              pair);
-    flags_case_full(ctx, t, KF_DTYPE_F16, 2623, "pair packed, ping-pong, tiles cover N", pk, pk_on,
-                    "dual 128x(2x64) tiles ping-pong", false);
+    flags_case_full(ctx, t, KF_DTYPE_F16, 2623, "pair packed, ping-pong clusters, tiles cover N",
+                    c2, pk_on, "dual 128x(2x64) tiles ping-pong in 2-CTA clusters", false);
     flags_case_full(ctx,
                     "kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[2056, 136])\n"
                     "wu = input(%s[2056, 136])\ng = matmul(x, wg, transpose_b=true)\n"
                     "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\n"
                     "output y\n",
-                    KF_DTYPE_BF16, 2624, "pair packed, K-major B, N ragged", pk, pk_on,
-                    "dual 128x(2x128) tiles cooperative", false);
+                    KF_DTYPE_BF16, 2624, "pair by default, K-major B, N ragged", gen, pk_on,
+                    coop_c2, false);
     flags_case_full(ctx,
-                    "kfg 1\nx = input(%s[3, 100, 64])\nwg = input(%s[3, 64, 136])\n"
-                    "wu = input(%s[3, 64, 136])\nr = input(%s[3, 100, 136])\n"
+                    "kfg 1\nx = input(%s[3, 300, 64])\nwg = input(%s[3, 64, 136])\n"
+                    "wu = input(%s[3, 64, 136])\nr = input(%s[3, 300, 136])\n"
                     "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\n"
                     "y = add(h, r)\noutput y\n",
-                    KF_DTYPE_F16, 2625, "pair packed, batched, residual", pk, pk_on,
-                    "dual 128x(2x64)", false);
+                    KF_DTYPE_F16, 2625, "pair packed in clusters, batched, residual", c2, pk_on,
+                    "dual 128x(2x64) tiles cooperative in 2-CTA clusters", false);
     flags_case_full(ctx,
                     "kfg 1\nx = input(%s[1, 200])\nwg = input(%s[200, 136])\n"
                     "wu = input(%s[200, 136])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
                     "a = silu(g)\ny = mul(a, u)\noutput y\n",
-                    KF_DTYPE_BF16, 2626, "pair packed, M = 1", pk, pk_on, "dual 128x(2x64)", false);
+                    KF_DTYPE_BF16, 2626, "pair by default, M = 1", gen, pk_off, "dual 128x(2x64)",
+                    false);
     kf_ctx_destroy(ctx);
 }
 
-/* SwiGLU pairs in 2-CTA clusters (internal CLUSTER2), small enough for the
- * sanitizers (KF_TEST_FILTER picks this test): the bench's form, cooperative
- * 128 x (2 x 128) with 17 tile rows (a pair's missing half) and N ragged
- * against the tiles, with the default epilogue and with the packed one
- * (DUAL_PK, its column test); ping-pong 128 x (2 x 64) pairs, f16. */
+/* SwiGLU pairs in 2-CTA clusters, small enough for the sanitizers
+ * (KF_TEST_FILTER picks this test): the bench's form, cooperative 128 x
+ * (2 x 128) with 17 tile rows (a pair's missing half) and N ragged against
+ * the tiles, as before (internal DUAL_F32T + CLUSTER2: the f32 transposes)
+ * and by default (the packed epilogue, its column test); ping-pong 128 x
+ * (2 x 64) pairs as before, f16. */
 static void test_2cta_cluster_swiglu_pairs_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     kf_ctx *ctx = cluster_ctx();
     const char *pair = "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\n"
                        "output y\n";
-    const uint64_t c2 = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2;
+    const uint64_t c2f32t = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2 |
+                            KF_CUDA_RECIPE_GEMM_DUAL_F32T;
     char t[1024];
     snprintf(t, sizeof t,
              "kfg 1\nx = input(%%s[2100, 200])\nwg = input(%%s[200, 2056])\n"
              "wu = input(%%s[200, 2056])\n%s",
              pair);
-    flags_case_full(ctx, t, KF_DTYPE_BF16, 2627, "pair in clusters, cooperative, ragged", c2,
-                    pk_off, "dual 128x(2x128) tiles cooperative in 2-CTA clusters", false);
-    flags_case_full(ctx, t, KF_DTYPE_BF16, 2628, "pair packed in clusters, cooperative, ragged",
-                    c2 | KF_CUDA_RECIPE_GEMM_DUAL_PK, pk_on,
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2627, "pair as before in clusters, cooperative, ragged",
+                    c2f32t, pk_off, "dual 128x(2x128) tiles cooperative in 2-CTA clusters", false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2628, "pair by default, cooperative, ragged",
+                    KF_CUDA_RECIPE_GEMM_GENERATED, pk_on,
                     "dual 128x(2x128) tiles cooperative in 2-CTA clusters", false);
     snprintf(t, sizeof t,
              "kfg 1\nx = input(%%s[1000, 264])\nwg = input(%%s[264, 1088])\n"
              "wu = input(%%s[264, 1088])\n%s",
              pair);
-    flags_case_full(ctx, t, KF_DTYPE_F16, 2629, "pair in clusters, ping-pong", c2, pk_off,
-                    "dual 128x(2x64) tiles ping-pong in 2-CTA clusters", false);
+    flags_case_full(ctx, t, KF_DTYPE_F16, 2629, "pair as before in clusters, ping-pong", c2f32t,
+                    pk_off, "dual 128x(2x64) tiles ping-pong in 2-CTA clusters", false);
     kf_ctx_destroy(ctx);
 }
 

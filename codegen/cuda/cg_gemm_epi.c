@@ -222,7 +222,7 @@ static const char gemm_fast_ops[] =
     " * each within an ulp or two of f32) and three others, where x times\n"
     " * kf_gm_sigmoid (expf's range reduction, the Newton step, the select)\n"
     " * takes ~12; NaN in, NaN out, -inf NaN as the reference gives, a large\n"
-    " * negative x -0 (KF_CUDA_RECIPE_GEMM_DUAL_PK, internal). */\n"
+    " * negative x -0 (a SwiGLU pair in 2-CTA clusters, with KF_EPI_PK). */\n"
     "__device__ __forceinline__ float kf_gm_silu_ex2(float x) {\n"
     "    float e, r;\n"
     "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(x * -1.44269504f));\n"

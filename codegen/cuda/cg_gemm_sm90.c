@@ -481,7 +481,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                 "__device__ __forceinline__ double kf_gm_gelu_tanh1(double x) {\n"
                 "    return kf_gm_gelu_tanh(x);\n}\n"
                 "#undef kf_gelu_tanh\n#define kf_gelu_tanh kf_gm_gelu_tanh1\n\n");
-    if (sh->silu_ex2) /* silu by ex2 and rcp (KF_CUDA_RECIPE_GEMM_DUAL_PK) */
+    if (sh->silu_ex2) /* silu by ex2 and rcp (a SwiGLU pair's epi_pk) */
         cg_puts(&c.s, "#undef kf_silu\n#define kf_silu kf_gm_silu_ex2\n\n");
     cg_gemm_sm90_emit_wgmma(&c, sh, mm->dtype);
     if (sh->a_fold)
