@@ -2320,18 +2320,21 @@ int main(int argc, char **argv) {
          0},
         {"ln_row128_sm80", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_SM80, 0},
         {"ln_row128_cublaslt", t_row128, r128_bytes, r128_flops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        /* the pair's default: 2-CTA clusters (tile-row pairs share the B
+         * tile by TMA multicast), the register epilogue on packed pairs, silu
+         * by ex2 and rcp; against the form before (internal DUAL_F32T: one
+         * CTA, the f32 transposes, the expf sigmoid's silu; _f32t) and that
+         * form in clusters (with CLUSTER2: _c2f32t) */
         {"swiglu_generated", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
-        /* the register epilogue without the column test where the tiles
-         * cover N (internal EPI_NIN_ALL), against the default (_generated) */
-        {"swiglu_generated_nin", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
+        {"swiglu_generated_f32t", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_DUAL_F32T},
+        {"swiglu_generated_c2f32t", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_CLUSTER2 | KF_CUDA_RECIPE_GEMM_DUAL_F32T},
         /* the split row form's GEMM with its residual's rows prefetched
          * into L2 when a tile starts (internal EPI_PF: the register
          * epilogue's loads then hit L2 after the main loop) */
         {"gemm_res_ln_split_generated_pf", t_res_ln, lbytes, lflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_PF},
-        {"gemm_res_ln_split_generated_nin", t_res_ln, lbytes, lflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL},
         /* q projection + rotary: the default plan (measured GEMM, then the
          * rotation kernel), forced generated; the head-split epilogue
          * measured and forced generated (one kernel) */
@@ -2558,7 +2561,7 @@ int main(int argc, char **argv) {
         {"swiglu_generated_pingpong", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_PINGPONG},
         {"swiglu_generated_staged", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_STAGED_EPI},
+         KF_CUDA_RECIPE_GEMM_STAGED_EPI | KF_CUDA_RECIPE_GEMM_DUAL_F32T}, /* one CTA */
         {"gemm_plain_generated_pingpong", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_PINGPONG},
         /* the sm_80 kernel (mma.sync, cp.async; KF_GEMM_SM80) on this GPU:

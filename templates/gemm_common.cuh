@@ -41,6 +41,31 @@ __device__ __forceinline__ void kf_gm_quad_t(float (&x)[8], int t) {
     }
 }
 
+/* kf_gm_quad_t on packed pairs: lane t holds in w[i] columns 2t, 2t + 1 of
+ * column group j0 + i; after it, the 4 pairs of group j0 + t in column
+ * order. Half the shuffles of the float form. */
+__device__ __forceinline__ void kf_gm_quad_t4(unsigned (&w)[4], int t) {
+    const bool hi = (t & 2) != 0, odd = (t & 1) != 0;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const unsigned snd = hi ? w[k] : w[k + 2];
+        const unsigned rcv = __shfl_xor_sync(0xffffffffu, snd, 2);
+        if (hi)
+            w[k] = rcv;
+        else
+            w[k + 2] = rcv;
+    }
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+        const unsigned snd = odd ? w[2 * m] : w[2 * m + 1];
+        const unsigned rcv = __shfl_xor_sync(0xffffffffu, snd, 1);
+        if (odd)
+            w[2 * m] = rcv;
+        else
+            w[2 * m + 1] = rcv;
+    }
+}
+
 #ifndef KF_ROW_EPI
 #define KF_ROW_EPI 0 /* cg_gemm_epi.c's row epilogue in the tile (kf_pre, kf_gm_rst) */
 #endif
@@ -166,31 +191,6 @@ __device__ __forceinline__ float kf_gm_xlo(unsigned v) {
 __device__ __forceinline__ float kf_gm_xhi(unsigned v) {
     return KF_ROW_PACK == 2 ? kf_f16_to_f32((unsigned short)(v >> 16))
                             : __uint_as_float(v & 0xffff0000u);
-}
-
-/* kf_gm_quad_t on packed pairs: lane t holds in w[i] columns 2t, 2t + 1 of
- * column group j0 + i; after it, the 4 pairs of group j0 + t in column
- * order. Half the shuffles of the float form. */
-__device__ __forceinline__ void kf_gm_quad_t4(unsigned (&w)[4], int t) {
-    const bool hi = (t & 2) != 0, odd = (t & 1) != 0;
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const unsigned snd = hi ? w[k] : w[k + 2];
-        const unsigned rcv = __shfl_xor_sync(0xffffffffu, snd, 2);
-        if (hi)
-            w[k] = rcv;
-        else
-            w[k + 2] = rcv;
-    }
-#pragma unroll
-    for (int m = 0; m < 2; m++) {
-        const unsigned snd = odd ? w[2 * m] : w[2 * m + 1];
-        const unsigned rcv = __shfl_xor_sync(0xffffffffu, snd, 1);
-        if (odd)
-            w[2 * m] = rcv;
-        else
-            w[2 * m + 1] = rcv;
-    }
 }
 
 /* The row's statistics from its whole-row sums (KF_N columns). */

@@ -197,6 +197,9 @@
                        tile starts (the generated kf_epi_pf), so its loads hit L2 under the
                        main loop */
 #endif
+#ifndef KF_EPI_PK
+#define KF_EPI_PK 0 /* a SwiGLU pair's register epilogue: 1 on packed pairs (internal) */
+#endif
 #ifndef KF_EPI_RS
 #define KF_EPI_RS 0 /* the TMA-store epilogue: 1 computes its 4 chunks in place in 4 store
                        buffers, the residual (with KF_RS_LOAD 1) loaded into them by TMA
@@ -427,6 +430,58 @@ __device__ __forceinline__ void kf_gm_fold_rows(long long rows, int warp, int la
     for (int h = 0; h < 2; h++) {
         const long long r = rows + warp * 16 + lane / 4 + 8 * h;
         kf_fold_rows(r < KF_M ? r : KF_M - 1, frs[h], fmu[h], KF_ARGS);
+    }
+}
+#endif
+
+#if KF_EPI_PK
+#if !KF_DUAL || KF_A_FOLD || KF_ROW_EPI || !KF_EPI_DIRECT || KF_EPI_TMA || KF_HEAD_D
+#error "KF_EPI_PK: the register epilogue of a SwiGLU pair, no fold, row epilogue or head view"
+#endif
+/* The dual's register epilogue on packed pairs (KF_EPI_PK 1: a SwiGLU pair
+ * in 2-CTA clusters, unless internal KF_CUDA_RECIPE_GEMM_DUAL_F32T, with one
+ * bf16/f16 output of the product's dtype, N a multiple of 8, no fold):
+ * kf_epi<2> runs on the fragment as it is (the gate's pair and the up
+ * projection's, at the same two columns), its two values go into one word
+ * (kf_gm_pack2), and the quad transpose moves the words (kf_gm_quad_t4), so
+ * per 4 column groups and row a lane has its 8 adjacent columns after 4
+ * shuffles, where transposing both accumulators' floats before kf_epi<8>
+ * (kf_gm_epi_direct, the pair's other epilogue) takes 16 and their selects; then one 16-byte store at kf_epi_out. AL as
+ * the TMA-store epilogue takes it: the executor binds every pointer of a
+ * GEMM kernel 16-byte aligned, and N is a multiple of 8. Fewer instructions;
+ * measured slower on one CTA, faster in clusters (codegen/cuda/recipe_gemm.c
+ * says where). */
+__device__ __forceinline__ void kf_gm_epi_pk(const float (&d)[KF_ACC], int b, int mb, int nb,
+                                             int cw, int warp, int lane, KF_PARAMS) {
+#pragma unroll
+    for (int hf = 0; hf < KF_HALVES; hf++) {
+        const long long rows = (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64;
+#pragma unroll
+        for (int j0 = 0; j0 < KF_ON / 8; j0 += 4) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                /* a row past M runs at row M - 1 and stores nothing */
+                const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+                const bool ok = r < KF_M;
+                unsigned w[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int g = hf * (KF_BN / 2) + 4 * (j0 + i) + 2 * h;
+                    const int u = g + 4 * (KF_ON / 8); /* the up projection's group */
+                    const float a[2] = {d[g], d[g + 1]}, a1[2] = {d[u], d[u + 1]};
+                    float o[2];
+                    kf_epi<2, true, true>(a, a1, (long long)b, ok ? r : KF_M - 1,
+                                          (long long)nb * KF_ON + 8 * (j0 + i) + 2 * (lane % 4), ok,
+                                          KF_ARGS, o);
+                    w[i] = kf_gm_pack2(o[0], o[1]);
+                }
+                kf_gm_quad_t4(w, lane % 4);
+                const long long c = (long long)nb * KF_ON + 8 * (j0 + lane % 4);
+                if (ok && (KF_EPI_NIN || c < KF_N))
+                    *reinterpret_cast<uint4 *>(kf_epi_out((long long)b, r, c, KF_ARGS)) =
+                        make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
     }
 }
 #endif
@@ -1620,6 +1675,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                 kf_gm_epi_tma<true>(d, b, mb, nb, cw, warp, lane, buf, &tc, KF_FOLD_TERMS KF_ARGS);
 #endif
             }
+#elif KF_EPI_PK
+            /* A SwiGLU pair's, from the registers on packed pairs */
+            kf_gm_epi_pk(d, b, mb, nb, cw, warp, lane, KF_ARGS);
+            (void)stg;
 #elif KF_EPI_DIRECT
             /* From the registers (kf_gm_epi_direct), the variant without
              * alignment tests when the bases allow. */

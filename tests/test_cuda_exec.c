@@ -3309,6 +3309,121 @@ static void test_the_internal_gemm_schedules_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* Whether every GEMM group's kernel stores a SwiGLU pair's outputs from
+ * packed pairs (gemm_sm90.cuh KF_EPI_PK), as the case expects. */
+static void pk_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                     const char *dn, bool want) {
+    uint32_t n = 0;
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (plan->groups[gi].kind != KF_GROUP_GEMM || rc->n_steps == 0)
+            continue;
+        const char *src = rc->steps[rc->n_steps - 1].kernel->kernel.source;
+        if ((strstr(src, "#define KF_EPI_PK 1") != NULL) != want)
+            fail_msg("%s [%s]: group %u %s the packed pair epilogue", what, dn, gi,
+                     want ? "lacks" : "has");
+        n++;
+    }
+    assert_true(n >= 1);
+}
+static void pk_on(const kf_plan *plan, const kf_cuda_recipes *r, const char *what, const char *dn) {
+    pk_check(plan, r, what, dn, true);
+}
+static void pk_off(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                   const char *dn) {
+    pk_check(plan, r, what, dn, false);
+}
+
+/* A SwiGLU pair's register epilogue on packed pairs (kf_epi on the fragment,
+ * the transposes on the packed words, no column test where the tiles cover
+ * N, silu by ex2 and rcp), which a pair takes in 2-CTA clusters: by default
+ * on cooperative 128 x (2 x 128) tiles (tiles that cover N; N ragged with
+ * K-major B), by CLUSTER2 on ping-pong tiles and batched with a residual;
+ * the form before (internal DUAL_F32T: the f32 transposes) on one CTA and in
+ * clusters; M = 1 (one CTA) keeps the f32 transposes. */
+static void test_swiglu_pairs_on_packed_pairs_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    const char *pair = "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\n"
+                       "output y\n";
+    const uint64_t gen = KF_CUDA_RECIPE_GEMM_GENERATED;
+    const uint64_t c2 = gen | KF_CUDA_RECIPE_GEMM_CLUSTER2;
+    const uint64_t f32t = gen | KF_CUDA_RECIPE_GEMM_DUAL_F32T;
+    const char *coop_c2 = "dual 128x(2x128) tiles cooperative in 2-CTA clusters";
+    char t[1024];
+    snprintf(t, sizeof t,
+             "kfg 1\nx = input(%%s[2200, 200])\nwg = input(%%s[200, 2048])\n"
+             "wu = input(%%s[200, 2048])\n%s",
+             pair);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2620, "pair by default, tiles cover N", gen, pk_on,
+                    coop_c2, false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2621, "pair as before, one CTA", f32t, pk_off,
+                    "dual 128x(2x128) tiles cooperative, ", false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2622, "pair as before, 2-CTA clusters",
+                    f32t | KF_CUDA_RECIPE_GEMM_CLUSTER2, pk_off, coop_c2, false);
+    snprintf(t, sizeof t,
+             "kfg 1\nx = input(%%s[1000, 264])\nwg = input(%%s[264, 1088])\n"
+             "wu = input(%%s[264, 1088])\n%s",
+             pair);
+    flags_case_full(ctx, t, KF_DTYPE_F16, 2623, "pair packed, ping-pong clusters, tiles cover N",
+                    c2, pk_on, "dual 128x(2x64) tiles ping-pong in 2-CTA clusters", false);
+    flags_case_full(ctx,
+                    "kfg 1\nx = input(%s[2200, 136])\nwg = input(%s[2056, 136])\n"
+                    "wu = input(%s[2056, 136])\ng = matmul(x, wg, transpose_b=true)\n"
+                    "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\n"
+                    "output y\n",
+                    KF_DTYPE_BF16, 2624, "pair by default, K-major B, N ragged", gen, pk_on,
+                    coop_c2, false);
+    flags_case_full(ctx,
+                    "kfg 1\nx = input(%s[3, 300, 64])\nwg = input(%s[3, 64, 136])\n"
+                    "wu = input(%s[3, 64, 136])\nr = input(%s[3, 300, 136])\n"
+                    "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\n"
+                    "y = add(h, r)\noutput y\n",
+                    KF_DTYPE_F16, 2625, "pair packed in clusters, batched, residual", c2, pk_on,
+                    "dual 128x(2x64) tiles cooperative in 2-CTA clusters", false);
+    flags_case_full(ctx,
+                    "kfg 1\nx = input(%s[1, 200])\nwg = input(%s[200, 136])\n"
+                    "wu = input(%s[200, 136])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+                    "a = silu(g)\ny = mul(a, u)\noutput y\n",
+                    KF_DTYPE_BF16, 2626, "pair by default, M = 1", gen, pk_off, "dual 128x(2x64)",
+                    false);
+    kf_ctx_destroy(ctx);
+}
+
+/* SwiGLU pairs in 2-CTA clusters, small enough for the sanitizers
+ * (KF_TEST_FILTER picks this test): the bench's form, cooperative 128 x
+ * (2 x 128) with 17 tile rows (a pair's missing half) and N ragged against
+ * the tiles, as before (internal DUAL_F32T + CLUSTER2: the f32 transposes)
+ * and by default (the packed epilogue, its column test); ping-pong 128 x
+ * (2 x 64) pairs as before, f16. */
+static void test_2cta_cluster_swiglu_pairs_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    const char *pair = "g = matmul(x, wg)\nu = matmul(x, wu)\na = silu(g)\ny = mul(a, u)\n"
+                       "output y\n";
+    const uint64_t c2f32t = KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_CLUSTER2 |
+                            KF_CUDA_RECIPE_GEMM_DUAL_F32T;
+    char t[1024];
+    snprintf(t, sizeof t,
+             "kfg 1\nx = input(%%s[2100, 200])\nwg = input(%%s[200, 2056])\n"
+             "wu = input(%%s[200, 2056])\n%s",
+             pair);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2627, "pair as before in clusters, cooperative, ragged",
+                    c2f32t, pk_off, "dual 128x(2x128) tiles cooperative in 2-CTA clusters", false);
+    flags_case_full(ctx, t, KF_DTYPE_BF16, 2628, "pair by default, cooperative, ragged",
+                    KF_CUDA_RECIPE_GEMM_GENERATED, pk_on,
+                    "dual 128x(2x128) tiles cooperative in 2-CTA clusters", false);
+    snprintf(t, sizeof t,
+             "kfg 1\nx = input(%%s[1000, 264])\nwg = input(%%s[264, 1088])\n"
+             "wu = input(%%s[264, 1088])\n%s",
+             pair);
+    flags_case_full(ctx, t, KF_DTYPE_F16, 2629, "pair as before in clusters, ping-pong", c2f32t,
+                    pk_off, "dual 128x(2x64) tiles ping-pong in 2-CTA clusters", false);
+    kf_ctx_destroy(ctx);
+}
+
 /* The wgmma descriptors rebuilt each K step (DESC_REBUILD, internal: the
  * form before stepped descriptors were the default): cooperative with a
  * residual, ragged; ping-pong behind a folded LayerNorm, ragged; a SwiGLU
@@ -5092,6 +5207,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_sibling_sets_as_one_sm80_kernel_match_the_reference),
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_the_internal_gemm_schedules_match),
+        cmocka_unit_test(test_swiglu_pairs_on_packed_pairs_match_the_reference),
+        cmocka_unit_test(test_2cta_cluster_swiglu_pairs_match_the_reference),
         cmocka_unit_test(test_gemms_with_rebuilt_descriptors_match),
         cmocka_unit_test(test_gemms_with_the_square_raster_match),
         cmocka_unit_test(test_a_square_raster_gemm_with_a_short_group_matches),

@@ -141,6 +141,11 @@ static void generated_case_with(const char *text, const char *want_tile, const c
     assert_int_equal(ks->n_args, ks->kernel.n_params + n_maps);
     if (dual) /* the two B maps: one box shape, each over its own tensor */
         assert_memory_equal(ks->tmaps[1].box, ks->tmaps[2].box, sizeof ks->tmaps[1].box);
+    /* a pair's cooperative 128 x (2 x 128) tiles run as 2-CTA clusters where
+     * they have two tile rows or more (the default there); the rest one CTA */
+    bool pair_c2 = dual && strstr(want_tile, "(2x128)") && strcmp(want_sched, "cooperative") == 0 &&
+                   rows > 128;
+    assert_int_equal(ks->cluster[0], pair_c2 ? 2 : 1);
     assert_true(!dual || ks->args[1].buf.id != ks->args[2].buf.id);
     char tile[48];
     snprintf(tile, sizeof tile, "%s%s", want_tile, strstr(want_tile, " tiles") ? "" : " tiles");
@@ -1026,6 +1031,89 @@ static void test_residual_by_tma_compiles_with_a_fourth_map(void **state) {
     plan_release(&q);
 }
 
+/* A SwiGLU pair's register epilogue on packed pairs (KF_EPI_PK: kf_epi<2> on
+ * the fragment, the quad transposes on the packed words, one 16-byte store a
+ * lane at kf_epi_out) where the pair runs in 2-CTA clusters (by default on
+ * cooperative 128 x (2 x 128) tiles with two tile rows or more; CLUSTER2
+ * elsewhere) with one bf16/f16 output and N a multiple of 8; no column test
+ * where the tiles cover N (1024: 8 of 128; 1096 against 64-wide tiles keeps
+ * it); silu by ex2 and rcp. Not with an f32 output (a cast), N = 1001
+ * (K-major B; not a multiple of 8), one CTA (ping-pong by default), nor with
+ * internal DUAL_F32T (the form before: the f32 transposes, the column test,
+ * the expf sigmoid's silu, one CTA). HGMMA, UTMALDG, no local memory; the
+ * packed form stores by STG.E.128 with 4 shuffles per 4 column groups and
+ * row (32 a 128 x (2 x 128) tile's consumer thread), the form before 128 in
+ * each of its two copies (with and without the alignment tests). */
+static void test_swiglu_pair_epilogue_runs_on_packed_pairs(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t flags;
+        bool pk, nin, c2;
+    } cases[] = {
+        {"kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
+         "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+         "a = silu(g)\ny = mul(a, u)\noutput y\n",
+         KF_CUDA_RECIPE_GEMM_DUAL_F32T, false, false, false},
+        {"kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
+         "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+         "a = silu(g)\ny = mul(a, u)\noutput y\n",
+         0, true, true, true},
+        {"kfg 1\nx = input(f16[1000, 264])\nwg = input(f16[264, 1096])\n"
+         "wu = input(f16[264, 1096])\nr = input(f16[1000, 1096])\ng = matmul(x, wg)\n"
+         "u = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\ny = add(h, r)\noutput y\n",
+         KF_CUDA_RECIPE_GEMM_CLUSTER2, true, false, true},
+        {"kfg 1\nx = input(bf16[2200, 136])\nwg = input(bf16[136, 2056])\n"
+         "wu = input(bf16[136, 2056])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
+         "a = silu(g)\nh = mul(a, u)\ny = cast(h, f32)\noutput y\n",
+         0, false, false, true},
+        {"kfg 1\nx = input(bf16[200, 64])\nwg = input(bf16[1001, 64])\n"
+         "wu = input(bf16[1001, 64])\ng = matmul(x, wg, transpose_b=true)\n"
+         "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+         KF_CUDA_RECIPE_GEMM_CLUSTER2, false, false, true},
+        /* ping-pong 128 x (2 x 64) by default: one CTA, not packed */
+        {"kfg 1\nx = input(f16[1000, 264])\nwg = input(f16[264, 1096])\n"
+         "wu = input(f16[264, 1096])\nr = input(f16[1000, 1096])\ng = matmul(x, wg)\n"
+         "u = matmul(x, wu)\na = silu(g)\nh = mul(a, u)\ny = add(h, r)\noutput y\n",
+         0, false, false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned q;
+        plan_text(cases[i].text, &q);
+        kf_cuda_recipes *nr = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
+                                              KF_CUDA_RECIPE_GEMM_GENERATED | cases[i].flags);
+        const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
+        const kf_cuda_kernel *k = &rc->steps[rc->n_steps - 1].kernel->kernel;
+        const char *src = k->source;
+        assert_non_null(strstr(src, "#define KF_DUAL 1"));
+        if ((strstr(src, "#define KF_EPI_PK 1") != NULL) != cases[i].pk ||
+            (strstr(src, "#define KF_EPI_NIN 1") != NULL) != cases[i].nin)
+            fail_msg("case %zu: packed %d, no column test %d: not what it should be", i,
+                     strstr(src, "#define KF_EPI_PK 1") != NULL,
+                     strstr(src, "#define KF_EPI_NIN 1") != NULL);
+        assert_true((strstr(src, "kf_epi_out(long long b") != NULL) == cases[i].pk);
+        assert_true((strstr(src, "#define kf_silu kf_gm_silu_ex2") != NULL) == cases[i].pk);
+        if (rc->steps[rc->n_steps - 1].kernel->cluster[0] != (cases[i].c2 ? 2u : 1u))
+            fail_msg("case %zu: %s", i, rc->variants[0].how);
+        if (i < 3) {
+            kf_sass_check_hopper(&MEM, k);
+            static char sass[1 << 22];
+            kf_sass_text(&MEM, k, sass, sizeof sass);
+            size_t shfl = 0, st128 = 0;
+            for (const char *c = strstr(sass, "SHFL.BFLY"); c; c = strstr(c + 1, "SHFL.BFLY"))
+                shfl++; /* the quad transposes' (not the descriptor's SHFL.IDX) */
+            for (const char *c = strstr(sass, "STG.E.128"); c; c = strstr(c + 1, "STG.E.128"))
+                st128++;
+            if (i == 1 && (shfl != 32 || st128 == 0))
+                fail_msg("packed pair epilogue: %zu SHFL (want 32), %zu STG.E.128", shfl, st128);
+            if (i == 0 && shfl != 256)
+                fail_msg("the form before: %zu SHFL (want 128 a copy, 2 copies)", shfl);
+        }
+        kf_cuda_recipes_destroy(nr);
+        plan_release(&q);
+    }
+}
+
 /* The row operands prefetched into L2 when a tile starts
  * (KF_CUDA_RECIPE_GEMM_EPI_PF, internal; with the TMA-store epilogue): a
  * residual's rows, one bulk prefetch a row (UBLKPF) on ping-pong and
@@ -1107,28 +1195,6 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
         /* EPI_NTEST: the column's 32-bit copy, as before */
         assert_true((strstr(src, "(cn) * 1LL") != NULL) == (t == 1));
         kf_cuda_recipes_destroy(nr);
-        plan_release(&q);
-    }
-    /* the register epilogue (a SwiGLU pair, N = 1024 covered by its tiles)
-     * keeps the column test unless EPI_NIN_ALL (internal) */
-    {
-        planned q;
-        plan_text("kfg 1\nx = input(bf16[4096, 256])\nwg = input(bf16[256, 1024])\n"
-                  "wu = input(bf16[256, 1024])\ng = matmul(x, wg)\nu = matmul(x, wu)\n"
-                  "a = silu(g)\ny = mul(a, u)\noutput y\n",
-                  &q);
-        for (int all = 0; all < 2; all++) {
-            kf_cuda_recipes *nr = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
-                                                  KF_CUDA_RECIPE_GEMM_GENERATED |
-                                                      (all ? KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL : 0));
-            const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
-            const char *src = rc->steps[rc->n_steps - 1].kernel->kernel.source;
-            assert_non_null(strstr(src, "#define KF_DUAL 1"));
-            assert_true((strstr(src, "#define KF_EPI_NIN 1") != NULL) == (all != 0));
-            if (all)
-                kf_sass_check_hopper(&MEM, &rc->steps[rc->n_steps - 1].kernel->kernel);
-            kf_cuda_recipes_destroy(nr);
-        }
         plan_release(&q);
     }
     /* the register epilogue too: the split row form's GEMM (bias + residual,
@@ -1272,7 +1338,8 @@ static void test_tma_store_epilogue_stages_its_bias_in_shared_memory(void **stat
  * loads (UTMALDG...MULTICAST) with no local memory; the step launches
  * 2 x 1 x 1 clusters on an even grid; a K-major B's map has boxes of half
  * the tile's rows (each CTA loads one half); a single tile row takes no
- * cluster; the default takes none. */
+ * cluster; the default takes none, but for a SwiGLU pair's cooperative
+ * 128 x (2 x 128) tiles (internal DUAL_F32T: none there either). */
 static void cluster_case_flags(const char *text, const char *want_tile, bool want_cluster,
                                unsigned flags) {
     planned p;
@@ -1309,12 +1376,24 @@ static void cluster_case_flags(const char *text, const char *want_tile, bool wan
         kf_sass_check_hopper_without(&MEM, &ks->kernel, "MULTICAST");
     }
     kf_cuda_recipes_destroy(rec);
-    /* without the flag: no cluster */
+    /* without the flag: no cluster, but for the pair's cooperative
+     * 128 x (2 x 128) tiles (the default there); with DUAL_F32T none */
+    bool pair_c2 =
+        want_cluster && strstr(want_tile, "dual 128x(2x128)") && !strstr(want_tile, "ping-pong");
     rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | flags);
     rc = gemm_recipe(p.plan, rec);
-    assert_int_equal(rc->steps[rc->n_steps - 1].kernel->cluster[0], 1);
-    assert_null(strstr(rc->variants[0].how, "2-CTA clusters"));
+    assert_int_equal(rc->steps[rc->n_steps - 1].kernel->cluster[0], pair_c2 ? 2 : 1);
+    assert_true((strstr(rc->variants[0].how, "2-CTA clusters") != NULL) == pair_c2);
     kf_cuda_recipes_destroy(rec);
+    if (pair_c2) {
+        rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_DUAL_F32T | flags);
+        rc = gemm_recipe(p.plan, rec);
+        assert_int_equal(rc->steps[rc->n_steps - 1].kernel->cluster[0], 1);
+        assert_null(strstr(rc->variants[0].how, "2-CTA clusters"));
+        kf_cuda_recipes_destroy(rec);
+    }
     plan_release(&p);
 }
 
@@ -2462,6 +2541,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_modes_give_the_sides_they_name),
         cmocka_unit_test(test_epilogue_row_operands_prefetch_to_l2),
+        cmocka_unit_test(test_swiglu_pair_epilogue_runs_on_packed_pairs),
         cmocka_unit_test(test_tma_store_epilogue_stages_its_bias_in_shared_memory),
         cmocka_unit_test(test_tma_store_epilogue_packs_bf16_pairs_once),
         cmocka_unit_test(test_stepped_wgmma_descriptors_compile_to_fewer_instructions),

@@ -218,6 +218,18 @@ static const char gemm_fast_ops[] =
     "__device__ __forceinline__ double kf_gm_sigmoid(double x) { return kf_sigmoid(x); }\n"
     "__device__ __forceinline__ float kf_gm_silu(float x) { return x * kf_gm_sigmoid(x); }\n"
     "__device__ __forceinline__ double kf_gm_silu(double x) { return kf_silu(x); }\n"
+    "/* x sigmoid(x) = x / (1 + 2^t), t = -log2(e) x: two MUFU ops (ex2, rcp;\n"
+    " * each within an ulp or two of f32) and three others, where x times\n"
+    " * kf_gm_sigmoid (expf's range reduction, the Newton step, the select)\n"
+    " * takes ~12; NaN in, NaN out, -inf NaN as the reference gives, a large\n"
+    " * negative x -0 (a SwiGLU pair in 2-CTA clusters, with KF_EPI_PK). */\n"
+    "__device__ __forceinline__ float kf_gm_silu_ex2(float x) {\n"
+    "    float e, r;\n"
+    "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(x * -1.44269504f));\n"
+    "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(1.0f + e));\n"
+    "    return x * r;\n"
+    "}\n"
+    "__device__ __forceinline__ double kf_gm_silu_ex2(double x) { return kf_silu(x); }\n"
     "/* x sigmoid(2u) = x / (1 + 2^t), t = -2 log2(e) u, u = sqrt(2 / pi) (x +\n"
     " * 0.044715 x^3): two MUFU ops (ex2, rcp; each within an ulp or two of\n"
     " * f32), no branch, no table; -inf gives NaN as the reference does, a\n"
@@ -933,6 +945,14 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
               "/* Whether kf_epi may run with AL: the bases it reads and writes unchecked. */\n"
               "__device__ __forceinline__ bool kf_epi_al(KF_PARAMS) {\n    return true%s;\n}\n\n",
               ep->al_conds);
+    if (sh->epi_pk) /* the packed register epilogue's stores (KF_EPI_PK) */
+        cg_printf(&c->s,
+                  "/* The address of the one output's element at row r of batch b, column c0\n"
+                  " * (a SwiGLU pair's packed register epilogue stores there). */\n"
+                  "__device__ __forceinline__ auto kf_epi_out(long long b, long long r, "
+                  "long long c0, KF_PARAMS) {\n"
+                  "    const long long q = b * KF_M + r;\n    return p%d + (%s);\n}\n\n",
+                  ep->outs[0].param, dst_off);
     if (sh->epi_pf) { /* the row operands' L2 prefetch (KF_EPI_PF) */
         cg_puts(&c->s,
                 "/* n elements from p into L2 (16-byte aligned, n * size a multiple of 16). */\n"
@@ -999,7 +1019,7 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
         cg_exact_bf16(c, on0) && !cg_raw_of(c, on0, true))
         cg_puts(&c->s, "__device__ __forceinline__ unsigned kf_gm_pack2(float lo, float hi) {\n"
                        "    return kf_pk_bf16(lo, hi); /* exact bf16 values */\n}\n\n");
-    else if (sh->epi_tma)
+    else if (sh->epi_tma || sh->epi_pk)
         cg_printf(&c->s,
                   "__device__ __forceinline__ unsigned kf_gm_pack2(float lo, float hi) {\n"
                   "    unsigned v;\n"

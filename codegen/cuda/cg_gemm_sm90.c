@@ -439,13 +439,15 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     /* every output column a tile passes to kf_epi is inside N (the tiles
      * cover it exactly): no column test in the epilogue's loads, with the
      * TMA-store epilogue (internal KF_CUDA_RECIPE_GEMM_EPI_NTEST keeps it,
-     * for measuring). The register epilogue only with EPI_NIN_ALL
-     * (internal): measured on an H100 (a358742), SwiGLU 8192 x 4096 x (2 x
-     * 11008) 1.969 ms against 2.143 with the test, but GEMM + residual with
-     * the split LayerNorm's statistics 0.455 against 0.433, and no GPU
-     * numerics run yet of a pair whose tiles cover N */
-    if (sh->n % on == 0 && !sh->epi_ntest && (sh->epi_tma || sh->epi_nin_all))
+     * for measuring) and a SwiGLU pair's packed register epilogue (epi_pk).
+     * Not the other register epilogues: measured on an H100 (a358742),
+     * SwiGLU 8192 x 4096 x (2 x 11008) 1.969 ms against 2.143 with the test
+     * (the form before the packed one), but GEMM + residual with the split
+     * LayerNorm's statistics 0.455 against 0.433 */
+    if (sh->n % on == 0 && !sh->epi_ntest && (sh->epi_tma || sh->epi_pk))
         cg_puts(&c.s, "#define KF_EPI_NIN 1\n");
+    if (sh->epi_pk)
+        cg_puts(&c.s, "#define KF_EPI_PK 1\n");
     /* 2: fewer than half as many tiles as blocks (decode): each tile's K
      * steps interleaved over its share of the blocks */
     if (sk_g)
@@ -479,6 +481,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                 "__device__ __forceinline__ double kf_gm_gelu_tanh1(double x) {\n"
                 "    return kf_gm_gelu_tanh(x);\n}\n"
                 "#undef kf_gelu_tanh\n#define kf_gelu_tanh kf_gm_gelu_tanh1\n\n");
+    if (sh->silu_ex2) /* silu by ex2 and rcp (a SwiGLU pair's epi_pk) */
+        cg_puts(&c.s, "#undef kf_silu\n#define kf_silu kf_gm_silu_ex2\n\n");
     cg_gemm_sm90_emit_wgmma(&c, sh, mm->dtype);
     if (sh->a_fold)
         cg_gemm_fold_emit(&c, &fold);

@@ -442,9 +442,16 @@ typedef struct kf_cuda_gemm_shape {
                                   multiple of the cluster's CTAs); 0: the template's 8 */
     bool gelu_mufu;            /* sm_90a: the epilogue's gelu_tanh by one tanh.approx.f32
                                   (internal: KF_CUDA_RECIPE_GEMM_GELU_MUFU) */
-    bool epi_nin_all;          /* sm_90a: the register epilogue, too, skips the column test where
-                                  the tiles cover N (internal: KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL;
-                                  the TMA-store epilogue skips it by default) */
+    bool epi_pk;               /* sm_90a, a SwiGLU pair (dual) with one bf16/f16 output of the
+                                  product's dtype, N a multiple of 8, the register epilogue, no
+                                  fold: kf_epi runs on the fragment's pairs, the quad transposes
+                                  move the packed output words, one 16-byte store a lane, and
+                                  the column test only where the tiles do not cover N
+                                  (gemm_sm90.cuh KF_EPI_PK; where the pair runs in 2-CTA
+                                  clusters, unless KF_CUDA_RECIPE_GEMM_DUAL_F32T) */
+    bool silu_ex2;             /* sm_90a: silu as x / (1 + 2^(-x log2 e)) by ex2 and rcp
+                                  (kf_gm_silu_ex2) where the default takes x times the branch-free
+                                  expf sigmoid (with epi_pk) */
     bool epi_rs;               /* with epi_tma (one CTA, no stream-K, pair or head view; 128 x
                                   128 ping-pong or 128 x 256 cooperative tiles): each chunk is
                                   computed in place in one of 4 store buffers, and the

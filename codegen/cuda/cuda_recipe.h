@@ -92,7 +92,10 @@ enum {
     KF_CUDA_RECIPE_GEMM_CLUSTER2 = 1u << 11,     /* internal: generated sm_90a GEMMs (either
                                                     schedule) run as 2-CTA clusters, tile
                                                     pairs sharing B by TMA multicast (the
-                                                    bench and the tests compare) */
+                                                    bench and the tests compare); a SwiGLU
+                                                    pair's cooperative 128 x (2 x 128)
+                                                    tiles take them by default (see
+                                                    GEMM_DUAL_F32T) */
     KF_CUDA_RECIPE_GEMM_EPI_AHEAD = 1u << 14,    /* internal: the TMA-store epilogue computes
                                                     two chunks' values before it stores the
                                                     first (not with a norm folded into B, the
@@ -263,12 +266,22 @@ enum {
  * the column's 32-bit copy (the code before KF_EPI_NIN and c0 in the loads'
  * offsets; the bench compares) */
 #define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
-/* internal: a generated sm_90a GEMM's register epilogue (a SwiGLU pair, an
- * output the TMA store does not take) also skips the column test where its
- * tiles cover N, as the TMA-store epilogue does by default (H100, a358742:
- * SwiGLU 8192 x 4096 x (2 x 11008) 8% faster, the split LayerNorm's GEMM 5%
- * slower; the bench compares) */
-#define KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL (UINT64_C(1) << 42)
+/* internal: the sm_90a SwiGLU pair's form before session 17's sw17b: one-CTA
+ * tiles (unless GEMM_CLUSTER2 asks for clusters), its register epilogue on
+ * the f32 quad transposes of both accumulators (kf_epi<8>, the column test)
+ * and silu by the expf sigmoid. By default the pair's cooperative 128 x
+ * (2 x 128) tiles with two tile rows or more run as 2-CTA clusters (B by
+ * multicast), and a pair in clusters takes its epilogue on packed pairs
+ * (cuda_codegen.h epi_pk: kf_epi on the fragment's pairs, the quad
+ * transposes on the packed words, no column test where the tiles cover N)
+ * with silu by ex2 and rcp (silu_ex2). Measured on an H100 (fe74e00,
+ * 8192 x 4096 x (2 x 11008), one run, A B B A): the clusters 0.978x of
+ * this form, packed in clusters 0.983x of that; idle 2.0522 / 1.9140 /
+ * 1.8208 ms. The packed epilogue without clusters measured slower (H100,
+ * 7d2b7d8: 2.2523 ms against 2.1959, A B B A) and is retired (bit 42 was
+ * DUAL_PK, which asked for it; before that EPI_NIN_ALL). The bench compares
+ * (swiglu_generated_f32t, _c2f32t). */
+#define KF_CUDA_RECIPE_GEMM_DUAL_F32T (UINT64_C(1) << 42)
 /* internal: the sm_90a attention kernel keeps its running row max (and O's
  * rescale) even where the score expression bounds every score (a softcap:
  * cg_attention.c, score_max), which by default takes the bound as a fixed

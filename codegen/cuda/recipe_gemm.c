@@ -1019,8 +1019,18 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.epi_staged = (b->target->flags & KF_CUDA_RECIPE_GEMM_STAGED_EPI) != 0;
     /* 2-CTA clusters (internal, KF_CUDA_RECIPE_GEMM_CLUSTER2): pairs of tile
      * rows share their B tile by TMA multicast; two tile rows at least; not
-     * the head view's TMA-store output (checked below). */
-    bool want_c2 = (b->target->flags & KF_CUDA_RECIPE_GEMM_CLUSTER2) && sh.m > 128;
+     * the head view's TMA-store output (checked below). A SwiGLU pair's
+     * cooperative 128 x (2 x 128) tiles take them by default (internal
+     * DUAL_F32T: the form before): on an H100 (fe74e00, 8192 x 4096 x (2 x
+     * 11008), one run) 0.978x of one CTA's time A B B A, 0.933x idle, with the
+     * packed epilogue below 0.983x of that again (idle 1.8208 ms against
+     * 2.0522). Its other tiles (ping-pong, 128 x (2 x 64)) were not measured
+     * in clusters and keep one CTA, as does a pair where stream-K is asked
+     * for (internal STREAMK: the two exclude each other). */
+    bool pair_c2 =
+        dual && sh.bn == 256 && !sh.pingpong &&
+        !(b->target->flags & (KF_CUDA_RECIPE_GEMM_DUAL_F32T | KF_CUDA_RECIPE_GEMM_STREAMK));
+    bool want_c2 = ((b->target->flags & KF_CUDA_RECIPE_GEMM_CLUSTER2) || pair_c2) && sh.m > 128;
     /* The TMA-store epilogue: one output of the product's dtype, written
      * whole (the plan's one write), N a multiple of 8 (its rows 16 bytes).
      * Not with the norm in the ring (internal): beside its arithmetic in the
@@ -1125,7 +1135,27 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.epi_cs = sh.epi_tma && !sh.epi_rs && !fold && !gm->head_dim && !dual && !sh.sk_grid &&
                 !b->sib_shape && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL);
     sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
-    sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
+    /* A SwiGLU pair's register epilogue on packed pairs (gemm_sm90.cuh
+     * KF_EPI_PK) and silu by ex2 and rcp, where the pair runs in 2-CTA
+     * clusters (by default or by CLUSTER2), unless internal
+     * KF_CUDA_RECIPE_GEMM_DUAL_F32T asks for the form before. That form's
+     * transposes of both accumulators' floats (16 shuffles and their selects
+     * per 4 column groups and row) and silu (~12 instructions an element)
+     * issue ~1800 instructions a consumer thread a 128 x (2 x 128) tile, the
+     * packed form ~720. On one CTA the packed form measured slower (H100,
+     * 7d2b7d8, the bench's 8192 x 4096 x (2 x 11008): A B B A 2.2523 ms
+     * against 2.1959; ncu: the main loop at 91% of the wgmma peak, L2 78%
+     * busy; ptxas puts its 8 stores a thread at the end of the tile's
+     * epilogue, every SM at about the same time, the f32 form's one every
+     * ~220 instructions), so it is not taken there; in clusters, where B
+     * comes by multicast, it measured faster (H100, fe74e00: A B B A 2.1360
+     * against 2.1725, idle 1.8208 against 1.9140). One output of the
+     * product's dtype (the packed words), N a multiple of 8 (whole 16-byte
+     * stores), no fold (its column terms come per 8 columns), not staged. */
+    sh.epi_pk = dual && sh.cluster == 2 && !sh.epi_staged && !fold && !row_tile &&
+                grp->n_writes == 1 && plan->graph->nodes[grp->writes[0]]->dtype == mm->dtype &&
+                sh.n % 8 == 0 && !(b->target->flags & KF_CUDA_RECIPE_GEMM_DUAL_F32T);
+    sh.silu_ex2 = sh.epi_pk;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_RASTER_SQ)
@@ -1320,6 +1350,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                              "main loop"
              : sh.epi_rs   ? ", epilogue stored by TMA from 4 chunk buffers"
              : sh.epi_tma  ? ", epilogue stored by TMA"
+             : sh.epi_pk   ? ", epilogue on packed pairs"
                            : "",
              sh.batch > 1 ? ", batched in one launch" : "",
              norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
