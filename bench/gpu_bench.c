@@ -31,7 +31,10 @@
  *                 rotary embedding of q alone, B8 H32 S2048 D128 (rotary: one
  *                 elementwise kernel reading q's head view and rotate_half's
  *                 concat; peers: eager and Inductor; rotary_bpos: cos and sin
- *                 per batch, [B, 1, S, D]); the transformer blocks'
+ *                 per batch, [B, 1, S, D]; _after_sleep: each after 1 ms of
+ *                 one thread asleep, the device time alone, as a block's
+ *                 profile counts it; _apart: rotate_half's two halves read
+ *                 apart, the form before pairs); the transformer blocks'
  *                 GEMMs (bf16, weights [N, K] as nn.Linear keeps them), each
  *                 through cuBLASLt (_cublaslt), the generated kernel
  *                 (_generated) and the generated kernel in 2-CTA clusters
@@ -2566,6 +2569,17 @@ int main(int argc, char **argv) {
         /* the rotation alone (one elementwise kernel; peers: eager, Inductor) */
         {"rotary", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"rotary_bpos", t_rotb, rbbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the same after 1 ms of one thread asleep: the device time alone,
+         * as the block's profile counts its kernels (peers.py's rows of these
+         * names time Inductor so, where its plain rows count its host work) */
+        {"rotary_after_sleep", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"rotary_bpos_after_sleep", t_rotb, rbbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* rotate_half's halves read apart, the form before pairs
+         * (EW_PAIRS_APART; --abba rotary_apart:rotary) */
+        {"rotary_apart", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_EW_PAIRS_APART},
+        {"rotary_bpos_apart", t_rotb, rbbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_EW_PAIRS_APART},
         /* f32 (the SIMT kernel; its floor is bf16's: compare TFLOP/s with
          * the FFMA peak instead) */
         {"f32_gemm_cublaslt", t_f32, fbytes, fflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
