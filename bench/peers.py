@@ -17,7 +17,8 @@ process run, so kfuse's numbers sit beside its peers':
   rotary      q*cos + rotate_half(q)*sin on q's head view, B8 H32 S2048 D128 bf16
                                                        eager, torch.compile
   rotary_bpos the same, cos and sin per batch [B, 1, S, D]   eager, torch.compile
-  rotary_after_sleep, rotary_bpos_after_sleep
+  rotary_hd   the same with q already [B, H, S, D] (contiguous)   eager, torch.compile
+  rotary_after_sleep, rotary_bpos_after_sleep, rotary_hd_after_sleep
               the same, each run after one thread asleep for about 1 ms
               (torch.cuda._sleep, as gpu_bench's kf_bench_spin): the kernels'
               device time alone, as a block's profile counts them (the plain
@@ -293,7 +294,8 @@ def main():
     # its projection writes it [B, S, H * D], read through the head view
     # [B, H, S, D]; rotate_half = cat(-x2, x1); cos / sin [1, 1, S, D]
     # (rotary) or per batch [B, 1, S, D] (rotary_bpos: position ids per sequence)
-    for name, per_batch in (("rotary", False), ("rotary_bpos", True)):
+    # (rotary_hd: q already [B, H, S, D], contiguous: read and written in one order)
+    for name, per_batch in (("rotary", False), ("rotary_bpos", True), ("rotary_hd", False)):
         slept = name + "_after_sleep"
         if not on(name) and not on(slept):
             continue
@@ -303,8 +305,11 @@ def main():
         cs = (torch.rand(TB, 1, S, D, device=dev, dtype=bf) * 2 - 1)
         sn = (torch.rand(TB, 1, S, D, device=dev, dtype=bf) * 2 - 1)
 
+        if name == "rotary_hd":
+            q0 = q0.view(B, S, H, D).transpose(1, 2).contiguous()
+
         def rotary():  # used in this iteration only
-            q = q0.view(B, S, H, D).transpose(1, 2)
+            q = q0 if name == "rotary_hd" else q0.view(B, S, H, D).transpose(1, 2)
             r = torch.cat((-q[..., D // 2:], q[..., :D // 2]), dim=-1)
             return q * cs + r * sn
 
