@@ -31,7 +31,12 @@
  *                 rotary embedding of q alone, B8 H32 S2048 D128 (rotary: one
  *                 elementwise kernel reading q's head view and rotate_half's
  *                 concat; peers: eager and Inductor; rotary_bpos: cos and sin
- *                 per batch, [B, 1, S, D]); the transformer blocks'
+ *                 per batch, [B, 1, S, D]; _after_sleep: each after 1 ms of
+ *                 one thread asleep, the device time alone, as a block's
+ *                 profile counts it; _apart: rotate_half's two halves read
+ *                 apart, the form before pairs; rotary_hd: q already
+ *                 [B, H, S, D], read and written in one order); the
+ *                 transformer blocks'
  *                 GEMMs (bf16, weights [N, K] as nn.Linear keeps them), each
  *                 through cuBLASLt (_cublaslt), the generated kernel
  *                 (_generated) and the generated kernel in 2-CTA clusters
@@ -2121,6 +2126,18 @@ int main(int argc, char **argv) {
              "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
              RB, RS, RH * RD, RB, RS, RD, RB, RS, RD, RB, RS, RH, RD, RD / 2, RD / 2);
     double rbbytes = 2.0 * (2.0 * RB * RS * RH * RD + 2.0 * RB * RS * RD);
+    /* The same rotation with q already in the head layout [B, H, S, D]
+     * (contiguous): read and written in one order, as Inductor's kernel
+     * reads and writes q's [B, S, H, D] order in the block (its result keeps
+     * q's strides); the layout's share of rotary's gap to it */
+    char t_roth[1024];
+    snprintf(t_roth, sizeof t_roth,
+             "kfg 1\nq = input(bf16[%d, %d, %d, %d])\ncs = input(bf16[1, %d, %d])\n"
+             "sn = input(bf16[1, %d, %d])\nc = reshape(cs, [1, 1, %d, %d])\n"
+             "s = reshape(sn, [1, 1, %d, %d])\nq1 = slice(q, axis=3, stop=%d)\n"
+             "q2 = slice(q, axis=3, start=%d)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+             "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+             RB, RH, RS, RD, RS, RD, RS, RD, RS, RD, RS, RD, RD / 2, RD / 2);
     /* The transformer blocks' GEMMs (B transposed: nn.Linear's [N, K]). */
     int TM = g_quick ? 4096 : 16384, LD = 4096, LF = 11008, GD = 1024;
     char t_lqf[512], t_lq[512], t_lo[512], t_ldn[512], t_lsw[512], t_gqkv[512], t_gfc1[512],
@@ -2578,6 +2595,19 @@ int main(int argc, char **argv) {
         /* the rotation alone (one elementwise kernel; peers: eager, Inductor) */
         {"rotary", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"rotary_bpos", t_rotb, rbbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the same after 1 ms of one thread asleep: the device time alone,
+         * as the block's profile counts its kernels (peers.py's rows of these
+         * names time Inductor so, where its plain rows count its host work) */
+        {"rotary_after_sleep", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"rotary_bpos_after_sleep", t_rotb, rbbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"rotary_hd", t_roth, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"rotary_hd_after_sleep", t_roth, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* rotate_half's halves read apart, the form before pairs
+         * (EW_PAIRS_APART; --abba rotary_apart:rotary) */
+        {"rotary_apart", t_rot, rbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_EW_PAIRS_APART},
+        {"rotary_bpos_apart", t_rotb, rbbytes, 0, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_EW_PAIRS_APART},
         /* f32 (the SIMT kernel; its floor is bf16's: compare TFLOP/s with
          * the FFMA peak instead) */
         {"f32_gemm_cublaslt", t_f32, fbytes, fflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},

@@ -17,6 +17,15 @@ process run, so kfuse's numbers sit beside its peers':
   rotary      q*cos + rotate_half(q)*sin on q's head view, B8 H32 S2048 D128 bf16
                                                        eager, torch.compile
   rotary_bpos the same, cos and sin per batch [B, 1, S, D]   eager, torch.compile
+  rotary_hd   the same with q already [B, H, S, D] (contiguous)   eager, torch.compile
+  rotary_after_sleep, rotary_bpos_after_sleep, rotary_hd_after_sleep
+              the same, each run after one thread asleep for about 1 ms
+              (torch.cuda._sleep, as gpu_bench's kf_bench_spin): the kernels'
+              device time alone, as a block's profile counts them (the plain
+              rows count torch.compile's host work before the launch too:
+              Inductor's rotary kernel took 90 us in the LLaMA block on an
+              H100, its plain row 0.165 ms); compile_out_stride: the strides
+              of Inductor's result (its layout: eager's, q's [B, S, H, D])
 
 --cases a,b runs only those cases (the harness passes its own --cases on).
 
@@ -285,8 +294,10 @@ def main():
     # its projection writes it [B, S, H * D], read through the head view
     # [B, H, S, D]; rotate_half = cat(-x2, x1); cos / sin [1, 1, S, D]
     # (rotary) or per batch [B, 1, S, D] (rotary_bpos: position ids per sequence)
-    for name, per_batch in (("rotary", False), ("rotary_bpos", True)):
-        if not on(name):
+    # (rotary_hd: q already [B, H, S, D], contiguous: read and written in one order)
+    for name, per_batch in (("rotary", False), ("rotary_bpos", True), ("rotary_hd", False)):
+        slept = name + "_after_sleep"
+        if not on(name) and not on(slept):
             continue
         B, S, H, D = (2 if args.rows < 65536 else 8), 2048, 32, 128
         TB = B if per_batch else 1
@@ -294,19 +305,34 @@ def main():
         cs = (torch.rand(TB, 1, S, D, device=dev, dtype=bf) * 2 - 1)
         sn = (torch.rand(TB, 1, S, D, device=dev, dtype=bf) * 2 - 1)
 
+        if name == "rotary_hd":
+            q0 = q0.view(B, S, H, D).transpose(1, 2).contiguous()
+
         def rotary():  # used in this iteration only
-            q = q0.view(B, S, H, D).transpose(1, 2)
+            q = q0 if name == "rotary_hd" else q0.view(B, S, H, D).transpose(1, 2)
             r = torch.cat((-q[..., D // 2:], q[..., :D // 2]), dim=-1)
             return q * cs + r * sn
 
-        r = {"eager_ms": median_ms(rotary)}
+        def sleep():  # about 1 ms at an H100's or H200's top clock
+            torch.cuda._sleep(2_000_000)
+
+        fns = {"eager": rotary}
         if not args.no_compile:
             try:
-                r["compile_ms"] = median_ms(torch.compile(rotary))
+                fns["compile"] = torch.compile(rotary)
+                fns["compile"]()
             except Exception as e:  # noqa: BLE001 -- report, never fail the run
-                r["compile_error"] = str(e)[:200]
-        res["cases"][name] = r
-        print(f"peers: {name} {r}", file=sys.stderr)
+                del fns["compile"]
+                res["cases"].setdefault(name, {})["compile_error"] = str(e)[:200]
+        for row, pre in ((name, None), (slept, sleep)):
+            if not on(row):
+                continue
+            r = res["cases"].setdefault(row, {})
+            for k, fn in fns.items():
+                r[k + "_ms"] = median_ms(fn, pre=pre)
+            if "compile" in fns:
+                r["compile_out_stride"] = list(fns["compile"]().stride())
+            print(f"peers: {row} {r}", file=sys.stderr)
     text = json.dumps(res, indent=1)
     if args.out == "-":
         print(text)

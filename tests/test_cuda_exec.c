@@ -389,6 +389,62 @@ static void test_remapped_loads_read_as_vectors_match_the_reference(void **state
              KF_DTYPE_BF16, 487, &o, "rotary on q's head view, B4 H8 S2048 D128");
 }
 
+/* rotate_half's two halves read as one load where the concat takes them (a
+ * pair, cg_elementwise.c: kf_pair0): loaded ahead with the streamed
+ * operands (unrolled) or in the body (three streamed operands, or none), a
+ * vector where a chunk's elements run consecutively on one side, else
+ * element by element: heads of 20 and 36 (chunks across the seam), a
+ * misaligned slice (no vector path), cos and sin per batch, two concats of
+ * the same halves, a last axis of 10 (2-element chunks, a seam inside one),
+ * and D 96 over enough rows that the unrolled loop and its remainder run. */
+static void test_rotate_half_pairs_match_on_ragged_and_unaligned_shapes(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    for (size_t d = 0; d < N_OF(float_dtypes); d++) {
+        run_opts o = {.lo = -2, .hi = 2};
+        for (int dh = 20; dh <= 36; dh += 16) {
+            char fmt[1024];
+            snprintf(fmt, sizeof fmt,
+                     "kfg 1\nq0 = input(%%s[2, 7, %d])\ncs = input(%%s[1, 7, %d])\n"
+                     "sn = input(%%s[1, 7, %d])\nc = reshape(cs, [1, 1, 7, %d])\n"
+                     "s = reshape(sn, [1, 1, 7, %d])\nh = reshape(q0, [2, 7, 3, %d])\n"
+                     "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=%d)\n"
+                     "q2 = slice(q, axis=3, start=%d)\nn2 = neg(q2)\n"
+                     "r = concat(n2, q1, axis=3)\nqc = mul(q, c)\nrs = mul(r, s)\n"
+                     "y = add(qc, rs)\noutput y\n",
+                     3 * dh, dh, dh, dh, dh, dh, dh / 2, dh / 2);
+            run_text(fmt, float_dtypes[d], 490 + (uint64_t)dh, &o, "rotary, ragged head");
+        }
+        run_text("kfg 1\nx = input(%s[6, 66])\nc = input(%s[6, 64])\ns = input(%s[6, 64])\n"
+                 "xs = slice(x, axis=1, start=1, stop=65)\nx1 = slice(xs, axis=1, stop=32)\n"
+                 "x2 = slice(xs, axis=1, start=32)\nn = neg(x2)\nr = concat(n, x1, axis=1)\n"
+                 "a = mul(xs, c)\nb = mul(r, s)\ny = add(a, b)\noutput y\n",
+                 float_dtypes[d], 493, &o, "rotary on a misaligned slice");
+        run_text("kfg 1\nq0 = input(%s[2, 7, 60])\nc = input(%s[2, 1, 7, 20])\n"
+                 "s = input(%s[2, 1, 7, 20])\nh = reshape(q0, [2, 7, 3, 20])\n"
+                 "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=10)\n"
+                 "q2 = slice(q, axis=3, start=10)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+                 "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+                 float_dtypes[d], 494, &o, "rotary, cos and sin per batch, ragged head");
+        run_text("kfg 1\nx = input(%s[6, 64])\nx1 = slice(x, axis=1, stop=32)\n"
+                 "x2 = slice(x, axis=1, start=32)\nn = neg(x2)\nr = concat(n, x1, axis=1)\n"
+                 "t = concat(x2, x1, axis=1)\ny = mul(r, t)\noutput y\n",
+                 float_dtypes[d], 495, &o, "two concats of the same halves");
+        run_text("kfg 1\nx = input(%s[9, 10])\nx1 = slice(x, axis=1, stop=5)\n"
+                 "x2 = slice(x, axis=1, start=5)\nn = neg(x2)\nr = concat(n, x1, axis=1)\n"
+                 "w = input(%s[9, 10])\ny = mul(r, w)\noutput y\n",
+                 float_dtypes[d], 496, &o, "rotate_half of 10");
+    }
+    run_opts o = {.lo = -2, .hi = 2};
+    run_text("kfg 1\nq0 = input(%s[3, 1001, 384])\ncs = input(%s[1, 1001, 96])\n"
+             "sn = input(%s[1, 1001, 96])\nc = reshape(cs, [1, 1, 1001, 96])\n"
+             "s = reshape(sn, [1, 1, 1001, 96])\nh = reshape(q0, [3, 1001, 4, 96])\n"
+             "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=48)\n"
+             "q2 = slice(q, axis=3, start=48)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+             "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+             KF_DTYPE_BF16, 497, &o, "rotary on q's head view, B3 H4 S1001 D96");
+}
+
 /* The CUDA target's gather contract: an index outside the axis is clamped
  * into it (the CPU target fails the run instead; the reference refuses it). */
 static void test_gather_clamps_an_index_outside_the_axis_on_the_gpu(void **state) {
@@ -5136,6 +5192,7 @@ int main(void) {
         cmocka_unit_test(test_sibling_groups_run_as_one_multi_output_kernel_and_match),
         cmocka_unit_test(test_slices_concats_and_gathers_match_in_their_consumers),
         cmocka_unit_test(test_remapped_loads_read_as_vectors_match_the_reference),
+        cmocka_unit_test(test_rotate_half_pairs_match_on_ragged_and_unaligned_shapes),
         cmocka_unit_test(test_gather_clamps_an_index_outside_the_axis_on_the_gpu),
         cmocka_unit_test(test_large_elementwise_groups_take_the_bulk_path_and_match),
         cmocka_unit_test(test_bf16_packed_arithmetic_matches_the_reference_bit_for_bit),

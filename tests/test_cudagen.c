@@ -530,18 +530,21 @@ static void test_slices_concats_and_gathers_compile_into_their_consumers(void **
  * elements do and are aligned (cg_emit_remap_vector): both halves of
  * rotate_half's concat on q's head view, a slice at an offset, the rows of a
  * gather. One whose index is loaded (a gather along the last axis) stays
- * element by element. The head view's coordinates are 32-bit (no 64-bit
- * division of the linear index), and the concat's i32 index arithmetic
- * leaves the kernel light: 4 streamed steps a trip (KF_UNROLL); with three
- * streamed operands it is not unrolled, and its grid is what its register
- * bound keeps resident. */
+ * element by element. rotate_half's two halves are read as one load where
+ * the concat takes them (a pair: kf_pair0, test_rotate_half_halves_read_as_
+ * one_load below), not as two. The head view's coordinates are 32-bit (no
+ * 64-bit division of the linear index), and the concat's i32 index arithmetic
+ * leaves the kernel light: 2 steps of its streamed operand and its pair's
+ * load a trip (KF_UNROLL); with three streamed operands it is not unrolled,
+ * and its grid is what its register bound keeps resident. */
 static void test_remapped_loads_read_vectors_where_their_elements_run_consecutively(void **state) {
     (void)state;
     static const struct {
         const char *text;
         int vectors;   /* remapped loads with the vector path */
         bool elements; /* a remapped load element by element stays */
-        bool unroll4;
+        int unroll;    /* KF_UNROLL, or 0: not checked */
+        bool pair;     /* rotate_half's halves as one load (kf_pair0) */
     } cases[] = {
         {"kfg 1\nq0 = input(bf16[2, 16, 512])\ncs = input(bf16[1, 16, 128])\n"
          "sn = input(bf16[1, 16, 128])\nc = reshape(cs, [1, 1, 16, 128])\n"
@@ -549,23 +552,23 @@ static void test_remapped_loads_read_vectors_where_their_elements_run_consecutiv
          "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=64)\n"
          "q2 = slice(q, axis=3, start=64)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
          "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
-         2, false, true},
+         0, false, 2, true},
         /* cos and sin per batch: three streamed operands, not unrolled */
         {"kfg 1\nq0 = input(bf16[2, 16, 512])\nc = input(bf16[2, 1, 16, 128])\n"
          "s = input(bf16[2, 1, 16, 128])\nh = reshape(q0, [2, 16, 4, 128])\n"
          "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=64)\n"
          "q2 = slice(q, axis=3, start=64)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
          "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
-         2, false, false},
+         0, false, 1, true},
         {"kfg 1\nx = input(bf16[12, 64])\nz = input(bf16[12, 32])\n"
          "s = slice(x, axis=1, start=8, stop=40)\ny = add(s, z)\noutput y\n",
-         1, false, true},
+         1, false, 4, false},
         {"kfg 1\nt = input(f32[40, 64])\ni = input(i32[4, 6])\nw = input(f32[64])\n"
          "e = gather(t, i, axis=0)\ny = mul(e, w)\noutput y\n",
-         1, false, false},
+         1, false, 0, false},
         {"kfg 1\nu = input(bf16[5, 9])\nj = input(i32[5, 16])\nf = gather(u, j, axis=1)\n"
          "z = exp(f)\noutput z\n",
-         0, true, false},
+         0, true, 0, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         planned p;
@@ -584,9 +587,12 @@ static void test_remapped_loads_read_vectors_where_their_elements_run_consecutiv
         if (vectors != cases[i].vectors)
             fail_msg("case %zu (%s): %d remapped loads as vectors, expected %d", i, k.name, vectors,
                      cases[i].vectors);
-        /* element by element: a coordinate node's element k in the offset */
+        /* element by element: a coordinate node's element k in the offset
+         * (in kf_body: a pair's kf_pair0 spells its fallback's offsets so) */
+        const char *kbody = strstr(body, "kf_body(");
+        assert_non_null(kbody);
         bool elements = false;
-        for (const char *q = body; (q = strstr(q, "(long long)v")) != NULL && !elements; q++) {
+        for (const char *q = kbody; (q = strstr(q, "(long long)v")) != NULL && !elements; q++) {
             const char *e = q + strlen("(long long)v");
             while (*e >= '0' && *e <= '9')
                 e++;
@@ -594,8 +600,10 @@ static void test_remapped_loads_read_vectors_where_their_elements_run_consecutiv
         }
         assert_true(cases[i].elements == elements);
         assert_null(strstr(body, "LL %")); /* 32-bit coordinates */
-        if (cases[i].unroll4)
-            assert_non_null(strstr(body, "#define KF_UNROLL 4"));
+        char unroll[32];
+        snprintf(unroll, sizeof unroll, "#define KF_UNROLL %d\n", cases[i].unroll);
+        assert_true(cases[i].unroll == 0 || strstr(body, unroll) != NULL);
+        assert_true(cases[i].pair == (strstr(body, "kf_pair0<VV>(i0, m)") != NULL));
         /* the grid's blocks an SM are resident at once: the register bound
          * (KF_MINB) allows as many (a concat's index arithmetic, not
          * unrolled: 4, where the unbounded kernel took 5 and the grid 8) */
@@ -603,6 +611,125 @@ static void test_remapped_loads_read_vectors_where_their_elements_run_consecutiv
         snprintf(minb, sizeof minb, "#define KF_MINB %u\n", k.launch.blocks_per_sm);
         assert_non_null(strstr(body, minb));
         assert_true(k.launch.blocks_per_sm <= 4);
+        kf_cuda_kernel_release(&MEM, &k);
+        plan_release(&p);
+    }
+}
+
+/* rotate_half's concat reads its tensor twice per element, where(j < n,
+ * -x[j + n], x[j - n]), each index clamped into its half; the two loads are
+ * read as one at the index the where keeps (a pair, cg_elementwise.c:
+ * kf_pair0), loaded ahead with the streamed operands where the loop unrolls
+ * (pv.m0), else in kf_body, with a vector path when the chunk's elements run
+ * consecutively on one side and an element-by-element one (m[k]) otherwise.
+ * The LLaMA shape (B8 H32 S2048 D128, q's head view) unrolls 2 steps of q
+ * and its pair's load a trip without spilling (with 4 ptxas spilled); a
+ * ragged head (D 20: 4-element chunks across the seam), a misaligned slice
+ * and two concats of the same halves (each load feeding both wheres: no pair
+ * where the loads are one node) compile for both archs; a kernel without vectors (an odd last axis)
+ * keeps the loads element by element. The recipe flag EW_PAIRS_APART (measure-only) gives the form
+ * before: each half its own load behind its branches, 4 steps. */
+static void test_rotate_half_halves_read_as_one_load(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        int pairs;        /* kf_pairN functions */
+        int unroll;       /* KF_UNROLL */
+        const char *same; /* the uniform-side test, or NULL: not checked */
+        int vectors;      /* other remapped loads with a vector path (xs's own) */
+    } cases[] = {
+        {"kfg 1\nq0 = input(bf16[8, 2048, 4096])\ncs = input(bf16[1, 2048, 128])\n"
+         "sn = input(bf16[1, 2048, 128])\nc = reshape(cs, [1, 1, 2048, 128])\n"
+         "s = reshape(sn, [1, 1, 2048, 128])\nh = reshape(q0, [8, 2048, 32, 128])\n"
+         "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=64)\n"
+         "q2 = slice(q, axis=3, start=64)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+         "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+         1, 2, "[0] == v", 0},
+        {"kfg 1\nq0 = input(f32[2, 7, 60])\ncs = input(f32[1, 7, 20])\n"
+         "sn = input(f32[1, 7, 20])\nc = reshape(cs, [1, 1, 7, 20])\n"
+         "s = reshape(sn, [1, 1, 7, 20])\nh = reshape(q0, [2, 7, 3, 20])\n"
+         "q = permute(h, [0, 2, 1, 3])\nq1 = slice(q, axis=3, stop=10)\n"
+         "q2 = slice(q, axis=3, start=10)\nn2 = neg(q2)\nr = concat(n2, q1, axis=3)\n"
+         "qc = mul(q, c)\nrs = mul(r, s)\ny = add(qc, rs)\noutput y\n",
+         1, 2, "[0] == v", 0},
+        {"kfg 1\nx = input(f32[6, 66])\nc = input(f32[6, 64])\ns = input(f32[6, 64])\n"
+         "xs = slice(x, axis=1, start=1, stop=65)\nx1 = slice(xs, axis=1, stop=32)\n"
+         "x2 = slice(xs, axis=1, start=32)\nn = neg(x2)\nr = concat(n, x1, axis=1)\n"
+         "a = mul(xs, c)\nb = mul(r, s)\ny = add(a, b)\noutput y\n",
+         1, 1, NULL, 1},
+        {"kfg 1\nx = input(bf16[6, 64])\nx1 = slice(x, axis=1, stop=32)\n"
+         "x2 = slice(x, axis=1, start=32)\nn = neg(x2)\nr = concat(n, x1, axis=1)\n"
+         "t = concat(x2, x1, axis=1)\ny = mul(r, t)\noutput y\n",
+         -1, 1, NULL, 0},
+        {"kfg 1\nx = input(f32[6, 7])\nx1 = slice(x, axis=1, stop=3)\n"
+         "x2 = slice(x, axis=1, start=3)\nn = neg(x2)\nr = concat(n, x1, axis=1)\n"
+         "w = input(f32[6, 7])\ny = mul(r, w)\noutput y\n",
+         0, 0, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        assert_int_equal(kf_plan_kernel_count(p.plan), 1);
+        assert_int_equal(compile_all(p.plan, NULL), 2);
+        kf_cuda_kernel k;
+        first_kernel(p.plan, "sm_90a", &k);
+        if (getenv("KF_TEST_SHOW_SOURCE"))
+            fprintf(stderr, "%s\n", k.source);
+        const char *body = strstr(k.source, "#define KF_N ");
+        assert_non_null(body);
+        int pairs = 0;
+        for (const char *q = body; (q = strstr(q, "__forceinline__ bool kf_pair")) != NULL; q++)
+            pairs++;
+        if (cases[i].pairs >= 0 && pairs != cases[i].pairs)
+            fail_msg("case %zu (%s): %d pairs, expected %d", i, k.name, pairs, cases[i].pairs);
+        if (pairs > 0) {
+            /* in kf_body, and no remapped load of its own left there */
+            assert_non_null(strstr(body, "kf_pair0<VV>(i0, m)"));
+            int vectors = 0;
+            for (const char *q = body; (q = strstr(q, "kf_ldv<VV>(q")) != NULL; q++)
+                vectors++;
+            assert_int_equal(vectors, cases[i].vectors);
+            /* ahead with the streamed operands exactly when unrolled */
+            assert_true((cases[i].unroll > 1) == (strstr(body, "pv.m0") != NULL));
+            char unroll[32];
+            snprintf(unroll, sizeof unroll, "#define KF_UNROLL %d\n", cases[i].unroll);
+            assert_non_null(strstr(body, unroll));
+            assert_true(cases[i].same == NULL || strstr(body, cases[i].same) != NULL);
+        }
+        if (i == 0) { /* EW_PAIRS_APART: the form before, each half behind its branches */
+            kf_cuda_target t;
+            kf_cuda_target_for_arch("sm_90a", &t);
+            t.flags = KF_CUDA_RECIPE_EW_PAIRS_APART;
+            kf_cuda_recipes *rec = NULL;
+            char err[KF_MSG_MAX] = "";
+            if (kf_cuda_recipes_create(p.plan, &t, &MEM, &rec, err) != KF_OK)
+                fail_msg("recipes: %s", err);
+            const char *src = NULL;
+            for (uint32_t gi = 0; gi < rec->n && !src; gi++) {
+                for (uint32_t st = 0; st < rec->recipes[gi].n_steps && !src; st++) {
+                    if (rec->recipes[gi].steps[st].kind == KF_CUDA_STEP_KERNEL)
+                        src = rec->recipes[gi].steps[st].kernel->kernel.source;
+                }
+            }
+            assert_non_null(src);
+            assert_null(strstr(src, "kf_pair"));
+            const char *a = strstr(src, "kf_ldv<VV>(q");
+            assert_non_null(a);
+            assert_non_null(strstr(a + 1, "kf_ldv<VV>(q"));
+            assert_non_null(strstr(src, "#define KF_UNROLL 4\n"));
+            kf_cuda_recipes_destroy(rec);
+        }
+        if (i == 0 && have_nvrtc()) { /* no spills at its 4 blocks of 256 an SM */
+            kf_nvrtc_options o = {.arch = "sm_90a", .kernel_name = k.name, .ptxas_verbose = true};
+            kf_nvrtc_result res;
+            char err[KF_MSG_MAX] = "";
+            if (kf_nvrtc_compile(&MEM, k.source, k.source_len, &o, &res, err) != KF_OK)
+                fail_msg("%s: %s\n%s", k.name, err, res.log ? res.log : "");
+            if (!res.log || !strstr(res.log, "0 bytes stack frame, 0 bytes spill stores, 0 bytes "
+                                             "spill loads"))
+                fail_msg("%s spills:\n%s", k.name, res.log ? res.log : "(no log)");
+            kf_nvrtc_result_release(&MEM, &res);
+        }
         kf_cuda_kernel_release(&MEM, &k);
         plan_release(&p);
     }
@@ -2062,6 +2189,7 @@ int main(void) {
         cmocka_unit_test(test_sibling_groups_compile_to_one_multi_output_kernel),
         cmocka_unit_test(test_slices_concats_and_gathers_compile_into_their_consumers),
         cmocka_unit_test(test_remapped_loads_read_vectors_where_their_elements_run_consecutively),
+        cmocka_unit_test(test_rotate_half_halves_read_as_one_load),
         cmocka_unit_test(test_every_rowwise_op_with_prologue_and_epilogue_every_dtype),
         cmocka_unit_test(test_same_plan_gives_the_same_source_bytes),
         cmocka_unit_test(test_groups_with_the_same_code_share_a_cache_key),

@@ -82,6 +82,7 @@ typedef struct cg {
                            bf16 output packed by bit operations (kf_gm_pack2); bf16 pairs
                            loaded by a shift and a mask (kf_gm_ldv) */
     bool *stored;       /* per node: written to an output buffer of its own dtype (cg_raw_of) */
+    uint64_t rflags;    /* the recipe flags a kernel kind reads (KF_CUDA_RECIPE_*; 0: none) */
     uint8_t *kvary;     /* per node: a cg_kvary (cg_kvary_fill), or NULL: cg_emit_nodes reads
                            every remapped LOAD element by element */
     kf_status st;

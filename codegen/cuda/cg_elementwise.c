@@ -10,6 +10,7 @@
  */
 #include "codegen/cuda/cg.h"
 
+#include "codegen/cuda/cuda_recipe.h"
 #include "codegen/cuda/templates.h"
 
 /* The bulk path of the elementwise template (elementwise.cuh, KF_BULK):
@@ -164,6 +165,220 @@ static bool i32_light(const cg *c, uint32_t i) {
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Partner loads: one load for where(C, F(X at a), G(X at b))                 */
+/* ------------------------------------------------------------------------ */
+
+/* A concat of two views of one tensor (rotate_half: cat(-x2, x1)) reads X
+ * twice per element, where(j < n, -X[.., j + n], X[.., j - n]) with each
+ * index clamped into its half (cg_kvary_fill's note), and keeps one of the
+ * two. As two remapped loads (cg_emit_remap_vector) that is a vector load and
+ * a scalar one per vector, each behind a three-way branch, after the previous
+ * vector's store: in the rotary kernel of gpu_bench's rotary row (unroll 4)
+ * the SASS showed the kernel's own four vector loads issued up front and each
+ * vector's two partner loads and its store one vector at a time, four
+ * serialized round trips a loop trip. A pair is read instead as one load at
+ * where(C, a, b): element k takes the element its where keeps, and both
+ * loads' nodes stand for that value. Legal when each load reaches the
+ * outputs only through its own side of the where (what the other elements
+ * of F(...) compute is thrown away by the where), and when C and both
+ * indices are index arithmetic alone (no load, no clamp report), so
+ * kf_pairN(i0, m) can compute them anywhere: in kf_pre_load, with the
+ * streamed operands, and in kf_body. The vector path is taken when C is the
+ * same over the chunk and the chosen side's elements run consecutively and
+ * aligned, else element by element at m[k] (a chunk across the halves, a
+ * ragged or unaligned shape): correct for every shape, as both loads were. */
+#define EW_MAX_PAIRS 4
+
+typedef struct ew_pair {
+    uint32_t w;    /* the where node */
+    uint32_t a, b; /* the remapped loads of its true and false side */
+} ew_pair;
+
+/* Whether remapped load i is read as cg_emit_remap_vector reads a moving
+ * chunk: its offset steps by 0 or 1 from one element to the next (the last
+ * axis at stride 1, or one KV_STEP coordinate node at stride 1), so that
+ * m[VV - 1] - m[0] == VV - 1 holds exactly when the elements run
+ * consecutively. */
+static bool pair_side_ok(const cg *c, const uint8_t *kv, uint32_t i, kf_space sp, int rank,
+                         const int64_t *dims) {
+    const kf_expr *e = &c->g->expr[i];
+    if (e->kind != KF_EXPR_LOAD || !cg_is_remapped_load(e) || !c->need[i] || c->ov[i][0] ||
+        c->param[i] < 0 || rank < 1 || e->space != sp)
+        return false;
+    const int last = rank - 1;
+    bool stat = dims[last] != 1 && e->strides[last] != 0;
+    if (stat && e->strides[last] != 1)
+        return false;
+    int dyn = -1;
+    for (int j = 0; j < 3 && e->src[j] != KF_NONE; j++) {
+        if (kv[e->src[j]] == KV_FIXED)
+            continue;
+        if (kv[e->src[j]] != KV_STEP || stat || dyn >= 0 || e->dyn_strides[j] != 1)
+            return false;
+        dyn = j;
+    }
+    return stat || dyn >= 0;
+}
+
+/* Whether every needed path from load l to the outputs runs through operand
+ * `side` (1: true, 2: false) of where node w: the nodes l reaches, w aside
+ * (t, scratch of c->n), hold no output and neither of w's other operands. */
+static bool pair_only_through(const cg *c, bool *t, uint32_t l, uint32_t w, int side,
+                              const out_spec *outs, uint32_t n_outs) {
+    const kf_group *g = c->g;
+    memset(t, 0, c->n * sizeof *t);
+    t[l] = true;
+    for (uint32_t i = l + 1; i < c->n; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (!c->need[i] || i == w ||
+            (e->kind != KF_EXPR_OP && e->kind != KF_EXPR_LOAD && e->kind != KF_EXPR_ACC))
+            continue;
+        for (int j = 0; j < 3; j++)
+            t[i] = t[i] || (e->src[j] != KF_NONE && t[e->src[j]]);
+    }
+    for (uint32_t o = 0; o < n_outs; o++) {
+        if (outs[o].node < c->n && t[outs[o].node])
+            return false;
+    }
+    const kf_expr *we = &g->expr[w];
+    return t[we->src[side]] && !t[we->src[0]] && !t[we->src[3 - side]];
+}
+
+/* Marks in t what node i needs and returns whether it is index arithmetic
+ * alone: constants, indices and ops, no load, no clamp report. */
+static bool pair_index_only(const cg *c, bool *t, uint32_t i) {
+    if (i == KF_NONE || t[i])
+        return true;
+    t[i] = true;
+    const kf_expr *e = &c->g->expr[i];
+    if (e->kind == KF_EXPR_CONST || e->kind == KF_EXPR_INDEX)
+        return true;
+    if (e->kind != KF_EXPR_OP || e->clamp_report || c->ov[i][0])
+        return false;
+    for (int j = 0; j < 3; j++) {
+        if (!pair_index_only(c, t, e->src[j]))
+            return false;
+    }
+    return true;
+}
+
+static bool pair_used(const ew_pair *pairs, uint32_t np, uint32_t l) {
+    for (uint32_t p = 0; p < np; p++) {
+        if (pairs[p].a == l || pairs[p].b == l)
+            return true;
+    }
+    return false;
+}
+
+/* The pairs of the kernel (at most EW_MAX_PAIRS), each load in one at most.
+ * t: scratch of c->n. */
+static uint32_t find_pairs(const cg *c, const uint8_t *kv, kf_space sp, int rank,
+                           const int64_t *dims, const out_spec *outs, uint32_t n_outs, bool *t,
+                           ew_pair *pairs) {
+    const kf_group *g = c->g;
+    uint32_t np = 0;
+    for (uint32_t w = 0; w < c->n && np < EW_MAX_PAIRS; w++) {
+        const kf_expr *we = &g->expr[w];
+        if (!c->need[w] || c->ov[w][0] || we->kind != KF_EXPR_OP || we->op != KF_OP_WHERE)
+            continue;
+        uint32_t a = KF_NONE, b = KF_NONE;
+        for (uint32_t la = 0; la < w && b == KF_NONE; la++) {
+            if (pair_used(pairs, np, la) || !pair_side_ok(c, kv, la, sp, rank, dims) ||
+                !pair_only_through(c, t, la, w, 1, outs, n_outs))
+                continue;
+            for (uint32_t lb = 0; lb < w && b == KF_NONE; lb++) {
+                if (lb != la && !pair_used(pairs, np, lb) && c->param[lb] == c->param[la] &&
+                    g->expr[lb].dtype == g->expr[la].dtype &&
+                    pair_side_ok(c, kv, lb, sp, rank, dims) &&
+                    pair_only_through(c, t, lb, w, 2, outs, n_outs)) {
+                    a = la;
+                    b = lb;
+                }
+            }
+        }
+        if (b == KF_NONE)
+            continue;
+        memset(t, 0, c->n * sizeof *t);
+        bool idx = pair_index_only(c, t, we->src[0]);
+        for (int j = 0; j < 3 && idx; j++) {
+            idx = pair_index_only(c, t, g->expr[a].src[j]) &&
+                  pair_index_only(c, t, g->expr[b].src[j]);
+        }
+        if (idx)
+            pairs[np++] = (ew_pair){w, a, b};
+    }
+    return np;
+}
+
+/* Appends load l's offset of element k of the chunk: its offset, its
+ * coordinates x strides, its coordinate nodes x theirs. */
+static void pair_offset(cg *c, chunk_ctx *x, uint32_t l, int rank, const int64_t *dims) {
+    const kf_expr *e = &c->g->expr[l];
+    cg_printf(&c->s, "%" PRId64 "LL", e->offset);
+    for (int d = 0; d < rank; d++) {
+        if (e->strides[d] != 0 && dims[d] != 1)
+            cg_printf(&c->s, " + (long long)(%s) * %" PRId64 "LL", cg_coord_of(x, e->space, d),
+                      e->strides[d]);
+    }
+    for (int j = 0; j < 3 && e->src[j] != KF_NONE; j++)
+        cg_printf(&c->s, " + (long long)v%u[k] * %" PRId64 "LL", e->src[j], e->dyn_strides[j]);
+}
+
+/* kf_pairN<VV>(i0, m) for each pair: m[k] the offset element k of the chunk
+ * at i0 reads, and whether they run consecutively (C the same over the chunk
+ * and the chosen side's offsets one apart). need: scratch of c->n. */
+static void emit_pair_fns(cg *c, chunk_ctx *x, const uint8_t *kv, const ew_pair *pairs, uint32_t np,
+                          int rank, const int64_t *dims, bool *need) {
+    const kf_group *g = c->g;
+    bool *saved = c->need;
+    for (uint32_t p = 0; p < np && c->st == KF_OK; p++) {
+        const kf_expr *we = &g->expr[pairs[p].w], *ea = &g->expr[pairs[p].a],
+                      *eb = &g->expr[pairs[p].b];
+        memset(need, 0, c->n * sizeof *need);
+        c->need = need;
+        cg_mark(c, we->src[0]);
+        for (int j = 0; j < 3; j++) {
+            cg_mark(c, ea->src[j]);
+            cg_mark(c, eb->src[j]);
+        }
+        cg_printf(&c->s,
+                  "/* the offsets of nodes %u and %u where node %u takes them (one load) */\n"
+                  "template <int VV> __device__ __forceinline__ bool kf_pair%u(long long i0, long "
+                  "long *m) {\n",
+                  pairs[p].a, pairs[p].b, pairs[p].w, p);
+        cg_emit_nodes(c, cg_coord_of, x, "    ", true);
+        c->need = saved;
+        uint32_t cn = we->src[0];
+        cg_printf(&c->s,
+                  "#pragma unroll\n    for (int k = 0; k < VV; k++)\n        m[k] = v%u[k] ? (",
+                  cn);
+        pair_offset(c, x, pairs[p].a, rank, dims);
+        cg_puts(&c->s, ") : (");
+        pair_offset(c, x, pairs[p].b, rank, dims);
+        cg_puts(&c->s, ");\n");
+        /* C the same over the chunk: fixed; a comparison of a KV_STEP value
+         * (non-decreasing) with a fixed one is monotone, so its ends decide;
+         * else every element */
+        const kf_expr *ce = &g->expr[cn];
+        bool mono = ce->kind == KF_EXPR_OP &&
+                    (ce->op == KF_OP_LT || ce->op == KF_OP_LE || ce->op == KF_OP_GT ||
+                     ce->op == KF_OP_GE) &&
+                    ((kv[ce->src[0]] == KV_STEP && kv[ce->src[1]] == KV_FIXED) ||
+                     (kv[ce->src[0]] == KV_FIXED && kv[ce->src[1]] == KV_STEP));
+        if (kv[cn] == KV_FIXED)
+            cg_puts(&c->s, "    bool same = true;\n");
+        else if (mono)
+            cg_printf(&c->s, "    bool same = v%u[0] == v%u[VV - 1];\n", cn, cn);
+        else
+            cg_printf(&c->s,
+                      "    bool same = true;\n#pragma unroll\n    for (int k = 1; k < VV; k++)\n"
+                      "        same = same && v%u[k] == v%u[0];\n",
+                      cn, cn);
+        cg_puts(&c->s, "    return same && m[VV - 1] - m[0] == VV - 1;\n}\n\n");
+    }
+}
+
 kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp,
                              const char *what) {
     const kf_group *g = c->g;
@@ -262,6 +477,26 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
             light = false;
         ints = ints || (c->need[i] && e->dtype == KF_DTYPE_I32);
     }
+    /* how each node varies along a vector (remapped loads read as vectors:
+     * cg_emit_remap_vector), and the partner-load pairs (find_pairs) */
+    uint8_t *kv = vec > 1 ? kf_mem_calloc(c->mem, c->n ? c->n : 1, 1) : NULL;
+    bool *scratch = kf_mem_calloc(c->mem, c->n ? c->n : 1, sizeof *scratch);
+    ew_pair pairs[EW_MAX_PAIRS];
+    uint32_t np = 0;
+    if ((vec > 1 && !kv) || !scratch) {
+        if (kv)
+            kf_mem_free(c->mem, kv, c->n ? c->n : 1);
+        if (scratch)
+            kf_mem_free(c->mem, scratch, (c->n ? c->n : 1) * sizeof *scratch);
+        kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
+        kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
+        return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    }
+    if (kv) {
+        cg_kvary_fill(c, sp, kv);
+        if (!(c->rflags & KF_CUDA_RECIPE_EW_PAIRS_APART))
+            np = find_pairs(c, kv, sp, rank, dims, outs, n_outs, scratch, pairs);
+    }
     /* Streamed operands (16-byte vector loads, not hoisted) are read once:
      * with KF_UNROLL > 1 each thread loads KF_UNROLL steps of them
      * (kf_pre_load, with the device's L2 policy for streamed reads,
@@ -271,7 +506,7 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
      * chain above (one stream, 65536 x 4096 bf16), against one vector per
      * step at 8 blocks: H100 0.400 ms against 0.419 (evict-first), H200
      * 0.290-0.292 against 0.296-0.300. */
-    uint32_t unroll = light && streams > 0 && streams <= 2 ? 4 / streams : 1;
+    uint32_t unroll = light && streams > 0 && streams + np <= 2 ? 4 / (streams + np) : 1;
     if (unroll > 1)
         k->launch.blocks_per_sm = 4;
     /* With i32 index arithmetic, the unrolled loops at 4 blocks (64
@@ -297,7 +532,9 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     if (!light && !heavy)
         k->launch.blocks_per_sm = 4;
     bulk_plan bp;
-    plan_bulk(c, outs, n_outs, n, vec, light && !ints && streams_dense ? streams : 0, pre, &bp);
+    /* (a pair's load is not a streamed operand of the stage: none with pairs) */
+    plan_bulk(c, outs, n_outs, n, vec, light && !ints && streams_dense && np == 0 ? streams : 0,
+              pre, &bp);
     if (bp.e > 0) {
         k->tmpl = KF_CUDA_TEMPLATE_ELEMENTWISE_BULK;
         k->launch.block = BULK_BLOCK;
@@ -323,6 +560,9 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
 
     chunk_ctx *x = kf_mem_calloc(c->mem, 1, sizeof *x);
     if (!x) {
+        if (kv)
+            kf_mem_free(c->mem, kv, c->n ? c->n : 1);
+        kf_mem_free(c->mem, scratch, (c->n ? c->n : 1) * sizeof *scratch);
         kf_mem_free(c->mem, hoist, (c->n ? c->n : 1) * sizeof *hoist);
         kf_mem_free(c->mem, pre, (c->n ? c->n : 1) * sizeof *pre);
         return cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
@@ -379,13 +619,18 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
             cg_printf(&c->s, "    hv.l%u = kf_ld(p%d + (%s));\n", i, c->param[i], off);
     }
     cg_puts(&c->s, "    (void)i0; (void)hv;\n}\n\n");
+    emit_pair_fns(c, x, kv, pairs, np, rank, dims, scratch);
 
+    /* a pair's load is loaded ahead with the streamed operands (m<p>) */
     cg_puts(&c->s, "struct kf_pre {\n");
     for (uint32_t i = 0; i < c->n; i++) {
         if (pre[i])
             cg_printf(&c->s, "    kf_raw<KF_VEC * %zu> l%u;\n",
                       kf_dtype_size(c->k->params[c->param[i]].dtype), i);
     }
+    for (uint32_t p = 0; p < np && unroll > 1; p++)
+        cg_printf(&c->s, "    kf_raw<KF_VEC * %zu> m%u;\n",
+                  kf_dtype_size(c->k->params[c->param[pairs[p].a]].dtype), p);
     cg_puts(&c->s,
             "    char none_;\n};\n"
             "__device__ __forceinline__ void kf_pre_load(long long i0, kf_pre &pv, KF_PARAMS) {\n");
@@ -396,6 +641,21 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
         cg_offset_str(c, x, i, off, sizeof off);
         cg_printf(&c->s, "    kf_raw_ld_stream(p%d + (%s), pv.l%u);\n", c->param[i], off, i);
     }
+    for (uint32_t p = 0; p < np && unroll > 1; p++) {
+        int pp = c->param[pairs[p].a];
+        kf_dtype pd = c->k->params[pp].dtype;
+        size_t z = kf_dtype_size(pd);
+        cg_printf(
+            &c->s,
+            "    {\n        long long m[KF_VEC];\n"
+            "        if (kf_pair%u<KF_VEC>(i0, m) && kf_aligned(p%d + m[0], KF_VEC * %zu < 16 ? "
+            "KF_VEC * %zu : 16))\n"
+            "            kf_raw_ld_stream(p%d + m[0], pv.m%u);\n"
+            "        else {\n#pragma unroll\n"
+            "            for (int k = 0; k < KF_VEC; k++)\n"
+            "                reinterpret_cast<%s *>(pv.m%u.b)[k] = p%d[m[k]];\n        }\n    }\n",
+            p, pp, z, z, pp, p, cg_storage_type(pd), p, pp);
+    }
     cg_puts(&c->s, "    (void)i0; (void)pv;\n}\n\n");
     emit_bulk(c, &bp, outs, n_outs);
 
@@ -405,19 +665,42 @@ kf_status cg_gen_elementwise(cg *c, out_spec *outs, uint32_t n_outs, kf_space sp
     cg_emit_loads(c, x, vec, "    ", hoist, pre);
     for (uint32_t o = 0; o < n_outs; o++)
         cg_printf(&c->s, "    %s o%u[VV];\n", cg_reg_type(outs[o].dtype), o);
-    /* remapped loads (slices, concats, gathers) as vectors where their
-     * elements run consecutively (cg_emit_remap_vector) */
-    uint8_t *kv = vec > 1 ? kf_mem_calloc(c->mem, c->n ? c->n : 1, 1) : NULL;
-    if (kv) {
-        cg_kvary_fill(c, sp, kv);
-        c->kvary = kv;
-    } else if (vec > 1) {
-        cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    /* the pairs' loads (lm<p>: from pv when P, else here), which both of a
+     * pair's nodes stand for */
+    for (uint32_t p = 0; p < np; p++) {
+        int pp = c->param[pairs[p].a];
+        kf_dtype pd = c->k->params[pp].dtype;
+        size_t z = kf_dtype_size(pd);
+        const char *st = cg_storage_type(pd);
+        cg_printf(&c->s, "    %s lm%u[VV];\n", cg_reg_type(g->expr[pairs[p].a].dtype), p);
+        if (unroll > 1)
+            cg_printf(&c->s,
+                      "    if (P) {\n#pragma unroll\n        for (int k = 0; k < VV; k++)\n"
+                      "            lm%u[k] = kf_cvt(reinterpret_cast<const %s *>(pv.m%u.b)[k]);\n"
+                      "    } else ",
+                      p, st, p);
+        else
+            cg_puts(&c->s, "    ");
+        cg_printf(&c->s,
+                  "{\n        long long m[VV];\n"
+                  "        if (kf_pair%u<VV>(i0, m) && kf_aligned(p%d + m[0], VV * %zu < 16 ? VV * "
+                  "%zu : 16))\n"
+                  "            kf_ldv<VV>(p%d + m[0], lm%u);\n"
+                  "        else {\n#pragma unroll\n"
+                  "            for (int k = 0; k < VV; k++)\n"
+                  "                lm%u[k] = kf_ld(p%d + m[k]);\n        }\n    }\n",
+                  p, pp, z, z, pp, p, p, pp);
+        snprintf(c->ov[pairs[p].a], OV_MAX, "lm%u[k]", p);
+        snprintf(c->ov[pairs[p].b], OV_MAX, "lm%u[k]", p);
     }
+    /* the other remapped loads (slices, concats, gathers) as vectors where
+     * their elements run consecutively (cg_emit_remap_vector) */
+    c->kvary = kv;
     cg_emit_nodes(c, cg_coord_of, x, "    ", true);
     c->kvary = NULL;
     if (kv)
         kf_mem_free(c->mem, kv, c->n ? c->n : 1);
+    kf_mem_free(c->mem, scratch, (c->n ? c->n : 1) * sizeof *scratch);
     cg_puts(&c->s, "#pragma unroll\n    for (int k = 0; k < VV; k++) {\n");
     for (uint32_t o = 0; o < n_outs; o++)
         cg_printf(&c->s, "        o%u[k] = (%s)v%u%s[k];\n", o, cg_reg_type(outs[o].dtype),

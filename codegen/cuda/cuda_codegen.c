@@ -98,10 +98,16 @@ static row_spec row_of_group(const cg *c) {
 
 kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char *arch,
                                 const kf_mem *mem, kf_cuda_kernel *out) {
+    return kf_cuda_codegen_group_flags(plan, group, arch, 0, mem, out);
+}
+
+kf_status kf_cuda_codegen_group_flags(const kf_plan *plan, uint32_t group, const char *arch,
+                                      uint64_t rflags, const kf_mem *mem, kf_cuda_kernel *out) {
     cg c;
     kf_status st = cg_begin(&c, plan, group, arch, mem, out);
     if (st != KF_OK)
         return cg_end(&c, st);
+    c.rflags = rflags;
     const kf_group *g = c.g;
     out_spec outs[MAX_OUTS];
     uint32_t n = collect_outs(&c, outs, KF_EXPR_COUNT);

@@ -198,6 +198,10 @@ typedef struct kf_cuda_kernel {
  * out->error names the group and the construct), KF_ERR_OUT_OF_MEMORY. */
 kf_status kf_cuda_codegen_group(const kf_plan *plan, uint32_t group, const char *arch,
                                 const kf_mem *mem, kf_cuda_kernel *out);
+/* The same with the recipe flags `rflags` (KF_CUDA_RECIPE_*) that choose
+ * among the kernel's forms: EW_PAIRS_APART; the others are ignored. */
+kf_status kf_cuda_codegen_group_flags(const kf_plan *plan, uint32_t group, const char *arch,
+                                      uint64_t rflags, const kf_mem *mem, kf_cuda_kernel *out);
 
 /* For a GEMM group whose epilogue cuBLASLt does not apply natively: a kernel
  * over the GEMM's output space that reads each anchor's result from an ACC

@@ -190,7 +190,12 @@ enum {
 };
 
 /* Recipe flags past bit 31 (kf_cuda_target.flags is 64 bits; an enum
- * constant is an int). */
+ * constant is an int), and bit 30. */
+/* internal, measure-only: an elementwise kernel reads the two remapped loads
+ * of a pair (rotate_half's halves under their concat's where) apart, each
+ * behind its own vector / one-load / per-element branch in the body, the
+ * form before they were read as one load (cg_elementwise.c, find_pairs) */
+#define KF_CUDA_RECIPE_EW_PAIRS_APART (UINT64_C(1) << 30)
 /* internal: the sm_90a attention kernel runs as 2-CTA clusters where no mask
  * cuts tiles at head dim 128 with an even count of query tiles: the CTAs take
  * query tiles 2p and 2p + 1 of one batch-head and each loads half of every K

@@ -216,7 +216,10 @@ kf_status kf_rb_add_kernel(rb *b, const kf_plan *plan, kf_cuda_role role, char *
                            size_t name_size, kf_cuda_template *tmpl_out) {
     kf_cuda_kernel k;
     memset(&k, 0, sizeof k);
-    kf_status st = kf_cuda_codegen(plan, b->gi, role, b->target->arch, b->mem, &k);
+    kf_status st = role == KF_CUDA_ROLE_GROUP
+                       ? kf_cuda_codegen_group_flags(plan, b->gi, b->target->arch, b->target->flags,
+                                                     b->mem, &k)
+                       : kf_cuda_codegen(plan, b->gi, role, b->target->arch, b->mem, &k);
     if (st == KF_ERR_NOT_FOUND) {
         kf_cuda_kernel_release(b->mem, &k);
         return st;
