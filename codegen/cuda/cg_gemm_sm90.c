@@ -438,13 +438,13 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   epi.rs_node != KF_NONE ? 1 : 0);
     /* every output column a tile passes to kf_epi is inside N (the tiles
      * cover it exactly): no column test in the epilogue's loads, with the
-     * TMA-store epilogue (internal KF_CUDA_RECIPE_GEMM_EPI_NTEST keeps it,
-     * for measuring). The register epilogue only with EPI_NIN_ALL
+     * TMA-store epilogue (the test kept, measured slower at a358742, was
+     * EPI_NTEST). The register epilogue only with EPI_NIN_ALL
      * (internal): measured on an H100 (a358742), SwiGLU 8192 x 4096 x (2 x
      * 11008) 1.969 ms against 2.143 with the test, but GEMM + residual with
      * the split LayerNorm's statistics 0.455 against 0.433, and no GPU
      * numerics run yet of a pair whose tiles cover N */
-    if (sh->n % on == 0 && !sh->epi_ntest && (sh->epi_tma || sh->epi_nin_all))
+    if (sh->n % on == 0 && (sh->epi_tma || sh->epi_nin_all))
         cg_puts(&c.s, "#define KF_EPI_NIN 1\n");
     /* 2: fewer than half as many tiles as blocks (decode): each tile's K
      * steps interleaved over its share of the blocks */

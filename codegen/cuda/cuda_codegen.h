@@ -428,10 +428,6 @@ typedef struct kf_cuda_gemm_shape {
                                   the first is stored, their loads in flight together (internal;
                                   measured slower), where the default computes each chunk's
                                   between the previous chunk's store barriers */
-    bool epi_ntest;            /* sm_90a: the epilogue tests every column against N even where
-                                  the tiles cover N exactly, and the TMA-store epilogue's loads
-                                  take the column as its 32-bit copy (the code before; internal,
-                                  for measuring: KF_CUDA_RECIPE_GEMM_EPI_NTEST) */
     bool epi_unpacked;         /* sm_90a: the TMA-store epilogue without its bf16 pair forms
                                   (the code before; internal, for measuring:
                                   KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) */

@@ -258,11 +258,8 @@ enum {
  * keeps the cooperative 128 x 256 tiles where the default takes ping-pong
  * 128 x 128 (measured on an H200; the bench compares them on one device) */
 #define KF_CUDA_RECIPE_GEMM_SHORT_COOP (UINT64_C(1) << 40)
-/* internal: a generated sm_90a GEMM's epilogue tests every column against N
- * even where its tiles cover N exactly, and the TMA-store epilogue's loads take
- * the column's 32-bit copy (the code before KF_EPI_NIN and c0 in the loads'
- * offsets; the bench compares) */
-#define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
+/* (bit 41 was GEMM_EPI_NTEST, the column test kept where the tiles cover N:
+ * measured slower in every row, a358742; retired by epi17) */
 /* internal: a generated sm_90a GEMM's register epilogue (a SwiGLU pair, an
  * output the TMA store does not take) also skips the column test where its
  * tiles cover N, as the TMA-store epilogue does by default (H100, a358742:

@@ -1124,7 +1124,6 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * 0.996x. */
     sh.epi_cs = sh.epi_tma && !sh.epi_rs && !fold && !gm->head_dim && !dual && !sh.sk_grid &&
                 !b->sib_shape && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL);
-    sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
     sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
