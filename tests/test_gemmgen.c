@@ -669,6 +669,37 @@ static size_t count_of(const char *s, const char *what) {
     return n;
 }
 
+/* The SASS instructions of a GEMM's K loop: the shortest range from a
+ * backward branch's target to the branch that holds an HGMMA (0: none). */
+static size_t kloop_instructions(const char *sass) {
+    size_t best = 0;
+    for (const char *q = strstr(sass, "BRA 0x"); q; q = strstr(q + 1, "BRA 0x")) {
+        const char *ln = q;
+        while (ln > sass && ln[-1] != '\n')
+            ln--;
+        const char *at = strstr(ln, "/*");
+        unsigned long from = strtoul(q + 4, NULL, 16), to;
+        if (!at || at > q || sscanf(at, "/*%lx*/", &to) != 1 || from >= to)
+            continue;
+        char key[32];
+        snprintf(key, sizeof key, "/*%04lx*/", from);
+        const char *start = strstr(sass, key);
+        if (!start || start > q)
+            continue;
+        size_t n = 0;
+        bool hgmma = false;
+        for (const char *l = start; l && l <= q; l = strstr(l + 1, "\n        /*")) {
+            n++;
+            const char *e = strchr(l + 1, '\n');
+            const char *h = strstr(l, "HGMMA.");
+            hgmma = hgmma || (h && (!e || h < e));
+        }
+        if (hgmma && (!best || n < best))
+            best = n;
+    }
+    return best;
+}
+
 /* The TMA-store epilogue's bf16 pairs (cg_raw_feed, kf_gm_pack2, kf_gm_ldv):
  * GPT-2's out projection + bias + residual rounds h + b and adds the
  * residual as a bf16x2 pair. The sum is packed from its unrounded values by
@@ -798,6 +829,80 @@ static void test_stepped_wgmma_descriptors_compile_to_fewer_instructions(void **
         if (n[1] >= n[0])
             fail_msg("case %zu: %zu instructions with stepped descriptors, %zu without", i, n[1],
                      n[0]);
+        plan_release(&p);
+    }
+}
+
+/* Ping-pong tiles carry their stage's descriptor low words through the K
+ * loop, the stage index through a shuffle (KF_DESC_LO, the default): at
+ * least 10 SASS instructions a K step fewer than the form before (internal
+ * KF_CUDA_RECIPE_GEMM_DESC_WIDE: GPT-2's FC1 112 against 65, its R2UR before
+ * every HGMMA gone), as many HGMMA, no local memory (a norm folded into B with
+ * bias + gelu_tanh, the Q/K/V GEMM behind its LayerNorm, the out projection's
+ * bias + residual by TMA, B K-major). Cooperative tiles keep the form before:
+ * the flag changes the define only, not the K loop. */
+static void test_pingpong_descriptor_low_words_shorten_the_k_loop(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        bool pingpong;
+    } cases[] = {
+        {"kfg 1\nx = input(bf16[16384, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+         "w = input(bf16[1024, 4096])\nb = input(bf16[4096])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+         "h = matmul(n, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[16384, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+         "w = input(bf16[1024, 3072])\nb = input(bf16[3072])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+         "h = matmul(n, w)\ny = add(h, b)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+         "r = input(bf16[16384, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[4096, 1024])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w, transpose_b=true)\nhb = add(h, b)\n"
+         "y = gelu_tanh(hb)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[8192, 4096])\nw = input(bf16[4096, 4096])\nb = input(bf16[4096])\n"
+         "r = input(bf16[8192, 4096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+         false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        size_t n[2] = {0, 0}, hgmma[2] = {0, 0}, r2ur[2] = {0, 0};
+        for (int wide = 0; wide < 2; wide++) {
+            uint64_t fl = KF_CUDA_RECIPE_GEMM_GENERATED |
+                          (wide ? KF_CUDA_RECIPE_GEMM_DESC_WIDE : UINT64_C(0));
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, fl);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            const char *src = ks->kernel.source;
+            assert_true((strstr(src, "#define KF_PINGPONG 1") != NULL) == cases[i].pingpong);
+            assert_true((strstr(src, "#define KF_DESC_WIDE 1") != NULL) == (wide == 1));
+            assert_true((strstr(rc->variants[0].how, "stepped by 64-bit adds") != NULL) ==
+                        (wide == 1 && cases[i].pingpong));
+            kf_sass_check_hopper(&MEM, &ks->kernel);
+            char *sass = malloc(1 << 22);
+            assert_non_null(sass);
+            kf_sass_text(&MEM, &ks->kernel, sass, 1 << 22);
+            n[wide] = kloop_instructions(sass);
+            hgmma[wide] = count_of(sass, "HGMMA.");
+            r2ur[wide] = count_of(sass, "R2UR ");
+            free(sass);
+            kf_cuda_recipes_destroy(rec);
+        }
+        fprintf(
+            stderr,
+            "case %zu: %zu SASS instructions a K step (%zu R2UR), %zu with DESC_WIDE (%zu R2UR)\n",
+            i, n[0], r2ur[0], n[1], r2ur[1]);
+        assert_true(hgmma[0] > 0 && hgmma[1] == hgmma[0]);
+        if (cases[i].pingpong) {
+            if (!n[0] || n[0] + 10 > n[1])
+                fail_msg("case %zu: %zu instructions a K step, %zu with DESC_WIDE", i, n[0], n[1]);
+        } else {
+            assert_int_equal(n[0], n[1]);
+            assert_int_equal(r2ur[0], r2ur[1]);
+        }
         plan_release(&p);
     }
 }
@@ -2293,7 +2398,10 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
     }
     /* ping-pong 128-wide tiles (K <= 1024, more tiles than SMs), and
      * LLaMA-7B's GQA projections (16384 x 4096 x (4096 + 1024 + 1024):
-     * cooperative 128 x 256 tiles): one kernel each, HGMMA, no spills */
+     * cooperative 128 x 256 tiles): one kernel each, HGMMA, no spills; its
+     * wgmma descriptors stepped by adds as the single kernel's (KF_DESC_STEP:
+     * fewer SASS instructions a K step than rebuilt from their addresses,
+     * internal DESC_REBUILD) */
     static const char *const big[][2] = {
         {"kfg 1\nx = input(bf16[4224, 72])\ng = input(bf16[72])\nwq = input(bf16[72, 600])\n"
          "r = input(bf16[4224, 600])\nwk = input(bf16[72, 520])\nwv = input(bf16[72, 552])\n"
@@ -2323,6 +2431,27 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
             const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
             assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
             kf_sass_check_hopper(&MEM, &ks->kernel);
+            assert_non_null(strstr(ks->kernel.source, "#define KF_DESC_STEP 1"));
+            kf_cuda_recipes *rb =
+                kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                    KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
+            const kf_cuda_recipe *rcb = &rb->recipes[gi];
+            const kf_cuda_kstep *kb = rcb->steps[rcb->n_steps - 1].kernel;
+            assert_null(strstr(kb->kernel.source, "#define KF_DESC_STEP 1"));
+            size_t n[2];
+            for (int r = 0; r < 2; r++) {
+                char *sass = malloc(1 << 22);
+                assert_non_null(sass);
+                kf_sass_text(&MEM, r ? &kb->kernel : &ks->kernel, sass, 1 << 22);
+                n[r] = kloop_instructions(sass);
+                free(sass);
+            }
+            fprintf(stderr, "set %zu: %zu SASS instructions a K step, %zu rebuilt\n", c, n[0],
+                    n[1]);
+            if (!n[0] || n[0] >= n[1])
+                fail_msg("set %zu: %zu instructions a K step, %zu rebuilt", c, n[0], n[1]);
+            kf_cuda_recipes_destroy(rb);
             ones++;
         }
         assert_int_equal(ones, 1);
@@ -2460,6 +2589,7 @@ int main(void) {
         cmocka_unit_test(test_tma_store_epilogue_stages_its_bias_in_shared_memory),
         cmocka_unit_test(test_tma_store_epilogue_packs_bf16_pairs_once),
         cmocka_unit_test(test_stepped_wgmma_descriptors_compile_to_fewer_instructions),
+        cmocka_unit_test(test_pingpong_descriptor_low_words_shorten_the_k_loop),
         cmocka_unit_test(test_square_raster_compiles_with_16_tile_rows),
         cmocka_unit_test(test_gelu_tanh_by_mufu_compiles_to_one_mufu_tanh),
         cmocka_unit_test(test_residual_by_tma_compiles_with_a_fourth_map),

@@ -128,6 +128,13 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
     cg_printf(&c0->s,
               "#define KF_SIB %u\n#define KF_SIB_NS0 kf_s0::\n#define KF_TILES_N %" PRId64 "\n", n,
               tiles_n);
+    /* the descriptors stepped by adds, as the single kernel's (the set
+     * kernel rebuilt them from their addresses every K step: GPT-2's Q/K/V
+     * set 127 SASS instructions a K step, 95 stepped) */
+    if (sh->desc_step)
+        cg_puts(&c0->s, "#define KF_DESC_STEP 1\n");
+    if (sh->desc_step && sh->desc_wide)
+        cg_puts(&c0->s, "#define KF_DESC_WIDE 1\n");
     if (sh->epi_tma && g0->head_dim && g0->heads_first)
         cg_printf(&c0->s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", g0->m);
     if (sh->a_fold) /* before the template's head, which reads them */
