@@ -2451,19 +2451,21 @@ int main(int argc, char **argv) {
      * since 214feea's run), and apart as before (_apart: PREPASS_APART): the
      * measured choice and the generated side */
 #define G2_APART KF_CUDA_RECIPE_GEMM_PREPASS_APART
-        /* ping-pong's wgmma descriptors by 64-bit adds from the ring's
-         * (_descw: KF_CUDA_RECIPE_GEMM_DESC_WIDE, internal, the form before
-         * the K loop carried their low words), and the sibling set's one
-         * kernel with them rebuilt each K step (_rebuild: its form before
+        /* ping-pong's tile counter from the consumer's index as it is
+         * (_ppvar: KF_CUDA_RECIPE_GEMM_PP_VARYING, internal, the form before
+         * the shuffle), and the sibling set's one kernel with its
+         * descriptors rebuilt each K step (_rebuild: its form before
          * KF_DESC_STEP) */
-        {"gpt2_fc1_generated_descw", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_DESC_WIDE},
-        {"ln_qkv_generated_descw", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_DESC_WIDE},
-        {"gpt2_outproj_generated_descw", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_DESC_WIDE},
-        {"gpt2_qkv_siblings_generated_descw", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | KF_CUDA_RECIPE_GEMM_DESC_WIDE},
+        {"gpt2_fc1_generated_ppvar", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PP_VARYING},
+        {"ln_qkv_generated_ppvar", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PP_VARYING},
+        {"gpt2_outproj_generated_ppvar", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PP_VARYING},
+        {"gpt2_qkv_siblings_generated_ppvar", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | KF_CUDA_RECIPE_GEMM_PP_VARYING},
+        {"gpt2_qkv_one_generated_ppvar", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_PP_VARYING},
         {"gpt2_qkv_one_generated_rebuild", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_DESC_REBUILD},
         {"ln_qkv_generated_apart", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,

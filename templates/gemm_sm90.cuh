@@ -186,18 +186,10 @@
                           (KF_CUDA_RECIPE_GEMM_DESC_REBUILD) builds each from its shared
                           address every K step */
 #endif
-#ifndef KF_DESC_WIDE
-#define KF_DESC_WIDE 0 /* with KF_DESC_STEP and ping-pong: 1 (KF_CUDA_RECIPE_GEMM_DESC_WIDE)
-                          steps them by 64-bit adds from the ring's and takes a tile's
-                          first stage from its consumer's index, the form before
-                          KF_DESC_LO */
+#ifndef KF_PP_VARYING
+#define KF_PP_VARYING 0 /* ping-pong: 1 (KF_CUDA_RECIPE_GEMM_PP_VARYING) counts a consumer's
+                           tiles from its index as it is, the form before the shuffle */
 #endif
-/* Ping-pong's K loop carries its stage's descriptor low words (kf_gm_desc_of).
- * Cooperative tiles keep the 64-bit adds from the ring's: there ptxas keeps
- * them in uniform registers already (8192 x 4096 x 4096 + bias + residual: 47
- * SASS instructions a K step, 53 with the low words carried). So does the
- * dual (SwiGLU) pair on ping-pong tiles: not measured with them. */
-#define KF_DESC_LO (KF_DESC_STEP && KF_PINGPONG && !KF_DUAL && !KF_DESC_WIDE)
 #ifndef KF_PP_EARLY
 #define KF_PP_EARLY 0 /* ping-pong: 1 passes the turn once a consumer's last wgmmas are
                          issued and takes it after the tile's loads; 0 (the default) passes
@@ -351,19 +343,6 @@ __device__ __forceinline__ void kf_gm_box_b(unsigned dst, const kf_tmap *map, in
 __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
     asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
 }
-
-/* A wgmma descriptor from its high word (the stride and the swizzle) and its
- * low word (the address field, bits 0-13, and the leading byte offset): a
- * stepped descriptor moves only its address field, and no add carries out
- * of it (every shared address here is below 256 KiB), so the K loop steps
- * the low words alone (KF_DESC_LO). */
-__device__ __forceinline__ unsigned long long kf_gm_desc_of(unsigned hi, unsigned lo) {
-    return ((unsigned long long)hi << 32) | lo;
-}
-/* The high word of every descriptor of the ring (a stride of 1024 bytes, the
- * 128-byte swizzle), a constant: taken from dda0 it was rebuilt from the
- * ring's address each K step (its 64-bit add might carry, for all ptxas knows). */
-#define KF_DESC_HI ((unsigned)(kf_hp_desc(0u, 16u, 1024u) >> 32))
 
 /* The fold with the TMA-store epilogue (KF_FOLD_PRE): a consumer loads the
  * statistics of its rows of a tile into registers, and a LayerNorm's column
@@ -1422,27 +1401,21 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #if KF_PINGPONG
         /* Tile i of the block (t = blockIdx.x + i * gridDim.x) is consumer
          * i % 2's; its first stage is k-step i * KF_KT of the producer's. */
-        for (int i = cw;; i += 2) {
+        /* The consumer's first tile through a shuffle from lane 0 (its
+         * value in every lane): from cw itself, which ptxas takes as varying
+         * within a warp, the tile counter, the stage index and everything
+         * derived from them lived in vector registers, and each K step
+         * built its wgmma descriptors there and moved them to uniform ones
+         * by R2UR before every HGMMA (GPT-2's FC1: 112 SASS instructions a
+         * K step against 58; the LN + Q/K/V set's one kernel 126 rebuilt
+         * against 58 stepped; the out projection 125 against 69). */
+        for (int i = KF_PP_VARYING ? cw : __shfl_sync(0xffffffffu, cw, 0);; i += 2) {
             const int t = blockIdx.x / KF_CLUSTER + i * (gridDim.x / KF_CLUSTER);
             if (t >= KF_UNITS)
                 break;
             const long long q0 = (long long)i * KF_KT;
-#if !KF_DESC_LO
             int s = (int)(q0 % KF_STAGES);
             unsigned ph = (unsigned)((q0 / KF_STAGES) & 1);
-#else
-            /* i starts at cw, which ptxas takes as varying within the warp:
-             * the stage index through a shuffle from lane 0 (the warp's
-             * value) is uniform to it, so the stage's descriptors and their
-             * steps stay in uniform registers (UIADD3), where from s in a
-             * vector register each K step rebuilt them by 64-bit adds,
-             * moves and R2UR (GPT-2's FC1: 112 SASS instructions a K step
-             * against 65; its out projection, whose K loop holds the
-             * residual's release behind a branch, keeps the R2UR: 125
-             * against 107) */
-            int s = __shfl_sync(0xffffffffu, (int)(q0 % KF_STAGES), 0);
-            unsigned ph = __shfl_sync(0xffffffffu, (unsigned)((q0 / KF_STAGES) & 1), 0);
-#endif
             if (!KF_PP_EARLY && i > 0) /* the other consumer's main loop of tile i - 1 is done */
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
             const int kb = 0, ke = KF_KT, ks = 1;
@@ -1531,14 +1504,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             if (KF_PP_EARLY && i > 0)
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
 #endif
-#if KF_DESC_LO
-            /* The low words of stage s's descriptors, carried through the K
-             * loop (a stage's step added, the ring's wrap subtracted), where
-             * added to the ring's each K step (GPT-2's FC1: 68 SASS
-             * instructions a K step against 65; by 64-bit adds, 112) */
-            unsigned dla = (unsigned)dda0 + (((unsigned)s * KF_STAGE_BYTES) >> 4);
-            unsigned dlb = (unsigned)ddb0 + (((unsigned)s * KF_STAGE_BYTES) >> 4);
-#endif
             /* Not unrolled: with K a constant of a few steps, ptxas unrolls
              * it whole and then fences the accumulators between the wgmmas
              * (C7517/C7519: serialized). */
@@ -1558,18 +1523,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                 const unsigned long long dso =
                     (unsigned long long)(((unsigned)s * KF_STAGE_BYTES) >> 4);
                 (void)sb;
-                (void)dso;
 #endif
 #pragma unroll
                 for (int kk = 0; kk < KF_BK / 16; kk++) {
 #if KF_DESC_STEP
-#if !KF_DESC_LO
                     const unsigned long long db =
                         ddb0 + dso + (unsigned long long)(KF_B_KMAJOR ? kk * 2u : kk * 128u);
-#else
-                    const unsigned long long db =
-                        kf_gm_desc_of(KF_DESC_HI, dlb + (KF_B_KMAJOR ? kk * 2u : kk * 128u));
-#endif
 #else
                     const unsigned long long db =
                         KF_B_KMAJOR ? kf_hp_desc(sb + kk * 32u, 16u, 1024u)
@@ -1580,19 +1539,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                         const unsigned ha = KF_PINGPONG ? hf * 8192u : cw * 8192u;
 #if KF_DESC_STEP
                         /* (the consumer's rows are in dda0) */
-#if !KF_DESC_LO
                         const unsigned long long da =
                             dda0 + dso +
                             (unsigned long long)(((KF_PINGPONG ? ha : 0u) +
                                                   (KF_A_KMAJOR ? kk * 32u : kk * 2048u)) >>
                                                  4);
-#else
-                        const unsigned long long da = kf_gm_desc_of(
-                            KF_DESC_HI,
-                            dla + (((KF_PINGPONG ? ha : 0u) +
-                                    (KF_A_KMAJOR ? kk * 32u : kk * 2048u)) >>
-                                   4));
-#endif
 #else
                         const unsigned long long da =
                             KF_A_KMAJOR ? kf_hp_desc(sa + ha + kk * 32u, 16u, 1024u)
@@ -1618,15 +1569,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                     s = 0;
                     ph ^= 1u;
                 }
-#if KF_DESC_LO
-                {
-                    const unsigned st =
-                        s ? (unsigned)KF_STAGE_BYTES >> 4
-                          : 0u - (unsigned)(KF_STAGES - 1) * ((unsigned)KF_STAGE_BYTES >> 4);
-                    dla += st;
-                    dlb += st;
-                }
-#endif
             }
 #if KF_PINGPONG
             /* KF_PP_EARLY: the other consumer's turn once this one's last

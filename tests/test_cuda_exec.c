@@ -3224,14 +3224,14 @@ static void test_gemms_with_rebuilt_descriptors_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
-/* Ping-pong's K loop carries its stage's descriptor low words and takes the
- * stage index through a shuffle (KF_DESC_LO, the default), and the form before
- * (DESC_WIDE, internal: 64-bit adds from the ring's), each run twice: a
- * LayerNorm folded into B with bias + gelu_tanh, 4200 rows (33 tile rows of 9
- * columns: up to 3 tiles a block, a consumer's next tile starting mid-ring),
- * M, N, K ragged; an RMSNorm folded, f16; the residual by TMA (its release
- * behind a branch in the K loop), ragged; B K-major, f16, ragged. */
-static void test_pingpong_gemms_with_carried_descriptors_match(void **state) {
+/* A ping-pong consumer's first tile through a shuffle (the default), and from
+ * its index as it is (PP_VARYING, internal: the form before), each run twice:
+ * a LayerNorm folded into B with bias + gelu_tanh, 4200 rows (33 tile rows of
+ * 9 columns: up to 3 tiles a block, a consumer's next tile starting
+ * mid-ring), M, N, K ragged; an RMSNorm folded, f16; the residual by TMA,
+ * ragged; B K-major, f16, ragged; a SwiGLU pair (the dual path shares the
+ * counter), B K-major, f16, ragged. */
+static void test_pingpong_gemms_with_a_uniform_tile_counter_match(void **state) {
     (void)state;
     REQUIRE_GPU();
     kf_ctx *ctx = cluster_ctx();
@@ -3254,17 +3254,19 @@ static void test_pingpong_gemms_with_carried_descriptors_match(void **state) {
         {"kfg 1\nx = input(%s[2100, 1000])\nw = input(%s[1096, 1000])\nb = input(%s[1096])\n"
          "h = matmul(x, w, transpose_b=true)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
          KF_DTYPE_F16, "B K-major, bias + gelu_tanh, ragged"},
+        {"kfg 1\nx = input(%s[1000, 200])\nwg = input(%s[1096, 200])\n"
+         "wu = input(%s[1096, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+         "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+         KF_DTYPE_F16, "SwiGLU pair, B K-major, ragged"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int wide = 0; wide < 2; wide++) {
             char what[160];
-            snprintf(what, sizeof what, "%s descriptors, %s", wide ? "64-bit" : "carried",
+            snprintf(what, sizeof what, "tile counter %s, %s", wide ? "varying" : "uniform",
                      cases[i].what);
-            flag_case(ctx, cases[i].fmt, cases[i].d, 2700 + 2 * i + (uint64_t)wide, what,
-                      wide ? KF_CUDA_RECIPE_GEMM_DESC_WIDE : UINT64_C(0),
-                      wide ? "tiles ping-pong, wgmma descriptors stepped by 64-bit adds"
-                           : "tiles ping-pong",
-                      true);
+            flag_case(ctx, cases[i].fmt, cases[i].d, 2860 + 2 * i + (uint64_t)wide, what,
+                      wide ? KF_CUDA_RECIPE_GEMM_PP_VARYING : UINT64_C(0),
+                      wide ? "the tile counter varying" : "ping-pong", true);
         }
     kf_ctx_destroy(ctx);
 }
@@ -5015,7 +5017,7 @@ int main(void) {
         cmocka_unit_test(test_a_2cta_cluster_gemm_with_a_missing_half_matches),
         cmocka_unit_test(test_the_internal_gemm_schedules_match),
         cmocka_unit_test(test_gemms_with_rebuilt_descriptors_match),
-        cmocka_unit_test(test_pingpong_gemms_with_carried_descriptors_match),
+        cmocka_unit_test(test_pingpong_gemms_with_a_uniform_tile_counter_match),
         cmocka_unit_test(test_gemms_with_the_square_raster_match),
         cmocka_unit_test(test_a_square_raster_gemm_with_a_short_group_matches),
         cmocka_unit_test(test_a_gelu_tanh_by_mufu_gemm_matches),

@@ -431,8 +431,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         cg_puts(&c.s, "#define KF_EPI_PF 1\n");
     if (sh->desc_step) /* the descriptors stepped by adds (KF_DESC_STEP) */
         cg_puts(&c.s, "#define KF_DESC_STEP 1\n");
-    if (sh->desc_step && sh->desc_wide) /* ... by 64-bit adds, as before */
-        cg_puts(&c.s, "#define KF_DESC_WIDE 1\n");
+    if (sh->pingpong && sh->pp_varying) /* the tile counter from cw, as before */
+        cg_puts(&c.s, "#define KF_PP_VARYING 1\n");
     if (sh->raster) /* the raster's tile rows at a time (else the template's 8) */
         cg_printf(&c.s, "#define KF_RASTER %u\n", sh->raster);
     if (sh->epi_rs)

@@ -130,11 +130,12 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
               tiles_n);
     /* the descriptors stepped by adds, as the single kernel's (the set
      * kernel rebuilt them from their addresses every K step: GPT-2's Q/K/V
-     * set 127 SASS instructions a K step, 95 stepped) */
+     * set 126 SASS instructions a K step, 58 stepped), and the tile counter
+     * as the single kernel's */
     if (sh->desc_step)
         cg_puts(&c0->s, "#define KF_DESC_STEP 1\n");
-    if (sh->desc_step && sh->desc_wide)
-        cg_puts(&c0->s, "#define KF_DESC_WIDE 1\n");
+    if (sh->pingpong && sh->pp_varying)
+        cg_puts(&c0->s, "#define KF_PP_VARYING 1\n");
     if (sh->epi_tma && g0->head_dim && g0->heads_first)
         cg_printf(&c0->s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", g0->m);
     if (sh->a_fold) /* before the template's head, which reads them */

@@ -434,9 +434,9 @@ typedef struct kf_cuda_gemm_shape {
     bool desc_step;            /* sm_90a: the consumers' wgmma descriptors stepped by
                                   constant adds from the ring's (internal:
                                   KF_CUDA_RECIPE_GEMM_DESC_REBUILD asks for the form before) */
-    bool desc_wide;            /* sm_90a, with desc_step: the descriptors stepped by 64-bit
-                                  adds and a ping-pong stage index in vector registers (the
-                                  form before; internal: KF_CUDA_RECIPE_GEMM_DESC_WIDE) */
+    bool pp_varying;           /* sm_90a, ping-pong: a consumer's tile counter from its index
+                                  as it is, varying to ptxas (the form before the shuffle;
+                                  internal: KF_CUDA_RECIPE_GEMM_PP_VARYING) */
     uint32_t raster;           /* sm_90a: tile rows the raster walks at a time (KF_RASTER, a
                                   multiple of the cluster's CTAs); 0: the template's 8 */
     bool gelu_mufu;            /* sm_90a: the epilogue's gelu_tanh by one tanh.approx.f32

@@ -258,17 +258,17 @@ enum {
  * keeps the cooperative 128 x 256 tiles where the default takes ping-pong
  * 128 x 128 (measured on an H200; the bench compares them on one device) */
 #define KF_CUDA_RECIPE_GEMM_SHORT_COOP (UINT64_C(1) << 40)
-/* internal: a generated sm_90a GEMM on ping-pong tiles steps its wgmma
- * descriptors (KF_DESC_STEP) by 64-bit adds from the ring's and takes a tile's
- * stage index from its consumer's index (which ptxas takes as varying within a
- * warp: the descriptors then live in vector registers and go to uniform ones
- * by R2UR before every HGMMA), where by default the stage index comes through
- * a shuffle (uniform to ptxas) and the K loop carries the stage's descriptor
- * low words (gemm_sm90.cuh, KF_DESC_LO): GPT-2's FC1 and Q/K/V (8 HGMMA a K
- * step) 112 -> 65 SASS instructions a K step. Cooperative tiles and the dual
- * (SwiGLU) pair keep the 64-bit adds either way. The form before, kept to measure. (Bit 41 was
- * GEMM_EPI_NTEST, retired: measured slower in every row at a358742.) */
-#define KF_CUDA_RECIPE_GEMM_DESC_WIDE (UINT64_C(1) << 41)
+/* internal: a generated sm_90a GEMM on ping-pong tiles counts a consumer's
+ * tiles from its warpgroup index as it is, which ptxas takes as varying within
+ * a warp: the tile counter, the stage index and all that derives from them
+ * then live in vector registers, and each K step builds its wgmma descriptors
+ * there and moves them to uniform ones by R2UR before every HGMMA. By default
+ * the first tile comes through a shuffle from lane 0 (uniform to ptxas): GPT-2's
+ * FC1 and LN + Q/K/V GEMMs (8 HGMMA a K step) 112 -> 58 SASS instructions a
+ * K step, the out projection 125 -> 69 (gemm_sm90.cuh, KF_PP_VARYING). The
+ * form before, kept to measure. (Bit 41 was GEMM_EPI_NTEST, retired: measured
+ * slower in every row at a358742.) */
+#define KF_CUDA_RECIPE_GEMM_PP_VARYING (UINT64_C(1) << 41)
 /* internal: a generated sm_90a GEMM's register epilogue (a SwiGLU pair, an
  * output the TMA store does not take) also skips the column test where its
  * tiles cover N, as the TMA-store epilogue does by default (H100, a358742:

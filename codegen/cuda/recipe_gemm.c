@@ -1127,7 +1127,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.epi_nin_all = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NIN_ALL) != 0;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
-    sh.desc_wide = (b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_WIDE) != 0;
+    sh.pp_varying = (b->target->flags & KF_CUDA_RECIPE_GEMM_PP_VARYING) != 0;
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_RASTER_SQ)
         sh.raster = square_raster(b->target->sm_count, sh.bn, sh.cluster == 2 ? 2u : 1u);
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_GELU_MUFU)
@@ -1297,18 +1297,19 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    char raster[64] = ""; /* the internal raster and gelu_tanh forms */
+    char raster[96] = ""; /* the internal raster, gelu_tanh and tile counter forms */
     if (sh.raster)
         snprintf(raster, sizeof raster, ", raster %u tile rows", sh.raster);
     if (sh.gelu_mufu)
         snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
                  ", gelu_tanh by MUFU.TANH");
-    const char *desc = !sh.desc_step                 ? ", wgmma descriptors rebuilt each K step"
-                       : sh.desc_wide && sh.pingpong ? ", wgmma descriptors stepped by 64-bit adds"
-                                                     : "";
+    if (sh.pingpong && sh.pp_varying)
+        snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
+                 ", the tile counter varying");
     snprintf(why, why_size, "%s tiles %s%s%s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
-             sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "", desc, raster,
+             sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
+             !sh.desc_step ? ", wgmma descriptors rebuilt each K step" : "", raster,
              !sh.sk_grid ? ""
              : tiles_of(&sh, dual) * 2 <= sh.sk_grid
                  ? ", each tile's K steps interleaved over SMs (split-K, stream-K's decode form)"
