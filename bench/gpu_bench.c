@@ -2453,9 +2453,7 @@ int main(int argc, char **argv) {
 #define G2_APART KF_CUDA_RECIPE_GEMM_PREPASS_APART
         /* ping-pong's tile counter from the consumer's index as it is
          * (_ppvar: KF_CUDA_RECIPE_GEMM_PP_VARYING, internal, the form before
-         * the shuffle), and the sibling set's one kernel with its
-         * descriptors rebuilt each K step (_rebuild: its form before
-         * KF_DESC_STEP) */
+         * the shuffle) */
         {"gpt2_fc1_generated_ppvar", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_PP_VARYING},
         {"ln_qkv_generated_ppvar", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
@@ -2466,8 +2464,6 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | KF_CUDA_RECIPE_GEMM_PP_VARYING},
         {"gpt2_qkv_one_generated_ppvar", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_PP_VARYING},
-        {"gpt2_qkv_one_generated_rebuild", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_DESC_REBUILD},
         {"ln_qkv_generated_apart", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_APART},
         {"gpt2_fc1_generated_apart", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,

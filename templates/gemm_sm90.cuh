@@ -1407,8 +1407,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
          * derived from them lived in vector registers, and each K step
          * built its wgmma descriptors there and moved them to uniform ones
          * by R2UR before every HGMMA (GPT-2's FC1: 112 SASS instructions a
-         * K step against 58; the LN + Q/K/V set's one kernel 126 rebuilt
-         * against 58 stepped; the out projection 125 against 69). */
+         * K step against 58; the LN + Q/K/V set's one kernel, its
+         * descriptors rebuilt, 127 against 98; the out projection 125
+         * against 69). H100, 7f5077c: FC1 0.2391 -> 0.2300 ms at rest,
+         * A B B A 0.2775 -> 0.2682; LN + Q/K/V 0.1741 -> 0.1710, A B B A
+         * a tie (0.2001 / 0.2006). */
         for (int i = KF_PP_VARYING ? cw : __shfl_sync(0xffffffffu, cw, 0);; i += 2) {
             const int t = blockIdx.x / KF_CLUSTER + i * (gridDim.x / KF_CLUSTER);
             if (t >= KF_UNITS)

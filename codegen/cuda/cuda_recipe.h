@@ -265,8 +265,11 @@ enum {
  * there and moves them to uniform ones by R2UR before every HGMMA. By default
  * the first tile comes through a shuffle from lane 0 (uniform to ptxas): GPT-2's
  * FC1 and LN + Q/K/V GEMMs (8 HGMMA a K step) 112 -> 58 SASS instructions a
- * K step, the out projection 125 -> 69 (gemm_sm90.cuh, KF_PP_VARYING). The
- * form before, kept to measure. (Bit 41 was GEMM_EPI_NTEST, retired: measured
+ * K step, the out projection 125 -> 69, the LN + Q/K/V sibling set's one
+ * kernel 127 -> 98 (gemm_sm90.cuh, KF_PP_VARYING). H100, 7f5077c: FC1 0.2391
+ * -> 0.2300 ms at rest, A B B A under load 0.2775 -> 0.2682; LN + Q/K/V
+ * 0.1741 -> 0.1710, A B B A a tie (0.2001 -> 0.2006). The form before, kept
+ * to measure. (Bit 41 was GEMM_EPI_NTEST, retired: measured
  * slower in every row at a358742.) */
 #define KF_CUDA_RECIPE_GEMM_PP_VARYING (UINT64_C(1) << 41)
 /* internal: a generated sm_90a GEMM's register epilogue (a SwiGLU pair, an
