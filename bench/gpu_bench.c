@@ -2254,8 +2254,6 @@ int main(int argc, char **argv) {
          * accumulators) against the cuBLASLt rows above, in the same run */
         {"gemm_bias_gelu_generated", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
          KF_GEMM_GENERATED, 0},
-        {"gemm_bias_gelu_generated_ntest", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_NTEST},
         {"gemm_bias_gelu_erf_generated", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "",
          KF_GEMM_GENERATED, 0},
         {"gemm_plain", t_plain, pbytes, 2.0 * (double)P * P * P, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
@@ -2450,14 +2448,6 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_PINGPONG},
         {"gpt2_fc2_generated_pp_pf", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_PINGPONG | G2_PF},
-        /* the epilogue's column test kept where the tiles cover N (the code
-         * before KF_EPI_NIN) */
-        {"gpt2_outproj_generated_ntest", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_EPI_NTEST},
-        {"gpt2_fc1_generated_ntest", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_EPI_NTEST},
-        {"gpt2_fc2_generated_ntest", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         KF_CUDA_RECIPE_GEMM_EPI_NTEST},
         {"gpt2_outproj_generated_nin_pf", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_PF},
         /* the residual by global loads between the store barriers (the
@@ -2490,6 +2480,19 @@ int main(int argc, char **argv) {
      * since 214feea's run), and apart as before (_apart: PREPASS_APART): the
      * measured choice and the generated side */
 #define G2_APART KF_CUDA_RECIPE_GEMM_PREPASS_APART
+        /* ping-pong's tile counter from the consumer's index as it is
+         * (_ppvar: KF_CUDA_RECIPE_GEMM_PP_VARYING, internal, the form before
+         * the shuffle) */
+        {"gpt2_fc1_generated_ppvar", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PP_VARYING},
+        {"ln_qkv_generated_ppvar", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PP_VARYING},
+        {"gpt2_outproj_generated_ppvar", t_g2o, g2obytes, g2oflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_PP_VARYING},
+        {"gpt2_qkv_siblings_generated_ppvar", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | KF_CUDA_RECIPE_GEMM_PP_VARYING},
+        {"gpt2_qkv_one_generated_ppvar", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_PP_VARYING},
         {"ln_qkv_generated_apart", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_APART},
         {"gpt2_fc1_generated_apart", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,

@@ -186,6 +186,10 @@
                           (KF_CUDA_RECIPE_GEMM_DESC_REBUILD) builds each from its shared
                           address every K step */
 #endif
+#ifndef KF_PP_VARYING
+#define KF_PP_VARYING 0 /* ping-pong: 1 (KF_CUDA_RECIPE_GEMM_PP_VARYING) counts a consumer's
+                           tiles from its index as it is, the form before the shuffle */
+#endif
 #ifndef KF_PP_EARLY
 #define KF_PP_EARLY 0 /* ping-pong: 1 passes the turn once a consumer's last wgmmas are
                          issued and takes it after the tile's loads; 0 (the default) passes
@@ -1452,7 +1456,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #if KF_PINGPONG
         /* Tile i of the block (t = blockIdx.x + i * gridDim.x) is consumer
          * i % 2's; its first stage is k-step i * KF_KT of the producer's. */
-        for (int i = cw;; i += 2) {
+        /* The consumer's first tile through a shuffle from lane 0 (its
+         * value in every lane): from cw itself, which ptxas takes as varying
+         * within a warp, the tile counter, the stage index and everything
+         * derived from them lived in vector registers, and each K step
+         * built its wgmma descriptors there and moved them to uniform ones
+         * by R2UR before every HGMMA (GPT-2's FC1: 112 SASS instructions a
+         * K step against 58; the LN + Q/K/V set's one kernel, its
+         * descriptors rebuilt, 127 against 98; the out projection 125
+         * against 69). H100, 7f5077c: FC1 0.2391 -> 0.2300 ms at rest,
+         * A B B A 0.2775 -> 0.2682; LN + Q/K/V 0.1741 -> 0.1710, A B B A
+         * a tie (0.2001 / 0.2006). */
+        for (int i = KF_PP_VARYING ? cw : __shfl_sync(0xffffffffu, cw, 0);; i += 2) {
             const int t = blockIdx.x / KF_CLUSTER + i * (gridDim.x / KF_CLUSTER);
             if (t >= KF_UNITS)
                 break;

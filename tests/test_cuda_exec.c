@@ -3515,6 +3515,53 @@ static void test_gemms_with_rebuilt_descriptors_match(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* A ping-pong consumer's first tile through a shuffle (the default), and from
+ * its index as it is (PP_VARYING, internal: the form before), each run twice:
+ * a LayerNorm folded into B with bias + gelu_tanh, 4200 rows (33 tile rows of
+ * 9 columns: up to 3 tiles a block, a consumer's next tile starting
+ * mid-ring), M, N, K ragged; an RMSNorm folded, f16; the residual by TMA,
+ * ragged; B K-major, f16, ragged; a SwiGLU pair (the dual path shares the
+ * counter), B K-major, f16, ragged. */
+static void test_pingpong_gemms_with_a_uniform_tile_counter_match(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kf_ctx *ctx = cluster_ctx();
+    static const struct {
+        const char *fmt;
+        kf_dtype d;
+        const char *what;
+    } cases[] = {
+        {"kfg 1\nx = input(%s[4200, 1000])\ng = input(%s[1000])\nc = input(%s[1000])\n"
+         "w = input(%s[1000, 1096])\nb = input(%s[1096])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+         "h = matmul(n, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         KF_DTYPE_BF16, "LayerNorm folded, bias + gelu_tanh, 3 tiles a block, ragged"},
+        {"kfg 1\nx = input(%s[2100, 264])\ng = input(%s[264])\nw = input(%s[264, 1096])\n"
+         "n = rms_norm(x, g, eps=1e-6)\ny = matmul(n, w)\noutput y\n",
+         KF_DTYPE_F16, "RMSNorm folded, ragged"},
+        {"kfg 1\nx = input(%s[2100, 1000])\nw = input(%s[1000, 1096])\nb = input(%s[1096])\n"
+         "r = input(%s[2100, 1096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\n"
+         "output y\n",
+         KF_DTYPE_BF16, "bias + residual by TMA, ragged"},
+        {"kfg 1\nx = input(%s[2100, 1000])\nw = input(%s[1096, 1000])\nb = input(%s[1096])\n"
+         "h = matmul(x, w, transpose_b=true)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         KF_DTYPE_F16, "B K-major, bias + gelu_tanh, ragged"},
+        {"kfg 1\nx = input(%s[1000, 200])\nwg = input(%s[1096, 200])\n"
+         "wu = input(%s[1096, 200])\ng = matmul(x, wg, transpose_b=true)\n"
+         "u = matmul(x, wu, transpose_b=true)\na = silu(g)\ny = mul(a, u)\noutput y\n",
+         KF_DTYPE_F16, "SwiGLU pair, B K-major, ragged"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int wide = 0; wide < 2; wide++) {
+            char what[160];
+            snprintf(what, sizeof what, "tile counter %s, %s", wide ? "varying" : "uniform",
+                     cases[i].what);
+            flag_case(ctx, cases[i].fmt, cases[i].d, 2860 + 2 * i + (uint64_t)wide, what,
+                      wide ? KF_CUDA_RECIPE_GEMM_PP_VARYING : UINT64_C(0),
+                      wide ? "the tile counter varying" : "ping-pong", true);
+        }
+    kf_ctx_destroy(ctx);
+}
+
 /* The square raster (RASTER_SQ, internal: 16 tile rows at a time on 132 SMs
  * where the default walks 8), whose groups of tile rows end short of 16:
  * cooperative 128 x 256 tiles with the TMA-store epilogue, bias + gelu_tanh +
@@ -5267,6 +5314,7 @@ int main(void) {
         cmocka_unit_test(test_swiglu_pairs_on_packed_pairs_match_the_reference),
         cmocka_unit_test(test_2cta_cluster_swiglu_pairs_match_the_reference),
         cmocka_unit_test(test_gemms_with_rebuilt_descriptors_match),
+        cmocka_unit_test(test_pingpong_gemms_with_a_uniform_tile_counter_match),
         cmocka_unit_test(test_gemms_with_the_square_raster_match),
         cmocka_unit_test(test_a_square_raster_gemm_with_a_short_group_matches),
         cmocka_unit_test(test_a_gelu_tanh_by_mufu_gemm_matches),

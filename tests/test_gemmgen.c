@@ -674,6 +674,37 @@ static size_t count_of(const char *s, const char *what) {
     return n;
 }
 
+/* The SASS instructions of a GEMM's K loop: the shortest range from a
+ * backward branch's target to the branch that holds an HGMMA (0: none). */
+static size_t kloop_instructions(const char *sass) {
+    size_t best = 0;
+    for (const char *q = strstr(sass, "BRA 0x"); q; q = strstr(q + 1, "BRA 0x")) {
+        const char *ln = q;
+        while (ln > sass && ln[-1] != '\n')
+            ln--;
+        const char *at = strstr(ln, "/*");
+        unsigned long from = strtoul(q + 4, NULL, 16), to;
+        if (!at || at > q || sscanf(at, "/*%lx*/", &to) != 1 || from >= to)
+            continue;
+        char key[32];
+        snprintf(key, sizeof key, "/*%04lx*/", from);
+        const char *start = strstr(sass, key);
+        if (!start || start > q)
+            continue;
+        size_t n = 0;
+        bool hgmma = false;
+        for (const char *l = start; l && l <= q; l = strstr(l + 1, "\n        /*")) {
+            n++;
+            const char *e = strchr(l + 1, '\n');
+            const char *h = strstr(l, "HGMMA.");
+            hgmma = hgmma || (h && (!e || h < e));
+        }
+        if (hgmma && (!best || n < best))
+            best = n;
+    }
+    return best;
+}
+
 /* The TMA-store epilogue's bf16 pairs (cg_raw_feed, kf_gm_pack2, kf_gm_ldv):
  * GPT-2's out projection + bias + residual rounds h + b and adds the
  * residual as a bf16x2 pair. The sum is packed from its unrounded values by
@@ -805,6 +836,120 @@ static void test_stepped_wgmma_descriptors_compile_to_fewer_instructions(void **
                      n[0]);
         plan_release(&p);
     }
+}
+
+/* A ping-pong consumer's first tile through a shuffle (the default): its
+ * tile counter, stage index and wgmma descriptors uniform to ptxas, at least
+ * 20 SASS instructions a K step fewer than the form before (internal
+ * KF_CUDA_RECIPE_GEMM_PP_VARYING: GPT-2's FC1 112 against 58, an R2UR before
+ * every HGMMA), as many HGMMA, no local memory (a norm folded into B with
+ * bias + gelu_tanh, the Q/K/V GEMM behind its LayerNorm, the out
+ * projection's bias + residual by TMA, B K-major, and GPT-2's LN + Q/K/V
+ * sibling set as one kernel). Cooperative tiles have no such counter: the
+ * flag changes neither their source nor their SASS. */
+static void test_pingpong_uniform_tile_counter_shortens_the_k_loop(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        bool pingpong;
+    } cases[] = {
+        {"kfg 1\nx = input(bf16[16384, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+         "w = input(bf16[1024, 4096])\nb = input(bf16[4096])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+         "h = matmul(n, w)\nhb = add(h, b)\ny = gelu_tanh(hb)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[16384, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+         "w = input(bf16[1024, 3072])\nb = input(bf16[3072])\nn = layer_norm(x, g, c, eps=1e-5)\n"
+         "h = matmul(n, w)\ny = add(h, b)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[1024, 1024])\nb = input(bf16[1024])\n"
+         "r = input(bf16[16384, 1024])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[16384, 1024])\nw = input(bf16[4096, 1024])\n"
+         "b = input(bf16[4096])\nh = matmul(x, w, transpose_b=true)\nhb = add(h, b)\n"
+         "y = gelu_tanh(hb)\noutput y\n",
+         true},
+        {"kfg 1\nx = input(bf16[8192, 4096])\nw = input(bf16[4096, 4096])\nb = input(bf16[4096])\n"
+         "r = input(bf16[8192, 4096])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
+         false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        planned p;
+        plan_text(cases[i].text, &p);
+        size_t n[2] = {0, 0}, hgmma[2] = {0, 0}, r2ur[2] = {0, 0};
+        for (int wide = 0; wide < 2; wide++) {
+            uint64_t fl = KF_CUDA_RECIPE_GEMM_GENERATED |
+                          (wide ? KF_CUDA_RECIPE_GEMM_PP_VARYING : UINT64_C(0));
+            kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL, fl);
+            const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            const char *src = ks->kernel.source;
+            assert_true((strstr(src, "#define KF_PINGPONG 1") != NULL) == cases[i].pingpong);
+            assert_true((strstr(src, "#define KF_PP_VARYING 1") != NULL) ==
+                        (wide == 1 && cases[i].pingpong));
+            assert_true((strstr(rc->variants[0].how, "the tile counter varying") != NULL) ==
+                        (wide == 1 && cases[i].pingpong));
+            kf_sass_check_hopper(&MEM, &ks->kernel);
+            char *sass = malloc(1 << 22);
+            assert_non_null(sass);
+            kf_sass_text(&MEM, &ks->kernel, sass, 1 << 22);
+            n[wide] = kloop_instructions(sass);
+            hgmma[wide] = count_of(sass, "HGMMA.");
+            r2ur[wide] = count_of(sass, "R2UR ");
+            free(sass);
+            kf_cuda_recipes_destroy(rec);
+        }
+        fprintf(
+            stderr,
+            "case %zu: %zu SASS instructions a K step (%zu R2UR), %zu with PP_VARYING (%zu R2UR)\n",
+            i, n[0], r2ur[0], n[1], r2ur[1]);
+        assert_true(hgmma[0] > 0 && hgmma[1] == hgmma[0]);
+        if (cases[i].pingpong) {
+            if (!n[0] || n[0] + 20 > n[1])
+                fail_msg("case %zu: %zu instructions a K step, %zu with PP_VARYING", i, n[0], n[1]);
+        } else {
+            assert_int_equal(n[0], n[1]);
+            assert_int_equal(r2ur[0], r2ur[1]);
+        }
+        plan_release(&p);
+    }
+    /* GPT-2's LN + Q/K/V sibling set as one ping-pong kernel (its descriptors
+     * rebuilt each K step): the counter uniform there too */
+    planned p;
+    plan_text("kfg 1\nx = input(bf16[16384, 1024])\ng = input(bf16[1024])\nc = input(bf16[1024])\n"
+              "wq = input(bf16[1024, 1024])\nbq = input(bf16[1024])\nwk = input(bf16[1024, 1024])\n"
+              "bk = input(bf16[1024])\nwv = input(bf16[1024, 1024])\nbv = input(bf16[1024])\n"
+              "n = layer_norm(x, g, c, eps=1e-5)\nq0 = matmul(n, wq)\nq = add(q0, bq)\n"
+              "k0 = matmul(n, wk)\nk = add(k0, bk)\nv0 = matmul(n, wv)\nv = add(v0, bv)\n"
+              "output q\noutput k\noutput v\n",
+              &p);
+    size_t n[2] = {0, 0};
+    for (int wide = 0; wide < 2; wide++) {
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                (wide ? KF_CUDA_RECIPE_GEMM_PP_VARYING : UINT64_C(0)));
+        for (uint32_t gi = 0; gi < rec->n; gi++) {
+            const kf_cuda_recipe *rc = &rec->recipes[gi];
+            if (rc->n_members != 3)
+                continue;
+            const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+            assert_non_null(strstr(ks->kernel.name, "sib3_"));
+            assert_true((strstr(ks->kernel.source, "#define KF_PP_VARYING 1") != NULL) ==
+                        (wide == 1));
+            kf_sass_check_hopper(&MEM, &ks->kernel);
+            char *sass = malloc(1 << 22);
+            assert_non_null(sass);
+            kf_sass_text(&MEM, &ks->kernel, sass, 1 << 22);
+            n[wide] = kloop_instructions(sass);
+            free(sass);
+        }
+        kf_cuda_recipes_destroy(rec);
+    }
+    fprintf(stderr, "sibling set: %zu SASS instructions a K step, %zu with PP_VARYING\n", n[0],
+            n[1]);
+    if (!n[0] || n[0] + 20 > n[1])
+        fail_msg("sibling set: %zu instructions a K step, %zu with PP_VARYING", n[0], n[1]);
+    plan_release(&p);
 }
 
 /* The square raster (internal KF_CUDA_RECIPE_GEMM_RASTER_SQ): 16 tile rows at
@@ -1176,24 +1321,19 @@ static void test_epilogue_row_operands_prefetch_to_l2(void **state) {
         }
         plan_release(&p);
     }
-    /* KF_EPI_NIN: not where N is ragged (1000 against 128-wide tiles), nor
-     * with EPI_NTEST (internal) */
-    static const char *const nin_texts[] = {
-        "kfg 1\nx = input(bf16[4096, 512])\nw = input(bf16[512, 1000])\nb = input(bf16[1000])\n"
-        "r = input(bf16[4096, 1000])\nh = matmul(x, w)\na = add(h, b)\ny = add(a, r)\noutput y\n",
-        texts[0]};
-    for (int t = 0; t < 2; t++) {
+    /* KF_EPI_NIN: not where N is ragged (1000 against 128-wide tiles) */
+    {
         planned q;
-        plan_text(nin_texts[t], &q);
-        kf_cuda_recipes *nr = kf_sass_recipes(&MEM, q.plan, "h100", NULL,
-                                              KF_CUDA_RECIPE_GEMM_GENERATED |
-                                                  (t ? KF_CUDA_RECIPE_GEMM_EPI_NTEST : 0));
+        plan_text("kfg 1\nx = input(bf16[4096, 512])\nw = input(bf16[512, 1000])\n"
+                  "b = input(bf16[1000])\nr = input(bf16[4096, 1000])\nh = matmul(x, w)\n"
+                  "a = add(h, b)\ny = add(a, r)\noutput y\n",
+                  &q);
+        kf_cuda_recipes *nr =
+            kf_sass_recipes(&MEM, q.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
         const kf_cuda_recipe *rc = gemm_recipe(q.plan, nr);
         const char *src = rc->steps[rc->n_steps - 1].kernel->kernel.source;
         assert_null(strstr(src, "#define KF_EPI_NIN 1"));
         assert_non_null(strstr(src, "#define KF_EPI_NIN 0"));
-        /* EPI_NTEST: the column's 32-bit copy, as before */
-        assert_true((strstr(src, "(cn) * 1LL") != NULL) == (t == 1));
         kf_cuda_recipes_destroy(nr);
         plan_release(&q);
     }
@@ -2545,6 +2685,7 @@ int main(void) {
         cmocka_unit_test(test_tma_store_epilogue_stages_its_bias_in_shared_memory),
         cmocka_unit_test(test_tma_store_epilogue_packs_bf16_pairs_once),
         cmocka_unit_test(test_stepped_wgmma_descriptors_compile_to_fewer_instructions),
+        cmocka_unit_test(test_pingpong_uniform_tile_counter_shortens_the_k_loop),
         cmocka_unit_test(test_square_raster_compiles_with_16_tile_rows),
         cmocka_unit_test(test_gelu_tanh_by_mufu_compiles_to_one_mufu_tanh),
         cmocka_unit_test(test_residual_by_tma_compiles_with_a_fourth_map),

@@ -628,7 +628,7 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
              * a 64-bit add per load (GPT-2's out projection: 377 -> 266
              * instructions a 64 x 64 chunk) */
             const char *cd = x->coord[KF_SPACE_OUT][d];
-            if (d == last && sh->epi_tma && !sh->epi_ntest && !strcmp(cd, "cn"))
+            if (d == last && sh->epi_tma && !strcmp(cd, "cn"))
                 cd = "c0";
             int w = snprintf(off + n, sizeof off - n, "%s(%s%s) * %" PRId64 "LL", n ? " + " : "",
                              cd, d == last && !vector ? " + k" : "", s[d]);

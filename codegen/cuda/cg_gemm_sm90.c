@@ -431,6 +431,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         cg_puts(&c.s, "#define KF_EPI_PF 1\n");
     if (sh->desc_step) /* the descriptors stepped by adds (KF_DESC_STEP) */
         cg_puts(&c.s, "#define KF_DESC_STEP 1\n");
+    if (sh->pingpong && sh->pp_varying) /* the tile counter from cw, as before */
+        cg_puts(&c.s, "#define KF_PP_VARYING 1\n");
     if (sh->raster) /* the raster's tile rows at a time (else the template's 8) */
         cg_printf(&c.s, "#define KF_RASTER %u\n", sh->raster);
     if (sh->epi_rs)
@@ -438,13 +440,13 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
                   epi.rs_node != KF_NONE ? 1 : 0);
     /* every output column a tile passes to kf_epi is inside N (the tiles
      * cover it exactly): no column test in the epilogue's loads, with the
-     * TMA-store epilogue (internal KF_CUDA_RECIPE_GEMM_EPI_NTEST keeps it,
-     * for measuring) and a SwiGLU pair's packed register epilogue (epi_pk).
+     * TMA-store epilogue (the test kept, measured slower at a358742, was
+     * EPI_NTEST) and a SwiGLU pair's packed register epilogue (epi_pk).
      * Not the other register epilogues: measured on an H100 (a358742),
      * SwiGLU 8192 x 4096 x (2 x 11008) 1.969 ms against 2.143 with the test
      * (the form before the packed one), but GEMM + residual with the split
      * LayerNorm's statistics 0.455 against 0.433 */
-    if (sh->n % on == 0 && !sh->epi_ntest && (sh->epi_tma || sh->epi_pk))
+    if (sh->n % on == 0 && (sh->epi_tma || sh->epi_pk))
         cg_puts(&c.s, "#define KF_EPI_NIN 1\n");
     if (sh->epi_pk)
         cg_puts(&c.s, "#define KF_EPI_PK 1\n");

@@ -432,16 +432,15 @@ typedef struct kf_cuda_gemm_shape {
                                   the first is stored, their loads in flight together (internal;
                                   measured slower), where the default computes each chunk's
                                   between the previous chunk's store barriers */
-    bool epi_ntest;            /* sm_90a: the epilogue tests every column against N even where
-                                  the tiles cover N exactly, and the TMA-store epilogue's loads
-                                  take the column as its 32-bit copy (the code before; internal,
-                                  for measuring: KF_CUDA_RECIPE_GEMM_EPI_NTEST) */
     bool epi_unpacked;         /* sm_90a: the TMA-store epilogue without its bf16 pair forms
                                   (the code before; internal, for measuring:
                                   KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) */
     bool desc_step;            /* sm_90a: the consumers' wgmma descriptors stepped by
                                   constant adds from the ring's (internal:
                                   KF_CUDA_RECIPE_GEMM_DESC_REBUILD asks for the form before) */
+    bool pp_varying;           /* sm_90a, ping-pong: a consumer's tile counter from its index
+                                  as it is, varying to ptxas (the form before the shuffle;
+                                  internal: KF_CUDA_RECIPE_GEMM_PP_VARYING) */
     uint32_t raster;           /* sm_90a: tile rows the raster walks at a time (KF_RASTER, a
                                   multiple of the cluster's CTAs); 0: the template's 8 */
     bool gelu_mufu;            /* sm_90a: the epilogue's gelu_tanh by one tanh.approx.f32

@@ -266,11 +266,20 @@ enum {
  * keeps the cooperative 128 x 256 tiles where the default takes ping-pong
  * 128 x 128 (measured on an H200; the bench compares them on one device) */
 #define KF_CUDA_RECIPE_GEMM_SHORT_COOP (UINT64_C(1) << 40)
-/* internal: a generated sm_90a GEMM's epilogue tests every column against N
- * even where its tiles cover N exactly, and the TMA-store epilogue's loads take
- * the column's 32-bit copy (the code before KF_EPI_NIN and c0 in the loads'
- * offsets; the bench compares) */
-#define KF_CUDA_RECIPE_GEMM_EPI_NTEST (UINT64_C(1) << 41)
+/* internal: a generated sm_90a GEMM on ping-pong tiles counts a consumer's
+ * tiles from its warpgroup index as it is, which ptxas takes as varying within
+ * a warp: the tile counter, the stage index and all that derives from them
+ * then live in vector registers, and each K step builds its wgmma descriptors
+ * there and moves them to uniform ones by R2UR before every HGMMA. By default
+ * the first tile comes through a shuffle from lane 0 (uniform to ptxas): GPT-2's
+ * FC1 and LN + Q/K/V GEMMs (8 HGMMA a K step) 112 -> 58 SASS instructions a
+ * K step, the out projection 125 -> 69, the LN + Q/K/V sibling set's one
+ * kernel 127 -> 98 (gemm_sm90.cuh, KF_PP_VARYING). H100, 7f5077c: FC1 0.2391
+ * -> 0.2300 ms at rest, A B B A under load 0.2775 -> 0.2682; LN + Q/K/V
+ * 0.1741 -> 0.1710, A B B A a tie (0.2001 -> 0.2006). The form before, kept
+ * to measure. (Bit 41 was GEMM_EPI_NTEST, retired: measured
+ * slower in every row at a358742.) */
+#define KF_CUDA_RECIPE_GEMM_PP_VARYING (UINT64_C(1) << 41)
 /* internal: the sm_90a SwiGLU pair's form before session 17's sw17b: one-CTA
  * tiles (unless GEMM_CLUSTER2 asks for clusters), its register epilogue on
  * the f32 quad transposes of both accumulators (kf_epi<8>, the column test)

@@ -1134,7 +1134,6 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
      * 0.996x. */
     sh.epi_cs = sh.epi_tma && !sh.epi_rs && !fold && !gm->head_dim && !dual && !sh.sk_grid &&
                 !b->sib_shape && !(b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL);
-    sh.epi_ntest = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_NTEST) != 0;
     /* A SwiGLU pair's register epilogue on packed pairs (gemm_sm90.cuh
      * KF_EPI_PK) and silu by ex2 and rcp, where the pair runs in 2-CTA
      * clusters (by default or by CLUSTER2), unless internal
@@ -1158,6 +1157,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.silu_ex2 = sh.epi_pk;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
+    sh.pp_varying = (b->target->flags & KF_CUDA_RECIPE_GEMM_PP_VARYING) != 0;
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_RASTER_SQ)
         sh.raster = square_raster(b->target->sm_count, sh.bn, sh.cluster == 2 ? 2u : 1u);
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_GELU_MUFU)
@@ -1327,12 +1327,15 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    char raster[64] = ""; /* the internal raster and gelu_tanh forms */
+    char raster[96] = ""; /* the internal raster, gelu_tanh and tile counter forms */
     if (sh.raster)
         snprintf(raster, sizeof raster, ", raster %u tile rows", sh.raster);
     if (sh.gelu_mufu)
         snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
                  ", gelu_tanh by MUFU.TANH");
+    if (sh.pingpong && sh.pp_varying)
+        snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
+                 ", the tile counter varying");
     snprintf(why, why_size, "%s tiles %s%s%s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
              sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
