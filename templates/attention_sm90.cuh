@@ -222,6 +222,20 @@ static_assert((KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2) && KF_BC_LAST == 0,
 #else
 #define KF_TILE(j_) (j_)
 #endif
+/* KF_DESC_INNER: under a causal mask (KF_MASK_SKIP 1) with KF_BC == KF_BR,
+ * a diagonal-first item's only edge tile is its first, the highest: q0 is a
+ * multiple of KF_BR, so the tiles below t_hi - 1 end at or before q0 (no
+ * key past a row of the item) and before kv_hi <= KF_SKV (not ragged); the
+ * steps after the first then take the inner score alone, no edge path in
+ * the main loop (where the diagonal-first walk with one had ptxas turn the
+ * mask's selects into predicated moves on every tile: the B4 H32 S4096
+ * causal main loop 739 -> 937 SASS instructions, 1-2.5% slower on an H200).
+ * The window's far edge tiles come last, so it keeps the edge path. */
+#if KF_DESC_WALK && KF_MASK_SKIP == 1 && KF_BC == KF_BR
+#define KF_DESC_INNER 1
+#else
+#define KF_DESC_INNER 0
+#endif
 #ifndef KF_EXP2_POLY
 #define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
 #endif
@@ -900,8 +914,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * rescaled and P(j) packed into pa. With `joined` (KF_ITEM_OVERLAP:
              * step j0 issued with the item before's P.V(last) in flight) that
              * item's O leaves after the wait instead, and o starts over. */
-            auto finish = [&](int j, int jn, bool joined, auto wt) {
+            auto finish = [&](int j, int jn, bool joined, auto wt, auto ft) {
                 constexpr int W = decltype(wt)::value; /* the tile's width */
+                /* the item's first step (j0): kf_width<1>, else kf_width<0> */
+                constexpr bool FIRST = decltype(ft)::value != 0;
+                (void)FIRST;
 #if KF_ITEM_OVERLAP
                 /* joined: m and l still hold the pending item's; this item's
                  * start over (the pending item's leave with its O below) */
@@ -933,10 +950,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * (the steps' j0, jn and t_hi checks count steps) */
                 const int jt = KF_TILE(j);
                 const int kv0 = jt * KF_BC;
-                bool bs_kept;
+                bool bs_kept = true;
                 /* the narrower last tile (W < KF_BC) is ragged: always an edge */
+#if KF_DESC_INNER
+                /* KF_DESC_INNER: only the first step's tile, the highest, can
+                 * be an edge, so the later steps have no edge path at all */
+                const bool edge =
+                    FIRST && kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS);
+#else
                 const bool edge =
                     kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
+#endif
                 if (edge) {
 #if KF_MASK_SKIP == 3 && KF_BS_WHOLE && !KF_BS_EDGE_MERGED
                     /* a whole-tile keep map's edge path (a ragged tile, or a
@@ -1231,7 +1255,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (cw == 0 || jn < t_hi || !last_turn)
                         asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                    finish(j, jn, true, kf_width<KF_BC>{});
+                    finish(j, jn, true, kf_width<KF_BC>{}, kf_width<1>{});
                 } else
 #endif
                 {
@@ -1243,7 +1267,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (cw == 0 || jn < t_hi || !last_turn)
                         asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                    finish(j, jn, false, kf_width<KF_BC>{});
+                    finish(j, jn, false, kf_width<KF_BC>{}, kf_width<1>{});
                 }
 #if !KF_ITEM_OVERLAP
             }
@@ -1271,7 +1295,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false, kf_width<KF_BC>{});
+                finish(j, jn, false, kf_width<KF_BC>{}, kf_width<0>{});
             }
 #if KF_BC_LAST
             /* The last tile, t_hi - 1 (the fourth or later: every item walks
@@ -1294,7 +1318,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 if (cw == 0 || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false, kf_width<KF_BC_LAST>{});
+                finish(j, jn, false, kf_width<KF_BC_LAST>{}, kf_width<0>{});
             }
 #endif
 #if KF_ITEM_OVERLAP
