@@ -229,7 +229,7 @@ static_assert((KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2) && KF_BC_LAST == 0,
  * steps after the first then take the inner score alone, no edge path in
  * the main loop (where the diagonal-first walk with one had ptxas turn the
  * mask's selects into predicated moves on every tile: the B4 H32 S4096
- * causal main loop 739 -> 937 SASS instructions, 1-2.5% slower on an H200).
+ * causal main loop 722 -> 937 SASS instructions, 1-2.5% slower on an H200).
  * The window's far edge tiles come last, so it keeps the edge path. */
 #if KF_DESC_WALK && KF_MASK_SKIP == 1 && KF_BC == KF_BR
 #define KF_DESC_INNER 1
