@@ -642,9 +642,9 @@ static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
  * window, ALiBi head dim 64 and at S 900 head dim 128, GQA causal -- each
  * compiling with HGMMA and no spills (SASS instructions printed: causal
  * S4096 8446 -> 7798, its main loop 722 -> 492 with KF_DESC_INNER, where only
- * the first step's tile can be an edge); without the flag every kernel keeps the ascending walk, and the
- * unmasked (176-key tiles, the last narrower) and block-sparse kernels keep
- * it with the flag too. */
+ * the first step's tile can be an edge); without the flag every kernel
+ * keeps the ascending walk, and the unmasked (176-key tiles, the last
+ * narrower) and block-sparse kernels keep it with the flag too. */
 static void test_the_diagonal_first_walk_is_causal_and_window_only(void **state) {
     (void)state;
     static const char *const alibi900 =
@@ -663,8 +663,8 @@ static void test_the_diagonal_first_walk_is_causal_and_window_only(void **state)
     static const struct {
         int ci; /* cases[ci], or -1: alibi900, -2: causal4096 (the bench's shape) */
         bool desc;
-    } vs[] = {{0, true},  {2, true},  {4, true},  {-1, true},
-              {-2, true}, {7, true},  {1, false}, {6, false}};
+    } vs[] = {{0, true},  {2, true}, {4, true},  {-1, true},
+              {-2, true}, {7, true}, {1, false}, {6, false}};
     static char sass[1 << 22];
     for (size_t v = 0; v < N_OF(vs); v++) {
         const char *name = vs[v].ci == -1   ? "ALiBi + causal, S 900, head dim 128"
@@ -1500,10 +1500,10 @@ static void test_the_exp2_share_by_polynomial(void **state) {
  * bf16x2 arithmetic (ALiBi: the bias times the slope and the sum, HMUL2
  * and HADD2; the softcap: the cap's product, HMUL2); no spills (ALiBi with
  * its diagonal, the only form since att17b retired DIAG_EACH_ROW; both
- * without the split, which is off by default and adds a second path). f16 scores and a folded scale (causal)
- * keep the scalar form. (The scalar form on demand, the retired
- * ATTENTION_SCALAR_SCORE, took more instructions in both pair cases; att16
- * reused its bit.) */
+ * without the split, which is off by default and adds a second path). f16
+ * scores and a folded scale (causal) keep the scalar form. (The scalar form
+ * on demand, the retired ATTENTION_SCALAR_SCORE, took more instructions in
+ * both pair cases; att16 reused its bit.) */
 static void test_the_pair_form_of_the_score_takes_bf16x2_arithmetic(void **state) {
     (void)state;
     static char sass[1 << 22];

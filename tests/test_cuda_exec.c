@@ -2018,8 +2018,8 @@ static void test_sm90_attention_keys_desc_matches_the_reference(void **state) {
     for (size_t i = 0; i < N_OF(names); i++)
         run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_KEYS_DESC, "bf16", "bf16",
                             5700 + 10 * (uint64_t)i, "key tiles diagonal-first",
-                            "key tiles diagonal-first", &took,
-                            "key tiles diagonal-first", names[i]);
+                            "key tiles diagonal-first", &took, "key tiles diagonal-first",
+                            names[i]);
     fprintf(stderr, "  %d of %zu cases in the diagonal-first kernel\n", took, N_OF(names));
     assert_int_equal(took, (int)N_OF(names));
 }

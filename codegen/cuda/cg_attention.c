@@ -1651,9 +1651,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
     /* the sm_90a kernel's pair form of the inner score where it takes the
      * score (the scalar one elsewhere); split at a tanh only where
-     * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks for it (the tanh on every tile otherwise); its diagonal once for both rows (scr13: the
-     * inner tile's score 371 -> 280 instructions; the form for each row, the
-     * flag DIAG_EACH_ROW, was retired by att17b to reuse its bit); its part
+     * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks for it (the tanh on every
+     * tile otherwise); its diagonal once for both rows (scr13: the inner
+     * tile's score 371 -> 280 instructions; the form for each row, the flag
+     * DIAG_EACH_ROW, was retired by att17b to reuse its bit); its part
      * free of loads read from a table in shared memory where the table fits
      * (dtab_fits) but where KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE computes
      * it on every tile; a causal mask's edge tiles by the pair form too but
