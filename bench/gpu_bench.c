@@ -362,6 +362,22 @@ static void fill_bf16(kf_cu_deviceptr ptr, unsigned long long n, unsigned long l
     CHECK(kf_cuda_launch(&DEV, FILL, &cfg, args, err));
 }
 
+/* ALiBi's slopes 2^(-8 (h + 1) / n) into bf16 input t of n values (_geo
+ * cases): positive, so each head's bias grows toward the diagonal. */
+static void set_alibi_slopes(kf_cuda_exec *ex, const kf_tensor *t) {
+    const size_t n = (size_t)kf_ir_numel(t);
+    unsigned short host[64];
+    if (n > 64)
+        exit(1);
+    for (size_t h = 0; h < n; h++) {
+        const float v = exp2f(-8.0f * (float)(h + 1) / (float)n);
+        unsigned u;
+        memcpy(&u, &v, 4);
+        host[h] = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    CHECK(kf_cuda_exec_set_input(ex, t->id, host, n * 2, err));
+}
+
 /* Input t of `ex` from the hash fill: bf16 values in [-1, 1) for the 16-bit
  * dtypes; for a bool input (a block-sparse keep map) the values' signs, a
  * fair coin each. (Passing the bf16 bytes as bools, as the first version did,
@@ -810,6 +826,13 @@ static void run_case(kf_ctx *ctx, bcase *c, double copy_gbs, double gemm_tflops)
     /* Random inputs, on the device. */
     for (uint32_t i = 0; i < g->n_inputs; i++)
         set_random_input(ex, g->inputs[i], 1000 + i * 7919ull);
+    /* _geo cases (att17b): ALiBi's slopes as the ALiBi paper sets them,
+     * 2^(-8 (h + 1) / H) for H heads, where the random fill gives uniform
+     * [-1, 1): half the heads' bias then grows away from the diagonal */
+    if (strstr(c->name, "_geo"))
+        for (uint32_t i = 0; i < g->n_inputs; i++)
+            if (g->inputs[i]->dtype == KF_DTYPE_BF16 && kf_ir_numel(g->inputs[i]) == 32)
+                set_alibi_slopes(ex, g->inputs[i]);
     c->ms = after_gemm(c) && g_pre ? time_ms_after(run_gemm, g_pre, run_exec, ex)
             : after_sleep(c)       ? time_ms_after(run_spin, &g_spin_ns, run_exec, ex)
                                    : time_ms(run_exec, ex);
@@ -1099,7 +1122,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t EAGER = KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE;
     const uint64_t BSM = KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED;
     const uint64_t SKIP = KF_CUDA_RECIPE_ATTENTION_TANH_SKIP;
-    const uint64_t DEACH = KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW;
+    const uint64_t DESC = KF_CUDA_RECIPE_ATTENTION_KEYS_DESC;
     const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
     const uint64_t POLY = KF_CUDA_RECIPE_ATTENTION_EXP2_POLY;
     const uint64_t CAPM = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
@@ -1269,19 +1292,32 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_h", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | TPOL},
         {"attn_softcap_t", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | CAPM | TPOL},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* att17b: a causal or window item's key tiles diagonal-first (_desc:
+         * KF_CUDA_RECIPE_ATTENTION_KEYS_DESC), where by default ascending,
+         * the diagonal last: ALiBi's row max then settles on the first tile
+         * and the lazy rescale stays idle */
+        {"attn_alibi_desc", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DESC},
+        /* _geo: the ALiBi paper's slopes (positive), not the random fill's */
+        {"attn_alibi_geo", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_alibi_geo_desc", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DESC},
+        {"attn_causal_desc", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DESC},
+        {"attn_softcap_desc", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DESC},
+        {"attn_gqa_desc", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, DESC},
+        {"attn_window_desc", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO,
+         DESC},
+        {"attn_causal_b16h16s1024d64_desc", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         DESC},
         /* the score's form before score12's fixed shift: the running row max
          * kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX; score12's scalar
          * inner score, _scalar, was retired with its flag by att16) */
         {"attn_softcap_rowmax", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RMAX},
         /* scr13's forms: the softcap split at its tanh (_skip: the opt-in
          * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP takes tanh(x) as x where a
-         * warp's every |x| rounds so), ALiBi's bias for each of a thread's
-         * two rows (_diag_each: KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW, the
-         * form before the default); and the softcap on scores 8 times larger
-         * (_wide: the split takes the tanh almost everywhere); each in the
-         * rounded form (RS, att17: the pair form's) */
+         * warp's every |x| rounds so); and the softcap on scores 8 times
+         * larger (_wide: the split takes the tanh almost everywhere); each in
+         * the rounded form (RS, att17: the pair form's). (_diag_each, ALiBi's
+         * bias for each of a thread's two rows, went with its flag: att17b.) */
         {"attn_softcap_skip", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | SKIP},
-        {"attn_alibi_diag_each", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | DEACH},
         /* ali15's forms: ALiBi's bf16(kv - q) pairs computed on every key
          * tile (_dcomp: KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE, where the
          * default reads them from a table in shared memory), the diagonal

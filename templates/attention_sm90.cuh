@@ -124,7 +124,7 @@
  * KF_SKV, KF_BH, KF_AB ("bf16"/"f16"), KF_ELEM, KF_MASK_SKIP, KF_WINDOW,
  * KF_DESC_ADD, KF_SCORE_SCALE (the scale folded out of the score functions,
  * a power of two, or any positive constant with f32 scores; 1: none),
- * KF_LAZY_RESCALE, KF_BS_EDGE_MERGED, KF_BS_L2 (with kf_o_pol), KF_L2_PREFETCH, KF_PIN_SOFTMAX,
+ * KF_LAZY_RESCALE, KF_DESC_WALK, KF_BS_EDGE_MERGED, KF_BS_L2 (with kf_o_pol), KF_L2_PREFETCH, KF_PIN_SOFTMAX,
  * KF_TREE_SOFTMAX, KF_TAIL_LPT,
  * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg), KF_EXP2_POLY,
  * KF_TANH_POLY (with KF_SCORE_PAIR_T: kf_score_pair_t, the pair form with its
@@ -203,6 +203,39 @@ __device__ __forceinline__ void kf_diag_tile(float (&sc)[KF_BC / 2], long long b
         _Pragma("unroll") for (int h_ = 0; h_ < 2; h_++)                                      \
             F(sc[4 * nt_ + 2 * h_], sc[4 * nt_ + 2 * h_ + 1], __VA_ARGS__ bh, h_ ? qb : qa,    \
               kv0 + nt_ * 8 + 2 * t4, KF_ARGS)
+#ifndef KF_DESC_WALK
+#define KF_DESC_WALK 0 /* a causal or window item's key tiles diagonal-first (below) */
+#endif
+/* KF_DESC_WALK: producer and consumers count an item's steps j = t_lo ..
+ * t_hi - 1 as before (j0, jn, the ring's stages, the join) but step j loads
+ * and scores key tile t_lo + t_hi - 1 - j, so the diagonal (masked) tile is
+ * the first and the row max is nearly settled by it: with a bias that grows
+ * toward the diagonal (ALiBi) the ascending walk's row max grew on nearly
+ * every tile, and with KF_LAZY_RESCALE O was rescaled on nearly every one.
+ * Only where a mask bounds the walk to a dense range (KF_MASK_SKIP 1, 2):
+ * a keep map's walk (3) and the narrower last tile (KF_BC_LAST, no mask)
+ * keep the ascending order. */
+#if KF_DESC_WALK
+static_assert((KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2) && KF_BC_LAST == 0,
+              "the diagonal-first walk: causal or window items, full-width tiles");
+#define KF_TILE(j_) (t_lo + t_hi - 1 - (j_))
+#else
+#define KF_TILE(j_) (j_)
+#endif
+/* KF_DESC_INNER: under a causal mask (KF_MASK_SKIP 1) with KF_BC == KF_BR,
+ * a diagonal-first item's only edge tile is its first, the highest: q0 is a
+ * multiple of KF_BR, so the tiles below t_hi - 1 end at or before q0 (no
+ * key past a row of the item) and before kv_hi <= KF_SKV (not ragged); the
+ * steps after the first then take the inner score alone, no edge path in
+ * the main loop (where the diagonal-first walk with one had ptxas turn the
+ * mask's selects into predicated moves on every tile: the B4 H32 S4096
+ * causal main loop 722 -> 937 SASS instructions, 1-2.5% slower on an H200).
+ * The window's far edge tiles come last, so it keeps the edge path. */
+#if KF_DESC_WALK && KF_MASK_SKIP == 1 && KF_BC == KF_BR
+#define KF_DESC_INNER 1
+#else
+#define KF_DESC_INNER 0
+#endif
 #ifndef KF_EXP2_POLY
 #define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
 #endif
@@ -597,14 +630,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int j = kf_bs_next(bh, q0, bs_dense, t_lo, t_hi, KF_ARGS); j < t_hi;
                      j = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS)) {
                     const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES, vb = kb + KF_KV_BYTES;
+                    /* step j's key tile (KF_DESC_WALK: the diagonal first) */
+                    const int jt = KF_TILE(j);
 #if KF_CLUSTER == 2
                     /* this CTA's half of the tile's rows, into both CTAs
                      * (each barrier expects the whole tile: both halves) */
                     const unsigned hoff = rank * (KF_BC / 2) * 128u;
-                    const int hrow = j * KF_BC + (int)rank * (KF_BC / 2);
+                    const int hrow = jt * KF_BC + (int)rank * (KF_BC / 2);
 #else
                     const unsigned hoff = 0;
-                    const int hrow = j * KF_BC;
+                    const int hrow = jt * KF_BC;
 #endif
                     kf_hp_wait(ek0 + 8 * s, ph ^ 1u);
                     kf_hp_expect(fk0 + 8 * s, KF_KV_BYTES);
@@ -635,8 +670,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (j + KF_L2_PREFETCH < t_hi) {
 #pragma unroll
                         for (int c = 0; c < KF_CHUNKS; c++) {
-                            kf_tmapf_k(&tk, 64 * c, (j + KF_L2_PREFETCH) * KF_BC, bh);
-                            kf_tmapf_v(&tv, 64 * c, (j + KF_L2_PREFETCH) * KF_BC, bh);
+                            kf_tmapf_k(&tk, 64 * c, KF_TILE(j + KF_L2_PREFETCH) * KF_BC, bh);
+                            kf_tmapf_v(&tv, 64 * c, KF_TILE(j + KF_L2_PREFETCH) * KF_BC, bh);
                         }
                     }
 #endif
@@ -879,8 +914,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * rescaled and P(j) packed into pa. With `joined` (KF_ITEM_OVERLAP:
              * step j0 issued with the item before's P.V(last) in flight) that
              * item's O leaves after the wait instead, and o starts over. */
-            auto finish = [&](int j, int jn, bool joined, auto wt) {
+            auto finish = [&](int j, int jn, bool joined, auto wt, auto ft) {
                 constexpr int W = decltype(wt)::value; /* the tile's width */
+                /* the item's first step (j0): kf_width<1>, else kf_width<0> */
+                constexpr bool FIRST = decltype(ft)::value != 0;
+                (void)FIRST;
 #if KF_ITEM_OVERLAP
                 /* joined: m and l still hold the pending item's; this item's
                  * start over (the pending item's leave with its O below) */
@@ -908,11 +946,21 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 /* The score expression. The accumulator of wgmma m64nN: warp
                  * w holds rows 16w + lane/4 (+8), columns 8n + 2(lane%4)
                  * (+1) in sc[4n .. 4n + 3] (rows g4: e 0, 1; g4 + 8: e 2, 3). */
-                const int kv0 = j * KF_BC;
-                bool bs_kept;
+                /* step j's key tile: j, or with KF_DESC_WALK t_lo + t_hi - 1 - j
+                 * (the steps' j0, jn and t_hi checks count steps) */
+                const int jt = KF_TILE(j);
+                const int kv0 = jt * KF_BC;
+                bool bs_kept = true;
                 /* the narrower last tile (W < KF_BC) is ragged: always an edge */
+#if KF_DESC_INNER
+                /* KF_DESC_INNER: only the first step's tile, the highest, can
+                 * be an edge, so the later steps have no edge path at all */
                 const bool edge =
-                    kf_attn_tile_edge(j, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
+                    FIRST && kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS);
+#else
+                const bool edge =
+                    kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
+#endif
                 if (edge) {
 #if KF_MASK_SKIP == 3 && KF_BS_WHOLE && !KF_BS_EDGE_MERGED
                     /* a whole-tile keep map's edge path (a ragged tile, or a
@@ -1207,7 +1255,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (cw == 0 || jn < t_hi || !last_turn)
                         asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                    finish(j, jn, true, kf_width<KF_BC>{});
+                    finish(j, jn, true, kf_width<KF_BC>{}, kf_width<1>{});
                 } else
 #endif
                 {
@@ -1219,7 +1267,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     if (cw == 0 || jn < t_hi || !last_turn)
                         asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                    finish(j, jn, false, kf_width<KF_BC>{});
+                    finish(j, jn, false, kf_width<KF_BC>{}, kf_width<1>{});
                 }
 #if !KF_ITEM_OVERLAP
             }
@@ -1247,7 +1295,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 if (cw == 0 || jn < t_hi || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false, kf_width<KF_BC>{});
+                finish(j, jn, false, kf_width<KF_BC>{}, kf_width<0>{});
             }
 #if KF_BC_LAST
             /* The last tile, t_hi - 1 (the fourth or later: every item walks
@@ -1270,7 +1318,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 if (cw == 0 || !last_turn)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false, kf_width<KF_BC_LAST>{});
+                finish(j, jn, false, kf_width<KF_BC_LAST>{}, kf_width<0>{});
             }
 #endif
 #if KF_ITEM_OVERLAP

@@ -1970,8 +1970,8 @@ static void test_sm90_attention_lazy_rescale_on_ragged_cases_matches_the_referen
 /* The pair form's split at a softcap's tanh (kf_score_pre, then tanh(x) as
  * x where a warp's every |x| is at most KF_TANH_IDENT_MAX, else the tanh)
  * (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP, off by default) and ALiBi's diagonal
- * once for a thread's two rows (kf_score_diag; each row's own with
- * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW), each in the rounded form
+ * once for a thread's two rows (kf_score_diag; each row's own, the flag
+ * DIAG_EACH_ROW, was retired by att17b), each in the rounded form
  * (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, alone too), and the f32 default
  * (its diagonal as floats, stepped along the tile): the softcap on scores where most
  * warps take the operand and some the tanh (their items' later tiles then
@@ -1986,10 +1986,9 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
         "softcap 30 tanh(s / 30) + causal", "ALiBi slope[h] (kv - q) + causal",
         "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128"};
     const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
-    const uint64_t forms[] = {0, rs, rs | KF_CUDA_RECIPE_ATTENTION_TANH_SKIP,
-                              rs | KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW};
+    const uint64_t forms[] = {0, rs, rs | KF_CUDA_RECIPE_ATTENTION_TANH_SKIP};
     static const char *const labels[] = {"f32 diagonal (the default)", "rounded diagonal",
-                                         "split, diagonal", "diagonal each row"};
+                                         "split, diagonal"};
     for (size_t f = 0; f < N_OF(forms); f++)
         for (size_t i = 0; i < N_OF(names); i++)
             run_sm90_cases_only(forms[f], "bf16", "bf16", 4520 + 10 * (uint64_t)f + i, NULL, NULL,
@@ -2048,6 +2047,47 @@ static void test_sm90_attention_alibi_table_on_one_ragged_case(void **state) {
     run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, NULL, "bf16", 4901, NULL, NULL,
                         NULL, "diagonal table, edge pair form",
                         "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128");
+}
+
+/* The diagonal-first walk (KF_CUDA_RECIPE_ATTENTION_KEYS_DESC: a causal or
+ * window item's key tiles descending, the diagonal tile first; the report
+ * says "key tiles diagonal-first") against the reference, bf16: causal
+ * ragged S 200 head dim 128, Sq 100 < Skv 260, S 900 head dim 64, 80 heads
+ * at S 300 (more units than SMs: items joined across units), the sliding
+ * window, GQA 8:1, ALiBi at head dim 128 (S 900; Sq 300 != Skv 500). No
+ * causal or window row has all its keys masked (each sees key 0 or its
+ * own), so the all-masked rows stay with the block-sparse kernel's tests,
+ * whose walk stays ascending. */
+static void test_sm90_attention_keys_desc_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "causal, S 200 (not a tile multiple), head dim 128",
+        "causal kv <= q with Sq 100 < Skv 260",
+        "causal, S 900, head dim 64",
+        "causal, S 300, 80 heads: more units than SMs",
+        "sliding window 50, S 300",
+        "GQA 8:1 (K, V broadcast over the head group) + causal",
+        "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
+        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128"};
+    int took = 0;
+    for (size_t i = 0; i < N_OF(names); i++)
+        run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_KEYS_DESC, "bf16", "bf16",
+                            5700 + 10 * (uint64_t)i, "key tiles diagonal-first",
+                            "key tiles diagonal-first", &took, "key tiles diagonal-first",
+                            names[i]);
+    fprintf(stderr, "  %d of %zu cases in the diagonal-first kernel\n", took, N_OF(names));
+    assert_int_equal(took, (int)N_OF(names));
+}
+
+/* The diagonal-first walk on one ragged causal case (S 200, head dim 128):
+ * the case the device run takes under compute-sanitizer memcheck. */
+static void test_sm90_attention_keys_desc_on_one_ragged_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_KEYS_DESC, "bf16", NULL, 5900,
+                        "key tiles diagonal-first", NULL, NULL, "key tiles diagonal-first",
+                        "causal, S 200 (not a tile multiple), head dim 128");
 }
 
 /* f32 scores (the default) on ALiBi's and the softcap's expressions
@@ -5272,6 +5312,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_score_split_and_diagonal_match_the_reference),
         cmocka_unit_test(test_sm90_attention_alibi_diagonal_table_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_alibi_table_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_keys_desc_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_keys_desc_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_f32_alibi_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_softcap_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_other_scores_match_the_reference),

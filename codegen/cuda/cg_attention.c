@@ -1492,6 +1492,16 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * kernel before att16: KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED) */
     const int merged =
         sm90 && skip == 3 && (rflags & KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED) ? 1 : 0;
+    /* a causal or window item's key tiles diagonal-first (templates/
+     * attention_sm90.cuh, KF_DESC_WALK; kernel letter d) where
+     * KF_CUDA_RECIPE_ATTENTION_KEYS_DESC asks: the row max settles on the
+     * first tile, so the lazy rescale stays idle under ALiBi's bias, which
+     * grows toward the diagonal. A keep map's walk and the narrower last
+     * tile (no mask) keep the ascending order */
+    const int desc = sm90 && (skip == 1 || skip == 2) && sh.bcl == 0 &&
+                             (rflags & KF_CUDA_RECIPE_ATTENTION_KEYS_DESC)
+                         ? 1
+                         : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles (r: the ragged last one narrower), c: 2-CTA clusters, b: bounded
@@ -1500,17 +1510,18 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * not by default, z: O rescaled lazily where it is not by default (head
      * dim 64), y: O rescaled every key tile where it is lazy by default (head
      * dim 128), m: a keep map's edge path merged, v: a keep map's L2
-     * policies and prefetch along its walk (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
-     * fa3pftlwrcbvsehizm_) */
+     * policies and prefetch along its walk, d: causal or window key tiles
+     * diagonal-first (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwrcbvsehizmd_) */
     char prefix[24] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.bcl ? "r" : "", sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "",
                  bsl2 ? "v" : "", bst ? "s" : "", bsk ? "k" : "", poly > 0 ? "e" : "",
                  tpoly > 0 ? "h" : "",
                  apart ? "i" : joined ? "j" : "",
-                 lazy && at->d != 128 ? "z" : eager ? "y" : "", merged ? "m" : "");
+                 lazy && at->d != 128 ? "z" : eager ? "y" : "", merged ? "m" : "",
+                 desc ? "d" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1557,8 +1568,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged || bsl2)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
+            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged || bsl2 || desc)
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
+                      desc ? "key tiles diagonal-first; " : "",
                       merged ? "the keep map's edge path merged; " : "",
                       bsl2 ? "the keep map's L2 policies and walk prefetch; " : "",
                       lazy ? "O rescaled lazily; " : eager ? "O rescaled every key tile; " : "",
@@ -1585,9 +1597,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
                   "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_TANH_POLY %d\n"
-                  "#define KF_ITEM_OVERLAP %d\n#define KF_BS_EDGE_MERGED %d\n#define KF_BS_L2 %d\n",
+                  "#define KF_ITEM_OVERLAP %d\n#define KF_BS_EDGE_MERGED %d\n#define KF_BS_L2 %d\n"
+                  "#define KF_DESC_WALK %d\n",
                   scale, lazy, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly, tpoly, ovl, merged, bsl2);
+                  sh.preg, sh.creg, poly, tpoly, ovl, merged, bsl2, desc);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
@@ -1638,8 +1651,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
 
     /* the sm_90a kernel's pair form of the inner score where it takes the
      * score (the scalar one elsewhere); split at a tanh only where
-     * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks for it (the tanh on every tile otherwise); its diagonal once for both rows but where
-     * KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW asks for it in each; its part
+     * KF_CUDA_RECIPE_ATTENTION_TANH_SKIP asks for it (the tanh on every
+     * tile otherwise); its diagonal once for both rows (scr13: the inner
+     * tile's score 371 -> 280 instructions; the form for each row, the flag
+     * DIAG_EACH_ROW, was retired by att17b to reuse its bit); its part
      * free of loads read from a table in shared memory where the table fits
      * (dtab_fits) but where KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE computes
      * it on every tile; a causal mask's edge tiles by the pair form too but
@@ -1651,7 +1666,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     c.score_f32 = f32 && fold == KF_NONE;
     st = emit_score_fns(&c, skip != 0, fold, f32 && fold != KF_NONE, tfold, sm90,
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
-                            (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW ? 0u : CG_PAIR_DIAG) |
+                            CG_PAIR_DIAG |
                             (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u) |
                             (dtab ? CG_PAIR_DIAG_TAB : 0u) |
                             (rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR ? 0u

@@ -320,12 +320,17 @@ enum {
  * 1.272 on scores 8 times as large (H100, scr13), so the default keeps the
  * tanh on every tile */
 #define KF_CUDA_RECIPE_ATTENTION_TANH_SKIP (UINT64_C(1) << 47)
-/* internal: the sm_90a attention kernel's pair form computes the part of the
- * score that is a function of kv - q alone (ALiBi's bias) for each of a
- * thread's two rows, where the default computes it once for row q and reads
- * row q + 8's from the key pair before (cg_attention_pair.c, pair_diag);
- * kept to measure the two against each other */
-#define KF_CUDA_RECIPE_ATTENTION_DIAG_EACH_ROW (UINT64_C(1) << 48)
+/* internal: the sm_90a attention kernel walks a causal or sliding-window
+ * item's key tiles diagonal-first, descending (templates/attention_sm90.cuh,
+ * KF_DESC_WALK; kernel letter d), where by default it walks them ascending,
+ * the diagonal tile last: the row max is then nearly settled by the first
+ * tile, so the lazy O rescale (KF_LAZY_RESCALE, head dim 128) stays idle
+ * where a bias grows toward the diagonal (ALiBi). Block-sparse and unmasked
+ * kernels keep the ascending walk. (Bit 48 was ATTENTION_DIAG_EACH_ROW,
+ * ALiBi's diagonal for each of a thread's two rows, a form of the rounded
+ * scores only: once for both won, 1.1157 -> 1.0921 ms (scr13); att17b
+ * retired it to reuse its bit.) */
+#define KF_CUDA_RECIPE_ATTENTION_KEYS_DESC (UINT64_C(1) << 48)
 /* internal: the sm_90a attention kernel's diagonal (pair_diag, above)
  * computes its part free of loads (ALiBi's bf16(kv - q) pair) on every key
  * tile, where the default reads it from a table in shared memory that the
