@@ -267,6 +267,13 @@ typedef enum cg_kvary {
 /* Fills kv[n] (one per node of c->g, in node order) for chunks along the last
  * axis of space sp. */
 void cg_kvary_fill(const cg *c, kf_space sp, uint8_t *kv);
+/* How remapped load e's offset moves along a chunk (kv as cg_kvary_fill
+ * gives it; e's space of `rank` axes `dims`): *stat where the last axis's
+ * own coordinate at stride 1 moves it, *dyn the operand of the one KV_STEP
+ * coordinate node at stride 1 that does (-1: none); neither: every element
+ * reads the same one. False where it moves otherwise. */
+bool cg_remap_step(const kf_expr *e, const uint8_t *kv, int rank, const int64_t *dims, bool *stat,
+                   int *dyn);
 /* (cg_emit_nodes, arr, with c->kvary) Emits remapped LOAD node i as a vector
  * when its elements are consecutive and aligned, one load when they are one
  * element, else element by element, and returns true; false (nothing

@@ -399,6 +399,27 @@ void cg_kvary_fill(const cg *c, kf_space sp, uint8_t *kv) {
     }
 }
 
+/* The one term of the offset that moves along the chunk: the last axis's
+ * own coordinate at stride 1 (a slice), or a KV_STEP coordinate node at
+ * stride 1 (a concat's half, a gather along the last axis); none: every
+ * element reads the same one. */
+bool cg_remap_step(const kf_expr *e, const uint8_t *kv, int rank, const int64_t *dims, bool *stat,
+                   int *dyn) {
+    const int last = rank - 1;
+    *stat = dims[last] != 1 && e->strides[last] != 0;
+    *dyn = -1;
+    if (*stat && e->strides[last] != 1)
+        return false;
+    for (int j = 0; j < 3 && e->src[j] != KF_NONE; j++) {
+        if (kv[e->src[j]] == KV_FIXED)
+            continue;
+        if (kv[e->src[j]] != KV_STEP || *stat || *dyn >= 0 || e->dyn_strides[j] != 1)
+            return false;
+        *dyn = j;
+    }
+    return true;
+}
+
 bool cg_emit_remap_vector(cg *c, void *user, uint32_t i, const char *ind) {
     const kf_group *g = c->g;
     const kf_expr *e = &g->expr[i];
@@ -411,23 +432,10 @@ bool cg_emit_remap_vector(cg *c, void *user, uint32_t i, const char *ind) {
     cg_space_dims(g, e->space, &rank, &dims);
     if (rank < 1 || x->vrank[e->space] != rank)
         return false;
-    /* The one term of the offset that moves along the chunk: the last axis's
-     * own coordinate at stride 1 (a slice), or a KV_STEP coordinate node at
-     * stride 1 (a concat's half, a gather along the last axis); none: every
-     * element reads the same one. */
-    const int last = rank - 1;
-    bool stat = dims[last] != 1 && e->strides[last] != 0;
-    if (stat && e->strides[last] != 1)
+    bool stat;
+    int dyn;
+    if (!cg_remap_step(e, c->kvary, rank, dims, &stat, &dyn))
         return false;
-    int dyn = -1;
-    for (int j = 0; j < 3 && e->src[j] != KF_NONE; j++) {
-        uint8_t kv = c->kvary[e->src[j]];
-        if (kv == KV_FIXED)
-            continue;
-        if (kv != KV_STEP || stat || dyn >= 0 || e->dyn_strides[j] != 1)
-            return false;
-        dyn = j;
-    }
     int p = c->param[i];
     kf_dtype pd = c->k->params[p].dtype;
     const char *rt = cg_reg_type(e->dtype), *st = cg_storage_type(pd);

@@ -1175,6 +1175,22 @@ static const char *l2_policy(int i) {
     return i == 1 || i == 2 ? "evict_last" : "evict_first";
 }
 
+/* The rest of a TMA load's inline asm after its "[dst], [map, {c0, row":
+ * the batch axes' coordinate placeholders, "}], [bar], <next>;" and the
+ * operands up to the batch coordinates (bh's on the map's batch axes ax,
+ * innermost first); the caller appends bar's and its own last operand. */
+static void tma_box_operands(cg *c, const kf_group *g, const int *ax, int n) {
+    for (int a = 0; a < n; a++)
+        cg_printf(&c->s, ", %%%d", 4 + a);
+    cg_printf(&c->s,
+              "}], [%%%d], %%%d;\" :: \"r\"(dst), \"l\"((unsigned long long)m), "
+              "\"r\"(c0), \"r\"(row)",
+              4 + n, 5 + n);
+    for (int a = 0; a < n; a++)
+        cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))", (long long)bh_inner(g, ax[a]),
+                  (long long)g->dims[ax[a]]);
+}
+
 /* kf_tma_q / _k / _v: box (c0, row) of the operand's map for batch x head bh
  * (its coordinates on the map's batch axes, innermost first). With 2-CTA
  * clusters (`cluster` 2) K's and V's boxes are multicast to both CTAs of the
@@ -1193,15 +1209,7 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int 
                       "tensor.%dd.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
                       "cluster [%%0], [%%1, {%%2, %%3",
                       fn[i], 2 + n);
-            for (int a = 0; a < n; a++)
-                cg_printf(&c->s, ", %%%d", 4 + a);
-            cg_printf(&c->s,
-                      "}], [%%%d], %%%d;\" :: \"r\"(dst), \"l\"((unsigned long long)m), "
-                      "\"r\"(c0), \"r\"(row)",
-                      4 + n, 5 + n);
-            for (int a = 0; a < n; a++)
-                cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))",
-                          (long long)bh_inner(g, ax[a]), (long long)g->dims[ax[a]]);
+            tma_box_operands(c, g, ax, n);
             cg_puts(&c->s, ", \"r\"(bar), \"h\"((unsigned short)3) : \"memory\");\n"
                            "    (void)bh;\n}\n");
             continue;
@@ -1214,15 +1222,7 @@ static void emit_tma_fns(cg *c, const kf_group *g, const cg_attn_op ops[3], int 
                       "    asm volatile(\"cp.async.bulk.tensor.%dd.shared::cluster.global."
                       "mbarrier::complete_tx::bytes.L2::cache_hint [%%0], [%%1, {%%2, %%3",
                       fn[i], l2_policy(i), 2 + n);
-            for (int a = 0; a < n; a++)
-                cg_printf(&c->s, ", %%%d", 4 + a);
-            cg_printf(&c->s,
-                      "}], [%%%d], %%%d;\" :: \"r\"(dst), \"l\"((unsigned long long)m), "
-                      "\"r\"(c0), \"r\"(row)",
-                      4 + n, 5 + n);
-            for (int a = 0; a < n; a++)
-                cg_printf(&c->s, ", \"r\"((int)(bh / %lldLL %% %lldLL))",
-                          (long long)bh_inner(g, ax[a]), (long long)g->dims[ax[a]]);
+            tma_box_operands(c, g, ax, n);
             cg_puts(&c->s, ", \"r\"(bar), \"l\"(pol) : \"memory\");\n    (void)bh;\n}\n");
             continue;
         }

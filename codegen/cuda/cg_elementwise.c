@@ -206,19 +206,9 @@ static bool pair_side_ok(const cg *c, const uint8_t *kv, uint32_t i, kf_space sp
     if (e->kind != KF_EXPR_LOAD || !cg_is_remapped_load(e) || !c->need[i] || c->ov[i][0] ||
         c->param[i] < 0 || rank < 1 || e->space != sp)
         return false;
-    const int last = rank - 1;
-    bool stat = dims[last] != 1 && e->strides[last] != 0;
-    if (stat && e->strides[last] != 1)
-        return false;
-    int dyn = -1;
-    for (int j = 0; j < 3 && e->src[j] != KF_NONE; j++) {
-        if (kv[e->src[j]] == KV_FIXED)
-            continue;
-        if (kv[e->src[j]] != KV_STEP || stat || dyn >= 0 || e->dyn_strides[j] != 1)
-            return false;
-        dyn = j;
-    }
-    return stat || dyn >= 0;
+    bool stat;
+    int dyn;
+    return cg_remap_step(e, kv, rank, dims, &stat, &dyn) && (stat || dyn >= 0);
 }
 
 /* Whether every needed path from load l to the outputs runs through operand
