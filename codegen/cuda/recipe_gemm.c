@@ -1157,7 +1157,13 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.silu_ex2 = sh.epi_pk;
     sh.epi_unpacked = (b->target->flags & KF_CUDA_RECIPE_GEMM_EPI_UNPACKED) != 0;
     sh.desc_step = !(b->target->flags & KF_CUDA_RECIPE_GEMM_DESC_REBUILD);
-    sh.pp_varying = (b->target->flags & KF_CUDA_RECIPE_GEMM_PP_VARYING) != 0;
+    /* The ping-pong tile counter through a shuffle (uniform to ptxas) but
+     * with the row epilogue in the tile, whose row statistics take the
+     * registers the uniform counter frees for the K loop: there ptxas spilled
+     * more (RMSNorm 20000 x 128 ping-pong: a 192-byte stack frame against 48,
+     * 214 bytes of spill stores against 42), so that form keeps the counter
+     * from cw (not timed either way). */
+    sh.pp_varying = (b->target->flags & KF_CUDA_RECIPE_GEMM_PP_VARYING) || row_tile;
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_RASTER_SQ)
         sh.raster = square_raster(b->target->sm_count, sh.bn, sh.cluster == 2 ? 2u : 1u);
     if (b->target->flags & KF_CUDA_RECIPE_GEMM_GELU_MUFU)
