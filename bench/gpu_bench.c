@@ -1123,7 +1123,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t BSM = KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED;
     const uint64_t SKIP = KF_CUDA_RECIPE_ATTENTION_TANH_SKIP;
     const uint64_t DESC = KF_CUDA_RECIPE_ATTENTION_KEYS_DESC;
-    const uint64_t ELOOP = KF_CUDA_RECIPE_ATTENTION_EDGE_IN_LOOP;
+    const uint64_t ELAST = KF_CUDA_RECIPE_ATTENTION_EDGE_LAST;
     const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
     const uint64_t POLY = KF_CUDA_RECIPE_ATTENTION_EXP2_POLY;
     const uint64_t CAPM = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
@@ -1308,16 +1308,18 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          DESC},
         {"attn_causal_b16h16s1024d64_desc", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          DESC},
-        /* att17c: the ascending causal walk's edge check in every step
-         * (_eloop: KF_CUDA_RECIPE_ATTENTION_EDGE_IN_LOOP, the form before),
-         * where by default only the peeled last step has an edge path */
-        {"attn_causal_eloop", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELOOP},
-        {"attn_gqa_eloop", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELOOP},
-        {"attn_alibi_eloop", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELOOP},
-        {"attn_alibi_geo_eloop", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELOOP},
-        {"attn_softcap_eloop", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELOOP},
-        {"attn_causal_b16h16s1024d64_eloop", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
-         ELOOP},
+        /* att17c: the ascending causal walk's last step peeled, the loop's
+         * steps with no edge path (_elast: KF_CUDA_RECIPE_ATTENTION_EDGE_
+         * LAST), where by default every step checks for an edge. (att17c's
+         * run at cb011fc had the two the other way round: its _eloop rows
+         * are this default, its plain rows this _elast.) */
+        {"attn_causal_elast", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_gqa_elast", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_alibi_elast", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_alibi_geo_elast", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_softcap_elast", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_causal_b16h16s1024d64_elast", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         ELAST},
         /* the score's form before score12's fixed shift: the running row max
          * kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX; score12's scalar
          * inner score, _scalar, was retired with its flag by att16) */

@@ -2076,17 +2076,15 @@ static void test_sm90_attention_keys_desc_matches_the_reference(void **state) {
     assert_int_equal(took, (int)N_OF(names));
 }
 
-/* The ascending causal walk's last step peeled (the default where the mask
- * is causal and the key tiles 128 wide: templates/attention_sm90.cuh,
- * KF_EDGE_LAST; the report says "the last key tile's step peeled") and the
- * form before, an edge check in every step (KF_CUDA_RECIPE_ATTENTION_EDGE_
- * IN_LOOP: "an edge check in every step"), against the reference, bf16:
- * causal ragged S 200 and S 900 at head dims 128 and 64, Sq 100 < Skv 260
- * and Sq 300 > Skv 130 (the last key tile below every row), 80 heads at S
- * 300 (items joined across units), GQA 8:1, ALiBi (S 900; Sq 300 != Skv
- * 500), the softcap (S 900); each case in that form's kernel. The window
- * and the general offset mask (kv <= q + 160) keep the edge check in every
- * step: run with the default flags, no form asked. */
+/* The ascending causal walk's last step peeled (KF_CUDA_RECIPE_ATTENTION_
+ * EDGE_LAST: templates/attention_sm90.cuh, KF_EDGE_LAST, where the mask is
+ * causal and the key tiles 128 wide; the report says "the last key tile's
+ * step peeled") against the reference, bf16: causal ragged S 200 and S 900
+ * at head dims 128 and 64, Sq 100 < Skv 260 and Sq 300 > Skv 130 (the last
+ * key tile below every row), 80 heads at S 300 (items joined across units),
+ * GQA 8:1, ALiBi (S 900; Sq 300 != Skv 500), the softcap (S 900); each case
+ * in that form's kernel. The window and the general offset mask (kv <= q +
+ * 160), with the flag too, keep the edge check in every step. */
 static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -2100,26 +2098,22 @@ static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
         "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
         "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
         "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900"};
-    static const struct {
-        uint64_t flags;
-        const char *form;
-    } forms[] = {{0, "the last key tile's step peeled"},
-                 {KF_CUDA_RECIPE_ATTENTION_EDGE_IN_LOOP, "an edge check in every step"}};
-    for (size_t f = 0; f < N_OF(forms); f++) {
-        int took = 0;
-        for (size_t i = 0; i < N_OF(names); i++)
-            run_sm90_cases_only(forms[f].flags, "bf16", "bf16", 6100 + 100 * f + 10 * (uint64_t)i,
-                                forms[f].form, forms[f].form, &took, forms[f].form, names[i]);
-        fprintf(stderr, "  %d of %zu cases in the kernel with %s\n", took, N_OF(names),
-                forms[f].form);
-        assert_int_equal(took, (int)N_OF(names));
-    }
+    const uint64_t el = KF_CUDA_RECIPE_ATTENTION_EDGE_LAST;
+    const char *const form = "the last key tile's step peeled";
+    int took = 0;
+    for (size_t i = 0; i < N_OF(names); i++)
+        run_sm90_cases_only(el, "bf16", "bf16", 6100 + 10 * (uint64_t)i, form, form, &took, form,
+                            names[i]);
+    fprintf(stderr, "  %d of %zu cases in the kernel with %s\n", took, N_OF(names), form);
+    assert_int_equal(took, (int)N_OF(names));
     static const char *const others[] = {
         "sliding window 50, S 300",
         "queries at the end of a longer key sequence (kv <= q + 160): general"};
+    int others_took = 0;
     for (size_t i = 0; i < N_OF(others); i++)
-        run_sm90_cases_only(0, "bf16", "bf16", 6300 + 10 * (uint64_t)i, NULL, NULL, NULL,
-                            "default", others[i]);
+        run_sm90_cases_only(el, "bf16", "bf16", 6300 + 10 * (uint64_t)i, NULL, form,
+                            &others_took, "the flag, no peeled step", others[i]);
+    assert_int_equal(others_took, 0);
 }
 
 /* The peeled last step on one ragged causal case (S 200, head dim 128): the
@@ -2127,7 +2121,8 @@ static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
 static void test_sm90_attention_edge_last_on_one_ragged_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    run_sm90_cases_only(0, "bf16", NULL, 6400, "the last key tile's step peeled", NULL, NULL,
+    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_EDGE_LAST, "bf16", NULL, 6400,
+                        "the last key tile's step peeled", NULL, NULL,
                         "the last key tile's step peeled",
                         "causal, S 200 (not a tile multiple), head dim 128");
 }

@@ -1503,14 +1503,14 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                          ? 1
                          : 0;
     /* an ascending causal item's last step peeled after the loop, the only
-     * one that can be an edge tile (attention_sm90.cuh, KF_EDGE_LAST), so
-     * the loop's steps carry no edge path; KF_CUDA_RECIPE_ATTENTION_EDGE_IN_
-     * LOOP keeps the edge check in every step (kernel letter g) */
-    const int eloop = sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
-                              (rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_IN_LOOP)
+     * one that can be an edge tile (attention_sm90.cuh, KF_EDGE_LAST; kernel
+     * letter u), so the loop's steps carry no edge path, where KF_CUDA_
+     * RECIPE_ATTENTION_EDGE_LAST asks (measured: a tie on causal, slower on
+     * ALiBi and head dim 64; every step checks by default) */
+    const int elast = sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
+                              (rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_LAST)
                           ? 1
                           : 0;
-    const int elast = sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc && !eloop;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles (r: the ragged last one narrower), c: 2-CTA clusters, b: bounded
@@ -1520,8 +1520,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * dim 64), y: O rescaled every key tile where it is lazy by default (head
      * dim 128), m: a keep map's edge path merged, v: a keep map's L2
      * policies and prefetch along its walk, d: causal or window key tiles
-     * diagonal-first, g: a causal item's edge check in every step
-     * (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwrcbvsehizmdg_) */
+     * diagonal-first, u: a causal item's last step peeled, the loop's steps
+     * without an edge path (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
+     * fa3pftlwrcbvsehizmdu_) */
     char prefix[24] = "fa_";
     if (sm90)
         snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
@@ -1531,7 +1532,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                  tpoly > 0 ? "h" : "",
                  apart ? "i" : joined ? "j" : "",
                  lazy && at->d != 128 ? "z" : eager ? "y" : "", merged ? "m" : "",
-                 desc ? "d" : "", eloop ? "g" : "");
+                 desc ? "d" : "", elast ? "u" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1579,11 +1580,10 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
             poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged || bsl2 || desc ||
-            elast || eloop)
+            elast)
             cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
                       desc    ? "key tiles diagonal-first; "
                       : elast ? "the last key tile's step peeled; "
-                      : eloop ? "an edge check in every step; "
                               : "",
                       merged ? "the keep map's edge path merged; " : "",
                       bsl2 ? "the keep map's L2 policies and walk prefetch; " : "",
@@ -1614,7 +1614,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "#define KF_ITEM_OVERLAP %d\n#define KF_BS_EDGE_MERGED %d\n#define KF_BS_L2 %d\n"
                   "#define KF_DESC_WALK %d\n#define KF_EDGE_LAST %d\n",
                   scale, lazy, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly, tpoly, ovl, merged, bsl2, desc, elast ? 1 : 0);
+                  sh.preg, sh.creg, poly, tpoly, ovl, merged, bsl2, desc, elast);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
