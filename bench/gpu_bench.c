@@ -1123,6 +1123,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t BSM = KF_CUDA_RECIPE_ATTENTION_BS_EDGE_MERGED;
     const uint64_t SKIP = KF_CUDA_RECIPE_ATTENTION_TANH_SKIP;
     const uint64_t DESC = KF_CUDA_RECIPE_ATTENTION_KEYS_DESC;
+    const uint64_t ELAST = KF_CUDA_RECIPE_ATTENTION_EDGE_LAST;
     const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
     const uint64_t POLY = KF_CUDA_RECIPE_ATTENTION_EXP2_POLY;
     const uint64_t CAPM = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
@@ -1307,6 +1308,18 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          DESC},
         {"attn_causal_b16h16s1024d64_desc", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          DESC},
+        /* att17c: the ascending causal walk's last step peeled, the loop's
+         * steps with no edge path (_elast: KF_CUDA_RECIPE_ATTENTION_EDGE_
+         * LAST), where by default every step checks for an edge. (att17c's
+         * run at cb011fc had the two the other way round: its _eloop rows
+         * are this default, its plain rows this _elast.) */
+        {"attn_causal_elast", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_gqa_elast", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_alibi_elast", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_alibi_geo_elast", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_softcap_elast", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
+        {"attn_causal_b16h16s1024d64_elast", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         ELAST},
         /* the score's form before score12's fixed shift: the running row max
          * kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX; score12's scalar
          * inner score, _scalar, was retired with its flag by att16) */
@@ -1318,18 +1331,13 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * the rounded form (RS, att17: the pair form's). (_diag_each, ALiBi's
          * bias for each of a thread's two rows, went with its flag: att17b.) */
         {"attn_softcap_skip", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | SKIP},
-        /* ali15's forms: ALiBi's bf16(kv - q) pairs computed on every key
+        /* ali15's form: ALiBi's bf16(kv - q) pairs computed on every key
          * tile (_dcomp: KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE, where the
-         * default reads them from a table in shared memory), the diagonal
-         * tile's scalar score (_edge_scalar: KF_CUDA_RECIPE_ATTENTION_EDGE_
-         * SCALAR, where the default takes the pair form and the mask), both
-         * (_before: the kernel before ali15), in the rounded form (RS) */
+         * default reads them from a table in shared memory), in the rounded
+         * form (RS). (_edge_scalar and _before, the diagonal tile's scalar
+         * score, went with their flag: att17c.) */
         {"attn_alibi_dcomp", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          RS | KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE},
-        {"attn_alibi_edge_scalar", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         RS | KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR},
-        {"attn_alibi_before", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         RS | KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE | KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR},
         {"attn_softcap_wide", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_softcap_wide_rs", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
         {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | SKIP},

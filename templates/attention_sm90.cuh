@@ -236,6 +236,23 @@ static_assert((KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2) && KF_BC_LAST == 0,
 #else
 #define KF_DESC_INNER 0
 #endif
+#ifndef KF_EDGE_LAST
+#define KF_EDGE_LAST 0 /* an ascending causal item's last step peeled, the only edge (below) */
+#endif
+/* KF_EDGE_LAST: the same for the ascending walk -- under a causal mask
+ * (KF_MASK_SKIP 1) with KF_BC == KF_BR only an item's last tile, t_hi - 1
+ * (the diagonal, or the ragged last key tile), can be an edge: the tiles
+ * below it end before q0 and before KF_SKV. The loop's steps then take the
+ * inner score alone (no mask for ptxas to see there), and the last step,
+ * peeled after the loop (or the first, where it is also the last), takes
+ * the edge path (KF_CUDA_RECIPE_ATTENTION_EDGE_LAST; B4 H32 S4096 causal:
+ * the main loop 764 -> 517 SASS instructions). Measured on an H200 it tied
+ * on causal and GQA and lost 1-3.5% on ALiBi and head dim 64 (won 3% on
+ * the softcap), so by default every step checks for an edge. */
+#if KF_EDGE_LAST
+static_assert(!KF_DESC_WALK && KF_MASK_SKIP == 1 && KF_BC == KF_BR && KF_BC_LAST == 0,
+              "the peeled last step: an ascending causal walk, full-width tiles");
+#endif
 #ifndef KF_EXP2_POLY
 #define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
 #endif
@@ -916,8 +933,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * item's O leaves after the wait instead, and o starts over. */
             auto finish = [&](int j, int jn, bool joined, auto wt, auto ft) {
                 constexpr int W = decltype(wt)::value; /* the tile's width */
-                /* the item's first step (j0): kf_width<1>, else kf_width<0> */
-                constexpr bool FIRST = decltype(ft)::value != 0;
+                /* the item's first step (j0): kf_width<1>; KF_EDGE_LAST's
+                 * peeled last step: kf_width<2>; else kf_width<0> */
+                constexpr int STEP = decltype(ft)::value;
+                constexpr bool FIRST = STEP == 1;
                 (void)FIRST;
 #if KF_ITEM_OVERLAP
                 /* joined: m and l still hold the pending item's; this item's
@@ -957,6 +976,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * be an edge, so the later steps have no edge path at all */
                 const bool edge =
                     FIRST && kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS);
+#elif KF_EDGE_LAST
+                /* KF_EDGE_LAST: only the last tile can be an edge -- the
+                 * first step's where the item has one tile; the peeled
+                 * step's takes the edge path whatever it is (the mask's
+                 * values where none is cut: one copy of the score fewer) */
+                const bool edge =
+                    STEP == 2 ||
+                    (STEP == 1 && kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS));
 #else
                 const bool edge =
                     kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
@@ -1275,8 +1302,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* (with the overlap the steps after the first run inside the
              * block above, which then sets the pending item's batch-head and
              * rows: so those are dead in the loop) */
-            /* (with KF_BC_LAST, the last tile is the step after the loop) */
-            for (int j = j1, jn; j < t_hi - (KF_BC_LAST > 0); j = jn) {
+            /* (with KF_BC_LAST or KF_EDGE_LAST, the last tile is the step
+             * after the loop) */
+            for (int j = j1, jn; j < t_hi - (KF_BC_LAST > 0 || KF_EDGE_LAST); j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
                 const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
@@ -1319,6 +1347,29 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
                 finish(j, jn, false, kf_width<KF_BC_LAST>{}, kf_width<0>{});
+            }
+#endif
+#if KF_EDGE_LAST
+            /* The last tile, t_hi - 1, where the item has more than one: the
+             * loop's step with the edge path (the loop's have none) */
+            if (j1 < t_hi) {
+                const int j = t_hi - 1, jn = t_hi;
+                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
+                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
+                kf_hp_wait(fk0 + 8 * s, ph);
+                kf_hp_wait(fv0 + 8 * sp, php);
+                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                kf_issue_qk<kf_wgmma_qk0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (cw == 0 || !last_turn)
+                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                finish(j, jn, false, kf_width<KF_BC>{}, kf_width<2>{});
             }
 #endif
 #if KF_ITEM_OVERLAP

@@ -701,6 +701,124 @@ static void test_the_diagonal_first_walk_is_causal_and_window_only(void **state)
     }
 }
 
+/* The ascending causal walk's last step peeled (templates/attention_sm90.cuh,
+ * KF_EDGE_LAST, where KF_CUDA_RECIPE_ATTENTION_EDGE_LAST asks: kernel letter
+ * u; by default every step checks for an edge): with the flag, causal
+ * ragged S 200 and the bench's B4 H32 S4096 (causal, ALiBi, the softcap) at
+ * head dim 128, the softcap at S 150, ALiBi at head dim 64, GQA 8:1 and
+ * permuted views define KF_EDGE_LAST 1, without it 0; the window, the
+ * unmasked kernel (176-key tiles) and the block-sparse one keep 0 either
+ * way, with no letter. Each compiles with HGMMA and no spills. In the SASS
+ * of the S4096 kernels the peeled kernel's main loop -- the shortest
+ * backward branch over Q.K^T's wait, to its target -- has no edge path:
+ * fewer instructions than the default's, and no more than 12 FSEL and ISETP
+ * (the softmax's own; the default's loop has 130 or so: the mask merged into
+ * every step). Printed: the kernels' SASS lines, the loops' instructions. */
+static void test_the_causal_walk_may_peel_its_last_step(void **state) {
+    (void)state;
+    static const char *const causal4096 =
+        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
+        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+        "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
+        "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
+    static const char *const alibi4096 =
+        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
+        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\nslope = input($[32, 1, 1])\n"
+        "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
+        "di = sub(col, row)\ndf = cast(di, $)\nbias = mul(slope, df)\nsb = add(s0, bias)\n"
+        "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, sb, ninf)\n";
+    static const char *const softcap4096 =
+        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
+        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+        "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\nt2 = mul(t1, cap)\n"
+        "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
+        "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, t2, ninf)\n";
+    static const char *const big[] = {causal4096, alibi4096, softcap4096};
+    static const char *const big_name[] = {"causal, B4 H32 S4096, head dim 128",
+                                           "ALiBi + causal, B4 H32 S4096, head dim 128",
+                                           "softcap + causal, B4 H32 S4096, head dim 128"};
+    static const struct {
+        int ci; /* cases[ci], or -1 - i: big[i] (the bench's shapes: main loops) */
+        bool peel;
+    } vs[] = {{-1, true}, {-2, true}, {-3, true}, {0, true},  {3, true}, {4, true},
+              {7, true},  {8, true},  {2, false}, {1, false}, {6, false}};
+    static char sass[1 << 22];
+    for (size_t v = 0; v < N_OF(vs); v++) {
+        const bool loops = vs[v].ci < 0; /* the small cases' loops fold away */
+        const char *name = loops ? big_name[-1 - vs[v].ci] : cases[vs[v].ci].name;
+        char text[4096];
+        graph_text(loops ? big[-1 - vs[v].ci] : cases[vs[v].ci].body, "bf16", text,
+                   sizeof text);
+        planned p;
+        plan_text(text, &p);
+        int n[2] = {0, 0}, loop[2] = {0, 0}, sel[2] = {0, 0};
+        for (int f = 0; f < 2; f++) {
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                                 f ? KF_CUDA_RECIPE_ATTENTION_EDGE_LAST : 0);
+            const kf_cuda_kernel *k = &attn_recipe(p.plan, r)->steps[0].kernel->kernel;
+            const bool peel = f && vs[v].peel;
+            const char *form = strchr(k->name, '_');
+            assert_non_null(form);
+            const bool letter = form[-1] == 'u';
+            if (!strstr(k->source, peel ? "#define KF_EDGE_LAST 1" : "#define KF_EDGE_LAST 0") ||
+                letter != peel)
+                fail_msg("%s, flag %d: %s the peeled last step: %s", name, f,
+                         peel ? "wants" : "does not want", k->name);
+            kf_sass_text(&MEM, k, sass, sizeof sass);
+            const char *end = sass + strlen(sass);
+            kf_sass_check_hopper(&MEM, k);
+            n[f] = count_between(sass, end, "        /*");
+            /* the main loop: the shortest backward branch (cuobjdump's
+             * lines: the address in a comment, then BRA and the target's)
+             * over a Q.K^T wait */
+            const char *bra = NULL, *tgt = NULL;
+            for (const char *x = strstr(sass, " BRA 0x"); x; x = strstr(x + 1, " BRA 0x")) {
+                const char *ln = x;
+                while (ln > sass && ln[-1] != '\n')
+                    ln--;
+                unsigned at_addr = 0, to = 0;
+                if (sscanf(ln, " /*%x*/", &at_addr) != 1 || sscanf(x, " BRA 0x%x", &to) != 1 ||
+                    to >= at_addr)
+                    continue;
+                char def[32];
+                snprintf(def, sizeof def, "/*%04x*/", to);
+                const char *at = strstr(sass, def);
+                const char *w = at ? strstr(at, "WARPGROUP.DEPBAR.LE gsb0, 0x1") : NULL;
+                if (w && w < x && (!bra || x - at < bra - tgt)) {
+                    bra = x;
+                    tgt = at;
+                }
+            }
+            if (loops) {
+                if (!bra)
+                    fail_msg("%s, flag %d: no main loop in the SASS", name, f);
+                unsigned a0 = 0, a1 = 0;
+                const char *ln = bra;
+                while (ln > sass && ln[-1] != '\n')
+                    ln--;
+                sscanf(tgt, "/*%x*/", &a0);
+                sscanf(ln, " /*%x*/", &a1);
+                loop[f] = (int)((a1 - a0) / 16 + 1);
+                /* the mask's compares and selects (the softmax's own: 4
+                 * FSEL, 1 ISETP in the loop) */
+                sel[f] = count_between(tgt, bra, " FSEL") + count_between(tgt, bra, " ISETP");
+            }
+            kf_cuda_recipes_destroy(r);
+        }
+        if (loops && (loop[1] >= loop[0] || sel[1] > 12))
+            fail_msg("%s: main loop %d instructions (%d FSEL, ISETP) peeled, %d (%d) by default",
+                     name, loop[1], sel[1], loop[0], sel[0]);
+        fprintf(stderr,
+                "  %s: %d SASS lines, main loop %d instructions (%d FSEL, ISETP); peeled: %d, "
+                "loop %d (%d)\n",
+                name, n[0], loop[0], sel[0], n[1], loop[1], sel[1]);
+        plan_release(&p);
+    }
+}
+
 /* A multiply by 1 after the scale (mul(mul(Q.K^T, c), 1): the bench's
  * non-causal text; under a causal mask too, as the where()'s kept branch)
  * folds as the scale alone: in bf16 and f16 the kernel is the f32-score one
@@ -1636,16 +1754,15 @@ static void test_the_score_diagonal_is_computed_once_for_two_rows(void **state) 
 /* ALiBi's diagonal with its part free of loads (the bf16(kv - q) pairs) in
  * a table in shared memory (cg_attention_pair.c, pair_dtab), and the causal
  * mask's edge tiles by the pair form (KF_SCORE_DIAG_EDGE): the rounded bf16
- * kernel (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, with each flag below)
+ * kernel (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, with the flag below)
  * defines KF_DIAG_TAB and KF_SCORE_DIAG_EDGE and reads the table in
  * its main loop (an LDS for each of the tile's 17 key pairs, between
  * Q.K^T's wait and P.V's), where the kernel with KF_CUDA_RECIPE_ATTENTION_
  * DIAG_COMPUTE (no KF_DIAG_TAB) has none there and 17 more I2FP -- the
- * conversions the table replaces -- and more SASS instructions, and the
- * kernel with KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR (no KF_SCORE_DIAG_EDGE:
- * the edge tiles' scalar score) more still; HGMMA and no local memory; the
- * causal score (no diagonal) and the f16 ALiBi kernel (no pair form) are
- * the same with either flag. */
+ * conversions the table replaces -- and more SASS instructions; HGMMA and
+ * no local memory; the causal score (no diagonal) and the f16 ALiBi kernel
+ * (no pair form) are the same with the flag. (The edge tiles' scalar score,
+ * flag EDGE_SCALAR, was retired by att17c.) */
 static void test_the_score_diagonal_reads_its_load_free_part_from_a_table(void **state) {
     (void)state;
     static char sass[1 << 22];
@@ -1653,36 +1770,32 @@ static void test_the_score_diagonal_reads_its_load_free_part_from_a_table(void *
         size_t ci;
         const char *dn;
     } vs[] = {{0, "bf16"}, {4, "f16"}, {4, "bf16"}}; /* causal; ALiBi */
-    static const uint64_t flags[3] = {0, KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE,
-                                      KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR};
+    static const uint64_t flags[2] = {0, KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE};
     for (size_t v = 0; v < N_OF(vs); v++) {
         const size_t ci = vs[v].ci;
         char text[4096];
         graph_text(cases[ci].body, vs[v].dn, text, sizeof text);
         planned p;
         plan_text(text, &p);
-        kf_cuda_recipes *r[3];
-        const kf_cuda_kernel *k[3];
-        for (int f = 0; f < 3; f++) {
+        kf_cuda_recipes *r[2];
+        const kf_cuda_kernel *k[2];
+        for (int f = 0; f < 2; f++) {
             r[f] = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
                                    flags[f] | KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
             k[f] = &attn_recipe(p.plan, r[f])->steps[0].kernel->kernel;
         }
         assert_null(strstr(k[1]->source, "#define KF_DIAG_TAB"));
-        assert_null(strstr(k[2]->source, "#define KF_SCORE_DIAG_EDGE"));
         if (v < 2) {
             assert_null(strstr(k[0]->source, "#define KF_DIAG_TAB"));
             assert_null(strstr(k[0]->source, "#define KF_SCORE_DIAG_EDGE"));
             assert_string_equal(k[0]->source, k[1]->source);
-            assert_string_equal(k[0]->source, k[2]->source);
         } else {
             assert_non_null(strstr(k[0]->source, "#define KF_DIAG_TAB"));
             assert_non_null(strstr(k[0]->source, "#define KF_SCORE_DIAG_EDGE"));
             assert_non_null(strstr(k[1]->source, "#define KF_SCORE_DIAG_EDGE"));
-            assert_non_null(strstr(k[2]->source, "#define KF_DIAG_TAB"));
             kf_sass_check_hopper(&MEM, k[0]);
-            int n[3], lds[3], i2f[3];
-            for (int f = 0; f < 3; f++) {
+            int n[2], lds[2], i2f[2];
+            for (int f = 0; f < 2; f++) {
                 kf_sass_text(&MEM, k[f], sass, sizeof sass);
                 const char *end = sass + strlen(sass);
                 n[f] = count_between(sass, end, "        /*");
@@ -1695,17 +1808,16 @@ static void test_the_score_diagonal_reads_its_load_free_part_from_a_table(void *
                 /* the kernel's (ptxas moves the diagonal's before the wait) */
                 i2f[f] = count_between(sass, end, " I2FP");
             }
-            if (n[0] >= n[1] || n[0] >= n[2] || lds[0] < 17 || lds[1] != 0 ||
-                i2f[1] - i2f[0] < 17)
+            if (n[0] >= n[1] || lds[0] < 17 || lds[1] != 0 || i2f[1] - i2f[0] < 17)
                 fail_msg("%s: %d instructions, %d LDS and %d I2FP in the main loop; the "
-                         "diagonal computed %d, %d, %d; the edge tiles' scalar score %d",
-                         cases[ci].name, n[0], lds[0], i2f[0], n[1], lds[1], i2f[1], n[2]);
+                         "diagonal computed %d, %d, %d",
+                         cases[ci].name, n[0], lds[0], i2f[0], n[1], lds[1], i2f[1]);
             fprintf(stderr,
                     "  %s [bf16]: %d instructions (%d I2FP, %d LDS in the main loop); "
-                    "diagonal computed %d (%d I2FP); edge tiles scalar %d\n",
-                    cases[ci].name, n[0], i2f[0], lds[0], n[1], i2f[1], n[2]);
+                    "diagonal computed %d (%d I2FP)\n",
+                    cases[ci].name, n[0], i2f[0], lds[0], n[1], i2f[1]);
         }
-        for (int f = 0; f < 3; f++)
+        for (int f = 0; f < 2; f++)
             kf_cuda_recipes_destroy(r[f]);
         plan_release(&p);
     }
@@ -1732,6 +1844,7 @@ int main(void) {
         cmocka_unit_test(test_the_items_join_by_default_and_come_apart_with_the_flag),
         cmocka_unit_test(test_a_shared_keep_map_walks_from_shared_memory),
         cmocka_unit_test(test_the_diagonal_first_walk_is_causal_and_window_only),
+        cmocka_unit_test(test_the_causal_walk_may_peel_its_last_step),
         cmocka_unit_test(test_the_noncausal_wide_and_cluster_forms_compile),
         cmocka_unit_test(test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone),
         cmocka_unit_test(test_a_power_of_two_scale_is_left_to_the_softmax_where_exact),

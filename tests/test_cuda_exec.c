@@ -2002,11 +2002,10 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
  * sources) against the reference: bf16 on the ALiBi cases -- causal
  * ragged S 190 head dim 64, causal S 900 head dim 128 (8 key tiles), causal
  * Sq 300 != Skv 500 head dim 128, no mask Sq 300 != Skv 700 head dim 64 --
- * and f16 (no pair form there) on the first and third; the forms before,
+ * and f16 (no pair form there) on the first and third; the form before,
  * the diagonal computed on every key tile (KF_CUDA_RECIPE_ATTENTION_DIAG_
- * COMPUTE) and the edge tiles' scalar score (KF_CUDA_RECIPE_ATTENTION_EDGE_
- * SCALAR), both on the S 190 and Sq 300 != Skv 500 cases, each alone on the
- * S 900 case. */
+ * COMPUTE), on the S 190, S 900 and Sq 300 != Skv 500 cases. (The edge
+ * tiles' scalar score, flag EDGE_SCALAR, was retired by att17c.) */
 static void test_sm90_attention_alibi_diagonal_table_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -2015,16 +2014,13 @@ static void test_sm90_attention_alibi_diagonal_table_matches_the_reference(void 
         "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
         "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64"};
     const uint64_t dc = KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE;
-    const uint64_t es = KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR;
     const struct {
         uint64_t flags;
         const char *dn, *label;
         unsigned cases; /* bit i: names[i] */
     } runs[] = {{0, "bf16", "diagonal table, edge pair form", 0xfu},
                 {0, "f16", "diagonal table, edge pair form", 0x5u},
-                {dc | es, "bf16", "diagonal computed, edge tiles scalar", 0x5u},
-                {dc, "bf16", "diagonal computed", 0x2u},
-                {es, "bf16", "edge tiles scalar", 0x2u}};
+                {dc, "bf16", "diagonal computed", 0x7u}};
     for (size_t f = 0; f < N_OF(runs); f++)
         for (size_t i = 0; i < N_OF(names); i++)
             if (runs[f].cases >> i & 1u)
@@ -2078,6 +2074,57 @@ static void test_sm90_attention_keys_desc_matches_the_reference(void **state) {
                             names[i]);
     fprintf(stderr, "  %d of %zu cases in the diagonal-first kernel\n", took, N_OF(names));
     assert_int_equal(took, (int)N_OF(names));
+}
+
+/* The ascending causal walk's last step peeled (KF_CUDA_RECIPE_ATTENTION_
+ * EDGE_LAST: templates/attention_sm90.cuh, KF_EDGE_LAST, where the mask is
+ * causal and the key tiles 128 wide; the report says "the last key tile's
+ * step peeled") against the reference, bf16: causal ragged S 200 and S 900
+ * at head dims 128 and 64, Sq 100 < Skv 260 and Sq 300 > Skv 130 (the last
+ * key tile below every row), 80 heads at S 300 (items joined across units),
+ * GQA 8:1, ALiBi (S 900; Sq 300 != Skv 500), the softcap (S 900); each case
+ * in that form's kernel. The window and the general offset mask (kv <= q +
+ * 160), with the flag too, keep the edge check in every step. */
+static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "causal, S 200 (not a tile multiple), head dim 128",
+        "causal kv <= q with Sq 100 < Skv 260",
+        "causal kv <= q with Sq 300 > Skv 130",
+        "causal, S 900, head dim 64",
+        "causal, S 300, 80 heads: more units than SMs",
+        "GQA 8:1 (K, V broadcast over the head group) + causal",
+        "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
+        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
+        "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900"};
+    const uint64_t el = KF_CUDA_RECIPE_ATTENTION_EDGE_LAST;
+    const char *const form = "the last key tile's step peeled";
+    int took = 0;
+    for (size_t i = 0; i < N_OF(names); i++)
+        run_sm90_cases_only(el, "bf16", "bf16", 6100 + 10 * (uint64_t)i, form, form, &took, form,
+                            names[i]);
+    fprintf(stderr, "  %d of %zu cases in the kernel with %s\n", took, N_OF(names), form);
+    assert_int_equal(took, (int)N_OF(names));
+    static const char *const others[] = {
+        "sliding window 50, S 300",
+        "queries at the end of a longer key sequence (kv <= q + 160): general"};
+    int others_took = 0;
+    for (size_t i = 0; i < N_OF(others); i++)
+        run_sm90_cases_only(el, "bf16", "bf16", 6300 + 10 * (uint64_t)i, NULL, form,
+                            &others_took, "the flag, no peeled step", others[i]);
+    assert_int_equal(others_took, 0);
+}
+
+/* The peeled last step on one ragged causal case (S 200, head dim 128): the
+ * case the device run takes under compute-sanitizer memcheck. */
+static void test_sm90_attention_edge_last_on_one_ragged_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_EDGE_LAST, "bf16", NULL, 6400,
+                        "the last key tile's step peeled", NULL, NULL,
+                        "the last key tile's step peeled",
+                        "causal, S 200 (not a tile multiple), head dim 128");
 }
 
 /* The diagonal-first walk on one ragged causal case (S 200, head dim 128):
@@ -5314,6 +5361,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_alibi_table_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_keys_desc_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_keys_desc_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_edge_last_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_edge_last_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_f32_alibi_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_softcap_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_other_scores_match_the_reference),

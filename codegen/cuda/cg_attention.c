@@ -1502,6 +1502,15 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                              (rflags & KF_CUDA_RECIPE_ATTENTION_KEYS_DESC)
                          ? 1
                          : 0;
+    /* an ascending causal item's last step peeled after the loop, the only
+     * one that can be an edge tile (attention_sm90.cuh, KF_EDGE_LAST; kernel
+     * letter u), so the loop's steps carry no edge path, where KF_CUDA_
+     * RECIPE_ATTENTION_EDGE_LAST asks (measured: a tie on causal, slower on
+     * ALiBi and head dim 64; every step checks by default) */
+    const int elast = sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
+                              (rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_LAST)
+                          ? 1
+                          : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles (r: the ragged last one narrower), c: 2-CTA clusters, b: bounded
@@ -1511,17 +1520,19 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * dim 64), y: O rescaled every key tile where it is lazy by default (head
      * dim 128), m: a keep map's edge path merged, v: a keep map's L2
      * policies and prefetch along its walk, d: causal or window key tiles
-     * diagonal-first (fa3p_, fa3f_, fa3pf_, fa3t_, ..., fa3pftlwrcbvsehizmd_) */
+     * diagonal-first, u: a causal item's last step peeled, the loop's steps
+     * without an edge path (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
+     * fa3pftlwrcbvsehizmdu_) */
     char prefix[24] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.bcl ? "r" : "", sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "",
                  bsl2 ? "v" : "", bst ? "s" : "", bsk ? "k" : "", poly > 0 ? "e" : "",
                  tpoly > 0 ? "h" : "",
                  apart ? "i" : joined ? "j" : "",
                  lazy && at->d != 128 ? "z" : eager ? "y" : "", merged ? "m" : "",
-                 desc ? "d" : "");
+                 desc ? "d" : "", elast ? "u" : "");
     cg_set_name(&c, prefix);
     c.div_by_mul = true;
     out->tmpl = sm90 ? KF_CUDA_TEMPLATE_ATTENTION_SM90 : KF_CUDA_TEMPLATE_ATTENTION_MMA;
@@ -1568,9 +1579,12 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged || bsl2 || desc)
+            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged || bsl2 || desc ||
+            elast)
             cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
-                      desc ? "key tiles diagonal-first; " : "",
+                      desc    ? "key tiles diagonal-first; "
+                      : elast ? "the last key tile's step peeled; "
+                              : "",
                       merged ? "the keep map's edge path merged; " : "",
                       bsl2 ? "the keep map's L2 policies and walk prefetch; " : "",
                       lazy ? "O rescaled lazily; " : eager ? "O rescaled every key tile; " : "",
@@ -1598,9 +1612,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
                   "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_TANH_POLY %d\n"
                   "#define KF_ITEM_OVERLAP %d\n#define KF_BS_EDGE_MERGED %d\n#define KF_BS_L2 %d\n"
-                  "#define KF_DESC_WALK %d\n",
+                  "#define KF_DESC_WALK %d\n#define KF_EDGE_LAST %d\n",
                   scale, lazy, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly, tpoly, ovl, merged, bsl2, desc);
+                  sh.preg, sh.creg, poly, tpoly, ovl, merged, bsl2, desc, elast);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
@@ -1657,8 +1671,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * DIAG_EACH_ROW, was retired by att17b to reuse its bit); its part
      * free of loads read from a table in shared memory where the table fits
      * (dtab_fits) but where KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE computes
-     * it on every tile; a causal mask's edge tiles by the pair form too but
-     * where KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR keeps the scalar score */
+     * it on every tile; a causal mask's edge tiles by the pair form too (the
+     * scalar score there, flag EDGE_SCALAR, was retired by att17c to reuse
+     * its bit) */
     const bool dtab = sm90 && !f32 && !(rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE) &&
                       dtab_fits(&c, at, skip, nqt * br, br, &sh, arch);
     /* (a folded scale's score functions keep their mask's rounding, as
@@ -1668,9 +1683,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
                             CG_PAIR_DIAG |
                             (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u) |
-                            (dtab ? CG_PAIR_DIAG_TAB : 0u) |
-                            (rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR ? 0u
-                                                                           : CG_PAIR_DIAG_EDGE));
+                            (dtab ? CG_PAIR_DIAG_TAB : 0u) | CG_PAIR_DIAG_EDGE);
     c.score_f32 = false;
     if (st != KF_OK)
         return cg_end(&c, st);

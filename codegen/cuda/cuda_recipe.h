@@ -337,14 +337,17 @@ enum {
  * block fills once (cg_attention_pair.c, pair_dtab); kept to measure the
  * two against each other */
 #define KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE (UINT64_C(1) << 62)
-/* internal: the sm_90a attention kernel's causal diagonal tile (an edge
- * tile: the mask cuts it) takes the scalar score, element by element
- * (kf_score_full), where the default takes the pair form with its diagonal
- * there too and then the mask, -inf where kv > q or kv >= Skv (KF_SCORE_
- * DIAG_EDGE, where pair_diag has a diagonal, the mask is causal and its
- * where() with an -inf fill is the score's last node); kept to measure the
- * two against each other */
-#define KF_CUDA_RECIPE_ATTENTION_EDGE_SCALAR (UINT64_C(1) << 63)
+/* internal: the sm_90a attention kernel's ascending causal walk peels an
+ * item's last step, the only one that can be an edge with 128-row and
+ * 128-key tiles (attention_sm90.cuh, KF_EDGE_LAST; kernel letter u), so the
+ * main loop's steps carry no edge path (B4 H32 S4096 causal: 764 -> 517
+ * SASS instructions a step), where by default every step checks for an
+ * edge. Measured on an H200 (att17c, cb011fc): causal and GQA a tie,
+ * ALiBi 1-3% and head dim 64 3.5% slower, the softcap 3% faster; so off.
+ * (Bit 63 was EDGE_SCALAR: a causal diagonal tile's scalar score where the
+ * default takes the pair form there too and then the mask; slower, ali15;
+ * att17c retired it to reuse its bit.) */
+#define KF_CUDA_RECIPE_ATTENTION_EDGE_LAST (UINT64_C(1) << 63)
 /* internal: a generated sm_90a GEMM's TMA-store epilogue without its bf16
  * pair forms (cg_raw_feed: a bf16x2 op's rounded operand packed from its
  * unrounded values by one cvt; kf_gm_pack2 packing an exact bf16x2 result by

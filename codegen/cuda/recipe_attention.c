@@ -102,7 +102,7 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     if (sm90)
         kf_rb_how(b, 0,
                   "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
-                  "%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
+                  "%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
                   sm90_form(name, 'f') ? "; f32 scores, unrounded (a scale folded into the softmax)"
@@ -126,7 +126,8 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   sm90_form(name, 'v') ? "; K and V evict_last in L2, Q and O evict_first, the "
                                          "walk's next kept tile prefetched"
                                        : "",
-                  sm90_form(name, 'd') ? "; key tiles diagonal-first" : "");
+                  sm90_form(name, 'd') ? "; key tiles diagonal-first" : "",
+                  sm90_form(name, 'u') ? "; the last key tile's step peeled" : "");
     else
         kf_rb_how(b, 0,
                   "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
