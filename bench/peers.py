@@ -106,6 +106,19 @@ def median_ms(fn, warmup=5, reps=30, pre=None):
     return statistics.median(times)
 
 
+def compiled_ms(r, fn, args, key="compile_ms"):
+    """r[key]: median_ms of torch.compile(fn), unless --no-compile; a compile
+    that fails is reported in r["compile_error"], never fails the run."""
+    if args.no_compile:
+        return
+    import torch
+
+    try:
+        r[key] = median_ms(torch.compile(fn))
+    except Exception as e:  # noqa: BLE001 -- report, never fail the run
+        r["compile_error"] = str(e)[:200]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="-")
@@ -154,12 +167,7 @@ def main():
         if not on(name):
             continue
         r = {"eager_ms": median_ms(fn)}
-        if not args.no_compile:
-            try:
-                cf = torch.compile(fn)
-                r["compile_ms"] = median_ms(cf)
-            except Exception as e:  # noqa: BLE001 -- report, never fail the run
-                r["compile_error"] = str(e)[:200]
+        compiled_ms(r, fn, args)
         res["cases"][name] = r
         print(f"peers: {name} {r}", file=sys.stderr)
     del x
@@ -193,11 +201,7 @@ def main():
             "eager_ms": median_ms(m32),
             "mm_ms": median_ms(lambda: a @ wt),
         }
-        if not args.no_compile:
-            try:
-                r["compile_ms"] = median_ms(torch.compile(m32))
-            except Exception as e:  # noqa: BLE001 -- report, never fail the run
-                r["compile_error"] = str(e)[:200]
+        compiled_ms(r, m32, args)
         res["cases"]["gemm_bias_gelu_m32"] = r
         print(f"peers: gemm_bias_gelu_m32 {r}", file=sys.stderr)
         del a, wt, bias
@@ -215,11 +219,7 @@ def main():
             return F.layer_norm(xa @ wt + bias + res_, (D,), lw, lb, 1e-5)
 
         r = {"eager_ms": median_ms(res_ln), "mm_ms": median_ms(lambda: xa @ wt)}
-        if not args.no_compile:
-            try:
-                r["compile_ms"] = median_ms(torch.compile(res_ln))
-            except Exception as e:  # noqa: BLE001 -- report, never fail the run
-                r["compile_error"] = str(e)[:200]
+        compiled_ms(r, res_ln, args)
         res["cases"]["gemm_res_ln"] = r
         print(f"peers: gemm_res_ln {r}", file=sys.stderr)
         del xa, wt, bias, res_, lw, lb
@@ -237,11 +237,7 @@ def main():
             return (xs @ wg, xs @ wu)
 
         r = {"eager_ms": median_ms(swiglu), "mm_ms": median_ms(mm2)}
-        if not args.no_compile:
-            try:
-                r["compile_ms"] = median_ms(torch.compile(swiglu))
-            except Exception as e:  # noqa: BLE001 -- report, never fail the run
-                r["compile_error"] = str(e)[:200]
+        compiled_ms(r, swiglu, args)
         res["cases"]["swiglu"] = r
         print(f"peers: swiglu {r}", file=sys.stderr)
         del xs, wg, wu
@@ -281,11 +277,7 @@ def main():
 
         r = {"eager_concat_ms": median_ms(concat), "eager_apart_ms": median_ms(apart),
              "mm_concat_ms": median_ms(lambda: xq @ wc)}
-        if not args.no_compile:
-            try:
-                r["compile_concat_ms"] = median_ms(torch.compile(concat))
-            except Exception as e:  # noqa: BLE001 -- report, never fail the run
-                r["compile_error"] = str(e)[:200]
+        compiled_ms(r, concat, args, "compile_concat_ms")
         res["cases"][name] = r
         print(f"peers: {name} {r}", file=sys.stderr)
         del xq, ws, wc, bs, bc
