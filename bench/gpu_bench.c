@@ -1348,6 +1348,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
          0},
+        /* the target rows' device time alone, after 1 ms asleep, peers timed
+         * the same way (the plain rows count each peer's host work before its
+         * launch: SDPA's dispatch, the compiled Flex call's guards) */
+        {"attn_gqa_after_sleep", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_softcap_after_sleep", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_alibi_after_sleep", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"attn_window_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
+        {"attn_block_sparse_after_sleep", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
         /* the block-sparse kernel before bsp13 (_walk: the map read per key
          * tile, query tiles in their order; KF_CUDA_RECIPE_ATTENTION_BS_MAP_
          * WALK) */
