@@ -2283,6 +2283,13 @@ int main(int argc, char **argv) {
         {"rmsnorm", t_rms, 2 * rc + C * 2.0, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"layernorm", t_ln, 2 * rc + C * 4.0, 0, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"gemm_bias_gelu", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* the target rows' device time alone, after 1 ms asleep, peers timed
+         * the same way (the plain rows count each peer's host work before its
+         * first launch: eager's dispatch, a compiled call's guards) */
+        {"gemm_bias_gelu_after_sleep", t_gemm, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO,
+         0},
+        {"gemm_bias_gelu_m32_after_sleep", t_gemm32, gbytes32, gflops32, 0, 0, 0, "", KF_GEMM_AUTO,
+         0},
         {"gemm_bias_gelu_erf", t_gemm_erf, gbytes, 2.0 * M * N * K, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* M = 32 (decode): the default (measured), cuBLASLt's GELU_BIAS
          * epilogue (the peer), the tiled generated kernel, it in stream-K,
@@ -2362,11 +2369,13 @@ int main(int argc, char **argv) {
         /* the default path (cuBLASLt x2 + the epilogue kernel: the measured
          * choice does not offer the dual kernel yet) and the dual kernel */
         {"swiglu", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"swiglu_after_sleep", t_swiglu, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* the default plan (the GEMM group, then a row-wise LayerNorm), and
          * with KF_FLAG_SPLIT_ROW_NORMS the split row form: measured
          * (generated GEMM + row pass against cuBLASLt + the row-epilogue
          * kernel), and each side forced (the gemm_res_ln_* names) */
         {"gemm_res_ln", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"gemm_res_ln_after_sleep", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"gemm_res_ln_split", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"gemm_res_ln_split_generated", t_res_ln, lbytes, lflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          0},
@@ -2462,6 +2471,8 @@ int main(int argc, char **argv) {
         {"swiglu_rms", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"swiglu_rms_generated", t_swiglu_rms, sbytes, sflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_qkv", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        /* its peers: gpt2_qkv's (and gpt2_qkv_after_sleep's) in peers.py */
+        {"ln_qkv_after_sleep", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"ln_qkv_generated", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED, 0},
         {"ln_qkv_cublaslt", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
     /* GPT-2-medium's four block GEMMs (B16 S1024, K = 1024 but FC2's 4096):

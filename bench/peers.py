@@ -18,6 +18,11 @@ process run, so kfuse's numbers sit beside its peers':
                                                        eager, torch.compile
   rotary_bpos the same, cos and sin per batch [B, 1, S, D]   eager, torch.compile
   rotary_hd   the same with q already [B, H, S, D] (contiguous)   eager, torch.compile
+  gemm_bias_gelu_after_sleep, gemm_bias_gelu_m32_after_sleep, swiglu_after_sleep,
+  gemm_res_ln_after_sleep, gpt2_qkv_after_sleep (gpu_bench's ln_qkv_after_sleep)
+              the same peers, each run after one thread asleep for about 1 ms:
+              the device time alone (the plain rows count the host's work
+              before the first launch: eager's dispatch, a compiled call's guards)
   rotary_after_sleep, rotary_bpos_after_sleep, rotary_hd_after_sleep
               the same, each run after one thread asleep for about 1 ms
               (torch.cuda._sleep, as gpu_bench's kf_bench_spin): the kernels'
@@ -150,6 +155,40 @@ def main():
         return block(args)
 
     res = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
+
+    def sleep():  # about 1 ms at an H100's or H200's top clock
+        torch.cuda._sleep(2_000_000)
+
+    def measure(name, fns, compile_fn=None, compile_key="compile_ms", also=()):
+        """res["cases"][name][key] = median_ms(fn) for each key, fn of fns, and
+        with compile_fn torch.compile(compile_fn) as compile_key (unless
+        --no-compile; a failing compile is reported in compile_error, never
+        fails the run); then, when asked for, the row name_after_sleep: the
+        same, each run after 1 ms of one thread asleep, so the time is the
+        device's alone (the plain row counts the host's work before the
+        first launch: a compiled call's guards, eager's dispatch). A row is
+        measured when it or the same row of a name in `also` is asked for."""
+        fns = dict(fns)
+        r = res["cases"].setdefault(name, {})
+        if compile_fn is not None and not args.no_compile:
+            try:
+                fns[compile_key] = torch.compile(compile_fn)
+                fns[compile_key]()
+            except Exception as e:  # noqa: BLE001 -- report, never fail the run
+                fns.pop(compile_key, None)
+                r["compile_error"] = str(e)[:200]
+        for sfx, pre in (("", None), ("_after_sleep", sleep)):
+            row = name + sfx
+            if not any(on(n + sfx) for n in (name, *also)):
+                continue
+            rr = res["cases"].setdefault(row, {})
+            for k, fn in fns.items():
+                rr[k] = median_ms(fn, pre=pre)
+            print(f"peers: {row} {rr}", file=sys.stderr)
+
+    def on_any(name):
+        return on(name) or on(name + "_after_sleep")
+
     dev = "cuda"
     bf = torch.bfloat16
     R, C = args.rows, args.cols
@@ -179,21 +218,17 @@ def main():
     del x
 
     M, N, K = 8192, 4096, 16384
-    if on("gemm_bias_gelu"):
+    if on_any("gemm_bias_gelu"):
         a = torch.rand(M, K, device=dev, dtype=bf) * 2 - 1
         wt = torch.rand(K, N, device=dev, dtype=bf) * 2 - 1
         bias = torch.rand(N, device=dev, dtype=bf) * 2 - 1
-        r = {
-            "addmm_activation_ms": median_ms(
-                lambda: torch._addmm_activation(bias, a, wt, use_gelu=True)),
-            "eager_ms": median_ms(lambda: F.gelu(a @ wt + bias, approximate="tanh")),
-            "mm_ms": median_ms(lambda: a @ wt),
-        }
-        res["cases"]["gemm_bias_gelu"] = r
-        print(f"peers: gemm_bias_gelu {r}", file=sys.stderr)
+        measure("gemm_bias_gelu", {
+            "addmm_activation_ms": lambda: torch._addmm_activation(bias, a, wt, use_gelu=True),
+            "eager_ms": lambda: F.gelu(a @ wt + bias, approximate="tanh"),
+            "mm_ms": lambda: a @ wt})
         del a, wt, bias
 
-    if on("gemm_bias_gelu_m32"):
+    if on_any("gemm_bias_gelu_m32"):
         a = torch.rand(32, K, device=dev, dtype=bf) * 2 - 1
         wt = torch.rand(K, N, device=dev, dtype=bf) * 2 - 1
         bias = torch.rand(N, device=dev, dtype=bf) * 2 - 1
@@ -201,18 +236,12 @@ def main():
         def m32():
             return F.gelu(a @ wt + bias, approximate="tanh")
 
-        r = {
-            "addmm_activation_ms": median_ms(
-                lambda: torch._addmm_activation(bias, a, wt, use_gelu=True)),
-            "eager_ms": median_ms(m32),
-            "mm_ms": median_ms(lambda: a @ wt),
-        }
-        compiled_ms(r, m32, args)
-        res["cases"]["gemm_bias_gelu_m32"] = r
-        print(f"peers: gemm_bias_gelu_m32 {r}", file=sys.stderr)
+        measure("gemm_bias_gelu_m32", {
+            "addmm_activation_ms": lambda: torch._addmm_activation(bias, a, wt, use_gelu=True),
+            "eager_ms": m32, "mm_ms": lambda: a @ wt}, m32)
         del a, wt, bias
 
-    if any(on(n) for n in ("gemm_res_ln", "gemm_res_ln_split")):
+    if any(on(n) for n in ("gemm_res_ln", "gemm_res_ln_split", "gemm_res_ln_after_sleep")):
         M, D = (2048 if args.rows < 65536 else 8192), 4096
         xa = torch.rand(M, D, device=dev, dtype=bf) * 2 - 1
         wt = torch.rand(D, D, device=dev, dtype=bf) * 2 - 1
@@ -224,13 +253,11 @@ def main():
         def res_ln():
             return F.layer_norm(xa @ wt + bias + res_, (D,), lw, lb, 1e-5)
 
-        r = {"eager_ms": median_ms(res_ln), "mm_ms": median_ms(lambda: xa @ wt)}
-        compiled_ms(r, res_ln, args)
-        res["cases"]["gemm_res_ln"] = r
-        print(f"peers: gemm_res_ln {r}", file=sys.stderr)
+        measure("gemm_res_ln", {"eager_ms": res_ln, "mm_ms": lambda: xa @ wt}, res_ln,
+                also=("gemm_res_ln_split",))
         del xa, wt, bias, res_, lw, lb
 
-    if on("swiglu"):
+    if on_any("swiglu"):
         M, D, F_ = 8192, 4096, 11008
         xs = torch.rand(M, D, device=dev, dtype=bf) * 2 - 1
         wg = torch.rand(D, F_, device=dev, dtype=bf) * 2 - 1
@@ -239,13 +266,7 @@ def main():
         def swiglu():
             return F.silu(xs @ wg) * (xs @ wu)
 
-        def mm2():
-            return (xs @ wg, xs @ wu)
-
-        r = {"eager_ms": median_ms(swiglu), "mm_ms": median_ms(mm2)}
-        compiled_ms(r, swiglu, args)
-        res["cases"]["swiglu"] = r
-        print(f"peers: swiglu {r}", file=sys.stderr)
+        measure("swiglu", {"eager_ms": swiglu, "mm_ms": lambda: (xs @ wg, xs @ wu)}, swiglu)
         del xs, wg, wu
 
     # Q, K, V projections of one normalized input: eager with one
@@ -257,8 +278,8 @@ def main():
             ("gpt2_qkv", 4096 if quick else 16384, 1024, (1024, 1024, 1024), "ln"),
             ("llama_qkv", 4096 if quick else 16384, 4096, (4096, 4096, 4096), "rms"),
             ("gqa_qkv", 4096 if quick else 16384, 4096, (4096, 1024, 1024), "rms")):
-        if not (on(name) or on(name + "_one") or on(name + "_one_generated")
-                or (name == "gpt2_qkv" and on("ln_qkv"))):
+        also = (name + "_one", name + "_one_generated") + (("ln_qkv",) if name == "gpt2_qkv" else ())
+        if not any(on_any(n) for n in (name, *also)):
             continue
         xq = torch.rand(M, D, device=dev, dtype=bf) * 2 - 1
         lw = torch.rand(D, device=dev, dtype=bf) * 2 - 1
@@ -281,11 +302,8 @@ def main():
             h = nrm()
             return [h @ w + b if biased else h @ w for w, b in zip(ws, bs)]
 
-        r = {"eager_concat_ms": median_ms(concat), "eager_apart_ms": median_ms(apart),
-             "mm_concat_ms": median_ms(lambda: xq @ wc)}
-        compiled_ms(r, concat, args, "compile_concat_ms")
-        res["cases"][name] = r
-        print(f"peers: {name} {r}", file=sys.stderr)
+        measure(name, {"eager_concat_ms": concat, "eager_apart_ms": apart,
+                       "mm_concat_ms": lambda: xq @ wc}, concat, "compile_concat_ms", also)
         del xq, ws, wc, bs, bc
 
     # LLaMA-7B's rotary embedding of q, as gpu_bench's rotary cases: q as
