@@ -2027,6 +2027,16 @@ int main(int argc, char **argv) {
              "n = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq)\nk = matmul(n, wk)\n"
              "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
              QB, QS, QD, QD, QD, QD, QD, QD, QD, QD);
+    /* the same with the weights as nn.Linear keeps them ([N, K], B K-major),
+     * as the LLaMA block's Q/K/V reach kfuse (llama_qkv_t*) */
+    char t_llama_qkv_t[640];
+    snprintf(t_llama_qkv_t, sizeof t_llama_qkv_t,
+             "kfg 1\nx = input(bf16[%d, %d])\ng = input(bf16[%d])\n"
+             "wq = input(bf16[%d, %d])\nwk = input(bf16[%d, %d])\nwv = input(bf16[%d, %d])\n"
+             "n = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq, transpose_b=true)\n"
+             "k = matmul(n, wk, transpose_b=true)\nv = matmul(n, wv, transpose_b=true)\n"
+             "output q\noutput k\noutput v\n",
+             QB * QS, QD, QD, QD, QD, QD, QD, QD, QD);
     double lqbytes = 2.0 * ((double)QB * QS * QD * 4.0 + 3.0 * (double)QD * QD + QD);
     double lqflops = 2.0 * (double)QB * QS * QD * 3.0 * QD;
     /* A sibling set as ONE GEMM over its members' concatenated columns
@@ -2419,6 +2429,16 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_SIB_ONE},
         {"llama_qkv_one_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        /* the block's layout: the measured choice, the one kernel (and in
+         * 2-CTA clusters, B multicast: CLUSTER2), cuBLASLt's three GEMMs
+         * behind the norm once (--abba llama_qkv_t_one_generated:..._c2) */
+        {"llama_qkv_t", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"llama_qkv_t_one_generated", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"llama_qkv_t_one_generated_c2", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_CLUSTER2},
+        {"llama_qkv_t_cublaslt", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT,
+         0},
         {"gqa_qkv_siblings", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_AUTO,
          KF_CUDA_RECIPE_GEMM_SIB_APART},
         {"gqa_qkv_siblings_generated", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
