@@ -2439,6 +2439,8 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_CLUSTER2},
         {"llama_qkv_t_cublaslt", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT,
          0},
+        {"llama_qkv_t_one_generated_sq", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
         {"gqa_qkv_siblings", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_AUTO,
          KF_CUDA_RECIPE_GEMM_SIB_APART},
         {"gqa_qkv_siblings_generated", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
@@ -2706,6 +2708,10 @@ int main(int argc, char **argv) {
         GEMM_ROWS("g_fc2", t_gfc2, b_gfc2, f_gfc2),
         GEMM_ROWS("l_seq", t_lseq, b_lseq, f_lseq),
 #undef GEMM_ROWS
+        /* LLaMA's down projection + residual in clusters and the square
+         * raster together (--abba l_down_res_generated_c2:..._c2sq) */
+        {"l_down_res_generated_c2sq", t_ldn, b_ldn, f_ldn, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_CLUSTER2 | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
     /* Stream-K (KF_CUDA_RECIPE_GEMM_STREAMK, internal): the decode shapes
      * through cuBLASLt, the generated kernel and the generated kernel with
      * its tiles cut by K over every SM; and the LLaMA projections whose

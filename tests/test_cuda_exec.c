@@ -3240,8 +3240,22 @@ static void test_a_gemm_sibling_set_as_one_kernel_in_clusters_matches(void **sta
                     sib_one_cluster_check, NULL, false);
 }
 
+/* The set's one kernel in the square raster (RASTER_SQ, internal: 16 tile
+ * rows at a time on 132 SMs). */
+static void sib_one_sq_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                             const char *dn) {
+    sib_one_check(plan, r, what, dn);
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (rc->n_members >= 2 && !strstr(rc->variants[0].how, "raster 16 tile rows"))
+            fail_msg("%s [%s]: group %u's set is not in the square raster: %s", what, dn, gi,
+                     rc->variants[0].how);
+    }
+}
+
 /* Every one-kernel set case in clusters (cooperative and ping-pong tiles,
- * odd and even tile rows, four members), bf16 and f16. */
+ * odd and even tile rows, four members), bf16 and f16; two of them in the
+ * square raster, with one CTA and in clusters (bf16). */
 static void test_gemm_sibling_sets_as_one_kernel_in_clusters_match_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -3254,6 +3268,14 @@ static void test_gemm_sibling_sets_as_one_kernel_in_clusters_match_the_reference
                             KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
                                 KF_CUDA_RECIPE_GEMM_CLUSTER2,
                             sib_one_cluster_check, NULL, false);
+    for (size_t c = 0; c < 3; c += 2)
+        for (int cl = 0; cl < 2; cl++)
+            flags_case_full(G.ctx, sib_one_cases[c][0], KF_DTYPE_BF16, 2820 + c + (size_t)cl,
+                            sib_one_cases[c][1],
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                KF_CUDA_RECIPE_GEMM_RASTER_SQ |
+                                (cl ? KF_CUDA_RECIPE_GEMM_CLUSTER2 : UINT64_C(0)),
+                            cl ? sib_one_cluster_check : sib_one_sq_check, NULL, false);
 }
 
 /* A folded norm's pre-passes in ONE launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE,

@@ -2577,7 +2577,8 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
 }
 
 /* A sibling set as one kernel in 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2
- * with SIB_ONE, internal: each member alone would take them): pairs of tile
+ * with SIB_ONE, internal: each member alone would take them), and in the
+ * square raster (RASTER_SQ, internal) either way: pairs of tile
  * rows of one member's tile column share its B by multicast. The set test's
  * ragged members (1000 rows: 8 tile rows, 4 tile columns) and LLaMA-7B's Q/K/V
  * behind their RMSNorm (16384 x 4096 x 3 x 4096, B [N, K]): one sib3_ step,
@@ -2632,6 +2633,24 @@ static void test_gemm_sibling_set_as_one_kernel_runs_in_clusters(void **state) {
                                           "no multicast TMA load (B's half)"};
         kf_sass_check_ops(&MEM, &ks->kernel, want, why, NULL);
         kf_cuda_recipes_destroy(rec);
+        /* the square raster (internal RASTER_SQ) reaches the set's kernel:
+         * 16 tile rows at a time on 132 SMs, one CTA or in clusters */
+        for (int cl = 0; cl < 2; cl++) {
+            rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                  KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                      KF_CUDA_RECIPE_GEMM_RASTER_SQ |
+                                      (cl ? KF_CUDA_RECIPE_GEMM_CLUSTER2 : UINT64_C(0)));
+            rc = &rec->recipes[first];
+            if (!strstr(rc->variants[0].how, "raster 16 tile rows"))
+                fail_msg("how: %s", rc->variants[0].how);
+            ks = rc->steps[rc->n_steps - 1].kernel;
+            assert_int_equal(count_steps(rc, 0, "sib3_"), 1);
+            assert_non_null(strstr(ks->kernel.source, "#define KF_RASTER 16"));
+            assert_int_equal(ks->cluster[0], cl ? 2 : 1);
+            if (c == 1)
+                kf_sass_check_hopper(&MEM, &ks->kernel);
+            kf_cuda_recipes_destroy(rec);
+        }
     }
     plan_release(&p);
 }

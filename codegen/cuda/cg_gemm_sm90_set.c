@@ -147,6 +147,8 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
      * counter as the single kernel's. */
     if (sh->pingpong && sh->pp_varying)
         cg_puts(&c0->s, "#define KF_PP_VARYING 1\n");
+    if (sh->raster) /* the raster's tile rows at a time (else the template's 8) */
+        cg_printf(&c0->s, "#define KF_RASTER %u\n", sh->raster);
     if (sh->epi_tma && g0->head_dim && g0->heads_first)
         cg_printf(&c0->s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", g0->m);
     if (sh->a_fold) /* before the template's head, which reads them */
