@@ -2437,10 +2437,13 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE},
         {"llama_qkv_t_one_generated_c2", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_CLUSTER2},
-        {"llama_qkv_t_cublaslt", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT,
-         0},
+        {"llama_qkv_t_cublaslt", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
         {"llama_qkv_t_one_generated_sq", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
+        {"llama_qkv_t_one_generated_c2sq", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_CLUSTER2 |
+             KF_CUDA_RECIPE_GEMM_RASTER_SQ},
         {"gqa_qkv_siblings", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_AUTO,
          KF_CUDA_RECIPE_GEMM_SIB_APART},
         {"gqa_qkv_siblings_generated", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
@@ -2708,9 +2711,13 @@ int main(int argc, char **argv) {
         GEMM_ROWS("g_fc2", t_gfc2, b_gfc2, f_gfc2),
         GEMM_ROWS("l_seq", t_lseq, b_lseq, f_lseq),
 #undef GEMM_ROWS
-        /* LLaMA's down projection + residual in clusters and the square
-         * raster together (--abba l_down_res_generated_c2:..._c2sq) */
+        /* LLaMA's down and o projections + residual in clusters and the
+         * square raster together (--abba l_down_res_generated_c2:..._c2sq;
+         * H100, ad6a709: down 0.9759 of _c2's time A B B A, 1.9013 ms idle
+         * against _generated's 1.9438) */
         {"l_down_res_generated_c2sq", t_ldn, b_ldn, f_ldn, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_CLUSTER2 | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
+        {"l_o_res_generated_c2sq", t_lo, b_lo, f_lq, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_CLUSTER2 | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
     /* Stream-K (KF_CUDA_RECIPE_GEMM_STREAMK, internal): the decode shapes
      * through cuBLASLt, the generated kernel and the generated kernel with

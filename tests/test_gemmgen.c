@@ -2605,10 +2605,10 @@ static void test_gemm_sibling_set_as_one_kernel_runs_in_clusters(void **state) {
                     first = gi;
             assert_int_not_equal(first, KF_NONE);
         }
-        kf_cuda_recipes *rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                                               KF_CUDA_RECIPE_GEMM_GENERATED |
-                                                   KF_CUDA_RECIPE_GEMM_SIB_ONE |
-                                                   KF_CUDA_RECIPE_GEMM_CLUSTER2);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                KF_CUDA_RECIPE_GEMM_CLUSTER2);
         const kf_cuda_recipe *rc = &rec->recipes[first];
         assert_int_equal(rc->n_members, 3);
         const char *how = rc->variants[0].how;
