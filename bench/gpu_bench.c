@@ -2037,6 +2037,16 @@ int main(int argc, char **argv) {
              "n = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq)\nk = matmul(n, wk)\n"
              "v = matmul(n, wv)\noutput q\noutput k\noutput v\n",
              QB, QS, QD, QD, QD, QD, QD, QD, QD, QD);
+    /* the same with the weights as nn.Linear keeps them ([N, K], B K-major),
+     * as the LLaMA block's Q/K/V reach kfuse (llama_qkv_t*) */
+    char t_llama_qkv_t[640];
+    snprintf(t_llama_qkv_t, sizeof t_llama_qkv_t,
+             "kfg 1\nx = input(bf16[%d, %d])\ng = input(bf16[%d])\n"
+             "wq = input(bf16[%d, %d])\nwk = input(bf16[%d, %d])\nwv = input(bf16[%d, %d])\n"
+             "n = rms_norm(x, g, eps=1e-6)\nq = matmul(n, wq, transpose_b=true)\n"
+             "k = matmul(n, wk, transpose_b=true)\nv = matmul(n, wv, transpose_b=true)\n"
+             "output q\noutput k\noutput v\n",
+             QB * QS, QD, QD, QD, QD, QD, QD, QD, QD);
     double lqbytes = 2.0 * ((double)QB * QS * QD * 4.0 + 3.0 * (double)QD * QD + QD);
     double lqflops = 2.0 * (double)QB * QS * QD * 3.0 * QD;
     /* A sibling set as ONE GEMM over its members' concatenated columns
@@ -2438,6 +2448,21 @@ int main(int argc, char **argv) {
          KF_CUDA_RECIPE_GEMM_SIB_ONE},
         {"llama_qkv_one_generated", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        /* the block's layout: the measured choice, the one kernel (and in
+         * 2-CTA clusters, B multicast: CLUSTER2), cuBLASLt's three GEMMs
+         * behind the norm once (--abba llama_qkv_t_one_generated:..._c2) */
+        {"llama_qkv_t", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_AUTO, 0},
+        {"llama_qkv_t_one_generated", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE},
+        {"llama_qkv_t_one_generated_c2", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_CLUSTER2},
+        {"llama_qkv_t_cublaslt", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "", KF_GEMM_CUBLASLT, 0},
+        {"llama_qkv_t_one_generated_sq", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
+        {"llama_qkv_t_one_generated_c2sq", t_llama_qkv_t, lqbytes, lqflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_SIB_ONE | KF_CUDA_RECIPE_GEMM_CLUSTER2 |
+             KF_CUDA_RECIPE_GEMM_RASTER_SQ},
         {"gqa_qkv_siblings", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_AUTO,
          KF_CUDA_RECIPE_GEMM_SIB_APART},
         {"gqa_qkv_siblings_generated", t_gqa_qkv, gqbytes, gqflops, 0, 0, 0, "", KF_GEMM_GENERATED,
@@ -2707,6 +2732,14 @@ int main(int argc, char **argv) {
         GEMM_ROWS("g_fc2", t_gfc2, b_gfc2, f_gfc2),
         GEMM_ROWS("l_seq", t_lseq, b_lseq, f_lseq),
 #undef GEMM_ROWS
+        /* LLaMA's down and o projections + residual in clusters and the
+         * square raster together (--abba l_down_res_generated_c2:..._c2sq;
+         * H100, ad6a709: down 0.9759 of _c2's time A B B A, 1.9013 ms idle
+         * against _generated's 1.9438) */
+        {"l_down_res_generated_c2sq", t_ldn, b_ldn, f_ldn, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_CLUSTER2 | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
+        {"l_o_res_generated_c2sq", t_lo, b_lo, f_lq, 0, 0, 0, "", KF_GEMM_GENERATED,
+         KF_CUDA_RECIPE_GEMM_CLUSTER2 | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
     /* Stream-K (KF_CUDA_RECIPE_GEMM_STREAMK, internal): the decode shapes
      * through cuBLASLt, the generated kernel and the generated kernel with
      * its tiles cut by K over every SM; and the LLaMA projections whose

@@ -124,7 +124,9 @@
  * epilogue helpers ("kf:member begin" .. "end") are emitted once per member
  * in its namespace kf_s<j> (its kf_epi, fold, KF_N), and the kernel's
  * epilogue block ("kf:epilogue begin" .. "end") once per member in a switch
- * on the tile's member, `tc` its output map.
+ * on the tile's member, `tc` its output map. In 2-CTA clusters a pair's
+ * two tiles share one set tile column, so one member's B (its map's boxes
+ * are the half each CTA loads, as the member alone would take them).
  *
  * 2-CTA clusters (KF_CLUSTER 2, cooperative only): the two CTAs of a cluster
  * take the tiles of one pair, rows 2p and 2p + 1 of one tile column, which
@@ -250,8 +252,8 @@
 #define KF_SIB 0    /* members of a GEMM sibling set in one kernel (cg_gemm_sm90_set.c) */
 #define KF_SIB_NS0  /* where the shared epilogue helpers live: member 0's namespace */
 #endif
-#if KF_SIB && (KF_DUAL || KF_A_NORM || KF_CLUSTER != 1 || KF_BATCH != 1)
-#error "KF_SIB: one A, plain B tiles, no clusters, batch 1"
+#if KF_SIB && (KF_DUAL || KF_A_NORM || KF_BATCH != 1)
+#error "KF_SIB: one A, plain B tiles, batch 1"
 #endif
 #define KF_KT ((KF_K + KF_BK - 1) / KF_BK)
 #define KF_TILES (KF_TILES_M * KF_TILES_N * KF_BATCH)

@@ -3207,6 +3207,77 @@ static void test_gemm_sibling_sets_as_one_kernel_match_the_reference(void **stat
     }
 }
 
+/* The same in 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2, internal): the
+ * set's one GEMM step launches 2 x 1 x 1 clusters on an even grid, pairs of
+ * tile rows of one member's column sharing its B by multicast. */
+static void sib_one_cluster_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                                  const char *dn) {
+    sib_one_check(plan, r, what, dn);
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (rc->n_members < 2)
+            continue;
+        if (!strstr(rc->variants[0].how, "2-CTA clusters"))
+            fail_msg("%s [%s]: group %u's set is not in clusters: %s", what, dn, gi,
+                     rc->variants[0].how);
+        const kf_cuda_kstep *ks =
+            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+        assert_int_equal(ks->cluster[0], 2);
+        assert_int_equal(ks->grid[0] % 2, 0);
+    }
+}
+
+/* One small set in clusters alone (the sanitizers run it): 600 rows, five
+ * tile rows, so the last pair's missing half. */
+static void test_a_gemm_sibling_set_as_one_kernel_in_clusters_matches(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!sib_one_device())
+        skip();
+    flags_case_full(G.ctx, sib_one_cases[1][0], KF_DTYPE_BF16, 2795, sib_one_cases[1][1],
+                    KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                        KF_CUDA_RECIPE_GEMM_CLUSTER2,
+                    sib_one_cluster_check, NULL, false);
+}
+
+/* The set's one kernel in the square raster (RASTER_SQ, internal: 16 tile
+ * rows at a time on 132 SMs). */
+static void sib_one_sq_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                             const char *dn) {
+    sib_one_check(plan, r, what, dn);
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (rc->n_members >= 2 && !strstr(rc->variants[0].how, "raster 16 tile rows"))
+            fail_msg("%s [%s]: group %u's set is not in the square raster: %s", what, dn, gi,
+                     rc->variants[0].how);
+    }
+}
+
+/* Every one-kernel set case in clusters (cooperative and ping-pong tiles,
+ * odd and even tile rows, four members), bf16 and f16; two of them in the
+ * square raster, with one CTA and in clusters (bf16). */
+static void test_gemm_sibling_sets_as_one_kernel_in_clusters_match_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!sib_one_device())
+        skip();
+    static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
+    for (size_t d = 0; d < N_OF(dts); d++)
+        for (size_t c = 0; c < N_OF(sib_one_cases); c++)
+            flags_case_full(G.ctx, sib_one_cases[c][0], dts[d], 2810 + c, sib_one_cases[c][1],
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                KF_CUDA_RECIPE_GEMM_CLUSTER2,
+                            sib_one_cluster_check, NULL, false);
+    for (size_t c = 0; c < 3; c += 2)
+        for (int cl = 0; cl < 2; cl++)
+            flags_case_full(G.ctx, sib_one_cases[c][0], KF_DTYPE_BF16, 2820 + c + (size_t)cl,
+                            sib_one_cases[c][1],
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                KF_CUDA_RECIPE_GEMM_RASTER_SQ |
+                                (cl ? KF_CUDA_RECIPE_GEMM_CLUSTER2 : UINT64_C(0)),
+                            cl ? sib_one_cluster_check : sib_one_sq_check, NULL, false);
+}
+
 /* A folded norm's pre-passes in ONE launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
  * internal): every GEMM recipe that folds its norm into B has one pre-pass
  * step, a "pre_" kernel (the row statistics and each B's fold) before its
@@ -5396,6 +5467,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_sibling_sets_match_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_match_the_reference),
+        cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_in_clusters_matches),
+        cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_in_clusters_match_the_reference),
         cmocka_unit_test(test_a_gemm_prepass_in_one_launch_matches),
         cmocka_unit_test(test_gemm_prepass_in_one_launch_matches_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_sm80_kernel_matches),

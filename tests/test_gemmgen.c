@@ -2576,6 +2576,85 @@ static void test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_colum
     plan_release(&p);
 }
 
+/* A sibling set as one kernel in 2-CTA clusters (KF_CUDA_RECIPE_GEMM_CLUSTER2
+ * with SIB_ONE, internal: each member alone would take them), and in the
+ * square raster (RASTER_SQ, internal) either way: pairs of tile
+ * rows of one member's tile column share its B by multicast. The set test's
+ * ragged members (1000 rows: 8 tile rows, 4 tile columns) and LLaMA-7B's Q/K/V
+ * behind their RMSNorm (16384 x 4096 x 3 x 4096, B [N, K]): one sib3_ step,
+ * 2 x 1 x 1 clusters on an even grid, each member's B map in boxes of half the
+ * tile's rows, HGMMA and multicast TMA loads, no local memory. */
+static void test_gemm_sibling_set_as_one_kernel_runs_in_clusters(void **state) {
+    (void)state;
+    planned p;
+    uint32_t first = plan_sib_set(&p, "bf16", false, false);
+    char llama[1024];
+    snprintf(llama, sizeof llama,
+             "kfg 1\nx = input(bf16[16384, 4096])\ng = input(bf16[4096])\n"
+             "wq = input(bf16[4096, 4096])\nwk = input(bf16[4096, 4096])\n"
+             "wv = input(bf16[4096, 4096])\nn = rms_norm(x, g, eps=1e-6)\n"
+             "q = matmul(n, wq, transpose_b=true)\nk = matmul(n, wk, transpose_b=true)\n"
+             "v = matmul(n, wv, transpose_b=true)\noutput q\noutput k\noutput v\n");
+    for (int c = 0; c < 2; c++) {
+        if (c == 1) {
+            plan_release(&p);
+            plan_text(llama, &p);
+            first = KF_NONE;
+            for (uint32_t gi = 0; gi < p.plan->n_groups && first == KF_NONE; gi++)
+                if (kf_group_in_gemm_sib_set(&p.plan->groups[gi]))
+                    first = gi;
+            assert_int_not_equal(first, KF_NONE);
+        }
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                            KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                KF_CUDA_RECIPE_GEMM_CLUSTER2);
+        const kf_cuda_recipe *rc = &rec->recipes[first];
+        assert_int_equal(rc->n_members, 3);
+        const char *how = rc->variants[0].how;
+        if (!strstr(how, "one GEMM over their concatenated columns") ||
+            !strstr(how, "2-CTA clusters"))
+            fail_msg("how: %s", how);
+        assert_int_equal(count_steps(rc, 0, "sib3_"), 1);
+        const kf_cuda_kstep *ks = rc->steps[rc->n_steps - 1].kernel;
+        assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+        assert_non_null(strstr(ks->kernel.source, "#define KF_CLUSTER 2"));
+        assert_int_equal(ks->cluster[0], 2);
+        assert_int_equal(ks->grid[0] % 2, 0);
+        assert_true(ks->grid[0] <= 132);
+        /* tiles: 8 rows x (2 + 1 + 1) columns; 128 rows x 3 x 16 */
+        assert_int_equal(ks->kernel.launch.work_items, c == 0 ? 32u : 6144u);
+        for (uint32_t j = 0; j < 3; j++) { /* each member's B: halves of its tile */
+            const kf_cuda_tmap *tb = &ks->tmaps[1 + 2 * j];
+            assert_int_equal(tb->box[1], c == 0 ? 64u : 128u);
+        }
+        static const char *const want[] = {"HGMMA", "UTMALDG", "MULTICAST", NULL};
+        static const char *const why[] = {"wgmma fell back?", "no TMA loads",
+                                          "no multicast TMA load (B's half)"};
+        kf_sass_check_ops(&MEM, &ks->kernel, want, why, NULL);
+        kf_cuda_recipes_destroy(rec);
+        /* the square raster (internal RASTER_SQ) reaches the set's kernel:
+         * 16 tile rows at a time on 132 SMs, one CTA or in clusters */
+        for (int cl = 0; cl < 2; cl++) {
+            rec = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                  KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_SIB_ONE |
+                                      KF_CUDA_RECIPE_GEMM_RASTER_SQ |
+                                      (cl ? KF_CUDA_RECIPE_GEMM_CLUSTER2 : UINT64_C(0)));
+            rc = &rec->recipes[first];
+            if (!strstr(rc->variants[0].how, "raster 16 tile rows"))
+                fail_msg("how: %s", rc->variants[0].how);
+            ks = rc->steps[rc->n_steps - 1].kernel;
+            assert_int_equal(count_steps(rc, 0, "sib3_"), 1);
+            assert_non_null(strstr(ks->kernel.source, "#define KF_RASTER 16"));
+            assert_int_equal(ks->cluster[0], cl ? 2 : 1);
+            if (c == 1)
+                kf_sass_check_hopper(&MEM, &ks->kernel);
+            kf_cuda_recipes_destroy(rec);
+        }
+    }
+    plan_release(&p);
+}
+
 /* A sibling set as ONE sm_80 kernel (mma.sync) over its members'
  * concatenated columns, on an A100 and forced on an H100 (--gemm sm80): the
  * GQA-like ragged members of the sm_90a test (q 256 + bias, k 64 gelu or
@@ -2691,6 +2770,7 @@ int main(void) {
         cmocka_unit_test(test_residual_by_tma_compiles_with_a_fourth_map),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),
+        cmocka_unit_test(test_gemm_sibling_set_as_one_kernel_runs_in_clusters),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_sm80_kernel),
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),
         cmocka_unit_test(test_every_gemm_variant_compiles_to_hgmma_and_utmaldg),

@@ -24,6 +24,10 @@
  *
  * The tensor maps (kernel arguments before the params): A, member 0's B
  * (and output map with the TMA-store epilogue), then kf_tb1 (kf_tc1), ...
+ *
+ * In 2-CTA clusters (internal KF_CUDA_RECIPE_GEMM_CLUSTER2, when every member
+ * alone takes them) the raster walks pairs of tile rows of one set column:
+ * one member's B, each member's map boxed in halves as its own step made it.
  */
 #include "codegen/cuda/cg.h"
 
@@ -34,9 +38,10 @@
 /* Why member j (generator c, shape b) cannot share the set's kernel with
  * member 0's shape a (cg_set_why_fn). */
 static const char *member_why(cg *c, const kf_cuda_gemm_shape *a, const kf_cuda_gemm_shape *b) {
-    if (b->batch != 1 || b->dual || b->a_norm || b->cluster > 1 || b->sk_grid || b->x_scratch)
-        return "a member is batched, a SwiGLU pair, normalized in the ring, clustered, stream-K "
-               "or split";
+    if (b->batch != 1 || b->dual || b->a_norm || b->sk_grid || b->x_scratch)
+        return "a member is batched, a SwiGLU pair, normalized in the ring, stream-K or split";
+    if (a->cluster != b->cluster)
+        return "the members' clusters differ";
     if (a->m != b->m || a->k != b->k || a->a_kmajor != b->a_kmajor)
         return "the members read A differently";
     if (a->b_kmajor != b->b_kmajor)
@@ -86,7 +91,13 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
                    j + 1, g->id);
     }
     int64_t tiles_n = set.tiles_n, n_all = set.n_all;
-    if (tiles_n * ((sh->m + 127) / 128) > INT32_MAX)
+    /* 2-CTA clusters (CLUSTER2, as each member alone would take them): pairs
+     * of tile rows of one set tile column, so of one member, share its B tile
+     * by multicast; one block per tile of the pairs, an odd row count's
+     * missing half included, whole clusters */
+    uint32_t cl = sh->cluster == 2 ? 2u : 1u;
+    int64_t rows = (sh->m + 128 * cl - 1) / (128 * cl) * cl;
+    if (tiles_n * rows > INT32_MAX)
         SET_NO("GEMM sibling set: more than 2^31 tiles");
 
     kf_cuda_kernel *k = out;
@@ -96,10 +107,10 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
     cg_set_name(c0, prefix);
     k->vec = 1;
     k->launch.block = 384;
-    k->launch.work_items = (uint64_t)(tiles_n * ((sh->m + 127) / 128));
+    k->launch.work_items = (uint64_t)(tiles_n * rows);
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;
-    k->launch.grid_multiple = 1;
+    k->launch.grid_multiple = cl;
     k->launch.shared_bytes = kf_cuda_gemm_smem(sh->bn, sh->stages);
 
     char what[160];
@@ -117,10 +128,10 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
               "#define KF_A_KMAJOR %d\n#define KF_B_KMAJOR %d\n#define KF_A_BATCHED 0\n"
               "#define KF_B_BATCHED 0\n#define KF_DUAL 0\n#define KF_A_NORM 0\n"
               "#define KF_EPI_DIRECT %d\n#define KF_HEAD_D %" PRId64 "\n#define KF_EPI_TMA %d\n"
-              "#define KF_CLUSTER 1\n#define KF_EPI_AHEAD 0\n",
+              "#define KF_CLUSTER %u\n#define KF_EPI_AHEAD 0\n",
               sh->m, shapes[0].n, sh->k, sh->bn, sh->stages, sh->pingpong ? 1 : 0,
               sh->a_kmajor ? 1 : 0, sh->b_kmajor ? 1 : 0, sh->epi_staged ? 0 : 1, g0->head_dim,
-              sh->epi_tma ? 1 : 0);
+              sh->epi_tma ? 1 : 0, cl);
     /* (KF_EPI_AHEAD 0: the TMA-store epilogue's values chunk by chunk; ahead,
      * a member's 64 packed values left a 3-member set a stack frame) */
     /* the members' tile columns, one N range; member 0's namespace holds the
@@ -136,6 +147,8 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
      * counter as the single kernel's. */
     if (sh->pingpong && sh->pp_varying)
         cg_puts(&c0->s, "#define KF_PP_VARYING 1\n");
+    if (sh->raster) /* the raster's tile rows at a time (else the template's 8) */
+        cg_printf(&c0->s, "#define KF_RASTER %u\n", sh->raster);
     if (sh->epi_tma && g0->head_dim && g0->heads_first)
         cg_printf(&c0->s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", g0->m);
     if (sh->a_fold) /* before the template's head, which reads them */

@@ -92,7 +92,8 @@ enum {
     KF_CUDA_RECIPE_GEMM_CLUSTER2 = 1u << 11,     /* internal: generated sm_90a GEMMs (either
                                                     schedule) run as 2-CTA clusters, tile
                                                     pairs sharing B by TMA multicast (the
-                                                    bench and the tests compare); a SwiGLU
+                                                    bench and the tests compare; a sibling
+                                                    set's one kernel too); a SwiGLU
                                                     pair's cooperative 128 x (2 x 128)
                                                     tiles take them by default (see
                                                     GEMM_DUAL_F32T) */

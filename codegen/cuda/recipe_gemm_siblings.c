@@ -243,6 +243,8 @@ static kf_status sib_one_kernel(rb *b, uint32_t lead, uint32_t n, const uint32_t
                      shapes[0].bn, shapes[0].warps);
         return KF_OK;
     }
+    if (shapes[0].cluster == 2) /* the members' B maps are halves, as each alone took them */
+        ks->cluster[0] = 2;
     for (uint32_t i = 0; i < n_front; i++) {
         ks->args[i].kind = KF_CUDA_ARG_TMAP;
         ks->args[i].value = i;
