@@ -2735,7 +2735,9 @@ int main(int argc, char **argv) {
         /* LLaMA's down and o projections + residual in clusters and the
          * square raster together (--abba l_down_res_generated_c2:..._c2sq;
          * H100, ad6a709: down 0.9759 of _c2's time A B B A, 1.9013 ms idle
-         * against _generated's 1.9438) */
+         * against _generated's 1.9438; H200, 582099c, two rounds A B B A:
+         * down 0.977 / 0.983 of _generated's time but 1.019 / 1.016 of
+         * _cublaslt's, o 0.982 / 0.986 and 1.010 / 1.011: not the default) */
         {"l_down_res_generated_c2sq", t_ldn, b_ldn, f_ldn, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_CLUSTER2 | KF_CUDA_RECIPE_GEMM_RASTER_SQ},
         {"l_o_res_generated_c2sq", t_lo, b_lo, f_lq, 0, 0, 0, "", KF_GEMM_GENERATED,

@@ -3724,7 +3724,10 @@ static void test_pingpong_gemms_with_a_uniform_tile_counter_match(void **state) 
  * where the default walks 8), whose groups of tile rows end short of 16:
  * cooperative 128 x 256 tiles with the TMA-store epilogue, bias + gelu_tanh +
  * residual, 17 tile rows, M, N and K ragged; ping-pong 128 x 128, bias +
- * residual, ragged; 2-CTA clusters with a pair's missing half. */
+ * residual, ragged; 2-CTA clusters with a pair's missing half, on ping-pong
+ * tiles and on cooperative 128 x 256 tiles + residual (LLaMA's down and o
+ * projections' form in clusters and the square raster, 17 tile rows: a
+ * group of 16, then one of a pair's missing half). */
 static void test_gemms_with_the_square_raster_match(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -3748,6 +3751,14 @@ static void test_gemms_with_the_square_raster_match(void **state) {
               KF_DTYPE_BF16, 2692, "square raster, 2-CTA clusters, a missing half, ragged",
               KF_CUDA_RECIPE_GEMM_RASTER_SQ | KF_CUDA_RECIPE_GEMM_CLUSTER2,
               "(B multicast), raster 16 tile rows", false);
+    flag_case(ctx,
+              "kfg 1\nx = input(%s[2100, 1032])\nw = input(%s[1032, 1800])\n"
+              "r = input(%s[2100, 1800])\nh = matmul(x, w)\ny = add(h, r)\noutput y\n",
+              KF_DTYPE_BF16, 2698,
+              "square raster, cooperative in 2-CTA clusters, residual, a missing half, ragged",
+              KF_CUDA_RECIPE_GEMM_RASTER_SQ | KF_CUDA_RECIPE_GEMM_CLUSTER2,
+              "128x256 tiles cooperative in 2-CTA clusters (B multicast), raster 16 tile rows",
+              false);
     kf_ctx_destroy(ctx);
 }
 
