@@ -265,17 +265,25 @@ __device__ __forceinline__ float kf_rescued_rstd(float ss, int e) {
     } while (0)
 #endif
 
+/* MP: the multipass form: KF_MULTIPASS, and the scalar fallback of a vector
+ * kernel (an operand not aligned for it) past 32 chunks a lane. Unrolled,
+ * that fallback of a warp's 4096 row was 128 scalar steps a pass: 0.4 s of
+ * NVRTC's 0.65 s for a bf16 rms_norm (sm_90a), for a path that kfuse's own
+ * buffers (aligned bases) do not take. The vector path is as before. */
 template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane, kf_red &sh,
                                                          KF_PARAMS) {
     constexpr int CH = KF_L / VV;
     constexpr int PT = (CH + KF_LANES - 1) / KF_LANES;
+    constexpr bool MP = KF_MULTIPASS || (VV == 1 && KF_VEC > 1 && PT > 32);
     kf_stats st;
     kf_acc_t mx = -(kf_acc_t)KF_INF, sum = 0, sumsq = 0;
 #if KF_ROW_SCALE
     kf_acc_t amax = 0; /* NaN ignored, as the reference's comparisons ignore it */
+    int sx;
+    kf_acc_t sc;
 #endif
-#if !KF_MULTIPASS
-    kf_acc_t x[PT][VV];
+    kf_acc_t x[MP ? 1 : PT][VV];
+    if constexpr (!MP) {
 #pragma unroll
     for (int q = 0; q < PT; q++) {
         const int c = lane + q * KF_LANES;
@@ -294,8 +302,8 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
         }
     }
 #if KF_ROW_SCALE
-    const int sx = kf_scale_exp(kf_row_max(amax, sh));
-    const kf_acc_t sc = (kf_acc_t)ldexp(1.0, -sx);
+    sx = kf_scale_exp(kf_row_max(amax, sh));
+    sc = (kf_acc_t)ldexp(1.0, -sx);
 #pragma unroll
     for (int q = 0; q < PT; q++) {
         if (lane + q * KF_LANES < CH) {
@@ -307,7 +315,7 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
         }
     }
 #endif
-#else
+    } else {
 #if KF_ROW_SCALE
     for (int c = lane; c < CH; c += KF_LANES) {
         kf_acc_t xv[VV];
@@ -316,8 +324,8 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
         for (int k = 0; k < VV; k++)
             amax = fabs(xv[k]) > amax ? fabs(xv[k]) : amax;
     }
-    const int sx = kf_scale_exp(kf_row_max(amax, sh));
-    const kf_acc_t sc = (kf_acc_t)ldexp(1.0, -sx);
+    sx = kf_scale_exp(kf_row_max(amax, sh));
+    sc = (kf_acc_t)ldexp(1.0, -sx);
 #endif
     for (int c = lane; c < CH; c += KF_LANES) {
         kf_acc_t xv[VV];
@@ -329,12 +337,11 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
             if (KF_NEED_SUMSQ) sumsq += KF_XS(xv[k]) * KF_XS(xv[k]);
         }
     }
-#endif
+    }
     /* In registers, M2 merges with the sum in one reduction (Chan). */
-    constexpr bool CHAN = KF_NEED_M2 && !KF_MULTIPASS;
+    constexpr bool CHAN = KF_NEED_M2 && !MP;
     kf_acc_t m2 = 0;
-#if !KF_MULTIPASS
-    if (CHAN) {
+    if constexpr (CHAN) {
         kf_acc_t n = 0;
 #pragma unroll
         for (int q = 0; q < PT; q++)
@@ -353,7 +360,6 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
         }
         kf_row_chan(n, sum, m2, sh);
     }
-#endif
     if (KF_NEED_MAX) mx = kf_row_max(mx, sh);
     if (KF_NEED_SUM && !CHAN) sum = kf_row_sum(sum, sh);
     if (KF_NEED_SUMSQ) sumsq = kf_row_sum(sumsq, sh);
@@ -372,7 +378,7 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
         st.sumexp = 0;
     } else if (KF_NEED_M2 || KF_NEED_SUMEXP) {
         kf_acc_t se = 0;
-#if !KF_MULTIPASS
+        if constexpr (!MP) {
 #pragma unroll
         for (int q = 0; q < PT; q++) {
             const int c = lane + q * KF_LANES;
@@ -383,7 +389,7 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
                 }
             }
         }
-#else
+        } else {
         for (int c = lane; c < CH; c += KF_LANES) {
             kf_acc_t xv[VV];
             kf_prologue<VV>(row, c, xv, false, KF_ARGS);
@@ -393,7 +399,7 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
                 if (KF_NEED_SUMEXP) se += kf_exp(xv[k] - st.max);
             }
         }
-#endif
+        }
         if (KF_NEED_M2 && !CHAN) m2 = kf_row_sum(m2, sh);
         if (KF_NEED_SUMEXP) se = kf_row_sum(se, sh);
         st.rstd = KF_RSTD_OF(m2);
@@ -404,15 +410,13 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
     }
 #if KF_ROW_RESCUE
     if (KF_STATS_OVERFLOWED(sum, sumsq, m2)) {
-#if !KF_MULTIPASS
-#define KF_EACH_(v, stmt)                                                                          \
+#define KF_EACH_R_(v, stmt)                                                                        \
     _Pragma("unroll") for (int iq_ = 0; iq_ < PT; iq_++) if (lane + iq_ * KF_LANES < CH)              \
         _Pragma("unroll") for (int ik_ = 0; ik_ < VV; ik_++) {                                        \
             const float v = x[iq_][ik_];                                                             \
             stmt                                                                                   \
         }
-#else
-#define KF_EACH_(v, stmt)                                                                          \
+#define KF_EACH_M_(v, stmt)                                                                        \
     for (int ic_ = lane; ic_ < CH; ic_ += KF_LANES) {                                                 \
         kf_acc_t xr_[VV];                                                                          \
         kf_prologue<VV>(row, ic_, xr_, false, KF_ARGS);                                             \
@@ -421,25 +425,28 @@ template <int VV> __device__ __forceinline__ void kf_row(long long row, int lane
             stmt                                                                                   \
         }                                                                                          \
     }
-#endif
-        KF_RESCUE_STATS(KF_EACH_);
-#undef KF_EACH_
+        if constexpr (!MP)
+            KF_RESCUE_STATS(KF_EACH_R_);
+        else
+            KF_RESCUE_STATS(KF_EACH_M_);
+#undef KF_EACH_R_
+#undef KF_EACH_M_
     }
 #endif
-#if !KF_MULTIPASS
+    if constexpr (!MP) {
 #pragma unroll
     for (int q = 0; q < PT; q++) {
         const int c = lane + q * KF_LANES;
         if (c < CH)
             kf_epilogue<VV>(row, c, x[q], st, KF_ARGS);
     }
-#elif KF_HAS_EPILOGUE
+    } else if constexpr (KF_HAS_EPILOGUE) {
     for (int c = lane; c < CH; c += KF_LANES) {
         kf_acc_t xv[VV];
         kf_prologue<VV>(row, c, xv, false, KF_ARGS);
         kf_epilogue<VV>(row, c, xv, st, KF_ARGS);
     }
-#endif
+    }
     if (lane == 0)
         kf_row_out(row, st, KF_ARGS);
 }
