@@ -1754,15 +1754,13 @@ static void test_the_score_diagonal_is_computed_once_for_two_rows(void **state) 
 /* ALiBi's diagonal with its part free of loads (the bf16(kv - q) pairs) in
  * a table in shared memory (cg_attention_pair.c, pair_dtab), and the causal
  * mask's edge tiles by the pair form (KF_SCORE_DIAG_EDGE): the rounded bf16
- * kernel (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, with the flag below)
- * defines KF_DIAG_TAB and KF_SCORE_DIAG_EDGE and reads the table in
- * its main loop (an LDS for each of the tile's 17 key pairs, between
- * Q.K^T's wait and P.V's), where the kernel with KF_CUDA_RECIPE_ATTENTION_
- * DIAG_COMPUTE (no KF_DIAG_TAB) has none there and 17 more I2FP -- the
- * conversions the table replaces -- and more SASS instructions; HGMMA and
- * no local memory; the causal score (no diagonal) and the f16 ALiBi kernel
- * (no pair form) are the same with the flag. (The edge tiles' scalar score,
- * flag EDGE_SCALAR, was retired by att17c.) */
+ * kernel (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE) defines KF_DIAG_TAB and
+ * KF_SCORE_DIAG_EDGE and reads the table in its main loop (an LDS for each
+ * of the tile's 17 key pairs, between Q.K^T's wait and P.V's); HGMMA and no
+ * local memory; the causal score (no diagonal) and the f16 ALiBi kernel (no
+ * pair form) define neither. (The form computing the pairs on every tile,
+ * flag DIAG_COMPUTE, was retired by att18; the edge tiles' scalar score,
+ * flag EDGE_SCALAR, by att17c.) */
 static void test_the_score_diagonal_reads_its_load_free_part_from_a_table(void **state) {
     (void)state;
     static char sass[1 << 22];
@@ -1770,52 +1768,106 @@ static void test_the_score_diagonal_reads_its_load_free_part_from_a_table(void *
         size_t ci;
         const char *dn;
     } vs[] = {{0, "bf16"}, {4, "f16"}, {4, "bf16"}}; /* causal; ALiBi */
-    static const uint64_t flags[2] = {0, KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE};
     for (size_t v = 0; v < N_OF(vs); v++) {
         const size_t ci = vs[v].ci;
         char text[4096];
         graph_text(cases[ci].body, vs[v].dn, text, sizeof text);
         planned p;
         plan_text(text, &p);
+        kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
+                                             KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
+        const kf_cuda_kernel *k = &attn_recipe(p.plan, r)->steps[0].kernel->kernel;
+        if (v < 2) {
+            assert_null(strstr(k->source, "#define KF_DIAG_TAB"));
+            assert_null(strstr(k->source, "#define KF_SCORE_DIAG_EDGE"));
+        } else {
+            assert_non_null(strstr(k->source, "#define KF_DIAG_TAB"));
+            assert_non_null(strstr(k->source, "#define KF_SCORE_DIAG_EDGE"));
+            assert_null(strstr(k->source, "#define KF_DIAG_ADD"));
+            kf_sass_check_hopper(&MEM, k);
+            kf_sass_text(&MEM, k, sass, sizeof sass);
+            /* the main loop: Q.K^T's wait to P.V's */
+            const char *a = strstr(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1");
+            const char *b = a ? strstr(a, "WARPGROUP.DEPBAR.LE gsb0, 0x0") : NULL;
+            if (!b)
+                fail_msg("%s: no Q.K^T / P.V waits in the SASS", cases[ci].name);
+            const int lds = count_between(a, b, " LDS");
+            if (lds < 17)
+                fail_msg("%s: %d LDS in the main loop, not the table's 17", cases[ci].name,
+                         lds);
+        }
+        kf_cuda_recipes_destroy(r);
+        plan_release(&p);
+    }
+}
+
+/* ALiBi's f32 score (the default: s0 + slope x (kv - q), s0 = qk x a bf16
+ * constant) as the tile's affine part (cg_attention_pair.c, diag_add): the
+ * kernel defines KF_DIAG_LIN, KF_DIAG_ADD and KF_DIAG_SCALE (the constant as
+ * the score function writes it), and with KF_CUDA_RECIPE_ATTENTION_DIAG_
+ * STEPPED the stepped diagonal of before (KF_DIAG_LIN, no KF_DIAG_ADD); the
+ * causal kernel is the same source either way. In the SASS both take HGMMA
+ * with no local memory; the affine form has fewer FFMAs (the stepped
+ * diagonal's 34 a tile gone), and at head dim 128 (items apart: the step
+ * along the tile is the Q.K^T accumulator's start value, KF_ACC_INIT) no
+ * FFMA at all between Q.K^T's wait and the row max's first FMNMX, where the
+ * stepped form adds the diagonal to every score there (64). */
+static void test_the_alibi_score_tile_keeps_its_affine_part(void **state) {
+    (void)state;
+    static char sass[1 << 22];
+    static const uint64_t flags[2] = {0, KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED};
+    static const char *const alibi128 =
+        "q = input($[2, 4, 300, 128])\nk = input($[2, 4, 300, 128])\n"
+        "v = input($[2, 4, 300, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\nslope = input($[4, 1, 1])\n"
+        "row = iota(i32[300, 300], axis=0)\ncol = iota(i32[300, 300], axis=1)\n"
+        "di = sub(col, row)\ndf = cast(di, $)\nbias = mul(slope, df)\nsb = add(s0, bias)\n"
+        "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, sb, ninf)\n";
+    /* causal; ALiBi head dim 64 (items joined); ALiBi head dim 128 */
+    const char *const bodies[3] = {cases[0].body, cases[4].body, alibi128};
+    static const char *const names[3] = {"causal", "ALiBi, head dim 64", "ALiBi, head dim 128"};
+    for (size_t v = 0; v < 3; v++) {
+        char text[4096];
+        graph_text(bodies[v], "bf16", text, sizeof text);
+        planned p;
+        plan_text(text, &p);
         kf_cuda_recipes *r[2];
         const kf_cuda_kernel *k[2];
         for (int f = 0; f < 2; f++) {
-            r[f] = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                                   flags[f] | KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE);
+            r[f] = kf_sass_recipes(&MEM, p.plan, "h100", NULL, flags[f]);
             k[f] = &attn_recipe(p.plan, r[f])->steps[0].kernel->kernel;
         }
-        assert_null(strstr(k[1]->source, "#define KF_DIAG_TAB"));
-        if (v < 2) {
-            assert_null(strstr(k[0]->source, "#define KF_DIAG_TAB"));
-            assert_null(strstr(k[0]->source, "#define KF_SCORE_DIAG_EDGE"));
+        if (v == 0) {
+            assert_null(strstr(k[0]->source, "#define KF_DIAG_ADD"));
             assert_string_equal(k[0]->source, k[1]->source);
         } else {
-            assert_non_null(strstr(k[0]->source, "#define KF_DIAG_TAB"));
-            assert_non_null(strstr(k[0]->source, "#define KF_SCORE_DIAG_EDGE"));
-            assert_non_null(strstr(k[1]->source, "#define KF_SCORE_DIAG_EDGE"));
-            kf_sass_check_hopper(&MEM, k[0]);
-            int n[2], lds[2], i2f[2];
+            assert_non_null(strstr(k[0]->source, "#define KF_DIAG_LIN"));
+            assert_non_null(strstr(k[0]->source, "#define KF_DIAG_ADD"));
+            assert_non_null(strstr(k[0]->source, "#define KF_DIAG_SCALE __uint_as_float("));
+            assert_non_null(strstr(k[1]->source, "#define KF_DIAG_LIN"));
+            assert_null(strstr(k[1]->source, "#define KF_DIAG_ADD"));
+            int n[2], ffma[2], waited[2];
             for (int f = 0; f < 2; f++) {
+                kf_sass_check_hopper(&MEM, k[f]);
                 kf_sass_text(&MEM, k[f], sass, sizeof sass);
                 const char *end = sass + strlen(sass);
                 n[f] = count_between(sass, end, "        /*");
-                /* the main loop: Q.K^T's wait to P.V's */
+                ffma[f] = count_between(sass, end, " FFMA ");
+                /* the main loop's Q.K^T wait to its first FMNMX */
                 const char *a = strstr(sass, "WARPGROUP.DEPBAR.LE gsb0, 0x1");
-                const char *b = a ? strstr(a, "WARPGROUP.DEPBAR.LE gsb0, 0x0") : NULL;
+                const char *b = a ? strstr(a, " FMNMX ") : NULL;
                 if (!b)
-                    fail_msg("%s: no Q.K^T / P.V waits in the SASS", cases[ci].name);
-                lds[f] = count_between(a, b, " LDS");
-                /* the kernel's (ptxas moves the diagonal's before the wait) */
-                i2f[f] = count_between(sass, end, " I2FP");
+                    fail_msg("%s: no Q.K^T wait and row max in the SASS", names[v]);
+                waited[f] = count_between(a, b, " FFMA ");
             }
-            if (n[0] >= n[1] || lds[0] < 17 || lds[1] != 0 || i2f[1] - i2f[0] < 17)
-                fail_msg("%s: %d instructions, %d LDS and %d I2FP in the main loop; the "
-                         "diagonal computed %d, %d, %d",
-                         cases[ci].name, n[0], lds[0], i2f[0], n[1], lds[1], i2f[1]);
+            if (ffma[0] >= ffma[1] || waited[1] < 60 || (v == 2 && waited[0] != 0))
+                fail_msg("%s: the affine part %d instructions, %d FFMA (%d after the wait); "
+                         "the stepped diagonal %d, %d (%d)",
+                         names[v], n[0], ffma[0], waited[0], n[1], ffma[1], waited[1]);
             fprintf(stderr,
-                    "  %s [bf16]: %d instructions (%d I2FP, %d LDS in the main loop); "
-                    "diagonal computed %d (%d I2FP)\n",
-                    cases[ci].name, n[0], i2f[0], lds[0], n[1], i2f[1]);
+                    "  %s [bf16]: affine part %d instructions, %d FFMA (%d after Q.K^T's "
+                    "wait); stepped diagonal %d, %d (%d)\n",
+                    names[v], n[0], ffma[0], waited[0], n[1], ffma[1], waited[1]);
         }
         for (int f = 0; f < 2; f++)
             kf_cuda_recipes_destroy(r[f]);
@@ -1835,6 +1887,7 @@ int main(void) {
         cmocka_unit_test(test_the_score_splits_where_tanh_rounds_to_its_operand),
         cmocka_unit_test(test_the_score_diagonal_is_computed_once_for_two_rows),
         cmocka_unit_test(test_the_score_diagonal_reads_its_load_free_part_from_a_table),
+        cmocka_unit_test(test_the_alibi_score_tile_keeps_its_affine_part),
         cmocka_unit_test(test_f32_scores_keep_alibi_and_softcap_unrounded),
         cmocka_unit_test(test_tree_reductions_compile_and_pin_under_pv),
         cmocka_unit_test(test_the_exp2_share_by_polynomial),

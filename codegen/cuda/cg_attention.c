@@ -1670,12 +1670,13 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * tile's score 371 -> 280 instructions; the form for each row, the flag
      * DIAG_EACH_ROW, was retired by att17b to reuse its bit); its part
      * free of loads read from a table in shared memory where the table fits
-     * (dtab_fits) but where KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE computes
-     * it on every tile; a causal mask's edge tiles by the pair form too (the
-     * scalar score there, flag EDGE_SCALAR, was retired by att17c to reuse
-     * its bit) */
-    const bool dtab = sm90 && !f32 && !(rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE) &&
-                      dtab_fits(&c, at, skip, nqt * br, br, &sh, arch);
+     * (dtab_fits; the form computing it on every tile, flag DIAG_COMPUTE,
+     * was retired by att18 to reuse its bit); a causal mask's edge tiles by
+     * the pair form too (the scalar score there, flag EDGE_SCALAR, was
+     * retired by att17c to reuse its bit); an affine diagonal added to the
+     * scaled score as the tile's affine part (CG_PAIR_DIAG_ADD) but where
+     * KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED keeps the stepped diagonal */
+    const bool dtab = sm90 && !f32 && dtab_fits(&c, at, skip, nqt * br, br, &sh, arch);
     /* (a folded scale's score functions keep their mask's rounding, as
      * before: the causal, window and block-sparse kernels unchanged) */
     c.score_f32 = f32 && fold == KF_NONE;
@@ -1683,7 +1684,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
                             CG_PAIR_DIAG |
                             (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u) |
-                            (dtab ? CG_PAIR_DIAG_TAB : 0u) | CG_PAIR_DIAG_EDGE);
+                            (dtab ? CG_PAIR_DIAG_TAB : 0u) | CG_PAIR_DIAG_EDGE |
+                            (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED ? 0u
+                                                                            : CG_PAIR_DIAG_ADD));
     c.score_f32 = false;
     if (st != KF_OK)
         return cg_end(&c, st);
