@@ -1312,7 +1312,9 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * steps with no edge path (_elast: KF_CUDA_RECIPE_ATTENTION_EDGE_
          * LAST), where by default every step checks for an edge. (att17c's
          * run at cb011fc had the two the other way round: its _eloop rows
-         * are this default, its plain rows this _elast.) */
+         * are this default, its plain rows this _elast.) The softcap's
+         * default is the peeled step since att18, so attn_softcap_elast
+         * is the form checking every step there. */
         {"attn_causal_elast", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
         {"attn_gqa_elast", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
         {"attn_alibi_elast", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},

@@ -191,9 +191,9 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
             bool dflt = strncmp(nm, "fa3", 3) == 0;
             const bool capped = memchr(nm, 'b', strcspn(nm, "_")) && cases[i].d == 128;
             for (const char *c = nm + 3; dflt && *c != '_'; c++)
-                dflt = *c && strchr(capped ? "fbte" : "fbt", *c) != NULL;
-            if (capped && !strstr(nm, "be_"))
-                fail_msg("%s [%s]: %s is not the softcap's default (fa3ftbe_)", cases[i].name,
+                dflt = *c && strchr(capped ? "fbteu" : "fbt", *c) != NULL;
+            if (capped && !strstr(nm, "beu_"))
+                fail_msg("%s [%s]: %s is not the softcap's default (fa3ftbeu_)", cases[i].name,
                          dts[d], nm);
             const char *us = strchr(nm, '_');
             const bool t = us && memchr(nm + 3, 't', (size_t)(us - nm - 3)) != NULL;
@@ -703,10 +703,12 @@ static void test_the_diagonal_first_walk_is_causal_and_window_only(void **state)
 
 /* The ascending causal walk's last step peeled (templates/attention_sm90.cuh,
  * KF_EDGE_LAST, where KF_CUDA_RECIPE_ATTENTION_EDGE_LAST asks: kernel letter
- * u; by default every step checks for an edge): with the flag, causal
- * ragged S 200 and the bench's B4 H32 S4096 (causal, ALiBi, the softcap) at
- * head dim 128, the softcap at S 150, ALiBi at head dim 64, GQA 8:1 and
- * permuted views define KF_EDGE_LAST 1, without it 0; the window, the
+ * u; by default every step checks for an edge, but for a softcap at head dim
+ * 128, peeled by default since att18, where the flag keeps the check): with
+ * the flag, causal ragged S 200 and the bench's B4 H32 S4096 (causal, ALiBi)
+ * at head dim 128, ALiBi at head dim 64, GQA 8:1 and permuted views define
+ * KF_EDGE_LAST 1, without it 0; the softcaps (B4 H32 S4096, S 150) the other
+ * way round; the window, the
  * unmasked kernel (176-key tiles) and the block-sparse one keep 0 either
  * way, with no letter. Each compiles with HGMMA and no spills. In the SASS
  * of the S4096 kernels the peeled kernel's main loop -- the shortest
@@ -743,8 +745,10 @@ static void test_the_causal_walk_may_peel_its_last_step(void **state) {
     static const struct {
         int ci; /* cases[ci], or -1 - i: big[i] (the bench's shapes: main loops) */
         bool peel;
-    } vs[] = {{-1, true}, {-2, true}, {-3, true}, {0, true},  {3, true}, {4, true},
-              {7, true},  {8, true},  {2, false}, {1, false}, {6, false}};
+        bool inv; /* peeled without the flag (a softcap at head dim 128) */
+    } vs[] = {{-1, true, false}, {-2, true, false}, {-3, true, true},   {0, true, false},
+              {3, true, true},   {4, true, false},  {7, true, false},   {8, true, false},
+              {2, false, false}, {1, false, false}, {6, false, false}};
     static char sass[1 << 22];
     for (size_t v = 0; v < N_OF(vs); v++) {
         const bool loops = vs[v].ci < 0; /* the small cases' loops fold away */
@@ -759,7 +763,7 @@ static void test_the_causal_walk_may_peel_its_last_step(void **state) {
             kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
                                                  f ? KF_CUDA_RECIPE_ATTENTION_EDGE_LAST : 0);
             const kf_cuda_kernel *k = &attn_recipe(p.plan, r)->steps[0].kernel->kernel;
-            const bool peel = f && vs[v].peel;
+            const bool peel = (f != vs[v].inv) && vs[v].peel;
             const char *form = strchr(k->name, '_');
             assert_non_null(form);
             const bool letter = form[-1] == 'u';
@@ -808,13 +812,15 @@ static void test_the_causal_walk_may_peel_its_last_step(void **state) {
             }
             kf_cuda_recipes_destroy(r);
         }
-        if (loops && (loop[1] >= loop[0] || sel[1] > 12))
-            fail_msg("%s: main loop %d instructions (%d FSEL, ISETP) peeled, %d (%d) by default",
-                     name, loop[1], sel[1], loop[0], sel[0]);
+        const int pe = vs[v].inv ? 0 : 1, ck = 1 - pe; /* peeled, checking every step */
+        if (loops && (loop[pe] >= loop[ck] || sel[pe] > 12))
+            fail_msg("%s: main loop %d instructions (%d FSEL, ISETP) peeled, %d (%d) checking "
+                     "every step",
+                     name, loop[pe], sel[pe], loop[ck], sel[ck]);
         fprintf(stderr,
-                "  %s: %d SASS lines, main loop %d instructions (%d FSEL, ISETP); peeled: %d, "
-                "loop %d (%d)\n",
-                name, n[0], loop[0], sel[0], n[1], loop[1], sel[1]);
+                "  %s: every step checks: %d SASS lines, main loop %d instructions (%d FSEL, "
+                "ISETP); peeled: %d, loop %d (%d)\n",
+                name, n[ck], loop[ck], sel[ck], n[pe], loop[pe], sel[pe]);
         plan_release(&p);
     }
 }
@@ -1041,7 +1047,7 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
  * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
  * FMUL than the rounded kernel of the same graph (one of each a score), no
  * spills; the kernel (fa3ft_) and the report say so. A softcap score takes
- * f32 scores too (fa3ftbe_: its expression unrounded, its last scale, 30,
+ * f32 scores too (fa3ftbeu_: its expression unrounded, its last scale, 30,
  * folded into KF_SCORE_SCALE: top_scale) with fewer F2FP and FMUL than its
  * rounded kernel. bf16 and f16 (causal), bf16 (softcap). */
 static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
@@ -1067,9 +1073,9 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
         {
-            /* fa3ftbe_: a softcap's bounded scores take the fixed shift (and
+            /* fa3ftbeu_: a softcap's bounded scores take the fixed shift (and
              * a share of the exp2s on the FMA pipe) */
-            assert_non_null(strstr(k1->name, ci == 3 ? "fa3ftbe_" : "fa3ft_"));
+            assert_non_null(strstr(k1->name, ci == 3 ? "fa3ftbeu_" : "fa3ft_"));
             assert_non_null(strstr(c1->variants[0].how, "f32 scores"));
             /* 1/sqrt(128) as the graph's constant holds it: 1.4140625 / 16
              * in bf16 and in f16 alike; the softcap's 30 */
@@ -1112,7 +1118,7 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
  * diagonal as float pairs (KF_DIAG_T float2), affine in kv (KF_DIAG_LIN: stepped along the
  * tile), no table (no KF_DIAG_TAB, no LDS in the main loop), no HADD2 or
  * HMUL2, and fewer instructions from Q.K^T's wait to P.V's than the rounded
- * kernel; in f16 no pair form. The softcap bf16 (fa3ftbe_): its 30 as
+ * kernel; in f16 no pair form. The softcap bf16 (fa3ftbeu_): its 30 as
  * KF_SCORE_SCALE, s c / 30 one multiply by the constants' product, a quarter
  * of its exp2s by polynomial, TANH_POLY asking for nothing more (the same
  * source), and fewer instructions in the main loop. No spills. */
@@ -1122,7 +1128,7 @@ static void test_f32_scores_keep_alibi_and_softcap_unrounded(void **state) {
     static const struct {
         size_t ci;
         const char *dn, *name;
-    } vs[] = {{4, "bf16", "fa3f_"}, {4, "f16", "fa3f_"}, {3, "bf16", "fa3ftbe_"}};
+    } vs[] = {{4, "bf16", "fa3f_"}, {4, "f16", "fa3f_"}, {3, "bf16", "fa3ftbeu_"}};
     const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
     for (size_t v = 0; v < N_OF(vs); v++) {
         const size_t ci = vs[v].ci;
@@ -1423,7 +1429,7 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
 }
 
 /* A softcap score (30 tanh(s / 30)) is bounded: the default sm_90a kernel
- * (fa3ftbe_, f32 scores: its 30 folded into the softmax's scale, top_scale)
+ * (fa3ftbeu_, f32 scores: its 30 folded into the softmax's scale, top_scale)
  * takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by 2^-5
  * for the roundings, over the folded 30: 1.03125) in bf16, the report says so, and its SASS has no
  * FMNMX (no row max) and fewer FMUL (no rescale of O) than the running-max
@@ -1454,7 +1460,7 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
             assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: the running max\n", cases[ci].name, dn);
         } else {
-            assert_true(strncmp(k0->name, "fa3ftbe_", 8) == 0);
+            assert_true(strncmp(k0->name, "fa3ftbeu_", 9) == 0);
             assert_non_null(strstr(k0->source, "#define KF_SCORE_MAX 0x1.08p+0f"));
             assert_non_null(strstr(k0->source, "#define KF_SCORE_SCALE 0x1.ep+4f"));
             assert_non_null(strstr(c0->variants[0].how, "bounded scores, a fixed softmax shift"));

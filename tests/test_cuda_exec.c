@@ -2104,8 +2104,9 @@ static void test_sm90_attention_keys_desc_matches_the_reference(void **state) {
  * step peeled") against the reference, bf16: causal ragged S 200 and S 900
  * at head dims 128 and 64, Sq 100 < Skv 260 and Sq 300 > Skv 130 (the last
  * key tile below every row), 80 heads at S 300 (items joined across units),
- * GQA 8:1, ALiBi (S 900; Sq 300 != Skv 500), the softcap (S 900); each case
- * in that form's kernel. The window and the general offset mask (kv <= q +
+ * GQA 8:1, ALiBi (S 900; Sq 300 != Skv 500); each case in that form's
+ * kernel; the softcap (S 900) in it without the flag (its default since
+ * att18) and not with it. The window and the general offset mask (kv <= q +
  * 160), with the flag too, keep the edge check in every step. */
 static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
     (void)state;
@@ -2118,8 +2119,7 @@ static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
         "causal, S 300, 80 heads: more units than SMs",
         "GQA 8:1 (K, V broadcast over the head group) + causal",
         "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
-        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
-        "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900"};
+        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128"};
     const uint64_t el = KF_CUDA_RECIPE_ATTENTION_EDGE_LAST;
     const char *const form = "the last key tile's step peeled";
     int took = 0;
@@ -2128,6 +2128,16 @@ static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
                             names[i]);
     fprintf(stderr, "  %d of %zu cases in the kernel with %s\n", took, N_OF(names), form);
     assert_int_equal(took, (int)N_OF(names));
+    /* the softcap (head dim 128): peeled by default since att18, the flag
+     * keeps every step's edge check */
+    const char *const cap =
+        "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900";
+    int cap_took = 0, cap_flag_took = 0;
+    run_sm90_cases_only(0, "bf16", "bf16", 6190, form, form, &cap_took, form, cap);
+    run_sm90_cases_only(el, "bf16", "bf16", 6195, NULL, form, &cap_flag_took,
+                        "the flag, every step checks", cap);
+    assert_int_equal(cap_took, 1);
+    assert_int_equal(cap_flag_took, 0);
     static const char *const others[] = {
         "sliding window 50, S 300",
         "queries at the end of a longer key sequence (kv <= q + 160): general"};

@@ -350,7 +350,11 @@ enum {
  * main loop's steps carry no edge path (B4 H32 S4096 causal: 764 -> 517
  * SASS instructions a step), where by default every step checks for an
  * edge. Measured on an H200 (att17c, cb011fc): causal and GQA a tie,
- * ALiBi 1-3% and head dim 64 3.5% slower, the softcap 3% faster; so off.
+ * ALiBi 1-3% and head dim 64 3.5% slower, the softcap 3% faster; so off,
+ * but for a softcap's f32-score kernel at head dim 128 (a bounded score
+ * with a tanh), where the peeled step is the default since att18 (H200,
+ * 0bc2f96: 1.0132 against 1.0454 ms, A B B A 0.980) and the flag keeps the
+ * edge check in every step instead.
  * (Bit 63 was EDGE_SCALAR: a causal diagonal tile's scalar score where the
  * default takes the pair form there too and then the mask; slower, ali15;
  * att17c retired it to reuse its bit.) */
