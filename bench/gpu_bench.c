@@ -1312,7 +1312,9 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * steps with no edge path (_elast: KF_CUDA_RECIPE_ATTENTION_EDGE_
          * LAST), where by default every step checks for an edge. (att17c's
          * run at cb011fc had the two the other way round: its _eloop rows
-         * are this default, its plain rows this _elast.) */
+         * are this default, its plain rows this _elast.) The softcap's
+         * default is the peeled step since att18, so attn_softcap_elast
+         * is the form checking every step there. */
         {"attn_causal_elast", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
         {"attn_gqa_elast", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
         {"attn_alibi_elast", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
@@ -1331,13 +1333,17 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * the rounded form (RS, att17: the pair form's). (_diag_each, ALiBi's
          * bias for each of a thread's two rows, went with its flag: att17b.) */
         {"attn_softcap_skip", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | SKIP},
-        /* ali15's form: ALiBi's bf16(kv - q) pairs computed on every key
-         * tile (_dcomp: KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE, where the
-         * default reads them from a table in shared memory), in the rounded
-         * form (RS). (_edge_scalar and _before, the diagonal tile's scalar
-         * score, went with their flag: att17c.) */
-        {"attn_alibi_dcomp", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         RS | KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE},
+        /* att18: ALiBi's f32 diagonal stepped along the tile and added to
+         * each scaled score (_step: KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED,
+         * the form before), where by default the tile keeps the score's
+         * affine part and the softmax its row terms; with the random and
+         * the paper's slopes (_geo). (_dcomp, ali15's rounded-form pairs
+         * computed on every tile, went with its flag DIAG_COMPUTE: att18;
+         * _edge_scalar and _before with theirs: att17c.) */
+        {"attn_alibi_step", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED},
+        {"attn_alibi_geo_step", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED},
         {"attn_softcap_wide", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_softcap_wide_rs", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
         {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | SKIP},

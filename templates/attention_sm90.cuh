@@ -149,6 +149,22 @@
  * a causal mask's full-width edge tiles by the same pair form, then -inf
  * where kv > q or kv >= KF_SKV.
  */
+/* KF_ACC_INIT: with KF_DIAG_ADD where every full-width tile's score is the
+ * diagonal's (a causal edge's too: KF_SCORE_DIAG_EDGE) and items run apart,
+ * the affine part's step along the tile, (u / KF_DIAG_SCALE) k for a score's
+ * key offset k, is the Q.K^T accumulator's start value (KF_SC_INIT, written
+ * before the step's wait for K, under the other consumer's wgmmas), so the
+ * wgmma adds Q.K^T to it and no instruction of the score lies between Q.K^T's
+ * wait and the row max; else kf_diag_tile adds it (an FFMA a score). Not
+ * with KF_EDGE_LAST: its peeled step's copy of the score took the kernel
+ * past the registers' line (ptxas C7512, wgmmas serialized: B4 H32 S4096) */
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG) && defined(KF_DIAG_LIN) &&                   \
+    defined(KF_DIAG_ADD) && defined(KF_SCORE_DIAG_EDGE) && !KF_ITEM_OVERLAP && !KF_EDGE_LAST &&  \
+    (!defined(KF_BC_LAST) || KF_BC_LAST == 0)
+#define KF_ACC_INIT 1
+#else
+#define KF_ACC_INIT 0
+#endif
 #if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG)
 /* The pair form with its diagonal (KF_SCORE_DIAG, a function of kv - q) on
  * the key tile at kv0, a thread's scores sc[] (rows qa, qb: qr and qr + 8
@@ -156,8 +172,40 @@
  * rows, row qr's at the tile's key pairs -8, 0, ..., KF_BC - 8 (dg[nt + 1]
  * at pair nt), and row qr + 8's at pair nt is dg[nt]. Rows past KF_SQ are
  * computed, not stored. */
-__device__ __forceinline__ void kf_diag_tile(float (&sc)[KF_BC / 2], long long bh, int qr, int qa,
-                                             int qb, int kv0, int t4, KF_PARAMS) {
+__device__ __forceinline__ void kf_diag_tile(float (&sc)[KF_BC / 2], float (&tb)[2], long long bh,
+                                             int qr, int qa, int qb, int kv0, int t4, KF_PARAMS) {
+#if defined(KF_DIAG_LIN) && defined(KF_DIAG_ADD)
+    /* KF_DIAG_ADD (cg_attention_pair.c, diag_add): the score is KF_DIAG_SCALE
+     * s + f with f affine in kv, f = a + u kv along a row. A thread's score
+     * at key pair nt of row qa is then KF_DIAG_SCALE (s + (u / KF_DIAG_SCALE)
+     * k) + tb[0], k = 8 nt + e a compile-time offset, tb[0] = f(qr, kv0 +
+     * 2 t4) (row qb's at the same key: tb[1] = tb[0] - 8 u); sc[] keeps the
+     * part in parentheses (one FFMA of an immediate a score) and the softmax
+     * applies the scale and tb (once a row: its max, its exp2's shift), where
+     * the stepped diagonal below cost 34 FFMAs a tile more and held 34
+     * registers across the wait. */
+    (void)qa;
+    (void)qb;
+    const float2 d0 = kf_score_diag(bh, qr, kv0 - 8 + 2 * t4, KF_ARGS);
+    const float2 d1 = kf_score_diag(bh, qr, kv0 - 8 + KF_BC + 2 * t4, KF_ARGS);
+    const float u = (d1.x - d0.x) * (1.0f / KF_BC);
+    const float us = u * (1.0f / KF_DIAG_SCALE);
+    tb[0] = fmaf(u, 8.0f, d0.x);
+    tb[1] = d0.x;
+#if KF_ACC_INIT
+    (void)us;
+#else
+#pragma unroll
+    for (int nt = 0; nt < KF_BC / 8; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (nt > 0 || (e & 1))
+                sc[4 * nt + e] = fmaf(us, (float)(8 * nt + (e & 1)), sc[4 * nt + e]);
+    }
+#endif
+#else
+    tb[0] = 0.0f;
+    tb[1] = 0.0f;
     KF_DIAG_T dg[KF_BC / 8 + 1]; /* bf16x2 pairs, or float2 with f32 scores */
 #ifdef KF_DIAG_TAB
     /* its part free of loads from the table (KF_DIAG_TAB: kf_dtab[kv - q -
@@ -192,7 +240,22 @@ __device__ __forceinline__ void kf_diag_tile(float (&sc)[KF_BC / 2], long long b
         kf_score_pair_dg(sc[4 * nt + 2], sc[4 * nt + 3], dg[nt], bh, qb, kv0 + nt * 8 + 2 * t4,
                          KF_ARGS);
     }
+#endif
 }
+#endif
+/* KF_TILE_AFFINE: kf_diag_tile leaves sc[] as the score's affine part
+ * (KF_DIAG_ADD): the score is ts sc + tb[r] for a thread's row r (ts, tb: the
+ * step's; 1 and 0 on a tile scored whole), which the online softmax applies
+ * once a row -- to the tile's row max and in its exp2's shift */
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG) && defined(KF_DIAG_LIN) && defined(KF_DIAG_ADD)
+#define KF_TILE_AFFINE 1
+#else
+#define KF_TILE_AFFINE 0
+#endif
+#if KF_TILE_AFFINE
+#define KF_TILE_SCORE(x_, r_) fmaf(x_, ts, tb[r_])
+#else
+#define KF_TILE_SCORE(x_, r_) (x_)
 #endif
 /* Every key pair of a thread's share of the key tile -- rows qa and qb, keys
  * kv0 + 8 nt + 2 t4 and the one after, in sc[4 nt + 2 h] and the next -- as
@@ -894,6 +957,25 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* This warp's 16 rows start at qw; this lane's are qr, qr + 8. */
             const int qw = q0 + cw * 64 + warp * 16, qr = qw + g4;
             const int qa = min(qr, KF_SQ - 1), qb = min(qr + 8, KF_SQ - 1);
+#if KF_ACC_INIT
+            /* the affine part's step a key (KF_ACC_INIT), the item's */
+            const float us_item = (kf_score_diag(bh, qr, KF_BC, KF_ARGS).x -
+                                   kf_score_diag(bh, qr, 0, KF_ARGS).x) *
+                                  (1.0f / KF_BC) * (1.0f / KF_DIAG_SCALE);
+/* (the empty asm statements keep the writes before the wait for K, where
+ * ptxas had sunk them past the consumers' turn barrier, in front of the
+ * wgmmas) */
+#define KF_SC_INIT()                                                                              \
+    _Pragma("unroll") for (int nt_ = 0; nt_ < KF_BC / 8; nt_++)                                   \
+        _Pragma("unroll") for (int e_ = 0; e_ < 4; e_++) {                                        \
+            sc[4 * nt_ + e_] = us_item * (float)(8 * nt_ + (e_ & 1));                             \
+            asm volatile("" : "+f"(sc[4 * nt_ + e_]));                                            \
+        }
+#define KF_QK0 kf_wgmma_qk
+#else
+#define KF_SC_INIT() ((void)0)
+#define KF_QK0 kf_wgmma_qk0
+#endif
 #if !KF_ITEM_OVERLAP
 #pragma unroll
             for (int i = 0; i < KF_D / 2; i++)
@@ -970,6 +1052,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const int jt = KF_TILE(j);
                 const int kv0 = jt * KF_BC;
                 bool bs_kept = true;
+#if defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG)
+                /* kf_diag_tile's row terms (KF_TILE_AFFINE: the score is ts
+                 * sc + tb[r]); a tile scored whole keeps 1 and 0 */
+                float tb[2] = {0.0f, 0.0f};
+#endif
+#if KF_TILE_AFFINE
+                float ts = 1.0f;
+#endif
                 /* the narrower last tile (W < KF_BC) is ragged: always an edge */
 #if KF_DESC_INNER
                 /* KF_DESC_INNER: only the first step's tile, the highest, can
@@ -1006,7 +1096,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                      * scalar score's values (the mask's where() is its last
                      * node, with an -inf fill), a third of its instructions */
                     if (W == KF_BC) {
-                        kf_diag_tile(sc, bh, qr, qa, qb, kv0, t4, KF_ARGS);
+                        kf_diag_tile(sc, tb, bh, qr, qa, qb, kv0, t4, KF_ARGS);
+#if KF_TILE_AFFINE
+                        ts = KF_DIAG_SCALE;
+#endif
 #pragma unroll
                         for (int nt = 0; nt < KF_BC / 8; nt++) {
 #pragma unroll
@@ -1056,7 +1149,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                         KF_EACH_PAIR(kf_score_pair, );
                     }
 #elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_DIAG)
-                    kf_diag_tile(sc, bh, qr, qa, qb, kv0, t4, KF_ARGS);
+                    kf_diag_tile(sc, tb, bh, qr, qa, qb, kv0, t4, KF_ARGS);
+#if KF_TILE_AFFINE
+                    ts = KF_DIAG_SCALE;
+#endif
 #elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_PAIR_T) && KF_TANH_POLY > 0
                     /* the pair form, its tanh by rational (kf_score_pair_t)
                      * in KF_TANH_POLY of every 8 column groups: a softcap's
@@ -1117,7 +1213,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 }
 #pragma unroll
                 for (int r = 0; r < 2; r++)
-                    mx[r] = fmaxf(mx[r], fmaxf(fmaxf(t[r][0], t[r][1]), fmaxf(t[r][2], t[r][3])));
+                    mx[r] = fmaxf(mx[r], KF_TILE_SCORE(fmaxf(fmaxf(t[r][0], t[r][1]),
+                                                             fmaxf(t[r][2], t[r][3])),
+                                                       r));
+#elif KF_TILE_AFFINE
+                /* the chain over the affine part, then its row terms */
+                float cm[2] = {-KF_INF, -KF_INF};
+#pragma unroll
+                for (int nt = 0; nt < W / 8; nt++) {
+                    cm[0] = fmaxf(cm[0], fmaxf(sc[4 * nt], sc[4 * nt + 1]));
+                    cm[1] = fmaxf(cm[1], fmaxf(sc[4 * nt + 2], sc[4 * nt + 3]));
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    mx[r] = fmaxf(mx[r], KF_TILE_SCORE(cm[r], r));
 #else
 #pragma unroll
                 for (int nt = 0; nt < W / 8; nt++) {
@@ -1162,6 +1271,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int r = 0; r < 2; r++)
                     ms[r] = m[r] == -KF_INF ? 0.0f : m[r] * KF_SL2E;
 #endif /* KF_SCORE_MAX */
+#if KF_TILE_AFFINE
+                /* the exp2's argument of an affine part x: (ts x + tb[r]) KF_SL2E
+                 * - ms[r], as one FFMA with the row's shift cb[r] */
+                const float tsl = ts * KF_SL2E;
+                float cb[2];
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    cb[r] = fmaf(tb[r], KF_SL2E, -ms[r]);
+#define KF_EX2_ARG(x_, r_) fmaf(x_, tsl, cb[r_])
+#else
+#define KF_EX2_ARG(x_, r_) fmaf(x_, KF_SL2E, -ms[r_])
+#endif
 #if KF_TREE_SOFTMAX
                 /* the tile's sum in 4 partial sums a row (chains of 8 FADDs,
                  * not 32), added to l last */
@@ -1170,7 +1291,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int nt = 0; nt < W / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        sc[4 * nt + e] = kf_ex2_mix(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]), nt);
+                        sc[4 * nt + e] = kf_ex2_mix(KF_EX2_ARG(sc[4 * nt + e], e >> 1), nt);
                         ls[e >> 1][(2 * nt + (e & 1)) & 3] += sc[4 * nt + e];
                     }
                 }
@@ -1182,11 +1303,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 for (int nt = 0; nt < W / 8; nt++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        sc[4 * nt + e] = kf_ex2_mix(fmaf(sc[4 * nt + e], KF_SL2E, -ms[e >> 1]), nt);
+                        sc[4 * nt + e] = kf_ex2_mix(KF_EX2_ARG(sc[4 * nt + e], e >> 1), nt);
                         l[e >> 1] += sc[4 * nt + e];
                     }
                 }
 #endif
+#undef KF_EX2_ARG
                 /* P.V(j - 1) done: its V back, O rescaled, pa free for P(j).
                  * The empty asm statements keep the compiler from moving O's
                  * rescale above the wait (O is P.V's accumulator). ptxas
@@ -1265,6 +1387,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const int j = j0, jn = j1;
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
                 const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
+                KF_SC_INIT();
                 kf_hp_wait(fk0 + 8 * s, ph);
 #if KF_ITEM_OVERLAP
                 if (pend) {
@@ -1288,7 +1411,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 {
                     asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                    kf_issue_qk<kf_wgmma_qk0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
+                    kf_issue_qk<KF_QK0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
                     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                     /* the other consumer's turn (consumer 1 leaves out its last) */
                     if (cw == 0 || jn < t_hi || !last_turn)
@@ -1310,12 +1433,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
                 const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
                 const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
+                KF_SC_INIT();
                 kf_hp_wait(fk0 + 8 * s, ph);
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
                 /* S = Q . K^T(j) */
-                kf_issue_qk<kf_wgmma_qk0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
+                kf_issue_qk<KF_QK0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* O += P . V(j - 1), a second group */
                 kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
@@ -1358,11 +1482,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
                 const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
                 const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
+                KF_SC_INIT();
                 kf_hp_wait(fk0 + 8 * s, ph);
                 kf_hp_wait(fv0 + 8 * sp, php);
                 asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                kf_issue_qk<kf_wgmma_qk0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
+                kf_issue_qk<KF_QK0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");

@@ -2002,10 +2002,9 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
  * sources) against the reference: bf16 on the ALiBi cases -- causal
  * ragged S 190 head dim 64, causal S 900 head dim 128 (8 key tiles), causal
  * Sq 300 != Skv 500 head dim 128, no mask Sq 300 != Skv 700 head dim 64 --
- * and f16 (no pair form there) on the first and third; the form before,
- * the diagonal computed on every key tile (KF_CUDA_RECIPE_ATTENTION_DIAG_
- * COMPUTE), on the S 190, S 900 and Sq 300 != Skv 500 cases. (The edge
- * tiles' scalar score, flag EDGE_SCALAR, was retired by att17c.) */
+ * and f16 (no pair form there) on the first and third. (The form computing
+ * the diagonal on every key tile, flag DIAG_COMPUTE, was retired by att18;
+ * the edge tiles' scalar score, flag EDGE_SCALAR, by att17c.) */
 static void test_sm90_attention_alibi_diagonal_table_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -2013,14 +2012,12 @@ static void test_sm90_attention_alibi_diagonal_table_matches_the_reference(void 
         "ALiBi slope[h] (kv - q) + causal", "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
         "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
         "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64"};
-    const uint64_t dc = KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE;
     const struct {
         uint64_t flags;
         const char *dn, *label;
         unsigned cases; /* bit i: names[i] */
     } runs[] = {{0, "bf16", "diagonal table, edge pair form", 0xfu},
-                {0, "f16", "diagonal table, edge pair form", 0x5u},
-                {dc, "bf16", "diagonal computed", 0x7u}};
+                {0, "f16", "diagonal table, edge pair form", 0x5u}};
     for (size_t f = 0; f < N_OF(runs); f++)
         for (size_t i = 0; i < N_OF(names); i++)
             if (runs[f].cases >> i & 1u)
@@ -2043,6 +2040,31 @@ static void test_sm90_attention_alibi_table_on_one_ragged_case(void **state) {
     run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, NULL, "bf16", 4901, NULL, NULL,
                         NULL, "diagonal table, edge pair form",
                         "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128");
+    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED, NULL, "bf16", 4902, NULL, NULL,
+                        NULL, "f32 diagonal stepped, edge pair form",
+                        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128");
+}
+
+/* ALiBi's f32 score as the tile's affine part (the default: KF_DIAG_ADD,
+ * the step along the tile the Q.K^T accumulator's start value at head dim
+ * 128, KF_ACC_INIT) and the stepped diagonal before it (KF_CUDA_RECIPE_
+ * ATTENTION_DIAG_STEPPED) against the reference, bf16, on the ALiBi cases:
+ * causal ragged S 190 head dim 64 (items joined: the FFMA form), causal S 900
+ * head dim 128 (8 key tiles), causal Sq 300 != Skv 500 head dim 128, no mask
+ * Sq 300 != Skv 700 head dim 64 (no causal edge form: KF_DIAG_ADD alone). */
+static void test_sm90_attention_alibi_affine_tile_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "ALiBi slope[h] (kv - q) + causal", "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
+        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
+        "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64"};
+    const uint64_t flags[2] = {0, KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED};
+    const char *const labels[2] = {"affine tile", "diagonal stepped"};
+    for (size_t f = 0; f < 2; f++)
+        for (size_t i = 0; i < N_OF(names); i++)
+            run_sm90_cases_only(flags[f], NULL, "bf16", 4950 + 10 * (uint64_t)f + i, NULL, NULL,
+                                NULL, labels[f], names[i]);
 }
 
 /* The diagonal-first walk (KF_CUDA_RECIPE_ATTENTION_KEYS_DESC: a causal or
@@ -2082,8 +2104,9 @@ static void test_sm90_attention_keys_desc_matches_the_reference(void **state) {
  * step peeled") against the reference, bf16: causal ragged S 200 and S 900
  * at head dims 128 and 64, Sq 100 < Skv 260 and Sq 300 > Skv 130 (the last
  * key tile below every row), 80 heads at S 300 (items joined across units),
- * GQA 8:1, ALiBi (S 900; Sq 300 != Skv 500), the softcap (S 900); each case
- * in that form's kernel. The window and the general offset mask (kv <= q +
+ * GQA 8:1, ALiBi (S 900; Sq 300 != Skv 500); each case in that form's
+ * kernel; the softcap (S 900) in it without the flag (its default since
+ * att18) and not with it. The window and the general offset mask (kv <= q +
  * 160), with the flag too, keep the edge check in every step. */
 static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
     (void)state;
@@ -2096,8 +2119,7 @@ static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
         "causal, S 300, 80 heads: more units than SMs",
         "GQA 8:1 (K, V broadcast over the head group) + causal",
         "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
-        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
-        "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900"};
+        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128"};
     const uint64_t el = KF_CUDA_RECIPE_ATTENTION_EDGE_LAST;
     const char *const form = "the last key tile's step peeled";
     int took = 0;
@@ -2106,6 +2128,16 @@ static void test_sm90_attention_edge_last_matches_the_reference(void **state) {
                             names[i]);
     fprintf(stderr, "  %d of %zu cases in the kernel with %s\n", took, N_OF(names), form);
     assert_int_equal(took, (int)N_OF(names));
+    /* the softcap (head dim 128): peeled by default since att18, the flag
+     * keeps every step's edge check */
+    const char *const cap =
+        "softcap 30 tanh(s / 30), scores about tanh's identity range, causal S 900";
+    int cap_took = 0, cap_flag_took = 0;
+    run_sm90_cases_only(0, "bf16", "bf16", 6190, form, form, &cap_took, form, cap);
+    run_sm90_cases_only(el, "bf16", "bf16", 6195, NULL, form, &cap_flag_took,
+                        "the flag, every step checks", cap);
+    assert_int_equal(cap_took, 1);
+    assert_int_equal(cap_flag_took, 0);
     static const char *const others[] = {
         "sliding window 50, S 300",
         "queries at the end of a longer key sequence (kv <= q + 160): general"};
@@ -5441,6 +5473,7 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_score_split_and_diagonal_match_the_reference),
         cmocka_unit_test(test_sm90_attention_alibi_diagonal_table_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_alibi_table_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_alibi_affine_tile_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_keys_desc_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_keys_desc_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_edge_last_matches_the_reference),

@@ -401,6 +401,11 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
  * the pair form too, where the mask is causal and its where() with an -inf
  * fill is the score's last node (KF_SCORE_DIAG_EDGE) */
 #define CG_PAIR_DIAG_EDGE 16u
+/* and CG_PAIR_DIAG_ADD, with an affine diagonal (KF_DIAG_LIN) that the score
+ * adds to the score times a positive constant, the kernel's score tile as
+ * that sum's affine part, its row terms applied by the softmax (diag_add:
+ * KF_DIAG_ADD, KF_DIAG_SCALE) */
+#define CG_PAIR_DIAG_ADD 32u
 /* The largest bf16 value T (its bits) such that tanh(x), rounded to bf16 as
  * the reference evaluator rounds it, is x itself for every bf16 |x| <= T. */
 unsigned cg_tanh_ident_max(void);

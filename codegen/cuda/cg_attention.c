@@ -1504,11 +1504,15 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                          : 0;
     /* an ascending causal item's last step peeled after the loop, the only
      * one that can be an edge tile (attention_sm90.cuh, KF_EDGE_LAST; kernel
-     * letter u), so the loop's steps carry no edge path, where KF_CUDA_
-     * RECIPE_ATTENTION_EDGE_LAST asks (measured: a tie on causal, slower on
-     * ALiBi and head dim 64; every step checks by default) */
+     * letter u), so the loop's steps carry no edge path: by default for a
+     * softcap's f32-score kernel (capping: measured 3.1% faster, A B B A
+     * 2.0%, H200, att18 at 0bc2f96; 3% at cb011fc, att17c), where KF_CUDA_
+     * RECIPE_ATTENTION_EDGE_LAST then keeps every step's edge check;
+     * elsewhere (the rounded forms too) where the flag asks (measured: a tie
+     * on causal, slower on ALiBi and head dim 64) */
     const int elast = sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
-                              (rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_LAST)
+                              ((rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_LAST) != 0) !=
+                                  (capping && f32)
                           ? 1
                           : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
@@ -1670,12 +1674,13 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * tile's score 371 -> 280 instructions; the form for each row, the flag
      * DIAG_EACH_ROW, was retired by att17b to reuse its bit); its part
      * free of loads read from a table in shared memory where the table fits
-     * (dtab_fits) but where KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE computes
-     * it on every tile; a causal mask's edge tiles by the pair form too (the
-     * scalar score there, flag EDGE_SCALAR, was retired by att17c to reuse
-     * its bit) */
-    const bool dtab = sm90 && !f32 && !(rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE) &&
-                      dtab_fits(&c, at, skip, nqt * br, br, &sh, arch);
+     * (dtab_fits; the form computing it on every tile, flag DIAG_COMPUTE,
+     * was retired by att18 to reuse its bit); a causal mask's edge tiles by
+     * the pair form too (the scalar score there, flag EDGE_SCALAR, was
+     * retired by att17c to reuse its bit); an affine diagonal added to the
+     * scaled score as the tile's affine part (CG_PAIR_DIAG_ADD) but where
+     * KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED keeps the stepped diagonal */
+    const bool dtab = sm90 && !f32 && dtab_fits(&c, at, skip, nqt * br, br, &sh, arch);
     /* (a folded scale's score functions keep their mask's rounding, as
      * before: the causal, window and block-sparse kernels unchanged) */
     c.score_f32 = f32 && fold == KF_NONE;
@@ -1683,7 +1688,9 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
                             CG_PAIR_DIAG |
                             (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u) |
-                            (dtab ? CG_PAIR_DIAG_TAB : 0u) | CG_PAIR_DIAG_EDGE);
+                            (dtab ? CG_PAIR_DIAG_TAB : 0u) | CG_PAIR_DIAG_EDGE |
+                            (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED ? 0u
+                                                                            : CG_PAIR_DIAG_ADD));
     c.score_f32 = false;
     if (st != KF_OK)
         return cg_end(&c, st);

@@ -824,6 +824,38 @@ static bool diag_linear(const pair_ctx *p, const bool *dg, uint32_t f) {
     return ok;
 }
 
+/* Whether the score's top node (the mask's kept branch) is, with an affine
+ * diagonal f (diag_linear) and c->score_f32, x + f or f + x where x is the
+ * score itself or the score times a positive constant (ALiBi's s0 + slope x
+ * (kv - q), s0 = qk x 1 / sqrt(d)); *scale: that constant as the kernel
+ * takes it (1 for the score itself). The kernel then keeps x / *scale plus
+ * f's step along the tile in its score tile, one FFMA of an immediate a
+ * score, and applies the scale and f's row terms once a row in the softmax
+ * (templates/attention_sm90.cuh, KF_DIAG_ADD, KF_TILE_AFFINE), where the
+ * stepped diagonal cost 34 FFMAs a 128-key tile and 34 registers. */
+static bool diag_add(const pair_ctx *p, uint32_t f, uint32_t top, float *scale) {
+    const kf_group *g = p->c->g;
+    const kf_expr *e = &g->expr[top];
+    if (e->kind != KF_EXPR_OP || e->op != KF_OP_ADD || e->dtype != KF_DTYPE_BF16)
+        return false;
+    const uint32_t a = p->name[e->src[0]], b = p->name[e->src[1]];
+    if ((a == f) == (b == f))
+        return false;
+    const kf_expr *x = &g->expr[a == f ? b : a];
+    if (x->kind == KF_EXPR_SCORE) {
+        *scale = 1.0f;
+        return true;
+    }
+    if (x->kind != KF_EXPR_OP || x->op != KF_OP_MUL || x->dtype != KF_DTYPE_BF16)
+        return false;
+    const kf_expr *x0 = &g->expr[p->name[x->src[0]]], *x1 = &g->expr[p->name[x->src[1]]];
+    const kf_expr *k = x0->kind == KF_EXPR_SCORE ? x1 : x1->kind == KF_EXPR_SCORE ? x0 : NULL;
+    if (!k || k->kind != KF_EXPR_CONST)
+        return false;
+    *scale = (float)k->value; /* as cg_emit_const writes it */
+    return isnormal(*scale) && *scale > 0.0f;
+}
+
 /* kf_score_diag and kf_score_pair_dg of pair_diag's diagonal, its node f
  * (dg: pair_diag's), from the planned reps r0; with CG_PAIR_DIAG_TAB in
  * `forms` its table too (emit_dtab) where pair_dtab finds its node. */
@@ -871,9 +903,18 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
               "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)dg; (void)bh; (void)q; (void)kv;\n}\n"
               "#define KF_SCORE_DIAG 1\n\n",
               top, top);
-    if (fl && diag_linear(p, dg, f))
+    float scale = 1.0f;
+    if (fl && diag_linear(p, dg, f)) {
         cg_puts(&c->s, "/* the diagonal affine in kv (diag_linear): stepped along the tile */\n"
                        "#define KF_DIAG_LIN 1\n\n");
+        if ((forms & CG_PAIR_DIAG_ADD) && diag_add(p, f, top, &scale)) {
+            cg_puts(&c->s, "/* the score KF_DIAG_SCALE s + the diagonal (diag_add): the tile "
+                           "keeps its affine part, the softmax its row terms */\n"
+                           "#define KF_DIAG_ADD 1\n#define KF_DIAG_SCALE ");
+            cg_emit_const(c, KF_DTYPE_F32, scale);
+            cg_puts(&c->s, "\n\n");
+        }
+    }
     if ((forms & CG_PAIR_DIAG_EDGE) && diag_edge_ok(g))
         cg_puts(&c->s, "/* the causal mask's edge tiles by the pair form too, then the mask "
                        "(pair_diag): -inf where kv > q or kv >= Skv */\n"

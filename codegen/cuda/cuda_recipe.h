@@ -332,19 +332,30 @@ enum {
  * scores only: once for both won, 1.1157 -> 1.0921 ms (scr13); att17b
  * retired it to reuse its bit.) */
 #define KF_CUDA_RECIPE_ATTENTION_KEYS_DESC (UINT64_C(1) << 48)
-/* internal: the sm_90a attention kernel's diagonal (pair_diag, above)
- * computes its part free of loads (ALiBi's bf16(kv - q) pair) on every key
- * tile, where the default reads it from a table in shared memory that the
- * block fills once (cg_attention_pair.c, pair_dtab); kept to measure the
- * two against each other */
-#define KF_CUDA_RECIPE_ATTENTION_DIAG_COMPUTE (UINT64_C(1) << 62)
+/* internal: the sm_90a attention kernel's f32 affine diagonal (ALiBi's
+ * slope x (kv - q), KF_DIAG_LIN) stepped along the tile into a register a
+ * key (34 FFMAs a 128-key tile, held across Q.K^T's wait) and added to each
+ * scaled score (the form before att18), where by default, when the score is
+ * the score times a positive constant plus the diagonal, the tile keeps
+ * that sum's affine part (one FFMA of an immediate a score) and the softmax
+ * applies the scale and the diagonal's row terms once a row
+ * (cg_attention_pair.c, diag_add; attention_sm90.cuh, KF_DIAG_ADD); kept to
+ * measure the two against each other. (Bit 62 was DIAG_COMPUTE: the rounded
+ * form's bf16(kv - q) pairs computed on every tile, not read from the shared
+ * table; the table measured 0.5% ahead, ali15 on an H200 at ae4d8ad;
+ * att18 retired it to reuse its bit.) */
+#define KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED (UINT64_C(1) << 62)
 /* internal: the sm_90a attention kernel's ascending causal walk peels an
  * item's last step, the only one that can be an edge with 128-row and
  * 128-key tiles (attention_sm90.cuh, KF_EDGE_LAST; kernel letter u), so the
  * main loop's steps carry no edge path (B4 H32 S4096 causal: 764 -> 517
  * SASS instructions a step), where by default every step checks for an
  * edge. Measured on an H200 (att17c, cb011fc): causal and GQA a tie,
- * ALiBi 1-3% and head dim 64 3.5% slower, the softcap 3% faster; so off.
+ * ALiBi 1-3% and head dim 64 3.5% slower, the softcap 3% faster; so off,
+ * but for a softcap's f32-score kernel at head dim 128 (a bounded score
+ * with a tanh), where the peeled step is the default since att18 (H200,
+ * 0bc2f96: 1.0132 against 1.0454 ms, A B B A 0.980) and the flag keeps the
+ * edge check in every step instead.
  * (Bit 63 was EDGE_SCALAR: a causal diagonal tile's scalar score where the
  * default takes the pair form there too and then the mask; slower, ali15;
  * att17c retired it to reuse its bit.) */
