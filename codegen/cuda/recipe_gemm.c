@@ -529,9 +529,7 @@ static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_
  * set as one GEMM 0.950, FC1 0.967. */
 #define PREPASS_ONE_DEFAULT 1
 static bool prepass_one(const rb *b) {
-    uint64_t fl = b->target->flags;
-    return (fl & KF_CUDA_RECIPE_GEMM_PREPASS_ONE) ||
-           (PREPASS_ONE_DEFAULT && !(fl & KF_CUDA_RECIPE_GEMM_PREPASS_APART));
+    return PREPASS_ONE_DEFAULT && !(b->target->flags & KF_CUDA_RECIPE_GEMM_PREPASS_APART);
 }
 
 static void drop_step(rb *b, kf_cuda_step *s) {
@@ -1174,6 +1172,14 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.a_norm = norm;
     sh.a_scratch = scratch;
     sh.a_fold = fold;
+    /* A LayerNorm fold's bias (h + b, the product's one reader) in the
+     * fold's column terms d: the pre-pass adds it once per column, where
+     * the epilogue loaded and added it for every element (GPT-2's FC1 and
+     * Q/K/V at K = 1024, where the epilogue is a large part of a tile).
+     * KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI keeps it in the epilogue. */
+    sh.fold_bias = fold && !dual && !gm->row_split &&
+                   !(b->target->flags & KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI) &&
+                   kf_cuda_gemm_fold_bias(plan, b->gi) != KF_NONE;
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
     sh.stages = sh.epi_rs
                     ? (GEN_SMEM_BLOCK - GEN_SMEM_RS_STATIC - kf_cuda_gemm_smem_rs(sh.bn, 0)) / stage
@@ -1227,8 +1233,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                    b->n_pre_jobs + (dual ? 2u : 1u) <= KF_CUDA_PREPASS_JOBS;
     for (int i = 0; fold && i < (dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
         const kf_cuda_operand *lbi = i ? &lb1 : &lb;
-        kf_cuda_fold_shape fs = {
-            .anchor = i, .k = sh.k, .n = sh.n, .sk = lbi->row_stride, .sn = lbi->col_stride};
+        kf_cuda_fold_shape fs = {.anchor = i,
+                                 .k = sh.k,
+                                 .n = sh.n,
+                                 .sk = lbi->row_stride,
+                                 .sn = lbi->col_stride,
+                                 .bias = sh.fold_bias};
         kf_cuda_kernel fk;
         memset(&fk, 0, sizeof fk);
         st = kf_cuda_codegen_gemm_fold(plan, b->gi, b->target->arch, b->mem, &fs, &fk);
@@ -1333,7 +1343,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    char raster[96] = ""; /* the internal raster, gelu_tanh and tile counter forms */
+    char raster[160] = ""; /* the internal raster, gelu_tanh, tile counter and fold bias forms */
     if (sh.raster)
         snprintf(raster, sizeof raster, ", raster %u tile rows", sh.raster);
     if (sh.gelu_mufu)
@@ -1342,6 +1352,9 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     if (sh.pingpong && sh.pp_varying)
         snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
                  ", the tile counter varying");
+    if (sh.fold_bias)
+        snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
+                 ", the bias in the fold's column terms");
     snprintf(why, why_size, "%s tiles %s%s%s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
              sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
