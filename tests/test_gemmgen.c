@@ -442,6 +442,27 @@ static void test_layer_norm_fold_takes_the_bias_into_its_column_terms(void **sta
         "y = matmul(n, w)\nz = add(y, b)\nh = gelu_tanh(z)\noutput h\n";
     fold_bias_case(fc1, 0, true);
     fold_bias_case(fc1, KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI, false);
+    /* the pre-passes apart (PREPASS_APART): the fold kernel takes the bias
+     * (KF_FBIAS 1) and compiles */
+    planned p;
+    plan_text(fc1, &p);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "h100", NULL,
+        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_APART);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_steps, 3); /* statistics, fold, GEMM */
+    const kf_cuda_kernel *fk = &rc->steps[1].kernel->kernel;
+    assert_int_equal(strncmp(fk->name, "fold_", 5), 0);
+    assert_non_null(strstr(fk->source, "#define KF_FBIAS 1\n"));
+    assert_int_equal(in_params(fk), 4u); /* B, gamma, beta, the bias */
+    assert_int_equal(in_params(&rc->steps[2].kernel->kernel), 0u);
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_kernel_compile(&MEM, fk, &res, err) != KF_OK)
+        fail_msg("%s: %s\n%s", fk->name, err, res.log ? res.log : "");
+    kf_nvrtc_result_release(&MEM, &res);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
     /* the bias alone, written (ln_qkv's form), the add's operands swapped */
     fold_bias_case("kfg 1\nx = input(bf16[2100, 200])\ng = input(bf16[200])\n"
                    "c = input(bf16[200])\nw = input(bf16[200, 136])\nb = input(bf16[136])\n"
