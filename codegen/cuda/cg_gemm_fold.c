@@ -11,6 +11,11 @@
  *     acc = rstd[r] * (acc - mean[r] * c[col]) + d[col] for 8 columns of a
  *     row, before the group's epilogue reads the accumulators.
  *
+ * A LayerNorm's product whose one reader is a bias add (h + b,
+ * kf_cuda_gemm_fold_bias) takes the bias in d as well (shape.fold_bias, the
+ * fold shape's bias): the pre-pass writes d[col] + b[col], and the
+ * epilogue's load of b reads -0, so its add drops out.
+ *
  * Numerics: the main loop multiplies x, exact, by W rounded once to B's
  * dtype, and the statistics scale the f32 sum; the reference rounds the
  * norm's steps of A instead (x * rstd, times gamma). Neither error is larger
