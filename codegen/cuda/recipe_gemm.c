@@ -1343,7 +1343,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         snprintf(tile, sizeof tile, "dual 128x(2x%u)", sh.bn / 2);
     else
         snprintf(tile, sizeof tile, "128x%u", sh.bn);
-    char raster[160] = ""; /* the internal raster, gelu_tanh, tile counter and fold bias forms */
+    char raster[96] = ""; /* the internal raster, gelu_tanh and tile counter forms */
     if (sh.raster)
         snprintf(raster, sizeof raster, ", raster %u tile rows", sh.raster);
     if (sh.gelu_mufu)
@@ -1352,9 +1352,6 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     if (sh.pingpong && sh.pp_varying)
         snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
                  ", the tile counter varying");
-    if (sh.fold_bias)
-        snprintf(raster + strlen(raster), sizeof raster - strlen(raster),
-                 ", the bias in the fold's column terms");
     snprintf(why, why_size, "%s tiles %s%s%s%s%s, %u stages, A %s-major, B %s-major%s%s%s", tile,
              sh.pingpong ? "ping-pong" : "cooperative",
              sh.cluster == 2 ? " in 2-CTA clusters (B multicast)" : "",
@@ -1384,6 +1381,10 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
              : scratch  ? ", A from the prologue kernel's scratch"
              : row_tile ? ", row epilogue in the tile (the rows' statistics reduced in registers)"
                         : "");
+    if (sh.fold_bias && why_size > 0) {
+        size_t n = strlen(why);
+        snprintf(why + n, why_size - n, ", the bias in the fold's column terms");
+    }
     if (gm->row_split) {
         st = kf_rb_split_row_pass(b, &sc, why, why_size);
         kf_rb_split_free(b->mem, &sc);
