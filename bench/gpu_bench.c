@@ -2571,10 +2571,9 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_EPI_UNPACKED},
 #undef G2_PF
 #undef G2_COOP
-    /* a folded norm's pre-passes (the row statistics, each B's fold) in
-     * one launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE, internal; the default
-     * since 214feea's run), and apart as before (_apart: PREPASS_APART): the
-     * measured choice and the generated side */
+    /* a folded norm's pre-passes (the row statistics, each B's fold) apart
+     * as before (_apart: PREPASS_APART), where by default (since 214feea's
+     * run) they take one launch: the generated side */
 #define G2_APART KF_CUDA_RECIPE_GEMM_PREPASS_APART
         /* ping-pong's tile counter from the consumer's index as it is
          * (_ppvar: KF_CUDA_RECIPE_GEMM_PP_VARYING, internal, the form before
@@ -2598,23 +2597,25 @@ int main(int argc, char **argv) {
         {"gpt2_qkv_one_generated_apart", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | G2_APART},
 #undef G2_APART
-#define G2_PRE KF_CUDA_RECIPE_GEMM_PREPASS_ONE
-        {"ln_qkv_pre1", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, G2_PRE},
-        {"ln_qkv_generated_pre1", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED, G2_PRE},
-        {"gpt2_fc1_pre1", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_AUTO, G2_PRE},
-        {"gpt2_fc1_generated_pre1", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
-         G2_PRE},
-        {"gpt2_qkv_siblings_pre1", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_AUTO,
-         KF_CUDA_RECIPE_GEMM_SIB_APART | G2_PRE},
-        {"gpt2_qkv_siblings_generated_pre1", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | G2_PRE},
-        {"gpt2_qkv_one_pre1", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "", KF_GEMM_AUTO,
-         KF_CUDA_RECIPE_GEMM_SIB_ONE | G2_PRE},
-        {"gpt2_qkv_one_generated_pre1", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | G2_PRE},
-        {"llama_qkv_siblings_generated_pre1", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "",
-         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | G2_PRE},
-#undef G2_PRE
+    /* a LayerNorm fold's bias in the epilogue, a load and an add an element
+     * (_biasepi: KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI, internal, the form
+     * before), where by default the pre-pass adds it into the fold's column
+     * terms d: GPT-2's FC1 and Q/K/V behind their LayerNorms. (The _pre1 rows,
+     * the pre-passes in one launch asked for by PREPASS_ONE, are retired with
+     * that flag: the default since 214feea's run, the same kernels as the
+     * plain rows.) */
+#define G2_BEPI KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI
+        {"ln_qkv_biasepi", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_AUTO, G2_BEPI},
+        {"ln_qkv_generated_biasepi", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_BEPI},
+        {"gpt2_fc1_biasepi", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_AUTO, G2_BEPI},
+        {"gpt2_fc1_generated_biasepi", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_BEPI},
+        {"gpt2_qkv_siblings_generated_biasepi", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | G2_BEPI},
+        {"gpt2_qkv_one_generated_biasepi", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | G2_BEPI},
+#undef G2_BEPI
         {"ln_qkv_generated_c2", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          KF_CUDA_RECIPE_GEMM_CLUSTER2},
         {"ln_qkv_generated_early", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,

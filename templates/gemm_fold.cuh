@@ -29,8 +29,17 @@
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_FK,
  * KF_FN, KF_FKS (k of a slice), KF_FKMAJOR, KF_FLN, kf_fb(k, n), kf_fg(k),
  * kf_fbeta(k) (floats), KF_FW (W's pointer), kf_fround (rounding to W's
- * dtype), KF_FCD (float *: c[0, N) then d[0, N); with KF_FLN).
+ * dtype), KF_FCD (float *: c[0, N) then d[0, N); with KF_FLN), KF_FBIAS (1:
+ * d[n] takes kf_fbias(n) too, the bias the GEMM's epilogue then skips).
  */
+#ifndef KF_FBIAS
+#define KF_FBIAS 0
+#endif
+#if KF_FBIAS
+#define KF_FD(d, n) ((d) + kf_fbias(n, KF_ARGS))
+#else
+#define KF_FD(d, n) (d)
+#endif
 
 #define KF_FSLICES ((KF_FK + KF_FKS - 1) / KF_FKS)
 #define KF_FWARPS (KF_BLOCK / 32)
@@ -81,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
         }
         if (lane == 0 && n < KF_FN) {
             KF_FCD[n] = c;
-            KF_FCD[KF_FN + n] = d;
+            KF_FCD[KF_FN + n] = KF_FD(d, n);
         }
 #endif
 #else
@@ -103,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
                 dd += ds[w][lane];
             }
             KF_FCD[n] = cc;
-            KF_FCD[KF_FN + n] = dd;
+            KF_FCD[KF_FN + n] = KF_FD(dd, n);
         }
         __syncthreads();
 #endif

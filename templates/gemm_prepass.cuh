@@ -24,8 +24,9 @@
  *
  * The generator defines before this: KF_KERNEL, KF_PARAMS, KF_ARGS, KF_BLOCK,
  * KF_PJOBS, KF_PSTATS, KF_PITEMS (every item), KF_PFOLD_ITEMS (the folds'),
- * kf_pj<J> for J < KF_PJOBS (K, N, KS, ITEMS, KMAJOR, LN; b(k, n), g(k),
- * beta(k), rnd(v), w(), cd()), KF_PRE_ITEM(it, cs, ds) (the dispatch), and
+ * kf_pj<J> for J < KF_PJOBS (K, N, KS, ITEMS, KMAJOR, LN, BIAS; b(k, n), g(k),
+ * beta(k), bias(n): the GEMM's bias d carries, rnd(v), w(), cd()),
+ * KF_PRE_ITEM(it, cs, ds) (the dispatch), and
  * with KF_PSTATS: KF_SL, KF_SROWS, KF_SNS (statistics a row), KF_SVEC,
  * KF_SI_MEAN / KF_SI_RSTD / KF_SI_RMS (the index of each in a row's packed
  * statistics, -1 where not written), KF_SEPS, kf_srow(r) (row r's first
@@ -80,7 +81,7 @@ __device__ __forceinline__ void kf_pfold(long long it, float (*cs)[32], float (*
             }
             if (lane == 0 && n < F::N) {
                 F::cd(KF_ARGS)[n] = c;
-                F::cd(KF_ARGS)[F::N + n] = d;
+                F::cd(KF_ARGS)[F::N + n] = F::BIAS ? d + F::bias(n, KF_ARGS) : d;
             }
         }
     } else {
@@ -105,7 +106,7 @@ __device__ __forceinline__ void kf_pfold(long long it, float (*cs)[32], float (*
                     dd += ds[w][lane];
                 }
                 F::cd(KF_ARGS)[n] = cc;
-                F::cd(KF_ARGS)[F::N + n] = dd;
+                F::cd(KF_ARGS)[F::N + n] = F::BIAS ? dd + F::bias(n, KF_ARGS) : dd;
             }
             __syncthreads();
         }

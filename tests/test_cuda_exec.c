@@ -3310,10 +3310,10 @@ static void test_gemm_sibling_sets_as_one_kernel_in_clusters_match_the_reference
                             cl ? sib_one_cluster_check : sib_one_sq_check, NULL, false);
 }
 
-/* A folded norm's pre-passes in ONE launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
- * internal): every GEMM recipe that folds its norm into B has one pre-pass
- * step, a "pre_" kernel (the row statistics and each B's fold) before its
- * GEMM steps, and says so. */
+/* A folded norm's pre-passes in ONE launch (the default; internal
+ * PREPASS_APART keeps them apart): every GEMM recipe that folds its norm
+ * into B has one pre-pass step, a "pre_" kernel (the row statistics and each
+ * B's fold) before its GEMM steps, and says so. */
 static void prepass_one_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
                               const char *dn) {
     uint32_t folded = 0;
@@ -3343,6 +3343,29 @@ static void prepass_one_check(const kf_plan *plan, const kf_cuda_recipes *r, con
         folded++;
     }
     assert_true(folded >= 1);
+}
+
+/* prepass_one_check, and the recipe says where the fold's bias goes: in the
+ * fold's column terms (the default where a LayerNorm's product is read by
+ * its bias add alone), or in the epilogue (FOLD_BIAS_EPI). */
+static void fold_bias_in(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                         const char *dn, bool want) {
+    prepass_one_check(plan, r, what, dn);
+    bool any = false;
+    for (uint32_t gi = 0; gi < r->n; gi++)
+        if (r->recipes[gi].n_variants > 0 &&
+            strstr(r->recipes[gi].variants[0].how, "the bias in the fold's column terms"))
+            any = true;
+    if (any != want)
+        fail_msg("%s [%s]: the bias %s the fold's column terms", what, dn, any ? "in" : "not in");
+}
+static void fold_bias_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                            const char *dn) {
+    fold_bias_in(plan, r, what, dn, true);
+}
+static void fold_bias_epi_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                                const char *dn) {
+    fold_bias_in(plan, r, what, dn, false);
 }
 
 static const char *const prepass_cases[][2] = {
@@ -3378,13 +3401,19 @@ static void test_a_gemm_prepass_in_one_launch_matches(void **state) {
     if (!sib_one_device())
         skip();
     flags_case_full(G.ctx, prepass_cases[1][0], KF_DTYPE_BF16, 2790, prepass_cases[1][1],
-                    KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
-                    prepass_one_check, NULL, false);
+                    KF_CUDA_RECIPE_GEMM_GENERATED, prepass_one_check, NULL, false);
     flags_case_full(G.ctx, sib_one_cases[1][0], KF_DTYPE_BF16, 2791, sib_one_cases[1][1],
-                    KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
-                    prepass_one_check, NULL, false);
+                    KF_CUDA_RECIPE_GEMM_GENERATED, prepass_one_check, NULL, false);
     flags_case_full(G.ctx, prepass_cases[5][0], KF_DTYPE_BF16, 2789, prepass_cases[5][1],
                     KF_CUDA_RECIPE_GEMM_GENERATED, prepass_one_check, NULL, true);
+    /* FC1's form (LayerNorm, bias, gelu_tanh, ping-pong): the bias in the
+     * fold's column terms (the default), and in the epilogue (FOLD_BIAS_EPI) */
+    flags_case_full(G.ctx, prepass_cases[4][0], KF_DTYPE_BF16, 2788, prepass_cases[4][1],
+                    KF_CUDA_RECIPE_GEMM_GENERATED, fold_bias_check, NULL, false);
+    flags_case_full(G.ctx, prepass_cases[4][0], KF_DTYPE_BF16, 2787,
+                    "LayerNorm + bias + gelu_tanh, the bias in the epilogue (FOLD_BIAS_EPI)",
+                    KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI,
+                    fold_bias_epi_check, NULL, false);
 }
 
 /* RMSNorm and LayerNorm folds, ragged M, N and K, N- and K-major B, a
@@ -3396,7 +3425,7 @@ static void test_gemm_prepass_in_one_launch_matches_the_reference(void **state) 
     REQUIRE_GPU();
     if (!sib_one_device())
         skip();
-    const uint64_t one = KF_CUDA_RECIPE_GEMM_PREPASS_ONE;
+    const uint64_t one = 0; /* the default: the pre-passes in one launch */
     static const kf_dtype dts[] = {KF_DTYPE_BF16, KF_DTYPE_F16};
     for (size_t d = 0; d < N_OF(dts); d++)
         for (size_t c = 0; c < N_OF(prepass_cases); c++)

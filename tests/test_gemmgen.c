@@ -330,8 +330,8 @@ static void split_case_on(const char *text, bool x_written, const char *want_til
     plan_release(&p);
 }
 
-/* A folded norm's pre-passes in one launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE,
- * internal): the recipe's one pre-pass step comes first, a "pre_" kernel
+/* A folded norm's pre-passes in one launch (the default; internal
+ * PREPASS_APART keeps them apart): the recipe's one pre-pass step comes first, a "pre_" kernel
  * with the row statistics and each of the `folds` folds of B (a set's
  * members', a SwiGLU pair's two), then `gemms` GEMM steps; the kernel
  * compiles with no local memory. With PREPASS_APART the pre-passes stay apart. */
@@ -339,8 +339,7 @@ static void prepass_case(const char *text, uint64_t flags, uint32_t folds, uint3
     planned p;
     plan_text(text, &p);
     kf_cuda_recipes *rec =
-        kf_sass_recipes(&MEM, p.plan, "h100", NULL,
-                        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_ONE | flags);
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | flags);
     const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
     if (rc->n_variants != 1 || !strstr(rc->variants[0].how, "folded into B (one pre-pass"))
         fail_msg("expected the pre-passes in one launch: %s", rc->variants[0].how);
@@ -391,6 +390,90 @@ static void test_prepass_in_one_launch_compiles_without_local_memory(void **stat
                  "wg = input(bf16[200, 392])\nwu = input(bf16[200, 392])\nn = layer_norm(x, g, c)\n"
                  "gt = matmul(n, wg)\nu = matmul(n, wu)\na = silu(gt)\ny = mul(a, u)\noutput y\n",
                  0, 2, 1);
+}
+
+/* The IN params of kernel k (the bias is the only one a folded GEMM of
+ * these graphs reads through a param: A and B come by TMA). */
+static uint32_t in_params(const kf_cuda_kernel *k) {
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < k->n_params; j++)
+        n += k->params[j].kind == KF_CUDA_PARAM_IN;
+    return n;
+}
+
+/* A LayerNorm folded into B with a bias after the product (GPT-2's FC1 and
+ * Q/K/V): by default the pre-pass adds the bias into the fold's column
+ * terms d (BIAS = true, the bias one of its params) and the GEMM kernel
+ * reads no bias, its load -0 in the epilogue; FOLD_BIAS_EPI keeps the bias
+ * in the epilogue. A product read twice, or an RMSNorm (no d), keeps it. */
+static void fold_bias_case(const char *text, uint64_t flags, bool want) {
+    planned p;
+    plan_text(text, &p);
+    kf_cuda_recipes *rec =
+        kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED | flags);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    if (!strstr(rc->variants[0].how, "folded into B (one pre-pass"))
+        fail_msg("expected the norm folded into B, one pre-pass: %s", rc->variants[0].how);
+    assert_int_equal(rc->n_steps, 2);
+    const kf_cuda_kernel *pre = &rc->steps[0].kernel->kernel, *gk = &rc->steps[1].kernel->kernel;
+    assert_int_equal(strncmp(pre->name, "pre_", 4), 0);
+    assert_int_equal(rc->steps[1].kernel->role, KF_CUDA_ROLE_GEMM);
+    bool bias_in_d = strstr(pre->source, "BIAS = true;") != NULL;
+    if (bias_in_d != want)
+        fail_msg("the pre-pass %s the bias (want %s): %s", bias_in_d ? "takes" : "does not take",
+                 want ? "taken" : "not", rc->variants[0].how);
+    assert_non_null(strstr(pre->source, want ? "BIAS = true;" : "BIAS = false;"));
+    /* the bias is the GEMM kernel's IN param, or the pre-pass's (beside
+     * the statistics' x and the fold's B, gamma and beta) */
+    assert_int_equal(in_params(pre), want ? 5u : 4u);
+    if (!strstr(text, "mul("))
+        assert_int_equal(in_params(gk), want ? 0u : 1u);
+    if (want)
+        assert_non_null(strstr(gk->source, "(float)(-0.0f)"));
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+}
+
+static void test_layer_norm_fold_takes_the_bias_into_its_column_terms(void **state) {
+    (void)state;
+    static const char *const fc1 =
+        "kfg 1\nx = input(bf16[4224, 1000])\ng = input(bf16[1000])\nc = input(bf16[1000])\n"
+        "w = input(bf16[1000, 520])\nb = input(bf16[520])\nn = layer_norm(x, g, c)\n"
+        "y = matmul(n, w)\nz = add(y, b)\nh = gelu_tanh(z)\noutput h\n";
+    fold_bias_case(fc1, 0, true);
+    fold_bias_case(fc1, KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI, false);
+    /* the pre-passes apart (PREPASS_APART): the fold kernel takes the bias
+     * (KF_FBIAS 1) and compiles */
+    planned p;
+    plan_text(fc1, &p);
+    kf_cuda_recipes *rec = kf_sass_recipes(
+        &MEM, p.plan, "h100", NULL,
+        KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_PREPASS_APART);
+    const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+    assert_int_equal(rc->n_steps, 3); /* statistics, fold, GEMM */
+    const kf_cuda_kernel *fk = &rc->steps[1].kernel->kernel;
+    assert_int_equal(strncmp(fk->name, "fold_", 5), 0);
+    assert_non_null(strstr(fk->source, "#define KF_FBIAS 1\n"));
+    assert_int_equal(in_params(fk), 4u); /* B, gamma, beta, the bias */
+    assert_int_equal(in_params(&rc->steps[2].kernel->kernel), 0u);
+    kf_nvrtc_result res;
+    char err[KF_MSG_MAX] = "";
+    if (kf_cuda_kernel_compile(&MEM, fk, &res, err) != KF_OK)
+        fail_msg("%s: %s\n%s", fk->name, err, res.log ? res.log : "");
+    kf_nvrtc_result_release(&MEM, &res);
+    kf_cuda_recipes_destroy(rec);
+    plan_release(&p);
+    /* the bias alone, written (ln_qkv's form), the add's operands swapped */
+    fold_bias_case("kfg 1\nx = input(bf16[2100, 200])\ng = input(bf16[200])\n"
+                   "c = input(bf16[200])\nw = input(bf16[200, 136])\nb = input(bf16[136])\n"
+                   "n = layer_norm(x, g, c)\ny = matmul(n, w)\nz = add(b, y)\noutput z\n",
+                   0, true);
+    /* the product read again past its bias: the bias stays */
+    fold_bias_case("kfg 1\nx = input(bf16[2100, 200])\ng = input(bf16[200])\n"
+                   "c = input(bf16[200])\nw = input(bf16[200, 136])\nb = input(bf16[136])\n"
+                   "n = layer_norm(x, g, c)\ny = matmul(n, w)\nz = add(y, b)\n"
+                   "q = mul(z, y)\noutput q\n",
+                   0, false);
 }
 
 static void split_case(const char *text, bool x_written, const char *want_tile) {
@@ -2781,6 +2864,7 @@ int main(void) {
         cmocka_unit_test(test_stream_k_compiles_to_hgmma_without_local_memory),
         cmocka_unit_test(test_split_row_norms_compile_to_a_gemm_and_a_row_pass),
         cmocka_unit_test(test_prepass_in_one_launch_compiles_without_local_memory),
+        cmocka_unit_test(test_layer_norm_fold_takes_the_bias_into_its_column_terms),
         cmocka_unit_test(test_row_epilogues_compile_in_the_tile_without_local_memory),
         cmocka_unit_test(test_every_sm80_gemm_variant_compiles_to_hmma_and_ldgsts),
     };

@@ -11,6 +11,11 @@
  *     acc = rstd[r] * (acc - mean[r] * c[col]) + d[col] for 8 columns of a
  *     row, before the group's epilogue reads the accumulators.
  *
+ * A LayerNorm's product whose one reader is a bias add (h + b,
+ * kf_cuda_gemm_fold_bias) takes the bias in d as well (shape.fold_bias, the
+ * fold shape's bias): the pre-pass writes d[col] + b[col], and the
+ * epilogue's load of b reads -0, so its add drops out.
+ *
  * Numerics: the main loop multiplies x, exact, by W rounded once to B's
  * dtype, and the statistics scale the f32 sum; the reference rounds the
  * norm's steps of A instead (x * rstd, times gamma). Neither error is larger
@@ -122,6 +127,89 @@ bool kf_cuda_gemm_fold_of(const kf_plan *plan, uint32_t group, kf_cuda_gemm_fold
     return f->ln || f->beta == KF_NONE; /* an RMSNorm plus a column: not a norm of ours */
 }
 
+/* Whether node i reads node j (any operand). */
+static bool reads(const kf_group *g, uint32_t i, uint32_t j) {
+    const kf_expr *e = &g->expr[i];
+    return (e->kind == KF_EXPR_OP || e->kind == KF_EXPR_LOAD || e->kind == KF_EXPR_ACC) &&
+           (e->src[0] == j || e->src[1] == j || e->src[2] == j);
+}
+
+/* Whether node j is read by node `by` alone, and is no write's root. */
+static bool only_reader(const kf_group *g, uint32_t j, uint32_t by) {
+    for (uint32_t i = 0; i < g->n_expr; i++)
+        if (i != by && reads(g, i, j))
+            return false;
+    for (uint32_t w = 0; w < g->n_writes; w++)
+        if (g->roots && g->roots[w] == j)
+            return false;
+    return true;
+}
+
+uint32_t kf_cuda_gemm_fold_bias(const kf_plan *plan, uint32_t group) {
+    kf_cuda_gemm_fold f;
+    if (!kf_cuda_gemm_fold_of(plan, group, &f) || !f.ln)
+        return KF_NONE;
+    const kf_group *g = &plan->groups[group];
+    if (g->gemm.n_anchors != 1 || g->rank < 1)
+        return KF_NONE;
+    uint32_t acc = KF_NONE;
+    for (uint32_t i = 0; i < g->n_expr; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (e->kind != KF_EXPR_ACC)
+            continue;
+        if (acc != KF_NONE || e->anchor != 0 || e->src[0] != KF_NONE)
+            return KF_NONE; /* one ACC node, the product at its own column */
+        for (uint32_t w = 0; w < g->n_writes; w++)
+            if (g->writes[w] == e->tensor)
+                return KF_NONE; /* the product itself is written */
+        acc = i;
+    }
+    for (uint32_t i = 0; acc != KF_NONE && i < g->n_expr; i++) {
+        const kf_expr *e = &g->expr[i];
+        if (e->kind != KF_EXPR_OP || e->op != KF_OP_ADD || e->space != KF_SPACE_OUT ||
+            (e->src[0] != acc && e->src[1] != acc))
+            continue;
+        uint32_t l = e->src[0] == acc ? e->src[1] : e->src[0];
+        if (l == KF_NONE || l == acc || !only_reader(g, acc, i) || !only_reader(g, l, i))
+            return KF_NONE;
+        const kf_expr *ld = &g->expr[l];
+        if (ld->kind != KF_EXPR_LOAD || ld->space != KF_SPACE_OUT || ld->remapped ||
+            ld->src[0] != KF_NONE || ld->src[1] != KF_NONE || ld->src[2] != KF_NONE)
+            return KF_NONE;
+        kf_dtype dt = plan->graph->nodes[ld->base]->dtype;
+        if (dt != KF_DTYPE_F32 && dt != KF_DTYPE_BF16 && dt != KF_DTYPE_F16)
+            return KF_NONE;
+        for (int d = 0; d + 1 < g->rank; d++) /* a function of the column alone */
+            if (ld->strides[d] != 0 && g->dims[d] != 1)
+                return KF_NONE;
+        return l;
+    }
+    return KF_NONE;
+}
+
+/* Element n of the group's fold bias `node` (kf_cuda_gemm_fold_bias, a load
+ * of the output space) as C text. */
+static void load_n(cg *c, const kf_group *g, uint32_t node, int param, const char *n) {
+    int64_t st = g->dims[g->rank - 1] == 1 ? 0 : g->expr[node].strides[g->rank - 1];
+    cg_printf(&c->s, "(float)kf_ld(p%d + (%" PRId64 "LL + (%s) * %" PRId64 "LL))", param,
+              g->expr[node].offset, n, st);
+}
+
+/* The fold's bias param (IN, its base tensor) where fs asks for it, else -1;
+ * *node the bias load. */
+static int bias_param(cg *c, const kf_group *g, const kf_cuda_fold_shape *fs, uint32_t *node) {
+    *node = fs->bias ? kf_cuda_gemm_fold_bias(c->plan, g->id) : KF_NONE;
+    if (!fs->bias)
+        return -1;
+    if (*node == KF_NONE) {
+        cg_fail(c, KF_ERR_INVALID_ARGUMENT,
+                "group %u (%s): a fold shape with a bias the group does not add", g->id, g->name);
+        return -1;
+    }
+    uint32_t base = g->expr[*node].base;
+    return cg_param_add(c, KF_CUDA_PARAM_IN, base, cg_tensor(c, base)->dtype, 0);
+}
+
 /* Element k of column load `node` as C text: p<param>[k * stride]. */
 static void load_k(cg *c, uint32_t node, int param, const char *k) {
     cg_printf(&c->s, "(float)kf_ld(p%d + (%" PRId64 "LL + (%s) * %" PRId64 "LL))", param,
@@ -158,6 +246,8 @@ kf_status kf_cuda_codegen_gemm_fold(const kf_plan *plan, uint32_t group, const c
     int pbe = f.beta != KF_NONE ? cg_param_add(&c, KF_CUDA_PARAM_IN, g->expr[f.beta].base,
                                                cg_tensor(&c, g->expr[f.beta].base)->dtype, 0)
                                 : -1;
+    uint32_t bias;
+    int pbi = bias_param(&c, g, fs, &bias);
     int pw = cg_param_add(&c, KF_CUDA_PARAM_SCRATCH, bt, dt,
                           (uint64_t)fs->k * (uint64_t)fs->n * kf_dtype_size(dt));
     int pcd = f.ln ? cg_param_add(&c, KF_CUDA_PARAM_SCRATCH, at, KF_DTYPE_F32,
@@ -203,7 +293,15 @@ kf_status kf_cuda_codegen_gemm_fold(const kf_plan *plan, uint32_t group, const c
         load_k(&c, f.beta, pbe, "k");
     else
         cg_puts(&c.s, "0.0f");
-    cg_puts(&c.s, ";\n}\n\n");
+    cg_puts(&c.s, ";\n}\n");
+    cg_printf(&c.s, "#define KF_FBIAS %d\n", pbi >= 0 ? 1 : 0);
+    if (pbi >= 0) { /* the epilogue's bias, carried in d */
+        cg_puts(&c.s, "__device__ __forceinline__ float kf_fbias(long long n, KF_PARAMS) {\n"
+                      "    return ");
+        load_n(&c, g, bias, pbi, "n");
+        cg_puts(&c.s, ";\n}\n");
+    }
+    cg_puts(&c.s, "\n");
     cg_puts(&c.s, kf_cuda_tpl_gemm_fold);
     return cg_end(&c, c.st);
 }
@@ -246,6 +344,8 @@ static kf_status prepass_job(cg *c, const kf_cuda_fold_job *jb, int j, int64_t *
     int pbe = f.beta != KF_NONE ? cg_param_add(c, KF_CUDA_PARAM_IN, g->expr[f.beta].base,
                                                cg_tensor(c, g->expr[f.beta].base)->dtype, 0)
                                 : -1;
+    uint32_t bias;
+    int pbi = bias_param(c, g, fs, &bias);
     int pw = cg_param_add(c, KF_CUDA_PARAM_SCRATCH, bt, dt,
                           (uint64_t)fs->k * (uint64_t)fs->n * kf_dtype_size(dt));
     int pcd =
@@ -261,13 +361,13 @@ static kf_status prepass_job(cg *c, const kf_cuda_fold_job *jb, int j, int64_t *
         "template <> struct kf_pj<%d> {\n"
         "    static constexpr long long K = %" PRId64 "LL, N = %" PRId64 "LL, KS = %" PRId64
         "LL, ITEMS = %" PRId64 "LL;\n"
-        "    static constexpr bool KMAJOR = %s, LN = %s;\n"
+        "    static constexpr bool KMAJOR = %s, LN = %s, BIAS = %s;\n"
         "    static __device__ __forceinline__ float b(long long k, long long n, KF_PARAMS) {\n"
         "        return (float)kf_ld(p%d + k * %" PRId64 "LL + n * %" PRId64 "LL);\n    }\n"
         "    static __device__ __forceinline__ float g(long long k, KF_PARAMS) {\n"
         "        (void)k;\n        return ",
-        j, fs->k, fs->n, ks, *items, kmajor ? "true" : "false", f.ln ? "true" : "false", pb, fs->sk,
-        fs->sn);
+        j, fs->k, fs->n, ks, *items, kmajor ? "true" : "false", f.ln ? "true" : "false",
+        pbi >= 0 ? "true" : "false", pb, fs->sk, fs->sn);
     if (pg >= 0)
         load_k_of(c, g, f.gamma, pg, "k");
     else
@@ -276,6 +376,13 @@ static kf_status prepass_job(cg *c, const kf_cuda_fold_job *jb, int j, int64_t *
                    "KF_PARAMS) {\n        (void)k;\n        return ");
     if (pbe >= 0)
         load_k_of(c, g, f.beta, pbe, "k");
+    else
+        cg_puts(&c->s, "0.0f");
+    /* the epilogue's bias, carried in d (BIAS) */
+    cg_puts(&c->s, ";\n    }\n    static __device__ __forceinline__ float bias(long long n, "
+                   "KF_PARAMS) {\n        (void)n;\n        return ");
+    if (pbi >= 0)
+        load_n(c, g, bias, pbi, "n");
     else
         cg_puts(&c->s, "0.0f");
     char cd[24] = "(float *)0";
@@ -481,6 +588,18 @@ kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold
     for (uint32_t i = 0; fp->f.ln && i < (uint32_t)gm->n_anchors && i < 2u; i++)
         fp->cd[i] = cg_param_add(c, KF_CUDA_PARAM_SCRATCH, gm->anchor[i], KF_DTYPE_F32,
                                  (uint64_t)sh->n * 2u * 4u);
+    if (sh->fold_bias) {
+        /* The pre-pass adds the bias into d (kf_cuda_fold_shape.bias), so
+         * the epilogue's load of it reads -0: h + -0 is h for every h, -0
+         * included, and the compiler drops the add; the load goes, its
+         * param too. */
+        uint32_t bl = kf_cuda_gemm_fold_bias(c->plan, g->id);
+        if (bl == KF_NONE)
+            return cg_fail(c, KF_ERR_INVALID_ARGUMENT,
+                           "group %u (%s): shape.fold_bias on a group whose fold takes no bias",
+                           g->id, g->name);
+        snprintf(c->ov[bl], OV_MAX, "-0.0f");
+    }
     return c->st;
 }
 

@@ -415,6 +415,10 @@ typedef struct kf_cuda_gemm_shape {
                                   diag(gamma) B (kf_cuda_codegen_gemm_fold), and the
                                   accumulators get the row scale (LayerNorm: the mean times
                                   B's column sums, beta's product) before the epilogue */
+    bool fold_bias;            /* with a_fold (a LayerNorm's): the bias the epilogue adds to the
+                                  product (kf_cuda_gemm_fold_bias) comes in the fold's column
+                                  terms d, which the pre-pass writes (fold shape .bias), and
+                                  the epilogue's load of it reads -0 (the add a no-op) */
     bool a_scratch;            /* the group's norm prologue already ran (the recipe's prologue
                                   kernel wrote A, normalized, to scratch): A is read as it is,
                                   and the norm is not the kernel's (a SwiGLU pair, a transposed
@@ -671,12 +675,21 @@ typedef struct kf_cuda_gemm_fold {
 /* Whether group `group`'s norm prologue on A has that form (and *f it). */
 bool kf_cuda_gemm_fold_of(const kf_plan *plan, uint32_t group, kf_cuda_gemm_fold *f);
 
+/* The column load the epilogue of a LayerNorm-folded GEMM group adds to
+ * its product first (h + bias: the accumulator's one reader, the bias read
+ * nowhere else, one anchor, the product itself not written), which the
+ * fold's column terms d can carry instead (d[n] + bias[n]); KF_NONE when
+ * the group has none. */
+uint32_t kf_cuda_gemm_fold_bias(const kf_plan *plan, uint32_t group);
+
 /* B of anchor `anchor` (0, or 1: a SwiGLU pair's second) as the fold
  * pre-pass reads it: logical [k, n], element (i, j) at i * sk + j * sn of
- * its buffer (one of the strides 1). */
+ * its buffer (one of the strides 1). bias: d takes the group's
+ * kf_cuda_gemm_fold_bias too (the GEMM shape's fold_bias). */
 typedef struct kf_cuda_fold_shape {
     int anchor;
     int64_t k, n, sk, sn;
+    bool bias;
 } kf_cuda_fold_shape;
 
 /* The fold pre-pass of a GEMM group whose norm prologue kf_cuda_gemm_fold_of

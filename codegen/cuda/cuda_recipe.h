@@ -453,18 +453,23 @@ enum {
  * idle (1.3865 -> 1.3891, three samples each), A B B A 1.5975 -> 1.5715
  * and 1.5917 -> 1.5849; kept to measure the two */
 #define KF_CUDA_RECIPE_GEMM_EPI_COLS_GLOBAL (UINT64_C(1) << 53)
-/* internal: a generated sm_90a GEMM whose norm prologue is folded into B
- * takes its pre-passes in ONE launch (kf_cuda_codegen_gemm_prepass,
- * templates/gemm_prepass.cuh): the row statistics of A and diag(gamma) B of
- * every B of the group or sibling set, where they took a launch each (the
- * statistics' row kernel, then one fold kernel a B: 32 blocks for GPT-2's
- * 1024 x 1024 Q, K and V weights each, on 132 SMs). The default since its
- * measurement (H100, 214feea: GPT-2's Q/K/V set 5% faster in A B B A pairs,
- * ln_qkv and FC1 even; recipe_gemm.c's PREPASS_ONE_DEFAULT); this flag asks
- * for it whatever the default */
-#define KF_CUDA_RECIPE_GEMM_PREPASS_ONE (UINT64_C(1) << 31)
-/* internal: the pre-passes apart (a statistics kernel, then a fold kernel a
- * B), the form before PREPASS_ONE; kept to measure */
+/* internal: a generated sm_90a GEMM whose LayerNorm prologue is folded into
+ * B keeps the bias it adds to the product (h + b, kf_cuda_gemm_fold_bias)
+ * in its epilogue, a load and an add per element, where by default the
+ * pre-pass adds it into the fold's column terms d once per column
+ * (kf_cuda_gemm_shape.fold_bias, kf_cuda_fold_shape.bias) and the epilogue
+ * skips it: GPT-2's FC1 and Q/K/V behind their LayerNorms. The form before,
+ * kept to measure. (Bit 31 was GEMM_PREPASS_ONE, which asked for the
+ * pre-passes in one launch: the default since 214feea's run, so the flag
+ * changed nothing; GEMM_PREPASS_APART still keeps them apart.) */
+#define KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI (UINT64_C(1) << 31)
+/* internal: a folded norm's pre-passes apart (a statistics kernel, then a
+ * fold kernel a B), where by default they take ONE launch
+ * (kf_cuda_codegen_gemm_prepass, templates/gemm_prepass.cuh: the row
+ * statistics of A and diag(gamma) B of every B of the group or sibling set;
+ * the default since its measurement, H100, 214feea: GPT-2's Q/K/V set 5%
+ * faster in A B B A pairs, ln_qkv and FC1 even; recipe_gemm.c's
+ * PREPASS_ONE_DEFAULT); the form before, kept to measure */
 #define KF_CUDA_RECIPE_GEMM_PREPASS_APART (UINT64_C(1) << 29)
 /* internal: the sm_90a attention kernel takes a share of its softmax's
  * exp2s as an FMA-pipe polynomial (templates/attention_sm90.cuh,

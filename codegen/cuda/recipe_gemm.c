@@ -529,9 +529,7 @@ static kf_status add_pre_step(rb *b, const kf_group *grp, kf_status st, kf_cuda_
  * set as one GEMM 0.950, FC1 0.967. */
 #define PREPASS_ONE_DEFAULT 1
 static bool prepass_one(const rb *b) {
-    uint64_t fl = b->target->flags;
-    return (fl & KF_CUDA_RECIPE_GEMM_PREPASS_ONE) ||
-           (PREPASS_ONE_DEFAULT && !(fl & KF_CUDA_RECIPE_GEMM_PREPASS_APART));
+    return PREPASS_ONE_DEFAULT && !(b->target->flags & KF_CUDA_RECIPE_GEMM_PREPASS_APART);
 }
 
 static void drop_step(rb *b, kf_cuda_step *s) {
@@ -1174,6 +1172,14 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.a_norm = norm;
     sh.a_scratch = scratch;
     sh.a_fold = fold;
+    /* A LayerNorm fold's bias (h + b, the product's one reader) in the
+     * fold's column terms d: the pre-pass adds it once per column, where
+     * the epilogue loaded and added it for every element (GPT-2's FC1 and
+     * Q/K/V at K = 1024, where the epilogue is a large part of a tile).
+     * KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI keeps it in the epilogue. */
+    sh.fold_bias = fold && !dual && !gm->row_split &&
+                   !(b->target->flags & KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI) &&
+                   kf_cuda_gemm_fold_bias(plan, b->gi) != KF_NONE;
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
     sh.stages = sh.epi_rs
                     ? (GEN_SMEM_BLOCK - GEN_SMEM_RS_STATIC - kf_cuda_gemm_smem_rs(sh.bn, 0)) / stage
@@ -1227,8 +1233,12 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                    b->n_pre_jobs + (dual ? 2u : 1u) <= KF_CUDA_PREPASS_JOBS;
     for (int i = 0; fold && i < (dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
         const kf_cuda_operand *lbi = i ? &lb1 : &lb;
-        kf_cuda_fold_shape fs = {
-            .anchor = i, .k = sh.k, .n = sh.n, .sk = lbi->row_stride, .sn = lbi->col_stride};
+        kf_cuda_fold_shape fs = {.anchor = i,
+                                 .k = sh.k,
+                                 .n = sh.n,
+                                 .sk = lbi->row_stride,
+                                 .sn = lbi->col_stride,
+                                 .bias = sh.fold_bias};
         kf_cuda_kernel fk;
         memset(&fk, 0, sizeof fk);
         st = kf_cuda_codegen_gemm_fold(plan, b->gi, b->target->arch, b->mem, &fs, &fk);
@@ -1371,6 +1381,10 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
              : scratch  ? ", A from the prologue kernel's scratch"
              : row_tile ? ", row epilogue in the tile (the rows' statistics reduced in registers)"
                         : "");
+    if (sh.fold_bias && why_size > 0) {
+        size_t n = strlen(why);
+        snprintf(why + n, why_size - n, ", the bias in the fold's column terms");
+    }
     if (gm->row_split) {
         st = kf_rb_split_row_pass(b, &sc, why, why_size);
         kf_rb_split_free(b->mem, &sc);

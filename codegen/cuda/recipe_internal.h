@@ -45,7 +45,7 @@ typedef struct rb {
     char *err;
     char dec_why[200]; /* why the decode kernel did not take the group ("": asked for
                           and taken, or not asked for), for the generated side's `how` */
-    /* The folds of the pre-pass in one launch (KF_CUDA_RECIPE_GEMM_PREPASS_ONE): each
+    /* The folds of the pre-pass in one launch (the default; PREPASS_APART keeps them apart): each
        job's B tensor and the view the GEMM reads it through, the step that runs them
        (index + 1; 0 none yet), whether it computes the row statistics too, and
        pre_off once the one kernel refused (the pre-passes then stay apart). */
