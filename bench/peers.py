@@ -40,7 +40,9 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
   attn_noncausal    no mask                SDPA with the cuDNN backend
   attn_gqa          GQA 32:8 causal        SDPA (cuDNN) with enable_gqa
   attn_softcap      30 tanh(s/30), causal  FlexAttention (torch.compile'd) with a score_mod
-  attn_alibi        ALiBi, causal          FlexAttention with a score_mod
+  attn_alibi        ALiBi, causal          FlexAttention with a score_mod (the paper's
+                                           slopes 2^(-8 h / H); kfuse's attn_alibi_geo
+                                           row has the same slopes, attn_alibi random ones)
   attn_window       sliding window 1024    FlexAttention with a block mask
   attn_block_sparse 52% of 128x128 tiles kept (random, diagonal kept), non-causal
                                            FlexAttention with that block mask
@@ -57,7 +59,8 @@ With --attention, the attention cases instead (bf16, B4 H32 S4096 D128):
                     the same after 1 ms of one thread asleep (torch.cuda._sleep):
                     the device time alone on an idle GPU's clocks
   attn_noncausal_after_sleep, attn_gqa_after_sleep, attn_softcap_after_sleep,
-  attn_alibi_after_sleep, attn_window_after_sleep, attn_block_sparse_after_sleep
+  attn_alibi_after_sleep, attn_alibi_geo_after_sleep, attn_window_after_sleep,
+  attn_block_sparse_after_sleep
                     the target rows' peers (cuDNN, FlexAttention) timed the same
                     way: the plain rows count each peer's host work before its
                     launch (SDPA's dispatch, the compiled Flex call's guards),
@@ -505,7 +508,7 @@ def attention(args):
         del qb, kb, vb
         torch.cuda.empty_cache()
     targets = ("attn_causal", "attn_noncausal", "attn_gqa", "attn_softcap", "attn_alibi",
-               "attn_window", "attn_block_sparse")
+               "attn_alibi_geo", "attn_window", "attn_block_sparse")
     if want and not want & ({*targets, "attn_causal_after_gemm"} |
                             {n + "_after_sleep" for n in targets}):
         return dump(res, args)
@@ -543,8 +546,11 @@ def attention(args):
         def alibi(score, b, h, qi, ki):
             return score + slopes[h] * (ki - qi)
 
+        # Flex's ALiBi takes the paper's slopes, as kfuse's attn_alibi_geo row
+        # does (attn_alibi's are the harness's random fill): the same peer for both
         flex_runs = {"attn_softcap": lambda: flex(q, k, v, score_mod=softcap, block_mask=bm_causal),
                      "attn_alibi": lambda: flex(q, k, v, score_mod=alibi, block_mask=bm_causal),
+                     "attn_alibi_geo": lambda: flex(q, k, v, score_mod=alibi, block_mask=bm_causal),
                      "attn_window": lambda: flex(q, k, v, block_mask=bm_window)}
         for name, fn in flex_runs.items():
             put(name, "flex_ms", fn)
