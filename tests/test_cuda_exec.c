@@ -1995,6 +1995,13 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
                                 NULL, labels[f], names[i]);
 }
 
+/* The four ALiBi cases the diagonal's forms are run on (run_sm90_cases_only
+ * names; bit i of a run's case mask: entry i). */
+static const char *const alibi_case_names[] = {
+    "ALiBi slope[h] (kv - q) + causal", "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
+    "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
+    "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64"};
+
 /* ALiBi's diagonal with its part free of loads (bf16(kv - q) pairs) read
  * from a table in shared memory and the causal mask's edge tiles by the pair
  * form (the rounded form's, KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, with
@@ -2008,22 +2015,18 @@ static void test_sm90_attention_score_split_and_diagonal_match_the_reference(voi
 static void test_sm90_attention_alibi_diagonal_table_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    static const char *const names[] = {
-        "ALiBi slope[h] (kv - q) + causal", "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
-        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
-        "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64"};
     const struct {
         uint64_t flags;
         const char *dn, *label;
-        unsigned cases; /* bit i: names[i] */
+        unsigned cases; /* bit i: alibi_case_names[i] */
     } runs[] = {{0, "bf16", "diagonal table, edge pair form", 0xfu},
                 {0, "f16", "diagonal table, edge pair form", 0x5u}};
     for (size_t f = 0; f < N_OF(runs); f++)
-        for (size_t i = 0; i < N_OF(names); i++)
+        for (size_t i = 0; i < N_OF(alibi_case_names); i++)
             if (runs[f].cases >> i & 1u)
                 run_sm90_cases_only(runs[f].flags | KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE,
                                     runs[f].dn, runs[f].dn, 4800 + 10 * (uint64_t)f + i, NULL, NULL,
-                                    NULL, runs[f].label, names[i]);
+                                    NULL, runs[f].label, alibi_case_names[i]);
 }
 
 /* The ALiBi + causal case with Sq 300 != Skv 500 (ragged) in bf16 by
@@ -2055,16 +2058,12 @@ static void test_sm90_attention_alibi_table_on_one_ragged_case(void **state) {
 static void test_sm90_attention_alibi_affine_tile_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
-    static const char *const names[] = {
-        "ALiBi slope[h] (kv - q) + causal", "ALiBi slope[h] (kv - q) + causal, S 900, head dim 128",
-        "ALiBi slope[h] (kv - q) + causal, Sq 300 != Skv 500, head dim 128",
-        "ALiBi slope[h] (kv - q), no mask, Sq 300 != Skv 700, head dim 64"};
     const uint64_t flags[2] = {0, KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED};
     const char *const labels[2] = {"affine tile", "diagonal stepped"};
     for (size_t f = 0; f < 2; f++)
-        for (size_t i = 0; i < N_OF(names); i++)
+        for (size_t i = 0; i < N_OF(alibi_case_names); i++)
             run_sm90_cases_only(flags[f], NULL, "bf16", 4950 + 10 * (uint64_t)f + i, NULL, NULL,
-                                NULL, labels[f], names[i]);
+                                NULL, labels[f], alibi_case_names[i]);
 }
 
 /* The diagonal-first walk (KF_CUDA_RECIPE_ATTENTION_KEYS_DESC: a causal or
