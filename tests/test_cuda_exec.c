@@ -2947,6 +2947,12 @@ static void test_generated_gemms_of_every_example_match(void **state) {
 typedef void (*recipes_check)(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
                               const char *dn);
 
+/* The kernel step of recipe rc's first variant that runs its GEMM: the
+ * variant's last step (pre-passes and prologues come before it). */
+static const kf_cuda_kstep *gemm_kstep(const kf_cuda_recipe *rc) {
+    return rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+}
+
 static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
                             const char *what, uint64_t flags, recipes_check check, const char *want,
                             bool twice) {
@@ -2977,8 +2983,7 @@ static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t s
             continue;
         if (!strstr(rc->variants[0].how, want))
             fail_msg("%s [%s]: not '%s': %s", what, dn, want, rc->variants[0].how);
-        const kf_cuda_kstep *ks =
-            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+        const kf_cuda_kstep *ks = gemm_kstep(rc);
         if (flags & KF_CUDA_RECIPE_GEMM_CLUSTER2) {
             assert_int_equal(ks->cluster[0], 2);
             assert_int_equal(ks->grid[0] % 2, 0);
@@ -3251,8 +3256,7 @@ static void sib_one_cluster_check(const kf_plan *plan, const kf_cuda_recipes *r,
         if (!strstr(rc->variants[0].how, "2-CTA clusters"))
             fail_msg("%s [%s]: group %u's set is not in clusters: %s", what, dn, gi,
                      rc->variants[0].how);
-        const kf_cuda_kstep *ks =
-            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+        const kf_cuda_kstep *ks = gemm_kstep(rc);
         assert_int_equal(ks->cluster[0], 2);
         assert_int_equal(ks->grid[0] % 2, 0);
     }
@@ -3453,8 +3457,7 @@ static void sib80_check(const kf_plan *plan, const kf_cuda_recipes *r, const cha
         const kf_cuda_recipe *rc = &r->recipes[gi];
         if (rc->n_members < 2)
             continue;
-        const kf_cuda_kstep *ks =
-            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+        const kf_cuda_kstep *ks = gemm_kstep(rc);
         if (ks->kernel.tmpl != KF_CUDA_TEMPLATE_GEMM_SM80 || !strstr(ks->kernel.name, "_mma_"))
             fail_msg("%s [%s]: group %u's set is not the mma.sync kernel: %s", what, dn, gi,
                      ks->kernel.name);
@@ -3893,8 +3896,7 @@ static void cs_expect(const kf_plan *plan, const kf_cuda_recipes *r, const char 
         const kf_cuda_recipe *rc = &r->recipes[gi];
         if (plan->groups[gi].kind != KF_GROUP_GEMM || rc->n_variants == 0)
             continue;
-        const kf_cuda_kstep *ks =
-            rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
+        const kf_cuda_kstep *ks = gemm_kstep(rc);
         bool cs = strstr(ks->kernel.source, "kf_epi_cs_fetch(unsigned dst") != NULL;
         if (cs != want)
             fail_msg("%s [%s]: column operands %sstaged: %s", what, dn, cs ? "" : "not ",
