@@ -564,6 +564,17 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
     }
 }
 
+/* The bench's attention shape, B4 H32 S4096 head dim 128: Q, K and V and
+ * the scaled scores s0 (S4096_SCORES), and causal s1 after it (causal4096),
+ * for the tests that read the main loops of its kernels. */
+#define S4096_SCORES                                                                               \
+    "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"                             \
+    "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"                        \
+    "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+static const char causal4096[] =
+    S4096_SCORES "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
+                 "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
+
 /* A block-sparse keep map that no batch axis indexes (one map for every
  * batch-head): by default the sm_90a kernel builds the map's walk in shared
  * memory (KF_BS_TABLE; form letter s) and pairs its query tiles by kept
@@ -585,14 +596,11 @@ static void test_a_shared_keep_map_walks_from_shared_memory(void **state) {
         "r0 = repeat(bm, axis=0, times=128)\nr1 = repeat(r0, axis=1, times=128)\n"
         "m0 = slice(r1, axis=0, stop=520)\nmk = slice(m0, axis=1, stop=700)\n"
         "fill = const($[], -30000)\ns1 = where(mk, s0, fill)\n",
-        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
-        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
-        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
-        "kin = input(bool[32, 32])\nbi = iota(i32[32, 32], axis=0)\n"
-        "bj = iota(i32[32, 32], axis=1)\ndiag = eq(bi, bj)\n"
-        "bm = where(diag, diag, kin)\noutput bm\n"
-        "r0 = repeat(bm, axis=0, times=128)\nmk = repeat(r0, axis=1, times=128)\n"
-        "ninf = const($[], -inf)\ns1 = where(mk, s0, ninf)\n",
+        S4096_SCORES "kin = input(bool[32, 32])\nbi = iota(i32[32, 32], axis=0)\n"
+                     "bj = iota(i32[32, 32], axis=1)\ndiag = eq(bi, bj)\n"
+                     "bm = where(diag, diag, kin)\noutput bm\n"
+                     "r0 = repeat(bm, axis=0, times=128)\nmk = repeat(r0, axis=1, times=128)\n"
+                     "ninf = const($[], -inf)\ns1 = where(mk, s0, ninf)\n",
         NULL, /* case 6: per-head maps */
     };
     static const uint64_t flags[] = {0, KF_CUDA_RECIPE_ATTENTION_BS_L2,
@@ -654,12 +662,6 @@ static void test_the_diagonal_first_walk_is_causal_and_window_only(void **state)
         "row = iota(i32[900, 900], axis=0)\ncol = iota(i32[900, 900], axis=1)\n"
         "di = sub(col, row)\ndf = cast(di, $)\nbias = mul(slope, df)\nsb = add(s0, bias)\n"
         "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, sb, ninf)\n";
-    static const char *const causal4096 =
-        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
-        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
-        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
-        "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
-        "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
     static const struct {
         int ci; /* cases[ci], or -1: alibi900, -2: causal4096 (the bench's shape) */
         bool desc;
@@ -718,26 +720,15 @@ static void test_the_diagonal_first_walk_is_causal_and_window_only(void **state)
  * every step). Printed: the kernels' SASS lines, the loops' instructions. */
 static void test_the_causal_walk_may_peel_its_last_step(void **state) {
     (void)state;
-    static const char *const causal4096 =
-        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
-        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
-        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
-        "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
-        "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
-    static const char *const alibi4096 =
-        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
-        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
-        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\nslope = input($[32, 1, 1])\n"
+    static const char *const alibi4096 = S4096_SCORES
+        "slope = input($[32, 1, 1])\n"
         "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
         "di = sub(col, row)\ndf = cast(di, $)\nbias = mul(slope, df)\nsb = add(s0, bias)\n"
         "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, sb, ninf)\n";
     static const char *const softcap4096 =
-        "q = input($[4, 32, 4096, 128])\nk = input($[4, 32, 4096, 128])\n"
-        "v = input($[4, 32, 4096, 128])\nqk = matmul(q, k, transpose_b=true)\n"
-        "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
-        "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\nt2 = mul(t1, cap)\n"
-        "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
-        "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, t2, ninf)\n";
+        S4096_SCORES "cap = const($[], 30)\nt0 = div(s0, cap)\nt1 = tanh(t0)\nt2 = mul(t1, cap)\n"
+                     "row = iota(i32[4096, 4096], axis=0)\ncol = iota(i32[4096, 4096], axis=1)\n"
+                     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, t2, ninf)\n";
     static const char *const big[] = {causal4096, alibi4096, softcap4096};
     static const char *const big_name[] = {"causal, B4 H32 S4096, head dim 128",
                                            "ALiBi + causal, B4 H32 S4096, head dim 128",
