@@ -120,19 +120,6 @@ def median_ms(fn, warmup=5, reps=30, pre=None):
     return statistics.median(times)
 
 
-def compiled_ms(r, fn, args, key="compile_ms"):
-    """r[key]: median_ms of torch.compile(fn), unless --no-compile; a compile
-    that fails is reported in r["compile_error"], never fails the run."""
-    if args.no_compile:
-        return
-    import torch
-
-    try:
-        r[key] = median_ms(torch.compile(fn))
-    except Exception as e:  # noqa: BLE001 -- report, never fail the run
-        r["compile_error"] = str(e)[:200]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="-")
@@ -170,7 +157,8 @@ def main():
         same, each run after 1 ms of one thread asleep, so the time is the
         device's alone (the plain row counts the host's work before the
         first launch: a compiled call's guards, eager's dispatch). A row is
-        measured when it or the same row of a name in `also` is asked for."""
+        measured when it or the same row of a name in `also` is asked for.
+        Returns the functions timed, the compiled one under compile_key."""
         fns = dict(fns)
         r = res["cases"].setdefault(name, {})
         if compile_fn is not None and not args.no_compile:
@@ -188,6 +176,7 @@ def main():
             for k, fn in fns.items():
                 rr[k] = median_ms(fn, pre=pre)
             print(f"peers: {row} {rr}", file=sys.stderr)
+        return fns
 
     def on_any(name):
         return on(name) or on(name + "_after_sleep")
@@ -214,10 +203,7 @@ def main():
     for name, fn in cases.items():
         if not on(name):
             continue
-        r = {"eager_ms": median_ms(fn)}
-        compiled_ms(r, fn, args)
-        res["cases"][name] = r
-        print(f"peers: {name} {r}", file=sys.stderr)
+        measure(name, {"eager_ms": fn}, fn)
     del x
 
     M, N, K = 8192, 4096, 16384
@@ -315,8 +301,7 @@ def main():
     # (rotary) or per batch [B, 1, S, D] (rotary_bpos: position ids per sequence)
     # (rotary_hd: q already [B, H, S, D], contiguous: read and written in one order)
     for name, per_batch in (("rotary", False), ("rotary_bpos", True), ("rotary_hd", False)):
-        slept = name + "_after_sleep"
-        if not on(name) and not on(slept):
+        if not on_any(name):
             continue
         B, S, H, D = (2 if args.rows < 65536 else 8), 2048, 32, 128
         TB = B if per_batch else 1
@@ -332,26 +317,10 @@ def main():
             r = torch.cat((-q[..., D // 2:], q[..., :D // 2]), dim=-1)
             return q * cs + r * sn
 
-        def sleep():  # about 1 ms at an H100's or H200's top clock
-            torch.cuda._sleep(2_000_000)
-
-        fns = {"eager": rotary}
-        if not args.no_compile:
-            try:
-                fns["compile"] = torch.compile(rotary)
-                fns["compile"]()
-            except Exception as e:  # noqa: BLE001 -- report, never fail the run
-                del fns["compile"]
-                res["cases"].setdefault(name, {})["compile_error"] = str(e)[:200]
-        for row, pre in ((name, None), (slept, sleep)):
-            if not on(row):
-                continue
-            r = res["cases"].setdefault(row, {})
-            for k, fn in fns.items():
-                r[k + "_ms"] = median_ms(fn, pre=pre)
-            if "compile" in fns:
-                r["compile_out_stride"] = list(fns["compile"]().stride())
-            print(f"peers: {row} {r}", file=sys.stderr)
+        compiled = measure(name, {"eager_ms": rotary}, rotary).get("compile_ms")
+        for row in (name, name + "_after_sleep"):
+            if compiled is not None and on(row):  # Inductor's result layout
+                res["cases"][row]["compile_out_stride"] = list(compiled().stride())
     text = json.dumps(res, indent=1)
     if args.out == "-":
         print(text)
