@@ -127,8 +127,6 @@
  * KF_LAZY_RESCALE, KF_DESC_WALK, KF_BS_EDGE_MERGED, KF_BS_L2 (with kf_o_pol), KF_L2_PREFETCH, KF_PIN_SOFTMAX,
  * KF_TREE_SOFTMAX, KF_TAIL_LPT,
  * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg), KF_EXP2_POLY,
- * KF_TANH_POLY (with KF_SCORE_PAIR_T: kf_score_pair_t, the pair form with its
- * tanh on the FMA pipe, for KF_TANH_POLY of every 8 column groups),
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
@@ -320,21 +318,6 @@ static_assert(!KF_DESC_WALK && KF_MASK_SKIP == 1 && KF_BC == KF_BR && KF_BC_LAST
 #define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
 #endif
 static_assert(KF_EXP2_POLY >= 0 && KF_EXP2_POLY <= 8, "exp2s by polynomial: 0 to 8 of 8");
-#ifndef KF_TANH_POLY
-#define KF_TANH_POLY 0 /* of every 8 column groups, the tanh by rational (kf_score_pair_t) */
-#endif
-static_assert(KF_TANH_POLY >= 0 && KF_TANH_POLY <= 8, "tanh by rational: 0 to 8 of 8");
-/* Whether 8-column group nt's pair form takes the tanh on the FMA pipe
- * (kf_score_pair_t, generated: cg_attention_pair.c, emit_tanh_poly): KF_TANH_POLY
- * of every 8 groups, spread evenly and apart from kf_ex2_mix's (2 of 8:
- * groups 1 and 5 of each 8, the exp2's 3 and 7; 4: the even ones) */
-#define KF_TANH_POLY_AT(nt)                                                                   \
-    (KF_TANH_POLY == 4 ? (nt) % 2 == 0 : (((nt) + 2) * KF_TANH_POLY) % 8 + KF_TANH_POLY >= 8)
-/* The pair form of key pair group nt: the tanh on the FMA pipe where
- * KF_TANH_POLY_AT(nt), else kf_score_pair (nt a constant once the loops are
- * unrolled: the choice folds away) */
-#define kf_score_pair_mix(s0, s1, nt, ...)                                                    \
-    (KF_TANH_POLY_AT(nt) ? kf_score_pair_t(s0, s1, __VA_ARGS__) : kf_score_pair(s0, s1, __VA_ARGS__))
 #ifndef KF_BC_LAST
 #define KF_BC_LAST 0 /* the ragged last key tile's wgmma width (0: KF_BC, as every tile) */
 #endif
@@ -1153,11 +1136,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if KF_TILE_AFFINE
                     ts = KF_DIAG_SCALE;
 #endif
-#elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_PAIR_T) && KF_TANH_POLY > 0
-                    /* the pair form, its tanh by rational (kf_score_pair_t)
-                     * in KF_TANH_POLY of every 8 column groups: a softcap's
-                     * MUFU.TANH moved to the FMA pipe */
-                    KF_EACH_PAIR(kf_score_pair_mix, nt_, );
 #elif defined(KF_SCORE_PAIR)
                     /* the pair form: a row's two neighbouring keys at once */
                     KF_EACH_PAIR(kf_score_pair, );

@@ -514,13 +514,12 @@ enum {
  * 1.180 ms with it against 1.143 / 1.145 by default, on scores 8 times as
  * large 1.215 / 1.229 against 1.191 / 1.194 (FlexAttention: 3.067) */
 #define KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU (UINT64_C(1) << 57)
-/* internal: a softcap's tanh in KF_SM90_TANH_POLY (2) of every 8 column groups
- * as the FMA-pipe rational (cg_attention_pair.c, emit_tanh_poly; kernel letter
- * h), beside the default's exp2 share (with SOFTCAP_MUFU: alone). Measured
- * slower (H100, a89fcf4): 1.259 / 1.273 ms with the exp2 share, 1.268 /
- * 1.251 alone, where the default takes 1.143 / 1.145 -- each moved tanh costs
- * 13 issue slots for 8 MUFU clocks; kept to measure */
-#define KF_CUDA_RECIPE_ATTENTION_TANH_POLY (UINT64_C(1) << 58)
+/* (Bit 58 was ATTENTION_TANH_POLY: a softcap's tanh in 2 of every 8 column
+ * groups as an FMA-pipe rational, kernel letter h; measured slower, H100,
+ * a89fcf4: 1.259 / 1.273 ms with the exp2 share, 1.268 / 1.251 alone, where
+ * the default takes 1.143 / 1.145 -- each moved tanh costs 13 issue slots
+ * for 8 MUFU clocks. win18 retired it with its code, rows and tests; bit 58
+ * is free.) */
 /* internal: the sm_90a attention kernel takes its work items one at a time
  * (kernel letter i): an item's last P.V alone, outside the ping-pong turns,
  * waited for, O stored, then the next item's first Q.K^T alone -- where by
