@@ -310,9 +310,17 @@ static_assert((KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2) && KF_BC_LAST == 0,
  * the main loop 764 -> 517 SASS instructions). Measured on an H200 it tied
  * on causal and GQA and lost 1-3.5% on ALiBi and head dim 64 (won 3% on
  * the softcap), so by default every step checks for an edge. */
+/* With a sliding window (KF_MASK_SKIP 2; KF_CUDA_RECIPE_ATTENTION_WINDOW_
+ * PEEL) an item has two edges: the diagonal, its last tile as above, and the
+ * window's far edge, the tiles holding a key below some row's window, kv0 <=
+ * q0 + KF_BR - 1 - KF_WINDOW: the first (j0, t_lo) and, where KF_WINDOW %
+ * KF_BC is neither 0 nor 1, the one after it. The steps after the first up
+ * to the far edge's last tile run in a loop of their own with the edge check
+ * (kf_width<3>), the loop between them and the last step without one. */
 #if KF_EDGE_LAST
-static_assert(!KF_DESC_WALK && KF_MASK_SKIP == 1 && KF_BC == KF_BR && KF_BC_LAST == 0,
-              "the peeled last step: an ascending causal walk, full-width tiles");
+static_assert(!KF_DESC_WALK && (KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2) && KF_BC == KF_BR &&
+                  KF_BC_LAST == 0,
+              "the peeled last step: an ascending causal or window walk, full-width tiles");
 #endif
 #ifndef KF_EXP2_POLY
 #define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
@@ -999,7 +1007,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             auto finish = [&](int j, int jn, bool joined, auto wt, auto ft) {
                 constexpr int W = decltype(wt)::value; /* the tile's width */
                 /* the item's first step (j0): kf_width<1>; KF_EDGE_LAST's
-                 * peeled last step: kf_width<2>; else kf_width<0> */
+                 * peeled last step: kf_width<2>, a window's far-edge steps
+                 * after the first: kf_width<3>; else kf_width<0> */
                 constexpr int STEP = decltype(ft)::value;
                 constexpr bool FIRST = STEP == 1;
                 (void)FIRST;
@@ -1055,8 +1064,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * step's takes the edge path whatever it is (the mask's
                  * values where none is cut: one copy of the score fewer) */
                 const bool edge =
-                    STEP == 2 ||
-                    (STEP == 1 && kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS));
+                    STEP == 2 || ((STEP == 1 || STEP == 3) &&
+                                  kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS));
 #else
                 const bool edge =
                     kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
@@ -1403,9 +1412,40 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* (with the overlap the steps after the first run inside the
              * block above, which then sets the pending item's batch-head and
              * rows: so those are dead in the loop) */
+#if KF_EDGE_LAST && KF_MASK_SKIP == 2
+            /* A window's far-edge steps after the first (KF_EDGE_LAST above),
+             * at most one with KF_BC == KF_BR, with the edge check; the loop
+             * below starts after them. Both bounds depend on q0 alone: the
+             * warpgroup's warps take the same wgmmas. */
+            const int kv_far = q0 + KF_BR - 1 - KF_WINDOW;
+            const int j_in = min(t_hi - 1, kv_far < 0 ? j1 : max(j1, kv_far / KF_BC + 1));
+            for (int j = j1, jn; j < j_in; j = jn) {
+                jn = j + 1;
+                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
+                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
+                KF_SC_INIT();
+                kf_hp_wait(fk0 + 8 * s, ph);
+                kf_hp_wait(fv0 + 8 * sp, php);
+                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                kf_issue_qk<KF_QK0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (cw == 0 || jn < t_hi || !last_turn)
+                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                finish(j, jn, false, kf_width<KF_BC>{}, kf_width<3>{});
+            }
+#define KF_J_MAIN max(j1, j_in)
+#else
+#define KF_J_MAIN j1
+#endif
             /* (with KF_BC_LAST or KF_EDGE_LAST, the last tile is the step
              * after the loop) */
-            for (int j = j1, jn; j < t_hi - (KF_BC_LAST > 0 || KF_EDGE_LAST); j = jn) {
+            for (int j = KF_J_MAIN, jn; j < t_hi - (KF_BC_LAST > 0 || KF_EDGE_LAST); j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
                 const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);

@@ -1307,7 +1307,7 @@ static const struct {
  * the two lists above in its case order (their streams follow sm90_cases'):
  * ALiBi and the softcap through GQA's broadcast head axis, ragged (f32
  * scores: the slope per query head, the bias's diagonal stepped along the
- * tile). */
+ * tile); sliding windows over more key tiles and other shapes. */
 static const struct {
     const char *name, *body, *mask;
 } sm90_named_cases[] = {
@@ -1327,6 +1327,53 @@ static const struct {
      "col = iota(i32[300, 300], axis=1)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
      "s1 = where(keep, t2, ninf)\n",
      "mask causal"},
+    /* sliding windows (keys q - w + 1 .. q; every row sees its own key) whose
+     * far edge cuts two key tiles (300, 200: not a multiple of 128), one (257,
+     * 100, 5), ragged S and Sq < Skv (Sq > Skv plans as a general mask), and
+     * one wider than S, which plans as causal: the window's edge steps out of
+     * the main loop (win18) */
+    {"sliding window 300, S 1000 (ragged), head dim 128",
+     "q = input($[1, 2, 1000, 128])\nk = input($[1, 2, 1000, 128])\nv = input($[1, 2, 1000, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[1000, 1000], axis=0)\ncol = iota(i32[1000, 1000], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 299)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"sliding window 257, S 900, head dim 64",
+     "q = input($[1, 2, 900, 64])\nk = input($[1, 2, 900, 64])\nv = input($[1, 2, 900, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[900, 900], axis=0)\ncol = iota(i32[900, 900], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 256)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"sliding window 200, Sq 300 < Skv 700, head dim 128",
+     "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 700, 128])\nv = input($[1, 2, 700, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[300, 700], axis=0)\ncol = iota(i32[300, 700], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 199)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"sliding window 100, Sq 300 < Skv 900, head dim 64",
+     "q = input($[1, 2, 300, 64])\nk = input($[1, 2, 900, 64])\nv = input($[1, 2, 900, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[300, 900], axis=0)\ncol = iota(i32[300, 900], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 99)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"a window 2000 wider than S 700 (planned causal), head dim 128",
+     "q = input($[1, 2, 700, 128])\nk = input($[1, 2, 700, 128])\nv = input($[1, 2, 700, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[700, 700], axis=0)\ncol = iota(i32[700, 700], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 1999)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"sliding window 5 (narrower than a tile), S 260, head dim 64",
+     "q = input($[1, 2, 260, 64])\nk = input($[1, 2, 260, 64])\nv = input($[1, 2, 260, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[260, 260], axis=0)\ncol = iota(i32[260, 260], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 4)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
 };
 
 /* The fused cases in dtype `dn_fused` and the longer ones above (ring wrap,
@@ -2155,6 +2202,61 @@ static void test_sm90_attention_edge_last_on_one_ragged_case(void **state) {
                         "the last key tile's step peeled", NULL, NULL,
                         "the last key tile's step peeled",
                         "causal, S 200 (not a tile multiple), head dim 128");
+}
+
+/* The sliding window's edge steps out of the main loop (KF_CUDA_RECIPE_
+ * ATTENTION_WINDOW_PEEL: templates/attention_sm90.cuh, KF_EDGE_LAST with a
+ * window mask -- the first step, the far edge's second tile in a loop of its
+ * own with the edge check, the diagonal's step peeled after the main loop,
+ * which has no edge path; the report says "the window's edge steps out of
+ * the main loop") against the reference, bf16 and f16: the window 50 at S
+ * 300 (narrower than a tile) and sm90_named_cases' windows (far edges over
+ * two tiles and one; ragged S 1000; Sq 300 < Skv 700, Sq 300 < Skv 900;
+ * head dims 64 and 128), each in that form's kernel; with the flag the
+ * causal kernel and a window wider than S (planned causal) keep their form
+ * (no such step). Written by win18 with no device time: not yet run on a
+ * GPU. */
+static void test_sm90_attention_window_peel_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "sliding window 50, S 300",
+        "sliding window 300, S 1000 (ragged), head dim 128",
+        "sliding window 257, S 900, head dim 64",
+        "sliding window 200, Sq 300 < Skv 700, head dim 128",
+        "sliding window 100, Sq 300 < Skv 900, head dim 64",
+        "sliding window 5 (narrower than a tile), S 260, head dim 64"};
+    static const char *const dts[] = {"bf16", "f16"};
+    const uint64_t wp = KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL;
+    const char *const form = "the window's edge steps out of the main loop";
+    int took = 0;
+    for (size_t d = 0; d < N_OF(dts); d++)
+        for (size_t i = 0; i < N_OF(names); i++)
+            run_sm90_cases_only(wp, dts[d], dts[d], 6500 + 100 * (uint64_t)d + 10 * (uint64_t)i,
+                                form, form, &took, form, names[i]);
+    fprintf(stderr, "  %d of %zu cases in the kernel with %s\n", took, 2 * N_OF(names), form);
+    assert_int_equal(took, (int)(2 * N_OF(names)));
+    static const char *const others[] = {
+        "causal, S 200 (not a tile multiple), head dim 128",
+        "a window 2000 wider than S 700 (planned causal), head dim 128"};
+    int others_took = 0;
+    for (size_t i = 0; i < N_OF(others); i++)
+        run_sm90_cases_only(wp, "bf16", "bf16", 6700 + 10 * (uint64_t)i, NULL, form,
+                            &others_took, "the flag, no window to peel", others[i]);
+    assert_int_equal(others_took, 0);
+}
+
+/* The window's edge steps out of the main loop on one ragged case (window
+ * 300, S 1000, head dim 128: a far edge over two key tiles, the main loop
+ * run): the case the device run takes under compute-sanitizer memcheck. Not
+ * yet run on a GPU (win18). */
+static void test_sm90_attention_window_peel_on_one_ragged_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL, NULL, "bf16", 6800,
+                        "the window's edge steps out of the main loop", NULL, NULL,
+                        "the window's edge steps out of the main loop",
+                        "sliding window 300, S 1000 (ragged), head dim 128");
 }
 
 /* The diagonal-first walk on one ragged causal case (S 200, head dim 128):
@@ -5500,6 +5602,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_keys_desc_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_edge_last_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_edge_last_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_window_peel_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_window_peel_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_f32_alibi_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_softcap_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_other_scores_match_the_reference),

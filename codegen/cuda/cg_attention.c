@@ -1497,10 +1497,16 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * 2.0%, H200, att18 at 0bc2f96; 3% at cb011fc, att17c), where KF_CUDA_
      * RECIPE_ATTENTION_EDGE_LAST then keeps every step's edge check;
      * elsewhere (the rounded forms too) where the flag asks (measured: a tie
-     * on causal, slower on ALiBi and head dim 64) */
-    const int elast = sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
-                              ((rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_LAST) != 0) !=
-                                  (capping && f32)
+     * on causal, slower on ALiBi and head dim 64). A window's item the same
+     * where KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL asks (the same letter u):
+     * its far-edge steps after the first in a loop of their own, the loop
+     * between them and the diagonal without the edge path (win18: B4 H32
+     * S4096 window 1024 main loop 1098 -> 557 SASS instructions) */
+    const bool ewin = sm90 && skip == 2 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
+                      (rflags & KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL);
+    const int elast = (sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
+                       ((rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_LAST) != 0) != (capping && f32)) ||
+                              ewin
                           ? 1
                           : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
@@ -1511,8 +1517,8 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * dim 64), y: O rescaled every key tile where it is lazy by default (head
      * dim 128), m: a keep map's edge path merged, v: a keep map's L2
      * policies and prefetch along its walk, d: causal or window key tiles
-     * diagonal-first, u: a causal item's last step peeled, the loop's steps
-     * without an edge path (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
+     * diagonal-first, u: a causal item's last step peeled (a window's far
+     * edge's steps too), the loop's steps without an edge path (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
      * fa3pftlwrcbvseizmdu_; h, a tanh partly by a rational, was retired
      * with its flag TANH_POLY) */
     char prefix[24] = "fa_";
@@ -1574,6 +1580,7 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
             elast)
             cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
                       desc    ? "key tiles diagonal-first; "
+                      : ewin  ? "the window's edge steps out of the main loop; "
                       : elast ? "the last key tile's step peeled; "
                               : "",
                       merged ? "the keep map's edge path merged; " : "",

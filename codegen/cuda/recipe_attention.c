@@ -126,7 +126,10 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                                          "walk's next kept tile prefetched"
                                        : "",
                   sm90_form(name, 'd') ? "; key tiles diagonal-first" : "",
-                  sm90_form(name, 'u') ? "; the last key tile's step peeled" : "");
+                  !sm90_form(name, 'u')                       ? ""
+                  : grp->attn.mask == KF_MASK_SLIDING_WINDOW ? "; the window's edge steps out of "
+                                                               "the main loop"
+                                                             : "; the last key tile's step peeled");
     else
         kf_rb_how(b, 0,
                   "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
