@@ -1127,7 +1127,6 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
     const uint64_t CHAIN = KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX;
     const uint64_t POLY = KF_CUDA_RECIPE_ATTENTION_EXP2_POLY;
     const uint64_t CAPM = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
-    const uint64_t TPOL = KF_CUDA_RECIPE_ATTENTION_TANH_POLY;
     const uint64_t APART = KF_CUDA_RECIPE_ATTENTION_ITEMS_APART;
     const uint64_t JOIN = KF_CUDA_RECIPE_ATTENTION_ITEMS_JOINED;
     bcase cases[] = {
@@ -1285,13 +1284,10 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_alibi_rs", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
         /* a softcap's MUFU ops: by default a quarter of its exp2s on the FMA
          * pipe (sc14; the _e kernel before); _mufu: every one on MUFU (KF_CUDA_
-         * RECIPE_ATTENTION_SOFTCAP_MUFU, the kernel before), _h: a quarter of
-         * the tanhs too (TANH_POLY), _t: the tanh share alone (SOFTCAP_MUFU |
-         * TANH_POLY), both in the rounded form (RS: the tanh's rational is
-         * its pair form's); the same on the wide scores */
+         * RECIPE_ATTENTION_SOFTCAP_MUFU, the kernel before); the same on the
+         * wide scores. (_h and _t, a quarter of the tanhs by a rational with
+         * and without the exp2 share, went with their flag TANH_POLY: win18.) */
         {"attn_softcap_mufu", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
-        {"attn_softcap_h", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | TPOL},
-        {"attn_softcap_t", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | CAPM | TPOL},
         {"attn_alibi", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         /* att17b: a causal or window item's key tiles diagonal-first (_desc:
          * KF_CUDA_RECIPE_ATTENTION_KEYS_DESC), where by default ascending,
@@ -1322,6 +1318,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_elast", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
         {"attn_causal_b16h16s1024d64_elast", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          ELAST},
+        /* win18: the sliding window's edge steps out of the main loop (_peel:
+         * KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL; the far edge's step(s) first,
+         * the diagonal's peeled after the loop, the loop between them without
+         * the edge path: main loop 1098 -> 557 SASS instructions), where by
+         * default ptxas merges the two-sided mask into every step; its
+         * _after_sleep twin beside attn_window_after_sleep */
+        {"attn_window_peel", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL},
+        {"attn_window_peel_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
+         KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL},
         /* the score's form before score12's fixed shift: the running row max
          * kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX; score12's scalar
          * inner score, _scalar, was retired with its flag by att16) */
@@ -1348,9 +1354,6 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_wide_rs", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS},
         {"attn_softcap_wide_skip", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | SKIP},
         {"attn_softcap_wide_mufu", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, CAPM},
-        {"attn_softcap_wide_h", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, RS | TPOL},
-        {"attn_softcap_wide_t", texts[20], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
-         RS | CAPM | TPOL},
         {"attn_window", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_sparse", texts[10], io, full * (0.5 + 1.0 / 64), 0, 0, 0, "", KF_GEMM_AUTO,
          0},

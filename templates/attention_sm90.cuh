@@ -127,8 +127,6 @@
  * KF_LAZY_RESCALE, KF_DESC_WALK, KF_BS_EDGE_MERGED, KF_BS_L2 (with kf_o_pol), KF_L2_PREFETCH, KF_PIN_SOFTMAX,
  * KF_TREE_SOFTMAX, KF_TAIL_LPT,
  * KF_CLUSTER, KF_PRODUCER_REGS / KF_CONSUMER_REGS (setmaxnreg), KF_EXP2_POLY,
- * KF_TANH_POLY (with KF_SCORE_PAIR_T: kf_score_pair_t, the pair form with its
- * tanh on the FMA pipe, for KF_TANH_POLY of every 8 column groups),
  * KF_O (param), kf_o_offset(bh, q) (O's row q of batch x head bh, in elements),
  * kf_tma_q/k/v(dst, map, c0, row, bh, bar), kf_tmapf_k/v(map, c0, row, bh),
  * kf_wgmma_qk0 / qk(s, da, db), kf_wgmma_pv(o, a, db), kf_score_full /
@@ -312,29 +310,22 @@ static_assert((KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2) && KF_BC_LAST == 0,
  * the main loop 764 -> 517 SASS instructions). Measured on an H200 it tied
  * on causal and GQA and lost 1-3.5% on ALiBi and head dim 64 (won 3% on
  * the softcap), so by default every step checks for an edge. */
+/* With a sliding window (KF_MASK_SKIP 2; KF_CUDA_RECIPE_ATTENTION_WINDOW_
+ * PEEL) an item has two edges: the diagonal, its last tile as above, and the
+ * window's far edge, the tiles holding a key below some row's window, kv0 <=
+ * q0 + KF_BR - 1 - KF_WINDOW: the first (j0, t_lo) and, where KF_WINDOW %
+ * KF_BC is neither 0 nor 1, the one after it. The steps after the first up
+ * to the far edge's last tile run in a loop of their own with the edge check
+ * (kf_width<3>), the loop between them and the last step without one. */
 #if KF_EDGE_LAST
-static_assert(!KF_DESC_WALK && KF_MASK_SKIP == 1 && KF_BC == KF_BR && KF_BC_LAST == 0,
-              "the peeled last step: an ascending causal walk, full-width tiles");
+static_assert(!KF_DESC_WALK && (KF_MASK_SKIP == 1 || KF_MASK_SKIP == 2) && KF_BC == KF_BR &&
+                  KF_BC_LAST == 0,
+              "the peeled last step: an ascending causal or window walk, full-width tiles");
 #endif
 #ifndef KF_EXP2_POLY
 #define KF_EXP2_POLY 0 /* of every 8 column groups, the exp2s by polynomial (kf_ex2_mix) */
 #endif
 static_assert(KF_EXP2_POLY >= 0 && KF_EXP2_POLY <= 8, "exp2s by polynomial: 0 to 8 of 8");
-#ifndef KF_TANH_POLY
-#define KF_TANH_POLY 0 /* of every 8 column groups, the tanh by rational (kf_score_pair_t) */
-#endif
-static_assert(KF_TANH_POLY >= 0 && KF_TANH_POLY <= 8, "tanh by rational: 0 to 8 of 8");
-/* Whether 8-column group nt's pair form takes the tanh on the FMA pipe
- * (kf_score_pair_t, generated: cg_attention_pair.c, emit_tanh_poly): KF_TANH_POLY
- * of every 8 groups, spread evenly and apart from kf_ex2_mix's (2 of 8:
- * groups 1 and 5 of each 8, the exp2's 3 and 7; 4: the even ones) */
-#define KF_TANH_POLY_AT(nt)                                                                   \
-    (KF_TANH_POLY == 4 ? (nt) % 2 == 0 : (((nt) + 2) * KF_TANH_POLY) % 8 + KF_TANH_POLY >= 8)
-/* The pair form of key pair group nt: the tanh on the FMA pipe where
- * KF_TANH_POLY_AT(nt), else kf_score_pair (nt a constant once the loops are
- * unrolled: the choice folds away) */
-#define kf_score_pair_mix(s0, s1, nt, ...)                                                    \
-    (KF_TANH_POLY_AT(nt) ? kf_score_pair_t(s0, s1, __VA_ARGS__) : kf_score_pair(s0, s1, __VA_ARGS__))
 #ifndef KF_BC_LAST
 #define KF_BC_LAST 0 /* the ragged last key tile's wgmma width (0: KF_BC, as every tile) */
 #endif
@@ -1016,7 +1007,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             auto finish = [&](int j, int jn, bool joined, auto wt, auto ft) {
                 constexpr int W = decltype(wt)::value; /* the tile's width */
                 /* the item's first step (j0): kf_width<1>; KF_EDGE_LAST's
-                 * peeled last step: kf_width<2>; else kf_width<0> */
+                 * peeled last step: kf_width<2>, a window's far-edge steps
+                 * after the first: kf_width<3>; else kf_width<0> */
                 constexpr int STEP = decltype(ft)::value;
                 constexpr bool FIRST = STEP == 1;
                 (void)FIRST;
@@ -1072,8 +1064,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                  * step's takes the edge path whatever it is (the mask's
                  * values where none is cut: one copy of the score fewer) */
                 const bool edge =
-                    STEP == 2 ||
-                    (STEP == 1 && kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS));
+                    STEP == 2 || ((STEP == 1 || STEP == 3) &&
+                                  kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS));
 #else
                 const bool edge =
                     kf_attn_tile_edge(jt, qw, bh, q0, bs_dense, bs_kept, KF_ARGS) || W != KF_BC;
@@ -1153,11 +1145,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if KF_TILE_AFFINE
                     ts = KF_DIAG_SCALE;
 #endif
-#elif defined(KF_SCORE_PAIR) && defined(KF_SCORE_PAIR_T) && KF_TANH_POLY > 0
-                    /* the pair form, its tanh by rational (kf_score_pair_t)
-                     * in KF_TANH_POLY of every 8 column groups: a softcap's
-                     * MUFU.TANH moved to the FMA pipe */
-                    KF_EACH_PAIR(kf_score_pair_mix, nt_, );
 #elif defined(KF_SCORE_PAIR)
                     /* the pair form: a row's two neighbouring keys at once */
                     KF_EACH_PAIR(kf_score_pair, );
@@ -1425,9 +1412,40 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             /* (with the overlap the steps after the first run inside the
              * block above, which then sets the pending item's batch-head and
              * rows: so those are dead in the loop) */
+#if KF_EDGE_LAST && KF_MASK_SKIP == 2
+            /* A window's far-edge steps after the first (KF_EDGE_LAST above),
+             * at most one with KF_BC == KF_BR, with the edge check; the loop
+             * below starts after them. Both bounds depend on q0 alone: the
+             * warpgroup's warps take the same wgmmas. */
+            const int kv_far = q0 + KF_BR - 1 - KF_WINDOW;
+            const int j_in = min(t_hi - 1, kv_far < 0 ? j1 : max(j1, kv_far / KF_BC + 1));
+            for (int j = j1, jn; j < j_in; j = jn) {
+                jn = j + 1;
+                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
+                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
+                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
+                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
+                KF_SC_INIT();
+                kf_hp_wait(fk0 + 8 * s, ph);
+                kf_hp_wait(fv0 + 8 * sp, php);
+                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                kf_issue_qk<KF_QK0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (cw == 0 || jn < t_hi || !last_turn)
+                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                finish(j, jn, false, kf_width<KF_BC>{}, kf_width<3>{});
+            }
+#define KF_J_MAIN max(j1, j_in)
+#else
+#define KF_J_MAIN j1
+#endif
             /* (with KF_BC_LAST or KF_EDGE_LAST, the last tile is the step
              * after the loop) */
-            for (int j = j1, jn; j < t_hi - (KF_BC_LAST > 0 || KF_EDGE_LAST); j = jn) {
+            for (int j = KF_J_MAIN, jn; j < t_hi - (KF_BC_LAST > 0 || KF_EDGE_LAST); j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
                 const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
                 const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);

@@ -1288,8 +1288,7 @@ static const struct {
     /* the softcap on scores 8 times the fused case's (about 11: |s / 30|
      * up to about 1.5, where tanh is far from its operand) and 64 times
      * (about 85: most of tanh's arguments past 3.6, where it rounds to 1,
-     * no mask), so the kernel's tanh by rational (kf_tanh_poly) and by
-     * MUFU see their whole range */
+     * no mask), so the kernel's tanh by MUFU sees its whole range */
     {"softcap 30 tanh(s / 30), scores 8x wide, causal S 300",
      "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 300, 128])\nv = input($[1, 2, 300, 128])\n"
      "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.70710678)\ns0 = mul(qk, sc)\n"
@@ -1308,7 +1307,7 @@ static const struct {
  * the two lists above in its case order (their streams follow sm90_cases'):
  * ALiBi and the softcap through GQA's broadcast head axis, ragged (f32
  * scores: the slope per query head, the bias's diagonal stepped along the
- * tile). */
+ * tile); sliding windows over more key tiles and other shapes. */
 static const struct {
     const char *name, *body, *mask;
 } sm90_named_cases[] = {
@@ -1328,6 +1327,53 @@ static const struct {
      "col = iota(i32[300, 300], axis=1)\nkeep = ge(row, col)\nninf = const($[], -inf)\n"
      "s1 = where(keep, t2, ninf)\n",
      "mask causal"},
+    /* sliding windows (keys q - w + 1 .. q; every row sees its own key) whose
+     * far edge cuts two key tiles (300, 200: not a multiple of 128), one (257,
+     * 100, 5), ragged S and Sq < Skv (Sq > Skv plans as a general mask), and
+     * one wider than S, which plans as causal: the window's edge steps out of
+     * the main loop (win18) */
+    {"sliding window 300, S 1000 (ragged), head dim 128",
+     "q = input($[1, 2, 1000, 128])\nk = input($[1, 2, 1000, 128])\nv = input($[1, 2, 1000, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[1000, 1000], axis=0)\ncol = iota(i32[1000, 1000], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 299)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"sliding window 257, S 900, head dim 64",
+     "q = input($[1, 2, 900, 64])\nk = input($[1, 2, 900, 64])\nv = input($[1, 2, 900, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[900, 900], axis=0)\ncol = iota(i32[900, 900], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 256)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"sliding window 200, Sq 300 < Skv 700, head dim 128",
+     "q = input($[1, 2, 300, 128])\nk = input($[1, 2, 700, 128])\nv = input($[1, 2, 700, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[300, 700], axis=0)\ncol = iota(i32[300, 700], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 199)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"sliding window 100, Sq 300 < Skv 900, head dim 64",
+     "q = input($[1, 2, 300, 64])\nk = input($[1, 2, 900, 64])\nv = input($[1, 2, 900, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[300, 900], axis=0)\ncol = iota(i32[300, 900], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 99)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
+    {"a window 2000 wider than S 700 (planned causal), head dim 128",
+     "q = input($[1, 2, 700, 128])\nk = input($[1, 2, 700, 128])\nv = input($[1, 2, 700, 128])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[700, 700], axis=0)\ncol = iota(i32[700, 700], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 1999)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask causal"},
+    {"sliding window 5 (narrower than a tile), S 260, head dim 64",
+     "q = input($[1, 2, 260, 64])\nk = input($[1, 2, 260, 64])\nv = input($[1, 2, 260, 64])\n"
+     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
+     "row = iota(i32[260, 260], axis=0)\ncol = iota(i32[260, 260], axis=1)\nd = sub(row, col)\n"
+     "w = const(i32[], 4)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+     "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n",
+     "mask sliding_window"},
 };
 
 /* The fused cases in dtype `dn_fused` and the longer ones above (ring wrap,
@@ -2158,6 +2204,61 @@ static void test_sm90_attention_edge_last_on_one_ragged_case(void **state) {
                         "causal, S 200 (not a tile multiple), head dim 128");
 }
 
+/* The sliding window's edge steps out of the main loop (KF_CUDA_RECIPE_
+ * ATTENTION_WINDOW_PEEL: templates/attention_sm90.cuh, KF_EDGE_LAST with a
+ * window mask -- the first step, the far edge's second tile in a loop of its
+ * own with the edge check, the diagonal's step peeled after the main loop,
+ * which has no edge path; the report says "the window's edge steps out of
+ * the main loop") against the reference, bf16 and f16: the window 50 at S
+ * 300 (narrower than a tile) and sm90_named_cases' windows (far edges over
+ * two tiles and one; ragged S 1000; Sq 300 < Skv 700, Sq 300 < Skv 900;
+ * head dims 64 and 128), each in that form's kernel; with the flag the
+ * causal kernel and a window wider than S (planned causal) keep their form
+ * (no such step). Written by win18 with no device time: not yet run on a
+ * GPU. */
+static void test_sm90_attention_window_peel_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *const names[] = {
+        "sliding window 50, S 300",
+        "sliding window 300, S 1000 (ragged), head dim 128",
+        "sliding window 257, S 900, head dim 64",
+        "sliding window 200, Sq 300 < Skv 700, head dim 128",
+        "sliding window 100, Sq 300 < Skv 900, head dim 64",
+        "sliding window 5 (narrower than a tile), S 260, head dim 64"};
+    static const char *const dts[] = {"bf16", "f16"};
+    const uint64_t wp = KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL;
+    const char *const form = "the window's edge steps out of the main loop";
+    int took = 0;
+    for (size_t d = 0; d < N_OF(dts); d++)
+        for (size_t i = 0; i < N_OF(names); i++)
+            run_sm90_cases_only(wp, dts[d], dts[d], 6500 + 100 * (uint64_t)d + 10 * (uint64_t)i,
+                                form, form, &took, form, names[i]);
+    fprintf(stderr, "  %d of %zu cases in the kernel with %s\n", took, 2 * N_OF(names), form);
+    assert_int_equal(took, (int)(2 * N_OF(names)));
+    static const char *const others[] = {
+        "causal, S 200 (not a tile multiple), head dim 128",
+        "a window 2000 wider than S 700 (planned causal), head dim 128"};
+    int others_took = 0;
+    for (size_t i = 0; i < N_OF(others); i++)
+        run_sm90_cases_only(wp, "bf16", "bf16", 6700 + 10 * (uint64_t)i, NULL, form,
+                            &others_took, "the flag, no window to peel", others[i]);
+    assert_int_equal(others_took, 0);
+}
+
+/* The window's edge steps out of the main loop on one ragged case (window
+ * 300, S 1000, head dim 128: a far edge over two key tiles, the main loop
+ * run): the case the device run takes under compute-sanitizer memcheck. Not
+ * yet run on a GPU (win18). */
+static void test_sm90_attention_window_peel_on_one_ragged_case(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL, NULL, "bf16", 6800,
+                        "the window's edge steps out of the main loop", NULL, NULL,
+                        "the window's edge steps out of the main loop",
+                        "sliding window 300, S 1000 (ragged), head dim 128");
+}
+
 /* The diagonal-first walk on one ragged causal case (S 200, head dim 128):
  * the case the device run takes under compute-sanitizer memcheck. */
 static void test_sm90_attention_keys_desc_on_one_ragged_case(void **state) {
@@ -2235,11 +2336,9 @@ static void test_sm90_attention_f32_other_scores_match_the_reference(void **stat
 
 /* A softcap's MUFU ops on the FMA pipe in part: the default at head dim 128
  * (f32 scores, a quarter of the exp2s by kf_ex2_poly), and in the rounded
- * form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE, whose pair form has the
- * tanh's rational) with a quarter of the tanhs by kf_tanh_poly too
- * (KF_CUDA_RECIPE_ATTENTION_TANH_POLY), the tanh share alone
- * (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | TANH_POLY) and neither
- * (SOFTCAP_MUFU, the kernel before): the softcap on the fused case's scores
+ * form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE) all on MUFU (SOFTCAP_MUFU,
+ * the kernel before; the tanh share by a rational, TANH_POLY, was retired by
+ * win18 with its two forms here): the softcap on the fused case's scores
  * (about 1.3), on scores about tanh's identity range, 8 and 64 times as wide
  * (tanh saturating; the last unmasked, 176-key tiles); bf16 (f16 keeps the
  * running max, none of the forms), each against the reference, the report
@@ -2253,19 +2352,14 @@ static void test_sm90_attention_softcap_fma_shares_match_the_reference(void **st
         "softcap 30 tanh(s / 30), scores 8x wide, causal S 300",
         "softcap 30 tanh(s / 30), scores 64x wide (tanh saturates), no mask, Sq 200 Skv 400"};
     const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
-    const uint64_t forms[] = {0, rs | KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
-                              rs | KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU |
-                                  KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
-                              rs | KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU};
-    static const char *const labels[] = {"exp2 share (the default)", "exp2 and tanh shares",
-                                         "tanh share alone", "all on MUFU"};
-    static const char *const probe[] = {"exp2s partly by polynomial",
-                                        "tanh partly by a rational on the FMA pipe",
-                                        "tanh partly by a rational on the FMA pipe", NULL};
+    const uint64_t forms[] = {0, rs | KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU};
+    static const char *const labels[] = {"exp2 share (the default)", "all on MUFU"};
+    static const char *const probe[] = {"exp2s partly by polynomial", NULL};
+    static const uint64_t seeds[] = {4700, 4730}; /* the seeds the forms had beside the tanh's */
     for (size_t f = 0; f < N_OF(forms); f++)
         for (size_t i = 0; i < N_OF(names); i++)
-            run_sm90_cases_only(forms[f], "bf16", "bf16", 4700 + 10 * (uint64_t)f + i, probe[f],
-                                NULL, NULL, labels[f], names[i]);
+            run_sm90_cases_only(forms[f], "bf16", "bf16", seeds[f] + i, probe[f], NULL, NULL,
+                                labels[f], names[i]);
 }
 
 /* The scores' log-sum-exp as a second output of the fused kernels (the
@@ -5508,6 +5602,8 @@ int main(void) {
         cmocka_unit_test(test_sm90_attention_keys_desc_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_edge_last_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_edge_last_on_one_ragged_case),
+        cmocka_unit_test(test_sm90_attention_window_peel_matches_the_reference),
+        cmocka_unit_test(test_sm90_attention_window_peel_on_one_ragged_case),
         cmocka_unit_test(test_sm90_attention_f32_alibi_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_softcap_matches_the_reference),
         cmocka_unit_test(test_sm90_attention_f32_other_scores_match_the_reference),

@@ -386,12 +386,9 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
  * where the pair form has one and no split (pair_diag: kf_score_diag,
  * kf_score_pair_dg and KF_SCORE_DIAG) */
 #define CG_PAIR_DIAG 2u
-/* and CG_PAIR_TANH_POLY, beside the pair form a second one, kf_score_pair_t,
- * whose tanh is kf_tanh_poly (a rational on the FMA pipe, no MUFU.TANH), for
- * the kernel's share of column groups (KF_TANH_POLY, the generator's), where
- * the pair form has a tanh and neither a split nor a diagonal
- * (KF_SCORE_PAIR_T) */
-#define CG_PAIR_TANH_POLY 4u
+/* (4u was CG_PAIR_TANH_POLY, kf_score_pair_t with a softcap's tanh as a
+ * rational on the FMA pipe: retired with KF_CUDA_RECIPE_ATTENTION_TANH_POLY,
+ * measured slower; README's sc14 section has the rational) */
 /* and CG_PAIR_DIAG_TAB, with the diagonal its part free of loads (ALiBi's
  * bf16(kv - q) pair) read from a table in shared memory over c->dtab_lo,
  * c->dtab_n, which the block fills once (pair_dtab: kf_dtab, kf_dtab_build,

@@ -157,11 +157,11 @@ static uint32_t sm90_stages(int64_t d) {
 #ifndef KF_SM90_EXP2_POLY_D64
 #define KF_SM90_EXP2_POLY_D64 1
 #endif
-/* KF_SM90_TANH_POLY (build-time): of every 8 column groups of a key tile,
- * how many take a softcap's tanh as the FMA-pipe rational
- * (cg_attention_pair.c, emit_tanh_poly: 14 instructions for one MUFU.TANH)
- * where KF_CUDA_RECIPE_ATTENTION_TANH_POLY asks (kernel letter h; by default
- * every tanh is MUFU.TANH). A bounded score with a tanh (a softcap) at head
+/* A softcap's tanh as an FMA-pipe rational in a share of a key tile's column
+ * groups (14 instructions for one MUFU.TANH; KF_CUDA_RECIPE_ATTENTION_
+ * TANH_POLY, kernel letter h) measured slower and was retired by win18 (the
+ * rational is in README's sc14 section): every tanh is MUFU.TANH. A bounded
+ * score with a tanh (a softcap) at head
  * dim 128 takes KF_SM90_EXP2_POLY_D128 of its exp2s by polynomial by default
  * (kernel letter e; KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU: every exp2 on
  * MUFU). The model: a consumer warp's inner softcap key tile (SASS, B4 H32
@@ -177,10 +177,6 @@ static uint32_t sm90_stages(int64_t d) {
  * 1.259 / 1.273 and 1.305 / 1.302, half the tanhs and a quarter of the
  * exp2s 1.352 / 1.334 and 1.422 / 1.420: the issue slots, not MUFU's
  * clocks, set the pace of a moved tanh, so none moves by default. */
-#ifndef KF_SM90_TANH_POLY
-#define KF_SM90_TANH_POLY 2
-#endif
-_Static_assert(KF_SM90_TANH_POLY >= 0 && KF_SM90_TANH_POLY <= 8, "tanh by rational: 0 to 8 of 8");
 _Static_assert(KF_SM90_EXP2_POLY_D128 >= 0 && KF_SM90_EXP2_POLY_D128 <= 8 &&
                    KF_SM90_EXP2_POLY_D64 >= 0 && KF_SM90_EXP2_POLY_D64 <= 8,
                "exp2s by polynomial: 0 to 8 of every 8 column groups");
@@ -1466,19 +1462,11 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     /* a bounded score with a tanh (a softcap) at head dim 128 holds two MUFU
      * ops a score, the tanh and the exp2: by default a share of its exp2s goes
      * to the FMA pipe (KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU keeps them on
-     * MUFU), and a share of its tanhs where KF_CUDA_RECIPE_ATTENTION_TANH_POLY
-     * asks (KF_SM90_TANH_POLY: measured slower), but not beside the split at
-     * the tanh (KF_CUDA_RECIPE_ATTENTION_TANH_SKIP) and only in the rounded
-     * form (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE: the rational is the pair
-     * form's, which f32 scores take only for a diagonal) */
+     * MUFU) */
     const bool capping = sm90 && smax > 0 && at->d == 128 && has_tanh(g);
     if (capping && !(rflags & KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU) &&
         !(score_loads(g) && at->skv <= 2 * sh.bc))
         poly = KF_SM90_EXP2_POLY_D128;
-    const int tpoly = capping && !f32 && (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_POLY) &&
-                              !(rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP)
-                          ? KF_SM90_TANH_POLY
-                          : 0;
     /* O, l and m rescaled lazily where the scores have a running max (not a
      * bounded score's fixed shift): by default at head dim 128 (but where
      * KF_CUDA_RECIPE_ATTENTION_EAGER_RESCALE keeps the per-tile rescale:
@@ -1509,31 +1497,36 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
      * 2.0%, H200, att18 at 0bc2f96; 3% at cb011fc, att17c), where KF_CUDA_
      * RECIPE_ATTENTION_EDGE_LAST then keeps every step's edge check;
      * elsewhere (the rounded forms too) where the flag asks (measured: a tie
-     * on causal, slower on ALiBi and head dim 64) */
-    const int elast = sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
-                              ((rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_LAST) != 0) !=
-                                  (capping && f32)
+     * on causal, slower on ALiBi and head dim 64). A window's item the same
+     * where KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL asks (the same letter u):
+     * its far-edge steps after the first in a loop of their own, the loop
+     * between them and the diagonal without the edge path (win18: B4 H32
+     * S4096 window 1024 main loop 1098 -> 557 SASS instructions) */
+    const bool ewin = sm90 && skip == 2 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
+                      (rflags & KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL);
+    const int elast = (sm90 && skip == 1 && sh.bc == SM90_BR && sh.bcl == 0 && !desc &&
+                       ((rflags & KF_CUDA_RECIPE_ATTENTION_EDGE_LAST) != 0) != (capping && f32)) ||
+                              ewin
                           ? 1
                           : 0;
     /* fa3_ the sm_90a kernel; p: its softmax pinned, f: f32 scores, t: the
      * softmax's reductions as trees, l: the tail longest first, w: 176-key
      * tiles (r: the ragged last one narrower), c: 2-CTA clusters, b: bounded
-     * scores, a fixed shift, e: exp2s partly by polynomial, h: tanh partly
-     * by a rational, i: items one at a time, j: items joined where they are
-     * not by default, z: O rescaled lazily where it is not by default (head
+     * scores, a fixed shift, e: exp2s partly by polynomial, i: items one at
+     * a time, j: items joined where they are not by default, z: O rescaled lazily where it is not by default (head
      * dim 64), y: O rescaled every key tile where it is lazy by default (head
      * dim 128), m: a keep map's edge path merged, v: a keep map's L2
      * policies and prefetch along its walk, d: causal or window key tiles
-     * diagonal-first, u: a causal item's last step peeled, the loop's steps
-     * without an edge path (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
-     * fa3pftlwrcbvsehizmdu_) */
+     * diagonal-first, u: a causal item's last step peeled (a window's far
+     * edge's steps too), the loop's steps without an edge path (fa3p_, fa3f_, fa3pf_, fa3t_, ...,
+     * fa3pftlwrcbvseizmdu_; h, a tanh partly by a rational, was retired
+     * with its flag TANH_POLY) */
     char prefix[24] = "fa_";
     if (sm90)
-        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
+        snprintf(prefix, sizeof prefix, "fa3%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s_", pin ? "p" : "",
                  f32 ? "f" : "", tree ? "t" : "", lpt ? "l" : "", sh.bc != SM90_BC ? "w" : "",
                  sh.bcl ? "r" : "", sh.cluster == 2 ? "c" : "", smax > 0 ? "b" : "",
                  bsl2 ? "v" : "", bst ? "s" : "", bsk ? "k" : "", poly > 0 ? "e" : "",
-                 tpoly > 0 ? "h" : "",
                  apart ? "i" : joined ? "j" : "",
                  lazy && at->d != 128 ? "z" : eager ? "y" : "", merged ? "m" : "",
                  desc ? "d" : "", elast ? "u" : "");
@@ -1583,10 +1576,11 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (sm90) {
         cg_emit_head(&c, "fused attention (sm_90a wgmma/TMA kernel)");
         if (pin || f32 || tree || lpt || sh.bc != SM90_BC || sh.cluster == 2 || smax > 0 || bst ||
-            poly > 0 || tpoly > 0 || apart || joined || lazy || eager || merged || bsl2 || desc ||
+            poly > 0 || apart || joined || lazy || eager || merged || bsl2 || desc ||
             elast)
-            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
+            cg_printf(&c.s, "/* forms: %s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s */\n",
                       desc    ? "key tiles diagonal-first; "
+                      : ewin  ? "the window's edge steps out of the main loop; "
                       : elast ? "the last key tile's step peeled; "
                               : "",
                       merged ? "the keep map's edge path merged; " : "",
@@ -1594,7 +1588,6 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                       lazy ? "O rescaled lazily; " : eager ? "O rescaled every key tile; " : "",
                       apart ? "items one at a time; " : joined ? "items joined; " : "",
                       poly > 0 ? "exp2s partly by polynomial; " : "",
-                      tpoly > 0 ? "tanh partly by a rational on the FMA pipe; " : "",
                       bst ? "the keep map's walk in shared memory; " : "",
                       bsk ? "query tiles paired by kept count; " : "",
                       smax > 0 ? "bounded scores, a fixed softmax shift; " : "",
@@ -1614,11 +1607,11 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
                   "\n#define KF_SCORE_SCALE %af\n#define KF_LAZY_RESCALE %d\n#define "
                   "KF_L2_PREFETCH %d\n#define KF_PIN_SOFTMAX %d\n#define KF_TREE_SOFTMAX %d\n"
                   "#define KF_TAIL_LPT %d\n#define KF_CLUSTER %d\n#define KF_PRODUCER_REGS %d\n"
-                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n#define KF_TANH_POLY %d\n"
+                  "#define KF_CONSUMER_REGS %d\n#define KF_EXP2_POLY %d\n"
                   "#define KF_ITEM_OVERLAP %d\n#define KF_BS_EDGE_MERGED %d\n#define KF_BS_L2 %d\n"
                   "#define KF_DESC_WALK %d\n#define KF_EDGE_LAST %d\n",
                   scale, lazy, KF_SM90_L2_PREFETCH, pin, tree, lpt, sh.cluster,
-                  sh.preg, sh.creg, poly, tpoly, ovl, merged, bsl2, desc, elast);
+                  sh.preg, sh.creg, poly, ovl, merged, bsl2, desc, elast);
         cg_printf(
             &c.s,
             "#define KF_D %lld\n#define KF_BR %d\n#define KF_BC %d\n#define KF_STAGES %u\n"
@@ -1687,7 +1680,6 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     st = emit_score_fns(&c, skip != 0, fold, f32 && fold != KF_NONE, tfold, sm90,
                         (rflags & KF_CUDA_RECIPE_ATTENTION_TANH_SKIP ? CG_PAIR_SPLIT : 0u) |
                             CG_PAIR_DIAG |
-                            (tpoly > 0 ? CG_PAIR_TANH_POLY : 0u) |
                             (dtab ? CG_PAIR_DIAG_TAB : 0u) | CG_PAIR_DIAG_EDGE |
                             (rflags & KF_CUDA_RECIPE_ATTENTION_DIAG_STEPPED ? 0u
                                                                             : CG_PAIR_DIAG_ADD));

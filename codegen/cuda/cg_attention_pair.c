@@ -50,7 +50,6 @@ typedef struct pair_ctx {
     uint32_t in;    /* the node whose pair comes in as in_src's bits (KF_NONE: none) */
     const char *in_src;
     uint32_t ident; /* a tanh node that takes its operand's pair (KF_NONE: none) */
-    const char *tanh_fn; /* the tanh's function (NULL: cg_op_fn's, kf_tanh) */
 } pair_ctx;
 
 static void pair_op(pair_ctx *p, uint32_t i, int k);
@@ -368,8 +367,7 @@ static void pair_op(pair_ctx *p, uint32_t i, int k) {
         return;
     }
     if (!kf_op_has(e->op, KF_TRAIT_BINARY)) {
-        cg_printf(&c->s, "%s(p%u_%d)",
-                  e->op == KF_OP_TANH && p->tanh_fn ? p->tanh_fn : cg_op_fn(e->op), a, ka);
+        cg_printf(&c->s, "%s(p%u_%d)", cg_op_fn(e->op), a, ka);
         return;
     }
     if (e->dtype == KF_DTYPE_I32) {
@@ -927,67 +925,6 @@ static void emit_diag(pair_ctx *p, chunk_ctx *x, uint32_t f, const bool *dg, con
     kf_mem_free(c->mem, on, c->n * sizeof *on);
 }
 
-/* Whether a needed node of the pair form is a bf16 tanh that varies with the
- * score (a softcap's). */
-static bool pair_has_tanh(const pair_ctx *p) {
-    const cg *c = p->c;
-    for (uint32_t i = 0; i < c->n; i++) {
-        const kf_expr *e = &c->g->expr[i];
-        if (c->need[i] && p->name[i] == i && e->kind == KF_EXPR_OP && e->op == KF_OP_TANH &&
-            e->dtype == KF_DTYPE_BF16 && p->r[i].dep)
-            return true;
-    }
-    return false;
-}
-
-/* kf_tanh_poly and kf_score_pair_t: the pair form again, its tanh a rational
- * on the FMA pipe (templates/attention_sm90.cuh takes it for KF_TANH_POLY of
- * every 8 column groups). MUFU takes 16 lanes a clock an SM, and a softcap
- * score holds two MUFU ops (the tanh and the softmax's exp2): a 128 x 128
- * tile's 32768 are 2048 clocks, the tile's wgmma time. tanh(x) = x P(y) /
- * Q(y), y = x^2, x clamped to +-3.6 (max.NaN / min.NaN: a NaN stays NaN,
- * +-inf gives +-1), P and Q quadratics fitted for the least relative error
- * on [0, 3.6] (6.7e-6, where tanh.approx.f32's is 1.1e-5), 1 / Q by two
- * Newton steps from the integer seed 0x7ef311c3 - bits(Q) (Q in [1, 7.6]:
- * the seed within 5.1%, the steps 7e-6): rounded to bf16 it is the
- * correctly rounded tanh of every bf16 operand (all 32640 finite positive
- * ones checked in f32 arithmetic; odd, so the negative ones too), and at
- * 3.6 and past it rounds to 1. 14 instructions (2 FMNMX.NAN, 11 FFMA /
- * FMUL, an integer subtract) for one MUFU.TANH: 13 more issue slots for 8
- * MUFU clocks, which measured slower (H100, a89fcf4: a quarter of the tanhs
- * 1.259 ms against 1.143 without, both with a quarter of the exp2s by
- * polynomial), so only KF_CUDA_RECIPE_ATTENTION_TANH_POLY asks for it. */
-static void emit_tanh_poly(pair_ctx *p, chunk_ctx *x, const pair_rep *r0) {
-    cg *c = p->c;
-    const uint32_t top = p->name[c->g->attn.score];
-    cg_puts(&c->s,
-            "/* tanh on the FMA pipe (cg_attention_pair.c, emit_tanh_poly) */\n"
-            "__device__ __forceinline__ float kf_tanh_poly(float x) {\n"
-            "    float xc;\n"
-            "    asm(\"max.NaN.f32 %0, %1, %2;\" : \"=f\"(xc) : \"f\"(x), \"f\"(-3.6f));\n"
-            "    asm(\"min.NaN.f32 %0, %1, %2;\" : \"=f\"(xc) : \"f\"(xc), \"f\"(3.6f));\n"
-            "    const float y = xc * xc;\n"
-            "    const float pn = fmaf(fmaf(0x1.a93912p-11f, y, 0x1.b3a2bap-4f), y, "
-            "0x1.ffff1ep-1f);\n"
-            "    const float qd = fmaf(fmaf(0x1.ce0c8p-7f, y, 0x1.c22f56p-2f), y, 1.0f);\n"
-            "    float r = __int_as_float(0x7ef311c3 - __float_as_int(qd));\n"
-            "    r = fmaf(r, fmaf(-qd, r, 1.0f), r);\n"
-            "    r = fmaf(r, fmaf(-qd, r, 1.0f), r);\n"
-            "    return (xc * pn) * r;\n}\n"
-            "__device__ __forceinline__ void kf_score_pair_t(float &s0, float &s1, long long bh, "
-            "int q, int kv, KF_PARAMS) {\n");
-    memcpy(p->r, r0, c->n * sizeof *p->r);
-    p->tanh_fn = "kf_tanh_poly";
-    pair_loads(p, x);
-    pair_emit(p);
-    pair_get_f(p, top);
-    cg_printf(&c->s,
-              "    s0 = p%u_0;\n    s1 = p%u_1;\n    (void)bh; (void)q; (void)kv;\n}\n"
-              "#define KF_SCORE_PAIR_T 1\n\n",
-              top, top);
-    p->tanh_fn = NULL;
-}
-
 kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t fold,
                                   unsigned forms) {
     const kf_group *g = c->g;
@@ -1000,7 +937,7 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
         if (g->expr[i].kind == KF_EXPR_SCORE)
             snprintf(c->ov[i], OV_MAX, "s");
     }
-    pair_ctx p = {c, NULL, NULL, 0, 0, x, NULL, KF_NONE, NULL, KF_NONE, NULL};
+    pair_ctx p = {c, NULL, NULL, 0, 0, x, NULL, KF_NONE, NULL, KF_NONE};
     p.r = kf_mem_calloc(c->mem, c->n, sizeof *p.r);
     p.name = kf_mem_calloc(c->mem, c->n, sizeof *p.name);
     pair_rep *r0 = kf_mem_calloc(c->mem, c->n, sizeof *r0);
@@ -1052,8 +989,6 @@ kf_status cg_attn_emit_score_pair(cg *c, chunk_ctx *x, uint32_t kept, uint32_t f
                 emit_split(&p, x, t, anc, r0);
             else if (f != KF_NONE)
                 emit_diag(&p, x, f, anc, r0, forms);
-            else if ((forms & CG_PAIR_TANH_POLY) && pair_has_tanh(&p))
-                emit_tanh_poly(&p, x, r0);
         }
     }
     kf_mem_free(c->mem, p.r, c->n * sizeof *p.r);

@@ -102,7 +102,7 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
     if (sm90)
         kf_rb_how(b, 0,
                   "fused attention (sm_90a wgmma/TMA kernel) %s: mask %s, head dim %lld, "
-                  "%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
+                  "%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s",
                   name, kf_mask_kind_name(grp->attn.mask), (long long)grp->attn.d, tiles,
                   sm90_form(name, 'p') ? "; softmax pinned under P.V" : "",
                   sm90_form(name, 'f') ? "; f32 scores, unrounded (a scale folded into the softmax)"
@@ -115,7 +115,6 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                   sm90_form(name, 'c') ? "; 2-CTA clusters sharing K and V" : "",
                   sm90_form(name, 'b') ? "; bounded scores, a fixed softmax shift" : "",
                   sm90_form(name, 'e') ? "; exp2s partly by polynomial" : "",
-                  sm90_form(name, 'h') ? "; tanh partly by a rational on the FMA pipe" : "",
                   sm90_form(name, 'i') ? "; items one at a time"
                   : sm90_form(name, 'j') ? "; items joined"
                                          : "",
@@ -127,7 +126,10 @@ static kf_status fused_attention(rb *b, bool sm90, const char *sm90_why) {
                                          "walk's next kept tile prefetched"
                                        : "",
                   sm90_form(name, 'd') ? "; key tiles diagonal-first" : "",
-                  sm90_form(name, 'u') ? "; the last key tile's step peeled" : "");
+                  !sm90_form(name, 'u')                       ? ""
+                  : grp->attn.mask == KF_MASK_SLIDING_WINDOW ? "; the window's edge steps out of "
+                                                               "the main loop"
+                                                             : "; the last key tile's step peeled");
     else
         kf_rb_how(b, 0,
                   "fused attention (sm_80 mma.sync kernel) %s: mask %s, head dim %lld, %s%s%s",
