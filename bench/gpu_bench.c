@@ -1318,16 +1318,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_softcap_elast", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, ELAST},
         {"attn_causal_b16h16s1024d64_elast", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          ELAST},
-        /* win18: the sliding window's edge steps out of the main loop (_peel:
-         * KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL; the far edge's step(s) first,
-         * the diagonal's peeled after the loop, the loop between them without
-         * the edge path: main loop 1098 -> 557 SASS instructions), where by
-         * default ptxas merges the two-sided mask into every step; its
+        /* the sliding window's edge check in every step of the main loop
+         * (_inloop: KF_CUDA_RECIPE_ATTENTION_WINDOW_INLOOP, the form before
+         * win18, where ptxas merges the two-sided mask into every step), where
+         * by default the far edge's step(s) run first, the diagonal's peeled
+         * after the loop, and the loop between them has no edge path; its
          * _after_sleep twin beside attn_window_after_sleep */
-        {"attn_window_peel", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO,
-         KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL},
-        {"attn_window_peel_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
-         KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL},
+        {"attn_window_inloop", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "", KF_GEMM_AUTO,
+         KF_CUDA_RECIPE_ATTENTION_WINDOW_INLOOP},
+        {"attn_window_inloop_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
+         KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_WINDOW_INLOOP},
         /* the score's form before score12's fixed shift: the running row max
          * kept (_rowmax: KF_CUDA_RECIPE_ATTENTION_ROW_MAX; score12's scalar
          * inner score, _scalar, was retired with its flag by att16) */

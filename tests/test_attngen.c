@@ -186,12 +186,15 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
             /* the default's form letters alone: f where the score is a
              * scale of Q.K^T (f32 scores), b where a softcap bounds it (and
              * e at head dim 128: a share of its exp2s on the FMA pipe), t
-             * (the softmax's trees) at head dim 128 and only there */
+             * (the softmax's trees) at head dim 128 and only there, u for a
+             * softcap at head dim 128 and a sliding window (their edge steps
+             * out of the main loop) */
             const char *nm = ks->kernel.name;
             bool dflt = strncmp(nm, "fa3", 3) == 0;
             const bool capped = memchr(nm, 'b', strcspn(nm, "_")) && cases[i].d == 128;
+            const bool window = strstr(nm, "_sliding_window_") != NULL;
             for (const char *c = nm + 3; dflt && *c != '_'; c++)
-                dflt = *c && strchr(capped ? "fbteu" : "fbt", *c) != NULL;
+                dflt = *c && strchr(capped ? "fbteu" : window ? "fbtu" : "fbt", *c) != NULL;
             if (capped && !strstr(nm, "beu_"))
                 fail_msg("%s [%s]: %s is not the softcap's default (fa3ftbeu_)", cases[i].name,
                          dts[d], nm);
@@ -554,7 +557,7 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
             if (!f)
                 /* f32 scores and trees at head dim 128: the default */
                 assert_non_null(strstr(k->name, "fa3ftl_"));
-            else if (!strstr(k->name, "tl_"))
+            else if (!strstr(k->name, "tl_") && !strstr(k->name, "tlu_"))
                 fail_msg("%s: %s is not named for every form", cases[ci].name, k->name);
             kf_sass_check_hopper(&MEM, k);
             fprintf(stderr, "  %s: %s compiles, no spills\n", cases[ci].name, k->name);
@@ -746,8 +749,9 @@ static int sass_main_loop(const char *sass, int *sel) {
  * the flag, causal ragged S 200 and the bench's B4 H32 S4096 (causal, ALiBi)
  * at head dim 128, ALiBi at head dim 64, GQA 8:1 and permuted views define
  * KF_EDGE_LAST 1, without it 0; the softcaps (B4 H32 S4096, S 150) the other
- * way round; the window, the
- * unmasked kernel (176-key tiles) and the block-sparse one keep 0 either
+ * way round; the window 1 either way (its edges out of the main loop by
+ * default since win18: test_the_window_walk_may_take_its_edges_out_of_the_loop),
+ * the unmasked kernel (176-key tiles) and the block-sparse one 0 either
  * way, with no letter. Each compiles with HGMMA and no spills. In the SASS
  * of the S4096 kernels the peeled kernel's main loop -- the shortest
  * backward branch over Q.K^T's wait, to its target -- has no edge path:
@@ -772,10 +776,12 @@ static void test_the_causal_walk_may_peel_its_last_step(void **state) {
     static const struct {
         int ci; /* cases[ci], or -1 - i: big[i] (the bench's shapes: main loops) */
         bool peel;
-        bool inv; /* peeled without the flag (a softcap at head dim 128) */
-    } vs[] = {{-1, true, false}, {-2, true, false}, {-3, true, true},   {0, true, false},
-              {3, true, true},   {4, true, false},  {7, true, false},   {8, true, false},
-              {2, false, false}, {1, false, false}, {6, false, false}};
+        bool inv;    /* peeled without the flag (a softcap at head dim 128) */
+        bool always; /* peeled with or without it (a window) */
+    } vs[] = {{-1, true, false, false}, {-2, true, false, false}, {-3, true, true, false},
+              {0, true, false, false},  {3, true, true, false},   {4, true, false, false},
+              {7, true, false, false},  {8, true, false, false},  {2, false, false, true},
+              {1, false, false, false}, {6, false, false, false}};
     static char sass[1 << 22];
     for (size_t v = 0; v < N_OF(vs); v++) {
         const bool loops = vs[v].ci < 0; /* the small cases' loops fold away */
@@ -790,7 +796,7 @@ static void test_the_causal_walk_may_peel_its_last_step(void **state) {
             kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL,
                                                  f ? KF_CUDA_RECIPE_ATTENTION_EDGE_LAST : 0);
             const kf_cuda_kernel *k = &attn_recipe(p.plan, r)->steps[0].kernel->kernel;
-            const bool peel = (f != vs[v].inv) && vs[v].peel;
+            const bool peel = vs[v].always || ((f != vs[v].inv) && vs[v].peel);
             const char *form = strchr(k->name, '_');
             assert_non_null(form);
             const bool letter = form[-1] == 'u';
@@ -851,12 +857,12 @@ static int sass_regs(const kf_cuda_kernel *k) {
 }
 
 /* The sliding window's edge steps out of the main loop (templates/
- * attention_sm90.cuh, KF_EDGE_LAST with KF_MASK_SKIP 2, where
- * KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL asks: kernel letter u, the report
- * says "the window's edge steps out of the main loop"): with the flag every
- * window kernel below defines KF_EDGE_LAST 1 and compiles with HGMMA, no
- * local memory and no more registers than without it (KF_EDGE_LAST 0, no
- * letter) -- bf16 and f16, head dims 64 and 128, ragged S, Sq < Skv (Sq >
+ * attention_sm90.cuh, KF_EDGE_LAST with KF_MASK_SKIP 2, by default: kernel
+ * letter u, the report says "the window's edge steps out of the main
+ * loop"): every window kernel below defines KF_EDGE_LAST 1 and compiles
+ * with HGMMA, no local memory and no more registers than with the edge
+ * check in every step (KF_CUDA_RECIPE_ATTENTION_WINDOW_INLOOP:
+ * KF_EDGE_LAST 0, no letter) -- bf16 and f16, head dims 64 and 128, ragged S, Sq < Skv (Sq >
  * Skv plans as a general mask), windows smaller than a tile (50, 100), of a
  * tile multiple plus one (257:
  * one far-edge tile), not a multiple (200, 300, 1000: two, the second in
@@ -865,8 +871,8 @@ static int sass_regs(const kf_cuda_kernel *k) {
  * window 1000 at head dim 64) the main loop -- the shortest backward branch
  * over Q.K^T's wait -- is shorter with the flag and has no more than 12 FSEL
  * and ISETP (the softmax's own), where the default's has the two-sided mask
- * merged into it (att18: 1099 instructions on the bench's). The flag leaves
- * causal and unmasked kernels' sources as they are, and a window wider than
+ * merged into it (att18: 1099 instructions on the bench's). Causal and unmasked kernels
+ * take no such step, and a window wider than
  * S (2000 at S 700, which plans as causal). Printed: SASS lines, loops,
  * registers (the launch's; the consumers' budget is setmaxnreg's, and
  * kf_sass_cubin fails on ptxas's serialized-wgmma warnings). */
@@ -885,7 +891,7 @@ static void test_the_window_walk_may_take_its_edges_out_of_the_loop(void **state
               {1, 2, 300, 700, 128, 200, "bf16", false},
               {1, 2, 300, 900, 64, 100, "f16", false}};
     static char sass[1 << 22];
-    const uint64_t wp = KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL;
+    const uint64_t inloop = KF_CUDA_RECIPE_ATTENTION_WINDOW_INLOOP;
     for (size_t v = 0; v < N_OF(vs); v++) {
         char body[2048], text[4096];
         window_body(body, sizeof body, vs[v].b, vs[v].h, vs[v].sq, vs[v].skv, vs[v].d, vs[v].w);
@@ -894,7 +900,7 @@ static void test_the_window_walk_may_take_its_edges_out_of_the_loop(void **state
         plan_text(text, &p);
         int n[2] = {0, 0}, loop[2] = {0, 0}, sel[2] = {0, 0}, regs[2] = {0, 0};
         for (int f = 0; f < 2; f++) {
-            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, f ? wp : 0);
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, f ? 0 : inloop);
             const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
             const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
             const char *form = strchr(k->name, '_');
@@ -904,14 +910,14 @@ static void test_the_window_walk_may_take_its_edges_out_of_the_loop(void **state
                 (form[-1] == 'u') != (f == 1) ||
                 (strstr(rc->variants[0].how, "the window's edge steps out of the main loop") !=
                  NULL) != (f == 1))
-                fail_msg("window %d, %dx%d D%d [%s], flag %d: %s: %s", vs[v].w, vs[v].sq,
+                fail_msg("window %d, %dx%d D%d [%s], peeled %d: %s: %s", vs[v].w, vs[v].sq,
                          vs[v].skv, vs[v].d, vs[v].dn, f, k->name, rc->variants[0].how);
             kf_sass_check_hopper(&MEM, k);
             kf_sass_text(&MEM, k, sass, sizeof sass);
             n[f] = count_between(sass, sass + strlen(sass), "        /*");
             regs[f] = sass_regs(k);
             if (vs[v].loops && (loop[f] = sass_main_loop(sass, &sel[f])) < 0)
-                fail_msg("window %d D%d [%s], flag %d: no main loop in the SASS", vs[v].w,
+                fail_msg("window %d D%d [%s], peeled %d: no main loop in the SASS", vs[v].w,
                          vs[v].d, vs[v].dn, f);
             kf_cuda_recipes_destroy(r);
         }
@@ -927,7 +933,7 @@ static void test_the_window_walk_may_take_its_edges_out_of_the_loop(void **state
                 loop[0], sel[0], n[1], regs[1], loop[1], sel[1]);
         plan_release(&p);
     }
-    /* causal, unmasked and a window wider than S: the flag changes nothing */
+    /* causal, unmasked and a window wider than S: the in-loop flag changes nothing */
     for (size_t ci = 0; ci < 3; ci++) {
         char body[2048], text[4096];
         window_body(body, sizeof body, 1, 2, 700, 700, 128, 2000);
@@ -935,7 +941,7 @@ static void test_the_window_walk_may_take_its_edges_out_of_the_loop(void **state
         planned p;
         plan_text(text, &p);
         kf_cuda_recipes *r[2] = {kf_sass_recipes(&MEM, p.plan, "h100", NULL, 0),
-                                 kf_sass_recipes(&MEM, p.plan, "h100", NULL, wp)};
+                                 kf_sass_recipes(&MEM, p.plan, "h100", NULL, inloop)};
         assert_string_equal(attn_recipe(p.plan, r[0])->steps[0].kernel->kernel.source,
                             attn_recipe(p.plan, r[1])->steps[0].kernel->kernel.source);
         for (int f = 0; f < 2; f++)

@@ -2204,18 +2204,18 @@ static void test_sm90_attention_edge_last_on_one_ragged_case(void **state) {
                         "causal, S 200 (not a tile multiple), head dim 128");
 }
 
-/* The sliding window's edge steps out of the main loop (KF_CUDA_RECIPE_
- * ATTENTION_WINDOW_PEEL: templates/attention_sm90.cuh, KF_EDGE_LAST with a
- * window mask -- the first step, the far edge's second tile in a loop of its
- * own with the edge check, the diagonal's step peeled after the main loop,
- * which has no edge path; the report says "the window's edge steps out of
- * the main loop") against the reference, bf16 and f16: the window 50 at S
- * 300 (narrower than a tile) and sm90_named_cases' windows (far edges over
- * two tiles and one; ragged S 1000; Sq 300 < Skv 700, Sq 300 < Skv 900;
- * head dims 64 and 128), each in that form's kernel; with the flag the
- * causal kernel and a window wider than S (planned causal) keep their form
- * (no such step). Written by win18 with no device time: not yet run on a
- * GPU. */
+/* The sliding window's edge steps out of the main loop (by default since
+ * win18: templates/attention_sm90.cuh, KF_EDGE_LAST with a window mask --
+ * the first step, the far edge's second tile in a loop of its own with the
+ * edge check, the diagonal's step peeled after the main loop, which has no
+ * edge path; the report says "the window's edge steps out of the main
+ * loop") against the reference, bf16 and f16: the window 50 at S 300
+ * (narrower than a tile) and sm90_named_cases' windows (far edges over two
+ * tiles and one; ragged S 1000; Sq 300 < Skv 700, Sq 300 < Skv 900; head
+ * dims 64 and 128), each in that form's kernel; with KF_CUDA_RECIPE_
+ * ATTENTION_WINDOW_INLOOP (the edge check in every step, the form before)
+ * the same cases in that form; the causal kernel and a window wider than S
+ * (planned causal) take no such step. */
 static void test_sm90_attention_window_peel_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -2227,35 +2227,38 @@ static void test_sm90_attention_window_peel_matches_the_reference(void **state) 
         "sliding window 100, Sq 300 < Skv 900, head dim 64",
         "sliding window 5 (narrower than a tile), S 260, head dim 64"};
     static const char *const dts[] = {"bf16", "f16"};
-    const uint64_t wp = KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL;
+    const uint64_t inloop = KF_CUDA_RECIPE_ATTENTION_WINDOW_INLOOP;
     const char *const form = "the window's edge steps out of the main loop";
-    int took = 0;
+    int took = 0, inloop_took = 0;
     for (size_t d = 0; d < N_OF(dts); d++)
-        for (size_t i = 0; i < N_OF(names); i++)
-            run_sm90_cases_only(wp, dts[d], dts[d], 6500 + 100 * (uint64_t)d + 10 * (uint64_t)i,
-                                form, form, &took, form, names[i]);
-    fprintf(stderr, "  %d of %zu cases in the kernel with %s\n", took, 2 * N_OF(names), form);
+        for (size_t i = 0; i < N_OF(names); i++) {
+            const uint64_t seed = 6500 + 100 * (uint64_t)d + 10 * (uint64_t)i;
+            run_sm90_cases_only(0, dts[d], dts[d], seed, form, form, &took, form, names[i]);
+            run_sm90_cases_only(inloop, dts[d], dts[d], seed + 5, NULL, form, &inloop_took,
+                                "the edge check in every step", names[i]);
+        }
+    fprintf(stderr, "  %d of %zu cases in the kernel with %s, %d with the flag\n", took,
+            2 * N_OF(names), form, inloop_took);
     assert_int_equal(took, (int)(2 * N_OF(names)));
+    assert_int_equal(inloop_took, 0);
     static const char *const others[] = {
         "causal, S 200 (not a tile multiple), head dim 128",
         "a window 2000 wider than S 700 (planned causal), head dim 128"};
     int others_took = 0;
     for (size_t i = 0; i < N_OF(others); i++)
-        run_sm90_cases_only(wp, "bf16", "bf16", 6700 + 10 * (uint64_t)i, NULL, form,
-                            &others_took, "the flag, no window to peel", others[i]);
+        run_sm90_cases_only(0, "bf16", "bf16", 6700 + 10 * (uint64_t)i, NULL, form,
+                            &others_took, "no window to peel", others[i]);
     assert_int_equal(others_took, 0);
 }
 
 /* The window's edge steps out of the main loop on one ragged case (window
  * 300, S 1000, head dim 128: a far edge over two key tiles, the main loop
- * run): the case the device run takes under compute-sanitizer memcheck. Not
- * yet run on a GPU (win18). */
+ * run): the case the device run takes under compute-sanitizer memcheck. */
 static void test_sm90_attention_window_peel_on_one_ragged_case(void **state) {
     (void)state;
     REQUIRE_GPU();
-    run_sm90_cases_only(KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL, NULL, "bf16", 6800,
-                        "the window's edge steps out of the main loop", NULL, NULL,
-                        "the window's edge steps out of the main loop",
+    run_sm90_cases_only(0, NULL, "bf16", 6800, "the window's edge steps out of the main loop",
+                        NULL, NULL, "the window's edge steps out of the main loop",
                         "sliding window 300, S 1000 (ragged), head dim 128");
 }
 

@@ -514,24 +514,28 @@ enum {
  * 1.180 ms with it against 1.143 / 1.145 by default, on scores 8 times as
  * large 1.215 / 1.229 against 1.191 / 1.194 (FlexAttention: 3.067) */
 #define KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU (UINT64_C(1) << 57)
-/* internal, off by default: the sm_90a sliding-window kernel (a window mask,
- * 128-key tiles, the ascending walk) takes an item's edge steps out of its
- * main loop (attention_sm90.cuh, KF_EDGE_LAST with KF_MASK_SKIP 2; kernel
- * letter u, the report says "the window's edge steps out of the main
- * loop"): the first step (the window's far edge), the far edge's second
- * tile where the window is not a multiple of 128 (plus one) in a loop of
- * its own with the edge check, the diagonal's step peeled after the loop,
- * and the loop between them without the edge path, where by default ptxas
- * merges the two-sided mask into every step (B4 H32 S4096 window 1024, D128,
+/* internal: the sm_90a sliding-window kernel (a window mask, 128-key tiles,
+ * the ascending walk) keeps the edge check in every step of an item's main
+ * loop, where ptxas merges the two-sided mask into each step -- where by
+ * default (win18, session 19) it takes the item's edge steps out of the main
+ * loop (attention_sm90.cuh, KF_EDGE_LAST with KF_MASK_SKIP 2; kernel letter
+ * u, the report says "the window's edge steps out of the main loop"): the
+ * first step (the window's far edge), the far edge's second tile where the
+ * window is not a multiple of 128 (plus one) in a loop of its own with the
+ * edge check, the diagonal's step peeled after the loop, and the loop
+ * between them without the edge path (B4 H32 S4096 window 1024, D128,
  * NVRTC: main loop 1098 -> 557 SASS instructions, its FSEL and ISETP 169 ->
- * 6, no spills; the kernel 10270 -> 15020 SASS lines; win18). Not yet run
- * on a GPU: test_sm90_attention_window_peel_*, bench attn_window_peel.
- * (Bit 58 was ATTENTION_TANH_POLY: a softcap's tanh in 2 of every 8 column
- * groups as an FMA-pipe rational, kernel letter h; measured slower, H100,
- * a89fcf4: 1.259 / 1.273 ms with the exp2 share, 1.268 / 1.251 alone, where
- * the default takes 1.143 / 1.145 -- each moved tanh costs 13 issue slots
- * for 8 MUFU clocks; win18 retired it with its code, rows and tests.) */
-#define KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL (UINT64_C(1) << 58)
+ * 6, no spills; the kernel 10270 -> 15020 SASS lines). Measured (H100,
+ * 796d4fc, one run): the peeled window 0.5126 ms idle against 0.5194 with
+ * the check in the loop (after the sleep 0.5130 / 0.5199), A B B A 0.5819 /
+ * 0.5907 (0.985x). The form before, kept to measure (bench
+ * attn_window_inloop). (Bit 58 was ATTENTION_TANH_POLY: a softcap's tanh in
+ * 2 of every 8 column groups as an FMA-pipe rational, kernel letter h;
+ * measured slower, H100, a89fcf4: 1.259 / 1.273 ms with the exp2 share,
+ * 1.268 / 1.251 alone, where the default takes 1.143 / 1.145 -- each moved
+ * tanh costs 13 issue slots for 8 MUFU clocks; win18 retired it with its
+ * code, rows and tests.) */
+#define KF_CUDA_RECIPE_ATTENTION_WINDOW_INLOOP (UINT64_C(1) << 58)
 /* internal: the sm_90a attention kernel takes its work items one at a time
  * (kernel letter i): an item's last P.V alone, outside the ping-pong turns,
  * waited for, O stored, then the next item's first Q.K^T alone -- where by
