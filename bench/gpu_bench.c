@@ -994,16 +994,17 @@ static void attn_text(char *t, size_t size, int S, int hkv, const char *body) {
     attn_text_shape(t, size, 4, 32, S, 128, hkv, body, "");
 }
 
-/* att19's per-item cost fit (the attn_fit_* rows): B4 H32 Sq 4096 D128
- * bf16, no mask, against Skv keys, so the work items (4096 query tiles) stay
- * the same and only the key tiles each walks change. */
-static void attn_cross_text(char *t, size_t size, int skv) {
+/* att19's per-item cost fit (the attn_fit_* rows): B4 H32 Sq x D128 bf16,
+ * no mask, against Skv keys: at Sq 4096 the work items (4096 query tiles)
+ * stay the same and only the key tiles each walks change; at Skv 1024 the
+ * items change and each walks the same 8 key tiles. */
+static void attn_cross_text(char *t, size_t size, int sq, int skv) {
     snprintf(t, size,
-             "kfg 1\nq = input(bf16[4, 32, 4096, 128])\nk = input(bf16[4, 32, %d, 128])\n"
+             "kfg 1\nq = input(bf16[4, 32, %d, 128])\nk = input(bf16[4, 32, %d, 128])\n"
              "v = input(bf16[4, 32, %d, 128])\nqk = matmul(q, k, transpose_b=true)\n"
              "sc = const(bf16[], %.11g)\ns0 = mul(qk, sc)\none = const(bf16[], 1)\n"
              "s1 = mul(s0, one)\np = softmax(s1)\no = matmul(p, v)\noutput o\n",
-             skv, skv, 1.0 / sqrt(128.0));
+             sq, skv, skv, 1.0 / sqrt(128.0));
 }
 
 /* Decode: B x 32 query heads of one token against Skv 8192 keys, D 128,
@@ -1115,13 +1116,22 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
      * tiles an item), apart (the default) and joined (causalj); the window
      * 512, 1024, 2048 at S4096 peeled (WINDOW_PEEL). time = units a block x
      * (tiles x t + c) gives each form's t and c. */
-    static const int fit_skv[10] = {512, 1024, 2048, 4096, 8192, 16384, 1056, 2112, 4224, 8448};
-    static char fit_nc[10][1024], fit_c[4][2048], fit_w[3][2048];
-    double fit_nc_fl[10], fit_c_fl[4], fit_w_fl[3], fit_nc_io[10], fit_c_io[4];
-    for (int i = 0; i < 10; i++) {
-        attn_cross_text(fit_nc[i], sizeof fit_nc[i], fit_skv[i]);
-        fit_nc_fl[i] = 4.0 * 128 * 4096 * (double)fit_skv[i] * 128;
-        fit_nc_io[i] = 2.0 * 128 * (4096.0 + fit_skv[i]) * 128 * 2;
+    /* Then (ncn_q*: NARROW_KEYS) Sq 1024, 2048, 8192 against Skv 1024: 1024
+     * .. 8192 items of 8 key tiles each, the launch's fixed cost apart from
+     * an item's; and the 176-key form with a 48-key last tile (ncwl: the
+     * default's narrower last tile, KF_BC_LAST) and the same keys with the
+     * last tile at the full width (ncwf: FULL_LAST_TILE) at Skv 6, 12, 24,
+     * 48 x 176 + 48: how much of c the last tile's width holds. */
+    static const int fit_skv[17] = {512,  1024, 2048, 4096, 8192, 16384, 1056, 2112, 4224,
+                                    8448, 1024, 1024, 1024, 1104, 2160, 4272, 8496};
+    static const int fit_sq[17] = {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096,
+                                   4096, 1024, 2048, 8192, 4096, 4096, 4096, 4096};
+    static char fit_nc[17][1024], fit_c[4][2048], fit_w[3][2048];
+    double fit_nc_fl[17], fit_c_fl[4], fit_w_fl[3], fit_nc_io[17], fit_c_io[4];
+    for (int i = 0; i < 17; i++) {
+        attn_cross_text(fit_nc[i], sizeof fit_nc[i], fit_sq[i], fit_skv[i]);
+        fit_nc_fl[i] = 4.0 * 128 * fit_sq[i] * (double)fit_skv[i] * 128;
+        fit_nc_io[i] = 2.0 * 128 * ((double)fit_sq[i] + fit_skv[i]) * 128 * 2;
     }
     for (int i = 0; i < 4; i++) {
         int sc = 1024 << i, bc = 16 >> i;
@@ -1515,6 +1525,38 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL},
         {"attn_fit_window_w2048_after_sleep", fit_w[2], io, fit_w_fl[2], 0, 0, 0, "",
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL},
+        /* the items varied (ncn_q*), the causal last step peeled (causale:
+         * EDGE_LAST), the 176-key form's last tile narrow (ncwl) and full (ncwf) */
+        {"attn_fit_ncn_q1024_kv1024_after_sleep", fit_nc[10], fit_nc_io[10], fit_nc_fl[10], 0,
+         0, 0, "", KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_q2048_kv1024_after_sleep", fit_nc[11], fit_nc_io[11], fit_nc_fl[11], 0,
+         0, 0, "", KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_q8192_kv1024_after_sleep", fit_nc[12], fit_nc_io[12], fit_nc_fl[12], 0,
+         0, 0, "", KF_GEMM_AUTO, NARROW},
+        {"attn_fit_causale_s1024_after_sleep", fit_c[0], fit_c_io[0], fit_c_fl[0], 0, 0, 0, "",
+         KF_GEMM_AUTO, ELAST},
+        {"attn_fit_causale_s2048_after_sleep", fit_c[1], fit_c_io[1], fit_c_fl[1], 0, 0, 0, "",
+         KF_GEMM_AUTO, ELAST},
+        {"attn_fit_causale_s4096_after_sleep", fit_c[2], fit_c_io[2], fit_c_fl[2], 0, 0, 0, "",
+         KF_GEMM_AUTO, ELAST},
+        {"attn_fit_causale_s8192_after_sleep", fit_c[3], fit_c_io[3], fit_c_fl[3], 0, 0, 0, "",
+         KF_GEMM_AUTO, ELAST},
+        {"attn_fit_ncwl_kv1104_after_sleep", fit_nc[13], fit_nc_io[13], fit_nc_fl[13], 0, 0,
+         0, "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncwl_kv2160_after_sleep", fit_nc[14], fit_nc_io[14], fit_nc_fl[14], 0, 0,
+         0, "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncwl_kv4272_after_sleep", fit_nc[15], fit_nc_io[15], fit_nc_fl[15], 0, 0,
+         0, "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncwl_kv8496_after_sleep", fit_nc[16], fit_nc_io[16], fit_nc_fl[16], 0, 0,
+         0, "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncwf_kv1104_after_sleep", fit_nc[13], fit_nc_io[13], fit_nc_fl[13], 0, 0,
+         0, "", KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
+        {"attn_fit_ncwf_kv2160_after_sleep", fit_nc[14], fit_nc_io[14], fit_nc_fl[14], 0, 0,
+         0, "", KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
+        {"attn_fit_ncwf_kv4272_after_sleep", fit_nc[15], fit_nc_io[15], fit_nc_fl[15], 0, 0,
+         0, "", KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
+        {"attn_fit_ncwf_kv8496_after_sleep", fit_nc[16], fit_nc_io[16], fit_nc_fl[16], 0, 0,
+         0, "", KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
