@@ -163,7 +163,11 @@
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
  * GQA 32:8; B64; the one-split rows B16 and B64 also in the two-step form,
  * _combine, and with twice the splits, _x2), the cold compile of one fused kernel, and peers.py
- * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
+ * --attention (cuDNN SDPA, FlexAttention, SDPA's decode); and att19's
+ * per-item cost fit (attn_fit_*, each after 1 ms asleep, no peers: 4096
+ * items with the key tiles each walks varied -- non-causal against Skv keys,
+ * causal from B16 S1024 to B2 S8192, windows 512 to 2048 -- and 1024 to 8192
+ * items of 8 key tiles; README, att19). --cases selects
  * among them too (the cold compile and planning run with attn_causal).
  */
 #define _GNU_SOURCE
