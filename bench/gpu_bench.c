@@ -1529,6 +1529,16 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL},
         {"attn_fit_window_w2048_after_sleep", fit_w[2], io, fit_w_fl[2], 0, 0, 0, "",
          KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL},
+        /* att19: the schedule's share (bench/attn_schedule.py: the slowest
+         * block's 16 units against the mean's 15.52 at causal S4096, 3.1%;
+         * the tail longest first, TAIL_LPT, 0.6% in the model; the window's
+         * units unequal, 8.0%, with the tail 5.6%): _l after 1 ms asleep,
+         * and the softcap plain for an A B B A beside attn_softcap */
+        {"attn_causal_l_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_softcap_l", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_softcap_l_after_sleep", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_window_peel_l_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
+         KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_WINDOW_PEEL | LPT},
         /* the items varied (ncn_q*), the causal last step peeled (causale:
          * EDGE_LAST), the 176-key form's last tile narrow (ncwl) and full (ncwf) */
         {"attn_fit_ncn_q1024_kv1024_after_sleep", fit_nc[10], fit_nc_io[10], fit_nc_fl[10], 0,
