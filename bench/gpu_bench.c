@@ -163,7 +163,11 @@
  * one query token, Skv 8192: the split-KV kernels and the default's kernel;
  * GQA 32:8; B64; the one-split rows B16 and B64 also in the two-step form,
  * _combine, and with twice the splits, _x2), the cold compile of one fused kernel, and peers.py
- * --attention (cuDNN SDPA, FlexAttention, SDPA's decode). --cases selects
+ * --attention (cuDNN SDPA, FlexAttention, SDPA's decode); and att19's
+ * per-item cost fit (attn_fit_*, each after 1 ms asleep, no peers: 4096
+ * items with the key tiles each walks varied -- non-causal against Skv keys,
+ * causal from B16 S1024 to B2 S8192, windows 512 to 2048 -- and 1024 to 8192
+ * items of 8 key tiles; README, att19). --cases selects
  * among them too (the cold compile and planning run with attn_causal).
  */
 #define _GNU_SOURCE
@@ -994,6 +998,19 @@ static void attn_text(char *t, size_t size, int S, int hkv, const char *body) {
     attn_text_shape(t, size, 4, 32, S, 128, hkv, body, "");
 }
 
+/* att19's per-item cost fit (the attn_fit_* rows): B4 H32 Sq x D128 bf16,
+ * no mask, against Skv keys: at Sq 4096 the work items (4096 query tiles)
+ * stay the same and only the key tiles each walks change; at Skv 1024 the
+ * items change and each walks the same 8 key tiles. */
+static void attn_cross_text(char *t, size_t size, int sq, int skv) {
+    snprintf(t, size,
+             "kfg 1\nq = input(bf16[4, 32, %d, 128])\nk = input(bf16[4, 32, %d, 128])\n"
+             "v = input(bf16[4, 32, %d, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+             "sc = const(bf16[], %.11g)\ns0 = mul(qk, sc)\none = const(bf16[], 1)\n"
+             "s1 = mul(s0, one)\np = softmax(s1)\no = matmul(p, v)\noutput o\n",
+             sq, skv, skv, 1.0 / sqrt(128.0));
+}
+
 /* Decode: B x 32 query heads of one token against Skv 8192 keys, D 128,
  * bf16, no mask; kv heads `hkv` (< 32: GQA, K and V broadcast over the head
  * group). */
@@ -1093,6 +1110,53 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         snprintf(texts[18], sizeof texts[18], "%s", f32t);
     }
     attn_text_shape(texts[19], sizeof texts[19], 4, 32, 2048, 32, 32, causal, "");
+    /* att19's per-item cost fit (attn_fit_*, each after 1 ms asleep: the
+     * device time alone): 4096 work items of 128 queries in every row, the
+     * key tiles an item walks varied. Non-causal B4 H32 Sq 4096 against Skv
+     * keys in 128-key tiles (ncn: NARROW_KEYS, the items apart as the masked
+     * kinds' at head dim 128; ncj: joined, ITEMS_JOINED) at Skv 512 .. 16384
+     * and in the default's 176-key tiles (ncw) at Skv 6, 12, 24, 48 x 176;
+     * causal at B16 S1024, B8 S2048, B4 S4096, B2 S8192 (H32: 4.5 .. 32.5
+     * tiles an item), apart (the default) and joined (causalj); the window
+     * 512, 1024, 2048 at S4096 peeled (the default since win18). time = units a block x
+     * (tiles x t + c) gives each form's t and c. */
+    /* Then (ncn_q*: NARROW_KEYS) Sq 1024, 2048, 8192 against Skv 1024: 1024
+     * .. 8192 items of 8 key tiles each, the launch's fixed cost apart from
+     * an item's; and the 176-key form with a 48-key last tile (ncwl: the
+     * default's narrower last tile, KF_BC_LAST) and the same keys with the
+     * last tile at the full width (ncwf: FULL_LAST_TILE) at Skv 6, 12, 24,
+     * 48 x 176 + 48: how much of c the last tile's width holds. */
+    static const int fit_skv[17] = {512,  1024, 2048, 4096, 8192, 16384, 1056, 2112, 4224,
+                                    8448, 1024, 1024, 1024, 1104, 2160, 4272, 8496};
+    static const int fit_sq[17] = {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096,
+                                   4096, 1024, 2048, 8192, 4096, 4096, 4096, 4096};
+    static char fit_nc[17][1024], fit_c[4][2048], fit_w[3][2048];
+    double fit_nc_fl[17], fit_c_fl[4], fit_w_fl[3], fit_nc_io[17], fit_c_io[4];
+    for (int i = 0; i < 17; i++) {
+        attn_cross_text(fit_nc[i], sizeof fit_nc[i], fit_sq[i], fit_skv[i]);
+        fit_nc_fl[i] = 4.0 * 128 * fit_sq[i] * (double)fit_skv[i] * 128;
+        fit_nc_io[i] = 2.0 * 128 * ((double)fit_sq[i] + fit_skv[i]) * 128 * 2;
+    }
+    for (int i = 0; i < 4; i++) {
+        int sc = 1024 << i, bc = 16 >> i;
+        attn_text_shape(fit_c[i], sizeof fit_c[i], bc, 32, sc, 128, 32, causal, "");
+        fit_c_fl[i] = 4.0 * bc * 32 * (double)sc * sc * 128 / 2;
+        fit_c_io[i] = 4.0 * bc * 32 * (double)sc * 128 * 2;
+    }
+    for (int i = 0; i < 3; i++) {
+        int w = 512 << i;
+        char body[512];
+        snprintf(body, sizeof body,
+                 "d = sub(row, col)\nw = const(i32[], %d)\nzero = const(i32[], 0)\n"
+                 "rest = sub(w, d)\nm = min(d, rest)\nkeep = ge(m, zero)\n"
+                 "ninf = const(bf16[], -inf)\ns1 = where(keep, s0, ninf)\n",
+                 w - 1);
+        attn_text(fit_w[i], sizeof fit_w[i], S, 32, body);
+        double keys = 0;
+        for (int q = 0; q < S; q++)
+            keys += q + 1 < w ? q + 1 : w;
+        fit_w_fl[i] = 4.0 * 128 * keys * 128;
+    }
     double io_sf = 4.0 * 4 * 16 * 1024 * 64 * 4, fl_sf = 4.0 * 4 * 16 * 1024.0 * 1024 * 64 / 2;
     double io_sb = 4.0 * 4 * 32 * 2048 * 32 * 2, fl_sb = 4.0 * 4 * 32 * 2048.0 * 2048 * 32 / 2;
     /* decode moves K and V once (Q and O are 1/8192 of them) */
@@ -1410,6 +1474,103 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_decode_b64_combine", texts[9], kv64 + 4 * qo16, 4 * fl16, 0, 0, 0, "", KF_GEMM_AUTO,
          DCOMB},
         {"attn_decode_b64_x2", texts[9], kv64 + 4 * qo16, 4 * fl16, 0, 0, 0, "", KF_GEMM_AUTO, DX2},
+        /* att19's per-item cost fit (above, fit_skv) */
+        {"attn_fit_ncn_kv512_after_sleep", fit_nc[0], fit_nc_io[0], fit_nc_fl[0], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_kv1024_after_sleep", fit_nc[1], fit_nc_io[1], fit_nc_fl[1], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_kv2048_after_sleep", fit_nc[2], fit_nc_io[2], fit_nc_fl[2], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_kv4096_after_sleep", fit_nc[3], fit_nc_io[3], fit_nc_fl[3], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_kv8192_after_sleep", fit_nc[4], fit_nc_io[4], fit_nc_fl[4], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_kv16384_after_sleep", fit_nc[5], fit_nc_io[5], fit_nc_fl[5], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncj_kv512_after_sleep", fit_nc[0], fit_nc_io[0], fit_nc_fl[0], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW | JOIN},
+        {"attn_fit_ncj_kv1024_after_sleep", fit_nc[1], fit_nc_io[1], fit_nc_fl[1], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW | JOIN},
+        {"attn_fit_ncj_kv2048_after_sleep", fit_nc[2], fit_nc_io[2], fit_nc_fl[2], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW | JOIN},
+        {"attn_fit_ncj_kv4096_after_sleep", fit_nc[3], fit_nc_io[3], fit_nc_fl[3], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW | JOIN},
+        {"attn_fit_ncj_kv8192_after_sleep", fit_nc[4], fit_nc_io[4], fit_nc_fl[4], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW | JOIN},
+        {"attn_fit_ncj_kv16384_after_sleep", fit_nc[5], fit_nc_io[5], fit_nc_fl[5], 0, 0, 0, "",
+         KF_GEMM_AUTO, NARROW | JOIN},
+        {"attn_fit_ncw_kv1056_after_sleep", fit_nc[6], fit_nc_io[6], fit_nc_fl[6], 0, 0, 0,
+         "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncw_kv2112_after_sleep", fit_nc[7], fit_nc_io[7], fit_nc_fl[7], 0, 0, 0,
+         "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncw_kv4224_after_sleep", fit_nc[8], fit_nc_io[8], fit_nc_fl[8], 0, 0, 0,
+         "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncw_kv8448_after_sleep", fit_nc[9], fit_nc_io[9], fit_nc_fl[9], 0, 0, 0,
+         "", KF_GEMM_AUTO, 0},
+        {"attn_fit_causal_s1024_after_sleep", fit_c[0], fit_c_io[0], fit_c_fl[0], 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
+        {"attn_fit_causal_s2048_after_sleep", fit_c[1], fit_c_io[1], fit_c_fl[1], 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
+        {"attn_fit_causal_s4096_after_sleep", fit_c[2], fit_c_io[2], fit_c_fl[2], 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
+        {"attn_fit_causal_s8192_after_sleep", fit_c[3], fit_c_io[3], fit_c_fl[3], 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
+        {"attn_fit_causalj_s1024_after_sleep", fit_c[0], fit_c_io[0], fit_c_fl[0], 0, 0, 0, "",
+         KF_GEMM_AUTO, JOIN},
+        {"attn_fit_causalj_s2048_after_sleep", fit_c[1], fit_c_io[1], fit_c_fl[1], 0, 0, 0, "",
+         KF_GEMM_AUTO, JOIN},
+        {"attn_fit_causalj_s4096_after_sleep", fit_c[2], fit_c_io[2], fit_c_fl[2], 0, 0, 0, "",
+         KF_GEMM_AUTO, JOIN},
+        {"attn_fit_causalj_s8192_after_sleep", fit_c[3], fit_c_io[3], fit_c_fl[3], 0, 0, 0, "",
+         KF_GEMM_AUTO, JOIN},
+        {"attn_fit_window_w512_after_sleep", fit_w[0], io, fit_w_fl[0], 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
+        {"attn_fit_window_w1024_after_sleep", fit_w[1], io, fit_w_fl[1], 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
+        {"attn_fit_window_w2048_after_sleep", fit_w[2], io, fit_w_fl[2], 0, 0, 0, "",
+         KF_GEMM_AUTO, 0},
+        /* att19: the schedule's share (bench/attn_schedule.py: the slowest
+         * block's 16 units against the mean's 15.52 at causal S4096, 3.1%;
+         * the tail longest first, TAIL_LPT, 0.6% in the model; the window's
+         * units unequal, 8.0%, with the tail 5.6%): _l after 1 ms asleep,
+         * and the softcap plain for an A B B A beside attn_softcap */
+        {"attn_causal_l_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_softcap_l", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_softcap_l_after_sleep", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_window_l_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
+         KF_GEMM_AUTO, LPT},
+        /* the items varied (ncn_q*), the causal last step peeled (causale:
+         * EDGE_LAST), the 176-key form's last tile narrow (ncwl) and full (ncwf) */
+        {"attn_fit_ncn_q1024_kv1024_after_sleep", fit_nc[10], fit_nc_io[10], fit_nc_fl[10], 0,
+         0, 0, "", KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_q2048_kv1024_after_sleep", fit_nc[11], fit_nc_io[11], fit_nc_fl[11], 0,
+         0, 0, "", KF_GEMM_AUTO, NARROW},
+        {"attn_fit_ncn_q8192_kv1024_after_sleep", fit_nc[12], fit_nc_io[12], fit_nc_fl[12], 0,
+         0, 0, "", KF_GEMM_AUTO, NARROW},
+        {"attn_fit_causale_s1024_after_sleep", fit_c[0], fit_c_io[0], fit_c_fl[0], 0, 0, 0, "",
+         KF_GEMM_AUTO, ELAST},
+        {"attn_fit_causale_s2048_after_sleep", fit_c[1], fit_c_io[1], fit_c_fl[1], 0, 0, 0, "",
+         KF_GEMM_AUTO, ELAST},
+        {"attn_fit_causale_s4096_after_sleep", fit_c[2], fit_c_io[2], fit_c_fl[2], 0, 0, 0, "",
+         KF_GEMM_AUTO, ELAST},
+        {"attn_fit_causale_s8192_after_sleep", fit_c[3], fit_c_io[3], fit_c_fl[3], 0, 0, 0, "",
+         KF_GEMM_AUTO, ELAST},
+        {"attn_fit_ncwl_kv1104_after_sleep", fit_nc[13], fit_nc_io[13], fit_nc_fl[13], 0, 0,
+         0, "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncwl_kv2160_after_sleep", fit_nc[14], fit_nc_io[14], fit_nc_fl[14], 0, 0,
+         0, "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncwl_kv4272_after_sleep", fit_nc[15], fit_nc_io[15], fit_nc_fl[15], 0, 0,
+         0, "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncwl_kv8496_after_sleep", fit_nc[16], fit_nc_io[16], fit_nc_fl[16], 0, 0,
+         0, "", KF_GEMM_AUTO, 0},
+        {"attn_fit_ncwf_kv1104_after_sleep", fit_nc[13], fit_nc_io[13], fit_nc_fl[13], 0, 0,
+         0, "", KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
+        {"attn_fit_ncwf_kv2160_after_sleep", fit_nc[14], fit_nc_io[14], fit_nc_fl[14], 0, 0,
+         0, "", KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
+        {"attn_fit_ncwf_kv4272_after_sleep", fit_nc[15], fit_nc_io[15], fit_nc_fl[15], 0, 0,
+         0, "", KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
+        {"attn_fit_ncwf_kv8496_after_sleep", fit_nc[16], fit_nc_io[16], fit_nc_fl[16], 0, 0,
+         0, "", KF_GEMM_AUTO, KF_CUDA_RECIPE_ATTENTION_FULL_LAST_TILE},
     };
     int n_cases = (int)(sizeof cases / sizeof cases[0]);
     kf_ctx *fa = make_ctx(NULL, KF_FLAG_NO_CACHE);
