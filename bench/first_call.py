@@ -46,11 +46,11 @@ def main():
     lib = os.path.abspath(args.kfuse_lib) if args.kfuse_lib else None
     variants = args.variants.split(",")
     res = {"commit": args.commit, "blocks": {}}
-    if not args.smoke:
-        import torch
+    if not args.smoke:  # without CUDA in this process (the children are the measured ones)
+        import subprocess
 
-        res["device"] = torch.cuda.get_device_name()
-        res["torch"] = torch.__version__
+        res["device"] = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                       capture_output=True, text=True).stdout.strip()
     for name in args.blocks.split(","):
         cache = tempfile.mkdtemp(prefix="kfuse-first-")
         base = {"block": name, "kfuse_lib": lib, "smoke": args.smoke, "cache": cache}
@@ -74,12 +74,11 @@ def main():
                 print("    stages_ms", json.dumps(c["stages_ms"]), flush=True)
             if c.get("prepare_ms"):
                 print("    prepare_ms", json.dumps(c["prepare_ms"]), flush=True)
-    text = json.dumps(res, indent=1)
+            if args.out != "-":  # after each child: a run cut short keeps what it measured
+                with open(args.out, "w") as f:
+                    f.write(json.dumps(res, indent=1) + "\n")
     if args.out == "-":
-        print(text)
-    else:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        print(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -360,7 +360,8 @@ def _prepare_ms(programs):
     res = []
     for p in programs:
         j = p.report(format="json").get("cuda_run") or {}
-        res.append({"prepare_ms": j.get("prepare_ms"), "kernels_compiled": j.get("kernels_compiled")})
+        res.append({k: j.get(k) for k in ("prepare_ms", "kernels_compiled", "kernels_cached",
+                                          "cublaslt_loaded", "cublaslt_ms")})
     return res
 
 

@@ -311,7 +311,7 @@ def test_a_new_process_is_served_from_the_disk_cache(cache, tmp_path):
                                                       flags=flags))(x)
             err = ((y - m(x)).norm() / m(x).norm()).item()
         print(err)
-        assert err < (1e-5 if dev.type == "cpu" else 1e-3)
+        assert err < 1e-5
         from kfuse.torch_backend import last_report
         print([ln for ln in last_report().splitlines() if "graph cache" in ln])
     """))
@@ -622,19 +622,24 @@ def test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(tmp_path)
         [(m["chosen"], True, False) for m in measured], (measured, measured2)
 
 
+OTHER_DT = torch.float64 if DEV.type == "cpu" else torch.float16
+
+
 def _graph_cache_line():
     return next((ln.strip() for ln in last_report().splitlines() if "graph cache:" in ln), None)
 
 
 def _cached_run(m, x, cache, **opts):
     """m(x) through a new torch.compile (Dynamo reset: as a new process
-    would) on `cache`; checks it against eager at DT (fresh outputs, NaN
-    fails) and returns the report's graph cache line."""
+    would) on `cache`; judged as agrees() judges (against f64, at most twice
+    eager's error plus FLOOR; NaN fails) and returns the report's graph cache
+    line."""
     with torch.no_grad():
         y = compiled(m, cache, **opts)(x)
-        ref = m(x)
-    assert y.shape == ref.shape and y.dtype == ref.dtype
-    assert rel(y, ref) <= (1e-5 if x.dtype in (torch.float32, torch.float64) else 2e-2)
+        eager = m(x)
+        ref = copy.deepcopy(m).double()(x.double())
+    assert y.shape == eager.shape and y.dtype == eager.dtype and y.device == eager.device
+    assert rel(y, ref) <= 2 * rel(eager, ref) + FLOOR
     return _graph_cache_line()
 
 
@@ -657,7 +662,7 @@ def test_the_graph_cache_serves_the_same_graph_and_misses_every_change(cache):
     # every change misses, compiles through AOTAutograd and stores its own entry
     changes = [
         (m, torch.randn(2, 8, 64, device=DEV, dtype=DT), {}),  # a shape
-        (copy.deepcopy(m).double(), x.double(), {}),  # a dtype
+        (copy.deepcopy(m).to(OTHER_DT), x.to(OTHER_DT), {}),  # a dtype
         (m, x, {"choice_margin": 0.25}),  # an option
         (m, x, {"flags": {"unfused_attention"}}),  # a flag
         (MLP(64, 96).eval().to(DEV, DT), x, {}),  # a weight's shape
