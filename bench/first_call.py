@@ -10,6 +10,11 @@ seconds, each first call in a fresh process (torch_blocks.py's child), per block
                 the stored kfuse graph: AOTAutograd and translation skipped)
   eager         Dynamo alone (backend="eager"): the floor under every backend
   aot_eager     Dynamo and AOTAutograd (backend="aot_eager")
+  warm_eager_loading  warm, with CUDA_MODULE_LOADING=EAGER (no kernel loaded at its
+                first launch: how much of the first run is lazy loading)
+
+A variant named twice runs twice (the second's key gets "#2"): e.g.
+cold,warm,warm_nograph,warm_nograph,warm for A B B A pairs.
 
 The warm processes run with cache_read_only and cache_fail_on_miss (kernels
 from the cache or an error). Each row: the first call's wall seconds, its
@@ -21,6 +26,7 @@ kf_compile's prepare phases, and the process's whole wall time.
   python3 bench/first_call.py --commit ID [--blocks llama7b,gpt2_medium]
                               [--kfuse-lib build/libkfuse.so] [--out FILE]
                               [--variants cold,warm_nograph,warm,eager] [--smoke]
+                              [--cache DIR]
 """
 import argparse
 import json
@@ -41,6 +47,9 @@ def main():
     ap.add_argument("--variants", default="cold,warm_nograph,warm,eager")
     ap.add_argument("--kfuse-lib", default=None)
     ap.add_argument("--out", default="-")
+    ap.add_argument("--cache", default=None, metavar="DIR",
+                    help="the kfuse cache (default: a new empty folder per block): a later "
+                         "run's warm variants on an earlier run's cache")
     ap.add_argument("--smoke", action="store_true", help="tiny blocks on the CPU (f32)")
     args = ap.parse_args()
     lib = os.path.abspath(args.kfuse_lib) if args.kfuse_lib else None
@@ -52,7 +61,8 @@ def main():
         res["device"] = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                                        capture_output=True, text=True).stdout.strip()
     for name in args.blocks.split(","):
-        cache = tempfile.mkdtemp(prefix="kfuse-first-")
+        cache = (os.path.join(args.cache, name) if args.cache
+                 else tempfile.mkdtemp(prefix="kfuse-first-"))
         base = {"block": name, "kfuse_lib": lib, "smoke": args.smoke, "cache": cache}
         specs = {
             "cold": (dict(base, backend="kfuse"), tb.COLD),
@@ -61,13 +71,19 @@ def main():
             "warm": (dict(base, backend="kfuse", options={"flags": WARM}), {}),
             "eager": (dict(base, backend="eager"), {}),
             "aot_eager": (dict(base, backend="aot_eager"), {}),
+            # the warm call with every CUDA module loaded when it is loaded (not at a
+            # kernel's first launch): what of the first run is lazy loading
+            "warm_eager_loading": (dict(base, backend="kfuse", options={"flags": WARM}),
+                                   {"CUDA_MODULE_LOADING": "EAGER"}),
         }
         row = res["blocks"][name] = {}
         for v in variants:
             spec, env = specs[v]
-            row[v] = tb.run_child(spec, env, timeout=240)
-            c = row[v]
-            print(f"{name:12s} {v:13s} first {c.get('first_call_s')} s  second "
+            n = sum(1 for k in row if k.split("#")[0] == v)
+            key = v if n == 0 else f"{v}#{n + 1}"  # a variant repeated: A B B A
+            row[key] = tb.run_child(spec, env, timeout=240)
+            c = row[key]
+            print(f"{name:12s} {key:13s} first {c.get('first_call_s')} s  second "
                   f"{c.get('second_call_s')} s  process {c.get('process_s')} s  "
                   f"graph cache: {c.get('graph_cache')}  {c.get('error', '')[-300:]}", flush=True)
             if "stages_ms" in c:
