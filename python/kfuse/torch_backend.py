@@ -904,6 +904,13 @@ def _graph_cache_dir(options):
     return os.path.join(str(base), GRAPH_CACHE_FOLDER)
 
 
+def _op_namespace(op):
+    ns = getattr(op, "namespace", None)
+    if ns is None:
+        ns = str(getattr(op, "_qualified_op_name", "")).split("::")[0] or None
+    return ns
+
+
 def _graph_key(gm, example_inputs, options):
     """The key of Dynamo's graph `gm` on these inputs (hex), or None when the
     graph cannot be keyed by what Dynamo hands the backend: a symbolic shape
@@ -918,7 +925,11 @@ def _graph_key(gm, example_inputs, options):
             n_in += 1
         elif n.op == "call_function":
             mod = getattr(n.target, "__module__", None) or ""
-            if not mod.split(".")[0] in _PURE_MODULES:
+            if mod.split(".")[0] not in _PURE_MODULES:
+                return None
+            # an operator of a library's own namespace (torch.library): its body is not torch's
+            if isinstance(n.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and (
+                    _op_namespace(n.target) not in ("aten", "prims")):
                 return None
         elif n.op not in ("call_method", "output"):
             return None

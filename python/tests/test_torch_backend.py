@@ -738,3 +738,34 @@ def test_a_graph_that_mutates_an_input_is_not_stored(cache):
     line = _graph_cache_line()
     assert line is None or line.startswith("graph cache: not stored"), line
     assert _entries(cache) == []
+
+
+def test_the_graph_key_refuses_graphs_whose_code_does_not_pin_them():
+    """The key is Dynamo's code and the inputs: a graph that runs something
+    the code does not spell out (a library's own operator, a parameter held
+    by the module, a non-tensor input) gets no key, so it is never cached."""
+    from kfuse.torch_backend import _graph_key
+
+    x = torch.randn(4, 8, device=DEV, dtype=DT)
+
+    def f(x):
+        return torch.relu(x) * 2.0
+
+    key = _graph_key(torch.fx.symbolic_trace(f), [x], {})
+    assert key is not None
+    assert key == _graph_key(torch.fx.symbolic_trace(f), [torch.randn_like(x)], {})
+    assert key != _graph_key(torch.fx.symbolic_trace(f), [x.t().contiguous().t()], {})  # strides
+    assert key != _graph_key(torch.fx.symbolic_trace(f), [x], {"gemm": "cublaslt"})
+    assert key == _graph_key(torch.fx.symbolic_trace(f), [x], {"num_threads": 3,
+                                                              "flags": {"cache_read_only"}})
+    lib = torch.library.Library(f"kfusetest{os.getpid()}", "FRAGMENT")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda t: t * 2, "CompositeExplicitAutograd")
+    ns = getattr(torch.ops, f"kfusetest{os.getpid()}")
+
+    def g(x):
+        return ns.twice(x) + 1.0
+
+    assert _graph_key(torch.fx.symbolic_trace(g), [x], {}) is None
+    assert _graph_key(torch.fx.symbolic_trace(torch.nn.Linear(8, 8)), [x], {}) is None
+    assert _graph_key(torch.fx.symbolic_trace(f), [3], {}) is None
