@@ -769,3 +769,20 @@ def test_the_graph_key_refuses_graphs_whose_code_does_not_pin_them():
     assert _graph_key(torch.fx.symbolic_trace(g), [x], {}) is None
     assert _graph_key(torch.fx.symbolic_trace(torch.nn.Linear(8, 8)), [x], {}) is None
     assert _graph_key(torch.fx.symbolic_trace(f), [3], {}) is None
+
+
+def test_a_graph_whose_outputs_alias_its_inputs_is_not_stored(cache):
+    """AOTAutograd gives such outputs back as views of the inputs (its
+    wrapper, skipped on a hit): stored, they would come back as copies."""
+    def f(x):
+        return torch.relu(x) * 2.0, x.view(-1), x
+
+    x = torch.randn(4, 8, device=DEV, dtype=DT)
+    for _ in range(2):
+        with torch.no_grad():
+            a, b, c = compiled(f, cache)(x)
+        assert rel(a, torch.relu(x) * 2.0) <= (1e-5 if DT == torch.float32 else 2e-2)
+        assert b.data_ptr() == x.data_ptr() and c is x
+        line = _graph_cache_line()
+        assert line is None or line.startswith("graph cache: not stored"), line
+    assert _entries(cache) == []
