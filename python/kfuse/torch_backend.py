@@ -41,8 +41,9 @@ those that only say how caches are used), libkfuse (version and file), this
 package's sources and torch's version. A new process (or a new compile) of
 the same graph skips AOTAutograd and the translation: the program is
 compiled from the stored graph at once (on the background thread) and called
-directly. Anything else, or a damaged entry, takes the path above. Clearing
-kfuse's cache directory (`kfuse cache clear`) or that folder clears it.
+directly. Anything else, or a damaged entry, takes the path above.
+kfuse.cache("clear") removes the entries with the kernels (the CLI's `kfuse
+cache clear` only the kernels); so does deleting the folder.
 
 Per call: a graph that is one kfuse partition (the common case: nothing left
 to PyTorch) is called directly, without the partitioned GraphModule and
