@@ -233,6 +233,10 @@ def _stamps():
 
     around(tb, "kfuse_backend", "dynamo_captured", "backend_returned")
     around(tb, "_compile_fx", "aten_graph", "translated")
+    if hasattr(tb, "_graph_load"):  # the graph cache's lookup (a hit skips AOTAutograd)
+        around(tb, "_graph_key", "graph_key_start", "graph_key_end")
+        around(tb, "_graph_load", "graph_load_start", "graph_load_end")
+        around(tb, "_graph_store", "graph_store_start", "graph_store_end")
     around(tb._KfusePartition, "forward", "first_forward", "forward_returned")
     around(_core.Context, "compile", "kf_compile_start", "kf_compile_end")
     around(_core.Program, "run_device_list", "run_start", "run_end")
@@ -291,6 +295,8 @@ def child(spec):
             if "flags" in opts:
                 opts["flags"] = set(opts["flags"])
             fn = torch.compile(mod, backend=make_backend(cache_dir=spec["cache"], **opts))
+        elif spec["backend"] in ("eager", "aot_eager"):  # Dynamo alone; Dynamo and AOTAutograd
+            fn = torch.compile(mod, backend=spec["backend"])
         else:
             fn = torch.compile(mod)
         t0 = time.perf_counter()
@@ -305,6 +311,8 @@ def child(spec):
                                 for k, v in sorted(marks.items(), key=lambda kv: kv[1])}
             rep = last_report()
             out["report_head"] = rep.splitlines()[0] if rep else ""
+            out["graph_cache"] = next((ln.split(": ", 1)[1] for ln in rep.splitlines()
+                                       if ln.startswith("  graph cache: ")), None)
             out["prepare_ms"] = _prepare_ms(programs)
     print("CHILD " + json.dumps(out), flush=True)
 
@@ -352,7 +360,8 @@ def _prepare_ms(programs):
     res = []
     for p in programs:
         j = p.report(format="json").get("cuda_run") or {}
-        res.append({"prepare_ms": j.get("prepare_ms"), "kernels_compiled": j.get("kernels_compiled")})
+        res.append({k: j.get(k) for k in ("prepare_ms", "kernels_compiled", "kernels_cached",
+                                          "cublaslt_loaded", "cublaslt_ms")})
     return res
 
 

@@ -65,6 +65,18 @@ def cache(action="ls", cache_dir=None):
     if action == "clear":
         st = _need(lib, "kf_cache_clear_entries")(ctx._h, ctypes.byref(s))
         text = f"removed {s.removed} entries from {s.dir.decode()}\n" if not st else ""
+        if not st:  # and the torch backend's graph cache beside the kernels
+            graphs = os.path.join(s.dir.decode(), "torch-graphs")
+            n = 0
+            for name in (os.listdir(graphs) if os.path.isdir(graphs) else []):
+                if name.endswith(".json"):
+                    try:
+                        os.unlink(os.path.join(graphs, name))
+                        n += 1
+                    except OSError:
+                        pass
+            if n:
+                text += f"removed {n} torch.compile graph entries from {graphs}\n"
     else:
         fn = _need(lib, "kf_cache_list_entries" if action == "ls" else "kf_cache_verify_entries")
         st, text = _capi.capture(lambda f: fn(ctx._h, f, ctypes.byref(s)))

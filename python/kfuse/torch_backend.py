@@ -28,6 +28,23 @@ outputs' bits may change once then, within the same tolerance. A model runs
 many calls, and its first one should not wait seconds for a kernel that
 cuBLASLt may beat anyway. False: the first call waits for every kernel.
 
+"graph_cache" (default True; off also with the flag "no_cache"): a graph
+that is one kfuse partition and nothing else, on plain tensors, that
+AOTAutograd hands over with Dynamo's inputs as they are (inference, no input
+mutated, no output an alias), is stored in kfuse's cache directory
+(torch-graphs/, beside the kernels) as its translated kfuse graph and how the
+program's inputs and outputs map to Dynamo's, keyed by Dynamo's graph (its
+code, which names only torch's functions, and no parameters or constants held
+by the module), the inputs' shapes, strides, dtypes, devices and
+requires_grad, grad mode, autocast and determinism, kfuse's options (less
+those that only say how caches are used), libkfuse (version and file), this
+package's sources and torch's version. A new process (or a new compile) of
+the same graph skips AOTAutograd and the translation: the program is
+compiled from the stored graph at once (on the background thread) and called
+directly. Anything else, or a damaged entry, takes the path above.
+kfuse.cache("clear") removes the entries with the kernels (the CLI's `kfuse
+cache clear` only the kernels); so does deleting the folder.
+
 Per call: a graph that is one kfuse partition (the common case: nothing left
 to PyTorch) is called directly, without the partitioned GraphModule and
 nn.Module's call around the partition; the program's per-call path
@@ -37,9 +54,13 @@ kept binding arrays and enqueues the run on PyTorch's current stream (the
 program replays the CUDA graph it captured from its own launches).
 """
 import ctypes
+import functools
+import hashlib
+import json
 import math
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -551,7 +572,7 @@ class _Contexts:
 
     def __init__(self, options):
         self.options = {k: v for k, v in options.items()
-                        if k not in ("target", "background_compile")}
+                        if k not in ("target", "background_compile", "graph_cache")}
         self.options.setdefault("tiered_compile", False)
         self.lock = threading.Lock()
         self.by_target = {}
@@ -565,40 +586,43 @@ class _Contexts:
 
 
 class _KfusePartition(torch.nn.Module):
-    def __init__(self, gm, options, ctx, contexts):
+    def __init__(self, graph, input_names, output_names, single, options, contexts, device_hint):
         super().__init__()
-        self.gm = gm
         self.options = options
         self.contexts = contexts  # a _Contexts shared by the graph's partitions
-        self.graph = _core.Graph(ctx)
-        b = _Builder(self.graph)
-        env, self.input_names, self.output_names = {}, [], []
-        for n in gm.graph.nodes:
-            if n.op == "placeholder":
-                v = _val(n)
-                name = f"in{len(self.input_names)}"
-                env[n] = self.graph.input(name, _kdt(v.dtype), _static_shape(v))
-                self.input_names.append(name)
-            elif n.op == "call_function":
-                env[n] = _translate(b, n, env)
-            elif n.op == "output":
-                outs = n.args[0]
-                self.single = not isinstance(outs, (tuple, list))
-                for i, o in enumerate([outs] if self.single else outs):
-                    t = env[o]
-                    name = f"out{i}"
-                    self.graph.output(name, t)
-                    self.output_names.append(name)
+        self.graph = graph
+        self.input_names, self.output_names, self.single = input_names, output_names, single
         self.programs = {}
         self._by_index = {}  # device index (-1: the CPU) -> its program's caller(), for call()
         self.compile_s = 0.0  # kf_compile's time (codegen, NVRTC or the cache, choices measured)
         self.wait_s = 0.0  # how long calls waited for a compile on the background thread
         self._compile_lock = threading.Lock()  # one compile of a device at a time
-        self.device_hint = None  # the device the example inputs are on (background compile)
+        self.device_hint = device_hint  # the device the example inputs are on (background compile)
+
+    @classmethod
+    def translate(cls, gm, options, ctx, contexts):
+        """The partition of the ATen graph `gm`: each op translated into one kfuse graph."""
+        graph = _core.Graph(ctx)
+        b = _Builder(graph)
+        env, input_names, output_names, single = {}, [], [], False
         for n in gm.graph.nodes:
-            if n.op == "placeholder" and isinstance(_val(n), torch.Tensor):
-                self.device_hint = _val(n).device
-                break
+            if n.op == "placeholder":
+                v = _val(n)
+                name = f"in{len(input_names)}"
+                env[n] = graph.input(name, _kdt(v.dtype), _static_shape(v))
+                input_names.append(name)
+            elif n.op == "call_function":
+                env[n] = _translate(b, n, env)
+            elif n.op == "output":
+                outs = n.args[0]
+                single = not isinstance(outs, (tuple, list))
+                for i, o in enumerate([outs] if single else outs):
+                    name = f"out{i}"
+                    graph.output(name, env[o])
+                    output_names.append(name)
+        hint = next((_val(n).device for n in gm.graph.nodes
+                     if n.op == "placeholder" and isinstance(_val(n), torch.Tensor)), None)
+        return cls(graph, input_names, output_names, single, options, contexts, hint)
 
     def program(self, device):
         key = str(device)
@@ -663,12 +687,14 @@ def _symbolic(gm):
     return False
 
 
-def _compile_fx(gm, example_inputs, options):
+def _compile_fx(gm, example_inputs, options, record=None):
     """A callable for an ATen graph: static shapes are compiled now; a graph
     with symbolic shapes (Dynamo's automatic dynamic shapes) is specialized on
-    each new set of input shapes and dtypes at call time, and kept by them."""
+    each new set of input shapes and dtypes at call time, and kept by them.
+    `record` (a dict): where a static graph that is one kfuse partition leaves
+    what the graph cache stores of it."""
     if not _symbolic(gm):
-        return _compile_static(gm, options)
+        return _compile_static(gm, options, record)
     from torch.fx.experimental.proxy_tensor import make_fx
 
     compiled = {}
@@ -685,7 +711,7 @@ def _compile_fx(gm, example_inputs, options):
     return run
 
 
-def _compile_static(gm, options):
+def _compile_static(gm, options, record=None):
     t0 = time.perf_counter()
     ctx = _core.Context("cpu")  # builds the graphs; each program compiles in its target's
     support = _Support(ctx)
@@ -703,7 +729,7 @@ def _compile_static(gm, options):
                                 and a.name == p.name), None)
                     if src is not None:
                         p.meta["val"] = _val(src)
-            part = _KfusePartition(sub, options, ctx, contexts)
+            part = _KfusePartition.translate(sub, options, ctx, contexts)
             setattr(fused, n.target, part)
             parts.append((n.target, part))
     for n, why in support.reasons.items():
@@ -712,15 +738,7 @@ def _compile_static(gm, options):
     fused.recompile()
     state = {"parts": parts, "fallback": fallback, "reported": False,
              "translate_s": time.perf_counter() - t0, "thread": None}
-    if parts and options.get("background_compile", True):
-        # kf_compile (in C, without the GIL) overlaps the rest of Dynamo's work
-        # until the first call; not a daemon, so an exit waits for it rather
-        # than unloading libraries under a compile
-        state["thread"] = threading.Thread(
-            target=lambda: [part.compile_ahead() for _, part in parts],
-            name="kfuse-compile")
-        state["thread"].start()
-
+    _start_background(state, options)
     direct = _direct(fused, dict(parts))
     if direct is None:
         def run(*args):
@@ -732,6 +750,26 @@ def _compile_static(gm, options):
 
         return run
     call, order, picks, container = direct
+    if record is not None:
+        record.update(part=parts[0][1], order=order, picks=picks, container=container,
+                      n_inputs=sum(1 for n in gm.graph.nodes if n.op == "placeholder"),
+                      state=state)
+    return _run_direct(state, call, order, picks, container)
+
+
+def _start_background(state, options):
+    if state["parts"] and options.get("background_compile", True):
+        # kf_compile (in C, without the GIL) overlaps the rest of Dynamo's work
+        # until the first call; not a daemon, so an exit waits for it rather
+        # than unloading libraries under a compile
+        parts = state["parts"]
+        state["thread"] = threading.Thread(
+            target=lambda: [part.compile_ahead() for _, part in parts],
+            name="kfuse-compile")
+        state["thread"].start()
+
+
+def _run_direct(state, call, order, picks, container):
     whole = picks == list(range(len(picks)))  # the partition's results, in order
 
     def run_direct(*args):
@@ -799,6 +837,8 @@ def _publish(state):
              + (f" on a thread from translation on (the first call waited "
                 f"{sum(p.wait_s for _, p in state['parts']):.3f} s for it)"
                 if state["thread"] is not None else "")]
+    if state.get("graph_cache"):
+        lines.append(f"  graph cache: {state['graph_cache']}")
     for op, why in sorted(state["fallback"].items()):
         lines.append(f"  in PyTorch: {op}: {why}")
     for name, part in state["parts"]:
@@ -809,6 +849,217 @@ def _publish(state):
         _last_report[0] = text
     if os.environ.get("KFUSE_REPORT") == "1":
         print(text, file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------
+# The graph cache: Dynamo's graph -> the translated kfuse graph, on disk
+# ---------------------------------------------------------------------------
+
+_GRAPH_CACHE_FORMAT = 1
+GRAPH_CACHE_FOLDER = "torch-graphs"  # in kfuse's cache directory
+# where a Dynamo graph's call_function targets may come from for its code to
+# name everything it runs (a user's own function could change under the same name)
+_PURE_MODULES = ("torch", "_operator", "operator", "builtins", "math")
+# options and flags that change neither the translation nor the program: not in the key
+_KEYLESS_OPTIONS = ("background_compile", "graph_cache", "cache_dir", "dump_dir", "num_threads")
+_KEYLESS_FLAGS = {"cache_read_only", "cache_fail_on_miss"}
+
+
+@functools.lru_cache(maxsize=None)
+def _package_identity():
+    """What the translation is made of: libkfuse's version and file, this
+    package's translating sources, torch's version."""
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for f in ("torch_backend.py", "_core.py", "_capi.py"):
+        with open(os.path.join(here, f), "rb") as fh:
+            h.update(fh.read())
+    lib = _core._L()
+    path = getattr(lib, "_name", None) or ""
+    try:
+        st = os.stat(path)
+        libid = [path, st.st_size, st.st_mtime_ns]
+    except OSError:
+        libid = [path]
+    return [_GRAPH_CACHE_FORMAT, h.hexdigest(), _core.version(), libid, torch.__version__]
+
+
+def _flags(options):
+    flags = options.get("flags", ())
+    return {flags} if isinstance(flags, str) else set(flags)
+
+
+def _graph_cache_dir(options):
+    """The graph cache's folder (beside the kernels, in kfuse's cache
+    directory), or None where the options keep it off."""
+    if not options.get("graph_cache", True) or "no_cache" in _flags(options):
+        return None
+    base = options.get("cache_dir")
+    if not base:  # the library's default (kf_cache_default_dir)
+        if os.environ.get("XDG_CACHE_HOME"):
+            base = os.path.join(os.environ["XDG_CACHE_HOME"], "kfuse")
+        elif os.environ.get("HOME"):
+            base = os.path.join(os.environ["HOME"], ".cache", "kfuse")
+        else:
+            return None
+    return os.path.join(str(base), GRAPH_CACHE_FOLDER)
+
+
+def _op_namespace(op):
+    ns = getattr(op, "namespace", None)
+    if ns is None:
+        ns = str(getattr(op, "_qualified_op_name", "")).split("::")[0] or None
+    return ns
+
+
+def _graph_key(gm, example_inputs, options):
+    """The key of Dynamo's graph `gm` on these inputs (hex), or None when the
+    graph cannot be keyed by what Dynamo hands the backend: a symbolic shape
+    or an input other than a plain strided tensor, parameters or constants
+    held by the module (their values are not in its code), a submodule call,
+    or a function from outside torch (its body is not in the code)."""
+    if next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
+        return None
+    n_in = 0
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            n_in += 1
+        elif n.op == "call_function":
+            mod = getattr(n.target, "__module__", None) or ""
+            if mod.split(".")[0] not in _PURE_MODULES:
+                return None
+            # an operator of a library's own namespace (torch.library): its body is not torch's
+            if isinstance(n.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and (
+                    _op_namespace(n.target) not in ("aten", "prims")):
+                return None
+        elif n.op not in ("call_method", "output"):
+            return None
+    if n_in != len(example_inputs):
+        return None
+    ins = []
+    for t in example_inputs:
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
+            return None
+        try:
+            ins.append([[int(d) for d in t.shape], [int(d) for d in t.stride()], str(t.dtype),
+                        str(t.device), bool(t.requires_grad)])
+        except (TypeError, ValueError):
+            return None
+    modes = {"grad": torch.is_grad_enabled(),
+             "deterministic": torch.are_deterministic_algorithms_enabled()}
+    for dev in ("cpu", "cuda"):
+        try:
+            modes["autocast_" + dev] = [torch.is_autocast_enabled(dev),
+                                        str(torch.get_autocast_dtype(dev))]
+        except (AttributeError, TypeError, RuntimeError):
+            modes["autocast_" + dev] = None
+    # the options, less those that only say where and how the caches are used
+    opts = {k: v for k, v in options.items() if k not in _KEYLESS_OPTIONS}
+    flags = sorted(_flags(options) - _KEYLESS_FLAGS)
+    opts.pop("flags", None)
+    if flags:
+        opts["flags"] = flags
+    material = [_package_identity(), gm.code, ins, modes, sorted(opts.items(), key=str)]
+    return hashlib.sha256(json.dumps(material, default=str).encode()).hexdigest()
+
+
+def _aot_plain(example_inputs, aten_inputs, record):
+    """Whether the ATen graph AOTAutograd just handed the backend takes
+    Dynamo's inputs as they are, in order, and returns fresh outputs, so that
+    calling the kfuse program on Dynamo's inputs does all that AOTAutograd's
+    wrappers would: an inference graph, no input mutated, no output an alias
+    (its fw_metadata, set for the compiler), one placeholder per input."""
+    try:
+        from torch._guards import TracingContext
+        from torch._functorch._aot_autograd.schemas import OutputType
+    except ImportError:
+        return "AOTAutograd's metadata is not where this torch keeps it"
+    tc = TracingContext.try_get()
+    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
+    if meta is None:
+        return "no AOTAutograd metadata"
+    if getattr(meta, "is_train", False) or getattr(meta, "traced_tangents", None):
+        return "a training graph"
+    if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
+        return "an input is mutated"
+    if getattr(meta, "num_intermediate_bases", 0) or getattr(meta, "tokens", None):
+        return "aliased outputs or effect tokens"
+    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+        return "an output aliases an input or another output"
+    if (record["n_inputs"] != len(example_inputs) or len(meta.input_info) != len(example_inputs)
+            or len(aten_inputs) != len(example_inputs)):
+        return "AOTAutograd changed the inputs"
+    for a, d in zip(aten_inputs, example_inputs):
+        if (not isinstance(a, torch.Tensor) or a.dtype != d.dtype or a.shape != d.shape
+                or a.stride() != d.stride()):
+            return "AOTAutograd changed the inputs"
+    if len(meta.output_info) != len(record["picks"]):
+        return "AOTAutograd changed the outputs"
+    return None
+
+
+def _graph_store(folder, key, record):
+    """Writes the entry (atomically: a reader sees the whole file or none)."""
+    part = record["part"]
+    text = part.graph.text()
+    # the entry must parse back into the same inputs and outputs
+    back = _core.Graph(part.graph.ctx, text=text)
+    if ([t.name for t in back.inputs] != part.input_names
+            or list(back.outputs) != part.output_names):
+        return "its kfuse graph does not read back as written"
+    entry = {"format": _GRAPH_CACHE_FORMAT, "key": key, "graph": text,
+             "inputs": part.input_names, "outputs": part.output_names, "single": part.single,
+             "order": record["order"], "picks": record["picks"],
+             "container": "tuple" if record["container"] is tuple else "list"}
+    tmp = None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f)
+        os.replace(tmp, os.path.join(folder, key + ".json"))
+    except OSError as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        return f"not written ({e})"
+    return None
+
+
+def _graph_load(folder, key, example_inputs, options):
+    """The compiled callable of a stored entry, or None (no entry, or one
+    that does not hold together: a miss)."""
+    try:
+        with open(os.path.join(folder, key + ".json")) as f:
+            entry = json.load(f)
+    except (OSError, ValueError):
+        return None
+    t0 = time.perf_counter()
+    try:
+        if entry.get("format") != _GRAPH_CACHE_FORMAT or entry.get("key") != key:
+            return None
+        ctx = _core.Context("cpu")
+        graph = _core.Graph(ctx, text=entry["graph"])
+        names = [t.name for t in graph.inputs]
+        if names != entry["inputs"] or list(graph.outputs) != entry["outputs"]:
+            return None
+        order, picks = entry["order"], entry["picks"]
+        n = len(example_inputs)
+        if (order is not None and (len(order) != len(names) or
+                                   any(not 0 <= i < n for i in order))) or (
+                order is None and len(names) != n) or any(
+                    not -n <= k < len(entry["outputs"]) for k in picks):
+            return None
+        hint = next((t.device for t in example_inputs), None)
+        part = _KfusePartition(graph, names, entry["outputs"], entry["single"], options,
+                               _Contexts(options), hint)
+    except (_core.KfuseError, KeyError, TypeError, ValueError):
+        return None
+    state = {"parts": [("fused_0", part)], "fallback": {}, "reported": False,
+             "translate_s": time.perf_counter() - t0, "thread": None,
+             "graph_cache": "hit (Dynamo's graph: AOTAutograd and the translation skipped)"}
+    _start_background(state, options)
+    container = tuple if entry["container"] == "tuple" else list
+    return _run_direct(state, part.call, order, picks, container)
 
 
 def make_backend(**options):
@@ -825,13 +1076,29 @@ def kfuse_backend(gm, example_inputs, options=None, mode=None):
     options = dict(options or {})
     unknown = set(options) - {"target", "device", "arch", "cache_dir", "flags", "gemm", "attention",
                               "dump_dir", "num_threads", "cpu_opt_level", "background_compile",
-                              "tiered_compile", "choice_margin", "choice_load_bias"}
+                              "tiered_compile", "choice_margin", "choice_load_bias",
+                              "graph_cache"}
     if unknown:
         raise ValueError(f"kfuse backend: unknown option {sorted(unknown)[0]!r}")
+    folder = _graph_cache_dir(options)
+    key = _graph_key(gm, example_inputs, options) if folder else None
+    if key is not None:
+        hit = _graph_load(folder, key, example_inputs, options)
+        if hit is not None:
+            return hit
     from functorch.compile import make_boxed_func
 
     def fw(g, ex):
-        return make_boxed_func(_compile_fx(g, ex, options))
+        record = {} if key is not None else None
+        fn = _compile_fx(g, ex, options, record)
+        if record:  # one kfuse partition: stored where AOTAutograd left the inputs as they are
+            why = _aot_plain(example_inputs, ex, record)
+            if why is None:
+                why = ("the cache is read-only" if "cache_read_only" in _flags(options)
+                       else _graph_store(folder, key, record))
+            record["state"]["graph_cache"] = ("stored" if why is None
+                                              else f"not stored: {why}")
+        return make_boxed_func(fn)
 
     return aot_autograd(fw_compiler=fw, bw_compiler=lambda g, ex: make_boxed_func(g.forward))(
         gm, example_inputs)

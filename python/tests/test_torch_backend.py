@@ -312,6 +312,8 @@ def test_a_new_process_is_served_from_the_disk_cache(cache, tmp_path):
             err = ((y - m(x)).norm() / m(x).norm()).item()
         print(err)
         assert err < 1e-5
+        from kfuse.torch_backend import last_report
+        print([ln for ln in last_report().splitlines() if "graph cache" in ln])
     """))
     env = dict(os.environ)
     first = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
@@ -320,6 +322,9 @@ def test_a_new_process_is_served_from_the_disk_cache(cache, tmp_path):
     again = subprocess.run([sys.executable, str(script), "cache_read_only", "cache_fail_on_miss"],
                            capture_output=True, text=True, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "graph cache: stored" in first.stdout, first.stdout
+    # Dynamo's graph found in the graph cache: AOTAutograd and the translation skipped
+    assert "graph cache: hit" in again.stdout, again.stdout
     # and a cache that lacks them fails (the check above can fail)
     other = tmp_path / "empty"
     script.write_text(script.read_text().replace(repr(str(cache)), repr(str(other))))
@@ -615,3 +620,169 @@ def test_a_tiered_compile_runs_cublaslt_first_then_the_measured_winner(tmp_path)
     assert not tier2["groups"] and not tier2["pending"], tier2
     assert [(m["chosen"], m["cached"], m["tiered"]) for m in measured2] == \
         [(m["chosen"], True, False) for m in measured], (measured, measured2)
+
+
+OTHER_DT = torch.float64 if DEV.type == "cpu" else torch.float16
+
+
+def _graph_cache_line():
+    return next((ln.strip() for ln in last_report().splitlines() if "graph cache:" in ln), None)
+
+
+def _cached_run(m, x, cache, **opts):
+    """m(x) through a new torch.compile (Dynamo reset: as a new process
+    would) on `cache`; judged as agrees() judges (against f64, at most twice
+    eager's error plus FLOOR; NaN fails) and returns the report's graph cache
+    line."""
+    with torch.no_grad():
+        y = compiled(m, cache, **opts)(x)
+        eager = m(x)
+        ref = copy.deepcopy(m).double()(x.double())
+    assert y.shape == eager.shape and y.dtype == eager.dtype and y.device == eager.device
+    assert rel(y, ref) <= 2 * rel(eager, ref) + FLOOR
+    return _graph_cache_line()
+
+
+def _entries(cache):
+    d = cache / "torch-graphs"
+    return sorted(p.name for p in d.glob("*.json")) if d.exists() else []
+
+
+def test_the_graph_cache_serves_the_same_graph_and_misses_every_change(cache):
+    m = MLP().eval().to(DEV, DT)
+    x = torch.randn(4, 16, 64, device=DEV, dtype=DT)
+    assert _cached_run(m, x, cache) == "graph cache: stored"
+    assert len(_entries(cache)) == 1
+    # the same graph again (a new Dynamo trace, as in a new process): served,
+    # on fresh inputs and fresh weights of the same shapes
+    m2 = MLP().eval().to(DEV, DT)
+    x2 = torch.randn(4, 16, 64, device=DEV, dtype=DT)
+    assert _cached_run(m2, x2, cache).startswith("graph cache: hit"), last_report()
+    assert len(_entries(cache)) == 1
+    # every change misses, compiles through AOTAutograd and stores its own entry
+    changes = [
+        (m, torch.randn(2, 8, 64, device=DEV, dtype=DT), {}),  # a shape
+        (copy.deepcopy(m).to(OTHER_DT), x.to(OTHER_DT), {}),  # a dtype
+        (m, x, {"choice_margin": 0.25}),  # an option
+        (m, x, {"flags": {"unfused_attention"}}),  # a flag
+        (MLP(64, 96).eval().to(DEV, DT), x, {}),  # a weight's shape
+    ]
+    for i, (mm, xx, opts) in enumerate(changes):
+        assert _cached_run(mm, xx, cache, **opts) == "graph cache: stored", i
+        assert len(_entries(cache)) == 2 + i, i
+
+    class Relu(MLP):  # another graph: relu for gelu
+        def forward(self, x):
+            return self.l2(F.relu(self.l1(self.ln(x)))) + x
+
+    r = Relu().eval().to(DEV, DT)
+    assert _cached_run(r, x, cache) == "graph cache: stored"
+    assert _cached_run(r, x, cache).startswith("graph cache: hit")
+    # the flags that only say how the cache is used share the entry
+    assert _cached_run(m, x, cache, flags={"cache_read_only"}).startswith("graph cache: hit")
+    n = len(_entries(cache))
+    # off: neither read nor written
+    assert _cached_run(m, x, cache, graph_cache=False) is None
+    assert _cached_run(m, torch.randn(3, 64, device=DEV, dtype=DT), cache,
+                       flags={"no_cache"}) is None
+    assert len(_entries(cache)) == n
+
+
+def test_a_damaged_graph_cache_entry_is_a_miss(cache):
+    m = MLP().eval().to(DEV, DT)
+    x = torch.randn(4, 16, 64, device=DEV, dtype=DT)
+    assert _cached_run(m, x, cache) == "graph cache: stored"
+    (entry,) = _entries(cache)
+    path = cache / "torch-graphs" / entry
+    text = path.read_text()
+    for bad in ["{not json", text.replace('"out0"', '"out9"'),
+                text.replace("in0", "inZ", 1), text.replace('"picks": [0]', '"picks": [5]')]:
+        assert bad != text
+        path.write_text(bad)
+        line = _cached_run(m, x, cache, flags={"cache_read_only"})
+        assert line == "graph cache: not stored: the cache is read-only", (line, bad[:200])
+    path.unlink()
+    assert _cached_run(m, x, cache) == "graph cache: stored"
+    assert _cached_run(m, x, cache).startswith("graph cache: hit")
+    # kfuse.cache("clear") clears the graph entries with the kernels
+    assert "torch.compile graph entries" in kfuse.cache("clear", str(cache))
+    assert _entries(cache) == []
+    assert _cached_run(m, x, cache) == "graph cache: stored"
+
+
+def test_a_graph_not_whole_in_kfuse_is_not_stored(cache):
+    def f(x, y):
+        return torch.tanh(torch.cumsum(torch.relu(x) * 2.0, dim=-1)) + y  # no scan in kfuse
+
+    args = [torch.randn(8, 32, device=DEV, dtype=DT) for _ in range(2)]
+    for _ in range(2):
+        with torch.no_grad():
+            out = compiled(f, cache)(*args)
+        assert rel(out, f(*args)) <= (1e-5 if DT == torch.float32 else 2e-2)
+        assert _graph_cache_line() is None
+    assert _entries(cache) == []
+
+
+def test_a_graph_that_mutates_an_input_is_not_stored(cache):
+    def f(x, y):
+        y.add_(1.0)  # AOTAutograd's wrapper writes it back: not a plain kfuse call
+        return torch.relu(x) * 2.0 + y
+
+    x = torch.randn(8, 32, device=DEV, dtype=DT)
+    y = torch.randn(8, 32, device=DEV, dtype=DT)
+    y0 = y.clone()
+    with torch.no_grad():
+        out = compiled(f, cache)(x, y)
+    assert torch.equal(y, y0 + 1.0)
+    assert rel(out, torch.relu(x) * 2.0 + y) <= (1e-5 if DT == torch.float32 else 2e-2)
+    line = _graph_cache_line()
+    assert line is None or line.startswith("graph cache: not stored"), line
+    assert _entries(cache) == []
+
+
+def test_the_graph_key_refuses_graphs_whose_code_does_not_pin_them():
+    """The key is Dynamo's code and the inputs: a graph that runs something
+    the code does not spell out (a library's own operator, a parameter held
+    by the module, a non-tensor input) gets no key, so it is never cached."""
+    from kfuse.torch_backend import _graph_key
+
+    x = torch.randn(4, 8, device=DEV, dtype=DT)
+
+    def f(x):
+        return torch.relu(x) * 2.0
+
+    key = _graph_key(torch.fx.symbolic_trace(f), [x], {})
+    assert key is not None
+    assert key == _graph_key(torch.fx.symbolic_trace(f), [torch.randn_like(x)], {})
+    assert key != _graph_key(torch.fx.symbolic_trace(f), [x.t().contiguous().t()], {})  # strides
+    assert key != _graph_key(torch.fx.symbolic_trace(f), [x], {"gemm": "cublaslt"})
+    assert key == _graph_key(torch.fx.symbolic_trace(f), [x], {"num_threads": 3,
+                                                              "flags": {"cache_read_only"}})
+    lib = torch.library.Library(f"kfusetest{os.getpid()}", "FRAGMENT")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda t: t * 2, "CompositeExplicitAutograd")
+    ns = getattr(torch.ops, f"kfusetest{os.getpid()}")
+
+    def g(x):
+        return ns.twice(x) + 1.0
+
+    assert _graph_key(torch.fx.symbolic_trace(g), [x], {}) is None
+    assert _graph_key(torch.fx.symbolic_trace(torch.nn.Linear(8, 8)), [x], {}) is None
+    assert _graph_key(torch.fx.symbolic_trace(f), [3], {}) is None
+
+
+def test_a_graph_whose_outputs_alias_its_inputs_is_not_stored(cache):
+    """AOTAutograd gives such outputs back as views of the inputs (its
+    wrapper, skipped on a hit): stored, they would come back as copies."""
+    def f(x):
+        return torch.relu(x) * 2.0, x.view(-1), x
+
+    x = torch.randn(4, 8, device=DEV, dtype=DT)
+    for _ in range(2):
+        with torch.no_grad():
+            a, b, c = compiled(f, cache)(x)
+        assert rel(a, torch.relu(x) * 2.0) <= (1e-5 if DT == torch.float32 else 2e-2)
+        assert b.data_ptr() == x.data_ptr() and c is x
+        line = _graph_cache_line()
+        assert line is None or line.startswith("graph cache: not stored"), line
+    assert _entries(cache) == []
