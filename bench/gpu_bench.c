@@ -137,7 +137,7 @@
  * with f32 scores (_pf),
  * or f32 scores with the softmax's row max and sum as trees (_ft,
  * KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX), or all three (_pft), or the tail's
- * items longest first (_l, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT; _pftl: every
+ * items grid-strided to the end (_grid, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT: the tail longest first is the causal default; _pft_grid: every
  * form), or the softmax's row max and sum as chains (_chain,
  * KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX: the form before trees were the
  * default at head dim 128; also non-causal and GQA), or a share of its exp2s
@@ -1227,12 +1227,15 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal_pft", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, PIN | F32S | TREE},
         {"attn_causal_pft_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE},
-        /* the tail's items longest first (_l: KF_CUDA_RECIPE_ATTENTION_TAIL_LPT),
-         * alone and with every other form (_pftl) */
-        {"attn_causal_l", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
-        {"attn_causal_pftl", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+        /* the tail's items grid-strided like the rest (_grid: KF_CUDA_RECIPE_
+         * ATTENTION_TAIL_LPT, which on a causal or window mask keeps the walk
+         * before the tail longest first became their default; these rows were
+         * _l and _pftl, the tail's form, while it was opt-in), alone and with
+         * every other form (_pft_grid) */
+        {"attn_causal_grid", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_causal_pft_grid", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE | LPT},
-        {"attn_causal_pftl_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+        {"attn_causal_pft_grid_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE | LPT},
         {"attn_causal_b16h16s1024d64", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_causal_b16h16s1024d64_t", texts[11], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, TREE},
@@ -1273,8 +1276,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_block_llama_ft", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, F32S | TREE},
         {"attn_block_llama_pft", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE},
-        {"attn_block_llama_l", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
-        {"attn_block_llama_pftl", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
+        {"attn_block_llama_grid", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_block_llama_pft_grid", texts[14], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE | LPT},
         {"attn_block_gpt2", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_gpt2_pin", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, PIN},
@@ -1292,7 +1295,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_block_gpt2_ft", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, F32S | TREE},
         {"attn_block_gpt2_pft", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE},
-        {"attn_block_gpt2_pftl", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+        {"attn_block_gpt2_pft_grid", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE | LPT},
         {"attn_block_llama_v", texts[16], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -1531,14 +1534,29 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          KF_GEMM_AUTO, 0},
         /* att19: the schedule's share (bench/attn_schedule.py: the slowest
          * block's 16 units against the mean's 15.52 at causal S4096, 3.1%;
-         * the tail longest first, TAIL_LPT, 0.6% in the model; the window's
-         * units unequal, 8.0%, with the tail 5.6%): _l after 1 ms asleep,
-         * and the softcap plain for an A B B A beside attn_softcap */
-        {"attn_causal_l_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
-        {"attn_softcap_l", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
-        {"attn_softcap_l_after_sleep", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
-        {"attn_window_l_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
+         * the tail longest first 0.6% in the model; the window's units
+         * unequal, 8.0%, with the tail 5.6%). The tail is the default for
+         * causal and window masks since session 19 (H100, de9d9a2); these
+         * rows, then _l with the tail, are the grid-strided walk now
+         * (_grid: TAIL_LPT), after 1 ms asleep, and the softcap plain for an
+         * A B B A beside attn_softcap */
+        {"attn_causal_grid_after_sleep", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_softcap_grid", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_softcap_grid_after_sleep", texts[4], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_window_grid_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
          KF_GEMM_AUTO, LPT},
+        /* the other causal target rows' grid-strided walk (session 19's
+         * check that the tail's default does not cost ALiBi, GQA or GPT-2's
+         * head dim 64) */
+        {"attn_alibi_geo_grid", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_alibi_geo_grid_after_sleep", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         LPT},
+        {"attn_gqa_grid", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_gqa_grid_after_sleep", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
+         LPT},
+        {"attn_block_gpt2_grid", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_block_gpt2_grid_after_sleep", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+         LPT},
         /* the items varied (ncn_q*), the causal last step peeled (causale:
          * EDGE_LAST), the 176-key form's last tile narrow (ncwl) and full (ncwf) */
         {"attn_fit_ncn_q1024_kv1024_after_sleep", fit_nc[10], fit_nc_io[10], fit_nc_fl[10], 0,

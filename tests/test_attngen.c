@@ -188,15 +188,21 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
              * e at head dim 128: a share of its exp2s on the FMA pipe), t
              * (the softmax's trees) at head dim 128 and only there, u for a
              * softcap at head dim 128 and a sliding window (their edge steps
-             * out of the main loop) */
+             * out of the main loop), l where a causal or window mask makes
+             * the items unequal (the tail longest first), and only there */
             const char *nm = ks->kernel.name;
             bool dflt = strncmp(nm, "fa3", 3) == 0;
             const bool capped = memchr(nm, 'b', strcspn(nm, "_")) && cases[i].d == 128;
             const bool window = strstr(nm, "_sliding_window_") != NULL;
+            const bool walks = window || strstr(nm, "_causal_") != NULL;
             for (const char *c = nm + 3; dflt && *c != '_'; c++)
-                dflt = *c && strchr(capped ? "fbteu" : window ? "fbtu" : "fbt", *c) != NULL;
+                dflt = *c && strchr(capped ? "fbteul" : window ? "fbtul" : "fbtl", *c) != NULL;
+            if (dflt && (memchr(nm, 'l', strcspn(nm, "_")) != NULL) != walks)
+                fail_msg("%s [%s]: %s: the tail longest first is the default for a causal or "
+                         "window mask and only there",
+                         cases[i].name, dts[d], nm);
             if (capped && !strstr(nm, "beu_"))
-                fail_msg("%s [%s]: %s is not the softcap's default (fa3ftbeu_)", cases[i].name,
+                fail_msg("%s [%s]: %s is not the softcap's default (fa3ftlbeu_)", cases[i].name,
                          dts[d], nm);
             const char *us = strchr(nm, '_');
             const bool t = us && memchr(nm + 3, 't', (size_t)(us - nm - 3)) != NULL;
@@ -327,9 +333,9 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
         }
         kf_sass_check_hopper(&MEM, k[1]);
         /* f32 scores (the default): the causal scale folded, ALiBi's
-         * expression unrounded */
-        assert_non_null(strstr(k[1]->name, "fa3ft_"));
-        assert_non_null(strstr(k[2]->name, "fa3pft_"));
+         * expression unrounded; l: a causal item's tail longest first */
+        assert_non_null(strstr(k[1]->name, "fa3ftl_"));
+        assert_non_null(strstr(k[2]->name, "fa3pftl_"));
         /* the pinned kernel compiled once: wgmma, no spills, exp2s placed */
         kf_sass_text(&MEM, k[2], sass, sizeof sass);
         if (!strstr(sass, "HGMMA") || strstr(sass, "STL") || strstr(sass, "LDL"))
@@ -376,7 +382,8 @@ static void test_the_items_join_by_default_and_come_apart_with_the_flag(void **s
         /* joined by default at head dim 64; at 128 as cg_attention.c's
          * KF_SM90_JOIN_D128 says, either way the flags' letters follow */
         const bool dj = strstr(kd->source, "#define KF_ITEM_OVERLAP 1") != NULL;
-        if ((cases[i].d == 64 && !dj) || strstr(cd->variants[0].how, "items"))
+        if ((cases[i].d == 64 && !dj) || strstr(cd->variants[0].how, "items one at a time") ||
+            strstr(cd->variants[0].how, "items joined"))
             fail_msg("%s: the default's items are not joined: %s", cases[i].name, kd->name);
         const char *us = strchr(ka->name, '_');
         if (!strstr(ka->source, "#define KF_ITEM_OVERLAP 0") || !us ||
@@ -527,27 +534,47 @@ static void test_the_lazy_rescale_and_the_keep_map_edge_branch_compile(void **st
     plan_release(&p);
 }
 
-/* KF_CUDA_RECIPE_ATTENTION_TAIL_LPT: the variants whose item walks differ
- * (causal, Sq != Skv, sliding window, block-sparse, GQA; bf16) take it with
- * every other form -- the kernel's name (fa3pftl_), its source and the
- * report say so -- and compile with no spills; the first (causal head dim
- * 128) also with the tail form alone (fa3fl_: f32 scores are the default). The tail's item lookup is 32-bit (64-bit divisions spilled
- * the 40-register producer) and only a flag of it stays live through an
- * item. */
+/* The tail longest first (KF_TAIL_LPT: by default for a causal or window
+ * mask, where KF_CUDA_RECIPE_ATTENTION_TAIL_LPT then keeps the grid-strided
+ * walk; elsewhere the flag asks for it): the variants whose item walks
+ * differ (causal, Sq != Skv, sliding window, block-sparse, GQA; bf16) take
+ * it with every other form -- the kernel's name (fa3pftl_), its source and
+ * the report say so -- and compile with no spills; the first (causal head
+ * dim 128) also with the tail form alone (fa3ftl_, the default); the causal
+ * and window ones without it under the flag (no letter l, KF_TAIL_LPT 0).
+ * The tail's item lookup is 32-bit (64-bit divisions spilled the
+ * 40-register producer) and only a flag of it stays live through an item. */
 static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
     (void)state;
     const unsigned lpt = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
-    const unsigned all = lpt | KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
-                         KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
+    const unsigned rest = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
+                          KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX | KF_CUDA_RECIPE_ATTENTION_F32_SCORE;
     static const size_t which[] = {0, 1, 2, 6, 7};
     for (size_t w = 0; w < sizeof which / sizeof which[0]; w++) {
         const size_t ci = which[w];
+        /* a causal or window mask: the tail by default, the flag keeps the
+         * grid-strided walk */
+        const bool walks = strstr(cases[ci].mask, "mask causal") != NULL ||
+                           strstr(cases[ci].mask, "mask sliding_window") != NULL;
+        const unsigned ask = walks ? 0 : lpt;
         char text[4096];
         graph_text(cases[ci].body, "bf16", text, sizeof text);
         planned p;
         plan_text(text, &p);
+        if (walks) {
+            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, lpt);
+            const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
+            const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
+            if (strstr(rc->variants[0].how, "the tail's items longest first") ||
+                !strstr(k->source, "#define KF_TAIL_LPT 0") ||
+                memchr(k->name, 'l', strcspn(k->name, "_")))
+                fail_msg("%s, the flag: %s still takes the tail longest first: %s",
+                         cases[ci].name, k->name, rc->variants[0].how);
+            kf_cuda_recipes_destroy(r);
+        }
         for (int f = ci == 0 ? 0 : 1; f < 2; f++) {
-            kf_cuda_recipes *r = kf_sass_recipes(&MEM, p.plan, "h100", NULL, f ? all : lpt);
+            kf_cuda_recipes *r =
+                kf_sass_recipes(&MEM, p.plan, "h100", NULL, f ? rest | ask : ask);
             const kf_cuda_recipe *rc = attn_recipe(p.plan, r);
             const kf_cuda_kernel *k = &rc->steps[0].kernel->kernel;
             if (!strstr(rc->variants[0].how, "the tail's items longest first"))
@@ -999,7 +1026,8 @@ static void test_a_multiply_by_one_after_the_scale_folds_as_the_scale_alone(void
                  * default, Skv 540's last 12 keys a 32-key tile; t: the
                  * softmax's trees, head dim 128's default) */
                 const bool f =
-                    (strncmp(k->name, "fa3ft_", 6) == 0 || strncmp(k->name, "fa3ftwr_", 8) == 0) &&
+                    (strncmp(k->name, "fa3ft_", 6) == 0 || strncmp(k->name, "fa3ftl_", 7) == 0 ||
+                     strncmp(k->name, "fa3ftwr_", 8) == 0) &&
                     strstr(rc->variants[0].how, "f32 scores") != NULL;
                 if (f != uc[i].folds ||
                     (!uc[i].without && !strstr(k->source, "#define KF_SCORE_SCALE 0x1p+1f")))
@@ -1172,7 +1200,7 @@ static void test_the_noncausal_wide_and_cluster_forms_compile(void **state) {
  * exactly, to the softmax (KF_SCORE_SCALE), and compiles to fewer F2FP and
  * FMUL than the rounded kernel of the same graph (one of each a score), no
  * spills; the kernel (fa3ft_) and the report say so. A softcap score takes
- * f32 scores too (fa3ftbeu_: its expression unrounded, its last scale, 30,
+ * f32 scores too (fa3ftlbeu_: its expression unrounded, its last scale, 30,
  * folded into KF_SCORE_SCALE: top_scale) with fewer F2FP and FMUL than its
  * rounded kernel. bf16 and f16 (causal), bf16 (softcap). */
 static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
@@ -1198,9 +1226,10 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
         const kf_cuda_kernel *k0 = &c0->steps[0].kernel->kernel;
         const kf_cuda_kernel *k1 = &c1->steps[0].kernel->kernel;
         {
-            /* fa3ftbeu_: a softcap's bounded scores take the fixed shift (and
-             * a share of the exp2s on the FMA pipe) */
-            assert_non_null(strstr(k1->name, ci == 3 ? "fa3ftbeu_" : "fa3ft_"));
+            /* fa3ftlbeu_: a softcap's bounded scores take the fixed shift (and
+             * a share of the exp2s on the FMA pipe; l: causal, the tail
+             * longest first) */
+            assert_non_null(strstr(k1->name, ci == 3 ? "fa3ftlbeu_" : "fa3ftl_"));
             assert_non_null(strstr(c1->variants[0].how, "f32 scores"));
             /* 1/sqrt(128) as the graph's constant holds it: 1.4140625 / 16
              * in bf16 and in f16 alike; the softcap's 30 */
@@ -1239,11 +1268,11 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
  * Q.K^T (cg_attention.c: c.score_f32): every float node of ALiBi's and the
  * softcap's score functions unrounded (no kf_round_bf16, kf_rnd2_bf16 nor
  * bf16x2 op in them), where the rounded kernel (KF_CUDA_RECIPE_ATTENTION_
- * ROUNDED_SCORE) has all three. ALiBi bf16 (fa3f_, head dim 64): its
+ * ROUNDED_SCORE) has all three. ALiBi bf16 (fa3fl_, head dim 64): its
  * diagonal as float pairs (KF_DIAG_T float2), affine in kv (KF_DIAG_LIN: stepped along the
  * tile), no table (no KF_DIAG_TAB, no LDS in the main loop), no HADD2 or
  * HMUL2, and fewer instructions from Q.K^T's wait to P.V's than the rounded
- * kernel; in f16 no pair form. The softcap bf16 (fa3ftbeu_): its 30 as
+ * kernel; in f16 no pair form. The softcap bf16 (fa3ftlbeu_): its 30 as
  * KF_SCORE_SCALE, s c / 30 one multiply by the constants' product, a quarter
  * of its exp2s by polynomial, and fewer instructions in the main loop. No
  * spills. */
@@ -1253,7 +1282,7 @@ static void test_f32_scores_keep_alibi_and_softcap_unrounded(void **state) {
     static const struct {
         size_t ci;
         const char *dn, *name;
-    } vs[] = {{4, "bf16", "fa3f_"}, {4, "f16", "fa3f_"}, {3, "bf16", "fa3ftbeu_"}};
+    } vs[] = {{4, "bf16", "fa3fl_"}, {4, "f16", "fa3fl_"}, {3, "bf16", "fa3ftlbeu_"}};
     const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
     for (size_t v = 0; v < N_OF(vs); v++) {
         const size_t ci = vs[v].ci;
@@ -1551,7 +1580,7 @@ static void test_a_power_of_two_scale_is_left_to_the_softmax_where_exact(void **
 }
 
 /* A softcap score (30 tanh(s / 30)) is bounded: the default sm_90a kernel
- * (fa3ftbeu_, f32 scores: its 30 folded into the softmax's scale, top_scale)
+ * (fa3ftlbeu_, f32 scores: its 30 folded into the softmax's scale, top_scale)
  * takes the bound as a fixed softmax shift (KF_SCORE_MAX, 30 grown by 2^-5
  * for the roundings, over the folded 30: 1.03125) in bf16, the report says so, and its SASS has no
  * FMNMX (no row max) and fewer FMUL (no rescale of O) than the running-max
@@ -1582,7 +1611,7 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
             assert_string_equal(k0->source, k1->source);
             fprintf(stderr, "  %s [%s]: the running max\n", cases[ci].name, dn);
         } else {
-            assert_true(strncmp(k0->name, "fa3ftbeu_", 9) == 0);
+            assert_true(strncmp(k0->name, "fa3ftlbeu_", 10) == 0);
             assert_non_null(strstr(k0->source, "#define KF_SCORE_MAX 0x1.08p+0f"));
             assert_non_null(strstr(k0->source, "#define KF_SCORE_SCALE 0x1.ep+4f"));
             assert_non_null(strstr(c0->variants[0].how, "bounded scores, a fixed softmax shift"));
@@ -1613,9 +1642,9 @@ static void test_a_bounded_score_takes_a_fixed_softmax_shift(void **state) {
  * (KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE with each flag below: the tanh's
  * rational is its pair form's; the f32 default's share is
  * test_f32_scores_...'s) takes a quarter of its exp2s on the FMA pipe
- * (fa3tbe_: KF_EXP2_POLY 2; the same kernel as
+ * (fa3tlbe_: KF_EXP2_POLY 2; the same kernel as
  * KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU | KF_CUDA_RECIPE_ATTENTION_EXP2_POLY),
- * SOFTCAP_MUFU keeps them on MUFU (fa3tb_, the kernel before). Every form
+ * SOFTCAP_MUFU keeps them on MUFU (fa3tlb_, the kernel before). Every form
  * compiles with no spills; the exp2 share has fewer MUFU.EX2 than the
  * kernel before and the same MUFU.TANH. (The tanh share, TANH_POLY, measured
  * slower, was retired by win18 to reuse its bit.) ALiBi (unbounded) and the
@@ -1625,7 +1654,7 @@ static void test_a_softcap_takes_shares_of_its_mufu_ops_on_the_fma_pipe(void **s
     static char sass[1 << 22];
     const uint64_t mufu = KF_CUDA_RECIPE_ATTENTION_SOFTCAP_MUFU;
     const uint64_t forms[3] = {mufu, 0, mufu | KF_CUDA_RECIPE_ATTENTION_EXP2_POLY};
-    static const char *const names[3] = {"fa3tb_", "fa3tbe_", "fa3tbe_"};
+    static const char *const names[3] = {"fa3tlb_", "fa3tlbe_", "fa3tlbe_"};
     char text[4096];
     graph_text(cases[3].body, "bf16", text, sizeof text);
     planned p;

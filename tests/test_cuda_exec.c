@@ -1574,41 +1574,67 @@ static void test_sm90_attention_pinned_with_trees_and_f32_scores_matches_the_ref
 }
 
 /* 400 units (2 x 200 heads of two query tiles, the second ragged) on at
- * most 132 SMs: with KF_CUDA_RECIPE_ATTENTION_TAIL_LPT a block takes a
- * whole round of units grid-strided, then single items of the tail, longest
- * first, in a snake; the cases above have fewer than three rounds, all tail. */
+ * most 132 SMs: with the tail longest first (the default for a causal
+ * mask) a block takes a whole round of units grid-strided, then single
+ * items of the tail, longest first, in a snake; the cases above have fewer
+ * than three rounds, all tail. */
 static const char *const lpt_rounds_case =
     "q = input($[2, 200, 130, 64])\nk = input($[2, 200, 130, 64])\nv = input($[2, 200, 130, 64])\n"
     "qk = matmul(q, k, transpose_b=true)\nsc = const($[], 0.125)\ns0 = mul(qk, sc)\n"
     "row = iota(i32[130, 130], axis=0)\ncol = iota(i32[130, 130], axis=1)\n"
     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
 
-/* The sm_90a kernel's tail longest first (KF_CUDA_RECIPE_ATTENTION_TAIL_LPT):
- * the longer cases (blocks of several units, odd tile counts, more units
- * than SMs) in bf16, the 400-unit case, and every case in bf16 with every
- * other form too (pinned, f32 scores, trees): each matches the reference
- * (every query tile computed once: a tile left out stays poisoned, one
- * computed twice races on its rows) and the report says the form ran. */
+/* The sm_90a kernel's tail longest first (templates/attention_sm90.cuh,
+ * KF_TAIL_LPT: by default for a causal or window mask and a keep map's
+ * paired units; KF_CUDA_RECIPE_ATTENTION_TAIL_LPT asks for it elsewhere
+ * and keeps a causal or window item's grid-strided walk): the longer cases
+ * (blocks of several units, odd tile counts, more units than SMs) in bf16
+ * by default and with the flag, every case in bf16 with every other form
+ * too (pinned, f32 scores, trees), and the 400-unit case by default, with
+ * every form, and with the flag: each matches the reference (every query
+ * tile computed once: a tile left out stays poisoned, one computed twice
+ * races on its rows); the reports say the tail ran on the causal and window
+ * programs by default (at least four), and on the 400-unit case but with
+ * the flag. */
 static void test_sm90_attention_with_the_tail_longest_first_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
     const unsigned lpt = KF_CUDA_RECIPE_ATTENTION_TAIL_LPT;
-    const unsigned all = lpt | KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
-                         KF_CUDA_RECIPE_ATTENTION_F32_SCORE | KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
+    const unsigned rest = KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX |
+                          KF_CUDA_RECIPE_ATTENTION_F32_SCORE | KF_CUDA_RECIPE_ATTENTION_PIN_SOFTMAX;
     const char *form = "the tail's items longest first";
-    run_sm90_cases(lpt, NULL, "bf16", 3700, form, NULL, NULL, "tail longest first");
-    run_sm90_cases(all, "bf16", NULL, 3800, form, NULL, NULL, "every form");
-    for (int i = 0; i < 2; i++) {
+    int took[4] = {0, 0, 0, 0};
+    run_sm90_cases(0, NULL, "bf16", 3700, NULL, form, &took[0], "the default");
+    run_sm90_cases(lpt, NULL, "bf16", 3750, NULL, form, &took[1], "the tail flag");
+    run_sm90_cases(rest, "bf16", NULL, 3800, NULL, form, &took[2], "every form");
+    run_sm90_cases(rest | lpt, "bf16", NULL, 3850, NULL, form, &took[3], "every form, the flag");
+    fprintf(stderr,
+            "  the tail longest first: %d programs by default, %d with the flag, %d with every "
+            "form, %d with every form and the flag\n",
+            took[0], took[1], took[2], took[3]);
+    if (took[0] < 4 || took[2] < 4)
+        fail_msg("the tail longest first ran on %d / %d programs by default / with every form",
+                 took[0], took[2]);
+    static const char *const labels[3] = {"the default", "every form", "the flag"};
+    const unsigned flags[3] = {0, rest, lpt};
+    for (int i = 0; i < 3; i++) {
         kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
-        ctx->recipe_flags = i ? all : lpt;
+        ctx->recipe_flags = flags[i];
         kf_graph *g = fused_graph(ctx, lpt_rounds_case, "bf16", "400 units");
-        char label[120], has[160];
+        char label[120];
         snprintf(label, sizeof label, "sm_90a attention, %s: 400 units, rounds then the tail",
-                 i ? "every form" : "tail longest first");
-        snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|mask causal|%s", form);
-        run_opts o = {.lo = -2, .hi = 2, .report_has = "mask causal", .report_has_sm90 = has,
-                      .ctx = ctx};
+                 labels[i]);
+        bool tail = false;
+        run_opts o = {.lo = -2,
+                      .hi = 2,
+                      .report_has = "mask causal",
+                      .report_has_sm90 = "fused attention (sm_90a wgmma/TMA kernel)|mask causal",
+                      .ctx = ctx,
+                      .probe = form,
+                      .probed = &tail};
         run_and_compare(g, 3900 + (uint64_t)i, &o, label);
+        if (tail != (i < 2))
+            fail_msg("%s: the report %s '%s'", label, tail ? "says" : "does not say", form);
         fprintf(stderr, "  %s: ok\n", label);
         kf_graph_destroy(g);
         kf_ctx_destroy(ctx);
@@ -1903,8 +1929,9 @@ static void test_sm90_attention_wide_form_on_one_ragged_case(void **state) {
 
 /* One long case (more units than SMs: blocks take several items, the ring
  * and the Q buffers wrap) through every form of the sm_90a kernel at once --
- * softmax pinned, f32 scores, trees, the tail longest first -- and the default: the case the GPU
- * check runs under compute-sanitizer (memcheck, racecheck). */
+ * softmax pinned, f32 scores, trees, and KF_CUDA_RECIPE_ATTENTION_TAIL_LPT (on a causal item:
+ * the grid-strided walk to the end, the form before) -- and the default (the tail longest
+ * first): the case the GPU check runs under compute-sanitizer (memcheck, racecheck). */
 static void test_sm90_attention_forms_on_one_long_case(void **state) {
     (void)state;
     REQUIRE_GPU();

@@ -187,7 +187,12 @@ enum {
                                                      rounds' units and the leftover as single
                                                      query tiles, longest first, in a snake
                                                      (templates/attention_sm90.cuh,
-                                                     KF_TAIL_LPT); off until measured */
+                                                     KF_TAIL_LPT; kernel letter l): by
+                                                     default for a causal or window mask
+                                                     (and a keep map's paired units), where
+                                                     the flag then keeps the grid-strided
+                                                     walk (cg_attention.c, measured there);
+                                                     elsewhere the flag asks for it */
 };
 
 /* Recipe flags past bit 31 (kf_cuda_target.flags is 64 bits; an enum
