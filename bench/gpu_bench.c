@@ -137,8 +137,9 @@
  * with f32 scores (_pf),
  * or f32 scores with the softmax's row max and sum as trees (_ft,
  * KF_CUDA_RECIPE_ATTENTION_TREE_SOFTMAX), or all three (_pft), or the tail's
- * items grid-strided to the end (_grid, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT: the tail longest first is the causal default; _pft_grid: every
- * form), or the softmax's row max and sum as chains (_chain,
+ * items grid-strided to the end (_grid, KF_CUDA_RECIPE_ATTENTION_TAIL_LPT:
+ * the tail longest first is the causal default at head dim 128; _pft_grid:
+ * every form; GPT-2's head dim 64, _l and _pftl: the tail), or the softmax's row max and sum as chains (_chain,
  * KF_CUDA_RECIPE_ATTENTION_CHAIN_SOFTMAX: the form before trees were the
  * default at head dim 128; also non-causal and GQA), or a share of its exp2s
  * by the FMA-pipe polynomial (_e, KF_CUDA_RECIPE_ATTENTION_EXP2_POLY; also
@@ -1228,7 +1229,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_causal_pft_after_gemm", texts[0], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE},
         /* the tail's items grid-strided like the rest (_grid: KF_CUDA_RECIPE_
-         * ATTENTION_TAIL_LPT, which on a causal or window mask keeps the walk
+         * ATTENTION_TAIL_LPT, which on a causal or window mask at head dim
+         * 128 keeps the walk
          * before the tail longest first became their default; these rows were
          * _l and _pftl, the tail's form, while it was opt-in), alone and with
          * every other form (_pft_grid) */
@@ -1295,7 +1297,7 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_block_gpt2_ft", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, F32S | TREE},
         {"attn_block_gpt2_pft", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE},
-        {"attn_block_gpt2_pft_grid", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+        {"attn_block_gpt2_pftl", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          PIN | F32S | TREE | LPT},
         {"attn_block_llama_v", texts[16], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
         {"attn_block_llama_o", texts[17], io_ll, fl_ll, 0, 0, 0, "", KF_GEMM_AUTO, 0},
@@ -1536,7 +1538,8 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
          * block's 16 units against the mean's 15.52 at causal S4096, 3.1%;
          * the tail longest first 0.6% in the model; the window's units
          * unequal, 8.0%, with the tail 5.6%). The tail is the default for
-         * causal and window masks since session 19 (H100, de9d9a2); these
+         * causal and window masks at head dim 128 since session 19 (H100,
+         * de9d9a2; H200, 59e2145); these
          * rows, then _l with the tail, are the grid-strided walk now
          * (_grid: TAIL_LPT), after 1 ms asleep, and the softcap plain for an
          * A B B A beside attn_softcap */
@@ -1546,16 +1549,17 @@ static int attention_main(const char *commit, const char *out_path, bool peers, 
         {"attn_window_grid_after_sleep", texts[6], io, 4.0 * bh * win_keys * d, 0, 0, 0, "",
          KF_GEMM_AUTO, LPT},
         /* the other causal target rows' grid-strided walk (session 19's
-         * check that the tail's default does not cost ALiBi, GQA or GPT-2's
-         * head dim 64) */
+         * check that the tail's default does not cost ALiBi or GQA), and
+         * GPT-2's head dim 64 with the tail (_l: there the flag asks for it;
+         * it ran 7% slower, H200, 59e2145, so head dim 64 keeps the walk) */
         {"attn_alibi_geo_grid", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
         {"attn_alibi_geo_grid_after_sleep", texts[5], io, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          LPT},
         {"attn_gqa_grid", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
         {"attn_gqa_grid_after_sleep", texts[3], io_gqa, full / 2, 0, 0, 0, "", KF_GEMM_AUTO,
          LPT},
-        {"attn_block_gpt2_grid", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
-        {"attn_block_gpt2_grid_after_sleep", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
+        {"attn_block_gpt2_l", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO, LPT},
+        {"attn_block_gpt2_l_after_sleep", texts[15], io_g2, fl_g2, 0, 0, 0, "", KF_GEMM_AUTO,
          LPT},
         /* the items varied (ncn_q*), the causal last step peeled (causale:
          * EDGE_LAST), the 176-key form's last tile narrow (ncwl) and full (ncwf) */

@@ -189,12 +189,14 @@ static void test_every_sm90_attention_variant_compiles_to_hgmma_and_utmaldg(void
              * (the softmax's trees) at head dim 128 and only there, u for a
              * softcap at head dim 128 and a sliding window (their edge steps
              * out of the main loop), l where a causal or window mask makes
-             * the items unequal (the tail longest first), and only there */
+             * the items unequal at head dim 128 (the tail longest first), and
+             * only there */
             const char *nm = ks->kernel.name;
             bool dflt = strncmp(nm, "fa3", 3) == 0;
             const bool capped = memchr(nm, 'b', strcspn(nm, "_")) && cases[i].d == 128;
             const bool window = strstr(nm, "_sliding_window_") != NULL;
-            const bool walks = window || strstr(nm, "_causal_") != NULL;
+            const bool walks =
+                (window || strstr(nm, "_causal_") != NULL) && cases[i].d == 128;
             for (const char *c = nm + 3; dflt && *c != '_'; c++)
                 dflt = *c && strchr(capped ? "fbteul" : window ? "fbtul" : "fbtl", *c) != NULL;
             if (dflt && (memchr(nm, 'l', strcspn(nm, "_")) != NULL) != walks)
@@ -333,9 +335,10 @@ static void test_tree_reductions_compile_and_pin_under_pv(void **state) {
         }
         kf_sass_check_hopper(&MEM, k[1]);
         /* f32 scores (the default): the causal scale folded, ALiBi's
-         * expression unrounded; l: a causal item's tail longest first */
-        assert_non_null(strstr(k[1]->name, "fa3ftl_"));
-        assert_non_null(strstr(k[2]->name, "fa3pftl_"));
+         * expression unrounded; l: a causal item's tail longest first at
+         * head dim 128 */
+        assert_non_null(strstr(k[1]->name, ci == 0 ? "fa3ftl_" : "fa3ft_"));
+        assert_non_null(strstr(k[2]->name, ci == 0 ? "fa3pftl_" : "fa3pft_"));
         /* the pinned kernel compiled once: wgmma, no spills, exp2s placed */
         kf_sass_text(&MEM, k[2], sass, sizeof sass);
         if (!strstr(sass, "HGMMA") || strstr(sass, "STL") || strstr(sass, "LDL"))
@@ -535,13 +538,14 @@ static void test_the_lazy_rescale_and_the_keep_map_edge_branch_compile(void **st
 }
 
 /* The tail longest first (KF_TAIL_LPT: by default for a causal or window
- * mask, where KF_CUDA_RECIPE_ATTENTION_TAIL_LPT then keeps the grid-strided
+ * mask at head dim 128, where KF_CUDA_RECIPE_ATTENTION_TAIL_LPT then keeps the grid-strided
  * walk; elsewhere the flag asks for it): the variants whose item walks
  * differ (causal, Sq != Skv, sliding window, block-sparse, GQA; bf16) take
  * it with every other form -- the kernel's name (fa3pftl_), its source and
  * the report say so -- and compile with no spills; the first (causal head
  * dim 128) also with the tail form alone (fa3ftl_, the default); the causal
- * and window ones without it under the flag (no letter l, KF_TAIL_LPT 0).
+ * and window ones at head dim 128 without it under the flag (no letter l,
+ * KF_TAIL_LPT 0).
  * The tail's item lookup is 32-bit (64-bit divisions spilled the
  * 40-register producer) and only a flag of it stays live through an item. */
 static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
@@ -552,10 +556,11 @@ static void test_the_tail_longest_first_compiles_with_every_form(void **state) {
     static const size_t which[] = {0, 1, 2, 6, 7};
     for (size_t w = 0; w < sizeof which / sizeof which[0]; w++) {
         const size_t ci = which[w];
-        /* a causal or window mask: the tail by default, the flag keeps the
-         * grid-strided walk */
-        const bool walks = strstr(cases[ci].mask, "mask causal") != NULL ||
-                           strstr(cases[ci].mask, "mask sliding_window") != NULL;
+        /* a causal or window mask at head dim 128: the tail by default, the
+         * flag keeps the grid-strided walk */
+        const bool walks = (strstr(cases[ci].mask, "mask causal") != NULL ||
+                            strstr(cases[ci].mask, "mask sliding_window") != NULL) &&
+                           cases[ci].d == 128;
         const unsigned ask = walks ? 0 : lpt;
         char text[4096];
         graph_text(cases[ci].body, "bf16", text, sizeof text);
@@ -1268,7 +1273,7 @@ static void test_f32_scores_leave_any_scale_to_the_softmax(void **state) {
  * Q.K^T (cg_attention.c: c.score_f32): every float node of ALiBi's and the
  * softcap's score functions unrounded (no kf_round_bf16, kf_rnd2_bf16 nor
  * bf16x2 op in them), where the rounded kernel (KF_CUDA_RECIPE_ATTENTION_
- * ROUNDED_SCORE) has all three. ALiBi bf16 (fa3fl_, head dim 64): its
+ * ROUNDED_SCORE) has all three. ALiBi bf16 (fa3f_, head dim 64): its
  * diagonal as float pairs (KF_DIAG_T float2), affine in kv (KF_DIAG_LIN: stepped along the
  * tile), no table (no KF_DIAG_TAB, no LDS in the main loop), no HADD2 or
  * HMUL2, and fewer instructions from Q.K^T's wait to P.V's than the rounded
@@ -1282,7 +1287,7 @@ static void test_f32_scores_keep_alibi_and_softcap_unrounded(void **state) {
     static const struct {
         size_t ci;
         const char *dn, *name;
-    } vs[] = {{4, "bf16", "fa3fl_"}, {4, "f16", "fa3fl_"}, {3, "bf16", "fa3ftlbeu_"}};
+    } vs[] = {{4, "bf16", "fa3f_"}, {4, "f16", "fa3f_"}, {3, "bf16", "fa3ftlbeu_"}};
     const uint64_t rs = KF_CUDA_RECIPE_ATTENTION_ROUNDED_SCORE;
     for (size_t v = 0; v < N_OF(vs); v++) {
         const size_t ci = vs[v].ci;

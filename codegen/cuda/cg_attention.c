@@ -1407,15 +1407,19 @@ static kf_status gen(const kf_plan *plan, uint32_t group, const char *arch, cons
     if (bsk)
         lpt = 1;
     /* the tail longest first by default where a causal or window mask gives
-     * the items unequal key tiles (att19's schedule model, bench/
-     * attn_schedule.py: grid-strided, the slowest block 3.1% over the mean
-     * at causal S4096, 0.6% with the tail; H100, de9d9a2, after 1 ms asleep:
-     * causal 0.9019 -> 0.8935 ms, A B B A 0.994x; the softcap 1.0187 ->
-     * 0.9927, A B B A 0.990x; window 1024 0.5212 -> 0.5138), where
-     * KF_CUDA_RECIPE_ATTENTION_TAIL_LPT then keeps the grid-strided walk to
-     * the end (the form before, kept to measure); elsewhere the flag asks
-     * for the tail (unmasked items are all alike) */
-    if (sm90 && (skip == 1 || skip == 2))
+     * the items unequal key tiles, at head dim 128 (att19's schedule model,
+     * bench/attn_schedule.py: grid-strided, the slowest block 3.1% over the
+     * mean at causal S4096, 0.6% with the tail; H100, de9d9a2, after 1 ms
+     * asleep: causal 0.9019 -> 0.8935 ms, A B B A 0.994x; the softcap 1.0187
+     * -> 0.9927, A B B A 0.990x; window 1024 0.5212 -> 0.5138; H200,
+     * 59e2145: causal 0.8884 -> 0.8788, softcap 1.0138 -> 0.9834, ALiBi
+     * 0.9596 -> 0.9377, GQA 0.8821 -> 0.8701, each won its A B B A by
+     * 0.4-1%), where KF_CUDA_RECIPE_ATTENTION_TAIL_LPT then keeps the
+     * grid-strided walk to the end (the form before, kept to measure);
+     * elsewhere the flag asks for the tail (unmasked items are all alike;
+     * GPT-2's causal B16 H16 S1024 at head dim 64 ran 7% slower with it,
+     * H200, 59e2145: 0.1093 -> 0.1171 ms, A B B A 1.067x) */
+    if (sm90 && (skip == 1 || skip == 2) && at->d == 128)
         lpt = !lpt;
     /* the tail's item arithmetic is 32-bit (templates/attention_sm90.cuh) */
     if (bh * ((nqt + 1) / 2) >= (INT64_C(1) << 30))

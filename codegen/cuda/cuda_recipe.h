@@ -189,7 +189,8 @@ enum {
                                                      (templates/attention_sm90.cuh,
                                                      KF_TAIL_LPT; kernel letter l): by
                                                      default for a causal or window mask
-                                                     (and a keep map's paired units), where
+                                                     at head dim 128 (and a keep map's
+                                                     paired units), where
                                                      the flag then keeps the grid-strided
                                                      walk (cg_attention.c, measured there);
                                                      elsewhere the flag asks for it */
