@@ -1367,6 +1367,35 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                     ph ^= 1u;
                 }
             };
+/* One step after an item's first: wait for K(j) and V(j - 1), take the
+ * warpgroup's turn, issue S = Q . K^T(j) (QK0, QK: the wgmmas of its first
+ * k-step and of the rest) and O += P . V(j - 1) as a second group, hand the
+ * turn on (but consumer 1's last: MORE, a later step of this item follows),
+ * wait for S, and finish(j, jn) with the key tile's width W and the edge
+ * path EDGE. SC_INIT starts S (KF_SC_INIT(), or nothing where the first
+ * k-step's wgmma sets it). j, jn and the ring's state are the caller's. The
+ * main loop, the window's far-edge loop and the peeled last steps
+ * (KF_BC_LAST, KF_EDGE_LAST) take it. */
+#define KF_STEP_QK_PV(QK0, QK, SC_INIT, MORE, W, EDGE)                                          \
+    do {                                                                                          \
+        const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;                                  \
+        const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);                                \
+        const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;                  \
+        const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);                      \
+        SC_INIT;                                                                                  \
+        kf_hp_wait(fk0 + 8 * s, ph);                                                              \
+        kf_hp_wait(fv0 + 8 * sp, php);                                                            \
+        asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");                               \
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");                                   \
+        kf_issue_qk<QK0, QK>(sc, dq0, qbase, dk0, kb);                                            \
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");                            \
+        kf_issue_pv<KF_BC>(o, pa, dv0, vbp);                                                      \
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");                            \
+        if (cw == 0 || (MORE) || !last_turn)                                                      \
+            asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");                         \
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");                            \
+        finish(j, jn, false, kf_width<W>{}, kf_width<EDGE>{});                                    \
+    } while (0)
             /* Step t_lo: S = Q . K^T(t_lo) alone. Steps after it issue Q.K^T(j)
              * and P.V(j - 1) as one group; two loops, so that no wgmma sits
              * under a branch (ptxas then fences around it: C7519). */
@@ -1421,23 +1450,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             const int j_in = min(t_hi - 1, kv_far < 0 ? j1 : max(j1, kv_far / KF_BC + 1));
             for (int j = j1, jn; j < j_in; j = jn) {
                 jn = j + 1;
-                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
-                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
-                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
-                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
-                KF_SC_INIT();
-                kf_hp_wait(fk0 + 8 * s, ph);
-                kf_hp_wait(fv0 + 8 * sp, php);
-                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                kf_issue_qk<KF_QK0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                if (cw == 0 || jn < t_hi || !last_turn)
-                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false, kf_width<KF_BC>{}, kf_width<3>{});
+                KF_STEP_QK_PV(KF_QK0, kf_wgmma_qk, KF_SC_INIT(), jn < t_hi, KF_BC, 3);
             }
 #define KF_J_MAIN max(j1, j_in)
 #else
@@ -1447,25 +1460,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * after the loop) */
             for (int j = KF_J_MAIN, jn; j < t_hi - (KF_BC_LAST > 0 || KF_EDGE_LAST); j = jn) {
                 jn = kf_bs_next(bh, q0, bs_dense, j + 1, t_hi, KF_ARGS);
-                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
-                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
-                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
-                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
-                KF_SC_INIT();
-                kf_hp_wait(fk0 + 8 * s, ph);
-                kf_hp_wait(fv0 + 8 * sp, php);
-                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                /* S = Q . K^T(j) */
-                kf_issue_qk<KF_QK0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                /* O += P . V(j - 1), a second group */
-                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                if (cw == 0 || jn < t_hi || !last_turn)
-                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false, kf_width<KF_BC>{}, kf_width<0>{});
+                KF_STEP_QK_PV(KF_QK0, kf_wgmma_qk, KF_SC_INIT(), jn < t_hi, KF_BC, 0);
             }
 #if KF_BC_LAST
             /* The last tile, t_hi - 1 (the fourth or later: every item walks
@@ -1473,22 +1468,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * and O += P . V(last - 1) at full width, as in the loop */
             {
                 const int j = t_hi - 1, jn = t_hi;
-                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
-                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
-                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
-                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
-                kf_hp_wait(fk0 + 8 * s, ph);
-                kf_hp_wait(fv0 + 8 * sp, php);
-                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                kf_issue_qk<kf_wgmma_qkl0, kf_wgmma_qkl>(sc, dq0, qbase, dk0, kb);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                if (cw == 0 || !last_turn)
-                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false, kf_width<KF_BC_LAST>{}, kf_width<0>{});
+                KF_STEP_QK_PV(kf_wgmma_qkl0, kf_wgmma_qkl, (void)0, false, KF_BC_LAST, 0);
             }
 #endif
 #if KF_EDGE_LAST
@@ -1496,23 +1476,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
              * loop's step with the edge path (the loop's have none) */
             if (j1 < t_hi) {
                 const int j = t_hi - 1, jn = t_hi;
-                const unsigned kb = ring + (unsigned)s * KF_STAGE_BYTES;
-                const unsigned long long dk0 = kf_hp_desc(kb, 16u, 1024u);
-                const unsigned vbp = ring + (unsigned)sp * KF_STAGE_BYTES + KF_KV_BYTES;
-                const unsigned long long dv0 = kf_hp_desc(vbp, KF_BC * 128u, 1024u);
-                KF_SC_INIT();
-                kf_hp_wait(fk0 + 8 * s, ph);
-                kf_hp_wait(fv0 + 8 * sp, php);
-                asm volatile("bar.sync %0, 256;" ::"r"(1 + cw) : "memory");
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                kf_issue_qk<KF_QK0, kf_wgmma_qk>(sc, dq0, qbase, dk0, kb);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                kf_issue_pv<KF_BC>(o, pa, dv0, vbp);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                if (cw == 0 || !last_turn)
-                    asm volatile("bar.arrive %0, 256;" ::"r"(2 - cw) : "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                finish(j, jn, false, kf_width<KF_BC>{}, kf_width<2>{});
+                KF_STEP_QK_PV(KF_QK0, kf_wgmma_qk, KF_SC_INIT(), false, KF_BC, 2);
             }
 #endif
 #if KF_ITEM_OVERLAP
