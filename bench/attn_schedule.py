@@ -10,8 +10,10 @@ takes units b, b + G, b + 2G, ... (G blocks, one an SM). With --lpt, the
 KF_TAIL_LPT form (recipe flag KF_CUDA_RECIPE_ATTENTION_TAIL_LPT): all but the
 last two rounds as above, the rest as single items, longer items by p
 ascending then shorter ones by p descending, dealt out in a snake. With
---snake, a form the kernel does not have: odd rounds deal the units in
-reverse block order, so no block keeps one residue of p.
+--snake, odd rounds deal the units in reverse block order, so no block keeps
+one residue of p (with --lpt too, its rounds: the kernel's KF_TAIL_LPT form
+of a window mask since session 19; without --lpt a form the kernel does not
+have).
 
 A block's time is modelled as K + sum over its items of (tiles * t + ci);
 t, ci and K default to att19's fit (H100 at 628680f's kernels, causal B4 H32
@@ -68,7 +70,7 @@ def items_of_blocks(nqt, bh, grid, lpt, snake):
     u0 = q * grid
     for r in range(q):
         for b in range(grid):
-            blocks[b].extend(unit_items(r * grid + b))
+            blocks[b].extend(unit_items(r * grid + (grid - 1 - b if snake and r % 2 else b)))
     # the tail's items, as kf_lpt_tail orders them
     tail = []
     for longer in (True, False):

@@ -573,12 +573,32 @@ __device__ __forceinline__ bool kf_lpt_tail(const kf_lpt &l, unsigned k, long lo
 }
 
 /* The block's first item at t or after it (t = 0, 1, ...: both sides walk
- * the same items), its batch-head and query tile; -1 past the last. */
+ * the same items), its batch-head and query tile; -1 past the last. A
+ * window's rounds go in a snake too (round r gives unit r x grid + b to
+ * block b on even rounds, r x grid + grid - 1 - b on odd ones): grid-strided,
+ * block b keeps the units whose p is b mod (grid mod KF_HALF)'s class (B4
+ * H32 S4096: 132 mod 16 = 4), and a window's units are unequal where p is
+ * below window / 128 (its shorter item is cut by the start), so a quarter of
+ * the blocks kept the longest; the snake pairs class c with 3 - c
+ * (bench/attn_schedule.py: window 1024 4.5% over the mean, 1.5% in the
+ * snake). Measured (H200, 376ec31 against the snake, three processes each
+ * in the order A B B A A B, after 1 ms asleep): window 1024 0.5122 ->
+ * 0.5014 ms, window 2048 0.7620 -> 0.7325, but window 512 0.3527 -> 0.3573
+ * (1.3% slower; the model sees no imbalance there to mend). A causal unit's
+ * two items visit NQT + 1 key tiles whatever p: its rounds stay
+ * grid-strided. */
 __device__ __forceinline__ int kf_lpt_scan(const kf_lpt &l, int t, long long &bh, int &qt) {
     for (;; t++) {
         if ((unsigned)t < 2u * l.q) {
+#if KF_MASK_SKIP == 2
+            const unsigned r = (unsigned)t >> 1;
+            const unsigned b = (r & 1u) ? gridDim.x - 1u - blockIdx.x : blockIdx.x;
+            if (kf_unit_item((long long)r * gridDim.x + b, t & 1, bh, qt))
+                return t;
+#else
             if (kf_unit_item(blockIdx.x + (long long)(t >> 1) * gridDim.x, t & 1, bh, qt))
                 return t;
+#endif
             continue;
         }
         const unsigned r = (unsigned)t - 2u * l.q;

@@ -1584,6 +1584,17 @@ static const char *const lpt_rounds_case =
     "row = iota(i32[130, 130], axis=0)\ncol = iota(i32[130, 130], axis=1)\n"
     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
 
+/* 600 units of a window mask (2 x 300 heads, S 260: three query tiles, two
+ * units a head; window 100, head dim 128) for the window's rounds in a
+ * snake. */
+static const char *const lpt_window_rounds_case =
+    "q = input($[2, 300, 260, 128])\nk = input($[2, 300, 260, 128])\n"
+    "v = input($[2, 300, 260, 128])\nqk = matmul(q, k, transpose_b=true)\n"
+    "sc = const($[], 0.08838834764)\ns0 = mul(qk, sc)\n"
+    "row = iota(i32[260, 260], axis=0)\ncol = iota(i32[260, 260], axis=1)\nd = sub(row, col)\n"
+    "w = const(i32[], 99)\nzero = const(i32[], 0)\nrest = sub(w, d)\nm = min(d, rest)\n"
+    "keep = ge(m, zero)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
+
 /* The sm_90a kernel's tail longest first (templates/attention_sm90.cuh,
  * KF_TAIL_LPT: by default for a causal or window mask at head dim 128 and a
  * keep map's paired units; KF_CUDA_RECIPE_ATTENTION_TAIL_LPT asks for it
@@ -1595,7 +1606,8 @@ static const char *const lpt_rounds_case =
  * tile computed once: a tile left out stays poisoned, one computed twice
  * races on its rows); the reports say the tail ran on the causal and window
  * programs by default (at least four) and on the 400-unit case (head dim
- * 64) with the flag only. */
+ * 64) with the flag only; and 600 window units by default, whose rounds
+ * before the tail go in a snake. */
 static void test_sm90_attention_with_the_tail_longest_first_matches_the_reference(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -1639,6 +1651,26 @@ static void test_sm90_attention_with_the_tail_longest_first_matches_the_referenc
         kf_graph_destroy(g);
         kf_ctx_destroy(ctx);
     }
+    /* a window's rounds in a snake (kf_lpt_scan: odd rounds in reverse
+     * block order), by default: 600 units (2 x 300 heads of a window 100
+     * over S 260 at head dim 128: NQT 3, two units a head) on at most 132
+     * SMs, so two rounds (the second reversed) come before the tail */
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+    kf_graph *g = fused_graph(ctx, lpt_window_rounds_case, "bf16", "600 window units");
+    bool tail = false;
+    run_opts o = {.lo = -2,
+                  .hi = 2,
+                  .report_has = "mask sliding_window",
+                  .report_has_sm90 = "fused attention (sm_90a wgmma/TMA kernel)|mask sliding_window",
+                  .ctx = ctx,
+                  .probe = form,
+                  .probed = &tail};
+    run_and_compare(g, 3950, &o, "sm_90a attention, the default: 600 window units in rounds");
+    if (!tail)
+        fail_msg("600 window units: the report does not say '%s'", form);
+    fprintf(stderr, "  600 window units, rounds in a snake then the tail: ok\n");
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
 }
 
 /* Block-sparse keep maps that every batch-head shares, the edges of the
