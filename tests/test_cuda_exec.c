@@ -1584,6 +1584,31 @@ static const char *const lpt_rounds_case =
     "row = iota(i32[130, 130], axis=0)\ncol = iota(i32[130, 130], axis=1)\n"
     "keep = ge(row, col)\nninf = const($[], -inf)\ns1 = where(keep, s0, ninf)\n";
 
+/* Runs graph `body` (bf16, named `name`) in a context with recipe flags
+ * `flags` against the reference (seed `seed`), its report holding `mask` and,
+ * on sm_90, the sm_90a kernel; returns whether the report says `probe`. */
+static bool run_sm90_probed(uint64_t flags, const char *body, const char *name, const char *mask,
+                            uint64_t seed, const char *label, const char *probe) {
+    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
+    ctx->recipe_flags = flags;
+    kf_graph *g = fused_graph(ctx, body, "bf16", name);
+    char has[160];
+    snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s", mask);
+    bool hit = false;
+    run_opts o = {.lo = -2,
+                  .hi = 2,
+                  .report_has = mask,
+                  .report_has_sm90 = has,
+                  .ctx = ctx,
+                  .probe = probe,
+                  .probed = &hit};
+    run_and_compare(g, seed, &o, label);
+    fprintf(stderr, "  %s: ok\n", label);
+    kf_graph_destroy(g);
+    kf_ctx_destroy(ctx);
+    return hit;
+}
+
 /* 600 units of a window mask (2 x 300 heads, S 260: three query tiles, two
  * units a head; window 100, head dim 128) for the window's rounds in a
  * snake. */
@@ -1630,47 +1655,22 @@ static void test_sm90_attention_with_the_tail_longest_first_matches_the_referenc
     static const char *const labels[3] = {"the default", "every form", "the flag"};
     const unsigned flags[3] = {0, rest, lpt};
     for (int i = 0; i < 3; i++) {
-        kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
-        ctx->recipe_flags = flags[i];
-        kf_graph *g = fused_graph(ctx, lpt_rounds_case, "bf16", "400 units");
         char label[120];
         snprintf(label, sizeof label, "sm_90a attention, %s: 400 units, rounds then the tail",
                  labels[i]);
-        bool tail = false;
-        run_opts o = {.lo = -2,
-                      .hi = 2,
-                      .report_has = "mask causal",
-                      .report_has_sm90 = "fused attention (sm_90a wgmma/TMA kernel)|mask causal",
-                      .ctx = ctx,
-                      .probe = form,
-                      .probed = &tail};
-        run_and_compare(g, 3900 + (uint64_t)i, &o, label);
+        const bool tail = run_sm90_probed(flags[i], lpt_rounds_case, "400 units", "mask causal",
+                                          3900 + (uint64_t)i, label, form);
         if (tail != (i == 2))
             fail_msg("%s: the report %s '%s'", label, tail ? "says" : "does not say", form);
-        fprintf(stderr, "  %s: ok\n", label);
-        kf_graph_destroy(g);
-        kf_ctx_destroy(ctx);
     }
     /* a window's rounds in a snake (kf_lpt_scan: odd rounds in reverse
      * block order), by default: 600 units (2 x 300 heads of a window 100
      * over S 260 at head dim 128: NQT 3, two units a head) on at most 132
      * SMs, so two rounds (the second reversed) come before the tail */
-    kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
-    kf_graph *g = fused_graph(ctx, lpt_window_rounds_case, "bf16", "600 window units");
-    bool tail = false;
-    run_opts o = {.lo = -2,
-                  .hi = 2,
-                  .report_has = "mask sliding_window",
-                  .report_has_sm90 = "fused attention (sm_90a wgmma/TMA kernel)|mask sliding_window",
-                  .ctx = ctx,
-                  .probe = form,
-                  .probed = &tail};
-    run_and_compare(g, 3950, &o, "sm_90a attention, the default: 600 window units in rounds");
-    if (!tail)
+    if (!run_sm90_probed(0, lpt_window_rounds_case, "600 window units", "mask sliding_window",
+                         3950, "sm_90a attention, the default: 600 window units in rounds, a snake",
+                         form))
         fail_msg("600 window units: the report does not say '%s'", form);
-    fprintf(stderr, "  600 window units, rounds in a snake then the tail: ok\n");
-    kf_graph_destroy(g);
-    kf_ctx_destroy(ctx);
 }
 
 /* Block-sparse keep maps that every batch-head shares, the edges of the
