@@ -76,15 +76,22 @@ static inline void kf_sass_cubin(kf_mem *mem, const kf_cuda_kernel *k, char *pat
     kf_nvrtc_result_release(mem, &res);
 }
 
-/* Kernel `k` compiled (kf_sass_cubin), its SASS (cuobjdump -sass) into
- * out[size]. */
-static inline void kf_sass_text(kf_mem *mem, const kf_cuda_kernel *k, char *out, size_t size) {
+/* Kernel `k` compiled (kf_sass_cubin) into a temporary cubin (mkstemp's
+ * template below), what cuobjdump `option` prints of it into out[size]. */
+static inline void kf_sass_dump(kf_mem *mem, const kf_cuda_kernel *k, const char *option,
+                                char *out, size_t size) {
     char path[] = "/tmp/kf_sass_XXXXXX";
     kf_sass_cubin(mem, k, path);
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", KF_CUOBJDUMP, path);
+    snprintf(cmd, sizeof cmd, "'%s' %s '%s' 2>&1", KF_CUOBJDUMP, option, path);
     kf_sass_run(cmd, out, size);
     unlink(path);
+}
+
+/* Kernel `k` compiled (kf_sass_cubin), its SASS (cuobjdump -sass) into
+ * out[size]. */
+static inline void kf_sass_text(kf_mem *mem, const kf_cuda_kernel *k, char *out, size_t size) {
+    kf_sass_dump(mem, k, "-sass", out, size);
 }
 
 /* Compiles kernel `k` with NVRTC for its arch and checks its SASS and

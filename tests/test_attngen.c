@@ -874,13 +874,8 @@ static void window_body(char *t, size_t size, int b, int h, int sq, int skv, int
 
 /* Kernel `k`'s registers a thread (cuobjdump -res-usage's REG). */
 static int sass_regs(const kf_cuda_kernel *k) {
-    char path[] = "/tmp/kf_sass_XXXXXX";
-    kf_sass_cubin(&MEM, k, path);
     static char out[1 << 16];
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s' -res-usage '%s' 2>&1", KF_CUOBJDUMP, path);
-    kf_sass_run(cmd, out, sizeof out);
-    unlink(path);
+    kf_sass_dump(&MEM, k, "-res-usage", out, sizeof out);
     const char *r = strstr(out, "REG:");
     int n = -1;
     if (!r || sscanf(r, "REG:%d", &n) != 1)
