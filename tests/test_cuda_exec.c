@@ -1376,6 +1376,27 @@ static const struct {
      "mask sliding_window"},
 };
 
+/* Runs graph `g` of context `ctx` against the reference (seed `seed`,
+ * label `label`), its report holding `mask` and, on sm_90, the sm_90a kernel
+ * and `form` (NULL: none); returns whether the report says `probe` (NULL:
+ * false). */
+static bool run_sm90_graph(kf_ctx *ctx, kf_graph *g, const char *mask, const char *form,
+                           const char *probe, uint64_t seed, const char *label) {
+    char has[200];
+    snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s%s%s", mask,
+             form ? "|" : "", form ? form : "");
+    bool hit = false;
+    run_opts o = {.lo = -2,
+                  .hi = 2,
+                  .report_has = mask,
+                  .report_has_sm90 = has,
+                  .ctx = ctx,
+                  .probe = probe,
+                  .probed = &hit};
+    run_and_compare(g, seed, &o, label);
+    return hit;
+}
+
 /* The fused cases in dtype `dn_fused` and the longer ones above (ring wrap,
  * more units than SMs, rescales) in `dn_long` (NULL: left out), through
  * KF_ATTENTION_SM90 with the internal recipe flags `rflags` set on the
@@ -1422,20 +1443,10 @@ static void run_sm90_cases_only(uint64_t rflags, const char *dn_fused, const cha
         if (only && strcmp(name, only) != 0)
             continue;
         kf_graph *g = fused_graph(ctx, body, dn, name);
-        char label[200], has[200];
+        char label[200];
         snprintf(label, sizeof label, "sm_90a attention%s%s: %s [%s]", what ? ", " : "",
                  what ? what : "", name, dn);
-        snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s%s%s", mask,
-                 form ? "|" : "", form ? form : "");
-        bool hit = false;
-        run_opts o = {.lo = -2,
-                      .hi = 2,
-                      .report_has = mask,
-                      .report_has_sm90 = has,
-                      .ctx = ctx,
-                      .probe = probe,
-                      .probed = &hit};
-        run_and_compare(g, stream0 + i, &o, label);
+        const bool hit = run_sm90_graph(ctx, g, mask, form, probe, stream0 + i, label);
         if (took)
             *took += hit;
         fprintf(stderr, "  %s: ok%s\n", label, hit ? " (the form's kernel)" : "");
@@ -1592,17 +1603,7 @@ static bool run_sm90_probed(uint64_t flags, const char *body, const char *name, 
     kf_ctx *ctx = attn_ctx(KF_ATTENTION_SM90);
     ctx->recipe_flags = flags;
     kf_graph *g = fused_graph(ctx, body, "bf16", name);
-    char has[160];
-    snprintf(has, sizeof has, "fused attention (sm_90a wgmma/TMA kernel)|%s", mask);
-    bool hit = false;
-    run_opts o = {.lo = -2,
-                  .hi = 2,
-                  .report_has = mask,
-                  .report_has_sm90 = has,
-                  .ctx = ctx,
-                  .probe = probe,
-                  .probed = &hit};
-    run_and_compare(g, seed, &o, label);
+    const bool hit = run_sm90_graph(ctx, g, mask, NULL, probe, seed, label);
     fprintf(stderr, "  %s: ok\n", label);
     kf_graph_destroy(g);
     kf_ctx_destroy(ctx);
