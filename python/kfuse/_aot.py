@@ -4,7 +4,7 @@ import ctypes
 import os
 
 from . import _capi
-from ._core import Context, Graph, KfuseError
+from ._core import GRAPH_CACHE_FOLDER, Context, Graph, KfuseError
 
 
 def _need(lib, name):
@@ -66,7 +66,7 @@ def cache(action="ls", cache_dir=None):
         st = _need(lib, "kf_cache_clear_entries")(ctx._h, ctypes.byref(s))
         text = f"removed {s.removed} entries from {s.dir.decode()}\n" if not st else ""
         if not st:  # and the torch backend's graph cache beside the kernels
-            graphs = os.path.join(s.dir.decode(), "torch-graphs")
+            graphs = os.path.join(s.dir.decode(), GRAPH_CACHE_FOLDER)
             n = 0
             for name in (os.listdir(graphs) if os.path.isdir(graphs) else []):
                 if name.endswith(".json"):

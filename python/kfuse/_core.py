@@ -13,6 +13,9 @@ from ._arrays import (_TORCH_NAMES, Bound, CupyBound, CupyOut, GivenOut, cuda_de
                       cupy_device_of, output_like)
 
 DTYPES = tuple(_capi.DTYPES)
+# the torch backend's graph cache, a folder in kfuse's cache directory beside
+# the kernels (torch_backend.py writes it, kfuse.cache("clear") empties it)
+GRAPH_CACHE_FOLDER = "torch-graphs"
 
 _lib_lock = threading.Lock()
 _lib = None

@@ -856,7 +856,7 @@ def _publish(state):
 # ---------------------------------------------------------------------------
 
 _GRAPH_CACHE_FORMAT = 1
-GRAPH_CACHE_FOLDER = "torch-graphs"  # in kfuse's cache directory
+GRAPH_CACHE_FOLDER = _core.GRAPH_CACHE_FOLDER  # in kfuse's cache directory
 # where a Dynamo graph's call_function targets may come from for its code to
 # name everything it runs (a user's own function could change under the same name)
 _PURE_MODULES = ("torch", "_operator", "operator", "builtins", "math")
