@@ -50,39 +50,84 @@
 #endif
 #define KF_FCHUNKS ((KF_FN + KF_FCOLS - 1) / KF_FCOLS)
 
-/* W's element (k, n), stored at W[at], added into its column's sums. */
-__device__ __forceinline__ void kf_fold_elem(long long k, long long n, long long at, float &c,
-                                             float &d, KF_PARAMS) {
-    const float b = kf_fb(k, n, KF_ARGS);
-    const float w = kf_fround(kf_fg(k, KF_ARGS) * b);
-    kf_st(KF_FW + at, w);
-    c += w;
-#if KF_FLN
-    d += kf_fbeta(k, KF_ARGS) * b;
-#else
-    (void)d;
-#endif
-}
+/* g and beta of a chunk of KF_FKC k's in shared memory (each loaded once a
+ * block), and KF_FU elements of B loaded before any W is stored: one or two
+ * ahead (the compiler's schedule, g and beta loaded beside each) the loop ran
+ * at about a memory latency an element (gemm_prepass.cuh's items, the same
+ * loop, measured so). The sums keep their order (k ascending a thread; KF_FKC
+ * is a multiple of both strides): the same bits. */
+#define KF_FKC KF_BLOCK
+#define KF_FU 16
 
 extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
     KF_SETUP();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#if KF_FLN && !KF_FKMAJOR
+    __shared__ float gs[KF_FKC];
+#if KF_FLN
+    __shared__ float bs[KF_FKC];
+#if !KF_FKMAJOR
     __shared__ float cs[KF_FWARPS][32], ds[KF_FWARPS][32];
+#endif
+#endif
+    /* K-major B: warp = column, the lanes take every 32nd k; N-major: lane =
+     * column, the warps take every KF_FWARPS-th k */
+#if KF_FKMAJOR
+    constexpr long long STRIDE = 32;
+    const long long j0 = lane;
+#else
+    constexpr long long STRIDE = KF_FWARPS;
+    const long long j0 = warp;
 #endif
     for (long long it = blockIdx.x; it < (long long)KF_FCHUNKS * KF_FSLICES; it += gridDim.x) {
         const long long chunk = it / KF_FSLICES, k0 = (it % KF_FSLICES) * KF_FKS;
         const long long k1 = k0 + KF_FKS < KF_FK ? k0 + KF_FKS : KF_FK;
-        float c = 0.0f, d = 0.0f;
-        (void)d;
 #if KF_FKMAJOR
         const long long n = chunk * KF_FCOLS + warp;
-        if (n < KF_FN) {
-#pragma unroll 8
-            for (long long k = k0 + lane; k < k1; k += 32)
-                kf_fold_elem(k, n, n * KF_FK + k, c, d, KF_ARGS);
+#else
+        const long long n = chunk * KF_FCOLS + lane;
+#endif
+        float c = 0.0f, d = 0.0f;
+        (void)d;
+        for (long long kc = k0; kc < k1; kc += KF_FKC) {
+            const long long kn = k1 - kc < KF_FKC ? k1 - kc : KF_FKC;
+            __syncthreads(); /* the chunk before is read */
+            if ((long long)threadIdx.x < kn) {
+                gs[threadIdx.x] = kf_fg(kc + threadIdx.x, KF_ARGS);
+#if KF_FLN
+                bs[threadIdx.x] = kf_fbeta(kc + threadIdx.x, KF_ARGS);
+#endif
+            }
+            __syncthreads();
+            if (n < KF_FN) {
+                for (long long i0 = 0; j0 + STRIDE * i0 < kn; i0 += KF_FU) {
+                    float b[KF_FU];
+#pragma unroll
+                    for (int u = 0; u < KF_FU; u++) {
+                        const long long j = j0 + STRIDE * (i0 + u);
+                        b[u] = j < kn ? kf_fb(kc + j, n, KF_ARGS) : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < KF_FU; u++) {
+                        const long long j = j0 + STRIDE * (i0 + u);
+                        if (j < kn) {
+                            const long long k = kc + j;
+                            const float w = kf_fround(gs[j] * b[u]);
+#if KF_FKMAJOR
+                            kf_st(KF_FW + n * KF_FK + k, w);
+#else
+                            kf_st(KF_FW + k * KF_FN + n, w);
+#endif
+                            c += w;
+#if KF_FLN
+                            d += bs[j] * b[u];
+#endif
+                        }
+                    }
+                }
+            }
         }
 #if KF_FLN
+#if KF_FKMAJOR
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) {
             c += __shfl_xor_sync(0xffffffffu, c, o);
@@ -92,15 +137,7 @@ extern "C" __global__ void __launch_bounds__(KF_BLOCK) KF_KERNEL(KF_PARAMS) {
             KF_FCD[n] = c;
             KF_FCD[KF_FN + n] = KF_FD(d, n);
         }
-#endif
 #else
-        const long long n = chunk * KF_FCOLS + lane;
-        if (n < KF_FN) {
-#pragma unroll 8
-            for (long long k = k0 + warp; k < k1; k += KF_FWARPS)
-                kf_fold_elem(k, n, k * KF_FN + n, c, d, KF_ARGS);
-        }
-#if KF_FLN
         cs[warp][lane] = c;
         ds[warp][lane] = d;
         __syncthreads();

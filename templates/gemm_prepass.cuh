@@ -26,7 +26,7 @@
  * KF_PJOBS, KF_PSTATS, KF_PITEMS (every item), KF_PFOLD_ITEMS (the folds'),
  * kf_pj<J> for J < KF_PJOBS (K, N, KS, ITEMS, KMAJOR, LN, BIAS; b(k, n), g(k),
  * beta(k), bias(n): the GEMM's bias d carries, rnd(v), w(), cd()),
- * KF_PRE_ITEM(it, cs, ds) (the dispatch), and
+ * KF_PRE_ITEM(it, sm) (the dispatch), and
  * with KF_PSTATS: KF_SL, KF_SROWS, KF_SNS (statistics a row), KF_SVEC,
  * KF_SI_MEAN / KF_SI_RSTD / KF_SI_RMS (the index of each in a row's packed
  * statistics, -1 where not written), KF_SEPS, kf_srow(r) (row r's first
@@ -38,42 +38,84 @@
 #define KF_SINV (1.0f / (float)KF_SL)
 #endif
 
-/* W's element (k, n) of job J, stored at W[at], added into its column's sums. */
-template <int J>
-__device__ __forceinline__ void kf_pelem(int k, long long n, int at, float &c, float &d,
-                                         KF_PARAMS) {
-    typedef kf_pj<J> F;
-    const float b = F::b(k, n, KF_ARGS);
-    const float w = F::rnd(F::g(k, KF_ARGS) * b);
-    kf_st(F::w(KF_ARGS) + at, w);
-    c += w;
-    if constexpr (F::LN)
-        d += F::beta(k, KF_ARGS) * b;
-}
+/* A fold item's shared memory: g and beta of a chunk of K (KF_PKC values,
+ * each loaded once a block), and the N-major form's per-warp column sums. */
+#define KF_PKC KF_BLOCK
+struct kf_psmem {
+    float g[KF_PKC], beta[KF_PKC];
+    float cs[KF_PWARPS][32], ds[KF_PWARPS][32];
+};
 
-/* Fold item `it` of job J: a chunk of columns and a slice of K (gemm_fold.cuh);
- * k and W's index in 32 bits (the generator takes K x N < 2^31: 64-bit
- * indices spilled a register at 64 a thread). */
-template <int J>
-__device__ __forceinline__ void kf_pfold(long long it, float (*cs)[32], float (*ds)[32],
-                                         KF_PARAMS) {
+/* B's elements in flight a thread: KF_PU loaded before any W is stored
+ * (the compiler's own schedule kept one or two ahead, with g and beta loaded
+ * beside each element); g and beta come from shared memory, once a block, so
+ * the batch holds only B's values (no spill at 64 registers a thread; 16
+ * with g and beta in registers spilled). H200, processes old new new old old
+ * new against 1bb5474: ln_qkv's generated side 0.1662 -> 0.1644 ms, GPT-2's
+ * Q/K/V set 0.1728 -> 0.1713; the pre-pass kernel alone under ncu (base
+ * clocks, one launch) did not change past its noise (18.0-18.8 us): what
+ * bounds it is the statistics' rows, a DRAM round trip a row a warp, and the
+ * SMs idle 30% of its time (ncu: 19.6k active of 28k cycles), the blocks
+ * that take a fold item taking a statistics item less. An L2 prefetch of a
+ * warp's next rows (a bulk prefetch an item or two ahead) made it slower
+ * (18.6 -> 21.2 us). */
+#define KF_PU 16
+
+/* Fold item `it` of job J: a chunk of columns and a slice of K, cut as
+ * gemm_fold.cuh cuts them, the sums in the same order (k ascending a
+ * thread: KF_PKC is a multiple of both strides), so the same bits. k and
+ * W's index in 32 bits (the generator takes K x N < 2^31: 64-bit indices
+ * spilled a register at 64 a thread). Every thread of the block calls it
+ * (it synchronizes the block). */
+template <int J> __device__ __forceinline__ void kf_pfold(long long it, kf_psmem &sm, KF_PARAMS) {
     typedef kf_pj<J> F;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     constexpr long long SLICES = (F::K + F::KS - 1) / F::KS;
-    const long long chunk = it / SLICES, k0 = (it % SLICES) * F::KS;
-    const long long k1 = k0 + F::KS < F::K ? k0 + F::KS : F::K;
+    const long long chunk = it / SLICES;
+    const int k0 = (int)((it % SLICES) * F::KS);
+    const int k1 = k0 + (int)F::KS < (int)F::K ? k0 + (int)F::KS : (int)F::K;
+    /* K-major B: warp = column, the lanes take every 32nd k; N-major: lane =
+     * column, the warps take every KF_PWARPS-th k */
+    constexpr int STRIDE = F::KMAJOR ? 32 : KF_PWARPS;
+    const int j0 = F::KMAJOR ? lane : warp;
+    const long long n = F::KMAJOR ? chunk * KF_PWARPS + warp : chunk * 32 + lane;
     float c = 0.0f, d = 0.0f;
-    if constexpr (F::KMAJOR) {
-        const long long n = chunk * KF_PWARPS + warp;
+    for (int kc = k0; kc < k1; kc += KF_PKC) {
+        const int kn = k1 - kc < KF_PKC ? k1 - kc : KF_PKC;
+        __syncthreads(); /* the chunk before is read */
+        if ((int)threadIdx.x < kn) {
+            sm.g[threadIdx.x] = F::g(kc + (int)threadIdx.x, KF_ARGS);
+            if constexpr (F::LN)
+                sm.beta[threadIdx.x] = F::beta(kc + (int)threadIdx.x, KF_ARGS);
+        }
+        __syncthreads();
         if (n < F::N) {
-#pragma unroll 8
-            for (int i = 0; i < (int)((F::KS + 31) / 32); i++) {
-                const int k = (int)k0 + lane + 32 * i;
-                if (k < (int)k1)
-                    kf_pelem<J>(k, n, (int)n * (int)F::K + k, c, d, KF_ARGS);
+            for (int i0 = 0; j0 + STRIDE * i0 < kn; i0 += KF_PU) {
+                float b[KF_PU];
+#pragma unroll
+                for (int u = 0; u < KF_PU; u++) {
+                    const int j = j0 + STRIDE * (i0 + u);
+                    b[u] = j < kn ? F::b(kc + j, n, KF_ARGS) : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < KF_PU; u++) {
+                    const int j = j0 + STRIDE * (i0 + u);
+                    if (j < kn) {
+                        const int k = kc + j;
+                        const float w = F::rnd(sm.g[j] * b[u]);
+                        kf_st(F::w(KF_ARGS) +
+                                  (F::KMAJOR ? (int)n * (int)F::K + k : k * (int)F::N + (int)n),
+                              w);
+                        c += w;
+                        if constexpr (F::LN)
+                            d += sm.beta[j] * b[u];
+                    }
+                }
             }
         }
-        if constexpr (F::LN) {
+    }
+    if constexpr (F::LN) {
+        if constexpr (F::KMAJOR) {
 #pragma unroll
             for (int o = 16; o > 0; o /= 2) {
                 c += __shfl_xor_sync(0xffffffffu, c, o);
@@ -83,32 +125,20 @@ __device__ __forceinline__ void kf_pfold(long long it, float (*cs)[32], float (*
                 F::cd(KF_ARGS)[n] = c;
                 F::cd(KF_ARGS)[F::N + n] = F::BIAS ? d + F::bias(n, KF_ARGS) : d;
             }
-        }
-    } else {
-        const long long n = chunk * 32 + lane;
-        if (n < F::N) {
-#pragma unroll 8
-            for (int i = 0; i < (int)((F::KS + KF_PWARPS - 1) / KF_PWARPS); i++) {
-                const int k = (int)k0 + warp + KF_PWARPS * i;
-                if (k < (int)k1)
-                    kf_pelem<J>(k, n, k * (int)F::N + (int)n, c, d, KF_ARGS);
-            }
-        }
-        if constexpr (F::LN) {
-            cs[warp][lane] = c;
-            ds[warp][lane] = d;
+        } else {
+            sm.cs[warp][lane] = c;
+            sm.ds[warp][lane] = d;
             __syncthreads();
             if (warp == 0 && n < F::N) {
                 float cc = 0.0f, dd = 0.0f;
 #pragma unroll
                 for (int w = 0; w < KF_PWARPS; w++) {
-                    cc += cs[w][lane];
-                    dd += ds[w][lane];
+                    cc += sm.cs[w][lane];
+                    dd += sm.ds[w][lane];
                 }
                 F::cd(KF_ARGS)[n] = cc;
                 F::cd(KF_ARGS)[F::N + n] = F::BIAS ? dd + F::bias(n, KF_ARGS) : dd;
             }
-            __syncthreads();
         }
     }
     (void)c;
@@ -246,8 +276,8 @@ __device__ __forceinline__ void kf_pstats(long long it, KF_PARAMS) {
 /* one block an SM (the recipe's launch rule): 64 registers a thread */
 extern "C" __global__ void __launch_bounds__(KF_BLOCK, 1) KF_KERNEL(KF_PARAMS) {
     KF_SETUP();
-    __shared__ float cs[KF_PWARPS][32], ds[KF_PWARPS][32];
+    __shared__ kf_psmem sm;
     for (long long it = blockIdx.x; it < KF_PITEMS; it += gridDim.x) {
-        KF_PRE_ITEM(it, cs, ds)
+        KF_PRE_ITEM(it, sm)
     }
 }

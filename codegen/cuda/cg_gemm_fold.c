@@ -520,12 +520,12 @@ kf_status kf_cuda_codegen_gemm_prepass(const kf_plan *plan, const kf_cuda_fold_j
               n, stats ? 1 : 0, all, fold_items, (int)defs.len, defs.p ? defs.p : "");
     kf_mem_free(mem, defs.p, defs.cap);
     /* the item dispatch: job 0's fold items, job 1's, ..., the statistics' */
-    cg_puts(&c.s, "#define KF_PRE_ITEM(it, cs, ds)");
+    cg_puts(&c.s, "#define KF_PRE_ITEM(it, sm)");
     int64_t at = 0;
     for (uint32_t j = 0; j < n; j++) {
         cg_printf(&c.s,
                   " \\\n    if ((it) < %" PRId64 "LL) kf_pfold<%u>((it) - %" PRId64
-                  "LL, cs, ds, KF_ARGS); else",
+                  "LL, sm, KF_ARGS); else",
                   at + items[j], j, at);
         at += items[j];
     }
