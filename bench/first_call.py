@@ -12,6 +12,8 @@ seconds, each first call in a fresh process (torch_blocks.py's child), per block
   aot_eager     Dynamo and AOTAutograd (backend="aot_eager")
   warm_eager_loading  warm, with CUDA_MODULE_LOADING=EAGER (no kernel loaded at its
                 first launch: how much of the first run is lazy loading)
+  warm_noearly  warm without the warm-up's early cuBLASLt start-up (the
+                capture after kf_compile alone)
   warm_nowarm   warm with warm_first_run off (the first run's once-per-process
                 work in the first call, as before fc20)
   warm_nowarm_prelinear  warm_nowarm after a tiny torch F.linear (bf16, CUDA)
@@ -75,6 +77,8 @@ def main():
             "warm_nograph": (dict(base, backend="kfuse",
                                   options={"flags": WARM, "graph_cache": False}), {}),
             "warm": (dict(base, backend="kfuse", options={"flags": WARM}), {}),
+            "warm_noearly": (dict(base, backend="kfuse", no_blas_start=True,
+                                  options={"flags": WARM}), {}),
             "warm_nowarm": (dict(base, backend="kfuse",
                                  options={"flags": WARM, "warm_first_run": False}), {}),
             "warm_nowarm_prelinear": (dict(base, backend="kfuse", prelinear=True,

@@ -243,6 +243,8 @@ def _stamps():
     around(_core.Program, "run_device_list", "run_start", "run_end")
     if hasattr(_core.Program, "_use_torch_workspace"):  # the first run's workspace
         around(_core.Program, "_use_torch_workspace", "workspace_start", "workspace_end")
+    if hasattr(tb, "_start_blas"):  # cuBLASLt's start-up begun on a thread
+        around(tb, "_start_blas", "blas_start", "blas_thread_started")
     if hasattr(_core.Program, "warm_device"):  # the first run's warm-up on the compile thread
         around(_core.Program, "warm_device", "warm_start", "warm_end")
     lib = _core._L()
@@ -300,6 +302,10 @@ def child(spec):
             sync()
             out["prelinear_ms"] = round((time.perf_counter() - t) * 1e3, 1)
         marks = _stamps() if spec["backend"] == "kfuse" else {}
+        if spec.get("no_blas_start"):  # the warm-up without its early cuBLASLt start-up
+            import kfuse.torch_backend as ktb
+
+            ktb._start_blas = lambda stream: None
         if spec["backend"] == "kfuse":
             opts = dict(spec.get("options", {}))
             if "flags" in opts:

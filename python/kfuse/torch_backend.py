@@ -42,14 +42,16 @@ package's sources and torch's version. A new process (or a new compile) of
 the same graph skips AOTAutograd and the translation: the program is
 compiled from the stored graph at once (on the background thread) and called
 directly. Anything else, or a damaged entry, takes the path above.
-"warm_first_run" (default True; needs background_compile): where the
-partition's example inputs are real CUDA tensors in the program's input
-order (a graph-cache hit, or a graph stored to it), the background thread,
-once the program is compiled, also does its first run's once-per-process
-work (Program.warm_device: the steps captured into a graph on a private
-stream and discarded unexecuted -- cuBLASLt's lazy start-up, the kernels'
-first loads, the workspace), so the first call does not. Not while the
-caller's stream captures; results never change.
+"warm_first_run" (default True; needs background_compile): on CUDA inputs,
+cuBLASLt's one-time start-up is begun at the backend's entry by a tiny torch
+GEMM on a thread (PyTorch and kfuse share the library; once a process), and
+where the partition's example inputs are the program's (a graph-cache hit,
+or a graph stored to it) the background thread, once the program is
+compiled, also does the rest of its first run's once-per-process work
+(Program.warm_device: the steps captured into a graph on a private stream
+and discarded unexecuted -- each cuBLASLt kernel's first load, the kernels',
+the workspace), so the first call does not. Not while the caller's stream
+captures; results never change.
 kfuse.cache("clear") removes the entries with the kernels (the CLI's `kfuse
 cache clear` only the kernels); so does deleting the folder.
 
@@ -799,8 +801,9 @@ def _warm_stream(options, example_inputs):
     if not (options.get("warm_first_run", True) and options.get("background_compile", True)):
         return None
     if not example_inputs or not all(isinstance(t, torch.Tensor) and t.is_cuda and
-                                     type(t) is torch.Tensor for t in example_inputs):
-        return None  # FakeTensors and other subclasses are not run on
+                                     type(t) in (torch.Tensor, torch.nn.Parameter)
+                                     for t in example_inputs):
+        return None  # FakeTensors and other subclasses are not bound
     dev = example_inputs[0].device
     if any(t.device != dev for t in example_inputs):
         return None
@@ -839,6 +842,38 @@ def _start_background(state, options):
 
         state["thread"] = threading.Thread(target=work, name="kfuse-compile")
         state["thread"].start()
+
+
+_blas_started = set()  # devices whose cuBLASLt start-up _start_blas began (once a process)
+_blas_lock = threading.Lock()
+
+
+def _start_blas(stream):
+    """cuBLASLt's one-time start-up in this process (its first real call: 85-110
+    ms on an H200, where a warm first call's first run spent nearly all its
+    host time), begun on a thread at the backend's entry so that it overlaps
+    kf_compile and Dynamo's remaining work. PyTorch and kfuse share one
+    libcublasLt in a process (kfuse opens it by soname, and glibc hands back
+    PyTorch's copy when the versions match), so one tiny torch GEMM on
+    `stream` (where the first call runs; nothing the caller holds is touched)
+    starts it for both; where they differ it costs that thread a start-up of
+    PyTorch's copy and saves kfuse nothing. Once per device and process."""
+    with _blas_lock:
+        if stream.device.index in _blas_started:
+            return None
+        _blas_started.add(stream.device.index)
+
+    def work():
+        try:
+            with torch.cuda.device(stream.device), torch.cuda.stream(stream), torch.no_grad():
+                w = torch.zeros(64, 64, device=stream.device, dtype=torch.bfloat16)
+                torch.nn.functional.linear(w, w, w[0])
+        except Exception:  # noqa: BLE001 - nothing started: the first run starts it
+            pass
+
+    t = threading.Thread(target=work, name="kfuse-blas-start", daemon=True)
+    t.start()
+    return t
 
 
 def _schedule_warm(state, part, example_inputs, order, options):
@@ -1175,6 +1210,9 @@ def kfuse_backend(gm, example_inputs, options=None, mode=None):
                               "graph_cache", "warm_first_run"}
     if unknown:
         raise ValueError(f"kfuse backend: unknown option {sorted(unknown)[0]!r}")
+    stream = _warm_stream(options, example_inputs)
+    if stream is not None:
+        _start_blas(stream)
     folder = _graph_cache_dir(options)
     key = _graph_key(gm, example_inputs, options) if folder else None
     if key is not None:
