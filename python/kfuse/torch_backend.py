@@ -698,10 +698,10 @@ class _KfusePartition(torch.nn.Module):
         idx = args[0].get_device() if args and isinstance(args[0], torch.Tensor) else -1
         c = self._by_index.get(idx)
         if c is None:
-            if not self.warm_done.is_set():  # the thread's warm-up, then this first run
-                t0 = time.perf_counter()
-                self.warm_done.wait()
-                self.wait_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            self.warm_done.wait()  # the thread's warm-up, if one is scheduled, then this run
+            _join_blas(idx)  # and the early cuBLASLt start-up's thread
+            self.wait_s += time.perf_counter() - t0
             c = self._by_index[idx] = self.program(
                 args[0].device if args else torch.device("cpu")).caller()
         return c(args)
@@ -844,7 +844,7 @@ def _start_background(state, options):
         state["thread"].start()
 
 
-_blas_started = set()  # devices whose cuBLASLt start-up _start_blas began (once a process)
+_blas_started = {}  # device index -> the thread _start_blas began there (once a process)
 _blas_lock = threading.Lock()
 
 
@@ -857,11 +857,13 @@ def _start_blas(stream):
     PyTorch's copy when the versions match), so one tiny torch GEMM on
     `stream` (where the first call runs; nothing the caller holds is touched)
     starts it for both; where they differ it costs that thread a start-up of
-    PyTorch's copy and saves kfuse nothing. Once per device and process."""
+    PyTorch's copy and saves kfuse nothing. Once per device and process; a
+    partition's first call joins it (_join_blas), so nothing of it is left
+    running when the caller gets the first result (and may begin a capture)."""
     with _blas_lock:
         if stream.device.index in _blas_started:
             return None
-        _blas_started.add(stream.device.index)
+        _blas_started[stream.device.index] = None  # taken: the thread follows
 
     def work():
         try:
@@ -871,9 +873,19 @@ def _start_blas(stream):
         except Exception:  # noqa: BLE001 - nothing started: the first run starts it
             pass
 
-    t = threading.Thread(target=work, name="kfuse-blas-start", daemon=True)
+    t = threading.Thread(target=work, name="kfuse-blas-start")
+    with _blas_lock:
+        _blas_started[stream.device.index] = t
     t.start()
     return t
+
+
+def _join_blas(idx):
+    """Waits for _start_blas's thread on device `idx`, if one was started."""
+    with _blas_lock:
+        t = _blas_started.get(idx)
+    if t is not None and t is not threading.current_thread():
+        t.join()
 
 
 def _schedule_warm(state, part, example_inputs, order, options):
