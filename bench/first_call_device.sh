@@ -33,14 +33,17 @@ wait $tests
 echo "pytest cuda rc $?: $(tail -1 "$OUT/pytest_cuda.log") (${SECONDS} s)"
 fc llama7b warm_nowarm,warm,warm,warm_nowarm llama_abba
 echo "(${SECONDS} s)"
-[ "$SECONDS" -lt 200 ] && fc gpt2_medium warm,warm_nowarm gpt2_ab
+[ "$SECONDS" -lt 200 ] && fc gpt2_medium warm,warm_nowarm,warm_nowarm,warm gpt2_abba
 echo "(${SECONDS} s)"
-[ "$SECONDS" -lt 215 ] && fc llama7b warm_nowarm_prelinear llama_prelinear
+[ "$SECONDS" -lt 240 ] && fc llama7b warm_noearly,warm_nowarm_prelinear llama_diag
 echo "total ${SECONDS} s"
+tar -C "$OUT" -czf "$OUT/all.tgz" --exclude=all.tgz . && find "$OUT" \( -name "*.log" -o -name "*.json" \) ! -name build.log -delete
 python3 - "$OUT" <<'PY'
 import glob, json, sys
-for f in sorted(glob.glob(sys.argv[1] + "/first_call_*.json")):
-    d = json.load(open(f))
+import tarfile
+t = tarfile.open(sys.argv[1] + "/all.tgz")
+for m in sorted(x for x in t.getnames() if x.endswith(".json")):
+    d = json.load(t.extractfile(m))
     for b, row in d["blocks"].items():
         for k, c in row.items():
             st = c.get("stages_ms") or {}
@@ -49,7 +52,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/first_call_*.json")):
             cr = (st.get("c_run_end", 0) - st.get("c_run_start", 0)) if "c_run_start" in st else None
             wc = (st.get("warm_c_end", 0) - st.get("warm_c_start", 0)) if "warm_c_start" in st else None
             print(f"{d.get('device','?')[:12]} {b:11s} {k:22s} first {c.get('first_call_s', 0):.3f} s"
-                  f" c_run {cr} warm_c {wc} compile_end {st.get('kf_compile_end')} run_start "
+                  f" c_run {cr} warm_c {wc} blas {st.get('blas_start')} compile_end {st.get('kf_compile_end')} run_start "
                   f"{st.get('run_start')} warm {st.get('warm_start')}-{st.get('warm_end')} "
                   f"prelinear {c.get('prelinear_ms')}")
             if fr:

@@ -835,8 +835,13 @@ def test_warm_device_captures_the_first_run_without_running_it():
         finally:
             graph.capture_end()
     assert _first_run(prog2) is None
-    # the CPU target has no device runs
-    assert kfuse.compile(g, target="cpu").warm_device(args) is False
+
+
+@pytest.mark.skipif(DEV.type != "cpu", reason="the CPU target (a GPU machine's build may lack it)")
+def test_warm_device_is_refused_by_a_cpu_program():
+    """A CPU program has no device-resident runs: nothing to warm (False)."""
+    g = kfuse.parse("kfg 1\nx = input(f32[8, 64])\ny = gelu(x)\noutput y\n")
+    assert kfuse.compile(g, target="cpu").warm_device([torch.randn(8, 64)]) is False
 
 
 def test_the_backend_warms_the_first_run_of_a_stored_or_cached_graph(cache, monkeypatch):
