@@ -12,6 +12,14 @@ seconds, each first call in a fresh process (torch_blocks.py's child), per block
   aot_eager     Dynamo and AOTAutograd (backend="aot_eager")
   warm_eager_loading  warm, with CUDA_MODULE_LOADING=EAGER (no kernel loaded at its
                 first launch: how much of the first run is lazy loading)
+  warm_noearly  warm without the warm-up's early cuBLASLt start-up (the
+                capture after kf_compile alone)
+  warm_nowarm   warm with warm_first_run off (the first run's once-per-process
+                work in the first call, as before fc20)
+  warm_nowarm_prelinear  warm_nowarm after a tiny torch F.linear (bf16, CUDA)
+                outside the timed call: whether torch's own first cuBLASLt call
+                pays what kfuse's first run pays (the library is one in a
+                PyTorch process)
 
 A variant named twice runs twice (the second's key gets "#2"): e.g.
 cold,warm,warm_nograph,warm_nograph,warm for A B B A pairs.
@@ -69,6 +77,13 @@ def main():
             "warm_nograph": (dict(base, backend="kfuse",
                                   options={"flags": WARM, "graph_cache": False}), {}),
             "warm": (dict(base, backend="kfuse", options={"flags": WARM}), {}),
+            "warm_noearly": (dict(base, backend="kfuse", no_blas_start=True,
+                                  options={"flags": WARM}), {}),
+            "warm_nowarm": (dict(base, backend="kfuse",
+                                 options={"flags": WARM, "warm_first_run": False}), {}),
+            "warm_nowarm_prelinear": (dict(base, backend="kfuse", prelinear=True,
+                                           options={"flags": WARM, "warm_first_run": False}),
+                                      {}),
             "eager": (dict(base, backend="eager"), {}),
             "aot_eager": (dict(base, backend="aot_eager"), {}),
             # the warm call with every CUDA module loaded when it is loaded (not at a
@@ -90,6 +105,8 @@ def main():
                 print("    stages_ms", json.dumps(c["stages_ms"]), flush=True)
             if c.get("prepare_ms"):
                 print("    prepare_ms", json.dumps(c["prepare_ms"]), flush=True)
+            if c.get("report_head"):
+                print("    report", c["report_head"], flush=True)
             if args.out != "-":  # after each child: a run cut short keeps what it measured
                 with open(args.out, "w") as f:
                     f.write(json.dumps(res, indent=1) + "\n")

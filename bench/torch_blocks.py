@@ -81,6 +81,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -242,13 +243,18 @@ def _stamps():
     around(_core.Program, "run_device_list", "run_start", "run_end")
     if hasattr(_core.Program, "_use_torch_workspace"):  # the first run's workspace
         around(_core.Program, "_use_torch_workspace", "workspace_start", "workspace_end")
+    if hasattr(tb, "_start_blas"):  # cuBLASLt's start-up begun on a thread
+        around(tb, "_start_blas", "blas_start", "blas_thread_started")
+    if hasattr(_core.Program, "warm_device"):  # the first run's warm-up on the compile thread
+        around(_core.Program, "warm_device", "warm_start", "warm_end")
     lib = _core._L()
     c_run = lib.kf_program_run_device
 
-    def c_marked(*a):  # the first run's C call (binding, launches)
-        mark("c_run_start")
+    def c_marked(*a):  # the first run's C call (binding, launches); the warm-up's apart
+        pre = "warm_c" if threading.current_thread().name == "kfuse-compile" else "c_run"
+        mark(pre + "_start")
         r = c_run(*a)
-        mark("c_run_end")
+        mark(pre + "_end")
         return r
     lib.kf_program_run_device = c_marked
     compile_ = _core.Context.compile
@@ -289,7 +295,17 @@ def child(spec):
                 out["compile_worker_processes_after_shutdown"] = descendants()
             del fn
             torch._dynamo.reset()
+        if spec.get("prelinear"):  # diagnostic: torch's own cuBLASLt call before the first call
+            w = torch.randn(64, 64, device=xs[0].device, dtype=xs[0].dtype)
+            t = time.perf_counter()
+            torch.nn.functional.linear(w, w, w[0])
+            sync()
+            out["prelinear_ms"] = round((time.perf_counter() - t) * 1e3, 1)
         marks = _stamps() if spec["backend"] == "kfuse" else {}
+        if spec.get("no_blas_start"):  # the warm-up without its early cuBLASLt start-up
+            import kfuse.torch_backend as ktb
+
+            ktb._start_blas = lambda stream: None
         if spec["backend"] == "kfuse":
             opts = dict(spec.get("options", {}))
             if "flags" in opts:
@@ -361,7 +377,8 @@ def _prepare_ms(programs):
     for p in programs:
         j = p.report(format="json").get("cuda_run") or {}
         res.append({k: j.get(k) for k in ("prepare_ms", "kernels_compiled", "kernels_cached",
-                                          "cublaslt_loaded", "cublaslt_ms")})
+                                          "cublaslt_loaded", "cublaslt_ms", "first_run_ms",
+                                          "captured_graphs")})
     return res
 
 

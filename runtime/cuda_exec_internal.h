@@ -135,6 +135,18 @@ typedef struct xtier {
 
 /* Where open and prepare spend their time (the warm-start bench reads them
  * from the report's JSON). */
+/* Where the host time of the program's first run went (the report's
+ * cuda_run.first_run_ms): a process's first run pays what nothing before it
+ * loaded -- cuBLASLt's lazy start-up at its first real call, kernels loaded
+ * at their first launch, a graph's first upload. Filled once, by the first
+ * kf_cuda_exec_run or _run_device call (captured by the caller or not). */
+typedef struct xfirst {
+    bool done, captured;
+    double total, enter, repoint, launch, graph, kernels, kernel_max, gemms, gemm_first, gemm_max,
+        after;
+    unsigned n_kernels, n_gemms;
+} xfirst;
+
 typedef enum xphase {
     XPH_DRIVER,
     XPH_DEVICE,
@@ -232,6 +244,7 @@ struct kf_cuda_exec {
     bool ran;
 
     xtier tier;
+    xfirst first; /* the first run's host time (cuda_run.first_run_ms) */
 };
 
 /* Helpers of cuda_exec.c that cuda_exec_run.c calls, and the reverse. */

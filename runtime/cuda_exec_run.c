@@ -25,29 +25,54 @@ static bool capturing(const kf_cuda_exec *ex, kf_cu_stream stream) {
            status != KF_CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* One step's host time in the first run's record. */
+static void first_step(xfirst *f, bool gemm, double ms) {
+    if (gemm) {
+        f->gemm_first = f->n_gemms++ ? f->gemm_first : ms;
+        f->gemms += ms;
+        f->gemm_max = ms > f->gemm_max ? ms : f->gemm_max;
+    } else {
+        f->n_kernels++;
+        f->kernels += ms;
+        f->kernel_max = ms > f->kernel_max ? ms : f->kernel_max;
+    }
+}
+
 /* Every step of the run on `stream`. The device's context is made current
  * once, then each kernel is one cuLaunchKernel with arguments bound at
  * prepare time: the host cost per kernel is the driver's launch itself.
  * While the stream captures, the steps are launched one by one, so the
  * caller's graph gets plain kernel nodes. Otherwise a program without the
- * hand-built graph may replay one captured from its own launches. */
-static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, char *err) {
+ * hand-built graph may replay one captured from its own launches. `rec`:
+ * the first run's record (NULL on later runs), where each launch's host
+ * time goes. */
+static kf_status launch_all(kf_cuda_exec *ex, kf_cu_stream stream, xfirst *rec, char *err) {
     kf_status st = kf_cx_make_current(ex, err);
+    double t0 = rec ? now_ms() : 0;
     if (st == KF_OK && ex->graph_exec && !capturing(ex, stream)) {
         kf_cu_result r = ex->dev.drv->cuGraphLaunch(ex->graph_exec, stream);
         if (r != 0)
             st = kf_cuda_check(ex->dev.drv, r, "cuGraphLaunch",
                                kf_cx_step_name(ex, &ex->steps[ex->order[0]]), err);
+        if (rec)
+            rec->graph = now_ms() - t0;
         return st;
     }
     if (st == KF_OK && !capturing(ex, stream)) {
         bool done = false;
         st = kf_cx_launch_captured(ex, stream, &done, err);
+        if (rec)
+            rec->graph = now_ms() - t0;
         if (st != KF_OK || done)
             return st;
     }
-    for (uint32_t i = 0; i < ex->n_order && st == KF_OK; i++)
-        st = kf_cx_launch_step(ex, &ex->steps[ex->order[i]], stream, err);
+    for (uint32_t i = 0; i < ex->n_order && st == KF_OK; i++) {
+        const xstep *s = &ex->steps[ex->order[i]];
+        double ts = rec ? now_ms() : 0;
+        st = kf_cx_launch_step(ex, s, stream, err);
+        if (rec)
+            first_step(rec, s->kind == KF_CUDA_STEP_GEMM, now_ms() - ts);
+    }
     return st;
 }
 
@@ -96,7 +121,7 @@ kf_status kf_cuda_exec_index_clamps(kf_cuda_exec *ex, void *stream, bool *clampe
 kf_status kf_cuda_exec_launch(kf_cuda_exec *ex, void *stream, char *err) {
     if (!prepared(ex))
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_launch: no prepared exec");
-    return launch_all(ex, stream ? (kf_cu_stream)stream : ex->stream, err);
+    return launch_all(ex, stream ? (kf_cu_stream)stream : ex->stream, NULL, err);
 }
 
 /* The one-stream contract: a run on another stream than the last run's is
@@ -169,6 +194,8 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run: NULL argument");
     const kf_graph *g = ex->graph;
     kf_cu_stream s = stream ? (kf_cu_stream)stream : ex->stream;
+    xfirst *rec = ex->first.done ? NULL : &ex->first;
+    double t0 = rec ? now_ms() : 0, tl = 0;
     kf_status st = kf_cx_make_current(ex, err);
     if (st == KF_OK)
         st = check_idle(ex, s, false, err);
@@ -186,8 +213,14 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
             st = kf_cuda_copy_to_device(&ex->dev, kf_cx_buf_ptr(ex, ex->buf_of[t->id]),
                                         bound[t->id], kf_cx_tensor_bytes(t), err);
     }
+    if (rec) {
+        tl = now_ms();
+        rec->enter = tl - t0; /* with the inputs' copies */
+    }
     if (st == KF_OK)
-        st = launch_all(ex, s, err);
+        st = launch_all(ex, s, rec, err);
+    if (rec)
+        rec->launch = now_ms() - tl;
     if (st == KF_OK)
         st = mark_done(ex, s, false, err);
     const char *last =
@@ -201,6 +234,11 @@ kf_status kf_cuda_exec_run(kf_cuda_exec *ex, void *const *bound, void *stream, c
         if (!bound[t->id] || t->op == KF_OP_INPUT)
             continue;
         st = kf_cuda_exec_copy_out(ex, t->id, bound[t->id], kf_cx_tensor_bytes(t), err);
+    }
+    if (rec && st == KF_OK) {
+        rec->total = now_ms() - t0;
+        rec->after = rec->total - rec->enter - rec->launch; /* the sync, the copies out */
+        rec->done = true;
     }
     return st;
 }
@@ -223,6 +261,8 @@ kf_status kf_cuda_exec_run_device(kf_cuda_exec *ex, void *const *bound, void *st
         return kf_msg_set(err, KF_ERR_INVALID_ARGUMENT, "kf_cuda_exec_run_device: NULL argument");
     const kf_graph *g = ex->graph;
     kf_cu_stream s = (kf_cu_stream)stream;
+    xfirst *rec = ex->first.done ? NULL : &ex->first;
+    double t0 = rec ? now_ms() : 0, tp = 0, tl = 0;
     bool cap = capturing(ex, s);
     kf_status st = kf_cx_make_current(ex, err);
     if (st == KF_OK)
@@ -247,9 +287,19 @@ kf_status kf_cuda_exec_run_device(kf_cuda_exec *ex, void *const *bound, void *st
         if (bound[t] && output_in_place(ex, t))
             ex->want[buf_of_tensor(ex, t)] = (kf_cu_deviceptr)(uintptr_t)bound[t];
     }
+    if (rec) {
+        tp = now_ms();
+        rec->enter = tp - t0;
+    }
     st = kf_cx_repoint(ex, err);
+    if (rec) {
+        tl = now_ms();
+        rec->repoint = tl - tp;
+    }
     if (st == KF_OK)
-        st = launch_all(ex, s, err);
+        st = launch_all(ex, s, rec, err);
+    if (rec)
+        rec->launch = now_ms() - tl;
     for (uint32_t i = 0; i < g->n_outputs && st == KF_OK; i++) {
         const kf_tensor *t = g->outputs[i].tensor;
         if (!bound[t->id] || output_in_place(ex, t->id))
@@ -261,6 +311,12 @@ kf_status kf_cuda_exec_run_device(kf_cuda_exec *ex, void *const *bound, void *st
     }
     if (st == KF_OK)
         st = mark_done(ex, s, cap, err);
+    if (rec && st == KF_OK) {
+        rec->total = now_ms() - t0;
+        rec->after = rec->total - rec->enter - rec->repoint - rec->launch; /* copies, event */
+        rec->captured = cap;
+        rec->done = true;
+    }
     return st;
 }
 
@@ -449,6 +505,19 @@ void kf_cuda_exec_report(const kf_cuda_exec *ex, bool json, FILE *out) {
                 "\"refused\": %u}",
                 lt_ms.dlopen_ms, lt_ms.dlsym_ms, lt_ms.wait_ms, lt_ms.create_ms, lt_ms.plans_ms,
                 lt_ms.algo_load_ms, lt_ms.heuristic_ms, lt_ms.refused);
+        const xfirst *f = &ex->first;
+        if (f->done)
+            fprintf(out,
+                    ", \"first_run_ms\": {\"captured\": %s, \"total\": %.3f, \"enter\": %.3f, "
+                    "\"repoint\": %.3f, \"launch\": %.3f, \"graph\": %.3f, \"kernels\": %.3f, "
+                    "\"kernel_max\": %.3f, \"n_kernels\": %u, \"cublaslt\": %.3f, "
+                    "\"cublaslt_first\": %.3f, \"cublaslt_max\": %.3f, \"n_cublaslt\": %u, "
+                    "\"after\": %.3f}",
+                    f->captured ? "true" : "false", f->total, f->enter, f->repoint, f->launch,
+                    f->graph, f->kernels, f->kernel_max, f->n_kernels, f->gemms, f->gemm_first,
+                    f->gemm_max, f->n_gemms, f->after);
+        else
+            fputs(", \"first_run_ms\": null", out);
         kf_cx_tier_report(ex, true, out);
         fputc('}', out);
         return;

@@ -748,6 +748,61 @@ class Program:
                                                           ws.numel()))
         self._workspace = ws
 
+    def warm_device(self, args):
+        """Does, without running anything, the once-per-process work of this
+        CUDA program's first device-resident run: its steps are launched once
+        into a CUDA graph captured on a private stream in relaxed mode, then
+        thrown away unexecuted. That pays cuBLASLt's lazy start-up at its first
+        real call, the kernels' loads at their first launch, the workspace
+        from PyTorch's allocator (on the current stream, as the first run's)
+        and the checks of run_device_list's fast path here -- e.g. on a
+        thread while a framework finishes its own work -- and not in the first
+        call. `args` as run_device_list takes them (torch tensors on one CUDA
+        device, on the current device): only their addresses, shapes and
+        dtypes are read, nothing reads or writes their data. The outputs it
+        binds are allocated and freed here; the program's run history is not
+        touched (a captured run neither counts as a run nor is replayed).
+
+        Returns True when the capture was made; False when it was not tried
+        (not a CUDA program, inputs the fast path does not take, the current
+        stream capturing) or failed, and then the first run pays it all as
+        before. Results never change: no launch of it executes."""
+        import torch
+
+        if not self._device_runs or not args or self._h is None:
+            return False
+        fp = self._checked_fast(args)
+        if fp is None or fp.idx < 0 or fp.get_device() != fp.idx:
+            return False
+        with self._lock:
+            if torch.cuda.is_current_stream_capturing():
+                return False  # a caller's capture: not ours to add to
+            if self._workspace is None:
+                self._use_torch_workspace(fp.dev)
+            outs = [fp.empty(shape, dtype=dt, device=fp.dev) for dt, shape in fp.tout]
+            for i, a in enumerate(args):
+                fp.words_in[fp.slot * i + 1] = a.data_ptr()
+            for i, o in enumerate(outs):
+                fp.words_out[fp.slot * i + 1] = o.data_ptr()
+            side, graph = torch.cuda.Stream(fp.dev), torch.cuda.CUDAGraph()
+            st = 1
+            try:
+                with torch.cuda.stream(side):
+                    # relaxed: other threads' CUDA calls (the framework's own)
+                    # stay legal while this capture is open
+                    graph.capture_begin(capture_error_mode="relaxed")
+                    try:
+                        st = self._lib.kf_program_run_device(
+                            self._h, fp.bi, fp.n_in, fp.bo, fp.n_out,
+                            ctypes.c_void_p(side.cuda_stream))
+                    finally:
+                        graph.capture_end()  # instantiated, never launched
+            except Exception:  # noqa: BLE001 - the first run does it all instead
+                return False
+            finally:
+                graph.reset()
+            return st == 0
+
     def _check_st(self, st):
         if st:
             raise KfuseError(st, self._lib.kf_program_error(self._h).decode())

@@ -42,6 +42,16 @@ package's sources and torch's version. A new process (or a new compile) of
 the same graph skips AOTAutograd and the translation: the program is
 compiled from the stored graph at once (on the background thread) and called
 directly. Anything else, or a damaged entry, takes the path above.
+"warm_first_run" (default True; needs background_compile): on CUDA inputs,
+cuBLASLt's one-time start-up is begun at the backend's entry by a tiny torch
+GEMM on a thread (PyTorch and kfuse share the library; once a process), and
+where the partition's example inputs are the program's (a graph-cache hit,
+or a graph stored to it) the background thread, once the program is
+compiled, also does the rest of its first run's once-per-process work
+(Program.warm_device: the steps captured into a graph on a private stream
+and discarded unexecuted -- each cuBLASLt kernel's first load, the kernels',
+the workspace), so the first call does not. Not while the caller's stream
+captures; results never change.
 kfuse.cache("clear") removes the entries with the kernels (the CLI's `kfuse
 cache clear` only the kernels); so does deleting the folder.
 
@@ -572,7 +582,8 @@ class _Contexts:
 
     def __init__(self, options):
         self.options = {k: v for k, v in options.items()
-                        if k not in ("target", "background_compile", "graph_cache")}
+                        if k not in ("target", "background_compile", "graph_cache",
+                                     "warm_first_run")}
         self.options.setdefault("tiered_compile", False)
         self.lock = threading.Lock()
         self.by_target = {}
@@ -598,6 +609,9 @@ class _KfusePartition(torch.nn.Module):
         self.wait_s = 0.0  # how long calls waited for a compile on the background thread
         self._compile_lock = threading.Lock()  # one compile of a device at a time
         self.device_hint = device_hint  # the device the example inputs are on (background compile)
+        self.warm_s, self.warmed = 0.0, None  # warm(): its time, whether it captured (None: not tried)
+        self.warm_done = threading.Event()  # cleared while a warm-up is scheduled and not done
+        self.warm_done.set()
 
     @classmethod
     def translate(cls, gm, options, ctx, contexts):
@@ -657,6 +671,21 @@ class _KfusePartition(torch.nn.Module):
         except Exception:  # noqa: BLE001 - raised again by the first call's own compile
             pass
 
+    def warm(self, args):
+        """The background thread's second job: the first run's once-per-process
+        work for `args` (the example inputs, in this partition's input order),
+        on the CUDA program compiled for them (Program.warm_device). Its time
+        goes to warm_s; a failure leaves it to the first call."""
+        p = self.programs.get(str(self.device_hint))
+        if p is None or not hasattr(p, "warm_device"):
+            return
+        t0 = time.perf_counter()
+        try:
+            self.warmed = p.warm_device(args)
+        except Exception:  # noqa: BLE001 - the first call does it instead
+            self.warmed = False
+        self.warm_s += time.perf_counter() - t0
+
     def forward(self, *args):
         outs = self.call(args)
         return outs[0] if self.single else tuple(outs)
@@ -669,6 +698,10 @@ class _KfusePartition(torch.nn.Module):
         idx = args[0].get_device() if args and isinstance(args[0], torch.Tensor) else -1
         c = self._by_index.get(idx)
         if c is None:
+            t0 = time.perf_counter()
+            self.warm_done.wait()  # the thread's warm-up, if one is scheduled, then this run
+            _join_blas(idx)  # and the early cuBLASLt start-up's thread
+            self.wait_s += time.perf_counter() - t0
             c = self._by_index[idx] = self.program(
                 args[0].device if args else torch.device("cpu")).caller()
         return c(args)
@@ -737,9 +770,12 @@ def _compile_static(gm, options, record=None):
             fallback.setdefault(str(n.target), why)
     fused.recompile()
     state = {"parts": parts, "fallback": fallback, "reported": False,
-             "translate_s": time.perf_counter() - t0, "thread": None}
+             "translate_s": time.perf_counter() - t0, "thread": None,
+             "warm": [], "warm_ready": threading.Event()}
     _start_background(state, options)
     direct = _direct(fused, dict(parts))
+    if record is None or direct is None:
+        state["warm_ready"].set()  # no warm-up: only a stored graph knows Dynamo's inputs
     if direct is None:
         def run(*args):
             out = fused(*args)
@@ -757,16 +793,113 @@ def _compile_static(gm, options, record=None):
     return _run_direct(state, call, order, picks, container)
 
 
+def _warm_stream(options, example_inputs):
+    """The CUDA stream a first-run warm-up allocates on (PyTorch's current
+    stream of the example inputs' device, where the first call's run goes),
+    or None: no warm-up (option off, no background thread, not CUDA
+    tensors, fake tensors, or that stream capturing now)."""
+    if not (options.get("warm_first_run", True) and options.get("background_compile", True)):
+        return None
+    if not example_inputs or not all(isinstance(t, torch.Tensor) and t.is_cuda and
+                                     type(t) in (torch.Tensor, torch.nn.Parameter)
+                                     for t in example_inputs):
+        return None  # FakeTensors and other subclasses are not bound
+    dev = example_inputs[0].device
+    if any(t.device != dev for t in example_inputs):
+        return None
+    with torch.cuda.device(dev):
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        return torch.cuda.current_stream(dev)
+
+
 def _start_background(state, options):
+    """The partitions' kf_compile on a thread (background_compile), then the
+    warm-ups _schedule_warm lists, once state["warm_ready"] is set (the graph
+    store decides them after the compile began)."""
+    state.setdefault("warm", [])
+    state.setdefault("warm_ready", threading.Event())
+    state["warm_lock"], state["warm_open"] = threading.Lock(), True
     if state["parts"] and options.get("background_compile", True):
         # kf_compile (in C, without the GIL) overlaps the rest of Dynamo's work
         # until the first call; not a daemon, so an exit waits for it rather
         # than unloading libraries under a compile
         parts = state["parts"]
-        state["thread"] = threading.Thread(
-            target=lambda: [part.compile_ahead() for _, part in parts],
-            name="kfuse-compile")
+
+        def work():
+            for _, part in parts:
+                part.compile_ahead()
+            state["warm_ready"].wait(timeout=10.0)
+            with state["warm_lock"]:
+                state["warm_open"] = False  # none scheduled from now on
+                todo = list(state["warm"])
+            for part, args, stream in todo:
+                try:
+                    with torch.cuda.device(stream.device), torch.cuda.stream(stream):
+                        part.warm(args)
+                finally:
+                    part.warm_done.set()
+
+        state["thread"] = threading.Thread(target=work, name="kfuse-compile")
         state["thread"].start()
+
+
+_blas_started = {}  # device index -> the thread _start_blas began there (once a process)
+_blas_lock = threading.Lock()
+
+
+def _start_blas(stream):
+    """cuBLASLt's one-time start-up in this process (its first real call: 85-110
+    ms on an H200, where a warm first call's first run spent nearly all its
+    host time), begun on a thread at the backend's entry so that it overlaps
+    kf_compile and Dynamo's remaining work. PyTorch and kfuse share one
+    libcublasLt in a process (kfuse opens it by soname, and glibc hands back
+    PyTorch's copy when the versions match), so one tiny torch GEMM on
+    `stream` (where the first call runs; nothing the caller holds is touched)
+    starts it for both; where they differ it costs that thread a start-up of
+    PyTorch's copy and saves kfuse nothing. Once per device and process; a
+    partition's first call joins it (_join_blas), so nothing of it is left
+    running when the caller gets the first result (and may begin a capture)."""
+    with _blas_lock:
+        if stream.device.index in _blas_started:
+            return None
+        _blas_started[stream.device.index] = None  # taken: the thread follows
+
+    def work():
+        try:
+            with torch.cuda.device(stream.device), torch.cuda.stream(stream), torch.no_grad():
+                w = torch.zeros(64, 64, device=stream.device, dtype=torch.bfloat16)
+                torch.nn.functional.linear(w, w, w[0])
+        except Exception:  # noqa: BLE001 - nothing started: the first run starts it
+            pass
+
+    t = threading.Thread(target=work, name="kfuse-blas-start")
+    with _blas_lock:
+        _blas_started[stream.device.index] = t
+    t.start()
+    return t
+
+
+def _join_blas(idx):
+    """Waits for _start_blas's thread on device `idx`, if one was started."""
+    with _blas_lock:
+        t = _blas_started.get(idx)
+    if t is not None and t is not threading.current_thread():
+        t.join()
+
+
+def _schedule_warm(state, part, example_inputs, order, options):
+    """Lists `part`'s first-run warm-up on the background thread (on Dynamo's
+    example inputs in the program's order), unless _warm_stream says no or
+    the thread no longer takes any; its first call then waits for it."""
+    stream = _warm_stream(options, example_inputs) if state.get("thread") else None
+    if stream is None:
+        return
+    args = [example_inputs[i] for i in order] if order is not None else list(example_inputs)
+    with state["warm_lock"]:
+        if state["warm_open"]:
+            part.warm_done.clear()
+            state["warm"].append((part, args, stream))
 
 
 def _run_direct(state, call, order, picks, container):
@@ -839,6 +972,11 @@ def _publish(state):
                 if state["thread"] is not None else "")]
     if state.get("graph_cache"):
         lines.append(f"  graph cache: {state['graph_cache']}")
+    warmed = [p for _, p in state["parts"] if p.warmed is not None]
+    if warmed:
+        lines.append(f"  first run warmed on the thread: "
+                     f"{'yes' if all(p.warmed for p in warmed) else 'failed'} in "
+                     f"{sum(p.warm_s for p in warmed):.3f} s")
     for op, why in sorted(state["fallback"].items()):
         lines.append(f"  in PyTorch: {op}: {why}")
     for name, part in state["parts"]:
@@ -861,7 +999,8 @@ GRAPH_CACHE_FOLDER = _core.GRAPH_CACHE_FOLDER  # in kfuse's cache directory
 # name everything it runs (a user's own function could change under the same name)
 _PURE_MODULES = ("torch", "_operator", "operator", "builtins", "math")
 # options and flags that change neither the translation nor the program: not in the key
-_KEYLESS_OPTIONS = ("background_compile", "graph_cache", "cache_dir", "dump_dir", "num_threads")
+_KEYLESS_OPTIONS = ("background_compile", "graph_cache", "cache_dir", "dump_dir", "num_threads",
+                    "warm_first_run")
 _KEYLESS_FLAGS = {"cache_read_only", "cache_fail_on_miss"}
 
 
@@ -1056,8 +1195,11 @@ def _graph_load(folder, key, example_inputs, options):
         return None
     state = {"parts": [("fused_0", part)], "fallback": {}, "reported": False,
              "translate_s": time.perf_counter() - t0, "thread": None,
-             "graph_cache": "hit (Dynamo's graph: AOTAutograd and the translation skipped)"}
+             "graph_cache": "hit (Dynamo's graph: AOTAutograd and the translation skipped)",
+             "warm": [], "warm_ready": threading.Event()}
     _start_background(state, options)
+    _schedule_warm(state, part, example_inputs, order, options)
+    state["warm_ready"].set()
     container = tuple if entry["container"] == "tuple" else list
     return _run_direct(state, part.call, order, picks, container)
 
@@ -1077,9 +1219,12 @@ def kfuse_backend(gm, example_inputs, options=None, mode=None):
     unknown = set(options) - {"target", "device", "arch", "cache_dir", "flags", "gemm", "attention",
                               "dump_dir", "num_threads", "cpu_opt_level", "background_compile",
                               "tiered_compile", "choice_margin", "choice_load_bias",
-                              "graph_cache"}
+                              "graph_cache", "warm_first_run"}
     if unknown:
         raise ValueError(f"kfuse backend: unknown option {sorted(unknown)[0]!r}")
+    stream = _warm_stream(options, example_inputs)
+    if stream is not None:
+        _start_blas(stream)
     folder = _graph_cache_dir(options)
     key = _graph_key(gm, example_inputs, options) if folder else None
     if key is not None:
@@ -1092,12 +1237,21 @@ def kfuse_backend(gm, example_inputs, options=None, mode=None):
         record = {} if key is not None else None
         fn = _compile_fx(g, ex, options, record)
         if record:  # one kfuse partition: stored where AOTAutograd left the inputs as they are
-            why = _aot_plain(example_inputs, ex, record)
-            if why is None:
-                why = ("the cache is read-only" if "cache_read_only" in _flags(options)
-                       else _graph_store(folder, key, record))
-            record["state"]["graph_cache"] = ("stored" if why is None
-                                              else f"not stored: {why}")
+            state = record["state"]
+            try:
+                plain = _aot_plain(example_inputs, ex, record)
+                why = plain
+                if why is None:
+                    why = ("the cache is read-only" if "cache_read_only" in _flags(options)
+                           else _graph_store(folder, key, record))
+                state["graph_cache"] = "stored" if why is None else f"not stored: {why}"
+                # Dynamo's inputs are the program's (in `order`) where AOTAutograd
+                # left them as they are: the first run's warm-up can bind them
+                if plain is None:
+                    _schedule_warm(state, record["part"], example_inputs, record["order"],
+                                   options)
+            finally:
+                state["warm_ready"].set()
         return make_boxed_func(fn)
 
     return aot_autograd(fw_compiler=fw, bw_compiler=lambda g, ex: make_boxed_func(g.forward))(

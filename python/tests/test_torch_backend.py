@@ -786,3 +786,96 @@ def test_a_graph_whose_outputs_alias_its_inputs_is_not_stored(cache):
         line = _graph_cache_line()
         assert line is None or line.startswith("graph cache: not stored"), line
     assert _entries(cache) == []
+
+
+def _first_run(prog):
+    """The C report's record of the program's first run (cuda_run.first_run_ms)."""
+    return (prog.report(format="json").get("cuda_run") or {}).get("first_run_ms")
+
+
+@pytest.mark.skipif(DEV.type != "cuda", reason="Program.warm_device captures on a CUDA device")
+def test_warm_device_captures_the_first_run_without_running_it():
+    """Program.warm_device, the backend's first-run warm-up: the program's
+    steps (a cuBLASLt GEMM, f32, and its fused epilogue) are captured on a
+    private stream and discarded, so the C report's first run is that capture
+    and no run of the program's own captured graphs counts it; the runs after
+    it give the reference evaluator's results on fresh inputs. Inside a
+    caller's capture it does nothing (False), and the capture then holds no
+    launch of its."""
+    g = kfuse.parse("kfg 1\nx = input(f32[64, 128])\nw = input(f32[128, 96])\n"
+                    "b = input(f32[96])\nm = matmul(x, w)\ns = add(m, b)\ny = gelu(s)\n"
+                    "output y\n")
+    prog = kfuse.compile(g, target="cuda")
+    args = [torch.randn(64, 128, device=DEV), torch.randn(128, 96, device=DEV),
+            torch.randn(96, device=DEV)]
+    assert _first_run(prog) is None
+    assert prog.warm_device(args) is True
+    first = _first_run(prog)
+    assert first is not None and first["captured"] is True, first
+    assert prog._workspace is not None  # the first run's workspace, taken here
+
+    def judged(x, w, b):
+        (y,) = prog.run_device_list([x, w, b])
+        res = g.check({"y": y.cpu()}, x=x.cpu(), w=w.cpu(), b=b.cpu())
+        assert all(r["passed"] for r in res.values()), res
+
+    judged(*args)  # the warm-up's own inputs
+    for _ in range(3):  # fresh ones: the fast path and the program's own capture
+        judged(torch.randn(64, 128, device=DEV), torch.randn(128, 96, device=DEV),
+               torch.randn(96, device=DEV))
+    assert _first_run(prog)["captured"] is True  # recorded once: the warm-up's
+    # a caller's capture: refused, nothing added to the caller's graph
+    prog2 = kfuse.compile(g, target="cuda")
+    side, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        graph.capture_begin()
+        try:
+            assert prog2.warm_device(args) is False
+        finally:
+            graph.capture_end()
+    assert _first_run(prog2) is None
+
+
+@pytest.mark.skipif(DEV.type != "cpu", reason="the CPU target (a GPU machine's build may lack it)")
+def test_warm_device_is_refused_by_a_cpu_program():
+    """A CPU program has no device-resident runs: nothing to warm (False)."""
+    g = kfuse.parse("kfg 1\nx = input(f32[8, 64])\ny = gelu(x)\noutput y\n")
+    assert kfuse.compile(g, target="cpu").warm_device([torch.randn(8, 64)]) is False
+
+
+def test_the_backend_warms_the_first_run_of_a_stored_or_cached_graph(cache, monkeypatch):
+    """warm_first_run (default on): a graph stored to the graph cache or served
+    from it has Dynamo's inputs as the program's, and on CUDA its first run's
+    once-per-process work is done on the background thread (the report says
+    so, the program's first C run is that capture); results judged against
+    f64 as agrees() judges. Off, or on the CPU target, nothing is warmed and
+    the first C run is the call's own."""
+    from kfuse import _core
+
+    progs = []
+    compile_ = _core.Context.compile
+    monkeypatch.setattr(_core.Context, "compile",
+                        lambda self, graph: progs.append(compile_(self, graph)) or progs[-1])
+
+    def warmed_line():
+        return next((ln.strip() for ln in last_report().splitlines()
+                     if "first run warmed" in ln), None)
+
+    m = MLP().eval().to(DEV, DT)
+    x = torch.randn(4, 16, 64, device=DEV, dtype=DT)
+    for want in ("graph cache: stored", "graph cache: hit"):
+        assert _cached_run(m, x, cache).startswith(want)
+        if DEV.type == "cuda":
+            assert (warmed_line() or "").startswith(
+                "first run warmed on the thread: yes"), last_report()
+            assert _first_run(progs[-1])["captured"] is True
+        else:
+            assert warmed_line() is None
+    assert _cached_run(m, x, cache, warm_first_run=False).startswith("graph cache: hit")
+    assert warmed_line() is None
+    if DEV.type == "cuda":
+        assert _first_run(progs[-1])["captured"] is False  # the call's own run
+    # no background thread: nothing warms
+    assert _cached_run(m, x, cache, background_compile=False).startswith("graph cache: hit")
+    assert warmed_line() is None
