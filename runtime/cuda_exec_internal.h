@@ -133,8 +133,6 @@ typedef struct xtier {
     double t0_ms, compile_ms, swap_ms; /* start, the batch's wall time, the swap's */
 } xtier;
 
-/* Where open and prepare spend their time (the warm-start bench reads them
- * from the report's JSON). */
 /* Where the host time of the program's first run went (the report's
  * cuda_run.first_run_ms): a process's first run pays what nothing before it
  * loaded -- cuBLASLt's lazy start-up at its first real call, kernels loaded
@@ -147,6 +145,8 @@ typedef struct xfirst {
     unsigned n_kernels, n_gemms;
 } xfirst;
 
+/* Where open and prepare spend their time (the warm-start bench reads them
+ * from the report's JSON). */
 typedef enum xphase {
     XPH_DRIVER,
     XPH_DEVICE,

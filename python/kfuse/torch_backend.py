@@ -770,8 +770,7 @@ def _compile_static(gm, options, record=None):
             fallback.setdefault(str(n.target), why)
     fused.recompile()
     state = {"parts": parts, "fallback": fallback, "reported": False,
-             "translate_s": time.perf_counter() - t0, "thread": None,
-             "warm": [], "warm_ready": threading.Event()}
+             "translate_s": time.perf_counter() - t0, "thread": None}
     _start_background(state, options)
     direct = _direct(fused, dict(parts))
     if record is None or direct is None:
@@ -816,9 +815,9 @@ def _warm_stream(options, example_inputs):
 def _start_background(state, options):
     """The partitions' kf_compile on a thread (background_compile), then the
     warm-ups _schedule_warm lists, once state["warm_ready"] is set (the graph
-    store decides them after the compile began)."""
-    state.setdefault("warm", [])
-    state.setdefault("warm_ready", threading.Event())
+    store decides them after the compile began). It adds the warm-ups' state:
+    their list, the event that closes it, its lock, and whether it is open."""
+    state["warm"], state["warm_ready"] = [], threading.Event()
     state["warm_lock"], state["warm_open"] = threading.Lock(), True
     if state["parts"] and options.get("background_compile", True):
         # kf_compile (in C, without the GIL) overlaps the rest of Dynamo's work
@@ -832,8 +831,8 @@ def _start_background(state, options):
             state["warm_ready"].wait(timeout=10.0)
             with state["warm_lock"]:
                 state["warm_open"] = False  # none scheduled from now on
-                todo = list(state["warm"])
-            for part, args, stream in todo:
+                pending = list(state["warm"])
+            for part, args, stream in pending:
                 try:
                     with torch.cuda.device(stream.device), torch.cuda.stream(stream):
                         part.warm(args)
@@ -1195,8 +1194,7 @@ def _graph_load(folder, key, example_inputs, options):
         return None
     state = {"parts": [("fused_0", part)], "fallback": {}, "reported": False,
              "translate_s": time.perf_counter() - t0, "thread": None,
-             "graph_cache": "hit (Dynamo's graph: AOTAutograd and the translation skipped)",
-             "warm": [], "warm_ready": threading.Event()}
+             "graph_cache": "hit (Dynamo's graph: AOTAutograd and the translation skipped)"}
     _start_background(state, options)
     _schedule_warm(state, part, example_inputs, order, options)
     state["warm_ready"].set()
