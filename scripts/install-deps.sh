@@ -29,7 +29,7 @@ have_cuobjdump() {
 }
 if ! have_cuobjdump; then
     echo "install-deps.sh: installing cuobjdump and nvdisasm (pip: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
-    python3 -m pip install -q nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm || {
+    python3 -m pip install -q --retries 10 nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm || {
         echo "install-deps.sh: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm failed; test_gemmgen needs them" >&2
         exit 1
     }
@@ -63,5 +63,5 @@ if [ "$(id -u)" -ne 0 ]; then
     sudo=(sudo)
 fi
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -q
-"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+"${sudo[@]}" apt-get -o Acquire::Retries=5 update -q
+"${sudo[@]}" apt-get -o Acquire::Retries=5 install -y -q --no-install-recommends "${missing[@]}"
