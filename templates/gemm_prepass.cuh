@@ -61,6 +61,86 @@ struct kf_psmem {
  * (18.6 -> 21.2 us). */
 #define KF_PU 16
 
+/* A flat fold item (kf_pj<J>::FLAT: an RMSNorm's fold, no column sums, of a
+ * contiguous 2-byte B whose major dimension is a multiple of 8): elements
+ * [it * KF_PFLAT, ..) of B in memory order, KF_PFLAT_U runs of 8 (16 bytes)
+ * a thread, all loaded before any is stored; the 8 of a run share their k
+ * (N-major) or are k..k + 7 (K-major). W = g[k] B, rounded as the chunked
+ * items round it: the same bits. With B's base off 16 bytes, element by
+ * element. Cut into chunks of 32 columns and slices of 256 k, LLaMA-7B's
+ * Q/K/V folds (4096 x 4096, N-major, 2-byte loads a lane) ran at 55% of
+ * DRAM bandwidth (H100, ncu, the folds apart: 26 us each). */
+#define KF_PFLAT_U 4
+#define KF_PFLAT (KF_BLOCK * 8 * KF_PFLAT_U)
+__device__ __forceinline__ float kf_pflat_in(unsigned short h, bool bf16) {
+    return bf16 ? kf_bf16_to_f32(h) : kf_f16_to_f32(h);
+}
+__device__ __forceinline__ unsigned short kf_pflat_out(float v, bool bf16) {
+    return bf16 ? kf_f32_to_bf16(v) : kf_f32_to_f16(v);
+}
+template <int J> __device__ __forceinline__ void kf_pfold_flat(long long it, KF_PARAMS) {
+    typedef kf_pj<J> F;
+    constexpr long long ALL = F::K * F::N;
+    static_assert(F::ITEMS == (ALL + KF_PFLAT - 1) / KF_PFLAT, "the generator's flat items");
+    const long long e0 = it * KF_PFLAT + 8 * (long long)threadIdx.x;
+    const auto *bp = F::bp(KF_ARGS);
+    auto *wp = F::w(KF_ARGS);
+    const bool al =
+        ((reinterpret_cast<unsigned long long>(bp) | reinterpret_cast<unsigned long long>(wp)) &
+         15ull) == 0;
+    if (al) {
+        uint4 v[KF_PFLAT_U];
+#pragma unroll
+        for (int u = 0; u < KF_PFLAT_U; u++) {
+            const long long e = e0 + (long long)u * KF_BLOCK * 8;
+            if (e < ALL) /* (ALL is a multiple of 8: a run is whole) */
+                v[u] = *reinterpret_cast<const uint4 *>(bp + e);
+        }
+#pragma unroll
+        for (int u = 0; u < KF_PFLAT_U; u++) {
+            const long long e = e0 + (long long)u * KF_BLOCK * 8;
+            if (e >= ALL)
+                continue;
+            unsigned x[4] = {v[u].x, v[u].y, v[u].z, v[u].w}, y[4];
+            const long long k0 = F::KMAJOR ? e % F::K : e / F::N;
+            /* the run's gammas: one (N-major), or 8 (K-major: one load where
+             * gamma is contiguous, of B's dtype, 16-byte aligned) */
+            float gs[8];
+            if (F::GVEC && (reinterpret_cast<unsigned long long>(F::gp(KF_ARGS) + k0) & 15ull) == 0) {
+                const uint4 gw = *reinterpret_cast<const uint4 *>(F::gp(KF_ARGS) + k0);
+                const unsigned gx[4] = {gw.x, gw.y, gw.z, gw.w};
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    gs[2 * q] = kf_pflat_in((unsigned short)(gx[q] & 0xffffu), F::BF16);
+                    gs[2 * q + 1] = kf_pflat_in((unsigned short)(gx[q] >> 16), F::BF16);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    gs[i] = F::KMAJOR || i == 0 ? F::g(k0 + (F::KMAJOR ? i : 0), KF_ARGS) : gs[0];
+            }
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float glo = gs[2 * q], ghi = gs[2 * q + 1];
+                const float lo = kf_pflat_in((unsigned short)(x[q] & 0xffffu), F::BF16);
+                const float hi = kf_pflat_in((unsigned short)(x[q] >> 16), F::BF16);
+                y[q] = (unsigned)kf_pflat_out(F::rnd(glo * lo), F::BF16) |
+                       ((unsigned)kf_pflat_out(F::rnd(ghi * hi), F::BF16) << 16);
+            }
+            *reinterpret_cast<uint4 *>(wp + e) = make_uint4(y[0], y[1], y[2], y[3]);
+        }
+    } else {
+        for (int u = 0; u < KF_PFLAT_U; u++)
+            for (int i = 0; i < 8; i++) {
+                const long long e = e0 + (long long)u * KF_BLOCK * 8 + i;
+                if (e < ALL) {
+                    const long long k = F::KMAJOR ? e % F::K : e / F::N;
+                    kf_st(wp + e, F::rnd(F::g(k, KF_ARGS) * (float)kf_ld(bp + e)));
+                }
+            }
+    }
+}
+
 /* Fold item `it` of job J: a chunk of columns and a slice of K, cut as
  * gemm_fold.cuh cuts them, the sums in the same order (k ascending a
  * thread: KF_PKC is a multiple of both strides), so the same bits. k and
@@ -69,6 +149,11 @@ struct kf_psmem {
  * (it synchronizes the block). */
 template <int J> __device__ __forceinline__ void kf_pfold(long long it, kf_psmem &sm, KF_PARAMS) {
     typedef kf_pj<J> F;
+    if constexpr (F::FLAT) {
+        (void)sm;
+        kf_pfold_flat<J>(it, KF_ARGS);
+        return;
+    }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     constexpr long long SLICES = (F::K + F::KS - 1) / F::KS;
     const long long chunk = it / SLICES;

@@ -3552,6 +3552,9 @@ static const char *const prepass_cases[][2] = {
      "w = input(%s[1304, 264])\nb = input(%s[264])\nn = layer_norm(x, g, c)\n"
      "y = matmul(n, w)\nz = add(y, b)\noutput z\n",
      "LayerNorm, K = 1304 (the statistics' loads in two batches, the second partial)"},
+    {"kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[392, 264])\n"
+     "n = rms_norm(x, g)\ny = matmul(n, w, transpose_b=true)\noutput y\n",
+     "RMSNorm, K-major B (the fold's flat items, 8 k a load)"},
 };
 
 /* One small case alone (the sanitizers run it). */

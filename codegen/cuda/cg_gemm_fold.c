@@ -316,6 +316,9 @@ static void load_k_of(cg *c, const kf_group *g, uint32_t node, int param, const 
 /* The merged pre-pass's block: 32 warps (a LayerNorm's N-major fold takes
  * all of K in a block; the statistics take a row a warp). */
 #define PRE_WARPS 32
+/* A flat fold item's elements: 4 loads of 8 a thread (gemm_prepass.cuh's
+ * KF_PFLAT_U, on PRE_WARPS warps). */
+#define PRE_FLAT (PRE_WARPS * 32 * 8 * 4)
 
 /* Job j of the pre-pass: its params and kf_pj<j>, the constants and loads
  * templates/gemm_prepass.cuh reads; *items its work items. */
@@ -351,23 +354,44 @@ static kf_status prepass_job(cg *c, const kf_cuda_fold_job *jb, int j, int64_t *
     int pcd =
         f.ln ? cg_param_add(c, KF_CUDA_PARAM_SCRATCH, at, KF_DTYPE_F32, (uint64_t)fs->n * 2u * 4u)
              : -1;
-    /* the items as gemm_fold.cuh cuts them, on PRE_WARPS warps */
+    /* the items as gemm_fold.cuh cuts them, on PRE_WARPS warps; or, for an
+     * RMSNorm's fold (no column sums: W = diag(g) B element by element) of a
+     * contiguous 2-byte B whose major dimension is a multiple of 8, flat
+     * runs of B in memory order, 8 elements (16 bytes) a load
+     * (gemm_prepass.cuh kf_pfold_flat) */
     int64_t ks = f.ln ? fs->k : 256;
     int64_t cols = kmajor ? PRE_WARPS : 32;
-    *items = ((fs->n + cols - 1) / cols) * ((fs->k + ks - 1) / ks);
+    bool contiguous = kmajor ? fs->sn == fs->k : fs->sk == fs->n;
+    bool flat = !f.ln && contiguous && kf_dtype_size(dt) == 2 &&
+                (kmajor ? fs->k : fs->n) % 8 == 0;
+    /* a K-major flat run's 8 gammas in one 16-byte load: gamma of B's dtype,
+     * contiguous, its offset a multiple of 8 (the base is tested at run time) */
+    bool gvec = flat && kmajor && pg >= 0 && cg_gemm_column_stride(g, f.gamma) == 1 &&
+                cg_tensor(c, g->expr[f.gamma].base)->dtype == dt &&
+                g->expr[f.gamma].offset % 8 == 0;
+    if (flat)
+        *items = (fs->k * fs->n + PRE_FLAT - 1) / PRE_FLAT;
+    else
+        *items = ((fs->n + cols - 1) / cols) * ((fs->k + ks - 1) / ks);
     const char *rnd = cg_round_fn(dt);
     cg_printf(
         &c->s,
         "template <> struct kf_pj<%d> {\n"
         "    static constexpr long long K = %" PRId64 "LL, N = %" PRId64 "LL, KS = %" PRId64
         "LL, ITEMS = %" PRId64 "LL;\n"
-        "    static constexpr bool KMAJOR = %s, LN = %s, BIAS = %s;\n"
+        "    static constexpr bool KMAJOR = %s, LN = %s, BIAS = %s, FLAT = %s, BF16 = %s, "
+        "GVEC = %s;\n"
+        "    static __device__ __forceinline__ auto bp(KF_PARAMS) { return p%d; }\n"
+        "    static __device__ __forceinline__ auto gp(KF_PARAMS) { return p%d + %" PRId64
+        "LL; }\n"
         "    static __device__ __forceinline__ float b(long long k, long long n, KF_PARAMS) {\n"
         "        return (float)kf_ld(p%d + k * %" PRId64 "LL + n * %" PRId64 "LL);\n    }\n"
         "    static __device__ __forceinline__ float g(long long k, KF_PARAMS) {\n"
         "        (void)k;\n        return ",
         j, fs->k, fs->n, ks, *items, kmajor ? "true" : "false", f.ln ? "true" : "false",
-        pbi >= 0 ? "true" : "false", pb, fs->sk, fs->sn);
+        pbi >= 0 ? "true" : "false", flat ? "true" : "false",
+        dt == KF_DTYPE_BF16 ? "true" : "false", gvec ? "true" : "false", pb,
+        gvec ? pg : pb, gvec ? g->expr[f.gamma].offset : (int64_t)0, pb, fs->sk, fs->sn);
     if (pg >= 0)
         load_k_of(c, g, f.gamma, pg, "k");
     else
