@@ -2725,6 +2725,12 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, G2_COOP | G2_PF},
         {"gpt2_fc1_generated_coop", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_COOP},
+        /* the fold's row statistics summed in the main loop on cooperative
+         * tiles (2 rows a thread a K step, against ping-pong's 4) */
+        {"ln_qkv_generated_coop", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
+         G2_COOP},
+        {"gpt2_qkv_one_generated_coop", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | G2_COOP},
         {"gpt2_fc2_generated_pf", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_PF},
         {"gpt2_fc2_generated_pp", t_g2f2, g2f2bytes, g2f2flops, 0, 0, 0, "", KF_GEMM_GENERATED,
@@ -2782,6 +2788,8 @@ int main(int argc, char **argv) {
         {"gpt2_qkv_siblings_generated_apart", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_APART | G2_APART},
         {"gpt2_qkv_one_generated_apart", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",
+         KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | G2_APART},
+        {"llama_qkv_one_generated_apart", t_llama_qkv, lqbytes, lqflops, 0, 0, 0, "",
          KF_GEMM_GENERATED, KF_CUDA_RECIPE_GEMM_SIB_ONE | G2_APART},
 #undef G2_APART
     /* a LayerNorm fold's bias in the epilogue, a load and an add an element
