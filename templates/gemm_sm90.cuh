@@ -427,6 +427,55 @@ __device__ __noinline__ void kf_gm_epi_chunk(const float *stg, int b, long long 
 }
 #endif
 
+#ifndef KF_ROW_RS
+#define KF_ROW_RS 0
+#endif
+#if KF_ROW_RS && (!KF_ROW_EPI || KF_EPI_TMA || KF_EPI_RS || !KF_EPI_DIRECT || KF_CLUSTER != 1 ||  \
+                  KF_SK || KF_DUAL || KF_HALVES * KF_ON > 256)
+#error "KF_ROW_RS: a row epilogue in the tile, the register epilogue, one CTA, no SK or pair"
+#endif
+#if KF_ROW_RS
+/* The row epilogue's residual in shared memory (KF_ROW_RS): a consumer's
+ * rows of it (64 KF_HALVES rows of KF_ON columns, at most 32 KiB at rbuf,
+ * where the 4 chunk buffers of KF_EPI_RS sit), row rl at rl * 2 KF_ON bytes,
+ * its 16-byte group j at (j ^ (rl & 7)) * 16: kf_pre's reads of a pair by
+ * the quad's lanes of 8 rows then fall in 32 different banks. Copied by
+ * cp.async when a tile starts, so they land under the main loop; each lane
+ * copies the groups j = 4 i + lane % 4 of its rows (the quad's rows), read
+ * by its quad after cp.async.wait_all and __syncwarp. Rows past M copy row
+ * M - 1 (the epilogue stores none of them); groups past N copy nothing. */
+__device__ __forceinline__ unsigned kf_gm_row_rs_at(unsigned rbuf, unsigned rl, unsigned j) {
+    return rbuf + rl * (2u * KF_ON) + ((j ^ (rl & 7u)) << 4);
+}
+__device__ __forceinline__ void kf_gm_row_rs_fetch(unsigned rbuf, int b, int mb, int nb, int cw,
+                                                   int warp, int lane, KF_PARAMS) {
+#pragma unroll
+    for (int hf = 0; hf < KF_HALVES; hf++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const unsigned rl = (unsigned)(hf * 64 + warp * 16 + lane / 4 + 8 * h);
+            const long long r =
+                (long long)mb * KF_BM + (KF_PINGPONG ? hf : cw) * 64 + warp * 16 + lane / 4 + 8 * h;
+#pragma unroll
+            for (int i = 0; i < KF_ON / 32; i++) {
+                const unsigned j = (unsigned)(4 * i + lane % 4);
+                const long long c0 = (long long)nb * KF_ON + 8 * j;
+                const auto *src =
+                    kf_row_rs_src((long long)b, r < KF_M ? r : KF_M - 1, c0 < KF_N ? c0 : 0, KF_ARGS);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                                 kf_gm_row_rs_at(rbuf, rl, j)),
+                             "l"(__cvta_generic_to_global(src)), "r"(c0 < KF_N ? 16u : 0u)
+                             : "memory");
+            }
+        }
+}
+#define KF_ROW_RS_PARAM unsigned rbuf,
+#define KF_ROW_RS_BUF (unsigned)__cvta_generic_to_shared(stg),
+#else
+#define KF_ROW_RS_PARAM
+#define KF_ROW_RS_BUF
+#endif
+
 #if KF_A_FOLD
 /* The fold's row statistics of the lane's two rows (h) of the 64 from
  * `rows`, once for all their column groups (a row past M reads row M - 1). */
@@ -502,7 +551,13 @@ __device__ __forceinline__ void kf_gm_epi_pk(const float (&d)[KF_ACC], int b, in
  * d: the consumer's accumulators of tile (b, mb, nb); cw its index. */
 template <bool AL>
 __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int mb, int nb,
-                                                 int cw, int warp, int lane, KF_PARAMS) {
+                                                 int cw, int warp, int lane,
+                                                 KF_ROW_RS_PARAM KF_PARAMS) {
+#if KF_ROW_RS
+    /* the tile's residual, copied when it started, is in (the quad's copies) */
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncwarp();
+#endif
 #if KF_ROW_EPI
     /* x of column pair (j, h) of half hf: packed (KF_ROW_PACK) or in d */
 #if KF_ROW_PACK
@@ -550,7 +605,16 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
                     a[0] = d[hf * (KF_BN / 2) + 4 * j + 2 * h];
                     a[1] = d[hf * (KF_BN / 2) + 4 * j + 2 * h + 1];
                     const long long r = rows + warp * 16 + lane / 4 + 8 * h;
+#if KF_ROW_RS
+                    /* the residual's pair of columns c, c + 1 in shared memory */
+                    const unsigned rsm =
+                        kf_gm_row_rs_at(rbuf, (unsigned)(hf * 64 + warp * 16 + lane / 4 + 8 * h),
+                                        (unsigned)j) +
+                        4u * (unsigned)(lane % 4);
+                    kf_pre<2, AL>(a, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, xv, rsm);
+#else
                     kf_pre<2, AL>(a, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, xv);
+#endif
                     kf_gm_rs_add_a<2>(rs[h], xv, nv);
                     KF_X_SET(hf, j, h, xv[0], xv[1]); /* x in place of the accumulators */
                 }
@@ -673,6 +737,9 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
         }
 #undef KF_EPI_RST
     }
+#if KF_ROW_RS
+    __syncwarp(); /* the quad's reads of the buffer are done: the next tile's copies may land */
+#endif
 #undef KF_X_SET
 #undef KF_X_LO
 #undef KF_X_HI
@@ -1445,11 +1512,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
          * (lane 0 releases this CTA's) */
         const unsigned pempty0 = kf_hp_mapa(empty0, (unsigned)(rank ^ 1));
 #endif
-#if KF_EPI_RS
-        /* the consumer's 4 chunk buffers (32 KiB) where the staging area was */
+#if KF_EPI_RS || KF_ROW_RS
+        /* the consumer's 4 chunk buffers (32 KiB) where the staging area was
+         * (KF_ROW_RS: its rows of the row epilogue's residual) */
         float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
                                                KF_STAGES * KF_STAGE_BYTES + cw * 32768);
+#if KF_EPI_RS
         int rj = 0; /* this consumer's tiles so far: kf_rfull's parity */
+#endif
 #else
         float *stg = reinterpret_cast<float *>(kf_dsmem + (ring - raw) +
                                                KF_STAGES * KF_STAGE_BYTES) +
@@ -1500,6 +1570,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #if KF_SIB
             /* a sibling set: member sj, nb its own tile column */
             const int sj = kf_sib_split(nb);
+#endif
+#if KF_ROW_RS
+            /* this consumer's rows of the tile's residual into its buffer (its
+             * previous tile's epilogue read them before its last __syncwarp) */
+            kf_gm_row_rs_fetch((unsigned)__cvta_generic_to_shared(stg), b, mb, nb, cw, warp, lane,
+                               KF_ARGS);
 #endif
 #if KF_EPI_PF && (KF_EPI_TMA || KF_EPI_DIRECT) && !KF_SIB
             /* The epilogue's row operands of this consumer's rows (all 128
@@ -1700,9 +1776,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             /* From the registers (kf_gm_epi_direct), the variant without
              * alignment tests when the bases allow. */
             if (al)
-                kf_gm_epi_direct<true>(d, b, mb, nb, cw, warp, lane, KF_ARGS);
+                kf_gm_epi_direct<true>(d, b, mb, nb, cw, warp, lane, KF_ROW_RS_BUF KF_ARGS);
             else
-                kf_gm_epi_direct<false>(d, b, mb, nb, cw, warp, lane, KF_ARGS);
+                kf_gm_epi_direct<false>(d, b, mb, nb, cw, warp, lane, KF_ROW_RS_BUF KF_ARGS);
             (void)stg;
 #else
 #pragma unroll

@@ -37,7 +37,8 @@ typedef struct cg_gemm_epi {
     sbuf vl_pre;       /* kf_pre's vector loads */
     bool *need_pre;    /* the nodes kf_pre computes (c->n of them) */
     bool *need_epi;    /* kf_epi's */
-    uint32_t rs_node;  /* shape.epi_rs: the residual's LOAD (kf_cuda_gemm_rs_node) */
+    uint32_t rs_node;  /* shape.epi_rs / row_rs: the residual's LOAD (kf_cuda_gemm_rs_node) */
+    sbuf rsrc;         /* shape.row_rs: kf_row_rs_src, where the residual's copies read */
     /* shape.epi_cs: the column operands (a bias) staged in shared memory, a
      * slot of the tile's columns each, which kf_epi reads at csm */
     sbuf cs;        /* kf_epi_cs_fetch's copies, a line a slot */

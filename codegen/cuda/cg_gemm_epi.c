@@ -431,6 +431,8 @@ void cg_gemm_epi_release(cg *c, cg_gemm_epi *ep) {
     memset(&ep->pf, 0, sizeof ep->pf);
     kf_mem_free(c->mem, ep->cs.p, ep->cs.cap);
     memset(&ep->cs, 0, sizeof ep->cs);
+    kf_mem_free(c->mem, ep->rsrc.p, ep->rsrc.cap);
+    memset(&ep->rsrc, 0, sizeof ep->rsrc);
     row_free(c, ep);
 }
 
@@ -590,8 +592,23 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
     ep->vl.mem = c->mem;
     ep->pf.mem = c->mem;
     ep->cs.mem = c->mem;
+    ep->rsrc.mem = c->mem;
     ep->rs_node = KF_NONE;
-    if (sh->epi_rs) {
+    if (sh->row_rs) {
+        /* the row epilogue's residual, staged in shared memory when the tile
+         * starts (gemm_sm90.cuh KF_ROW_RS): kf_pre reads its pairs there */
+        ep->rs_node = kf_cuda_gemm_rs_node(c->plan, (uint32_t)(g - c->plan->groups));
+        if (ep->rs_node == KF_NONE || !c->need[ep->rs_node] || c->ov[ep->rs_node][0] ||
+            !ep->row || sh->epi_tma || sh->epi_rs || sh->n % 8 != 0 ||
+            !ep->need_pre[ep->rs_node] || ep->need_epi[ep->rs_node]) {
+            row_free(c, ep);
+            return cg_fail(c, KF_ERR_UNSUPPORTED,
+                           "group %u (%s): the residual staged for the row epilogue "
+                           "(shape.row_rs) needs a row epilogue whose norm input alone loads a "
+                           "residual laid out as the output, N a multiple of 8",
+                           g->id, g->name);
+        }
+    } else if (sh->epi_rs) {
         /* the residual, where there is one (else the 4 buffers alone) */
         ep->rs_node = kf_cuda_gemm_rs_node(c->plan, (uint32_t)(g - c->plan->groups));
         if ((ep->rs_node != KF_NONE && (!c->need[ep->rs_node] || c->ov[ep->rs_node][0])) ||
@@ -642,7 +659,7 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
         /* epi_rs: the residual's pair from the store buffer, at the address
          * the output pair goes to (the template's rsm: the TMA-store
          * epilogue's calls are of 2 columns), landed there by TMA */
-        if (sh->epi_rs && i == ep->rs_node) {
+        if ((sh->epi_rs || sh->row_rs) && i == ep->rs_node) {
             cg_printf(&ep->vl,
                       "    %s l%u[VV];\n    {\n"
                       "        static_assert(VV == 2, \"the residual by TMA: column pairs\");\n"
@@ -661,6 +678,20 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                           "        l%u[1] = kf_f16_to_f32((unsigned short)(w_ >> 16));\n    }\n",
                           i, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
+            if (sh->row_rs && ep->vl.p && !ep->vl.oom) { /* kf_pre's alone (checked above) */
+                cg_printf(&ep->vl_pre, "%s", ep->vl.p + vl_at);
+                ep->vl.len = vl_at;
+                ep->vl.p[vl_at] = 0;
+                /* where the template's copies read it: row r, column c0 */
+                cg_printf(&ep->rsrc,
+                          "/* The residual at row r of batch b, column c0 (KF_ROW_RS's copies). */\n"
+                          "__device__ __forceinline__ auto kf_row_rs_src(long long b, long long r, "
+                          "long long c0, KF_PARAMS) {\n"
+                          "    const long long q = b * KF_M + r;\n    (void)q;\n"
+                          "    const unsigned qn = (unsigned)q, cn = (unsigned)c0;\n"
+                          "    (void)qn;\n    (void)cn;\n    return p%d + (%s);\n}\n\n",
+                          c->param[i], off);
+            }
             continue;
         }
         /* kf_gm_ldv (c->pk_raw): bf16 pairs unpacked by a shift and a mask */
@@ -809,7 +840,8 @@ static void row_emit(cg *c, chunk_ctx *x, cg_gemm_epi *ep) {
             " * are the caller's to leave out. */\n"
             "template <int VV, bool AL>\n"
             "__device__ __forceinline__ void kf_pre(const float *acc, long long b, long long r, "
-            "long long c0, KF_PARAMS, float *xo) {\n"
+            "long long c0, KF_PARAMS, float *xo, unsigned rsm = 0u) {\n"
+            "    (void)rsm;\n"
             "    const long long q = b * KF_M + r;\n    (void)q;\n"
             "    const unsigned qn = (unsigned)q, cn = (unsigned)c0;\n"
             "    (void)qn;\n    (void)cn;\n");
@@ -953,6 +985,14 @@ void cg_gemm_epi_emit(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm
                   "long long c0, KF_PARAMS) {\n"
                   "    const long long q = b * KF_M + r;\n    return p%d + (%s);\n}\n\n",
                   ep->outs[0].param, dst_off);
+    if (ep->rsrc.p) { /* the row epilogue's residual copies (KF_ROW_RS) */
+        cg_puts(&c->s, "#define KF_ROW_RS 1\n");
+        cg_puts(&c->s, ep->rsrc.p);
+    }
+    if (ep->rsrc.oom)
+        c->st = cg_fail(c, KF_ERR_OUT_OF_MEMORY, "kf_cuda_codegen: out of memory");
+    kf_mem_free(c->mem, ep->rsrc.p, ep->rsrc.cap);
+    memset(&ep->rsrc, 0, sizeof ep->rsrc);
     if (sh->epi_pf) { /* the row operands' L2 prefetch (KF_EPI_PF) */
         cg_puts(&c->s,
                 "/* n elements from p into L2 (16-byte aligned, n * size a multiple of 16). */\n"

@@ -322,7 +322,9 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         (sh->pp_early && !sh->pingpong) || sh->sk_grid > 65535 ||
         (sh->sk_grid && (sh->pingpong || sh->cluster == 2)) ||
         (sh->epi_rs && (!sh->epi_tma || sh->cluster == 2 || sh->sk_grid || sh->dual ||
-                        sh->epi_ahead || sh->bn != (sh->pingpong ? 128u : 256u))))
+                        sh->epi_ahead || sh->bn != (sh->pingpong ? 128u : 256u))) ||
+        (sh->row_rs && (sh->epi_tma || sh->epi_rs || sh->epi_staged || sh->cluster == 2 ||
+                        sh->sk_grid || sh->dual || sh->batch != 1)))
         return cg_end(&c,
                       cg_fail(&c, KF_ERR_INVALID_ARGUMENT,
                               "group %u (%s): bad GEMM shape %" PRId64 "x%" PRId64 "x%" PRId64
@@ -411,7 +413,7 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;
     k->launch.grid_multiple = cl;
-    k->launch.shared_bytes = sh->epi_rs ? kf_cuda_gemm_smem_rs(sh->bn, sh->stages)
+    k->launch.shared_bytes = sh->epi_rs || sh->row_rs ? kf_cuda_gemm_smem_rs(sh->bn, sh->stages)
                                         : kf_cuda_gemm_smem(sh->bn, sh->stages);
 
     cg_emit_head(&c, "GEMM group (wgmma, TMA, epilogue on the accumulators)");

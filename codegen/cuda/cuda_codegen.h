@@ -467,6 +467,13 @@ typedef struct kf_cuda_gemm_shape {
                                   TMA under the main loop, a fourth tensor map after the
                                   output's (gemm_sm90.cuh KF_EPI_RS; the recipe's default with a
                                   residual on ping-pong tiles) */
+    bool row_rs;               /* a row epilogue in the tile (the register epilogue) whose norm
+                                  input adds a residual laid out as the output
+                                  (kf_cuda_gemm_rs_node), N a multiple of 8: each consumer
+                                  copies its rows of the residual into 32 KiB of shared memory
+                                  by cp.async when a tile starts (the layout and stages of
+                                  epi_rs), and kf_pre reads its pairs there (gemm_sm90.cuh
+                                  KF_ROW_RS) */
     bool epi_cs;               /* with epi_tma (one CTA or a pair, no stream-K, 4 store
                                   buffers, fold, head view, SwiGLU pair or sibling set): the
                                   epilogue's column operands (a bias: bf16/f16, N a multiple of

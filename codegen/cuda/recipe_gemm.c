@@ -1180,8 +1180,16 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.fold_bias = fold && !dual && !gm->row_split &&
                    !(b->target->flags & KF_CUDA_RECIPE_GEMM_FOLD_BIAS_EPI) &&
                    kf_cuda_gemm_fold_bias(plan, b->gi) != KF_NONE;
+    /* A row epilogue's residual staged in shared memory by each consumer's
+     * cp.async copies when its tile starts (gemm_sm90.cuh KF_ROW_RS), where
+     * kf_pre loaded its pairs from global memory after the main loop: ncu
+     * (H200, 7336e10) had GEMM + bias + residual + LayerNorm 16384 x 256 x
+     * 1024 at 42.4 us in the tile, 32.6 without the residual, against
+     * cuBLASLt's GEMM 21.7 + its row kernel 16.6; 2.1 warps a scheduler,
+     * 8.8 cycles an instruction. */
+    sh.row_rs = row_tile && rs_node != KF_NONE && sh.n % 8 == 0 && sh.batch == 1 && !dual;
     uint32_t stage = (128u + sh.bn) * 64u * (uint32_t)es;
-    sh.stages = sh.epi_rs
+    sh.stages = sh.epi_rs || sh.row_rs
                     ? (GEN_SMEM_BLOCK - GEN_SMEM_RS_STATIC - kf_cuda_gemm_smem_rs(sh.bn, 0)) / stage
                     : (GEN_SMEM_BLOCK - GEN_SMEM_STATIC - kf_cuda_gemm_smem(sh.bn, 0)) / stage;
     if (sh.stages > GEN_MAX_STAGES)
