@@ -379,8 +379,8 @@ static kf_status prepass_job(cg *c, const kf_cuda_fold_job *jb, int j, int64_t *
         "template <> struct kf_pj<%d> {\n"
         "    static constexpr long long K = %" PRId64 "LL, N = %" PRId64 "LL, KS = %" PRId64
         "LL, ITEMS = %" PRId64 "LL;\n"
-        "    static constexpr bool KMAJOR = %s, LN = %s, BIAS = %s, FLAT = %s, BF16 = %s, "
-        "GVEC = %s;\n"
+        "    static constexpr bool KMAJOR = %s, LN = %s, BIAS = %s;\n"
+        "    static constexpr bool FLAT = %s, BF16 = %s, GVEC = %s;\n"
         "    static __device__ __forceinline__ auto bp(KF_PARAMS) { return p%d; }\n"
         "    static __device__ __forceinline__ auto gp(KF_PARAMS) { return p%d + %" PRId64
         "LL; }\n"
