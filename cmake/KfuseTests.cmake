@@ -104,9 +104,12 @@ endif()
 # variant and of its forms (pinned, f32 scores, trees, tail longest first):
 # over 300 s with the sanitizers on a loaded two-core machine (2026-11-26),
 # past 600 s there beside other suites once the non-causal forms (176-key
-# tiles, 2-CTA clusters) and the multiply-by-1 fold had their tests (attn11).
+# tiles, 2-CTA clusters) and the multiply-by-1 fold had their tests (attn11);
+# past 1200 s there beside test_cpu and test_cudagen on 2026-11-27 (its code
+# unchanged; the whole ctest took 2010 s on that machine, where CI's took
+# under 1200 s with the install).
 if(TARGET test_attngen)
-    set_tests_properties(test_attngen PROPERTIES TIMEOUT 1200)
+    set_tests_properties(test_attngen PROPERTIES TIMEOUT 1800)
 endif()
 # test_attnsimt NVRTC-compiles and reads the SASS of 25 SIMT attention
 # variants (5 head dims x 3 dtypes on sm_90a, 2 on sm_80, the mask classes
