@@ -2725,8 +2725,8 @@ int main(int argc, char **argv) {
          KF_GEMM_GENERATED, G2_COOP | G2_PF},
         {"gpt2_fc1_generated_coop", t_ln_up, ubytes, uflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_COOP},
-        /* the fold's row statistics summed in the main loop on cooperative
-         * tiles (2 rows a thread a K step, against ping-pong's 4) */
+        /* the LayerNorm-folded Q/K/V GEMMs on cooperative 128 x 256 tiles
+         * (SHORT_COOP), against the recipe's ping-pong 128 x 128 */
         {"ln_qkv_generated_coop", t_ln_qkv, vbytes, vflops, 0, 0, 0, "", KF_GEMM_GENERATED,
          G2_COOP},
         {"gpt2_qkv_one_generated_coop", t_gpt2_qkv, gpbytes, gpflops, 0, 0, 0, "",

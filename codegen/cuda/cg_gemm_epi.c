@@ -436,6 +436,20 @@ void cg_gemm_epi_release(cg *c, cg_gemm_epi *ep) {
     row_free(c, ep);
 }
 
+/* A row epilogue's load of node i, its text at vl_at.. of ep->vl: copied
+ * to kf_pre's loads where kf_pre reads it, and kept in kf_epi's only where
+ * kf_epi reads it. */
+static void row_route_load(cg_gemm_epi *ep, uint32_t i, size_t vl_at) {
+    if (!ep->row || !ep->vl.p || ep->vl.oom)
+        return;
+    if (ep->need_pre[i])
+        cg_printf(&ep->vl_pre, "%s", ep->vl.p + vl_at);
+    if (!ep->need_epi[i]) {
+        ep->vl.len = vl_at;
+        ep->vl.p[vl_at] = 0;
+    }
+}
+
 kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x, cg_gemm_epi *ep) {
     const kf_group *g = c->g;
     const kf_gemm_info *gm = &g->gemm;
@@ -658,7 +672,8 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
         size_t vl_at = ep->vl.len; /* where this load's text starts (row: which functions) */
         /* epi_rs: the residual's pair from the store buffer, at the address
          * the output pair goes to (the template's rsm: the TMA-store
-         * epilogue's calls are of 2 columns), landed there by TMA */
+         * epilogue's calls are of 2 columns), landed there by TMA; row_rs:
+         * from the consumer's copy of its rows (kf_pre's rsm, kf_pre<2>) */
         if ((sh->epi_rs || sh->row_rs) && i == ep->rs_node) {
             cg_printf(&ep->vl,
                       "    %s l%u[VV];\n    {\n"
@@ -678,11 +693,8 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                           "        l%u[1] = kf_f16_to_f32((unsigned short)(w_ >> 16));\n    }\n",
                           i, i);
             snprintf(c->ov[i], OV_MAX, "l%u[k]", i);
-            if (sh->row_rs && ep->vl.p && !ep->vl.oom) { /* kf_pre's alone (checked above) */
-                cg_printf(&ep->vl_pre, "%s", ep->vl.p + vl_at);
-                ep->vl.len = vl_at;
-                ep->vl.p[vl_at] = 0;
-                /* where the template's copies read it: row r, column c0 */
+            row_route_load(ep, i, vl_at); /* row_rs: kf_pre's alone (checked above) */
+            if (sh->row_rs) /* where the template's copies read it: row r, column c0 */
                 cg_printf(&ep->rsrc,
                           "/* The residual at row r of batch b, column c0 (KF_ROW_RS's copies). */\n"
                           "__device__ __forceinline__ auto kf_row_rs_src(long long b, long long r, "
@@ -691,7 +703,6 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
                           "    const unsigned qn = (unsigned)q, cn = (unsigned)c0;\n"
                           "    (void)qn;\n    (void)cn;\n    return p%d + (%s);\n}\n\n",
                           c->param[i], off);
-            }
             continue;
         }
         /* kf_gm_ldv (c->pk_raw): bf16 pairs unpacked by a shift and a mask */
@@ -778,14 +789,7 @@ kf_status cg_gemm_epi_prepare(cg *c, const kf_cuda_gemm_shape *sh, chunk_ctx *x,
              * view's (a run past one head) */
             if (sh->epi_pf && stat && by_row && !gm->head_dim && kf_dtype_size(e->dtype) >= 2)
                 cg_printf(&ep->pf, "    kf_gm_pf(p%d + (%s), n);\n", c->param[i], off);
-            if (ep->row && ep->vl.p && !ep->vl.oom) {
-                if (ep->need_pre[i])
-                    cg_printf(&ep->vl_pre, "%s", ep->vl.p + vl_at);
-                if (!ep->need_epi[i]) {
-                    ep->vl.len = vl_at;
-                    ep->vl.p[vl_at] = 0;
-                }
-            }
+            row_route_load(ep, i, vl_at);
         } else if (along) {
             snprintf(c->ov[i], OV_MAX,
                      "(c0 + k < KF_N ? kf_ld(p%d + (%s)) : decltype(kf_ld(p%d))(0))", c->param[i],
