@@ -483,8 +483,9 @@ extern "C" __global__ void __launch_bounds__(KF_THREADS, KF_MINB)
         const int first = g * KF_RASTER;
         const int rows = KF_TILES_M - first < KF_RASTER ? KF_TILES_M - first : KF_RASTER;
         const int r = t - g * span;
-        mb = first + r % rows;
-        nb = r / rows;
+        /* one tile column (a row epilogue's tiles): nb the constant 0 */
+        mb = first + (KF_TILES_N == 1 ? r : r % rows);
+        nb = KF_TILES_N == 1 ? 0 : r / rows;
     }
     const int b = blockIdx.z;
     const unsigned short *pa = kf_pa + (long long)b * KF_SA;

@@ -553,6 +553,9 @@ template <bool AL>
 __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int mb, int nb,
                                                  int cw, int warp, int lane,
                                                  KF_ROW_RS_PARAM KF_PARAMS) {
+#if KF_ROW_EPI /* its tile holds whole rows: nb is 0 (kf_gm_tile) */
+    static_assert(KF_TILES_N == 1, "a row epilogue: one tile column");
+#endif
 #if KF_ROW_RS
     /* the tile's residual, copied when it started, is in (the quad's copies) */
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -590,9 +593,14 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
          * registers; then the epilogue with the rows' statistics. */
         kf_gm_rst rst[2];
         {
-            kf_gm_rs rs[2];
-            kf_gm_rs_init(rs[0]);
-            kf_gm_rs_init(rs[1]);
+            /* KF_RS_P partials a row (column groups j % KF_RS_P): the sums'
+             * dependency chains a quarter as long, merged in a fixed order */
+            kf_gm_rs rs[2][KF_RS_P];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int p = 0; p < KF_RS_P; p++)
+                    kf_gm_rs_init(rs[h][p]);
             /* the fragment as it is: pairs of columns 8j + 2 (lane % 4) */
 #pragma unroll
             for (int j = 0; j < KF_ON / 8; j++) {
@@ -615,13 +623,18 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
 #else
                     kf_pre<2, AL>(a, (long long)b, r < KF_M ? r : KF_M - 1, c, KF_ARGS, xv);
 #endif
-                    kf_gm_rs_add_a<2>(rs[h], xv, nv);
+                    kf_gm_rs_add_a<2>(rs[h][j % KF_RS_P], xv, nv);
                     KF_X_SET(hf, j, h, xv[0], xv[1]); /* x in place of the accumulators */
                 }
             }
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-                kf_gm_rs_lanes_a<4>(rs[h]);
+            for (int h = 0; h < 2; h++) {
+                kf_gm_rs_merge_p_a(rs[h]);
+                kf_gm_rs_lanes_a<4>(rs[h][0]);
+#pragma unroll
+                for (int p = 1; p < KF_RS_P; p++) /* step B's partials take the row's step A */
+                    rs[h][p] = rs[h][0];
+            }
 #if KF_RS_B
 #pragma unroll
             for (int j = 0; j < KF_ON / 8; j++) {
@@ -630,16 +643,18 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const float xv[2] = {KF_X_LO(hf, j, h), KF_X_HI(hf, j, h)};
-                    kf_gm_rs_add_b<2>(rs[h], xv, nv);
+                    kf_gm_rs_add_b<2>(rs[h][j % KF_RS_P], xv, nv);
                 }
             }
 #pragma unroll
-            for (int h = 0; h < 2; h++)
-                kf_gm_rs_lanes_b<4>(rs[h]);
+            for (int h = 0; h < 2; h++) {
+                kf_gm_rs_merge_p_b(rs[h]);
+                kf_gm_rs_lanes_b<4>(rs[h][0]);
+            }
 #endif
 #pragma unroll
             for (int h = 0; h < 2; h++)
-                rst[h] = kf_gm_rs_final(rs[h]);
+                rst[h] = kf_gm_rs_final(rs[h][0]);
         }
 #define KF_EPI_RST(h) , nullptr, &rst[h]
 #else
@@ -1086,8 +1101,12 @@ __device__ __forceinline__ void kf_gm_tile(int t, int rank, int &b, int &mb, int
     const int g = t / span, first = g * KF_RASTER_U;
     const int rows = KF_UNITS_M - first < KF_RASTER_U ? KF_UNITS_M - first : KF_RASTER_U;
     const int r = t - g * span;
-    mb = (first + r % rows) * KF_CLUSTER + rank;
-    nb = r / rows;
+    /* one tile column (N <= KF_ON: a row epilogue's tiles always): r < rows,
+     * and nb a constant of the epilogue's unrolled loops, whose column
+     * tests then fold (a row epilogue's tile, 16384 x 256: 6288 SASS
+     * instructions -> 4168) */
+    mb = (first + (KF_TILES_N == 1 ? r : r % rows)) * KF_CLUSTER + rank;
+    nb = KF_TILES_N == 1 ? 0 : r / rows;
 }
 
 #if KF_SK
