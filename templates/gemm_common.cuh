@@ -144,25 +144,22 @@ __device__ __forceinline__ void kf_gm_rs_merge_b(kf_gm_rs &a, const kf_gm_rs &b)
 }
 
 /* KF_RS_P partials of one row (P a power of two) merged into p[0] as a
- * tree, ((0 + 1) + (2 + 3)), the same order in every lane: step A, and
- * step B (whose partials started from the row's step A, zero in m2, se). */
+ * tree, ((0 + 1) + (2 + 3)), the same order in every lane: step A's, or
+ * step B's (STEP_B; its partials started from the row's step A, zero in
+ * m2 and se). */
 #ifndef KF_RS_P
 #define KF_RS_P 4
 #endif
-__device__ __forceinline__ void kf_gm_rs_merge_p_a(kf_gm_rs (&p)[KF_RS_P]) {
+template <bool STEP_B> __device__ __forceinline__ void kf_gm_rs_merge_p(kf_gm_rs (&p)[KF_RS_P]) {
 #pragma unroll
     for (int w = 1; w < KF_RS_P; w <<= 1)
 #pragma unroll
-        for (int i = 0; i < KF_RS_P; i += 2 * w)
-            kf_gm_rs_merge_a(p[i], p[i + w]);
-}
-
-__device__ __forceinline__ void kf_gm_rs_merge_p_b(kf_gm_rs (&p)[KF_RS_P]) {
-#pragma unroll
-    for (int w = 1; w < KF_RS_P; w <<= 1)
-#pragma unroll
-        for (int i = 0; i < KF_RS_P; i += 2 * w)
-            kf_gm_rs_merge_b(p[i], p[i + w]);
+        for (int i = 0; i < KF_RS_P; i += 2 * w) {
+            if (STEP_B)
+                kf_gm_rs_merge_b(p[i], p[i + w]);
+            else
+                kf_gm_rs_merge_a(p[i], p[i + w]);
+        }
 }
 
 /* The W consecutive lanes that hold a row (a quad in the mma fragments, W 4)

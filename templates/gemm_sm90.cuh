@@ -629,7 +629,7 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                kf_gm_rs_merge_p_a(rs[h]);
+                kf_gm_rs_merge_p<false>(rs[h]);
                 kf_gm_rs_lanes_a<4>(rs[h][0]);
 #pragma unroll
                 for (int p = 1; p < KF_RS_P; p++) /* step B's partials take the row's step A */
@@ -648,7 +648,7 @@ __device__ __forceinline__ void kf_gm_epi_direct(float (&d)[KF_ACC], int b, int 
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                kf_gm_rs_merge_p_b(rs[h]);
+                kf_gm_rs_merge_p<true>(rs[h]);
                 kf_gm_rs_lanes_b<4>(rs[h][0]);
             }
 #endif
