@@ -236,7 +236,8 @@ static inline void kf_test_assert_close_(const void *out, const void *ref, kf_dt
 
 /* Runs a cmocka group and prints the seed when anything failed. */
 #define kf_test_run(tests)                                                                         \
-    (kf_test_filter(), kf_test_run_(cmocka_run_group_tests((tests), NULL, NULL)))
+    (kf_test_filter(),                                                                             \
+     kf_test_run_(kf_test_run_shard_(#tests, (tests), sizeof(tests) / sizeof((tests)[0]))))
 
 /* KF_TEST_FILTER=pattern runs only the tests whose names match (cmocka's
  * wildcards), so one case of a long suite can be rerun in seconds (a GPU
@@ -246,6 +247,33 @@ static inline void kf_test_filter(void) {
     const char *f = getenv("KF_TEST_FILTER");
     if (f && *f)
         cmocka_set_test_filter(f);
+}
+
+/* KF_TEST_SHARD=i/n runs only tests i, i + n, i + 2n, ... of the group
+ * (0 <= i < n), so a long suite can be split over several ctest entries,
+ * each under its own timeout (cmake/KfuseTests.cmake: test_attngen). A
+ * malformed value fails the run rather than running everything. */
+static inline int kf_test_run_shard_(const char *name, const struct CMUnitTest *tests, size_t n) {
+    const char *s = getenv("KF_TEST_SHARD");
+    unsigned i = 0, k = 1;
+    char end = 0;
+    if (s && *s && (sscanf(s, "%u/%u%c", &i, &k, &end) != 2 || k == 0 || i >= k)) {
+        fprintf(stderr, "kf_test: KF_TEST_SHARD='%s' is not i/n with 0 <= i < n\n", s);
+        return 1;
+    }
+    if (k == 1)
+        return _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+    struct CMUnitTest *part = (struct CMUnitTest *)malloc(n * sizeof *part);
+    if (!part) {
+        fprintf(stderr, "kf_test: out of memory for shard %u/%u\n", i, k);
+        return 1;
+    }
+    size_t m = 0;
+    for (size_t t = i; t < n; t += k)
+        part[m++] = tests[t];
+    const int failed = _cmocka_run_group_tests(name, part, m, NULL, NULL);
+    free(part);
+    return failed;
 }
 
 static inline int kf_test_run_(int failed) {
