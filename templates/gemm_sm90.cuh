@@ -63,6 +63,11 @@
  * With the TMA-store epilogue a consumer fetches those terms when its tile
  * starts (rows into registers, a LayerNorm's column terms by cp.async into
  * its staging area: KF_FOLD_PRE), so their loads land under the main loop.
+ * With KF_A_GSCALE 1 (an RMSNorm's fold, bf16, cooperative tiles) B is the
+ * operand itself and gamma goes on A instead: each warp loads its A fragments
+ * by ldmatrix, multiplies them by gamma (the K step's 64, copied by the
+ * producer with the stage: kf_gm_gamma_src, KF_G_AT) and runs
+ * wgmma with A from registers (kf_wgmma_rs); kf_fold's rstd is the same.
  *
  * TMA store (KF_EPI_TMA 1, one bf16/f16 output written whole): the epilogue
  * runs on the accumulator fragment as it is, two adjacent columns a call
@@ -171,6 +176,13 @@
 
 #ifndef KF_A_FOLD
 #define KF_A_FOLD 0 /* cg_gemm_fold.c's kf_fold: the norm folded into B */
+#endif
+#ifndef KF_A_GSCALE
+#define KF_A_GSCALE 0 /* with KF_A_FOLD: gamma on A's fragments, wgmma with A from registers */
+#endif
+#if KF_A_GSCALE && (!KF_A_FOLD || !KF_A_KMAJOR || KF_FOLD_LN || KF_SK || KF_PINGPONG || \
+                    KF_EPI_RS || KF_BN != 256 || !KF_EPI_TMA || KF_K % 8)
+#error "KF_A_GSCALE: an RMSNorm's fold, A K-major, cooperative 128 x 256 tiles, TMA store"
 #endif
 #ifndef KF_EPI_TMA
 #define KF_EPI_TMA 0 /* the epilogue's output through shared memory by TMA stores */
@@ -316,6 +328,11 @@
 static_assert(KF_HALVES * KF_ON == 256, "KF_EPI_RS: a consumer's 4 chunks of 64 x 64");
 #endif
 #define KF_EPI_FLOATS (64 * KF_EPI_LD) /* one consumer's staging area */
+#if KF_A_GSCALE
+/* A stage's 64 gammas (KF_A_GSCALE): 128 bytes a stage past both consumers'
+ * staging areas, copied by the producer with the stage's tiles */
+#define KF_G_AT (KF_STAGES * KF_STAGE_BYTES + 2u * KF_EPI_FLOATS * 4u)
+#endif
 
 /* A box of an operand: batched maps take the batch as their third coordinate. */
 template <int BATCHED>
@@ -348,6 +365,7 @@ __device__ __forceinline__ void kf_gm_box_b(unsigned dst, const kf_tmap *map, in
 __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
     asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
 }
+
 
 /* The fold with the TMA-store epilogue (KF_FOLD_PRE): a consumer loads the
  * statistics of its rows of a tile into registers, and a LayerNorm's column
@@ -1363,6 +1381,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             kf_hp_init(rfree0 + 8 * c, 1);
         }
 #endif
+#if KF_A_GSCALE
+        /* the gamma slots start at zero: a last K step's copy stops at K, and
+         * zeros past it meet A's zeros (0 x 0, never a stale NaN) */
+        for (unsigned i = 0; i < KF_STAGES * 128u; i += 16u)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(ring + KF_G_AT + i),
+                         "r"(0u)
+                         : "memory");
+#endif
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&ta) : "memory");
@@ -1419,7 +1445,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                 for (int kt = kb; kt < ke; kt += ks) {
                     kf_hp_wait(empty0 + 8 * s, ph ^ 1u);
                     const unsigned bar = full0 + 8 * s;
+#if KF_A_GSCALE
+                    /* the K step's gammas (K a multiple of 8: whole 16-byte pieces) */
+                    const long long gk_left = KF_K - (long long)kt * KF_BK;
+                    const unsigned gbytes = gk_left >= KF_BK ? 128u : (unsigned)gk_left * 2u;
+                    kf_hp_expect(bar, KF_STAGE_BYTES + gbytes);
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                                 "[%0], [%1], %2, [%3];" ::"r"(ring + KF_G_AT + (unsigned)s * 128u),
+                                 "l"(KF_SIB_NS0 kf_gm_gamma_src(KF_ARGS) + (long long)kt * KF_BK),
+                                 "r"(gbytes), "r"(bar)
+                                 : "memory");
+#else
                     kf_hp_expect(bar, KF_STAGE_BYTES);
+#endif
                     const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
                     if (KF_A_KMAJOR) {
                         kf_gm_box<KF_A_BATCHED>(sa, &ta, kt * KF_BK, ma * KF_BM, b, bar);
@@ -1659,6 +1697,104 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
             if (KF_PP_EARLY && i > 0)
                 asm volatile("bar.sync %0, 256;" ::"r"(4 - cw) : "memory");
 #endif
+#if KF_A_GSCALE
+            /* An RMSNorm's gamma on A through registers: each warp loads its
+             * 16 rows of the stage's A tile by ldmatrix (the m16n8k16 A
+             * fragment: rows lane / 4 (+8), k pairs 2 (lane % 4) (+8) of
+             * each k16 slice), multiplies them by gamma's pairs there
+             * (mul.rn.bf16x2: x * gamma rounded once) and issues wgmma with
+             * A from registers; B stays the operand itself and rstd scales
+             * the accumulators (kf_fold). Nothing is written back to shared
+             * memory and no proxy fence is needed, where gamma applied to
+             * the tile in place (by the consumers, or by the producer's
+             * spare warps) made LLaMA's Q/K/V set 12-19% slower on an H100.
+             * Two fragment sets, steps alternating: a set is rewritten two
+             * steps after its wgmmas, which wait_group 1 has seen complete. */
+            {
+                const unsigned aoff = (unsigned)(cw * 64 + warp * 16 + (lane & 15)) * 128u;
+                const unsigned asw = (unsigned)(lane & 7), ahi = (unsigned)(lane >> 4);
+                const int gk = 2 * (lane & 3);
+                unsigned afr0[4][4], afr1[4][4];
+                /* A K step's 64 gammas come with the stage (the producer's
+                 * bulk copy into its slot, KF_G_AT); each thread reads the
+                 * pairs of its fragments' k columns. Loaded from global
+                 * memory by the consumers (eight loads a thread, or one and
+                 * shuffles), they made LLaMA's Q/K/V set 6-23% slower on an
+                 * H100 (2.37-2.61 ms; 2.12 with gamma a constant, 2.30 with
+                 * the fold into B). */
+                auto step = [&](unsigned(&a)[4][4], int kt) {
+                    (void)kt;
+                    kf_hp_wait(full0 + 8 * s, ph);
+                    const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
+                    unsigned gp[4][2];
+                    const unsigned gs = ring + KF_G_AT + (unsigned)s * 128u + (unsigned)gk * 2u;
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) {
+                        asm volatile("ld.shared.b32 %0, [%1];"
+                                     : "=r"(gp[kk][0])
+                                     : "r"(gs + kk * 32u)
+                                     : "memory");
+                        asm volatile("ld.shared.b32 %0, [%1];"
+                                     : "=r"(gp[kk][1])
+                                     : "r"(gs + kk * 32u + 16u)
+                                     : "memory");
+                    }
+#if KF_DESC_STEP
+                    const unsigned long long dso =
+                        (unsigned long long)(((unsigned)s * KF_STAGE_BYTES) >> 4);
+                    (void)sb;
+#endif
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) {
+                        const unsigned ad = sa + aoff + ((((unsigned)(2 * kk) + ahi) ^ asw) << 4);
+                        asm volatile(
+                            "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                            : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
+                            : "r"(ad)
+                            : "memory");
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            asm("mul.rn.bf16x2 %0, %1, %2;"
+                                : "=r"(a[kk][e])
+                                : "r"(a[kk][e]), "r"(gp[kk][e / 2]));
+                    }
+                    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                    for (int kk = 0; kk < KF_BK / 16; kk++) {
+#if KF_DESC_STEP
+                        const unsigned long long db =
+                            ddb0 + dso + (unsigned long long)(KF_B_KMAJOR ? kk * 2u : kk * 128u);
+#else
+                        const unsigned long long db =
+                            KF_B_KMAJOR ? kf_hp_desc(sb + kk * 32u, 16u, 1024u)
+                                        : kf_hp_desc(sb + kk * 2048u, 8192u, 1024u);
+#endif
+                        kf_wgmma_rs(d, a[kk], db);
+                    }
+                    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                    /* every lane's reads of the previous stage's gammas before
+                     * lane 0 releases it (racecheck: the producer's next copy
+                     * into the slot, WAR) */
+                    __syncwarp();
+                    if (prev >= 0)
+                        kf_gm_release(empty0, KF_EMPTY_PEER, prev, lane);
+                    prev = s;
+                    if (++s == KF_STAGES) {
+                        s = 0;
+                        ph ^= 1u;
+                    }
+                };
+#pragma unroll 1
+                for (int kt = kb; kt < ke; kt += 2) {
+                    step(afr0, kt);
+                    if (kt + 1 < ke)
+                        step(afr1, kt + 1);
+                }
+                (void)ks;
+                __syncwarp(); /* (the last stage's gamma reads, before its release below) */
+            }
+#else
             /* Not unrolled: with K a constant of a few steps, ptxas unrolls
              * it whole and then fences the accumulators between the wgmmas
              * (C7517/C7519: serialized). */
@@ -1725,6 +1861,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                     ph ^= 1u;
                 }
             }
+#endif
 #if KF_PINGPONG
             /* KF_PP_EARLY: the other consumer's turn once this one's last
              * wgmmas are issued, so its first ones queue behind them (its

@@ -3110,9 +3110,12 @@ static const kf_cuda_kstep *gemm_kstep(const kf_cuda_recipe *rc) {
     return rc->steps[rc->variants[0].first_step + rc->variants[0].n_steps - 1].kernel;
 }
 
-static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
-                            const char *what, uint64_t flags, recipes_check check, const char *want,
-                            bool twice) {
+/* As flags_case_full, the recipes made for `sms` SMs where it is not 0 (the
+ * kernels still run on every SM the device has: a persistent grid of `sms`
+ * blocks), so a small case takes the tiles a large one takes. */
+static void sms_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
+                          const char *what, uint64_t flags, recipes_check check, const char *want,
+                          bool twice, int sms) {
     char text[2048];
     const char *dn = kf_dtype_name(d);
     snprintf(text, sizeof text, fmt, dn, dn, dn, dn, dn, dn, dn, dn);
@@ -3128,6 +3131,8 @@ static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t s
     t.flags =
         (t.flags & ~(uint64_t)(KF_CUDA_RECIPE_GEMM_GENERATED | KF_CUDA_RECIPE_GEMM_MEASURED)) |
         flags;
+    if (sms > 0)
+        t.sm_count = sms;
     kf_cuda_recipes *r = NULL;
     if (kf_cuda_recipes_create(plan, &t, &g->mem, &r, err) != KF_OK)
         fail_msg("%s [%s]: recipes: %s", what, dn, err);
@@ -3205,6 +3210,12 @@ static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t s
     kf_cuda_exec_destroy(ex);
     kf_plan_destroy(plan);
     kf_graph_destroy(g);
+}
+
+static void flags_case_full(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream,
+                            const char *what, uint64_t flags, recipes_check check, const char *want,
+                            bool twice) {
+    sms_case_full(ctx, fmt, d, stream, what, flags, check, want, twice, 0);
 }
 
 static void flag_case(kf_ctx *ctx, const char *fmt, kf_dtype d, uint64_t stream, const char *what,
@@ -4550,6 +4561,80 @@ static void test_sm80_gemms_match_the_reference(void **state) {
     kf_ctx_destroy(ctx);
 }
 
+/* An RMSNorm's gamma on A's fragments (shape.a_gscale, sm_90a's default for
+ * bf16 with A K-major, cooperative 128 x 256 tiles and the TMA-store
+ * epilogue): B is read as it is, the producer copies each K step's gammas
+ * with the stage, each warp loads its rows of A by ldmatrix, multiplies them
+ * by gamma and runs wgmma with A from registers, and a statistics pre-pass's
+ * rstd scales the accumulators. The recipes are made for 16 SMs, so cases of
+ * a few tiles take the 128 x 256 tiles: ragged M, N and K (K = 1096, past 17
+ * K steps: at K <= 1024 the TMA-store epilogue takes ping-pong tiles), N- and
+ * K-major B, the batch folded into M, a bias and gelu, a sibling set, 2-CTA
+ * clusters (odd tile rows). f16, 128 x 128 and ping-pong tiles and the
+ * register epilogue keep the fold into B. */
+static void gs_set_check(const kf_plan *plan, const kf_cuda_recipes *r, const char *what,
+                         const char *dn) {
+    sib_one_check(plan, r, what, dn);
+    for (uint32_t gi = 0; gi < r->n; gi++) {
+        const kf_cuda_recipe *rc = &r->recipes[gi];
+        if (rc->n_members >= 2 && !strstr(rc->variants[0].how, "RMSNorm's gamma on A's fragments"))
+            fail_msg("%s [%s]: group %u's set does not take gamma on A's fragments: %s", what, dn,
+                     gi, rc->variants[0].how);
+    }
+}
+
+static void test_rms_norm_gamma_on_a_fragments_matches_the_reference(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    if (!sib_one_device())
+        skip();
+    kf_ctx *ctx = ctx_gemm(KF_GEMM_GENERATED);
+    const kf_dtype bf = KF_DTYPE_BF16;
+    const uint64_t gen = KF_CUDA_RECIPE_GEMM_GENERATED;
+    const char *gs = "RMSNorm's gamma on A's fragments", *fo = "folded into B";
+    static const struct {
+        const char *text, *what;
+        uint64_t flags;
+        bool f16, ring;
+    } cases[] = {
+        {"kfg 1\nx = input(%s[1100, 1096])\ng = input(%s[1096])\nw = input(%s[1096, 520])\n"
+         "b = input(%s[520])\nn = rms_norm(x, g)\nh = matmul(n, w)\na = add(h, b)\n"
+         "y = gelu(a)\noutput y\n",
+         "N-major B, ragged M, N and K, bias + gelu", 0, false, true},
+        {"kfg 1\nx = input(%s[2, 550, 1096])\ng = input(%s[1096])\nw = input(%s[520, 1096])\n"
+         "n = rms_norm(x, g, eps=1e-6)\ny = matmul(n, w, transpose_b=true)\noutput y\n",
+         "K-major B, batch folded", 0, false, true},
+        {"kfg 1\nx = input(%s[1100, 1096])\ng = input(%s[1096])\nwq = input(%s[264, 1096])\n"
+         "bq = input(%s[264])\nwk = input(%s[264, 1096])\nwv = input(%s[264, 1096])\n"
+         "n = rms_norm(x, g, eps=1e-6)\nq0 = matmul(n, wq, transpose_b=true)\n"
+         "q = add(q0, bq)\nk0 = matmul(n, wk, transpose_b=true)\nk = silu(k0)\n"
+         "v = matmul(n, wv, transpose_b=true)\noutput q\noutput k\noutput v\n",
+         "a sibling set as one kernel", KF_CUDA_RECIPE_GEMM_SIB_ONE, false, true},
+        {"kfg 1\nx = input(%s[1100, 1096])\ng = input(%s[1096])\nw = input(%s[1096, 520])\n"
+         "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+         "2-CTA clusters, odd tile rows", KF_CUDA_RECIPE_GEMM_CLUSTER2, false, true},
+        {"kfg 1\nx = input(%s[1100, 1096])\ng = input(%s[1096])\nw = input(%s[1096, 520])\n"
+         "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+         "f16 keeps the fold", 0, true, false},
+        {"kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 392])\n"
+         "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+         "128 x 128 tiles keep the fold", 0, false, false},
+        {"kfg 1\nx = input(%s[1100, 264])\ng = input(%s[264])\nw = input(%s[264, 520])\n"
+         "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+         "ping-pong tiles (K <= 1024) keep the fold", 0, false, false},
+        {"kfg 1\nx = input(%s[1100, 1096])\ng = input(%s[1096])\nw = input(%s[1096, 520])\n"
+         "n = rms_norm(x, g)\nh = matmul(n, w)\ny = cast(h, f32)\noutput y\n",
+         "the register epilogue keeps the fold", 0, false, false},
+    };
+    for (size_t i = 0; i < N_OF(cases); i++) {
+        bool set = cases[i].flags & KF_CUDA_RECIPE_GEMM_SIB_ONE; /* (its members: no step) */
+        sms_case_full(ctx, cases[i].text, cases[i].f16 ? KF_DTYPE_F16 : bf, 2901 + i,
+                      cases[i].what, gen | cases[i].flags, set ? gs_set_check : NULL,
+                      set ? NULL : cases[i].ring ? gs : fo, false, 16);
+    }
+    kf_ctx_destroy(ctx);
+}
+
 /* The measured mode times the generated kernel against cuBLASLt and names
  * both in the report. */
 static void test_measured_gemm_names_both_sides(void **state) {
@@ -5705,6 +5790,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_match_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_kernel_in_clusters_matches),
         cmocka_unit_test(test_gemm_sibling_sets_as_one_kernel_in_clusters_match_the_reference),
+        cmocka_unit_test(test_rms_norm_gamma_on_a_fragments_matches_the_reference),
         cmocka_unit_test(test_a_gemm_prepass_in_one_launch_matches),
         cmocka_unit_test(test_gemm_prepass_in_one_launch_matches_the_reference),
         cmocka_unit_test(test_a_gemm_sibling_set_as_one_sm80_kernel_matches),

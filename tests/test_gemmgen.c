@@ -2543,6 +2543,71 @@ static const kf_cuda_kstep *compile_steps_one_gemm(const kf_cuda_recipe *rc) {
     return gemm;
 }
 
+/* An RMSNorm's gamma on A's fragments (shape.a_gscale, the default for bf16
+ * with A K-major, cooperative 128 x 256 tiles and the TMA-store epilogue):
+ * the recipe's steps are the statistics pre-pass and the GEMM (no fold of
+ * B), whose B map is the input itself; the kernel loads A's fragments by
+ * ldmatrix (LDSM), multiplies them by gamma (HMUL2) and runs HGMMA with A
+ * from registers, not serialized (kf_sass_cubin fails on ptxas's C751x) and
+ * with no local memory. f16, 128 x 128 tiles, ping-pong tiles and the
+ * register epilogue keep the fold into B. */
+static void test_rms_norm_gamma_on_a_fragments_compiles_to_register_hgmma(void **state) {
+    (void)state;
+    static const struct {
+        const char *text, *dt;
+        bool ring;
+    } cases[] = {
+        {"kfg 1\nx = input(%s[4224, 1096])\ng = input(%s[1096])\nw = input(%s[1096, 1032])\n"
+         "b = input(%s[1032])\nn = rms_norm(x, g)\nh = matmul(n, w)\na = add(h, b)\n"
+         "y = gelu(a)\noutput y\n",
+         "bf16", true},
+        {"kfg 1\nx = input(%s[4224, 1096])\ng = input(%s[1096])\nw = input(%s[1024, 1096])\n"
+         "n = rms_norm(x, g)\ny = matmul(n, w, transpose_b=true)\noutput y\n",
+         "bf16", true},
+        {"kfg 1\nx = input(%s[4224, 1096])\ng = input(%s[1096])\nw = input(%s[1096, 1024])\n"
+         "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+         "f16", false},
+        {"kfg 1\nx = input(%s[1000, 264])\ng = input(%s[264])\nw = input(%s[264, 392])\n"
+         "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+         "bf16", false},
+        {"kfg 1\nx = input(%s[4000, 264])\ng = input(%s[264])\nw = input(%s[264, 1024])\n"
+         "n = rms_norm(x, g)\ny = matmul(n, w)\noutput y\n",
+         "bf16", false},
+        {"kfg 1\nx = input(%s[4224, 136])\ng = input(%s[136])\nw = input(%s[136, 1032])\n"
+         "n = rms_norm(x, g)\nh = matmul(n, w)\ny = cast(h, f32)\noutput y\n",
+         "bf16", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[1024];
+        const char *t = cases[i].dt;
+        snprintf(text, sizeof text, cases[i].text, t, t, t, t, t);
+        planned p;
+        plan_text(text, &p);
+        kf_cuda_recipes *rec =
+            kf_sass_recipes(&MEM, p.plan, "h100", NULL, KF_CUDA_RECIPE_GEMM_GENERATED);
+        const kf_cuda_recipe *rc = gemm_recipe(p.plan, rec);
+        const char *how = rc->variants[0].how;
+        if ((strstr(how, "RMSNorm's gamma on A's fragments") != NULL) != cases[i].ring ||
+            (strstr(how, "folded into B") != NULL) == cases[i].ring)
+            fail_msg("case %zu: %s", i, how);
+        if (cases[i].ring) {
+            assert_int_equal(rc->n_steps, 2); /* the statistics, the GEMM */
+            assert_int_equal(strncmp(rc->steps[0].kernel->kernel.name, "stats_", 6), 0);
+            const kf_cuda_kstep *ks = rc->steps[1].kernel;
+            assert_int_equal(ks->role, KF_CUDA_ROLE_GEMM);
+            assert_int_equal(ks->args[1].buf.kind, KF_CUDA_BUF_TENSOR); /* B: the input itself */
+            assert_non_null(strstr(ks->kernel.source, "#define KF_A_GSCALE 1\n"));
+            static const char *const want[] = {"HGMMA", "UTMALDG", "LDSM", "HMUL2.BF16", NULL};
+            static const char *const why[] = {"wgmma fell back?", "no TMA loads",
+                                              "A's fragments not by ldmatrix",
+                                              "gamma not applied in bf16 pairs"};
+            kf_sass_check_ops(&MEM, &ks->kernel, want, why, NULL);
+        }
+        kf_cuda_recipes_destroy(rec);
+        plan_release(&p);
+    }
+}
+
 /* A sibling set as ONE sm_90a kernel over its members' concatenated columns
  * (KF_CUDA_RECIPE_GEMM_SIB_ONE, internal): GQA-like ragged members (q 256 +
  * bias, k 64 silu or gelu, v 72 bare: the set's tile columns 2 + 1 + 1) behind one
@@ -2853,6 +2918,7 @@ int main(void) {
         cmocka_unit_test(test_residual_by_tma_compiles_with_a_fourth_map),
         cmocka_unit_test(test_gemm_sibling_set_runs_in_one_recipe_with_the_norm_once),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_kernel_over_the_concatenated_columns),
+        cmocka_unit_test(test_rms_norm_gamma_on_a_fragments_compiles_to_register_hgmma),
         cmocka_unit_test(test_gemm_sibling_set_as_one_kernel_runs_in_clusters),
         cmocka_unit_test(test_gemm_sibling_set_runs_as_one_sm80_kernel),
         cmocka_unit_test(test_generated_source_is_deterministic_and_named),

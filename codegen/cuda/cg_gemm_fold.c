@@ -187,6 +187,16 @@ uint32_t kf_cuda_gemm_fold_bias(const kf_plan *plan, uint32_t group) {
     return KF_NONE;
 }
 
+bool kf_cuda_gemm_gscale_takes(const kf_plan *plan, uint32_t group) {
+    kf_cuda_gemm_fold f;
+    if (!kf_cuda_gemm_fold_of(plan, group, &f) || f.ln)
+        return false;
+    const kf_group *g = &plan->groups[group];
+    return f.gamma == KF_NONE ||
+           (plan->graph->nodes[g->expr[f.gamma].base]->dtype == KF_DTYPE_BF16 &&
+            cg_gemm_column_stride(g, f.gamma) == 1 && g->expr[f.gamma].offset % 8 == 0);
+}
+
 /* Element n of the group's fold bias `node` (kf_cuda_gemm_fold_bias, a load
  * of the output space) as C text. */
 static void load_n(cg *c, const kf_group *g, uint32_t node, int param, const char *n) {
@@ -609,6 +619,18 @@ kf_status cg_gemm_fold_prepare(cg *c, const kf_cuda_gemm_shape *sh, cg_gemm_fold
         fp->i_mean = (unsigned)__builtin_popcount(all & ((1u << KF_STAT_MEAN) - 1u));
     fp->stats = cg_param_add(c, KF_CUDA_PARAM_SCRATCH, in->base, KF_DTYPE_F32,
                              (uint64_t)sh->m * fp->n_stats * 4u);
+    fp->gamma = -1;
+    if (sh->a_gscale) { /* gamma on A's fragments: the recipe's kf_cuda_gemm_gscale_takes */
+        if (!kf_cuda_gemm_gscale_takes(c->plan, g->id) || !sh->a_kmajor ||
+            cg_tensor(c, in->base)->dtype != KF_DTYPE_BF16)
+            return cg_fail(c, KF_ERR_INVALID_ARGUMENT,
+                           "group %u (%s): shape.a_gscale on a norm that is not an RMSNorm of a "
+                           "K-major bf16 A with a contiguous bf16 gamma (or none)",
+                           g->id, g->name);
+        if (fp->f.gamma != KF_NONE)
+            fp->gamma = cg_param_add(c, KF_CUDA_PARAM_IN, g->expr[fp->f.gamma].base,
+                                     KF_DTYPE_BF16, 0);
+    }
     for (uint32_t i = 0; fp->f.ln && i < (uint32_t)gm->n_anchors && i < 2u; i++)
         fp->cd[i] = cg_param_add(c, KF_CUDA_PARAM_SCRATCH, gm->anchor[i], KF_DTYPE_F32,
                                  (uint64_t)sh->n * 2u * 4u);
@@ -640,6 +662,14 @@ void cg_gemm_fold_emit(cg *c, const cg_gemm_fold *fp) {
      * memory at the tile's start (gemm_sm90.cuh, KF_FOLD_PRE): c[0, N) then
      * d[0, N) of anchor 0. */
     cg_printf(&c->s, "#define KF_FOLD_LN %d\n", fp->f.ln ? 1 : 0);
+    if (fp->gamma >= 0)
+        cg_printf(&c->s,
+                  "#define KF_A_GSCALE 1\n"
+                  "/* gamma, contiguous bf16, 16-byte aligned: the producer copies each K step's\n"
+                  " * 64 with the stage (KF_A_GSCALE) */\n"
+                  "__device__ __forceinline__ const kf_bf16 *kf_gm_gamma_src(KF_PARAMS) {\n"
+                  "    return p%d + %" PRId64 "LL;\n}\n",
+                  fp->gamma, c->g->expr[fp->f.gamma].offset);
     if (fp->f.ln)
         cg_printf(&c->s, "#define KF_FOLD_CD p%d\n", fp->cd[0]);
     cg_printf(&c->s,

@@ -29,7 +29,9 @@
  *     norm's input, B the pre-pass's diag(gamma) B, and kf_fold applies the
  *     row statistics (a LayerNorm's mean times B's column sums, beta's
  *     product) to the accumulators before the epilogue; the default where B
- *     is the smaller operand;
+ *     is the smaller operand; with shape.a_gscale (an RMSNorm's, bf16,
+ *     cooperative tiles) B stays the operand and gamma goes on A's
+ *     fragments: ldmatrix, mul.rn.bf16x2, wgmma with A from registers;
  *   shape.a_scratch: the recipe's prologue kernel wrote A normalized to a
  *     scratch, and the kernel is the plain (or dual) one; the default else;
  *   shape.a_norm (only with KF_CUDA_RECIPE_GEMM_NORM_IN_RING): normalized in
@@ -256,6 +258,26 @@ void cg_gemm_sm90_emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
         cg_printf(&c->s, "\"+f\"(d[%u])%s%s", i, i + 1 < nr ? ", " : "",
                   (i % 8 == 7) ? "\n          " : "");
     cg_puts(&c->s, "\n        : \"l\"(da), \"l\"(db), \"r\"(1)\n        : \"memory\");\n}\n\n");
+    if (!sh->a_gscale)
+        return;
+    /* A from registers (shape.a_gscale: the m16n8k16 fragment of each warp's
+     * 16 rows), B from its descriptor */
+    cg_printf(&c->s,
+              "__device__ __forceinline__ void kf_wgmma_rs(float *d, const unsigned *a, "
+              "unsigned long long db) {\n"
+              "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n\"\n"
+              "        \"wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {\"\n        \"",
+              nr + 5, sh->bn, ty, ty);
+    for (uint32_t i = 0; i < nr; i++)
+        cg_printf(&c->s, "%%%u%s%s", i, i + 1 < nr ? ", " : "",
+                  (i % 16 == 15) ? "\"\n        \"" : "");
+    cg_printf(&c->s, "}, {%%%u, %%%u, %%%u, %%%u}, %%%u, p, 1, 1, %d;\\n}\\n\"\n        : ", nr,
+              nr + 1, nr + 2, nr + 3, nr + 4, sh->b_kmajor ? 0 : 1);
+    for (uint32_t i = 0; i < nr; i++)
+        cg_printf(&c->s, "\"+f\"(d[%u])%s%s", i, i + 1 < nr ? ", " : "",
+                  (i % 8 == 7) ? "\n          " : "");
+    cg_puts(&c->s, "\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), "
+                   "\"r\"(1)\n        : \"memory\");\n}\n\n");
 }
 
 /* Why the sm_90a kernel cannot take group c->g with shape sh (its anchors,
@@ -323,6 +345,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
         (sh->sk_grid && (sh->pingpong || sh->cluster == 2)) ||
         (sh->epi_rs && (!sh->epi_tma || sh->cluster == 2 || sh->sk_grid || sh->dual ||
                         sh->epi_ahead || sh->bn != (sh->pingpong ? 128u : 256u))) ||
+        (sh->a_gscale && (!sh->a_fold || sh->sk_grid || !sh->a_kmajor || sh->pingpong ||
+                          sh->epi_rs || sh->bn != 256 || !sh->epi_tma || sh->k % 8 != 0)) ||
         (sh->row_rs && (sh->epi_tma || sh->epi_rs || sh->epi_staged || sh->cluster == 2 ||
                         sh->sk_grid || sh->dual || sh->batch != 1)))
         return cg_end(&c,
@@ -415,6 +439,8 @@ kf_status kf_cuda_codegen_gemm_sm90(const kf_plan *plan, uint32_t group, const c
     k->launch.grid_multiple = cl;
     k->launch.shared_bytes = sh->epi_rs || sh->row_rs ? kf_cuda_gemm_smem_rs(sh->bn, sh->stages)
                                         : kf_cuda_gemm_smem(sh->bn, sh->stages);
+    if (sh->a_gscale) /* each stage's 64 gammas (KF_G_AT) */
+        k->launch.shared_bytes += sh->stages * 128u;
 
     cg_emit_head(&c, "GEMM group (wgmma, TMA, epilogue on the accumulators)");
     cg_printf(&c.s,

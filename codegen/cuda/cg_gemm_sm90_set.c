@@ -48,7 +48,7 @@ static const char *member_why(cg *c, const kf_cuda_gemm_shape *a, const kf_cuda_
         return "the members' B operands are laid out differently";
     if (a->bn != b->bn || a->pingpong != b->pingpong || a->stages != b->stages)
         return "the members' tiles differ (each alone would take another)";
-    if (a->a_fold != b->a_fold || a->a_scratch != b->a_scratch)
+    if (a->a_fold != b->a_fold || a->a_scratch != b->a_scratch || a->a_gscale != b->a_gscale)
         return "the members take the norm in different forms";
     if (a->epi_tma != b->epi_tma || a->epi_staged != b->epi_staged)
         return "the members' epilogues store differently";
@@ -111,7 +111,8 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
     k->launch.items_per_block = 1;
     k->launch.blocks_per_sm = 1;
     k->launch.grid_multiple = cl;
-    k->launch.shared_bytes = kf_cuda_gemm_smem(sh->bn, sh->stages);
+    k->launch.shared_bytes = kf_cuda_gemm_smem(sh->bn, sh->stages) +
+                             (sh->a_gscale ? sh->stages * 128u : 0u); /* (KF_G_AT) */
 
     char what[160];
     snprintf(
@@ -152,8 +153,9 @@ kf_status kf_cuda_codegen_gemm_sm90_set(const kf_plan *plan, const uint32_t *gro
     if (sh->epi_tma && g0->head_dim && g0->heads_first)
         cg_printf(&c0->s, "#define KF_TMA_HEADS 1\n#define KF_TMA_S %" PRId64 "LL\n", g0->m);
     if (sh->a_fold) /* before the template's head, which reads them */
-        cg_printf(&c0->s, "#define KF_A_FOLD 1\n#define KF_FOLD_LN %d\n",
-                  set.mb[0].fold.f.ln ? 1 : 0);
+        cg_printf(&c0->s, "#define KF_A_FOLD 1\n#define KF_FOLD_LN %d\n%s",
+                  set.mb[0].fold.f.ln ? 1 : 0,
+                  set.mb[0].fold.gamma >= 0 ? "#define KF_A_GSCALE 1\n" : "");
     cg_puts(&c0->s, "\n");
     cg_gemm_emit_fast_ops(c0);
     cg_gemm_sm90_emit_wgmma(c0, sh, mm0->dtype);

@@ -415,6 +415,12 @@ typedef struct kf_cuda_gemm_shape {
                                   diag(gamma) B (kf_cuda_codegen_gemm_fold), and the
                                   accumulators get the row scale (LayerNorm: the mean times
                                   B's column sums, beta's product) before the epilogue */
+    bool a_gscale;             /* with a_fold (sm_90a, an RMSNorm's, A bf16 and K-major,
+                                  cooperative tiles, no stream-K): B is the operand itself, not
+                                  diag(gamma) B; each warp loads its A fragments by ldmatrix,
+                                  multiplies them by gamma (bf16, rounded once) and runs wgmma
+                                  with A from registers; the pre-pass takes the row statistics
+                                  alone */
     bool fold_bias;            /* with a_fold (a LayerNorm's): the bias the epilogue adds to the
                                   product (kf_cuda_gemm_fold_bias) comes in the fold's column
                                   terms d, which the pre-pass writes (fold shape .bias), and
@@ -688,6 +694,13 @@ bool kf_cuda_gemm_fold_of(const kf_plan *plan, uint32_t group, kf_cuda_gemm_fold
  * fold's column terms d can carry instead (d[n] + bias[n]); KF_NONE when
  * the group has none. */
 uint32_t kf_cuda_gemm_fold_bias(const kf_plan *plan, uint32_t group);
+
+/* Whether group `group`'s fold (kf_cuda_gemm_fold_of) can take gamma on A's
+ * fragments (shape.a_gscale): an RMSNorm whose gamma, if any, is a
+ * contiguous bf16 vector starting on a 16-byte boundary of its buffer (the
+ * kernel's bulk copies; the executor binds GEMM arguments 16-byte aligned).
+ * (The kernel also needs A bf16 and K-major, K a multiple of 8.) */
+bool kf_cuda_gemm_gscale_takes(const kf_plan *plan, uint32_t group);
 
 /* B of anchor `anchor` (0, or 1: a SwiGLU pair's second) as the fold
  * pre-pass reads it: logical [k, n], element (i, j) at i * sk + j * sn of

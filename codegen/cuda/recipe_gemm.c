@@ -957,6 +957,15 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
         GEN_NO("an operand starts off a 16-byte boundary (%s)", sm80 ? "cp.async" : "TMA");
     if (sh.m > INT32_MAX || sh.n > INT32_MAX || sh.k > INT32_MAX || sh.batch > INT32_MAX)
         GEN_NO("a dim past 2^31 (TMA coordinates)");
+    /* An RMSNorm's gamma on A's fragments, B the operand itself
+     * (shape.a_gscale; sm_90a, A bf16 and K-major, gamma a contiguous bf16
+     * vector, cooperative tiles: below), where the fold into B has a
+     * pre-pass read B and write diag(gamma) B every run: LLaMA-7B's Q/K/V
+     * set moves 2 x 96 MB for it beside the statistics' 128 MB read of A. */
+    bool gscale = fold && !sm80 && sh.a_kmajor && mm->dtype == KF_DTYPE_BF16 &&
+                  kf_cuda_gemm_gscale_takes(plan, b->gi) &&
+                  (fold_of.gamma == KF_NONE || /* (its view's start, for the bulk copies) */
+                   kf_rb_tensor(b, grp->expr[fold_of.gamma].base).offset % 16 == 0);
     /* diag(gamma) B: contiguous in B's major, one for the whole batch */
     if (fold && (sh.b_batched || (sh.b_kmajor ? sh.k : sh.n) % (int64_t)(16 / es) != 0))
         GEN_NO("a norm folded into a batched B, or one whose rows are not a multiple of 16 "
@@ -1172,6 +1181,13 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     sh.a_norm = norm;
     sh.a_scratch = scratch;
     sh.a_fold = fold;
+    /* (gamma on A's fragments: the cooperative 128 x 256 tiles' main loop
+     * with the TMA-store epilogue. At 128 x 128, or with the register
+     * epilogue, ptxas serialized the wgmmas, C7513: A's fragments defined
+     * inside a wgmma stage; those keep the fold into B.) */
+    gscale = gscale && !sh.sk_grid && !sh.pingpong && !sh.epi_rs && sh.bn == 256 && sh.epi_tma &&
+             sh.k % 8 == 0;
+    sh.a_gscale = gscale;
     /* A LayerNorm fold's bias (h + b, the product's one reader) in the
      * fold's column terms d: the pre-pass adds it once per column, where
      * the epilogue loaded and added it for every element (GPT-2's FC1 and
@@ -1237,9 +1253,10 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     if ((norm || fold) && (st = stats_step(b, &k)) != KF_OK)
         return st;
     bool stats_new = b->rc->n_steps > pre_first;
-    bool one_pre = fold && prepass_one(b) && !b->pre_off &&
+    bool one_pre = fold && !gscale && prepass_one(b) && !b->pre_off &&
                    b->n_pre_jobs + (dual ? 2u : 1u) <= KF_CUDA_PREPASS_JOBS;
-    for (int i = 0; fold && i < (dual ? 2 : 1); i++) { /* the fold pre-pass of each B */
+    /* the fold pre-pass of each B (none with gamma on A's fragments) */
+    for (int i = 0; fold && !gscale && i < (dual ? 2 : 1); i++) {
         const kf_cuda_operand *lbi = i ? &lb1 : &lb;
         kf_cuda_fold_shape fs = {.anchor = i,
                                  .k = sh.k,
@@ -1276,7 +1293,7 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
     }
     if (sh.cluster == 2)
         ks->cluster[0] = 2;
-    if (fold) { /* B is the pre-pass's diag(gamma) B: contiguous, B's major */
+    if (fold && !gscale) { /* B is the pre-pass's diag(gamma) B: contiguous, B's major */
         bm.buf = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->b[0]);
         if (dual)
             bm1.buf = kf_rb_find(b, KF_CUDA_PARAM_SCRATCH, gm->b[1]);
@@ -1381,6 +1398,9 @@ kf_status kf_rb_gemm_generated(rb *b, char *why, size_t why_size, char *name, si
                            : "",
              sh.batch > 1 ? ", batched in one launch" : "",
              norm ? ", norm prologue on A's tiles in shared memory after a statistics pre-pass"
+             : gscale
+                 ? ", RMSNorm's gamma on A's fragments (wgmma with A from registers, B as it "
+                   "is), the row statistics of a pre-pass scale the accumulators"
              : fold && pre_one
                  ? ", norm prologue folded into B (one pre-pass: the row statistics and "
                    "diag(gamma) B; the statistics scale the accumulators)"
