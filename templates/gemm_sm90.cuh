@@ -365,6 +365,22 @@ __device__ __forceinline__ void kf_gm_box_b(unsigned dst, const kf_tmap *map, in
 __device__ __forceinline__ void kf_gm_wg_sync(int cw) {
     asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
 }
+/* The wgmma descriptor of K slice kk of stage s's B tile (at shared address
+ * sb): stepped from the ring's (ddb0) by constant adds with KF_DESC_STEP,
+ * else built from its address. */
+__device__ __forceinline__ unsigned long long kf_gm_desc_b(unsigned sb, int s, int kk,
+                                                           unsigned long long ddb0) {
+#if KF_DESC_STEP
+    (void)sb;
+    return ddb0 + (unsigned long long)(((unsigned)s * KF_STAGE_BYTES) >> 4) +
+           (unsigned long long)(KF_B_KMAJOR ? kk * 2u : kk * 128u);
+#else
+    (void)s;
+    (void)ddb0;
+    return KF_B_KMAJOR ? kf_hp_desc(sb + kk * 32u, 16u, 1024u)
+                       : kf_hp_desc(sb + kk * 2048u, 8192u, 1024u);
+#endif
+}
 
 
 /* The fold with the TMA-store epilogue (KF_FOLD_PRE): a consumer loads the
@@ -1557,6 +1573,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
         const unsigned long long dda0 =
             (KF_A_KMAJOR ? kf_hp_desc(ring, 16u, 1024u) : kf_hp_desc(ring, 8192u, 1024u)) +
             (unsigned long long)(dcw * (8192u >> 4));
+#define KF_DDB0 ddb0
+#else
+#define KF_DDB0 0ull
 #endif
 #if KF_SIB
         const bool al = KF_SIB_AL; /* every member's bases */
@@ -1739,11 +1758,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                                      : "r"(gs + kk * 32u + 16u)
                                      : "memory");
                     }
-#if KF_DESC_STEP
-                    const unsigned long long dso =
-                        (unsigned long long)(((unsigned)s * KF_STAGE_BYTES) >> 4);
-                    (void)sb;
-#endif
 #pragma unroll
                     for (int kk = 0; kk < 4; kk++) {
                         const unsigned ad = sa + aoff + ((((unsigned)(2 * kk) + ahi) ^ asw) << 4);
@@ -1760,17 +1774,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                     }
                     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-                    for (int kk = 0; kk < KF_BK / 16; kk++) {
-#if KF_DESC_STEP
-                        const unsigned long long db =
-                            ddb0 + dso + (unsigned long long)(KF_B_KMAJOR ? kk * 2u : kk * 128u);
-#else
-                        const unsigned long long db =
-                            KF_B_KMAJOR ? kf_hp_desc(sb + kk * 32u, 16u, 1024u)
-                                        : kf_hp_desc(sb + kk * 2048u, 8192u, 1024u);
-#endif
-                        kf_wgmma_rs(d, a[kk], db);
-                    }
+                    for (int kk = 0; kk < KF_BK / 16; kk++)
+                        kf_wgmma_rs(d, a[kk], kf_gm_desc_b(sb, s, kk, KF_DDB0));
                     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
                     /* every lane's reads of the previous stage's gammas before
@@ -1817,14 +1822,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
 #endif
 #pragma unroll
                 for (int kk = 0; kk < KF_BK / 16; kk++) {
-#if KF_DESC_STEP
-                    const unsigned long long db =
-                        ddb0 + dso + (unsigned long long)(KF_B_KMAJOR ? kk * 2u : kk * 128u);
-#else
-                    const unsigned long long db =
-                        KF_B_KMAJOR ? kf_hp_desc(sb + kk * 32u, 16u, 1024u)
-                                    : kf_hp_desc(sb + kk * 2048u, 8192u, 1024u);
-#endif
+                    const unsigned long long db = kf_gm_desc_b(sb, s, kk, KF_DDB0);
 #pragma unroll
                     for (int hf = 0; hf < KF_HALVES; hf++) {
                         const unsigned ha = KF_PINGPONG ? hf * 8192u : cw * 8192u;
