@@ -239,43 +239,45 @@ static void apro_emit(cg *c, chunk_ctx *x, const bool *need, const apro_cols *co
     memset(c->need, 0, c->n * sizeof *c->need);
 }
 
-/* The wgmma of one 16-deep K step: d (BN/2 floats) += A(da) . B(db). */
+/* A wgmma function's head up to its accumulators' operand list (%0 ..
+ * %nr-1 in d, the scale predicate from operand `pred`), then the list. */
+static void wgmma_head(cg *c, const char *name, const char *a_param, uint32_t nr, uint32_t pred,
+                       uint32_t bn, const char *ty) {
+    cg_printf(&c->s,
+              "__device__ __forceinline__ void %s(float *d, %s, "
+              "unsigned long long db) {\n"
+              "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n\"\n"
+              "        \"wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {\"\n        \"",
+              name, a_param, pred, bn, ty, ty);
+    for (uint32_t i = 0; i < nr; i++)
+        cg_printf(&c->s, "%%%u%s%s", i, i + 1 < nr ? ", " : "",
+                  (i % 16 == 15) ? "\"\n        \"" : "");
+}
+
+/* The accumulators' constraints, "+f"(d[0]) .. */
+static void wgmma_outs(cg *c, uint32_t nr) {
+    for (uint32_t i = 0; i < nr; i++)
+        cg_printf(&c->s, "\"+f\"(d[%u])%s%s", i, i + 1 < nr ? ", " : "",
+                  (i % 8 == 7) ? "\n          " : "");
+}
+
+/* The wgmma of one 16-deep K step: d (BN/2 floats) += A(da) . B(db); with
+ * shape.a_gscale also kf_wgmma_rs, A from registers (the m16n8k16 fragment
+ * of each warp's 16 rows) and B from its descriptor. */
 void cg_gemm_sm90_emit_wgmma(cg *c, const kf_cuda_gemm_shape *sh, kf_dtype dt) {
     uint32_t nr = sh->bn / 2;
     const char *ty = dt == KF_DTYPE_BF16 ? "bf16" : "f16";
-    cg_printf(&c->s,
-              "__device__ __forceinline__ void kf_wgmma(float *d, unsigned long long da, "
-              "unsigned long long db) {\n"
-              "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n\"\n"
-              "        \"wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {\"\n        \"",
-              nr + 2, sh->bn, ty, ty);
-    for (uint32_t i = 0; i < nr; i++)
-        cg_printf(&c->s, "%%%u%s%s", i, i + 1 < nr ? ", " : "",
-                  (i % 16 == 15) ? "\"\n        \"" : "");
+    wgmma_head(c, "kf_wgmma", "unsigned long long da", nr, nr + 2, sh->bn, ty);
     cg_printf(&c->s, "}, %%%u, %%%u, p, 1, 1, %d, %d;\\n}\\n\"\n        : ", nr, nr + 1,
               sh->a_kmajor ? 0 : 1, sh->b_kmajor ? 0 : 1);
-    for (uint32_t i = 0; i < nr; i++)
-        cg_printf(&c->s, "\"+f\"(d[%u])%s%s", i, i + 1 < nr ? ", " : "",
-                  (i % 8 == 7) ? "\n          " : "");
+    wgmma_outs(c, nr);
     cg_puts(&c->s, "\n        : \"l\"(da), \"l\"(db), \"r\"(1)\n        : \"memory\");\n}\n\n");
     if (!sh->a_gscale)
         return;
-    /* A from registers (shape.a_gscale: the m16n8k16 fragment of each warp's
-     * 16 rows), B from its descriptor */
-    cg_printf(&c->s,
-              "__device__ __forceinline__ void kf_wgmma_rs(float *d, const unsigned *a, "
-              "unsigned long long db) {\n"
-              "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n\"\n"
-              "        \"wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {\"\n        \"",
-              nr + 5, sh->bn, ty, ty);
-    for (uint32_t i = 0; i < nr; i++)
-        cg_printf(&c->s, "%%%u%s%s", i, i + 1 < nr ? ", " : "",
-                  (i % 16 == 15) ? "\"\n        \"" : "");
+    wgmma_head(c, "kf_wgmma_rs", "const unsigned *a", nr, nr + 5, sh->bn, ty);
     cg_printf(&c->s, "}, {%%%u, %%%u, %%%u, %%%u}, %%%u, p, 1, 1, %d;\\n}\\n\"\n        : ", nr,
               nr + 1, nr + 2, nr + 3, nr + 4, sh->b_kmajor ? 0 : 1);
-    for (uint32_t i = 0; i < nr; i++)
-        cg_printf(&c->s, "\"+f\"(d[%u])%s%s", i, i + 1 < nr ? ", " : "",
-                  (i % 8 == 7) ? "\n          " : "");
+    wgmma_outs(c, nr);
     cg_puts(&c->s, "\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), "
                    "\"r\"(1)\n        : \"memory\");\n}\n\n");
 }
