@@ -1741,8 +1741,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                  * shuffles), they made LLaMA's Q/K/V set 6-23% slower on an
                  * H100 (2.37-2.61 ms; 2.12 with gamma a constant, 2.30 with
                  * the fold into B). */
-                auto step = [&](unsigned(&a)[4][4], int kt) {
-                    (void)kt;
+                auto step = [&](unsigned(&a)[4][4]) {
                     kf_hp_wait(full0 + 8 * s, ph);
                     const unsigned sa = ring + (unsigned)s * KF_STAGE_BYTES, sb = sa + KF_A_BYTES;
                     unsigned gp[4][2];
@@ -1792,9 +1791,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) KF_KERNEL(KF_ALL_TMAPS, KF_
                 };
 #pragma unroll 1
                 for (int kt = kb; kt < ke; kt += 2) {
-                    step(afr0, kt);
+                    step(afr0);
                     if (kt + 1 < ke)
-                        step(afr1, kt + 1);
+                        step(afr1);
                 }
                 (void)ks;
                 __syncwarp(); /* (the last stage's gamma reads, before its release below) */

@@ -95,7 +95,7 @@ typedef struct cg_gemm_fold {
     kf_cuda_gemm_fold f;
     int stats, cd[2];
     unsigned n_stats, i_rstd, i_mean; /* statistics a row, and where rstd / mean sit */
-    int gamma; /* shape.a_gscale with a gamma: its param (KF_A_GSCALE, kf_gm_gamma8), else -1 */
+    int gamma; /* shape.a_gscale with a gamma: its param (KF_A_GSCALE, kf_gm_gamma_src), else -1 */
 } cg_gemm_fold;
 
 /* Whether node i of a norm prologue's expression is a float load that

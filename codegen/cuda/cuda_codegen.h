@@ -415,12 +415,13 @@ typedef struct kf_cuda_gemm_shape {
                                   diag(gamma) B (kf_cuda_codegen_gemm_fold), and the
                                   accumulators get the row scale (LayerNorm: the mean times
                                   B's column sums, beta's product) before the epilogue */
-    bool a_gscale;             /* with a_fold (sm_90a, an RMSNorm's, A bf16 and K-major,
-                                  cooperative tiles, no stream-K): B is the operand itself, not
-                                  diag(gamma) B; each warp loads its A fragments by ldmatrix,
-                                  multiplies them by gamma (bf16, rounded once) and runs wgmma
-                                  with A from registers; the pre-pass takes the row statistics
-                                  alone */
+    bool a_gscale;             /* with a_fold (sm_90a, an RMSNorm's, A bf16 and K-major, K a
+                                  multiple of 8, cooperative 128 x 256 tiles with epi_tma, not
+                                  epi_rs or stream-K): B is the operand itself, not diag(gamma)
+                                  B; the producer copies each K step's gammas with the stage,
+                                  each warp loads its A fragments by ldmatrix, multiplies them
+                                  by gamma (bf16, rounded once) and runs wgmma with A from
+                                  registers; the pre-pass takes the row statistics alone */
     bool fold_bias;            /* with a_fold (a LayerNorm's): the bias the epilogue adds to the
                                   product (kf_cuda_gemm_fold_bias) comes in the fold's column
                                   terms d, which the pre-pass writes (fold shape .bias), and
